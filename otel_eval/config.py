@@ -1,0 +1,251 @@
+"""Configuration: one frozen dataclass per stage, loaded and validated in one function.
+
+YAML files may use ``${VAR}`` / ``${VAR:-default}`` environment substitution. Unknown keys
+are rejected and every error is reported at once with its path (``assembly.grace_s: ...``).
+Constructors elsewhere never read ``os.environ``: only ``load_config`` does, for substitution.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+
+from otel_eval.detectors.config import DetectorsConfig
+from otel_eval.issues.config import IssuesConfig
+from otel_eval.judge.config import JudgeConfig
+from otel_eval.kafka.config import KafkaConfig
+from otel_eval.results.config import ExportConfig
+
+__all__ = [
+    "AdminConfig", "AssemblyConfig", "Config", "ConfigError", "DetectorsConfig", "ExportConfig",
+    "IssuesConfig", "JudgeConfig", "KafkaConfig", "ReceiverConfig", "StoreConfig",
+    "TrajectoryConfig", "build", "load_config", "parse_endpoint",
+]
+
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """All problems found in a configuration, one per line, each with its path."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("invalid configuration:\n  " + "\n  ".join(errors))
+        self.errors = errors
+
+
+@dataclass(frozen=True)
+class ReceiverConfig:
+    # OTLP/gRPC TraceService endpoint (HOST:PORT); empty string disables it.
+    grpc_endpoint: str = "localhost:4317"
+    # OTLP/HTTP endpoint serving POST /v1/traces (protobuf or JSON, optionally gzip).
+    http_endpoint: str = "localhost:4318"
+    # Largest request accepted, bytes (after gzip decompression for HTTP). Agent traces with
+    # message content routinely pass gRPC's 4 MiB default.
+    max_message_bytes: int = 64 * 1024 * 1024
+    # Threads serving gRPC calls. Decoding is CPU bound (GIL), so more threads only add
+    # queueing; a handful keeps slow clients from blocking fast ones.
+    grpc_workers: int = 8
+    # Retry hint sent with throttling responses (gRPC RetryInfo, HTTP Retry-After), seconds.
+    retry_after_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class AssemblyConfig:
+    # A trace whose root span has ended is released after this many seconds without a new span.
+    # Children of an agent run usually end before the root; a short wait absorbs batching delay
+    # of SDK exporters (BatchSpanProcessor flushes every 5 s by default).
+    grace_s: float = 10.0
+    # A trace without an ended root is released as `incomplete` after this long with no new span.
+    # Datadog closes traces after 3 min idle; the collector's tail sampling waits 30 s total.
+    idle_timeout_s: float = 180.0
+    # A trace open longer than this (first span seen to now) is cut and released `truncated`.
+    max_trace_duration_s: float = 3600.0
+    # Late spans for a trace released less than this long ago re-open it (re-evaluated,
+    # superseding the earlier result). Later ones are rejected as `late`.
+    reopen_window_s: float = 300.0
+    # Upper bound on traces being assembled at once.
+    max_open_traces: int = 50_000
+    # Spans kept per trace; more are rejected (partial success) with reason `trace_too_large`.
+    max_spans_per_trace: int = 10_000
+    # Spans accepted but not yet evaluated (open + released-but-queued). Past it receivers
+    # throttle (gRPC RESOURCE_EXHAUSTED, HTTP 429) so exporters retry: nothing acked is dropped.
+    max_pending_spans: int = 1_000_000
+    # What to do when max_open_traces is reached: `throttle` refuses spans of new traces with a
+    # retryable error; `release_oldest` releases the oldest open trace early as `truncated`.
+    overflow_policy: Literal["throttle", "release_oldest"] = "throttle"
+    # Recently released traces remembered for re-opening (bounds reopen memory).
+    max_released_traces: int = 20_000
+
+
+@dataclass(frozen=True)
+class TrajectoryConfig:
+    # Span or resource attribute carrying the task id (for references and trials).
+    task_id_attribute: str = "otel_eval.task.id"
+    # Root span attribute carrying the known outcome (success / failure, true / false, 1 / 0).
+    outcome_attribute: str = "otel_eval.outcome"
+
+
+@dataclass(frozen=True)
+class AdminConfig:
+    # Serves /metrics, /healthz, /readyz and the results API (/v1/evaluations, /v1/feedback).
+    endpoint: str = "localhost:8888"
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    # SQLite file for evaluations (survives restarts). ":memory:" keeps nothing.
+    path: str = "otel-eval.db"
+    # Evaluations older than this are deleted, days (0 keeps everything).
+    retention_days: float = 7.0
+
+
+@dataclass(frozen=True)
+class Config:
+    receiver: ReceiverConfig = field(default_factory=ReceiverConfig)
+    assembly: AssemblyConfig = field(default_factory=AssemblyConfig)
+    trajectory: TrajectoryConfig = field(default_factory=TrajectoryConfig)
+    detectors: DetectorsConfig = field(default_factory=DetectorsConfig)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    export: ExportConfig = field(default_factory=ExportConfig)
+    issues: IssuesConfig = field(default_factory=IssuesConfig)
+    kafka: KafkaConfig = field(default_factory=KafkaConfig)
+    admin: AdminConfig = field(default_factory=AdminConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def _substitute(text: str, environ: typing.Mapping[str, str], errors: list[str]) -> str:
+    def repl(m: re.Match[str]) -> str:
+        name, default = m.group(1), m.group(2)
+        if name in environ:
+            return environ[name]
+        if default is not None:
+            return default
+        errors.append(f"environment variable {name} is not set (use ${{{name}:-default}})")
+        return ""
+
+    return _ENV.sub(repl, text)
+
+
+def parse_endpoint(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:4317`` for IPv6) -> (host, port). Raises ValueError."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT, got {value!r}")
+    return host.strip("[]"), int(port)
+
+
+def _convert(tp: Any, value: Any, path: str, errors: list[str]) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        return build(tp, value, path, errors)
+    if origin is Literal:
+        if value not in args:
+            errors.append(f"{path}: {value!r} is not one of {', '.join(map(repr, args))}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _convert(inner[0], value, path, errors)
+    if origin is list or origin is tuple:
+        if not isinstance(value, list | tuple):
+            errors.append(f"{path}: expected a list, got {type(value).__name__}")
+            return value
+        item = args[0] if args else Any
+        items = [_convert(item, v, f"{path}[{i}]", errors) for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            errors.append(f"{path}: expected a mapping, got {type(value).__name__}")
+            return value
+        vt = args[1] if len(args) == 2 else Any
+        return {str(k): _convert(vt, v, f"{path}.{k}", errors) for k, v in value.items()}
+    if tp is Any:
+        return value
+    if tp is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if tp in (int, str, bool) and type(value) is tp:
+        return value
+    if tp is int and isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)  # env-substituted numbers arrive as strings
+    if tp is float and isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    if tp is bool and isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if tp is str and isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    errors.append(f"{path}: expected {getattr(tp, '__name__', tp)}, got {value!r}")
+    return value
+
+
+def build(cls: type[T], data: Any, path: str = "", errors: list[str] | None = None) -> T:
+    """Build dataclass ``cls`` from plain data; collects errors (raises only at top level)."""
+    top = errors is None
+    errs: list[str] = [] if errors is None else errors
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        errs.append(f"{path or '<root>'}: expected a mapping, got {type(data).__name__}")
+        data = {}
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    for key in data:
+        if key not in names:
+            errs.append(f"{path + '.' if path else ''}{key}: unknown key "
+                        f"(known: {', '.join(sorted(names))})")
+    kwargs = {k: _convert(hints[k], v, f"{path + '.' if path else ''}{k}", errs)
+              for k, v in data.items() if k in names}
+    obj: Any = None
+    if not errs or not top:
+        try:
+            obj = cls(**kwargs)
+        except (TypeError, ValueError) as e:  # __post_init__ validation
+            errs.append(f"{path or '<root>'}: {e}")
+    if top and errs:
+        raise ConfigError(errs)
+    return obj  # type: ignore[no-any-return]
+
+
+def load_config(path: str | Path | None = None,
+                environ: typing.Mapping[str, str] | None = None) -> Config:
+    """Read a YAML file (or the embedded defaults when ``path`` is None)."""
+    if path is None:
+        return Config()
+    env = os.environ if environ is None else environ
+    errors: list[str] = []
+    text = _substitute(Path(path).read_text(encoding="utf-8"), env, errors)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError([f"{path}: not valid YAML: {e}"]) from e
+    cfg = build(Config, data, "", errors) if not errors else None
+    if errors:
+        raise ConfigError(errors)
+    assert cfg is not None
+    return cfg
+
+
+def replace(cfg: Any, **changes: Any) -> Any:
+    """``dataclasses.replace`` for nested dotted paths: replace(cfg, **{"admin.endpoint": x})."""
+    for dotted, value in changes.items():
+        head, _, rest = dotted.partition(".")
+        if rest:
+            value = replace(getattr(cfg, head), **{rest: value})
+        cfg = dataclasses.replace(cfg, **{head: value})
+    return cfg

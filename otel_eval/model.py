@@ -1,0 +1,305 @@
+"""The data every stage passes on: spans in, trajectories through, evaluations out.
+
+    Span            one received span (ids, times, status eager; attributes decoded lazily)
+    Trace           the spans of one trace id, as released by assembly, with a status
+    Step, Trajectory the normalized agent run that detectors and the judge read
+    Finding, Verdict what the detectors say about a trajectory
+    Evaluation      trajectory + findings + verdict (+ judge); ``to_json()`` is the v1 object
+
+Attribute values stay as the protobuf/JSON carried them (str, int, float, bool, lists,
+dicts); bulky message text is kept as the raw string and parsed only by whoever needs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+TraceStatus = Literal["complete", "incomplete", "truncated"]
+StepKind = Literal["agent", "llm", "tool", "chain", "other"]
+Severity = Literal["info", "warning", "error"]
+
+Attributes = Mapping[str, Any]
+
+
+@dataclass(slots=True)
+class SpanEvent:
+    name: str
+    time_unix_nano: int
+    attributes: dict[str, Any]
+
+
+class Span:
+    """One span. Identity and timing are plain fields; ``attributes``, ``events`` and
+    ``resource`` may be produced lazily by a decoder (``lazy``), so the receive path only
+    pays for what assembly needs (ids, parent, end time)."""
+
+    __slots__ = (
+        "_attributes", "_events", "_lazy", "end_ns", "kind", "name", "parent_span_id",
+        "resource", "scope", "span_id", "start_ns", "status", "status_message", "trace_id",
+    )
+
+    def __init__(
+        self,
+        trace_id: str,
+        span_id: str,
+        parent_span_id: str | None,
+        name: str,
+        start_ns: int,
+        end_ns: int,
+        *,
+        kind: str = "internal",
+        status: str = "unset",
+        status_message: str = "",
+        attributes: dict[str, Any] | None = None,
+        events: list[SpanEvent] | None = None,
+        resource: Attributes | None = None,
+        scope: str = "",
+        lazy: Callable[[], tuple[dict[str, Any], list[SpanEvent]]] | None = None,
+    ) -> None:
+        self.trace_id = trace_id  # 32 lowercase hex
+        self.span_id = span_id  # 16 lowercase hex
+        self.parent_span_id = parent_span_id  # None for a root
+        self.name = name
+        self.start_ns = start_ns
+        self.end_ns = end_ns  # 0 when the span has not ended
+        self.kind = kind  # internal | server | client | producer | consumer | unspecified
+        self.status = status  # unset | ok | error
+        self.status_message = status_message
+        self.resource: Attributes = resource if resource is not None else {}
+        self.scope = scope
+        self._attributes = attributes
+        self._events = events
+        self._lazy = lazy
+
+    def _materialize(self) -> None:
+        if self._lazy is not None:
+            self._attributes, self._events = self._lazy()
+            self._lazy = None
+        if self._attributes is None:
+            self._attributes = {}
+        if self._events is None:
+            self._events = []
+
+    @property
+    def attributes(self) -> dict[str, Any]:
+        if self._attributes is None:
+            self._materialize()
+        assert self._attributes is not None
+        return self._attributes
+
+    @property
+    def events(self) -> list[SpanEvent]:
+        if self._events is None:
+            self._materialize()
+        assert self._events is not None
+        return self._events
+
+    @property
+    def is_root(self) -> bool:
+        return not self.parent_span_id
+
+    def __repr__(self) -> str:
+        return f"Span({self.name!r}, trace={self.trace_id}, span={self.span_id})"
+
+
+@dataclass(slots=True)
+class Trace:
+    """All spans of one trace id, as released by assembly."""
+
+    trace_id: str
+    spans: list[Span]
+    status: TraceStatus
+    source: str = "otlp"  # otlp | kafka | file name for offline runs
+    revision: int = 0  # > 0 when late spans re-opened an already released trace
+    release_reason: str = ""  # root_ended | idle_timeout | max_duration | overflow | shutdown | eof
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """A tool call an LLM step asked for (from its output messages)."""
+
+    name: str
+    arguments: Any  # parsed JSON when possible, else the raw string
+    call_id: str | None = None
+
+
+@dataclass(slots=True)
+class Step:
+    index: int
+    span_id: str
+    parent_span_id: str | None
+    kind: StepKind
+    name: str
+    node: str | None = None  # the agent / sub-agent this step belongs to
+    depth: int = 0
+    status: Literal["ok", "error"] = "ok"
+    error: str | None = None
+    start_ns: int = 0
+    end_ns: int = 0
+    # tool steps
+    tool_name: str | None = None
+    arguments: Any = None  # parsed JSON when possible, else the raw string
+    result: str | None = None  # raw text of the tool result (or agent/chain output)
+    # llm steps
+    model: str | None = None
+    finish_reasons: list[str] = field(default_factory=list)
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cost_usd: float | None = None
+    input_text: str | None = None  # raw input messages / prompt as carried by the span
+    output_text: str | None = None  # raw output / completion text
+    tool_calls: list[ToolCall] = field(default_factory=list)  # calls an llm step requested
+    rebuilt: bool = False  # a tool step rebuilt from an LLM's output (no span of its own)
+    convention: str = "unknown"
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "index": self.index,
+            "span_id": self.span_id,
+            "parent_span_id": self.parent_span_id,
+            "kind": self.kind,
+            "node": self.node,
+            "name": self.name,
+            "tool_name": self.tool_name,
+            "arguments": self.arguments,
+            "status": self.status,
+            "error": self.error,
+            "start_time_unix_nano": self.start_ns,
+            "end_time_unix_nano": self.end_ns,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+        }
+        if self.model is not None:
+            out["model"] = self.model
+        if self.finish_reasons:
+            out["finish_reasons"] = list(self.finish_reasons)
+        if self.cost_usd is not None:
+            out["cost_usd"] = self.cost_usd
+        if self.rebuilt:
+            out["rebuilt"] = True
+        return out
+
+
+@dataclass(slots=True)
+class Trajectory:
+    trace_id: str
+    source: str
+    status: TraceStatus
+    steps: list[Step]
+    service: str | None = None
+    agent: str | None = None
+    task_id: str | None = None
+    convention: str = "unknown"
+    start_ns: int = 0
+    end_ns: int = 0
+    input: str | None = None
+    output: str | None = None
+    tools: dict[str, Any] = field(default_factory=dict)  # offered tool name -> JSON schema
+    root_attributes: dict[str, Any] = field(default_factory=dict)
+    revision: int = 0
+    span_count: int = 0
+
+    @property
+    def duration_s(self) -> float:
+        return max(0, self.end_ns - self.start_ns) / 1e9
+
+    @property
+    def llm_steps(self) -> list[Step]:
+        return [s for s in self.steps if s.kind == "llm"]
+
+    @property
+    def tool_steps(self) -> list[Step]:
+        return [s for s in self.steps if s.kind == "tool"]
+
+    def usage(self) -> dict[str, Any]:
+        llm = self.llm_steps
+        costs = [s.cost_usd for s in llm if s.cost_usd is not None]
+        return {
+            "input_tokens": sum(s.input_tokens or 0 for s in llm),
+            "output_tokens": sum(s.output_tokens or 0 for s in llm),
+            "cost_usd": round(sum(costs), 6) if costs else None,
+        }
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "spans": self.span_count,
+            "llm_calls": len(self.llm_steps),
+            "tool_calls": len(self.tool_steps),
+            "errors": sum(1 for s in self.steps if s.status == "error"),
+        }
+
+
+@dataclass(slots=True)
+class Finding:
+    detector: str  # loop | non_termination | budget | tool_call | reference | recovery | lucky_pass
+    kind: str
+    severity: Severity
+    message: str
+    span_ids: list[str] = field(default_factory=list)
+    step_indexes: list[int] = field(default_factory=list)
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "detector": self.detector,
+            "kind": self.kind,
+            "severity": self.severity,
+            "message": self.message,
+            "span_ids": list(self.span_ids),
+            "step_indexes": list(self.step_indexes),
+            "attributes": dict(self.attributes),
+        }
+
+
+@dataclass(slots=True)
+class Verdict:
+    passed: bool
+    reasons: list[str]
+    outcome: str | None = None  # success | failure when known
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. "reference": {...}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"passed": self.passed, "reasons": list(self.reasons), "outcome": self.outcome,
+                **self.extra}
+
+
+@dataclass(slots=True)
+class Evaluation:
+    """What the pipeline stores and exports for one trace."""
+
+    trajectory: Trajectory
+    findings: list[Finding] = field(default_factory=list)
+    verdict: Verdict | None = None
+    judge: dict[str, Any] | None = None
+    evaluated_at_ns: int = 0
+
+    @property
+    def trace_id(self) -> str:
+        return self.trajectory.trace_id
+
+    def to_json(self) -> dict[str, Any]:
+        t = self.trajectory
+        out: dict[str, Any] = {
+            "trace_id": t.trace_id,
+            "source": t.source,
+            "service": t.service,
+            "agent": t.agent,
+            "task_id": t.task_id,
+            "status": t.status,
+            "convention": t.convention,
+            "revision": t.revision,
+            "start_time_unix_nano": t.start_ns,
+            "duration_s": round(t.duration_s, 6),
+            "input": t.input,
+            "output": t.output,
+            "counts": t.counts(),
+            "usage": t.usage(),
+            "steps": [s.to_json() for s in t.steps],
+            "findings": [f.to_json() for f in self.findings],
+            "verdict": self.verdict.to_json() if self.verdict else None,
+        }
+        if self.judge is not None:
+            out["judge"] = self.judge
+        return out
