@@ -1,0 +1,254 @@
+"""Stage: decode. OTLP trace requests (protobuf or OTLP/JSON) -> ``model.Span``; and back.
+
+Promises:
+- every span is either returned or counted as rejected with a reason from ``REJECT_REASONS``;
+- only ids, names, times and status are read eagerly; attributes and events are decoded on
+  first access (``Span.attributes``), so the receive path stays close to protobuf-decode speed
+  and bulky message text stays a raw string;
+- OTLP/JSON uses hex trace/span ids (not base64) and accepts camelCase and snake_case keys.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf import json_format
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+)
+from opentelemetry.proto.common.v1.common_pb2 import (
+    AnyValue,
+    ArrayValue,
+    InstrumentationScope,
+    KeyValue,
+    KeyValueList,
+)
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from opentelemetry.proto.trace.v1 import trace_pb2
+
+from otel_eval.model import Span, SpanEvent
+
+# Closed set of reasons a span is rejected at decode time.
+REJECT_REASONS = ("invalid_trace_id", "invalid_span_id", "invalid_parent_span_id")
+
+_KINDS = {0: "unspecified", 1: "internal", 2: "server", 3: "client", 4: "producer",
+          5: "consumer"}
+_STATUS = {0: "unset", 1: "ok", 2: "error"}
+_STATUS_CODE = {v: k for k, v in _STATUS.items()}
+_KIND_CODE = {v: k for k, v in _KINDS.items()}
+_ZERO_TRACE = bytes(16)
+_ZERO_SPAN = bytes(8)
+
+
+@dataclass
+class DecodeResult:
+    spans: list[Span] = field(default_factory=list)
+    reasons: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def rejected(self) -> int:
+        return sum(self.reasons.values())
+
+    @property
+    def message(self) -> str:
+        """The OTLP partial-success error message: empty when nothing was rejected."""
+        if not self.reasons:
+            return ""
+        parts = ", ".join(f"{n} {r}" for r, n in sorted(self.reasons.items()))
+        return f"rejected {self.rejected} span(s): {parts}"
+
+
+def anyvalue_to_python(v: AnyValue) -> Any:
+    which = v.WhichOneof("value")
+    if which is None:
+        return None
+    if which == "array_value":
+        return [anyvalue_to_python(x) for x in v.array_value.values]
+    if which == "kvlist_value":
+        return {kv.key: anyvalue_to_python(kv.value) for kv in v.kvlist_value.values}
+    if which == "bytes_value":
+        return base64.b64encode(v.bytes_value).decode("ascii")
+    return getattr(v, which)
+
+
+def attributes_to_dict(kvs: Iterable[KeyValue]) -> dict[str, Any]:
+    return {kv.key: anyvalue_to_python(kv.value) for kv in kvs}
+
+
+def _lazy_attrs(pb: trace_pb2.Span) -> Any:
+    def materialize() -> tuple[dict[str, Any], list[SpanEvent]]:
+        attrs = attributes_to_dict(pb.attributes)
+        events = [SpanEvent(e.name, e.time_unix_nano, attributes_to_dict(e.attributes))
+                  for e in pb.events]
+        return attrs, events
+
+    return materialize
+
+
+def decode_request(req: ExportTraceServiceRequest) -> DecodeResult:
+    """Turn a decoded request into spans; invalid spans are counted, never raised."""
+    out = DecodeResult()
+    spans, reasons = out.spans, out.reasons
+    for rs in req.resource_spans:
+        resource = attributes_to_dict(rs.resource.attributes)
+        for ss in rs.scope_spans:
+            scope = ss.scope.name
+            for pb in ss.spans:
+                tid, sid, pid = pb.trace_id, pb.span_id, pb.parent_span_id
+                if len(tid) != 16 or tid == _ZERO_TRACE:
+                    reasons["invalid_trace_id"] += 1
+                    continue
+                if len(sid) != 8 or sid == _ZERO_SPAN:
+                    reasons["invalid_span_id"] += 1
+                    continue
+                if pid and len(pid) != 8:
+                    reasons["invalid_parent_span_id"] += 1
+                    continue
+                spans.append(Span(
+                    tid.hex(), sid.hex(), pid.hex() if pid and pid != _ZERO_SPAN else None,
+                    pb.name, pb.start_time_unix_nano, pb.end_time_unix_nano,
+                    kind=_KINDS.get(pb.kind, "unspecified"),
+                    status=_STATUS.get(pb.status.code, "unset"),
+                    status_message=pb.status.message,
+                    resource=resource, scope=scope, lazy=_lazy_attrs(pb),
+                ))
+    return out
+
+
+# --- OTLP/JSON -------------------------------------------------------------------------------
+
+_ID_KEYS = {"traceId": 16, "spanId": 8, "parentSpanId": 8,
+            "trace_id": 16, "span_id": 8, "parent_span_id": 8}
+
+
+def _hex_ids_to_base64(obj: Any) -> Any:
+    """OTLP/JSON carries ids as hex; protobuf's JSON parser expects base64 for bytes fields.
+    Returns a converted copy.
+
+    Ids that are not hex become one zero byte (a wrong length on purpose), so that the span is
+    rejected with a reason by ``decode_request`` instead of failing the whole request.
+    """
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            if k in _ID_KEYS and isinstance(v, str):
+                try:
+                    raw = bytes.fromhex(v)
+                except ValueError:
+                    raw = b"\x00"
+                out[k] = base64.b64encode(raw).decode("ascii")
+            else:
+                out[k] = _hex_ids_to_base64(v) if isinstance(v, dict | list) else v
+        return out
+    if isinstance(obj, list):
+        return [_hex_ids_to_base64(v) if isinstance(v, dict | list) else v for v in obj]
+    return obj
+
+
+def request_from_json(body: bytes | str) -> ExportTraceServiceRequest:
+    """Parse an OTLP/JSON ExportTraceServiceRequest. Raises ValueError with a clear message."""
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"body is not valid JSON: {e}") from e
+    return request_from_dict(data)
+
+
+def request_from_dict(data: Any) -> ExportTraceServiceRequest:
+    if not isinstance(data, dict):
+        raise ValueError("OTLP/JSON body must be an object with resourceSpans")
+    req = ExportTraceServiceRequest()
+    try:
+        json_format.ParseDict(_hex_ids_to_base64(data), req, ignore_unknown_fields=True)
+    except json_format.ParseError as e:
+        raise ValueError(f"not an OTLP ExportTraceServiceRequest: {e}") from e
+    return req
+
+
+def request_to_json(req: ExportTraceServiceRequest) -> dict[str, Any]:
+    """Protobuf -> OTLP/JSON dict with hex ids (the inverse of ``request_from_dict``)."""
+    data = json_format.MessageToDict(req)
+
+    def fix(obj: Any) -> None:
+        if isinstance(obj, dict):
+            for k, v in obj.items():
+                if k in _ID_KEYS and isinstance(v, str):
+                    obj[k] = base64.b64decode(v).hex()
+                else:
+                    fix(v)
+        elif isinstance(obj, list):
+            for v in obj:
+                fix(v)
+
+    fix(data)
+    return data
+
+
+# --- encoding model.Span -> protobuf ----------------------------------------------------------
+
+def python_to_anyvalue(value: Any) -> AnyValue:
+    if isinstance(value, bool):
+        return AnyValue(bool_value=value)
+    if isinstance(value, int):
+        return AnyValue(int_value=value)
+    if isinstance(value, float):
+        return AnyValue(double_value=value)
+    if isinstance(value, bytes):
+        return AnyValue(bytes_value=value)
+    if isinstance(value, list | tuple):
+        return AnyValue(array_value=ArrayValue(values=[python_to_anyvalue(v) for v in value]))
+    if isinstance(value, dict):
+        return AnyValue(kvlist_value=KeyValueList(values=dict_to_attributes(value)))
+    if value is None:
+        return AnyValue()
+    return AnyValue(string_value=str(value))
+
+
+def dict_to_attributes(attrs: Any) -> list[KeyValue]:
+    return [KeyValue(key=k, value=python_to_anyvalue(v)) for k, v in attrs.items()]
+
+
+def span_to_proto(span: Span, extra_attributes: dict[str, Any] | None = None) -> trace_pb2.Span:
+    attrs = dict(span.attributes)
+    if extra_attributes:
+        attrs.update(extra_attributes)
+    pb = trace_pb2.Span(
+        trace_id=bytes.fromhex(span.trace_id), span_id=bytes.fromhex(span.span_id),
+        parent_span_id=bytes.fromhex(span.parent_span_id) if span.parent_span_id else b"",
+        name=span.name, kind=_KIND_CODE.get(span.kind, 0),  # type: ignore[arg-type]
+        start_time_unix_nano=span.start_ns, end_time_unix_nano=span.end_ns,
+        attributes=dict_to_attributes(attrs),
+        events=[trace_pb2.Span.Event(name=e.name, time_unix_nano=e.time_unix_nano,
+                                     attributes=dict_to_attributes(e.attributes))
+                for e in span.events],
+    )
+    pb.status.code = _STATUS_CODE.get(span.status, 0)  # type: ignore[assignment]
+    pb.status.message = span.status_message
+    return pb
+
+
+def encode_spans(spans: Iterable[Span],
+                 extra: dict[str, dict[str, Any]] | None = None) -> ExportTraceServiceRequest:
+    """Group spans by (resource, scope) into one request; ``extra`` maps span id -> attributes
+    to stamp on that span (pass-through mode)."""
+    req = ExportTraceServiceRequest()
+    groups: dict[tuple[int, str], trace_pb2.ScopeSpans] = {}
+    resources: dict[int, trace_pb2.ResourceSpans] = {}
+    for span in spans:
+        rkey = id(span.resource)
+        rs = resources.get(rkey)
+        if rs is None:
+            rs = req.resource_spans.add(
+                resource=Resource(attributes=dict_to_attributes(span.resource)))
+            resources[rkey] = rs
+        ss = groups.get((rkey, span.scope))
+        if ss is None:
+            ss = rs.scope_spans.add(scope=InstrumentationScope(name=span.scope))
+            groups[(rkey, span.scope)] = ss
+        ss.spans.append(span_to_proto(span, (extra or {}).get(span.span_id)))
+    return req
