@@ -82,8 +82,11 @@ class AssemblyConfig:
     # What to do when max_open_traces is reached: `throttle` refuses spans of new traces with a
     # retryable error; `release_oldest` releases the oldest open trace early as `truncated`.
     overflow_policy: Literal["throttle", "release_oldest"] = "throttle"
-    # Recently released traces remembered for re-opening (bounds reopen memory).
+    # Recently released traces kept (with their spans) for re-opening: bounds reopen memory.
     max_released_traces: int = 20_000
+    # Ids of released traces remembered (no spans) so that very late spans are refused as
+    # `late` instead of starting a fragment that would replace a full evaluation.
+    max_tombstones: int = 1_000_000
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,8 @@ class Trace:
     source: str = "otlp"  # otlp | kafka | file name for offline runs
     revision: int = 0  # > 0 when late spans re-opened an already released trace
     release_reason: str = ""  # root_ended | idle_timeout | max_duration | overflow | shutdown | eof
+    # Called once each when this trace's evaluation is stored (Kafka offset tracking).
+    waiters: list[Callable[[], None]] = field(default_factory=list)
 
 
 @dataclass(slots=True)

@@ -1,0 +1,197 @@
+"""Stage: assembly. Groups spans by trace id and decides when a trace is finished.
+
+A trace is released
+- ``complete``   when its root span has ended and no span arrived for ``grace_s``;
+- ``incomplete`` when its root has not ended and no span arrived for ``idle_timeout_s``
+                 (the agent never finished: the non-termination case);
+- ``truncated``  when it has been open ``max_trace_duration_s``, or was pushed out by the
+                 ``release_oldest`` overflow policy.
+Spans for a trace released less than ``reopen_window_s`` ago re-open it (``revision`` + 1);
+its evaluation is then superseded. Later spans are rejected as ``late`` while the trace id is
+remembered (``max_tombstones`` ids, 16 bytes of state each); beyond that they start a new trace.
+
+Time is injected: ``add(spans, now)`` and ``tick(now)`` take the clock reading, so tests drive
+time by hand. Deadlines sit in a heap with lazy re-scheduling: a span arrival only moves the
+trace's own deadline; the heap entry is re-pushed when it surfaces too early. That is O(1)
+per span and O(log n) per release, with no timer per trace (the collector's id batcher
+achieves the same with a ring of one-second batches).
+
+Not thread-safe: the engine serializes calls.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from otel_eval.config import AssemblyConfig
+from otel_eval.model import Span, Trace, TraceStatus
+
+# Reasons a span is refused by assembly (counted as rejected; never acknowledged).
+ASSEMBLY_REJECT_REASONS = ("duplicate_span", "trace_too_large", "late")
+
+
+@dataclass(slots=True)
+class _Open:
+    trace_id: str
+    spans: dict[str, Span]
+    first_seen: float
+    last_seen: float
+    root_ended: bool = False
+    revision: int = 0
+    deadline: float = 0.0  # when the trace is due, given what has arrived so far
+    scheduled: float = float("inf")  # deadline of this trace's live heap entry
+    waiters: list[Callable[[], None]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Released:
+    at: float
+    spans: list[Span]
+    revision: int
+
+
+@dataclass
+class AddResult:
+    accepted: int = 0
+    rejected: Counter[str] = field(default_factory=Counter)
+    reopened: int = 0  # traces re-opened by late spans
+    traces: set[str] = field(default_factory=set)  # trace ids that took spans
+
+
+class TraceAssembler:
+    def __init__(self, config: AssemblyConfig) -> None:
+        self.config = config
+        self._open: dict[str, _Open] = {}
+        self._heap: list[tuple[float, str]] = []
+        # Released traces that late spans may still re-open (spans kept), oldest first.
+        self._reopenable: OrderedDict[str, _Released] = OrderedDict()
+        # Ids of traces released earlier still (no spans kept): late spans for them are refused.
+        self._tombstones: OrderedDict[str, None] = OrderedDict()
+        self.open_spans = 0
+
+    # --- admission ---------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def new_trace_count(self, spans: Iterable[Span]) -> int:
+        """How many open-trace slots these spans would take (for admission control)."""
+        return len({s.trace_id for s in spans if s.trace_id not in self._open})
+
+    def add(self, spans: Iterable[Span], now: float,
+            on_trace: Callable[[str], Callable[[], None] | None] | None = None) -> AddResult:
+        """Take spans. ``on_trace(trace_id)`` may return a waiter to call once that trace's
+        evaluation is stored (the engine passes it back through ``Trace``)."""
+        res = AddResult()
+        cfg = self.config
+        for span in spans:
+            tr = self._open.get(span.trace_id)
+            if tr is None:
+                tr = self._start(span.trace_id, now, res)
+                if tr is None:
+                    res.rejected["late"] += 1
+                    continue
+            if span.span_id in tr.spans:
+                res.rejected["duplicate_span"] += 1
+                continue
+            if len(tr.spans) >= cfg.max_spans_per_trace:
+                res.rejected["trace_too_large"] += 1
+                continue
+            tr.spans[span.span_id] = span
+            self.open_spans += 1
+            res.accepted += 1
+            tr.last_seen = now
+            if span.parent_span_id is None and span.end_ns:
+                tr.root_ended = True
+            if span.trace_id not in res.traces:
+                res.traces.add(span.trace_id)
+                if on_trace is not None and (w := on_trace(span.trace_id)) is not None:
+                    tr.waiters.append(w)
+            self._reschedule(tr)
+        return res
+
+    def _start(self, trace_id: str, now: float, res: AddResult) -> _Open | None:
+        old = self._reopenable.pop(trace_id, None)
+        if old is None and trace_id in self._tombstones:
+            # released longer than reopen_window_s ago: its evaluation stands; re-opening would
+            # replace it with a fragment, so the span is refused and counted as `late`.
+            return None
+        tr = _Open(trace_id, {}, now, now)
+        if old is not None:
+            self._tombstones.pop(trace_id, None)
+            tr.spans = {s.span_id: s for s in old.spans}
+            tr.revision = old.revision + 1
+            tr.root_ended = any(s.parent_span_id is None and s.end_ns for s in old.spans)
+            self.open_spans += len(tr.spans)
+            res.reopened += 1
+        self._open[trace_id] = tr
+        self._reschedule(tr)
+        return tr
+
+    # --- release -----------------------------------------------------------------------------
+
+    def _deadline(self, tr: _Open) -> float:
+        cfg = self.config
+        wait = cfg.grace_s if tr.root_ended else cfg.idle_timeout_s
+        return min(tr.last_seen + wait, tr.first_seen + cfg.max_trace_duration_s)
+
+    def _reschedule(self, tr: _Open) -> None:
+        tr.deadline = self._deadline(tr)
+        if tr.deadline < tr.scheduled:  # a later deadline is handled when the entry surfaces
+            tr.scheduled = tr.deadline
+            heapq.heappush(self._heap, (tr.deadline, tr.trace_id))
+
+    def tick(self, now: float) -> list[Trace]:
+        """Release every trace whose deadline has passed."""
+        out: list[Trace] = []
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            due, trace_id = heapq.heappop(heap)
+            tr = self._open.get(trace_id)
+            if tr is None or due != tr.scheduled:
+                continue  # stale entry: trace released, or re-scheduled earlier
+            if tr.deadline > due:  # spans arrived since: wait for the moved deadline
+                tr.scheduled = tr.deadline
+                heapq.heappush(heap, (tr.deadline, trace_id))
+                continue
+            cut = now >= tr.first_seen + self.config.max_trace_duration_s
+            if tr.root_ended:
+                out.append(self._release(tr, "complete", "root_ended", now))
+            elif cut:
+                out.append(self._release(tr, "truncated", "max_duration", now))
+            else:
+                out.append(self._release(tr, "incomplete", "idle_timeout", now))
+        return out
+
+    def release_oldest(self, n: int, now: float) -> list[Trace]:
+        """Overflow policy ``release_oldest``: push out the n traces open the longest."""
+        oldest = sorted(self._open.values(), key=lambda t: t.first_seen)[:n]
+        return [self._release(t, "truncated", "overflow", now) for t in oldest]
+
+    def release_all(self, now: float, reason: str = "shutdown") -> list[Trace]:
+        """Release everything open (shutdown, end of file): ended roots are complete."""
+        return [self._release(t, "complete" if t.root_ended else "incomplete", reason, now)
+                for t in list(self._open.values())]
+
+    def _release(self, tr: _Open, status: TraceStatus, reason: str, now: float) -> Trace:
+        del self._open[tr.trace_id]
+        spans = list(tr.spans.values())
+        self.open_spans -= len(spans)
+        self._reopenable[tr.trace_id] = _Released(now, spans, tr.revision)
+        self._tombstones[tr.trace_id] = None
+        self._tombstones.move_to_end(tr.trace_id)
+        self._forget(now)
+        return Trace(tr.trace_id, spans, status, revision=tr.revision, release_reason=reason,
+                     waiters=tr.waiters)
+
+    def _forget(self, now: float) -> None:
+        cfg = self.config
+        rel = self._reopenable
+        while rel and (len(rel) > cfg.max_released_traces
+                       or now - next(iter(rel.values())).at > cfg.reopen_window_s):
+            rel.popitem(last=False)
+        while len(self._tombstones) > cfg.max_tombstones:
+            self._tombstones.popitem(last=False)

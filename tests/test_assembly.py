@@ -1,0 +1,107 @@
+"""Trace assembly: release rules, bounds, late spans; time driven by hand."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from otel_eval.assembly import TraceAssembler
+from otel_eval.config import AssemblyConfig
+from otel_eval.model import Span
+
+CFG = AssemblyConfig(grace_s=10, idle_timeout_s=180, max_trace_duration_s=3600,
+                     reopen_window_s=300, max_spans_per_trace=5)
+T1, T2 = "a" * 32, "b" * 32
+
+
+def span(trace: str, sid: int, parent: int | None = None, ended: bool = True) -> Span:
+    return Span(trace, f"{sid:016x}", f"{parent:016x}" if parent is not None else None,
+                f"s{sid}", 1, 2 if ended else 0)
+
+
+def test_complete_after_grace_once_root_ended() -> None:
+    a = TraceAssembler(CFG)
+    a.add([span(T1, 2, parent=1)], now=0)
+    assert a.tick(100) == []  # root not seen yet: waits for idle timeout
+    a.add([span(T1, 1)], now=100)
+    assert a.tick(109.9) == []
+    a.add([span(T1, 3, parent=1)], now=105)  # a straggler moves the deadline
+    assert a.tick(114.9) == []
+    [t] = a.tick(115)
+    assert (t.status, t.release_reason, len(t.spans)) == ("complete", "root_ended", 3)
+    assert len(a) == 0 and a.open_spans == 0
+
+
+def test_incomplete_after_idle_timeout_when_root_never_ends() -> None:
+    a = TraceAssembler(CFG)
+    a.add([span(T1, 1, ended=False), span(T1, 2, parent=1)], now=0)
+    a.add([span(T2, 1)], now=0)
+    released = a.tick(179.9)
+    assert [t.trace_id for t in released] == [T2]
+    [t] = a.tick(180)
+    assert (t.trace_id, t.status, t.release_reason) == (T1, "incomplete", "idle_timeout")
+
+
+def test_truncated_at_max_duration() -> None:
+    a = TraceAssembler(dataclasses.replace(CFG, max_trace_duration_s=50, idle_timeout_s=30))
+    for now in range(0, 60, 20):
+        a.add([span(T1, 10 + now, parent=1)], now=now)
+    [t] = a.tick(50)
+    assert (t.status, t.release_reason, len(t.spans)) == ("truncated", "max_duration", 3)
+
+
+def test_span_limits_and_duplicates_are_counted() -> None:
+    a = TraceAssembler(CFG)
+    res = a.add([span(T1, i, parent=99) for i in range(1, 8)] + [span(T1, 1, parent=99)], now=0)
+    assert res.accepted == 5
+    assert res.rejected == {"trace_too_large": 2, "duplicate_span": 1}
+
+
+def test_late_span_within_window_reopens_with_all_spans() -> None:
+    a = TraceAssembler(CFG)
+    a.add([span(T1, 1), span(T1, 2, parent=1)], now=0)
+    [first] = a.tick(10)
+    res = a.add([span(T1, 3, parent=1)], now=200)
+    assert res.reopened == 1 and res.accepted == 1
+    [again] = a.tick(210)
+    assert again.revision == first.revision + 1 == 1
+    assert sorted(s.span_id for s in again.spans) == [f"{i:016x}" for i in (1, 2, 3)]
+
+
+def test_late_span_after_window_is_refused_not_a_fragment() -> None:
+    a = TraceAssembler(CFG)
+    a.add([span(T1, 1)], now=0)
+    a.tick(10)
+    a.add([span(T2, 1)], now=400)  # a later release ages T1 out of the reopen window
+    a.tick(410)
+    res = a.add([span(T1, 3, parent=1)], now=411)
+    assert res.accepted == 0 and res.rejected == {"late": 1} and len(a) == 0
+
+
+def test_release_oldest_and_release_all() -> None:
+    a = TraceAssembler(CFG)
+    a.add([span(T1, 1, ended=False)], now=0)
+    a.add([span(T2, 1)], now=5)
+    [t] = a.release_oldest(1, now=6)
+    assert (t.trace_id, t.status, t.release_reason) == (T1, "truncated", "overflow")
+    [t2] = a.release_all(now=7)
+    assert (t2.trace_id, t2.status, t2.release_reason) == (T2, "complete", "shutdown")
+
+
+def test_waiters_travel_with_the_trace() -> None:
+    a = TraceAssembler(CFG)
+    calls: list[str] = []
+    a.add([span(T1, 1), span(T1, 2, parent=1)], now=0,
+          on_trace=lambda tid: (lambda: calls.append(tid)))
+    [t] = a.tick(10)
+    assert len(t.waiters) == 1
+    t.waiters[0]()
+    assert calls == [T1]
+
+
+def test_many_traces_release_in_deadline_order() -> None:
+    a = TraceAssembler(CFG)
+    ids = [f"{i:032x}" for i in range(1, 1001)]
+    for i, tid in enumerate(ids):
+        a.add([span(tid, 1)], now=i * 0.01)
+    out = a.tick(10 + 5)
+    assert [t.trace_id for t in out] == ids[:501]
