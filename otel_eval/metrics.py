@@ -1,0 +1,291 @@
+"""Self-metrics (Prometheus): declared once, on an injected registry; stages call verbs.
+
+Every metric is ``otel_eval_<subsystem>_<what>_<unit>``; label values come only from closed
+sets or from capped sets (service / agent names: the first ``max_names`` distinct values, the
+rest ``_other``; tool names: the first ``max_tools_per_agent`` per agent, the rest ``_other``).
+Histograms of per-trace figures carry an exemplar ``{"trace_id": ...}`` (OpenMetrics only), so
+a dashboard can jump from a spike to the trace.
+
+Metrics (counters are exposed with the ``_total`` suffix):
+
+    receiver   otel_eval_receiver_spans_received_total{protocol}
+               otel_eval_receiver_spans_accepted_total{protocol}
+               otel_eval_receiver_spans_rejected_total{protocol,reason}
+               otel_eval_receiver_requests_throttled_total{protocol,reason}
+               otel_eval_receiver_export_duration_seconds{protocol}            histogram
+    assembly   otel_eval_assembly_open_traces, otel_eval_assembly_pending_spans  gauges
+               otel_eval_assembly_traces_released_total{status,reason}
+               otel_eval_assembly_spans_released_total
+               otel_eval_assembly_traces_reopened_total, otel_eval_assembly_late_spans_total
+    traces     otel_eval_traces_completed_total{service,agent,status}
+               otel_eval_traces_superseded_total{service,agent}
+               otel_eval_traces_with_loop_total{service,agent}
+               otel_eval_traces_non_terminated_total{service,agent}
+               otel_eval_traces_budget_overruns_total{service,agent,budget}
+               otel_eval_traces_verdicts_total{service,agent,verdict}           passed|failed
+               otel_eval_traces_lucky_passes_total{service,agent}
+    trace      otel_eval_trace_steps{service,agent}             histogram (tool calls per trace)
+               otel_eval_trace_tokens{service,agent}            histogram (input + output)
+               otel_eval_trace_cost_usd{service,agent}          histogram (traces with a cost)
+               otel_eval_trace_duration_seconds{service,agent}  histogram
+    detector   otel_eval_detector_findings_total{agent,detector,kind,severity}
+               otel_eval_detector_tool_errors_total{agent,kind,tool}  selection|arguments|runtime
+    evaluation otel_eval_evaluation_completion_to_verdict_seconds     histogram
+               otel_eval_evaluation_failures_total{stage,reason}
+    sink       otel_eval_sink_dropped_total{sink,reason}    items (events, spans) a sink dropped
+               otel_eval_forward_spans_sent_total, otel_eval_events_emitted_total
+
+Invariants (in steady state, all counters since start):
+- spans_received = spans_accepted + spans_rejected (per protocol);
+- sum(spans_accepted) = assembly_spans_released + assembly_pending_spans (open or queued);
+- traces_completed = sum over verdicts of traces_verdicts (+ traces with no verdict);
+- traces_with_loop, traces_non_terminated, traces_lucky_passes <= traces_completed.
+
+Re-evaluations: ``evaluation_stored(..., superseded=True)`` (late spans re-opened a trace that
+was already counted) counts only ``traces_superseded`` and the completion-to-verdict latency;
+every other trace counter reflects the first evaluation of each trace, so rates stay rates of
+traces, not of evaluations. The stored evaluation (results API) always holds the latest one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import choose_encoder
+
+from otel_eval import model
+
+__all__ = ["OTHER", "TOOL_ERROR_KINDS", "Metrics", "render"]
+
+OTHER = "_other"
+UNKNOWN = "unknown"
+TOOL_ERROR_KINDS = ("selection", "arguments", "runtime")
+
+_STEPS_BUCKETS = (0, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233)
+_TOKEN_BUCKETS = (100, 300, 1_000, 3_000, 10_000, 30_000, 100_000, 300_000, 1_000_000)
+_COST_BUCKETS = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
+_DURATION_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+_LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+_EXPORT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+
+
+class _CappedNames:
+    """Admits the first ``cap`` distinct names; later ones map to ``_other``. Thread-safe."""
+
+    def __init__(self, cap: int) -> None:
+        self._cap = cap
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, name: str | None) -> str:
+        value = (name or UNKNOWN)[:128]
+        if value in self._seen:
+            return value
+        with self._lock:
+            if value in self._seen or len(self._seen) < self._cap:
+                self._seen.add(value)
+                return value
+        return OTHER
+
+
+class Metrics:
+    """All otel-eval metrics on ``registry`` (a new private registry when none is given)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None, *, max_names: int = 100,
+                 max_tools_per_agent: int = 20) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self._service = _CappedNames(max_names)
+        self._agent = _CappedNames(max_names)
+        self._max_tools = max_tools_per_agent
+        self._tools: dict[str, _CappedNames] = {}
+        self._tools_lock = threading.Lock()
+        self._declare_ingest()
+        self._declare_traces()
+
+    # --- declarations -------------------------------------------------------------------
+
+    def _counter(self, name: str, doc: str, labels: Iterable[str] = ()) -> Counter:
+        return Counter(name, doc, list(labels), namespace="otel_eval", registry=self.registry)
+
+    def _histogram(self, name: str, doc: str, labels: Iterable[str],
+                   buckets: Iterable[float]) -> Histogram:
+        return Histogram(name, doc, list(labels), namespace="otel_eval",
+                         registry=self.registry, buckets=tuple(buckets))
+
+    def _declare_ingest(self) -> None:
+        c, r = self._counter, self.registry
+        self.c_received = c("receiver_spans_received", "Spans received.", ["protocol"])
+        self.c_accepted = c("receiver_spans_accepted", "Spans acknowledged.", ["protocol"])
+        self.c_rejected = c("receiver_spans_rejected", "Spans rejected, by reason.",
+                            ["protocol", "reason"])
+        self.c_throttled = c("receiver_requests_throttled",
+                             "Export requests refused with a retryable error, by reason.",
+                             ["protocol", "reason"])
+        self.h_export = self._histogram("receiver_export_duration_seconds",
+                                        "Time to handle one Export request.", ["protocol"],
+                                        _EXPORT_BUCKETS)
+        self.g_open = Gauge("assembly_open_traces", "Traces being assembled.",
+                            namespace="otel_eval", registry=r)
+        self.g_pending = Gauge("assembly_pending_spans",
+                               "Spans accepted and not yet evaluated.",
+                               namespace="otel_eval", registry=r)
+        self.c_released = c("assembly_traces_released", "Traces released for evaluation.",
+                            ["status", "reason"])
+        self.c_released_spans = c("assembly_spans_released", "Spans in released traces.")
+        self.c_reopened = c("assembly_traces_reopened", "Released traces re-opened by late spans.")
+        self.c_late = c("assembly_late_spans", "Late spans that re-opened a released trace.")
+        self.c_eval_failed = c("evaluation_failures", "Evaluations that failed, by stage.",
+                               ["stage", "reason"])
+        self.c_sink_dropped = c("sink_dropped", "Items a result sink dropped, by reason.",
+                                ["sink", "reason"])
+        self.c_forwarded = c("forward_spans_sent", "Spans forwarded downstream.")
+        self.c_events = c("events_emitted", "Evaluation events (log records) exported.")
+
+    def _declare_traces(self) -> None:
+        c, sa = self._counter, ("service", "agent")
+        self.c_completed = c("traces_completed", "Traces evaluated.", [*sa, "status"])
+        self.c_superseded = c("traces_superseded",
+                              "Re-evaluations of an already counted trace (late spans).", sa)
+        self.c_loop = c("traces_with_loop", "Traces with a loop finding.", sa)
+        self.c_nonterm = c("traces_non_terminated", "Traces with a non-termination finding.",
+                           sa)
+        self.c_budget = c("traces_budget_overruns", "Budget overrun findings, by budget.",
+                          [*sa, "budget"])
+        self.c_verdicts = c("traces_verdicts", "Verdicts, passed or failed.", [*sa, "verdict"])
+        self.c_lucky = c("traces_lucky_passes", "Passed traces flagged as lucky passes.", sa)
+        self.c_findings = c("detector_findings", "Detector findings.",
+                            ["agent", "detector", "kind", "severity"])
+        self.c_tool_errors = c("detector_tool_errors", "Tool-call errors, by kind and tool.",
+                               ["agent", "kind", "tool"])
+        h = self._histogram
+        self.h_steps = h("trace_steps", "Tool calls per trace.", sa, _STEPS_BUCKETS)
+        self.h_tokens = h("trace_tokens", "Input + output tokens per trace.", sa, _TOKEN_BUCKETS)
+        self.h_cost = h("trace_cost_usd", "Cost per trace, USD.", sa, _COST_BUCKETS)
+        self.h_duration = h("trace_duration_seconds", "Duration of the agent run.", sa,
+                            _DURATION_BUCKETS)
+        self.h_verdict_latency = h("evaluation_completion_to_verdict_seconds",
+                                   "Trace release to stored verdict.", (), _LATENCY_BUCKETS)
+
+    # --- receiver / assembly verbs --------------------------------------------------------
+
+    def spans_received(self, protocol: str, n: int) -> None:
+        self.c_received.labels(protocol).inc(n)
+
+    def spans_accepted(self, protocol: str, n: int) -> None:
+        self.c_accepted.labels(protocol).inc(n)
+
+    def spans_rejected(self, protocol: str, reason: str, n: int) -> None:
+        self.c_rejected.labels(protocol, reason).inc(n)
+
+    def request_throttled(self, protocol: str, reason: str) -> None:
+        self.c_throttled.labels(protocol, reason).inc()
+
+    def export_duration(self, protocol: str, seconds: float) -> None:
+        self.h_export.labels(protocol).observe(seconds)
+
+    def open_traces(self, n: int) -> None:
+        self.g_open.set(n)
+
+    def pending_spans(self, n: int) -> None:
+        self.g_pending.set(n)
+
+    def trace_released(self, status: str, reason: str, n_spans: int) -> None:
+        self.c_released.labels(status, reason or UNKNOWN).inc()
+        self.c_released_spans.inc(n_spans)
+
+    def trace_reopened(self, n_late_spans: int) -> None:
+        self.c_reopened.inc()
+        self.c_late.inc(n_late_spans)
+
+    # --- evaluation verbs -----------------------------------------------------------------
+
+    def evaluation_stored(self, evaluation: model.Evaluation, completion_to_verdict_s: float,
+                          superseded: bool) -> None:
+        """Derive every per-trace metric from one stored evaluation (see module docstring)."""
+        t = evaluation.trajectory
+        exemplar = {"trace_id": t.trace_id}
+        self.h_verdict_latency.observe(max(0.0, completion_to_verdict_s), exemplar)
+        service, agent = self._service(t.service), self._agent(t.agent)
+        if superseded:
+            self.c_superseded.labels(service, agent).inc()
+            return
+        self.c_completed.labels(service, agent, t.status).inc()
+        self._count_findings(evaluation, service, agent, exemplar)
+        verdict = evaluation.verdict
+        if verdict is not None:
+            self.c_verdicts.labels(service, agent, "passed" if verdict.passed else "failed").inc()
+        self._observe_trace(t, service, agent, exemplar)
+
+    def _count_findings(self, evaluation: model.Evaluation, service: str, agent: str,
+                        exemplar: dict[str, str]) -> None:
+        detectors: set[str] = set()
+        for f in evaluation.findings:
+            detectors.add(f.detector)
+            self.c_findings.labels(agent, f.detector, f.kind, f.severity).inc()
+            if f.detector == "budget":
+                budget = str(f.attributes.get("budget") or f.kind or UNKNOWN)[:64]
+                self.c_budget.labels(service, agent, budget).inc(exemplar=exemplar)
+            elif f.detector == "tool_call" and f.kind in TOOL_ERROR_KINDS:
+                tool = self._tool(agent, self._tool_name(evaluation.trajectory, f))
+                self.c_tool_errors.labels(agent, f.kind, tool).inc()
+        if "loop" in detectors:
+            self.c_loop.labels(service, agent).inc(exemplar=exemplar)
+        if "non_termination" in detectors:
+            self.c_nonterm.labels(service, agent).inc(exemplar=exemplar)
+        if "lucky_pass" in detectors:
+            self.c_lucky.labels(service, agent).inc(exemplar=exemplar)
+
+    def _observe_trace(self, t: model.Trajectory, service: str, agent: str,
+                       exemplar: dict[str, str]) -> None:
+        usage = t.usage()
+        self.h_steps.labels(service, agent).observe(len(t.tool_steps), exemplar)
+        self.h_tokens.labels(service, agent).observe(
+            usage["input_tokens"] + usage["output_tokens"], exemplar)
+        if usage["cost_usd"] is not None:
+            self.h_cost.labels(service, agent).observe(usage["cost_usd"], exemplar)
+        self.h_duration.labels(service, agent).observe(t.duration_s, exemplar)
+
+    @staticmethod
+    def _tool_name(t: model.Trajectory, f: model.Finding) -> str | None:
+        name = f.attributes.get("tool") or f.attributes.get("tool_name")
+        if isinstance(name, str) and name:
+            return name
+        by_span = {s.span_id: s for s in t.steps}
+        for sid in f.span_ids:
+            step = by_span.get(sid)
+            if step is not None and step.tool_name:
+                return step.tool_name
+        for i in f.step_indexes:
+            if 0 <= i < len(t.steps) and t.steps[i].tool_name:
+                return t.steps[i].tool_name
+        return None
+
+    def _tool(self, agent: str, tool: str | None) -> str:
+        capped = self._tools.get(agent)
+        if capped is None:
+            with self._tools_lock:
+                capped = self._tools.setdefault(agent, _CappedNames(self._max_tools))
+        return capped(tool)
+
+    def evaluation_failed(self, stage: str, reason: str) -> None:
+        self.c_eval_failed.labels(stage, reason).inc()
+
+    # --- sink verbs -----------------------------------------------------------------------
+
+    def sink_dropped(self, sink: str, reason: str, n: int) -> None:
+        self.c_sink_dropped.labels(sink, reason).inc(n)
+
+    def forwarded(self, n_spans: int) -> None:
+        self.c_forwarded.inc(n_spans)
+
+    def events_emitted(self, n: int) -> None:
+        self.c_events.inc(n)
+
+
+def render(registry: CollectorRegistry, accept_header: str | None) -> tuple[bytes, str]:
+    """The /metrics body and Content-Type: OpenMetrics (with exemplars) when the client asks
+    for ``application/openmetrics-text`` (Prometheus does by default), else text format 0.0.4."""
+    encoder, content_type = choose_encoder(accept_header or "")
+    return encoder(registry), content_type

@@ -1,0 +1,151 @@
+"""Metrics: names, labels, caps, exemplars, superseded re-evaluations, exposition formats."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+from otel_eval import model
+from otel_eval.metrics import OTHER, Metrics, render
+
+
+def _evaluation(trace_id: str = "ab" * 16, *, agent: str | None = "planner",
+                findings: list[model.Finding] | None = None, passed: bool = True,
+                tools: tuple[str, ...] = ("search", "search")) -> model.Evaluation:
+    steps = [model.Step(index=0, span_id="01" * 8, parent_span_id=None, kind="llm", name="chat",
+                        input_tokens=100, output_tokens=20, cost_usd=0.01)]
+    for i, tool in enumerate(tools, start=1):
+        steps.append(model.Step(index=i, span_id=f"{i + 1:016x}", parent_span_id="01" * 8,
+                                kind="tool", name=f"execute_tool {tool}", tool_name=tool))
+    traj = model.Trajectory(trace_id=trace_id, source="otlp", status="complete", steps=steps,
+                            service="svc", agent=agent, start_ns=0, end_ns=3_000_000_000)
+    return model.Evaluation(traj, findings or [], model.Verdict(passed, []))
+
+
+def _value(reg: CollectorRegistry, name: str, **labels: str) -> float:
+    v = reg.get_sample_value(name, labels)
+    return 0.0 if v is None else v
+
+
+def test_evaluation_stored_derives_every_family() -> None:
+    m = Metrics()
+    findings = [
+        model.Finding("loop", "repeated_tool_call", "error", "3x search", span_ids=["02" * 8]),
+        model.Finding("loop", "cycle", "warning", "a-b-a-b"),
+        model.Finding("non_termination", "max_steps", "error", "hit the step cap"),
+        model.Finding("budget", "tokens", "warning", "over", attributes={"budget": "tokens"}),
+        model.Finding("tool_call", "runtime", "error", "boom", span_ids=[f"{2:016x}"]),
+        model.Finding("tool_call", "selection", "warning", "?", attributes={"tool": "nope"}),
+        model.Finding("lucky_pass", "lucky_pass", "info", "passed despite errors"),
+    ]
+    m.evaluation_stored(_evaluation(findings=findings), 0.25, superseded=False)
+    r = m.registry
+    sa = {"service": "svc", "agent": "planner"}
+    assert _value(r, "otel_eval_traces_completed_total", **sa, status="complete") == 1
+    assert _value(r, "otel_eval_traces_with_loop_total", **sa) == 1  # one trace, two findings
+    assert _value(r, "otel_eval_traces_non_terminated_total", **sa) == 1
+    assert _value(r, "otel_eval_traces_budget_overruns_total", **sa, budget="tokens") == 1
+    assert _value(r, "otel_eval_traces_verdicts_total", **sa, verdict="passed") == 1
+    assert _value(r, "otel_eval_traces_lucky_passes_total", **sa) == 1
+    assert _value(r, "otel_eval_detector_findings_total", agent="planner", detector="loop",
+                  kind="cycle", severity="warning") == 1
+    assert _value(r, "otel_eval_detector_tool_errors_total", agent="planner", kind="runtime",
+                  tool="search") == 1
+    assert _value(r, "otel_eval_detector_tool_errors_total", agent="planner", kind="selection",
+                  tool="nope") == 1
+    assert _value(r, "otel_eval_trace_steps_sum", **sa) == 2
+    assert _value(r, "otel_eval_trace_tokens_sum", **sa) == 120
+    assert _value(r, "otel_eval_trace_cost_usd_sum", **sa) == pytest.approx(0.01)
+    assert _value(r, "otel_eval_trace_duration_seconds_sum", **sa) == 3.0
+    assert _value(r, "otel_eval_evaluation_completion_to_verdict_seconds_count") == 1
+
+
+def test_superseded_evaluation_is_not_double_counted() -> None:
+    m = Metrics()
+    loop = [model.Finding("loop", "cycle", "error", "x")]
+    m.evaluation_stored(_evaluation(findings=loop), 0.1, superseded=False)
+    m.evaluation_stored(_evaluation(findings=loop, passed=False), 0.1, superseded=True)
+    r, sa = m.registry, {"service": "svc", "agent": "planner"}
+    assert _value(r, "otel_eval_traces_completed_total", **sa, status="complete") == 1
+    assert _value(r, "otel_eval_traces_with_loop_total", **sa) == 1
+    assert _value(r, "otel_eval_traces_verdicts_total", **sa, verdict="failed") == 0
+    assert _value(r, "otel_eval_traces_superseded_total", **sa) == 1
+    assert _value(r, "otel_eval_trace_steps_count", **sa) == 1
+    assert _value(r, "otel_eval_evaluation_completion_to_verdict_seconds_count") == 2
+
+
+def test_agent_and_tool_labels_are_capped() -> None:
+    m = Metrics(max_names=2, max_tools_per_agent=1)
+    for i, agent in enumerate(["a", "b", "c", None]):
+        m.evaluation_stored(_evaluation(f"{i + 1:032x}", agent=agent), 0.0, superseded=False)
+    r = m.registry
+    got = {s.labels["agent"] for s in r.collect() if s.name == "otel_eval_traces_completed"
+           for s in s.samples}
+    assert got == {"a", "b", OTHER}
+    for tool in ("t1", "t2"):
+        f = model.Finding("tool_call", "arguments", "error", "bad", attributes={"tool": tool})
+        m.evaluation_stored(_evaluation(findings=[f]), 0.0, superseded=False)
+    assert _value(r, "otel_eval_detector_tool_errors_total", agent=OTHER, kind="arguments",
+                  tool="t1") == 1
+    assert _value(r, "otel_eval_detector_tool_errors_total", agent=OTHER, kind="arguments",
+                  tool=OTHER) == 1
+
+
+def test_ingest_verbs_and_invariant() -> None:
+    m = Metrics()
+    m.spans_received("grpc", 10)
+    m.spans_accepted("grpc", 8)
+    m.spans_rejected("grpc", "invalid_trace_id", 2)
+    m.request_throttled("http", "pending_spans")
+    m.export_duration("grpc", 0.002)
+    m.open_traces(3)
+    m.pending_spans(5)
+    m.trace_released("complete", "root_ended", 3)
+    m.trace_reopened(2)
+    m.evaluation_failed("judge", "timeout")
+    m.sink_dropped("forward", "queue_full", 4)
+    m.forwarded(7)
+    m.events_emitted(6)
+    r = m.registry
+    received = _value(r, "otel_eval_receiver_spans_received_total", protocol="grpc")
+    accepted = _value(r, "otel_eval_receiver_spans_accepted_total", protocol="grpc")
+    rejected = _value(r, "otel_eval_receiver_spans_rejected_total", protocol="grpc",
+                      reason="invalid_trace_id")
+    assert received == accepted + rejected
+    assert accepted == (_value(r, "otel_eval_assembly_spans_released_total")
+                        + _value(r, "otel_eval_assembly_pending_spans"))
+    assert _value(r, "otel_eval_receiver_requests_throttled_total", protocol="http",
+                  reason="pending_spans") == 1
+    assert _value(r, "otel_eval_receiver_export_duration_seconds_count", protocol="grpc") == 1
+    assert _value(r, "otel_eval_assembly_open_traces") == 3
+    assert _value(r, "otel_eval_assembly_traces_released_total", status="complete",
+                  reason="root_ended") == 1
+    assert _value(r, "otel_eval_assembly_late_spans_total") == 2
+    assert _value(r, "otel_eval_evaluation_failures_total", stage="judge", reason="timeout") == 1
+    assert _value(r, "otel_eval_sink_dropped_total", sink="forward", reason="queue_full") == 4
+    assert _value(r, "otel_eval_forward_spans_sent_total") == 7
+    assert _value(r, "otel_eval_events_emitted_total") == 6
+
+
+def test_every_name_follows_the_convention() -> None:
+    m = Metrics()
+    names = [f.name for f in m.registry.collect()]
+    assert names and all(n.startswith("otel_eval_") for n in names)
+    assert len(names) == len(set(names))
+
+
+def test_render_openmetrics_carries_trace_id_exemplars() -> None:
+    m = Metrics()
+    m.evaluation_stored(_evaluation("cd" * 16), 0.5, superseded=False)
+    body, ctype = render(m.registry, "application/openmetrics-text; version=1.0.0")
+    assert ctype.startswith("application/openmetrics-text")
+    families = {f.name: f for f in text_string_to_metric_families(body.decode())}
+    exemplars = [s.exemplar for s in families["otel_eval_trace_duration_seconds"].samples
+                 if s.exemplar is not None]
+    assert exemplars and exemplars[0].labels == {"trace_id": "cd" * 16}
+    text, ctype = render(m.registry, "text/plain")
+    assert ctype.startswith("text/plain")
+    assert b"otel_eval_traces_completed_total" in text and b"trace_id" not in text
+    _, ctype = render(m.registry, None)
+    assert ctype.startswith("text/plain")
