@@ -1,0 +1,50 @@
+"""Prompt templates: packaged files under ``prompts/`` (``$name`` placeholders), each
+replaceable by a file of the same name in ``JudgeConfig.prompt_dir``.
+
+Templates are checked when loaded: an override using an unknown placeholder fails at startup,
+not on the first trace.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from string import Template
+
+from otel_eval.judge.schemas import Schema
+
+NAMES = ("system", "frame", "combined", "step", "trace", "process", "outcome",
+         "rubric_generate", "rubric_verify", "repair")
+PLACEHOLDERS = ("instructions", "task", "trajectory", "final_output", "findings", "request",
+                "schema", "error")
+
+
+def schema_text(schema: Schema) -> str:
+    return json.dumps(schema, separators=(",", ":"))
+
+
+class Prompts:
+    """The loaded templates, by name; ``render(name, **values)`` substitutes placeholders."""
+
+    def __init__(self, prompt_dir: str = "") -> None:
+        packaged = resources.files("otel_eval.judge") / "prompts"
+        self._templates: dict[str, Template] = {}
+        self.sources: dict[str, str] = {}  # name -> "package" | path of the override
+        for name in NAMES:
+            override = Path(prompt_dir) / f"{name}.txt" if prompt_dir else None
+            if override is not None and override.is_file():
+                text, self.sources[name] = override.read_text(encoding="utf-8"), str(override)
+            else:
+                text = (packaged / f"{name}.txt").read_text(encoding="utf-8")
+                self.sources[name] = "package"
+            template = Template(text.strip())
+            try:
+                template.substitute({p: "" for p in PLACEHOLDERS})
+            except (KeyError, ValueError) as e:
+                raise ValueError(f"prompt {self.sources[name]} ({name}): bad placeholder {e}; "
+                                 f"known: {', '.join(PLACEHOLDERS)}") from e
+            self._templates[name] = template
+
+    def render(self, name: str, **values: str) -> str:
+        return self._templates[name].substitute({p: "" for p in PLACEHOLDERS} | values)

@@ -1,0 +1,150 @@
+"""Trajectory -> the text every judge prompt embeds (compacted, findings included).
+
+One rendering per trace is shared by all judges (and by the combined call): the task, the
+system prompt once, each step in tree order labelled ``[step N]`` (LLM steps show only the
+messages they add to the conversation, and their output), the final output and the
+deterministic findings. Step indexes are the ids judges answer with, so every score maps back
+to a span id and agent node.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import Any
+
+from otel_eval.judge.compact import Message, MessageLog, parse_messages, trim
+from otel_eval.judge.config import CompactionConfig
+from otel_eval.model import Evaluation, Step, Trajectory
+
+
+@dataclass(frozen=True, slots=True)
+class StepRef:
+    """A judged unit: an LLM step (and, for the process grader, the tool steps it led to)."""
+
+    index: int
+    span_id: str
+    node: str | None
+    span_ids: tuple[str, ...]  # the LLM step and its tool steps (a ClawTrack "turn")
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    task: str
+    trajectory: str
+    final_output: str
+    findings: str
+    steps: tuple[StepRef, ...]
+
+
+def turns(trajectory: Trajectory) -> tuple[StepRef, ...]:
+    """LLM steps in order, each with the tool steps that follow it until the next LLM step."""
+    refs: list[tuple[Step, list[str]]] = []
+    for step in trajectory.steps:
+        if step.kind == "llm":
+            refs.append((step, [step.span_id]))
+        elif step.kind == "tool" and refs:
+            refs[-1][1].append(step.span_id)
+    return tuple(StepRef(s.index, s.span_id, s.node, tuple(ids)) for s, ids in refs)
+
+
+def _json_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+class _Renderer:
+    def __init__(self, limits: CompactionConfig) -> None:
+        self.c = limits
+        self.log = MessageLog()
+        self.system_shown = False
+
+    def message(self, m: Message) -> str:
+        if m.role == "system":
+            if self.system_shown:
+                return "  system: [repeated system prompt omitted]"
+            self.system_shown = True
+            body = trim(m.content, self.c.max_system_prompt_chars, self.c.head_ratio)
+        else:
+            limit = self.c.max_tool_output_chars if m.role == "tool" else self.c.max_message_chars
+            body = trim(m.content, limit, self.c.head_ratio)
+        line = f"  {m.role}: {body}" if body else f"  {m.role}:"
+        if m.tool_calls:
+            line += "\n  calls: " + trim(m.tool_calls, self.c.max_message_chars, self.c.head_ratio)
+        return line
+
+    def llm(self, step: Step) -> list[str]:
+        head = f"[step {step.index}] llm" + (f" node={step.node}" if step.node else "")
+        lines = [head + (" status=error" if step.status == "error" else "")]
+        new = self.log.new(parse_messages(step.input_text))
+        if new:
+            lines.append(" input (new messages):")
+            lines.extend(self.message(m) for m in new)
+        out = parse_messages(step.output_text)
+        self.log.mark(out)
+        if out:
+            lines.append(" output:")
+            lines.extend(self.message(m) for m in out)
+        if step.error:
+            lines.append(f" error: {trim(step.error, self.c.max_message_chars)}")
+        return lines
+
+    def tool(self, step: Step) -> list[str]:
+        args = trim(_json_text(step.arguments), self.c.max_message_chars, self.c.head_ratio)
+        head = f"[step {step.index}] tool {step.tool_name or step.name}"
+        lines = [head + (" status=error" if step.status == "error" else "") + f" args: {args}"]
+        if step.result is not None:
+            lines.append(" result: " + trim(step.result, self.c.max_tool_output_chars,
+                                            self.c.head_ratio))
+        if step.error:
+            lines.append(f" error: {trim(step.error, self.c.max_message_chars)}")
+        return lines
+
+    def render(self, trajectory: Trajectory) -> str:
+        lines: list[str] = []
+        for step in trajectory.steps:
+            if step.kind == "llm":
+                lines.extend(self.llm(step))
+            elif step.kind == "tool":
+                lines.extend(self.tool(step))
+            elif step.status == "error":  # agent / chain steps matter only when they fail
+                lines.append(f"[step {step.index}] {step.kind} {step.name} status=error"
+                             f" error: {trim(step.error or '', self.c.max_message_chars)}")
+        return "\n".join(lines)
+
+
+def render_findings(evaluation: Evaluation) -> str:
+    if not evaluation.findings:
+        return "(none)"
+    out = []
+    for f in evaluation.findings:
+        where = f" (steps {', '.join(map(str, f.step_indexes))})" if f.step_indexes else ""
+        out.append(f"- [{f.severity}] {f.detector}/{f.kind}: {f.message}{where}")
+    return "\n".join(out)
+
+
+def render(evaluation: Evaluation, limits: CompactionConfig) -> Rendered:
+    """Render once per trace; halves the per-message limits until the total fits."""
+    t = evaluation.trajectory
+    text = ""
+    for _ in range(5):
+        r = _Renderer(limits)
+        if t.input:  # the task is shown above; its copy as the first user message is not
+            r.log.mark([Message("user", t.input)])
+        text = r.render(t)
+        if len(text) <= limits.max_trajectory_chars:
+            break
+        limits = replace(limits, max_tool_output_chars=limits.max_tool_output_chars // 2,
+                         max_message_chars=limits.max_message_chars // 2,
+                         max_system_prompt_chars=limits.max_system_prompt_chars // 2)
+    text = trim(text, limits.max_trajectory_chars, 0.5)
+    return Rendered(
+        task=trim(t.input or "(not recorded)", limits.max_task_chars, limits.head_ratio),
+        trajectory=text or "(no steps recorded)",
+        final_output=trim(t.output or "(not recorded)", limits.max_task_chars, limits.head_ratio),
+        findings=render_findings(evaluation),
+        steps=turns(t),
+    )
