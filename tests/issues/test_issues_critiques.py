@@ -1,0 +1,61 @@
+from typing import Any
+
+import pytest
+
+from otel_eval.issues.critiques import Critique, extract
+
+
+def _evaluation(**extra: Any) -> dict[str, Any]:
+    ev: dict[str, Any] = {
+        "trace_id": "t1", "agent": "shop",
+        "steps": [{"index": 0, "span_id": "s0", "node": "planner"},
+                  {"index": 1, "span_id": "s1", "node": None}],
+        "findings": [],
+    }
+    ev.update(extra)
+    return ev
+
+
+CASES: list[tuple[str, dict[str, Any], list[Critique]]] = [
+    ("finding on a span -> node critique of that step's node",
+     _evaluation(findings=[{"detector": "loop", "message": "loop", "span_ids": ["s0"],
+                            "step_indexes": [0]}]),
+     [Critique("t1", "s0", "planner", "node", "loop", "shop", "finding:loop")]),
+    ("finding by step index only",
+     _evaluation(findings=[{"detector": "x", "message": "m", "span_ids": [],
+                            "step_indexes": [0]}]),
+     [Critique("t1", None, "planner", "node", "m", "shop", "finding:x")]),
+    ("finding on a step without node -> root",
+     _evaluation(findings=[{"detector": "x", "message": "m", "span_ids": ["s1"]}]),
+     [Critique("t1", "s1", "root", "node", "m", "shop", "finding:x")]),
+    ("finding without spans -> system critique",
+     _evaluation(findings=[{"detector": "budget", "message": "over", "span_ids": []}]),
+     [Critique("t1", None, "", "system", "over", "shop", "finding:budget")]),
+    ("judge: low scores taken, high skipped, unscored taken, node from the step",
+     _evaluation(judge={"judges": {"q": {"critiques": [
+         {"span_id": "s0", "score": 0.2, "text": "bad plan"},
+         {"span_id": "s0", "node": "writer", "score": 0.9, "text": "fine"},
+         {"span_id": "s1", "node": "writer", "text": "unscored"},
+         {"score": 0.1, "text": "wrong answer"},
+     ]}}}),
+     [Critique("t1", "s0", "planner", "node", "bad plan", "shop", "judge:q"),
+      Critique("t1", "s1", "writer", "node", "unscored", "shop", "judge:q"),
+      Critique("t1", None, "", "system", "wrong answer", "shop", "judge:q")]),
+    ("malformed parts skipped", _evaluation(
+        findings=[{"message": ""}, "junk", {"detector": "d"}],
+        judge={"judges": {"q": None, "r": {"critiques": [{"text": 3}, "x"]}}}), []),
+]
+
+
+@pytest.mark.parametrize(("name", "evaluation", "expected"), CASES, ids=[c[0] for c in CASES])
+def test_extract(name: str, evaluation: dict[str, Any], expected: list[Critique]) -> None:
+    out = extract([evaluation], threshold=0.5)
+    assert out.critiques == expected
+    assert out.trace_ids == {"t1"}
+
+
+def test_findings_can_be_excluded_and_bad_objects_counted() -> None:
+    ev = _evaluation(findings=[{"detector": "x", "message": "m"}])
+    out = extract([ev, {"no": "trace id"}, "junk"], threshold=0.5,  # type: ignore[list-item]
+                  include_findings=False)
+    assert out.critiques == [] and out.skipped == 2 and out.trace_ids == {"t1"}
