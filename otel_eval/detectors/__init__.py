@@ -1,1 +1,129 @@
-"""Deterministic trajectory detectors (stage: evaluate). Each is a pure function of a trajectory."""
+"""Deterministic trajectory detectors (stage: evaluate).
+
+    Detectors(config, references, budget_overrides).evaluate(trajectory, outcome)
+      -> loop, non_termination, budget, tool_call, reference, recovery, lucky_pass
+      -> (findings, Verdict)
+
+Each detector is a pure function ``detect(trajectory, config, context) -> list[Finding]``
+in its own module, without I/O. ``context`` carries the known outcome, the budgets resolved
+for the trajectory's agent, the reference for its task id and the findings of the detectors
+that ran before (lucky_pass reads them). The verdict passes iff no finding is an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+
+from otel_eval.detectors import (
+    budget,
+    loop,
+    lucky_pass,
+    non_termination,
+    recovery,
+    reference,
+    tool_call,
+)
+from otel_eval.detectors.calls import Context, RefCall, Reference
+from otel_eval.detectors.config import BUDGET_NAMES, DETECTOR_NAMES, DetectorsConfig
+from otel_eval.detectors.references import ReferenceSet, load_references
+from otel_eval.model import Finding, Trajectory, Verdict
+
+__all__ = [
+    "BUDGET_NAMES", "DETECTOR_NAMES", "Detectors", "DetectorsConfig", "RefCall", "Reference",
+    "ReferenceSet", "load_references", "parse_budget",
+]
+
+Detect = Callable[[Trajectory, DetectorsConfig, Context], list[Finding]]
+
+# Run order: lucky_pass last (it reads the others' findings); also the order of reasons.
+_DETECTORS: dict[str, Detect] = {
+    "loop": loop.detect,
+    "non_termination": non_termination.detect,
+    "budget": budget.detect,
+    "tool_call": tool_call.detect,
+    "reference": reference.detect,
+    "recovery": recovery.detect,
+    "lucky_pass": lucky_pass.detect,
+}
+_ORDER = {name: i for i, name in enumerate(_DETECTORS)}
+
+
+def parse_budget(text: str) -> tuple[str, float]:
+    """``NAME=VALUE`` (``--budget steps=5``) -> (name, value). ValueError says what is wrong."""
+    name, sep, raw = text.partition("=")
+    name, raw = name.strip(), raw.strip()
+    if not sep or not name or not raw:
+        raise ValueError(f"budget {text!r}: expected NAME=VALUE, e.g. steps=20")
+    if name not in BUDGET_NAMES:
+        raise ValueError(f"budget {text!r}: unknown name {name!r} "
+                         f"(known: {', '.join(BUDGET_NAMES)})")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"budget {text!r}: {raw!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"budget {text!r}: must be a finite number >= 0")
+    return name, value
+
+
+def _sort_key(f: Finding) -> tuple[int, int, str, str]:
+    first = min(f.step_indexes) if f.step_indexes else -1
+    return _ORDER.get(f.detector, len(_ORDER)), first, f.kind, f.message
+
+
+class Detectors:
+    """All enabled detectors with their config, references and budget overrides."""
+
+    def __init__(self, config: DetectorsConfig, references: ReferenceSet | None = None,
+                 budget_overrides: Mapping[str, float] | None = None) -> None:
+        overrides = dict(budget_overrides or {})
+        unknown = sorted(set(overrides) - set(BUDGET_NAMES))
+        if unknown:
+            raise ValueError(f"unknown budget(s) {', '.join(unknown)} "
+                             f"(known: {', '.join(BUDGET_NAMES)})")
+        self.config = config
+        self.references = references if references is not None else (
+            load_references(config.references_path) if config.references_path else ReferenceSet())
+        self._overrides = overrides
+
+    def budgets_for(self, agent: str | None) -> dict[str, float]:
+        """Budgets for an agent: config, then its overrides, then ``--budget`` values."""
+        resolved = {f.name: getattr(self.config.budgets, f.name)
+                    for f in dataclasses.fields(self.config.budgets)}
+        per_agent = self.config.agents.get(agent or "")
+        if per_agent is not None:
+            for f in dataclasses.fields(per_agent.budgets):
+                value = getattr(per_agent.budgets, f.name)
+                if value is not None:
+                    resolved[f.name] = value
+        resolved.update(self._overrides)
+        return {k: float(v) for k, v in resolved.items() if v is not None}
+
+    def enabled_for(self, agent: str | None) -> tuple[str, ...]:
+        per_agent = self.config.agents.get(agent or "")
+        if per_agent is not None and per_agent.enabled is not None:
+            return per_agent.enabled
+        return self.config.enabled
+
+    def evaluate(self, trajectory: Trajectory,
+                 outcome: str | None = None) -> tuple[list[Finding], Verdict]:
+        """Run the enabled detectors; return findings (ordered) and the verdict."""
+        enabled = set(self.enabled_for(trajectory.agent))
+        ref = self.references.get(trajectory.task_id) if trajectory.task_id is not None else None
+        context = Context(outcome=outcome, budgets=self.budgets_for(trajectory.agent),
+                          reference=ref)
+        findings: list[Finding] = []
+        for name, detect in _DETECTORS.items():
+            if name in enabled:
+                context.findings = tuple(findings)
+                findings += detect(trajectory, self.config, context)
+        findings.sort(key=_sort_key)
+        reasons = [f.message for f in findings if f.severity == "error"]
+        verdict = Verdict(passed=not reasons, reasons=reasons, outcome=outcome)
+        summary = reference.reference_summary(findings)
+        if summary is not None:
+            verdict.extra["reference"] = summary
+        return findings, verdict
+

@@ -1,0 +1,192 @@
+"""The calls of a trajectory as the detectors see them (stage: evaluate).
+
+A *call* is a top-level tool step (a tool called from inside another tool's code is part of
+that action, not a step of its own). Each call gets a canonical ``key`` so that repeats can
+be compared: tool name + JSON with sorted keys and normalized whitespace, or, for agents
+that act through code or shell, the canonicalized action text. Also here: the detector
+context (outcome, budgets, reference, earlier findings) and the failure test for results.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from otel_eval.detectors.config import LoopConfig, ToolCallConfig
+from otel_eval.model import Finding, Step, Trajectory
+
+_WS = re.compile(r"\s+")
+_ACTION_KEYS = ("command", "code", "cmd", "script", "input")
+
+
+@dataclass(frozen=True, slots=True)
+class RefCall:
+    """One expected call of a reference trajectory."""
+
+    name: str
+    arguments: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """Expected calls for one task id, with how to compare them."""
+
+    task_id: str
+    calls: tuple[RefCall, ...]
+    match: str | None = None  # None: the configured default
+    arguments_match: str | None = None
+    arguments_match_by_tool: Mapping[str, str] = field(default_factory=dict)
+    # Compare only calls to these tools (None: all calls). tau-bench: its write tools.
+    tools: frozenset[str] | None = None
+
+
+@dataclass(slots=True)
+class Context:
+    """What a detector may know besides the trajectory and the config."""
+
+    outcome: str | None = None  # success | failure | None
+    budgets: Mapping[str, float] = field(default_factory=dict)  # resolved, unset ones absent
+    reference: Reference | None = None
+    findings: Sequence[Finding] = ()  # findings of the detectors that ran before
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A top-level tool step with its canonical key."""
+
+    step: Step
+    key: str
+    action: bool  # an action text of a code/shell agent
+    failed: bool
+    read_only: bool
+
+
+def _norm_ws(text: str) -> str:
+    return _WS.sub(" ", text).strip()
+
+
+def _normalize(value: Any) -> Any:
+    if isinstance(value, str):
+        return _norm_ws(value)
+    if isinstance(value, Mapping):
+        return {str(k): _normalize(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_normalize(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)  # 250.0 and 250 are the same argument
+    return value
+
+
+def normalized(value: Any) -> Any:
+    """A value with whitespace in strings collapsed and integral floats made ints."""
+    return _normalize(value)
+
+
+def canonical_arguments(arguments: Any) -> str:
+    """Arguments as canonical JSON (sorted keys, whitespace in strings collapsed)."""
+    if arguments is None:
+        return "{}"
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return _norm_ws(arguments)
+    return json.dumps(_normalize(arguments), sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False, default=str)
+
+
+def action_text(step: Step) -> str | None:
+    """The code or command of an action step, or None when its arguments carry none."""
+    args = step.arguments
+    if isinstance(args, str):
+        return args
+    if isinstance(args, Mapping):
+        for k in _ACTION_KEYS:
+            if isinstance(args.get(k), str):
+                return str(args[k])
+        if len(args) == 1:
+            only = next(iter(args.values()))
+            return only if isinstance(only, str) else None
+    return None
+
+
+def is_action_tool(name: str, loop: LoopConfig) -> bool:
+    return name.lower() in loop.action_tools
+
+
+def _is_read_only(name: str, text: str | None, loop: LoopConfig) -> bool:
+    if text is not None:
+        cmd = _norm_ws(text)
+        # A pipeline or command list is read-only only if every part is; writes via `>`.
+        if ">" in cmd.replace("2>&1", "").replace(">/dev/null", ""):
+            return False
+        parts = [p.strip() for p in re.split(r"&&|\|\||;|\|", cmd) if p.strip()]
+        return bool(parts) and all(
+            any(p == c or p.startswith(c + " ") for c in loop.read_only_commands) for p in parts)
+    lowered = name.lower()
+    return any(lowered.startswith(p) for p in loop.read_only_prefixes)
+
+
+@lru_cache(maxsize=64)
+def _patterns(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
+    if not patterns:
+        return None
+    return re.compile("|".join(f"(?:{p})" for p in patterns), re.IGNORECASE)
+
+
+def result_failed(step: Step, action: bool, cfg: ToolCallConfig) -> str | None:
+    """Why a tool step failed (span error or an error payload as result), or None."""
+    if step.status == "error":
+        return step.error or "tool span status error"
+    if action or not step.result:
+        return None
+    pat = _patterns(cfg.error_result_patterns)
+    head = step.result[:500]
+    if pat is not None and pat.search(head):
+        return _norm_ws(head)[:200]
+    return None
+
+
+def top_level_tool_steps(trajectory: Trajectory) -> list[Step]:
+    """Tool steps not nested (at any depth) under another tool step."""
+    tools = {s.span_id for s in trajectory.tool_steps}
+    parent = {s.span_id: s.parent_span_id for s in trajectory.steps}
+    out = []
+    for s in trajectory.tool_steps:
+        p, nested, seen = s.parent_span_id, False, 0
+        while p is not None and seen < 1000:
+            if p in tools:
+                nested = True
+                break
+            p, seen = parent.get(p), seen + 1
+        if not nested:
+            out.append(s)
+    return out
+
+
+def calls(trajectory: Trajectory, loop: LoopConfig, tool_cfg: ToolCallConfig) -> list[Call]:
+    """The top-level calls of a trajectory, in order, each with its canonical key."""
+    out = []
+    for s in top_level_tool_steps(trajectory):
+        name = s.tool_name or s.name
+        text = action_text(s) if is_action_tool(name, loop) else None
+        if text is not None:
+            key = f"{name}\x00{_norm_ws(text)}"
+        else:
+            key = f"{name}\x00{canonical_arguments(s.arguments)}"
+        failed = result_failed(s, text is not None, tool_cfg) is not None
+        out.append(Call(s, key, text is not None, failed, _is_read_only(name, text, loop)))
+    return out
+
+
+def call_label(call: Call, limit: int = 60) -> str:
+    """A short human label: ``read_file`` or ``bash: pytest -x``."""
+    name = call.step.tool_name or call.step.name
+    if call.action:
+        text = call.key.split("\x00", 1)[1]
+        return f"{name}: {text[:limit]}{'...' if len(text) > limit else ''}"
+    return name

@@ -1,0 +1,154 @@
+"""Loop detector (stage: evaluate): the agent repeats itself without making progress.
+
+(a) back-to-back identical calls; (b) the same call again within a window with the same
+result and only read-only calls in between (no state change, so no progress); (c) cycles, a
+pattern of 2+ different calls repeated ``cycle_min_repeats`` times in a row; (d) stagnation,
+consecutive near-identical LLM outputs; (e) code/shell agents are covered by (a)-(c) because
+their calls are keyed by the canonicalized action text. LLM -> tool -> LLM alternation is
+never a loop (only calls are compared), and a repeat after a state-changing call (re-running
+the tests after an edit) is not (b).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+
+from otel_eval.detectors.calls import Call, Context, call_label, calls
+from otel_eval.detectors.config import DetectorsConfig, LoopConfig
+from otel_eval.model import Finding, Step, Trajectory
+
+_MAX_COMPARE_CHARS = 4000  # similarity beyond this prefix adds cost, not information
+
+
+def _finding(cfg: LoopConfig, kind: str, message: str, group: Sequence[Call],
+             **attributes: object) -> Finding:
+    return Finding("loop", kind, cfg.severity, message,
+                   span_ids=[c.step.span_id for c in group],
+                   step_indexes=[c.step.index for c in group], attributes=dict(attributes))
+
+
+def _arguments_text(call: Call) -> str:
+    return call.key.split("\x00", 1)[1][:200]
+
+
+def repeated_calls(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
+    """(a) Runs of two or more consecutive identical calls."""
+    out, i = [], 0
+    while i < len(cs):
+        j = i
+        while j + 1 < len(cs) and cs[j + 1].key == cs[i].key:
+            j += 1
+        if j > i:
+            run = cs[i:j + 1]
+            same = len({(c.step.result, c.failed) for c in run}) == 1
+            kind = "repeated_action" if run[0].action else "repeated_call"
+            what = "identical action" if run[0].action else "identical arguments"
+            out.append(_finding(
+                cfg, kind, f"{call_label(run[0])} called {len(run)} times in a row with {what}",
+                run, tool=run[0].step.tool_name or run[0].step.name, count=len(run),
+                arguments=_arguments_text(run[0]), same_result=same))
+        i = j + 1
+    return out
+
+
+def no_progress(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
+    """(b) Non-adjacent repeats with the same result and only read-only calls between."""
+    groups: dict[str, list[Call]] = {}
+    for i, c in enumerate(cs):
+        if c.step.result is None:
+            continue
+        for j in range(i - 1, max(-1, i - 1 - cfg.window_steps), -1):
+            prev = cs[j]
+            if prev.key != c.key:
+                continue
+            between = cs[j + 1:i]  # empty when adjacent: that is (a), not (b)
+            if (between and prev.step.result == c.step.result and prev.failed == c.failed
+                    and all(b.read_only for b in between)):
+                group = groups.setdefault(c.key, [prev])
+                if prev not in group:
+                    group.append(prev)
+                group.append(c)
+            break  # only the nearest earlier occurrence counts
+    out = []
+    for group in groups.values():
+        group.sort(key=lambda c: c.step.index)
+        out.append(_finding(
+            cfg, "no_progress",
+            f"{call_label(group[0])} repeated {len(group)} times with the same result "
+            f"and no state change in between", group,
+            tool=group[0].step.tool_name or group[0].step.name, count=len(group),
+            window_steps=cfg.window_steps, arguments=_arguments_text(group[0])))
+    return out
+
+
+def _cycle_at(keys: Sequence[str], i: int, cfg: LoopConfig) -> tuple[int, int]:
+    """(period, repeats) of the shortest qualifying cycle starting at ``i``, or (0, 0)."""
+    for p in range(2, cfg.cycle_max_period + 1):
+        pattern = list(keys[i:i + p])
+        if len(pattern) < p or len(set(pattern)) < 2:
+            continue
+        if any(p % q == 0 and pattern == pattern[:q] * (p // q) for q in range(2, p)):
+            continue  # a repetition of a shorter pattern, found at that period
+        reps = 1
+        while list(keys[i + reps * p:i + (reps + 1) * p]) == pattern:
+            reps += 1
+        if reps >= cfg.cycle_min_repeats:
+            return p, reps
+    return 0, 0
+
+
+def cycles(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
+    """(c) A pattern of 2+ different calls repeated in a row (A B A B A B)."""
+    keys = [c.key for c in cs]
+    out, i = [], 0
+    while i < len(keys):
+        period, reps = _cycle_at(keys, i, cfg)
+        if not period:
+            i += 1
+            continue
+        group = cs[i:i + period * reps]
+        names = " -> ".join(call_label(c, 30) for c in group[:period])
+        out.append(_finding(
+            cfg, "cycle", f"cycle of {period} calls ({names}) repeated {reps} times", group,
+            period=period, repeats=reps, pattern=[call_label(c, 30) for c in group[:period]]))
+        i += period * reps
+    return out
+
+
+def _similar(a: str, b: str, threshold: float) -> bool:
+    if a == b:
+        return True
+    m = difflib.SequenceMatcher(None, a[:_MAX_COMPARE_CHARS], b[:_MAX_COMPARE_CHARS],
+                                autojunk=False)
+    return m.real_quick_ratio() >= threshold and m.quick_ratio() >= threshold \
+        and m.ratio() >= threshold
+
+
+def stagnation(llm_steps: Sequence[Step], cfg: LoopConfig) -> list[Finding]:
+    """(d) ``stagnation_min_run`` or more consecutive near-identical LLM outputs."""
+    texts = [(s, (s.output_text or "").strip()) for s in llm_steps]
+    out, i = [], 0
+    while i < len(texts):
+        j = i
+        if len(texts[i][1]) >= cfg.stagnation_min_chars:
+            while j + 1 < len(texts) and _similar(texts[j][1], texts[j + 1][1],
+                                                  cfg.stagnation_similarity):
+                j += 1
+        if j - i + 1 >= cfg.stagnation_min_run:
+            run = [s for s, _ in texts[i:j + 1]]
+            out.append(Finding(
+                "loop", "stagnation", cfg.stagnation_severity,
+                f"{len(run)} consecutive near-identical LLM outputs",
+                span_ids=[s.span_id for s in run], step_indexes=[s.index for s in run],
+                attributes={"count": len(run), "similarity": cfg.stagnation_similarity,
+                            "output": texts[i][1][:200]}))
+        i = j + 1
+    return out
+
+
+def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) -> list[Finding]:
+    cfg = config.loop
+    cs = calls(trajectory, cfg, config.tool_call)
+    return [*repeated_calls(cs, cfg), *no_progress(cs, cfg), *cycles(cs, cfg),
+            *stagnation(trajectory.llm_steps, cfg)]

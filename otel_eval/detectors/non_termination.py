@@ -1,0 +1,113 @@
+"""Non-termination detector (stage: evaluate): the run did not finish on its own terms.
+
+Findings: the trace was released ``incomplete`` (root never ended) or ``truncated``; the last
+LLM call stopped for length, or asked for tools that never ran and there is no final
+answer; no final output at all; a framework halt marker (max steps / iterations / turns,
+recursion limit); an error on the root span.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from otel_eval.detectors.calls import Context
+from otel_eval.detectors.config import DetectorsConfig, NonTerminationConfig
+from otel_eval.model import Finding, Step, Trajectory
+
+_LENGTH_REASONS = frozenset({"length", "max_tokens", "max_output_tokens", "model_length"})
+_SCAN_CHARS = 2000  # halt markers sit at the start or end of a message
+
+
+@lru_cache(maxsize=16)
+def _halt_regex(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
+    if not patterns:
+        return None
+    return re.compile("|".join(f"(?:{p})" for p in patterns), re.IGNORECASE)
+
+
+def _root(trajectory: Trajectory) -> Step | None:
+    for s in trajectory.steps:
+        if not s.parent_span_id:
+            return s
+    return None
+
+
+def _final_output(trajectory: Trajectory) -> str:
+    if trajectory.output and trajectory.output.strip():
+        return trajectory.output
+    llm = trajectory.llm_steps
+    return (llm[-1].output_text or "") if llm else ""
+
+
+def _status(trajectory: Trajectory, cfg: NonTerminationConfig) -> list[Finding]:
+    root = _root(trajectory)
+    ids = [root.span_id] if root else []
+    idx = [root.index] if root else []
+    if trajectory.status == "incomplete":
+        return [Finding("non_termination", "incomplete", "error",
+                        "the run never finished: the root span did not end", ids, idx)]
+    if trajectory.status == "truncated":
+        return [Finding("non_termination", "truncated", cfg.truncated_severity,
+                        "the trace was cut at the maximum trace duration", ids, idx)]
+    return []
+
+
+def _last_llm(trajectory: Trajectory) -> list[Finding]:
+    llm = trajectory.llm_steps
+    if not llm:
+        return []
+    last = llm[-1]
+    where = ([last.span_id], [last.index])
+    reasons = {r.lower() for r in last.finish_reasons}
+    if reasons & _LENGTH_REASONS:
+        return [Finding("non_termination", "length_stop", "error",
+                        "the last LLM call was cut off at its token limit", *where,
+                        {"finish_reasons": list(last.finish_reasons)})]
+    later_tools = any(s.kind == "tool" and s.index > last.index for s in trajectory.steps)
+    if last.tool_calls and not later_tools and not (trajectory.output or "").strip():
+        names = [c.name for c in last.tool_calls]
+        return [Finding("non_termination", "pending_tool_calls", "error",
+                        f"the run ended with tool calls that never ran ({', '.join(names)}) "
+                        "and no final answer", *where, {"tool_calls": names})]
+    return []
+
+
+def _halt_markers(trajectory: Trajectory, cfg: NonTerminationConfig) -> list[Finding]:
+    rx = _halt_regex(cfg.halt_patterns)
+    if rx is None:
+        return []
+    texts: list[tuple[Step | None, str]] = [(None, trajectory.output or "")]
+    for s in trajectory.steps:
+        if s.error:
+            texts.append((s, s.error))
+        if s.kind in ("agent", "chain") and s.result:
+            texts.append((s, s.result))
+    for step, text in texts:
+        m = rx.search(text[:_SCAN_CHARS]) or rx.search(text[-_SCAN_CHARS:])
+        if m:
+            ids = [step.span_id] if step else []
+            idx = [step.index] if step else []
+            return [Finding("non_termination", "halted", "error",
+                            f"the framework halted the run: {m.group(0)!r}", ids, idx,
+                            {"marker": m.group(0)})]
+    return []
+
+
+def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) -> list[Finding]:
+    cfg = config.non_termination
+    out = _status(trajectory, cfg)
+    out += _last_llm(trajectory)
+    out += _halt_markers(trajectory, cfg)
+    root = _root(trajectory)
+    halted_on_root = any(f.kind == "halted" and root is not None
+                         and f.span_ids == [root.span_id] for f in out)
+    if root is not None and root.status == "error" and not halted_on_root:
+        out.append(Finding("non_termination", "root_error", "error",
+                           f"the run failed: {root.error or 'root span status error'}"[:300],
+                           [root.span_id], [root.index], {"error": root.error}))
+    if trajectory.status != "incomplete" and not _final_output(trajectory).strip() \
+            and not any(f.kind == "pending_tool_calls" for f in out):
+        out.append(Finding("non_termination", "no_output", cfg.no_output_severity,
+                           "the run produced no final output"))
+    return out
