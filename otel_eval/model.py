@@ -276,6 +276,7 @@ class Evaluation:
     verdict: Verdict | None = None
     judge: dict[str, Any] | None = None
     evaluated_at_ns: int = 0
+    error: str | None = None  # set when evaluation itself failed (the trace is still stored)
 
     @property
     def trace_id(self) -> str:
@@ -304,4 +305,6 @@ class Evaluation:
         }
         if self.judge is not None:
             out["judge"] = self.judge
+        if self.error is not None:
+            out["error"] = self.error
         return out

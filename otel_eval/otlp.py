@@ -252,3 +252,89 @@ def encode_spans(spans: Iterable[Span],
             groups[(rkey, span.scope)] = ss
         ss.spans.append(span_to_proto(span, (extra or {}).get(span.span_id)))
     return req
+
+
+# --- parsing request bytes, salvaging spans around invalid UTF-8 -------------------------------
+
+class MalformedRequest(ValueError):
+    """The body is not an ExportTraceServiceRequest at all (nothing can be salvaged)."""
+
+
+def _lenient_request_class() -> Any:
+    """ExportTraceServiceRequest with every string field declared as bytes.
+
+    protobuf refuses a whole message when one string holds invalid UTF-8. Strings and bytes
+    share a wire type, so this twin parses such a body; each span is then re-parsed with the
+    real schema and only the spans that fail are rejected (reason ``invalid_utf8``).
+    """
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+    from opentelemetry.proto.common.v1 import common_pb2
+    from opentelemetry.proto.resource.v1 import resource_pb2
+
+    pool = descriptor_pool.DescriptorPool()
+    for module in (common_pb2, resource_pb2, trace_pb2, trace_service_pb2):
+        fdp = descriptor_pb2.FileDescriptorProto()
+        module.DESCRIPTOR.CopyToProto(fdp)
+        stack = list(fdp.message_type)
+        while stack:
+            msg = stack.pop()
+            stack.extend(msg.nested_type)
+            for f in msg.field:
+                if f.type == descriptor_pb2.FieldDescriptorProto.TYPE_STRING:
+                    f.type = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
+        fdp.ClearField("service")
+        pool.Add(fdp)
+    desc = pool.FindMessageTypeByName(
+        "opentelemetry.proto.collector.trace.v1.ExportTraceServiceRequest")
+    return message_factory.GetMessageClass(desc)
+
+
+_LENIENT: Any = None
+
+
+def parse_request(body: bytes) -> tuple[ExportTraceServiceRequest, Counter[str]]:
+    """Bytes -> request. Spans with invalid UTF-8 are dropped from it and counted."""
+    from google.protobuf.message import DecodeError
+
+    try:
+        return ExportTraceServiceRequest.FromString(body), Counter()
+    except DecodeError as first:
+        global _LENIENT
+        if _LENIENT is None:
+            _LENIENT = _lenient_request_class()
+        try:
+            lenient = _LENIENT.FromString(body)
+        except DecodeError:
+            raise MalformedRequest(f"not a valid ExportTraceServiceRequest: {first}") from None
+    return _salvage(lenient)
+
+
+def _salvage(lenient: Any) -> tuple[ExportTraceServiceRequest, Counter[str]]:
+    from google.protobuf.message import DecodeError
+
+    req, bad = ExportTraceServiceRequest(), Counter[str]()
+    for lrs in lenient.resource_spans:
+        n_spans = sum(len(ss.spans) for ss in lrs.scope_spans)
+        rs = req.resource_spans.add()
+        try:
+            rs.resource.ParseFromString(lrs.resource.SerializeToString())
+            rs.schema_url = lrs.schema_url.decode("utf-8")
+        except (DecodeError, UnicodeDecodeError):
+            bad["invalid_utf8"] += n_spans
+            del req.resource_spans[-1]
+            continue
+        for lss in lrs.scope_spans:
+            ss = rs.scope_spans.add()
+            try:
+                ss.scope.ParseFromString(lss.scope.SerializeToString())
+            except DecodeError:
+                bad["invalid_utf8"] += len(lss.spans)
+                continue
+            for lspan in lss.spans:
+                try:
+                    ss.spans.add().ParseFromString(lspan.SerializeToString())
+                except DecodeError:
+                    del ss.spans[-1]
+                    bad["invalid_utf8"] += 1
+    return req, bad

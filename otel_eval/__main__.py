@@ -1,0 +1,3 @@
+from otel_eval.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,141 @@
+"""The admin endpoint: ``/metrics``, health, and the results API.
+
+    GET  /metrics                       Prometheus text, or OpenMetrics (with exemplars) when
+                                        the scraper asks for it in Accept
+    GET  /healthz                       200 while every stage is alive (liveness)
+    GET  /readyz                        200 once receivers listen and until shutdown begins
+    GET  /v1/evaluations?limit=N        newest first, the per-trace JSON objects
+    GET  /v1/evaluations/{trace_id}     one object, 404 if unknown
+    POST /v1/feedback                   {"trace_id", "outcome"}: records a known outcome and
+                                        re-judges the stored verdict (lucky passes)
+    GET  /v1/issues                     recurring issues (when the clustering stage runs)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from prometheus_client import CollectorRegistry
+
+from otel_eval.metrics import render
+from otel_eval.receiver.http import serve_http
+
+log = logging.getLogger(__name__)
+
+_TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+@dataclass
+class AdminApi:
+    """What the admin endpoint reads; the service fills it in."""
+
+    registry: CollectorRegistry
+    latest: Callable[[int], list[dict[str, Any]]]
+    get: Callable[[str], dict[str, Any] | None]
+    feedback: Callable[[str, str], dict[str, Any] | None]  # -> updated evaluation or None
+    healthy: Callable[[], bool]
+    ready: Callable[[], bool]
+    issues: Callable[[], dict[str, Any] | None] = lambda: None
+
+
+def make_handler(api: AdminApi) -> type[BaseHTTPRequestHandler]:
+    class AdminHandler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = "otel-eval"
+
+        def log_message(self, format: str, *args: object) -> None:
+            log.debug("admin: " + format, *args)
+
+        def do_GET(self) -> None:
+            url = urlsplit(self.path)
+            path = url.path.rstrip("/") or "/"
+            if path == "/metrics":
+                data, ctype = render(api.registry, self.headers.get("Accept"))
+                self._send(200, data, ctype)
+            elif path in ("/healthz", "/readyz"):
+                ok = api.healthy() if path == "/healthz" else api.ready()
+                self._json(200 if ok else 503, {"status": "ok" if ok else "unavailable"})
+            elif path == "/v1/evaluations":
+                limit = self._limit(parse_qs(url.query))
+                if limit is not None:
+                    self._json(200, {"evaluations": api.latest(limit)})
+            elif path.startswith("/v1/evaluations/"):
+                trace_id = path.rsplit("/", 1)[1].lower()
+                body = api.get(trace_id) if _TRACE_ID.match(trace_id) else None
+                self._json(200, body) if body else self._error(404, "no evaluation for "
+                                                                    f"trace {trace_id!r}")
+            elif path == "/v1/issues":
+                issues = api.issues()
+                self._json(200, issues) if issues is not None else self._error(
+                    404, "issue clustering is not enabled (issues.interval_s)")
+            else:
+                self._error(404, f"unknown path {url.path!r}")
+
+        def do_POST(self) -> None:
+            if urlsplit(self.path).path.rstrip("/") != "/v1/feedback":
+                self._error(404, f"unknown path {self.path!r}")
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            try:
+                body = json.loads(self.rfile.read(min(length, 1 << 20)) or b"null")
+                trace_id, outcome = str(body["trace_id"]).lower(), body["outcome"]
+            except (ValueError, KeyError, TypeError):
+                self._error(400, 'expected JSON {"trace_id": "<32 hex>", "outcome": ...}')
+                return
+            if not _TRACE_ID.match(trace_id):
+                self._error(400, f"trace_id must be 32 hex digits, got {trace_id!r}")
+                return
+            try:
+                updated = api.feedback(trace_id, outcome)
+            except ValueError as e:
+                self._error(400, str(e))
+                return
+            self._json(200, updated) if updated else self._error(
+                404, f"no evaluation for trace {trace_id!r} (the outcome is kept for it)")
+
+        def _limit(self, query: dict[str, list[str]]) -> int | None:
+            raw = (query.get("limit") or ["20"])[0]
+            if not raw.isdigit() or not 1 <= int(raw) <= 1000:
+                self._error(400, "limit must be an integer in 1..1000")
+                return None
+            return int(raw)
+
+        def _error(self, code: int, message: str) -> None:
+            self._json(code, {"error": message})
+
+        def _json(self, code: int, obj: Any) -> None:
+            self._send(code, json.dumps(obj).encode(), "application/json")
+
+        def _send(self, code: int, data: bytes, ctype: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    return AdminHandler
+
+
+class AdminServer:
+    def __init__(self, endpoint: str, api: AdminApi) -> None:
+        self.endpoint = endpoint
+        self.api = api
+        self._server: ThreadingHTTPServer | None = None
+        self.port = 0
+
+    def start(self) -> None:
+        self._server, _ = serve_http(self.endpoint, make_handler(self.api), "otel-eval-admin")
+        self.port = self._server.server_address[1]
+        log.info("admin endpoint listening on %s (port %d)", self.endpoint, self.port)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()

@@ -1,0 +1,208 @@
+"""The ``otel-eval`` command: ``serve``, ``eval``, ``replay``, ``issues``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, TextIO
+
+from otel_eval.config import Config, ConfigError, load_config, parse_endpoint, replace
+
+log = logging.getLogger("otel_eval")
+
+BUDGET_NAMES = ("steps", "llm_calls", "tool_calls", "input_tokens", "output_tokens",
+                "cost_usd", "duration_s")
+
+
+def _endpoint(value: str) -> str:
+    try:
+        parse_endpoint(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+    return value
+
+
+def _budget(value: str) -> tuple[str, float]:
+    name, sep, raw = value.partition("=")
+    if not sep or name not in BUDGET_NAMES:
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=VALUE with NAME one of {', '.join(BUDGET_NAMES)}, got {value!r}")
+    try:
+        number = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"budget {name}: {raw!r} is not a number") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"budget {name} must be >= 0")
+    return name, number
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="FILE", help="YAML configuration (default: embedded)")
+    p.add_argument("--budget", metavar="NAME=VALUE", type=_budget, action="append",
+                   default=[], help=f"budget override, repeatable; NAME in "
+                   f"{', '.join(BUDGET_NAMES)}")
+    p.add_argument("--references", metavar="FILE",
+                   help="reference trajectories (JSON lines, or tau-bench task files)")
+    p.add_argument("--judge", metavar="MODEL", help="litellm model string of the LLM judge")
+    p.add_argument("--judge-api-base", metavar="URL", help="API base URL for the judge")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="otel-eval", description=__doc__)
+    parser.add_argument("--log-level", default="INFO",
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the streaming service (OTLP in, results out)")
+    _common(serve)
+    serve.add_argument("--grpc-endpoint", type=_endpoint, metavar="HOST:PORT")
+    serve.add_argument("--http-endpoint", type=_endpoint, metavar="HOST:PORT")
+    serve.add_argument("--admin-endpoint", type=_endpoint, metavar="HOST:PORT")
+    serve.add_argument("--store", metavar="PATH", help="SQLite file for results")
+    serve.add_argument("--events-endpoint", type=_endpoint, metavar="HOST:PORT",
+                       help="OTLP/gRPC endpoint for gen_ai.evaluation.result events")
+    serve.add_argument("--forward-endpoint", type=_endpoint, metavar="HOST:PORT",
+                       help="OTLP/gRPC endpoint receiving the evaluated, stamped spans")
+    serve.add_argument("--kafka-brokers", metavar="HOST:PORT,...",
+                       help="consume OTLP traces from Kafka")
+    serve.add_argument("--kafka-publish", action="store_true",
+                       help="receivers publish to Kafka instead of assembling")
+
+    ev = sub.add_parser("eval", help="evaluate trace files offline")
+    _common(ev)
+    ev.add_argument("paths", nargs="+", metavar="PATH")
+    ev.add_argument("--format", choices=["table", "jsonl"], default="table")
+    ev.add_argument("--max-cost-usd", type=float, metavar="USD",
+                    help="stop judging once the judge has spent this much")
+
+    rp = sub.add_parser("replay", help="re-emit trace files as OTLP spans")
+    rp.add_argument("paths", nargs="+", metavar="PATH")
+    rp.add_argument("--endpoint", type=_endpoint, required=True, metavar="HOST:PORT")
+    rp.add_argument("--protocol", choices=["grpc", "http"], default="grpc")
+
+    iss = sub.add_parser("issues", help="cluster critiques and findings into recurring issues")
+    _common(iss)
+    iss.add_argument("paths", nargs="+", metavar="PATH")
+    iss.add_argument("--format", choices=["table", "json"], default="table")
+    return parser
+
+
+def _config(args: argparse.Namespace) -> Config:
+    cfg = load_config(args.config)
+    changes: dict[str, Any] = {}
+    for flag, key in (("grpc_endpoint", "receiver.grpc_endpoint"),
+                      ("http_endpoint", "receiver.http_endpoint"),
+                      ("admin_endpoint", "admin.endpoint"), ("store", "store.path"),
+                      ("events_endpoint", "export.events_endpoint"),
+                      ("forward_endpoint", "export.forward_endpoint"),
+                      ("kafka_brokers", "kafka.brokers"), ("judge", "judge.model"),
+                      ("judge_api_base", "judge.api_base")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            changes[key] = value
+    return replace(cfg, **changes) if changes else cfg
+
+
+def _progress(items: Iterable[Any], stream: TextIO) -> Iterator[Any]:
+    if not stream.isatty():
+        yield from items
+        return
+    from tqdm import tqdm
+    yield from tqdm(items, unit=" traces", file=stream)
+
+
+def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
+    from otel_eval.evaluator import Evaluator
+    from otel_eval.loaders import LoaderError, load_path
+
+    cfg = _config(args)
+    evaluator = Evaluator(cfg, budget_overrides=dict(args.budget),
+                          references_path=args.references)
+    failed_files = 0
+    rows: list[dict[str, Any]] = []
+
+    def traces() -> Iterator[Any]:
+        nonlocal failed_files
+        for path in args.paths:
+            try:
+                yield from load_path(path)
+            except (LoaderError, OSError) as e:
+                failed_files += 1
+                print(f"otel-eval: {e}", file=sys.stderr)
+
+    for trace in _progress(traces(), sys.stderr):
+        body = evaluator.evaluate(trace).to_json()
+        if args.format == "jsonl":
+            out.write(json.dumps(body) + "\n")
+        else:
+            rows.append(body)
+    if args.format == "table":
+        _print_table(rows, out)
+    return 1 if failed_files else 0
+
+
+def _print_table(rows: Sequence[dict[str, Any]], out: TextIO) -> None:
+    head = ("trace_id", "agent", "status", "llm", "tools", "tokens", "verdict", "findings")
+    lines = [head]
+    for b in rows:
+        v = b.get("verdict")
+        kinds = sorted({f"{f['detector']}:{f['kind']}" for f in b["findings"]})
+        lines.append((b["trace_id"], str(b["agent"] or "-")[:24], b["status"],
+                      str(b["counts"]["llm_calls"]), str(b["counts"]["tool_calls"]),
+                      str(b["usage"]["input_tokens"] + b["usage"]["output_tokens"]),
+                      "-" if v is None else ("pass" if v["passed"] else "FAIL"),
+                      ", ".join(kinds)[:60] or "-"))
+    widths = [max(len(r[i]) for r in lines) for i in range(len(head) - 1)]
+    for r in lines:
+        out.write("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  "
+                  + r[-1] + "\n")
+    failed = sum(1 for b in rows if b.get("verdict") and not b["verdict"]["passed"])
+    out.write(f"\n{len(rows)} traces, {failed} failed\n")
+
+
+def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
+    from otel_eval.loaders import load_path
+    from otel_eval.replay import replay
+
+    n = 0
+    for path in args.paths:
+        n += replay(load_path(path), args.endpoint, protocol=args.protocol)
+    out.write(f"replayed {n} spans to {args.endpoint} over OTLP/{args.protocol}\n")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from otel_eval.service import Options, Service
+
+    cfg = _config(args)
+    svc = Service(cfg, Options(budget_overrides=dict(args.budget),
+                               references_path=args.references))
+    svc.run_until_signal()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "serve":
+            return cmd_serve(args)
+        if args.command == "eval":
+            return cmd_eval(args, sys.stdout)
+        if args.command == "replay":
+            return cmd_replay(args, sys.stdout)
+        from otel_eval.issues.command import cmd_issues
+        return cmd_issues(args, sys.stdout)
+    except ConfigError as e:
+        print(f"otel-eval: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

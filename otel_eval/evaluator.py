@@ -1,0 +1,64 @@
+"""Stage: evaluate. One released trace -> one ``Evaluation`` (trajectory, findings, verdict).
+
+The same function serves ``serve`` (called by the engine's worker) and ``eval`` (called per
+file trace), so streaming and offline results are the same by construction.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+
+from otel_eval.config import Config
+from otel_eval.detectors import Detectors, load_references
+from otel_eval.model import Evaluation, Trace, Trajectory
+from otel_eval.trajectory import build_trajectory
+
+_SUCCESS = {"success", "succeeded", "pass", "passed", "true", "1", "1.0", "ok", "resolved"}
+_FAILURE = {"failure", "failed", "fail", "false", "0", "0.0", "error", "unresolved"}
+
+
+def normalize_outcome(value: object) -> str | None:
+    """Map the many ways an outcome is written (bool, 0/1, reward, words) to success/failure."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "success" if value else "failure"
+    if isinstance(value, int | float):
+        return "success" if value >= 1 else "failure"
+    text = str(value).strip().lower()
+    if text in _SUCCESS:
+        return "success"
+    if text in _FAILURE:
+        return "failure"
+    return None
+
+
+class Evaluator:
+    def __init__(self, config: Config, *, budget_overrides: Mapping[str, float] | None = None,
+                 references_path: str | None = None,
+                 wall_clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        path = references_path or config.detectors.references_path or None
+        refs = load_references(path) if path else None
+        self.detectors = Detectors(config.detectors, refs, budget_overrides)
+        self._wall_clock = wall_clock
+
+    def trajectory(self, trace: Trace) -> Trajectory:
+        return build_trajectory(trace, self.config.trajectory)
+
+    def evaluate(self, trace: Trace, outcome: str | None = None) -> Evaluation:
+        traj = self.trajectory(trace)
+        if outcome is None:
+            outcome = normalize_outcome(traj.root_attributes.get(
+                self.config.trajectory.outcome_attribute))
+        findings, verdict = self.detectors.evaluate(traj, outcome)
+        return Evaluation(traj, findings, verdict,
+                          evaluated_at_ns=int(self._wall_clock() * 1e9))
+
+    def failed(self, trace: Trace, error: BaseException) -> Evaluation:
+        """A stand-in stored when evaluation raised: the trace is accounted for, not lost."""
+        traj = Trajectory(trace.trace_id, trace.source, trace.status, steps=[],
+                          revision=trace.revision, span_count=len(trace.spans))
+        return Evaluation(traj, evaluated_at_ns=int(self._wall_clock() * 1e9),
+                          error=f"{type(error).__name__}: {error}")

@@ -1,0 +1,232 @@
+"""The engine: receivers hand it spans; it assembles, evaluates, stores and exports.
+
+    submit(spans) -> assembly -> tick(now) releases traces -> queue (bounded by pending spans)
+        -> Evaluator.evaluate -> Store.put_many -> metrics -> sinks (events, forward, judge)
+        -> waiters (Kafka offsets)
+
+Admission control is the one back-pressure mechanism: spans accepted but not yet stored
+(``pending``) are bounded by ``max_pending_spans``, open traces by ``max_open_traces``. Over
+either, ``submit`` takes nothing and says ``throttled`` so the receiver answers with a
+retryable error; once ``submit`` has taken a span, it is evaluated and stored before
+``shutdown`` returns (SIGTERM loses nothing that was acknowledged).
+
+Threads: receivers call ``submit`` from their own threads; one worker thread ticks the
+assembler and evaluates (``start``). Tests call ``tick(now)`` and ``process()`` by hand instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from otel_eval.assembly import TraceAssembler
+from otel_eval.evaluator import Evaluator
+from otel_eval.metrics import Metrics
+from otel_eval.model import Evaluation, Span, Trace
+from otel_eval.store import Store
+
+log = logging.getLogger(__name__)
+
+
+class Sink(Protocol):
+    """Where stored evaluations go next (events, pass-through, judge). Must not block."""
+
+    def export(self, trace: Trace, evaluation: Evaluation) -> None: ...
+
+
+@dataclass
+class Admission:
+    accepted: int = 0
+    rejected: Counter[str] = field(default_factory=Counter)
+    throttled: str | None = None  # reason when refused: nothing was taken, retry later
+
+
+class _Barrier:
+    """Calls ``callback`` once after ``done`` was called ``n`` times (set after counting)."""
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self.callback = callback
+        self.n = 0
+        self._lock = threading.Lock()
+
+    def arm(self, n: int) -> None:
+        with self._lock:
+            self.n += n
+            fire = self.n == 0
+        if fire:
+            self.callback()
+
+    def done(self) -> None:
+        with self._lock:
+            self.n -= 1
+            fire = self.n == 0
+        if fire:
+            self.callback()
+
+
+class Engine:
+    def __init__(self, evaluator: Evaluator, store: Store, metrics: Metrics, *,
+                 sinks: Sequence[Sink] = (), clock: Callable[[], float] = time.monotonic,
+                 tick_interval_s: float = 0.25, batch_size: int = 256) -> None:
+        self.config = evaluator.config.assembly
+        self.evaluator = evaluator
+        self.store = store
+        self.metrics = metrics
+        self.sinks = list(sinks)
+        self.clock = clock
+        self.tick_interval_s = tick_interval_s
+        self.batch_size = batch_size
+        self._assembler = TraceAssembler(self.config)
+        self._lock = threading.Lock()
+        self._queue: deque[tuple[Trace, float]] = deque()  # (trace, released at)
+        self._queued_spans = 0
+        self._closing = False
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.failure: BaseException | None = None
+
+    # --- ingest (any thread) -----------------------------------------------------------------
+
+    def pending_spans(self) -> int:
+        with self._lock:
+            return self._assembler.open_spans + self._queued_spans
+
+    def open_traces(self) -> int:
+        with self._lock:
+            return len(self._assembler)
+
+    def submit(self, spans: list[Span], source: str = "otlp",
+               on_stored: Callable[[], None] | None = None) -> Admission:
+        """Take spans or refuse them all (``throttled``); see the module docstring."""
+        adm = Admission()
+        barrier = _Barrier(on_stored) if on_stored is not None else None
+        with self._lock:
+            adm.throttled = self._refusal(spans)
+            if adm.throttled is not None:
+                return adm
+            res = self._assembler.add(
+                spans, self.clock(), on_trace=(lambda _tid: barrier.done) if barrier else None)
+            self._update_gauges()
+        if barrier is not None:
+            barrier.arm(len(res.traces))
+        adm.accepted, adm.rejected = res.accepted, res.rejected
+        if res.reopened:
+            self.metrics.trace_reopened(res.reopened)
+        return adm
+
+    def _refusal(self, spans: list[Span]) -> str | None:
+        cfg, asm = self.config, self._assembler
+        if self._closing:
+            return "shutting_down"
+        pending = asm.open_spans + self._queued_spans
+        if pending and pending + len(spans) > cfg.max_pending_spans:
+            return "pending_spans"
+        over = len(asm) + asm.new_trace_count(spans) - cfg.max_open_traces
+        if over > 0:
+            if cfg.overflow_policy == "throttle":
+                return "open_traces"
+            self._enqueue(asm.release_oldest(over, self.clock()))
+        return None
+
+    # --- release and evaluation (worker thread, or tests by hand) ------------------------------
+
+    def tick(self, now: float | None = None) -> int:
+        """Release due traces onto the evaluation queue; returns how many."""
+        with self._lock:
+            released = self._assembler.tick(self.clock() if now is None else now)
+            self._enqueue(released)
+            self._update_gauges()
+        return len(released)
+
+    def _enqueue(self, traces: list[Trace]) -> None:  # lock held
+        now = self.clock()
+        for t in traces:
+            self._queue.append((t, now))
+            self._queued_spans += len(t.spans)
+            self.metrics.trace_released(t.status, t.release_reason, len(t.spans))
+        if traces:
+            self._wake.set()
+
+    def process(self, max_traces: int | None = None) -> int:
+        """Evaluate, store and export queued traces; returns how many were stored."""
+        done = 0
+        while max_traces is None or done < max_traces:
+            with self._lock:
+                n = min(self.batch_size, len(self._queue))
+                batch = [self._queue.popleft() for _ in range(n)]
+            if not batch:
+                break
+            self._process_batch(batch)
+            done += len(batch)
+        return done
+
+    def _process_batch(self, batch: list[tuple[Trace, float]]) -> None:
+        evaluated: list[tuple[Trace, Evaluation, float]] = []
+        for trace, released_at in batch:
+            try:
+                ev = self.evaluator.evaluate(trace, self.store.feedback(trace.trace_id))
+            except Exception as e:  # stage boundary: the trace is still stored, with the error
+                log.exception("evaluation of trace %s failed", trace.trace_id)
+                self.metrics.evaluation_failed("evaluate", type(e).__name__)
+                ev = self.evaluator.failed(trace, e)
+            evaluated.append((trace, ev, released_at))
+        superseded = self.store.put_many(ev for _, ev, _ in evaluated)
+        now = self.clock()
+        for (trace, ev, released_at), sup in zip(evaluated, superseded, strict=True):
+            self.metrics.evaluation_stored(ev, now - released_at, sup)
+            for sink in self.sinks:
+                try:
+                    sink.export(trace, ev)
+                except Exception:
+                    log.exception("sink %s failed on trace %s", type(sink).__name__,
+                                  trace.trace_id)
+                    self.metrics.sink_dropped(type(sink).__name__, "exception", 1)
+        # Only now is the work durable: release the pending budget and tell the waiters.
+        with self._lock:
+            self._queued_spans -= sum(len(t.spans) for t, _ in batch)
+            self._update_gauges()
+        for trace, _ in batch:
+            for waiter in trace.waiters:
+                waiter()
+
+    def _update_gauges(self) -> None:  # lock held
+        self.metrics.open_traces(len(self._assembler))
+        self.metrics.pending_spans(self._assembler.open_spans + self._queued_spans)
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="otel-eval-engine", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._closing:
+                self.tick()
+                self.process()
+                self._wake.wait(self.tick_interval_s)
+                self._wake.clear()
+        except BaseException as e:  # a dead worker must be loud: health turns red
+            log.exception("engine worker died")
+            self.failure = e
+
+    @property
+    def healthy(self) -> bool:
+        return self.failure is None and (self._thread is None or self._thread.is_alive()
+                                          or self._closing)
+
+    def shutdown(self, deadline_s: float = 30.0) -> None:
+        """Stop taking spans, release every open trace, evaluate and store them all."""
+        with self._lock:
+            self._closing = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(deadline_s)
+        with self._lock:
+            self._enqueue(self._assembler.release_all(self.clock(), "shutdown"))
+        self.process()

@@ -1,0 +1,149 @@
+"""OTLP/HTTP receiver: ``POST /v1/traces`` with protobuf or JSON bodies, optionally gzip.
+
+Answers as the OTLP spec says: 200 with an ExportTraceServiceResponse (partial success when
+spans were rejected) in the request's encoding; 400 with a google.rpc.Status for a body that
+cannot be decoded; 413 past ``max_message_bytes`` (checked after decompression, so a gzip bomb
+is cut off early); 429 with ``Retry-After`` when throttled, which OTLP exporters retry.
+Also hosts ``serve_http``, the small threaded-server starter the admin endpoint reuses.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import zlib
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from google.protobuf import json_format
+from google.rpc import status_pb2
+
+from otel_eval.config import ReceiverConfig, parse_endpoint
+from otel_eval.receiver.ingest import Ingest, IngestResult
+
+log = logging.getLogger(__name__)
+
+_PROTOBUF = "application/x-protobuf"
+_JSON = "application/json"
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+def serve_http(endpoint: str, handler: type[BaseHTTPRequestHandler],
+               name: str) -> tuple[ThreadingHTTPServer, threading.Thread]:
+    """Bind ``HOST:PORT`` (port 0 picks a free one) and serve in a daemon thread."""
+    host, port = parse_endpoint(endpoint)
+    server = _Server((host, port), handler)
+    thread = threading.Thread(target=server.serve_forever, name=name, daemon=True)
+    thread.start()
+    return server, thread
+
+class BodyTooLarge(ValueError):
+    pass
+
+def read_body(handler: BaseHTTPRequestHandler, limit: int) -> bytes:
+    """The request body, gunzipped/inflated if so encoded, at most ``limit`` bytes."""
+    length = int(handler.headers.get("Content-Length") or 0)
+    encoding = (handler.headers.get("Content-Encoding") or "identity").lower()
+    if encoding == "identity" and length > limit:
+        raise BodyTooLarge(f"body of {length} bytes exceeds the limit of {limit}")
+    raw = handler.rfile.read(length)
+    if encoding in ("gzip", "deflate"):
+        wbits = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS
+        d = zlib.decompressobj(wbits)
+        try:
+            out = d.decompress(raw, limit + 1)
+        except zlib.error as e:
+            raise ValueError(f"body is not valid {encoding}: {e}") from e
+        if len(out) > limit or d.unconsumed_tail:
+            raise BodyTooLarge(f"decompressed body exceeds the limit of {limit} bytes")
+        return out
+    if encoding != "identity":
+        raise ValueError(f"unsupported Content-Encoding {encoding!r}")
+    return raw
+
+def make_handler(config: ReceiverConfig, ingest: Ingest) -> type[BaseHTTPRequestHandler]:
+    class OtlpHttpHandler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = "otel-eval"
+
+        def log_message(self, format: str, *args: object) -> None:
+            log.debug("otlp-http: " + format, *args)
+
+        def do_POST(self) -> None:
+            if self.path.split("?", 1)[0] != "/v1/traces":
+                self._status(404, "only /v1/traces is served here", _JSON)
+                return
+            ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+            if ctype not in (_PROTOBUF, _JSON):
+                self._status(415, f"unsupported Content-Type {ctype!r}", _JSON)
+                return
+            try:
+                body = read_body(self, config.max_message_bytes)
+            except BodyTooLarge as e:
+                ingest.metrics.spans_rejected("http", "too_large", 0)
+                self.close_connection = True
+                self._status(413, str(e), ctype)
+                return
+            except ValueError as e:
+                ingest.metrics.spans_rejected("http", "malformed_request", 0)
+                self._status(400, str(e), ctype)
+                return
+            if ctype == _JSON:
+                res = ingest.handle_json(body, "http")
+            else:
+                res = ingest.handle_bytes(body, "http")
+            self._answer(res, ctype)
+
+        def _answer(self, res: IngestResult, ctype: str) -> None:
+            if res.outcome == "invalid":
+                self._status(400, res.message, ctype)
+            elif res.outcome == "throttled":
+                self._status(429, res.message, ctype,
+                             {"Retry-After": str(max(1, round(config.retry_after_s)))})
+            else:
+                resp = res.response()
+                if ctype == _JSON:
+                    data = json.dumps(json_format.MessageToDict(resp)).encode()
+                else:
+                    data = resp.SerializeToString()
+                self._send(200, data, ctype)
+
+        def _status(self, code: int, message: str, ctype: str,
+                    headers: dict[str, str] | None = None) -> None:
+            st = status_pb2.Status(code=code, message=message)
+            data = (json.dumps(json_format.MessageToDict(st)).encode() if ctype != _PROTOBUF
+                    else st.SerializeToString())
+            self._send(code, data, ctype if ctype in (_PROTOBUF, _JSON) else _JSON, headers)
+
+        def _send(self, code: int, data: bytes, ctype: str,
+                  headers: dict[str, str] | None = None) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+
+    return OtlpHttpHandler
+
+class HttpReceiver:
+    def __init__(self, config: ReceiverConfig, ingest: Ingest) -> None:
+        self.config = config
+        self.ingest = ingest
+        self._server: ThreadingHTTPServer | None = None
+        self.port = 0
+
+    def start(self) -> None:
+        self._server, _ = serve_http(self.config.http_endpoint,
+                                     make_handler(self.config, self.ingest), "otlp-http")
+        self.port = self._server.server_address[1]
+        log.info("OTLP/HTTP receiver listening on %s (port %d)", self.config.http_endpoint,
+                 self.port)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()

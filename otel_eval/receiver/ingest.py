@@ -1,0 +1,88 @@
+"""The protocol-independent half of a receiver: bytes in, an OTLP answer out.
+
+    body -> otlp.parse_request -> otlp.decode_request -> Engine.submit -> IngestResult
+
+Every span of a request ends up in exactly one of: accepted (acknowledged, will be
+evaluated), rejected with a reason (reported as OTLP partial success, not retried), or the
+whole request throttled (a retryable error; nothing was taken, the exporter sends it again).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Literal
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTracePartialSuccess,
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+from otel_eval import otlp
+from otel_eval.metrics import Metrics
+from otel_eval.pipeline import Engine
+
+
+@dataclass
+class IngestResult:
+    outcome: Literal["ok", "invalid", "throttled"]
+    accepted: int = 0
+    rejected: Counter[str] = field(default_factory=Counter)
+    message: str = ""
+
+    def response(self) -> ExportTraceServiceResponse:
+        resp = ExportTraceServiceResponse()
+        n = sum(self.rejected.values())
+        if n:
+            resp.partial_success.CopyFrom(ExportTracePartialSuccess(
+                rejected_spans=n, error_message=self.message))
+        return resp
+
+
+def _message(rejected: Counter[str]) -> str:
+    if not rejected:
+        return ""
+    parts = ", ".join(f"{n} {r}" for r, n in sorted(rejected.items()))
+    return f"rejected {sum(rejected.values())} span(s): {parts}"
+
+
+class Ingest:
+    def __init__(self, engine: Engine, metrics: Metrics) -> None:
+        self.engine = engine
+        self.metrics = metrics
+
+    def handle_bytes(self, body: bytes, protocol: str) -> IngestResult:
+        try:
+            req, rejected = otlp.parse_request(body)
+        except otlp.MalformedRequest as e:
+            self.metrics.spans_rejected(protocol, "malformed_request", 0)
+            return IngestResult("invalid", message=str(e))
+        return self.handle_request(req, protocol, rejected)
+
+    def handle_json(self, body: bytes, protocol: str) -> IngestResult:
+        try:
+            req = otlp.request_from_json(body)
+        except ValueError as e:
+            self.metrics.spans_rejected(protocol, "malformed_request", 0)
+            return IngestResult("invalid", message=str(e))
+        return self.handle_request(req, protocol, Counter())
+
+    def handle_request(self, req: ExportTraceServiceRequest, protocol: str,
+                       rejected: Counter[str]) -> IngestResult:
+        started = time.perf_counter()
+        decoded = otlp.decode_request(req)
+        adm = self.engine.submit(decoded.spans, protocol)
+        if adm.throttled is not None:
+            self.metrics.request_throttled(protocol, adm.throttled)
+            return IngestResult("throttled", message=f"otel-eval is at capacity "
+                                f"({adm.throttled}); retry later")
+        rejected = rejected + decoded.reasons + adm.rejected
+        m = self.metrics
+        m.spans_received(protocol, adm.accepted + sum(rejected.values()))
+        m.spans_accepted(protocol, adm.accepted)
+        for reason, n in rejected.items():
+            m.spans_rejected(protocol, reason, n)
+        m.export_duration(protocol, time.perf_counter() - started)
+        return IngestResult("ok", adm.accepted, rejected, _message(rejected))

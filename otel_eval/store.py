@@ -1,0 +1,122 @@
+"""Stage: store. Evaluations in SQLite, keyed by trace id; a re-evaluation supersedes.
+
+The per-trace JSON object is stored whole (it is what the results API returns), with a few
+columns pulled out for listing and retention. Writes come from the engine's worker thread,
+reads from the admin server's threads: one connection guarded by a lock, WAL journal so
+readers do not block the writer for long. ``put_many`` commits once per batch, and the
+engine calls waiters (Kafka offsets) only after that commit.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from otel_eval.model import Evaluation
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS evaluations (
+    trace_id TEXT PRIMARY KEY,
+    revision INTEGER NOT NULL,
+    evaluated_at_ns INTEGER NOT NULL,
+    service TEXT,
+    agent TEXT,
+    task_id TEXT,
+    status TEXT NOT NULL,
+    passed INTEGER,
+    body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS evaluations_by_time ON evaluations (evaluated_at_ns);
+CREATE TABLE IF NOT EXISTS feedback (
+    trace_id TEXT PRIMARY KEY,
+    outcome TEXT NOT NULL,
+    received_at_ns INTEGER NOT NULL
+);
+"""
+
+
+class Store:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        if path != ":memory:":
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def put_many(self, evaluations: Iterable[Evaluation]) -> list[bool]:
+        """Store evaluations in one transaction. Returns, per evaluation, whether it superseded
+        an earlier one for the same trace id (a re-opened trace or a replay)."""
+        rows = []
+        for ev in evaluations:
+            body = ev.to_json()
+            v = ev.verdict
+            rows.append((ev.trace_id, ev.trajectory.revision, ev.evaluated_at_ns, body["service"],
+                         body["agent"], body["task_id"], body["status"],
+                         None if v is None else int(v.passed), json.dumps(body)))
+        superseded = []
+        with self._lock:
+            cur = self._db.cursor()
+            cur.execute("BEGIN")
+            try:
+                for row in rows:
+                    seen = cur.execute("SELECT 1 FROM evaluations WHERE trace_id = ?",
+                                       (row[0],)).fetchone()
+                    superseded.append(seen is not None)
+                    cur.execute("INSERT OR REPLACE INTO evaluations VALUES (?,?,?,?,?,?,?,?,?)",
+                                row)
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+        return superseded
+
+    def get(self, trace_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            row = self._db.execute("SELECT body FROM evaluations WHERE trace_id = ?",
+                                   (trace_id,)).fetchone()
+        return None if row is None else json.loads(row[0])  # type: ignore[no-any-return]
+
+    def latest(self, limit: int) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT body FROM evaluations ORDER BY evaluated_at_ns DESC, trace_id LIMIT ?",
+                (limit,)).fetchall()
+        return [json.loads(r[0]) for r in rows]
+
+    def since(self, evaluated_after_ns: int, limit: int = 100_000) -> list[dict[str, Any]]:
+        """Evaluations stored after a time (issue clustering reads its window with this)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT body FROM evaluations WHERE evaluated_at_ns > ? "
+                "ORDER BY evaluated_at_ns LIMIT ?", (evaluated_after_ns, limit)).fetchall()
+        return [json.loads(r[0]) for r in rows]
+
+    def count(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0])
+
+    def put_feedback(self, trace_id: str, outcome: str, now_ns: int) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO feedback VALUES (?,?,?)",
+                             (trace_id, outcome, now_ns))
+
+    def feedback(self, trace_id: str) -> str | None:
+        with self._lock:
+            row = self._db.execute("SELECT outcome FROM feedback WHERE trace_id = ?",
+                                   (trace_id,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def delete_older_than(self, cutoff_ns: int) -> int:
+        with self._lock:
+            cur = self._db.execute("DELETE FROM evaluations WHERE evaluated_at_ns < ?",
+                                   (cutoff_ns,))
+            return cur.rowcount
