@@ -1,0 +1,111 @@
+"""EvaluationEvents: exact gen_ai.evaluation.result records received by a real OTLP server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+from opentelemetry.proto.logs.v1 import logs_pb2
+from results_downstream import Downstream
+from results_sample import LLM, ROOT, TOOL, TRACE_ID, evaluation, trace
+
+from otel_eval.metrics import Metrics
+from otel_eval.otlp import attributes_to_dict
+from otel_eval.results.config import ExportConfig
+from otel_eval.results.events import EVENT_NAME, EvaluationEvents
+
+
+def _config(ds: Downstream, **kw: Any) -> ExportConfig:
+    return ExportConfig(events_endpoint=f"127.0.0.1:{ds.port}", initial_backoff_s=0.01,
+                        max_backoff_s=0.05, **kw)
+
+
+def _records(ds: Downstream) -> list[logs_pb2.LogRecord]:
+    return [r for req in ds.logs for rl in req.resource_logs for sl in rl.scope_logs
+            for r in sl.log_records]
+
+
+def _value(m: Metrics, name: str, **labels: str) -> float:
+    return m.registry.get_sample_value(name, labels) or 0.0
+
+
+def test_one_record_per_finding_and_verdict(downstream: Downstream) -> None:
+    m = Metrics()
+    events = EvaluationEvents(_config(downstream), m, evaluator_version="9.9.9")
+    events.start()
+    events.export(trace(), evaluation())
+    events.shutdown(5.0)
+    recs = _records(downstream)
+    assert [r.event_name for r in recs] == [EVENT_NAME] * 4
+    assert all(r.trace_id.hex() == TRACE_ID and r.time_unix_nano == 123_456 for r in recs)
+    assert [r.span_id.hex() for r in recs] == [TOOL, TOOL, ROOT, ROOT]
+    assert [r.severity_text for r in recs] == ["ERROR", "WARN", "INFO", "INFO"]
+    loop = attributes_to_dict(recs[0].attributes)
+    assert loop == {
+        "gen_ai.evaluation.name": "loop",
+        "gen_ai.evaluation.score.label": "repeated_tool_call",
+        "gen_ai.evaluation.explanation": "search called 3 times",
+        "otel_eval.detector": "loop",
+        "otel_eval.severity": "error",
+        "otel_eval.evaluator.version": "9.9.9",
+        "otel_eval.trace.revision": 0,
+        "otel_eval.span_ids": [TOOL, LLM],
+    }
+    verdict = attributes_to_dict(recs[3].attributes)
+    assert verdict == {
+        "gen_ai.evaluation.name": "otel_eval.verdict",
+        "gen_ai.evaluation.score.value": 0.0,
+        "gen_ai.evaluation.score.label": "fail",
+        "gen_ai.evaluation.explanation": "loop: search called 3 times",
+        "otel_eval.evaluator.version": "9.9.9",
+        "otel_eval.trace.revision": 0,
+    }
+    resource = attributes_to_dict(downstream.logs[0].resource_logs[0].resource.attributes)
+    assert resource == {"service.name": "otel-eval", "service.version": "9.9.9"}
+    assert _value(m, "otel_eval_events_emitted_total") == 4
+
+
+def test_failed_evaluation_carries_error_type(downstream: Downstream) -> None:
+    events = EvaluationEvents(_config(downstream), Metrics(), evaluator_version="1")
+    events.start()
+    events.evaluation_failed(trace(), "judge.trace", "timeout", "judge did not answer in 30 s")
+    events.shutdown(5.0)
+    (rec,) = _records(downstream)
+    assert rec.span_id.hex() == ROOT
+    attrs = attributes_to_dict(rec.attributes)
+    assert attrs["error.type"] == "timeout"
+    assert attrs["gen_ai.evaluation.name"] == "judge.trace"
+    assert "gen_ai.evaluation.score.value" not in attrs
+
+
+def test_retries_unavailable_then_delivers(downstream: Downstream) -> None:
+    downstream.fail_next = [grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED]
+    m = Metrics()
+    events = EvaluationEvents(_config(downstream), m)
+    events.start()
+    events.export(trace(), evaluation(passed=True))
+    downstream.wait_for(lambda ds: len(ds.logs) == 1)
+    events.shutdown(5.0)
+    assert downstream.failed == [grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED]
+    assert len(_records(downstream)) == 4
+    assert _value(m, "otel_eval_events_emitted_total") == 4
+
+
+def test_non_retryable_error_drops_with_reason(downstream: Downstream) -> None:
+    downstream.fail_next = [grpc.StatusCode.INVALID_ARGUMENT]
+    m = Metrics()
+    events = EvaluationEvents(_config(downstream), m)
+    events.start()
+    events.export(trace(), evaluation())
+    events.shutdown(5.0)
+    assert downstream.logs == []
+    assert _value(m, "otel_eval_sink_dropped_total", sink="events", reason="rejected") == 4
+
+
+def test_export_after_shutdown_is_counted(downstream: Downstream) -> None:
+    m = Metrics()
+    events = EvaluationEvents(_config(downstream), m)
+    events.start()
+    events.shutdown(1.0)
+    events.export(trace(), evaluation())
+    assert _value(m, "otel_eval_sink_dropped_total", sink="events", reason="shutdown") == 4

@@ -1,0 +1,136 @@
+"""Forwarder: stamped spans received by a real OTLP server; bounds, retries, drop reasons."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import pytest
+from opentelemetry.proto.trace.v1 import trace_pb2
+from results_downstream import Downstream
+from results_sample import LLM, ROOT, TOOL, evaluation, trace
+
+from otel_eval.metrics import Metrics
+from otel_eval.otlp import attributes_to_dict
+from otel_eval.results.config import ExportConfig
+from otel_eval.results.forward import Forwarder
+
+
+def _config(ds: Downstream | None, **kw: Any) -> ExportConfig:
+    endpoint = f"127.0.0.1:{ds.port}" if ds else "127.0.0.1:1"
+    kw = {"initial_backoff_s": 0.01, "max_backoff_s": 0.05, **kw}
+    return ExportConfig(forward_endpoint=endpoint, **kw)
+
+
+def _spans(ds: Downstream) -> dict[str, trace_pb2.Span]:
+    return {s.span_id.hex(): s for req in ds.traces for rs in req.resource_spans
+            for ss in rs.scope_spans for s in ss.spans}
+
+
+def _value(m: Metrics, name: str, **labels: str) -> float:
+    return m.registry.get_sample_value(name, labels) or 0.0
+
+
+def test_forwards_spans_with_stamps_and_summary(downstream: Downstream) -> None:
+    m = Metrics()
+    fwd = Forwarder(_config(downstream), m)
+    fwd.start()
+    fwd.export(trace(), evaluation())
+    fwd.shutdown(5.0)
+    spans = _spans(downstream)
+    assert set(spans) == {ROOT, LLM, TOOL}
+    assert attributes_to_dict(spans[TOOL].attributes) == {
+        "gen_ai.tool.name": "search",
+        "otel_eval.findings": ["loop/repeated_tool_call", "tool_call/runtime"],
+        "otel_eval.severity": "error",
+    }
+    assert attributes_to_dict(spans[LLM].attributes) == {
+        "gen_ai.usage.input_tokens": 10,
+        "otel_eval.findings": ["loop/repeated_tool_call"],
+        "otel_eval.severity": "error",
+    }
+    assert attributes_to_dict(spans[ROOT].attributes) == {
+        "gen_ai.agent.name": "shop",
+        "otel_eval.finding_count": 3,
+        "otel_eval.findings": ["budget/tokens", "loop/repeated_tool_call", "tool_call/runtime"],
+        "otel_eval.finding.budget.count": 1,
+        "otel_eval.finding.loop.count": 1,
+        "otel_eval.finding.tool_call.count": 1,
+        "otel_eval.trace.status": "complete",
+        "otel_eval.trace.revision": 0,
+        "otel_eval.verdict": "fail",
+        "otel_eval.verdict.reasons": ["loop: search called 3 times"],
+    }
+    assert spans[TOOL].status.code == trace_pb2.Status.STATUS_CODE_ERROR
+    assert spans[TOOL].parent_span_id.hex() == ROOT and spans[TOOL].start_time_unix_nano == 4_000
+    rs = downstream.traces[0].resource_spans[0]
+    assert attributes_to_dict(rs.resource.attributes) == {"service.name": "shop-agent"}
+    assert rs.scope_spans[0].scope.name == "agent"
+    assert _value(m, "otel_eval_forward_spans_sent_total") == 3
+
+
+def test_retries_then_delivers_and_counts_partial_rejects(downstream: Downstream) -> None:
+    downstream.fail_next = [grpc.StatusCode.UNAVAILABLE] * 3
+    downstream.reject_spans = 1
+    m = Metrics()
+    fwd = Forwarder(_config(downstream), m)
+    fwd.start()
+    fwd.export(trace(), evaluation())
+    downstream.wait_for(lambda ds: len(ds.traces) == 1)
+    fwd.shutdown(5.0)
+    assert len(downstream.failed) == 3
+    assert _value(m, "otel_eval_forward_spans_sent_total") == 2
+    assert _value(m, "otel_eval_sink_dropped_total", sink="forward",
+                  reason="downstream_rejected") == 1
+
+
+def test_gives_up_after_max_retry(downstream: Downstream) -> None:
+    downstream.fail_next = [grpc.StatusCode.UNAVAILABLE] * 100
+    m = Metrics()
+    fwd = Forwarder(_config(downstream, max_retry_s=0.05), m)
+    fwd.start()
+    fwd.export(trace(), evaluation())
+    fwd.shutdown(5.0)
+    assert downstream.traces == []
+    assert _value(m, "otel_eval_sink_dropped_total", sink="forward",
+                  reason="retries_exhausted") == 3
+
+
+def test_queue_full_drops_oldest_and_too_large(downstream: Downstream) -> None:
+    m = Metrics()
+    fwd = Forwarder(_config(downstream, max_queue_items=4), m)
+    fwd.export(trace(), evaluation(passed=True))  # queued: the worker is not started yet
+    fwd.export(trace(), evaluation())  # 3 + 3 > 4: the first (oldest) trace is evicted
+    assert _value(m, "otel_eval_sink_dropped_total", sink="forward", reason="queue_full") == 3
+    fwd.start()
+    fwd.shutdown(5.0)
+    assert len(downstream.traces) == 1
+    assert attributes_to_dict(_spans(downstream)[ROOT].attributes)["otel_eval.verdict"] == "fail"
+    small = Forwarder(_config(downstream, max_queue_items=2), m)
+    small.export(trace(), evaluation())
+    assert _value(m, "otel_eval_sink_dropped_total", sink="forward", reason="too_large") == 3
+    small.shutdown(1.0)
+
+
+def test_unstarted_shutdown_counts_the_queue() -> None:
+    m = Metrics()
+    fwd = Forwarder(_config(None), m)
+    fwd.export(trace(), evaluation())
+    fwd.shutdown(1.0)
+    assert _value(m, "otel_eval_sink_dropped_total", sink="forward", reason="shutdown") == 3
+
+
+def test_shutdown_deadline_drops_what_cannot_be_sent() -> None:
+    m = Metrics()
+    # Port 1 on loopback refuses connections: UNAVAILABLE until the shutdown deadline.
+    fwd = Forwarder(_config(None, max_retry_s=60.0), m)
+    fwd.start()
+    fwd.export(trace(), evaluation())
+    fwd.shutdown(0.2)
+    assert _value(m, "otel_eval_sink_dropped_total", sink="forward", reason="shutdown") == 3
+    assert _value(m, "otel_eval_forward_spans_sent_total") == 0
+
+
+def test_empty_endpoint_is_refused() -> None:
+    with pytest.raises(ValueError, match="forward_endpoint"):
+        Forwarder(ExportConfig(), Metrics())
