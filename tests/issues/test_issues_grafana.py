@@ -1,0 +1,109 @@
+"""Grafana annotations against a real HTTP server on 127.0.0.1:0 checking the contract."""
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from issue_fixtures import window
+
+from otel_eval.issues.config import GrafanaConfig, IssuesConfig
+from otel_eval.issues.grafana import GrafanaAnnotator
+from otel_eval.issues.tracker import IssueTracker
+
+TOKEN = "glsa_test_token"
+
+
+class _Grafana(BaseHTTPRequestHandler):
+    received: list[dict[str, Any]]
+    problems: list[str]
+    status = 200
+
+    def do_POST(self) -> None:
+        if self.path != "/api/annotations":
+            self.problems.append(f"path {self.path}")
+        if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+            self.problems.append("missing bearer token")
+        if self.headers.get("Content-Type") != "application/json":
+            self.problems.append("content type")
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.received.append(body)
+        answer = json.dumps({"message": "Annotation added", "id": len(self.received)}).encode()
+        self.send_response(self.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
+        pass
+
+
+@pytest.fixture
+def grafana() -> Iterator[tuple[str, type[_Grafana]]]:
+    handler = type("Handler", (_Grafana,), {"received": [], "problems": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/", handler
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def _config(url: str) -> IssuesConfig:
+    return IssuesConfig(share_jump=0.1, grafana=GrafanaConfig(
+        url=url, token=TOKEN, dashboard_uid="otel-eval-issues", panel_id=7))
+
+
+def test_new_issues_and_share_jumps_are_annotated(grafana: tuple[str, type[_Grafana]]) -> None:
+    url, handler = grafana
+    cfg = _config(url)
+    annotator = GrafanaAnnotator(cfg.grafana)
+    tracker = IssueTracker(cfg, sqlite3.connect(":memory:"), annotator=annotator)
+    evs = window(12)
+    tracker.run([*window(10, with_auth=False), evs[0], evs[3]], now=1_700_000_000.5)
+    assert handler.problems == []
+    assert len(handler.received) == 3 and annotator.posted == 3
+    for body in handler.received:
+        assert set(body) == {"dashboardUID", "panelId", "time", "tags", "text"}
+        assert body["dashboardUID"] == "otel-eval-issues" and body["panelId"] == 7
+        assert body["time"] == 1_700_000_000_500
+        assert {"otel-eval", "issue", "event:new"} <= set(body["tags"])
+        assert any(t.startswith("issue:iss_") for t in body["tags"])
+        assert body["text"].startswith("New issue (")
+    tracker.run(evs, now=1_700_000_060.0)  # auth share 0.2 -> 0.33: a jump
+    (jump,) = handler.received[3:]
+    assert "event:share_jump" in jump["tags"] and "node:searcher" in jump["tags"]
+    assert "20% -> 33%" in jump["text"] and jump["time"] == 1_700_000_060_000
+
+
+def test_grafana_errors_are_counted_not_raised(grafana: tuple[str, type[_Grafana]],
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    url, handler = grafana
+    handler.status = 403
+    annotator = GrafanaAnnotator(_config(url).grafana)
+    tracker = IssueTracker(_config(url), sqlite3.connect(":memory:"), annotator=annotator)
+    result = tracker.run(window(6), now=1.0)
+    assert len(result.issues) == 3 and annotator.failures == 3 and annotator.posted == 0
+    assert "grafana annotation" in caplog.text
+
+
+def test_unreachable_grafana_is_counted() -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Grafana)
+    port = server.server_address[1]
+    server.server_close()  # nothing listens there any more
+    annotator = GrafanaAnnotator(GrafanaConfig(url=f"http://127.0.0.1:{port}", timeout_s=2.0))
+    tracker = IssueTracker(IssuesConfig(), sqlite3.connect(":memory:"), annotator=annotator)
+    tracker.run(window(6), now=1.0)
+    assert annotator.failures == 3
+
+
+def test_annotator_needs_a_url() -> None:
+    with pytest.raises(ValueError, match="url"):
+        GrafanaAnnotator(GrafanaConfig())

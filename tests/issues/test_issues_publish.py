@@ -1,0 +1,71 @@
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from issue_fixtures import evaluation, window
+
+from otel_eval.config import ConfigError, build
+from otel_eval.issues.config import IssuesConfig
+from otel_eval.issues.embed import minilm_available
+from otel_eval.issues.files import EvaluationFileError, issues_from_paths, read_evaluations
+from otel_eval.issues.result import Issue, IssuesResult, top_issue_gauge_samples
+from otel_eval.issues.tracker import issues_offline
+
+
+def _issue(issue_id: str, node: str, share: float, traces: set[str]) -> Issue:
+    return Issue(issue_id, "node", node, f"title {issue_id}", "d", share, None, 1, len(traces),
+                 (), (), 0.0, True, frozenset(traces))
+
+
+def test_gauge_samples_keep_top_k_per_node_and_aggregate_the_rest() -> None:
+    issues = (_issue("a", "n1", 0.5, {"t1", "t2"}), _issue("b", "n1", 0.25, {"t2"}),
+              _issue("c", "n1", 0.25, {"t3"}), _issue("d", "n2", 0.25, {"t4"}))
+    result = IssuesResult(1.0, 60.0, "tfidf", 4, 5, 0, issues, ())
+    samples = top_issue_gauge_samples(result, top_k=1)
+    assert samples == [
+        ({"level": "node", "node": "n1", "issue_id": "a", "title": "title a"}, 0.5),
+        ({"level": "node", "node": "n1", "issue_id": "_other", "title": "other issues"}, 0.5),
+        ({"level": "node", "node": "n2", "issue_id": "d", "title": "title d"}, 0.25),
+    ]
+
+
+def test_reads_jsonl_json_and_gzip(tmp_path: Path) -> None:
+    evs = window(6)
+    (tmp_path / "a.jsonl").write_text("\n".join(json.dumps(e) for e in evs[:3]) + "\n\n")
+    (tmp_path / "b.json").write_text(json.dumps(evs[3:5], indent=2))
+    with gzip.open(tmp_path / "c.jsonl.gz", "wt") as f:
+        f.write(json.dumps(evs[5]) + "\n")
+    paths = [tmp_path / "a.jsonl", tmp_path / "b.json", tmp_path / "c.jsonl.gz"]
+    assert list(read_evaluations(paths)) == evs
+    result = issues_from_paths(paths, now=1.0)
+    assert result.traces == 6 and len(result.issues) == 3
+
+
+def test_bad_line_is_reported_with_its_place(tmp_path: Path) -> None:
+    (tmp_path / "x.jsonl").write_text(json.dumps(window(1)[0]) + "\n{broken\n")
+    with pytest.raises(EvaluationFileError, match=r"x.jsonl:2"):
+        list(read_evaluations([tmp_path / "x.jsonl"]))
+
+
+def test_config_builds_from_yaml_data_and_rejects_bad_values() -> None:
+    cfg = build(IssuesConfig, {"interval_s": 300, "embedding": "tfidf", "grafana": {
+        "url": "http://g:3000", "token": "t", "dashboard_uid": "u", "tags": ["a"]}})
+    assert cfg.grafana.tags == ("a",) and cfg.interval_s == 300.0
+    with pytest.raises(ConfigError) as e:
+        build(IssuesConfig, {"embedding": "bert", "distance_threshold": 3})
+    assert any("embedding" in err for err in e.value.errors)
+
+
+@pytest.mark.skipif(not minilm_available(), reason="embeddings extra not installed")
+def test_minilm_embedding_clusters_paraphrases() -> None:
+    evs = [evaluation(f"{i:032x}", [], [text]) for i, text in enumerate([
+        "The agent gave up before finishing the task",
+        "The agent stopped early without completing the task",
+        "Wrong currency conversion rate was used",
+        "The exchange rate used for the currency was incorrect",
+    ])]
+    result = issues_offline(evs, IssuesConfig(embedding="minilm", distance_threshold=0.6),
+                            now=1.0)
+    assert result.embedding == "minilm"
+    assert sorted(i.traces for i in result.issues) == [2, 2]
