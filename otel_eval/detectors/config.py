@@ -133,7 +133,7 @@ class ToolCallConfig:
     error_result_patterns: tuple[str, ...] = (
         r"^\s*(error|exception)\b",
         r"^\s*traceback \(most recent call last\)",
-        r'^\s*\{\s*"error"\s*:\s*(?!null)',
+        r'^\s*\{\s*"error"\s*:(?!\s*null)',
     )
 
 

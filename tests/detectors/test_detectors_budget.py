@@ -1,0 +1,85 @@
+import pytest
+from detector_factory import bash, kinds, llm, tool, traj
+
+from otel_eval.detectors import budget, parse_budget
+from otel_eval.detectors.calls import Context
+from otel_eval.detectors.config import DetectorsConfig
+from otel_eval.model import Trajectory
+
+RUN = traj(llm("a", input_tokens=1000, output_tokens=50), tool("t1"), tool("t2"),
+           llm("b", input_tokens=2000, output_tokens=70), tool("t3"), llm("c"), duration_s=42.0)
+
+CASES: list[tuple[str, Trajectory, dict[str, float], list[tuple[str, float, float]]]] = [
+    ("no budgets", RUN, {}, []),
+    ("within every budget", RUN,
+     {"steps": 3, "llm_calls": 3, "tool_calls": 3, "input_tokens": 3100, "output_tokens": 140,
+      "duration_s": 42}, []),
+    ("steps", RUN, {"steps": 2}, [("steps_exceeded", 3, 2)]),
+    ("llm calls", RUN, {"llm_calls": 1}, [("llm_calls_exceeded", 3, 1)]),
+    ("tool calls", RUN, {"tool_calls": 0}, [("tool_calls_exceeded", 3, 0)]),
+    ("input tokens", RUN, {"input_tokens": 3000}, [("input_tokens_exceeded", 3100, 3000)]),
+    ("output tokens", RUN, {"output_tokens": 100}, [("output_tokens_exceeded", 140, 100)]),
+    ("wall time", RUN, {"duration_s": 30}, [("duration_s_exceeded", 42, 30)]),
+    ("several, in budget-name order", RUN, {"duration_s": 1, "steps": 1},
+     [("steps_exceeded", 3, 1), ("duration_s_exceeded", 42, 1)]),
+    ("a shell action is one step",
+     traj(bash("ls"), bash("cat a"), tool("inner", parent=2)), {"steps": 1},
+     [("steps_exceeded", 2, 1)]),
+]
+
+
+@pytest.mark.parametrize(("trajectory", "budgets", "expected"),
+                         [(t, b, e) for _, t, b, e in CASES], ids=[c[0] for c in CASES])
+def test_budget_cases(trajectory: Trajectory, budgets: dict[str, float],
+                      expected: list[tuple[str, float, float]]) -> None:
+    found = budget.detect(trajectory, DetectorsConfig(), Context(budgets=budgets))
+    assert [(f.kind, f.attributes["value"], f.attributes["limit"]) for f in found] == expected
+    assert all(f.severity == "error" for f in found)
+
+
+def test_steps_message_and_pointers() -> None:
+    (f,) = budget.detect(RUN, DetectorsConfig(), Context(budgets={"steps": 2}))
+    assert f.message == "3 steps against a budget of 2"
+    assert f.step_indexes == [5]  # the call that blew it
+
+
+def test_cost_from_spans_first() -> None:
+    t = traj(llm("a", cost=0.4), llm("b", cost=0.3))
+    (f,) = budget.detect(t, DetectorsConfig(), Context(budgets={"cost_usd": 0.5}))
+    assert f.kind == "cost_usd_exceeded"
+    assert f.message == "cost 0.7 USD against a budget of 0.5 USD"
+
+
+def test_cost_from_litellm_price_map() -> None:
+    prices = budget.model_prices("gpt-4o")
+    assert prices is not None and prices[0] > 0
+    t = traj(llm("a", input_tokens=1_000_000, output_tokens=0, model="openai/gpt-4o"))
+    (f,) = budget.detect(t, DetectorsConfig(), Context(budgets={"cost_usd": 0.01}))
+    assert f.attributes["value"] == pytest.approx(prices[0] * 1_000_000)
+
+
+def test_unknown_model_cost_is_unknown_not_an_error() -> None:
+    t = traj(llm("a", model="no-such-model-xyz"), llm("b", cost=0.1))
+    found = budget.detect(t, DetectorsConfig(), Context(budgets={"cost_usd": 1.0}))
+    assert kinds(found) == ["budget/cost_unknown"]
+    assert found[0].severity == "info"
+    assert found[0].attributes["cost_unknown_models"] == ["no-such-model-xyz"]
+    assert budget.model_prices("no-such-model-xyz") is None
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("steps=5", ("steps", 5.0)), (" cost_usd = 0.25 ", ("cost_usd", 0.25)),
+    ("duration_s=0", ("duration_s", 0.0)),
+])
+def test_parse_budget(text: str, expected: tuple[str, float]) -> None:
+    assert parse_budget(text) == expected
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("steps", "expected NAME=VALUE"), ("=5", "expected NAME=VALUE"),
+    ("steps=", "expected NAME=VALUE"), ("turns=5", "unknown name 'turns'"),
+    ("steps=five", "'five' is not a number"), ("steps=-1", ">= 0"), ("steps=inf", "finite"),
+])
+def test_parse_budget_errors(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_budget(text)

@@ -1,0 +1,92 @@
+import pytest
+from detector_factory import bash, kinds, llm, tool, traj
+
+from otel_eval.detectors import loop
+from otel_eval.detectors.calls import Context
+from otel_eval.detectors.config import DetectorsConfig, LoopConfig
+from otel_eval.model import Step
+
+SAME = "The answer is not in these results, so I will search again with the same query."
+
+CASES: list[tuple[str, list[Step], list[str]]] = [
+    ("llm-tool-llm alternation is not a loop",
+     [llm("plan"), tool("search", {"q": "a"}, "r1"), llm("next"), tool("read", {"p": 1}, "x"),
+      llm("done")], []),
+    ("(a) back-to-back identical calls, llm steps between",
+     [llm("a"), tool("search_docs", {"q": "x"}, "r"), llm("b"),
+      tool("search_docs", {"q": "x"}, "r")], ["loop/repeated_call"]),
+    ("(a) canonical: key order and whitespace do not matter",
+     [tool("f", {"a": 1, "b": "x  y"}), tool("f", {"b": "x y", "a": 1})],
+     ["loop/repeated_call"]),
+    ("(a) arguments given as JSON text are canonicalized too",
+     [tool("f", '{"b": 2, "a": 1}'), tool("f", {"a": 1, "b": 2})], ["loop/repeated_call"]),
+    ("different arguments are different calls",
+     [tool("f", {"a": 1}), tool("f", {"a": 2}), tool("f", {"a": 3})], []),
+    ("(b) same call, same result, only reads between",
+     [tool("get_user", {"id": 1}, "u"), tool("get_order", {"id": 2}, "o"),
+      tool("get_user", {"id": 1}, "u")], ["loop/no_progress"]),
+    ("(b) not flagged when the result changed",
+     [tool("get_status", {"id": 1}, "pending"), tool("get_order", {"id": 2}, "o"),
+      tool("get_status", {"id": 1}, "done")], []),
+    ("(b) not flagged after a state change (re-run tests after an edit)",
+     [bash("pytest -x", "1 failed"), tool("edit_file", {"path": "a.py", "new": "x"}),
+      bash("pytest -x", "1 failed")], []),
+    ("(b) outside the window is not flagged",
+     [tool("get_user", {"id": 1}, "u"),
+      *[tool("get_item", {"id": i}, str(i)) for i in range(10)],
+      tool("get_user", {"id": 1}, "u")], []),
+    ("(c) cycle A B A B A B",
+     [tool("open", {"p": 1}, "x"), tool("scroll", {}, "y")] * 3, ["loop/cycle"]),
+    ("(c) two occurrences are not a cycle (retrying a procedure)",
+     [tool("open", {"p": 1}, "x"), tool("write", {}, "y")] * 2, []),
+    ("(c) period-3 cycle",
+     [tool("a", {}, "1"), tool("b", {}, "2"), tool("c", {}, "3")] * 3, ["loop/cycle"]),
+    ("(d) stagnation: three near-identical LLM outputs",
+     [llm(SAME), llm(SAME + "!"), llm(SAME)], ["loop/stagnation"]),
+    ("(d) two identical outputs are not stagnation",
+     [llm(SAME), llm(SAME)], []),
+    ("(d) short outputs ignored",
+     [llm("ok"), llm("ok"), llm("ok")], []),
+    ("(e) shell: same command back to back",
+     [bash("ls -la  src"), bash("ls -la src")], ["loop/repeated_action"]),
+    ("(e) shell: same read-only command with the same output, reads between",
+     [bash("cat a.py", "A"), bash("grep -n foo b.py", "B"), bash("cat a.py", "A")],
+     ["loop/no_progress"]),
+    ("(e) shell: a write between is a state change",
+     [bash("python t.py", "E"), bash("sed -i 's/a/b/' a.py", ""), bash("python t.py", "E")],
+     []),
+    ("(e) python code action text",
+     [tool("python_interpreter", {"code": "print(x)\n"}, "1"),
+      tool("python_interpreter", {"code": "print(x)"}, "1")], ["loop/repeated_action"]),
+    ("a tool called from inside code is not a step of its own",
+     [tool("python_interpreter", {"code": "web_search('a')"}, "r"),
+      tool("web_search", {"q": "a"}, "r", parent=1),
+      tool("python_interpreter", {"code": "web_search('b')"}, "r"),
+      tool("web_search", {"q": "a"}, "r", parent=3)], []),
+]
+
+
+@pytest.mark.parametrize(("steps", "expected"), [(s, e) for _, s, e in CASES],
+                         ids=[c[0] for c in CASES])
+def test_loop_cases(steps: list[Step], expected: list[str]) -> None:
+    found = loop.detect(traj(*steps), DetectorsConfig(), Context())
+    assert kinds(found) == expected
+
+
+def test_repeated_call_finding_fields() -> None:
+    t = traj(llm("a"), tool("search_docs", {"q": "x"}, "r"), tool("search_docs", {"q": "x"}, "r"),
+             tool("search_docs", {"q": "x"}, "r"))
+    (f,) = loop.detect(t, DetectorsConfig(), Context())
+    assert f.severity == "error"
+    assert f.message == "search_docs called 3 times in a row with identical arguments"
+    assert f.step_indexes == [2, 3, 4]
+    assert f.span_ids == [t.steps[i].span_id for i in (2, 3, 4)]
+    assert f.attributes["count"] == 3 and f.attributes["same_result"] is True
+
+
+def test_cycle_threshold_configurable() -> None:
+    cfg = DetectorsConfig(loop=LoopConfig(cycle_min_repeats=2))
+    steps = [tool("open", {"p": 1}, "x"), tool("write", {}, "y")] * 2
+    (f,) = loop.detect(traj(*steps), cfg, Context())
+    assert f.kind == "cycle" and f.attributes == {
+        "period": 2, "repeats": 2, "pattern": ["open", "write"]}

@@ -1,0 +1,55 @@
+import pytest
+from detector_factory import kinds, llm, tool, traj
+
+from otel_eval.detectors import non_termination
+from otel_eval.detectors.calls import Context
+from otel_eval.detectors.config import DetectorsConfig
+from otel_eval.model import Trajectory
+
+CASES: list[tuple[str, Trajectory, list[str]]] = [
+    ("a finished run", traj(llm("x"), tool("t"), llm("the answer")), []),
+    ("root never ended", traj(llm("x"), status="incomplete"), ["non_termination/incomplete"]),
+    ("cut at max duration", traj(llm("x"), status="truncated"), ["non_termination/truncated"]),
+    ("last call stopped for length",
+     traj(llm("x"), llm("partial", finish="length")), ["non_termination/length_stop"]),
+    ("anthropic max_tokens",
+     traj(llm("partial", finish="max_tokens")), ["non_termination/length_stop"]),
+    ("pending tool calls, no final answer",
+     traj(llm("", calls=[("search", {"q": 1})], finish="tool_calls"), output=None),
+     ["non_termination/pending_tool_calls"]),
+    ("tool calls that ran are not pending",
+     traj(llm("", calls=[("search", {})]), tool("search"), llm("done")), []),
+    ("no final output", traj(tool("t"), output=None), ["non_termination/no_output"]),
+    ("smolagents max steps",
+     traj(llm("x"), output="Reached max steps."), ["non_termination/halted"]),
+    ("LangGraph recursion limit on the root error",
+     traj(llm("x"), output=None,
+          root_error="GraphRecursionError: Recursion limit of 25 reached without hitting a "
+                     "stop condition"),
+     ["non_termination/halted"]),
+    ("LangChain AgentExecutor",
+     traj(llm("x"), output="Agent stopped due to iteration limit or time limit."),
+     ["non_termination/halted"]),
+    ("OpenAI Agents SDK",
+     traj(tool("t"), output=None, root_error="MaxTurnsExceeded: Max turns (10) exceeded"),
+     ["non_termination/halted", "non_termination/no_output"]),
+    ("error on the root", traj(llm("x"), root_error="ValueError: boom"),
+     ["non_termination/root_error"]),
+    ("halt text inside a tool result is not a halt",
+     traj(tool("read_file", {}, "docs: raises when max iterations reached"), llm("done")), []),
+]
+
+
+@pytest.mark.parametrize(("trajectory", "expected"), [(t, e) for _, t, e in CASES],
+                         ids=[c[0] for c in CASES])
+def test_non_termination_cases(trajectory: Trajectory, expected: list[str]) -> None:
+    found = non_termination.detect(trajectory, DetectorsConfig(), Context())
+    assert kinds(found) == expected
+
+
+def test_severities() -> None:
+    found = non_termination.detect(traj(llm("x"), status="incomplete", output=None),
+                                   DetectorsConfig(), Context())
+    assert [(f.kind, f.severity) for f in found] == [("incomplete", "error")]
+    found = non_termination.detect(traj(tool("t"), output=None), DetectorsConfig(), Context())
+    assert [(f.kind, f.severity) for f in found] == [("no_output", "warning")]

@@ -1,0 +1,73 @@
+from typing import Any
+
+import pytest
+from detector_factory import bash, kinds, llm, tool, traj
+
+from otel_eval.detectors import tool_call
+from otel_eval.detectors.calls import Context
+from otel_eval.detectors.config import DetectorsConfig
+from otel_eval.model import Step
+
+SCHEMA = {"type": "object", "properties": {"path": {"type": "string"},
+                                           "limit": {"type": "integer", "minimum": 1}},
+          "required": ["path"]}
+TOOLS: dict[str, Any] = {
+    "read_file": SCHEMA,
+    "search": {"type": "function", "function": {"name": "search", "parameters": {
+        "type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"],
+        "additionalProperties": False}}},
+    "free": {"type": "object", "properties": {"a": {}}, "additionalProperties": True},
+}
+
+CASES: list[tuple[str, Step, dict[str, Any], list[tuple[str, str | None]]]] = [
+    ("valid call", tool("read_file", {"path": "a"}), TOOLS, []),
+    ("tool not offered", tool("delete_all", {}), TOOLS, [("selection", None)]),
+    ("missing required", tool("read_file", {}), TOOLS, [("arguments", "required")]),
+    ("wrong type", tool("read_file", {"path": 3}), TOOLS, [("arguments", "type")]),
+    ("constraint", tool("read_file", {"path": "a", "limit": 0}), TOOLS,
+     [("arguments", "minimum")]),
+    ("unknown parameter (schema silent)", tool("read_file", {"path": "a", "mode": "r"}), TOOLS,
+     [("arguments", "additionalProperties")]),
+    ("unknown parameter (schema forbids), OpenAI function shape",
+     tool("search", {"q": "x", "k": 1}), TOOLS, [("arguments", "additionalProperties")]),
+    ("extra allowed when the schema says so", tool("free", {"a": 1, "b": 2}), TOOLS, []),
+    ("arguments that are not JSON", tool("read_file", "{path: a"), TOOLS,
+     [("arguments", "json")]),
+    ("no tool definitions: selection and arguments skipped", tool("anything", {"x": 1}), {}, []),
+    ("shell actions are not a selection error", bash("ls"), TOOLS, []),
+    ("span error is a runtime error", tool("read_file", {"path": "a"}, None, error="ENOENT"),
+     TOOLS, [("runtime", None)]),
+    ("error payload is a runtime error",
+     tool("read_file", {"path": "a"}, "Error: file not found"), TOOLS, [("runtime", None)]),
+    ("JSON error payload", tool("read_file", {"path": "a"}, '{"error": "denied"}'), TOOLS,
+     [("runtime", None)]),
+    ("null error field is fine", tool("read_file", {"path": "a"}, '{"error": null, "x": 1}'),
+     TOOLS, []),
+    ("a traceback printed by a shell command is an observation",
+     bash("python t.py", "Traceback (most recent call last):\n  ..."), TOOLS, []),
+    ("wrong tool and failed", tool("nope", {}, "Error: unknown tool"), TOOLS,
+     [("selection", None), ("runtime", None)]),
+]
+
+
+@pytest.mark.parametrize(("step", "tools", "expected"), [(s, t, e) for _, s, t, e in CASES],
+                         ids=[c[0] for c in CASES])
+def test_tool_call_cases(step: Step, tools: dict[str, Any],
+                         expected: list[tuple[str, str | None]]) -> None:
+    found = tool_call.detect(traj(llm("x"), step, tools=tools), DetectorsConfig(), Context())
+    assert [(f.kind, f.attributes.get("constraint")) for f in found] == expected
+
+
+def test_messages_name_the_constraint() -> None:
+    t = traj(tool("read_file", {"path": 3}), tool("delete_all"), tools=TOOLS)
+    found = tool_call.detect(t, DetectorsConfig(), Context())
+    assert kinds(found) == ["tool_call/arguments", "tool_call/selection"]
+    assert found[0].message == "read_file: invalid arguments (type at path: 3 is not of type " \
+        "'string')"
+    assert found[0].severity == "error" and found[0].step_indexes == [1]
+    assert found[1].message == "called delete_all, which was not offered"
+
+
+def test_invalid_schema_is_skipped_not_raised() -> None:
+    t = traj(tool("bad", {"a": 1}), tools={"bad": {"type": "object", "properties": 3}})
+    assert tool_call.detect(t, DetectorsConfig(), Context()) == []
