@@ -95,8 +95,12 @@ def parse_reply(text: str, schema: Schema, check: Check | None = None) -> tuple[
 
 class JudgeClient:
     def __init__(self, config: JudgeConfig, *, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 repair_text: Callable[[str], str] | None = None) -> None:
         self.config = config
+        # the message asking for a corrected reply, given what was wrong
+        self.repair_text = repair_text or (
+            lambda problem: f"Your reply could not be used: {problem}\nReply with only JSON.")
         self.clock = clock
         self.sleep = sleep  # injected so tests observe backoff delays without waiting
         self.limiter = RateLimiter(config.requests_per_min, config.tokens_per_min)
@@ -130,10 +134,6 @@ class JudgeClient:
                             result.status, result.error = "parse_error", problem
         result.latency_s = max(self.clock() - started, 0.0)
         return result
-
-    def repair_text(self, problem: str) -> str:
-        # replaced by Judge with the (overridable) repair prompt
-        return f"Your reply could not be used: {problem}\nReply with only the JSON object."
 
     def _request(self, messages: Messages, schema: Schema, name: str) -> dict[str, Any]:
         c = self.config

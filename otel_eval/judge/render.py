@@ -26,6 +26,7 @@ class StepRef:
     span_id: str
     node: str | None
     span_ids: tuple[str, ...]  # the LLM step and its tool steps (a ClawTrack "turn")
+    last_index: int  # index of the turn's last step
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,13 +40,14 @@ class Rendered:
 
 def turns(trajectory: Trajectory) -> tuple[StepRef, ...]:
     """LLM steps in order, each with the tool steps that follow it until the next LLM step."""
-    refs: list[tuple[Step, list[str]]] = []
+    refs: list[tuple[Step, list[Step]]] = []
     for step in trajectory.steps:
         if step.kind == "llm":
-            refs.append((step, [step.span_id]))
+            refs.append((step, [step]))
         elif step.kind == "tool" and refs:
-            refs[-1][1].append(step.span_id)
-    return tuple(StepRef(s.index, s.span_id, s.node, tuple(ids)) for s, ids in refs)
+            refs[-1][1].append(step)
+    return tuple(StepRef(s.index, s.span_id, s.node, tuple(t.span_id for t in turn),
+                         turn[-1].index) for s, turn in refs)
 
 
 def _json_text(value: Any) -> str:

@@ -1,0 +1,37 @@
+"""``JudgeObserver``: how the judge reports calls, skips and scores to metrics (wired by the
+service). Label values are bounded: judge names, statuses, skip reasons and dimensions come
+from closed sets; no trace ids or free text."""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol
+
+SkipReason = Literal["queue_full", "sampled_out", "over_budget", "disabled", "shutdown",
+                     "worker_error"]
+SKIP_REASONS: tuple[SkipReason, ...] = ("queue_full", "sampled_out", "over_budget", "disabled",
+                                        "shutdown", "worker_error")
+
+
+class JudgeObserver(Protocol):
+    def call(self, judge: str, status: str, input_tokens: int, output_tokens: int,
+             cost_usd: float, latency_s: float) -> None:
+        """One judge call finished (``judge``: step | trace | process | outcome | combined |
+        rubric_generate | rubric_verify; ``status``: a CallStatus)."""
+
+    def skip(self, reason: SkipReason) -> None:
+        """A trace was not judged."""
+
+    def score(self, judge: str, dimension: str, value: float) -> None:
+        """One score (per step / turn / trace) for the score histograms."""
+
+
+class NoopObserver:
+    def call(self, judge: str, status: str, input_tokens: int, output_tokens: int,
+             cost_usd: float, latency_s: float) -> None:
+        pass
+
+    def skip(self, reason: SkipReason) -> None:
+        pass
+
+    def score(self, judge: str, dimension: str, value: float) -> None:
+        pass
