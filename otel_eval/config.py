@@ -222,7 +222,7 @@ def build(cls: type[T], data: Any, path: str = "", errors: list[str] | None = No
             errs.append(f"{path or '<root>'}: {e}")
     if top and errs:
         raise ConfigError(errs)
-    return obj  # type: ignore[no-any-return]
+    return typing.cast(T, obj)
 
 
 def load_config(path: str | Path | None = None,

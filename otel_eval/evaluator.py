@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from otel_eval.config import Config
 from otel_eval.detectors import Detectors, load_references
-from otel_eval.model import Evaluation, Trace, Trajectory
+from otel_eval.model import Evaluation, Finding, Trace, Trajectory, Verdict
 from otel_eval.trajectory import build_trajectory
 
 _SUCCESS = {"success", "succeeded", "pass", "passed", "true", "1", "1.0", "ok", "resolved"}
@@ -39,8 +40,7 @@ class Evaluator:
                  references_path: str | None = None,
                  wall_clock: Callable[[], float] = time.time) -> None:
         self.config = config
-        path = references_path or config.detectors.references_path or None
-        refs = load_references(path) if path else None
+        refs = load_references(references_path) if references_path else None  # else config's
         self.detectors = Detectors(config.detectors, refs, budget_overrides)
         self._wall_clock = wall_clock
 
@@ -55,6 +55,26 @@ class Evaluator:
         findings, verdict = self.detectors.evaluate(traj, outcome)
         return Evaluation(traj, findings, verdict,
                           evaluated_at_ns=int(self._wall_clock() * 1e9))
+
+    def with_outcome(self, body: dict[str, Any], outcome: str) -> dict[str, Any]:
+        """A stored per-trace object re-judged with an outcome learnt later (POST /v1/feedback):
+        the lucky-pass check re-runs on the stored findings and the verdict follows."""
+        from otel_eval.detectors import lucky_pass
+        from otel_eval.detectors.calls import Context
+
+        findings = [Finding(**f) for f in body.get("findings", [])
+                    if f.get("detector") != "lucky_pass"]
+        cfg = self.config.detectors
+        if "lucky_pass" in self.detectors.enabled_for(body.get("agent")):
+            stub = Trajectory(body["trace_id"], body.get("source", ""), body["status"], [])
+            findings += lucky_pass.detect(stub, cfg, Context(outcome=outcome,
+                                                             findings=tuple(findings)))
+        reasons = [f.message for f in findings if f.severity == "error"]
+        old = body.get("verdict") or {}
+        extra = {k: v for k, v in old.items() if k not in ("passed", "reasons", "outcome")}
+        verdict = Verdict(passed=not reasons, reasons=reasons, outcome=outcome, extra=extra)
+        return {**body, "findings": [f.to_json() for f in findings],
+                "verdict": verdict.to_json()}
 
     def failed(self, trace: Trace, error: BaseException) -> Evaluation:
         """A stand-in stored when evaluation raised: the trace is accounted for, not lost."""

@@ -84,11 +84,13 @@ class Service:
 
     # --- lifecycle ---------------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, worker: bool = True) -> None:
+        """``worker=False`` leaves ticking to the caller (tests drive ``engine.tick(now)``)."""
         for sink in self.sinks:
             if hasattr(sink, "start"):
                 sink.start()
-        self.engine.start()
+        if worker:
+            self.engine.start()
         if self.grpc is not None:
             self.grpc.start()
         if self.http is not None:

@@ -13,6 +13,7 @@ import json
 import sqlite3
 import threading
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from otel_eval.model import Evaluation
@@ -42,6 +43,8 @@ class Store:
     def __init__(self, path: str) -> None:
         self.path = path
         self._lock = threading.Lock()
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         if path != ":memory:":
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -79,11 +82,19 @@ class Store:
                 raise
         return superseded
 
+    def put_json(self, body: dict[str, Any]) -> None:
+        """Replace the stored object of a trace (a verdict updated by feedback)."""
+        v = body.get("verdict")
+        with self._lock:
+            self._db.execute("UPDATE evaluations SET passed = ?, body = ? WHERE trace_id = ?",
+                             (None if v is None else int(v["passed"]), json.dumps(body),
+                              body["trace_id"]))
+
     def get(self, trace_id: str) -> dict[str, Any] | None:
         with self._lock:
             row = self._db.execute("SELECT body FROM evaluations WHERE trace_id = ?",
                                    (trace_id,)).fetchone()
-        return None if row is None else json.loads(row[0])  # type: ignore[no-any-return]
+        return None if row is None else json.loads(row[0])
 
     def latest(self, limit: int) -> list[dict[str, Any]]:
         with self._lock:
