@@ -1,0 +1,152 @@
+"""OpenInference (Arize Phoenix; smolagents, LlamaIndex, LangChain instrumentations).
+
+Marker ``openinference.span.kind`` (AGENT, LLM, TOOL, CHAIN; RETRIEVER, EMBEDDING, RERANKER,
+GUARDRAIL, EVALUATOR, PROMPT read as ``other``). Raw text in ``input.value`` /
+``output.value``; flattened messages ``llm.input_messages.N.message.*`` and tool calls
+``llm.output_messages.N.message.tool_calls.M.tool_call.function.{name,arguments}``; usage
+``llm.token_count.*``; model ``llm.model_name``; offered tools ``llm.tools.N.tool.json_schema``;
+tool spans ``tool.name`` / ``tool.parameters`` (the tool's parameter schema: the actual
+arguments are in ``input.value``). smolagents managed agents are named from the enclosing
+agent's ``smolagents.managed_agents.N.name``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from otel_eval.conventions.adapter import Adapter, Attrs
+from otel_eval.conventions.values import (
+    as_int,
+    as_str,
+    first,
+    parse_json,
+    tool_definition,
+)
+from otel_eval.model import Span, Step, StepKind, ToolCall
+
+_KINDS: dict[str, StepKind] = {"AGENT": "agent", "LLM": "llm", "TOOL": "tool", "CHAIN": "chain"}
+_OUT_PREFIX = "llm.output_messages."
+_CALL_MARK = ".message.tool_calls."
+
+
+def _explicit(span: Span, attrs: Attrs) -> StepKind | None:
+    kind = attrs.get("openinference.span.kind")
+    if kind is None:
+        return None
+    return _KINDS.get(str(kind).upper(), "other")
+
+
+def _implicit(span: Span, attrs: Attrs) -> StepKind | None:
+    if "tool.name" in attrs:
+        return "tool"
+    if ("llm.model_name" in attrs or "llm.input_messages.0.message.role" in attrs
+            or "llm.output_messages.0.message.role" in attrs):
+        return "llm"
+    return None
+
+
+def _tool_calls(attrs: Attrs) -> list[ToolCall]:
+    """Tool calls from flattened output messages, ordered by (message, call) index."""
+    found: dict[tuple[int, int], dict[str, Any]] = {}
+    for key, value in attrs.items():
+        if not key.startswith(_OUT_PREFIX) or _CALL_MARK not in key:
+            continue
+        head, _, tail = key[len(_OUT_PREFIX):].partition(_CALL_MARK)
+        call_idx, _, field = tail.partition(".tool_call.")
+        if not head.isdigit() or not call_idx.isdigit():
+            continue
+        found.setdefault((int(head), int(call_idx)), {})[field] = value
+    calls = []
+    for _, fields in sorted(found.items()):
+        name = fields.get("function.name")
+        if name:
+            calls.append(ToolCall(str(name), parse_json(fields.get("function.arguments")),
+                                  as_str(fields.get("id"))))
+    return calls
+
+
+def _arguments(attrs: Attrs) -> Any:
+    """Tool arguments; smolagents' ``{"args": [...], "kwargs": {...}}`` wrapper is unwrapped,
+    positional args named from the tool's parameter schema when possible."""
+    args = parse_json(first(attrs, "tool_call.function.arguments", "input.value"))
+    if not isinstance(args, dict) or "kwargs" not in args or "args" not in args:
+        return args
+    kwargs = args["kwargs"] if isinstance(args["kwargs"], dict) else {}
+    positional = args["args"] if isinstance(args["args"], list) else []
+    if not positional:
+        return kwargs
+    params = parse_json(attrs.get("tool.parameters"))
+    names = list(params) if isinstance(params, dict) else []
+    if len(names) >= len(positional):
+        return {**dict(zip(names, positional, strict=False)), **kwargs}
+    return {"args": positional, **kwargs}
+
+
+def _fill(step: Step, span: Span, attrs: Attrs) -> None:
+    kind = step.kind
+    if kind == "tool":
+        step.tool_name = as_str(first(attrs, "tool.name", "tool_call.function.name")) or span.name
+        step.arguments = _arguments(attrs)
+        step.result = as_str(attrs.get("output.value"))
+        return
+    step.input_tokens = as_int(attrs.get("llm.token_count.prompt"))
+    step.output_tokens = as_int(attrs.get("llm.token_count.completion"))
+    step.input_text = as_str(attrs.get("input.value"))
+    if kind == "llm":
+        step.model = as_str(attrs.get("llm.model_name"))
+        step.output_text = as_str(attrs.get("output.value"))
+        step.tool_calls = _tool_calls(attrs)
+    else:
+        step.result = as_str(attrs.get("output.value"))
+
+
+def _managed_names(enclosing: Attrs) -> list[str]:
+    names = []
+    i = 0
+    while (name := enclosing.get(f"smolagents.managed_agents.{i}.name")) is not None:
+        names.append(str(name))
+        i += 1
+    return names
+
+
+def _agent_name(span: Span, attrs: Attrs, enclosing: Attrs | None) -> str | None:
+    name = as_str(attrs.get("agent.name"))
+    if name:
+        return name
+    candidates = _managed_names(enclosing) if enclosing else []
+    if len(candidates) == 1:
+        return candidates[0]
+    head = (as_str(attrs.get("input.value")) or "")[:500]
+    for candidate in candidates:
+        if f"'{candidate}'" in head or f'"{candidate}"' in head:
+            return candidate
+    return span.name or None
+
+
+def _schema(params: Any) -> Any:
+    params = parse_json(params)
+    if isinstance(params, dict) and "type" not in params and "properties" not in params:
+        return {"type": "object", "properties": params}
+    return params if params is not None else {}
+
+
+def _tools(attrs: Attrs) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    i = 0
+    while (raw := attrs.get(f"llm.tools.{i}.tool.json_schema")) is not None:
+        found = tool_definition(raw)
+        if found:
+            out[found[0]] = found[1]
+        i += 1
+    name = attrs.get("tool.name")
+    if isinstance(name, str) and name:
+        json_schema = tool_definition(attrs.get("tool.json_schema"))
+        out[name] = json_schema[1] if json_schema else _schema(attrs.get("tool.parameters"))
+    names = parse_json(attrs.get("smolagents.tools_names"))
+    for tool in names if isinstance(names, list) else ():
+        if isinstance(tool, str):
+            out.setdefault(tool, {})
+    return out
+
+
+OPENINFERENCE = Adapter("openinference", _explicit, _implicit, _fill, _agent_name, _tools)

@@ -1,0 +1,109 @@
+"""Attribute value coercion shared by the convention adapters.
+
+Instrumentations disagree on types (OpenInference exports token counts as strings, some SDKs
+put JSON in strings, others send OTLP arrays/maps), so every reader goes through these and
+never raises: a value that cannot be coerced reads as ``None``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+_DECODER = json.JSONDecoder()
+
+
+def as_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value == value and abs(value) < 1e18 else None
+    if isinstance(value, str) and value:
+        try:
+            return int(value)
+        except ValueError:
+            f = as_float(value)
+            return int(f) if f is not None else None
+    return None
+
+
+def as_float(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        f = float(value)
+        return f if f == f and abs(f) != float("inf") else None
+    if isinstance(value, str) and value:
+        try:
+            f = float(value)
+        except ValueError:
+            return None
+        return f if f == f and abs(f) != float("inf") else None
+    return None
+
+
+def as_str(value: Any) -> str | None:
+    """Text as carried; structured values (OTLP arrays/maps) are serialized to JSON."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def parse_json(value: Any) -> Any:
+    """A JSON string parsed; anything else (including invalid JSON) returned unchanged.
+
+    Only strings that look like a JSON object or array are parsed: tool arguments such as
+    ``"42"`` stay strings instead of becoming numbers."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if not text or text[0] not in "{[":
+        return value
+    try:
+        return _DECODER.decode(text)
+    except (ValueError, RecursionError):
+        return value
+
+
+def as_list_of_str(value: Any) -> list[str]:
+    """``["stop"]``, ``"stop"`` or a JSON-encoded list -> list of strings."""
+    value = parse_json(value)
+    if isinstance(value, str):
+        return [value] if value else []
+    if isinstance(value, list | tuple):
+        return [str(v) for v in value if v is not None]
+    return []
+
+
+def first(attrs: Any, *keys: str) -> Any:
+    """The first present, non-empty value among ``keys``."""
+    for key in keys:
+        value = attrs.get(key)
+        if value is not None and value != "":
+            return value
+    return None
+
+
+def tool_definition(obj: Any) -> tuple[str, Any] | None:
+    """One offered tool -> (name, parameters JSON schema). Accepts the OpenAI shape
+    ``{"type": "function", "function": {"name", "parameters"}}``, the flat GenAI/Anthropic
+    shapes ``{"name", "parameters" | "input_schema"}``, and JSON strings of those."""
+    obj = parse_json(obj)
+    if not isinstance(obj, dict):
+        return None
+    fn = obj.get("function")
+    if isinstance(fn, dict):
+        obj = fn
+    name = obj.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    schema = obj.get("parameters", obj.get("input_schema", {}))
+    schema = parse_json(schema)
+    return name, schema if schema is not None else {}

@@ -1,0 +1,82 @@
+"""tau-bench runs files: a JSON list of ``{task_id, reward, info, traj, trial}`` where ``traj``
+is the OpenAI chat log of one run (system, user, assistant with ``tool_calls``, tool).
+
+Each run is one trace (see ``loaders.chat``): a ``chat`` span per assistant message and an
+``execute_tool`` span per tool call, in order, with the tool result matched by
+``tool_call_id``. The root carries the task id (as a string) and the outcome
+(``success`` when ``reward`` is 1, else ``failure``). tau-bench tools report failures as a
+result starting with ``Error:``; those tool spans get status ERROR.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from otel_eval.config import TrajectoryConfig
+from otel_eval.loaders.chat import ChatTrace, dumps, genai_message
+from otel_eval.loaders.files import LoaderError
+from otel_eval.model import Trace
+
+AGENT = "tau-bench-agent"
+
+
+def is_runs(doc: Any) -> bool:
+    if isinstance(doc, dict):
+        return "traj" in doc
+    return (isinstance(doc, list) and bool(doc) and isinstance(doc[0], dict)
+            and "traj" in doc[0])
+
+
+def _tool_error(result: str | None) -> str | None:
+    if result and result.startswith("Error"):
+        return result.splitlines()[0][:500]
+    return None
+
+
+def _run(run: dict[str, Any], index: int, path: Path, config: TrajectoryConfig) -> Trace:
+    trace = ChatTrace(f"{path.name}:{index}", index, "tau-bench")
+    traj = run["traj"]
+    results = {m.get("tool_call_id"): m.get("content") for m in traj if m.get("role") == "tool"}
+    history: list[str] = []
+    first_user = last_answer = None
+    for msg in traj:
+        out = genai_message(msg)
+        serialized = dumps(out)
+        if msg.get("role") == "assistant":
+            trace.chat(history, serialized, "tool_call" if msg.get("tool_calls") else "stop")
+            for call in msg.get("tool_calls") or ():
+                fn = call.get("function") or {}
+                result = results.get(call.get("id"))
+                result = None if result is None else str(result)
+                trace.tool(str(fn.get("name")), call.get("id"), fn.get("arguments"), result,
+                           _tool_error(result))
+            if msg.get("content"):
+                last_answer = out
+        elif msg.get("role") == "user" and first_user is None:
+            first_user = out
+        history.append(serialized)
+    reward = run.get("reward")
+    outcome = None
+    if isinstance(reward, int | float) and not isinstance(reward, bool):
+        outcome = "success" if reward >= 1 else "failure"
+    return trace.finish(AGENT, str(path), {
+        config.task_id_attribute: str(run["task_id"]) if run.get("task_id") is not None
+        else None,
+        config.outcome_attribute: outcome,
+        "tau_bench.reward": reward,
+        "tau_bench.trial": run.get("trial"),
+        "gen_ai.input.messages": dumps([first_user]) if first_user else None,
+        "gen_ai.output.messages": dumps([last_answer]) if last_answer else None,
+    })
+
+
+def from_doc(doc: Any, path: Path, config: TrajectoryConfig) -> list[Trace]:
+    runs = [doc] if isinstance(doc, dict) else doc
+    traces = []
+    for index, run in enumerate(runs):
+        try:
+            traces.append(_run(run, index, path, config))
+        except (KeyError, TypeError, AttributeError, ValueError) as e:
+            raise LoaderError(path, f"run {index}: malformed tau-bench run: {e!r}") from e
+    return traces

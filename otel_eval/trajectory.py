@@ -1,0 +1,194 @@
+"""Stage: trajectory. ``model.Trace`` -> ``model.Trajectory`` (the normalized agent run).
+
+Promises:
+- every span of the trace appears exactly once as a step, with its own span id, in tree
+  order: depth first, siblings by start time; spans whose parent is missing (orphans) follow
+  the root tree at top level in start order; spans caught in a parent cycle follow those;
+- spans repeating an earlier span id are dropped (the first one received is kept);
+- each step is classified by the convention cascade in ``otel_eval.conventions`` and
+  belongs to a node: the name of the nearest enclosing agent;
+- tool calls that exist only inside LLM output messages (no tool span anywhere under that
+  agent) are rebuilt as tool steps right after their LLM step (``rebuilt=True``, same span id);
+- never raises on span content; message text stays a raw string.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from otel_eval.config import TrajectoryConfig
+from otel_eval.conventions import describe, dominant, merge_tools
+from otel_eval.conventions.values import as_str
+from otel_eval.model import Span, Step, Trace, Trajectory
+
+__all__ = ["build_trajectory", "tree_order"]
+
+
+def _dedupe(spans: Iterable[Span]) -> list[Span]:
+    seen: set[str] = set()
+    out = []
+    for span in spans:
+        if span.span_id not in seen:
+            seen.add(span.span_id)
+            out.append(span)
+    return out
+
+
+def _start(span: Span) -> int:
+    return span.start_ns
+
+
+def tree_order(spans: list[Span]) -> list[tuple[Span, int]]:
+    """(span, depth) for unique-id ``spans`` in tree order (see module docstring)."""
+    ids = {s.span_id for s in spans}
+    children: dict[str, list[Span]] = {}
+    tops: list[Span] = []
+    orphans: list[Span] = []
+    for span in spans:
+        parent = span.parent_span_id
+        if not parent:
+            tops.append(span)
+        elif parent in ids and parent != span.span_id:
+            children.setdefault(parent, []).append(span)
+        else:
+            orphans.append(span)
+    for group in children.values():
+        group.sort(key=_start)
+    tops.sort(key=_start)
+    orphans.sort(key=_start)
+    out: list[tuple[Span, int]] = []
+    visited: set[str] = set()
+
+    def walk(starts: list[Span]) -> None:
+        stack = [(s, 0) for s in reversed(starts)]
+        while stack:
+            span, depth = stack.pop()
+            if span.span_id in visited:
+                continue
+            visited.add(span.span_id)
+            out.append((span, depth))
+            kids = children.get(span.span_id)
+            if kids:
+                stack.extend((k, depth + 1) for k in reversed(kids))
+
+    walk(tops)
+    walk(orphans)
+    if len(visited) < len(spans):  # parent cycles: unreachable from any top
+        walk(sorted((s for s in spans if s.span_id not in visited), key=_start))
+    return out
+
+
+class _Builder:
+    """One pass over the spans in tree order; keeps the enclosing agent of every span."""
+
+    def __init__(self, config: TrajectoryConfig) -> None:
+        self.task_key = config.task_id_attribute
+        self.steps: list[Step] = []
+        self.tools: dict[str, Any] = {}
+        self.task_id: str | None = None
+        # span id -> (node name, id of the nearest agent span at or above it)
+        self.scope: dict[str, tuple[str | None, str | None]] = {}
+        self.agent_attrs: dict[str, Any] = {}  # agent span id -> its attributes
+        self.agent_parent: dict[str, str | None] = {}  # agent span id -> enclosing agent
+        self.agents_with_tools: set[str | None] = set()
+
+    def add(self, span: Span, depth: int) -> None:
+        attrs = span.attributes
+        step = Step(len(self.steps), span.span_id, span.parent_span_id, "other", span.name,
+                    depth=depth, start_ns=span.start_ns, end_ns=span.end_ns)
+        adapter = describe(step, span, attrs)
+        node, agent = self.scope.get(span.parent_span_id or "", (None, None))
+        if step.kind == "agent":
+            enclosing = self.agent_attrs.get(agent) if agent else None
+            name = adapter.agent_name(span, attrs, enclosing) if adapter else None
+            self.agent_parent[span.span_id] = agent
+            self.agent_attrs[span.span_id] = attrs
+            node, agent = name or span.name, span.span_id
+        self.scope[span.span_id] = (node, agent)
+        step.node = node
+        if step.kind == "tool":
+            self._mark_tools(agent)
+        if adapter is not None:
+            merge_tools(self.tools, adapter.tools(attrs))
+        if self.task_id is None:
+            task = attrs.get(self.task_key)
+            if task is None:
+                task = span.resource.get(self.task_key)
+            self.task_id = as_str(task)
+        self.steps.append(step)
+
+    def _mark_tools(self, agent: str | None) -> None:
+        while agent not in self.agents_with_tools:
+            self.agents_with_tools.add(agent)
+            if agent is None:
+                return
+            agent = self.agent_parent.get(agent)
+
+    def rebuild_tool_calls(self) -> list[Step]:
+        """Steps with rebuilt tool steps inserted, re-indexed."""
+        out: list[Step] = []
+        for step in self.steps:
+            out.append(step)
+            if step.kind != "llm" or not step.tool_calls:
+                continue
+            agent = self.scope[step.span_id][1]
+            if agent in self.agents_with_tools:
+                continue
+            for call in step.tool_calls:
+                out.append(Step(
+                    0, step.span_id, step.parent_span_id, "tool", call.name, node=step.node,
+                    depth=step.depth, status="ok", start_ns=step.end_ns, end_ns=step.end_ns,
+                    tool_name=call.name, arguments=call.arguments, rebuilt=True,
+                    convention=step.convention))
+        if len(out) != len(self.steps):
+            for i, step in enumerate(out):
+                step.index = i
+        return out
+
+
+def _io(steps: list[Step]) -> tuple[Step | None, Step | None]:
+    """(root step, top agent step): the shallowest agent, first in tree order."""
+    root = steps[0] if steps else None
+    top = None
+    for step in steps:
+        if step.kind == "agent" and (top is None or step.depth < top.depth):
+            top = step
+    return root, top
+
+
+def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
+    spans = _dedupe(trace.spans)
+    builder = _Builder(config)
+    for span, depth in tree_order(spans):
+        builder.add(span, depth)
+    steps = builder.rebuild_tool_calls()
+    root_step, top = _io(builder.steps)
+    root_span = next((s for s in spans if s.span_id == root_step.span_id), None) \
+        if root_step else None
+    source = top if top is not None else root_step
+    ends = [s.end_ns for s in spans if s.end_ns]
+    return Trajectory(
+        trace_id=trace.trace_id, source=trace.source, status=trace.status, steps=steps,
+        service=as_str(root_span.resource.get("service.name")) if root_span else None,
+        agent=top.node if top else None,
+        task_id=builder.task_id,
+        convention=dominant(s.convention for s in builder.steps),
+        start_ns=min((s.start_ns for s in spans), default=0),
+        end_ns=max(ends, default=0),
+        input=_first_text(source, root_step, "input_text"),
+        output=_first_text(source, root_step, "result", "output_text"),
+        tools=builder.tools,
+        root_attributes=dict(root_span.attributes) if root_span else {},
+        revision=trace.revision,
+        span_count=len(spans),
+    )
+
+
+def _first_text(preferred: Step | None, fallback: Step | None, *fields: str) -> str | None:
+    for step in (preferred, fallback):
+        for field in fields if step is not None else ():
+            value = getattr(step, field)
+            if value is not None:
+                return str(value)
+    return None
