@@ -1,0 +1,51 @@
+"""Paths of the shipped Grafana / Prometheus files and the PromQL they contain."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+GRAFANA = ROOT / "grafana"
+DASHBOARD = GRAFANA / "dashboards" / "otel-eval.json"
+RULES = GRAFANA / "alerts" / "otel-eval-rules.yaml"
+RULE_TESTS = sorted((GRAFANA / "alerts" / "tests").glob("*.yaml"))
+PROMETHEUS_YML = GRAFANA / "prometheus.yml"
+
+# Grafana template variables -> values that select everything, for running panel queries.
+SUBSTITUTIONS = {"$__rate_interval": "1m", "$__interval": "15s", "$service": ".*",
+                 "$agent": ".*", "${datasource}": "prometheus"}
+
+
+def dashboard() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    return data
+
+
+def panels() -> list[dict[str, Any]]:
+    return [p for p in dashboard()["panels"] if p.get("type") != "row"]
+
+
+def panel_queries() -> list[tuple[str, str]]:
+    """(panel title / refId, PromQL with template variables substituted) for every target."""
+    out = []
+    for p in panels():
+        for t in p["targets"]:
+            expr = t["expr"]
+            for var, value in SUBSTITUTIONS.items():
+                expr = expr.replace(var, value)
+            out.append((f"{p['title']} / {t['refId']}", expr))
+    return out
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    data = yaml.safe_load(RULES.read_text(encoding="utf-8"))
+    return [r for g in data["groups"] for r in g["rules"]]
+
+
+def metric_names(expr: str) -> set[str]:
+    return set(re.findall(r"\botel_eval_[a-z0-9_]+", expr))

@@ -1,0 +1,32 @@
+"""promtool: the rule file and scrape config check, and the rule unit tests pass."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+from grafana_files import PROMETHEUS_YML, RULE_TESTS, RULES
+
+
+def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("promtool")
+    assert exe, "promtool missing: apt-get install -y prometheus (.ci/run installs it)"
+    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=120,
+                          check=False)
+
+
+def test_rules_check() -> None:
+    r = _promtool("check", "rules", str(RULES))
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_scrape_config_check() -> None:
+    r = _promtool("check", "config", str(PROMETHEUS_YML))
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("path", RULE_TESTS, ids=[p.name for p in RULE_TESTS])
+def test_rule_unit_tests(path: object) -> None:
+    r = _promtool("test", "rules", str(path))
+    assert r.returncode == 0, r.stdout + r.stderr

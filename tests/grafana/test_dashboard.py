@@ -1,0 +1,99 @@
+"""The shipped dashboard and provisioning files: structure, variables, metric names."""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+from grafana_files import GRAFANA, alert_rules, dashboard, metric_names, panel_queries, panels
+
+from otel_eval.metrics import Metrics
+
+
+def _exposed_names() -> set[str]:
+    """Every sample name a Metrics object can expose (counters' _total, histogram parts)."""
+    names = set()
+    for family in Metrics().registry.collect():
+        if family.type == "counter":
+            names.add(family.name + "_total")
+        elif family.type == "histogram":
+            names |= {family.name + s for s in ("_bucket", "_sum", "_count")}
+        else:
+            names.add(family.name)
+    return names
+
+
+def test_every_query_uses_declared_metrics() -> None:
+    exposed = _exposed_names()
+    exprs = [e for _, e in panel_queries()] + [r["expr"] for r in alert_rules()]
+    used = set().union(*(metric_names(e) for e in exprs))
+    assert used and used <= exposed, sorted(used - exposed)
+    variables = {v["name"]: v for v in dashboard()["templating"]["list"]}
+    for v in variables.values():
+        if v["type"] == "query":
+            assert metric_names(v["query"]["query"]) <= exposed
+
+
+def test_variables_and_panels() -> None:
+    d = dashboard()
+    assert d["uid"] == "otel-eval"
+    variables = {v["name"]: v for v in d["templating"]["list"]}
+    assert set(variables) == {"datasource", "service", "agent", "trace_datasource"}
+    assert variables["datasource"]["query"] == "prometheus"
+    assert set(variables["trace_datasource"]["query"].split(",")) == {"otel-eval-tempo",
+                                                                      "otel-eval-jaeger"}
+    ids = [p["id"] for p in d["panels"]]
+    assert len(ids) == len(set(ids))
+    titles = {p["title"] for p in panels()}
+    for wanted in ("Pass rate", "Loop rate", "Non-termination rate", "Budget overruns by budget",
+                   "Tool errors by kind", "Tool errors by tool (top 10)", "Spans /s",
+                   "Span drops by reason", "Open traces and pending spans", "Export latency",
+                   "Tokens per trace", "Cost per trace", "Duration per trace"):
+        assert wanted in titles
+    for p in panels():
+        assert p["datasource"]["uid"] == "${datasource}" and p["targets"], p["title"]
+        exprs = " ".join(t["expr"] for t in p["targets"])
+        if "traces_completed" in exprs or "trace_" in exprs:
+            assert "$service" in exprs or "$agent" in exprs, p["title"]
+
+
+def test_distribution_panels_carry_exemplar_links() -> None:
+    for p in panels():
+        if any("_bucket{service" in t["expr"] for t in p["targets"]):
+            assert all(t.get("exemplar") for t in p["targets"]), p["title"]
+            urls = [link["url"] for link in p["fieldConfig"]["defaults"]["links"]]
+            assert any("${trace_datasource}" in u and "trace_id" in u for u in urls)
+
+
+def test_provisioning_files() -> None:
+    prov = yaml.safe_load((GRAFANA / "provisioning/dashboards/otel-eval.yaml").read_text())
+    (provider,) = prov["providers"]
+    assert provider["type"] == "file" and provider["options"]["path"]
+    sources = {}
+    for f in (GRAFANA / "provisioning/datasources").glob("*.yaml"):
+        for ds in yaml.safe_load(f.read_text())["datasources"]:
+            sources[ds["uid"]] = ds
+    assert {s["type"] for s in sources.values()} == {"prometheus", "tempo", "jaeger"}
+    prom = sources["otel-eval-prometheus"]
+    dests = prom["jsonData"]["exemplarTraceIdDestinations"]
+    assert {d["datasourceUid"] for d in dests} == {"otel-eval-tempo", "otel-eval-jaeger"}
+    assert all(d["name"] == "trace_id" and d["datasourceUid"] in sources for d in dests)
+
+
+def test_prometheus_scrape_config_targets_admin_default() -> None:
+    from otel_eval.config import Config
+
+    cfg = yaml.safe_load((GRAFANA / "prometheus.yml").read_text())
+    (job,) = cfg["scrape_configs"]
+    assert job["metrics_path"] == "/metrics"
+    assert job["static_configs"][0]["targets"] == [Config().admin.endpoint]
+    assert cfg["rule_files"] == ["alerts/otel-eval-rules.yaml"]
+
+
+def test_alert_rules_document_threshold_and_for() -> None:
+    text = (GRAFANA / "alerts/otel-eval-rules.yaml").read_text()
+    for rule in alert_rules():
+        assert re.fullmatch(r"\d+m", rule["for"]), rule["alert"]
+        assert rule["labels"]["severity"] in ("warning", "critical")
+        assert rule["alert"] in text.split("groups:")[0]  # listed in the header table
+        assert rule["annotations"]["summary"] and rule["annotations"]["description"]
