@@ -14,6 +14,8 @@ label. Results are deterministic (fixed seeds).
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 from scipy import sparse
 from sklearn.cluster import AgglomerativeClustering, MiniBatchKMeans
@@ -22,11 +24,13 @@ from sklearn.preprocessing import normalize as l2_normalize
 
 from otel_eval.issues.embed import Matrix
 
+Linkage = Literal["average", "complete", "single"]
+
 _SVD_DIMS = 128
 _SEED = 0
 
 
-def _agglomerate(x: Matrix, threshold: float) -> np.ndarray:
+def _agglomerate(x: Matrix, threshold: float, linkage: Linkage) -> np.ndarray:
     n = x.shape[0]
     if n == 1:
         return np.zeros(1, dtype=np.int64)
@@ -35,7 +39,7 @@ def _agglomerate(x: Matrix, threshold: float) -> np.ndarray:
     dist = np.clip(1.0 - sims.astype(np.float64), 0.0, 2.0)
     np.fill_diagonal(dist, 0.0)
     # An all-zero row (no known term) is at distance 1 from everything: its own cluster.
-    model = AgglomerativeClustering(n_clusters=None, metric="precomputed", linkage="average",
+    model = AgglomerativeClustering(n_clusters=None, metric="precomputed", linkage=linkage,
                                     distance_threshold=threshold)
     return np.asarray(model.fit_predict(dist), dtype=np.int64)
 
@@ -54,12 +58,15 @@ def _reduce(x: Matrix, k: int) -> tuple[np.ndarray, np.ndarray]:
     return labels, l2_normalize(km.cluster_centers_)
 
 
-def cluster(x: Matrix, threshold: float, max_exact: int) -> np.ndarray:
-    """Cluster label (0..m-1) of each row of ``x`` (L2-normalized rows)."""
+def cluster(x: Matrix, threshold: float, max_exact: int,
+            linkage: Linkage = "average") -> np.ndarray:
+    """Cluster label (0..m-1) of each row of ``x`` (L2-normalized rows). ``linkage`` other
+    than average is for the benchmark's comparison."""
     n = x.shape[0]
     if n == 0:
         return np.zeros(0, dtype=np.int64)
     if n <= max_exact or x.shape[1] == 0:
-        return _agglomerate(x, threshold) if x.shape[1] else np.arange(n, dtype=np.int64)
+        return (_agglomerate(x, threshold, linkage) if x.shape[1]
+                else np.arange(n, dtype=np.int64))
     micro, centroids = _reduce(x, max_exact)
-    return _agglomerate(centroids, threshold)[micro]
+    return _agglomerate(centroids, threshold, linkage)[micro]

@@ -184,7 +184,7 @@ class IssueTracker:
         uid = [position.setdefault(normalize(c.text), len(position)) for c in group]
         unique = list(position)
         x, features = self._embedder.embed(unique)
-        labels = cluster(x, self._config.distance_threshold, self._config.max_exact)
+        labels = cluster(x, self._config.threshold, self._config.max_exact)
         term_x, terms = (x, features) if isinstance(self._embedder, TfidfEmbedder) \
             else TfidfEmbedder().embed(unique)
         by_label: dict[int, list[int]] = {}
