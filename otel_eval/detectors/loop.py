@@ -147,8 +147,24 @@ def stagnation(llm_steps: Sequence[Step], cfg: LoopConfig) -> list[Finding]:
     return out
 
 
+def _explained(finding: Finding, trajectory: Trajectory, covered: set[int]) -> bool:
+    """Whether every LLM output of a stagnation run led only to calls already flagged as a
+    loop (then the stagnation is the same loop seen from the model's side: one reason)."""
+    llm_at = [s.index for s in trajectory.llm_steps]
+    tools_at = [s.index for s in trajectory.tool_steps]
+    for idx in finding.step_indexes:
+        nxt = next((i for i in llm_at if i > idx), len(trajectory.steps))
+        following = [t for t in tools_at if idx < t < nxt]
+        if not following or not set(following) <= covered:
+            return False
+    return True
+
+
 def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) -> list[Finding]:
     cfg = config.loop
     cs = calls(trajectory, cfg, config.tool_call)
-    return [*repeated_calls(cs, cfg), *no_progress(cs, cfg), *cycles(cs, cfg),
-            *stagnation(trajectory.llm_steps, cfg)]
+    found = [*repeated_calls(cs, cfg), *no_progress(cs, cfg), *cycles(cs, cfg)]
+    covered = {i for f in found for i in f.step_indexes}
+    found += [f for f in stagnation(trajectory.llm_steps, cfg)
+              if not _explained(f, trajectory, covered)]
+    return found

@@ -1,0 +1,47 @@
+import pytest
+from detector_factory import bash, llm, tool, traj
+
+from otel_eval.detectors import recovery
+from otel_eval.detectors.calls import Context
+from otel_eval.detectors.config import DetectorsConfig
+from otel_eval.model import Step
+
+FAIL = tool("edit_file", {"path": "a"}, "Error: permission denied")
+FAIL_SPAN = tool("edit_file", {"path": "a"}, None, error="IOError")
+
+# (name, steps, outcome, [(kind, severity, retries)])
+CASES: list[tuple[str, list[Step], str | None, list[tuple[str, str, int]]]] = [
+    ("no errors", [tool("a"), tool("b")], None, []),
+    ("recovered by a different call", [FAIL, tool("chmod", {"path": "a"}), llm("ok")], None,
+     [("recovered", "info", 0)]),
+    ("recovered by a retry", [FAIL_SPAN, tool("edit_file", {"path": "a"})], None,
+     [("recovered", "info", 0)]),
+    ("retried once, then recovered", [FAIL, FAIL, tool("edit_file", {"path": "b"})], None,
+     [("recovered", "info", 1)]),
+    ("repeated the failing call", [FAIL, llm("again"), FAIL, FAIL], None,
+     [("repeated_failing_call", "error", 2)]),
+    ("gave up", [tool("a"), FAIL, llm("I could not do it")], None, [("gave_up", "error", 0)]),
+    ("gave up, known failure", [FAIL], "failure", [("gave_up", "error", 0)]),
+    ("unrecovered but the outcome is success", [FAIL, llm("done")], "success",
+     [("unrecovered", "warning", 0)]),
+    ("two failures, one recovery", [FAIL, tool("x", {}, "Error: no"), tool("y")], None,
+     [("recovered", "info", 0), ("recovered", "info", 0)]),
+    ("a shell command's non-zero exit is not a tool failure",
+     [bash("pytest", "<returncode>1</returncode>\nFAILED")], None, []),
+]
+
+
+@pytest.mark.parametrize(("steps", "outcome", "expected"),
+                         [(s, o, e) for _, s, o, e in CASES], ids=[c[0] for c in CASES])
+def test_recovery_cases(steps: list[Step], outcome: str | None,
+                        expected: list[tuple[str, str, int]]) -> None:
+    found = recovery.detect(traj(*steps), DetectorsConfig(), Context(outcome=outcome))
+    assert [(f.kind, f.severity, f.attributes["retries"]) for f in found] == expected
+
+
+def test_recovered_points_at_failure_and_fix() -> None:
+    t = traj(FAIL, tool("chmod", {"path": "a"}))
+    (f,) = recovery.detect(t, DetectorsConfig(), Context())
+    assert f.step_indexes == [1, 2]
+    assert f.message == "recovered from a failed edit_file with chmod"
+    assert f.attributes["error"] == "Error: permission denied"

@@ -1,0 +1,152 @@
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from detector_factory import kinds, llm, tool, traj
+
+from otel_eval.detectors import load_references, reference
+from otel_eval.detectors.calls import Context, RefCall, Reference
+from otel_eval.detectors.config import DetectorsConfig
+from otel_eval.detectors.references import TAU_BENCH_WRITE_TOOLS
+from otel_eval.model import Step
+
+A, B, C = ("a", {"x": 1}), ("b", {"y": 2, "z": 3}), ("c", {})
+
+
+def ref(*calls: tuple[str, Any], match: str, args: str = "exact",
+        by_tool: dict[str, str] | None = None) -> Reference:
+    return Reference("t1", tuple(RefCall(n, a) for n, a in calls), match, args, by_tool or {})
+
+
+def steps(*calls: tuple[str, Any]) -> list[Step]:
+    return [tool(n, a) for n, a in calls]
+
+
+# (name, reference, actual calls, matched, score)
+CASES: list[tuple[str, Reference, list[Step], bool, float]] = [
+    ("exact: same", ref(A, B, match="exact"), steps(A, B), True, 1.0),
+    ("exact: order matters", ref(A, B, match="exact"), steps(B, A), False, 0.5),
+    ("exact: extras forbidden", ref(A, B, match="exact"), steps(A, C, B), False, 0.8),
+    ("in_order: extras allowed", ref(A, B, match="in_order"), steps(C, A, C, B), True, 1.0),
+    ("in_order: order matters", ref(A, B, match="in_order"), steps(B, A), False, 0.5),
+    ("any_order: any order", ref(A, B, match="any_order"), steps(B, A), True, 1.0),
+    ("any_order: extras forbidden", ref(A, B, match="any_order"), steps(B, A, C), False, 0.8),
+    ("superset: extras and any order", ref(A, B, match="superset"), steps(C, B, C, A), True,
+     1.0),
+    ("superset: missing one", ref(A, B, match="superset"), steps(A, C), False, 0.5),
+    ("superset: multiplicity counts", ref(A, A, match="superset"), steps(A), False, 0.5),
+    ("exact args: a wrong value", ref(A, match="superset"), steps(("a", {"x": 2})), False, 0.0),
+    ("ignore args", ref(A, match="superset", args="ignore"), steps(("a", {"q": 9})), True, 1.0),
+    ("subset args: fewer given is fine", ref(B, match="superset", args="subset"),
+     steps(("b", {"y": 2})), True, 1.0),
+    ("subset args: an extra is not", ref(B, match="superset", args="subset"),
+     steps(("b", {"y": 2, "z": 3, "w": 0})), False, 0.0),
+    ("superset args: extra given is fine", ref(B, match="superset", args="superset"),
+     steps(("b", {"y": 2, "z": 3, "w": 0})), True, 1.0),
+    ("superset args: a missing one is not", ref(B, match="superset", args="superset"),
+     steps(("b", {"y": 2})), False, 0.0),
+    ("per-tool override", ref(A, B, match="in_order", by_tool={"b": "ignore"}),
+     steps(A, ("b", {})), True, 1.0),
+    ("canonical args: whitespace and 250 vs 250.0",
+     ref(("p", {"amount": 250, "note": "a  b"}), match="exact"),
+     steps(("p", {"note": "a b", "amount": 250.0})), True, 1.0),
+    ("empty reference, superset", ref(match="superset"), steps(A), True, 1.0),
+]
+
+
+@pytest.mark.parametrize(("reference_", "actual", "matched", "score"),
+                         [(r, a, m, s) for _, r, a, m, s in CASES], ids=[c[0] for c in CASES])
+def test_reference_cases(reference_: Reference, actual: list[Step], matched: bool,
+                         score: float) -> None:
+    (f,) = reference.detect(traj(llm("x"), *actual, task_id="t1"), DetectorsConfig(),
+                            Context(reference=reference_))
+    assert (f.attributes["matched"], f.attributes["score"]) == (matched, pytest.approx(score))
+    assert f.kind == ("match" if matched else "mismatch")
+    assert f.severity == ("info" if matched else "error")
+
+
+def test_precision_recall_apart_from_argument_accuracy() -> None:
+    r = ref(A, B, ("d", {}), match="in_order")
+    t = traj(*steps(("a", {"x": 9}), B, C, C), task_id="t1")
+    (f,) = reference.detect(t, DetectorsConfig(), Context(reference=r))
+    summary = reference.reference_summary([f])
+    assert summary == {"match": "in_order", "arguments_match": "exact", "matched": False,
+                       "tool_precision": 0.5, "tool_recall": pytest.approx(0.666667),
+                       "argument_accuracy": 0.5, "score": pytest.approx(0.333333)}
+    assert f.attributes["missing"] == ["d"]
+    assert f.attributes["unexpected"] == ["c", "c"]
+    assert f.attributes["wrong_arguments"] == ["a"]
+    assert f.message == ("calls do not match the reference for task t1 (in_order, arguments "
+                         "exact): missing d; wrong arguments a")
+    assert f.step_indexes == [1, 3, 4]  # the wrong-argument call, then the unexpected ones
+
+
+def test_defaults_come_from_config_and_no_reference_no_finding() -> None:
+    r = Reference("t1", (RefCall("a", {"x": 1}),))
+    (f,) = reference.detect(traj(*steps(A)), DetectorsConfig(), Context(reference=r))
+    assert (f.attributes["match"], f.attributes["arguments_match"]) == ("in_order", "exact")
+    assert reference.detect(traj(*steps(A)), DetectorsConfig(), Context()) == []
+
+
+def test_reference_scope_compares_only_listed_tools() -> None:
+    r = Reference("0", (RefCall("book", {"id": 1}),), "any_order", "exact",
+                  tools=frozenset({"book", "cancel"}))
+    t = traj(*steps(("get_user", {}), ("book", {"id": 1}), ("get_user", {})))
+    (f,) = reference.detect(t, DetectorsConfig(), Context(reference=r))
+    assert f.attributes["matched"] and f.attributes["tool_precision"] == 1.0
+
+
+def test_load_jsonl(tmp_path: Path) -> None:
+    path = tmp_path / "refs.jsonl"
+    path.write_text(
+        json.dumps({"task_id": "fix-1", "calls": [{"name": "list_dir", "arguments": {}}],
+                    "match": "superset", "arguments_match": "ignore"}) + "\n\n"
+        + json.dumps({"task_id": 7, "calls": [{"name": "a"}],
+                      "arguments_match_by_tool": {"a": "subset"}, "tools": ["a"]}) + "\n")
+    refs = load_references(path)
+    assert sorted(refs) == ["7", "fix-1"]
+    assert refs["fix-1"] == Reference("fix-1", (RefCall("list_dir", {}),), "superset", "ignore")
+    assert refs["7"].arguments_match_by_tool == {"a": "subset"}
+    assert refs["7"].tools == frozenset({"a"}) and refs["7"].match is None
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("{not json", r"refs.jsonl:1: not valid JSON"),
+    ('{"calls": []}', "expected an object with task_id"),
+    ('{"task_id": 1, "calls": {}}', "calls must be a list"),
+    ('{"task_id": 1, "calls": [{"arguments": {}}]}', r"calls\[0\] needs a string name"),
+    ('{"task_id": 1, "calls": [], "match": "fuzzy"}', "match 'fuzzy' is not one of"),
+    ('{"task_id": 1, "calls": [], "arguments_match_by_tool": {"a": "x"}}',
+     r"arguments_match_by_tool.a 'x' is not one of"),
+])
+def test_load_errors_name_the_line(tmp_path: Path, line: str, message: str) -> None:
+    path = tmp_path / "refs.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(ValueError, match=message):
+        load_references(path)
+
+
+def test_load_tau_bench_task_file(datasets: Path) -> None:
+    path = datasets / "tau-bench" / "tasks" / "airline_tasks_test.json"
+    tasks = json.loads(path.read_text())
+    refs = load_references(path)
+    assert len(refs) == len(tasks) == 50
+    first = refs["0"]
+    assert [c.name for c in first.calls] == ["book_reservation"]
+    assert first.calls[0].arguments == tasks[0]["actions"][0]["kwargs"]
+    assert (first.match, first.arguments_match) == ("any_order", "exact")
+    assert first.tools == TAU_BENCH_WRITE_TOOLS
+    for i, task in enumerate(tasks):  # write actions only, in file order
+        names = [a["name"] for a in task["actions"] if a["name"] in TAU_BENCH_WRITE_TOOLS]
+        assert [c.name for c in refs[str(i)].calls] == names
+    retail = load_references(datasets / "tau-bench" / "tasks" / "retail_tasks_test.json")
+    assert len(retail) == 115
+    assert all(c.name in TAU_BENCH_WRITE_TOOLS for r in retail.values() for c in r.calls)
+
+
+def test_kinds_helper_for_reference() -> None:
+    r = ref(A, match="exact")
+    found = reference.detect(traj(*steps(B)), DetectorsConfig(), Context(reference=r))
+    assert kinds(found) == ["reference/mismatch"]
+    assert found[0].attributes["missing"] == ["a"] and found[0].attributes["unexpected"] == ["b"]
