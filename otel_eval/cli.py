@@ -1,4 +1,4 @@
-"""The ``otel-eval`` command: ``serve``, ``eval``, ``replay``, ``issues``."""
+"""The ``otel-eval`` command: ``serve``, ``eval``, ``replay``, ``issues``, ``config``."""
 
 from __future__ import annotations
 
@@ -82,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("paths", nargs="+", metavar="PATH")
     rp.add_argument("--endpoint", type=_endpoint, required=True, metavar="HOST:PORT")
     rp.add_argument("--protocol", choices=["grpc", "http"], default="grpc")
+
+    cf = sub.add_parser("config", help="print the configuration reference (defaults, or the "
+                        "effective configuration of --config FILE) as commented YAML")
+    cf.add_argument("--config", metavar="FILE")
 
     iss = sub.add_parser("issues", help="cluster critiques and findings into recurring issues")
     _common(iss)
@@ -195,6 +199,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_eval(args, sys.stdout)
         if args.command == "replay":
             return cmd_replay(args, sys.stdout)
+        if args.command == "config":
+            from otel_eval.configdoc import reference
+            sys.stdout.write(reference(load_config(args.config)))
+            return 0
         from otel_eval.issues.command import cmd_issues
         return cmd_issues(args, sys.stdout)
     except ConfigError as e:

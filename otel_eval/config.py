@@ -113,15 +113,25 @@ class StoreConfig:
 
 @dataclass(frozen=True)
 class Config:
+    # OTLP receivers (gRPC and HTTP).
     receiver: ReceiverConfig = field(default_factory=ReceiverConfig)
+    # Trace assembly: when a trace counts as finished, and the bounds on what is held open.
     assembly: AssemblyConfig = field(default_factory=AssemblyConfig)
+    # Building trajectories from spans: where task ids and known outcomes are read.
     trajectory: TrajectoryConfig = field(default_factory=TrajectoryConfig)
+    # Deterministic detectors: loops, non-termination, budgets, tool calls, references.
     detectors: DetectorsConfig = field(default_factory=DetectorsConfig)
+    # The LLM judge (off unless a model is set).
     judge: JudgeConfig = field(default_factory=JudgeConfig)
+    # Results written back as telemetry: evaluation events and pass-through forwarding.
     export: ExportConfig = field(default_factory=ExportConfig)
+    # Recurring-issue clustering of critiques and findings.
     issues: IssuesConfig = field(default_factory=IssuesConfig)
+    # Kafka consumer / publisher (off unless brokers are set).
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
+    # Admin endpoint: /metrics, health, results API.
     admin: AdminConfig = field(default_factory=AdminConfig)
+    # Where evaluations are kept.
     store: StoreConfig = field(default_factory=StoreConfig)
 
 
