@@ -1,0 +1,106 @@
+import dataclasses
+from pathlib import Path
+
+import pytest
+from detector_factory import kinds, llm, tool, traj
+
+from otel_eval.config import Config, ConfigError, build
+from otel_eval.detectors import Detectors, RefCall, Reference, ReferenceSet
+from otel_eval.detectors.config import (
+    AgentOverrides,
+    BudgetsConfig,
+    DetectorsConfig,
+    LuckyPassConfig,
+)
+
+LOOPY = traj(llm("a"), tool("search", {"q": 1}, "r"), tool("search", {"q": 1}, "r"),
+             tool("edit", {}, "Error: conflict"), llm("done"), agent="fixer", task_id="7")
+
+
+def test_passed_iff_no_error_and_reasons_in_order() -> None:
+    findings, verdict = Detectors(DetectorsConfig(), budget_overrides={"steps": 1}).evaluate(
+        LOOPY, "failure")
+    assert kinds(findings) == ["loop/repeated_call", "budget/steps_exceeded",
+                               "tool_call/runtime", "recovery/gave_up"]
+    assert verdict.passed is False and verdict.outcome == "failure"
+    assert verdict.reasons == [f.message for f in findings if f.severity == "error"]
+    assert "reference" not in verdict.extra
+    clean = traj(llm("a"), tool("search", {"q": 1}), llm("done"))
+    assert Detectors(DetectorsConfig()).evaluate(clean)[1].passed is True
+
+
+def test_outcome_changes_the_verdict_on_re_evaluation() -> None:
+    detectors = Detectors(DetectorsConfig())
+    _, before = detectors.evaluate(LOOPY, None)
+    findings, after = detectors.evaluate(LOOPY, "success")
+    assert "recovery/unrecovered" in kinds(findings) and "lucky_pass/lucky_pass" in kinds(findings)
+    assert after.outcome == "success" and len(after.reasons) < len(before.reasons)
+
+
+def test_budgets_config_then_agent_then_overrides() -> None:
+    cfg = DetectorsConfig(budgets=BudgetsConfig(steps=10, llm_calls=1),
+                          agents={"fixer": AgentOverrides(budgets=BudgetsConfig(steps=2))})
+    d = Detectors(cfg)
+    assert d.budgets_for("fixer") == {"steps": 2.0, "llm_calls": 1.0}
+    assert d.budgets_for("other") == {"steps": 10.0, "llm_calls": 1.0}
+    assert Detectors(cfg, budget_overrides={"steps": 50}).budgets_for("fixer")["steps"] == 50
+    findings, _ = d.evaluate(LOOPY)
+    assert [f.kind for f in findings if f.detector == "budget"] == [
+        "steps_exceeded", "llm_calls_exceeded"]
+
+
+def test_enabled_per_agent() -> None:
+    cfg = DetectorsConfig(enabled=("loop",), agents={"fixer": AgentOverrides(enabled=())})
+    assert Detectors(cfg).evaluate(LOOPY)[0] == []
+    other = dataclasses.replace(LOOPY, agent="other")
+    assert {f.detector for f in Detectors(cfg).evaluate(other)[0]} == {"loop"}
+
+
+def test_reference_by_task_id_fills_verdict() -> None:
+    refs = ReferenceSet({"7": Reference("7", (RefCall("edit", {}),), "superset", "ignore")})
+    findings, verdict = Detectors(DetectorsConfig(), refs).evaluate(LOOPY)
+    assert verdict.extra["reference"]["matched"] is True
+    assert verdict.to_json()["reference"]["score"] == 1.0
+    assert "reference/match" in kinds(findings)
+
+
+def test_references_path_from_config(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"task_id": "7", "calls": [{"name": "deploy"}], "match": "superset"}\n')
+    findings, verdict = Detectors(DetectorsConfig(references_path=str(path))).evaluate(LOOPY)
+    assert verdict.extra["reference"]["tool_recall"] == 0.0
+    assert any(f.message.startswith("calls do not match the reference for task 7")
+               for f in findings)
+
+
+def test_lucky_pass_severity_configurable() -> None:
+    cfg = DetectorsConfig(lucky_pass=LuckyPassConfig(severity="error"))
+    _, verdict = Detectors(cfg).evaluate(LOOPY, "success")
+    assert verdict.reasons[-1] == "succeeded despite loops and unrecovered errors"
+
+
+def test_unknown_budget_override_rejected() -> None:
+    with pytest.raises(ValueError, match="unknown budget"):
+        Detectors(DetectorsConfig(), budget_overrides={"turns": 3})
+
+
+def test_config_loads_through_the_top_level_builder() -> None:
+    cfg = build(Config, {"detectors": {
+        "enabled": ["loop", "budget"], "budgets": {"steps": 5, "cost_usd": 1},
+        "loop": {"window_steps": 5}, "reference": {"match": "superset"},
+        "agents": {"fixer": {"budgets": {"steps": 3}, "enabled": ["budget"]}},
+    }}).detectors
+    assert cfg.enabled == ("loop", "budget") and cfg.budgets.cost_usd == 1.0
+    assert cfg.agents["fixer"].budgets.steps == 3 and cfg.loop.window_steps == 5
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ({"enabled": ["loops"]}, "unknown detector"),
+    ({"budgets": {"steps": -1}}, "must be >= 0"),
+    ({"budgets": {"turns": 3}}, "turns: unknown key"),
+    ({"reference": {"match": "fuzzy"}}, "detectors.reference.match"),
+    ({"agents": {"a": {"enabled": ["nope"]}}}, "unknown detector"),
+])
+def test_invalid_config_is_reported(data: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        build(Config, {"detectors": data})
