@@ -1,0 +1,100 @@
+"""Stand-in for ``otel-eval serve`` in the Prometheus end-to-end test.
+
+Serves a ``Metrics`` registry on ``/metrics`` the way the admin server does (``metrics.render``
+with content negotiation, so Prometheus gets OpenMetrics and exemplars) and feeds it with
+hand-built evaluations: a loop-heavy agent, a clean agent, and ingest / sink activity. When the
+real service exists, the test should start ``otel-eval serve --admin-endpoint 127.0.0.1:P`` and
+send OTLP traces instead (see the module docstring of test_prometheus_e2e.py).
+"""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from otel_eval import model
+from otel_eval.metrics import Metrics, render
+
+LOOPY, CLEAN, SERVICE = "looper", "steady", "shop"
+
+
+def serve(metrics: Metrics) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.split("?")[0] != "/metrics":
+                self.send_error(404)
+                return
+            body, ctype = render(metrics.registry, self.headers.get("Accept"))
+            self.send_response(200)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _evaluation(trace_id: str, agent: str, findings: list[model.Finding],
+                passed: bool) -> model.Evaluation:
+    steps = [model.Step(index=0, span_id="a" * 16, parent_span_id=None, kind="llm", name="chat",
+                        input_tokens=900, output_tokens=100, cost_usd=0.02)]
+    steps += [model.Step(index=i, span_id=f"{i:016x}", parent_span_id="a" * 16, kind="tool",
+                         name="execute_tool search", tool_name="search") for i in range(1, 4)]
+    traj = model.Trajectory(trace_id, "otlp", "complete", steps, service=SERVICE, agent=agent,
+                            start_ns=0, end_ns=12_000_000_000)
+    return model.Evaluation(traj, findings, model.Verdict(passed, []))
+
+
+def _loopy_findings(i: int) -> list[model.Finding]:
+    out = []
+    if i % 2 == 0:  # 50 % of traces loop
+        out.append(model.Finding("loop", "repeated_tool_call", "error", "search x3"))
+    if i % 10 in (1, 3, 5):  # 30 % never terminate
+        out.append(model.Finding("non_termination", "max_steps", "error", "step cap"))
+    if i % 5 == 0:  # 20 % overrun the token budget
+        out.append(model.Finding("budget", "tokens", "warning", "over",
+                                 attributes={"budget": "tokens"}))
+    kind = ("selection", "arguments", "runtime")[i % 3]
+    out.append(model.Finding("tool_call", kind, "warning", "bad call",
+                             attributes={"tool": "search"}))
+    if i == 9:
+        out.append(model.Finding("lucky_pass", "lucky_pass", "info", "passed despite errors"))
+    return out
+
+
+def feed_round(metrics: Metrics, round_no: int, traces: int = 10) -> list[str]:
+    """One round of traffic; returns the trace ids of every evaluation fed."""
+    ids = []
+    for i in range(traces):
+        tid = f"{round_no:08x}{i:08x}{'1' * 16}"
+        ids.append(tid)
+        findings = _loopy_findings(i)
+        metrics.evaluation_stored(_evaluation(tid, LOOPY, findings, passed=i == 9), 0.4, False)
+        # The clean agent loops once in its first round (so its series exists), never again.
+        clean = ([model.Finding("loop", "cycle", "warning", "a-b-a")]
+                 if round_no == 0 and i == 0 else [])
+        clean_id = f"{round_no:08x}{i:08x}{'2' * 16}"
+        ids.append(clean_id)
+        metrics.evaluation_stored(_evaluation(clean_id, CLEAN, clean, passed=True), 0.2, False)
+    metrics.evaluation_stored(_evaluation(ids[0], LOOPY, [], passed=True), 0.3, True)
+    spans = traces * 2 * 4
+    metrics.spans_received("grpc", spans + 10)
+    metrics.spans_accepted("grpc", spans)
+    metrics.spans_rejected("grpc", "invalid_span_id", 10)
+    metrics.request_throttled("grpc", "pending_spans")
+    metrics.export_duration("grpc", 0.004)
+    metrics.open_traces(3 + round_no % 4)
+    metrics.pending_spans(40 + round_no % 7)
+    for _ in range(traces * 2):
+        metrics.trace_released("complete", "root_ended", 4)
+    metrics.trace_reopened(1)
+    metrics.evaluation_failed("judge", "timeout")
+    metrics.sink_dropped("forward", "retries_exhausted", 2)
+    metrics.forwarded(spans)
+    metrics.events_emitted(traces * 3)
+    return ids
