@@ -1,0 +1,93 @@
+"""A scripted OpenAI-compatible ``/v1/chat/completions`` server on 127.0.0.1, port 0.
+
+Each request pops the next scripted reply (status, headers, body) and is recorded, so tests
+see what litellm actually sent over HTTP. ``hang()`` makes a reply wait until the server
+stops (the client's timeout fires first): no sleeps, no fixed ports.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: Any = None  # dict -> JSON; str -> raw
+    headers: dict[str, str] = field(default_factory=dict)
+    hang: bool = False
+
+
+def completion(content: str, model: str = "gpt-4o-mini", prompt_tokens: int = 1000,
+               completion_tokens: int = 100) -> Reply:
+    return Reply(200, {
+        "id": "chatcmpl-test", "object": "chat.completion", "created": 1_700_000_000,
+        "model": model,
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": content}}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                  "total_tokens": prompt_tokens + completion_tokens},
+    })
+
+
+def good(data: Any, **kw: Any) -> Reply:
+    return completion(json.dumps(data), **kw)
+
+
+def error(status: int, headers: dict[str, str] | None = None) -> Reply:
+    return Reply(status, {"error": {"message": f"scripted {status}", "type": "server_error",
+                                    "code": str(status)}}, headers or {})
+
+
+class FakeLLM:
+    def __init__(self) -> None:
+        self.replies: deque[Reply] = deque()
+        self.requests: list[dict[str, Any]] = []
+        self.released = threading.Event()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:  # quiet
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                fake.requests.append(json.loads(self.rfile.read(length) or b"{}"))
+                reply = fake.replies.popleft() if fake.replies else error(500)
+                if reply.hang:
+                    fake.released.wait(30)
+                    return
+                raw = reply.body if isinstance(reply.body, str) else json.dumps(reply.body)
+                data = raw.encode()
+                self.send_response(reply.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in reply.headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def api_base(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def script(self, *replies: Reply) -> None:
+        self.replies.extend(replies)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.released.set()
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)

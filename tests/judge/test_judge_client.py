@@ -1,0 +1,159 @@
+"""JudgeClient over the real litellm HTTP path against the scripted loopback server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from judge_fake_llm import FakeLLM, Reply, completion, error, good
+from judge_fixtures import config
+
+from otel_eval.judge.client import JudgeClient, retry_after_s
+from otel_eval.judge.schemas import trace_schema
+
+MESSAGES = [{"role": "user", "content": "grade this"}]
+GOOD = {"critique": "fine", "score": 0.5}
+
+
+class Clock:
+    """Manual clock; ``sleep`` records the delay and advances time instead of waiting."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def client(llm: FakeLLM, clock: Clock | None = None, **changes: Any) -> JudgeClient:
+    clock = clock or Clock()
+    return JudgeClient(config(llm.api_base, **changes), clock=clock, sleep=clock.sleep)
+
+
+def call(c: JudgeClient, messages: list[dict[str, str]] = MESSAGES) -> Any:
+    return asyncio.run(c.call(messages, trace_schema(), "trace"))
+
+
+def test_good_reply_validated_costed_and_sent_with_schema(llm: FakeLLM) -> None:
+    llm.script(good(GOOD))
+    r = call(client(llm))
+    assert (r.status, r.data, r.attempts) == ("ok", GOOD, 1), r.error
+    assert (r.input_tokens, r.output_tokens) == (1000, 100)
+    assert r.cost_usd > 0  # litellm's price map knows gpt-4o-mini
+    sent = llm.requests[0]
+    assert sent["model"] == "gpt-4o-mini" and sent["messages"] == MESSAGES
+    assert sent["response_format"]["type"] == "json_schema"
+    assert sent["response_format"]["json_schema"]["schema"] == trace_schema()
+
+
+def test_code_fenced_json_is_accepted(llm: FakeLLM) -> None:
+    llm.script(completion("```json\n" + json.dumps(GOOD) + "\n```"))
+    assert call(client(llm)).status == "ok"
+
+
+def test_malformed_then_repaired(llm: FakeLLM) -> None:
+    llm.script(completion("score: 0.5, looks fine"), good(GOOD))
+    r = call(client(llm))
+    assert (r.status, r.data, r.attempts) == ("ok", GOOD, 2)
+    repair = llm.requests[1]["messages"]
+    assert repair[1] == {"role": "assistant", "content": "score: 0.5, looks fine"}
+    assert "not valid JSON" in repair[2]["content"]
+    assert (r.input_tokens, r.output_tokens) == (2000, 200)  # both calls are paid for
+
+
+def test_invalid_twice_is_parse_error_never_a_default(llm: FakeLLM) -> None:
+    llm.script(completion("{not json"), good({"critique": "x", "score": 7}))
+    r = call(client(llm))
+    assert (r.status, r.data, r.attempts) == ("parse_error", None, 2)
+    assert "score" in r.error and "maximum" in r.error
+
+
+def test_429_honours_retry_after(llm: FakeLLM) -> None:
+    clock = Clock()
+    llm.script(error(429, {"Retry-After": "7"}), good(GOOD))
+    r = call(client(llm, clock))
+    assert (r.status, r.attempts) == ("ok", 2)
+    assert clock.sleeps == [7.0]
+
+
+def test_429_exhausted_is_rate_limited(llm: FakeLLM) -> None:
+    llm.script(*[error(429, {"retry-after-ms": "1500"})] * 3)
+    clock = Clock()
+    r = call(client(llm, clock, max_retries=2))
+    assert (r.status, r.attempts, clock.sleeps) == ("rate_limited", 3, [1.5, 1.5])
+
+
+def test_500_retried_with_exponential_backoff(llm: FakeLLM) -> None:
+    clock = Clock()
+    llm.script(error(500), error(500), good(GOOD))
+    r = call(client(llm, clock, backoff_initial_s=2.0, max_retries=3))
+    assert (r.status, r.attempts, clock.sleeps) == ("ok", 3, [2.0, 4.0])
+
+
+def test_500_exhausted_is_error(llm: FakeLLM) -> None:
+    llm.script(error(500), error(500))
+    r = call(client(llm, max_retries=1))
+    assert (r.status, r.attempts, r.data) == ("error", 2, None)
+    assert "InternalServerError" in r.error
+
+
+def test_400_is_not_retried(llm: FakeLLM) -> None:
+    llm.script(error(400), good(GOOD))
+    r = call(client(llm))
+    assert (r.status, r.attempts, len(llm.requests)) == ("error", 1, 1)
+
+
+def test_timeout(llm: FakeLLM) -> None:
+    llm.script(Reply(hang=True))
+    r = call(client(llm, timeout_s=0.3, max_retries=0))
+    assert (r.status, r.attempts) == ("timeout", 1)
+
+
+def test_hourly_budget_blocks_calls_until_spend_leaves_window(llm: FakeLLM) -> None:
+    clock = Clock()
+    c = client(llm, clock, max_cost_usd_per_hour=0.0001)
+    llm.script(good(GOOD), good(GOOD))
+    assert call(c).status == "ok"  # ~0.00021 USD spent
+    assert c.over_budget()
+    r = call(c)
+    assert (r.status, r.attempts, len(llm.requests)) == ("budget_exceeded", 0, 1)
+    clock.now += 3601
+    assert call(c).status == "ok"
+
+
+def test_requests_per_minute_waits_on_injected_clock(llm: FakeLLM) -> None:
+    clock = Clock()
+    c = client(llm, clock, requests_per_min=2)
+    llm.script(good(GOOD), good(GOOD), good(GOOD))
+    for _ in range(3):
+        assert call(c).status == "ok"
+    assert clock.sleeps == [60.0]
+
+
+def test_custom_prices_for_unknown_models(llm: FakeLLM) -> None:
+    llm.script(good(GOOD, model="my-vllm-model"))
+    c = client(llm, model="openai/my-vllm-model", input_cost_per_token_usd=1e-6,
+               output_cost_per_token_usd=2e-6)
+    assert call(c).cost_usd == 1000 * 1e-6 + 100 * 2e-6
+
+
+def test_unknown_model_costs_zero_not_crash(llm: FakeLLM) -> None:
+    llm.script(good(GOOD, model="my-vllm-model"))
+    r = call(client(llm, model="openai/my-vllm-model"))
+    assert (r.status, r.cost_usd) == ("ok", 0.0)
+
+
+def test_retry_after_http_date_and_garbage() -> None:
+    class E(Exception):
+        def __init__(self, headers: dict[str, str]) -> None:
+            self.litellm_response_headers = headers
+
+    assert retry_after_s(E({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"})) == 0.0
+    assert retry_after_s(E({"retry-after": "soon"})) is None
+    assert retry_after_s(E({})) is None
