@@ -7,8 +7,11 @@ Promises:
 - spans repeating an earlier span id are dropped (the first one received is kept);
 - each step is classified by the convention cascade in ``otel_eval.conventions`` and
   belongs to a node: the name of the nearest enclosing agent;
-- tool calls that exist only inside LLM output messages (no tool span anywhere under that
-  agent) are rebuilt as tool steps right after their LLM step (``rebuilt=True``, same span id);
+- tool calls that exist only inside LLM output messages are rebuilt as tool steps right after
+  their LLM step (``rebuilt=True``, same span id) when no tool span exists under that agent
+  and none in the trace comes from the LLM step's convention: an instrumentation that emits
+  tool spans is trusted to emit them (smolagents' ToolCallingAgent answers through a
+  ``final_answer`` call that has no span; rebuilding it would add a tool step no span backs);
 - never raises on span content; message text stays a raw string.
 """
 
@@ -92,6 +95,7 @@ class _Builder:
         self.agent_attrs: dict[str, Any] = {}  # agent span id -> its attributes
         self.agent_parent: dict[str, str | None] = {}  # agent span id -> enclosing agent
         self.agents_with_tools: set[str | None] = set()
+        self.conventions_with_tools: set[str] = set()
 
     def add(self, span: Span, depth: int) -> None:
         attrs = span.attributes
@@ -109,6 +113,7 @@ class _Builder:
         step.node = node
         if step.kind == "tool":
             self._mark_tools(agent)
+            self.conventions_with_tools.add(step.convention)
         if adapter is not None:
             merge_tools(self.tools, adapter.tools(attrs))
         if self.task_id is None:
@@ -133,7 +138,7 @@ class _Builder:
             if step.kind != "llm" or not step.tool_calls:
                 continue
             agent = self.scope[step.span_id][1]
-            if agent in self.agents_with_tools:
+            if agent in self.agents_with_tools or step.convention in self.conventions_with_tools:
                 continue
             for call in step.tool_calls:
                 out.append(Step(

@@ -1,0 +1,215 @@
+"""Tree order, nodes, rebuilt tool calls and bad input for ``build_trajectory``."""
+
+from __future__ import annotations
+
+import json
+
+from trajectory_factory import TRACE_ID, sid, span, trace
+
+from otel_eval.config import TrajectoryConfig
+from otel_eval.model import Trajectory
+from otel_eval.trajectory import build_trajectory
+
+CFG = TrajectoryConfig()
+AGENT = {"gen_ai.operation.name": "invoke_agent"}
+CHAT = {"gen_ai.operation.name": "chat"}
+
+
+def tool(name: str, args: str = "{}") -> dict[str, str]:
+    return {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
+            "gen_ai.tool.call.arguments": args}
+
+
+def chat_calling(*calls: tuple[str, object]) -> dict[str, str]:
+    parts = [{"type": "tool_call", "id": f"c{i}", "name": n, "arguments": a}
+             for i, (n, a) in enumerate(calls)]
+    return {**CHAT, "gen_ai.output.messages": json.dumps(
+        [{"role": "assistant", "parts": parts, "finish_reason": "tool_call"}])}
+
+
+def names(t: Trajectory) -> list[str]:
+    return [s.name for s in t.steps]
+
+
+def test_tree_order_is_depth_first_by_start_time_whatever_the_arrival_order() -> None:
+    t = build_trajectory(trace(
+        span("b2", "b", 25), span("a", "root", 10), span("root", None, 0, end=100),
+        span("b", "root", 20), span("a1", "a", 11), span("b1", "b", 21),
+    ), CFG)
+    assert names(t) == ["root", "a", "a1", "b", "b1", "b2"]
+    assert [s.depth for s in t.steps] == [0, 1, 2, 1, 2, 2]
+    assert [s.index for s in t.steps] == list(range(6))
+    assert t.steps[1].parent_span_id == sid("root")
+
+
+def test_orphans_follow_the_root_tree_in_start_order_with_their_children() -> None:
+    t = build_trajectory(trace(
+        span("late-orphan", "missing-1", 50), span("root", None, 0),
+        span("early-orphan", "missing-2", 5), span("child", "early-orphan", 6),
+        span("kid", "root", 1),
+    ), CFG)
+    assert names(t) == ["root", "kid", "early-orphan", "child", "late-orphan"]
+    assert [s.depth for s in t.steps] == [0, 1, 0, 1, 0]
+    assert t.steps[2].parent_span_id == sid("missing-2")  # kept as received
+
+
+def test_parent_cycles_and_self_parents_are_kept_once() -> None:
+    t = build_trajectory(trace(
+        span("root", None, 0), span("x", "y", 5), span("y", "x", 6),
+        span("self", "self", 3),
+    ), CFG)
+    assert sorted(names(t)) == ["root", "self", "x", "y"]
+    assert names(t)[:2] == ["root", "self"]  # self-parent reads as an orphan
+
+
+def test_duplicate_span_ids_keep_the_first_span() -> None:
+    first = span("tool", "root", 1, tool("first"))
+    dup = span("tool", "root", 2, tool("second"))
+    t = build_trajectory(trace(span("root"), first, dup), CFG)
+    assert [s.tool_name for s in t.tool_steps] == ["first"]
+    assert t.span_count == 2
+
+
+def test_nodes_are_the_enclosing_agent_names() -> None:
+    t = build_trajectory(trace(
+        span("root", None, 0, {**AGENT, "gen_ai.agent.name": "boss"}),
+        span("llm", "root", 1, CHAT),
+        span("sub", "root", 2, {"gen_ai.operation.name": "invoke_agent"}, span_id=None),
+        span("sub-llm", "sub", 3, CHAT),
+        span("after", "root", 9, tool("t")),
+        span("orphan", "gone", 20, CHAT),
+    ), CFG)
+    nodes = {s.name: s.node for s in t.steps}
+    assert nodes == {"root": "boss", "llm": "boss", "sub": "sub", "sub-llm": "sub",
+                     "after": "boss", "orphan": None}
+    assert t.agent == "boss"
+
+
+def test_smolagents_managed_agent_named_from_the_manager() -> None:
+    manager = {"openinference.span.kind": "AGENT",
+               "smolagents.managed_agents.0.name": "search_agent",
+               "smolagents.managed_agents.1.name": "code_agent"}
+    managed = {"openinference.span.kind": "AGENT",
+               "input.value": "You're a helpful agent named 'search_agent'."}
+    t = build_trajectory(trace(
+        span("CodeAgent.run", None, 0, manager), span("Step 1", "CodeAgent.run", 1,
+                                                      {"openinference.span.kind": "CHAIN"}),
+        span("ToolCallingAgent.run", "Step 1", 2, managed),
+        span("LLM", "ToolCallingAgent.run", 3, {"openinference.span.kind": "LLM"}),
+    ), CFG)
+    assert [s.node for s in t.steps] == ["CodeAgent.run", "CodeAgent.run", "search_agent",
+                                         "search_agent"]
+
+
+def test_tool_calls_only_in_llm_output_are_rebuilt_after_their_llm_step() -> None:
+    t = build_trajectory(trace(
+        span("root", None, 0, AGENT),
+        span("llm1", "root", 1, chat_calling(("search", {"q": "a"}), ("open", "not json"))),
+        span("llm2", "root", 5, CHAT),
+    ), CFG)
+    assert [(s.kind, s.name, s.rebuilt) for s in t.steps] == [
+        ("agent", "root", False), ("llm", "llm1", False), ("tool", "search", True),
+        ("tool", "open", True), ("llm", "llm2", False)]
+    rebuilt = t.steps[2]
+    assert rebuilt.span_id == sid("llm1") and rebuilt.arguments == {"q": "a"}
+    assert rebuilt.tool_name == "search" and rebuilt.node == "root"
+    assert t.steps[3].arguments == "not json"
+    assert [s.index for s in t.steps] == list(range(5))
+    assert rebuilt.to_json()["rebuilt"] is True
+
+
+def test_no_rebuild_when_the_agent_has_tool_spans() -> None:
+    t = build_trajectory(trace(
+        span("root", None, 0, AGENT),
+        span("llm1", "root", 1, chat_calling(("search", {}))),
+        span("tool1", "root", 2, tool("search")),
+    ), CFG)
+    assert [s.rebuilt for s in t.steps] == [False, False, False]
+
+
+OI_AGENT = {"openinference.span.kind": "AGENT"}
+OI_LLM_CALLING = {"openinference.span.kind": "LLM",
+                  "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "grep"}
+
+
+def test_rebuild_is_decided_per_agent() -> None:
+    """A sub-agent's tool spans count for its manager, not the other way round."""
+    t = build_trajectory(trace(
+        span("boss", None, 0, OI_AGENT),
+        span("boss-llm", "boss", 1, chat_calling(("delegate", {}))),
+        span("worker", "boss", 2, OI_AGENT),
+        span("worker-llm", "worker", 3, OI_LLM_CALLING),
+        span("other", "boss", 4, OI_AGENT),
+        span("other-llm", "other", 5, chat_calling(("ls", {}))),
+        span("other-tool", "other", 6, tool("ls")),
+    ), CFG)
+    assert [s.name for s in t.steps if s.rebuilt] == ["grep"]
+
+
+def test_no_rebuild_when_the_convention_emits_tool_spans_elsewhere() -> None:
+    """smolagents' managed ToolCallingAgent answers via final_answer without a TOOL span."""
+    t = build_trajectory(trace(
+        span("boss", None, 0, OI_AGENT),
+        span("boss-tool", "boss", 1, {"openinference.span.kind": "TOOL", "tool.name": "x"}),
+        span("worker", "boss", 2, OI_AGENT),
+        span("worker-llm", "worker", 3, OI_LLM_CALLING),
+    ), CFG)
+    assert not any(s.rebuilt for s in t.steps)
+
+
+def test_trajectory_fields() -> None:
+    res = {"service.name": "svc", "otel_eval.task.id": "from-resource"}
+    t = build_trajectory(trace(
+        span("root", None, 100, {**AGENT, "gen_ai.agent.name": "a",
+                                 "gen_ai.input.messages": "question",
+                                 "gen_ai.output.messages": "answer",
+                                 "otel_eval.outcome": "success"}, end=900, resource=res),
+        span("llm", "root", 200, {**CHAT, "gen_ai.usage.input_tokens": 3,
+                                  "gen_ai.usage.output_tokens": 4,
+                                  "gen_ai.usage.cost": 0.5}, resource=res),
+        span("t", "root", 300, tool("x"), status="error", message="denied", resource=res),
+    ), CFG)
+    assert (t.trace_id, t.service, t.agent, t.task_id) == (TRACE_ID, "svc", "a", "from-resource")
+    assert (t.input, t.output, t.convention) == ("question", "answer", "genai")
+    assert (t.start_ns, t.end_ns, t.duration_s) == (100, 900, 800 / 1e9)
+    assert t.root_attributes["otel_eval.outcome"] == "success"
+    assert t.counts() == {"spans": 3, "llm_calls": 1, "tool_calls": 1, "errors": 1}
+    assert t.usage() == {"input_tokens": 3, "output_tokens": 4, "cost_usd": 0.5}
+    assert t.steps[2].error == "denied"
+
+
+def test_task_id_from_a_span_attribute_named_in_config() -> None:
+    cfg = TrajectoryConfig(task_id_attribute="my.task")
+    t = build_trajectory(trace(span("root"), span("c", "root", 1, {"my.task": 17})), cfg)
+    assert t.task_id == "17"
+
+
+def test_input_and_output_fall_back_to_root_without_agent() -> None:
+    t = build_trajectory(trace(span("root", None, 0, {
+        **CHAT, "gen_ai.input.messages": "q", "gen_ai.output.messages": "a"})), CFG)
+    assert (t.agent, t.input, t.output) == (None, "q", "a")
+
+
+def test_empty_trace() -> None:
+    t = build_trajectory(trace(), CFG)
+    assert (t.steps, t.span_count, t.input, t.convention) == ([], 0, None, "unknown")
+
+
+def test_huge_strings_stay_raw_and_unparsed() -> None:
+    big = '{"x": "' + "a" * 10_000_000 + '"}'
+    t = build_trajectory(trace(span("root", None, 0, {
+        **CHAT, "gen_ai.input.messages": big, "gen_ai.output.messages": big})), CFG)
+    assert t.steps[0].input_text is big and t.steps[0].output_text is big
+
+
+def test_garbage_attribute_types() -> None:
+    t = build_trajectory(trace(span("root", None, 0, {
+        "gen_ai.operation.name": ["chat"], "gen_ai.usage.input_tokens": "many",
+        "gen_ai.usage.output_tokens": float("nan"), "gen_ai.tool.definitions": "{bad",
+        "gen_ai.response.finish_reasons": 7, "gen_ai.output.messages": {"tool_call": 1},
+        "gen_ai.usage.cost": "free", "otel_eval.task.id": {"a": 1},
+    })), CFG)
+    step = t.steps[0]
+    assert (step.kind, step.input_tokens, step.output_tokens, step.cost_usd) == (
+        "other", None, None, None)
+    assert t.task_id == '{"a": 1}'

@@ -1,0 +1,261 @@
+"""Convention cascade: one hand-written span per convention shape -> expected step fields."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from typing import Any
+
+import pytest
+from trajectory_factory import span, trace
+
+from otel_eval.config import TrajectoryConfig
+from otel_eval.conventions import classify, describe, dominant
+from otel_eval.model import SpanEvent, Step
+from otel_eval.trajectory import build_trajectory
+
+OUT_TOOL_CALL = json.dumps([{"role": "assistant", "finish_reason": "tool_call", "parts": [
+    {"type": "text", "content": "checking"},
+    {"type": "tool_call", "id": "c1", "name": "get_weather", "arguments": {"city": "Paris"}}]}])
+
+CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    ("genai chat", {
+        "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o",
+        "gen_ai.response.model": "gpt-4o-2024-08-06", "gen_ai.usage.input_tokens": 10,
+        "gen_ai.usage.output_tokens": 5, "gen_ai.input.messages": '[{"role":"user"}]',
+        "gen_ai.output.messages": OUT_TOOL_CALL,
+    }, {"kind": "llm", "convention": "genai", "model": "gpt-4o-2024-08-06", "input_tokens": 10,
+        "output_tokens": 5, "finish_reasons": ["tool_call"], "input_text": '[{"role":"user"}]',
+        "tool_calls": [("get_weather", {"city": "Paris"}, "c1")]}),
+    ("genai chat finish_reasons attribute wins", {
+        "gen_ai.operation.name": "text_completion", "gen_ai.response.finish_reasons": ["length"],
+        "gen_ai.output.messages": OUT_TOOL_CALL,
+    }, {"kind": "llm", "finish_reasons": ["length"]}),
+    ("genai execute_tool", {
+        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_weather",
+        "gen_ai.tool.call.arguments": '{"city": "Paris"}', "gen_ai.tool.call.result": "sunny",
+    }, {"kind": "tool", "convention": "genai", "tool_name": "get_weather",
+        "arguments": {"city": "Paris"}, "result": "sunny"}),
+    ("genai execute_tool, bad JSON arguments stay raw", {
+        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t",
+        "gen_ai.tool.call.arguments": '{"city": "Par',
+    }, {"kind": "tool", "arguments": '{"city": "Par'}),
+    ("genai invoke_agent", {
+        "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "planner",
+        "gen_ai.input.messages": "task", "gen_ai.output.messages": "done",
+    }, {"kind": "agent", "convention": "genai", "input_text": "task", "result": "done"}),
+    ("genai embeddings", {"gen_ai.operation.name": "embeddings"},
+     {"kind": "other", "convention": "genai"}),
+    ("genai create_agent", {"gen_ai.operation.name": "create_agent"},
+     {"kind": "other", "convention": "genai"}),
+    ("genai unknown operation", {"gen_ai.operation.name": "dance"},
+     {"kind": "other", "convention": "genai"}),
+    ("genai legacy attributes", {
+        "gen_ai.system": "openai", "gen_ai.request.model": "gpt-4", "gen_ai.prompt": "hi",
+        "gen_ai.completion": "hello", "gen_ai.usage.prompt_tokens": "7",
+        "gen_ai.usage.completion_tokens": 3,
+    }, {"kind": "llm", "convention": "genai_legacy", "model": "gpt-4", "input_text": "hi",
+        "output_text": "hello", "input_tokens": 7, "output_tokens": 3}),
+    ("genai legacy tool", {"gen_ai.tool.name": "search"},
+     {"kind": "tool", "convention": "genai_legacy", "tool_name": "search"}),
+    ("genai legacy usage cost", {"gen_ai.system": "anthropic", "gen_ai.usage.cost": "0.25"},
+     {"kind": "llm", "cost_usd": 0.25}),
+    ("openinference llm", {
+        "openinference.span.kind": "LLM", "llm.model_name": "o3-mini",
+        "llm.token_count.prompt": "3400", "llm.token_count.completion": "3760",
+        "input.value": "in", "output.value": "out", "llm.cost.total": 0.01,
+        "llm.output_messages.0.message.role": "assistant",
+        "llm.output_messages.0.message.tool_calls.1.tool_call.function.name": "b",
+        "llm.output_messages.0.message.tool_calls.1.tool_call.function.arguments": "{}",
+        "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "a",
+        "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments": '{"x": 1}',
+        "llm.output_messages.0.message.tool_calls.0.tool_call.id": "call_a",
+    }, {"kind": "llm", "convention": "openinference", "model": "o3-mini", "input_tokens": 3400,
+        "output_tokens": 3760, "input_text": "in", "output_text": "out", "cost_usd": 0.01,
+        "tool_calls": [("a", {"x": 1}, "call_a"), ("b", {}, None)]}),
+    ("openinference smolagents tool, positional args named from tool.parameters", {
+        "openinference.span.kind": "TOOL", "tool.name": "final_answer",
+        "tool.parameters": '{"answer": {"type": "any"}}', "output.value": "42",
+        "input.value": '{"args": ["33149"], "sanitize_inputs_outputs": false, "kwargs": {}}',
+    }, {"kind": "tool", "tool_name": "final_answer", "arguments": {"answer": "33149"},
+        "result": "42"}),
+    ("openinference tool kwargs", {
+        "openinference.span.kind": "TOOL", "tool.name": "web_search",
+        "input.value": '{"args": [], "kwargs": {"query": "q"}}',
+    }, {"kind": "tool", "arguments": {"query": "q"}}),
+    ("openinference agent", {"openinference.span.kind": "AGENT", "input.value": "task",
+                             "output.value": "answer", "llm.token_count.prompt": 5},
+     {"kind": "agent", "input_text": "task", "result": "answer", "input_tokens": 5}),
+    ("openinference chain", {"openinference.span.kind": "CHAIN"},
+     {"kind": "chain", "convention": "openinference"}),
+    ("openinference retriever", {"openinference.span.kind": "RETRIEVER"},
+     {"kind": "other", "convention": "openinference"}),
+    ("openinference lowercase kind", {"openinference.span.kind": "llm"}, {"kind": "llm"}),
+    ("openinference implicit llm", {"llm.model_name": "m", "llm.input_messages.0.message.role":
+                                    "user"}, {"kind": "llm", "convention": "openinference"}),
+    ("openinference implicit tool", {"tool.name": "calc", "input.value": '{"a": 1}'},
+     {"kind": "tool", "convention": "openinference", "arguments": {"a": 1}}),
+    ("openllmetry workflow", {"traceloop.span.kind": "workflow", "traceloop.entity.name": "w",
+                              "traceloop.entity.input": "in", "traceloop.entity.output": "o"},
+     {"kind": "chain", "convention": "openllmetry", "input_text": "in", "result": "o"}),
+    ("openllmetry task", {"traceloop.span.kind": "task"}, {"kind": "chain"}),
+    ("openllmetry agent", {"traceloop.span.kind": "agent", "traceloop.entity.name": "a"},
+     {"kind": "agent", "convention": "openllmetry"}),
+    ("openllmetry tool", {
+        "traceloop.span.kind": "tool", "traceloop.entity.name": "lookup",
+        "traceloop.entity.input": '{"args": [], "kwargs": {"id": 3}}',
+        "traceloop.entity.output": '"found"',
+    }, {"kind": "tool", "convention": "openllmetry", "tool_name": "lookup",
+        "arguments": {"id": 3}, "result": '"found"'}),
+    ("openllmetry langchain tool inputs", {
+        "traceloop.span.kind": "tool",
+        "traceloop.entity.input": '{"inputs": {"q": "x"}, "tags": [], "metadata": {}}',
+    }, {"kind": "tool", "arguments": {"q": "x"}}),
+    ("openllmetry llm", {
+        "llm.request.type": "chat", "gen_ai.system": "openai", "gen_ai.request.model": "gpt-4o",
+        "gen_ai.prompt.0.role": "user", "gen_ai.prompt.0.content": "weather?",
+        "gen_ai.completion.0.role": "assistant", "gen_ai.completion.0.finish_reason": "tool_calls",
+        "gen_ai.completion.0.tool_calls.0.name": "get_weather",
+        "gen_ai.completion.0.tool_calls.0.arguments": '{"city": "Oslo"}',
+        "gen_ai.completion.0.tool_calls.0.id": "t0",
+        "gen_ai.usage.prompt_tokens": 12, "gen_ai.usage.completion_tokens": 4,
+    }, {"kind": "llm", "convention": "openllmetry", "model": "gpt-4o", "input_tokens": 12,
+        "output_tokens": 4, "finish_reasons": ["tool_calls"],
+        "input_text": '[{"role": "user", "content": "weather?"}]',
+        "tool_calls": [("get_weather", {"city": "Oslo"}, "t0")]}),
+    ("openllmetry embedding request", {"llm.request.type": "embedding"},
+     {"kind": "other", "convention": "openllmetry"}),
+    ("openllmetry indexed prompt without request type", {"gen_ai.prompt.0.content": "x"},
+     {"kind": "llm", "convention": "openllmetry"}),
+    ("explicit marker beats another convention's", {
+        "openinference.span.kind": "TOOL", "gen_ai.operation.name": "chat", "tool.name": "t",
+    }, {"kind": "tool", "convention": "openinference"}),
+    ("unknown", {"http.method": "GET", "db.system": "sqlite"},
+     {"kind": "other", "convention": "unknown", "model": None, "tool_name": None}),
+    ("no attributes", {}, {"kind": "other", "convention": "unknown"}),
+]
+
+
+def _described(attrs: dict[str, Any], **kw: Any) -> Step:
+    s = span("s", attrs=attrs, **kw)
+    step = Step(0, s.span_id, None, "other", s.name)
+    describe(step, s, s.attributes)
+    return step
+
+
+@pytest.mark.parametrize(("attrs", "expected"), [(a, e) for _, a, e in CASES],
+                         ids=[c[0] for c in CASES])
+def test_convention_cases(attrs: dict[str, Any], expected: dict[str, Any]) -> None:
+    step = _described(attrs)
+    for field, want in expected.items():
+        got = getattr(step, field)
+        if field == "tool_calls":
+            got = [(c.name, c.arguments, c.call_id) for c in got]
+        assert got == want, field
+
+
+def test_legacy_prompt_and_completion_as_span_events() -> None:
+    events = [SpanEvent("gen_ai.content.prompt", 1, {"gen_ai.prompt": "hi"}),
+              SpanEvent("gen_ai.content.completion", 2, {"gen_ai.completion": "hello"})]
+    step = _described({}, events=events)
+    assert (step.kind, step.convention) == ("llm", "genai_legacy")
+    assert (step.input_text, step.output_text) == ("hi", "hello")
+
+
+@pytest.mark.parametrize(("status", "message", "attrs", "events", "error"), [
+    ("error", "boom", {}, [], "boom"),
+    ("error", "", {}, [], "error"),
+    ("unset", "", {"error.type": "timeout"}, [], "timeout"),
+    ("ok", "", {}, [SpanEvent("exception", 1, {"exception.type": "ValueError",
+                                                "exception.message": "bad"})], "ValueError: bad"),
+    ("error", "", {}, [SpanEvent("exception", 1, {"exception.message": "bad"})], "bad"),
+])
+def test_errors_from_status_error_type_and_exception_events(
+        status: str, message: str, attrs: dict[str, Any], events: list[SpanEvent],
+        error: str) -> None:
+    step = _described(attrs, status=status, message=message, events=events)
+    assert (step.status, step.error) == ("error", error)
+
+
+def test_tool_definitions_from_each_convention() -> None:
+    t = build_trajectory(trace(
+        span("root", attrs={"gen_ai.operation.name": "chat", "gen_ai.tool.definitions": json.dumps(
+            [{"type": "function", "name": "a", "parameters": {"type": "object"}}])}),
+        span("oi", "root", 1, {"openinference.span.kind": "LLM", "llm.tools.0.tool.json_schema":
+                               json.dumps({"type": "function", "function": {
+                                   "name": "b", "parameters": {"type": "object"}}})}),
+        span("ol", "root", 2, {"llm.request.type": "chat", "llm.request.functions.0.name": "c",
+                               "llm.request.functions.0.parameters": '{"type": "object"}'}),
+        span("sa", "root", 3, {"openinference.span.kind": "AGENT",
+                               "smolagents.tools_names": '["d", "e"]'}),
+        span("tl", "sa", 4, {"openinference.span.kind": "TOOL", "tool.name": "e",
+                             "tool.parameters": '{"q": {"type": "string"}}'}),
+    ), TrajectoryConfig())
+    assert t.tools == {"a": {"type": "object"}, "b": {"type": "object"},
+                       "c": {"type": "object"}, "d": {},
+                       "e": {"type": "object", "properties": {"q": {"type": "string"}}}}
+
+
+@pytest.mark.parametrize(("conventions", "expected"), [
+    ([], "unknown"), (["unknown", "unknown"], "unknown"),
+    (["openinference", "unknown", "unknown"], "openinference"),
+    (["genai", "genai", "genai_legacy"], "genai"),
+    (["genai", "openinference"], "mixed"),
+])
+def test_dominant_convention(conventions: list[str], expected: str) -> None:
+    assert dominant(conventions) == expected
+
+
+_KEYS = [c for _, attrs, _ in CASES for c in attrs] + [
+    "gen_ai.tool.definitions", "smolagents.tools_names", "smolagents.managed_agents.0.name",
+    "llm.tools.0.tool.json_schema", "llm.request.functions.0.name", "error.type",
+    "gen_ai.agent.name", "agent.name", "tool.json_schema", "otel_eval.task.id",
+    "llm.output_messages.x.message.tool_calls.y.tool_call.function.name"]
+_KIND_VALUES = ["LLM", "TOOL", "AGENT", "chat", "execute_tool", "invoke_agent", "workflow", "tool"]
+
+
+def _random_value(rng: random.Random) -> Any:
+    choice = rng.randrange(12)
+    if choice == 0:
+        return rng.choice(_KIND_VALUES)
+    if choice == 1:
+        return "".join(rng.choice('{}[]":,\\ax0') for _ in range(rng.randrange(20)))
+    if choice == 2:
+        return rng.choice([math.nan, math.inf, -1e300, 1e19, -0.0])
+    if choice == 3:
+        return rng.randrange(-(2**63), 2**63)
+    if choice == 4:
+        return [rng.choice([None, 1, "x", {"a": []}, True]) for _ in range(rng.randrange(4))]
+    if choice == 5:
+        return {"type": "tool_call", "name": rng.choice([None, 3, "n"]), "function": [1]}
+    if choice == 6:
+        return json.dumps([{"parts": [{"type": "tool_call", "name": {"x": 1}}],
+                            "finish_reason": 5, "tool_calls": [{"function": "no"}, 7]}])
+    if choice == 7:
+        return rng.choice([None, True, False, "", b"\xff\xfe"])
+    if choice == 8:
+        return "\ud800 invalid surrogate" + "x" * rng.randrange(3)
+    if choice == 9:
+        return "[" * 5000  # deep nesting if anyone parses it
+    if choice == 10:
+        return '{"args": "notalist", "kwargs": [1], "inputs": 3}'
+    return rng.random()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_attributes_never_raise_and_keep_every_span(seed: int) -> None:
+    rng = random.Random(seed)
+    spans = []
+    for i in range(12):
+        attrs = {rng.choice(_KEYS): _random_value(rng) for _ in range(rng.randrange(8))}
+        events = [SpanEvent(rng.choice(["exception", "gen_ai.content.prompt", "x"]), i,
+                            {rng.choice(_KEYS): _random_value(rng)})] if rng.random() < 0.3 else []
+        parent = f"s{rng.randrange(i)}" if i and rng.random() < 0.8 else None
+        spans.append(span(f"s{i}", parent, rng.randrange(100), attrs, events=events,
+                          status=rng.choice(["unset", "ok", "error"])))
+    t = build_trajectory(trace(*spans), TrajectoryConfig())
+    assert sorted(s.span_id for s in t.steps if not s.rebuilt) == sorted(s.span_id for s in spans)
+    for s in spans:
+        assert classify(s, s.attributes)[0] in ("agent", "llm", "tool", "chain", "other")
+    json.dumps([s.to_json() for s in t.steps], default=str)
