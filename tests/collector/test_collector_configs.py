@@ -1,0 +1,94 @@
+"""The shipped collector configurations parse, are internally consistent, and point at
+otel-eval's default endpoints (``otel_eval.config.Config()``)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from otel_eval.config import Config, parse_endpoint
+
+DIR = Path(__file__).resolve().parents[2] / "collector-config"
+FILES = sorted(DIR.glob("*.yaml"))
+GRPC_PORT = parse_endpoint(Config().receiver.grpc_endpoint)[1]
+# Renamed components (collector v0.144 / v0.154); the shipped files use the current names.
+DEPRECATED = {"otlp": "otlp_grpc", "otlphttp": "otlp_http", "loadbalancing": "load_balancing"}
+
+
+def _load(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((DIR / name).read_text(encoding="utf-8"))
+    return data
+
+
+def _type(component_id: str) -> str:
+    return component_id.split("/", 1)[0]
+
+
+def test_the_four_examples_exist() -> None:
+    assert {f.name for f in FILES} == {"sidecar.yaml", "passthrough.yaml", "loadbalancing.yaml",
+                                       "kafka.yaml"}
+
+
+@pytest.mark.parametrize("path", FILES, ids=[f.name for f in FILES])
+def test_pipelines_reference_declared_components(path: Path) -> None:
+    cfg = _load(path.name)
+    assert path.read_text().startswith("#"), "each file opens with a comment on its topology"
+    for name, pipeline in cfg["service"]["pipelines"].items():
+        assert _type(name) in ("traces", "logs", "metrics")
+        for kind in ("receivers", "processors", "exporters"):
+            for component in pipeline.get(kind, []):
+                assert component in (cfg.get(kind) or {}), f"{name}: {component} not declared"
+        assert pipeline["processors"][0] == "memory_limiter", name
+    for exporter in cfg["exporters"]:
+        assert _type(exporter) not in DEPRECATED, f"{exporter}: use {DEPRECATED[_type(exporter)]}"
+
+
+def _otel_eval_endpoints(cfg: dict[str, Any]) -> list[str]:
+    return [e["endpoint"] for name, e in cfg["exporters"].items() if "otel-eval" in name]
+
+
+@pytest.mark.parametrize("name", ["sidecar.yaml", "passthrough.yaml"])
+def test_otel_eval_exporter_matches_service_default(name: str) -> None:
+    (endpoint,) = _otel_eval_endpoints(_load(name))
+    assert parse_endpoint(endpoint) == ("otel-eval", GRPC_PORT)
+
+
+def test_sidecar_fans_out_to_backend_and_otel_eval() -> None:
+    cfg = _load("sidecar.yaml")
+    exporters = cfg["service"]["pipelines"]["traces"]["exporters"]
+    assert set(exporters) == {"otlp_grpc/backend", "otlp_grpc/otel-eval"}
+    assert cfg["exporters"]["otlp_grpc/otel-eval"]["retry_on_failure"]["enabled"] is True
+
+
+def test_passthrough_receiver_matches_the_documented_forward_endpoint() -> None:
+    text = (DIR / "passthrough.yaml").read_text()
+    cfg = _load("passthrough.yaml")
+    stamped = cfg["receivers"]["otlp/stamped"]["protocols"]["grpc"]["endpoint"]
+    for flag in ("--forward-endpoint", "--events-endpoint"):
+        m = re.search(rf"{flag} (\S+)", text)
+        assert m and parse_endpoint(m.group(1))[1] == parse_endpoint(stamped)[1]
+    pipelines = cfg["service"]["pipelines"]
+    assert pipelines["traces/stamped"]["receivers"] == ["otlp/stamped"]
+    assert pipelines["logs/evaluations"]["receivers"] == ["otlp/stamped"]
+    assert "otlp_grpc/otel-eval" not in pipelines["traces/stamped"]["exporters"]
+
+
+def test_loadbalancing_routes_by_trace_id_to_default_port() -> None:
+    lb = _load("loadbalancing.yaml")["exporters"]["load_balancing"]
+    assert lb["routing_key"] == "traceID"
+    hosts = lb["resolver"]["static"]["hostnames"]
+    assert len(hosts) >= 2
+    assert all(parse_endpoint(h)[1] == GRPC_PORT and "otel-eval" in h for h in hosts)
+    assert "endpoint" not in lb["protocol"]["otlp"]  # set per replica by the exporter
+
+
+def test_kafka_matches_the_consumer_defaults() -> None:
+    kafka = _load("kafka.yaml")["exporters"]["kafka"]
+    assert kafka["partition_traces_by_id"] is True
+    assert kafka["traces"] == {"topic": Config().kafka.topic, "encoding": Config().kafka.encoding}
+    assert kafka["traces"] == {"topic": "otlp_spans", "encoding": "otlp_proto"}
+    assert "topic" not in kafka and "encoding" not in kafka  # deprecated top-level keys
