@@ -1,0 +1,102 @@
+"""Chat-message logs (tau-bench, mini-swe-agent) -> GenAI spans -> trajectories."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from otel_eval.config import TrajectoryConfig
+from otel_eval.loaders import load_file
+from otel_eval.model import Trace
+from otel_eval.trajectory import build_trajectory
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "loaders"
+CFG = TrajectoryConfig()
+
+
+def _check_synthetic_spans(trace: Trace) -> None:
+    root, *children = trace.spans
+    assert root.parent_span_id is None and root.attributes["gen_ai.operation.name"] == (
+        "invoke_agent")
+    assert all(s.parent_span_id == root.span_id for s in children)
+    assert len({s.span_id for s in trace.spans}) == len(trace.spans)
+    assert all(len(s.span_id) == 16 and int(s.span_id, 16) for s in trace.spans)
+    assert len(trace.trace_id) == 32
+    starts = [s.start_ns for s in children]
+    assert starts == sorted(starts) and len(set(starts)) == len(starts)
+    assert all(s.start_ns < s.end_ns <= root.end_ns for s in children)
+    for s in children:
+        assert s.attributes["gen_ai.operation.name"] in ("chat", "execute_tool")
+
+
+def test_tau_bench_runs_become_genai_traces() -> None:
+    first, second = load_file(DATA / "tau_runs.json")
+    for trace in (first, second):
+        _check_synthetic_spans(trace)
+    t = build_trajectory(first, CFG)
+    assert [s.kind for s in t.steps] == ["agent", "llm", "tool", "tool", "llm"]
+    lookup, cancel = t.tool_steps
+    assert (lookup.tool_name, lookup.arguments, lookup.result, lookup.status) == (
+        "get_reservation_details", {"reservation_id": "ABC"}, '{"status": "booked"}', "ok")
+    # invalid JSON arguments stay the raw string; "Error: ..." results are tool errors
+    assert (cancel.arguments, cancel.status, cancel.error) == (
+        '{"reservation_id": "ABC"', "error", "Error: invalid arguments")
+    assert [c.name for c in t.llm_steps[0].tool_calls] == ["get_reservation_details",
+                                                           "cancel_reservation"]
+    assert t.llm_steps[0].finish_reasons == ["tool_call"]
+    assert (t.task_id, t.agent, t.convention) == ("3", "tau-bench-agent", "genai")
+    assert t.root_attributes["otel_eval.outcome"] == "success"
+    assert json.loads(t.input or "")[0]["parts"][0]["content"] == "cancel my booking ABC"
+    assert "Your booking is cancelled." in (t.output or "")
+    history = json.loads(t.llm_steps[1].input_text or "")
+    assert [m["role"] for m in history] == ["system", "user", "assistant", "tool", "tool"]
+    assert history[3]["parts"][0] == {"type": "tool_call_response", "id": "call_1",
+                                      "response": '{"status": "booked"}'}
+    t2 = build_trajectory(second, CFG)
+    assert (t2.task_id, t2.root_attributes["otel_eval.outcome"]) == ("4", "failure")
+    assert t2.tool_steps == []
+
+
+def test_outcome_and_task_attributes_follow_config() -> None:
+    cfg = TrajectoryConfig(task_id_attribute="task", outcome_attribute="won")
+    (trace, _) = load_file(DATA / "tau_runs.json", config=cfg)
+    assert (trace.spans[0].attributes["task"], trace.spans[0].attributes["won"]) == (
+        "3", "success")
+    assert build_trajectory(trace, cfg).task_id == "3"
+
+
+def test_ids_and_times_depend_on_file_name_and_index_only(tmp_path: Path) -> None:
+    copy = tmp_path / "elsewhere"
+    copy.mkdir()
+    shutil.copy(DATA / "tau_runs.json", copy / "tau_runs.json")
+    here = load_file(DATA / "tau_runs.json")
+    there = load_file(copy / "tau_runs.json")
+    key = [[(s.trace_id, s.span_id, s.start_ns, s.end_ns) for s in t.spans] for t in here]
+    assert key == [[(s.trace_id, s.span_id, s.start_ns, s.end_ns) for s in t.spans]
+                   for t in there]
+    assert here[0].trace_id != here[1].trace_id
+    renamed = tmp_path / "other_name.json"
+    shutil.copy(DATA / "tau_runs.json", renamed)
+    assert load_file(renamed)[0].trace_id != here[0].trace_id
+
+
+def test_mini_swe_agent_traj() -> None:
+    (trace,) = load_file(DATA / "mini.traj.json")
+    _check_synthetic_spans(trace)
+    t = build_trajectory(trace, CFG)
+    assert [s.kind for s in t.steps] == ["agent", "llm", "tool", "llm", "llm", "tool", "llm",
+                                         "tool", "llm", "tool"]
+    commands = [s.arguments["command"] for s in t.tool_steps]
+    assert commands == ["ls -la", "grep -r nothing .", "sleep 1000",
+                        "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git diff"]
+    assert [s.error for s in t.tool_steps] == [None, "returncode 1", "timeout", None]
+    assert t.tool_steps[0].result == "<returncode>0</returncode>\n<output>\nx\n</output>"
+    assert t.tool_steps[-1].result == "diff --git a/x b/x"
+    llm = t.llm_steps[0]
+    assert (llm.model, llm.input_tokens, llm.output_tokens, llm.cost_usd, llm.finish_reasons) == (
+        "gemini", 10, 5, 0.001, ["stop"])
+    assert t.llm_steps[1].model is None and t.llm_steps[1].finish_reasons == ["stop"]
+    assert (t.task_id, t.agent, t.service) == ("demo__demo-1", "mini-swe-agent", "mini-swe-agent")
+    assert t.root_attributes["mini_swe_agent.exit_status"] == "Submitted"
+    assert "diff --git" in (t.output or "")
