@@ -59,8 +59,9 @@ class LoopConfig:
     # (c) A pattern of 2+ calls must occur this many times in a row to be a cycle. Three, as
     # in "A B A B A B": two occurrences are often a legitimate retry of a two-call procedure.
     cycle_min_repeats: int = 3
-    # (d) Two LLM outputs whose similarity (difflib ratio, 0..1) is at least this are
-    # "near-identical". 0.95 tolerates a changed number or word, not a changed plan.
+    # (d) Two LLM outputs whose similarity (difflib ratio over words, 0..1) is at least this are
+    # "near-identical". 0.95 tolerates a changed number or word in a paragraph (one word in
+    # forty), not a changed plan.
     stagnation_similarity: float = 0.95
     # (d) This many consecutive near-identical LLM outputs make a stagnation finding.
     stagnation_min_run: int = 3

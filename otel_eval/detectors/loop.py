@@ -3,22 +3,23 @@
 (a) back-to-back identical calls; (b) the same call again within a window with the same
 result and only read-only calls in between (no state change, so no progress); (c) cycles, a
 pattern of 2+ different calls repeated ``cycle_min_repeats`` times in a row; (d) stagnation,
-consecutive near-identical LLM outputs; (e) code/shell agents are covered by (a)-(c) because
-their calls are keyed by the canonicalized action text. LLM -> tool -> LLM alternation is
-never a loop (only calls are compared), and a repeat after a state-changing call (re-running
-the tests after an edit) is not (b).
+consecutive near-identical LLM outputs (word-level similarity); (e) code/shell agents are
+covered by (a)-(c) because their calls are keyed by the canonicalized action text.
+LLM -> tool -> LLM alternation is never a loop (only calls are compared), and a repeat after
+a state-changing call (re-running the tests after an edit) is not (b).
 """
 
 from __future__ import annotations
 
 import difflib
+from collections import Counter
 from collections.abc import Sequence
 
 from otel_eval.detectors.calls import Call, Context, call_label, calls
 from otel_eval.detectors.config import DetectorsConfig, LoopConfig
 from otel_eval.model import Finding, Step, Trajectory
 
-_MAX_COMPARE_CHARS = 4000  # similarity beyond this prefix adds cost, not information
+_MAX_COMPARE_WORDS = 800  # similarity beyond this prefix adds cost, not information
 
 
 def _finding(cfg: LoopConfig, kind: str, message: str, group: Sequence[Call],
@@ -116,23 +117,28 @@ def cycles(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
     return out
 
 
-def _similar(a: str, b: str, threshold: float) -> bool:
+def _similar(a: Sequence[str], b: Sequence[str], threshold: float) -> bool:
+    """Word-level difflib ratio >= threshold, with the cheap upper bounds tried first."""
     if a == b:
         return True
-    m = difflib.SequenceMatcher(None, a[:_MAX_COMPARE_CHARS], b[:_MAX_COMPARE_CHARS],
-                                autojunk=False)
-    return m.real_quick_ratio() >= threshold and m.quick_ratio() >= threshold \
-        and m.ratio() >= threshold
+    total = len(a) + len(b)
+    if not total or 2 * min(len(a), len(b)) / total < threshold:
+        return False
+    common = sum((Counter(a) & Counter(b)).values())
+    if 2 * common / total < threshold:
+        return False
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio() >= threshold
 
 
 def stagnation(llm_steps: Sequence[Step], cfg: LoopConfig) -> list[Finding]:
     """(d) ``stagnation_min_run`` or more consecutive near-identical LLM outputs."""
     texts = [(s, (s.output_text or "").strip()) for s in llm_steps]
+    words = [t.split()[:_MAX_COMPARE_WORDS] for _, t in texts]
     out, i = [], 0
     while i < len(texts):
         j = i
         if len(texts[i][1]) >= cfg.stagnation_min_chars:
-            while j + 1 < len(texts) and _similar(texts[j][1], texts[j + 1][1],
+            while j + 1 < len(texts) and _similar(words[j], words[j + 1],
                                                   cfg.stagnation_similarity):
                 j += 1
         if j - i + 1 >= cfg.stagnation_min_run:

@@ -6,7 +6,9 @@ from otel_eval.detectors.calls import Context
 from otel_eval.detectors.config import DetectorsConfig, LoopConfig
 from otel_eval.model import Step
 
-SAME = "The answer is not in these results, so I will search again with the same query."
+SAME = ("The answer is not in these results, so I will search again with the same query. "
+        "If that does not work either, I will look at the documentation index and try the "
+        "search tool one more time with the same words as before.")
 
 CASES: list[tuple[str, list[Step], list[str]]] = [
     ("llm-tool-llm alternation is not a loop",

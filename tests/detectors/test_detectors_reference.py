@@ -11,7 +11,9 @@ from otel_eval.detectors.config import DetectorsConfig
 from otel_eval.detectors.references import TAU_BENCH_WRITE_TOOLS
 from otel_eval.model import Step
 
-A, B, C = ("a", {"x": 1}), ("b", {"y": 2, "z": 3}), ("c", {})
+A: tuple[str, Any] = ("a", {"x": 1})
+B: tuple[str, Any] = ("b", {"y": 2, "z": 3})
+C: tuple[str, Any] = ("c", {})
 
 
 def ref(*calls: tuple[str, Any], match: str, args: str = "exact",
