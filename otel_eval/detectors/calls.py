@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from otel_eval.detectors.config import LoopConfig, ToolCallConfig
+from otel_eval.detectors.config import DetectorsConfig, LoopConfig, ToolCallConfig
 from otel_eval.model import Finding, Step, Trajectory
 
 _WS = re.compile(r"\s+")
@@ -52,6 +52,8 @@ class Context:
     budgets: Mapping[str, float] = field(default_factory=dict)  # resolved, unset ones absent
     reference: Reference | None = None
     findings: Sequence[Finding] = ()  # findings of the detectors that ran before
+    # Derived views of *this* trajectory shared by detectors (a memo, never an input).
+    memo: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +183,14 @@ def calls(trajectory: Trajectory, loop: LoopConfig, tool_cfg: ToolCallConfig) ->
         failed = result_failed(s, text is not None, tool_cfg) is not None
         out.append(Call(s, key, text is not None, failed, _is_read_only(name, text, loop)))
     return out
+
+
+def calls_for(trajectory: Trajectory, config: DetectorsConfig, context: Context) -> list[Call]:
+    """``calls`` computed once per evaluation (loop and recovery both need them)."""
+    cached = context.memo.get("calls")
+    if cached is None:
+        cached = context.memo["calls"] = calls(trajectory, config.loop, config.tool_call)
+    return list(cached)
 
 
 def call_label(call: Call, limit: int = 60) -> str:

@@ -15,7 +15,7 @@ import difflib
 from collections import Counter
 from collections.abc import Sequence
 
-from otel_eval.detectors.calls import Call, Context, call_label, calls
+from otel_eval.detectors.calls import Call, Context, call_label, calls_for
 from otel_eval.detectors.config import DetectorsConfig, LoopConfig
 from otel_eval.model import Finding, Step, Trajectory
 
@@ -168,7 +168,7 @@ def _explained(finding: Finding, trajectory: Trajectory, covered: set[int]) -> b
 
 def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) -> list[Finding]:
     cfg = config.loop
-    cs = calls(trajectory, cfg, config.tool_call)
+    cs = calls_for(trajectory, config, context)
     found = [*repeated_calls(cs, cfg), *no_progress(cs, cfg), *cycles(cs, cfg)]
     covered = {i for f in found for i in f.step_indexes}
     found += [f for f in stagnation(trajectory.llm_steps, cfg)

@@ -9,7 +9,7 @@ success the error is ``unrecovered``: a lucky pass, see lucky_pass).
 
 from __future__ import annotations
 
-from otel_eval.detectors.calls import Call, Context, call_label, calls, result_failed
+from otel_eval.detectors.calls import Call, Context, call_label, calls_for, result_failed
 from otel_eval.detectors.config import DetectorsConfig, Severity
 from otel_eval.model import Finding, Trajectory
 
@@ -58,7 +58,7 @@ def _one(cs: list[Call], i: int, outcome: str | None,
 
 
 def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) -> list[Finding]:
-    cs = calls(trajectory, config.loop, config.tool_call)
+    cs = calls_for(trajectory, config, context)
     out, accounted = [], set()
     for i, c in enumerate(cs):
         if c.failed and i not in accounted:
