@@ -8,10 +8,10 @@ import os
 # loopback. Must be set before litellm is first imported.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from collections.abc import Iterator  # noqa: E402
+from collections.abc import Iterator
 
-import pytest  # noqa: E402
-from judge_fake_llm import FakeLLM  # noqa: E402
+import pytest
+from judge_fake_llm import FakeLLM
 
 
 def pytest_configure(config: pytest.Config) -> None:
