@@ -41,3 +41,8 @@ class ExportConfig:
             raise ValueError("timeout_s, initial_backoff_s and max_backoff_s must be > 0")
         if self.max_retry_s < 0:
             raise ValueError("max_retry_s must be >= 0")
+        for name in ("events_endpoint", "forward_endpoint"):
+            value = getattr(self, name)
+            host, sep, port = value.rpartition(":")
+            if value and (not sep or not host or "/" in host or not port.isdigit()):
+                raise ValueError(f"{name}: expected HOST:PORT, got {value!r}")

@@ -13,6 +13,10 @@ and the root span gets the trace summary
     otel_eval.trace.revision    > 0 when late spans re-opened the trace
 Everything else about the spans is forwarded unchanged (``otlp.encode_spans``). Delivery,
 bounds, retries and drop counting: ``results.sender`` (sink label ``forward``).
+
+A trace re-opened by late spans is evaluated again and forwarded again, whole (the root then
+carries the new summary and ``otel_eval.trace.revision`` > 0): downstream receives its spans
+twice, the later copy with the up-to-date stamps.
 """
 
 from __future__ import annotations

@@ -34,6 +34,13 @@ def test_every_query_uses_declared_metrics() -> None:
             assert metric_names(v["query"]["query"]) <= exposed
 
 
+def test_every_metric_has_a_panel() -> None:
+    used = set().union(*(metric_names(e) for _, e in panel_queries()))
+    families = [f.name for f in Metrics().registry.collect()]
+    missing = [f for f in families if not any(u.startswith(f) for u in used)]
+    assert not missing
+
+
 def test_variables_and_panels() -> None:
     d = dashboard()
     assert d["uid"] == "otel-eval"
