@@ -27,6 +27,9 @@ __all__ = ["ReplayError", "make_exporter", "replay", "to_readable_span"]
 Protocol = Literal["grpc", "http"]
 # Spans per Export call: the SDK BatchSpanProcessor's default max_export_batch_size.
 BATCH_SPANS = 512
+# Estimated request size per Export call, bytes. Agent spans carry whole conversations, and
+# gRPC servers (the collector included) refuse messages over 4 MiB by default.
+BATCH_BYTES = 3 * 1024 * 1024
 _KINDS = {"internal": SpanKind.INTERNAL, "server": SpanKind.SERVER, "client": SpanKind.CLIENT,
           "producer": SpanKind.PRODUCER, "consumer": SpanKind.CONSUMER}
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
@@ -67,7 +70,7 @@ def to_readable_span(span: Span, resource: Resource) -> ReadableSpan:
         status=status,
         start_time=span.start_ns,
         end_time=span.end_ns or None,
-        instrumentation_scope=InstrumentationScope(span.scope or "otel-eval.replay"),
+        instrumentation_scope=InstrumentationScope(span.scope),
     )
 
 
@@ -104,19 +107,35 @@ def _readable_spans(traces: Iterable[Trace]) -> Iterator[ReadableSpan]:
             yield to_readable_span(span, resource)
 
 
+def _size(span: ReadableSpan) -> int:
+    """A cheap over-estimate of the span's encoded size (the text dominates)."""
+    size = 128 + len(span.name)
+    for key, value in (span.attributes or {}).items():
+        size += 16 + len(key) + (len(value) if isinstance(value, str | bytes) else 16)
+    for event in span.events:
+        size += 64 + sum(len(str(v)) for v in (event.attributes or {}).values())
+    return size
+
+
 def replay(traces: Iterable[Trace], endpoint: str, protocol: Protocol = "grpc", *,
-           exporter: SpanExporter | None = None, batch_spans: int = BATCH_SPANS) -> int:
+           exporter: SpanExporter | None = None, batch_spans: int = BATCH_SPANS,
+           batch_bytes: int = BATCH_BYTES) -> int:
     """Export every span of ``traces``; returns the number of spans exported.
-    Raises ReplayError when the exporter fails a batch (spans before it were delivered)."""
+    Batches hold at most ``batch_spans`` spans and about ``batch_bytes`` bytes (a single
+    larger span goes alone). Raises ReplayError when the exporter fails a batch (spans of
+    earlier batches were delivered)."""
     exp = exporter or make_exporter(endpoint, protocol)
     sent = 0
     batch: list[ReadableSpan] = []
+    size = 0
     try:
         for span in _readable_spans(traces):
-            batch.append(span)
-            if len(batch) >= batch_spans:
+            span_size = _size(span)
+            if batch and (len(batch) >= batch_spans or size + span_size > batch_bytes):
                 sent += _export(exp, batch, sent)
-                batch = []
+                batch, size = [], 0
+            batch.append(span)
+            size += span_size
         if batch:
             sent += _export(exp, batch, sent)
     finally:

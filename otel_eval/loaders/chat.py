@@ -21,6 +21,8 @@ from otel_eval.model import Span, Trace
 _BASE_NS = 1_704_067_200 * 1_000_000_000
 _RUN_GAP_NS = 3_600 * 1_000_000_000
 _TICK_NS = 1_000_000
+# instrumentation scope of the synthetic spans
+SCOPE = "otel_eval.loaders"
 
 
 # one encoder: json.dumps with non-default options builds a new one per call
@@ -78,7 +80,7 @@ class ChatTrace:
         span = Span(self.trace_id, self._next_id(), self.root_id, name, start, self._clock,
                     kind="client" if name.startswith("chat") else "internal",
                     status="error" if error else "unset", status_message=error or "",
-                    attributes=attributes, events=[], resource=self.resource)
+                    attributes=attributes, events=[], resource=self.resource, scope=SCOPE)
         self.spans.append(span)
         return span
 
@@ -113,6 +115,6 @@ class ChatTrace:
         root_attrs.update((k, v) for k, v in attributes.items() if v is not None)
         root = Span(self.trace_id, self.root_id, None, f"invoke_agent {agent}", self._start,
                     self._clock + _TICK_NS, kind="internal", attributes=root_attrs, events=[],
-                    resource=self.resource)
+                    resource=self.resource, scope=SCOPE)
         return Trace(self.trace_id, [root, *self.spans], "complete", source=source,
                      release_reason="eof")
