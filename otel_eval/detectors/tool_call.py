@@ -69,7 +69,7 @@ def argument_problems(arguments: Any, schema: Mapping[str, Any],
     if (reject_unknown and isinstance(args, Mapping) and isinstance(props, Mapping)
             and "additionalProperties" not in schema):
         for name in sorted(set(args) - set(props)):
-            problems.append({"constraint": "additionalProperties", "path": name,
+            problems.append({"constraint": "additionalProperties", "path": "",
                              "message": f"unknown parameter {name!r}"})
     return problems
 
