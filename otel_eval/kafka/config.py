@@ -1,12 +1,104 @@
-"""Configuration of the Kafka consumer / publisher."""
+"""Configuration of the Kafka stages: consumer group worker, receiver publisher, results topic.
+
+Records on ``topic`` are what the collector's kafka exporter writes: one OTLP
+ExportTraceServiceRequest per record (``otlp_proto`` or ``otlp_json``), keyed by the hex
+trace id when the exporter has ``partition_traces_by_id: true`` (needed: a worker must see
+every span of a trace, so all of a trace's records must share a partition).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
+
+Encoding = Literal["otlp_proto", "otlp_json"]
+
+
+@dataclass(frozen=True)
+class KafkaSecurityConfig:
+    # Kafka security.protocol: PLAINTEXT, SSL (TLS), SASL_PLAINTEXT or SASL_SSL.
+    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    # SASL mechanism when protocol is SASL_*.
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
+    # SASL user name; use ${ENV} substitution in YAML to keep it out of files.
+    sasl_username: str = ""
+    # SASL password; use ${ENV} substitution (Helm: a Secret mapped to an env var).
+    sasl_password: str = ""
+    # PEM file of the CA that signed the brokers' certificates; empty = system trust store.
+    tls_ca_file: str = ""
+    # PEM client certificate and key for mutual TLS; both empty = no client certificate.
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    # Skip broker certificate and host name verification (test clusters only). Default false.
+    tls_insecure_skip_verify: bool = False
+
+    def __post_init__(self) -> None:
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ValueError("security.tls_cert_file and tls_key_file go together")
+        if self.protocol.startswith("SASL") and not self.sasl_username:
+            raise ValueError(f"security.protocol {self.protocol} needs sasl_username")
 
 
 @dataclass(frozen=True)
 class KafkaConfig:
-    # Comma-separated bootstrap brokers; empty disables Kafka.
+    # Comma-separated bootstrap brokers (HOST:PORT,...); empty disables Kafka.
     brokers: str = ""
+    # Topic carrying OTLP trace requests (the collector kafka exporter's default topic).
     topic: str = "otlp_spans"
+    # Record value encoding: otlp_proto (exporter default) or otlp_json.
+    encoding: Encoding = "otlp_proto"
+    # Consumer group id; offsets are committed under it in both assignment modes.
+    group_id: str = "otel-eval"
+    # Kafka client.id, shown in broker logs and quotas.
+    client_id: str = "otel-eval"
+    # How partitions are shared between workers: `group` uses the broker's consumer group
+    # protocol (rebalances when workers come and go); `static` gives worker `worker_index` of
+    # `worker_count` the partitions p with p % worker_count == worker_index, with no group
+    # membership (a StatefulSet ordinal maps onto it; offsets still committed under group_id).
+    assignment: Literal["group", "static"] = "group"
+    # This worker's index for static assignment, 0-based. Default 0.
+    worker_index: int = 0
+    # Number of workers for static assignment. Default 1 (this worker takes every partition).
+    worker_count: int = 1
+    # Where a group without committed offsets starts: earliest (no loss) or latest.
+    auto_offset_reset: Literal["earliest", "latest"] = "earliest"
+    # Records taken from Kafka whose traces are not yet stored. At this many the consumer pauses
+    # its partitions (backpressure instead of unbounded buffering) and resumes at half.
+    max_inflight_records: int = 20_000
+    # Largest batch returned by one fetch, records.
+    max_poll_records: int = 500
+    # How often finished work is committed, seconds. A crash replays at most this much extra.
+    commit_interval_s: float = 1.0
+    # Wait before retrying a record the engine refused (throttled), seconds.
+    throttle_retry_s: float = 0.2
+    # Group session timeout, seconds: a worker silent this long loses its partitions.
+    session_timeout_s: float = 30.0
+    # Topic receiving one JSON evaluation per stored trace (key = trace id); empty = off.
+    results_topic: str = ""
+    # Evaluations waiting to be published before the oldest is dropped (counted).
+    results_queue_size: int = 10_000
+    # How --kafka-publish picks partitions for keyed records: `fnv1a` matches the collector's
+    # kafka exporter (Sarama-compatible FNV-1a hash), `murmur2` matches Java clients.
+    # All producers writing a topic must agree, or a trace's spans land on two partitions.
+    partitioner: Literal["fnv1a", "murmur2"] = "fnv1a"
+    # Producer acknowledgements for --kafka-publish and results: all (no loss) or 1 (leader).
+    acks: Literal["all", "1"] = "all"
+    # Producer compression for published records.
+    compression: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "none"
+    # Largest request the publisher sends, bytes (brokers default to ~1 MiB per record).
+    max_request_bytes: int = 1024 * 1024
+    security: KafkaSecurityConfig = field(default_factory=KafkaSecurityConfig)
+
+    def __post_init__(self) -> None:
+        if self.worker_count < 1:
+            raise ValueError("kafka.worker_count must be >= 1")
+        if not 0 <= self.worker_index < self.worker_count:
+            raise ValueError(f"kafka.worker_index must be in [0, {self.worker_count})")
+        if self.max_inflight_records < 1 or self.max_poll_records < 1:
+            raise ValueError("kafka.max_inflight_records and max_poll_records must be >= 1")
+        if self.commit_interval_s <= 0:
+            raise ValueError("kafka.commit_interval_s must be > 0")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.brokers.strip())

@@ -1,0 +1,286 @@
+"""Stage: Kafka ingest. A consumer-group worker that feeds OTLP records to the engine and
+commits only what is stored.
+
+    topic partitions -> fetch (aiokafka) -> decode (otlp) -> Engine.submit(spans, on_stored)
+        -> on_stored (engine thread) -> call_soon_threadsafe -> OffsetTracker.done
+        -> every commit_interval_s: commit each partition's low watermark
+
+Promises:
+- **no loss**: a partition's committed offset never passes a record whose traces are not all
+  evaluated and stored (``OffsetTracker``); a crash or kill replays from there, and replays are
+  idempotent because the store keys evaluations by trace id (a re-evaluation supersedes);
+- a record that is not an OTLP request (poison) is counted with a reason, marked done and
+  skipped: it never stalls its partition;
+- backpressure: with ``max_inflight_records`` taken and not stored, or while the engine
+  throttles, every partition is paused (nothing buffered without bound); resumed at half;
+- on revocation the worker stops taking the partition's records and commits what is done;
+  the new owner replays the rest;
+- lag (high watermark - position) per partition is reported through the metrics hook.
+
+Partition assignment: ``group`` (broker-coordinated rebalancing) or ``static`` (worker i of N,
+no group membership). See ``otel_eval/kafka/mock_cluster.py`` for why tests use static mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from otel_eval import otlp
+from otel_eval.kafka.client import client_kwargs
+from otel_eval.kafka.config import KafkaConfig
+from otel_eval.kafka.offsets import OffsetTracker, Ticket
+from otel_eval.kafka.stats import KafkaMetrics, KafkaStats
+from otel_eval.model import Span
+
+log = logging.getLogger(__name__)
+
+
+class EngineLike(Protocol):
+    """What the consumer needs of ``otel_eval.pipeline.Engine``."""
+
+    def submit(self, spans: list[Span], source: str = ...,
+               on_stored: Callable[[], None] | None = ...) -> Any: ...
+
+
+def decode_record(value: bytes | None, encoding: str) -> list[Span] | str:
+    """Spans of one record, or the poison reason (``empty``, ``not_otlp``)."""
+    if not value:
+        return "empty"
+    try:
+        if encoding == "otlp_json":
+            req = otlp.request_from_json(value)
+        else:
+            req = ExportTraceServiceRequest.FromString(value)
+    except Exception:  # protobuf DecodeError, ValueError, RuntimeWarning-free: poison
+        return "not_otlp"
+    return otlp.decode_request(req).spans
+
+
+async def topic_partitions(cfg: KafkaConfig) -> list[int]:
+    """Partition numbers of ``cfg.topic`` (empty if the topic does not exist)."""
+    admin = AIOKafkaAdminClient(**client_kwargs(cfg))
+    await admin.start()
+    try:
+        (desc,) = await admin.describe_topics([cfg.topic])
+    finally:
+        await admin.close()
+    if desc.get("error_code"):
+        return []
+    return sorted(p["partition"] for p in desc["partitions"])
+
+
+class _Listener(ConsumerRebalanceListener):
+    def __init__(self, stage: KafkaConsumerStage) -> None:
+        self.stage = stage
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self.stage._revoke(revoked)
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.stage._assign(assigned)
+
+
+class KafkaConsumerStage:
+    """``start()`` on the service's loop, ``shutdown(deadline_s)`` at exit."""
+
+    def __init__(self, config: KafkaConfig, engine: EngineLike,
+                 metrics_hook: KafkaMetrics | None = None) -> None:
+        self.config = config
+        self.engine = engine
+        self.metrics: KafkaMetrics = metrics_hook if metrics_hook is not None else KafkaStats()
+        self.tracker: OffsetTracker[TopicPartition] = OffsetTracker()
+        self._consumer: AIOKafkaConsumer | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping = False
+        self._retry: deque[tuple[TopicPartition, list[Span], Ticket[TopicPartition]]] = deque()
+        self._paused = False
+        self._drained = asyncio.Event()
+        self._last_commit = 0.0
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        cfg = self.config
+        self._loop = asyncio.get_running_loop()
+        consumer = AIOKafkaConsumer(
+            **client_kwargs(cfg), group_id=cfg.group_id, enable_auto_commit=False,
+            auto_offset_reset=cfg.auto_offset_reset, max_poll_records=cfg.max_poll_records,
+            session_timeout_ms=int(cfg.session_timeout_s * 1000),
+            heartbeat_interval_ms=max(100, int(cfg.session_timeout_s * 1000 / 3)))
+        await consumer.start()
+        self._consumer = consumer
+        try:
+            if cfg.assignment == "static":
+                await self._assign_static(consumer)
+            else:
+                consumer.subscribe([cfg.topic], listener=_Listener(self))
+        except BaseException:
+            await consumer.stop()
+            raise
+        self._task = asyncio.create_task(self._run(), name="kafka-consumer")
+        self._task.add_done_callback(self._task_died)
+
+    async def _assign_static(self, consumer: AIOKafkaConsumer) -> None:
+        cfg = self.config
+        parts = await topic_partitions(cfg)
+        if not parts:
+            raise RuntimeError(f"kafka topic {cfg.topic!r} not found")
+        mine = {TopicPartition(cfg.topic, p) for p in sorted(parts)
+                if p % cfg.worker_count == cfg.worker_index}
+        consumer.assign(list(mine))
+        self._assign(mine)
+        log.info("kafka static assignment %d/%d: partitions %s", cfg.worker_index,
+                 cfg.worker_count, sorted(tp.partition for tp in mine))
+
+    def _task_died(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("kafka consumer loop failed", exc_info=task.exception())
+
+    async def shutdown(self, deadline_s: float = 30.0) -> None:
+        """Stop fetching, wait (up to the deadline) for taken records to be stored, commit."""
+        end = time.monotonic() + deadline_s
+        self._stopping = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self.tracker.inflight() > len(self._retry):
+            # Records waiting for a retry were never taken by the engine; they are replayed.
+            self._drained.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._drained.wait(), max(0.0, end - time.monotonic()))
+        if self._consumer is not None:
+            await self._commit()
+            await self._consumer.stop()
+            self._consumer = None
+
+    @property
+    def failure(self) -> BaseException | None:
+        t = self._task
+        return t.exception() if t is not None and t.done() and not t.cancelled() else None
+
+    # --- main loop ---------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        cfg = self.config
+        while True:
+            self._retry_throttled()
+            self._apply_backpressure(consumer)
+            batch = await consumer.getmany(timeout_ms=int(cfg.throttle_retry_s * 1000),
+                                           max_records=cfg.max_poll_records)
+            for tp, records in batch.items():
+                for rec in records:
+                    self._take(tp, rec.offset, rec.value)
+            self._report_lag(consumer)
+            if time.monotonic() - self._last_commit >= cfg.commit_interval_s:
+                await self._commit()
+
+    def _take(self, tp: TopicPartition, offset: int, value: bytes | None) -> None:
+        ticket = self.tracker.take(tp, offset)
+        decoded = decode_record(value, self.config.encoding)
+        if isinstance(decoded, str):
+            log.warning("kafka poison record %s[%d]@%d: %s", tp.topic, tp.partition, offset,
+                        decoded)
+            self.metrics.record_poison(decoded)
+            self._done(ticket)
+            return
+        self.metrics.record_consumed(len(decoded))
+        if self._retry or not self._submit(tp, decoded, ticket):
+            self._retry.append((tp, decoded, ticket))  # keep per-partition order
+
+    def _submit(self, tp: TopicPartition, spans: list[Span], ticket: Ticket[TopicPartition]
+                ) -> bool:
+        loop = self._loop
+        assert loop is not None
+
+        def on_stored() -> None:  # engine worker thread
+            loop.call_soon_threadsafe(self._done, ticket)
+
+        adm = self.engine.submit(spans, source="kafka", on_stored=on_stored)
+        throttled = getattr(adm, "throttled", None)
+        if throttled:
+            self.metrics.throttled(throttled)
+            return False
+        return True
+
+    def _retry_throttled(self) -> None:
+        while self._retry:
+            tp, spans, ticket = self._retry[0]
+            if ticket.epoch != self.tracker.epoch(tp):
+                self._retry.popleft()  # partition revoked meanwhile: new owner replays
+                continue
+            if not self._submit(tp, spans, ticket):
+                return
+            self._retry.popleft()
+
+    def _done(self, ticket: Ticket[TopicPartition]) -> None:
+        # Records waiting for a throttled retry were never taken by the engine: not awaited.
+        if self.tracker.done(ticket) and self.tracker.inflight() <= len(self._retry):
+            self._drained.set()
+
+    def _apply_backpressure(self, consumer: AIOKafkaConsumer) -> None:
+        cfg = self.config
+        inflight = self.tracker.inflight()
+        full = inflight >= cfg.max_inflight_records or bool(self._retry)
+        if full and not self._paused:
+            consumer.pause(*consumer.assignment())
+            self._paused = True
+            self.metrics.paused(True)
+        elif self._paused and not self._retry and inflight <= cfg.max_inflight_records // 2:
+            consumer.resume(*consumer.assignment())
+            self._paused = False
+            self.metrics.paused(False)
+
+    def _report_lag(self, consumer: AIOKafkaConsumer) -> None:
+        for tp in consumer.assignment():
+            high = consumer.highwater(tp)
+            pos = self.tracker.position(tp)
+            if high is not None and pos is not None:
+                self.metrics.lag(tp.partition, max(0, high - pos))
+
+    # --- commits and rebalancing -----------------------------------------------------------
+
+    async def _commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
+        consumer = self._consumer
+        self._last_commit = time.monotonic()
+        todo = self.tracker.committable() if offsets is None else offsets
+        if consumer is None or not todo:
+            return
+        try:
+            await consumer.commit(todo)
+        except KafkaError as e:  # rebalance in progress, coordinator moved: retried next time
+            log.warning("kafka commit failed (%s); will retry", e)
+            self.metrics.commit_failed(type(e).__name__)
+            self.tracker.uncommit(todo)  # hand these positions out again next time
+            return
+        for tp, pos in todo.items():
+            self.metrics.committed(tp.partition, pos)
+
+    def _assign(self, assigned: set[TopicPartition]) -> None:
+        for tp in assigned:
+            self.tracker.assign(tp)
+        if self._paused and self._consumer is not None:
+            self._consumer.pause(*assigned)  # stay paused until the backlog drains
+
+    async def _revoke(self, revoked: set[TopicPartition]) -> None:
+        final = {}
+        for tp in revoked:
+            pos = self.tracker.revoke(tp)
+            if pos is not None:
+                final[tp] = pos
+        self._retry = deque(r for r in self._retry if r[0] not in revoked)
+        await self._commit(final)

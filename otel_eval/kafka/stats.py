@@ -1,0 +1,72 @@
+"""Self-metrics of the Kafka stages, as verbs (the service maps them onto Prometheus).
+
+``KafkaMetrics`` is what the consumer and publishers call; ``KafkaStats`` is a plain
+in-memory implementation (used by tests, and a default so the stages never need a registry).
+Label values are bounded: partition numbers, and reasons from ``POISON_REASONS``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Protocol
+
+# Closed set of reasons a record is skipped as poison.
+POISON_REASONS = ("empty", "not_otlp")
+
+
+class KafkaMetrics(Protocol):
+    def record_consumed(self, n_spans: int) -> None: ...
+    def record_poison(self, reason: str) -> None: ...
+    def throttled(self, reason: str) -> None: ...
+    def paused(self, paused: bool) -> None: ...
+    def lag(self, partition: int, records: int) -> None: ...
+    def committed(self, partition: int, offset: int) -> None: ...
+    def commit_failed(self, reason: str) -> None: ...
+    def published(self, topic_kind: str, n_records: int) -> None: ...
+    def publish_dropped(self, topic_kind: str, reason: str, n: int) -> None: ...
+
+
+class KafkaStats:
+    """In-memory ``KafkaMetrics``: counters and last gauge values."""
+
+    def __init__(self) -> None:
+        self.records = 0
+        self.spans = 0
+        self.poison: Counter[str] = Counter()
+        self.throttles: Counter[str] = Counter()
+        self.is_paused = False
+        self.pauses = 0
+        self.lags: dict[int, int] = {}
+        self.commits: dict[int, int] = {}
+        self.commit_failures: Counter[str] = Counter()
+        self.published_records: Counter[str] = Counter()
+        self.dropped: Counter[tuple[str, str]] = Counter()
+
+    def record_consumed(self, n_spans: int) -> None:
+        self.records += 1
+        self.spans += n_spans
+
+    def record_poison(self, reason: str) -> None:
+        self.poison[reason] += 1
+
+    def throttled(self, reason: str) -> None:
+        self.throttles[reason] += 1
+
+    def paused(self, paused: bool) -> None:
+        self.pauses += paused
+        self.is_paused = paused
+
+    def lag(self, partition: int, records: int) -> None:
+        self.lags[partition] = records
+
+    def committed(self, partition: int, offset: int) -> None:
+        self.commits[partition] = offset
+
+    def commit_failed(self, reason: str) -> None:
+        self.commit_failures[reason] += 1
+
+    def published(self, topic_kind: str, n_records: int) -> None:
+        self.published_records[topic_kind] += n_records
+
+    def publish_dropped(self, topic_kind: str, reason: str, n: int) -> None:
+        self.dropped[(topic_kind, reason)] += n

@@ -1,0 +1,81 @@
+"""A Kafka worker process for the kill -9 test and bench/kafka.py.
+
+    python tests/kafka/kafka_worker.py --bootstrap HOST:PORT,... --topic T --db stored.db \
+        [--worker-index I --worker-count N] [--engine mini|real]
+
+Runs ``KafkaConsumerStage`` (static assignment, worker I of N) feeding ``--engine``: ``mini``
+(tests/kafka/kafka_mini_engine.py, SQLite rows keyed by trace id) or ``real`` (the service's
+``otel_eval.pipeline.Engine`` with its SQLite ``Store``). SIGTERM shuts down gracefully
+(drain, commit); SIGKILL is the crash under test. Prints ``ready`` once consuming.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parents[1]), str(HERE)]
+
+from kafka_mini_engine import MiniEngine  # noqa: E402
+
+from otel_eval.kafka.config import KafkaConfig  # noqa: E402
+from otel_eval.kafka.consumer import KafkaConsumerStage  # noqa: E402
+
+
+def build_engine(kind: str, db: str) -> tuple[Any, Any]:
+    """(engine, close) for ``kind``."""
+    if kind == "mini":
+        engine = MiniEngine(db)
+        return engine, engine.close
+    from otel_eval.config import Config, replace
+    from otel_eval.evaluator import Evaluator
+    from otel_eval.metrics import Metrics
+    from otel_eval.pipeline import Engine
+    from otel_eval.store import Store
+
+    cfg = replace(Config(), **{"assembly.grace_s": 0.2, "store.path": db})
+    store = Store(db)
+    real = Engine(Evaluator(cfg), store, Metrics(), tick_interval_s=0.05)
+    real.start()
+
+    def close() -> None:
+        real.shutdown(5.0)
+        store.close()
+
+    return real, close
+
+
+async def main(args: argparse.Namespace) -> None:
+    cfg = KafkaConfig(brokers=args.bootstrap, topic=args.topic, group_id=args.group,
+                      assignment="static", worker_index=args.worker_index,
+                      worker_count=args.worker_count, commit_interval_s=args.commit_interval_s,
+                      max_inflight_records=args.max_inflight)
+    engine, close = build_engine(args.engine, args.db)
+    stage = KafkaConsumerStage(cfg, engine)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    await stage.start()
+    print("ready", flush=True)
+    await stop.wait()
+    await stage.shutdown(5.0)
+    close()
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--topic", default="otlp_spans")
+    p.add_argument("--group", default="otel-eval")
+    p.add_argument("--db", required=True)
+    p.add_argument("--worker-index", type=int, default=0)
+    p.add_argument("--worker-count", type=int, default=1)
+    p.add_argument("--commit-interval-s", type=float, default=0.2)
+    p.add_argument("--max-inflight", type=int, default=20_000)
+    p.add_argument("--engine", choices=("mini", "real"), default="mini")
+    asyncio.run(main(p.parse_args()))
