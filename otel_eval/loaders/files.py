@@ -15,6 +15,7 @@ from pathlib import Path
 from otel_eval.model import Span, Trace
 
 _GZIP_MAGIC = b"\x1f\x8b"
+_UTF8_BOM = b"\xef\xbb\xbf"
 
 
 class LoaderError(ValueError):
@@ -27,14 +28,15 @@ class LoaderError(ValueError):
 
 
 def read_bytes(path: Path) -> bytes:
-    """The file's content, gunzipped when it starts with the gzip magic (whatever its name)."""
+    """The file's content, gunzipped when it starts with the gzip magic (whatever its name),
+    without a UTF-8 byte order mark (editors on Windows add one to JSON files)."""
     try:
         data = path.read_bytes()
         if data[:2] == _GZIP_MAGIC:
             data = gzip.decompress(data)
     except (OSError, EOFError, zlib.error) as e:
         raise LoaderError(path, f"cannot read: {e}") from e
-    return data
+    return data[3:] if data[:3] == _UTF8_BOM else data
 
 
 def release(spans: Iterable[Span], source: str) -> list[Trace]:

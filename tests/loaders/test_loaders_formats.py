@@ -64,6 +64,12 @@ def test_protobuf_and_gzip_are_sniffed_from_content_not_names(tmp_path: Path) ->
     assert tree.trace_id == "a5b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5"
 
 
+def test_utf8_byte_order_mark_is_ignored(tmp_path: Path) -> None:
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + (DATA / "tau_runs.json").read_bytes())
+    assert len(load_file(path)) == 2
+
+
 def test_span_tree_keeps_ids_and_reads_times_status_events() -> None:
     (trace,) = load_file(DATA / "span_tree.json")
     spans = {s.span_id: s for s in trace.spans}
