@@ -101,6 +101,7 @@ class _Renderer:
         if step.result is not None:
             lines.append(" result: " + trim(step.result, self.c.max_tool_output_chars,
                                             self.c.head_ratio))
+            self.log.mark([Message("tool", step.result)])  # not again as the next input
         if step.error:
             lines.append(f" error: {trim(step.error, self.c.max_message_chars)}")
         return lines

@@ -11,6 +11,7 @@ import json
 from importlib import resources
 from pathlib import Path
 from string import Template
+from typing import Any
 
 from otel_eval.judge.schemas import Schema
 
@@ -20,8 +21,23 @@ PLACEHOLDERS = ("instructions", "task", "trajectory", "final_output", "findings"
                 "schema", "error")
 
 
+def _shape(schema: Any) -> str:
+    if "enum" in schema:
+        return "|".join(json.dumps(v) for v in schema["enum"])
+    kind = schema.get("type")
+    if kind == "object":
+        props = ",".join(f'"{k}":{_shape(v)}' for k, v in schema["properties"].items())
+        return "{" + props + "}"
+    if kind == "array":
+        return f"[{_shape(schema['items'])},...]"
+    if kind == "number" and "maximum" in schema:
+        return f"{schema.get('minimum', 0)}..{schema['maximum']}"
+    return {"string": "str", "integer": "int", "boolean": "true|false"}.get(str(kind), "any")
+
+
 def schema_text(schema: Schema) -> str:
-    return json.dumps(schema, separators=(",", ":"))
+    """A compact shape of the reply (the full JSON schema travels as response_format)."""
+    return _shape(schema)
 
 
 class Prompts:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -49,6 +50,9 @@ class FakeLLM:
         self.replies: deque[Reply] = deque()
         self.requests: list[dict[str, Any]] = []
         self.released = threading.Event()
+        self.arrived = threading.Event()  # set when any request has arrived
+        # replies chosen from the request instead of the script (concurrent calls)
+        self.route: Callable[[dict[str, Any]], Reply] | None = None
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -57,8 +61,13 @@ class FakeLLM:
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
-                fake.requests.append(json.loads(self.rfile.read(length) or b"{}"))
-                reply = fake.replies.popleft() if fake.replies else error(500)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                fake.requests.append(body)
+                fake.arrived.set()
+                if fake.route is not None:
+                    reply = fake.route(body)
+                else:
+                    reply = fake.replies.popleft() if fake.replies else error(500)
                 if reply.hang:
                     fake.released.wait(30)
                     return
@@ -83,6 +92,12 @@ class FakeLLM:
 
     def script(self, *replies: Reply) -> None:
         self.replies.extend(replies)
+
+    def by_schema(self, replies: dict[str, Reply]) -> None:
+        """Reply by the response_format schema name (``step_grade``, ``combined_grade``...)."""
+        def route(body: dict[str, Any]) -> Reply:
+            return replies[body["response_format"]["json_schema"]["name"]]
+        self.route = route
 
     def start(self) -> None:
         self.thread.start()

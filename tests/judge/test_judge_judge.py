@@ -1,0 +1,168 @@
+"""Judge.judge end to end over litellm and the loopback server: modes, statuses, rubric cache,
+redaction on the wire, observer, the judge object's shape."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from judge_fake_llm import FakeLLM, Reply, completion, good
+from judge_fixtures import combined_reply, config, evaluation, step_reply, turns_reply
+
+from otel_eval.judge import Judge, SqliteRubricCache
+from otel_eval.model import Evaluation
+
+STEPS = [1, 3, 5]
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.scores: list[tuple[str, str, float]] = []
+        self.skips: list[str] = []
+
+    def call(self, judge: str, status: str, input_tokens: int, output_tokens: int,
+             cost_usd: float, latency_s: float) -> None:
+        self.calls.append((judge, status, input_tokens, output_tokens))
+
+    def skip(self, reason: str) -> None:
+        self.skips.append(reason)
+
+    def score(self, judge: str, dimension: str, value: float) -> None:
+        self.scores.append((judge, dimension, value))
+
+
+def run(judge: Judge, ev: Evaluation) -> dict[str, Any]:
+    return asyncio.run(judge.judge(ev))
+
+
+def test_combined_mode_one_call_full_judge_object(llm: FakeLLM) -> None:
+    llm.script(good(combined_reply(STEPS)))
+    rec = Recorder()
+    out = run(Judge(config(llm.api_base), observer=rec), evaluation())
+    assert len(llm.requests) == 1
+    j = out["judges"]
+    assert set(j) == {"combined", "step", "process", "trace", "outcome"}
+    assert j["combined"]["calls"] == 1 and j["combined"]["tokens"] == {"input": 1000,
+                                                                       "output": 100}
+    assert all(j[p]["via"] == "combined" and j[p]["status"] == "ok"
+               for p in ("step", "process", "trace", "outcome"))
+    steps = [c for c in j["step"]["critiques"]]
+    assert [(c["step_index"], c["span_id"], c["node"]) for c in steps] == [
+        (1, "b" * 16, "airline_agent"), (3, "d" * 16, "airline_agent"),
+        (5, "f" * 16, "airline_agent")]
+    assert j["step"]["scores"] == {"step": 0.8, "step_min": 0.8}
+    assert j["step"]["by_node"] == {"airline_agent": 0.8}
+    assert j["process"]["scores"]["result_verification"] == 0.2
+    assert j["process"]["scores"]["process"] == 0.5  # (0.6 * 3 + 0.2) / 4 per turn
+    assert j["process"]["turns"][0]["span_ids"] == ["b" * 16, "c" * 16]
+    assert {c["dimension"] for c in j["process"]["critiques"]} == {
+        "goal_alignment", "efficiency", "information_utilization", "result_verification"}
+    assert j["trace"]["critiques"] == [{"dimension": "trace", "score": 0.7,
+                                        "text": "Cancelled without confirmation.",
+                                        "span_id": None, "node": None, "step_index": None}]
+    assert out["overall"] == {"status": "ok", "process_score": 0.5, "outcome_score": 1.0,
+                              "outcome_source": "judge", "passed": False, "lucky_pass": True,
+                              "tau_task": 0.5, "tau_process": 0.6}
+    assert out["totals"]["calls"] == 1 and out["totals"]["cost_usd"] > 0
+    assert rec.calls == [("combined", "ok", 1000, 100)]
+    assert ("process", "process", 0.5) in rec.scores
+    json.dumps(out)  # the judge object is plain JSON
+
+
+def test_text_leaving_the_process_is_redacted(llm: FakeLLM) -> None:
+    llm.script(good(combined_reply(STEPS)))
+    run(Judge(config(llm.api_base)), evaluation())
+    wire = json.dumps(llm.requests[0]["messages"])
+    assert "jane.doe@example.com" not in wire and "555 0132" not in wire
+    assert "[EMAIL]" in wire and "[PHONE]" in wire
+
+
+def test_separate_mode_one_call_per_judge(llm: FakeLLM) -> None:
+    llm.by_schema({"step_grade": good(step_reply(STEPS, 0.5)),
+                   "process_grade": good(turns_reply(STEPS, 1.0)),
+                   "trace_grade": good({"critique": "ok", "score": 0.9}),
+                   "outcome_grade": good({"reasoning": "done", "score": 1.0})})
+    out = run(Judge(config(llm.api_base, combined=False)), evaluation())
+    assert len(llm.requests) == 4 and "combined" not in out["judges"]
+    assert out["judges"]["step"]["scores"]["step"] == 0.5
+    assert out["judges"]["process"]["scores"]["process"] == 0.8
+    assert out["overall"]["passed"] is True and out["totals"]["calls"] == 4
+
+
+def test_parse_error_gives_no_scores_and_says_why(llm: FakeLLM) -> None:
+    llm.script(completion("I think it went well"), completion('{"steps": []}'))
+    out = run(Judge(config(llm.api_base)), evaluation())
+    assert len(llm.requests) == 2  # one repair retry, then give up
+    for part in ("combined", "step", "process", "trace", "outcome"):
+        assert out["judges"][part]["status"] == "parse_error"
+        assert out["judges"][part]["scores"] == {}
+    assert out["overall"]["status"] == "parse_error" and out["overall"]["passed"] is None
+
+
+def test_incomplete_reply_is_repaired(llm: FakeLLM) -> None:
+    partial = combined_reply([1, 3])
+    llm.script(good(partial), good(combined_reply(STEPS)))
+    out = run(Judge(config(llm.api_base)), evaluation())
+    assert "missing step 5" in llm.requests[1]["messages"][-1]["content"]
+    assert out["judges"]["combined"]["calls"] == 1 and out["overall"]["status"] == "ok"
+
+
+def test_known_outcome_label_skips_the_outcome_grader(llm: FakeLLM) -> None:
+    llm.script(good(combined_reply(STEPS, outcome=False)))
+    out = run(Judge(config(llm.api_base)), evaluation(outcome="failure"))
+    schema = llm.requests[0]["response_format"]["json_schema"]["schema"]
+    assert "outcome" not in schema["properties"]
+    assert out["judges"]["outcome"]["status"] == "skipped"
+    assert out["judges"]["outcome"]["reason"] == "outcome_label_known"
+    assert (out["overall"]["outcome_score"], out["overall"]["outcome_source"]) == (0.0, "label")
+
+
+def test_steps_are_chunked_and_chunks_after_the_first_carry_no_trace_part(
+        llm: FakeLLM) -> None:
+    def route(body: dict[str, Any]) -> Reply:
+        text = body["messages"][1]["content"]
+        if "steps 1, 3" in text:
+            return good(combined_reply([1, 3]))
+        return good({**step_reply([5]), **turns_reply([5])})
+
+    llm.route = route
+    out = run(Judge(config(llm.api_base, max_steps_per_call=2)), evaluation())
+    assert len(llm.requests) == 2
+    assert len(out["judges"]["step"]["critiques"]) == 3
+    assert out["judges"]["combined"]["calls"] == 2 and out["overall"]["status"] == "ok"
+
+
+def test_rubric_generated_once_per_task_and_cached_in_sqlite(llm: FakeLLM,
+                                                             tmp_path: Path) -> None:
+    criteria = {"criteria": [{"id": "c1", "criterion": "Cancels ABC123"},
+                             {"id": "c2", "criterion": "Asks for confirmation first"}]}
+    verdicts = {"results": [{"id": "c1", "reasoning": "step 3", "fulfilled": True},
+                            {"id": "c2", "reasoning": "never asked", "fulfilled": False}]}
+    llm.by_schema({"rubric_generate_grade": good(criteria),
+                   "rubric_verify_grade": good(verdicts)})
+    db = str(tmp_path / "store.db")
+    judge = Judge(config(llm.api_base, enabled=("rubric",)), rubric_cache=SqliteRubricCache(db))
+    first = run(judge, evaluation())["judges"]["rubric"]
+    assert (first["cache"], first["scores"], first["calls"]) == ("miss", {"rubric": 0.5}, 2)
+    assert first["critiques"][1]["text"] == "Asks for confirmation first: never asked"
+    again = Judge(config(llm.api_base, enabled=("rubric",)), rubric_cache=SqliteRubricCache(db))
+    second = run(again, evaluation(trace_id="9" * 32))["judges"]["rubric"]
+    assert (second["cache"], second["calls"], len(llm.requests)) == ("hit", 1, 3)
+    rows = sqlite3.connect(db).execute("SELECT key, model FROM judge_rubrics").fetchall()
+    assert rows == [("task:airline-7", "openai/gpt-4o-mini")]
+
+
+def test_disabled_without_model(llm: FakeLLM) -> None:
+    out = run(Judge(config(llm.api_base, model="")), evaluation())
+    assert out["overall"] == {"status": "disabled"} and llm.requests == []
+
+
+def test_failed_call_status_reaches_overall(llm: FakeLLM) -> None:
+    llm.script(Reply(500, {"error": {"message": "boom"}}))
+    out = run(Judge(config(llm.api_base, max_retries=0)), evaluation())
+    assert out["judges"]["trace"]["status"] == "error"
+    assert out["overall"]["status"] == "error"
