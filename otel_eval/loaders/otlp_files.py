@@ -38,6 +38,10 @@ def from_json_doc(doc: Any, path: Path, on_error: OnError, where: str = "") -> l
         req = request_from_dict(doc)
     except ValueError as e:
         raise LoaderError(path, f"{where}{e}") from e
+    except (TypeError, SystemError, RecursionError) as e:
+        # protobuf's json_format leaks these on some inputs (a key holding a lone UTF-16
+        # surrogate raises SystemError from upb); they are bad input all the same
+        raise LoaderError(path, f"{where}not an OTLP ExportTraceServiceRequest: {e!r}") from e
     return _decode(req, path, where, on_error)
 
 

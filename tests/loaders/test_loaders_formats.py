@@ -132,6 +132,7 @@ BAD_FILES = {
     "bad_tau.json": b'[{"traj": [{"role": "assistant", "tool_calls": 5}], "task_id": 1}]',
     "wrong_otlp.json": b'{"resourceSpans": [{"scopeSpans": 3}]}',
     "scalar.json": b"[1, 2]",
+    "surrogate_key.json": b'{"resourceSpans": [{"\\ud800": 1}]}',  # SystemError in upb
 }
 
 
