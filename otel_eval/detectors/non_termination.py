@@ -83,8 +83,14 @@ def _halt_markers(trajectory: Trajectory, cfg: NonTerminationConfig) -> list[Fin
             texts.append((s, s.error))
         if s.kind in ("agent", "chain") and s.result:
             texts.append((s, s.result))
+    seen: set[str] = set()
     for step, text in texts:
-        m = rx.search(text[:_SCAN_CHARS]) or rx.search(text[-_SCAN_CHARS:])
+        if not text or text in seen:  # the root's result is usually the output again
+            continue
+        seen.add(text)
+        if len(text) > 2 * _SCAN_CHARS:
+            text = text[:_SCAN_CHARS] + "\n" + text[-_SCAN_CHARS:]
+        m = rx.search(text)
         if m:
             ids = [step.span_id] if step else []
             idx = [step.index] if step else []

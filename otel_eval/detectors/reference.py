@@ -93,13 +93,18 @@ def compare(ref: Reference, actual: Sequence[Step], match: str, args_mode: str,
             by_tool: Mapping[str, str]) -> dict[str, Any]:
     """The verdict ``reference`` summary plus the missing/unexpected/wrong-argument lists."""
     rc, names = list(ref.calls), [s.tool_name or s.name for s in actual]
+    memo: dict[tuple[int, int], bool] = {}
 
     def name_ok(r: int, a: int) -> bool:
         return rc[r].name == names[a]
 
     def full_ok(r: int, a: int) -> bool:
-        mode = by_tool.get(rc[r].name, args_mode)
-        return name_ok(r, a) and arguments_ok(rc[r].arguments, actual[a].arguments, mode)
+        if not name_ok(r, a):
+            return False
+        if (r, a) not in memo:  # matching and LCS ask for the same pairs again
+            mode = by_tool.get(rc[r].name, args_mode)
+            memo[r, a] = arguments_ok(rc[r].arguments, actual[a].arguments, mode)
+        return memo[r, a]
 
     n_ref, n_act = len(rc), len(actual)
     by_name = _max_matching(n_ref, n_act, name_ok)

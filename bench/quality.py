@@ -1,0 +1,296 @@
+"""Detector quality on the public agent traces in ../shared/datasets (issue 3).
+
+    python bench/quality.py [--datasets DIR] [--only tau,trail,swe,speed] [--json FILE]
+
+- tau-bench airline runs: tool-name precision/recall and argument accuracy against the gold
+  write actions (the task file loaded as references), AUC of the reference score against
+  ``reward``, and the ``reward = 1`` runs flagged as lucky passes, with examples.
+- TRAIL GAIA: trace-level precision/recall of the loop detector against "Resource Abuse"
+  annotations, and how many annotated locations fall on or under a flagged span.
+- SWE-bench mini-swe-agent: loop and budget finding rates for resolved vs unresolved runs
+  (budgets = the runs' own step and cost limits) and the AUC of a reference-free score.
+- Offline evaluation speed on the tau-bench file (load + build + detect), traces/s.
+
+Every threshold is the detectors' default (set from first principles, see
+otel_eval/detectors/config.py); nothing here is fitted to these files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import re
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from sklearn.metrics import roc_auc_score
+
+from otel_eval.config import TrajectoryConfig
+from otel_eval.detectors import Detectors, DetectorsConfig, load_references
+from otel_eval.detectors.config import BudgetsConfig
+from otel_eval.detectors.references import TAU_BENCH_WRITE_TOOLS
+from otel_eval.loaders import load_path
+from otel_eval.model import Finding, Trace, Trajectory, Verdict
+from otel_eval.trajectory import build_trajectory
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATASETS = ROOT.parent / "shared" / "datasets"
+TAU_RUNS = Path("tau-bench/airline/gpt-4o-airline.runs.json")
+TAU_TASKS = Path("tau-bench/tasks/airline_tasks_test.json")
+CFG = TrajectoryConfig()
+
+
+def trajectories(path: Path) -> Iterator[tuple[Trace, Trajectory]]:
+    for trace in load_path(path):
+        yield trace, build_trajectory(trace, CFG)
+
+
+def outcome_of(t: Trajectory) -> str | None:
+    value = t.root_attributes.get(CFG.outcome_attribute)
+    return str(value) if value in ("success", "failure") else None
+
+
+def auc(labels: list[int], scores: list[float]) -> float | None:
+    if len(set(labels)) < 2:
+        return None
+    return round(float(roc_auc_score(labels, scores)), 3)
+
+
+def ratio(num: float, den: float) -> float | None:
+    return round(num / den, 3) if den else None
+
+
+# --- tau-bench ---------------------------------------------------------------------------
+
+
+def _gold_check(datasets: Path, refs: Any) -> int:
+    """Runs whose own gold write actions differ from the task file's (expected: 0)."""
+    runs = json.loads((datasets / TAU_RUNS).read_text())
+    bad = 0
+    for run in runs:
+        gold = [(a["name"], a["kwargs"]) for a in run["info"]["task"]["actions"]
+                if a["name"] in TAU_BENCH_WRITE_TOOLS]
+        ref = refs[str(run["task_id"])]
+        bad += gold != [(c.name, c.arguments) for c in ref.calls]
+    return bad
+
+
+def tau_bench(datasets: Path) -> dict[str, Any]:
+    refs = load_references(datasets / TAU_TASKS)
+    detectors = Detectors(DetectorsConfig(), refs)
+    rows = []
+    for _, t in trajectories(datasets / TAU_RUNS):
+        findings, verdict = detectors.evaluate(t, outcome_of(t))
+        ref_f = next(f for f in findings if f.detector == "reference")
+        rows.append((t, findings, verdict, ref_f.attributes))
+    n_ref = sum(len(a["expected"]) for *_, a in rows)
+    n_name = sum(len(a["expected"]) - len(a["missing"]) for *_, a in rows)
+    n_act = n_name + sum(len(a["unexpected"]) for *_, a in rows)
+    n_wrong = sum(len(a["wrong_arguments"]) for *_, a in rows)
+    labels = [int(v.outcome == "success") for _, _, v, _ in rows]
+    lucky = [(t, f) for t, fs, v, _ in rows if v.outcome == "success"
+             for f in fs if f.detector == "lucky_pass"]
+    return {
+        "runs": len(rows), "reward_1": sum(labels),
+        "gold_mismatches_vs_run_info": _gold_check(datasets, refs),
+        "tool_precision_micro": ratio(n_name, n_act), "tool_recall_micro": ratio(n_ref and n_name,
+                                                                                 n_ref),
+        "argument_accuracy_micro": ratio(n_name - n_wrong, n_name),
+        "tool_precision_macro": _mean(a["tool_precision"] for *_, a in rows),
+        "tool_recall_macro": _mean(a["tool_recall"] for *_, a in rows),
+        "argument_accuracy_macro": _mean(a["argument_accuracy"] for *_, a in rows),
+        "reference_matched": Counter(f"matched={a['matched']},reward={y}"
+                                     for (*_, a), y in zip(rows, labels, strict=True)),
+        "auc_reference_score_vs_reward": auc(labels, [a["score"] for *_, a in rows]),
+        "auc_verdict_passed_vs_reward": auc(labels, [float(v.passed) for _, _, v, _ in rows]),
+        "lucky_passes": len(lucky),
+        "lucky_pass_examples": [
+            {"task_id": t.task_id, "trial": t.root_attributes.get("tau_bench.trial"),
+             "message": f.message, "causes": f.attributes["findings"]} for t, f in lucky[:5]],
+    }
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    got = [v for v in values if v is not None]
+    return round(sum(got) / len(got), 3) if got else None
+
+
+# --- TRAIL GAIA ----------------------------------------------------------------------------
+
+
+def _annotations(folder: Path) -> dict[str, list[dict[str, Any]]]:
+    out = {}
+    for path in sorted(folder.glob("*.json")):
+        text = re.sub(r",\s*([\]}])", r"\1", path.read_text())  # one file has a trailing comma
+        out[path.stem] = json.loads(text).get("errors", [])
+    return out
+
+
+def _category(error: dict[str, Any]) -> str:
+    return re.sub(r"\s+errors?$", "", str(error.get("category", "")).strip().lower())
+
+
+def _ancestors(trace: Trace) -> dict[str, set[str]]:
+    parent = {s.span_id: s.parent_span_id for s in trace.spans}
+    out: dict[str, set[str]] = {}
+    for sid in parent:
+        seen, p = set(), parent.get(sid)
+        while p and p not in seen:
+            seen.add(p)
+            p = parent.get(p)
+        out[sid] = seen
+    return out
+
+
+def trail(datasets: Path) -> dict[str, Any]:
+    folder = datasets / "trail" / "GAIA"
+    notes = _annotations(folder / "annotations")
+    detectors = Detectors(DetectorsConfig())
+    tp = fp = fn = tn = 0
+    on_or_under = above = locations = 0
+    flagged_examples: list[dict[str, Any]] = []
+    for trace, t in trajectories(folder / "traces"):
+        findings, _ = detectors.evaluate(t)
+        loops = [f for f in findings if f.detector == "loop"]
+        abuse = [e for e in notes.get(t.trace_id, []) if _category(e) == "resource abuse"]
+        tp, fp = tp + bool(loops and abuse), fp + bool(loops and not abuse)
+        fn, tn = fn + bool(abuse and not loops), tn + bool(not loops and not abuse)
+        flagged = {s for f in loops for s in f.span_ids}
+        anc = _ancestors(trace)
+        for e in abuse:
+            loc = str(e.get("location", ""))
+            locations += 1
+            on_or_under += loc in flagged or bool(anc.get(loc, set()) & flagged)
+            above += any(loc in anc.get(s, set()) for s in flagged)
+        if loops and len(flagged_examples) < 5:
+            flagged_examples.append({"trace_id": t.trace_id, "annotated": bool(abuse),
+                                     "findings": [f.message for f in loops]})
+    return {
+        "traces": tp + fp + fn + tn, "annotated_resource_abuse": tp + fn, "flagged": tp + fp,
+        "precision": ratio(tp, tp + fp), "recall": ratio(tp, tp + fn),
+        "confusion": {"tp": tp, "fp": fp, "fn": fn, "tn": tn},
+        "annotated_locations": locations, "locations_on_or_under_flagged_span": on_or_under,
+        "locations_above_flagged_span": above, "examples": flagged_examples,
+    }
+
+
+# --- SWE-bench mini-swe-agent ---------------------------------------------------------------
+
+
+def _swe_budgets(traj_file: Path) -> BudgetsConfig:
+    """The run's own limits (mini-swe-agent `step_limit`, `cost_limit`; 0 means none)."""
+    agent = json.loads(gzip.decompress(traj_file.read_bytes()))["info"]["config"]["agent"]
+    return BudgetsConfig(steps=agent.get("step_limit") or None,
+                         cost_usd=float(agent["cost_limit"]) if agent.get("cost_limit") else None)
+
+
+def swe(datasets: Path) -> dict[str, Any]:
+    folder = datasets / "swe-bench-mini-swe-agent"
+    summary = json.loads((folder / "results_summary.json").read_text())
+    resolved = {i["instance_id"]: bool(i["resolved"]) for i in summary["instances"]}
+    groups: dict[bool, Counter[str]] = {True: Counter(), False: Counter()}
+    labels, scores, steps = [], [], []
+    for traj_dir in sorted(p for p in (folder / "trajs").iterdir() if p.is_dir()):
+        traj_file = next(traj_dir.glob("*.traj.json*"))
+        cfg = DetectorsConfig(budgets=_swe_budgets(traj_file))
+        for _, t in trajectories(traj_file):
+            findings, verdict = Detectors(cfg).evaluate(t)
+            ok = resolved.get(t.task_id or traj_dir.name, False)
+            g = groups[ok]
+            g["runs"] += 1
+            g["loop"] += any(f.detector == "loop" for f in findings)
+            g["budget"] += any(f.kind.endswith("_exceeded") for f in findings)
+            g["non_termination"] += any(f.detector == "non_termination" for f in findings)
+            g["passed"] += verdict.passed
+            labels.append(int(ok))
+            scores.append(_reference_free_score(findings, verdict))
+            steps.append(len(t.tool_steps))
+    steps.sort()
+
+    def rates(g: Counter[str]) -> dict[str, Any]:
+        return {"runs": g["runs"], **{k: ratio(g[k], g["runs"]) for k in (
+            "loop", "budget", "non_termination", "passed")}}
+
+    return {"resolved": rates(groups[True]), "unresolved": rates(groups[False]),
+            "auc_reference_free_score_vs_resolved": auc(labels, scores),
+            "steps_median": steps[len(steps) // 2] if steps else None,
+            "steps_max": steps[-1] if steps else None}
+
+
+def _reference_free_score(findings: list[Finding], verdict: Verdict) -> float:
+    """Declared before looking at the labels: 1 / (1 + error findings + warnings / 2)."""
+    errors = sum(f.severity == "error" for f in findings)
+    warnings = sum(f.severity == "warning" for f in findings)
+    return 1.0 / (1.0 + errors + 0.5 * warnings)
+
+
+# --- speed ------------------------------------------------------------------------------------
+
+
+def _rate(run_once: Any, min_seconds: float) -> tuple[float, float]:
+    """(traces per wall second, traces per CPU second) of ``run_once`` (returns a count).
+    CPU time is reported too: on a shared machine wall time measures the neighbours."""
+    n, wall, cpu = 0, time.perf_counter(), time.process_time()
+    while time.perf_counter() - wall < min_seconds:
+        n += run_once()
+    return n / (time.perf_counter() - wall), n / (time.process_time() - cpu)
+
+
+def speed(datasets: Path, min_seconds: float = 3.0) -> dict[str, Any]:
+    refs = load_references(datasets / TAU_TASKS)
+    detectors = Detectors(DetectorsConfig(), refs)
+    path = datasets / TAU_RUNS
+
+    def end_to_end() -> int:
+        n = 0
+        for _, t in trajectories(path):
+            detectors.evaluate(t, outcome_of(t))
+            n += 1
+        return n
+
+    trajs = [t for _, t in trajectories(path)]
+
+    def detect_only() -> int:
+        for t in trajs:
+            detectors.evaluate(t, outcome_of(t))
+        return len(trajs)
+
+    e2e_wall, e2e_cpu = _rate(end_to_end, min_seconds)
+    det_wall, det_cpu = _rate(detect_only, min_seconds)
+    return {"load_build_detect": {"traces_per_s_wall": round(e2e_wall),
+                                  "traces_per_cpu_s": round(e2e_cpu)},
+            "detect_only": {"traces_per_s_wall": round(det_wall),
+                            "traces_per_cpu_s": round(det_cpu)},
+            "target_traces_per_s": 1000}
+
+
+SECTIONS = {"tau": tau_bench, "trail": trail, "swe": swe, "speed": speed}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--datasets", type=Path, default=DEFAULT_DATASETS)
+    ap.add_argument("--only", default=",".join(SECTIONS),
+                    help="comma-separated sections: " + ", ".join(SECTIONS))
+    ap.add_argument("--json", type=Path, help="also write the figures to this file")
+    args = ap.parse_args(argv)
+    results = {}
+    for name in args.only.split(","):
+        if name not in SECTIONS:
+            ap.error(f"unknown section {name!r}")
+        started = time.perf_counter()
+        results[name] = SECTIONS[name](args.datasets)
+        print(f"== {name} ({time.perf_counter() - started:.1f} s)")
+        print(json.dumps(results[name], indent=1, default=str))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
