@@ -175,7 +175,7 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
     ends = [s.end_ns for s in spans if s.end_ns]
     return Trajectory(
         trace_id=trace.trace_id, source=trace.source, status=trace.status, steps=steps,
-        service=as_str(root_span.resource.get("service.name")) if root_span else None,
+        service=_service(root_span, spans),
         agent=top.node if top else None,
         task_id=builder.task_id,
         convention=dominant(s.convention for s in builder.steps),
@@ -188,6 +188,15 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
         revision=trace.revision,
         span_count=len(spans),
     )
+
+
+def _service(root: Span | None, spans: list[Span]) -> str | None:
+    """``service.name`` of the root's resource, else of the first span that has one."""
+    for span in ([root] if root else []) + spans:
+        name = span.resource.get("service.name")
+        if name is not None:
+            return as_str(name)
+    return None
 
 
 def _first_text(preferred: Step | None, fallback: Step | None, *fields: str) -> str | None:

@@ -178,6 +178,12 @@ def test_trajectory_fields() -> None:
     assert t.steps[2].error == "denied"
 
 
+def test_service_from_any_span_when_the_root_has_none() -> None:
+    t = build_trajectory(trace(span("root"), span("c", "root", 1,
+                                                  resource={"service.name": "worker"})), CFG)
+    assert t.service == "worker"
+
+
 def test_task_id_from_a_span_attribute_named_in_config() -> None:
     cfg = TrajectoryConfig(task_id_attribute="my.task")
     t = build_trajectory(trace(span("root"), span("c", "root", 1, {"my.task": 17})), cfg)
