@@ -118,6 +118,20 @@ def test_tool_calls_only_in_llm_output_are_rebuilt_after_their_llm_step() -> Non
     assert rebuilt.to_json()["rebuilt"] is True
 
 
+def test_rebuilt_tool_results_come_from_later_llm_inputs() -> None:
+    genai_input = json.dumps([{"role": "tool", "parts": [
+        {"type": "tool_call_response", "id": "c0", "response": "3 results"}]}])
+    openai_input = json.dumps({"messages": [{"role": "tool", "tool_call_id": "c1",
+                                             "content": "page text"}]})
+    t = build_trajectory(trace(
+        span("root", None, 0, AGENT),
+        span("llm1", "root", 1, chat_calling(("search", {}), ("open", {}), ("none", {}))),
+        span("llm2", "root", 5, {**CHAT, "gen_ai.input.messages": genai_input}),
+        span("llm3", "root", 6, {**CHAT, "gen_ai.input.messages": openai_input}),
+    ), CFG)
+    assert [s.result for s in t.steps if s.rebuilt] == ["3 results", "page text", None]
+
+
 def test_no_rebuild_when_the_agent_has_tool_spans() -> None:
     t = build_trajectory(trace(
         span("root", None, 0, AGENT),
