@@ -34,7 +34,19 @@ def _tool_error(result: str | None) -> str | None:
     return None
 
 
-def _run(run: dict[str, Any], index: int, path: Path, config: TrajectoryConfig) -> Trace:
+def _serialized(msg: dict[str, Any], out: dict[str, Any], system: dict[str, str]) -> str:
+    """The message as JSON; the system prompt (the same policy text in every run of a file)
+    is serialized once per file."""
+    content = msg.get("content")
+    if msg.get("role") != "system" or not isinstance(content, str):
+        return dumps(out)
+    if content not in system:
+        system[content] = dumps(out)
+    return system[content]
+
+
+def _run(run: dict[str, Any], index: int, path: Path, config: TrajectoryConfig,
+         system: dict[str, str]) -> Trace:
     trace = ChatTrace(f"{path.name}:{index}", index, "tau-bench")
     traj = run["traj"]
     results = {m.get("tool_call_id"): m.get("content") for m in traj if m.get("role") == "tool"}
@@ -42,7 +54,7 @@ def _run(run: dict[str, Any], index: int, path: Path, config: TrajectoryConfig) 
     first_user = last_answer = None
     for msg in traj:
         out = genai_message(msg)
-        serialized = dumps(out)
+        serialized = _serialized(msg, out, system)
         if msg.get("role") == "assistant":
             trace.chat(history, serialized, "tool_call" if msg.get("tool_calls") else "stop")
             for call in msg.get("tool_calls") or ():
@@ -74,9 +86,10 @@ def _run(run: dict[str, Any], index: int, path: Path, config: TrajectoryConfig) 
 def from_doc(doc: Any, path: Path, config: TrajectoryConfig) -> list[Trace]:
     runs = [doc] if isinstance(doc, dict) else doc
     traces = []
+    system: dict[str, str] = {}
     for index, run in enumerate(runs):
         try:
-            traces.append(_run(run, index, path, config))
+            traces.append(_run(run, index, path, config, system))
         except (KeyError, TypeError, AttributeError, ValueError) as e:
             raise LoaderError(path, f"run {index}: malformed tau-bench run: {e!r}") from e
     return traces
