@@ -181,14 +181,20 @@ class DetectorsConfig:
     enabled: tuple[str, ...] = DETECTOR_NAMES
     # Budgets for every trace (None = unchecked). `--budget NAME=VALUE` overrides them.
     budgets: BudgetsConfig = field(default_factory=BudgetsConfig)
+    # Loop rules (a)-(e): window, cycle and stagnation thresholds, what counts as read-only.
     loop: LoopConfig = field(default_factory=LoopConfig)
+    # Halt markers and the severities of the softer non-termination findings.
     non_termination: NonTerminationConfig = field(default_factory=NonTerminationConfig)
+    # Selection / argument / runtime severities and the error-payload patterns.
     tool_call: ToolCallConfig = field(default_factory=ToolCallConfig)
     # References file (JSON lines, or a tau-bench task file); empty string means none.
     # `eval --references FILE` overrides it. Traces find theirs by task id.
     references_path: str = ""
+    # Default match / argument modes for references that do not set them, and severity.
     reference: ReferenceConfig = field(default_factory=ReferenceConfig)
+    # Severities of the recovery findings.
     recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
+    # Severity of the lucky-pass finding.
     lucky_pass: LuckyPassConfig = field(default_factory=LuckyPassConfig)
     # Per-agent overrides keyed by agent name (empty by default).
     agents: dict[str, AgentOverrides] = field(default_factory=dict)
