@@ -23,7 +23,7 @@ from otel_eval.conventions.adapter import Adapter, Attrs
 from otel_eval.conventions.genai import GENAI, GENAI_LEGACY
 from otel_eval.conventions.openinference import OPENINFERENCE
 from otel_eval.conventions.openllmetry import OPENLLMETRY
-from otel_eval.conventions.values import as_float, as_str, first
+from otel_eval.conventions.values import as_float, as_str
 from otel_eval.model import Span, Step, StepKind
 
 __all__ = ["ADAPTERS", "UNKNOWN", "Adapter", "classify", "describe", "dominant", "merge_tools"]
@@ -77,9 +77,11 @@ def describe(step: Step, span: Span, attrs: Attrs) -> Adapter | None:
     if error is not None:
         step.status = "error"
         step.error = error
-    cost = first(attrs, *_COST_KEYS)
-    if cost is not None:
-        step.cost_usd = as_float(cost)
+    for key in _COST_KEYS:
+        cost = attrs.get(key)
+        if cost is not None:
+            step.cost_usd = as_float(cost)
+            break
     return adapter
 
 

@@ -97,11 +97,15 @@ def _output_calls(text: str | None, want_reasons: bool) -> tuple[list[ToolCall],
 
 
 def _fill_usage(step: Step, attrs: Attrs) -> None:
-    step.model = as_str(first(attrs, "gen_ai.response.model", "gen_ai.request.model"))
-    step.input_tokens = as_int(first(attrs, "gen_ai.usage.input_tokens",
-                                     "gen_ai.usage.prompt_tokens"))
-    step.output_tokens = as_int(first(attrs, "gen_ai.usage.output_tokens",
-                                      "gen_ai.usage.completion_tokens"))
+    # plain gets, not ``first``: this runs for every LLM and agent span (hot path)
+    get = attrs.get
+    model = get("gen_ai.response.model") or get("gen_ai.request.model")
+    step.model = as_str(model) if model is not None else None
+    tokens = get("gen_ai.usage.input_tokens")
+    step.input_tokens = as_int(get("gen_ai.usage.prompt_tokens") if tokens is None else tokens)
+    tokens = get("gen_ai.usage.output_tokens")
+    step.output_tokens = as_int(get("gen_ai.usage.completion_tokens") if tokens is None
+                                else tokens)
 
 
 def _fill(step: Step, span: Span, attrs: Attrs) -> None:
