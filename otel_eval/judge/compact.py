@@ -95,9 +95,31 @@ def parse_messages(text: str | None) -> list[Message]:
     messages = []
     for m in items:
         role = str(m.get("role") or m.get("type") or "raw")
-        content = _content_text(m.get("content", m.get("text")))
-        messages.append(Message(role, content, _tool_calls_text(m.get("tool_calls"))))
+        if isinstance(m.get("parts"), list):  # OTel GenAI semantic conventions
+            content, calls = _parts_text(m["parts"])
+        else:
+            content = _content_text(m.get("content", m.get("text")))
+            calls = _tool_calls_text(m.get("tool_calls"))
+        messages.append(Message(role, content, calls))
     return messages
+
+
+def _parts_text(parts: list[Any]) -> tuple[str, str]:
+    """(text, tool calls) of ``gen_ai.*.messages`` parts: text, tool_call, tool_call_response."""
+    texts, calls = [], []
+    for part in parts:
+        if not isinstance(part, dict):
+            continue
+        kind = part.get("type")
+        if kind == "tool_call":
+            calls.append(part)
+        elif kind == "tool_call_response":
+            texts.append(_content_text(part.get("response", part.get("result"))))
+        elif isinstance(part.get("content"), str):
+            texts.append(part["content"])
+        else:
+            texts.append(f"[{kind or 'part'}]")
+    return "\n".join(texts), _tool_calls_text(calls)
 
 
 def _fingerprint(m: Message) -> str:

@@ -119,6 +119,16 @@ class _Renderer:
         return "\n".join(lines)
 
 
+def _plain(messages: list[Message]) -> str:
+    """Task input / final output as text: a lone message's content, else role-prefixed."""
+    if not messages:
+        return "(not recorded)"
+    if len(messages) == 1 and not messages[0].tool_calls:
+        return messages[0].content
+    return "\n".join(f"{m.role}: {m.content}" + (f" calls: {m.tool_calls}" if m.tool_calls
+                                                   else "") for m in messages)
+
+
 def render_findings(evaluation: Evaluation) -> str:
     if not evaluation.findings:
         return "(none)"
@@ -133,10 +143,12 @@ def render(evaluation: Evaluation, limits: CompactionConfig) -> Rendered:
     """Render once per trace; halves the per-message limits until the total fits."""
     t = evaluation.trajectory
     text = ""
+    task_messages = parse_messages(t.input)
+    # a plain-text task is the run's first user message
+    seen = task_messages + [Message("user", m.content) for m in task_messages if m.role == "raw"]
     for _ in range(5):
         r = _Renderer(limits)
-        if t.input:  # the task is shown above; its copy as the first user message is not
-            r.log.mark([Message("user", t.input)])
+        r.log.mark(seen)  # the task is shown above the run, not again inside it
         text = r.render(t)
         if len(text) <= limits.max_trajectory_chars:
             break
@@ -145,9 +157,10 @@ def render(evaluation: Evaluation, limits: CompactionConfig) -> Rendered:
                          max_system_prompt_chars=limits.max_system_prompt_chars // 2)
     text = trim(text, limits.max_trajectory_chars, 0.5)
     return Rendered(
-        task=trim(t.input or "(not recorded)", limits.max_task_chars, limits.head_ratio),
+        task=trim(_plain(task_messages), limits.max_task_chars, limits.head_ratio),
         trajectory=text or "(no steps recorded)",
-        final_output=trim(t.output or "(not recorded)", limits.max_task_chars, limits.head_ratio),
+        final_output=trim(_plain(parse_messages(t.output)), limits.max_task_chars,
+                          limits.head_ratio),
         findings=render_findings(evaluation),
         steps=turns(t),
     )

@@ -57,6 +57,13 @@ def test_parse_messages_forms() -> None:
             {"function": {"name": "f", "arguments": '{"a": 1}'}}]}]}))
     assert [(m.role, m.content, m.tool_calls) for m in msgs] == [
         ("user", "hi\n[image]", ""), ("assistant", "", 'f({"a": 1})')]
+    genai = parse_messages(json.dumps([
+        {"role": "assistant", "parts": [{"type": "text", "content": "checking"}, {
+            "type": "tool_call", "id": "1", "name": "get", "arguments": {"id": 7}}]},
+        {"role": "tool", "parts": [{"type": "tool_call_response", "id": "1",
+                                    "response": {"ok": True}}]}]))
+    assert [(m.role, m.content, m.tool_calls) for m in genai] == [
+        ("assistant", "checking", 'get({"id": 7})'), ("tool", '{"ok": true}', "")]
     assert [m.role for m in parse_messages("plain prompt")] == ["raw"]
     assert parse_messages("[not json") [0].content == "[not json"
     assert parse_messages(None) == []
