@@ -41,13 +41,13 @@ from sklearn.metrics import (
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from otel_eval.issues.cluster import cluster  # noqa: E402
+from otel_eval.issues.cluster import Linkage, cluster  # noqa: E402
 from otel_eval.issues.embed import Embedder, make_embedder, minilm_available  # noqa: E402
 from otel_eval.issues.normalize import normalize  # noqa: E402
 
 TRAIL = ROOT.parent / "shared" / "datasets" / "trail" / "GAIA"
 THRESHOLDS = [round(0.2 + 0.05 * i, 2) for i in range(17)]  # 0.20 .. 1.00
-LINKAGES = ("average", "complete", "single")
+LINKAGES: tuple[Linkage, ...] = ("average", "complete", "single")
 
 
 @dataclass(frozen=True)
@@ -153,8 +153,9 @@ def quality(embedding: str, items: list[Item]) -> dict[str, Any]:
             "kmeans_oracle_k": {"k": k, **score(truth, oracle)}}
 
 
-def synthesize(items: list[Item], n: int, seed: int = 0) -> Iterator[tuple[str, str, str]]:
-    """(trace id, node, text): descriptions with words dropped and values varied."""
+def synthesize(items: list[Item], n: int,
+               seed: int = 0) -> Iterator[tuple[str, str, str, str]]:
+    """(trace id, node, text, category): descriptions with words dropped, values varied."""
     rng = np.random.default_rng(seed)
     extras = ["after {n} retries", "in span {h}", "reading /data/run{n}/out.json",
               "at https://api.example.com/v{n}", "with value '{w}'", "({n}% of calls)"]
@@ -164,7 +165,7 @@ def synthesize(items: list[Item], n: int, seed: int = 0) -> Iterator[tuple[str, 
         extra = extras[int(rng.integers(len(extras)))].format(
             n=int(rng.integers(1000)), h=f"{int(rng.integers(2**63)):016x}",
             w=f"v{int(rng.integers(99))}")
-        yield f"{k // 5:032x}", item.node, " ".join(words) + " " + extra
+        yield f"{k // 5:032x}", item.node, " ".join(words) + " " + extra, item.category
 
 
 def scale_run(n: int, embedding: str) -> dict[str, Any]:
@@ -176,7 +177,9 @@ def scale_run(n: int, embedding: str) -> dict[str, Any]:
 
     items = load_items()
     by_trace: dict[str, dict[str, Any]] = {}
-    for tid, _node, text in synthesize(items, n):
+    truth: list[str] = []
+    for tid, _node, text, category in synthesize(items, n):
+        truth.append(category)
         ev = by_trace.setdefault(tid, {"trace_id": tid, "agent": "bench", "steps": [],
                                        "findings": [], "judge": {"judges": {"b": {
                                            "critiques": []}}}})
@@ -188,7 +191,10 @@ def scale_run(n: int, embedding: str) -> dict[str, Any]:
     result = tracker.run(by_trace.values(), now=0.0)
     elapsed = time.perf_counter() - start
     rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"critiques": result.critiques, "traces": result.traces, "issues": len(result.issues),
+    ids = [a.issue_id or f"none-{k}" for k, a in enumerate(result.assignments)]
+    return {"ami_vs_category": round(adjusted_mutual_info_score(truth, ids), 3),
+            "ari_vs_category": round(adjusted_rand_score(truth, ids), 3),
+            "critiques": result.critiques, "traces": result.traces, "issues": len(result.issues),
             "embedding": embedding, "seconds": round(elapsed, 1),
             "peak_rss_mib": round(rss_after / 1024), "rss_before_run_mib": round(rss_before / 1024)}
 

@@ -52,8 +52,10 @@ def _reduce(x: Matrix, k: int) -> tuple[np.ndarray, np.ndarray]:
             x = l2_normalize(TruncatedSVD(dims, random_state=_SEED).fit_transform(x))
         else:
             x = x.toarray()
-    km = MiniBatchKMeans(n_clusters=k, random_state=_SEED, n_init=1, batch_size=4096,
-                         max_iter=20)
+    # Random init: k-means++ seeding of thousands of centres costs minutes and only serves
+    # the reduction, which the agglomerative step then corrects.
+    km = MiniBatchKMeans(n_clusters=k, init="random", random_state=_SEED, n_init=1,
+                         batch_size=4096, max_iter=20)
     labels = km.fit_predict(np.asarray(x, dtype=np.float32))
     return labels, l2_normalize(km.cluster_centers_)
 
