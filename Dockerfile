@@ -1,0 +1,53 @@
+# otel-eval: the streaming evaluator (`otel-eval serve`) as a container image.
+#
+#   docker build -t otel-eval .
+#   docker run -p 4317:4317 -p 4318:4318 -p 8888:8888 -v otel-eval:/var/lib/otel-eval otel-eval
+#
+# Two stages: the build stage installs the package and its dependencies into a virtualenv
+# (compilers are never needed: every dependency ships manylinux wheels); the runtime stage
+# copies only that virtualenv. The service runs as an unprivileged numeric user, so
+# Kubernetes' `runAsNonRoot` can verify it without resolving a name. Arguments given to
+# `docker run` (or a pod's `args`) are appended to the entrypoint; a repeated flag overrides
+# the default (`--store /elsewhere.db`), and `--config FILE` adds a configuration file
+# (flags win over the file).
+
+ARG PYTHON_VERSION=3.11
+
+FROM python:${PYTHON_VERSION}-slim-bookworm AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1
+RUN python -m venv /opt/otel-eval
+WORKDIR /src
+# Only what the build reads (see .dockerignore): metadata, readme, the package.
+COPY pyproject.toml README.md ./
+COPY otel_eval ./otel_eval
+RUN /opt/otel-eval/bin/pip install --no-cache-dir .
+
+FROM python:${PYTHON_VERSION}-slim-bookworm
+LABEL org.opencontainers.image.title="otel-eval" \
+      org.opencontainers.image.description="OTLP receiver that evaluates LLM-agent traces as trajectories" \
+      org.opencontainers.image.licenses="Apache-2.0"
+ENV PATH=/opt/otel-eval/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    HOME=/tmp
+# uid/gid 10001: outside the range of system and default login users.
+RUN groupadd --system --gid 10001 otel-eval \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin otel-eval \
+    && mkdir -p /var/lib/otel-eval \
+    && chown 10001:10001 /var/lib/otel-eval
+COPY --from=build /opt/otel-eval /opt/otel-eval
+WORKDIR /var/lib/otel-eval
+VOLUME ["/var/lib/otel-eval"]
+USER 10001:10001
+# OTLP/gRPC, OTLP/HTTP, admin (/metrics, /healthz, /readyz, results API).
+EXPOSE 4317 4318 8888
+HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8888/healthz', timeout=4)"]
+ENTRYPOINT ["otel-eval", "serve", \
+            "--grpc-endpoint", "0.0.0.0:4317", \
+            "--http-endpoint", "0.0.0.0:4318", \
+            "--admin-endpoint", "0.0.0.0:8888", \
+            "--store", "/var/lib/otel-eval/otel-eval.db"]
+# The base image's CMD (python3) must not be appended to the entrypoint.
+CMD []
