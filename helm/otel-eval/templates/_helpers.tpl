@@ -1,0 +1,260 @@
+{{/*
+Names and labels (the usual `helm create` scheme), the pod template shared by the StatefulSet
+(evaluator mode) and the Deployment (receiver mode), and the otel-eval config file.
+*/}}
+
+{{- define "otel-eval.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "otel-eval.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "otel-eval.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "otel-eval.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "otel-eval.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "otel-eval.labels" -}}
+helm.sh/chart: {{ include "otel-eval.chart" . }}
+{{ include "otel-eval.selectorLabels" . }}
+app.kubernetes.io/component: {{ .Values.mode }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "otel-eval.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "otel-eval.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "otel-eval.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* Static Kafka assignment: each StatefulSet pod is one worker, indexed by its ordinal. */}}
+{{- define "otel-eval.staticKafka" -}}
+{{- if and (eq .Values.mode "evaluator") .Values.kafka.brokers (eq .Values.kafka.assignment "static") }}true{{ end }}
+{{- end }}
+
+{{/* Refuse values that would render a release that cannot work. */}}
+{{- define "otel-eval.validate" -}}
+{{- if not (has .Values.mode (list "evaluator" "receiver")) }}
+{{- fail (printf "mode must be evaluator or receiver, got %q" .Values.mode) }}
+{{- end }}
+{{- if not (has .Values.kafka.assignment (list "group" "static")) }}
+{{- fail (printf "kafka.assignment must be group or static, got %q" .Values.kafka.assignment) }}
+{{- end }}
+{{- if and (eq .Values.mode "receiver") (not .Values.kafka.brokers) }}
+{{- fail "mode receiver publishes to Kafka: set kafka.brokers" }}
+{{- end }}
+{{- $ck := (.Values.config | default (dict)).kafka | default (dict) }}
+{{- if hasKey $ck "brokers" }}
+{{- fail "set kafka.brokers, not config.kafka.brokers (the chart derives the mode from it)" }}
+{{- end }}
+{{- if and (eq .Values.mode "evaluator") .Values.kafka.brokers (gt (int .Values.kafka.partitions) 0) (gt (int .Values.replicaCount) (int .Values.kafka.partitions)) }}
+{{- fail (printf "replicaCount %d exceeds kafka.partitions %d: the extra workers would get no partition" (int .Values.replicaCount) (int .Values.kafka.partitions)) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The otel-eval YAML config: .Values.config with the keys the chart owns set from the other
+values (endpoints on 0.0.0.0 at .Values.ports, the store under dataDir, Kafka, secrets).
+Secrets never appear here: `${VAR}` placeholders are substituted by otel-eval at load time
+from env vars that come from Secrets.
+*/}}
+{{- define "otel-eval.config" -}}
+{{- $cfg := deepCopy (.Values.config | default (dict)) }}
+{{- $receiver := dict "grpc_endpoint" (printf "0.0.0.0:%d" (int .Values.ports.grpc)) "http_endpoint" (printf "0.0.0.0:%d" (int .Values.ports.http)) }}
+{{- $_ := set $cfg "receiver" (merge $receiver (get $cfg "receiver" | default (dict))) }}
+{{- $admin := dict "endpoint" (printf "0.0.0.0:%d" (int .Values.ports.admin)) }}
+{{- $_ = set $cfg "admin" (merge $admin (get $cfg "admin" | default (dict))) }}
+{{- $store := dict "path" (printf "%s/otel-eval.db" (trimSuffix "/" .Values.dataDir)) }}
+{{- $_ = set $cfg "store" (merge $store (get $cfg "store" | default (dict))) }}
+{{- if .Values.kafka.brokers }}
+{{- $kafka := dict "brokers" .Values.kafka.brokers }}
+{{- if eq .Values.mode "evaluator" }}
+{{- $_ = set $kafka "assignment" .Values.kafka.assignment }}
+{{- if include "otel-eval.staticKafka" . }}
+{{- $_ = set $kafka "worker_count" (int .Values.replicaCount) }}
+{{- $_ = set $kafka "worker_index" "${OTEL_EVAL_WORKER_INDEX}" }}
+{{- end }}
+{{- end }}
+{{- if .Values.kafka.saslPasswordSecret.secretName }}
+{{- $security := get (get $cfg "kafka" | default (dict)) "security" | default (dict) }}
+{{- $_ = set $kafka "security" (merge (dict "sasl_password" "${KAFKA_SASL_PASSWORD}") $security) }}
+{{- end }}
+{{- $_ = set $cfg "kafka" (merge $kafka (get $cfg "kafka" | default (dict))) }}
+{{- end }}
+{{- if .Values.grafanaTokenSecret.secretName }}
+{{- $issues := get $cfg "issues" | default (dict) }}
+{{- $grafana := merge (dict "token" "${GRAFANA_TOKEN}") (get $issues "grafana" | default (dict)) }}
+{{- $_ = set $issues "grafana" $grafana }}
+{{- $_ = set $cfg "issues" $issues }}
+{{- end }}
+{{- toYaml $cfg }}
+{{- end }}
+
+{{/* Environment: worker index, secrets as env vars (substituted into the config), extras. */}}
+{{- define "otel-eval.env" -}}
+{{- if include "otel-eval.staticKafka" . }}
+- name: OTEL_EVAL_WORKER_INDEX
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.labels['apps.kubernetes.io/pod-index']
+{{- end }}
+{{- range .Values.judgeSecretEnv }}
+- name: {{ .name }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .secretName }}
+      key: {{ .key }}
+{{- end }}
+{{- with .Values.grafanaTokenSecret }}
+{{- if .secretName }}
+- name: GRAFANA_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ .secretName }}
+      key: {{ .key }}
+{{- end }}
+{{- end }}
+{{- with .Values.kafka.saslPasswordSecret }}
+{{- if and $.Values.kafka.brokers .secretName }}
+- name: KAFKA_SASL_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ .secretName }}
+      key: {{ .key }}
+{{- end }}
+{{- end }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "otel-eval.podTemplate" -}}
+metadata:
+  labels:
+    {{- include "otel-eval.selectorLabels" . | nindent 4 }}
+    {{- with .Values.podLabels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  annotations:
+    # Pods roll when the rendered config changes (e.g. worker_count after scaling).
+    checksum/config: {{ include "otel-eval.config" . | sha256sum }}
+    {{- with .Values.podAnnotations }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+spec:
+  serviceAccountName: {{ include "otel-eval.serviceAccountName" . }}
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: {{ .Values.terminationGracePeriodSeconds }}
+  {{- with .Values.imagePullSecrets }}
+  imagePullSecrets:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.priorityClassName }}
+  priorityClassName: {{ . }}
+  {{- end }}
+  securityContext:
+    {{- toYaml .Values.podSecurityContext | nindent 4 }}
+  containers:
+    - name: otel-eval
+      image: {{ include "otel-eval.image" . | quote }}
+      imagePullPolicy: {{ .Values.image.pullPolicy }}
+      # The image's entrypoint binds fixed ports; here the config file is the one source.
+      command: ["otel-eval"]
+      args:
+        - serve
+        - --config
+        - /etc/otel-eval/config.yaml
+        {{- if eq .Values.mode "receiver" }}
+        - --kafka-publish
+        {{- end }}
+      ports:
+        - name: otlp-grpc
+          containerPort: {{ .Values.ports.grpc }}
+          protocol: TCP
+        - name: otlp-http
+          containerPort: {{ .Values.ports.http }}
+          protocol: TCP
+        - name: admin
+          containerPort: {{ .Values.ports.admin }}
+          protocol: TCP
+      {{- $env := include "otel-eval.env" . }}
+      {{- if $env }}
+      env:
+        {{- $env | nindent 8 }}
+      {{- end }}
+      startupProbe:
+        httpGet:
+          path: /healthz
+          port: admin
+        {{- toYaml .Values.probes.startup | nindent 8 }}
+      livenessProbe:
+        httpGet:
+          path: /healthz
+          port: admin
+        {{- toYaml .Values.probes.liveness | nindent 8 }}
+      readinessProbe:
+        httpGet:
+          path: /readyz
+          port: admin
+        {{- toYaml .Values.probes.readiness | nindent 8 }}
+      resources:
+        {{- toYaml .Values.resources | nindent 8 }}
+      securityContext:
+        {{- toYaml .Values.securityContext | nindent 8 }}
+      volumeMounts:
+        - name: config
+          mountPath: /etc/otel-eval
+          readOnly: true
+        - name: data
+          mountPath: {{ .Values.dataDir }}
+        - name: tmp
+          mountPath: /tmp
+  volumes:
+    - name: config
+      configMap:
+        name: {{ include "otel-eval.fullname" . }}
+    - name: tmp
+      emptyDir: {}
+    {{- if not (and (eq .Values.mode "evaluator") .Values.persistence.enabled) }}
+    - name: data
+      emptyDir: {}
+    {{- end }}
+  {{- with .Values.nodeSelector }}
+  nodeSelector:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.affinity }}
+  affinity:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.tolerations }}
+  tolerations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.topologySpreadConstraints }}
+  topologySpreadConstraints:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}
