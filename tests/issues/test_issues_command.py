@@ -1,0 +1,138 @@
+"""``otel-eval issues PATH...``: over TRAIL trace files, over ``eval --format jsonl`` output
+produced by the CLI itself, and over evaluation files with judge critiques; bad input exits 2."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from issue_fixtures import window
+
+from otel_eval.cli import build_parser, main
+from otel_eval.issues.command import cmd_issues, is_evaluation
+
+
+def _issues(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = cmd_issues(build_parser().parse_args(["issues", *argv]), out)
+    return code, out.getvalue()
+
+
+def _json(*paths: Path) -> dict[str, Any]:
+    code, text = _issues(*map(str, paths), "--format", "json")
+    assert code == 0, text
+    data: dict[str, Any] = json.loads(text)
+    return data
+
+
+def _ids(data: dict[str, Any]) -> list[tuple[str, str, str]]:
+    return [(i["issue_id"], i["level"], i["node"]) for i in data["issues"]]
+
+
+def _expected_finding_critiques(evaluations: list[dict[str, Any]]) -> Counter[tuple[Any, ...]]:
+    """(trace id, span id, source) of every finding with a message: each must be assigned."""
+    return Counter((e["trace_id"], (f["span_ids"] or [None])[0], f"finding:{f['detector']}")
+                   for e in evaluations for f in e["findings"] if f["message"].strip())
+
+
+def _assigned(data: dict[str, Any]) -> Counter[tuple[Any, ...]]:
+    return Counter((a["trace_id"], a["span_id"], a["source"]) for a in data["assignments"])
+
+
+@pytest.mark.slow
+def test_trail_traces_and_their_eval_jsonl_give_the_same_stable_issues(
+        tmp_path: Path, datasets: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    traces = datasets / "trail" / "GAIA" / "traces"
+    assert main(["eval", str(traces), "--format", "jsonl"]) == 0
+    jsonl = tmp_path / "trail.jsonl"
+    jsonl.write_text(capsys.readouterr().out)
+    evaluations = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert len(evaluations) == 56 and all(is_evaluation(e) for e in evaluations)
+
+    from_traces, from_jsonl, again = _json(traces), _json(jsonl), _json(jsonl)
+    expected = _expected_finding_critiques(evaluations)
+    assert sum(expected.values()) > 50  # detectors find things in TRAIL: a real workload
+    for data in (from_traces, from_jsonl):
+        assert data["schema"] == "otel-eval.issues/v1" and data["traces"] == 56
+        assert _assigned(data) == expected  # every finding has its assignment
+        ids = {i["issue_id"] for i in data["issues"]}
+        assert data["issues"] and all(a["issue_id"] in ids | {None}
+                                      for a in data["assignments"])
+        assigned = sum(a["issue_id"] is not None for a in data["assignments"])
+        assert assigned >= 0.8 * len(data["assignments"])  # recurring, not singletons
+    # Same input, same ids: traces vs their jsonl, and one run vs the next.
+    assert _ids(from_traces) == _ids(from_jsonl) == _ids(again)
+    assert from_traces["assignments"] == from_jsonl["assignments"] == again["assignments"]
+
+
+def test_judge_critiques_from_evaluation_files(tmp_path: Path) -> None:
+    evs = window(12)
+    jsonl = tmp_path / "evals.jsonl"
+    jsonl.write_text("".join(json.dumps(e) + "\n" for e in evs[:8]))
+    listed = tmp_path / "more.json"
+    listed.write_text(json.dumps(evs[8:], indent=2))  # a JSON list of evaluations
+    data, again = _json(jsonl, listed), _json(tmp_path)  # files, then their directory
+    critiques = Counter((e["trace_id"], c.get("span_id"), "judge:quality")
+                        for e in evs for c in e["judge"]["judges"]["quality"]["critiques"])
+    assert _assigned(data) == critiques and data["critiques"] == sum(critiques.values())
+    assert {(level, node) for _, level, node in _ids(data)} == {("system", ""),
+                                                               ("node", "searcher")}
+    assert len(data["issues"]) == 3 and all(a["issue_id"] for a in data["assignments"])
+    assert _ids(data) == _ids(again) and data["assignments"] == again["assignments"]
+
+
+def test_table_shows_every_issue(tmp_path: Path) -> None:
+    jsonl = tmp_path / "evals.jsonl"
+    jsonl.write_text("".join(json.dumps(e) + "\n" for e in window(12)))
+    code, table = _issues(str(jsonl))
+    assert code == 0
+    lines = table.splitlines()
+    assert lines[0].split() == ["level", "node", "id", "share", "trend", "exemplar", "title"]
+    data = _json(jsonl)
+    for issue in data["issues"]:
+        row = next(line for line in lines if issue["issue_id"] in line)
+        level, node, _, share, trend, exemplar = row.split()[:6]
+        assert (level, node, trend) == (issue["level"], issue["node"] or "-", "new")
+        assert share == f"{issue['share'] * 100:.1f}%" and exemplar == issue["exemplars"][0]
+    assert lines[-1].startswith("3 issues from 22 critiques in 12 traces")
+
+
+@pytest.mark.parametrize(("name", "content", "message"), [
+    ("garbage.json", b"this is not a trace", "garbage.json"),
+    ("broken.jsonl", None, "broken.jsonl:2"),
+    ("half.json.gz", b"\x1f\x8b\x08\x00truncated", "half.json.gz"),
+])
+def test_bad_files_exit_2_naming_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                          name: str, content: bytes | None,
+                                          message: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(content if content is not None else
+                     (json.dumps(window(1)[0]) + "\n{broken\n").encode())
+    code, out = _issues(str(path), "--format", "json")
+    assert code == 2 and out == ""  # nothing printed from part of the input
+    assert message in capsys.readouterr().err
+
+
+def test_missing_path_and_bad_config_exit_2(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    assert _issues(str(tmp_path / "nope.jsonl"))[0] == 2
+    assert "nope.jsonl" in capsys.readouterr().err
+    good = tmp_path / "evals.jsonl"
+    good.write_text(json.dumps(window(1)[0]) + "\n")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("issues:\n  top_k: 0\n  no_such_key: 1\n")
+    assert _issues(str(good), "--config", str(bad))[0] == 2
+    assert "no_such_key" in capsys.readouterr().err
+
+
+def test_config_file_reaches_the_clustering(tmp_path: Path) -> None:
+    jsonl = tmp_path / "evals.jsonl"
+    jsonl.write_text("".join(json.dumps(e) + "\n" for e in window(12)))
+    config = tmp_path / "c.yaml"
+    config.write_text("issues:\n  min_cluster_size: 100\n")  # no cluster recurs that much
+    data = _json(jsonl, Path("--config"), config)
+    assert data["issues"] == [] and all(a["issue_id"] is None for a in data["assignments"])
