@@ -1,0 +1,272 @@
+"""IssuesJob, the periodic stage of ``serve``: a real SQLite store and catalogue file, a real
+CollectorRegistry, the clock and every run driven by hand."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from issue_fixtures import window
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
+from prometheus_client.parser import text_string_to_metric_families
+
+from otel_eval import model
+from otel_eval.issues.config import GrafanaConfig, IssuesConfig
+from otel_eval.issues.grafana import GrafanaAnnotator
+from otel_eval.issues.job import IssuesJob
+from otel_eval.issues.result import IssueEvent, to_json
+from otel_eval.store import Store
+
+T0 = 1_700_000_000.0
+HOUR = 3600.0
+ISSUE_LABELS = {"level", "node", "issue_id", "title"}
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Recorder:
+    """An annotator that keeps what it was given (optionally failing)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.events: list[IssueEvent] = []
+        self.fail = fail
+
+    def annotate(self, events: Sequence[IssueEvent], now: float) -> int:
+        if self.fail:
+            raise ConnectionError("grafana down")
+        self.events.extend(events)
+        return len(events)
+
+
+def _stored(body: dict[str, Any], at: float) -> model.Evaluation:
+    """A fixture evaluation as the engine stores it (steps with nodes, judge attached)."""
+    steps = [model.Step(index=s["index"], span_id=s["span_id"], parent_span_id=None,
+                        kind="llm", name="chat", node=s["node"]) for s in body["steps"]]
+    traj = model.Trajectory(body["trace_id"], "otlp", "complete", steps, agent=body["agent"])
+    return model.Evaluation(traj, [], model.Verdict(True, []), judge=body["judge"],
+                            evaluated_at_ns=int(at * 1e9))
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = Store(str(tmp_path / "otel-eval.db"))
+    yield s
+    s.close()
+
+
+def _job(store: Store, registry: CollectorRegistry, clock: Clock, **cfg: Any) -> IssuesJob:
+    # The catalogue shares the store's file, as serve does when issues.store_path is empty.
+    annotator = cfg.pop("annotator", None)
+    return IssuesJob(IssuesConfig(**cfg), store.path, lambda ns: store.since(ns), registry,
+                     clock, annotator=annotator)
+
+
+def _samples(registry: CollectorRegistry, name: str) -> list[tuple[dict[str, str], float]]:
+    return [(s.labels, s.value) for f in registry.collect() for s in f.samples
+            if s.name == name]
+
+
+def test_gauges_after_run_bounded_by_top_k_with_the_rest_as_other(store: Store) -> None:
+    registry, clock = CollectorRegistry(), Clock(T0)
+    store.put_many(_stored(e, T0 - 60) for e in window(12))
+    job = _job(store, registry, clock, top_k=1)
+    assert _samples(registry, "otel_eval_issue_share") == []  # declared, empty before a run
+    result = job.run_once()
+    assert result is not None and result.traces == 12 and len(result.issues) == 3
+
+    share = {(s["level"], s["node"], s["issue_id"]): v
+             for s, v in _samples(registry, "otel_eval_issue_share")}
+    by_id = {i.issue_id: i for i in result.issues}
+    loop, auth = sorted((i for i in result.issues if i.node == "searcher"),
+                        key=lambda i: -i.share)
+    (fmt,) = (i for i in result.issues if i.level == "system")
+    assert share == {("node", "searcher", loop.issue_id): 1.0,  # top 1 per (level, node)
+                     ("node", "searcher", "_other"): pytest.approx(4 / 12),  # auth, aggregated
+                     ("system", "", fmt.issue_id): 0.5}
+    traces = {s["issue_id"]: v for s, v in _samples(registry, "otel_eval_issue_traces")}
+    assert traces == {loop.issue_id: 12, "_other": auth.traces, fmt.issue_id: 6}
+    assert _samples(registry, "otel_eval_issue_trend") == []  # every issue is new
+    agents = {(s["issue_id"], s["agent"]) for s, _ in
+              _samples(registry, "otel_eval_issue_agent_info")}
+    assert agents == {(loop.issue_id, "shop"), ("_other", "shop"), (fmt.issue_id, "shop")}
+    exemplars = {s["issue_id"]: s["trace_id"] for s, _ in
+                 _samples(registry, "otel_eval_issue_exemplar_info")}
+    assert set(exemplars) == {loop.issue_id, fmt.issue_id}  # none for "_other"
+    assert all(t in by_id[i].trace_ids for i, t in exemplars.items())
+    assert registry.get_sample_value("otel_eval_issues_runs_total", {"status": "ok"}) == 1
+    assert registry.get_sample_value("otel_eval_issues_last_run_timestamp_seconds") == T0
+
+
+def test_window_is_read_from_the_store_by_evaluation_time(store: Store) -> None:
+    store.put_many(_stored(e, T0 - 2 * HOUR) for e in window(9, offset=500))  # out of window
+    store.put_many(_stored(e, T0 - 10) for e in window(6))
+    job = _job(store, CollectorRegistry(), Clock(T0), window_s=HOUR)
+    result = job.run_once()
+    assert result is not None and result.traces == 6
+    assert {a.trace_id for a in result.assignments} == {e["trace_id"] for e in window(6)}
+
+
+def test_latest_json_before_and_after_the_first_run(store: Store) -> None:
+    store.put_many(_stored(e, T0 - 60) for e in window(12))
+    job = _job(store, CollectorRegistry(), Clock(T0))
+    empty = job.latest_json()
+    assert empty["schema"] == "otel-eval.issues/v1" and empty["generated_at"] is None
+    assert empty["issues"] == [] and empty["traces"] == 0 and "assignments" not in empty
+    result = job.run_once(T0)
+    assert result is not None
+    body = job.latest_json()
+    assert body == to_json(result, assignments=False) and "assignments" not in body
+    assert body["generated_at"] == T0 and len(body["issues"]) == 3
+
+
+def test_failed_run_is_logged_and_counted_and_keeps_the_last_result(
+        store: Store, caplog: pytest.LogCaptureFixture) -> None:
+    store.put_many(_stored(e, T0 - 60) for e in window(12))
+    registry, calls = CollectorRegistry(), []
+
+    def flaky(since_ns: int) -> list[dict[str, Any]]:
+        calls.append(since_ns)
+        if len(calls) > 1:
+            raise RuntimeError("database is locked")
+        return store.since(since_ns)
+
+    job = IssuesJob(IssuesConfig(), store.path, flaky, registry, Clock(T0))
+    first = job.run_once()
+    before = (job.latest_json(), _samples(registry, "otel_eval_issue_share"))
+    with caplog.at_level(logging.ERROR, logger="otel_eval.issues.job"):
+        assert job.run_once(T0 + 300) is None  # not raised
+    assert "issue clustering run failed" in caplog.text and "database is locked" in caplog.text
+    assert first is not None and (job.latest_json(), _samples(
+        registry, "otel_eval_issue_share")) == before
+    assert registry.get_sample_value("otel_eval_issues_runs_total", {"status": "error"}) == 1
+    assert registry.get_sample_value("otel_eval_issues_runs_total", {"status": "ok"}) == 1
+    assert registry.get_sample_value("otel_eval_issues_last_run_timestamp_seconds") == T0
+    assert calls == [int((T0 - HOUR) * 1e9), int((T0 + 300 - HOUR) * 1e9)]
+
+
+def test_restart_on_the_same_catalogue_keeps_issue_ids(store: Store) -> None:
+    store.put_many(_stored(e, T0 - 60) for e in window(12))
+    first = _job(store, CollectorRegistry(), Clock(T0))
+    r1 = first.run_once()
+    first.close()
+    # A new process: new job and registry on the same file, an hour later, other traces.
+    store.put_many(_stored(e, T0 + HOUR - 60) for e in window(15, offset=100))
+    registry = CollectorRegistry()
+    second = _job(store, registry, Clock(T0 + HOUR))
+    r2 = second.run_once()
+    assert r1 is not None and r2 is not None
+    assert {i.trace_ids.isdisjoint(j.trace_ids) for i in r1.issues for j in r2.issues} == {True}
+    assert {(i.level, i.node, i.issue_id) for i in r2.issues} == {
+        (i.level, i.node, i.issue_id) for i in r1.issues}
+    assert all(not i.new and i.trend is not None for i in r2.issues)
+    trends = {s["issue_id"] for s, _ in _samples(registry, "otel_eval_issue_trend")}
+    assert trends == {i.issue_id for i in r2.issues}  # top_k=10: every issue shown
+
+
+def test_exemplar_stays_while_its_trace_is_in_the_window(store: Store) -> None:
+    evs = window(12)
+    registry, current = CollectorRegistry(), [evs]
+    job = IssuesJob(IssuesConfig(), store.path, lambda ns: current[0], registry, Clock(T0))
+
+    def exemplars() -> dict[str, str]:
+        return {s["issue_id"]: s["trace_id"] for s, _ in
+                _samples(registry, "otel_eval_issue_exemplar_info")}
+
+    r1 = job.run_once()
+    first = exemplars()
+    current[0] = evs[::-1]  # same traces, other order: the central critique's trace changes
+    r2 = job.run_once(T0 + 60)
+    assert r1 is not None and r2 is not None
+    assert any(i.exemplars[0] != first[i.issue_id] for i in r2.issues)  # the test bites
+    assert exemplars() == first
+    gone = set(first.values())
+    current[0] = [e for e in evs if e["trace_id"] not in gone]
+    r3 = job.run_once(T0 + 120)
+    assert r3 is not None and exemplars() == {i.issue_id: i.exemplars[0] for i in r3.issues}
+
+
+def test_events_are_annotated_and_counted(store: Store) -> None:
+    store.put_many(_stored(e, T0 - 60) for e in window(12))
+    registry, recorder = CollectorRegistry(), Recorder()
+    job = _job(store, registry, Clock(T0), annotator=recorder)
+    r1 = job.run_once()
+    assert r1 is not None and [e.kind for e in recorder.events] == ["new"] * 3
+    assert job.run_once(T0 + 60) is not None and len(recorder.events) == 3  # nothing new
+    assert registry.get_sample_value("otel_eval_issues_annotations_total",
+                                     {"status": "posted"}) == 3
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("kind", ["raises", "unreachable_grafana"])
+def test_annotation_failures_are_counted_not_raised(store: Store, kind: str) -> None:
+    store.put_many(_stored(e, T0 - 60) for e in window(12))
+    annotator = Recorder(fail=True) if kind == "raises" else GrafanaAnnotator(
+        GrafanaConfig(url=f"http://127.0.0.1:{_closed_port()}", timeout_s=2.0))
+    registry = CollectorRegistry()
+    job = _job(store, registry, Clock(T0), annotator=annotator)
+    assert job.run_once() is not None and len(job.latest_json()["issues"]) == 3
+    assert registry.get_sample_value("otel_eval_issues_annotations_total",
+                                     {"status": "failed"}) == 3
+    assert registry.get_sample_value("otel_eval_issues_runs_total", {"status": "ok"}) == 1
+
+
+def test_scrape_formats_and_bounded_labels(store: Store) -> None:
+    store.put_many(_stored(e, T0 - 60) for e in window(30))
+    registry = CollectorRegistry()
+    job = _job(store, registry, Clock(T0), top_k=2)
+    job.run_once()
+    text = generate_latest(registry).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert set(families) == {
+        "otel_eval_issue_share", "otel_eval_issue_traces", "otel_eval_issue_trend",
+        "otel_eval_issue_agent_info", "otel_eval_issue_exemplar_info",
+        "otel_eval_issues_runs", "otel_eval_issues_annotations",
+        "otel_eval_issues_last_run_timestamp_seconds",
+        "otel_eval_issues_last_run_duration_seconds"}
+    for name in ("otel_eval_issue_share", "otel_eval_issue_traces"):
+        assert {frozenset(s.labels) for s in families[name].samples} == {
+            frozenset(ISSUE_LABELS)}
+    assert {frozenset(s.labels) for s in families["otel_eval_issue_exemplar_info"].samples} \
+        == {frozenset(ISSUE_LABELS | {"trace_id"})}  # the one trace-id label, one per issue
+    om = {f.name: f for f in parse_om(generate_openmetrics(registry).decode())}
+    assert om["otel_eval_issue_agent"].type == "info"
+    assert om["otel_eval_issues_runs"].type == "counter"
+    assert len(om["otel_eval_issue_share"].samples) == len(families[
+        "otel_eval_issue_share"].samples) <= 2 * 2  # (top_k + "_other") per (level, node)
+
+
+def test_thread_runs_at_start_and_stops(store: Store) -> None:
+    ran = threading.Event()
+
+    def since(ns: int) -> list[dict[str, Any]]:
+        ran.set()
+        return []
+
+    registry = CollectorRegistry()
+    job = IssuesJob(IssuesConfig(interval_s=3600), store.path, since, registry, Clock(T0))
+    with pytest.raises(ValueError, match="interval"):
+        job.start(0)
+    job.start()
+    assert ran.wait(30)  # the first run is immediate, not one interval later
+    assert job.stop(30)
+    assert registry.get_sample_value("otel_eval_issues_runs_total", {"status": "ok"}) == 1
+    job.close()
+    assert registry.get_sample_value("otel_eval_issues_runs_total", {"status": "ok"}) is None
