@@ -18,7 +18,7 @@ PROMETHEUS_YML = GRAFANA / "prometheus.yml"
 
 # Grafana template variables -> values that select everything, for running panel queries.
 SUBSTITUTIONS = {"$__rate_interval": "1m", "$__interval": "15s", "$service": ".*",
-                 "$agent": ".*", "${datasource}": "prometheus"}
+                 "$agent": ".*", "$node": ".*", "${datasource}": "prometheus"}
 
 
 def dashboard() -> dict[str, Any]:

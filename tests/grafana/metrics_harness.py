@@ -10,9 +10,13 @@ send OTLP traces instead (see the module docstring of test_prometheus_e2e.py).
 from __future__ import annotations
 
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 from otel_eval import model
+from otel_eval.issues.config import IssuesConfig
+from otel_eval.issues.job import IssuesJob
 from otel_eval.metrics import Metrics, render
 
 LOOPY, CLEAN, SERVICE = "looper", "steady", "shop"
@@ -98,3 +102,15 @@ def feed_round(metrics: Metrics, round_no: int, traces: int = 10) -> list[str]:
     metrics.forwarded(spans)
     metrics.events_emitted(traces * 3)
     return ids
+
+
+def issues_job(metrics: Metrics, catalogue: Path, traces: int = 20) -> IssuesJob:
+    """The issue clustering stage on the same registry (as serve runs it), run twice over the
+    loop-heavy agent's findings: the first run finds the issues, the second gives trends."""
+    window = [_evaluation(f"{i:032x}", LOOPY, _loopy_findings(i), passed=False).to_json()
+              for i in range(traces)]
+    job = IssuesJob(IssuesConfig(), str(catalogue), lambda since_ns: window, metrics.registry)
+    now = time.time()
+    for at in (now - 60, now):
+        assert job.run_once(at) is not None
+    return job

@@ -3,21 +3,36 @@
 from __future__ import annotations
 
 import re
+import sqlite3
 
 import yaml
 from grafana_files import GRAFANA, alert_rules, dashboard, metric_names, panel_queries, panels
+from prometheus_client.metrics_core import Metric
 
+from otel_eval.issues.config import IssuesConfig
+from otel_eval.issues.job import IssuesJob
 from otel_eval.metrics import Metrics
 
 
+def _families() -> list[Metric]:
+    """Every family on the admin /metrics: Metrics, and the issues job on the same registry."""
+    registry = Metrics().registry
+    job = IssuesJob(IssuesConfig(), sqlite3.connect(":memory:"), lambda since_ns: [], registry)
+    families = list(registry.collect())
+    job.close()
+    return families
+
+
 def _exposed_names() -> set[str]:
-    """Every sample name a Metrics object can expose (counters' _total, histogram parts)."""
+    """Every sample name the admin /metrics can expose (counters' _total, histogram parts)."""
     names = set()
-    for family in Metrics().registry.collect():
+    for family in _families():
         if family.type == "counter":
             names.add(family.name + "_total")
         elif family.type == "histogram":
             names |= {family.name + s for s in ("_bucket", "_sum", "_count")}
+        elif family.type == "info":
+            names.add(family.name + "_info")
         else:
             names.add(family.name)
     return names
@@ -36,7 +51,7 @@ def test_every_query_uses_declared_metrics() -> None:
 
 def test_every_metric_has_a_panel() -> None:
     used = set().union(*(metric_names(e) for _, e in panel_queries()))
-    families = [f.name for f in Metrics().registry.collect()]
+    families = [f.name for f in _families()]
     missing = [f for f in families if not any(u.startswith(f) for u in used)]
     assert not missing
 
@@ -45,7 +60,7 @@ def test_variables_and_panels() -> None:
     d = dashboard()
     assert d["uid"] == "otel-eval"
     variables = {v["name"]: v for v in d["templating"]["list"]}
-    assert set(variables) == {"datasource", "service", "agent", "trace_datasource"}
+    assert set(variables) == {"datasource", "service", "agent", "node", "trace_datasource"}
     assert variables["datasource"]["query"] == "prometheus"
     assert set(variables["trace_datasource"]["query"].split(",")) == {"otel-eval-tempo",
                                                                       "otel-eval-jaeger"}
@@ -55,7 +70,8 @@ def test_variables_and_panels() -> None:
     for wanted in ("Pass rate", "Loop rate", "Non-termination rate", "Budget overruns by budget",
                    "Tool errors by kind", "Tool errors by tool (top 10)", "Spans /s",
                    "Span drops by reason", "Open traces and pending spans", "Export latency",
-                   "Tokens per trace", "Cost per trace", "Duration per trace"):
+                   "Tokens per trace", "Cost per trace", "Duration per trace",
+                   "Recurring issues"):
         assert wanted in titles
     for p in panels():
         assert p["datasource"]["uid"] == "${datasource}" and p["targets"], p["title"]

@@ -27,7 +27,7 @@ import pytest
 import service_feed
 import yaml
 from grafana_files import PROMETHEUS_YML, RULES, alert_rules, panel_queries
-from metrics_harness import CLEAN, LOOPY, feed_round, serve
+from metrics_harness import CLEAN, LOOPY, feed_round, issues_job, serve
 
 from otel_eval.metrics import Metrics
 
@@ -113,6 +113,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 @pytest.fixture
 def scraped(tmp_path: Path) -> Iterator[tuple[Prometheus, Metrics]]:
     metrics = Metrics()
+    issues = issues_job(metrics, tmp_path / "issues.db")
     target = serve(metrics)
     try:
         with prometheus_scraping(tmp_path, target.server_address[1]) as prom:
@@ -120,6 +121,7 @@ def scraped(tmp_path: Path) -> Iterator[tuple[Prometheus, Metrics]]:
     finally:
         target.shutdown()
         target.server_close()
+        issues.close()
 
 
 def _has_data(r: dict[str, Any]) -> bool:
@@ -167,8 +169,11 @@ def test_every_panel_and_alert_query_returns_data(
 # Series the real service only shows under conditions this feed does not create (throttling,
 # sink failures, judge failures, lucky passes, re-opened traces, priced models): their panel
 # queries must parse; the harness test above checks they return data.
+# issue_ / issues_: the IssuesJob gauges (recurring issues panels). serve does not run the job
+# yet (and only will with issues.interval_s > 0); the harness test runs it on the same
+# registry. Once serve runs it, set issues.interval_s in this test's config and drop them.
 _NOT_FED = ("receiver_requests_throttled", "sink_dropped", "evaluation_failures",
-            "traces_lucky_passes", "traces_superseded", "trace_cost_usd")
+            "traces_lucky_passes", "traces_superseded", "trace_cost_usd", "issue_", "issues_")
 
 
 def _fed(expr: str) -> bool:
