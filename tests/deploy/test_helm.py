@@ -1,0 +1,327 @@
+"""The Helm chart, rendered by a real helm: lint, Kubernetes schema validation of every manifest
+(default values and every example), and the behaviour that could silently break: the mode's
+workload and storage, the rendered otel-eval config loading with the pod's environment, ports,
+probes, Kafka worker indexes, secrets as env, the PrometheusRule equal to Grafana's rules."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from deploy_files import (
+    CHART,
+    CHART_RULES,
+    EXAMPLES,
+    GRAFANA_RULES,
+    NAMESPACE,
+    SIDECAR,
+    VALUES_FILES,
+    Helm,
+    dockerfile_stages,
+    docs_of_kind,
+    exec_form,
+    one,
+    values_args,
+    workload,
+)
+
+from otel_eval import cli
+from otel_eval.config import Config, parse_endpoint
+
+# The chart's kubeVersion floor and helm's own client version: fields must exist in both.
+KUBE_VERSIONS = ("1.28.0", "1.35.0")
+CRDS = {"ServiceMonitor", "PrometheusRule"}
+VALUES = [None, *VALUES_FILES]
+VALUES_IDS = ["defaults", *(p.stem for p in VALUES_FILES)]
+CONFIG_PATH = "/etc/otel-eval/config.yaml"
+
+
+def _defaults() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
+    return loaded
+
+
+def _default_ports() -> dict[str, int]:
+    c = Config()
+    return {"otlp-grpc": parse_endpoint(c.receiver.grpc_endpoint)[1],
+            "otlp-http": parse_endpoint(c.receiver.http_endpoint)[1],
+            "admin": parse_endpoint(c.admin.endpoint)[1]}
+
+
+def _pod_spec(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    spec: dict[str, Any] = workload(docs)["spec"]["template"]["spec"]
+    return spec
+
+
+def _container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    (c,) = _pod_spec(docs)["containers"]
+    return c
+
+
+def _pod_environ(container: dict[str, Any], worker_index: int = 0) -> dict[str, str]:
+    """What the pod's environment would hold: literal values, secrets as placeholders, the
+    StatefulSet pod-index label as the given ordinal. Nothing else: the config must not need
+    a variable the pod does not set."""
+    env: dict[str, str] = {}
+    for var in container.get("env", []):
+        source = var.get("valueFrom", {})
+        if "value" in var:
+            env[var["name"]] = var["value"]
+        elif "secretKeyRef" in source:
+            env[var["name"]] = f"secret-{var['name'].lower()}"
+        elif source.get("fieldRef", {}).get("fieldPath") == \
+                "metadata.labels['apps.kubernetes.io/pod-index']":
+            env[var["name"]] = str(worker_index)
+        else:
+            raise AssertionError(f"unexpected env source {var}")
+    return env
+
+
+def _pod_config(docs: list[dict[str, Any]], tmp_path: Path, worker_index: int = 0) -> Config:
+    """The config `otel-eval serve` would run with: the container's argv through the real
+    command line (flags over file), the ConfigMap's file read with only the pod's environment."""
+    container = _container(docs)
+    argv = [*container["command"], *container["args"]]
+    assert argv[:2] == ["otel-eval", "serve"], argv
+    args = cli.build_parser().parse_args(argv[1:])
+    assert args.config == CONFIG_PATH
+    overrides = {k: v for k, v in vars(args).items()
+                 if k in ("grpc_endpoint", "http_endpoint", "admin_endpoint", "store")
+                 and v is not None}
+    assert not overrides, f"flags would override the config file: {overrides}"
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volume = next(v for v in _pod_spec(docs)["volumes"] if v["name"] == mounts["/etc/otel-eval"])
+    configmap = one(docs, "ConfigMap")
+    assert volume["configMap"]["name"] == configmap["metadata"]["name"]
+    args.config = tmp_path / f"config-{worker_index}.yaml"
+    args.config.write_text(configmap["data"]["config.yaml"])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "environ", _pod_environ(container, worker_index))
+        return cli._config(args)
+
+
+def _validate(doc: dict[str, Any]) -> None:
+    for version in KUBE_VERSIONS:
+        try:
+            kubernetes_validate.validate(doc, version, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            where = "/".join(str(p) for p in e.path)
+            raise AssertionError(f"{doc['kind']} {doc['metadata'].get('name')} invalid for "
+                                 f"Kubernetes {version} at {where}: {e.message}") from None
+
+
+@pytest.mark.parametrize("values", VALUES, ids=VALUES_IDS)
+def test_helm_lint(helm: Helm, values: Path | None) -> None:
+    r = helm.run("lint", "--strict", str(CHART), *values_args(values))
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("values", VALUES, ids=VALUES_IDS)
+def test_manifests_match_kubernetes_schemas(helm: Helm, values: Path | None) -> None:
+    docs = helm.template(*values_args(values))
+    for doc in docs:
+        assert doc["metadata"]["name"].startswith("otel-eval"), doc["metadata"]
+        if doc["kind"] in CRDS:
+            assert doc["apiVersion"] == "monitoring.coreos.com/v1", doc["apiVersion"]
+            continue  # structure checked below (no schema shipped for CRDs)
+        _validate(doc)
+
+
+def test_schema_validation_is_strict(helm: Helm) -> None:
+    """A misspelt field fails validation, so the check above is not vacuous."""
+    bad = copy.deepcopy(workload(helm.template()))
+    bad["spec"]["template"]["spec"]["containers"][0]["livenesProbe"] = {}
+    with pytest.raises(AssertionError, match="livenesProbe"):
+        _validate(bad)
+
+
+def _keys_exist(example: dict[str, Any], defaults: dict[str, Any], path: str) -> None:
+    for key, value in example.items():
+        assert key in defaults, f"{path}{key} is not a chart value (typo?)"
+        default = defaults[key]
+        if isinstance(value, dict) and isinstance(default, dict) and default \
+                and key != "config":  # config keys are checked by the otel-eval loader
+            _keys_exist(value, default, f"{path}{key}.")
+
+
+def test_examples_use_only_chart_values() -> None:
+    """Helm ignores unknown values silently; a misspelt key in an example would do nothing."""
+    assert {p.name for p in EXAMPLES.iterdir()} == {SIDECAR.name, *(p.name for p in VALUES_FILES)}
+    modes = set()
+    for path in VALUES_FILES:
+        example = yaml.safe_load(path.read_text())
+        _keys_exist(example, _defaults(), f"{path.name}: ")
+        modes.add(example.get("mode", "evaluator"))
+    assert modes == {"evaluator", "receiver"}
+
+
+@pytest.mark.parametrize("values", VALUES, ids=VALUES_IDS)
+def test_config_loads_and_ports_agree(helm: Helm, values: Path | None, tmp_path: Path) -> None:
+    docs = helm.template(*values_args(values))
+    cfg = _pod_config(docs, tmp_path)
+    endpoints = {"otlp-grpc": cfg.receiver.grpc_endpoint, "otlp-http": cfg.receiver.http_endpoint,
+                 "admin": cfg.admin.endpoint}
+    bound = {name: parse_endpoint(ep) for name, ep in endpoints.items()}
+    assert bound == {name: ("0.0.0.0", port) for name, port in _default_ports().items()}
+    container = {p["name"]: p["containerPort"] for p in _container(docs)["ports"]}
+    assert container == _default_ports()
+    for service in docs_of_kind(docs, "Service"):
+        ports = {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]}
+        assert ports == {n: (port, n) for n, port in _default_ports().items()}, service
+    mounted = [m["mountPath"] for m in _container(docs)["volumeMounts"]]
+    assert str(Path(cfg.store.path).parent) in mounted, (cfg.store.path, mounted)
+
+
+@pytest.mark.parametrize("values", VALUES, ids=VALUES_IDS)
+def test_probes_hit_admin_health_paths(helm: Helm, values: Path | None) -> None:
+    container = _container(helm.template(*values_args(values)))
+    admin = {p["name"]: p["containerPort"] for p in container["ports"]}["admin"]
+    assert admin == _default_ports()["admin"]
+    expected = {"livenessProbe": "/healthz", "readinessProbe": "/readyz",
+                "startupProbe": "/healthz"}
+    for probe, path in expected.items():
+        get = container[probe]["httpGet"]
+        assert (get["path"], get["port"]) == (path, "admin"), (probe, get)
+
+
+def test_evaluator_default_is_a_statefulset_with_a_volume_claim(helm: Helm,
+                                                                 tmp_path: Path) -> None:
+    docs = helm.template()
+    sts = one(docs, "StatefulSet")
+    assert not docs_of_kind(docs, "Deployment")
+    (claim,) = sts["spec"]["volumeClaimTemplates"]
+    mount = next(m for m in _container(docs)["volumeMounts"]
+                 if m["name"] == claim["metadata"]["name"])
+    assert Path(_pod_config(docs, tmp_path).store.path).parent == Path(mount["mountPath"])
+    assert claim["spec"]["resources"]["requests"]["storage"] == _defaults()["persistence"]["size"]
+    # The data volume is the claim, not an emptyDir shadowing it.
+    assert claim["metadata"]["name"] not in {v["name"] for v in _pod_spec(docs)["volumes"]}
+    headless = [s for s in docs_of_kind(docs, "Service") if s["spec"].get("clusterIP") == "None"]
+    assert [s["metadata"]["name"] for s in headless] == [sts["spec"]["serviceName"]]
+    assert "--kafka-publish" not in _container(docs)["args"]
+    ctx = _pod_spec(docs)["securityContext"]
+    assert ctx["runAsNonRoot"] and ctx["fsGroup"] == ctx["runAsUser"] != 0
+
+
+def test_receiver_mode_is_a_stateless_publishing_deployment(helm: Helm, tmp_path: Path) -> None:
+    docs = helm.template("-f", str(EXAMPLES / "values-receiver-kafka.yaml"))
+    deployment = one(docs, "Deployment")
+    assert not docs_of_kind(docs, "StatefulSet")
+    assert not docs_of_kind(docs, "PersistentVolumeClaim")
+    assert "volumeClaimTemplates" not in deployment["spec"]
+    assert all("persistentVolumeClaim" not in v for v in _pod_spec(docs)["volumes"])
+    assert "--kafka-publish" in _container(docs)["args"]
+    assert deployment["spec"]["replicas"] == 3
+    cfg = _pod_config(docs, tmp_path)
+    assert cfg.kafka.enabled and cfg.kafka.compression == "zstd"
+    if "publish" in {f.name for f in dataclasses.fields(cfg.kafka)}:  # kafka.publish (new)
+        assert cfg.kafka.publish is True
+
+
+def test_receiver_mode_without_brokers_is_refused(helm: Helm) -> None:
+    r = helm.run("template", "x", str(CHART), "--set", "mode=receiver")
+    assert r.returncode != 0 and "set kafka.brokers" in r.stderr, r.stderr
+
+
+def test_kafka_workers_take_disjoint_partitions_by_ordinal(helm: Helm, tmp_path: Path) -> None:
+    example = EXAMPLES / "values-kafka-workers.yaml"
+    docs = helm.template("-f", str(example))
+    values = yaml.safe_load(example.read_text())
+    replicas, partitions = values["replicaCount"], values["kafka"]["partitions"]
+    assert one(docs, "StatefulSet")["spec"]["replicas"] == replicas
+    owners: dict[int, int] = {}
+    for ordinal in range(replicas):
+        kafka = _pod_config(docs, tmp_path, worker_index=ordinal).kafka
+        assert (kafka.assignment, kafka.worker_count, kafka.worker_index) == \
+            ("static", replicas, ordinal)
+        assert kafka.security.sasl_password == "secret-kafka_sasl_password"
+        mine = [p for p in range(partitions) if p % kafka.worker_count == kafka.worker_index]
+        assert mine, f"worker {ordinal} would get no partition"
+        owners.update({p: ordinal for p in mine})
+    assert sorted(owners) == list(range(partitions))
+    r = helm.run("template", "x", str(CHART), "-f", str(example),
+                 "--set", f"replicaCount={partitions + 1}")
+    assert r.returncode != 0 and "exceeds kafka.partitions" in r.stderr, r.stderr
+
+
+def test_scaling_workers_changes_the_config_checksum(helm: Helm) -> None:
+    """worker_count is in the config: scaling must restart every worker (new assignment)."""
+    example = ("-f", str(EXAMPLES / "values-kafka-workers.yaml"))
+    sums = {workload(helm.template(*example, "--set", f"replicaCount={n}"))["spec"]["template"]
+            ["metadata"]["annotations"]["checksum/config"] for n in (2, 3)}
+    assert len(sums) == 2
+
+
+def test_judge_and_grafana_secrets_reach_the_config_as_env(helm: Helm, tmp_path: Path) -> None:
+    docs = helm.template("-f", str(EXAMPLES / "values-judge.yaml"))
+    env = {e["name"]: e for e in _container(docs)["env"]}
+    assert env["OPENAI_API_KEY"]["valueFrom"]["secretKeyRef"] == \
+        {"name": "llm-keys", "key": "openai-api-key"}
+    assert env["GRAFANA_TOKEN"]["valueFrom"]["secretKeyRef"] == \
+        {"name": "grafana-token", "key": "token"}
+    cfg = _pod_config(docs, tmp_path)
+    assert cfg.issues.grafana.token == "secret-grafana_token"
+    assert cfg.judge.model == "openai/gpt-4o-mini"
+    assert "secret-" not in one(docs, "ConfigMap")["data"]["config.yaml"]
+    assert not docs_of_kind(docs, "Secret"), "the chart references Secrets, never creates them"
+
+
+def test_service_monitor_scrapes_the_main_service_once(helm: Helm) -> None:
+    docs = helm.template("-f", str(EXAMPLES / "values-monitoring.yaml"))
+    monitor = one(docs, "ServiceMonitor")
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    services = [s for s in docs_of_kind(docs, "Service")
+                if selector.items() <= s["metadata"]["labels"].items()]
+    assert len(services) == 1 and services[0]["spec"].get("clusterIP") != "None", services
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["path"] == "/metrics"
+    assert endpoint["port"] in {p["name"] for p in services[0]["spec"]["ports"]}
+    assert endpoint["port"] == "admin"
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    for key in ("interval", "scrapeTimeout"):
+        assert re.fullmatch(r"\d+[smh]", endpoint[key]), endpoint
+
+
+def test_prometheus_rule_is_the_grafana_rule_file(helm: Helm) -> None:
+    assert CHART_RULES.read_bytes() == GRAFANA_RULES.read_bytes(), (
+        f"{CHART_RULES} drifted from {GRAFANA_RULES}: copy it over")
+    docs = helm.template("-f", str(EXAMPLES / "values-monitoring.yaml"))
+    rule = one(docs, "PrometheusRule")
+    assert rule["spec"]["groups"] == yaml.safe_load(GRAFANA_RULES.read_text())["groups"]
+    for group in rule["spec"]["groups"]:
+        assert group["name"] and group["rules"]
+        for r in group["rules"]:
+            assert r["alert"] and r["expr"] and r["labels"]["severity"], r
+    assert not docs_of_kind(helm.template(), "PrometheusRule")
+    assert not docs_of_kind(helm.template(), "ServiceMonitor")
+
+
+def test_sidecar_example(tmp_path: Path) -> None:
+    pod = yaml.safe_load(SIDECAR.read_text())
+    _validate(pod)
+    (sidecar,) = [c for c in pod["spec"]["initContainers"] if c["name"] == "otel-eval"]
+    assert sidecar.get("restartPolicy") == "Always", "a native sidecar outlives the agent"
+    assert "command" not in sidecar, "the example relies on the image's entrypoint"
+    # The effective command line: the Dockerfile's ENTRYPOINT followed by the pod's args.
+    entrypoint = exec_form([r for k, r in dockerfile_stages()[-1] if k == "ENTRYPOINT"][-1])
+    cfg = cli._config(cli.build_parser().parse_args([*entrypoint, *sidecar["args"]][1:]))
+    ports = {p["name"]: p["containerPort"] for p in sidecar["ports"]}
+    assert ports == {"otlp-grpc": parse_endpoint(cfg.receiver.grpc_endpoint)[1],
+                     "otlp-http": parse_endpoint(cfg.receiver.http_endpoint)[1],
+                     "admin": parse_endpoint(cfg.admin.endpoint)[1]} == _default_ports()
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        assert (sidecar[probe]["httpGet"]["path"], sidecar[probe]["httpGet"]["port"]) == \
+            (path, "admin")
+    mounts = {m["mountPath"] for m in sidecar["volumeMounts"]}
+    assert str(Path(cfg.store.path).parent) in mounts
+    (agent,) = pod["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in agent["env"]}
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == f"http://localhost:{ports['otlp-grpc']}"
