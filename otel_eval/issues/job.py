@@ -5,14 +5,14 @@
                              -> one collector on the registry (top-K issue gauges)
                              -> annotator (Grafana annotations for new issues, share jumps)
 
-Usage (the service):
+Usage (the service, when ``issues.interval_s > 0``):
 
+    grafana = GrafanaAnnotator(cfg.issues.grafana) if cfg.issues.grafana.url else None
     job = IssuesJob(cfg.issues, cfg.issues.store_path or cfg.store.path,
-                    lambda since_ns: store.since(since_ns), metrics.registry, time.time,
-                    annotator=GrafanaAnnotator(cfg.issues.grafana) if cfg.issues.grafana.url
-                    else None)
-    job.start()                       # a thread: run_once() now, then every interval_s
-    api = AdminApi(..., issues=job.latest_json);  ...;  job.close(timeout_s)   # on shutdown
+                    lambda since_ns: store.since(since_ns), metrics.registry, annotator=grafana)
+    job.start()                          # a thread: run_once() now, then every interval_s
+    AdminApi(..., issues=job.latest_json)          # GET /v1/issues
+    job.close(timeout_s)                 # on shutdown: stop the thread, close the catalogue
 
 Promises: ``run_once`` never raises (a failed run is logged and counted, the previous
 result is kept); runs never overlap; the gauges are the last successful run's, bounded by
