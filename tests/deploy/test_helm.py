@@ -325,3 +325,49 @@ def test_sidecar_example(tmp_path: Path) -> None:
     (agent,) = pod["spec"]["containers"]
     env = {e["name"]: e.get("value") for e in agent["env"]}
     assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == f"http://localhost:{ports['otlp-grpc']}"
+
+
+def test_evaluator_without_persistence_uses_an_emptydir(helm: Helm, tmp_path: Path) -> None:
+    docs = helm.template("--set", "persistence.enabled=false")
+    sts = one(docs, "StatefulSet")
+    assert "volumeClaimTemplates" not in sts["spec"]
+    assert "persistentVolumeClaimRetentionPolicy" not in sts["spec"]
+    store_dir = str(Path(_pod_config(docs, tmp_path).store.path).parent)
+    mount = next(m for m in _container(docs)["volumeMounts"] if m["mountPath"] == store_dir)
+    volume = next(v for v in _pod_spec(docs)["volumes"] if v["name"] == mount["name"])
+    assert volume == {"name": mount["name"], "emptyDir": {}}
+    for doc in docs:
+        _validate(doc)
+
+
+@pytest.mark.parametrize(("setting", "message"), [
+    ("mode=collector", "mode must be evaluator or receiver"),
+    ("kafka.assignment=sticky", "kafka.assignment must be group or static"),
+    ("config.kafka.brokers=k:9092", "set kafka.brokers, not config.kafka.brokers"),
+])
+def test_invalid_values_are_refused(helm: Helm, setting: str, message: str) -> None:
+    r = helm.run("template", "x", str(CHART), "--set", setting)
+    assert r.returncode != 0 and message in r.stderr, r.stderr
+
+
+def test_notes_warn_about_unpartitioned_replicas(helm: Helm) -> None:
+    r = helm.run("install", "x", str(CHART), "--dry-run=client", "--namespace", NAMESPACE,
+                 "--set", "replicaCount=2", "--set", "persistence.enabled=false")
+    assert r.returncode == 0, r.stderr
+    notes = r.stdout.split("NOTES:", 1)[1]
+    assert f"x-otel-eval.{NAMESPACE}.svc:4317" in notes
+    assert "2 evaluator pods behind one Service, without Kafka" in notes
+    assert "persistence is disabled" in notes
+    r = helm.run("install", "x", str(CHART), "--dry-run=client", "--namespace", NAMESPACE,
+                 "-f", str(EXAMPLES / "values-kafka-workers.yaml"))
+    assert r.returncode == 0 and "WARNING" not in r.stdout.split("NOTES:", 1)[1], r.stdout
+
+
+def test_readme_documents_every_value() -> None:
+    readme = (CHART / "README.md").read_text()
+    table = {m for row in re.findall(r"^\| (.+?) \|", readme, flags=re.M)
+             for m in re.findall(r"`([A-Za-z]+)`", row)}
+    missing = set(_defaults()) - table
+    assert not missing, f"helm/otel-eval/README.md values table lacks {sorted(missing)}"
+    for path in (*VALUES_FILES, SIDECAR):
+        assert f"examples/{path.name}" in readme, path.name
