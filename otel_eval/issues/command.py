@@ -12,8 +12,10 @@ id, issue id for every critique and finding). A file that cannot be read is an e
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import sys
+import zlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -35,21 +37,31 @@ def is_evaluation(obj: object) -> bool:
             and not any(k in obj for k in _TRACE_KEYS))
 
 
-def is_evaluation_file(path: Path) -> bool:
-    """Whether ``path`` holds evaluation objects (JSON lines, one object, or a list)."""
-    from otel_eval.loaders.files import read_bytes
+def _first_line(path: Path) -> bytes:
+    """The first line, gunzipped by magic as the loaders do (eval output can be huge: the
+    whole file is read only when its first line is not a whole JSON object)."""
+    with path.open("rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    with (gzip.open(path, "rb") if gz else path.open("rb")) as f:
+        line: bytes = f.readline()
+    return line.removeprefix(b"\xef\xbb\xbf").strip()
 
-    data = read_bytes(path).lstrip()
-    if data[:1] not in (b"{", b"["):
-        return False  # OTLP protobuf
-    first = data.partition(b"\n")[0]
+
+def is_evaluation_file(path: Path) -> bool:
+    """Whether ``path`` holds evaluation objects (JSON lines, one object, or a list).
+    Unreadable files are not: the trace loaders then report them."""
+    from otel_eval.loaders.files import LoaderError, read_bytes
+
     try:
-        obj = json.loads(first)
-    except ValueError:  # not one line: a JSON document (or not JSON: the loaders say so)
+        first = _first_line(path)
+        if first[:1] not in (b"{", b"["):
+            return False  # OTLP protobuf, or not JSON
         try:
-            obj = json.loads(data)
-        except (ValueError, RecursionError):
-            return False
+            obj = json.loads(first)
+        except ValueError:  # not one line: a JSON document
+            obj = json.loads(read_bytes(path))
+    except (OSError, EOFError, zlib.error, LoaderError, ValueError, RecursionError):
+        return False
     if isinstance(obj, list):
         obj = next((o for o in obj if isinstance(o, dict)), None)
     return is_evaluation(obj)

@@ -3,6 +3,7 @@ produced by the CLI itself, and over evaluation files with judge critiques; bad 
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 from collections import Counter
@@ -72,10 +73,12 @@ def test_trail_traces_and_their_eval_jsonl_give_the_same_stable_issues(
 def test_judge_critiques_from_evaluation_files(tmp_path: Path) -> None:
     evs = window(12)
     jsonl = tmp_path / "evals.jsonl"
-    jsonl.write_text("".join(json.dumps(e) + "\n" for e in evs[:8]))
+    jsonl.write_text("".join(json.dumps(e) + "\n" for e in evs[:6]))
+    packed = tmp_path / "evals-2.jsonl.gz"
+    packed.write_bytes(gzip.compress("".join(json.dumps(e) + "\n" for e in evs[6:8]).encode()))
     listed = tmp_path / "more.json"
     listed.write_text(json.dumps(evs[8:], indent=2))  # a JSON list of evaluations
-    data, again = _json(jsonl, listed), _json(tmp_path)  # files, then their directory
+    data, again = _json(jsonl, packed, listed), _json(tmp_path)  # files, then their directory
     critiques = Counter((e["trace_id"], c.get("span_id"), "judge:quality")
                         for e in evs for c in e["judge"]["judges"]["quality"]["critiques"])
     assert _assigned(data) == critiques and data["critiques"] == sum(critiques.values())
