@@ -32,6 +32,19 @@ Metrics (counters are exposed with the ``_total`` suffix):
                otel_eval_detector_tool_errors_total{agent,kind,tool}  selection|arguments|runtime
     evaluation otel_eval_evaluation_completion_to_verdict_seconds     histogram
                otel_eval_evaluation_failures_total{stage,reason}
+    judge      otel_eval_judge_calls_total{judge,status}       one per LLM call (judge or combined)
+               otel_eval_judge_tokens_total{judge,direction}   input|output
+               otel_eval_judge_cost_usd_total{judge}
+               otel_eval_judge_call_duration_seconds{judge}     histogram
+               otel_eval_judge_skipped_total{reason}            traces not judged
+               otel_eval_judge_score{judge,dimension}           histogram, 0..1
+               otel_eval_judge_queue_depth                      gauge
+    kafka      otel_eval_kafka_spans_consumed_total, otel_eval_kafka_records_poison_total{reason}
+               otel_eval_kafka_throttled_total{reason}, otel_eval_kafka_paused  (gauge 0/1)
+               otel_eval_kafka_lag_records{partition}, otel_eval_kafka_committed_offset{partition}
+               otel_eval_kafka_commit_failures_total{reason}
+               otel_eval_kafka_records_published_total{topic}           spans|results
+               otel_eval_kafka_publish_dropped_total{topic,reason}
     sink       otel_eval_sink_dropped_total{sink,reason}    items (events, spans) a sink dropped
                otel_eval_forward_spans_sent_total, otel_eval_events_emitted_total
 
@@ -57,7 +70,7 @@ from prometheus_client.exposition import choose_encoder
 
 from otel_eval import model
 
-__all__ = ["OTHER", "TOOL_ERROR_KINDS", "Metrics", "render"]
+__all__ = ["OTHER", "TOOL_ERROR_KINDS", "JudgeMetrics", "KafkaMetrics", "Metrics", "render"]
 
 OTHER = "_other"
 UNKNOWN = "unknown"
@@ -103,6 +116,8 @@ class Metrics:
         self._tools_lock = threading.Lock()
         self._declare_ingest()
         self._declare_traces()
+        self.judge = JudgeMetrics(self)
+        self.kafka = KafkaMetrics(self)
 
     # --- declarations -------------------------------------------------------------------
 
@@ -282,6 +297,92 @@ class Metrics:
 
     def events_emitted(self, n: int) -> None:
         self.c_events.inc(n)
+
+
+class JudgeMetrics:
+    """The judge's ``JudgeObserver`` (otel_eval.judge.observer) over Prometheus metrics."""
+
+    def __init__(self, m: Metrics) -> None:
+        c, h = m._counter, m._histogram
+        self.c_calls = c("judge_calls", "LLM judge calls, by judge and status.",
+                         ["judge", "status"])
+        self.c_tokens = c("judge_tokens", "Judge tokens, by direction.", ["judge", "direction"])
+        self.c_cost = c("judge_cost_usd", "Judge spend, USD (litellm's accounting).", ["judge"])
+        self.h_latency = h("judge_call_duration_seconds", "Judge call latency.", ["judge"],
+                           _LATENCY_BUCKETS)
+        self.c_skipped = c("judge_skipped", "Traces not judged, by reason.", ["reason"])
+        self.h_score = h("judge_score", "Judge scores (0..1), by judge and dimension.",
+                         ["judge", "dimension"], tuple(i / 10 for i in range(1, 11)))
+        self.g_queue = Gauge("judge_queue_depth", "Evaluations waiting for the judge.",
+                             namespace="otel_eval", registry=m.registry)
+
+    def call(self, judge: str, status: str, input_tokens: int, output_tokens: int,
+             cost_usd: float, latency_s: float) -> None:
+        self.c_calls.labels(judge, status).inc()
+        self.c_tokens.labels(judge, "input").inc(input_tokens)
+        self.c_tokens.labels(judge, "output").inc(output_tokens)
+        self.c_cost.labels(judge).inc(cost_usd)
+        self.h_latency.labels(judge).observe(latency_s)
+
+    def skip(self, reason: str) -> None:
+        self.c_skipped.labels(reason).inc()
+
+    def score(self, judge: str, dimension: str, value: float) -> None:
+        self.h_score.labels(judge, dimension).observe(value)
+
+    def queue_depth(self, n: int) -> None:
+        self.g_queue.set(n)
+
+
+class KafkaMetrics:
+    """The Kafka stages' ``KafkaMetrics`` protocol (otel_eval.kafka.stats) over Prometheus."""
+
+    def __init__(self, m: Metrics) -> None:
+        c, r = m._counter, m.registry
+        self.c_consumed = c("kafka_spans_consumed", "Spans taken from Kafka records.")
+        self.c_poison = c("kafka_records_poison", "Records skipped as not OTLP, by reason.",
+                          ["reason"])
+        self.c_throttled = c("kafka_throttled", "Records the engine refused (retried).",
+                             ["reason"])
+        self.g_paused = Gauge("kafka_paused", "1 while the consumer pauses for backpressure.",
+                              namespace="otel_eval", registry=r)
+        self.g_lag = Gauge("kafka_lag_records", "Consumer lag per partition, records.",
+                           ["partition"], namespace="otel_eval", registry=r)
+        self.g_committed = Gauge("kafka_committed_offset", "Last committed offset per partition.",
+                                 ["partition"], namespace="otel_eval", registry=r)
+        self.c_commit_failed = c("kafka_commit_failures", "Offset commits that failed.",
+                                 ["reason"])
+        self.c_published = c("kafka_records_published", "Records written, by topic kind.",
+                             ["topic"])
+        self.c_publish_dropped = c("kafka_publish_dropped", "Records not written, by reason.",
+                                   ["topic", "reason"])
+
+    def record_consumed(self, n_spans: int) -> None:
+        self.c_consumed.inc(n_spans)
+
+    def record_poison(self, reason: str) -> None:
+        self.c_poison.labels(reason).inc()
+
+    def throttled(self, reason: str) -> None:
+        self.c_throttled.labels(reason).inc()
+
+    def paused(self, paused: bool) -> None:
+        self.g_paused.set(1 if paused else 0)
+
+    def lag(self, partition: int, records: int) -> None:
+        self.g_lag.labels(str(partition)).set(records)
+
+    def committed(self, partition: int, offset: int) -> None:
+        self.g_committed.labels(str(partition)).set(offset)
+
+    def commit_failed(self, reason: str) -> None:
+        self.c_commit_failed.labels(reason).inc()
+
+    def published(self, topic_kind: str, n_records: int) -> None:
+        self.c_published.labels(topic_kind).inc(n_records)
+
+    def publish_dropped(self, topic_kind: str, reason: str, n: int) -> None:
+        self.c_publish_dropped.labels(topic_kind, reason).inc(n)
 
 
 def render(registry: CollectorRegistry, accept_header: str | None) -> tuple[bytes, str]:

@@ -90,6 +90,21 @@ class Store:
                              (None if v is None else int(v["passed"]), json.dumps(body),
                               body["trace_id"]))
 
+    def put_judge(self, trace_id: str, revision: int, judge: dict[str, Any]) -> bool:
+        """Attach the judge's object to the stored evaluation of ``revision``; False (nothing
+        written) when the trace was re-evaluated since (late spans: that revision is judged
+        on its own) or is gone."""
+        with self._lock:
+            row = self._db.execute("SELECT revision, body FROM evaluations WHERE trace_id = ?",
+                                   (trace_id,)).fetchone()
+            if row is None or row[0] != revision:
+                return False
+            body = json.loads(row[1])
+            body["judge"] = judge
+            self._db.execute("UPDATE evaluations SET body = ? WHERE trace_id = ?",
+                             (json.dumps(body), trace_id))
+        return True
+
     def get(self, trace_id: str) -> dict[str, Any] | None:
         with self._lock:
             row = self._db.execute("SELECT body FROM evaluations WHERE trace_id = ?",
@@ -104,12 +119,13 @@ class Store:
         return [json.loads(r[0]) for r in rows]
 
     def since(self, evaluated_after_ns: int, limit: int = 100_000) -> list[dict[str, Any]]:
-        """Evaluations stored after a time (issue clustering reads its window with this)."""
+        """Evaluations stored after a time, oldest first; past ``limit`` the newest ``limit``
+        (issue clustering reads its window with this)."""
         with self._lock:
             rows = self._db.execute(
                 "SELECT body FROM evaluations WHERE evaluated_at_ns > ? "
-                "ORDER BY evaluated_at_ns LIMIT ?", (evaluated_after_ns, limit)).fetchall()
-        return [json.loads(r[0]) for r in rows]
+                "ORDER BY evaluated_at_ns DESC LIMIT ?", (evaluated_after_ns, limit)).fetchall()
+        return [json.loads(r[0]) for r in reversed(rows)]
 
     def count(self) -> int:
         with self._lock:

@@ -12,6 +12,9 @@ that span. Our extras are under ``otel_eval.*``.
                severity_number from the finding's severity (info / warning / error)
     verdict -> name = "otel_eval.verdict", value = 1.0 / 0.0, label = "pass" / "fail",
                explanation = the reasons; span = the root span
+    judge   -> name = judge or judge.dimension ("trace", "process.goal_alignment"), value =
+               the score, label = pass / fail, explanation = the critique; span = the judged
+               step (else the root); sent later, when the asynchronous judge is done
 
 Records are built here as OTLP protobuf (not through the SDK's LoggerProvider) so that the
 trace context is explicit per record and every dropped record is counted with a reason
@@ -105,17 +108,50 @@ def verdict_record(evaluation: model.Evaluation, root: str, version: str,
     return _record(evaluation.trace_id, root, "info", time_ns, attrs)
 
 
-def judge_records(evaluation: model.Evaluation, root: str, version: str,
-                  time_ns: int) -> list[logs_pb2.LogRecord]:
-    """Records for the LLM judge's grades (``evaluation.judge``), one per graded criterion.
+def judge_records(evaluation: model.Evaluation, root: str, version: str, time_ns: int,
+                  low_score: float = 0.5) -> list[logs_pb2.LogRecord]:
+    """Records for the LLM judge's grades (``evaluation.judge``): one per critique (on the
+    judged step's span, else the root), one per aggregate score without its own critique
+    (``step``, ``step_min``, ``process``), and one with ``error.type`` per failed judge.
+    Names: the judge (``trace``, ``outcome``, ``step``) or judge.dimension
+    (``process.goal_alignment``); label ``pass`` / ``fail`` against ``low_score``."""
+    judged = evaluation.judge or {}
+    model_name = str(judged.get("model") or "")
+    out: list[logs_pb2.LogRecord] = []
+    for judge, entry in (judged.get("judges") or {}).items():
+        status = entry.get("status", "ok")
+        if status not in ("ok", "skipped"):
+            out.append(failure_record(evaluation.trace_id, root, judge, status,
+                                      str(entry.get("error") or status), version, time_ns))
+            continue
+        at_root = set()
+        for c in entry.get("critiques", []):
+            if c.get("span_id") is None:
+                at_root.add(c["dimension"])
+            out.append(_grade(evaluation, c.get("span_id") or root, judge, c["dimension"],
+                              float(c["score"]), str(c.get("text", "")), model_name, version,
+                              time_ns, low_score))
+        for dim, value in entry.get("scores", {}).items():
+            if dim not in at_root:
+                out.append(_grade(evaluation, root, judge, dim, float(value),
+                                  f"aggregate of the {judge} judge's scores", model_name,
+                                  version, time_ns, low_score))
+    return out
 
-    Extension point for the judge issue: its output shape is defined there. Each grade should
-    become ``_record(trace_id, span_id_of_the_graded_step_or_root, "info", time_ns, attrs)``
-    with ``gen_ai.evaluation.name`` = judge/criterion, ``score.value`` / ``score.label``,
-    ``explanation`` = the critique, ``otel_eval.judge.model``, and ``error.type`` when the
-    judge call failed (see ``failure_record``). Until then the judge adds no records.
-    """
-    return []
+
+def _grade(evaluation: model.Evaluation, span: str, judge: str, dimension: str, score: float,
+           explanation: str, model_name: str, version: str, time_ns: int,
+           low_score: float) -> logs_pb2.LogRecord:
+    attrs: dict[str, Any] = {
+        "gen_ai.evaluation.name": judge if dimension == judge else f"{judge}.{dimension}",
+        "gen_ai.evaluation.score.value": score,
+        "gen_ai.evaluation.score.label": "pass" if score >= low_score else "fail",
+        "gen_ai.evaluation.explanation": explanation,
+        "otel_eval.judge.model": model_name,
+        "otel_eval.evaluator.version": version,
+        "otel_eval.trace.revision": evaluation.trajectory.revision,
+    }
+    return _record(evaluation.trace_id, span, "info", time_ns, attrs)
 
 
 def failure_record(trace_id: str, span_id: str, name: str, error_type: str, explanation: str,
@@ -161,8 +197,12 @@ class EvaluationEvents:
         verdict = verdict_record(evaluation, root, self.version, now)
         if verdict is not None:
             records.append(verdict)
-        records += judge_records(evaluation, root, self.version, now)
         self._submit(records)
+
+    def export_judge(self, evaluation: model.Evaluation, root: str, low_score: float) -> None:
+        """The judge's grades, sent once the (asynchronous) judge is done with the trace."""
+        now = time.time_ns()
+        self._submit(judge_records(evaluation, root, self.version, now, low_score))
 
     def evaluation_failed(self, trace: model.Trace, name: str, error_type: str,
                           explanation: str) -> None:

@@ -1,0 +1,62 @@
+"""One asyncio event loop on a daemon thread, for the async stages of ``serve``.
+
+The receivers and the engine are threads; the judge (litellm ``acompletion``) and Kafka
+(aiokafka) are asyncio. They meet here: thread code hands work to the loop with ``call``
+(fire and forget, e.g. ``JudgeQueue.submit``) or ``run`` (wait for a coroutine's result, e.g.
+a Kafka publish that must be acknowledged before the OTLP request is).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    def __init__(self, name: str = "otel-eval-aio") -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
+        """Run ``coro`` on the loop and wait for its result (from any other thread)."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Schedule ``fn(*args)`` on the loop; returns at once."""
+        self.loop.call_soon_threadsafe(fn, *args)
+
+    def stop(self) -> None:
+        """Stop the loop once the stages have shut down (their ``shutdown`` ran via ``run``)."""
+        if not self._thread.is_alive():
+            return
+        with contextlib.suppress(Exception):
+            self.run(self._cancel_rest(), timeout_s=10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
+    @staticmethod
+    async def _cancel_rest() -> None:
+        """What ``asyncio.run`` does at exit: cancel leftover tasks (libraries' background
+        workers, e.g. litellm's logging worker), then close async generators."""
+        me = asyncio.current_task()
+        rest = [t for t in asyncio.all_tasks() if t is not me]
+        for t in rest:
+            t.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
+        await asyncio.get_running_loop().shutdown_asyncgens()

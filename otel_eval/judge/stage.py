@@ -1,0 +1,84 @@
+"""``JudgeStage``: the judge as a sink of ``serve``, off the ingest path.
+
+    Engine (thread) --export(trace, evaluation)--> loop.call(JudgeQueue.submit)
+        -> worker task -> Judge.judge -> on_done: store.put_judge, judge events
+                                      -> on_skip: store.put_judge({"overall": skipped, reason})
+
+``export`` never blocks the engine: it schedules the submit on the service's event loop and
+returns. When the judge is slow, down or over budget the queue skips traces with a reason
+(counted in ``otel_eval_judge_skipped_total``), and the stored trace's ``judge.overall`` says
+why. A judge result is stored only onto the revision it judged (late spans re-open a trace;
+the new revision gets its own judgement).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from otel_eval.aio import LoopThread
+from otel_eval.judge.config import JudgeConfig
+from otel_eval.judge.judge import Judge
+from otel_eval.judge.rubric_cache import SqliteRubricCache
+from otel_eval.judge.workqueue import JudgeQueue
+from otel_eval.metrics import Metrics
+from otel_eval.model import Evaluation, Trace
+from otel_eval.store import Store
+
+if TYPE_CHECKING:
+    from otel_eval.results.events import EvaluationEvents
+
+
+def root_span_id(evaluation: Evaluation) -> str:
+    steps = evaluation.trajectory.steps
+    roots = [s for s in steps if s.parent_span_id is None and not s.rebuilt]
+    pool = roots or steps
+    return pool[0].span_id if pool else ""
+
+
+class JudgeStage:
+    def __init__(self, config: JudgeConfig, loop: LoopThread, store: Store, metrics: Metrics,
+                 events: EvaluationEvents | None = None) -> None:
+        self.config = config
+        self.loop = loop
+        self.store = store
+        self.metrics = metrics
+        self.events = events
+        cache = SqliteRubricCache(store.path, ttl_s=config.rubric_ttl_days * 86400)
+        self.judge = Judge(config, rubric_cache=cache, observer=metrics.judge)
+        self.queue = JudgeQueue(self.judge, config.queue_size, self._done, self._skipped)
+
+    def start(self) -> None:
+        self.loop.run(self.queue.start(), timeout_s=10)
+
+    def export(self, trace: Trace, evaluation: Evaluation) -> None:
+        self.loop.call(self._submit, evaluation)
+
+    def _submit(self, evaluation: Evaluation) -> None:  # on the loop
+        self.queue.submit(evaluation)
+        self.metrics.judge.queue_depth(self.queue.qsize())
+
+    def _done(self, evaluation: Evaluation) -> None:  # on the loop
+        self.metrics.judge.queue_depth(self.queue.qsize())
+        assert evaluation.judge is not None
+        stored = self.store.put_judge(evaluation.trace_id, evaluation.trajectory.revision,
+                                      evaluation.judge)
+        if stored and self.events is not None:
+            self.events.export_judge(evaluation, root_span_id(evaluation),
+                                     self.config.low_score_threshold)
+
+    def _skipped(self, evaluation: Evaluation, reason: str) -> None:  # on the loop
+        assert evaluation.judge is not None
+        self.store.put_judge(evaluation.trace_id, evaluation.trajectory.revision,
+                             evaluation.judge)
+
+    def shutdown(self, deadline_s: float) -> None:
+        """Drain for at most ``deadline_s``; what is left is stored as skipped ``shutdown``."""
+        self.loop.run(self._shutdown(deadline_s), timeout_s=deadline_s + 10)
+
+    async def _shutdown(self, deadline_s: float) -> None:
+        await self.queue.shutdown(deadline_s)
+        # litellm caches HTTP clients per event loop; close them on the loop that made them
+        from litellm.llms.custom_httpx.async_client_cleanup import close_litellm_async_clients
+        await close_litellm_async_clients()
+        import litellm
+        litellm.in_memory_llm_clients_cache.flush_cache()
