@@ -107,6 +107,8 @@ def _config(args: argparse.Namespace) -> Config:
         value = getattr(args, flag, None)
         if value is not None:
             changes[key] = value
+    if getattr(args, "kafka_publish", False):
+        changes["kafka.publish"] = True
     return replace(cfg, **changes) if changes else cfg
 
 

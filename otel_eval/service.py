@@ -2,17 +2,23 @@
 
     OTLP/gRPC :4317 ─┐
     OTLP/HTTP :4318 ─┼─> Ingest -> Engine [assembly -> evaluate -> store] -> sinks
-    (Kafka)         ─┘                                         (events, forward, judge)
+    Kafka consumer  ─┘                     (judge, events, forward, Kafka results topic)
     admin :8888 <- /metrics, /healthz, /readyz, /v1/evaluations, /v1/feedback, /v1/issues
 
-Startup: store, metrics, engine, sinks, then receivers, then admin says ready.
-Shutdown (SIGTERM / SIGINT; a second signal exits at once): stop accepting (receivers get
-the grace period for in-flight calls), release every open trace and evaluate it, flush sinks
+With ``kafka.publish`` the receivers' Ingest feeds a ``PublishingEngine`` (records to the
+topic) instead. The async stages (judge, Kafka) share one event loop thread (``aio``).
+
+Startup: store, metrics, engine, sinks, then Kafka consumer and receivers, then admin says
+ready. Shutdown (SIGTERM / SIGINT; a second signal exits at once): stop accepting (receivers
+get the grace period for in-flight calls, the consumer stops fetching), release every open
+trace and evaluate it (the consumer commits what got stored), drain the judge and flush sinks
 with the time left, close the store. Nothing acknowledged is lost.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import signal
 import threading
@@ -25,6 +31,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from otel_eval.admin import AdminApi, AdminServer
+from otel_eval.aio import LoopThread
 from otel_eval.config import Config
 from otel_eval.evaluator import Evaluator, normalize_outcome
 from otel_eval.metrics import Metrics
@@ -57,30 +64,77 @@ class Service:
         self.store = Store(config.store.path)
         self.evaluator = Evaluator(config, budget_overrides=self.options.budget_overrides,
                                    references_path=self.options.references_path)
+        kc = config.kafka
+        needs_loop = bool(config.judge.model and config.judge.enabled) or kc.enabled
+        self.loop = LoopThread() if needs_loop else None
+        if self.loop is not None:
+            self.loop.start()
         self.sinks: list[Any] = self._make_sinks()
         self.engine = Engine(self.evaluator, self.store, self.metrics,
                              sinks=[s for s in self.sinks if hasattr(s, "export")], clock=clock)
-        ingest = Ingest(self.engine, self.metrics)
+        self.consumer: Any = None
+        self.publisher: Any = None
+        submitter: Any = self.engine
+        if kc.enabled and self.loop is not None:
+            if kc.publish:
+                from otel_eval.kafka.frontend import PublishingEngine
+                from otel_eval.kafka.publisher import KafkaPublisher
+                self.publisher = KafkaPublisher(kc, self.metrics.kafka)
+                submitter = PublishingEngine(self.publisher, self.loop)
+            else:
+                from otel_eval.kafka.consumer import KafkaConsumerStage
+                self.consumer = KafkaConsumerStage(kc, self.engine, self.metrics.kafka)
+        ingest = Ingest(submitter, self.metrics)
+        self.issues = self._make_issues()
         rc = config.receiver
         self.grpc = GrpcReceiver(rc, ingest) if rc.grpc_endpoint else None
         self.http = HttpReceiver(rc, ingest) if rc.http_endpoint else None
         self.admin = AdminServer(config.admin.endpoint, AdminApi(
             registry=self.registry, latest=self.store.latest, get=self.store.get,
-            feedback=self.feedback, healthy=lambda: self.engine.healthy,
-            ready=lambda: self._ready))
+            feedback=self.feedback, healthy=lambda: self.healthy,
+            ready=lambda: self._ready,
+            issues=self.issues.latest_json if self.issues is not None else lambda: None))
         self._ready = False
         self._stopped = threading.Event()
 
     def _make_sinks(self) -> list[Sink]:
+        """Judge first: it drains before the events sink it writes to is flushed."""
         sinks: list[Sink] = []
-        ec = self.config.export
+        ec, jc, kc = self.config.export, self.config.judge, self.config.kafka
+        events = None
         if ec.events_endpoint:
             from otel_eval.results.events import EvaluationEvents
-            sinks.append(EvaluationEvents(ec, self.metrics))
+            events = EvaluationEvents(ec, self.metrics)
+        if jc.model and jc.enabled and self.loop is not None:
+            from otel_eval.judge.stage import JudgeStage
+            sinks.append(JudgeStage(jc, self.loop, self.store, self.metrics, events))
+        if events is not None:
+            sinks.append(events)
         if ec.forward_endpoint:
             from otel_eval.results.forward import Forwarder
             sinks.append(Forwarder(ec, self.metrics))
+        if kc.enabled and kc.results_topic and not kc.publish and self.loop is not None:
+            from otel_eval.kafka.results import ResultsPublisher
+            sinks.append(_OnLoop(ResultsPublisher(kc, self.metrics.kafka), self.loop))
         return sinks
+
+    def _make_issues(self) -> Any:
+        """The periodic issue clustering over the stored window (``issues.interval_s``)."""
+        ic = self.config.issues
+        if ic.interval_s <= 0:
+            return None
+        from otel_eval.issues.grafana import GrafanaAnnotator
+        from otel_eval.issues.job import IssuesJob
+        grafana = GrafanaAnnotator(ic.grafana) if ic.grafana.url else None
+        store = self.store
+        return IssuesJob(ic, ic.store_path or self.config.store.path,
+                         lambda since_ns: store.since(since_ns), self.registry,
+                         annotator=grafana)
+
+    @property
+    def healthy(self) -> bool:
+        consumer_failed = self.consumer is not None and self.consumer.failure is not None
+        return self.engine.healthy and not consumer_failed
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -91,10 +145,16 @@ class Service:
                 sink.start()
         if worker:
             self.engine.start()
+        if self.loop is not None and self.publisher is not None:
+            self.loop.run(self.publisher.start(), timeout_s=60)
+        if self.loop is not None and self.consumer is not None:
+            self.loop.run(self.consumer.start(), timeout_s=60)
         if self.grpc is not None:
             self.grpc.start()
         if self.http is not None:
             self.http.start()
+        if self.issues is not None and worker:
+            self.issues.start()
         self.admin.start()
         self._ready = True
         log.info("otel-eval serving (store %s)", self.config.store.path)
@@ -109,10 +169,25 @@ class Service:
             self.grpc.stop(grace_s=min(5.0, deadline_s / 3))
         if self.http is not None:
             self.http.stop()
+        consumer_done = None
+        if self.loop is not None and self.consumer is not None:
+            # stops fetching now; waits for what it took to be stored (the engine's shutdown
+            # below releases and stores it), then commits
+            consumer_done = asyncio.run_coroutine_threadsafe(
+                self.consumer.shutdown(max(0.0, end - time.monotonic())), self.loop.loop)
         self.engine.shutdown(max(0.0, end - time.monotonic()))
+        if consumer_done is not None:
+            with contextlib.suppress(Exception):
+                consumer_done.result(max(0.0, end - time.monotonic()) + 5)
         for sink in self.sinks:
             if hasattr(sink, "shutdown"):
                 sink.shutdown(max(0.0, end - time.monotonic()))
+        if self.loop is not None:
+            if self.publisher is not None:
+                self.loop.run(self.publisher.stop(), timeout_s=10)
+            self.loop.stop()
+        if self.issues is not None:
+            self.issues.close(timeout_s=max(1.0, end - time.monotonic()))
         self.admin.stop()
         self.store.close()
         self._stopped.set()
@@ -133,8 +208,8 @@ class Service:
         signal.signal(signal.SIGINT, on_signal)
         self.start()
         while not stop.wait(1.0):
-            if not self.engine.healthy:
-                log.error("engine worker died; shutting down")
+            if not self.healthy:
+                log.error("a stage died (engine worker or Kafka consumer); shutting down")
                 break
         self.shutdown()
 
@@ -152,3 +227,20 @@ class Service:
         updated = self.evaluator.with_outcome(body, outcome)
         self.store.put_json(updated)
         return updated
+
+
+class _OnLoop:
+    """A sink whose ``start``/``shutdown`` are coroutines, driven on the service loop."""
+
+    def __init__(self, sink: Any, loop: LoopThread) -> None:
+        self.sink = sink
+        self.loop = loop
+
+    def start(self) -> None:
+        self.loop.run(self.sink.start(), timeout_s=60)
+
+    def export(self, trace: Any, evaluation: Any) -> None:
+        self.sink.export(trace, evaluation)
+
+    def shutdown(self, deadline_s: float) -> None:
+        self.loop.run(self.sink.shutdown(deadline_s), timeout_s=deadline_s + 10)

@@ -43,6 +43,10 @@ class KafkaSecurityConfig:
 class KafkaConfig:
     # Comma-separated bootstrap brokers (HOST:PORT,...); empty disables Kafka.
     brokers: str = ""
+    # Receiver mode (serve --kafka-publish): the gRPC/HTTP receivers write what they receive to
+    # `topic` (as the collector's kafka exporter does) instead of evaluating it; workers with
+    # publish false consume the topic. Default false.
+    publish: bool = False
     # Topic carrying OTLP trace requests (the collector kafka exporter's default topic).
     topic: str = "otlp_spans"
     # Record value encoding: otlp_proto (exporter default) or otlp_json.

@@ -7,7 +7,8 @@ INVALID_ARGUMENT with a counted reason instead of grpc's opaque INTERNAL, and so
 invalid UTF-8 can be salvaged one by one.
 
 Throttling follows the OTLP spec: RESOURCE_EXHAUSTED with a ``google.rpc.RetryInfo`` detail in
-``grpc-status-details-bin``, which OTLP exporters honour before retrying.
+``grpc-status-details-bin`` (and, for the Python SDK exporter, in ``google.rpc.retryinfo-bin``),
+which OTLP exporters honour before retrying.
 """
 
 from __future__ import annotations
@@ -32,12 +33,14 @@ class GrpcReceiver:
         self.config = config
         self.ingest = ingest
         self._server: grpc.Server | None = None
+        self._pool = futures.ThreadPoolExecutor(config.grpc_workers,
+                                                thread_name_prefix="otlp-grpc")
         self.port = 0
 
     def start(self) -> None:
         cfg = self.config
         self._server = grpc.server(
-            futures.ThreadPoolExecutor(cfg.grpc_workers, thread_name_prefix="otlp-grpc"),
+            self._pool,
             options=[("grpc.max_receive_message_length", cfg.max_message_bytes),
                      ("grpc.max_send_message_length", 4 * 1024 * 1024)])
         handler = grpc.unary_unary_rpc_method_handler(
@@ -65,10 +68,16 @@ class GrpcReceiver:
             seconds=int(delay), nanos=int((delay % 1) * 1e9)))
         status = status_pb2.Status(code=code_pb2.RESOURCE_EXHAUSTED, message=message)
         status.details.add().Pack(info)
-        context.set_trailing_metadata((("grpc-status-details-bin", status.SerializeToString()),))
+        # Go exporters read RetryInfo from the status details; the Python SDK exporter only
+        # from a `google.rpc.retryinfo-bin` trailer (without it, it backs off 1, 2, 4, 8 s
+        # and gives up at its 10 s timeout). Send both.
+        context.set_trailing_metadata((
+            ("grpc-status-details-bin", status.SerializeToString()),
+            ("google.rpc.retryinfo-bin", info.SerializeToString())))
         context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
 
     def stop(self, grace_s: float) -> None:
         """Stop accepting calls; in-flight calls get ``grace_s`` to finish."""
         if self._server is not None:
             self._server.stop(grace_s).wait(grace_s + 1)
+        self._pool.shutdown(wait=False)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTracePartialSuccess,
@@ -22,7 +22,14 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from otel_eval import otlp
 from otel_eval.metrics import Metrics
-from otel_eval.pipeline import Engine
+from otel_eval.model import Span
+from otel_eval.pipeline import Admission
+
+
+class Submitter(Protocol):
+    """``pipeline.Engine`` (assemble and evaluate) or ``kafka.frontend.PublishingEngine``."""
+
+    def submit(self, spans: list[Span], source: str = ...) -> Admission: ...
 
 
 @dataclass
@@ -49,7 +56,7 @@ def _message(rejected: Counter[str]) -> str:
 
 
 class Ingest:
-    def __init__(self, engine: Engine, metrics: Metrics) -> None:
+    def __init__(self, engine: Submitter, metrics: Metrics) -> None:
         self.engine = engine
         self.metrics = metrics
 
