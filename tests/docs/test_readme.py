@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 from pathlib import Path
 
 import yaml
@@ -14,22 +15,31 @@ from prometheus_client import CollectorRegistry
 
 from otel_eval.config import Config, build
 from otel_eval.configdoc import reference
+from otel_eval.issues.config import IssuesConfig
+from otel_eval.issues.job import IssuesJob
 from otel_eval.metrics import Metrics
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def _metrics_table() -> str:
+    """Every metric the admin /metrics can expose: Metrics, and the issues job's collector."""
     registry = CollectorRegistry()
     Metrics(registry)
+    IssuesJob(IssuesConfig(), sqlite3.connect(":memory:"), lambda since_ns: [], registry)
+    entries = []
+    for collector in list(registry._collector_to_names):  # declared label names, not samples
+        if hasattr(collector, "_labelnames") and hasattr(collector, "_type"):
+            entries.append((collector._name, collector._type, collector._labelnames,
+                            collector._documentation))
+        else:
+            entries += [(f.name, f.type, getattr(f, "_labelnames", ()), f.documentation)
+                        for f in collector.describe()]
+    suffix = {"counter": "_total", "info": "_info"}
     rows = ["| metric | type | labels | meaning |", "|---|---|---|---|"]
-    for m in sorted(registry.collect(), key=lambda m: m.name):
-        name = m.name + ("_total" if m.type == "counter" else "")
-        labels: set[str] = set()
-        for s in m.samples:
-            labels |= set(s.labels) - {"le"}
-        rows.append(f"| `{name}` | {m.type} | {', '.join(sorted(labels)) or '-'} "
-                    f"| {m.documentation} |")
+    for name, kind, labels, doc in sorted(entries):
+        rows.append(f"| `{name}{suffix.get(kind, '')}` | {kind} | {', '.join(labels) or '-'} "
+                    f"| {doc} |")
     return "\n".join(rows)
 
 

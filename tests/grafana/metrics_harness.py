@@ -101,7 +101,30 @@ def feed_round(metrics: Metrics, round_no: int, traces: int = 10) -> list[str]:
     metrics.sink_dropped("forward", "retries_exhausted", 2)
     metrics.forwarded(spans)
     metrics.events_emitted(traces * 3)
+    _feed_judge_and_kafka(metrics, round_no, traces)
     return ids
+
+
+def _feed_judge_and_kafka(metrics: Metrics, round_no: int, traces: int) -> None:
+    """What serve's judge stage and Kafka consumer/publishers report (same verbs)."""
+    j, k = metrics.judge, metrics.kafka
+    for i in range(traces):
+        j.call("combined", "ok" if i else "parse_error", 3000, 400, 0.0011, 2.5)
+        for dim in ("trace", "outcome", "goal_alignment"):
+            j.score("process" if dim == "goal_alignment" else dim, dim, (i % 5) / 5)
+    j.skip("sampled_out")
+    j.queue_depth(round_no % 3)
+    k.record_consumed(traces * 8)
+    k.record_poison("not_otlp")
+    k.throttled("pending_spans")
+    k.paused(round_no % 2 == 1)
+    for partition in range(3):
+        k.lag(partition, 10 * partition + round_no)
+        k.committed(partition, 100 * round_no + partition)
+    k.commit_failed("RebalanceInProgressError")
+    k.published("spans", traces)
+    k.published("results", traces)
+    k.publish_dropped("results", "queue_full", 1)
 
 
 def issues_job(metrics: Metrics, catalogue: Path, traces: int = 20) -> IssuesJob:

@@ -169,11 +169,10 @@ def test_every_panel_and_alert_query_returns_data(
 # Series the real service only shows under conditions this feed does not create (throttling,
 # sink failures, judge failures, lucky passes, re-opened traces, priced models): their panel
 # queries must parse; the harness test above checks they return data.
-# issue_ / issues_: the IssuesJob gauges (recurring issues panels). serve does not run the job
-# yet (and only will with issues.interval_s > 0); the harness test runs it on the same
-# registry. Once serve runs it, set issues.interval_s in this test's config and drop them.
+# judge_ / kafka_: serve runs here without a judge model and without Kafka (their own tests
+# run them: tests/judge/test_judge_serve.py, tests/kafka/).
 _NOT_FED = ("receiver_requests_throttled", "sink_dropped", "evaluation_failures",
-            "traces_lucky_passes", "traces_superseded", "trace_cost_usd", "issue_", "issues_")
+            "traces_lucky_passes", "traces_superseded", "trace_cost_usd", "judge_", "kafka_")
 
 
 def _fed(expr: str) -> bool:
@@ -182,7 +181,9 @@ def _fed(expr: str) -> bool:
 
 def test_real_service_panels_alerts_and_exemplars(tmp_path: Path) -> None:
     grpc_port, http_port, admin_port = _free_port(), _free_port(), _free_port()
-    (tmp_path / "otel-eval.yaml").write_text("assembly:\n  grace_s: 0.2\n")
+    # issues every second, so the recurring-issue panels get data while the feed runs
+    (tmp_path / "otel-eval.yaml").write_text(
+        "assembly:\n  grace_s: 0.2\nissues:\n  interval_s: 1\n")
     serve_log = (tmp_path / "serve.log").open("w")
     service = subprocess.Popen(
         [sys.executable, "-m", "otel_eval.cli", "serve", "--config",
