@@ -120,34 +120,69 @@ def _progress(items: Iterable[Any], stream: TextIO) -> Iterator[Any]:
     yield from tqdm(items, unit=" traces", file=stream)
 
 
-def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
-    from otel_eval.evaluator import Evaluator
-    from otel_eval.loaders import LoaderError, load_path
+class EvalRun:
+    """The offline engine over files, shared by ``eval`` and ``issues``: load, build the
+    trajectory, run the detectors, then the judge when ``--judge`` is given."""
 
-    cfg = _config(args)
-    evaluator = Evaluator(cfg, budget_overrides=dict(args.budget),
-                          references_path=args.references)
-    failed_files = 0
-    rows: list[dict[str, Any]] = []
+    def __init__(self, args: argparse.Namespace, cfg: Config | None = None) -> None:
+        from otel_eval.evaluator import Evaluator
 
-    def traces() -> Iterator[Any]:
-        nonlocal failed_files
-        for path in args.paths:
+        self.cfg = cfg or _config(args)
+        self.args = args
+        self.evaluator = Evaluator(self.cfg, budget_overrides=dict(args.budget),
+                                   references_path=args.references)
+        self.failed_files = 0
+        self.spend: Any = None
+
+    def _traces(self) -> Iterator[Any]:
+        from otel_eval.loaders import LoaderError, load_path
+
+        for path in self.args.paths:
             try:
-                yield from load_path(path)
+                yield from load_path(path, config=self.cfg.trajectory)
             except (LoaderError, OSError) as e:
-                failed_files += 1
+                self.failed_files += 1
                 print(f"otel-eval: {e}", file=sys.stderr)
 
-    for trace in _progress(traces(), sys.stderr):
-        body = evaluator.evaluate(trace).to_json()
+    def evaluations(self) -> Iterator[Any]:
+        return self.judged(self.evaluator.evaluate(t)
+                           for t in _progress(self._traces(), sys.stderr))
+
+    def judged(self, out: Iterator[Any]) -> Iterator[Any]:
+        """``out`` through the judge when one is configured (else unchanged)."""
+        jc = self.cfg.judge
+        if not (jc.model and jc.enabled):
+            return out
+        from dataclasses import replace as dc_replace
+
+        from otel_eval.judge.judge import Judge
+        from otel_eval.judge.offline import Spend, judged
+
+        max_cost = getattr(self.args, "max_cost_usd", None)
+        if max_cost is not None:  # the explicit cap replaces the hourly budget
+            jc = dc_replace(jc, max_cost_usd_per_hour=0.0)
+        self.spend = Spend()
+        return judged(out, Judge(jc), self.spend, max_cost)
+
+    def cost_line(self) -> str | None:
+        return None if self.spend is None else self.spend.line(self.cfg.judge.model)
+
+
+def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
+    run = EvalRun(args)
+    rows: list[dict[str, Any]] = []
+    for evaluation in run.evaluations():
+        body = evaluation.to_json()
         if args.format == "jsonl":
             out.write(json.dumps(body) + "\n")
         else:
             rows.append(body)
     if args.format == "table":
         _print_table(rows, out)
-    return 1 if failed_files else 0
+    line = run.cost_line()
+    if line:
+        print(line, file=sys.stderr)
+    return 1 if run.failed_files else 0
 
 
 def _print_table(rows: Sequence[dict[str, Any]], out: TextIO) -> None:

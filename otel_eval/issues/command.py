@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, TextIO
 from otel_eval.config import Config, ConfigError
 
 if TYPE_CHECKING:
-    from otel_eval.evaluator import Evaluator
     from otel_eval.issues.result import IssuesResult
 
 _TRACE_KEYS = ("spans", "resourceSpans", "resource_spans")  # trace formats, not evaluations
@@ -71,10 +70,11 @@ def evaluations(paths: list[str], cfg: Config, args: argparse.Namespace,
                 ) -> Iterator[dict[str, Any]]:
     """Evaluation objects of every file under ``paths``; raises LoaderError /
     EvaluationFileError naming the file that cannot be read."""
+    from otel_eval.cli import EvalRun
     from otel_eval.issues.files import read_evaluations
     from otel_eval.loaders import iter_files, load_file
 
-    evaluator: Evaluator | None = None
+    run: EvalRun | None = None
     for raw in paths:
         if not Path(raw).exists():
             raise FileNotFoundError(f"{raw}: no such file or directory")
@@ -82,18 +82,11 @@ def evaluations(paths: list[str], cfg: Config, args: argparse.Namespace,
             if is_evaluation_file(path):
                 yield from read_evaluations([path])
                 continue
-            if evaluator is None:
-                evaluator = _evaluator(cfg, args)
-            for trace in load_file(path, config=cfg.trajectory):
-                yield evaluator.evaluate(trace).to_json()
-
-
-def _evaluator(cfg: Config, args: argparse.Namespace) -> Evaluator:
-    """The evaluator ``otel-eval eval`` builds from the same flags."""
-    from otel_eval.evaluator import Evaluator
-
-    return Evaluator(cfg, budget_overrides=dict(getattr(args, "budget", None) or []),
-                     references_path=getattr(args, "references", None))
+            if run is None:  # what `otel-eval eval` runs, judge included with --judge
+                run = EvalRun(args, cfg)
+            traces = load_file(path, config=cfg.trajectory)
+            for evaluation in run.judged(run.evaluator.evaluate(t) for t in traces):
+                yield evaluation.to_json()
 
 
 def cmd_issues(args: argparse.Namespace, out: TextIO) -> int:

@@ -10,6 +10,7 @@ A reply that cannot be validated is ``parse_error``: never a default score.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import json
 import logging
@@ -215,3 +216,11 @@ class JudgeClient:
         now = self.clock()
         self.budget.add(now, cost)
         self.limiter.add_tokens(now, tout)
+
+
+async def close_clients() -> None:
+    """Close litellm's cached HTTP clients; they belong to the running loop (call on it)."""
+    from litellm.llms.custom_httpx.async_client_cleanup import close_litellm_async_clients
+    with contextlib.suppress(Exception):
+        await close_litellm_async_clients()
+    litellm.in_memory_llm_clients_cache.flush_cache()

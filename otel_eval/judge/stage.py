@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from otel_eval.aio import LoopThread
+from otel_eval.judge.client import close_clients
 from otel_eval.judge.config import JudgeConfig
 from otel_eval.judge.judge import Judge
 from otel_eval.judge.rubric_cache import SqliteRubricCache
@@ -77,8 +78,4 @@ class JudgeStage:
 
     async def _shutdown(self, deadline_s: float) -> None:
         await self.queue.shutdown(deadline_s)
-        # litellm caches HTTP clients per event loop; close them on the loop that made them
-        from litellm.llms.custom_httpx.async_client_cleanup import close_litellm_async_clients
-        await close_litellm_async_clients()
-        import litellm
-        litellm.in_memory_llm_clients_cache.flush_cache()
+        await close_clients()  # litellm caches HTTP clients per loop: close them on this one

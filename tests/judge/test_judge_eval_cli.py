@@ -1,0 +1,74 @@
+"""``otel-eval eval --judge``: the offline run judges every trace through litellm against the
+scripted loopback LLM, prints a cost line, and stops judging at ``--max-cost-usd``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from judge_fake_llm import FakeLLM, completion
+from test_judge_serve import _scripted, _spans
+
+from otel_eval import model
+from otel_eval.cli import main
+from otel_eval.otlp import encode_spans, request_to_json
+
+
+def _trace_file(tmp_path: Path, n: int) -> Path:
+    spans = []
+    for i in range(n):
+        tid = f"{i + 1:032x}"
+        spans += [model.Span(tid, s.span_id, s.parent_span_id, s.name, s.start_ns, s.end_ns,
+                             resource=s.resource, attributes=s.attributes) for s in _spans()]
+    path = tmp_path / "traces.json"
+    path.write_text(json.dumps(request_to_json(encode_spans(spans))))
+    return path
+
+
+def _run(tmp_path: Path, llm: FakeLLM, capsys: pytest.CaptureFixture[str], n: int,
+         *extra: str) -> tuple[list[dict[str, object]], str]:
+    (tmp_path / "c.yaml").write_text("judge:\n  max_concurrency: 1\n  max_retries: 0\n")
+    code = main(["eval", str(_trace_file(tmp_path, n)), "--format", "jsonl", "--config",
+                 str(tmp_path / "c.yaml"), "--judge", "openai/gpt-4o-mini",
+                 "--judge-api-base", llm.api_base, *extra])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return [json.loads(line) for line in out.splitlines()], err
+
+
+def test_eval_judges_each_trace_and_prints_the_cost(llm: FakeLLM, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    llm.route = _scripted
+    bodies, err = _run(tmp_path, llm, capsys, 3)
+    assert [b["trace_id"] for b in bodies] == [f"{i:032x}" for i in (1, 2, 3)]  # input order
+    for b in bodies:
+        judge = b["judge"]
+        assert isinstance(judge, dict) and judge["overall"]["status"] == "ok"
+    assert len(llm.requests) == 3
+    assert "judge openai/gpt-4o-mini: 3 traces judged in 3 calls, 3000 input + 300 output " \
+           "tokens, $" in err
+
+
+def test_max_cost_stops_judging_and_says_so(llm: FakeLLM, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    llm.route = _scripted
+    # gpt-4o-mini: 1000 input + 100 output tokens cost $0.00021 a call (litellm's price map)
+    bodies, err = _run(tmp_path, llm, capsys, 5, "--max-cost-usd", "0.0003")
+    statuses = [b["judge"]["overall"].get("reason", b["judge"]["overall"]["status"])  # type: ignore[index]
+                for b in bodies]
+    # one trace in flight at a time: judged while spend < cap (0, 0.00021), then the one
+    # already started when the cap was crossed; the rest skipped
+    assert statuses == ["ok", "ok", "ok", "max_cost", "max_cost"]
+    assert len(llm.requests) == 3
+    assert "3 traces judged" in err and "skipped: 2 max_cost" in err
+
+
+def test_garbage_replies_are_parse_errors_in_the_output(llm: FakeLLM, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    llm.route = lambda body: completion("{not json")
+    bodies, _ = _run(tmp_path, llm, capsys, 1)
+    entry = bodies[0]["judge"]["judges"]["combined"]  # type: ignore[index]
+    assert entry["status"] == "parse_error" and entry["scores"] == {}
+    assert bodies[0]["verdict"] is not None
