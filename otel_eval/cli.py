@@ -169,9 +169,13 @@ class EvalRun:
 
 
 def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
+    from otel_eval.judge.trials import trials_of
+
     run = EvalRun(args)
     rows: list[dict[str, Any]] = []
+    trials = []
     for evaluation in run.evaluations():
+        trials += trials_of([evaluation])
         body = evaluation.to_json()
         if args.format == "jsonl":
             out.write(json.dumps(body) + "\n")
@@ -182,7 +186,27 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     line = run.cost_line()
     if line:
         print(line, file=sys.stderr)
+    _print_trials(trials, sys.stderr)
     return 1 if run.failed_files else 0
+
+
+def _print_trials(trials: Sequence[Any], out: TextIO) -> None:
+    """Pass@k (any trial passes) and Pass^k (all pass) per task judged more than once, with
+    k = the task's judged trials, and the lucky passes (outcome passed, process did not)."""
+    from otel_eval.judge.trials import summarize
+
+    tasks = [t for t in summarize(trials).values() if t.n >= 2]
+    if not tasks:
+        return
+    out.write("task  trials  passes  pass@k  pass^k  lucky passes\n")
+    for t in sorted(tasks, key=lambda t: t.task_id):
+        out.write(f"{t.task_id}  {t.n}  {t.passes}  {t.pass_at_k:.2f}  {t.pass_hat_k:.2f}  "
+                  f"{', '.join(t.lucky) or '-'}\n")
+    mean_at = sum(t.pass_at_k or 0.0 for t in tasks) / len(tasks)
+    mean_hat = sum(t.pass_hat_k or 0.0 for t in tasks) / len(tasks)
+    lucky = sum(len(t.lucky) for t in tasks)
+    out.write(f"{len(tasks)} tasks with 2+ judged trials: mean pass@k {mean_at:.2f}, "
+              f"pass^k {mean_hat:.2f}; {lucky} lucky passes\n")
 
 
 def _print_table(rows: Sequence[dict[str, Any]], out: TextIO) -> None:

@@ -15,21 +15,25 @@ from otel_eval.cli import main
 from otel_eval.otlp import encode_spans, request_to_json
 
 
-def _trace_file(tmp_path: Path, n: int) -> Path:
+def _trace_file(tmp_path: Path, n: int, task_id: str | None = None) -> Path:
     spans = []
     for i in range(n):
         tid = f"{i + 1:032x}"
-        spans += [model.Span(tid, s.span_id, s.parent_span_id, s.name, s.start_ns, s.end_ns,
-                             resource=s.resource, attributes=s.attributes) for s in _spans()]
+        for s in _spans():
+            attrs = dict(s.attributes)
+            if task_id and s.parent_span_id is None:
+                attrs["otel_eval.task.id"] = task_id
+            spans.append(model.Span(tid, s.span_id, s.parent_span_id, s.name, s.start_ns,
+                                    s.end_ns, resource=s.resource, attributes=attrs))
     path = tmp_path / "traces.json"
     path.write_text(json.dumps(request_to_json(encode_spans(spans))))
     return path
 
 
 def _run(tmp_path: Path, llm: FakeLLM, capsys: pytest.CaptureFixture[str], n: int,
-         *extra: str) -> tuple[list[dict[str, object]], str]:
+         *extra: str, task_id: str | None = None) -> tuple[list[dict[str, object]], str]:
     (tmp_path / "c.yaml").write_text("judge:\n  max_concurrency: 1\n  max_retries: 0\n")
-    code = main(["eval", str(_trace_file(tmp_path, n)), "--format", "jsonl", "--config",
+    code = main(["eval", str(_trace_file(tmp_path, n, task_id)), "--format", "jsonl", "--config",
                  str(tmp_path / "c.yaml"), "--judge", "openai/gpt-4o-mini",
                  "--judge-api-base", llm.api_base, *extra])
     out, err = capsys.readouterr()
@@ -72,3 +76,12 @@ def test_garbage_replies_are_parse_errors_in_the_output(llm: FakeLLM, tmp_path: 
     entry = bodies[0]["judge"]["judges"]["combined"]  # type: ignore[index]
     assert entry["status"] == "parse_error" and entry["scores"] == {}
     assert bodies[0]["verdict"] is not None
+
+
+def test_trials_of_a_task_report_pass_at_k_and_lucky_passes(
+        llm: FakeLLM, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    llm.route = _scripted  # outcome 1.0; process = mean(0.6, 0.6, 0.6, 0.2) = 0.5 < 0.6
+    bodies, err = _run(tmp_path, llm, capsys, 3, task_id="airline-7")
+    assert all(b["task_id"] == "airline-7" for b in bodies)
+    assert "airline-7  3  0  0.00  0.00  " + ", ".join(f"{i:032x}" for i in (1, 2, 3)) in err
+    assert "1 tasks with 2+ judged trials: mean pass@k 0.00, pass^k 0.00; 3 lucky passes" in err
