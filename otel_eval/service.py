@@ -125,11 +125,12 @@ class Service:
             return None
         from otel_eval.issues.grafana import GrafanaAnnotator
         from otel_eval.issues.job import IssuesJob
+        from otel_eval.judge.namer import judge_namer
         grafana = GrafanaAnnotator(ic.grafana) if ic.grafana.url else None
         store = self.store
         return IssuesJob(ic, ic.store_path or self.config.store.path,
                          lambda since_ns: store.since(since_ns), self.registry,
-                         annotator=grafana)
+                         annotator=grafana, namer=judge_namer(self.config.judge))
 
     @property
     def healthy(self) -> bool:

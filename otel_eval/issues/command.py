@@ -94,11 +94,13 @@ def cmd_issues(args: argparse.Namespace, out: TextIO) -> int:
     from otel_eval.issues.files import EvaluationFileError
     from otel_eval.issues.result import to_json
     from otel_eval.issues.tracker import issues_offline
+    from otel_eval.judge.namer import judge_namer
     from otel_eval.loaders import LoaderError
 
     try:
         cfg = _config(args)
-        result = issues_offline(evaluations(list(args.paths), cfg, args), cfg.issues)
+        result = issues_offline(evaluations(list(args.paths), cfg, args), cfg.issues,
+                                namer=judge_namer(cfg.judge))
     except ConfigError as e:
         print(f"otel-eval: {e}", file=sys.stderr)
         return 2
