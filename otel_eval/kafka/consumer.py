@@ -7,8 +7,13 @@ commits only what is stored.
 
 Promises:
 - **no loss**: a partition's committed offset never passes a record whose traces are not all
-  evaluated and stored (``OffsetTracker``); a crash or kill replays from there, and replays are
-  idempotent because the store keys evaluations by trace id (a re-evaluation supersedes);
+  evaluated and stored (``OffsetTracker``); a crash or kill replays from there;
+- **replays are whole traces**: the commit metadata names the records past the position that
+  are already done, and a restarted owner skips exactly those. An unstored trace is replayed
+  from its first record, a stored one not at all (replaying from the bare position handed the
+  engine the tails of stored traces, stored again as partial traces: the kill -9 test caught
+  it). A trace stored after the last commit is re-evaluated whole, and the store keys
+  evaluations by trace id (a re-evaluation supersedes);
 - a record that is not an OTLP request (poison) is counted with a reason, marked done and
   skipped: it never stalls its partition;
 - backpressure: with ``max_inflight_records`` taken and not stored, or while the engine
@@ -88,7 +93,7 @@ class _Listener(ConsumerRebalanceListener):
         await self.stage._revoke(revoked)
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        self.stage._assign(assigned)
+        await self.stage._assign(assigned)
 
 
 class KafkaConsumerStage:
@@ -140,7 +145,7 @@ class KafkaConsumerStage:
         mine = {TopicPartition(cfg.topic, p) for p in sorted(parts)
                 if p % cfg.worker_count == cfg.worker_index}
         consumer.assign(list(mine))
-        self._assign(mine)
+        await self._assign(mine)
         log.info("kafka static assignment %d/%d: partitions %s", cfg.worker_index,
                  cfg.worker_count, sorted(tp.partition for tp in mine))
 
@@ -191,6 +196,9 @@ class KafkaConsumerStage:
 
     def _take(self, tp: TopicPartition, offset: int, value: bytes | None) -> None:
         ticket = self.tracker.take(tp, offset)
+        if self.tracker.replayed(ticket):  # done before a restart: its traces are stored
+            self._done(ticket)
+            return
         decoded = decode_record(value, self.config.encoding)
         if isinstance(decoded, str):
             log.warning("kafka poison record %s[%d]@%d: %s", tp.topic, tp.partition, offset,
@@ -254,7 +262,8 @@ class KafkaConsumerStage:
 
     # --- commits and rebalancing -----------------------------------------------------------
 
-    async def _commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
+    async def _commit(self, offsets: dict[TopicPartition, tuple[int, str]] | None = None
+                      ) -> None:
         consumer = self._consumer
         self._last_commit = time.monotonic()
         todo = self.tracker.committable() if offsets is None else offsets
@@ -267,17 +276,29 @@ class KafkaConsumerStage:
             self.metrics.commit_failed(type(e).__name__)
             self.tracker.uncommit(todo)  # hand these positions out again next time
             return
-        for tp, pos in todo.items():
+        for tp, (pos, _meta) in todo.items():
             self.metrics.committed(tp.partition, pos)
 
-    def _assign(self, assigned: set[TopicPartition]) -> None:
+    async def _assign(self, assigned: set[TopicPartition]) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        # The committed metadata says which records past the position are already done
+        # (offsets.py); only the coordinator's fetch returns it (``committed()`` drops it).
+        fetched = await consumer._coordinator.fetch_committed_offsets(list(assigned))
         for tp in assigned:
-            self.tracker.assign(tp)
+            got = fetched.get(tp)
+            if got is None or got.offset < 0:
+                self.tracker.assign(tp)
+                continue
+            skipped = self.tracker.restore(tp, got.offset, got.metadata or "")
+            if skipped:
+                log.info("kafka %s[%d]: replay from %d skips %d record(s) already stored",
+                         tp.topic, tp.partition, got.offset, skipped)
         if self._paused and self._consumer is not None:
             self._consumer.pause(*assigned)  # stay paused until the backlog drains
 
     async def _revoke(self, revoked: set[TopicPartition]) -> None:
-        final = {}
+        final: dict[TopicPartition, tuple[int, str]] = {}
         for tp in revoked:
             pos = self.tracker.revoke(tp)
             if pos is not None:

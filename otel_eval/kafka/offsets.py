@@ -5,7 +5,13 @@ Promises (pure, no I/O, single-threaded - the consumer calls it on its event loo
   the highest taken offset when nothing is pending; committing it never skips a record whose
   traces are not stored, so a crash replays and never loses;
 - ``done`` for a ticket of a revoked (or revoked and re-assigned) partition is ignored: an
-  old assignment's late completion cannot mark a new assignment's record as finished.
+  old assignment's late completion cannot mark a new assignment's record as finished;
+- **replays are whole traces**: with the position goes commit metadata naming the records
+  past it that are already done (``encode_done``). A record is done only once every trace it
+  carries is stored, so after a restart (``restore``) skipping exactly those records replays
+  every unstored trace from its first record and no stored trace at all. Replaying from the
+  bare watermark instead would hand the engine the tail of a stored trace (its head lies
+  behind the watermark), which an evaluator would store as a new, partial trace.
 
 Records are taken in offset order per partition, so pending offsets form a queue and
 advancing the watermark is amortised O(1).
@@ -13,6 +19,8 @@ advancing the watermark is amortised O(1).
 
 from __future__ import annotations
 
+import base64
+import zlib
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -27,7 +35,8 @@ class _Partition:
     pending: deque[int] = field(default_factory=deque)  # taken, in offset order
     done: set[int] = field(default_factory=set)  # finished, still behind the watermark
     next_offset: int | None = None  # one past the highest offset taken
-    committed: int | None = None  # last position handed out by ``committable``
+    committed: tuple[int, str] | None = None  # last (position, metadata) handed out
+    skip: set[int] = field(default_factory=set)  # done before a restart (``restore``)
 
     def position(self) -> int | None:
         while self.pending and self.pending[0] in self.done:
@@ -46,6 +55,43 @@ class Ticket(Generic[P]):
     epoch: int
 
 
+# Brokers reject commit metadata over ``offset.metadata.max.bytes`` (default 4096).
+MAX_METADATA_CHARS = 4000
+_TAG = "oe1"
+
+
+def encode_done(position: int, end: int, done: set[int], limit: int = MAX_METADATA_CHARS
+                ) -> str:
+    """Commit metadata: which offsets in [position, end) are done, as a zlib'd bitmap.
+    Over ``limit`` the range is shortened: done records past it are replayed again (their
+    traces may then be re-evaluated from a tail; only when very many records are in flight)."""
+    while end > position:
+        bits = bytearray((end - position + 7) // 8)
+        for o in done:
+            if position <= o < end:
+                bits[(o - position) >> 3] |= 1 << ((o - position) & 7)
+        packed = base64.b64encode(zlib.compress(bytes(bits), 9)).decode()
+        meta = f"{_TAG}:{end - position}:{packed}"
+        if len(meta) <= limit:
+            return meta
+        end = position + (end - position) // 2
+    return ""
+
+
+def decode_done(position: int, metadata: str) -> set[int]:
+    """Offsets ``encode_done`` marked done; empty for foreign or malformed metadata."""
+    tag, _, rest = metadata.partition(":")
+    length, _, packed = rest.partition(":")
+    if tag != _TAG or not length.isdigit():
+        return set()
+    try:
+        bits = zlib.decompress(base64.b64decode(packed, validate=True))
+    except (ValueError, zlib.error):
+        return set()
+    return {position + i for i in range(min(int(length), len(bits) * 8))
+            if bits[i >> 3] >> (i & 7) & 1}
+
+
 class OffsetTracker(Generic[P]):
     def __init__(self) -> None:
         self._parts: dict[P, _Partition] = {}
@@ -57,6 +103,22 @@ class OffsetTracker(Generic[P]):
         self._drop(partition)
         self._epoch += 1
         self._parts[partition] = _Partition(self._epoch)
+
+    def restore(self, partition: P, position: int, metadata: str) -> int:
+        """(Re)assign a partition whose committed position and metadata were just fetched:
+        records marked done there will be reported by ``replayed``. Returns how many."""
+        self.assign(partition)
+        st = self._parts[partition]
+        st.skip = decode_done(position, metadata)
+        return len(st.skip)
+
+    def replayed(self, ticket: Ticket[P]) -> bool:
+        """True if the ticket's record was done before a restart: finish it, do not resubmit."""
+        st = self._parts.get(ticket.partition)
+        if st is None or st.epoch != ticket.epoch or ticket.offset not in st.skip:
+            return False
+        st.skip.discard(ticket.offset)
+        return True
 
     def take(self, partition: P, offset: int) -> Ticket[P]:
         st = self._parts.get(partition)
@@ -86,15 +148,27 @@ class OffsetTracker(Generic[P]):
         st = self._parts.get(partition)
         return st.position() if st else None
 
-    def committable(self) -> dict[P, int]:
-        """Positions that moved since the last call (marks them as handed out)."""
-        out: dict[P, int] = {}
+    def committable(self) -> dict[P, tuple[int, str]]:
+        """(position, metadata) of partitions that changed since the last call (marks them
+        as handed out); the metadata lists the done records past the position."""
+        out: dict[P, tuple[int, str]] = {}
         for p, st in self._parts.items():
-            pos = st.position()
-            if pos is not None and pos != st.committed:
-                out[p] = pos
-                st.committed = pos
+            entry = self._entry(st)
+            if entry is not None and entry != st.committed:
+                out[p] = entry
+                st.committed = entry
         return out
+
+    @staticmethod
+    def _entry(st: _Partition) -> tuple[int, str] | None:
+        pos = st.position()
+        if pos is None:
+            return None
+        # Records restored as done and not yet re-read stay done: a second crash during the
+        # replay must not lose that knowledge.
+        done = st.done | st.skip if st.skip else st.done
+        end = max(st.next_offset or pos, max(st.skip) + 1 if st.skip else pos)
+        return pos, encode_done(pos, end, done) if done else ""
 
     def uncommit(self, partitions: Iterable[P]) -> None:
         """A commit of these positions failed: ``committable`` returns them again."""
@@ -107,12 +181,12 @@ class OffsetTracker(Generic[P]):
         st = self._parts.get(partition)
         return st.epoch if st else None
 
-    def revoke(self, partition: P) -> int | None:
-        """Stop tracking a partition; returns its final commit position (None if none)."""
+    def revoke(self, partition: P) -> tuple[int, str] | None:
+        """Stop tracking a partition; returns its final (position, metadata), None if none."""
         st = self._parts.get(partition)
-        pos = st.position() if st else None
+        entry = self._entry(st) if st else None
         self._drop(partition)
-        return pos
+        return entry
 
     def _drop(self, partition: P) -> None:
         st = self._parts.pop(partition, None)

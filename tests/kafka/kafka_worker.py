@@ -50,6 +50,17 @@ def build_engine(kind: str, db: str) -> tuple[Any, Any]:
     return real, close
 
 
+def die_with_parent() -> None:
+    """Linux: SIGKILL this worker when the process that started it dies, so a test runner
+    killed mid-test (no teardown) leaves no worker behind."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
 async def main(args: argparse.Namespace) -> None:
     cfg = KafkaConfig(brokers=args.bootstrap, topic=args.topic, group_id=args.group,
                       assignment="static", worker_index=args.worker_index,
@@ -78,4 +89,5 @@ if __name__ == "__main__":
     p.add_argument("--commit-interval-s", type=float, default=0.2)
     p.add_argument("--max-inflight", type=int, default=20_000)
     p.add_argument("--engine", choices=("mini", "real"), default="mini")
+    die_with_parent()
     asyncio.run(main(p.parse_args()))

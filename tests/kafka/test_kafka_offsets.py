@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from otel_eval.kafka.offsets import OffsetTracker
+from otel_eval.kafka.offsets import OffsetTracker, decode_done, encode_done
 
 
 @pytest.mark.parametrize(
@@ -32,21 +32,21 @@ def test_position_is_lowest_unfinished_offset(taken: list[int], done: list[int],
 def test_partitions_are_independent_and_committable_reports_changes_once() -> None:
     t: OffsetTracker[int] = OffsetTracker()
     a, b = t.take(0, 10), t.take(1, 20)
-    assert t.committable() == {0: 10, 1: 20}
+    assert t.committable() == {0: (10, ""), 1: (20, "")}
     assert t.committable() == {}
     t.done(b)
-    assert t.committable() == {1: 21}
+    assert t.committable() == {1: (21, "")}
     t.uncommit([1])
-    assert t.committable() == {1: 21}
+    assert t.committable() == {1: (21, "")}
     assert t.inflight(0) == 1 and t.inflight(1) == 0
     t.done(a)
-    assert t.committable() == {0: 11}
+    assert t.committable() == {0: (11, "")}
 
 
 def test_done_twice_or_for_a_revoked_partition_is_ignored() -> None:
     t: OffsetTracker[int] = OffsetTracker()
     old = t.take(0, 1)
-    assert t.revoke(0) == 1
+    assert t.revoke(0) == (1, "")
     assert t.inflight() == 0
     assert not t.done(old)
     t.assign(0)  # re-assigned later: the stale ticket must not finish the new offset 1
@@ -74,3 +74,44 @@ def test_large_backlog_advances_in_linear_time() -> None:
     t.done(tickets[0])
     assert t.position(0) == 100_000
     assert t.inflight() == 0
+
+
+def test_metadata_names_done_records_past_the_position() -> None:
+    t: OffsetTracker[int] = OffsetTracker()
+    tickets = {o: t.take(0, o) for o in range(10, 20)}
+    for o in (12, 13, 17):
+        t.done(tickets[o])
+    ((pos, meta),) = t.committable().values()
+    assert pos == 10 and decode_done(pos, meta) == {12, 13, 17}
+    t.done(tickets[10])
+    t.done(tickets[11])
+    ((pos, meta),) = t.committable().values()  # done-ness changed: committed again
+    assert pos == 14 and decode_done(pos, meta) == {17}
+
+
+def test_restart_skips_exactly_the_records_done_before_the_crash() -> None:
+    before: OffsetTracker[int] = OffsetTracker()
+    tickets = [before.take(0, o) for o in range(100)]
+    done = {o for o in range(100) if o % 3 == 0 and o > 0}
+    for o in done:
+        before.done(tickets[o])
+    ((pos, meta),) = before.committable().values()
+    assert pos == 0
+    after: OffsetTracker[int] = OffsetTracker()  # the restarted worker
+    assert after.restore(0, pos, meta) == len(done)
+    skipped = {o for o in range(pos, 50) if after.replayed(after.take(0, o))}
+    assert skipped == {o for o in done if o < 50}
+    # A second crash in the middle of the replay still remembers the untouched tail.
+    ((pos2, meta2),) = after.committable().values()
+    assert pos2 == 0 and decode_done(pos2, meta2) == {o for o in done if o >= 50}
+
+
+def test_metadata_is_bounded_and_foreign_metadata_is_ignored() -> None:
+    done = set(range(0, 200_000, 2))  # incompressible enough to overflow the budget
+    meta = encode_done(0, 200_000, done, limit=1000)
+    assert len(meta) <= 1000
+    kept = decode_done(0, meta)
+    assert kept and kept <= done  # a shorter range: the rest is replayed, never skipped
+    assert decode_done(5, "") == set()
+    assert decode_done(5, "some other client's metadata") == set()
+    assert decode_done(5, "oe1:8:not base64!") == set()
