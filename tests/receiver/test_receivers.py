@@ -169,7 +169,8 @@ def test_http_json_with_hex_ids_and_gzip(tmp_path: Path) -> None:
     (b"not gzip", "application/x-protobuf", {"Content-Encoding": "gzip"}, 400),
     (gzip.compress(b"\x00" * (3 * 1024 * 1024)), "application/x-protobuf",
      {"Content-Encoding": "gzip"}, 413),
-])
+], ids=["bad-json", "bad-utf8-json", "bad-protobuf", "wrong-content-type", "not-gzip",
+        "gzip-bomb"])
 def test_http_bad_bodies_get_clear_errors(tmp_path: Path, body: bytes, ctype: str,
                                           extra: dict[str, str], code: int) -> None:
     with running_service(tmp_path, **{"receiver.max_message_bytes": 2 * 1024 * 1024}) as h:
