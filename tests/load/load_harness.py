@@ -1,0 +1,163 @@
+"""``otel-eval serve`` as a real subprocess, the official SDK exporter as its client, and what
+tests read back (Prometheus counters, the SQLite store).
+
+Ports: the service binds port 0 and the harness reads the ports it got from its log, so no other
+process can take a port picked in advance. Synchronisation is by polling a condition with an
+overall deadline (``poll``), never by sleeping a guess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import SpanContext, TraceFlags
+
+ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+RESOURCE = Resource.create({"service.name": "load-test"})
+_PORTS = {"grpc": re.compile(r"OTLP/gRPC receiver listening on \S+ \(port (\d+)\)"),
+          "admin": re.compile(r"admin endpoint listening on \S+ \(port (\d+)\)")}
+
+
+def poll(fn: Callable[[], T | None], deadline_s: float, what: str,
+         interval_s: float = 0.05) -> T:
+    """Call ``fn`` until it returns something truthy; fail after ``deadline_s``."""
+    end = time.monotonic() + deadline_s
+    while True:
+        value = fn()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {deadline_s:.0f}s waiting for {what}")
+        time.sleep(interval_s)  # polling interval, not synchronisation
+
+
+@dataclass
+class Served:
+    proc: subprocess.Popen[bytes]
+    grpc_target: str
+    admin_url: str
+    store: Path
+    log: Path
+
+    def log_tail(self, n: int = 30) -> str:
+        lines = self.log.read_text(errors="replace").splitlines()
+        return "\n".join(lines[-n:])
+
+    def metrics(self) -> dict[str, float]:
+        """Each metric name summed over its label sets."""
+        with urllib.request.urlopen(self.admin_url + "/metrics", timeout=10) as r:
+            text = r.read().decode()
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                base = name.split("{", 1)[0]
+                out[base] = out.get(base, 0.0) + float(value)
+        return out
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.admin_url + "/readyz", timeout=2) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+
+def _bound_ports(log: Path, proc: subprocess.Popen[bytes]) -> dict[str, int] | None:
+    """The ports serve bound, from its log; raises if it exited first."""
+    if proc.poll() is not None:
+        raise AssertionError("serve exited early:\n" + log.read_text(errors="replace"))
+    text = log.read_text(errors="replace")
+    found = {k: rx.search(text) for k, rx in _PORTS.items()}
+    return {k: int(m.group(1)) for k, m in found.items() if m} if all(found.values()) else None
+
+
+@contextmanager
+def serve(tmp: Path, config: dict[str, Any]) -> Iterator[Served]:
+    """Start ``python -m otel_eval serve`` with ``config`` (written as YAML) on port 0 and wait
+    until ready; on exit SIGTERM it (if still running) and wait, killing it only as a last
+    resort."""
+    receiver = {**config.get("receiver", {}), "http_endpoint": ""}  # gRPC only
+    cfg = tmp / "config.yaml"
+    cfg.write_text(json.dumps({**config, "receiver": receiver}))  # JSON is valid YAML
+    store, log = tmp / "otel-eval.db", tmp / "serve.log"
+    argv = [sys.executable, "-m", "otel_eval", "serve", "--config", str(cfg),
+            "--grpc-endpoint", "127.0.0.1:0", "--admin-endpoint", "127.0.0.1:0",
+            "--store", str(store)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp)
+    try:
+        ports = poll(lambda: _bound_ports(log, proc), 60, "serve to bind its ports")
+        served = Served(proc, f"127.0.0.1:{ports['grpc']}",
+                        f"http://127.0.0.1:{ports['admin']}", store, log)
+        poll(lambda: proc.poll() is not None or served.ready(), 60, "serve to be ready")
+        assert proc.poll() is None, f"serve exited early:\n{served.log_tail()}"
+        yield served
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+
+
+def stored(store: Path) -> dict[str, dict[str, Any]]:
+    """Every stored per-trace JSON object, by trace id (read-only; works while serving)."""
+    with sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=10) as db:
+        rows = db.execute("SELECT trace_id, body FROM evaluations").fetchall()
+    return {tid: json.loads(body) for tid, body in rows}
+
+
+def stored_span_ids(bodies: dict[str, dict[str, Any]]) -> set[tuple[str, str]]:
+    """(trace id, span id) of every received span in the stored evaluations."""
+    return {(tid, s["span_id"]) for tid, b in bodies.items() for s in b["steps"]
+            if not s.get("rebuilt")}
+
+
+# --- the official SDK exporter as client ---------------------------------------------------------
+
+def exporter(target: str, timeout_s: float = 10.0) -> OTLPSpanExporter:
+    return OTLPSpanExporter(endpoint=f"http://{target}", insecure=True, timeout=timeout_s)
+
+
+def sdk_span(trace_id: bytes, span_id: bytes, parent: bytes, name: str, ended: bool,
+             start_ns: int) -> ReadableSpan:
+    """A finished SDK span with chosen ids; ``ended=False`` gives a span without an end time
+    (what a collector forwards for a root that never ended), ``parent=b""`` a root."""
+    def ctx(sid: bytes) -> SpanContext:
+        return SpanContext(int.from_bytes(trace_id), int.from_bytes(sid), is_remote=False,
+                           trace_flags=TraceFlags(TraceFlags.SAMPLED))
+
+    op = "chat" if parent else "invoke_agent"
+    return ReadableSpan(name, context=ctx(span_id), parent=ctx(parent) if parent else None,
+                        resource=RESOURCE, attributes={"gen_ai.operation.name": op},
+                        start_time=start_ns, end_time=start_ns + 1_000_000 if ended else None)
+
+
+def ids(spans: list[ReadableSpan]) -> set[tuple[str, str]]:
+    """(trace id, span id) in the hex form the store uses."""
+    out = set()
+    for s in spans:
+        assert s.context is not None
+        out.add((f"{s.context.trace_id:032x}", f"{s.context.span_id:016x}"))
+    return out
