@@ -23,7 +23,22 @@ Promises:
 - lag (high watermark - position) per partition is reported through the metrics hook.
 
 Partition assignment: ``group`` (broker-coordinated rebalancing) or ``static`` (worker i of N,
-no group membership). See ``otel_eval/kafka/mock_cluster.py`` for why tests use static mode.
+no group membership; offsets still committed under the group id). Static is the path the
+mock-cluster tests and ``bench/kafka.py`` run with more than one worker; group rebalancing
+with two members is tested against a real broker (``KAFKA_BOOTSTRAP``), because of this:
+
+Why a two-member aiokafka group fails SyncGroup with InvalidRequest on librdkafka's mock
+cluster (librdkafka 2.16, ``rdkafka_mock_cgrp.c``): not protocol versions (aiokafka 0.14 sends
+JoinGroup v5 / SyncGroup v3, which the mock implements; pinning versions changes nothing) but
+timing. The mock completes a sync once every member *has an assignment*, and the leader's
+SyncGroup carries the assignments of all members; so when the leader's SyncGroup arrives
+before a follower's, the mock answers everyone it holds, moves the group to Up, and then
+refuses the follower's SyncGroup (not allowed in Up) with INVALID_REQUEST, which aiokafka
+treats as fatal. A real broker answers a SyncGroup in Stable with the member's assignment.
+librdkafka followers usually sync before their leader finishes assigning, which hides it;
+aiokafka's leader assigns at once and often wins. Verified: with the leader's assignor
+delayed by 0.5 s, so that the follower syncs first, the same two members split 6 partitions
+3/3 on the mock.
 """
 
 from __future__ import annotations
