@@ -6,7 +6,9 @@
 Runs ``KafkaConsumerStage`` (static assignment, worker I of N) feeding ``--engine``: ``mini``
 (tests/kafka/kafka_mini_engine.py, SQLite rows keyed by trace id) or ``real`` (the service's
 ``otel_eval.pipeline.Engine`` with its SQLite ``Store``). SIGTERM shuts down gracefully
-(drain, commit); SIGKILL is the crash under test. Prints ``ready`` once consuming.
+(drain, commit); SIGKILL is the crash under test. Prints ``ready`` once consuming; with
+``--gate`` it prints ``ready`` before starting and waits for a line on stdin (bench/kafka.py
+releases all workers at once).
 """
 
 from __future__ import annotations
@@ -71,8 +73,12 @@ async def main(args: argparse.Namespace) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
+    if args.gate:
+        print("ready", flush=True)
+        await loop.run_in_executor(None, sys.stdin.readline)
     await stage.start()
-    print("ready", flush=True)
+    if not args.gate:
+        print("ready", flush=True)
     await stop.wait()
     await stage.shutdown(5.0)
     close()
@@ -89,5 +95,6 @@ if __name__ == "__main__":
     p.add_argument("--commit-interval-s", type=float, default=0.2)
     p.add_argument("--max-inflight", type=int, default=20_000)
     p.add_argument("--engine", choices=("mini", "real"), default="mini")
+    p.add_argument("--gate", action="store_true", help="wait for a stdin line before starting")
     die_with_parent()
     asyncio.run(main(p.parse_args()))

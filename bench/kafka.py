@@ -1,0 +1,173 @@
+"""Benchmark: Kafka consumption throughput of 1 vs 2 worker processes.
+
+    python bench/kafka.py                              6000 traces x 4 spans, 3 rounds, ~2 min
+    python bench/kafka.py --traces 2000 --rounds 1     quick look
+
+Setup: librdkafka's mock cluster (3 brokers, in this process) with a fresh 6-partition topic
+per run; ``--traces`` synthetic agent traces (``tests/kafka/kafka_traces.py``: children first,
+root last, spread over several records) produced first, as the collector's kafka exporter
+writes them (one record per trace per request, keyed by trace id, fnv1a partitioner).
+Then 1 or 2 worker processes (``tests/kafka/kafka_worker.py --engine real``: the service's
+``Engine`` with its evaluator and its own SQLite ``Store``; static assignment, worker i of N
+takes partitions p % N == i) are started, held at a gate until all are ready, and released.
+Time = gate -> every trace stored (distinct trace ids summed over the workers' stores);
+spans/s = spans / time. The 0.2 s assembly grace is part of that time.
+
+Rounds alternate 1 and 2 workers (the machine is shared and noisy); the median per worker
+count is reported with the ratio. Also reported: CPU seconds used by the workers and by this
+process (mostly the mock brokers serving fetches) in the timed window, to show where the
+cores went. Prints one ``BENCH {json}`` line. Loopback only; every wait is time-bounded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import select
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = ROOT / "tests" / "kafka"
+sys.path[:0] = [str(ROOT), str(TESTS)]
+
+from kafka_traces import requests_for, trace_ids  # noqa: E402
+
+from otel_eval.kafka.config import KafkaConfig  # noqa: E402
+from otel_eval.kafka.mock_cluster import MockCluster  # noqa: E402
+from otel_eval.kafka.publisher import KafkaPublisher  # noqa: E402
+
+PARTITIONS = 6
+TICK_S = os.sysconf("SC_CLK_TCK")
+
+
+async def produce(bootstrap: str, topic: str, n: int, spans: int) -> int:
+    pub = KafkaPublisher(KafkaConfig(brokers=bootstrap, topic=topic))
+    await pub.start()
+    records = 0
+    try:
+        for req in requests_for(trace_ids(n), spans, traces_per_request=100):
+            records += await pub.publish(req.SerializeToString())
+    finally:
+        await pub.stop()
+    return records
+
+
+def stored(db: Path) -> int:
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(db, timeout=10) as con:
+            return int(con.execute("SELECT COUNT(DISTINCT trace_id) FROM evaluations")
+                       .fetchone()[0])
+    except sqlite3.OperationalError:  # store not created yet
+        return 0
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK_S  # utime + stime
+
+
+def start_worker(bootstrap: str, topic: str, db: Path, index: int, count: int,
+                 log: Path) -> subprocess.Popen[str]:
+    with open(log, "ab") as err:
+        return subprocess.Popen(
+            [sys.executable, str(TESTS / "kafka_worker.py"), "--bootstrap", bootstrap,
+             "--topic", topic, "--group", f"bench-{topic}", "--db", str(db), "--engine",
+             "real", "--worker-index", str(index), "--worker-count", str(count), "--gate",
+             "--commit-interval-s", "1.0"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True)
+
+
+def wait_ready(proc: subprocess.Popen[str], log: Path) -> None:
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], 60)
+    if not ready or proc.stdout.readline().strip() != "ready":
+        raise RuntimeError(f"worker did not start:\n{log.read_text()[-2000:]}")
+
+
+def run_once(mc: MockCluster, workers: int, n: int, spans: int, work: Path,
+             timeout_s: float) -> dict[str, Any]:
+    topic = f"bench_{workers}w_{time.monotonic_ns()}"
+    mc.create_topic(topic, PARTITIONS)
+    records = asyncio.run(produce(mc.bootstraps, topic, n, spans))
+    dbs = [work / f"{topic}_{i}.db" for i in range(workers)]
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        for i, db in enumerate(dbs):
+            procs.append(start_worker(mc.bootstraps, topic, db, i, workers,
+                                      work / f"{topic}_{i}.log"))
+        for i, p in enumerate(procs):
+            wait_ready(p, work / f"{topic}_{i}.log")
+        cpu0 = [cpu_s(p.pid) for p in procs]
+        self0 = resource.getrusage(resource.RUSAGE_SELF)
+        t0 = time.perf_counter()
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        while sum(stored(db) for db in dbs) < n:
+            if time.perf_counter() - t0 > timeout_s:
+                raise RuntimeError(f"{workers} worker(s): not all stored in {timeout_s} s")
+            time.sleep(0.02)
+        elapsed = time.perf_counter() - t0
+        self1 = resource.getrusage(resource.RUSAGE_SELF)
+        cpu = [cpu_s(p.pid) - c for p, c in zip(procs, cpu0, strict=True)]
+        per_worker = [stored(db) for db in dbs]
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait(timeout=30)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=30)
+    self_cpu = (self1.ru_utime + self1.ru_stime) - (self0.ru_utime + self0.ru_stime)
+    return {"workers": workers, "traces": n, "spans": n * spans, "records": records,
+            "seconds": round(elapsed, 3), "spans_per_s": round(n * spans / elapsed),
+            "traces_per_worker": per_worker, "worker_cpu_s": [round(c, 2) for c in cpu],
+            "bench_process_cpu_s": round(self_cpu, 2)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--traces", type=int, default=6000)
+    ap.add_argument("--spans", type=int, default=4, help="spans per trace")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--timeout-s", type=float, default=300.0)
+    args = ap.parse_args()
+    runs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="otel-eval-bench-kafka-") as tmp, \
+            MockCluster(brokers=3) as mc:
+        for r in range(args.rounds):
+            for workers in ((1, 2) if r % 2 == 0 else (2, 1)):
+                run = run_once(mc, workers, args.traces, args.spans, Path(tmp), args.timeout_s)
+                runs.append(run)
+                print(f"round {r + 1}: {workers} worker(s) {run['spans_per_s']:>7} spans/s "
+                      f"({run['seconds']} s; traces per worker {run['traces_per_worker']}; "
+                      f"worker CPU {run['worker_cpu_s']} s; mock brokers "
+                      f"{run['bench_process_cpu_s']} s)", flush=True)
+    med = {w: statistics.median(r["spans_per_s"] for r in runs if r["workers"] == w)
+           for w in (1, 2)}
+    ratio = med[2] / med[1]
+    print(f"median: 1 worker {med[1]:.0f} spans/s, 2 workers {med[2]:.0f} spans/s, "
+          f"ratio {ratio:.2f} ({os.cpu_count()} CPUs, load average "
+          f"{os.getloadavg()[0]:.2f})")
+    print("BENCH " + json.dumps({"median_spans_per_s": med, "ratio": round(ratio, 3),
+                                 "cpus": os.cpu_count(), "runs": runs}))
+
+
+if __name__ == "__main__":
+    main()
