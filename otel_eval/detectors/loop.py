@@ -85,7 +85,10 @@ def no_progress(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
 
 def _cycle_at(keys: Sequence[str], i: int, cfg: LoopConfig) -> tuple[int, int]:
     """(period, repeats) of the shortest qualifying cycle starting at ``i``, or (0, 0)."""
+    n, once_is_enough = len(keys), cfg.cycle_min_repeats < 2
     for p in range(2, cfg.cycle_max_period + 1):
+        if not once_is_enough and (i + p >= n or keys[i + p] != keys[i]):
+            continue  # cheap: a second repeat would start with the same key
         pattern = list(keys[i:i + p])
         if len(pattern) < p or len(set(pattern)) < 2:
             continue
@@ -117,15 +120,38 @@ def cycles(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
     return out
 
 
-def _similar(a: Sequence[str], b: Sequence[str], threshold: float) -> bool:
+class _Words:
+    """The first words of one LLM output, with their counts computed on first use (each
+    output is compared with both neighbours)."""
+
+    __slots__ = ("_counts", "words")
+
+    def __init__(self, text: str) -> None:
+        self.words = text.split()[:_MAX_COMPARE_WORDS]
+        self._counts: Counter[str] | None = None
+
+    def counts(self) -> Counter[str]:
+        if self._counts is None:
+            self._counts = Counter(self.words)
+        return self._counts
+
+
+def _common(x: Counter[str], y: Counter[str]) -> int:
+    """Size of the multiset intersection (= sum((x & y).values()), without building it)."""
+    if len(x) > len(y):
+        x, y = y, x
+    return sum(min(n, y[w]) for w, n in x.items() if w in y)
+
+
+def _similar(wa: _Words, wb: _Words, threshold: float) -> bool:
     """Word-level difflib ratio >= threshold, with the cheap upper bounds tried first."""
+    a, b = wa.words, wb.words
     if a == b:
         return True
     total = len(a) + len(b)
     if not total or 2 * min(len(a), len(b)) / total < threshold:
         return False
-    common = sum((Counter(a) & Counter(b)).values())
-    if 2 * common / total < threshold:
+    if 2 * _common(wa.counts(), wb.counts()) / total < threshold:
         return False
     return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio() >= threshold
 
@@ -133,7 +159,7 @@ def _similar(a: Sequence[str], b: Sequence[str], threshold: float) -> bool:
 def stagnation(llm_steps: Sequence[Step], cfg: LoopConfig) -> list[Finding]:
     """(d) ``stagnation_min_run`` or more consecutive near-identical LLM outputs."""
     texts = [(s, (s.output_text or "").strip()) for s in llm_steps]
-    words = [t.split()[:_MAX_COMPARE_WORDS] for _, t in texts]
+    words = [_Words(t) for _, t in texts]
     out, i = [], 0
     while i < len(texts):
         j = i
