@@ -41,6 +41,7 @@ class _Open:
     last_seen: float
     root_ended: bool = False
     revision: int = 0
+    source: str = "otlp"  # where its first span came from: otlp | kafka
     deadline: float = 0.0  # when the trace is due, given what has arrived so far
     scheduled: float = float("inf")  # deadline of this trace's live heap entry
     waiters: list[Callable[[], None]] = field(default_factory=list)
@@ -82,15 +83,17 @@ class TraceAssembler:
         return len({s.trace_id for s in spans if s.trace_id not in self._open})
 
     def add(self, spans: Iterable[Span], now: float,
-            on_trace: Callable[[str], Callable[[], None] | None] | None = None) -> AddResult:
+            on_trace: Callable[[str], Callable[[], None] | None] | None = None,
+            source: str = "otlp") -> AddResult:
         """Take spans. ``on_trace(trace_id)`` may return a waiter to call once that trace's
-        evaluation is stored (the engine passes it back through ``Trace``)."""
+        evaluation is stored (the engine passes it back through ``Trace``). A new trace is
+        labelled with ``source``."""
         res = AddResult()
         cfg = self.config
         for span in spans:
             tr = self._open.get(span.trace_id)
             if tr is None:
-                tr = self._start(span.trace_id, now, res)
+                tr = self._start(span.trace_id, now, res, source)
                 if tr is None:
                     res.rejected["late"] += 1
                     continue
@@ -113,13 +116,14 @@ class TraceAssembler:
             self._reschedule(tr)
         return res
 
-    def _start(self, trace_id: str, now: float, res: AddResult) -> _Open | None:
+    def _start(self, trace_id: str, now: float, res: AddResult,
+               source: str) -> _Open | None:
         old = self._reopenable.pop(trace_id, None)
         if old is None and trace_id in self._tombstones:
             # released longer than reopen_window_s ago: its evaluation stands; re-opening would
             # replace it with a fragment, so the span is refused and counted as `late`.
             return None
-        tr = _Open(trace_id, {}, now, now)
+        tr = _Open(trace_id, {}, now, now, source=source)
         if old is not None:
             self._tombstones.pop(trace_id, None)
             tr.spans = {s.span_id: s for s in old.spans}
@@ -184,8 +188,8 @@ class TraceAssembler:
         self._tombstones[tr.trace_id] = None
         self._tombstones.move_to_end(tr.trace_id)
         self._forget(now)
-        return Trace(tr.trace_id, spans, status, revision=tr.revision, release_reason=reason,
-                     waiters=tr.waiters)
+        return Trace(tr.trace_id, spans, status, source=tr.source, revision=tr.revision,
+                     release_reason=reason, waiters=tr.waiters)
 
     def _forget(self, now: float) -> None:
         cfg = self.config

@@ -110,7 +110,8 @@ class Engine:
             if adm.throttled is not None:
                 return adm
             res = self._assembler.add(
-                spans, self.clock(), on_trace=(lambda _tid: barrier.done) if barrier else None)
+                spans, self.clock(), on_trace=(lambda _tid: barrier.done) if barrier else None,
+                source=source)
             self._update_gauges()
         if barrier is not None:
             barrier.arm(len(res.traces))

@@ -80,7 +80,7 @@ class Ingest:
                        rejected: Counter[str]) -> IngestResult:
         started = time.perf_counter()
         decoded = otlp.decode_request(req)
-        adm = self.engine.submit(decoded.spans, protocol)
+        adm = self.engine.submit(decoded.spans, "otlp")
         if adm.throttled is not None:
             self.metrics.request_throttled(protocol, adm.throttled)
             return IngestResult("throttled", message=f"otel-eval is at capacity "

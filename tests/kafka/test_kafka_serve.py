@@ -158,8 +158,6 @@ def test_publish_front_end_records_are_evaluated_like_direct_otlp(
         assert front.svc.store.get(ids[0]) is None
 
 
-@pytest.mark.xfail(strict=True, reason="Engine.submit ignores its source argument: "
-                   "TraceAssembler.add takes none and builds Trace with the default 'otlp'")
 def test_kafka_traces_are_stored_with_source_kafka(topic: Topic, tmp_path: Path) -> None:
     ids, req = sdk_batch(1)
     asyncio.run(publish(topic, req, "otlp_proto"))
