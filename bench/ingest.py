@@ -14,6 +14,9 @@ Each server is pinned to core 0 and the load generator to core 1 (``taskset``, w
 rounds alternate serve/baseline and the median is reported (the machine is noisy).
 Memory: a serve with grace/idle timeouts of an hour takes ``--mem-traces`` traces and keeps
 them open; (VmHWM after - VmHWM before) / traces from ``/proc/<pid>/status``.
+Where serve's time goes (``--profile-traces N``): the same traces decoded, assembled,
+evaluated and stored in this process (``Engine`` with a manual clock) under cProfile, as
+shares of the total; cProfile inflates call-heavy Python code, so read them as proportions.
 Prints a summary and one ``BENCH {json}`` line. Loopback only; every step is time-bounded.
 """
 
@@ -250,6 +253,59 @@ def _server_pid(proc: Proc) -> int:
     return proc.p.pid
 
 
+# Stages of the in-process profile: (label, function qualname suffix in pstats).
+STAGES = (("decode request", "otlp.py", "decode_request"),
+          ("assembly (submit)", "pipeline.py", "submit"),
+          ("evaluate", "evaluator.py", "evaluate"),
+          ("  build trajectory", "trajectory.py", "build_trajectory"),
+          ("    materialize attributes", "model.py", "_materialize"),
+          ("  detectors", "detectors/__init__.py", "evaluate"),
+          ("    loop detector", "loop.py", "detect"),
+          ("store (SQLite)", "store.py", "put_many"),
+          ("metrics", "metrics.py", "evaluation_stored"))
+
+
+def profile(traces: int, args: argparse.Namespace) -> dict[str, float]:
+    """Share (%) of each stage in one in-process run of ``traces`` load-generator traces."""
+    import cProfile
+    import pstats
+
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+    from prometheus_client import CollectorRegistry
+
+    sys.path.insert(0, str(TOOLS))
+    import otlp_load  # type: ignore[import-not-found]
+
+    from otel_eval.config import Config
+    from otel_eval.evaluator import Evaluator
+    from otel_eval.metrics import Metrics
+    from otel_eval.otlp import decode_request
+    from otel_eval.pipeline import Engine
+    from otel_eval.store import Store
+
+    wire = [r.SerializeToString() for r in otlp_load.build_requests(
+        traces, args.steps, args.spans_per_request, args.payload_bytes, seed=args.seed)]
+    now = [0.0]
+    with tempfile.TemporaryDirectory(prefix="otel-eval-profile-") as d:
+        engine = Engine(Evaluator(Config()), Store(f"{d}/store.db"),
+                        Metrics(CollectorRegistry()), clock=lambda: now[0])
+        prof = cProfile.Profile()
+        prof.enable()
+        for body in wire:
+            engine.submit(decode_request(ExportTraceServiceRequest.FromString(body)).spans)
+        now[0] = 3600.0  # past every grace period: release all
+        engine.tick()
+        engine.process()
+        prof.disable()
+    stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+    total = sum(tt for _, _, tt, _, _ in stats.values())
+    cum = {label: sum(ct for (f, _, name), (_, _, _, ct, _) in stats.items()
+                      if f.endswith(path) and name == func) for label, path, func in STAGES}
+    return {label: round(100 * v / total, 1) for label, v in cum.items()}
+
+
 def median_of(rows: list[dict[str, Any]], key: str) -> float:
     return float(statistics.median(r[key] for r in rows))
 
@@ -302,7 +358,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mem-traces", type=int, default=3000, help="open traces for memory (0: skip)")
     p.add_argument("--max-load-s", type=float, default=60.0, help="bound on one load run")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--profile-traces", type=int, default=0,
+                   help="only profile serve's stages in-process on this many traces")
     args = p.parse_args(argv)
+    if args.profile_traces:
+        for label, share in profile(args.profile_traces, args).items():
+            print(f"{label:<28} {share:5.1f} %")
+        return 0
     serve_rows: list[dict[str, Any]] = []
     base_rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="otel-eval-bench-") as d:
