@@ -28,11 +28,62 @@ SCOPE = "otel_eval.loaders"
 # one encoder: json.dumps with non-default options builds a new one per call
 _ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)
 dumps = _ENCODER.encode
+# what that encoder does with a string (C when available), without the per-call set-up
+_encode_str = json.encoder.encode_basestring
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _value(value: Any) -> str:
+    return _encode_str(value) if isinstance(value, str) else dumps(value)
+
+
+def _plain_json(value: Any) -> str | None:
+    """What ``dumps`` makes of a value parsed from JSON, for the usual small tool arguments
+    (dicts, lists, strings, ints, bool, null; None for anything else, e.g. floats): the
+    encoder's per-call set-up costs more than encoding such a value."""
+    kind = type(value)
+    if kind is str:
+        return _encode_str(value)
+    if kind is dict:
+        items = []
+        for k, v in value.items():
+            inner = _plain_json(v)
+            if inner is None:
+                return None
+            items.append(f"{_encode_str(k)}: {inner}")  # keys of parsed JSON are strings
+        return f"{{{', '.join(items)}}}"
+    if kind is list:
+        elements = []
+        for v in value:
+            inner = _plain_json(v)
+            if inner is None:
+                return None
+            elements.append(inner)
+        return f"[{', '.join(elements)}]"
+    if kind is int:
+        return int.__repr__(value)
+    if value is None or kind is bool:
+        return "null" if value is None else "true" if value else "false"
+    return None
+
+
+def _arguments_json(args: Any) -> str:
+    """``dumps`` of tool-call arguments as ``genai_message`` leaves them (parsed when JSON)."""
+    if not isinstance(args, str):
+        return dumps(args)
+    try:
+        parsed = _DECODER.decode(args)
+    except ValueError:
+        return _encode_str(args)  # invalid JSON stays the raw string
+    fast = _plain_json(parsed)
+    return fast if fast is not None else dumps(parsed)
 
 
 def with_finish_reason(message_json: str, reason: str) -> str:
     """A serialized GenAI message plus its ``finish_reason`` (without re-serializing it)."""
-    return f'{message_json[:-1]}, "finish_reason": {dumps(reason)}}}'
+    return f'{message_json[:-1]}, "finish_reason": {_value(reason)}}}'
 
 
 def genai_message(msg: dict[str, Any]) -> dict[str, Any]:
@@ -57,12 +108,35 @@ def genai_message(msg: dict[str, Any]) -> dict[str, Any]:
     return {"role": role, "parts": parts}
 
 
+def message_json(msg: dict[str, Any]) -> str:
+    """``dumps(genai_message(msg))``, byte for byte (same separators, same encoder for every
+    value), written directly: loaders serialize every message of every run, and building
+    the dicts to encode them cost more than the encoding. Keep the two in step."""
+    role = str(msg.get("role") or "user")
+    content = msg.get("content")
+    parts: list[str] = []
+    if role == "tool":
+        parts.append(f'{{"type": "tool_call_response", "id": {_value(msg.get("tool_call_id"))}, '
+                     f'"response": {_value(content)}}}')
+    elif content is not None and content != "":
+        text = content if isinstance(content, str) else dumps(content)
+        parts.append(f'{{"type": "text", "content": {_encode_str(text)}}}')
+    for call in msg.get("tool_calls") or ():
+        fn = call.get("function") or {}
+        parts.append(f'{{"type": "tool_call", "id": {_value(call.get("id"))}, '
+                     f'"name": {_value(fn.get("name"))}, '
+                     f'"arguments": {_arguments_json(fn.get("arguments"))}}}')
+    return f'{{"role": {_encode_str(role)}, "parts": [{", ".join(parts)}]}}'
+
+
 class ChatTrace:
     """Accumulates the spans of one conversation."""
 
     def __init__(self, key: str, index: int, service: str) -> None:
-        self._seed = hashlib.sha256(key.encode()).hexdigest()
-        self.trace_id = self._seed[:32]
+        seed = hashlib.sha256(key.encode()).hexdigest()
+        self.trace_id = seed[:32]
+        # span ids hash f"{seed}/{n}": the seed's share of the hash is computed once
+        self._seed_hash = hashlib.sha256(f"{seed}/".encode())
         self._count = 0
         self._start = _BASE_NS + index * _RUN_GAP_NS
         self._clock = self._start
@@ -72,7 +146,9 @@ class ChatTrace:
 
     def _next_id(self) -> str:
         self._count += 1
-        return hashlib.sha256(f"{self._seed}/{self._count}".encode()).hexdigest()[:16]
+        h = self._seed_hash.copy()
+        h.update(str(self._count).encode())
+        return h.hexdigest()[:16]
 
     def _add(self, name: str, attributes: dict[str, Any], error: str | None = None) -> Span:
         start = self._clock + _TICK_NS
@@ -89,7 +165,7 @@ class ChatTrace:
         without its finish reason)."""
         model = attrs.get("gen_ai.request.model")
         attributes = {"gen_ai.operation.name": "chat",
-                      "gen_ai.input.messages": "[" + ",".join(history) + "]",
+                      "gen_ai.input.messages": f"[{','.join(history)}]",
                       "gen_ai.output.messages": f"[{with_finish_reason(output, reason)}]",
                       "gen_ai.response.finish_reasons": [reason]}
         attributes.update((k, v) for k, v in attrs.items() if v is not None)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from otel_eval.config import TrajectoryConfig
-from otel_eval.loaders.chat import ChatTrace, dumps, genai_message
+from otel_eval.loaders.chat import ChatTrace, dumps, message_json
 from otel_eval.loaders.files import LoaderError
 from otel_eval.model import Trace
 
@@ -70,8 +70,7 @@ def _convert(doc: dict[str, Any], path: Path, config: TrajectoryConfig) -> Trace
     history: list[str] = []
     first_user = None
     for i, msg in enumerate(messages):
-        out = genai_message(msg)
-        serialized = dumps(out)
+        serialized = message_json(msg)
         content = msg.get("content")
         if msg.get("role") == "assistant":
             attrs = _response_attrs(msg)
@@ -83,14 +82,14 @@ def _convert(doc: dict[str, Any], path: Path, config: TrajectoryConfig) -> Trace
                 trace.tool("bash", None, {"command": actions[0].strip()}, result,
                            _tool_error(result))
         elif msg.get("role") == "user" and first_user is None:
-            first_user = out
+            first_user = serialized
         history.append(serialized)
     info = doc.get("info") or {}
     submission = info.get("submission")
     return trace.finish(AGENT, str(path), {
         config.task_id_attribute: doc.get("instance_id"),
         "mini_swe_agent.exit_status": info.get("exit_status"),
-        "gen_ai.input.messages": dumps([first_user]) if first_user else None,
+        "gen_ai.input.messages": f"[{first_user}]" if first_user else None,  # dumps([m])
         "gen_ai.output.messages": dumps([{"role": "assistant", "parts": [
             {"type": "text", "content": submission}], "finish_reason": "stop"}])
         if submission else None,

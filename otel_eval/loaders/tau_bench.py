@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from otel_eval.config import TrajectoryConfig
-from otel_eval.loaders.chat import ChatTrace, dumps, genai_message
+from otel_eval.loaders.chat import ChatTrace, message_json
 from otel_eval.loaders.files import LoaderError
 from otel_eval.model import Trace
 
@@ -34,14 +34,14 @@ def _tool_error(result: str | None) -> str | None:
     return None
 
 
-def _serialized(msg: dict[str, Any], out: dict[str, Any], system: dict[str, str]) -> str:
-    """The message as JSON; the system prompt (the same policy text in every run of a file)
-    is serialized once per file."""
+def _serialized(msg: dict[str, Any], system: dict[str, str]) -> str:
+    """The message as GenAI JSON; the system prompt (the same policy text in every run of a
+    file) is serialized once per file."""
     content = msg.get("content")
     if msg.get("role") != "system" or not isinstance(content, str):
-        return dumps(out)
+        return message_json(msg)
     if content not in system:
-        system[content] = dumps(out)
+        system[content] = message_json(msg)
     return system[content]
 
 
@@ -53,9 +53,9 @@ def _run(run: dict[str, Any], index: int, path: Path, config: TrajectoryConfig,
     history: list[str] = []
     first_user = last_answer = None
     for msg in traj:
-        out = genai_message(msg)
-        serialized = _serialized(msg, out, system)
-        if msg.get("role") == "assistant":
+        serialized = _serialized(msg, system)
+        role = msg.get("role")
+        if role == "assistant":
             trace.chat(history, serialized, "tool_call" if msg.get("tool_calls") else "stop")
             for call in msg.get("tool_calls") or ():
                 fn = call.get("function") or {}
@@ -64,9 +64,9 @@ def _run(run: dict[str, Any], index: int, path: Path, config: TrajectoryConfig,
                 trace.tool(str(fn.get("name")), call.get("id"), fn.get("arguments"), result,
                            _tool_error(result))
             if msg.get("content"):
-                last_answer = out
-        elif msg.get("role") == "user" and first_user is None:
-            first_user = out
+                last_answer = serialized
+        elif role == "user" and first_user is None:
+            first_user = serialized
         history.append(serialized)
     reward = run.get("reward")
     outcome = None
@@ -78,8 +78,9 @@ def _run(run: dict[str, Any], index: int, path: Path, config: TrajectoryConfig,
         config.outcome_attribute: outcome,
         "tau_bench.reward": reward,
         "tau_bench.trial": run.get("trial"),
-        "gen_ai.input.messages": dumps([first_user]) if first_user else None,
-        "gen_ai.output.messages": dumps([last_answer]) if last_answer else None,
+        # = dumps([message]): a one-item list is the item in brackets
+        "gen_ai.input.messages": f"[{first_user}]" if first_user else None,
+        "gen_ai.output.messages": f"[{last_answer}]" if last_answer else None,
     })
 
 
