@@ -153,6 +153,31 @@ def quality(embedding: str, items: list[Item]) -> dict[str, Any]:
             "kmeans_oracle_k": {"k": k, **score(truth, oracle)}}
 
 
+def tracker_demo(items: list[Item], embedding: str) -> dict[str, Any]:
+    """One default-config tracker run with the descriptions as node critiques: top issues."""
+    import sqlite3
+
+    from otel_eval.config import build
+    from otel_eval.issues.config import IssuesConfig
+    from otel_eval.issues.result import to_json
+    from otel_eval.issues.tracker import IssueTracker
+
+    evs: dict[str, dict[str, Any]] = {}
+    for k, item in enumerate(items):
+        ev = evs.setdefault(item.trace_id, {"trace_id": item.trace_id, "agent": "gaia",
+                                            "steps": [], "findings": [],
+                                            "judge": {"judges": {"human": {"critiques": []}}}})
+        ev["judge"]["judges"]["human"]["critiques"].append(
+            {"span_id": f"s{k}", "node": item.node, "score": 0.0, "text": item.text})
+    cfg = build(IssuesConfig, {"embedding": embedding})
+    out = to_json(IssueTracker(cfg, sqlite3.connect(":memory:")).run(evs.values(), now=0.0))
+    assigned = sum(1 for a in out["assignments"] if a["issue_id"])
+    top = sorted(out["issues"], key=lambda i: -i["share"])[:6]
+    return {"embedding": embedding, "issues": len(out["issues"]),
+            "critiques_in_issues": round(assigned / len(items), 3),
+            "top": [(i["node"], round(i["share"], 2), i["title"]) for i in top]}
+
+
 def synthesize(items: list[Item], n: int,
                seed: int = 0) -> Iterator[tuple[str, str, str, str]]:
     """(trace id, node, text, category): descriptions with words dropped, values varied."""
@@ -219,6 +244,7 @@ def main() -> None:
                       "categories": len(cats), "nodes": Counter(i.node for i in items)}))
     for embedding in ["tfidf", *(["minilm"] if minilm_available() else [])]:
         print(json.dumps(quality(embedding, items)))
+        print(json.dumps(tracker_demo(items, embedding)))
 
 
 if __name__ == "__main__":
