@@ -126,7 +126,7 @@ def test_consumer_service_stores_what_the_collector_exporter_writes(
         assert h.release() == 9
         for tid in ids:
             body = h.svc.store.get(tid)
-            assert body is not None, tid
+            assert body is not None and body["source"] == "kafka", tid
             assert body["status"] == "complete" and body["service"] == "travel-agent"
         # Stored, so committed: every record (and the poison one) behind the watermark.
         wait_for(lambda: committed(h, topic.partitions) == records + 1, "the commit")
@@ -154,18 +154,9 @@ def test_publish_front_end_records_are_evaluated_like_direct_otlp(
         assert worker.release() == 8
         for tid in ids:
             got = worker.svc.store.get(tid)
+            assert got is not None and got["source"] == "kafka"
             assert comparable(got) == comparable(direct.svc.store.get(tid)), tid
         assert front.svc.store.get(ids[0]) is None
-
-
-def test_kafka_traces_are_stored_with_source_kafka(topic: Topic, tmp_path: Path) -> None:
-    ids, req = sdk_batch(1)
-    asyncio.run(publish(topic, req, "otlp_proto"))
-    with running_service(tmp_path, **kafka_changes(topic)) as h:
-        wait_for(lambda: consumed(h) > 0, "the trace consumed")
-        assert h.release() == 1
-        body = h.svc.store.get(ids[0])
-        assert body is not None and body["source"] == "kafka"
 
 
 async def read_topic(bootstrap: str, name: str, partitions: int
