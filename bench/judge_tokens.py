@@ -211,6 +211,11 @@ def main(argv: list[str] | None = None) -> int:
         results[name] = run_set(args.datasets / rel, args.model, args.limit)
         print(f"{name}: {json.dumps(results[name])}", file=sys.stderr)
     print_table(results)
+    agent = sum(r["agent_input_tokens"] for r in results.values())
+    for key in ("default", "separate"):
+        judge = sum(r["judge_input_tokens"][key] for r in results.values())
+        print(f"\nall traces pooled, {key}: {judge:,} / {agent:,} = "
+              f"{100 * judge / max(agent, 1):.2f} %")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     return 0
