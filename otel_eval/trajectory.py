@@ -117,7 +117,9 @@ class _Builder:
             self._mark_tools(agent)
             self.conventions_with_tools.add(step.convention)
         if adapter is not None:
-            merge_tools(self.tools, adapter.tools(attrs))
+            offered = adapter.tools(attrs)
+            if offered:
+                merge_tools(self.tools, offered)
         if self.task_id is None:
             task = attrs.get(self.task_key)
             if task is None:

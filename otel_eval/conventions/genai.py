@@ -119,8 +119,14 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
         step.result = as_str(attrs.get("gen_ai.tool.call.result"))
         return
     _fill_usage(step, attrs)
-    text_in = as_str(first(attrs, "gen_ai.input.messages", "gen_ai.prompt"))
-    text_out = as_str(first(attrs, "gen_ai.output.messages", "gen_ai.completion"))
+    # = as_str(first(attrs, current key, legacy key)), inlined: every LLM/agent span
+    text_in = attrs.get("gen_ai.input.messages")
+    if text_in is None or text_in == "":
+        text_in = first(attrs, "gen_ai.prompt")
+    text_out = attrs.get("gen_ai.output.messages")
+    if text_out is None or text_out == "":
+        text_out = first(attrs, "gen_ai.completion")
+    text_in, text_out = as_str(text_in), as_str(text_out)
     if span.events and (text_in is None or text_out is None):
         text_in = text_in or _event_text(span, _PROMPT_EVENT, "gen_ai.prompt")
         text_out = text_out or _event_text(span, _COMPLETION_EVENT, "gen_ai.completion")

@@ -63,6 +63,12 @@ def parse_json(value: Any) -> Any:
     ``"42"`` stay strings instead of becoming numbers."""
     if not isinstance(value, str):
         return value
+    if value[-1:] in "}]" and value[:1] in "{[" and value:
+        # the usual case, unpadded: decode without copying the text to strip it
+        try:
+            return _DECODER.decode(value)
+        except (ValueError, RecursionError):
+            return value
     text = value.strip()
     if not text or text[0] not in "{[":
         return value
