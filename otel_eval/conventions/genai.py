@@ -102,10 +102,13 @@ def _fill_usage(step: Step, attrs: Attrs) -> None:
     model = get("gen_ai.response.model") or get("gen_ai.request.model")
     step.model = as_str(model) if model is not None else None
     tokens = get("gen_ai.usage.input_tokens")
-    step.input_tokens = as_int(get("gen_ai.usage.prompt_tokens") if tokens is None else tokens)
+    if tokens is None:
+        tokens = get("gen_ai.usage.prompt_tokens")
+    step.input_tokens = None if tokens is None else as_int(tokens)
     tokens = get("gen_ai.usage.output_tokens")
-    step.output_tokens = as_int(get("gen_ai.usage.completion_tokens") if tokens is None
-                                else tokens)
+    if tokens is None:
+        tokens = get("gen_ai.usage.completion_tokens")
+    step.output_tokens = None if tokens is None else as_int(tokens)
 
 
 def _fill(step: Step, span: Span, attrs: Attrs) -> None:

@@ -64,11 +64,13 @@ def parse_json(value: Any) -> Any:
     if not isinstance(value, str):
         return value
     if value[-1:] in "}]" and value[:1] in "{[" and value:
-        # the usual case, unpadded: decode without copying the text to strip it
+        # the usual case, unpadded: no copy to strip it, no whitespace to skip around it
+        # (what ``decode`` adds to ``raw_decode``); anything after the value is invalid
         try:
-            return _DECODER.decode(value)
+            parsed, end = _DECODER.raw_decode(value)
         except (ValueError, RecursionError):
             return value
+        return parsed if end == len(value) else value
     text = value.strip()
     if not text or text[0] not in "{[":
         return value

@@ -87,6 +87,17 @@ class Detectors:
         self.references = references if references is not None else (
             load_references(config.references_path) if config.references_path else ReferenceSet())
         self._overrides = overrides
+        # per agent name: resolved budgets and enabled set (the config is frozen)
+        self._resolved: dict[str | None, tuple[dict[str, float], frozenset[str]]] = {}
+
+    def _for_agent(self, agent: str | None) -> tuple[dict[str, float], frozenset[str]]:
+        got = self._resolved.get(agent)
+        if got is None:
+            if len(self._resolved) >= 1024:  # agent names come from telemetry: stay bounded
+                self._resolved.clear()
+            got = self._resolved[agent] = (self.budgets_for(agent),
+                                           frozenset(self.enabled_for(agent)))
+        return got
 
     def budgets_for(self, agent: str | None) -> dict[str, float]:
         """Budgets for an agent: config, then its overrides, then ``--budget`` values."""
@@ -110,10 +121,9 @@ class Detectors:
     def evaluate(self, trajectory: Trajectory,
                  outcome: str | None = None) -> tuple[list[Finding], Verdict]:
         """Run the enabled detectors; return findings (ordered) and the verdict."""
-        enabled = set(self.enabled_for(trajectory.agent))
+        budgets, enabled = self._for_agent(trajectory.agent)
         ref = self.references.get(trajectory.task_id) if trajectory.task_id is not None else None
-        context = Context(outcome=outcome, budgets=self.budgets_for(trajectory.agent),
-                          reference=ref)
+        context = Context(outcome=outcome, budgets=dict(budgets), reference=ref)
         findings: list[Finding] = []
         for name, detect in _DETECTORS.items():
             if name in enabled:

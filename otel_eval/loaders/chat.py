@@ -74,7 +74,12 @@ def _arguments_json(args: Any) -> str:
     if not isinstance(args, str):
         return dumps(args)
     try:
-        parsed = _DECODER.decode(args)
+        if not args or args[0] in " \t\n\r":
+            parsed = _DECODER.decode(args)
+        else:  # = json.loads, without the whitespace skipping it does not need here
+            parsed, end = _DECODER.raw_decode(args)
+            if end != len(args):
+                parsed = _DECODER.decode(args)  # trailing whitespace, or extra data (invalid)
     except ValueError:
         return _encode_str(args)  # invalid JSON stays the raw string
     fast = _plain_json(parsed)
@@ -168,7 +173,8 @@ class ChatTrace:
                       "gen_ai.input.messages": f"[{','.join(history)}]",
                       "gen_ai.output.messages": f"[{with_finish_reason(output, reason)}]",
                       "gen_ai.response.finish_reasons": [reason]}
-        attributes.update((k, v) for k, v in attrs.items() if v is not None)
+        if attrs:
+            attributes.update((k, v) for k, v in attrs.items() if v is not None)
         return self._add(f"chat {model}" if model else "chat", attributes)
 
     def tool(self, name: str, call_id: str | None, arguments: Any, result: str | None,
