@@ -13,6 +13,10 @@ Promises (pure, no I/O, single-threaded - the consumer calls it on its event loo
   bare watermark instead would hand the engine the tail of a stored trace (its head lies
   behind the watermark), which an evaluator would store as a new, partial trace.
 
+- ``TraceGate`` finishes the records of one trace together: the engine reports stored records
+  one callback at a time, so without it a commit could fall between two records of one
+  stored trace and leave the first behind the position and the second to be replayed.
+
 Records are taken in offset order per partition, so pending offsets form a queue and
 advancing the watermark is amortised O(1).
 """
@@ -202,3 +206,56 @@ class OffsetTracker(Generic[P]):
 
     def partitions(self) -> list[P]:
         return list(self._parts)
+
+
+class TraceGate(Generic[P]):
+    """Holds a stored record back until every submitted record of its traces (same partition
+    and assignment) is stored too, then releases them in one step.
+
+    ``submitted(ticket, trace_ids)`` when the engine took a record; ``stored(ticket,
+    trace_ids)`` when it reported the record stored: returns the tickets that are now finished
+    (hand them to ``OffsetTracker.done``). A span arriving after its trace was stored opens
+    the trace again, and only the records from then on wait for each other.
+    """
+
+    def __init__(self) -> None:
+        self._open: dict[tuple[P, int, str], int] = {}  # records submitted, not yet stored
+        self._held: dict[tuple[P, int, str], list[tuple[Ticket[P], frozenset[str]]]] = {}
+
+    def submitted(self, ticket: Ticket[P], trace_ids: frozenset[str]) -> None:
+        for t in trace_ids:
+            key = (ticket.partition, ticket.epoch, t)
+            self._open[key] = self._open.get(key, 0) + 1
+
+    def stored(self, ticket: Ticket[P], trace_ids: frozenset[str]) -> list[Ticket[P]]:
+        p, e = ticket.partition, ticket.epoch
+        closed = []
+        for t in trace_ids:
+            key = (p, e, t)
+            n = self._open.get(key, 0) - 1
+            if n > 0:
+                self._open[key] = n
+            else:
+                self._open.pop(key, None)
+                closed.append(key)
+        out: list[Ticket[P]] = []
+        self._hold_or_release(ticket, trace_ids, out)
+        for key in closed:
+            for tk, ids in self._held.pop(key, []):
+                self._hold_or_release(tk, ids, out)
+        return out
+
+    def _hold_or_release(self, ticket: Ticket[P], trace_ids: frozenset[str],
+                         out: list[Ticket[P]]) -> None:
+        p, e = ticket.partition, ticket.epoch
+        still = next((k for k in ((p, e, t) for t in trace_ids) if k in self._open), None)
+        if still is None:
+            out.append(ticket)
+        else:
+            self._held.setdefault(still, []).append((ticket, trace_ids))
+
+    def drop(self, partition: P) -> None:
+        """Forget a revoked partition (its late callbacks then finish nothing)."""
+        for d in (self._open, self._held):
+            for key in [k for k in d if k[0] == partition]:
+                del d[key]

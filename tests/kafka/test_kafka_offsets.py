@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from otel_eval.kafka.offsets import OffsetTracker, decode_done, encode_done
+from otel_eval.kafka.offsets import OffsetTracker, Ticket, TraceGate, decode_done, encode_done
 
 
 @pytest.mark.parametrize(
@@ -115,3 +115,41 @@ def test_metadata_is_bounded_and_foreign_metadata_is_ignored() -> None:
     assert decode_done(5, "") == set()
     assert decode_done(5, "some other client's metadata") == set()
     assert decode_done(5, "oe1:8:not base64!") == set()
+
+
+def test_trace_gate_finishes_the_records_of_a_trace_together() -> None:
+    t: OffsetTracker[int] = OffsetTracker()
+    gate: TraceGate[int] = TraceGate()
+    r0, r1, r2, other = (t.take(0, o) for o in range(4))
+    for tk in (r0, r1, r2):
+        gate.submitted(tk, frozenset({"T"}))
+    gate.submitted(other, frozenset({"U"}))
+    # The engine calls back once per record; a commit may run between any two callbacks.
+    assert gate.stored(r0, frozenset({"T"})) == []
+    assert gate.stored(other, frozenset({"U"})) == [other]
+    assert gate.stored(r1, frozenset({"T"})) == []
+    assert set(gate.stored(r2, frozenset({"T"}))) == {r0, r1, r2}
+    # A late record re-opens the trace: it waits only for records submitted from then on.
+    late = t.take(0, 4)
+    gate.submitted(late, frozenset({"T"}))
+    assert gate.stored(late, frozenset({"T"})) == [late]
+
+
+def test_trace_gate_record_with_two_traces_waits_for_both() -> None:
+    gate: TraceGate[int] = TraceGate()
+    a, b = Ticket(0, 10, 1), Ticket(0, 11, 1)
+    gate.submitted(a, frozenset({"A", "B"}))
+    gate.submitted(b, frozenset({"B"}))
+    assert gate.stored(a, frozenset({"A", "B"})) == []
+    assert set(gate.stored(b, frozenset({"B"}))) == {a, b}
+
+
+def test_trace_gate_forgets_a_revoked_partition() -> None:
+    gate: TraceGate[int] = TraceGate()
+    old, new = Ticket(0, 1, 1), Ticket(0, 1, 2)  # same offset, re-assigned: new epoch
+    gate.submitted(old, frozenset({"T"}))
+    gate.submitted(Ticket(0, 2, 1), frozenset({"T"}))
+    gate.drop(0)
+    gate.submitted(new, frozenset({"T"}))
+    assert gate.stored(old, frozenset({"T"})) == [old]  # stale: the tracker ignores it
+    assert gate.stored(new, frozenset({"T"})) == [new]  # not held by the old epoch's count
