@@ -9,7 +9,9 @@
   annotations, and how many annotated locations fall on or under a flagged span.
 - SWE-bench mini-swe-agent: loop and budget finding rates for resolved vs unresolved runs
   (budgets = the runs' own step and cost limits) and the AUC of a reference-free score.
-- Offline evaluation speed on the tau-bench file (load + build + detect), traces/s.
+- Offline evaluation speed on the tau-bench file (load + build + detect; detect alone; the
+  ``otel-eval eval --format jsonl`` command in-process, which adds ``to_json`` and
+  ``json.dumps``), traces/s.
 
 Every threshold is the detectors' default (set from first principles, see
 otel_eval/detectors/config.py); nothing here is fitted to these files.
@@ -18,7 +20,9 @@ otel_eval/detectors/config.py); nothing here is fitted to these files.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
+import io
 import json
 import re
 import sys
@@ -262,11 +266,36 @@ def speed(datasets: Path, min_seconds: float = 3.0) -> dict[str, Any]:
 
     e2e_wall, e2e_cpu = _rate(end_to_end, min_seconds)
     det_wall, det_cpu = _rate(detect_only, min_seconds)
+    cmd_wall, cmd_cpu = _rate(lambda: _eval_command(path), min_seconds)
     return {"load_build_detect": {"traces_per_s_wall": round(e2e_wall),
                                   "traces_per_cpu_s": round(e2e_cpu)},
             "detect_only": {"traces_per_s_wall": round(det_wall),
                             "traces_per_cpu_s": round(det_cpu)},
+            "eval_command_jsonl": {"traces_per_s_wall": round(cmd_wall),
+                                   "traces_per_cpu_s": round(cmd_cpu)},
             "target_traces_per_s": 1000}
+
+
+class _LineCount(io.TextIOBase):
+    """A stdout that only counts the lines written to it."""
+
+    def __init__(self) -> None:
+        self.lines = 0
+
+    def write(self, text: str) -> int:
+        self.lines += text.count("\n")
+        return len(text)
+
+
+def _eval_command(path: Path) -> int:
+    """``otel-eval eval PATH --format jsonl > /dev/null`` in this process (no interpreter
+    start-up): load, build, detect, ``to_json`` and ``json.dumps`` per trace."""
+    from otel_eval.cli import main as cli_main
+
+    out = _LineCount()
+    with contextlib.redirect_stdout(out):
+        cli_main(["eval", str(path), "--format", "jsonl"])
+    return out.lines
 
 
 SECTIONS = {"tau": tau_bench, "trail": trail, "swe": swe, "speed": speed}
