@@ -156,6 +156,9 @@ class Service:
             self.http.start()
         if self.issues is not None and worker:
             self.issues.start()
+        if worker:
+            threading.Thread(target=self._housekeeping, name="otel-eval-retention",
+                             daemon=True).start()
         self.admin.start()
         self._ready = True
         log.info("otel-eval serving (store %s)", self.config.store.path)
@@ -193,6 +196,27 @@ class Service:
         self.store.close()
         self._stopped.set()
         log.info("otel-eval stopped")
+
+    def apply_retention(self, now_ns: int | None = None) -> int:
+        """Delete evaluations older than ``store.retention_days`` (0 keeps all); how many."""
+        days = self.config.store.retention_days
+        if days <= 0:
+            return 0
+        now_ns = time.time_ns() if now_ns is None else now_ns
+        deleted = self.store.delete_older_than(now_ns - int(days * 86400e9))
+        if deleted:
+            log.info("retention: deleted %d evaluations older than %g days", deleted, days)
+        return deleted
+
+    def _housekeeping(self) -> None:
+        """Retention at start, then hourly, until shutdown."""
+        while True:
+            try:
+                self.apply_retention()
+            except Exception:  # a locked or full disk must not stop the service
+                log.exception("retention failed")
+            if self._stopped.wait(3600.0):
+                return
 
     def run_until_signal(self) -> None:
         """Serve until SIGTERM/SIGINT; a second signal forces an immediate exit."""
