@@ -1,7 +1,8 @@
 """OTLP/gRPC receiver: ``opentelemetry.proto.collector.trace.v1.TraceService/Export``.
 
-A synchronous ``grpc.server`` on a thread pool: decoding holds the GIL either way, and in the
-measurement recorded in bench/README.md the sync server beat ``grpc.aio`` on decode-heavy load.
+A synchronous ``grpc.server`` on a thread pool: decoding holds the GIL either way, sync and
+``grpc.aio`` are even within noise on decode-heavy load (bench/grpc_server.py, figures in
+bench/README.md), and a sync handler can simply block on engine admission or a Kafka ack.
 The request arrives as raw bytes (no generated deserializer) so that a malformed body becomes
 INVALID_ARGUMENT with a counted reason instead of grpc's opaque INTERNAL, and so spans with
 invalid UTF-8 can be salvaged one by one.
