@@ -120,22 +120,6 @@ def cycles(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
     return out
 
 
-class _Words:
-    """The first words of one LLM output, with their counts computed on first use (each
-    output is compared with both neighbours)."""
-
-    __slots__ = ("_counts", "words")
-
-    def __init__(self, text: str) -> None:
-        self.words = text.split()[:_MAX_COMPARE_WORDS]
-        self._counts: Counter[str] | None = None
-
-    def counts(self) -> Counter[str]:
-        if self._counts is None:
-            self._counts = Counter(self.words)
-        return self._counts
-
-
 def _common(x: Counter[str], y: Counter[str]) -> int:
     """Size of the multiset intersection (= sum((x & y).values()), without building it)."""
     if len(x) > len(y):
@@ -143,15 +127,21 @@ def _common(x: Counter[str], y: Counter[str]) -> int:
     return sum(min(n, y[w]) for w, n in x.items() if w in y)
 
 
-def _similar(wa: _Words, wb: _Words, threshold: float) -> bool:
-    """Word-level difflib ratio >= threshold, with the cheap upper bounds tried first."""
-    a, b = wa.words, wb.words
+def _similar(words: list[list[str]], j: int, threshold: float,
+             counts: dict[int, Counter[str]]) -> bool:
+    """Word-level difflib ratio of outputs ``j`` and ``j + 1`` >= threshold, with the cheap
+    upper bounds tried first; word counts are kept in ``counts`` (each output is compared
+    with both neighbours)."""
+    a, b = words[j], words[j + 1]
     if a == b:
         return True
     total = len(a) + len(b)
     if not total or 2 * min(len(a), len(b)) / total < threshold:
         return False
-    if 2 * _common(wa.counts(), wb.counts()) / total < threshold:
+    for k in (j, j + 1):
+        if k not in counts:
+            counts[k] = Counter(words[k])
+    if 2 * _common(counts[j], counts[j + 1]) / total < threshold:
         return False
     return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio() >= threshold
 
@@ -159,13 +149,17 @@ def _similar(wa: _Words, wb: _Words, threshold: float) -> bool:
 def stagnation(llm_steps: Sequence[Step], cfg: LoopConfig) -> list[Finding]:
     """(d) ``stagnation_min_run`` or more consecutive near-identical LLM outputs."""
     texts = [(s, (s.output_text or "").strip()) for s in llm_steps]
-    words = [_Words(t) for _, t in texts]
+    words = [t.split() for _, t in texts]
+    for k, w in enumerate(words):
+        if len(w) > _MAX_COMPARE_WORDS:
+            words[k] = w[:_MAX_COMPARE_WORDS]
+    counts: dict[int, Counter[str]] = {}
     out, i = [], 0
     while i < len(texts):
         j = i
         if len(texts[i][1]) >= cfg.stagnation_min_chars:
-            while j + 1 < len(texts) and _similar(words[j], words[j + 1],
-                                                  cfg.stagnation_similarity):
+            while j + 1 < len(texts) and _similar(words, j, cfg.stagnation_similarity,
+                                                  counts):
                 j += 1
         if j - i + 1 >= cfg.stagnation_min_run:
             run = [s for s, _ in texts[i:j + 1]]
