@@ -77,11 +77,12 @@ def describe(step: Step, span: Span, attrs: Attrs) -> Adapter | None:
     if error is not None:
         step.status = "error"
         step.error = error
-    for key in _COST_KEYS:
-        cost = attrs.get(key)
-        if cost is not None:
-            step.cost_usd = as_float(cost)
-            break
+    if not attrs.keys().isdisjoint(_COST_KEYS):  # one C call for the usual no-cost span
+        for key in _COST_KEYS:
+            cost = attrs.get(key)
+            if cost is not None:
+                step.cost_usd = as_float(cost)
+                break
     return adapter
 
 

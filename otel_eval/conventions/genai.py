@@ -136,7 +136,9 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
     step.input_text = text_in
     if kind == "llm":
         step.output_text = text_out
-        step.finish_reasons = as_list_of_str(attrs.get("gen_ai.response.finish_reasons"))
+        reasons_attr = attrs.get("gen_ai.response.finish_reasons")
+        step.finish_reasons = ([str(v) for v in reasons_attr if v is not None]
+                               if type(reasons_attr) is list else as_list_of_str(reasons_attr))
         step.tool_calls, reasons = _output_calls(text_out, not step.finish_reasons)
         if not step.finish_reasons:
             step.finish_reasons = reasons
