@@ -112,6 +112,14 @@ def canonical_arguments(arguments: Any) -> str:
     return _CANONICAL(_normalize(arguments))
 
 
+def canonical_of_normalized(value: Any) -> str:
+    """``canonical_arguments(value)`` for a value already passed through ``normalized``
+    (normalizing is idempotent, so only the encoding is left to do)."""
+    if value is None or isinstance(value, str):
+        return canonical_arguments(value)
+    return _CANONICAL(value)
+
+
 def action_text(step: Step) -> str | None:
     """The code or command of an action step, or None when its arguments carry none."""
     args = step.arguments

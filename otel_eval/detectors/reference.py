@@ -24,7 +24,7 @@ from otel_eval.detectors.calls import (
     Context,
     RefCall,
     Reference,
-    canonical_arguments,
+    canonical_of_normalized,
     normalized,
     top_level_tool_steps,
 )
@@ -38,12 +38,38 @@ def arguments_ok(expected: Any, actual: Any, mode: str) -> bool:
     """Whether ``actual`` arguments satisfy ``expected`` under an argument mode."""
     if mode == "ignore":
         return True
-    exp, act = normalized(_parsed(expected)), normalized(_parsed(actual))
-    if mode == "exact" or not isinstance(exp, dict) or not isinstance(act, dict):
-        return canonical_arguments(exp) == canonical_arguments(act)
-    if mode == "subset":
-        return all(k in exp and exp[k] == v for k, v in act.items())
-    return all(k in act and act[k] == v for k, v in exp.items())  # superset
+    return _Arguments([expected], [actual]).ok(0, 0, mode)
+
+
+class _Arguments:
+    """The reference's and the run's arguments, each parsed, normalized and canonicalized
+    once per comparison (matching and LCS compare every pair, often more than once)."""
+
+    def __init__(self, expected: Sequence[Any], actual: Sequence[Any]) -> None:
+        self._raw = (expected, actual)
+        self._norm: dict[tuple[int, int], Any] = {}
+        self._canon: dict[tuple[int, int], str] = {}
+
+    def _normalized(self, key: tuple[int, int]) -> Any:
+        if key not in self._norm:
+            self._norm[key] = normalized(_parsed(self._raw[key[0]][key[1]]))
+        return self._norm[key]
+
+    def _canonical(self, key: tuple[int, int]) -> str:
+        if key not in self._canon:
+            self._canon[key] = canonical_of_normalized(self._normalized(key))
+        return self._canon[key]
+
+    def ok(self, r: int, a: int, mode: str) -> bool:
+        """Whether actual ``a`` satisfies expected ``r`` under an argument mode."""
+        if mode == "ignore":
+            return True
+        exp, act = self._normalized((0, r)), self._normalized((1, a))
+        if mode == "exact" or not isinstance(exp, dict) or not isinstance(act, dict):
+            return self._canonical((0, r)) == self._canonical((1, a))
+        if mode == "subset":
+            return all(k in exp and exp[k] == v for k, v in act.items())
+        return all(k in act and act[k] == v for k, v in exp.items())  # superset
 
 
 def _parsed(value: Any) -> Any:
@@ -94,6 +120,7 @@ def compare(ref: Reference, actual: Sequence[Step], match: str, args_mode: str,
     """The verdict ``reference`` summary plus the missing/unexpected/wrong-argument lists."""
     rc, names = list(ref.calls), [s.tool_name or s.name for s in actual]
     memo: dict[tuple[int, int], bool] = {}
+    arguments = _Arguments([c.arguments for c in rc], [s.arguments for s in actual])
 
     def name_ok(r: int, a: int) -> bool:
         return rc[r].name == names[a]
@@ -103,7 +130,7 @@ def compare(ref: Reference, actual: Sequence[Step], match: str, args_mode: str,
             return False
         if (r, a) not in memo:  # matching and LCS ask for the same pairs again
             mode = by_tool.get(rc[r].name, args_mode)
-            memo[r, a] = arguments_ok(rc[r].arguments, actual[a].arguments, mode)
+            memo[r, a] = arguments.ok(r, a, mode)
         return memo[r, a]
 
     n_ref, n_act = len(rc), len(actual)
