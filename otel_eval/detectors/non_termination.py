@@ -17,6 +17,14 @@ from otel_eval.model import Finding, Step, Trajectory
 
 _LENGTH_REASONS = frozenset({"length", "max_tokens", "max_output_tokens", "model_length"})
 _SCAN_CHARS = 2000  # halt markers sit at the start or end of a message
+# Words one of which every match of the default halt patterns contains ("reached max ...",
+# "max_turns_exceeded", "maximum number of", "MaxTurnsExceeded" -> max; "recursion limit",
+# "GraphRecursionError" -> recursion; "agent stopped due to"; "UsageLimitExceeded";
+# "LimitsExceeded"). For ASCII text, IGNORECASE matching is lowercasing, so a text whose
+# lowercase holds none of them cannot match: one substring scan instead of the regex, which
+# costs ~60 us per LLM answer. Other patterns (a changed tuple) always run the regex.
+_HALT_WORDS = {NonTerminationConfig().halt_patterns: (
+    "max", "recursion", "agent stopped", "limitexceeded", "limitsexceeded")}
 
 
 @lru_cache(maxsize=16)
@@ -84,12 +92,17 @@ def _halt_markers(trajectory: Trajectory, cfg: NonTerminationConfig) -> list[Fin
         if s.kind in ("agent", "chain") and s.result:
             texts.append((s, s.result))
     seen: set[str] = set()
+    words = _HALT_WORDS.get(cfg.halt_patterns)
     for step, text in texts:
         if not text or text in seen:  # the root's result is usually the output again
             continue
         seen.add(text)
         if len(text) > 2 * _SCAN_CHARS:
             text = text[:_SCAN_CHARS] + "\n" + text[-_SCAN_CHARS:]
+        if words is not None and text.isascii():
+            lowered = text.lower()
+            if not any(w in lowered for w in words):
+                continue
         m = rx.search(text)
         if m:
             ids = [step.span_id] if step else []
