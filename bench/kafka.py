@@ -15,8 +15,9 @@ spans/s = spans / time. The 0.2 s assembly grace is part of that time.
 
 Rounds alternate 1 and 2 workers (the machine is shared and noisy); the median per worker
 count is reported with the ratio. Also reported: CPU seconds used by the workers and by this
-process (mostly the mock brokers serving fetches) in the timed window, to show where the
-cores went. Prints one ``BENCH {json}`` line. Loopback only; every wait is time-bounded.
+process (mostly the mock brokers serving fetches) in the timed window, and spans per worker
+CPU-second, which other load on the machine disturbs much less than wall-clock figures.
+Prints one ``BENCH {json}`` line. Loopback only; every wait is time-bounded.
 """
 
 from __future__ import annotations
@@ -127,8 +128,14 @@ def run_once(mc: MockCluster, workers: int, n: int, spans: int, work: Path,
         per_worker = [stored(db) for db in dbs]
         for p in procs:
             p.send_signal(signal.SIGTERM)
-        for p in procs:
-            p.wait(timeout=30)
+        for i, p in enumerate(procs):
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.send_signal(signal.SIGUSR1)  # the worker dumps its stacks into its log
+                time.sleep(1)
+                log = (work / f"{topic}_{i}.log").read_text()[-6000:]
+                raise RuntimeError(f"worker {i} did not stop on SIGTERM:\n{log}") from None
     finally:
         for p in procs:
             if p.poll() is None:
@@ -138,6 +145,7 @@ def run_once(mc: MockCluster, workers: int, n: int, spans: int, work: Path,
     return {"workers": workers, "traces": n, "spans": n * spans, "records": records,
             "seconds": round(elapsed, 3), "spans_per_s": round(n * spans / elapsed),
             "traces_per_worker": per_worker, "worker_cpu_s": [round(c, 2) for c in cpu],
+            "spans_per_worker_cpu_s": round(n * spans / sum(cpu)) if sum(cpu) else None,
             "bench_process_cpu_s": round(self_cpu, 2)}
 
 
@@ -161,11 +169,14 @@ def main() -> None:
                       f"{run['bench_process_cpu_s']} s)", flush=True)
     med = {w: statistics.median(r["spans_per_s"] for r in runs if r["workers"] == w)
            for w in (1, 2)}
+    per_cpu = {w: statistics.median(r["spans_per_worker_cpu_s"] for r in runs
+                                    if r["workers"] == w) for w in (1, 2)}
     ratio = med[2] / med[1]
     print(f"median: 1 worker {med[1]:.0f} spans/s, 2 workers {med[2]:.0f} spans/s, "
-          f"ratio {ratio:.2f} ({os.cpu_count()} CPUs, load average "
-          f"{os.getloadavg()[0]:.2f})")
+          f"ratio {ratio:.2f}; spans per worker CPU-second {per_cpu[1]:.0f} / {per_cpu[2]:.0f} "
+          f"({os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f})")
     print("BENCH " + json.dumps({"median_spans_per_s": med, "ratio": round(ratio, 3),
+                                 "median_spans_per_worker_cpu_s": per_cpu,
                                  "cpus": os.cpu_count(), "runs": runs}))
 
 

@@ -182,7 +182,8 @@ class KafkaConsumerStage:
         self._stopping = True
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            # a loop that died keeps its exception in ``failure``; shutdown still commits
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
         if self.tracker.inflight() > len(self._retry):
             # Records waiting for a retry were never taken by the engine; they are replayed.
@@ -190,8 +191,14 @@ class KafkaConsumerStage:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._drained.wait(), max(0.0, end - time.monotonic()))
         if self._consumer is not None:
-            await self._commit()
-            await self._consumer.stop()
+            # Both bounded: aiokafka retries a commit on retriable errors without end, and an
+            # unanswering broker must not hold the exit. What is not committed is replayed.
+            try:
+                await asyncio.wait_for(self._commit(), max(1.0, end - time.monotonic()))
+            except TimeoutError:
+                log.warning("kafka: final commit timed out; the next owner replays from the last")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._consumer.stop(), max(5.0, end - time.monotonic()))
             self._consumer = None
 
     @property
@@ -302,6 +309,9 @@ class KafkaConsumerStage:
             return
         try:
             await consumer.commit(todo)
+        except asyncio.CancelledError:  # shutdown cancelled the loop mid-commit: it may not
+            self.tracker.uncommit(todo)  # have landed, so the final commit sends it again
+            raise
         except KafkaError as e:  # rebalance in progress, coordinator moved: retried next time
             log.warning("kafka commit failed (%s); will retry", e)
             self.metrics.commit_failed(type(e).__name__)

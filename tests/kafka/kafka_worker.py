@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import signal
 import sys
 from pathlib import Path
@@ -97,4 +98,5 @@ if __name__ == "__main__":
     p.add_argument("--engine", choices=("mini", "real"), default="mini")
     p.add_argument("--gate", action="store_true", help="wait for a stdin line before starting")
     die_with_parent()
+    faulthandler.register(signal.SIGUSR1)  # stack dump into the log, for a stuck worker
     asyncio.run(main(p.parse_args()))

@@ -32,13 +32,15 @@ def test_group_member_consumes_and_commits_only_stored_records(topic: Topic) -> 
             await engine.until(lambda e: len(e.spans) == 90)
             assert {s.trace_id for s in engine.spans} == set(ids)
             # Nothing stored yet: every partition's commit stays at (or before) offset 0.
-            await stats.until(lambda s: len(s.lags) == topic.partitions)
+            # (30 random trace ids leave a partition empty in ~2.5 % of runs: only those used.)
+            parts = {sarama_partition(t.encode(), topic.partitions) for t in ids}
+            await stats.until(lambda s: set(s.lags) >= parts)
             assert all(v == 0 for v in stats.commits.values())
             # Store all traces but one: its partition's watermark stops at its first record.
             held = ids[0]
             held_part = sarama_partition(held.encode(), topic.partitions)
             engine.release(lambda tids: held not in tids)
-            await stats.until(lambda s: all(s.lags.get(p) == 0 for p in range(6)
+            await stats.until(lambda s: all(s.lags.get(p) == 0 for p in parts
                                             if p != held_part))
             assert stats.lags[held_part] >= 3, stats.lags
             engine.release()
