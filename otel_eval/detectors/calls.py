@@ -22,6 +22,7 @@ from otel_eval.model import Finding, Step, Trajectory
 # json.dumps with non-default options builds an encoder per call; this is the same encoder
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                               default=str).encode
+_encode_str = json.encoder.encode_basestring  # the ensure_ascii=False string encoder
 _COMMAND_SEPARATORS = re.compile(r"&&|\|\||;|\|")
 _ACTION_KEYS = ("command", "code", "cmd", "script", "input")
 
@@ -100,6 +101,43 @@ def normalized(value: Any) -> Any:
     return _normalize(value)
 
 
+def _plain_canonical(value: Any) -> str | None:
+    """``_CANONICAL(_normalize(value))`` in one pass for plain JSON values (dicts with string
+    keys, lists, strings, ints, bools, null, integral floats); None for anything else. Tool
+    arguments are small: the encoder's per-call set-up cost more than their encoding."""
+    kind = type(value)
+    if kind is str:
+        return _encode_str(" ".join(value.split()))
+    if kind is dict:
+        items = []
+        for k in sorted(value) if all(type(k) is str for k in value) else ():
+            inner = _plain_canonical(value[k])
+            if inner is None:
+                return None
+            items.append(f"{_encode_str(k)}:{inner}")
+        return f"{{{','.join(items)}}}" if len(items) == len(value) else None
+    if kind is list:
+        elements = []
+        for v in value:
+            inner = _plain_canonical(v)
+            if inner is None:
+                return None
+            elements.append(inner)
+        return f"[{','.join(elements)}]"
+    if kind is int:
+        return int.__repr__(value)
+    if value is None or kind is bool:
+        return "null" if value is None else "true" if value else "false"
+    if kind is float and value.is_integer():
+        return int.__repr__(int(value))  # 250.0 and 250 are the same argument
+    return None
+
+
+def _canonical(value: Any) -> str:
+    plain = _plain_canonical(value)
+    return plain if plain is not None else _CANONICAL(_normalize(value))
+
+
 def canonical_arguments(arguments: Any) -> str:
     """Arguments as canonical JSON (sorted keys, whitespace in strings collapsed)."""
     if arguments is None:
@@ -109,7 +147,7 @@ def canonical_arguments(arguments: Any) -> str:
             arguments = json.loads(arguments)
         except ValueError:
             return _norm_ws(arguments)
-    return _CANONICAL(_normalize(arguments))
+    return _canonical(arguments)
 
 
 def canonical_of_normalized(value: Any) -> str:
@@ -117,7 +155,7 @@ def canonical_of_normalized(value: Any) -> str:
     (normalizing is idempotent, so only the encoding is left to do)."""
     if value is None or isinstance(value, str):
         return canonical_arguments(value)
-    return _CANONICAL(value)
+    return _canonical(value)
 
 
 def action_text(step: Step) -> str | None:
