@@ -2,8 +2,9 @@
 commits only what is stored.
 
     topic partitions -> fetch (aiokafka) -> decode (otlp) -> Engine.submit(spans, on_stored)
-        -> on_stored (engine thread) -> call_soon_threadsafe -> OffsetTracker.done
-        -> every commit_interval_s: commit each partition's low watermark
+        -> on_stored (engine thread) -> call_soon_threadsafe -> TraceGate (a trace's records
+        finish together) -> OffsetTracker.done
+        -> every commit_interval_s: commit each partition's low watermark + done-records metadata
 
 Promises:
 - **no loss**: a partition's committed offset never passes a record whose traces are not all
@@ -32,14 +33,14 @@ with two members is tested against a real broker (``KAFKA_BOOTSTRAP``), because 
 
 Why a two-member aiokafka group fails SyncGroup with InvalidRequest on librdkafka's mock
 cluster (librdkafka 2.16, ``rdkafka_mock_cgrp.c``): not protocol versions (aiokafka 0.14 sends
-JoinGroup v5 / SyncGroup v3, which the mock implements; pinning versions changes nothing) but
+JoinGroup v5 / SyncGroup v3, which the mock implements; with ``MockCluster.set_api_version``
+pinning SyncGroup to v0 or v0-1 and JoinGroup to v0-1 or v0-2 the error is the same) but
 timing. The mock completes a sync once every member *has an assignment*, and the leader's
 SyncGroup carries the assignments of all members; so when the leader's SyncGroup arrives
 before a follower's, the mock answers everyone it holds, moves the group to Up, and then
 refuses the follower's SyncGroup (not allowed in Up) with INVALID_REQUEST, which aiokafka
 treats as fatal. A real broker answers a SyncGroup in Stable with the member's assignment.
-librdkafka followers usually sync before their leader finishes assigning, which hides it;
-aiokafka's leader assigns at once and often wins. Verified: with the leader's assignor
+Verified: with the leader's assignor
 delayed by 0.5 s, so that the follower syncs first, the same two members split 6 partitions
 3/3 on the mock, and ``tests/kafka/test_kafka_group.py`` passes there (run by hand with
 aiokafka's leader join patched that way). A second mock deviation showed up in that run: it
