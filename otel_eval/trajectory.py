@@ -75,7 +75,8 @@ def tree_order(spans: list[Span]) -> list[tuple[Span, int]]:
             out.append((span, depth))
             kids = children.get(span.span_id)
             if kids:
-                stack.extend((k, depth + 1) for k in reversed(kids))
+                below = depth + 1
+                stack.extend([(k, below) for k in reversed(kids)])
 
     walk(tops)
     walk(orphans)
@@ -214,7 +215,7 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
         service=_service(root_span, spans),
         agent=top.node if top else None,
         task_id=builder.task_id,
-        convention=dominant(s.convention for s in builder.steps),
+        convention=dominant([s.convention for s in builder.steps]),
         start_ns=min((s.start_ns for s in spans), default=0),
         end_ns=max(ends, default=0),
         input=_first_text(source, root_step, "input_text"),

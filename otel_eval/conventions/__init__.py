@@ -15,7 +15,6 @@ Errors (span status, ``error.type``, exception events) and cost are convention-i
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -98,8 +97,15 @@ def merge_tools(into: dict[str, Any], found: dict[str, Any]) -> None:
 def dominant(conventions: Iterable[str]) -> str:
     """The convention of the trajectory: the one labelling ≥ 2/3 of the recognised steps,
     ``mixed`` when none does, ``unknown`` when no step was recognised."""
-    counts = Counter(c for c in conventions if c != UNKNOWN)
+    counts: dict[str, int] = {}
+    for c in conventions:  # a plain dict: Counter's generator path costs 5x on ~20 steps
+        if c != UNKNOWN:
+            counts[c] = counts.get(c, 0) + 1
     if not counts:
         return UNKNOWN
-    name, n = counts.most_common(1)[0]
+    name, n = max(counts.items(), key=_count)  # the first of equals, as most_common(1)
     return name if n >= _DOMINANT_SHARE * sum(counts.values()) else "mixed"
+
+
+def _count(item: tuple[str, int]) -> int:
+    return item[1]
