@@ -32,9 +32,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Status, StatusCode
 from service_harness import Harness, running_service
 
+from otel_eval import otlp
 from otel_eval.kafka.config import KafkaConfig
 from otel_eval.kafka.mock_cluster import MockCluster
-from otel_eval.kafka.publisher import KafkaPublisher
+from otel_eval.kafka.publisher import KafkaPublisher, sarama_partition
 
 
 def emit_runs(exporters: list[SpanExporter], n: int) -> list[str]:
@@ -157,10 +158,17 @@ def test_publish_front_end_records_are_evaluated_like_direct_otlp(
             assert got is not None and got["source"] == "kafka"
             assert comparable(got) == comparable(direct.svc.store.get(tid)), tid
         assert front.svc.store.get(ids[0]) is None
+    # Keyed and partitioned as the collector's exporter (partition_traces_by_id) writes them.
+    records = asyncio.run(read_topic(topic.bootstrap, topic.name, topic.partitions))
+    assert len(records) == n_spans
+    for partition, key, value in records:
+        (span,) = otlp.decode_request(ExportTraceServiceRequest.FromString(value)).spans
+        assert key == span.trace_id.encode()
+        assert partition == sarama_partition(key, topic.partitions)
 
 
 async def read_topic(bootstrap: str, name: str, partitions: int
-                     ) -> list[tuple[bytes, bytes]]:
+                     ) -> list[tuple[int, bytes, bytes]]:
     """Every record on a topic, up to its end offsets at the time of the call."""
     c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await c.start()
@@ -169,10 +177,10 @@ async def read_topic(bootstrap: str, name: str, partitions: int
         c.assign(parts)
         await c.seek_to_beginning(*parts)
         end = await c.end_offsets(parts)
-        out: list[tuple[bytes, bytes]] = []
+        out: list[tuple[int, bytes, bytes]] = []
         while [tp for tp in parts if await c.position(tp) < end[tp]]:
             batch = await c.getmany(timeout_ms=1000)
-            out.extend((r.key, r.value) for recs in batch.values() for r in recs)
+            out.extend((r.partition, r.key, r.value) for recs in batch.values() for r in recs)
         return out
     finally:
         await c.stop()
@@ -193,8 +201,8 @@ def test_results_topic_carries_one_json_per_stored_trace(
                  == 7, "the results published")
         stored = {tid: h.svc.store.get(tid) for tid in ids}
     got = asyncio.run(read_topic(topic.bootstrap, results, 3))
-    assert sorted(k.decode() for k, _ in got) == sorted(ids)  # exactly one per trace
-    for key, value in got:
+    assert sorted(k.decode() for _, k, _ in got) == sorted(ids)  # exactly one per trace
+    for _, key, value in got:
         body = json.loads(value)
         assert body["trace_id"] == key.decode()
         assert body == stored[key.decode()]
