@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DATASETS = ROOT.parent / "shared" / "datasets"
+
+
+def _datasets() -> Path:
+    """``$OTEL_EVAL_DATASETS``, else ``../shared/datasets`` beside the checkout, else the
+    workplace's ``/work/shared/datasets`` (a checkout elsewhere, e.g. a CI clone)."""
+    if env := os.environ.get("OTEL_EVAL_DATASETS"):
+        return Path(env)
+    beside = ROOT.parent / "shared" / "datasets"
+    return beside if beside.is_dir() else Path("/work/shared/datasets")
+
+
+DATASETS = _datasets()
 
 
 @pytest.fixture(scope="session")
