@@ -2,8 +2,8 @@
 commits only what is stored.
 
     topic partitions -> fetch (aiokafka) -> decode (otlp) -> Engine.submit(spans, on_stored)
-        -> on_stored (engine thread) -> call_soon_threadsafe -> TraceGate (a trace's records
-        finish together) -> OffsetTracker.done
+        -> on_stored (engine thread) -> stored queue, one loop wake-up per burst -> TraceGate
+        (a trace's records finish together) -> OffsetTracker.done
         -> every commit_interval_s: commit each partition's low watermark + done-records metadata
 
 Promises:
@@ -54,6 +54,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -129,6 +130,11 @@ class KafkaConsumerStage:
         self.metrics: KafkaMetrics = metrics_hook if metrics_hook is not None else KafkaStats()
         self.tracker: OffsetTracker[TopicPartition] = OffsetTracker()
         self.gate: TraceGate[TopicPartition] = TraceGate()
+        # Stored records reported by engine threads, drained on the loop. One wake-up per
+        # burst: a call_soon_threadsafe per record writes a byte per record to the loop's
+        # self-pipe, which then fills (and a signal arriving meanwhile is lost).
+        self._stored_q: list[tuple[Ticket[TopicPartition], frozenset[str]]] = []
+        self._stored_lock = threading.Lock()
         self._consumer: AIOKafkaConsumer | None = None
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -249,20 +255,27 @@ class KafkaConsumerStage:
         trace_ids = frozenset(s.trace_id for s in spans)
 
         def on_stored() -> None:  # engine worker thread
-            loop.call_soon_threadsafe(self._stored, ticket, trace_ids)
+            with self._stored_lock:
+                self._stored_q.append((ticket, trace_ids))
+                first = len(self._stored_q) == 1
+            if first:
+                loop.call_soon_threadsafe(self._drain_stored)
 
         adm = self.engine.submit(spans, source="kafka", on_stored=on_stored)
         throttled = getattr(adm, "throttled", None)
         if throttled:
             self.metrics.throttled(throttled)
             return False
-        # on_stored runs on this loop later (call_soon_threadsafe), so this comes first
+        # on_stored is drained on this loop later, so this comes first
         self.gate.submitted(ticket, trace_ids)
         return True
 
-    def _stored(self, ticket: Ticket[TopicPartition], trace_ids: frozenset[str]) -> None:
-        for finished in self.gate.stored(ticket, trace_ids):
-            self._done(finished)
+    def _drain_stored(self) -> None:
+        with self._stored_lock:
+            batch, self._stored_q = self._stored_q, []
+        for ticket, trace_ids in batch:
+            for finished in self.gate.stored(ticket, trace_ids):
+                self._done(finished)
 
     def _retry_throttled(self) -> None:
         while self._retry:

@@ -73,7 +73,9 @@ async def main(args: argparse.Namespace) -> None:
     stage = KafkaConsumerStage(cfg, engine)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    # A Python-level handler, not loop.add_signal_handler: that one delivers the signal through
+    # the loop's self-pipe and loses it when the pipe is momentarily full.
+    signal.signal(signal.SIGTERM, lambda _s, _f: loop.call_soon_threadsafe(stop.set))
     if args.gate:
         print("ready", flush=True)
         await loop.run_in_executor(None, sys.stdin.readline)
