@@ -1,17 +1,23 @@
 """Prompt compaction: the judge sees a trajectory once, with long texts cut to head + tail.
 
 Agents resend their whole history on every LLM call, so the raw input of a run grows with the
-square of its length. The judge instead reads each message once: ``MessageLog`` parses the
-messages carried by an LLM span and yields only those not seen before (a system prompt
-repeated by every call is shown once), and ``trim`` cuts long texts keeping both ends (tool
-outputs put errors at the end, documents put their subject at the start).
+square of its length. The judge instead reads each text once: ``MessageLog`` parses the
+messages carried by an LLM span and yields only what was not shown before. Exact repeats go
+whole; a message that re-sends earlier text rewrapped (smolagents puts earlier outputs under
+``[FACTS LIST]:`` / ``[PLAN]:``, tool results under ``Observation:``, the task inside each
+prompt template) keeps only its new lines, each run of repeated lines replaced by one marker.
+Lines are compared after collapsing whitespace and stripping known wrappers. ``trim`` cuts
+long texts keeping both ends (tool outputs put errors at the end, documents their subject at
+the start).
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from typing import Any
 
 
@@ -31,6 +37,7 @@ class Message:
     role: str  # system | user | assistant | tool | raw
     content: str
     tool_calls: str = ""  # rendered "name(args); name(args)" when the message requested tools
+    call_args: tuple[str, ...] = ()  # each call's arguments as canonical JSON (sorted keys)
 
 
 def _content_text(content: Any) -> str:
@@ -50,10 +57,24 @@ def _content_text(content: Any) -> str:
     return json.dumps(content, ensure_ascii=False, default=str)
 
 
-def _tool_calls_text(calls: Any) -> str:
+def canonical_args(args: Any) -> str:
+    """Tool-call arguments as JSON with sorted keys (a JSON string is parsed first), so a
+    tool step's arguments compare equal to the call that requested them."""
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            return args
+    if isinstance(args, str):
+        return args
+    return json.dumps(args, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _tool_calls(calls: Any) -> tuple[str, tuple[str, ...]]:
+    """("name(args); name(args)", canonical args of each call)."""
     if not isinstance(calls, list):
-        return ""
-    out = []
+        return "", ()
+    out, canon = [], []
     for call in calls:
         if not isinstance(call, dict):
             continue
@@ -61,7 +82,8 @@ def _tool_calls_text(calls: Any) -> str:
         args = fn.get("arguments", fn.get("input", ""))
         args_text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
         out.append(f"{fn.get('name', '?')}({args_text})")
-    return "; ".join(out)
+        canon.append(canonical_args(args))
+    return "; ".join(out), tuple(canon)
 
 
 def _message_list(data: Any) -> list[Any] | None:
@@ -96,15 +118,15 @@ def parse_messages(text: str | None) -> list[Message]:
     for m in items:
         role = str(m.get("role") or m.get("type") or "raw")
         if isinstance(m.get("parts"), list):  # OTel GenAI semantic conventions
-            content, calls = _parts_text(m["parts"])
+            content, (calls, args) = _parts_text(m["parts"])
         else:
             content = _content_text(m.get("content", m.get("text")))
-            calls = _tool_calls_text(m.get("tool_calls"))
-        messages.append(Message(role, content, calls))
+            calls, args = _tool_calls(m.get("tool_calls"))
+        messages.append(Message(role, content, calls, args))
     return messages
 
 
-def _parts_text(parts: list[Any]) -> tuple[str, str]:
+def _parts_text(parts: list[Any]) -> tuple[str, tuple[str, tuple[str, ...]]]:
     """(text, tool calls) of ``gen_ai.*.messages`` parts: text, tool_call, tool_call_response."""
     texts, calls = [], []
     for part in parts:
@@ -119,7 +141,7 @@ def _parts_text(parts: list[Any]) -> tuple[str, str]:
             texts.append(part["content"])
         else:
             texts.append(f"[{kind or 'part'}]")
-    return "\n".join(texts), _tool_calls_text(calls)
+    return "\n".join(texts), _tool_calls(calls)
 
 
 def _fingerprint(m: Message) -> str:
@@ -130,21 +152,125 @@ def _fingerprint(m: Message) -> str:
     return h.hexdigest()
 
 
+REPEATED = "[... repeats earlier text ...]"
+# A line this long (normalized) counts as repeated when seen before; shorter ones (fences,
+# headings, "```", "Yes") follow their neighbours, so new short answers are never dropped.
+_MIN_LINE_CHARS = 16
+_WRAPPER = re.compile(
+    r"^(?:\[[A-Z][A-Z ]{1,30}\]:|(?:Thought|Code|Observation|Calling tools|Execution logs"
+    r"|Last output from code snippet|Output|Result):|Call id: \S+|```\w*|<end_code>"
+    r"|Here are the facts that I know so far:"
+    r"|Here is the plan of action that I will follow to solve the task:)\s*")
+_TRAILER = re.compile(r"\s*(?:```|<end_code>|<end_plan>)$")
+
+
+def normalize(line: str) -> str:
+    """A line as compared for repeats: whitespace collapsed, known wrappers stripped."""
+    text = " ".join(line.split())
+    while (m := _WRAPPER.match(text)) and m.end():
+        text = text[m.end():]
+    while (m := _TRAILER.search(text)) and m.end() > m.start():
+        text = text[:m.start()]
+    return text
+
+
+def _call_texts(line: str) -> list[str] | None:
+    """Argument texts of a python-repr'd tool call list (smolagents' ``Calling tools:``)."""
+    if not line.startswith("[{'id':"):
+        return None
+    try:
+        calls = ast.literal_eval(line)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    texts: list[str] = []
+    for call in calls if isinstance(calls, list) else ():
+        fn = call.get("function") if isinstance(call, dict) else None
+        args = fn.get("arguments") if isinstance(fn, dict) else None
+        if isinstance(args, dict):
+            texts.extend(str(v) for v in args.values())
+        elif args is not None:
+            texts.append(str(args))
+    return texts
+
+
+def _neighbours(status: list[str]) -> list[str]:
+    """For each line, the status of the nearest non-filler line before it ("old" at the top)."""
+    out, last = [], "old"
+    for s in status:
+        out.append(last)
+        last = s if s != "filler" else last
+    return out
+
+
 class MessageLog:
-    """Remembers messages already shown; ``new(messages)`` keeps the unseen ones in order."""
+    """Remembers what was shown; ``new(messages)`` keeps the unseen messages, cut to their new
+    lines, in order."""
 
     def __init__(self) -> None:
         self._seen: set[str] = set()
+        self._lines: set[str] = set()
 
     def new(self, messages: list[Message]) -> list[Message]:
         out = []
         for m in messages:
             fp = _fingerprint(m)
-            if fp not in self._seen:
-                self._seen.add(fp)
-                out.append(m)
+            if fp in self._seen:
+                continue
+            self._seen.add(fp)
+            content = self.fresh(m.content)
+            if content or (m.tool_calls and m.tool_calls not in self._lines):
+                out.append(replace(m, content=content))
+            self._mark(m)
         return out
 
     def mark(self, messages: list[Message]) -> None:
         """Record messages shown elsewhere (an LLM's output reappears in the next input)."""
-        self._seen.update(_fingerprint(m) for m in messages)
+        for m in messages:
+            self._seen.add(_fingerprint(m))
+            self._mark(m)
+
+    def _mark(self, m: Message) -> None:
+        self.mark_text(m.content)
+        self._lines.add(m.tool_calls)
+        self._lines.update(normalize(a) for a in m.call_args)
+
+    def mark_text(self, text: str) -> None:
+        """Record the lines of a text shown elsewhere (the task, a tool's arguments)."""
+        self._lines.update(normalize(line) for line in text.splitlines())
+
+    def seen(self, text: str) -> bool:
+        """Whether every line of ``text`` was shown before (wrappers and blanks aside)."""
+        return all(self._status(line) != "new" for line in text.splitlines())
+
+    def _status(self, line: str) -> str:
+        """``old`` (shown before), ``new``, or ``filler`` (short or blank: follows neighbours)."""
+        norm = normalize(line)
+        if not norm:
+            return "filler"
+        texts = _call_texts(norm)
+        if texts is not None:
+            return "old" if all(self.seen(t) for t in texts) else "new"
+        if norm not in self._lines:
+            return "new"
+        return "old" if len(norm) >= _MIN_LINE_CHARS else "filler"
+
+    def fresh(self, text: str) -> str:
+        """``text`` with each run of repeated lines as one marker; "" when nothing is new."""
+        lines = text.splitlines()
+        status = [self._status(line) for line in lines]
+        if "old" not in status:
+            return text
+        if "new" not in status:
+            return ""
+        # a filler line stays with new text above it; a short line of text (a heading, "Task:")
+        # also with new text below it; blanks and fences between repeats go with them
+        before, after = _neighbours(status), _neighbours(status[::-1])[::-1]
+        keep = [s == "new" or (s == "filler" and (before[i] == "new" or (
+            after[i] == "new" and bool(normalize(lines[i]))))) for i, s in enumerate(status)]
+        out: list[str] = []
+        for line, kept in zip(lines, keep, strict=True):
+            if kept:
+                out.append(line)
+            elif not out or out[-1] != REPEATED:
+                out.append(REPEATED)
+        return "\n".join(out)

@@ -2,8 +2,9 @@
 
 One rendering per trace is shared by all judges (and by the combined call): the task, the
 system prompt once, each step in tree order labelled ``[step N]`` (LLM steps show only the
-messages they add to the conversation, and their output), the final output and the
-deterministic findings. Step indexes are the ids judges answer with, so every score maps back
+text they add to the conversation, and their output; a tool step's arguments only when they
+differ from the call shown), the final output (unless already shown) and the deterministic
+findings. Step indexes are the ids judges answer with, so every score maps back
 to a span id and agent node.
 """
 
@@ -13,7 +14,14 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from otel_eval.judge.compact import Message, MessageLog, parse_messages, trim
+from otel_eval.judge.compact import (
+    Message,
+    MessageLog,
+    canonical_args,
+    normalize,
+    parse_messages,
+    trim,
+)
 from otel_eval.judge.config import CompactionConfig
 from otel_eval.model import Evaluation, Step, Trajectory
 
@@ -62,17 +70,12 @@ class _Renderer:
     def __init__(self, limits: CompactionConfig) -> None:
         self.c = limits
         self.log = MessageLog()
-        self.system_shown = False
+        self.called: set[str] = set()  # lines and call arguments of the last LLM output
 
     def message(self, m: Message) -> str:
-        if m.role == "system":
-            if self.system_shown:
-                return "  system: [repeated system prompt omitted]"
-            self.system_shown = True
-            body = trim(m.content, self.c.max_system_prompt_chars, self.c.head_ratio)
-        else:
-            limit = self.c.max_tool_output_chars if m.role == "tool" else self.c.max_message_chars
-            body = trim(m.content, limit, self.c.head_ratio)
+        limit = {"system": self.c.max_system_prompt_chars,
+                 "tool": self.c.max_tool_output_chars}.get(m.role, self.c.max_message_chars)
+        body = trim(m.content, limit, self.c.head_ratio)
         line = f"  {m.role}: {body}" if body else f"  {m.role}:"
         if m.tool_calls:
             line += "\n  calls: " + trim(m.tool_calls, self.c.max_message_chars, self.c.head_ratio)
@@ -87,6 +90,8 @@ class _Renderer:
             lines.extend(self.message(m) for m in new)
         out = parse_messages(step.output_text)
         self.log.mark(out)
+        self.called = {a for m in out for a in m.call_args}
+        self.called.update(normalize(line) for m in out for line in m.content.splitlines())
         if out:
             lines.append(" output:")
             lines.extend(self.message(m) for m in out)
@@ -94,8 +99,20 @@ class _Renderer:
             lines.append(f" error: {trim(step.error, self.c.max_message_chars)}")
         return lines
 
+    def arguments(self, arguments: Any) -> str:
+        """The arguments, or a note when the last LLM output showed them (as a structured call
+        or, for agents that write code or commands, as lines of its text)."""
+        text = _json_text(arguments)
+        values = list(arguments.values()) if isinstance(arguments, dict) else [arguments]
+        lines = [n for v in values for n in map(normalize, _json_text(v).splitlines()) if n]
+        if text and (canonical_args(arguments) in self.called
+                     or (lines and all(n in self.called for n in lines))):
+            return "(as called)"
+        self.log.mark_text(text)
+        return trim(text, self.c.max_message_chars, self.c.head_ratio)
+
     def tool(self, step: Step) -> list[str]:
-        args = trim(_json_text(step.arguments), self.c.max_message_chars, self.c.head_ratio)
+        args = self.arguments(step.arguments)
         head = f"[step {step.index}] tool {step.tool_name or step.name}"
         lines = [head + (" status=error" if step.status == "error" else "") + f" args: {args}"]
         if step.result is not None:
@@ -117,6 +134,9 @@ class _Renderer:
                 lines.append(f"[step {step.index}] {step.kind} {step.name} status=error"
                              f" error: {trim(step.error or '', self.c.max_message_chars)}")
         return "\n".join(lines)
+
+
+_SHORT_FINAL_CHARS = 200  # a final output this short is repeated even when shown in the run
 
 
 def _plain(messages: list[Message]) -> str:
@@ -156,11 +176,13 @@ def render(evaluation: Evaluation, limits: CompactionConfig) -> Rendered:
                          max_message_chars=limits.max_message_chars // 2,
                          max_system_prompt_chars=limits.max_system_prompt_chars // 2)
     text = trim(text, limits.max_trajectory_chars, 0.5)
+    final = _plain(parse_messages(t.output))
+    if len(final) > _SHORT_FINAL_CHARS and r.log.seen(final):
+        final = "(the run's last output, shown in full above)"
     return Rendered(
         task=trim(_plain(task_messages), limits.max_task_chars, limits.head_ratio),
         trajectory=text or "(no steps recorded)",
-        final_output=trim(_plain(parse_messages(t.output)), limits.max_task_chars,
-                          limits.head_ratio),
+        final_output=trim(final, limits.max_task_chars, limits.head_ratio),
         findings=render_findings(evaluation),
         steps=turns(t),
     )

@@ -1,0 +1,77 @@
+"""Prompt de-duplication: an LLM input shows only text not shown before, also when the agent
+re-sends earlier text rewrapped (smolagents' [FACTS LIST] / [PLAN] / Observation / Calling
+tools), while new text, however short, is kept; tool arguments equal to the call shown."""
+
+from __future__ import annotations
+
+import json
+
+from judge_fixtures import evaluation
+
+from otel_eval.judge.compact import REPEATED, Message, MessageLog, normalize, parse_messages
+from otel_eval.judge.config import CompactionConfig
+from otel_eval.judge.render import render
+
+FACTS = ("### 1. Facts given in the task\n"
+         "- The fish is the clownfish popularized by Finding Nemo.\n"
+         "- The answer must be five-digit zip codes, comma separated.")
+
+
+def _user(content: str) -> list[Message]:
+    return parse_messages(json.dumps([{"role": "user", "content": content}]))
+
+
+def test_rewrapped_output_is_dropped_and_new_text_kept() -> None:
+    log = MessageLog()
+    log.mark([Message("assistant", FACTS)])  # the planning call's output
+    rewrapped = (f"[FACTS LIST]:\nHere are the facts that I know so far:\n```\n{FACTS}\n```\n"
+                 "Now find the USGS record of nonnative occurrences before 2020.")
+    (msg,) = log.new(_user(rewrapped))
+    assert "clownfish" not in msg.content and "zip codes" not in msg.content
+    assert msg.content.splitlines() == [REPEATED,
+                                        "Now find the USGS record of nonnative occurrences "
+                                        "before 2020."]
+
+
+def test_whitespace_and_wrappers_do_not_make_text_new() -> None:
+    log = MessageLog()
+    log.mark([Message("tool", "Last output from code snippet:\nclownfish in   Florida, 1998")])
+    assert log.new(_user("Observation:\n  clownfish in Florida, 1998  \n")) == []
+    assert normalize("[PLAN]:   1. Search  USGS <end_code>") == "1. Search USGS"
+
+
+def test_short_new_answers_and_unseen_messages_are_kept_whole() -> None:
+    log = MessageLog()
+    log.mark([Message("assistant", "Could you please confirm the booking details?")])
+    assert [m.content for m in log.new(_user("Yes"))] == ["Yes"]
+    fresh = "A message never shown before.\nWith a second line."
+    assert [m.content for m in log.new(_user(fresh))] == [fresh]
+
+
+def test_repeated_template_shown_once() -> None:
+    template = ("You are a world expert at making efficient plans to solve any task.\n"
+                "Do not skip steps, do not add any superfluous steps.\n")
+    log = MessageLog()
+    first = log.new(_user(template + "Task: find the zip code of Key Biscayne"))
+    second = log.new(_user(template + "Task: find the species name of Nemo"))
+    assert "world expert" in first[0].content
+    assert second[0].content.splitlines() == [REPEATED, "Task: find the species name of Nemo"]
+
+
+def test_calling_tools_repr_of_shown_code_is_dropped() -> None:
+    log = MessageLog()
+    log.mark([Message("assistant", 'Code:\n```py\nresult = search("USGS clownfish")\n'
+                                   'print(result)\n```<end_code>')])
+    calls = [{"id": "call_2", "type": "function", "function": {
+        "name": "python_interpreter", "arguments": 'result = search("USGS clownfish")\n'
+                                                   'print(result)'}}]
+    assert log.new(_user(f"Calling tools:\n{calls!r}")) == []
+    other = [{"id": "call_3", "type": "function", "function": {
+        "name": "python_interpreter", "arguments": 'final_answer("33149")'}}]
+    assert log.new(_user(f"Calling tools:\n{other!r}")) != []
+
+
+def test_tool_arguments_equal_to_the_call_are_not_repeated() -> None:
+    text = render(evaluation(), CompactionConfig()).trajectory
+    assert 'calls: get_reservation({"id": "ABC123"})' in text
+    assert "tool get_reservation args: (as called)" in text
