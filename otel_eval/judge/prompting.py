@@ -57,20 +57,19 @@ def _steps_line(steps: tuple[StepRef, ...]) -> str:
     by_node: dict[str, list[str]] = {}
     for s in steps:
         by_node.setdefault(s.node or "(main)", []).append(str(s.index))
+    if len(by_node) == 1:
+        return "steps " + ", ".join(next(iter(by_node.values())))
     return "; ".join(f"node {node}: steps {', '.join(ids)}" for node, ids in by_node.items())
 
 
-def _turns_line(steps: tuple[StepRef, ...]) -> str:
-    return ", ".join(f"{s.index}" + (f" (steps {s.index}-{s.last_index})"
-                                     if s.last_index > s.index else "") for s in steps)
-
-
-def _request_text(part: str, steps: tuple[StepRef, ...]) -> str:
+def _request_text(part: str, steps: tuple[StepRef, ...], parts: tuple[str, ...] = ()) -> str:
     if part == "step":
-        return f"Steps to score (LLM calls, by agent node): {_steps_line(steps)}."
+        return f"Score LLM {_steps_line(steps)}."
     if part == "process":
-        return f"Turns to grade, each named by the step number of its LLM call: " \
-               f"{_turns_line(steps)}."
+        if "step" in parts:  # the same numbers, listed once
+            return "Turns to grade: one per LLM step listed for the step part."
+        return f"Turns to grade (by the step of their LLM call): " \
+               f"{', '.join(str(s.index) for s in steps)}."
     if part == "trace":
         return "Grade the whole run."
     return "Grade how completely the task was accomplished."
@@ -101,7 +100,7 @@ def combined(prompts: Prompts, rendered: Rendered, parts: tuple[str, ...],
     parts = tuple(p for p in PART_ORDER if p in parts)
     instructions = "\n\n".join([prompts.render("combined"),
                                 *(prompts.render(p) for p in parts)])
-    request = "\n".join(f"- {p}: {_request_text(p, steps)}" for p in parts)
+    request = "\n".join(f"- {p}: {_request_text(p, steps, parts)}" for p in parts)
     schema = schemas.combined_schema(parts)
     messages = _messages(prompts, rendered, instructions, request, schema)
     return Request("combined", parts, messages, schema, steps, _check(parts, steps))

@@ -71,6 +71,7 @@ class _Renderer:
         self.c = limits
         self.log = MessageLog()
         self.called: set[str] = set()  # lines and call arguments of the last LLM output
+        self.node: str | None = None  # agent node of the last LLM step (shown when it changes)
 
     def message(self, m: Message) -> str:
         limit = {"system": self.c.max_system_prompt_chars,
@@ -82,7 +83,10 @@ class _Renderer:
         return line
 
     def llm(self, step: Step) -> list[str]:
-        head = f"[step {step.index}] llm" + (f" node={step.node}" if step.node else "")
+        head = f"[step {step.index}] llm"
+        if step.node != self.node:
+            head += f" node={step.node}" if step.node else " node=(main)"
+            self.node = step.node
         lines = [head + (" status=error" if step.status == "error" else "")]
         new = self.log.new(parse_messages(step.input_text))
         if new:
