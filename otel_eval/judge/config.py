@@ -27,9 +27,14 @@ class RedactionConfig:
 class CompactionConfig:
     # Tool results longer than this are cut to head + tail, characters. Default 1200.
     max_tool_output_chars: int = 1200
-    # Any other message (user, assistant, tool-call arguments) longer than this is cut, chars.
+    # LLM outputs and tool-call arguments longer than this are cut, characters. Default 2000.
     max_message_chars: int = 2000
-    # The system prompt is shown once (repeats are dropped) and cut to this, chars. Default 1500.
+    # The new text of an LLM call's input messages other than tool results and the system
+    # prompt (user turns, prompt templates, re-sent notes) is cut to this, characters.
+    # Default 1000: on TRAIL these are mostly smolagents' planning and final-answer templates.
+    max_input_message_chars: int = 1000
+    # A system prompt is shown once (later ones show only their new lines), cut to this, chars.
+    # Default 1500.
     max_system_prompt_chars: int = 1500
     # Task input and final output shown to the judges are cut to this, chars. Default 4000.
     max_task_chars: int = 4000

@@ -73,9 +73,11 @@ class _Renderer:
         self.called: set[str] = set()  # lines and call arguments of the last LLM output
         self.node: str | None = None  # agent node of the last LLM step (shown when it changes)
 
-    def message(self, m: Message) -> str:
+    def message(self, m: Message, inbound: bool = False) -> str:
+        """One message; ``inbound`` for an LLM call's input (its prompts are cut shorter)."""
+        default = self.c.max_input_message_chars if inbound else self.c.max_message_chars
         limit = {"system": self.c.max_system_prompt_chars,
-                 "tool": self.c.max_tool_output_chars}.get(m.role, self.c.max_message_chars)
+                 "tool": self.c.max_tool_output_chars}.get(m.role, default)
         body = trim(m.content, limit, self.c.head_ratio)
         line = f"  {m.role}: {body}" if body else f"  {m.role}:"
         if m.tool_calls:
@@ -91,7 +93,7 @@ class _Renderer:
         new = self.log.new(parse_messages(step.input_text))
         if new:
             lines.append(" input (new messages):")
-            lines.extend(self.message(m) for m in new)
+            lines.extend(self.message(m, inbound=True) for m in new)
         out = parse_messages(step.output_text)
         self.log.mark(out)
         self.called = {a for m in out for a in m.call_args}
@@ -178,6 +180,7 @@ def render(evaluation: Evaluation, limits: CompactionConfig) -> Rendered:
             break
         limits = replace(limits, max_tool_output_chars=limits.max_tool_output_chars // 2,
                          max_message_chars=limits.max_message_chars // 2,
+                         max_input_message_chars=limits.max_input_message_chars // 2,
                          max_system_prompt_chars=limits.max_system_prompt_chars // 2)
     text = trim(text, limits.max_trajectory_chars, 0.5)
     final = _plain(parse_messages(t.output))

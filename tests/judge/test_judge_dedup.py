@@ -75,3 +75,16 @@ def test_tool_arguments_equal_to_the_call_are_not_repeated() -> None:
     text = render(evaluation(), CompactionConfig()).trajectory
     assert 'calls: get_reservation({"id": "ABC123"})' in text
     assert "tool get_reservation args: (as called)" in text
+
+
+def test_input_prompts_cut_shorter_than_outputs() -> None:
+    from otel_eval.judge.render import _Renderer
+    from otel_eval.model import Step
+
+    prompt, answer = "template line. " * 200, "answer line. " * 120  # 3000 and 1560 chars
+    step = Step(index=1, span_id="s1", parent_span_id=None, kind="llm", name="chat",
+                input_text=json.dumps([{"role": "user", "content": prompt}]),
+                output_text=json.dumps([{"role": "assistant", "content": answer}]))
+    text = "\n".join(_Renderer(CompactionConfig()).llm(step))
+    assert "[... 2040 chars trimmed ...]" in text  # the prompt, cut to 1000
+    assert answer.strip() in text  # the output, under its 2000 limit
