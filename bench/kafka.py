@@ -16,7 +16,8 @@ spans/s = spans / time. The 0.2 s assembly grace is part of that time.
 Rounds alternate 1 and 2 workers (the machine is shared and noisy); the median per worker
 count is reported with the ratio. Also reported: CPU seconds used by the workers and by this
 process (mostly the mock brokers serving fetches) in the timed window, and spans per worker
-CPU-second, which other load on the machine disturbs much less than wall-clock figures.
+CPU-second and the cores the workers got (CPU-s / wall s): other load on the machine
+decides the second, hardly the first.
 Prints one ``BENCH {json}`` line. Loopback only; every wait is time-bounded.
 """
 
@@ -146,6 +147,7 @@ def run_once(mc: MockCluster, workers: int, n: int, spans: int, work: Path,
             "seconds": round(elapsed, 3), "spans_per_s": round(n * spans / elapsed),
             "traces_per_worker": per_worker, "worker_cpu_s": [round(c, 2) for c in cpu],
             "spans_per_worker_cpu_s": round(n * spans / sum(cpu)) if sum(cpu) else None,
+            "worker_cores": round(sum(cpu) / elapsed, 2),
             "bench_process_cpu_s": round(self_cpu, 2)}
 
 
@@ -165,8 +167,8 @@ def main() -> None:
                 runs.append(run)
                 print(f"round {r + 1}: {workers} worker(s) {run['spans_per_s']:>7} spans/s "
                       f"({run['seconds']} s; traces per worker {run['traces_per_worker']}; "
-                      f"worker CPU {run['worker_cpu_s']} s; mock brokers "
-                      f"{run['bench_process_cpu_s']} s)", flush=True)
+                      f"worker CPU {run['worker_cpu_s']} s = {run['worker_cores']} cores; "
+                      f"mock brokers {run['bench_process_cpu_s']} s)", flush=True)
     med = {w: statistics.median(r["spans_per_s"] for r in runs if r["workers"] == w)
            for w in (1, 2)}
     per_cpu = {w: statistics.median(r["spans_per_worker_cpu_s"] for r in runs
