@@ -45,21 +45,39 @@ def _serialized(msg: dict[str, Any], system: dict[str, str]) -> str:
     return system[content]
 
 
+def _results(traj: list[dict[str, Any]]) -> dict[tuple[int, Any], Any]:
+    """(position of the assistant message, call id) -> the content of the first tool message
+    after it answering that id. Runs reuse call ids (25 of the 100 airline runs do), so an
+    id alone can name another call's result."""
+    out: dict[tuple[int, Any], Any] = {}
+    open_calls: dict[Any, int] = {}  # call id -> position of the call still unanswered
+    for pos, msg in enumerate(traj):
+        role = msg.get("role")
+        if role == "assistant":
+            for call in msg.get("tool_calls") or ():
+                open_calls[call.get("id")] = pos
+        elif role == "tool":
+            call_pos = open_calls.pop(msg.get("tool_call_id"), None)
+            if call_pos is not None:
+                out[(call_pos, msg.get("tool_call_id"))] = msg.get("content")
+    return out
+
+
 def _run(run: dict[str, Any], index: int, path: Path, config: TrajectoryConfig,
          system: dict[str, str]) -> Trace:
     trace = ChatTrace(f"{path.name}:{index}", index, "tau-bench")
     traj = run["traj"]
-    results = {m.get("tool_call_id"): m.get("content") for m in traj if m.get("role") == "tool"}
+    results = _results(traj)
     history: list[str] = []
     first_user = last_answer = None
-    for msg in traj:
+    for pos, msg in enumerate(traj):
         serialized = _serialized(msg, system)
         role = msg.get("role")
         if role == "assistant":
             trace.chat(history, serialized, "tool_call" if msg.get("tool_calls") else "stop")
             for call in msg.get("tool_calls") or ():
                 fn = call.get("function") or {}
-                result = results.get(call.get("id"))
+                result = results.get((pos, call.get("id")))
                 result = None if result is None else str(result)
                 trace.tool(str(fn.get("name")), call.get("id"), fn.get("arguments"), result,
                            _tool_error(result))

@@ -100,3 +100,24 @@ def test_mini_swe_agent_traj() -> None:
     assert (t.task_id, t.agent, t.service) == ("demo__demo-1", "mini-swe-agent", "mini-swe-agent")
     assert t.root_attributes["mini_swe_agent.exit_status"] == "Submitted"
     assert "diff --git" in (t.output or "")
+
+
+def test_tau_bench_reused_call_ids_get_their_own_results(tmp_path: Path) -> None:
+    """Real runs reuse ids (25 of the 100 airline runs): each call takes the first answer
+    after it, not the last message carrying the id."""
+    def call(name: str) -> dict[str, object]:
+        return {"id": "call_x", "type": "function",
+                "function": {"name": name, "arguments": "{}"}}
+
+    traj = [{"role": "user", "content": "hi"},
+            {"role": "assistant", "content": None, "tool_calls": [call("first")]},
+            {"role": "tool", "tool_call_id": "call_x", "content": "one"},
+            {"role": "assistant", "content": None, "tool_calls": [call("second")]},
+            {"role": "tool", "tool_call_id": "call_x", "content": "two"},
+            {"role": "assistant", "content": "done"}]
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps([{"task_id": 1, "reward": 1.0, "traj": traj}]))
+    (trace,) = load_file(path)
+    t = build_trajectory(trace, CFG)
+    assert [(s.tool_name, s.result) for s in t.tool_steps] == [("first", "one"),
+                                                                ("second", "two")]
