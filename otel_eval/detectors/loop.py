@@ -14,6 +14,8 @@ from __future__ import annotations
 import difflib
 from collections import Counter
 from collections.abc import Sequence
+from itertools import accumulate
+from operator import add
 
 from otel_eval.detectors.calls import Call, Context, call_label, calls_for
 from otel_eval.detectors.config import DetectorsConfig, LoopConfig
@@ -127,16 +129,53 @@ def _common(x: Counter[str], y: Counter[str]) -> int:
     return sum(min(n, y[w]) for w, n in x.items() if w in y)
 
 
+def _spaced(words: list[str]) -> tuple[str, list[int]]:
+    """``" w0 w1 ... wn "`` and the offset of the space before each word (and the last)."""
+    bounds = [0]
+    bounds += map(add, accumulate(map(len, words)), range(1, len(words) + 1))
+    return f" {' '.join(words)} ", bounds
+
+
+def _shares_a_run(a: tuple[str, list[int]], b: str, total: int, threshold: float) -> bool:
+    """False only when the word-level difflib ratio of outputs ``a`` and ``b`` (as
+    ``_spaced``, ``total`` words together) is below threshold.
+
+    A ratio >= threshold means at most ``d = (1 - threshold) * total`` words are inserted or
+    deleted between them (difflib's matches are a common subsequence). Each such edit breaks
+    at most one of ``a``'s consecutive pieces, so cut into more than ``d`` pieces, one piece
+    appears unbroken, word for word, in ``b``: a few substring searches reject unrelated
+    outputs before any counting."""
+    text, bounds = a
+    n = len(bounds) - 1
+    pieces = int((1 - threshold) * total) + 2  # + 2: d rounded up, and one more piece than d
+    if pieces > n:
+        return True  # pieces of single words could all be edited away: no bound
+    size, extra = divmod(n, pieces)
+    start = 0
+    for p in range(pieces):
+        end = start + size + (p < extra)
+        if text[bounds[start]:bounds[end] + 1] in b:
+            return True
+        start = end
+    return False
+
+
 def _similar(words: list[list[str]], j: int, threshold: float,
-             counts: dict[int, Counter[str]]) -> bool:
+             counts: dict[int, Counter[str]],
+             spaced: dict[int, tuple[str, list[int]]]) -> bool:
     """Word-level difflib ratio of outputs ``j`` and ``j + 1`` >= threshold, with the cheap
-    upper bounds tried first; word counts are kept in ``counts`` (each output is compared
-    with both neighbours)."""
+    upper bounds tried first; word counts and spaced texts are kept in ``counts`` and
+    ``spaced`` (each output is compared with both neighbours)."""
     a, b = words[j], words[j + 1]
     if a == b:
         return True
     total = len(a) + len(b)
     if not total or 2 * min(len(a), len(b)) / total < threshold:
+        return False
+    for k in (j, j + 1):
+        if k not in spaced:
+            spaced[k] = _spaced(words[k])
+    if not _shares_a_run(spaced[j], spaced[j + 1][0], total, threshold):
         return False
     for k in (j, j + 1):
         if k not in counts:
@@ -154,12 +193,13 @@ def stagnation(llm_steps: Sequence[Step], cfg: LoopConfig) -> list[Finding]:
         if len(w) > _MAX_COMPARE_WORDS:
             words[k] = w[:_MAX_COMPARE_WORDS]
     counts: dict[int, Counter[str]] = {}
+    spaced: dict[int, tuple[str, list[int]]] = {}
     out, i = [], 0
     while i < len(texts):
         j = i
         if len(texts[i][1]) >= cfg.stagnation_min_chars:
             while j + 1 < len(texts) and _similar(words, j, cfg.stagnation_similarity,
-                                                  counts):
+                                                  counts, spaced):
                 j += 1
         if j - i + 1 >= cfg.stagnation_min_run:
             run = [s for s, _ in texts[i:j + 1]]
