@@ -15,6 +15,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from google.protobuf import json_format
@@ -77,17 +78,23 @@ def anyvalue_to_python(v: AnyValue) -> Any:
 
 
 def attributes_to_dict(kvs: Iterable[KeyValue]) -> dict[str, Any]:
-    return {kv.key: anyvalue_to_python(kv.value) for kv in kvs}
+    out: dict[str, Any] = {}
+    for kv in kvs:  # strings inline: most values are, and a call per value costs ~15 %
+        v = kv.value
+        out[kv.key] = (v.string_value if v.WhichOneof("value") == "string_value"
+                       else anyvalue_to_python(v))
+    return out
+
+
+def _materialize(pb: trace_pb2.Span) -> tuple[dict[str, Any], list[SpanEvent]]:
+    attrs = attributes_to_dict(pb.attributes)
+    events = [SpanEvent(e.name, e.time_unix_nano, attributes_to_dict(e.attributes))
+              for e in pb.events] if len(pb.events) else []
+    return attrs, events
 
 
 def _lazy_attrs(pb: trace_pb2.Span) -> Any:
-    def materialize() -> tuple[dict[str, Any], list[SpanEvent]]:
-        attrs = attributes_to_dict(pb.attributes)
-        events = [SpanEvent(e.name, e.time_unix_nano, attributes_to_dict(e.attributes))
-                  for e in pb.events]
-        return attrs, events
-
-    return materialize
+    return partial(_materialize, pb)  # a C object: cheaper to make than a closure
 
 
 def decode_request(req: ExportTraceServiceRequest) -> DecodeResult:
