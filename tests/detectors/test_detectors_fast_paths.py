@@ -68,3 +68,34 @@ def test_message_json_equals_dumps_of_genai_message() -> None:
     for _ in range(20_000):
         m = _message(rng)
         assert message_json(m) == dumps(genai_message(m)), m
+
+
+def test_stagnation_precheck_never_rejects_a_similar_pair() -> None:
+    """The pigeonhole pre-check may only say False when difflib's word ratio is below the
+    threshold (random near-duplicates and unrelated outputs, several thresholds)."""
+    import difflib
+
+    from otel_eval.detectors.loop import _shares_a_run, _spaced
+
+    rng = random.Random(3)
+    vocab = [f"w{i}" for i in range(12)]
+    rejected = 0
+    for _ in range(20_000):
+        a = [rng.choice(vocab) for _ in range(rng.randint(1, 30))]
+        b = list(a)
+        for _ in range(rng.randint(0, 6)):  # a few edits: insert, delete, replace
+            op = rng.randrange(3)
+            if op == 0:
+                b.insert(rng.randint(0, len(b)), rng.choice(vocab))
+            elif b and op == 1:
+                del b[rng.randrange(len(b))]
+            elif b:
+                b[rng.randrange(len(b))] = rng.choice(vocab)
+        if rng.random() < 0.3:
+            b = [rng.choice(vocab) for _ in range(rng.randint(1, 30))]
+        threshold = rng.choice([0.8, 0.9, 0.95])
+        if not _shares_a_run(_spaced(a), _spaced(b)[0], len(a) + len(b), threshold):
+            rejected += 1
+            ratio = difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+            assert ratio < threshold, (a, b, threshold)
+    assert rejected > 1_000  # the pre-check does reject unrelated outputs
