@@ -45,18 +45,19 @@ class LoopThread:
         if not self._thread.is_alive():
             return
         with contextlib.suppress(Exception):
-            self.run(self._cancel_rest(), timeout_s=10)
+            self.run(cancel_leftovers(), timeout_s=10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join()
         self.loop.close()
 
-    @staticmethod
-    async def _cancel_rest() -> None:
-        """What ``asyncio.run`` does at exit: cancel leftover tasks (libraries' background
-        workers, e.g. litellm's logging worker), then close async generators."""
-        me = asyncio.current_task()
-        rest = [t for t in asyncio.all_tasks() if t is not me]
-        for t in rest:
-            t.cancel()
-        await asyncio.gather(*rest, return_exceptions=True)
-        await asyncio.get_running_loop().shutdown_asyncgens()
+
+
+async def cancel_leftovers() -> None:
+    """What ``asyncio.run`` does at exit, on the running loop: cancel leftover tasks
+    (libraries' background workers, e.g. litellm's logging worker), close async generators."""
+    me = asyncio.current_task()
+    rest = [t for t in asyncio.all_tasks() if t is not me]
+    for t in rest:
+        t.cancel()
+    await asyncio.gather(*rest, return_exceptions=True)
+    await asyncio.get_running_loop().shutdown_asyncgens()

@@ -151,7 +151,7 @@ class EvalRun:
     def judged(self, out: Iterator[Any]) -> Iterator[Any]:
         """``out`` through the judge when one is configured (else unchanged)."""
         jc = self.cfg.judge
-        if not (jc.model and jc.enabled):
+        if not jc.active:
             return out
         from dataclasses import replace as dc_replace
 

@@ -65,7 +65,7 @@ class Service:
         self.evaluator = Evaluator(config, budget_overrides=self.options.budget_overrides,
                                    references_path=self.options.references_path)
         kc = config.kafka
-        needs_loop = bool(config.judge.model and config.judge.enabled) or kc.enabled
+        needs_loop = config.judge.active or kc.enabled
         self.loop = LoopThread() if needs_loop else None
         if self.loop is not None:
             self.loop.start()
@@ -105,7 +105,7 @@ class Service:
         if ec.events_endpoint:
             from otel_eval.results.events import EvaluationEvents
             events = EvaluationEvents(ec, self.metrics)
-        if jc.model and jc.enabled and self.loop is not None:
+        if jc.active and self.loop is not None:
             from otel_eval.judge.stage import JudgeStage
             sinks.append(JudgeStage(jc, self.loop, self.store, self.metrics, events))
         if events is not None:

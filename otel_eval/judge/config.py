@@ -117,6 +117,11 @@ class JudgeConfig:
     redaction: RedactionConfig = field(default_factory=RedactionConfig)
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
 
+    @property
+    def active(self) -> bool:
+        """A model is set and the judge is not switched off: traces get judged."""
+        return bool(self.model and self.enabled)
+
     def __post_init__(self) -> None:
         for name in ("tau_task", "tau_process", "low_score_threshold"):
             if not 0.0 <= getattr(self, name) <= 1.0:

@@ -55,7 +55,7 @@ class Judge:
 
     @property
     def enabled(self) -> bool:
-        return bool(self.config.model and self.config.enabled)
+        return self.config.active
 
     def over_budget(self) -> bool:
         return self.client.over_budget()

@@ -63,4 +63,4 @@ class JudgeNamer:
 
 def judge_namer(config: JudgeConfig) -> JudgeNamer | None:
     """The namer when a judge model is configured; None keeps deterministic names."""
-    return JudgeNamer(config) if config.model and config.enabled else None
+    return JudgeNamer(config) if config.active else None

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from otel_eval.aio import cancel_leftovers
 from otel_eval.judge.client import close_clients
 from otel_eval.judge.judge import Judge
 from otel_eval.judge.sampling import sampled
@@ -86,14 +87,6 @@ def judged(evaluations: Iterable[Evaluation], judge: Judge, spend: Spend,
         for _, task in window:
             if task is not None:
                 task.cancel()
-        loop.run_until_complete(_close(loop))
+        loop.run_until_complete(close_clients())  # litellm caches HTTP clients per loop
+        loop.run_until_complete(cancel_leftovers())
         loop.close()
-
-
-async def _close(loop: asyncio.AbstractEventLoop) -> None:
-    rest = [t for t in asyncio.all_tasks(loop) if t is not asyncio.current_task()]
-    for t in rest:
-        t.cancel()
-    await asyncio.gather(*rest, return_exceptions=True)
-    await close_clients()  # litellm caches HTTP clients per loop
-    await loop.shutdown_asyncgens()

@@ -30,10 +30,9 @@ if TYPE_CHECKING:
 
 
 def root_span_id(evaluation: Evaluation) -> str:
+    """Trajectory steps are in tree order: the first is the (first) root span."""
     steps = evaluation.trajectory.steps
-    roots = [s for s in steps if s.parent_span_id is None and not s.rebuilt]
-    pool = roots or steps
-    return pool[0].span_id if pool else ""
+    return steps[0].span_id if steps else ""
 
 
 class JudgeStage:

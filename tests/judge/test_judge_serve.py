@@ -9,7 +9,6 @@ import json
 import re
 import sys
 from collections.abc import Iterator
-from concurrent import futures
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,6 @@ from typing import Any
 import grpc
 from judge_fake_llm import FakeLLM, Reply, completion, error, good
 from judge_fixtures import combined_reply
-from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from prometheus_client import CollectorRegistry
 
@@ -28,7 +26,7 @@ from otel_eval.service import Service
 from otel_eval.store import Store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "results"))
-from results_downstream import Downstream, LogsServicer
+from results_downstream import Downstream, serving
 
 TRACE_ID = "5bf92f3577b34da6a3ce929d0e0e4736"
 ROOT, LLM1, TOOL, LLM2 = "a0f067aa0ba902b7", "a111111111111111", "a222222222222222", \
@@ -93,19 +91,6 @@ def _serve(tmp_path: Path, llm: FakeLLM, events: Downstream | None = None
         svc.shutdown(deadline_s=20)  # drains the judge queue before it returns
 
 
-@contextmanager
-def _events() -> Iterator[Downstream]:
-    ds = Downstream()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    logs_service_pb2_grpc.add_LogsServiceServicer_to_server(LogsServicer(ds), server)
-    ds.port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        yield ds
-    finally:
-        server.stop(grace=None)
-
-
 def _stored(tmp_path: Path) -> dict[str, Any]:
     store = Store(str(tmp_path / "r.db"))
     try:
@@ -123,7 +108,7 @@ def _sample(svc: Service, name: str, **labels: str) -> float:
 def test_serve_judges_stored_traces_and_emits_judge_events(llm: FakeLLM,
                                                            tmp_path: Path) -> None:
     llm.route = _scripted
-    with _events() as ds, _serve(tmp_path, llm, ds) as svc:
+    with serving() as ds, _serve(tmp_path, llm, ds) as svc:
         pass
     body = _stored(tmp_path)
     judge = body["judge"]

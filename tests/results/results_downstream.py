@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from concurrent import futures
+from contextlib import contextmanager
 from typing import Any
 
 import grpc
@@ -56,3 +59,18 @@ class LogsServicer(logs_service_pb2_grpc.LogsServiceServicer):
 
     def Export(self, request: Any, context: Any) -> Any:
         return self.ds.Export(request, context)
+
+
+@contextmanager
+def serving() -> Iterator[Downstream]:
+    """A ``Downstream`` served on 127.0.0.1, port 0 (``.port``), stopped on exit."""
+    ds = Downstream()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(ds, server)
+    logs_service_pb2_grpc.add_LogsServiceServicer_to_server(LogsServicer(ds), server)
+    ds.port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield ds
+    finally:
+        server.stop(grace=None)
