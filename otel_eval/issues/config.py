@@ -29,7 +29,7 @@ class GrafanaConfig:
 @dataclass(frozen=True)
 class IssuesConfig:
     # Seconds between clustering runs in `serve`; 0 disables the periodic job. Default 300:
-    # a run over 10k evaluations takes ~3.5 s on one core (bench/README.md), about 1 % of it.
+    # a run over 18k critiques takes ~10 s on one core (bench/README.md), ~3 % of it.
     interval_s: float = 300.0
     # Evaluations from the last window_s seconds are clustered in one run, seconds.
     # The previous window (for trend) is the share stored by the previous run.
