@@ -1,8 +1,8 @@
 """The configuration reference, rendered from the config dataclasses themselves.
 
 ``otel-eval config`` prints every key with its default and the comment written above the
-field in the source, as a YAML file one can edit. The README embeds the same text and a test
-keeps the two equal, so the reference cannot drift from the code.
+field in the source, as a YAML file one can edit. docs/configuration.md embeds the same text
+and a test keeps the two equal, so the reference cannot drift from the code.
 """
 
 from __future__ import annotations
