@@ -1,0 +1,141 @@
+"""The conformance corpus as data: stacks, recordings, expectations, and the docs table.
+
+- ``stacks()``: each ``stacks/<name>/stack.yaml``;
+- ``recording(stack, scenario)``: ``recordings/<stack>/<scenario>.json`` (see ``record.py``);
+- ``expectation(stack, scenario)``: ``expected.yaml``'s per-scenario defaults, the stack's
+  agent name and the stack's overrides merged (an override needs a ``reason``);
+- ``problems(evaluation, expectation)``: how a stored per-trace evaluation differs from what a
+  careful human would conclude (empty when it conforms);
+- ``instrumentations_doc()``: the generated tables of docs/instrumentations.md.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+SCENARIOS = ("clean", "loop", "distinct", "tool_error", "non_terminating", "remote_parent",
+             "streaming")
+# Expectation keys that are not checks.
+_META = ("xfail", "reason")
+
+
+@cache
+def stacks() -> dict[str, dict[str, Any]]:
+    out = {}
+    for path in sorted((HERE / "stacks").glob("*/stack.yaml")):
+        out[path.parent.name] = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return out
+
+
+def recording_path(stack: str, scenario: str) -> Path:
+    return HERE / "recordings" / stack / f"{scenario}.json"
+
+
+def recording(stack: str, scenario: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(recording_path(stack, scenario).read_text("utf-8"))
+    return data
+
+
+def recorded() -> list[tuple[str, str]]:
+    """Every (stack, scenario) with a recording, in stack then scenario order."""
+    return [(s, sc) for s in stacks() for sc in SCENARIOS if recording_path(s, sc).is_file()]
+
+
+@cache
+def _expected() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((HERE / "expected.yaml").read_text("utf-8"))
+    return data
+
+
+def expectation(stack: str, scenario: str) -> dict[str, Any]:
+    exp = _expected()
+    out = dict(exp["defaults"][scenario])
+    out["agent"] = stacks()[stack]["agent"]
+    override = (exp.get("stacks") or {}).get(stack, {}).get(scenario) or {}
+    if set(override) - {"xfail"} and not override.get("reason"):
+        raise ValueError(f"expected.yaml: {stack}/{scenario} overrides without a reason")
+    out.update(override)
+    return out
+
+
+def _tool_steps(ev: dict[str, Any]) -> list[dict[str, Any]]:
+    return [s for s in ev["steps"] if s["kind"] == "tool"]
+
+
+def observed(ev: dict[str, Any]) -> dict[str, Any]:
+    """The facts of a stored evaluation that expectations speak about."""
+    findings = ev["findings"]
+    detectors = {f["detector"] for f in findings}
+    tools = _tool_steps(ev)
+    recovery = {f["kind"] for f in findings if f["detector"] == "recovery"}
+    return {
+        "agent": ev["agent"],
+        "status": ev["status"],
+        "passed": (ev.get("verdict") or {}).get("passed"),
+        "loop": "loop" in detectors,
+        "non_terminated": "non_termination" in detectors,
+        "tool_errors": sum(1 for s in tools if s["status"] == "error"),
+        "cities": [(s.get("arguments") or {}).get("city") if isinstance(s.get("arguments"),
+                                                                         dict) else None
+                   for s in tools],
+        "recovered": "recovered" in recovery and not recovery & {"unrecovered", "gave_up"},
+    }
+
+
+def problems(ev: dict[str, Any], want: dict[str, Any]) -> list[str]:
+    got = observed(ev)
+    out = [f"{key}: expected {value!r}, got {got[key]!r}" for key, value in want.items()
+           if key not in _META and got[key] != value]
+    if out:
+        out.append("findings: " + "; ".join(f"{f['detector']}/{f['kind']}: {f['message']}"
+                                            for f in ev["findings"]))
+    return out
+
+
+# --- docs/instrumentations.md -----------------------------------------------------------------
+
+def _cell(text: Any) -> str:
+    return " ".join(str(text or "").split()).replace("|", "\\|")
+
+
+def _versions(stack: str) -> dict[str, str]:
+    for scenario in SCENARIOS:
+        if recording_path(stack, scenario).is_file():
+            return dict(recording(stack, scenario)["packages"])
+    return {}
+
+
+def instrumentations_table() -> str:
+    rows = ["| stack | package | version tested | what is read | known gaps |",
+            "|---|---|---|---|---|"]
+    for name, st in stacks().items():
+        versions = _versions(name)
+        pkgs = st.get("instrumentation") or list(st["packages"])[:1]
+        tested = ", ".join(f"{p} {versions.get(p, 'not recorded')}" for p in pkgs)
+        rows.append(f"| `{name}` | {', '.join(f'`{p}`' for p in pkgs)} | {tested} | "
+                    f"{_cell(st.get('reads'))} | {_cell(st.get('gaps'))} |")
+    return "\n".join(rows)
+
+
+def conformance_table() -> str:
+    rows = ["| stack | " + " | ".join(SCENARIOS) + " |", "|---|" + "---|" * len(SCENARIOS)]
+    for name in stacks():
+        cells = []
+        for scenario in SCENARIOS:
+            if not recording_path(name, scenario).is_file():
+                cells.append("not recorded")
+            else:  # the reasons are in expected.yaml
+                cells.append("not yet" if expectation(name, scenario).get("xfail") else "yes")
+        rows.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def instrumentations_doc() -> dict[str, str]:
+    """Generated sections of docs/instrumentations.md, by marker name."""
+    return {"instrumentations": instrumentations_table(), "conformance": conformance_table()}

@@ -1,0 +1,152 @@
+"""Agent-side code shared by the stacks' agent programs (runs in a stack's venv, not otel-eval's).
+
+- ``setup()``: the OTel SDK as a user sets it up: TracerProvider + BatchSpanProcessor + the
+  OTLP/HTTP protobuf span exporter, and (``logs=True``) a LoggerProvider + the OTLP log
+  exporter for stacks that emit GenAI events as log records. Endpoint, protocol and service
+  name come from the standard OTEL_* environment set by ``record.py``.
+- ``prompt()``, ``OPENAI_TOOL``: the user prompt with its ``[scenario:NAME]`` marker and the
+  get_weather tool as offered to the LLM.
+- ``Tool``: the tool body; raises for Atlantis, and in ``non_terminating`` flushes telemetry
+  and ``os._exit(0)``s on its 3rd call (a run that never ends: its open spans are never sent).
+- ``remote_parent()``: the context extracted from a fixed W3C traceparent (remote_parent only).
+- ``chat_loop()``: a small agent loop with the official ``openai`` client (ask with the tool
+  offered, run requested tools, feed results back, until a final answer), streaming in the
+  ``streaming`` scenario.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/conformance
+import scenarios
+
+AGENT_NAME = "weather_agent"
+MODEL = "gpt-4o-mini"
+MAX_TURNS = 12  # bounds every loop; the scripted scenarios need at most 7
+OPENAI_TOOL = {"type": "function",
+               "function": {"name": scenarios.TOOL_NAME, "description": scenarios.TOOL_DESCRIPTION,
+                            "parameters": scenarios.TOOL_PARAMETERS}}
+_providers: list[Any] = []
+
+
+def setup(logs: bool = False) -> None:
+    """Install the global tracer (and logger) providers exporting OTLP/HTTP protobuf."""
+    from opentelemetry import trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    resource = Resource.create()  # service.name from OTEL_SERVICE_NAME
+    tp = TracerProvider(resource=resource)
+    tp.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(tp)
+    _providers.append(tp)
+    if logs:
+        from opentelemetry._logs import set_logger_provider
+        from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+        from opentelemetry.sdk._logs import LoggerProvider
+        from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+
+        lp = LoggerProvider(resource=resource)
+        lp.add_log_record_processor(BatchLogRecordProcessor(OTLPLogExporter()))
+        set_logger_provider(lp)
+        _providers.append(lp)
+        try:  # the Events API, still used by some instrumentations
+            from opentelemetry._events import set_event_logger_provider
+            from opentelemetry.sdk._events import EventLoggerProvider
+            set_event_logger_provider(EventLoggerProvider(lp))
+        except ImportError:
+            pass
+
+
+def flush() -> None:
+    for p in _providers:
+        p.force_flush()
+
+
+def shutdown() -> None:
+    for p in _providers:
+        p.shutdown()
+
+
+def prompt(scenario: str) -> str:
+    return f"What is the weather in Paris? [scenario:{scenario}]"
+
+
+class Tool:
+    """The get_weather body with the scenarios' side effects; ``calls`` counts invocations."""
+
+    def __init__(self, scenario: str) -> None:
+        self.scenario = scenario
+        self.calls = 0
+
+    def __call__(self, city: str) -> str:
+        self.calls += 1
+        if self.scenario == "non_terminating" and self.calls == 3:
+            flush()  # what was already finished reaches the collector; the open spans never do
+            os._exit(0)
+        return scenarios.weather(city)
+
+
+def remote_parent(scenario: str) -> Any:
+    """The context to run the agent in: extracted from a traceparent in remote_parent."""
+    if scenario != "remote_parent":
+        return None
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+    return TraceContextTextMapPropagator().extract({"traceparent": scenarios.TRACEPARENT})
+
+
+def _ask(client: Any, messages: list[dict[str, Any]], stream: bool) -> dict[str, Any]:
+    """One chat completion -> the assistant message as a dict (streams are accumulated)."""
+    kwargs: dict[str, Any] = {"model": MODEL, "messages": messages, "tools": [OPENAI_TOOL]}
+    if not stream:
+        msg = client.chat.completions.create(**kwargs).choices[0].message
+        return msg.model_dump(exclude_none=True)
+    content, calls = "", {}
+    for chunk in client.chat.completions.create(**kwargs, stream=True,
+                                                stream_options={"include_usage": True}):
+        for choice in chunk.choices:
+            content += choice.delta.content or ""
+            for d in choice.delta.tool_calls or []:
+                c = calls.setdefault(d.index, {"id": "", "type": "function",
+                                               "function": {"name": "", "arguments": ""}})
+                c["id"] += d.id or ""
+                if d.function is not None:
+                    c["function"]["name"] += d.function.name or ""
+                    c["function"]["arguments"] += d.function.arguments or ""
+    msg: dict[str, Any] = {"role": "assistant", "content": content or None}
+    if calls:
+        msg["tool_calls"] = [calls[i] for i in sorted(calls)]
+    return msg
+
+
+def chat_loop(client: Any, scenario: str, run_tool: Callable[[dict[str, Any]], str]) -> str:
+    """Run the agent to its final answer. ``run_tool(call)`` runs one requested tool call
+    (an OpenAI tool-call dict) and returns its result; an exception it raises is fed back to
+    the LLM as the tool's result, as agent frameworks do."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a weather assistant. Use get_weather."},
+        {"role": "user", "content": prompt(scenario)}]
+    for _ in range(MAX_TURNS):
+        msg = _ask(client, messages, stream=scenario == "streaming")
+        messages.append(msg)
+        if not msg.get("tool_calls"):
+            return str(msg.get("content") or "")
+        for call in msg["tool_calls"]:
+            try:
+                result = run_tool(call)
+            except Exception as e:
+                result = f"Error: {e}"
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+    raise RuntimeError(f"no final answer after {MAX_TURNS} turns")
+
+
+def arguments(call: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(call["function"]["arguments"] or "{}")
