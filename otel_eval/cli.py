@@ -155,9 +155,11 @@ class EvalRun:
             return out
         from dataclasses import replace as dc_replace
 
+        from otel_eval.judge.client import check_credentials
         from otel_eval.judge.judge import Judge
         from otel_eval.judge.offline import Spend, judged
 
+        check_credentials(jc)
         max_cost = getattr(self.args, "max_cost_usd", None)
         if max_cost is not None:  # the explicit cap replaces the hourly budget
             jc = dc_replace(jc, max_cost_usd_per_hour=0.0)

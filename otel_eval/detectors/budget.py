@@ -8,7 +8,6 @@ a model litellm does not know makes the cost *unknown* (reported, never an excep
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
@@ -26,11 +25,10 @@ _LABELS = {"steps": "steps", "llm_calls": "LLM calls", "tool_calls": "tool calls
 
 @lru_cache(maxsize=1)
 def _price_map() -> Mapping[str, Any]:
-    # Imported lazily: litellm takes seconds to import. The detectors do no network I/O, so
-    # ask litellm for its bundled price map instead of fetching the latest one at import.
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    # Imported lazily: litellm takes seconds to import. otel_eval.llm makes it use its
+    # packaged price map (no network I/O at import).
     try:
-        import litellm
+        from otel_eval.llm import litellm
     except Exception:  # litellm missing or broken: every model's cost is unknown
         return {}
     return dict(getattr(litellm, "model_cost", {}) or {})

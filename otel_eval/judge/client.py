@@ -21,14 +21,14 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import jsonschema
-import litellm
 
+from otel_eval.config import ConfigError
 from otel_eval.judge.config import JudgeConfig
 from otel_eval.judge.limits import CostBudget, RateLimiter
 from otel_eval.judge.schemas import Schema
+from otel_eval.llm import PLACEHOLDER_API_KEY, litellm, missing_credentials
 
 log = logging.getLogger(__name__)
-litellm.suppress_debug_info = True  # otherwise every provider error prints a banner to stdout
 
 CallStatus = Literal["ok", "parse_error", "timeout", "rate_limited", "error", "budget_exceeded"]
 Messages = list[dict[str, str]]
@@ -94,6 +94,19 @@ def parse_reply(text: str, schema: Schema, check: Check | None = None) -> tuple[
     return (None, problem) if problem else (data, "")
 
 
+def check_credentials(config: JudgeConfig) -> None:
+    """Refuse, once at startup, a judge whose provider key is missing, rather than fail every
+    call with "Missing credentials". With ``api_base`` set a missing key is fine (see
+    ``JudgeClient``): a local OpenAI-compatible server needs none."""
+    if not config.active or config.api_base:
+        return
+    missing = missing_credentials(config.model, config.api_base)
+    if missing:
+        raise ConfigError([f"judge.model: {config.model} needs {' or '.join(missing)} in the "
+                           "environment (or judge.api_base: a local OpenAI-compatible server "
+                           "needs no key)"])
+
+
 class JudgeClient:
     def __init__(self, config: JudgeConfig, *, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -107,6 +120,7 @@ class JudgeClient:
         self.limiter = RateLimiter(config.requests_per_min, config.tokens_per_min)
         self.budget = CostBudget(config.max_cost_usd_per_hour)
         self._semaphore: asyncio.Semaphore | None = None  # created on the caller's loop
+        self._api_key: str | None = None  # resolved on the first request
 
     def over_budget(self) -> bool:
         return self.budget.exceeded(self.clock())
@@ -146,6 +160,12 @@ class JudgeClient:
         }
         if c.api_base:
             kwargs["api_base"] = c.api_base
+        if c.api_base:
+            if self._api_key is None:  # the openai client sends nothing without a key
+                missing = missing_credentials(c.model, c.api_base)
+                self._api_key = PLACEHOLDER_API_KEY if missing else ""
+            if self._api_key:
+                kwargs["api_key"] = self._api_key
         if c.response_format == "json_schema":
             kwargs["response_format"] = {"type": "json_schema", "json_schema": {
                 "name": f"{name}_grade", "schema": schema, "strict": False}}

@@ -26,9 +26,11 @@ from otel_eval.model import Evaluation
 class Spend:
     """What the judge cost over a run: the ``eval`` cost line."""
 
-    judged: int = 0
+    judged: int = 0  # traces whose judging succeeded (status ok, or partial)
+    failed: dict[str, int] = field(default_factory=dict)  # traces whose every judge failed
     skipped: dict[str, int] = field(default_factory=dict)
     calls: int = 0
+    failed_calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
@@ -39,17 +41,26 @@ class Spend:
             reason = str(judged.get("overall", {}).get("reason", "skipped"))
             self.skipped[reason] = self.skipped.get(reason, 0) + 1
             return
-        self.judged += 1
+        status = str(judged.get("overall", {}).get("status", "ok"))
+        if status in ("ok", "partial"):
+            self.judged += 1
+        else:
+            self.failed[status] = self.failed.get(status, 0) + 1
         self.calls += int(totals["calls"])
+        self.failed_calls += int(totals.get("failed_calls", 0))
         self.input_tokens += int(totals["tokens"]["input"])
         self.output_tokens += int(totals["tokens"]["output"])
         self.cost_usd += float(totals["cost_usd"])
 
     def line(self, model: str) -> str:
         skipped = ", ".join(f"{n} {r}" for r, n in sorted(self.skipped.items()))
+        failed = ", ".join(f"{n} {r}" for r, n in sorted(self.failed.items()))
         return (f"judge {model}: {self.judged} traces judged in {self.calls} calls, "
                 f"{self.input_tokens} input + {self.output_tokens} output tokens, "
-                f"${self.cost_usd:.4f}" + (f"; skipped: {skipped}" if skipped else ""))
+                f"${self.cost_usd:.4f}"
+                + (f"; failed calls: {self.failed_calls}" if self.failed_calls else "")
+                + (f"; failed traces: {failed}" if failed else "")
+                + (f"; skipped: {skipped}" if skipped else ""))
 
 
 def _skipped(reason: str) -> dict[str, Any]:

@@ -5,7 +5,7 @@
                        [error], [via], [steps | turns | criteria | by_node]}},
      "overall": {status, process_score, outcome_score, outcome_source, passed, lucky_pass,
                  tau_task, tau_process},
-     "totals": {tokens, cost_usd, latency_s, calls}}
+     "totals": {tokens, cost_usd, latency_s, calls, failed_calls}}
 
 Every score has a critique: ``critiques`` items are {dimension, score, text, span_id, node,
 step_index} (span_id/node/step_index None for trace-level ones), the shape the issue-clustering
@@ -38,6 +38,7 @@ class Collector:
     def __init__(self, model: str) -> None:
         self.model = model
         self.judges: dict[str, dict[str, Any]] = {}
+        self.failed_calls = 0  # calls whose status is not "ok" (the run's summary counts them)
 
     def entry(self, name: str) -> dict[str, Any]:
         if name not in self.judges:
@@ -58,6 +59,7 @@ class Collector:
         e["cost_usd"] = round(e["cost_usd"] + result.cost_usd, 8)
         e["latency_s"] = round(e["latency_s"] + result.latency_s, 6)
         e["calls"] += 1
+        self.failed_calls += result.status != "ok"
         if result.status != "ok" and e["status"] == "ok":  # the first failure names the status
             e["status"], e["error"] = result.status, result.error
         return e
@@ -129,7 +131,7 @@ class Collector:
                            "output": sum(e["tokens"]["output"] for e in es)},
                 "cost_usd": round(sum(e["cost_usd"] for e in es), 8),
                 "latency_s": round(sum(e["latency_s"] for e in es), 6),
-                "calls": sum(e["calls"] for e in es)}
+                "calls": sum(e["calls"] for e in es), "failed_calls": self.failed_calls}
 
 
 def overall(judges: dict[str, dict[str, Any]], label: float | None, tau_task: float,

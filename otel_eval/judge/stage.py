@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from otel_eval.aio import LoopThread
-from otel_eval.judge.client import close_clients
+from otel_eval.judge.client import check_credentials, close_clients
 from otel_eval.judge.config import JudgeConfig
 from otel_eval.judge.judge import Judge
 from otel_eval.judge.rubric_cache import SqliteRubricCache
@@ -43,6 +43,7 @@ class JudgeStage:
         self.store = store
         self.metrics = metrics
         self.events = events
+        check_credentials(config)
         cache = SqliteRubricCache(store.path, ttl_s=config.rubric_ttl_days * 86400)
         self.judge = Judge(config, rubric_cache=cache, observer=metrics.judge)
         self.queue = JudgeQueue(self.judge, config.queue_size, self._done, self._skipped)

@@ -1,0 +1,88 @@
+"""The judge as a user meets it: ``eval --format jsonl --judge`` keeps stdout to JSON lines,
+litellm makes no outbound call at start, a local OpenAI-compatible server needs no key, a
+missing key is refused once at start, and failed calls are counted as failed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from judge_fake_llm import FakeLLM, error
+from test_judge_eval_cli import _trace_file
+from test_judge_serve import _scripted
+
+from otel_eval.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Imports a module with a socket guard: every name lookup or connect is recorded, then printed.
+_GUARD = """
+import importlib, json, sys
+seen = []
+sys.addaudithook(lambda event, args: seen.append([event, repr(args)[:120]])
+                 if event in ("socket.getaddrinfo", "socket.connect") else None)
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+from otel_eval.detectors.budget import model_prices
+model_prices("gpt-4o-mini")  # the budget detector's path into litellm's price map
+print(json.dumps(seen))
+"""
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("LITELLM") and k != "OPENAI_API_KEY"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    return {**env, **extra}
+
+
+def test_importing_the_judge_makes_no_outbound_call() -> None:
+    # litellm, left alone, resolves raw.githubusercontent.com at import to fetch its prices
+    done = subprocess.run([sys.executable, "-c", _GUARD, "otel_eval.judge.client"],
+                          capture_output=True, text=True, env=_env(), timeout=120, check=True)
+    assert json.loads(done.stdout.splitlines()[-1]) == []
+    assert "cost map" not in done.stderr
+
+
+def test_eval_jsonl_with_a_keyless_local_judge_prints_only_json_lines(
+        llm: FakeLLM, tmp_path: Path) -> None:
+    llm.route = _scripted
+    path = _trace_file(tmp_path, 2)
+    done = subprocess.run(
+        [sys.executable, "-m", "otel_eval.cli", "eval", str(path), "--format", "jsonl",
+         "--judge", "openai/gpt-4o-mini", "--judge-api-base", llm.api_base],
+        capture_output=True, text=True, env=_env(), timeout=120)  # no OPENAI_API_KEY
+    assert done.returncode == 0, done.stderr
+    bodies = [json.loads(line) for line in done.stdout.splitlines()]  # litellm's INFO: not JSON
+    assert [b["judge"]["overall"]["status"] for b in bodies] == ["ok", "ok"]
+    assert "2 traces judged in 2 calls" in done.stderr and "failed" not in done.stderr
+
+
+def test_a_missing_key_without_api_base_is_refused_at_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    code = main(["eval", str(_trace_file(tmp_path, 1)), "--format", "jsonl",
+                 "--judge", "openai/gpt-4o-mini"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert "judge.model: openai/gpt-4o-mini needs OPENAI_API_KEY" in err
+
+
+def test_failed_calls_are_counted_as_failed(llm: FakeLLM, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    llm.route = lambda body: error(400)  # not retried: one failed call per trace
+    (tmp_path / "c.yaml").write_text("judge:\n  max_concurrency: 1\n")
+    code = main(["eval", str(_trace_file(tmp_path, 2)), "--format", "jsonl", "--config",
+                 str(tmp_path / "c.yaml"), "--judge", "openai/gpt-4o-mini",
+                 "--judge-api-base", llm.api_base])
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert [json.loads(x)["judge"]["overall"]["status"] for x in out.splitlines()] == \
+        ["error", "error"]
+    assert "0 traces judged in 2 calls" in err
+    assert "failed calls: 2; failed traces: 2 error" in err
