@@ -4,7 +4,11 @@
                                         the scraper asks for it in Accept
     GET  /healthz                       200 while every stage is alive (liveness)
     GET  /readyz                        200 once receivers listen and until shutdown begins
-    GET  /v1/evaluations?limit=N        newest first, the per-trace JSON objects
+    GET  /v1/evaluations?service=&agent=&task_id=&status=&passed=&detector=&since=&until=
+                        &limit=&cursor=
+                                        newest first, the per-trace JSON objects, one page:
+                                        {"evaluations": [...], "next_cursor": ... | null};
+                                        a bad parameter is a 400 naming it (otel_eval.query)
     GET  /v1/evaluations/{trace_id}     one object, 404 if unknown
     POST /v1/feedback                   {"trace_id", "outcome"}: records a known outcome and
                                         re-judges the stored verdict (lucky passes)
@@ -25,6 +29,7 @@ from urllib.parse import parse_qs, urlsplit
 from prometheus_client import CollectorRegistry
 
 from otel_eval.metrics import render
+from otel_eval.query import EvaluationQuery, Page, QueryError
 from otel_eval.receiver.http import serve_http
 
 log = logging.getLogger(__name__)
@@ -37,7 +42,7 @@ class AdminApi:
     """What the admin endpoint reads; the service fills it in."""
 
     registry: CollectorRegistry
-    latest: Callable[[int], list[dict[str, Any]]]
+    query: Callable[[EvaluationQuery], Page]
     get: Callable[[str], dict[str, Any] | None]
     feedback: Callable[[str, str], dict[str, Any] | None]  # -> updated evaluation or None
     healthy: Callable[[], bool]
@@ -63,9 +68,13 @@ def make_handler(api: AdminApi) -> type[BaseHTTPRequestHandler]:
                 ok = api.healthy() if path == "/healthz" else api.ready()
                 self._json(200 if ok else 503, {"status": "ok" if ok else "unavailable"})
             elif path == "/v1/evaluations":
-                limit = self._limit(parse_qs(url.query))
-                if limit is not None:
-                    self._json(200, {"evaluations": api.latest(limit)})
+                try:
+                    query = EvaluationQuery.from_params(
+                        parse_qs(url.query, keep_blank_values=True))
+                except QueryError as e:
+                    self._json(400, {"error": str(e), "parameter": e.param})
+                else:
+                    self._json(200, api.query(query).to_json())
             elif path.startswith("/v1/evaluations/"):
                 trace_id = path.rsplit("/", 1)[1].lower()
                 body = api.get(trace_id) if _TRACE_ID.match(trace_id) else None
@@ -99,13 +108,6 @@ def make_handler(api: AdminApi) -> type[BaseHTTPRequestHandler]:
                 return
             self._json(200, updated) if updated else self._error(
                 404, f"no evaluation for trace {trace_id!r} (the outcome is kept for it)")
-
-        def _limit(self, query: dict[str, list[str]]) -> int | None:
-            raw = (query.get("limit") or ["20"])[0]
-            if not raw.isdigit() or not 1 <= int(raw) <= 1000:
-                self._error(400, "limit must be an integer in 1..1000")
-                return None
-            return int(raw)
 
         def _error(self, code: int, message: str) -> None:
             self._json(code, {"error": message})

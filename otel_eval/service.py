@@ -90,7 +90,7 @@ class Service:
         self.grpc = GrpcReceiver(rc, ingest) if rc.grpc_endpoint else None
         self.http = HttpReceiver(rc, ingest) if rc.http_endpoint else None
         self.admin = AdminServer(config.admin.endpoint, AdminApi(
-            registry=self.registry, latest=self.store.latest, get=self.store.get,
+            registry=self.registry, query=self.store.query, get=self.store.get,
             feedback=self.feedback, healthy=lambda: self.healthy,
             ready=lambda: self._ready,
             issues=self.issues.latest_json if self.issues is not None else lambda: None))

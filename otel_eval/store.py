@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from otel_eval.model import Evaluation
+from otel_eval.query import Cursor, EvaluationQuery, Page
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS evaluations (
@@ -118,6 +119,19 @@ class Store:
                 (limit,)).fetchall()
         return [json.loads(r[0]) for r in rows]
 
+    def query(self, q: EvaluationQuery) -> Page:
+        """One page of evaluations matching ``q``, newest first (see ``otel_eval.query``)."""
+        where, args = _where(q)
+        sql = ("SELECT evaluated_at_ns, trace_id, body FROM evaluations"
+               + (" WHERE " + " AND ".join(where) if where else "")
+               + " ORDER BY evaluated_at_ns DESC, trace_id LIMIT ?")
+        with self._lock:
+            rows = self._db.execute(sql, (*args, q.limit + 1)).fetchall()
+        more = len(rows) > q.limit
+        rows = rows[:q.limit]
+        cursor = Cursor(rows[-1][0], rows[-1][1]).encode() if more else None
+        return Page([json.loads(r[2]) for r in rows], cursor)
+
     def since(self, evaluated_after_ns: int, limit: int = 100_000) -> list[dict[str, Any]]:
         """Evaluations stored after a time, oldest first; past ``limit`` the newest ``limit``
         (issue clustering reads its window with this)."""
@@ -147,3 +161,33 @@ class Store:
             cur = self._db.execute("DELETE FROM evaluations WHERE evaluated_at_ns < ?",
                                    (cutoff_ns,))
             return cur.rowcount
+
+
+def _where(q: EvaluationQuery) -> tuple[list[str], list[Any]]:
+    """SQL conditions and their arguments for the filters and cursor of ``q``."""
+    where: list[str] = []
+    args: list[Any] = []
+    for column in ("service", "agent", "task_id", "status"):
+        value = getattr(q, column)
+        if value is not None:
+            where.append(f"{column} = ?")
+            args.append(value)
+    if q.passed is not None:
+        where.append("passed = ?")
+        args.append(int(q.passed))
+    if q.detector is not None:
+        detector, _, kind = q.detector.partition(":")
+        where.append("EXISTS (SELECT 1 FROM json_each(body, '$.findings') WHERE "
+                     "json_extract(value, '$.detector') = ?"
+                     + (" AND json_extract(value, '$.kind') = ?)" if kind else ")"))
+        args += [detector, kind] if kind else [detector]
+    if q.since_ns is not None:
+        where.append("evaluated_at_ns >= ?")
+        args.append(q.since_ns)
+    if q.until_ns is not None:
+        where.append("evaluated_at_ns < ?")
+        args.append(q.until_ns)
+    if q.cursor is not None:  # strictly after the previous page's last row
+        where.append("(evaluated_at_ns < ? OR (evaluated_at_ns = ? AND trace_id > ?))")
+        args += [q.cursor.evaluated_at_ns, q.cursor.evaluated_at_ns, q.cursor.trace_id]
+    return where, args

@@ -1,0 +1,144 @@
+"""The results API's query: filters and a cursor over stored evaluations, validated once.
+
+``GET /v1/evaluations`` and the Python API (``Store.query``) take the same ``EvaluationQuery``:
+
+    service, agent, task_id, status   equal to the stored value
+    passed                            true | false (the verdict; traces without one never match)
+    detector                          a finding by this detector ("loop"), or of this kind
+                                      ("loop:stagnation")
+    since, until                      evaluation time, Unix seconds or RFC 3339; since <= t < until
+    limit                             1..1000, default 20
+    cursor                            ``next_cursor`` of the previous page
+
+Pages are newest first (evaluation time, then trace id); the cursor is the position after the
+last row returned (keyset pagination: rows stored meanwhile do not shift later pages). A bad
+parameter raises ``QueryError`` naming it (the API answers 400 with the message).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+STATUSES = ("complete", "incomplete", "truncated")
+MAX_LIMIT = 1000
+_TEXT = ("service", "agent", "task_id", "status", "detector")
+PARAMETERS = (*_TEXT, "passed", "since", "until", "limit", "cursor")
+
+
+class QueryError(ValueError):
+    """A query parameter that cannot be used; ``param`` names it."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(f"{param}: {message}")
+        self.param = param
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Where the next page starts: after this row of the newest-first order."""
+
+    evaluated_at_ns: int
+    trace_id: str
+
+    def encode(self) -> str:
+        raw = f"{self.evaluated_at_ns}:{self.trace_id}".encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    @classmethod
+    def decode(cls, text: str) -> Cursor:
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+            at, trace_id = raw.split(":", 1)
+            return cls(int(at), trace_id)
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            raise QueryError("cursor", "not a cursor returned by this API") from None
+
+
+@dataclass(frozen=True)
+class EvaluationQuery:
+    # Equality filters on the stored columns; None = any.
+    service: str | None = None
+    agent: str | None = None
+    task_id: str | None = None
+    status: str | None = None
+    # The verdict; None = any (including traces without a verdict).
+    passed: bool | None = None
+    # "detector" or "detector:kind" of at least one finding; None = any.
+    detector: str | None = None
+    # Evaluation time bounds, Unix nanoseconds: since <= t < until; None = open.
+    since_ns: int | None = None
+    until_ns: int | None = None
+    # Page size, 1..1000.
+    limit: int = 20
+    # Position after the previous page's last row; None = the newest.
+    cursor: Cursor | None = None
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.limit <= MAX_LIMIT:
+            raise QueryError("limit", f"must be an integer in 1..{MAX_LIMIT}")
+        if self.status is not None and self.status not in STATUSES:
+            raise QueryError("status", f"must be one of {', '.join(STATUSES)}")
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Sequence[str]]) -> EvaluationQuery:
+        """From URL query parameters (``urllib.parse.parse_qs`` output)."""
+        values: dict[str, str] = {}
+        for name, given in params.items():
+            if name not in PARAMETERS:
+                raise QueryError(name, f"unknown parameter (known: {', '.join(PARAMETERS)})")
+            if len(given) != 1:
+                raise QueryError(name, "given more than once")
+            values[name] = given[0]
+        kwargs: dict[str, Any] = {k: values[k] or None for k in _TEXT if k in values}
+        if "passed" in values:
+            kwargs["passed"] = _boolean(values["passed"])
+        for name in ("since", "until"):
+            if name in values:
+                kwargs[f"{name}_ns"] = parse_time(name, values[name])
+        if "limit" in values:
+            if not values["limit"].isdigit():
+                raise QueryError("limit", f"must be an integer in 1..{MAX_LIMIT}")
+            kwargs["limit"] = int(values["limit"])
+        if values.get("cursor"):
+            kwargs["cursor"] = Cursor.decode(values["cursor"])
+        return cls(**kwargs)
+
+
+def _boolean(text: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise QueryError("passed", "must be true or false")
+    return text.lower() == "true"
+
+
+def parse_time(param: str, text: str) -> int:
+    """Unix seconds ("1733011200", "1733011200.5") or RFC 3339 with an offset, as Unix ns."""
+    try:
+        ns = round(float(text) * 1e9)
+    except (ValueError, OverflowError):  # not a number, or nan / inf
+        try:
+            when = datetime.fromisoformat(text.replace("z", "Z"))
+        except ValueError:
+            raise QueryError(param, "expected Unix seconds or an RFC 3339 time "
+                                    "(2026-12-01T09:00:00Z)") from None
+        if when.tzinfo is None:
+            raise QueryError(param, "an RFC 3339 time needs an offset (Z or +01:00)") from None
+        ns = int(when.timestamp()) * 1_000_000_000 + when.microsecond * 1000
+    if not 0 <= ns < 2**63:
+        raise QueryError(param, "out of range")
+    return ns
+
+
+@dataclass
+class Page:
+    """One page of results: ``{"evaluations": [...], "next_cursor": ... | null}``."""
+
+    evaluations: list[dict[str, Any]] = field(default_factory=list)
+    next_cursor: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"evaluations": self.evaluations, "next_cursor": self.next_cursor}

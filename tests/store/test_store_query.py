@@ -1,0 +1,109 @@
+"""``GET /v1/evaluations`` and ``Store.query``: filters, cursor pagination newest first, and a
+400 naming each bad parameter, through the real admin server of a running service."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from service_harness import Harness, running_service
+
+from otel_eval import model
+from otel_eval.query import EvaluationQuery, QueryError, parse_time
+from otel_eval.store import Store
+
+T0 = 1_764_547_200 * 10**9  # 2025-12-01T00:00:00Z
+
+
+def _evaluation(i: int, agent: str, passed: bool | None, detector: str | None = None,
+                status: model.TraceStatus = "complete") -> model.Evaluation:
+    traj = model.Trajectory(f"{i:032x}", "otlp", status, [], service="shop", agent=agent,
+                            task_id=f"task-{i % 3}")
+    findings = [model.Finding(detector, "stagnation" if detector == "loop" else "over",
+                              "error", "x")] if detector else []
+    verdict = None if passed is None else model.Verdict(passed, [])
+    return model.Evaluation(traj, findings, verdict, evaluated_at_ns=T0 + i * 10**9)
+
+
+def _fill(store: Store) -> None:
+    store.put_many([_evaluation(i, "planner" if i % 2 else "coder", i % 4 != 0,
+                                "loop" if i % 5 == 0 else ("budget" if i % 7 == 0 else None),
+                                "incomplete" if i == 9 else "complete") for i in range(1, 41)])
+
+
+def _ids(page: list[dict[str, Any]]) -> list[int]:
+    return [int(b["trace_id"], 16) for b in page]
+
+
+def test_pages_follow_the_cursor_newest_first_without_gaps(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "s.db"))
+    _fill(store)
+    seen: list[int] = []
+    cursor = None
+    while True:
+        page = store.query(EvaluationQuery(limit=7, cursor=cursor))
+        seen += _ids(page.evaluations)
+        if page.next_cursor is None:
+            break
+        cursor = EvaluationQuery.from_params({"cursor": [page.next_cursor]}).cursor
+    assert seen == list(range(40, 0, -1))
+    store.put_many([_evaluation(41, "coder", True)])  # stored meanwhile: pages do not shift
+    first = store.query(EvaluationQuery(limit=2))
+    second = store.query(EvaluationQuery(limit=2, cursor=EvaluationQuery.from_params(
+        {"cursor": [str(first.next_cursor)]}).cursor))
+    assert _ids(first.evaluations) == [41, 40] and _ids(second.evaluations) == [39, 38]
+
+
+@pytest.mark.parametrize(("params", "expected"), [
+    ({"agent": "planner", "passed": "true"}, list(range(39, 0, -2))),
+    ({"agent": "coder", "passed": "false"}, [40, 36, 32, 28, 24, 20, 16, 12, 8, 4]),
+    ({"detector": "loop"}, [40, 35, 30, 25, 20, 15, 10, 5]),
+    ({"detector": "budget:over", "agent": "planner"}, [21, 7]),  # 35: a loop
+    ({"detector": "loop:over"}, []),
+    ({"status": "incomplete"}, [9]),
+    ({"task_id": "task-0", "since": str(T0 // 10**9 + 30)}, [39, 36, 33, 30]),
+    ({"until": "2025-12-01T00:00:04Z"}, [3, 2, 1]),
+    ({"since": "2025-12-01T01:00:36+01:00", "until": "1764547239.5"}, [39, 38, 37, 36]),
+    ({"service": "other"}, []),
+])
+def test_filters_over_http(tmp_path: Path, params: dict[str, str], expected: list[int]) -> None:
+    with running_service(tmp_path) as h:
+        _fill(h.svc.store)
+        body = _get(h, {**params, "limit": "1000"})
+        assert _ids(body["evaluations"]) == expected and body["next_cursor"] is None
+
+
+@pytest.mark.parametrize(("params", "param"), [
+    ({"limit": "0"}, "limit"), ({"limit": "1001"}, "limit"), ({"limit": "x"}, "limit"),
+    ({"passed": "yes"}, "passed"), ({"status": "done"}, "status"),
+    ({"since": "yesterday"}, "since"), ({"until": "2025-12-01T00:00:00"}, "until"),
+    ({"since": "inf"}, "since"), ({"cursor": "%%%"}, "cursor"), ({"cursor": "YWJj"}, "cursor"),
+    ({"agnet": "coder"}, "agnet"),
+])
+def test_a_bad_parameter_is_a_400_naming_it(tmp_path: Path, params: dict[str, str],
+                                            param: str) -> None:
+    with running_service(tmp_path) as h:
+        with pytest.raises(urllib.error.HTTPError) as err:
+            _get(h, params)
+        assert err.value.code == 400
+        body = json.load(err.value)
+        assert body["parameter"] == param and body["error"].startswith(f"{param}: ")
+    with pytest.raises(QueryError) as qerr:
+        EvaluationQuery.from_params({k: [v] for k, v in params.items()})
+    assert qerr.value.param == param
+
+
+def test_rfc3339_and_unix_seconds_agree() -> None:
+    assert parse_time("since", "2025-12-01T00:00:00Z") == T0
+    assert parse_time("since", "2025-12-01T01:00:00.25+01:00") == T0 + 250_000_000
+    assert parse_time("since", "1764547200") == T0
+
+
+def _get(h: Harness, params: dict[str, str]) -> dict[str, Any]:
+    from urllib.parse import urlencode
+    with urllib.request.urlopen(f"{h.admin_url}/v1/evaluations?{urlencode(params)}") as r:
+        return dict(json.load(r))
