@@ -30,11 +30,14 @@ from prometheus_client import CollectorRegistry
 
 from otel_eval.metrics import render
 from otel_eval.query import EvaluationQuery, Page, QueryError
+from otel_eval.receiver.body import BodyError, loads_bounded, read_body
 from otel_eval.receiver.http import serve_http
 
 log = logging.getLogger(__name__)
 
 _TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
+# Largest feedback body, bytes: it holds a trace id and an outcome.
+MAX_FEEDBACK_BYTES = 1 << 20
 
 
 @dataclass
@@ -91,12 +94,18 @@ def make_handler(api: AdminApi) -> type[BaseHTTPRequestHandler]:
             if urlsplit(self.path).path.rstrip("/") != "/v1/feedback":
                 self._error(404, f"unknown path {self.path!r}")
                 return
-            length = int(self.headers.get("Content-Length") or 0)
             try:
-                body = json.loads(self.rfile.read(min(length, 1 << 20)) or b"null")
+                raw = read_body(self, MAX_FEEDBACK_BYTES)
+            except BodyError as e:
+                self.close_connection = True  # what was not read must not become a request
+                self._error(e.status, str(e))
+                return
+            try:
+                body = loads_bounded(raw or b"null", max_depth=8)
                 trace_id, outcome = str(body["trace_id"]).lower(), body["outcome"]
-            except (ValueError, KeyError, TypeError):
-                self._error(400, 'expected JSON {"trace_id": "<32 hex>", "outcome": ...}')
+            except (ValueError, KeyError, TypeError) as e:
+                why = f" ({e})" if isinstance(e, ValueError) else ""
+                self._error(400, 'expected JSON {"trace_id": "<32 hex>", "outcome": ...}' + why)
                 return
             if not _TRACE_ID.match(trace_id):
                 self._error(400, f"trace_id must be 32 hex digits, got {trace_id!r}")

@@ -11,7 +11,6 @@ Promises:
 from __future__ import annotations
 
 import base64
-import json
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from otel_eval.model import Span, SpanEvent
+from otel_eval.receiver.body import loads_bounded
 
 # Closed set of reasons a span is rejected at decode time.
 REJECT_REASONS = ("invalid_trace_id", "invalid_span_id", "invalid_parent_span_id")
@@ -159,11 +159,7 @@ def _hex_ids_to_base64(obj: Any) -> Any:
 
 def request_from_json(body: bytes | str) -> ExportTraceServiceRequest:
     """Parse an OTLP/JSON ExportTraceServiceRequest. Raises ValueError with a clear message."""
-    try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"body is not valid JSON: {e}") from e
-    return request_from_dict(data)
+    return request_from_dict(loads_bounded(body))
 
 
 def request_from_dict(data: Any) -> ExportTraceServiceRequest:
@@ -174,6 +170,11 @@ def request_from_dict(data: Any) -> ExportTraceServiceRequest:
         json_format.ParseDict(_hex_ids_to_base64(data), req, ignore_unknown_fields=True)
     except json_format.ParseError as e:
         raise ValueError(f"not an OTLP ExportTraceServiceRequest: {e}") from e
+    except (SystemError, OverflowError, UnicodeError, TypeError, RecursionError) as e:
+        # what ParseDict raises instead of ParseError for a lone surrogate in a key
+        # (SystemError from upb), Infinity in an enum/integer field (OverflowError), ...
+        raise ValueError(f"not an OTLP ExportTraceServiceRequest: {type(e).__name__}: "
+                         f"{e}") from e
     return req
 
 

@@ -2,8 +2,8 @@
 
 Answers as the OTLP spec says: 200 with an ExportTraceServiceResponse (partial success when
 spans were rejected) in the request's encoding; 400 with a google.rpc.Status for a body that
-cannot be decoded; 413 past ``max_message_bytes`` (checked after decompression, so a gzip bomb
-is cut off early); 429 with ``Retry-After`` when throttled, which OTLP exporters retry.
+cannot be decoded; 413 past ``max_message_bytes`` (compressed and decompressed, chunked or
+not: ``receiver.body``); 429 with ``Retry-After`` when throttled, which OTLP exporters retry.
 Also hosts ``serve_http``, the small threaded-server starter the admin endpoint reuses.
 """
 
@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from google.protobuf import json_format
 from google.rpc import status_pb2
 
 from otel_eval.config import ReceiverConfig, parse_endpoint
+from otel_eval.receiver.body import BodyError, read_body
 from otel_eval.receiver.ingest import Ingest, IngestResult
 
 log = logging.getLogger(__name__)
@@ -29,6 +29,9 @@ _JSON = "application/json"
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # listen() backlog: the socketserver default of 5 drops connection bursts (SYN queue)
+    # from many exporters flushing at once; the kernel caps it at net.core.somaxconn.
+    request_queue_size = 1024
 
 def serve_http(endpoint: str, handler: type[BaseHTTPRequestHandler],
                name: str) -> tuple[ThreadingHTTPServer, threading.Thread]:
@@ -38,30 +41,6 @@ def serve_http(endpoint: str, handler: type[BaseHTTPRequestHandler],
     thread = threading.Thread(target=server.serve_forever, name=name, daemon=True)
     thread.start()
     return server, thread
-
-class BodyTooLarge(ValueError):
-    pass
-
-def read_body(handler: BaseHTTPRequestHandler, limit: int) -> bytes:
-    """The request body, gunzipped/inflated if so encoded, at most ``limit`` bytes."""
-    length = int(handler.headers.get("Content-Length") or 0)
-    encoding = (handler.headers.get("Content-Encoding") or "identity").lower()
-    if encoding == "identity" and length > limit:
-        raise BodyTooLarge(f"body of {length} bytes exceeds the limit of {limit}")
-    raw = handler.rfile.read(length)
-    if encoding in ("gzip", "deflate"):
-        wbits = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS
-        d = zlib.decompressobj(wbits)
-        try:
-            out = d.decompress(raw, limit + 1)
-        except zlib.error as e:
-            raise ValueError(f"body is not valid {encoding}: {e}") from e
-        if len(out) > limit or d.unconsumed_tail:
-            raise BodyTooLarge(f"decompressed body exceeds the limit of {limit} bytes")
-        return out
-    if encoding != "identity":
-        raise ValueError(f"unsupported Content-Encoding {encoding!r}")
-    return raw
 
 def make_handler(config: ReceiverConfig, ingest: Ingest) -> type[BaseHTTPRequestHandler]:
     class OtlpHttpHandler(BaseHTTPRequestHandler):
@@ -81,14 +60,11 @@ def make_handler(config: ReceiverConfig, ingest: Ingest) -> type[BaseHTTPRequest
                 return
             try:
                 body = read_body(self, config.max_message_bytes)
-            except BodyTooLarge as e:
-                ingest.metrics.spans_rejected("http", "too_large", 0)
-                self.close_connection = True
-                self._status(413, str(e), ctype)
-                return
-            except ValueError as e:
-                ingest.metrics.spans_rejected("http", "malformed_request", 0)
-                self._status(400, str(e), ctype)
+            except BodyError as e:
+                ingest.metrics.spans_rejected(
+                    "http", "too_large" if e.status == 413 else "malformed_request", 0)
+                self.close_connection = True  # the rest of the body was not read
+                self._status(e.status, str(e), ctype)
                 return
             if ctype == _JSON:
                 res = ingest.handle_json(body, "http")

@@ -1,0 +1,144 @@
+"""Receiver transport: reading an HTTP request body and parsing JSON, both bounded.
+
+Every HTTP route (OTLP/HTTP traces and logs, the admin API) reads its body through
+``read_body`` and parses JSON through ``loads_bounded``. Promises:
+- never more than ``limit`` bytes are held, whatever the framing: ``Content-Length``,
+  ``Transfer-Encoding: chunked`` (decoded here; ``http.server`` does not), and gzip/deflate
+  (the compressed bytes and the decompressed result are both bounded, decompressed as it
+  streams in, so a bomb is cut off after ``limit + 64 KiB``);
+- a body that cannot be framed (negative or non-numeric length, bad chunk header) is a
+  ``BodyError`` with the HTTP status to answer (400, 411, 413, 415), never a hang or a read to
+  end of stream; after such an error the connection must be closed (``BodyError.close``);
+- JSON deeper than ``max_depth``, with NaN/Infinity, or nested past the interpreter's recursion
+  limit is a ``ValueError`` with the reason (the caller answers 400).
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+
+# Read size for streamed bodies: bounds what is held beyond the limit while reading.
+_PIECE = 64 * 1024
+# Longest chunk-size line accepted (hex size plus chunk extensions).
+_MAX_CHUNK_LINE = 1024
+# Default JSON nesting bound: OTLP/JSON is ~9 levels deep plus 4 per nested kvlist value.
+MAX_JSON_DEPTH = 100
+
+
+class BodyError(ValueError):
+    """A body that is refused: ``status`` is the HTTP answer; the connection must close."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _raw_pieces(handler: BaseHTTPRequestHandler, limit: int) -> Any:
+    """Yield the body's bytes as sent (still compressed), at most ``limit`` in total."""
+    te = (handler.headers.get("Transfer-Encoding") or "").strip().lower()
+    if te:
+        if te != "chunked":
+            raise BodyError(501, f"unsupported Transfer-Encoding {te!r}")
+        yield from _chunks(handler, limit)
+        return
+    raw_length = handler.headers.get("Content-Length")
+    if raw_length is None:
+        raise BodyError(411, "a body needs Content-Length or Transfer-Encoding: chunked")
+    if not raw_length.strip().isdigit():
+        raise BodyError(400, f"invalid Content-Length {raw_length!r}")
+    length = int(raw_length)
+    if length > limit:
+        raise BodyError(413, f"body of {length} bytes exceeds the limit of {limit}")
+    while length > 0:
+        piece = handler.rfile.read(min(_PIECE, length))
+        if not piece:
+            raise BodyError(400, "body shorter than its Content-Length")
+        length -= len(piece)
+        yield piece
+
+
+def _chunks(handler: BaseHTTPRequestHandler, limit: int) -> Any:
+    total = 0
+    while True:
+        line = handler.rfile.readline(_MAX_CHUNK_LINE + 1)
+        size_text = line.split(b";", 1)[0].strip()
+        if len(line) > _MAX_CHUNK_LINE or not size_text or not all(
+                c in b"0123456789abcdefABCDEF" for c in size_text):
+            raise BodyError(400, "malformed chunked body (bad chunk size line)")
+        size = int(size_text, 16)
+        if size == 0:
+            break
+        total += size
+        if total > limit:
+            raise BodyError(413, f"chunked body exceeds the limit of {limit} bytes")
+        while size > 0:
+            piece = handler.rfile.read(min(_PIECE, size))
+            if not piece:
+                raise BodyError(400, "chunked body ended inside a chunk")
+            size -= len(piece)
+            yield piece
+        if handler.rfile.read(2) != b"\r\n":
+            raise BodyError(400, "malformed chunked body (no CRLF after a chunk)")
+    for _ in range(64):  # trailer fields, ignored; an empty line ends them
+        trailer = handler.rfile.readline(_MAX_CHUNK_LINE + 1)
+        if trailer in (b"\r\n", b"\n", b""):
+            return
+    raise BodyError(400, "malformed chunked body (too many trailer lines)")
+
+
+def read_body(handler: BaseHTTPRequestHandler, limit: int) -> bytes:
+    """The request body, gunzipped/inflated if so encoded, at most ``limit`` bytes.
+
+    Raises ``BodyError`` (with the status to answer) for anything refused.
+    """
+    encoding = (handler.headers.get("Content-Encoding") or "identity").strip().lower()
+    if encoding not in ("identity", "gzip", "deflate"):
+        raise BodyError(415, f"unsupported Content-Encoding {encoding!r}")
+    pieces = _raw_pieces(handler, limit)
+    if encoding == "identity":
+        return b"".join(pieces)
+    wbits = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS
+    d = zlib.decompressobj(wbits)
+    out = bytearray()
+    try:
+        for piece in pieces:
+            out += d.decompress(piece, limit + 1 - len(out))
+            if len(out) > limit or d.unconsumed_tail:
+                raise BodyError(413, f"decompressed body exceeds the limit of {limit} bytes")
+        out += d.flush()
+    except zlib.error as e:
+        raise BodyError(400, f"body is not valid {encoding}: {e}") from e
+    if len(out) > limit:
+        raise BodyError(413, f"decompressed body exceeds the limit of {limit} bytes")
+    if not d.eof:
+        raise BodyError(400, f"body is not valid {encoding}: truncated stream")
+    return bytes(out)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def loads_bounded(body: bytes | str, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """``json.loads`` that refuses NaN/Infinity and nesting past ``max_depth`` (ValueError)."""
+    try:
+        data = json.loads(body, parse_constant=_reject_constant)
+    except RecursionError:
+        raise ValueError(f"JSON nested deeper than {max_depth} levels") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"body is not valid UTF-8 JSON: {e}") from e
+    except json.JSONDecodeError as e:
+        raise ValueError(f"body is not valid JSON: {e}") from e
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:  # iterative: the check itself must not recurse
+        obj, depth = stack.pop()
+        if depth > max_depth:
+            raise ValueError(f"JSON nested deeper than {max_depth} levels")
+        if isinstance(obj, dict):
+            stack.extend((v, depth + 1) for v in obj.values() if isinstance(v, dict | list))
+        elif isinstance(obj, list):
+            stack.extend((v, depth + 1) for v in obj if isinstance(v, dict | list))
+    return data

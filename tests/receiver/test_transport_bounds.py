@@ -1,0 +1,207 @@
+"""Issue 11 (transport): hostile HTTP framing on the OTLP/HTTP receiver and the admin API.
+
+Each request goes over a raw socket so that the framing (lengths, chunks, encodings) is
+exactly what an attacker sends; the answer must come at once (no read to end of stream) and
+be a clear status, never a silently empty 200 or a dropped connection.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+from service_harness import Harness, running_service
+
+from otel_eval import otlp
+from otel_eval.model import Span
+from otel_eval.receiver.body import loads_bounded
+
+LIMIT = 256 * 1024
+
+
+def _spans(trace: str = "ab" * 16, n: int = 2) -> list[Span]:
+    return [Span(trace, f"{i + 1:016x}", None if i == 0 else f"{1:016x}", f"s{i}", 1, 2)
+            for i in range(n)]
+
+
+def _exchange(port: int, head: str, body: bytes = b"",
+              check_close: bool = False) -> tuple[int, bytes, bool]:
+    """Send raw bytes; return (status, the rest of the answer, whether the server closed).
+
+    Without ``check_close`` the request says ``Connection: close`` (the answer is all we
+    read); with it, the request keeps the connection alive and we see whether the server
+    closes it anyway.
+
+    The 10 s socket timeout only turns a server that waits for bytes never sent (today's
+    behaviour for ``Content-Length: -1``) into a failed assertion instead of a hung suite.
+    """
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        head += "" if check_close else "Connection: close\n"
+        s.sendall(head.replace("\n", "\r\n").encode() + b"\r\n" + body)
+        data = b""
+        closed = False
+        while b"\r\n\r\n" not in data:
+            piece = s.recv(65536)
+            if not piece:
+                closed = True
+                break
+            data += piece
+        head_bytes, _, rest = data.partition(b"\r\n\r\n")
+        status = int(head_bytes.split(b" ", 2)[1]) if head_bytes else 0
+        headers = head_bytes.decode("latin-1").lower()
+        length = int(headers.split("content-length:", 1)[1].split("\r\n", 1)[0]) \
+            if "content-length:" in headers else 0
+        while len(rest) < length:
+            piece = s.recv(65536)
+            if not piece:
+                break
+            rest += piece
+        if not closed and check_close:
+            try:
+                closed = s.recv(1) == b""
+            except TimeoutError:
+                closed = False
+        return status, rest[:length], closed
+
+
+def _post_head(path: str, ctype: str, *headers: str) -> str:
+    extra = "".join(f"{h}\n" for h in headers)
+    return f"POST {path} HTTP/1.1\nHost: x\nContent-Type: {ctype}\n{extra}"
+
+
+def _chunked(data: bytes, size: int = 1000) -> bytes:
+    out = b"".join(b"%x\r\n%s\r\n" % (len(data[i:i + size]), data[i:i + size])
+                   for i in range(0, len(data), size))
+    return out + b"0\r\n\r\n"
+
+
+@pytest.fixture
+def h(tmp_path: Path) -> Harness:
+    with running_service(tmp_path, **{"receiver.max_message_bytes": LIMIT}) as harness:
+        yield harness  # type: ignore[misc]
+
+
+def _port(h: Harness) -> int:
+    assert h.svc.http is not None
+    return h.svc.http.port
+
+
+PB = "application/x-protobuf"
+
+
+def test_chunked_protobuf_and_gzip_bodies_are_accepted(h: Harness) -> None:
+    body = otlp.encode_spans(_spans("01" * 16)).SerializeToString()
+    status, _, _ = _exchange(_port(h), _post_head("/v1/traces", PB,
+                                                  "Transfer-Encoding: chunked"), _chunked(body))
+    assert status == 200
+    zipped = gzip.compress(otlp.encode_spans(_spans("02" * 16)).SerializeToString())
+    status, _, _ = _exchange(_port(h), _post_head(
+        "/v1/traces", PB, "Transfer-Encoding: chunked", "Content-Encoding: gzip"),
+        _chunked(zipped, 7))
+    assert status == 200
+    assert h.svc.engine.open_traces() == 2
+    assert h.sample("otel_eval_receiver_spans_accepted_total", protocol="http") == 4
+
+
+@pytest.mark.parametrize(("headers", "body", "code"), [
+    (("Content-Length: -1",), b"x" * 100, 400),
+    (("Content-Length: abc",), b"", 400),
+    ((), b"\x0a\x00", 411),
+    (("Content-Length: 99999999999",), b"x" * 10, 413),
+    (("Content-Length: 99999999999", "Content-Encoding: gzip"), gzip.compress(b"x"), 413),
+    (("Transfer-Encoding: chunked",), b"%x\r\n" % (LIMIT + 1), 413),
+    (("Transfer-Encoding: chunked",), b"zz\r\n", 400),
+    (("Transfer-Encoding: chunked", "Content-Encoding: gzip"),
+     _chunked(gzip.compress(b"\x00" * (4 * LIMIT)), 100), 413),
+    (("Transfer-Encoding: gzip",), b"", 501),
+    (("Content-Length: 5", "Content-Encoding: br"), b"xxxxx", 415),
+], ids=["negative-length", "text-length", "no-length", "huge-length", "huge-length-gzip",
+        "huge-chunk", "bad-chunk-size", "chunked-gzip-bomb", "unknown-transfer-encoding",
+        "unknown-content-encoding"])
+def test_bad_framing_gets_a_status_at_once_and_the_connection_closes(
+        h: Harness, headers: tuple[str, ...], body: bytes, code: int) -> None:
+    status, answer, closed = _exchange(_port(h), _post_head("/v1/traces", PB, *headers), body,
+                                       check_close=True)
+    assert status == code
+    assert answer  # a google.rpc.Status saying why
+    assert closed  # what was not read is never parsed as a next request
+    assert h.svc.engine.open_traces() == 0
+
+
+def _otlp_json(span_extra: str) -> bytes:
+    span = '{"traceId":"' + "ab" * 16 + '","spanId":"' + "01" * 8 + '","name":"x"'
+    return ('{"resourceSpans":[{"scopeSpans":[{"spans":[' + span + span_extra
+            + "}]}]}]}").encode()
+
+
+def _nested_kvlist(depth: int) -> str:
+    return (',"attributes":[{"key":"k","value":' + '{"kvlistValue":{"values":[{"key":"a",'
+            '"value":' * depth + '{"intValue":1}' + "}]}}" * depth + "}]")
+
+
+@pytest.mark.parametrize(("body", "reason"), [
+    (_otlp_json(_nested_kvlist(300)), "nested deeper"),
+    (_otlp_json(_nested_kvlist(30)), "nested deeper"),
+    (b"[" * 100_000 + b"]" * 100_000, "nested deeper"),
+    (_otlp_json(',"\\ud800":1'), "OTLP"),
+    (b'{"\\udfff":1,"resourceSpans":[]}', "OTLP"),
+    (_otlp_json(',"kind":Infinity'), "Infinity"),
+    (_otlp_json(',"startTimeUnixNano":NaN'), "NaN"),
+], ids=["kvlist-300", "kvlist-30", "array-100k", "surrogate-key", "surrogate-top-key",
+        "infinity-enum", "nan-int"])
+def test_hostile_json_is_400_with_a_reason(h: Harness, body: bytes, reason: str) -> None:
+    status, answer, _ = _exchange(_port(h), _post_head(
+        "/v1/traces", "application/json", f"Content-Length: {len(body)}"), body)
+    assert status == 400
+    assert reason in json.loads(answer)["message"]
+    assert h.svc.engine.open_traces() == 0
+
+
+def test_json_depth_bound_keeps_ordinary_nesting() -> None:
+    assert loads_bounded(_otlp_json(_nested_kvlist(10)))
+    with pytest.raises(ValueError, match="nested deeper than 5"):
+        loads_bounded(b"[[[[[[1]]]]]]", max_depth=5)
+    assert loads_bounded(b"[[[[[1]]]]]", max_depth=5) == [[[[[1]]]]]
+
+
+def _admin_port(h: Harness) -> int:
+    return h.svc.admin.port
+
+
+def test_feedback_over_one_mib_is_refused_and_not_read_as_a_second_request(
+        h: Harness) -> None:
+    smuggled = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    body = b" " * (1 << 20) + smuggled
+    status, answer, closed = _exchange(_admin_port(h), _post_head(
+        "/v1/feedback", "application/json", f"Content-Length: {len(body)}"), body,
+        check_close=True)
+    assert status == 413 and b"limit" in answer
+    assert closed  # the healthz request hidden past 1 MiB got no answer
+
+
+def test_feedback_chunked_and_hostile_json(h: Harness) -> None:
+    fb = json.dumps({"trace_id": "ee" * 16, "outcome": "success"}).encode()
+    status, answer, _ = _exchange(_admin_port(h), _post_head(
+        "/v1/feedback", "application/json", "Transfer-Encoding: chunked"), _chunked(fb, 5))
+    assert status == 404 and b"no evaluation" in answer  # read and understood
+    deep = b'{"trace_id":' + b"[" * 5000 + b"]" * 5000 + b"}"
+    status, answer, _ = _exchange(_admin_port(h), _post_head(
+        "/v1/feedback", "application/json", f"Content-Length: {len(deep)}"), deep)
+    assert status == 400 and b"nested deeper" in answer
+
+
+def _listen_backlog(port: int) -> int:
+    """The accept-queue bound of a listening socket, as ``ss`` reports it (Send-Q)."""
+    out = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True,
+                         check=True, env={**os.environ, "LC_ALL": "C"}).stdout.split()
+    return int(out[2])
+
+
+def test_http_servers_listen_with_a_real_backlog(h: Harness) -> None:
+    assert _listen_backlog(_port(h)) >= 128
+    assert _listen_backlog(_admin_port(h)) >= 128
