@@ -35,8 +35,9 @@ OPENAI_TOOL = {"type": "function",
 _providers: list[Any] = []
 
 
-def setup(logs: bool = False) -> None:
-    """Install the global tracer (and logger) providers exporting OTLP/HTTP protobuf."""
+def setup(logs: bool = False, provider_class: Any = None) -> None:
+    """Install the global tracer (and logger) providers exporting OTLP/HTTP protobuf;
+    ``provider_class``: a TracerProvider subclass a stack's docs tell users to use."""
     from opentelemetry import trace
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource
@@ -44,7 +45,7 @@ def setup(logs: bool = False) -> None:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     resource = Resource.create()  # service.name from OTEL_SERVICE_NAME
-    tp = TracerProvider(resource=resource)
+    tp = (provider_class or TracerProvider)(resource=resource)
     tp.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(tp)
     _providers.append(tp)
@@ -150,3 +151,27 @@ def chat_loop(client: Any, scenario: str, run_tool: Callable[[dict[str, Any]], s
 
 def arguments(call: dict[str, Any]) -> dict[str, Any]:
     return json.loads(call["function"]["arguments"] or "{}")
+
+
+def genai_agent(scenario: str, provider_attribute: str) -> None:
+    """The agent loop with hand-made GenAI spans, as a user of the semantic conventions writes
+    them: ``invoke_agent weather_agent`` around the loop and ``execute_tool get_weather`` per
+    call with the tool name and ``gen_ai.tool.call.id`` but, as many users do, no arguments.
+    ``provider_attribute`` is ``gen_ai.system`` (semconv 1.30) or ``gen_ai.provider.name``."""
+    from openai import OpenAI
+    from opentelemetry import trace
+
+    tracer = trace.get_tracer("conformance.weather_agent")
+    tool = Tool(scenario)
+
+    def run_tool(call: dict[str, Any]) -> str:
+        with tracer.start_as_current_span("execute_tool get_weather", attributes={
+                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_weather",
+                "gen_ai.tool.type": "function", "gen_ai.tool.call.id": call["id"]}):
+            return tool(**arguments(call))
+
+    with tracer.start_as_current_span(
+            f"invoke_agent {AGENT_NAME}", context=remote_parent(scenario),
+            attributes={"gen_ai.operation.name": "invoke_agent", provider_attribute: "openai",
+                        "gen_ai.agent.name": AGENT_NAME}):
+        chat_loop(OpenAI(), scenario, run_tool)

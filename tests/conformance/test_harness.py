@@ -1,0 +1,130 @@
+"""The recording harness itself: the scripted LLM speaks the OpenAI API as the official client
+expects (tool calls, streaming, usage) and refuses what it cannot script; the capture server
+stores what the official OTLP exporters send (protobuf, gzip, JSON) with hex ids."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+import scenarios
+from capture import Capture
+from opentelemetry.exporter.otlp.proto.http import Compression
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from scripted_llm import ScriptedLLM
+
+TOOL = {"type": "function", "function": {"name": "get_weather",
+                                         "parameters": scenarios.TOOL_PARAMETERS}}
+
+
+@pytest.fixture
+def llm() -> Iterator[ScriptedLLM]:
+    server = ScriptedLLM().start()
+    yield server
+    server.stop()
+
+
+def _client(llm: ScriptedLLM) -> openai.OpenAI:
+    return openai.OpenAI(base_url=llm.base_url, api_key="sk-test", max_retries=0)
+
+
+def _run(client: openai.OpenAI, scenario: str) -> list[Any]:
+    """Drive a scenario to its final answer; the assistant messages in order."""
+    messages: list[Any] = [{"role": "user", "content": f"weather? [scenario:{scenario}]"}]
+    out = []
+    for _ in range(10):
+        msg = client.chat.completions.create(model="gpt-4o-mini", messages=messages,
+                                             tools=[TOOL]).choices[0].message
+        out.append(msg)
+        messages.append(msg.model_dump(exclude_none=True))
+        if not msg.tool_calls:
+            return out
+        for call in msg.tool_calls:
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": "sunny"})
+    raise AssertionError("no final answer")
+
+
+@pytest.mark.parametrize(("scenario", "cities"), [
+    ("clean", ["Paris"]), ("loop", ["Paris"] * 4), ("distinct", list(scenarios.CITIES)),
+    ("tool_error", ["Atlantis", "Paris"])])
+def test_scenarios_script_the_tool_calls_then_a_final_answer(
+        llm: ScriptedLLM, scenario: str, cities: list[str]) -> None:
+    msgs = _run(_client(llm), scenario)
+    calls = [c for m in msgs[:-1] for c in m.tool_calls or []]
+    assert [json.loads(c.function.arguments)["city"] for c in calls] == cities
+    assert all(c.id.startswith("call_") and len(c.id) == 29 for c in calls)
+    assert len({c.id for c in calls}) == len(calls)
+    assert msgs[-1].content and not msgs[-1].tool_calls
+
+
+def test_streaming_gives_tool_call_deltas_and_a_usage_chunk(llm: ScriptedLLM) -> None:
+    stream = _client(llm).chat.completions.create(
+        model="gpt-4o-mini", tools=[TOOL], stream=True, stream_options={"include_usage": True},
+        messages=[{"role": "user", "content": "[scenario:streaming]"}])
+    chunks = list(stream)
+    args = "".join(d.function.arguments or "" for c in chunks for ch in c.choices
+                   for d in ch.delta.tool_calls or [] if d.function)
+    assert json.loads(args) == {"city": "Paris"}
+    assert [ch.finish_reason for c in chunks for ch in c.choices][-1] == "tool_calls"
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    assert chunks[-1].usage.total_tokens > chunks[-1].usage.prompt_tokens > 0
+    assert all(c.id.startswith("chatcmpl-") and c.model == "gpt-4o-mini" for c in chunks)
+
+
+@pytest.mark.parametrize("body", [
+    {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "no marker"}]},
+    {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "[scenario:nope]"}]},
+    {"model": "gpt-4o-mini"}, ["not", "an", "object"]])
+def test_unscripted_requests_get_a_clear_400(llm: ScriptedLLM, body: Any) -> None:
+    req = urllib.request.Request(llm.base_url + "/chat/completions", method="POST",
+                                 data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=10)
+    assert e.value.code == 400
+    assert json.loads(e.value.read())["error"]["code"] == "unscripted_request"
+    assert llm.requests == 0 and len(llm.errors) == 1
+
+
+def test_tool_results_are_counted_in_any_shape() -> None:
+    from scripted_llm import scenario_of
+    msgs = [{"role": "user", "content": [{"type": "text", "text": "[scenario:distinct]"}]},
+            {"role": "tool", "content": "a"}, {"role": "function", "content": "b"},
+            {"role": "user", "content": [{"type": "tool_result", "content": "c"}]},
+            {"type": "function_call_output", "output": "d"}]
+    assert scenario_of(msgs) == ("distinct", 4)
+
+
+def test_capture_stores_sdk_protobuf_gzip_and_json_with_hex_ids() -> None:
+    cap = Capture().start()
+    try:
+        tp = TracerProvider()
+        tp.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(
+            endpoint=cap.endpoint + "/v1/traces", compression=Compression.Gzip)))
+        with tp.get_tracer("t").start_as_current_span("s") as span:
+            ctx = span.get_span_context()
+        tp.shutdown()
+        body = {"resourceLogs": [{"scopeLogs": [{"logRecords": [
+            {"traceId": f"{ctx.trace_id:032x}", "spanId": f"{ctx.span_id:016x}",
+             "eventName": "gen_ai.choice"}]}]}]}
+        req = urllib.request.Request(cap.endpoint + "/v1/logs", method="POST",
+                                     data=gzip.compress(json.dumps(body).encode()),
+                                     headers={"Content-Type": "application/json",
+                                              "Content-Encoding": "gzip"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            assert r.status == 200
+    finally:
+        cap.stop()
+    assert [r["signal"] for r in cap.requests] == ["traces", "logs"] and not cap.errors
+    span_json = cap.requests[0]["body"]["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    assert span_json["traceId"] == f"{ctx.trace_id:032x}"
+    assert span_json["spanId"] == f"{ctx.span_id:016x}"
+    assert cap.requests[1]["body"] == body
