@@ -6,10 +6,13 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, TextIO
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TextIO
 
 from otel_eval.config import Config, ConfigError, load_config, parse_endpoint, replace
+
+if TYPE_CHECKING:
+    from otel_eval.offline import EvalRun
 
 log = logging.getLogger("otel_eval")
 
@@ -94,7 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _config(args: argparse.Namespace) -> Config:
+def config_from_args(args: argparse.Namespace) -> Config:
+    """The configuration file (or the defaults) with the command-line flags applied."""
     cfg = load_config(args.config)
     changes: dict[str, Any] = {}
     for flag, key in (("grpc_endpoint", "receiver.grpc_endpoint"),
@@ -112,68 +116,19 @@ def _config(args: argparse.Namespace) -> Config:
     return replace(cfg, **changes) if changes else cfg
 
 
-def _progress(items: Iterable[Any], stream: TextIO) -> Iterator[Any]:
-    if not stream.isatty():
-        yield from items
-        return
-    from tqdm import tqdm
-    yield from tqdm(items, unit=" traces", file=stream)
+def run_from_args(args: argparse.Namespace, cfg: Config | None = None) -> EvalRun:
+    """The offline engine for ``eval`` / ``issues`` / ``show``, configured by the flags."""
+    from otel_eval.offline import EvalRun
 
-
-class EvalRun:
-    """The offline engine over files, shared by ``eval`` and ``issues``: load, build the
-    trajectory, run the detectors, then the judge when ``--judge`` is given."""
-
-    def __init__(self, args: argparse.Namespace, cfg: Config | None = None) -> None:
-        from otel_eval.evaluator import Evaluator
-
-        self.cfg = cfg or _config(args)
-        self.args = args
-        self.evaluator = Evaluator(self.cfg, budget_overrides=dict(args.budget),
-                                   references_path=args.references)
-        self.failed_files = 0
-        self.spend: Any = None
-
-    def _traces(self) -> Iterator[Any]:
-        from otel_eval.loaders import LoaderError, load_path
-
-        for path in self.args.paths:
-            try:
-                yield from load_path(path, config=self.cfg.trajectory)
-            except (LoaderError, OSError) as e:
-                self.failed_files += 1
-                print(f"otel-eval: {e}", file=sys.stderr)
-
-    def evaluations(self) -> Iterator[Any]:
-        return self.judged(self.evaluator.evaluate(t)
-                           for t in _progress(self._traces(), sys.stderr))
-
-    def judged(self, out: Iterator[Any]) -> Iterator[Any]:
-        """``out`` through the judge when one is configured (else unchanged)."""
-        jc = self.cfg.judge
-        if not jc.active:
-            return out
-        from dataclasses import replace as dc_replace
-
-        from otel_eval.judge.client import check_credentials
-        from otel_eval.judge.judge import Judge
-        from otel_eval.judge.offline import Spend, judged
-
-        check_credentials(jc)
-        max_cost = getattr(self.args, "max_cost_usd", None)
-        if max_cost is not None:  # the explicit cap replaces the hourly budget
-            jc = dc_replace(jc, max_cost_usd_per_hour=0.0)
-        self.spend = Spend()
-        return judged(out, Judge(jc), self.spend, max_cost)
-
-    def cost_line(self) -> str | None:
-        return None if self.spend is None else self.spend.line(self.cfg.judge.model)
+    return EvalRun(cfg or config_from_args(args), getattr(args, "paths", ()),
+                   budget_overrides=dict(args.budget), references_path=args.references,
+                   max_cost_usd=getattr(args, "max_cost_usd", None))
 
 
 def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     from otel_eval.judge.trials import trials_of
 
-    run = EvalRun(args)
+    run = run_from_args(args)
     rows: list[dict[str, Any]] = []
     trials = []
     for evaluation in run.evaluations():
@@ -244,7 +199,7 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from otel_eval.service import Options, Service
 
-    cfg = _config(args)
+    cfg = config_from_args(args)
     svc = Service(cfg, Options(budget_overrides=dict(args.budget),
                                references_path=args.references))
     _tune_gc()
@@ -279,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.write(reference(load_config(args.config)))
             return 0
         from otel_eval.issues.command import cmd_issues
-        return cmd_issues(args, sys.stdout)
+        return cmd_issues(args, run_from_args(args), sys.stdout)
     except ConfigError as e:
         print(f"otel-eval: {e}", file=sys.stderr)
         return 2

@@ -24,6 +24,7 @@ from otel_eval.config import Config, ConfigError
 
 if TYPE_CHECKING:
     from otel_eval.issues.result import IssuesResult
+    from otel_eval.offline import EvalRun
 
 _TRACE_KEYS = ("spans", "resourceSpans", "resource_spans")  # trace formats, not evaluations
 _TITLE_CHARS = 60
@@ -66,15 +67,13 @@ def is_evaluation_file(path: Path) -> bool:
     return is_evaluation(obj)
 
 
-def evaluations(paths: list[str], cfg: Config, args: argparse.Namespace,
-                ) -> Iterator[dict[str, Any]]:
-    """Evaluation objects of every file under ``paths``; raises LoaderError /
-    EvaluationFileError naming the file that cannot be read."""
-    from otel_eval.cli import EvalRun
+def evaluations(paths: list[str], cfg: Config, run: EvalRun) -> Iterator[dict[str, Any]]:
+    """Evaluation objects of every file under ``paths`` (trace files through ``run``, the
+    offline engine ``eval`` runs, judge included); raises LoaderError / EvaluationFileError
+    naming the file that cannot be read."""
     from otel_eval.issues.files import read_evaluations
     from otel_eval.loaders import iter_files, load_file
 
-    run: EvalRun | None = None
     for raw in paths:
         if not Path(raw).exists():
             raise FileNotFoundError(f"{raw}: no such file or directory")
@@ -82,15 +81,12 @@ def evaluations(paths: list[str], cfg: Config, args: argparse.Namespace,
             if is_evaluation_file(path):
                 yield from read_evaluations([path])
                 continue
-            if run is None:  # what `otel-eval eval` runs, judge included with --judge
-                run = EvalRun(args, cfg)
             traces = load_file(path, config=cfg.trajectory)
             for evaluation in run.judged(run.evaluator.evaluate(t) for t in traces):
                 yield evaluation.to_json()
 
 
-def cmd_issues(args: argparse.Namespace, out: TextIO) -> int:
-    from otel_eval.cli import _config
+def cmd_issues(args: argparse.Namespace, run: EvalRun, out: TextIO) -> int:
     from otel_eval.issues.files import EvaluationFileError
     from otel_eval.issues.result import to_json
     from otel_eval.issues.tracker import issues_offline
@@ -98,8 +94,8 @@ def cmd_issues(args: argparse.Namespace, out: TextIO) -> int:
     from otel_eval.loaders import LoaderError
 
     try:
-        cfg = _config(args)
-        result = issues_offline(evaluations(list(args.paths), cfg, args), cfg.issues,
+        cfg = run.cfg
+        result = issues_offline(evaluations(list(args.paths), cfg, run), cfg.issues,
                                 namer=judge_namer(cfg.judge))
     except ConfigError as e:
         print(f"otel-eval: {e}", file=sys.stderr)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -13,13 +14,20 @@ from typing import Any
 import pytest
 from issue_fixtures import window
 
-from otel_eval.cli import build_parser, main
+from otel_eval.cli import build_parser, main, run_from_args
+from otel_eval.config import ConfigError
 from otel_eval.issues.command import cmd_issues, is_evaluation
 
 
 def _issues(*argv: str) -> tuple[int, str]:
     out = io.StringIO()
-    code = cmd_issues(build_parser().parse_args(["issues", *argv]), out)
+    args = build_parser().parse_args(["issues", *argv])
+    try:
+        run = run_from_args(args)
+    except ConfigError as e:  # as main() reports it
+        print(f"otel-eval: {e}", file=sys.stderr)
+        return 2, ""
+    code = cmd_issues(args, run, out)
     return code, out.getvalue()
 
 

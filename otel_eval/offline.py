@@ -1,0 +1,81 @@
+"""Stage wiring for files: the offline engine shared by ``eval``, ``issues``, ``show`` and the
+benches (the CLI only parses arguments and prints).
+
+    paths -> loaders (spans regrouped by the assembler, released at end of file)
+      -> Evaluator (trajectory, detectors, verdict: what ``serve`` runs per trace)
+      -> judge (when configured; in input order, ``judge.offline``) -> evaluations
+
+A file that cannot be read is reported on stderr and counted (``failed_files``); the run goes
+on with the next one.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, TextIO
+
+from otel_eval.config import Config
+from otel_eval.evaluator import Evaluator
+
+if TYPE_CHECKING:
+    from otel_eval.judge.offline import Spend
+    from otel_eval.model import Evaluation, Trace
+
+
+def _progress(items: Iterable[Any], stream: TextIO) -> Iterator[Any]:
+    if not stream.isatty():
+        yield from items
+        return
+    from tqdm import tqdm
+    yield from tqdm(items, unit=" traces", file=stream)
+
+
+class EvalRun:
+    """Load, build the trajectory, run the detectors, then the judge when one is configured."""
+
+    def __init__(self, cfg: Config, paths: Sequence[str] = (), *,
+                 budget_overrides: Mapping[str, float] | None = None,
+                 references_path: str | None = None,
+                 max_cost_usd: float | None = None) -> None:
+        self.cfg = cfg
+        self.paths = list(paths)
+        self.max_cost_usd = max_cost_usd  # stop judging once the judge has spent this much
+        self.evaluator = Evaluator(cfg, budget_overrides=dict(budget_overrides or {}),
+                                   references_path=references_path)
+        self.failed_files = 0
+        self.spend: Spend | None = None
+
+    def traces(self) -> Iterator[Trace]:
+        from otel_eval.loaders import LoaderError, load_path
+
+        for path in self.paths:
+            try:
+                yield from load_path(path, config=self.cfg.trajectory)
+            except (LoaderError, OSError) as e:
+                self.failed_files += 1
+                print(f"otel-eval: {e}", file=sys.stderr)
+
+    def evaluations(self) -> Iterator[Evaluation]:
+        return self.judged(self.evaluator.evaluate(t)
+                           for t in _progress(self.traces(), sys.stderr))
+
+    def judged(self, out: Iterator[Evaluation]) -> Iterator[Evaluation]:
+        """``out`` through the judge when one is configured (else unchanged). A judge that
+        cannot run (a missing key) raises ``ConfigError`` here, before any output."""
+        jc = self.cfg.judge
+        if not jc.active:
+            return out
+        from otel_eval.judge.client import check_credentials
+        from otel_eval.judge.judge import Judge
+        from otel_eval.judge.offline import Spend, judged
+
+        check_credentials(jc)
+        if self.max_cost_usd is not None:  # the explicit cap replaces the hourly budget
+            jc = replace(jc, max_cost_usd_per_hour=0.0)
+        self.spend = Spend()
+        return judged(out, Judge(jc), self.spend, self.max_cost_usd)
+
+    def cost_line(self) -> str | None:
+        return None if self.spend is None else self.spend.line(self.cfg.judge.model)
