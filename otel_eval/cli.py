@@ -1,4 +1,4 @@
-"""The ``otel-eval`` command: ``serve``, ``eval``, ``replay``, ``issues``, ``config``."""
+"""The ``otel-eval`` command: ``serve``, ``eval``, ``show``, ``replay``, ``issues``, ``config``."""
 
 from __future__ import annotations
 
@@ -90,6 +90,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "effective configuration of --config FILE) as commented YAML")
     cf.add_argument("--config", metavar="FILE")
 
+    sh = sub.add_parser("show", help="one evaluated run as a tree of steps, each finding and "
+                        "judge critique on its step")
+    _common(sh)
+    sh.add_argument("target", metavar="TRACE_ID|FILE",
+                    help="a trace id (read from the store) or a trace file (evaluated now)")
+    sh.add_argument("--store", metavar="PATH", help="SQLite file of serve (default: store.path)")
+    sh.add_argument("--trace", metavar="TRACE_ID", help="the trace to show, when FILE holds "
+                    "several")
+    sh.add_argument("--format", choices=["text", "json"], default="text")
+
     iss = sub.add_parser("issues", help="cluster critiques and findings into recurring issues")
     _common(iss)
     iss.add_argument("paths", nargs="+", metavar="PATH")
@@ -145,6 +155,27 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
         print(line, file=sys.stderr)
     _print_trials(trials, sys.stderr)
     return 1 if run.failed_files else 0
+
+
+def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
+    from pathlib import Path
+
+    from otel_eval.show import ShowError, from_run, from_store, is_trace_id, render_text, tree
+
+    try:
+        if Path(args.target).exists() or not is_trace_id(args.target):
+            run = run_from_args(args)
+            run.paths = [args.target]
+            body = from_run(run.evaluations(), args.target, args.trace)
+        else:
+            body = from_store(args.store or config_from_args(args).store.path, args.target)
+    except ShowError as e:
+        print(f"otel-eval show: {e}", file=sys.stderr)
+        return 1
+    shown = tree(body)
+    out.write(json.dumps(shown, indent=2) + "\n" if args.format == "json"
+              else render_text(shown))
+    return 0
 
 
 def _print_trials(trials: Sequence[Any], out: TextIO) -> None:
@@ -227,6 +258,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_serve(args)
         if args.command == "eval":
             return cmd_eval(args, sys.stdout)
+        if args.command == "show":
+            return cmd_show(args, sys.stdout)
         if args.command == "replay":
             return cmd_replay(args, sys.stdout)
         if args.command == "config":

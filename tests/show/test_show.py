@@ -1,0 +1,133 @@
+"""``otel-eval show``: a run from the store or from a file, as a tree of steps with each
+finding and judge critique on its step; ``--format json`` for machines."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from otel_eval.cli import main
+from otel_eval.config import Config
+from otel_eval.offline import EvalRun
+from otel_eval.show import render_text, tree
+from otel_eval.store import Store
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "detectors"
+TRACE = DATA / "guide_lucky_recovery.otlp.json"
+REFS = DATA / "guide_lucky_recovery.references.jsonl"
+TRACE_ID = "5b8efff798038103d269b633813fc60c"
+CRITIQUE = "re-read docs/config.md although its content was already in context"
+
+
+def _stored(tmp_path: Path) -> str:
+    """The guide trace evaluated offline, stored, then judged (a critique on step 8)."""
+    path = str(tmp_path / "otel-eval.db")
+    store = Store(path)
+    [evaluation] = list(EvalRun(Config(), [str(TRACE)], references_path=str(REFS))
+                        .evaluations())
+    store.put_many([evaluation])
+    step8 = evaluation.trajectory.steps[8]
+    judge = {"judges": {"combined": {"status": "ok", "critiques": [
+        {"dimension": "efficiency", "score": 0.25, "text": CRITIQUE, "span_id": step8.span_id,
+         "node": "docs-fixer", "step_index": None},
+        {"dimension": "trace", "score": 0.5, "text": "slow but correct", "span_id": None,
+         "node": None, "step_index": None}]}},
+        "overall": {"status": "ok", "process_score": 0.4, "outcome_score": 1.0}}
+    assert store.put_judge(TRACE_ID, 0, judge)
+    store.close()
+    return path
+
+
+def _show(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["show", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _block(text: str, step: int) -> list[str]:
+    """The line of step ``step`` and the note lines under it."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if f"[{step}] " in line)
+    block = [lines[start]]
+    for line in lines[start + 1:]:
+        if "] " in line and ("├─ [" in line or "└─ [" in line):
+            break
+        block.append(line)
+    return block
+
+
+def test_from_the_store_each_finding_and_critique_sits_on_its_step(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _show(capsys, TRACE_ID, "--store", _stored(tmp_path))
+    assert code == 0, err
+    assert out.startswith(f"trace {TRACE_ID}  docs-fixer / docs-fixer") and "FAIL" in out
+    step4 = "\n".join(_block(out, 4))
+    assert "execute_tool search_docs" in step4 and "loop:repeated_call" in step4
+    step8 = "\n".join(_block(out, 8))
+    assert "loop:repeated_call" in step8 and CRITIQUE in step8 and "0.25" in step8
+    step12 = "\n".join(_block(out, 12))
+    assert "ERROR old text not found" in step12 and "tool_call:runtime" in step12
+    assert "loop" not in "\n".join(_block(out, 3))
+    header = out.split("└─ [0]")[0]
+    assert "slow but correct" in header and "reference:match" in header  # on no step
+    assert "judge: ok, process_score 0.4" in header
+
+
+def test_json_keeps_the_tree_and_the_placement(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _show(capsys, TRACE_ID, "--store", _stored(tmp_path), "--format", "json")
+    assert code == 0, err
+    shown = json.loads(out)
+    steps = {s["index"]: s for s in shown["steps"]}
+    assert shown["roots"] == [0] and steps[0]["children"] == list(range(1, 18))
+    assert [f["kind"] for f in steps[4]["findings"]] == ["repeated_call"]
+    assert [c["text"] for c in steps[8]["critiques"]] == [CRITIQUE]
+    assert [c["text"] for c in shown["critiques"]] == ["slow but correct"]
+    assert shown["judge"]["process_score"] == 0.4
+
+
+def test_from_a_file_picks_the_trace(tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    two = tmp_path / "two"
+    two.mkdir()
+    shutil.copy(TRACE, two / "a.json")
+    doc = TRACE.read_text().replace(TRACE_ID, "f" * 32)
+    (two / "b.json").write_text(doc)
+    code, _, err = _show(capsys, str(two))
+    assert code == 1 and "several traces: pick one with --trace" in err
+    code, out, err = _show(capsys, str(two), "--trace", "F" * 32, "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["trace_id"] == "f" * 32
+    code, _, err = _show(capsys, str(two), "--trace", "1" * 32)
+    assert code == 1 and f"holds no trace {'1' * 32}" in err
+
+
+def test_unknown_trace_or_store_is_a_clear_error(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    db = _stored(tmp_path)
+    code, out, err = _show(capsys, "a" * 32, "--store", db)
+    assert (code, out) == (1, "") and f"no evaluation for trace {'a' * 32}" in err
+    missing = tmp_path / "nope.db"
+    code, _, err = _show(capsys, TRACE_ID, "--store", str(missing))
+    assert code == 1 and "no store at" in err and not missing.exists()
+
+
+def test_a_deep_trace_renders_without_recursion() -> None:
+    depth = 5000
+    steps: list[dict[str, Any]] = [
+        {"index": i, "span_id": f"{i + 1:016x}", "parent_span_id": f"{i:016x}" if i else None,
+         "kind": "chain", "name": f"s{i}", "status": "ok"} for i in range(depth)]
+    body = {"trace_id": "e" * 32, "status": "complete", "steps": steps, "verdict": None,
+            "counts": {"spans": depth, "llm_calls": 0, "tool_calls": 0, "errors": 0},
+            "usage": {"input_tokens": 0, "output_tokens": 0}, "findings": [
+                {"detector": "loop", "kind": "x", "severity": "error", "message": "deep",
+                 "step_indexes": [depth - 1]}]}
+    shown = tree(body)
+    text = render_text(shown)
+    assert len(text.splitlines()) == depth + 3
+    assert max(len(line) for line in text.splitlines()) < 300
+    assert json.loads(json.dumps(shown))["steps"][depth - 1]["findings"][0]["message"] == "deep"
