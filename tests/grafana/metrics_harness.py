@@ -54,6 +54,11 @@ def _evaluation(trace_id: str, agent: str, findings: list[model.Finding],
     return model.Evaluation(traj, findings, model.Verdict(passed, []))
 
 
+def failing(trace_id: str, agent: str = "always-failing") -> model.Evaluation:
+    """A trace of an agent that never passes (no verdict="passed" series for it)."""
+    return _evaluation(trace_id, agent, [], passed=False)
+
+
 def _loopy_findings(i: int) -> list[model.Finding]:
     out = []
     if i % 2 == 0:  # 50 % of traces loop

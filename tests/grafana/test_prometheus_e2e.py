@@ -27,7 +27,7 @@ import pytest
 import service_feed
 import yaml
 from grafana_files import PROMETHEUS_YML, RULES, alert_rules, panel_queries
-from metrics_harness import CLEAN, LOOPY, feed_round, issues_job, serve
+from metrics_harness import CLEAN, LOOPY, failing, feed_round, issues_job, serve
 
 from otel_eval.metrics import Metrics
 
@@ -218,3 +218,26 @@ def test_real_service_panels_alerts_and_exemplars(tmp_path: Path) -> None:
     finally:
         _stop(service)
         serve_log.close()
+
+
+def test_pass_rate_is_zero_not_no_data_when_no_trace_passed(
+        scraped: tuple[Prometheus, Metrics]) -> None:
+    # The series verdict="passed" never exists for an agent none of whose traces passed: the
+    # panel must still show 0 % for it, not "No data".
+    prom, metrics = scraped
+    expr = next(e for name, e in panel_queries() if name.startswith("Pass rate"))
+    rounds = iter(range(10_000))
+
+    def feed() -> None:
+        r = next(rounds)
+        for i in range(5):
+            metrics.evaluation_stored(failing(f"{r:08x}{i:08x}{'3' * 16}"), 0.1, False)
+
+    def answered() -> bool:
+        return _has_data(prom.query(expr))
+
+    feed()
+    _poll("the pass rate panel to answer", answered, feed)
+    values = {s["metric"]["agent"]: float(s["value"][1])
+              for s in prom.query(expr)["data"]["result"]}
+    assert values == {"always-failing": 0.0}
