@@ -3,9 +3,12 @@
 #   docker build -t otel-eval .
 #   docker run -p 4317:4317 -p 4318:4318 -p 8888:8888 -v otel-eval:/var/lib/otel-eval otel-eval
 #
-# Two stages: the build stage installs the package and its dependencies into a virtualenv
-# (compilers are never needed: every dependency ships manylinux wheels); the runtime stage
-# copies only that virtualenv. The service runs as an unprivileged numeric user, so
+# Two stages: the build stage installs the dependencies into a virtualenv from the lock file
+# requirements/service.txt (exact versions, every download checked against its sha256 with
+# --require-hashes; refreshed by scripts/lock, described by the SBOM scripts/sbom writes), then
+# the package itself without dependencies, built by the locked setuptools
+# (requirements/build.txt) rather than one fetched unpinned. Compilers are never needed: every
+# dependency ships manylinux wheels. The runtime stage copies only that virtualenv. The service runs as an unprivileged numeric user, so
 # Kubernetes' `runAsNonRoot` can verify it without resolving a name. Arguments given to
 # `docker run` (or a pod's `args`) are appended to the entrypoint; a repeated flag overrides
 # the default (`--store /elsewhere.db`), and `--config FILE` adds a configuration file
@@ -18,10 +21,13 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
 RUN python -m venv /opt/otel-eval
 WORKDIR /src
-# Only what the build reads (see .dockerignore): metadata, readme, the package.
+# Only what the build reads (see .dockerignore): the locks, metadata, readme, the package.
+COPY requirements/service.txt requirements/build.txt ./requirements/
+RUN /opt/otel-eval/bin/pip install --no-cache-dir --require-hashes \
+        -r requirements/service.txt -r requirements/build.txt
 COPY pyproject.toml README.md ./
 COPY otel_eval ./otel_eval
-RUN /opt/otel-eval/bin/pip install --no-cache-dir .
+RUN /opt/otel-eval/bin/pip install --no-cache-dir --no-deps --no-build-isolation .
 
 FROM python:${PYTHON_VERSION}-slim-bookworm
 LABEL org.opencontainers.image.title="otel-eval" \

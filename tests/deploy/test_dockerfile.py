@@ -108,6 +108,23 @@ def test_base_image_python_satisfies_requires_python() -> None:
         assert "${PYTHON_VERSION}" in stage[0][1], stage[0]
 
 
+def test_dependencies_come_from_the_lock_with_hashes() -> None:
+    """Every pip install in the image either installs a lock file hash-checked or installs
+    without resolving dependencies: nothing is taken at whatever version the index serves."""
+    installs = [run for stage in dockerfile_stages() for kw, run in stage
+                if kw == "RUN" and "pip install" in run]
+    assert installs, "the Dockerfile installs nothing with pip"
+    locks: list[str] = []
+    for run in installs:
+        words = shell_words(run)
+        if "--require-hashes" in words:
+            locks += [words[i + 1] for i, w in enumerate(words) if w in ("-r", "--requirement")]
+        else:
+            assert "--no-deps" in words and "--no-build-isolation" in words, run
+    assert "requirements/service.txt" in locks and "requirements/build.txt" in locks, locks
+    assert set(locks) <= set(_context_sources()), (locks, _context_sources())
+
+
 def _context_sources() -> list[str]:
     """Build-context paths the Dockerfile copies (COPY without --from)."""
     sources: list[str] = []
@@ -162,6 +179,7 @@ def test_copied_context_builds_the_package(tmp_path: Path) -> None:
             shutil.copytree(ROOT / src, ctx / src,
                             ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         else:
+            (ctx / src).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / src, ctx / src)
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet",
                         "--disable-pip-version-check", "-w", str(tmp_path / "dist"), str(ctx)],
