@@ -7,9 +7,10 @@
 # requirements/service.txt (exact versions, every download checked against its sha256 with
 # --require-hashes; refreshed by scripts/lock, described by the SBOM scripts/sbom writes), then
 # the package itself without dependencies, built by the locked setuptools
-# (requirements/build.txt) rather than one fetched unpinned. Compilers are never needed: every
-# dependency ships manylinux wheels. The runtime stage copies only that virtualenv. The service runs as an unprivileged numeric user, so
-# Kubernetes' `runAsNonRoot` can verify it without resolving a name. Arguments given to
+# (requirements/build.txt) rather than one fetched unpinned. Wheels only (--only-binary): no
+# dependency's build code runs, and no compiler is needed (each ships manylinux wheels). The
+# runtime stage copies only that virtualenv. The service runs as an unprivileged numeric user,
+# so Kubernetes' `runAsNonRoot` can verify it without resolving a name. Arguments given to
 # `docker run` (or a pod's `args`) are appended to the entrypoint; a repeated flag overrides
 # the default (`--store /elsewhere.db`), and `--config FILE` adds a configuration file
 # (flags win over the file).
@@ -23,7 +24,7 @@ RUN python -m venv /opt/otel-eval
 WORKDIR /src
 # Only what the build reads (see .dockerignore): the locks, metadata, readme, the package.
 COPY requirements/service.txt requirements/build.txt ./requirements/
-RUN /opt/otel-eval/bin/pip install --no-cache-dir --require-hashes \
+RUN /opt/otel-eval/bin/pip install --no-cache-dir --require-hashes --only-binary :all: \
         -r requirements/service.txt -r requirements/build.txt
 COPY pyproject.toml README.md ./
 COPY otel_eval ./otel_eval

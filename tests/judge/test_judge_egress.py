@@ -1,0 +1,64 @@
+"""What leaves the process (docs/SECURITY.md): with the judge on, only the judge's calls to the
+configured model; with it off, nothing. Each run is a fresh interpreter whose audit hook
+records every name lookup and connect, without the tests' LITELLM_LOCAL_MODEL_COST_MAP, so
+whatever litellm would fetch at import (its price map, from GitHub) shows up."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from judge_fake_llm import FakeLLM
+from test_judge_eval_cli import _trace_file
+from test_judge_serve import _scripted
+
+ROOT = Path(__file__).resolve().parents[2]
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+_AUDITED = """
+import json, sys
+seen = []
+def hook(event, args):
+    if event == "socket.getaddrinfo":
+        seen.append(str(args[0]))
+    elif event == "socket.connect" and isinstance(args[1], tuple):
+        seen.append(str(args[1][0]))
+sys.addaudithook(hook)
+from otel_eval.cli import main
+code = main(sys.argv[2:])
+with open(sys.argv[1], "w") as f:
+    json.dump(seen, f)
+sys.exit(code)
+"""
+
+
+def _hosts_contacted(tmp_path: Path, *args: str) -> tuple[list[str], list[dict[str, object]]]:
+    env = {k: v for k, v in os.environ.items() if k != "LITELLM_LOCAL_MODEL_COST_MAP"}
+    env |= {"OPENAI_API_KEY": "sk-test-loopback",
+            "PYTHONPATH": os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])}
+    seen = tmp_path / "hosts.json"
+    r = subprocess.run([sys.executable, "-c", _AUDITED, str(seen), "eval", *args,
+                        "--format", "jsonl"], capture_output=True, text=True, env=env,
+                       timeout=240, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(seen.read_text()), [json.loads(ln) for ln in r.stdout.splitlines()]
+
+
+def test_judge_on_contacts_only_the_configured_model(llm: FakeLLM, tmp_path: Path) -> None:
+    llm.route = _scripted
+    (tmp_path / "c.yaml").write_text("judge:\n  max_concurrency: 1\n  max_retries: 0\n")
+    hosts, results = _hosts_contacted(
+        tmp_path, str(_trace_file(tmp_path, 2)), "--config", str(tmp_path / "c.yaml"),
+        "--judge", "openai/gpt-4o-mini", "--judge-api-base", llm.api_base)
+    assert [r["judge"]["overall"]["status"] for r in results] == ["ok", "ok"]  # type: ignore[index]
+    assert len(llm.requests) == 2
+    assert hosts and set(hosts) <= LOOPBACK, hosts
+
+
+def test_judge_off_contacts_nothing(tmp_path: Path) -> None:
+    hosts, results = _hosts_contacted(tmp_path, str(_trace_file(tmp_path, 2)))
+    assert len(results) == 2 and all(r.get("judge") is None for r in results), results
+    assert hosts == []
