@@ -46,7 +46,7 @@ def _default_ports() -> dict[str, int]:
 def _entrypoint_config() -> Config:
     argv = exec_form(_instructions("ENTRYPOINT")[-1])
     assert argv[:2] == ["otel-eval", "serve"], argv
-    return cli._config(cli.build_parser().parse_args(argv[1:]))
+    return cli.config_from_args(cli.build_parser().parse_args(argv[1:]))
 
 
 def test_hadolint_clean() -> None:
