@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from otel_eval.config import Config
-from otel_eval.detectors import Detectors, load_references
-from otel_eval.model import Evaluation, Finding, Trace, Trajectory, Verdict
+from otel_eval.detectors import Detectors, load_references, verdict_of
+from otel_eval.model import Evaluation, Finding, Trace, Trajectory
 from otel_eval.trajectory import build_trajectory
 
 _SUCCESS = {"success", "succeeded", "pass", "passed", "true", "1", "1.0", "ok", "resolved"}
@@ -69,10 +69,9 @@ class Evaluator:
             stub = Trajectory(body["trace_id"], body.get("source", ""), body["status"], [])
             findings += lucky_pass.detect(stub, cfg, Context(outcome=outcome,
                                                              findings=tuple(findings)))
-        reasons = [f.message for f in findings if f.severity == "error"]
         old = body.get("verdict") or {}
         extra = {k: v for k, v in old.items() if k not in ("passed", "reasons", "outcome")}
-        verdict = Verdict(passed=not reasons, reasons=reasons, outcome=outcome, extra=extra)
+        verdict = verdict_of(findings, outcome, extra)
         return {**body, "findings": [f.to_json() for f in findings],
                 "verdict": verdict.to_json()}
 

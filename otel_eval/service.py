@@ -246,12 +246,20 @@ class Service:
         if outcome is None:
             raise ValueError(f"outcome {outcome_value!r} is not success/failure (or 1/0)")
         self.store.put_feedback(trace_id, outcome, time.time_ns())
-        body = self.store.get(trace_id)
-        if body is None:
-            return None
-        updated = self.evaluator.with_outcome(body, outcome)
-        self.store.put_json(updated)
-        return updated
+        for _ in range(_FEEDBACK_ATTEMPTS):
+            body = self.store.get(trace_id)
+            if body is None:
+                return None
+            updated = self.evaluator.with_outcome(body, outcome)
+            if self.store.put_verdict(trace_id, body["revision"], updated["findings"],
+                                      updated["verdict"]):
+                break
+            # re-evaluated since it was read (the engine applies the stored outcome): again
+        return self.store.get(trace_id)  # with whatever the judge wrote meanwhile
+
+
+# Re-reads when the trace was re-evaluated between reading and writing its verdict.
+_FEEDBACK_ATTEMPTS = 5
 
 
 class _OnLoop:

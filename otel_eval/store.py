@@ -83,28 +83,34 @@ class Store:
                 raise
         return superseded
 
-    def put_json(self, body: dict[str, Any]) -> None:
-        """Replace the stored object of a trace (a verdict updated by feedback)."""
-        v = body.get("verdict")
-        with self._lock:
-            self._db.execute("UPDATE evaluations SET passed = ?, body = ? WHERE trace_id = ?",
-                             (None if v is None else int(v["passed"]), json.dumps(body),
-                              body["trace_id"]))
+    # Row writers. The engine writes whole rows (``put_many``: a new evaluation, or a new
+    # revision of one); the judge and the feedback each change their own part of the row, for
+    # the revision they read, in one UPDATE (SQLite's json_set: no read-modify-write here),
+    # so neither can lose the other's work, and neither lands on a newer revision.
 
     def put_judge(self, trace_id: str, revision: int, judge: dict[str, Any]) -> bool:
         """Attach the judge's object to the stored evaluation of ``revision``; False (nothing
         written) when the trace was re-evaluated since (late spans: that revision is judged
         on its own) or is gone."""
+        return self._patch(trace_id, revision, "json_set(body, '$.judge', json(?))",
+                           (json.dumps(judge),))
+
+    def put_verdict(self, trace_id: str, revision: int, findings: list[dict[str, Any]],
+                    verdict: dict[str, Any]) -> bool:
+        """Replace the findings and verdict of ``revision`` (feedback re-judged them); False
+        when the trace was re-evaluated since or is gone (read again and retry)."""
+        return self._patch(
+            trace_id, revision,
+            "json_set(body, '$.findings', json(?), '$.verdict', json(?)), passed = ?",
+            (json.dumps(findings), json.dumps(verdict), int(bool(verdict["passed"]))))
+
+    def _patch(self, trace_id: str, revision: int, assignment: str,
+               args: tuple[Any, ...]) -> bool:
         with self._lock:
-            row = self._db.execute("SELECT revision, body FROM evaluations WHERE trace_id = ?",
-                                   (trace_id,)).fetchone()
-            if row is None or row[0] != revision:
-                return False
-            body = json.loads(row[1])
-            body["judge"] = judge
-            self._db.execute("UPDATE evaluations SET body = ? WHERE trace_id = ?",
-                             (json.dumps(body), trace_id))
-        return True
+            cur = self._db.execute(
+                f"UPDATE evaluations SET body = {assignment} WHERE trace_id = ? AND revision = ?",
+                (*args, trace_id, revision))
+        return cur.rowcount == 1
 
     def get(self, trace_id: str) -> dict[str, Any] | None:
         with self._lock:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from otel_eval.detectors import (
     budget,
@@ -32,7 +33,7 @@ from otel_eval.model import Finding, Trajectory, Verdict
 
 __all__ = [
     "BUDGET_NAMES", "DETECTOR_NAMES", "Detectors", "DetectorsConfig", "RefCall", "Reference",
-    "ReferenceSet", "load_references", "parse_budget",
+    "ReferenceSet", "load_references", "parse_budget", "verdict_of",
 ]
 
 Detect = Callable[[Trajectory, DetectorsConfig, Context], list[Finding]]
@@ -66,6 +67,14 @@ def parse_budget(text: str) -> tuple[str, float]:
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"budget {text!r}: must be a finite number >= 0")
     return name, value
+
+
+def verdict_of(findings: Sequence[Finding], outcome: str | None = None,
+               extra: dict[str, Any] | None = None) -> Verdict:
+    """The pass rule, the one place it is written: a trace passes when no finding has
+    severity ``error``; each such finding's message is a reason."""
+    reasons = [f.message for f in findings if f.severity == "error"]
+    return Verdict(passed=not reasons, reasons=reasons, outcome=outcome, extra=dict(extra or {}))
 
 
 def _sort_key(f: Finding) -> tuple[int, int, str, str]:
@@ -130,8 +139,7 @@ class Detectors:
                 context.findings = tuple(findings)
                 findings += detect(trajectory, self.config, context)
         findings.sort(key=_sort_key)
-        reasons = [f.message for f in findings if f.severity == "error"]
-        verdict = Verdict(passed=not reasons, reasons=reasons, outcome=outcome)
+        verdict = verdict_of(findings, outcome)
         summary = reference.reference_summary(findings)
         if summary is not None:
             verdict.extra["reference"] = summary
