@@ -104,7 +104,7 @@ def _pod_config(docs: list[dict[str, Any]], tmp_path: Path, worker_index: int = 
     args.config.write_text(configmap["data"]["config.yaml"])
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(os, "environ", _pod_environ(container, worker_index))
-        return cli._config(args)
+        return cli.config_from_args(args)
 
 
 def _validate(doc: dict[str, Any]) -> None:
@@ -312,7 +312,7 @@ def test_sidecar_example(tmp_path: Path) -> None:
     assert "command" not in sidecar, "the example relies on the image's entrypoint"
     # The effective command line: the Dockerfile's ENTRYPOINT followed by the pod's args.
     entrypoint = exec_form([r for k, r in dockerfile_stages()[-1] if k == "ENTRYPOINT"][-1])
-    cfg = cli._config(cli.build_parser().parse_args([*entrypoint, *sidecar["args"]][1:]))
+    cfg = cli.config_from_args(cli.build_parser().parse_args([*entrypoint, *sidecar["args"]][1:]))
     ports = {p["name"]: p["containerPort"] for p in sidecar["ports"]}
     assert ports == {"otlp-grpc": parse_endpoint(cfg.receiver.grpc_endpoint)[1],
                      "otlp-http": parse_endpoint(cfg.receiver.http_endpoint)[1],
