@@ -117,7 +117,10 @@ def instrumentations_table() -> str:
     for name, st in stacks().items():
         versions = _versions(name)
         pkgs = st.get("instrumentation") or list(st["packages"])[:1]
-        tested = ", ".join(f"{p} {versions.get(p, 'not recorded')}" for p in pkgs)
+        tested = ", ".join(versions.get(p, "not recorded") for p in pkgs)
+        if others := [f"{p} {v}" for p, v in versions.items()
+                      if p in ("openai", "opentelemetry-sdk") and p not in pkgs]:
+            tested += f" (with {', '.join(others)})"
         rows.append(f"| `{name}` | {', '.join(f'`{p}`' for p in pkgs)} | {tested} | "
                     f"{_cell(st.get('reads'))} | {_cell(st.get('gaps'))} |")
     return "\n".join(rows)

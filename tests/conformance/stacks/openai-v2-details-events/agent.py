@@ -1,0 +1,25 @@
+"""openai-v2-details-events: the official OpenAI instrumentation (latest experimental GenAI
+semconv, content in gen_ai.client.inference.operation.details log records) and hand-made
+GenAI agent/tool spans.
+``python agent.py SCENARIO`` (in the stack's venv)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import common
+
+
+def main(scenario: str) -> None:
+    common.setup(logs=True)
+    from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+
+    OpenAIInstrumentor().instrument()
+    common.genai_agent(scenario, "gen_ai.provider.name")
+    common.shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
