@@ -42,6 +42,13 @@ def recording(stack: str, scenario: str) -> dict[str, Any]:
     return data
 
 
+def unrecorded() -> list[tuple[str, str]]:
+    """(stack, scenario) pairs without a recording that the stack does not declare
+    ``unsupported: {scenario: reason}`` in its stack.yaml."""
+    return [(s, sc) for s, st in stacks().items() for sc in SCENARIOS
+            if not recording_path(s, sc).is_file() and sc not in (st.get("unsupported") or {})]
+
+
 def recorded() -> list[tuple[str, str]]:
     """Every (stack, scenario) with a recording, in stack then scenario order."""
     return [(s, sc) for s in stacks() for sc in SCENARIOS if recording_path(s, sc).is_file()]
@@ -132,7 +139,8 @@ def conformance_table() -> str:
         cells = []
         for scenario in SCENARIOS:
             if not recording_path(name, scenario).is_file():
-                cells.append("not recorded")
+                why = (stacks()[name].get("unsupported") or {}).get(scenario)
+                cells.append(f"unsupported: {_cell(why)}" if why else "not recorded")
             else:  # the reasons are in expected.yaml
                 cells.append("not yet" if expectation(name, scenario).get("xfail") else "yes")
         rows.append(f"| `{name}` | " + " | ".join(cells) + " |")

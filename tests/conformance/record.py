@@ -111,12 +111,10 @@ def installed(stack: dict[str, Any], env_dir: Path) -> dict[str, str]:
 
 def _command(name: str, stack: dict[str, Any], env_dir: Path, scenario: str) -> list[str]:
     if stack.get("runtime", "python") == "node":
-        # ESM resolves packages from the importing file's dir: run a copy beside node_modules.
+        # ESM resolves packages from the importing file's dir: run copies beside node_modules.
         for f in (STACKS / name).iterdir():
-            if f.suffix in (".js", ".mjs", ".cjs", ".json") and f.name != "package.json":
+            if f.suffix in (".js", ".mjs", ".cjs"):
                 shutil.copy(f, env_dir / f.name)
-        shutil.copy(HERE / "scenarios.json", env_dir / "scenarios.json") \
-            if (HERE / "scenarios.json").is_file() else None
         return ["node", str(env_dir / stack.get("entry", "agent.mjs")), scenario]
     return [str(env_dir / "bin" / "python"), str(STACKS / name / "agent.py"), scenario]
 

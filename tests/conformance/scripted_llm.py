@@ -14,8 +14,9 @@ The model is always reported as ``gpt-4o-mini`` (a model litellm's price table k
 ids shaped like real ones (``chatcmpl-...``, ``call_...``) derived from the conversation so a
 re-recording gives the same ids, and usage numbers that grow with the conversation. A request
 without a marker, with an unknown scenario or not shaped like a chat completion gets a 400
-with an OpenAI-style error body. Not thread-safe beyond one request at a time per connection;
-``requests`` counts answered calls.
+with an OpenAI-style error body (and is noted in ``errors``: ``record.py`` writes no recording
+then). ``requests`` counts answered calls; requests are served on threads, counters under a
+lock.
 """
 
 from __future__ import annotations
@@ -176,6 +177,10 @@ class ScriptedLLM:
         self._server.shutdown()
         self._server.server_close()
 
+    def refused(self, reason: str) -> None:
+        with self._lock:
+            self.errors.append(reason)
+
     def answer(self, body: Any) -> tuple[bool, Any]:
         """(stream?, completion or chunk list) for a request body; BadRequest when unscripted."""
         if not isinstance(body, dict):
@@ -204,7 +209,7 @@ def _handler(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 stream, answer = llm.answer(json.loads(raw or b"null"))
             except (BadRequest, ValueError, KeyError, IndexError) as e:
-                llm.errors.append(str(e))
+                llm.refused(str(e))
                 self._json(400, {"error": {"message": str(e), "type": "invalid_request_error",
                                            "code": "unscripted_request"}})
                 return

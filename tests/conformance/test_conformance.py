@@ -94,3 +94,7 @@ def test_every_expectation_names_a_stack_and_scenario_of_the_corpus() -> None:
         assert stack in corpus.stacks(), stack
         for scenario in overrides:
             assert corpus.recording_path(stack, scenario).is_file(), (stack, scenario)
+
+
+def test_every_stack_records_every_scenario_it_supports() -> None:
+    assert not corpus.unrecorded(), "record them (README) or declare them `unsupported`"
