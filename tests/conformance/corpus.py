@@ -119,8 +119,8 @@ def _versions(stack: str) -> dict[str, str]:
 
 
 def instrumentations_table() -> str:
-    rows = ["| stack | package | version tested | what is read | known gaps |",
-            "|---|---|---|---|---|"]
+    rows = ["| stack | package | version tested | agent name from | what is read | known gaps |",
+            "|---|---|---|---|---|---|"]
     for name, st in stacks().items():
         versions = _versions(name)
         pkgs = st.get("instrumentation") or list(st["packages"])[:1]
@@ -129,7 +129,8 @@ def instrumentations_table() -> str:
                       if p in ("openai", "opentelemetry-sdk") and p not in pkgs]:
             tested += f" (with {', '.join(others)})"
         rows.append(f"| `{name}` | {', '.join(f'`{p}`' for p in pkgs)} | {tested} | "
-                    f"{_cell(st.get('reads'))} | {_cell(st.get('gaps'))} |")
+                    f"{_cell(st.get('agent_from'))} | {_cell(st.get('reads'))} | "
+                    f"{_cell(st.get('gaps'))} |")
     return "\n".join(rows)
 
 
