@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
 from otel_eval.config import AssemblyConfig
@@ -81,6 +81,11 @@ class TraceAssembler:
     def new_trace_count(self, spans: Iterable[Span]) -> int:
         """How many open-trace slots these spans would take (for admission control)."""
         return len({s.trace_id for s in spans if s.trace_id not in self._open})
+
+    def open_trace(self, trace_id: str) -> tuple[int, Collection[Span]] | None:
+        """(revision, a live view of its spans) of an open trace; None when it is not open."""
+        tr = self._open.get(trace_id)
+        return None if tr is None else (tr.revision, tr.spans.values())
 
     def add(self, spans: Iterable[Span], now: float,
             on_trace: Callable[[str], Callable[[], None] | None] | None = None,

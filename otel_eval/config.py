@@ -109,6 +109,28 @@ class StoreConfig:
     path: str = "otel-eval.db"
     # Evaluations older than this are deleted, days (0 keeps everything).
     retention_days: float = 7.0
+    # Acknowledged means durable: each OTLP request's accepted spans are written to a spool
+    # (SQLite, one transaction per request) before the request is acknowledged, and what was
+    # not yet evaluated is replayed at start. false: faster, but a crash (kill -9, OOM kill)
+    # loses acknowledged traces not yet evaluated. Kafka ingest needs none (the topic is the log).
+    spool: bool = True
+    # Spool file; empty: "<path>-spool" beside the store (no spool when path is ":memory:").
+    spool_path: str = ""
+    # Bytes of requests held in the spool (accepted, not yet evaluated). Past it the receivers
+    # throttle (reason `spool_full`; gRPC RESOURCE_EXHAUSTED, HTTP 429) and exporters retry.
+    spool_max_bytes: int = 512 * 1024 * 1024
+    # fsync every spooled request: survives power loss too, not only a crash of the process.
+    spool_fsync: bool = False
+
+    def __post_init__(self) -> None:
+        if self.spool_max_bytes <= 0:
+            raise ValueError(f"spool_max_bytes must be > 0, got {self.spool_max_bytes}")
+
+    def spool_file(self) -> str | None:
+        """Where the spool lives, or None when there is none (off, or an in-memory store)."""
+        if not self.spool or self.path == ":memory:":
+            return None
+        return self.spool_path or f"{self.path}-spool"
 
 
 @dataclass(frozen=True)

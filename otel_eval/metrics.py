@@ -45,12 +45,15 @@ Metrics (counters are exposed with the ``_total`` suffix):
                otel_eval_kafka_commit_failures_total{reason}
                otel_eval_kafka_records_published_total{topic}           spans|results
                otel_eval_kafka_publish_dropped_total{topic,reason}
+    spool      otel_eval_spool_bytes, otel_eval_spool_requests                    gauges
+               otel_eval_spool_spans_replayed_total, otel_eval_spool_failures_total{operation}
     sink       otel_eval_sink_dropped_total{sink,reason}    items (events, spans) a sink dropped
                otel_eval_forward_spans_sent_total, otel_eval_events_emitted_total
 
 Invariants (in steady state, all counters since start):
 - spans_received = spans_accepted + spans_rejected (per protocol);
-- sum(spans_accepted) = assembly_spans_released + assembly_pending_spans (open or queued);
+- sum(spans_accepted) + spool_spans_replayed = assembly_spans_released + assembly_pending_spans
+  (open or queued);
 - traces_completed = sum over verdicts of traces_verdicts (+ traces with no verdict);
 - traces_with_loop, traces_non_terminated, traces_lucky_passes <= traces_completed.
 
@@ -70,7 +73,8 @@ from prometheus_client.exposition import choose_encoder
 
 from otel_eval import model
 
-__all__ = ["OTHER", "TOOL_ERROR_KINDS", "JudgeMetrics", "KafkaMetrics", "Metrics", "render"]
+__all__ = ["OTHER", "TOOL_ERROR_KINDS", "JudgeMetrics", "KafkaMetrics", "Metrics", "SpoolMetrics",
+           "render"]
 
 OTHER = "_other"
 UNKNOWN = "unknown"
@@ -118,6 +122,7 @@ class Metrics:
         self._declare_traces()
         self.judge = JudgeMetrics(self)
         self.kafka = KafkaMetrics(self)
+        self.spool = SpoolMetrics(self)
 
     # --- declarations -------------------------------------------------------------------
 
@@ -383,6 +388,31 @@ class KafkaMetrics:
 
     def publish_dropped(self, topic_kind: str, reason: str, n: int) -> None:
         self.c_publish_dropped.labels(topic_kind, reason).inc(n)
+
+
+class SpoolMetrics:
+    """The spool (``otel_eval.spool``): what it holds, what it replayed, what failed."""
+
+    def __init__(self, m: Metrics) -> None:
+        r = m.registry
+        self.g_bytes = Gauge("spool_bytes", "Bytes of OTLP requests held until evaluated.",
+                             namespace="otel_eval", registry=r)
+        self.g_requests = Gauge("spool_requests", "OTLP requests held until evaluated.",
+                                namespace="otel_eval", registry=r)
+        self.c_replayed = m._counter("spool_spans_replayed",
+                                     "Spans replayed from the spool at start (not received).")
+        self.c_failed = m._counter("spool_failures", "Spool writes that failed, by operation.",
+                                   ["operation"])
+
+    def held(self, n_requests: int, n_bytes: int) -> None:
+        self.g_requests.set(n_requests)
+        self.g_bytes.set(n_bytes)
+
+    def replayed(self, n_spans: int) -> None:
+        self.c_replayed.inc(n_spans)
+
+    def failed(self, operation: str) -> None:
+        self.c_failed.labels(operation).inc()
 
 
 def render(registry: CollectorRegistry, accept_header: str | None) -> tuple[bytes, str]:

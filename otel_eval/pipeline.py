@@ -1,14 +1,17 @@
 """The engine: receivers hand it spans; it assembles, evaluates, stores and exports.
 
-    submit(spans) -> assembly -> tick(now) releases traces -> queue (bounded by pending spans)
-        -> Evaluator.evaluate -> Store.put_many -> metrics -> sinks (events, forward, judge)
-        -> waiters (Kafka offsets)
+    submit(spans) -> [spool] -> assembly -> tick(now) releases traces -> queue (bounded by
+        pending spans) -> Evaluator.evaluate -> Store.put_many -> [spool: evaluated] -> metrics
+        -> sinks (events, forward, judge) -> waiters (Kafka offsets)
 
 Admission control is the one back-pressure mechanism: spans accepted but not yet stored
 (``pending``) are bounded by ``max_pending_spans``, open traces by ``max_open_traces``. Over
 either, ``submit`` takes nothing and says ``throttled`` so the receiver answers with a
 retryable error; once ``submit`` has taken a span, it is evaluated and stored before
-``shutdown`` returns (SIGTERM loses nothing that was acknowledged).
+``shutdown`` returns (SIGTERM loses nothing that was acknowledged). With a ``Spool``, the bytes
+of an OTLP request (``submit(request=...)``) are written to it before ``submit`` returns and
+leave it once their traces are stored, so a crash (kill -9) loses nothing acknowledged either:
+``Spool.replay`` submits them again at start (``replayed=True``: no admission, no new spool row).
 
 Threads: receivers call ``submit`` from their own threads; one worker thread ticks the
 assembler and evaluates (``start``). Tests call ``tick(now)`` and ``process()`` by hand instead.
@@ -17,6 +20,7 @@ assembler and evaluates (``start``). Tests call ``tick(now)`` and ``process()`` 
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 from collections import Counter, deque
@@ -28,6 +32,7 @@ from otel_eval.assembly import TraceAssembler
 from otel_eval.evaluator import Evaluator
 from otel_eval.metrics import Metrics
 from otel_eval.model import Evaluation, Span, Trace
+from otel_eval.spool import Spool
 from otel_eval.store import Store
 
 log = logging.getLogger(__name__)
@@ -72,7 +77,8 @@ class _Barrier:
 class Engine:
     def __init__(self, evaluator: Evaluator, store: Store, metrics: Metrics, *,
                  sinks: Sequence[Sink] = (), clock: Callable[[], float] = time.monotonic,
-                 tick_interval_s: float = 0.25, batch_size: int = 256) -> None:
+                 tick_interval_s: float = 0.25, batch_size: int = 256,
+                 spool: Spool | None = None) -> None:
         self.config = evaluator.config.assembly
         self.evaluator = evaluator
         self.store = store
@@ -81,6 +87,7 @@ class Engine:
         self.clock = clock
         self.tick_interval_s = tick_interval_s
         self.batch_size = batch_size
+        self.spool = spool
         self._assembler = TraceAssembler(self.config)
         self._lock = threading.Lock()
         self._queue: deque[tuple[Trace, float]] = deque()  # (trace, released at)
@@ -101,17 +108,28 @@ class Engine:
             return len(self._assembler)
 
     def submit(self, spans: list[Span], source: str = "otlp",
-               on_stored: Callable[[], None] | None = None) -> Admission:
-        """Take spans or refuse them all (``throttled``); see the module docstring."""
+               on_stored: Callable[[], None] | None = None, *,
+               request: bytes | Callable[[], bytes] | None = None,
+               replayed: bool = False) -> Admission:
+        """Take spans or refuse them all (``throttled``); see the module docstring.
+        ``request``: the protobuf bytes the spans were decoded from, spooled before this
+        returns (when there is a spool); ``replayed``: spans from the spool at start."""
         adm = Admission()
         barrier = _Barrier(on_stored) if on_stored is not None else None
+        raw = None
+        if self.spool is not None and request is not None and spans and not replayed:
+            raw = request() if callable(request) else request
         with self._lock:
-            adm.throttled = self._refusal(spans)
-            if adm.throttled is not None:
+            adm.throttled = None if replayed else self._refusal(spans, len(raw or b""))
+            row = None if raw is None or adm.throttled else self._spool_append(raw, spans)
+            if adm.throttled is not None or row == -1:
+                adm.throttled = adm.throttled or "spool_error"
                 return adm
             res = self._assembler.add(
                 spans, self.clock(), on_trace=(lambda _tid: barrier.done) if barrier else None,
                 source=source)
+            if row is not None:
+                self._spool_settle(row, spans, res.traces)
             self._update_gauges()
         if barrier is not None:
             barrier.arm(len(res.traces))
@@ -120,10 +138,12 @@ class Engine:
             self.metrics.trace_reopened(res.reopened)
         return adm
 
-    def _refusal(self, spans: list[Span]) -> str | None:
+    def _refusal(self, spans: list[Span], spool_bytes: int) -> str | None:
         cfg, asm = self.config, self._assembler
         if self._closing:
             return "shutting_down"
+        if spool_bytes and self.spool is not None and (full := self.spool.refusal(spool_bytes)):
+            return full
         pending = asm.open_spans + self._queued_spans
         if pending and pending + len(spans) > cfg.max_pending_spans:
             return "pending_spans"
@@ -133,6 +153,31 @@ class Engine:
                 return "open_traces"
             self._enqueue(asm.release_oldest(over, self.clock()))
         return None
+
+    def _spool_append(self, raw: bytes, spans: list[Span]) -> int:  # lock held
+        """The request's spool row, or -1 when it could not be written (then it is refused)."""
+        assert self.spool is not None
+        try:
+            return self.spool.append(raw, {s.trace_id for s in spans})
+        except (sqlite3.Error, OSError):
+            log.exception("spool write failed; refusing the request (the exporter retries)")
+            self.metrics.spool.failed("append")
+            return -1
+
+    def _spool_settle(self, row: int, spans: list[Span], took: set[str]) -> None:  # lock held
+        assert self.spool is not None
+        asm = self._assembler
+        revisions = {}
+        for tid in took:
+            held = asm.open_trace(tid)
+            if held is not None:
+                revisions[tid] = held[0]
+
+        def spans_of(tid: str) -> list[Span]:
+            held = asm.open_trace(tid)
+            return list(held[1]) if held is not None else []
+
+        self.spool.settle(row, {s.trace_id for s in spans}, revisions, spans_of)
 
     # --- release and evaluation (worker thread, or tests by hand) ------------------------------
 
@@ -177,6 +222,12 @@ class Engine:
                 ev = self.evaluator.failed(trace, e)
             evaluated.append((trace, ev, released_at))
         superseded = self.store.put_many(ev for _, ev, _ in evaluated)
+        if self.spool is not None:
+            try:  # after the commit: a crash in between replays and supersedes
+                self.spool.evaluated((t.trace_id, t.revision) for t, _ in batch)
+            except (sqlite3.Error, OSError):  # rows stay (replayed at start): count, go on
+                log.exception("spool: deleting evaluated traces failed")
+                self.metrics.spool.failed("delete")
         now = self.clock()
         for (trace, ev, released_at), sup in zip(evaluated, superseded, strict=True):
             self.metrics.evaluation_stored(ev, now - released_at, sup)

@@ -1,18 +1,20 @@
 """``otel-eval serve``: wires the stages and owns their lifecycle.
 
     OTLP/gRPC :4317 ─┐
-    OTLP/HTTP :4318 ─┼─> Ingest -> Engine [assembly -> evaluate -> store] -> sinks
+    OTLP/HTTP :4318 ─┼─> Ingest -> Engine [spool -> assembly -> evaluate -> store] -> sinks
     Kafka consumer  ─┘                     (judge, events, forward, Kafka results topic)
     admin :8888 <- /metrics, /healthz, /readyz, /v1/evaluations, /v1/feedback, /v1/issues
 
 With ``kafka.publish`` the receivers' Ingest feeds a ``PublishingEngine`` (records to the
 topic) instead. The async stages (judge, Kafka) share one event loop thread (``aio``).
 
-Startup: store, metrics, engine, sinks, then Kafka consumer and receivers, then admin says
-ready. Shutdown (SIGTERM / SIGINT; a second signal exits at once): stop accepting (receivers
-get the grace period for in-flight calls, the consumer stops fetching), release every open
-trace and evaluate it (the consumer commits what got stored), drain the judge and flush sinks
-with the time left, close the store. Nothing acknowledged is lost.
+Startup: store, spool, metrics, engine, sinks; the spool replays what a crash left unevaluated;
+then Kafka consumer and receivers, then admin says ready. Shutdown (SIGTERM / SIGINT; a second
+signal exits at once): stop accepting (receivers get the grace period for in-flight calls, the
+consumer stops fetching), release every open trace and evaluate it (the consumer commits what
+got stored), drain the judge and flush sinks with the time left, close the store. Nothing
+acknowledged is lost; with the spool (default), not on kill -9 either (Kafka ingest: the topic
+and its committed offsets play that part).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from otel_eval.pipeline import Engine, Sink
 from otel_eval.receiver.grpc import GrpcReceiver
 from otel_eval.receiver.http import HttpReceiver
 from otel_eval.receiver.ingest import Ingest
+from otel_eval.spool import Spool
 from otel_eval.store import Store
 
 log = logging.getLogger(__name__)
@@ -70,8 +73,13 @@ class Service:
         if self.loop is not None:
             self.loop.start()
         self.sinks: list[Any] = self._make_sinks()
+        sc = config.store
+        spool_file = sc.spool_file()
+        self.spool = Spool(spool_file, sc.spool_max_bytes, self.metrics.spool,
+                           fsync=sc.spool_fsync) if spool_file else None
         self.engine = Engine(self.evaluator, self.store, self.metrics,
-                             sinks=[s for s in self.sinks if hasattr(s, "export")], clock=clock)
+                             sinks=[s for s in self.sinks if hasattr(s, "export")], clock=clock,
+                             spool=self.spool)
         self.consumer: Any = None
         self.publisher: Any = None
         submitter: Any = self.engine
@@ -146,6 +154,9 @@ class Service:
                 sink.start()
         if worker:
             self.engine.start()
+        if self.spool is not None:  # before the receivers: replayed spans come first
+            engine = self.engine
+            self.spool.replay(lambda spans: engine.submit(spans, "otlp", replayed=True).accepted)
         if self.loop is not None and self.publisher is not None:
             self.loop.run(self.publisher.start(), timeout_s=60)
         if self.loop is not None and self.consumer is not None:
@@ -194,6 +205,8 @@ class Service:
             self.issues.close(timeout_s=max(1.0, end - time.monotonic()))
         self.admin.stop()
         self.store.close()
+        if self.spool is not None:
+            self.spool.close()
         self._stopped.set()
         log.info("otel-eval stopped")
 

@@ -30,7 +30,9 @@ class PublishingEngine:
         self.timeout_s = timeout_s
 
     def submit(self, spans: list[Span], source: str = "otlp",
-               on_stored: Callable[[], None] | None = None) -> Admission:
+               on_stored: Callable[[], None] | None = None, *,
+               request: bytes | Callable[[], bytes] | None = None) -> Admission:
+        """``request`` is not spooled: the request is acknowledged once Kafka, the log, has it."""
         if not spans:
             return Admission()
         data = encode_spans(spans).SerializeToString()

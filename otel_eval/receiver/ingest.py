@@ -1,6 +1,9 @@
 """The protocol-independent half of a receiver: bytes in, an OTLP answer out.
 
-    body -> otlp.parse_request -> otlp.decode_request -> Engine.submit -> IngestResult
+    body -> otlp.parse_request -> otlp.decode_request -> Engine.submit(spans, request) -> result
+
+``request`` is what the engine writes to its spool before answering (the body as received for
+protobuf, the parsed request re-encoded for OTLP/JSON - only when a spool asks for it).
 
 Every span of a request ends up in exactly one of: accepted (acknowledged, will be
 evaluated), rejected with a reason (reported as OTLP partial success, not retried), or the
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -29,7 +33,8 @@ from otel_eval.pipeline import Admission
 class Submitter(Protocol):
     """``pipeline.Engine`` (assemble and evaluate) or ``kafka.frontend.PublishingEngine``."""
 
-    def submit(self, spans: list[Span], source: str = ...) -> Admission: ...
+    def submit(self, spans: list[Span], source: str = ..., *,
+               request: bytes | Callable[[], bytes] | None = ...) -> Admission: ...
 
 
 @dataclass
@@ -66,7 +71,7 @@ class Ingest:
         except otlp.MalformedRequest as e:
             self.metrics.spans_rejected(protocol, "malformed_request", 0)
             return IngestResult("invalid", message=str(e))
-        return self.handle_request(req, protocol, rejected)
+        return self.handle_request(req, protocol, rejected, body)
 
     def handle_json(self, body: bytes, protocol: str) -> IngestResult:
         try:
@@ -74,13 +79,14 @@ class Ingest:
         except ValueError as e:
             self.metrics.spans_rejected(protocol, "malformed_request", 0)
             return IngestResult("invalid", message=str(e))
-        return self.handle_request(req, protocol, Counter())
+        return self.handle_request(req, protocol, Counter(), req.SerializeToString)
 
     def handle_request(self, req: ExportTraceServiceRequest, protocol: str,
-                       rejected: Counter[str]) -> IngestResult:
+                       rejected: Counter[str],
+                       request: bytes | Callable[[], bytes] | None = None) -> IngestResult:
         started = time.perf_counter()
         decoded = otlp.decode_request(req)
-        adm = self.engine.submit(decoded.spans, "otlp")
+        adm = self.engine.submit(decoded.spans, "otlp", request=request)
         if adm.throttled is not None:
             self.metrics.request_throttled(protocol, adm.throttled)
             return IngestResult("throttled", message=f"otel-eval is at capacity "

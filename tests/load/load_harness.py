@@ -90,14 +90,15 @@ def _bound_ports(log: Path, proc: subprocess.Popen[bytes]) -> dict[str, int] | N
 
 
 @contextmanager
-def serve(tmp: Path, config: dict[str, Any]) -> Iterator[Served]:
+def serve(tmp: Path, config: dict[str, Any], store: Path | None = None) -> Iterator[Served]:
     """Start ``python -m otel_eval serve`` with ``config`` (written as YAML) on port 0 and wait
     until ready; on exit SIGTERM it (if still running) and wait, killing it only as a last
-    resort."""
+    resort. ``store``: the SQLite file (default ``tmp/otel-eval.db``; a restart passes the
+    same one)."""
     receiver = {**config.get("receiver", {}), "http_endpoint": ""}  # gRPC only
     cfg = tmp / "config.yaml"
     cfg.write_text(json.dumps({**config, "receiver": receiver}))  # JSON is valid YAML
-    store, log = tmp / "otel-eval.db", tmp / "serve.log"
+    store, log = store or tmp / "otel-eval.db", tmp / "serve.log"
     argv = [sys.executable, "-m", "otel_eval", "serve", "--config", str(cfg),
             "--grpc-endpoint", "127.0.0.1:0", "--admin-endpoint", "127.0.0.1:0",
             "--store", str(store)]

@@ -1,0 +1,236 @@
+"""Stage: spool. Acknowledged means durable: OTLP requests stay on disk until evaluated.
+
+    Ingest -> Engine.submit -> Spool.append (request bytes + the trace ids it feeds) -> answer
+    Engine: Store.put_many commits evaluations -> Spool.evaluated(trace ids, revisions)
+    start: Spool.replay -> otlp.parse_request -> otlp.decode_request -> Engine.submit(replayed)
+
+Promises:
+- a request is acknowledged only after its row is committed: one SQLite transaction per
+  request, not per span (WAL; ``synchronous=NORMAL`` survives a crash of the process - kill -9,
+  an OOM kill -, ``fsync`` power loss as well);
+- the request bytes are kept as received (never re-encoded), so a replay takes the normal
+  decode path; with them one (request, trace) pair per trace that took spans from it;
+- a pair is deleted once that trace's evaluation (of the revision the request fed, or a later
+  one) is committed, a request once no pair is left. Deletion follows the store's commit, one
+  transaction per engine batch: a crash between the two replays the trace, and its new
+  evaluation supersedes the stored one (nothing is lost; metrics count it as superseded);
+- replays are whole traces: only pending pairs are replayed, so a stored trace never comes
+  back as its tail. A trace re-opened by late spans lost its first requests with its first
+  evaluation, so its spans are spooled again (re-encoded, one row) when it re-opens;
+- bounded: ``refusal`` says ``spool_full`` while ``max_bytes`` are held, so receivers throttle.
+
+Kafka ingest is not spooled: the topic is the log, and offsets are committed only once the
+traces are stored (``kafka/offsets.py``), the same idea one level up.
+
+Threads: ``append`` and ``settle`` run on receiver threads under the engine lock (so a trace
+cannot be evaluated before its pair exists), ``evaluated`` on the engine worker, ``replay``
+before the receivers start. One connection, guarded by the spool's own lock (taken after
+the engine lock, never before it).
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from otel_eval import otlp
+from otel_eval.metrics import SpoolMetrics
+from otel_eval.model import Span
+
+log = logging.getLogger(__name__)
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS spool_requests (id INTEGER PRIMARY KEY, body BLOB NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS spool_traces (request_id INTEGER NOT NULL, "
+    "trace_id TEXT NOT NULL, PRIMARY KEY (request_id, trace_id)) WITHOUT ROWID",
+)
+
+
+@dataclass(slots=True)
+class _Request:
+    nbytes: int
+    pending: int  # traces it fed whose evaluation is not stored yet
+
+
+class Spool:
+    def __init__(self, path: str, max_bytes: int, metrics: SpoolMetrics, *,
+                 fsync: bool = False) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+        self.metrics = metrics
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(f"PRAGMA synchronous={'FULL' if fsync else 'NORMAL'}")
+        for stmt in _SCHEMA:
+            self._db.execute(stmt)
+        self._lock = threading.Lock()
+        self._requests: dict[int, _Request] = {}
+        self._traces: dict[str, list[tuple[int, int]]] = {}  # trace -> [(request, revision)]
+        self.bytes = 0
+        self._backlog = self._load()
+
+    # --- what a previous process left -------------------------------------------------------
+
+    def _load(self) -> dict[int, set[str]]:
+        """Pending pairs, all at revision 0 (a fresh assembler starts every trace at 0);
+        requests without a pending pair are deleted."""
+        sizes = dict(self._db.execute("SELECT id, length(body) FROM spool_requests"))
+        backlog: dict[int, set[str]] = {}
+        for rid, tid in self._db.execute("SELECT request_id, trace_id FROM spool_traces"):
+            if rid in sizes:
+                backlog.setdefault(rid, set()).add(tid)
+        orphans = [(rid,) for rid in sizes if rid not in backlog]
+        if orphans:
+            with self._transaction() as cur:
+                cur.executemany("DELETE FROM spool_requests WHERE id = ?", orphans)
+        for rid, tids in backlog.items():
+            self._requests[rid] = _Request(sizes[rid], len(tids))
+            self.bytes += sizes[rid]
+            for tid in tids:
+                self._traces.setdefault(tid, []).append((rid, 0))
+        self._report()
+        return backlog
+
+    def replay(self, submit: Callable[[list[Span]], int]) -> tuple[int, int]:
+        """Hand every pending trace's spans to ``submit`` (returns how many it took), oldest
+        request first. Returns (requests, spans) replayed."""
+        backlog, self._backlog = self._backlog, {}
+        spans_total = 0
+        for rid in sorted(backlog):
+            with self._lock:
+                row = self._db.execute("SELECT body FROM spool_requests WHERE id = ?",
+                                       (rid,)).fetchone()
+            if row is None:
+                continue
+            try:
+                req, _ = otlp.parse_request(bytes(row[0]))
+            except otlp.MalformedRequest:  # cannot happen for what append wrote; never loop
+                log.error("spool request %d is not an OTLP request; dropping it", rid)
+                self.metrics.failed("replay")
+                self._delete({rid: len(backlog[rid])}, [(rid, t) for t in backlog[rid]])
+                continue
+            wanted = backlog[rid]
+            n = submit([s for s in otlp.decode_request(req).spans if s.trace_id in wanted])
+            spans_total += n
+            self.metrics.replayed(n)
+        if backlog:
+            log.info("spool: replayed %d span(s) from %d request(s) not evaluated before the "
+                     "last stop", spans_total, len(backlog))
+        return len(backlog), spans_total
+
+    # --- ingest (receiver threads, under the engine lock) --------------------------------------
+
+    def refusal(self, nbytes: int) -> str | None:
+        """``spool_full`` when a request of ``nbytes`` would pass the bound (one request is
+        always taken into an empty spool, however large)."""
+        return "spool_full" if self.bytes and self.bytes + nbytes > self.max_bytes else None
+
+    def append(self, body: bytes, trace_ids: Collection[str]) -> int:
+        """Write a request and the traces it feeds, in one transaction; returns its row id.
+        Raises ``sqlite3.Error`` / ``OSError`` when it could not be written."""
+        with self._lock, self._transaction() as cur:
+            rid = cur.execute("INSERT INTO spool_requests (body) VALUES (?)", (body,)).lastrowid
+            assert rid is not None
+            cur.executemany("INSERT INTO spool_traces VALUES (?, ?)",
+                            [(rid, tid) for tid in trace_ids])
+        with self._lock:
+            self._requests[rid] = _Request(len(body), len(trace_ids))
+            self.bytes += len(body)
+        return rid
+
+    def settle(self, rid: int, written: Collection[str], accepted: dict[str, int],
+               spans_of: Callable[[str], Collection[Span]]) -> None:
+        """After assembly took the request: ``accepted`` maps each trace that took spans to
+        its revision. Traces that took none (late, duplicates) lose their pair; a trace seen
+        at a new revision (re-opened) has its held spans spooled again."""
+        with self._lock:
+            reopened = [tid for tid, rev in accepted.items()
+                        if rev > 0 and all(r != rev for _, r in self._traces.get(tid, ()))]
+            for tid, rev in accepted.items():
+                self._traces.setdefault(tid, []).append((rid, rev))
+        dropped = [tid for tid in written if tid not in accepted]
+        try:
+            if dropped:
+                self._delete({rid: len(dropped)}, [(rid, tid) for tid in dropped])
+            if reopened:
+                body = otlp.encode_spans(
+                    s for tid in reopened for s in spans_of(tid)).SerializeToString()
+                again = self.append(body, reopened)
+                with self._lock:
+                    for tid in reopened:
+                        self._traces[tid].append((again, accepted[tid]))
+        except (sqlite3.Error, OSError):  # the request itself is spooled; count and go on
+            log.exception("spool: settling request %d failed", rid)
+            self.metrics.failed("settle")
+        self._report()
+
+    # --- evaluated (engine worker, after the store's commit) --------------------------------
+
+    def evaluated(self, traces: Iterable[tuple[str, int]]) -> None:
+        """These (trace id, revision) evaluations are stored: their pairs, and the requests
+        left without one, leave the spool in one transaction."""
+        latest: dict[str, int] = {}
+        for tid, rev in traces:
+            latest[tid] = max(rev, latest.get(tid, rev))
+        with self._lock:
+            pairs = [(rid, tid) for tid, rev in latest.items()
+                     for rid, r in self._traces.get(tid, ()) if r <= rev]
+        if pairs:
+            self._delete(Counter(rid for rid, _ in pairs), pairs)
+            self._report()
+
+    def _delete(self, decrements: dict[int, int], pairs: list[tuple[int, str]]) -> None:
+        """Delete pairs, and requests whose last pair goes; memory follows the commit."""
+        with self._lock:
+            done = [rid for rid, n in decrements.items()
+                    if rid in self._requests and self._requests[rid].pending <= n]
+            with self._transaction() as cur:
+                cur.executemany("DELETE FROM spool_traces WHERE request_id = ? AND trace_id = ?",
+                                pairs)
+                cur.executemany("DELETE FROM spool_requests WHERE id = ?",
+                                [(rid,) for rid in done])
+            gone = set(pairs)
+            for tid in {t for _, t in pairs}:
+                keep = [e for e in self._traces.get(tid, ()) if (e[0], tid) not in gone]
+                if keep:
+                    self._traces[tid] = keep
+                else:
+                    self._traces.pop(tid, None)
+            for rid, n in decrements.items():
+                if rid in self._requests:
+                    self._requests[rid].pending -= n
+            for rid in done:
+                self.bytes -= self._requests.pop(rid).nbytes
+
+    # --- plumbing ----------------------------------------------------------------------------
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Cursor]:
+        cur = self._db.cursor()
+        cur.execute("BEGIN")
+        try:
+            yield cur
+            cur.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                cur.execute("ROLLBACK")
+            raise
+
+    def _report(self) -> None:
+        self.metrics.held(len(self._requests), self.bytes)
+
+    def held(self) -> tuple[int, int]:
+        """(requests, bytes) held."""
+        with self._lock:
+            return len(self._requests), self.bytes
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

@@ -1,0 +1,197 @@
+"""The spool: what an engine acknowledged survives the loss of the process; time by hand.
+
+A "crash" here is dropping an engine and its spool without shutdown (nothing released,
+nothing flushed), then opening the same files again: exactly what SQLite sees after kill -9.
+The kill -9 of a real ``otel-eval serve`` is tests/load/test_kill9.py.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from otel_eval.config import Config, replace
+from otel_eval.evaluator import Evaluator
+from otel_eval.metrics import Metrics
+from otel_eval.model import Span
+from otel_eval.otlp import encode_spans
+from otel_eval.pipeline import Engine
+from otel_eval.spool import Spool
+from otel_eval.store import Store
+
+T1, T2, T3 = "a" * 32, "b" * 32, "c" * 32
+GRACE = 10.0
+
+
+def span(trace: str, sid: int, parent: int | None = 1) -> Span:
+    return Span(trace, f"{sid:016x}", f"{parent:016x}" if parent is not None else None,
+                "invoke_agent" if parent is None else "chat", 1, 2,
+                attributes={"gen_ai.operation.name": "chat" if parent else "invoke_agent"})
+
+
+def body(spans: list[Span]) -> bytes:
+    return encode_spans(spans).SerializeToString()
+
+
+class Node:
+    """One process's engine, store and spool on the files in ``tmp``."""
+
+    def __init__(self, tmp: Path, max_bytes: int = 1 << 30) -> None:
+        self.now = 0.0
+        self.metrics = Metrics(CollectorRegistry())
+        cfg = replace(Config(), **{"assembly.grace_s": GRACE})
+        self.store = Store(str(tmp / "store.db"))
+        self.spool = Spool(str(tmp / "store.db-spool"), max_bytes, self.metrics.spool)
+        self.engine = Engine(Evaluator(cfg), self.store, self.metrics,
+                             clock=lambda: self.now, spool=self.spool)
+        self.replayed = self.spool.replay(
+            lambda spans: self.engine.submit(spans, replayed=True).accepted)
+
+    def send(self, spans: list[Span]) -> str | None:
+        """Submit as the receivers do; the throttle reason, or None when acknowledged."""
+        return self.engine.submit(spans, request=body(spans)).throttled
+
+    def release(self) -> int:
+        self.now += GRACE + 1
+        self.engine.tick()
+        return self.engine.process()
+
+    def stored_spans(self) -> dict[str, int]:
+        return {b["trace_id"]: b["counts"]["spans"] for b in self.store.latest(1000)}
+
+    def sample(self, name: str, **labels: str) -> float:
+        return self.metrics.registry.get_sample_value(name, labels) or 0.0
+
+    def crash(self) -> None:
+        """Lose the process: connections closed, nothing released or flushed."""
+        self.store.close()
+        self.spool.close()
+
+
+def test_acknowledged_spans_are_replayed_after_a_crash(tmp_path: Path) -> None:
+    a = Node(tmp_path)
+    assert a.send([span(T1, 1, None), span(T1, 2), span(T2, 3, None)]) is None
+    assert a.send([span(T1, 4)]) is None
+    assert a.spool.held()[0] == 2
+    a.crash()  # acknowledged, never evaluated
+
+    b = Node(tmp_path)
+    assert b.replayed == (2, 4)
+    assert b.sample("otel_eval_spool_spans_replayed_total") == 4
+    assert b.sample("otel_eval_receiver_spans_accepted_total", protocol="grpc") == 0
+    assert b.release() == 2
+    assert b.stored_spans() == {T1: 3, T2: 1}
+    assert b.spool.held() == (0, 0)  # evaluated traces leave the spool
+
+
+def test_a_request_stays_until_every_trace_it_fed_is_stored_and_replays_only_those(
+        tmp_path: Path) -> None:
+    a = Node(tmp_path)
+    a.send([span(T1, 1, None), span(T1, 2)])  # T1 complete
+    a.send([span(T1, 3), span(T2, 4, parent=9)])  # T2 has no root yet: waits for idle timeout
+    assert a.release() == 1  # T1 stored; the second request still feeds T2
+    assert a.stored_spans() == {T1: 3}
+    assert a.spool.held()[0] == 1
+    a.crash()
+
+    b = Node(tmp_path)
+    assert b.replayed == (1, 1)  # T2's span only: T1's tail does not come back
+    b.engine.shutdown(0)
+    assert b.stored_spans() == {T1: 3, T2: 1}
+    assert b.spool.held() == (0, 0)
+
+
+def test_a_reopened_trace_replays_whole(tmp_path: Path) -> None:
+    a = Node(tmp_path)
+    a.send([span(T1, 1, None), span(T1, 2), span(T1, 3)])
+    a.release()
+    assert a.spool.held() == (0, 0)
+    a.send([span(T1, 4)])  # late: re-opens T1 (revision 1) with its held spans
+    a.crash()
+
+    b = Node(tmp_path)
+    b.release()
+    assert b.stored_spans() == {T1: 4}  # not a one-span fragment replacing the whole trace
+    assert b.spool.held() == (0, 0)
+
+
+def test_revision_0_stored_after_a_reopen_keeps_the_reopened_spans(tmp_path: Path) -> None:
+    a = Node(tmp_path)
+    a.send([span(T1, 1, None), span(T1, 2)])
+    a.now += GRACE + 1
+    a.engine.tick()  # released, queued, not stored yet
+    a.send([span(T1, 3)])  # re-opens revision 1 while revision 0 waits in the queue
+    a.engine.process()  # revision 0 stored: only its own pairs leave
+    assert a.stored_spans() == {T1: 2}
+    a.crash()
+
+    b = Node(tmp_path)
+    b.release()
+    assert b.stored_spans() == {T1: 3}
+
+
+def test_crash_between_store_and_spool_delete_replays_and_supersedes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a = Node(tmp_path)
+    a.send([span(T1, 1, None), span(T1, 2)])
+
+    def fail(*_: object) -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(a.spool, "_delete", fail)
+    a.release()  # stored; deleting its spool rows fails: counted, the worker goes on
+    assert a.sample("otel_eval_spool_failures_total", operation="delete") == 1
+    assert a.stored_spans() == {T1: 2}
+    a.crash()
+    monkeypatch.undo()
+
+    b = Node(tmp_path)
+    b.release()
+    assert b.stored_spans() == {T1: 2}
+    superseded = [s.value for m in b.metrics.registry.collect() for s in m.samples
+                  if s.name == "otel_eval_traces_superseded_total"]
+    assert superseded == [1.0]
+    assert b.spool.held() == (0, 0)
+
+
+def test_requests_that_feed_nothing_leave_no_row(tmp_path: Path) -> None:
+    a = Node(tmp_path)
+    spans = [span(T1, 1, None), span(T1, 2)]
+    a.send(spans)
+    a.send(spans)  # a retry whose first answer was lost: all duplicates
+    assert a.spool.held()[0] == 1
+
+
+def test_past_max_bytes_the_receivers_throttle_with_a_reason(tmp_path: Path) -> None:
+    first = [span(T1, i) for i in range(1, 40)]
+    a = Node(tmp_path, max_bytes=len(body(first)) + 10)
+    assert a.send(first) is None  # an empty spool takes one request, however large
+    assert a.send([span(T2, 1)]) == "spool_full"  # refused: nothing taken
+    assert a.engine.pending_spans() == 39
+    a.engine.submit([span(T3, 1)])  # no request bytes (Kafka): not spooled, not bounded
+    a.engine.shutdown(0)
+    assert a.send([span(T2, 1)]) == "shutting_down"
+    assert a.spool.held() == (0, 0)
+
+
+def test_a_failed_spool_write_refuses_the_request(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a = Node(tmp_path)
+
+    def fail(*_: object) -> int:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(a.spool, "append", fail)
+    assert a.send([span(T1, 1, None)]) == "spool_error"
+    assert a.engine.pending_spans() == 0  # nothing taken: the exporter retries
+    assert a.sample("otel_eval_spool_failures_total", operation="append") == 1
+
+
+def test_service_spools_beside_the_store_unless_off(tmp_path: Path) -> None:
+    cfg = replace(Config(), **{"store.path": str(tmp_path / "e.db")})
+    assert cfg.store.spool_file() == str(tmp_path / "e.db-spool")
+    assert replace(cfg, **{"store.spool": False}).store.spool_file() is None
+    assert replace(cfg, **{"store.path": ":memory:"}).store.spool_file() is None
