@@ -2,6 +2,7 @@
 
     python bench/ingest.py                      3 interleaved rounds + memory, ~2 min
     python bench/ingest.py --reps 1 --traces 2000 --mem-traces 1000     quick look
+    python bench/ingest.py --spool-cost --reps 5      serve with the spool on vs off
 
 Throughput: ``../shared/tools/otlp_load.py raw --no-repeat`` sends ``--traces`` agent traces
 (each span once, so nothing is a duplicate) at ``--concurrency`` in-flight calls to
@@ -14,6 +15,8 @@ Each server is pinned to core 0 and the load generator to core 1 (``taskset``, w
 rounds alternate serve/baseline and the median is reported (the machine is noisy).
 Memory: a serve with grace/idle timeouts of an hour takes ``--mem-traces`` traces and keeps
 them open; (VmHWM after - VmHWM before) / traces from ``/proc/<pid>/status``.
+The spool's cost (``--spool-cost``): the same serve end-to-end run with ``store.spool`` true
+and false, rounds alternating, medians and the ratio on/off (target: cost <= 10 %).
 Where serve's time goes (``--profile-traces N``): the same traces decoded, assembled,
 evaluated and stored in this process (``Engine`` with a manual clock) under cProfile, as
 shares of the total; cProfile inflates call-heavy Python code, so read them as proportions.
@@ -41,7 +44,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-TOOLS = ROOT.parent / "shared" / "tools"
+# the shared tools beside the checkout, else the workplace's (a helper's worktree)
+TOOLS = next((d for d in (ROOT.parent / "shared" / "tools", Path("/work/shared/tools"))
+              if d.is_dir()), ROOT.parent / "shared" / "tools")
 PENDING = "otel_eval_assembly_pending_spans"
 OPEN = "otel_eval_assembly_open_traces"
 ACCEPTED = "otel_eval_receiver_spans_accepted_total"
@@ -128,13 +133,15 @@ def vmhwm_kb(pid: int) -> int:
 
 
 @contextmanager
-def serve(tmp: Path, assembly: dict[str, float]) -> Iterator[tuple[Proc, int, int, Path]]:
+def serve(tmp: Path, assembly: dict[str, float], spool: bool = True
+          ) -> Iterator[tuple[Proc, int, int, Path]]:
     """``otel-eval serve`` on free loopback ports, pinned to core 0.
 
     Yields (process, gRPC port, admin port, SQLite store path)."""
     cfg = tmp / f"serve-{time.monotonic_ns()}.yaml"
     # JSON is YAML; the HTTP receiver is off (the load is gRPC only).
-    cfg.write_text(json.dumps({"assembly": assembly, "receiver": {"http_endpoint": ""}}))
+    cfg.write_text(json.dumps({"assembly": assembly, "receiver": {"http_endpoint": ""},
+                               "store": {"spool": spool}}))
     grpc_port, admin = free_port(), free_port()
     store = tmp / f"store-{time.monotonic_ns()}.db"
     proc = Proc(pinned(0, [sys.executable, "-m", "otel_eval", "serve", "--config", str(cfg),
@@ -178,9 +185,9 @@ def load(args: argparse.Namespace, port: int, traces: int) -> tuple[float, dict[
         gen.kill()
 
 
-def run_serve(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+def run_serve(args: argparse.Namespace, tmp: Path, spool: bool = True) -> dict[str, Any]:
     assembly = {"grace_s": args.grace_s, "idle_timeout_s": 60.0}
-    with serve(tmp, assembly) as (proc, port, admin, store):
+    with serve(tmp, assembly, spool) as (proc, port, admin, store):
         t_first, res = load(args, port, args.traces)
         t_done = all_evaluated(admin, store, args.traces)
         m = metrics(admin)
@@ -346,6 +353,37 @@ def report(out: dict[str, Any]) -> None:
     print("BENCH " + json.dumps(out), flush=True)
 
 
+def spool_cost(args: argparse.Namespace) -> dict[str, Any]:
+    """Serve end to end with the spool on and off, alternating rounds (fresh store each)."""
+    rows: dict[str, list[dict[str, Any]]] = {"on": [], "off": []}
+    with tempfile.TemporaryDirectory(prefix="otel-eval-bench-") as d:
+        for i in range(args.reps):
+            for side in (("on", "off") if i % 2 == 0 else ("off", "on")):
+                row = run_serve(args, Path(d), spool=side == "on")
+                rows[side].append(row)
+                print(f"round {i + 1} spool {side}: {row}", file=sys.stderr, flush=True)
+    on, off = (median_of(rows[k], "spans_per_s") for k in ("on", "off"))
+    ack_on, ack_off = (median_of(rows[k], "ack_spans_per_s") for k in ("on", "off"))
+    out = {"load": {k: getattr(args, k) for k in ("traces", "steps", "spans_per_request",
+                                                  "payload_bytes", "concurrency", "grace_s")},
+           "pinned": bool(shutil.which("taskset")),
+           "e2e_spans_per_s": {"spool_on": round(on), "spool_off": round(off)},
+           "ratio_on_off": round(on / off, 3), "cost_pct": round(100 * (1 - on / off), 1),
+           "ack_spans_per_s": {"spool_on": round(ack_on), "spool_off": round(ack_off)},
+           "ack_ratio_on_off": round(ack_on / ack_off, 3),
+           "p99_ms": {k: median_of(rows[k], "p99_ms") for k in ("on", "off")},
+           "rounds": rows}
+    print(f"spool on  {out['e2e_spans_per_s']['spool_on']:>8} spans/s end to end "
+          f"(acked {out['ack_spans_per_s']['spool_on']}/s, Export p99 {out['p99_ms']['on']} ms)")
+    print(f"spool off {out['e2e_spans_per_s']['spool_off']:>8} spans/s end to end "
+          f"(acked {out['ack_spans_per_s']['spool_off']}/s, Export p99 {out['p99_ms']['off']} ms)")
+    print(f"ratio on/off {out['ratio_on_off']:.3f} end to end (cost {out['cost_pct']} %, "
+          f"target <= 10 %), acked {out['ack_ratio_on_off']:.3f}; median of {args.reps} "
+          f"alternating rounds; pinned={out['pinned']}")
+    print("BENCH " + json.dumps(out), flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--traces", type=int, default=6000, help="traces per throughput round")
@@ -360,7 +398,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--profile-traces", type=int, default=0,
                    help="only profile serve's stages in-process on this many traces")
+    p.add_argument("--spool-cost", action="store_true",
+                   help="only compare serve with store.spool on and off")
     args = p.parse_args(argv)
+    if args.spool_cost:
+        spool_cost(args)
+        return 0
     if args.profile_traces:
         for label, share in profile(args.profile_traces, args).items():
             print(f"{label:<28} {share:5.1f} %")

@@ -87,9 +87,10 @@ class Spool:
             if rid in sizes:
                 backlog.setdefault(rid, set()).add(tid)
         orphans = [(rid,) for rid in sizes if rid not in backlog]
-        if orphans:
-            with self._transaction() as cur:
-                cur.executemany("DELETE FROM spool_requests WHERE id = ?", orphans)
+        with self._transaction() as cur:
+            cur.executemany("DELETE FROM spool_requests WHERE id = ?", orphans)
+            cur.execute("DELETE FROM spool_traces WHERE request_id NOT IN "
+                        "(SELECT id FROM spool_requests)")
         for rid, tids in backlog.items():
             self._requests[rid] = _Request(sizes[rid], len(tids))
             self.bytes += sizes[rid]
