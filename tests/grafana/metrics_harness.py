@@ -106,6 +106,9 @@ def feed_round(metrics: Metrics, round_no: int, traces: int = 10) -> list[str]:
     metrics.sink_dropped("forward", "retries_exhausted", 2)
     metrics.forwarded(spans)
     metrics.events_emitted(traces * 3)
+    metrics.spool.held(2 + round_no % 3, 250_000 * (2 + round_no % 3))
+    metrics.spool.replayed(spans if round_no == 0 else 0)
+    metrics.spool.failed("append")
     _feed_judge_and_kafka(metrics, round_no, traces)
     return ids
 

@@ -167,12 +167,13 @@ def test_every_panel_and_alert_query_returns_data(
 
 
 # Series the real service only shows under conditions this feed does not create (throttling,
-# sink failures, judge failures, lucky passes, re-opened traces, priced models): their panel
-# queries must parse; the harness test above checks they return data.
+# sink failures, judge failures, lucky passes, re-opened traces, priced models, failed spool
+# writes): their panel queries must parse; the harness test above checks they return data.
 # judge_ / kafka_: serve runs here without a judge model and without Kafka (their own tests
 # run them: tests/judge/test_judge_serve.py, tests/kafka/).
 _NOT_FED = ("receiver_requests_throttled", "sink_dropped", "evaluation_failures",
-            "traces_lucky_passes", "traces_superseded", "trace_cost_usd", "judge_", "kafka_")
+            "traces_lucky_passes", "traces_superseded", "trace_cost_usd", "spool_failures",
+            "judge_", "kafka_")
 
 
 def _fed(expr: str) -> bool:
