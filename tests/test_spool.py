@@ -195,3 +195,11 @@ def test_service_spools_beside_the_store_unless_off(tmp_path: Path) -> None:
     assert cfg.store.spool_file() == str(tmp_path / "e.db-spool")
     assert replace(cfg, **{"store.spool": False}).store.spool_file() is None
     assert replace(cfg, **{"store.path": ":memory:"}).store.spool_file() is None
+
+
+def test_fsync_asks_sqlite_for_a_full_sync(tmp_path: Path) -> None:
+    metrics = Metrics(CollectorRegistry()).spool
+    for fsync, level in ((False, 1), (True, 2)):  # NORMAL survives kill -9, FULL power loss
+        spool = Spool(str(tmp_path / f"s{fsync}"), 1 << 20, metrics, fsync=fsync)
+        assert spool._db.execute("PRAGMA synchronous").fetchone()[0] == level
+        spool.close()
