@@ -3,7 +3,8 @@
 Promises, whatever the importer:
 - no outbound call at import: litellm is told to use its packaged price map
   (``LITELLM_LOCAL_MODEL_COST_MAP``) before it is first imported, instead of fetching the
-  latest one from GitHub (three attempts, then the same packaged map);
+  latest one from GitHub (three attempts, then the same packaged map); nor when counting
+  tokens (``HF_HUB_OFFLINE``: no tokenizer download from the Hugging Face Hub);
 - stdout carries results only: litellm's own handler writes records below WARNING to stdout
   (``otel-eval eval --format jsonl | jq`` broke on them); its loggers here propagate to ours,
   which write to stderr, and its per-call INFO chatter is kept below the threshold.
@@ -17,6 +18,10 @@ import os
 # Before the import: litellm reads it at import time. Forced, not defaulted: a sidecar makes
 # no outbound call it was not configured to make, and nothing configures this one.
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+# Same for tokenizers: litellm's token_counter (the judge's tokens_per_min limit) fetches a
+# Llama or Cohere model's tokenizer from the Hugging Face Hub (a minute of retries when it is
+# unreachable, on the event loop); offline, it counts with the tokenizer it ships instead.
+os.environ["HF_HUB_OFFLINE"] = "1"
 
 import litellm as litellm  # re-exported: ``from otel_eval.llm import litellm``
 

@@ -1,7 +1,8 @@
 """What leaves the process (docs/SECURITY.md): with the judge on, only the judge's calls to the
 configured model; with it off, nothing. Each run is a fresh interpreter whose audit hook
-records every name lookup and connect, without the tests' LITELLM_LOCAL_MODEL_COST_MAP, so
-whatever litellm would fetch at import (its price map, from GitHub) shows up."""
+records every name lookup and connect, without the tests' LITELLM_LOCAL_MODEL_COST_MAP or any
+HF_HUB_OFFLINE, so whatever litellm would fetch (its price map from GitHub at import, a
+tokenizer from the Hugging Face Hub when counting tokens) shows up."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from judge_fake_llm import FakeLLM
 from test_judge_eval_cli import _trace_file
 from test_judge_serve import _scripted
@@ -36,7 +38,8 @@ sys.exit(code)
 
 
 def _hosts_contacted(tmp_path: Path, *args: str) -> tuple[list[str], list[dict[str, object]]]:
-    env = {k: v for k, v in os.environ.items() if k != "LITELLM_LOCAL_MODEL_COST_MAP"}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("LITELLM_LOCAL_MODEL_COST_MAP", "HF_HUB_OFFLINE")}
     env |= {"OPENAI_API_KEY": "sk-test-loopback",
             "PYTHONPATH": os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])}
     seen = tmp_path / "hosts.json"
@@ -47,12 +50,20 @@ def _hosts_contacted(tmp_path: Path, *args: str) -> tuple[list[str], list[dict[s
     return json.loads(seen.read_text()), [json.loads(ln) for ln in r.stdout.splitlines()]
 
 
-def test_judge_on_contacts_only_the_configured_model(llm: FakeLLM, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("model", "limits"), [
+    ("openai/gpt-4o-mini", ""),
+    # a Llama served OpenAI-style (vLLM) with a token limit: litellm's token counter would
+    # fetch the Llama tokenizer from the Hugging Face Hub
+    ("openai/llama-3-8b-instruct", "  tokens_per_min: 1000000\n"),
+])
+def test_judge_on_contacts_only_the_configured_model(llm: FakeLLM, tmp_path: Path, model: str,
+                                                     limits: str) -> None:
     llm.route = _scripted
-    (tmp_path / "c.yaml").write_text("judge:\n  max_concurrency: 1\n  max_retries: 0\n")
+    (tmp_path / "c.yaml").write_text("judge:\n  max_concurrency: 1\n  max_retries: 0\n"
+                                     + limits)
     hosts, results = _hosts_contacted(
         tmp_path, str(_trace_file(tmp_path, 2)), "--config", str(tmp_path / "c.yaml"),
-        "--judge", "openai/gpt-4o-mini", "--judge-api-base", llm.api_base)
+        "--judge", model, "--judge-api-base", llm.api_base)
     assert [r["judge"]["overall"]["status"] for r in results] == ["ok", "ok"]  # type: ignore[index]
     assert len(llm.requests) == 2
     assert hosts and set(hosts) <= LOOPBACK, hosts
