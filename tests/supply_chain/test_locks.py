@@ -12,6 +12,8 @@ from lockfiles import (
     BUILD_LOCK,
     DEV_LOCK,
     KNOWN_BAD,
+    REQUIREMENTS,
+    ROOT,
     SERVICE_LOCK,
     TOOLS_LOCK,
     allowed_bad_releases,
@@ -36,6 +38,34 @@ def test_every_declared_dependency_is_locked_within_its_range() -> None:
                                     BUILD_LOCK.name))
     assert not problems, ("the lock files are behind pyproject.toml; run scripts/lock\n  "
                           + "\n  ".join(problems))
+
+
+def test_the_supply_chain_tools_are_locked() -> None:
+    tools = [ln.split("#", 1)[0].strip()
+             for ln in (REQUIREMENTS / "tools.in").read_text(encoding="utf-8").splitlines()]
+    problems = missing_from_lock([t for t in tools if t], read_lock(TOOLS_LOCK), TOOLS_LOCK.name)
+    assert not problems, "run scripts/lock\n  " + "\n  ".join(problems)
+
+
+def _commands(script: str) -> list[str]:
+    """A shell script's lines without comments, continuation lines joined."""
+    text = (ROOT / script).read_text(encoding="utf-8").replace("\\\n", " ")
+    return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+
+
+def test_ci_installs_only_from_the_lock_with_hashes() -> None:
+    """.ci/run -> scripts/test -> scripts/install --dev: the lock, hash-checked, wheels only;
+    then the package itself without dependencies or an unpinned build backend."""
+    assert any(ln.endswith("scripts/test") for ln in _commands(".ci/run"))
+    test = _commands("scripts/test")
+    assert "scripts/install --dev" in test, test
+    assert not [ln for ln in test if "pip" in ln and "install" in ln], test
+    installs = [ln for ln in _commands("scripts/install") if "install --" in ln]
+    locked, own = installs
+    assert all(f in locked for f in ("--require-hashes", "--only-binary :all:", '-r "$lock"',
+                                     "-r requirements/build.txt")), locked
+    assert all(f in own for f in ("--no-deps", "--no-build-isolation", "-e .")), own
+    assert "--dev) lock=requirements/dev.txt" in " ".join(_commands("scripts/install"))
 
 
 def test_missing_and_out_of_range_dependencies_are_reported() -> None:
