@@ -68,13 +68,23 @@ def setup(logs: bool = False, provider_class: Any = None) -> None:
             pass
 
 
+def _installed() -> list[Any]:
+    """The providers ``setup()`` made, else the global ones a stack's SDK installed."""
+    if _providers:
+        return _providers
+    from opentelemetry import trace
+    from opentelemetry._logs import get_logger_provider
+    return [p for p in (trace.get_tracer_provider(), get_logger_provider())
+            if hasattr(p, "force_flush")]
+
+
 def flush() -> None:
-    for p in _providers:
+    for p in _installed():
         p.force_flush()
 
 
 def shutdown() -> None:
-    for p in _providers:
+    for p in _installed():
         p.shutdown()
 
 
