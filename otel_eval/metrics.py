@@ -51,7 +51,7 @@ Metrics (counters are exposed with the ``_total`` suffix):
                otel_eval_forward_spans_sent_total, otel_eval_events_emitted_total
 
 Invariants (in steady state, all counters since start):
-- spans_received = spans_accepted + spans_rejected (per protocol);
+- spans_received = spans_accepted + spans_rejected (per protocol: grpc, http, kafka);
 - sum(spans_accepted) + spool_spans_replayed = assembly_spans_released + assembly_pending_spans
   (open or queued);
 - traces_completed = sum over verdicts of traces_verdicts (+ traces with no verdict);
@@ -66,7 +66,7 @@ traces, not of evaluations. The stored evaluation (results API) always holds the
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder
@@ -198,6 +198,14 @@ class Metrics:
 
     def spans_rejected(self, protocol: str, reason: str, n: int) -> None:
         self.c_rejected.labels(protocol, reason).inc(n)
+
+    def spans_ingested(self, protocol: str, accepted: int, rejected: Mapping[str, int]) -> None:
+        """The one ingest accounting, for every source (grpc, http, kafka): spans offered =
+        accepted + rejected with a reason (decode, UTF-8 salvage, assembly)."""
+        self.spans_received(protocol, accepted + sum(rejected.values()))
+        self.spans_accepted(protocol, accepted)
+        for reason, n in rejected.items():
+            self.spans_rejected(protocol, reason, n)
 
     def request_throttled(self, protocol: str, reason: str) -> None:
         self.c_throttled.labels(protocol, reason).inc()
@@ -344,6 +352,7 @@ class KafkaMetrics:
 
     def __init__(self, m: Metrics) -> None:
         c, r = m._counter, m.registry
+        self._m = m  # spans from records are accounted as the receivers' are (protocol kafka)
         self.c_consumed = c("kafka_spans_consumed", "Spans taken from Kafka records.")
         self.c_poison = c("kafka_records_poison", "Records skipped as not OTLP, by reason.",
                           ["reason"])
@@ -367,6 +376,9 @@ class KafkaMetrics:
 
     def record_poison(self, reason: str) -> None:
         self.c_poison.labels(reason).inc()
+
+    def spans_ingested(self, accepted: int, rejected: Mapping[str, int]) -> None:
+        self._m.spans_ingested("kafka", accepted, rejected)
 
     def throttled(self, reason: str) -> None:
         self.c_throttled.labels(reason).inc()

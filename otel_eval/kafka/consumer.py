@@ -56,14 +56,14 @@ import contextlib
 import logging
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from otel_eval import otlp
 from otel_eval.kafka.client import client_kwargs
@@ -82,18 +82,29 @@ class EngineLike(Protocol):
                on_stored: Callable[[], None] | None = ...) -> Any: ...
 
 
-def decode_record(value: bytes | None, encoding: str) -> list[Span] | str:
-    """Spans of one record, or the poison reason (``empty``, ``not_otlp``)."""
+@dataclass(slots=True)
+class Record:
+    """One record's spans, and the spans of it rejected while decoding (by reason)."""
+
+    spans: list[Span]
+    rejected: Counter[str]
+
+
+def decode_record(value: bytes | None, encoding: str) -> Record | str:
+    """The record decoded as a receiver decodes a request body (spans with invalid UTF-8
+    salvaged and counted, invalid ids counted), or the poison reason (``empty``,
+    ``not_otlp``) when it is no OTLP request at all."""
     if not value:
         return "empty"
     try:
         if encoding == "otlp_json":
-            req = otlp.request_from_json(value)
+            req, rejected = otlp.request_from_json(value), Counter[str]()
         else:
-            req = ExportTraceServiceRequest.FromString(value)
-    except Exception:  # protobuf DecodeError, ValueError, RuntimeWarning-free: poison
+            req, rejected = otlp.parse_request(value)
+    except Exception:  # MalformedRequest, ValueError, whatever a hostile record raises
         return "not_otlp"
-    return otlp.decode_request(req).spans
+    decoded = otlp.decode_request(req)
+    return Record(decoded.spans, rejected + decoded.reasons)
 
 
 async def topic_partitions(cfg: KafkaConfig) -> list[int]:
@@ -243,9 +254,11 @@ class KafkaConsumerStage:
             self.metrics.record_poison(decoded)
             self._done(ticket)
             return
-        self.metrics.record_consumed(len(decoded))
-        if self._retry or not self._submit(tp, decoded, ticket):
-            self._retry.append((tp, decoded, ticket))  # keep per-partition order
+        self.metrics.record_consumed(len(decoded.spans))
+        if decoded.rejected:
+            self.metrics.spans_ingested(0, decoded.rejected)
+        if self._retry or not self._submit(tp, decoded.spans, ticket):
+            self._retry.append((tp, decoded.spans, ticket))  # keep per-partition order
 
     def _submit(self, tp: TopicPartition, spans: list[Span], ticket: Ticket[TopicPartition]
                 ) -> bool:
@@ -266,6 +279,9 @@ class KafkaConsumerStage:
         if throttled:
             self.metrics.throttled(throttled)
             return False
+        # spans the assembler refused (duplicate, late, trace too large) count as rejected
+        self.metrics.spans_ingested(getattr(adm, "accepted", len(spans)),
+                                    getattr(adm, "rejected", None) or {})
         # on_stored is drained on this loop later, so this comes first
         self.gate.submitted(ticket, trace_ids)
         return True

@@ -8,6 +8,7 @@ Label values are bounded: partition numbers, and reasons from ``POISON_REASONS``
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from typing import Protocol
 
 # Closed set of reasons a record is skipped as poison.
@@ -17,6 +18,8 @@ POISON_REASONS = ("empty", "not_otlp")
 class KafkaMetrics(Protocol):
     def record_consumed(self, n_spans: int) -> None: ...
     def record_poison(self, reason: str) -> None: ...
+    # spans of records, as the receivers account them: accepted, or rejected with a reason
+    def spans_ingested(self, accepted: int, rejected: Mapping[str, int]) -> None: ...
     def throttled(self, reason: str) -> None: ...
     def paused(self, paused: bool) -> None: ...
     def lag(self, partition: int, records: int) -> None: ...
@@ -33,6 +36,8 @@ class KafkaStats:
         self.records = 0
         self.spans = 0
         self.poison: Counter[str] = Counter()
+        self.accepted = 0  # spans the engine took
+        self.rejected: Counter[str] = Counter()  # spans rejected, by reason
         self.throttles: Counter[str] = Counter()
         self.is_paused = False
         self.pauses = 0
@@ -48,6 +53,10 @@ class KafkaStats:
 
     def record_poison(self, reason: str) -> None:
         self.poison[reason] += 1
+
+    def spans_ingested(self, accepted: int, rejected: Mapping[str, int]) -> None:
+        self.accepted += accepted
+        self.rejected.update(rejected)
 
     def throttled(self, reason: str) -> None:
         self.throttles[reason] += 1

@@ -92,10 +92,6 @@ class Ingest:
             return IngestResult("throttled", message=f"otel-eval is at capacity "
                                 f"({adm.throttled}); retry later")
         rejected = rejected + decoded.reasons + adm.rejected
-        m = self.metrics
-        m.spans_received(protocol, adm.accepted + sum(rejected.values()))
-        m.spans_accepted(protocol, adm.accepted)
-        for reason, n in rejected.items():
-            m.spans_rejected(protocol, reason, n)
-        m.export_duration(protocol, time.perf_counter() - started)
+        self.metrics.spans_ingested(protocol, adm.accepted, rejected)
+        self.metrics.export_duration(protocol, time.perf_counter() - started)
         return IngestResult("ok", adm.accepted, rejected, _message(rejected))
