@@ -18,6 +18,7 @@ from typing import Any, Literal, TypeVar
 
 import yaml
 
+from otel_eval.configcheck import FieldErrors, validate
 from otel_eval.detectors.config import DetectorsConfig
 from otel_eval.issues.config import IssuesConfig
 from otel_eval.judge.config import JudgeConfig
@@ -57,6 +58,10 @@ class ReceiverConfig:
     # Retry hint sent with throttling responses (gRPC RetryInfo, HTTP Retry-After), seconds.
     retry_after_s: float = 1.0
 
+    def __post_init__(self) -> None:
+        validate(self, minimum={"max_message_bytes": 1, "grpc_workers": 1, "retry_after_s": 0},
+                 endpoints=("grpc_endpoint", "http_endpoint"))
+
 
 @dataclass(frozen=True)
 class AssemblyConfig:
@@ -88,6 +93,12 @@ class AssemblyConfig:
     # `late` instead of starting a fragment that would replace a full evaluation.
     max_tombstones: int = 1_000_000
 
+    def __post_init__(self) -> None:
+        validate(self, minimum={
+            "grace_s": 0, "idle_timeout_s": 0, "max_trace_duration_s": 0, "reopen_window_s": 0,
+            "max_open_traces": 1, "max_spans_per_trace": 1, "max_pending_spans": 1,
+            "max_released_traces": 0, "max_tombstones": 0})
+
 
 @dataclass(frozen=True)
 class TrajectoryConfig:
@@ -101,6 +112,9 @@ class TrajectoryConfig:
 class AdminConfig:
     # Serves /metrics, /healthz, /readyz and the results API (/v1/evaluations, /v1/feedback).
     endpoint: str = "localhost:8888"
+
+    def __post_init__(self) -> None:
+        validate(self, endpoints=("endpoint",))
 
 
 @dataclass(frozen=True)
@@ -131,6 +145,11 @@ class StoreConfig:
         if not self.spool or self.path == ":memory:":
             return None
         return self.spool_path or f"{self.path}-spool"
+
+    def __post_init__(self) -> None:
+        validate(self, minimum={"retention_days": 0})
+        if not self.path:
+            raise FieldErrors({"path": "must name a file (or :memory:)"})
 
 
 @dataclass(frozen=True)
@@ -250,6 +269,8 @@ def build(cls: type[T], data: Any, path: str = "", errors: list[str] | None = No
     if not errs or not top:
         try:
             obj = cls(**kwargs)
+        except FieldErrors as e:  # __post_init__ validation, field by field
+            errs += [f"{path + '.' if path else ''}{k}: {v}" for k, v in e.problems.items()]
         except (TypeError, ValueError) as e:  # __post_init__ validation
             errs.append(f"{path or '<root>'}: {e}")
     if top and errs:

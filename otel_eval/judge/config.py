@@ -104,7 +104,8 @@ class JudgeConfig:
     # evaluates at 0.6 process. Defaults 0.5 / 0.6.
     tau_task: float = 0.5
     tau_process: float = 0.6
-    # Scores below this are "low" (events label them fail; issue clustering reads them). 0-1.
+    # Scores below this are "low": evaluation events label them fail. 0-1. (Issue clustering
+    # has its own threshold, issues.low_score_threshold.)
     low_score_threshold: float = 0.5
     # Evaluations waiting for the judge; when full, new ones are skipped `queue_full`.
     queue_size: int = 1000

@@ -1,0 +1,42 @@
+"""Validation of a stage's config object, called from its ``__post_init__``.
+
+``validate(obj, minimum=..., endpoints=...)`` raises ``FieldErrors`` naming every bad field at
+once; ``config.build`` reports each one with its full path (``assembly.grace_s: must be >= 0,
+got -5.0``), alongside the loader's own errors. Kept apart from ``config`` so that every stage
+module can use it without importing the top-level config (which imports the stages).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+class FieldErrors(ValueError):
+    """Problems with fields of one config object: {field name: problem}."""
+
+    def __init__(self, problems: Mapping[str, str]) -> None:
+        super().__init__("; ".join(f"{k}: {v}" for k, v in problems.items()))
+        self.problems = dict(problems)
+
+
+def _endpoint_ok(value: str) -> bool:
+    host, sep, port = value.rpartition(":")
+    return bool(sep and host and port.isdigit() and 0 <= int(port) <= 65535)
+
+
+def validate(obj: Any, *, minimum: Mapping[str, float] | None = None,
+             endpoints: Sequence[str] = ()) -> None:
+    """Each field in ``minimum`` must be >= its bound; each field in ``endpoints`` must be
+    ``HOST:PORT`` or empty (off)."""
+    problems: dict[str, str] = {}
+    for name, bound in (minimum or {}).items():
+        value = getattr(obj, name)
+        if not value >= bound:  # also catches nan
+            problems[name] = f"must be >= {bound:g}, got {value!r}"
+    for name in endpoints:
+        value = getattr(obj, name)
+        if value and not _endpoint_ok(value):
+            problems[name] = f"expected HOST:PORT (or empty to turn it off), got {value!r}"
+    if problems:
+        raise FieldErrors(problems)
