@@ -43,10 +43,10 @@ ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests" / "kafka"
 sys.path[:0] = [str(ROOT), str(TESTS)]
 
+from kafka_mock_cluster import MockCluster  # noqa: E402
 from kafka_traces import requests_for, trace_ids  # noqa: E402
 
 from otel_eval.kafka.config import KafkaConfig  # noqa: E402
-from otel_eval.kafka.mock_cluster import MockCluster  # noqa: E402
 from otel_eval.kafka.publisher import KafkaPublisher  # noqa: E402
 
 PARTITIONS = 6

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 from kafka_doubles import Topic
-
-from otel_eval.kafka.mock_cluster import MockCluster
+from kafka_mock_cluster import MockCluster
 
 # test_kafka_serve.py runs real Services through the receiver tests' harness.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "receiver"))

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from kafka_doubles import Topic, produce_raw
+from kafka_mock_cluster import MockCluster
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExp
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExp
@@ -34,7 +35,6 @@ from service_harness import Harness, running_service
 
 from otel_eval import otlp
 from otel_eval.kafka.config import KafkaConfig
-from otel_eval.kafka.mock_cluster import MockCluster
 from otel_eval.kafka.publisher import KafkaPublisher, sarama_partition
 
 

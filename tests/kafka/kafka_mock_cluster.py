@@ -1,4 +1,4 @@
-"""Test and bench support: librdkafka's in-process mock Kafka cluster, driven through ctypes.
+"""Test and bench support (not shipped): librdkafka's in-process mock Kafka cluster, via ctypes.
 
 librdkafka (shipped inside the ``confluent-kafka`` wheel, a dev dependency) contains a Kafka
 protocol implementation that listens on loopback. The Python binding only exposes it through
