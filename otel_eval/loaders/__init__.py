@@ -5,7 +5,7 @@
       span_tree    OpenInference span trees (TRAIL)
       tau_bench    tau-bench runs files (OpenAI chat logs) -> GenAI spans (loaders.chat)
       mini_swe_agent  mini-swe-agent .traj.json -> GenAI spans
-    -> release (group by trace id; complete unless the root never ended)
+    -> release (the assembler groups by trace id; complete unless the root never ended)
 
 The format is decided by content, never by the file name alone. A file that cannot be loaded
 raises ``LoaderError`` naming it; with ``on_error`` given, the error is reported there instead
@@ -50,12 +50,12 @@ def iter_files(path: str | Path) -> Iterator[Path]:
 
 
 def _from_json(doc: Any, path: Path, config: TrajectoryConfig, on_error: OnError,
-               ) -> list[Trace]:
+               on_reject: OnError | None) -> list[Trace]:
     source = str(path)
     if otlp_files.is_otlp_json(doc):
-        return release(otlp_files.from_json_doc(doc, path, on_error), source)
+        return release(otlp_files.from_json_doc(doc, path, on_error), source, on_reject)
     if span_tree.is_span_tree(doc):
-        return release(span_tree.from_doc(doc, path), source)
+        return release(span_tree.from_doc(doc, path), source, on_reject)
     if tau_bench.is_runs(doc):
         return tau_bench.from_doc(doc, path, config)
     if mini_swe_agent.is_traj(doc):
@@ -95,16 +95,16 @@ def _load_file(path: Path, config: TrajectoryConfig | None,
         data = read_bytes(path)
         head = data.lstrip()[:1]
         if head not in (b"{", b"["):
-            return release(otlp_files.from_protobuf(data, path, report), str(path))
+            return release(otlp_files.from_protobuf(data, path, report), str(path), on_error)
         try:
             doc = json.loads(data)
         except json.JSONDecodeError as e:
             if e.msg != "Extra data":
                 raise LoaderError(path, f"not valid JSON: {e}") from e
-            return release(otlp_files.from_json_lines(data, path, report), str(path))
+            return release(otlp_files.from_json_lines(data, path, report), str(path), on_error)
         except (UnicodeDecodeError, RecursionError) as e:
             raise LoaderError(path, f"not valid JSON: {e}") from e
-        return _from_json(doc, path, cfg, report)
+        return _from_json(doc, path, cfg, report, on_error)
     except LoaderError as e:
         report(e)
         return []

@@ -1,18 +1,23 @@
 """Offline input: file bytes (gzip transparent), the loader error, and releasing spans as traces.
 
-A file holds whole traces, so its spans are grouped by trace id and released at end of
-file (``release_reason="eof"``): ``complete`` when a root span has ended, else
-``incomplete`` (the root never ended, or never arrived).
+A file holds whole traces, so its spans are grouped by the assembler (``serve``'s own) and
+released at end of file (``release_reason="eof"``): ``complete`` when a root span has ended,
+else ``incomplete`` (the root never ended, or never arrived).
 """
 
 from __future__ import annotations
 
 import gzip
+import logging
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from otel_eval.assembly import TraceAssembler
+from otel_eval.config import AssemblyConfig
 from otel_eval.model import Span, Trace
+
+log = logging.getLogger(__name__)
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _UTF8_BOM = b"\xef\xbb\xbf"
@@ -39,14 +44,24 @@ def read_bytes(path: Path) -> bytes:
     return data[3:] if data[:3] == _UTF8_BOM else data
 
 
-def release(spans: Iterable[Span], source: str) -> list[Trace]:
-    """Group spans by trace id (first-seen order) into released traces."""
-    by_trace: dict[str, list[Span]] = {}
-    for span in spans:
-        by_trace.setdefault(span.trace_id, []).append(span)
-    traces = []
-    for trace_id, group in by_trace.items():
-        ended_root = any(not s.parent_span_id and s.end_ns for s in group)
-        traces.append(Trace(trace_id, group, "complete" if ended_root else "incomplete",
-                            source=source, release_reason="eof"))
-    return traces
+# Files hold whole traces: nothing is re-opened or remembered after the end of the file.
+_FILE_ASSEMBLY = AssemblyConfig(max_released_traces=0, max_tombstones=0)
+
+
+def release(spans: Iterable[Span], source: str,
+            on_reject: Callable[[LoaderError], None] | None = None) -> list[Trace]:
+    """Group a file's spans into traces through the assembler, as ``serve`` groups them (the
+    same duplicate and size rules), all released at end of file (``eof``) in first-seen
+    order. Spans the assembler refuses are reported to ``on_reject`` (else logged), with
+    their reasons; the rest of the file is kept."""
+    assembler = TraceAssembler(_FILE_ASSEMBLY)
+    added = assembler.add(spans, 0.0, source=source)
+    if added.rejected:
+        reasons = ", ".join(f"{n} {r}" for r, n in sorted(added.rejected.items()))
+        error = LoaderError(source, f"{sum(added.rejected.values())} span(s) rejected: "
+                                    f"{reasons}")
+        if on_reject is not None:
+            on_reject(error)
+        else:
+            log.warning("%s", error)
+    return assembler.release_all(0.0, reason="eof")

@@ -1,0 +1,44 @@
+"""Offline runs regroup spans through the assembler ``serve`` uses: the same duplicate rule,
+trace order and completeness; what the assembler refuses is reported with its reason."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from otel_eval.loaders import LoaderError, load_file
+from otel_eval.model import Span
+from otel_eval.otlp import encode_spans, request_to_json
+
+
+def _file(tmp_path: Path, spans: list[Span]) -> Path:
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(request_to_json(encode_spans(spans))))
+    return path
+
+
+def _span(trace: str, i: int, parent: int | None, end: int = 2, name: str = "") -> Span:
+    return Span(trace, f"{i:016x}", None if parent is None else f"{parent:016x}",
+                name or f"s{i}", 1, end)
+
+
+def test_a_duplicate_span_is_refused_as_serve_refuses_it(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    a, b = "a" * 32, "b" * 32
+    spans = [_span(b, 1, None, end=0), _span(a, 1, None), _span(a, 2, 1),
+             _span(a, 2, 1, name="again"), _span(b, 2, 1)]
+    path = _file(tmp_path, spans)
+    errors: list[LoaderError] = []
+    traces = load_file(path, on_error=errors.append)
+    assert [t.trace_id for t in traces] == [b, a]  # first-seen order
+    assert [t.status for t in traces] == ["incomplete", "complete"]  # b's root never ended
+    assert {t.release_reason for t in traces} == {"eof"}
+    a_spans = traces[1].spans
+    assert [s.name for s in a_spans] == ["s1", "s2"]  # the first copy kept, as in serve
+    assert [e.problem for e in errors] == ["1 span(s) rejected: 1 duplicate_span"]
+    with caplog.at_level(logging.WARNING, "otel_eval.loaders.files"):
+        assert len(load_file(path)) == 2  # without on_error: logged, the file still loads
+    assert "1 duplicate_span" in caplog.text
