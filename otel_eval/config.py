@@ -137,19 +137,15 @@ class StoreConfig:
     spool_fsync: bool = False
 
     def __post_init__(self) -> None:
-        if self.spool_max_bytes <= 0:
-            raise ValueError(f"spool_max_bytes must be > 0, got {self.spool_max_bytes}")
+        validate(self, minimum={"retention_days": 0, "spool_max_bytes": 1})
+        if not self.path:
+            raise FieldErrors({"path": "must name a file (or :memory:)"})
 
     def spool_file(self) -> str | None:
         """Where the spool lives, or None when there is none (off, or an in-memory store)."""
         if not self.spool or self.path == ":memory:":
             return None
         return self.spool_path or f"{self.path}-spool"
-
-    def __post_init__(self) -> None:
-        validate(self, minimum={"retention_days": 0})
-        if not self.path:
-            raise FieldErrors({"path": "must name a file (or :memory:)"})
 
 
 @dataclass(frozen=True)
