@@ -13,7 +13,8 @@ Promises:
   tool spans is trusted to emit them (smolagents' ToolCallingAgent answers through a
   ``final_answer`` call that has no span; rebuilding it would add a tool step no span backs);
   a rebuilt step's result is what a later LLM step of the same agent was told the call
-  returned (a tool message with the call id in its input), when there is one;
+  returned (a tool message with the call id in its input), when there is one, found in time
+  linear in the trace's bytes (``conventions.responses``);
 - never raises on span content; message text stays a raw string.
 """
 
@@ -24,7 +25,8 @@ from typing import Any
 
 from otel_eval.config import TrajectoryConfig
 from otel_eval.conventions import describe, dominant, merge_tools
-from otel_eval.conventions.values import as_str, parse_json
+from otel_eval.conventions.responses import ToolResponses
+from otel_eval.conventions.values import as_str
 from otel_eval.model import Span, Step, Trace, Trajectory
 
 __all__ = ["build_trajectory", "tree_order"]
@@ -138,6 +140,7 @@ class _Builder:
     def rebuild_tool_calls(self) -> list[Step]:
         """Steps with rebuilt tool steps inserted, re-indexed."""
         out: list[Step] = []
+        responses = ToolResponses(self.steps)
         for position, step in enumerate(self.steps):
             out.append(step)
             if step.kind != "llm" or not step.tool_calls:
@@ -151,42 +154,11 @@ class _Builder:
                     depth=step.depth, status="ok", start_ns=step.end_ns, end_ns=step.end_ns,
                     tool_name=call.name, arguments=call.arguments, rebuilt=True,
                     convention=step.convention,
-                    result=_later_result(self.steps, position, step.node, call.call_id)))
+                    result=responses.result(position, step.node, call.call_id)))
         if len(out) != len(self.steps):
             for i, step in enumerate(out):
                 step.index = i
         return out
-
-
-def _later_result(steps: list[Step], position: int, node: str | None,
-                  call_id: str | None) -> str | None:
-    """What a later LLM step of the same node was told tool call ``call_id`` returned (a tool
-    message in its input). Only an input that mentions the id is parsed."""
-    if not call_id:
-        return None
-    for step in steps[position + 1:]:
-        text = step.input_text
-        if step.kind == "llm" and step.node == node and text and call_id in text:
-            return _tool_response(parse_json(text), call_id)
-    return None
-
-
-def _tool_response(messages: Any, call_id: str) -> str | None:
-    """The result of ``call_id`` in OpenAI-style (``tool_call_id``) or GenAI (``parts``)
-    input messages."""
-    if isinstance(messages, dict):
-        messages = messages.get("messages")
-    for msg in messages if isinstance(messages, list) else ():
-        if not isinstance(msg, dict):
-            continue
-        if msg.get("tool_call_id") == call_id:
-            return as_str(msg.get("content"))
-        parts = msg.get("parts")
-        for part in parts if isinstance(parts, list) else ():
-            if (isinstance(part, dict) and part.get("type") == "tool_call_response"
-                    and part.get("id") == call_id):
-                return as_str(part.get("response"))
-    return None
 
 
 def _io(steps: list[Step]) -> tuple[Step | None, Step | None]:

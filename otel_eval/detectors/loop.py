@@ -12,6 +12,7 @@ a state-changing call (re-running the tests after an edit) is not (b).
 from __future__ import annotations
 
 import difflib
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Sequence
 from itertools import accumulate
@@ -58,6 +59,7 @@ def repeated_calls(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
 def no_progress(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
     """(b) Non-adjacent repeats with the same result and only read-only calls between."""
     groups: dict[str, list[Call]] = {}
+    members: dict[str, set[int]] = {}  # positions already in each group (no list scans)
     for i, c in enumerate(cs):
         if c.step.result is None:
             continue
@@ -68,10 +70,11 @@ def no_progress(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
             between = cs[j + 1:i]  # empty when adjacent: that is (a), not (b)
             if (between and prev.step.result == c.step.result and prev.failed == c.failed
                     and all(b.read_only for b in between)):
-                group = groups.setdefault(c.key, [prev])
-                if prev not in group:
-                    group.append(prev)
-                group.append(c)
+                group, seen = groups.setdefault(c.key, []), members.setdefault(c.key, set())
+                for k in (j, i):
+                    if k not in seen:
+                        seen.add(k)
+                        group.append(cs[k])
             break  # only the nearest earlier occurrence counts
     out = []
     for group in groups.values():
@@ -213,15 +216,17 @@ def stagnation(llm_steps: Sequence[Step], cfg: LoopConfig) -> list[Finding]:
     return out
 
 
-def _explained(finding: Finding, trajectory: Trajectory, covered: set[int]) -> bool:
+def _explained(finding: Finding, steps: int, llm_at: list[int], tools_at: list[int],
+               covered: set[int]) -> bool:
     """Whether every LLM output of a stagnation run led only to calls already flagged as a
-    loop (then the stagnation is the same loop seen from the model's side: one reason)."""
-    llm_at = [s.index for s in trajectory.llm_steps]
-    tools_at = [s.index for s in trajectory.tool_steps]
+    loop (then the stagnation is the same loop seen from the model's side: one reason).
+    ``llm_at`` / ``tools_at``: the ascending step indexes of the LLM and tool steps; the tool
+    steps between two LLM steps are found by bisection (a run of n outputs costs n log n)."""
     for idx in finding.step_indexes:
-        nxt = next((i for i in llm_at if i > idx), len(trajectory.steps))
-        following = [t for t in tools_at if idx < t < nxt]
-        if not following or not set(following) <= covered:
+        k = bisect_right(llm_at, idx)
+        nxt = llm_at[k] if k < len(llm_at) else steps
+        following = tools_at[bisect_right(tools_at, idx):bisect_left(tools_at, nxt)]
+        if not following or not covered.issuperset(following):
             return False
     return True
 
@@ -231,6 +236,10 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
     cs = calls_for(trajectory, config, context)
     found = [*repeated_calls(cs, cfg), *no_progress(cs, cfg), *cycles(cs, cfg)]
     covered = {i for f in found for i in f.step_indexes}
-    found += [f for f in stagnation(trajectory.llm_steps, cfg)
-              if not _explained(f, trajectory, covered)]
+    llm = trajectory.llm_steps
+    stagnant = stagnation(llm, cfg)
+    if stagnant:
+        llm_at, tools_at = [s.index for s in llm], [s.index for s in trajectory.tool_steps]
+        found += [f for f in stagnant if not _explained(f, len(trajectory.steps), llm_at,
+                                                         tools_at, covered)]
     return found

@@ -9,6 +9,8 @@ success the error is ``unrecovered``: a lucky pass, see lucky_pass).
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
+
 from otel_eval.detectors.calls import Call, Context, call_label, calls_for, result_failed
 from otel_eval.detectors.config import DetectorsConfig, Severity
 from otel_eval.model import Finding, Trajectory
@@ -24,24 +26,24 @@ def _finding(kind: str, severity: Severity, message: str, group: list[Call],
                    [c.step.index for c in group], attributes)
 
 
-def _one(cs: list[Call], i: int, outcome: str | None,
+def _one(cs: list[Call], i: int, ok_at: int, same_key: list[int], outcome: str | None,
          config: DetectorsConfig) -> tuple[Finding, set[int]]:
-    """The finding for the failure at ``cs[i]`` and the retries it accounts for."""
+    """The finding for the failure at ``cs[i]`` and the retries it accounts for. ``ok_at``:
+    the first call after ``i`` that did not fail (``len(cs)``: none); ``same_key``: the
+    ascending positions of the calls with ``cs[i]``'s key."""
     cfg, failed = config.recovery, cs[i]
     label = call_label(failed)
-    retries: list[int] = []
-    for j in range(i + 1, len(cs)):
-        if not cs[j].failed:
-            by_retry = cs[j].key == failed.key
-            return _finding(
-                "recovered", "info",
-                f"recovered from a failed {label} with {call_label(cs[j])}"
-                + (" (retry)" if by_retry else ""),
-                [failed, cs[j]], {"tool": label, "retries": len(retries),
+    # every call between i and ok_at failed: the same-key ones are the retries
+    retries = same_key[bisect_right(same_key, i):bisect_left(same_key, ok_at)]
+    if ok_at < len(cs):
+        by_retry = cs[ok_at].key == failed.key
+        return _finding(
+            "recovered", "info",
+            f"recovered from a failed {label} with {call_label(cs[ok_at])}"
+            + (" (retry)" if by_retry else ""),
+            [failed, cs[ok_at]], {"tool": label, "retries": len(retries),
                                   "by_retry": by_retry, "error": _error(failed, config)},
-            ), set(retries)
-        if cs[j].key == failed.key:
-            retries.append(j)
+        ), set(retries)
     attrs: dict[str, object] = {"tool": label, "retries": len(retries),
                                 "error": _error(failed, config)}
     group = [failed, *(cs[j] for j in retries)]
@@ -58,11 +60,21 @@ def _one(cs: list[Call], i: int, outcome: str | None,
 
 
 def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) -> list[Finding]:
+    """One pass each way: n log n in the calls, whatever fails (each call is a retry of at
+    most one failure)."""
     cs = calls_for(trajectory, config, context)
+    ok_after, nxt = [0] * len(cs), len(cs)
+    for i in range(len(cs) - 1, -1, -1):
+        ok_after[i] = nxt
+        if not cs[i].failed:
+            nxt = i
+    by_key: dict[str, list[int]] = {}
+    for i, c in enumerate(cs):
+        by_key.setdefault(c.key, []).append(i)
     out, accounted = [], set()
     for i, c in enumerate(cs):
         if c.failed and i not in accounted:
-            finding, retries = _one(cs, i, context.outcome, config)
+            finding, retries = _one(cs, i, ok_after[i], by_key[c.key], context.outcome, config)
             accounted |= retries
             out.append(finding)
     return out

@@ -1,0 +1,58 @@
+"""Evaluation is n log n in a trace's spans (issue 11): the work done by
+``Evaluator.evaluate`` on the shapes of ``bench/evaluate_scaling.py`` (each built to hit one
+step hard) grows like n, not n^2. Work = Python line events (``sys.settrace``), a step count
+that does not depend on the machine's speed; time is measured by the bench, not here."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import FrameType, ModuleType
+from typing import Any
+
+import pytest
+
+from otel_eval.config import Config
+from otel_eval.evaluator import Evaluator
+from otel_eval.model import Trace
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "evaluate_scaling.py"
+
+
+def _bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("evaluate_scaling", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SCALING = _bench()
+
+
+def _steps(shape: str, n: int) -> int:
+    spans = SCALING.SHAPES[shape](n)
+    evaluator = Evaluator(Config())
+    count = 0
+
+    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+        nonlocal count
+        count += 1
+        return tracer
+
+    sys.settrace(tracer)
+    try:
+        evaluation = evaluator.evaluate(Trace(SCALING.TRACE, spans, "complete"))
+    finally:
+        sys.settrace(None)
+    assert evaluation.verdict is not None
+    return count
+
+
+@pytest.mark.parametrize("shape", ["history", "flat", "stagnation", "failing", "no_progress",
+                                   "deep"])
+def test_work_grows_linearly_with_the_spans(shape: str) -> None:
+    small, large = _steps(shape, 300), _steps(shape, 600)
+    # linear: 2.0, n log n: ~2.2, quadratic: ~4 (today's code before the fix: 3.3 - 3.9)
+    assert large / small < 2.6, (shape, small, large)

@@ -1,0 +1,73 @@
+"""Rebuilt calls' results found by id in later LLM inputs (``conventions.responses``): the
+local decode around the id and the full parse agree, whatever the shape of the input."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from otel_eval.conventions import responses
+from otel_eval.conventions.responses import LOOKAHEAD, ToolResponses
+from otel_eval.model import Step
+
+
+def llm(input_messages: Any, node: str | None = "a") -> Step:
+    text = input_messages if isinstance(input_messages, str) else json.dumps(input_messages)
+    return Step(0, "s", None, "llm", "chat", node=node, input_text=text)
+
+
+def genai_response(call_id: str, response: Any) -> dict[str, Any]:
+    return {"role": "tool", "parts": [{"type": "tool_call_response", "id": call_id,
+                                       "response": response}]}
+
+
+def openai_call(call_id: str) -> dict[str, Any]:
+    return {"role": "assistant", "tool_calls": [{"id": call_id, "type": "function",
+                                                 "function": {"name": "f", "arguments": "{}"}}]}
+
+
+HISTORY = [openai_call("c1"),
+           {"content": "x { y", "role": "tool", "tool_call_id": "c1"},  # content first
+           {"role": "assistant", "parts": [{"type": "tool_call", "id": "c2", "name": "g"}]},
+           genai_response("c2", {"rows": [1, {"n": 2}]}),
+           genai_response("c10", "ten"),
+           {"role": "tool", "tool_call_id": 'we"ird\\id', "content": "escaped"}]
+EXPECTED = {"c1": "x { y", "c2": '{"rows": [1, {"n": 2}]}', "c10": "ten",
+            'we"ird\\id': "escaped", "c3": None}
+
+
+@pytest.mark.parametrize("call_id", list(EXPECTED))
+def test_local_decode_and_full_parse_agree(call_id: str) -> None:
+    steps = [llm([]), llm(HISTORY)]
+    first = ToolResponses(steps).result(0, "a", call_id)  # the local decode
+    index = ToolResponses(steps)
+    index.result(0, "a", "c10")  # one lookup into the input: the next one parses it in full
+    assert first == index.result(0, "a", call_id) == EXPECTED[call_id]
+
+
+def test_a_second_lookup_into_an_input_parses_it_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    parsed: list[str] = []
+    real = responses._all_responses
+    monkeypatch.setattr(responses, "_all_responses", lambda t: parsed.append(t) or real(t))
+    index = ToolResponses([llm([]), llm(HISTORY)])
+    assert [index.result(0, "a", c) for c in ("c1", "c2", "c10", "c1")] == [
+        "x { y", '{"rows": [1, {"n": 2}]}', "ten", "x { y"]
+    assert len(parsed) == 1
+
+
+def test_only_later_steps_of_the_same_agent_within_the_lookahead() -> None:
+    answer = [genai_response("c1", "yes")]
+    filler = [llm([{"role": "user", "content": "no id here"}]) for _ in range(LOOKAHEAD)]
+    assert ToolResponses([llm(answer), llm([])]).result(1, "a", "c1") is None  # earlier
+    assert ToolResponses([llm([]), llm(answer, "b")]).result(0, "a", "c1") is None  # other
+    assert ToolResponses([llm([]), *filler[1:], llm(answer)]).result(0, "a", "c1") == "yes"
+    assert ToolResponses([llm([]), *filler, llm(answer)]).result(0, "a", "c1") is None
+
+
+@pytest.mark.parametrize("text", ['{"tool_call_id": "c1"', '["c1", {"c1": ', '"c1"}}}',
+                                  '{"messages": [{"tool_call_id": "c1", "content": 5}]}'])
+def test_broken_or_odd_inputs(text: str) -> None:
+    got = ToolResponses([llm([]), llm(text)]).result(0, "a", "c1")
+    assert got == ("5" if text.startswith('{"messages"') else None)
