@@ -6,15 +6,17 @@ file trace), so streaming and offline results are the same by construction.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from otel_eval.config import Config
-from otel_eval.detectors import Detectors, load_references, verdict_of
+from otel_eval.detectors import Detectors, evaluation_error, load_references, verdict_of
 from otel_eval.model import Evaluation, Finding, Trace, Trajectory
 from otel_eval.trajectory import build_trajectory
 
+log = logging.getLogger(__name__)
 _SUCCESS = {"success", "succeeded", "pass", "passed", "true", "1", "1.0", "ok", "resolved"}
 _FAILURE = {"failure", "failed", "fail", "false", "0", "0.0", "error", "unresolved"}
 
@@ -48,7 +50,15 @@ class Evaluator:
         return build_trajectory(trace, self.config.trajectory)
 
     def evaluate(self, trace: Trace, outcome: str | None = None) -> Evaluation:
-        traj = self.trajectory(trace)
+        """Total: a trajectory that cannot be built is evaluated as an empty one with the
+        error recorded (an ``evaluation_error`` finding), never an exception."""
+        try:
+            traj = self.trajectory(trace)
+        except Exception as e:  # the boundary of building (adapters have their own)
+            log.warning("building the trajectory of trace %s failed: %s", trace.trace_id,
+                        type(e).__name__, exc_info=log.isEnabledFor(logging.DEBUG))
+            traj = self._bare(trace)
+            traj.errors.append({"part": "trajectory", "error": type(e).__name__})
         if outcome is None:
             outcome = normalize_outcome(traj.root_attributes.get(
                 self.config.trajectory.outcome_attribute))
@@ -75,9 +85,16 @@ class Evaluator:
         return {**body, "findings": [f.to_json() for f in findings],
                 "verdict": verdict.to_json()}
 
-    def failed(self, trace: Trace, error: BaseException) -> Evaluation:
-        """A stand-in stored when evaluation raised: the trace is accounted for, not lost."""
-        traj = Trajectory(trace.trace_id, trace.source, trace.status, steps=[],
+    @staticmethod
+    def _bare(trace: Trace) -> Trajectory:
+        return Trajectory(trace.trace_id, trace.source, trace.status, steps=[],
                           revision=trace.revision, span_count=len(trace.spans))
-        return Evaluation(traj, evaluated_at_ns=int(self._wall_clock() * 1e9),
-                          error=f"{type(error).__name__}: {error}")
+
+    def failed(self, trace: Trace, error: BaseException) -> Evaluation:
+        """A stand-in stored when evaluation raised: the trace is accounted for, not lost,
+        with a verdict and the ``evaluation_error`` finding that says why (never null)."""
+        finding = evaluation_error("evaluate", error)
+        return Evaluation(self._bare(trace), [finding],
+                          verdict_of([finding]),
+                          evaluated_at_ns=int(self._wall_clock() * 1e9),
+                          error=f"{type(error).__name__}: {str(error)[:200]}")

@@ -12,6 +12,7 @@ dicts); bulky message text is kept as the raw string and parsed only by whoever 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -202,6 +203,9 @@ class Trajectory:
     root_attributes: dict[str, Any] = field(default_factory=dict)
     revision: int = 0
     span_count: int = 0
+    # parts of building that failed on this trace's content, each {part, span_id, error};
+    # the detectors report each as an ``evaluation_error`` finding (issue 11)
+    errors: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def duration_s(self) -> float:
@@ -307,4 +311,33 @@ class Evaluation:
             out["judge"] = self.judge
         if self.error is not None:
             out["error"] = self.error
-        return out
+        return finite(out)
+
+
+_NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
+
+
+def finite(value: Any) -> Any:
+    """``value`` with each NaN / +-Infinity float replaced by the string the protobuf JSON
+    mapping uses ("NaN", "Infinity", "-Infinity"): Python writes bare ``NaN`` tokens that
+    strict JSON parsers reject (tool arguments may carry them). Containers are copied only
+    where something changed; ``value`` itself is returned when nothing did."""
+    kind = type(value)
+    if kind is float:
+        return "NaN" if value != value else _NON_FINITE.get(value, value)
+    if kind is dict:
+        changed = None
+        for k, v in value.items():
+            if type(v) in _CONTAINERS:
+                f = finite(v)
+                if f is not v:
+                    changed = changed if changed is not None else dict(value)
+                    changed[k] = f
+        return value if changed is None else changed
+    if kind is list or kind is tuple:
+        items = [finite(v) if type(v) in _CONTAINERS else v for v in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    return value
+
+
+_CONTAINERS = frozenset((float, dict, list, tuple))

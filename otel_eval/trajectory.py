@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from otel_eval.config import TrajectoryConfig
-from otel_eval.conventions import describe, dominant, merge_tools
+from otel_eval.conventions import UNKNOWN, classify, describe, dominant, merge_tools
 from otel_eval.conventions.responses import ToolResponses
 from otel_eval.conventions.values import as_str
 from otel_eval.model import Span, Step, Trace, Trajectory
@@ -101,8 +101,27 @@ class _Builder:
         self.agent_parent: dict[str, str | None] = {}  # agent span id -> enclosing agent
         self.agents_with_tools: set[str | None] = set()
         self.conventions_with_tools: set[str] = set()
+        self.errors: list[dict[str, str]] = []  # spans an adapter failed on (see ``add``)
 
     def add(self, span: Span, depth: int) -> None:
+        """``_add`` under an error boundary: a span whose content breaks a convention adapter
+        still becomes a (plain) step, and the failure goes to ``errors`` (reported as an
+        ``evaluation_error`` finding: issue 11)."""
+        count = len(self.steps)
+        try:
+            self._add(span, depth)
+        except Exception as e:
+            del self.steps[count:]
+            self.errors.append({"part": f"conventions.{_adapter_name(span)}",
+                                "span_id": span.span_id, "error": type(e).__name__})
+            if span.span_id not in self.scope:
+                self.scope[span.span_id] = self.scope.get(span.parent_span_id or "",
+                                                          (None, None))
+            self.steps.append(Step(count, span.span_id, span.parent_span_id, "other",
+                                   span.name, node=self.scope[span.span_id][0], depth=depth,
+                                   start_ns=span.start_ns, end_ns=span.end_ns))
+
+    def _add(self, span: Span, depth: int) -> None:
         attrs = span.attributes
         step = Step(len(self.steps), span.span_id, span.parent_span_id, "other", span.name,
                     depth=depth, start_ns=span.start_ns, end_ns=span.end_ns)
@@ -161,6 +180,16 @@ class _Builder:
         return out
 
 
+def _adapter_name(span: Span) -> str:
+    """The convention a span was classified as, for an error report (``unknown`` if even
+    classifying fails)."""
+    try:
+        adapter = classify(span, span.attributes)[1]
+    except Exception:
+        return UNKNOWN
+    return adapter.name if adapter is not None else UNKNOWN
+
+
 def _io(steps: list[Step]) -> tuple[Step | None, Step | None]:
     """(root step, top agent step): the shallowest agent, first in tree order."""
     root = steps[0] if steps else None
@@ -196,6 +225,7 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
         root_attributes=dict(root_span.attributes) if root_span else {},
         revision=trace.revision,
         span_count=len(spans),
+        errors=builder.errors,
     )
 
 

@@ -84,16 +84,21 @@ def _output_calls(text: str | None, want_reasons: bool) -> tuple[list[ToolCall],
             continue
         if isinstance(msg.get("finish_reason"), str):
             reasons.append(msg["finish_reason"])
-        for part in msg.get("parts") or ():
+        for part in _list(msg.get("parts")):
             if isinstance(part, dict) and part.get("type") == "tool_call" and part.get("name"):
                 calls.append(ToolCall(str(part["name"]), parse_json(part.get("arguments")),
                                       part.get("id")))
-        for tc in msg.get("tool_calls") or ():
+        for tc in _list(msg.get("tool_calls")):
             fn = tc.get("function") if isinstance(tc, dict) else None
             if isinstance(fn, dict) and fn.get("name"):
                 calls.append(ToolCall(str(fn["name"]), parse_json(fn.get("arguments")),
                                       tc.get("id")))
     return calls, reasons
+
+
+def _list(value: Any) -> list[Any]:
+    """``value`` when it is a list, else empty (``"parts": 1`` is no parts: issue 11)."""
+    return value if isinstance(value, list) else []
 
 
 def _fill_usage(step: Step, attrs: Attrs) -> None:

@@ -8,11 +8,19 @@ Each detector is a pure function ``detect(trajectory, config, context) -> list[F
 in its own module, without I/O. ``context`` carries the known outcome, the budgets resolved
 for the trajectory's agent, the reference for its task id and the findings of the detectors
 that ran before (lucky_pass reads them). The verdict passes iff no finding is an error.
+
+Error boundary (issue 11): a detector that raises on a trajectory yields an
+``evaluation/evaluation_error`` finding naming the detector and the exception type, and
+every other detector still runs; so does each part of building the trajectory that failed
+(``Trajectory.errors``). Its severity is ``error``: a trace that could not be fully
+evaluated is never reported as passed (a failing part must not hide a loop), and the reason
+says which part failed, so it is told apart from an agent's fault.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -33,8 +41,10 @@ from otel_eval.model import Finding, Trajectory, Verdict
 
 __all__ = [
     "BUDGET_NAMES", "DETECTOR_NAMES", "Detectors", "DetectorsConfig", "RefCall", "Reference",
-    "ReferenceSet", "load_references", "parse_budget", "verdict_of",
+    "ReferenceSet", "evaluation_error", "load_references", "parse_budget", "verdict_of",
 ]
+
+log = logging.getLogger(__name__)
 
 Detect = Callable[[Trajectory, DetectorsConfig, Context], list[Finding]]
 
@@ -75,6 +85,18 @@ def verdict_of(findings: Sequence[Finding], outcome: str | None = None,
     severity ``error``; each such finding's message is a reason."""
     reasons = [f.message for f in findings if f.severity == "error"]
     return Verdict(passed=not reasons, reasons=reasons, outcome=outcome, extra=dict(extra or {}))
+
+
+def evaluation_error(part: str, error: BaseException | str, span_id: str | None = None,
+                     ) -> Finding:
+    """The finding for a part of the evaluation that failed on this trace (see the module
+    docstring): ``part`` is the detector or building step, ``error`` the exception (type)."""
+    kind = error if isinstance(error, str) else type(error).__name__
+    where = f" at span {span_id}" if span_id else ""
+    return Finding("evaluation", "evaluation_error", "error",
+                   f"{part} could not evaluate this trace{where} ({kind})",
+                   [span_id] if span_id else [], [],
+                   {"part": part, "error": kind})
 
 
 def _sort_key(f: Finding) -> tuple[int, int, str, str]:
@@ -133,11 +155,18 @@ class Detectors:
         budgets, enabled = self._for_agent(trajectory.agent)
         ref = self.references.get(trajectory.task_id) if trajectory.task_id is not None else None
         context = Context(outcome=outcome, budgets=dict(budgets), reference=ref)
-        findings: list[Finding] = []
+        findings = [evaluation_error(e["part"], e["error"], e.get("span_id"))
+                    for e in trajectory.errors]
         for name, detect in _DETECTORS.items():
             if name in enabled:
                 context.findings = tuple(findings)
-                findings += detect(trajectory, self.config, context)
+                try:
+                    findings += detect(trajectory, self.config, context)
+                except Exception as e:  # the boundary: one detector must not hide the others
+                    log.warning("detector %s failed on trace %s: %s", name,
+                                trajectory.trace_id, type(e).__name__,
+                                exc_info=log.isEnabledFor(logging.DEBUG))
+                    findings.append(evaluation_error(name, e))
         findings.sort(key=_sort_key)
         verdict = verdict_of(findings, outcome)
         summary = reference.reference_summary(findings)

@@ -5,20 +5,20 @@ that was not offered is a *selection* error; arguments that are not JSON or fail
 JSON schema (missing required, wrong type, unknown parameter, ...) are an *argument* error
 naming the violated constraint; a failed execution (span error, error payload) is a
 *runtime* error. Without tool definitions, selection and argument checks are skipped.
+Validation itself is ``detectors.schema`` (no retrieval, RE2 patterns, bounded work); what it
+could not check (an unresolvable or recursive ``$ref``, an invalid schema, a pattern RE2
+cannot run, the step limit) is a ``schema`` warning: the schema is the application's, so it
+does not fail the agent's verdict, but it is counted and said.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from functools import lru_cache
 from typing import Any
-
-import jsonschema
-from jsonschema.exceptions import best_match
 
 from otel_eval.detectors.calls import Context, is_action_tool, result_failed
 from otel_eval.detectors.config import DetectorsConfig, ToolCallConfig
+from otel_eval.detectors.schema import Budget, Check, check_arguments
 from otel_eval.model import Finding, Step, Trajectory
 
 
@@ -37,41 +37,23 @@ def parameters_schema(definition: Any) -> Mapping[str, Any] | None:
     return None
 
 
-@lru_cache(maxsize=512)
-def _validator(schema_json: str) -> Any:
-    """A compiled validator for a schema (cached by its canonical JSON), None if invalid."""
-    schema = json.loads(schema_json)
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    try:
-        cls.check_schema(schema)
-    except jsonschema.SchemaError:
-        return None
-    return cls(schema)
-
-
-def argument_problems(arguments: Any, schema: Mapping[str, Any],
-                      reject_unknown: bool) -> list[dict[str, str]]:
-    """Violations of ``schema`` by ``arguments``: [{constraint, path, message}], best first."""
+def argument_problems(arguments: Any, schema: Mapping[str, Any], reject_unknown: bool,
+                      budget: Budget | None = None) -> tuple[list[dict[str, str]], Check]:
+    """Violations of ``schema`` by ``arguments``: [{constraint, path, message}], best first,
+    and the schema check (its ``trouble`` says what could not be checked)."""
     if isinstance(arguments, str):
-        return [{"constraint": "json", "path": "", "message": "arguments are not valid JSON"}]
+        return [{"constraint": "json", "path": "", "message": "arguments are not valid JSON"}], \
+            Check()
     args = {} if arguments is None else arguments
-    problems = []
-    validator = _validator(json.dumps(schema, sort_keys=True, default=str))
-    if validator is not None:
-        errors = sorted(validator.iter_errors(args), key=lambda e: list(e.absolute_path))
-        first = best_match(errors)
-        ordered = [first, *[e for e in errors if e is not first]] if first else []
-        for e in ordered:
-            path = "/".join(str(p) for p in e.absolute_path)
-            problems.append({"constraint": str(e.validator), "path": path,
-                             "message": e.message[:200]})
+    check = check_arguments(args, schema, budget)
+    problems = list(check.problems)
     props = schema.get("properties")
     if (reject_unknown and isinstance(args, Mapping) and isinstance(props, Mapping)
             and "additionalProperties" not in schema):
-        for name in sorted(set(args) - set(props)):
+        for name in sorted(set(args) - set(props), key=str):
             problems.append({"constraint": "additionalProperties", "path": "",
-                             "message": f"unknown parameter {name!r}"})
-    return problems
+                             "message": f"unknown parameter {name!r}"[:200]})
+    return problems, check
 
 
 def _selection(step: Step, name: str, offered: Mapping[str, Any],
@@ -92,7 +74,15 @@ def _arguments(step: Step, name: str, problems: list[dict[str, str]],
                    {"tool": name, "constraint": first["constraint"], "problems": problems[:10]})
 
 
-def check_step(step: Step, offered: Mapping[str, Any], config: DetectorsConfig) -> list[Finding]:
+def _schema(step: Step, name: str, check: Check) -> Finding:
+    return Finding("tool_call", "schema", "warning",
+                   f"{name}: arguments not fully checked against its schema "
+                   f"({check.trouble}: {check.detail})"[:300], [step.span_id], [step.index],
+                   {"tool": name, "reason": check.trouble, "detail": check.detail})
+
+
+def check_step(step: Step, offered: Mapping[str, Any], config: DetectorsConfig,
+               budget: Budget | None = None) -> list[Finding]:
     cfg = config.tool_call
     name = step.tool_name or step.name
     action = is_action_tool(name, config.loop)
@@ -102,9 +92,12 @@ def check_step(step: Step, offered: Mapping[str, Any], config: DetectorsConfig) 
     elif name in offered:
         schema = parameters_schema(offered[name])
         if schema is not None:
-            problems = argument_problems(step.arguments, schema, cfg.reject_unknown_parameters)
+            problems, check = argument_problems(step.arguments, schema,
+                                                cfg.reject_unknown_parameters, budget)
             if problems:
                 out.append(_arguments(step, name, problems, cfg))
+            if check.trouble is not None:
+                out.append(_schema(step, name, check))
     failure = result_failed(step, action, cfg)
     if failure is not None:
         out.append(Finding("tool_call", "runtime", cfg.runtime_severity,
@@ -115,6 +108,7 @@ def check_step(step: Step, offered: Mapping[str, Any], config: DetectorsConfig) 
 
 def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) -> list[Finding]:
     out: list[Finding] = []
+    budget = Budget()  # schema work shared by all calls of this trajectory
     for step in trajectory.tool_steps:
-        out += check_step(step, trajectory.tools, config)
+        out += check_step(step, trajectory.tools, config, budget)
     return out

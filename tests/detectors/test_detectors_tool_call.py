@@ -70,4 +70,6 @@ def test_messages_name_the_constraint() -> None:
 
 def test_invalid_schema_is_skipped_not_raised() -> None:
     t = traj(tool("bad", {"a": 1}), tools={"bad": {"type": "object", "properties": 3}})
-    assert tool_call.detect(t, DetectorsConfig(), Context()) == []
+    found = tool_call.detect(t, DetectorsConfig(), Context())
+    assert [(f.kind, f.severity, f.attributes["reason"]) for f in found] == [
+        ("schema", "warning", "invalid_schema")]

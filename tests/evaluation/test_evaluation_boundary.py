@@ -1,0 +1,128 @@
+"""Evaluation is total (issue 11): inputs that broke it give findings, never a null verdict;
+a failing detector or adapter yields ``evaluation_error`` and every other detector still
+gives its verdict; stored and served JSON stays valid for strict parsers."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+import otel_eval.detectors as detectors
+import otel_eval.evaluator as evaluator_module
+import otel_eval.trajectory as trajectory_module
+from otel_eval.config import Config
+from otel_eval.evaluator import Evaluator
+from otel_eval.model import Evaluation, Span, Trace
+
+TRACE = "0af7651916cd43dd8448eb211c80319c"
+AGENT = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a"}
+SEARCH = {"type": "object", "properties": {"q": {"type": "string"}}}
+
+
+def chat(output: Any, tools: Any = None) -> dict[str, Any]:
+    attrs = {"gen_ai.operation.name": "chat", "gen_ai.output.messages": json.dumps(output)}
+    if tools is not None:
+        attrs["gen_ai.tool.definitions"] = json.dumps(tools)
+    return attrs
+
+
+def search(args: str = '{"q": "same"}') -> dict[str, Any]:
+    return {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search",
+            "gen_ai.tool.call.arguments": args}
+
+
+def looping_trace(llm_attrs: dict[str, Any]) -> Trace:
+    """An agent calling the same tool three times in a row (a loop) after one LLM span."""
+    spans = [Span(TRACE, "a0", None, "agent", 0, 100, attributes=dict(AGENT)),
+             Span(TRACE, "a1", "a0", "chat", 1, 2, attributes=llm_attrs)]
+    spans += [Span(TRACE, f"b{i}", "a0", "search", 3 + i, 4 + i, attributes=search())
+              for i in range(3)]
+    return Trace(TRACE, spans, "complete")
+
+
+def kinds(ev: Evaluation) -> set[str]:
+    return {f"{f.detector}/{f.kind}" for f in ev.findings}
+
+
+def tools_with(schema: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"name": "search", "parameters": schema}]
+
+
+@pytest.mark.parametrize(("llm", "extra"), [
+    (chat([{"role": "assistant", "parts": 1, "finish_reason": "tool_call"}]), set()),
+    (chat([{"role": "assistant", "tool_calls": 1, "finish_reason": "tool_call"}]), set()),
+    (chat([], tools_with({"$defs": {"x": {"$ref": "#/$defs/y"}, "y": {"$ref": "#/$defs/x"}},
+                          **SEARCH, "properties": {"q": {"$ref": "#/$defs/x"}}})),
+     {"tool_call/schema"}),
+    (chat([], tools_with({**SEARCH, "properties": {"q": {"$ref": "#/missing"}}})),
+     {"tool_call/schema"}),
+], ids=["parts_1", "tool_calls_1", "recursive_ref", "unresolvable_ref"])
+def test_the_issue_inputs_keep_the_loop_visible(llm: dict[str, Any], extra: set[str]) -> None:
+    ev = Evaluator(Config()).evaluate(looping_trace(llm))
+    assert ev.verdict is not None and ev.verdict.passed is False
+    assert "loop/repeated_call" in kinds(ev)
+    assert kinds(ev) - {"loop/repeated_call"} == extra
+
+
+def test_a_failing_detector_is_a_finding_and_the_others_still_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: Any) -> list[Any]:
+        raise ZeroDivisionError("boom")
+
+    monkeypatch.setitem(detectors._DETECTORS, "budget", broken)
+    ev = Evaluator(Config()).evaluate(looping_trace(chat([])))
+    errors = [f for f in ev.findings if f.kind == "evaluation_error"]
+    assert [(f.detector, f.severity, f.attributes) for f in errors] == [
+        ("evaluation", "error", {"part": "budget", "error": "ZeroDivisionError"})]
+    assert "loop/repeated_call" in kinds(ev)
+    assert ev.verdict is not None and not ev.verdict.passed
+    assert "budget could not evaluate this trace (ZeroDivisionError)" in ev.verdict.reasons
+
+
+def test_a_failing_adapter_keeps_the_span_as_a_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = trajectory_module.describe
+
+    def describe(step: Any, span: Span, attrs: Any) -> Any:
+        if span.span_id == "a1":
+            raise KeyError("x")
+        return real(step, span, attrs)
+
+    monkeypatch.setattr(trajectory_module, "describe", describe)
+    ev = Evaluator(Config()).evaluate(looping_trace(chat([])))
+    assert [s.span_id for s in ev.trajectory.steps] == ["a0", "a1", "b0", "b1", "b2"]
+    assert ev.trajectory.steps[1].kind == "other" and ev.trajectory.steps[1].node == "a"
+    errors = [f for f in ev.findings if f.kind == "evaluation_error"]
+    assert [(f.attributes, f.span_ids) for f in errors] == [
+        ({"part": "conventions.genai", "error": "KeyError"}, ["a1"])]
+    assert "loop/repeated_call" in kinds(ev)
+
+
+def test_a_trajectory_that_cannot_be_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: Any) -> Any:
+        raise MemoryError
+
+    monkeypatch.setattr(evaluator_module, "build_trajectory", broken)
+    ev = Evaluator(Config()).evaluate(looping_trace(chat([])))
+    assert ev.verdict is not None and not ev.verdict.passed
+    assert [f.attributes for f in ev.findings if f.kind == "evaluation_error"] == [
+        {"part": "trajectory", "error": "MemoryError"}]
+    failed = Evaluator(Config()).failed(looping_trace(chat([])), ValueError("x"))
+    assert failed.verdict is not None and failed.to_json()["verdict"]["passed"] is False
+    assert failed.to_json()["findings"][0]["kind"] == "evaluation_error"
+
+
+def strict(text: str | bytes) -> Any:
+    def refuse(token: str) -> Any:
+        raise ValueError(f"non-standard JSON token {token}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_non_finite_numbers_are_strings_in_every_json_out() -> None:
+    trace = looping_trace(chat([]))
+    trace.spans[2].attributes["gen_ai.tool.call.arguments"] = (
+        '{"q": NaN, "r": [Infinity, -Infinity, 1.5]}')
+    body = Evaluator(Config()).evaluate(trace).to_json()
+    assert strict(json.dumps(body))["steps"][2]["arguments"] == {
+        "q": "NaN", "r": ["Infinity", "-Infinity", 1.5]}
