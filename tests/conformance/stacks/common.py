@@ -188,40 +188,6 @@ def genai_agent(scenario: str, provider_attribute: str) -> None:
         chat_loop(OpenAI(), scenario, run_tool)
 
 
-def traceloop_agent(scenario: str, tool_name_attribute: bool = True) -> None:
-    """The agent loop with agent/tool spans made by hand the way Traceloop's ``@agent`` /
-    ``@tool`` decorators make them (span ``<name>.<kind>``, ``traceloop.span.kind``,
-    ``traceloop.entity.name``, ``traceloop.entity.input`` as ``{"args", "kwargs"}`` JSON,
-    ``traceloop.entity.output``; ``gen_ai.tool.name`` on tools unless ``tool_name_attribute``
-    is false, as before 0.4x), for stacks where ``traceloop-sdk`` cannot be installed beside
-    the pinned instrumentation. An exception is recorded on the span and ends it, as the
-    current decorators do."""
-    from openai import OpenAI
-    from opentelemetry import trace
-
-    tracer = trace.get_tracer("conformance.weather_agent")
-    tool = Tool(scenario)
-
-    def entity(name: str, kind: str, kwargs: dict[str, Any]) -> Any:
-        attrs = {"traceloop.span.kind": kind, "traceloop.entity.name": name,
-                 "traceloop.entity.input": json.dumps({"args": [], "kwargs": kwargs})}
-        if kind == "tool" and tool_name_attribute:
-            attrs["gen_ai.tool.name"] = name
-        return tracer.start_as_current_span(f"{name}.{kind}", attributes=attrs)
-
-    def run_tool(call: dict[str, Any]) -> str:
-        args = arguments(call)
-        with entity("get_weather", "tool", args) as span:
-            result = tool(**args)
-            span.set_attribute("traceloop.entity.output", json.dumps(result))
-            return result
-
-    with attached(remote_parent(scenario)), \
-            entity(AGENT_NAME, "agent", {"question": prompt(scenario)}) as span:
-        answer = chat_loop(OpenAI(), scenario, run_tool)
-        span.set_attribute("traceloop.entity.output", json.dumps(answer))
-
-
 @contextlib.contextmanager
 def attached(ctx: Any) -> Iterator[None]:
     """Run the block in ``ctx`` (the remote parent) when there is one."""

@@ -1,10 +1,11 @@
-"""openllmetry-openai-old: an old release of Traceloop's OpenLLMetry OpenAI instrumentation
-(indexed gen_ai.prompt.N.* / gen_ai.completion.N.* attributes) with agent/tool spans made
-as its ``@agent`` / ``@tool`` decorators make them. ``python agent.py SCENARIO`` (in the
-stack's venv)."""
+"""openllmetry-openai-old: an old release of Traceloop's SDK (``Traceloop.init``, ``@agent`` /
+``@tool``) with its OpenAI instrumentation (indexed gen_ai.prompt.N / gen_ai.completion.N),
+exporting to the collector as its docs show for a self-hosted backend.
+``python agent.py SCENARIO`` (in the stack's venv)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -13,11 +14,26 @@ import common
 
 
 def main(scenario: str) -> None:
-    common.setup()
-    from opentelemetry.instrumentation.openai import OpenAIInstrumentor
+    from openai import OpenAI
+    from traceloop.sdk import Traceloop
+    from traceloop.sdk.decorators import agent, tool
 
-    OpenAIInstrumentor().instrument()
-    common.traceloop_agent(scenario, tool_name_attribute=False)
+    # This release has no telemetry_enabled argument: TRACELOOP_TELEMETRY=false turns it off.
+    Traceloop.init(app_name=os.environ["OTEL_SERVICE_NAME"],
+                   api_endpoint=os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"])
+    body = common.Tool(scenario)
+
+    @tool(name="get_weather")
+    def get_weather(city: str) -> str:
+        return body(city)
+
+    @agent(name=common.AGENT_NAME)
+    def weather_agent(question: str) -> str:
+        return common.chat_loop(OpenAI(), scenario,
+                                lambda call: get_weather(**common.arguments(call)))
+
+    with common.attached(common.remote_parent(scenario)):
+        weather_agent(common.prompt(scenario))
     common.shutdown()
 
 
