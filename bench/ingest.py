@@ -16,7 +16,8 @@ rounds alternate serve/baseline and the median is reported (the machine is noisy
 Memory: a serve with grace/idle timeouts of an hour takes ``--mem-traces`` traces and keeps
 them open; (VmHWM after - VmHWM before) / traces from ``/proc/<pid>/status``.
 The spool's cost (``--spool-cost``): the same serve end-to-end run with ``store.spool`` true
-and false, rounds alternating, medians and the ratio on/off (target: cost <= 10 %).
+and false, rounds alternating, medians and the ratio on/off (target: cost <= 10 %), in
+spans/s and in spans per CPU-second of the serve process (steadier on a shared machine).
 Where serve's time goes (``--profile-traces N``): the same traces decoded, assembled,
 evaluated and stored in this process (``Engine`` with a manual clock) under cProfile, as
 shares of the total; cProfile inflates call-heavy Python code, so read them as proportions.
@@ -125,6 +126,13 @@ def metrics(admin: int) -> dict[str, float]:
     return out
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the process has used: what it cost, whatever the
+    neighbours on a shared machine left it."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def vmhwm_kb(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -192,8 +200,10 @@ def run_serve(args: argparse.Namespace, tmp: Path, spool: bool = True) -> dict[s
         t_done = all_evaluated(admin, store, args.traces)
         m = metrics(admin)
         hwm = vmhwm_kb(proc.p.pid)
+        cpu = cpu_s(proc.p.pid)
     e2e = m[ACCEPTED] / (t_done - t_first)
     return {"spans_per_s": round(e2e), "ack_spans_per_s": res["spans_per_s"],
+            "spans_per_cpu_s": round(m[ACCEPTED] / cpu),
             "spans": int(m[ACCEPTED]), "seconds": round(t_done - t_first, 2),
             "p50_ms": res["p50_ms"], "p99_ms": res["p99_ms"], "errors": res["errors"],
             "throttled": int(m.get(THROTTLED, 0)), "vmhwm_mb": round(hwm / 1024)}
@@ -364,6 +374,7 @@ def spool_cost(args: argparse.Namespace) -> dict[str, Any]:
                 print(f"round {i + 1} spool {side}: {row}", file=sys.stderr, flush=True)
     on, off = (median_of(rows[k], "spans_per_s") for k in ("on", "off"))
     ack_on, ack_off = (median_of(rows[k], "ack_spans_per_s") for k in ("on", "off"))
+    cpu_on, cpu_off = (median_of(rows[k], "spans_per_cpu_s") for k in ("on", "off"))
     out = {"load": {k: getattr(args, k) for k in ("traces", "steps", "spans_per_request",
                                                   "payload_bytes", "concurrency", "grace_s")},
            "pinned": bool(shutil.which("taskset")),
@@ -371,12 +382,18 @@ def spool_cost(args: argparse.Namespace) -> dict[str, Any]:
            "ratio_on_off": round(on / off, 3), "cost_pct": round(100 * (1 - on / off), 1),
            "ack_spans_per_s": {"spool_on": round(ack_on), "spool_off": round(ack_off)},
            "ack_ratio_on_off": round(ack_on / ack_off, 3),
+           "spans_per_cpu_s": {"spool_on": round(cpu_on), "spool_off": round(cpu_off)},
+           "cpu_ratio_on_off": round(cpu_on / cpu_off, 3),
+           "cpu_cost_pct": round(100 * (1 - cpu_on / cpu_off), 1),
            "p99_ms": {k: median_of(rows[k], "p99_ms") for k in ("on", "off")},
            "rounds": rows}
     print(f"spool on  {out['e2e_spans_per_s']['spool_on']:>8} spans/s end to end "
           f"(acked {out['ack_spans_per_s']['spool_on']}/s, Export p99 {out['p99_ms']['on']} ms)")
     print(f"spool off {out['e2e_spans_per_s']['spool_off']:>8} spans/s end to end "
           f"(acked {out['ack_spans_per_s']['spool_off']}/s, Export p99 {out['p99_ms']['off']} ms)")
+    print(f"spans per serve CPU-second: on {out['spans_per_cpu_s']['spool_on']}, off "
+          f"{out['spans_per_cpu_s']['spool_off']}: ratio {out['cpu_ratio_on_off']:.3f} "
+          f"(CPU cost {out['cpu_cost_pct']} %)")
     print(f"ratio on/off {out['ratio_on_off']:.3f} end to end (cost {out['cost_pct']} %, "
           f"target <= 10 %), acked {out['ack_ratio_on_off']:.3f}; median of {args.reps} "
           f"alternating rounds; pinned={out['pinned']}")

@@ -6,8 +6,12 @@
 
 Promises:
 - a request is acknowledged only after its row is committed: one SQLite transaction per
-  request, not per span (WAL; ``synchronous=NORMAL`` survives a crash of the process - kill -9,
-  an OOM kill -, ``fsync`` power loss as well);
+  request, not per span, in WAL mode. By default nothing is fsynced (``synchronous=OFF``): a
+  committed row is in the kernel's page cache, which survives a crash of the process (kill -9,
+  an OOM kill), and neither the receivers nor the engine ever wait for a disk flush
+  (checkpoint fsyncs cost ~2/3 of the spool's time otherwise, bench/README.md). ``fsync``
+  (``synchronous=FULL``) also survives power loss. A spool file found unreadable at start
+  (power loss without ``fsync``) is moved aside, logged and counted, and a new one begun;
 - the request bytes are kept as received (never re-encoded), so a replay takes the normal
   decode path; with them one (request, trace) pair per trace that took spans from it;
 - a pair is deleted once that trace's evaluation (of the revision the request fed, or a later
@@ -30,9 +34,12 @@ the engine lock, never before it).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import sqlite3
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
@@ -64,17 +71,43 @@ class Spool:
         self.path = path
         self.max_bytes = max_bytes
         self.metrics = metrics
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(f"PRAGMA synchronous={'FULL' if fsync else 'NORMAL'}")
-        for stmt in _SCHEMA:
-            self._db.execute(stmt)
+        self._fsync = fsync
         self._lock = threading.Lock()
         self._requests: dict[int, _Request] = {}
         self._traces: dict[str, list[tuple[int, int]]] = {}  # trace -> [(request, revision)]
         self.bytes = 0
-        self._backlog = self._load()
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._db = self._open()
+            self._backlog = self._load()
+        except sqlite3.DatabaseError:
+            self._set_aside()
+            self._db = self._open()
+            self._backlog = self._load()
+
+    def _open(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute(f"PRAGMA synchronous={'FULL' if self._fsync else 'OFF'}")
+        for stmt in _SCHEMA:
+            db.execute(stmt)
+        return db
+
+    def _set_aside(self) -> None:
+        """An unreadable spool (power loss without fsync): keep it for a post-mortem, start
+        a new one. What it held is lost, and said so."""
+        with contextlib.suppress(AttributeError, sqlite3.Error):
+            self._db.close()
+        suffix = f".corrupt-{time.time_ns()}"
+        for part in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(self.path + part, self.path + suffix + part)
+        log.error("spool %s is unreadable; moved aside to %s%s, starting an empty spool",
+                  self.path, self.path, suffix)
+        self.metrics.failed("open")
+        self._requests.clear()
+        self._traces.clear()
+        self.bytes = 0
 
     # --- what a previous process left -------------------------------------------------------
 

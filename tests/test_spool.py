@@ -199,7 +199,21 @@ def test_service_spools_beside_the_store_unless_off(tmp_path: Path) -> None:
 
 def test_fsync_asks_sqlite_for_a_full_sync(tmp_path: Path) -> None:
     metrics = Metrics(CollectorRegistry()).spool
-    for fsync, level in ((False, 1), (True, 2)):  # NORMAL survives kill -9, FULL power loss
+    for fsync, level in ((False, 0), (True, 2)):  # OFF survives kill -9, FULL power loss
         spool = Spool(str(tmp_path / f"s{fsync}"), 1 << 20, metrics, fsync=fsync)
         assert spool._db.execute("PRAGMA synchronous").fetchone()[0] == level
         spool.close()
+
+
+def test_an_unreadable_spool_is_set_aside_and_a_new_one_begun(tmp_path: Path) -> None:
+    path = tmp_path / "store.db-spool"
+    path.write_bytes(b"not a database, as after a power loss without fsync " * 100)
+    metrics = Metrics(CollectorRegistry())
+    spool = Spool(str(path), 1 << 20, metrics.spool)
+    assert spool.held() == (0, 0)
+    assert metrics.registry.get_sample_value("otel_eval_spool_failures_total",
+                                             {"operation": "open"}) == 1
+    [aside] = tmp_path.glob("store.db-spool.corrupt-*")
+    assert aside.read_bytes().startswith(b"not a database")
+    spool.append(b"x", ["a" * 32])
+    spool.close()
