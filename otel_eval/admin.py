@@ -13,6 +13,11 @@
     POST /v1/feedback                   {"trace_id", "outcome"}: records a known outcome and
                                         re-judges the stored verdict (lucky passes)
     GET  /v1/issues                     recurring issues (when the clustering stage runs)
+
+With ``admin.read_tokens`` / ``write_tokens`` set, every path but ``admin.public_paths``
+needs ``Authorization: Bearer <token>``: a read or write token for GET, a write token for
+POST (401 without a known token, 403 for a read token on a write). TLS (and mTLS) from
+``admin.tls``, as on the receivers.
 """
 
 from __future__ import annotations
@@ -28,10 +33,12 @@ from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CollectorRegistry
 
+from otel_eval.config import AdminConfig
 from otel_eval.metrics import render
 from otel_eval.query import EvaluationQuery, Page, QueryError
 from otel_eval.receiver.body import BodyError, loads_bounded, read_body
 from otel_eval.receiver.http import serve_http
+from otel_eval.receiver.security import BearerAuth, TlsFiles
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +58,37 @@ class AdminApi:
     healthy: Callable[[], bool]
     ready: Callable[[], bool]
     issues: Callable[[], dict[str, Any] | None] = lambda: None
+    refused: Callable[[str, str], None] = lambda _protocol, _reason: None  # counts refusals
 
 
-def make_handler(api: AdminApi) -> type[BaseHTTPRequestHandler]:
+class AdminAuth:
+    """Who may do what on the admin endpoint (``admin.read_tokens`` / ``write_tokens``)."""
+
+    def __init__(self, config: AdminConfig) -> None:
+        self.readers = BearerAuth({**config.read_tokens, **config.write_tokens})
+        self.writers = BearerAuth(config.write_tokens)
+        self.public = frozenset(p.rstrip("/") or "/" for p in config.public_paths)
+
+    @property
+    def enabled(self) -> bool:
+        return self.readers.enabled
+
+    def check(self, path: str, authorization: str | None, write: bool) -> tuple[int, str]:
+        """(0, sender) when allowed, else (401 or 403, why)."""
+        if not self.enabled or (path in self.public and not write):
+            return 0, ""
+        reader = self.readers.identify(authorization)
+        if reader is None:
+            return 401, "missing or unknown bearer token"
+        if not write:
+            return 0, reader
+        writer = self.writers.identify(authorization) if self.writers.enabled else None
+        return (0, writer) if writer is not None else (403, "this token may not write")
+
+
+def make_handler(api: AdminApi, auth: AdminAuth | None = None) -> type[BaseHTTPRequestHandler]:
+    access = auth or AdminAuth(AdminConfig())
+
     class AdminHandler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         server_version = "otel-eval"
@@ -61,9 +96,20 @@ def make_handler(api: AdminApi) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: object) -> None:
             log.debug("admin: " + format, *args)
 
+        def _allowed(self, path: str, write: bool) -> bool:
+            status, why = access.check(path, self.headers.get("Authorization"), write)
+            if status:
+                api.refused("admin", "unauthenticated" if status == 401 else "forbidden")
+                self.close_connection = True  # a body, if any, was not read
+                self._json(status, {"error": why}, {"WWW-Authenticate":
+                                                    'Bearer realm="otel-eval"'})
+            return not status
+
         def do_GET(self) -> None:
             url = urlsplit(self.path)
             path = url.path.rstrip("/") or "/"
+            if not self._allowed(path, write=False):
+                return
             if path == "/metrics":
                 data, ctype = render(api.registry, self.headers.get("Accept"))
                 self._send(200, data, ctype)
@@ -91,7 +137,11 @@ def make_handler(api: AdminApi) -> type[BaseHTTPRequestHandler]:
                 self._error(404, f"unknown path {url.path!r}")
 
         def do_POST(self) -> None:
-            if urlsplit(self.path).path.rstrip("/") != "/v1/feedback":
+            path = urlsplit(self.path).path.rstrip("/") or "/"
+            if not self._allowed(path, write=True):
+                return
+            if path != "/v1/feedback":
+                self.close_connection = True
                 self._error(404, f"unknown path {self.path!r}")
                 return
             try:
@@ -121,13 +171,16 @@ def make_handler(api: AdminApi) -> type[BaseHTTPRequestHandler]:
         def _error(self, code: int, message: str) -> None:
             self._json(code, {"error": message})
 
-        def _json(self, code: int, obj: Any) -> None:
-            self._send(code, json.dumps(obj).encode(), "application/json")
+        def _json(self, code: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+            self._send(code, json.dumps(obj).encode(), "application/json", headers)
 
-        def _send(self, code: int, data: bytes, ctype: str) -> None:
+        def _send(self, code: int, data: bytes, ctype: str,
+                  headers: dict[str, str] | None = None) -> None:
             self.send_response(code)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(data)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
             self.end_headers()
             self.wfile.write(data)
 
@@ -135,14 +188,18 @@ def make_handler(api: AdminApi) -> type[BaseHTTPRequestHandler]:
 
 
 class AdminServer:
-    def __init__(self, endpoint: str, api: AdminApi) -> None:
+    def __init__(self, endpoint: str, api: AdminApi, config: AdminConfig | None = None) -> None:
         self.endpoint = endpoint
         self.api = api
+        self.config = config or AdminConfig(endpoint=endpoint)
         self._server: ThreadingHTTPServer | None = None
         self.port = 0
 
     def start(self) -> None:
-        self._server, _ = serve_http(self.endpoint, make_handler(self.api), "otel-eval-admin")
+        tls = TlsFiles(self.config.tls, "admin") if self.config.tls.enabled else None
+        self._server, _ = serve_http(self.endpoint,
+                                     make_handler(self.api, AdminAuth(self.config)),
+                                     "otel-eval-admin", tls)
         self.port = self._server.server_address[1]
         log.info("admin endpoint listening on %s (port %d)", self.endpoint, self.port)
 

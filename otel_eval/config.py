@@ -23,12 +23,13 @@ from otel_eval.detectors.config import DetectorsConfig
 from otel_eval.issues.config import IssuesConfig
 from otel_eval.judge.config import JudgeConfig
 from otel_eval.kafka.config import KafkaConfig
+from otel_eval.receiver.security import TlsServerConfig
 from otel_eval.results.config import ExportConfig
 
 __all__ = [
     "AdminConfig", "AssemblyConfig", "Config", "ConfigError", "DetectorsConfig", "ExportConfig",
     "IssuesConfig", "JudgeConfig", "KafkaConfig", "ReceiverConfig", "StoreConfig",
-    "TrajectoryConfig", "build", "load_config", "parse_endpoint",
+    "TlsServerConfig", "TrajectoryConfig", "build", "load_config", "parse_endpoint",
 ]
 
 
@@ -57,6 +58,17 @@ class ReceiverConfig:
     grpc_workers: int = 8
     # Retry hint sent with throttling responses (gRPC RetryInfo, HTTP Retry-After), seconds.
     retry_after_s: float = 1.0
+    # TLS on both OTLP listeners (cert_file, key_file; client_ca_file requires client
+    # certificates, mTLS). Files are re-read when they change. Empty: plain text.
+    tls: TlsServerConfig = field(default_factory=TlsServerConfig)
+    # Bearer tokens accepted on both OTLP listeners, name -> token: clients send
+    # `Authorization: Bearer <token>` (OTEL_EXPORTER_OTLP_HEADERS="Authorization=Bearer ..."),
+    # refused with gRPC UNAUTHENTICATED / HTTP 401. The name identifies the sender in logs
+    # and for re-opening traces. Use ${ENV} substitution for the tokens. Empty: no auth.
+    bearer_tokens: dict[str, str] = field(default_factory=dict, repr=False)
+    # Start even though an endpoint is reachable beyond this host (not loopback) without
+    # both TLS and bearer tokens. Off: such a configuration is refused at startup.
+    allow_insecure_non_loopback: bool = False
 
     def __post_init__(self) -> None:
         validate(self, minimum={"max_message_bytes": 1, "grpc_workers": 1, "retry_after_s": 0},
@@ -112,6 +124,19 @@ class TrajectoryConfig:
 class AdminConfig:
     # Serves /metrics, /healthz, /readyz and the results API (/v1/evaluations, /v1/feedback).
     endpoint: str = "localhost:8888"
+    # TLS on the admin listener (same keys as receiver.tls; reloaded when the files change).
+    tls: TlsServerConfig = field(default_factory=TlsServerConfig)
+    # Tokens that may read (GET /v1/evaluations, /v1/issues), name -> token, sent as
+    # `Authorization: Bearer <token>`. With any read or write token set, reads need one of them.
+    read_tokens: dict[str, str] = field(default_factory=dict, repr=False)
+    # Tokens that may write (POST /v1/feedback) and read, name -> token. With tokens
+    # configured, a read token on a write is 403 and no token is 401.
+    write_tokens: dict[str, str] = field(default_factory=dict, repr=False)
+    # Paths served without a token (Prometheus scrapes and kubelet probes).
+    public_paths: list[str] = field(default_factory=lambda: ["/metrics", "/healthz",
+                                                             "/readyz"])
+    # Start even though the endpoint is not loopback and lacks TLS or tokens.
+    allow_insecure_non_loopback: bool = False
 
     def __post_init__(self) -> None:
         validate(self, endpoints=("endpoint",))

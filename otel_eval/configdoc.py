@@ -55,6 +55,8 @@ def _render(obj: Any, indent: int, lines: list[str]) -> None:
         value = getattr(obj, f.name)
         for c in comments.get(f.name, []):
             lines.append(f"{pad}# {c}".rstrip())
+        if not f.repr and isinstance(value, dict):  # secrets (tokens): names only
+            value = {k: "<redacted>" for k in value}
         if dataclasses.is_dataclass(value):
             lines.append(f"{pad}{f.name}:")
             _render(value, indent + 1, lines)

@@ -12,6 +12,7 @@ Metrics (counters are exposed with the ``_total`` suffix):
                otel_eval_receiver_spans_accepted_total{protocol}
                otel_eval_receiver_spans_rejected_total{protocol,reason}
                otel_eval_receiver_requests_throttled_total{protocol,reason}
+               otel_eval_receiver_requests_refused_total{protocol,reason}  unauthenticated|forbidden
                otel_eval_receiver_export_duration_seconds{protocol}            histogram
     assembly   otel_eval_assembly_open_traces, otel_eval_assembly_pending_spans  gauges
                otel_eval_assembly_traces_released_total{status,reason}
@@ -143,6 +144,9 @@ class Metrics:
         self.c_throttled = c("receiver_requests_throttled",
                              "Export requests refused with a retryable error, by reason.",
                              ["protocol", "reason"])
+        self.c_refused = c("receiver_requests_refused",
+                           "Requests refused before reading them (unauthenticated, forbidden).",
+                           ["protocol", "reason"])
         self.h_export = self._histogram("receiver_export_duration_seconds",
                                         "Time to handle one Export request.", ["protocol"],
                                         _EXPORT_BUCKETS)
@@ -209,6 +213,10 @@ class Metrics:
 
     def request_throttled(self, protocol: str, reason: str) -> None:
         self.c_throttled.labels(protocol, reason).inc()
+
+    def request_refused(self, protocol: str, reason: str) -> None:
+        """``protocol``: grpc | http | admin; ``reason``: unauthenticated | forbidden."""
+        self.c_refused.labels(protocol, reason).inc()
 
     def export_duration(self, protocol: str, seconds: float) -> None:
         self.h_export.labels(protocol).observe(seconds)

@@ -34,13 +34,14 @@ from prometheus_client import CollectorRegistry
 
 from otel_eval.admin import AdminApi, AdminServer
 from otel_eval.aio import LoopThread
-from otel_eval.config import Config
+from otel_eval.config import Config, ConfigError, parse_endpoint
 from otel_eval.evaluator import Evaluator, normalize_outcome
 from otel_eval.metrics import Metrics
 from otel_eval.pipeline import Engine, Sink
 from otel_eval.receiver.grpc import GrpcReceiver
 from otel_eval.receiver.http import HttpReceiver
 from otel_eval.receiver.ingest import Ingest
+from otel_eval.receiver.security import exposure_problem, is_loopback
 from otel_eval.spool import Spool
 from otel_eval.store import Store
 
@@ -59,6 +60,7 @@ class Service:
     def __init__(self, config: Config, options: Options | None = None, *,
                  registry: CollectorRegistry | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        check_exposure(config)
         self.config = config
         self.options = options or Options()
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -101,7 +103,8 @@ class Service:
             registry=self.registry, query=self.store.query, get=self.store.get,
             feedback=self.feedback, healthy=lambda: self.healthy,
             ready=lambda: self._ready,
-            issues=self.issues.latest_json if self.issues is not None else lambda: None))
+            issues=self.issues.latest_json if self.issues is not None else lambda: None,
+            refused=self.metrics.request_refused), config.admin)
         self._ready = False
         self._stopped = threading.Event()
 
@@ -273,6 +276,36 @@ class Service:
 
 # Re-reads when the trace was re-evaluated between reading and writing its verdict.
 _FEEDBACK_ATTEMPTS = 5
+
+
+def check_exposure(config: Config) -> None:
+    """Refuse (ConfigError) a listener reachable beyond this host without TLS and tokens,
+    unless its section says ``allow_insecure_non_loopback: true``."""
+    rc, ac = config.receiver, config.admin
+    listeners = [("receiver.grpc_endpoint", rc.grpc_endpoint, rc.tls, bool(rc.bearer_tokens),
+                  rc.allow_insecure_non_loopback),
+                 ("receiver.http_endpoint", rc.http_endpoint, rc.tls, bool(rc.bearer_tokens),
+                  rc.allow_insecure_non_loopback),
+                 ("admin.endpoint", ac.endpoint, ac.tls,
+                  bool(ac.read_tokens or ac.write_tokens), ac.allow_insecure_non_loopback)]
+    errors = []
+    for name, endpoint, tls, authenticated, allowed in listeners:
+        if not endpoint:
+            continue
+        try:
+            host = parse_endpoint(endpoint)[0]
+        except ValueError as e:
+            errors.append(f"{name}: {e}")
+            continue
+        if problem := exposure_problem(name, host, tls, authenticated, allowed):
+            errors.append(problem)
+    if errors:
+        raise ConfigError(errors)
+    if any(allowed and endpoint and not is_loopback(parse_endpoint(endpoint)[0])
+           and not (tls.enabled and authenticated)
+           for _, endpoint, tls, authenticated, allowed in listeners):
+        log.warning("a listener is reachable beyond this host without TLS or authentication "
+                    "(allow_insecure_non_loopback); restrict it at the network level")
 
 
 class _OnLoop:

@@ -7,6 +7,10 @@ The request arrives as raw bytes (no generated deserializer) so that a malformed
 INVALID_ARGUMENT with a counted reason instead of grpc's opaque INTERNAL, and so spans with
 invalid UTF-8 can be salvaged one by one.
 
+Security (``receiver.security``): TLS server credentials that follow the certificate files,
+and an interceptor refusing calls without a known bearer token (UNAUTHENTICATED) for every
+method registered on this server.
+
 Throttling follows the OTLP spec: RESOURCE_EXHAUSTED with a ``google.rpc.RetryInfo`` detail in
 ``grpc-status-details-bin`` (and, for the Python SDK exporter, in ``google.rpc.retryinfo-bin``),
 which OTLP exporters honour before retrying.
@@ -16,17 +20,42 @@ from __future__ import annotations
 
 import logging
 from concurrent import futures
+from typing import Any
 
 import grpc
 from google.protobuf import duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from otel_eval.config import ReceiverConfig
+from otel_eval.metrics import Metrics
 from otel_eval.receiver.ingest import Ingest
+from otel_eval.receiver.security import BearerAuth, TlsFiles, metadata_authorization
 
 log = logging.getLogger(__name__)
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+
+
+class _AuthInterceptor(grpc.ServerInterceptor):
+    """Refuses every method (traces, logs, ...) without a known bearer token: the request
+    body is never deserialized. Auth off: passes everything through."""
+
+    def __init__(self, auth: BearerAuth, metrics: Metrics) -> None:
+        self.auth = auth
+        self.metrics = metrics
+
+        def refuse(_request: object, context: grpc.ServicerContext) -> None:
+            self.metrics.request_refused("grpc", "unauthenticated")
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or unknown bearer token")
+
+        self._refusal = grpc.unary_unary_rpc_method_handler(
+            refuse, request_deserializer=lambda _raw: b"")  # never parsed
+
+    def intercept_service(self, continuation: Any, details: Any) -> Any:
+        if not self.auth.enabled or self.auth.identify(
+                metadata_authorization(details.invocation_metadata)) is not None:
+            return continuation(details)
+        return self._refusal
 
 
 class GrpcReceiver:
@@ -37,11 +66,13 @@ class GrpcReceiver:
         self._pool = futures.ThreadPoolExecutor(config.grpc_workers,
                                                 thread_name_prefix="otlp-grpc")
         self.port = 0
+        self.auth = BearerAuth(config.bearer_tokens)
+        self.tls: TlsFiles | None = None
 
     def start(self) -> None:
         cfg = self.config
         self._server = grpc.server(
-            self._pool,
+            self._pool, interceptors=[_AuthInterceptor(self.auth, self.ingest.metrics)],
             options=[("grpc.max_receive_message_length", cfg.max_message_bytes),
                      ("grpc.max_send_message_length", 4 * 1024 * 1024)])
         handler = grpc.unary_unary_rpc_method_handler(
@@ -49,14 +80,21 @@ class GrpcReceiver:
             response_serializer=lambda r: r.SerializeToString())
         self._server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(SERVICE, {"Export": handler}),))
-        self.port = self._server.add_insecure_port(cfg.grpc_endpoint)
+        if cfg.tls.enabled:
+            self.tls = TlsFiles(cfg.tls, "otlp-grpc")
+            self.port = self._server.add_secure_port(cfg.grpc_endpoint,
+                                                     self.tls.grpc_credentials())
+        else:
+            self.port = self._server.add_insecure_port(cfg.grpc_endpoint)
         if not self.port:
             raise OSError(f"cannot listen for OTLP/gRPC on {cfg.grpc_endpoint}")
         self._server.start()
         log.info("OTLP/gRPC receiver listening on %s (port %d)", cfg.grpc_endpoint, self.port)
 
     def _export(self, body: bytes, context: grpc.ServicerContext) -> object:
-        res = self.ingest.handle_bytes(body, "grpc")
+        # authenticated by the interceptor already; read again for the sender's name
+        sender = self.auth.identify(metadata_authorization(context.invocation_metadata()))
+        res = self.ingest.handle_bytes(body, "grpc", sender or "")
         if res.outcome == "invalid":
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, res.message)
         if res.outcome == "throttled":

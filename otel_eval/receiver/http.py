@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from google.protobuf import json_format
 from google.rpc import status_pb2
@@ -20,11 +22,16 @@ from google.rpc import status_pb2
 from otel_eval.config import ReceiverConfig, parse_endpoint
 from otel_eval.receiver.body import BodyError, read_body
 from otel_eval.receiver.ingest import Ingest, IngestResult
+from otel_eval.receiver.security import BearerAuth, TlsFiles
 
 log = logging.getLogger(__name__)
 
 _PROTOBUF = "application/x-protobuf"
 _JSON = "application/json"
+
+# Seconds a TLS client has for its handshake (it runs on the connection's own thread).
+_HANDSHAKE_TIMEOUT_S = 10.0
+
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
@@ -32,17 +39,56 @@ class _Server(ThreadingHTTPServer):
     # listen() backlog: the socketserver default of 5 drops connection bursts (SYN queue)
     # from many exporters flushing at once; the kernel caps it at net.core.somaxconn.
     request_queue_size = 1024
+    tls: TlsFiles | None = None
 
-def serve_http(endpoint: str, handler: type[BaseHTTPRequestHandler],
-               name: str) -> tuple[ThreadingHTTPServer, threading.Thread]:
+    def get_request(self) -> tuple[Any, Any]:
+        sock, addr = super().get_request()
+        if self.tls is not None:
+            # no handshake here: a client that never completes one would block accept()
+            sock = self.tls.context().wrap_socket(sock, server_side=True,
+                                                  do_handshake_on_connect=False)
+        return sock, addr
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        if self.tls is not None:
+            try:
+                request.settimeout(_HANDSHAKE_TIMEOUT_S)
+                request.do_handshake()
+                request.settimeout(None)
+            except (OSError, ssl.SSLError) as e:  # wrong CA, no client cert, plain HTTP, ...
+                log.debug("%s: TLS handshake from %s failed: %s", self.tls.name,
+                          client_address[0], type(e).__name__)
+                self.shutdown_request(request)
+                return
+        super().process_request_thread(request, client_address)
+
+
+def serve_http(endpoint: str, handler: type[BaseHTTPRequestHandler], name: str,
+               tls: TlsFiles | None = None) -> tuple[ThreadingHTTPServer, threading.Thread]:
     """Bind ``HOST:PORT`` (port 0 picks a free one) and serve in a daemon thread."""
     host, port = parse_endpoint(endpoint)
-    server = _Server((host, port), handler)
+    server = _Server((host, port), handler, bind_and_activate=False)
+    server.tls = tls
+    try:
+        server.server_bind()
+        server.server_activate()
+    except OSError:
+        server.server_close()
+        raise
     thread = threading.Thread(target=server.serve_forever, name=name, daemon=True)
     thread.start()
     return server, thread
 
-def make_handler(config: ReceiverConfig, ingest: Ingest) -> type[BaseHTTPRequestHandler]:
+
+def bearer_identity(handler: BaseHTTPRequestHandler, auth: BearerAuth) -> str | None:
+    """The sender's token name from ``Authorization`` (``""`` with auth off), or None."""
+    return auth.identify(handler.headers.get("Authorization"))
+
+
+def make_handler(config: ReceiverConfig, ingest: Ingest,
+                 auth: BearerAuth | None = None) -> type[BaseHTTPRequestHandler]:
+    checker = auth or BearerAuth(config.bearer_tokens)
+
     class OtlpHttpHandler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         server_version = "otel-eval"
@@ -51,11 +97,22 @@ def make_handler(config: ReceiverConfig, ingest: Ingest) -> type[BaseHTTPRequest
             log.debug("otlp-http: " + format, *args)
 
         def do_POST(self) -> None:
+            ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+            sender = bearer_identity(self, checker)
+            # every refusal before the body is read closes the connection: the unread body
+            # must not be parsed as the next request
+            if sender is None:  # before the body is read: an unknown client costs nothing
+                ingest.metrics.request_refused("http", "unauthenticated")
+                self.close_connection = True
+                self._status(401, "missing or unknown bearer token", ctype,
+                             {"WWW-Authenticate": 'Bearer realm="otel-eval"'})
+                return
             if self.path.split("?", 1)[0] != "/v1/traces":
+                self.close_connection = True
                 self._status(404, "only /v1/traces is served here", _JSON)
                 return
-            ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
             if ctype not in (_PROTOBUF, _JSON):
+                self.close_connection = True
                 self._status(415, f"unsupported Content-Type {ctype!r}", _JSON)
                 return
             try:
@@ -67,9 +124,9 @@ def make_handler(config: ReceiverConfig, ingest: Ingest) -> type[BaseHTTPRequest
                 self._status(e.status, str(e), ctype)
                 return
             if ctype == _JSON:
-                res = ingest.handle_json(body, "http")
+                res = ingest.handle_json(body, "http", sender)
             else:
-                res = ingest.handle_bytes(body, "http")
+                res = ingest.handle_bytes(body, "http", sender)
             self._answer(res, ctype)
 
         def _answer(self, res: IngestResult, ctype: str) -> None:
@@ -113,8 +170,9 @@ class HttpReceiver:
         self.port = 0
 
     def start(self) -> None:
+        tls = TlsFiles(self.config.tls, "otlp-http") if self.config.tls.enabled else None
         self._server, _ = serve_http(self.config.http_endpoint,
-                                     make_handler(self.config, self.ingest), "otlp-http")
+                                     make_handler(self.config, self.ingest), "otlp-http", tls)
         self.port = self._server.server_address[1]
         log.info("OTLP/HTTP receiver listening on %s (port %d)", self.config.http_endpoint,
                  self.port)

@@ -65,25 +65,27 @@ class Ingest:
         self.engine = engine
         self.metrics = metrics
 
-    def handle_bytes(self, body: bytes, protocol: str) -> IngestResult:
+    def handle_bytes(self, body: bytes, protocol: str, sender: str = "") -> IngestResult:
+        """``sender``: the authenticated client's token name ("" when auth is off)."""
         try:
             req, rejected = otlp.parse_request(body)
         except otlp.MalformedRequest as e:
             self.metrics.spans_rejected(protocol, "malformed_request", 0)
             return IngestResult("invalid", message=str(e))
-        return self.handle_request(req, protocol, rejected, body)
+        return self.handle_request(req, protocol, rejected, body, sender)
 
-    def handle_json(self, body: bytes, protocol: str) -> IngestResult:
+    def handle_json(self, body: bytes, protocol: str, sender: str = "") -> IngestResult:
         try:
             req = otlp.request_from_json(body)
         except ValueError as e:
             self.metrics.spans_rejected(protocol, "malformed_request", 0)
             return IngestResult("invalid", message=str(e))
-        return self.handle_request(req, protocol, Counter(), req.SerializeToString)
+        return self.handle_request(req, protocol, Counter(), req.SerializeToString, sender)
 
     def handle_request(self, req: ExportTraceServiceRequest, protocol: str,
                        rejected: Counter[str],
-                       request: bytes | Callable[[], bytes] | None = None) -> IngestResult:
+                       request: bytes | Callable[[], bytes] | None = None,
+                       sender: str = "") -> IngestResult:
         started = time.perf_counter()
         decoded = otlp.decode_request(req)
         adm = self.engine.submit(decoded.spans, "otlp", request=request)

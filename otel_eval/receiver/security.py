@@ -1,0 +1,211 @@
+"""Receiver transport security: bearer tokens and TLS for every listener (gRPC, HTTP, admin).
+
+    Authorization: Bearer <token>  ->  BearerAuth.identify  ->  the token's name, or refused
+    cert/key/CA files              ->  TlsFiles  ->  ssl.SSLContext (HTTP) / grpc credentials
+
+Promises, as the OTel Collector's ``bearertokenauth`` extension and ``configtls`` give them:
+- tokens are compared in constant time, against every configured token (no early exit);
+  the identity a request carries is the token's *name* from config, never the token itself,
+  so it can be logged, stored and compared (re-opening a trace needs the same sender);
+- nothing secret is logged: neither tokens nor headers; config dataclasses hide them in repr;
+- TLS files are re-read when they change on disk (checked at each new connection, a stat of
+  each file), so a rotated certificate is served without a restart; a broken new file is
+  logged and the previous certificate stays in use;
+- with a client CA configured, clients must present a certificate it signed (mTLS).
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+import os
+import ssl
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TlsServerConfig:
+    # PEM certificate (chain) this listener serves; empty string serves plain text (no TLS).
+    cert_file: str = ""
+    # PEM private key of cert_file.
+    key_file: str = ""
+    # PEM CA bundle; when set, clients must present a certificate signed by it (mTLS).
+    client_ca_file: str = ""
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.cert_file)
+
+    def __post_init__(self) -> None:
+        if bool(self.cert_file) != bool(self.key_file):
+            raise ValueError("tls: cert_file and key_file go together")
+        if self.client_ca_file and not self.cert_file:
+            raise ValueError("tls: client_ca_file needs cert_file and key_file")
+
+
+class AuthError(Exception):
+    """Refused: ``status`` is 401 (no or unknown token) or 403 (known token, not allowed)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class BearerAuth:
+    """Constant-time bearer token check; empty ``tokens`` means authentication is off."""
+
+    def __init__(self, tokens: Mapping[str, str]) -> None:
+        self._tokens = [(name, token.encode()) for name, token in tokens.items() if token]
+        if len(self._tokens) != len(tokens):
+            raise ValueError("an empty bearer token was configured (unset variable?)")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._tokens)
+
+    def identify(self, authorization: str | None) -> str | None:
+        """The name of the token in an ``Authorization`` value, or None. Off: ``""``."""
+        if not self._tokens:
+            return ""
+        scheme, _, presented = (authorization or "").strip().partition(" ")
+        if scheme.lower() != "bearer":
+            return None
+        given = presented.strip().encode("utf-8", "surrogateescape")
+        found = None
+        for name, token in self._tokens:  # every token is compared: timing says nothing
+            if hmac.compare_digest(given, token) and found is None:
+                found = name
+        return found
+
+
+def metadata_authorization(metadata: Any) -> str | None:
+    """The ``authorization`` value from gRPC invocation metadata (keys are lowercase)."""
+    for key, value in metadata or ():
+        if key == "authorization":
+            return value if isinstance(value, str) else None
+    return None
+
+
+def is_loopback(host: str) -> bool:
+    """``localhost`` or a loopback address; ``0.0.0.0``, ``::`` and names are not."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _stamp(paths: list[str]) -> tuple[tuple[int, int, int], ...]:
+    """Identity of the files as they are now (Kubernetes swaps a Secret by symlink: inode)."""
+    out = []
+    for p in paths:
+        st = os.stat(p)
+        out.append((st.st_ino, st.st_mtime_ns, st.st_size))
+    return tuple(out)
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+class TlsFiles:
+    """The current server TLS material of one listener, re-read when the files change."""
+
+    def __init__(self, config: TlsServerConfig, name: str) -> None:
+        self.config = config
+        self.name = name
+        self._paths = [p for p in (config.cert_file, config.key_file, config.client_ca_file)
+                       if p]
+        self._lock = threading.Lock()
+        self._stamp = _stamp(self._paths)
+        self._context = self._load_context()  # raises at startup: bad files are fatal there
+        self.reloads = 0
+
+    @property
+    def require_client_cert(self) -> bool:
+        return bool(self.config.client_ca_file)
+
+    def _load_context(self) -> ssl.SSLContext:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.load_cert_chain(self.config.cert_file, self.config.key_file)
+        if self.config.client_ca_file:
+            ctx.load_verify_locations(self.config.client_ca_file)
+            ctx.verify_mode = ssl.CERT_REQUIRED
+        return ctx
+
+    def _changed(self) -> bool:
+        """True once per change of the files on disk (then the caller reloads)."""
+        try:
+            stamp = _stamp(self._paths)
+        except OSError as e:
+            log.error("%s: TLS file unreadable (%s); keeping the current certificate",
+                      self.name, e.strerror)
+            return False
+        if stamp == self._stamp:
+            return False
+        self._stamp = stamp
+        return True
+
+    def context(self) -> ssl.SSLContext:
+        """The SSLContext for a new HTTP connection (reloaded if the files changed)."""
+        with self._lock:
+            if self._changed():
+                try:
+                    self._context = self._load_context()
+                    self.reloads += 1
+                    log.info("%s: TLS certificate reloaded", self.name)
+                except (OSError, ssl.SSLError, ValueError) as e:
+                    log.error("%s: TLS reload failed (%s); keeping the current certificate",
+                              self.name, type(e).__name__)
+            return self._context
+
+    # --- gRPC --------------------------------------------------------------------------------
+
+    def _grpc_config(self) -> Any:
+        import grpc
+
+        ca = _read(self.config.client_ca_file) if self.config.client_ca_file else None
+        pair = (_read(self.config.key_file), _read(self.config.cert_file))
+        return grpc.ssl_server_certificate_configuration([pair], root_certificates=ca)
+
+    def grpc_credentials(self) -> Any:
+        """Server credentials whose certificate follows the files (checked per handshake)."""
+        import grpc
+
+        def fetch() -> Any:
+            with self._lock:
+                if not self._changed():
+                    return None
+                try:
+                    cfg = self._grpc_config()
+                    self._context = self._load_context()  # validates the pair, keeps in step
+                except (OSError, ssl.SSLError, ValueError) as e:
+                    log.error("%s: TLS reload failed (%s); keeping the current certificate",
+                              self.name, type(e).__name__)
+                    return None
+                self.reloads += 1
+                log.info("%s: TLS certificate reloaded", self.name)
+                return cfg
+
+        return grpc.dynamic_ssl_server_credentials(
+            self._grpc_config(), fetch, require_client_authentication=self.require_client_cert)
+
+
+def exposure_problem(listener: str, host: str, tls: TlsServerConfig, authenticated: bool,
+                     allowed: bool) -> str | None:
+    """Why a listener must not start (non-loopback without TLS and auth), or None."""
+    if is_loopback(host) or allowed or (tls.enabled and authenticated):
+        return None
+    missing = " and ".join(w for w, ok in (("TLS", tls.enabled), ("authentication",
+                                                                  authenticated)) if not ok)
+    return (f"{listener} listens on {host!r}, reachable beyond this host, without {missing}; "
+            f"configure them, or set allow_insecure_non_loopback: true to accept the risk")
