@@ -1,7 +1,14 @@
 # otel-eval: the streaming evaluator (`otel-eval serve`) as a container image.
 #
 #   docker build -t otel-eval .
-#   docker run -p 4317:4317 -p 4318:4318 -p 8888:8888 -v otel-eval:/var/lib/otel-eval otel-eval
+#   docker run -p 4317:4317 -p 4318:4318 -p 8888:8888 -v otel-eval:/var/lib/otel-eval \
+#       -v ./certs:/certs:ro -e OTLP_TOKEN=... otel-eval --config /certs/otel-eval.yaml
+#
+# The listeners bind 0.0.0.0 (a container is reached through its interfaces), so otel-eval
+# refuses to start until the config gives them TLS (receiver.tls, admin.tls) and bearer
+# tokens (receiver.bearer_tokens, admin.read_tokens / write_tokens, `${OTLP_TOKEN}` from the
+# environment), or until you accept plain text explicitly on a network you control:
+#   docker run ... otel-eval --allow-insecure-non-loopback
 #
 # Two stages: the build stage installs the dependencies into a virtualenv from the lock file
 # requirements/service.txt (exact versions, every download checked against its sha256 with

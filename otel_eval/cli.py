@@ -65,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--http-endpoint", type=_endpoint, metavar="HOST:PORT")
     serve.add_argument("--admin-endpoint", type=_endpoint, metavar="HOST:PORT")
     serve.add_argument("--store", metavar="PATH", help="SQLite file for results")
+    serve.add_argument("--allow-insecure-non-loopback", action="store_true",
+                       help="listen beyond loopback without TLS and tokens (receiver and "
+                            "admin allow_insecure_non_loopback); restrict access otherwise")
     serve.add_argument("--events-endpoint", type=_endpoint, metavar="HOST:PORT",
                        help="OTLP/gRPC endpoint for gen_ai.evaluation.result events")
     serve.add_argument("--forward-endpoint", type=_endpoint, metavar="HOST:PORT",
@@ -123,6 +126,9 @@ def config_from_args(args: argparse.Namespace) -> Config:
             changes[key] = value
     if getattr(args, "kafka_publish", False):
         changes["kafka.publish"] = True
+    if getattr(args, "allow_insecure_non_loopback", False):
+        changes["receiver.allow_insecure_non_loopback"] = True
+        changes["admin.allow_insecure_non_loopback"] = True
     return replace(cfg, **changes) if changes else cfg
 
 

@@ -45,6 +45,10 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{- define "otel-eval.adminScheme" -}}
+{{- if .Values.security.tls.secretName }}HTTPS{{ else }}HTTP{{ end }}
+{{- end }}
+
 {{- define "otel-eval.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
@@ -61,6 +65,12 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- if not (has .Values.kafka.assignment (list "group" "static")) }}
 {{- fail (printf "kafka.assignment must be group or static, got %q" .Values.kafka.assignment) }}
+{{- end }}
+{{- if and (include "otel-eval.insecure" .) (not .Values.security.allowInsecureNonLoopback) }}
+{{- fail "security.allowInsecureNonLoopback is false: set security.tls.secretName, security.receiverToken and an admin token" }}
+{{- end }}
+{{- if and .Values.security.tls.clientAuth (not .Values.security.tls.secretName) }}
+{{- fail "security.tls.clientAuth needs security.tls.secretName (its ca.crt)" }}
 {{- end }}
 {{- if and (eq .Values.mode "receiver") (not .Values.kafka.brokers) }}
 {{- fail "mode receiver publishes to Kafka: set kafka.brokers" }}
@@ -86,6 +96,7 @@ from env vars that come from Secrets.
 {{- $_ := set $cfg "receiver" (merge $receiver (get $cfg "receiver" | default (dict))) }}
 {{- $admin := dict "endpoint" (printf "0.0.0.0:%d" (int .Values.ports.admin)) }}
 {{- $_ = set $cfg "admin" (merge $admin (get $cfg "admin" | default (dict))) }}
+{{- include "otel-eval.securityConfig" (dict "cfg" $cfg "Values" .Values) }}
 {{- $store := dict "path" (printf "%s/otel-eval.db" (trimSuffix "/" .Values.dataDir)) }}
 {{- $_ = set $cfg "store" (merge $store (get $cfg "store" | default (dict))) }}
 {{- if .Values.kafka.brokers }}
@@ -110,6 +121,42 @@ from env vars that come from Secrets.
 {{- $_ = set $cfg "issues" $issues }}
 {{- end }}
 {{- toYaml $cfg }}
+{{- end }}
+
+{{/* TLS from the mounted Secret, tokens as ${VAR} from Secret env vars, the allow flag. */}}
+{{- define "otel-eval.securityConfig" -}}
+{{- $sec := .Values.security }}
+{{- $receiver := get .cfg "receiver" }}
+{{- $admin := get .cfg "admin" }}
+{{- if $sec.tls.secretName }}
+{{- $tls := dict "cert_file" "/etc/otel-eval-tls/tls.crt" "key_file" "/etc/otel-eval-tls/tls.key" }}
+{{- $_ := set $admin "tls" (deepCopy $tls) }}
+{{- if $sec.tls.clientAuth }}
+{{- $_ = set $tls "client_ca_file" "/etc/otel-eval-tls/ca.crt" }}
+{{- end }}
+{{- $_ = set $receiver "tls" $tls }}
+{{- end }}
+{{- if $sec.receiverToken.secretName }}
+{{- $_ := set $receiver "bearer_tokens" (dict $sec.receiverToken.name "${OTEL_EVAL_RECEIVER_TOKEN}") }}
+{{- end }}
+{{- if $sec.adminReadToken.secretName }}
+{{- $_ := set $admin "read_tokens" (dict $sec.adminReadToken.name "${OTEL_EVAL_ADMIN_READ_TOKEN}") }}
+{{- end }}
+{{- if $sec.adminWriteToken.secretName }}
+{{- $_ := set $admin "write_tokens" (dict $sec.adminWriteToken.name "${OTEL_EVAL_ADMIN_WRITE_TOKEN}") }}
+{{- end }}
+{{- if not (and $sec.tls.secretName $sec.receiverToken.secretName) }}
+{{- $_ := set $receiver "allow_insecure_non_loopback" true }}
+{{- end }}
+{{- if not (and $sec.tls.secretName (or $sec.adminReadToken.secretName $sec.adminWriteToken.secretName)) }}
+{{- $_ := set $admin "allow_insecure_non_loopback" true }}
+{{- end }}
+{{- end }}
+
+{{/* Whether the listeners lack TLS or tokens (then allowInsecureNonLoopback must be true). */}}
+{{- define "otel-eval.insecure" -}}
+{{- $sec := .Values.security }}
+{{- if not (and $sec.tls.secretName $sec.receiverToken.secretName (or $sec.adminReadToken.secretName $sec.adminWriteToken.secretName)) }}true{{ end }}
 {{- end }}
 
 {{/* Environment: worker index, secrets as env vars (substituted into the config), extras. */}}
@@ -143,6 +190,15 @@ from env vars that come from Secrets.
     secretKeyRef:
       name: {{ .secretName }}
       key: {{ .key }}
+{{- end }}
+{{- end }}
+{{- range $var, $ref := dict "OTEL_EVAL_RECEIVER_TOKEN" .Values.security.receiverToken "OTEL_EVAL_ADMIN_READ_TOKEN" .Values.security.adminReadToken "OTEL_EVAL_ADMIN_WRITE_TOKEN" .Values.security.adminWriteToken }}
+{{- if $ref.secretName }}
+- name: {{ $var }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $ref.secretName }}
+      key: {{ $ref.key }}
 {{- end }}
 {{- end }}
 {{- with .Values.extraEnv }}
@@ -208,16 +264,19 @@ spec:
         httpGet:
           path: /healthz
           port: admin
+          scheme: {{ include "otel-eval.adminScheme" . }}
         {{- toYaml .Values.probes.startup | nindent 8 }}
       livenessProbe:
         httpGet:
           path: /healthz
           port: admin
+          scheme: {{ include "otel-eval.adminScheme" . }}
         {{- toYaml .Values.probes.liveness | nindent 8 }}
       readinessProbe:
         httpGet:
           path: /readyz
           port: admin
+          scheme: {{ include "otel-eval.adminScheme" . }}
         {{- toYaml .Values.probes.readiness | nindent 8 }}
       resources:
         {{- toYaml .Values.resources | nindent 8 }}
@@ -231,12 +290,23 @@ spec:
           mountPath: {{ .Values.dataDir }}
         - name: tmp
           mountPath: /tmp
+        {{- if .Values.security.tls.secretName }}
+        - name: tls
+          mountPath: /etc/otel-eval-tls
+          readOnly: true
+        {{- end }}
   volumes:
     - name: config
       configMap:
         name: {{ include "otel-eval.fullname" . }}
     - name: tmp
       emptyDir: {}
+    {{- if .Values.security.tls.secretName }}
+    # a Secret volume (not subPath): the kubelet swaps it on rotation and otel-eval reloads
+    - name: tls
+      secret:
+        secretName: {{ .Values.security.tls.secretName }}
+    {{- end }}
     {{- if not (and (eq .Values.mode "evaluator") .Values.persistence.enabled) }}
     - name: data
       emptyDir: {}

@@ -1,0 +1,97 @@
+"""The chart's transport security (issue 11): TLS and tokens from Secrets, the explicit
+allow flag when they are missing, a NetworkPolicy, probes and scrapes that follow TLS; and the
+image refusing plain text on 0.0.0.0 unless told otherwise. Rendered with the real helm."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from deploy_files import CHART, Helm, exec_form, one
+from test_dockerfile import _instructions
+from test_helm import _container, _pod_config, _pod_spec, _validate
+
+from otel_eval.service import check_exposure
+
+SECURED = ("--set", "security.tls.secretName=otel-eval-tls",
+           "--set", "security.tls.clientAuth=true",
+           "--set", "security.receiverToken.secretName=otlp-token",
+           "--set", "security.adminReadToken.secretName=admin-read",
+           "--set", "security.adminWriteToken.secretName=admin-write",
+           "--set", "security.allowInsecureNonLoopback=false",
+           "--set", "serviceMonitor.enabled=true")
+
+
+def test_default_release_is_explicitly_insecure_behind_a_network_policy(
+        helm: Helm, tmp_path: Path) -> None:
+    docs = helm.template()
+    cfg = _pod_config(docs, tmp_path)
+    assert cfg.receiver.allow_insecure_non_loopback and cfg.admin.allow_insecure_non_loopback
+    check_exposure(cfg)  # the pod starts
+    policy = one(docs, "NetworkPolicy")
+    _validate(policy)
+    ports = {p["name"] for p in _container(docs)["ports"]}
+    allowed = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
+    assert allowed == ports == {"otlp-grpc", "otlp-http", "admin"}
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    pod_labels = one(docs, "StatefulSet")["spec"]["template"]["metadata"]["labels"]
+    assert selector.items() <= pod_labels.items()
+    assert all(rule["from"] == [{"podSelector": {}}] for rule in policy["spec"]["ingress"])
+
+
+def test_secured_release_takes_tls_and_tokens_from_secrets(helm: Helm, tmp_path: Path) -> None:
+    docs = helm.template(*SECURED)
+    for doc in docs:
+        if doc["kind"] not in ("ServiceMonitor", "PrometheusRule"):
+            _validate(doc)
+    cfg = _pod_config(docs, tmp_path)
+    assert not cfg.receiver.allow_insecure_non_loopback
+    assert not cfg.admin.allow_insecure_non_loopback
+    check_exposure(cfg)  # starts without the flag: TLS and tokens on every listener
+    assert cfg.receiver.bearer_tokens == {"agents": "secret-otel_eval_receiver_token"}
+    assert cfg.admin.read_tokens == {"reader": "secret-otel_eval_admin_read_token"}
+    assert cfg.admin.write_tokens == {"writer": "secret-otel_eval_admin_write_token"}
+    assert cfg.receiver.tls.client_ca_file and not cfg.admin.tls.client_ca_file
+    container = _container(docs)
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"]}
+    assert refs["OTEL_EVAL_RECEIVER_TOKEN"] == "otlp-token"
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "tls")
+    volume = next(v for v in _pod_spec(docs)["volumes"] if v["name"] == "tls")
+    assert volume["secret"]["secretName"] == "otel-eval-tls" and "subPath" not in mount
+    for path in (cfg.receiver.tls.cert_file, cfg.receiver.tls.key_file,
+                 cfg.receiver.tls.client_ca_file):
+        assert Path(path).parent == Path(mount["mountPath"])
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"]["scheme"] == "HTTPS"
+        assert container[probe]["httpGet"]["path"] in cfg.admin.public_paths
+    (endpoint,) = one(docs, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https" and endpoint["path"] in cfg.admin.public_paths
+    assert endpoint["tlsConfig"]["ca"]["secret"]["name"] == "otel-eval-tls"
+    config_text = one(docs, "ConfigMap")["data"]["config.yaml"]
+    assert "secret-" not in config_text  # only ${VAR} placeholders in the ConfigMap
+
+
+@pytest.mark.parametrize("missing", ["security.tls.secretName", "security.receiverToken.secretName",
+                                     "security.adminWriteToken.secretName"])
+def test_refusing_insecure_needs_tls_and_tokens(helm: Helm, missing: str) -> None:
+    args = list(SECURED)
+    if missing == "security.adminWriteToken.secretName":
+        args += ["--set", "security.adminReadToken.secretName="]
+    args += ["--set", f"{missing}=", "--set", "security.tls.clientAuth=false"]
+    r = helm.run("template", "x", str(CHART), *args)
+    assert r.returncode != 0 and "allowInsecureNonLoopback" in r.stderr, r.stderr
+
+
+def test_image_refuses_plain_text_on_all_interfaces_until_allowed(tmp_path: Path) -> None:
+    argv = exec_form(_instructions("ENTRYPOINT")[-1])
+    assert "--allow-insecure-non-loopback" not in argv  # safe by default
+    # ports changed to free ones so that the allowed run can bind; hosts stay 0.0.0.0
+    args = [a.replace(":4317", ":0").replace(":4318", ":0").replace(":8888", ":0")
+            for a in argv[2:]]
+    args[args.index("--store") + 1] = str(tmp_path / "r.db")
+    r = subprocess.run([sys.executable, "-m", "otel_eval.cli", "serve", *args],
+                       capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 2, r.stderr
+    assert "allow_insecure_non_loopback" in r.stderr and "0.0.0.0" in r.stderr
