@@ -166,7 +166,8 @@ def make_handler(api: AdminApi, auth: AdminAuth | None = None) -> type[BaseHTTPR
                 self._error(400, str(e))
                 return
             self._json(200, updated) if updated else self._error(
-                404, f"no evaluation for trace {trace_id!r} (the outcome is kept for it)")
+                404, f"no evaluation for trace {trace_id!r}: feedback is taken once the trace "
+                "is evaluated (nothing recorded)")
 
         def _error(self, code: int, message: str) -> None:
             self._json(code, {"error": message})

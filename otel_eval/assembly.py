@@ -30,7 +30,7 @@ from otel_eval.config import AssemblyConfig
 from otel_eval.model import Span, Trace, TraceStatus
 
 # Reasons a span is refused by assembly (counted as rejected; never acknowledged).
-ASSEMBLY_REJECT_REASONS = ("duplicate_span", "trace_too_large", "late")
+ASSEMBLY_REJECT_REASONS = ("duplicate_span", "trace_too_large", "late", "foreign_sender")
 
 
 @dataclass(slots=True)
@@ -42,6 +42,7 @@ class _Open:
     root_ended: bool = False
     revision: int = 0
     source: str = "otlp"  # where its first span came from: otlp | kafka
+    sender: str = ""  # authenticated sender (token name) of its first span; "" without auth
     deadline: float = 0.0  # when the trace is due, given what has arrived so far
     scheduled: float = float("inf")  # deadline of this trace's live heap entry
     waiters: list[Callable[[], None]] = field(default_factory=list)
@@ -52,6 +53,7 @@ class _Released:
     at: float
     spans: list[Span]
     revision: int
+    sender: str = ""
 
 
 @dataclass
@@ -89,19 +91,22 @@ class TraceAssembler:
 
     def add(self, spans: Iterable[Span], now: float,
             on_trace: Callable[[str], Callable[[], None] | None] | None = None,
-            source: str = "otlp") -> AddResult:
+            source: str = "otlp", sender: str = "") -> AddResult:
         """Take spans. ``on_trace(trace_id)`` may return a waiter to call once that trace's
         evaluation is stored (the engine passes it back through ``Trace``). A new trace is
-        labelled with ``source``."""
+        labelled with ``source`` and ``sender``; a released trace is re-opened only by spans
+        of the sender that opened it (else ``foreign_sender``): holding a trace id (it travels
+        in ``traceparent``) must not be enough to replace a stored result."""
         res = AddResult()
         cfg = self.config
         for span in spans:
             tr = self._open.get(span.trace_id)
             if tr is None:
-                tr = self._start(span.trace_id, now, res, source)
-                if tr is None:
-                    res.rejected["late"] += 1
+                started = self._start(span.trace_id, now, res, source, sender)
+                if isinstance(started, str):
+                    res.rejected[started] += 1
                     continue
+                tr = started
             if span.span_id in tr.spans:
                 res.rejected["duplicate_span"] += 1
                 continue
@@ -122,13 +127,17 @@ class TraceAssembler:
         return res
 
     def _start(self, trace_id: str, now: float, res: AddResult,
-               source: str) -> _Open | None:
-        old = self._reopenable.pop(trace_id, None)
+               source: str, sender: str) -> _Open | str:
+        """A new or re-opened trace, or the reason its spans are refused."""
+        old = self._reopenable.get(trace_id)
         if old is None and trace_id in self._tombstones:
             # released longer than reopen_window_s ago: its evaluation stands; re-opening would
             # replace it with a fragment, so the span is refused and counted as `late`.
-            return None
-        tr = _Open(trace_id, {}, now, now, source=source)
+            return "late"
+        if old is not None and old.sender != sender:
+            return "foreign_sender"
+        self._reopenable.pop(trace_id, None)
+        tr = _Open(trace_id, {}, now, now, source=source, sender=sender)
         if old is not None:
             self._tombstones.pop(trace_id, None)
             tr.spans = {s.span_id: s for s in old.spans}
@@ -189,7 +198,7 @@ class TraceAssembler:
         del self._open[tr.trace_id]
         spans = list(tr.spans.values())
         self.open_spans -= len(spans)
-        self._reopenable[tr.trace_id] = _Released(now, spans, tr.revision)
+        self._reopenable[tr.trace_id] = _Released(now, spans, tr.revision, tr.sender)
         self._tombstones[tr.trace_id] = None
         self._tombstones.move_to_end(tr.trace_id)
         self._forget(now)

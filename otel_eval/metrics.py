@@ -13,6 +13,8 @@ Metrics (counters are exposed with the ``_total`` suffix):
                otel_eval_receiver_spans_rejected_total{protocol,reason}
                otel_eval_receiver_requests_throttled_total{protocol,reason}
                otel_eval_receiver_requests_refused_total{protocol,reason}  unauthenticated|forbidden
+               otel_eval_metrics_series_overflow_total{metric}  per-trace metrics hold at most
+               max_series_per_metric label combinations; more fold into all-``_other``
                otel_eval_receiver_export_duration_seconds{protocol}            histogram
     assembly   otel_eval_assembly_open_traces, otel_eval_assembly_pending_spans  gauges
                otel_eval_assembly_traces_released_total{status,reason}
@@ -68,6 +70,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder
@@ -112,8 +115,13 @@ class Metrics:
     """All otel-eval metrics on ``registry`` (a new private registry when none is given)."""
 
     def __init__(self, registry: CollectorRegistry | None = None, *, max_names: int = 100,
-                 max_tools_per_agent: int = 20) -> None:
+                 max_tools_per_agent: int = 20, max_series_per_metric: int = 1000) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
+        # label combinations admitted per per-trace metric: capping each label (service 100,
+        # agent 100) still allowed 100 x 100 combinations (10,000 traces -> 500,056 series)
+        self._max_series = max_series_per_metric
+        self._combos: dict[int, set[tuple[str, ...]]] = {}
+        self._combos_lock = threading.Lock()
         self._service = _CappedNames(max_names)
         self._agent = _CappedNames(max_names)
         self._max_tools = max_tools_per_agent
@@ -166,6 +174,9 @@ class Metrics:
                                 ["sink", "reason"])
         self.c_forwarded = c("forward_spans_sent", "Spans forwarded downstream.")
         self.c_events = c("events_emitted", "Evaluation events (log records) exported.")
+        self.c_series_overflow = c("metrics_series_overflow",
+                                   "Observations folded into the _other series of a metric "
+                                   "whose label combinations reached the cap.", ["metric"])
 
     def _declare_traces(self) -> None:
         c, sa = self._counter, ("service", "agent")
@@ -191,6 +202,21 @@ class Metrics:
                             _DURATION_BUCKETS)
         self.h_verdict_latency = h("evaluation_completion_to_verdict_seconds",
                                    "Trace release to stored verdict.", (), _LATENCY_BUCKETS)
+
+    def _series(self, metric: Any, *values: str) -> Any:
+        """``metric.labels(*values)``, or its all-``_other`` series once the metric holds
+        ``max_series_per_metric`` label combinations (counted per metric)."""
+        seen = self._combos.get(id(metric))
+        if seen is not None and values in seen:
+            return metric.labels(*values)
+        with self._combos_lock:
+            seen = self._combos.setdefault(id(metric), set())
+            if values not in seen:
+                if len(seen) >= self._max_series:
+                    self.c_series_overflow.labels(metric.describe()[0].name).inc()
+                    values = (OTHER,) * len(values)
+                seen.add(values)
+        return metric.labels(*values)
 
     # --- receiver / assembly verbs --------------------------------------------------------
 
@@ -245,13 +271,14 @@ class Metrics:
         self.h_verdict_latency.observe(max(0.0, completion_to_verdict_s), exemplar)
         service, agent = self._service(t.service), self._agent(t.agent)
         if superseded:
-            self.c_superseded.labels(service, agent).inc()
+            self._series(self.c_superseded, service, agent).inc()
             return
-        self.c_completed.labels(service, agent, t.status).inc()
+        self._series(self.c_completed, service, agent, t.status).inc()
         self._count_findings(evaluation, service, agent, exemplar)
         verdict = evaluation.verdict
         if verdict is not None:
-            self.c_verdicts.labels(service, agent, "passed" if verdict.passed else "failed").inc()
+            outcome = "passed" if verdict.passed else "failed"
+            self._series(self.c_verdicts, service, agent, outcome).inc()
         self._observe_trace(t, service, agent, exemplar)
 
     def _count_findings(self, evaluation: model.Evaluation, service: str, agent: str,
@@ -259,29 +286,29 @@ class Metrics:
         detectors: set[str] = set()
         for f in evaluation.findings:
             detectors.add(f.detector)
-            self.c_findings.labels(agent, f.detector, f.kind, f.severity).inc()
+            self._series(self.c_findings, agent, f.detector, f.kind, f.severity).inc()
             if f.detector == "budget":
                 budget = str(f.attributes.get("budget") or f.kind or UNKNOWN)[:64]
-                self.c_budget.labels(service, agent, budget).inc(exemplar=exemplar)
+                self._series(self.c_budget, service, agent, budget).inc(exemplar=exemplar)
             elif f.detector == "tool_call" and f.kind in TOOL_ERROR_KINDS:
                 tool = self._tool(agent, self._tool_name(evaluation.trajectory, f))
-                self.c_tool_errors.labels(agent, f.kind, tool).inc()
+                self._series(self.c_tool_errors, agent, f.kind, tool).inc()
         if "loop" in detectors:
-            self.c_loop.labels(service, agent).inc(exemplar=exemplar)
+            self._series(self.c_loop, service, agent).inc(exemplar=exemplar)
         if "non_termination" in detectors:
-            self.c_nonterm.labels(service, agent).inc(exemplar=exemplar)
+            self._series(self.c_nonterm, service, agent).inc(exemplar=exemplar)
         if "lucky_pass" in detectors:
-            self.c_lucky.labels(service, agent).inc(exemplar=exemplar)
+            self._series(self.c_lucky, service, agent).inc(exemplar=exemplar)
 
     def _observe_trace(self, t: model.Trajectory, service: str, agent: str,
                        exemplar: dict[str, str]) -> None:
         usage = t.usage()
-        self.h_steps.labels(service, agent).observe(len(t.tool_steps), exemplar)
-        self.h_tokens.labels(service, agent).observe(
+        self._series(self.h_steps, service, agent).observe(len(t.tool_steps), exemplar)
+        self._series(self.h_tokens, service, agent).observe(
             usage["input_tokens"] + usage["output_tokens"], exemplar)
         if usage["cost_usd"] is not None:
-            self.h_cost.labels(service, agent).observe(usage["cost_usd"], exemplar)
-        self.h_duration.labels(service, agent).observe(t.duration_s, exemplar)
+            self._series(self.h_cost, service, agent).observe(usage["cost_usd"], exemplar)
+        self._series(self.h_duration, service, agent).observe(t.duration_s, exemplar)
 
     @staticmethod
     def _tool_name(t: model.Trajectory, f: model.Finding) -> str | None:

@@ -110,10 +110,11 @@ class Engine:
     def submit(self, spans: list[Span], source: str = "otlp",
                on_stored: Callable[[], None] | None = None, *,
                request: bytes | Callable[[], bytes] | None = None,
-               replayed: bool = False) -> Admission:
+               replayed: bool = False, sender: str = "") -> Admission:
         """Take spans or refuse them all (``throttled``); see the module docstring.
         ``request``: the protobuf bytes the spans were decoded from, spooled before this
-        returns (when there is a spool); ``replayed``: spans from the spool at start."""
+        returns (when there is a spool); ``replayed``: spans from the spool at start;
+        ``sender``: the authenticated sender's token name (re-opening needs the same)."""
         adm = Admission()
         barrier = _Barrier(on_stored) if on_stored is not None else None
         raw = None
@@ -127,7 +128,7 @@ class Engine:
                 return adm
             res = self._assembler.add(
                 spans, self.clock(), on_trace=(lambda _tid: barrier.done) if barrier else None,
-                source=source)
+                source=source, sender=sender)
             if row is not None:
                 self._spool_settle(row, spans, res.traces)
             self._update_gauges()

@@ -257,10 +257,17 @@ class Service:
     # --- results API -------------------------------------------------------------------------
 
     def feedback(self, trace_id: str, outcome_value: object) -> dict[str, Any] | None:
-        """Record a known outcome; re-judge the stored verdict with it."""
+        """Record a known outcome for an evaluated trace and re-judge its stored verdict.
+
+        A trace not evaluated yet gets None (404) and nothing is recorded: an outcome sent
+        ahead of its trace would decide the verdict of spans nobody has seen (anyone holding
+        the id from a ``traceparent`` could pre-empt it). Send it once the trace is stored.
+        """
         outcome = normalize_outcome(outcome_value)
         if outcome is None:
             raise ValueError(f"outcome {outcome_value!r} is not success/failure (or 1/0)")
+        if self.store.get(trace_id) is None:
+            return None  # nothing recorded: see the docstring
         self.store.put_feedback(trace_id, outcome, time.time_ns())
         for _ in range(_FEEDBACK_ATTEMPTS):
             body = self.store.get(trace_id)

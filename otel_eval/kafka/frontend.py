@@ -31,8 +31,10 @@ class PublishingEngine:
 
     def submit(self, spans: list[Span], source: str = "otlp",
                on_stored: Callable[[], None] | None = None, *,
-               request: bytes | Callable[[], bytes] | None = None) -> Admission:
-        """``request`` is not spooled: the request is acknowledged once Kafka, the log, has it."""
+               request: bytes | Callable[[], bytes] | None = None,
+               sender: str = "") -> Admission:
+        """``request`` is not spooled: the request is acknowledged once Kafka, the log, has it.
+        ``sender`` is not carried: a Kafka worker cannot tell who sent a record."""
         if not spans:
             return Admission()
         data = encode_spans(spans).SerializeToString()

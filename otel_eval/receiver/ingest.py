@@ -34,7 +34,8 @@ class Submitter(Protocol):
     """``pipeline.Engine`` (assemble and evaluate) or ``kafka.frontend.PublishingEngine``."""
 
     def submit(self, spans: list[Span], source: str = ..., *,
-               request: bytes | Callable[[], bytes] | None = ...) -> Admission: ...
+               request: bytes | Callable[[], bytes] | None = ...,
+               sender: str = ...) -> Admission: ...
 
 
 @dataclass
@@ -88,7 +89,7 @@ class Ingest:
                        sender: str = "") -> IngestResult:
         started = time.perf_counter()
         decoded = otlp.decode_request(req)
-        adm = self.engine.submit(decoded.spans, "otlp", request=request)
+        adm = self.engine.submit(decoded.spans, "otlp", request=request, sender=sender)
         if adm.throttled is not None:
             self.metrics.request_throttled(protocol, adm.throttled)
             return IngestResult("throttled", message=f"otel-eval is at capacity "

@@ -96,6 +96,10 @@ def feed_round(metrics: Metrics, round_no: int, traces: int = 10) -> list[str]:
     metrics.spans_accepted("grpc", spans)
     metrics.spans_rejected("grpc", "invalid_span_id", 10)
     metrics.request_throttled("grpc", "pending_spans")
+    metrics.request_refused("http", "unauthenticated")
+    # the per-metric series cap is reached only past max_series_per_metric combinations
+    # (tests/metrics/test_series_cap.py drives that); here the counter is fed as it would be
+    metrics.c_series_overflow.labels("otel_eval_traces_completed").inc()
     metrics.export_duration("grpc", 0.004)
     metrics.open_traces(3 + round_no % 4)
     metrics.pending_spans(40 + round_no % 7)

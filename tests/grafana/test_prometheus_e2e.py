@@ -171,7 +171,8 @@ def test_every_panel_and_alert_query_returns_data(
 # writes): their panel queries must parse; the harness test above checks they return data.
 # judge_ / kafka_: serve runs here without a judge model and without Kafka (their own tests
 # run them: tests/judge/test_judge_serve.py, tests/kafka/).
-_NOT_FED = ("receiver_requests_throttled", "sink_dropped", "evaluation_failures",
+_NOT_FED = ("receiver_requests_throttled", "receiver_requests_refused",
+            "metrics_series_overflow", "sink_dropped", "evaluation_failures",
             "traces_lucky_passes", "traces_superseded", "trace_cost_usd", "spool_failures",
             "judge_", "kafka_")
 
