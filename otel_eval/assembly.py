@@ -43,6 +43,8 @@ class _Open:
     revision: int = 0
     source: str = "otlp"  # where its first span came from: otlp | kafka
     sender: str = ""  # authenticated sender (token name) of its first span; "" without auth
+    service: str = ""  # service.name of its first span (per-service share of slots)
+    nbytes: int = 0  # received size of its spans
     deadline: float = 0.0  # when the trace is due, given what has arrived so far
     scheduled: float = float("inf")  # deadline of this trace's live heap entry
     waiters: list[Callable[[], None]] = field(default_factory=list)
@@ -64,6 +66,11 @@ class AddResult:
     traces: set[str] = field(default_factory=set)  # trace ids that took spans
 
 
+def _service(span: Span) -> str:
+    name = span.resource.get("service.name")
+    return name if isinstance(name, str) else ""
+
+
 class TraceAssembler:
     def __init__(self, config: AssemblyConfig) -> None:
         self.config = config
@@ -73,7 +80,11 @@ class TraceAssembler:
         self._reopenable: OrderedDict[str, _Released] = OrderedDict()
         # Ids of traces released earlier still (no spans kept): late spans for them are refused.
         self._tombstones: OrderedDict[str, None] = OrderedDict()
+        # Open traces holding exactly one span, oldest first (they give way under pressure).
+        self._singles: OrderedDict[str, None] = OrderedDict()
+        self._per_service: Counter[str] = Counter()
         self.open_spans = 0
+        self.open_bytes = 0
 
     # --- admission ---------------------------------------------------------------------------
 
@@ -89,6 +100,14 @@ class TraceAssembler:
         tr = self._open.get(trace_id)
         return None if tr is None else (tr.revision, tr.spans.values())
 
+    def new_traces_by_service(self, spans: Iterable[Span]) -> Counter[str]:
+        """Open-trace slots these spans would take, per service.name."""
+        firsts = {s.trace_id: s for s in spans if s.trace_id not in self._open}
+        return Counter(_service(s) for s in firsts.values())
+
+    def service_open(self, service: str) -> int:
+        return self._per_service[service]
+
     def add(self, spans: Iterable[Span], now: float,
             on_trace: Callable[[str], Callable[[], None] | None] | None = None,
             source: str = "otlp", sender: str = "") -> AddResult:
@@ -102,7 +121,7 @@ class TraceAssembler:
         for span in spans:
             tr = self._open.get(span.trace_id)
             if tr is None:
-                started = self._start(span.trace_id, now, res, source, sender)
+                started = self._start(span, now, res, source, sender)
                 if isinstance(started, str):
                     res.rejected[started] += 1
                     continue
@@ -115,6 +134,12 @@ class TraceAssembler:
                 continue
             tr.spans[span.span_id] = span
             self.open_spans += 1
+            self.open_bytes += span.nbytes
+            tr.nbytes += span.nbytes
+            if len(tr.spans) == 1:
+                self._singles[tr.trace_id] = None
+            elif len(tr.spans) == 2:
+                self._singles.pop(tr.trace_id, None)
             res.accepted += 1
             tr.last_seen = now
             if span.parent_span_id is None and span.end_ns:
@@ -126,9 +151,10 @@ class TraceAssembler:
             self._reschedule(tr)
         return res
 
-    def _start(self, trace_id: str, now: float, res: AddResult,
+    def _start(self, span: Span, now: float, res: AddResult,
                source: str, sender: str) -> _Open | str:
         """A new or re-opened trace, or the reason its spans are refused."""
+        trace_id = span.trace_id
         old = self._reopenable.get(trace_id)
         if old is None and trace_id in self._tombstones:
             # released longer than reopen_window_s ago: its evaluation stands; re-opening would
@@ -137,13 +163,16 @@ class TraceAssembler:
         if old is not None and old.sender != sender:
             return "foreign_sender"
         self._reopenable.pop(trace_id, None)
-        tr = _Open(trace_id, {}, now, now, source=source, sender=sender)
+        tr = _Open(trace_id, {}, now, now, source=source, sender=sender, service=_service(span))
+        self._per_service[tr.service] += 1
         if old is not None:
             self._tombstones.pop(trace_id, None)
             tr.spans = {s.span_id: s for s in old.spans}
             tr.revision = old.revision + 1
             tr.root_ended = any(s.parent_span_id is None and s.end_ns for s in old.spans)
+            tr.nbytes = sum(s.nbytes for s in old.spans)
             self.open_spans += len(tr.spans)
+            self.open_bytes += tr.nbytes
             res.reopened += 1
         self._open[trace_id] = tr
         self._reschedule(tr)
@@ -189,6 +218,17 @@ class TraceAssembler:
         oldest = sorted(self._open.values(), key=lambda t: t.first_seen)[:n]
         return [self._release(t, "truncated", "overflow", now) for t in oldest]
 
+    def give_way(self, n: int, idle_since: float, now: float) -> list[Trace]:
+        """Slot pressure: release up to n one-span traces idle since ``idle_since`` (oldest
+        first, as ``incomplete``/``pressure``). O(released): singles are kept in order."""
+        out: list[Trace] = []
+        while self._singles and len(out) < n:
+            tr = self._open[next(iter(self._singles))]
+            if tr.last_seen > idle_since:
+                break  # the rest arrived later still
+            out.append(self._release(tr, "incomplete", "pressure", now))
+        return out
+
     def release_all(self, now: float, reason: str = "shutdown") -> list[Trace]:
         """Release everything open (shutdown, end of file): ended roots are complete."""
         return [self._release(t, "complete" if t.root_ended else "incomplete", reason, now)
@@ -196,8 +236,13 @@ class TraceAssembler:
 
     def _release(self, tr: _Open, status: TraceStatus, reason: str, now: float) -> Trace:
         del self._open[tr.trace_id]
+        self._singles.pop(tr.trace_id, None)
+        self._per_service[tr.service] -= 1
+        if not self._per_service[tr.service]:
+            del self._per_service[tr.service]
         spans = list(tr.spans.values())
         self.open_spans -= len(spans)
+        self.open_bytes -= tr.nbytes
         self._reopenable[tr.trace_id] = _Released(now, spans, tr.revision, tr.sender)
         self._tombstones[tr.trace_id] = None
         self._tombstones.move_to_end(tr.trace_id)

@@ -104,6 +104,15 @@ class AssemblyConfig:
     # Ids of released traces remembered (no spans) so that very late spans are refused as
     # `late` instead of starting a fragment that would replace a full evaluation.
     max_tombstones: int = 1_000_000
+    # Bytes of spans (as received, OTLP protobuf) accepted but not yet evaluated. Past it
+    # receivers throttle (reason `pending_bytes`), as for max_pending_spans.
+    max_pending_bytes: int = 512 * 1024 * 1024
+    # Under slot pressure (max_open_traces reached), traces holding a single span and idle
+    # this long give way first: released early (incomplete, reason `pressure`), seconds.
+    pressure_idle_s: float = 30.0
+    # Largest share of max_open_traces that one service.name may hold open (0..1]; spans
+    # that would open more of its traces are throttled (reason `service_share`). 1.0: none.
+    max_service_share: float = 1.0
 
     def __post_init__(self) -> None:
         validate(self, minimum={

@@ -37,8 +37,9 @@ class Span:
     pays for what assembly needs (ids, parent, end time)."""
 
     __slots__ = (
-        "_attributes", "_events", "_lazy", "end_ns", "kind", "name", "parent_span_id",
-        "resource", "scope", "span_id", "start_ns", "status", "status_message", "trace_id",
+        "_attributes", "_events", "_lazy", "end_ns", "kind", "name", "nbytes",
+        "parent_span_id", "resource", "scope", "span_id", "start_ns", "status",
+        "status_message", "trace_id",
     )
 
     def __init__(
@@ -58,6 +59,7 @@ class Span:
         resource: Attributes | None = None,
         scope: str = "",
         lazy: Callable[[], tuple[dict[str, Any], list[SpanEvent]]] | None = None,
+        nbytes: int = 0,
     ) -> None:
         self.trace_id = trace_id  # 32 lowercase hex
         self.span_id = span_id  # 16 lowercase hex
@@ -73,6 +75,7 @@ class Span:
         self._attributes = attributes
         self._events = events
         self._lazy = lazy
+        self.nbytes = nbytes  # size as received (OTLP protobuf), for byte bounds; 0 if unknown
 
     def _materialize(self) -> None:
         if self._lazy is not None:

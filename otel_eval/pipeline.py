@@ -5,8 +5,10 @@
         -> sinks (events, forward, judge) -> waiters (Kafka offsets)
 
 Admission control is the one back-pressure mechanism: spans accepted but not yet stored
-(``pending``) are bounded by ``max_pending_spans``, open traces by ``max_open_traces``. Over
-either, ``submit`` takes nothing and says ``throttled`` so the receiver answers with a
+(``pending``) are bounded by ``max_pending_spans`` and their received bytes by
+``max_pending_bytes``, open traces by ``max_open_traces`` (one-span traces idle for
+``pressure_idle_s`` give way first) and per service by ``max_service_share``. Over any,
+``submit`` takes nothing and says ``throttled`` so the receiver answers with a
 retryable error; once ``submit`` has taken a span, it is evaluated and stored before
 ``shutdown`` returns (SIGTERM loses nothing that was acknowledged). With a ``Spool``, the bytes
 of an OTLP request (``submit(request=...)``) are written to it before ``submit`` returns and
@@ -92,6 +94,7 @@ class Engine:
         self._lock = threading.Lock()
         self._queue: deque[tuple[Trace, float]] = deque()  # (trace, released at)
         self._queued_spans = 0
+        self._queued_bytes = 0
         self._closing = False
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -148,7 +151,19 @@ class Engine:
         pending = asm.open_spans + self._queued_spans
         if pending and pending + len(spans) > cfg.max_pending_spans:
             return "pending_spans"
-        over = len(asm) + asm.new_trace_count(spans) - cfg.max_open_traces
+        held = asm.open_bytes + self._queued_bytes
+        if held and held + sum(s.nbytes for s in spans) > cfg.max_pending_bytes:
+            return "pending_bytes"
+        new = asm.new_traces_by_service(spans)
+        if cfg.max_service_share < 1.0:
+            share = cfg.max_service_share * cfg.max_open_traces
+            if any(asm.service_open(svc) + k > share for svc, k in new.items()):
+                return "service_share"
+        over = len(asm) + sum(new.values()) - cfg.max_open_traces
+        if over > 0:  # one-span traces idle for pressure_idle_s give way first
+            now = self.clock()
+            self._enqueue(asm.give_way(over, now - cfg.pressure_idle_s, now))
+            over = len(asm) + sum(new.values()) - cfg.max_open_traces
         if over > 0:
             if cfg.overflow_policy == "throttle":
                 return "open_traces"
@@ -195,6 +210,7 @@ class Engine:
         for t in traces:
             self._queue.append((t, now))
             self._queued_spans += len(t.spans)
+            self._queued_bytes += sum(s.nbytes for s in t.spans)
             self.metrics.trace_released(t.status, t.release_reason, len(t.spans))
         if traces:
             self._wake.set()
@@ -242,6 +258,7 @@ class Engine:
         # Only now is the work durable: release the pending budget and tell the waiters.
         with self._lock:
             self._queued_spans -= sum(len(t.spans) for t, _ in batch)
+            self._queued_bytes -= sum(s.nbytes for t, _ in batch for s in t.spans)
             self._update_gauges()
         for trace, _ in batch:
             for waiter in trace.waiters:

@@ -1,0 +1,79 @@
+"""Issue 11 (open-trace slots and bytes): 50,000 never-ending one-span traces used to lock out
+every new trace for the idle timeout; one service could hold every slot; open traces had no
+byte bound. Now one-span idle traces give way first, a service's share is capped, and bytes
+held are bounded; each refusal is a retryable throttle with a counted reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+from service_harness import Harness, running_service
+from test_receivers import _raw_export
+
+from otel_eval import otlp
+from otel_eval.model import Span
+
+
+def _trace(i: int, n: int = 1, service: str = "agents", payload: str = "") -> list[Span]:
+    trace = f"{i + 1:032x}"
+    resource = {"service.name": service}
+    spans = [Span(trace, f"{1:016x}", None, "invoke_agent", 1, 0, resource=resource,
+                  attributes={"p": payload} if payload else None)]
+    spans += [Span(trace, f"{k + 2:016x}", f"{1:016x}", "chat", 2, 3, resource=resource)
+              for k in range(n - 1)]
+    return spans
+
+
+def _send(h: Harness, spans: list[Span]) -> grpc.StatusCode | None:
+    _, err = _raw_export(h, otlp.encode_spans(spans).SerializeToString())
+    return None if err is None else err.code()
+
+
+def _throttled(h: Harness, reason: str) -> float:
+    return h.sample("otel_eval_receiver_requests_throttled_total", protocol="grpc",
+                    reason=reason)
+
+
+def test_one_span_idle_traces_give_way_to_new_traces(tmp_path: Path) -> None:
+    with running_service(tmp_path, **{"assembly.max_open_traces": 100,
+                                      "assembly.pressure_idle_s": 30.0}) as h:
+        flood = [s for i in range(100) for s in _trace(i)]  # never-ending one-span traces
+        assert _send(h, flood) is None
+        assert _send(h, _trace(1000, 3)) == grpc.StatusCode.RESOURCE_EXHAUSTED  # not idle yet
+        h.clock.now += 31
+        assert _send(h, _trace(1001, 3)) is None  # one flood trace gave way
+        assert h.svc.engine.open_traces() == 100
+        assert h.sample("otel_eval_assembly_traces_released_total", status="incomplete",
+                        reason="pressure") == 1
+        assert h.svc.engine.process() == 1  # the pushed-out trace is evaluated, not dropped
+        assert _throttled(h, "open_traces") == 1
+
+
+def test_multi_span_traces_do_not_give_way(tmp_path: Path) -> None:
+    with running_service(tmp_path, **{"assembly.max_open_traces": 10}) as h:
+        assert _send(h, [s for i in range(10) for s in _trace(i, 2)]) is None
+        h.clock.now += 60
+        assert _send(h, _trace(100, 2)) == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert h.svc.engine.open_traces() == 10
+
+
+def test_one_service_holds_at_most_its_share(tmp_path: Path) -> None:
+    with running_service(tmp_path, **{"assembly.max_open_traces": 10,
+                                      "assembly.max_service_share": 0.5}) as h:
+        assert _send(h, [s for i in range(5) for s in _trace(i, 2, "noisy")]) is None
+        assert _send(h, _trace(5, 2, "noisy")) == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert _send(h, _trace(6, 2, "quiet")) is None
+        assert _send(h, _trace(0, 3, "noisy")[2:]) is None  # more spans of an open trace: fine
+        assert _throttled(h, "service_share") == 1
+        assert h.svc.engine.open_traces() == 6
+
+
+def test_bytes_held_are_bounded(tmp_path: Path) -> None:
+    with running_service(tmp_path, **{"assembly.max_pending_bytes": 100_000}) as h:
+        assert _send(h, _trace(0, 1, payload="x" * 60_000)) is None
+        assert _send(h, _trace(1, 1, payload="x" * 60_000)) == \
+            grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert _throttled(h, "pending_bytes") == 1
+        assert h.release(after_s=h.svc.config.assembly.idle_timeout_s + 1) == 1
+        assert _send(h, _trace(1, 1, payload="x" * 60_000)) is None  # evaluated: room again
