@@ -99,15 +99,17 @@ def _materialize_serialized(data: bytes) -> tuple[dict[str, Any], list[SpanEvent
     return _materialize(trace_pb2.Span.FromString(data))
 
 
-def _lazy_attrs(data: bytes) -> Any:
-    """Decode attributes and events on first access, from the span's own bytes.
+def _lazy_attrs(pb: trace_pb2.Span) -> tuple[Any, int]:
+    """(a lazy decoder of attributes and events, the span's size): decoded on first access,
+    from the span's own bytes.
 
     A protobuf sub-message shares its request's arena: holding one span's message keeps the
     whole request alive (one accepted 200-byte span pinned a rejected 4 MB neighbour). The
     span re-serialized (~1 us a span, C) owns its memory, so the request is freed once
     decoded, and the bytes are more compact than the parsed message.
     """
-    return partial(_materialize_serialized, data)  # C objects, no closure
+    data = pb.SerializeToString()
+    return partial(_materialize_serialized, data), len(data)  # C objects, no closure
 
 
 def decode_request(req: ExportTraceServiceRequest) -> DecodeResult:
@@ -129,15 +131,14 @@ def decode_request(req: ExportTraceServiceRequest) -> DecodeResult:
                 if pid and len(pid) != 8:
                     reasons["invalid_parent_span_id"] += 1
                     continue
-                data = pb.SerializeToString()
+                lazy, nbytes = _lazy_attrs(pb)
                 spans.append(Span(
                     tid.hex(), sid.hex(), pid.hex() if pid and pid != _ZERO_SPAN else None,
                     pb.name, pb.start_time_unix_nano, pb.end_time_unix_nano,
                     kind=_KINDS.get(pb.kind, "unspecified"),
                     status=_STATUS.get(pb.status.code, "unset"),
                     status_message=pb.status.message,
-                    resource=resource, scope=scope, lazy=_lazy_attrs(data),
-                    nbytes=len(data),
+                    resource=resource, scope=scope, lazy=lazy, nbytes=nbytes,
                 ))
     return out
 
