@@ -56,8 +56,10 @@ VOLUME ["/var/lib/otel-eval"]
 USER 10001:10001
 # OTLP/gRPC, OTLP/HTTP, admin (/metrics, /healthz, /readyz, results API).
 EXPOSE 4317 4318 8888
+# Plain HTTP, or HTTPS when admin.tls is configured (the probe does not verify the certificate:
+# it only asks the local process whether it is alive).
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
-    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8888/healthz', timeout=4)"]
+    CMD ["python", "-c", "import ssl, urllib.request as u\ntry: u.urlopen('http://127.0.0.1:8888/healthz', timeout=2)\nexcept OSError: u.urlopen('https://127.0.0.1:8888/healthz', timeout=2, context=ssl._create_unverified_context())"]
 ENTRYPOINT ["otel-eval", "serve", \
             "--grpc-endpoint", "0.0.0.0:4317", \
             "--http-endpoint", "0.0.0.0:4318", \

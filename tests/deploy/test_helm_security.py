@@ -95,3 +95,41 @@ def test_image_refuses_plain_text_on_all_interfaces_until_allowed(tmp_path: Path
                        capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 2, r.stderr
     assert "allow_insecure_non_loopback" in r.stderr and "0.0.0.0" in r.stderr
+
+
+def test_image_healthcheck_works_with_and_without_admin_tls(tmp_path: Path) -> None:
+    """The HEALTHCHECK's probe against a real admin endpoint, plain and TLS."""
+    import json
+    import os
+    import socket
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "receiver"))
+    from tls_certs import TestCA
+
+    (check,) = _instructions("HEALTHCHECK")
+    argv = json.loads(check.split("CMD", 1)[1])
+    ca = TestCA(tmp_path)
+    pair = ca.issue("server", server=True)
+    for tls in (False, True):
+        with socket.socket() as s:  # a free port, substituted for the image's fixed one
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        args = ["--admin-endpoint", f"127.0.0.1:{port}", "--grpc-endpoint", "127.0.0.1:0",
+                "--http-endpoint", "127.0.0.1:0", "--store", str(tmp_path / "r.db")]
+        config = tmp_path / "c.yaml"
+        config.write_text(f"admin:\n  tls: {{cert_file: {pair.cert}, key_file: {pair.key}}}\n"
+                          if tls else "{}\n")
+        proc = subprocess.Popen([sys.executable, "-m", "otel_eval.cli", "serve", "--config",
+                                 str(config), *args], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, env=os.environ.copy())
+        try:
+            code = argv[2].replace(":8888/", f":{port}/")
+            for _ in range(300):  # the probe itself polls until the service is up
+                r = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                                   timeout=30, check=False)
+                if r.returncode == 0 or proc.poll() is not None:
+                    break
+            assert r.returncode == 0, (tls, r.stderr.decode()[-500:])
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
