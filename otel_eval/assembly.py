@@ -160,7 +160,9 @@ class TraceAssembler:
             # released longer than reopen_window_s ago: its evaluation stands; re-opening would
             # replace it with a fragment, so the span is refused and counted as `late`.
             return "late"
-        if old is not None and old.sender != sender:
+        if old is not None and old.sender and old.sender != sender:
+            # "" is an unknown first sender (auth off, a Kafka record, a spool replay after
+            # a restart): nothing to compare, so any sender may re-open it
             return "foreign_sender"
         self._reopenable.pop(trace_id, None)
         tr = _Open(trace_id, {}, now, now, source=source, sender=sender, service=_service(span))

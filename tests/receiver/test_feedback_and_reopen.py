@@ -80,3 +80,7 @@ def test_assembler_keeps_the_sender_across_releases() -> None:
     asm.add([_root("cd" * 16)], 7.0)
     asm.tick(9.0)
     assert asm.add([_child(2, "cd" * 16)], 9.5).reopened == 1
+    # an unknown first sender (replayed from the spool after a restart) is no one to match
+    asm.add([_root("ef" * 16)], 10.0)
+    asm.tick(12.0)
+    assert asm.add([_child(2, "ef" * 16)], 12.5, sender="a").reopened == 1
