@@ -239,3 +239,16 @@ def test_tokens_stay_out_of_repr_and_the_config_reference(tmp_path: Path) -> Non
     assert TOKEN not in repr(cfg) and WRITE not in repr(cfg)
     text = reference(cfg)
     assert TOKEN not in text and WRITE not in text and "agents" in text
+
+
+def test_tokens_and_certificates_come_from_the_environment(tmp_path: Path, pki: Pki) -> None:
+    from otel_eval.config import load_config
+    path = tmp_path / "c.yaml"
+    path.write_text("receiver:\n  bearer_tokens: {agents: '${OTLP_TOKEN}'}\n"
+                    "  tls: {cert_file: '${CERTS}/one-server.pem', "
+                    "key_file: '${CERTS}/one-server.key'}\n")
+    cfg = load_config(path, environ={"OTLP_TOKEN": TOKEN, "CERTS": str(tmp_path)})
+    assert cfg.receiver.bearer_tokens == {"agents": TOKEN}
+    assert cfg.receiver.tls.cert_file == str(pki.server.cert)
+    with pytest.raises(ConfigError, match="OTLP_TOKEN is not set"):
+        load_config(path, environ={"CERTS": str(tmp_path)})
