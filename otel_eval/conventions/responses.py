@@ -114,8 +114,8 @@ class ToolResponses:
     def result(self, position: int, node: str | None, call_id: str | None) -> str | None:
         """What the first of the next ``LOOKAHEAD`` LLM steps of ``node`` after ``position``
         that mentions ``call_id`` was told the call returned (None: not found)."""
-        if not call_id or len(call_id) > _MAX_ID:
-            return None
+        if not isinstance(call_id, str) or not call_id or len(call_id) > _MAX_ID:
+            return None  # ids come from span content: a list or a number is no id
         # the id as a JSON string, as the usual encoders write it (escaped, non-ASCII kept or
         # \u-escaped): one C-speed scan finds the mention and the first place to decode
         needles = dict.fromkeys((json.dumps(call_id, ensure_ascii=False), json.dumps(call_id)))

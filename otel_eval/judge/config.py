@@ -16,10 +16,13 @@ JUDGE_NAMES: tuple[JudgeName, ...] = ("step", "trace", "rubric", "process", "out
 
 @dataclass(frozen=True)
 class RedactionConfig:
-    # Built-in PII classes replaced by a placeholder (``[EMAIL]`` ...) before any text is sent.
-    # Known: email, phone, credit_card, api_key, bearer_token. Default: all of them.
-    builtin: tuple[str, ...] = ("email", "phone", "credit_card", "api_key", "bearer_token")
-    # Extra regular expressions (Python syntax); each match becomes ``[REDACTED]``. Default none.
+    # Built-in PII / secret classes replaced by a placeholder (``[EMAIL]`` ...) before any text
+    # is sent. Known: email, phone, credit_card, api_key (incl. AWS secret keys, github_pat_,
+    # Stripe), bearer_token, private_key (PEM), jwt, iban, ssn. Default: all of them.
+    builtin: tuple[str, ...] = ("email", "phone", "credit_card", "api_key", "bearer_token",
+                                "private_key", "jwt", "iban", "ssn")
+    # Extra regular expressions, RE2 syntax (linear time: no lookarounds or backreferences);
+    # each match becomes ``[REDACTED]``. Default none.
     extra_patterns: tuple[str, ...] = ()
 
 

@@ -39,7 +39,7 @@ def test_redaction_extra_patterns_and_selection() -> None:
     assert r.redact("EMP-12345 a@b.io 415 555 0132") == "[REDACTED] [EMAIL] 415 555 0132"
     assert r.count == 2
     with pytest.raises(ValueError, match="unknown redaction"):
-        Redactor(RedactionConfig(builtin=("ssn",)))
+        Redactor(RedactionConfig(builtin=("passport",)))
 
 
 def test_trim_keeps_head_and_tail() -> None:

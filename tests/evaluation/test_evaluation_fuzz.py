@@ -1,0 +1,41 @@
+"""A bounded, deterministic fuzz run (Hypothesis, ``derandomize=True``) over OTLP decode, the
+convention adapters + trajectory build, and the detectors: the strategies and checks of
+``bench/fuzz.py`` (which runs them long and counts crashes and hangs). Each input must end in
+a result or a clean error; evaluation must give a verdict without ``evaluation_error``."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "fuzz.py"
+
+
+def _bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("fuzz_bench", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+FUZZ = _bench()
+EXAMPLES = {"decode": 150, "decode_json": 40, "trajectory": 40, "evaluate": 40}
+
+
+@pytest.mark.parametrize("target", list(FUZZ.TARGETS))
+def test_fuzzed_inputs_end_cleanly(target: str) -> None:
+    strategy, check = FUZZ.TARGETS[target]
+
+    @settings(max_examples=EXAMPLES[target], derandomize=True, database=None, deadline=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(strategy)
+    def run(value: Any) -> None:
+        check(value)
+
+    run()
