@@ -6,6 +6,14 @@ A trace is released
                  (the agent never finished: the non-termination case);
 - ``truncated``  when it has been open ``max_trace_duration_s``, or was pushed out by the
                  ``release_oldest`` overflow policy.
+The root is ``model.local_root``: a span without a parent, or whose parent the exporter flagged
+as remote, ends the run as soon as it ends; a root whose absent parent carries no flag (an
+exporter without span flags, called from an instrumented upstream) is recognised when the
+trace goes idle, and the trace is then released ``complete`` instead of ``incomplete``.
+
+GenAI events sent as OTLP log records (``add_logs``) join their trace whether they arrive
+before or after its spans: a record for an unknown trace opens it (it is released with the
+spans that follow, or dropped as ``no_spans`` if none do).
 Spans for a trace released less than ``reopen_window_s`` ago re-open it (``revision`` + 1);
 its evaluation is then superseded. Later spans are rejected as ``late`` while the trace id is
 remembered (``max_tombstones`` ids, 16 bytes of state each); beyond that they start a new trace.
@@ -27,16 +35,19 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
 from otel_eval.config import AssemblyConfig
-from otel_eval.model import Span, Trace, TraceStatus
+from otel_eval.model import LogEvent, Span, Trace, TraceStatus, local_root
 
 # Reasons a span is refused by assembly (counted as rejected; never acknowledged).
 ASSEMBLY_REJECT_REASONS = ("duplicate_span", "trace_too_large", "late", "foreign_sender")
+# Reasons a log record held by assembly is dropped: its trace ended without any span.
+LOG_DROP_REASONS = ("no_spans",)
 
 
 @dataclass(slots=True)
 class _Open:
     trace_id: str
     spans: dict[str, Span]
+    logs: list[LogEvent]
     first_seen: float
     last_seen: float
     root_ended: bool = False
@@ -56,6 +67,7 @@ class _Released:
     spans: list[Span]
     revision: int
     sender: str = ""
+    logs: list[LogEvent] = field(default_factory=list)
 
 
 @dataclass
@@ -66,8 +78,10 @@ class AddResult:
     traces: set[str] = field(default_factory=set)  # trace ids that took spans
 
 
-def _service(span: Span) -> str:
-    name = span.resource.get("service.name")
+def _service(item: Span | LogEvent) -> str:
+    if not isinstance(item, Span):
+        return ""  # a log record opening a trace: service unknown until spans arrive
+    name = item.resource.get("service.name")
     return name if isinstance(name, str) else ""
 
 
@@ -85,15 +99,17 @@ class TraceAssembler:
         self._per_service: Counter[str] = Counter()
         self.open_spans = 0
         self.open_bytes = 0
+        self.open_logs = 0
+        self.dropped_logs: Counter[str] = Counter()  # since start, by LOG_DROP_REASONS
 
     # --- admission ---------------------------------------------------------------------------
 
     def __len__(self) -> int:
         return len(self._open)
 
-    def new_trace_count(self, spans: Iterable[Span]) -> int:
-        """How many open-trace slots these spans would take (for admission control)."""
-        return len({s.trace_id for s in spans if s.trace_id not in self._open})
+    def new_trace_count(self, items: Iterable[Span | LogEvent]) -> int:
+        """How many open-trace slots these spans or records would take (admission control)."""
+        return len({s.trace_id for s in items if s.trace_id not in self._open})
 
     def open_trace(self, trace_id: str) -> tuple[int, Collection[Span]] | None:
         """(revision, a live view of its spans) of an open trace; None when it is not open."""
@@ -142,7 +158,7 @@ class TraceAssembler:
                 self._singles.pop(tr.trace_id, None)
             res.accepted += 1
             tr.last_seen = now
-            if span.parent_span_id is None and span.end_ns:
+            if span.end_ns and span.is_entry:
                 tr.root_ended = True
             if span.trace_id not in res.traces:
                 res.traces.add(span.trace_id)
@@ -151,7 +167,7 @@ class TraceAssembler:
             self._reschedule(tr)
         return res
 
-    def _start(self, span: Span, now: float, res: AddResult,
+    def _start(self, span: Span | LogEvent, now: float, res: AddResult,
                source: str, sender: str) -> _Open | str:
         """A new or re-opened trace, or the reason its spans are refused."""
         trace_id = span.trace_id
@@ -165,20 +181,47 @@ class TraceAssembler:
             # a restart): nothing to compare, so any sender may re-open it
             return "foreign_sender"
         self._reopenable.pop(trace_id, None)
-        tr = _Open(trace_id, {}, now, now, source=source, sender=sender, service=_service(span))
+        tr = _Open(trace_id, {}, [], now, now, source=source, sender=sender,
+                   service=_service(span))
         self._per_service[tr.service] += 1
         if old is not None:
             self._tombstones.pop(trace_id, None)
             tr.spans = {s.span_id: s for s in old.spans}
+            tr.logs = old.logs
             tr.revision = old.revision + 1
-            tr.root_ended = any(s.parent_span_id is None and s.end_ns for s in old.spans)
+            tr.root_ended = any(s.end_ns and s.is_entry for s in old.spans)
             tr.nbytes = sum(s.nbytes for s in old.spans)
             self.open_spans += len(tr.spans)
             self.open_bytes += tr.nbytes
+            self.open_logs += len(tr.logs)
             res.reopened += 1
         self._open[trace_id] = tr
         self._reschedule(tr)
         return tr
+
+    def add_logs(self, logs: Iterable[LogEvent], now: float,
+                 source: str = "otlp", sender: str = "") -> AddResult:
+        """Take GenAI event records (``accepted`` / ``rejected`` count records). A record for
+        an unknown trace opens it; it does not move the trace's deadline (spans decide when
+        a run is over), except that a trace opened by a record waits ``idle_timeout_s``."""
+        res = AddResult()
+        limit = self.config.max_log_records_per_trace
+        for record in logs:
+            tr = self._open.get(record.trace_id)
+            if tr is None:
+                started = self._start(record, now, res, source, sender)
+                if isinstance(started, str):
+                    res.rejected[started] += 1
+                    continue
+                tr = started
+            if len(tr.logs) >= limit:
+                res.rejected["trace_too_large"] += 1
+                continue
+            tr.logs.append(record)
+            self.open_logs += 1
+            res.accepted += 1
+            res.traces.add(record.trace_id)
+        return res
 
     # --- release -----------------------------------------------------------------------------
 
@@ -207,18 +250,27 @@ class TraceAssembler:
                 heapq.heappush(heap, (tr.deadline, trace_id))
                 continue
             cut = now >= tr.first_seen + self.config.max_trace_duration_s
-            if tr.root_ended:
+            if not tr.spans:
+                self._drop_logs_only(tr, now)
+            elif tr.root_ended:
                 out.append(self._release(tr, "complete", "root_ended", now))
             elif cut:
                 out.append(self._release(tr, "truncated", "max_duration", now))
+            elif _local_root_ended(tr):
+                out.append(self._release(tr, "complete", "root_ended", now))
             else:
                 out.append(self._release(tr, "incomplete", "idle_timeout", now))
         return out
 
     def release_oldest(self, n: int, now: float) -> list[Trace]:
         """Overflow policy ``release_oldest``: push out the n traces open the longest."""
-        oldest = sorted(self._open.values(), key=lambda t: t.first_seen)[:n]
-        return [self._release(t, "truncated", "overflow", now) for t in oldest]
+        out = []
+        for t in sorted(self._open.values(), key=lambda t: t.first_seen)[:n]:
+            if t.spans:
+                out.append(self._release(t, "truncated", "overflow", now))
+            else:
+                self._drop_logs_only(t, now)
+        return out
 
     def give_way(self, n: int, idle_since: float, now: float) -> list[Trace]:
         """Slot pressure: release up to n one-span traces idle since ``idle_since`` (oldest
@@ -233,8 +285,24 @@ class TraceAssembler:
 
     def release_all(self, now: float, reason: str = "shutdown") -> list[Trace]:
         """Release everything open (shutdown, end of file): ended roots are complete."""
-        return [self._release(t, "complete" if t.root_ended else "incomplete", reason, now)
-                for t in list(self._open.values())]
+        out = []
+        for t in list(self._open.values()):
+            if not t.spans:
+                self._drop_logs_only(t, now)
+                continue
+            ended = t.root_ended or _local_root_ended(t)
+            out.append(self._release(t, "complete" if ended else "incomplete", reason, now))
+        return out
+
+    def _drop_logs_only(self, tr: _Open, now: float) -> None:
+        """A trace opened by log records that no span joined: nothing to evaluate."""
+        del self._open[tr.trace_id]
+        self._per_service[tr.service] -= 1
+        if not self._per_service[tr.service]:
+            del self._per_service[tr.service]
+        self.open_logs -= len(tr.logs)
+        self.dropped_logs["no_spans"] += len(tr.logs)
+        self._forget(now)
 
     def _release(self, tr: _Open, status: TraceStatus, reason: str, now: float) -> Trace:
         del self._open[tr.trace_id]
@@ -245,12 +313,13 @@ class TraceAssembler:
         spans = list(tr.spans.values())
         self.open_spans -= len(spans)
         self.open_bytes -= tr.nbytes
-        self._reopenable[tr.trace_id] = _Released(now, spans, tr.revision, tr.sender)
+        self.open_logs -= len(tr.logs)
+        self._reopenable[tr.trace_id] = _Released(now, spans, tr.revision, tr.sender, tr.logs)
         self._tombstones[tr.trace_id] = None
         self._tombstones.move_to_end(tr.trace_id)
         self._forget(now)
         return Trace(tr.trace_id, spans, status, source=tr.source, revision=tr.revision,
-                     release_reason=reason, waiters=tr.waiters)
+                     release_reason=reason, waiters=tr.waiters, logs=list(tr.logs))
 
     def _forget(self, now: float) -> None:
         cfg = self.config
@@ -260,3 +329,10 @@ class TraceAssembler:
             rel.popitem(last=False)
         while len(self._tombstones) > cfg.max_tombstones:
             self._tombstones.popitem(last=False)
+
+
+def _local_root_ended(tr: _Open) -> bool:
+    """Whether a root without a flag (see the module docstring) has ended: O(spans), asked
+    only when the trace is due without an ended entry span."""
+    root = local_root(list(tr.spans.values()))
+    return root is not None and root.end_ns > 0

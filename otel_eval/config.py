@@ -113,6 +113,12 @@ class AssemblyConfig:
     # Largest share of max_open_traces that one service.name may hold open (0..1]; spans
     # that would open more of its traces are throttled (reason `service_share`). 1.0: none.
     max_service_share: float = 1.0
+    # GenAI event log records (message content sent as OTLP logs) kept per trace; more are
+    # dropped with reason `trace_too_large`.
+    max_log_records_per_trace: int = 10_000
+    # GenAI event log records accepted but not yet evaluated. Past it the logs receivers
+    # throttle (gRPC RESOURCE_EXHAUSTED, HTTP 429), as for spans.
+    max_pending_log_records: int = 1_000_000
 
     def __post_init__(self) -> None:
         validate(self, minimum={

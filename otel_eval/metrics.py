@@ -16,10 +16,16 @@ Metrics (counters are exposed with the ``_total`` suffix):
                otel_eval_metrics_series_overflow_total{metric}  per-trace metrics hold at most
                max_series_per_metric label combinations; more fold into all-``_other``
                otel_eval_receiver_export_duration_seconds{protocol}            histogram
+               otel_eval_receiver_log_records_received_total{protocol}
+               otel_eval_receiver_log_records_accepted_total{protocol}   GenAI events held
+               otel_eval_receiver_log_records_ignored_total{protocol,reason}  other records
+               otel_eval_receiver_log_records_rejected_total{protocol,reason}
     assembly   otel_eval_assembly_open_traces, otel_eval_assembly_pending_spans  gauges
                otel_eval_assembly_traces_released_total{status,reason}
                otel_eval_assembly_spans_released_total
                otel_eval_assembly_traces_reopened_total, otel_eval_assembly_late_spans_total
+               otel_eval_assembly_pending_log_records                           gauge
+               otel_eval_assembly_log_records_dropped_total{reason}  no_spans
     traces     otel_eval_traces_completed_total{service,agent,status}
                otel_eval_traces_superseded_total{service,agent}
                otel_eval_traces_with_loop_total{service,agent}
@@ -54,11 +60,15 @@ Metrics (counters are exposed with the ``_total`` suffix):
                otel_eval_forward_spans_sent_total, otel_eval_events_emitted_total
 
 Invariants (in steady state, all counters since start):
-- spans_received = spans_accepted + spans_rejected (per protocol: grpc, http, kafka);
+- spans_received = spans_accepted + spans_rejected (per protocol: grpc, http, kafka); likewise
+  log_records_received = log_records_accepted + log_records_ignored + log_records_rejected;
 - sum(spans_accepted) + spool_spans_replayed = assembly_spans_released + assembly_pending_spans
   (open or queued);
 - traces_completed = sum over verdicts of traces_verdicts (+ traces with no verdict);
 - traces_with_loop, traces_non_terminated, traces_lucky_passes <= traces_completed.
+
+``traces_non_terminated`` counts runs that did not end (``non_termination.NOT_ENDED_KINDS``):
+a completed run whose output simply was not recorded is not one.
 
 Re-evaluations: ``evaluation_stored(..., superseded=True)`` (late spans re-opened a trace that
 was already counted) counts only ``traces_superseded`` and the completion-to-verdict latency;
@@ -76,6 +86,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder
 
 from otel_eval import model
+from otel_eval.detectors.non_termination import NOT_ENDED_KINDS
 
 __all__ = ["OTHER", "TOOL_ERROR_KINDS", "JudgeMetrics", "KafkaMetrics", "Metrics", "SpoolMetrics",
            "render"]
@@ -168,6 +179,20 @@ class Metrics:
         self.c_released_spans = c("assembly_spans_released", "Spans in released traces.")
         self.c_reopened = c("assembly_traces_reopened", "Released traces re-opened by late spans.")
         self.c_late = c("assembly_late_spans", "Late spans that re-opened a released trace.")
+        self.c_logs_received = c("receiver_log_records_received", "Log records received.",
+                                 ["protocol"])
+        self.c_logs_accepted = c("receiver_log_records_accepted",
+                                 "GenAI event log records held for their span.", ["protocol"])
+        self.c_logs_ignored = c("receiver_log_records_ignored",
+                                "Log records that are not GenAI events of a span, by reason.",
+                                ["protocol", "reason"])
+        self.c_logs_rejected = c("receiver_log_records_rejected",
+                                 "Log records rejected, by reason.", ["protocol", "reason"])
+        self.g_pending_logs = Gauge("assembly_pending_log_records",
+                                    "GenAI event log records held and not yet evaluated.",
+                                    namespace="otel_eval", registry=r)
+        self.c_logs_dropped = c("assembly_log_records_dropped",
+                                "Held log records dropped, by reason.", ["reason"])
         self.c_eval_failed = c("evaluation_failures", "Evaluations that failed, by stage.",
                                ["stage", "reason"])
         self.c_sink_dropped = c("sink_dropped", "Items a result sink dropped, by reason.",
@@ -184,8 +209,8 @@ class Metrics:
         self.c_superseded = c("traces_superseded",
                               "Re-evaluations of an already counted trace (late spans).", sa)
         self.c_loop = c("traces_with_loop", "Traces with a loop finding.", sa)
-        self.c_nonterm = c("traces_non_terminated", "Traces with a non-termination finding.",
-                           sa)
+        self.c_nonterm = c("traces_non_terminated",
+                           "Traces of runs that did not end (non-termination findings).", sa)
         self.c_budget = c("traces_budget_overruns", "Budget overrun findings, by budget.",
                           [*sa, "budget"])
         self.c_verdicts = c("traces_verdicts", "Verdicts, passed or failed.", [*sa, "verdict"])
@@ -247,6 +272,23 @@ class Metrics:
     def export_duration(self, protocol: str, seconds: float) -> None:
         self.h_export.labels(protocol).observe(seconds)
 
+    def log_records(self, protocol: str, accepted: int, ignored: dict[str, int],
+                    rejected: dict[str, int]) -> None:
+        """One logs Export request's accounting (received = accepted + ignored + rejected)."""
+        total = accepted + sum(ignored.values()) + sum(rejected.values())
+        self.c_logs_received.labels(protocol).inc(total)
+        self.c_logs_accepted.labels(protocol).inc(accepted)
+        for reason, n in ignored.items():
+            self.c_logs_ignored.labels(protocol, reason).inc(n)
+        for reason, n in rejected.items():
+            self.c_logs_rejected.labels(protocol, reason).inc(n)
+
+    def pending_log_records(self, n: int) -> None:
+        self.g_pending_logs.set(n)
+
+    def log_records_dropped(self, reason: str, n: int) -> None:
+        self.c_logs_dropped.labels(reason).inc(n)
+
     def open_traces(self, n: int) -> None:
         self.g_open.set(n)
 
@@ -286,6 +328,8 @@ class Metrics:
         detectors: set[str] = set()
         for f in evaluation.findings:
             detectors.add(f.detector)
+            if f.detector == "non_termination" and f.kind in NOT_ENDED_KINDS:
+                detectors.add("not_ended")
             self._series(self.c_findings, agent, f.detector, f.kind, f.severity).inc()
             if f.detector == "budget":
                 budget = str(f.attributes.get("budget") or f.kind or UNKNOWN)[:64]
@@ -295,7 +339,7 @@ class Metrics:
                 self._series(self.c_tool_errors, agent, f.kind, tool).inc()
         if "loop" in detectors:
             self._series(self.c_loop, service, agent).inc(exemplar=exemplar)
-        if "non_termination" in detectors:
+        if "not_ended" in detectors:
             self._series(self.c_nonterm, service, agent).inc(exemplar=exemplar)
         if "lucky_pass" in detectors:
             self._series(self.c_lucky, service, agent).inc(exemplar=exemplar)

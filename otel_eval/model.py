@@ -13,7 +13,7 @@ dicts); bulky message text is kept as the raw string and parsed only by whoever 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -37,7 +37,7 @@ class Span:
     pays for what assembly needs (ids, parent, end time)."""
 
     __slots__ = (
-        "_attributes", "_events", "_lazy", "end_ns", "kind", "name", "nbytes",
+        "_attributes", "_events", "_lazy", "end_ns", "kind", "name", "nbytes", "parent_remote",
         "parent_span_id", "resource", "scope", "span_id", "start_ns", "status",
         "status_message", "trace_id",
     )
@@ -60,10 +60,14 @@ class Span:
         scope: str = "",
         lazy: Callable[[], tuple[dict[str, Any], list[SpanEvent]]] | None = None,
         nbytes: int = 0,
+        parent_remote: bool | None = None,
     ) -> None:
         self.trace_id = trace_id  # 32 lowercase hex
         self.span_id = span_id  # 16 lowercase hex
         self.parent_span_id = parent_span_id  # None for a root
+        # OTLP span flags: True = the parent lives in another process (this span starts what
+        # this service sees), False = the parent is local, None = the exporter did not say
+        self.parent_remote = parent_remote
         self.name = name
         self.start_ns = start_ns
         self.end_ns = end_ns  # 0 when the span has not ended
@@ -101,11 +105,59 @@ class Span:
         return self._events
 
     @property
-    def is_root(self) -> bool:
-        return not self.parent_span_id
+    def is_entry(self) -> bool:
+        """Starts a local tree: no parent, or a parent the exporter flagged as remote."""
+        return self.parent_span_id is None or self.parent_remote is True
 
     def __repr__(self) -> str:
         return f"Span({self.name!r}, trace={self.trace_id}, span={self.span_id})"
+
+
+def _start_then_longest(span: Span) -> tuple[int, int]:
+    return span.start_ns, -span.end_ns
+
+
+def local_root(spans: Sequence[Span]) -> Span | None:
+    """The root of what this service sees of a trace -- the one definition that assembly,
+    trajectory, events, the judge and the loaders use.
+
+    An *entry* span (no parent, or a parent flagged remote by the OTLP span flags) is a root;
+    the earliest one when there are several. Without one, a span whose parent is absent and
+    not known to be local (an exporter that sets no flags, e.g. a service called by an
+    instrumented upstream) is the root when it encloses every other span in time: a real
+    root does, while the first surviving child of a root that never arrived (a killed run)
+    does not. Otherwise None: the trace has no root here.
+    """
+    best: Span | None = None
+    for span in spans:
+        if span.is_entry and (best is None or _start_then_longest(span)
+                              < _start_then_longest(best)):
+            best = span
+    if best is not None or not spans:
+        return best
+    ids = {s.span_id for s in spans}
+    orphans = [s for s in spans if s.parent_span_id not in ids and s.parent_remote is None]
+    if not orphans:
+        return None
+    first = min(orphans, key=_start_then_longest)
+    start, end = first.start_ns, first.end_ns
+    if end and all(start <= s.start_ns and 0 < s.end_ns <= end for s in spans):
+        return first
+    return None
+
+
+@dataclass(slots=True)
+class LogEvent:
+    """An OTLP log record tied to a span (a GenAI event such as ``gen_ai.choice`` or
+    ``gen_ai.client.inference.operation.details``): what instrumentations send when message
+    content goes to logs instead of span attributes."""
+
+    trace_id: str
+    span_id: str
+    name: str  # the record's event_name, else its ``event.name`` attribute
+    time_unix_nano: int
+    attributes: dict[str, Any]
+    body: Any  # the record's body as a Python value (None when empty)
 
 
 @dataclass(slots=True)
@@ -120,6 +172,7 @@ class Trace:
     release_reason: str = ""  # root_ended | idle_timeout | max_duration | overflow | shutdown | eof
     # Called once each when this trace's evaluation is stored (Kafka offset tracking).
     waiters: list[Callable[[], None]] = field(default_factory=list)
+    logs: list[LogEvent] = field(default_factory=list)  # GenAI events sent as log records
 
 
 @dataclass(slots=True)
@@ -146,8 +199,9 @@ class Step:
     end_ns: int = 0
     # tool steps
     tool_name: str | None = None
-    arguments: Any = None  # parsed JSON when possible, else the raw string
+    arguments: Any = None  # parsed JSON when possible, else the raw string; None = not recorded
     result: str | None = None  # raw text of the tool result (or agent/chain output)
+    call_id: str | None = None  # the tool-call id this tool step ran (joins it to its LLM call)
     # llm steps
     model: str | None = None
     finish_reasons: list[str] = field(default_factory=list)
@@ -183,6 +237,8 @@ class Step:
             out["finish_reasons"] = list(self.finish_reasons)
         if self.cost_usd is not None:
             out["cost_usd"] = self.cost_usd
+        if self.call_id is not None:
+            out["call_id"] = self.call_id
         if self.rebuilt:
             out["rebuilt"] = True
         return out
@@ -209,6 +265,18 @@ class Trajectory:
     # parts of building that failed on this trace's content, each {part, span_id, error};
     # the detectors report each as an ``evaluation_error`` finding (issue 11)
     errors: list[dict[str, str]] = field(default_factory=list)
+    root_span_id: str | None = None  # ``local_root`` of the trace; None when it has none
+    # What the instrumentation did not record, by field: how many steps lack it (``output``: 1
+    # when the run's answer is unknown). Detectors draw no conclusion from these.
+    unrecorded: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def root_step(self) -> Step | None:
+        """The step of the local root (the first parentless step when none was set)."""
+        for s in self.steps:
+            if s.span_id == self.root_span_id if self.root_span_id else not s.parent_span_id:
+                return s
+        return None
 
     @property
     def duration_s(self) -> float:
@@ -310,6 +378,8 @@ class Evaluation:
             "findings": [f.to_json() for f in self.findings],
             "verdict": self.verdict.to_json() if self.verdict else None,
         }
+        if t.unrecorded:
+            out["unrecorded"] = dict(t.unrecorded)
         if self.judge is not None:
             out["judge"] = self.judge
         if self.error is not None:

@@ -44,6 +44,8 @@ _KINDS = {0: "unspecified", 1: "internal", 2: "server", 3: "client", 4: "produce
 _STATUS = {0: "unset", 1: "ok", 2: "error"}
 _STATUS_CODE = {v: k for k, v in _STATUS.items()}
 _KIND_CODE = {v: k for k, v in _KINDS.items()}
+_HAS_IS_REMOTE = 0x100  # SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
+_IS_REMOTE = 0x200  # SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
 _ZERO_TRACE = bytes(16)
 _ZERO_SPAN = bytes(8)
 
@@ -112,6 +114,11 @@ def _lazy_attrs(pb: trace_pb2.Span) -> tuple[Any, int]:
     return partial(_materialize_serialized, data), len(data)  # C objects, no closure
 
 
+def _parent_remote(flags: int) -> bool | None:
+    """What the OTLP span flags say of the parent: remote, local, or nothing (None)."""
+    return bool(flags & _IS_REMOTE) if flags & _HAS_IS_REMOTE else None
+
+
 def decode_request(req: ExportTraceServiceRequest) -> DecodeResult:
     """Turn a decoded request into spans; invalid spans are counted, never raised."""
     out = DecodeResult()
@@ -139,6 +146,7 @@ def decode_request(req: ExportTraceServiceRequest) -> DecodeResult:
                     status=_STATUS.get(pb.status.code, "unset"),
                     status_message=pb.status.message,
                     resource=resource, scope=scope, lazy=lazy, nbytes=nbytes,
+                    parent_remote=_parent_remote(pb.flags),
                 ))
     return out
 
@@ -251,6 +259,8 @@ def span_to_proto(span: Span, extra_attributes: dict[str, Any] | None = None) ->
                                      attributes=dict_to_attributes(e.attributes))
                 for e in span.events],
     )
+    if span.parent_remote is not None:
+        pb.flags = _HAS_IS_REMOTE | (_IS_REMOTE if span.parent_remote else 0)
     pb.status.code = _STATUS_CODE.get(span.status, 0)  # type: ignore[assignment]
     pb.status.message = span.status_message
     return pb

@@ -33,7 +33,7 @@ from typing import Protocol
 from otel_eval.assembly import TraceAssembler
 from otel_eval.evaluator import Evaluator
 from otel_eval.metrics import Metrics
-from otel_eval.model import Evaluation, Span, Trace
+from otel_eval.model import Evaluation, LogEvent, Span, Trace
 from otel_eval.spool import Spool
 from otel_eval.store import Store
 
@@ -51,6 +51,7 @@ class Admission:
     accepted: int = 0
     rejected: Counter[str] = field(default_factory=Counter)
     throttled: str | None = None  # reason when refused: nothing was taken, retry later
+    ignored: Counter[str] = field(default_factory=Counter)  # log records taken, not kept
 
 
 class _Barrier:
@@ -140,6 +141,28 @@ class Engine:
         adm.accepted, adm.rejected = res.accepted, res.rejected
         if res.reopened:
             self.metrics.trace_reopened(res.reopened)
+        return adm
+
+    def submit_logs(self, records: list[LogEvent], source: str = "otlp",
+                    sender: str = "") -> Admission:
+        """Take GenAI event records (held for their span's trace) or refuse them all."""
+        adm = Admission()
+        with self._lock:
+            asm = self._assembler
+            if self._closing:
+                adm.throttled = "shutting_down"
+            elif asm.open_logs and asm.open_logs + len(records) > \
+                    self.config.max_pending_log_records:
+                adm.throttled = "pending_log_records"
+            elif len(asm) + asm.new_trace_count(records) > self.config.max_open_traces:
+                adm.throttled = "open_traces"
+            if adm.throttled is not None:
+                return adm
+            res = asm.add_logs(records, self.clock(), source=source, sender=sender)
+            self._update_gauges()
+        adm.accepted, adm.rejected = res.accepted, res.rejected
+        if res.reopened:
+            self.metrics.trace_reopened(0)
         return adm
 
     def _refusal(self, spans: list[Span], spool_bytes: int) -> str | None:
@@ -265,8 +288,13 @@ class Engine:
                 waiter()
 
     def _update_gauges(self) -> None:  # lock held
-        self.metrics.open_traces(len(self._assembler))
-        self.metrics.pending_spans(self._assembler.open_spans + self._queued_spans)
+        asm = self._assembler
+        self.metrics.open_traces(len(asm))
+        self.metrics.pending_spans(asm.open_spans + self._queued_spans)
+        self.metrics.pending_log_records(asm.open_logs)
+        for reason, n in asm.dropped_logs.items():
+            self.metrics.log_records_dropped(reason, n)
+        asm.dropped_logs.clear()
 
     # --- lifecycle ---------------------------------------------------------------------------
 

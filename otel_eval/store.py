@@ -40,13 +40,19 @@ CREATE TABLE IF NOT EXISTS feedback (
 """
 
 
+# How long a writer waits for another connection's lock (the issues catalogue shares the file)
+# before SQLite raises "database is locked": 5 s by default, too short on a loaded machine.
+_BUSY_TIMEOUT_S = 60.0
+
+
 class Store:
     def __init__(self, path: str) -> None:
         self.path = path
         self._lock = threading.Lock()
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
+                                   timeout=_BUSY_TIMEOUT_S)
         if path != ":memory:":
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
@@ -69,7 +75,8 @@ class Store:
         superseded = []
         with self._lock:
             cur = self._db.cursor()
-            cur.execute("BEGIN")
+            cur.execute("BEGIN IMMEDIATE")  # take the write lock now: upgrading a
+            # read snapshot after another connection wrote fails at once (SQLITE_BUSY_SNAPSHOT)
             try:
                 for row in rows:
                     seen = cur.execute("SELECT 1 FROM evaluations WHERE trace_id = ?",

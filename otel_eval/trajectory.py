@@ -7,14 +7,24 @@ Promises:
 - spans repeating an earlier span id are dropped (the first one received is kept);
 - each step is classified by the convention cascade in ``otel_eval.conventions`` and
   belongs to a node: the name of the nearest enclosing agent;
+- GenAI events sent as log records (``Trace.logs``) are read as if their span carried them
+  (``conventions.events``);
+- tool steps are joined to the LLM tool call they ran (``conventions.links``: by call id, else
+  by name in order), and take its arguments when their own were not recorded;
 - tool calls that exist only inside LLM output messages are rebuilt as tool steps right after
-  their LLM step (``rebuilt=True``, same span id) when no tool span exists under that agent
-  and none in the trace comes from the LLM step's convention: an instrumentation that emits
-  tool spans is trusted to emit them (smolagents' ToolCallingAgent answers through a
-  ``final_answer`` call that has no span; rebuilding it would add a tool step no span backs);
-  a rebuilt step's result is what a later LLM step of the same agent was told the call
-  returned (a tool message with the call id in its input), when there is one, found in time
-  linear in the trace's bytes (``conventions.responses``);
+  their LLM step (``rebuilt=True``, same span id) when no tool step ran them and either the
+  trace's tool steps carry call ids (so a call no tool step claims did not run as a span), or
+  no tool span exists under that agent and none comes from the LLM step's convention: an
+  instrumentation that emits tool spans is trusted to emit them (smolagents'
+  ToolCallingAgent answers through a ``final_answer`` call that has no span); a rebuilt step's
+  result is what a later LLM step of the same agent was told the call returned, found in
+  time linear in the trace's bytes (``conventions.responses``);
+- the root is ``model.local_root``; the agent is the top agent, descending through wrapper
+  agents that do no work of their own (the OpenAI Agents SDK's ``Agent workflow``), else the
+  name that spans under a never-exported agent span carry;
+- input/output come from the agent (or root) span, else from the LLM messages; what no span
+  recorded is listed in ``Trajectory.unrecorded`` and stays None;
+- an LLM step with model and tokens but no cost is priced from litellm's packaged table;
 - never raises on span content; message text stays a raw string.
 """
 
@@ -25,11 +35,19 @@ from typing import Any
 
 from otel_eval.config import TrajectoryConfig
 from otel_eval.conventions import UNKNOWN, classify, describe, dominant, merge_tools
+from otel_eval.conventions.events import overlay
+from otel_eval.conventions.links import coerce_arguments, join_calls
+from otel_eval.conventions.messages import answer_text, task_text
+from otel_eval.conventions.prices import price_steps
 from otel_eval.conventions.responses import ToolResponses
-from otel_eval.conventions.values import as_str
-from otel_eval.model import Span, Step, Trace, Trajectory
+from otel_eval.conventions.values import as_str, first
+from otel_eval.model import LogEvent, Span, Step, Trace, Trajectory, local_root
 
 __all__ = ["build_trajectory", "tree_order"]
+
+# Attributes that name the enclosing agent on the spans under it (current OpenLLMetry, older
+# Traceloop SDKs): read only when no agent span arrived.
+_STAMPED_AGENT_KEYS = ("gen_ai.agent.name", "traceloop.workflow.name")
 
 
 def _dedupe(spans: Iterable[Span]) -> list[Span]:
@@ -54,7 +72,7 @@ def tree_order(spans: list[Span]) -> list[tuple[Span, int]]:
     orphans: list[Span] = []
     for span in spans:
         parent = span.parent_span_id
-        if not parent:
+        if span.is_entry:
             tops.append(span)
         elif parent in ids and parent != span.span_id:
             children.setdefault(parent, []).append(span)
@@ -90,8 +108,11 @@ def tree_order(spans: list[Span]) -> list[tuple[Span, int]]:
 class _Builder:
     """One pass over the spans in tree order; keeps the enclosing agent of every span."""
 
-    def __init__(self, config: TrajectoryConfig) -> None:
+    def __init__(self, config: TrajectoryConfig, logs: list[LogEvent]) -> None:
         self.task_key = config.task_id_attribute
+        self.logs: dict[str, list[LogEvent]] = {}
+        for record in logs:
+            self.logs.setdefault(record.span_id, []).append(record)
         self.steps: list[Step] = []
         self.tools: dict[str, Any] = {}
         self.task_id: str | None = None
@@ -102,6 +123,9 @@ class _Builder:
         self.agents_with_tools: set[str | None] = set()
         self.conventions_with_tools: set[str] = set()
         self.errors: list[dict[str, str]] = []  # spans an adapter failed on (see ``add``)
+        self.tool_ids = False  # some tool step carries a call id
+        self.work: dict[str | None, int] = {}  # agent span id -> its own llm/tool steps
+        self.named_agent: str | None = None  # gen_ai.agent.name of the first non-agent span
 
     def add(self, span: Span, depth: int) -> None:
         """``_add`` under an error boundary: a span whose content breaks a convention adapter
@@ -123,6 +147,9 @@ class _Builder:
 
     def _add(self, span: Span, depth: int) -> None:
         attrs = span.attributes
+        records = self.logs.get(span.span_id)
+        if records:
+            attrs = overlay(attrs, records)
         step = Step(len(self.steps), span.span_id, span.parent_span_id, "other", span.name,
                     depth=depth, start_ns=span.start_ns, end_ns=span.end_ns)
         adapter = describe(step, span, attrs)
@@ -138,6 +165,9 @@ class _Builder:
         if step.kind == "tool":
             self._mark_tools(agent)
             self.conventions_with_tools.add(step.convention)
+            self.tool_ids = self.tool_ids or step.call_id is not None
+        if step.kind in ("llm", "tool"):
+            self.work[agent] = self.work.get(agent, 0) + 1
         if adapter is not None:
             offered = adapter.tools(attrs)
             if offered:
@@ -147,6 +177,10 @@ class _Builder:
             if task is None:
                 task = span.resource.get(self.task_key)
             self.task_id = as_str(task)
+        if self.named_agent is None and step.kind != "agent":
+            # OpenLLMetry stamps the agent's (workflow's) name on every span under it: the
+            # name when the agent span itself never arrived (a killed run)
+            self.named_agent = as_str(first(attrs, *_STAMPED_AGENT_KEYS))
         self.steps.append(step)
 
     def _mark_tools(self, agent: str | None) -> None:
@@ -156,8 +190,9 @@ class _Builder:
                 return
             agent = self.agent_parent.get(agent)
 
-    def rebuild_tool_calls(self) -> list[Step]:
-        """Steps with rebuilt tool steps inserted, re-indexed."""
+    def rebuild_tool_calls(self, ran: set[int]) -> list[Step]:
+        """Steps with rebuilt tool steps inserted, re-indexed (``ran``: ids of the calls a
+        tool step ran)."""
         out: list[Step] = []
         responses = ToolResponses(self.steps)
         for position, step in enumerate(self.steps):
@@ -165,14 +200,16 @@ class _Builder:
             if step.kind != "llm" or not step.tool_calls:
                 continue
             agent = self.scope[step.span_id][1]
-            if agent in self.agents_with_tools or step.convention in self.conventions_with_tools:
-                continue
+            trusted = (agent in self.agents_with_tools
+                       or step.convention in self.conventions_with_tools)
             for call in step.tool_calls:
+                if id(call) in ran or (trusted and not (self.tool_ids and call.call_id)):
+                    continue
                 out.append(Step(
                     0, step.span_id, step.parent_span_id, "tool", call.name, node=step.node,
                     depth=step.depth, status="ok", start_ns=step.end_ns, end_ns=step.end_ns,
                     tool_name=call.name, arguments=call.arguments, rebuilt=True,
-                    convention=step.convention,
+                    convention=step.convention, call_id=call.call_id,
                     result=responses.result(position, step.node, call.call_id)))
         if len(out) != len(self.steps):
             for i, step in enumerate(out):
@@ -190,42 +227,76 @@ def _adapter_name(span: Span) -> str:
     return adapter.name if adapter is not None else UNKNOWN
 
 
-def _io(steps: list[Step]) -> tuple[Step | None, Step | None]:
-    """(root step, top agent step): the shallowest agent, first in tree order."""
-    root = steps[0] if steps else None
+def _agent_step(builder: _Builder) -> Step | None:
+    """The run's agent: the shallowest agent step, then down through wrappers (an agent with
+    no LLM or tool step of its own around exactly one agent)."""
     top = None
-    for step in steps:
+    for step in builder.steps:
         if step.kind == "agent" and (top is None or step.depth < top.depth):
             top = step
-    return root, top
+    if top is None:
+        return None
+    inner: dict[str | None, list[str]] = {}
+    for agent, parent in builder.agent_parent.items():
+        inner.setdefault(parent, []).append(agent)
+    by_id = {s.span_id: s for s in builder.steps if s.kind == "agent"}
+    seen = 0
+    while (not builder.work.get(top.span_id) and len(inner.get(top.span_id, ())) == 1
+           and seen < len(by_id)):
+        top, seen = by_id[inner[top.span_id][0]], seen + 1
+    return top
+
+
+def _unrecorded(steps: list[Step], output: str | None) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for step in steps:
+        if step.kind == "tool":
+            if step.arguments is None:
+                out["arguments"] = out.get("arguments", 0) + 1
+            if step.result is None and step.status != "error":
+                out["tool_results"] = out.get("tool_results", 0) + 1
+        elif step.kind == "llm" and step.output_text is None:
+            out["llm_output"] = out.get("llm_output", 0) + 1
+    if output is None:
+        out["output"] = 1
+    return out
 
 
 def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
     spans = _dedupe(trace.spans)
-    builder = _Builder(config)
+    builder = _Builder(config, trace.logs)
     for span, depth in tree_order(spans):
         builder.add(span, depth)
-    steps = builder.rebuild_tool_calls()
-    root_step, top = _io(builder.steps)
-    root_span = next((s for s in spans if s.span_id == root_step.span_id), None) \
-        if root_step else None
-    source = top if top is not None else root_step
+    ran = join_calls(builder.steps)
+    coerce_arguments(builder.steps, builder.tools)
+    steps = builder.rebuild_tool_calls(ran)
+    price_steps(steps)
+    root_span = local_root(spans)
+    root_step = next((s for s in builder.steps if root_span is not None
+                      and s.span_id == root_span.span_id), None)
+    agent = _agent_step(builder)
+    llm = [s for s in builder.steps if s.kind == "llm"]
+    output = _first_text((agent, root_step), "result") or \
+        (answer_text(llm[-1].output_text) if llm else None)
     ends = [s.end_ns for s in spans if s.end_ns]
     return Trajectory(
         trace_id=trace.trace_id, source=trace.source, status=trace.status, steps=steps,
         service=_service(root_span, spans),
-        agent=top.node if top else None,
+        agent=agent.node if agent else builder.named_agent,
         task_id=builder.task_id,
         convention=dominant([s.convention for s in builder.steps]),
         start_ns=min((s.start_ns for s in spans), default=0),
         end_ns=max(ends, default=0),
-        input=_first_text(source, root_step, "input_text"),
-        output=_first_text(source, root_step, "result", "output_text"),
+        input=_first_text((agent, root_step), "input_text") or \
+            (task_text(llm[0].input_text) if llm else None),
+        output=output,
         tools=builder.tools,
         root_attributes=dict(root_span.attributes) if root_span else {},
         revision=trace.revision,
         span_count=len(spans),
         errors=builder.errors,
+        root_span_id=root_span.span_id if root_span else None,
+        unrecorded=_unrecorded(steps, output),
     )
 
 
@@ -238,10 +309,9 @@ def _service(root: Span | None, spans: list[Span]) -> str | None:
     return None
 
 
-def _first_text(preferred: Step | None, fallback: Step | None, *fields: str) -> str | None:
-    for step in (preferred, fallback):
-        for field in fields if step is not None else ():
-            value = getattr(step, field)
-            if value is not None:
-                return str(value)
+def _first_text(steps: tuple[Step | None, ...], field: str) -> str | None:
+    for step in steps:
+        value = getattr(step, field) if step is not None else None
+        if value is not None:
+            return str(value)
     return None

@@ -22,7 +22,7 @@ from otel_eval.conventions.adapter import Adapter, Attrs
 from otel_eval.conventions.genai import GENAI, GENAI_LEGACY
 from otel_eval.conventions.openinference import OPENINFERENCE
 from otel_eval.conventions.openllmetry import OPENLLMETRY
-from otel_eval.conventions.values import as_float, as_str
+from otel_eval.conventions.values import as_float, as_str, first
 from otel_eval.model import Span, Step, StepKind
 
 __all__ = ["ADAPTERS", "UNKNOWN", "Adapter", "classify", "describe", "dominant", "merge_tools"]
@@ -31,6 +31,8 @@ UNKNOWN = "unknown"
 _EXPLICIT = (OPENINFERENCE, OPENLLMETRY, GENAI)
 _IMPLICIT = (OPENLLMETRY, GENAI_LEGACY, OPENINFERENCE)
 ADAPTERS = (OPENINFERENCE, OPENLLMETRY, GENAI, GENAI_LEGACY)
+# Where a tool span names the tool call it ran (GenAI, OpenInference, Vercel AI SDK).
+_CALL_ID_KEYS = ("gen_ai.tool.call.id", "tool_call.id", "ai.toolCall.id")
 _COST_KEYS = ("gen_ai.usage.cost", "llm.cost.total", "gen_ai.usage.total_cost",
               "llm.usage.cost")
 # A convention is "dominant" when it labels at least this share of the recognised steps.
@@ -72,6 +74,8 @@ def describe(step: Step, span: Span, attrs: Attrs) -> Adapter | None:
     if adapter is not None:
         step.convention = adapter.name
         adapter.fill(step, span, attrs)
+    if kind == "tool" and step.call_id is None:
+        step.call_id = as_str(first(attrs, *_CALL_ID_KEYS))
     error = _error(span, attrs)
     if error is not None:
         step.status = "error"

@@ -8,58 +8,19 @@ a model litellm does not know makes the cost *unknown* (reported, never an excep
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from functools import lru_cache
 from typing import Any
 
+from otel_eval.conventions.prices import model_prices, step_cost
 from otel_eval.detectors.calls import Context, top_level_tool_steps
 from otel_eval.detectors.config import DetectorsConfig
 from otel_eval.model import Finding, Step, Trajectory
 
-_UNITS = {"input_tokens": " tokens", "output_tokens": " tokens", "duration_s": " s",
-          "cost_usd": " USD"}
+__all__ = ["cost", "detect", "measure", "model_prices", "step_cost"]
+
+_UNITS = {"duration_s": " s", "cost_usd": " USD"}
 _LABELS = {"steps": "steps", "llm_calls": "LLM calls", "tool_calls": "tool calls",
            "input_tokens": "input tokens", "output_tokens": "output tokens",
            "cost_usd": "cost", "duration_s": "wall time"}
-
-
-@lru_cache(maxsize=1)
-def _price_map() -> Mapping[str, Any]:
-    # Imported lazily: litellm takes seconds to import. otel_eval.llm makes it use its
-    # packaged price map (no network I/O at import).
-    try:
-        from otel_eval.llm import litellm
-    except Exception:  # litellm missing or broken: every model's cost is unknown
-        return {}
-    return dict(getattr(litellm, "model_cost", {}) or {})
-
-
-@lru_cache(maxsize=1024)
-def model_prices(model: str) -> tuple[float, float] | None:
-    """(input, output) USD per token for ``model``, or None when the price map lacks it."""
-    prices = _price_map()
-    candidates = [model, model.lower()]
-    if "/" in model:  # "openai/gpt-4o" -> "gpt-4o"
-        candidates.append(model.split("/", 1)[1])
-    for name in candidates:
-        entry = prices.get(name)
-        if isinstance(entry, Mapping):
-            inp, out = entry.get("input_cost_per_token"), entry.get("output_cost_per_token")
-            if isinstance(inp, int | float) and isinstance(out, int | float):
-                return float(inp), float(out)
-    return None
-
-
-def step_cost(step: Step) -> float | None:
-    """USD cost of one LLM step, or None when unknown."""
-    if step.cost_usd is not None:
-        return step.cost_usd
-    if not step.model or (step.input_tokens is None and step.output_tokens is None):
-        return None
-    prices = model_prices(step.model)
-    if prices is None:
-        return None
-    return (step.input_tokens or 0) * prices[0] + (step.output_tokens or 0) * prices[1]
 
 
 def cost(trajectory: Trajectory) -> tuple[float, list[str]]:
@@ -92,9 +53,19 @@ def measure(trajectory: Trajectory, names: set[str]) -> dict[str, float]:
     return values
 
 
+def _usd(value: float) -> str:
+    """Dollars with enough decimals to show a small cost: 0.000042, 0.0123, 1.5."""
+    if value == 0:
+        return "0"
+    digits = 4
+    while digits < 12 and round(abs(value), digits) == 0:
+        digits += 1
+    return f"{value:.{digits + 1}f}".rstrip("0").rstrip(".")
+
+
 def _fmt(name: str, value: float) -> str:
     if name == "cost_usd":
-        return f"{value:.4f}".rstrip("0").rstrip(".") + _UNITS[name]
+        return _usd(value) + _UNITS[name]
     if name == "duration_s":
         return f"{value:.1f}{_UNITS[name]}"
     return f"{value:g}{_UNITS.get(name, '')}"

@@ -245,6 +245,8 @@ def calls(trajectory: Trajectory, loop: LoopConfig, tool_cfg: ToolCallConfig) ->
         text = action_text(s) if is_action_tool(name, loop) else None
         if text is not None:
             key = f"{name}\x00{_norm_ws(text)}"
+        elif s.arguments is None:  # not recorded: equal to no other call (unknown != same)
+            key = f"{name}\x01unrecorded\x00{s.index}"
         else:
             key = f"{name}\x00{canonical_arguments(s.arguments)}"
         failed = result_failed(s, text is not None, tool_cfg) is not None

@@ -18,7 +18,13 @@ from collections.abc import Sequence
 from itertools import accumulate
 from operator import add
 
-from otel_eval.detectors.calls import Call, Context, call_label, calls_for
+from otel_eval.detectors.calls import (
+    Call,
+    Context,
+    call_label,
+    calls_for,
+    canonical_arguments,
+)
 from otel_eval.detectors.config import DetectorsConfig, LoopConfig
 from otel_eval.model import Finding, Step, Trajectory
 
@@ -188,9 +194,22 @@ def _similar(words: list[list[str]], j: int, threshold: float,
     return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio() >= threshold
 
 
+def _output(step: Step) -> str:
+    """What an LLM step said: its output text plus the calls it asked for (instrumentations
+    that keep tool calls in attributes of their own leave them out of the text, and outputs
+    made only of different calls are not alike). Empty when nothing was recorded."""
+    text = (step.output_text or "").strip()
+    if any(c.arguments is None for c in step.tool_calls):
+        return ""  # calls whose arguments were not recorded: unknown, not alike
+    if step.tool_calls and text:
+        text += "\n" + "\n".join(f"{c.name} {canonical_arguments(c.arguments)}"
+                                 for c in step.tool_calls)
+    return text
+
+
 def stagnation(llm_steps: Sequence[Step], cfg: LoopConfig) -> list[Finding]:
     """(d) ``stagnation_min_run`` or more consecutive near-identical LLM outputs."""
-    texts = [(s, (s.output_text or "").strip()) for s in llm_steps]
+    texts = [(s, _output(s)) for s in llm_steps]
     words = [t.split() for _, t in texts]
     for k, w in enumerate(words):
         if len(w) > _MAX_COMPARE_WORDS:

@@ -2,8 +2,12 @@
 
 Findings: the trace was released ``incomplete`` (root never ended) or ``truncated``; the last
 LLM call stopped for length, or asked for tools that never ran and there is no final
-answer; no final output at all; a framework halt marker (max steps / iterations / turns,
-recursion limit); an error on the root span.
+answer; a framework halt marker (max steps / iterations / turns, recursion limit); an error
+on the root span; a final output that was recorded and is empty (``no_output``: an output the
+instrumentation did not record is unknown, not empty, and proves nothing).
+
+``NOT_ENDED_KINDS`` are the findings that mean the run did not end; they alone count as a
+non-terminated trace in metrics and alerts (a failed or silent run did end).
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from otel_eval.detectors.calls import Context
 from otel_eval.detectors.config import DetectorsConfig, NonTerminationConfig
 from otel_eval.model import Finding, Step, Trajectory
 
+NOT_ENDED_KINDS = frozenset({"incomplete", "truncated", "halted", "length_stop",
+                             "pending_tool_calls"})
 _LENGTH_REASONS = frozenset({"length", "max_tokens", "max_output_tokens", "model_length"})
 _SCAN_CHARS = 2000  # halt markers sit at the start or end of a message
 # Words one of which every match of the default halt patterns contains ("reached max ...",
@@ -35,17 +41,18 @@ def _halt_regex(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
 
 
 def _root(trajectory: Trajectory) -> Step | None:
-    for s in trajectory.steps:
-        if not s.parent_span_id:
-            return s
-    return None
+    return trajectory.root_step
 
 
-def _final_output(trajectory: Trajectory) -> str:
+def _final_output(trajectory: Trajectory) -> str | None:
+    """The final output, "" when it was recorded empty, None when nothing recorded it."""
     if trajectory.output and trajectory.output.strip():
         return trajectory.output
     llm = trajectory.llm_steps
-    return (llm[-1].output_text or "") if llm else ""
+    last = llm[-1].output_text if llm else None
+    if last is not None and (last.strip() or llm[-1].tool_calls):
+        return last
+    return "" if trajectory.output is not None or last is not None else None
 
 
 def _status(trajectory: Trajectory, cfg: NonTerminationConfig) -> list[Finding]:
@@ -125,7 +132,7 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
         out.append(Finding("non_termination", "root_error", "error",
                            f"the run failed: {root.error or 'root span status error'}"[:300],
                            [root.span_id], [root.index], {"error": root.error}))
-    if trajectory.status != "incomplete" and not _final_output(trajectory).strip() \
+    if trajectory.status != "incomplete" and _final_output(trajectory) == "" \
             and not any(f.kind == "pending_tool_calls" for f in out):
         out.append(Finding("non_termination", "no_output", cfg.no_output_severity,
                            "the run produced no final output"))

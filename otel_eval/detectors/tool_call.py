@@ -41,10 +41,12 @@ def argument_problems(arguments: Any, schema: Mapping[str, Any], reject_unknown:
                       budget: Budget | None = None) -> tuple[list[dict[str, str]], Check]:
     """Violations of ``schema`` by ``arguments``: [{constraint, path, message}], best first,
     and the schema check (its ``trouble`` says what could not be checked)."""
+    if arguments is None:  # not recorded: nothing to check
+        return [], Check()
     if isinstance(arguments, str):
         return [{"constraint": "json", "path": "", "message": "arguments are not valid JSON"}], \
             Check()
-    args = {} if arguments is None else arguments
+    args = arguments
     check = check_arguments(args, schema, budget)
     problems = list(check.problems)
     props = schema.get("properties")

@@ -108,7 +108,7 @@ class Catalogue:
 
     @classmethod
     def open(cls, path: str) -> Catalogue:
-        return cls(sqlite3.connect(path, check_same_thread=False))
+        return cls(sqlite3.connect(path, check_same_thread=False, timeout=60.0))
 
     def close(self) -> None:
         self._conn.close()

@@ -61,7 +61,7 @@ class SqliteRubricCache:
         self.ttl_s = ttl_s
         self.wall_clock = wall_clock
         # used from the event loop thread only; check_same_thread off for the owner's shutdown
-        self._db = sqlite3.connect(path, check_same_thread=False)
+        self._db = sqlite3.connect(path, check_same_thread=False, timeout=60.0)
         with self._db:
             self._db.execute(self.SCHEMA)
 

@@ -1,4 +1,5 @@
-"""OTLP/gRPC receiver: ``opentelemetry.proto.collector.trace.v1.TraceService/Export``.
+"""OTLP/gRPC receiver: ``opentelemetry.proto.collector.trace.v1.TraceService/Export`` and
+``opentelemetry.proto.collector.logs.v1.LogsService/Export`` (GenAI events sent as logs).
 
 A synchronous ``grpc.server`` on a thread pool: decoding holds the GIL either way, sync and
 ``grpc.aio`` are even within noise on decode-heavy load (bench/grpc_server.py, figures in
@@ -19,6 +20,7 @@ which OTLP exporters honour before retrying.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent import futures
 from typing import Any
 
@@ -28,12 +30,13 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from otel_eval.config import ReceiverConfig
 from otel_eval.metrics import Metrics
-from otel_eval.receiver.ingest import Ingest
+from otel_eval.receiver.ingest import Ingest, IngestResult
 from otel_eval.receiver.security import BearerAuth, TlsFiles, metadata_authorization
 
 log = logging.getLogger(__name__)
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+LOGS_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
 
 
 class _AuthInterceptor(grpc.ServerInterceptor):
@@ -75,11 +78,15 @@ class GrpcReceiver:
             self._pool, interceptors=[_AuthInterceptor(self.auth, self.ingest.metrics)],
             options=[("grpc.max_receive_message_length", cfg.max_message_bytes),
                      ("grpc.max_send_message_length", 4 * 1024 * 1024)])
-        handler = grpc.unary_unary_rpc_method_handler(
-            self._export, request_deserializer=None,
-            response_serializer=lambda r: r.SerializeToString())
-        self._server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(SERVICE, {"Export": handler}),))
+        def unary(fn: Callable[[bytes, grpc.ServicerContext], object]) -> grpc.RpcMethodHandler:
+            return grpc.unary_unary_rpc_method_handler(
+                fn, request_deserializer=None,
+                response_serializer=lambda r: r.SerializeToString())
+
+        self._server.add_generic_rpc_handlers((
+            grpc.method_handlers_generic_handler(SERVICE, {"Export": unary(self._export)}),
+            grpc.method_handlers_generic_handler(LOGS_SERVICE,
+                                                 {"Export": unary(self._export_logs)})))
         if cfg.tls.enabled:
             self.tls = TlsFiles(cfg.tls, "otlp-grpc")
             self.port = self._server.add_secure_port(cfg.grpc_endpoint,
@@ -92,9 +99,18 @@ class GrpcReceiver:
         log.info("OTLP/gRPC receiver listening on %s (port %d)", cfg.grpc_endpoint, self.port)
 
     def _export(self, body: bytes, context: grpc.ServicerContext) -> object:
+        return self._answer(self.ingest.handle_bytes(body, "grpc", self._sender(context)),
+                            context)
+
+    def _export_logs(self, body: bytes, context: grpc.ServicerContext) -> object:
+        return self._answer(
+            self.ingest.handle_logs_bytes(body, "grpc", self._sender(context)), context)
+
+    def _sender(self, context: grpc.ServicerContext) -> str:
         # authenticated by the interceptor already; read again for the sender's name
-        sender = self.auth.identify(metadata_authorization(context.invocation_metadata()))
-        res = self.ingest.handle_bytes(body, "grpc", sender or "")
+        return self.auth.identify(metadata_authorization(context.invocation_metadata())) or ""
+
+    def _answer(self, res: IngestResult, context: grpc.ServicerContext) -> object:
         if res.outcome == "invalid":
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, res.message)
         if res.outcome == "throttled":

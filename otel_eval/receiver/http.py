@@ -1,4 +1,5 @@
-"""OTLP/HTTP receiver: ``POST /v1/traces`` with protobuf or JSON bodies, optionally gzip.
+"""OTLP/HTTP receiver: ``POST /v1/traces`` and ``POST /v1/logs`` (GenAI events sent as log
+records) with protobuf or JSON bodies, optionally gzip.
 
 Answers as the OTLP spec says: 200 with an ExportTraceServiceResponse (partial success when
 spans were rejected) in the request's encoding; 400 with a google.rpc.Status for a body that
@@ -107,9 +108,10 @@ def make_handler(config: ReceiverConfig, ingest: Ingest,
                 self._status(401, "missing or unknown bearer token", ctype,
                              {"WWW-Authenticate": 'Bearer realm="otel-eval"'})
                 return
-            if self.path.split("?", 1)[0] != "/v1/traces":
+            path = self.path.split("?", 1)[0]
+            if path not in ("/v1/traces", "/v1/logs"):
                 self.close_connection = True
-                self._status(404, "only /v1/traces is served here", _JSON)
+                self._status(404, "only /v1/traces and /v1/logs are served here", _JSON)
                 return
             if ctype not in (_PROTOBUF, _JSON):
                 self.close_connection = True
@@ -123,7 +125,10 @@ def make_handler(config: ReceiverConfig, ingest: Ingest,
                 self.close_connection = True  # the rest of the body was not read
                 self._status(e.status, str(e), ctype)
                 return
-            if ctype == _JSON:
+            if path == "/v1/logs":
+                res = (ingest.handle_logs_json(body, "http", sender) if ctype == _JSON
+                       else ingest.handle_logs_bytes(body, "http", sender))
+            elif ctype == _JSON:
                 res = ingest.handle_json(body, "http", sender)
             else:
                 res = ingest.handle_bytes(body, "http", sender)

@@ -1,6 +1,7 @@
 """The protocol-independent half of a receiver: bytes in, an OTLP answer out.
 
     body -> otlp.parse_request -> otlp.decode_request -> Engine.submit(spans, request) -> result
+    body -> otlp_logs.parse_logs_request -> decode_logs -> Engine.submit_logs -> result
 
 ``request`` is what the engine writes to its spool before answering (the body as received for
 protobuf, the parsed request re-encoded for OTLP/JSON - only when a spool asks for it).
@@ -8,6 +9,8 @@ protobuf, the parsed request re-encoded for OTLP/JSON - only when a spool asks f
 Every span of a request ends up in exactly one of: accepted (acknowledged, will be
 evaluated), rejected with a reason (reported as OTLP partial success, not retried), or the
 whole request throttled (a retryable error; nothing was taken, the exporter sends it again).
+Log records likewise, plus *ignored* (not a GenAI event of a span: acknowledged, counted,
+not kept).
 """
 
 from __future__ import annotations
@@ -18,15 +21,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsPartialSuccess,
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTracePartialSuccess,
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 
-from otel_eval import otlp
+from otel_eval import otlp, otlp_logs
 from otel_eval.metrics import Metrics
-from otel_eval.model import Span
+from otel_eval.model import LogEvent, Span
 from otel_eval.pipeline import Admission
 
 
@@ -37,6 +45,9 @@ class Submitter(Protocol):
                request: bytes | Callable[[], bytes] | None = ...,
                sender: str = ...) -> Admission: ...
 
+    def submit_logs(self, records: list[LogEvent], source: str = ...,
+                    sender: str = ...) -> Admission: ...
+
 
 @dataclass
 class IngestResult:
@@ -45,20 +56,28 @@ class IngestResult:
     rejected: Counter[str] = field(default_factory=Counter)
     message: str = ""
 
-    def response(self) -> ExportTraceServiceResponse:
-        resp = ExportTraceServiceResponse()
+    signal: Literal["traces", "logs"] = "traces"
+
+    def response(self) -> ExportTraceServiceResponse | ExportLogsServiceResponse:
         n = sum(self.rejected.values())
+        if self.signal == "logs":
+            logs = ExportLogsServiceResponse()
+            if n:
+                logs.partial_success.CopyFrom(ExportLogsPartialSuccess(
+                    rejected_log_records=n, error_message=self.message))
+            return logs
+        resp = ExportTraceServiceResponse()
         if n:
             resp.partial_success.CopyFrom(ExportTracePartialSuccess(
                 rejected_spans=n, error_message=self.message))
         return resp
 
 
-def _message(rejected: Counter[str]) -> str:
+def _message(rejected: Counter[str], what: str = "span(s)") -> str:
     if not rejected:
         return ""
     parts = ", ".join(f"{n} {r}" for r, n in sorted(rejected.items()))
-    return f"rejected {sum(rejected.values())} span(s): {parts}"
+    return f"rejected {sum(rejected.values())} {what}: {parts}"
 
 
 class Ingest:
@@ -98,3 +117,37 @@ class Ingest:
         self.metrics.spans_ingested(protocol, adm.accepted, rejected)
         self.metrics.export_duration(protocol, time.perf_counter() - started)
         return IngestResult("ok", adm.accepted, rejected, _message(rejected))
+
+    # --- logs ------------------------------------------------------------------------------
+
+    def handle_logs_bytes(self, body: bytes, protocol: str, sender: str = "") -> IngestResult:
+        try:
+            req = otlp_logs.parse_logs_request(body)
+        except otlp.MalformedRequest as e:
+            self.metrics.log_records(protocol, 0, {}, {"malformed_request": 0})
+            return IngestResult("invalid", message=str(e), signal="logs")
+        return self.handle_logs_request(req, protocol, sender)
+
+    def handle_logs_json(self, body: bytes, protocol: str, sender: str = "") -> IngestResult:
+        try:
+            req = otlp_logs.logs_request_from_json(body)
+        except ValueError as e:
+            self.metrics.log_records(protocol, 0, {}, {"malformed_request": 0})
+            return IngestResult("invalid", message=str(e), signal="logs")
+        return self.handle_logs_request(req, protocol, sender)
+
+    def handle_logs_request(self, req: ExportLogsServiceRequest, protocol: str,
+                            sender: str = "") -> IngestResult:
+        decoded = otlp_logs.decode_logs(req)
+        adm = self.engine.submit_logs(decoded.records, "otlp", sender=sender) \
+            if decoded.records \
+            else Admission()
+        if adm.throttled is not None:
+            self.metrics.request_throttled(f"{protocol}_logs", adm.throttled)
+            return IngestResult("throttled", message=f"otel-eval is at capacity "
+                                f"({adm.throttled}); retry later", signal="logs")
+        rejected = decoded.rejected + adm.rejected
+        ignored = decoded.ignored + adm.ignored
+        self.metrics.log_records(protocol, adm.accepted, ignored, rejected)
+        return IngestResult("ok", adm.accepted, rejected, _message(rejected, "log record(s)"),
+                            signal="logs")

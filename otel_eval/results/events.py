@@ -52,10 +52,11 @@ def _version() -> str:
 
 
 def root_span_id(trace: model.Trace) -> str:
-    """The evaluated run's span: the root, else the earliest span."""
-    roots = [s for s in trace.spans if s.is_root]
-    pool = roots or trace.spans
-    return min(pool, key=lambda s: s.start_ns).span_id if pool else ""
+    """The evaluated run's span: the local root, else the earliest span."""
+    root = model.local_root(trace.spans)
+    if root is None and trace.spans:
+        root = min(trace.spans, key=lambda s: s.start_ns)
+    return root.span_id if root is not None else ""
 
 
 def _record(trace_id: str, span_id: str, severity: str, time_ns: int,

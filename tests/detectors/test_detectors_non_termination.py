@@ -19,7 +19,11 @@ CASES: list[tuple[str, Trajectory, list[str]]] = [
      ["non_termination/pending_tool_calls"]),
     ("tool calls that ran are not pending",
      traj(llm("", calls=[("search", {})]), tool("search"), llm("done")), []),
-    ("no final output", traj(tool("t"), output=None), ["non_termination/no_output"]),
+    ("an empty final output", traj(tool("t"), output=""), ["non_termination/no_output"]),
+    ("an empty last answer", traj(tool("t"), llm(""), output=None),
+     ["non_termination/no_output"]),
+    ("output not recorded is unknown, not missing", traj(tool("t"), output=None), []),
+    ("LLM content not recorded", traj(llm(None), tool("t"), llm(None), output=None), []),
     ("smolagents max steps",
      traj(llm("x"), output="Reached max steps."), ["non_termination/halted"]),
     ("LangGraph recursion limit on the root error",
@@ -32,7 +36,7 @@ CASES: list[tuple[str, Trajectory, list[str]]] = [
      ["non_termination/halted"]),
     ("OpenAI Agents SDK",
      traj(tool("t"), output=None, root_error="MaxTurnsExceeded: Max turns (10) exceeded"),
-     ["non_termination/halted", "non_termination/no_output"]),
+     ["non_termination/halted"]),
     ("error on the root", traj(llm("x"), root_error="ValueError: boom"),
      ["non_termination/root_error"]),
     ("halt text inside a tool result is not a halt",
@@ -51,5 +55,5 @@ def test_severities() -> None:
     found = non_termination.detect(traj(llm("x"), status="incomplete", output=None),
                                    DetectorsConfig(), Context())
     assert [(f.kind, f.severity) for f in found] == [("incomplete", "error")]
-    found = non_termination.detect(traj(tool("t"), output=None), DetectorsConfig(), Context())
+    found = non_termination.detect(traj(tool("t"), output=""), DetectorsConfig(), Context())
     assert [(f.kind, f.severity) for f in found] == [("no_output", "warning")]

@@ -64,7 +64,7 @@ def _loopy_findings(i: int) -> list[model.Finding]:
     if i % 2 == 0:  # 50 % of traces loop
         out.append(model.Finding("loop", "repeated_tool_call", "error", "search x3"))
     if i % 10 in (1, 3, 5):  # 30 % never terminate
-        out.append(model.Finding("non_termination", "max_steps", "error", "step cap"))
+        out.append(model.Finding("non_termination", "halted", "error", "step cap"))
     if i % 5 == 0:  # 20 % overrun the token budget
         out.append(model.Finding("budget", "tokens", "warning", "over",
                                  attributes={"budget": "tokens"}))
@@ -103,6 +103,9 @@ def feed_round(metrics: Metrics, round_no: int, traces: int = 10) -> list[str]:
     metrics.export_duration("grpc", 0.004)
     metrics.open_traces(3 + round_no % 4)
     metrics.pending_spans(40 + round_no % 7)
+    metrics.log_records("http", 6, {"not_genai_event": 2}, {"late": 1})
+    metrics.pending_log_records(5 + round_no % 3)
+    metrics.log_records_dropped("no_spans", 1)
     for _ in range(traces * 2):
         metrics.trace_released("complete", "root_ended", 4)
     metrics.trace_reopened(1)

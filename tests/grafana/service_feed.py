@@ -96,10 +96,31 @@ def _runs() -> list[dict[str, Any]]:
     return out
 
 
+def _logs(traces: dict[str, Any]) -> dict[str, Any]:
+    """The first run's LLM answer as a GenAI event log record (content sent as logs, as the
+    openai-v2 instrumentation does by default), and a plain log line that is ignored."""
+    span = traces["resourceSpans"][0]["scopeSpans"][0]["spans"][1]
+    choice = {"key": "gen_ai.choice", "value": {"kvlistValue": {"values": [
+        {"key": "index", "value": {"intValue": "0"}},
+        {"key": "finish_reason", "value": {"stringValue": "tool_calls"}}]}}}
+    records = [{"timeUnixNano": span["endTimeUnixNano"], "eventName": "gen_ai.choice",
+                "traceId": span["traceId"], "spanId": span["spanId"],
+                "body": choice["value"]},
+               {"timeUnixNano": span["endTimeUnixNano"], "body": {"stringValue": "hello"}}]
+    return {"resourceLogs": [{"resource": {"attributes": [_attr("service.name", SERVICE)]},
+                              "scopeLogs": [{"scope": {"name": "e2e"},
+                                             "logRecords": records}]}]}
+
+
+def _post(url: str, body: dict[str, Any]) -> None:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert resp.status == 200
+
+
 def send_round(http_port: int) -> None:
-    for body in _runs():
-        req = urllib.request.Request(f"http://127.0.0.1:{http_port}/v1/traces",
-                                     data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            assert resp.status == 200
+    runs = _runs()
+    _post(f"http://127.0.0.1:{http_port}/v1/logs", _logs(runs[0]))
+    for body in runs:
+        _post(f"http://127.0.0.1:{http_port}/v1/traces", body)

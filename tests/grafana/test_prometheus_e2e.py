@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -101,6 +102,16 @@ def prometheus_scraping(tmp_path: Path, target_port: int) -> Iterator[Prometheus
             _stop(proc)
 
 
+def _listening(log: Path, ports: dict[str, int]) -> bool:
+    """Whether serve has logged its OTLP/HTTP and admin ports (stored into ``ports``)."""
+    for line in log.read_text(errors="replace").splitlines():
+        m = re.search(r"(OTLP/HTTP|admin) (?:receiver|endpoint) listening on \S+ \(port (\d+)\)",
+                      line)
+        if m:
+            ports[m.group(1)] = int(m.group(2))
+    return {"OTLP/HTTP", "admin"} <= set(ports)
+
+
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     proc.terminate()
     try:
@@ -167,14 +178,15 @@ def test_every_panel_and_alert_query_returns_data(
 
 
 # Series the real service only shows under conditions this feed does not create (throttling,
-# sink failures, judge failures, lucky passes, re-opened traces, priced models, failed spool
-# writes): their panel queries must parse; the harness test above checks they return data.
+# sink failures, judge failures, lucky passes, re-opened traces, failed spool writes, log
+# records rejected or left without spans): their panel queries must parse; the harness test
+# above checks they return data.
 # judge_ / kafka_: serve runs here without a judge model and without Kafka (their own tests
 # run them: tests/judge/test_judge_serve.py, tests/kafka/).
 _NOT_FED = ("receiver_requests_throttled", "receiver_requests_refused",
             "metrics_series_overflow", "sink_dropped", "evaluation_failures",
-            "traces_lucky_passes", "traces_superseded", "trace_cost_usd", "spool_failures",
-            "judge_", "kafka_")
+            "traces_lucky_passes", "traces_superseded", "spool_failures", "judge_", "kafka_",
+            "receiver_log_records_rejected", "assembly_log_records_dropped")
 
 
 def _fed(expr: str) -> bool:
@@ -182,18 +194,22 @@ def _fed(expr: str) -> bool:
 
 
 def test_real_service_panels_alerts_and_exemplars(tmp_path: Path) -> None:
-    grpc_port, http_port, admin_port = _free_port(), _free_port(), _free_port()
     # issues every second, so the recurring-issue panels get data while the feed runs
     (tmp_path / "otel-eval.yaml").write_text(
         "assembly:\n  grace_s: 0.2\nissues:\n  interval_s: 1\n")
     serve_log = (tmp_path / "serve.log").open("w")
     service = subprocess.Popen(
         [sys.executable, "-m", "otel_eval.cli", "serve", "--config",
-         str(tmp_path / "otel-eval.yaml"), "--grpc-endpoint", f"127.0.0.1:{grpc_port}",
-         "--http-endpoint", f"127.0.0.1:{http_port}", "--admin-endpoint",
-         f"127.0.0.1:{admin_port}", "--store", str(tmp_path / "results.db"),
+         str(tmp_path / "otel-eval.yaml"), "--grpc-endpoint", "127.0.0.1:0",
+         "--http-endpoint", "127.0.0.1:0", "--admin-endpoint", "127.0.0.1:0",
+         "--store", str(tmp_path / "results.db"),
          "--budget", "tool_calls=2"], stdout=serve_log, stderr=subprocess.STDOUT)
     try:
+        # serve binds port 0 and logs the ports it got (a port picked free beforehand could be
+        # taken by another process while serve still imports)
+        ports: dict[str, int] = {}
+        _poll("otel-eval serve to listen", lambda: _listening(tmp_path / "serve.log", ports))
+        http_port, admin_port = ports["OTLP/HTTP"], ports["admin"]
         with prometheus_scraping(tmp_path, admin_port) as prom:
             queries = panel_queries() + [(r["alert"], r["expr"]) for r in alert_rules()]
             pending = {name: expr for name, expr in queries if _fed(expr)}

@@ -61,7 +61,7 @@ class MiniEngine:
                 if barrier:
                     self._waiters.setdefault(tid, []).append(barrier)
                 trace = self._open[tid]
-                roots = [s for s in trace if s.is_root]
+                roots = [s for s in trace if s.is_entry]
                 if roots and len(trace) >= int(roots[0].attributes.get(SPAN_COUNT_ATTR, 1)):
                     self._work.put((tid, self._open.pop(tid)))
         if on_stored and not spans:

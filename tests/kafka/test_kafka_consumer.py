@@ -92,7 +92,7 @@ def test_throttled_engine_pauses_then_retries_in_order(topic: Topic) -> None:
         finally:
             await stage.shutdown(5.0)
         for tid in {s.trace_id for s in engine.spans}:  # children before root, as produced
-            names = [s.is_root for s in engine.spans if s.trace_id == tid]
+            names = [s.is_entry for s in engine.spans if s.trace_id == tid]
             assert names == [False, True]
 
     asyncio.run(scenario())

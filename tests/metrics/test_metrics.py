@@ -33,7 +33,7 @@ def test_evaluation_stored_derives_every_family() -> None:
     findings = [
         model.Finding("loop", "repeated_tool_call", "error", "3x search", span_ids=["02" * 8]),
         model.Finding("loop", "cycle", "warning", "a-b-a-b"),
-        model.Finding("non_termination", "max_steps", "error", "hit the step cap"),
+        model.Finding("non_termination", "halted", "error", "hit the step cap"),
         model.Finding("budget", "tokens", "warning", "over", attributes={"budget": "tokens"}),
         model.Finding("tool_call", "runtime", "error", "boom", span_ids=[f"{2:016x}"]),
         model.Finding("tool_call", "selection", "warning", "?", attributes={"tool": "nope"}),
@@ -60,6 +60,18 @@ def test_evaluation_stored_derives_every_family() -> None:
     assert _value(r, "otel_eval_trace_duration_seconds_sum", **sa) == 3.0
     assert _value(r, "otel_eval_evaluation_completion_to_verdict_seconds_count") == 1
 
+
+
+def test_only_runs_that_did_not_end_count_as_non_terminated() -> None:
+    m = Metrics()
+    for kind in ("no_output", "root_error"):  # the run ended: silent or failed
+        m.evaluation_stored(_evaluation(findings=[
+            model.Finding("non_termination", kind, "warning", "x")]), 0.1, superseded=False)
+    sa = {"service": "svc", "agent": "planner"}
+    assert _value(m.registry, "otel_eval_traces_non_terminated_total", **sa) == 0
+    m.evaluation_stored(_evaluation(findings=[
+        model.Finding("non_termination", "incomplete", "error", "x")]), 0.1, superseded=False)
+    assert _value(m.registry, "otel_eval_traces_non_terminated_total", **sa) == 1
 
 def test_superseded_evaluation_is_not_double_counted() -> None:
     m = Metrics()

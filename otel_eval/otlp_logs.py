@@ -1,0 +1,102 @@
+"""Stage: decode (logs). OTLP log requests (protobuf or OTLP/JSON) -> ``model.LogEvent``.
+
+Only GenAI content events tied to a span are kept (``conventions.events.is_genai_event``):
+instrumentations send prompts and completions as log records when content is not put on
+spans. Every other record is *ignored* and counted with a reason; a record that claims to be
+a GenAI event but has invalid ids is *rejected* with a reason. The event name is the record's
+``event_name`` field, else its ``event.name`` attribute (SDKs before the field existed).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
+from otel_eval.conventions.events import is_genai_event
+from otel_eval.model import LogEvent
+from otel_eval.otlp import MalformedRequest, anyvalue_to_python, attributes_to_dict
+
+__all__ = ["IGNORE_REASONS", "REJECT_REASONS", "LogsDecodeResult", "decode_logs",
+           "logs_request_from_json", "parse_logs_request"]
+
+# Closed sets of reasons: ignored (not for us, not an error) and rejected (an error).
+IGNORE_REASONS = ("not_genai_event", "no_span_context", "kafka_publish_mode")
+REJECT_REASONS = ("invalid_trace_id", "invalid_span_id")
+_OWN_EVENTS = ("gen_ai.evaluation.result", "otel_eval.verdict")  # our own output, looped back
+
+
+@dataclass
+class LogsDecodeResult:
+    records: list[LogEvent] = field(default_factory=list)
+    ignored: Counter[str] = field(default_factory=Counter)
+    rejected: Counter[str] = field(default_factory=Counter)
+
+
+def parse_logs_request(body: bytes) -> ExportLogsServiceRequest:
+    try:
+        return ExportLogsServiceRequest.FromString(body)
+    except DecodeError as e:
+        raise MalformedRequest(f"not a valid ExportLogsServiceRequest: {e}") from None
+
+
+def _hex_to_b64(obj: Any) -> Any:
+    from otel_eval.otlp import _hex_ids_to_base64
+
+    return _hex_ids_to_base64(obj)
+
+
+def logs_request_from_json(body: bytes) -> ExportLogsServiceRequest:
+    """OTLP/JSON (hex ids) -> request. Raises ValueError with a clear message."""
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise ValueError(f"body is not valid JSON: {e}") from e
+    if not isinstance(data, dict):
+        raise ValueError("OTLP/JSON body must be an object with resourceLogs")
+    req = ExportLogsServiceRequest()
+    try:
+        json_format.ParseDict(_hex_to_b64(data), req, ignore_unknown_fields=True)
+    except (json_format.ParseError, RecursionError) as e:
+        raise ValueError(f"not an OTLP ExportLogsServiceRequest: {e}") from e
+    return req
+
+
+def _event_name(record: Any) -> str:
+    if record.event_name:
+        return str(record.event_name)
+    for kv in record.attributes:
+        if kv.key == "event.name":
+            return str(kv.value.string_value)
+    return ""
+
+
+def decode_logs(req: ExportLogsServiceRequest) -> LogsDecodeResult:
+    """Keep the GenAI events of spans; count everything else (never raises on content)."""
+    out = LogsDecodeResult()
+    for rl in req.resource_logs:
+        for sl in rl.scope_logs:
+            for record in sl.log_records:
+                name = _event_name(record)
+                if not is_genai_event(name) or name in _OWN_EVENTS:
+                    out.ignored["not_genai_event"] += 1
+                    continue
+                tid, sid = record.trace_id, record.span_id
+                if not tid and not sid:
+                    out.ignored["no_span_context"] += 1
+                elif len(tid) != 16 or tid == bytes(16):
+                    out.rejected["invalid_trace_id"] += 1
+                elif len(sid) != 8 or sid == bytes(8):
+                    out.rejected["invalid_span_id"] += 1
+                else:
+                    body = anyvalue_to_python(record.body) if record.HasField("body") else None
+                    out.records.append(LogEvent(
+                        tid.hex(), sid.hex(), name, record.time_unix_nano
+                        or record.observed_time_unix_nano,
+                        attributes_to_dict(record.attributes), body))
+    return out
