@@ -10,8 +10,10 @@ them. Promises, whatever the schema and the arguments:
   a pattern RE2 cannot run (lookaround, backreferences, too large) is skipped and reported;
 - ``format`` is an annotation only: no format checker runs (no DNS, no URI fetch, no regex
   compiled from a value); ``uniqueItems`` is one hashing pass, not pairwise comparisons;
-- **bounded work**: each validation applies at most ``MAX_STEPS`` keywords and collects at
-  most ``MAX_ERRORS`` errors; a trajectory at most ``TRACE_STEPS`` (``Budget``);
+- **bounded work**: each validation applies at most ``MAX_STEPS`` keywords, builds at most
+  ``MAX_BUILT_ERRORS`` errors (each quotes the value) and reports ``MAX_ERRORS``; a
+  trajectory at most ``TRACE_STEPS`` / ``TRACE_ERRORS`` (``Budget``); arguments over
+  ``MAX_ARGUMENT_BYTES`` of JSON are not checked (said so);
 - **total**: an unresolvable or endlessly recursive ``$ref``, an invalid schema, the step
   limit, an unsupported ``unevaluatedProperties`` + ``patternProperties`` mix: a ``Check``
   whose ``trouble`` says why the arguments were not (fully) checked, never an exception;
@@ -41,6 +43,12 @@ __all__ = ["CACHE_BYTES", "MAX_STEPS", "TRACE_STEPS", "Budget", "Check", "check_
 MAX_STEPS = 2_000  # keyword applications per validation (a real tool schema needs < 100)
 TRACE_STEPS = 50_000  # keyword applications per trajectory, all calls together
 MAX_ERRORS = 100  # errors collected per validation (the best one is reported first)
+# Errors jsonschema may build per validation and per trajectory, nested ones (anyOf branches)
+# included: each message quotes the value (repr), so their number times the arguments' size
+# is the work, bounded by these and ``MAX_ARGUMENT_BYTES``.
+MAX_BUILT_ERRORS = 200
+TRACE_ERRORS = 2_000
+MAX_ARGUMENT_BYTES = 256 << 10  # larger arguments (as JSON) are not checked against schemas
 CACHE_BYTES = 8 << 20  # bytes of schema JSON held by the validator cache
 _MAX_PATTERNS = 1024  # compiled RE2 patterns kept
 _RE2_OPTIONS = re2.Options()
@@ -52,6 +60,7 @@ class Budget:
     """Keyword applications left for one trajectory's validations."""
 
     steps: int = TRACE_STEPS
+    errors: int = TRACE_ERRORS
 
 
 @dataclass
@@ -60,7 +69,8 @@ class Check:
 
     problems: list[dict[str, str]] = field(default_factory=list)  # violations, best first
     # why the arguments were not (fully) checked: unresolvable_ref | recursive_ref |
-    # invalid_schema | step_limit | unsupported_pattern | unsupported_keyword
+    # invalid_schema | step_limit | unsupported_pattern | unsupported_keyword |
+    # arguments_too_large
     trouble: str | None = None
     detail: str = ""  # what exactly (the $ref, the pattern, the exception type)
 
@@ -72,6 +82,7 @@ class _StepLimit(Exception):
 @dataclass
 class _Run:
     steps_left: int
+    errors_left: int = MAX_BUILT_ERRORS
     skipped: list[str] = field(default_factory=list)  # patterns RE2 could not run
 
 
@@ -179,7 +190,12 @@ def _counted(keyword: Callable[..., Any]) -> Callable[..., Iterator[Any]]:
             run.steps_left -= 1
             if run.steps_left < 0:
                 raise _StepLimit
-        yield from keyword(validator, value, instance, schema) or ()
+        for error in keyword(validator, value, instance, schema) or ():
+            if run is not None:
+                run.errors_left -= 1
+                if run.errors_left < 0:
+                    raise _StepLimit
+            yield error
     return apply
 
 
@@ -298,22 +314,29 @@ def check_arguments(arguments: Any, schema: Mapping[str, Any], budget: Budget | 
     got = compiled_schema if compiled_schema is not None else compiled(schema)
     if got.validator is None:
         return Check(trouble=got.trouble, detail=got.detail)
+    size = len(json.dumps(arguments, default=str))
+    if size > MAX_ARGUMENT_BYTES:
+        return Check(trouble="arguments_too_large",
+                     detail=f"{size} bytes of arguments (checked up to {MAX_ARGUMENT_BYTES})")
     budget = budget if budget is not None else Budget()
-    run = _Run(steps_left=min(MAX_STEPS, budget.steps))
+    steps, errors = min(MAX_STEPS, budget.steps), min(MAX_BUILT_ERRORS, budget.errors)
+    run = _Run(steps_left=steps, errors_left=errors)
     token = _RUN.set(run)
     try:
         return _checked(got.validator, arguments, run)
     finally:
         _RUN.reset(token)
-        budget.steps -= min(MAX_STEPS, budget.steps) - max(run.steps_left, 0)
+        budget.steps -= steps - max(run.steps_left, 0)
+        budget.errors -= errors - max(run.errors_left, 0)
 
 
 def _checked(validator: Any, arguments: Any, run: _Run) -> Check:
     try:
         problems = _problems(validator, arguments)
     except _StepLimit:
-        return Check(trouble="step_limit", detail=f"schema step limit reached ({MAX_STEPS} "
-                     f"per call, {TRACE_STEPS} per trace)")
+        return Check(trouble="step_limit", detail=f"schema work limit reached ({MAX_STEPS} "
+                     f"steps / {MAX_BUILT_ERRORS} errors per call, {TRACE_STEPS} / "
+                     f"{TRACE_ERRORS} per trace)")
     except referencing.exceptions.Unresolvable as e:
         ref = getattr(e, "ref", None) or str(e)
         return Check(trouble="unresolvable_ref",

@@ -140,7 +140,32 @@ def test_exponential_schema_stops_at_the_step_limit() -> None:
     budget = Budget()
     check = check_arguments({"a": 5}, {"$defs": defs, **obj(a={"$ref": "#/$defs/d0"})}, budget)
     assert check.trouble == "step_limit"
-    assert budget.steps == schema.TRACE_STEPS - schema.MAX_STEPS
+    used_steps, used_errors = schema.TRACE_STEPS - budget.steps, schema.TRACE_ERRORS - budget.errors
+    assert used_steps == schema.MAX_STEPS or used_errors == schema.MAX_BUILT_ERRORS
+
+
+def test_errors_quoting_a_large_value_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each jsonschema error message quotes the value: 1,000 failing ``anyOf`` branches on a
+    100 kB string would build 100 MB of text; at most ``MAX_BUILT_ERRORS`` are built."""
+    built = 0
+    real = schema.ValidationError.__init__
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> None:
+        nonlocal built
+        built += 1
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(schema.ValidationError, "__init__", counting)
+    s = obj(a={"anyOf": [{"type": "integer"}] * 1000})
+    check = check_arguments({"a": "x" * 100_000}, s)
+    assert check.trouble == "step_limit"
+    assert built <= schema.MAX_BUILT_ERRORS + 1
+
+
+def test_arguments_too_large_are_not_checked_and_said() -> None:
+    s = obj(a={"type": "integer"})
+    check = check_arguments({"a": "x" * (schema.MAX_ARGUMENT_BYTES + 1)}, s)
+    assert (check.trouble, check.problems) == ("arguments_too_large", [])
 
 
 def test_the_trajectory_budget_is_shared_by_its_calls() -> None:
