@@ -113,7 +113,7 @@ def _handler(capture: Capture) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             path = self.path.split("?", 1)[0]
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = self._body()
             if path not in _SIGNALS:
                 capture.add(None, f"POST {path}")
                 self._send(404, b"", "text/plain")
@@ -132,6 +132,18 @@ def _handler(capture: Capture) -> type[BaseHTTPRequestHandler]:
                 self._send(200, b"{}", ctype)
             else:
                 self._send(200, response.SerializeToString(), ctype)
+
+        def _body(self) -> bytes:
+            # The OTel JS exporter streams its body (chunked, no Content-Length).
+            if "chunked" not in (self.headers.get("Transfer-Encoding") or "").lower():
+                return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            out = b""
+            while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
+                out += self.rfile.read(size)
+                self.rfile.readline()  # the CRLF after each chunk
+            while self.rfile.readline() not in (b"\r\n", b"\n", b""):  # trailers
+                pass
+            return out
 
         def _send(self, code: int, data: bytes, ctype: str) -> None:
             self.send_response(code)

@@ -1,11 +1,14 @@
 """A scripted OpenAI-compatible chat completions server on loopback, for recording the corpus.
 
 ``POST /v1/chat/completions`` (also ``/chat/completions``), non-streaming and streaming (SSE
-chunks with tool-call deltas, the ``stream_options.include_usage`` usage chunk, ``[DONE]``).
+chunks with tool-call deltas, the ``stream_options.include_usage`` usage chunk, ``[DONE]``);
+``POST /v1/responses`` (the Responses API: ``input`` a string or items, output a
+``function_call`` item with a ``call_id`` or a ``message``; streamed as the typed SSE events
+``response.created`` ... ``response.completed``, whose response carries the usage).
 What it answers is ``scenarios.reply(NAME, k)``:
 
-- NAME is the ``[scenario:NAME]`` marker found in any message of the conversation (string
-  content or text parts);
+- NAME is the ``[scenario:NAME]`` marker found in any message or input item of the
+  conversation (string content or text parts);
 - k is the number of tool results already in the conversation: ``role: "tool"`` (or legacy
   ``"function"``) messages, plus ``tool_result`` / ``function_call_output`` content parts or
   items, for clients that shape them so.
@@ -31,6 +34,9 @@ from typing import Any
 import scenarios
 
 MODEL = "gpt-4o-mini"
+# The API each route speaks.
+_ROUTES = {"/v1/chat/completions": "chat", "/chat/completions": "chat",
+           "/v1/responses": "responses", "/responses": "responses"}
 _ALNUM = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
@@ -92,6 +98,10 @@ def plan(body: dict[str, Any]) -> dict[str, Any]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("'messages' must be a non-empty list")
+    return _plan(messages)
+
+
+def _plan(messages: list[Any]) -> dict[str, Any]:
     name, k = scenario_of(messages)
     r = scenarios.reply(name, k)
     seed = f"{name}/{k}/{len(messages)}"
@@ -154,6 +164,73 @@ def chunks(p: dict[str, Any], created: int, include_usage: bool) -> list[dict[st
     return out
 
 
+def _response_usage(usage: dict[str, int]) -> dict[str, Any]:
+    return {"input_tokens": usage["prompt_tokens"], "output_tokens": usage["completion_tokens"],
+            "total_tokens": usage["total_tokens"], "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0}}
+
+
+def response(body: dict[str, Any], created: int) -> dict[str, Any]:
+    """The scripted Responses API answer to a ``/v1/responses`` request body."""
+    items = body.get("input")
+    if isinstance(items, str):
+        items = [{"role": "user", "content": items}]
+    if not isinstance(items, list) or not items:
+        raise BadRequest("'input' must be a string or a non-empty list")
+    p = _plan(items)
+    suffix = p["id"].removeprefix("chatcmpl-")
+    msg = p["message"]
+    if msg.get("tool_calls"):
+        call = msg["tool_calls"][0]
+        item = {"type": "function_call", "id": "fc_" + suffix, "call_id": call["id"],
+                "name": call["function"]["name"], "arguments": call["function"]["arguments"],
+                "status": "completed"}
+    else:
+        item = {"type": "message", "id": "msg_" + suffix, "status": "completed",
+                "role": "assistant", "content": [{"type": "output_text", "text": msg["content"],
+                                                  "annotations": [], "logprobs": []}]}
+    return {"id": "resp_" + suffix, "object": "response", "created_at": created,
+            "status": "completed", "model": MODEL, "output": [item],
+            "usage": _response_usage(p["usage"]), "error": None, "incomplete_details": None,
+            "instructions": body.get("instructions"), "metadata": {}, "tools": body.get("tools")
+            or [], "tool_choice": body.get("tool_choice") or "auto", "parallel_tool_calls":
+            True, "temperature": 1.0, "top_p": 1.0, "text": {"format": {"type": "text"}},
+            "truncation": "disabled", "previous_response_id": None, "reasoning": None,
+            "service_tier": "default", "store": bool(body.get("store", True))}
+
+
+def response_events(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """The typed SSE events of a streamed Responses API answer, in order."""
+    item = r["output"][0]
+    started = {**r, "status": "in_progress", "output": [], "usage": None}
+    out: list[dict[str, Any]] = [{"type": "response.created", "response": started},
+                                 {"type": "response.in_progress", "response": started}]
+    at = {"item_id": item["id"], "output_index": 0}
+    if item["type"] == "function_call":
+        out.append({"type": "response.output_item.added", "output_index": 0,
+                    "item": {**item, "arguments": "", "status": "in_progress"}})
+        args = item["arguments"]
+        out += [{"type": "response.function_call_arguments.delta", **at, "delta": args[i:i + 8]}
+                for i in range(0, len(args), 8)]
+        out.append({"type": "response.function_call_arguments.done", **at, "arguments": args,
+                    "name": item["name"]})
+    else:
+        part = item["content"][0]
+        out += [{"type": "response.output_item.added", "output_index": 0,
+                 "item": {**item, "content": [], "status": "in_progress"}},
+                {"type": "response.content_part.added", **at, "content_index": 0,
+                 "part": {**part, "text": ""}}]
+        words = part["text"].split(" ")
+        out += [{"type": "response.output_text.delta", **at, "content_index": 0, "logprobs": [],
+                 "delta": w if i == 0 else " " + w} for i, w in enumerate(words)]
+        out += [{"type": "response.output_text.done", **at, "content_index": 0, "logprobs": [],
+                 "text": part["text"]},
+                {"type": "response.content_part.done", **at, "content_index": 0, "part": part}]
+    out += [{"type": "response.output_item.done", "output_index": 0, "item": item},
+            {"type": "response.completed", "response": r}]
+    return [{**e, "sequence_number": i} for i, e in enumerate(out)]
+
+
 class ScriptedLLM:
     """The server: ``start()`` binds 127.0.0.1:0; ``base_url`` ends in ``/v1``."""
 
@@ -181,12 +258,18 @@ class ScriptedLLM:
         with self._lock:
             self.errors.append(reason)
 
-    def answer(self, body: Any) -> tuple[bool, Any]:
-        """(stream?, completion or chunk list) for a request body; BadRequest when unscripted."""
+    def answer(self, body: Any, api: str = "chat") -> tuple[bool, Any]:
+        """(stream?, completion or chunk list) for a request body; BadRequest when unscripted.
+        ``api``: "chat" (chat completions) or "responses" (the Responses API)."""
         if not isinstance(body, dict):
             raise BadRequest("the body must be a JSON object")
-        p = plan(body)
         created = int(self.clock())
+        if api == "responses":
+            r = response(body, created)
+            with self._lock:
+                self.requests += 1
+            return (True, response_events(r)) if body.get("stream") else (False, r)
+        p = plan(body)
         with self._lock:
             self.requests += 1
         if body.get("stream"):
@@ -201,20 +284,21 @@ def _handler(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
             pass
 
         def do_POST(self) -> None:
-            if self.path.split("?", 1)[0] not in ("/v1/chat/completions", "/chat/completions"):
+            api = _ROUTES.get(self.path.split("?", 1)[0])
+            if api is None:
                 self._json(404, {"error": {"message": f"no route {self.path}",
                                            "type": "invalid_request_error"}})
                 return
             try:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                stream, answer = llm.answer(json.loads(raw or b"null"))
+                stream, answer = llm.answer(json.loads(raw or b"null"), api)
             except (BadRequest, ValueError, KeyError, IndexError) as e:
                 llm.refused(str(e))
                 self._json(400, {"error": {"message": str(e), "type": "invalid_request_error",
                                            "code": "unscripted_request"}})
                 return
             if stream:
-                self._sse(answer)
+                self._sse(answer, api == "chat")
             else:
                 self._json(200, answer)
 
@@ -226,14 +310,17 @@ def _handler(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        def _sse(self, items: list[Any]) -> None:
+        def _sse(self, items: list[Any], done: bool) -> None:
+            """Chat chunks end with ``[DONE]``; Responses events are named (``event:``)."""
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
             self.end_headers()
             for item in items:
-                self.wfile.write(b"data: " + json.dumps(item).encode() + b"\n\n")
-            self.wfile.write(b"data: [DONE]\n\n")
+                event = b"" if done else b"event: " + item["type"].encode() + b"\n"
+                self.wfile.write(event + b"data: " + json.dumps(item).encode() + b"\n\n")
+            if done:
+                self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
             self.close_connection = True
 

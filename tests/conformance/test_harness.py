@@ -79,6 +79,54 @@ def test_streaming_gives_tool_call_deltas_and_a_usage_chunk(llm: ScriptedLLM) ->
     assert all(c.id.startswith("chatcmpl-") and c.model == "gpt-4o-mini" for c in chunks)
 
 
+RESPONSES_TOOL = {"type": "function", "name": "get_weather",
+                  "parameters": scenarios.TOOL_PARAMETERS}
+
+
+@pytest.mark.parametrize(("scenario", "cities"), [
+    ("clean", ["Paris"]), ("distinct", list(scenarios.CITIES)),
+    ("tool_error", ["Atlantis", "Paris"])])
+def test_responses_api_scripts_function_calls_with_call_ids(
+        llm: ScriptedLLM, scenario: str, cities: list[str]) -> None:
+    """The Responses API as the official client drives it: function_call items in, each
+    answered by a function_call_output item with the same call_id, until a message."""
+    client = _client(llm)
+    items: list[Any] = [{"role": "user", "content": f"weather? [scenario:{scenario}]"}]
+    calls = []
+    for _ in range(10):
+        r = client.responses.create(model="gpt-4o-mini", input=items, tools=[RESPONSES_TOOL])
+        assert r.status == "completed" and r.usage is not None and r.usage.total_tokens > 0
+        out = r.output[0]
+        if out.type == "message":
+            assert r.output_text == scenarios.reply(scenario, len(cities)).text
+            break
+        assert out.type == "function_call" and out.call_id.startswith("call_")
+        calls.append(out)
+        items += [out.model_dump(exclude_none=True),
+                  {"type": "function_call_output", "call_id": out.call_id, "output": "sunny"}]
+    assert [json.loads(c.arguments)["city"] for c in calls] == cities
+    assert len({c.call_id for c in calls}) == len(calls)
+
+
+def test_responses_api_streams_typed_events_ending_in_the_completed_response(
+        llm: ScriptedLLM) -> None:
+    events = list(_client(llm).responses.create(
+        model="gpt-4o-mini", input="[scenario:streaming]", tools=[RESPONSES_TOOL], stream=True))
+    types = [e.type for e in events]
+    assert types[0] == "response.created" and types[-1] == "response.completed"
+    args = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
+    assert json.loads(args) == {"city": "Paris"}
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    done = events[-1].response
+    assert done.output[0].type == "function_call" and done.output[0].arguments == args
+    assert done.usage is not None and done.usage.input_tokens > 0
+    text = list(_client(llm).responses.create(model="gpt-4o-mini", stream=True, input=[
+        {"role": "user", "content": [{"type": "input_text", "text": "[scenario:streaming]"}]},
+        {"type": "function_call_output", "call_id": "call_x", "output": "sunny"}]))
+    assert "".join(e.delta for e in text if e.type == "response.output_text.delta") == \
+        scenarios.FINAL == text[-1].response.output_text
+
+
 @pytest.mark.parametrize("body", [
     {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "no marker"}]},
     {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "[scenario:nope]"}]},
@@ -128,3 +176,22 @@ def test_capture_stores_sdk_protobuf_gzip_and_json_with_hex_ids() -> None:
     assert span_json["traceId"] == f"{ctx.trace_id:032x}"
     assert span_json["spanId"] == f"{ctx.span_id:016x}"
     assert cap.requests[1]["body"] == body
+
+
+def test_capture_reads_a_chunked_body() -> None:
+    """The OTel JS exporter sends its body chunked, without a Content-Length."""
+    import http.client
+
+    body = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [
+        {"traceId": "ab" * 16, "spanId": "cd" * 8, "name": "s"}]}]}]}).encode()
+    cap = Capture().start()
+    try:
+        conn = http.client.HTTPConnection(cap.endpoint.removeprefix("http://"), timeout=10)
+        conn.request("POST", "/v1/traces", body=iter([body[:10], body[10:]]),
+                     headers={"Content-Type": "application/json"}, encode_chunked=True)
+        assert conn.getresponse().status == 200
+        conn.close()
+    finally:
+        cap.stop()
+    assert not cap.errors
+    assert cap.requests[0]["body"]["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["name"] == "s"
