@@ -1,0 +1,57 @@
+"""pydantic-ai: a framework that emits the GenAI semantic conventions itself: an ``Agent`` with
+the ``Instrumentation`` capability with ``InstrumentationSettings(version=6)`` (its newest
+data format; this release replaced ``Agent(instrument=...)`` by the capability) and an OpenAI chat
+model pointed at the scripted LLM, exported by the OTel SDK. The tool's error is raised as
+``ModelRetry``, pydantic-ai's way of telling the model a call failed.
+``python agent.py SCENARIO`` (in the stack's venv)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import common
+
+
+def main(scenario: str) -> None:
+    common.setup()
+    from pydantic_ai import Agent, ModelRetry
+    from pydantic_ai.capabilities.instrumentation import Instrumentation
+    from pydantic_ai.models.instrumented import InstrumentationSettings
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    tool = common.Tool(scenario)
+
+    def get_weather(city: str) -> str:
+        """Get the current weather for a city."""
+        try:
+            return tool(city)
+        except ValueError as e:
+            raise ModelRetry(str(e)) from e
+
+    model = OpenAIChatModel(common.MODEL, provider=OpenAIProvider(
+        base_url=os.environ["OPENAI_BASE_URL"], api_key=os.environ["OPENAI_API_KEY"]))
+    agent = Agent(model, name=common.AGENT_NAME, tools=[get_weather],
+                  instructions="You are a weather assistant. Use get_weather.",
+                  capabilities=[Instrumentation(settings=InstrumentationSettings(version=6))])
+
+    async def streamed() -> str:
+        async with agent.run_stream(common.prompt(scenario)) as result:
+            return "".join([t async for t in result.stream_text(delta=True)])
+
+    with common.attached(common.remote_parent(scenario)):
+        if scenario == "streaming":
+            answer = asyncio.run(streamed())
+        else:
+            answer = agent.run_sync(common.prompt(scenario)).output
+    if not answer:
+        raise RuntimeError("no final answer")
+    common.shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

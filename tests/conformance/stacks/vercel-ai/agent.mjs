@@ -1,0 +1,71 @@
+// vercel-ai: the Vercel AI SDK's own telemetry (`experimental_telemetry`) exported by the
+// OpenTelemetry JS SDK over OTLP/HTTP protobuf, as its docs show for Node.
+// `node agent.mjs SCENARIO` (copied beside the stack's node_modules by record.py).
+// The agent side of tests/conformance/stacks/common.py, in JavaScript: the prompt with its
+// [scenario:NAME] marker, get_weather (throws for Atlantis; in non_terminating flushes the
+// telemetry and exits on its 3rd call, so the run never ends), the remote traceparent.
+import { context, propagation, trace } from '@opentelemetry/api';
+import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
+import { W3CTraceContextPropagator } from '@opentelemetry/core';
+import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
+import { resourceFromAttributes } from '@opentelemetry/resources';
+import { BatchSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
+import { createOpenAI } from '@ai-sdk/openai';
+import { generateText, stepCountIs, streamText, tool } from 'ai';
+import { z } from 'zod';
+
+const AGENT_NAME = 'weather_agent';
+const TRACEPARENT = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+const scenario = process.argv[2];
+
+// The OTel JS SDK as a user sets it up: endpoint and service name from OTEL_* variables.
+const provider = new TracerProvider({
+  resource: resourceFromAttributes({ 'service.name': process.env.OTEL_SERVICE_NAME }),
+  spanProcessors: [new BatchSpanProcessor({ exporter: new OTLPTraceExporter() })],
+});
+trace.setGlobalTracerProvider(provider);
+context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+propagation.setGlobalPropagator(new W3CTraceContextPropagator());
+
+let calls = 0;
+const getWeather = tool({
+  description: 'Get the current weather for a city.',
+  inputSchema: z.object({ city: z.string() }),
+  execute: async ({ city }) => {
+    calls += 1;
+    if (scenario === 'non_terminating' && calls === 3) {
+      await provider.forceFlush(); // finished spans reach the collector; open ones never do
+      process.exit(0);
+    }
+    if (city === 'Atlantis') throw new Error('unknown city: Atlantis');
+    return `sunny, 22 C in ${city}`;
+  },
+});
+
+const openai = createOpenAI({ baseURL: process.env.OPENAI_BASE_URL,
+                              apiKey: process.env.OPENAI_API_KEY });
+const options = {
+  model: openai.chat('gpt-4o-mini'),
+  system: 'You are a weather assistant. Use get_weather.',
+  prompt: `What is the weather in Paris? [scenario:${scenario}]`,
+  tools: { get_weather: getWeather },
+  stopWhen: stepCountIs(12), // generous: the scripted scenarios need at most 7 steps
+  experimental_telemetry: { isEnabled: true, functionId: AGENT_NAME },
+};
+
+async function run() {
+  if (scenario === 'streaming') {
+    const result = streamText(options);
+    let text = '';
+    for await (const part of result.textStream) text += part;
+    return text;
+  }
+  return (await generateText(options)).text;
+}
+
+const parent = scenario === 'remote_parent'
+  ? propagation.extract(context.active(), { traceparent: TRACEPARENT })
+  : context.active();
+const text = await context.with(parent, run);
+if (!text) throw new Error('no final answer');
+await provider.shutdown();
