@@ -119,6 +119,8 @@ def _versions(stack: str) -> dict[str, str]:
 
 
 def instrumentations_table() -> str:
+    # Named beside the instrumentation: the client library and the OTel SDK (Python or JS).
+    context = ("openai", "opentelemetry-sdk", "@opentelemetry/sdk-trace")
     rows = ["| stack | package | version tested | agent name from | what is read | known gaps |",
             "|---|---|---|---|---|---|"]
     for name, st in stacks().items():
@@ -126,7 +128,7 @@ def instrumentations_table() -> str:
         pkgs = st.get("instrumentation") or list(st["packages"])[:1]
         tested = ", ".join(versions.get(p, "not recorded") for p in pkgs)
         if others := [f"{p} {v}" for p, v in versions.items()
-                      if p in ("openai", "opentelemetry-sdk") and p not in pkgs]:
+                      if p in context and p not in pkgs]:
             tested += f" (with {', '.join(others)})"
         rows.append(f"| `{name}` | {', '.join(f'`{p}`' for p in pkgs)} | {tested} | "
                     f"{_cell(st.get('agent_from'))} | {_cell(st.get('reads'))} | "
