@@ -7,6 +7,7 @@ The kill -9 of a real ``otel-eval serve`` is tests/load/test_kill9.py.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -17,8 +18,9 @@ from otel_eval.config import Config, replace
 from otel_eval.evaluator import Evaluator
 from otel_eval.metrics import Metrics
 from otel_eval.model import Span
-from otel_eval.otlp import encode_spans
+from otel_eval.otlp import encode_spans, request_to_json
 from otel_eval.pipeline import Engine
+from otel_eval.receiver.ingest import Ingest
 from otel_eval.spool import Spool
 from otel_eval.store import Store
 
@@ -217,3 +219,17 @@ def test_an_unreadable_spool_is_set_aside_and_a_new_one_begun(tmp_path: Path) ->
     assert aside.read_bytes().startswith(b"not a database")
     spool.append(b"x", ["a" * 32])
     spool.close()
+
+
+def test_otlp_json_requests_are_spooled_as_protobuf_and_replayed(tmp_path: Path) -> None:
+    a = Node(tmp_path)
+    spans = [span(T1, 1, None), span(T1, 2)]
+    body = json.dumps(request_to_json(encode_spans(spans))).encode()
+    res = Ingest(a.engine, a.metrics).handle_json(body, "http")
+    assert (res.outcome, res.accepted) == ("ok", 2)
+    a.crash()
+
+    b = Node(tmp_path)
+    assert b.replayed == (1, 2)
+    b.release()
+    assert b.stored_spans() == {T1: 2}
