@@ -8,8 +8,8 @@ Promises:
 - a request is acknowledged only after its row is committed: one SQLite transaction per
   request, not per span, in WAL mode. By default nothing is fsynced (``synchronous=OFF``): a
   committed row is in the kernel's page cache, which survives a crash of the process (kill -9,
-  an OOM kill), and neither the receivers nor the engine ever wait for a disk flush
-  (checkpoint fsyncs cost ~2/3 of the spool's time otherwise, bench/README.md). ``fsync``
+  an OOM kill), and neither the receivers nor the engine ever wait for a disk flush (with
+  the store's ``NORMAL``, checkpoint fsyncs made the spool cost ~35 %, bench/README.md). ``fsync``
   (``synchronous=FULL``) also survives power loss. A spool file found unreadable at start
   (power loss without ``fsync``) is moved aside, logged and counted, and a new one begun;
 - the request bytes are kept as received (never re-encoded), so a replay takes the normal
