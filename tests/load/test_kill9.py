@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import sqlite3
 import threading
 import time
 from collections import Counter
@@ -62,10 +63,23 @@ def _stream(target: str, acked: set[tuple[str, str]], stop: threading.Event) -> 
         client.shutdown()
 
 
+def _count(store: Path) -> int:
+    """Stored evaluations (read-only, while serve writes)."""
+    if not store.exists():
+        return 0
+    with sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=10) as db:
+        try:
+            return int(db.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0])
+        except sqlite3.OperationalError:  # not created yet
+            return 0
+
+
 def _round_under_load(srv: Served, kill_after: int, acked: set[tuple[str, str]]
                       ) -> tuple[int, int]:
-    """Stream until ``kill_after`` more spans are acknowledged, SIGKILL; returns how many
-    acknowledged spans the kill left unevaluated, and how many traces were stored."""
+    """Stream until ``kill_after`` more spans are acknowledged and this run has stored
+    evaluations (so the kill lands while evaluations are being written), SIGKILL; returns how
+    many acknowledged spans the kill left unevaluated, and how many traces were stored."""
+    before = _count(srv.store)
     stop = threading.Event()
     mine: list[set[tuple[str, str]]] = [set() for _ in range(3)]
     clients = [threading.Thread(target=_stream, args=(srv.grpc_target, a, stop))
@@ -73,8 +87,8 @@ def _round_under_load(srv: Served, kill_after: int, acked: set[tuple[str, str]]
     for c in clients:
         c.start()
     try:
-        poll(lambda: sum(len(a) for a in mine) >= kill_after, 120,
-             f"{kill_after} acknowledged spans")
+        poll(lambda: sum(len(a) for a in mine) >= kill_after and _count(srv.store) > before,
+             120, f"{kill_after} acknowledged spans and new evaluations stored")
         srv.proc.send_signal(signal.SIGKILL)
         assert srv.proc.wait(30) == -signal.SIGKILL
     finally:
@@ -122,6 +136,8 @@ def test_kill_9_at_random_moments_under_load_loses_no_acknowledged_span(
     seed = int.from_bytes(os.urandom(4))
     at_risk, acked, m, srv = _run(tmp_path, spool=True, kills=3, seed=seed)
     assert all(n > 0 for n in at_risk), f"seed {seed}: a kill found nothing at risk {at_risk}"
+    assert all(a < b for a, b in zip([0, *m["stored_at_kills"]], m["stored_at_kills"],
+                                      strict=False)), m["stored_at_kills"]
     bodies = stored(srv.store)
     lost = acked - stored_span_ids(bodies)
     assert not lost, (f"seed {seed}: {len(lost)} of {len(acked)} acknowledged spans lost, "
