@@ -59,6 +59,9 @@ _SCHEMA = (
 )
 
 
+_CHUNK = 64 * 1024  # bytes per blob write: one page
+
+
 @dataclass(slots=True)
 class _Request:
     nbytes: int
@@ -174,8 +177,16 @@ class Spool:
         """Write a request and the traces it feeds, in one transaction; returns its row id.
         Raises ``sqlite3.Error`` / ``OSError`` when it could not be written."""
         with self._lock, self._transaction() as cur:
-            rid = cur.execute("INSERT INTO spool_requests (body) VALUES (?)", (body,)).lastrowid
+            rid = cur.execute("INSERT INTO spool_requests (body) VALUES (zeroblob(?))",
+                              (len(body),)).lastrowid
             assert rid is not None
+            # Written a chunk at a time into the pages: binding the whole body would make
+            # SQLite copy it twice (bind, record), and the allocator keeps such multi-MB
+            # buffers resident after they are freed (tests/receiver/test_request_memory.py).
+            view = memoryview(body)
+            with self._db.blobopen("spool_requests", "body", rid) as blob:
+                for i in range(0, len(body), _CHUNK):
+                    blob.write(view[i:i + _CHUNK])
             cur.executemany("INSERT INTO spool_traces VALUES (?, ?)",
                             [(rid, tid) for tid in trace_ids])
         with self._lock:
