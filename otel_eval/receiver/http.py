@@ -40,7 +40,25 @@ class _Server(ThreadingHTTPServer):
     # listen() backlog: the socketserver default of 5 drops connection bursts (SYN queue)
     # from many exporters flushing at once; the kernel caps it at net.core.somaxconn.
     request_queue_size = 1024
+    # Connections served at once (a thread each); more are closed as they are accepted, so
+    # idle or slow clients cannot grow threads and memory without bound.
+    max_connections = 1024
+    # A connection idle this long (no byte of a request arriving) is closed, seconds.
+    idle_timeout_s = 120.0
     tls: TlsFiles | None = None
+    slots: threading.BoundedSemaphore
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            log.debug("%s: connection limit (%d) reached; closing a new connection",
+                      type(self).__name__, self.max_connections)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)  # starts the thread
+        except BaseException:
+            self.slots.release()
+            raise
 
     def get_request(self) -> tuple[Any, Any]:
         sock, addr = super().get_request()
@@ -51,17 +69,21 @@ class _Server(ThreadingHTTPServer):
         return sock, addr
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
-        if self.tls is not None:
-            try:
-                request.settimeout(_HANDSHAKE_TIMEOUT_S)
-                request.do_handshake()
-                request.settimeout(None)
-            except (OSError, ssl.SSLError) as e:  # wrong CA, no client cert, plain HTTP, ...
-                log.debug("%s: TLS handshake from %s failed: %s", self.tls.name,
-                          client_address[0], type(e).__name__)
-                self.shutdown_request(request)
-                return
-        super().process_request_thread(request, client_address)
+        try:
+            if self.tls is not None:
+                try:
+                    request.settimeout(_HANDSHAKE_TIMEOUT_S)
+                    request.do_handshake()
+                except (OSError, ssl.SSLError) as e:  # wrong CA, no client cert, plain...
+                    log.debug("%s: TLS handshake from %s failed: %s", self.tls.name,
+                              client_address[0], type(e).__name__)
+                    self.shutdown_request(request)
+                    return
+            # http.server answers a timeout by closing the connection
+            request.settimeout(self.idle_timeout_s)
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
 
 def serve_http(endpoint: str, handler: type[BaseHTTPRequestHandler], name: str,
@@ -70,6 +92,7 @@ def serve_http(endpoint: str, handler: type[BaseHTTPRequestHandler], name: str,
     host, port = parse_endpoint(endpoint)
     server = _Server((host, port), handler, bind_and_activate=False)
     server.tls = tls
+    server.slots = threading.BoundedSemaphore(server.max_connections)
     try:
         server.server_bind()
         server.server_activate()

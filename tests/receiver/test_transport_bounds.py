@@ -205,3 +205,23 @@ def _listen_backlog(port: int) -> int:
 def test_http_servers_listen_with_a_real_backlog(h: Harness) -> None:
     assert _listen_backlog(_port(h)) >= 128
     assert _listen_backlog(_admin_port(h)) >= 128
+
+
+def test_connections_are_capped_and_idle_ones_closed(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from otel_eval.receiver import http
+    monkeypatch.setattr(http._Server, "max_connections", 2)
+    monkeypatch.setattr(http._Server, "idle_timeout_s", 3.0)
+    with running_service(tmp_path) as harness:
+        port = _port(harness)
+        held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2)]
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as third:
+            third.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert third.recv(1) == b""  # over the cap: closed without an answer
+        for s in held:  # idle past idle_timeout_s: the server closes them (recv returns)
+            assert s.recv(1) == b""
+            s.close()
+        body = otlp.encode_spans(_spans("03" * 16)).SerializeToString()
+        status, _, _ = _exchange(port, _post_head("/v1/traces", PB,
+                                                  f"Content-Length: {len(body)}"), body)
+        assert status == 200  # slots freed
