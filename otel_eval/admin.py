@@ -204,6 +204,9 @@ class AdminServer:
         self.port = self._server.server_address[1]
         log.info("admin endpoint listening on %s (port %d)", self.endpoint, self.port)
 
+    def shutdown(self, deadline_s: float) -> None:
+        self.stop()
+
     def stop(self) -> None:
         if self._server is not None:
             self._server.shutdown()

@@ -40,6 +40,9 @@ class LoopThread:
         """Schedule ``fn(*args)`` on the loop; returns at once."""
         self.loop.call_soon_threadsafe(fn, *args)
 
+    def shutdown(self, deadline_s: float) -> None:
+        self.stop()
+
     def stop(self) -> None:
         """Stop the loop once the stages have shut down (their ``shutdown`` ran via ``run``)."""
         if not self._thread.is_alive():

@@ -8,19 +8,19 @@
 With ``kafka.publish`` the receivers' Ingest feeds a ``PublishingEngine`` (records to the
 topic) instead. The async stages (judge, Kafka) share one event loop thread (``aio``).
 
-Startup: store, spool, metrics, engine, sinks; the spool replays what a crash left unevaluated;
-then Kafka consumer and receivers, then admin says ready. Shutdown (SIGTERM / SIGINT; a second
-signal exits at once): stop accepting (receivers get the grace period for in-flight calls, the
-consumer stops fetching), release every open trace and evaluate it (the consumer commits what
-got stored), drain the judge and flush sinks with the time left, close the store. Nothing
+Lifecycle (``otel_eval.lifecycle``): every long-running part is a ``Component`` with
+``start()`` and ``shutdown(deadline_s)``; ``_lifecycle`` lists them in start order (store,
+spool, event loop, admin, sinks, Kafka, engine, spool replay, issues job, retention,
+receivers, readiness) and shutdown runs the list backwards with what is left of one deadline
+(SIGTERM / SIGINT; a second signal exits at once): receivers stop accepting, the engine
+releases every open trace and evaluates it, the Kafka consumer commits what got stored, the
+judge drains before the events it writes are flushed, the store closes last. Nothing
 acknowledged is lost; with the spool (default), not on kill -9 either (Kafka ingest: the topic
 and its committed offsets play that part).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import signal
 import threading
@@ -36,6 +36,7 @@ from otel_eval.admin import AdminApi, AdminServer
 from otel_eval.aio import LoopThread
 from otel_eval.config import Config, ConfigError, parse_endpoint
 from otel_eval.evaluator import Evaluator, normalize_outcome
+from otel_eval.lifecycle import Lifecycle, OnLoop, Step
 from otel_eval.metrics import Metrics
 from otel_eval.pipeline import Engine, Sink
 from otel_eval.receiver.grpc import GrpcReceiver
@@ -71,9 +72,7 @@ class Service:
                                    references_path=self.options.references_path)
         kc = config.kafka
         needs_loop = config.judge.active or kc.enabled
-        self.loop = LoopThread() if needs_loop else None
-        if self.loop is not None:
-            self.loop.start()
+        self.loop = LoopThread() if needs_loop else None  # started first, stopped last
         self.sinks: list[Any] = self._make_sinks()
         sc = config.store
         spool_file = sc.spool_file()
@@ -107,6 +106,7 @@ class Service:
             refused=self.metrics.request_refused), config.admin)
         self._ready = False
         self._stopped = threading.Event()
+        self._lifecycle_: Lifecycle | None = None
 
     def _make_sinks(self) -> list[Sink]:
         """Judge first: it drains before the events sink it writes to is flushed."""
@@ -126,7 +126,7 @@ class Service:
             sinks.append(Forwarder(ec, self.metrics))
         if kc.enabled and kc.results_topic and not kc.publish and self.loop is not None:
             from otel_eval.kafka.results import ResultsPublisher
-            sinks.append(_OnLoop(ResultsPublisher(kc, self.metrics.kafka), self.loop))
+            sinks.append(OnLoop(ResultsPublisher(kc, self.metrics.kafka), self.loop))
         return sinks
 
     def _make_issues(self) -> Any:
@@ -150,68 +150,71 @@ class Service:
 
     # --- lifecycle ---------------------------------------------------------------------------
 
+    def _lifecycle(self, worker: bool) -> Lifecycle:
+        """Every long-running part in start order; shutdown runs it backwards. Stopping in
+        reverse: receivers stop accepting; the issues job and retention stop; the engine
+        releases every open trace and stores it (the Kafka consumer, stopped after it, then
+        commits all it took; records it takes meanwhile are refused and replayed later); the
+        judge drains before the events it writes to are flushed; the admin endpoint answers
+        until the end; the store and spool close last."""
+        lc = Lifecycle()
+        lc.add("store", Step(shutdown=lambda _d: self.store.close()))
+        if self.spool is not None:
+            spool = self.spool
+            lc.add("spool", Step(shutdown=lambda _d: spool.close()))
+        if self.loop is not None:
+            lc.add("event loop", self.loop)
+        lc.add("admin", self.admin)
+        for sink in reversed(self.sinks):  # the judge (first sink) stops before the events
+            lc.add(type(getattr(sink, "part", sink)).__name__, sink)
+        if self.publisher is not None and self.loop is not None:
+            lc.add("kafka publisher", OnLoop(self.publisher, self.loop))
+        if self.consumer is not None and self.loop is not None:
+            lc.add("kafka consumer", OnLoop(self.consumer, self.loop))
+        lc.add("engine", self.engine, start=worker)
+        if self.spool is not None:  # before the receivers: replayed spans come first
+            engine, spool = self.engine, self.spool
+
+            def replay() -> None:
+                spool.replay(lambda spans: engine.submit(spans, "otlp", replayed=True).accepted)
+
+            lc.add("spool replay", Step(start=replay))
+        if self.issues is not None:
+            lc.add("issues job", self.issues, start=worker)
+        if worker:
+            lc.add("retention", Step(start=self._start_housekeeping,
+                                     shutdown=lambda _d: self._stopped.set()))
+        for name, receiver in (("otlp grpc", self.grpc), ("otlp http", self.http)):
+            if receiver is not None:
+                lc.add(name, receiver)
+        lc.add("readiness", Step(start=lambda: setattr(self, "_ready", True),
+                                 shutdown=lambda _d: setattr(self, "_ready", False)))
+        return lc
+
     def start(self, worker: bool = True) -> None:
         """``worker=False`` leaves ticking to the caller (tests drive ``engine.tick(now)``)."""
-        for sink in self.sinks:
-            if hasattr(sink, "start"):
-                sink.start()
-        if worker:
-            self.engine.start()
-        if self.spool is not None:  # before the receivers: replayed spans come first
-            engine = self.engine
-            self.spool.replay(lambda spans: engine.submit(spans, "otlp", replayed=True).accepted)
-        if self.loop is not None and self.publisher is not None:
-            self.loop.run(self.publisher.start(), timeout_s=60)
-        if self.loop is not None and self.consumer is not None:
-            self.loop.run(self.consumer.start(), timeout_s=60)
-        if self.grpc is not None:
-            self.grpc.start()
-        if self.http is not None:
-            self.http.start()
-        if self.issues is not None and worker:
-            self.issues.start()
-        if worker:
-            threading.Thread(target=self._housekeeping, name="otel-eval-retention",
-                             daemon=True).start()
-        self.admin.start()
-        self._ready = True
+        self._lifecycle_ = self._lifecycle(worker)
+        self._lifecycle_.start()
         log.info("otel-eval serving (store %s)", self.config.store.path)
 
     def shutdown(self, deadline_s: float = 30.0) -> None:
-        """Stop accepting, evaluate everything taken, flush sinks within the deadline."""
-        if self._stopped.is_set():
+        """Stop accepting, evaluate everything taken, flush sinks within the deadline: every
+        started part, last first, each with what is left of ``deadline_s``."""
+        lifecycle, self._lifecycle_ = self._lifecycle_, None
+        if self._stopped.is_set() and lifecycle is None:
             return
-        end = time.monotonic() + deadline_s
-        self._ready = False
-        if self.grpc is not None:
-            self.grpc.stop(grace_s=min(5.0, deadline_s / 3))
-        if self.http is not None:
-            self.http.stop()
-        consumer_done = None
-        if self.loop is not None and self.consumer is not None:
-            # stops fetching now; waits for what it took to be stored (the engine's shutdown
-            # below releases and stores it), then commits
-            consumer_done = asyncio.run_coroutine_threadsafe(
-                self.consumer.shutdown(max(0.0, end - time.monotonic())), self.loop.loop)
-        self.engine.shutdown(max(0.0, end - time.monotonic()))
-        if consumer_done is not None:
-            with contextlib.suppress(Exception):
-                consumer_done.result(max(0.0, end - time.monotonic()) + 5)
-        for sink in self.sinks:
-            if hasattr(sink, "shutdown"):
-                sink.shutdown(max(0.0, end - time.monotonic()))
-        if self.loop is not None:
-            if self.publisher is not None:
-                self.loop.run(self.publisher.stop(), timeout_s=10)
-            self.loop.stop()
-        if self.issues is not None:
-            self.issues.close(timeout_s=max(1.0, end - time.monotonic()))
-        self.admin.stop()
-        self.store.close()
-        if self.spool is not None:
-            self.spool.close()
+        if lifecycle is not None:
+            lifecycle.shutdown(deadline_s)
+        else:  # never started: close what the constructor opened
+            self.store.close()
+            if self.spool is not None:
+                self.spool.close()
         self._stopped.set()
         log.info("otel-eval stopped")
+
+    def _start_housekeeping(self) -> None:
+        threading.Thread(target=self._housekeeping, name="otel-eval-retention",
+                         daemon=True).start()
 
     def apply_retention(self, now_ns: int | None = None) -> int:
         """Delete evaluations older than ``store.retention_days`` (0 keeps all); how many."""
@@ -313,20 +316,3 @@ def check_exposure(config: Config) -> None:
            for _, endpoint, tls, authenticated, allowed in listeners):
         log.warning("a listener is reachable beyond this host without TLS or authentication "
                     "(allow_insecure_non_loopback); restrict it at the network level")
-
-
-class _OnLoop:
-    """A sink whose ``start``/``shutdown`` are coroutines, driven on the service loop."""
-
-    def __init__(self, sink: Any, loop: LoopThread) -> None:
-        self.sink = sink
-        self.loop = loop
-
-    def start(self) -> None:
-        self.loop.run(self.sink.start(), timeout_s=60)
-
-    def export(self, trace: Any, evaluation: Any) -> None:
-        self.sink.export(trace, evaluation)
-
-    def shutdown(self, deadline_s: float) -> None:
-        self.loop.run(self.sink.shutdown(deadline_s), timeout_s=deadline_s + 10)

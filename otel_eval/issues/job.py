@@ -227,6 +227,10 @@ class IssuesJob:
         thread.join(timeout_s)
         return not thread.is_alive()
 
+    def shutdown(self, deadline_s: float) -> None:
+        """The service lifecycle's stop: ``close`` within the deadline (at least 1 s)."""
+        self.close(timeout_s=max(1.0, deadline_s))
+
     def close(self, timeout_s: float | None = None) -> None:
         """Stop, unregister the gauges, close the catalogue (when opened from a path)."""
         stopped = self.stop(timeout_s)

@@ -107,6 +107,10 @@ class KafkaPublisher:
         await producer.start()
         self._producer = producer
 
+    async def shutdown(self, deadline_s: float) -> None:
+        """Flush what is buffered and close (the producer's own flush bounds the wait)."""
+        await self.stop()
+
     async def stop(self) -> None:
         if self._producer is not None:
             await self._producer.stop()

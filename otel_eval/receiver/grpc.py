@@ -131,6 +131,11 @@ class GrpcReceiver:
             ("google.rpc.retryinfo-bin", info.SerializeToString())))
         context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
 
+    def shutdown(self, deadline_s: float) -> None:
+        """Stop accepting; in-flight calls get up to a third of the deadline (at most 5 s):
+        the engine's drain needs the rest."""
+        self.stop(grace_s=min(5.0, deadline_s / 3))
+
     def stop(self, grace_s: float) -> None:
         """Stop accepting calls; in-flight calls get ``grace_s`` to finish."""
         if self._server is not None:

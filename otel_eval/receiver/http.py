@@ -205,6 +205,10 @@ class HttpReceiver:
         log.info("OTLP/HTTP receiver listening on %s (port %d)", self.config.http_endpoint,
                  self.port)
 
+    def shutdown(self, deadline_s: float) -> None:
+        """Stop accepting; the request in progress on each connection finishes."""
+        self.stop()
+
     def stop(self) -> None:
         if self._server is not None:
             self._server.shutdown()
