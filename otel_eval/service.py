@@ -10,7 +10,7 @@ topic) instead. The async stages (judge, Kafka) share one event loop thread (``a
 
 Lifecycle (``otel_eval.lifecycle``): every long-running part is a ``Component`` with
 ``start()`` and ``shutdown(deadline_s)``; ``_lifecycle`` lists them in start order (store,
-spool, event loop, admin, sinks, Kafka, engine, spool replay, issues job, retention,
+spool, event loop, admin, issues job, retention, sinks, Kafka, engine, spool replay,
 receivers, readiness) and shutdown runs the list backwards with what is left of one deadline
 (SIGTERM / SIGINT; a second signal exits at once): receivers stop accepting, the engine
 releases every open trace and evaluates it, the Kafka consumer commits what got stored, the
@@ -152,10 +152,10 @@ class Service:
 
     def _lifecycle(self, worker: bool) -> Lifecycle:
         """Every long-running part in start order; shutdown runs it backwards. Stopping in
-        reverse: receivers stop accepting; the issues job and retention stop; the engine
-        releases every open trace and stores it (the Kafka consumer, stopped after it, then
-        commits all it took; records it takes meanwhile are refused and replayed later); the
-        judge drains before the events it writes to are flushed; the admin endpoint answers
+        reverse: receivers stop accepting; the engine releases every open trace and stores it
+        (the Kafka consumer, stopped after it, then commits all it took; records it takes
+        meanwhile are refused and replayed later); the judge drains before the events it
+        writes to are flushed; retention and the issues job stop; the admin endpoint answers
         until the end; the store and spool close last."""
         lc = Lifecycle()
         lc.add("store", Step(shutdown=lambda _d: self.store.close()))
@@ -165,6 +165,13 @@ class Service:
         if self.loop is not None:
             lc.add("event loop", self.loop)
         lc.add("admin", self.admin)
+        # Stopped after the engine, the consumer and the sinks: an issues run in progress
+        # must not eat the time they need to evaluate, commit and drain what they hold.
+        if self.issues is not None:
+            lc.add("issues job", self.issues, start=worker)
+        if worker:
+            lc.add("retention", Step(start=self._start_housekeeping,
+                                     shutdown=lambda _d: self._stopped.set()))
         for sink in reversed(self.sinks):  # the judge (first sink) stops before the events
             lc.add(type(getattr(sink, "part", sink)).__name__, sink)
         if self.publisher is not None and self.loop is not None:
@@ -179,11 +186,6 @@ class Service:
                 spool.replay(lambda spans: engine.submit(spans, "otlp", replayed=True).accepted)
 
             lc.add("spool replay", Step(start=replay))
-        if self.issues is not None:
-            lc.add("issues job", self.issues, start=worker)
-        if worker:
-            lc.add("retention", Step(start=self._start_housekeeping,
-                                     shutdown=lambda _d: self._stopped.set()))
         for name, receiver in (("otlp grpc", self.grpc), ("otlp http", self.http)):
             if receiver is not None:
                 lc.add(name, receiver)
