@@ -11,7 +11,13 @@ What it answers is ``scenarios.reply(NAME, k)``:
   conversation (string content or text parts);
 - k is the number of tool results already in the conversation: ``role: "tool"`` (or legacy
   ``"function"``) messages, plus ``tool_result`` / ``function_call_output`` content parts or
-  items, for clients that shape them so.
+  items, for clients that shape them so; and, in user messages, lines starting
+  ``Observation:`` or ``Error:`` (optionally after a ``Call id: ...`` line): how smolagents
+  feeds tool results and tool errors back, joining consecutive user messages into one text.
+
+A client that ends a run by calling a tool instead of answering in text (smolagents'
+``final_answer``) gets its final text as that tool's call: ``final_answer{"answer": TEXT}``
+when the request offers a tool of that name.
 
 The model is always reported as ``gpt-4o-mini`` (a model litellm's price table knows), with
 ids shaped like real ones (``chatcmpl-...``, ``call_...``) derived from the conversation so a
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -60,11 +67,34 @@ def _texts(content: Any) -> list[str]:
     return []
 
 
+# smolagents sends each tool result (or tool error) as user text starting so.
+_OBSERVATION = re.compile(r"^(?:Call id: [^\n]*\n)?(?:Observation:|Error:)", re.M)
+FINAL_ANSWER_TOOL = "final_answer"
+
+
+def _observations(message: dict[str, Any]) -> int:
+    if message.get("role") != "user":
+        return 0
+    return sum(len(_OBSERVATION.findall(t)) for t in _texts(message.get("content")))
+
+
 def _is_tool_result(item: Any) -> bool:
     if not isinstance(item, dict):
         return False
     return item.get("role") in ("tool", "function") or \
         item.get("type") in ("tool_result", "function_call_output")
+
+
+def _offers(body: dict[str, Any], tool: str) -> bool:
+    tools = body.get("tools")
+    return isinstance(tools, list) and any(
+        isinstance(t, dict) and isinstance(t.get("function"), dict)
+        and t["function"].get("name") == tool for t in tools)
+
+
+def _call(seed: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"id": "call_" + _token_id(seed + "/call", 24), "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments)}}
 
 
 def scenario_of(messages: list[Any]) -> tuple[str, int]:
@@ -78,7 +108,7 @@ def scenario_of(messages: list[Any]) -> tuple[str, int]:
             if name is None and (found := scenarios.MARKER.search(text)):
                 name = found.group(1)
         parts = m.get("content") if isinstance(m.get("content"), list) else []
-        k += _is_tool_result(m) + sum(_is_tool_result(p) for p in parts)
+        k += _is_tool_result(m) + sum(_is_tool_result(p) for p in parts) + _observations(m)
     if name is None:
         raise BadRequest("no [scenario:NAME] marker in the conversation")
     if name not in scenarios.SCENARIOS:
@@ -98,19 +128,21 @@ def plan(body: dict[str, Any]) -> dict[str, Any]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("'messages' must be a non-empty list")
-    return _plan(messages)
+    return _plan(messages, final_answer_tool=_offers(body, FINAL_ANSWER_TOOL))
 
 
-def _plan(messages: list[Any]) -> dict[str, Any]:
+def _plan(messages: list[Any], final_answer_tool: bool = False) -> dict[str, Any]:
     name, k = scenario_of(messages)
     r = scenarios.reply(name, k)
     seed = f"{name}/{k}/{len(messages)}"
     out: dict[str, Any] = {"id": "chatcmpl-" + _token_id(seed, 29),
                            "fingerprint": "fp_" + _token_id("fp", 10)}
+    call = None
     if r.city is not None:
-        call = {"id": "call_" + _token_id(seed + "/call", 24), "type": "function",
-                "function": {"name": scenarios.TOOL_NAME,
-                             "arguments": json.dumps({"city": r.city})}}
+        call = _call(seed, scenarios.TOOL_NAME, {"city": r.city})
+    elif final_answer_tool:
+        call = _call(seed, FINAL_ANSWER_TOOL, {"answer": r.text})
+    if call is not None:
         out.update(message={"role": "assistant", "content": None, "tool_calls": [call],
                             "refusal": None},
                    finish_reason="tool_calls", answer=json.dumps(call))

@@ -147,8 +147,25 @@ def test_tool_results_are_counted_in_any_shape() -> None:
     msgs = [{"role": "user", "content": [{"type": "text", "text": "[scenario:distinct]"}]},
             {"role": "tool", "content": "a"}, {"role": "function", "content": "b"},
             {"role": "user", "content": [{"type": "tool_result", "content": "c"}]},
-            {"type": "function_call_output", "output": "d"}]
-    assert scenario_of(msgs) == ("distinct", 4)
+            {"type": "function_call_output", "output": "d"},
+            {"role": "user", "content": [{"type": "text", "text": "Observation:\nsunny"}]},
+            {"role": "user", "content": "Call id: call_1\nError:\nunknown city"},
+            {"role": "user", "content": [{"type": "text", "text": "Error:\nunknown city"},
+                                         {"type": "text", "text": "Observation:\nsunny"}]},
+            {"role": "user", "content": "not an Observation: at the start"},
+            {"role": "user", "content": "New task:\nx\nError:\nboom\n\nObservation:\nsunny"}]
+    assert scenario_of(msgs) == ("distinct", 10)
+
+
+def test_a_final_answer_tool_gets_the_final_text_as_its_call(llm: ScriptedLLM) -> None:
+    final = {"type": "function", "function": {"name": "final_answer", "parameters": {}}}
+    msg = _client(llm).chat.completions.create(
+        model="gpt-4o-mini", tools=[TOOL, final],
+        messages=[{"role": "user", "content": "[scenario:clean]"},
+                  {"role": "user", "content": "Observation:\nsunny"}]).choices[0].message
+    assert msg.content is None and msg.tool_calls is not None
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in msg.tool_calls] == [
+        ("final_answer", {"answer": scenarios.FINAL})]
 
 
 def test_capture_stores_sdk_protobuf_gzip_and_json_with_hex_ids() -> None:
