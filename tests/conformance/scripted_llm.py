@@ -17,7 +17,9 @@ What it answers is ``scenarios.reply(NAME, k)``:
 
 A client that ends a run by calling a tool instead of answering in text (smolagents'
 ``final_answer``) gets its final text as that tool's call: ``final_answer{"answer": TEXT}``
-when the request offers a tool of that name.
+when the request offers a tool of that name. A conversation containing ``[answer:code]`` (a
+code agent: smolagents' CodeAgent) gets each turn as a Python code block instead:
+``<code>\nprint(get_weather(city="Paris"))\n</code>``, then ``final_answer("...")``.
 
 The model is always reported as ``gpt-4o-mini`` (a model litellm's price table knows), with
 ids shaped like real ones (``chatcmpl-...``, ``call_...``) derived from the conversation so a
@@ -70,6 +72,15 @@ def _texts(content: Any) -> list[str]:
 # smolagents sends each tool result (or tool error) as user text starting so.
 _OBSERVATION = re.compile(r"^(?:Call id: [^\n]*\n)?(?:Observation:|Error:)", re.M)
 FINAL_ANSWER_TOOL = "final_answer"
+CODE_MARKER = "[answer:code]"
+
+
+def _code(city: str | None, text: str | None) -> str:
+    """A code agent's turn: a thought, then one code block calling the tool or final_answer."""
+    if city is not None:
+        return (f"Thought: I will look up the weather in {city}.\n<code>\n"
+                f"print({scenarios.TOOL_NAME}(city={json.dumps(city)}))\n</code>")
+    return f"Thought: I have the answer.\n<code>\n{FINAL_ANSWER_TOOL}({json.dumps(text)})\n</code>"
 
 
 def _observations(message: dict[str, Any]) -> int:
@@ -138,6 +149,11 @@ def _plan(messages: list[Any], final_answer_tool: bool = False) -> dict[str, Any
     out: dict[str, Any] = {"id": "chatcmpl-" + _token_id(seed, 29),
                            "fingerprint": "fp_" + _token_id("fp", 10)}
     call = None
+    if any(CODE_MARKER in t for m in messages for t in _texts(m.get("content"))):
+        code = _code(r.city, r.text)
+        out.update(message={"role": "assistant", "content": code, "refusal": None},
+                   finish_reason="stop", usage=_usage(messages, code))
+        return out
     if r.city is not None:
         call = _call(seed, scenarios.TOOL_NAME, {"city": r.city})
     elif final_answer_tool:

@@ -212,3 +212,17 @@ def test_capture_reads_a_chunked_body() -> None:
         cap.stop()
     assert not cap.errors
     assert cap.requests[0]["body"]["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["name"] == "s"
+
+
+def test_a_code_agent_gets_code_blocks_calling_the_tool_then_final_answer(
+        llm: ScriptedLLM) -> None:
+    client = _client(llm)
+    messages: list[Any] = [{"role": "user", "content": "[scenario:clean] [answer:code]"}]
+    first = client.chat.completions.create(model="gpt-4o-mini", messages=messages)
+    messages.append({"role": "user", "content": "Observation:\nsunny"})
+    last = client.chat.completions.create(model="gpt-4o-mini", messages=messages)
+    assert [first.choices[0].message.content, last.choices[0].message.content] == [
+        'Thought: I will look up the weather in Paris.\n<code>\nprint(get_weather(city="Paris"))'
+        "\n</code>",
+        f'Thought: I have the answer.\n<code>\nfinal_answer("{scenarios.FINAL}")\n</code>']
+    assert first.choices[0].message.tool_calls is None

@@ -1,0 +1,48 @@
+"""smolagents-code: smolagents' ``CodeAgent`` (named weather_agent) over ``OpenAIServerModel``,
+instrumented by OpenInference's smolagents instrumentation. The model answers each turn with a
+Python code block that calls the tool (the scripted LLM does so for a conversation carrying
+``[answer:code]``, appended to the task). ``python agent.py SCENARIO`` (in the stack's venv)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import common
+
+# Far above what any scenario needs (distinct: 6 tool steps and the final answer).
+MAX_STEPS = 20
+
+
+def main(scenario: str) -> None:
+    common.setup()
+    from openinference.instrumentation.smolagents import SmolagentsInstrumentor
+
+    SmolagentsInstrumentor().instrument()
+    from smolagents import CodeAgent, OpenAIServerModel, tool
+
+    body = common.Tool(scenario)
+
+    @tool
+    def get_weather(city: str) -> str:
+        """Get the current weather for a city.
+
+        Args:
+            city: The city to get the weather for.
+        """
+        return body(city)
+
+    model = OpenAIServerModel(model_id=common.MODEL, api_base=os.environ["OPENAI_BASE_URL"],
+                              api_key=os.environ["OPENAI_API_KEY"])
+    agent = CodeAgent(tools=[get_weather], model=model, name=common.AGENT_NAME,
+                      description="Answers weather questions.", max_steps=MAX_STEPS,
+                      stream_outputs=scenario == "streaming", verbosity_level=0)
+    with common.attached(common.remote_parent(scenario)):
+        agent.run(common.prompt(scenario) + " [answer:code]")
+    common.shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
