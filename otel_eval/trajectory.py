@@ -10,13 +10,15 @@ Promises:
 - GenAI events sent as log records (``Trace.logs``) are read as if their span carried them
   (``conventions.events``);
 - tool steps are joined to the LLM tool call they ran (``conventions.links``: by call id, else
-  by name in order), and take its arguments when their own were not recorded;
+  by name in order), and take its arguments when their own were not recorded, and their
+  result from the next LLM call's tool message when the tool span carries none;
 - tool calls that exist only inside LLM output messages are rebuilt as tool steps right after
   their LLM step (``rebuilt=True``, same span id) when no tool step ran them and either the
   trace's tool steps carry call ids (so a call no tool step claims did not run as a span), or
-  no tool span exists under that agent and none comes from the LLM step's convention: an
-  instrumentation that emits tool spans is trusted to emit them (smolagents'
-  ToolCallingAgent answers through a ``final_answer`` call that has no span); a rebuilt step's
+  a later LLM call was told its result (it ran, its span was lost), or no tool span exists
+  under that agent and none comes from the LLM step's convention: an instrumentation that
+  emits tool spans is trusted to emit them (smolagents' ToolCallingAgent answers through a
+  ``final_answer`` call that has no span and no result); a rebuilt step's
   result is what a later LLM step of the same agent was told the call returned, found in
   time linear in the trace's bytes (``conventions.responses``);
 - the root is ``model.local_root``; the agent is the top agent, descending through wrapper
@@ -154,6 +156,9 @@ class _Builder:
                     depth=depth, start_ns=span.start_ns, end_ns=span.end_ns)
         adapter = describe(step, span, attrs)
         node, agent = self.scope.get(span.parent_span_id or "", (None, None))
+        stamped = as_str(first(attrs, *_STAMPED_AGENT_KEYS))
+        if node is None and step.kind != "agent":
+            node = stamped  # outside any agent span that arrived, but stamped with its name
         if step.kind == "agent":
             enclosing = self.agent_attrs.get(agent) if agent else None
             name = adapter.agent_name(span, attrs, enclosing) if adapter else None
@@ -180,7 +185,7 @@ class _Builder:
         if self.named_agent is None and step.kind != "agent":
             # OpenLLMetry stamps the agent's (workflow's) name on every span under it: the
             # name when the agent span itself never arrived (a killed run)
-            self.named_agent = as_str(first(attrs, *_STAMPED_AGENT_KEYS))
+            self.named_agent = stamped
         self.steps.append(step)
 
     def _mark_tools(self, agent: str | None) -> None:
@@ -190,11 +195,10 @@ class _Builder:
                 return
             agent = self.agent_parent.get(agent)
 
-    def rebuild_tool_calls(self, ran: set[int]) -> list[Step]:
+    def rebuild_tool_calls(self, ran: set[int], responses: ToolResponses) -> list[Step]:
         """Steps with rebuilt tool steps inserted, re-indexed (``ran``: ids of the calls a
         tool step ran)."""
         out: list[Step] = []
-        responses = ToolResponses(self.steps)
         for position, step in enumerate(self.steps):
             out.append(step)
             if step.kind != "llm" or not step.tool_calls:
@@ -203,14 +207,16 @@ class _Builder:
             trusted = (agent in self.agents_with_tools
                        or step.convention in self.conventions_with_tools)
             for call in step.tool_calls:
-                if id(call) in ran or (trusted and not (self.tool_ids and call.call_id)):
+                if id(call) in ran:
                     continue
+                result = responses.result(position, step.node, call.call_id)
+                if trusted and not (self.tool_ids and call.call_id) and result is None:
+                    continue  # no span ran it and no later call was told a result
                 out.append(Step(
                     0, step.span_id, step.parent_span_id, "tool", call.name, node=step.node,
                     depth=step.depth, status="ok", start_ns=step.end_ns, end_ns=step.end_ns,
                     tool_name=call.name, arguments=call.arguments, rebuilt=True,
-                    convention=step.convention, call_id=call.call_id,
-                    result=responses.result(position, step.node, call.call_id)))
+                    convention=step.convention, call_id=call.call_id, result=result))
         if len(out) != len(self.steps):
             for i, step in enumerate(out):
                 step.index = i
@@ -269,7 +275,12 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
         builder.add(span, depth)
     ran = join_calls(builder.steps)
     coerce_arguments(builder.steps, builder.tools)
-    steps = builder.rebuild_tool_calls(ran)
+    responses = ToolResponses(builder.steps)
+    for position, step in enumerate(builder.steps):
+        if step.kind == "tool" and step.result is None and step.status != "error":
+            # not on the tool span: what the next LLM call of the agent was told it returned
+            step.result = responses.result(position, step.node, step.call_id)
+    steps = builder.rebuild_tool_calls(ran, responses)
     price_steps(steps)
     root_span = local_root(spans)
     root_step = next((s for s in builder.steps if root_span is not None

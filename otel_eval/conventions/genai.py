@@ -87,12 +87,12 @@ def _output_calls(text: str | None, want_reasons: bool) -> tuple[list[ToolCall],
         for part in _list(msg.get("parts")):
             if isinstance(part, dict) and part.get("type") == "tool_call" and part.get("name"):
                 calls.append(ToolCall(str(part["name"]), parse_json(part.get("arguments")),
-                                      as_str(part.get("id"))))
+                                      as_str(part.get("id")) or None))
         for tc in _list(msg.get("tool_calls")):
             fn = tc.get("function") if isinstance(tc, dict) else None
             if isinstance(fn, dict) and fn.get("name"):
                 calls.append(ToolCall(str(fn["name"]), parse_json(fn.get("arguments")),
-                                      as_str(tc.get("id"))))
+                                      as_str(tc.get("id")) or None))
     return calls, reasons
 
 

@@ -7,7 +7,8 @@ call's:
 
 1. by call id: ``Step.call_id`` (GenAI ``gen_ai.tool.call.id``, OpenInference ``tool_call.id``,
    Vercel AI ``ai.toolCall.id``) equal to the id of a call an earlier LLM step requested;
-2. else by name, in order: the oldest call of that name not yet run in the same agent.
+2. else by name: among the calls of that name not yet run in the same agent, the oldest with
+   the same arguments, else the oldest.
 
 ``coerce_arguments`` reads a tool input that is not JSON (LangChain passes a bare ``"Paris"``)
 as the value of the tool's only parameter, when the offered schema has exactly one. Arguments
@@ -17,12 +18,15 @@ nobody recorded stay None: unknown, never ``{}``.
 from __future__ import annotations
 
 import ast
+import itertools
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
 from otel_eval.model import Step, ToolCall
 
+# Pending calls of one tool looked through for equal arguments (bounds the name match).
+_SAME_ARGS_WINDOW = 16
 # A Python literal longer than this is left as text (literal_eval is linear, but bounded).
 _MAX_LITERAL_CHARS = 20_000
 
@@ -57,6 +61,13 @@ def _match(step: Step, by_id: dict[str, deque[ToolCall]],
     # by id when the step has one (an id no LLM call carries: nothing to learn by name)
     queue = (by_id.get(step.call_id) if step.call_id
              else queues.get((step.node, step.tool_name or step.name)))
+    if queue and not step.call_id and step.arguments is not None:
+        # by name: the pending call with the same arguments, when there is one (a call whose
+        # span never arrived must not hand its place to the next one)
+        for i, call in enumerate(itertools.islice(queue, _SAME_ARGS_WINDOW)):
+            if id(call) not in claimed and call.arguments == step.arguments:
+                del queue[i]
+                return call
     while queue:
         call = queue.popleft()
         if id(call) not in claimed:

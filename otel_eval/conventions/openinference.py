@@ -96,8 +96,20 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
         step.model = as_str(attrs.get("llm.model_name"))
         step.output_text = as_str(attrs.get("output.value"))
         step.tool_calls = _tool_calls(attrs)
+        step.finish_reasons = _finish_reasons(step.output_text)
     else:
         step.result = as_str(attrs.get("output.value"))
+
+
+def _finish_reasons(output: str | None) -> list[str]:
+    """Finish reasons of the provider response that ``output.value`` holds (OpenAI's
+    ``choices[].finish_reason``); parsed only when the text names one."""
+    if not output or "finish_reason" not in output:
+        return []
+    data = parse_json(output)
+    choices = data.get("choices") if isinstance(data, dict) else None
+    return [str(c["finish_reason"]) for c in choices if isinstance(c, dict)
+            and isinstance(c.get("finish_reason"), str)] if isinstance(choices, list) else []
 
 
 def _managed_names(enclosing: Attrs) -> list[str]:

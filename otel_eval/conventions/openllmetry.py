@@ -52,7 +52,11 @@ def _messages(attrs: Attrs, prefix: str) -> list[dict[str, Any]]:
         has_calls = f"{prefix}.{i}.tool_calls.0.name" in attrs
         if role is None and content is None and not has_calls:
             return out
-        out.append({"role": role, "content": content})
+        msg = {"role": role, "content": content}
+        answered = attrs.get(f"{prefix}.{i}.tool_call_id")  # a tool message: which call
+        if answered is not None:
+            msg["tool_call_id"] = answered
+        out.append(msg)
         i += 1
 
 
@@ -88,6 +92,24 @@ def _entity_arguments(raw: Any) -> Any:
     return value
 
 
+def _entity_text(raw: Any) -> str | None:
+    """A decorated function's input or output as text: the SDK JSON-encodes it (a string
+    becomes ``"..."``, a call ``{"args": [...], "kwargs": {...}}``); a call with one string
+    argument is that string, anything else stays the JSON as carried."""
+    if not isinstance(raw, str) or raw[:1] not in ('"', "{"):
+        return as_str(raw)
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
+        return raw
+    if isinstance(value, dict) and set(value) == {"args", "kwargs"}:
+        args, kwargs = value["args"], value["kwargs"]
+        if isinstance(args, list) and isinstance(kwargs, dict):
+            rest = [*args, *kwargs.values()]
+            value = rest[0] if len(rest) == 1 else value
+    return value if isinstance(value, str) else raw
+
+
 def _dumps(messages: list[dict[str, Any]]) -> str | None:
     return json.dumps(messages, ensure_ascii=False, default=str) if messages else None
 
@@ -100,8 +122,8 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
         step.result = as_str(attrs.get("traceloop.entity.output"))
         return
     if kind != "llm":
-        step.input_text = as_str(attrs.get("traceloop.entity.input"))
-        step.result = as_str(attrs.get("traceloop.entity.output"))
+        step.input_text = _entity_text(attrs.get("traceloop.entity.input"))
+        step.result = _entity_text(attrs.get("traceloop.entity.output"))
         return
     step.model = as_str(first(attrs, "gen_ai.response.model", "gen_ai.request.model",
                               "llm.response.model", "llm.request.model"))

@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from otel_eval.detectors.non_termination import NOT_ENDED_KINDS
+
 HERE = Path(__file__).resolve().parent
 SCENARIOS = ("clean", "loop", "distinct", "tool_error", "non_terminating", "remote_parent",
              "streaming")
@@ -86,8 +88,14 @@ def observed(ev: dict[str, Any]) -> dict[str, Any]:
         "status": ev["status"],
         "passed": (ev.get("verdict") or {}).get("passed"),
         "loop": "loop" in detectors,
-        "non_terminated": "non_termination" in detectors,
-        "tool_errors": sum(1 for s in tools if s["status"] == "error"),
+        # what the non-terminated metric counts: the run did not end
+        "non_terminated": any(f["detector"] == "non_termination"
+                              and f["kind"] in NOT_ENDED_KINDS for f in findings),
+        "output": ev["output"],
+        # what otel_eval_detector_tool_errors_total{kind="runtime"} counts: a failed span, or
+        # an error the tool answered (also for a call rebuilt from the LLM messages)
+        "tool_errors": sum(1 for f in findings
+                           if f["detector"] == "tool_call" and f["kind"] == "runtime"),
         "cities": [(s.get("arguments") or {}).get("city") if isinstance(s.get("arguments"),
                                                                          dict) else None
                    for s in tools],

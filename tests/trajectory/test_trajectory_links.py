@@ -1,0 +1,120 @@
+"""Joining tool steps to the LLM calls that asked for them, the local root, and what stays
+unknown: the shapes real instrumentations emit (arguments only on the LLM span, call ids,
+bare-string inputs, remote parents, content in log records)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from trajectory_factory import TRACE_ID, sid, span, trace
+
+from otel_eval.config import TrajectoryConfig
+from otel_eval.model import LogEvent, Span, local_root
+from otel_eval.trajectory import build_trajectory
+
+CFG = TrajectoryConfig()
+AGENT = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "weather"}
+
+
+def _chat(name: str, calls: list[tuple[str, str, dict[str, str]]], start: int) -> Span:
+    parts = [{"type": "tool_call", "id": cid, "name": tool, "arguments": args}
+             for cid, tool, args in calls]
+    return span(name, "agent", start, {
+        "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o-mini",
+        "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": parts}])})
+
+
+def _tool(name: str, start: int, **attrs: str) -> Span:
+    return span(name, "agent", start, {"gen_ai.operation.name": "execute_tool",
+                                       "gen_ai.tool.name": "get_weather", **attrs})
+
+
+def _tools(*spans: Span) -> list[tuple[object, object, bool]]:
+    t = build_trajectory(trace(span("agent", None, 0, AGENT, end=100), *spans), CFG)
+    return [(s.arguments, s.call_id, s.rebuilt) for s in t.tool_steps]
+
+
+CASES = [
+    ("by call id", [_chat("c1", [("call_1", "get_weather", {"city": "Paris"}),
+                                 ("call_2", "get_weather", {"city": "Rome"})], 1),
+                    _tool("t2", 3, **{"gen_ai.tool.call.id": "call_2"}),
+                    _tool("t1", 4, **{"gen_ai.tool.call.id": "call_1"})],
+     [({"city": "Rome"}, "call_2", False), ({"city": "Paris"}, "call_1", False)]),
+    ("by name in order, no ids", [_chat("c1", [("", "get_weather", {"city": "Paris"})], 1),
+                                  _tool("t1", 3)],
+     [({"city": "Paris"}, None, False)]),
+    ("a requested call no tool span ran stays rebuilt",
+     [_chat("c1", [("call_1", "get_weather", {"city": "Paris"}),
+                   ("call_2", "get_weather", {"city": "Oslo"})], 1),
+      _tool("t1", 3, **{"gen_ai.tool.call.id": "call_1"})],
+     [({"city": "Oslo"}, "call_2", True), ({"city": "Paris"}, "call_1", False)]),
+    ("an id no LLM call carries: arguments stay unknown",
+     [_tool("t1", 3, **{"gen_ai.tool.call.id": "call_9"})], [(None, "call_9", False)]),
+    ("recorded arguments are kept",
+     [_chat("c1", [("call_1", "get_weather", {"city": "Paris"})], 1),
+      _tool("t1", 3, **{"gen_ai.tool.call.id": "call_1",
+                        "gen_ai.tool.call.arguments": '{"city": "Nice"}'})],
+     [({"city": "Nice"}, "call_1", False)]),
+]
+
+
+@pytest.mark.parametrize(("spans", "expected"), [(c[1], c[2]) for c in CASES],
+                         ids=[c[0] for c in CASES])
+def test_tool_steps_join_their_calls(spans: list[Span], expected: list[object]) -> None:
+    got = _tools(*spans)
+    assert sorted(got, key=repr) == sorted(expected, key=repr)
+
+
+def test_by_name_prefers_the_call_with_the_same_arguments() -> None:
+    """A call whose tool span never arrived must not hand its place to the next call."""
+    chat1 = _chat("c1", [("", "get_weather", {"city": "Atlantis"})], 1)
+    chat2 = _chat("c2", [("", "get_weather", {"city": "Paris"})], 5)
+    tool = _tool("t", 7, **{"gen_ai.tool.call.arguments": '{"city": "Paris"}'})
+    t = build_trajectory(trace(span("agent", None, 0, AGENT, end=100), chat1, chat2, tool), CFG)
+    ran = [s for s in t.tool_steps if not s.rebuilt]
+    assert [s.arguments for s in ran] == [{"city": "Paris"}]
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    ("Paris", {"city": "Paris"}),  # LangChain: a bare string for a one-parameter tool
+    ("{'city': 'Paris'}", {"city": "Paris"}),  # a Python dict literal
+])
+def test_non_json_tool_input(raw: str, expected: object) -> None:
+    defs = json.dumps([{"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}])
+    root = span("agent", None, 0, {**AGENT, "gen_ai.tool.definitions": defs}, end=100)
+    tool = _tool("t", 3, **{"gen_ai.tool.call.arguments": raw})
+    [step] = build_trajectory(trace(root, tool), CFG).tool_steps
+    assert step.arguments == expected
+
+
+def test_log_events_lay_content_over_their_span() -> None:
+    chat = span("chat", "agent", 1, {"gen_ai.operation.name": "chat"})
+    logs = [LogEvent(TRACE_ID, sid("chat"), "gen_ai.user.message", 1, {}, {"content": "Hi?"}),
+            LogEvent(TRACE_ID, sid("chat"), "gen_ai.choice", 2, {},
+                     {"index": 0, "finish_reason": "stop",
+                      "message": {"role": "assistant", "content": "Hello."}})]
+    t = trace(span("agent", None, 0, AGENT, end=100), chat)
+    t.logs = logs
+    traj = build_trajectory(t, CFG)
+    assert (traj.input, traj.output) == ("Hi?", "Hello.")
+    assert traj.llm_steps[0].finish_reasons == ["stop"]
+    assert traj.unrecorded == {}
+
+
+def _s(name: str, parent: str | None, start: int, end: int, remote: bool | None) -> Span:
+    return Span(TRACE_ID, sid(name), sid(parent) if parent else None, name, start, end,
+                parent_remote=remote)
+
+
+@pytest.mark.parametrize(("spans", "root"), [
+    ([_s("a", None, 0, 10, None), _s("b", "a", 1, 2, False)], "a"),
+    ([_s("a", "up", 0, 10, True), _s("b", "a", 1, 2, False)], "a"),  # remote parent (flags)
+    ([_s("a", "up", 0, 10, None), _s("b", "a", 1, 2, None)], "a"),  # no flags: it encloses
+    ([_s("b", "a", 1, 2, None), _s("c", "a", 3, 4, None)], None),  # killed run: root lost
+    ([_s("b", "a", 1, 9, False)], None),  # the exporter says the parent is local: missing
+])
+def test_local_root(spans: list[Span], root: str | None) -> None:
+    found = local_root(spans)
+    assert (found.name if found else None) == root
