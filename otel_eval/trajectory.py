@@ -48,8 +48,8 @@ from otel_eval.model import LogEvent, Span, Step, Trace, Trajectory, local_root
 __all__ = ["build_trajectory", "tree_order"]
 
 # Attributes that name the enclosing agent on the spans under it (current OpenLLMetry, older
-# Traceloop SDKs): read only when no agent span arrived.
-_STAMPED_AGENT_KEYS = ("gen_ai.agent.name", "traceloop.workflow.name")
+# Traceloop SDKs, the Vercel AI SDK): read for spans outside any agent span that arrived.
+_STAMPED_AGENT_KEYS = ("gen_ai.agent.name", "traceloop.workflow.name", "ai.telemetry.functionId")
 
 
 def _dedupe(spans: Iterable[Span]) -> list[Span]:

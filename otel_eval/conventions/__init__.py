@@ -3,7 +3,7 @@
 Priority cascade, first match wins:
 
 1. explicit markers: ``openinference.span.kind`` > ``traceloop.span.kind`` >
-   ``gen_ai.operation.name``;
+   ``gen_ai.operation.name`` > ``ai.operationId`` (Vercel AI SDK);
 2. attribute shapes without a marker: OpenLLMetry indexed prompts/completions >
    older GenAI (``gen_ai.system``, ``gen_ai.prompt``, ...) > OpenInference keys
    (``llm.input_messages.N.*``, ``tool.name``, ``llm.model_name``);
@@ -23,14 +23,15 @@ from otel_eval.conventions.genai import GENAI, GENAI_LEGACY
 from otel_eval.conventions.openinference import OPENINFERENCE
 from otel_eval.conventions.openllmetry import OPENLLMETRY
 from otel_eval.conventions.values import as_float, as_str, first
+from otel_eval.conventions.vercel_ai import VERCEL_AI
 from otel_eval.model import Span, Step, StepKind
 
 __all__ = ["ADAPTERS", "UNKNOWN", "Adapter", "classify", "describe", "dominant", "merge_tools"]
 
 UNKNOWN = "unknown"
-_EXPLICIT = (OPENINFERENCE, OPENLLMETRY, GENAI)
+_EXPLICIT = (OPENINFERENCE, OPENLLMETRY, GENAI, VERCEL_AI)
 _IMPLICIT = (OPENLLMETRY, GENAI_LEGACY, OPENINFERENCE)
-ADAPTERS = (OPENINFERENCE, OPENLLMETRY, GENAI, GENAI_LEGACY)
+ADAPTERS = (OPENINFERENCE, OPENLLMETRY, GENAI, GENAI_LEGACY, VERCEL_AI)
 # Where a tool span names the tool call it ran (GenAI, OpenInference, Vercel AI SDK).
 _CALL_ID_KEYS = ("gen_ai.tool.call.id", "tool_call.id", "ai.toolCall.id")
 _COST_KEYS = ("gen_ai.usage.cost", "llm.cost.total", "gen_ai.usage.total_cost",
