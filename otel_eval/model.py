@@ -210,6 +210,7 @@ class Step:
     cost_usd: float | None = None
     input_text: str | None = None  # raw input messages / prompt as carried by the span
     output_text: str | None = None  # raw output / completion text
+    reply: str | None = None  # the reply's text, when the convention records it apart
     tool_calls: list[ToolCall] = field(default_factory=list)  # calls an llm step requested
     rebuilt: bool = False  # a tool step rebuilt from an LLM's output (no span of its own)
     convention: str = "unknown"

@@ -24,8 +24,9 @@ Promises:
 - the root is ``model.local_root``; the agent is the top agent, descending through wrapper
   agents that do no work of their own (the OpenAI Agents SDK's ``Agent workflow``), else the
   name that spans under a never-exported agent span carry;
-- input/output come from the agent (or root) span, else from the LLM messages; what no span
-  recorded is listed in ``Trajectory.unrecorded`` and stays None;
+- input/output come from the agent (or root) span, else from the LLM messages (the output is
+  the last LLM answer when the agent's result only wraps it, as a graph state or a repr);
+  what no span recorded is listed in ``Trajectory.unrecorded`` and stays None;
 - an LLM step with model and tokens but no cost is priced from litellm's packaged table;
 - never raises on span content; message text stays a raw string.
 """
@@ -253,6 +254,23 @@ def _agent_step(builder: _Builder) -> Step | None:
     return top
 
 
+def _answer(result: str | None, llm: list[Step]) -> str | None:
+    """The run's answer: the agent's (or root's) result, unless that wraps the last LLM
+    call's answer in more (LangGraph's whole graph state, a LlamaIndex event repr): then the
+    answer itself. The LLM's answer when no span recorded a result."""
+    last = llm[-1] if llm else None
+    said = None
+    if last is not None:
+        said = last.reply if last.reply is not None else answer_text(last.output_text)
+    if result is None:
+        return said
+    if last is not None and last.tool_calls:
+        said = None  # the last call asked for tools: its text is no answer
+    if said and said.strip() and said != result and said in result:
+        return said
+    return result
+
+
 def _unrecorded(steps: list[Step], output: str | None) -> dict[str, int]:
     out: dict[str, int] = {}
     for step in steps:
@@ -287,8 +305,7 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
                       and s.span_id == root_span.span_id), None)
     agent = _agent_step(builder)
     llm = [s for s in builder.steps if s.kind == "llm"]
-    output = _first_text((agent, root_step), "result") or \
-        (answer_text(llm[-1].output_text) if llm else None)
+    output = _answer(_first_text((agent, root_step), "result"), llm)
     ends = [s.end_ns for s in spans if s.end_ns]
     return Trajectory(
         trace_id=trace.trace_id, source=trace.source, status=trace.status, steps=steps,

@@ -7,7 +7,10 @@ GUARDRAIL, EVALUATOR, PROMPT read as ``other``). Raw text in ``input.value`` /
 ``llm.token_count.*``; model ``llm.model_name``; offered tools ``llm.tools.N.tool.json_schema``;
 tool spans ``tool.name`` / ``tool.parameters`` (the tool's parameter schema: the actual
 arguments are in ``input.value``). smolagents managed agents are named from the enclosing
-agent's ``smolagents.managed_agents.N.name``.
+agent's ``smolagents.managed_agents.N.name``, others by ``agent.name``, else the span name
+(smolagents' ``<name>.run`` read as ``<name>``). A LangGraph node span marked AGENT (the
+ReAct graph's ``agent`` node: ``metadata.langgraph_node`` is its own name) is a chain step
+of the graph, not an agent; LlamaIndex's ``{"kwargs": {...}}`` tool input is unwrapped.
 """
 
 from __future__ import annotations
@@ -33,7 +36,20 @@ def _explicit(span: Span, attrs: Attrs) -> StepKind | None:
     kind = attrs.get("openinference.span.kind")
     if kind is None:
         return None
-    return _KINDS.get(str(kind).upper(), "other")
+    found = _KINDS.get(str(kind).upper(), "other")
+    if found == "agent" and _langgraph_node(span, attrs):
+        return "chain"  # a node of a LangGraph graph (the ReAct "agent" node), not an agent
+    return found
+
+
+def _langgraph_node(span: Span, attrs: Attrs) -> bool:
+    """Whether a span is a LangGraph node's run: its metadata's ``langgraph_node`` is the
+    span's own name (the graph itself carries no node)."""
+    raw = attrs.get("metadata")
+    if not isinstance(raw, str) or '"langgraph_node"' not in raw:
+        return False
+    meta = parse_json(raw)
+    return isinstance(meta, dict) and meta.get("langgraph_node") == span.name
 
 
 def _implicit(span: Span, attrs: Attrs) -> StepKind | None:
@@ -69,6 +85,8 @@ def _arguments(attrs: Attrs) -> Any:
     """Tool arguments; smolagents' ``{"args": [...], "kwargs": {...}}`` wrapper is unwrapped,
     positional args named from the tool's parameter schema when possible."""
     args = parse_json(first(attrs, "tool_call.function.arguments", "input.value"))
+    if isinstance(args, dict) and set(args) == {"kwargs"} and isinstance(args["kwargs"], dict):
+        return args["kwargs"]  # LlamaIndex: {"kwargs": {...}}
     if not isinstance(args, dict) or "kwargs" not in args or "args" not in args:
         return args
     kwargs = args["kwargs"] if isinstance(args["kwargs"], dict) else {}
@@ -97,6 +115,9 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
         step.output_text = as_str(attrs.get("output.value"))
         step.tool_calls = _tool_calls(attrs)
         step.finish_reasons = _finish_reasons(step.output_text)
+        # output.value is the framework's raw object (LangChain generations, a LlamaIndex
+        # repr); the flattened message holds the reply itself
+        step.reply = as_str(attrs.get("llm.output_messages.0.message.content"))
     else:
         step.result = as_str(attrs.get("output.value"))
 
@@ -132,7 +153,8 @@ def _agent_name(span: Span, attrs: Attrs, enclosing: Attrs | None) -> str | None
     for candidate in candidates:
         if f"'{candidate}'" in head or f'"{candidate}"' in head:
             return candidate
-    return span.name or None
+    # smolagents names an agent's span "<agent name>.run"
+    return span.name.removesuffix(".run") or None
 
 
 def _schema(params: Any) -> Any:

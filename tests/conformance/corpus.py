@@ -96,9 +96,11 @@ def observed(ev: dict[str, Any]) -> dict[str, Any]:
         # an error the tool answered (also for a call rebuilt from the LLM messages)
         "tool_errors": sum(1 for f in findings
                            if f["detector"] == "tool_call" and f["kind"] == "runtime"),
+        # the scenario's calls: get_weather (smolagents also answers through a final_answer
+        # tool, which is a tool span of its own)
         "cities": [(s.get("arguments") or {}).get("city") if isinstance(s.get("arguments"),
                                                                          dict) else None
-                   for s in tools],
+                   for s in tools if s.get("tool_name") == "get_weather"],
         "recovered": "recovered" in recovery and not recovery & {"unrecovered", "gave_up"},
     }
 

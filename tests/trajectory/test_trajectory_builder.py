@@ -97,7 +97,7 @@ def test_smolagents_managed_agent_named_from_the_manager() -> None:
         span("ToolCallingAgent.run", "Step 1", 2, managed),
         span("LLM", "ToolCallingAgent.run", 3, {"openinference.span.kind": "LLM"}),
     ), CFG)
-    assert [s.node for s in t.steps] == ["CodeAgent.run", "CodeAgent.run", "search_agent",
+    assert [s.node for s in t.steps] == ["CodeAgent", "CodeAgent", "search_agent",
                                          "search_agent"]
 
 

@@ -58,7 +58,7 @@ def test_trail_errors_tools_and_managed_agents(datasets: Path) -> None:
              for s in build_trajectory(tr, CFG).steps]
     assert sum(s.status == "error" for s in steps) == 140  # the spans with status Error
     assert all(s.tool_name for s in steps if s.kind == "tool")
-    assert {s.node for s in steps if s.kind == "agent"} >= {"CodeAgent.run", "search_agent"}
+    assert {s.node for s in steps if s.kind == "agent"} >= {"CodeAgent", "search_agent"}
 
 
 def _tau_runs(datasets: Path) -> tuple[Path, list[dict[str, Any]]]:
