@@ -135,13 +135,9 @@ class TraceAssembler:
         res = AddResult()
         cfg = self.config
         for span in spans:
-            tr = self._open.get(span.trace_id)
+            tr = self._open_for(span, now, res, source, sender)
             if tr is None:
-                started = self._start(span, now, res, source, sender)
-                if isinstance(started, str):
-                    res.rejected[started] += 1
-                    continue
-                tr = started
+                continue
             if span.span_id in tr.spans:
                 res.rejected["duplicate_span"] += 1
                 continue
@@ -166,6 +162,19 @@ class TraceAssembler:
                     tr.waiters.append(w)
             self._reschedule(tr)
         return res
+
+    def _open_for(self, item: Span | LogEvent, now: float, res: AddResult, source: str,
+                  sender: str) -> _Open | None:
+        """The open trace ``item`` joins (started or re-opened if need be); None when it is
+        refused, the reason counted in ``res.rejected``."""
+        tr = self._open.get(item.trace_id)
+        if tr is not None:
+            return tr
+        started = self._start(item, now, res, source, sender)
+        if isinstance(started, str):
+            res.rejected[started] += 1
+            return None
+        return started
 
     def _start(self, span: Span | LogEvent, now: float, res: AddResult,
                source: str, sender: str) -> _Open | str:
@@ -207,13 +216,9 @@ class TraceAssembler:
         res = AddResult()
         limit = self.config.max_log_records_per_trace
         for record in logs:
-            tr = self._open.get(record.trace_id)
+            tr = self._open_for(record, now, res, source, sender)
             if tr is None:
-                started = self._start(record, now, res, source, sender)
-                if isinstance(started, str):
-                    res.rejected[started] += 1
-                    continue
-                tr = started
+                continue
             if len(tr.logs) >= limit:
                 res.rejected["trace_too_large"] += 1
                 continue
@@ -294,22 +299,23 @@ class TraceAssembler:
             out.append(self._release(t, "complete" if ended else "incomplete", reason, now))
         return out
 
-    def _drop_logs_only(self, tr: _Open, now: float) -> None:
-        """A trace opened by log records that no span joined: nothing to evaluate."""
-        del self._open[tr.trace_id]
-        self._per_service[tr.service] -= 1
-        if not self._per_service[tr.service]:
-            del self._per_service[tr.service]
-        self.open_logs -= len(tr.logs)
-        self.dropped_logs["no_spans"] += len(tr.logs)
-        self._forget(now)
-
-    def _release(self, tr: _Open, status: TraceStatus, reason: str, now: float) -> Trace:
+    def _close(self, tr: _Open) -> None:
+        """Forget an open trace's slot (released or dropped)."""
         del self._open[tr.trace_id]
         self._singles.pop(tr.trace_id, None)
         self._per_service[tr.service] -= 1
         if not self._per_service[tr.service]:
             del self._per_service[tr.service]
+
+    def _drop_logs_only(self, tr: _Open, now: float) -> None:
+        """A trace opened by log records that no span joined: nothing to evaluate."""
+        self._close(tr)
+        self.open_logs -= len(tr.logs)
+        self.dropped_logs["no_spans"] += len(tr.logs)
+        self._forget(now)
+
+    def _release(self, tr: _Open, status: TraceStatus, reason: str, now: float) -> Trace:
+        self._close(tr)
         spans = list(tr.spans.values())
         self.open_spans -= len(spans)
         self.open_bytes -= tr.nbytes

@@ -326,10 +326,11 @@ class Metrics:
     def _count_findings(self, evaluation: model.Evaluation, service: str, agent: str,
                         exemplar: dict[str, str]) -> None:
         detectors: set[str] = set()
+        not_ended = False
         for f in evaluation.findings:
             detectors.add(f.detector)
-            if f.detector == "non_termination" and f.kind in NOT_ENDED_KINDS:
-                detectors.add("not_ended")
+            not_ended = not_ended or (f.detector == "non_termination"
+                                      and f.kind in NOT_ENDED_KINDS)
             self._series(self.c_findings, agent, f.detector, f.kind, f.severity).inc()
             if f.detector == "budget":
                 budget = str(f.attributes.get("budget") or f.kind or UNKNOWN)[:64]
@@ -339,7 +340,7 @@ class Metrics:
                 self._series(self.c_tool_errors, agent, f.kind, tool).inc()
         if "loop" in detectors:
             self._series(self.c_loop, service, agent).inc(exemplar=exemplar)
-        if "not_ended" in detectors:
+        if not_ended:
             self._series(self.c_nonterm, service, agent).inc(exemplar=exemplar)
         if "lucky_pass" in detectors:
             self._series(self.c_lucky, service, agent).inc(exemplar=exemplar)

@@ -17,9 +17,10 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from google.protobuf import json_format
+from google.protobuf.message import Message
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
@@ -187,19 +188,27 @@ def request_from_json(body: bytes | str) -> ExportTraceServiceRequest:
 
 
 def request_from_dict(data: Any) -> ExportTraceServiceRequest:
+    return message_from_dict(data, ExportTraceServiceRequest(), "resourceSpans")
+
+
+_M = TypeVar("_M", bound=Message)
+
+
+def message_from_dict(data: Any, message: _M, top_key: str) -> _M:
+    """OTLP/JSON (hex ids) parsed into ``message`` (a trace or logs Export request).
+    Raises ValueError with a clear message, whatever the content."""
+    name = type(message).__name__
     if not isinstance(data, dict):
-        raise ValueError("OTLP/JSON body must be an object with resourceSpans")
-    req = ExportTraceServiceRequest()
+        raise ValueError(f"OTLP/JSON body must be an object with {top_key}")
     try:
-        json_format.ParseDict(_hex_ids_to_base64(data), req, ignore_unknown_fields=True)
+        json_format.ParseDict(_hex_ids_to_base64(data), message, ignore_unknown_fields=True)
     except json_format.ParseError as e:
-        raise ValueError(f"not an OTLP ExportTraceServiceRequest: {e}") from e
+        raise ValueError(f"not an OTLP {name}: {e}") from e
     except (SystemError, OverflowError, UnicodeError, TypeError, RecursionError) as e:
         # what ParseDict raises instead of ParseError for a lone surrogate in a key
         # (SystemError from upb), Infinity in an enum/integer field (OverflowError), ...
-        raise ValueError(f"not an OTLP ExportTraceServiceRequest: {type(e).__name__}: "
-                         f"{e}") from e
-    return req
+        raise ValueError(f"not an OTLP {name}: {type(e).__name__}: {e}") from e
+    return message
 
 
 def request_to_json(req: ExportTraceServiceRequest) -> dict[str, Any]:

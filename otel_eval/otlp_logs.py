@@ -9,18 +9,22 @@ a GenAI event but has invalid ids is *rejected* with a reason. The event name is
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
 from otel_eval.conventions.events import is_genai_event
 from otel_eval.model import LogEvent
-from otel_eval.otlp import MalformedRequest, anyvalue_to_python, attributes_to_dict
+from otel_eval.otlp import (
+    MalformedRequest,
+    anyvalue_to_python,
+    attributes_to_dict,
+    message_from_dict,
+)
+from otel_eval.receiver.body import loads_bounded
 
 __all__ = ["IGNORE_REASONS", "REJECT_REASONS", "LogsDecodeResult", "decode_logs",
            "logs_request_from_json", "parse_logs_request"]
@@ -45,26 +49,10 @@ def parse_logs_request(body: bytes) -> ExportLogsServiceRequest:
         raise MalformedRequest(f"not a valid ExportLogsServiceRequest: {e}") from None
 
 
-def _hex_to_b64(obj: Any) -> Any:
-    from otel_eval.otlp import _hex_ids_to_base64
-
-    return _hex_ids_to_base64(obj)
-
-
 def logs_request_from_json(body: bytes) -> ExportLogsServiceRequest:
-    """OTLP/JSON (hex ids) -> request. Raises ValueError with a clear message."""
-    try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise ValueError(f"body is not valid JSON: {e}") from e
-    if not isinstance(data, dict):
-        raise ValueError("OTLP/JSON body must be an object with resourceLogs")
-    req = ExportLogsServiceRequest()
-    try:
-        json_format.ParseDict(_hex_to_b64(data), req, ignore_unknown_fields=True)
-    except (json_format.ParseError, RecursionError) as e:
-        raise ValueError(f"not an OTLP ExportLogsServiceRequest: {e}") from e
-    return req
+    """OTLP/JSON (hex ids) -> request, with the bounds of the traces path (nesting depth,
+    non-finite numbers). Raises ValueError with a clear message."""
+    return message_from_dict(loads_bounded(body), ExportLogsServiceRequest(), "resourceLogs")
 
 
 def _event_name(record: Any) -> str:

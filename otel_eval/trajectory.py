@@ -157,9 +157,12 @@ class _Builder:
                     depth=depth, start_ns=span.start_ns, end_ns=span.end_ns)
         adapter = describe(step, span, attrs)
         node, agent = self.scope.get(span.parent_span_id or "", (None, None))
-        stamped = as_str(first(attrs, *_STAMPED_AGENT_KEYS))
         if node is None and step.kind != "agent":
-            node = stamped  # outside any agent span that arrived, but stamped with its name
+            # outside any agent span that arrived, but stamped with its name (OpenLLMetry,
+            # the Vercel AI SDK): the agent's name, also when its span never arrived
+            node = as_str(first(attrs, *_STAMPED_AGENT_KEYS))
+            if self.named_agent is None:
+                self.named_agent = node
         if step.kind == "agent":
             enclosing = self.agent_attrs.get(agent) if agent else None
             name = adapter.agent_name(span, attrs, enclosing) if adapter else None
@@ -183,10 +186,6 @@ class _Builder:
             if task is None:
                 task = span.resource.get(self.task_key)
             self.task_id = as_str(task)
-        if self.named_agent is None and step.kind != "agent":
-            # OpenLLMetry stamps the agent's (workflow's) name on every span under it: the
-            # name when the agent span itself never arrived (a killed run)
-            self.named_agent = stamped
         self.steps.append(step)
 
     def _mark_tools(self, agent: str | None) -> None:

@@ -162,6 +162,24 @@ def test_hostile_json_is_400_with_a_reason(h: Harness, body: bytes, reason: str)
     assert h.svc.engine.open_traces() == 0
 
 
+def _logs_json(extra: str) -> bytes:
+    return ('{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"eventName":"gen_ai.choice"'
+            + extra + "}]}]}]}").encode()
+
+
+@pytest.mark.parametrize(("body", "reason"), [
+    (b"[" * 100_000 + b"]" * 100_000, "nested deeper"),
+    (b'{"\\udfff":1,"resourceLogs":[]}', "OTLP"),
+    (_logs_json(',"severityNumber":Infinity'), "Infinity"),
+], ids=["array-100k", "surrogate-top-key", "infinity-enum"])
+def test_hostile_logs_json_is_400_with_a_reason(h: Harness, body: bytes, reason: str) -> None:
+    """/v1/logs parses JSON under the same bounds as /v1/traces."""
+    status, answer, _ = _exchange(_port(h), _post_head(
+        "/v1/logs", "application/json", f"Content-Length: {len(body)}"), body)
+    assert status == 400
+    assert reason in json.loads(answer)["message"]
+
+
 def test_json_depth_bound_keeps_ordinary_nesting() -> None:
     assert loads_bounded(_otlp_json(_nested_kvlist(10)))
     with pytest.raises(ValueError, match="nested deeper than 5"):
