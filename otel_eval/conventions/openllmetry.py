@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from otel_eval.conventions.adapter import Adapter, Attrs
-from otel_eval.conventions.values import as_int, as_str, first, parse_json
+from otel_eval.conventions.values import as_int, as_str, first, json_text, parse_json
 from otel_eval.model import Span, Step, StepKind, ToolCall
 
 _KINDS: dict[str, StepKind] = {"workflow": "chain", "task": "chain", "agent": "agent",
@@ -96,18 +96,14 @@ def _entity_text(raw: Any) -> str | None:
     """A decorated function's input or output as text: the SDK JSON-encodes it (a string
     becomes ``"..."``, a call ``{"args": [...], "kwargs": {...}}``); a call with one string
     argument is that string, anything else stays the JSON as carried."""
-    if not isinstance(raw, str) or raw[:1] not in ('"', "{"):
-        return as_str(raw)
-    try:
-        value = json.loads(raw)
-    except (ValueError, RecursionError):
-        return raw
+    value = parse_json(raw)
     if isinstance(value, dict) and set(value) == {"args", "kwargs"}:
         args, kwargs = value["args"], value["kwargs"]
         if isinstance(args, list) and isinstance(kwargs, dict):
             rest = [*args, *kwargs.values()]
-            value = rest[0] if len(rest) == 1 else value
-    return value if isinstance(value, str) else raw
+            if len(rest) == 1 and isinstance(rest[0], str):
+                return rest[0]
+    return json_text(raw)
 
 
 def _dumps(messages: list[dict[str, Any]]) -> str | None:

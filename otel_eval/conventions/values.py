@@ -80,6 +80,18 @@ def parse_json(value: Any) -> Any:
         return value
 
 
+def json_text(value: Any) -> str | None:
+    """A JSON-encoded string (``"sunny"``, as SDKs serialize a function's str result) as its
+    text; anything else as ``as_str`` gives it."""
+    if isinstance(value, str) and value.startswith('"'):
+        try:
+            decoded = _DECODER.decode(value)
+        except (ValueError, RecursionError):
+            return value
+        return decoded if isinstance(decoded, str) else value
+    return as_str(value)
+
+
 def as_list_of_str(value: Any) -> list[str]:
     """``["stop"]``, ``"stop"`` or a JSON-encoded list -> list of strings."""
     value = parse_json(value)

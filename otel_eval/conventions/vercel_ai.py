@@ -13,11 +13,10 @@ calls ``ai.toolCall.{name, id, args | input, result}``; offered tools ``ai.promp
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from otel_eval.conventions.adapter import Adapter, Attrs, no_kind
-from otel_eval.conventions.values import as_int, as_str, first, parse_json
+from otel_eval.conventions.values import as_int, as_str, first, json_text, parse_json
 from otel_eval.model import Span, Step, StepKind, ToolCall
 
 _RUNS = ("ai.generateText", "ai.streamText", "ai.generateObject", "ai.streamObject")
@@ -33,17 +32,6 @@ def _explicit(span: Span, attrs: Attrs) -> StepKind | None:
     if op.endswith(_CALLS):
         return "llm"
     return "agent" if op in _RUNS else "other"
-
-
-def _text(raw: Any) -> str | None:
-    """A JSON-encoded string result (``"sunny"``) as its text; anything else as carried."""
-    if isinstance(raw, str) and raw.startswith('"'):
-        try:
-            value = json.loads(raw)
-        except (ValueError, RecursionError):
-            return raw
-        return value if isinstance(value, str) else raw
-    return as_str(raw)
 
 
 def _tool_calls(raw: Any) -> list[ToolCall]:
@@ -74,7 +62,7 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
     if step.kind == "tool":
         step.tool_name = as_str(get("ai.toolCall.name")) or span.name
         step.arguments = parse_json(first(attrs, "ai.toolCall.args", "ai.toolCall.input"))
-        step.result = _text(get("ai.toolCall.result"))
+        step.result = json_text(get("ai.toolCall.result"))
         return
     if step.kind == "agent":
         step.input_text = _prompt_text(get("ai.prompt"))
