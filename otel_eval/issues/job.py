@@ -42,15 +42,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
 from otel_eval.issues.config import IssuesConfig
-from otel_eval.issues.embed import Embedder
-from otel_eval.issues.naming import Namer
 from otel_eval.issues.result import (
     OTHER_ISSUE_ID,
     Issue,
@@ -59,6 +57,10 @@ from otel_eval.issues.result import (
     top_issue_gauge_samples,
 )
 from otel_eval.issues.tracker import Annotator, IssueTracker
+
+if TYPE_CHECKING:  # naming imports numpy and scipy (the tracker does, when it clusters)
+    from otel_eval.issues.embed import Embedder
+    from otel_eval.issues.naming import Namer
 
 log = logging.getLogger(__name__)
 

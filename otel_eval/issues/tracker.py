@@ -15,9 +15,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Protocol
 
 from otel_eval.issues.catalogue import (
     Catalogue,
@@ -28,13 +26,14 @@ from otel_eval.issues.catalogue import (
     new_issue_id,
     sparse_centroid,
 )
-from otel_eval.issues.cluster import cluster
 from otel_eval.issues.config import IssuesConfig
 from otel_eval.issues.critiques import Critique, Extraction, extract
 from otel_eval.issues.embed import Embedder, TfidfEmbedder, make_embedder
-from otel_eval.issues.naming import Namer, central_order, centroid, name_cluster, top_terms
 from otel_eval.issues.normalize import normalize
 from otel_eval.issues.result import Assignment, Issue, IssueEvent, IssuesResult
+
+if TYPE_CHECKING:  # naming and cluster import numpy, scipy, scikit-learn: see _clusters
+    from otel_eval.issues.naming import Namer
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +146,8 @@ class IssueTracker:
             traces = frozenset(group[m].trace_id for m in c.members)
             share = len(traces) / len(ext.trace_ids) if ext.trace_ids else 0.0
             if stored is None:
+                from otel_eval.issues.naming import name_cluster
+
                 name = name_cluster(c.terms, texts[:_NAMER_EXAMPLES], self._namer)
                 level, node = group[0].level, group[0].node
                 stored = StoredIssue(new_issue_id(level, node, texts[0], taken), level, node,
@@ -179,7 +180,14 @@ class IssueTracker:
             first_seen=stored.first_seen, new=previous is None, trace_ids=traces)
 
     def _clusters(self, group: list[Critique]) -> list[_Cluster]:
-        """Cluster one (level, node) group on its distinct normalized texts."""
+        """Cluster one (level, node) group on its distinct normalized texts. numpy, scipy
+        and scikit-learn (~100 MB resident) are imported here, on the first group to cluster:
+        an idle serve never pays for them."""
+        import numpy as np
+
+        from otel_eval.issues.cluster import cluster
+        from otel_eval.issues.naming import central_order, centroid, top_terms
+
         position: dict[str, int] = {}
         uid = [position.setdefault(normalize(c.text), len(position)) for c in group]
         unique = list(position)

@@ -58,6 +58,22 @@ def test_cost_from_litellm_price_map() -> None:
     assert f.attributes["value"] == pytest.approx(prices[0] * 1_000_000)
 
 
+def test_price_table_read_without_litellm_matches_litellm_model_cost() -> None:
+    """The prices are read from litellm's packaged JSON without importing litellm (idle RSS);
+    every model name litellm itself serves (aliases resolved) must price the same."""
+    from otel_eval.conventions.prices import _price_map
+    from otel_eval.llm import litellm
+
+    table = _price_map()
+    expected = {}
+    for name, entry in litellm.model_cost.items():
+        inp, out = entry.get("input_cost_per_token"), entry.get("output_cost_per_token")
+        if isinstance(inp, int | float) and isinstance(out, int | float):
+            expected[name] = (float(inp), float(out))
+    assert len(expected) > 1000 and any(n.endswith("-latest") for n in expected)  # aliases
+    assert table == expected
+
+
 def test_unknown_model_cost_is_unknown_not_an_error() -> None:
     t = traj(llm("a", model="no-such-model-xyz"), llm("b", cost=0.1))
     found = budget.detect(t, DetectorsConfig(), Context(budgets={"cost_usd": 1.0}))
