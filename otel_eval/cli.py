@@ -1,4 +1,5 @@
-"""The ``otel-eval`` command: ``serve``, ``eval``, ``show``, ``replay``, ``issues``, ``config``."""
+"""The ``otel-eval`` command: ``serve``, ``eval``, ``show``, ``replay``, ``issues``, ``config``,
+``train``."""
 
 from __future__ import annotations
 
@@ -53,6 +54,11 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--judge-api-base", metavar="URL", help="API base URL for the judge")
 
 
+def _model(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", metavar="MODEL", help="success predictor written by `otel-eval "
+                   "train` (prediction.model_path): adds prediction.p_success per trace")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="otel-eval", description=__doc__)
     parser.add_argument("--log-level", default="INFO",
@@ -76,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="consume OTLP traces from Kafka")
     serve.add_argument("--kafka-publish", action="store_true",
                        help="receivers publish to Kafka instead of assembling")
+    _model(serve)
 
     ev = sub.add_parser("eval", help="evaluate trace files offline")
     _common(ev)
@@ -83,6 +90,17 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--format", choices=["table", "jsonl"], default="table")
     ev.add_argument("--max-cost-usd", type=float, metavar="USD",
                     help="stop judging once the judge has spent this much")
+    _model(ev)
+
+    tr = sub.add_parser("train", help="train the success predictor on labelled runs")
+    _common(tr)
+    tr.add_argument("paths", nargs="+", metavar="PATH")
+    tr.add_argument("--labels", metavar="LABELS", action="append", default=[],
+                    help='JSON lines {"trace_id"|"task_id": ..., "outcome": true|false}, or a '
+                         "SWE-bench results summary (instances[].resolved); repeatable; "
+                         "these win over the outcomes the runs carry")
+    tr.add_argument("--out", metavar="MODEL", required=True, help="model file to write")
+    tr.add_argument("--name", default="success", help="model name (default: success)")
 
     rp = sub.add_parser("replay", help="re-emit trace files as OTLP spans")
     rp.add_argument("paths", nargs="+", metavar="PATH")
@@ -120,7 +138,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
                       ("events_endpoint", "export.events_endpoint"),
                       ("forward_endpoint", "export.forward_endpoint"),
                       ("kafka_brokers", "kafka.brokers"), ("judge", "judge.model"),
-                      ("judge_api_base", "judge.api_base")):
+                      ("judge_api_base", "judge.api_base"),
+                      ("model", "prediction.model_path")):
         value = getattr(args, flag, None)
         if value is not None:
             changes[key] = value
@@ -268,6 +287,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_show(args, sys.stdout)
         if args.command == "replay":
             return cmd_replay(args, sys.stdout)
+        if args.command == "train":
+            from otel_eval.predict.train import cmd_train
+            return cmd_train(args, run_from_args(args), sys.stdout)
         if args.command == "config":
             from otel_eval.configdoc import reference
             sys.stdout.write(reference(load_config(args.config)))

@@ -23,13 +23,14 @@ from otel_eval.detectors.config import DetectorsConfig
 from otel_eval.issues.config import IssuesConfig
 from otel_eval.judge.config import JudgeConfig
 from otel_eval.kafka.config import KafkaConfig
+from otel_eval.predict.config import PredictionConfig
 from otel_eval.receiver.security import TlsServerConfig
 from otel_eval.results.config import ExportConfig
 
 __all__ = [
     "AdminConfig", "AssemblyConfig", "Config", "ConfigError", "DetectorsConfig", "ExportConfig",
-    "IssuesConfig", "JudgeConfig", "KafkaConfig", "ReceiverConfig", "StoreConfig",
-    "TlsServerConfig", "TrajectoryConfig", "build", "load_config", "parse_endpoint",
+    "IssuesConfig", "JudgeConfig", "KafkaConfig", "PredictionConfig", "ReceiverConfig",
+    "StoreConfig", "TlsServerConfig", "TrajectoryConfig", "build", "load_config", "parse_endpoint",
 ]
 
 
@@ -200,6 +201,8 @@ class Config:
     detectors: DetectorsConfig = field(default_factory=DetectorsConfig)
     # The LLM judge (off unless a model is set).
     judge: JudgeConfig = field(default_factory=JudgeConfig)
+    # The learned success predictor (off unless a model file is set).
+    prediction: PredictionConfig = field(default_factory=PredictionConfig)
     # Results written back as telemetry: evaluation events and pass-through forwarding.
     export: ExportConfig = field(default_factory=ExportConfig)
     # Recurring-issue clustering of critiques and findings.

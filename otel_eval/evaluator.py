@@ -9,12 +9,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from otel_eval.config import Config
+from otel_eval.config import Config, ConfigError
 from otel_eval.detectors import Detectors, evaluation_error, load_references, verdict_of
 from otel_eval.model import Evaluation, Finding, Trace, Trajectory
 from otel_eval.trajectory import build_trajectory
+
+if TYPE_CHECKING:
+    from otel_eval.predict import Predictor
 
 log = logging.getLogger(__name__)
 _SUCCESS = {"success", "succeeded", "pass", "passed", "true", "1", "1.0", "ok", "resolved"}
@@ -37,6 +40,19 @@ def normalize_outcome(value: object) -> str | None:
     return None
 
 
+def _predictor(config: Config) -> Predictor | None:
+    """The success predictor when ``prediction.model_path`` is set; a file that cannot be
+    used is a ``ConfigError`` (at startup, never per trace)."""
+    if not config.prediction.enabled:
+        return None
+    from otel_eval.predict import ModelFileError, Predictor
+
+    try:
+        return Predictor.from_file(config.prediction.model_path)
+    except ModelFileError as e:
+        raise ConfigError([f"prediction.model_path: {e}"]) from None
+
+
 class Evaluator:
     def __init__(self, config: Config, *, budget_overrides: Mapping[str, float] | None = None,
                  references_path: str | None = None,
@@ -45,6 +61,7 @@ class Evaluator:
         refs = load_references(references_path) if references_path else None  # else config's
         self.detectors = Detectors(config.detectors, refs, budget_overrides)
         self._wall_clock = wall_clock
+        self.predictor = _predictor(config)
 
     def trajectory(self, trace: Trace) -> Trajectory:
         return build_trajectory(trace, self.config.trajectory)
@@ -63,8 +80,11 @@ class Evaluator:
             outcome = normalize_outcome(traj.root_attributes.get(
                 self.config.trajectory.outcome_attribute))
         findings, verdict = self.detectors.evaluate(traj, outcome)
-        return Evaluation(traj, findings, verdict,
-                          evaluated_at_ns=int(self._wall_clock() * 1e9))
+        evaluation = Evaluation(traj, findings, verdict,
+                                evaluated_at_ns=int(self._wall_clock() * 1e9))
+        if self.predictor is not None:
+            evaluation.prediction = self.predictor.predict(evaluation)
+        return evaluation
 
     def with_outcome(self, body: dict[str, Any], outcome: str) -> dict[str, Any]:
         """A stored per-trace object re-judged with an outcome learnt later (POST /v1/feedback):

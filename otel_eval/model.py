@@ -4,7 +4,8 @@
     Trace           the spans of one trace id, as released by assembly, with a status
     Step, Trajectory the normalized agent run that detectors and the judge read
     Finding, Verdict what the detectors say about a trajectory
-    Evaluation      trajectory + findings + verdict (+ judge); ``to_json()`` is the v1 object
+    Evaluation      trajectory + findings + verdict (+ judge, + prediction); ``to_json()`` is
+                    the v1 object
 
 Attribute values stay as the protobuf/JSON carried them (str, int, float, bool, lists,
 dicts); bulky message text is kept as the raw string and parsed only by whoever needs it.
@@ -353,6 +354,8 @@ class Evaluation:
     judge: dict[str, Any] | None = None
     evaluated_at_ns: int = 0
     error: str | None = None  # set when evaluation itself failed (the trace is still stored)
+    # {"p_success", "model"} from the success predictor; None without a model (no default)
+    prediction: dict[str, Any] | None = None
 
     @property
     def trace_id(self) -> str:
@@ -385,6 +388,8 @@ class Evaluation:
             out["judge"] = self.judge
         if self.error is not None:
             out["error"] = self.error
+        if self.prediction is not None:
+            out["prediction"] = self.prediction
         return finite(out)
 
 

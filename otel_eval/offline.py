@@ -3,7 +3,8 @@ benches (the CLI only parses arguments and prints).
 
     paths -> loaders (spans regrouped by the assembler, released at end of file)
       -> Evaluator (trajectory, detectors, verdict: what ``serve`` runs per trace)
-      -> judge (when configured; in input order, ``judge.offline``) -> evaluations
+      -> judge (when configured; in input order, ``judge.offline``)
+      -> prediction again with the judge's scores (when a model is set) -> evaluations
 
 A file that cannot be read is reported on stderr and counted (``failed_files``); the run goes
 on with the next one.
@@ -75,7 +76,16 @@ class EvalRun:
         if self.max_cost_usd is not None:  # the explicit cap replaces the hourly budget
             jc = replace(jc, max_cost_usd_per_hour=0.0)
         self.spend = Spend()
-        return judged(out, Judge(jc), self.spend, self.max_cost_usd)
+        done = judged(out, Judge(jc), self.spend, self.max_cost_usd)
+        return done if self.evaluator.predictor is None else self._repredicted(done)
+
+    def _repredicted(self, out: Iterator[Evaluation]) -> Iterator[Evaluation]:
+        """Predictions again once the judge's scores are in (features read them)."""
+        assert self.evaluator.predictor is not None
+        for ev in out:
+            if ev.prediction is not None:
+                ev.prediction = self.evaluator.predictor.predict(ev)
+            yield ev
 
     def cost_line(self) -> str | None:
         return None if self.spend is None else self.spend.line(self.cfg.judge.model)

@@ -1,0 +1,104 @@
+"""``otel-eval train`` and ``eval --model`` on real tau-bench runs, through the command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import SLICE_RUNS, otel_eval
+
+from otel_eval.config import Config
+from otel_eval.evaluator import Evaluator
+from otel_eval.loaders import load_path
+from otel_eval.predict import load_model
+from otel_eval.predict.features import features
+
+
+def _jsonl(text: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_train_writes_a_model_that_eval_applies_to_every_trace(tau_slice: Path,
+                                                               tau_model: Path) -> None:
+    model = load_model(tau_model)
+    tasks = {run["task_id"] for run in json.loads(tau_slice.read_text())}
+    assert model.training["runs"] == SLICE_RUNS and model.training["tasks"] == len(tasks)
+    assert 0 < model.training["successes"] < SLICE_RUNS
+    assert "calls.tool" in model.features and "judge.outcome.missing" in model.features
+    assert all(not f.startswith("finding.lucky_pass") for f in model.features)
+    done = otel_eval("eval", str(tau_slice), "--model", str(tau_model), "--format", "jsonl")
+    assert done.returncode == 0, done.stderr
+    rows = _jsonl(done.stdout)
+    assert len(rows) == SLICE_RUNS
+    ps = []
+    for row in rows:
+        prediction = row["prediction"]
+        assert isinstance(prediction, dict) and prediction["model"] == model.label
+        assert 0.0 <= prediction["p_success"] <= 1.0
+        ps.append(prediction["p_success"])
+    assert len(set(ps)) > SLICE_RUNS // 2  # per trace, not a constant
+
+
+def test_without_a_model_there_is_no_prediction(tau_slice: Path) -> None:
+    done = otel_eval("eval", str(tau_slice), "--format", "jsonl")
+    assert done.returncode == 0, done.stderr
+    assert all("prediction" not in row for row in _jsonl(done.stdout))
+
+
+def test_labels_file_wins_over_the_outcome_the_runs_carry(tau_slice: Path,
+                                                          tmp_path: Path) -> None:
+    ids = [row["trace_id"] for row in _jsonl(otel_eval("eval", str(tau_slice), "--format",
+                                                       "jsonl").stdout)]
+    labels = tmp_path / "labels.jsonl"  # every 3rd run succeeded, whatever its reward says
+    labels.write_text("".join(json.dumps({"trace_id": t, "outcome": i % 3 == 0}) + "\n"
+                              for i, t in enumerate(ids)))
+    out = tmp_path / "m.json"
+    done = otel_eval("train", str(tau_slice), "--labels", str(labels), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert load_model(out).training["successes"] == len(range(0, SLICE_RUNS, 3))
+
+
+def test_swe_bench_results_summary_labels_runs_by_task(datasets: Path, tmp_path: Path) -> None:
+    folder = datasets / "swe-bench-mini-swe-agent"
+    trajs = sorted(p for p in (folder / "trajs").iterdir() if p.is_dir())[:12]
+    paths = [str(next(p.glob("*.traj.json*"))) for p in trajs]
+    resolved = {i["instance_id"]: i["resolved"]
+                for i in json.loads((folder / "results_summary.json").read_text())["instances"]}
+    out = tmp_path / "swe.json"
+    done = otel_eval("train", *paths, "--labels", str(folder / "results_summary.json"),
+                     "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    training = load_model(out).training
+    assert training["runs"] == 12
+    assert training["successes"] == sum(resolved[p.name] for p in trajs)
+
+
+def test_bad_labels_and_too_few_labels_are_clear_errors(tau_slice: Path,
+                                                        tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"trace_id": "ab", "outcome": true}\n{"trace_id": "cd", "outcome": "maybe"}\n')
+    done = otel_eval("train", str(tau_slice), "--labels", str(bad), "--out",
+                     str(tmp_path / "m.json"))
+    assert done.returncode == 2 and done.stdout == ""
+    assert "line 2" in done.stderr and "'maybe'" in done.stderr
+    one_class = tmp_path / "one.jsonl"
+    runs = json.loads(tau_slice.read_text())[:8]
+    few = tmp_path / "few.runs.json"
+    few.write_text(json.dumps([{**r, "reward": 1.0} for r in runs]))
+    one_class.write_text("")
+    done = otel_eval("train", str(few), "--out", str(tmp_path / "m.json"))
+    assert done.returncode == 2 and "at least 2 successful and 2 failed" in done.stderr
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_features_do_not_depend_on_the_outcome(tau_slice: Path) -> None:
+    """The label must not leak: a run's features are the same whatever its outcome."""
+    evaluator = Evaluator(Config())
+    differs = 0
+    for trace in load_path(tau_slice):
+        ok = evaluator.evaluate(trace, "success")
+        failed = evaluator.evaluate(trace, "failure")
+        differs += [(f.detector, f.kind) for f in ok.findings] != \
+            [(f.detector, f.kind) for f in failed.findings]
+        assert features(ok) == features(failed)
+    assert differs > 0  # the findings do differ (lucky_pass, unrecovered): the check bites
