@@ -1,6 +1,6 @@
 """Detector quality on the public agent traces in ../shared/datasets (issue 3).
 
-    python bench/quality.py [--datasets DIR] [--only tau,trail,swe,speed] [--json FILE]
+    python bench/quality.py [--datasets DIR] [--only tau,trail,swe,speed,predictor] [--json FILE]
 
 - tau-bench airline runs: tool-name precision/recall and argument accuracy against the gold
   write actions (the task file loaded as references), AUC of the reference score against
@@ -9,6 +9,8 @@
   annotations, and how many annotated locations fall on or under a flagged span.
 - SWE-bench mini-swe-agent: loop and budget finding rates for resolved vs unresolved runs
   (budgets = the runs' own step and cost limits) and the AUC of a reference-free score.
+- Success predictor (bench/predictor.py): AUC, Brier score and reliability with folds grouped
+  by task, within tau-bench and SWE-bench and across them, against the reference-free score.
 - Offline evaluation speed on the tau-bench file (load + build + detect; detect alone; the
   ``otel-eval eval --format jsonl`` command in-process, which adds ``to_json`` and
   ``json.dumps``), traces/s.
@@ -298,7 +300,21 @@ def _eval_command(path: Path) -> int:
     return out.lines
 
 
-SECTIONS = {"tau": tau_bench, "trail": trail, "swe": swe, "speed": speed}
+def predictor(datasets: Path) -> dict[str, Any]:
+    """The success predictor's figures: bench/predictor.py (kept in its own file)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_predictor",
+                                                  Path(__file__).with_name("predictor.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    figures: dict[str, Any] = module.figures(datasets)
+    return figures
+
+
+SECTIONS = {"tau": tau_bench, "trail": trail, "swe": swe, "speed": speed,
+            "predictor": predictor}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -54,6 +54,10 @@ Metrics (counters are exposed with the ``_total`` suffix):
                otel_eval_kafka_commit_failures_total{reason}
                otel_eval_kafka_records_published_total{topic}           spans|results
                otel_eval_kafka_publish_dropped_total{topic,reason}
+    prediction otel_eval_prediction_p_success{service,agent}      histogram, 0..1 (with --model)
+               otel_eval_prediction_labelled_total{agent,outcome}  success|failure
+               otel_eval_prediction_rolling_auc{agent}    gauge, AUC of the last labelled
+               predictions (otel_eval.predict.online)
     spool      otel_eval_spool_bytes, otel_eval_spool_requests                    gauges
                otel_eval_spool_spans_replayed_total, otel_eval_spool_failures_total{operation}
     sink       otel_eval_sink_dropped_total{sink,reason}    items (events, spans) a sink dropped
@@ -87,6 +91,8 @@ from prometheus_client.exposition import choose_encoder
 
 from otel_eval import model
 from otel_eval.detectors.non_termination import NOT_ENDED_KINDS
+from otel_eval.predict.config import PredictionConfig
+from otel_eval.predict.online import PredictionMetrics
 
 __all__ = ["OTHER", "TOOL_ERROR_KINDS", "JudgeMetrics", "KafkaMetrics", "Metrics", "SpoolMetrics",
            "render"]
@@ -126,7 +132,8 @@ class Metrics:
     """All otel-eval metrics on ``registry`` (a new private registry when none is given)."""
 
     def __init__(self, registry: CollectorRegistry | None = None, *, max_names: int = 100,
-                 max_tools_per_agent: int = 20, max_series_per_metric: int = 1000) -> None:
+                 max_tools_per_agent: int = 20, max_series_per_metric: int = 1000,
+                 prediction: PredictionConfig | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         # label combinations admitted per per-trace metric: capping each label (service 100,
         # agent 100) still allowed 100 x 100 combinations (10,000 traces -> 500,056 series)
@@ -143,6 +150,7 @@ class Metrics:
         self.judge = JudgeMetrics(self)
         self.kafka = KafkaMetrics(self)
         self.spool = SpoolMetrics(self)
+        self.prediction = PredictionMetrics(self, prediction)
 
     # --- declarations -------------------------------------------------------------------
 
@@ -312,6 +320,7 @@ class Metrics:
         exemplar = {"trace_id": t.trace_id}
         self.h_verdict_latency.observe(max(0.0, completion_to_verdict_s), exemplar)
         service, agent = self._service(t.service), self._agent(t.agent)
+        self.prediction.predicted(evaluation, service, agent, superseded)
         if superseded:
             self._series(self.c_superseded, service, agent).inc()
             return

@@ -66,7 +66,7 @@ class Service:
         self.options = options or Options()
         self.registry = registry if registry is not None else CollectorRegistry()
         self.clock = clock
-        self.metrics = Metrics(self.registry)
+        self.metrics = Metrics(self.registry, prediction=config.prediction)
         self.store = Store(config.store.path)
         self.evaluator = Evaluator(config, budget_overrides=self.options.budget_overrides,
                                    references_path=self.options.references_path)
@@ -283,7 +283,10 @@ class Service:
                                       updated["verdict"]):
                 break
             # re-evaluated since it was read (the engine applies the stored outcome): again
-        return self.store.get(trace_id)  # with whatever the judge wrote meanwhile
+        stored = self.store.get(trace_id)  # with whatever the judge wrote meanwhile
+        if stored is not None:
+            self.metrics.prediction.labelled(stored, outcome)  # the predictor's rolling AUC
+        return stored
 
 
 # Re-reads when the trace was re-evaluated between reading and writing its verdict.

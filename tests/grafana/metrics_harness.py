@@ -83,7 +83,13 @@ def feed_round(metrics: Metrics, round_no: int, traces: int = 10) -> list[str]:
         tid = f"{round_no:08x}{i:08x}{'1' * 16}"
         ids.append(tid)
         findings = _loopy_findings(i)
-        metrics.evaluation_stored(_evaluation(tid, LOOPY, findings, passed=i == 9), 0.4, False)
+        loopy = _evaluation(tid, LOOPY, findings, passed=i == 9)
+        # with a success predictor (serve --model): a prediction per trace, half of them
+        # with a known outcome, so the rolling AUC has both classes after two rounds
+        loopy.prediction = {"p_success": (i + 1) / (traces + 1), "model": "success@harness"}
+        assert loopy.verdict is not None
+        loopy.verdict.outcome = "success" if i % 2 else "failure"
+        metrics.evaluation_stored(loopy, 0.4, False)
         # The clean agent loops once in its first round (so its series exists), never again.
         clean = ([model.Finding("loop", "cycle", "warning", "a-b-a")]
                  if round_no == 0 and i == 0 else [])

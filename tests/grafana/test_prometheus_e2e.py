@@ -183,10 +183,19 @@ def test_every_panel_and_alert_query_returns_data(
 # above checks they return data.
 # judge_ / kafka_: serve runs here without a judge model and without Kafka (their own tests
 # run them: tests/judge/test_judge_serve.py, tests/kafka/).
+# prediction_labelled / _rolling_auc: the feed carries no outcomes (tests/predict sends them).
 _NOT_FED = ("receiver_requests_throttled", "receiver_requests_refused",
             "metrics_series_overflow", "sink_dropped", "evaluation_failures",
             "traces_lucky_passes", "traces_superseded", "spool_failures", "judge_", "kafka_",
-            "receiver_log_records_rejected", "assembly_log_records_dropped")
+            "receiver_log_records_rejected", "assembly_log_records_dropped",
+            "prediction_labelled", "prediction_rolling_auc")
+
+# A success predictor as `otel-eval train` writes one (one feature: the tool calls), so serve
+# runs with --model and the p_success panels get data from the real service.
+_MODEL = {"format": "otel-eval-predictor", "format_version": 1, "name": "success",
+          "version": "e2e", "features_version": 1, "features": ["calls.tool"],
+          "scaler": {"mean": [1.0], "scale": [0.5]}, "coefficients": [-0.8],
+          "intercept": 0.4, "calibration": {"method": "platt", "a": 1.0, "b": 0.0}}
 
 
 def _fed(expr: str) -> bool:
@@ -197,13 +206,15 @@ def test_real_service_panels_alerts_and_exemplars(tmp_path: Path) -> None:
     # issues every second, so the recurring-issue panels get data while the feed runs
     (tmp_path / "otel-eval.yaml").write_text(
         "assembly:\n  grace_s: 0.2\nissues:\n  interval_s: 1\n")
+    (tmp_path / "model.json").write_text(json.dumps(_MODEL))
     serve_log = (tmp_path / "serve.log").open("w")
     service = subprocess.Popen(
         [sys.executable, "-m", "otel_eval.cli", "serve", "--config",
          str(tmp_path / "otel-eval.yaml"), "--grpc-endpoint", "127.0.0.1:0",
          "--http-endpoint", "127.0.0.1:0", "--admin-endpoint", "127.0.0.1:0",
          "--store", str(tmp_path / "results.db"),
-         "--budget", "tool_calls=2"], stdout=serve_log, stderr=subprocess.STDOUT)
+         "--budget", "tool_calls=2", "--model", str(tmp_path / "model.json")],
+        stdout=serve_log, stderr=subprocess.STDOUT)
     try:
         # serve binds port 0 and logs the ports it got (a port picked free beforehand could be
         # taken by another process while serve still imports)

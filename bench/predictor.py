@@ -1,0 +1,157 @@
+"""Success predictor quality on the public runs with outcomes (issue 13.3).
+
+    python bench/predictor.py [--datasets DIR] [--json FILE]
+    python bench/quality.py --only predictor          (the same figures, as a section)
+
+- Within a dataset: 5-fold cross-validation GROUPED BY TASK (GroupKFold: no task in both the
+  training and the test part; tau-bench airline has 4 runs per task, SWE-bench one). Each
+  fold trains exactly what ``otel-eval train`` trains (``predict.train.fit``: its own inner
+  folds for the Platt scaling, on the training part only) and predicts the held-out runs with
+  the model file's plain-Python predictor. Figures pool the held-out predictions: AUC,
+  Brier score, a reliability table, and the per-fold AUCs.
+- Across datasets: train on all of one dataset, test on all of the other (and both pooled,
+  grouped by task).
+- Baseline: the reference-free score ``1 / (1 + errors + warnings / 2)`` over the same
+  outcome-blind findings, on the same runs (no fitting).
+
+Labels: tau-bench ``reward`` (1 = success), SWE-bench ``results_summary.json`` ``resolved``.
+Evaluation uses the default configuration (default budgets, no references, no judge): what a
+user without benchmark files has. Hyperparameters are ``predict.train.HYPERPARAMETERS``,
+fixed before these figures were first measured; nothing here is searched on the folds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sklearn.metrics import brier_score_loss, roc_auc_score
+from sklearn.model_selection import GroupKFold
+
+from otel_eval.config import Config
+from otel_eval.evaluator import Evaluator
+from otel_eval.loaders import load_path
+from otel_eval.predict.features import blind_findings, features
+from otel_eval.predict.modelfile import from_document
+from otel_eval.predict.train import HYPERPARAMETERS, Labels, Row, fit, read_labels
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATASETS = ROOT.parent / "shared" / "datasets"
+TAU_RUNS = Path("tau-bench/airline/gpt-4o-airline.runs.json")
+SWE = Path("swe-bench-mini-swe-agent")
+FOLDS = 5
+BINS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+
+
+def baseline(findings: Sequence[tuple[str, str, str]]) -> float:
+    """Declared before looking at the labels: 1 / (1 + error findings + warnings / 2)."""
+    errors = sum(sev == "error" for *_, sev in findings)
+    warnings = sum(sev == "warning" for *_, sev in findings)
+    return 1.0 / (1.0 + errors + 0.5 * warnings)
+
+
+def _rows(paths: list[Path], labels: Labels) -> tuple[list[Row], list[float]]:
+    evaluator = Evaluator(Config())
+    rows, scores = [], []
+    for path in paths:
+        for trace in load_path(path):
+            ev = evaluator.evaluate(trace)
+            label = labels.of(ev)
+            if label is None:
+                continue
+            t = ev.trajectory
+            rows.append(Row(features(ev), label, t.task_id or t.trace_id, t.source))
+            scores.append(baseline(blind_findings(ev.findings)))
+    return rows, scores
+
+
+def datasets_rows(datasets: Path) -> dict[str, tuple[list[Row], list[float]]]:
+    swe = datasets / SWE
+    trajs = sorted(next(p.glob("*.traj.json*")) for p in (swe / "trajs").iterdir()
+                   if p.is_dir())
+    return {"tau_airline": _rows([datasets / TAU_RUNS], Labels()),
+            "swe_mini_swe_agent": _rows(trajs, read_labels([str(swe / "results_summary.json")]))}
+
+
+def predict(train: list[Row], test: list[Row]) -> list[float]:
+    """Train as ``otel-eval train`` does; predict ``test`` with the model file's predictor."""
+    doc = fit(train)
+    model = from_document({**doc, "version": "bench"})
+    return [model.p_success(r.values) for r in test]
+
+
+def _figures(labels: list[int], p: list[float], base: list[float]) -> dict[str, Any]:
+    y = np.array(labels)
+    return {"runs": len(y), "successes": int(y.sum()),
+            "auc": round(float(roc_auc_score(y, p)), 3),
+            "brier": round(float(brier_score_loss(y, p)), 3),
+            "brier_of_base_rate": round(float(y.mean() * (1 - y.mean())), 3),
+            "baseline_auc": round(float(roc_auc_score(y, base)), 3),
+            "reliability": reliability(labels, p)}
+
+
+def reliability(labels: list[int], p: list[float]) -> list[dict[str, Any]]:
+    """Per bin of predicted p_success: runs, mean prediction, observed success rate."""
+    out = []
+    for lo, hi in itertools.pairwise(BINS):
+        idx = [i for i, v in enumerate(p) if lo <= v < hi or (hi == 1.0 and v == 1.0)]
+        if idx:
+            out.append({"bin": f"{lo:.1f}-{hi:.1f}", "runs": len(idx),
+                        "mean_predicted": round(sum(p[i] for i in idx) / len(idx), 3),
+                        "observed": round(sum(labels[i] for i in idx) / len(idx), 3)})
+    return out
+
+
+def cross_validated(rows: list[Row], base: list[float]) -> dict[str, Any]:
+    groups = [r.group for r in rows]
+    labels = [int(r.label) for r in rows]
+    p = [0.0] * len(rows)
+    per_fold = []
+    for train, test in GroupKFold(n_splits=FOLDS).split(rows, labels, groups):
+        assert not {groups[i] for i in train} & {groups[i] for i in test}
+        got = predict([rows[i] for i in train], [rows[i] for i in test])
+        for i, v in zip(test, got, strict=True):
+            p[i] = v
+        fold_y = [labels[i] for i in test]
+        per_fold.append(round(float(roc_auc_score(fold_y, got)), 3)
+                        if len(set(fold_y)) == 2 else None)
+    return {**_figures(labels, p, base), "tasks": len(set(groups)), "folds": FOLDS,
+            "auc_per_fold": per_fold}
+
+
+def transfer(train: list[Row], test: list[Row], base: list[float]) -> dict[str, Any]:
+    return _figures([int(r.label) for r in test], predict(train, test), base)
+
+
+def figures(datasets: Path) -> dict[str, Any]:
+    data = datasets_rows(datasets)
+    (tau, tau_base), (swe, swe_base) = data["tau_airline"], data["swe_mini_swe_agent"]
+    return {
+        "hyperparameters": HYPERPARAMETERS,
+        "within": {name: cross_validated(rows, base) for name, (rows, base) in data.items()},
+        "across": {"train_tau_test_swe": transfer(tau, swe, swe_base),
+                   "train_swe_test_tau": transfer(swe, tau, tau_base),
+                   "pooled_grouped_by_task": cross_validated(tau + swe, tau_base + swe_base)},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--datasets", type=Path, default=DEFAULT_DATASETS)
+    ap.add_argument("--json", type=Path, help="also write the figures to this file")
+    args = ap.parse_args(argv)
+    results = figures(args.datasets)
+    print(json.dumps(results, indent=1))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

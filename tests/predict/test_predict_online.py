@@ -1,0 +1,66 @@
+"""The rolling AUC of the predictor's own predictions: exact, bounded, one entry per trace."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from prometheus_client import CollectorRegistry
+from sklearn.metrics import roc_auc_score
+
+from otel_eval.metrics import Metrics
+from otel_eval.predict.config import PredictionConfig
+from otel_eval.predict.online import RollingAuc, auc
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_auc_equals_scikit_learn_with_ties(seed: int) -> None:
+    rng = random.Random(seed)
+    scores = [rng.choice([0.1, 0.25, 0.5, 0.75, 0.9]) for _ in range(200)]
+    labels = [rng.random() < s for s in scores]
+    got = auc(scores, labels)
+    assert got is not None and got == pytest.approx(roc_auc_score(labels, scores))
+
+
+def test_auc_needs_both_classes() -> None:
+    assert auc([0.2, 0.3], [True, True]) is None
+    assert auc([], []) is None
+    assert auc([0.2, 0.3], [False, True]) == 1.0
+
+
+def test_window_is_bounded_and_a_relabelled_trace_replaces_its_entry() -> None:
+    window = RollingAuc(window=4, min_per_class=1)
+    assert window.add("a", 0.9, True) is None  # one class only
+    assert window.add("b", 0.1, False) == 1.0
+    assert window.add("b", 0.1, True) is None  # corrected label: still one entry, one class
+    assert len(window) == 2
+    for i in range(10):
+        window.add(f"t{i}", 0.5, i % 2 == 0)
+    assert len(window) == 4  # the last four only
+
+
+def test_min_per_class_holds_the_value_back() -> None:
+    window = RollingAuc(window=100, min_per_class=3)
+    values = [window.add(f"t{i}", i / 10, i >= 3) for i in range(6)]
+    assert values[:5] == [None] * 5 and values[5] == 1.0
+
+
+def test_gauge_per_agent_appears_with_enough_labels_and_goes_with_them() -> None:
+    registry = CollectorRegistry()
+    m = Metrics(registry, prediction=PredictionConfig(auc_min_per_class=1))
+    body = {"trace_id": "ab" * 16, "agent": "planner", "prediction": {"p_success": 0.8}}
+    m.prediction.labelled(body, "success")
+    assert registry.get_sample_value("otel_eval_prediction_rolling_auc",
+                                     {"agent": "planner"}) is None
+    m.prediction.labelled({**body, "trace_id": "cd" * 16,
+                           "prediction": {"p_success": 0.3}}, "failure")
+    assert registry.get_sample_value("otel_eval_prediction_rolling_auc",
+                                     {"agent": "planner"}) == 1.0
+    m.prediction.labelled(body, "failure")  # corrected: both failed, no AUC to report
+    assert registry.get_sample_value("otel_eval_prediction_rolling_auc",
+                                     {"agent": "planner"}) is None
+    assert registry.get_sample_value("otel_eval_prediction_labelled_total",
+                                     {"agent": "planner", "outcome": "failure"}) == 2
+    m.prediction.labelled({"trace_id": "ef" * 16, "agent": "planner"}, "success")  # none
+    assert registry.get_sample_value("otel_eval_prediction_labelled_total",
+                                     {"agent": "planner", "outcome": "success"}) == 1
