@@ -4,8 +4,9 @@
 
 What a trajectory shows about its own success, read from what the evaluation already holds:
 counts (steps, LLM and tool calls), the error and recovery pattern, repetition, the last
-steps, termination, token and time use, every detector finding by ``detector.kind`` (so kinds
-added later become features without code here) and judge scores when a judge ran.
+steps, termination, token and time use, the calls per tool name, every detector finding by
+``detector.kind`` (so kinds added later become features without code here) and judge scores
+when a judge ran.
 
 Promises:
 - **Blind to the outcome.** Nothing here reads the outcome attribute, the verdict, or a
@@ -33,13 +34,18 @@ from typing import Any
 
 from otel_eval.model import Evaluation, Finding, Step, Trajectory
 
-FEATURES_VERSION = 1
+FEATURES_VERSION = 2  # 2: calls per tool name (``tool.<name>``)
 LAST_K = 5  # "the last steps": errors among the last LAST_K tool calls
 # Findings never used: derived from the outcome (lucky_pass) or from references (see above).
 EXCLUDED_DETECTORS = frozenset({"lucky_pass", "reference"})
 # Finding kinds renamed to what they are when the outcome is unknown (see above).
 OUTCOME_BLIND_KINDS = {("recovery", "unrecovered"): ("recovery", "gave_up")}
 FEATURE_PREFIX_FINDING = "finding."
+FEATURE_PREFIX_TOOL = "tool."
+# Tool names come from telemetry: each is cut to this length, and a trace contributes at most
+# this many distinct tool features (the model only knows the names it was trained on).
+MAX_TOOL_NAME_CHARS = 64
+MAX_TOOL_FEATURES = 64
 _STOP_REASONS = frozenset({"stop", "end_turn", "stop_sequence", "completed"})
 # (judge entry, score key) -> feature name; the outcome judge only when it is the judge's own
 # estimate (``overall.outcome_source == "judge"``: with a label the "score" is the label)
@@ -86,6 +92,16 @@ def _repetition(tools: list[Step]) -> dict[str, float]:
             "calls.longest_repeat": _log1p(longest),
             "calls.max_same_call": _log1p(max(counts.values(), default=0)),
             "tools.distinct": _log1p(len({s.tool_name or s.name for s in tools}))}
+
+
+def _tools_used(tools: list[Step]) -> dict[str, float]:
+    """Calls per tool name: which actions the agent took (e.g. a hand-off to a human)."""
+    counts: dict[str, int] = {}
+    for s in tools:
+        name = f"{FEATURE_PREFIX_TOOL}{(s.tool_name or s.name)[:MAX_TOOL_NAME_CHARS]}"
+        if name in counts or len(counts) < MAX_TOOL_FEATURES:
+            counts[name] = counts.get(name, 0) + 1
+    return {k: _log1p(v) for k, v in counts.items()}
 
 
 def _errors(t: Trajectory, tools: list[Step]) -> dict[str, float]:
@@ -164,13 +180,14 @@ def _judge(judge: dict[str, Any] | None) -> dict[str, float]:
 
 
 def features(evaluation: Evaluation) -> dict[str, float]:
-    """The features of one evaluation (see the module docstring). Finding features appear
-    only for the kinds present; a model reads an absent name as 0 (no such finding)."""
+    """The features of one evaluation (see the module docstring). Finding and tool features
+    appear only for the kinds and tools present; a model reads an absent name as 0."""
     t = evaluation.trajectory
     tools = t.tool_steps
     out = _counts(t, tools)
     out.update(_errors(t, tools))
     out.update(_repetition(tools))
+    out.update(_tools_used(tools))
     out.update(_last_steps(t))
     out.update(_usage(t))
     out.update(_findings(evaluation.findings))

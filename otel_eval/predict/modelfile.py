@@ -8,7 +8,8 @@ only ``otel-eval train`` imports scikit-learn (otel_eval.predict.train).
     {"format": "otel-eval-predictor", "format_version": 1,
      "name": "success", "version": "3f2a9c0e1b7d",      # shown as "success@3f2a9c0e1b7d"
      "features_version": 1, "features": [names...],
-     "scaler": {"mean": [...], "scale": [...]},           # standardization, per feature
+     "scaler": {"mean": [...], "scale": [...],            # standardization, per feature
+                "clip": 4.0},                             # |standardized| <= clip (optional)
      "coefficients": [...], "intercept": z0,              # logistic regression
      "calibration": {"method": "platt", "a": a, "b": b},  # p = 1 / (1 + exp(-(a*z + b)))
      "training": {...}}                                    # summary, free-form, not read
@@ -59,16 +60,20 @@ class Model:
     platt_a: float
     platt_b: float
     training: dict[str, Any]
+    clip: float | None = None  # standardized values are clipped to +-clip (None: not)
 
     @property
     def label(self) -> str:
         return f"{self.name}@{self.version}"
 
     def p_success(self, values: dict[str, float]) -> float:
-        z = self.intercept
+        z, clip = self.intercept, self.clip
         for name, m, s, w in zip(self.features, self.mean, self.scale, self.coefficients,
                                  strict=True):
-            z += w * (values.get(name, 0.0) - m) / s
+            v = (values.get(name, 0.0) - m) / s
+            if clip is not None:
+                v = -clip if v < -clip else clip if v > clip else v
+            z += w * v
         u = self.platt_a * z + self.platt_b
         # the logistic function without overflow for large |u|
         return 1.0 / (1.0 + math.exp(-u)) if u >= 0 else math.exp(u) / (1.0 + math.exp(u))
@@ -133,6 +138,9 @@ def from_document(doc: Any) -> Model:
     scale = _numbers("scaler.scale", scaler.get("scale"), n)
     if any(s <= 0 for s in scale):
         raise ValueError("scaler.scale: every scale must be > 0")
+    clip = scaler.get("clip")
+    if clip is not None and not _number(clip, "scaler.clip") > 0:
+        raise ValueError("scaler.clip: must be > 0")
     if not isinstance(cal, dict) or cal.get("method") != "platt":
         raise ValueError("calibration: expected {\"method\": \"platt\", \"a\": ..., \"b\": ...}")
     training = doc.get("training", {})
@@ -143,7 +151,7 @@ def from_document(doc: Any) -> Model:
                   _numbers("coefficients", doc.get("coefficients"), n),
                   _number(doc.get("intercept"), "intercept"),
                   _number(cal.get("a"), "calibration.a"), _number(cal.get("b"), "calibration.b"),
-                  training)
+                  training, None if clip is None else float(clip))
     if "@" in model.name:
         raise ValueError("name: must not contain '@'")
     return model

@@ -27,7 +27,12 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from otel_eval.evaluator import normalize_outcome
 from otel_eval.model import Evaluation
-from otel_eval.predict.features import FEATURE_PREFIX_FINDING, FEATURES_VERSION, features
+from otel_eval.predict.features import (
+    FEATURE_PREFIX_FINDING,
+    FEATURE_PREFIX_TOOL,
+    FEATURES_VERSION,
+    features,
+)
 from otel_eval.predict.modelfile import FORMAT, FORMAT_VERSION, Model, write_model
 
 if TYPE_CHECKING:
@@ -39,7 +44,11 @@ if TYPE_CHECKING:
 HYPERPARAMETERS: dict[str, Any] = {
     "estimator": "LogisticRegression", "penalty": "l2", "C": 1.0, "solver": "lbfgs",
     "max_iter": 1000, "class_weight": None,
-    "min_finding_support": 3,  # a finding kind becomes a feature when >= 3 training traces
+    # a finding kind or tool name becomes a feature when >= 3 training traces have it
+    "min_finding_support": 3,
+    # standardized values are clipped to +-4 (training and prediction): a run far outside
+    # the training range (another agent's token counts) does not extrapolate the line
+    "clip": 4.0,
     "calibration": "platt on out-of-fold scores", "folds": 5, "fold_groups": "task id",
 }
 MAX_LABEL_LINE_CHARS = 4096
@@ -145,14 +154,16 @@ def rows_from(evaluations: Iterable[Evaluation], labels: Labels) -> tuple[list[R
 
 
 def vocabulary(rows: list[Row]) -> list[str]:
-    """Feature names: every fixed feature, and the finding kinds seen in enough traces."""
+    """Feature names: every fixed feature, and the finding kinds and tool names seen in
+    enough traces."""
     support: dict[str, int] = {}
     for r in rows:
         for name in r.values:
             support[name] = support.get(name, 0) + 1
     least = HYPERPARAMETERS["min_finding_support"]
     return sorted(n for n, k in support.items()
-                  if not n.startswith(FEATURE_PREFIX_FINDING) or k >= least)
+                  if not n.startswith((FEATURE_PREFIX_FINDING, FEATURE_PREFIX_TOOL))
+                  or k >= least)
 
 
 def _check(rows: list[Row]) -> None:
@@ -176,8 +187,16 @@ def _fit_linear(x: Any, y: Any) -> tuple[Any, Any, Any]:
     hp = HYPERPARAMETERS
     lr = LogisticRegression(C=hp["C"], solver=hp["solver"], max_iter=hp["max_iter"],
                             class_weight=hp["class_weight"])
-    lr.fit((x - mean) / scale, y)
+    lr.fit(standardized(x, mean, scale), y)
     return mean, scale, lr
+
+
+def standardized(x: Any, mean: Any, scale: Any) -> Any:
+    """(x - mean) / scale, clipped to +-clip (as ``Model.p_success`` does)."""
+    import numpy as np
+
+    clip = HYPERPARAMETERS["clip"]
+    return np.clip((x - mean) / scale, -clip, clip)
 
 
 def _out_of_fold(x: Any, y: Any, groups: list[str]) -> tuple[Any, Any]:
@@ -192,7 +211,7 @@ def _out_of_fold(x: Any, y: Any, groups: list[str]) -> tuple[Any, Any]:
         if len(set(y[train].tolist())) < 2:
             continue  # a fold whose training part holds one class predicts nothing
         mean, scale, lr = _fit_linear(x[train], y[train])
-        z[test] = lr.decision_function((x[test] - mean) / scale)
+        z[test] = lr.decision_function(standardized(x[test], mean, scale))
         done[test] = True
     return z, done
 
@@ -225,7 +244,8 @@ def fit(rows: list[Row], name: str = "success") -> dict[str, Any]:
     return {
         "format": FORMAT, "format_version": FORMAT_VERSION, "name": name,
         "features_version": FEATURES_VERSION, "features": names,
-        "scaler": {"mean": [float(v) for v in mean], "scale": [float(v) for v in scale]},
+        "scaler": {"mean": [float(v) for v in mean], "scale": [float(v) for v in scale],
+                   "clip": HYPERPARAMETERS["clip"]},
         "coefficients": [float(v) for v in lr.coef_[0]],
         "intercept": float(lr.intercept_[0]),
         "calibration": {"method": "platt", "a": a, "b": b},

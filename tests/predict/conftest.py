@@ -4,22 +4,15 @@ the real ``otel-eval train`` command in a subprocess (once per session)."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "receiver"))
 
-TAU_RUNS = Path("tau-bench/airline/gpt-4o-airline.runs.json")
-SLICE_RUNS = 48  # of the 100 runs (25 tasks, 4 trials each)
-
-
-def otel_eval(*args: str) -> subprocess.CompletedProcess[str]:
-    """``otel-eval ARGS`` as a user runs it: a new interpreter, results on stdout."""
-    return subprocess.run([sys.executable, "-m", "otel_eval", *args], capture_output=True,
-                          text=True, timeout=300, check=False)
+from predict_helpers import SLICE_RUNS, TAU_RUNS, otel_eval
 
 
 @pytest.fixture(scope="session")

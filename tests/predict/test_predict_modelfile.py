@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import otel_eval
+from predict_helpers import otel_eval
 
 from otel_eval.predict import ModelFileError, load_model
 from otel_eval.predict.modelfile import MAX_FILE_BYTES, parameters_version, write_model

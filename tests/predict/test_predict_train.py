@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import SLICE_RUNS, otel_eval
+from predict_helpers import SLICE_RUNS, otel_eval
 
 from otel_eval.config import Config
 from otel_eval.evaluator import Evaluator

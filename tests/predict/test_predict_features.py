@@ -1,0 +1,69 @@
+"""Features: bounded under hostile tool names, judge scores only when they are the judge's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from otel_eval.model import Evaluation, Finding, Step, Trajectory
+from otel_eval.predict.features import MAX_TOOL_FEATURES, MAX_TOOL_NAME_CHARS, features
+from otel_eval.predict.modelfile import from_document
+
+
+def _evaluation(tools: list[str], judge: dict[str, Any] | None = None,
+                findings: list[Finding] | None = None) -> Evaluation:
+    steps = [Step(index=0, span_id="0" * 16, parent_span_id=None, kind="agent", name="run")]
+    steps += [Step(index=i + 1, span_id=f"{i + 1:016x}", parent_span_id="0" * 16, kind="tool",
+                   name=f"execute_tool {t}", tool_name=t, arguments={"i": i % 2})
+              for i, t in enumerate(tools)]
+    traj = Trajectory("ab" * 16, "otlp", "complete", steps, output="done")
+    return Evaluation(traj, findings or [], judge=judge)
+
+
+def test_hostile_tool_names_give_a_bounded_feature_set() -> None:
+    got = features(_evaluation([f"{i}" + "x" * 1000 for i in range(500)]))
+    tool = [k for k in got if k.startswith("tool.")]
+    assert len(tool) == MAX_TOOL_FEATURES
+    assert max(map(len, tool)) == len("tool.") + MAX_TOOL_NAME_CHARS
+
+
+def test_repetition_and_tool_counts() -> None:
+    got = features(_evaluation(["search"] * 4 + ["book"]))
+    assert got["calls.distinct_ratio"] == pytest.approx(3 / 5)  # (search, i=0|1), (book, 0)
+    assert got["tool.search"] > got["tool.book"] > 0
+    assert got["output.present"] == 1.0 and got["last.is_tool"] == 1.0
+
+
+def test_judge_scores_with_missing_indicators_and_never_a_label() -> None:
+    none = features(_evaluation(["a"]))
+    assert none["judge.process.process"] == 0.0 and none["judge.process.process.missing"] == 1.0
+    judged = features(_evaluation(["a"], judge={
+        "judges": {"process": {"scores": {"process": 0.75}}},
+        "overall": {"outcome_score": 1.0, "outcome_source": "label"}}))
+    assert judged["judge.process.process"] == 0.75
+    assert judged["judge.process.process.missing"] == 0.0
+    assert judged["judge.outcome.missing"] == 1.0  # the label, not the judge's estimate
+    own = features(_evaluation(["a"], judge={
+        "overall": {"outcome_score": 0.4, "outcome_source": "judge"}}))
+    assert own["judge.outcome"] == 0.4 and own["judge.outcome.missing"] == 0.0
+
+
+def test_outcome_and_reference_findings_are_not_features() -> None:
+    got = features(_evaluation(["a"], findings=[
+        Finding("lucky_pass", "lucky_pass", "warning", "x"),
+        Finding("reference", "mismatch", "error", "x"),
+        Finding("recovery", "unrecovered", "error", "x")]))
+    assert [k for k in got if k.startswith("finding.")] == ["finding.recovery.gave_up"]
+    assert got["findings.warning"] == 0.0
+
+
+def test_clip_bounds_a_far_out_value() -> None:
+    doc = {"format": "otel-eval-predictor", "format_version": 1, "name": "m", "version": "v",
+           "features_version": 2, "features": ["steps"],
+           "scaler": {"mean": [0.0], "scale": [1.0], "clip": 2.0}, "coefficients": [1.0],
+           "intercept": 0.0, "calibration": {"method": "platt", "a": 1.0, "b": 0.0}}
+    model = from_document(doc)
+    assert model.p_success({"steps": 1e9}) == model.p_success({"steps": 2.0}) < 1.0
+    with pytest.raises(ValueError, match=r"scaler\.clip: must be > 0"):
+        from_document({**doc, "scaler": {**doc["scaler"], "clip": 0}})
