@@ -4,7 +4,8 @@
 
 What a trajectory shows about its own success, read from what the evaluation already holds:
 counts (steps, LLM and tool calls), the error and recovery pattern, repetition, the last
-steps, termination, token and time use, the calls per tool name, every detector finding by
+steps, termination, token and time use, the calls per tool name and the programs shell
+actions ran, every detector finding by
 ``detector.kind`` (so kinds added later become features without code here) and judge scores
 when a judge ran.
 
@@ -29,12 +30,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Iterable
 from typing import Any
 
 from otel_eval.model import Evaluation, Finding, Step, Trajectory
 
-FEATURES_VERSION = 2  # 2: calls per tool name (``tool.<name>``)
+# 2: calls per tool name (``tool.<name>``); 3: shell programs run (``program.<name>``)
+FEATURES_VERSION = 3
 LAST_K = 5  # "the last steps": errors among the last LAST_K tool calls
 # Findings never used: derived from the outcome (lucky_pass) or from references (see above).
 EXCLUDED_DETECTORS = frozenset({"lucky_pass", "reference"})
@@ -42,10 +45,18 @@ EXCLUDED_DETECTORS = frozenset({"lucky_pass", "reference"})
 OUTCOME_BLIND_KINDS = {("recovery", "unrecovered"): ("recovery", "gave_up")}
 FEATURE_PREFIX_FINDING = "finding."
 FEATURE_PREFIX_TOOL = "tool."
+FEATURE_PREFIX_PROGRAM = "program."
 # Tool names come from telemetry: each is cut to this length, and a trace contributes at most
 # this many distinct tool features (the model only knows the names it was trained on).
 MAX_TOOL_NAME_CHARS = 64
 MAX_TOOL_FEATURES = 64
+# Shell commands (a bash tool's ``command`` argument): the programs of the first this many
+# characters are read; each program name is cut to MAX_TOOL_NAME_CHARS.
+MAX_COMMAND_CHARS = 4000
+_SHELL_KEYS = ("command", "cmd", "script")
+_COMMAND_SEPARATORS = re.compile(r"&&|\|\||[;|]")
+_HEREDOC = re.compile(r"<<-?\s*['\"]?([A-Za-z_][A-Za-z0-9_]*)")
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 _STOP_REASONS = frozenset({"stop", "end_turn", "stop_sequence", "completed"})
 # (judge entry, score key) -> feature name; the outcome judge only when it is the judge's own
 # estimate (``overall.outcome_source == "judge"``: with a label the "score" is the label)
@@ -101,6 +112,42 @@ def _tools_used(tools: list[Step]) -> dict[str, float]:
         name = f"{FEATURE_PREFIX_TOOL}{(s.tool_name or s.name)[:MAX_TOOL_NAME_CHARS]}"
         if name in counts or len(counts) < MAX_TOOL_FEATURES:
             counts[name] = counts.get(name, 0) + 1
+    return {k: _log1p(v) for k, v in counts.items()}
+
+
+def _programs(command: str) -> list[str]:
+    """The program of each simple command (``cd x && python -m pytest | tail`` -> cd, python,
+    tail): first word after variable assignments, path stripped; here-document bodies
+    (``cat <<'EOF' ... EOF``) skipped. Linear; no shell parsing."""
+    out: list[str] = []
+    heredoc: str | None = None
+    for line in command[:MAX_COMMAND_CHARS].splitlines():
+        if heredoc is not None:
+            heredoc = None if line.strip() == heredoc else heredoc
+            continue
+        m = _HEREDOC.search(line)
+        heredoc = m.group(1) if m else None
+        for part in _COMMAND_SEPARATORS.split(line):
+            words = part.split()
+            while words and _ASSIGNMENT.match(words[0]):
+                words = words[1:]
+            if words:
+                out.append(words[0].rsplit("/", 1)[-1].lower()[:MAX_TOOL_NAME_CHARS])
+    return out
+
+
+def _shell_programs(tools: list[Step]) -> dict[str, float]:
+    """Programs run by shell actions (agents that act through bash, e.g. mini-swe-agent):
+    for them the program is the tool (ran the tests, looked at the diff)."""
+    counts: dict[str, int] = {}
+    for s in tools:
+        args = s.arguments
+        command = next((args[k] for k in _SHELL_KEYS if isinstance(args.get(k), str)),
+                       None) if isinstance(args, dict) else None
+        for program in _programs(command) if command else ():
+            name = f"{FEATURE_PREFIX_PROGRAM}{program}"
+            if name in counts or len(counts) < MAX_TOOL_FEATURES:
+                counts[name] = counts.get(name, 0) + 1
     return {k: _log1p(v) for k, v in counts.items()}
 
 
@@ -180,14 +227,15 @@ def _judge(judge: dict[str, Any] | None) -> dict[str, float]:
 
 
 def features(evaluation: Evaluation) -> dict[str, float]:
-    """The features of one evaluation (see the module docstring). Finding and tool features
-    appear only for the kinds and tools present; a model reads an absent name as 0."""
+    """The features of one evaluation (see the module docstring). Finding, tool and program
+    features appear only for those present; a model reads an absent name as 0."""
     t = evaluation.trajectory
     tools = t.tool_steps
     out = _counts(t, tools)
     out.update(_errors(t, tools))
     out.update(_repetition(tools))
     out.update(_tools_used(tools))
+    out.update(_shell_programs(tools))
     out.update(_last_steps(t))
     out.update(_usage(t))
     out.update(_findings(evaluation.findings))

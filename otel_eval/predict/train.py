@@ -29,6 +29,7 @@ from otel_eval.evaluator import normalize_outcome
 from otel_eval.model import Evaluation
 from otel_eval.predict.features import (
     FEATURE_PREFIX_FINDING,
+    FEATURE_PREFIX_PROGRAM,
     FEATURE_PREFIX_TOOL,
     FEATURES_VERSION,
     features,
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 HYPERPARAMETERS: dict[str, Any] = {
     "estimator": "LogisticRegression", "penalty": "l2", "C": 1.0, "solver": "lbfgs",
     "max_iter": 1000, "class_weight": None,
-    # a finding kind or tool name becomes a feature when >= 3 training traces have it
+    # a finding kind, tool or program name becomes a feature when >= 3 training traces have it
     "min_finding_support": 3,
     # standardized values are clipped to +-4 (training and prediction): a run far outside
     # the training range (another agent's token counts) does not extrapolate the line
@@ -154,15 +155,16 @@ def rows_from(evaluations: Iterable[Evaluation], labels: Labels) -> tuple[list[R
 
 
 def vocabulary(rows: list[Row]) -> list[str]:
-    """Feature names: every fixed feature, and the finding kinds and tool names seen in
-    enough traces."""
+    """Feature names: every fixed feature, and the finding kinds, tool and program names seen
+    in enough traces."""
     support: dict[str, int] = {}
     for r in rows:
         for name in r.values:
             support[name] = support.get(name, 0) + 1
     least = HYPERPARAMETERS["min_finding_support"]
     return sorted(n for n, k in support.items()
-                  if not n.startswith((FEATURE_PREFIX_FINDING, FEATURE_PREFIX_TOOL))
+                  if not n.startswith((FEATURE_PREFIX_FINDING, FEATURE_PREFIX_TOOL,
+                                       FEATURE_PREFIX_PROGRAM))
                   or k >= least)
 
 

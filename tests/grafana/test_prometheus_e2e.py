@@ -193,7 +193,7 @@ _NOT_FED = ("receiver_requests_throttled", "receiver_requests_refused",
 # A success predictor as `otel-eval train` writes one (one feature: the tool calls), so serve
 # runs with --model and the p_success panels get data from the real service.
 _MODEL = {"format": "otel-eval-predictor", "format_version": 1, "name": "success",
-          "version": "e2e", "features_version": 2, "features": ["calls.tool"],
+          "version": "e2e", "features_version": 3, "features": ["calls.tool"],
           "scaler": {"mean": [1.0], "scale": [0.5]}, "coefficients": [-0.8],
           "intercept": 0.4, "calibration": {"method": "platt", "a": 1.0, "b": 0.0}}
 

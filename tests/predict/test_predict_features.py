@@ -7,7 +7,12 @@ from typing import Any
 import pytest
 
 from otel_eval.model import Evaluation, Finding, Step, Trajectory
-from otel_eval.predict.features import MAX_TOOL_FEATURES, MAX_TOOL_NAME_CHARS, features
+from otel_eval.predict.features import (
+    MAX_TOOL_FEATURES,
+    MAX_TOOL_NAME_CHARS,
+    _programs,
+    features,
+)
 from otel_eval.predict.modelfile import from_document
 
 
@@ -60,10 +65,30 @@ def test_outcome_and_reference_findings_are_not_features() -> None:
 
 def test_clip_bounds_a_far_out_value() -> None:
     doc = {"format": "otel-eval-predictor", "format_version": 1, "name": "m", "version": "v",
-           "features_version": 2, "features": ["steps"],
+           "features_version": 3, "features": ["steps"],
            "scaler": {"mean": [0.0], "scale": [1.0], "clip": 2.0}, "coefficients": [1.0],
            "intercept": 0.0, "calibration": {"method": "platt", "a": 1.0, "b": 0.0}}
     model = from_document(doc)
     assert model.p_success({"steps": 1e9}) == model.p_success({"steps": 2.0}) < 1.0
     with pytest.raises(ValueError, match=r"scaler\.clip: must be > 0"):
         from_document({**doc, "scaler": {**doc["scaler"], "clip": 0}})
+
+
+@pytest.mark.parametrize(("command", "programs"), [
+    ("cd /testbed && FOO=1 python -m pytest x.py | tail -20; /usr/bin/git diff",
+     ["cd", "python", "tail", "git"]),
+    ("cat <<'EOF' > /tmp/r.py\nimport os\nrm -rf /\nEOF\npython /tmp/r.py", ["cat", "python"]),
+    ("grep -rn foo . || echo none", ["grep", "echo"]),
+    ("", []),
+])
+def test_programs_of_a_shell_command(command: str, programs: list[str]) -> None:
+    assert _programs(command) == programs
+
+
+def test_shell_programs_are_features_and_bounded() -> None:
+    ev = _evaluation(["bash"])
+    ev.trajectory.steps[1].arguments = {"command": "python a.py && python b.py; ls"}
+    got = features(ev)
+    assert got["program.python"] > got["program.ls"] > 0
+    ev.trajectory.steps[1].arguments = {"command": "; ".join(f"p{i}" for i in range(10_000))}
+    assert len([k for k in features(ev) if k.startswith("program.")]) == MAX_TOOL_FEATURES
