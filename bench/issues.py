@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
 import json
+import random
 import re
 import resource
+import sqlite3
 import subprocess
 import sys
 import time
@@ -30,24 +33,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sklearn.cluster import KMeans
-from sklearn.metrics import (
-    adjusted_mutual_info_score,
-    adjusted_rand_score,
-    f1_score,
-    normalized_mutual_info_score,
-)
+from sklearn.metrics import adjusted_mutual_info_score, adjusted_rand_score
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from otel_eval.issues.cluster import Linkage, cluster  # noqa: E402
-from otel_eval.issues.embed import Embedder, make_embedder, minilm_available  # noqa: E402
-from otel_eval.issues.normalize import normalize  # noqa: E402
-
 TRAIL = ROOT.parent / "shared" / "datasets" / "trail" / "GAIA"
-THRESHOLDS = [round(0.2 + 0.05 * i, 2) for i in range(17)]  # 0.20 .. 1.00
-LINKAGES: tuple[Linkage, ...] = ("average", "complete", "single")
 
 
 @dataclass(frozen=True)
@@ -98,84 +89,146 @@ def load_items() -> list[Item]:
     return items
 
 
-def macro_f1_majority(truth: list[str], labels: np.ndarray) -> float:
-    """Each cluster predicts its majority category (optimistic: uses the labels)."""
-    majority: dict[int, str] = {}
-    for lab in set(labels.tolist()):
-        majority[lab] = Counter(t for t, l2 in zip(truth, labels, strict=True)
-                                if l2 == lab).most_common(1)[0][0]
-    pred = [majority[int(lab)] for lab in labels]
-    return float(f1_score(truth, pred, average="macro"))
+# The shipped pipeline before issue 13.4: whole words and word pairs, the 0.9 cut, no merge,
+# no straggler attachment (the same code with these settings).
+BEFORE: dict[str, Any] = {"stem_chars": 0, "distance_threshold": 0.9, "merge_similarity": 1.0,
+                          "attach_stragglers": False}
+SWEEP = [round(0.7 + 0.05 * i, 2) for i in range(6)]  # cut thresholds tried: 0.70 .. 0.95
 
 
-def score(truth: list[str], labels: np.ndarray) -> dict[str, float]:
-    sizes = Counter(labels.tolist())
-    return {"nmi": round(normalized_mutual_info_score(truth, labels), 3),
-            "ami": round(adjusted_mutual_info_score(truth, labels), 3),
-            "ari": round(adjusted_rand_score(truth, labels), 3),
-            "clusters": len(sizes),
-            "issues": sum(1 for s in sizes.values() if s >= 2),  # clusters of 2 or more
-            "covered": round(sum(s for s in sizes.values() if s >= 2) / len(labels), 3),
-            "f1_majority": round(macro_f1_majority(truth, labels), 3)}
+def half(trace_id: str) -> str:
+    """The trace's half: "A" (tuning) or "B" (reporting), by a hash of its id."""
+    return "AB"[hashlib.sha256(trace_id.encode()).digest()[0] % 2]
 
 
-def per_node_labels(items: list[Item], embedder: Embedder, threshold: float) -> np.ndarray:
-    out = np.zeros(len(items), dtype=np.int64)
-    base = 0
-    for node in sorted({i.node for i in items}):
-        idx = [k for k, i in enumerate(items) if i.node == node]
-        x, _ = embedder.embed([normalize(items[k].text) for k in idx])
-        labels = cluster(x, threshold, max_exact=3000)
-        out[idx] = labels + base
-        base += int(labels.max()) + 1
-    return out
-
-
-def quality(embedding: str, items: list[Item]) -> dict[str, Any]:
-    embedder = make_embedder(embedding)
-    truth = [i.category for i in items]
-    x, _ = embedder.embed([normalize(i.text) for i in items])
-    sweep = {t: score(truth, cluster(x, t, max_exact=3000)) for t in THRESHOLDS}
-    # Chosen by AMI: NMI rewards near-singleton clusterings (many small clusters).
-    best = max(sweep, key=lambda t: (sweep[t]["ami"], sweep[t]["ari"]))
-    linkages = {}
-    for linkage in LINKAGES:
-        runs = {t: score(truth, cluster(x, t, 3000, linkage)) for t in THRESHOLDS}
-        top = max(runs, key=lambda t: (runs[t]["ami"], runs[t]["ari"]))
-        linkages[linkage] = {"threshold": top, **runs[top]}
-    dense = x.toarray() if hasattr(x, "toarray") else np.asarray(x)
-    k = len(set(truth))
-    oracle = KMeans(n_clusters=k, n_init=10, random_state=0).fit_predict(dense)
-    return {"embedding": embedding, "sweep": sweep, "best_threshold": best,
-            "linkages": linkages,
-            "pooled_best": sweep[best], "per_node_best": score(
-                truth, per_node_labels(items, embedder, best)),
-            "kmeans_oracle_k": {"k": k, **score(truth, oracle)}}
-
-
-def tracker_demo(items: list[Item], embedding: str) -> dict[str, Any]:
-    """One default-config tracker run with the descriptions as node critiques: top issues."""
-    import sqlite3
-
-    from otel_eval.config import build
-    from otel_eval.issues.config import IssuesConfig
-    from otel_eval.issues.result import to_json
-    from otel_eval.issues.tracker import IssueTracker
-
+def evaluations(items: list[Item], window: set[str] | None = None) -> list[dict[str, Any]]:
+    """One v1 evaluation per trace (of ``window``, default all); each description a node
+    critique of its agent node, span id "s<index in items>"."""
     evs: dict[str, dict[str, Any]] = {}
     for k, item in enumerate(items):
+        if window is not None and item.trace_id not in window:
+            continue
         ev = evs.setdefault(item.trace_id, {"trace_id": item.trace_id, "agent": "gaia",
                                             "steps": [], "findings": [],
                                             "judge": {"judges": {"human": {"critiques": []}}}})
         ev["judge"]["judges"]["human"]["critiques"].append(
             {"span_id": f"s{k}", "node": item.node, "score": 0.0, "text": item.text})
-    cfg = build(IssuesConfig, {"embedding": embedding})
-    out = to_json(IssueTracker(cfg, sqlite3.connect(":memory:")).run(evs.values(), now=0.0))
-    assigned = sum(1 for a in out["assignments"] if a["issue_id"])
-    top = sorted(out["issues"], key=lambda i: -i["share"])[:6]
-    return {"embedding": embedding, "issues": len(out["issues"]),
-            "critiques_in_issues": round(assigned / len(items), 3),
-            "top": [(i["node"], round(i["share"], 2), i["title"]) for i in top]}
+    return list(evs.values())
+
+
+def tracker(settings: dict[str, Any]) -> Any:
+    from otel_eval.config import build
+    from otel_eval.issues.config import IssuesConfig
+    from otel_eval.issues.tracker import IssueTracker
+
+    return IssueTracker(build(IssuesConfig, settings), sqlite3.connect(":memory:"))
+
+
+def assigned(result: Any) -> dict[int, str | None]:
+    """item index -> issue id (None: in no issue)."""
+    return {int(a.span_id[1:]): a.issue_id for a in result.assignments}
+
+
+def figures(items: list[Item], settings: dict[str, Any]) -> dict[str, Any]:
+    """One tracker run over ``items``: the issue list's figures against the categories.
+    A critique in no issue counts as its own singleton cluster for AMI and ARI."""
+    ids = assigned(tracker(settings).run(evaluations(items), now=0.0))
+    labels = [ids[k] or f"none-{k}" for k in range(len(items))]
+    truth = [i.category for i in items]
+    sizes = Counter(v for v in ids.values() if v)
+    return {"critiques": len(items), "issues": len(sizes),
+            "top20_share": round(sum(n for _, n in sizes.most_common(20)) / len(items), 3),
+            "in_no_issue": round(sum(v is None for v in ids.values()) / len(items), 3),
+            "ami": round(adjusted_mutual_info_score(truth, labels), 3),
+            "ari": round(adjusted_rand_score(truth, labels), 3)}
+
+
+def choose(tune: list[Item], settings: dict[str, Any]) -> tuple[float, dict[float, Any]]:
+    """The cut threshold with the best AMI on the tuning half (ties: the smaller cut)."""
+    runs = {t: figures(tune, {**settings, "distance_threshold": t}) for t in SWEEP}
+    return max(SWEEP, key=lambda t: (runs[t]["ami"], -t)), runs
+
+
+def stability(items: list[Item], settings: dict[str, Any]) -> dict[str, Any]:
+    """Two runs of one tracker (one catalogue) over overlapping windows: traces ordered by
+    hash, window 1 = the first two thirds, window 2 = the last two thirds. Of the critiques
+    in both windows and in an issue in run 1: the share with the same issue id in run 2,
+    and the mean Jaccard (weighted by size) of each run-1 issue's members with its id's
+    members in run 2. Uses no labels."""
+    traces = sorted({i.trace_id for i in items},
+                    key=lambda t: hashlib.sha256(t.encode()).hexdigest())
+    third = len(traces) // 3
+    first, second = set(traces[: 2 * third]), set(traces[third:])
+    track = tracker(settings)
+    run1 = assigned(track.run(evaluations(items, first), now=0.0))
+    run2 = assigned(track.run(evaluations(items, second), now=3600.0))
+    both = [k for k, i in enumerate(items) if i.trace_id in first & second and run1.get(k)]
+    same = sum(run1[k] == run2.get(k) for k in both)
+    jaccard = 0.0
+    for iid in {run1[k] for k in both}:
+        a = {k for k in both if run1[k] == iid}
+        b = {k for k in both if run2.get(k) == iid}
+        jaccard += len(a) * len(a & b) / len(a | b)
+    return {"overlap_critiques_in_issue": len(both),
+            "same_issue_id": round(same / len(both), 3) if both else None,
+            "jaccard": round(jaccard / len(both), 3) if both else None}
+
+
+def repeated(items: list[Item], splits: int = 5) -> dict[str, Any]:
+    """Five random halvings of the traces (seeds 0-4), both ways round: for each pipeline,
+    the cut chosen on the tuning half, the figures on the other; means and standard errors
+    over the 10 folds. Less dependent on one split than the hash halves (26-30 traces)."""
+    traces = sorted({i.trace_id for i in items})
+    rows: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+    for seed in range(splits):
+        shuffled = traces[:]
+        random.Random(seed).shuffle(shuffled)
+        first = set(shuffled[: len(shuffled) // 2])
+        parts = ([i for i in items if i.trace_id in first],
+                 [i for i in items if i.trace_id not in first])
+        for tune, report in ((0, 1), (1, 0)):
+            for name, settings in (("before", BEFORE), ("after", {})):
+                cut, _ = choose(parts[tune], settings)
+                rows[name].append({"threshold": cut, **figures(
+                    parts[report], {**settings, "distance_threshold": cut})})
+    out: dict[str, Any] = {}
+    for name, runs in rows.items():
+        out[name] = {}
+        for key in ("threshold", "issues", "top20_share", "in_no_issue", "ami", "ari"):
+            values = np.array([r[key] for r in runs], dtype=np.float64)
+            out[name][key] = [round(float(values.mean()), 3),
+                              round(float(values.std(ddof=1) / np.sqrt(len(values))), 3)]
+    return out
+
+
+def held_out(items: list[Item]) -> dict[str, Any]:
+    """Before/after on the reporting half, the after's cut chosen on the tuning half (and
+    the other way round, as a second fold)."""
+    from otel_eval.issues.config import DEFAULT_DISTANCE_THRESHOLD
+
+    halves = {h: [i for i in items if half(i.trace_id) == h] for h in "AB"}
+    out: dict[str, Any] = {"halves": {h: {"critiques": len(v),
+                                          "traces": len({i.trace_id for i in v})}
+                                      for h, v in halves.items()},
+                           "shipped_threshold": DEFAULT_DISTANCE_THRESHOLD["tfidf"]}
+    for tune, report in (("A", "B"), ("B", "A")):
+        chosen, sweep = choose(halves[tune], {})
+        chosen_before, _ = choose(halves[tune], BEFORE)
+        out[f"tune_{tune}_report_{report}"] = {
+            "chosen_threshold": chosen,
+            "tuning_sweep_ami": {t: r["ami"] for t, r in sweep.items()},
+            "before_shipped": figures(halves[report], BEFORE),
+            "before_cut_tuned": {"threshold": chosen_before, **figures(
+                halves[report], {**BEFORE, "distance_threshold": chosen_before})},
+            "after": figures(halves[report], {"distance_threshold": chosen}),
+            "after_without_merge_attach": figures(halves[report], {
+                "distance_threshold": chosen, "merge_similarity": 1.0,
+                "attach_stragglers": False}),
+            "after_shipped_default": figures(halves[report], {})}
+    out["repeated_random_halves"] = repeated(items)
+    out["stability_all_traces"] = {"before": stability(items, BEFORE),
+                                   "after": stability(items, {})}
+    return out
 
 
 def synthesize(items: list[Item], n: int,
@@ -193,13 +246,7 @@ def synthesize(items: list[Item], n: int,
         yield f"{k // 5:032x}", item.node, " ".join(words) + " " + extra, item.category
 
 
-def scale_run(n: int, embedding: str) -> dict[str, Any]:
-    import sqlite3
-
-    from otel_eval.config import build
-    from otel_eval.issues.config import IssuesConfig
-    from otel_eval.issues.tracker import IssueTracker
-
+def scale_run(n: int, which: str) -> dict[str, Any]:
     items = load_items()
     by_trace: dict[str, dict[str, Any]] = {}
     truth: list[str] = []
@@ -210,41 +257,50 @@ def scale_run(n: int, embedding: str) -> dict[str, Any]:
                                            "critiques": []}}}})
         ev["judge"]["judges"]["b"]["critiques"].append({"score": 0.0, "text": text})
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    cfg = build(IssuesConfig, {"embedding": embedding})
-    tracker = IssueTracker(cfg, sqlite3.connect(":memory:"))
+    track = tracker(BEFORE if which == "before" else {})
     start = time.perf_counter()
-    result = tracker.run(by_trace.values(), now=0.0)
+    result = track.run(by_trace.values(), now=0.0)
     elapsed = time.perf_counter() - start
     rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     ids = [a.issue_id or f"none-{k}" for k, a in enumerate(result.assignments)]
-    return {"ami_vs_category": round(adjusted_mutual_info_score(truth, ids), 3),
-            "ari_vs_category": round(adjusted_rand_score(truth, ids), 3),
-            "critiques": result.critiques, "traces": result.traces, "issues": len(result.issues),
-            "embedding": embedding, "seconds": round(elapsed, 1),
-            "peak_rss_mib": round(rss_after / 1024), "rss_before_run_mib": round(rss_before / 1024)}
+    sizes = Counter(a.issue_id for a in result.assignments if a.issue_id)
+    return {"pipeline": which, "critiques": result.critiques, "traces": result.traces,
+            "issues": len(result.issues),
+            "top20_share": round(sum(c for _, c in sizes.most_common(20)) / len(ids), 3),
+            "ami_vs_category": round(adjusted_mutual_info_score(truth, ids), 3),
+            "seconds": round(elapsed, 1), "peak_rss_mib": round(rss_after / 1024),
+            "rss_before_run_mib": round(rss_before / 1024)}
 
 
 def main() -> None:
+    global TRAIL
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=int, default=0, help="critiques for the scale run")
-    parser.add_argument("--embedding", default="tfidf", choices=["tfidf", "minilm"])
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--trail", default=str(TRAIL), help="TRAIL GAIA folder")
+    parser.add_argument("--child", choices=["before", "after"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    TRAIL = Path(args.trail)
     if args.scale and args.child:
-        print(json.dumps(scale_run(args.scale, args.embedding)))
+        print(json.dumps(scale_run(args.scale, args.child)))
         return
-    if args.scale:  # a fresh process, so peak RSS is this run's alone
-        cmd = [sys.executable, __file__, "--child", "--scale", str(args.scale),
-               "--embedding", args.embedding]
-        print(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout, end="")
+    if args.scale:  # fresh processes, so peak RSS is each run's alone
+        runs = {}
+        for which in ("before", "after"):
+            cmd = [sys.executable, __file__, "--child", which, "--scale", str(args.scale),
+                   "--trail", args.trail]
+            runs[which] = json.loads(subprocess.run(cmd, check=True, capture_output=True,
+                                                    text=True).stdout)
+            print(json.dumps(runs[which]))
+        print(json.dumps({"after/before seconds": round(
+            runs["after"]["seconds"] / max(runs["before"]["seconds"], 0.1), 2),
+            "after/before peak RSS": round(runs["after"]["peak_rss_mib"]
+                                           / runs["before"]["peak_rss_mib"], 2)}))
         return
     items = load_items()
     cats = Counter(i.category for i in items)
     print(json.dumps({"critiques": len(items), "traces": len({i.trace_id for i in items}),
                       "categories": len(cats), "nodes": Counter(i.node for i in items)}))
-    for embedding in ["tfidf", *(["minilm"] if minilm_available() else [])]:
-        print(json.dumps(quality(embedding, items)))
-        print(json.dumps(tracker_demo(items, embedding)))
+    print(json.dumps(held_out(items), indent=1))
 
 
 if __name__ == "__main__":

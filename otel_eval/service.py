@@ -137,11 +137,13 @@ class Service:
         from otel_eval.issues.grafana import GrafanaAnnotator
         from otel_eval.issues.job import IssuesJob
         from otel_eval.judge.namer import judge_namer
+        from otel_eval.judge.synthesizer import judge_synthesizer
         grafana = GrafanaAnnotator(ic.grafana) if ic.grafana.url else None
         store = self.store
         return IssuesJob(ic, ic.store_path or self.config.store.path,
                          lambda since_ns: store.since(since_ns), self.registry,
-                         annotator=grafana, namer=judge_namer(self.config.judge))
+                         annotator=grafana, namer=judge_namer(self.config.judge),
+                         synthesizer=judge_synthesizer(self.config.judge))
 
     @property
     def healthy(self) -> bool:

@@ -91,12 +91,14 @@ def cmd_issues(args: argparse.Namespace, run: EvalRun, out: TextIO) -> int:
     from otel_eval.issues.result import to_json
     from otel_eval.issues.tracker import issues_offline
     from otel_eval.judge.namer import judge_namer
+    from otel_eval.judge.synthesizer import judge_synthesizer
     from otel_eval.loaders import LoaderError
 
     try:
         cfg = run.cfg
         result = issues_offline(evaluations(list(args.paths), cfg, run), cfg.issues,
-                                namer=judge_namer(cfg.judge))
+                                namer=judge_namer(cfg.judge),
+                                synthesizer=judge_synthesizer(cfg.judge))
     except ConfigError as e:
         print(f"otel-eval: {e}", file=sys.stderr)
         return 2

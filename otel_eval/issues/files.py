@@ -16,6 +16,7 @@ from typing import IO, Any
 from otel_eval.issues.config import IssuesConfig
 from otel_eval.issues.naming import Namer
 from otel_eval.issues.result import IssuesResult
+from otel_eval.issues.synthesis import Synthesizer
 from otel_eval.issues.tracker import issues_offline
 
 
@@ -68,6 +69,7 @@ def read_evaluations(paths: Iterable[str | Path]) -> Iterator[dict[str, Any]]:
 
 
 def issues_from_paths(paths: Iterable[str | Path], config: IssuesConfig | None = None,
-                      now: float | None = None, namer: Namer | None = None) -> IssuesResult:
+                      now: float | None = None, namer: Namer | None = None,
+                      synthesizer: Synthesizer | None = None) -> IssuesResult:
     """``otel-eval issues PATH...`` over evaluation files (one run, in-memory catalogue)."""
-    return issues_offline(read_evaluations(paths), config, now, namer)
+    return issues_offline(read_evaluations(paths), config, now, namer, synthesizer)

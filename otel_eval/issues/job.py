@@ -56,6 +56,7 @@ from otel_eval.issues.result import (
     to_json,
     top_issue_gauge_samples,
 )
+from otel_eval.issues.synthesis import Synthesizer
 from otel_eval.issues.tracker import Annotator, IssueTracker
 
 if TYPE_CHECKING:  # naming imports numpy and scipy (the tracker does, when it clusters)
@@ -88,12 +89,14 @@ class IssuesJob:
     def __init__(self, config: IssuesConfig, store: str | sqlite3.Connection,
                  evaluations_since: EvaluationsSince, registry: CollectorRegistry,
                  clock: Callable[[], float] = time.time, annotator: Annotator | None = None,
-                 *, namer: Namer | None = None, embedder: Embedder | None = None) -> None:
+                 *, namer: Namer | None = None, embedder: Embedder | None = None,
+                 synthesizer: Synthesizer | None = None) -> None:
         """``store``: the catalogue's SQLite file (or a connection usable from the job's
         thread); ``evaluations_since(ns)``: v1 evaluation objects evaluated after ``ns``
         (unix nanoseconds); ``clock``: unix seconds."""
         self._config = config
-        self._tracker = IssueTracker(config, store, clock, namer=namer, embedder=embedder)
+        self._tracker = IssueTracker(config, store, clock, namer=namer, embedder=embedder,
+                                     synthesizer=synthesizer)
         self._evaluations_since = evaluations_since
         self._clock = clock
         self._annotator = annotator

@@ -40,11 +40,15 @@ def centroid(x: Matrix) -> np.ndarray:
     return mean / norm if norm > 0 else mean
 
 
-def central_order(x: Matrix) -> list[int]:
-    """Row indexes of ``x`` from most to least similar to the centroid (ties: first row)."""
-    sims = x @ centroid(x)
-    sims = np.asarray(sims).ravel()
-    return [int(i) for i in np.argsort(-sims, kind="stable")]
+def central_order(x: Matrix, keys: Sequence[str] | None = None) -> list[int]:
+    """Row indexes of ``x`` from most to least similar to the centroid. Ties (equal to 6
+    decimals, so summation order does not matter) go to the smaller key (the row's text:
+    independent of input order), else to the first row."""
+    sims = np.round(np.asarray(x @ centroid(x)).ravel(), 6)
+    if keys is None:
+        return [int(i) for i in np.argsort(-sims, kind="stable")]
+    order = sorted(range(len(keys)), key=lambda i: (-float(sims[i]), keys[i]))
+    return order
 
 
 def top_terms(x: Matrix, terms: Sequence[str], k: int) -> list[str]:

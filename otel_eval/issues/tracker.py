@@ -1,7 +1,8 @@
 """Recurring-issue discovery: one clustering run over a window of evaluations.
 
     evaluation JSON (v1) -> critiques.extract -> normalize -> embed -> cluster (per level
-      and node) -> name new clusters -> match to the catalogue (stable ids, age-out)
+      and node) -> refine (merge, attach stragglers) -> synthesis (judge model, optional)
+      -> name new clusters -> match to the catalogue (stable ids, age-out)
       -> IssuesResult (issues, assignments, events) -> annotator (Grafana), if any
 
 ``IssueTracker.run`` is synchronous and CPU bound (seconds for tens of thousands of
@@ -28,9 +29,10 @@ from otel_eval.issues.catalogue import (
 )
 from otel_eval.issues.config import IssuesConfig
 from otel_eval.issues.critiques import Critique, Extraction, extract
-from otel_eval.issues.embed import Embedder, TfidfEmbedder, make_embedder
+from otel_eval.issues.embed import Embedder, Matrix, TfidfEmbedder, make_embedder
 from otel_eval.issues.normalize import normalize
 from otel_eval.issues.result import Assignment, Issue, IssueEvent, IssuesResult
+from otel_eval.issues.synthesis import Draft, Synthesizer, synthesize
 
 if TYPE_CHECKING:  # naming and cluster import numpy, scipy, scikit-learn: see _clusters
     from otel_eval.issues.naming import Namer
@@ -38,6 +40,7 @@ if TYPE_CHECKING:  # naming and cluster import numpy, scipy, scikit-learn: see _
 log = logging.getLogger(__name__)
 
 _NAMER_EXAMPLES = 5  # central critiques shown to an injected namer
+_SYNTHESIS_EXAMPLES = 3  # central critiques per issue shown to an injected synthesizer
 
 
 class Annotator(Protocol):
@@ -51,6 +54,7 @@ class _Cluster:
     members: list[int]  # indexes into the group's critiques, most central text first
     centroid: Centroid
     terms: list[str]
+    name: tuple[str, str] | None = None  # (title, description) from the synthesizer
 
 
 def latest_revisions(evaluations: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -71,7 +75,8 @@ def latest_revisions(evaluations: Iterable[Mapping[str, Any]]) -> list[Mapping[s
 class IssueTracker:
     def __init__(self, config: IssuesConfig, store: str | sqlite3.Connection,
                  clock: Callable[[], float] = time.time, *, namer: Namer | None = None,
-                 annotator: Annotator | None = None, embedder: Embedder | None = None) -> None:
+                 annotator: Annotator | None = None, embedder: Embedder | None = None,
+                 synthesizer: Synthesizer | None = None) -> None:
         self._config = config
         self._catalogue = (Catalogue(store) if isinstance(store, sqlite3.Connection)
                            else Catalogue.open(store))
@@ -79,7 +84,9 @@ class IssueTracker:
         self._clock = clock
         self._namer = namer
         self._annotator = annotator
-        self._embedder = embedder if embedder is not None else make_embedder(config.embedding)
+        self._synthesizer = synthesizer
+        self._embedder = (embedder if embedder is not None
+                          else make_embedder(config.embedding, config.stem_chars))
 
     def close(self) -> None:
         if self._owns_store:
@@ -135,8 +142,9 @@ class IssueTracker:
                    ext: Extraction, taken: set[str],
                    now: float) -> list[tuple[Issue, IssueEvent | None, list[int]]]:
         cfg = self._config
-        clusters = [c for c in self._clusters(group)
-                    if len({group[m].trace_id for m in c.members}) >= cfg.min_cluster_size]
+        clusters = self._synthesized(
+            [c for c in self._clusters(group)
+             if len({group[m].trace_id for m in c.members}) >= cfg.min_cluster_size], group)
         matched = match([c.centroid for c in clusters], candidates, cfg.match_similarity)
         out: list[tuple[Issue, IssueEvent | None, list[int]]] = []
         saved: list[StoredIssue] = []
@@ -146,9 +154,10 @@ class IssueTracker:
             traces = frozenset(group[m].trace_id for m in c.members)
             share = len(traces) / len(ext.trace_ids) if ext.trace_ids else 0.0
             if stored is None:
-                from otel_eval.issues.naming import name_cluster
+                from otel_eval.issues.naming import Name, name_cluster
 
-                name = name_cluster(c.terms, texts[:_NAMER_EXAMPLES], self._namer)
+                name = (Name(*c.name) if c.name is not None
+                        else name_cluster(c.terms, texts[:_NAMER_EXAMPLES], self._namer))
                 level, node = group[0].level, group[0].node
                 stored = StoredIssue(new_issue_id(level, node, texts[0], taken), level, node,
                                      self._embedder.name, name.title, name.description,
@@ -179,22 +188,63 @@ class IssueTracker:
             agents=tuple(sorted({group[m].agent for m in c.members if group[m].agent})),
             first_seen=stored.first_seen, new=previous is None, trace_ids=traces)
 
+    def _synthesized(self, clusters: list[_Cluster], group: list[Critique]) -> list[_Cluster]:
+        """Clusters after the synthesizer's merges of the largest ones (if any)."""
+        limit = self._config.synthesis_max_issues
+        if self._synthesizer is None or limit == 0 or len(clusters) < 2:
+            return clusters
+        order = sorted(range(len(clusters)), key=lambda i: (-len(clusters[i].members), i))
+        order = order[:limit]
+        drafts = []
+        for i in order:
+            c = clusters[i]
+            examples = tuple(dict.fromkeys(group[m].text for m in c.members))
+            drafts.append(Draft(", ".join(c.terms) or examples[0][:80],
+                                examples[:_SYNTHESIS_EXAMPLES], len(c.members)))
+        merges = synthesize(drafts, self._synthesizer)
+        gone = {order[d] for m in merges for d in m.drafts}
+        merged = [_merged([clusters[order[d]] for d in m.drafts], (m.title, m.description))
+                  for m in merges]
+        return merged + [c for i, c in enumerate(clusters) if i not in gone]
+
+    def _labels(self, x: Matrix, uid: list[int], group: list[Critique]) -> Any:
+        """Cluster label of each distinct text (numpy array): cut, merged, stragglers
+        attached. Imports scikit-learn, like ``_clusters``."""
+        import numpy as np
+
+        from otel_eval.issues.cluster import cluster
+        from otel_eval.issues.refine import attach_stragglers, merge_clusters
+
+        cfg = self._config
+        labels = cluster(x, cfg.threshold, cfg.max_exact)
+        if labels.size == 0:
+            return labels
+        if cfg.merge_similarity < 1.0:
+            labels = merge_clusters(x, labels, cfg.merge_similarity)
+        if cfg.attach_stragglers:
+            traces: dict[int, set[str]] = {}
+            for i, u in enumerate(uid):
+                traces.setdefault(int(labels[u]), set()).add(group[i].trace_id)
+            is_issue = np.array([len(traces.get(k, ())) >= cfg.min_cluster_size
+                                 for k in range(int(labels.max()) + 1)])
+            labels = attach_stragglers(x, labels, is_issue)
+        return labels
+
     def _clusters(self, group: list[Critique]) -> list[_Cluster]:
         """Cluster one (level, node) group on its distinct normalized texts. numpy, scipy
         and scikit-learn (~100 MB resident) are imported here, on the first group to cluster:
         an idle serve never pays for them."""
         import numpy as np
 
-        from otel_eval.issues.cluster import cluster
         from otel_eval.issues.naming import central_order, centroid, top_terms
 
         position: dict[str, int] = {}
         uid = [position.setdefault(normalize(c.text), len(position)) for c in group]
         unique = list(position)
         x, features = self._embedder.embed(unique)
-        labels = cluster(x, self._config.threshold, self._config.max_exact)
-        term_x, terms = (x, features) if isinstance(self._embedder, TfidfEmbedder) \
-            else TfidfEmbedder().embed(unique)
+        labels = self._labels(x, uid, group)
+        whole_words = isinstance(self._embedder, TfidfEmbedder) and not self._embedder.stem_chars
+        term_x, terms = (x, features) if whole_words else TfidfEmbedder().embed(unique)
         by_label: dict[int, list[int]] = {}
         for i, u in enumerate(uid):
             by_label.setdefault(int(labels[u]), []).append(i)
@@ -203,13 +253,26 @@ class IssueTracker:
             rows = np.flatnonzero(labels == label)
             sub = x[rows]
             cen = centroid(sub)
-            rank = {int(rows[k]): r for r, k in enumerate(central_order(sub))}
+            ordered = central_order(sub, [unique[int(r)] for r in rows])
+            rank = {int(rows[k]): r for r, k in enumerate(ordered)}
             out.append(_Cluster(
-                members=sorted(members, key=lambda m: (rank[uid[m]], m)),
+                members=sorted(members, key=lambda m: (rank[uid[m]], group[m].text, m)),
                 centroid=sparse_centroid({features[j]: float(cen[j])
                                           for j in np.flatnonzero(cen)}),
                 terms=top_terms(term_x[rows], terms, self._config.title_terms)))
         return out
+
+
+def _merged(parts: list[_Cluster], name: tuple[str, str]) -> _Cluster:
+    """One cluster of the synthesizer's merge: the largest part's members and terms first,
+    the centroid weighted by the parts' sizes."""
+    parts = sorted(parts, key=lambda c: -len(c.members))
+    weights: dict[str, float] = {}
+    for part in parts:
+        for feature, value in part.centroid.items():
+            weights[feature] = weights.get(feature, 0.0) + len(part.members) * value
+    return _Cluster(members=[m for part in parts for m in part.members],
+                    centroid=sparse_centroid(weights), terms=parts[0].terms, name=name)
 
 
 def _groups(critiques: list[Critique]) -> dict[tuple[str, str], list[int]]:
@@ -229,9 +292,10 @@ def _event(issue: Issue, previous: float | None, jump: float) -> IssueEvent | No
 
 def issues_offline(evaluations: Iterable[Mapping[str, Any]],
                    config: IssuesConfig | None = None, now: float | None = None,
-                   namer: Namer | None = None) -> IssuesResult:
+                   namer: Namer | None = None,
+                   synthesizer: Synthesizer | None = None) -> IssuesResult:
     """One run with a throw-away in-memory catalogue (the ``otel-eval issues`` command)."""
     tracker = IssueTracker(config or IssuesConfig(), sqlite3.connect(":memory:"),
-                           namer=namer)
+                           namer=namer, synthesizer=synthesizer)
     return tracker.run(evaluations, time.time() if now is None else now)
 

@@ -16,7 +16,7 @@ from typing import Any
 from otel_eval.judge.schemas import Schema
 
 NAMES = ("system", "frame", "combined", "step", "trace", "process", "outcome",
-         "rubric_generate", "rubric_verify", "repair", "issue_name")
+         "rubric_generate", "rubric_verify", "repair", "issue_name", "issue_merge")
 PLACEHOLDERS = ("instructions", "task", "trajectory", "final_output", "findings", "request",
                 "schema", "error")
 

@@ -1,0 +1,112 @@
+"""The synthesis step: a reply merging issues is applied to the clustering; a malformed one
+(or a failing synthesizer) leaves the clustering's issues exactly as they were."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+from issue_fixtures import window
+
+from otel_eval.issues.config import IssuesConfig
+from otel_eval.issues.synthesis import Draft, SynthesisError, merges_of, synthesize
+from otel_eval.issues.tracker import IssueTracker, issues_offline
+
+CFG = IssuesConfig(age_out_s=1000.0)
+MERGE = {"groups": [{"issues": [2, 1], "title": "Searcher tool calls fail.",
+                     "description": "Searches repeat or are refused."}]}
+
+
+class Scripted:
+    def __init__(self, reply: Any) -> None:
+        self.reply = reply
+        self.calls: list[list[Draft]] = []
+
+    def __call__(self, drafts: Sequence[Draft]) -> Mapping[str, Any] | None:
+        self.calls.append(list(drafts))
+        if isinstance(self.reply, Exception):
+            raise self.reply
+        return self.reply  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(("reply", "problem"), [
+    ({"groups": "1,2"}, "must be a list"),
+    ({"groups": [{"issues": [1], "title": "x y z"}]}, "fewer than two"),
+    ({"groups": [{"issues": [1, 1], "title": "x y z"}]}, "fewer than two"),
+    ({"groups": [{"issues": [1, 4], "title": "x y z"}]}, "numbered 1 to 3"),
+    ({"groups": [{"issues": [0, 1], "title": "x y z"}]}, "numbered 1 to 3"),
+    ({"groups": [{"issues": [1, 2], "title": "a b c"}, {"issues": [2, 3], "title": "d e f"}]},
+     "repeats an issue"),
+    ({"groups": [{"issues": [1, 2], "title": " "}]}, "no title"),
+    ({"groups": [{"issues": ["1", 2], "title": "x y z"}]}, "list of numbers"),
+    ({"groups": [{"issues": [True, 2], "title": "x y z"}]}, "list of numbers"),
+])
+def test_malformed_replies_are_refused_whole(reply: dict[str, Any], problem: str) -> None:
+    with pytest.raises(SynthesisError, match=problem):
+        merges_of(reply, 3)
+
+
+def test_a_valid_reply_gives_zero_based_sorted_merges() -> None:
+    (merge,) = merges_of({"groups": [{"issues": [3, 1], "title": "  Loops  again.",
+                                      "description": "x"}]}, 3)
+    assert (merge.drafts, merge.title, merge.description) == ((0, 2), "Loops again", "x")
+    assert merges_of({"groups": []}, 3) == []
+
+
+def test_synthesizer_merges_two_issues_of_a_group_and_names_the_merge() -> None:
+    synth = Scripted(MERGE)
+    before = issues_offline(window(12), CFG, now=1.0)
+    after = issues_offline(window(12), CFG, now=1.0, synthesizer=synth)
+    assert len(synth.calls) == 1  # the system group has one issue: nothing to ask
+    drafts = synth.calls[0]
+    assert [d.critiques for d in drafts] == [12, 4]  # largest first: loop, then auth
+    assert all(1 <= len(d.examples) <= 3 and d.title for d in drafts)
+    assert len(before.issues) == 3 and len(after.issues) == 2
+    (merged,) = [i for i in after.issues if i.node == "searcher"]
+    assert merged.title == "Searcher tool calls fail"
+    assert merged.description == "Searches repeat or are refused."
+    assert (merged.critiques, merged.traces) == (16, 12)
+    # every critique still has an issue; the searcher's all have the merged one
+    assert all(a.issue_id for a in after.assignments)
+    assert {a.issue_id for a in after.assignments if a.node == "searcher"} == {
+        merged.issue_id}
+
+
+@pytest.mark.parametrize("reply", [
+    None, {"groups": [{"issues": [1, 3], "title": "out of range"}]}, RuntimeError("down")])
+def test_no_or_bad_reply_keeps_the_clustering(reply: Any,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    synth = Scripted(reply)
+    plain = issues_offline(window(12), CFG, now=1.0)
+    result = issues_offline(window(12), CFG, now=1.0, synthesizer=synth)
+    assert len(synth.calls) == 1
+    assert [(i.issue_id, i.title, i.critiques) for i in result.issues] == [
+        (i.issue_id, i.title, i.critiques) for i in plain.issues]
+    assert result.assignments == plain.assignments
+    if reply is not None:
+        assert "issue synthesis" in caplog.text
+
+
+def test_synthesis_is_bounded_and_can_be_off() -> None:
+    synth = Scripted({"groups": []})
+    issues_offline(window(12), IssuesConfig(synthesis_max_issues=1), now=1.0,
+                   synthesizer=synth)
+    assert synth.calls == []  # one draft cannot be merged: no call
+    issues_offline(window(12), IssuesConfig(synthesis_max_issues=0), now=1.0,
+                   synthesizer=synth)
+    assert synth.calls == []
+
+
+def test_merged_issue_keeps_its_id_in_the_next_run() -> None:
+    tracker = IssueTracker(CFG, sqlite3.connect(":memory:"), synthesizer=Scripted(MERGE))
+    first = {i.node: i.issue_id for i in tracker.run(window(12), now=1.0).issues}
+    second = {i.node: i.issue_id for i in tracker.run(window(12, offset=6), now=2.0).issues}
+    assert second == first
+
+
+def test_synthesize_without_synthesizer_or_drafts() -> None:
+    draft = Draft("loop", ("a",), 2)
+    assert synthesize([draft, draft], None) == []
+    assert synthesize([draft], Scripted(MERGE)) == []
