@@ -13,6 +13,7 @@ dicts); bulky message text is kept as the raw string and parsed only by whoever 
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -361,7 +362,9 @@ class Evaluation:
     def trace_id(self) -> str:
         return self.trajectory.trace_id
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, finite_floats: bool = True) -> dict[str, Any]:
+        """The v1 per-trace object; ``finite_floats=False`` leaves NaN / +-Infinity floats
+        as they are (``to_json_text`` replaces them only when there is one)."""
         t = self.trajectory
         out: dict[str, Any] = {
             "trace_id": t.trace_id,
@@ -390,7 +393,17 @@ class Evaluation:
             out["error"] = self.error
         if self.prediction is not None:
             out["prediction"] = self.prediction
-        return finite(out)
+        return finite(out) if finite_floats else out
+
+    def to_json_text(self) -> str:
+        """``json.dumps(self.to_json())``, without first walking the whole object for
+        non-finite floats (~4 us a span): strict encoding raises on one, and only then is the
+        object walked and encoded again. Nearly every object has none."""
+        out = self.to_json(finite_floats=False)
+        try:
+            return json.dumps(out, allow_nan=False)
+        except ValueError:
+            return json.dumps(finite(out))
 
 
 _NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}

@@ -67,28 +67,38 @@ class Store:
         an earlier one for the same trace id (a re-opened trace or a replay)."""
         rows = []
         for ev in evaluations:
-            body = ev.to_json()
-            v = ev.verdict
-            rows.append((ev.trace_id, ev.trajectory.revision, ev.evaluated_at_ns, body["service"],
-                         body["agent"], body["task_id"], body["status"],
-                         None if v is None else int(v.passed), json.dumps(body)))
-        superseded = []
+            t, v = ev.trajectory, ev.verdict
+            rows.append((ev.trace_id, t.revision, ev.evaluated_at_ns, t.service, t.agent,
+                         t.task_id, t.status, None if v is None else int(v.passed),
+                         ev.to_json_text()))
         with self._lock:
             cur = self._db.cursor()
             cur.execute("BEGIN IMMEDIATE")  # take the write lock now: upgrading a
             # read snapshot after another connection wrote fails at once (SQLITE_BUSY_SNAPSHOT)
             try:
-                for row in rows:
-                    seen = cur.execute("SELECT 1 FROM evaluations WHERE trace_id = ?",
-                                       (row[0],)).fetchone()
-                    superseded.append(seen is not None)
-                    cur.execute("INSERT OR REPLACE INTO evaluations VALUES (?,?,?,?,?,?,?,?,?)",
-                                row)
+                seen = self._stored_ids(cur, list({row[0] for row in rows}))
+                superseded = []
+                for row in rows:  # a trace twice in the batch: the second supersedes
+                    superseded.append(row[0] in seen)
+                    seen.add(row[0])
+                cur.executemany("INSERT OR REPLACE INTO evaluations VALUES (?,?,?,?,?,?,?,?,?)",
+                                rows)
                 cur.execute("COMMIT")
             except BaseException:
                 cur.execute("ROLLBACK")
                 raise
         return superseded
+
+    @staticmethod
+    def _stored_ids(cur: sqlite3.Cursor, trace_ids: list[str]) -> set[str]:
+        """Which of ``trace_ids`` have a row: one query per 500 ids, not one per id."""
+        out: set[str] = set()
+        for i in range(0, len(trace_ids), 500):
+            chunk = trace_ids[i:i + 500]
+            marks = ",".join("?" * len(chunk))
+            out.update(r[0] for r in cur.execute(
+                f"SELECT trace_id FROM evaluations WHERE trace_id IN ({marks})", chunk))
+        return out
 
     # Row writers. The engine writes whole rows (``put_many``: a new evaluation, or a new
     # revision of one); the judge and the feedback each change their own part of the row, for

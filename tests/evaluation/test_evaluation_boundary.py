@@ -126,3 +126,16 @@ def test_non_finite_numbers_are_strings_in_every_json_out() -> None:
     body = Evaluator(Config()).evaluate(trace).to_json()
     assert strict(json.dumps(body))["steps"][2]["arguments"] == {
         "q": "NaN", "r": ["Infinity", "-Infinity", 1.5]}
+
+
+def test_json_text_is_the_json_of_the_object_with_and_without_non_finite_numbers() -> None:
+    """The store writes ``to_json_text`` (strict encoding first, the walk only on a NaN):
+    the same text as encoding ``to_json()``, the object that every other output uses."""
+    clean = Evaluator(Config()).evaluate(looping_trace(chat([])))
+    assert clean.to_json_text() == json.dumps(clean.to_json())
+    trace = looping_trace(chat([]))
+    trace.spans[2].attributes["gen_ai.tool.call.arguments"] = '{"q": NaN, "r": [-Infinity]}'
+    hostile = Evaluator(Config()).evaluate(trace)
+    assert hostile.to_json_text() == json.dumps(hostile.to_json())
+    assert strict(hostile.to_json_text())["steps"][2]["arguments"] == {
+        "q": "NaN", "r": ["-Infinity"]}

@@ -110,3 +110,15 @@ def test_service_feedback_returns_the_row_with_the_judge(tmp_path: Path) -> None
         body = h.svc.feedback("d" * 32, "failure")
         assert body is not None and body["judge"] == JUDGE
         assert body["verdict"]["outcome"] == "failure"
+
+
+def test_put_many_says_which_rows_superseded_one_already_stored(tmp_path: Path) -> None:
+    """One lookup per batch: a trace stored before, or earlier in the same batch, is
+    superseded; the last revision written wins."""
+    store = Store(str(tmp_path / "s.db"))
+    assert store.put_many([_evaluation("a" * 32)]) == [False]
+    got = store.put_many([_evaluation("b" * 32), _evaluation("a" * 32, 1),
+                          _evaluation("b" * 32, 1), _evaluation("c" * 32)])
+    assert got == [False, True, True, False]
+    bodies = [store.get(t) for t in ("a" * 32, "b" * 32, "c" * 32)]
+    assert [b["revision"] if b else None for b in bodies] == [1, 1, 0]
