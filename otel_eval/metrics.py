@@ -138,7 +138,7 @@ class Metrics:
         # label combinations admitted per per-trace metric: capping each label (service 100,
         # agent 100) still allowed 100 x 100 combinations (10,000 traces -> 500,056 series)
         self._max_series = max_series_per_metric
-        self._combos: dict[int, set[tuple[str, ...]]] = {}
+        self._combos: dict[int, dict[tuple[str, ...], Any]] = {}  # metric -> series -> child
         self._combos_lock = threading.Lock()
         self._service = _CappedNames(max_names)
         self._agent = _CappedNames(max_names)
@@ -240,16 +240,18 @@ class Metrics:
         """``metric.labels(*values)``, or its all-``_other`` series once the metric holds
         ``max_series_per_metric`` label combinations (counted per metric)."""
         seen = self._combos.get(id(metric))
-        if seen is not None and values in seen:
-            return metric.labels(*values)
+        child = seen.get(values) if seen is not None else None
+        if child is not None:  # the admitted series' child, kept: labels() costs ~1 us
+            return child
         with self._combos_lock:
-            seen = self._combos.setdefault(id(metric), set())
+            seen = self._combos.setdefault(id(metric), {})
             if values not in seen:
                 if len(seen) >= self._max_series:
                     self.c_series_overflow.labels(metric.describe()[0].name).inc()
                     values = (OTHER,) * len(values)
-                seen.add(values)
-        return metric.labels(*values)
+                if values not in seen:
+                    seen[values] = metric.labels(*values)
+            return seen[values]
 
     # --- receiver / assembly verbs --------------------------------------------------------
 
