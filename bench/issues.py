@@ -90,9 +90,9 @@ def load_items() -> list[Item]:
 
 
 # The shipped pipeline before issue 13.4: whole words and word pairs, the 0.9 cut, no merge,
-# no straggler attachment (the same code with these settings).
+# no straggler attachment, no carry-over (the same code with these settings).
 BEFORE: dict[str, Any] = {"stem_chars": 0, "distance_threshold": 0.9, "merge_similarity": 1.0,
-                          "attach_stragglers": False}
+                          "attach_stragglers": False, "carry_over": False}
 SWEEP = [round(0.7 + 0.05 * i, 2) for i in range(6)]  # cut thresholds tried: 0.70 .. 0.95
 
 
@@ -154,7 +154,7 @@ def stability(items: list[Item], settings: dict[str, Any]) -> dict[str, Any]:
     hash, window 1 = the first two thirds, window 2 = the last two thirds. Of the critiques
     in both windows and in an issue in run 1: the share with the same issue id in run 2,
     and the mean Jaccard (weighted by size) of each run-1 issue's members with its id's
-    members in run 2. Uses no labels."""
+    members in run 2; and the share of run 2's critiques in no issue. Uses no labels."""
     traces = sorted({i.trace_id for i in items},
                     key=lambda t: hashlib.sha256(t.encode()).hexdigest())
     third = len(traces) // 3
@@ -169,7 +169,10 @@ def stability(items: list[Item], settings: dict[str, Any]) -> dict[str, Any]:
         a = {k for k in both if run1[k] == iid}
         b = {k for k in both if run2.get(k) == iid}
         jaccard += len(a) * len(a & b) / len(a | b)
-    return {"overlap_critiques_in_issue": len(both),
+    in_run2 = [k for k, i in enumerate(items) if i.trace_id in second]
+    return {"run2_in_no_issue": round(sum(run2.get(k) is None for k in in_run2)
+                                      / len(in_run2), 3),
+            "overlap_critiques_in_issue": len(both),
             "same_issue_id": round(same / len(both), 3) if both else None,
             "jaccard": round(jaccard / len(both), 3) if both else None}
 
@@ -226,8 +229,9 @@ def held_out(items: list[Item]) -> dict[str, Any]:
                 "attach_stragglers": False}),
             "after_shipped_default": figures(halves[report], {})}
     out["repeated_random_halves"] = repeated(items)
-    out["stability_all_traces"] = {"before": stability(items, BEFORE),
-                                   "after": stability(items, {})}
+    out["stability_all_traces"] = {
+        "before": stability(items, BEFORE), "after": stability(items, {}),
+        "after_without_carry_over": stability(items, {"carry_over": False})}
     return out
 
 

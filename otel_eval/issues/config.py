@@ -63,6 +63,12 @@ class IssuesConfig:
     # as close to the issue's centroid as the issue's members are on average (its
     # cohesion): a typical member, not an outlier. No threshold: relative to each issue.
     attach_stragglers: bool = True
+    # Carry issues over from the catalogue: a cluster whose nearest stored issue (cosine >=
+    # match_similarity) went to another cluster joins it, and a cluster seen in fewer than
+    # min_cluster_size traces of this window takes its nearest stored issue (it recurred,
+    # across runs). Keeps ids when an issue splits or thins out in a window; no threshold
+    # of its own (issues/continuity.py).
+    carry_over: bool = True
     # With a judge model configured, the largest issues of each (level, node) group, at
     # most this many, are shown to it once per run to merge those describing one kind of
     # problem and name the merged ones (Agentic CLEAR's synthesis). 0 disables it. 30: the

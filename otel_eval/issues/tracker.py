@@ -2,7 +2,7 @@
 
     evaluation JSON (v1) -> critiques.extract -> normalize -> embed -> cluster (per level
       and node) -> refine (merge, attach stragglers) -> synthesis (judge model, optional)
-      -> name new clusters -> match to the catalogue (stable ids, age-out)
+      -> match to the catalogue (stable ids, carry-over, age-out) -> name new clusters
       -> IssuesResult (issues, assignments, events) -> annotator (Grafana), if any
 
 ``IssueTracker.run`` is synchronous and CPU bound (seconds for tens of thousands of
@@ -15,12 +15,10 @@ import logging
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from otel_eval.issues.catalogue import (
     Catalogue,
-    Centroid,
     StoredIssue,
     blend,
     match,
@@ -28,6 +26,7 @@ from otel_eval.issues.catalogue import (
     sparse_centroid,
 )
 from otel_eval.issues.config import IssuesConfig
+from otel_eval.issues.continuity import Cluster, carry_over, merged
 from otel_eval.issues.critiques import Critique, Extraction, extract
 from otel_eval.issues.embed import Embedder, Matrix, TfidfEmbedder, make_embedder
 from otel_eval.issues.normalize import normalize
@@ -47,14 +46,6 @@ class Annotator(Protocol):
     def annotate(self, events: Sequence[IssueEvent], now: float) -> int:
         """Publish events; returns how many were published."""
         ...
-
-
-@dataclass(slots=True)
-class _Cluster:
-    members: list[int]  # indexes into the group's critiques, most central text first
-    centroid: Centroid
-    terms: list[str]
-    name: tuple[str, str] | None = None  # (title, description) from the synthesizer
 
 
 def latest_revisions(evaluations: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -142,10 +133,16 @@ class IssueTracker:
                    ext: Extraction, taken: set[str],
                    now: float) -> list[tuple[Issue, IssueEvent | None, list[int]]]:
         cfg = self._config
-        clusters = self._synthesized(
-            [c for c in self._clusters(group)
-             if len({group[m].trace_id for m in c.members}) >= cfg.min_cluster_size], group)
+        found: list[Cluster] = []
+        small: list[Cluster] = []
+        for c in self._clusters(group):
+            recurs = len({group[m].trace_id for m in c.members}) >= cfg.min_cluster_size
+            (found if recurs else small).append(c)
+        clusters = self._synthesized(found, group)
         matched = match([c.centroid for c in clusters], candidates, cfg.match_similarity)
+        if cfg.carry_over:
+            clusters, matched = carry_over(clusters, small, candidates, matched,
+                                           cfg.match_similarity)
         out: list[tuple[Issue, IssueEvent | None, list[int]]] = []
         saved: list[StoredIssue] = []
         for i, c in enumerate(clusters):
@@ -174,7 +171,7 @@ class IssueTracker:
         self._catalogue.save(saved)
         return out
 
-    def _issue(self, stored: StoredIssue, c: _Cluster, group: list[Critique],
+    def _issue(self, stored: StoredIssue, c: Cluster, group: list[Critique],
                traces: frozenset[str], share: float, previous: float | None) -> Issue:
         exemplars: list[str] = []
         for m in c.members:
@@ -188,7 +185,7 @@ class IssueTracker:
             agents=tuple(sorted({group[m].agent for m in c.members if group[m].agent})),
             first_seen=stored.first_seen, new=previous is None, trace_ids=traces)
 
-    def _synthesized(self, clusters: list[_Cluster], group: list[Critique]) -> list[_Cluster]:
+    def _synthesized(self, clusters: list[Cluster], group: list[Critique]) -> list[Cluster]:
         """Clusters after the synthesizer's merges of the largest ones (if any)."""
         limit = self._config.synthesis_max_issues
         if self._synthesizer is None or limit == 0 or len(clusters) < 2:
@@ -203,9 +200,9 @@ class IssueTracker:
                                 examples[:_SYNTHESIS_EXAMPLES], len(c.members)))
         merges = synthesize(drafts, self._synthesizer)
         gone = {order[d] for m in merges for d in m.drafts}
-        merged = [_merged([clusters[order[d]] for d in m.drafts], (m.title, m.description))
+        joined = [merged([clusters[order[d]] for d in m.drafts], (m.title, m.description))
                   for m in merges]
-        return merged + [c for i, c in enumerate(clusters) if i not in gone]
+        return joined + [c for i, c in enumerate(clusters) if i not in gone]
 
     def _labels(self, x: Matrix, uid: list[int], group: list[Critique]) -> Any:
         """Cluster label of each distinct text (numpy array): cut, merged, stragglers
@@ -230,7 +227,7 @@ class IssueTracker:
             labels = attach_stragglers(x, labels, is_issue)
         return labels
 
-    def _clusters(self, group: list[Critique]) -> list[_Cluster]:
+    def _clusters(self, group: list[Critique]) -> list[Cluster]:
         """Cluster one (level, node) group on its distinct normalized texts. numpy, scipy
         and scikit-learn (~100 MB resident) are imported here, on the first group to cluster:
         an idle serve never pays for them."""
@@ -248,31 +245,19 @@ class IssueTracker:
         by_label: dict[int, list[int]] = {}
         for i, u in enumerate(uid):
             by_label.setdefault(int(labels[u]), []).append(i)
-        out: list[_Cluster] = []
+        out: list[Cluster] = []
         for label, members in sorted(by_label.items()):
             rows = np.flatnonzero(labels == label)
             sub = x[rows]
             cen = centroid(sub)
             ordered = central_order(sub, [unique[int(r)] for r in rows])
             rank = {int(rows[k]): r for r, k in enumerate(ordered)}
-            out.append(_Cluster(
+            out.append(Cluster(
                 members=sorted(members, key=lambda m: (rank[uid[m]], group[m].text, m)),
                 centroid=sparse_centroid({features[j]: float(cen[j])
                                           for j in np.flatnonzero(cen)}),
                 terms=top_terms(term_x[rows], terms, self._config.title_terms)))
         return out
-
-
-def _merged(parts: list[_Cluster], name: tuple[str, str]) -> _Cluster:
-    """One cluster of the synthesizer's merge: the largest part's members and terms first,
-    the centroid weighted by the parts' sizes."""
-    parts = sorted(parts, key=lambda c: -len(c.members))
-    weights: dict[str, float] = {}
-    for part in parts:
-        for feature, value in part.centroid.items():
-            weights[feature] = weights.get(feature, 0.0) + len(part.members) * value
-    return _Cluster(members=[m for part in parts for m in part.members],
-                    centroid=sparse_centroid(weights), terms=parts[0].terms, name=name)
 
 
 def _groups(critiques: list[Critique]) -> dict[tuple[str, str], list[int]]:

@@ -1,0 +1,69 @@
+"""Carry-over from the catalogue: an issue that splits or thins out in a window keeps its
+id; a one-off unlike every stored issue stays in no issue."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from issue_fixtures import AUTH, LOOP, evaluation, window
+
+from otel_eval.issues.catalogue import StoredIssue
+from otel_eval.issues.config import IssuesConfig
+from otel_eval.issues.continuity import Cluster, carry_over, similarities
+from otel_eval.issues.tracker import IssueTracker
+
+
+def _stored(issue_id: str, centroid: dict[str, float]) -> StoredIssue:
+    return StoredIssue(issue_id, "node", "n", "tfidf", issue_id, "", centroid, 0.0, 0.0, 0.1)
+
+
+def _cluster(members: list[int], centroid: dict[str, float]) -> Cluster:
+    return Cluster(members, centroid, ["t"])
+
+
+def test_the_split_off_part_of_a_stored_issue_joins_the_part_that_got_its_id() -> None:
+    loop = _stored("iss_loop", {"loop": 1.0})
+    other = _stored("iss_other", {"auth": 1.0})
+    a = _cluster([0, 1], {"loop": 0.9, "repeat": 0.436})  # cos 0.9 with iss_loop
+    b = _cluster([2, 3], {"loop": 0.8, "again": 0.6})  # cos 0.8: the split-off part
+    c = _cluster([4, 5], {"quota": 1.0})  # like no stored issue: stays new
+    clusters, matched = carry_over([a, b, c], [], [loop, other], {0: loop}, 0.5)
+    assert [sorted(x.members) for x in clusters] == [[0, 1, 2, 3], [4, 5]]
+    assert matched == {0: loop}
+
+
+def test_small_clusters_take_a_stored_issue_or_stay_out() -> None:
+    loop = _stored("iss_loop", {"loop": 1.0})
+    auth = _stored("iss_auth", {"auth": 1.0})
+    a = _cluster([0, 1], {"loop": 1.0})
+    lone_loop = _cluster([2], {"loop": 0.6, "x": 0.8})  # cos 0.6: joins a
+    lone_auth = _cluster([3], {"auth": 0.7, "y": 0.714})  # cos 0.7: takes iss_auth
+    lone_odd = _cluster([4], {"flux": 1.0})  # cos 0: stays out
+    clusters, matched = carry_over([a], [lone_loop, lone_auth, lone_odd], [loop, auth],
+                                   {0: loop}, 0.5)
+    assert [sorted(x.members) for x in clusters] == [[0, 1, 2], [3]]
+    assert matched == {0: loop, 1: auth}
+
+
+def test_similarities_are_cosines_over_shared_features() -> None:
+    sims = similarities([{"a": 0.6, "b": 0.8}, {}], [{"b": 1.0}, {"c": 1.0}])
+    assert sims.ravel().tolist() == pytest.approx([0.8, 0.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("carry", [True, False])
+def test_an_issue_seen_in_one_trace_of_the_next_window_keeps_its_id(carry: bool) -> None:
+    cfg = IssuesConfig(age_out_s=10_000.0, carry_over=carry)
+    tracker = IssueTracker(cfg, sqlite3.connect(":memory:"))
+    first = tracker.run(window(12), now=1.0)  # auth in traces 0, 3, 6, 9
+    auth_id = next(a.issue_id for a in first.assignments if "-s1" in (a.span_id or ""))
+    # next window: loops everywhere, auth in one trace only, and a one-off
+    evs = [evaluation(f"{i + 100:032x}", [("searcher", LOOP[i % 3].format(n=i))])
+           for i in range(5)]
+    evs.append(evaluation("e" * 32, [("searcher", LOOP[0].format(n=7)),
+                                     ("searcher", AUTH[1].format(n=7))]))
+    evs.append(evaluation("f" * 32, [("searcher", "Quantum flux capacitor overheated")]))
+    second = tracker.run(evs, now=2.0)
+    ids = {(a.trace_id, a.span_id): a.issue_id for a in second.assignments}
+    assert ids[("e" * 32, "e" * 32 + "-s1")] == (auth_id if carry else None)
+    assert ids[("f" * 32, "f" * 32 + "-s0")] is None
