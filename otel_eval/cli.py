@@ -223,16 +223,19 @@ def _print_trials(trials: Sequence[Any], out: TextIO) -> None:
 
 
 def _print_table(rows: Sequence[dict[str, Any]], out: TextIO) -> None:
-    head = ("trace_id", "agent", "status", "llm", "tools", "tokens", "verdict", "findings")
+    predicted = any("prediction" in b for b in rows)  # a p_success column with --model
+    head = ("trace_id", "agent", "status", "llm", "tools", "tokens", "verdict",
+            *(("p_success",) if predicted else ()), "findings")
     lines = [head]
     for b in rows:
         v = b.get("verdict")
         kinds = sorted({f"{f['detector']}:{f['kind']}" for f in b["findings"]})
+        p = (f"{b['prediction']['p_success']:.2f}" if "prediction" in b else "-",)
         lines.append((b["trace_id"], str(b["agent"] or "-")[:24], b["status"],
                       str(b["counts"]["llm_calls"]), str(b["counts"]["tool_calls"]),
                       str(b["usage"]["input_tokens"] + b["usage"]["output_tokens"]),
                       "-" if v is None else ("pass" if v["passed"] else "FAIL"),
-                      ", ".join(kinds)[:60] or "-"))
+                      *(p if predicted else ()), ", ".join(kinds)[:60] or "-"))
     widths = [max(len(r[i]) for r in lines) for i in range(len(head) - 1)]
     for r in lines:
         out.write("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  "

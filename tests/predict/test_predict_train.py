@@ -7,11 +7,11 @@ from pathlib import Path
 
 from predict_helpers import SLICE_RUNS, otel_eval
 
-from otel_eval.config import Config
+from otel_eval.config import Config, replace
 from otel_eval.evaluator import Evaluator
 from otel_eval.loaders import load_path
 from otel_eval.predict import load_model
-from otel_eval.predict.features import features
+from otel_eval.predict.features import FEATURES_VERSION, features
 
 
 def _jsonl(text: str) -> list[dict[str, object]]:
@@ -102,3 +102,31 @@ def test_features_do_not_depend_on_the_outcome(tau_slice: Path) -> None:
             [(f.detector, f.kind) for f in failed.findings]
         assert features(ok) == features(failed)
     assert differs > 0  # the findings do differ (lucky_pass, unrecovered): the check bites
+
+
+def test_the_table_shows_p_success_only_with_a_model(tau_slice: Path, tau_model: Path) -> None:
+    with_model = otel_eval("eval", str(tau_slice), "--model", str(tau_model)).stdout
+    head, first = with_model.splitlines()[:2]
+    assert head.split()[7] == "p_success" and 0.0 <= float(first.split()[7]) <= 1.0
+    assert "p_success" not in otel_eval("eval", str(tau_slice)).stdout
+
+
+def test_offline_prediction_is_made_again_with_the_judge_scores(tau_slice: Path,
+                                                                tmp_path: Path) -> None:
+    """``eval --judge``: the judge scores a run after it was predicted; the prediction is
+    made again with them (a model that reads a judge score gives another p_success)."""
+    from otel_eval.offline import EvalRun
+    from otel_eval.predict.modelfile import write_model
+
+    doc = {"format": "otel-eval-predictor", "format_version": 1, "name": "judged",
+           "features_version": FEATURES_VERSION, "features": ["judge.process.process"],
+           "scaler": {"mean": [0.5], "scale": [0.25]}, "coefficients": [2.0],
+           "intercept": 0.0, "calibration": {"method": "platt", "a": 1.0, "b": 0.0}}
+    write_model(doc, tmp_path / "judged.json")
+    cfg = replace(Config(), **{"prediction.model_path": str(tmp_path / "judged.json")})
+    run = EvalRun(cfg, [str(tau_slice)])
+    ev = next(run.evaluations())
+    assert ev.prediction is not None and ev.prediction["p_success"] < 0.5  # no judge: 0
+    ev.judge = {"judges": {"process": {"scores": {"process": 0.9}}}}
+    (again,) = run._repredicted(iter([ev]))
+    assert again.prediction is not None and again.prediction["p_success"] > 0.9
