@@ -74,6 +74,11 @@ class IssuesConfig:
     # problem and name the merged ones (Agentic CLEAR's synthesis). 0 disables it. 30: the
     # top 20 a reader looks at plus room for their split-off parts, in one bounded prompt.
     synthesis_max_issues: int = 30
+    # Synthesis calls per run, over all groups; a group is synthesized only in a run where
+    # it has a cluster that matches no stored issue (merges already made are kept by the
+    # catalogue). Bounds the judge's cost: 4 calls per run is at most 48 an hour at the
+    # default 300 s interval, whatever the number of agent nodes.
+    synthesis_max_calls: int = 4
     # Issues per (level, node) exported as gauges (the rest aggregated as "_other"); the
     # API result lists every issue.
     top_k: int = 10
@@ -116,8 +121,8 @@ class IssuesConfig:
             raise ValueError("top_k must be >= 1 and max_exact >= 2")
         if not 0.0 < self.merge_similarity <= 1.0:
             raise ValueError("merge_similarity must be in (0, 1]")
-        if self.stem_chars < 0 or self.synthesis_max_issues < 0:
-            raise ValueError("stem_chars and synthesis_max_issues must be >= 0")
+        if min(self.stem_chars, self.synthesis_max_issues, self.synthesis_max_calls) < 0:
+            raise ValueError("stem_chars and synthesis_max_* must be >= 0")
 
     @property
     def threshold(self) -> float:

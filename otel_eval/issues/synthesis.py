@@ -11,7 +11,9 @@ Drafts not listed stay as they are. The reply is checked here (``check_reply``):
 range, no draft in two groups, at least two drafts per group; the judge client asks once for
 a repair and otherwise gives up. Whatever fails (no reply, malformed reply, an exception in
 the synthesizer) leaves the clustering's issues unchanged, logged: synthesis only merges,
-never drops a critique, and costs at most one call per group and run.
+never drops a critique. The tracker asks only for a group that has a cluster matching no
+stored issue (merges made earlier are kept by the catalogue), at most
+``IssuesConfig.synthesis_max_calls`` times per run.
 """
 
 from __future__ import annotations

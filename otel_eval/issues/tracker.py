@@ -76,6 +76,7 @@ class IssueTracker:
         self._namer = namer
         self._annotator = annotator
         self._synthesizer = synthesizer
+        self._synthesis_calls_left = 0  # set by run()
         self._embedder = (embedder if embedder is not None
                           else make_embedder(config.embedding, config.stem_chars))
 
@@ -88,6 +89,7 @@ class IssueTracker:
         """Cluster the critiques of ``evaluations`` (the caller's window) and update the
         catalogue; ``now`` (unix seconds) defaults to the injected clock."""
         now = self._clock() if now is None else now
+        self._synthesis_calls_left = self._config.synthesis_max_calls
         cfg = self._config
         ext = extract(latest_revisions(evaluations), cfg.low_score_threshold,
                       cfg.include_findings)
@@ -138,11 +140,11 @@ class IssueTracker:
         for c in self._clusters(group):
             recurs = len({group[m].trace_id for m in c.members}) >= cfg.min_cluster_size
             (found if recurs else small).append(c)
-        clusters = self._synthesized(found, group)
-        matched = match([c.centroid for c in clusters], candidates, cfg.match_similarity)
-        if cfg.carry_over:
-            clusters, matched = carry_over(clusters, small, candidates, matched,
-                                           cfg.match_similarity)
+        clusters, matched = self._matched(found, small, candidates)
+        if any(i not in matched for i in range(len(clusters))):  # a new issue: synthesize
+            synthesized = self._synthesized(clusters, group)
+            if synthesized is not clusters:
+                clusters, matched = self._matched(synthesized, [], candidates)
         out: list[tuple[Issue, IssueEvent | None, list[int]]] = []
         saved: list[StoredIssue] = []
         for i, c in enumerate(clusters):
@@ -185,11 +187,23 @@ class IssueTracker:
             agents=tuple(sorted({group[m].agent for m in c.members if group[m].agent})),
             first_seen=stored.first_seen, new=previous is None, trace_ids=traces)
 
+    def _matched(self, clusters: list[Cluster], small: list[Cluster],
+                 candidates: list[StoredIssue]) -> tuple[list[Cluster], dict[int, StoredIssue]]:
+        """Clusters (with ``small`` ones carried over) and their stored issues, by index."""
+        cfg = self._config
+        matched = match([c.centroid for c in clusters], candidates, cfg.match_similarity)
+        if cfg.carry_over:
+            return carry_over(clusters, small, candidates, matched, cfg.match_similarity)
+        return clusters, matched
+
     def _synthesized(self, clusters: list[Cluster], group: list[Critique]) -> list[Cluster]:
-        """Clusters after the synthesizer's merges of the largest ones (if any)."""
+        """Clusters after the synthesizer's merges of the largest ones; the same list when
+        there was no call (no synthesizer, calls of this run spent, fewer than 2 issues)."""
         limit = self._config.synthesis_max_issues
-        if self._synthesizer is None or limit == 0 or len(clusters) < 2:
+        if (self._synthesizer is None or limit == 0 or len(clusters) < 2
+                or self._synthesis_calls_left <= 0):
             return clusters
+        self._synthesis_calls_left -= 1
         order = sorted(range(len(clusters)), key=lambda i: (-len(clusters[i].members), i))
         order = order[:limit]
         drafts = []

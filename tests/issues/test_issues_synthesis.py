@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
-from issue_fixtures import window
+from issue_fixtures import AUTH, LOOP, evaluation, window
 
 from otel_eval.issues.config import IssuesConfig
 from otel_eval.issues.synthesis import Draft, SynthesisError, merges_of, synthesize
@@ -110,3 +110,33 @@ def test_synthesize_without_synthesizer_or_drafts() -> None:
     draft = Draft("loop", ("a",), 2)
     assert synthesize([draft, draft], None) == []
     assert synthesize([draft], Scripted(MERGE)) == []
+
+
+def _two_groups(n: int) -> list[dict[str, Any]]:
+    """Two agent nodes, each with the loop failure everywhere and auth every third trace."""
+    out = []
+    for i in range(n):
+        texts = [LOOP[i % 3].format(n=i + 3)] + ([AUTH[i % 3].format(n=i)] if i % 3 == 0
+                                                 else [])
+        out.append(evaluation(f"{i:032x}", [(node, t) for node in ("searcher", "writer")
+                                            for t in texts]))
+    return out
+
+
+def test_a_run_with_nothing_new_asks_nothing() -> None:
+    synth = Scripted({"groups": []})
+    tracker = IssueTracker(CFG, sqlite3.connect(":memory:"), synthesizer=synth)
+    tracker.run(window(12), now=1.0)
+    assert len(synth.calls) == 1
+    tracker.run(window(12, offset=3), now=2.0)  # the same issues, matched to the catalogue
+    assert len(synth.calls) == 1
+
+
+def test_calls_per_run_are_capped_over_all_groups() -> None:
+    synth = Scripted({"groups": []})
+    issues_offline(_two_groups(12), CFG, now=1.0, synthesizer=synth)
+    assert len(synth.calls) == 2  # one per node group
+    capped = Scripted({"groups": []})
+    issues_offline(_two_groups(12), IssuesConfig(synthesis_max_calls=1), now=1.0,
+                   synthesizer=capped)
+    assert len(capped.calls) == 1
