@@ -3,26 +3,32 @@
     evaluation stored -> p_success histogram per agent
     outcome known (outcome attribute at evaluation, or POST /v1/feedback later)
       -> per-agent window of the last ``auc_window`` labelled predictions
-      -> rolling AUC gauge (absent until each class has ``auc_min_per_class`` runs)
+      -> rolling AUC, computed when Prometheus scrapes (absent until each class has
+         ``auc_min_per_class`` runs)
 
 Metrics (declared on the ``Metrics`` registry, agent names capped as everywhere else):
 
     otel_eval_prediction_p_success{service,agent}          histogram, 0..1
-    otel_eval_prediction_labelled_total{agent,outcome}     success|failure, predictions labelled
+    otel_eval_prediction_labelled_total{agent,outcome}     success|failure, outcomes received
     otel_eval_prediction_rolling_auc{agent}                gauge, AUC of the window
 
 Bounded: one window per (capped) agent, each at most ``auc_window`` entries; a trace labelled
 twice (feedback after an outcome attribute, or corrected feedback) replaces its entry. The
-AUC is the Mann-Whitney statistic with tied scores averaged: one sort, O(n log n) per label.
-Thread-safe (the engine's worker and the admin server both report).
+AUC is the Mann-Whitney statistic with tied scores averaged: one sort, O(n log n) in the
+window, done at scrape time for the windows that changed since (a label costs O(1), so runs
+that all carry an outcome do not pay a sort each). Thread-safe (the engine's worker, the admin
+server and the scrape all touch the windows).
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from otel_eval.predict.config import PredictionConfig
 
@@ -31,6 +37,9 @@ if TYPE_CHECKING:
     from otel_eval.model import Evaluation
 
 P_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+AUC_NAME = "otel_eval_prediction_rolling_auc"
+AUC_DOC = ("AUC of the predictor's last labelled predictions (window prediction.auc_window), "
+           "per agent.")
 
 
 def auc(scores: list[float], labels: list[bool]) -> float | None:
@@ -52,26 +61,51 @@ def auc(scores: list[float], labels: list[bool]) -> float | None:
 
 
 class RollingAuc:
-    """The last ``window`` labelled predictions of one agent, by trace id."""
+    """The last ``window`` labelled predictions of one agent, by trace id. Not thread-safe:
+    ``PredictionMetrics`` holds its lock around every call."""
 
     def __init__(self, window: int, min_per_class: int) -> None:
         self.window, self.min_per_class = window, min_per_class
         self._items: OrderedDict[str, tuple[float, bool]] = OrderedDict()
+        self._value: float | None = None
+        self._dirty = False
 
-    def add(self, trace_id: str, p: float, success: bool) -> float | None:
-        """Record a labelled prediction; the AUC of the window now (None: too few)."""
+    def add(self, trace_id: str, p: float, success: bool) -> None:
+        """Record a labelled prediction (replacing an earlier one of the same trace)."""
         self._items.pop(trace_id, None)
         self._items[trace_id] = (p, success)
         while len(self._items) > self.window:
             self._items.popitem(last=False)
-        labels = [y for _, y in self._items.values()]
-        successes = sum(labels)
-        if min(successes, len(labels) - successes) < self.min_per_class:
-            return None
-        return auc([p for p, _ in self._items.values()], labels)
+        self._dirty = True
+
+    def value(self) -> float | None:
+        """The AUC of the window (None: fewer than ``min_per_class`` of a class)."""
+        if self._dirty:
+            labels = [y for _, y in self._items.values()]
+            successes = sum(labels)
+            self._value = None if min(successes, len(labels) - successes) < \
+                self.min_per_class else auc([p for p, _ in self._items.values()], labels)
+            self._dirty = False
+        return self._value
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+class _AucCollector(Collector):
+    """The rolling AUC gauge, computed when scraped."""
+
+    def __init__(self, owner: PredictionMetrics) -> None:
+        self._owner = owner
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return [GaugeMetricFamily(AUC_NAME, AUC_DOC, labels=["agent"])]
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(AUC_NAME, AUC_DOC, labels=["agent"])
+        for agent, value in self._owner.rolling_auc().items():
+            family.add_metric([agent], value)
+        yield family
 
 
 class PredictionMetrics:
@@ -84,15 +118,12 @@ class PredictionMetrics:
                                 "Predicted probability of success per trace (success "
                                 "predictor).", ("service", "agent"), P_BUCKETS)
         self.c_labelled = m._counter("prediction_labelled",
-                                     "Predictions whose outcome became known, by outcome.",
+                                     "Outcomes received for predicted traces (outcome "
+                                     "attribute or feedback), by outcome.",
                                      ("agent", "outcome"))
-        from prometheus_client import Gauge
-        self.g_auc = Gauge("prediction_rolling_auc",
-                           "AUC of the predictor's last labelled predictions (window "
-                           "prediction.auc_window), per agent.", ["agent"],
-                           namespace="otel_eval", registry=m.registry)
         self._windows: dict[str, RollingAuc] = {}
         self._lock = threading.Lock()
+        m.registry.register(_AucCollector(self))
 
     def predicted(self, evaluation: Evaluation, service: str, agent: str,
                   superseded: bool) -> None:
@@ -116,6 +147,12 @@ class PredictionMetrics:
         self._label(self._m._agent(body.get("agent")), str(body["trace_id"]),
                     float(prediction["p_success"]), outcome == "success")
 
+    def rolling_auc(self) -> dict[str, float]:
+        """Agent -> AUC of its window, for the agents that have one."""
+        with self._lock:
+            values = {agent: w.value() for agent, w in self._windows.items()}
+        return {agent: v for agent, v in values.items() if v is not None}
+
     def _label(self, agent: str, trace_id: str, p: float, success: bool) -> None:
         self._m._series(self.c_labelled, agent, "success" if success else "failure").inc()
         with self._lock:
@@ -124,9 +161,4 @@ class PredictionMetrics:
                 cfg = self._config
                 window = self._windows[agent] = RollingAuc(cfg.auc_window,
                                                            cfg.auc_min_per_class)
-            value = window.add(trace_id, p, success)
-            if value is not None:
-                self.g_auc.labels(agent).set(value)
-            else:  # too few of a class (again: a corrected label): no stale value
-                with contextlib.suppress(KeyError):
-                    self.g_auc.remove(agent)
+            window.add(trace_id, p, success)

@@ -30,18 +30,24 @@ def test_auc_needs_both_classes() -> None:
 
 def test_window_is_bounded_and_a_relabelled_trace_replaces_its_entry() -> None:
     window = RollingAuc(window=4, min_per_class=1)
-    assert window.add("a", 0.9, True) is None  # one class only
-    assert window.add("b", 0.1, False) == 1.0
-    assert window.add("b", 0.1, True) is None  # corrected label: still one entry, one class
-    assert len(window) == 2
+    window.add("a", 0.9, True)
+    assert window.value() is None  # one class only
+    window.add("b", 0.1, False)
+    assert window.value() == 1.0
+    window.add("b", 0.1, True)  # corrected label: still one entry, now one class
+    assert window.value() is None and len(window) == 2
     for i in range(10):
-        window.add(f"t{i}", 0.5, i % 2 == 0)
-    assert len(window) == 4  # the last four only
+        window.add(f"t{i}", i / 10, i % 2 == 0)
+    assert len(window) == 4  # the last four only: t6..t9
+    assert window.value() == auc([0.6, 0.7, 0.8, 0.9], [True, False, True, False])
 
 
 def test_min_per_class_holds_the_value_back() -> None:
     window = RollingAuc(window=100, min_per_class=3)
-    values = [window.add(f"t{i}", i / 10, i >= 3) for i in range(6)]
+    values = []
+    for i in range(6):
+        window.add(f"t{i}", i / 10, i >= 3)
+        values.append(window.value())
     assert values[:5] == [None] * 5 and values[5] == 1.0
 
 
