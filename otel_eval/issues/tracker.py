@@ -135,16 +135,7 @@ class IssueTracker:
                    ext: Extraction, taken: set[str],
                    now: float) -> list[tuple[Issue, IssueEvent | None, list[int]]]:
         cfg = self._config
-        found: list[Cluster] = []
-        small: list[Cluster] = []
-        for c in self._clusters(group):
-            recurs = len({group[m].trace_id for m in c.members}) >= cfg.min_cluster_size
-            (found if recurs else small).append(c)
-        clusters, matched = self._matched(found, small, candidates)
-        if any(i not in matched for i in range(len(clusters))):  # a new issue: synthesize
-            synthesized = self._synthesized(clusters, group)
-            if synthesized is not clusters:
-                clusters, matched = self._matched(synthesized, [], candidates)
+        clusters, matched = self._resolved(group, candidates)
         out: list[tuple[Issue, IssueEvent | None, list[int]]] = []
         saved: list[StoredIssue] = []
         for i, c in enumerate(clusters):
@@ -186,6 +177,22 @@ class IssueTracker:
             traces=len(traces), exemplars=tuple(exemplars[: self._config.exemplars]),
             agents=tuple(sorted({group[m].agent for m in c.members if group[m].agent})),
             first_seen=stored.first_seen, new=previous is None, trace_ids=traces)
+
+    def _resolved(self, group: list[Critique], candidates: list[StoredIssue]
+                  ) -> tuple[list[Cluster], dict[int, StoredIssue]]:
+        """The group's issues (clusters recurring in enough traces, or carried over from
+        the catalogue, merged by the synthesizer when one is new) and their stored issues."""
+        found: list[Cluster] = []
+        small: list[Cluster] = []
+        for c in self._clusters(group):
+            recurs = len({group[m].trace_id for m in c.members}) >= self._config.min_cluster_size
+            (found if recurs else small).append(c)
+        clusters, matched = self._matched(found, small, candidates)
+        if any(i not in matched for i in range(len(clusters))):  # a new issue: synthesize
+            synthesized = self._synthesized(clusters, group)
+            if synthesized is not clusters:
+                clusters, matched = self._matched(synthesized, [], candidates)
+        return clusters, matched
 
     def _matched(self, clusters: list[Cluster], small: list[Cluster],
                  candidates: list[StoredIssue]) -> tuple[list[Cluster], dict[int, StoredIssue]]:
