@@ -218,12 +218,27 @@ def _out_of_fold(x: Any, y: Any, groups: list[str]) -> tuple[Any, Any]:
     return z, done
 
 
+def _platt(z: Any, y: Any) -> tuple[float, float, dict[str, Any]]:
+    """Platt scaling (a, b) fitted on out-of-fold scores ``z``, and the out-of-fold figures;
+    (1, 0) when the folds did not give both classes."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import brier_score_loss, roc_auc_score
+
+    if len(set(y.tolist())) < 2:
+        return 1.0, 0.0, {"calibrated": False}
+    platt = LogisticRegression(C=1e6, max_iter=1000).fit(z.reshape(-1, 1), y)
+    p = platt.predict_proba(z.reshape(-1, 1))[:, 1]
+    return float(platt.coef_[0][0]), float(platt.intercept_[0]), {
+        "calibrated": True, "runs": len(y), "auc": round(float(roc_auc_score(y, z)), 4),
+        "brier": round(float(brier_score_loss(y, p)), 4),
+        "note": "out-of-fold on the training runs; Brier is after the Platt fit on the same "
+                "scores (slightly optimistic)"}
+
+
 def fit(rows: list[Row], name: str = "success") -> dict[str, Any]:
     """The model document (as ``write_model`` takes it) trained on ``rows``."""
     import numpy as np
     import sklearn
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.metrics import brier_score_loss, roc_auc_score
 
     _check(rows)
     names = vocabulary(rows)
@@ -232,17 +247,7 @@ def fit(rows: list[Row], name: str = "success") -> dict[str, Any]:
     groups = [r.group for r in rows]
     mean, scale, lr = _fit_linear(x, y)
     z, done = _out_of_fold(x, y, groups)
-    a, b = 1.0, 0.0
-    cv: dict[str, Any] = {"calibrated": False}
-    if len(set(y[done].tolist())) == 2:
-        platt = LogisticRegression(C=1e6, max_iter=1000).fit(z[done].reshape(-1, 1), y[done])
-        a, b = float(platt.coef_[0][0]), float(platt.intercept_[0])
-        p = platt.predict_proba(z[done].reshape(-1, 1))[:, 1]
-        cv = {"calibrated": True, "runs": int(done.sum()),
-              "auc": round(float(roc_auc_score(y[done], z[done])), 4),
-              "brier": round(float(brier_score_loss(y[done], p)), 4),
-              "note": "out-of-fold on the training runs; Brier is after the Platt fit on the "
-                      "same scores (slightly optimistic)"}
+    a, b, cv = _platt(z[done], y[done])
     return {
         "format": FORMAT, "format_version": FORMAT_VERSION, "name": name,
         "features_version": FEATURES_VERSION, "features": names,
