@@ -182,5 +182,8 @@ def write_model(doc: dict[str, Any], path: str | Path) -> Model:
     parameters)."""
     doc = {**doc, "version": parameters_version(doc)}
     model = from_document(doc)
-    Path(path).write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+    target = Path(path)
+    partial = target.with_name(f".{target.name}.partial")
+    partial.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+    partial.replace(target)  # a reader sees the old file or the new one, never half of one
     return model

@@ -279,6 +279,9 @@ def cmd_train(args: argparse.Namespace, run: EvalRun, out: TextIO) -> int:
     except (TrainError, ValueError) as e:
         print(f"otel-eval train: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # the model file cannot be written
+        print(f"otel-eval train: {args.out}: {e.strerror or e}", file=sys.stderr)
+        return 2
     t = model.training
     cv = t.get("cross_validation", {})
     figures = (f"; out-of-fold AUC {cv['auc']}, Brier {cv['brier']}"

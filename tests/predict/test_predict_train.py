@@ -89,6 +89,10 @@ def test_bad_labels_and_too_few_labels_are_clear_errors(tau_slice: Path,
     done = otel_eval("train", str(few), "--out", str(tmp_path / "m.json"))
     assert done.returncode == 2 and "at least 2 successful and 2 failed" in done.stderr
     assert not (tmp_path / "m.json").exists()
+    done = otel_eval("train", str(tau_slice), "--out", str(tmp_path / "no" / "m.json"))
+    assert done.returncode == 2 and "No such file or directory" in done.stderr
+    done = otel_eval("train", str(tau_slice), "--name", "a@b", "--out", str(tmp_path / "m.json"))
+    assert done.returncode == 2 and "name: must not contain '@'" in done.stderr
 
 
 def test_features_do_not_depend_on_the_outcome(tau_slice: Path) -> None:
