@@ -67,25 +67,30 @@ def similarities(rows: list[Centroid], cols: list[Centroid]) -> Any:
     return np.asarray((matrix(rows) @ matrix(cols).T).toarray())
 
 
+Carried = tuple[list[Cluster], dict[int, StoredIssue], list[Cluster]]
+
+
 def carry_over(clusters: list[Cluster], small: list[Cluster], stored: list[StoredIssue],
-               matched: dict[int, StoredIssue],
-               threshold: float) -> tuple[list[Cluster], dict[int, StoredIssue]]:
+               matched: dict[int, StoredIssue], threshold: float) -> Carried:
     """``clusters`` (issues of this run, ``matched`` by index to stored issues) after the
     unmatched ones and the ``small`` ones (below the recurrence floor) whose nearest stored
-    issue reaches ``threshold`` joined it. Small clusters that reach none are left out."""
+    issue reaches ``threshold`` joined it; and the small clusters that reach none."""
     extra = [i for i in range(len(clusters)) if i not in matched]
     pool = [clusters[i] for i in extra] + small
     if not pool or not stored:
-        return clusters, matched
+        return clusters, matched, small
     sims = similarities([c.centroid for c in pool], [s.centroid for s in stored])
     holder = {matched[i].issue_id: i for i in matched}  # stored id -> index in `clusters`
     into: dict[int, list[Cluster]] = {}
     out = list(clusters)
     out_matched = dict(matched)
     gone: set[int] = set()
+    left: list[Cluster] = []
     for p, c in enumerate(pool):
         j = int(sims[p].argmax())
         if sims[p, j] < threshold:
+            if p >= len(extra):
+                left.append(c)
             continue
         k = holder.get(stored[j].issue_id)
         if k is None:  # a known issue with no cluster yet: this one takes its id
@@ -101,4 +106,4 @@ def carry_over(clusters: list[Cluster], small: list[Cluster], stored: list[Store
         out[k] = merged([out[k], *parts], out[k].name)
     keep = [i for i in range(len(out)) if i not in gone]
     return [out[i] for i in keep], {n: out_matched[i] for n, i in enumerate(keep)
-                                    if i in out_matched}
+                                    if i in out_matched}, left

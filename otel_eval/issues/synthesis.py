@@ -2,14 +2,17 @@
 
 When a judge model is configured, the issues of one (level, node) group, largest first and
 at most ``IssuesConfig.synthesis_max_issues`` of them, are shown to it as numbered drafts
-(a title and the most typical critiques); it answers which drafts describe the same kind of
-problem, with a title and a description for each merged group:
+(a title and the most typical critiques), with as many of the group's critiques that are in
+no issue (its stragglers); it answers which drafts describe the same kind of problem, with a
+title and a description for each merged group, and which issue each straggler belongs to:
 
-    {"groups": [{"issues": [1, 4], "title": "...", "description": "..."}]}
+    {"groups": [{"issues": [1, 4], "title": "...", "description": "..."}],
+     "assign": [{"critique": 2, "issue": 3}]}
 
-Drafts not listed stay as they are. The reply is checked here (``check_reply``): numbers in
-range, no draft in two groups, at least two drafts per group; the judge client asks once for
-a repair and otherwise gives up. Whatever fails (no reply, malformed reply, an exception in
+Drafts and stragglers not listed stay as they are. The reply is checked here
+(``check_reply``): numbers in range, no draft in two groups, at least two drafts per group,
+no straggler assigned twice; the judge client asks once for a repair and otherwise gives
+up. Whatever fails (no reply, malformed reply, an exception in
 the synthesizer) leaves the clustering's issues unchanged, logged: synthesis only merges,
 never drops a critique. The tracker asks only for a group that has a cluster matching no
 stored issue (merges made earlier are kept by the catalogue), at most
@@ -21,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +47,19 @@ class Merge:
     description: str
 
 
-# drafts -> the reply object ({"groups": [...]}) or None when there is none
-Synthesizer = Callable[[Sequence[Draft]], "Mapping[str, Any] | None"]
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a valid reply asks for (0-based indexes)."""
+
+    merges: tuple[Merge, ...] = ()
+    assign: tuple[tuple[int, int], ...] = ()  # (straggler, draft)
+
+    def __bool__(self) -> bool:
+        return bool(self.merges or self.assign)
+
+
+# (drafts, stragglers' texts) -> the reply object or None when there is none
+Synthesizer = Callable[[Sequence[Draft], Sequence[str]], "Mapping[str, Any] | None"]
 
 REPLY_SCHEMA: dict[str, Any] = {
     "type": "object", "additionalProperties": False, "required": ["groups"],
@@ -56,7 +70,11 @@ REPLY_SCHEMA: dict[str, Any] = {
             "issues": {"type": "array", "minItems": 2, "maxItems": 100,
                        "items": {"type": "integer", "minimum": 1}},
             "title": {"type": "string", "minLength": 3, "maxLength": 80},
-            "description": {"type": "string", "minLength": 3, "maxLength": 400}}}}},
+            "description": {"type": "string", "minLength": 3, "maxLength": 400}}}},
+        "assign": {"type": "array", "maxItems": 100, "items": {
+            "type": "object", "additionalProperties": False, "required": ["critique", "issue"],
+            "properties": {"critique": {"type": "integer", "minimum": 1},
+                           "issue": {"type": "integer", "minimum": 1}}}}},
 }
 
 
@@ -96,27 +114,64 @@ def merges_of(reply: Mapping[str, Any], n_drafts: int) -> list[Merge]:
     return out
 
 
-def check_reply(n_drafts: int) -> Callable[[dict[str, Any]], str | None]:
+def _number(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def assignments_of(reply: Mapping[str, Any], n_drafts: int,
+                   n_stragglers: int) -> list[tuple[int, int]]:
+    """(straggler, draft) pairs of the reply's ``assign`` (absent: none); SynthesisError
+    when one is malformed, out of range or a straggler is assigned twice."""
+    items = reply.get("assign", [])
+    if not isinstance(items, list):
+        raise SynthesisError("'assign' must be a list")
+    out: dict[int, int] = {}
+    for k, item in enumerate(items):
+        pair: list[Any] = ([item.get("critique"), item.get("issue")]
+                           if isinstance(item, Mapping) else [])
+        numbers = [v for v in pair if _number(v)]
+        if len(numbers) != 2:
+            raise SynthesisError(f"assignment {k + 1} needs numbers 'critique' and 'issue'")
+        critique, issue = numbers
+        if not 1 <= critique <= n_stragglers:
+            raise SynthesisError(f"assignment {k + 1}: critiques are numbered 1 to "
+                                 f"{n_stragglers}")
+        if not 1 <= issue <= n_drafts:
+            raise SynthesisError(f"assignment {k + 1}: issues are numbered 1 to {n_drafts}")
+        if critique - 1 in out:
+            raise SynthesisError(f"assignment {k + 1} assigns critique {critique} again")
+        out[critique - 1] = issue - 1
+    return sorted(out.items())
+
+
+def plan_of(reply: Mapping[str, Any], n_drafts: int, n_stragglers: int) -> Plan:
+    """The whole reply checked (SynthesisError on any fault)."""
+    return Plan(tuple(merges_of(reply, n_drafts)),
+                tuple(assignments_of(reply, n_drafts, n_stragglers)))
+
+
+def check_reply(n_drafts: int, n_stragglers: int) -> Callable[[dict[str, Any]], str | None]:
     """The judge client's semantic check (error text for the repair prompt, or None)."""
     def check(reply: dict[str, Any]) -> str | None:
         try:
-            merges_of(reply, n_drafts)
+            plan_of(reply, n_drafts, n_stragglers)
         except SynthesisError as e:
             return str(e)
         return None
     return check
 
 
-def synthesize(drafts: Sequence[Draft], synthesizer: Synthesizer | None) -> list[Merge]:
-    """The merges to apply to ``drafts`` ([] without a synthesizer, fewer than two drafts,
-    or on any failure, which is logged)."""
-    if synthesizer is None or len(drafts) < 2:
-        return []
+def synthesize(drafts: Sequence[Draft], stragglers: Sequence[str],
+               synthesizer: Synthesizer | None) -> Plan:
+    """What to apply to ``drafts`` and ``stragglers`` (nothing without a synthesizer, with
+    nothing to merge or assign, or on any failure, which is logged)."""
+    if synthesizer is None or not drafts or (len(drafts) < 2 and not stragglers):
+        return Plan()
     try:
-        reply = synthesizer(drafts)
-        return [] if reply is None else merges_of(reply, len(drafts))
+        reply = synthesizer(drafts, stragglers)
+        return Plan() if reply is None else plan_of(reply, len(drafts), len(stragglers))
     except SynthesisError as e:
         log.warning("issue synthesis reply refused: %s", e)
     except Exception:  # a stage boundary: the synthesizer is someone else's model call
         log.warning("issue synthesis failed; clusters kept as they are", exc_info=True)
-    return []
+    return Plan()

@@ -26,7 +26,7 @@ from otel_eval.issues.catalogue import (
     sparse_centroid,
 )
 from otel_eval.issues.config import IssuesConfig
-from otel_eval.issues.continuity import Cluster, carry_over, merged
+from otel_eval.issues.continuity import Carried, Cluster, carry_over, merged
 from otel_eval.issues.critiques import Critique, Extraction, extract
 from otel_eval.issues.embed import Embedder, Matrix, TfidfEmbedder, make_embedder
 from otel_eval.issues.normalize import normalize
@@ -187,43 +187,56 @@ class IssueTracker:
         for c in self._clusters(group):
             recurs = len({group[m].trace_id for m in c.members}) >= self._config.min_cluster_size
             (found if recurs else small).append(c)
-        clusters, matched = self._matched(found, small, candidates)
+        clusters, matched, strays = self._matched(found, small, candidates)
         if any(i not in matched for i in range(len(clusters))):  # a new issue: synthesize
-            synthesized = self._synthesized(clusters, group)
+            synthesized = self._synthesized(clusters, strays, group)
             if synthesized is not clusters:
-                clusters, matched = self._matched(synthesized, [], candidates)
+                clusters, matched, _ = self._matched(synthesized, [], candidates)
         return clusters, matched
 
     def _matched(self, clusters: list[Cluster], small: list[Cluster],
-                 candidates: list[StoredIssue]) -> tuple[list[Cluster], dict[int, StoredIssue]]:
-        """Clusters (with ``small`` ones carried over) and their stored issues, by index."""
+                 candidates: list[StoredIssue]) -> Carried:
+        """Clusters (with ``small`` ones carried over), their stored issues by index, and
+        the small clusters left in no issue."""
         cfg = self._config
         matched = match([c.centroid for c in clusters], candidates, cfg.match_similarity)
         if cfg.carry_over:
             return carry_over(clusters, small, candidates, matched, cfg.match_similarity)
-        return clusters, matched
+        return clusters, matched, small
 
-    def _synthesized(self, clusters: list[Cluster], group: list[Critique]) -> list[Cluster]:
-        """Clusters after the synthesizer's merges of the largest ones; the same list when
-        there was no call (no synthesizer, calls of this run spent, fewer than 2 issues)."""
+    def _synthesized(self, clusters: list[Cluster], strays: list[Cluster],
+                     group: list[Critique]) -> list[Cluster]:
+        """Clusters after the synthesizer's merges of the largest ones and assignment of
+        stragglers to them; the same list when nothing changed (no synthesizer, calls of
+        this run spent, nothing to merge or assign, a refused reply)."""
         limit = self._config.synthesis_max_issues
-        if (self._synthesizer is None or limit == 0 or len(clusters) < 2
-                or self._synthesis_calls_left <= 0):
+        if (self._synthesizer is None or limit == 0 or not clusters
+                or (len(clusters) < 2 and not strays) or self._synthesis_calls_left <= 0):
             return clusters
         self._synthesis_calls_left -= 1
         order = sorted(range(len(clusters)), key=lambda i: (-len(clusters[i].members), i))
         order = order[:limit]
+        strays = sorted(strays, key=lambda c: -len(c.members))[:limit]
         drafts = []
         for i in order:
-            c = clusters[i]
-            examples = tuple(dict.fromkeys(group[m].text for m in c.members))
-            drafts.append(Draft(", ".join(c.terms) or examples[0][:80],
-                                examples[:_SYNTHESIS_EXAMPLES], len(c.members)))
-        merges = synthesize(drafts, self._synthesizer)
-        gone = {order[d] for m in merges for d in m.drafts}
-        joined = [merged([clusters[order[d]] for d in m.drafts], (m.title, m.description))
-                  for m in merges]
-        return joined + [c for i, c in enumerate(clusters) if i not in gone]
+            examples = tuple(dict.fromkeys(group[m].text for m in clusters[i].members))
+            drafts.append(Draft(", ".join(clusters[i].terms) or examples[0][:80],
+                                examples[:_SYNTHESIS_EXAMPLES], len(clusters[i].members)))
+        plan = synthesize(drafts, [group[c.members[0]].text for c in strays],
+                          self._synthesizer)
+        if not plan:
+            return clusters
+        joins: dict[int, list[Cluster]] = {}
+        for s, d in plan.assign:
+            joins.setdefault(order[d], []).append(strays[s])
+
+        def whole(i: int) -> Cluster:
+            parts = joins.get(i)
+            return merged([clusters[i], *parts], clusters[i].name) if parts else clusters[i]
+        gone = {order[d] for m in plan.merges for d in m.drafts}
+        joined = [merged([whole(order[d]) for d in m.drafts], (m.title, m.description))
+                  for m in plan.merges]
+        return joined + [whole(i) for i in range(len(clusters)) if i not in gone]
 
     def _labels(self, x: Matrix, uid: list[int], group: list[Critique]) -> Any:
         """Cluster label of each distinct text (numpy array): cut, merged, stragglers

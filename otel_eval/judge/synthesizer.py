@@ -32,29 +32,34 @@ class JudgeSynthesizer:
     def _line(self, text: str) -> str:
         return self.redactor.redact(" ".join(text.split())[:_EXAMPLE_CHARS])
 
-    def messages(self, drafts: Sequence[Draft]) -> list[dict[str, str]]:
+    def messages(self, drafts: Sequence[Draft],
+                 stragglers: Sequence[str]) -> list[dict[str, str]]:
         listed = "\n".join(
             f"{k}. {self._line(d.title)} ({d.critiques} critiques)\n"
             + "\n".join(f"   - {self._line(e)}" for e in d.examples)
             for k, d in enumerate(drafts, start=1))
+        strays = "\n".join(f"{k}. {self._line(t)}" for k, t in enumerate(stragglers, start=1))
         return [{"role": "user", "content": self.prompts.render(
-            "issue_merge", request=listed, schema=schema_text(REPLY_SCHEMA))}]
+            "issue_merge", request=listed, stragglers=strays or "(none)",
+            schema=schema_text(REPLY_SCHEMA))}]
 
-    def __call__(self, drafts: Sequence[Draft]) -> dict[str, Any] | None:
+    def __call__(self, drafts: Sequence[Draft],
+                 stragglers: Sequence[str] = ()) -> dict[str, Any] | None:
         try:
-            return asyncio.run(self._call(drafts))
+            return asyncio.run(self._call(drafts, stragglers))
         except Exception:  # synthesis is best effort: the clustering's issues stand
             log.exception("judge synthesizer failed")
             return None
 
-    async def _call(self, drafts: Sequence[Draft]) -> dict[str, Any] | None:
+    async def _call(self, drafts: Sequence[Draft],
+                    stragglers: Sequence[str]) -> dict[str, Any] | None:
         from otel_eval.judge.client import JudgeClient, close_clients  # imports litellm
 
         client = JudgeClient(self.config, repair_text=lambda problem: self.prompts.render(
             "repair", error=problem))
         try:
-            result = await client.call(self.messages(drafts), REPLY_SCHEMA, "issue_merge",
-                                       check_reply(len(drafts)))
+            result = await client.call(self.messages(drafts, stragglers), REPLY_SCHEMA,
+                                       "issue_merge", check_reply(len(drafts), len(stragglers)))
         finally:
             await close_clients()
         if result.status != "ok" or result.data is None:

@@ -28,9 +28,9 @@ def test_the_split_off_part_of_a_stored_issue_joins_the_part_that_got_its_id() -
     a = _cluster([0, 1], {"loop": 0.9, "repeat": 0.436})  # cos 0.9 with iss_loop
     b = _cluster([2, 3], {"loop": 0.8, "again": 0.6})  # cos 0.8: the split-off part
     c = _cluster([4, 5], {"quota": 1.0})  # like no stored issue: stays new
-    clusters, matched = carry_over([a, b, c], [], [loop, other], {0: loop}, 0.5)
+    clusters, matched, left = carry_over([a, b, c], [], [loop, other], {0: loop}, 0.5)
     assert [sorted(x.members) for x in clusters] == [[0, 1, 2, 3], [4, 5]]
-    assert matched == {0: loop}
+    assert matched == {0: loop} and left == []
 
 
 def test_small_clusters_take_a_stored_issue_or_stay_out() -> None:
@@ -40,10 +40,10 @@ def test_small_clusters_take_a_stored_issue_or_stay_out() -> None:
     lone_loop = _cluster([2], {"loop": 0.6, "x": 0.8})  # cos 0.6: joins a
     lone_auth = _cluster([3], {"auth": 0.7, "y": 0.714})  # cos 0.7: takes iss_auth
     lone_odd = _cluster([4], {"flux": 1.0})  # cos 0: stays out
-    clusters, matched = carry_over([a], [lone_loop, lone_auth, lone_odd], [loop, auth],
-                                   {0: loop}, 0.5)
+    clusters, matched, left = carry_over([a], [lone_loop, lone_auth, lone_odd], [loop, auth],
+                                         {0: loop}, 0.5)
     assert [sorted(x.members) for x in clusters] == [[0, 1, 2], [3]]
-    assert matched == {0: loop, 1: auth}
+    assert matched == {0: loop, 1: auth} and left == [lone_odd]
 
 
 def test_similarities_are_cosines_over_shared_features() -> None:

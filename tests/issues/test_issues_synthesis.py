@@ -11,7 +11,13 @@ import pytest
 from issue_fixtures import AUTH, LOOP, evaluation, window
 
 from otel_eval.issues.config import IssuesConfig
-from otel_eval.issues.synthesis import Draft, SynthesisError, merges_of, synthesize
+from otel_eval.issues.synthesis import (
+    Draft,
+    SynthesisError,
+    merges_of,
+    plan_of,
+    synthesize,
+)
 from otel_eval.issues.tracker import IssueTracker, issues_offline
 
 CFG = IssuesConfig(age_out_s=1000.0)
@@ -23,9 +29,12 @@ class Scripted:
     def __init__(self, reply: Any) -> None:
         self.reply = reply
         self.calls: list[list[Draft]] = []
+        self.strays: list[list[str]] = []
 
-    def __call__(self, drafts: Sequence[Draft]) -> Mapping[str, Any] | None:
+    def __call__(self, drafts: Sequence[Draft],
+                 strays: Sequence[str]) -> Mapping[str, Any] | None:
         self.calls.append(list(drafts))
+        self.strays.append(list(strays))
         if isinstance(self.reply, Exception):
             raise self.reply
         return self.reply  # type: ignore[no-any-return]
@@ -106,10 +115,47 @@ def test_merged_issue_keeps_its_id_in_the_next_run() -> None:
     assert second == first
 
 
-def test_synthesize_without_synthesizer_or_drafts() -> None:
+def test_synthesize_without_synthesizer_or_anything_to_do() -> None:
     draft = Draft("loop", ("a",), 2)
-    assert synthesize([draft, draft], None) == []
-    assert synthesize([draft], Scripted(MERGE)) == []
+    assert not synthesize([draft, draft], ["x"], None)
+    assert not synthesize([draft], [], Scripted(MERGE))
+    assert not synthesize([], ["x"], Scripted(MERGE))
+
+
+@pytest.mark.parametrize(("assign", "problem"), [
+    ("1", "must be a list"),
+    ([{"critique": 1}], "needs numbers"),
+    ([{"critique": 3, "issue": 1}], "critiques are numbered 1 to 2"),
+    ([{"critique": 1, "issue": 4}], "issues are numbered 1 to 3"),
+    ([{"critique": 1, "issue": 1}, {"critique": 1, "issue": 2}], "assigns critique 1 again"),
+])
+def test_malformed_assignments_are_refused(assign: Any, problem: str) -> None:
+    with pytest.raises(SynthesisError, match=problem):
+        plan_of({"groups": [], "assign": assign}, 3, 2)
+
+
+def _with_strays(n: int) -> list[dict[str, Any]]:
+    """``window(n)`` plus two one-off critiques in the searcher (in no issue by words)."""
+    return [*window(n), evaluation("e" * 32, [("searcher", "The agent kept polling web "
+                                                           "search forever")]),
+            evaluation("f" * 32, [("searcher", "Quantum flux capacitor overheated")])]
+
+
+def test_stragglers_are_shown_and_assigned_ones_join_their_issue() -> None:
+    plain = issues_offline(_with_strays(12), CFG, now=1.0)
+    stray_ids = {a.trace_id: a.issue_id for a in plain.assignments
+                 if a.trace_id in ("e" * 32, "f" * 32)}
+    assert stray_ids == {"e" * 32: None, "f" * 32: None}
+    synth = Scripted({"groups": []})
+    issues_offline(_with_strays(12), CFG, now=1.0, synthesizer=synth)
+    assert len(synth.strays[0]) == 2  # both one-offs shown, as the critiques' own text
+    polling = synth.strays[0].index("The agent kept polling web search forever") + 1
+    synth = Scripted({"groups": [], "assign": [{"critique": polling, "issue": 1}]})
+    result = issues_offline(_with_strays(12), CFG, now=1.0, synthesizer=synth)
+    loop = max(result.issues, key=lambda i: i.critiques)
+    ids = {a.trace_id: a.issue_id for a in result.assignments}
+    assert ids["e" * 32] == loop.issue_id and ids["f" * 32] is None
+    assert loop.traces == 13 and loop.critiques == 13
 
 
 def _two_groups(n: int) -> list[dict[str, Any]]:

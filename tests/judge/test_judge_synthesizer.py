@@ -50,9 +50,11 @@ def test_good_reply_merges_issues_from_redacted_drafts(llm: FakeLLM) -> None:
         "Searcher tool calls fail"]
     drafts = [Draft("mail bob@example.com", ("write to bob@example.com",), 2),
               Draft("b", ("c",), 2)]
-    llm.replies.append(good({"groups": []}))
-    assert synth(drafts) == {"groups": []}
-    assert "bob@example.com" not in llm.requests[1]["messages"][0]["content"]
+    llm.replies.append(good({"groups": [], "assign": [{"critique": 1, "issue": 2}]}))
+    assert synth(drafts, ["mail eve@example.com: quota hit"]) == {
+        "groups": [], "assign": [{"critique": 1, "issue": 2}]}
+    sent = llm.requests[1]["messages"][0]["content"]
+    assert "example.com" not in sent and "1. mail" in sent and "quota hit" in sent
 
 
 def test_malformed_reply_keeps_the_clustering(llm: FakeLLM) -> None:
