@@ -14,6 +14,7 @@ through to ``serve``; one table row each):
   request -> every trace stored and ``otel_eval_assembly_pending_spans`` 0; the grace period
   is part of that time), and to the baseline ``otlp_sink.py --server sync --mode walk``
   (decodes and materializes every attribute; spans/s = spans acknowledged / load time).
+  Each serve first evaluates ``--warmup-traces`` (one-time costs are not the steady state).
   Ratio serve / baseline of the medians, in wall-clock spans/s and in spans per CPU-second
   of each server (steadier on a shared machine); the cores serve obtained (CPU-s / wall s);
 - Export p50 / p99 of those runs, and of one more run paced at ``--paced-share`` (70 %) of
@@ -69,35 +70,36 @@ from ingest_procs import (
 )
 
 LOAD_KEYS = ("traces", "steps", "spans_per_request", "payload_bytes", "concurrency", "grace_s")
-_seeds = itertools.count()
 
 
 def _opts(args: argparse.Namespace) -> dict[str, Any]:
     return {k: getattr(args, k) for k in LOAD_KEYS}
 
 
-def _seed(args: argparse.Namespace, variant: Variant) -> int:
-    """The same traces for every SQLite run (a fresh file each); new trace ids for each run
-    against a shared store (a URL), so every run adds rows."""
-    return args.seed if variant.store == "sqlite" else args.seed + 1000 + next(_seeds)
-
-
 def run_serve(args: argparse.Namespace, tmp: Path, variant: Variant, spool: bool = True,
               rate: float = 0.0) -> dict[str, Any]:
+    """One measured load on a fresh serve, after ``--warmup-traces`` evaluated and stored
+    (one-time costs at the first evaluation are not the steady state); CPU and spans are
+    counted from the end of the warm-up. Trace ids are random: every run adds rows."""
     config = {"assembly": {"grace_s": args.grace_s, "idle_timeout_s": 60.0},
               "receiver": {"http_endpoint": ""}, "store": {"spool": spool}}
     with serve(tmp, variant, config) as s:
-        before = stored_rows(s.store)
-        t_first, res = load(s.grpc_port, args.traces, _opts(args), _seed(args, variant),
+        pid, rows = s.proc.p.pid, stored_rows(s.store)
+        if args.warmup_traces:
+            load(s.grpc_port, args.warmup_traces, _opts(args), args.seed, args.max_load_s)
+            rows += args.warmup_traces
+            all_evaluated(s, rows)
+        accepted0, cpu0 = metrics(s.admin)[ACCEPTED], cpu_s(pid)
+        t_first, res = load(s.grpc_port, args.traces, _opts(args), args.seed,
                             args.max_load_s, rate)
-        t_done = all_evaluated(s, before + args.traces)
+        t_done = all_evaluated(s, rows + args.traces)
         m = metrics(s.admin)
-        cpu = cpu_s(s.proc.p.pid)
-        hwm = status_kb(s.proc.p.pid, "VmHWM")
-    seconds = t_done - t_first
-    return {"spans_per_s": round(m[ACCEPTED] / seconds), "ack_spans_per_s": res["spans_per_s"],
-            "spans_per_cpu_s": round(m[ACCEPTED] / cpu), "cores": round(cpu / seconds, 2),
-            "spans": int(m[ACCEPTED]), "seconds": round(seconds, 2),
+        cpu = cpu_s(pid) - cpu0
+        hwm = status_kb(pid, "VmHWM")
+    seconds, spans = t_done - t_first, m[ACCEPTED] - accepted0
+    return {"spans_per_s": round(spans / seconds), "ack_spans_per_s": res["spans_per_s"],
+            "spans_per_cpu_s": round(spans / cpu), "cores": round(cpu / seconds, 2),
+            "spans": int(spans), "seconds": round(seconds, 2),
             "p50_ms": res["p50_ms"], "p99_ms": res["p99_ms"], "errors": res["errors"],
             "throttled": int(m.get(THROTTLED, 0)), "vmhwm_mb": round(hwm / 1024),
             "loadavg": round(os.getloadavg()[0], 2)}
@@ -147,7 +149,7 @@ def run_memory(args: argparse.Namespace, tmp: Path, variant: Variant) -> dict[st
     with serve(tmp, variant, config) as s:
         pid, n = s.proc.p.pid, args.mem_traces
         before = status_kb(pid, "VmHWM")
-        _, res = load(s.grpc_port, n, _opts(args), _seed(args, variant), args.max_load_s)
+        _, res = load(s.grpc_port, n, _opts(args), args.seed, args.max_load_s)
         wait_for(lambda: metrics(s.admin)[OPEN] >= n, 60, f"{n} open traces")
         after = status_kb(pid, "VmHWM")
     return {"traces": n, "vmhwm_before_kb": before, "vmhwm_after_kb": after,
@@ -157,7 +159,7 @@ def run_memory(args: argparse.Namespace, tmp: Path, variant: Variant) -> dict[st
 
 def median_of(rows: list[dict[str, Any]], key: str) -> float:
     values = [r[key] for r in rows if r.get(key) is not None]
-    return float(statistics.median(values)) if values else float("nan")
+    return round(float(statistics.median(values)), 2) if values else float("nan")
 
 
 def throughput(args: argparse.Namespace, tmp: Path, variants: list[Variant]
@@ -339,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--grace-s", type=float, default=0.5, help="serve assembly.grace_s")
     p.add_argument("--reps", type=int, default=3, help="interleaved rounds per side")
     p.add_argument("--mem-traces", type=int, default=3000, help="open traces for memory (0: skip)")
+    p.add_argument("--warmup-traces", type=int, default=200,
+                   help="traces evaluated and stored before each measured serve load")
     p.add_argument("--paced-share", type=float, default=0.7,
                    help="one more run paced at this share of the measured rate (0: skip)")
     p.add_argument("--no-idle", dest="idle", action="store_false", help="skip the idle RSS")
