@@ -86,8 +86,10 @@ def attributes_to_dict(kvs: Iterable[KeyValue]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for kv in kvs:  # strings inline: most values are, and a call per value costs ~15 %
         v = kv.value
-        out[kv.key] = (v.string_value if v.WhichOneof("value") == "string_value"
-                       else anyvalue_to_python(v))
+        # a non-empty string_value is the oneof's value (any other member leaves it ""):
+        # no WhichOneof call for it (~13 % of this loop); "" and the rest take the full path
+        s = v.string_value
+        out[kv.key] = s if s else anyvalue_to_python(v)
     return out
 
 
