@@ -272,6 +272,9 @@ class Trajectory:
     # What the instrumentation did not record, by field: how many steps lack it (``output``: 1
     # when the run's answer is unknown). Detectors draw no conclusion from these.
     unrecorded: dict[str, int] = field(default_factory=dict)
+    # Code actions read from LLM replies (``conventions.code_actions``): blocks, calls, calls
+    # that are steps, rebuilt steps, ``unparsed_<reason>``. Empty when no reply holds code.
+    code_actions: dict[str, int] = field(default_factory=dict)
 
     @property
     def root_step(self) -> Step | None:
@@ -387,6 +390,8 @@ class Evaluation:
         }
         if t.unrecorded:
             out["unrecorded"] = dict(t.unrecorded)
+        if t.code_actions:
+            out["code_actions"] = dict(t.code_actions)
         if self.judge is not None:
             out["judge"] = self.judge
         if self.error is not None:

@@ -21,6 +21,9 @@ Promises:
   ``final_answer`` call that has no span and no result); a rebuilt step's
   result is what a later LLM step of the same agent was told the call returned, found in
   time linear in the trace's bytes (``conventions.responses``);
+- tool calls made by code actions (Python blocks of smolagents' CodeAgent, the bash block of
+  mini-swe-agent) that no span ran are rebuilt the same way (``conventions.code_actions``),
+  what was read counted in ``Trajectory.code_actions``;
 - the root is ``model.local_root``; the agent is the top agent, descending through wrapper
   agents that do no work of their own (the OpenAI Agents SDK's ``Agent workflow``), else the
   name that spans under a never-exported agent span carry;
@@ -38,6 +41,7 @@ from typing import Any
 
 from otel_eval.config import TrajectoryConfig
 from otel_eval.conventions import UNKNOWN, classify, describe, dominant, merge_tools
+from otel_eval.conventions.code_actions import rebuild_code_actions
 from otel_eval.conventions.events import overlay
 from otel_eval.conventions.links import coerce_arguments, join_calls
 from otel_eval.conventions.messages import answer_text, task_text
@@ -298,6 +302,7 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
             # not on the tool span: what the next LLM call of the agent was told it returned
             step.result = responses.result(position, step.node, step.call_id)
     steps = builder.rebuild_tool_calls(ran, responses)
+    steps, code_actions = rebuild_code_actions(steps, builder.tools)
     price_steps(steps)
     root_span = local_root(spans)
     root_step = next((s for s in builder.steps if root_span is not None
@@ -324,6 +329,7 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
         errors=builder.errors,
         root_span_id=root_span.span_id if root_span else None,
         unrecorded=_unrecorded(steps, output),
+        code_actions=code_actions,
     )
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from otel_eval.conventions.shell import shell_commands
 from otel_eval.detectors.config import DetectorsConfig, LoopConfig, ToolCallConfig
 from otel_eval.model import Finding, Step, Trajectory
 
@@ -25,6 +26,7 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_asci
 _encode_str = json.encoder.encode_basestring  # the ensure_ascii=False string encoder
 _COMMAND_SEPARATORS = re.compile(r"&&|\|\||;|\|")
 _ACTION_KEYS = ("command", "code", "cmd", "script", "input")
+_PYTHON_TOOL = re.compile(r"python|code", re.IGNORECASE)  # action tools that run Python
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,15 +180,25 @@ def is_action_tool(name: str, loop: LoopConfig) -> bool:
 
 
 def _is_read_only(name: str, text: str | None, loop: LoopConfig) -> bool:
-    if text is not None:
-        cmd = _norm_ws(text)
-        # A pipeline or command list is read-only only if every part is; writes via `>`.
-        if ">" in cmd.replace("2>&1", "").replace(">/dev/null", ""):
-            return False
-        parts = [p.strip() for p in _COMMAND_SEPARATORS.split(cmd) if p.strip()]
-        return bool(parts) and all(
-            any(p == c or p.startswith(c + " ") for c in loop.read_only_commands) for p in parts)
-    return name.lower().startswith(tuple(loop.read_only_prefixes))
+    if text is None:
+        return name.lower().startswith(tuple(loop.read_only_prefixes))
+    if not _PYTHON_TOOL.search(name):
+        # a shell command: read-only when every command of its lists and pipelines is, and
+        # no redirection writes a file (``shlex``: quoted "|" or ";" are no separators)
+        commands, writes, problem = shell_commands(text)
+        if problem is None:
+            return bool(commands) and not writes and all(
+                _starts_with_one(" ".join(argv), loop.read_only_commands) for argv in commands)
+    cmd = _norm_ws(text)
+    # A pipeline or command list is read-only only if every part is; writes via `>`.
+    if ">" in cmd.replace("2>&1", "").replace(">/dev/null", ""):
+        return False
+    parts = [p.strip() for p in _COMMAND_SEPARATORS.split(cmd) if p.strip()]
+    return bool(parts) and all(_starts_with_one(p, loop.read_only_commands) for p in parts)
+
+
+def _starts_with_one(command: str, prefixes: tuple[str, ...]) -> bool:
+    return any(command == c or command.startswith(c + " ") for c in prefixes)
 
 
 @lru_cache(maxsize=64)

@@ -67,6 +67,24 @@ class LoopConfig:
     stagnation_min_run: int = 3
     # (d) Outputs shorter than this (characters) are ignored: "OK" twice is not stagnation.
     stagnation_min_chars: int = 20
+    # (f) Reworded repeats: two calls of the same tool whose normalized argument text (the
+    # argument values, lowercased, whitespace collapsed) has a character-3-gram Jaccard
+    # similarity of at least this are "the same request reworded". For two texts of similar
+    # length, J = 0.5 means two thirds of each one's 3-grams are shared (s / (2n - s) = 1/2 at
+    # s = 2n/3): the same words with a third changed, added or reordered is a rewording, while
+    # queries about different things share well under a fifth.
+    reworded_similarity: float = 0.5
+    # (f) Each call is compared with the previous this many calls of the same tool (not all
+    # earlier calls: bounded work, and a rewording comes right after the attempt it retries).
+    reworded_window: int = 4
+    # (f) A later call "brought nothing new" when it failed, returned an empty result, or at
+    # least this share of its result's 3-grams were already in the earlier call's result (at
+    # most a fifth of it new: the same pages, the same "not found").
+    reworded_result_overlap: float = 0.8
+    # (f) This many calls linked by reworded repeats that brought nothing new make a finding.
+    # Three, as for cycles: rewording a query once after a miss is a sensible retry; a second
+    # rewording that again finds nothing new is the agent going round.
+    reworded_min_calls: int = 3
     # (e) Tools whose call is an action text (shell command, code): the loop key is the
     # canonicalized text of their `command` / `code` argument.
     action_tools: tuple[str, ...] = (
@@ -87,7 +105,7 @@ class LoopConfig:
         "less", "more", "file", "stat", "which", "diff", "git diff", "git status", "git log",
         "git show", "sed -n",
     )
-    # Severity of loop findings (a)-(c), (e).
+    # Severity of loop findings (a)-(c), (e), (f).
     severity: Severity = "error"
     # Severity of stagnation findings (d).
     stagnation_severity: Severity = "error"
@@ -181,7 +199,7 @@ class DetectorsConfig:
     enabled: tuple[str, ...] = DETECTOR_NAMES
     # Budgets for every trace (None = unchecked). `--budget NAME=VALUE` overrides them.
     budgets: BudgetsConfig = field(default_factory=BudgetsConfig)
-    # Loop rules (a)-(e): window, cycle and stagnation thresholds, what counts as read-only.
+    # Loop rules (a)-(f): window, cycle and stagnation thresholds, what counts as read-only.
     loop: LoopConfig = field(default_factory=LoopConfig)
     # Halt markers and the severities of the softer non-termination findings.
     non_termination: NonTerminationConfig = field(default_factory=NonTerminationConfig)

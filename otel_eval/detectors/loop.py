@@ -4,7 +4,9 @@
 result and only read-only calls in between (no state change, so no progress); (c) cycles, a
 pattern of 2+ different calls repeated ``cycle_min_repeats`` times in a row; (d) stagnation,
 consecutive near-identical LLM outputs (word-level similarity); (e) code/shell agents are
-covered by (a)-(c) because their calls are keyed by the canonicalized action text.
+covered by (a)-(c) because their calls are keyed by the canonicalized action text; (f)
+reworded repeats, near-duplicate calls of one tool that brought nothing new
+(``detectors.reworded``).
 LLM -> tool -> LLM alternation is never a loop (only calls are compared), and a repeat after
 a state-changing call (re-running the tests after an edit) is not (b).
 """
@@ -26,6 +28,7 @@ from otel_eval.detectors.calls import (
     canonical_arguments,
 )
 from otel_eval.detectors.config import DetectorsConfig, LoopConfig
+from otel_eval.detectors.reworded import reworded_repeats
 from otel_eval.model import Finding, Step, Trajectory
 
 _MAX_COMPARE_WORDS = 800  # similarity beyond this prefix adds cost, not information
@@ -253,7 +256,8 @@ def _explained(finding: Finding, steps: int, llm_at: list[int], tools_at: list[i
 def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) -> list[Finding]:
     cfg = config.loop
     cs = calls_for(trajectory, config, context)
-    found = [*repeated_calls(cs, cfg), *no_progress(cs, cfg), *cycles(cs, cfg)]
+    found = [*repeated_calls(cs, cfg), *no_progress(cs, cfg), *cycles(cs, cfg),
+             *reworded_repeats(cs, cfg)]
     covered = {i for f in found for i in f.step_indexes}
     llm = trajectory.llm_steps
     stagnant = stagnation(llm, cfg)
