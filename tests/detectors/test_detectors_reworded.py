@@ -1,0 +1,102 @@
+"""Loop rule (f), reworded repeats: near-duplicate calls of one tool that brought nothing new."""
+
+from __future__ import annotations
+
+import pytest
+from detector_factory import bash, kinds, tool, traj
+
+from otel_eval.detectors import loop
+from otel_eval.detectors.calls import Context
+from otel_eval.detectors.config import DetectorsConfig, LoopConfig
+from otel_eval.detectors.reworded import MAX_ARGUMENT_CHARS, request, trigrams
+from otel_eval.model import Step
+
+PAGE = "Address: google: {q}\nA Google search for '{q}' found 0 results.\nNo results found."
+NEW_RESULTS = ["1. [Stargate SG-1 Teal'c quotes](https://example.org/tealc) fan wiki",
+               "1. [Episode transcript, season 4](https://tv.example.net/sg1/s04) full text",
+               "1. [Video 1htKBjuUWec on YouTube](https://youtube.example/v) 2:13 clip"]
+OTHER = ["population of Paris in 2020", "boiling point of ethanol at sea level",
+         "author of the 1990 Odyssey translation", "tallest mountain in the Alps",
+         "speed of sound in water", "capital city of Australia"]
+
+
+def search(query: str, result: str | None = None) -> Step:
+    return tool("web_search", {"query": query}, PAGE.format(q=query) if result is None
+                else result)
+
+
+VIDEO = ["youtube video 1htKBjuUWec transcript teal'c isn't that hot",
+         "transcript of youtube video 1htKBjuUWec teal'c isn't that hot",
+         "1htKBjuUWec youtube transcript teal'c response isn't that hot",
+         "teal'c isn't that hot youtube 1htKBjuUWec video transcript"]
+
+CASES: list[tuple[str, list[Step], list[str]]] = [
+    ("three reworded searches, each with nothing found",
+     [search(q) for q in VIDEO[:3]], ["loop/reworded_repeat"]),
+    ("two reworded searches: one retry is not a loop",
+     [search(q) for q in VIDEO[:2]], []),
+    ("reworded searches whose results are new each time",
+     [search(q, r) for q, r in zip(VIDEO, NEW_RESULTS, strict=False)], []),
+    ("different questions are not rewordings", [search(q) for q in OTHER], []),
+    ("identical calls are rules (a)/(b), not (f)",
+     [search(VIDEO[0]), search(VIDEO[0]), search(VIDEO[0])], ["loop/repeated_call"]),
+    ("failed calls brought nothing new",
+     [tool("inspect_file_as_text", {"file_path": "a.pdf", "question": q}, None,
+           error="could not open") for q in VIDEO[:3]], ["loop/reworded_repeat"]),
+    ("a changed identifier is a different request",
+     [tool("inspect_file_as_text", {"file_path": f"{i}.pdf", "question": q}, "")
+      for i, q in enumerate(VIDEO[:3])], []),
+    ("a state change between: the question may rightly be asked again",
+     [search(VIDEO[0]), tool("write_file", {"path": "notes.md", "text": "x"}),
+      search(VIDEO[1]), tool("write_file", {"path": "notes.md", "text": "y"}),
+      search(VIDEO[2])], []),
+    ("read-only calls between do not break the chain",
+     [search(VIDEO[0]), tool("visit_page", {"url": "u1"}, "page"), search(VIDEO[1]),
+      tool("visit_page", {"url": "u2"}, "page"), search(VIDEO[2])],
+     ["loop/reworded_repeat"]),
+    ("results not recorded: unknown, not nothing",
+     [tool("web_search", {"query": q}, None) for q in VIDEO[:3]], []),
+    ("shell actions are left to (a)-(c): similar command lines ask different things",
+     [bash(f'grep -n "class {c}" django/db/models/lookups.py',
+           "<returncode>0</returncode>\n<output>\n</output>") for c in ("A", "B", "C")], []),
+]
+
+
+@pytest.mark.parametrize(("steps", "expected"), [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])
+def test_reworded_cases(steps: list[Step], expected: list[str]) -> None:
+    found = loop.detect(traj(*steps), DetectorsConfig(), Context())
+    assert kinds(found) == expected
+
+
+def test_finding_points_at_the_repeated_calls() -> None:
+    t = traj(search(VIDEO[0]), tool("visit_page", {"url": "u"}, "page"),
+             *[search(q) for q in VIDEO[1:]])
+    (f,) = loop.detect(t, DetectorsConfig(), Context())
+    searches = [s for s in t.steps if s.tool_name == "web_search"]
+    assert f.span_ids == [s.span_id for s in searches]
+    assert f.step_indexes == [s.index for s in searches]
+    assert f.attributes["tool"] == "web_search" and f.attributes["count"] == 4
+    assert f.severity == "error"
+
+
+def test_window_bounds_the_comparison() -> None:
+    """Rewordings further apart than ``reworded_window`` calls of the tool are not linked."""
+    steps = [search(VIDEO[0]), *map(search, OTHER[:3]), search(VIDEO[1]),
+             *map(search, OTHER[3:]), search(VIDEO[2])]
+    narrow = DetectorsConfig(loop=LoopConfig(reworded_window=2))
+    assert kinds(loop.detect(traj(*steps), narrow, Context())) == []
+    wide = DetectorsConfig(loop=LoopConfig(reworded_window=4))
+    assert kinds(loop.detect(traj(*steps), wide, Context())) == ["loop/reworded_repeat"]
+
+
+def test_request_keeps_identifiers_apart_and_is_bounded() -> None:
+    ids, text = request({"b": "Reservation ZFA04Y", "a": "Please find the flight for me",
+                         "n": [1, {"x": 2.5}]})
+    assert ids == ("reservation zfa04y", "1", "2.5")
+    assert text == "please find the flight for me"
+    _, long_text = request({"q": "word " * 100_000})
+    assert len(long_text) <= MAX_ARGUMENT_CHARS
+    ids, _ = request({f"k{i}": i for i in range(10_000)})
+    assert len(ids) <= 64
+    assert trigrams("ab") == frozenset() and trigrams("abcd") == {"abc", "bcd"}

@@ -1,0 +1,316 @@
+"""Code actions as steps: Python blocks read with ``ast`` (smolagents' CodeAgent), shell blocks
+with ``shlex`` (mini-swe-agent), rebuilt as tool steps when no span ran them; hostile code is
+counted, never raised; and on real runs (TRAIL GAIA, SWE-bench) the steps and the loops they
+reveal."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from trajectory_factory import span, trace
+
+from otel_eval.config import TrajectoryConfig
+from otel_eval.conventions.code_actions import (
+    MAX_CALLS,
+    MAX_CODE_CHARS,
+    code_blocks,
+    last_message_text,
+    python_calls,
+)
+from otel_eval.conventions.shell import MAX_COMMAND_CHARS, shell_commands
+from otel_eval.detectors import Detectors, DetectorsConfig
+from otel_eval.loaders import load_file, load_path
+from otel_eval.model import Span, Trace
+from otel_eval.trajectory import build_trajectory
+
+CFG = TrajectoryConfig()
+KNOWN = {"get_weather", "final_answer", "search_agent"}
+
+
+# --- finding blocks -------------------------------------------------------------------------
+
+
+BLOCKS = [
+    ("older smolagents fence (TRAIL)",
+     "Thought: go\nCode:\n```py\nget_weather(city='Paris')\n```<end_code>",
+     [("python", "get_weather(city='Paris')\n")]),
+    ("smolagents <code> tags", "Thought: go\n<code>\nprint(1)\n</code>",
+     [("python", "\nprint(1)\n")]),
+    ("mini-swe-agent bash", "THOUGHT: look\n\n```bash\nls -la\n```", [("shell", "ls -la\n")]),
+    ("an inline ``` in prose is no fence", "use ```this``` inline\n```bash\nls\n```",
+     [("shell", "ls\n")]),
+    ("unterminated fence: no block", "```python\nprint(1)\n", []),
+    ("other languages are not actions", "```json\n{}\n```\n```diff\n-a\n```", []),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), [b[1:] for b in BLOCKS], ids=[b[0] for b in BLOCKS])
+def test_code_blocks(text: str, expected: list[tuple[str, str]]) -> None:
+    assert code_blocks(text) == expected
+
+
+# --- Python ---------------------------------------------------------------------------------
+
+
+def test_python_calls_of_known_tools_with_literal_arguments_in_source_order() -> None:
+    code = ("task = 'Find the video'\n"
+            "for city in ['Paris', 'Rome']:\n"
+            "    print(get_weather(city=city))\n"
+            "r = search_agent(task=task, n=3, opts={'a': [1, 2]})\n"
+            "open('x')  # not a tool\n"
+            "final_answer(f'{r} done')\n"
+            "final_answer('positional')\n")
+    calls, problem = python_calls(code, KNOWN, {"final_answer": ["answer"]})
+    assert problem is None
+    assert [(c.name, c.arguments) for c in calls] == [
+        ("get_weather", {"city": "city"}),  # a loop variable: its source text
+        ("search_agent", {"task": "Find the video", "n": 3, "opts": {"a": [1, 2]}}),
+        ("final_answer", {"answer": "f'{r} done'"}),
+        ("final_answer", {"answer": "positional"}),
+    ]
+    assert calls[0].source == "get_weather(city=city)"
+
+
+def test_python_rebinding_to_a_non_literal_hides_the_literal() -> None:
+    calls, _ = python_calls("q = 'a'\nq = q.upper()\nget_weather(city=q)", KNOWN)
+    assert calls[0].arguments == {"city": "q"}
+
+
+def test_python_unicode_source_segments() -> None:
+    calls, _ = python_calls("x = 'é'; get_weather(city=x + 'ü')", KNOWN)
+    assert calls[0].arguments == {"city": "x + 'ü'"}
+    assert calls[0].source == "get_weather(city=x + 'ü')"
+
+
+HOSTILE = [
+    ("huge code", "get_weather(city='a')\n" * (MAX_CODE_CHARS // 20), "too_large"),
+    ("deep nesting", "get_weather(" + "-" * 40_000 + "1)", "too_deep"),
+    ("nested parentheses", "(" * 10_000 + ")" * 10_000, "syntax_error"),
+    ("unterminated string", "get_weather(city='Paris)", "syntax_error"),
+    ("NUL byte", "get_weather(city='a')\x00", "syntax_error"),
+]
+
+
+@pytest.mark.parametrize(("code", "problem"), [h[1:] for h in HOSTILE], ids=[h[0] for h in HOSTILE])
+def test_python_hostile_code_is_a_problem_not_an_exception(code: str, problem: str) -> None:
+    calls, found = python_calls(code, KNOWN)
+    assert found == problem and calls == []
+
+
+def test_python_too_many_calls_are_cut() -> None:
+    calls, problem = python_calls("get_weather(city='a')\n" * (MAX_CALLS * 3), KNOWN)
+    assert problem == "too_many_calls" and len(calls) == MAX_CALLS
+
+
+# --- shell ----------------------------------------------------------------------------------
+
+
+SHELL = [
+    ("list and pipeline", 'cd /repo && grep -n "a|b" x.py | head -5; ls',
+     [["cd", "/repo"], ["grep", "-n", "a|b", "x.py"], ["head", "-5"], ["ls"]], False, None),
+    ("newlines separate, continuations join", "ls \\\n -la\npwd",
+     [["ls", "-la"], ["pwd"]], False, None),
+    ("2>&1 and /dev/null are no writes", "pytest -x 2>&1 > /dev/null",
+     [["pytest", "-x"]], False, None),
+    ("a redirection to a file writes", "echo hi >> notes.txt", [["echo", "hi"]], True, None),
+    ("here-document bodies are data", "cat <<'EOF' > f.py\nprint('don't')\nEOF\npython f.py",
+     [["cat"], ["python", "f.py"]], True, None),
+    ("unterminated quote", 'echo "oops', [["echo"]], False, "unterminated_quote"),
+    ("too large", "ls " * MAX_COMMAND_CHARS, [], False, "too_large"),
+]
+
+
+@pytest.mark.parametrize(("command", "commands", "writes", "problem"), [s[1:] for s in SHELL],
+                         ids=[s[0] for s in SHELL])
+def test_shell_commands(command: str, commands: list[list[str]], writes: bool,
+                        problem: str | None) -> None:
+    assert shell_commands(command) == (commands, writes, problem)
+
+
+def test_shell_too_many_words_are_cut() -> None:
+    commands, _, problem = shell_commands("a; " * 10_000)
+    assert problem == "too_long" and 0 < len(commands) <= 65
+
+
+# --- rebuilt steps --------------------------------------------------------------------------
+
+
+def _oi(kind: str, **attrs: object) -> dict[str, object]:
+    return {"openinference.span.kind": kind, **attrs}
+
+
+def _code_llm(name: str, parent: str, start: int, code: str) -> Span:
+    reply = f"Thought: act.\n<code>\n{code}\n</code>"
+    return span(name, parent, start, _oi("LLM", **{
+        "llm.model_name": "gpt-4o", "llm.output_messages.0.message.role": "assistant",
+        "llm.output_messages.0.message.content": reply}))
+
+
+def _smolagents(*step_children: Span, chain_output: str = "Execution logs:\nsunny",
+                status: str = "unset", message: str = "") -> Trace:
+    return trace(
+        span("run", None, 0, _oi("AGENT", **{"input.value": "task"}), end=100),
+        span("step1", "run", 1, _oi("CHAIN", **{"output.value": chain_output}), end=90,
+             status=status, message=message),
+        *step_children)
+
+
+def test_only_tools_the_trace_knows_are_calls() -> None:
+    t = build_trajectory(_smolagents(
+        _code_llm("llm1", "step1", 2, "a = get_weather(city='Paris')\nfinal_answer(a)")), CFG)
+    assert not any(s.rebuilt for s in t.steps)
+    assert t.code_actions == {"blocks": 1}
+
+
+def _with_tools(*children: Span, **kw: object) -> Trace:
+    """The trace offers its tools through smolagents.tools_names on the agent span."""
+    tr = _smolagents(*children, **kw)  # type: ignore[arg-type]
+    tr.spans[0].attributes["smolagents.tools_names"] = json.dumps(["get_weather",
+                                                                   "final_answer"])
+    return tr
+
+
+def test_llm_only_code_agent_gets_rebuilt_steps_with_the_execution_logs() -> None:
+    t = build_trajectory(_with_tools(
+        _code_llm("llm1", "step1", 2, "a = get_weather(city='Paris')\nfinal_answer(a)")), CFG)
+    llm = next(s for s in t.steps if s.kind == "llm")
+    rebuilt = [s for s in t.steps if s.rebuilt]
+    assert [(s.tool_name, s.arguments) for s in rebuilt] == [
+        ("get_weather", {"city": "Paris"}), ("final_answer", {"args": ["a"]})]  # no schema
+    assert all(s.span_id == llm.span_id and s.parent_span_id == llm.parent_span_id
+               and s.index == llm.index + 1 + i for i, s in enumerate(rebuilt))
+    assert rebuilt[0].result == "Execution logs:\nsunny"
+    assert t.code_actions == {"blocks": 1, "calls": 2, "steps": 2, "rebuilt": 2}
+
+
+def test_a_call_with_its_own_tool_span_is_not_counted_twice() -> None:
+    t = build_trajectory(_with_tools(
+        _code_llm("llm1", "step1", 2, "print(get_weather(city='Paris'))"),
+        span("tool1", "step1", 3, _oi("TOOL", **{"tool.name": "get_weather",
+                                                 "input.value": '{"city": "Paris"}'}))), CFG)
+    assert [(s.tool_name, s.rebuilt) for s in t.tool_steps] == [("get_weather", False)]
+    assert t.code_actions == {"blocks": 1, "calls": 1, "steps": 1}
+
+
+def test_where_tools_have_spans_a_call_without_one_did_not_run() -> None:
+    t = build_trajectory(_with_tools(
+        _code_llm("llm1", "step1", 2, "get_weather(city='Paris')\nget_weather(city='Rome')"),
+        span("tool1", "step1", 3, _oi("TOOL", **{"tool.name": "get_weather",
+                                                 "input.value": '{"city": "Paris"}'}))), CFG)
+    assert [s.arguments for s in t.tool_steps] == [{"city": "Paris"}]
+
+
+def test_a_failing_line_marks_its_rebuilt_call_failed() -> None:
+    error = "Code execution failed at line 'get_weather(city='Atlantis')' due to: KeyError"
+    t = build_trajectory(_with_tools(
+        _code_llm("llm1", "step1", 2, "get_weather(city='Atlantis')"),
+        status="error", message=error), CFG)
+    (step,) = t.tool_steps
+    assert step.status == "error" and "Atlantis" in (step.error or "")
+
+
+def test_a_managed_agent_called_from_code_becomes_a_tool_step_with_its_result() -> None:
+    t = build_trajectory(_with_tools(
+        _code_llm("llm1", "step1", 2, "search_agent(task='find the video')"),
+        span("sub", "step1", 3, _oi("AGENT", **{"agent.name": "search_agent",
+                                                "output.value": "not found"}), end=50)), CFG)
+    (step,) = [s for s in t.tool_steps if s.rebuilt]
+    assert (step.tool_name, step.arguments, step.result) == (
+        "search_agent", {"task": "find the video"}, "not found")
+    assert "search_agent" in t.tools  # offered to the model as a callable
+
+
+def _chat(name: str, start: int, reply: str, history: list[dict[str, object]]) -> Span:
+    return span(name, "agent", start, {
+        "gen_ai.operation.name": "chat", "gen_ai.request.model": "m",
+        "gen_ai.input.messages": json.dumps(history),
+        "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": [
+            {"type": "text", "content": reply}]}])})
+
+
+def test_llm_only_shell_agent_gets_bash_steps_with_the_observation() -> None:
+    say = {"role": "assistant", "parts": [{"type": "text", "content": "x"}]}
+    seen = {"role": "user", "parts": [{"type": "text", "content": "<returncode>0</returncode>"}]}
+    t = build_trajectory(trace(
+        span("agent", None, 0, {"gen_ai.operation.name": "invoke_agent"}, end=100),
+        _chat("c1", 1, "THOUGHT: look\n```bash\ngrep -n 'a|b' x.py\n```", [seen]),
+        _chat("c2", 5, "done", [seen, say, seen])), CFG)
+    (step,) = t.tool_steps
+    assert (step.tool_name, step.arguments, step.rebuilt) == (
+        "bash", {"command": "grep -n 'a|b' x.py"}, True)
+    assert step.result == "<returncode>0</returncode>"
+
+
+def test_last_message_text_reads_only_the_tail() -> None:
+    history = [{"role": "user", "parts": [{"type": "text", "content": "a {\"role\" b"}]},
+               {"role": "assistant", "parts": [{"type": "text", "content": "x"}]},
+               {"role": "user", "parts": [{"type": "text", "content": "obs"}]}]
+    assert last_message_text(json.dumps(history)) == "obs"
+    assert last_message_text(json.dumps(history[:2])) is None  # the model spoke last
+    assert last_message_text("not json") is None and last_message_text("[") is None
+
+
+def test_hostile_code_in_a_reply_is_counted_and_the_trace_still_builds() -> None:
+    t = build_trajectory(_with_tools(
+        _code_llm("llm1", "step1", 2, "get_weather(" + "-" * 40_000 + "1)"),
+        _code_llm("llm2", "step1", 3, "get_weather(city='Paris"),
+        _code_llm("llm3", "step1", 4, "x = 1\n" * 10_000)), CFG)
+    assert t.code_actions == {"blocks": 3, "unparsed_too_deep": 1,
+                              "unparsed_syntax_error": 1, "unparsed_too_large": 1}
+    assert not any(s.rebuilt for s in t.steps)
+
+
+def test_runs_without_code_actions_are_unchanged(datasets: Path) -> None:
+    path = datasets / "tau-bench" / "airline" / "gpt-4o-airline.runs.json"
+    for t in (build_trajectory(tr, CFG) for tr in load_path(path)):
+        assert t.code_actions == {} and not any(s.rebuilt for s in t.steps)
+        assert "code_actions" not in json.dumps([s.to_json() for s in t.steps])
+
+
+# --- real runs ------------------------------------------------------------------------------
+
+
+def test_trail_code_agent_managed_agent_call_and_reworded_searches(datasets: Path) -> None:
+    """TRAIL GAIA 2cb6924c (annotated "Resource Abuse"): the CodeAgent asks its search_agent
+    from code (a rebuilt step with the agent's answer), and the search agent rewords the same
+    web search three times with nothing new."""
+    (tr,) = load_file(datasets / "trail" / "GAIA" / "traces" /
+                      "2cb6924caac94b32d2bf4b40bdf4ab51.json.gz")
+    t = build_trajectory(tr, CFG)
+    (call,) = [s for s in t.steps if s.rebuilt]
+    assert call.tool_name == "search_agent" and call.node == "CodeAgent"
+    assert str(call.arguments["task"]).startswith("Please search for and confirm the test")
+    assert (call.result or "").startswith("### 1. Task outcome")
+    findings, _ = Detectors(DetectorsConfig()).evaluate(t)
+    (reworded,) = [f for f in findings if f.kind == "reworded_repeat"]
+    assert reworded.attributes["tool"] == "web_search" and reworded.attributes["count"] == 3
+    steps = {s.span_id: s for s in t.steps if s.kind == "tool"}
+    assert all("Cheater" in str(steps[i].arguments) for i in reworded.span_ids)
+
+
+def test_swe_bench_run_seen_only_through_llm_spans(datasets: Path) -> None:
+    """A mini-swe-agent run as an instrumentation that records only LLM calls would send it
+    (the loader's bash tool spans removed): every command comes back as a rebuilt step, with
+    the observation the agent was told, and the loop it reveals is the same."""
+    path = datasets / "swe-bench-mini-swe-agent" / "trajs" / "django__django-16899"
+    (full,) = load_path(path)
+    bare = Trace(full.trace_id, [s for s in full.spans if s.attributes.get(
+        "gen_ai.operation.name") != "execute_tool"], full.status, source=full.source)
+    with_spans, llm_only = build_trajectory(full, CFG), build_trajectory(bare, CFG)
+    assert not any(s.rebuilt for s in with_spans.steps)
+    assert all(s.rebuilt for s in llm_only.tool_steps)
+    assert [s.arguments for s in llm_only.tool_steps] == [
+        s.arguments for s in with_spans.tool_steps]
+    assert [s.result for s in llm_only.tool_steps][:-1] == [
+        s.result for s in with_spans.tool_steps][:-1]
+    assert llm_only.code_actions["rebuilt"] == len(with_spans.tool_steps)
+
+    def loops(t: object) -> list[tuple[str, str]]:
+        found, _ = Detectors(DetectorsConfig()).evaluate(t)  # type: ignore[arg-type]
+        return [(f.kind, f.message) for f in found if f.detector == "loop"]
+
+    assert loops(llm_only) == loops(with_spans) == [(
+        "repeated_action", "bash: nl -ba django/contrib/admin/checks.py | sed -n '770,785p' "
+        "called 2 times in a row with identical action")]
