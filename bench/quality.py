@@ -6,9 +6,11 @@
   write actions (the task file loaded as references), AUC of the reference score against
   ``reward``, and the ``reward = 1`` runs flagged as lucky passes, with examples.
 - TRAIL GAIA: trace-level precision/recall of the loop detector against "Resource Abuse"
-  annotations, and how many annotated locations fall on or under a flagged span.
+  annotations before/after reading code actions and reworded repeats, code-action coverage,
+  and where findings sit relative to the annotated spans (bench/quality_loops.py).
 - SWE-bench mini-swe-agent: loop and budget finding rates for resolved vs unresolved runs
-  (budgets = the runs' own step and cost limits) and the AUC of a reference-free score.
+  (budgets = the runs' own step and cost limits) and the AUC of a reference-free score;
+  ``swe_loops``: loop rates before/after, and the runs seen through their LLM spans only.
 - Success predictor (bench/predictor.py): AUC, Brier score and reliability with folds grouped
   by task, within tau-bench and SWE-bench and across them, against the reference-free score.
 - Offline evaluation speed on the tau-bench file (load + build + detect; detect alone; the
@@ -141,48 +143,23 @@ def _category(error: dict[str, Any]) -> str:
     return re.sub(r"\s+errors?$", "", str(error.get("category", "")).strip().lower())
 
 
-def _ancestors(trace: Trace) -> dict[str, set[str]]:
-    parent = {s.span_id: s.parent_span_id for s in trace.spans}
-    out: dict[str, set[str]] = {}
-    for sid in parent:
-        seen, p = set(), parent.get(sid)
-        while p and p not in seen:
-            seen.add(p)
-            p = parent.get(p)
-        out[sid] = seen
-    return out
-
-
 def trail(datasets: Path) -> dict[str, Any]:
-    folder = datasets / "trail" / "GAIA"
-    notes = _annotations(folder / "annotations")
-    detectors = Detectors(DetectorsConfig())
-    tp = fp = fn = tn = 0
-    on_or_under = above = locations = 0
-    flagged_examples: list[dict[str, Any]] = []
-    for trace, t in trajectories(folder / "traces"):
-        findings, _ = detectors.evaluate(t)
-        loops = [f for f in findings if f.detector == "loop"]
-        abuse = [e for e in notes.get(t.trace_id, []) if _category(e) == "resource abuse"]
-        tp, fp = tp + bool(loops and abuse), fp + bool(loops and not abuse)
-        fn, tn = fn + bool(abuse and not loops), tn + bool(not loops and not abuse)
-        flagged = {s for f in loops for s in f.span_ids}
-        anc = _ancestors(trace)
-        for e in abuse:
-            loc = str(e.get("location", ""))
-            locations += 1
-            on_or_under += loc in flagged or bool(anc.get(loc, set()) & flagged)
-            above += any(loc in anc.get(s, set()) for s in flagged)
-        if loops and len(flagged_examples) < 5:
-            flagged_examples.append({"trace_id": t.trace_id, "annotated": bool(abuse),
-                                     "findings": [f.message for f in loops]})
-    return {
-        "traces": tp + fp + fn + tn, "annotated_resource_abuse": tp + fn, "flagged": tp + fp,
-        "precision": ratio(tp, tp + fp), "recall": ratio(tp, tp + fn),
-        "confusion": {"tp": tp, "fp": fp, "fn": fn, "tn": tn},
-        "annotated_locations": locations, "locations_on_or_under_flagged_span": on_or_under,
-        "locations_above_flagged_span": above, "examples": flagged_examples,
-    }
+    """Loop precision/recall vs "Resource Abuse" before/after, code-action coverage and
+    localisation (bench/quality_loops.py)."""
+    figures: dict[str, Any] = _loops().trail_loops(datasets)
+    return figures
+
+
+def _loops() -> Any:
+    """bench/quality_loops.py (beside this file; bench/ is no package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_quality_loops",
+                                                  Path(__file__).with_name("quality_loops.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 # --- SWE-bench mini-swe-agent ---------------------------------------------------------------
@@ -313,8 +290,15 @@ def predictor(datasets: Path) -> dict[str, Any]:
     return figures
 
 
-SECTIONS = {"tau": tau_bench, "trail": trail, "swe": swe, "speed": speed,
-            "predictor": predictor}
+def swe_loops(datasets: Path) -> dict[str, Any]:
+    """Loop rates before/after and the runs seen through LLM spans only
+    (bench/quality_loops.py)."""
+    figures: dict[str, Any] = _loops().swe_loops(datasets)
+    return figures
+
+
+SECTIONS = {"tau": tau_bench, "trail": trail, "swe": swe, "swe_loops": swe_loops,
+            "speed": speed, "predictor": predictor}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,8 +2,9 @@
 
 A *call* is a top-level tool step (a tool called from inside another tool's code is part of
 that action, not a step of its own). Each call gets a canonical ``key`` so that repeats can
-be compared: tool name + JSON with sorted keys and normalized whitespace, or, for agents
-that act through code or shell, the canonicalized action text. Also here: the detector
+be compared: tool name + JSON with sorted keys and normalized whitespace (of the parameters
+the tool's schema declares, when it lists them), or, for agents that act through code or
+shell, the canonicalized action text. Also here: the detector
 context (outcome, budgets, reference, earlier findings) and the failure test for results.
 """
 
@@ -260,10 +261,23 @@ def calls(trajectory: Trajectory, loop: LoopConfig, tool_cfg: ToolCallConfig) ->
         elif s.arguments is None:  # not recorded: equal to no other call (unknown != same)
             key = f"{name}\x01unrecorded\x00{s.index}"
         else:
-            key = f"{name}\x00{canonical_arguments(s.arguments)}"
+            args = _declared(s.arguments, trajectory.tools.get(name))
+            key = f"{name}\x00{canonical_arguments(args)}"
         failed = result_failed(s, text is not None, tool_cfg) is not None
         out.append(Call(s, key, text is not None, failed, _is_read_only(name, text, loop)))
     return out
+
+
+def _declared(arguments: Any, schema: Any) -> Any:
+    """The arguments the tool declares, when its schema lists its parameters: a tool does not
+    read the others, so they do not make a call different (smolagents' ``page_down`` called
+    with ``{"": ""}`` and with ``{"": {}}`` scrolls the same page)."""
+    props = schema.get("properties") if isinstance(schema, Mapping) else None
+    if not isinstance(arguments, dict) or not isinstance(props, Mapping):
+        return arguments
+    if all(k in props for k in arguments):
+        return arguments
+    return {k: v for k, v in arguments.items() if k in props}
 
 
 def calls_for(trajectory: Trajectory, config: DetectorsConfig, context: Context) -> list[Call]:

@@ -67,19 +67,20 @@ class LoopConfig:
     stagnation_min_run: int = 3
     # (d) Outputs shorter than this (characters) are ignored: "OK" twice is not stagnation.
     stagnation_min_chars: int = 20
-    # (f) Reworded repeats: two calls of the same tool whose normalized argument text (the
-    # argument values, lowercased, whitespace collapsed) has a character-3-gram Jaccard
-    # similarity of at least this are "the same request reworded". For two texts of similar
-    # length, J = 0.5 means two thirds of each one's 3-grams are shared (s / (2n - s) = 1/2 at
-    # s = 2n/3): the same words with a third changed, added or reordered is a rewording, while
-    # queries about different things share well under a fifth.
+    # (f) Reworded repeats: two calls of the same tool whose identifiers (argument values of
+    # one or two words: ids, dates, file names; a changed one is another request) are equal
+    # and whose text (longer values, lowercased, whitespace collapsed) has a character-3-gram
+    # Jaccard similarity of at least this are "the same request reworded". For two texts of
+    # similar length, J = 0.5 means two thirds of each one's 3-grams are shared
+    # (s / (2n - s) = 1/2 at s = 2n/3): the same words with a third changed, added or
+    # reordered is a rewording, while queries about different things share well under a fifth.
     reworded_similarity: float = 0.5
     # (f) Each call is compared with the previous this many calls of the same tool (not all
     # earlier calls: bounded work, and a rewording comes right after the attempt it retries).
     reworded_window: int = 4
-    # (f) A later call "brought nothing new" when it failed, returned an empty result, or at
-    # least this share of its result's 3-grams were already in the earlier call's result (at
-    # most a fifth of it new: the same pages, the same "not found").
+    # (f) A later call "brought nothing new" when it failed, or when at least this share of
+    # its result's 3-grams (past the framing both results share) were already in the earlier
+    # call's result (at most a fifth of it new: the same pages, the same "not found").
     reworded_result_overlap: float = 0.8
     # (f) This many calls linked by reworded repeats that brought nothing new make a finding.
     # Three, as for cycles: rewording a query once after a miss is a sensible retry; a second
