@@ -220,44 +220,47 @@ def _commands(steps: list[Step]) -> list[Any]:
     return [s.arguments for s in steps if s.kind == "tool"]
 
 
+def _has_loop(detectors: Detectors, trace: Trace, before: bool = False) -> bool:
+    with _as_before() if before else contextlib.nullcontext():
+        found = detectors.evaluate(build_trajectory(trace, CFG))[0]
+    return any(f.detector == "loop" for f in found)
+
+
+def _swe_run(trace: Trace, after: Detectors, before: Detectors, tally: Counter[str]) -> None:
+    """One run with its bash tool spans, and seen through its LLM spans only."""
+    t, bare = build_trajectory(trace, CFG), build_trajectory(_llm_only(trace), CFG)
+    found, bare_found = after.evaluate(t)[0], after.evaluate(bare)[0]
+    tally["runs"] += 1
+    tally["bash_actions"] += len(t.tool_steps)
+    tally["rebuilt_from_replies"] += sum(s.rebuilt for s in bare.tool_steps)
+    tally["runs_with_the_same_commands"] += _commands(bare.steps) == _commands(t.steps)
+    tally["runs_with_the_same_loop_findings"] += _loop_kinds(bare_found) == _loop_kinds(found)
+    tally["llm_only_loop_before"] += _has_loop(before, _llm_only(trace), before=True)
+    tally["llm_only_loop_after"] += any(f.detector == "loop" for f in bare_found)
+
+
 def swe_loops(datasets: Path) -> dict[str, Any]:
     folder = datasets / "swe-bench-mini-swe-agent"
     summary = json.loads((folder / "results_summary.json").read_text())
     resolved = {i["instance_id"]: bool(i["resolved"]) for i in summary["instances"]}
     rates: dict[str, Counter[str]] = {"resolved": Counter(), "unresolved": Counter()}
     after, before = Detectors(DetectorsConfig()), Detectors(_before_config(DetectorsConfig()))
-    actions = rebuilt = same_commands = same_loops = runs = 0
-    bare_loops = [0, 0]  # runs seen through LLM spans only with a loop finding: before, after
+    tally: Counter[str] = Counter()
     for traj_dir in sorted(p for p in (folder / "trajs").iterdir() if p.is_dir()):
         for trace in load_path(traj_dir):
-            t = build_trajectory(trace, CFG)
-            found = after.evaluate(t)[0]
-            group = rates["resolved" if resolved.get(t.task_id or traj_dir.name) else
-                          "unresolved"]
+            group = rates["resolved" if resolved.get(traj_dir.name) else "unresolved"]
             group["runs"] += 1
-            group["loop_after"] += any(f.detector == "loop" for f in found)
-            with _as_before():
-                old = before.evaluate(build_trajectory(trace, CFG))[0]
-            group["loop_before"] += any(f.detector == "loop" for f in old)
-            bare = build_trajectory(_llm_only(trace), CFG)
-            with _as_before():
-                bare_before = before.evaluate(build_trajectory(_llm_only(trace), CFG))[0]
-            bare_loops[0] += any(f.detector == "loop" for f in bare_before)
-            bare_found = after.evaluate(bare)[0]
-            bare_loops[1] += any(f.detector == "loop" for f in bare_found)
-            runs += 1
-            actions += len(t.tool_steps)
-            rebuilt += sum(s.rebuilt for s in bare.tool_steps)
-            same_commands += _commands(bare.steps) == _commands(t.steps)
-            same_loops += _loop_kinds(bare_found) == _loop_kinds(found)
+            group["loop_after"] += _has_loop(after, trace)
+            group["loop_before"] += _has_loop(before, trace, before=True)
+            _swe_run(trace, after, before, tally)
+    runs = tally["runs"]
     return {
         **{name: {"runs": g["runs"], "loop_before": _ratio(g["loop_before"], g["runs"]),
                   "loop_after": _ratio(g["loop_after"], g["runs"])}
            for name, g in rates.items()},
-        "llm_spans_only": {"bash_actions": actions, "rebuilt_from_replies": rebuilt,
-                           "coverage": _ratio(rebuilt, actions),
-                           "runs_with_the_same_commands": same_commands,
-                           "runs_with_the_same_loop_findings": same_loops, "runs": runs,
-                           "loop_rate_before": _ratio(bare_loops[0], runs),
-                           "loop_rate_after": _ratio(bare_loops[1], runs)},
+        "llm_spans_only": {**tally,
+                           "coverage": _ratio(tally["rebuilt_from_replies"],
+                                              tally["bash_actions"]),
+                           "loop_rate_before": _ratio(tally["llm_only_loop_before"], runs),
+                           "loop_rate_after": _ratio(tally["llm_only_loop_after"], runs)},
     }

@@ -12,7 +12,7 @@ CodeAgent writes a Python block that calls its tools (``Code:\\n```py ... ```<en
   top-level assignment counts), anything else kept as its source text; positional arguments
   are named from the tool's schema when it has one;
 - a shell block is one action (a ``bash`` step with ``{"command": ...}``), read by
-  ``conventions.shell.shell_commands`` (``shlex``) to count what cannot be lexed;
+  ``conventions.shell.shell_commands`` (``shlex``) when rebuilt, to count what cannot be lexed;
 - ``rebuild_code_actions`` turns the calls that no span ran into ``rebuilt`` tool steps right
   after the LLM step that wrote them (same span id, the parent of the span that ran the code),
   see its docstring for when a call counts as run.
@@ -331,9 +331,6 @@ class _Rebuilder:
         if len(shell) == 1:
             self.count("blocks")
             command = shell[0].strip()
-            problem = shell_commands(command)[2]
-            if problem:
-                self.count(f"unparsed_{problem}")
             return [("", {"command": command}, command)]
         if not python.strip():
             return []
@@ -354,6 +351,10 @@ class _Rebuilder:
         if ran is None and llm.node in self.with_tools:
             return None
         tool = name or "bash"
+        if not name:  # a shell action rebuilt: can its commands be read?
+            problem = shell_commands(source)[2]
+            if problem:
+                self.count(f"unparsed_{problem}")
         step = Step(0, llm.span_id, llm.parent_span_id, "tool", tool, node=llm.node,
                     depth=llm.depth, start_ns=llm.end_ns, end_ns=llm.end_ns, tool_name=tool,
                     arguments=arguments, rebuilt=True, convention=llm.convention)

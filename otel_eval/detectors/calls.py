@@ -185,7 +185,11 @@ def _is_read_only(name: str, text: str | None, loop: LoopConfig) -> bool:
         return name.lower().startswith(tuple(loop.read_only_prefixes))
     if not _PYTHON_TOOL.search(name):
         # a shell command: read-only when every command of its lists and pipelines is, and
-        # no redirection writes a file (``shlex``: quoted "|" or ";" are no separators)
+        # no redirection writes a file (``shlex``: quoted "|" or ";" are no separators). The
+        # first word decides most commands without lexing: ``python``, ``cd``, ``pip`` ...
+        head = text.split(None, 1)
+        if not head or head[0] not in _read_only_heads(loop.read_only_commands):
+            return False
         commands, writes, problem = shell_commands(text)
         if problem is None:
             return bool(commands) and not writes and all(
@@ -196,6 +200,12 @@ def _is_read_only(name: str, text: str | None, loop: LoopConfig) -> bool:
         return False
     parts = [p.strip() for p in _COMMAND_SEPARATORS.split(cmd) if p.strip()]
     return bool(parts) and all(_starts_with_one(p, loop.read_only_commands) for p in parts)
+
+
+@lru_cache(maxsize=16)
+def _read_only_heads(commands: tuple[str, ...]) -> frozenset[str]:
+    """The first words of the read-only commands."""
+    return frozenset(c.split()[0] for c in commands if c.split())
 
 
 def _starts_with_one(command: str, prefixes: tuple[str, ...]) -> bool:

@@ -159,19 +159,17 @@ def reworded_repeats(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
     groups: dict[int, list[int]] = {}
     for i in sorted(linked):
         groups.setdefault(_find(parent, i), []).append(i)
-    out = []
-    for members in groups.values():
-        if len(members) < cfg.reworded_min_calls:
-            continue
-        group = [cs[i] for i in members]
-        first = group[0]
-        out.append(Finding(
-            "loop", "reworded_repeat", cfg.severity,
-            f"{call_label(first)} called {len(group)} times with reworded arguments and "
-            f"nothing new in the results", span_ids=[c.step.span_id for c in group],
-            step_indexes=[c.step.index for c in group],
-            attributes={"tool": first.step.tool_name or first.step.name, "count": len(group),
-                        "similarity": cfg.reworded_similarity,
-                        "arguments": [request(c.step.arguments)[1][:200]
-                                      for c in group[:5]]}))
-    return out
+    return [_finding([cs[i] for i in members], cfg) for members in groups.values()
+            if len(members) >= cfg.reworded_min_calls]
+
+
+def _finding(group: list[Call], cfg: LoopConfig) -> Finding:
+    first = group[0]
+    return Finding(
+        "loop", "reworded_repeat", cfg.severity,
+        f"{call_label(first)} called {len(group)} times with reworded arguments and "
+        f"nothing new in the results", span_ids=[c.step.span_id for c in group],
+        step_indexes=[c.step.index for c in group],
+        attributes={"tool": first.step.tool_name or first.step.name, "count": len(group),
+                    "similarity": cfg.reworded_similarity,
+                    "arguments": [request(c.step.arguments)[1][:200] for c in group[:5]]})

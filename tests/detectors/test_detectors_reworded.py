@@ -100,3 +100,16 @@ def test_request_keeps_identifiers_apart_and_is_bounded() -> None:
     ids, _ = request({f"k{i}": i for i in range(10_000)})
     assert len(ids) <= 64
     assert trigrams("ab") == frozenset() and trigrams("abcd") == {"abc", "bcd"}
+
+
+def test_undeclared_arguments_do_not_make_calls_different() -> None:
+    """Loop keys read the parameters a tool's schema declares: ``page_down`` (no parameters)
+    called with ``{"": ""}`` and ``{"": {}}`` scrolls the same page (TRAIL GAIA)."""
+    no_params = {"page_down": {"type": "object", "properties": {}},
+                 "find": {"type": "object", "properties": {"q": {"type": "string"}}}}
+    scrolls = [tool("page_down", {"": ""}), tool("page_down", {"": {}})]
+    assert kinds(loop.detect(traj(*scrolls, tools=no_params), DetectorsConfig(),
+                             Context())) == ["loop/repeated_call"]
+    assert kinds(loop.detect(traj(*scrolls), DetectorsConfig(), Context())) == []  # no schema
+    finds = [tool("find", {"q": "a", "x": 1}), tool("find", {"q": "b", "x": 1})]
+    assert kinds(loop.detect(traj(*finds, tools=no_params), DetectorsConfig(), Context())) == []

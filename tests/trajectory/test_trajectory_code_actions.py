@@ -314,3 +314,31 @@ def test_swe_bench_run_seen_only_through_llm_spans(datasets: Path) -> None:
     assert loops(llm_only) == loops(with_spans) == [(
         "repeated_action", "bash: nl -ba django/contrib/admin/checks.py | sed -n '770,785p' "
         "called 2 times in a row with identical action")]
+
+
+def test_shell_fast_path_splits_as_shlex_does() -> None:
+    """Commands without escapes or comments are split by a regular expression; on random
+    text over the characters that matter it gives shlex's tokens (or shlex's error)."""
+    import random
+    import shlex
+
+    from otel_eval.conventions import shell
+
+    def lexed(text: str) -> object:
+        lexer = shlex.shlex(text, posix=True, punctuation_chars=";&|<>\n")
+        lexer.whitespace, lexer.whitespace_split = " \t\r", True
+        try:
+            return list(lexer)
+        except ValueError:
+            return "error"
+
+    def fast(text: str) -> object:
+        try:
+            return list(shell._tokens(text))
+        except ValueError:
+            return "error"
+
+    rng = random.Random(13)
+    for _ in range(5_000):
+        text = "".join(rng.choice("ab -;&|<>\n\t'\"") for _ in range(rng.randint(0, 24)))
+        assert fast(text) == lexed(text), text
