@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from otel_eval.config import Config, ConfigError, load_config, parse_endpoint, replace
+from otel_eval.store.base import is_postgresql_url
 
 if TYPE_CHECKING:
     from otel_eval.offline import EvalRun
@@ -70,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--grpc-endpoint", type=_endpoint, metavar="HOST:PORT")
     serve.add_argument("--http-endpoint", type=_endpoint, metavar="HOST:PORT")
     serve.add_argument("--admin-endpoint", type=_endpoint, metavar="HOST:PORT")
-    serve.add_argument("--store", metavar="PATH", help="SQLite file for results")
+    serve.add_argument("--store", metavar="PATH|URL", help="SQLite file for results, or a "
+                       "postgresql:// URL (store.url: the fleet's shared store)")
     serve.add_argument("--allow-insecure-non-loopback", action="store_true",
                        help="listen beyond loopback without TLS and tokens (receiver and "
                             "admin allow_insecure_non_loopback); restrict access otherwise")
@@ -116,7 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common(sh)
     sh.add_argument("target", metavar="TRACE_ID|FILE",
                     help="a trace id (read from the store) or a trace file (evaluated now)")
-    sh.add_argument("--store", metavar="PATH", help="SQLite file of serve (default: store.path)")
+    sh.add_argument("--store", metavar="PATH|URL", help="SQLite file or postgresql:// URL of "
+                    "serve (default: store.url, else store.path)")
     sh.add_argument("--trace", metavar="TRACE_ID", help="the trace to show, when FILE holds "
                     "several")
     sh.add_argument("--format", choices=["text", "json"], default="text")
@@ -141,7 +144,13 @@ def config_from_args(args: argparse.Namespace) -> Config:
                       ("judge_api_base", "judge.api_base"),
                       ("model", "prediction.model_path")):
         value = getattr(args, flag, None)
-        if value is not None:
+        if value is None:
+            continue
+        if key == "store.path" and is_postgresql_url(value):
+            changes["store.url"] = value
+        elif key == "store.path":  # a file given on the command line wins over store.url
+            changes.update({"store.path": value, "store.url": ""})
+        else:
             changes[key] = value
     if getattr(args, "kafka_publish", False):
         changes["kafka.publish"] = True
@@ -193,7 +202,7 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
             run.paths = [args.target]
             body = from_run(run.evaluations(), args.target, args.trace)
         else:
-            body = from_store(args.store or config_from_args(args).store.path, args.target)
+            body = from_store(args.store or config_from_args(args).store.target, args.target)
     except ShowError as e:
         print(f"otel-eval show: {e}", file=sys.stderr)
         return 1

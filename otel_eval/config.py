@@ -26,6 +26,7 @@ from otel_eval.kafka.config import KafkaConfig
 from otel_eval.predict.config import PredictionConfig
 from otel_eval.receiver.security import TlsServerConfig
 from otel_eval.results.config import ExportConfig
+from otel_eval.store.base import is_postgresql_url
 
 __all__ = [
     "AdminConfig", "AssemblyConfig", "Config", "ConfigError", "DetectorsConfig", "ExportConfig",
@@ -160,8 +161,15 @@ class AdminConfig:
 
 @dataclass(frozen=True)
 class StoreConfig:
-    # SQLite file for evaluations (survives restarts). ":memory:" keeps nothing.
+    # SQLite file for evaluations (survives restarts). ":memory:" keeps nothing. With `url`
+    # set it only places the local files: the spool and the judge's rubric cache.
     path: str = "otel-eval.db"
+    # PostgreSQL URL (postgresql://USER@HOST:5432/DB?sslmode=verify-full; libpq's PGPASSWORD
+    # and other PG* variables apply, or use ${ENV} substitution for the password): every
+    # worker and replica keeps evaluations, feedback and the issues catalogue there, so the
+    # results API of any shows the fleet's traces and one issues job runs at a time. Each
+    # process opens its own connection. Empty: SQLite at `path`.
+    url: str = field(default="", repr=False)
     # Evaluations older than this are deleted, days (0 keeps everything).
     retention_days: float = 7.0
     # Acknowledged means durable: each OTLP request's accepted spans are written to a spool
@@ -181,6 +189,13 @@ class StoreConfig:
         validate(self, minimum={"retention_days": 0, "spool_max_bytes": 1})
         if not self.path:
             raise FieldErrors({"path": "must name a file (or :memory:)"})
+        if self.url and not is_postgresql_url(self.url):
+            raise FieldErrors({"url": "must be a postgresql:// URL (or empty for SQLite)"})
+
+    @property
+    def target(self) -> str:
+        """What ``otel_eval.store.open_store`` opens: the URL, else the SQLite file."""
+        return self.url or self.path
 
     def spool_file(self) -> str | None:
         """Where the spool lives, or None when there is none (off, or an in-memory store)."""

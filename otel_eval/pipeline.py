@@ -35,7 +35,7 @@ from otel_eval.evaluator import Evaluator
 from otel_eval.metrics import Metrics
 from otel_eval.model import Evaluation, LogEvent, Span, Trace
 from otel_eval.spool import Spool
-from otel_eval.store import Store
+from otel_eval.store import EvaluationStore
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class _Barrier:
 
 
 class Engine:
-    def __init__(self, evaluator: Evaluator, store: Store, metrics: Metrics, *,
+    def __init__(self, evaluator: Evaluator, store: EvaluationStore, metrics: Metrics, *,
                  sinks: Sequence[Sink] = (), clock: Callable[[], float] = time.monotonic,
                  tick_interval_s: float = 0.25, batch_size: int = 256,
                  spool: Spool | None = None) -> None:

@@ -44,7 +44,7 @@ from otel_eval.receiver.http import HttpReceiver
 from otel_eval.receiver.ingest import Ingest
 from otel_eval.receiver.security import exposure_problem, is_loopback
 from otel_eval.spool import Spool
-from otel_eval.store import Store
+from otel_eval.store import open_store
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class Service:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.clock = clock
         self.metrics = Metrics(self.registry, prediction=config.prediction)
-        self.store = Store(config.store.path)
+        self.store = open_store(config.store.target)
         self.evaluator = Evaluator(config, budget_overrides=self.options.budget_overrides,
                                    references_path=self.options.references_path)
         kc = config.kafka
@@ -118,7 +118,8 @@ class Service:
             events = EvaluationEvents(ec, self.metrics)
         if jc.active and self.loop is not None:
             from otel_eval.judge.stage import JudgeStage
-            sinks.append(JudgeStage(jc, self.loop, self.store, self.metrics, events))
+            sinks.append(JudgeStage(jc, self.loop, self.store, self.metrics, events,
+                                    cache_path=self.config.store.path))
         if events is not None:
             sinks.append(events)
         if ec.forward_endpoint:
@@ -140,7 +141,7 @@ class Service:
         from otel_eval.judge.synthesizer import judge_synthesizer
         grafana = GrafanaAnnotator(ic.grafana) if ic.grafana.url else None
         store = self.store
-        return IssuesJob(ic, ic.store_path or self.config.store.path,
+        return IssuesJob(ic, ic.store_path or self.config.store.target,
                          lambda since_ns: store.since(since_ns), self.registry,
                          annotator=grafana, namer=judge_namer(self.config.judge),
                          synthesizer=judge_synthesizer(self.config.judge))
@@ -199,7 +200,7 @@ class Service:
         """``worker=False`` leaves ticking to the caller (tests drive ``engine.tick(now)``)."""
         self._lifecycle_ = self._lifecycle(worker)
         self._lifecycle_.start()
-        log.info("otel-eval serving (store %s)", self.config.store.path)
+        log.info("otel-eval serving (store %s)", self.store.location)
 
     def shutdown(self, deadline_s: float = 30.0) -> None:
         """Stop accepting, evaluate everything taken, flush sinks within the deadline: every

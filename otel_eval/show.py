@@ -34,17 +34,21 @@ def is_trace_id(text: str) -> bool:
 
 def from_store(path: str, trace_id: str) -> dict[str, Any]:
     """The stored per-trace object (the store file is only read, never created)."""
-    from otel_eval.store import Store
+    from otel_eval.store import is_postgresql_url, open_store, redact_url
 
-    if not Path(path).is_file():
-        raise ShowError(f"no store at {path} (--store PATH, or store.path in --config)")
-    store = Store(path)
+    if not is_postgresql_url(path) and not Path(path).is_file():
+        raise ShowError(f"no store at {path} (--store PATH|URL, or store.path / store.url in "
+                        "--config)")
+    try:
+        store = open_store(path)
+    except Exception as e:  # a server down, a wrong password: say so, no traceback
+        raise ShowError(f"cannot open the store at {redact_url(path)}: {e}") from None
     try:
         body = store.get(trace_id.lower())
     finally:
         store.close()
     if body is None:
-        raise ShowError(f"no evaluation for trace {trace_id} in {path}")
+        raise ShowError(f"no evaluation for trace {trace_id} in {redact_url(path)}")
     return body
 
 

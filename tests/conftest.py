@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from postgresql_server import PostgresServer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,3 +29,16 @@ def datasets() -> Path:
     """The shared public datasets (read-only). Their absence is a broken checkout, not a skip."""
     assert DATASETS.is_dir(), f"expected the shared datasets at {DATASETS}"
     return DATASETS
+
+
+@pytest.fixture(scope="session")
+def postgresql_server() -> Iterator[PostgresServer]:
+    """One real PostgreSQL server for the session (tests/postgresql_server.py)."""
+    with PostgresServer() as server:
+        yield server
+
+
+@pytest.fixture
+def postgresql_url(postgresql_server: PostgresServer) -> str:
+    """The URL of a fresh, empty database on the session's server."""
+    return postgresql_server.create_database()

@@ -1,11 +1,17 @@
 """Issue stage, step 6: the issue catalogue, which keeps issue ids stable.
 
-Every issue found is stored in SQLite (table ``issues_catalogue``) with its centroid as a
+Every issue found is stored (table ``issues_catalogue``: in SQLite, or in the fleet's
+PostgreSQL store when ``store.url`` is set) with its centroid as a
 sparse map feature -> weight (terms for TF-IDF, dimension numbers for dense models, so a
 centroid stays comparable after the TF-IDF vocabulary changes). A new run's cluster takes
 the id of the most similar stored issue of the same level, node and embedding when the
 cosine similarity reaches ``match_similarity`` (greedy one-to-one, best pairs first);
 otherwise it gets a new id. Issues not seen for ``age_out_s`` are deleted.
+
+In a shared PostgreSQL store one issues job runs at a time over the fleet's critiques:
+``lead()`` takes a session advisory lock (``pg_try_advisory_lock``) and keeps it while the
+connection lives, so the first worker to ask runs the job and the others skip their runs
+until it stops (its connection closes and the lock with it). A SQLite catalogue always leads.
 """
 
 from __future__ import annotations
@@ -15,26 +21,26 @@ import json
 import math
 import sqlite3
 from dataclasses import dataclass
+from typing import Any
+
+from otel_eval.store.base import is_postgresql_url
+from otel_eval.store.migrations import sqlite_catalogue_table
 
 Centroid = dict[str, float]
 
 _KEEP_FEATURES = 512  # largest-weight features stored per centroid (MiniLM has 384)
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS issues_catalogue (
-    issue_id    TEXT PRIMARY KEY,
-    level       TEXT NOT NULL,
-    node        TEXT NOT NULL,
-    embedding   TEXT NOT NULL,
-    title       TEXT NOT NULL,
-    description TEXT NOT NULL,
-    centroid    TEXT NOT NULL,   -- JSON {feature: weight}
-    first_seen  REAL NOT NULL,   -- unix seconds
-    last_seen   REAL NOT NULL,   -- unix seconds
-    last_share  REAL NOT NULL    -- share of traces in the last run that saw the issue
-)
-"""
+# pg_try_advisory_lock key of the fleet's issues job ("otel-eval issues").
+ISSUES_LOCK = 0x6F74656C5F697373
 
+_COLUMNS = ("issue_id, level, node, embedding, title, description, centroid, first_seen,"
+            " last_seen, last_share")
+_UPSERT = (f"INSERT INTO issues_catalogue ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)"
+           " ON CONFLICT (issue_id) DO UPDATE SET level = excluded.level,"
+           " node = excluded.node, embedding = excluded.embedding, title = excluded.title,"
+           " description = excluded.description, centroid = excluded.centroid,"
+           " first_seen = excluded.first_seen, last_seen = excluded.last_seen,"
+           " last_share = excluded.last_share")
 
 @dataclass(slots=True)
 class StoredIssue:
@@ -99,45 +105,75 @@ def match(clusters: list[Centroid], stored: list[StoredIssue],
 
 
 class Catalogue:
-    """The ``issues_catalogue`` table on a caller-owned (or path-opened) SQLite connection."""
+    """The ``issues_catalogue`` table on a caller-owned SQLite connection, or one opened from a
+    path or a ``postgresql://`` URL (the store's database: its migrations make the table)."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: Any, reconnect: Any = None) -> None:
         self._conn = conn
-        self._conn.execute(_SCHEMA)
-        self._conn.commit()
+        self._reconnect = reconnect  # PostgreSQL: () -> a new connection, after one broke
+        self._pg = not isinstance(conn, sqlite3.Connection)
+        self._leading = not self._pg
+        if not self._pg:
+            self._conn.execute(sqlite_catalogue_table())
+            self._conn.commit()
 
     @classmethod
-    def open(cls, path: str) -> Catalogue:
-        return cls(sqlite3.connect(path, check_same_thread=False, timeout=60.0))
+    def open(cls, target: str) -> Catalogue:
+        if is_postgresql_url(target):
+            from otel_eval.store.migrations import migrate_postgresql
+            from otel_eval.store.postgresql import connect
+
+            def reconnect() -> Any:
+                conn = connect(target)
+                migrate_postgresql(conn)
+                return conn
+
+            return cls(reconnect(), reconnect)
+        return cls(sqlite3.connect(target, check_same_thread=False, timeout=60.0))
 
     def close(self) -> None:
-        self._conn.close()
+        self._conn.close()  # a PostgreSQL session's advisory lock goes with it
+
+    def lead(self) -> bool:
+        """Whether this catalogue's job is the one to run (see the module docstring)."""
+        if self._pg and self._reconnect is not None and (self._conn.closed
+                                                         or self._conn.broken):
+            self._conn.close()
+            self._conn, self._leading = self._reconnect(), False  # the lock went with it
+        if not self._leading:
+            row = self._conn.execute("SELECT pg_try_advisory_lock(%s)",
+                                     (ISSUES_LOCK,)).fetchone()
+            self._leading = bool(row[0])
+        return self._leading
+
+    def _execute(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        cur = self._conn.execute(sql.replace("?", "%s") if self._pg else sql, args)
+        return cur.fetchall() if cur.description else []
 
     def load(self, embedding: str) -> list[StoredIssue]:
-        rows = self._conn.execute(
-            "SELECT issue_id, level, node, embedding, title, description, centroid,"
-            " first_seen, last_seen, last_share FROM issues_catalogue WHERE embedding = ?"
-            " ORDER BY issue_id", (embedding,)).fetchall()
+        rows = self._execute(f"SELECT {_COLUMNS} FROM issues_catalogue WHERE embedding = ?"
+                             " ORDER BY issue_id", (embedding,))
         return [StoredIssue(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6]), r[7], r[8],
                             r[9]) for r in rows]
 
     def ids(self) -> set[str]:
-        return {r[0] for r in self._conn.execute("SELECT issue_id FROM issues_catalogue")}
+        return {r[0] for r in self._execute("SELECT issue_id FROM issues_catalogue")}
 
     def save(self, issues: list[StoredIssue]) -> None:
-        self._conn.executemany(
-            "INSERT OR REPLACE INTO issues_catalogue VALUES (?,?,?,?,?,?,?,?,?,?)",
-            [(s.issue_id, s.level, s.node, s.embedding, s.title, s.description,
-              json.dumps(s.centroid, sort_keys=True), s.first_seen, s.last_seen, s.last_share)
-             for s in issues])
+        rows = [(s.issue_id, s.level, s.node, s.embedding, s.title, s.description,
+                 json.dumps(s.centroid, sort_keys=True), s.first_seen, s.last_seen,
+                 s.last_share) for s in issues]
+        if self._pg:
+            with self._conn.transaction(), self._conn.cursor() as cur:
+                cur.executemany(_UPSERT.replace("?", "%s"), rows)
+            return
+        self._conn.executemany(_UPSERT, rows)
         self._conn.commit()
 
     def age_out(self, now: float, age_out_s: float) -> list[str]:
         """Delete issues last seen more than ``age_out_s`` before ``now``; their ids."""
-        cutoff = now - age_out_s
-        gone = [r[0] for r in self._conn.execute(
-            "SELECT issue_id FROM issues_catalogue WHERE last_seen < ? ORDER BY issue_id",
-            (cutoff,))]
-        self._conn.execute("DELETE FROM issues_catalogue WHERE last_seen < ?", (cutoff,))
-        self._conn.commit()
-        return gone
+        rows = self._execute("DELETE FROM issues_catalogue WHERE last_seen < ? "
+                             "RETURNING issue_id", (now - age_out_s,))
+        if not self._pg:
+            self._conn.commit()
+        return sorted(r[0] for r in rows)

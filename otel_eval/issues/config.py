@@ -104,7 +104,8 @@ class IssuesConfig:
     share_jump: float = 0.1
     # Words per deterministic title (top TF-IDF terms of the cluster).
     title_terms: int = 4
-    # SQLite file for the issue catalogue; empty means the service's store path.
+    # SQLite file (or postgresql:// URL) for the issue catalogue; empty means the service's
+    # store (store.url when set: one issues job at a time over the fleet; else store.path).
     store_path: str = ""
     grafana: GrafanaConfig = field(default_factory=GrafanaConfig)
 

@@ -15,8 +15,10 @@ Usage (the service, when ``issues.interval_s > 0``):
     job.close(timeout_s)                 # on shutdown: stop the thread, close the catalogue
 
 Promises: ``run_once`` never raises (a failed run is logged and counted, the previous
-result is kept); runs never overlap; the gauges are the last successful run's, bounded by
-``top_k`` per (level, node) plus one ``_other`` sample. Metrics (one collector):
+result is kept); runs never overlap, in a process nor, on a PostgreSQL store, across the fleet
+(the worker holding the catalogue's advisory lock runs; the others count ``skipped``); the
+gauges are the last successful run's, bounded by ``top_k`` per (level, node) plus one
+``_other`` sample. Metrics (one collector):
 
     otel_eval_issue_share{level,node,issue_id,title}    share of the window's traces, 0..1
     otel_eval_issue_traces{level,node,issue_id,title}   traces with the issue
@@ -24,7 +26,8 @@ result is kept); runs never overlap; the gauges are the last successful run's, b
                                                         for new issues nor "_other")
     otel_eval_issue_agent_info{level,node,issue_id,title,agent}   1 per agent seen with it
     otel_eval_issue_exemplar_info{level,node,issue_id,title,trace_id}  1, one per issue
-    otel_eval_issues_runs_total{status}                 ok | error
+    otel_eval_issues_runs_total{status}                 ok | error | skipped (another worker
+                                                        holds the fleet's issues lock)
     otel_eval_issues_annotations_total{status}          posted | failed
     otel_eval_issues_last_run_timestamp_seconds         end of the last successful run
     otel_eval_issues_last_run_duration_seconds
@@ -67,7 +70,7 @@ log = logging.getLogger(__name__)
 
 EvaluationsSince = Callable[[int], Iterable[Mapping[str, Any]]]
 
-RUN_STATUSES = ("ok", "error")
+RUN_STATUSES = ("ok", "error", "skipped")
 ANNOTATION_STATUSES = ("posted", "failed")
 MAX_AGENTS_PER_ISSUE = 20  # agent label values per shown issue (bounded; the rest dropped)
 _LABELS = ("level", "node", "issue_id", "title")
@@ -114,6 +117,7 @@ class IssuesJob:
         self._collector = _IssuesCollector(self)
         self._registry = registry
         registry.register(self._collector)
+        self._registered = True
 
     # -- the run --------------------------------------------------------------------------
 
@@ -123,6 +127,10 @@ class IssuesJob:
         with self._run_lock:
             started = time.monotonic()
             try:
+                if not self._tracker.leads():  # another worker runs the fleet's job
+                    with self._lock:
+                        self._runs["skipped"] += 1
+                    return None
                 now = self._clock() if now is None else now
                 since_ns = int((now - self._config.window_s) * 1e9)
                 result = self._tracker.run(self._evaluations_since(since_ns), now)
@@ -239,7 +247,9 @@ class IssuesJob:
     def close(self, timeout_s: float | None = None) -> None:
         """Stop, unregister the gauges, close the catalogue (when opened from a path)."""
         stopped = self.stop(timeout_s)
-        self._registry.unregister(self._collector)
+        if self._registered:  # close twice (a test, then the lifecycle): once is enough
+            self._registry.unregister(self._collector)
+            self._registered = False
         if stopped:  # else the running thread still uses the catalogue; the process exits
             self._tracker.close()
 

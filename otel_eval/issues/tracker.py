@@ -80,6 +80,10 @@ class IssueTracker:
         self._embedder = (embedder if embedder is not None
                           else make_embedder(config.embedding, config.stem_chars))
 
+    def leads(self) -> bool:
+        """Whether this tracker's runs are the fleet's (``Catalogue.lead``)."""
+        return self._catalogue.lead()
+
     def close(self) -> None:
         if self._owns_store:
             self._catalogue.close()

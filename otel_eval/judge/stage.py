@@ -23,7 +23,7 @@ from otel_eval.judge.rubric_cache import SqliteRubricCache
 from otel_eval.judge.workqueue import JudgeQueue
 from otel_eval.metrics import Metrics
 from otel_eval.model import Evaluation, Trace
-from otel_eval.store import Store
+from otel_eval.store import EvaluationStore
 
 if TYPE_CHECKING:
     from otel_eval.results.events import EvaluationEvents
@@ -36,15 +36,17 @@ def root_span_id(evaluation: Evaluation) -> str:
 
 
 class JudgeStage:
-    def __init__(self, config: JudgeConfig, loop: LoopThread, store: Store, metrics: Metrics,
-                 events: EvaluationEvents | None = None) -> None:
+    def __init__(self, config: JudgeConfig, loop: LoopThread, store: EvaluationStore,
+                 metrics: Metrics, events: EvaluationEvents | None = None, *,
+                 cache_path: str = ":memory:") -> None:
+        """``cache_path``: the local SQLite file of the rubric cache (``store.path``)."""
         self.config = config
         self.loop = loop
         self.store = store
         self.metrics = metrics
         self.events = events
         check_credentials(config)
-        cache = SqliteRubricCache(store.path, ttl_s=config.rubric_ttl_days * 86400)
+        cache = SqliteRubricCache(cache_path, ttl_s=config.rubric_ttl_days * 86400)
         self.judge = Judge(config, rubric_cache=cache, observer=metrics.judge)
         self.queue = JudgeQueue(self.judge, config.queue_size, self._done, self._skipped)
 

@@ -1,10 +1,11 @@
-"""Stage: store. Evaluations in SQLite, keyed by trace id; a re-evaluation supersedes.
+"""Stage: store, SQLite (the default). Evaluations in one file per process, keyed by trace id.
 
 The per-trace JSON object is stored whole (it is what the results API returns), with a few
-columns pulled out for listing and retention. Writes come from the engine's worker thread,
-reads from the admin server's threads: one connection guarded by a lock, WAL journal so
-readers do not block the writer for long. ``put_many`` commits once per batch, and the
-engine calls waiters (Kafka offsets) only after that commit.
+columns pulled out for listing and retention (schema: ``otel_eval.store.migrations``, applied
+at open). Writes come from the engine's worker thread, reads from the admin server's threads:
+one connection guarded by a lock, WAL journal so readers do not block the writer for long.
+``put_many`` commits once per batch, and the engine calls waiters (Kafka offsets) only after
+that commit. Revision rules: ``otel_eval.store.base``.
 """
 
 from __future__ import annotations
@@ -18,36 +19,21 @@ from typing import Any
 
 from otel_eval.model import Evaluation
 from otel_eval.query import Cursor, EvaluationQuery, Page
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS evaluations (
-    trace_id TEXT PRIMARY KEY,
-    revision INTEGER NOT NULL,
-    evaluated_at_ns INTEGER NOT NULL,
-    service TEXT,
-    agent TEXT,
-    task_id TEXT,
-    status TEXT NOT NULL,
-    passed INTEGER,
-    body TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS evaluations_by_time ON evaluations (evaluated_at_ns);
-CREATE TABLE IF NOT EXISTS feedback (
-    trace_id TEXT PRIMARY KEY,
-    outcome TEXT NOT NULL,
-    received_at_ns INTEGER NOT NULL
-);
-"""
-
+from otel_eval.store import filters
+from otel_eval.store.base import evaluation_row
+from otel_eval.store.migrations import migrate_sqlite
 
 # How long a writer waits for another connection's lock (the issues catalogue shares the file)
 # before SQLite raises "database is locked": 5 s by default, too short on a loaded machine.
 _BUSY_TIMEOUT_S = 60.0
 
 
-class Store:
+class SqliteStore:
+    """``EvaluationStore`` on a SQLite file (``:memory:``: nothing kept)."""
+
     def __init__(self, path: str) -> None:
         self.path = path
+        self.location = path
         self._lock = threading.Lock()
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -56,7 +42,7 @@ class Store:
         if path != ":memory:":
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
+        migrate_sqlite(self._db)
 
     def close(self) -> None:
         with self._lock:
@@ -65,12 +51,7 @@ class Store:
     def put_many(self, evaluations: Iterable[Evaluation]) -> list[bool]:
         """Store evaluations in one transaction. Returns, per evaluation, whether it superseded
         an earlier one for the same trace id (a re-opened trace or a replay)."""
-        rows = []
-        for ev in evaluations:
-            t, v = ev.trajectory, ev.verdict
-            rows.append((ev.trace_id, t.revision, ev.evaluated_at_ns, t.service, t.agent,
-                         t.task_id, t.status, None if v is None else int(v.passed),
-                         ev.to_json_text()))
+        rows = [evaluation_row(ev) for ev in evaluations]
         with self._lock:
             cur = self._db.cursor()
             cur.execute("BEGIN IMMEDIATE")  # take the write lock now: upgrading a
@@ -144,12 +125,9 @@ class Store:
 
     def query(self, q: EvaluationQuery) -> Page:
         """One page of evaluations matching ``q``, newest first (see ``otel_eval.query``)."""
-        where, args = _where(q)
-        sql = ("SELECT evaluated_at_ns, trace_id, body FROM evaluations"
-               + (" WHERE " + " AND ".join(where) if where else "")
-               + " ORDER BY evaluated_at_ns DESC, trace_id LIMIT ?")
+        sql, args = filters.page_sql(q, filters.SQLITE)
         with self._lock:
-            rows = self._db.execute(sql, (*args, q.limit + 1)).fetchall()
+            rows = self._db.execute(sql, args).fetchall()
         more = len(rows) > q.limit
         rows = rows[:q.limit]
         cursor = Cursor(rows[-1][0], rows[-1][1]).encode() if more else None
@@ -185,32 +163,3 @@ class Store:
                                    (cutoff_ns,))
             return cur.rowcount
 
-
-def _where(q: EvaluationQuery) -> tuple[list[str], list[Any]]:
-    """SQL conditions and their arguments for the filters and cursor of ``q``."""
-    where: list[str] = []
-    args: list[Any] = []
-    for column in ("service", "agent", "task_id", "status"):
-        value = getattr(q, column)
-        if value is not None:
-            where.append(f"{column} = ?")
-            args.append(value)
-    if q.passed is not None:
-        where.append("passed = ?")
-        args.append(int(q.passed))
-    if q.detector is not None:
-        detector, _, kind = q.detector.partition(":")
-        where.append("EXISTS (SELECT 1 FROM json_each(body, '$.findings') WHERE "
-                     "json_extract(value, '$.detector') = ?"
-                     + (" AND json_extract(value, '$.kind') = ?)" if kind else ")"))
-        args += [detector, kind] if kind else [detector]
-    if q.since_ns is not None:
-        where.append("evaluated_at_ns >= ?")
-        args.append(q.since_ns)
-    if q.until_ns is not None:
-        where.append("evaluated_at_ns < ?")
-        args.append(q.until_ns)
-    if q.cursor is not None:  # strictly after the previous page's last row
-        where.append("(evaluated_at_ns < ? OR (evaluated_at_ns = ? AND trace_id > ?))")
-        args += [q.cursor.evaluated_at_ns, q.cursor.evaluated_at_ns, q.cursor.trace_id]
-    return where, args

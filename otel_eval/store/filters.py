@@ -1,0 +1,79 @@
+"""Stage: store, reads. The results API's query (``otel_eval.query``) as SQL, for both stores.
+
+One builder, two dialects: the same filters, the same newest-first keyset order and the same
+cursor condition, so a page of ``/v1/evaluations`` is the same whichever store holds the rows
+(the contract test checks it). Only the placeholder, the boolean and the JSON functions of the
+``detector`` filter differ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from otel_eval.query import EvaluationQuery
+
+
+@dataclass(frozen=True)
+class Dialect:
+    # Parameter placeholder ("?" for sqlite3, "%s" for psycopg).
+    mark: str
+    # The stored form of a verdict's passed flag (SQLite INTEGER, PostgreSQL BOOLEAN).
+    passed_int: bool
+    # EXISTS condition over the body's findings; {m} is the placeholder, {kind} the optional
+    # kind condition.
+    finding: str
+    kind: str
+
+
+SQLITE = Dialect(
+    "?", True,
+    "EXISTS (SELECT 1 FROM json_each(body, '$.findings') WHERE "
+    "json_extract(value, '$.detector') = {m}{kind})",
+    " AND json_extract(value, '$.kind') = {m}")
+
+# body is TEXT (see migrations): cast to json (not jsonb, which refuses "\u0000") per row.
+POSTGRESQL = Dialect(
+    "%s", False,
+    "EXISTS (SELECT 1 FROM json_array_elements(body::json -> 'findings') AS f WHERE "
+    "f ->> 'detector' = {m}{kind})",
+    " AND f ->> 'kind' = {m}")
+
+SELECT_PAGE = ("SELECT evaluated_at_ns, trace_id, body FROM evaluations{where}"
+               " ORDER BY evaluated_at_ns DESC, trace_id LIMIT {m}")
+
+
+def page_sql(q: EvaluationQuery, d: Dialect) -> tuple[str, list[Any]]:
+    """The SELECT of one page (one row more than ``q.limit``: is there a next page?)."""
+    where, args = conditions(q, d)
+    sql = SELECT_PAGE.format(where=" WHERE " + " AND ".join(where) if where else "", m=d.mark)
+    return sql, [*args, q.limit + 1]
+
+
+def conditions(q: EvaluationQuery, d: Dialect) -> tuple[list[str], list[Any]]:
+    """SQL conditions and their arguments for the filters and cursor of ``q``."""
+    m = d.mark
+    where: list[str] = []
+    args: list[Any] = []
+    for column in ("service", "agent", "task_id", "status"):
+        value = getattr(q, column)
+        if value is not None:
+            where.append(f"{column} = {m}")
+            args.append(value)
+    if q.passed is not None:
+        where.append(f"passed = {m}")
+        args.append(int(q.passed) if d.passed_int else q.passed)
+    if q.detector is not None:
+        detector, _, kind = q.detector.partition(":")
+        where.append(d.finding.format(m=m, kind=d.kind.format(m=m) if kind else ""))
+        args += [detector, kind] if kind else [detector]
+    if q.since_ns is not None:
+        where.append(f"evaluated_at_ns >= {m}")
+        args.append(q.since_ns)
+    if q.until_ns is not None:
+        where.append(f"evaluated_at_ns < {m}")
+        args.append(q.until_ns)
+    if q.cursor is not None:  # strictly after the previous page's last row
+        where.append(f"(evaluated_at_ns < {m} OR (evaluated_at_ns = {m} AND trace_id > {m}))")
+        args += [q.cursor.evaluated_at_ns, q.cursor.evaluated_at_ns, q.cursor.trace_id]
+    return where, args

@@ -1,0 +1,175 @@
+"""Stage: store, schema. Numbered migrations, applied in one transaction when a store opens.
+
+Both stores keep the same tables, with each engine's types:
+
+    1  evaluations (one row per trace id, the whole per-trace JSON in ``body``; a few
+       columns pulled out for listing, filtering and retention) and feedback (known outcomes)
+    2  issues_catalogue (issue stage: stable issue ids, centroids as JSON)
+
+``schema_version`` records each applied migration (version, description, when). Opening a
+store applies what is missing, in order, in one transaction: a crash part-way leaves the
+previous version. Concurrent openers are serialized (SQLite ``BEGIN IMMEDIATE``; PostgreSQL
+a transaction-scoped advisory lock), so a fleet of workers starting at once migrates once.
+A store whose version is newer than this code knows is refused (``SchemaError``): an older
+otel-eval must not write rows a newer schema reads differently.
+
+Files written before versioning (the tables, no ``schema_version``) are adopted: every
+statement is ``CREATE ... IF NOT EXISTS``, so version 1 applies as a no-op and is recorded.
+Add a migration by appending to both lists; never edit one that has shipped.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from typing import Any
+
+Migration = tuple[int, str, tuple[str, ...]]
+
+_SQLITE_CATALOGUE = """CREATE TABLE IF NOT EXISTS issues_catalogue (
+    issue_id    TEXT PRIMARY KEY,
+    level       TEXT NOT NULL,
+    node        TEXT NOT NULL,
+    embedding   TEXT NOT NULL,
+    title       TEXT NOT NULL,
+    description TEXT NOT NULL,
+    centroid    TEXT NOT NULL,   -- JSON {feature: weight}
+    first_seen  REAL NOT NULL,   -- unix seconds
+    last_seen   REAL NOT NULL,   -- unix seconds
+    last_share  REAL NOT NULL    -- share of traces in the last run that saw the issue
+)"""
+
+SQLITE: tuple[Migration, ...] = (
+    (1, "evaluations and feedback", (
+        """CREATE TABLE IF NOT EXISTS evaluations (
+            trace_id TEXT PRIMARY KEY,
+            revision INTEGER NOT NULL,
+            evaluated_at_ns INTEGER NOT NULL,
+            service TEXT,
+            agent TEXT,
+            task_id TEXT,
+            status TEXT NOT NULL,
+            passed INTEGER,
+            body TEXT NOT NULL
+        )""",
+        "CREATE INDEX IF NOT EXISTS evaluations_by_time ON evaluations (evaluated_at_ns)",
+        """CREATE TABLE IF NOT EXISTS feedback (
+            trace_id TEXT PRIMARY KEY,
+            outcome TEXT NOT NULL,
+            received_at_ns INTEGER NOT NULL
+        )""",
+    )),
+    (2, "issues catalogue", (_SQLITE_CATALOGUE,)),
+)
+
+# The body is TEXT holding the JSON as written (not jsonb): key order kept, and span content's
+# "\u0000" escapes, which jsonb refuses, stored like any other text. Trace ids compare
+# bytewise (COLLATE "C"), as in SQLite: the same keyset order whatever the database locale.
+POSTGRESQL: tuple[Migration, ...] = (
+    (1, "evaluations and feedback", (
+        """CREATE TABLE IF NOT EXISTS evaluations (
+            trace_id TEXT COLLATE "C" PRIMARY KEY,
+            revision INTEGER NOT NULL,
+            evaluated_at_ns BIGINT NOT NULL,
+            service TEXT,
+            agent TEXT,
+            task_id TEXT,
+            status TEXT NOT NULL,
+            passed BOOLEAN,
+            body TEXT NOT NULL
+        )""",
+        "CREATE INDEX IF NOT EXISTS evaluations_by_time ON evaluations (evaluated_at_ns)",
+        """CREATE TABLE IF NOT EXISTS feedback (
+            trace_id TEXT PRIMARY KEY,
+            outcome TEXT NOT NULL,
+            received_at_ns BIGINT NOT NULL
+        )""",
+    )),
+    (2, "issues catalogue", (
+        """CREATE TABLE IF NOT EXISTS issues_catalogue (
+            issue_id    TEXT PRIMARY KEY,
+            level       TEXT NOT NULL,
+            node        TEXT NOT NULL,
+            embedding   TEXT NOT NULL,
+            title       TEXT NOT NULL,
+            description TEXT NOT NULL,
+            centroid    TEXT NOT NULL,
+            first_seen  DOUBLE PRECISION NOT NULL,
+            last_seen   DOUBLE PRECISION NOT NULL,
+            last_share  DOUBLE PRECISION NOT NULL
+        )""",
+    )),
+)
+
+LATEST = SQLITE[-1][0]
+assert POSTGRESQL[-1][0] == LATEST, "both stores have the same migrations"
+
+_VERSION_TABLE = """CREATE TABLE IF NOT EXISTS schema_version (
+    version INTEGER PRIMARY KEY,
+    description TEXT NOT NULL,
+    applied_at_ns BIGINT NOT NULL
+)"""
+
+# pg_advisory_xact_lock key serializing migrations across the fleet ("otel-eval schema").
+_MIGRATION_LOCK = 0x6F74656C5F736368
+
+
+class SchemaError(RuntimeError):
+    """The store's schema is newer than this otel-eval knows."""
+
+
+def _check(current: int) -> None:
+    if current > LATEST:
+        raise SchemaError(f"store schema version {current} is newer than this otel-eval knows "
+                          f"({LATEST}): upgrade otel-eval before pointing it at this store")
+
+
+def migrate_sqlite(db: sqlite3.Connection) -> list[int]:
+    """Apply the missing migrations to an autocommit (``isolation_level=None``) connection;
+    the versions applied."""
+    db.execute("BEGIN IMMEDIATE")  # the write lock first: two processes migrate one by one
+    try:
+        db.execute(_VERSION_TABLE)
+        current = db.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version"
+                             ).fetchone()[0]
+        _check(current)
+        applied = []
+        for version, description, statements in SQLITE:
+            if version <= current:
+                continue
+            for statement in statements:
+                db.execute(statement)
+            db.execute("INSERT INTO schema_version VALUES (?, ?, ?)",
+                       (version, description, time.time_ns()))
+            applied.append(version)
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    return applied
+
+
+def migrate_postgresql(conn: Any) -> list[int]:
+    """Apply the missing migrations on a psycopg connection, in one transaction holding the
+    migration advisory lock; the versions applied."""
+    applied = []
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+        conn.execute(_VERSION_TABLE)
+        current = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version"
+                               ).fetchone()[0]
+        _check(current)
+        for version, description, statements in POSTGRESQL:
+            if version <= current:
+                continue
+            for statement in statements:
+                conn.execute(statement)
+            conn.execute("INSERT INTO schema_version VALUES (%s, %s, %s)",
+                         (version, description, time.time_ns()))
+            applied.append(version)
+    return applied
+
+
+def sqlite_catalogue_table() -> str:
+    """The catalogue's table, for a catalogue in a SQLite file of its own (issues.store_path)."""
+    return _SQLITE_CATALOGUE

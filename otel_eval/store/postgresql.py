@@ -1,0 +1,213 @@
+"""Stage: store, PostgreSQL (``store.url``). One database for the fleet, keyed by trace id.
+
+Every worker (Kafka consumers, replicas, ``serve --workers`` processes) opens its own
+connection from the URL and writes there, so the results API of any of them shows every
+trace, feedback reaches a trace wherever it was evaluated, and the issues job (one worker at a
+time, ``otel_eval.issues.catalogue``) reads the fleet's critiques. Same schema as SQLite
+(``otel_eval.store.migrations``, applied at open under an advisory lock) and the same
+revision rules (``otel_eval.store.base``):
+
+- ``put_many``: one transaction per batch, ``INSERT ... ON CONFLICT DO UPDATE`` per row in
+  psycopg's pipeline mode (one round trip per batch, not per row); whether a row superseded
+  one comes back from the same statement (``xmax``: set on a row version an update wrote).
+- ``put_judge`` / ``put_verdict``: read the row of that revision ``FOR UPDATE``, change their
+  part, write it back, in one transaction: the row lock serializes them (and the engine's
+  upsert) across processes, so none loses another's work; a row re-evaluated meanwhile no
+  longer matches the revision and nothing is written.
+
+Text cannot hold NUL in PostgreSQL: the pulled-out columns and text arguments get U+FFFD
+instead (the body is JSON with ``\\u0000`` escapes, unchanged). One connection per store,
+guarded by a lock (the engine thread writes, admin threads read); a broken connection is
+reopened on the next call, and ``put_many`` retries a failed batch on a new connection a few
+times (about 15 s) before raising: the engine holds the batch meanwhile, which throttles the
+receivers or the consumer instead of losing anything. psycopg is imported here only, so a
+SQLite deployment never loads it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+import psycopg
+
+from otel_eval.model import Evaluation
+from otel_eval.query import Cursor, EvaluationQuery, Page
+from otel_eval.store import filters
+from otel_eval.store.base import evaluation_row, redact_url
+from otel_eval.store.migrations import migrate_postgresql
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_UPSERT = """INSERT INTO evaluations AS e VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (trace_id) DO UPDATE SET revision = excluded.revision,
+    evaluated_at_ns = excluded.evaluated_at_ns, service = excluded.service,
+    agent = excluded.agent, task_id = excluded.task_id, status = excluded.status,
+    passed = excluded.passed, body = excluded.body
+RETURNING NOT (xmax = 0)"""
+
+# Seconds between put_many attempts after a connection failure (the first retry at once).
+_RETRY_BACKOFF_S = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0)
+CONNECT_TIMEOUT_S = 10
+
+
+def connect(url: str) -> psycopg.Connection[Any]:
+    """An autocommit connection (transactions are explicit) with a bounded connect wait."""
+    return psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
+                           application_name="otel-eval")
+
+
+def _text(value: Any) -> Any:
+    return value.replace("\x00", "\ufffd") if isinstance(value, str) else value
+
+
+def _args(values: Iterable[Any]) -> tuple[Any, ...]:
+    return tuple(_text(v) for v in values)
+
+
+class PostgresStore:
+    """``EvaluationStore`` on a PostgreSQL database (libpq URL; PG* environment applies)."""
+
+    def __init__(self, url: str, *, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.location = redact_url(url)
+        self._url = url
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._conn: psycopg.Connection[Any] | None = connect(url)
+        migrate_postgresql(self._conn)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def _connection(self) -> psycopg.Connection[Any]:  # lock held
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            if self._conn is not None:
+                self._conn.close()
+            self._conn = connect(self._url)
+        return self._conn
+
+    def _run(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
+        with self._lock:
+            return work(self._connection())
+
+    # -- writers --------------------------------------------------------------------------
+
+    def put_many(self, evaluations: Iterable[Evaluation]) -> list[bool]:
+        """Store evaluations in one transaction. Returns, per evaluation, whether it superseded
+        an earlier one for the same trace id (a re-opened trace or a replay)."""
+        rows = []
+        for ev in evaluations:
+            rows.append(_args(evaluation_row(ev)))
+        if not rows:
+            return []
+        for attempt, pause in enumerate(_RETRY_BACKOFF_S):
+            self._sleep(pause)
+            try:
+                return self._run(lambda conn: _upsert(conn, rows))
+            except psycopg.OperationalError as e:  # connection lost: reopen, try again
+                if attempt == len(_RETRY_BACKOFF_S) - 1:
+                    raise
+                log.warning("store write failed (%s); retrying on a new connection", e)
+        raise AssertionError("unreachable")
+
+    def put_judge(self, trace_id: str, revision: int, judge: dict[str, Any]) -> bool:
+        """Attach the judge's object to the stored evaluation of ``revision``; False (nothing
+        written) when the trace was re-evaluated since or is gone."""
+        def change(body: dict[str, Any]) -> None:
+            body["judge"] = judge
+        return self._patch(trace_id, revision, change, None)
+
+    def put_verdict(self, trace_id: str, revision: int, findings: list[dict[str, Any]],
+                    verdict: dict[str, Any]) -> bool:
+        """Replace the findings and verdict of ``revision`` (feedback re-judged them); False
+        when the trace was re-evaluated since or is gone (read again and retry)."""
+        def change(body: dict[str, Any]) -> None:
+            body["findings"] = findings
+            body["verdict"] = verdict
+        return self._patch(trace_id, revision, change, bool(verdict["passed"]))
+
+    def _patch(self, trace_id: str, revision: int, change: Callable[[dict[str, Any]], None],
+               passed: bool | None) -> bool:
+        def work(conn: psycopg.Connection[Any]) -> bool:
+            with conn.transaction():
+                row = conn.execute("SELECT body, passed FROM evaluations WHERE trace_id = %s "
+                                   "AND revision = %s FOR UPDATE",
+                                   (_text(trace_id), revision)).fetchone()
+                if row is None:
+                    return False
+                body = json.loads(row[0])
+                change(body)
+                conn.execute("UPDATE evaluations SET body = %s, passed = %s "
+                             "WHERE trace_id = %s",
+                             (json.dumps(body), row[1] if passed is None else passed,
+                              _text(trace_id)))
+            return True
+        return self._run(work)
+
+    def put_feedback(self, trace_id: str, outcome: str, now_ns: int) -> None:
+        self._run(lambda conn: conn.execute(
+            "INSERT INTO feedback VALUES (%s, %s, %s) ON CONFLICT (trace_id) DO UPDATE SET "
+            "outcome = excluded.outcome, received_at_ns = excluded.received_at_ns",
+            _args((trace_id, outcome, now_ns))))
+
+    def delete_older_than(self, cutoff_ns: int) -> int:
+        return self._run(lambda conn: conn.execute(
+            "DELETE FROM evaluations WHERE evaluated_at_ns < %s", (cutoff_ns,)).rowcount)
+
+    # -- readers --------------------------------------------------------------------------
+
+    def _rows(self, sql: str, args: Iterable[Any]) -> list[tuple[Any, ...]]:
+        return self._run(lambda conn: conn.execute(sql, _args(args)).fetchall())
+
+    def get(self, trace_id: str) -> dict[str, Any] | None:
+        rows = self._rows("SELECT body FROM evaluations WHERE trace_id = %s", (trace_id,))
+        return json.loads(rows[0][0]) if rows else None
+
+    def latest(self, limit: int) -> list[dict[str, Any]]:
+        rows = self._rows("SELECT body FROM evaluations ORDER BY evaluated_at_ns DESC, "
+                          "trace_id LIMIT %s", (limit,))
+        return [json.loads(r[0]) for r in rows]
+
+    def query(self, q: EvaluationQuery) -> Page:
+        """One page of evaluations matching ``q``, newest first (see ``otel_eval.query``)."""
+        sql, args = filters.page_sql(q, filters.POSTGRESQL)
+        rows = self._rows(sql, args)
+        more = len(rows) > q.limit
+        rows = rows[:q.limit]
+        cursor = Cursor(rows[-1][0], rows[-1][1]).encode() if more else None
+        return Page([json.loads(r[2]) for r in rows], cursor)
+
+    def since(self, evaluated_after_ns: int, limit: int = 100_000) -> list[dict[str, Any]]:
+        """Evaluations stored after a time, oldest first; past ``limit`` the newest ``limit``
+        (issue clustering reads its window with this)."""
+        rows = self._rows("SELECT body FROM evaluations WHERE evaluated_at_ns > %s "
+                          "ORDER BY evaluated_at_ns DESC LIMIT %s", (evaluated_after_ns, limit))
+        return [json.loads(r[0]) for r in reversed(rows)]
+
+    def count(self) -> int:
+        return int(self._rows("SELECT COUNT(*) FROM evaluations", ())[0][0])
+
+    def feedback(self, trace_id: str) -> str | None:
+        rows = self._rows("SELECT outcome FROM feedback WHERE trace_id = %s", (trace_id,))
+        return str(rows[0][0]) if rows else None
+
+
+def _upsert(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]) -> list[bool]:
+    with conn.transaction(), conn.cursor() as cur:
+        cur.executemany(_UPSERT, rows, returning=True)
+        superseded = []
+        while True:
+            row = cur.fetchone()
+            superseded.append(bool(row[0]) if row is not None else False)
+            if not cur.nextset():
+                break
+    return superseded

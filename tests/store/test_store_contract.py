@@ -1,0 +1,284 @@
+"""One contract for both stores: every test runs on SQLite (a temp file) and on PostgreSQL (a
+fresh database on the real server the suite starts). Writes, the revision rules, the results
+API's filters and cursor, feedback, retention, the issues catalogue and its advisory lock,
+and the versioned migrations."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from otel_eval import model
+from otel_eval.config import Config
+from otel_eval.evaluator import Evaluator
+from otel_eval.issues.catalogue import Catalogue, StoredIssue
+from otel_eval.query import Cursor, EvaluationQuery
+from otel_eval.store import EvaluationStore, open_store
+from otel_eval.store.migrations import LATEST, SchemaError
+
+T0 = 1_764_547_200 * 10**9
+JUDGE = {"judges": {}, "overall": {"status": "ok", "process_score": 0.9}}
+
+Open = Callable[[], EvaluationStore]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return str(tmp_path / "store.db")
+    return str(request.getfixturevalue("postgresql_url"))
+
+
+@pytest.fixture
+def stores(target: str) -> Iterator[Open]:
+    """Opens stores on the same target (each its own connection, as separate processes)."""
+    opened: list[EvaluationStore] = []
+
+    def open_one() -> EvaluationStore:
+        opened.append(open_store(target))
+        return opened[-1]
+
+    yield open_one
+    for s in opened:
+        s.close()
+
+
+@pytest.fixture
+def store(stores: Open) -> EvaluationStore:
+    return stores()
+
+
+def _ev(i: int, *, revision: int = 0, agent: str = "planner", passed: bool | None = True,
+        detector: str | None = None, status: model.TraceStatus = "complete",
+        at: int | None = None, service: str = "shop") -> model.Evaluation:
+    traj = model.Trajectory(f"{i:032x}", "otlp", status, [], service=service, agent=agent,
+                            task_id=f"task-{i % 3}", revision=revision)
+    findings = [model.Finding(detector, "stagnation" if detector == "loop" else "over",
+                              "error", "x")] if detector else []
+    verdict = None if passed is None else model.Verdict(passed, [])
+    return model.Evaluation(traj, findings, verdict,
+                            evaluated_at_ns=T0 + i * 10**9 if at is None else at)
+
+
+def _ids(rows: list[dict[str, Any]]) -> list[int]:
+    return [int(b["trace_id"], 16) for b in rows]
+
+
+def test_put_get_and_supersede(store: EvaluationStore) -> None:
+    assert store.put_many([]) == []
+    assert store.put_many([_ev(1), _ev(2)]) == [False, False]
+    assert store.put_many([_ev(1, revision=1, agent="coder")]) == [True]
+    # the same trace twice in one batch: the second supersedes the first
+    assert store.put_many([_ev(3), _ev(3, revision=1)]) == [False, True]
+    body = store.get(f"{1:032x}")
+    assert body == _ev(1, revision=1, agent="coder").to_json()
+    assert store.get("f" * 32) is None
+    assert store.count() == 3
+
+
+def test_a_replay_at_a_lower_revision_supersedes(store: EvaluationStore) -> None:
+    """A replay after a crash restarts at revision 0 and carries every pending span."""
+    store.put_many([_ev(1, revision=2)])
+    assert store.put_many([_ev(1, revision=0, agent="replayed")]) == [True]
+    body = store.get(f"{1:032x}")
+    assert body is not None and (body["revision"], body["agent"]) == (0, "replayed")
+
+
+def test_writers_change_only_the_revision_they_read(store: EvaluationStore) -> None:
+    tid = f"{1:032x}"
+    store.put_many([_ev(1)])
+    assert store.put_judge(tid, 0, JUDGE)
+    assert store.put_verdict(tid, 0, [], {"passed": False, "reasons": ["r"]})
+    body = store.get(tid)
+    assert body is not None and body["judge"] == JUDGE and body["verdict"]["passed"] is False
+    assert _ids(store.query(EvaluationQuery(passed=False)).evaluations) == [1]
+    store.put_many([_ev(1, revision=1)])  # re-evaluated: writers of revision 0 are late
+    assert not store.put_judge(tid, 0, {"overall": {"status": "late"}})
+    assert not store.put_verdict(tid, 0, [], {"passed": False, "reasons": []})
+    assert store.get(tid) == _ev(1, revision=1).to_json()
+    assert not store.put_judge("e" * 32, 0, JUDGE)  # gone
+
+
+def test_judge_and_feedback_from_two_connections_both_land(stores: Open) -> None:
+    """As from two processes: each writer its own connection, the same rows, at once."""
+    engine, judge, feedback = stores(), stores(), stores()
+    engine.put_many([_ev(i) for i in range(40)])
+    evaluator = Evaluator(Config())
+    errors: list[BaseException] = []
+
+    def run(work: Callable[[int], None]) -> None:
+        try:
+            for i in range(40):
+                work(i)
+        except BaseException as e:  # re-raised below
+            errors.append(e)
+
+    def judge_one(i: int) -> None:
+        assert judge.put_judge(f"{i:032x}", 0, JUDGE)
+
+    def feedback_one(i: int) -> None:
+        body = feedback.get(f"{i:032x}")
+        assert body is not None
+        updated = evaluator.with_outcome(body, "failure")
+        assert feedback.put_verdict(body["trace_id"], 0, updated["findings"],
+                                    updated["verdict"])
+
+    threads = [threading.Thread(target=run, args=(w,)) for w in (judge_one, feedback_one)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for i in range(40):
+        body = engine.get(f"{i:032x}")
+        assert body is not None and body["judge"] == JUDGE, i
+        assert body["verdict"]["outcome"] == "failure", i
+
+
+def _fill(store: EvaluationStore) -> None:
+    store.put_many([_ev(i, agent="planner" if i % 2 else "coder", passed=i % 4 != 0,
+                        detector="loop" if i % 5 == 0 else ("budget" if i % 7 == 0 else None),
+                        status="incomplete" if i == 9 else "complete") for i in range(1, 41)])
+
+
+@pytest.mark.parametrize(("q", "expected"), [
+    (EvaluationQuery(agent="planner", passed=True, limit=100), list(range(39, 0, -2))),
+    (EvaluationQuery(agent="coder", passed=False), [40, 36, 32, 28, 24, 20, 16, 12, 8, 4]),
+    (EvaluationQuery(detector="loop"), [40, 35, 30, 25, 20, 15, 10, 5]),
+    (EvaluationQuery(detector="budget:over", agent="planner"), [21, 7]),
+    (EvaluationQuery(detector="loop:over"), []),
+    (EvaluationQuery(status="incomplete"), [9]),
+    (EvaluationQuery(task_id="task-0", since_ns=T0 + 30 * 10**9), [39, 36, 33, 30]),
+    (EvaluationQuery(since_ns=T0 + 36 * 10**9, until_ns=T0 + 39 * 10**9 + 1), [39, 38, 37, 36]),
+    (EvaluationQuery(service="elsewhere"), []),
+])
+def test_query_filters(store: EvaluationStore, q: EvaluationQuery, expected: list[int]) -> None:
+    _fill(store)
+    assert _ids(store.query(q).evaluations) == expected
+
+
+def test_cursor_pages_through_ties_without_gaps(store: EvaluationStore) -> None:
+    """Half the rows share one evaluation time: the cursor orders them by trace id."""
+    store.put_many([_ev(i, at=T0 if i % 2 else T0 + i) for i in range(1, 30)])
+    seen: list[int] = []
+    cursor: Cursor | None = None
+    while True:
+        page = store.query(EvaluationQuery(limit=4, cursor=cursor))
+        seen += _ids(page.evaluations)
+        if page.next_cursor is None:
+            break
+        cursor = Cursor.decode(page.next_cursor)
+    evens = sorted(range(2, 30, 2), reverse=True)
+    assert seen == evens + list(range(1, 30, 2))
+    assert _ids(store.latest(3)) == evens[:3]
+
+
+def test_feedback_retention_and_window(store: EvaluationStore) -> None:
+    tid = f"{5:032x}"
+    assert store.feedback(tid) is None
+    store.put_feedback(tid, "success", 1)
+    store.put_feedback(tid, "failure", 2)
+    assert store.feedback(tid) == "failure"
+    store.put_many([_ev(i) for i in range(1, 11)])
+    assert _ids(store.since(T0 + 7 * 10**9)) == [8, 9, 10]
+    assert _ids(store.since(0, limit=2)) == [9, 10]  # the newest, oldest first
+    assert store.delete_older_than(T0 + 4 * 10**9) == 3
+    assert store.count() == 7 and store.get(f"{3:032x}") is None
+
+
+def test_hostile_text_is_stored_and_found(store: EvaluationStore) -> None:
+    """NUL (PostgreSQL text refuses it), lone surrogates' escapes, quotes: nothing fails, the
+    body comes back as written, and a filter with the same value finds the row."""
+    name = "sh\x00op'; DROP TABLE evaluations; --\u2028"
+    store.put_many([_ev(1, service=name), _ev(2)])
+    body = store.get(f"{1:032x}")
+    assert body is not None and body["service"] == name
+    assert _ids(store.query(EvaluationQuery(service=name)).evaluations) == [1]
+    assert store.get("\x00") is None and store.feedback("\x00") is None
+
+
+def test_migrations_are_versioned_and_applied_once(target: str, stores: Open) -> None:
+    stores()
+    stores()  # a second open applies nothing
+    versions = _sql(target, "SELECT version FROM schema_version ORDER BY version")
+    assert [v[0] for v in versions] == list(range(1, LATEST + 1))
+    _sql(target, f"INSERT INTO schema_version VALUES ({LATEST + 1}, 'future', 0)")
+    with pytest.raises(SchemaError, match="newer than this otel-eval"):
+        stores()
+
+
+def test_a_store_from_before_versioning_is_adopted(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.executescript("CREATE TABLE evaluations (trace_id TEXT PRIMARY KEY, revision INTEGER "
+                     "NOT NULL, evaluated_at_ns INTEGER NOT NULL, service TEXT, agent TEXT, "
+                     "task_id TEXT, status TEXT NOT NULL, passed INTEGER, body TEXT NOT NULL);"
+                     "INSERT INTO evaluations VALUES ('ab', 0, 1, NULL, NULL, NULL, "
+                     "'complete', 1, '{\"trace_id\": \"ab\"}');")
+    db.commit()
+    db.close()
+    store = open_store(str(path))
+    try:
+        assert store.get("ab") == {"trace_id": "ab"}
+        assert [v[0] for v in _sql(str(path), "SELECT version FROM schema_version")] == [1, 2]
+    finally:
+        store.close()
+
+
+def _issue(issue_id: str, last_seen: float) -> StoredIssue:
+    return StoredIssue(issue_id, "trace", "*", "tfidf", "title", "desc", {"loop": 1.0},
+                       0.0, last_seen, 0.5)
+
+
+def test_issues_catalogue_in_the_store(target: str, stores: Open) -> None:
+    stores()  # the store's migrations create the catalogue's table
+    catalogue = Catalogue.open(target)
+    try:
+        catalogue.save([_issue("iss_a", 100.0), _issue("iss_b", 10.0)])
+        catalogue.save([_issue("iss_a", 200.0)])  # an update keeps one row
+        assert {s.issue_id: s.last_seen for s in catalogue.load("tfidf")} == {
+            "iss_a": 200.0, "iss_b": 10.0}
+        assert catalogue.age_out(now=150.0, age_out_s=100.0) == ["iss_b"]
+        assert catalogue.ids() == {"iss_a"}
+    finally:
+        catalogue.close()
+    reopened = Catalogue.open(target)
+    try:
+        assert [s.centroid for s in reopened.load("tfidf")] == [{"loop": 1.0}]
+    finally:
+        reopened.close()
+
+
+def test_one_catalogue_at_a_time_leads_the_issues_job(target: str, stores: Open) -> None:
+    """PostgreSQL: an advisory lock; the first to ask keeps it until it closes. A SQLite
+    catalogue is one process's own: it always leads."""
+    stores()
+    first, second = Catalogue.open(target), Catalogue.open(target)
+    try:
+        assert first.lead()
+        assert first.lead()  # held: still the leader
+        shared = target.startswith("postgresql://")
+        assert second.lead() is not shared
+        first.close()
+        assert second.lead()
+    finally:
+        second.close()
+
+
+def _sql(target: str, sql: str) -> list[tuple[Any, ...]]:
+    if target.startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(target, autocommit=True) as conn:
+            cur = conn.execute(sql)
+            return cur.fetchall() if cur.description else []
+    db = sqlite3.connect(target, isolation_level=None)
+    try:
+        return db.execute(sql).fetchall()
+    finally:
+        db.close()
