@@ -41,6 +41,8 @@ CRDS = {"ServiceMonitor", "PrometheusRule"}
 VALUES = [None, *VALUES_FILES]
 VALUES_IDS = ["defaults", *(p.stem for p in VALUES_FILES)]
 CONFIG_PATH = "/etc/otel-eval/config.yaml"
+# Secrets that hold more than a token (what _pod_environ puts in the pod's environment).
+SECRET_SHAPES = {"OTEL_EVAL_STORE_URL": "postgresql://otel-eval:secret-{}@postgresql:5432/otel_eval"}
 
 
 def _defaults() -> dict[str, Any]:
@@ -74,8 +76,9 @@ def _pod_environ(container: dict[str, Any], worker_index: int = 0) -> dict[str, 
         source = var.get("valueFrom", {})
         if "value" in var:
             env[var["name"]] = var["value"]
-        elif "secretKeyRef" in source:
-            env[var["name"]] = f"secret-{var['name'].lower()}"
+        elif "secretKeyRef" in source:  # the Secret's value, shaped as the Secret holds it
+            env[var["name"]] = SECRET_SHAPES.get(var["name"], "secret-{}").format(
+                var["name"].lower())
         elif source.get("fieldRef", {}).get("fieldPath") == \
                 "metadata.labels['apps.kubernetes.io/pod-index']":
             env[var["name"]] = str(worker_index)
@@ -338,6 +341,35 @@ def test_evaluator_without_persistence_uses_an_emptydir(helm: Helm, tmp_path: Pa
     assert volume == {"name": mount["name"], "emptyDir": {}}
     for doc in docs:
         _validate(doc)
+
+
+def test_a_postgresql_store_needs_no_volume_claim(helm: Helm, tmp_path: Path) -> None:
+    docs = helm.template("--set", "postgresql.existingSecret=pg", "--set", "postgresql.key=u")
+    sts = one(docs, "StatefulSet")
+    assert "volumeClaimTemplates" not in sts["spec"]
+    assert "persistentVolumeClaimRetentionPolicy" not in sts["spec"]
+    env = {e["name"]: e for e in _container(docs)["env"]}
+    assert env["OTEL_EVAL_STORE_URL"]["valueFrom"]["secretKeyRef"] == {"name": "pg", "key": "u"}
+    cfg = _pod_config(docs, tmp_path)
+    assert cfg.store.url == "postgresql://otel-eval:secret-otel_eval_store_url@postgresql:5432/" \
+        "otel_eval"
+    assert "secret-" not in one(docs, "ConfigMap")["data"]["config.yaml"]
+    # the spool (and the judge's rubric cache) stay local: dataDir on an emptyDir
+    mount = next(m for m in _container(docs)["volumeMounts"]
+                 if m["mountPath"] == str(Path(cfg.store.path).parent))
+    volume = next(v for v in _pod_spec(docs)["volumes"] if v["name"] == mount["name"])
+    assert volume == {"name": mount["name"], "emptyDir": {}}
+    assert cfg.store.spool_file() is not None
+    for doc in docs:
+        _validate(doc)
+    # the Kafka workers example shares one store; the receiver mode never opens one
+    workers = helm.template("-f", str(EXAMPLES / "values-kafka-workers.yaml"))
+    assert "volumeClaimTemplates" not in one(workers, "StatefulSet")["spec"]
+    assert _pod_config(workers, tmp_path).store.url.startswith("postgresql://")
+    receiver = helm.template("-f", str(EXAMPLES / "values-receiver-kafka.yaml"),
+                             "--set", "postgresql.existingSecret=pg")
+    assert "OTEL_EVAL_STORE_URL" not in {e["name"] for e in _container(receiver).get("env", [])}
+    assert _pod_config(receiver, tmp_path).store.url == ""
 
 
 @pytest.mark.parametrize(("setting", "message"), [

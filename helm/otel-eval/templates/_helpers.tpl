@@ -58,6 +58,16 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if and (eq .Values.mode "evaluator") .Values.kafka.brokers (eq .Values.kafka.assignment "static") }}true{{ end }}
 {{- end }}
 
+{{/* Evaluator pods keep SQLite on a volume claim: persistence on, no PostgreSQL store. */}}
+{{- define "otel-eval.claim" -}}
+{{- if and (eq .Values.mode "evaluator") .Values.persistence.enabled (not .Values.postgresql.existingSecret) }}true{{ end }}
+{{- end }}
+
+{{/* Evaluator pods write to the shared PostgreSQL store. */}}
+{{- define "otel-eval.postgresql" -}}
+{{- if and (eq .Values.mode "evaluator") .Values.postgresql.existingSecret }}true{{ end }}
+{{- end }}
+
 {{/* Refuse values that would render a release that cannot work. */}}
 {{- define "otel-eval.validate" -}}
 {{- if not (has .Values.mode (list "evaluator" "receiver")) }}
@@ -98,6 +108,9 @@ from env vars that come from Secrets.
 {{- $_ = set $cfg "admin" (merge $admin (get $cfg "admin" | default (dict))) }}
 {{- include "otel-eval.securityConfig" (dict "cfg" $cfg "Values" .Values) }}
 {{- $store := dict "path" (printf "%s/otel-eval.db" (trimSuffix "/" .Values.dataDir)) }}
+{{- if include "otel-eval.postgresql" . }}
+{{- $_ = set $store "url" "${OTEL_EVAL_STORE_URL}" }}
+{{- end }}
 {{- $_ = set $cfg "store" (merge $store (get $cfg "store" | default (dict))) }}
 {{- if .Values.kafka.brokers }}
 {{- $kafka := dict "brokers" .Values.kafka.brokers }}
@@ -166,6 +179,13 @@ from env vars that come from Secrets.
   valueFrom:
     fieldRef:
       fieldPath: metadata.labels['apps.kubernetes.io/pod-index']
+{{- end }}
+{{- if include "otel-eval.postgresql" . }}
+- name: OTEL_EVAL_STORE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.postgresql.existingSecret }}
+      key: {{ .Values.postgresql.key }}
 {{- end }}
 {{- range .Values.judgeSecretEnv }}
 - name: {{ .name }}
@@ -307,7 +327,7 @@ spec:
       secret:
         secretName: {{ .Values.security.tls.secretName }}
     {{- end }}
-    {{- if not (and (eq .Values.mode "evaluator") .Values.persistence.enabled) }}
+    {{- if not (include "otel-eval.claim" .) }}
     - name: data
       emptyDir: {}
     {{- end }}
