@@ -1,20 +1,30 @@
-"""Benchmark: Kafka consumption throughput of 1 vs 2 worker processes.
+"""Benchmark: Kafka consumption throughput of 1, 2, ... worker processes, each with its own
+SQLite store or all writing to one PostgreSQL store.
 
     python bench/kafka.py                              6000 traces x 4 spans, 3 rounds, ~2 min
     python bench/kafka.py --traces 2000 --rounds 1     quick look
+    python bench/kafka.py --store postgresql --workers 1,2,4
+                                                       one shared PostgreSQL (Debian's server,
+                                                       started here on a temp dir, fsync on)
 
 Setup: librdkafka's mock cluster (3 brokers, in this process) with a fresh 6-partition topic
 per run; ``--traces`` synthetic agent traces (``tests/kafka/kafka_traces.py``: children first,
 root last, spread over several records) produced first, as the collector's kafka exporter
 writes them (one record per trace per request, keyed by trace id, fnv1a partitioner).
-Then 1 or 2 worker processes (``tests/kafka/kafka_worker.py --engine real``: the service's
-``Engine`` with its evaluator and its own SQLite ``Store``; static assignment, worker i of N
-takes partitions p % N == i) are started, held at a gate until all are ready, and released.
-Time = gate -> every trace stored (distinct trace ids summed over the workers' stores);
-spans/s = spans / time. The 0.2 s assembly grace is part of that time.
+Then N worker processes (``tests/kafka/kafka_worker.py --engine real``: the service's
+``Engine`` with its evaluator and its store, its own SQLite file or, with ``--store
+postgresql``, a fresh database on one PostgreSQL server shared by all; static assignment,
+worker i of N takes partitions p % N == i) are started, held at a gate until all are ready,
+and released. Time = gate -> every trace stored (distinct trace ids, summed over the SQLite
+files or counted in the shared database); spans/s = spans / time. The 0.2 s assembly grace
+is part of that time.
 
-Rounds alternate 1 and 2 workers (the machine is shared and noisy); the median per worker
-count is reported with the ratio. Also reported: CPU seconds used by the workers and by this
+Rounds cycle through the worker counts, each round in another order (the machine is shared
+and noisy); the median per worker count is reported with the ratio to one worker. With a
+shared store: "kept up" = spans per worker CPU-second against one worker's, i.e. whether a
+consumer still turns a CPU-second into as many stored spans when N workers share the store
+(>= 0.8 is the target); the PostgreSQL server's own CPU seconds (its backends) are reported
+beside. Also reported: CPU seconds used by the workers and by this
 process (mostly the mock brokers serving fetches) in the timed window, and spans per worker
 CPU-second and the cores the workers got (CPU-s / wall s): other load on the machine
 decides the second, hardly the first.
@@ -36,15 +46,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests" / "kafka"
-sys.path[:0] = [str(ROOT), str(TESTS)]
+sys.path[:0] = [str(ROOT), str(TESTS), str(ROOT / "tests")]
 
 from kafka_mock_cluster import MockCluster  # noqa: E402
 from kafka_traces import requests_for, trace_ids  # noqa: E402
+from postgresql_server import PostgresServer  # noqa: E402
 
 from otel_eval.kafka.config import KafkaConfig  # noqa: E402
 from otel_eval.kafka.publisher import KafkaPublisher  # noqa: E402
@@ -65,7 +77,16 @@ async def produce(bootstrap: str, topic: str, n: int, spans: int) -> int:
     return records
 
 
-def stored(db: Path) -> int:
+def stored(db: Path | str) -> int:
+    if isinstance(db, str):  # the shared PostgreSQL store
+        import psycopg
+
+        with psycopg.connect(db, autocommit=True) as conn:
+            try:
+                row = conn.execute("SELECT COUNT(*) FROM evaluations").fetchone()
+            except psycopg.errors.UndefinedTable:  # no worker opened it yet
+                return 0
+        return int(row[0]) if row else 0
     if not db.exists():
         return 0
     try:
@@ -81,7 +102,7 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK_S  # utime + stime
 
 
-def start_worker(bootstrap: str, topic: str, db: Path, index: int, count: int,
+def start_worker(bootstrap: str, topic: str, db: Path | str, index: int, count: int,
                  log: Path) -> subprocess.Popen[str]:
     with open(log, "ab") as err:
         return subprocess.Popen(
@@ -99,12 +120,37 @@ def wait_ready(proc: subprocess.Popen[str], log: Path) -> None:
         raise RuntimeError(f"worker did not start:\n{log.read_text()[-2000:]}")
 
 
+def postgres_cpu_s(pg: PostgresServer) -> float:
+    """CPU seconds of the server's ended backends plus the postmaster's own (cumulative)."""
+    pid = int((pg.dir / "data" / "postmaster.pid").read_text().split()[0])
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / TICK_S  # utime stime cutime cstime
+
+
+def backends_gone(url: str) -> None:
+    """Wait (bounded) until the workers' connections have ended, so their CPU is counted."""
+    import psycopg
+
+    deadline = time.monotonic() + 10
+    with psycopg.connect(url, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute("SELECT COUNT(*) FROM pg_stat_activity "
+                               "WHERE application_name = 'otel-eval'").fetchone()
+            if row is not None and row[0] == 0:
+                return
+            time.sleep(0.05)
+
+
 def run_once(mc: MockCluster, workers: int, n: int, spans: int, work: Path,
-             timeout_s: float) -> dict[str, Any]:
+             timeout_s: float, pg: PostgresServer | None) -> dict[str, Any]:
     topic = f"bench_{workers}w_{time.monotonic_ns()}"
     mc.create_topic(topic, PARTITIONS)
     records = asyncio.run(produce(mc.bootstraps, topic, n, spans))
-    dbs = [work / f"{topic}_{i}.db" for i in range(workers)]
+    dbs: list[Path | str] = ([work / f"{topic}_{i}.db" for i in range(workers)] if pg is None
+                             else [pg.create_database()] * workers)
+    count: Callable[[], int] = ((lambda: sum(stored(db) for db in dbs)) if pg is None
+                                else (lambda: stored(dbs[0])))
+    pg_cpu0 = postgres_cpu_s(pg) if pg is not None else 0.0
     procs: list[subprocess.Popen[str]] = []
     try:
         for i, db in enumerate(dbs):
@@ -119,14 +165,14 @@ def run_once(mc: MockCluster, workers: int, n: int, spans: int, work: Path,
             assert p.stdin is not None
             p.stdin.write("go\n")
             p.stdin.flush()
-        while sum(stored(db) for db in dbs) < n:
+        while count() < n:
             if time.perf_counter() - t0 > timeout_s:
                 raise RuntimeError(f"{workers} worker(s): not all stored in {timeout_s} s")
             time.sleep(0.02)
         elapsed = time.perf_counter() - t0
         self1 = resource.getrusage(resource.RUSAGE_SELF)
         cpu = [cpu_s(p.pid) - c for p, c in zip(procs, cpu0, strict=True)]
-        per_worker = [stored(db) for db in dbs]
+        per_worker = [stored(db) for db in dbs] if pg is None else []
         for p in procs:
             p.send_signal(signal.SIGTERM)
         for i, p in enumerate(procs):
@@ -143,12 +189,16 @@ def run_once(mc: MockCluster, workers: int, n: int, spans: int, work: Path,
                 p.kill()
                 p.wait(timeout=30)
     self_cpu = (self1.ru_utime + self1.ru_stime) - (self0.ru_utime + self0.ru_stime)
-    return {"workers": workers, "traces": n, "spans": n * spans, "records": records,
+    if pg is not None:
+        backends_gone(pg.url)
+    return {"store": "sqlite" if pg is None else "postgresql", "workers": workers,
+            "traces": n, "spans": n * spans, "records": records,
             "seconds": round(elapsed, 3), "spans_per_s": round(n * spans / elapsed),
             "traces_per_worker": per_worker, "worker_cpu_s": [round(c, 2) for c in cpu],
             "spans_per_worker_cpu_s": round(n * spans / sum(cpu)) if sum(cpu) else None,
             "worker_cores": round(sum(cpu) / elapsed, 2),
-            "bench_process_cpu_s": round(self_cpu, 2)}
+            "bench_process_cpu_s": round(self_cpu, 2),
+            "postgres_cpu_s": round(postgres_cpu_s(pg) - pg_cpu0, 2) if pg else None}
 
 
 def main() -> None:
@@ -156,29 +206,51 @@ def main() -> None:
     ap.add_argument("--traces", type=int, default=6000)
     ap.add_argument("--spans", type=int, default=4, help="spans per trace")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--workers", default="1,2", help="worker counts, comma separated")
+    ap.add_argument("--store", choices=("sqlite", "postgresql"), default="sqlite")
     ap.add_argument("--timeout-s", type=float, default=300.0)
     args = ap.parse_args()
+    counts = [int(w) for w in args.workers.split(",")]
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="otel-eval-bench-kafka-") as tmp, \
             MockCluster(brokers=3) as mc:
-        for r in range(args.rounds):
-            for workers in ((1, 2) if r % 2 == 0 else (2, 1)):
-                run = run_once(mc, workers, args.traces, args.spans, Path(tmp), args.timeout_s)
-                runs.append(run)
-                print(f"round {r + 1}: {workers} worker(s) {run['spans_per_s']:>7} spans/s "
-                      f"({run['seconds']} s; traces per worker {run['traces_per_worker']}; "
-                      f"worker CPU {run['worker_cpu_s']} s = {run['worker_cores']} cores; "
-                      f"mock brokers {run['bench_process_cpu_s']} s)", flush=True)
-    med = {w: statistics.median(r["spans_per_s"] for r in runs if r["workers"] == w)
-           for w in (1, 2)}
-    per_cpu = {w: statistics.median(r["spans_per_worker_cpu_s"] for r in runs
-                                    if r["workers"] == w) for w in (1, 2)}
-    ratio = med[2] / med[1]
-    print(f"median: 1 worker {med[1]:.0f} spans/s, 2 workers {med[2]:.0f} spans/s, "
-          f"ratio {ratio:.2f}; spans per worker CPU-second {per_cpu[1]:.0f} / {per_cpu[2]:.0f} "
-          f"({os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f})")
-    print("BENCH " + json.dumps({"median_spans_per_s": med, "ratio": round(ratio, 3),
+        pg = PostgresServer(durable=True).start() if args.store == "postgresql" else None
+        try:
+            for r in range(args.rounds):
+                shift = r % len(counts)
+                for workers in counts[shift:] + counts[:shift]:
+                    run = run_once(mc, workers, args.traces, args.spans, Path(tmp),
+                                   args.timeout_s, pg)
+                    runs.append(run)
+                    print(f"round {r + 1}: {workers} worker(s) {run['spans_per_s']:>7} spans/s "
+                          f"({run['seconds']} s; traces per worker {run['traces_per_worker']}; "
+                          f"worker CPU {run['worker_cpu_s']} s = {run['worker_cores']} cores; "
+                          f"mock brokers {run['bench_process_cpu_s']} s; "
+                          f"postgres {run['postgres_cpu_s']} s)", flush=True)
+        finally:
+            if pg is not None:
+                pg.stop()
+    report(runs, counts, args.store)
+
+
+def report(runs: list[dict[str, Any]], counts: list[int], store: str) -> None:
+    def median(key: str, w: int) -> float:
+        return statistics.median(r[key] for r in runs if r["workers"] == w)
+
+    med = {w: median("spans_per_s", w) for w in counts}
+    per_cpu = {w: median("spans_per_worker_cpu_s", w) for w in counts}
+    cores = {w: median("worker_cores", w) for w in counts}
+    base = counts[0]
+    ratio = {w: round(med[w] / med[base], 3) for w in counts}
+    kept_up = {w: round(per_cpu[w] / per_cpu[base], 3) for w in counts}
+    for w in counts:
+        print(f"median: {w} worker(s) {med[w]:.0f} spans/s ({ratio[w]:.2f}x {base}) on "
+              f"{cores[w]:.2f} cores; {per_cpu[w]:.0f} spans per worker CPU-second "
+              f"({kept_up[w]:.2f}x {base})")
+    print(f"store {store}; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
+    print("BENCH " + json.dumps({"store": store, "median_spans_per_s": med, "ratio": ratio,
                                  "median_spans_per_worker_cpu_s": per_cpu,
+                                 "median_worker_cores": cores, "kept_up": kept_up,
                                  "cpus": os.cpu_count(), "runs": runs}))
 
 

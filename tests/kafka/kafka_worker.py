@@ -5,7 +5,8 @@
 
 Runs ``KafkaConsumerStage`` (static assignment, worker I of N) feeding ``--engine``: ``mini``
 (tests/kafka/kafka_mini_engine.py, SQLite rows keyed by trace id) or ``real`` (the service's
-``otel_eval.pipeline.Engine`` with its SQLite ``Store``). SIGTERM shuts down gracefully
+``otel_eval.pipeline.Engine`` with its store: ``--db`` a SQLite file, or a ``postgresql://``
+URL shared by every worker). SIGTERM shuts down gracefully
 (drain, commit); SIGKILL is the crash under test. Prints ``ready`` once consuming; with
 ``--gate`` it prints ``ready`` before starting and waits for a line on stdin (bench/kafka.py
 releases all workers at once).
@@ -39,10 +40,11 @@ def build_engine(kind: str, db: str) -> tuple[Any, Any]:
     from otel_eval.evaluator import Evaluator
     from otel_eval.metrics import Metrics
     from otel_eval.pipeline import Engine
-    from otel_eval.store import Store
+    from otel_eval.store import is_postgresql_url, open_store
 
-    cfg = replace(Config(), **{"assembly.grace_s": 0.2, "store.path": db})
-    store = Store(db)
+    cfg = replace(Config(), **{"assembly.grace_s": 0.2,
+                               "store.url" if is_postgresql_url(db) else "store.path": db})
+    store = open_store(db)
     real = Engine(Evaluator(cfg), store, Metrics(), tick_interval_s=0.05)
     real.start()
 
