@@ -132,7 +132,11 @@ class Catalogue:
         return cls(sqlite3.connect(target, check_same_thread=False, timeout=60.0))
 
     def close(self) -> None:
-        self._conn.close()  # a PostgreSQL session's advisory lock goes with it
+        if self._pg and self._leading and not (self._conn.closed or self._conn.broken):
+            # released now, not when the server notices the session ended: the next worker
+            # to ask takes over at once
+            self._conn.execute("SELECT pg_advisory_unlock(%s)", (ISSUES_LOCK,))
+        self._conn.close()
 
     def lead(self) -> bool:
         """Whether this catalogue's job is the one to run (see the module docstring)."""

@@ -52,8 +52,8 @@ ON CONFLICT (trace_id) DO UPDATE SET revision = excluded.revision,
     passed = excluded.passed, body = excluded.body
 RETURNING NOT (xmax = 0)"""
 
-# Seconds between put_many attempts after a connection failure (the first retry at once).
-_RETRY_BACKOFF_S = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0)
+# Seconds before each put_many attempt: the first, and the first retry, at once.
+_RETRY_BACKOFF_S = (0.0, 0.0, 0.5, 1.0, 2.0, 4.0, 8.0)
 CONNECT_TIMEOUT_S = 10
 
 
@@ -97,7 +97,13 @@ class PostgresStore:
 
     def _run(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
         with self._lock:
-            return work(self._connection())
+            try:
+                return work(self._connection())
+            except psycopg.OperationalError:  # the session may be gone: the next call reopens
+                if self._conn is not None:
+                    self._conn.close()
+                self._conn = None
+                raise
 
     # -- writers --------------------------------------------------------------------------
 
@@ -110,7 +116,8 @@ class PostgresStore:
         if not rows:
             return []
         for attempt, pause in enumerate(_RETRY_BACKOFF_S):
-            self._sleep(pause)
+            if pause:
+                self._sleep(pause)
             try:
                 return self._run(lambda conn: _upsert(conn, rows))
             except psycopg.OperationalError as e:  # connection lost: reopen, try again

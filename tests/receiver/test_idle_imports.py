@@ -1,5 +1,5 @@
-"""Idle memory: a default ``serve`` imports litellm, scikit-learn (numpy, scipy) and aiokafka
-only when their feature is on. The default Service (ports 0, no judge, no Kafka, the issues
+"""Idle memory: a default ``serve`` imports litellm, scikit-learn (numpy, scipy), aiokafka and
+psycopg only when their feature is on. The default Service (ports 0, no judge, no Kafka, the issues
 job on) is built and started in a fresh interpreter, takes a priced agent run through the
 official SDK exporter, evaluates and stores it, and runs the issues job once (nothing to
 cluster); then none of those packages may be in ``sys.modules``."""
@@ -14,7 +14,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-HEAVY = ("litellm", "sklearn", "scipy", "numpy", "aiokafka", "openai", "tiktoken")
+HEAVY = ("litellm", "sklearn", "scipy", "numpy", "aiokafka", "openai", "tiktoken", "psycopg")
 
 SCRIPT = """
 import json, sys, tempfile

@@ -282,3 +282,31 @@ def _sql(target: str, sql: str) -> list[tuple[Any, ...]]:
         return db.execute(sql).fetchall()
     finally:
         db.close()
+
+
+def test_a_lost_connection_is_reopened(postgresql_url: str) -> None:
+    """PostgreSQL only: the server ends the session (restart, failover, idle kill); the next
+    batch is retried on a new connection, and reads reconnect."""
+    import psycopg
+
+    from otel_eval.store.postgresql import PostgresStore
+
+    pauses: list[float] = []
+    store = PostgresStore(postgresql_url, sleep=pauses.append)
+    try:
+        store.put_many([_ev(1)])
+        with psycopg.connect(postgresql_url, autocommit=True) as admin:
+            ended = admin.execute("SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity "
+                                  "WHERE application_name = 'otel-eval'").fetchall()
+        assert ended == [(True,)]
+        assert store.put_many([_ev(2)]) == [False]
+        assert pauses == []  # retried at once, on a new connection
+        assert _ids(store.latest(5)) == [2, 1]
+        with psycopg.connect(postgresql_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity "
+                          "WHERE application_name = 'otel-eval'")
+        with pytest.raises(psycopg.OperationalError):  # a read fails once (the API's 500) ...
+            store.count()
+        assert store.count() == 2  # ... and the next one reconnects
+    finally:
+        store.close()
