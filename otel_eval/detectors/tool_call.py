@@ -14,12 +14,14 @@ does not fail the agent's verdict, but it is counted and said.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from otel_eval.detectors.calls import Context, is_action_tool, result_failed
 from otel_eval.detectors.config import DetectorsConfig, ToolCallConfig
-from otel_eval.detectors.schema import Budget, Check, check_arguments
 from otel_eval.model import Finding, Step, Trajectory
+
+if TYPE_CHECKING:  # schema imports jsonschema and RE2: loaded when a tool offers a schema
+    from otel_eval.detectors.schema import Budget, Check
 
 
 def parameters_schema(definition: Any) -> Mapping[str, Any] | None:
@@ -41,6 +43,8 @@ def argument_problems(arguments: Any, schema: Mapping[str, Any], reject_unknown:
                       budget: Budget | None = None) -> tuple[list[dict[str, str]], Check]:
     """Violations of ``schema`` by ``arguments``: [{constraint, path, message}], best first,
     and the schema check (its ``trouble`` says what could not be checked)."""
+    from otel_eval.detectors.schema import Check, check_arguments
+
     if arguments is None:  # not recorded: nothing to check
         return [], Check()
     if isinstance(arguments, str):
@@ -110,7 +114,11 @@ def check_step(step: Step, offered: Mapping[str, Any], config: DetectorsConfig,
 
 def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) -> list[Finding]:
     out: list[Finding] = []
-    budget = Budget()  # schema work shared by all calls of this trajectory
+    budget = None  # schema work shared by all calls of this trajectory; schemas come only
+    if trajectory.tools:  # from offered tools, so a run without any imports no validator
+        from otel_eval.detectors.schema import Budget
+
+        budget = Budget()
     for step in trajectory.tool_steps:
         out += check_step(step, trajectory.tools, config, budget)
     return out

@@ -1,8 +1,9 @@
-"""Idle memory: a default ``serve`` imports litellm, scikit-learn (numpy, scipy), aiokafka and
-psycopg only when their feature is on. The default Service (ports 0, no judge, no Kafka, the issues
-job on) is built and started in a fresh interpreter, takes a priced agent run through the
-official SDK exporter, evaluates and stores it, and runs the issues job once (nothing to
-cluster); then none of those packages may be in ``sys.modules``."""
+"""Idle memory: a default ``serve`` imports litellm, scikit-learn (numpy, scipy), aiokafka,
+psycopg and jsonschema only when their feature is on (a judge, a clustering run, Kafka, a
+PostgreSQL store, a tool schema). The default Service (ports 0, no judge, no Kafka, the issues
+job on) is built and started in a fresh interpreter, takes a priced agent run (no tool
+schemas) through the official SDK exporter, evaluates and stores it, and runs the issues job
+once (nothing to cluster); then none of those packages may be in ``sys.modules``."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-HEAVY = ("litellm", "sklearn", "scipy", "numpy", "aiokafka", "openai", "tiktoken", "psycopg")
+HEAVY = ("litellm", "sklearn", "scipy", "numpy", "aiokafka", "openai", "tiktoken", "psycopg",
+         "jsonschema")  # the tool-schema validator: only for runs that offer schemas
 
 SCRIPT = """
 import json, sys, tempfile
