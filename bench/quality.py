@@ -297,8 +297,15 @@ def swe_loops(datasets: Path) -> dict[str, Any]:
     return figures
 
 
+def loops_cost(datasets: Path) -> dict[str, Any]:
+    """CPU of build + detect before/after issue 13 on TRAIL and SWE-bench
+    (bench/quality_loops.py)."""
+    figures: dict[str, Any] = _loops().cost(datasets)
+    return figures
+
+
 SECTIONS = {"tau": tau_bench, "trail": trail, "swe": swe, "swe_loops": swe_loops,
-            "speed": speed, "predictor": predictor}
+            "loops_cost": loops_cost, "speed": speed, "predictor": predictor}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
@@ -53,14 +54,19 @@ def _ratio(num: float, den: float) -> float | None:
 @contextlib.contextmanager
 def _as_before() -> Iterator[None]:
     """The stages as before issue 13: code actions not read, loop keys over all arguments
-    (not only the declared ones). Rule (f) is switched off by ``_before_config``."""
-    rebuild, declared = trajectory_stage.rebuild_code_actions, calls_stage._declared
+    (not only the declared ones), shell commands split by a regex for the read-only test.
+    Rule (f) is switched off by ``_before_config``."""
+    saved = (trajectory_stage.rebuild_code_actions, calls_stage._declared,
+             calls_stage.shell_commands)
     trajectory_stage.rebuild_code_actions = lambda steps, tools: (steps, {})  # type: ignore
     calls_stage._declared = lambda arguments, schema: arguments  # type: ignore
+    # the read-only test falls back to its regex split, as before shlex
+    calls_stage.shell_commands = lambda command: ([], False, "off")  # type: ignore
     try:
         yield
     finally:
-        trajectory_stage.rebuild_code_actions, calls_stage._declared = rebuild, declared
+        (trajectory_stage.rebuild_code_actions, calls_stage._declared,
+         calls_stage.shell_commands) = saved
 
 
 def _before_config(config: DetectorsConfig) -> DetectorsConfig:
@@ -264,3 +270,31 @@ def swe_loops(datasets: Path) -> dict[str, Any]:
                            "loop_rate_before": _ratio(tally["llm_only_loop_before"], runs),
                            "loop_rate_after": _ratio(tally["llm_only_loop_after"], runs)},
     }
+
+
+# --- cost -----------------------------------------------------------------------------------
+
+
+def cost(datasets: Path, rounds: int = 3) -> dict[str, Any]:
+    """CPU seconds to build and detect the TRAIL and SWE-bench runs (loaded once), before and
+    after, alternating ``rounds`` times (the machine is shared: only alternating runs
+    compare); median of the rounds and the ratio after / before."""
+    out: dict[str, Any] = {}
+    for name, path in (("trail", datasets / "trail" / "GAIA" / "traces"),
+                       ("swe", datasets / "swe-bench-mini-swe-agent" / "trajs")):
+        traces = list(load_path(path))
+        seconds: dict[str, list[float]] = {"before": [], "after": []}
+        for _ in range(rounds):
+            for label in seconds:
+                detectors = Detectors(_before_config(DetectorsConfig()) if label == "before"
+                                      else DetectorsConfig())
+                with _as_before() if label == "before" else contextlib.nullcontext():
+                    started = time.process_time()
+                    for trace in traces:
+                        detectors.evaluate(build_trajectory(trace, CFG))
+                    seconds[label].append(time.process_time() - started)
+        median = {k: sorted(v)[len(v) // 2] for k, v in seconds.items()}
+        out[name] = {"traces": len(traces), **{f"{k}_cpu_s": round(v, 3)
+                                               for k, v in median.items()},
+                     "after_over_before": _ratio(median["after"], median["before"])}
+    return out

@@ -185,6 +185,8 @@ def python_calls(code: str, known: Collection[str],
     was not (fully) read: ``too_large``, ``syntax_error``, ``too_deep``, ``too_many_calls``."""
     if len(code) > MAX_CODE_CHARS:
         return [], "too_large"
+    if not any(name in code for name in known):
+        return [], None  # names no tool: nothing to read, no parse
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError):  # ValueError: NUL bytes

@@ -87,7 +87,7 @@ def test_python_unicode_source_segments() -> None:
 HOSTILE = [
     ("huge code", "get_weather(city='a')\n" * (MAX_CODE_CHARS // 20), "too_large"),
     ("deep nesting", "get_weather(" + "-" * 40_000 + "1)", "too_deep"),
-    ("nested parentheses", "(" * 10_000 + ")" * 10_000, "syntax_error"),
+    ("nested parentheses", "get_weather" + "(" * 10_000 + ")" * 10_000, "syntax_error"),
     ("unterminated string", "get_weather(city='Paris)", "syntax_error"),
     ("NUL byte", "get_weather(city='a')\x00", "syntax_error"),
 ]
@@ -342,3 +342,7 @@ def test_shell_fast_path_splits_as_shlex_does() -> None:
     for _ in range(5_000):
         text = "".join(rng.choice("ab -;&|<>\n\t'\"") for _ in range(rng.randint(0, 24)))
         assert fast(text) == lexed(text), text
+
+
+def test_python_block_naming_no_known_tool_is_not_parsed() -> None:
+    assert python_calls("print(1 +)", KNOWN) == ([], None)  # not even a syntax error
