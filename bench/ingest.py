@@ -2,7 +2,7 @@
 
     python bench/ingest.py                      3 interleaved rounds, paced, idle, memory
     python bench/ingest.py --reps 1 --traces 2000 --mem-traces 1000     quick look
-    python bench/ingest.py --workers 1,2 --store sqlite,postgresql://u@127.0.0.1:5432/db
+    python bench/ingest.py --workers 1,2 --store sqlite,postgresql   a row per combination
     python bench/ingest.py --spool-cost --reps 5      serve with the spool on vs off
     python bench/ingest.py --profile-traces 2000      where serve's time goes, in process
 
@@ -65,6 +65,7 @@ from ingest_procs import (
     serve,
     sink,
     status_kb,
+    store_cpu_s,
     stored_rows,
     wait_for,
 )
@@ -89,16 +90,20 @@ def run_serve(args: argparse.Namespace, tmp: Path, variant: Variant, spool: bool
             load(s.grpc_port, args.warmup_traces, _opts(args), args.seed, args.max_load_s)
             rows += args.warmup_traces
             all_evaluated(s, rows)
-        accepted0, cpu0 = metrics(s.admin)[ACCEPTED], cpu_s(pid)
+        accepted0, cpu0, db0 = metrics(s.admin)[ACCEPTED], cpu_s(pid), store_cpu_s(variant)
         t_first, res = load(s.grpc_port, args.traces, _opts(args), args.seed,
                             args.max_load_s, rate)
         t_done = all_evaluated(s, rows + args.traces)
         m = metrics(s.admin)
         cpu = cpu_s(pid) - cpu0
+        db1 = store_cpu_s(variant)
         hwm = status_kb(pid, "VmHWM")
     seconds, spans = t_done - t_first, m[ACCEPTED] - accepted0
+    db = None if db0 is None or db1 is None else db1 - db0
     return {"spans_per_s": round(spans / seconds), "ack_spans_per_s": res["spans_per_s"],
             "spans_per_cpu_s": round(spans / cpu), "cores": round(cpu / seconds, 2),
+            "store_cpu_s": None if db is None else round(db, 2),
+            "spans_per_cpu_s_with_store": None if db is None else round(spans / (cpu + db)),
             "spans": int(spans), "seconds": round(seconds, 2),
             "p50_ms": res["p50_ms"], "p99_ms": res["p99_ms"], "errors": res["errors"],
             "throttled": int(m.get(THROTTLED, 0)), "vmhwm_mb": round(hwm / 1024),
@@ -184,6 +189,7 @@ def summarize(base: list[dict[str, Any]], rows: list[dict[str, Any]],
     sc, bc = median_of(rows, "spans_per_cpu_s"), median_of(base, "spans_per_cpu_s")
     return {"serve_e2e_spans_per_s": round(s), "ratio": round(s / b, 3),
             "serve_spans_per_cpu_s": round(sc), "cpu_ratio": round(sc / bc, 3),
+            "spans_per_cpu_s_with_store": median_of(rows, "spans_per_cpu_s_with_store"),
             "cores": median_of(rows, "cores"),
             "serve_ack_spans_per_s": round(median_of(rows, "ack_spans_per_s")),
             "p50_ms": median_of(rows, "p50_ms"), "p99_ms": median_of(rows, "p99_ms"),
@@ -210,8 +216,11 @@ def report(out: dict[str, Any]) -> None:
     for label, v in out["variants"].items():
         paced, idle, mem = v["paced"], v["idle"], v["memory"]
         at_rate = f"{paced['p99_ms']} at {paced['rate']}" if paced else "-"
+        with_db = v["spans_per_cpu_s_with_store"]
+        cpu = v["serve_spans_per_cpu_s"]
+        cpu_text = f"{cpu} ({round(with_db)} with the database)" if with_db == with_db else cpu
         print(f"| {label} | {v['serve_e2e_spans_per_s']} | {v['ratio']} | "
-              f"{v['serve_spans_per_cpu_s']} | {v['cpu_ratio']} | {v['cores']} | "
+              f"{cpu_text} | {v['cpu_ratio']} | {v['cores']} | "
               f"{v['p50_ms']} / {v['p99_ms']} | {at_rate} | "
               f"{idle['vmrss_mb'] if idle else '-'} | {mem['kb_per_trace'] if mem else '-'} |")
     print("BENCH " + json.dumps(out), flush=True)
@@ -349,8 +358,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default=[None],
                    help="serve --workers values, comma-separated (default: flag not passed)")
     p.add_argument("--store", type=lambda s: s.split(","), default=["sqlite"],
-                   help="'sqlite' (a fresh file per run) and/or URLs for serve --store, "
-                        "comma-separated")
+                   help="serve --store values, comma-separated: 'sqlite' (a fresh file per "
+                        "run), 'postgresql' (a fresh database per run on a server started "
+                        "here), or a postgresql:// URL")
     p.add_argument("--max-load-s", type=float, default=60.0, help="bound on one load run")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--profile-traces", type=int, default=0,

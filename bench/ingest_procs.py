@@ -156,7 +156,9 @@ class Variant:
     """One serve configuration of the table: pass-through flags of ``serve``."""
 
     workers: int | None  # serve --workers N; None: the flag is not passed (serve's default)
-    store: str  # "sqlite" (a fresh file per run) or a URL passed as serve --store
+    # serve --store: "sqlite" (a fresh file per run), "postgresql" (a fresh database per run
+    # on a server the bench starts) or a postgresql:// URL used as is
+    store: str
 
     @property
     def label(self) -> str:
@@ -168,6 +170,30 @@ class Variant:
         every core for more (then serve and the load generator share one)."""
         n = os.cpu_count() or 1
         return "0" if self.workers is None or self.workers <= 1 or n == 1 else f"0-{n - 1}"
+
+
+_PG: list[Any] = []  # the PostgreSQL server this bench started, if any
+
+
+def postgresql() -> Any:
+    """A PostgreSQL server for ``--store postgresql`` (Debian's binaries, a temp dir, a free
+    loopback port, fsync on: ``tests/postgresql_server.py``), started on first use and
+    stopped at exit; each serve run gets a fresh database of it."""
+    if not _PG:
+        sys.path.insert(0, str(ROOT / "tests"))
+        from postgresql_server import PostgresServer
+
+        _PG.append(PostgresServer(durable=True).start())
+    return _PG[0]
+
+
+def store_cpu_s(variant: Variant) -> float | None:
+    """CPU seconds of the PostgreSQL server this bench started (postmaster, live backends,
+    ended ones), for a ``postgresql`` variant: part of what storing costs; else None."""
+    if variant.store != "postgresql" or not _PG:
+        return None
+    pid = int((_PG[0].dir / "data" / "postmaster.pid").read_text().split()[0])
+    return cpu_s(pid)
 
 
 @dataclass
@@ -190,6 +216,7 @@ def serve(tmp: Path, variant: Variant, config: dict[str, Any] | None,
         argv += ["--config", str(cfg)]
     grpc_port, admin = free_port(), free_port()
     store = (str(tmp / f"store-{time.monotonic_ns()}.db") if variant.store == "sqlite"
+             else postgresql().create_database() if variant.store == "postgresql"
              else variant.store)
     argv += ["--grpc-endpoint", f"127.0.0.1:{grpc_port}", "--admin-endpoint",
              f"127.0.0.1:{admin}", "--store", store, *(extra or [])]
