@@ -379,9 +379,10 @@ class _Rebuilder:
 
 def rebuild_code_actions(steps: list[Step], tools: dict[str, Any],
                          ) -> tuple[list[Step], dict[str, int]]:
-    """``steps`` with the tool calls made by code actions inserted as rebuilt tool steps,
-    re-indexed, and the counts of what was read (``blocks``, ``calls``, ``steps``, ``rebuilt``,
-    ``unparsed_<reason>``; empty when no LLM reply holds code).
+    """``steps`` with the tool calls made by code actions (in LLM replies that request no
+    tool calls: a reply that does acts through them, its code is an example) inserted as
+    rebuilt tool steps, re-indexed, and the counts of what was read (``blocks``, ``calls``,
+    ``steps``, ``rebuilt``, ``unparsed_<reason>``; empty when no LLM reply holds code).
 
     A call (of a known tool, in an LLM reply's code) was run by a later sibling span of the
     LLM step, before the next LLM sibling, with its name (a tool span, or a managed agent's
@@ -394,8 +395,8 @@ def rebuild_code_actions(steps: list[Step], tools: dict[str, Any],
     out: list[Step] = []
     for position, step in enumerate(steps):
         out.append(step)
-        if step.kind != "llm" or step.rebuilt:
-            continue
+        if step.kind != "llm" or step.rebuilt or step.tool_calls:
+            continue  # a reply with tool calls acts through them: its code is an example
         text = _reply(step)
         if text is None:
             continue

@@ -346,3 +346,22 @@ def test_shell_fast_path_splits_as_shlex_does() -> None:
 
 def test_python_block_naming_no_known_tool_is_not_parsed() -> None:
     assert python_calls("print(1 +)", KNOWN) == ([], None)  # not even a syntax error
+
+
+def test_a_reply_with_tool_calls_acts_through_them_not_through_its_code() -> None:
+    """An LLM-only function-calling agent whose reply also shows a code example: the call is
+    rebuilt once, from the tool call, not again from the example."""
+    reply = [{"role": "assistant", "parts": [
+        {"type": "text", "content": "Like this:\n```python\nget_weather(city='Rome')\n```"},
+        {"type": "tool_call", "id": "c1", "name": "get_weather",
+         "arguments": {"city": "Paris"}}]}]
+    t = build_trajectory(trace(
+        span("agent", None, 0, {"gen_ai.operation.name": "invoke_agent"}, end=100),
+        span("c1", "agent", 1, {
+            "gen_ai.operation.name": "chat", "gen_ai.request.model": "m",
+            "gen_ai.output.messages": json.dumps(reply),
+            "gen_ai.tool.definitions": json.dumps([{"type": "function", "name": "get_weather",
+                                                    "parameters": {}}])})), CFG)
+    assert [(s.tool_name, s.arguments) for s in t.tool_steps] == [
+        ("get_weather", {"city": "Paris"})]
+    assert t.code_actions == {}
