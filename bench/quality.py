@@ -10,7 +10,8 @@
   and where findings sit relative to the annotated spans (bench/quality_loops.py).
 - SWE-bench mini-swe-agent: loop and budget finding rates for resolved vs unresolved runs
   (budgets = the runs' own step and cost limits) and the AUC of a reference-free score;
-  ``swe_loops``: loop rates before/after, and the runs seen through their LLM spans only.
+  ``swe_loops``: loop rates before/after, and the runs seen through their LLM spans only;
+  ``loops_cost``: build + detect CPU before/after on TRAIL and SWE-bench.
 - Success predictor (bench/predictor.py): AUC, Brier score and reliability with folds grouped
   by task, within tau-bench and SWE-bench and across them, against the reference-free score.
 - Offline evaluation speed on the tau-bench file (load + build + detect; detect alone; the
@@ -28,7 +29,6 @@ import contextlib
 import gzip
 import io
 import json
-import re
 import sys
 import time
 from collections import Counter
@@ -129,18 +129,6 @@ def _mean(values: Iterable[float | None]) -> float | None:
 
 
 # --- TRAIL GAIA ----------------------------------------------------------------------------
-
-
-def _annotations(folder: Path) -> dict[str, list[dict[str, Any]]]:
-    out = {}
-    for path in sorted(folder.glob("*.json")):
-        text = re.sub(r",\s*([\]}])", r"\1", path.read_text())  # one file has a trailing comma
-        out[path.stem] = json.loads(text).get("errors", [])
-    return out
-
-
-def _category(error: dict[str, Any]) -> str:
-    return re.sub(r"\s+errors?$", "", str(error.get("category", "")).strip().lower())
 
 
 def trail(datasets: Path) -> dict[str, Any]:
