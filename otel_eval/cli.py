@@ -30,6 +30,16 @@ def _endpoint(value: str) -> str:
     return value
 
 
+def _workers(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of workers (0 or more)")
+    return n
+
+
 def _budget(value: str) -> tuple[str, float]:
     name, sep, raw = value.partition("=")
     if not sep or name not in BUDGET_NAMES:
@@ -73,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--admin-endpoint", type=_endpoint, metavar="HOST:PORT")
     serve.add_argument("--store", metavar="PATH|URL", help="SQLite file for results, or a "
                        "postgresql:// URL (store.url: the fleet's shared store)")
+    serve.add_argument("--workers", type=_workers, metavar="N",
+                       help="evaluation worker processes (evaluation.workers; 0: one per "
+                       "core, 1: none, evaluate in the serving process)")
     serve.add_argument("--allow-insecure-non-loopback", action="store_true",
                        help="listen beyond loopback without TLS and tokens (receiver and "
                             "admin allow_insecure_non_loopback); restrict access otherwise")
@@ -142,7 +155,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
                       ("forward_endpoint", "export.forward_endpoint"),
                       ("kafka_brokers", "kafka.brokers"), ("judge", "judge.model"),
                       ("judge_api_base", "judge.api_base"),
-                      ("model", "prediction.model_path")):
+                      ("model", "prediction.model_path"), ("workers", "evaluation.workers")):
         value = getattr(args, flag, None)
         if value is None:
             continue

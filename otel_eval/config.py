@@ -29,9 +29,10 @@ from otel_eval.results.config import ExportConfig
 from otel_eval.store.base import is_postgresql_url
 
 __all__ = [
-    "AdminConfig", "AssemblyConfig", "Config", "ConfigError", "DetectorsConfig", "ExportConfig",
-    "IssuesConfig", "JudgeConfig", "KafkaConfig", "PredictionConfig", "ReceiverConfig",
-    "StoreConfig", "TlsServerConfig", "TrajectoryConfig", "build", "load_config", "parse_endpoint",
+    "AdminConfig", "AssemblyConfig", "Config", "ConfigError", "DetectorsConfig",
+    "EvaluationConfig", "ExportConfig", "IssuesConfig", "JudgeConfig", "KafkaConfig",
+    "PredictionConfig", "ReceiverConfig", "StoreConfig", "TlsServerConfig", "TrajectoryConfig",
+    "build", "load_config", "parse_endpoint",
 ]
 
 
@@ -205,6 +206,29 @@ class StoreConfig:
 
 
 @dataclass(frozen=True)
+class EvaluationConfig:
+    # Processes that evaluate released traces (trajectory, detectors, store writes), each
+    # trace id always in the same one; receivers, assembly, the spool, the judge and the
+    # issues job stay in the serving process. 0: one per core this process may use (CPU
+    # affinity, capped by a cgroup CPU limit); 1: evaluate in the serving process itself.
+    workers: int = 0
+    # Traces handed to one worker process and not yet stored, at most. The rest wait in the
+    # serving process, where their spans count in assembly.max_pending_spans (receivers
+    # throttle past it).
+    max_inflight_traces_per_worker: int = 64
+    # A worker that dies is restarted and the traces it held are handed to it again; a trace
+    # held by a worker that died this many times is stored as an evaluation error instead.
+    max_attempts: int = 3
+    # Seconds a worker process may take to start (imports, opening the store). When the
+    # workers cannot start, serve evaluates in its own process and logs why.
+    worker_start_timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        validate(self, minimum={"workers": 0, "max_inflight_traces_per_worker": 1,
+                                "max_attempts": 1, "worker_start_timeout_s": 1})
+
+
+@dataclass(frozen=True)
 class Config:
     # OTLP receivers (gRPC and HTTP).
     receiver: ReceiverConfig = field(default_factory=ReceiverConfig)
@@ -228,6 +252,8 @@ class Config:
     admin: AdminConfig = field(default_factory=AdminConfig)
     # Where evaluations are kept.
     store: StoreConfig = field(default_factory=StoreConfig)
+    # Where evaluation runs: worker processes (serve --workers N) or the serving process.
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
 
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")

@@ -60,6 +60,8 @@ Metrics (counters are exposed with the ``_total`` suffix):
                predictions (otel_eval.predict.online)
     spool      otel_eval_spool_bytes, otel_eval_spool_requests                    gauges
                otel_eval_spool_spans_replayed_total, otel_eval_spool_failures_total{operation}
+    workers    otel_eval_workers_running, otel_eval_workers_inflight_traces{worker}   gauges
+               otel_eval_workers_restarts_total{worker}, otel_eval_workers_retried_traces_total
     sink       otel_eval_sink_dropped_total{sink,reason}    items (events, spans) a sink dropped
                otel_eval_forward_spans_sent_total, otel_eval_events_emitted_total
 
@@ -93,6 +95,7 @@ from otel_eval import model
 from otel_eval.detectors.non_termination import NOT_ENDED_KINDS
 from otel_eval.predict.config import PredictionConfig
 from otel_eval.predict.online import PredictionMetrics
+from otel_eval.workers.metrics import WorkerMetrics
 
 __all__ = ["OTHER", "TOOL_ERROR_KINDS", "JudgeMetrics", "KafkaMetrics", "Metrics", "SpoolMetrics",
            "render"]
@@ -151,6 +154,7 @@ class Metrics:
         self.kafka = KafkaMetrics(self)
         self.spool = SpoolMetrics(self)
         self.prediction = PredictionMetrics(self, prediction)
+        self.workers = WorkerMetrics(self)
 
     # --- declarations -------------------------------------------------------------------
 

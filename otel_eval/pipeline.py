@@ -1,8 +1,9 @@
 """The engine: receivers hand it spans; it assembles, evaluates, stores and exports.
 
     submit(spans) -> [spool] -> assembly -> tick(now) releases traces -> queue (bounded by
-        pending spans) -> Evaluator.evaluate -> Store.put_many -> [spool: evaluated] -> metrics
-        -> sinks (events, forward, judge) -> waiters (Kafka offsets)
+        pending spans) -> EvaluationStage.run: Evaluator.evaluate -> Store.put_many (here, or
+        in worker processes) -> [spool: evaluated] -> metrics -> sinks (events, forward,
+        judge) -> waiters (Kafka offsets)
 
 Admission control is the one back-pressure mechanism: spans accepted but not yet stored
 (``pending``) are bounded by ``max_pending_spans`` and their received bytes by
@@ -16,7 +17,11 @@ leave it once their traces are stored, so a crash (kill -9) loses nothing acknow
 ``Spool.replay`` submits them again at start (``replayed=True``: no admission, no new spool row).
 
 Threads: receivers call ``submit`` from their own threads; one worker thread ticks the
-assembler and evaluates (``start``). Tests call ``tick(now)`` and ``process()`` by hand instead.
+assembler and hands released traces to the evaluation stage (``start``). In process (the
+default stage) it evaluates them itself; with ``workers.pool.WorkerPool`` the pool's threads
+finish them (``_finish``, serialized by its own lock) as the worker processes store them. A
+trace's spans count as pending until then, so the pending bounds throttle receivers whatever
+the stage. Tests call ``tick(now)`` and ``process()`` by hand instead.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from otel_eval.metrics import Metrics
 from otel_eval.model import Evaluation, LogEvent, Span, Trace
 from otel_eval.spool import Spool
 from otel_eval.store import EvaluationStore
+from otel_eval.workers.stage import EvaluationStage, InProcess, Job, Outcome
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +87,7 @@ class Engine:
     def __init__(self, evaluator: Evaluator, store: EvaluationStore, metrics: Metrics, *,
                  sinks: Sequence[Sink] = (), clock: Callable[[], float] = time.monotonic,
                  tick_interval_s: float = 0.25, batch_size: int = 256,
-                 spool: Spool | None = None) -> None:
+                 spool: Spool | None = None, stage: EvaluationStage | None = None) -> None:
         self.config = evaluator.config.assembly
         self.evaluator = evaluator
         self.store = store
@@ -91,9 +97,12 @@ class Engine:
         self.tick_interval_s = tick_interval_s
         self.batch_size = batch_size
         self.spool = spool
+        # where released traces are evaluated and stored (worker processes, or this one)
+        self.stage: EvaluationStage = stage or InProcess(evaluator, store)
+        self._finish_lock = threading.Lock()  # stages may finish jobs from several threads
         self._assembler = TraceAssembler(self.config)
         self._lock = threading.Lock()
-        self._queue: deque[tuple[Trace, float]] = deque()  # (trace, released at)
+        self._queue: deque[Job] = deque()
         self._queued_spans = 0
         self._queued_bytes = 0
         self._closing = False
@@ -231,7 +240,7 @@ class Engine:
     def _enqueue(self, traces: list[Trace]) -> None:  # lock held
         now = self.clock()
         for t in traces:
-            self._queue.append((t, now))
+            self._queue.append(Job(t, now))
             self._queued_spans += len(t.spans)
             self._queued_bytes += sum(s.nbytes for s in t.spans)
             self.metrics.trace_released(t.status, t.release_reason, len(t.spans))
@@ -239,7 +248,8 @@ class Engine:
             self._wake.set()
 
     def process(self, max_traces: int | None = None) -> int:
-        """Evaluate, store and export queued traces; returns how many were stored."""
+        """Hand queued traces to the evaluation stage; returns how many. In process (the
+        default stage) they are evaluated, stored and exported before this returns."""
         done = 0
         while max_traces is None or done < max_traces:
             with self._lock:
@@ -247,30 +257,28 @@ class Engine:
                 batch = [self._queue.popleft() for _ in range(n)]
             if not batch:
                 break
-            self._process_batch(batch)
+            self.stage.run(batch, self._finish)
             done += len(batch)
         return done
 
-    def _process_batch(self, batch: list[tuple[Trace, float]]) -> None:
-        evaluated: list[tuple[Trace, Evaluation, float]] = []
-        for trace, released_at in batch:
-            try:
-                ev = self.evaluator.evaluate(trace, self.store.feedback(trace.trace_id))
-            except Exception as e:  # stage boundary: the trace is still stored, with the error
-                log.exception("evaluation of trace %s failed", trace.trace_id)
-                self.metrics.evaluation_failed("evaluate", type(e).__name__)
-                ev = self.evaluator.failed(trace, e)
-            evaluated.append((trace, ev, released_at))
-        superseded = self.store.put_many(ev for _, ev, _ in evaluated)
+    def _finish(self, jobs: list[Job], outcomes: list[Outcome]) -> None:
+        """After the store committed ``jobs``: spool, metrics, sinks, then the waiters."""
+        with self._finish_lock:
+            self._finish_locked(jobs, outcomes)
+
+    def _finish_locked(self, jobs: list[Job], outcomes: list[Outcome]) -> None:
         if self.spool is not None:
             try:  # after the commit: a crash in between replays and supersedes
-                self.spool.evaluated((t.trace_id, t.revision) for t, _ in batch)
+                self.spool.evaluated((j.trace.trace_id, j.trace.revision) for j in jobs)
             except (sqlite3.Error, OSError):  # rows stay (replayed at start): count, go on
                 log.exception("spool: deleting evaluated traces failed")
                 self.metrics.spool.failed("delete")
         now = self.clock()
-        for (trace, ev, released_at), sup in zip(evaluated, superseded, strict=True):
-            self.metrics.evaluation_stored(ev, now - released_at, sup)
+        for job, out in zip(jobs, outcomes, strict=True):
+            trace, ev = job.trace, out.evaluation
+            if out.failure is not None:
+                self.metrics.evaluation_failed("evaluate", out.failure)
+            self.metrics.evaluation_stored(ev, now - job.released_at, out.superseded)
             for sink in self.sinks:
                 try:
                     sink.export(trace, ev)
@@ -280,11 +288,11 @@ class Engine:
                     self.metrics.sink_dropped(type(sink).__name__, "exception", 1)
         # Only now is the work durable: release the pending budget and tell the waiters.
         with self._lock:
-            self._queued_spans -= sum(len(t.spans) for t, _ in batch)
-            self._queued_bytes -= sum(s.nbytes for t, _ in batch for s in t.spans)
+            self._queued_spans -= sum(len(j.trace.spans) for j in jobs)
+            self._queued_bytes -= sum(s.nbytes for j in jobs for s in j.trace.spans)
             self._update_gauges()
-        for trace, _ in batch:
-            for waiter in trace.waiters:
+        for job in jobs:
+            for waiter in job.trace.waiters:
                 waiter()
 
     def _update_gauges(self) -> None:  # lock held
@@ -315,11 +323,14 @@ class Engine:
 
     @property
     def healthy(self) -> bool:
-        return self.failure is None and (self._thread is None or self._thread.is_alive()
-                                          or self._closing)
+        return self.failure is None and self.stage.healthy and (
+            self._thread is None or self._thread.is_alive() or self._closing)
 
     def shutdown(self, deadline_s: float = 30.0) -> None:
-        """Stop taking spans, release every open trace, evaluate and store them all."""
+        """Stop taking spans, release every open trace, evaluate and store them all (with
+        worker processes: wait for them to store what they were given, within the deadline;
+        what they could not store stays in the spool)."""
+        end = time.monotonic() + deadline_s
         with self._lock:
             self._closing = True
         self._wake.set()
@@ -328,3 +339,6 @@ class Engine:
         with self._lock:
             self._enqueue(self._assembler.release_all(self.clock(), "shutdown"))
         self.process()
+        if not self.stage.drain(max(0.0, end - time.monotonic())):
+            log.error("evaluation workers did not store every trace before the deadline; "
+                      "what they hold is replayed from the spool at the next start")

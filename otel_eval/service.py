@@ -2,7 +2,9 @@
 
     OTLP/gRPC :4317 ─┐
     OTLP/HTTP :4318 ─┼─> Ingest -> Engine [spool -> assembly -> evaluate -> store] -> sinks
-    Kafka consumer  ─┘                     (judge, events, forward, Kafka results topic)
+    Kafka consumer  ─┘                      (evaluate -> store: in N worker processes with
+                                            evaluation.workers > 1, by trace id)
+                                           sinks: judge, events, forward, Kafka results topic
     admin :8888 <- /metrics, /healthz, /readyz, /v1/evaluations, /v1/feedback, /v1/issues
 
 With ``kafka.publish`` the receivers' Ingest feeds a ``PublishingEngine`` (records to the
@@ -45,6 +47,9 @@ from otel_eval.receiver.ingest import Ingest
 from otel_eval.receiver.security import exposure_problem, is_loopback
 from otel_eval.spool import Spool
 from otel_eval.store import open_store
+from otel_eval.workers.child import WorkerSpec
+from otel_eval.workers.pool import WorkerPool, available_cores
+from otel_eval.workers.stage import InProcess, store_failed
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +83,10 @@ class Service:
         spool_file = sc.spool_file()
         self.spool = Spool(spool_file, sc.spool_max_bytes, self.metrics.spool,
                            fsync=sc.spool_fsync) if spool_file else None
-        self.engine = Engine(self.evaluator, self.store, self.metrics,
-                             sinks=[s for s in self.sinks if hasattr(s, "export")], clock=clock,
-                             spool=self.spool)
+        engine_sinks = [s for s in self.sinks if hasattr(s, "export")]
+        self.pool = self._make_pool(lean=not engine_sinks)
+        self.engine = Engine(self.evaluator, self.store, self.metrics, sinks=engine_sinks,
+                             clock=clock, spool=self.spool, stage=self.pool)
         self.consumer: Any = None
         self.publisher: Any = None
         submitter: Any = self.engine
@@ -129,6 +135,33 @@ class Service:
             from otel_eval.kafka.results import ResultsPublisher
             sinks.append(OnLoop(ResultsPublisher(kc, self.metrics.kafka), self.loop))
         return sinks
+
+    def _make_pool(self, lean: bool) -> WorkerPool | None:
+        """Worker processes for evaluation when more than one is asked for (0: per core)."""
+        ec = self.config.evaluation
+        n = ec.workers or available_cores()
+        if n <= 1:
+            return None
+        spec = WorkerSpec(self.config, self.config.store.target,
+                          dict(self.options.budget_overrides), self.options.references_path,
+                          lean=lean, log_level=logging.getLogger().getEffectiveLevel())
+        evaluator, store = self.evaluator, self.store
+        return WorkerPool(n, spec, self.metrics.workers,
+                          lambda traces, e: store_failed(evaluator, store, traces, e),
+                          max_inflight=ec.max_inflight_traces_per_worker,
+                          max_attempts=ec.max_attempts,
+                          start_timeout_s=ec.worker_start_timeout_s)
+
+    def _start_pool(self) -> None:
+        """Start the workers; when they cannot start, evaluate in this process instead."""
+        assert self.pool is not None
+        try:
+            self.pool.start()
+        except Exception:
+            log.exception("evaluation workers could not start; evaluating in the serving "
+                          "process")
+            self.pool = None
+            self.engine.stage = InProcess(self.evaluator, self.store)
 
     def _make_issues(self) -> Any:
         """The periodic issue clustering over the stored window (``issues.interval_s``)."""
@@ -181,6 +214,10 @@ class Service:
             lc.add("kafka publisher", OnLoop(self.publisher, self.loop))
         if self.consumer is not None and self.loop is not None:
             lc.add("kafka consumer", OnLoop(self.consumer, self.loop))
+        if self.pool is not None:  # stopped after the engine drained into it
+            lc.add("evaluation workers", Step(
+                start=self._start_pool,
+                shutdown=lambda d: self.pool.shutdown(d) if self.pool is not None else None))
         lc.add("engine", self.engine, start=worker)
         if self.spool is not None:  # before the receivers: replayed spans come first
             engine, spool = self.engine, self.spool

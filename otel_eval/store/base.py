@@ -48,6 +48,11 @@ class EvaluationStore(Protocol):
 
     def get(self, trace_id: str) -> dict[str, Any] | None: ...
 
+    def stamp(self, trace_id: str) -> tuple[int, int] | None:
+        """(revision, evaluated_at_ns) of the stored evaluation, or None: a worker that
+        re-evaluates a dead one's traces tells that worker's commit from an older row."""
+        ...
+
     def latest(self, limit: int) -> list[dict[str, Any]]: ...
 
     def query(self, q: EvaluationQuery) -> Page:

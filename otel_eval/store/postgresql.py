@@ -179,6 +179,11 @@ class PostgresStore:
         rows = self._rows("SELECT body FROM evaluations WHERE trace_id = %s", (trace_id,))
         return json.loads(rows[0][0]) if rows else None
 
+    def stamp(self, trace_id: str) -> tuple[int, int] | None:
+        rows = self._rows("SELECT revision, evaluated_at_ns FROM evaluations "
+                          "WHERE trace_id = %s", (trace_id,))
+        return (int(rows[0][0]), int(rows[0][1])) if rows else None
+
     def latest(self, limit: int) -> list[dict[str, Any]]:
         rows = self._rows("SELECT body FROM evaluations ORDER BY evaluated_at_ns DESC, "
                           "trace_id LIMIT %s", (limit,))

@@ -116,6 +116,14 @@ class SqliteStore:
                                    (trace_id,)).fetchone()
         return None if row is None else json.loads(row[0])
 
+    def stamp(self, trace_id: str) -> tuple[int, int] | None:
+        """(revision, evaluated_at_ns) of the stored evaluation, or None: lets a worker that
+        re-evaluates the traces of a dead one tell that worker's commit from an older row."""
+        with self._lock:
+            row = self._db.execute("SELECT revision, evaluated_at_ns FROM evaluations "
+                                   "WHERE trace_id = ?", (trace_id,)).fetchone()
+        return None if row is None else (int(row[0]), int(row[1]))
+
     def latest(self, limit: int) -> list[dict[str, Any]]:
         with self._lock:
             rows = self._db.execute(

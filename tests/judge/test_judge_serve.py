@@ -71,7 +71,8 @@ def _serve(tmp_path: Path, llm: FakeLLM, events: Downstream | None = None
         "receiver.grpc_endpoint": "127.0.0.1:0", "receiver.http_endpoint": "",
         "admin.endpoint": "127.0.0.1:0", "store.path": str(tmp_path / "r.db"),
         "judge.model": "openai/gpt-4o-mini", "judge.api_base": llm.api_base,
-        "judge.timeout_s": 5.0, "judge.max_retries": 0, "judge.backoff_initial_s": 0.0}
+        "judge.timeout_s": 5.0, "judge.max_retries": 0, "judge.backoff_initial_s": 0.0,
+        "evaluation.workers": 1}
     if events is not None:
         changes["export.events_endpoint"] = f"127.0.0.1:{events.port}"
     now = [1000.0]

@@ -34,8 +34,10 @@ pytestmark = pytest.mark.slow
 # Complete traces are evaluated a moment after they arrive, so kills land while evaluations are
 # being stored; traces without a root wait for the idle timeout (or SIGTERM), so every kill
 # finds acknowledged spans not yet evaluated.
+# Two evaluation worker processes (serve --workers 2): killing serve leaves them nothing to
+# answer to, and what they held is replayed from the spool like the rest.
 CONFIG = {"assembly": {"grace_s": 0.2, "idle_timeout_s": 600.0,
-                       "max_trace_duration_s": 3600.0}}
+                       "max_trace_duration_s": 3600.0}, "evaluation": {"workers": 2}}
 SPANS_PER_TRACE = 5
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -22,9 +23,10 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 pytestmark = pytest.mark.slow
 
-# Long idle timeout: open traces can only be released by the shutdown itself.
+# Long idle timeout: open traces can only be released by the shutdown itself. Two evaluation
+# worker processes (serve --workers 2), whatever the machine's cores.
 CONFIG = {"assembly": {"grace_s": 0.3, "idle_timeout_s": 600.0,
-                       "max_trace_duration_s": 3600.0}}
+                       "max_trace_duration_s": 3600.0}, "evaluation": {"workers": 2}}
 
 
 def _trace(kind: str, children: int = 4) -> tuple[str, list[ReadableSpan]]:
@@ -109,3 +111,33 @@ def test_sigterm_under_load_loses_no_acknowledged_span(tmp_path: Path) -> None:
     acked = set().union(*per_client)
     assert len(acked) >= 1500
     _check_store(srv, acked, {})
+
+
+def test_sigterm_waits_for_the_worker_processes_to_store_what_they_hold(tmp_path: Path) -> None:
+    """The store's write lock, taken by the test, holds released traces inside the workers:
+    SIGTERM must release the open traces and wait for the workers to store all of it."""
+    kinds = ["complete"] * 10 + ["no_root"] * 5
+    traces = dict(_trace(k) for k in kinds)
+    status = {tid: "complete" if k == "complete" else "incomplete"
+              for tid, k in zip(traces, kinds, strict=True)}
+    acked: set[tuple[str, str]] = set()
+    with serve(tmp_path, CONFIG) as srv:
+        client = exporter(srv.grpc_target)
+        batch = [s for spans in traces.values() for s in spans]
+        assert client.export(batch) == SpanExportResult.SUCCESS
+        acked |= ids(batch)
+        client.shutdown()
+        lock = sqlite3.connect(srv.store, isolation_level=None)
+        lock.execute("BEGIN IMMEDIATE")
+        try:
+            poll(lambda: srv.metrics().get("otel_eval_workers_inflight_traces", 0) > 0, 60,
+                 "released traces to be inside the workers")
+            srv.proc.send_signal(signal.SIGTERM)
+            poll(lambda: not srv.ready(), 60, "serve to begin shutting down")
+            assert srv.proc.poll() is None  # waiting for its workers, which cannot store yet
+            assert not stored(srv.store)
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+        assert srv.proc.wait(60) == 0, srv.log_tail()
+    _check_store(srv, acked, status)

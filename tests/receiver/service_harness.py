@@ -56,6 +56,7 @@ def running_service(tmp_path: Path, **changes: Any) -> Iterator[Harness]:
     cfg = replace(Config(), **{
         "receiver.grpc_endpoint": "127.0.0.1:0", "receiver.http_endpoint": "127.0.0.1:0",
         "admin.endpoint": "127.0.0.1:0", "store.path": str(tmp_path / "otel-eval.db"),
+        "evaluation.workers": 1,
         **changes})
     clock = ManualClock()
     svc = Service(cfg, registry=CollectorRegistry(), clock=clock)

@@ -1,0 +1,208 @@
+"""``serve --workers N``: evaluation in worker processes keeps the engine's promises.
+
+A real ``Service`` (gRPC receiver on port 0, spool, SQLite store) with two worker processes.
+Work is held inside the workers without sleeping: the test takes the store's write lock
+(``BEGIN IMMEDIATE`` on its own connection), so a worker evaluates its first trace and then
+waits in ``put_many``; releasing the lock lets every worker commit. While they wait the test
+observes the in-flight bound, the receiver's throttling, and kills a worker with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import grpc
+from service_harness import Harness, running_service
+from test_receivers import _raw_export
+
+from otel_eval import otlp
+from otel_eval.config import Config
+from otel_eval.evaluator import Evaluator
+from otel_eval.model import Span, Trace
+from otel_eval.store import Store
+from otel_eval.workers.pool import WorkerPool
+from otel_eval.workers.stage import evaluate_and_store
+
+SPANS = 3  # per trace: a root and two children, all ended
+
+
+def _trace(trace_id: str) -> list[Span]:
+    resource = {"service.name": "agents"}
+    root = Span(trace_id, f"{1:016x}", None, "invoke_agent", 1, 10, resource=resource,
+                attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a"})
+    return [root] + [Span(trace_id, f"{k + 2:016x}", f"{1:016x}", "chat", 2, 3,
+                          resource=resource) for k in range(SPANS - 1)]
+
+
+def _ids(per_worker: int, workers: int = 2) -> dict[int, list[str]]:
+    """Trace ids, ``per_worker`` routed to each worker (the pool routes by crc32 % N)."""
+    out: dict[int, list[str]] = {w: [] for w in range(workers)}
+    i = 0
+    while any(len(v) < per_worker for v in out.values()):
+        i += 1
+        tid = f"{i:032x}"
+        w = zlib.crc32(tid.encode()) % workers
+        if len(out[w]) < per_worker:
+            out[w].append(tid)
+    return out
+
+
+def _send(h: Harness, spans: list[Span]) -> grpc.StatusCode | None:
+    _, err = _raw_export(h, otlp.encode_spans(spans).SerializeToString())
+    return None if err is None else err.code()
+
+
+def _until(pred: Callable[[], Any], what: str, deadline_s: float = 60.0) -> Any:
+    """Poll an observable condition (worker processes run on their own; no clock to drive)."""
+    end = time.monotonic() + deadline_s
+    while not (value := pred()):
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.02)  # polling interval, not synchronisation
+    return value
+
+
+@contextmanager
+def _store_locked(path: Path) -> Iterator[Callable[[], None]]:
+    """Hold the store's write lock; yields a function that releases it."""
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("BEGIN IMMEDIATE")
+    held = [True]
+
+    def release() -> None:
+        if held[0]:
+            db.execute("ROLLBACK")
+            held[0] = False
+
+    try:
+        yield release
+    finally:
+        release()
+        db.close()
+
+
+def _pool(h: Harness) -> WorkerPool:
+    assert isinstance(h.svc.pool, WorkerPool) and h.svc.engine.stage is h.svc.pool
+    return h.svc.pool
+
+
+def _stored(h: Harness) -> dict[str, dict[str, Any]]:
+    with sqlite3.connect(h.svc.config.store.path) as db:
+        rows = db.execute("SELECT trace_id, revision, body FROM evaluations").fetchall()
+    return {tid: {"revision": rev, **json.loads(body)} for tid, rev, body in rows}
+
+
+def _release(h: Harness) -> None:
+    h.clock.now += h.svc.config.assembly.grace_s + 0.001
+    h.svc.engine.tick()
+    h.svc.engine.process()  # hands the released traces to the pool, returns at once
+
+
+WORKERS = {"evaluation.workers": 2, "evaluation.max_inflight_traces_per_worker": 2}
+
+
+def test_workers_bound_in_flight_throttle_and_survive_kill_9(tmp_path: Path) -> None:
+    ids = _ids(per_worker=4)
+    every = ids[0] + ids[1]
+    pending_cap = len(every) * SPANS  # full once every trace below is taken
+    with running_service(tmp_path, **WORKERS, **{"assembly.max_pending_spans": pending_cap}
+                         ) as h, _store_locked(tmp_path / "otel-eval.db") as unlock:
+        pool = _pool(h)
+        for tid in every:
+            assert _send(h, _trace(tid)) is None  # acknowledged (spooled)
+        _release(h)
+        # each worker holds its bound (2), the other 2 of its traces wait in this process
+        _until(lambda: all(h.sample("otel_eval_workers_inflight_traces", worker=str(w)) == 2
+                           for w in (0, 1)), "both workers to hold 2 traces")
+        assert h.svc.engine.pending_spans() == pending_cap
+        # full: a new trace is throttled the way receivers always do, nothing taken
+        assert _send(h, _trace("f" * 32)) == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert h.sample("otel_eval_receiver_requests_throttled_total", protocol="grpc",
+                        reason="pending_spans") == 1
+        victim = pool.pids()[0]
+        assert victim is not None
+        os.kill(victim, signal.SIGKILL)
+        _until(lambda: h.sample("otel_eval_workers_restarts_total", worker="0") == 1
+               and pool.pids()[0] not in (None, victim), "worker 0 to be restarted")
+        assert h.sample("otel_eval_workers_retried_traces_total") == 2
+        assert h.sample("otel_eval_workers_running") == 2
+        unlock()
+        _until(lambda: h.svc.engine.pending_spans() == 0, "every trace to be stored")
+        stored = _stored(h)
+        assert set(stored) == set(every)  # none lost; one row per trace id
+        assert all(b["counts"]["spans"] == SPANS and b["revision"] == 0
+                   and not any(f["kind"] == "evaluation_error" for f in b["findings"])
+                   for b in stored.values())
+        completed = h.sample("otel_eval_traces_completed_total", service="agents", agent="a",
+                             status="complete")
+        assert completed == len(every)  # each counted once: none superseded, none twice
+        assert h.sample("otel_eval_traces_superseded_total", service="agents", agent="a") == 0
+        assert h.svc.spool is not None and h.svc.spool.held() == (0, 0)  # all evaluated
+        assert _send(h, _trace("f" * 32)) is None  # room again
+
+
+def test_a_trace_whose_worker_keeps_dying_is_stored_as_an_error(tmp_path: Path) -> None:
+    ids = _ids(per_worker=1)
+    with running_service(tmp_path, **WORKERS, **{"evaluation.max_attempts": 1}) as h, \
+            _store_locked(tmp_path / "otel-eval.db") as unlock:
+        pool = _pool(h)
+        assert _send(h, _trace(ids[0][0]) + _trace(ids[1][0])) is None
+        _release(h)
+        _until(lambda: all(h.sample("otel_eval_workers_inflight_traces", worker=str(w)) == 1
+                           for w in (0, 1)), "each worker to hold its trace")
+        victim = pool.pids()[0]
+        assert victim is not None
+        os.kill(victim, signal.SIGKILL)
+        # out of attempts: the main process stores it as an error once it can write
+        unlock()
+        _until(lambda: h.svc.engine.pending_spans() == 0, "both traces to be stored")
+        stored = _stored(h)
+        lost, fine = stored[ids[0][0]], stored[ids[1][0]]
+        assert [f["attributes"]["error"] for f in lost["findings"]
+                if f["kind"] == "evaluation_error"] == ["WorkerLost"]
+        assert "WorkerLost" in lost["error"]
+        assert not any(f["kind"] == "evaluation_error" for f in fine["findings"])
+        assert h.sample("otel_eval_evaluation_failures_total", stage="evaluate",
+                        reason="WorkerLost") == 1
+        assert h.sample("otel_eval_workers_retried_traces_total") == 0
+
+
+def test_one_worker_evaluates_in_the_serving_process(tmp_path: Path) -> None:
+    with running_service(tmp_path) as h:  # the harness asks for evaluation.workers: 1
+        assert h.svc.pool is None
+        assert _send(h, _trace("a" * 32)) is None
+        assert h.release() == 1
+        assert set(_stored(h)) == {"a" * 32}  # stored before process() returned
+
+
+def test_a_retried_trace_the_dead_worker_had_stored_is_not_superseded(tmp_path: Path) -> None:
+    """The worker died after its commit, before answering: storing the trace again is the
+    same evaluation, not a re-evaluation (a row from before the hand-out still is one)."""
+    now = [100.0]
+    evaluator = Evaluator(Config(), wall_clock=lambda: now[0])
+    store = Store(str(tmp_path / "s.db"))
+    trace = Trace("b" * 32, _trace("b" * 32), "complete")
+    try:
+        [first] = evaluate_and_store(evaluator, store, [trace])
+        handed_out_ns = int(150.0 * 1e9)
+        now[0] = 200.0  # the dead worker's commit, after the hand-out
+        [dead] = evaluate_and_store(evaluator, store, [trace])
+        [retry] = evaluate_and_store(evaluator, store, [trace], {trace.trace_id: handed_out_ns})
+        assert (first.superseded, dead.superseded, retry.superseded) == (False, True, False)
+        # a row stored before the hand-out (e.g. before a restart replayed it) is superseded
+        [late] = evaluate_and_store(evaluator, store, [trace], {trace.trace_id: int(300e9)})
+        assert late.superseded
+        # and a row of another revision is, too
+        newer = Trace(trace.trace_id, trace.spans, "complete", revision=1)
+        [rev] = evaluate_and_store(evaluator, store, [newer], {trace.trace_id: handed_out_ns})
+        assert rev.superseded
+    finally:
+        store.close()
