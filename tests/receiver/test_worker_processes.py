@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import sqlite3
 import time
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ from otel_eval.config import Config
 from otel_eval.evaluator import Evaluator
 from otel_eval.model import Span, Trace
 from otel_eval.store import Store
+from otel_eval.workers import child
 from otel_eval.workers.pool import WorkerPool
 from otel_eval.workers.stage import evaluate_and_store
 
@@ -206,3 +209,33 @@ def test_a_retried_trace_the_dead_worker_had_stored_is_not_superseded(tmp_path: 
         assert rev.superseded
     finally:
         store.close()
+
+
+def test_what_travels_to_and_from_a_worker_arrives_whole(datasets: Path) -> None:
+    """Traces go as packed tuples, evaluations come back through multiprocessing's pickler
+    rebuilt by their constructors: the worker's evaluation equals the one made here, and a
+    lean one keeps what the metrics read."""
+    from otel_eval.loaders import load_path
+
+    evaluator = Evaluator(Config())
+    path = sorted((datasets / "trail" / "GAIA" / "traces").glob("*.json.gz"))[0]
+    [loaded] = load_path(str(path))
+    # as the receivers have them: decoded from OTLP, attributes still protobuf bytes
+    request = otlp.encode_spans(loaded.spans).SerializeToString()
+    spans = otlp.decode_request(otlp.parse_request(request)[0]).spans
+    assert spans and all(s._lazy is not None for s in spans)
+    trace = Trace(loaded.trace_id, spans, "complete")
+    sent = pickle.loads(ForkingPickler.dumps(child.pack_trace(trace)))
+    back = child.unpack_trace(sent)
+    assert [(s.span_id, s.attributes, s.events, s.resource) for s in back.spans] == \
+        [(s.span_id, s.attributes, s.events, s.resource) for s in trace.spans]
+    here = evaluator.evaluate(trace)
+    there = evaluator.evaluate(back)
+    there.evaluated_at_ns = here.evaluated_at_ns
+    got = pickle.loads(ForkingPickler.dumps(there))
+    assert got == here and got.to_json() == here.to_json()
+    lean = pickle.loads(ForkingPickler.dumps(child.lean(there)))
+    assert (lean.trajectory.usage(), lean.trajectory.counts(), lean.verdict,
+            lean.findings) == (here.trajectory.usage(), here.trajectory.counts(),
+                               here.verdict, here.findings)
+    assert all(s.input_text is None and s.result is None for s in lean.trajectory.steps)
