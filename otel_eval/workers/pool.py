@@ -15,7 +15,8 @@ Promises:
   main process instead: never replayed forever, never dropped. A trace the dead worker had
   already committed is stored again, not counted as superseded (``evaluate_and_store``);
 - ``drain`` waits until every trace handed to ``run`` is stored; ``shutdown`` then stops the
-  workers (a stop message, then SIGTERM/SIGKILL past the deadline).
+  workers (a stop message; SIGKILL past the deadline: they ignore SIGTERM and SIGINT, which
+  a process group or a terminal may send them too, so that serve alone decides when they stop).
 
 Processes come from the ``spawn`` context: a fresh interpreter, never a fork of this
 process's threads (gRPC's among them), so restarting a worker while serving is safe.
@@ -27,6 +28,7 @@ the shared state below is guarded by ``_lock``.
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import logging
 import queue
@@ -118,10 +120,6 @@ class WorkerPool:
         self._stopping = threading.Event()
         self.failure: BaseException | None = None  # a result could not be finished
 
-    @property
-    def size(self) -> int:
-        return len(self._workers)
-
     def pids(self) -> list[int | None]:
         """Each worker's process id (None while it is down)."""
         with self._lock:
@@ -133,6 +131,7 @@ class WorkerPool:
     def start(self) -> None:
         """Start every worker and wait until each is ready; raises ``WorkerStartError`` (and
         stops those started) when one cannot start."""
+        atexit.register(self._kill_left)
         try:
             for w in self._workers:
                 self._spawn(w)
@@ -155,15 +154,19 @@ class WorkerPool:
             if p is None:
                 continue
             p.join(max(0.0, end - time.monotonic()))
-            if p.is_alive():
-                log.warning("evaluation worker %d did not stop in time; terminating it",
-                            w.index)
-                p.terminate()
-                p.join(5.0)
-                if p.is_alive():
-                    p.kill()
-                    p.join()
+            if p.is_alive():  # it ignores SIGTERM; what it holds stays in the spool
+                log.warning("evaluation worker %d did not stop in time; killing it", w.index)
+                p.kill()
+                p.join()
         self.metrics.running(0)
+
+    def _kill_left(self) -> None:
+        """At interpreter exit, workers not shut down are killed: they ignore SIGTERM (serve
+        drains them itself), so multiprocessing's exit handler would wait for them forever.
+        What they held is in the spool."""
+        for w in self._workers:
+            if w.process is not None and w.process.is_alive():
+                w.process.kill()
 
     @property
     def healthy(self) -> bool:
@@ -278,6 +281,7 @@ class WorkerPool:
             if w.generation != generation or self._stopping.is_set():
                 return
             w.alive = False
+            w.outbox.put(_STOP)  # ends this generation's sender (its pipe is closed)
             held = [it for items in w.inflight.values() for it in items]
             w.inflight.clear()
             w.n_inflight = 0
@@ -337,6 +341,11 @@ class WorkerPool:
             raise e if isinstance(e, WorkerStartError) else WorkerStartError(
                 f"exited during start (code {proc.exitcode})") from e
         with self._lock:
+            if self._stopping.is_set():  # shut down while it started: it is not wanted
+                parent.close()
+                proc.kill()
+                proc.join()
+                return
             w.process, w.conn, w.outbox = proc, parent, queue.SimpleQueue()
             w.generation += 1
             w.alive, w.failed_starts = True, 0

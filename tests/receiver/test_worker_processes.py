@@ -9,6 +9,7 @@ observes the in-flight bound, the receiver's throttling, and kills a worker with
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pickle
@@ -23,17 +24,19 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from service_harness import Harness, running_service
+from prometheus_client import CollectorRegistry
+from service_harness import Harness, ManualClock, running_service
 from test_receivers import _raw_export
 
 from otel_eval import otlp
-from otel_eval.config import Config
+from otel_eval.config import Config, replace
 from otel_eval.evaluator import Evaluator
 from otel_eval.model import Span, Trace
+from otel_eval.service import Service
 from otel_eval.store import Store
 from otel_eval.workers import child
 from otel_eval.workers.pool import WorkerPool
-from otel_eval.workers.stage import evaluate_and_store
+from otel_eval.workers.stage import InProcess, evaluate_and_store
 
 SPANS = 3  # per trace: a root and two children, all ended
 
@@ -239,3 +242,25 @@ def test_what_travels_to_and_from_a_worker_arrives_whole(datasets: Path) -> None
             lean.findings) == (here.trajectory.usage(), here.trajectory.counts(),
                                here.verdict, here.findings)
     assert all(s.input_text is None and s.result is None for s in lean.trajectory.steps)
+
+
+def test_when_the_workers_cannot_start_serve_evaluates_in_its_own_process(
+        tmp_path: Path) -> None:
+    cfg = replace(Config(), **{
+        "receiver.grpc_endpoint": "127.0.0.1:0", "receiver.http_endpoint": "",
+        "admin.endpoint": "127.0.0.1:0", "store.path": str(tmp_path / "otel-eval.db"),
+        "evaluation.workers": 2})
+    clock = ManualClock()
+    svc = Service(cfg, registry=CollectorRegistry(), clock=clock)
+    assert svc.pool is not None
+    # a store the worker processes cannot open (a directory), the serving process can
+    svc.pool.spec = dataclasses.replace(svc.pool.spec, store_path=str(tmp_path))
+    svc.start(worker=False)
+    try:
+        h = Harness(svc, clock)
+        assert svc.pool is None and isinstance(svc.engine.stage, InProcess)
+        assert _send(h, _trace("c" * 32)) is None
+        assert h.release() == 1
+        assert set(_stored(h)) == {"c" * 32}
+    finally:
+        svc.shutdown(deadline_s=5)
