@@ -122,6 +122,10 @@ def feed_round(metrics: Metrics, round_no: int, traces: int = 10) -> list[str]:
     metrics.spool.held(2 + round_no % 3, 250_000 * (2 + round_no % 3))
     metrics.spool.replayed(spans if round_no == 0 else 0)
     metrics.spool.failed("append")
+    metrics.workers.running(2)  # serve --workers 2: one restarted each round here
+    for worker in (0, 1):
+        metrics.workers.inflight(worker, (round_no + worker) % 5)
+    metrics.workers.restarted(round_no % 2, 3)
     _feed_judge_and_kafka(metrics, round_no, traces)
     return ids
 

@@ -184,11 +184,14 @@ def test_every_panel_and_alert_query_returns_data(
 # judge_ / kafka_: serve runs here without a judge model and without Kafka (their own tests
 # run them: tests/judge/test_judge_serve.py, tests/kafka/).
 # prediction_labelled / _rolling_auc: the feed carries no outcomes (tests/predict sends them).
+# workers_restarts / _retried_traces: no worker dies here (tests/receiver/
+# test_worker_processes.py kills one); serve runs with --workers 2 for the other two.
 _NOT_FED = ("receiver_requests_throttled", "receiver_requests_refused",
             "metrics_series_overflow", "sink_dropped", "evaluation_failures",
             "traces_lucky_passes", "traces_superseded", "spool_failures", "judge_", "kafka_",
             "receiver_log_records_rejected", "assembly_log_records_dropped",
-            "prediction_labelled", "prediction_rolling_auc")
+            "prediction_labelled", "prediction_rolling_auc", "workers_restarts",
+            "workers_retried_traces")
 
 # A success predictor as `otel-eval train` writes one (one feature: the tool calls), so serve
 # runs with --model and the p_success panels get data from the real service.
@@ -213,7 +216,8 @@ def test_real_service_panels_alerts_and_exemplars(tmp_path: Path) -> None:
          str(tmp_path / "otel-eval.yaml"), "--grpc-endpoint", "127.0.0.1:0",
          "--http-endpoint", "127.0.0.1:0", "--admin-endpoint", "127.0.0.1:0",
          "--store", str(tmp_path / "results.db"),
-         "--budget", "tool_calls=2", "--model", str(tmp_path / "model.json")],
+         "--budget", "tool_calls=2", "--model", str(tmp_path / "model.json"),
+         "--workers", "2"],
         stdout=serve_log, stderr=subprocess.STDOUT)
     try:
         # serve binds port 0 and logs the ports it got (a port picked free beforehand could be
