@@ -254,7 +254,7 @@ def test_when_the_workers_cannot_start_serve_evaluates_in_its_own_process(
     svc = Service(cfg, registry=CollectorRegistry(), clock=clock)
     assert svc.pool is not None
     # a store the worker processes cannot open (a directory), the serving process can
-    svc.pool.spec = dataclasses.replace(svc.pool.spec, store_path=str(tmp_path))
+    svc.pool.spec = dataclasses.replace(svc.pool.spec, store_target=str(tmp_path))
     svc.start(worker=False)
     try:
         h = Harness(svc, clock)
