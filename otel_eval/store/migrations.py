@@ -126,7 +126,16 @@ def _check(current: int) -> None:
 
 def migrate_sqlite(db: sqlite3.Connection) -> list[int]:
     """Apply the missing migrations to an autocommit (``isolation_level=None``) connection;
-    the versions applied."""
+    the versions applied. An up-to-date store is only read: a process opening it (a restarted
+    evaluation worker) does not wait for another connection's write lock."""
+    try:
+        current = db.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version"
+                             ).fetchone()[0]
+    except sqlite3.OperationalError:  # no version table yet: a new store
+        current = 0
+    if current >= LATEST:
+        _check(current)
+        return []
     db.execute("BEGIN IMMEDIATE")  # the write lock first: two processes migrate one by one
     try:
         db.execute(_VERSION_TABLE)
