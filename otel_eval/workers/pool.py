@@ -299,7 +299,11 @@ class WorkerPool:
             log.error("storing %d trace(s) as evaluation errors: their worker died %d times",
                       len(lost), self.max_attempts)
             error = WorkerLost(f"evaluation worker died {self.max_attempts} times")
-            self._finish(lost, self.give_up([it.job.trace for it in lost], error))
+            try:
+                self._finish(lost, self.give_up([it.job.trace for it in lost], error))
+            except Exception as e:  # the store refused: they stay in the spool; be loud
+                log.exception("storing traces of a dead evaluation worker failed")
+                self.failure = e
         with self._lock:
             w.backlog.extendleft(reversed(again))
             self._changed.notify_all()
