@@ -12,7 +12,8 @@ once) and the time runs from its first request until every trace is stored in SQ
 
 Reported per round: spans/s; the cores the run really got = CPU seconds of serve and its
 children (worker processes, multiprocessing's resource tracker) over the wall seconds; spans
-per CPU-second; the load average. The load generator runs on the same machine (its CPU is
+per CPU-second; the load average; VmRSS of serve and each child, idle and after the load
+(serve's first). The load generator runs on the same machine (its CPU is
 reported too). Rounds alternate the worker counts; medians and the ratio to 1 worker are
 printed with one ``BENCH {json}`` line. Loopback only; every wait is time-bounded.
 """
@@ -64,8 +65,9 @@ def metric(admin: int, name: str) -> float:
                if line.split("{", 1)[0].split(" ", 1)[0] == name)
 
 
-def tree_cpu_s(pid: int) -> float:
-    """CPU seconds of ``pid`` and its live descendants (user + system)."""
+def tree(pid: int) -> tuple[float, list[int]]:
+    """CPU seconds of ``pid`` and its live descendants (user + system), and their VmRSS in
+    MB (``pid`` first)."""
     parents: dict[int, int] = {}
     cpu: dict[int, float] = {}
     for entry in Path("/proc").iterdir():
@@ -77,13 +79,23 @@ def tree_cpu_s(pid: int) -> float:
             continue
         parents[int(entry.name)] = int(fields[1])
         cpu[int(entry.name)] = (int(fields[11]) + int(fields[12])) / TICK
-    tree, frontier = {pid}, [pid]
+    found, frontier = [pid], [pid]
     while frontier:
         p = frontier.pop()
-        kids = [c for c, pp in parents.items() if pp == p and c not in tree]
-        tree.update(kids)
+        kids = [c for c, pp in parents.items() if pp == p and c not in found]
+        found += kids
         frontier += kids
-    return sum(cpu.get(p, 0.0) for p in tree)
+    return sum(cpu.get(p, 0.0) for p in found), [_rss_mb(p) for p in found]
+
+
+def _rss_mb(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) // 1024
+    except OSError:
+        pass
+    return 0
 
 
 def stored(store: Path) -> int:
@@ -146,22 +158,25 @@ def load(args: argparse.Namespace, port: int, traces: int) -> tuple[float, dict[
 
 def one_round(args: argparse.Namespace, tmp: Path, workers: int) -> dict[str, Any]:
     with serve(tmp, workers, args.grace_s) as (proc, port, admin, store):
+        idle_rss = tree(proc.pid)[1]
         load(args, port, args.warmup_traces)
         wait_for(lambda: stored(store) >= args.warmup_traces, 300, "warm-up stored")
-        cpu0, load0 = tree_cpu_s(proc.pid), os.getloadavg()[0]
+        cpu0, load0 = tree(proc.pid)[0], os.getloadavg()[0]
         t_first, res = load(args, port, args.traces)
         total = args.warmup_traces + args.traces
         wait_for(lambda: stored(store) >= total, 600, f"{total} stored", 0.02)
         t_done = wait_for(lambda: metric(admin, "otel_eval_assembly_pending_spans") == 0,
                           120, "pending spans 0", 0.05)
-        cpu = tree_cpu_s(proc.pid) - cpu0
+        cpu, rss = tree(proc.pid)
+        cpu -= cpu0
     wall = t_done - t_first
     spans = res["ok_spans_incl_warmup"]
     return {"workers": workers, "spans_per_s": round(spans / wall), "seconds": round(wall, 2),
             "cores": round(cpu / wall, 2), "spans_per_cpu_s": round(spans / cpu),
             "load_avg": [round(load0, 2), round(os.getloadavg()[0], 2)],
             "client_cpu_s": res.get("client_cpu_s"), "spans": spans,
-            "p99_ms": res["p99_ms"], "errors": res["errors"]}
+            "p99_ms": res["p99_ms"], "errors": res["errors"],
+            "rss_mb_idle": idle_rss, "rss_mb_after": rss}
 
 
 def main(argv: list[str] | None = None) -> int:
