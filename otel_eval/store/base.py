@@ -14,7 +14,7 @@ one contract test (tests/store/test_store_contract.py). Revision rules, the same
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
@@ -68,6 +68,11 @@ class EvaluationStore(Protocol):
     def put_feedback(self, trace_id: str, outcome: str, now_ns: int) -> None: ...
 
     def feedback(self, trace_id: str) -> str | None: ...
+
+    def feedback_many(self, trace_ids: Collection[str]) -> dict[str, str]:
+        """The known outcomes of those of ``trace_ids`` that have one (one query per batch:
+        the engine reads them for every batch it evaluates)."""
+        ...
 
     def delete_older_than(self, cutoff_ns: int) -> int: ...
 

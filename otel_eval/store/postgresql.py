@@ -7,6 +7,7 @@ time, ``otel_eval.issues.catalogue``) reads the fleet's critiques. Same schema a
 (``otel_eval.store.migrations``, applied at open under an advisory lock) and the same
 revision rules (``otel_eval.store.base``):
 
+- ``feedback_many`` (the engine's read of known outcomes): one query per batch.
 - ``put_many``: one transaction per batch, ``INSERT ... ON CONFLICT DO UPDATE`` per row in
   psycopg's pipeline mode (one round trip per batch, not per row); whether a row superseded
   one comes back from the same statement (``xmax``: set on a row version an update wrote).
@@ -30,7 +31,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any, TypeVar
 
 import psycopg
@@ -107,24 +108,33 @@ class PostgresStore:
 
     # -- writers --------------------------------------------------------------------------
 
-    def put_many(self, evaluations: Iterable[Evaluation]) -> list[bool]:
-        """Store evaluations in one transaction. Returns, per evaluation, whether it superseded
-        an earlier one for the same trace id (a re-opened trace or a replay)."""
-        rows = []
-        for ev in evaluations:
-            rows.append(_args(evaluation_row(ev)))
-        if not rows:
-            return []
+    def _retrying(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """``work`` for the engine: after a lost connection, again on a new one (backing off)."""
         for attempt, pause in enumerate(_RETRY_BACKOFF_S):
             if pause:
                 self._sleep(pause)
             try:
-                return self._run(lambda conn: _upsert(conn, rows))
+                return self._run(work)
             except psycopg.OperationalError as e:  # connection lost: reopen, try again
                 if attempt == len(_RETRY_BACKOFF_S) - 1:
                     raise
-                log.warning("store write failed (%s); retrying on a new connection", e)
+                log.warning("store call failed (%s); retrying on a new connection", e)
         raise AssertionError("unreachable")
+
+    def put_many(self, evaluations: Iterable[Evaluation]) -> list[bool]:
+        """Store evaluations in one transaction. Returns, per evaluation, whether it superseded
+        an earlier one for the same trace id (a re-opened trace or a replay)."""
+        rows = [_args(evaluation_row(ev)) for ev in evaluations]
+        return self._retrying(lambda conn: _upsert(conn, rows)) if rows else []
+
+    def feedback_many(self, trace_ids: Collection[str]) -> dict[str, str]:
+        ids = [_text(t) for t in trace_ids]
+        if not ids:
+            return {}
+        rows = self._retrying(lambda conn: conn.execute(
+            "SELECT trace_id, outcome FROM feedback WHERE trace_id = ANY(%s)", (ids,)
+        ).fetchall())
+        return {str(r[0]): str(r[1]) for r in rows}
 
     def put_judge(self, trace_id: str, revision: int, judge: dict[str, Any]) -> bool:
         """Attach the judge's object to the stored evaluation of ``revision``; False (nothing

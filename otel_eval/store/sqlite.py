@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +164,17 @@ class SqliteStore:
             row = self._db.execute("SELECT outcome FROM feedback WHERE trace_id = ?",
                                    (trace_id,)).fetchone()
         return None if row is None else str(row[0])
+
+    def feedback_many(self, trace_ids: Collection[str]) -> dict[str, str]:
+        ids = list(trace_ids)
+        out: dict[str, str] = {}
+        with self._lock:
+            for i in range(0, len(ids), 500):
+                chunk = ids[i:i + 500]
+                out.update(self._db.execute(
+                    "SELECT trace_id, outcome FROM feedback WHERE trace_id IN "
+                    f"({','.join('?' * len(chunk))})", chunk).fetchall())
+        return out
 
     def delete_older_than(self, cutoff_ns: int) -> int:
         with self._lock:

@@ -68,9 +68,10 @@ def evaluate_and_store(evaluator: Evaluator, store: EvaluationStore, traces: Seq
     stored row of the same revision written since then is that worker's own commit, so
     storing again does not count as superseding it."""
     evaluated: list[tuple[Evaluation, str | None]] = []
+    known = store.feedback_many({t.trace_id for t in traces})  # one query, not one per trace
     for trace in traces:
         try:
-            ev, failure = evaluator.evaluate(trace, store.feedback(trace.trace_id)), None
+            ev, failure = evaluator.evaluate(trace, known.get(trace.trace_id)), None
         except Exception as e:  # stage boundary: the trace is still stored, with the error
             log.exception("evaluation of trace %s failed", trace.trace_id)
             ev, failure = evaluator.failed(trace, e), type(e).__name__

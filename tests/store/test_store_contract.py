@@ -184,6 +184,10 @@ def test_feedback_retention_and_window(store: EvaluationStore) -> None:
     store.put_feedback(tid, "success", 1)
     store.put_feedback(tid, "failure", 2)
     assert store.feedback(tid) == "failure"
+    store.put_feedback("a" * 32, "success", 3)
+    assert store.feedback_many([tid, "a" * 32, "b" * 32]) == {tid: "failure", "a" * 32: "success"}
+    assert store.feedback_many([]) == {}
+    assert store.feedback_many([f"{i:032x}" for i in range(1200)]) == {tid: "failure"}
     store.put_many([_ev(i) for i in range(1, 11)])
     assert _ids(store.since(T0 + 7 * 10**9)) == [8, 9, 10]
     assert _ids(store.since(0, limit=2)) == [9, 10]  # the newest, oldest first
