@@ -77,16 +77,28 @@ async def produce(bootstrap: str, topic: str, n: int, spans: int) -> int:
     return records
 
 
-def stored(db: Path | str) -> int:
-    if isinstance(db, str):  # the shared PostgreSQL store
+class SharedCount:
+    """Traces stored in the shared PostgreSQL database, over one polling connection (not a
+    connection per poll: that would cost the server a process start every 20 ms)."""
+
+    def __init__(self, url: str) -> None:
         import psycopg
 
-        with psycopg.connect(db, autocommit=True) as conn:
-            try:
-                row = conn.execute("SELECT COUNT(*) FROM evaluations").fetchone()
-            except psycopg.errors.UndefinedTable:  # no worker opened it yet
-                return 0
+        self._conn = psycopg.connect(url, autocommit=True, application_name="bench")
+
+    def __call__(self) -> int:
+        row = self._conn.execute("SELECT COUNT(*) FROM pg_tables WHERE tablename = "
+                                 "'evaluations'").fetchone()
+        if not row or not row[0]:  # no worker opened the store yet
+            return 0
+        row = self._conn.execute("SELECT COUNT(*) FROM evaluations").fetchone()
         return int(row[0]) if row else 0
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def stored(db: Path) -> int:
     if not db.exists():
         return 0
     try:
@@ -148,8 +160,9 @@ def run_once(mc: MockCluster, workers: int, n: int, spans: int, work: Path,
     records = asyncio.run(produce(mc.bootstraps, topic, n, spans))
     dbs: list[Path | str] = ([work / f"{topic}_{i}.db" for i in range(workers)] if pg is None
                              else [pg.create_database()] * workers)
-    count: Callable[[], int] = ((lambda: sum(stored(db) for db in dbs)) if pg is None
-                                else (lambda: stored(dbs[0])))
+    shared = SharedCount(str(dbs[0])) if pg is not None else None
+    count: Callable[[], int] = shared if shared is not None else (
+        lambda: sum(stored(db) for db in dbs if isinstance(db, Path)))
     pg_cpu0 = postgres_cpu_s(pg) if pg is not None else 0.0
     procs: list[subprocess.Popen[str]] = []
     try:
@@ -172,7 +185,7 @@ def run_once(mc: MockCluster, workers: int, n: int, spans: int, work: Path,
         elapsed = time.perf_counter() - t0
         self1 = resource.getrusage(resource.RUSAGE_SELF)
         cpu = [cpu_s(p.pid) - c for p, c in zip(procs, cpu0, strict=True)]
-        per_worker = [stored(db) for db in dbs] if pg is None else []
+        per_worker = [stored(db) for db in dbs if isinstance(db, Path)]
         for p in procs:
             p.send_signal(signal.SIGTERM)
         for i, p in enumerate(procs):
@@ -188,6 +201,8 @@ def run_once(mc: MockCluster, workers: int, n: int, spans: int, work: Path,
             if p.poll() is None:
                 p.kill()
                 p.wait(timeout=30)
+        if shared is not None:
+            shared.close()
     self_cpu = (self1.ru_utime + self1.ru_stime) - (self0.ru_utime + self0.ru_stime)
     if pg is not None:
         backends_gone(pg.url)
