@@ -264,3 +264,26 @@ def test_when_the_workers_cannot_start_serve_evaluates_in_its_own_process(
         assert set(_stored(h)) == {"c" * 32}
     finally:
         svc.shutdown(deadline_s=5)
+
+
+def test_the_revisions_of_a_trace_are_stored_in_order(tmp_path: Path) -> None:
+    """Late spans re-open a trace while its first evaluation is still inside a worker: both
+    revisions go to the same worker, in order, so the stored row is the later one."""
+    tid = "d" * 32
+    late = Span(tid, f"{9:016x}", f"{1:016x}", "chat", 4, 5, resource={"service.name": "agents"})
+    with running_service(tmp_path, **WORKERS) as h, \
+            _store_locked(tmp_path / "otel-eval.db") as unlock:
+        assert _send(h, _trace(tid)) is None
+        _release(h)  # revision 0, held in its worker by the lock
+        assert _send(h, [late]) is None  # re-opens it: revision 1
+        _release(h)
+        worker = str(zlib.crc32(tid.encode()) % 2)
+        _until(lambda: h.sample("otel_eval_workers_inflight_traces", worker=worker) == 2,
+               "both revisions to be inside the same worker")
+        unlock()
+        _until(lambda: h.svc.engine.pending_spans() == 0, "both revisions to be stored")
+        [row] = _stored(h).values()
+        assert (row["revision"], row["counts"]["spans"]) == (1, SPANS + 1)
+        assert h.sample("otel_eval_traces_superseded_total", service="agents", agent="a") == 1
+        assert h.sample("otel_eval_traces_completed_total", service="agents", agent="a",
+                        status="complete") == 1
