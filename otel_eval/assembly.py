@@ -101,6 +101,9 @@ class TraceAssembler:
         self.open_bytes = 0
         self.open_logs = 0
         self.dropped_logs: Counter[str] = Counter()  # since start, by LOG_DROP_REASONS
+        # (trace id, revision) of traces dropped with only log records: the engine drains it
+        # (their spooled records are done with, as if evaluated)
+        self.dropped_traces: list[tuple[str, int]] = []
 
     # --- admission ---------------------------------------------------------------------------
 
@@ -115,6 +118,11 @@ class TraceAssembler:
         """(revision, a live view of its spans) of an open trace; None when it is not open."""
         tr = self._open.get(trace_id)
         return None if tr is None else (tr.revision, tr.spans.values())
+
+    def open_logs_of(self, trace_id: str) -> list[LogEvent]:
+        """The log records an open trace holds (a live list; empty when it is not open)."""
+        tr = self._open.get(trace_id)
+        return tr.logs if tr is not None else []
 
     def new_traces_by_service(self, spans: Iterable[Span]) -> Counter[str]:
         """Open-trace slots these spans would take, per service.name."""
@@ -312,6 +320,7 @@ class TraceAssembler:
         self._close(tr)
         self.open_logs -= len(tr.logs)
         self.dropped_logs["no_spans"] += len(tr.logs)
+        self.dropped_traces.append((tr.trace_id, tr.revision))
         self._forget(now)
 
     def _release(self, tr: _Open, status: TraceStatus, reason: str, now: float) -> Trace:

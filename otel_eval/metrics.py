@@ -60,6 +60,7 @@ Metrics (counters are exposed with the ``_total`` suffix):
                predictions (otel_eval.predict.online)
     spool      otel_eval_spool_bytes, otel_eval_spool_requests                    gauges
                otel_eval_spool_spans_replayed_total, otel_eval_spool_failures_total{operation}
+               otel_eval_spool_log_records_replayed_total
     workers    otel_eval_workers_running, otel_eval_workers_inflight_traces{worker}   gauges
                otel_eval_workers_restarts_total{worker}, otel_eval_workers_retried_traces_total
     sink       otel_eval_sink_dropped_total{sink,reason}    items (events, spans) a sink dropped
@@ -508,6 +509,9 @@ class SpoolMetrics:
                                 namespace="otel_eval", registry=r)
         self.c_replayed = m._counter("spool_spans_replayed",
                                      "Spans replayed from the spool at start (not received).")
+        self.c_replayed_logs = m._counter(
+            "spool_log_records_replayed",
+            "GenAI event log records replayed from the spool at start (not received).")
         self.c_failed = m._counter("spool_failures", "Spool writes that failed, by operation.",
                                    ["operation"])
 
@@ -517,6 +521,9 @@ class SpoolMetrics:
 
     def replayed(self, n_spans: int) -> None:
         self.c_replayed.inc(n_spans)
+
+    def replayed_logs(self, n_records: int) -> None:
+        self.c_replayed_logs.inc(n_records)
 
     def failed(self, operation: str) -> None:
         self.c_failed.labels(operation).inc()

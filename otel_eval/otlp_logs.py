@@ -10,11 +10,13 @@ a GenAI event but has invalid ids is *rejected* with a reason. The event name is
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.logs.v1 import logs_pb2
 
 from otel_eval.conventions.events import is_genai_event
 from otel_eval.model import LogEvent
@@ -22,12 +24,14 @@ from otel_eval.otlp import (
     MalformedRequest,
     anyvalue_to_python,
     attributes_to_dict,
+    dict_to_attributes,
     message_from_dict,
+    python_to_anyvalue,
 )
 from otel_eval.receiver.body import loads_bounded
 
 __all__ = ["IGNORE_REASONS", "REJECT_REASONS", "LogsDecodeResult", "decode_logs",
-           "logs_request_from_json", "parse_logs_request"]
+           "encode_logs", "logs_request_from_json", "parse_logs_request"]
 
 # Closed sets of reasons: ignored (not for us, not an error) and rejected (an error).
 IGNORE_REASONS = ("not_genai_event", "no_span_context", "kafka_publish_mode")
@@ -88,3 +92,20 @@ def decode_logs(req: ExportLogsServiceRequest) -> LogsDecodeResult:
                         or record.observed_time_unix_nano,
                         attributes_to_dict(record.attributes), body))
     return out
+
+
+def encode_logs(records: Iterable[LogEvent]) -> ExportLogsServiceRequest:
+    """Records -> one request that ``decode_logs`` turns back into the same records (the
+    spool re-encodes what a re-opened trace holds). Resource and scope are not kept by
+    decoding, so none are written."""
+    req = ExportLogsServiceRequest()
+    out = req.resource_logs.add().scope_logs.add().log_records
+    for r in records:
+        pb = logs_pb2.LogRecord(
+            time_unix_nano=r.time_unix_nano, event_name=r.name,
+            trace_id=bytes.fromhex(r.trace_id), span_id=bytes.fromhex(r.span_id),
+            attributes=dict_to_attributes(r.attributes))
+        if r.body is not None:
+            pb.body.CopyFrom(python_to_anyvalue(r.body))
+        out.append(pb)
+    return req

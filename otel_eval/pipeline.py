@@ -15,6 +15,7 @@ retryable error; once ``submit`` has taken a span, it is evaluated and stored be
 of an OTLP request (``submit(request=...)``) are written to it before ``submit`` returns and
 leave it once their traces are stored, so a crash (kill -9) loses nothing acknowledged either:
 ``Spool.replay`` submits them again at start (``replayed=True``: no admission, no new spool row).
+Log requests (``submit_logs(request=...)``) likewise: they carry the content of spans.
 
 Threads: receivers call ``submit`` from their own threads; one worker thread ticks the
 assembler and hands released traces to the evaluation stage (``start``). In process (the
@@ -135,7 +136,8 @@ class Engine:
             raw = request() if callable(request) else request
         with self._lock:
             adm.throttled = None if replayed else self._refusal(spans, len(raw or b""))
-            row = None if raw is None or adm.throttled else self._spool_append(raw, spans)
+            row = None if raw is None or adm.throttled else self._spool_append(
+                raw, {s.trace_id for s in spans})
             if adm.throttled is not None or row == -1:
                 adm.throttled = adm.throttled or "spool_error"
                 return adm
@@ -143,7 +145,7 @@ class Engine:
                 spans, self.clock(), on_trace=(lambda _tid: barrier.done) if barrier else None,
                 source=source, sender=sender)
             if row is not None:
-                self._spool_settle(row, spans, res.traces)
+                self._spool_settle(row, {s.trace_id for s in spans}, res.traces)
             self._update_gauges()
         if barrier is not None:
             barrier.arm(len(res.traces))
@@ -152,27 +154,43 @@ class Engine:
             self.metrics.trace_reopened(res.reopened)
         return adm
 
-    def submit_logs(self, records: list[LogEvent], source: str = "otlp",
-                    sender: str = "") -> Admission:
-        """Take GenAI event records (held for their span's trace) or refuse them all."""
+    def submit_logs(self, records: list[LogEvent], source: str = "otlp", sender: str = "",
+                    *, request: bytes | Callable[[], bytes] | None = None,
+                    replayed: bool = False) -> Admission:
+        """Take GenAI event records (held for their span's trace) or refuse them all;
+        ``request`` and ``replayed`` as for ``submit`` (the log request's bytes)."""
         adm = Admission()
+        raw = None
+        if self.spool is not None and request is not None and records and not replayed:
+            raw = request() if callable(request) else request
         with self._lock:
             asm = self._assembler
-            if self._closing:
-                adm.throttled = "shutting_down"
-            elif asm.open_logs and asm.open_logs + len(records) > \
-                    self.config.max_pending_log_records:
-                adm.throttled = "pending_log_records"
-            elif len(asm) + asm.new_trace_count(records) > self.config.max_open_traces:
-                adm.throttled = "open_traces"
-            if adm.throttled is not None:
+            adm.throttled = None if replayed else self._logs_refusal(records, len(raw or b""))
+            row = None if raw is None or adm.throttled else self._spool_append(
+                raw, {r.trace_id for r in records}, "logs")
+            if adm.throttled is not None or row == -1:
+                adm.throttled = adm.throttled or "spool_error"
                 return adm
             res = asm.add_logs(records, self.clock(), source=source, sender=sender)
+            if row is not None:
+                self._spool_settle(row, {r.trace_id for r in records}, res.traces, records)
             self._update_gauges()
         adm.accepted, adm.rejected = res.accepted, res.rejected
         if res.reopened:
             self.metrics.trace_reopened(0)
         return adm
+
+    def _logs_refusal(self, records: list[LogEvent], spool_bytes: int) -> str | None:
+        asm = self._assembler
+        if self._closing:
+            return "shutting_down"
+        if spool_bytes and self.spool is not None and (full := self.spool.refusal(spool_bytes)):
+            return full
+        if asm.open_logs and asm.open_logs + len(records) > self.config.max_pending_log_records:
+            return "pending_log_records"
+        if len(asm) + asm.new_trace_count(records) > self.config.max_open_traces:
+            return "open_traces"
+        return None
 
     def _refusal(self, spans: list[Span], spool_bytes: int) -> str | None:
         cfg, asm = self.config, self._assembler
@@ -202,30 +220,46 @@ class Engine:
             self._enqueue(asm.release_oldest(over, self.clock()))
         return None
 
-    def _spool_append(self, raw: bytes, spans: list[Span]) -> int:  # lock held
+    def _spool_append(self, raw: bytes, trace_ids: set[str],
+                      signal: str = "traces") -> int:  # lock held
         """The request's spool row, or -1 when it could not be written (then it is refused)."""
         assert self.spool is not None
         try:
-            return self.spool.append(raw, {s.trace_id for s in spans})
+            return self.spool.append(raw, trace_ids, signal)
         except (sqlite3.Error, OSError):
             log.exception("spool write failed; refusing the request (the exporter retries)")
             self.metrics.spool.failed("append")
             return -1
 
-    def _spool_settle(self, row: int, spans: list[Span], took: set[str]) -> None:  # lock held
+    def _spool_settle(self, row: int, written: set[str], took: set[str],
+                      fresh: list[LogEvent] | None = None) -> None:  # lock held
+        """``fresh``: the records this (log) request added, spooled in its own row."""
         assert self.spool is not None
         asm = self._assembler
         revisions = {}
         for tid in took:
-            held = asm.open_trace(tid)
-            if held is not None:
-                revisions[tid] = held[0]
+            opened = asm.open_trace(tid)
+            if opened is not None:
+                revisions[tid] = opened[0]
+        mine = {id(r) for r in fresh or ()}
 
-        def spans_of(tid: str) -> list[Span]:
-            held = asm.open_trace(tid)
-            return list(held[1]) if held is not None else []
+        def held(tid: str) -> tuple[list[Span], list[LogEvent]]:
+            opened = asm.open_trace(tid)
+            spans = list(opened[1]) if opened is not None else []
+            return spans, [r for r in asm.open_logs_of(tid) if id(r) not in mine]
 
-        self.spool.settle(row, {s.trace_id for s in spans}, revisions, spans_of)
+        self.spool.settle(row, written, revisions, held)
+
+    def _spool_dropped(self) -> None:
+        """Traces assembly dropped with only log records: their spooled records are done."""
+        with self._lock:
+            dropped, self._assembler.dropped_traces = self._assembler.dropped_traces, []
+        if dropped and self.spool is not None:
+            try:
+                self.spool.evaluated(dropped)
+            except (sqlite3.Error, OSError):  # rows stay (replayed, dropped again): count
+                log.exception("spool: deleting dropped log records failed")
+                self.metrics.spool.failed("delete")
 
     # --- release and evaluation (worker thread, or tests by hand) ------------------------------
 
@@ -235,6 +269,7 @@ class Engine:
             released = self._assembler.tick(self.clock() if now is None else now)
             self._enqueue(released)
             self._update_gauges()
+        self._spool_dropped()
         return len(released)
 
     def _enqueue(self, traces: list[Trace]) -> None:  # lock held
@@ -338,6 +373,7 @@ class Engine:
             self._thread.join(deadline_s)
         with self._lock:
             self._enqueue(self._assembler.release_all(self.clock(), "shutdown"))
+        self._spool_dropped()
         self.process()
         if not self.stage.drain(max(0.0, end - time.monotonic())):
             log.error("evaluation workers did not store every trace before the deadline; "

@@ -223,7 +223,9 @@ class Service:
             engine, spool = self.engine, self.spool
 
             def replay() -> None:
-                spool.replay(lambda spans: engine.submit(spans, "otlp", replayed=True).accepted)
+                spool.replay(
+                    lambda spans: engine.submit(spans, "otlp", replayed=True).accepted,
+                    lambda logs: engine.submit_logs(logs, "otlp", replayed=True).accepted)
 
             lc.add("spool replay", Step(start=replay))
         for name, receiver in (("otlp grpc", self.grpc), ("otlp http", self.http)):

@@ -1,8 +1,9 @@
 """Stage: spool. Acknowledged means durable: OTLP requests stay on disk until evaluated.
 
-    Ingest -> Engine.submit -> Spool.append (request bytes + the trace ids it feeds) -> answer
+    Ingest -> Engine.submit / submit_logs -> Spool.append (request bytes, its signal, the trace
+        ids it feeds) -> answer
     Engine: Store.put_many commits evaluations -> Spool.evaluated(trace ids, revisions)
-    start: Spool.replay -> otlp.parse_request -> otlp.decode_request -> Engine.submit(replayed)
+    start: Spool.replay -> parse + decode (traces or logs) -> Engine.submit / submit_logs
 
 Promises:
 - a request is acknowledged only after its row is committed: one SQLite transaction per
@@ -13,15 +14,26 @@ Promises:
   (``synchronous=FULL``) also survives power loss. A spool file found unreadable at start
   (power loss without ``fsync``) is moved aside, logged and counted, and a new one begun;
 - the request bytes are kept as received (never re-encoded), so a replay takes the normal
-  decode path; with them one (request, trace) pair per trace that took spans from it;
+  decode path; with them one (request, trace) pair per trace that took spans from it.
+  OTLP log requests (GenAI events carrying the content of spans) are kept the same way, with
+  one pair per trace that took records (``signal`` says which decode path replays a row);
+  a log request that fed no trace (no GenAI event of a span) leaves no row. Replays follow
+  the order rows were written in, traces and logs interleaved (assembly takes either first);
 - a pair is deleted once that trace's evaluation (of the revision the request fed, or a later
   one) is committed, a request once no pair is left. Deletion follows the store's commit, one
   transaction per engine batch: a crash between the two replays the trace, and its new
-  evaluation supersedes the stored one (nothing is lost; metrics count it as superseded);
+  evaluation supersedes the stored one (nothing is lost; metrics count it as superseded).
+  Records of a trace no span ever joined are dropped by assembly (nothing to evaluate), and
+  their pairs with them (``evaluated``, from the engine's tick);
 - replays are whole traces: only pending pairs are replayed, so a stored trace never comes
   back as its tail. A trace re-opened by late spans lost its first requests with its first
-  evaluation, so its spans are spooled again (re-encoded, one row) when it re-opens;
-- bounded: ``refusal`` says ``spool_full`` while ``max_bytes`` are held, so receivers throttle.
+  evaluation, so its spans (and the log records it holds) are spooled again (re-encoded, a
+  row per signal) when it re-opens;
+- bounded: ``refusal`` says ``spool_full`` while ``max_bytes`` (span and log requests alike)
+  are held, so receivers throttle both;
+- versioned: ``PRAGMA user_version`` is the schema's version. A spool written before log
+  requests were kept (version 0: no ``signal`` column) is migrated in place at open, its rows
+  replayed as trace requests; a spool from a newer version is refused with a clear error.
 
 Kafka ingest is not spooled: the topic is the log, and offsets are committed only once the
 traces are stored (``kafka/offsets.py``), the same idea one level up.
@@ -46,26 +58,46 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from otel_eval import otlp
+from otel_eval import otlp, otlp_logs
+from otel_eval.config import ConfigError
 from otel_eval.metrics import SpoolMetrics
-from otel_eval.model import Span
+from otel_eval.model import LogEvent, Span
 
 log = logging.getLogger(__name__)
 
+# Version 0: requests and pairs. Version 1: ``spool_requests.signal`` (traces | logs).
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS spool_requests (id INTEGER PRIMARY KEY, body BLOB NOT NULL)",
     "CREATE TABLE IF NOT EXISTS spool_traces (request_id INTEGER NOT NULL, "
     "trace_id TEXT NOT NULL, PRIMARY KEY (request_id, trace_id)) WITHOUT ROWID",
 )
+_MIGRATIONS = (  # _MIGRATIONS[v] takes a spool from version v to v + 1
+    "ALTER TABLE spool_requests ADD COLUMN signal TEXT NOT NULL DEFAULT 'traces'",
+)
+SCHEMA_VERSION = len(_MIGRATIONS)
+SIGNALS = ("traces", "logs")
 
 
 _CHUNK = 64 * 1024  # bytes per blob write: one page
+
+
+class SpoolVersionError(ConfigError):
+    """The spool was written by a newer otel-eval (its schema version is unknown here): the
+    command line reports it as it reports a configuration error."""
 
 
 @dataclass(slots=True)
 class _Request:
     nbytes: int
     pending: int  # traces it fed whose evaluation is not stored yet
+
+
+# What ``replay`` hands decoded items to: the engine's submit / submit_logs (replayed=True);
+# each returns how many it took.
+Replay = Callable[[list[Span]], int]
+ReplayLogs = Callable[[list[LogEvent]], int]
+# The spans and log records an open trace holds (``settle`` re-spools them when it re-opens).
+Held = Callable[[str], tuple[Collection[Span], Collection[LogEvent]]]
 
 
 class Spool:
@@ -78,6 +110,7 @@ class Spool:
         self._lock = threading.Lock()
         self._requests: dict[int, _Request] = {}
         self._traces: dict[str, list[tuple[int, int]]] = {}  # trace -> [(request, revision)]
+        self._signals: dict[int, str] = {}  # signal of each request left to replay
         self.bytes = 0
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -90,15 +123,33 @@ class Spool:
 
     def _open(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        version = int(db.execute("PRAGMA user_version").fetchone()[0])
+        if version > SCHEMA_VERSION:  # before anything is written to it (WAL mode included)
+            db.close()
+            raise SpoolVersionError([
+                f"store.path: spool {self.path} has schema version {version}; this otel-eval "
+                f"knows up to {SCHEMA_VERSION} (written by a newer release: upgrade, or move "
+                f"the file away to start an empty spool)"])
         # Rows are whole requests (~100 KB+): 64 KiB pages take a third less CPU per write
         # than 4 KiB ones (only a new file takes it); checkpoints stay at ~4 MB of WAL.
         db.execute("PRAGMA page_size=65536")
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA wal_autocheckpoint=64")
         db.execute(f"PRAGMA synchronous={'FULL' if self._fsync else 'OFF'}")
-        for stmt in _SCHEMA:
-            db.execute(stmt)
+        self._db = db
+        self._migrate()
         return db
+
+    def _migrate(self) -> None:
+        """Create or bring the schema to ``SCHEMA_VERSION`` (one transaction)."""
+        with self._transaction() as cur:
+            version = int(cur.execute("PRAGMA user_version").fetchone()[0])
+            for stmt in _SCHEMA:
+                cur.execute(stmt)
+            for step in _MIGRATIONS[version:]:
+                cur.execute(step)
+            if version < SCHEMA_VERSION:
+                cur.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def _set_aside(self) -> None:
         """An unreadable spool (power loss without fsync): keep it for a post-mortem, start
@@ -114,6 +165,7 @@ class Spool:
         self.metrics.failed("open")
         self._requests.clear()
         self._traces.clear()
+        self._signals.clear()
         self.bytes = 0
 
     # --- what a previous process left -------------------------------------------------------
@@ -121,7 +173,10 @@ class Spool:
     def _load(self) -> dict[int, set[str]]:
         """Pending pairs, all at revision 0 (a fresh assembler starts every trace at 0);
         requests without a pending pair are deleted."""
-        sizes = dict(self._db.execute("SELECT id, length(body) FROM spool_requests"))
+        sizes: dict[int, int] = {}
+        for rid, size, signal in self._db.execute(
+                "SELECT id, length(body), signal FROM spool_requests"):
+            sizes[rid], self._signals[rid] = size, signal
         backlog: dict[int, set[str]] = {}
         for rid, tid in self._db.execute("SELECT request_id, trace_id FROM spool_traces"):
             if rid in sizes:
@@ -139,32 +194,45 @@ class Spool:
         self._report()
         return backlog
 
-    def replay(self, submit: Callable[[list[Span]], int]) -> tuple[int, int]:
-        """Hand every pending trace's spans to ``submit`` (returns how many it took), oldest
-        request first. Returns (requests, spans) replayed."""
+    def replay(self, submit: Replay, submit_logs: ReplayLogs) -> tuple[int, int, int]:
+        """Hand every pending trace's spans to ``submit`` and its log records to
+        ``submit_logs``, oldest request first. Returns (requests, spans, records) replayed."""
         backlog, self._backlog = self._backlog, {}
-        spans_total = 0
+        signals, self._signals = self._signals, {}
+        taken = Counter[str]()
         for rid in sorted(backlog):
             with self._lock:
                 row = self._db.execute("SELECT body FROM spool_requests WHERE id = ?",
                                        (rid,)).fetchone()
             if row is None:
                 continue
+            wanted, signal = backlog[rid], signals.get(rid, "traces")
             try:
-                req, _ = otlp.parse_request(bytes(row[0]))
+                n = self._replay_one(bytes(row[0]), signal, wanted, submit, submit_logs)
             except otlp.MalformedRequest:  # cannot happen for what append wrote; never loop
-                log.error("spool request %d is not an OTLP request; dropping it", rid)
+                log.error("spool request %d is not an OTLP %s request; dropping it", rid, signal)
                 self.metrics.failed("replay")
-                self._delete({rid: len(backlog[rid])}, [(rid, t) for t in backlog[rid]])
+                self._delete({rid: len(wanted)}, [(rid, t) for t in wanted])
                 continue
-            wanted = backlog[rid]
-            n = submit([s for s in otlp.decode_request(req).spans if s.trace_id in wanted])
-            spans_total += n
-            self.metrics.replayed(n)
+            taken[signal] += n
         if backlog:
-            log.info("spool: replayed %d span(s) from %d request(s) not evaluated before the "
-                     "last stop", spans_total, len(backlog))
-        return len(backlog), spans_total
+            log.info("spool: replayed %d span(s) and %d log record(s) from %d request(s) not "
+                     "evaluated before the last stop", taken["traces"], taken["logs"],
+                     len(backlog))
+        return len(backlog), taken["traces"], taken["logs"]
+
+    def _replay_one(self, body: bytes, signal: str, wanted: set[str], submit: Replay,
+                    submit_logs: ReplayLogs) -> int:
+        """One row through the decode path its signal takes; raises MalformedRequest."""
+        if signal == "logs":
+            records = otlp_logs.decode_logs(otlp_logs.parse_logs_request(body)).records
+            n = submit_logs([r for r in records if r.trace_id in wanted])
+            self.metrics.replayed_logs(n)
+            return n
+        req, _ = otlp.parse_request(body)
+        n = submit([s for s in otlp.decode_request(req).spans if s.trace_id in wanted])
+        self.metrics.replayed(n)
+        return n
 
     # --- ingest (receiver threads, under the engine lock) --------------------------------------
 
@@ -173,12 +241,14 @@ class Spool:
         always taken into an empty spool, however large)."""
         return "spool_full" if self.bytes and self.bytes + nbytes > self.max_bytes else None
 
-    def append(self, body: bytes, trace_ids: Collection[str]) -> int:
-        """Write a request and the traces it feeds, in one transaction; returns its row id.
-        Raises ``sqlite3.Error`` / ``OSError`` when it could not be written."""
+    def append(self, body: bytes, trace_ids: Collection[str], signal: str = "traces") -> int:
+        """Write a request (``signal``: traces | logs) and the traces it feeds, in one
+        transaction; returns its row id. Raises ``sqlite3.Error`` / ``OSError`` when it could
+        not be written."""
+        assert signal in SIGNALS, signal
         with self._lock, self._transaction() as cur:
-            rid = cur.execute("INSERT INTO spool_requests (body) VALUES (zeroblob(?))",
-                              (len(body),)).lastrowid
+            rid = cur.execute("INSERT INTO spool_requests (body, signal) VALUES (zeroblob(?), ?)",
+                              (len(body), signal)).lastrowid
             assert rid is not None
             # Written a chunk at a time into the pages: binding the whole body would make
             # SQLite copy it twice (bind, record), and the allocator keeps such multi-MB
@@ -195,10 +265,11 @@ class Spool:
         return rid
 
     def settle(self, rid: int, written: Collection[str], accepted: dict[str, int],
-               spans_of: Callable[[str], Collection[Span]]) -> None:
-        """After assembly took the request: ``accepted`` maps each trace that took spans to
-        its revision. Traces that took none (late, duplicates) lose their pair; a trace seen
-        at a new revision (re-opened) has its held spans spooled again."""
+               held: Held) -> None:
+        """After assembly took the request: ``accepted`` maps each trace that took spans (or
+        records) to its revision. Traces that took none (late, duplicates) lose their pair; a
+        trace seen at a new revision (re-opened) has what it held before spooled again
+        (``held(trace)``: its spans, and its log records but those of this request)."""
         with self._lock:
             reopened = [tid for tid, rev in accepted.items()
                         if rev > 0 and all(r != rev for _, r in self._traces.get(tid, ()))]
@@ -209,16 +280,29 @@ class Spool:
             if dropped:
                 self._delete({rid: len(dropped)}, [(rid, tid) for tid in dropped])
             if reopened:
-                body = otlp.encode_spans(
-                    s for tid in reopened for s in spans_of(tid)).SerializeToString()
-                again = self.append(body, reopened)
-                with self._lock:
-                    for tid in reopened:
-                        self._traces[tid].append((again, accepted[tid]))
+                self._respool(reopened, accepted, held)
         except (sqlite3.Error, OSError):  # the request itself is spooled; count and go on
             log.exception("spool: settling request %d failed", rid)
             self.metrics.failed("settle")
         self._report()
+
+    def _respool(self, reopened: list[str], accepted: dict[str, int], held: Held) -> None:
+        """Re-opened traces: what they held, re-encoded, a row per signal."""
+        items = {tid: held(tid) for tid in reopened}
+        spans = [t for t in reopened if items[t][0]]
+        logs = [t for t in reopened if items[t][1]]
+        rows = []
+        if spans:
+            rows.append(("traces", spans, otlp.encode_spans(
+                s for t in spans for s in items[t][0]).SerializeToString()))
+        if logs:
+            rows.append(("logs", logs, otlp_logs.encode_logs(
+                r for t in logs for r in items[t][1]).SerializeToString()))
+        for signal, tids, body in rows:
+            again = self.append(body, tids, signal)
+            with self._lock:
+                for tid in tids:
+                    self._traces[tid].append((again, accepted[tid]))
 
     # --- evaluated (engine worker, after the store's commit) --------------------------------
 

@@ -50,7 +50,8 @@ class Node:
         self.engine = Engine(Evaluator(cfg), self.store, self.metrics,
                              clock=lambda: self.now, spool=self.spool)
         self.replayed = self.spool.replay(
-            lambda spans: self.engine.submit(spans, replayed=True).accepted)
+            lambda spans: self.engine.submit(spans, replayed=True).accepted,
+            lambda logs: self.engine.submit_logs(logs, replayed=True).accepted)
 
     def send(self, spans: list[Span]) -> str | None:
         """Submit as the receivers do; the throttle reason, or None when acknowledged."""
@@ -81,7 +82,7 @@ def test_acknowledged_spans_are_replayed_after_a_crash(tmp_path: Path) -> None:
     a.crash()  # acknowledged, never evaluated
 
     b = Node(tmp_path)
-    assert b.replayed == (2, 4)
+    assert b.replayed == (2, 4, 0)
     assert b.sample("otel_eval_spool_spans_replayed_total") == 4
     assert b.sample("otel_eval_receiver_spans_accepted_total", protocol="grpc") == 0
     assert b.release() == 2
@@ -100,7 +101,7 @@ def test_a_request_stays_until_every_trace_it_fed_is_stored_and_replays_only_tho
     a.crash()
 
     b = Node(tmp_path)
-    assert b.replayed == (1, 1)  # T2's span only: T1's tail does not come back
+    assert b.replayed == (1, 1, 0)  # T2's span only: T1's tail does not come back
     b.engine.shutdown(0)
     assert b.stored_spans() == {T1: 3, T2: 1}
     assert b.spool.held() == (0, 0)
@@ -230,6 +231,6 @@ def test_otlp_json_requests_are_spooled_as_protobuf_and_replayed(tmp_path: Path)
     a.crash()
 
     b = Node(tmp_path)
-    assert b.replayed == (1, 2)
+    assert b.replayed == (1, 2, 0)
     b.release()
     assert b.stored_spans() == {T1: 2}

@@ -30,8 +30,8 @@ class PublishingEngine:
         self.loop = loop
         self.timeout_s = timeout_s
 
-    def submit_logs(self, records: list[LogEvent], source: str = "otlp",
-                    sender: str = "") -> Admission:
+    def submit_logs(self, records: list[LogEvent], source: str = "otlp", sender: str = "",
+                    *, request: bytes | Callable[[], bytes] | None = None) -> Admission:
         """GenAI event records are not published (the spans topic carries spans only):
         acknowledged and counted as ignored, so content in logs needs the embedded engine."""
         return Admission(ignored=Counter({"kafka_publish_mode": len(records)}))

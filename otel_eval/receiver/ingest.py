@@ -4,7 +4,8 @@
     body -> otlp_logs.parse_logs_request -> decode_logs -> Engine.submit_logs -> result
 
 ``request`` is what the engine writes to its spool before answering (the body as received for
-protobuf, the parsed request re-encoded for OTLP/JSON - only when a spool asks for it).
+protobuf, the parsed request re-encoded for OTLP/JSON - only when a spool asks for it), for
+log requests as for trace requests.
 
 Every span of a request ends up in exactly one of: accepted (acknowledged, will be
 evaluated), rejected with a reason (reported as OTLP partial success, not retried), or the
@@ -45,8 +46,8 @@ class Submitter(Protocol):
                request: bytes | Callable[[], bytes] | None = ...,
                sender: str = ...) -> Admission: ...
 
-    def submit_logs(self, records: list[LogEvent], source: str = ...,
-                    sender: str = ...) -> Admission: ...
+    def submit_logs(self, records: list[LogEvent], source: str = ..., sender: str = ..., *,
+                    request: bytes | Callable[[], bytes] | None = ...) -> Admission: ...
 
 
 @dataclass
@@ -126,7 +127,7 @@ class Ingest:
         except otlp.MalformedRequest as e:
             self.metrics.log_records(protocol, 0, {}, {"malformed_request": 0})
             return IngestResult("invalid", message=str(e), signal="logs")
-        return self.handle_logs_request(req, protocol, sender)
+        return self.handle_logs_request(req, protocol, sender, body)
 
     def handle_logs_json(self, body: bytes, protocol: str, sender: str = "") -> IngestResult:
         try:
@@ -134,14 +135,14 @@ class Ingest:
         except ValueError as e:
             self.metrics.log_records(protocol, 0, {}, {"malformed_request": 0})
             return IngestResult("invalid", message=str(e), signal="logs")
-        return self.handle_logs_request(req, protocol, sender)
+        return self.handle_logs_request(req, protocol, sender, req.SerializeToString)
 
     def handle_logs_request(self, req: ExportLogsServiceRequest, protocol: str,
-                            sender: str = "") -> IngestResult:
+                            sender: str = "",
+                            request: bytes | Callable[[], bytes] | None = None) -> IngestResult:
         decoded = otlp_logs.decode_logs(req)
-        adm = self.engine.submit_logs(decoded.records, "otlp", sender=sender) \
-            if decoded.records \
-            else Admission()
+        adm = self.engine.submit_logs(decoded.records, "otlp", sender=sender,
+                                      request=request) if decoded.records else Admission()
         if adm.throttled is not None:
             self.metrics.request_throttled(f"{protocol}_logs", adm.throttled)
             return IngestResult("throttled", message=f"otel-eval is at capacity "

@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 RESOURCE = Resource.create({"service.name": "load-test"})
 _PORTS = {"grpc": re.compile(r"OTLP/gRPC receiver listening on \S+ \(port (\d+)\)"),
-          "admin": re.compile(r"admin endpoint listening on \S+ \(port (\d+)\)")}
+          "admin": re.compile(r"admin endpoint listening on \S+ \(port (\d+)\)"),
+          "http": re.compile(r"OTLP/HTTP receiver listening on \S+ \(port (\d+)\)")}
 
 
 def poll(fn: Callable[[], T | None], deadline_s: float, what: str,
@@ -55,6 +56,7 @@ class Served:
     admin_url: str
     store: Path
     log: Path
+    http_url: str = ""  # http://127.0.0.1:PORT when served with ``http=True``
 
     def log_tail(self, n: int = 30) -> str:
         lines = self.log.read_text(errors="replace").splitlines()
@@ -80,35 +82,38 @@ class Served:
             return False
 
 
-def _bound_ports(log: Path, proc: subprocess.Popen[bytes]) -> dict[str, int] | None:
+def _bound_ports(log: Path, proc: subprocess.Popen[bytes], http: bool
+                 ) -> dict[str, int] | None:
     """The ports serve bound, from its log; raises if it exited first."""
     if proc.poll() is not None:
         raise AssertionError("serve exited early:\n" + log.read_text(errors="replace"))
     text = log.read_text(errors="replace")
-    found = {k: rx.search(text) for k, rx in _PORTS.items()}
+    found = {k: rx.search(text) for k, rx in _PORTS.items() if http or k != "http"}
     return {k: int(m.group(1)) for k, m in found.items() if m} if all(found.values()) else None
 
 
 @contextmanager
-def serve(tmp: Path, config: dict[str, Any], store: Path | None = None) -> Iterator[Served]:
+def serve(tmp: Path, config: dict[str, Any], store: Path | None = None,
+          http: bool = False) -> Iterator[Served]:
     """Start ``python -m otel_eval serve`` with ``config`` (written as YAML) on port 0 and wait
     until ready; on exit SIGTERM it (if still running) and wait, killing it only as a last
     resort. ``store``: the SQLite file (default ``tmp/otel-eval.db``; a restart passes the
-    same one)."""
-    receiver = {**config.get("receiver", {}), "http_endpoint": ""}  # gRPC only
+    same one); ``http``: OTLP/HTTP too (port 0), else gRPC only."""
+    receiver = {**config.get("receiver", {}), "http_endpoint": ""}
     cfg = tmp / "config.yaml"
     cfg.write_text(json.dumps({**config, "receiver": receiver}))  # JSON is valid YAML
     store, log = store or tmp / "otel-eval.db", tmp / "serve.log"
     argv = [sys.executable, "-m", "otel_eval", "serve", "--config", str(cfg),
             "--grpc-endpoint", "127.0.0.1:0", "--admin-endpoint", "127.0.0.1:0",
-            "--store", str(store)]
+            "--store", str(store), *(["--http-endpoint", "127.0.0.1:0"] if http else [])]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp)
     try:
-        ports = poll(lambda: _bound_ports(log, proc), 60, "serve to bind its ports")
+        ports = poll(lambda: _bound_ports(log, proc, http), 60, "serve to bind its ports")
         served = Served(proc, f"127.0.0.1:{ports['grpc']}",
-                        f"http://127.0.0.1:{ports['admin']}", store, log)
+                        f"http://127.0.0.1:{ports['admin']}", store, log,
+                        f"http://127.0.0.1:{ports['http']}" if http else "")
         poll(lambda: proc.poll() is not None or served.ready(), 60, "serve to be ready")
         assert proc.poll() is None, f"serve exited early:\n{served.log_tail()}"
         yield served
