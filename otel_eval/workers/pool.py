@@ -119,6 +119,7 @@ class WorkerPool:
         self._ids = itertools.count(1)
         self._stopping = threading.Event()
         self.failure: BaseException | None = None  # a result could not be finished
+        self._finishing = 0  # traces of a dead worker being stored as errors here
 
     def pids(self) -> list[int | None]:
         """Each worker's process id (None while it is down)."""
@@ -142,7 +143,7 @@ class WorkerPool:
 
     def shutdown(self, deadline_s: float) -> None:
         """Stop the workers: each finishes the message it holds and exits; past the deadline
-        it is terminated. Call ``drain`` first to store what they were given."""
+        it is killed. Call ``drain`` first to store what they were given."""
         end = time.monotonic() + deadline_s
         self._stopping.set()
         with self._lock:
@@ -190,7 +191,7 @@ class WorkerPool:
     def drain(self, deadline_s: float) -> bool:
         end = time.monotonic() + deadline_s
         with self._lock:
-            while any(w.backlog or w.n_inflight for w in self._workers):
+            while self._finishing or any(w.backlog or w.n_inflight for w in self._workers):
                 left = end - time.monotonic()
                 if left <= 0:
                     return False
@@ -256,14 +257,16 @@ class WorkerPool:
         self._died(w, generation)
 
     def _done(self, w: _Worker, msg_id: int, outcomes: list[Outcome]) -> None:
+        """A message's traces are stored: finish them, then count them out (so ``drain``
+        returns only once the engine has finished every trace: spool, sinks, waiters)."""
         with self._lock:
             items = w.inflight.pop(msg_id)
-            w.n_inflight -= len(items)
-            self._pump(w)
         try:
             self._finish(items, outcomes)
         finally:
             with self._lock:
+                w.n_inflight -= len(items)
+                self._pump(w)
                 self._changed.notify_all()
 
     @staticmethod
@@ -277,7 +280,7 @@ class WorkerPool:
     def _died(self, w: _Worker, generation: int) -> None:
         """``w``'s pipe broke: reap it, give up on traces out of attempts, restart it and
         hand it the rest again (first, in order)."""
-        with self._lock:
+        with self._lock:  # in one step, so that ``drain`` never sees them nowhere
             if w.generation != generation or self._stopping.is_set():
                 return
             w.alive = False
@@ -285,13 +288,15 @@ class WorkerPool:
             held = [it for items in w.inflight.values() for it in items]
             w.inflight.clear()
             w.n_inflight = 0
+            lost = [it for it in held if it.job.attempts >= self.max_attempts]
+            again = [it for it in held if it.job.attempts < self.max_attempts]
+            w.backlog.extendleft(reversed(again))
+            self._finishing += len(lost)
             self._running()
         code = None
         if w.process is not None:
             w.process.join(5.0)
             code = w.process.exitcode
-        lost = [it for it in held if it.job.attempts >= self.max_attempts]
-        again = [it for it in held if it.job.attempts < self.max_attempts]
         log.error("evaluation worker %d exited (code %s) holding %d trace(s); restarting it",
                   w.index, code, len(held))
         self.metrics.restarted(w.index, len(again))
@@ -304,9 +309,10 @@ class WorkerPool:
             except Exception as e:  # the store refused: they stay in the spool; be loud
                 log.exception("storing traces of a dead evaluation worker failed")
                 self.failure = e
-        with self._lock:
-            w.backlog.extendleft(reversed(again))
-            self._changed.notify_all()
+            finally:
+                with self._lock:
+                    self._finishing -= len(lost)
+                    self._changed.notify_all()
         self._restart(w)
 
     def _restart(self, w: _Worker) -> None:
