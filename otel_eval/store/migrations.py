@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Callable
 from typing import Any
 
 Migration = tuple[int, str, tuple[str, ...]]
@@ -110,6 +111,8 @@ _VERSION_TABLE = """CREATE TABLE IF NOT EXISTS schema_version (
     applied_at_ns BIGINT NOT NULL
 )"""
 
+_CURRENT_VERSION = "SELECT COALESCE(MAX(version), 0) FROM schema_version"
+
 # pg_advisory_xact_lock key serializing migrations across the fleet ("otel-eval schema").
 _MIGRATION_LOCK = 0x6F74656C5F736368
 
@@ -129,8 +132,7 @@ def migrate_sqlite(db: sqlite3.Connection) -> list[int]:
     the versions applied. An up-to-date store is only read: a process opening it (a restarted
     evaluation worker) does not wait for another connection's write lock."""
     try:
-        current = db.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version"
-                             ).fetchone()[0]
+        current = db.execute(_CURRENT_VERSION).fetchone()[0]
     except sqlite3.OperationalError:  # no version table yet: a new store
         current = 0
     if current >= LATEST:
@@ -138,19 +140,7 @@ def migrate_sqlite(db: sqlite3.Connection) -> list[int]:
         return []
     db.execute("BEGIN IMMEDIATE")  # the write lock first: two processes migrate one by one
     try:
-        db.execute(_VERSION_TABLE)
-        current = db.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version"
-                             ).fetchone()[0]
-        _check(current)
-        applied = []
-        for version, description, statements in SQLITE:
-            if version <= current:
-                continue
-            for statement in statements:
-                db.execute(statement)
-            db.execute("INSERT INTO schema_version VALUES (?, ?, ?)",
-                       (version, description, time.time_ns()))
-            applied.append(version)
+        applied = _apply_missing(db.execute, SQLITE, "INSERT INTO schema_version VALUES (?, ?, ?)")
         db.execute("COMMIT")
     except BaseException:
         db.execute("ROLLBACK")
@@ -161,21 +151,28 @@ def migrate_sqlite(db: sqlite3.Connection) -> list[int]:
 def migrate_postgresql(conn: Any) -> list[int]:
     """Apply the missing migrations on a psycopg connection, in one transaction holding the
     migration advisory lock; the versions applied."""
-    applied = []
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-        conn.execute(_VERSION_TABLE)
-        current = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version"
-                               ).fetchone()[0]
-        _check(current)
-        for version, description, statements in POSTGRESQL:
-            if version <= current:
-                continue
-            for statement in statements:
-                conn.execute(statement)
-            conn.execute("INSERT INTO schema_version VALUES (%s, %s, %s)",
-                         (version, description, time.time_ns()))
-            applied.append(version)
+        return _apply_missing(conn.execute, POSTGRESQL,
+                              "INSERT INTO schema_version VALUES (%s, %s, %s)")
+
+
+def _apply_missing(execute: Callable[..., Any], migrations: tuple[Migration, ...],
+                   insert_version: str) -> list[int]:
+    """Inside the caller's locked transaction: create the version table, refuse a newer store,
+    run each migration past the recorded version and record it; the versions applied.
+    ``insert_version`` carries the engine's paramstyle (``?`` for SQLite, ``%s`` psycopg)."""
+    execute(_VERSION_TABLE)
+    current = execute(_CURRENT_VERSION).fetchone()[0]
+    _check(current)
+    applied = []
+    for version, description, statements in migrations:
+        if version <= current:
+            continue
+        for statement in statements:
+            execute(statement)
+        execute(insert_version, (version, description, time.time_ns()))
+        applied.append(version)
     return applied
 
 
