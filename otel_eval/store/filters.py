@@ -8,10 +8,12 @@ cursor condition, so a page of ``/v1/evaluations`` is the same whichever store h
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from otel_eval.query import EvaluationQuery
+from otel_eval.query import Cursor, EvaluationQuery, Page
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,15 @@ def page_sql(q: EvaluationQuery, d: Dialect) -> tuple[str, list[Any]]:
     where, args = conditions(q, d)
     sql = SELECT_PAGE.format(where=" WHERE " + " AND ".join(where) if where else "", m=d.mark)
     return sql, [*args, q.limit + 1]
+
+
+def page(rows: Sequence[Sequence[Any]], limit: int) -> Page:
+    """The page of the rows ``page_sql`` selected (evaluated_at_ns, trace_id, body): the first
+    ``limit`` bodies, and a cursor after the last of them when one more row came back."""
+    more = len(rows) > limit
+    rows = rows[:limit]
+    cursor = Cursor(rows[-1][0], rows[-1][1]).encode() if more else None
+    return Page([json.loads(r[2]) for r in rows], cursor)
 
 
 def conditions(q: EvaluationQuery, d: Dialect) -> tuple[list[str], list[Any]]:

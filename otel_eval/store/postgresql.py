@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from otel_eval.model import Evaluation
-from otel_eval.query import Cursor, EvaluationQuery, Page
+from otel_eval.query import EvaluationQuery, Page
 from otel_eval.store import filters
 from otel_eval.store.base import evaluation_row, redact_url
 from otel_eval.store.migrations import migrate_postgresql
@@ -203,10 +203,7 @@ class PostgresStore:
         """One page of evaluations matching ``q``, newest first (see ``otel_eval.query``)."""
         sql, args = filters.page_sql(q, filters.POSTGRESQL)
         rows = self._rows(sql, args)
-        more = len(rows) > q.limit
-        rows = rows[:q.limit]
-        cursor = Cursor(rows[-1][0], rows[-1][1]).encode() if more else None
-        return Page([json.loads(r[2]) for r in rows], cursor)
+        return filters.page(rows, q.limit)
 
     def since(self, evaluated_after_ns: int, limit: int = 100_000) -> list[dict[str, Any]]:
         """Evaluations stored after a time, oldest first; past ``limit`` the newest ``limit``

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from otel_eval.model import Evaluation
-from otel_eval.query import Cursor, EvaluationQuery, Page
+from otel_eval.query import EvaluationQuery, Page
 from otel_eval.store import filters
 from otel_eval.store.base import evaluation_row
 from otel_eval.store.migrations import migrate_sqlite
@@ -136,10 +136,7 @@ class SqliteStore:
         sql, args = filters.page_sql(q, filters.SQLITE)
         with self._lock:
             rows = self._db.execute(sql, args).fetchall()
-        more = len(rows) > q.limit
-        rows = rows[:q.limit]
-        cursor = Cursor(rows[-1][0], rows[-1][1]).encode() if more else None
-        return Page([json.loads(r[2]) for r in rows], cursor)
+        return filters.page(rows, q.limit)
 
     def since(self, evaluated_after_ns: int, limit: int = 100_000) -> list[dict[str, Any]]:
         """Evaluations stored after a time, oldest first; past ``limit`` the newest ``limit``
