@@ -30,7 +30,9 @@ class JudgeSynthesizer:
         self.redactor = Redactor(config.redaction)
 
     def _line(self, text: str) -> str:
-        return self.redactor.redact(" ".join(text.split())[:_EXAMPLE_CHARS])
+        # redacted whole, then cut: a cut first could leave a secret's head too short for
+        # its pattern (``sk-`` + 10 characters), sent as is
+        return self.redactor.redact(" ".join(text.split()))[:_EXAMPLE_CHARS]
 
     def messages(self, drafts: Sequence[Draft],
                  stragglers: Sequence[str]) -> list[dict[str, str]]:

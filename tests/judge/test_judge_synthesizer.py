@@ -81,3 +81,11 @@ def test_out_of_range_numbers_are_repaired_with_the_reason(llm: FakeLLM) -> None
 
 def test_no_model_no_synthesizer() -> None:
     assert judge_synthesizer(JudgeConfig()) is None
+
+
+def test_a_critique_is_redacted_before_it_is_cut() -> None:
+    """A key straddling the cut: cut first, its head would be too short for its pattern."""
+    synth = JudgeSynthesizer(JudgeConfig())
+    text = "x" * 280 + " key sk-proj-ABCDEFGHIJKLMNOPQRSTUVWX"
+    sent = synth.messages([Draft("t", (text,), 2), Draft("u", ("v",), 2)], [])[0]["content"]
+    assert "sk-proj" not in sent and "key [API_KEY]" in sent
