@@ -109,7 +109,8 @@ class _Source:
     """Source segments of nodes (``ast`` offsets are UTF-8 byte columns)."""
 
     def __init__(self, code: str) -> None:
-        self.lines = code.splitlines(keepends=True)
+        # encoded once per block: many arguments on one long line each slice only themselves
+        self.lines = [line.encode() for line in code.splitlines(keepends=True)]
 
     def segment(self, node: ast.AST) -> str:
         first, last = getattr(node, "lineno", 0) - 1, (getattr(node, "end_lineno", 0) or 0) - 1
@@ -117,8 +118,8 @@ class _Source:
             return ""
         if last - first > 200:
             last = first + 200  # long literals: enough to recognize, bounded
-        raw = "".join(self.lines[first:last + 1]).encode()
-        tail = len(self.lines[last].encode()) - (getattr(node, "end_col_offset", 0) or 0)
+        raw = self.lines[first] if first == last else b"".join(self.lines[first:last + 1])
+        tail = len(self.lines[last]) - (getattr(node, "end_col_offset", 0) or 0)
         text = raw[getattr(node, "col_offset", 0):len(raw) - max(0, tail)]
         return text.decode(errors="replace")[:MAX_SOURCE_CHARS]
 
