@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import ast
 import json
+from bisect import bisect_left
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from otel_eval.conventions.messages import answer_text, message_text
@@ -151,9 +153,11 @@ def _value(node: ast.AST, source: _Source, bound: dict[str, list[tuple[int, Any]
     if value is not _MISSING:
         return value
     if isinstance(node, ast.Name) and node.id in bound:
-        earlier = [v for line, v in bound[node.id] if line < node.lineno]
-        if earlier and earlier[-1] is not _MISSING:
-            return earlier[-1]
+        # the last binding before this line (bindings are in line order: thousands of
+        # bindings and uses of one name stay n log n)
+        before = bisect_left(bound[node.id], node.lineno, key=itemgetter(0))
+        if before and bound[node.id][before - 1][1] is not _MISSING:
+            return bound[node.id][before - 1][1]
     return source.segment(node)
 
 
