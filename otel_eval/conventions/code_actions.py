@@ -131,9 +131,12 @@ _MISSING = object()
 
 def _literal(node: ast.AST) -> Any:
     try:
-        return ast.literal_eval(node)
+        value = ast.literal_eval(node)
+        repr(value)  # an int past Python's str-conversion limit (a long 0x literal) is no
+        # value: kept as source text, or writing the arguments out fails in every detector
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return _MISSING
+    return value
 
 
 def _bindings(tree: ast.Module) -> dict[str, list[tuple[int, Any]]]:

@@ -99,6 +99,15 @@ def test_python_hostile_code_is_a_problem_not_an_exception(code: str, problem: s
     assert found == problem and calls == []
 
 
+def test_python_int_literal_too_long_to_write_out_is_kept_as_source() -> None:
+    code = "get_weather(0x" + "f" * 20_000 + ")"
+    [call], found = python_calls(code, KNOWN)
+    assert found is None and call.arguments == {"args": [code[12:-1][:2_000]]}
+    t = build_trajectory(_with_tools(_code_llm("llm1", "step1", 2, code)), CFG)
+    findings, _ = Detectors(DetectorsConfig()).evaluate(t)
+    assert not [f for f in findings if f.kind == "evaluation_error"]
+
+
 def test_python_too_many_calls_are_cut() -> None:
     calls, problem = python_calls("get_weather(city='a')\n" * (MAX_CALLS * 3), KNOWN)
     assert problem == "too_many_calls" and len(calls) == MAX_CALLS
