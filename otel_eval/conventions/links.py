@@ -91,6 +91,7 @@ def _literal(text: str) -> Any:
         return None
     try:
         value = ast.literal_eval(text)
+        repr(value)  # an int past Python's str-conversion limit (a long 0x literal): text
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None
     return value if isinstance(value, dict) else None

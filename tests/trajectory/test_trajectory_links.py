@@ -76,9 +76,14 @@ def test_by_name_prefers_the_call_with_the_same_arguments() -> None:
     assert [s.arguments for s in ran] == [{"city": "Paris"}]
 
 
+HUGE_INT = "{'city': 0x" + "f" * 5_000 + "}"
+
+
 @pytest.mark.parametrize(("raw", "expected"), [
     ("Paris", {"city": "Paris"}),  # LangChain: a bare string for a one-parameter tool
     ("{'city': 'Paris'}", {"city": "Paris"}),  # a Python dict literal
+    # an int Python cannot write out (past its str-conversion limit) is no literal: text
+    (HUGE_INT, {"city": HUGE_INT}),
 ])
 def test_non_json_tool_input(raw: str, expected: object) -> None:
     defs = json.dumps([{"name": "get_weather", "parameters": {
