@@ -224,7 +224,7 @@ def serve(tmp: Path, variant: Variant, config: dict[str, Any] | None,
         argv += ["--workers", str(variant.workers)]
     proc = Proc(pinned(variant.cores(), argv), env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
-        wait_for(lambda: proc.p.poll() is not None or _ready(admin), 90, "serve ready", 0.1)
+        wait_for(lambda: proc.p.poll() is not None or ready(admin), 90, "serve ready", 0.1)
         if proc.p.poll() is not None:
             raise RuntimeError(f"serve exited early:\n{proc.tail()}")
         yield Served(proc, grpc_port, admin, store)
@@ -232,7 +232,8 @@ def serve(tmp: Path, variant: Variant, config: dict[str, Any] | None,
         proc.kill()
 
 
-def _ready(admin: int) -> bool:
+def ready(admin: int) -> bool:
+    """serve's admin ``/readyz`` answers 200."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{admin}/readyz", timeout=2) as r:
             return bool(r.status == 200)

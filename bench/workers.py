@@ -30,32 +30,14 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-TOOLS = next((d for d in (ROOT.parent / "shared" / "tools", Path("/work/shared/tools"))
-              if d.is_dir()), ROOT.parent / "shared" / "tools")
+from ingest_procs import ROOT, TOOLS, free_port, ready, wait_for
+
 TICK = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for(pred: Callable[[], Any], deadline_s: float, what: str,
-             interval_s: float = 0.02) -> float:
-    end = time.perf_counter() + deadline_s
-    while time.perf_counter() < end:
-        if pred():
-            return time.perf_counter()
-        time.sleep(interval_s)
-    raise TimeoutError(f"timed out after {deadline_s:.0f}s waiting for {what}")
 
 
 def metric(admin: int, name: str) -> float:
@@ -121,7 +103,7 @@ def serve(tmp: Path, workers: int, grace_s: float) -> Iterator[tuple[subprocess.
          f"127.0.0.1:{admin}", "--store", str(store)],
         stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
-        wait_for(lambda: proc.poll() is not None or _ready(admin), 120, "serve ready", 0.1)
+        wait_for(lambda: proc.poll() is not None or ready(admin), 120, "serve ready", 0.1)
         if proc.poll() is not None:
             raise RuntimeError(f"serve exited early, see {log.name}")
         yield proc, grpc_port, admin, store
@@ -133,14 +115,6 @@ def serve(tmp: Path, workers: int, grace_s: float) -> Iterator[tuple[subprocess.
             proc.kill()
             proc.wait()
         log.close()
-
-
-def _ready(admin: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{admin}/readyz", timeout=2) as r:
-            return bool(r.status == 200)
-    except OSError:
-        return False
 
 
 def load(args: argparse.Namespace, port: int, traces: int) -> tuple[float, dict[str, Any]]:
