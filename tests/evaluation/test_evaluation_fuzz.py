@@ -5,26 +5,13 @@ a result or a clean error; evaluation must give a verdict without ``evaluation_e
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from bench_module import load_bench
 from hypothesis import HealthCheck, given, settings
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "fuzz.py"
-
-
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fuzz_bench", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-FUZZ = _bench()
+FUZZ = load_bench("fuzz.py", "fuzz_bench")
 EXAMPLES = {"decode": 150, "decode_json": 40, "trajectory": 40, "evaluate": 40}
 
 

@@ -5,30 +5,18 @@ that does not depend on the machine's speed; time is measured by the bench, not 
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
-from types import FrameType, ModuleType
+from types import FrameType
 from typing import Any
 
 import pytest
+from bench_module import load_bench
 
 from otel_eval.config import Config
 from otel_eval.evaluator import Evaluator
 from otel_eval.model import Trace
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "evaluate_scaling.py"
-
-
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("evaluate_scaling", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-SCALING = _bench()
+SCALING = load_bench("evaluate_scaling.py", "evaluate_scaling")
 
 
 def _steps(shape: str, n: int) -> int:
