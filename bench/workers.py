@@ -29,22 +29,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ingest_procs import ROOT, TOOLS, free_port, ready, wait_for
+from ingest_procs import PENDING, ROOT, TOOLS, free_port, metrics, ready, wait_for
 
 TICK = os.sysconf("SC_CLK_TCK")
-
-
-def metric(admin: int, name: str) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    return sum(float(line.rpartition(" ")[2]) for line in text.splitlines()
-               if line.split("{", 1)[0].split(" ", 1)[0] == name)
 
 
 def tree(pid: int) -> tuple[float, list[int]]:
@@ -139,7 +131,7 @@ def one_round(args: argparse.Namespace, tmp: Path, workers: int) -> dict[str, An
         t_first, res = load(args, port, args.traces)
         total = args.warmup_traces + args.traces
         wait_for(lambda: stored(store) >= total, 600, f"{total} stored", 0.02)
-        t_done = wait_for(lambda: metric(admin, "otel_eval_assembly_pending_spans") == 0,
+        t_done = wait_for(lambda: metrics(admin).get(PENDING, 0.0) == 0,
                           120, "pending spans 0", 0.05)
         cpu, rss = tree(proc.pid)
         cpu -= cpu0
