@@ -104,14 +104,8 @@ def serve_http(endpoint: str, handler: type[BaseHTTPRequestHandler], name: str,
     return server, thread
 
 
-def bearer_identity(handler: BaseHTTPRequestHandler, auth: BearerAuth) -> str | None:
-    """The sender's token name from ``Authorization`` (``""`` with auth off), or None."""
-    return auth.identify(handler.headers.get("Authorization"))
-
-
-def make_handler(config: ReceiverConfig, ingest: Ingest,
-                 auth: BearerAuth | None = None) -> type[BaseHTTPRequestHandler]:
-    checker = auth or BearerAuth(config.bearer_tokens)
+def make_handler(config: ReceiverConfig, ingest: Ingest) -> type[BaseHTTPRequestHandler]:
+    checker = BearerAuth(config.bearer_tokens)
 
     class OtlpHttpHandler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -122,7 +116,8 @@ def make_handler(config: ReceiverConfig, ingest: Ingest,
 
         def do_POST(self) -> None:
             ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-            sender = bearer_identity(self, checker)
+            # the sender's token name ("" with auth off), or None: refused
+            sender = checker.identify(self.headers.get("Authorization"))
             # every refusal before the body is read closes the connection: the unread body
             # must not be parsed as the next request
             if sender is None:  # before the body is read: an unknown client costs nothing
