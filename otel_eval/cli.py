@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from otel_eval.config import Config, ConfigError, load_config, parse_endpoint, replace
+from otel_eval.printable import configure_logging
 from otel_eval.store.base import is_postgresql_url
 
 if TYPE_CHECKING:
@@ -301,8 +302,7 @@ def _tune_gc() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level, "%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         if args.command == "serve":
             return cmd_serve(args)

@@ -37,6 +37,7 @@ from typing import Any
 from otel_eval import model
 from otel_eval.config import Config
 from otel_eval.model import Evaluation, Span, Trace
+from otel_eval.printable import configure_logging
 
 log = logging.getLogger(__name__)
 
@@ -108,9 +109,8 @@ def run(conn: Connection, spec: WorkerSpec, index: int) -> None:
     """The worker process's entry point (``multiprocessing`` spawns it)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    logging.basicConfig(level=spec.log_level,
-                        format=f"%(asctime)s %(levelname)s %(name)s[worker {index}]: "
-                               "%(message)s")
+    configure_logging(spec.log_level,
+                      f"%(asctime)s %(levelname)s %(name)s[worker {index}]: %(message)s")
     try:
         from otel_eval.evaluator import Evaluator
         from otel_eval.store import open_store

@@ -1,0 +1,56 @@
+"""Text from span content made safe for a terminal or a log line (the bottom layer).
+
+Span names, agents, models, error messages and request paths come from whoever reaches a
+port. Printed raw, a control character is an instruction to the terminal (an OSC 52
+clipboard write, a carriage return that overwrites a FAIL with a fake PASS, a cursor move) or,
+in a log, a forged line. ``printable`` writes every C0 control (U+0000-U+001F), DEL (U+007F)
+and C1 control (U+0080-U+009F) as a visible escape (``\\x1b``, ``\\r``, ``\\x85``), leaving
+everything else - other Unicode included - as it is. ``keep`` names the controls a caller
+wants kept (``"\\n"`` for multi-line text output).
+
+``EscapingFormatter`` is the ``logging.Formatter`` of every otel-eval process: each record's
+message (its arguments included) is escaped whole, so one record is one line; a traceback
+keeps its newlines and nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    c = match.group()
+    return _NAMED.get(c) or f"\\x{ord(c):02x}"
+
+
+def printable(text: str, keep: str = "") -> str:
+    """``text`` with C0/C1 controls and DEL escaped, except those in ``keep``."""
+    if not _CONTROLS.search(text):  # the common case: nothing to do, no copy
+        return text
+    if not keep:
+        return _CONTROLS.sub(_escape, text)
+    return _CONTROLS.sub(lambda m: m.group() if m.group() in keep else _escape(m), text)
+
+
+class EscapingFormatter(logging.Formatter):
+    """A ``logging.Formatter`` whose records cannot carry control characters."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return printable(super().formatMessage(record))
+
+    def formatException(self, ei: object) -> str:
+        return printable(super().formatException(ei), keep="\n")  # type: ignore[arg-type]
+
+    def formatStack(self, stack_info: str) -> str:
+        return printable(super().formatStack(stack_info), keep="\n")
+
+
+def configure_logging(level: int | str, fmt: str) -> None:
+    """``logging.basicConfig`` on stderr with the escaping formatter."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(EscapingFormatter(fmt))
+    logging.basicConfig(level=level, handlers=[handler])

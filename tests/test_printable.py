@@ -1,0 +1,62 @@
+"""Span content printed to a terminal or a log cannot carry control characters: C0, DEL and
+C1 come out as visible escapes; a log record stays one line."""
+
+from __future__ import annotations
+
+import io
+import logging
+
+import pytest
+
+from otel_eval.printable import EscapingFormatter, printable
+
+
+@pytest.mark.parametrize(("raw", "shown"), [
+    ("plain agent", "plain agent"),
+    ("\x1b]52;c;ZWNobyBwd25lZA==\x07", "\\x1b]52;c;ZWNobyBwd25lZA==\\x07"),  # OSC 52 clipboard
+    ("FAIL\rPASS", "FAIL\\rPASS"),  # a carriage return overwriting the header
+    ("a\nb\tc", "a\\nb\\tc"),
+    ("\x00\x7f\x85\x9b\x9f", "\\x00\\x7f\\x85\\x9b\\x9f"),  # NUL, DEL, NEL, CSI, APC
+    ("\xa0é\u202e漢", "\xa0é\u202e漢"),  # printable Unicode is left alone
+])
+def test_controls_are_escaped_the_rest_is_kept(raw: str, shown: str) -> None:
+    assert printable(raw) == shown
+
+
+def test_keep_leaves_the_named_controls() -> None:
+    assert printable("line 1\nline\r2\x1b[2J", keep="\n") == "line 1\nline\\r2\\x1b[2J"
+
+
+def test_every_control_is_escaped() -> None:
+    controls = "".join(map(chr, [*range(0x20), 0x7F, *range(0x80, 0xA0)]))
+    out = printable(controls)
+    assert all(c.isprintable() for c in out)
+    assert out.count("\\") == len(controls)
+
+
+def _record(msg: str, *args: object, exc: bool = False) -> str:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(EscapingFormatter("%(levelname)s %(message)s"))
+    logger = logging.Logger("printable-test")
+    logger.addHandler(handler)
+    if exc:
+        try:
+            raise ValueError("bad\x1b[31m value")
+        except ValueError:
+            logger.exception(msg, *args)
+    else:
+        logger.warning(msg, *args)
+    return stream.getvalue()
+
+
+def test_a_log_record_is_one_line_whatever_its_arguments() -> None:
+    out = _record("sink failed on trace %s", "x\nWARNING forged line\x1b[2K")
+    assert out == "WARNING sink failed on trace x\\nWARNING forged line\\x1b[2K\n"
+
+
+def test_a_traceback_keeps_its_lines_and_loses_its_escapes() -> None:
+    out = _record("failed: %s", "\x07", exc=True)
+    assert out.startswith("ERROR failed: \\x07\nTraceback (most recent call last):\n")
+    assert "ValueError: bad\\x1b[31m value" in out
+    assert "\x1b" not in out and "\x07" not in out
