@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kafka_server import KafkaServer
 from postgresql_server import PostgresServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,3 +43,11 @@ def postgresql_server() -> Iterator[PostgresServer]:
 def postgresql_url(postgresql_server: PostgresServer) -> str:
     """The URL of a fresh, empty database on the session's server."""
     return postgresql_server.create_database()
+
+
+@pytest.fixture(scope="session")
+def kafka_server() -> Iterator[KafkaServer]:
+    """One real Kafka broker for the session (tests/kafka_server.py: KRaft, one node, the
+    Maven Central jars that scripts/kafka-broker fetches and caches)."""
+    with KafkaServer() as server:
+        yield server

@@ -29,7 +29,7 @@ Promises:
 Partition assignment: ``group`` (broker-coordinated rebalancing) or ``static`` (worker i of N,
 no group membership; offsets still committed under the group id). Static is the path the
 mock-cluster tests and ``bench/kafka.py`` run with more than one worker; group rebalancing
-with two members is tested against a real broker (``KAFKA_BOOTSTRAP``), because of this:
+with two members is tested against the real broker the suite starts, because of this:
 
 Why a two-member aiokafka group fails SyncGroup with InvalidRequest on librdkafka's mock
 cluster (librdkafka 2.16, ``rdkafka_mock_cgrp.c``): not protocol versions (aiokafka 0.14 sends

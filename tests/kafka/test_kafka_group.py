@@ -1,9 +1,10 @@
-"""Group rebalancing with two members, against a real Kafka broker (env ``KAFKA_BOOTSTRAP``,
-e.g. ``localhost:9092``; the test creates and deletes its own 6-partition topic).
+"""Group rebalancing with two members, against the suite's real Kafka broker
+(``kafka_server``: tests/kafka_server.py; the test creates and deletes its own 6-partition
+topic).
 
 librdkafka's mock cluster cannot run a two-member aiokafka group (it refuses a follower's
 SyncGroup that arrives after the leader's: see the ``otel_eval.kafka.consumer`` docstring), so
-this is the one Kafka test that skips without a broker. Checked: when a second member joins,
+this test runs on a real broker. Checked: when a second member joins,
 the first member's partitions are revoked with its finished work committed; the new owner
 replays every unstored trace whole (never a tail whose head the old owner consumed) and
 skips the stored ones; in the end every record is committed.
@@ -12,7 +13,6 @@ skips the stored ones; in the end every record is committed.
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
@@ -21,6 +21,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from kafka_doubles import FakeEngine, Topic, WatchedStats, produce_traces
+from kafka_server import KafkaServer
 
 from otel_eval.kafka.client import client_kwargs
 from otel_eval.kafka.consumer import KafkaConsumerStage
@@ -41,10 +42,8 @@ async def _admin(bootstrap: str, action: Callable[[AIOKafkaAdminClient], Awaitab
 
 
 @pytest.fixture
-def broker_topic() -> Iterator[Topic]:
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP", "")
-    if not bootstrap:
-        pytest.skip("set KAFKA_BOOTSTRAP=host:port to test group rebalancing on a real broker")
+def broker_topic(kafka_server: KafkaServer) -> Iterator[Topic]:
+    bootstrap = kafka_server.bootstrap
     name = f"otel_eval_group_{uuid.uuid4().hex[:10]}"
     asyncio.run(_admin(bootstrap, lambda a: a.create_topics([NewTopic(name, 6, 1)])))
     yield Topic(name, bootstrap, 6)
