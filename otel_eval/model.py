@@ -184,6 +184,30 @@ class ToolCall:
     name: str
     arguments: Any  # parsed JSON when possible, else the raw string
     call_id: str | None = None
+    # ran (a tool step ran it) | rebuilt (no span; rebuilt from the output or a later input) |
+    # never_ran (asked for, and neither a span nor a later call says it ran) | "" = not known
+    outcome: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "arguments": self.arguments, "call_id": self.call_id,
+                "outcome": self.outcome or None}
+
+
+# Longest message text, tool result or LLM reply kept per step in the v1 object, characters:
+# enough to read a step; the rest is counted (``truncated``), so a 20 MB tool output is not a
+# 20 MB result row. Arguments and names are kept as they came (detectors report on them).
+CONTENT_CHARS = 4096
+
+
+def _kept(out: dict[str, Any], name: str, text: str | None) -> None:
+    """``out[name] = text``, cut to ``CONTENT_CHARS``; the full length of a cut value goes to
+    ``out["truncated"][name]``."""
+    if text is None:
+        return
+    if len(text) > CONTENT_CHARS:
+        out.setdefault("truncated", {})[name] = len(text)
+        text = text[:CONTENT_CHARS]
+    out[name] = text
 
 
 @dataclass(slots=True)
@@ -216,6 +240,10 @@ class Step:
     tool_calls: list[ToolCall] = field(default_factory=list)  # calls an llm step requested
     rebuilt: bool = False  # a tool step rebuilt from an LLM's output (no span of its own)
     convention: str = "unknown"
+    # llm steps, readable (``conventions.messages``): the last message it was sent (user or
+    # tool) and the text of its reply; None when not recorded
+    prompt: str | None = None
+    answer: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -239,11 +267,18 @@ class Step:
         if self.finish_reasons:
             out["finish_reasons"] = list(self.finish_reasons)
         if self.cost_usd is not None:
-            out["cost_usd"] = self.cost_usd
+            out["cost_usd"] = round(self.cost_usd, 12)  # 5.55e-05, not 5.5499999999999994e-05
         if self.call_id is not None:
             out["call_id"] = self.call_id
         if self.rebuilt:
             out["rebuilt"] = True
+        if self.kind == "tool":
+            _kept(out, "result", self.result)
+        elif self.kind == "llm":
+            _kept(out, "prompt", self.prompt)
+            _kept(out, "answer", self.answer)
+            if self.tool_calls:
+                out["tool_calls"] = [c.to_json() for c in self.tool_calls]
         return out
 
 
@@ -259,8 +294,14 @@ class Trajectory:
     convention: str = "unknown"
     start_ns: int = 0
     end_ns: int = 0
-    input: str | None = None
+    input: str | None = None  # raw, as the spans carried it (messages, state, text)
     output: str | None = None
+    # the user's text of ``input`` / ``output`` (the first user message, the last reply's
+    # text; the raw value when it is not messages), and the messages when it is
+    task: str | None = None
+    answer: str | None = None
+    input_messages: list[Any] | None = None
+    output_messages: list[Any] | None = None
     tools: dict[str, Any] = field(default_factory=dict)  # offered tool name -> JSON schema
     root_attributes: dict[str, Any] = field(default_factory=dict)
     revision: int = 0
@@ -302,7 +343,7 @@ class Trajectory:
         return {
             "input_tokens": sum(s.input_tokens or 0 for s in llm),
             "output_tokens": sum(s.output_tokens or 0 for s in llm),
-            "cost_usd": round(sum(costs), 6) if costs else None,
+            "cost_usd": round(sum(costs), 12) if costs else None,
         }
 
     def counts(self) -> dict[str, int]:
@@ -380,14 +421,18 @@ class Evaluation:
             "revision": t.revision,
             "start_time_unix_nano": t.start_ns,
             "duration_s": round(t.duration_s, 6),
-            "input": t.input,
-            "output": t.output,
+            "input": t.task,
+            "output": t.answer,
             "counts": t.counts(),
             "usage": t.usage(),
             "steps": [s.to_json() for s in t.steps],
             "findings": [f.to_json() for f in self.findings],
             "verdict": self.verdict.to_json() if self.verdict else None,
         }
+        if t.input_messages is not None:
+            out["input_messages"] = t.input_messages
+        if t.output_messages is not None:
+            out["output_messages"] = t.output_messages
         if t.unrecorded:
             out["unrecorded"] = dict(t.unrecorded)
         if t.code_actions:

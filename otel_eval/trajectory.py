@@ -36,15 +36,15 @@ Promises:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from otel_eval.config import TrajectoryConfig
 from otel_eval.conventions import UNKNOWN, classify, describe, dominant, merge_tools
-from otel_eval.conventions.code_actions import rebuild_code_actions
+from otel_eval.conventions.code_actions import last_message_text, rebuild_code_actions
 from otel_eval.conventions.events import overlay
 from otel_eval.conventions.links import coerce_arguments, join_calls
-from otel_eval.conventions.messages import answer_text, task_text
+from otel_eval.conventions.messages import answer_text, messages, task_text
 from otel_eval.conventions.prices import price_steps
 from otel_eval.conventions.responses import ToolResponses
 from otel_eval.conventions.values import as_str, first
@@ -212,10 +212,13 @@ class _Builder:
                        or step.convention in self.conventions_with_tools)
             for call in step.tool_calls:
                 if id(call) in ran:
+                    call.outcome = "ran"
                     continue
                 result = responses.result(position, step.node, call.call_id)
                 if trusted and not (self.tool_ids and call.call_id) and result is None:
+                    call.outcome = "never_ran"
                     continue  # no span ran it and no later call was told a result
+                call.outcome = "rebuilt"
                 out.append(Step(
                     0, step.span_id, step.parent_span_id, "tool", call.name, node=step.node,
                     depth=step.depth, status="ok", start_ns=step.end_ns, end_ns=step.end_ns,
@@ -304,6 +307,9 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
     steps = builder.rebuild_tool_calls(ran, responses)
     steps, code_actions = rebuild_code_actions(steps, builder.tools)
     price_steps(steps)
+    for step in steps:
+        if step.kind == "llm":
+            _readable(step)
     root_span = local_root(spans)
     root_step = next((s for s in builder.steps if root_span is not None
                       and s.span_id == root_span.span_id), None)
@@ -311,6 +317,10 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
     llm = [s for s in builder.steps if s.kind == "llm"]
     output = _answer(_first_text((agent, root_step), "result"), llm)
     ends = [s.end_ns for s in spans if s.end_ns]
+    raw_input = _first_text((agent, root_step), "input_text") or \
+        (task_text(llm[0].input_text) if llm else None)
+    task, input_messages = _text_of(raw_input, task_text)
+    answer, output_messages = _text_of(output, answer_text)
     return Trajectory(
         trace_id=trace.trace_id, source=trace.source, status=trace.status, steps=steps,
         service=_service(root_span, spans),
@@ -319,9 +329,10 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
         convention=dominant([s.convention for s in builder.steps]),
         start_ns=min((s.start_ns for s in spans), default=0),
         end_ns=max(ends, default=0),
-        input=_first_text((agent, root_step), "input_text") or \
-            (task_text(llm[0].input_text) if llm else None),
+        input=raw_input,
         output=output,
+        task=task, answer=answer, input_messages=input_messages,
+        output_messages=output_messages,
         tools=builder.tools,
         root_attributes=dict(root_span.attributes) if root_span else {},
         revision=trace.revision,
@@ -331,6 +342,24 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
         unrecorded=_unrecorded(steps, output),
         code_actions=code_actions,
     )
+
+
+def _readable(step: Step) -> None:
+    """An LLM step's last message sent and its reply, as text."""
+    raw = step.input_text
+    step.prompt = last_message_text(raw)
+    if step.prompt is None and raw is not None and raw.lstrip()[:1] not in ("[", "{"):
+        step.prompt = raw  # a plain-text prompt
+    step.answer = step.reply if step.reply is not None else answer_text(step.output_text)
+
+
+def _text_of(raw: str | None,
+             read: Callable[[str | None], str | None]) -> tuple[str | None, list[Any] | None]:
+    """(the user's text of ``raw``, the messages it holds): the raw value and no messages when
+    it is not messages or none of them has text (a state object, a tool's JSON)."""
+    found = messages(raw)
+    text = read(raw) if found is not None else None
+    return (raw, None) if text is None else (text, found)
 
 
 def _service(root: Span | None, spans: list[Span]) -> str | None:

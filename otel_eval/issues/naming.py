@@ -1,7 +1,9 @@
 """Issue stage, step 5: name each cluster.
 
-Deterministic by default: the title is the cluster's top TF-IDF terms (placeholders
-excluded), the description is its most central critique (the one closest to the centroid).
+Deterministic by default: the title is the first clause of the cluster's most central
+critique (the one closest to the centroid), cut to a phrase at a word boundary ("read_file
+called 2 times in a row with identical arguments"), the description that critique; the top
+TF-IDF terms only name a cluster whose central critique has no words.
 When the lead injects a ``Namer`` (e.g. the judge model), it is asked for a short title and a
 one-sentence description from the central critiques, as CLEAR synthesises its issues; a namer
 that fails or answers None falls back to the deterministic name. Only *new* issues are named:
@@ -76,8 +78,26 @@ def _shorten(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
+_TITLE_CHARS = 72
+# Where a critique's first clause ends: a sentence end, a semicolon, a dash between words.
+_CLAUSE_ENDS = (". ", "; ", " - ", " — ", ": ")
+
+
+def phrase(text: str, limit: int = _TITLE_CHARS) -> str:
+    """The first clause of ``text``, on one line, cut at a word boundary to ``limit``
+    characters (with an ellipsis), without a trailing full stop."""
+    flat = " ".join(text.split())
+    cut = min((i for i in (flat.find(e) for e in _CLAUSE_ENDS) if i > 0), default=len(flat))
+    clause = flat[:cut].rstrip(" .;:,")
+    if len(clause) <= limit:
+        return clause
+    head = clause[: limit - 1]
+    space = head.rfind(" ")
+    return (head[:space] if space > limit // 2 else head).rstrip(" ,;:") + "…"
+
+
 def deterministic_name(terms: list[str], central_text: str) -> Name:
-    title = ", ".join(terms) if terms else _shorten(central_text, 60)
+    title = phrase(central_text) or ", ".join(terms)
     return Name(title=title, description=_shorten(central_text, _DESCRIPTION_CHARS))
 
 

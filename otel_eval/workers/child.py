@@ -97,10 +97,12 @@ def unpack_trace(p: PackedTrace) -> Trace:
 def lean(ev: Evaluation) -> Evaluation:
     """``ev`` without what only sinks read (message text, tool arguments and results)."""
     t = ev.trajectory
-    t.input = t.output = None
+    t.input = t.output = t.task = t.answer = None
+    t.input_messages = t.output_messages = None
     t.tools, t.root_attributes = {}, {}
     for s in t.steps:
         s.arguments = s.result = s.input_text = s.output_text = s.reply = None
+        s.prompt = s.answer = None
         s.tool_calls = []
     return ev
 

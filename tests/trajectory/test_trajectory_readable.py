@@ -1,0 +1,85 @@
+"""The per-trace result reads as text: ``input`` / ``output`` are the user's words (the
+messages kept in ``input_messages`` / ``output_messages``), each step carries what it said
+and got back (bounded), and a requested call says whether it ran."""
+
+from __future__ import annotations
+
+import json
+
+from trajectory_factory import span, trace
+
+from otel_eval.config import TrajectoryConfig
+from otel_eval.model import CONTENT_CHARS, Evaluation
+from otel_eval.trajectory import build_trajectory
+
+CFG = TrajectoryConfig()
+AGENT = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a"}
+CHAT = {"gen_ai.operation.name": "chat"}
+ASK = [{"role": "user", "parts": [{"type": "text", "content": "What is the weather in Paris?"}]}]
+SAY = [{"role": "assistant", "parts": [{"type": "text", "content": "Sunny, 21 °C."}]}]
+
+
+def _body(*spans: object) -> dict:
+    return Evaluation(build_trajectory(trace(*spans), CFG)).to_json()  # type: ignore[arg-type]
+
+
+def test_input_and_output_are_text_and_the_messages_a_field_of_their_own() -> None:
+    body = _body(span("root", None, 0, {**AGENT, "gen_ai.input.messages": json.dumps(ASK),
+                                        "gen_ai.output.messages": json.dumps(SAY)}))
+    assert (body["input"], body["output"]) == ("What is the weather in Paris?", "Sunny, 21 °C.")
+    assert (body["input_messages"], body["output_messages"]) == (ASK, SAY)
+
+
+def test_plain_text_and_non_message_json_stay_as_they_came_with_no_messages() -> None:
+    body = _body(span("root", None, 0, {**AGENT, "gen_ai.input.messages": '{"city": "Paris"}',
+                                        "gen_ai.output.messages": "sunny"}))
+    assert (body["input"], body["output"]) == ('{"city": "Paris"}', "sunny")
+    assert "input_messages" not in body and "output_messages" not in body
+
+
+def test_llm_steps_carry_their_last_message_reply_and_requested_calls() -> None:
+    told = [*ASK, {"role": "tool", "parts": [{"type": "tool_call_response", "id": "c0",
+                                              "response": "sunny"}]}]
+    asked = [{"role": "assistant", "finish_reason": "tool_call", "parts": [
+        {"type": "text", "content": "Checking."},
+        {"type": "tool_call", "id": "c0", "name": "get_weather", "arguments": {"city": "P"}}]}]
+    body = _body(
+        span("root", None, 0, AGENT),
+        span("llm1", "root", 1, {**CHAT, "gen_ai.input.messages": json.dumps(ASK),
+                                 "gen_ai.output.messages": json.dumps(asked)}),
+        span("llm2", "root", 5, {**CHAT, "gen_ai.input.messages": json.dumps(told),
+                                 "gen_ai.output.messages": json.dumps(SAY)}))
+    llm1, rebuilt, llm2 = body["steps"][1:]
+    assert (llm1["prompt"], llm1["answer"]) == ("What is the weather in Paris?", "Checking.")
+    assert llm1["tool_calls"] == [{"name": "get_weather", "arguments": {"city": "P"},
+                                   "call_id": "c0", "outcome": "rebuilt"}]
+    assert rebuilt["rebuilt"] is True and rebuilt["result"] == "sunny"
+    assert llm2["answer"] == "Sunny, 21 °C."
+
+
+def test_a_call_no_span_ran_and_no_later_call_saw_is_never_ran() -> None:
+    asked = [{"role": "assistant", "parts": [
+        {"type": "tool_call", "id": "c9", "name": "get_weather", "arguments": {}}]}]
+    body = _body(
+        span("root", None, 0, AGENT),
+        span("llm", "root", 1, {**CHAT, "gen_ai.output.messages": json.dumps(asked)}),
+        span("t", "root", 2, {"gen_ai.operation.name": "execute_tool",
+                              "gen_ai.tool.name": "other"}))
+    assert body["steps"][1]["tool_calls"][0]["outcome"] == "never_ran"
+
+
+def test_a_20_mb_tool_result_is_cut_and_its_length_kept() -> None:
+    big = "x" * 20_000_000
+    body = _body(span("root", None, 0, AGENT),
+                 span("t", "root", 1, {"gen_ai.operation.name": "execute_tool",
+                                       "gen_ai.tool.name": "dump",
+                                       "gen_ai.tool.call.result": big}))
+    tool = body["steps"][1]
+    assert len(tool["result"]) == CONTENT_CHARS and tool["truncated"] == {"result": 20_000_000}
+
+
+def test_costs_are_kept_without_float_noise() -> None:
+    body = _body(span("root", None, 0, AGENT),
+                 span("llm", "root", 1, {**CHAT, "gen_ai.usage.cost": 0.0000185 * 3}))
+    assert 0.0000185 * 3 == 5.5499999999999994e-05  # what the spans give
+    assert body["steps"][1]["cost_usd"] == 5.55e-05 and body["usage"]["cost_usd"] == 5.55e-05
