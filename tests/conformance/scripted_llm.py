@@ -4,7 +4,10 @@
 chunks with tool-call deltas, the ``stream_options.include_usage`` usage chunk, ``[DONE]``);
 ``POST /v1/responses`` (the Responses API: ``input`` a string or items, output a
 ``function_call`` item with a ``call_id`` or a ``message``; streamed as the typed SSE events
-``response.created`` ... ``response.completed``, whose response carries the usage).
+``response.created`` ... ``response.completed``, whose response carries the usage);
+``POST /v1/messages`` (the Anthropic Messages API: ``system`` apart, ``tool_use`` /
+``tool_result`` content blocks, ``stop_reason`` ``tool_use`` or ``end_turn``; streamed as the
+named SSE events ``message_start`` ... ``message_stop`` with ``input_json_delta`` chunks).
 What it answers is ``scenarios.reply(NAME, k)``:
 
 - NAME is the ``[scenario:NAME]`` marker found in any message or input item of the
@@ -21,8 +24,9 @@ when the request offers a tool of that name. A conversation containing ``[answer
 code agent: smolagents' CodeAgent) gets each turn as a Python code block instead:
 ``<code>\nprint(get_weather(city="Paris"))\n</code>``, then ``final_answer("...")``.
 
-The model is always reported as ``gpt-4o-mini`` (a model litellm's price table knows), with
-ids shaped like real ones (``chatcmpl-...``, ``call_...``) derived from the conversation so a
+The model is always reported as ``gpt-4o-mini`` (``claude-3-5-haiku-20241022`` on the Messages
+API; models litellm's price table knows), with ids shaped like real ones (``chatcmpl-...``,
+``call_...``, ``msg_...``, ``toolu_...``) derived from the conversation so a
 re-recording gives the same ids, and usage numbers that grow with the conversation. A request
 without a marker, with an unknown scenario or not shaped like a chat completion gets a 400
 with an OpenAI-style error body (and is noted in ``errors``: ``record.py`` writes no recording
@@ -43,9 +47,11 @@ from typing import Any
 import scenarios
 
 MODEL = "gpt-4o-mini"
+ANTHROPIC_MODEL = "claude-3-5-haiku-20241022"
 # The API each route speaks.
 _ROUTES = {"/v1/chat/completions": "chat", "/chat/completions": "chat",
-           "/v1/responses": "responses", "/responses": "responses"}
+           "/v1/responses": "responses", "/responses": "responses",
+           "/v1/messages": "messages"}
 _ALNUM = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
@@ -279,6 +285,60 @@ def response_events(r: dict[str, Any]) -> list[dict[str, Any]]:
     return [{**e, "sequence_number": i} for i, e in enumerate(out)]
 
 
+def message(body: dict[str, Any]) -> dict[str, Any]:
+    """The scripted Anthropic Messages API answer to a ``/v1/messages`` request body."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("'messages' must be a non-empty list")
+    p = _plan(messages)
+    suffix = p["id"].removeprefix("chatcmpl-")[:24]
+    msg = p["message"]
+    if msg.get("tool_calls"):
+        call = msg["tool_calls"][0]
+        block: dict[str, Any] = {"type": "tool_use", "id": "toolu_01" + call["id"][5:27],
+                                 "name": call["function"]["name"],
+                                 "input": json.loads(call["function"]["arguments"])}
+        stop = "tool_use"
+    else:
+        block, stop = {"type": "text", "text": msg["content"]}, "end_turn"
+    usage = p["usage"]
+    return {"id": "msg_01" + suffix, "type": "message", "role": "assistant",
+            "model": ANTHROPIC_MODEL, "content": [block], "stop_reason": stop,
+            "stop_sequence": None,
+            "usage": {"input_tokens": usage["prompt_tokens"],
+                      "output_tokens": usage["completion_tokens"],
+                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
+
+
+def message_events(m: dict[str, Any]) -> list[dict[str, Any]]:
+    """The named SSE events of a streamed Messages API answer, in order."""
+    block = m["content"][0]
+    usage = m["usage"]
+    started = {**m, "content": [], "stop_reason": None,
+               "usage": {**usage, "output_tokens": 1}}
+    out: list[dict[str, Any]] = [{"type": "message_start", "message": started}]
+    if block["type"] == "tool_use":
+        out.append({"type": "content_block_start", "index": 0,
+                    "content_block": {**block, "input": {}}})
+        args = json.dumps(block["input"])
+        out += [{"type": "content_block_delta", "index": 0,
+                 "delta": {"type": "input_json_delta", "partial_json": args[i:i + 8]}}
+                for i in range(0, len(args), 8)]
+    else:
+        out.append({"type": "content_block_start", "index": 0,
+                    "content_block": {"type": "text", "text": ""}})
+        words = block["text"].split(" ")
+        out += [{"type": "content_block_delta", "index": 0,
+                 "delta": {"type": "text_delta", "text": w if i == 0 else " " + w}}
+                for i, w in enumerate(words)]
+    out += [{"type": "content_block_stop", "index": 0},
+            {"type": "message_delta", "delta": {"stop_reason": m["stop_reason"],
+                                                "stop_sequence": None},
+             "usage": {"output_tokens": usage["output_tokens"]}},
+            {"type": "message_stop"}]
+    return out
+
+
 class ScriptedLLM:
     """The server: ``start()`` binds 127.0.0.1:0; ``base_url`` ends in ``/v1``."""
 
@@ -292,7 +352,12 @@ class ScriptedLLM:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+        return f"{self.root_url}/v1"
+
+    @property
+    def root_url(self) -> str:
+        """Without ``/v1``: the Anthropic SDK's ``base_url`` (it appends ``/v1/messages``)."""
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def start(self) -> ScriptedLLM:
         self._thread.start()
@@ -308,10 +373,16 @@ class ScriptedLLM:
 
     def answer(self, body: Any, api: str = "chat") -> tuple[bool, Any]:
         """(stream?, completion or chunk list) for a request body; BadRequest when unscripted.
-        ``api``: "chat" (chat completions) or "responses" (the Responses API)."""
+        ``api``: "chat" (chat completions), "responses" (the Responses API) or "messages"
+        (the Anthropic Messages API)."""
         if not isinstance(body, dict):
             raise BadRequest("the body must be a JSON object")
         created = int(self.clock())
+        if api == "messages":
+            m = message(body)
+            with self._lock:
+                self.requests += 1
+            return (True, message_events(m)) if body.get("stream") else (False, m)
         if api == "responses":
             r = response(body, created)
             with self._lock:
@@ -359,7 +430,8 @@ def _handler(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(data)
 
         def _sse(self, items: list[Any], done: bool) -> None:
-            """Chat chunks end with ``[DONE]``; Responses events are named (``event:``)."""
+            """Chat chunks end with ``[DONE]``; Responses and Messages events are named
+            (``event:``)."""
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")

@@ -96,6 +96,10 @@ def test_every_expectation_names_a_stack_and_scenario_of_the_corpus() -> None:
         assert stack in corpus.stacks(), stack
         for scenario in overrides:
             assert corpus.recording_path(stack, scenario).is_file(), (stack, scenario)
+    for cell, reason in corpus.known_wrong().items():
+        stack, _, scenario = cell.partition("/")
+        assert corpus.recording_path(stack, scenario).is_file(), cell
+        assert isinstance(reason, str) and reason.strip(), f"known_wrong {cell}: say why"
 
 
 def test_every_stack_records_every_scenario_it_supports() -> None:

@@ -226,3 +226,63 @@ def test_a_code_agent_gets_code_blocks_calling_the_tool_then_final_answer(
         "\n</code>",
         f'Thought: I have the answer.\n<code>\nfinal_answer("{scenarios.FINAL}")\n</code>']
     assert first.choices[0].message.tool_calls is None
+
+
+def _messages(llm: ScriptedLLM, body: dict[str, Any]) -> Any:
+    req = urllib.request.Request(llm.root_url + "/v1/messages", method="POST",
+                                 data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        if not body.get("stream"):
+            return json.loads(r.read())
+        events = []
+        for block in r.read().decode().split("\n\n"):
+            if block.strip():
+                name, data = block.split("\n", 1)
+                events.append((name.removeprefix("event: "),
+                               json.loads(data.removeprefix("data: "))))
+        return events
+
+
+ANTHROPIC_TOOL = {"name": "get_weather", "description": scenarios.TOOL_DESCRIPTION,
+                  "input_schema": scenarios.TOOL_PARAMETERS}
+
+
+@pytest.mark.parametrize(("scenario", "cities"), [
+    ("clean", ["Paris"]), ("distinct", list(scenarios.CITIES)),
+    ("tool_error", ["Atlantis", "Paris"])])
+def test_messages_api_scripts_tool_use_blocks_answered_by_tool_results(
+        llm: ScriptedLLM, scenario: str, cities: list[str]) -> None:
+    """The Anthropic Messages API as its SDK drives it: a tool_use block, answered by a user
+    message holding a tool_result block with its tool_use_id, until end_turn."""
+    messages: list[Any] = [{"role": "user", "content": f"weather? [scenario:{scenario}]"}]
+    calls = []
+    for _ in range(10):
+        m = _messages(llm, {"model": "claude-3-5-haiku-20241022", "max_tokens": 256,
+                            "system": "be brief", "messages": messages,
+                            "tools": [ANTHROPIC_TOOL]})
+        assert m["type"] == "message" and m["usage"]["input_tokens"] > 0
+        block = m["content"][0]
+        if m["stop_reason"] == "end_turn":
+            assert block == {"type": "text", "text": scenarios.reply(scenario, len(cities)).text}
+            break
+        assert m["stop_reason"] == "tool_use" and block["id"].startswith("toolu_01")
+        calls.append(block)
+        messages += [{"role": "assistant", "content": m["content"]},
+                     {"role": "user", "content": [{"type": "tool_result", "is_error": False,
+                                                   "tool_use_id": block["id"],
+                                                   "content": "sunny"}]}]
+    assert [c["input"]["city"] for c in calls] == cities
+    assert len({c["id"] for c in calls}) == len(calls)
+
+
+def test_messages_api_streams_named_events_with_json_deltas(llm: ScriptedLLM) -> None:
+    events = _messages(llm, {"model": "claude-3-5-haiku-20241022", "max_tokens": 256,
+                             "stream": True, "tools": [ANTHROPIC_TOOL],
+                             "messages": [{"role": "user", "content": "[scenario:streaming]"}]})
+    names = [n for n, _ in events]
+    assert names[0] == "message_start" and names[-1] == "message_stop"
+    assert all(n == e["type"] for n, e in events)
+    args = "".join(e["delta"]["partial_json"] for n, e in events if n == "content_block_delta")
+    assert json.loads(args) == {"city": "Paris"}
+    assert [e["delta"]["stop_reason"] for n, e in events if n == "message_delta"] == ["tool_use"]
