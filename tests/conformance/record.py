@@ -7,8 +7,8 @@ For each stack (``stacks/<name>/stack.yaml``): a venv under the cache dir (defau
 (or, for ``runtime: node``, ``npm install`` of them into that dir), reinstalled only when the
 pins change. For each scenario: start the scripted LLM (``scripted_llm.py``) and the OTLP
 capture server (``capture.py``) on loopback port 0, run the stack's agent program with the
-OPENAI_* / ANTHROPIC_* / OTEL_* environment pointing at them (plus the stack's own ``env``), wait for it
-(bounded), and write ``recordings/<stack>/<scenario>.json``::
+OPENAI_* / ANTHROPIC_* / OTEL_* environment pointing at them (plus the stack's own ``env``),
+wait for it (bounded), and write ``recordings/<stack>/<scenario>.json``::
 
     {"stack", "scenario", "packages": {name: installed version}, "llm_requests": n,
      "requests": [{"signal": "traces" | "logs", "body": <OTLP JSON, hex ids>}, ...]}
