@@ -137,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     sh.add_argument("--trace", metavar="TRACE_ID", help="the trace to show, when FILE holds "
                     "several")
     sh.add_argument("--format", choices=["text", "json"], default="text")
+    sh.add_argument("--width", type=int, default=100, metavar="COLUMNS",
+                    help="fold tool results and LLM content to this width (100)")
+    sh.add_argument("--full", action="store_true", help="unfold tool results and LLM content")
 
     iss = sub.add_parser("issues", help="cluster critiques and findings into recurring issues")
     _common(iss)
@@ -208,7 +211,9 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
     from pathlib import Path
 
-    from otel_eval.show import ShowError, from_run, from_store, is_trace_id, render_text, tree
+    from otel_eval.judge.redact import Redactor
+    from otel_eval.show import ShowError, from_run, from_store, is_trace_id, render_text
+    from otel_eval.ui.run import tree
 
     try:
         if Path(args.target).exists() or not is_trace_id(args.target):
@@ -221,8 +226,11 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
         print(f"otel-eval show: {e}", file=sys.stderr)
         return 1
     shown = tree(body)
-    out.write(json.dumps(shown, indent=2) + "\n" if args.format == "json"
-              else render_text(shown))
+    if args.format == "json":
+        out.write(json.dumps(shown, indent=2) + "\n")
+        return 0
+    redactor = Redactor(config_from_args(args).judge.redaction)
+    out.write(render_text(shown, width=args.width, full=args.full, redact=redactor.redact))
     return 0
 
 

@@ -10,16 +10,21 @@ steps listed; findings and critiques naming no step are shown on the trace.
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from otel_eval.printable import printable
+from otel_eval.ui.run import contents, outcome_note
+from otel_eval.ui.text import Redact, as_text, clip, duration, fold, redacted, usd
 
 if TYPE_CHECKING:
     from otel_eval.model import Evaluation
 
 _TEXT_CHARS = 160  # one terminal line per finding / critique
+_FOLD_LINES = 3  # lines of a folded value (tool result, LLM content)
+_FULL_CHARS = 64 * 1024  # of one value even with --full (stored values are cut at 4096)
 _MAX_INDENT = 3 * 32  # deeper steps are drawn at depth 32 (a line stays a line)
 _TRACE_ID = re.compile(r"^[0-9a-fA-F]{32}$")
 
@@ -72,62 +77,56 @@ def from_run(evaluations: Iterable[Evaluation], where: str,
     return seen[0].to_json()
 
 
-def _critiques(body: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    judge = body.get("judge") or {}
-    for name, entry in sorted((judge.get("judges") or {}).items()):
-        for c in entry.get("critiques") or []:
-            yield {"judge": name, **c}
-
-
-def tree(body: dict[str, Any]) -> dict[str, Any]:
-    """The per-trace object regrouped for reading: each step (tree order) carries its
-    ``findings`` and ``critiques`` and the indexes of its ``children``; ``roots`` are the
-    steps without a parent among them; what names no step stays on the trace. Flat, not
-    nested: a hostile trace can be thousands of spans deep."""
-    steps = {s["index"]: {**s, "findings": [], "critiques": [], "children": []}
-             for s in body.get("steps", [])}
-    by_span = {s["span_id"]: s for s in steps.values() if s.get("span_id")}
-    trace_findings: list[dict[str, Any]] = []
-    trace_critiques: list[dict[str, Any]] = []
-    for f in body.get("findings", []):
-        where = [i for i in f.get("step_indexes") or [] if i in steps]
-        (steps[where[-1]]["findings"] if where else trace_findings).append(f)
-    for c in _critiques(body):
-        step = steps.get(c.get("step_index")) or by_span.get(c.get("span_id") or "")
-        (step["critiques"] if step else trace_critiques).append(c)
-    roots = []
-    for s in steps.values():
-        parent = by_span.get(s.get("parent_span_id") or "")
-        if parent is not None and parent is not s:
-            parent["children"].append(s["index"])
-        else:
-            roots.append(s["index"])
-    head = {k: v for k, v in body.items() if k not in ("steps", "findings", "judge")}
-    judge = body.get("judge") or {}
-    return {**head, "judge": judge.get("overall"), "findings": trace_findings,
-            "critiques": trace_critiques, "roots": roots, "steps": list(steps.values())}
-
-
 def _short(value: Any, limit: int = _TEXT_CHARS) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    flat = " ".join(text.split())
+    flat = " ".join(printable(as_text(value, limit)).split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def _step_line(s: dict[str, Any]) -> str:
-    parts = [f"[{s['index']}] {s['kind']}", s.get("name") or ""]
-    if s.get("tool_name") and s.get("arguments") is not None:
-        parts.append(_short(s["arguments"], 60))
+    parts = [f"[{s['index']}] {printable(str(s['kind']))}", _short(s.get("name") or "", 80)]
+    if s.get("rebuilt"):
+        parts.append("(rebuilt: no span of its own)")
     if s.get("model"):
-        parts.append(s["model"])
+        parts.append(_short(s["model"], 60))
     if s.get("input_tokens") is not None or s.get("output_tokens") is not None:
         parts.append(f"{s.get('input_tokens') or 0}+{s.get('output_tokens') or 0} tok")
-    start, end = s.get("start_time_unix_nano") or 0, s.get("end_time_unix_nano") or 0
-    if end > start:
-        parts.append(f"{(end - start) / 1e6:.0f} ms")
+    if s.get("cost_usd") is not None:
+        parts.append(usd(s["cost_usd"]))
+    parts.append(duration(s.get("start_time_unix_nano"), s.get("end_time_unix_nano")))
     if s.get("status") == "error":
         parts.append("ERROR " + _short(s.get("error") or "", 80))
     return "  ".join(p for p in parts if p)
+
+
+def _content(s: dict[str, Any], width: int, full: bool, redact: Redact) -> list[str]:
+    """A step's arguments, result, prompt and answer, each folded to ``width`` columns and 3
+    lines (all lines with ``full``), and the calls it asked for."""
+    out = []
+    cut = s.get("truncated") or {}
+    for label, value in contents(s):
+        if label != "error" or s.get("status") != "error":  # else on the step's line
+            out += _value(label, value, cut.get(label), width, full, redact)
+    for call in s.get("tool_calls") or []:
+        if call.get("outcome") == "ran":
+            continue  # the tool step is drawn below
+        note = outcome_note(call)
+        out.append(f"asks: {_short(call.get('name') or '', 60)} "
+                   f"{_short(call.get('arguments'), 60)}" + (f"  {note}" if note else ""))
+    return out
+
+
+def _value(label: str, value: Any, recorded: int | None, width: int, full: bool,
+           redact: Redact) -> list[str]:
+    """``label: value`` redacted and folded, continuation lines indented under the value."""
+    text, more = clip(redacted(value, _FULL_CHARS, redact), _FULL_CHARS)
+    lines, folded = fold(text, width, None if full else _FOLD_LINES)
+    lines = [printable(line) for line in lines] or [""]
+    out = [f"{label}: {lines[0]}"] + [" " * (len(label) + 2) + line for line in lines[1:]]
+    if recorded:
+        out[-1] += f"  … ({recorded} characters recorded, {len(text)} kept)"
+    elif folded or more:
+        out[-1] += "  … (--full)"
+    return out
 
 
 def _notes(node: dict[str, Any]) -> list[str]:
@@ -135,16 +134,18 @@ def _notes(node: dict[str, Any]) -> list[str]:
     for f in node["findings"]:
         others = [i for i in f.get("step_indexes") or [] if i != node.get("index")]
         also = f" (steps {', '.join(map(str, f['step_indexes']))})" if others else ""
-        out.append(f"! {f['severity']} {f['detector']}:{f['kind']}: "
-                   f"{_short(f['message'])}{also}")
+        out.append(f"! {printable(str(f['severity']))} {_short(f['detector'], 40)}:"
+                   f"{_short(f['kind'], 40)}: {_short(f['message'])}{also}")
     for c in node["critiques"]:
         score = c.get("score")
-        out.append(f"~ judge {c['judge']} {c.get('dimension') or ''}"
-                   f"{'' if score is None else f' {score:.2f}'}: {_short(c.get('text') or '')}")
+        score_text = f" {score:.2f}" if isinstance(score, int | float) else ""
+        out.append(f"~ judge {_short(c['judge'], 40)} {_short(c.get('dimension') or '', 40)}"
+                   f"{score_text}: {_short(c.get('text') or '')}")
     return out
 
 
-def _walk(t: dict[str, Any], lines: list[str]) -> None:
+def _walk(t: dict[str, Any], lines: list[str], width: int, full: bool,
+          redact: Redact) -> None:
     """Depth first with an explicit stack (no recursion limit on deep traces)."""
     steps = {s["index"]: s for s in t["steps"]}
     seen: set[int] = set()
@@ -157,21 +158,33 @@ def _walk(t: dict[str, Any], lines: list[str]) -> None:
         s = steps[index]
         lines.append(prefix + ("└─ " if last else "├─ ") + _step_line(s))
         inner = prefix + ("   " if last else "│  ") if len(prefix) < _MAX_INDENT else prefix
-        lines += [inner + ("│  " if s["children"] else "   ") + n for n in _notes(s)]
+        bar = inner + ("│  " if s["children"] else "   ")
+        lines += [bar + "  " + n for n in _content(s, width, full, redact)]
+        lines += [bar + n for n in _notes(s)]
         kids = s["children"]
         stack += [(i, inner, n == len(kids) - 1) for n, i in enumerate(kids)][::-1]
 
 
-def render_text(t: dict[str, Any]) -> str:
+def render_text(t: dict[str, Any], width: int = 100, full: bool = False,
+                redact: Redact = None) -> str:
+    """The tree as terminal text: tool results and LLM content (passed through ``redact``,
+    as the judge would see them) folded to ``width`` columns (``full``: unfolded), calls
+    never run marked, costs as decimals; every value from the spans has its control
+    characters escaped (no terminal escape sequence gets through)."""
     verdict = t.get("verdict")
     mark = "-" if verdict is None else ("PASS" if verdict["passed"] else "FAIL")
     who = " / ".join(str(x) for x in (t.get("service"), t.get("agent")) if x) or "-"
-    lines = [f"trace {t['trace_id']}  {who}  task {t.get('task_id') or '-'}  "
-             f"{t.get('status')}  {mark}",
+    lines = [f"trace {printable(str(t['trace_id']))}  {_short(who, 120)}  "
+             f"task {_short(t.get('task_id') or '-', 80)}  {t.get('status')}  {mark}",
              f"  {t['counts']['spans']} spans, {t['counts']['llm_calls']} LLM calls, "
              f"{t['counts']['tool_calls']} tool calls, {t['counts']['errors']} errors; "
              f"{t['usage']['input_tokens']}+{t['usage']['output_tokens']} tokens; "
+             f"{usd(t['usage'].get('cost_usd'))}; "
              f"{t.get('duration_s') or 0:.1f} s; revision {t.get('revision', 0)}"]
+    for label in ("input", "output"):
+        if t.get(label) is not None:
+            lines += ["  " + line for line in _value(label, t[label], None, width, full,
+                                                     redact)]
     if verdict is not None and verdict.get("reasons"):
         lines.append("  reasons: " + _short("; ".join(verdict["reasons"])))
     judge = t.get("judge")
@@ -181,5 +194,5 @@ def render_text(t: dict[str, Any]) -> str:
                                                             "passed", "lucky_pass", "reason")
                                if judge.get(k) is not None))
     lines += ["  " + n for n in _notes(t)]
-    _walk(t, lines)
+    _walk(t, lines, width, full, redact)
     return "\n".join(lines) + "\n"

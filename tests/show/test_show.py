@@ -13,8 +13,9 @@ import pytest
 from otel_eval.cli import main
 from otel_eval.config import Config
 from otel_eval.offline import EvalRun
-from otel_eval.show import render_text, tree
+from otel_eval.show import render_text
 from otel_eval.store import Store
+from otel_eval.ui.run import tree
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "detectors"
 TRACE = DATA / "guide_lucky_recovery.otlp.json"
@@ -131,3 +132,52 @@ def test_a_deep_trace_renders_without_recursion() -> None:
     assert len(text.splitlines()) == depth + 3
     assert max(len(line) for line in text.splitlines()) < 300
     assert json.loads(json.dumps(shown))["steps"][depth - 1]["findings"][0]["message"] == "deep"
+
+
+def _hostile_body() -> dict[str, Any]:
+    osc = "\x1b]52;c;cGF3bmVk\x07"  # OSC 52: write the clipboard
+    steps: list[dict[str, Any]] = [
+        {"index": 0, "span_id": "a" * 16, "parent_span_id": None, "kind": "agent",
+         "name": "agent \x1b[2J\x1b[31mPASS\r", "status": "ok"},
+        {"index": 1, "span_id": "b" * 16, "parent_span_id": "a" * 16, "kind": "llm",
+         "name": "chat", "status": "ok", "model": "m\x9b31m", "cost_usd": 5.55e-05,
+         "input_tokens": 3, "output_tokens": 4, "answer": osc + "line\n" * 40,
+         "tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"},
+                         "call_id": "c1", "outcome": "never_ran"}]},
+        {"index": 2, "span_id": "c" * 16, "parent_span_id": "a" * 16, "kind": "tool",
+         "name": "execute_tool dump", "tool_name": "dump", "status": "ok",
+         "arguments": {"key": "sk-proj-ABCDEFGHIJKLMNOPQRSTUV"},
+         "result": "y" * 4096, "truncated": {"result": 20_000_000}}]
+    return {"trace_id": "e" * 32, "status": "complete", "steps": steps,
+            "verdict": {"passed": True, "reasons": []}, "input": "hi\x1b[0m", "output": None,
+            "counts": {"spans": 3, "llm_calls": 1, "tool_calls": 1, "errors": 0},
+            "usage": {"input_tokens": 3, "output_tokens": 4, "cost_usd": 5.55e-05},
+            "findings": [{"detector": "loop", "kind": "x\x1b[8m", "severity": "error",
+                          "message": "m\x07", "step_indexes": [2]}]}
+
+
+def test_show_escapes_terminal_sequences_folds_values_and_marks_calls_never_run() -> None:
+    from otel_eval.judge.config import RedactionConfig
+    from otel_eval.judge.redact import Redactor
+
+    text = render_text(tree(_hostile_body()), width=60,
+                       redact=Redactor(RedactionConfig()).redact)
+    assert not any(c in text for c in "\x1b\x07\r\x9b")  # no escape reaches the terminal
+    assert "\\x1b[31mPASS\\r" in text and "\\x1b]52;c;" in text  # shown, harmless
+    assert "$0.0000555" in text and "e-05" not in text
+    assert "asks: get_weather" in text and "NEVER RAN" in text
+    answer = next(line for line in text.splitlines() if "answer:" in line)
+    assert "\\x07line" in answer  # the OSC shown as text, then the folded lines
+    assert "… (--full)" in text and text.count("line") < 10
+    assert "20000000 characters recorded, 4096 kept" in text
+    assert "sk-proj-ABCDEF" not in text and "[API_KEY]" in text  # as the judge sees it
+    assert max(len(line) for line in text.splitlines()) < 200
+
+
+def test_show_full_unfolds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    full = render_text(tree(_hostile_body()), width=60, full=True)
+    assert full.count("line") >= 40 and "… (--full)" not in full
+    code, out, err = _show(capsys, TRACE_ID, "--store", _stored(tmp_path), "--full")
+    assert code == 0, err
+    assert "timeout_s: HTTP timeout in seconds (default 30)" in out
+    assert "$0.03775" in out and "input: The HTTP timeout should be 30 s" in out
