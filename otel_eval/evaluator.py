@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from otel_eval.agent_inference import AgentHistory, infer_agent
 from otel_eval.config import Config, ConfigError
 from otel_eval.detectors import Detectors, evaluation_error, load_references, verdict_of
 from otel_eval.model import Evaluation, Finding, Trace, Trajectory
@@ -66,9 +67,12 @@ class Evaluator:
     def trajectory(self, trace: Trace) -> Trajectory:
         return build_trajectory(trace, self.config.trajectory)
 
-    def evaluate(self, trace: Trace, outcome: str | None = None) -> Evaluation:
+    def evaluate(self, trace: Trace, outcome: str | None = None,
+                 history: AgentHistory | None = None) -> Evaluation:
         """Total: a trajectory that cannot be built is evaluated as an empty one with the
-        error recorded (an ``evaluation_error`` finding), never an exception."""
+        error recorded (an ``evaluation_error`` finding), never an exception. With a
+        ``history``, a run no span named gets the agent the service's completed runs
+        show (``agent_inference``), before the detectors read their per-agent settings."""
         try:
             traj = self.trajectory(trace)
         except Exception as e:  # the boundary of building (adapters have their own)
@@ -76,6 +80,12 @@ class Evaluator:
                         type(e).__name__, exc_info=log.isEnabledFor(logging.DEBUG))
             traj = self._bare(trace)
             traj.errors.append({"part": "trajectory", "error": type(e).__name__})
+        if history is not None:
+            try:
+                infer_agent(traj, history)
+            except Exception as e:  # the store's failure: the agent stays unknown
+                log.warning("reading the agent history for trace %s failed: %s",
+                            trace.trace_id, type(e).__name__)
         if outcome is None:
             outcome = normalize_outcome(traj.root_attributes.get(
                 self.config.trajectory.outcome_attribute))

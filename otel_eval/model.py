@@ -22,6 +22,7 @@ from typing import Any, Literal
 TraceStatus = Literal["complete", "incomplete", "truncated"]
 StepKind = Literal["agent", "llm", "tool", "chain", "other"]
 Severity = Literal["info", "warning", "error"]
+AgentSource = Literal["span", "child_span", "inferred_history", "unknown"]
 
 Attributes = Mapping[str, Any]
 
@@ -290,6 +291,10 @@ class Trajectory:
     steps: list[Step]
     service: str | None = None
     agent: str | None = None
+    # where ``agent`` came from: span (an agent span that arrived) | child_span (a name
+    # stamped on the spans under it) | inferred_history (the service's completed runs) |
+    # unknown (agent None)
+    agent_source: AgentSource = "unknown"
     task_id: str | None = None
     convention: str = "unknown"
     start_ns: int = 0
@@ -415,6 +420,7 @@ class Evaluation:
             "source": t.source,
             "service": t.service,
             "agent": t.agent,
+            "agent_source": t.agent_source,
             "task_id": t.task_id,
             "status": t.status,
             "convention": t.convention,

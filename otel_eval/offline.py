@@ -59,8 +59,23 @@ class EvalRun:
                 print(f"otel-eval: {e}", file=sys.stderr)
 
     def evaluations(self) -> Iterator[Evaluation]:
-        return self.judged(self.evaluator.evaluate(t)
-                           for t in _progress(self.traces(), sys.stderr))
+        return self.judged(self._evaluated(_progress(self.traces(), sys.stderr)))
+
+    def _evaluated(self, traces: Iterable[Trace]) -> Iterator[Evaluation]:
+        """Each trace evaluated in input order, the runs no span named given the agent that
+        the same service's earlier runs show (an in-memory agent history, as serve's store
+        keeps: ``otel_eval.agent_inference``)."""
+        from otel_eval.agent_inference import learned
+        from otel_eval.store import SqliteStore
+
+        history = SqliteStore(":memory:")
+        try:
+            for trace in traces:
+                ev = self.evaluator.evaluate(trace, history=history)
+                history.remember_agents(learned([ev]))
+                yield ev
+        finally:
+            history.close()
 
     def judged(self, out: Iterator[Evaluation]) -> Iterator[Evaluation]:
         """``out`` through the judge when one is configured (else unchanged). A judge that

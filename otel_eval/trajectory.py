@@ -25,8 +25,11 @@ Promises:
   mini-swe-agent) that no span ran are rebuilt the same way (``conventions.code_actions``),
   what was read counted in ``Trajectory.code_actions``;
 - the root is ``model.local_root``; the agent is the top agent, descending through wrapper
-  agents that do no work of their own (the OpenAI Agents SDK's ``Agent workflow``), else the
-  name that spans under a never-exported agent span carry;
+  agents that do no work of their own (the OpenAI Agents SDK's ``Agent workflow``); its
+  name, unless a framework's default (``conventions.agent_names``: never an agent's name),
+  else the name that spans under a never-exported agent span carry (``agent_source`` span /
+  child_span; unknown when neither: the evaluator may still infer it from the service's
+  history, ``otel_eval.agent_inference``);
 - input/output come from the agent (or root) span, else from the LLM messages (the output is
   the last LLM answer when the agent's result only wraps it, as a graph state or a repr);
   what no span recorded is listed in ``Trajectory.unrecorded`` and stays None;
@@ -41,6 +44,7 @@ from typing import Any
 
 from otel_eval.config import TrajectoryConfig
 from otel_eval.conventions import UNKNOWN, classify, describe, dominant, merge_tools
+from otel_eval.conventions.agent_names import MAX_AGENT_NAME, agent_name
 from otel_eval.conventions.code_actions import last_message_text, rebuild_code_actions
 from otel_eval.conventions.events import overlay
 from otel_eval.conventions.links import coerce_arguments, join_calls
@@ -48,7 +52,7 @@ from otel_eval.conventions.messages import answer_text, messages, task_text
 from otel_eval.conventions.prices import price_steps
 from otel_eval.conventions.responses import ToolResponses
 from otel_eval.conventions.values import as_str, first
-from otel_eval.model import LogEvent, Span, Step, Trace, Trajectory, local_root
+from otel_eval.model import AgentSource, LogEvent, Span, Step, Trace, Trajectory, local_root
 
 __all__ = ["build_trajectory", "tree_order"]
 
@@ -132,7 +136,11 @@ class _Builder:
         self.errors: list[dict[str, str]] = []  # spans an adapter failed on (see ``add``)
         self.tool_ids = False  # some tool step carries a call id
         self.work: dict[str | None, int] = {}  # agent span id -> its own llm/tool steps
-        self.named_agent: str | None = None  # gen_ai.agent.name of the first non-agent span
+        # the first agent name stamped on a non-agent span (not a framework default), and
+        # whether that span was outside every agent span that arrived
+        self.named_agent: str | None = None
+        self.named_outside = False
+        self.unnamed: set[str] = set()  # agent spans carrying only a framework default name
 
     def add(self, span: Span, depth: int) -> None:
         """``_add`` under an error boundary: a span whose content breaks a convention adapter
@@ -161,18 +169,21 @@ class _Builder:
                     depth=depth, start_ns=span.start_ns, end_ns=span.end_ns)
         adapter = describe(step, span, attrs)
         node, agent = self.scope.get(span.parent_span_id or "", (None, None))
-        if node is None and step.kind != "agent":
-            # outside any agent span that arrived, but stamped with its name (OpenLLMetry,
-            # the Vercel AI SDK): the agent's name, also when its span never arrived
-            node = as_str(first(attrs, *_STAMPED_AGENT_KEYS))
-            if self.named_agent is None:
-                self.named_agent = node
+        if step.kind != "agent":
+            self._stamped(attrs, outside=node is None)
+            if node is None:
+                # outside any agent span that arrived, but stamped with its name
+                # (OpenLLMetry, the Vercel AI SDK): the agent's name, also when its span
+                # never arrived
+                node = as_str(first(attrs, *_STAMPED_AGENT_KEYS))
         if step.kind == "agent":
             enclosing = self.agent_attrs.get(agent) if agent else None
             name = adapter.agent_name(span, attrs, enclosing) if adapter else None
             self.agent_parent[span.span_id] = agent
             self.agent_attrs[span.span_id] = attrs
             node, agent = name or span.name, span.span_id
+            if agent_name(node) is None:
+                self.unnamed.add(span.span_id)
         self.scope[span.span_id] = (node, agent)
         step.node = node
         if step.kind == "tool":
@@ -191,6 +202,17 @@ class _Builder:
                 task = span.resource.get(self.task_key)
             self.task_id = as_str(task)
         self.steps.append(step)
+
+    def _stamped(self, attrs: Any, outside: bool) -> None:
+        """Keep the first real agent name stamped on a non-agent span (one outside every
+        agent span wins over one inside)."""
+        if self.named_agent is not None and (self.named_outside or not outside):
+            return
+        if attrs.keys().isdisjoint(_STAMPED_AGENT_KEYS):
+            return
+        name = agent_name(as_str(first(attrs, *_STAMPED_AGENT_KEYS)))
+        if name is not None:
+            self.named_agent, self.named_outside = name, outside
 
     def _mark_tools(self, agent: str | None) -> None:
         while agent not in self.agents_with_tools:
@@ -242,7 +264,9 @@ def _adapter_name(span: Span) -> str:
 
 def _agent_step(builder: _Builder) -> Step | None:
     """The run's agent: the shallowest agent step, then down through wrappers (an agent with
-    no LLM or tool step of its own around exactly one agent)."""
+    no LLM or tool step of its own around exactly one agent). One that does work under a
+    framework's default name is still the run's agent: its name is unknown, not the inner
+    agent's."""
     top = None
     for step in builder.steps:
         if step.kind == "agent" and (top is None or step.depth < top.depth):
@@ -314,6 +338,7 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
     root_step = next((s for s in builder.steps if root_span is not None
                       and s.span_id == root_span.span_id), None)
     agent = _agent_step(builder)
+    name, source = _agent_name(builder, agent)
     llm = [s for s in builder.steps if s.kind == "llm"]
     output = _answer(_first_text((agent, root_step), "result"), llm)
     ends = [s.end_ns for s in spans if s.end_ns]
@@ -324,7 +349,8 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
     return Trajectory(
         trace_id=trace.trace_id, source=trace.source, status=trace.status, steps=steps,
         service=_service(root_span, spans),
-        agent=agent.node if agent else builder.named_agent,
+        agent=name,
+        agent_source=source,
         task_id=builder.task_id,
         convention=dominant([s.convention for s in builder.steps]),
         start_ns=min((s.start_ns for s in spans), default=0),
@@ -360,6 +386,16 @@ def _text_of(raw: str | None,
     found = messages(raw)
     text = read(raw) if found is not None else None
     return (raw, None) if text is None else (text, found)
+
+
+def _agent_name(builder: _Builder, agent: Step | None) -> tuple[str | None, AgentSource]:
+    """The run's agent name and where it came from: the agent step's own name, else one
+    stamped on the spans (a framework default is neither)."""
+    if agent is not None and agent.span_id not in builder.unnamed and agent.node:
+        return agent.node[:MAX_AGENT_NAME], "span"
+    if builder.named_agent is not None:
+        return builder.named_agent, "child_span"
+    return None, "unknown"
 
 
 def _service(root: Span | None, spans: list[Span]) -> str | None:

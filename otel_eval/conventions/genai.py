@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from otel_eval.conventions.adapter import Adapter, Attrs, no_kind
+from otel_eval.conventions.agent_names import agent_name
 from otel_eval.conventions.values import (
     as_int,
     as_list_of_str,
@@ -152,12 +153,16 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
 
 
 def _agent_name(span: Span, attrs: Attrs, enclosing: Attrs | None) -> str | None:
-    name = as_str(attrs.get("gen_ai.agent.name"))
-    if name:
-        return name
+    """``gen_ai.agent.name``, else the span name's ``invoke_agent <name>``; a framework's
+    default in one gives way to a name in the other (the default is returned only when
+    there is nothing else, for the trajectory to tell it is no name)."""
+    named = as_str(attrs.get("gen_ai.agent.name"))
+    if agent_name(named):
+        return named
+    suffix = None
     if span.name.startswith("invoke_agent "):
-        return span.name[len("invoke_agent "):] or None
-    return None
+        suffix = span.name[len("invoke_agent "):] or None
+    return suffix if agent_name(suffix) else (named or suffix)
 
 
 def _tools(attrs: Attrs) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from otel_eval.conventions.adapter import Adapter, Attrs
+from otel_eval.conventions.agent_names import agent_name
 from otel_eval.conventions.values import (
     as_int,
     as_str,
@@ -144,7 +145,7 @@ def _managed_names(enclosing: Attrs) -> list[str]:
 
 def _agent_name(span: Span, attrs: Attrs, enclosing: Attrs | None) -> str | None:
     name = as_str(attrs.get("agent.name"))
-    if name:
+    if agent_name(name):
         return name
     candidates = _managed_names(enclosing) if enclosing else []
     if len(candidates) == 1:

@@ -10,11 +10,18 @@ one contract test (tests/store/test_store_contract.py). Revision rules, the same
 - ``put_judge`` and ``put_verdict`` each change their own part of a row, and only when the
   stored row is still the revision they read; otherwise nothing is written and they answer
   False (the judge's work belongs to that revision; feedback reads again and retries).
+
+The agent history (``remember_agents`` / ``recall_agent``, read by
+``otel_eval.agent_inference``) is a table of (service, fingerprint, agent, last seen),
+bounded the same way in both: per service the ``AGENT_HISTORY_PER_SERVICE`` most recently
+seen rows, in all ``AGENT_HISTORY_ROWS`` (checked every ``AGENT_HISTORY_PRUNE_EVERY`` calls,
+so it overshoots by at most that many batches), none older than ``AGENT_HISTORY_MAX_AGE_S``;
+service and agent names cut to ``AGENT_HISTORY_NAME_CHARS``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
@@ -24,6 +31,14 @@ from otel_eval.query import EvaluationQuery, Page
 POSTGRESQL_SCHEMES = ("postgresql", "postgres")
 
 Row = tuple[str, int, int, str | None, str | None, str | None, str, bool | None, str]
+# (service, agent, fingerprints strongest first) of a completed run (agent_inference.learned)
+AgentRun = tuple[str, str, Sequence[str]]
+
+AGENT_HISTORY_PER_SERVICE = 64  # rows: a few agents x a few fingerprints, plus renames
+AGENT_HISTORY_ROWS = 20_000  # rows in all (about 300 services at their cap)
+AGENT_HISTORY_PRUNE_EVERY = 32  # remember_agents calls between the whole-table prunes
+AGENT_HISTORY_MAX_AGE_S = 30 * 86_400  # a fingerprint not seen for 30 days is forgotten
+AGENT_HISTORY_NAME_CHARS = 256
 
 
 class EvaluationStore(Protocol):
@@ -76,7 +91,35 @@ class EvaluationStore(Protocol):
 
     def delete_older_than(self, cutoff_ns: int) -> int: ...
 
+    def remember_agents(self, runs: Sequence[AgentRun]) -> None:
+        """Record each run's fingerprints as seen for its (service, agent), now."""
+        ...
+
+    def recall_agent(self, service: str, fingerprints: Sequence[str]) -> str | None:
+        """The agent of the first of ``fingerprints`` exactly one agent of ``service`` was
+        seen with (``pick_agent``), else None."""
+        ...
+
     def close(self) -> None: ...
+
+
+def history_rows(runs: Sequence[AgentRun], now_ns: int) -> list[tuple[str, str, str, int]]:
+    """(service, fingerprint, agent, seen_ns) rows of ``runs``, names cut, each row once."""
+    cut = AGENT_HISTORY_NAME_CHARS
+    rows = {(service[:cut], fp, agent[:cut]) for service, agent, fps in runs for fp in fps}
+    return [(service, fp, agent, now_ns) for service, fp, agent in sorted(rows)]
+
+
+def pick_agent(rows: Iterable[tuple[str, str]], fingerprints: Sequence[str]) -> str | None:
+    """From (fingerprint, agent) rows: the agent of the first fingerprint with one agent."""
+    agents: dict[str, set[str]] = {}
+    for fp, agent in rows:
+        agents.setdefault(fp, set()).add(agent)
+    for fp in fingerprints:
+        seen = agents.get(fp)
+        if seen is not None and len(seen) == 1:
+            return next(iter(seen))
+    return None
 
 
 def evaluation_row(ev: Evaluation) -> Row:

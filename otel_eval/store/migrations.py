@@ -5,6 +5,8 @@ Both stores keep the same tables, with each engine's types:
     1  evaluations (one row per trace id, the whole per-trace JSON in ``body``; a few
        columns pulled out for listing, filtering and retention) and feedback (known outcomes)
     2  issues_catalogue (issue stage: stable issue ids, centroids as JSON)
+    3  agent_history (the agents of completed runs by service and fingerprint, bounded:
+       ``otel_eval.store.base``; read for runs no span named, ``otel_eval.agent_inference``)
 
 ``schema_version`` records each applied migration (version, description, when). Opening a
 store applies what is missing, in order, in one transaction: a crash part-way leaves the
@@ -61,6 +63,18 @@ SQLITE: tuple[Migration, ...] = (
         )""",
     )),
     (2, "issues catalogue", (_SQLITE_CATALOGUE,)),
+    (3, "agent history", (
+        """CREATE TABLE IF NOT EXISTS agent_history (
+            service     TEXT NOT NULL,
+            fingerprint TEXT NOT NULL,
+            agent       TEXT NOT NULL,
+            seen_ns     INTEGER NOT NULL,
+            PRIMARY KEY (service, fingerprint, agent)
+        )""",
+        "CREATE INDEX IF NOT EXISTS agent_history_by_service ON agent_history "
+        "(service, seen_ns)",
+        "CREATE INDEX IF NOT EXISTS agent_history_by_time ON agent_history (seen_ns)",
+    )),
 )
 
 # The body is TEXT holding the JSON as written (not jsonb): key order kept, and span content's
@@ -99,6 +113,18 @@ POSTGRESQL: tuple[Migration, ...] = (
             last_seen   DOUBLE PRECISION NOT NULL,
             last_share  DOUBLE PRECISION NOT NULL
         )""",
+    )),
+    (3, "agent history", (
+        """CREATE TABLE IF NOT EXISTS agent_history (
+            service     TEXT COLLATE "C" NOT NULL,
+            fingerprint TEXT COLLATE "C" NOT NULL,
+            agent       TEXT COLLATE "C" NOT NULL,
+            seen_ns     BIGINT NOT NULL,
+            PRIMARY KEY (service, fingerprint, agent)
+        )""",
+        "CREATE INDEX IF NOT EXISTS agent_history_by_service ON agent_history "
+        "(service, seen_ns)",
+        "CREATE INDEX IF NOT EXISTS agent_history_by_time ON agent_history (seen_ns)",
     )),
 )
 

@@ -31,7 +31,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, TypeVar
 
 import psycopg
@@ -39,7 +39,18 @@ import psycopg
 from otel_eval.model import Evaluation
 from otel_eval.query import EvaluationQuery, Page
 from otel_eval.store import filters
-from otel_eval.store.base import evaluation_row, redact_url
+from otel_eval.store.base import (
+    AGENT_HISTORY_MAX_AGE_S,
+    AGENT_HISTORY_NAME_CHARS,
+    AGENT_HISTORY_PER_SERVICE,
+    AGENT_HISTORY_PRUNE_EVERY,
+    AGENT_HISTORY_ROWS,
+    AgentRun,
+    evaluation_row,
+    history_rows,
+    pick_agent,
+    redact_url,
+)
 from otel_eval.store.migrations import migrate_postgresql
 
 log = logging.getLogger(__name__)
@@ -75,10 +86,13 @@ def _args(values: Iterable[Any]) -> tuple[Any, ...]:
 class PostgresStore:
     """``EvaluationStore`` on a PostgreSQL database (libpq URL; PG* environment applies)."""
 
-    def __init__(self, url: str, *, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(self, url: str, *, sleep: Callable[[float], None] = time.sleep,
+                 clock_ns: Callable[[], int] = time.time_ns) -> None:
         self.location = redact_url(url)
         self._url = url
         self._sleep = sleep
+        self._clock_ns = clock_ns  # when agent history rows are seen (tests inject one)
+        self._remembered = 0  # remember_agents calls, for the whole-table prune
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[Any] | None = connect(url)
         migrate_postgresql(self._conn)
@@ -180,6 +194,27 @@ class PostgresStore:
         return self._run(lambda conn: conn.execute(
             "DELETE FROM evaluations WHERE evaluated_at_ns < %s", (cutoff_ns,)).rowcount)
 
+    def remember_agents(self, runs: Sequence[AgentRun]) -> None:
+        """The fleet's agent history (bounds: ``otel_eval.store.base``), one transaction."""
+        now = self._clock_ns()
+        rows = [_args(r) for r in history_rows(runs, now)]
+        if not rows:
+            return
+        self._remembered += 1
+        whole = (self._remembered - 1) % AGENT_HISTORY_PRUNE_EVERY == 0
+        services = sorted({r[0] for r in rows})
+        self._retrying(lambda conn: _remember(conn, rows, services, now, whole))
+
+    def recall_agent(self, service: str, fingerprints: Sequence[str]) -> str | None:
+        fps = list(fingerprints)
+        if not fps:
+            return None
+        oldest = self._clock_ns() - AGENT_HISTORY_MAX_AGE_S * 10**9
+        rows = self._rows("SELECT fingerprint, agent FROM agent_history WHERE service = %s "
+                          "AND seen_ns >= %s AND fingerprint = ANY(%s)",
+                          (service[:AGENT_HISTORY_NAME_CHARS], oldest, fps))
+        return pick_agent(((str(r[0]), str(r[1])) for r in rows), fps)
+
     # -- readers --------------------------------------------------------------------------
 
     def _rows(self, sql: str, args: Iterable[Any]) -> list[tuple[Any, ...]]:
@@ -230,3 +265,19 @@ def _upsert(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]) -> list[
             if not cur.nextset():
                 break
     return superseded
+
+
+def _remember(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]], services: list[str],
+              now: int, whole: bool) -> None:
+    with conn.transaction(), conn.cursor() as cur:
+        cur.executemany("INSERT INTO agent_history VALUES (%s, %s, %s, %s) ON CONFLICT "
+                        "(service, fingerprint, agent) DO UPDATE SET seen_ns = "
+                        "GREATEST(agent_history.seen_ns, excluded.seen_ns)", rows)
+        cur.executemany("DELETE FROM agent_history WHERE service = %s AND ctid NOT IN (SELECT "
+                        "ctid FROM agent_history WHERE service = %s ORDER BY seen_ns DESC "
+                        "LIMIT %s)", [(sv, sv, AGENT_HISTORY_PER_SERVICE) for sv in services])
+        if whole:
+            cur.execute("DELETE FROM agent_history WHERE seen_ns < %s",
+                        (now - AGENT_HISTORY_MAX_AGE_S * 10**9,))
+            cur.execute("DELETE FROM agent_history WHERE ctid NOT IN (SELECT ctid FROM "
+                        "agent_history ORDER BY seen_ns DESC LIMIT %s)", (AGENT_HISTORY_ROWS,))

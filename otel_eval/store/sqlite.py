@@ -13,14 +13,25 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Collection, Iterable
+import time
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from otel_eval.model import Evaluation
 from otel_eval.query import EvaluationQuery, Page
 from otel_eval.store import filters
-from otel_eval.store.base import evaluation_row
+from otel_eval.store.base import (
+    AGENT_HISTORY_MAX_AGE_S,
+    AGENT_HISTORY_NAME_CHARS,
+    AGENT_HISTORY_PER_SERVICE,
+    AGENT_HISTORY_PRUNE_EVERY,
+    AGENT_HISTORY_ROWS,
+    AgentRun,
+    evaluation_row,
+    history_rows,
+    pick_agent,
+)
 from otel_eval.store.migrations import migrate_sqlite
 
 # How long a writer waits for another connection's lock (the issues catalogue shares the file)
@@ -31,10 +42,12 @@ _BUSY_TIMEOUT_S = 60.0
 class SqliteStore:
     """``EvaluationStore`` on a SQLite file (``:memory:``: nothing kept)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, clock_ns: Callable[[], int] = time.time_ns) -> None:
         self.path = path
         self.location = path
         self._lock = threading.Lock()
+        self._clock_ns = clock_ns  # when agent history rows are seen (tests inject one)
+        self._remembered = 0  # remember_agents calls, for the whole-table prune
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
@@ -179,3 +192,47 @@ class SqliteStore:
                                    (cutoff_ns,))
             return cur.rowcount
 
+    # The agent history (bounds: ``otel_eval.store.base``).
+
+    def remember_agents(self, runs: Sequence[AgentRun]) -> None:
+        now = self._clock_ns()
+        rows = history_rows(runs, now)
+        if not rows:
+            return
+        services = sorted({r[0] for r in rows})
+        with self._lock:
+            self._remembered += 1
+            whole = (self._remembered - 1) % AGENT_HISTORY_PRUNE_EVERY == 0
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                cur.executemany(
+                    "INSERT INTO agent_history VALUES (?,?,?,?) ON CONFLICT "
+                    "(service, fingerprint, agent) DO UPDATE SET seen_ns = excluded.seen_ns",
+                    rows)
+                cur.executemany(
+                    "DELETE FROM agent_history WHERE service = ? AND rowid NOT IN (SELECT "
+                    "rowid FROM agent_history WHERE service = ? ORDER BY seen_ns DESC "
+                    "LIMIT ?)", [(sv, sv, AGENT_HISTORY_PER_SERVICE) for sv in services])
+                if whole:
+                    cur.execute("DELETE FROM agent_history WHERE seen_ns < ?",
+                                (now - AGENT_HISTORY_MAX_AGE_S * 10**9,))
+                    cur.execute("DELETE FROM agent_history WHERE rowid NOT IN (SELECT rowid "
+                                "FROM agent_history ORDER BY seen_ns DESC LIMIT ?)",
+                                (AGENT_HISTORY_ROWS,))
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+
+    def recall_agent(self, service: str, fingerprints: Sequence[str]) -> str | None:
+        fps = list(fingerprints)
+        if not fps:
+            return None
+        oldest = self._clock_ns() - AGENT_HISTORY_MAX_AGE_S * 10**9
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT fingerprint, agent FROM agent_history WHERE service = ? AND seen_ns "
+                f">= ? AND fingerprint IN ({','.join('?' * len(fps))})",
+                (service[:AGENT_HISTORY_NAME_CHARS], oldest, *fps)).fetchall()
+        return pick_agent(rows, fps)

@@ -3,6 +3,9 @@
     Engine.process -> EvaluationStage.run(batch, done) -> evaluate_and_store (here, or in a
         worker process) -> done(jobs, outcomes) -> Engine: spool, metrics, sinks, waiters
 
+``evaluate_and_store`` reads the store's agent history for runs no span named, and after
+the batch's commit adds its named completed runs to it (``otel_eval.agent_inference``).
+
 ``InProcess`` evaluates and stores in the calling thread and calls ``done`` before ``run``
 returns (the engine's single-process path). ``workers.pool.WorkerPool`` hands the traces to
 worker processes and calls ``done`` from its own threads as their results come back. Both
@@ -20,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from otel_eval.agent_inference import learned
 from otel_eval.evaluator import Evaluator
 from otel_eval.model import Evaluation, Trace
 from otel_eval.store import EvaluationStore
@@ -71,7 +75,7 @@ def evaluate_and_store(evaluator: Evaluator, store: EvaluationStore, traces: Seq
     known = store.feedback_many({t.trace_id for t in traces})  # one query, not one per trace
     for trace in traces:
         try:
-            ev, failure = evaluator.evaluate(trace, known.get(trace.trace_id)), None
+            ev, failure = evaluator.evaluate(trace, known.get(trace.trace_id), store), None
         except Exception as e:  # stage boundary: the trace is still stored, with the error
             log.exception("evaluation of trace %s failed", trace.trace_id)
             ev, failure = evaluator.failed(trace, e), type(e).__name__
@@ -85,8 +89,18 @@ def evaluate_and_store(evaluator: Evaluator, store: EvaluationStore, traces: Seq
         if stamp is not None and stamp[0] == trace.revision and stamp[1] >= since:
             own.add(trace.trace_id)
     superseded = store.put_many(ev for ev, _ in evaluated)
+    _remember(store, [ev for ev, _ in evaluated])
     return [Outcome(ev, sup and ev.trace_id not in own, failure)
             for (ev, failure), sup in zip(evaluated, superseded, strict=True)]
+
+
+def _remember(store: EvaluationStore, evaluations: list[Evaluation]) -> None:
+    """The batch's named completed runs into the agent history (after their commit: a
+    failure here loses no evaluation, only what later runs could have inferred)."""
+    try:
+        store.remember_agents(learned(evaluations))
+    except Exception as e:
+        log.warning("recording the agent history failed: %s", type(e).__name__)
 
 
 def store_failed(evaluator: Evaluator, store: EvaluationStore, traces: Sequence[Trace],

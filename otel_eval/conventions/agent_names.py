@@ -1,0 +1,41 @@
+"""Stage: trajectory (part). Which values that name an agent are names, and which are the
+default a framework writes when the user gave the agent none.
+
+A default is no name: every unnamed agent of every service using that framework carries it,
+so a run labelled with it cannot be told from another agent's (its metrics, alerts and
+per-agent settings would mix them). ``agent_name`` turns a default into None, and the run's
+agent is then read elsewhere (a span under it, the service's history) or stays unknown.
+
+``FRAMEWORK_DEFAULT_AGENT_NAMES``, compared without case and surrounding space:
+
+    OpenAI Agent     opentelemetry-instrumentation-openai-agents-v2 (``agent_name_default``)
+    Agent workflow   the OpenAI Agents SDK's default trace (workflow) name
+    Agent            LlamaIndex's FunctionAgent / ReActAgent default ``name``
+    agent            pydantic-ai's name for an unnamed Agent; LangGraph's ReAct node
+    LangGraph        LangGraph's default name of a compiled graph
+    AgentExecutor    LangChain's AgentExecutor run name
+    CodeAgent, ToolCallingAgent, MultiStepAgent   smolagents' class names (``<class>.run``
+                     spans of an agent given no ``name=``)
+    invoke_agent     the GenAI operation alone, as the span name of an agent with no name
+"""
+
+from __future__ import annotations
+
+__all__ = ["FRAMEWORK_DEFAULT_AGENT_NAMES", "MAX_AGENT_NAME", "agent_name"]
+
+FRAMEWORK_DEFAULT_AGENT_NAMES = frozenset({
+    "openai agent", "agent workflow", "agent", "langgraph", "agentexecutor", "codeagent",
+    "toolcallingagent", "multistepagent", "invoke_agent",
+})
+# Characters kept of an agent name (span content: a name is a label, not a document).
+MAX_AGENT_NAME = 256
+
+
+def agent_name(value: str | None) -> str | None:
+    """``value`` when it names an agent; None when it is empty or a framework's default."""
+    if not value:
+        return None
+    stripped = value.strip()
+    if not stripped or stripped.casefold() in FRAMEWORK_DEFAULT_AGENT_NAMES:
+        return None
+    return value[:MAX_AGENT_NAME]

@@ -1,0 +1,113 @@
+"""Runs that never ended, from the conformance corpus: which agent otel-eval names for them.
+
+Each stack's ``non_terminating`` recording is a real killed run (its open spans never sent).
+Every other recording also gives a simulated one: the same spans without the root span and
+without any agent span (what a run killed before its agent span ended exports).
+
+``agents_of_hung_runs(history)`` evaluates them per stack, after the stack's completed
+recordings when ``history`` is set (what a service that ran before has in its store), and
+answers, per stack, how many hung runs got the stack's agent out of how many.
+
+    python tests/conformance/hung.py     # prints the table, without and with history
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import corpus  # noqa: E402
+
+from otel_eval.agent_inference import learned  # noqa: E402
+from otel_eval.config import Config  # noqa: E402
+from otel_eval.conventions import classify  # noqa: E402
+from otel_eval.evaluator import Evaluator  # noqa: E402
+from otel_eval.model import LogEvent, Span, Trace, local_root  # noqa: E402
+from otel_eval.otlp import decode_request, request_from_dict  # noqa: E402
+from otel_eval.otlp_logs import decode_logs, logs_request_from_json  # noqa: E402
+from otel_eval.store import SqliteStore  # noqa: E402
+
+KILLED = "non_terminating"
+
+
+def load(stack: str, scenario: str) -> tuple[list[Span], list[LogEvent]]:
+    spans: list[Span] = []
+    logs: list[LogEvent] = []
+    for item in corpus.recording(stack, scenario)["requests"]:
+        if item["signal"] == "traces":
+            spans += decode_request(request_from_dict(item["body"])).spans
+        else:
+            body = json.dumps(item["body"]).encode()
+            logs += decode_logs(logs_request_from_json(body)).records
+    return spans, logs
+
+
+def without_root_and_agents(spans: list[Span]) -> list[Span]:
+    root = local_root(spans)
+    return [s for s in spans if (root is None or s.span_id != root.span_id)
+            and classify(s, s.attributes)[0] != "agent"]
+
+
+def hung_runs(stack: str) -> list[Trace]:
+    """The stack's killed run and one simulated hung run per completed recording."""
+    out = []
+    for scenario in corpus.SCENARIOS:
+        if not corpus.recording_path(stack, scenario).is_file():
+            continue
+        spans, logs = load(stack, scenario)
+        if scenario != KILLED:
+            spans = without_root_and_agents(spans)
+        out.append(Trace(f"{len(out) + 1:032x}", spans, "incomplete", logs=logs))
+    return out
+
+
+def completed_runs(stack: str) -> list[Trace]:
+    out = []
+    for scenario in corpus.SCENARIOS:
+        if scenario != KILLED and corpus.recording_path(stack, scenario).is_file():
+            spans, logs = load(stack, scenario)
+            out.append(Trace(f"{len(out) + 100:032x}", spans, "complete", logs=logs))
+    return out
+
+
+def agents_of_hung_runs(history: bool) -> dict[str, tuple[int, int, list[str]]]:
+    """stack -> (hung runs given the stack's agent, hung runs, agent sources seen)."""
+    evaluator = Evaluator(Config())
+    out = {}
+    for stack, spec in corpus.stacks().items():
+        store = SqliteStore(":memory:")
+        try:
+            if history:
+                for trace in completed_runs(stack):
+                    store.remember_agents(learned([evaluator.evaluate(trace,
+                                                                      history=store)]))
+            evs = [evaluator.evaluate(t, history=store if history else None)
+                   for t in hung_runs(stack)]
+        finally:
+            store.close()
+        right = sum(1 for ev in evs if ev.trajectory.agent == spec["agent"])
+        sources = sorted({ev.trajectory.agent_source for ev in evs})
+        out[stack] = (right, len(evs), sources)
+    return out
+
+
+def main() -> None:
+    before, after = agents_of_hung_runs(False), agents_of_hung_runs(True)
+    print("| stack | hung runs | right agent, no history | right agent, with history | "
+          "agent_source |")
+    print("|---|---|---|---|---|")
+    for stack in before:
+        b, n, _ = before[stack]
+        a, _, sources = after[stack]
+        print(f"| {stack} | {n} | {b} | {a} | {', '.join(sources)} |")
+    stacks_b = sum(1 for b, n, _ in before.values() if b == n)
+    stacks_a = sum(1 for a, n, _ in after.values() if a == n)
+    print(f"stacks whose every hung run gets the agent: {stacks_b} -> {stacks_a} "
+          f"of {len(before)}")
+
+
+if __name__ == "__main__":
+    main()

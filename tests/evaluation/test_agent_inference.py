@@ -1,0 +1,121 @@
+"""The agent of a run, and where it came from (``agent_source``): a span that names it, a name
+stamped on the spans under it, the service's history of completed runs, or unknown; never a
+framework's default name."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from otel_eval.agent_inference import SERVICE_FINGERPRINT, fingerprints, learned
+from otel_eval.config import Config
+from otel_eval.conventions.agent_names import FRAMEWORK_DEFAULT_AGENT_NAMES, agent_name
+from otel_eval.evaluator import Evaluator
+from otel_eval.model import Span, Trace
+from otel_eval.store import SqliteStore
+
+T = 1_764_547_200 * 10**9
+_ids = iter(range(1, 10**6))
+
+
+def _span(trace: str, name: str, attrs: dict[str, Any], parent: str | None = None,
+          service: str = "shop") -> Span:
+    return Span(trace, f"{next(_ids):016x}", parent, name, T, T + 10**6, attributes=attrs,
+                resource={"service.name": service})
+
+
+def _chat(trace: str, system: str, tools: list[str], parent: str | None = None,
+          **extra: Any) -> Span:
+    messages = [{"role": "system", "parts": [{"type": "text", "content": system}]},
+                {"role": "user", "parts": [{"type": "text", "content": f"task {trace}"}]}]
+    defs = [{"type": "function", "name": t, "parameters": {}} for t in tools]
+    return _span(trace, "chat gpt-4o", {"gen_ai.operation.name": "chat",
+                                        "gen_ai.input.messages": json.dumps(messages),
+                                        "gen_ai.tool.definitions": json.dumps(defs),
+                                        **extra}, parent)
+
+
+def _run(trace: str, agent: str, system: str, tools: list[str],
+         ended: bool = True, service: str = "shop") -> Trace:
+    """A run of ``agent``: its invoke_agent span (never exported when not ``ended``), one
+    chat span under it with the agent's system prompt and tools."""
+    root = _span(trace, f"invoke_agent {agent}", {"gen_ai.operation.name": "invoke_agent",
+                                                  "gen_ai.agent.name": agent}, None, service)
+    chat = _chat(trace, system, tools, root.span_id)
+    chat.resource = {"service.name": service}
+    spans = [root, chat] if ended else [chat]
+    return Trace(trace, spans, "complete" if ended else "incomplete")
+
+
+@pytest.fixture
+def history() -> Any:
+    store = SqliteStore(":memory:")
+    yield store
+    store.close()
+
+
+def _evaluate(evaluator: Evaluator, store: SqliteStore, trace: Trace) -> Any:
+    ev = evaluator.evaluate(trace, history=store)
+    store.remember_agents(learned([ev]))
+    return ev.trajectory
+
+
+@pytest.mark.parametrize(("value", "name"), [
+    ("weather_agent", "weather_agent"), ("OpenAI Agent", None), (" agent ", None),
+    ("LangGraph", None), ("CodeAgent", None), ("", None), (None, None),
+    ("x" * 1000, "x" * 256)])
+def test_a_framework_default_is_no_name(value: str | None, name: str | None) -> None:
+    assert agent_name(value) == name
+    assert all(n == n.casefold() for n in FRAMEWORK_DEFAULT_AGENT_NAMES)
+
+
+def test_agent_source_span_child_span_unknown() -> None:
+    ev = Evaluator(Config())
+    t = ev.evaluate(_run("a" * 32, "planner", "plan", ["search"])).trajectory
+    assert (t.agent, t.agent_source) == ("planner", "span")
+    # the default name on the agent span gives way to the name the chat span carries
+    trace = _run("b" * 32, "OpenAI Agent", "plan", ["search"])
+    trace.spans[1].attributes["gen_ai.agent.name"] = "planner"
+    t = ev.evaluate(trace).trajectory
+    assert (t.agent, t.agent_source) == ("planner", "child_span")
+    t = ev.evaluate(_run("c" * 32, "OpenAI Agent", "plan", ["search"])).trajectory
+    assert (t.agent, t.agent_source) == (None, "unknown")
+    assert ev.evaluate(_run("d" * 32, "", "p", [])).to_json()["agent_source"] == "unknown"
+
+
+def test_a_hung_run_gets_the_agent_whose_runs_it_resembles(history: SqliteStore) -> None:
+    ev = Evaluator(Config())
+    for i, (agent, system, tools) in enumerate([("planner", "You plan.", ["search"]),
+                                                ("coder", "You code.", ["run_tests"])]):
+        t = _evaluate(ev, history, _run(f"{i + 1:032x}", agent, system, tools))
+        assert t.agent_source == "span"
+    # same system prompt as the coder's runs, its agent span never exported
+    t = _evaluate(ev, history, _run("e" * 32, "coder", "You code.", ["run_tests"], False))
+    assert (t.agent, t.agent_source) == ("coder", "inferred_history")
+    # a new prompt, the planner's tools
+    t = _evaluate(ev, history, _run("f" * 32, "x", "New prompt.", ["search"], False))
+    assert (t.agent, t.agent_source) == ("planner", "inferred_history")
+    # nothing that tells the two agents apart: unknown, not a guess
+    t = _evaluate(ev, history, _run("1" * 32, "x", "Other.", ["other"], False))
+    assert (t.agent, t.agent_source) == (None, "unknown")
+    # an inferred run teaches nothing, a hung one neither
+    assert learned([ev.evaluate(_run("2" * 32, "x", "You code.", [], False),
+                                history=history)]) == []
+
+
+def test_a_service_with_one_agent_is_that_agent(history: SqliteStore) -> None:
+    ev = Evaluator(Config())
+    _evaluate(ev, history, _run("3" * 32, "solo", "S.", ["a"], service="one"))
+    t = _evaluate(ev, history, _run("4" * 32, "x", "Unlike.", ["b"], False, service="one"))
+    assert (t.agent, t.agent_source) == ("solo", "inferred_history")
+    t = _evaluate(ev, history, _run("5" * 32, "x", "S.", ["a"], False, service="two"))
+    assert t.agent_source == "unknown"  # another service's history is not this one's
+
+
+def test_fingerprints_are_hashes_strongest_first() -> None:
+    t = Evaluator(Config()).evaluate(_run("6" * 32, "a", "Secret prompt", ["t"])).trajectory
+    fps = fingerprints(t)
+    assert [f.split(":")[0] for f in fps] == ["system", "tools", "steps", SERVICE_FINGERPRINT]
+    assert all("Secret" not in f and len(f) <= 40 for f in fps)

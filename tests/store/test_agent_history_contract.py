@@ -1,0 +1,140 @@
+"""The agent history's contract, on both stores (SQLite file, PostgreSQL on the real server
+the suite starts): what ``recall_agent`` answers after ``remember_agents``, that the history
+is shared by every connection to the store (a fleet's), and that it stays bounded whatever
+the span content (per service, in all, by age)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from otel_eval.store import EvaluationStore, SqliteStore, is_postgresql_url
+from otel_eval.store import base as store_base
+from otel_eval.store import sqlite as sqlite_store
+
+T0 = 1_764_547_200 * 10**9
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return str(tmp_path / "store.db")
+    return str(request.getfixturevalue("postgresql_url"))
+
+
+Open = Callable[[], EvaluationStore]
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def stores(target: str, clock: Clock) -> Iterator[Open]:
+    opened: list[EvaluationStore] = []
+
+    def open_one() -> EvaluationStore:
+        if is_postgresql_url(target):
+            from otel_eval.store.postgresql import PostgresStore
+            opened.append(PostgresStore(target, clock_ns=clock))
+        else:
+            opened.append(SqliteStore(target, clock_ns=clock))
+        return opened[-1]
+
+    yield open_one
+    for s in opened:
+        s.close()
+
+
+def _rows(store: EvaluationStore, service: str | None = None) -> int:
+    """Rows of the history (of one service), counted through a recall-independent query."""
+    if isinstance(store, SqliteStore):
+        db = store._db
+        sql, args = "SELECT COUNT(*) FROM agent_history", ()
+        if service is not None:
+            sql, args = sql + " WHERE service = ?", (service,)
+        return int(db.execute(sql, args).fetchone()[0])
+    sql = "SELECT COUNT(*) FROM agent_history"
+    params: tuple[str, ...] = ()
+    if service is not None:
+        sql, params = sql + " WHERE service = %s", (service,)
+    return int(store._rows(sql, params)[0][0])  # type: ignore[attr-defined]
+
+
+def test_recall_answers_the_agent_of_the_strongest_unambiguous_fingerprint(
+        stores: Open) -> None:
+    store = stores()
+    assert store.recall_agent("shop", ["system:a", "service"]) is None  # nothing seen yet
+    store.remember_agents([("shop", "planner", ("system:p", "tools:t", "service"))])
+    assert store.recall_agent("shop", ["system:x", "service"]) == "planner"  # one agent
+    assert store.recall_agent("other", ["system:p", "service"]) is None  # another service
+    store.remember_agents([("shop", "coder", ("system:c", "tools:t", "service"))])
+    assert store.recall_agent("shop", ["system:p", "service"]) == "planner"
+    assert store.recall_agent("shop", ["system:c", "tools:t", "service"]) == "coder"
+    # tools:t was shown by both, the service by both: nothing tells them apart
+    assert store.recall_agent("shop", ["tools:t", "service"]) is None
+    assert store.recall_agent("shop", ["steps:s", "service"]) is None
+    assert store.recall_agent("shop", []) is None
+
+
+def test_the_history_is_shared_by_every_connection_to_the_store(stores: Open) -> None:
+    writer, reader = stores(), stores()  # two workers of one fleet
+    writer.remember_agents([("shop", "planner", ("steps:s", "service"))])
+    assert reader.recall_agent("shop", ["steps:s", "service"]) == "planner"
+
+
+def test_hostile_names_are_cut_and_stored_as_text(stores: Open) -> None:
+    store = stores()
+    service = "sh\x00op'; DROP TABLE agent_history; --" * 1000
+    agent = "a\u2028" + "x" * 10_000
+    store.remember_agents([(service, agent, ("service",))])
+    got = store.recall_agent(service, ["service"])
+    assert got is not None and len(got) == store_base.AGENT_HISTORY_NAME_CHARS
+    assert got.startswith("a\u2028x")
+    assert _rows(store) == 1
+
+
+def test_each_service_keeps_its_most_recently_seen_rows(stores: Open, clock: Clock) -> None:
+    store = stores()
+    cap = store_base.AGENT_HISTORY_PER_SERVICE
+    store.remember_agents([("shop", "old", ("system:old",))])
+    for i in range(cap + 20):
+        clock.now += 10**9
+        store.remember_agents([("shop", "planner", (f"steps:{i}",))])
+    store.remember_agents([("quiet", "solo", ("service",))])
+    assert _rows(store, "shop") == cap
+    assert store.recall_agent("shop", [f"steps:{cap + 19}"]) == "planner"  # newest kept
+    assert store.recall_agent("shop", ["system:old"]) is None  # least recently seen: gone
+    assert store.recall_agent("quiet", ["service"]) == "solo"  # other services untouched
+
+
+def test_the_whole_history_is_bounded_and_forgets_old_rows(
+        stores: Open, clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    from otel_eval.store import postgresql
+
+    for module in (sqlite_store, postgresql):
+        monkeypatch.setattr(module, "AGENT_HISTORY_ROWS", 50)
+        monkeypatch.setattr(module, "AGENT_HISTORY_PRUNE_EVERY", 1)
+    store = stores()
+    for i in range(200):  # hostile: a new service name per run
+        clock.now += 10**9
+        store.remember_agents([(f"svc-{i}", "a", ("service",))])
+    assert _rows(store) == 50
+    assert store.recall_agent("svc-199", ["service"]) == "a"
+    assert store.recall_agent("svc-0", ["service"]) is None
+    # a month later: not recalled, and deleted at the next prune
+    clock.now += store_base.AGENT_HISTORY_MAX_AGE_S * 10**9 + 1
+    assert store.recall_agent("svc-199", ["service"]) is None
+    store.remember_agents([("new", "b", ("service",))])
+    assert _rows(store) == 1
