@@ -104,6 +104,9 @@ class TraceAssembler:
         # (trace id, revision) of traces dropped with only log records: the engine drains it
         # (their spooled records are done with, as if evaluated)
         self.dropped_traces: list[tuple[str, int]] = []
+        # Waiters of those traces (the records are done: dropped and counted); the engine
+        # calls them outside its lock.
+        self.dropped_waiters: list[Callable[[], None]] = []
 
     # --- admission ---------------------------------------------------------------------------
 
@@ -217,10 +220,14 @@ class TraceAssembler:
         return tr
 
     def add_logs(self, logs: Iterable[LogEvent], now: float,
-                 source: str = "otlp", sender: str = "") -> AddResult:
+                 source: str = "otlp", sender: str = "",
+                 on_trace: Callable[[str], Callable[[], None] | None] | None = None
+                 ) -> AddResult:
         """Take GenAI event records (``accepted`` / ``rejected`` count records). A record for
         an unknown trace opens it; it does not move the trace's deadline (spans decide when
-        a run is over), except that a trace opened by a record waits ``idle_timeout_s``."""
+        a run is over), except that a trace opened by a record waits ``idle_timeout_s``.
+        ``on_trace`` as for ``add``; the waiter is also called when the trace is dropped
+        for want of spans (``dropped_waiters``)."""
         res = AddResult()
         limit = self.config.max_log_records_per_trace
         for record in logs:
@@ -233,7 +240,10 @@ class TraceAssembler:
             tr.logs.append(record)
             self.open_logs += 1
             res.accepted += 1
-            res.traces.add(record.trace_id)
+            if record.trace_id not in res.traces:
+                res.traces.add(record.trace_id)
+                if on_trace is not None and (w := on_trace(record.trace_id)) is not None:
+                    tr.waiters.append(w)
         return res
 
     # --- release -----------------------------------------------------------------------------
@@ -321,6 +331,7 @@ class TraceAssembler:
         self.open_logs -= len(tr.logs)
         self.dropped_logs["no_spans"] += len(tr.logs)
         self.dropped_traces.append((tr.trace_id, tr.revision))
+        self.dropped_waiters.extend(tr.waiters)
         self._forget(now)
 
     def _release(self, tr: _Open, status: TraceStatus, reason: str, now: float) -> Trace:

@@ -50,7 +50,8 @@ Metrics (counters are exposed with the ``_total`` suffix):
                otel_eval_judge_queue_depth                      gauge
     kafka      otel_eval_kafka_spans_consumed_total, otel_eval_kafka_records_poison_total{reason}
                otel_eval_kafka_throttled_total{reason}, otel_eval_kafka_paused  (gauge 0/1)
-               otel_eval_kafka_lag_records{partition}, otel_eval_kafka_committed_offset{partition}
+               otel_eval_kafka_lag_records{topic,partition}      topic: spans|logs (consumed)
+               otel_eval_kafka_committed_offset{topic,partition}
                otel_eval_kafka_commit_failures_total{reason}
                otel_eval_kafka_records_published_total{topic}           spans|results
                otel_eval_kafka_publish_dropped_total{topic,reason}
@@ -457,9 +458,9 @@ class KafkaMetrics:
         self.g_paused = Gauge("kafka_paused", "1 while the consumer pauses for backpressure.",
                               namespace="otel_eval", registry=r)
         self.g_lag = Gauge("kafka_lag_records", "Consumer lag per partition, records.",
-                           ["partition"], namespace="otel_eval", registry=r)
+                           ["topic", "partition"], namespace="otel_eval", registry=r)
         self.g_committed = Gauge("kafka_committed_offset", "Last committed offset per partition.",
-                                 ["partition"], namespace="otel_eval", registry=r)
+                                 ["topic", "partition"], namespace="otel_eval", registry=r)
         self.c_commit_failed = c("kafka_commit_failures", "Offset commits that failed.",
                                  ["reason"])
         self.c_published = c("kafka_records_published", "Records written, by topic kind.",
@@ -476,17 +477,21 @@ class KafkaMetrics:
     def spans_ingested(self, accepted: int, rejected: Mapping[str, int]) -> None:
         self._m.spans_ingested("kafka", accepted, rejected)
 
+    def log_records_ingested(self, accepted: int, ignored: Mapping[str, int],
+                             rejected: Mapping[str, int]) -> None:
+        self._m.log_records("kafka", accepted, dict(ignored), dict(rejected))
+
     def throttled(self, reason: str) -> None:
         self.c_throttled.labels(reason).inc()
 
     def paused(self, paused: bool) -> None:
         self.g_paused.set(1 if paused else 0)
 
-    def lag(self, partition: int, records: int) -> None:
-        self.g_lag.labels(str(partition)).set(records)
+    def lag(self, partition: int, records: int, topic: str = "spans") -> None:
+        self.g_lag.labels(topic, str(partition)).set(records)
 
-    def committed(self, partition: int, offset: int) -> None:
-        self.g_committed.labels(str(partition)).set(offset)
+    def committed(self, partition: int, offset: int, topic: str = "spans") -> None:
+        self.g_committed.labels(topic, str(partition)).set(offset)
 
     def commit_failed(self, reason: str) -> None:
         self.c_commit_failed.labels(reason).inc()

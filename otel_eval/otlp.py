@@ -213,8 +213,9 @@ def message_from_dict(data: Any, message: _M, top_key: str) -> _M:
     return message
 
 
-def request_to_json(req: ExportTraceServiceRequest) -> dict[str, Any]:
-    """Protobuf -> OTLP/JSON dict with hex ids (the inverse of ``request_from_dict``)."""
+def request_to_json(req: Message) -> dict[str, Any]:
+    """Protobuf (a trace or logs Export request) -> OTLP/JSON dict with hex ids (the inverse
+    of ``request_from_dict`` / ``message_from_dict``)."""
     data = json_format.MessageToDict(req)
 
     def fix(obj: Any) -> None:

@@ -156,10 +156,15 @@ class Engine:
 
     def submit_logs(self, records: list[LogEvent], source: str = "otlp", sender: str = "",
                     *, request: bytes | Callable[[], bytes] | None = None,
-                    replayed: bool = False) -> Admission:
+                    replayed: bool = False,
+                    on_stored: Callable[[], None] | None = None) -> Admission:
         """Take GenAI event records (held for their span's trace) or refuse them all;
-        ``request`` and ``replayed`` as for ``submit`` (the log request's bytes)."""
+        ``request`` and ``replayed`` as for ``submit`` (the log request's bytes).
+        ``on_stored``: called once every trace that took a record is stored, or dropped
+        with its records for want of spans (``no_spans``, counted): either way the records
+        are done with (Kafka commits their offsets then)."""
         adm = Admission()
+        barrier = _Barrier(on_stored) if on_stored is not None else None
         raw = None
         if self.spool is not None and request is not None and records and not replayed:
             raw = request() if callable(request) else request
@@ -171,10 +176,13 @@ class Engine:
             if adm.throttled is not None or row == -1:
                 adm.throttled = adm.throttled or "spool_error"
                 return adm
-            res = asm.add_logs(records, self.clock(), source=source, sender=sender)
+            res = asm.add_logs(records, self.clock(), source=source, sender=sender,
+                               on_trace=(lambda _tid: barrier.done) if barrier else None)
             if row is not None:
                 self._spool_settle(row, {r.trace_id for r in records}, res.traces, records)
             self._update_gauges()
+        if barrier is not None:
+            barrier.arm(len(res.traces))
         adm.accepted, adm.rejected = res.accepted, res.rejected
         if res.reopened:
             self.metrics.trace_reopened(0)
@@ -251,9 +259,14 @@ class Engine:
         self.spool.settle(row, written, revisions, held)
 
     def _spool_dropped(self) -> None:
-        """Traces assembly dropped with only log records: their spooled records are done."""
+        """Traces assembly dropped with only log records: their spooled records are done,
+        and so are their waiters (called here, outside the lock)."""
+        asm = self._assembler
         with self._lock:
-            dropped, self._assembler.dropped_traces = self._assembler.dropped_traces, []
+            dropped, asm.dropped_traces = asm.dropped_traces, []
+            waiters, asm.dropped_waiters = asm.dropped_waiters, []
+        for waiter in waiters:
+            waiter()
         if dropped and self.spool is not None:
             try:
                 self.spool.evaluated(dropped)

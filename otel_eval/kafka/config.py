@@ -4,6 +4,14 @@ Records on ``topic`` are what the collector's kafka exporter writes: one OTLP
 ExportTraceServiceRequest per record (``otlp_proto`` or ``otlp_json``), keyed by the hex
 trace id when the exporter has ``partition_traces_by_id: true`` (needed: a worker must see
 every span of a trace, so all of a trace's records must share a partition).
+
+Records on ``logs_topic`` are the exporter's log records (``ExportLogsServiceRequest``): the
+GenAI events that carry prompts, completions and tool arguments when an instrumentation does
+not put them on spans, keyed by trace id with ``partition_logs_by_trace_id: true``. A worker
+joins a trace's records from both topics, so the two topics must be *co-partitioned*: the
+same partition count, and the same key and partitioner (the exporter uses one for both).
+Workers then own partition p of both topics together (range assignment in ``group`` mode,
+the same p % worker_count in ``static`` mode).
 """
 
 from __future__ import annotations
@@ -51,6 +59,12 @@ class KafkaConfig:
     topic: str = "otlp_spans"
     # Record value encoding: otlp_proto (exporter default) or otlp_json.
     encoding: Encoding = "otlp_proto"
+    # Topic carrying OTLP log requests (GenAI events joined to their spans), the collector
+    # kafka exporter's default logs topic; it must have as many partitions as `topic`.
+    # Empty = log records are not consumed. A topic that does not exist is simply not read.
+    logs_topic: str = "otlp_logs"
+    # Encoding of logs_topic records: otlp_proto (exporter default) or otlp_json.
+    logs_encoding: Encoding = "otlp_proto"
     # Consumer group id; offsets are committed under it in both assignment modes.
     group_id: str = "otel-eval"
     # Kafka client.id, shown in broker logs and quotas.
@@ -102,6 +116,8 @@ class KafkaConfig:
             raise ValueError("kafka.max_inflight_records and max_poll_records must be >= 1")
         if self.commit_interval_s <= 0:
             raise ValueError("kafka.commit_interval_s must be > 0")
+        if self.logs_topic and self.logs_topic == self.topic:
+            raise ValueError("kafka.logs_topic must differ from kafka.topic")
 
     @property
     def enabled(self) -> bool:

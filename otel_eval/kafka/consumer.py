@@ -2,9 +2,21 @@
 commits only what is stored.
 
     topic partitions -> fetch (aiokafka) -> decode (otlp) -> Engine.submit(spans, on_stored)
+    logs_topic partitions -> ... -> decode (otlp_logs) -> Engine.submit_logs(records, on_stored)
         -> on_stored (engine thread) -> stored queue, one loop wake-up per burst -> TraceGate
         (a trace's records finish together) -> OffsetTracker.done
         -> every commit_interval_s: commit each partition's low watermark + done-records metadata
+
+Log records (GenAI events from ``logs_topic``) join their trace in the engine's assembly as
+on the OTLP path: whichever of spans and records arrives first opens the trace, a trace
+waits for spans at most ``assembly.idle_timeout_s`` (then its records are dropped as
+``no_spans``, counted), and records arriving after the trace was stored re-open it within
+``assembly.reopen_window_s`` (a superseding revision). A logs record is done once every trace
+it joined is stored (or dropped, counted): its offset is committed only then, like a spans
+record's. Both topics are co-partitioned (``KafkaConfig``): a worker owns partition p of both,
+by range assignment in ``group`` mode and by p % worker_count in ``static`` mode. (Workers
+before this used round robin: Kafka refuses a member whose strategy the group's members do
+not share, so a running group is upgraded by stopping the old workers first.)
 
 Promises:
 - **no loss**: a partition's committed offset never passes a record whose traces are not all
@@ -63,14 +75,15 @@ from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import KafkaError
 
-from otel_eval import otlp
+from otel_eval import otlp, otlp_logs
 from otel_eval.kafka.client import client_kwargs
 from otel_eval.kafka.config import KafkaConfig
 from otel_eval.kafka.offsets import OffsetTracker, Ticket, TraceGate
 from otel_eval.kafka.stats import KafkaMetrics, KafkaStats
-from otel_eval.model import Span
+from otel_eval.model import LogEvent, Span
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +93,9 @@ class EngineLike(Protocol):
 
     def submit(self, spans: list[Span], source: str = ...,
                on_stored: Callable[[], None] | None = ...) -> Any: ...
+
+    def submit_logs(self, records: list[LogEvent], source: str = ..., sender: str = ..., *,
+                    on_stored: Callable[[], None] | None = ...) -> Any: ...
 
 
 @dataclass(slots=True)
@@ -107,12 +123,45 @@ def decode_record(value: bytes | None, encoding: str) -> Record | str:
     return Record(decoded.spans, rejected + decoded.reasons)
 
 
-async def topic_partitions(cfg: KafkaConfig) -> list[int]:
-    """Partition numbers of ``cfg.topic`` (empty if the topic does not exist)."""
+@dataclass(slots=True)
+class LogsRecord:
+    """One logs-topic record's GenAI events, and its other records by reason."""
+
+    records: list[LogEvent]
+    ignored: Counter[str]
+    rejected: Counter[str]
+
+
+def decode_logs_record(value: bytes | None, encoding: str) -> LogsRecord | str:
+    """A logs-topic record decoded as the logs receivers decode a request body, or the
+    poison reason (``empty``, ``not_otlp``)."""
+    if not value:
+        return "empty"
+    try:
+        if encoding == "otlp_json":
+            req = otlp_logs.logs_request_from_json(value)
+        else:
+            req = otlp_logs.parse_logs_request(value)
+    except Exception:  # MalformedRequest, ValueError, whatever a hostile record raises
+        return "not_otlp"
+    decoded = otlp_logs.decode_logs(req)
+    return LogsRecord(decoded.records, decoded.ignored, decoded.rejected)
+
+
+@dataclass(slots=True)
+class _Work:
+    """What one record hands the engine: spans, or log records (``logs``)."""
+
+    items: list[Span] | list[LogEvent]
+    logs: bool
+
+
+async def topic_partitions(cfg: KafkaConfig, topic: str | None = None) -> list[int]:
+    """Partition numbers of ``topic`` (default ``cfg.topic``; empty if it does not exist)."""
     admin = AIOKafkaAdminClient(**client_kwargs(cfg))
     await admin.start()
     try:
-        (desc,) = await admin.describe_topics([cfg.topic])
+        (desc,) = await admin.describe_topics([topic or cfg.topic])
     finally:
         await admin.close()
     if desc.get("error_code"):
@@ -150,7 +199,7 @@ class KafkaConsumerStage:
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
-        self._retry: deque[tuple[TopicPartition, list[Span], Ticket[TopicPartition]]] = deque()
+        self._retry: deque[tuple[TopicPartition, _Work, Ticket[TopicPartition]]] = deque()
         self._paused = False
         self._drained = asyncio.Event()
         self._last_commit = 0.0
@@ -164,31 +213,44 @@ class KafkaConsumerStage:
             **client_kwargs(cfg), group_id=cfg.group_id, enable_auto_commit=False,
             auto_offset_reset=cfg.auto_offset_reset, max_poll_records=cfg.max_poll_records,
             session_timeout_ms=int(cfg.session_timeout_s * 1000),
-            heartbeat_interval_ms=max(100, int(cfg.session_timeout_s * 1000 / 3)))
+            heartbeat_interval_ms=max(100, int(cfg.session_timeout_s * 1000 / 3)),
+            # range co-assigns partition p of both topics (aiokafka's default, round robin,
+            # does not). Only range is offered: librdkafka's mock cluster, which the unit
+            # tests run on, assigns nothing to a member offering two strategies.
+            partition_assignment_strategy=(RangePartitionAssignor,))
         await consumer.start()
         self._consumer = consumer
         try:
             if cfg.assignment == "static":
                 await self._assign_static(consumer)
             else:
-                consumer.subscribe([cfg.topic], listener=_Listener(self))
+                consumer.subscribe(self._topics(), listener=_Listener(self))
         except BaseException:
             await consumer.stop()
             raise
         self._task = asyncio.create_task(self._run(), name="kafka-consumer")
         self._task.add_done_callback(self._task_died)
 
+    def _topics(self) -> list[str]:
+        cfg = self.config
+        return [cfg.topic, cfg.logs_topic] if cfg.logs_topic else [cfg.topic]
+
     async def _assign_static(self, consumer: AIOKafkaConsumer) -> None:
         cfg = self.config
         parts = await topic_partitions(cfg)
         if not parts:
             raise RuntimeError(f"kafka topic {cfg.topic!r} not found")
-        mine = {TopicPartition(cfg.topic, p) for p in sorted(parts)
+        mine = {TopicPartition(cfg.topic, p) for p in parts
                 if p % cfg.worker_count == cfg.worker_index}
+        if cfg.logs_topic:
+            logs = await topic_partitions(cfg, cfg.logs_topic)
+            _check_copartitioned(cfg, len(parts), len(logs))
+            mine |= {TopicPartition(cfg.logs_topic, p) for p in logs
+                     if p % cfg.worker_count == cfg.worker_index}
         consumer.assign(list(mine))
         await self._assign(mine)
         log.info("kafka static assignment %d/%d: partitions %s", cfg.worker_index,
-                 cfg.worker_count, sorted(tp.partition for tp in mine))
+                 cfg.worker_count, sorted((tp.topic, tp.partition) for tp in mine))
 
     def _task_died(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:
@@ -247,25 +309,40 @@ class KafkaConsumerStage:
         if self.tracker.replayed(ticket):  # done before a restart: its traces are stored
             self._done(ticket)
             return
-        decoded = decode_record(value, self.config.encoding)
+        work = self._decode(tp, offset, value)
+        if work is None:  # poison, or nothing in it for the engine
+            self._done(ticket)
+            return
+        if self._retry or not self._submit(tp, work, ticket):
+            self._retry.append((tp, work, ticket))  # keep per-partition order
+
+    def _decode(self, tp: TopicPartition, offset: int, value: bytes | None) -> _Work | None:
+        """The record's work for the engine, its decode-time drops counted; None when it
+        holds none (poison, or only log records that are not GenAI events)."""
+        cfg = self.config
+        logs = tp.topic == cfg.logs_topic and bool(cfg.logs_topic)
+        decoded = (decode_logs_record(value, cfg.logs_encoding) if logs
+                   else decode_record(value, cfg.encoding))
         if isinstance(decoded, str):
             log.warning("kafka poison record %s[%d]@%d: %s", tp.topic, tp.partition, offset,
                         decoded)
             self.metrics.record_poison(decoded)
-            self._done(ticket)
-            return
+            return None
+        if isinstance(decoded, LogsRecord):
+            if decoded.ignored or decoded.rejected:
+                self.metrics.log_records_ingested(0, decoded.ignored, decoded.rejected)
+            return _Work(decoded.records, True) if decoded.records else None
         self.metrics.record_consumed(len(decoded.spans))
         if decoded.rejected:
             self.metrics.spans_ingested(0, decoded.rejected)
-        if self._retry or not self._submit(tp, decoded.spans, ticket):
-            self._retry.append((tp, decoded.spans, ticket))  # keep per-partition order
+        return _Work(decoded.spans, False)
 
-    def _submit(self, tp: TopicPartition, spans: list[Span], ticket: Ticket[TopicPartition]
+    def _submit(self, tp: TopicPartition, work: _Work, ticket: Ticket[TopicPartition]
                 ) -> bool:
         loop = self._loop
         assert loop is not None
 
-        trace_ids = frozenset(s.trace_id for s in spans)
+        trace_ids = frozenset(x.trace_id for x in work.items)
 
         def on_stored() -> None:  # engine worker thread
             with self._stored_lock:
@@ -274,14 +351,24 @@ class KafkaConsumerStage:
             if first:
                 loop.call_soon_threadsafe(self._drain_stored)
 
-        adm = self.engine.submit(spans, source="kafka", on_stored=on_stored)
+        if work.logs:
+            adm = self.engine.submit_logs(work.items, source="kafka",  # type: ignore[arg-type]
+                                          on_stored=on_stored)
+        else:
+            adm = self.engine.submit(work.items, source="kafka",  # type: ignore[arg-type]
+                                     on_stored=on_stored)
         throttled = getattr(adm, "throttled", None)
         if throttled:
             self.metrics.throttled(throttled)
             return False
-        # spans the assembler refused (duplicate, late, trace too large) count as rejected
-        self.metrics.spans_ingested(getattr(adm, "accepted", len(spans)),
-                                    getattr(adm, "rejected", None) or {})
+        # items the assembler refused (duplicate, late, trace too large) count as rejected
+        accepted = getattr(adm, "accepted", len(work.items))
+        rejected = getattr(adm, "rejected", None) or {}
+        if work.logs:
+            self.metrics.log_records_ingested(accepted, getattr(adm, "ignored", None) or {},
+                                              rejected)
+        else:
+            self.metrics.spans_ingested(accepted, rejected)
         # on_stored is drained on this loop later, so this comes first
         self.gate.submitted(ticket, trace_ids)
         return True
@@ -295,11 +382,11 @@ class KafkaConsumerStage:
 
     def _retry_throttled(self) -> None:
         while self._retry:
-            tp, spans, ticket = self._retry[0]
+            tp, work, ticket = self._retry[0]
             if ticket.epoch != self.tracker.epoch(tp):
                 self._retry.popleft()  # partition revoked meanwhile: new owner replays
                 continue
-            if not self._submit(tp, spans, ticket):
+            if not self._submit(tp, work, ticket):
                 return
             self._retry.popleft()
 
@@ -326,7 +413,7 @@ class KafkaConsumerStage:
             high = consumer.highwater(tp)
             pos = self.tracker.position(tp)
             if high is not None and pos is not None:
-                self.metrics.lag(tp.partition, max(0, high - pos))
+                self.metrics.lag(tp.partition, max(0, high - pos), self._kind(tp))
 
     # --- commits and rebalancing -----------------------------------------------------------
 
@@ -348,7 +435,11 @@ class KafkaConsumerStage:
             self.tracker.uncommit(todo)  # hand these positions out again next time
             return
         for tp, (pos, _meta) in todo.items():
-            self.metrics.committed(tp.partition, pos)
+            self.metrics.committed(tp.partition, pos, self._kind(tp))
+
+    def _kind(self, tp: TopicPartition) -> str:
+        return "logs" if self.config.logs_topic and tp.topic == self.config.logs_topic \
+            else "spans"
 
     async def _assign(self, assigned: set[TopicPartition]) -> None:
         consumer = self._consumer
@@ -367,6 +458,11 @@ class KafkaConsumerStage:
                          tp.topic, tp.partition, got.offset, skipped)
         if self._paused and self._consumer is not None:
             self._consumer.pause(*assigned)  # stay paused until the backlog drains
+        if self.config.logs_topic and self.config.assignment == "group":
+            spans = consumer.partitions_for_topic(self.config.topic) or set()
+            logs = consumer.partitions_for_topic(self.config.logs_topic)
+            if logs is not None:
+                _check_copartitioned(self.config, len(spans), len(logs))
 
     async def _revoke(self, revoked: set[TopicPartition]) -> None:
         final: dict[TopicPartition, tuple[int, str]] = {}
@@ -377,3 +473,14 @@ class KafkaConsumerStage:
                 final[tp] = pos
         self._retry = deque(r for r in self._retry if r[0] not in revoked)
         await self._commit(final)
+
+
+def _check_copartitioned(cfg: KafkaConfig, spans: int, logs: int) -> None:
+    """Warn when the logs topic cannot be joined partition by partition (logged per
+    (re)assignment; records still flow, but a trace's spans and log records may then reach
+    different workers: the records are dropped as ``no_spans`` and the trace evaluated
+    without them)."""
+    if logs and spans != logs:
+        log.warning("kafka: topic %r has %d partitions and logs topic %r has %d; they must "
+                    "be equal for a worker to get a trace's log records with its spans",
+                    cfg.topic, spans, cfg.logs_topic, logs)

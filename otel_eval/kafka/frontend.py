@@ -3,9 +3,10 @@
 ``PublishingEngine`` stands where the receivers' ``Engine`` stands (``Ingest`` only calls
 ``submit``): the spans of a request go to the topic, one record per trace id, keyed and
 encoded as the collector's kafka exporter writes them, and the request is acknowledged only
-after Kafka acknowledged every record (``acks=all`` by default). When Kafka does not answer in
-time the request is throttled (the exporter retries; a record that did land meanwhile is
-written twice, and the evaluator drops the second copy as ``duplicate_span``).
+after Kafka acknowledged every record (``acks=all`` by default). GenAI event log records go to
+the logs topic the same way. When Kafka does not answer in time the request is throttled (the
+exporter retries; a record that did land meanwhile is written twice, and the evaluator drops
+the second copy of a span as ``duplicate_span``; a log record is held twice).
 """
 
 from __future__ import annotations
@@ -32,9 +33,20 @@ class PublishingEngine:
 
     def submit_logs(self, records: list[LogEvent], source: str = "otlp", sender: str = "",
                     *, request: bytes | Callable[[], bytes] | None = None) -> Admission:
-        """GenAI event records are not published (the spans topic carries spans only):
-        acknowledged and counted as ignored, so content in logs needs the embedded engine."""
-        return Admission(ignored=Counter({"kafka_publish_mode": len(records)}))
+        """GenAI event records go to ``kafka.logs_topic`` (one record per trace id, keyed by
+        it), acknowledged once Kafka has them; without a logs topic they are acknowledged
+        and counted as ignored (``kafka_publish_mode``)."""
+        if not records:
+            return Admission()
+        if not self.publisher.config.logs_topic:
+            return Admission(ignored=Counter({"kafka_publish_mode": len(records)}))
+        try:
+            self.loop.run(self.publisher.publish_logs(records), timeout_s=self.timeout_s)
+        except Exception as e:  # as for spans: the exporter retries
+            log.warning("kafka publish of log records failed (%s: %s); throttling the "
+                        "exporter", type(e).__name__, e)
+            return Admission(throttled="kafka_unavailable")
+        return Admission(accepted=len(records))
 
     def submit(self, spans: list[Span], source: str = "otlp",
                on_stored: Callable[[], None] | None = None, *,

@@ -10,6 +10,10 @@ characters, and its Sarama-compatible hash partitioner picks ``|int32(fnv1a32(ke
 Doing the same means a trace whose spans arrive partly through a collector and partly through
 otel-eval still lands on one partition. ``publish`` returns once the brokers acknowledged
 (``acks``), so a receiver acknowledges its client only after Kafka has the data.
+
+``publish_logs`` writes GenAI event records to ``logs_topic`` the same way (the exporter with
+``partition_logs_by_trace_id: true``): one record per trace id, keyed by it, so with as many
+partitions as the spans topic a trace's log records land on its spans' partition number.
 """
 
 from __future__ import annotations
@@ -23,10 +27,11 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from otel_eval import otlp
+from otel_eval import otlp, otlp_logs
 from otel_eval.kafka.client import client_kwargs
 from otel_eval.kafka.config import KafkaConfig
 from otel_eval.kafka.stats import KafkaMetrics, KafkaStats
+from otel_eval.model import LogEvent
 
 _FNV_OFFSET, _FNV_PRIME = 0x811C9DC5, 0x01000193
 
@@ -87,6 +92,21 @@ def encode(req: ExportTraceServiceRequest, encoding: str) -> bytes:
     return bytes(req.SerializeToString())
 
 
+def encode_logs_by_trace(records: Sequence[LogEvent], encoding: str) -> list[tuple[str, bytes]]:
+    """(trace id, one logs request) per trace id, in first-appearance order. Resource and
+    scope are not kept (the consumer's decoding does not read them)."""
+    groups: dict[str, list[LogEvent]] = {}
+    for r in records:
+        groups.setdefault(r.trace_id, []).append(r)
+    out = []
+    for tid, group in groups.items():
+        req = otlp_logs.encode_logs(group)
+        value = (json.dumps(otlp.request_to_json(req), separators=(",", ":")).encode()
+                 if encoding == "otlp_json" else bytes(req.SerializeToString()))
+        out.append((tid, value))
+    return out
+
+
 class KafkaPublisher:
     """``await start()``, ``await publish(request_bytes, trace_ids)``, ``await stop()``."""
 
@@ -132,4 +152,20 @@ class KafkaPublisher:
         futures = [await producer.send(cfg.topic, value, key=tid.encode()) for tid, value in parts]
         await asyncio.gather(*futures)
         self.metrics.published("spans", len(parts))
+        return len(parts)
+
+    async def publish_logs(self, records: Sequence[LogEvent]) -> int:
+        """Write GenAI event records to ``logs_topic``, one record per trace id; returns the
+        number of records written (0 without a logs topic)."""
+        producer = self._producer
+        if producer is None:
+            raise RuntimeError("KafkaPublisher.publish_logs before start()")
+        cfg = self.config
+        if not cfg.logs_topic or not records:
+            return 0
+        parts = encode_logs_by_trace(records, cfg.logs_encoding)
+        futures = [await producer.send(cfg.logs_topic, value, key=tid.encode())
+                   for tid, value in parts]
+        await asyncio.gather(*futures)
+        self.metrics.published("logs", len(parts))
         return len(parts)

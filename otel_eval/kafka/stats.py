@@ -2,7 +2,8 @@
 
 ``KafkaMetrics`` is what the consumer and publishers call; ``KafkaStats`` is a plain
 in-memory implementation (used by tests, and a default so the stages never need a registry).
-Label values are bounded: partition numbers, and reasons from ``POISON_REASONS``.
+Label values are bounded: partition numbers, topic kinds (``TOPIC_KINDS`` for the consumed
+topics), and reasons from ``POISON_REASONS``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import Protocol
 
 # Closed set of reasons a record is skipped as poison.
 POISON_REASONS = ("empty", "not_otlp")
+# The consumed topics, by kind: ``kafka.topic`` (trace requests) and ``kafka.logs_topic``.
+TOPIC_KINDS = ("spans", "logs")
 
 
 class KafkaMetrics(Protocol):
@@ -20,10 +23,13 @@ class KafkaMetrics(Protocol):
     def record_poison(self, reason: str) -> None: ...
     # spans of records, as the receivers account them: accepted, or rejected with a reason
     def spans_ingested(self, accepted: int, rejected: Mapping[str, int]) -> None: ...
+    # log records of logs-topic records, as the logs receivers account them
+    def log_records_ingested(self, accepted: int, ignored: Mapping[str, int],
+                             rejected: Mapping[str, int]) -> None: ...
     def throttled(self, reason: str) -> None: ...
     def paused(self, paused: bool) -> None: ...
-    def lag(self, partition: int, records: int) -> None: ...
-    def committed(self, partition: int, offset: int) -> None: ...
+    def lag(self, partition: int, records: int, topic: str = "spans") -> None: ...
+    def committed(self, partition: int, offset: int, topic: str = "spans") -> None: ...
     def commit_failed(self, reason: str) -> None: ...
     def published(self, topic_kind: str, n_records: int) -> None: ...
     def publish_dropped(self, topic_kind: str, reason: str, n: int) -> None: ...
@@ -41,8 +47,11 @@ class KafkaStats:
         self.throttles: Counter[str] = Counter()
         self.is_paused = False
         self.pauses = 0
-        self.lags: dict[int, int] = {}
+        self.log_records: Counter[str] = Counter()  # accepted, ignored:R, rejected:R
+        self.lags: dict[int, int] = {}  # spans topic
         self.commits: dict[int, int] = {}
+        self.logs_lags: dict[int, int] = {}  # logs topic
+        self.logs_commits: dict[int, int] = {}
         self.commit_failures: Counter[str] = Counter()
         self.published_records: Counter[str] = Counter()
         self.dropped: Counter[tuple[str, str]] = Counter()
@@ -58,6 +67,12 @@ class KafkaStats:
         self.accepted += accepted
         self.rejected.update(rejected)
 
+    def log_records_ingested(self, accepted: int, ignored: Mapping[str, int],
+                             rejected: Mapping[str, int]) -> None:
+        self.log_records["accepted"] += accepted
+        self.log_records.update({f"ignored:{r}": n for r, n in ignored.items()})
+        self.log_records.update({f"rejected:{r}": n for r, n in rejected.items()})
+
     def throttled(self, reason: str) -> None:
         self.throttles[reason] += 1
 
@@ -65,11 +80,11 @@ class KafkaStats:
         self.pauses += paused
         self.is_paused = paused
 
-    def lag(self, partition: int, records: int) -> None:
-        self.lags[partition] = records
+    def lag(self, partition: int, records: int, topic: str = "spans") -> None:
+        (self.logs_lags if topic == "logs" else self.lags)[partition] = records
 
-    def committed(self, partition: int, offset: int) -> None:
-        self.commits[partition] = offset
+    def committed(self, partition: int, offset: int, topic: str = "spans") -> None:
+        (self.logs_commits if topic == "logs" else self.commits)[partition] = offset
 
     def commit_failed(self, reason: str) -> None:
         self.commit_failures[reason] += 1

@@ -25,7 +25,9 @@ class Topic:
     partitions: int
 
     def config(self, **kw: object) -> KafkaConfig:
+        # no logs topic unless a test asks for one (its own, co-partitioned)
         base: dict[str, object] = {"brokers": self.bootstrap, "topic": self.name,
+                                   "logs_topic": "",
                                    "group_id": f"g-{self.name}", "commit_interval_s": 0.05,
                                    "throttle_retry_s": 0.05}
         base.update(kw)
@@ -107,12 +109,12 @@ class WatchedStats(KafkaStats):
         super().record_poison(reason)
         self._touch()
 
-    def lag(self, partition: int, records: int) -> None:
-        super().lag(partition, records)
+    def lag(self, partition: int, records: int, topic: str = "spans") -> None:
+        super().lag(partition, records, topic)
         self._touch()
 
-    def committed(self, partition: int, offset: int) -> None:
-        super().committed(partition, offset)
+    def committed(self, partition: int, offset: int, topic: str = "spans") -> None:
+        super().committed(partition, offset, topic)
         self._touch()
 
     def throttled(self, reason: str) -> None:

@@ -67,7 +67,8 @@ def die_with_parent() -> None:
 
 
 async def main(args: argparse.Namespace) -> None:
-    cfg = KafkaConfig(brokers=args.bootstrap, topic=args.topic, group_id=args.group,
+    cfg = KafkaConfig(brokers=args.bootstrap, topic=args.topic, logs_topic=args.logs_topic,
+                      group_id=args.group,
                       assignment="static", worker_index=args.worker_index,
                       worker_count=args.worker_count, commit_interval_s=args.commit_interval_s,
                       max_inflight_records=args.max_inflight)
@@ -93,6 +94,7 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--bootstrap", required=True)
     p.add_argument("--topic", default="otlp_spans")
+    p.add_argument("--logs-topic", default="", help="also consume this logs topic")
     p.add_argument("--group", default="otel-eval")
     p.add_argument("--db", required=True)
     p.add_argument("--worker-index", type=int, default=0)

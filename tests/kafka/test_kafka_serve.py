@@ -75,8 +75,8 @@ def sdk_batch(n: int) -> tuple[list[str], ExportTraceServiceRequest]:
 
 def kafka_changes(topic: Topic, **more: Any) -> dict[str, Any]:
     return {"kafka.brokers": topic.bootstrap, "kafka.topic": topic.name,
-            "kafka.group_id": f"g-{topic.name}", "kafka.commit_interval_s": 0.05,
-            "kafka.throttle_retry_s": 0.05, **more}
+            "kafka.logs_topic": "", "kafka.group_id": f"g-{topic.name}",
+            "kafka.commit_interval_s": 0.05, "kafka.throttle_retry_s": 0.05, **more}
 
 
 def wait_for(cond: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
@@ -92,7 +92,7 @@ def consumed(h: Harness) -> float:
 
 
 def committed(h: Harness, partitions: int) -> float:
-    return sum(h.sample("otel_eval_kafka_committed_offset", partition=str(p))
+    return sum(h.sample("otel_eval_kafka_committed_offset", topic="spans", partition=str(p))
                for p in range(partitions))
 
 
