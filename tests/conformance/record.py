@@ -13,7 +13,9 @@ wait for it (bounded), and write ``recordings/<stack>/<scenario>.json``::
     {"stack", "scenario", "packages": {name: installed version}, "llm_requests": n,
      "requests": [{"signal": "traces" | "logs", "body": <OTLP JSON, hex ids>}, ...]}
 
-with the OTLP requests in arrival order. A run that fails (exit code, timeout, a request the
+with the OTLP requests in arrival order, and the paths of this checkout, of the stack's venv and
+of the Python installation in them (stack traces in exception events) written as ``<repo>``,
+``<venv>`` and ``<python>``. A run that fails (exit code, timeout, a request the
 scripted LLM or the capture server refused) is reported and writes nothing. Progress goes to
 stderr; the paths written go to stdout.
 """
@@ -38,6 +40,7 @@ import scenarios  # noqa: E402
 from capture import Capture  # noqa: E402
 from scripted_llm import ScriptedLLM  # noqa: E402
 
+REPO = HERE.parents[1]
 STACKS = HERE / "stacks"
 RECORDINGS = HERE / "recordings"
 RUN_TIMEOUT_S = 180
@@ -149,7 +152,16 @@ def record(name: str, stack: dict[str, Any], env_dir: Path, scenario: str) -> di
     if not cap.requests:
         raise RuntimeError(f"no OTLP request was exported\n{proc.stderr[-4000:]}")
     return {"stack": name, "scenario": scenario, "packages": installed(stack, env_dir),
-            "llm_requests": llm.requests, "requests": cap.requests}
+            "llm_requests": llm.requests, "requests": _scrubbed(cap.requests, env_dir)}
+
+
+def _scrubbed(requests: list[Any], env_dir: Path) -> list[Any]:
+    """The requests with this machine's paths (in stack traces) replaced by placeholders."""
+    text = json.dumps(requests, ensure_ascii=False)
+    for path, name in ((env_dir.resolve(), "<venv>"), (REPO, "<repo>"),
+                       (Path(sys.base_prefix).resolve(), "<python>")):
+        text = text.replace(str(path), name)
+    return list(json.loads(text))
 
 
 def write(rec: dict[str, Any]) -> Path:

@@ -11,7 +11,8 @@
 - ``remote_parent()``: the context extracted from a fixed W3C traceparent (remote_parent only).
 - ``chat_loop()``: a small agent loop with the official ``openai`` client (ask with the tool
   offered, run requested tools, feed results back, until a final answer), streaming in the
-  ``streaming`` scenario.
+  ``streaming`` scenario; ``messages_loop()``: the same with the official ``anthropic`` client
+  (Messages API: ``tool_use`` blocks answered by ``tool_result`` blocks).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import scenarios
 
 AGENT_NAME = "weather_agent"
 MODEL = "gpt-4o-mini"
+ANTHROPIC_MODEL = "claude-3-5-haiku-20241022"
 MAX_TURNS = 12  # bounds every loop; the scripted scenarios need at most 7
 OPENAI_TOOL = {"type": "function",
                "function": {"name": scenarios.TOOL_NAME, "description": scenarios.TOOL_DESCRIPTION,
@@ -157,6 +159,42 @@ def chat_loop(client: Any, scenario: str, run_tool: Callable[[dict[str, Any]], s
             except Exception as e:
                 result = f"Error: {e}"
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+    raise RuntimeError(f"no final answer after {MAX_TURNS} turns")
+
+
+ANTHROPIC_TOOL = {"name": scenarios.TOOL_NAME, "description": scenarios.TOOL_DESCRIPTION,
+                  "input_schema": scenarios.TOOL_PARAMETERS}
+
+
+def messages_loop(client: Any, scenario: str, run_tool: Callable[[Any], str]) -> str:
+    """``chat_loop`` on the Anthropic Messages API: ``run_tool(block)`` runs one ``tool_use``
+    block; what it raises goes back as a ``tool_result`` with ``is_error``. Streams (the SDK's
+    ``messages.stream`` helper) in ``streaming``."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": prompt(scenario)}]
+    kwargs: dict[str, Any] = {"model": ANTHROPIC_MODEL, "max_tokens": 1024,
+                              "system": "You are a weather assistant. Use get_weather.",
+                              "tools": [ANTHROPIC_TOOL]}
+    for _ in range(MAX_TURNS):
+        if scenario == "streaming":
+            with client.messages.stream(messages=messages, **kwargs) as stream:
+                msg = stream.get_final_message()
+        else:
+            msg = client.messages.create(messages=messages, **kwargs)
+        messages.append({"role": "assistant",
+                         "content": [b.model_dump(exclude_none=True) for b in msg.content]})
+        if msg.stop_reason != "tool_use":
+            return "".join(b.text for b in msg.content if b.type == "text")
+        results = []
+        for block in msg.content:
+            if block.type != "tool_use":
+                continue
+            try:
+                result, failed = run_tool(block), False
+            except Exception as e:
+                result, failed = f"Error: {e}", True
+            results.append({"type": "tool_result", "tool_use_id": block.id, "content": result,
+                            "is_error": failed})
+        messages.append({"role": "user", "content": results})
     raise RuntimeError(f"no final answer after {MAX_TURNS} turns")
 
 

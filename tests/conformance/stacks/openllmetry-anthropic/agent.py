@@ -1,0 +1,39 @@
+"""openllmetry-anthropic: Traceloop's SDK (``Traceloop.init``, ``@agent`` / ``@tool``) with its
+Anthropic instrumentation, the agent loop on the official ``anthropic`` client (Messages API).
+``python agent.py SCENARIO`` (in the stack's venv)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import common
+
+
+def main(scenario: str) -> None:
+    from anthropic import Anthropic
+    from traceloop.sdk import Traceloop
+    from traceloop.sdk.decorators import agent, tool
+
+    Traceloop.init(app_name=os.environ["OTEL_SERVICE_NAME"], telemetry_enabled=False,
+                   api_endpoint=os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"])
+    body = common.Tool(scenario)
+
+    @tool(name="get_weather")
+    def get_weather(city: str) -> str:
+        return body(city)
+
+    @agent(name=common.AGENT_NAME)
+    def weather_agent(question: str) -> str:
+        return common.messages_loop(Anthropic(max_retries=0), scenario,
+                                    lambda block: get_weather(**block.input))
+
+    with common.attached(common.remote_parent(scenario)):
+        weather_agent(common.prompt(scenario))
+    common.shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
