@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import otel_collector
 import pytest
 from kafka_server import KafkaServer
 from postgresql_server import PostgresServer
@@ -51,3 +52,11 @@ def kafka_server() -> Iterator[KafkaServer]:
     Maven Central jars that scripts/kafka-broker fetches and caches)."""
     with KafkaServer() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def otelcol_bin() -> Path:
+    """The OpenTelemetry Collector of collector-config/builder.yaml, built by scripts/collector
+    (official builder; once per manifest, cached). No Go toolchain fails the tests, never
+    skips them (tests/otel_collector.py)."""
+    return otel_collector.build()

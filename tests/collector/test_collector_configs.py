@@ -1,5 +1,6 @@
-"""The shipped collector configurations parse, are internally consistent, and point at
-otel-eval's default endpoints (``otel_eval.config.Config()``)."""
+"""The shipped collector configurations parse, are internally consistent, point at otel-eval's
+default endpoints (``otel_eval.config.Config()``) and carry logs to otel-eval next to traces.
+That the collector itself accepts them: test_collector_validate.py."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import yaml
 from otel_eval.config import Config, parse_endpoint
 
 DIR = Path(__file__).resolve().parents[2] / "collector-config"
-FILES = sorted(DIR.glob("*.yaml"))
+# The collector configs; builder.yaml beside them is the builder's manifest (scripts/collector).
+FILES = sorted(p for p in DIR.glob("*.yaml") if p.name != "builder.yaml")
 GRPC_PORT = parse_endpoint(Config().receiver.grpc_endpoint)[1]
 # Renamed components (collector v0.144 / v0.154); the shipped files use the current names.
 DEPRECATED = {"otlp": "otlp_grpc", "otlphttp": "otlp_http", "loadbalancing": "load_balancing"}
@@ -84,6 +86,30 @@ def test_loadbalancing_routes_by_trace_id_to_default_port() -> None:
     assert len(hosts) >= 2
     assert all(parse_endpoint(h)[1] == GRPC_PORT and "otel-eval" in h for h in hosts)
     assert "endpoint" not in lb["protocol"]["otlp"]  # set per replica by the exporter
+    # One exporter for both signals: a log record is routed by its trace id on the spans' ring.
+    pipelines = _load("loadbalancing.yaml")["service"]["pipelines"]
+    assert pipelines["logs"]["exporters"] == pipelines["traces"]["exporters"] == ["load_balancing"]
+
+
+def _otel_eval_exporters(cfg: dict[str, Any]) -> set[str]:
+    """The exporters that reach otel-eval: by name, the load balancer over its replicas, or
+    Kafka (otel-eval's consumer)."""
+    return {name for name in cfg["exporters"]
+            if "otel-eval" in name or _type(name) in ("load_balancing", "kafka")}
+
+
+@pytest.mark.parametrize("path", FILES, ids=[f.name for f in FILES])
+def test_logs_reach_otel_eval_from_the_same_receiver_as_traces(path: Path) -> None:
+    cfg = _load(path.name)
+    to_otel_eval = _otel_eval_exporters(cfg)
+    pipelines = cfg["service"]["pipelines"]
+    routes = {sig: [p for n, p in pipelines.items()
+                    if _type(n) == sig and set(p["exporters"]) & to_otel_eval]
+              for sig in ("traces", "logs")}
+    assert len(routes["traces"]) == 1 and len(routes["logs"]) == 1, routes
+    (traces,), (logs,) = routes["traces"], routes["logs"]
+    assert logs["receivers"] == traces["receivers"]
+    assert set(logs["exporters"]) & to_otel_eval == set(traces["exporters"]) & to_otel_eval
 
 
 def test_kafka_matches_the_consumer_defaults() -> None:
@@ -92,3 +118,6 @@ def test_kafka_matches_the_consumer_defaults() -> None:
     assert kafka["traces"] == {"topic": Config().kafka.topic, "encoding": Config().kafka.encoding}
     assert kafka["traces"] == {"topic": "otlp_spans", "encoding": "otlp_proto"}
     assert "topic" not in kafka and "encoding" not in kafka  # deprecated top-level keys
+    # The logs topic: the exporter's defaults, spelled out; records keyed by trace id too.
+    assert kafka["logs"] == {"topic": "otlp_logs", "encoding": "otlp_proto"}
+    assert kafka["partition_logs_by_trace_id"] is True
