@@ -20,6 +20,9 @@ from otel_eval.issues.job import IssuesJob
 from otel_eval.metrics import Metrics, render
 
 LOOPY, CLEAN, SERVICE = "looper", "steady", "shop"
+# A service whose runs no span names (agent unknown): it loops as LOOPY does, and pages
+# through the per-service alerts only.
+UNNAMED_SERVICE = "desk"
 
 
 def serve(metrics: Metrics) -> ThreadingHTTPServer:
@@ -43,13 +46,13 @@ def serve(metrics: Metrics) -> ThreadingHTTPServer:
     return server
 
 
-def _evaluation(trace_id: str, agent: str, findings: list[model.Finding],
-                passed: bool) -> model.Evaluation:
+def _evaluation(trace_id: str, agent: str | None, findings: list[model.Finding],
+                passed: bool, service: str = SERVICE) -> model.Evaluation:
     steps = [model.Step(index=0, span_id="a" * 16, parent_span_id=None, kind="llm", name="chat",
                         input_tokens=900, output_tokens=100, cost_usd=0.02)]
     steps += [model.Step(index=i, span_id=f"{i:016x}", parent_span_id="a" * 16, kind="tool",
                          name="execute_tool search", tool_name="search") for i in range(1, 4)]
-    traj = model.Trajectory(trace_id, "otlp", "complete", steps, service=SERVICE, agent=agent,
+    traj = model.Trajectory(trace_id, "otlp", "complete", steps, service=service, agent=agent,
                             start_ns=0, end_ns=12_000_000_000)
     return model.Evaluation(traj, findings, model.Verdict(passed, []))
 
@@ -90,14 +93,16 @@ def feed_round(metrics: Metrics, round_no: int, traces: int = 10) -> list[str]:
         assert loopy.verdict is not None
         loopy.verdict.outcome = "success" if i % 2 else "failure"
         metrics.evaluation_stored(loopy, 0.4, False)
-        # The clean agent loops once in its first round (so its series exists), never again.
-        clean = ([model.Finding("loop", "cycle", "warning", "a-b-a")]
-                 if round_no == 0 and i == 0 else [])
+        # The clean agent never loops: its loop series never exists, its loop rate reads 0 %
         clean_id = f"{round_no:08x}{i:08x}{'2' * 16}"
         ids.append(clean_id)
-        metrics.evaluation_stored(_evaluation(clean_id, CLEAN, clean, passed=True), 0.2, False)
+        metrics.evaluation_stored(_evaluation(clean_id, CLEAN, [], passed=True), 0.2, False)
+        unnamed_id = f"{round_no:08x}{i:08x}{'4' * 16}"
+        ids.append(unnamed_id)
+        metrics.evaluation_stored(_evaluation(unnamed_id, None, _loopy_findings(i), False,
+                                              UNNAMED_SERVICE), 0.2, False)
     metrics.evaluation_stored(_evaluation(ids[0], LOOPY, [], passed=True), 0.3, True)
-    spans = traces * 2 * 4
+    spans = traces * 3 * 4
     metrics.spans_received("grpc", spans + 10)
     metrics.spans_accepted("grpc", spans)
     metrics.spans_rejected("grpc", "invalid_span_id", 10)
@@ -112,7 +117,7 @@ def feed_round(metrics: Metrics, round_no: int, traces: int = 10) -> list[str]:
     metrics.log_records("http", 6, {"not_genai_event": 2}, {"late": 1})
     metrics.pending_log_records(5 + round_no % 3)
     metrics.log_records_dropped("no_spans", 1)
-    for _ in range(traces * 2):
+    for _ in range(traces * 3):
         metrics.trace_released("complete", "root_ended", 4)
     metrics.trace_reopened(1)
     metrics.evaluation_failed("judge", "timeout")

@@ -120,3 +120,22 @@ def test_alert_rules_document_threshold_and_for() -> None:
         assert rule["labels"]["severity"] in ("warning", "critical")
         assert rule["alert"] in text.split("groups:")[0]  # listed in the header table
         assert rule["annotations"]["summary"] and rule["annotations"]["description"]
+
+
+def test_every_share_reads_zero_when_its_numerator_never_happened() -> None:
+    """A share of two rates is ``(num or den * 0) / den``: with only ``num / den`` an agent
+    whose numerator series does not exist yet reads "No data", like a missing agent."""
+    exprs = [(n, e) for n, e in panel_queries()] + [(r["alert"], r["expr"])
+                                                    for r in alert_rules()]
+    shares = [(n, e) for n, e in exprs if re.search(r"\)\s*/\s*sum", e) and "rate(" in e]
+    assert len(shares) >= 12, [n for n, _ in shares]
+    for name, expr in shares:
+        assert re.search(r"\bor\b[^/]*\* 0|\bor 0 \*", expr), name
+
+
+def test_per_service_panels_count_every_agent() -> None:
+    titles = {p["title"]: p for p in panels()}
+    for title in ("Pass rate by service", "Loop rate by service",
+                  "Non-termination rate by service"):
+        (target,) = titles[title]["targets"]
+        assert "sum by (service)" in target["expr"] and "$agent" not in target["expr"], title

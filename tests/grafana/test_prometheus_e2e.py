@@ -28,7 +28,15 @@ import pytest
 import service_feed
 import yaml
 from grafana_files import PROMETHEUS_YML, RULES, alert_rules, panel_queries
-from metrics_harness import CLEAN, LOOPY, failing, feed_round, issues_job, serve
+from metrics_harness import (
+    CLEAN,
+    LOOPY,
+    UNNAMED_SERVICE,
+    failing,
+    feed_round,
+    issues_job,
+    serve,
+)
 
 from otel_eval.metrics import Metrics
 
@@ -162,7 +170,11 @@ def test_every_panel_and_alert_query_returns_data(
     loop_expr = next(r["expr"] for r in alert_rules() if r["alert"] == "OtelEvalLoopRateHigh")
     firing = {s["metric"]["agent"] for s in prom.query(loop_expr)["data"]["result"]}
     assert firing == {LOOPY}, firing  # the loop-heavy agent fires, the clean one does not
-    ratio = loop_expr.split(") > 0.10")[0].strip().lstrip("(")
+    service_expr = next(r["expr"] for r in alert_rules()
+                        if r["alert"] == "OtelEvalServiceLoopRateHigh")
+    services = {s["metric"]["service"] for s in prom.query(service_expr)["data"]["result"]}
+    assert services == {UNNAMED_SERVICE}  # the unknown agent pages its service, shop is quiet
+    ratio = _share_of(loop_expr)
     clean = [s for s in prom.query(ratio)["data"]["result"] if s["metric"]["agent"] == CLEAN]
     assert clean and float(clean[0]["value"][1]) < 0.10  # evaluated, below the threshold
 
@@ -227,7 +239,10 @@ def test_real_service_panels_alerts_and_exemplars(tmp_path: Path) -> None:
         http_port, admin_port = ports["OTLP/HTTP"], ports["admin"]
         with prometheus_scraping(tmp_path, admin_port) as prom:
             queries = panel_queries() + [(r["alert"], r["expr"]) for r in alert_rules()]
-            pending = {name: expr for name, expr in queries if _fed(expr)}
+            # the per-service alerts answer only while no named agent explains the share:
+            # here the looping agent does (the harness test above feeds a service they page)
+            pending = {name: expr for name, expr in queries
+                       if _fed(expr) and not name.startswith("OtelEvalService")}
 
             def all_answer() -> bool:
                 for name, expr in queries:
@@ -253,12 +268,18 @@ def test_real_service_panels_alerts_and_exemplars(tmp_path: Path) -> None:
         serve_log.close()
 
 
-def test_pass_rate_is_zero_not_no_data_when_no_trace_passed(
+def test_every_share_is_zero_not_no_data_when_its_numerator_never_happened(
         scraped: tuple[Prometheus, Metrics]) -> None:
-    # The series verdict="passed" never exists for an agent none of whose traces passed: the
-    # panel must still show 0 % for it, not "No data".
+    # An agent none of whose traces passed, looped or failed to end: the verdict="passed",
+    # with_loop and non_terminated series never exist for it. Every share panel (per agent
+    # and per service) must still show 0 % for it, not "No data"; and so must the share
+    # inside every trace-rate alert (the same expression without its threshold).
     prom, metrics = scraped
-    expr = next(e for name, e in panel_queries() if name.startswith("Pass rate"))
+    shares = {name: e for name, e in panel_queries() if " rate" in name.split(" / ")[0]}
+    assert len(shares) == 6, sorted(shares)
+    for rule in alert_rules():
+        if "traces_completed" in rule["expr"]:
+            shares[rule["alert"]] = _share_of(rule["expr"])
     rounds = iter(range(10_000))
 
     def feed() -> None:
@@ -267,10 +288,17 @@ def test_pass_rate_is_zero_not_no_data_when_no_trace_passed(
             metrics.evaluation_stored(failing(f"{r:08x}{i:08x}{'3' * 16}"), 0.1, False)
 
     def answered() -> bool:
-        return _has_data(prom.query(expr))
+        return all(_has_data(prom.query(e)) for e in shares.values())
 
     feed()
-    _poll("the pass rate panel to answer", answered, feed)
-    values = {s["metric"]["agent"]: float(s["value"][1])
-              for s in prom.query(expr)["data"]["result"]}
-    assert values == {"always-failing": 0.0}
+    _poll("every share to answer", answered, feed)
+    for name, expr in shares.items():
+        values = [float(s["value"][1]) for s in prom.query(expr)["data"]["result"]]
+        assert values == [0.0], (name, values)
+
+
+def _share_of(alert_expr: str) -> str:
+    """The share an alert compares with its threshold: the first ``( ... ) > N``."""
+    m = re.match(r"\s*\((.*?)\)\s*>\s*[0-9.]+\s*\n", alert_expr, re.S)
+    assert m, alert_expr
+    return m.group(1)
