@@ -1,0 +1,44 @@
+"""openinference-anthropic: OpenInference's Anthropic instrumentation, and the agent and tool
+spans made with OpenInference's own tracer decorators (``@tracer.agent``, ``@tracer.tool``), as
+its docs show; the agent loop on the official ``anthropic`` client (Messages API).
+``python agent.py SCENARIO`` (in the stack's venv)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import common
+import scenarios
+
+
+def main(scenario: str) -> None:
+    from openinference.instrumentation import TracerProvider
+
+    common.setup(provider_class=TracerProvider)
+    from anthropic import Anthropic
+    from openinference.instrumentation.anthropic import AnthropicInstrumentor
+    from opentelemetry import trace
+
+    AnthropicInstrumentor().instrument()
+    tracer = trace.get_tracer(__name__)  # an OITracer: the provider is OpenInference's
+    tool = common.Tool(scenario)
+
+    @tracer.tool(name="get_weather", description=scenarios.TOOL_DESCRIPTION,
+                 parameters=scenarios.TOOL_PARAMETERS)
+    def get_weather(city: str) -> str:
+        return tool(city)
+
+    @tracer.agent(name=common.AGENT_NAME)
+    def weather_agent(question: str) -> str:
+        return common.messages_loop(Anthropic(max_retries=0), scenario,
+                                    lambda block: get_weather(**block.input))
+
+    with common.attached(common.remote_parent(scenario)):
+        weather_agent(common.prompt(scenario))
+    common.shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
