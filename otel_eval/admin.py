@@ -13,15 +13,21 @@
     POST /v1/feedback                   {"trace_id", "outcome"}: records a known outcome and
                                         re-judges the stored verdict (lucky passes)
     GET  /v1/issues                     recurring issues (when the clustering stage runs)
+    GET  /ui/...                        the web view (``otel_eval.ui.routes``): runs, one run,
+                                        issues; HTML under a strict Content-Security-Policy
 
 With ``admin.read_tokens`` / ``write_tokens`` set, every path but ``admin.public_paths``
 needs ``Authorization: Bearer <token>``: a read or write token for GET, a write token for
-POST (401 without a known token, 403 for a read token on a write). TLS (and mTLS) from
+POST (401 without a known token, 403 for a read token on a write). A browser on ``/ui/`` may
+send the token as the password of HTTP Basic authentication (any user name): a 401 there
+asks for it with ``WWW-Authenticate: Basic``. TLS (and mTLS) from
 ``admin.tls``, as on the receivers.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import logging
 import re
@@ -39,6 +45,9 @@ from otel_eval.query import EvaluationQuery, Page, QueryError
 from otel_eval.receiver.body import BodyError, loads_bounded, read_body
 from otel_eval.receiver.http import serve_http
 from otel_eval.receiver.security import BearerAuth, TlsFiles
+from otel_eval.ui.routes import Sources
+from otel_eval.ui.routes import handle as ui_handle
+from otel_eval.ui.text import Redact
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +68,24 @@ class AdminApi:
     ready: Callable[[], bool]
     issues: Callable[[], dict[str, Any] | None] = lambda: None
     refused: Callable[[str, str], None] = lambda _protocol, _reason: None  # counts refusals
+    redact: Redact = None  # the judge's redaction, applied to what the web view shows
+    trace_url: str = ""  # admin.trace_url: the trace backend's page of a trace
+
+
+def _is_ui(path: str) -> bool:
+    return path == "/ui" or path.startswith("/ui/")
+
+
+def basic_as_bearer(authorization: str | None) -> str | None:
+    """``Basic base64(user:token)`` as ``Bearer token`` (a browser's way to send a token)."""
+    scheme, _, encoded = (authorization or "").strip().partition(" ")
+    if scheme.lower() != "basic":
+        return authorization
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return "Bearer " + decoded.partition(":")[2]
 
 
 class AdminAuth:
@@ -88,6 +115,7 @@ class AdminAuth:
 
 def make_handler(api: AdminApi, auth: AdminAuth | None = None) -> type[BaseHTTPRequestHandler]:
     access = auth or AdminAuth(AdminConfig())
+    sources = Sources(api.query, api.get, api.issues, api.redact, api.trace_url)
 
     class AdminHandler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -97,12 +125,16 @@ def make_handler(api: AdminApi, auth: AdminAuth | None = None) -> type[BaseHTTPR
             log.debug("admin: " + format, *args)
 
         def _allowed(self, path: str, write: bool) -> bool:
-            status, why = access.check(path, self.headers.get("Authorization"), write)
+            authorization = self.headers.get("Authorization")
+            ui = _is_ui(path) and not write
+            status, why = access.check(path, basic_as_bearer(authorization) if ui
+                                       else authorization, write)
             if status:
                 api.refused("admin", "unauthenticated" if status == 401 else "forbidden")
                 self.close_connection = True  # a body, if any, was not read
-                self._json(status, {"error": why}, {"WWW-Authenticate":
-                                                    'Bearer realm="otel-eval"'})
+                scheme = 'Basic realm="otel-eval", charset="UTF-8"' if ui else \
+                    'Bearer realm="otel-eval"'
+                self._json(status, {"error": why}, {"WWW-Authenticate": scheme})
             return not status
 
         def do_GET(self) -> None:
@@ -129,6 +161,9 @@ def make_handler(api: AdminApi, auth: AdminAuth | None = None) -> type[BaseHTTPR
                 body = api.get(trace_id) if _TRACE_ID.match(trace_id) else None
                 self._json(200, body) if body else self._error(404, "no evaluation for "
                                                                     f"trace {trace_id!r}")
+            elif _is_ui(path):
+                code, headers, data = ui_handle(sources, url.path, url.query)
+                self._send(code, data, headers.pop("Content-Type"), headers)
             elif path == "/v1/issues":
                 issues = api.issues()
                 self._json(200, issues) if issues is not None else self._error(

@@ -155,9 +155,17 @@ class AdminConfig:
                                                              "/readyz"])
     # Start even though the endpoint is not loopback and lacks TLS or tokens.
     allow_insecure_non_loopback: bool = False
+    # The page of one trace in your trace backend, `{trace_id}` replaced by the 32-hex id
+    # (e.g. http://jaeger:16686/trace/{trace_id}); the web view's run page links to it.
+    # Empty: no link. http(s) only.
+    trace_url: str = ""
 
     def __post_init__(self) -> None:
         validate(self, endpoints=("endpoint",))
+        if self.trace_url and (not self.trace_url.startswith(("http://", "https://"))
+                               or "{trace_id}" not in self.trace_url):
+            raise FieldErrors({"trace_url": "expected an http(s) URL with {trace_id} in it, "
+                                             f"got {self.trace_url!r}"})
 
 
 @dataclass(frozen=True)

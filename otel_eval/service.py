@@ -38,6 +38,7 @@ from otel_eval.admin import AdminApi, AdminServer
 from otel_eval.aio import LoopThread
 from otel_eval.config import Config, ConfigError, parse_endpoint
 from otel_eval.evaluator import Evaluator, normalize_outcome
+from otel_eval.judge.redact import Redactor
 from otel_eval.lifecycle import Lifecycle, OnLoop, Step
 from otel_eval.metrics import Metrics
 from otel_eval.pipeline import Engine, Sink
@@ -109,7 +110,9 @@ class Service:
             feedback=self.feedback, healthy=lambda: self.healthy,
             ready=lambda: self._ready,
             issues=self.issues.latest_json if self.issues is not None else lambda: None,
-            refused=self.metrics.request_refused), config.admin)
+            refused=self.metrics.request_refused,
+            redact=Redactor(config.judge.redaction).redact,
+            trace_url=config.admin.trace_url), config.admin)
         self._ready = False
         self._stopped = threading.Event()
         self._lifecycle_: Lifecycle | None = None

@@ -1,0 +1,87 @@
+"""Output (part): HTML built from escaped parts, and the headers every page carries.
+
+Every value from span content is hostile. Text goes into a page only through ``h`` /
+``text``, which escape it (``<``, ``>``, ``&``, both quotes); ``Html`` marks what is already
+markup. Attribute values are escaped the same way, and the only URLs written are this
+service's own paths (built by ``href`` from a path and escaped query parameters) or the
+configured trace backend's, never a value from a span: a ``javascript:`` link in a span is
+text. No inline script or style anywhere, so the Content-Security-Policy forbids both.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Mapping
+from urllib.parse import quote, urlencode
+
+CSP = ("default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; "
+       "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+_VOID = frozenset(("br", "input", "meta", "link", "hr", "img"))
+
+
+class Html(str):
+    """Markup (escaped already); a plain ``str`` is text and is escaped where it is used."""
+
+    __slots__ = ()
+
+
+Part = str | Html | None | Iterable["Part"]
+
+
+def text(value: object) -> Html:
+    return value if isinstance(value, Html) else Html(html.escape(str(value), quote=True))
+
+
+def join(parts: Part) -> Html:
+    if parts is None:
+        return Html("")
+    if isinstance(parts, str):
+        return text(parts)
+    return Html("".join(join(p) for p in parts))
+
+
+def h(tag: str, *children: Part, **attrs: str | int | bool | None) -> Html:
+    """``<tag attrs>children</tag>``; ``class_`` is ``class``, ``data_x`` is ``data-x``;
+    None and False attributes are left out, True ones written bare."""
+    out = [f"<{tag}"]
+    for name, value in attrs.items():
+        if value is None or value is False:
+            continue
+        key = name.rstrip("_").replace("_", "-")
+        out.append(f" {key}" if value is True else f' {key}="{text(value)}"')
+    out.append(">")
+    if tag in _VOID:
+        return Html("".join(out))
+    return Html("".join(out) + join(children) + f"</{tag}>")
+
+
+def href(path: str, params: Mapping[str, str | None] | None = None) -> str:
+    """A link to this service's ``path`` (each segment percent-encoded by the caller with
+    ``segment``) with the non-empty ``params``."""
+    given = {k: v for k, v in (params or {}).items() if v not in (None, "")}
+    return path + ("?" + urlencode(given) if given else "")
+
+
+def segment(value: str) -> str:
+    return quote(value, safe="")
+
+
+def page(title: str, body: Part, nav: str = "") -> bytes:
+    """A whole page; the stylesheet is this package's static file (no script is needed:
+    folding is ``<details>``)."""
+    links = [("runs", "/ui/"), ("issues", "/ui/issues")]
+    head = h("head", h("meta", charset="utf-8"),
+             h("meta", name="viewport", content="width=device-width, initial-scale=1"),
+             h("title", title + " · otel-eval"),
+             h("link", rel="stylesheet", href="/ui/static/style.css"))
+    menu = h("nav", h("span", "otel-eval", class_="brand"),
+             [h("a", label, href=url, class_="on" if label == nav else None)
+              for label, url in links])
+    doc = h("html", head, h("body", menu, h("main", body)), lang="en")
+    return ("<!doctype html>\n" + doc + "\n").encode("utf-8", "replace")

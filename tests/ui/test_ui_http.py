@@ -1,0 +1,89 @@
+"""The web view over HTTP: headers (CSP, nosniff), filters as the results API, tokens
+(Bearer, or Basic for a browser), and bounded, escaped pages for hostile runs."""
+
+from __future__ import annotations
+
+import pytest
+from hostile import TRACE_ID as HOSTILE_ID
+from ui_server import GUIDE_ID, admin, get
+
+from otel_eval.config import AdminConfig
+from otel_eval.store import Store
+from otel_eval.ui.html import CSP
+
+PAGES = ("/ui/", f"/ui/runs/{GUIDE_ID}", "/ui/issues", f"/ui/runs/{GUIDE_ID}/steps/4")
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_every_page_is_html_under_the_strict_policy(ui_url: str, path: str) -> None:
+    status, headers, body = get(ui_url + path)
+    assert status == 200 and headers["Content-Type"] == "text/html; charset=utf-8"
+    assert headers["Content-Security-Policy"] == CSP
+    assert "default-src 'none'" in CSP and "frame-ancestors 'none'" in CSP
+    assert headers["X-Content-Type-Options"] == "nosniff"
+    assert b"<script" not in body and b" style=" not in body and b"<style" not in body
+
+
+def test_the_stylesheet_is_served_by_the_package(ui_url: str) -> None:
+    status, headers, body = get(ui_url + "/ui/static/style.css")
+    assert status == 200 and headers["Content-Type"].startswith("text/css")
+    assert b".finding" in body and b"url(" not in body  # nothing fetched from elsewhere
+
+
+def test_filters_are_the_results_api_s(ui_url: str) -> None:
+    _, _, failed = get(ui_url + "/ui/?passed=false&detector=loop:repeated_call")
+    assert GUIDE_ID.encode() in failed and HOSTILE_ID.encode() in failed
+    _, _, agent = get(ui_url + "/ui/?agent=docs-fixer")
+    assert GUIDE_ID.encode() in agent and HOSTILE_ID.encode() not in agent
+    _, _, none = get(ui_url + "/ui/?passed=true")
+    assert GUIDE_ID.encode() not in none and b"No run matches" in none
+    status, _, bad = get(ui_url + "/ui/?passed=maybe")
+    assert status == 400 and b"passed: must be true or false" in bad
+    status, _, bad = get(ui_url + "/ui/?evil=1")
+    assert status == 400 and b"evil: unknown parameter" in bad
+
+
+def test_pages_follow_the_cursor(ui_url: str) -> None:
+    _, _, first = get(ui_url + "/ui/?limit=1")
+    assert first.count(b'href="/ui/runs/') == 1 and b'rel="next"' in first
+    cursor = first.split(b"cursor=")[1].split(b'"')[0].decode()
+    _, _, second = get(ui_url + f"/ui/?limit=1&cursor={cursor}")
+    assert second.count(b'href="/ui/runs/') == 1 and b"first page" in second
+    shown = {p.split(b'href="/ui/runs/')[1][:32] for p in (first, second)}
+    assert shown == {GUIDE_ID.encode(), HOSTILE_ID.encode()}
+
+
+def test_unknown_runs_and_steps_are_404(ui_url: str) -> None:
+    assert get(ui_url + "/ui/runs/" + "f" * 32)[0] == 404
+    assert get(ui_url + f"/ui/runs/{GUIDE_ID}/steps/999")[0] == 404
+    assert get(ui_url + "/ui/runs/../../etc/passwd")[0] == 404
+
+
+def test_behind_the_read_token_bearer_or_basic(ui_store: Store) -> None:
+    config = AdminConfig(endpoint="127.0.0.1:0", read_tokens={"grafana": "s3cret-read"},
+                         trace_url="http://jaeger.example:16686/trace/{trace_id}")
+    with admin(ui_store, None, config) as url:
+        status, headers, _ = get(url + "/ui/")
+        assert status == 401 and headers["WWW-Authenticate"].startswith("Basic ")
+        assert get(url + "/ui/", basic="wrong")[0] == 401
+        assert get(url + "/ui/", token="s3cret-read")[0] == 200
+        status, _, body = get(url + f"/ui/runs/{GUIDE_ID}", basic="s3cret-read")
+        assert status == 200
+        assert f'href="http://jaeger.example:16686/trace/{GUIDE_ID}"'.encode() in body
+        assert get(url + "/v1/evaluations", basic="s3cret-read")[0] == 401  # API: Bearer
+
+
+def test_a_hostile_run_is_escaped_and_bounded(ui_url: str) -> None:
+    status, _, body = get(ui_url + f"/ui/runs/{HOSTILE_ID}")
+    assert status == 200
+    assert len(body) < 1_000_000  # a 20 MB name, tool output and critique in it
+    assert b"<script>" not in body and b"<img" not in body and b"<svg" not in body
+    assert b"&lt;script&gt;window.__pwned" in body
+    assert b'href="javascript:' not in body and b"onerror=\"" not in body
+    assert b"\x1b" not in body and "\u009b".encode() not in body  # shown as \x1b, \x9b
+    assert b"\\x1b]8;;javascript:alert(1)" in body
+    assert b"characters recorded, 4,096 kept" in body
+    _, _, listing = get(ui_url + "/ui/")
+    assert len(listing) < 200_000 and b"<script>" not in listing
+    _, _, issues = get(ui_url + "/ui/issues")
+    assert b"&lt;script&gt;" in issues and b'href="/ui/runs/javascript' not in issues

@@ -1,0 +1,65 @@
+"""A real admin server on a free loopback port over a real store, for the web view tests:
+runs evaluated by the offline engine (the guide example, the conformance recordings) or
+written by hand (hostile ones), then read through HTTP like a browser would."""
+
+from __future__ import annotations
+
+import base64
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from otel_eval.admin import AdminApi, AdminServer
+from otel_eval.config import AdminConfig, Config
+from otel_eval.judge.config import RedactionConfig
+from otel_eval.judge.redact import Redactor
+from otel_eval.model import Evaluation
+from otel_eval.offline import EvalRun
+from otel_eval.store import Store
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "detectors"
+GUIDE = DATA / "guide_lucky_recovery.otlp.json"
+GUIDE_REFS = DATA / "guide_lucky_recovery.references.jsonl"
+GUIDE_ID = "5b8efff798038103d269b633813fc60c"
+
+
+def evaluate(paths: list[str], references: str | None = None,
+             budgets: dict[str, float] | None = None) -> list[Evaluation]:
+    return list(EvalRun(Config(), paths, references_path=references,
+                        budget_overrides=budgets or {}).evaluations())
+
+
+@contextmanager
+def admin(store: Store, issues: dict[str, Any] | None = None,
+          config: AdminConfig | None = None) -> Iterator[str]:
+    """The admin endpoint over ``store``; yields its base URL."""
+    api = AdminApi(CollectorRegistry(), store.query, store.get, lambda _t, _o: None,
+                   lambda: True, lambda: True, issues=lambda: issues,
+                   redact=Redactor(RedactionConfig()).redact,
+                   trace_url=(config.trace_url if config else ""))
+    server = AdminServer("127.0.0.1:0", api, config or AdminConfig(endpoint="127.0.0.1:0"))
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{server.port}"
+    finally:
+        server.stop()
+
+
+def get(url: str, token: str | None = None, basic: str | None = None,
+        ) -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    if basic:
+        request.add_header("Authorization",
+                           "Basic " + base64.b64encode(f"me:{basic}".encode()).decode())
+    try:
+        with urllib.request.urlopen(request, timeout=30) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
