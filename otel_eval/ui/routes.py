@@ -56,8 +56,9 @@ def _not_found(message: str) -> Response:
 
 def _runs(sources: Sources, query: str) -> Response:
     raw = parse_qs(query[:_MAX_QUERY], keep_blank_values=True)
-    params = {k: v[0] for k, v in raw.items() if v and k in (*FILTERS, "cursor")}
-    unknown = sorted(set(raw) - set(params))
+    known = (*FILTERS, "cursor")
+    unknown = sorted(set(raw) - set(known))
+    params = {k: v[0] for k, v in raw.items() if k in known and v and v[0]}  # a form's blanks
     try:
         if unknown:
             raise QueryError(unknown[0], "unknown parameter")

@@ -52,7 +52,7 @@ def _row(body: Mapping[str, Any]) -> Html:
     cells = [
         h("a", when(body.get("start_time_unix_nano")) or trace_id[:8],
           href="/ui/runs/" + segment(trace_id)),
-        short(body.get("service") or ""), short(body.get("agent") or ""),
+        short(body.get("service") or "", 60), short(body.get("agent") or "", 60),
         verdict_badge(body.get("verdict")), finding_kinds(body),
         str(len(body.get("steps") or [])), f"{tokens:,}", usd(usage.get("cost_usd")),
         f"{duration:.1f} s" if isinstance(duration, int | float) else ""]

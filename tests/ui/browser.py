@@ -137,12 +137,15 @@ class Browser:
         frame = self.call("Page.navigate", session=self.session, url=url)
         if frame.get("errorText"):
             raise ProtocolError(f"navigating to {url}: {frame['errorText']}")
+        self.wait_load(seen, url)
 
+    def wait_load(self, seen: int, what: str = "the page") -> None:
+        """Wait for a load event among the events after the first ``seen``."""
         def loaded() -> bool | None:
             return any(e.get("method") == "Page.loadEventFired"
                        and e.get("sessionId") == self.session
                        for e in self.events[seen:]) or None
-        self._wait(loaded, f"the load of {url}")
+        self._wait(loaded, f"the load of {what}")
 
     def js(self, expression: str) -> Any:
         """The value of ``expression`` in the page (JSON-serialisable results)."""

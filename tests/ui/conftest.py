@@ -3,29 +3,18 @@ and a hostile run, served by a real admin server; one headless Chromium per modu
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hostile import judge, write_trace
-from ui_server import GUIDE, GUIDE_ID, GUIDE_REFS, admin, evaluate
+from ui_server import CRITIQUE, GUIDE, GUIDE_ID, GUIDE_REFS, ISSUES, admin, evaluate
 
 from otel_eval.store import Store
 
-CRITIQUE = "re-read docs/config.md although its content was already in context"
-ISSUES = {"schema": "otel-eval.issues/v1", "generated_at": 1_764_600_000.0, "window_s": 86400.0,
-          "embedding": "tfidf", "traces": 40, "critiques": 12, "skipped": 0, "issues": [
-              {"issue_id": "iss-loop-1", "level": "node", "node": "docs-fixer",
-               "title": "read_file called 2 times in a row with identical arguments",
-               "description": "read_file called 2 times in a row with identical arguments",
-               "share": 0.25, "trend": 0.05, "critiques": 8, "traces": 10,
-               "exemplars": [GUIDE_ID], "agents": ["docs-fixer"], "first_seen": 1_764_500_000.0,
-               "new": False},
-              {"issue_id": "iss-x", "level": "system", "node": "",
-               "title": "<script>window.__pwned='issue'</script>", "description": "x",
-               "share": 0.1, "trend": None, "critiques": 2, "traces": 4,
-               "exemplars": ["javascript:alert(1)"], "agents": [], "first_seen": 1.0,
-               "new": True}]}
-
+sys.path.append(str(Path(__file__).resolve().parents[1] / "conformance"))  # its corpus module
 
 @pytest.fixture(scope="session")
 def ui_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
@@ -49,3 +38,30 @@ def ui_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
 def ui_url(ui_store: Store) -> Iterator[str]:
     with admin(ui_store, ISSUES) as url:
         yield url
+
+
+CONFORMANCE_SCENARIOS = ("loop", "tool_error", "non_terminating")
+
+
+@pytest.fixture(scope="session")
+def conformance_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list]]:
+    """The conformance recordings sent as spans only (every stack whose recording has no log
+    requests), evaluated and stored; yields (admin URL, [(stack, scenario, body)])."""
+    from corpus import recorded, recording
+
+    tmp = tmp_path_factory.mktemp("conformance-ui")
+    paths = {}
+    for stack, scenario in recorded():
+        rec = recording(stack, scenario)
+        if scenario in CONFORMANCE_SCENARIOS and all(r["signal"] == "traces"
+                                                     for r in rec["requests"]):
+            path = tmp / f"{stack}.{scenario}.json"
+            path.write_text("\n".join(json.dumps(r["body"]) for r in rec["requests"]) + "\n")
+            paths[str(path)] = (stack, scenario)
+    store = Store(str(tmp / "otel-eval.db"))
+    evaluations = evaluate(list(paths))
+    store.put_many(evaluations)
+    runs = [(*paths[ev.trajectory.source], ev.to_json()) for ev in evaluations]
+    with admin(store) as url:
+        yield url, runs
+    store.close()

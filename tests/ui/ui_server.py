@@ -26,6 +26,20 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "detectors"
 GUIDE = DATA / "guide_lucky_recovery.otlp.json"
 GUIDE_REFS = DATA / "guide_lucky_recovery.references.jsonl"
 GUIDE_ID = "5b8efff798038103d269b633813fc60c"
+CRITIQUE = "re-read docs/config.md although its content was already in context"
+ISSUES = {"schema": "otel-eval.issues/v1", "generated_at": 1_764_600_000.0, "window_s": 86400.0,
+          "embedding": "tfidf", "traces": 40, "critiques": 12, "skipped": 0, "issues": [
+              {"issue_id": "iss-loop-1", "level": "node", "node": "docs-fixer",
+               "title": "read_file called 2 times in a row with identical arguments",
+               "description": "read_file called 2 times in a row with identical arguments",
+               "share": 0.25, "trend": 0.05, "critiques": 8, "traces": 10,
+               "exemplars": [GUIDE_ID], "agents": ["docs-fixer"], "first_seen": 1_764_500_000.0,
+               "new": False},
+              {"issue_id": "iss-x", "level": "system", "node": "",
+               "title": "<script>window.__pwned='issue'</script>", "description": "x",
+               "share": 0.1, "trend": None, "critiques": 2, "traces": 4,
+               "exemplars": ["javascript:alert(1)"], "agents": [], "first_seen": 1.0,
+               "new": True}]}
 
 
 def evaluate(paths: list[str], references: str | None = None,
