@@ -20,8 +20,8 @@ import time
 from functools import partial
 from typing import Any
 
-from otel_eval import otlp
-from otel_eval.model import Span
+from otel_eval.base.model import Span
+from otel_eval.decode import otlp
 
 
 def _resident() -> int:

@@ -5,7 +5,8 @@ n log n in its spans).
     python bench/evaluate_scaling.py --shapes history --sizes 2000
 
 Each shape is a synthetic trace built to hit one step hard, evaluated through
-``otel_eval.evaluator.Evaluator.evaluate`` (trajectory + every detector), best of ``--reps``:
+``otel_eval.evaluate.evaluator.Evaluator.evaluate`` (trajectory + every detector), best of
+``--reps``:
 
 - ``history``: n LLM spans whose tool calls exist only in their output (rebuilt steps), each
   input carrying the whole conversation so far (message bytes grow as n^2 by construction);
@@ -31,9 +32,9 @@ from collections.abc import Callable
 from itertools import pairwise
 from typing import Any
 
-from otel_eval.config import Config
-from otel_eval.evaluator import Evaluator
-from otel_eval.model import Span, Trace
+from otel_eval.app.config import Config
+from otel_eval.base.model import Span, Trace
+from otel_eval.evaluate.evaluator import Evaluator
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 

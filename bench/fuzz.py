@@ -34,11 +34,11 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from otel_eval import otlp
-from otel_eval.config import Config, TrajectoryConfig
-from otel_eval.evaluator import Evaluator
-from otel_eval.model import Span, Trace
-from otel_eval.trajectory import build_trajectory
+from otel_eval.app.config import Config, TrajectoryConfig
+from otel_eval.base.model import Span, Trace
+from otel_eval.decode import otlp
+from otel_eval.evaluate.evaluator import Evaluator
+from otel_eval.evaluate.trajectory import build_trajectory
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 

@@ -308,12 +308,12 @@ def profile(traces: int, args: argparse.Namespace) -> dict[str, float]:
     sys.path.insert(0, str(TOOLS))
     import otlp_load  # type: ignore[import-not-found]
 
-    from otel_eval.config import Config
-    from otel_eval.evaluator import Evaluator
-    from otel_eval.metrics import Metrics
-    from otel_eval.otlp import decode_request
-    from otel_eval.pipeline import Engine
+    from otel_eval.app.config import Config
+    from otel_eval.assemble.engine import Engine
+    from otel_eval.decode.otlp import decode_request
+    from otel_eval.evaluate.evaluator import Evaluator
     from otel_eval.store import Store
+    from otel_eval.telemetry.metrics import Metrics
 
     wire = [r.SerializeToString() for r in otlp_load.build_requests(
         traces, args.steps, args.spans_per_request, args.payload_bytes, seed=args.seed)]

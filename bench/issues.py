@@ -1,4 +1,4 @@
-"""Benchmark of recurring-issue discovery (otel_eval.issues) on TRAIL GAIA annotations.
+"""Benchmark of recurring-issue discovery (otel_eval.outputs.issues) on TRAIL GAIA annotations.
 
     python bench/issues.py                 quality sweep (TF-IDF, and MiniLM if installed)
     python bench/issues.py --scale 100000  time and peak memory of one run on N critiques
@@ -117,9 +117,9 @@ def evaluations(items: list[Item], window: set[str] | None = None) -> list[dict[
 
 
 def tracker(settings: dict[str, Any]) -> Any:
-    from otel_eval.config import build
-    from otel_eval.issues.config import IssuesConfig
-    from otel_eval.issues.tracker import IssueTracker
+    from otel_eval.app.config import build
+    from otel_eval.outputs.issues.config import IssuesConfig
+    from otel_eval.outputs.issues.tracker import IssueTracker
 
     return IssueTracker(build(IssuesConfig, settings), sqlite3.connect(":memory:"))
 
@@ -207,7 +207,7 @@ def repeated(items: list[Item], splits: int = 5) -> dict[str, Any]:
 def held_out(items: list[Item]) -> dict[str, Any]:
     """Before/after on the reporting half, the after's cut chosen on the tuning half (and
     the other way round, as a second fold)."""
-    from otel_eval.issues.config import DEFAULT_DISTANCE_THRESHOLD
+    from otel_eval.outputs.issues.config import DEFAULT_DISTANCE_THRESHOLD
 
     halves = {h: [i for i in items if half(i.trace_id) == h] for h in "AB"}
     out: dict[str, Any] = {"halves": {h: {"critiques": len(v),

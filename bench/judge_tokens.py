@@ -35,17 +35,17 @@ from typing import Any
 
 import litellm
 
-from otel_eval.config import Config
-from otel_eval.evaluator import Evaluator
-from otel_eval.judge import (
+from otel_eval.app.config import Config
+from otel_eval.base.model import Evaluation, Trajectory
+from otel_eval.evaluate.evaluator import Evaluator
+from otel_eval.evaluate.judge import (
     Judge,
     JudgeConfig,
     prompting,
 )
-from otel_eval.judge.compact import parse_messages
-from otel_eval.judge.render import Rendered, render
-from otel_eval.loaders import load_path
-from otel_eval.model import Evaluation, Trajectory
+from otel_eval.evaluate.judge.compact import parse_messages
+from otel_eval.evaluate.judge.render import Rendered, render
+from otel_eval.receive.loaders import load_path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATASETS = ROOT.parent / "shared" / "datasets"

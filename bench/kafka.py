@@ -58,8 +58,8 @@ from kafka_mock_cluster import MockCluster  # noqa: E402
 from kafka_traces import requests_for, trace_ids  # noqa: E402
 from postgresql_server import PostgresServer  # noqa: E402
 
-from otel_eval.kafka.config import KafkaConfig  # noqa: E402
-from otel_eval.kafka.publisher import KafkaPublisher  # noqa: E402
+from otel_eval.base.kafka.config import KafkaConfig  # noqa: E402
+from otel_eval.receive.kafka.publisher import KafkaPublisher  # noqa: E402
 
 PARTITIONS = 6
 TICK_S = os.sysconf("SC_CLK_TCK")

@@ -34,12 +34,12 @@ import numpy as np
 from sklearn.metrics import brier_score_loss, roc_auc_score
 from sklearn.model_selection import GroupKFold
 
-from otel_eval.config import Config
-from otel_eval.evaluator import Evaluator
-from otel_eval.loaders import load_path
-from otel_eval.predict.features import blind_findings, features
-from otel_eval.predict.modelfile import from_document
-from otel_eval.predict.train import HYPERPARAMETERS, Labels, Row, fit, read_labels
+from otel_eval.app.config import Config
+from otel_eval.evaluate.evaluator import Evaluator
+from otel_eval.evaluate.predict.features import blind_findings, features
+from otel_eval.evaluate.predict.modelfile import from_document
+from otel_eval.evaluate.predict.train import HYPERPARAMETERS, Labels, Row, fit, read_labels
+from otel_eval.receive.loaders import load_path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATASETS = ROOT.parent / "shared" / "datasets"

@@ -19,7 +19,7 @@
   ``json.dumps``), traces/s.
 
 Every threshold is the detectors' default (set from first principles, see
-otel_eval/detectors/config.py); nothing here is fitted to these files.
+otel_eval/evaluate/detectors/config.py); nothing here is fitted to these files.
 """
 
 from __future__ import annotations
@@ -38,13 +38,13 @@ from typing import Any
 
 from sklearn.metrics import roc_auc_score
 
-from otel_eval.config import TrajectoryConfig
-from otel_eval.detectors import Detectors, DetectorsConfig, load_references
-from otel_eval.detectors.config import BudgetsConfig
-from otel_eval.detectors.references import TAU_BENCH_WRITE_TOOLS
-from otel_eval.loaders import load_path
-from otel_eval.model import Finding, Trace, Trajectory, Verdict
-from otel_eval.trajectory import build_trajectory
+from otel_eval.app.config import TrajectoryConfig
+from otel_eval.base.model import Finding, Trace, Trajectory, Verdict
+from otel_eval.evaluate.detectors import Detectors, DetectorsConfig, load_references
+from otel_eval.evaluate.detectors.config import BudgetsConfig
+from otel_eval.evaluate.detectors.references import TAU_BENCH_WRITE_TOOLS
+from otel_eval.evaluate.trajectory import build_trajectory
+from otel_eval.receive.loaders import load_path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATASETS = ROOT.parent / "shared" / "datasets"
@@ -257,7 +257,7 @@ class _LineCount(io.TextIOBase):
 def _eval_command(path: Path) -> int:
     """``otel-eval eval PATH --format jsonl > /dev/null`` in this process (no interpreter
     start-up): load, build, detect, ``to_json`` and ``json.dumps`` per trace."""
-    from otel_eval.cli import main as cli_main
+    from otel_eval.app.cli import main as cli_main
 
     out = _LineCount()
     with contextlib.redirect_stdout(out):

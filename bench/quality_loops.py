@@ -28,13 +28,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from otel_eval import trajectory as trajectory_stage
-from otel_eval.config import TrajectoryConfig
-from otel_eval.detectors import Detectors, DetectorsConfig
-from otel_eval.detectors import calls as calls_stage
-from otel_eval.loaders import load_path
-from otel_eval.model import Finding, Step, Trace, Trajectory
-from otel_eval.trajectory import build_trajectory
+from otel_eval.app.config import TrajectoryConfig
+from otel_eval.base.model import Finding, Step, Trace, Trajectory
+from otel_eval.evaluate import trajectory as trajectory_stage
+from otel_eval.evaluate.detectors import Detectors, DetectorsConfig
+from otel_eval.evaluate.detectors import calls as calls_stage
+from otel_eval.evaluate.trajectory import build_trajectory
+from otel_eval.receive.loaders import load_path
 
 CFG = TrajectoryConfig()
 # The TRAIL categories the deterministic detectors cover, and which detectors cover them.

@@ -23,8 +23,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from otel_eval.judge.config import RedactionConfig
-from otel_eval.judge.redact import Redactor
+from otel_eval.evaluate.judge.config import RedactionConfig
+from otel_eval.evaluate.judge.redact import Redactor
 
 SET = Path(__file__).resolve().parents[1] / "tests" / "data" / "redaction" / "labelled.jsonl"
 PLACEHOLDER = re.compile(r"\[(?:EMAIL|PHONE|CREDIT_CARD|API_KEY|TOKEN|PRIVATE_KEY|JWT|IBAN|SSN|"

@@ -1,3 +1,3 @@
-from otel_eval.cli import main
+from otel_eval.app.cli import main
 
 raise SystemExit(main())

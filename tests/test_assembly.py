@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from otel_eval.assembly import TraceAssembler
-from otel_eval.config import AssemblyConfig
-from otel_eval.model import Span
+from otel_eval.app.config import AssemblyConfig
+from otel_eval.assemble.assembler import TraceAssembler
+from otel_eval.base.model import Span
 
 CFG = AssemblyConfig(grace_s=10, idle_timeout_s=180, max_trace_duration_s=3600,
                      reopen_window_s=300, max_spans_per_trace=5)

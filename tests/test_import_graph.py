@@ -1,5 +1,5 @@
 """The package's import graph: no cycle (lazy imports inside functions included), and the
-command line at the top: only ``python -m otel_eval`` imports ``otel_eval.cli``."""
+command line at the top: only ``python -m otel_eval`` imports ``otel_eval.app.cli``."""
 
 from __future__ import annotations
 
@@ -95,5 +95,5 @@ def test_the_cycle_finder_finds_one() -> None:
 
 
 def test_only_the_entry_point_imports_the_command_line() -> None:
-    importers = sorted(m for m, deps in import_graph().items() if "otel_eval.cli" in deps)
+    importers = sorted(m for m, deps in import_graph().items() if "otel_eval.app.cli" in deps)
     assert importers == ["otel_eval.__main__"]

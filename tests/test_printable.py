@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from otel_eval.printable import EscapingFormatter, printable
+from otel_eval.base.printable import EscapingFormatter, printable
 
 
 @pytest.mark.parametrize(("raw", "shown"), [

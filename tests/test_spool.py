@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from otel_eval.config import Config, replace
-from otel_eval.evaluator import Evaluator
-from otel_eval.metrics import Metrics
-from otel_eval.model import Span
-from otel_eval.otlp import encode_spans, request_to_json
-from otel_eval.pipeline import Engine
-from otel_eval.receiver.ingest import Ingest
-from otel_eval.spool import Spool
+from otel_eval.app.config import Config, replace
+from otel_eval.assemble.engine import Engine
+from otel_eval.assemble.spool import Spool
+from otel_eval.base.model import Span
+from otel_eval.decode.otlp import encode_spans, request_to_json
+from otel_eval.evaluate.evaluator import Evaluator
+from otel_eval.receive.ingest import Ingest
 from otel_eval.store import Store
+from otel_eval.telemetry.metrics import Metrics
 
 T1, T2, T3 = "a" * 32, "b" * 32, "c" * 32
 GRACE = 10.0

@@ -16,11 +16,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 from test_spool import Node, body, span
 
-from otel_eval import otlp, otlp_logs
-from otel_eval.metrics import Metrics
-from otel_eval.model import LogEvent
-from otel_eval.receiver.ingest import Ingest
-from otel_eval.spool import SCHEMA_VERSION, Spool, SpoolVersionError
+from otel_eval.assemble.spool import SCHEMA_VERSION, Spool, SpoolVersionError
+from otel_eval.base.model import LogEvent
+from otel_eval.decode import otlp, otlp_logs
+from otel_eval.receive.ingest import Ingest
+from otel_eval.telemetry.metrics import Metrics
 
 RECORDINGS = Path(__file__).resolve().parent / "conformance" / "recordings" / "openai-v2-events"
 T1, T9 = "a" * 32, "9" * 32

@@ -2,7 +2,7 @@
 
     Engine.put_many ─► evaluations ◄─ query / get      (GET /v1/evaluations, show)
     judge ─► put_judge        feedback ─► put_feedback + put_verdict      retention ─► delete
-    issues job ─► since(window); its catalogue in the same database (otel_eval.issues)
+    issues job ─► since(window); its catalogue in the same database (otel_eval.outputs.issues)
 
 One interface (``EvaluationStore``, revision rules in ``base``), two implementations:
 ``SqliteStore`` (``store.path``, the default: one file per process) and ``PostgresStore``

@@ -12,7 +12,7 @@ one contract test (tests/store/test_store_contract.py). Revision rules, the same
   False (the judge's work belongs to that revision; feedback reads again and retries).
 
 The agent history (``remember_agents`` / ``recall_agent``, read by
-``otel_eval.agent_inference``) is a table of (service, fingerprint, agent, last seen),
+``otel_eval.evaluate.agent_inference``) is a table of (service, fingerprint, agent, last seen),
 bounded the same way in both: per service the ``AGENT_HISTORY_PER_SERVICE`` most recently
 seen rows, in all ``AGENT_HISTORY_ROWS`` (checked every ``AGENT_HISTORY_PRUNE_EVERY`` calls,
 so it overshoots by at most that many batches), none older than ``AGENT_HISTORY_MAX_AGE_S``;
@@ -25,8 +25,8 @@ from collections.abc import Collection, Iterable, Sequence
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
-from otel_eval.model import Evaluation
-from otel_eval.query import EvaluationQuery, Page
+from otel_eval.base.model import Evaluation
+from otel_eval.store.query import EvaluationQuery, Page
 
 POSTGRESQL_SCHEMES = ("postgresql", "postgres")
 
@@ -71,7 +71,7 @@ class EvaluationStore(Protocol):
     def latest(self, limit: int) -> list[dict[str, Any]]: ...
 
     def query(self, q: EvaluationQuery) -> Page:
-        """One page of evaluations matching ``q``, newest first (``otel_eval.query``)."""
+        """One page of evaluations matching ``q``, newest first (``otel_eval.store.query``)."""
         ...
 
     def since(self, evaluated_after_ns: int, limit: int = 100_000) -> list[dict[str, Any]]:

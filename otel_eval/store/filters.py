@@ -1,4 +1,4 @@
-"""Stage: store, reads. The results API's query (``otel_eval.query``) as SQL, for both stores.
+"""Stage: store, reads. The results API's query (``otel_eval.store.query``) as SQL, for both stores.
 
 One builder, two dialects: the same filters, the same newest-first keyset order and the same
 cursor condition, so a page of ``/v1/evaluations`` is the same whichever store holds the rows
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from otel_eval.query import Cursor, EvaluationQuery, Page
+from otel_eval.store.query import Cursor, EvaluationQuery, Page
 
 
 @dataclass(frozen=True)

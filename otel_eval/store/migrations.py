@@ -6,7 +6,8 @@ Both stores keep the same tables, with each engine's types:
        columns pulled out for listing, filtering and retention) and feedback (known outcomes)
     2  issues_catalogue (issue stage: stable issue ids, centroids as JSON)
     3  agent_history (the agents of completed runs by service and fingerprint, bounded:
-       ``otel_eval.store.base``; read for runs no span named, ``otel_eval.agent_inference``)
+       ``otel_eval.store.base``; read for runs no span named,
+       ``otel_eval.evaluate.agent_inference``)
 
 ``schema_version`` records each applied migration (version, description, when). Opening a
 store applies what is missing, in order, in one transaction: a crash part-way leaves the

@@ -3,7 +3,7 @@
 Every worker (Kafka consumers, replicas, ``serve --workers`` processes) opens its own
 connection from the URL and writes there, so the results API of any of them shows every
 trace, feedback reaches a trace wherever it was evaluated, and the issues job (one worker at a
-time, ``otel_eval.issues.catalogue``) reads the fleet's critiques. Same schema as SQLite
+time, ``otel_eval.outputs.issues.catalogue``) reads the fleet's critiques. Same schema as SQLite
 (``otel_eval.store.migrations``, applied at open under an advisory lock) and the same
 revision rules (``otel_eval.store.base``):
 
@@ -36,8 +36,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from otel_eval.model import Evaluation
-from otel_eval.query import EvaluationQuery, Page
+from otel_eval.base.model import Evaluation
 from otel_eval.store import filters
 from otel_eval.store.base import (
     AGENT_HISTORY_MAX_AGE_S,
@@ -52,6 +51,7 @@ from otel_eval.store.base import (
     redact_url,
 )
 from otel_eval.store.migrations import migrate_postgresql
+from otel_eval.store.query import EvaluationQuery, Page
 
 log = logging.getLogger(__name__)
 
@@ -235,7 +235,7 @@ class PostgresStore:
         return [json.loads(r[0]) for r in rows]
 
     def query(self, q: EvaluationQuery) -> Page:
-        """One page of evaluations matching ``q``, newest first (see ``otel_eval.query``)."""
+        """One page of evaluations matching ``q``, newest first (see ``otel_eval.store.query``)."""
         sql, args = filters.page_sql(q, filters.POSTGRESQL)
         rows = self._rows(sql, args)
         return filters.page(rows, q.limit)

@@ -18,8 +18,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from otel_eval.model import Evaluation
-from otel_eval.query import EvaluationQuery, Page
+from otel_eval.base.model import Evaluation
 from otel_eval.store import filters
 from otel_eval.store.base import (
     AGENT_HISTORY_MAX_AGE_S,
@@ -33,6 +32,7 @@ from otel_eval.store.base import (
     pick_agent,
 )
 from otel_eval.store.migrations import migrate_sqlite
+from otel_eval.store.query import EvaluationQuery, Page
 
 # How long a writer waits for another connection's lock (the issues catalogue shares the file)
 # before SQLite raises "database is locked": 5 s by default, too short on a loaded machine.
@@ -145,7 +145,7 @@ class SqliteStore:
         return [json.loads(r[0]) for r in rows]
 
     def query(self, q: EvaluationQuery) -> Page:
-        """One page of evaluations matching ``q``, newest first (see ``otel_eval.query``)."""
+        """One page of evaluations matching ``q``, newest first (see ``otel_eval.store.query``)."""
         sql, args = filters.page_sql(q, filters.SQLITE)
         with self._lock:
             rows = self._db.execute(sql, args).fetchall()

@@ -1,5 +1,5 @@
 """The shipped collector configurations parse, are internally consistent, point at otel-eval's
-default endpoints (``otel_eval.config.Config()``) and carry logs to otel-eval next to traces.
+default endpoints (``otel_eval.app.config.Config()``) and carry logs to otel-eval next to traces.
 That the collector itself accepts them: test_collector_validate.py."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from otel_eval.config import Config, parse_endpoint
+from otel_eval.app.config import Config, parse_endpoint
 
 DIR = Path(__file__).resolve().parents[2] / "collector-config"
 # The collector configs; builder.yaml beside them is the builder's manifest (scripts/collector).

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from otel_eval.config import (
+from otel_eval.app.config import (
     AdminConfig,
     AssemblyConfig,
     ConfigError,
@@ -15,7 +15,7 @@ from otel_eval.config import (
     StoreConfig,
     load_config,
 )
-from otel_eval.configcheck import FieldErrors
+from otel_eval.base.configcheck import FieldErrors
 
 
 @pytest.mark.parametrize(("yaml_text", "error"), [

@@ -21,13 +21,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import corpus  # noqa: E402
 
-from otel_eval.agent_inference import learned  # noqa: E402
-from otel_eval.config import Config  # noqa: E402
-from otel_eval.conventions import classify  # noqa: E402
-from otel_eval.evaluator import Evaluator  # noqa: E402
-from otel_eval.model import LogEvent, Span, Trace, local_root  # noqa: E402
-from otel_eval.otlp import decode_request, request_from_dict  # noqa: E402
-from otel_eval.otlp_logs import decode_logs, logs_request_from_json  # noqa: E402
+from otel_eval.app.config import Config  # noqa: E402
+from otel_eval.base.model import LogEvent, Span, Trace, local_root  # noqa: E402
+from otel_eval.decode.otlp import decode_request, request_from_dict  # noqa: E402
+from otel_eval.decode.otlp_logs import decode_logs, logs_request_from_json  # noqa: E402
+from otel_eval.evaluate.agent_inference import learned  # noqa: E402
+from otel_eval.evaluate.conventions import classify  # noqa: E402
+from otel_eval.evaluate.evaluator import Evaluator  # noqa: E402
 from otel_eval.store import SqliteStore  # noqa: E402
 
 KILLED = "non_terminating"

@@ -26,8 +26,8 @@ from deploy_files import (
     shell_words,
 )
 
-from otel_eval import cli
-from otel_eval.config import Config, parse_endpoint
+from otel_eval.app import cli
+from otel_eval.app.config import Config, parse_endpoint
 
 FINAL = dockerfile_stages()[-1]
 
@@ -190,7 +190,7 @@ def test_copied_context_builds_the_package(tmp_path: Path) -> None:
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
         (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
-        assert "otel-eval = otel_eval.cli:main" in z.read(entry_points).decode()
+        assert "otel-eval = otel_eval.app.cli:main" in z.read(entry_points).decode()
     packaged = {n for n in names if n.startswith("otel_eval/")}
     for f in (ROOT / "otel_eval").rglob("*"):
         rel = f.relative_to(ROOT).as_posix()

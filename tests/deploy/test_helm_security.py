@@ -13,7 +13,7 @@ from deploy_files import CHART, Helm, exec_form, one
 from test_dockerfile import _instructions
 from test_helm import _container, _pod_config, _pod_spec, _validate
 
-from otel_eval.service import check_exposure
+from otel_eval.app.service import check_exposure
 
 SECURED = ("--set", "security.tls.secretName=otel-eval-tls",
            "--set", "security.tls.clientAuth=true",
@@ -91,7 +91,7 @@ def test_image_refuses_plain_text_on_all_interfaces_until_allowed(tmp_path: Path
     args = [a.replace(":4317", ":0").replace(":4318", ":0").replace(":8888", ":0")
             for a in argv[2:]]
     args[args.index("--store") + 1] = str(tmp_path / "r.db")
-    r = subprocess.run([sys.executable, "-m", "otel_eval.cli", "serve", *args],
+    r = subprocess.run([sys.executable, "-m", "otel_eval.app.cli", "serve", *args],
                        capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 2, r.stderr
     assert "allow_insecure_non_loopback" in r.stderr and "0.0.0.0" in r.stderr
@@ -119,7 +119,7 @@ def test_image_healthcheck_works_with_and_without_admin_tls(tmp_path: Path) -> N
         config = tmp_path / "c.yaml"
         config.write_text(f"admin:\n  tls: {{cert_file: {pair.cert}, key_file: {pair.key}}}\n"
                           if tls else "{}\n")
-        proc = subprocess.Popen([sys.executable, "-m", "otel_eval.cli", "serve", "--config",
+        proc = subprocess.Popen([sys.executable, "-m", "otel_eval.app.cli", "serve", "--config",
                                  str(config), *args], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, env=os.environ.copy())
         try:

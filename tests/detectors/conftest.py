@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from otel_eval.detectors.config import DetectorsConfig
+from otel_eval.evaluate.detectors.config import DetectorsConfig
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "detectors"
 

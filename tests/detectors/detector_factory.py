@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from otel_eval.model import Step, ToolCall, TraceStatus, Trajectory
+from otel_eval.base.model import Step, ToolCall, TraceStatus, Trajectory
 
 ROOT_SPAN = "00000000000000aa"
 

@@ -4,9 +4,9 @@ from pathlib import Path
 import pytest
 from detector_factory import kinds, llm, tool, traj
 
-from otel_eval.config import Config, ConfigError, build
-from otel_eval.detectors import Detectors, RefCall, Reference, ReferenceSet
-from otel_eval.detectors.config import (
+from otel_eval.app.config import Config, ConfigError, build
+from otel_eval.evaluate.detectors import Detectors, RefCall, Reference, ReferenceSet
+from otel_eval.evaluate.detectors.config import (
     AgentOverrides,
     BudgetsConfig,
     DetectorsConfig,

@@ -1,10 +1,10 @@
 import pytest
 from detector_factory import bash, kinds, llm, tool, traj
 
-from otel_eval.detectors import budget, parse_budget
-from otel_eval.detectors.calls import Context
-from otel_eval.detectors.config import DetectorsConfig
-from otel_eval.model import Trajectory
+from otel_eval.base.model import Trajectory
+from otel_eval.evaluate.detectors import budget, parse_budget
+from otel_eval.evaluate.detectors.calls import Context
+from otel_eval.evaluate.detectors.config import DetectorsConfig
 
 RUN = traj(llm("a", input_tokens=1000, output_tokens=50), tool("t1"), tool("t2"),
            llm("b", input_tokens=2000, output_tokens=70), tool("t3"), llm("c"), duration_s=42.0)
@@ -61,8 +61,8 @@ def test_cost_from_litellm_price_map() -> None:
 def test_price_table_read_without_litellm_matches_litellm_model_cost() -> None:
     """The prices are read from litellm's packaged JSON without importing litellm (idle RSS);
     every model name litellm itself serves (aliases resolved) must price the same."""
-    from otel_eval.conventions.prices import _price_map
-    from otel_eval.llm import litellm
+    from otel_eval.evaluate.conventions.prices import _price_map
+    from otel_eval.evaluate.judge.llm import litellm
 
     table = _price_map()
     expected = {}

@@ -6,8 +6,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from otel_eval.detectors.calls import _CANONICAL, _normalize, _plain_canonical
-from otel_eval.loaders.chat import dumps, genai_message, message_json
+from otel_eval.evaluate.detectors.calls import _CANONICAL, _normalize, _plain_canonical
+from otel_eval.receive.loaders.chat import dumps, genai_message, message_json
 
 _TEXTS = ["", "a", "  two  words ", "tab\tnew\nline", "quote \" back \\ slash", "ünïcödé ✓",
           "\u2028sep", "emoji 😀", "ctl \x01\x1f"]
@@ -75,7 +75,7 @@ def test_stagnation_precheck_never_rejects_a_similar_pair() -> None:
     threshold (random near-duplicates and unrelated outputs, several thresholds)."""
     import difflib
 
-    from otel_eval.detectors.loop import _shares_a_run, _spaced
+    from otel_eval.evaluate.detectors.loop import _shares_a_run, _spaced
 
     rng = random.Random(3)
     vocab = [f"w{i}" for i in range(12)]

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from otel_eval.config import TrajectoryConfig
-from otel_eval.detectors import Detectors, DetectorsConfig, load_references, parse_budget
-from otel_eval.model import Finding, Trace, Trajectory, Verdict
+from otel_eval.app.config import TrajectoryConfig
+from otel_eval.base.model import Finding, Trace, Trajectory, Verdict
+from otel_eval.evaluate.detectors import Detectors, DetectorsConfig, load_references, parse_budget
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "detectors"
 TRACE = DATA / "guide_lucky_recovery.otlp.json"
@@ -52,8 +52,8 @@ def _check(findings: list[Finding], verdict: Verdict) -> None:
 
 
 def test_guide_example_through_decoder_and_trajectory_builder() -> None:
-    otlp = pytest.importorskip("otel_eval.otlp")
-    trajectory_mod = pytest.importorskip("otel_eval.trajectory")
+    otlp = pytest.importorskip("otel_eval.decode.otlp")
+    trajectory_mod = pytest.importorskip("otel_eval.evaluate.trajectory")
     decoded = otlp.decode_request(otlp.request_from_json(TRACE.read_bytes()))
     assert decoded.rejected == 0
     trace = Trace(decoded.spans[0].trace_id, decoded.spans, "complete")
@@ -63,9 +63,9 @@ def test_guide_example_through_decoder_and_trajectory_builder() -> None:
 
 
 def test_guide_example_through_offline_loader() -> None:
-    loaders = pytest.importorskip("otel_eval.loaders")
-    trajectory_mod = pytest.importorskip("otel_eval.trajectory")
+    loaders = pytest.importorskip("otel_eval.receive.loaders")
+    trajectory_mod = pytest.importorskip("otel_eval.evaluate.trajectory")
     if not hasattr(loaders, "load_path"):  # the package exists before its loader does
-        pytest.skip("otel_eval.loaders.load_path not written yet")
+        pytest.skip("otel_eval.receive.loaders.load_path not written yet")
     (trace,) = list(loaders.load_path(TRACE))
     _check(*_evaluate(trajectory_mod.build_trajectory(trace, TrajectoryConfig())))

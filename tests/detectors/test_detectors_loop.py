@@ -1,10 +1,10 @@
 import pytest
 from detector_factory import bash, kinds, llm, tool, traj
 
-from otel_eval.detectors import loop
-from otel_eval.detectors.calls import Context
-from otel_eval.detectors.config import DetectorsConfig, LoopConfig
-from otel_eval.model import Step
+from otel_eval.base.model import Step
+from otel_eval.evaluate.detectors import loop
+from otel_eval.evaluate.detectors.calls import Context
+from otel_eval.evaluate.detectors.config import DetectorsConfig, LoopConfig
 
 SAME = ("The answer is not in these results, so I will search again with the same query. "
         "If that does not work either, I will look at the documentation index and try the "

@@ -1,10 +1,10 @@
 import pytest
 from detector_factory import traj
 
-from otel_eval.detectors import lucky_pass
-from otel_eval.detectors.calls import Context
-from otel_eval.detectors.config import DetectorsConfig
-from otel_eval.model import Finding
+from otel_eval.base.model import Finding
+from otel_eval.evaluate.detectors import lucky_pass
+from otel_eval.evaluate.detectors.calls import Context
+from otel_eval.evaluate.detectors.config import DetectorsConfig
 
 LOOP = Finding("loop", "repeated_call", "error", "loop", ["s1", "s2"], [1, 2])
 BUDGET = Finding("budget", "steps_exceeded", "error", "8 steps", ["s8"], [8])

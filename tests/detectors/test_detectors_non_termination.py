@@ -1,10 +1,10 @@
 import pytest
 from detector_factory import kinds, llm, tool, traj
 
-from otel_eval.detectors import non_termination
-from otel_eval.detectors.calls import Context
-from otel_eval.detectors.config import DetectorsConfig
-from otel_eval.model import Trajectory
+from otel_eval.base.model import Trajectory
+from otel_eval.evaluate.detectors import non_termination
+from otel_eval.evaluate.detectors.calls import Context
+from otel_eval.evaluate.detectors.config import DetectorsConfig
 
 CASES: list[tuple[str, Trajectory, list[str]]] = [
     ("a finished run", traj(llm("x"), tool("t"), llm("the answer")), []),

@@ -1,10 +1,10 @@
 import pytest
 from detector_factory import bash, llm, tool, traj
 
-from otel_eval.detectors import recovery
-from otel_eval.detectors.calls import Context
-from otel_eval.detectors.config import DetectorsConfig
-from otel_eval.model import Step
+from otel_eval.base.model import Step
+from otel_eval.evaluate.detectors import recovery
+from otel_eval.evaluate.detectors.calls import Context
+from otel_eval.evaluate.detectors.config import DetectorsConfig
 
 FAIL = tool("edit_file", {"path": "a"}, "Error: permission denied")
 FAIL_SPAN = tool("edit_file", {"path": "a"}, None, error="IOError")

@@ -5,11 +5,11 @@ from typing import Any
 import pytest
 from detector_factory import kinds, llm, tool, traj
 
-from otel_eval.detectors import load_references, reference
-from otel_eval.detectors.calls import Context, RefCall, Reference
-from otel_eval.detectors.config import DetectorsConfig
-from otel_eval.detectors.references import TAU_BENCH_WRITE_TOOLS
-from otel_eval.model import Step
+from otel_eval.base.model import Step
+from otel_eval.evaluate.detectors import load_references, reference
+from otel_eval.evaluate.detectors.calls import Context, RefCall, Reference
+from otel_eval.evaluate.detectors.config import DetectorsConfig
+from otel_eval.evaluate.detectors.references import TAU_BENCH_WRITE_TOOLS
 
 A: tuple[str, Any] = ("a", {"x": 1})
 B: tuple[str, Any] = ("b", {"y": 2, "z": 3})

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from detector_factory import bash, kinds, tool, traj
 
-from otel_eval.detectors import loop
-from otel_eval.detectors.calls import Context
-from otel_eval.detectors.config import DetectorsConfig, LoopConfig
-from otel_eval.detectors.reworded import MAX_ARGUMENT_CHARS, request, trigrams
-from otel_eval.model import Step
+from otel_eval.base.model import Step
+from otel_eval.evaluate.detectors import loop
+from otel_eval.evaluate.detectors.calls import Context
+from otel_eval.evaluate.detectors.config import DetectorsConfig, LoopConfig
+from otel_eval.evaluate.detectors.reworded import MAX_ARGUMENT_CHARS, request, trigrams
 
 PAGE = "Address: google: {q}\nA Google search for '{q}' found 0 results.\nNo results found."
 NEW_RESULTS = ["1. [Stargate SG-1 Teal'c quotes](https://example.org/tealc) fan wiki",

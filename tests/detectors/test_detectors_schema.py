@@ -13,10 +13,10 @@ import jsonschema._utils
 import pytest
 from detector_factory import tool, traj
 
-from otel_eval.detectors import schema, tool_call
-from otel_eval.detectors.calls import Context
-from otel_eval.detectors.config import DetectorsConfig
-from otel_eval.detectors.schema import Budget, check_arguments
+from otel_eval.evaluate.detectors import schema, tool_call
+from otel_eval.evaluate.detectors.calls import Context
+from otel_eval.evaluate.detectors.config import DetectorsConfig
+from otel_eval.evaluate.detectors.schema import Budget, check_arguments
 
 
 def obj(**props: Any) -> dict[str, Any]:

@@ -3,10 +3,10 @@ from typing import Any
 import pytest
 from detector_factory import bash, kinds, llm, tool, traj
 
-from otel_eval.detectors import tool_call
-from otel_eval.detectors.calls import Context
-from otel_eval.detectors.config import DetectorsConfig
-from otel_eval.model import Step
+from otel_eval.base.model import Step
+from otel_eval.evaluate.detectors import tool_call
+from otel_eval.evaluate.detectors.calls import Context
+from otel_eval.evaluate.detectors.config import DetectorsConfig
 
 SCHEMA = {"type": "object", "properties": {"path": {"type": "string"},
                                            "limit": {"type": "integer", "minimum": 1}},

@@ -14,11 +14,11 @@ from pathlib import Path
 import yaml
 from prometheus_client import CollectorRegistry
 
-from otel_eval.config import Config, build
-from otel_eval.configdoc import reference
-from otel_eval.issues.config import IssuesConfig
-from otel_eval.issues.job import IssuesJob
-from otel_eval.metrics import Metrics
+from otel_eval.app.config import Config, build
+from otel_eval.app.configdoc import reference
+from otel_eval.outputs.issues.config import IssuesConfig
+from otel_eval.outputs.issues.job import IssuesJob
+from otel_eval.telemetry.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from otel_eval.agent_inference import SERVICE_FINGERPRINT, fingerprints, learned
-from otel_eval.config import Config
-from otel_eval.conventions.agent_names import FRAMEWORK_DEFAULT_AGENT_NAMES, agent_name
-from otel_eval.evaluator import Evaluator
-from otel_eval.model import Span, Trace
+from otel_eval.app.config import Config
+from otel_eval.base.model import Span, Trace
+from otel_eval.evaluate.agent_inference import SERVICE_FINGERPRINT, fingerprints, learned
+from otel_eval.evaluate.conventions.agent_names import FRAMEWORK_DEFAULT_AGENT_NAMES, agent_name
+from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.store import SqliteStore
 
 T = 1_764_547_200 * 10**9

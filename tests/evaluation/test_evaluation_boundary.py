@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-import otel_eval.detectors as detectors
-import otel_eval.evaluator as evaluator_module
-import otel_eval.trajectory as trajectory_module
-from otel_eval.config import Config
-from otel_eval.evaluator import Evaluator
-from otel_eval.model import Evaluation, Span, Trace
+import otel_eval.evaluate.detectors as detectors
+import otel_eval.evaluate.evaluator as evaluator_module
+import otel_eval.evaluate.trajectory as trajectory_module
+from otel_eval.app.config import Config
+from otel_eval.base.model import Evaluation, Span, Trace
+from otel_eval.evaluate.evaluator import Evaluator
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 AGENT = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a"}

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from bench_module import load_bench
 
-from otel_eval.config import Config
-from otel_eval.evaluator import Evaluator
-from otel_eval.model import Trace
+from otel_eval.app.config import Config
+from otel_eval.base.model import Trace
+from otel_eval.evaluate.evaluator import Evaluator
 
 SCALING = load_bench("evaluate_scaling.py", "evaluate_scaling")
 

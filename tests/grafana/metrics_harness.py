@@ -14,10 +14,10 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from otel_eval import model
-from otel_eval.issues.config import IssuesConfig
-from otel_eval.issues.job import IssuesJob
-from otel_eval.metrics import Metrics, render
+from otel_eval.base import model
+from otel_eval.outputs.issues.config import IssuesConfig
+from otel_eval.outputs.issues.job import IssuesJob
+from otel_eval.telemetry.metrics import Metrics, render
 
 LOOPY, CLEAN, SERVICE = "looper", "steady", "shop"
 # A service whose runs no span names (agent unknown): it loops as LOOPY does, and pages

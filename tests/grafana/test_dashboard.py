@@ -9,9 +9,9 @@ import yaml
 from grafana_files import GRAFANA, alert_rules, dashboard, metric_names, panel_queries, panels
 from prometheus_client.metrics_core import Metric
 
-from otel_eval.issues.config import IssuesConfig
-from otel_eval.issues.job import IssuesJob
-from otel_eval.metrics import Metrics
+from otel_eval.outputs.issues.config import IssuesConfig
+from otel_eval.outputs.issues.job import IssuesJob
+from otel_eval.telemetry.metrics import Metrics
 
 
 def _families() -> list[Metric]:
@@ -104,7 +104,7 @@ def test_provisioning_files() -> None:
 
 
 def test_prometheus_scrape_config_targets_admin_default() -> None:
-    from otel_eval.config import Config
+    from otel_eval.app.config import Config
 
     cfg = yaml.safe_load((GRAFANA / "prometheus.yml").read_text())
     (job,) = cfg["scrape_configs"]

@@ -38,7 +38,7 @@ from metrics_harness import (
     serve,
 )
 
-from otel_eval.metrics import Metrics
+from otel_eval.telemetry.metrics import Metrics
 
 pytestmark = pytest.mark.slow
 TIMEOUT_S = 90.0
@@ -224,7 +224,7 @@ def test_real_service_panels_alerts_and_exemplars(tmp_path: Path) -> None:
     (tmp_path / "model.json").write_text(json.dumps(_MODEL))
     serve_log = (tmp_path / "serve.log").open("w")
     service = subprocess.Popen(
-        [sys.executable, "-m", "otel_eval.cli", "serve", "--config",
+        [sys.executable, "-m", "otel_eval.app.cli", "serve", "--config",
          str(tmp_path / "otel-eval.yaml"), "--grpc-endpoint", "127.0.0.1:0",
          "--http-endpoint", "127.0.0.1:0", "--admin-endpoint", "127.0.0.1:0",
          "--store", str(tmp_path / "results.db"),

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from issue_fixtures import window
 
-from otel_eval.cli import build_parser, main, run_from_args
-from otel_eval.config import ConfigError
-from otel_eval.issues.command import cmd_issues, is_evaluation
+from otel_eval.app.cli import build_parser, main, run_from_args
+from otel_eval.app.config import ConfigError
+from otel_eval.app.issues import cmd_issues, is_evaluation
 
 
 def _issues(*argv: str) -> tuple[int, str]:

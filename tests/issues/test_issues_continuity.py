@@ -8,10 +8,10 @@ import sqlite3
 import pytest
 from issue_fixtures import AUTH, LOOP, evaluation, window
 
-from otel_eval.issues.catalogue import StoredIssue
-from otel_eval.issues.config import IssuesConfig
-from otel_eval.issues.continuity import Cluster, carry_over, similarities
-from otel_eval.issues.tracker import IssueTracker
+from otel_eval.outputs.issues.catalogue import StoredIssue
+from otel_eval.outputs.issues.config import IssuesConfig
+from otel_eval.outputs.issues.continuity import Cluster, carry_over, similarities
+from otel_eval.outputs.issues.tracker import IssueTracker
 
 
 def _stored(issue_id: str, centroid: dict[str, float]) -> StoredIssue:

@@ -2,7 +2,7 @@ from typing import Any
 
 import pytest
 
-from otel_eval.issues.critiques import Critique, extract
+from otel_eval.outputs.issues.critiques import Critique, extract
 
 
 def _evaluation(**extra: Any) -> dict[str, Any]:

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from issue_fixtures import window
 
-from otel_eval.issues.config import GrafanaConfig, IssuesConfig
-from otel_eval.issues.grafana import GrafanaAnnotator
-from otel_eval.issues.tracker import IssueTracker
+from otel_eval.outputs.issues.config import GrafanaConfig, IssuesConfig
+from otel_eval.outputs.issues.grafana import GrafanaAnnotator
+from otel_eval.outputs.issues.tracker import IssueTracker
 
 TOKEN = "glsa_test_token"
 

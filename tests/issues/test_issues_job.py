@@ -17,11 +17,11 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 from prometheus_client.parser import text_string_to_metric_families
 
-from otel_eval import model
-from otel_eval.issues.config import GrafanaConfig, IssuesConfig
-from otel_eval.issues.grafana import GrafanaAnnotator
-from otel_eval.issues.job import IssuesJob
-from otel_eval.issues.result import IssueEvent, to_json
+from otel_eval.base import model
+from otel_eval.outputs.issues.config import GrafanaConfig, IssuesConfig
+from otel_eval.outputs.issues.grafana import GrafanaAnnotator
+from otel_eval.outputs.issues.job import IssuesJob
+from otel_eval.outputs.issues.result import IssueEvent, to_json
 from otel_eval.store import Store
 
 T0 = 1_700_000_000.0
@@ -146,7 +146,7 @@ def test_failed_run_is_logged_and_counted_and_keeps_the_last_result(
     job = IssuesJob(IssuesConfig(), store.path, flaky, registry, Clock(T0))
     first = job.run_once()
     before = (job.latest_json(), _samples(registry, "otel_eval_issue_share"))
-    with caplog.at_level(logging.ERROR, logger="otel_eval.issues.job"):
+    with caplog.at_level(logging.ERROR, logger="otel_eval.outputs.issues.job"):
         assert job.run_once(T0 + 300) is None  # not raised
     assert "issue clustering run failed" in caplog.text and "database is locked" in caplog.text
     assert first is not None and (job.latest_json(), _samples(

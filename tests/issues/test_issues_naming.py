@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from otel_eval.issues.naming import deterministic_name, phrase
+from otel_eval.outputs.issues.naming import deterministic_name, phrase
 
 
 @pytest.mark.parametrize(("critique", "title"), [

@@ -1,6 +1,6 @@
 import pytest
 
-from otel_eval.issues.normalize import normalize
+from otel_eval.outputs.issues.normalize import normalize
 
 
 @pytest.mark.parametrize(("text", "expected"), [

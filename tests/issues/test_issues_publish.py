@@ -5,12 +5,12 @@ from pathlib import Path
 import pytest
 from issue_fixtures import evaluation, window
 
-from otel_eval.config import ConfigError, build
-from otel_eval.issues.config import IssuesConfig
-from otel_eval.issues.embed import minilm_available
-from otel_eval.issues.files import EvaluationFileError, issues_from_paths, read_evaluations
-from otel_eval.issues.result import Issue, IssuesResult, top_issue_gauge_samples
-from otel_eval.issues.tracker import issues_offline
+from otel_eval.app.config import ConfigError, build
+from otel_eval.outputs.issues.config import IssuesConfig
+from otel_eval.outputs.issues.embed import minilm_available
+from otel_eval.outputs.issues.files import EvaluationFileError, issues_from_paths, read_evaluations
+from otel_eval.outputs.issues.result import Issue, IssuesResult, top_issue_gauge_samples
+from otel_eval.outputs.issues.tracker import issues_offline
 
 
 def _issue(issue_id: str, node: str, share: float, traces: set[str]) -> Issue:

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import sparse
 
-from otel_eval.issues import refine
-from otel_eval.issues.refine import attach_stragglers, centroid_means, merge_clusters
+from otel_eval.outputs.issues import refine
+from otel_eval.outputs.issues.refine import attach_stragglers, centroid_means, merge_clusters
 
 
 def _unit(*rows: list[float]) -> np.ndarray:

@@ -8,8 +8,8 @@ import sqlite3
 
 from issue_fixtures import window
 
-from otel_eval.issues.config import IssuesConfig
-from otel_eval.issues.tracker import IssueTracker, issues_offline
+from otel_eval.outputs.issues.config import IssuesConfig
+from otel_eval.outputs.issues.tracker import IssueTracker, issues_offline
 
 CFG = IssuesConfig(age_out_s=10_000.0)
 

@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 from issue_fixtures import AUTH, LOOP, evaluation, window
 
-from otel_eval.issues.config import IssuesConfig
-from otel_eval.issues.synthesis import (
+from otel_eval.outputs.issues.config import IssuesConfig
+from otel_eval.outputs.issues.synthesis import (
     Draft,
     SynthesisError,
     merges_of,
     plan_of,
     synthesize,
 )
-from otel_eval.issues.tracker import IssueTracker, issues_offline
+from otel_eval.outputs.issues.tracker import IssueTracker, issues_offline
 
 CFG = IssuesConfig(age_out_s=1000.0)
 MERGE = {"groups": [{"issues": [2, 1], "title": "Searcher tool calls fail.",

@@ -4,9 +4,9 @@ from pathlib import Path
 import pytest
 from issue_fixtures import AUTH, FORMAT, LOOP, evaluation, window
 
-from otel_eval.issues.config import IssuesConfig
-from otel_eval.issues.result import Issue, IssuesResult, to_json
-from otel_eval.issues.tracker import IssueTracker, issues_offline
+from otel_eval.outputs.issues.config import IssuesConfig
+from otel_eval.outputs.issues.result import Issue, IssuesResult, to_json
+from otel_eval.outputs.issues.tracker import IssueTracker, issues_offline
 
 CFG = IssuesConfig(age_out_s=1000.0, share_jump=0.2)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from otel_eval.judge.config import JudgeConfig
-from otel_eval.model import Evaluation, Finding, Step, Trajectory, Verdict
+from otel_eval.base.model import Evaluation, Finding, Step, Trajectory, Verdict
+from otel_eval.evaluate.judge.config import JudgeConfig
 
 SYSTEM = "You are an airline agent. Follow the policy. " + "Policy line. " * 200
 TASK = "Cancel my reservation ABC123. I am jane.doe@example.com, phone +1 415 555 0132."

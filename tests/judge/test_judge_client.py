@@ -9,8 +9,8 @@ from typing import Any
 from judge_fake_llm import FakeLLM, Reply, completion, error, good
 from judge_fixtures import config
 
-from otel_eval.judge.client import JudgeClient, retry_after_s
-from otel_eval.judge.schemas import trace_schema
+from otel_eval.evaluate.judge.client import JudgeClient, retry_after_s
+from otel_eval.evaluate.judge.schemas import trace_schema
 
 MESSAGES = [{"role": "user", "content": "grade this"}]
 GOOD = {"critique": "fine", "score": 0.5}

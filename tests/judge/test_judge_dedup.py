@@ -8,9 +8,15 @@ import json
 
 from judge_fixtures import evaluation
 
-from otel_eval.judge.compact import REPEATED, Message, MessageLog, normalize, parse_messages
-from otel_eval.judge.config import CompactionConfig
-from otel_eval.judge.render import render
+from otel_eval.evaluate.judge.compact import (
+    REPEATED,
+    Message,
+    MessageLog,
+    normalize,
+    parse_messages,
+)
+from otel_eval.evaluate.judge.config import CompactionConfig
+from otel_eval.evaluate.judge.render import render
 
 FACTS = ("### 1. Facts given in the task\n"
          "- The fish is the clownfish popularized by Finding Nemo.\n"
@@ -78,8 +84,8 @@ def test_tool_arguments_equal_to_the_call_are_not_repeated() -> None:
 
 
 def test_input_prompts_cut_shorter_than_outputs() -> None:
-    from otel_eval.judge.render import _Renderer
-    from otel_eval.model import Step
+    from otel_eval.base.model import Step
+    from otel_eval.evaluate.judge.render import _Renderer
 
     prompt, answer = "template line. " * 200, "answer line. " * 120  # 3000 and 1560 chars
     step = Step(index=1, span_id="s1", parent_span_id=None, kind="llm", name="chat",

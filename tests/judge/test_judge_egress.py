@@ -29,7 +29,7 @@ def hook(event, args):
     elif event == "socket.connect" and isinstance(args[1], tuple):
         seen.append(str(args[1][0]))
 sys.addaudithook(hook)
-from otel_eval.cli import main
+from otel_eval.app.cli import main
 code = main(sys.argv[2:])
 with open(sys.argv[1], "w") as f:
     json.dump(seen, f)

@@ -15,7 +15,7 @@ from judge_fake_llm import FakeLLM, error
 from test_judge_eval_cli import _trace_file
 from test_judge_serve import _scripted
 
-from otel_eval.cli import main
+from otel_eval.app.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,7 +27,7 @@ sys.addaudithook(lambda event, args: seen.append([event, repr(args)[:120]])
                  if event in ("socket.getaddrinfo", "socket.connect") else None)
 for name in sys.argv[1:]:
     importlib.import_module(name)
-from otel_eval.detectors.budget import model_prices
+from otel_eval.evaluate.detectors.budget import model_prices
 model_prices("gpt-4o-mini")  # the budget detector's path into litellm's price map
 print(json.dumps(seen))
 """
@@ -42,7 +42,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 def test_importing_the_judge_makes_no_outbound_call() -> None:
     # litellm, left alone, resolves raw.githubusercontent.com at import to fetch its prices
-    done = subprocess.run([sys.executable, "-c", _GUARD, "otel_eval.judge.client"],
+    done = subprocess.run([sys.executable, "-c", _GUARD, "otel_eval.evaluate.judge.client"],
                           capture_output=True, text=True, env=_env(), timeout=120, check=True)
     assert json.loads(done.stdout.splitlines()[-1]) == []
     assert "cost map" not in done.stderr
@@ -53,7 +53,7 @@ def test_eval_jsonl_with_a_keyless_local_judge_prints_only_json_lines(
     llm.route = _scripted
     path = _trace_file(tmp_path, 2)
     done = subprocess.run(
-        [sys.executable, "-m", "otel_eval.cli", "eval", str(path), "--format", "jsonl",
+        [sys.executable, "-m", "otel_eval.app.cli", "eval", str(path), "--format", "jsonl",
          "--judge", "openai/gpt-4o-mini", "--judge-api-base", llm.api_base],
         capture_output=True, text=True, env=_env(), timeout=120)  # no OPENAI_API_KEY
     assert done.returncode == 0, done.stderr

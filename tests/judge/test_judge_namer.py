@@ -6,11 +6,11 @@ from __future__ import annotations
 from judge_fake_llm import FakeLLM, completion, good
 from judge_fixtures import config
 
-from otel_eval import model
-from otel_eval.issues.config import IssuesConfig
-from otel_eval.issues.tracker import issues_offline
-from otel_eval.judge.config import JudgeConfig
-from otel_eval.judge.namer import JudgeNamer, judge_namer
+from otel_eval.base import model
+from otel_eval.evaluate.judge.config import JudgeConfig
+from otel_eval.evaluate.judge.namer import JudgeNamer, judge_namer
+from otel_eval.outputs.issues.config import IssuesConfig
+from otel_eval.outputs.issues.tracker import issues_offline
 
 
 def _evaluations(n: int = 4) -> list[dict[str, object]]:

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from judge_fixtures import config, evaluation
 
-from otel_eval.judge import Judge, prompting
-from otel_eval.judge.prompting import Request
-from otel_eval.judge.render import render
+from otel_eval.evaluate.judge import Judge, prompting
+from otel_eval.evaluate.judge.prompting import Request
+from otel_eval.evaluate.judge.render import render
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "judge"
 ALL = ("step", "trace", "rubric", "process", "outcome")

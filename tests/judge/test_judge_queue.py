@@ -9,9 +9,9 @@ from typing import Any
 from judge_fake_llm import FakeLLM, Reply, good
 from judge_fixtures import combined_reply, config, evaluation
 
-from otel_eval.judge import SKIP_REASONS, Judge, JudgeQueue
-from otel_eval.judge.config import SamplingConfig
-from otel_eval.model import Evaluation
+from otel_eval.base.model import Evaluation
+from otel_eval.evaluate.judge import SKIP_REASONS, Judge, JudgeQueue
+from otel_eval.evaluate.judge.config import SamplingConfig
 
 
 class Sink:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import re2
 
-from otel_eval.judge.config import RedactionConfig
-from otel_eval.judge.redact import BUILTIN_CLASSES, Redactor
+from otel_eval.evaluate.judge.config import RedactionConfig
+from otel_eval.evaluate.judge.redact import BUILTIN_CLASSES, Redactor
 
 SET = Path(__file__).resolve().parents[1] / "data" / "redaction" / "labelled.jsonl"
 LINES = [json.loads(x) for x in SET.read_text().splitlines() if x.strip()]

@@ -19,10 +19,10 @@ from judge_fixtures import combined_reply
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from prometheus_client import CollectorRegistry
 
-from otel_eval import model
-from otel_eval.config import Config, replace
-from otel_eval.otlp import attributes_to_dict, encode_spans
-from otel_eval.service import Service
+from otel_eval.app.config import Config, replace
+from otel_eval.app.service import Service
+from otel_eval.base import model
+from otel_eval.decode.otlp import attributes_to_dict, encode_spans
 from otel_eval.store import Store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "results"))

@@ -10,11 +10,11 @@ from typing import Any
 from judge_fake_llm import FakeLLM, completion, good
 from judge_fixtures import config
 
-from otel_eval.issues.config import IssuesConfig
-from otel_eval.issues.synthesis import Draft
-from otel_eval.issues.tracker import issues_offline
-from otel_eval.judge.config import JudgeConfig
-from otel_eval.judge.synthesizer import JudgeSynthesizer, judge_synthesizer
+from otel_eval.evaluate.judge.config import JudgeConfig
+from otel_eval.evaluate.judge.synthesizer import JudgeSynthesizer, judge_synthesizer
+from otel_eval.outputs.issues.config import IssuesConfig
+from otel_eval.outputs.issues.synthesis import Draft
+from otel_eval.outputs.issues.tracker import issues_offline
 
 LOOP = "Tool 'web_search' was called {n} times with identical arguments"
 AUTH = "Authentication failed: API key rejected with HTTP 401 for https://api.x.io/v{n}"

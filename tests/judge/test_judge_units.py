@@ -7,15 +7,15 @@ import json
 import pytest
 from judge_fixtures import evaluation
 
-from otel_eval.config import ConfigError, build
-from otel_eval.judge.compact import MessageLog, parse_messages, trim
-from otel_eval.judge.config import JudgeConfig, RedactionConfig, SamplingConfig
-from otel_eval.judge.limits import CostBudget, RateLimiter
-from otel_eval.judge.redact import Redactor
-from otel_eval.judge.sampling import sampled
-from otel_eval.judge.scoring import overall
-from otel_eval.judge.trials import Trial, pass_at_k, pass_hat_k, summarize
-from otel_eval.model import Finding
+from otel_eval.app.config import ConfigError, build
+from otel_eval.base.model import Finding
+from otel_eval.evaluate.judge.compact import MessageLog, parse_messages, trim
+from otel_eval.evaluate.judge.config import JudgeConfig, RedactionConfig, SamplingConfig
+from otel_eval.evaluate.judge.limits import CostBudget, RateLimiter
+from otel_eval.evaluate.judge.redact import Redactor
+from otel_eval.evaluate.judge.sampling import sampled
+from otel_eval.evaluate.judge.scoring import overall
+from otel_eval.evaluate.judge.trials import Trial, pass_at_k, pass_hat_k, summarize
 
 
 @pytest.mark.parametrize(("text", "expected"), [

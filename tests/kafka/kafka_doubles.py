@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from aiokafka import AIOKafkaProducer
 from kafka_traces import requests_for, trace_ids
 
-from otel_eval.kafka.config import KafkaConfig
-from otel_eval.kafka.publisher import KafkaPublisher
-from otel_eval.kafka.stats import KafkaStats
-from otel_eval.model import Span
+from otel_eval.base.kafka.config import KafkaConfig
+from otel_eval.base.kafka.stats import KafkaStats
+from otel_eval.base.model import Span
+from otel_eval.receive.kafka.publisher import KafkaPublisher
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""A minimal stand-in for ``otel_eval.pipeline.Engine`` + SQLite store, for Kafka worker tests.
+"""A minimal stand-in for ``otel_eval.assemble.engine.Engine`` + SQLite store, for Kafka
+worker tests.
 
 Same contract as ``Engine.submit``: spans in, ``on_stored`` called once (from a worker thread)
 when every trace the spans belong to has been stored. A trace is complete when its root span
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 
 from kafka_traces import SPAN_COUNT_ATTR
 
-from otel_eval.model import Span
+from otel_eval.base.model import Span
 
 
 @dataclass

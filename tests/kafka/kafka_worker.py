@@ -5,7 +5,7 @@
 
 Runs ``KafkaConsumerStage`` (static assignment, worker I of N) feeding ``--engine``: ``mini``
 (tests/kafka/kafka_mini_engine.py, SQLite rows keyed by trace id) or ``real`` (the service's
-``otel_eval.pipeline.Engine`` with its store: ``--db`` a SQLite file, or a ``postgresql://``
+``otel_eval.assemble.engine.Engine`` with its store: ``--db`` a SQLite file, or a ``postgresql://``
 URL shared by every worker). SIGTERM shuts down gracefully
 (drain, commit); SIGKILL is the crash under test. Prints ``ready`` once consuming; with
 ``--gate`` it prints ``ready`` before starting and waits for a line on stdin (bench/kafka.py
@@ -27,8 +27,8 @@ sys.path[:0] = [str(HERE.parents[1]), str(HERE)]
 
 from kafka_mini_engine import MiniEngine  # noqa: E402
 
-from otel_eval.kafka.config import KafkaConfig  # noqa: E402
-from otel_eval.kafka.consumer import KafkaConsumerStage  # noqa: E402
+from otel_eval.base.kafka.config import KafkaConfig  # noqa: E402
+from otel_eval.receive.kafka.consumer import KafkaConsumerStage  # noqa: E402
 
 
 def build_engine(kind: str, db: str) -> tuple[Any, Any]:
@@ -36,11 +36,11 @@ def build_engine(kind: str, db: str) -> tuple[Any, Any]:
     if kind == "mini":
         engine = MiniEngine(db)
         return engine, engine.close
-    from otel_eval.config import Config, replace
-    from otel_eval.evaluator import Evaluator
-    from otel_eval.metrics import Metrics
-    from otel_eval.pipeline import Engine
+    from otel_eval.app.config import Config, replace
+    from otel_eval.assemble.engine import Engine
+    from otel_eval.evaluate.evaluator import Evaluator
     from otel_eval.store import is_postgresql_url, open_store
+    from otel_eval.telemetry.metrics import Metrics
 
     cfg = replace(Config(), **{"assembly.grace_s": 0.2,
                                "store.url" if is_postgresql_url(db) else "store.path": db})

@@ -7,8 +7,8 @@ import asyncio
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from kafka_doubles import FakeEngine, Topic, WatchedStats, produce_raw, produce_traces
 
-from otel_eval.kafka.consumer import KafkaConsumerStage
-from otel_eval.kafka.publisher import sarama_partition
+from otel_eval.receive.kafka.consumer import KafkaConsumerStage
+from otel_eval.receive.kafka.publisher import sarama_partition
 
 
 async def committed(topic: Topic, group: str) -> dict[int, int | None]:

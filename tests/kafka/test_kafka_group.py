@@ -3,7 +3,8 @@
 topic).
 
 librdkafka's mock cluster cannot run a two-member aiokafka group (it refuses a follower's
-SyncGroup that arrives after the leader's: see the ``otel_eval.kafka.consumer`` docstring), so
+SyncGroup that arrives after the leader's: see the ``otel_eval.receive.kafka.consumer``
+docstring), so
 this test runs on a real broker. Checked: when a second member joins,
 the first member's partitions are revoked with its finished work committed; the new owner
 replays every unstored trace whole (never a tail whose head the old owner consumed) and
@@ -23,15 +24,15 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from kafka_doubles import FakeEngine, Topic, WatchedStats, produce_traces
 from kafka_server import KafkaServer
 
-from otel_eval.kafka.client import client_kwargs
-from otel_eval.kafka.consumer import KafkaConsumerStage
+from otel_eval.base.kafka.client import client_kwargs
+from otel_eval.receive.kafka.consumer import KafkaConsumerStage
 
 pytestmark = pytest.mark.kafka_broker
 
 
 async def _admin(bootstrap: str, action: Callable[[AIOKafkaAdminClient], Awaitable[object]]
                  ) -> None:
-    from otel_eval.kafka.config import KafkaConfig
+    from otel_eval.base.kafka.config import KafkaConfig
 
     admin = AIOKafkaAdminClient(**client_kwargs(KafkaConfig(brokers=bootstrap)))
     await admin.start()

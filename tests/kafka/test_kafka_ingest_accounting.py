@@ -11,9 +11,9 @@ from kafka_doubles import Topic, produce_raw
 from service_harness import running_service
 from test_kafka_serve import kafka_changes, wait_for
 
-from otel_eval import otlp
-from otel_eval.kafka.consumer import Record, decode_record
-from otel_eval.model import Span
+from otel_eval.base.model import Span
+from otel_eval.decode import otlp
+from otel_eval.receive.kafka.consumer import Record, decode_record
 
 TRACE = "ab" * 16
 

@@ -8,11 +8,11 @@ from collections.abc import Iterator
 import pytest
 from kafka_doubles import FakeEngine, Topic
 
-from otel_eval.aio import LoopThread
-from otel_eval.kafka.consumer import KafkaConsumerStage
-from otel_eval.kafka.publisher import KafkaPublisher
-from otel_eval.kafka.results import ResultsPublisher
-from otel_eval.lifecycle import Component, OnLoop
+from otel_eval.app.lifecycle import Component, OnLoop
+from otel_eval.base.aio import LoopThread
+from otel_eval.outputs.kafka import ResultsPublisher
+from otel_eval.receive.kafka.consumer import KafkaConsumerStage
+from otel_eval.receive.kafka.publisher import KafkaPublisher
 
 
 @pytest.fixture

@@ -26,10 +26,10 @@ from kafka_mock_cluster import MockCluster
 from service_harness import Harness, running_service
 from test_kafka_serve import kafka_changes, read_topic, wait_for
 
-from otel_eval import otlp, otlp_logs
-from otel_eval.kafka.config import KafkaConfig
-from otel_eval.kafka.publisher import KafkaPublisher, sarama_partition
-from otel_eval.model import LogEvent
+from otel_eval.base.kafka.config import KafkaConfig
+from otel_eval.base.model import LogEvent
+from otel_eval.decode import otlp, otlp_logs
+from otel_eval.receive.kafka.publisher import KafkaPublisher, sarama_partition
 
 RECORDINGS = (Path(__file__).resolve().parents[1] / "conformance" / "recordings"
               / "openai-v2-events")

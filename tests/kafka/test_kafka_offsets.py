@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from otel_eval.kafka.offsets import OffsetTracker, Ticket, TraceGate, decode_done, encode_done
+from otel_eval.receive.kafka.offsets import (
+    OffsetTracker,
+    Ticket,
+    TraceGate,
+    decode_done,
+    encode_done,
+)
 
 
 @pytest.mark.parametrize(

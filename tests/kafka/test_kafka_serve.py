@@ -33,9 +33,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Status, StatusCode
 from service_harness import Harness, running_service
 
-from otel_eval import otlp
-from otel_eval.kafka.config import KafkaConfig
-from otel_eval.kafka.publisher import KafkaPublisher, sarama_partition
+from otel_eval.base.kafka.config import KafkaConfig
+from otel_eval.decode import otlp
+from otel_eval.receive.kafka.publisher import KafkaPublisher, sarama_partition
 
 
 def emit_runs(exporters: list[SpanExporter], n: int) -> list[str]:

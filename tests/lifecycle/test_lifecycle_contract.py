@@ -12,25 +12,25 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from otel_eval.admin import AdminApi, AdminServer
-from otel_eval.aio import LoopThread
-from otel_eval.config import Config, ReceiverConfig
-from otel_eval.evaluator import Evaluator
-from otel_eval.issues.config import IssuesConfig
-from otel_eval.issues.job import IssuesJob
-from otel_eval.judge.config import JudgeConfig
-from otel_eval.judge.stage import JudgeStage
-from otel_eval.lifecycle import Component, Lifecycle, Step
-from otel_eval.metrics import Metrics
-from otel_eval.pipeline import Engine
-from otel_eval.query import Page
-from otel_eval.receiver.grpc import GrpcReceiver
-from otel_eval.receiver.http import HttpReceiver
-from otel_eval.receiver.ingest import Ingest
-from otel_eval.results.config import ExportConfig
-from otel_eval.results.events import EvaluationEvents
-from otel_eval.results.forward import Forwarder
+from otel_eval.app.admin import AdminApi, AdminServer
+from otel_eval.app.config import Config, ReceiverConfig
+from otel_eval.app.lifecycle import Component, Lifecycle, Step
+from otel_eval.assemble.engine import Engine
+from otel_eval.base.aio import LoopThread
+from otel_eval.evaluate.evaluator import Evaluator
+from otel_eval.evaluate.judge.config import JudgeConfig
+from otel_eval.evaluate.judge.stage import JudgeStage
+from otel_eval.outputs.config import ExportConfig
+from otel_eval.outputs.events import EvaluationEvents
+from otel_eval.outputs.forward import Forwarder
+from otel_eval.outputs.issues.config import IssuesConfig
+from otel_eval.outputs.issues.job import IssuesJob
+from otel_eval.receive.grpc import GrpcReceiver
+from otel_eval.receive.http import HttpReceiver
+from otel_eval.receive.ingest import Ingest
 from otel_eval.store import Store
+from otel_eval.store.query import Page
+from otel_eval.telemetry.metrics import Metrics
 
 Make = Callable[[], Component]
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from otel_eval.loaders import LoaderError, load_file
-from otel_eval.model import Span
-from otel_eval.otlp import encode_spans, request_to_json
+from otel_eval.base.model import Span
+from otel_eval.decode.otlp import encode_spans, request_to_json
+from otel_eval.receive.loaders import LoaderError, load_file
 
 
 def _file(tmp_path: Path, spans: list[Span]) -> Path:
@@ -39,6 +39,6 @@ def test_a_duplicate_span_is_refused_as_serve_refuses_it(
     a_spans = traces[1].spans
     assert [s.name for s in a_spans] == ["s1", "s2"]  # the first copy kept, as in serve
     assert [e.problem for e in errors] == ["1 span(s) rejected: 1 duplicate_span"]
-    with caplog.at_level(logging.WARNING, "otel_eval.loaders.files"):
+    with caplog.at_level(logging.WARNING, "otel_eval.receive.loaders.files"):
         assert len(load_file(path)) == 2  # without on_error: logged, the file still loads
     assert "1 duplicate_span" in caplog.text

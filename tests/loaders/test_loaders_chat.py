@@ -6,10 +6,10 @@ import json
 import shutil
 from pathlib import Path
 
-from otel_eval.config import TrajectoryConfig
-from otel_eval.loaders import load_file
-from otel_eval.model import Trace
-from otel_eval.trajectory import build_trajectory
+from otel_eval.app.config import TrajectoryConfig
+from otel_eval.base.model import Trace
+from otel_eval.evaluate.trajectory import build_trajectory
+from otel_eval.receive.loaders import load_file
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "loaders"
 CFG = TrajectoryConfig()

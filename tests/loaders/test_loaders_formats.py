@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from otel_eval.config import TrajectoryConfig
-from otel_eval.loaders import LoaderError, iter_files, load_file, load_path
-from otel_eval.loaders.span_tree import duration_to_ns, iso_to_ns
-from otel_eval.model import Trace
-from otel_eval.otlp import request_from_json
-from otel_eval.trajectory import build_trajectory
+from otel_eval.app.config import TrajectoryConfig
+from otel_eval.base.model import Trace
+from otel_eval.decode.otlp import request_from_json
+from otel_eval.evaluate.trajectory import build_trajectory
+from otel_eval.receive.loaders import LoaderError, iter_files, load_file, load_path
+from otel_eval.receive.loaders.span_tree import duration_to_ns, iso_to_ns
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "loaders"
 CFG = TrajectoryConfig()

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from otel_eval.config import TrajectoryConfig
-from otel_eval.loaders import LoaderError, load_file
-from otel_eval.trajectory import build_trajectory
+from otel_eval.app.config import TrajectoryConfig
+from otel_eval.evaluate.trajectory import build_trajectory
+from otel_eval.receive.loaders import LoaderError, load_file
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "loaders"
 FILES = ["otlp_request.json", "span_tree.json", "tau_runs.json", "mini.traj.json"]

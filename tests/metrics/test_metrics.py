@@ -6,8 +6,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from otel_eval import model
-from otel_eval.metrics import OTHER, Metrics, render
+from otel_eval.base import model
+from otel_eval.telemetry.metrics import OTHER, Metrics, render
 
 
 def _evaluation(trace_id: str = "ab" * 16, *, agent: str | None = "planner",

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from otel_eval import model
-from otel_eval.metrics import OTHER, Metrics, render
+from otel_eval.base import model
+from otel_eval.telemetry.metrics import OTHER, Metrics, render
 
 
 def _evaluation(i: int, service: str, agent: str) -> model.Evaluation:

@@ -6,14 +6,14 @@ from typing import Any
 
 import pytest
 
-from otel_eval.model import Evaluation, Finding, Step, Trajectory
-from otel_eval.predict.features import (
+from otel_eval.base.model import Evaluation, Finding, Step, Trajectory
+from otel_eval.evaluate.predict.features import (
     MAX_TOOL_FEATURES,
     MAX_TOOL_NAME_CHARS,
     _programs,
     features,
 )
-from otel_eval.predict.modelfile import from_document
+from otel_eval.evaluate.predict.modelfile import from_document
 
 
 def _evaluation(tools: list[str], judge: dict[str, Any] | None = None,

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from predict_helpers import otel_eval
 
-from otel_eval.predict import ModelFileError, load_model
-from otel_eval.predict.modelfile import MAX_FILE_BYTES, parameters_version, write_model
+from otel_eval.evaluate.predict import ModelFileError, load_model
+from otel_eval.evaluate.predict.modelfile import MAX_FILE_BYTES, parameters_version, write_model
 
 
 def _good(tau_model: Path) -> dict[str, Any]:

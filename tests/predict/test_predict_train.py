@@ -7,11 +7,11 @@ from pathlib import Path
 
 from predict_helpers import SLICE_RUNS, otel_eval
 
-from otel_eval.config import Config, replace
-from otel_eval.evaluator import Evaluator
-from otel_eval.loaders import load_path
-from otel_eval.predict import load_model
-from otel_eval.predict.features import FEATURES_VERSION, features
+from otel_eval.app.config import Config, replace
+from otel_eval.evaluate.evaluator import Evaluator
+from otel_eval.evaluate.predict import load_model
+from otel_eval.evaluate.predict.features import FEATURES_VERSION, features
+from otel_eval.receive.loaders import load_path
 
 
 def _jsonl(text: str) -> list[dict[str, object]]:
@@ -119,8 +119,8 @@ def test_offline_prediction_is_made_again_with_the_judge_scores(tau_slice: Path,
                                                                 tmp_path: Path) -> None:
     """``eval --judge``: the judge scores a run after it was predicted; the prediction is
     made again with them (a model that reads a judge score gives another p_success)."""
-    from otel_eval.offline import EvalRun
-    from otel_eval.predict.modelfile import write_model
+    from otel_eval.app.offline import EvalRun
+    from otel_eval.evaluate.predict.modelfile import write_model
 
     doc = {"format": "otel-eval-predictor", "format_version": 1, "name": "judged",
            "features_version": FEATURES_VERSION, "features": ["judge.process.process"],

@@ -9,8 +9,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from otel_eval.config import Config, replace
-from otel_eval.service import Service
+from otel_eval.app.config import Config, replace
+from otel_eval.app.service import Service
 
 
 class ManualClock:

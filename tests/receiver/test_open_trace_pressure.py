@@ -11,8 +11,8 @@ import grpc
 from service_harness import Harness, running_service
 from test_receivers import _raw_export
 
-from otel_eval import otlp
-from otel_eval.model import Span
+from otel_eval.base.model import Span
+from otel_eval.decode import otlp
 
 
 def _trace(i: int, n: int = 1, service: str = "agents", payload: str = "") -> list[Span]:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
 
-from otel_eval.otlp import attributes_to_dict
+from otel_eval.decode.otlp import attributes_to_dict
 
 CASES: list[tuple[str, AnyValue, Any]] = [
     ("string", AnyValue(string_value="hello"), "hello"),

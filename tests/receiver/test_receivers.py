@@ -19,8 +19,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 from opentelemetry.trace import Status, StatusCode
 from service_harness import Harness, running_service
 
-from otel_eval import otlp
-from otel_eval.model import Span
+from otel_eval.base.model import Span
+from otel_eval.decode import otlp
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 

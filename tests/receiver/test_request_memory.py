@@ -13,8 +13,8 @@ from pathlib import Path
 from service_harness import running_service
 from test_receivers import _raw_export
 
-from otel_eval import otlp
-from otel_eval.model import Span
+from otel_eval.base.model import Span
+from otel_eval.decode import otlp
 
 BIG = 4 * 1024 * 1024
 REQUESTS = 25

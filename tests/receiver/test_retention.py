@@ -6,7 +6,7 @@ from pathlib import Path
 
 from service_harness import Harness, running_service
 
-from otel_eval import model
+from otel_eval.base import model
 
 DAY_NS = 86400 * 10**9
 

@@ -23,10 +23,10 @@ from service_harness import Harness, running_service
 from test_receivers import emit_agent_run
 from tls_certs import TestCA
 
-from otel_eval.config import Config, ConfigError, TlsServerConfig, replace
-from otel_eval.receiver import security
-from otel_eval.receiver.security import BearerAuth
-from otel_eval.service import Service
+from otel_eval.app.config import Config, ConfigError, TlsServerConfig, replace
+from otel_eval.app.service import Service
+from otel_eval.receive import security
+from otel_eval.receive.security import BearerAuth
 
 TOKEN = "s3cret-agents-token"
 READ, WRITE = "r34d-token", "wr1te-token"
@@ -233,7 +233,7 @@ def test_tokens_compare_in_constant_time_against_every_token(
 
 
 def test_tokens_stay_out_of_repr_and_the_config_reference(tmp_path: Path) -> None:
-    from otel_eval.configdoc import reference
+    from otel_eval.app.configdoc import reference
     cfg = _config(**{"receiver.bearer_tokens": {"agents": TOKEN},
                      "admin.write_tokens": {"w": WRITE}})
     assert TOKEN not in repr(cfg) and WRITE not in repr(cfg)
@@ -242,7 +242,7 @@ def test_tokens_stay_out_of_repr_and_the_config_reference(tmp_path: Path) -> Non
 
 
 def test_tokens_and_certificates_come_from_the_environment(tmp_path: Path, pki: Pki) -> None:
-    from otel_eval.config import load_config
+    from otel_eval.app.config import load_config
     path = tmp_path / "c.yaml"
     path.write_text("receiver:\n  bearer_tokens: {agents: '${OTLP_TOKEN}'}\n"
                     "  tls: {cert_file: '${CERTS}/one-server.pem', "

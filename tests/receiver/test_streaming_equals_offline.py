@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from service_harness import running_service
 
-from otel_eval import otlp
-from otel_eval.config import Config
-from otel_eval.evaluator import Evaluator
-from otel_eval.loaders import load_path
-from otel_eval.model import Trace
-from otel_eval.replay import replay
+from otel_eval.app.config import Config
+from otel_eval.app.replay import replay
+from otel_eval.base.model import Trace
+from otel_eval.decode import otlp
+from otel_eval.evaluate.evaluator import Evaluator
+from otel_eval.receive.loaders import load_path
 
 
 def _files(datasets: Path) -> list[Path]:

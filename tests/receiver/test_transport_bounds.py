@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from service_harness import Harness, running_service
 
-from otel_eval import otlp
-from otel_eval.model import Span
-from otel_eval.receiver.body import loads_bounded
+from otel_eval.base.model import Span
+from otel_eval.decode import otlp
+from otel_eval.decode.body import loads_bounded
 
 LIMIT = 256 * 1024
 
@@ -227,7 +227,7 @@ def test_http_servers_listen_with_a_real_backlog(h: Harness) -> None:
 
 def test_connections_are_capped_and_idle_ones_closed(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from otel_eval.receiver import http
+    from otel_eval.receive import http
     monkeypatch.setattr(http._Server, "max_connections", 2)
     monkeypatch.setattr(http._Server, "idle_timeout_s", 3.0)
     with running_service(tmp_path) as harness:

@@ -28,15 +28,15 @@ from prometheus_client import CollectorRegistry
 from service_harness import Harness, ManualClock, running_service
 from test_receivers import _raw_export
 
-from otel_eval import otlp
-from otel_eval.config import Config, replace
-from otel_eval.evaluator import Evaluator
-from otel_eval.model import Span, Trace
-from otel_eval.service import Service
+from otel_eval.app import worker as child
+from otel_eval.app.config import Config, replace
+from otel_eval.app.service import Service
+from otel_eval.app.workers import WorkerPool
+from otel_eval.base.model import Span, Trace
+from otel_eval.decode import otlp
+from otel_eval.evaluate.evaluator import Evaluator
+from otel_eval.evaluate.stage import InProcess, evaluate_and_store
 from otel_eval.store import Store
-from otel_eval.workers import child
-from otel_eval.workers.pool import WorkerPool
-from otel_eval.workers.stage import InProcess, evaluate_and_store
 
 SPANS = 3  # per trace: a root and two children, all ended
 
@@ -218,7 +218,7 @@ def test_what_travels_to_and_from_a_worker_arrives_whole(datasets: Path) -> None
     """Traces go as packed tuples, evaluations come back through multiprocessing's pickler
     rebuilt by their constructors: the worker's evaluation equals the one made here, and a
     lean one keeps what the metrics read."""
-    from otel_eval.loaders import load_path
+    from otel_eval.receive.loaders import load_path
 
     evaluator = Evaluator(Config())
     path = sorted((datasets / "trail" / "GAIA" / "traces").glob("*.json.gz"))[0]

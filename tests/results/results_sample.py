@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from otel_eval import model
+from otel_eval.base import model
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 ROOT, LLM, TOOL = "00f067aa0ba902b7", "1111111111111111", "2222222222222222"

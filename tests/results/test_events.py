@@ -9,10 +9,10 @@ from opentelemetry.proto.logs.v1 import logs_pb2
 from results_downstream import Downstream
 from results_sample import LLM, ROOT, TOOL, TRACE_ID, evaluation, trace
 
-from otel_eval.metrics import Metrics
-from otel_eval.otlp import attributes_to_dict
-from otel_eval.results.config import ExportConfig
-from otel_eval.results.events import EVENT_NAME, EvaluationEvents
+from otel_eval.decode.otlp import attributes_to_dict
+from otel_eval.outputs.config import ExportConfig
+from otel_eval.outputs.events import EVENT_NAME, EvaluationEvents
+from otel_eval.telemetry.metrics import Metrics
 
 
 def _config(ds: Downstream, **kw: Any) -> ExportConfig:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from otel_eval.config import ConfigError, ExportConfig, build, load_config
+from otel_eval.app.config import ConfigError, ExportConfig, build, load_config
 
 
 def test_defaults_are_off() -> None:

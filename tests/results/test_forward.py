@@ -10,10 +10,10 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 from results_downstream import Downstream
 from results_sample import LLM, ROOT, TOOL, evaluation, trace
 
-from otel_eval.metrics import Metrics
-from otel_eval.otlp import attributes_to_dict
-from otel_eval.results.config import ExportConfig
-from otel_eval.results.forward import Forwarder
+from otel_eval.decode.otlp import attributes_to_dict
+from otel_eval.outputs.config import ExportConfig
+from otel_eval.outputs.forward import Forwarder
+from otel_eval.telemetry.metrics import Metrics
 
 
 def _config(ds: Downstream | None, **kw: Any) -> ExportConfig:

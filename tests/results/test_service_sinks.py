@@ -13,8 +13,8 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from results_downstream import Downstream
 from results_sample import ROOT, TRACE_ID, trace
 
-from otel_eval.otlp import attributes_to_dict, encode_spans
-from otel_eval.results.events import EVENT_NAME
+from otel_eval.decode.otlp import attributes_to_dict, encode_spans
+from otel_eval.outputs.events import EVENT_NAME
 
 
 def _free_port() -> int:
@@ -37,7 +37,8 @@ def test_serve_forwards_stamped_spans_and_emits_events(downstream: Downstream,
     endpoint = f"127.0.0.1:{downstream.port}"
     with (tmp_path / "serve.log").open("w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "otel_eval.cli", "serve", "--config", str(tmp_path / "c.yaml"),
+            [sys.executable, "-m", "otel_eval.app.cli", "serve", "--config",
+             str(tmp_path / "c.yaml"),
              "--grpc-endpoint", f"127.0.0.1:{grpc_port}",
              "--http-endpoint", f"127.0.0.1:{_free_port()}",
              "--admin-endpoint", f"127.0.0.1:{_free_port()}", "--store",

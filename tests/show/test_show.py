@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from otel_eval.cli import main
-from otel_eval.config import Config
-from otel_eval.offline import EvalRun
-from otel_eval.show import render_text
+from otel_eval.app.cli import main
+from otel_eval.app.config import Config
+from otel_eval.app.offline import EvalRun
+from otel_eval.app.show import render_text
+from otel_eval.outputs.ui.run import tree
 from otel_eval.store import Store
-from otel_eval.ui.run import tree
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "detectors"
 TRACE = DATA / "guide_lucky_recovery.otlp.json"
@@ -157,8 +157,8 @@ def _hostile_body() -> dict[str, Any]:
 
 
 def test_show_escapes_terminal_sequences_folds_values_and_marks_calls_never_run() -> None:
-    from otel_eval.judge.config import RedactionConfig
-    from otel_eval.judge.redact import Redactor
+    from otel_eval.evaluate.judge.config import RedactionConfig
+    from otel_eval.evaluate.judge.redact import Redactor
 
     text = render_text(tree(_hostile_body()), width=60,
                        redact=Redactor(RedactionConfig()).redact)

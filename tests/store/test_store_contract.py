@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from otel_eval import model
-from otel_eval.config import Config
-from otel_eval.evaluator import Evaluator
-from otel_eval.issues.catalogue import Catalogue, StoredIssue
-from otel_eval.query import Cursor, EvaluationQuery
+from otel_eval.app.config import Config
+from otel_eval.base import model
+from otel_eval.evaluate.evaluator import Evaluator
+from otel_eval.outputs.issues.catalogue import Catalogue, StoredIssue
 from otel_eval.store import EvaluationStore, open_store
 from otel_eval.store.migrations import LATEST, SchemaError
+from otel_eval.store.query import Cursor, EvaluationQuery
 
 T0 = 1_764_547_200 * 10**9
 JUDGE = {"judges": {}, "overall": {"status": "ok", "process_score": 0.9}}

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from service_harness import Harness, running_service
 
-from otel_eval import model
-from otel_eval.query import EvaluationQuery, QueryError, parse_time
+from otel_eval.base import model
 from otel_eval.store import Store
+from otel_eval.store.query import EvaluationQuery, QueryError, parse_time
 
 T0 = 1_764_547_200 * 10**9  # 2025-12-01T00:00:00Z
 

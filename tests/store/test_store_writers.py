@@ -9,11 +9,11 @@ from typing import Any
 
 from service_harness import running_service
 
-from otel_eval import model
-from otel_eval.config import Config
-from otel_eval.evaluator import Evaluator
-from otel_eval.query import EvaluationQuery
+from otel_eval.app.config import Config
+from otel_eval.base import model
+from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.store import Store
+from otel_eval.store.query import EvaluationQuery
 
 JUDGE = {"judges": {}, "overall": {"status": "ok", "process_score": 0.9}}
 

@@ -11,19 +11,19 @@ from pathlib import Path
 import pytest
 from trajectory_factory import span, trace
 
-from otel_eval.config import TrajectoryConfig
-from otel_eval.conventions.code_actions import (
+from otel_eval.app.config import TrajectoryConfig
+from otel_eval.base.model import Span, Trace
+from otel_eval.evaluate.conventions.code_actions import (
     MAX_CALLS,
     MAX_CODE_CHARS,
     code_blocks,
     last_message_text,
     python_calls,
 )
-from otel_eval.conventions.shell import MAX_COMMAND_CHARS, shell_commands
-from otel_eval.detectors import Detectors, DetectorsConfig
-from otel_eval.loaders import load_file, load_path
-from otel_eval.model import Span, Trace
-from otel_eval.trajectory import build_trajectory
+from otel_eval.evaluate.conventions.shell import MAX_COMMAND_CHARS, shell_commands
+from otel_eval.evaluate.detectors import Detectors, DetectorsConfig
+from otel_eval.evaluate.trajectory import build_trajectory
+from otel_eval.receive.loaders import load_file, load_path
 
 CFG = TrajectoryConfig()
 KNOWN = {"get_weather", "final_answer", "search_agent"}
@@ -331,7 +331,7 @@ def test_shell_fast_path_splits_as_shlex_does() -> None:
     import random
     import shlex
 
-    from otel_eval.conventions import shell
+    from otel_eval.evaluate.conventions import shell
 
     def lexed(text: str) -> object:
         lexer = shlex.shlex(text, posix=True, punctuation_chars=";&|<>\n")

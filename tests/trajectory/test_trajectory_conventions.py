@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from trajectory_factory import span, trace
 
-from otel_eval.config import TrajectoryConfig
-from otel_eval.conventions import classify, describe, dominant
-from otel_eval.model import SpanEvent, Step
-from otel_eval.trajectory import build_trajectory
+from otel_eval.app.config import TrajectoryConfig
+from otel_eval.base.model import SpanEvent, Step
+from otel_eval.evaluate.conventions import classify, describe, dominant
+from otel_eval.evaluate.trajectory import build_trajectory
 
 OUT_TOOL_CALL = json.dumps([{"role": "assistant", "finish_reason": "tool_call", "parts": [
     {"type": "text", "content": "checking"},

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from otel_eval.config import TrajectoryConfig
-from otel_eval.loaders import load_file, load_path
-from otel_eval.trajectory import build_trajectory
+from otel_eval.app.config import TrajectoryConfig
+from otel_eval.evaluate.trajectory import build_trajectory
+from otel_eval.receive.loaders import load_file, load_path
 
 CFG = TrajectoryConfig()
 

@@ -9,9 +9,9 @@ import json
 import pytest
 from trajectory_factory import TRACE_ID, sid, span, trace
 
-from otel_eval.config import TrajectoryConfig
-from otel_eval.model import LogEvent, Span, local_root
-from otel_eval.trajectory import build_trajectory
+from otel_eval.app.config import TrajectoryConfig
+from otel_eval.base.model import LogEvent, Span, local_root
+from otel_eval.evaluate.trajectory import build_trajectory
 
 CFG = TrajectoryConfig()
 AGENT = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "weather"}

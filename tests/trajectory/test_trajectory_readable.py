@@ -8,9 +8,9 @@ import json
 
 from trajectory_factory import span, trace
 
-from otel_eval.config import TrajectoryConfig
-from otel_eval.model import CONTENT_CHARS, Evaluation
-from otel_eval.trajectory import build_trajectory
+from otel_eval.app.config import TrajectoryConfig
+from otel_eval.base.model import CONTENT_CHARS, Evaluation
+from otel_eval.evaluate.trajectory import build_trajectory
 
 CFG = TrajectoryConfig()
 AGENT = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a"}

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from otel_eval.conventions import responses
-from otel_eval.conventions.responses import LOOKAHEAD, ToolResponses
-from otel_eval.model import Step
+from otel_eval.base.model import Step
+from otel_eval.evaluate.conventions import responses
+from otel_eval.evaluate.conventions.responses import LOOKAHEAD, ToolResponses
 
 
 def llm(input_messages: Any, node: str | None = "a") -> Step:

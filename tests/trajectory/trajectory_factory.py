@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from otel_eval.model import Span, SpanEvent, Trace
+from otel_eval.base.model import Span, SpanEvent, Trace
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 

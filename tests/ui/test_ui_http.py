@@ -7,9 +7,9 @@ import pytest
 from hostile import TRACE_ID as HOSTILE_ID
 from ui_server import GUIDE_ID, admin, get
 
-from otel_eval.config import AdminConfig
+from otel_eval.app.config import AdminConfig
+from otel_eval.outputs.ui.html import CSP
 from otel_eval.store import Store
-from otel_eval.ui.html import CSP
 
 PAGES = ("/ui/", f"/ui/runs/{GUIDE_ID}", "/ui/issues", f"/ui/runs/{GUIDE_ID}/steps/4")
 

@@ -14,12 +14,12 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from otel_eval.admin import AdminApi, AdminServer
-from otel_eval.config import AdminConfig, Config
-from otel_eval.judge.config import RedactionConfig
-from otel_eval.judge.redact import Redactor
-from otel_eval.model import Evaluation
-from otel_eval.offline import EvalRun
+from otel_eval.app.admin import AdminApi, AdminServer
+from otel_eval.app.config import AdminConfig, Config
+from otel_eval.app.offline import EvalRun
+from otel_eval.base.model import Evaluation
+from otel_eval.evaluate.judge.config import RedactionConfig
+from otel_eval.evaluate.judge.redact import Redactor
 from otel_eval.store import Store
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "detectors"

@@ -1,0 +1,248 @@
+"""The admin endpoint: ``/metrics``, health, and the results API.
+
+    GET  /metrics                       Prometheus text, or OpenMetrics (with exemplars) when
+                                        the scraper asks for it in Accept
+    GET  /healthz                       200 while every stage is alive (liveness)
+    GET  /readyz                        200 once receivers listen and until shutdown begins
+    GET  /v1/evaluations?service=&agent=&task_id=&status=&passed=&detector=&since=&until=
+                        &limit=&cursor=
+                                        newest first, the per-trace JSON objects, one page:
+                                        {"evaluations": [...], "next_cursor": ... | null};
+                                        a bad parameter is a 400 naming it (otel_eval.store.query)
+    GET  /v1/evaluations/{trace_id}     one object, 404 if unknown
+    POST /v1/feedback                   {"trace_id", "outcome"}: records a known outcome and
+                                        re-judges the stored verdict (lucky passes)
+    GET  /v1/issues                     recurring issues (when the clustering stage runs)
+    GET  /ui/...                        the web view (``otel_eval.outputs.ui.routes``): runs, one run,
+                                        issues; HTML under a strict Content-Security-Policy
+
+With ``admin.read_tokens`` / ``write_tokens`` set, every path but ``admin.public_paths``
+needs ``Authorization: Bearer <token>``: a read or write token for GET, a write token for
+POST (401 without a known token, 403 for a read token on a write). A browser on ``/ui/`` may
+send the token as the password of HTTP Basic authentication (any user name): a 401 there
+asks for it with ``WWW-Authenticate: Basic``. TLS (and mTLS) from
+``admin.tls``, as on the receivers.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from prometheus_client import CollectorRegistry
+
+from otel_eval.app.config import AdminConfig
+from otel_eval.decode.body import BodyError, loads_bounded, read_body
+from otel_eval.outputs.ui.routes import Sources
+from otel_eval.outputs.ui.routes import handle as ui_handle
+from otel_eval.outputs.ui.text import Redact
+from otel_eval.receive.http import serve_http
+from otel_eval.receive.security import BearerAuth, TlsFiles
+from otel_eval.store.query import EvaluationQuery, Page, QueryError
+from otel_eval.telemetry.metrics import render
+
+log = logging.getLogger(__name__)
+
+_TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
+# Largest feedback body, bytes: it holds a trace id and an outcome.
+MAX_FEEDBACK_BYTES = 1 << 20
+
+
+@dataclass
+class AdminApi:
+    """What the admin endpoint reads; the service fills it in."""
+
+    registry: CollectorRegistry
+    query: Callable[[EvaluationQuery], Page]
+    get: Callable[[str], dict[str, Any] | None]
+    feedback: Callable[[str, str], dict[str, Any] | None]  # -> updated evaluation or None
+    healthy: Callable[[], bool]
+    ready: Callable[[], bool]
+    issues: Callable[[], dict[str, Any] | None] = lambda: None
+    refused: Callable[[str, str], None] = lambda _protocol, _reason: None  # counts refusals
+    redact: Redact = None  # the judge's redaction, applied to what the web view shows
+    trace_url: str = ""  # admin.trace_url: the trace backend's page of a trace
+
+
+def _is_ui(path: str) -> bool:
+    return path == "/ui" or path.startswith("/ui/")
+
+
+def basic_as_bearer(authorization: str | None) -> str | None:
+    """``Basic base64(user:token)`` as ``Bearer token`` (a browser's way to send a token)."""
+    scheme, _, encoded = (authorization or "").strip().partition(" ")
+    if scheme.lower() != "basic":
+        return authorization
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return "Bearer " + decoded.partition(":")[2]
+
+
+class AdminAuth:
+    """Who may do what on the admin endpoint (``admin.read_tokens`` / ``write_tokens``)."""
+
+    def __init__(self, config: AdminConfig) -> None:
+        self.readers = BearerAuth({**config.read_tokens, **config.write_tokens})
+        self.writers = BearerAuth(config.write_tokens)
+        self.public = frozenset(p.rstrip("/") or "/" for p in config.public_paths)
+
+    @property
+    def enabled(self) -> bool:
+        return self.readers.enabled
+
+    def check(self, path: str, authorization: str | None, write: bool) -> tuple[int, str]:
+        """(0, sender) when allowed, else (401 or 403, why)."""
+        if not self.enabled or (path in self.public and not write):
+            return 0, ""
+        reader = self.readers.identify(authorization)
+        if reader is None:
+            return 401, "missing or unknown bearer token"
+        if not write:
+            return 0, reader
+        writer = self.writers.identify(authorization) if self.writers.enabled else None
+        return (0, writer) if writer is not None else (403, "this token may not write")
+
+
+def make_handler(api: AdminApi, auth: AdminAuth | None = None) -> type[BaseHTTPRequestHandler]:
+    access = auth or AdminAuth(AdminConfig())
+    sources = Sources(api.query, api.get, api.issues, api.redact, api.trace_url)
+
+    class AdminHandler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = "otel-eval"
+
+        def log_message(self, format: str, *args: object) -> None:
+            log.debug("admin: " + format, *args)
+
+        def _allowed(self, path: str, write: bool) -> bool:
+            authorization = self.headers.get("Authorization")
+            ui = _is_ui(path) and not write
+            status, why = access.check(path, basic_as_bearer(authorization) if ui
+                                       else authorization, write)
+            if status:
+                api.refused("admin", "unauthenticated" if status == 401 else "forbidden")
+                self.close_connection = True  # a body, if any, was not read
+                scheme = 'Basic realm="otel-eval", charset="UTF-8"' if ui else \
+                    'Bearer realm="otel-eval"'
+                self._json(status, {"error": why}, {"WWW-Authenticate": scheme})
+            return not status
+
+        def do_GET(self) -> None:
+            url = urlsplit(self.path)
+            path = url.path.rstrip("/") or "/"
+            if not self._allowed(path, write=False):
+                return
+            if path == "/metrics":
+                data, ctype = render(api.registry, self.headers.get("Accept"))
+                self._send(200, data, ctype)
+            elif path in ("/healthz", "/readyz"):
+                ok = api.healthy() if path == "/healthz" else api.ready()
+                self._json(200 if ok else 503, {"status": "ok" if ok else "unavailable"})
+            elif path == "/v1/evaluations":
+                try:
+                    query = EvaluationQuery.from_params(
+                        parse_qs(url.query, keep_blank_values=True))
+                except QueryError as e:
+                    self._json(400, {"error": str(e), "parameter": e.param})
+                else:
+                    self._json(200, api.query(query).to_json())
+            elif path.startswith("/v1/evaluations/"):
+                trace_id = path.rsplit("/", 1)[1].lower()
+                body = api.get(trace_id) if _TRACE_ID.match(trace_id) else None
+                self._json(200, body) if body else self._error(404, "no evaluation for "
+                                                                    f"trace {trace_id!r}")
+            elif _is_ui(path):
+                code, headers, data = ui_handle(sources, url.path, url.query)
+                self._send(code, data, headers.pop("Content-Type"), headers)
+            elif path == "/v1/issues":
+                issues = api.issues()
+                self._json(200, issues) if issues is not None else self._error(
+                    404, "issue clustering is not enabled (issues.interval_s)")
+            else:
+                self._error(404, f"unknown path {url.path!r}")
+
+        def do_POST(self) -> None:
+            path = urlsplit(self.path).path.rstrip("/") or "/"
+            if not self._allowed(path, write=True):
+                return
+            if path != "/v1/feedback":
+                self.close_connection = True
+                self._error(404, f"unknown path {self.path!r}")
+                return
+            try:
+                raw = read_body(self, MAX_FEEDBACK_BYTES)
+            except BodyError as e:
+                self.close_connection = True  # what was not read must not become a request
+                self._error(e.status, str(e))
+                return
+            try:
+                body = loads_bounded(raw or b"null", max_depth=8)
+                trace_id, outcome = str(body["trace_id"]).lower(), body["outcome"]
+            except (ValueError, KeyError, TypeError) as e:
+                why = f" ({e})" if isinstance(e, ValueError) else ""
+                self._error(400, 'expected JSON {"trace_id": "<32 hex>", "outcome": ...}' + why)
+                return
+            if not _TRACE_ID.match(trace_id):
+                self._error(400, f"trace_id must be 32 hex digits, got {trace_id!r}")
+                return
+            try:
+                updated = api.feedback(trace_id, outcome)
+            except ValueError as e:
+                self._error(400, str(e))
+                return
+            self._json(200, updated) if updated else self._error(
+                404, f"no evaluation for trace {trace_id!r}: feedback is taken once the trace "
+                "is evaluated (nothing recorded)")
+
+        def _error(self, code: int, message: str) -> None:
+            self._json(code, {"error": message})
+
+        def _json(self, code: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+            self._send(code, json.dumps(obj).encode(), "application/json", headers)
+
+        def _send(self, code: int, data: bytes, ctype: str,
+                  headers: dict[str, str] | None = None) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+
+    return AdminHandler
+
+
+class AdminServer:
+    def __init__(self, endpoint: str, api: AdminApi, config: AdminConfig | None = None) -> None:
+        self.endpoint = endpoint
+        self.api = api
+        self.config = config or AdminConfig(endpoint=endpoint)
+        self._server: ThreadingHTTPServer | None = None
+        self.port = 0
+
+    def start(self) -> None:
+        tls = TlsFiles(self.config.tls, "admin") if self.config.tls.enabled else None
+        self._server, _ = serve_http(self.endpoint,
+                                     make_handler(self.api, AdminAuth(self.config)),
+                                     "otel-eval-admin", tls)
+        self.port = self._server.server_address[1]
+        log.info("admin endpoint listening on %s (port %d)", self.endpoint, self.port)
+
+    def shutdown(self, deadline_s: float) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()

@@ -1,0 +1,137 @@
+"""``otel-eval issues PATH...``: recurring issues of files, in one offline run.
+
+    PATH (file or directory) -> per file: evaluation objects (``eval --format jsonl`` output,
+      or a JSON list of them) as they are, or trace files -> loaders -> Evaluator (what
+      ``eval`` runs) -> to_json -> issues_offline (in-memory catalogue) -> table | JSON
+
+``--format json`` prints the ``GET /v1/issues`` object plus ``assignments`` (trace id, span
+id, issue id for every critique and finding). A file that cannot be read is an error (exit
+2, the message names it): issues over part of the input would silently change the shares.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+import zlib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from otel_eval.app.config import Config, ConfigError
+
+if TYPE_CHECKING:
+    from otel_eval.app.offline import EvalRun
+    from otel_eval.outputs.issues.result import IssuesResult
+
+_TRACE_KEYS = ("spans", "resourceSpans", "resource_spans")  # trace formats, not evaluations
+_TITLE_CHARS = 60
+
+
+def is_evaluation(obj: object) -> bool:
+    """A v1 evaluation object (not a trace: TRAIL span trees also carry ``trace_id``)."""
+    return (isinstance(obj, Mapping) and isinstance(obj.get("trace_id"), str)
+            and any(k in obj for k in ("findings", "judge", "verdict"))
+            and not any(k in obj for k in _TRACE_KEYS))
+
+
+def _first_line(path: Path) -> bytes:
+    """The first line, gunzipped by magic as the loaders do (eval output can be huge: the
+    whole file is read only when its first line is not a whole JSON object)."""
+    with path.open("rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    with (gzip.open(path, "rb") if gz else path.open("rb")) as f:
+        line: bytes = f.readline()
+    return line.removeprefix(b"\xef\xbb\xbf").strip()
+
+
+def is_evaluation_file(path: Path) -> bool:
+    """Whether ``path`` holds evaluation objects (JSON lines, one object, or a list).
+    Unreadable files are not: the trace loaders then report them."""
+    from otel_eval.receive.loaders.files import LoaderError, read_bytes
+
+    try:
+        first = _first_line(path)
+        if first[:1] not in (b"{", b"["):
+            return False  # OTLP protobuf, or not JSON
+        try:
+            obj = json.loads(first)
+        except ValueError:  # not one line: a JSON document
+            obj = json.loads(read_bytes(path))
+    except (OSError, EOFError, zlib.error, LoaderError, ValueError, RecursionError):
+        return False
+    if isinstance(obj, list):
+        obj = next((o for o in obj if isinstance(o, dict)), None)
+    return is_evaluation(obj)
+
+
+def evaluations(paths: list[str], cfg: Config, run: EvalRun) -> Iterator[dict[str, Any]]:
+    """Evaluation objects of every file under ``paths`` (trace files through ``run``, the
+    offline engine ``eval`` runs, judge included); raises LoaderError / EvaluationFileError
+    naming the file that cannot be read."""
+    from otel_eval.outputs.issues.files import read_evaluations
+    from otel_eval.receive.loaders import iter_files, load_file
+
+    for raw in paths:
+        if not Path(raw).exists():
+            raise FileNotFoundError(f"{raw}: no such file or directory")
+        for path in iter_files(raw):
+            if is_evaluation_file(path):
+                yield from read_evaluations([path])
+                continue
+            traces = load_file(path, config=cfg.trajectory)
+            for evaluation in run.judged(run.evaluator.evaluate(t) for t in traces):
+                yield evaluation.to_json()
+
+
+def cmd_issues(args: argparse.Namespace, run: EvalRun, out: TextIO) -> int:
+    from otel_eval.evaluate.judge.namer import judge_namer
+    from otel_eval.evaluate.judge.synthesizer import judge_synthesizer
+    from otel_eval.outputs.issues.files import EvaluationFileError
+    from otel_eval.outputs.issues.result import to_json
+    from otel_eval.outputs.issues.tracker import issues_offline
+    from otel_eval.receive.loaders import LoaderError
+
+    try:
+        cfg = run.cfg
+        result = issues_offline(evaluations(list(args.paths), cfg, run), cfg.issues,
+                                namer=judge_namer(cfg.judge),
+                                synthesizer=judge_synthesizer(cfg.judge))
+    except ConfigError as e:
+        print(f"otel-eval: {e}", file=sys.stderr)
+        return 2
+    except (LoaderError, EvaluationFileError, OSError, UnicodeDecodeError) as e:
+        print(f"otel-eval issues: {e}", file=sys.stderr)
+        return 2
+    if args.format == "json":
+        json.dump(to_json(result), out, indent=2)
+        out.write("\n")
+    else:
+        print_table(result, out)
+    return 0
+
+
+def _percent(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "new"
+    return f"{value * 100:+.1f}%" if signed else f"{value * 100:.1f}%"
+
+
+def print_table(result: IssuesResult, out: TextIO) -> None:
+    head = ("level", "node", "id", "share", "trend", "exemplar", "title")
+    lines = [head]
+    for i in result.issues:
+        title = i.title if len(i.title) <= _TITLE_CHARS else i.title[: _TITLE_CHARS - 1] + "…"
+        lines.append((i.level, i.node or "-", i.issue_id, _percent(i.share),
+                      _percent(i.trend, signed=True), i.exemplars[0] if i.exemplars else "-",
+                      title))
+    widths = [max(len(r[c]) for r in lines) for c in range(len(head) - 1)]
+    for r in lines:
+        out.write("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  "
+                  + r[-1] + "\n")
+    unassigned = sum(1 for a in result.assignments if a.issue_id is None)
+    out.write(f"\n{len(result.issues)} issues from {result.critiques} critiques in "
+              f"{result.traces} traces ({unassigned} critiques in no issue, "
+              f"{result.skipped} skipped)\n")

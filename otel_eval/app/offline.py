@@ -1,0 +1,106 @@
+"""Stage wiring for files: the offline engine shared by ``eval``, ``issues``, ``show`` and the
+benches (the CLI only parses arguments and prints).
+
+    paths -> loaders (spans regrouped by the assembler, released at end of file)
+      -> Evaluator (trajectory, detectors, verdict: what ``serve`` runs per trace)
+      -> judge (when configured; in input order, ``judge.offline``)
+      -> prediction again with the judge's scores (when a model is set) -> evaluations
+
+A file that cannot be read is reported on stderr and counted (``failed_files``); the run goes
+on with the next one.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, TextIO
+
+from otel_eval.app.config import Config
+from otel_eval.evaluate.evaluator import Evaluator
+
+if TYPE_CHECKING:
+    from otel_eval.base.model import Evaluation, Trace
+    from otel_eval.evaluate.judge.offline import Spend
+
+
+def _progress(items: Iterable[Any], stream: TextIO) -> Iterator[Any]:
+    if not stream.isatty():
+        yield from items
+        return
+    from tqdm import tqdm
+    yield from tqdm(items, unit=" traces", file=stream)
+
+
+class EvalRun:
+    """Load, build the trajectory, run the detectors, then the judge when one is configured."""
+
+    def __init__(self, cfg: Config, paths: Sequence[str] = (), *,
+                 budget_overrides: Mapping[str, float] | None = None,
+                 references_path: str | None = None,
+                 max_cost_usd: float | None = None) -> None:
+        self.cfg = cfg
+        self.paths = list(paths)
+        self.max_cost_usd = max_cost_usd  # stop judging once the judge has spent this much
+        self.evaluator = Evaluator(cfg, budget_overrides=dict(budget_overrides or {}),
+                                   references_path=references_path)
+        self.failed_files = 0
+        self.spend: Spend | None = None
+
+    def traces(self) -> Iterator[Trace]:
+        from otel_eval.receive.loaders import LoaderError, load_path
+
+        for path in self.paths:
+            try:
+                yield from load_path(path, config=self.cfg.trajectory)
+            except (LoaderError, OSError) as e:
+                self.failed_files += 1
+                print(f"otel-eval: {e}", file=sys.stderr)
+
+    def evaluations(self) -> Iterator[Evaluation]:
+        return self.judged(self._evaluated(_progress(self.traces(), sys.stderr)))
+
+    def _evaluated(self, traces: Iterable[Trace]) -> Iterator[Evaluation]:
+        """Each trace evaluated in input order, the runs no span named given the agent that
+        the same service's earlier runs show (an in-memory agent history, as serve's store
+        keeps: ``otel_eval.evaluate.agent_inference``)."""
+        from otel_eval.evaluate.agent_inference import learned
+        from otel_eval.store import SqliteStore
+
+        history = SqliteStore(":memory:")
+        try:
+            for trace in traces:
+                ev = self.evaluator.evaluate(trace, history=history)
+                history.remember_agents(learned([ev]))
+                yield ev
+        finally:
+            history.close()
+
+    def judged(self, out: Iterator[Evaluation]) -> Iterator[Evaluation]:
+        """``out`` through the judge when one is configured (else unchanged). A judge that
+        cannot run (a missing key) raises ``ConfigError`` here, before any output."""
+        jc = self.cfg.judge
+        if not jc.active:
+            return out
+        from otel_eval.evaluate.judge.client import check_credentials
+        from otel_eval.evaluate.judge.judge import Judge
+        from otel_eval.evaluate.judge.offline import Spend, judged
+
+        check_credentials(jc)
+        if self.max_cost_usd is not None:  # the explicit cap replaces the hourly budget
+            jc = replace(jc, max_cost_usd_per_hour=0.0)
+        self.spend = Spend()
+        done = judged(out, Judge(jc), self.spend, self.max_cost_usd)
+        return done if self.evaluator.predictor is None else self._repredicted(done)
+
+    def _repredicted(self, out: Iterator[Evaluation]) -> Iterator[Evaluation]:
+        """Predictions again once the judge's scores are in (features read them)."""
+        assert self.evaluator.predictor is not None
+        for ev in out:
+            if ev.prediction is not None:
+                ev.prediction = self.evaluator.predictor.predict(ev)
+            yield ev
+
+    def cost_line(self) -> str | None:
+        return None if self.spend is None else self.spend.line(self.cfg.judge.model)

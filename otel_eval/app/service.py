@@ -1,0 +1,368 @@
+"""``otel-eval serve``: wires the stages and owns their lifecycle.
+
+    OTLP/gRPC :4317 ─┐
+    OTLP/HTTP :4318 ─┼─> Ingest -> Engine [spool -> assembly -> evaluate -> store] -> sinks
+    Kafka consumer  ─┘                      (evaluate -> store: in N worker processes with
+                                            evaluation.workers > 1, by trace id)
+                                           sinks: judge, events, forward, Kafka results topic
+    admin :8888 <- /metrics, /healthz, /readyz, /v1/evaluations, /v1/feedback, /v1/issues
+
+With ``kafka.publish`` the receivers' Ingest feeds a ``PublishingEngine`` (records to the
+topic) instead. The async stages (judge, Kafka) share one event loop thread (``aio``).
+
+Lifecycle (``otel_eval.app.lifecycle``): every long-running part is a ``Component`` with
+``start()`` and ``shutdown(deadline_s)``; ``_lifecycle`` lists them in start order (store,
+spool, event loop, admin, issues job, retention, sinks, Kafka, engine, spool replay,
+receivers, readiness) and shutdown runs the list backwards with what is left of one deadline
+(SIGTERM / SIGINT; a second signal exits at once): receivers stop accepting, the engine
+releases every open trace and evaluates it, the Kafka consumer commits what got stored, the
+judge drains before the events it writes are flushed, the store closes last. Nothing
+acknowledged is lost; with the spool (default), not on kill -9 either (Kafka ingest: the topic
+and its committed offsets play that part).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from otel_eval.app.admin import AdminApi, AdminServer
+from otel_eval.app.config import Config, ConfigError, parse_endpoint
+from otel_eval.app.lifecycle import Lifecycle, OnLoop, Step
+from otel_eval.app.worker import WorkerSpec
+from otel_eval.app.workers import WorkerPool, available_cores
+from otel_eval.assemble.engine import Engine, Sink
+from otel_eval.assemble.spool import Spool
+from otel_eval.base.aio import LoopThread
+from otel_eval.evaluate.evaluator import Evaluator, normalize_outcome
+from otel_eval.evaluate.judge.redact import Redactor
+from otel_eval.evaluate.stage import InProcess, store_failed
+from otel_eval.receive.grpc import GrpcReceiver
+from otel_eval.receive.http import HttpReceiver
+from otel_eval.receive.ingest import Ingest
+from otel_eval.receive.security import exposure_problem, is_loopback
+from otel_eval.store import open_store
+from otel_eval.telemetry.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Options:
+    """What the command line adds to the config file."""
+
+    budget_overrides: Mapping[str, float] = field(default_factory=dict)
+    references_path: str | None = None
+
+
+class Service:
+    def __init__(self, config: Config, options: Options | None = None, *,
+                 registry: CollectorRegistry | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        check_exposure(config)
+        self.config = config
+        self.options = options or Options()
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.clock = clock
+        self.metrics = Metrics(self.registry, prediction=config.prediction)
+        self.store = open_store(config.store.target)
+        self.evaluator = Evaluator(config, budget_overrides=self.options.budget_overrides,
+                                   references_path=self.options.references_path)
+        kc = config.kafka
+        needs_loop = config.judge.active or kc.enabled
+        self.loop = LoopThread() if needs_loop else None  # started first, stopped last
+        self.sinks: list[Any] = self._make_sinks()
+        sc = config.store
+        spool_file = sc.spool_file()
+        self.spool = Spool(spool_file, sc.spool_max_bytes, self.metrics.spool,
+                           fsync=sc.spool_fsync) if spool_file else None
+        engine_sinks = [s for s in self.sinks if hasattr(s, "export")]
+        self.pool = self._make_pool(lean=not engine_sinks)
+        self.engine = Engine(self.evaluator, self.store, self.metrics, sinks=engine_sinks,
+                             clock=clock, spool=self.spool, stage=self.pool)
+        self.consumer: Any = None
+        self.publisher: Any = None
+        submitter: Any = self.engine
+        if kc.enabled and self.loop is not None:
+            if kc.publish:
+                from otel_eval.receive.kafka.frontend import PublishingEngine
+                from otel_eval.receive.kafka.publisher import KafkaPublisher
+                self.publisher = KafkaPublisher(kc, self.metrics.kafka)
+                submitter = PublishingEngine(self.publisher, self.loop)
+            else:
+                from otel_eval.receive.kafka.consumer import KafkaConsumerStage
+                self.consumer = KafkaConsumerStage(kc, self.engine, self.metrics.kafka)
+        ingest = Ingest(submitter, self.metrics)
+        self.issues = self._make_issues()
+        rc = config.receiver
+        self.grpc = GrpcReceiver(rc, ingest) if rc.grpc_endpoint else None
+        self.http = HttpReceiver(rc, ingest) if rc.http_endpoint else None
+        self.admin = AdminServer(config.admin.endpoint, AdminApi(
+            registry=self.registry, query=self.store.query, get=self.store.get,
+            feedback=self.feedback, healthy=lambda: self.healthy,
+            ready=lambda: self._ready,
+            issues=self.issues.latest_json if self.issues is not None else lambda: None,
+            refused=self.metrics.request_refused,
+            redact=Redactor(config.judge.redaction).redact,
+            trace_url=config.admin.trace_url), config.admin)
+        self._ready = False
+        self._stopped = threading.Event()
+        self._lifecycle_: Lifecycle | None = None
+
+    def _make_sinks(self) -> list[Sink]:
+        """Judge first: it drains before the events sink it writes to is flushed."""
+        sinks: list[Sink] = []
+        ec, jc, kc = self.config.export, self.config.judge, self.config.kafka
+        events = None
+        if ec.events_endpoint:
+            from otel_eval.outputs.events import EvaluationEvents
+            events = EvaluationEvents(ec, self.metrics)
+        if jc.active and self.loop is not None:
+            from otel_eval.evaluate.judge.stage import JudgeStage
+            sinks.append(JudgeStage(jc, self.loop, self.store, self.metrics, events,
+                                    cache_path=self.config.store.path))
+        if events is not None:
+            sinks.append(events)
+        if ec.forward_endpoint:
+            from otel_eval.outputs.forward import Forwarder
+            sinks.append(Forwarder(ec, self.metrics))
+        if kc.enabled and kc.results_topic and not kc.publish and self.loop is not None:
+            from otel_eval.outputs.kafka import ResultsPublisher
+            sinks.append(OnLoop(ResultsPublisher(kc, self.metrics.kafka), self.loop))
+        return sinks
+
+    def _make_pool(self, lean: bool) -> WorkerPool | None:
+        """Worker processes for evaluation when more than one is asked for (0: per core)."""
+        ec = self.config.evaluation
+        n = ec.workers or available_cores()
+        if n <= 1:
+            return None
+        spec = WorkerSpec(self.config, self.config.store.target,
+                          dict(self.options.budget_overrides), self.options.references_path,
+                          lean=lean, log_level=logging.getLogger().getEffectiveLevel())
+        evaluator, store = self.evaluator, self.store
+        return WorkerPool(n, spec, self.metrics.workers,
+                          lambda traces, e: store_failed(evaluator, store, traces, e),
+                          max_inflight=ec.max_inflight_traces_per_worker,
+                          max_attempts=ec.max_attempts,
+                          start_timeout_s=ec.worker_start_timeout_s)
+
+    def _start_pool(self) -> None:
+        """Start the workers; when they cannot start, evaluate in this process instead."""
+        assert self.pool is not None
+        try:
+            self.pool.start()
+        except Exception:
+            log.exception("evaluation workers could not start; evaluating in the serving "
+                          "process")
+            self.pool = None
+            self.engine.stage = InProcess(self.evaluator, self.store)
+
+    def _make_issues(self) -> Any:
+        """The periodic issue clustering over the stored window (``issues.interval_s``)."""
+        ic = self.config.issues
+        if ic.interval_s <= 0:
+            return None
+        from otel_eval.evaluate.judge.namer import judge_namer
+        from otel_eval.evaluate.judge.synthesizer import judge_synthesizer
+        from otel_eval.outputs.issues.grafana import GrafanaAnnotator
+        from otel_eval.outputs.issues.job import IssuesJob
+        grafana = GrafanaAnnotator(ic.grafana) if ic.grafana.url else None
+        store = self.store
+        return IssuesJob(ic, ic.store_path or self.config.store.target,
+                         lambda since_ns: store.since(since_ns), self.registry,
+                         annotator=grafana, namer=judge_namer(self.config.judge),
+                         synthesizer=judge_synthesizer(self.config.judge))
+
+    @property
+    def healthy(self) -> bool:
+        consumer_failed = self.consumer is not None and self.consumer.failure is not None
+        return self.engine.healthy and not consumer_failed
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def _lifecycle(self, worker: bool) -> Lifecycle:
+        """Every long-running part in start order; shutdown runs it backwards. Stopping in
+        reverse: receivers stop accepting; the engine releases every open trace and stores it
+        (the Kafka consumer, stopped after it, then commits all it took; records it takes
+        meanwhile are refused and replayed later); the judge drains before the events it
+        writes to are flushed; retention and the issues job stop; the admin endpoint answers
+        until the end; the store and spool close last."""
+        lc = Lifecycle()
+        lc.add("store", Step(shutdown=lambda _d: self.store.close()))
+        if self.spool is not None:
+            spool = self.spool
+            lc.add("spool", Step(shutdown=lambda _d: spool.close()))
+        if self.loop is not None:
+            lc.add("event loop", self.loop)
+        lc.add("admin", self.admin)
+        # Stopped after the engine, the consumer and the sinks: an issues run in progress
+        # must not eat the time they need to evaluate, commit and drain what they hold.
+        if self.issues is not None:
+            lc.add("issues job", self.issues, start=worker)
+        if worker:
+            lc.add("retention", Step(start=self._start_housekeeping,
+                                     shutdown=lambda _d: self._stopped.set()))
+        for sink in reversed(self.sinks):  # the judge (first sink) stops before the events
+            lc.add(type(getattr(sink, "part", sink)).__name__, sink)
+        if self.publisher is not None and self.loop is not None:
+            lc.add("kafka publisher", OnLoop(self.publisher, self.loop))
+        if self.consumer is not None and self.loop is not None:
+            lc.add("kafka consumer", OnLoop(self.consumer, self.loop))
+        if self.pool is not None:  # stopped after the engine drained into it
+            lc.add("evaluation workers", Step(
+                start=self._start_pool,
+                shutdown=lambda d: self.pool.shutdown(d) if self.pool is not None else None))
+        lc.add("engine", self.engine, start=worker)
+        if self.spool is not None:  # before the receivers: replayed spans come first
+            engine, spool = self.engine, self.spool
+
+            def replay() -> None:
+                spool.replay(
+                    lambda spans: engine.submit(spans, "otlp", replayed=True).accepted,
+                    lambda logs: engine.submit_logs(logs, "otlp", replayed=True).accepted)
+
+            lc.add("spool replay", Step(start=replay))
+        for name, receiver in (("otlp grpc", self.grpc), ("otlp http", self.http)):
+            if receiver is not None:
+                lc.add(name, receiver)
+        lc.add("readiness", Step(start=lambda: setattr(self, "_ready", True),
+                                 shutdown=lambda _d: setattr(self, "_ready", False)))
+        return lc
+
+    def start(self, worker: bool = True) -> None:
+        """``worker=False`` leaves ticking to the caller (tests drive ``engine.tick(now)``)."""
+        self._lifecycle_ = self._lifecycle(worker)
+        self._lifecycle_.start()
+        log.info("otel-eval serving (store %s)", self.store.location)
+
+    def shutdown(self, deadline_s: float = 30.0) -> None:
+        """Stop accepting, evaluate everything taken, flush sinks within the deadline: every
+        started part, last first, each with what is left of ``deadline_s``."""
+        lifecycle, self._lifecycle_ = self._lifecycle_, None
+        if self._stopped.is_set() and lifecycle is None:
+            return
+        if lifecycle is not None:
+            lifecycle.shutdown(deadline_s)
+        else:  # never started: close what the constructor opened
+            self.store.close()
+            if self.spool is not None:
+                self.spool.close()
+        self._stopped.set()
+        log.info("otel-eval stopped")
+
+    def _start_housekeeping(self) -> None:
+        threading.Thread(target=self._housekeeping, name="otel-eval-retention",
+                         daemon=True).start()
+
+    def apply_retention(self, now_ns: int | None = None) -> int:
+        """Delete evaluations older than ``store.retention_days`` (0 keeps all); how many."""
+        days = self.config.store.retention_days
+        if days <= 0:
+            return 0
+        now_ns = time.time_ns() if now_ns is None else now_ns
+        deleted = self.store.delete_older_than(now_ns - int(days * 86400e9))
+        if deleted:
+            log.info("retention: deleted %d evaluations older than %g days", deleted, days)
+        return deleted
+
+    def _housekeeping(self) -> None:
+        """Retention at start, then hourly, until shutdown."""
+        while True:
+            try:
+                self.apply_retention()
+            except Exception:  # a locked or full disk must not stop the service
+                log.exception("retention failed")
+            if self._stopped.wait(3600.0):
+                return
+
+    def run_until_signal(self) -> None:
+        """Serve until SIGTERM/SIGINT; a second signal forces an immediate exit."""
+        stop = threading.Event()
+
+        def on_signal(signum: int, _frame: FrameType | None) -> None:
+            if stop.is_set():
+                log.warning("second signal: exiting without draining")
+                raise SystemExit(1)
+            log.info("signal %d: shutting down", signum)
+            stop.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        self.start()
+        while not stop.wait(1.0):
+            if not self.healthy:
+                log.error("a stage died (engine worker or Kafka consumer); shutting down")
+                break
+        self.shutdown()
+
+    # --- results API -------------------------------------------------------------------------
+
+    def feedback(self, trace_id: str, outcome_value: object) -> dict[str, Any] | None:
+        """Record a known outcome for an evaluated trace and re-judge its stored verdict.
+
+        A trace not evaluated yet gets None (404) and nothing is recorded: an outcome sent
+        ahead of its trace would decide the verdict of spans nobody has seen (anyone holding
+        the id from a ``traceparent`` could pre-empt it). Send it once the trace is stored.
+        """
+        outcome = normalize_outcome(outcome_value)
+        if outcome is None:
+            raise ValueError(f"outcome {outcome_value!r} is not success/failure (or 1/0)")
+        if self.store.get(trace_id) is None:
+            return None  # nothing recorded: see the docstring
+        self.store.put_feedback(trace_id, outcome, time.time_ns())
+        for _ in range(_FEEDBACK_ATTEMPTS):
+            body = self.store.get(trace_id)
+            if body is None:
+                return None
+            updated = self.evaluator.with_outcome(body, outcome)
+            if self.store.put_verdict(trace_id, body["revision"], updated["findings"],
+                                      updated["verdict"]):
+                break
+            # re-evaluated since it was read (the engine applies the stored outcome): again
+        stored = self.store.get(trace_id)  # with whatever the judge wrote meanwhile
+        if stored is not None:
+            self.metrics.prediction.labelled(stored, outcome)  # the predictor's rolling AUC
+        return stored
+
+
+# Re-reads when the trace was re-evaluated between reading and writing its verdict.
+_FEEDBACK_ATTEMPTS = 5
+
+
+def check_exposure(config: Config) -> None:
+    """Refuse (ConfigError) a listener reachable beyond this host without TLS and tokens,
+    unless its section says ``allow_insecure_non_loopback: true``."""
+    rc, ac = config.receiver, config.admin
+    listeners = [("receiver.grpc_endpoint", rc.grpc_endpoint, rc.tls, bool(rc.bearer_tokens),
+                  rc.allow_insecure_non_loopback),
+                 ("receiver.http_endpoint", rc.http_endpoint, rc.tls, bool(rc.bearer_tokens),
+                  rc.allow_insecure_non_loopback),
+                 ("admin.endpoint", ac.endpoint, ac.tls,
+                  bool(ac.read_tokens or ac.write_tokens), ac.allow_insecure_non_loopback)]
+    errors = []
+    for name, endpoint, tls, authenticated, allowed in listeners:
+        if not endpoint:
+            continue
+        try:
+            host = parse_endpoint(endpoint)[0]
+        except ValueError as e:
+            errors.append(f"{name}: {e}")
+            continue
+        if problem := exposure_problem(name, host, tls, authenticated, allowed):
+            errors.append(problem)
+    if errors:
+        raise ConfigError(errors)
+    if any(allowed and endpoint and not is_loopback(parse_endpoint(endpoint)[0])
+           and not (tls.enabled and authenticated)
+           for _, endpoint, tls, authenticated, allowed in listeners):
+        log.warning("a listener is reachable beyond this host without TLS or authentication "
+                    "(allow_insecure_non_loopback); restrict it at the network level")

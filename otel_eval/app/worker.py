@@ -1,0 +1,154 @@
+"""What runs in each evaluation worker process, and the compact form traces travel in.
+
+    pool (main process) --conn: ("batch", id, [packed traces], retried)-->  run()
+        -> unpack -> stage.evaluate_and_store (its own Evaluator and Store connection)
+        <--conn: ("done", id, [Outcome])--
+
+Promises: a batch is answered only after its evaluations are committed to the store; the
+process starts by opening the store and answering ("ready", pid) (or ("error", why)), and
+exits when told to (``None``) or when the main process goes away (EOF on the pipe; the main
+process holds every trace until it is answered, and the spool holds what it acknowledged).
+SIGINT and SIGTERM are ignored here: the main process drains its workers on shutdown.
+
+Traces travel as tuples of plain values (spans with their lazily decoded attributes as the
+protobuf bytes they arrived in): pickling ``Span`` objects costs about twice as much.
+Evaluations travel as pickles whose dataclasses are rebuilt by their constructors from a
+tuple of field values (``ForkingPickler.register``, multiprocessing's own pickler only): a
+slotted dataclass's default ``__getstate__``/``__setstate__`` run per field in Python and
+cost 2-3x as much (~260 -> ~100 us per 11-step evaluation, there and back).
+With ``lean`` (no sink reads the evaluation), the returned trajectory keeps only what the
+metrics read: its message text, tool arguments and results are left behind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import logging
+import operator
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
+from typing import Any
+
+from otel_eval.app.config import Config
+from otel_eval.base import model
+from otel_eval.base.model import Evaluation, Span, Trace
+from otel_eval.base.printable import configure_logging
+
+log = logging.getLogger(__name__)
+
+PackedSpan = tuple[Any, ...]
+PackedTrace = tuple[str, str, str, int, str, list[PackedSpan], list[Any]]
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a worker process needs to start (pickled to it once)."""
+
+    config: Config
+    store_target: str  # the store it opens its own connection to (file path or URL)
+    budget_overrides: dict[str, float]
+    references_path: str | None
+    lean: bool  # return lean evaluations (no sink reads them)
+    log_level: int
+
+
+def _by_constructor(cls: type) -> Callable[[Any], tuple[type, tuple[Any, ...]]]:
+    names = [f.name for f in dataclasses.fields(cls)]
+    get = operator.attrgetter(*names)
+    return lambda obj: (cls, get(obj))
+
+
+for _cls in (model.Evaluation, model.Trajectory, model.Step, model.ToolCall, model.Finding,
+             model.Verdict, model.LogEvent, model.SpanEvent):
+    ForkingPickler.register(_cls, _by_constructor(_cls))
+
+
+def pack_span(s: Span) -> PackedSpan:
+    return (s.trace_id, s.span_id, s.parent_span_id, s.name, s.start_ns, s.end_ns, s.kind,
+            s.status, s.status_message, s.resource, s.scope, s._attributes, s._events,
+            s._lazy, s.nbytes, s.parent_remote)
+
+
+def unpack_span(p: PackedSpan) -> Span:
+    (tid, sid, pid, name, start, end, kind, status, message, resource, scope, attrs, events,
+     lazy, nbytes, remote) = p
+    return Span(tid, sid, pid, name, start, end, kind=kind, status=status,
+                status_message=message, attributes=attrs, events=events, resource=resource,
+                scope=scope, lazy=lazy, nbytes=nbytes, parent_remote=remote)
+
+
+def pack_trace(t: Trace) -> PackedTrace:
+    """Everything but the waiters (callbacks stay in the main process)."""
+    return (t.trace_id, t.status, t.source, t.revision, t.release_reason,
+            [pack_span(s) for s in t.spans], t.logs)
+
+
+def unpack_trace(p: PackedTrace) -> Trace:
+    tid, status, source, revision, reason, spans, logs = p
+    return Trace(tid, [unpack_span(s) for s in spans], status,  # type: ignore[arg-type]
+                 source=source, revision=revision, release_reason=reason, logs=logs)
+
+
+def lean(ev: Evaluation) -> Evaluation:
+    """``ev`` without what only sinks read (message text, tool arguments and results)."""
+    t = ev.trajectory
+    t.input = t.output = t.task = t.answer = None
+    t.input_messages = t.output_messages = None
+    t.tools, t.root_attributes = {}, {}
+    for s in t.steps:
+        s.arguments = s.result = s.input_text = s.output_text = s.reply = None
+        s.prompt = s.answer = None
+        s.tool_calls = []
+    return ev
+
+
+def run(conn: Connection, spec: WorkerSpec, index: int) -> None:
+    """The worker process's entry point (``multiprocessing`` spawns it)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    configure_logging(spec.log_level,
+                      f"%(asctime)s %(levelname)s %(name)s[worker {index}]: %(message)s")
+    try:
+        from otel_eval.evaluate.evaluator import Evaluator
+        from otel_eval.store import open_store
+        evaluator = Evaluator(spec.config, budget_overrides=spec.budget_overrides,
+                              references_path=spec.references_path)
+        store = open_store(spec.store_target)
+    except Exception as e:  # said to the pool, which reports it and does not use us
+        conn.send(("error", f"{type(e).__name__}: {e}"))
+        return
+    # as serve's main process does (cli._tune_gc): per-trace objects are acyclic
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
+    conn.send(("ready", os.getpid()))
+    try:
+        _serve(conn, spec, evaluator, store)
+    finally:
+        store.close()
+
+
+def _serve(conn: Connection, spec: WorkerSpec, evaluator: Any, store: Any) -> None:
+    from otel_eval.evaluate.stage import evaluate_and_store
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):  # the main process is gone: nothing to answer to
+            return
+        if msg is None:
+            return
+        _, msg_id, packed, retried = msg
+        outcomes = evaluate_and_store(evaluator, store, [unpack_trace(p) for p in packed],
+                                      retried)
+        if spec.lean:
+            for out in outcomes:
+                lean(out.evaluation)
+        try:
+            conn.send(("done", msg_id, outcomes))
+        except (BrokenPipeError, OSError):
+            return

@@ -1,0 +1,370 @@
+"""Stage: evaluate and store in N worker processes (``serve --workers N``).
+
+    Engine.process -> WorkerPool.run(jobs) -> route: crc32(trace id) % N -> worker backlog
+        -> (at most max_inflight traces per worker) sender thread -> pipe -> child.run
+        <- pipe <- receiver thread -> done(jobs, outcomes) (engine: spool, metrics, sinks)
+
+Promises:
+- a trace id always goes to the same worker, and each worker takes its messages in order, so
+  the revisions of a trace are stored in the order they were released;
+- at most ``max_inflight`` traces per worker are in its pipe or being evaluated; the rest
+  wait here, still counted as pending by the engine, whose bounds throttle the receivers;
+- a worker that dies (kill -9, OOM) is restarted and the traces it held are handed to the new
+  one, each alone in its message and in their original order; a trace that was in a worker
+  that died ``max_attempts`` times is stored as an evaluation error (``WorkerLost``) by the
+  main process instead: never replayed forever, never dropped. A trace the dead worker had
+  already committed is stored again, not counted as superseded (``evaluate_and_store``);
+- ``drain`` waits until every trace handed to ``run`` is stored; ``shutdown`` then stops the
+  workers (a stop message; SIGKILL past the deadline: they ignore SIGTERM and SIGINT, which
+  a process group or a terminal may send them too, so that serve alone decides when they stop).
+
+Processes come from the ``spawn`` context: a fresh interpreter, never a fork of this
+process's threads (gRPC's among them), so restarting a worker while serving is safe.
+
+Threads: per worker one sender (pickles and writes messages, which may block on a full pipe)
+and one receiver (reads results, calls ``done``, restarts the worker when its pipe breaks);
+the shared state below is guarded by ``_lock``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import logging
+import queue
+import threading
+import time
+import zlib
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from otel_eval.app import worker as child
+from otel_eval.base.model import Trace
+from otel_eval.evaluate.stage import Done, Job, Outcome
+from otel_eval.telemetry.workers import WorkerMetrics
+
+log = logging.getLogger(__name__)
+
+# Restart back-off after a worker fails to start again, seconds (doubling up to the cap).
+_BACKOFF_S, _BACKOFF_MAX_S = 0.5, 30.0
+# Consecutive failed restarts after which the pool reports itself unhealthy.
+_UNHEALTHY_AFTER = 3
+_STOP = None  # the message that ends a worker
+
+
+def available_cores() -> int:
+    """The cores this process may use: its CPU affinity, capped by a cgroup v2 CPU quota
+    (a container's CPU limit) when there is one."""
+    import os
+    cores = len(os.sched_getaffinity(0))
+    try:
+        with open("/sys/fs/cgroup/cpu.max", encoding="ascii") as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return cores
+
+
+class WorkerLost(RuntimeError):
+    """A trace whose worker process died ``max_attempts`` times while holding it."""
+
+
+class WorkerStartError(RuntimeError):
+    """A worker process did not come up (said why, exited, or timed out)."""
+
+
+@dataclass
+class _Item:
+    job: Job
+    done: Done
+
+
+@dataclass
+class _Worker:
+    index: int
+    process: BaseProcess | None = None
+    conn: Connection | None = None
+    outbox: queue.SimpleQueue[Any] = field(default_factory=queue.SimpleQueue)
+    generation: int = 0
+    alive: bool = False
+    failed_starts: int = 0
+    backlog: deque[_Item] = field(default_factory=deque)
+    inflight: dict[int, list[_Item]] = field(default_factory=dict)  # by message id, sent order
+    n_inflight: int = 0
+
+
+class WorkerPool:
+    def __init__(self, workers: int, spec: child.WorkerSpec, metrics: WorkerMetrics,
+                 give_up: Callable[[list[Trace], BaseException], list[Outcome]], *,
+                 max_inflight: int = 64, max_attempts: int = 3,
+                 start_timeout_s: float = 60.0) -> None:
+        self.spec = spec
+        self.metrics = metrics
+        self.give_up = give_up  # stores traces as evaluation errors (in this process)
+        self.max_inflight = max_inflight
+        self.chunk = max(1, max_inflight // 4)  # traces per message: a few messages in flight
+        self.max_attempts = max_attempts
+        self.start_timeout_s = start_timeout_s
+        self._ctx = get_context("spawn")
+        self._workers = [_Worker(i) for i in range(workers)]
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # a job finished or a worker changed
+        self._ids = itertools.count(1)
+        self._stopping = threading.Event()
+        self.failure: BaseException | None = None  # a result could not be finished
+        self._finishing = 0  # traces of a dead worker being stored as errors here
+
+    def pids(self) -> list[int | None]:
+        """Each worker's process id (None while it is down)."""
+        with self._lock:
+            return [w.process.pid if w.process is not None and w.alive else None
+                    for w in self._workers]
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start every worker and wait until each is ready; raises ``WorkerStartError`` (and
+        stops those started) when one cannot start."""
+        atexit.register(self._kill_left)
+        try:
+            for w in self._workers:
+                self._spawn(w)
+        except BaseException:
+            self.shutdown(5.0)
+            raise
+        log.info("%d evaluation worker processes ready", len(self._workers))
+
+    def shutdown(self, deadline_s: float) -> None:
+        """Stop the workers: each finishes the message it holds and exits; past the deadline
+        it is killed. Call ``drain`` first to store what they were given."""
+        end = time.monotonic() + deadline_s
+        self._stopping.set()
+        with self._lock:
+            for w in self._workers:
+                w.alive = False
+                w.outbox.put(_STOP)
+        for w in self._workers:
+            p = w.process
+            if p is None:
+                continue
+            p.join(max(0.0, end - time.monotonic()))
+            if p.is_alive():  # it ignores SIGTERM; what it holds stays in the spool
+                log.warning("evaluation worker %d did not stop in time; killing it", w.index)
+                p.kill()
+                p.join()
+        self.metrics.running(0)
+
+    def _kill_left(self) -> None:
+        """At interpreter exit, workers not shut down are killed: they ignore SIGTERM (serve
+        drains them itself), so multiprocessing's exit handler would wait for them forever.
+        What they held is in the spool."""
+        for w in self._workers:
+            if w.process is not None and w.process.is_alive():
+                w.process.kill()
+
+    @property
+    def healthy(self) -> bool:
+        with self._lock:
+            return self.failure is None and all(w.failed_starts < _UNHEALTHY_AFTER
+                                                for w in self._workers)
+
+    # --- EvaluationStage ---------------------------------------------------------------------
+
+    def run(self, jobs: list[Job], done: Done) -> None:
+        """Queue each job on its trace's worker and send what the in-flight bound allows."""
+        with self._lock:
+            touched = set()
+            for job in jobs:
+                w = self._workers[zlib.crc32(job.trace.trace_id.encode()) % len(self._workers)]
+                w.backlog.append(_Item(job, done))
+                touched.add(w.index)
+            for i in touched:
+                self._pump(self._workers[i])
+
+    def drain(self, deadline_s: float) -> bool:
+        end = time.monotonic() + deadline_s
+        with self._lock:
+            while self._finishing or any(w.backlog or w.n_inflight for w in self._workers):
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._changed.wait(left)
+        return True
+
+    # --- sending -----------------------------------------------------------------------------
+
+    def _pump(self, w: _Worker) -> None:  # lock held
+        """Hand ``w`` what its in-flight bound allows; a trace being retried goes alone."""
+        while w.alive and w.backlog and w.n_inflight < self.max_inflight:
+            if w.backlog[0].job.attempts:
+                items = [w.backlog.popleft()]
+            else:
+                room = min(self.chunk, self.max_inflight - w.n_inflight)
+                items = []
+                while w.backlog and len(items) < room and not w.backlog[0].job.attempts:
+                    items.append(w.backlog.popleft())
+            now_ns = time.time_ns()
+            retried = {}
+            for it in items:
+                if it.job.attempts:
+                    retried[it.job.trace.trace_id] = it.job.first_sent_ns
+                else:
+                    it.job.first_sent_ns = now_ns
+                it.job.attempts += 1
+            msg_id = next(self._ids)
+            w.inflight[msg_id] = items
+            w.n_inflight += len(items)
+            w.outbox.put((msg_id, items, retried))
+        self.metrics.inflight(w.index, w.n_inflight)
+
+    def _send_loop(self, conn: Connection, outbox: queue.SimpleQueue[Any]) -> None:
+        """Pickle and write messages (blocks while the worker's pipe is full)."""
+        while True:
+            msg = outbox.get()
+            try:
+                if msg is _STOP:
+                    conn.send(None)
+                    return
+                msg_id, items, retried = msg
+                conn.send(("batch", msg_id, [child.pack_trace(it.job.trace) for it in items],
+                           retried))
+            except (OSError, ValueError):  # the worker died: its receiver restarts it
+                return
+
+    # --- receiving ---------------------------------------------------------------------------
+
+    def _receive_loop(self, w: _Worker, conn: Connection, generation: int) -> None:
+        while True:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                break
+            if msg[0] == "done":
+                try:
+                    self._done(w, msg[1], msg[2])
+                except BaseException as e:  # results no longer reach the engine: be loud
+                    log.exception("finishing results of evaluation worker %d failed", w.index)
+                    self.failure = e
+                    return
+        conn.close()
+        self._died(w, generation)
+
+    def _done(self, w: _Worker, msg_id: int, outcomes: list[Outcome]) -> None:
+        """A message's traces are stored: finish them, then count them out (so ``drain``
+        returns only once the engine has finished every trace: spool, sinks, waiters)."""
+        with self._lock:
+            items = w.inflight.pop(msg_id)
+        try:
+            self._finish(items, outcomes)
+        finally:
+            with self._lock:
+                w.n_inflight -= len(items)
+                self._pump(w)
+                self._changed.notify_all()
+
+    @staticmethod
+    def _finish(items: Sequence[_Item], outcomes: Sequence[Outcome]) -> None:
+        """Call each ``done`` once with its jobs (runs of the same callback together)."""
+        for done, group in itertools.groupby(zip(items, outcomes, strict=True),
+                                             key=lambda pair: pair[0].done):
+            pairs = list(group)
+            done([it.job for it, _ in pairs], [out for _, out in pairs])
+
+    def _died(self, w: _Worker, generation: int) -> None:
+        """``w``'s pipe broke: reap it, give up on traces out of attempts, restart it and
+        hand it the rest again (first, in order)."""
+        with self._lock:  # in one step, so that ``drain`` never sees them nowhere
+            if w.generation != generation or self._stopping.is_set():
+                return
+            w.alive = False
+            w.outbox.put(_STOP)  # ends this generation's sender (its pipe is closed)
+            held = [it for items in w.inflight.values() for it in items]
+            w.inflight.clear()
+            w.n_inflight = 0
+            lost = [it for it in held if it.job.attempts >= self.max_attempts]
+            again = [it for it in held if it.job.attempts < self.max_attempts]
+            w.backlog.extendleft(reversed(again))
+            self._finishing += len(lost)
+            self._running()
+        code = None
+        if w.process is not None:
+            w.process.join(5.0)
+            code = w.process.exitcode
+        log.error("evaluation worker %d exited (code %s) holding %d trace(s); restarting it",
+                  w.index, code, len(held))
+        self.metrics.restarted(w.index, len(again))
+        if lost:
+            log.error("storing %d trace(s) as evaluation errors: their worker died %d times",
+                      len(lost), self.max_attempts)
+            error = WorkerLost(f"evaluation worker died {self.max_attempts} times")
+            try:
+                self._finish(lost, self.give_up([it.job.trace for it in lost], error))
+            except Exception as e:  # the store refused: they stay in the spool; be loud
+                log.exception("storing traces of a dead evaluation worker failed")
+                self.failure = e
+            finally:
+                with self._lock:
+                    self._finishing -= len(lost)
+                    self._changed.notify_all()
+        self._restart(w)
+
+    def _restart(self, w: _Worker) -> None:
+        backoff = _BACKOFF_S
+        while not self._stopping.is_set():
+            try:
+                self._spawn(w)
+                return
+            except WorkerStartError as e:
+                with self._lock:
+                    w.failed_starts += 1
+                log.error("evaluation worker %d failed to restart (%s); again in %.1f s",
+                          w.index, e, backoff)
+                self._stopping.wait(backoff)
+                backoff = min(2 * backoff, _BACKOFF_MAX_S)
+
+    # --- processes ---------------------------------------------------------------------------
+
+    def _spawn(self, w: _Worker) -> None:
+        """Start ``w``'s process, wait for it to say it is ready, start its threads."""
+        parent, child_end = self._ctx.Pipe()
+        proc = self._ctx.Process(target=child.run, args=(child_end, self.spec, w.index),
+                                 name=f"otel-eval-worker-{w.index}", daemon=True)
+        proc.start()
+        child_end.close()  # only the child holds it now: its exit shows here as EOF
+        try:
+            if not parent.poll(self.start_timeout_s):
+                raise WorkerStartError(f"not ready within {self.start_timeout_s:g} s")
+            hello = parent.recv()
+            if hello[0] != "ready":
+                raise WorkerStartError(str(hello[1]))
+        except (EOFError, OSError, WorkerStartError) as e:
+            parent.close()
+            proc.kill()
+            proc.join()
+            raise e if isinstance(e, WorkerStartError) else WorkerStartError(
+                f"exited during start (code {proc.exitcode})") from e
+        with self._lock:
+            if self._stopping.is_set():  # shut down while it started: it is not wanted
+                parent.close()
+                proc.kill()
+                proc.join()
+                return
+            w.process, w.conn, w.outbox = proc, parent, queue.SimpleQueue()
+            w.generation += 1
+            w.alive, w.failed_starts = True, 0
+            for target, args in ((self._send_loop, (parent, w.outbox)),
+                                 (self._receive_loop, (w, parent, w.generation))):
+                threading.Thread(target=target, args=args, daemon=True,
+                                 name=f"otel-eval-worker-{w.index}-io").start()
+            self._running()
+            self._pump(w)
+
+    def _running(self) -> None:  # lock held
+        self.metrics.running(sum(w.alive for w in self._workers))

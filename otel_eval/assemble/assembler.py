@@ -1,0 +1,364 @@
+"""Stage: assembly. Groups spans by trace id and decides when a trace is finished.
+
+A trace is released
+- ``complete``   when its root span has ended and no span arrived for ``grace_s``;
+- ``incomplete`` when its root has not ended and no span arrived for ``idle_timeout_s``
+                 (the agent never finished: the non-termination case);
+- ``truncated``  when it has been open ``max_trace_duration_s``, or was pushed out by the
+                 ``release_oldest`` overflow policy.
+The root is ``model.local_root``: a span without a parent, or whose parent the exporter flagged
+as remote, ends the run as soon as it ends; a root whose absent parent carries no flag (an
+exporter without span flags, called from an instrumented upstream) is recognised when the
+trace goes idle, and the trace is then released ``complete`` instead of ``incomplete``.
+
+GenAI events sent as OTLP log records (``add_logs``) join their trace whether they arrive
+before or after its spans: a record for an unknown trace opens it (it is released with the
+spans that follow, or dropped as ``no_spans`` if none do).
+Spans for a trace released less than ``reopen_window_s`` ago re-open it (``revision`` + 1);
+its evaluation is then superseded. Later spans are rejected as ``late`` while the trace id is
+remembered (``max_tombstones`` ids, 16 bytes of state each); beyond that they start a new trace.
+
+Time is injected: ``add(spans, now)`` and ``tick(now)`` take the clock reading, so tests drive
+time by hand. Deadlines sit in a heap with lazy re-scheduling: a span arrival only moves the
+trace's own deadline; the heap entry is re-pushed when it surfaces too early. That is O(1)
+per span and O(log n) per release, with no timer per trace (the collector's id batcher
+achieves the same with a ring of one-second batches).
+
+Not thread-safe: the engine serializes calls.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass, field
+
+from otel_eval.app.config import AssemblyConfig
+from otel_eval.base.model import LogEvent, Span, Trace, TraceStatus, local_root
+
+# Reasons a span is refused by assembly (counted as rejected; never acknowledged).
+ASSEMBLY_REJECT_REASONS = ("duplicate_span", "trace_too_large", "late", "foreign_sender")
+# Reasons a log record held by assembly is dropped: its trace ended without any span.
+LOG_DROP_REASONS = ("no_spans",)
+
+
+@dataclass(slots=True)
+class _Open:
+    trace_id: str
+    spans: dict[str, Span]
+    logs: list[LogEvent]
+    first_seen: float
+    last_seen: float
+    root_ended: bool = False
+    revision: int = 0
+    source: str = "otlp"  # where its first span came from: otlp | kafka
+    sender: str = ""  # authenticated sender (token name) of its first span; "" without auth
+    service: str = ""  # service.name of its first span (per-service share of slots)
+    nbytes: int = 0  # received size of its spans
+    deadline: float = 0.0  # when the trace is due, given what has arrived so far
+    scheduled: float = float("inf")  # deadline of this trace's live heap entry
+    waiters: list[Callable[[], None]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Released:
+    at: float
+    spans: list[Span]
+    revision: int
+    sender: str = ""
+    logs: list[LogEvent] = field(default_factory=list)
+
+
+@dataclass
+class AddResult:
+    accepted: int = 0
+    rejected: Counter[str] = field(default_factory=Counter)
+    reopened: int = 0  # traces re-opened by late spans
+    traces: set[str] = field(default_factory=set)  # trace ids that took spans
+
+
+def _service(item: Span | LogEvent) -> str:
+    if not isinstance(item, Span):
+        return ""  # a log record opening a trace: service unknown until spans arrive
+    name = item.resource.get("service.name")
+    return name if isinstance(name, str) else ""
+
+
+class TraceAssembler:
+    def __init__(self, config: AssemblyConfig) -> None:
+        self.config = config
+        self._open: dict[str, _Open] = {}
+        self._heap: list[tuple[float, str]] = []
+        # Released traces that late spans may still re-open (spans kept), oldest first.
+        self._reopenable: OrderedDict[str, _Released] = OrderedDict()
+        # Ids of traces released earlier still (no spans kept): late spans for them are refused.
+        self._tombstones: OrderedDict[str, None] = OrderedDict()
+        # Open traces holding exactly one span, oldest first (they give way under pressure).
+        self._singles: OrderedDict[str, None] = OrderedDict()
+        self._per_service: Counter[str] = Counter()
+        self.open_spans = 0
+        self.open_bytes = 0
+        self.open_logs = 0
+        self.dropped_logs: Counter[str] = Counter()  # since start, by LOG_DROP_REASONS
+        # (trace id, revision) of traces dropped with only log records: the engine drains it
+        # (their spooled records are done with, as if evaluated)
+        self.dropped_traces: list[tuple[str, int]] = []
+        # Waiters of those traces (the records are done: dropped and counted); the engine
+        # calls them outside its lock.
+        self.dropped_waiters: list[Callable[[], None]] = []
+
+    # --- admission ---------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def new_trace_count(self, items: Iterable[Span | LogEvent]) -> int:
+        """How many open-trace slots these spans or records would take (admission control)."""
+        return len({s.trace_id for s in items if s.trace_id not in self._open})
+
+    def open_trace(self, trace_id: str) -> tuple[int, Collection[Span]] | None:
+        """(revision, a live view of its spans) of an open trace; None when it is not open."""
+        tr = self._open.get(trace_id)
+        return None if tr is None else (tr.revision, tr.spans.values())
+
+    def open_logs_of(self, trace_id: str) -> list[LogEvent]:
+        """The log records an open trace holds (a live list; empty when it is not open)."""
+        tr = self._open.get(trace_id)
+        return tr.logs if tr is not None else []
+
+    def new_traces_by_service(self, spans: Iterable[Span]) -> Counter[str]:
+        """Open-trace slots these spans would take, per service.name."""
+        firsts = {s.trace_id: s for s in spans if s.trace_id not in self._open}
+        return Counter(_service(s) for s in firsts.values())
+
+    def service_open(self, service: str) -> int:
+        return self._per_service[service]
+
+    def add(self, spans: Iterable[Span], now: float,
+            on_trace: Callable[[str], Callable[[], None] | None] | None = None,
+            source: str = "otlp", sender: str = "") -> AddResult:
+        """Take spans. ``on_trace(trace_id)`` may return a waiter to call once that trace's
+        evaluation is stored (the engine passes it back through ``Trace``). A new trace is
+        labelled with ``source`` and ``sender``; a released trace is re-opened only by spans
+        of the sender that opened it (else ``foreign_sender``): holding a trace id (it travels
+        in ``traceparent``) must not be enough to replace a stored result."""
+        res = AddResult()
+        cfg = self.config
+        for span in spans:
+            tr = self._open_for(span, now, res, source, sender)
+            if tr is None:
+                continue
+            if span.span_id in tr.spans:
+                res.rejected["duplicate_span"] += 1
+                continue
+            if len(tr.spans) >= cfg.max_spans_per_trace:
+                res.rejected["trace_too_large"] += 1
+                continue
+            tr.spans[span.span_id] = span
+            self.open_spans += 1
+            self.open_bytes += span.nbytes
+            tr.nbytes += span.nbytes
+            if len(tr.spans) == 1:
+                self._singles[tr.trace_id] = None
+            elif len(tr.spans) == 2:
+                self._singles.pop(tr.trace_id, None)
+            res.accepted += 1
+            tr.last_seen = now
+            if span.end_ns and span.is_entry:
+                tr.root_ended = True
+            if span.trace_id not in res.traces:
+                res.traces.add(span.trace_id)
+                if on_trace is not None and (w := on_trace(span.trace_id)) is not None:
+                    tr.waiters.append(w)
+            self._reschedule(tr)
+        return res
+
+    def _open_for(self, item: Span | LogEvent, now: float, res: AddResult, source: str,
+                  sender: str) -> _Open | None:
+        """The open trace ``item`` joins (started or re-opened if need be); None when it is
+        refused, the reason counted in ``res.rejected``."""
+        tr = self._open.get(item.trace_id)
+        if tr is not None:
+            return tr
+        started = self._start(item, now, res, source, sender)
+        if isinstance(started, str):
+            res.rejected[started] += 1
+            return None
+        return started
+
+    def _start(self, span: Span | LogEvent, now: float, res: AddResult,
+               source: str, sender: str) -> _Open | str:
+        """A new or re-opened trace, or the reason its spans are refused."""
+        trace_id = span.trace_id
+        old = self._reopenable.get(trace_id)
+        if old is None and trace_id in self._tombstones:
+            # released longer than reopen_window_s ago: its evaluation stands; re-opening would
+            # replace it with a fragment, so the span is refused and counted as `late`.
+            return "late"
+        if old is not None and old.sender and old.sender != sender:
+            # "" is an unknown first sender (auth off, a Kafka record, a spool replay after
+            # a restart): nothing to compare, so any sender may re-open it
+            return "foreign_sender"
+        self._reopenable.pop(trace_id, None)
+        tr = _Open(trace_id, {}, [], now, now, source=source, sender=sender,
+                   service=_service(span))
+        self._per_service[tr.service] += 1
+        if old is not None:
+            self._tombstones.pop(trace_id, None)
+            tr.spans = {s.span_id: s for s in old.spans}
+            tr.logs = old.logs
+            tr.revision = old.revision + 1
+            tr.root_ended = any(s.end_ns and s.is_entry for s in old.spans)
+            tr.nbytes = sum(s.nbytes for s in old.spans)
+            self.open_spans += len(tr.spans)
+            self.open_bytes += tr.nbytes
+            self.open_logs += len(tr.logs)
+            res.reopened += 1
+        self._open[trace_id] = tr
+        self._reschedule(tr)
+        return tr
+
+    def add_logs(self, logs: Iterable[LogEvent], now: float,
+                 source: str = "otlp", sender: str = "",
+                 on_trace: Callable[[str], Callable[[], None] | None] | None = None
+                 ) -> AddResult:
+        """Take GenAI event records (``accepted`` / ``rejected`` count records). A record for
+        an unknown trace opens it; it does not move the trace's deadline (spans decide when
+        a run is over), except that a trace opened by a record waits ``idle_timeout_s``.
+        ``on_trace`` as for ``add``; the waiter is also called when the trace is dropped
+        for want of spans (``dropped_waiters``)."""
+        res = AddResult()
+        limit = self.config.max_log_records_per_trace
+        for record in logs:
+            tr = self._open_for(record, now, res, source, sender)
+            if tr is None:
+                continue
+            if len(tr.logs) >= limit:
+                res.rejected["trace_too_large"] += 1
+                continue
+            tr.logs.append(record)
+            self.open_logs += 1
+            res.accepted += 1
+            if record.trace_id not in res.traces:
+                res.traces.add(record.trace_id)
+                if on_trace is not None and (w := on_trace(record.trace_id)) is not None:
+                    tr.waiters.append(w)
+        return res
+
+    # --- release -----------------------------------------------------------------------------
+
+    def _deadline(self, tr: _Open) -> float:
+        cfg = self.config
+        wait = cfg.grace_s if tr.root_ended else cfg.idle_timeout_s
+        return min(tr.last_seen + wait, tr.first_seen + cfg.max_trace_duration_s)
+
+    def _reschedule(self, tr: _Open) -> None:
+        tr.deadline = self._deadline(tr)
+        if tr.deadline < tr.scheduled:  # a later deadline is handled when the entry surfaces
+            tr.scheduled = tr.deadline
+            heapq.heappush(self._heap, (tr.deadline, tr.trace_id))
+
+    def tick(self, now: float) -> list[Trace]:
+        """Release every trace whose deadline has passed."""
+        out: list[Trace] = []
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            due, trace_id = heapq.heappop(heap)
+            tr = self._open.get(trace_id)
+            if tr is None or due != tr.scheduled:
+                continue  # stale entry: trace released, or re-scheduled earlier
+            if tr.deadline > due:  # spans arrived since: wait for the moved deadline
+                tr.scheduled = tr.deadline
+                heapq.heappush(heap, (tr.deadline, trace_id))
+                continue
+            cut = now >= tr.first_seen + self.config.max_trace_duration_s
+            if not tr.spans:
+                self._drop_logs_only(tr, now)
+            elif tr.root_ended:
+                out.append(self._release(tr, "complete", "root_ended", now))
+            elif cut:
+                out.append(self._release(tr, "truncated", "max_duration", now))
+            elif _local_root_ended(tr):
+                out.append(self._release(tr, "complete", "root_ended", now))
+            else:
+                out.append(self._release(tr, "incomplete", "idle_timeout", now))
+        return out
+
+    def release_oldest(self, n: int, now: float) -> list[Trace]:
+        """Overflow policy ``release_oldest``: push out the n traces open the longest."""
+        out = []
+        for t in sorted(self._open.values(), key=lambda t: t.first_seen)[:n]:
+            if t.spans:
+                out.append(self._release(t, "truncated", "overflow", now))
+            else:
+                self._drop_logs_only(t, now)
+        return out
+
+    def give_way(self, n: int, idle_since: float, now: float) -> list[Trace]:
+        """Slot pressure: release up to n one-span traces idle since ``idle_since`` (oldest
+        first, as ``incomplete``/``pressure``). O(released): singles are kept in order."""
+        out: list[Trace] = []
+        while self._singles and len(out) < n:
+            tr = self._open[next(iter(self._singles))]
+            if tr.last_seen > idle_since:
+                break  # the rest arrived later still
+            out.append(self._release(tr, "incomplete", "pressure", now))
+        return out
+
+    def release_all(self, now: float, reason: str = "shutdown") -> list[Trace]:
+        """Release everything open (shutdown, end of file): ended roots are complete."""
+        out = []
+        for t in list(self._open.values()):
+            if not t.spans:
+                self._drop_logs_only(t, now)
+                continue
+            ended = t.root_ended or _local_root_ended(t)
+            out.append(self._release(t, "complete" if ended else "incomplete", reason, now))
+        return out
+
+    def _close(self, tr: _Open) -> None:
+        """Forget an open trace's slot (released or dropped)."""
+        del self._open[tr.trace_id]
+        self._singles.pop(tr.trace_id, None)
+        self._per_service[tr.service] -= 1
+        if not self._per_service[tr.service]:
+            del self._per_service[tr.service]
+
+    def _drop_logs_only(self, tr: _Open, now: float) -> None:
+        """A trace opened by log records that no span joined: nothing to evaluate."""
+        self._close(tr)
+        self.open_logs -= len(tr.logs)
+        self.dropped_logs["no_spans"] += len(tr.logs)
+        self.dropped_traces.append((tr.trace_id, tr.revision))
+        self.dropped_waiters.extend(tr.waiters)
+        self._forget(now)
+
+    def _release(self, tr: _Open, status: TraceStatus, reason: str, now: float) -> Trace:
+        self._close(tr)
+        spans = list(tr.spans.values())
+        self.open_spans -= len(spans)
+        self.open_bytes -= tr.nbytes
+        self.open_logs -= len(tr.logs)
+        self._reopenable[tr.trace_id] = _Released(now, spans, tr.revision, tr.sender, tr.logs)
+        self._tombstones[tr.trace_id] = None
+        self._tombstones.move_to_end(tr.trace_id)
+        self._forget(now)
+        return Trace(tr.trace_id, spans, status, source=tr.source, revision=tr.revision,
+                     release_reason=reason, waiters=tr.waiters, logs=list(tr.logs))
+
+    def _forget(self, now: float) -> None:
+        cfg = self.config
+        rel = self._reopenable
+        while rel and (len(rel) > cfg.max_released_traces
+                       or now - next(iter(rel.values())).at > cfg.reopen_window_s):
+            rel.popitem(last=False)
+        while len(self._tombstones) > cfg.max_tombstones:
+            self._tombstones.popitem(last=False)
+
+
+def _local_root_ended(tr: _Open) -> bool:
+    """Whether a root without a flag (see the module docstring) has ended: O(spans), asked
+    only when the trace is due without an ended entry span."""
+    root = local_root(list(tr.spans.values()))
+    return root is not None and root.end_ns > 0

@@ -1,0 +1,369 @@
+"""Stage: spool. Acknowledged means durable: OTLP requests stay on disk until evaluated.
+
+    Ingest -> Engine.submit / submit_logs -> Spool.append (request bytes, its signal, the trace
+        ids it feeds) -> answer
+    Engine: Store.put_many commits evaluations -> Spool.evaluated(trace ids, revisions)
+    start: Spool.replay -> parse + decode (traces or logs) -> Engine.submit / submit_logs
+
+Promises:
+- a request is acknowledged only after its row is committed: one SQLite transaction per
+  request, not per span, in WAL mode. By default nothing is fsynced (``synchronous=OFF``): a
+  committed row is in the kernel's page cache, which survives a crash of the process (kill -9,
+  an OOM kill), and neither the receivers nor the engine ever wait for a disk flush (with
+  the store's ``NORMAL``, checkpoint fsyncs made the spool cost ~35 %, bench/README.md). ``fsync``
+  (``synchronous=FULL``) also survives power loss. A spool file found unreadable at start
+  (power loss without ``fsync``) is moved aside, logged and counted, and a new one begun;
+- the request bytes are kept as received (never re-encoded), so a replay takes the normal
+  decode path; with them one (request, trace) pair per trace that took spans from it.
+  OTLP log requests (GenAI events carrying the content of spans) are kept the same way, with
+  one pair per trace that took records (``signal`` says which decode path replays a row);
+  a log request that fed no trace (no GenAI event of a span) leaves no row. Replays follow
+  the order rows were written in, traces and logs interleaved (assembly takes either first);
+- a pair is deleted once that trace's evaluation (of the revision the request fed, or a later
+  one) is committed, a request once no pair is left. Deletion follows the store's commit, one
+  transaction per engine batch: a crash between the two replays the trace, and its new
+  evaluation supersedes the stored one (nothing is lost; metrics count it as superseded).
+  Records of a trace no span ever joined are dropped by assembly (nothing to evaluate), and
+  their pairs with them (``evaluated``, from the engine's tick);
+- replays are whole traces: only pending pairs are replayed, so a stored trace never comes
+  back as its tail. A trace re-opened by late spans lost its first requests with its first
+  evaluation, so its spans (and the log records it holds) are spooled again (re-encoded, a
+  row per signal) when it re-opens;
+- bounded: ``refusal`` says ``spool_full`` while ``max_bytes`` (span and log requests alike)
+  are held, so receivers throttle both;
+- versioned: ``PRAGMA user_version`` is the schema's version. A spool written before log
+  requests were kept (version 0: no ``signal`` column) is migrated in place at open, its rows
+  replayed as trace requests; a spool from a newer version is refused with a clear error.
+
+Kafka ingest is not spooled: the topic is the log, and offsets are committed only once the
+traces are stored (``kafka/offsets.py``), the same idea one level up.
+
+Threads: ``append`` and ``settle`` run on receiver threads under the engine lock (so a trace
+cannot be evaluated before its pair exists), ``evaluated`` on the engine worker, ``replay``
+before the receivers start. One connection, guarded by the spool's own lock (taken after
+the engine lock, never before it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from otel_eval.app.config import ConfigError
+from otel_eval.base.model import LogEvent, Span
+from otel_eval.decode import otlp, otlp_logs
+from otel_eval.telemetry.metrics import SpoolMetrics
+
+log = logging.getLogger(__name__)
+
+# Version 0: requests and pairs. Version 1: ``spool_requests.signal`` (traces | logs).
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS spool_requests (id INTEGER PRIMARY KEY, body BLOB NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS spool_traces (request_id INTEGER NOT NULL, "
+    "trace_id TEXT NOT NULL, PRIMARY KEY (request_id, trace_id)) WITHOUT ROWID",
+)
+_MIGRATIONS = (  # _MIGRATIONS[v] takes a spool from version v to v + 1
+    "ALTER TABLE spool_requests ADD COLUMN signal TEXT NOT NULL DEFAULT 'traces'",
+)
+SCHEMA_VERSION = len(_MIGRATIONS)
+SIGNALS = ("traces", "logs")
+
+
+_CHUNK = 64 * 1024  # bytes per blob write: one page
+
+
+class SpoolVersionError(ConfigError):
+    """The spool was written by a newer otel-eval (its schema version is unknown here): the
+    command line reports it as it reports a configuration error."""
+
+
+@dataclass(slots=True)
+class _Request:
+    nbytes: int
+    pending: int  # traces it fed whose evaluation is not stored yet
+
+
+# What ``replay`` hands decoded items to: the engine's submit / submit_logs (replayed=True);
+# each returns how many it took.
+Replay = Callable[[list[Span]], int]
+ReplayLogs = Callable[[list[LogEvent]], int]
+# The spans and log records an open trace holds (``settle`` re-spools them when it re-opens).
+Held = Callable[[str], tuple[Collection[Span], Collection[LogEvent]]]
+
+
+class Spool:
+    def __init__(self, path: str, max_bytes: int, metrics: SpoolMetrics, *,
+                 fsync: bool = False) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+        self.metrics = metrics
+        self._fsync = fsync
+        self._lock = threading.Lock()
+        self._requests: dict[int, _Request] = {}
+        self._traces: dict[str, list[tuple[int, int]]] = {}  # trace -> [(request, revision)]
+        self._signals: dict[int, str] = {}  # signal of each request left to replay
+        self.bytes = 0
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._db = self._open()
+            self._backlog = self._load()
+        except sqlite3.DatabaseError:
+            self._set_aside()
+            self._db = self._open()
+            self._backlog = self._load()
+
+    def _open(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        version = int(db.execute("PRAGMA user_version").fetchone()[0])
+        if version > SCHEMA_VERSION:  # before anything is written to it (WAL mode included)
+            db.close()
+            raise SpoolVersionError([
+                f"store.path: spool {self.path} has schema version {version}; this otel-eval "
+                f"knows up to {SCHEMA_VERSION} (written by a newer release: upgrade, or move "
+                f"the file away to start an empty spool)"])
+        # Rows are whole requests (~100 KB+): 64 KiB pages take a third less CPU per write
+        # than 4 KiB ones (only a new file takes it); checkpoints stay at ~4 MB of WAL.
+        db.execute("PRAGMA page_size=65536")
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA wal_autocheckpoint=64")
+        db.execute(f"PRAGMA synchronous={'FULL' if self._fsync else 'OFF'}")
+        self._db = db
+        self._migrate()
+        return db
+
+    def _migrate(self) -> None:
+        """Create or bring the schema to ``SCHEMA_VERSION`` (one transaction)."""
+        with self._transaction() as cur:
+            version = int(cur.execute("PRAGMA user_version").fetchone()[0])
+            for stmt in _SCHEMA:
+                cur.execute(stmt)
+            for step in _MIGRATIONS[version:]:
+                cur.execute(step)
+            if version < SCHEMA_VERSION:
+                cur.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def _set_aside(self) -> None:
+        """An unreadable spool (power loss without fsync): keep it for a post-mortem, start
+        a new one. What it held is lost, and said so."""
+        with contextlib.suppress(AttributeError, sqlite3.Error):
+            self._db.close()
+        suffix = f".corrupt-{time.time_ns()}"
+        for part in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(self.path + part, self.path + suffix + part)
+        log.error("spool %s is unreadable; moved aside to %s%s, starting an empty spool",
+                  self.path, self.path, suffix)
+        self.metrics.failed("open")
+        self._requests.clear()
+        self._traces.clear()
+        self._signals.clear()
+        self.bytes = 0
+
+    # --- what a previous process left -------------------------------------------------------
+
+    def _load(self) -> dict[int, set[str]]:
+        """Pending pairs, all at revision 0 (a fresh assembler starts every trace at 0);
+        requests without a pending pair are deleted."""
+        sizes: dict[int, int] = {}
+        for rid, size, signal in self._db.execute(
+                "SELECT id, length(body), signal FROM spool_requests"):
+            sizes[rid], self._signals[rid] = size, signal
+        backlog: dict[int, set[str]] = {}
+        for rid, tid in self._db.execute("SELECT request_id, trace_id FROM spool_traces"):
+            if rid in sizes:
+                backlog.setdefault(rid, set()).add(tid)
+        orphans = [(rid,) for rid in sizes if rid not in backlog]
+        with self._transaction() as cur:
+            cur.executemany("DELETE FROM spool_requests WHERE id = ?", orphans)
+            cur.execute("DELETE FROM spool_traces WHERE request_id NOT IN "
+                        "(SELECT id FROM spool_requests)")
+        for rid, tids in backlog.items():
+            self._requests[rid] = _Request(sizes[rid], len(tids))
+            self.bytes += sizes[rid]
+            for tid in tids:
+                self._traces.setdefault(tid, []).append((rid, 0))
+        self._report()
+        return backlog
+
+    def replay(self, submit: Replay, submit_logs: ReplayLogs) -> tuple[int, int, int]:
+        """Hand every pending trace's spans to ``submit`` and its log records to
+        ``submit_logs``, oldest request first. Returns (requests, spans, records) replayed."""
+        backlog, self._backlog = self._backlog, {}
+        signals, self._signals = self._signals, {}
+        taken = Counter[str]()
+        for rid in sorted(backlog):
+            with self._lock:
+                row = self._db.execute("SELECT body FROM spool_requests WHERE id = ?",
+                                       (rid,)).fetchone()
+            if row is None:
+                continue
+            wanted, signal = backlog[rid], signals.get(rid, "traces")
+            try:
+                n = self._replay_one(bytes(row[0]), signal, wanted, submit, submit_logs)
+            except otlp.MalformedRequest:  # cannot happen for what append wrote; never loop
+                log.error("spool request %d is not an OTLP %s request; dropping it", rid, signal)
+                self.metrics.failed("replay")
+                self._delete({rid: len(wanted)}, [(rid, t) for t in wanted])
+                continue
+            taken[signal] += n
+        if backlog:
+            log.info("spool: replayed %d span(s) and %d log record(s) from %d request(s) not "
+                     "evaluated before the last stop", taken["traces"], taken["logs"],
+                     len(backlog))
+        return len(backlog), taken["traces"], taken["logs"]
+
+    def _replay_one(self, body: bytes, signal: str, wanted: set[str], submit: Replay,
+                    submit_logs: ReplayLogs) -> int:
+        """One row through the decode path its signal takes; raises MalformedRequest."""
+        if signal == "logs":
+            records = otlp_logs.decode_logs(otlp_logs.parse_logs_request(body)).records
+            n = submit_logs([r for r in records if r.trace_id in wanted])
+            self.metrics.replayed_logs(n)
+            return n
+        req, _ = otlp.parse_request(body)
+        n = submit([s for s in otlp.decode_request(req).spans if s.trace_id in wanted])
+        self.metrics.replayed(n)
+        return n
+
+    # --- ingest (receiver threads, under the engine lock) --------------------------------------
+
+    def refusal(self, nbytes: int) -> str | None:
+        """``spool_full`` when a request of ``nbytes`` would pass the bound (one request is
+        always taken into an empty spool, however large)."""
+        return "spool_full" if self.bytes and self.bytes + nbytes > self.max_bytes else None
+
+    def append(self, body: bytes, trace_ids: Collection[str], signal: str = "traces") -> int:
+        """Write a request (``signal``: traces | logs) and the traces it feeds, in one
+        transaction; returns its row id. Raises ``sqlite3.Error`` / ``OSError`` when it could
+        not be written."""
+        assert signal in SIGNALS, signal
+        with self._lock, self._transaction() as cur:
+            rid = cur.execute("INSERT INTO spool_requests (body, signal) VALUES (zeroblob(?), ?)",
+                              (len(body), signal)).lastrowid
+            assert rid is not None
+            # Written a chunk at a time into the pages: binding the whole body would make
+            # SQLite copy it twice (bind, record), and the allocator keeps such multi-MB
+            # buffers resident after they are freed (tests/receiver/test_request_memory.py).
+            view = memoryview(body)
+            with self._db.blobopen("spool_requests", "body", rid) as blob:
+                for i in range(0, len(body), _CHUNK):
+                    blob.write(view[i:i + _CHUNK])
+            cur.executemany("INSERT INTO spool_traces VALUES (?, ?)",
+                            [(rid, tid) for tid in trace_ids])
+        with self._lock:
+            self._requests[rid] = _Request(len(body), len(trace_ids))
+            self.bytes += len(body)
+        return rid
+
+    def settle(self, rid: int, written: Collection[str], accepted: dict[str, int],
+               held: Held) -> None:
+        """After assembly took the request: ``accepted`` maps each trace that took spans (or
+        records) to its revision. Traces that took none (late, duplicates) lose their pair; a
+        trace seen at a new revision (re-opened) has what it held before spooled again
+        (``held(trace)``: its spans, and its log records but those of this request)."""
+        with self._lock:
+            reopened = [tid for tid, rev in accepted.items()
+                        if rev > 0 and all(r != rev for _, r in self._traces.get(tid, ()))]
+            for tid, rev in accepted.items():
+                self._traces.setdefault(tid, []).append((rid, rev))
+        dropped = [tid for tid in written if tid not in accepted]
+        try:
+            if dropped:
+                self._delete({rid: len(dropped)}, [(rid, tid) for tid in dropped])
+            if reopened:
+                self._respool(reopened, accepted, held)
+        except (sqlite3.Error, OSError):  # the request itself is spooled; count and go on
+            log.exception("spool: settling request %d failed", rid)
+            self.metrics.failed("settle")
+        self._report()
+
+    def _respool(self, reopened: list[str], accepted: dict[str, int], held: Held) -> None:
+        """Re-opened traces: what they held, re-encoded, a row per signal."""
+        items = {tid: held(tid) for tid in reopened}
+        spans = [t for t in reopened if items[t][0]]
+        logs = [t for t in reopened if items[t][1]]
+        rows = []
+        if spans:
+            rows.append(("traces", spans, otlp.encode_spans(
+                s for t in spans for s in items[t][0]).SerializeToString()))
+        if logs:
+            rows.append(("logs", logs, otlp_logs.encode_logs(
+                r for t in logs for r in items[t][1]).SerializeToString()))
+        for signal, tids, body in rows:
+            again = self.append(body, tids, signal)
+            with self._lock:
+                for tid in tids:
+                    self._traces[tid].append((again, accepted[tid]))
+
+    # --- evaluated (engine worker, after the store's commit) --------------------------------
+
+    def evaluated(self, traces: Iterable[tuple[str, int]]) -> None:
+        """These (trace id, revision) evaluations are stored: their pairs, and the requests
+        left without one, leave the spool in one transaction."""
+        latest: dict[str, int] = {}
+        for tid, rev in traces:
+            latest[tid] = max(rev, latest.get(tid, rev))
+        with self._lock:
+            pairs = [(rid, tid) for tid, rev in latest.items()
+                     for rid, r in self._traces.get(tid, ()) if r <= rev]
+        if pairs:
+            self._delete(Counter(rid for rid, _ in pairs), pairs)
+            self._report()
+
+    def _delete(self, decrements: dict[int, int], pairs: list[tuple[int, str]]) -> None:
+        """Delete pairs, and requests whose last pair goes; memory follows the commit."""
+        with self._lock:
+            done = [rid for rid, n in decrements.items()
+                    if rid in self._requests and self._requests[rid].pending <= n]
+            with self._transaction() as cur:
+                cur.executemany("DELETE FROM spool_traces WHERE request_id = ? AND trace_id = ?",
+                                pairs)
+                cur.executemany("DELETE FROM spool_requests WHERE id = ?",
+                                [(rid,) for rid in done])
+            gone = set(pairs)
+            for tid in {t for _, t in pairs}:
+                keep = [e for e in self._traces.get(tid, ()) if (e[0], tid) not in gone]
+                if keep:
+                    self._traces[tid] = keep
+                else:
+                    self._traces.pop(tid, None)
+            for rid, n in decrements.items():
+                if rid in self._requests:
+                    self._requests[rid].pending -= n
+            for rid in done:
+                self.bytes -= self._requests.pop(rid).nbytes
+
+    # --- plumbing ----------------------------------------------------------------------------
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Cursor]:
+        cur = self._db.cursor()
+        cur.execute("BEGIN")
+        try:
+            yield cur
+            cur.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                cur.execute("ROLLBACK")
+            raise
+
+    def _report(self) -> None:
+        self.metrics.held(len(self._requests), self.bytes)
+
+    def held(self) -> tuple[int, int]:
+        """(requests, bytes) held."""
+        with self._lock:
+            return len(self._requests), self.bytes
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

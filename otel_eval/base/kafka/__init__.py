@@ -1,0 +1,1 @@
+"""Kafka client settings shared by the Kafka front ends and the results publisher."""

@@ -1,0 +1,3 @@
+"""Stage: evaluate. A released trace -> trajectory (``trajectory``, ``conventions/``) ->
+findings and verdict (``detectors/``), the optional LLM judge (``judge/``) and success
+predictor (``predict/``); ``evaluator`` is the one entry, ``stage`` evaluates and stores."""

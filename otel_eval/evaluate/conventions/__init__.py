@@ -1,0 +1,116 @@
+"""Stage: trajectory (part). Which instrumentation convention a span follows, and what it says.
+
+Priority cascade, first match wins:
+
+1. explicit markers: ``openinference.span.kind`` > ``traceloop.span.kind`` >
+   ``gen_ai.operation.name`` > ``ai.operationId`` (Vercel AI SDK);
+2. attribute shapes without a marker: OpenLLMetry indexed prompts/completions >
+   older GenAI (``gen_ai.system``, ``gen_ai.prompt``, ...) > OpenInference keys
+   (``llm.input_messages.N.*``, ``tool.name``, ``llm.model_name``);
+3. nothing recognised: kind ``other``, convention ``unknown``.
+
+Promise: ``describe`` never raises on any attribute content (tested with random attributes).
+Errors (span status, ``error.type``, exception events) and cost are convention-independent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from otel_eval.base.model import Span, Step, StepKind
+from otel_eval.evaluate.conventions.adapter import Adapter, Attrs
+from otel_eval.evaluate.conventions.genai import GENAI, GENAI_LEGACY
+from otel_eval.evaluate.conventions.openinference import OPENINFERENCE
+from otel_eval.evaluate.conventions.openllmetry import OPENLLMETRY
+from otel_eval.evaluate.conventions.values import as_float, as_str, first
+from otel_eval.evaluate.conventions.vercel_ai import VERCEL_AI
+
+__all__ = ["ADAPTERS", "UNKNOWN", "Adapter", "classify", "describe", "dominant", "merge_tools"]
+
+UNKNOWN = "unknown"
+_EXPLICIT = (OPENINFERENCE, OPENLLMETRY, GENAI, VERCEL_AI)
+_IMPLICIT = (OPENLLMETRY, GENAI_LEGACY, OPENINFERENCE)
+ADAPTERS = (OPENINFERENCE, OPENLLMETRY, GENAI, GENAI_LEGACY, VERCEL_AI)
+# Where a tool span names the tool call it ran (GenAI, OpenInference, Vercel AI SDK).
+_CALL_ID_KEYS = ("gen_ai.tool.call.id", "tool_call.id", "ai.toolCall.id")
+_COST_KEYS = ("gen_ai.usage.cost", "llm.cost.total", "gen_ai.usage.total_cost",
+              "llm.usage.cost")
+# A convention is "dominant" when it labels at least this share of the recognised steps.
+_DOMINANT_SHARE = 2 / 3
+
+
+def classify(span: Span, attrs: Attrs) -> tuple[StepKind, Adapter | None]:
+    for adapter in _EXPLICIT:
+        kind = adapter.explicit(span, attrs)
+        if kind is not None:
+            return kind, adapter
+    for adapter in _IMPLICIT:
+        kind = adapter.implicit(span, attrs)
+        if kind is not None:
+            return kind, adapter
+    return "other", None
+
+
+def _error(span: Span, attrs: Attrs) -> str | None:
+    """The error a span reports, or None: status ERROR, ``error.type``, exception events."""
+    exception = None
+    if span.events:
+        for event in span.events:
+            if event.name == "exception":
+                ea = event.attributes
+                parts = (as_str(ea.get("exception.type")), as_str(ea.get("exception.message")))
+                exception = ": ".join(x for x in parts if x) or "exception"
+                break
+    error_type = as_str(attrs.get("error.type"))
+    if span.status == "error":
+        return span.status_message or exception or error_type or "error"
+    return exception or error_type
+
+
+def describe(step: Step, span: Span, attrs: Attrs) -> Adapter | None:
+    """Classify ``span`` and fill ``step`` from it; returns the adapter used (None: unknown)."""
+    kind, adapter = classify(span, attrs)
+    step.kind = kind
+    if adapter is not None:
+        step.convention = adapter.name
+        adapter.fill(step, span, attrs)
+    if kind == "tool" and step.call_id is None:
+        step.call_id = as_str(first(attrs, *_CALL_ID_KEYS))
+    error = _error(span, attrs)
+    if error is not None:
+        step.status = "error"
+        step.error = error
+    if not attrs.keys().isdisjoint(_COST_KEYS):  # one C call for the usual no-cost span
+        for key in _COST_KEYS:
+            cost = attrs.get(key)
+            if cost is not None:
+                step.cost_usd = as_float(cost)
+                break
+    return adapter
+
+
+def merge_tools(into: dict[str, Any], found: dict[str, Any]) -> None:
+    """Add offered tools; a known schema replaces an unknown ({}) one, never the reverse."""
+    for name, schema in found.items():
+        if schema or name not in into:
+            into.setdefault(name, schema)
+            if schema and not into[name]:
+                into[name] = schema
+
+
+def dominant(conventions: Iterable[str]) -> str:
+    """The convention of the trajectory: the one labelling ≥ 2/3 of the recognised steps,
+    ``mixed`` when none does, ``unknown`` when no step was recognised."""
+    counts: dict[str, int] = {}
+    for c in conventions:  # a plain dict: Counter's generator path costs 5x on ~20 steps
+        if c != UNKNOWN:
+            counts[c] = counts.get(c, 0) + 1
+    if not counts:
+        return UNKNOWN
+    name, n = max(counts.items(), key=_count)  # the first of equals, as most_common(1)
+    return name if n >= _DOMINANT_SHARE * sum(counts.values()) else "mixed"
+
+
+def _count(item: tuple[str, int]) -> int:
+    return item[1]

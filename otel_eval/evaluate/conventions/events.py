@@ -1,0 +1,99 @@
+"""Stage: trajectory (part). GenAI events sent as OTLP log records, laid over their span.
+
+Instrumentations that keep message content out of span attributes send it as log records
+tied to the span by trace and span id (``opentelemetry-instrumentation-openai-v2`` does in its
+default mode). Two shapes exist:
+
+- current: one ``gen_ai.client.inference.operation.details`` event whose attributes are the
+  span's ``gen_ai.input.messages``, ``gen_ai.output.messages``, ``gen_ai.system_instructions``
+  and ``gen_ai.tool.definitions``;
+- older: one event per message, the message in the record's body: ``gen_ai.system.message``,
+  ``gen_ai.user.message``, ``gen_ai.assistant.message`` (``content``, ``tool_calls``),
+  ``gen_ai.tool.message`` (``content``, ``id``) and ``gen_ai.choice`` (``index``,
+  ``finish_reason``, ``message``).
+
+``overlay`` turns them into the attributes the GenAI adapter reads, so one reader serves
+content on spans and content in logs. Attributes the span carries itself win. Never raises.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from otel_eval.base.model import LogEvent
+
+DETAILS_EVENT = "gen_ai.client.inference.operation.details"
+_DETAIL_KEYS = ("gen_ai.input.messages", "gen_ai.output.messages",
+                "gen_ai.system_instructions", "gen_ai.tool.definitions")
+_MESSAGE_ROLES = {"gen_ai.system.message": "system", "gen_ai.user.message": "user",
+                  "gen_ai.assistant.message": "assistant", "gen_ai.tool.message": "tool"}
+CHOICE_EVENT = "gen_ai.choice"
+
+
+def is_genai_event(name: str) -> bool:
+    """Whether a log record's event name is a GenAI content event this module reads."""
+    return name in (DETAILS_EVENT, CHOICE_EVENT) or name in _MESSAGE_ROLES
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _message(role: str, body: Any) -> dict[str, Any]:
+    """An older per-message event body -> an OpenAI-shaped message."""
+    body = body if isinstance(body, Mapping) else {"content": body}
+    msg: dict[str, Any] = {"role": body.get("role") or role}
+    if body.get("content") is not None:
+        msg["content"] = body["content"]
+    if isinstance(body.get("tool_calls"), list):
+        msg["tool_calls"] = body["tool_calls"]
+    if role == "tool" and body.get("id") is not None:
+        msg["tool_call_id"] = body["id"]
+    return msg
+
+
+def _choice(body: Any) -> tuple[int, dict[str, Any]]:
+    body = body if isinstance(body, Mapping) else {}
+    inner = body.get("message")
+    msg = _message("assistant", inner if isinstance(inner, Mapping) else {})
+    if body.get("finish_reason") is not None:
+        msg["finish_reason"] = body["finish_reason"]
+    index = body.get("index")
+    return (index if isinstance(index, int) and not isinstance(index, bool) else 0), msg
+
+
+def overlay(attributes: Mapping[str, Any], events: Iterable[LogEvent]) -> dict[str, Any]:
+    """``attributes`` plus what the span's GenAI events say (the span's own values win)."""
+    out = dict(attributes)
+    inputs: list[dict[str, Any]] = []
+    choices: list[tuple[int, dict[str, Any]]] = []
+    for event in sorted(events, key=_time):
+        if event.name == DETAILS_EVENT:
+            for key in _DETAIL_KEYS:
+                value = event.attributes.get(key)
+                if value is not None and out.get(key) in (None, ""):
+                    out[key] = value if isinstance(value, str) else _dumps(value)
+        elif event.name == CHOICE_EVENT:
+            choices.append(_choice(event.body))
+        elif event.name in _MESSAGE_ROLES:
+            inputs.append(_message(_MESSAGE_ROLES[event.name], event.body))
+    if inputs and out.get("gen_ai.input.messages") in (None, ""):
+        out["gen_ai.input.messages"] = _dumps(inputs)
+    if choices and out.get("gen_ai.output.messages") in (None, ""):
+        choices.sort(key=_first)
+        out["gen_ai.output.messages"] = _dumps([m for _, m in choices])
+        reasons = [m["finish_reason"] for _, m in choices if isinstance(
+            m.get("finish_reason"), str)]
+        if reasons and "gen_ai.response.finish_reasons" not in out:
+            out["gen_ai.response.finish_reasons"] = reasons
+    return out
+
+
+def _time(event: LogEvent) -> int:
+    return event.time_unix_nano
+
+
+def _first(item: tuple[int, dict[str, Any]]) -> int:
+    return item[0]

@@ -1,0 +1,182 @@
+"""OpenTelemetry GenAI semantic conventions, current and older shape.
+
+Current (marker ``gen_ai.operation.name``): ``gen_ai.input.messages`` /
+``gen_ai.output.messages`` (JSON messages made of typed ``parts``: text, tool_call,
+tool_call_response, ...), ``gen_ai.tool.name`` / ``gen_ai.tool.call.arguments`` /
+``gen_ai.tool.call.result``, ``gen_ai.tool.definitions``, ``gen_ai.agent.name``,
+``gen_ai.usage.input_tokens`` / ``output_tokens``, ``gen_ai.response.finish_reasons``.
+
+Older (no operation name; recognised by ``gen_ai.system``, ``gen_ai.prompt`` /
+``gen_ai.completion`` as attributes or as ``gen_ai.content.*`` span events, usage
+``prompt_tokens`` / ``completion_tokens``) is read by the same code, recorded as
+``genai_legacy``. Message text stays a raw string; output messages are parsed only when they
+can hold tool calls or finish reasons.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from otel_eval.base.model import Span, Step, StepKind, ToolCall
+from otel_eval.evaluate.conventions.adapter import Adapter, Attrs, no_kind
+from otel_eval.evaluate.conventions.agent_names import agent_name
+from otel_eval.evaluate.conventions.values import (
+    as_int,
+    as_list_of_str,
+    as_str,
+    first,
+    parse_json,
+    tool_definition,
+)
+
+_OPERATIONS: dict[str, StepKind] = {
+    "chat": "llm", "text_completion": "llm", "generate_content": "llm", "completion": "llm",
+    "execute_tool": "tool", "invoke_agent": "agent", "invoke_workflow": "chain",
+    "embeddings": "other", "create_agent": "other",
+}
+_LEGACY_LLM_KEYS = ("gen_ai.prompt", "gen_ai.completion", "gen_ai.system",
+                    "gen_ai.usage.prompt_tokens", "gen_ai.usage.completion_tokens",
+                    "gen_ai.request.model", "gen_ai.response.model")
+_PROMPT_EVENT = "gen_ai.content.prompt"
+_COMPLETION_EVENT = "gen_ai.content.completion"
+
+
+def _explicit(span: Span, attrs: Attrs) -> StepKind | None:
+    op = attrs.get("gen_ai.operation.name")
+    if op is None:
+        return None
+    return _OPERATIONS.get(str(op), "other")
+
+
+def _implicit_legacy(span: Span, attrs: Attrs) -> StepKind | None:
+    if "gen_ai.tool.name" in attrs:
+        return "tool"
+    for key in _LEGACY_LLM_KEYS:
+        if key in attrs:
+            return "llm"
+    for event in span.events:
+        if event.name in (_PROMPT_EVENT, _COMPLETION_EVENT):
+            return "llm"
+    return None
+
+
+def _event_text(span: Span, event_name: str, key: str) -> str | None:
+    for event in span.events:
+        if event.name == event_name:
+            return as_str(event.attributes.get(key))
+    return None
+
+
+def _output_calls(text: str | None, want_reasons: bool) -> tuple[list[ToolCall], list[str]]:
+    """Tool calls and finish reasons inside output messages (current ``parts`` shape or the
+    OpenAI ``tool_calls`` shape of older completions). Parses only when worth it."""
+    if not text or ("tool_call" not in text
+                    and not (want_reasons and "finish_reason" in text)):
+        return [], []
+    messages = parse_json(text)
+    if isinstance(messages, dict):
+        messages = [messages]
+    if not isinstance(messages, list):
+        return [], []
+    calls: list[ToolCall] = []
+    reasons: list[str] = []
+    for msg in messages:
+        if not isinstance(msg, dict):
+            continue
+        if isinstance(msg.get("finish_reason"), str):
+            reasons.append(msg["finish_reason"])
+        for part in _list(msg.get("parts")):
+            if isinstance(part, dict) and part.get("type") == "tool_call" and part.get("name"):
+                calls.append(ToolCall(str(part["name"]), parse_json(part.get("arguments")),
+                                      as_str(part.get("id")) or None))
+        for tc in _list(msg.get("tool_calls")):
+            fn = tc.get("function") if isinstance(tc, dict) else None
+            if isinstance(fn, dict) and fn.get("name"):
+                calls.append(ToolCall(str(fn["name"]), parse_json(fn.get("arguments")),
+                                      as_str(tc.get("id")) or None))
+    return calls, reasons
+
+
+def _list(value: Any) -> list[Any]:
+    """``value`` when it is a list, else empty (``"parts": 1`` is no parts: issue 11)."""
+    return value if isinstance(value, list) else []
+
+
+def _fill_usage(step: Step, attrs: Attrs) -> None:
+    # plain gets, not ``first``: this runs for every LLM and agent span (hot path)
+    get = attrs.get
+    model = get("gen_ai.response.model") or get("gen_ai.request.model")
+    step.model = as_str(model) if model is not None else None
+    tokens = get("gen_ai.usage.input_tokens")
+    if tokens is None:
+        tokens = get("gen_ai.usage.prompt_tokens")
+    step.input_tokens = None if tokens is None else as_int(tokens)
+    tokens = get("gen_ai.usage.output_tokens")
+    if tokens is None:
+        tokens = get("gen_ai.usage.completion_tokens")
+    step.output_tokens = None if tokens is None else as_int(tokens)
+
+
+def _fill(step: Step, span: Span, attrs: Attrs) -> None:
+    kind = step.kind
+    if kind == "tool":
+        name = attrs.get("gen_ai.tool.name")
+        if name is None and span.name.startswith("execute_tool "):
+            name = span.name[len("execute_tool "):]
+        step.tool_name = as_str(name) or span.name
+        step.arguments = parse_json(attrs.get("gen_ai.tool.call.arguments"))
+        step.result = as_str(attrs.get("gen_ai.tool.call.result"))
+        return
+    _fill_usage(step, attrs)
+    # = as_str(first(attrs, current key, legacy key)), inlined: every LLM/agent span
+    text_in = attrs.get("gen_ai.input.messages")
+    if text_in is None or text_in == "":
+        text_in = first(attrs, "gen_ai.prompt")
+    text_out = attrs.get("gen_ai.output.messages")
+    if text_out is None or text_out == "":
+        text_out = first(attrs, "gen_ai.completion")
+    text_in, text_out = as_str(text_in), as_str(text_out)
+    if span.events and (text_in is None or text_out is None):
+        text_in = text_in or _event_text(span, _PROMPT_EVENT, "gen_ai.prompt")
+        text_out = text_out or _event_text(span, _COMPLETION_EVENT, "gen_ai.completion")
+    step.input_text = text_in
+    if kind == "llm":
+        step.output_text = text_out
+        reasons_attr = attrs.get("gen_ai.response.finish_reasons")
+        step.finish_reasons = ([str(v) for v in reasons_attr if v is not None]
+                               if type(reasons_attr) is list else as_list_of_str(reasons_attr))
+        step.tool_calls, reasons = _output_calls(text_out, not step.finish_reasons)
+        if not step.finish_reasons:
+            step.finish_reasons = reasons
+    else:
+        step.result = text_out
+
+
+def _agent_name(span: Span, attrs: Attrs, enclosing: Attrs | None) -> str | None:
+    """``gen_ai.agent.name``, else the span name's ``invoke_agent <name>``; a framework's
+    default in one gives way to a name in the other (the default is returned only when
+    there is nothing else, for the trajectory to tell it is no name)."""
+    named = as_str(attrs.get("gen_ai.agent.name"))
+    if agent_name(named):
+        return named
+    suffix = None
+    if span.name.startswith("invoke_agent "):
+        suffix = span.name[len("invoke_agent "):] or None
+    return suffix if agent_name(suffix) else (named or suffix)
+
+
+def _tools(attrs: Attrs) -> dict[str, Any]:
+    raw = attrs.get("gen_ai.tool.definitions")
+    if raw is None:
+        return {}
+    defs = parse_json(raw)
+    out: dict[str, Any] = {}
+    for item in defs if isinstance(defs, list) else ():
+        found = tool_definition(item)
+        if found:
+            out[found[0]] = found[1]
+    return out
+
+
+GENAI = Adapter("genai", _explicit, no_kind, _fill, _agent_name, _tools)
+GENAI_LEGACY = Adapter("genai_legacy", no_kind, _implicit_legacy, _fill, _agent_name, _tools)

@@ -1,0 +1,187 @@
+"""OpenInference (Arize Phoenix; smolagents, LlamaIndex, LangChain instrumentations).
+
+Marker ``openinference.span.kind`` (AGENT, LLM, TOOL, CHAIN; RETRIEVER, EMBEDDING, RERANKER,
+GUARDRAIL, EVALUATOR, PROMPT read as ``other``). Raw text in ``input.value`` /
+``output.value``; flattened messages ``llm.input_messages.N.message.*`` and tool calls
+``llm.output_messages.N.message.tool_calls.M.tool_call.function.{name,arguments}``; usage
+``llm.token_count.*``; model ``llm.model_name``; offered tools ``llm.tools.N.tool.json_schema``;
+tool spans ``tool.name`` / ``tool.parameters`` (the tool's parameter schema: the actual
+arguments are in ``input.value``). smolagents managed agents are named from the enclosing
+agent's ``smolagents.managed_agents.N.name``, others by ``agent.name``, else the span name
+(smolagents' ``<name>.run`` read as ``<name>``). A LangGraph node span marked AGENT (the
+ReAct graph's ``agent`` node: ``metadata.langgraph_node`` is its own name) is a chain step
+of the graph, not an agent; LlamaIndex's ``{"kwargs": {...}}`` tool input is unwrapped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from otel_eval.base.model import Span, Step, StepKind, ToolCall
+from otel_eval.evaluate.conventions.adapter import Adapter, Attrs
+from otel_eval.evaluate.conventions.agent_names import agent_name
+from otel_eval.evaluate.conventions.values import (
+    as_int,
+    as_str,
+    first,
+    parse_json,
+    tool_definition,
+)
+
+_KINDS: dict[str, StepKind] = {"AGENT": "agent", "LLM": "llm", "TOOL": "tool", "CHAIN": "chain"}
+_OUT_PREFIX = "llm.output_messages."
+_CALL_MARK = ".message.tool_calls."
+
+
+def _explicit(span: Span, attrs: Attrs) -> StepKind | None:
+    kind = attrs.get("openinference.span.kind")
+    if kind is None:
+        return None
+    found = _KINDS.get(str(kind).upper(), "other")
+    if found == "agent" and _langgraph_node(span, attrs):
+        return "chain"  # a node of a LangGraph graph (the ReAct "agent" node), not an agent
+    return found
+
+
+def _langgraph_node(span: Span, attrs: Attrs) -> bool:
+    """Whether a span is a LangGraph node's run: its metadata's ``langgraph_node`` is the
+    span's own name (the graph itself carries no node)."""
+    raw = attrs.get("metadata")
+    if not isinstance(raw, str) or '"langgraph_node"' not in raw:
+        return False
+    meta = parse_json(raw)
+    return isinstance(meta, dict) and meta.get("langgraph_node") == span.name
+
+
+def _implicit(span: Span, attrs: Attrs) -> StepKind | None:
+    if "tool.name" in attrs:
+        return "tool"
+    if ("llm.model_name" in attrs or "llm.input_messages.0.message.role" in attrs
+            or "llm.output_messages.0.message.role" in attrs):
+        return "llm"
+    return None
+
+
+def _tool_calls(attrs: Attrs) -> list[ToolCall]:
+    """Tool calls from flattened output messages, ordered by (message, call) index."""
+    found: dict[tuple[int, int], dict[str, Any]] = {}
+    for key, value in attrs.items():
+        if not key.startswith(_OUT_PREFIX) or _CALL_MARK not in key:
+            continue
+        head, _, tail = key[len(_OUT_PREFIX):].partition(_CALL_MARK)
+        call_idx, _, field = tail.partition(".tool_call.")
+        if not head.isdigit() or not call_idx.isdigit():
+            continue
+        found.setdefault((int(head), int(call_idx)), {})[field] = value
+    calls = []
+    for _, fields in sorted(found.items()):
+        name = fields.get("function.name")
+        if name:
+            calls.append(ToolCall(str(name), parse_json(fields.get("function.arguments")),
+                                  as_str(fields.get("id"))))
+    return calls
+
+
+def _arguments(attrs: Attrs) -> Any:
+    """Tool arguments; smolagents' ``{"args": [...], "kwargs": {...}}`` wrapper is unwrapped,
+    positional args named from the tool's parameter schema when possible."""
+    args = parse_json(first(attrs, "tool_call.function.arguments", "input.value"))
+    if isinstance(args, dict) and set(args) == {"kwargs"} and isinstance(args["kwargs"], dict):
+        return args["kwargs"]  # LlamaIndex: {"kwargs": {...}}
+    if not isinstance(args, dict) or "kwargs" not in args or "args" not in args:
+        return args
+    kwargs = args["kwargs"] if isinstance(args["kwargs"], dict) else {}
+    positional = args["args"] if isinstance(args["args"], list) else []
+    if not positional:
+        return kwargs
+    params = parse_json(attrs.get("tool.parameters"))
+    names = list(params) if isinstance(params, dict) else []
+    if len(names) >= len(positional):
+        return {**dict(zip(names, positional, strict=False)), **kwargs}
+    return {"args": positional, **kwargs}
+
+
+def _fill(step: Step, span: Span, attrs: Attrs) -> None:
+    kind = step.kind
+    if kind == "tool":
+        step.tool_name = as_str(first(attrs, "tool.name", "tool_call.function.name")) or span.name
+        step.arguments = _arguments(attrs)
+        step.result = as_str(attrs.get("output.value"))
+        return
+    step.input_tokens = as_int(attrs.get("llm.token_count.prompt"))
+    step.output_tokens = as_int(attrs.get("llm.token_count.completion"))
+    step.input_text = as_str(attrs.get("input.value"))
+    if kind == "llm":
+        step.model = as_str(attrs.get("llm.model_name"))
+        step.output_text = as_str(attrs.get("output.value"))
+        step.tool_calls = _tool_calls(attrs)
+        step.finish_reasons = _finish_reasons(step.output_text)
+        # output.value is the framework's raw object (LangChain generations, a LlamaIndex
+        # repr); the flattened message holds the reply itself
+        step.reply = as_str(attrs.get("llm.output_messages.0.message.content"))
+    else:
+        step.result = as_str(attrs.get("output.value"))
+
+
+def _finish_reasons(output: str | None) -> list[str]:
+    """Finish reasons of the provider response that ``output.value`` holds (OpenAI's
+    ``choices[].finish_reason``); parsed only when the text names one."""
+    if not output or "finish_reason" not in output:
+        return []
+    data = parse_json(output)
+    choices = data.get("choices") if isinstance(data, dict) else None
+    return [str(c["finish_reason"]) for c in choices if isinstance(c, dict)
+            and isinstance(c.get("finish_reason"), str)] if isinstance(choices, list) else []
+
+
+def _managed_names(enclosing: Attrs) -> list[str]:
+    names = []
+    i = 0
+    while (name := enclosing.get(f"smolagents.managed_agents.{i}.name")) is not None:
+        names.append(str(name))
+        i += 1
+    return names
+
+
+def _agent_name(span: Span, attrs: Attrs, enclosing: Attrs | None) -> str | None:
+    name = as_str(attrs.get("agent.name"))
+    if agent_name(name):
+        return name
+    candidates = _managed_names(enclosing) if enclosing else []
+    if len(candidates) == 1:
+        return candidates[0]
+    head = (as_str(attrs.get("input.value")) or "")[:500]
+    for candidate in candidates:
+        if f"'{candidate}'" in head or f'"{candidate}"' in head:
+            return candidate
+    # smolagents names an agent's span "<agent name>.run"
+    return span.name.removesuffix(".run") or None
+
+
+def _schema(params: Any) -> Any:
+    params = parse_json(params)
+    if isinstance(params, dict) and "type" not in params and "properties" not in params:
+        return {"type": "object", "properties": params}
+    return params if params is not None else {}
+
+
+def _tools(attrs: Attrs) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    i = 0
+    while (raw := attrs.get(f"llm.tools.{i}.tool.json_schema")) is not None:
+        found = tool_definition(raw)
+        if found:
+            out[found[0]] = found[1]
+        i += 1
+    name = attrs.get("tool.name")
+    if isinstance(name, str) and name:
+        json_schema = tool_definition(attrs.get("tool.json_schema"))
+        out[name] = json_schema[1] if json_schema else _schema(attrs.get("tool.parameters"))
+    names = parse_json(attrs.get("smolagents.tools_names"))
+    for tool in names if isinstance(names, list) else ():
+        if isinstance(tool, str):
+            out.setdefault(tool, {})
+    return out
+
+
+OPENINFERENCE = Adapter("openinference", _explicit, _implicit, _fill, _agent_name, _tools)

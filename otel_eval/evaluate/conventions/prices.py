@@ -1,0 +1,98 @@
+"""Stage: trajectory (part). The cost of an LLM call that carries model and tokens but no cost.
+
+Prices come from litellm's model price map, the copy packaged with litellm (never fetched: the
+service makes no outbound call it was not asked to). A model the map does not know leaves the
+cost unknown (None), never 0.
+
+The map is read from litellm's package directory as JSON, without importing litellm (~190 MB
+resident and seconds of import, which serve pays only when the judge is configured), and
+kept as (input, output) prices per model name, its aliases resolved the way litellm resolves
+them (``alias_of`` rows and ``aliases`` lists; tests/trajectory checks it against
+``litellm.model_cost``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from otel_eval.base.model import Step
+
+PRICE_FILE = "model_prices_and_context_window_backup.json"  # in litellm's package directory
+
+
+@lru_cache(maxsize=1)
+def _price_map() -> Mapping[str, tuple[float, float]]:
+    try:
+        spec = importlib.util.find_spec("litellm")  # locates the package, does not import it
+        where = spec.submodule_search_locations if spec is not None else None
+        raw = json.loads((Path(next(iter(where or ()))) / PRICE_FILE).read_bytes())
+    except (OSError, ValueError, StopIteration):  # litellm missing or broken: costs unknown
+        return {}
+    return price_table(raw) if isinstance(raw, dict) else {}
+
+
+def price_table(raw: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
+    """(input, output) USD per token for each model of litellm's raw price map with both
+    prices; an ``alias_of`` row (pointing at a non-alias row) and each name in a row's
+    ``aliases`` list (unless already a row or claimed) take their owner's prices."""
+    rows = {k: v for k, v in raw.items() if isinstance(v, Mapping)}
+    pointers = {k: v["alias_of"] for k, v in rows.items() if isinstance(v.get("alias_of"), str)}
+    owners: dict[str, str] = {}
+    for name, row in rows.items():
+        aliases = row.get("aliases")
+        if name in pointers or not isinstance(aliases, list):
+            continue
+        for alias in aliases:
+            if isinstance(alias, str) and not (alias in rows and alias not in pointers) \
+                    and alias not in owners:
+                owners[alias] = name
+    for alias, target in pointers.items():
+        if target in rows and target not in pointers and alias not in owners:
+            owners[alias] = target
+    table: dict[str, tuple[float, float]] = {}
+    for name, row in rows.items():
+        if name in pointers:
+            continue
+        inp, out = row.get("input_cost_per_token"), row.get("output_cost_per_token")
+        if isinstance(inp, int | float) and isinstance(out, int | float):
+            table[name] = (float(inp), float(out))
+    table.update((alias, table[owner]) for alias, owner in owners.items() if owner in table)
+    return table
+
+
+@lru_cache(maxsize=1024)
+def model_prices(model: str) -> tuple[float, float] | None:
+    """(input, output) USD per token for ``model``, or None when the price map lacks it."""
+    prices = _price_map()
+    candidates = [model, model.lower()]
+    if "/" in model:  # "openai/gpt-4o" -> "gpt-4o"
+        candidates.append(model.split("/", 1)[1])
+    for name in candidates:
+        entry = prices.get(name)
+        if entry is not None:
+            return entry
+    return None
+
+
+def step_cost(step: Step) -> float | None:
+    """USD cost of one LLM step: its own, else priced from model and tokens, else None."""
+    if step.cost_usd is not None:
+        return step.cost_usd
+    if not step.model or (step.input_tokens is None and step.output_tokens is None):
+        return None
+    prices = model_prices(step.model[:200])
+    if prices is None:
+        return None
+    return (step.input_tokens or 0) * prices[0] + (step.output_tokens or 0) * prices[1]
+
+
+def price_steps(steps: Iterable[Step]) -> None:
+    """Fill ``cost_usd`` of LLM steps that have none and whose model the price map knows."""
+    for step in steps:
+        if step.kind == "llm" and step.cost_usd is None and step.model:
+            step.cost_usd = step_cost(step)

@@ -1,0 +1,142 @@
+"""Stage: trajectory (part). What a later LLM step was told a tool call returned.
+
+A tool call that exists only in an LLM's output messages is rebuilt as a tool step; its result
+is the tool message with the same call id in the input of a later LLM step of the same agent
+(OpenAI ``{"role": "tool", "tool_call_id": ...}`` or a GenAI ``tool_call_response`` part).
+
+Promise: linear in the bytes of the trace, whatever the number of calls and LLM steps.
+Agents resend the whole conversation on every LLM call, so input *i* holds ~i messages and a
+trace of n LLM steps carries O(n^2) message bytes: parsing one whole input per call made a
+2,000-step trace take 28 s (bench/README "Rebuilt tool results"). Here:
+
+- only the next ``LOOKAHEAD`` LLM steps of the agent are searched (the result is handed to
+  the very next call of the agent in practice), each with one C-speed substring search;
+- in the input that mentions the id, the first lookup decodes only the JSON object around the
+  id (a bounded number of attempts); a second lookup into the same input parses it once in
+  full and keeps a map ``id -> result``, so k calls answered by one input cost one parse.
+"""
+
+from __future__ import annotations
+
+import json
+from bisect import bisect_right
+from collections.abc import Sequence
+from typing import Any
+
+from otel_eval.base.model import Step
+from otel_eval.evaluate.conventions.values import as_str, parse_json
+
+__all__ = ["LOOKAHEAD", "ToolResponses"]
+
+LOOKAHEAD = 16  # later LLM steps of the same agent searched for a call's result
+_MAX_ID = 256  # longer "call ids" are not looked up (real ones are < 64 characters)
+_OCCURRENCES = 8  # occurrences of an id tried by the local decode before parsing in full
+_BRACES = 4  # enclosing-object starts tried per occurrence
+_DECODER = json.JSONDecoder()
+_MISS = object()
+
+
+def _response_of(obj: Any, call_id: str) -> Any:
+    """The result ``obj`` carries for ``call_id`` (a tool message, a ``tool_call_response``
+    part, or a message holding one), else ``_MISS``."""
+    if not isinstance(obj, dict):
+        return _MISS
+    if obj.get("tool_call_id") == call_id:
+        return as_str(obj.get("content"))
+    if obj.get("type") == "tool_call_response" and obj.get("id") == call_id:
+        return as_str(obj.get("response"))
+    parts = obj.get("parts")
+    for part in parts if isinstance(parts, list) else ():
+        if (isinstance(part, dict) and part.get("type") == "tool_call_response"
+                and part.get("id") == call_id):
+            return as_str(part.get("response"))
+    return _MISS
+
+
+def _all_responses(text: str) -> dict[str, str | None]:
+    """Every call id answered in an input (first answer wins), from one full parse."""
+    messages = parse_json(text)
+    if isinstance(messages, dict):
+        messages = messages.get("messages")
+    out: dict[str, str | None] = {}
+    for msg in messages if isinstance(messages, list) else ():
+        if not isinstance(msg, dict):
+            continue
+        tid = msg.get("tool_call_id")
+        if isinstance(tid, str):
+            out.setdefault(tid, as_str(msg.get("content")))
+        parts = msg.get("parts")
+        for part in parts if isinstance(parts, list) else ():
+            if (isinstance(part, dict) and part.get("type") == "tool_call_response"
+                    and isinstance(part.get("id"), str)):
+                out.setdefault(part["id"], as_str(part.get("response")))
+    return out
+
+
+def _local(text: str, quoted: str, call_id: str, at: int) -> Any:  # str | None | _MISS
+    """Decode only the objects enclosing the first occurrences of ``quoted`` (the id as a
+    JSON string) from ``at`` on: the result when one of them answers the call, ``_MISS``
+    when undecided (then the input is parsed in full)."""
+    for _ in range(_OCCURRENCES):
+        if at < 0:
+            return _MISS
+        brace = at
+        for _ in range(_BRACES):
+            brace = text.rfind("{", 0, brace)
+            if brace < 0:
+                break
+            try:
+                obj, end = _DECODER.raw_decode(text, brace)
+            except (ValueError, RecursionError):
+                continue  # a "{" inside a string
+            if end <= at:
+                continue  # a closed object before the id: its container starts further back
+            found = _response_of(obj, call_id)
+            if found is not _MISS:
+                return found
+            break  # the object holding this occurrence is no answer (e.g. the call itself)
+        at = text.find(quoted, at + len(quoted))
+    return _MISS
+
+
+class ToolResponses:
+    """Results of rebuilt calls, looked up in the later LLM inputs of ``steps`` (in order)."""
+
+    def __init__(self, steps: Sequence[Step]) -> None:
+        self._steps = steps
+        self._positions: dict[str | None, list[int]] = {}  # node -> its LLM steps with input
+        for position, step in enumerate(steps):
+            if step.kind == "llm" and step.input_text:
+                self._positions.setdefault(step.node, []).append(position)
+        self._looked: set[int] = set()  # inputs that had one local lookup
+        self._parsed: dict[int, dict[str, str | None]] = {}  # inputs parsed in full
+
+    def result(self, position: int, node: str | None, call_id: str | None) -> str | None:
+        """What the first of the next ``LOOKAHEAD`` LLM steps of ``node`` after ``position``
+        that mentions ``call_id`` was told the call returned (None: not found)."""
+        if not isinstance(call_id, str) or not call_id or len(call_id) > _MAX_ID:
+            return None  # ids come from span content: a list or a number is no id
+        # the id as a JSON string, as the usual encoders write it (escaped, non-ASCII kept or
+        # \u-escaped): one C-speed scan finds the mention and the first place to decode
+        needles = dict.fromkeys((json.dumps(call_id, ensure_ascii=False), json.dumps(call_id)))
+        positions = self._positions.get(node, [])
+        first = bisect_right(positions, position)
+        for later in positions[first:first + LOOKAHEAD]:
+            text = self._steps[later].input_text or ""
+            for quoted in needles:
+                at = text.find(quoted)
+                if at >= 0:
+                    return self._answer(later, text, call_id, quoted, at)
+        return None
+
+    def _answer(self, position: int, text: str, call_id: str, quoted: str,
+                at: int) -> str | None:
+        parsed = self._parsed.get(position)
+        if parsed is None and position not in self._looked:
+            self._looked.add(position)
+            found = _local(text, quoted, call_id, at)
+            if found is not _MISS:
+                return found
+        if parsed is None:
+            parsed = self._parsed[position] = _all_responses(text)
+        return parsed.get(call_id)

@@ -1,0 +1,104 @@
+"""The Vercel AI SDK's telemetry (``experimental_telemetry``; JavaScript).
+
+Marker ``ai.operationId``: ``ai.generateText`` / ``ai.streamText`` / ``ai.generateObject`` /
+``ai.streamObject`` wrap one run of the multi-step loop (agent), their ``.doGenerate`` /
+``.doStream`` children are the LLM calls, ``ai.toolCall`` the tool executions, ``ai.embed*``
+other. The agent is named by ``ai.telemetry.functionId`` (also ``resource.name``). LLM calls
+carry ``ai.prompt.messages`` (JSON), ``ai.response.text``, ``ai.response.toolCalls`` (JSON
+``[{toolCallId, toolName, input | args}]``), ``ai.response.finishReason``, ``ai.usage.*``
+(``inputTokens`` / ``outputTokens``, older ``promptTokens`` / ``completionTokens``); tool
+calls ``ai.toolCall.{name, id, args | input, result}``; offered tools ``ai.prompt.tools``
+(JSON strings ``{name, inputSchema | parameters}``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from otel_eval.base.model import Span, Step, StepKind, ToolCall
+from otel_eval.evaluate.conventions.adapter import Adapter, Attrs, no_kind
+from otel_eval.evaluate.conventions.values import as_int, as_str, first, json_text, parse_json
+
+_RUNS = ("ai.generateText", "ai.streamText", "ai.generateObject", "ai.streamObject")
+_CALLS = (".doGenerate", ".doStream")
+
+
+def _explicit(span: Span, attrs: Attrs) -> StepKind | None:
+    op = attrs.get("ai.operationId")
+    if not isinstance(op, str):
+        return None
+    if op == "ai.toolCall":
+        return "tool"
+    if op.endswith(_CALLS):
+        return "llm"
+    return "agent" if op in _RUNS else "other"
+
+
+def _tool_calls(raw: Any) -> list[ToolCall]:
+    calls = []
+    for item in parse_json(raw) if isinstance(parse_json(raw), list) else ():
+        if isinstance(item, dict) and isinstance(item.get("toolName"), str):
+            args = item.get("input", item.get("args"))
+            calls.append(ToolCall(item["toolName"], parse_json(args),
+                                  as_str(item.get("toolCallId")) or None))
+    return calls
+
+
+def _prompt_text(raw: Any) -> str | None:
+    """The task of a run: ``ai.prompt``'s ``prompt``, else its last user message."""
+    prompt = parse_json(raw)
+    if not isinstance(prompt, dict):
+        return as_str(raw)
+    if isinstance(prompt.get("prompt"), str):
+        return str(prompt["prompt"])
+    for msg in reversed(prompt.get("messages") or []):
+        if isinstance(msg, dict) and msg.get("role") == "user":
+            return as_str(msg.get("content"))
+    return None
+
+
+def _fill(step: Step, span: Span, attrs: Attrs) -> None:
+    get = attrs.get
+    if step.kind == "tool":
+        step.tool_name = as_str(get("ai.toolCall.name")) or span.name
+        step.arguments = parse_json(first(attrs, "ai.toolCall.args", "ai.toolCall.input"))
+        step.result = json_text(get("ai.toolCall.result"))
+        return
+    if step.kind == "agent":
+        step.input_text = _prompt_text(get("ai.prompt"))
+        step.result = as_str(get("ai.response.text"))
+        return
+    if step.kind != "llm":
+        return
+    step.model = as_str(first(attrs, "ai.response.model", "gen_ai.response.model",
+                              "ai.model.id", "gen_ai.request.model"))
+    step.input_tokens = as_int(first(attrs, "ai.usage.inputTokens", "ai.usage.promptTokens",
+                                     "gen_ai.usage.input_tokens"))
+    step.output_tokens = as_int(first(attrs, "ai.usage.outputTokens",
+                                      "ai.usage.completionTokens",
+                                      "gen_ai.usage.output_tokens"))
+    step.input_text = as_str(get("ai.prompt.messages"))
+    step.output_text = as_str(get("ai.response.text"))
+    step.tool_calls = _tool_calls(get("ai.response.toolCalls"))
+    reason = as_str(get("ai.response.finishReason"))
+    step.finish_reasons = [reason] if reason else []
+    if step.output_text is None and step.tool_calls:
+        step.output_text = as_str(get("ai.response.toolCalls"))
+
+
+def _agent_name(span: Span, attrs: Attrs, enclosing: Attrs | None) -> str | None:
+    return as_str(first(attrs, "ai.telemetry.functionId", "resource.name")) or span.name
+
+
+def _tools(attrs: Attrs) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    raw = attrs.get("ai.prompt.tools")
+    for item in raw if isinstance(raw, list) else ():
+        tool = parse_json(item)
+        if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+            schema = tool.get("inputSchema", tool.get("parameters", {}))
+            out[tool["name"]] = schema if isinstance(schema, dict) else {}
+    return out
+
+
+VERCEL_AI = Adapter("vercel_ai", _explicit, no_kind, _fill, _agent_name, _tools)

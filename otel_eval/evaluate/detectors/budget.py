@@ -1,0 +1,108 @@
+"""Budget detector (stage: evaluate): steps, LLM calls, tool calls, tokens, cost, wall time.
+
+Budgets are resolved by ``Detectors`` (config, then the agent's overrides, then
+``--budget NAME=VALUE``) and arrive in ``context.budgets``; a finding states value and
+budget. Cost comes from the spans (``Step.cost_usd``), else from litellm's model price map;
+a model litellm does not know makes the cost *unknown* (reported, never an exception).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from otel_eval.base.model import Finding, Step, Trajectory
+from otel_eval.evaluate.conventions.prices import model_prices, step_cost
+from otel_eval.evaluate.detectors.calls import Context, top_level_tool_steps
+from otel_eval.evaluate.detectors.config import DetectorsConfig
+
+__all__ = ["cost", "detect", "measure", "model_prices", "step_cost"]
+
+_UNITS = {"duration_s": " s", "cost_usd": " USD"}
+_LABELS = {"steps": "steps", "llm_calls": "LLM calls", "tool_calls": "tool calls",
+           "input_tokens": "input tokens", "output_tokens": "output tokens",
+           "cost_usd": "cost", "duration_s": "wall time"}
+
+
+def cost(trajectory: Trajectory) -> tuple[float, list[str]]:
+    """(known cost in USD, models whose cost is unknown)."""
+    total, unknown = 0.0, set()
+    for s in trajectory.llm_steps:
+        c = step_cost(s)
+        if c is None:
+            unknown.add(s.model or "<no model>")
+        else:
+            total += c
+    return total, sorted(unknown)
+
+
+def measure(trajectory: Trajectory, names: set[str]) -> dict[str, float]:
+    """The measured values of the budgets in ``names`` (cost only when asked: it is lazy)."""
+    usage = {"input_tokens": 0, "output_tokens": 0}
+    for s in trajectory.llm_steps:
+        usage["input_tokens"] += s.input_tokens or 0
+        usage["output_tokens"] += s.output_tokens or 0
+    values: dict[str, float] = {
+        "steps": len(top_level_tool_steps(trajectory)) if "steps" in names else 0,
+        "llm_calls": len(trajectory.llm_steps),
+        "tool_calls": len(trajectory.tool_steps),
+        "duration_s": trajectory.duration_s,
+        **usage,
+    }
+    if "cost_usd" in names:
+        values["cost_usd"] = cost(trajectory)[0]
+    return values
+
+
+def _usd(value: float) -> str:
+    """Dollars with enough decimals to show a small cost: 0.000042, 0.0123, 1.5."""
+    if value == 0:
+        return "0"
+    digits = 4
+    while digits < 12 and round(abs(value), digits) == 0:
+        digits += 1
+    return f"{value:.{digits + 1}f}".rstrip("0").rstrip(".")
+
+
+def _fmt(name: str, value: float) -> str:
+    if name == "cost_usd":
+        return _usd(value) + _UNITS[name]
+    if name == "duration_s":
+        return f"{value:.1f}{_UNITS[name]}"
+    return f"{value:g}{_UNITS.get(name, '')}"
+
+
+def _beyond(trajectory: Trajectory, name: str, limit: float) -> list[Step]:
+    """The steps past a count budget (where it was blown), empty for other budgets."""
+    seq = {"steps": top_level_tool_steps, "tool_calls": lambda t: t.tool_steps,
+           "llm_calls": lambda t: t.llm_steps}.get(name)
+    return list(seq(trajectory))[int(limit):] if seq else []
+
+
+def _message(name: str, value: float, limit: float) -> str:
+    if name in ("cost_usd", "duration_s"):
+        return f"{_LABELS[name]} {_fmt(name, value)} against a budget of {_fmt(name, limit)}"
+    return f"{_fmt(name, value)} {_LABELS[name]} against a budget of {_fmt(name, limit)}"
+
+
+def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) -> list[Finding]:
+    budgets = {k: v for k, v in context.budgets.items() if v is not None}
+    if not budgets:
+        return []
+    values = measure(trajectory, set(budgets))
+    out = []
+    for name in sorted(budgets, key=list(_LABELS).index):
+        limit, value = budgets[name], values[name]
+        attrs: dict[str, Any] = {"budget": name, "value": value, "limit": limit}
+        unknown = cost(trajectory)[1] if name == "cost_usd" else []
+        if unknown:
+            attrs["cost_unknown_models"] = unknown
+        if value > limit:
+            over = _beyond(trajectory, name, limit)
+            out.append(Finding("budget", f"{name}_exceeded", "error",
+                               _message(name, value, limit), [s.span_id for s in over],
+                               [s.index for s in over], attrs))
+        elif unknown:
+            out.append(Finding("budget", "cost_unknown", "info",
+                               f"cost partly unknown (no price for {', '.join(unknown)})",
+                               attributes=attrs))
+    return out

@@ -1,0 +1,307 @@
+"""The calls of a trajectory as the detectors see them (stage: evaluate).
+
+A *call* is a top-level tool step (a tool called from inside another tool's code is part of
+that action, not a step of its own). Each call gets a canonical ``key`` so that repeats can
+be compared: tool name + JSON with sorted keys and normalized whitespace (of the parameters
+the tool's schema declares, when it lists them), or, for agents that act through code or
+shell, the canonicalized action text. Also here: the detector
+context (outcome, budgets, reference, earlier findings) and the failure test for results.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from otel_eval.base.model import Finding, Step, Trajectory
+from otel_eval.evaluate.conventions.shell import shell_commands
+from otel_eval.evaluate.detectors.config import DetectorsConfig, LoopConfig, ToolCallConfig
+
+# json.dumps with non-default options builds an encoder per call; this is the same encoder
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                              default=str).encode
+_encode_str = json.encoder.encode_basestring  # the ensure_ascii=False string encoder
+_COMMAND_SEPARATORS = re.compile(r"&&|\|\||;|\|")
+_ACTION_KEYS = ("command", "code", "cmd", "script", "input")
+_PYTHON_TOOL = re.compile(r"python|code", re.IGNORECASE)  # action tools that run Python
+
+
+@dataclass(frozen=True, slots=True)
+class RefCall:
+    """One expected call of a reference trajectory."""
+
+    name: str
+    arguments: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """Expected calls for one task id, with how to compare them."""
+
+    task_id: str
+    calls: tuple[RefCall, ...]
+    match: str | None = None  # None: the configured default
+    arguments_match: str | None = None
+    arguments_match_by_tool: Mapping[str, str] = field(default_factory=dict)
+    # Compare only calls to these tools (None: all calls). tau-bench: its write tools.
+    tools: frozenset[str] | None = None
+
+
+@dataclass(slots=True)
+class Context:
+    """What a detector may know besides the trajectory and the config."""
+
+    outcome: str | None = None  # success | failure | None
+    budgets: Mapping[str, float] = field(default_factory=dict)  # resolved, unset ones absent
+    reference: Reference | None = None
+    findings: Sequence[Finding] = ()  # findings of the detectors that ran before
+    # Derived views of *this* trajectory shared by detectors (a memo, never an input).
+    memo: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A top-level tool step with its canonical key."""
+
+    step: Step
+    key: str
+    action: bool  # an action text of a code/shell agent
+    failed: bool
+    read_only: bool
+
+
+def _norm_ws(text: str) -> str:
+    # = re.sub(r"\s+", " ", text).strip(): str.split() splits on the same (Unicode)
+    # whitespace as the regex's \s, at a fifth of the cost
+    return " ".join(text.split())
+
+
+def _normalize(value: Any) -> Any:
+    kind = type(value)  # exact-type fast paths first: JSON arguments are plain dicts/strs
+    if kind is str:
+        return " ".join(value.split())
+    if kind is dict:
+        return {str(k): _normalize(v) for k, v in value.items()}
+    if kind is int or kind is bool or value is None:
+        return value
+    if isinstance(value, str):
+        return _norm_ws(value)
+    if isinstance(value, Mapping):
+        return {str(k): _normalize(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_normalize(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)  # 250.0 and 250 are the same argument
+    return value
+
+
+def normalized(value: Any) -> Any:
+    """A value with whitespace in strings collapsed and integral floats made ints."""
+    return _normalize(value)
+
+
+def _plain_canonical(value: Any) -> str | None:
+    """``_CANONICAL(_normalize(value))`` in one pass for plain JSON values (dicts with string
+    keys, lists, strings, ints, bools, null, integral floats); None for anything else. Tool
+    arguments are small: the encoder's per-call set-up cost more than their encoding."""
+    kind = type(value)
+    if kind is str:
+        return _encode_str(" ".join(value.split()))
+    if kind is dict:
+        items = []
+        for k in sorted(value) if all(type(k) is str for k in value) else ():
+            inner = _plain_canonical(value[k])
+            if inner is None:
+                return None
+            items.append(f"{_encode_str(k)}:{inner}")
+        return f"{{{','.join(items)}}}" if len(items) == len(value) else None
+    if kind is list:
+        elements = []
+        for v in value:
+            inner = _plain_canonical(v)
+            if inner is None:
+                return None
+            elements.append(inner)
+        return f"[{','.join(elements)}]"
+    if kind is int:
+        return int.__repr__(value)
+    if value is None or kind is bool:
+        return "null" if value is None else "true" if value else "false"
+    if kind is float and value.is_integer():
+        return int.__repr__(int(value))  # 250.0 and 250 are the same argument
+    return None
+
+
+def _canonical(value: Any) -> str:
+    plain = _plain_canonical(value)
+    return plain if plain is not None else _CANONICAL(_normalize(value))
+
+
+def canonical_arguments(arguments: Any) -> str:
+    """Arguments as canonical JSON (sorted keys, whitespace in strings collapsed)."""
+    if arguments is None:
+        return "{}"
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return _norm_ws(arguments)
+    return _canonical(arguments)
+
+
+def canonical_of_normalized(value: Any) -> str:
+    """``canonical_arguments(value)`` for a value already passed through ``normalized``
+    (normalizing is idempotent, so only the encoding is left to do)."""
+    if value is None or isinstance(value, str):
+        return canonical_arguments(value)
+    return _canonical(value)
+
+
+def action_text(step: Step) -> str | None:
+    """The code or command of an action step, or None when its arguments carry none."""
+    args = step.arguments
+    if isinstance(args, str):
+        return args
+    if isinstance(args, Mapping):
+        for k in _ACTION_KEYS:
+            if isinstance(args.get(k), str):
+                return str(args[k])
+        if len(args) == 1:
+            only = next(iter(args.values()))
+            return only if isinstance(only, str) else None
+    return None
+
+
+def is_action_tool(name: str, loop: LoopConfig) -> bool:
+    return name.lower() in loop.action_tools
+
+
+def _is_read_only(name: str, text: str | None, loop: LoopConfig) -> bool:
+    if text is None:
+        return name.lower().startswith(tuple(loop.read_only_prefixes))
+    if not _PYTHON_TOOL.search(name):
+        # a shell command: read-only when every command of its lists and pipelines is, and
+        # no redirection writes a file (``shlex``: quoted "|" or ";" are no separators). The
+        # first word decides most commands without lexing: ``python``, ``cd``, ``pip`` ...
+        head = text.split(None, 1)
+        if not head or head[0] not in _read_only_heads(loop.read_only_commands):
+            return False
+        commands, writes, problem = shell_commands(text)
+        if problem is None:
+            return bool(commands) and not writes and all(
+                _starts_with_one(" ".join(argv), loop.read_only_commands) for argv in commands)
+    cmd = _norm_ws(text)
+    # A pipeline or command list is read-only only if every part is; writes via `>`.
+    if ">" in cmd.replace("2>&1", "").replace(">/dev/null", ""):
+        return False
+    parts = [p.strip() for p in _COMMAND_SEPARATORS.split(cmd) if p.strip()]
+    return bool(parts) and all(_starts_with_one(p, loop.read_only_commands) for p in parts)
+
+
+@lru_cache(maxsize=16)
+def _read_only_heads(commands: tuple[str, ...]) -> frozenset[str]:
+    """The first words of the read-only commands."""
+    return frozenset(c.split()[0] for c in commands if c.split())
+
+
+def _starts_with_one(command: str, prefixes: tuple[str, ...]) -> bool:
+    return any(command == c or command.startswith(c + " ") for c in prefixes)
+
+
+@lru_cache(maxsize=64)
+def _patterns(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
+    if not patterns:
+        return None
+    return re.compile("|".join(f"(?:{p})" for p in patterns), re.IGNORECASE)
+
+
+def result_failed(step: Step, action: bool, cfg: ToolCallConfig) -> str | None:
+    """Why a tool step failed (span error or an error payload as result), or None."""
+    if step.status == "error":
+        return step.error or "tool span status error"
+    if action or not step.result:
+        return None
+    pat = _patterns(cfg.error_result_patterns)
+    head = step.result[:500]
+    if pat is not None and pat.search(head):
+        return _norm_ws(head)[:200]
+    return None
+
+
+def top_level_tool_steps(trajectory: Trajectory) -> list[Step]:
+    """Tool steps not nested (at any depth) under another tool step.
+
+    One pass in step order (tree order: a parent comes before its children) remembers for
+    each span whether a tool step is at or above it, so a chain of n nested spans costs n,
+    not n x depth. A parent not seen yet (spans caught in a parent cycle) is walked up, at
+    most 1000 levels."""
+    tools = {s.span_id for s in trajectory.tool_steps}
+    parent = {s.span_id: s.parent_span_id for s in trajectory.steps}
+    under_tool: dict[str, bool] = {}  # span id -> a tool step is at or above it
+    out = []
+    for s in trajectory.steps:
+        p = s.parent_span_id
+        known = under_tool.get(p) if p is not None else False
+        if known is None:  # parent after its child: only in a cycle
+            known, seen = False, 0
+            while p is not None and seen < 1000:
+                if p in tools:
+                    known = True
+                    break
+                p, seen = parent.get(p), seen + 1
+        if s.kind == "tool" and not known:
+            out.append(s)
+        # rebuilt tool steps share their LLM step's span id: the first entry decides
+        under_tool.setdefault(s.span_id, known or s.span_id in tools)
+    return out
+
+
+def calls(trajectory: Trajectory, loop: LoopConfig, tool_cfg: ToolCallConfig) -> list[Call]:
+    """The top-level calls of a trajectory, in order, each with its canonical key."""
+    out = []
+    for s in top_level_tool_steps(trajectory):
+        name = s.tool_name or s.name
+        text = action_text(s) if is_action_tool(name, loop) else None
+        if text is not None:
+            key = f"{name}\x00{_norm_ws(text)}"
+        elif s.arguments is None:  # not recorded: equal to no other call (unknown != same)
+            key = f"{name}\x01unrecorded\x00{s.index}"
+        else:
+            args = _declared(s.arguments, trajectory.tools.get(name))
+            key = f"{name}\x00{canonical_arguments(args)}"
+        failed = result_failed(s, text is not None, tool_cfg) is not None
+        out.append(Call(s, key, text is not None, failed, _is_read_only(name, text, loop)))
+    return out
+
+
+def _declared(arguments: Any, schema: Any) -> Any:
+    """The arguments the tool declares, when its schema lists its parameters: a tool does not
+    read the others, so they do not make a call different (smolagents' ``page_down`` called
+    with ``{"": ""}`` and with ``{"": {}}`` scrolls the same page)."""
+    props = schema.get("properties") if isinstance(schema, Mapping) else None
+    if not isinstance(arguments, dict) or not isinstance(props, Mapping):
+        return arguments
+    if all(k in props for k in arguments):
+        return arguments
+    return {k: v for k, v in arguments.items() if k in props}
+
+
+def calls_for(trajectory: Trajectory, config: DetectorsConfig, context: Context) -> list[Call]:
+    """``calls`` computed once per evaluation (loop and recovery both need them)."""
+    cached = context.memo.get("calls")
+    if cached is None:
+        cached = context.memo["calls"] = calls(trajectory, config.loop, config.tool_call)
+    return list(cached)
+
+
+def call_label(call: Call, limit: int = 60) -> str:
+    """A short human label: ``read_file`` or ``bash: pytest -x``."""
+    name = call.step.tool_name or call.step.name
+    if call.action:
+        text = call.key.split("\x00", 1)[1]
+        return f"{name}: {text[:limit]}{'...' if len(text) > limit else ''}"
+    return name

@@ -1,0 +1,226 @@
+"""Configuration of the detectors stage: which detectors run, their thresholds, budgets,
+references and per-agent overrides. Loaded by ``otel_eval.app.config.build`` (frozen, typed).
+
+Thresholds are set from first principles (what a repeat, a cycle or a budget *means*), not
+fitted to any benchmark; each comment says why the default is what it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Severity = Literal["info", "warning", "error"]
+MatchMode = Literal["exact", "in_order", "any_order", "superset"]
+ArgumentsMode = Literal["exact", "ignore", "subset", "superset"]
+
+DETECTOR_NAMES: tuple[str, ...] = (
+    "loop", "non_termination", "budget", "tool_call", "reference", "recovery", "lucky_pass",
+)
+BUDGET_NAMES: tuple[str, ...] = (
+    "steps", "llm_calls", "tool_calls", "input_tokens", "output_tokens", "cost_usd", "duration_s",
+)
+
+
+@dataclass(frozen=True)
+class BudgetsConfig:
+    """Upper limits per trace; ``None`` (the default for all) means "no budget"."""
+
+    # Steps: top-level tool calls (one action of a code/shell agent counts once). Count.
+    steps: int | None = None
+    # LLM calls (llm steps). Count.
+    llm_calls: int | None = None
+    # Tool calls, nested ones included (a tool called from inside code counts too). Count.
+    tool_calls: int | None = None
+    # Input (prompt) tokens summed over LLM calls. Tokens.
+    input_tokens: int | None = None
+    # Output (completion) tokens summed over LLM calls. Tokens.
+    output_tokens: int | None = None
+    # Cost of LLM calls: span cost attributes, else litellm's model price map. US dollars.
+    cost_usd: float | None = None
+    # Wall time from the first span's start to the last span's end. Seconds.
+    duration_s: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in BUDGET_NAMES:
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"budget {name} must be >= 0, got {value}")
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    # (b) A call repeated with the same result within this many steps (tool calls / actions)
+    # and with no state-changing call in between is a loop. 10 steps covers the short
+    # re-check patterns agents fall into, without reaching back to an unrelated early call.
+    window_steps: int = 10
+    # (c) Longest cycle pattern looked for, in calls (A B ... of up to this length).
+    cycle_max_period: int = 4
+    # (c) A pattern of 2+ calls must occur this many times in a row to be a cycle. Three, as
+    # in "A B A B A B": two occurrences are often a legitimate retry of a two-call procedure.
+    cycle_min_repeats: int = 3
+    # (d) Two LLM outputs whose similarity (difflib ratio over words, 0..1) is at least this are
+    # "near-identical". 0.95 tolerates a changed number or word in a paragraph (one word in
+    # forty), not a changed plan.
+    stagnation_similarity: float = 0.95
+    # (d) This many consecutive near-identical LLM outputs make a stagnation finding.
+    stagnation_min_run: int = 3
+    # (d) Outputs shorter than this (characters) are ignored: "OK" twice is not stagnation.
+    stagnation_min_chars: int = 20
+    # (f) Reworded repeats: two calls of the same tool whose identifiers (argument values of
+    # one or two words: ids, dates, file names; a changed one is another request) are equal
+    # and whose text (longer values, lowercased, whitespace collapsed) has a character-3-gram
+    # Jaccard similarity of at least this are "the same request reworded". For two texts of
+    # similar length, J = 0.5 means two thirds of each one's 3-grams are shared
+    # (s / (2n - s) = 1/2 at s = 2n/3): the same words with a third changed, added or
+    # reordered is a rewording, while queries about different things share well under a fifth.
+    reworded_similarity: float = 0.5
+    # (f) Each call is compared with the previous this many calls of the same tool (not all
+    # earlier calls: bounded work, and a rewording comes right after the attempt it retries).
+    reworded_window: int = 4
+    # (f) A later call "brought nothing new" when it failed, or when at least this share of
+    # its result's 3-grams (past the framing both results share) were already in the earlier
+    # call's result (at most a fifth of it new: the same pages, the same "not found").
+    reworded_result_overlap: float = 0.8
+    # (f) This many calls linked by reworded repeats that brought nothing new make a finding.
+    # Three, as for cycles: rewording a query once after a miss is a sensible retry; a second
+    # rewording that again finds nothing new is the agent going round.
+    reworded_min_calls: int = 3
+    # (e) Tools whose call is an action text (shell command, code): the loop key is the
+    # canonicalized text of their `command` / `code` argument.
+    action_tools: tuple[str, ...] = (
+        "bash", "shell", "execute_bash", "run_shell_command", "terminal", "python_interpreter",
+        "execute_python_code", "code_interpreter", "python",
+    )
+    # Tool-name prefixes (case-insensitive) of calls that do not change state. A repeat with
+    # only such calls in between made no progress; any other call counts as a state change
+    # (so re-running the tests after an edit is not a loop).
+    read_only_prefixes: tuple[str, ...] = (
+        "get", "read", "search", "list", "find", "fetch", "view", "lookup", "query", "show",
+        "describe", "check", "inspect", "visit", "browse", "retrieve", "calculate", "think",
+        "web_search", "page_", "inspect_file", "textinspector", "visittool",
+    )
+    # First words of shell commands that only read (for action tools).
+    read_only_commands: tuple[str, ...] = (
+        "cat", "ls", "grep", "rg", "find", "head", "tail", "wc", "pwd", "echo", "nl", "tree",
+        "less", "more", "file", "stat", "which", "diff", "git diff", "git status", "git log",
+        "git show", "sed -n",
+    )
+    # Severity of loop findings (a)-(c), (e), (f).
+    severity: Severity = "error"
+    # Severity of stagnation findings (d).
+    stagnation_severity: Severity = "error"
+
+
+@dataclass(frozen=True)
+class NonTerminationConfig:
+    # Regular expressions (case-insensitive) of framework halt markers, looked for in the
+    # final output, error messages and agent/chain outputs. Defaults cover smolagents,
+    # LangGraph, LangChain AgentExecutor, OpenAI Agents SDK, CrewAI, AutoGen, LlamaIndex,
+    # pydantic-ai and mini-swe-agent.
+    halt_patterns: tuple[str, ...] = (
+        r"reached max(imum)? (steps|iterations|turns)",
+        r"max(imum)?[ _]?(turns|iterations|steps)[ _]?(exceeded|reached)",
+        r"recursion limit of \d+ reached",
+        r"GraphRecursionError",
+        r"agent stopped due to (max iterations|iteration limit|time limit)",
+        r"MaxTurnsExceeded",
+        r"UsageLimitExceeded",
+        r"LimitsExceeded",
+        r"maximum number of (turns|iterations|steps|rounds)",
+    )
+    # Severity when no final output could be found at all (some instrumentations do not
+    # record it, so this is a warning by default).
+    no_output_severity: Severity = "warning"
+    # Severity for a trace cut at the maximum trace duration (`truncated`).
+    truncated_severity: Severity = "warning"
+
+
+@dataclass(frozen=True)
+class ToolCallConfig:
+    # A call to a tool that was not offered.
+    selection_severity: Severity = "error"
+    # Arguments that are not JSON or fail the tool's JSON schema.
+    argument_severity: Severity = "error"
+    # A tool execution failure (its consequences are judged by `recovery`).
+    runtime_severity: Severity = "warning"
+    # Flag parameters a schema does not declare even when it does not say
+    # `additionalProperties: false` (a model inventing a parameter is an argument error).
+    reject_unknown_parameters: bool = True
+    # Regular expressions (case-insensitive) matching a tool result that reports a failure,
+    # for tools that return errors as text. Not applied to action tools (a shell command's
+    # traceback is an observation, not a failed call).
+    error_result_patterns: tuple[str, ...] = (
+        r"^\s*(error|exception)\b",
+        r"^\s*traceback \(most recent call last\)",
+        r'^\s*\{\s*"error"\s*:(?!\s*null)',
+    )
+
+
+@dataclass(frozen=True)
+class ReferenceConfig:
+    # Match mode for references that do not say: exact | in_order | any_order | superset.
+    match: MatchMode = "in_order"
+    # Argument mode for references that do not say: exact | ignore | subset | superset.
+    arguments_match: ArgumentsMode = "exact"
+    # Severity of a reference mismatch.
+    severity: Severity = "error"
+
+
+@dataclass(frozen=True)
+class RecoveryConfig:
+    # The same failing call issued again (and never recovered from).
+    repeated_severity: Severity = "error"
+    # A tool error never followed by a successful call, outcome not known to be success.
+    gave_up_severity: Severity = "error"
+    # A tool error never recovered from, but the outcome is success.
+    unrecovered_severity: Severity = "warning"
+
+
+@dataclass(frozen=True)
+class LuckyPassConfig:
+    # A known success reached through loops, unrecovered errors or a blown budget. The
+    # other findings already carry the errors; this one explains the success, so: warning.
+    severity: Severity = "warning"
+
+
+@dataclass(frozen=True)
+class AgentOverrides:
+    """Settings for one agent (`gen_ai.agent.name` / service); unset fields inherit."""
+
+    # Budgets for this agent; each field that is not None replaces the global one.
+    budgets: BudgetsConfig = field(default_factory=BudgetsConfig)
+    # Detectors for this agent; None inherits `detectors.enabled`.
+    enabled: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class DetectorsConfig:
+    # Detectors switched on, by name.
+    enabled: tuple[str, ...] = DETECTOR_NAMES
+    # Budgets for every trace (None = unchecked). `--budget NAME=VALUE` overrides them.
+    budgets: BudgetsConfig = field(default_factory=BudgetsConfig)
+    # Loop rules (a)-(f): window, cycle and stagnation thresholds, what counts as read-only.
+    loop: LoopConfig = field(default_factory=LoopConfig)
+    # Halt markers and the severities of the softer non-termination findings.
+    non_termination: NonTerminationConfig = field(default_factory=NonTerminationConfig)
+    # Selection / argument / runtime severities and the error-payload patterns.
+    tool_call: ToolCallConfig = field(default_factory=ToolCallConfig)
+    # References file (JSON lines, or a tau-bench task file); empty string means none.
+    # `eval --references FILE` overrides it. Traces find theirs by task id.
+    references_path: str = ""
+    # Default match / argument modes for references that do not set them, and severity.
+    reference: ReferenceConfig = field(default_factory=ReferenceConfig)
+    # Severities of the recovery findings.
+    recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
+    # Severity of the lucky-pass finding.
+    lucky_pass: LuckyPassConfig = field(default_factory=LuckyPassConfig)
+    # Per-agent overrides keyed by agent name (empty by default).
+    agents: dict[str, AgentOverrides] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        names = [self.enabled, *(a.enabled for a in self.agents.values() if a.enabled)]
+        unknown = sorted({n for group in names for n in group} - set(DETECTOR_NAMES))
+        if unknown:
+            raise ValueError(f"unknown detector(s) {', '.join(unknown)} "
+                             f"(known: {', '.join(DETECTOR_NAMES)})")

@@ -1,0 +1,268 @@
+"""Loop detector (stage: evaluate): the agent repeats itself without making progress.
+
+(a) back-to-back identical calls; (b) the same call again within a window with the same
+result and only read-only calls in between (no state change, so no progress); (c) cycles, a
+pattern of 2+ different calls repeated ``cycle_min_repeats`` times in a row; (d) stagnation,
+consecutive near-identical LLM outputs (word-level similarity); (e) code/shell agents are
+covered by (a)-(c) because their calls are keyed by the canonicalized action text; (f)
+reworded repeats, near-duplicate calls of one tool that brought nothing new
+(``detectors.reworded``).
+LLM -> tool -> LLM alternation is never a loop (only calls are compared), and a repeat after
+a state-changing call (re-running the tests after an edit) is not (b).
+"""
+
+from __future__ import annotations
+
+import difflib
+from bisect import bisect_left, bisect_right
+from collections import Counter
+from collections.abc import Sequence
+from itertools import accumulate
+from operator import add
+
+from otel_eval.base.model import Finding, Step, Trajectory
+from otel_eval.evaluate.detectors.calls import (
+    Call,
+    Context,
+    call_label,
+    calls_for,
+    canonical_arguments,
+)
+from otel_eval.evaluate.detectors.config import DetectorsConfig, LoopConfig
+from otel_eval.evaluate.detectors.reworded import reworded_repeats
+
+_MAX_COMPARE_WORDS = 800  # similarity beyond this prefix adds cost, not information
+
+
+def _finding(cfg: LoopConfig, kind: str, message: str, group: Sequence[Call],
+             **attributes: object) -> Finding:
+    return Finding("loop", kind, cfg.severity, message,
+                   span_ids=[c.step.span_id for c in group],
+                   step_indexes=[c.step.index for c in group], attributes=dict(attributes))
+
+
+def _arguments_text(call: Call) -> str:
+    return call.key.split("\x00", 1)[1][:200]
+
+
+def repeated_calls(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
+    """(a) Runs of two or more consecutive identical calls."""
+    out, i = [], 0
+    while i < len(cs):
+        j = i
+        while j + 1 < len(cs) and cs[j + 1].key == cs[i].key:
+            j += 1
+        if j > i:
+            run = cs[i:j + 1]
+            same = len({(c.step.result, c.failed) for c in run}) == 1
+            kind = "repeated_action" if run[0].action else "repeated_call"
+            what = "identical action" if run[0].action else "identical arguments"
+            out.append(_finding(
+                cfg, kind, f"{call_label(run[0])} called {len(run)} times in a row with {what}",
+                run, tool=run[0].step.tool_name or run[0].step.name, count=len(run),
+                arguments=_arguments_text(run[0]), same_result=same))
+        i = j + 1
+    return out
+
+
+def no_progress(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
+    """(b) Non-adjacent repeats with the same result and only read-only calls between."""
+    groups: dict[str, list[Call]] = {}
+    members: dict[str, set[int]] = {}  # positions already in each group (no list scans)
+    for i, c in enumerate(cs):
+        if c.step.result is None:
+            continue
+        for j in range(i - 1, max(-1, i - 1 - cfg.window_steps), -1):
+            prev = cs[j]
+            if prev.key != c.key:
+                continue
+            between = cs[j + 1:i]  # empty when adjacent: that is (a), not (b)
+            if (between and prev.step.result == c.step.result and prev.failed == c.failed
+                    and all(b.read_only for b in between)):
+                group, seen = groups.setdefault(c.key, []), members.setdefault(c.key, set())
+                for k in (j, i):
+                    if k not in seen:
+                        seen.add(k)
+                        group.append(cs[k])
+            break  # only the nearest earlier occurrence counts
+    out = []
+    for group in groups.values():
+        group.sort(key=lambda c: c.step.index)
+        out.append(_finding(
+            cfg, "no_progress",
+            f"{call_label(group[0])} repeated {len(group)} times with the same result "
+            f"and no state change in between", group,
+            tool=group[0].step.tool_name or group[0].step.name, count=len(group),
+            window_steps=cfg.window_steps, arguments=_arguments_text(group[0])))
+    return out
+
+
+def _cycle_at(keys: Sequence[str], i: int, cfg: LoopConfig) -> tuple[int, int]:
+    """(period, repeats) of the shortest qualifying cycle starting at ``i``, or (0, 0)."""
+    n, once_is_enough = len(keys), cfg.cycle_min_repeats < 2
+    for p in range(2, cfg.cycle_max_period + 1):
+        if not once_is_enough and (i + p >= n or keys[i + p] != keys[i]):
+            continue  # cheap: a second repeat would start with the same key
+        pattern = list(keys[i:i + p])
+        if len(pattern) < p or len(set(pattern)) < 2:
+            continue
+        if any(p % q == 0 and pattern == pattern[:q] * (p // q) for q in range(2, p)):
+            continue  # a repetition of a shorter pattern, found at that period
+        reps = 1
+        while list(keys[i + reps * p:i + (reps + 1) * p]) == pattern:
+            reps += 1
+        if reps >= cfg.cycle_min_repeats:
+            return p, reps
+    return 0, 0
+
+
+def cycles(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
+    """(c) A pattern of 2+ different calls repeated in a row (A B A B A B)."""
+    keys = [c.key for c in cs]
+    out, i = [], 0
+    while i < len(keys):
+        period, reps = _cycle_at(keys, i, cfg)
+        if not period:
+            i += 1
+            continue
+        group = cs[i:i + period * reps]
+        names = " -> ".join(call_label(c, 30) for c in group[:period])
+        out.append(_finding(
+            cfg, "cycle", f"cycle of {period} calls ({names}) repeated {reps} times", group,
+            period=period, repeats=reps, pattern=[call_label(c, 30) for c in group[:period]]))
+        i += period * reps
+    return out
+
+
+def _common(x: Counter[str], y: Counter[str]) -> int:
+    """Size of the multiset intersection (= sum((x & y).values()), without building it)."""
+    if len(x) > len(y):
+        x, y = y, x
+    return sum(min(n, y[w]) for w, n in x.items() if w in y)
+
+
+def _spaced(words: list[str]) -> tuple[str, list[int]]:
+    """``" w0 w1 ... wn "`` and the offset of the space before each word (and the last)."""
+    bounds = [0]
+    bounds += map(add, accumulate(map(len, words)), range(1, len(words) + 1))
+    return f" {' '.join(words)} ", bounds
+
+
+def _shares_a_run(a: tuple[str, list[int]], b: str, total: int, threshold: float) -> bool:
+    """False only when the word-level difflib ratio of outputs ``a`` and ``b`` (as
+    ``_spaced``, ``total`` words together) is below threshold.
+
+    A ratio >= threshold means at most ``d = (1 - threshold) * total`` words are inserted or
+    deleted between them (difflib's matches are a common subsequence). Each such edit breaks
+    at most one of ``a``'s consecutive pieces, so cut into more than ``d`` pieces, one piece
+    appears unbroken, word for word, in ``b``: a few substring searches reject unrelated
+    outputs before any counting."""
+    text, bounds = a
+    n = len(bounds) - 1
+    pieces = int((1 - threshold) * total) + 2  # + 2: d rounded up, and one more piece than d
+    if pieces > n:
+        return True  # pieces of single words could all be edited away: no bound
+    size, extra = divmod(n, pieces)
+    start = 0
+    for p in range(pieces):
+        end = start + size + (p < extra)
+        if text[bounds[start]:bounds[end] + 1] in b:
+            return True
+        start = end
+    return False
+
+
+def _similar(words: list[list[str]], j: int, threshold: float,
+             counts: dict[int, Counter[str]],
+             spaced: dict[int, tuple[str, list[int]]]) -> bool:
+    """Word-level difflib ratio of outputs ``j`` and ``j + 1`` >= threshold, with the cheap
+    upper bounds tried first; word counts and spaced texts are kept in ``counts`` and
+    ``spaced`` (each output is compared with both neighbours)."""
+    a, b = words[j], words[j + 1]
+    if a == b:
+        return True
+    total = len(a) + len(b)
+    if not total or 2 * min(len(a), len(b)) / total < threshold:
+        return False
+    for k in (j, j + 1):
+        if k not in spaced:
+            spaced[k] = _spaced(words[k])
+    if not _shares_a_run(spaced[j], spaced[j + 1][0], total, threshold):
+        return False
+    for k in (j, j + 1):
+        if k not in counts:
+            counts[k] = Counter(words[k])
+    if 2 * _common(counts[j], counts[j + 1]) / total < threshold:
+        return False
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio() >= threshold
+
+
+def _output(step: Step) -> str:
+    """What an LLM step said: its output text plus the calls it asked for (instrumentations
+    that keep tool calls in attributes of their own leave them out of the text, and outputs
+    made only of different calls are not alike). Empty when nothing was recorded."""
+    text = (step.output_text or "").strip()
+    if any(c.arguments is None for c in step.tool_calls):
+        return ""  # calls whose arguments were not recorded: unknown, not alike
+    if step.tool_calls and text:
+        text += "\n" + "\n".join(f"{c.name} {canonical_arguments(c.arguments)}"
+                                 for c in step.tool_calls)
+    return text
+
+
+def stagnation(llm_steps: Sequence[Step], cfg: LoopConfig) -> list[Finding]:
+    """(d) ``stagnation_min_run`` or more consecutive near-identical LLM outputs."""
+    texts = [(s, _output(s)) for s in llm_steps]
+    words = [t.split() for _, t in texts]
+    for k, w in enumerate(words):
+        if len(w) > _MAX_COMPARE_WORDS:
+            words[k] = w[:_MAX_COMPARE_WORDS]
+    counts: dict[int, Counter[str]] = {}
+    spaced: dict[int, tuple[str, list[int]]] = {}
+    out, i = [], 0
+    while i < len(texts):
+        j = i
+        if len(texts[i][1]) >= cfg.stagnation_min_chars:
+            while j + 1 < len(texts) and _similar(words, j, cfg.stagnation_similarity,
+                                                  counts, spaced):
+                j += 1
+        if j - i + 1 >= cfg.stagnation_min_run:
+            run = [s for s, _ in texts[i:j + 1]]
+            out.append(Finding(
+                "loop", "stagnation", cfg.stagnation_severity,
+                f"{len(run)} consecutive near-identical LLM outputs",
+                span_ids=[s.span_id for s in run], step_indexes=[s.index for s in run],
+                attributes={"count": len(run), "similarity": cfg.stagnation_similarity,
+                            "output": texts[i][1][:200]}))
+        i = j + 1
+    return out
+
+
+def _explained(finding: Finding, steps: int, llm_at: list[int], tools_at: list[int],
+               covered: set[int]) -> bool:
+    """Whether every LLM output of a stagnation run led only to calls already flagged as a
+    loop (then the stagnation is the same loop seen from the model's side: one reason).
+    ``llm_at`` / ``tools_at``: the ascending step indexes of the LLM and tool steps; the tool
+    steps between two LLM steps are found by bisection (a run of n outputs costs n log n)."""
+    for idx in finding.step_indexes:
+        k = bisect_right(llm_at, idx)
+        nxt = llm_at[k] if k < len(llm_at) else steps
+        following = tools_at[bisect_right(tools_at, idx):bisect_left(tools_at, nxt)]
+        if not following or not covered.issuperset(following):
+            return False
+    return True
+
+
+def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) -> list[Finding]:
+    cfg = config.loop
+    cs = calls_for(trajectory, config, context)
+    found = [*repeated_calls(cs, cfg), *no_progress(cs, cfg), *cycles(cs, cfg),
+             *reworded_repeats(cs, cfg)]
+    covered = {i for f in found for i in f.step_indexes}
+    llm = trajectory.llm_steps
+    stagnant = stagnation(llm, cfg)
+    if stagnant:
+        llm_at, tools_at = [s.index for s in llm], [s.index for s in trajectory.tool_steps]
+        found += [f for f in stagnant if not _explained(f, len(trajectory.steps), llm_at,
+                                                         tools_at, covered)]
+    return found

@@ -1,0 +1,139 @@
+"""Non-termination detector (stage: evaluate): the run did not finish on its own terms.
+
+Findings: the trace was released ``incomplete`` (root never ended) or ``truncated``; the last
+LLM call stopped for length, or asked for tools that never ran and there is no final
+answer; a framework halt marker (max steps / iterations / turns, recursion limit); an error
+on the root span; a final output that was recorded and is empty (``no_output``: an output the
+instrumentation did not record is unknown, not empty, and proves nothing).
+
+``NOT_ENDED_KINDS`` are the findings that mean the run did not end; they alone count as a
+non-terminated trace in metrics and alerts (a failed or silent run did end).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from otel_eval.base.model import Finding, Step, Trajectory
+from otel_eval.evaluate.detectors.calls import Context
+from otel_eval.evaluate.detectors.config import DetectorsConfig, NonTerminationConfig
+
+NOT_ENDED_KINDS = frozenset({"incomplete", "truncated", "halted", "length_stop",
+                             "pending_tool_calls"})
+_LENGTH_REASONS = frozenset({"length", "max_tokens", "max_output_tokens", "model_length"})
+_SCAN_CHARS = 2000  # halt markers sit at the start or end of a message
+# Words one of which every match of the default halt patterns contains ("reached max ...",
+# "max_turns_exceeded", "maximum number of", "MaxTurnsExceeded" -> max; "recursion limit",
+# "GraphRecursionError" -> recursion; "agent stopped due to"; "UsageLimitExceeded";
+# "LimitsExceeded"). For ASCII text, IGNORECASE matching is lowercasing, so a text whose
+# lowercase holds none of them cannot match: one substring scan instead of the regex, which
+# costs ~60 us per LLM answer. Other patterns (a changed tuple) always run the regex.
+_HALT_WORDS = {NonTerminationConfig().halt_patterns: (
+    "max", "recursion", "agent stopped", "limitexceeded", "limitsexceeded")}
+
+
+@lru_cache(maxsize=16)
+def _halt_regex(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
+    if not patterns:
+        return None
+    return re.compile("|".join(f"(?:{p})" for p in patterns), re.IGNORECASE)
+
+
+def _root(trajectory: Trajectory) -> Step | None:
+    return trajectory.root_step
+
+
+def _final_output(trajectory: Trajectory) -> str | None:
+    """The final output, "" when it was recorded empty, None when nothing recorded it."""
+    if trajectory.output and trajectory.output.strip():
+        return trajectory.output
+    llm = trajectory.llm_steps
+    last = llm[-1].output_text if llm else None
+    if last is not None and (last.strip() or llm[-1].tool_calls):
+        return last
+    return "" if trajectory.output is not None or last is not None else None
+
+
+def _status(trajectory: Trajectory, cfg: NonTerminationConfig) -> list[Finding]:
+    root = _root(trajectory)
+    ids = [root.span_id] if root else []
+    idx = [root.index] if root else []
+    if trajectory.status == "incomplete":
+        return [Finding("non_termination", "incomplete", "error",
+                        "the run never finished: the root span did not end", ids, idx)]
+    if trajectory.status == "truncated":
+        return [Finding("non_termination", "truncated", cfg.truncated_severity,
+                        "the trace was cut at the maximum trace duration", ids, idx)]
+    return []
+
+
+def _last_llm(trajectory: Trajectory) -> list[Finding]:
+    llm = trajectory.llm_steps
+    if not llm:
+        return []
+    last = llm[-1]
+    where = ([last.span_id], [last.index])
+    reasons = {r.lower() for r in last.finish_reasons}
+    if reasons & _LENGTH_REASONS:
+        return [Finding("non_termination", "length_stop", "error",
+                        "the last LLM call was cut off at its token limit", *where,
+                        {"finish_reasons": list(last.finish_reasons)})]
+    later_tools = any(s.kind == "tool" and s.index > last.index for s in trajectory.steps)
+    if last.tool_calls and not later_tools and not (trajectory.output or "").strip():
+        names = [c.name for c in last.tool_calls]
+        return [Finding("non_termination", "pending_tool_calls", "error",
+                        f"the run ended with tool calls that never ran ({', '.join(names)}) "
+                        "and no final answer", *where, {"tool_calls": names})]
+    return []
+
+
+def _halt_markers(trajectory: Trajectory, cfg: NonTerminationConfig) -> list[Finding]:
+    rx = _halt_regex(cfg.halt_patterns)
+    if rx is None:
+        return []
+    texts: list[tuple[Step | None, str]] = [(None, trajectory.output or "")]
+    for s in trajectory.steps:
+        if s.error:
+            texts.append((s, s.error))
+        if s.kind in ("agent", "chain") and s.result:
+            texts.append((s, s.result))
+    seen: set[str] = set()
+    words = _HALT_WORDS.get(cfg.halt_patterns)
+    for step, text in texts:
+        if not text or text in seen:  # the root's result is usually the output again
+            continue
+        seen.add(text)
+        if len(text) > 2 * _SCAN_CHARS:
+            text = text[:_SCAN_CHARS] + "\n" + text[-_SCAN_CHARS:]
+        if words is not None and text.isascii():
+            lowered = text.lower()
+            if not any(w in lowered for w in words):
+                continue
+        m = rx.search(text)
+        if m:
+            ids = [step.span_id] if step else []
+            idx = [step.index] if step else []
+            return [Finding("non_termination", "halted", "error",
+                            f"the framework halted the run: {m.group(0)!r}", ids, idx,
+                            {"marker": m.group(0)})]
+    return []
+
+
+def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) -> list[Finding]:
+    cfg = config.non_termination
+    out = _status(trajectory, cfg)
+    out += _last_llm(trajectory)
+    out += _halt_markers(trajectory, cfg)
+    root = _root(trajectory)
+    halted_on_root = any(f.kind == "halted" and root is not None
+                         and f.span_ids == [root.span_id] for f in out)
+    if root is not None and root.status == "error" and not halted_on_root:
+        out.append(Finding("non_termination", "root_error", "error",
+                           f"the run failed: {root.error or 'root span status error'}"[:300],
+                           [root.span_id], [root.index], {"error": root.error}))
+    if trajectory.status != "incomplete" and _final_output(trajectory) == "" \
+            and not any(f.kind == "pending_tool_calls" for f in out):
+        out.append(Finding("non_termination", "no_output", cfg.no_output_severity,
+                           "the run produced no final output"))
+    return out

@@ -1,0 +1,80 @@
+"""Recovery detector (stage: evaluate): what the agent did after a tool call failed.
+
+For each failed call (span error or an error payload): ``recovered`` when a later call
+succeeds (a different call, or the same one on retry); ``repeated_failing_call`` when the
+same call was issued again, failed again and nothing succeeded after; ``gave_up`` when
+nothing succeeded after it and the outcome is not known to be a success (with a known
+success the error is ``unrecovered``: a lucky pass, see lucky_pass).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+
+from otel_eval.base.model import Finding, Trajectory
+from otel_eval.evaluate.detectors.calls import Call, Context, call_label, calls_for, result_failed
+from otel_eval.evaluate.detectors.config import DetectorsConfig, Severity
+
+
+def _error(call: Call, config: DetectorsConfig) -> str:
+    return result_failed(call.step, call.action, config.tool_call) or "failed"
+
+
+def _finding(kind: str, severity: Severity, message: str, group: list[Call],
+             attributes: dict[str, object]) -> Finding:
+    return Finding("recovery", kind, severity, message, [c.step.span_id for c in group],
+                   [c.step.index for c in group], attributes)
+
+
+def _one(cs: list[Call], i: int, ok_at: int, same_key: list[int], outcome: str | None,
+         config: DetectorsConfig) -> tuple[Finding, set[int]]:
+    """The finding for the failure at ``cs[i]`` and the retries it accounts for. ``ok_at``:
+    the first call after ``i`` that did not fail (``len(cs)``: none); ``same_key``: the
+    ascending positions of the calls with ``cs[i]``'s key."""
+    cfg, failed = config.recovery, cs[i]
+    label = call_label(failed)
+    # every call between i and ok_at failed: the same-key ones are the retries
+    retries = same_key[bisect_right(same_key, i):bisect_left(same_key, ok_at)]
+    if ok_at < len(cs):
+        by_retry = cs[ok_at].key == failed.key
+        return _finding(
+            "recovered", "info",
+            f"recovered from a failed {label} with {call_label(cs[ok_at])}"
+            + (" (retry)" if by_retry else ""),
+            [failed, cs[ok_at]], {"tool": label, "retries": len(retries),
+                                  "by_retry": by_retry, "error": _error(failed, config)},
+        ), set(retries)
+    attrs: dict[str, object] = {"tool": label, "retries": len(retries),
+                                "error": _error(failed, config)}
+    group = [failed, *(cs[j] for j in retries)]
+    if retries:
+        return _finding("repeated_failing_call", cfg.repeated_severity,
+                        f"repeated the failing call {label} {len(retries)} more time(s) "
+                        "and never recovered", group, attrs), set(retries)
+    if outcome == "success":
+        return _finding("unrecovered", cfg.unrecovered_severity,
+                        f"{label} failed and was never recovered from", group, attrs), set()
+    return _finding("gave_up", cfg.gave_up_severity,
+                    f"gave up after {label} failed: no later call succeeded", group,
+                    attrs), set()
+
+
+def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) -> list[Finding]:
+    """One pass each way: n log n in the calls, whatever fails (each call is a retry of at
+    most one failure)."""
+    cs = calls_for(trajectory, config, context)
+    ok_after, nxt = [0] * len(cs), len(cs)
+    for i in range(len(cs) - 1, -1, -1):
+        ok_after[i] = nxt
+        if not cs[i].failed:
+            nxt = i
+    by_key: dict[str, list[int]] = {}
+    for i, c in enumerate(cs):
+        by_key.setdefault(c.key, []).append(i)
+    out, accounted = [], set()
+    for i, c in enumerate(cs):
+        if c.failed and i not in accounted:
+            finding, retries = _one(cs, i, ok_after[i], by_key[c.key], context.outcome, config)
+            accounted |= retries
+            out.append(finding)
+    return out

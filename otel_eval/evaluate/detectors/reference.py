@@ -1,0 +1,212 @@
+"""Reference detector (stage: evaluate): the calls made vs the calls expected for the task.
+
+Match modes (how the call sequences must relate):
+    exact      the same calls in the same order, nothing else
+    in_order   the reference calls appear in this order; other calls may come between
+    any_order  the same calls in any order, nothing else (same multiset)
+    superset   every reference call appears, in any order; extra calls are allowed
+               (this is Vertex AI's "any_order" and agentevals' "superset")
+Argument modes (when a call's arguments count as right): ``exact`` (equal after
+canonicalization), ``ignore``, ``subset`` (every argument given is in the reference with
+that value), ``superset`` (every reference argument is given with that value); per-tool
+overrides. Tool-name precision/recall are reported apart from argument accuracy (on the
+calls whose name matched); ``score`` in 0..1 is the share of reference calls satisfied
+(in_order, superset) or the F1 of satisfied calls (exact, any_order, which forbid extras).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from otel_eval.base.model import Finding, Step, Trajectory
+from otel_eval.evaluate.detectors.calls import (
+    Context,
+    RefCall,
+    Reference,
+    canonical_of_normalized,
+    normalized,
+    top_level_tool_steps,
+)
+from otel_eval.evaluate.detectors.config import DetectorsConfig
+
+Pair = Callable[[int, int], bool]
+
+
+def arguments_ok(expected: Any, actual: Any, mode: str) -> bool:
+    """Whether ``actual`` arguments satisfy ``expected`` under an argument mode."""
+    if mode == "ignore":
+        return True
+    return _Arguments([expected], [actual]).ok(0, 0, mode)
+
+
+class _Arguments:
+    """The reference's and the run's arguments, each parsed, normalized and canonicalized
+    once per comparison (matching and LCS compare every pair, often more than once)."""
+
+    def __init__(self, expected: Sequence[Any], actual: Sequence[Any]) -> None:
+        self._raw = (expected, actual)
+        self._norm: dict[tuple[int, int], Any] = {}
+        self._canon: dict[tuple[int, int], str] = {}
+
+    def _normalized(self, key: tuple[int, int]) -> Any:
+        if key not in self._norm:
+            self._norm[key] = normalized(_parsed(self._raw[key[0]][key[1]]))
+        return self._norm[key]
+
+    def _canonical(self, key: tuple[int, int]) -> str:
+        if key not in self._canon:
+            self._canon[key] = canonical_of_normalized(self._normalized(key))
+        return self._canon[key]
+
+    def ok(self, r: int, a: int, mode: str) -> bool:
+        """Whether actual ``a`` satisfies expected ``r`` under an argument mode."""
+        if mode == "ignore":
+            return True
+        exp, act = self._normalized((0, r)), self._normalized((1, a))
+        if mode == "exact" or not isinstance(exp, dict) or not isinstance(act, dict):
+            return self._canonical((0, r)) == self._canonical((1, a))
+        if mode == "subset":
+            return all(k in exp and exp[k] == v for k, v in act.items())
+        return all(k in act and act[k] == v for k, v in exp.items())  # superset
+
+
+def _parsed(value: Any) -> Any:
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _max_matching(n_ref: int, n_act: int, ok: Pair) -> dict[int, int]:
+    """Maximum bipartite matching reference -> actual (Kuhn's algorithm; lists are short)."""
+    owner: dict[int, int] = {}  # actual -> reference
+
+    def augment(r: int, seen: set[int]) -> bool:
+        for a in range(n_act):
+            if a not in seen and ok(r, a):
+                seen.add(a)
+                if a not in owner or augment(owner[a], seen):
+                    owner[a] = r
+                    return True
+        return False
+
+    for r in range(n_ref):
+        augment(r, set())
+    return {r: a for a, r in owner.items()}
+
+
+def _lcs(n_ref: int, n_act: int, ok: Pair) -> int:
+    prev = [0] * (n_act + 1)
+    for r in range(n_ref):
+        cur = [0] * (n_act + 1)
+        for a in range(n_act):
+            cur[a + 1] = prev[a] + 1 if ok(r, a) else max(prev[a + 1], cur[a])
+        prev = cur
+    return prev[n_act]
+
+
+def _ratio(num: int, den: int, empty: float | None) -> float | None:
+    return round(num / den, 6) if den else empty
+
+
+def compare(ref: Reference, actual: Sequence[Step], match: str, args_mode: str,
+            by_tool: Mapping[str, str]) -> dict[str, Any]:
+    """The verdict ``reference`` summary plus the missing/unexpected/wrong-argument lists."""
+    rc, names = list(ref.calls), [s.tool_name or s.name for s in actual]
+    memo: dict[tuple[int, int], bool] = {}
+    arguments = _Arguments([c.arguments for c in rc], [s.arguments for s in actual])
+
+    def name_ok(r: int, a: int) -> bool:
+        return rc[r].name == names[a]
+
+    def full_ok(r: int, a: int) -> bool:
+        if not name_ok(r, a):
+            return False
+        if (r, a) not in memo:  # matching and LCS ask for the same pairs again
+            mode = by_tool.get(rc[r].name, args_mode)
+            memo[r, a] = arguments.ok(r, a, mode)
+        return memo[r, a]
+
+    n_ref, n_act = len(rc), len(actual)
+    by_name = _max_matching(n_ref, n_act, name_ok)
+    wrong = [r for r, a in by_name.items() if not full_ok(r, a)]
+    full = _max_matching(n_ref, n_act, full_ok)
+    wrong = [r for r in wrong if r not in full]
+    ordered = match in ("exact", "in_order")
+    satisfied = _lcs(n_ref, n_act, full_ok) if ordered else len(full)
+    extras_ok = match in ("in_order", "superset")
+    matched = satisfied == n_ref and (extras_ok or n_act == n_ref)
+    score = (satisfied / n_ref if n_ref else 1.0) if extras_ok else \
+        (2 * satisfied / (n_ref + n_act) if n_ref + n_act else 1.0)
+    used = set(by_name.values())
+    return {
+        "match": match, "arguments_match": args_mode, "matched": matched,
+        "tool_precision": _ratio(len(by_name), n_act, 1.0),
+        "tool_recall": _ratio(len(by_name), n_ref, 1.0),
+        "argument_accuracy": _ratio(len(by_name) - len(wrong), len(by_name), None),
+        "score": round(1.0 if matched else score, 6),
+        "missing": [rc[r].name for r in range(n_ref) if r not in by_name],
+        "unexpected": [names[a] for a in range(n_act) if a not in used],
+        "wrong_arguments": [rc[r].name for r in sorted(wrong)],
+        "out_of_order": match in ("exact", "in_order") and len(full) == n_ref
+        and satisfied < n_ref,
+        "_wrong_steps": [actual[by_name[r]] for r in sorted(wrong)],
+        "_unexpected_steps": [actual[a] for a in range(n_act) if a not in used],
+    }
+
+
+def _message(ref: Reference, summary: Mapping[str, Any]) -> str:
+    head = f"calls do not match the reference for task {ref.task_id} ({summary['match']}"
+    head += f", arguments {summary['arguments_match']})"
+    parts = []
+    if summary["missing"]:
+        parts.append("missing " + ", ".join(summary["missing"]))
+    if summary["unexpected"] and summary["match"] in ("exact", "any_order"):
+        parts.append("unexpected " + ", ".join(summary["unexpected"]))
+    if summary["wrong_arguments"]:
+        parts.append("wrong arguments " + ", ".join(summary["wrong_arguments"]))
+    if summary["out_of_order"]:
+        parts.append("out of order")
+    return head + (": " + "; ".join(parts) if parts else "")
+
+
+SUMMARY_KEYS = ("match", "arguments_match", "matched", "tool_precision", "tool_recall",
+                "argument_accuracy", "score")
+
+
+def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) -> list[Finding]:
+    ref = context.reference
+    if ref is None:
+        return []
+    cfg = config.reference
+    actual = [s for s in top_level_tool_steps(trajectory)
+              if ref.tools is None or (s.tool_name or s.name) in ref.tools]
+    summary = compare(ref, actual, ref.match or cfg.match,
+                      ref.arguments_match or cfg.arguments_match, ref.arguments_match_by_tool)
+    flagged: list[Step] = summary.pop("_wrong_steps") + summary.pop("_unexpected_steps")
+    attrs = {**summary, "task_id": ref.task_id, "expected": [c.name for c in ref.calls]}
+    if summary["matched"]:
+        return [Finding("reference", "match", "info",
+                        f"calls match the reference for task {ref.task_id} "
+                        f"({summary['match']}, arguments {summary['arguments_match']})",
+                        attributes=attrs)]
+    flagged.sort(key=lambda s: s.index)
+    return [Finding("reference", "mismatch", cfg.severity, _message(ref, summary),
+                    [s.span_id for s in flagged], [s.index for s in flagged], attrs)]
+
+
+def reference_summary(findings: Sequence[Finding]) -> dict[str, Any] | None:
+    """The ``verdict.reference`` object from the reference finding, if any."""
+    for f in findings:
+        if f.detector == "reference":
+            return {k: f.attributes[k] for k in SUMMARY_KEYS}
+    return None
+
+
+__all__ = ["RefCall", "Reference", "arguments_ok", "compare", "detect", "reference_summary"]

@@ -1,0 +1,132 @@
+"""Reference trajectories loaded from a file (stage: evaluate, set-up; the only I/O here).
+
+Two formats, told apart by content:
+- JSON lines, one object per task: ``task_id``, ``calls`` [{``name``, ``arguments``}],
+  optional ``match``, ``arguments_match``, ``arguments_match_by_tool`` {tool: mode} and
+  ``tools`` (compare only calls to these tools). A JSON array of such objects also loads.
+- tau-bench task files (a JSON array of tasks with ``actions`` [{``name``, ``kwargs``}]), as
+  they are: task id = index in the file; the expected calls are the *write* actions (those
+  that change the database, which is what tau-bench's reward checks), compared with
+  ``any_order`` and exact arguments against the agent's calls to write tools only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, get_args
+
+from otel_eval.evaluate.detectors.calls import RefCall, Reference
+from otel_eval.evaluate.detectors.config import ArgumentsMode, MatchMode
+
+# tau-bench (airline + retail) tools that change the database. Reads (get_*, search_*,
+# find_*, list_*), `calculate`, `think` and `transfer_to_human_agents` do not.
+TAU_BENCH_WRITE_TOOLS = frozenset({
+    "book_reservation", "cancel_reservation", "send_certificate", "update_reservation_baggages",
+    "update_reservation_flights", "update_reservation_passengers",
+    "cancel_pending_order", "exchange_delivered_order_items", "modify_pending_order_address",
+    "modify_pending_order_items", "modify_pending_order_payment", "modify_user_address",
+    "return_delivered_order_items",
+})
+
+_MATCH = frozenset(get_args(MatchMode))
+_ARGS = frozenset(get_args(ArgumentsMode))
+
+
+class ReferenceSet(Mapping[str, Reference]):
+    """Task id -> reference, read-only."""
+
+    def __init__(self, references: Mapping[str, Reference] | None = None) -> None:
+        self._refs: dict[str, Reference] = dict(references or {})
+
+    def __getitem__(self, task_id: str) -> Reference:
+        return self._refs[task_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._refs)
+
+    def __len__(self) -> int:
+        return len(self._refs)
+
+    def __repr__(self) -> str:
+        return f"ReferenceSet({len(self)} tasks)"
+
+
+def _mode(value: Any, allowed: frozenset[str], what: str, where: str) -> str | None:
+    if value is None:
+        return None
+    if value not in allowed:
+        raise ValueError(f"{where}: {what} {value!r} is not one of {', '.join(sorted(allowed))}")
+    return str(value)
+
+
+def reference_from_object(obj: Any, where: str) -> Reference:
+    """One reference from a JSON-lines object; ValueError naming ``where`` if malformed."""
+    if not isinstance(obj, Mapping) or "task_id" not in obj:
+        raise ValueError(f"{where}: expected an object with task_id and calls")
+    raw_calls = obj.get("calls")
+    if not isinstance(raw_calls, list):
+        raise ValueError(f"{where}: calls must be a list of {{name, arguments}}")
+    calls = []
+    for i, c in enumerate(raw_calls):
+        if not isinstance(c, Mapping) or not isinstance(c.get("name"), str):
+            raise ValueError(f"{where}: calls[{i}] needs a string name")
+        calls.append(RefCall(c["name"], c.get("arguments")))
+    by_tool = obj.get("arguments_match_by_tool") or {}
+    if not isinstance(by_tool, Mapping):
+        raise ValueError(f"{where}: arguments_match_by_tool must map tool -> mode")
+    tools = obj.get("tools")
+    if tools is not None and not (isinstance(tools, list) and all(
+            isinstance(t, str) for t in tools)):
+        raise ValueError(f"{where}: tools must be a list of tool names")
+    return Reference(
+        task_id=str(obj["task_id"]), calls=tuple(calls),
+        match=_mode(obj.get("match"), _MATCH, "match", where),
+        arguments_match=_mode(obj.get("arguments_match"), _ARGS, "arguments_match", where),
+        arguments_match_by_tool={
+            str(k): str(_mode(v, _ARGS, f"arguments_match_by_tool.{k}", where))
+            for k, v in by_tool.items()},
+        tools=frozenset(tools) if tools is not None else None,
+    )
+
+
+def _tau_bench(index: int, task: Mapping[str, Any]) -> Reference:
+    writes = [RefCall(a["name"], a.get("kwargs", {})) for a in task.get("actions", [])
+              if isinstance(a, Mapping) and a.get("name") in TAU_BENCH_WRITE_TOOLS]
+    return Reference(str(index), tuple(writes), match="any_order", arguments_match="exact",
+                     tools=TAU_BENCH_WRITE_TOOLS)
+
+
+def _from_array(items: list[Any], path: str) -> dict[str, Reference]:
+    refs = {}
+    for i, item in enumerate(items):
+        if isinstance(item, Mapping) and "actions" in item and "calls" not in item:
+            ref = _tau_bench(i, item)
+        else:
+            ref = reference_from_object(item, f"{path}[{i}]")
+        refs[ref.task_id] = ref
+    return refs
+
+
+def load_references(path: str | Path) -> ReferenceSet:
+    """Read references (JSON lines or a tau-bench task file). Raises ValueError/OSError."""
+    text = Path(path).read_text(encoding="utf-8")
+    stripped = text.lstrip()
+    if stripped.startswith("["):
+        try:
+            data = json.loads(text)
+        except ValueError as e:
+            raise ValueError(f"{path}: not valid JSON: {e}") from e
+        return ReferenceSet(_from_array(data, str(path)))
+    refs: dict[str, Reference] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as e:
+            raise ValueError(f"{path}:{n}: not valid JSON: {e}") from e
+        ref = reference_from_object(obj, f"{path}:{n}")
+        refs[ref.task_id] = ref
+    return ReferenceSet(refs)

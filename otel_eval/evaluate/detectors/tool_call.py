@@ -1,0 +1,124 @@
+"""Tool-call detector (stage: evaluate): wrong tool vs wrong arguments vs failed execution.
+
+Against the tool definitions the model was offered (``Trajectory.tools``): a call to a tool
+that was not offered is a *selection* error; arguments that are not JSON or fail the tool's
+JSON schema (missing required, wrong type, unknown parameter, ...) are an *argument* error
+naming the violated constraint; a failed execution (span error, error payload) is a
+*runtime* error. Without tool definitions, selection and argument checks are skipped.
+Validation itself is ``detectors.schema`` (no retrieval, RE2 patterns, bounded work); what it
+could not check (an unresolvable or recursive ``$ref``, an invalid schema, a pattern RE2
+cannot run, the step limit) is a ``schema`` warning: the schema is the application's, so it
+does not fail the agent's verdict, but it is counted and said.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from otel_eval.base.model import Finding, Step, Trajectory
+from otel_eval.evaluate.detectors.calls import Context, is_action_tool, result_failed
+from otel_eval.evaluate.detectors.config import DetectorsConfig, ToolCallConfig
+
+if TYPE_CHECKING:  # schema imports jsonschema and RE2: loaded when a tool offers a schema
+    from otel_eval.evaluate.detectors.schema import Budget, Check
+
+
+def parameters_schema(definition: Any) -> Mapping[str, Any] | None:
+    """The JSON schema of a tool's parameters, from the common definition shapes."""
+    if not isinstance(definition, Mapping):
+        return None
+    if isinstance(definition.get("function"), Mapping):  # OpenAI {"type": "function", ...}
+        definition = definition["function"]
+    for key in ("parameters", "input_schema", "inputSchema", "schema"):
+        inner = definition.get(key)
+        if isinstance(inner, Mapping):
+            return inner
+    if "properties" in definition or definition.get("type") == "object":
+        return definition
+    return None
+
+
+def argument_problems(arguments: Any, schema: Mapping[str, Any], reject_unknown: bool,
+                      budget: Budget | None = None) -> tuple[list[dict[str, str]], Check]:
+    """Violations of ``schema`` by ``arguments``: [{constraint, path, message}], best first,
+    and the schema check (its ``trouble`` says what could not be checked)."""
+    from otel_eval.evaluate.detectors.schema import Check, check_arguments
+
+    if arguments is None:  # not recorded: nothing to check
+        return [], Check()
+    if isinstance(arguments, str):
+        return [{"constraint": "json", "path": "", "message": "arguments are not valid JSON"}], \
+            Check()
+    args = arguments
+    check = check_arguments(args, schema, budget)
+    problems = list(check.problems)
+    props = schema.get("properties")
+    if (reject_unknown and isinstance(args, Mapping) and isinstance(props, Mapping)
+            and "additionalProperties" not in schema):
+        for name in sorted(set(args) - set(props), key=str):
+            problems.append({"constraint": "additionalProperties", "path": "",
+                             "message": f"unknown parameter {name!r}"[:200]})
+    return problems, check
+
+
+def _selection(step: Step, name: str, offered: Mapping[str, Any],
+               cfg: ToolCallConfig) -> Finding:
+    return Finding("tool_call", "selection", cfg.selection_severity,
+                   f"called {name}, which was not offered",
+                   [step.span_id], [step.index],
+                   {"tool": name, "offered": sorted(offered)[:50]})
+
+
+def _arguments(step: Step, name: str, problems: list[dict[str, str]],
+               cfg: ToolCallConfig) -> Finding:
+    first = problems[0]
+    where = f" at {first['path']}" if first["path"] else ""
+    return Finding("tool_call", "arguments", cfg.argument_severity,
+                   f"{name}: invalid arguments ({first['constraint']}{where}: "
+                   f"{first['message']})", [step.span_id], [step.index],
+                   {"tool": name, "constraint": first["constraint"], "problems": problems[:10]})
+
+
+def _schema(step: Step, name: str, check: Check) -> Finding:
+    return Finding("tool_call", "schema", "warning",
+                   f"{name}: arguments not fully checked against its schema "
+                   f"({check.trouble}: {check.detail})"[:300], [step.span_id], [step.index],
+                   {"tool": name, "reason": check.trouble, "detail": check.detail})
+
+
+def check_step(step: Step, offered: Mapping[str, Any], config: DetectorsConfig,
+               budget: Budget | None = None) -> list[Finding]:
+    cfg = config.tool_call
+    name = step.tool_name or step.name
+    action = is_action_tool(name, config.loop)
+    out = []
+    if offered and name not in offered and not action:
+        out.append(_selection(step, name, offered, cfg))
+    elif name in offered:
+        schema = parameters_schema(offered[name])
+        if schema is not None:
+            problems, check = argument_problems(step.arguments, schema,
+                                                cfg.reject_unknown_parameters, budget)
+            if problems:
+                out.append(_arguments(step, name, problems, cfg))
+            if check.trouble is not None:
+                out.append(_schema(step, name, check))
+    failure = result_failed(step, action, cfg)
+    if failure is not None:
+        out.append(Finding("tool_call", "runtime", cfg.runtime_severity,
+                           f"{name} failed: {failure}"[:300], [step.span_id], [step.index],
+                           {"tool": name, "error": failure}))
+    return out
+
+
+def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) -> list[Finding]:
+    out: list[Finding] = []
+    budget = None  # schema work shared by all calls of this trajectory; schemas come only
+    if trajectory.tools:  # from offered tools, so a run without any imports no validator
+        from otel_eval.evaluate.detectors.schema import Budget
+
+        budget = Budget()
+    for step in trajectory.tool_steps:
+        out += check_step(step, trajectory.tools, config, budget)
+    return out

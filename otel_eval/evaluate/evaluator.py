@@ -1,0 +1,130 @@
+"""Stage: evaluate. One released trace -> one ``Evaluation`` (trajectory, findings, verdict).
+
+The same function serves ``serve`` (called by the engine's worker) and ``eval`` (called per
+file trace), so streaming and offline results are the same by construction.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from otel_eval.app.config import Config, ConfigError
+from otel_eval.base.model import Evaluation, Finding, Trace, Trajectory
+from otel_eval.evaluate.agent_inference import AgentHistory, infer_agent
+from otel_eval.evaluate.detectors import Detectors, evaluation_error, load_references, verdict_of
+from otel_eval.evaluate.trajectory import build_trajectory
+
+if TYPE_CHECKING:
+    from otel_eval.evaluate.predict import Predictor
+
+log = logging.getLogger(__name__)
+_SUCCESS = {"success", "succeeded", "pass", "passed", "true", "1", "1.0", "ok", "resolved"}
+_FAILURE = {"failure", "failed", "fail", "false", "0", "0.0", "error", "unresolved"}
+
+
+def normalize_outcome(value: object) -> str | None:
+    """Map the many ways an outcome is written (bool, 0/1, reward, words) to success/failure."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "success" if value else "failure"
+    if isinstance(value, int | float):
+        return "success" if value >= 1 else "failure"
+    text = str(value).strip().lower()
+    if text in _SUCCESS:
+        return "success"
+    if text in _FAILURE:
+        return "failure"
+    return None
+
+
+def _predictor(config: Config) -> Predictor | None:
+    """The success predictor when ``prediction.model_path`` is set; a file that cannot be
+    used is a ``ConfigError`` (at startup, never per trace)."""
+    if not config.prediction.enabled:
+        return None
+    from otel_eval.evaluate.predict import ModelFileError, Predictor
+
+    try:
+        return Predictor.from_file(config.prediction.model_path)
+    except ModelFileError as e:
+        raise ConfigError([f"prediction.model_path: {e}"]) from None
+
+
+class Evaluator:
+    def __init__(self, config: Config, *, budget_overrides: Mapping[str, float] | None = None,
+                 references_path: str | None = None,
+                 wall_clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        refs = load_references(references_path) if references_path else None  # else config's
+        self.detectors = Detectors(config.detectors, refs, budget_overrides)
+        self._wall_clock = wall_clock
+        self.predictor = _predictor(config)
+
+    def trajectory(self, trace: Trace) -> Trajectory:
+        return build_trajectory(trace, self.config.trajectory)
+
+    def evaluate(self, trace: Trace, outcome: str | None = None,
+                 history: AgentHistory | None = None) -> Evaluation:
+        """Total: a trajectory that cannot be built is evaluated as an empty one with the
+        error recorded (an ``evaluation_error`` finding), never an exception. With a
+        ``history``, a run no span named gets the agent the service's completed runs
+        show (``agent_inference``), before the detectors read their per-agent settings."""
+        try:
+            traj = self.trajectory(trace)
+        except Exception as e:  # the boundary of building (adapters have their own)
+            log.warning("building the trajectory of trace %s failed: %s", trace.trace_id,
+                        type(e).__name__, exc_info=log.isEnabledFor(logging.DEBUG))
+            traj = self._bare(trace)
+            traj.errors.append({"part": "trajectory", "error": type(e).__name__})
+        if history is not None:
+            try:
+                infer_agent(traj, history)
+            except Exception as e:  # the store's failure: the agent stays unknown
+                log.warning("reading the agent history for trace %s failed: %s",
+                            trace.trace_id, type(e).__name__)
+        if outcome is None:
+            outcome = normalize_outcome(traj.root_attributes.get(
+                self.config.trajectory.outcome_attribute))
+        findings, verdict = self.detectors.evaluate(traj, outcome)
+        evaluation = Evaluation(traj, findings, verdict,
+                                evaluated_at_ns=int(self._wall_clock() * 1e9))
+        if self.predictor is not None:
+            evaluation.prediction = self.predictor.predict(evaluation)
+        return evaluation
+
+    def with_outcome(self, body: dict[str, Any], outcome: str) -> dict[str, Any]:
+        """A stored per-trace object re-judged with an outcome learnt later (POST /v1/feedback):
+        the lucky-pass check re-runs on the stored findings and the verdict follows."""
+        from otel_eval.evaluate.detectors import lucky_pass
+        from otel_eval.evaluate.detectors.calls import Context
+
+        findings = [Finding(**f) for f in body.get("findings", [])
+                    if f.get("detector") != "lucky_pass"]
+        cfg = self.config.detectors
+        if "lucky_pass" in self.detectors.enabled_for(body.get("agent")):
+            stub = Trajectory(body["trace_id"], body.get("source", ""), body["status"], [])
+            findings += lucky_pass.detect(stub, cfg, Context(outcome=outcome,
+                                                             findings=tuple(findings)))
+        old = body.get("verdict") or {}
+        extra = {k: v for k, v in old.items() if k not in ("passed", "reasons", "outcome")}
+        verdict = verdict_of(findings, outcome, extra)
+        return {**body, "findings": [f.to_json() for f in findings],
+                "verdict": verdict.to_json()}
+
+    @staticmethod
+    def _bare(trace: Trace) -> Trajectory:
+        return Trajectory(trace.trace_id, trace.source, trace.status, steps=[],
+                          revision=trace.revision, span_count=len(trace.spans))
+
+    def failed(self, trace: Trace, error: BaseException) -> Evaluation:
+        """A stand-in stored when evaluation raised: the trace is accounted for, not lost,
+        with a verdict and the ``evaluation_error`` finding that says why (never null)."""
+        finding = evaluation_error("evaluate", error)
+        return Evaluation(self._bare(trace), [finding],
+                          verdict_of([finding]),
+                          evaluated_at_ns=int(self._wall_clock() * 1e9),
+                          error=f"{type(error).__name__}: {str(error)[:200]}")

@@ -1,0 +1,51 @@
+"""The LLM judge stage (issue 5): step (Agentic CLEAR J_s), trace (J_t), rubric (J_r + J_v),
+ClawTrack process grader and outcome grader, over litellm, within a cost budget.
+
+    JudgeQueue.submit(evaluation) -> worker -> Judge.judge(evaluation) -> evaluation.judge
+    -> on_done(evaluation)         (or on_skip(evaluation, reason) when not judged)
+
+Entry points: ``Judge``, ``JudgeQueue``, ``JudgeConfig``, ``JudgeObserver``, the rubric caches
+and ``summarize`` (Pass@k / Pass^k / lucky passes). Exports load lazily: ``otel_eval.app.config``
+imports ``judge.config`` and must not pay for importing litellm (seconds).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from otel_eval.evaluate.judge.config import JudgeConfig
+    from otel_eval.evaluate.judge.judge import Judge
+    from otel_eval.evaluate.judge.observer import (
+        SKIP_REASONS,
+        JudgeObserver,
+        NoopObserver,
+        SkipReason,
+    )
+    from otel_eval.evaluate.judge.rubric_cache import (
+        MemoryRubricCache,
+        RubricCache,
+        SqliteRubricCache,
+    )
+    from otel_eval.evaluate.judge.trials import TaskTrials, Trial, summarize, trials_of
+    from otel_eval.evaluate.judge.workqueue import JudgeQueue
+
+_EXPORTS = {
+    "JudgeConfig": "config", "Judge": "judge", "SKIP_REASONS": "observer",
+    "JudgeObserver": "observer", "NoopObserver": "observer", "SkipReason": "observer",
+    "MemoryRubricCache": "rubric_cache", "RubricCache": "rubric_cache",
+    "SqliteRubricCache": "rubric_cache", "TaskTrials": "trials", "Trial": "trials",
+    "summarize": "trials", "trials_of": "trials", "JudgeQueue": "workqueue",
+}
+__all__ = [
+    "SKIP_REASONS", "Judge", "JudgeConfig", "JudgeObserver", "JudgeQueue", "MemoryRubricCache",
+    "NoopObserver", "RubricCache", "SkipReason", "SqliteRubricCache", "TaskTrials", "Trial",
+    "summarize", "trials_of",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)

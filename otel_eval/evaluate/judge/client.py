@@ -1,0 +1,246 @@
+"""The judge's only way out: ``JudgeClient.call`` wraps ``litellm.acompletion``.
+
+Per call: hourly cost budget check -> concurrency semaphore -> rpm/tpm limiter (injected clock)
+-> acompletion with a timeout -> retries with exponential backoff, honouring Retry-After ->
+cost via litellm's price map -> JSON parsed and validated against the judge's schema -> one
+repair round trip on an invalid reply -> ``CallResult`` with a status from a closed set.
+A reply that cannot be validated is ``parse_error``: never a default score.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import json
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import jsonschema
+
+from otel_eval.app.config import ConfigError
+from otel_eval.evaluate.judge.config import JudgeConfig
+from otel_eval.evaluate.judge.limits import CostBudget, RateLimiter
+from otel_eval.evaluate.judge.llm import PLACEHOLDER_API_KEY, litellm, missing_credentials
+from otel_eval.evaluate.judge.schemas import Schema
+
+log = logging.getLogger(__name__)
+
+CallStatus = Literal["ok", "parse_error", "timeout", "rate_limited", "error", "budget_exceeded"]
+Messages = list[dict[str, str]]
+Check = Callable[[dict[str, Any]], str | None]  # semantic check: error text or None
+
+_RETRYABLE = (litellm.InternalServerError, litellm.ServiceUnavailableError,
+              litellm.APIConnectionError, litellm.BadGatewayError)
+_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
+
+
+@dataclass(slots=True)
+class CallResult:
+    status: CallStatus
+    data: dict[str, Any] | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    latency_s: float = 0.0
+    model: str = ""
+    error: str = ""
+    attempts: int = 0  # HTTP requests made (retries and the repair included)
+
+
+def retry_after_s(exc: BaseException) -> float | None:
+    """Seconds from a Retry-After / retry-after-ms header on a provider error, if any."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None) or getattr(exc, "litellm_response_headers", None)
+    if not headers:
+        return None
+    if (ms := headers.get("retry-after-ms")) is not None:
+        try:
+            return max(float(ms) / 1000, 0.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:  # HTTP-date form
+        return max(email.utils.parsedate_to_datetime(value).timestamp() - time.time(), 0.0)
+    except (TypeError, ValueError):
+        return None
+
+
+def parse_reply(text: str, schema: Schema, check: Check | None = None) -> tuple[
+        dict[str, Any] | None, str]:
+    """(data, "") for a valid reply, else (None, what is wrong) for the repair prompt."""
+    try:
+        data = json.loads(_FENCE.sub("", text.strip()))
+    except ValueError as e:
+        return None, f"not valid JSON ({e})"
+    if not isinstance(data, dict):
+        return None, "the reply must be a JSON object"
+    validator = jsonschema.Draft202012Validator(schema)
+    err = jsonschema.exceptions.best_match(validator.iter_errors(data))
+    if err is not None:
+        where = "/".join(map(str, err.absolute_path)) or "(root)"
+        return None, f"does not match the schema at {where}: {err.message}"
+    problem = check(data) if check else None
+    return (None, problem) if problem else (data, "")
+
+
+def check_credentials(config: JudgeConfig) -> None:
+    """Refuse, once at startup, a judge whose provider key is missing, rather than fail every
+    call with "Missing credentials". With ``api_base`` set a missing key is fine (see
+    ``JudgeClient``): a local OpenAI-compatible server needs none."""
+    if not config.active or config.api_base:
+        return
+    missing = missing_credentials(config.model, config.api_base)
+    if missing:
+        raise ConfigError([f"judge.model: {config.model} needs {' or '.join(missing)} in the "
+                           "environment (or judge.api_base: a local OpenAI-compatible server "
+                           "needs no key)"])
+
+
+class JudgeClient:
+    def __init__(self, config: JudgeConfig, *, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 repair_text: Callable[[str], str] | None = None) -> None:
+        self.config = config
+        # the message asking for a corrected reply, given what was wrong
+        self.repair_text = repair_text or (
+            lambda problem: f"Your reply could not be used: {problem}\nReply with only JSON.")
+        self.clock = clock
+        self.sleep = sleep  # injected so tests observe backoff delays without waiting
+        self.limiter = RateLimiter(config.requests_per_min, config.tokens_per_min)
+        self.budget = CostBudget(config.max_cost_usd_per_hour)
+        self._semaphore: asyncio.Semaphore | None = None  # created on the caller's loop
+        self._api_key: str | None = None  # resolved on the first request
+
+    def over_budget(self) -> bool:
+        return self.budget.exceeded(self.clock())
+
+    async def call(self, messages: Messages, schema: Schema, name: str = "judge",
+                   check: Check | None = None) -> CallResult:
+        result = CallResult("ok", model=self.config.model)
+        if self.over_budget():
+            result.status, result.error = "budget_exceeded", "hourly judge budget spent"
+            return result
+        if self._semaphore is None:
+            self._semaphore = asyncio.Semaphore(self.config.max_concurrency)
+        started = self.clock()
+        async with self._semaphore:
+            text = await self._complete(messages, schema, name, result)
+            if text is not None:
+                result.data, problem = parse_reply(text, schema, check)
+                if result.data is None:  # one repair round trip, then parse_error
+                    log.info("judge %s: invalid reply (%s); asking for a repair", name, problem)
+                    repair = [*messages, {"role": "assistant", "content": text},
+                              {"role": "user", "content": self.repair_text(problem)}]
+                    text = await self._complete(repair, schema, name, result)
+                    if text is not None:
+                        result.data, problem = parse_reply(text, schema, check)
+                        if result.data is None:
+                            result.status, result.error = "parse_error", problem
+        result.latency_s = max(self.clock() - started, 0.0)
+        return result
+
+    def _request(self, messages: Messages, schema: Schema, name: str) -> dict[str, Any]:
+        c = self.config
+        kwargs: dict[str, Any] = {
+            "model": c.model, "messages": messages, "temperature": c.temperature,
+            "max_tokens": c.max_output_tokens, "timeout": c.timeout_s,
+            # retries are ours (Retry-After, budget, status); none inside litellm / openai
+            "num_retries": 0, "max_retries": 0,
+        }
+        if c.api_base:
+            kwargs["api_base"] = c.api_base
+        if c.api_base:
+            if self._api_key is None:  # the openai client sends nothing without a key
+                missing = missing_credentials(c.model, c.api_base)
+                self._api_key = PLACEHOLDER_API_KEY if missing else ""
+            if self._api_key:
+                kwargs["api_key"] = self._api_key
+        if c.response_format == "json_schema":
+            kwargs["response_format"] = {"type": "json_schema", "json_schema": {
+                "name": f"{name}_grade", "schema": schema, "strict": False}}
+        elif c.response_format == "json_object":
+            kwargs["response_format"] = {"type": "json_object"}
+        return kwargs
+
+    async def _wait_for_rate(self, messages: Messages) -> None:
+        if not (self.limiter.rpm or self.limiter.tpm):
+            return
+        tokens = (litellm.token_counter(model=self.config.model, messages=messages)
+                  if self.limiter.tpm else 0)
+        while (delay := self.limiter.reserve(self.clock(), tokens)) > 0:
+            await self.sleep(delay)
+
+    async def _complete(self, messages: Messages, schema: Schema, name: str,
+                        result: CallResult) -> str | None:
+        """Reply text, or None with ``result.status``/``error`` set after the last retry."""
+        c = self.config
+        request = self._request(messages, schema, name)
+        for attempt in range(c.max_retries + 1):
+            await self._wait_for_rate(messages)
+            result.attempts += 1
+            try:
+                response = await litellm.acompletion(**request)
+            except Exception as e:  # classified below: the provider boundary
+                status, delay = self._classify(e, attempt)
+                result.status, result.error = status, f"{type(e).__name__}: {str(e)[:300]}"
+                if delay is None or attempt == c.max_retries:
+                    return None
+                log.info("judge %s: %s, retry %d in %.1fs", name, status, attempt + 1, delay)
+                await self.sleep(delay)
+                continue
+            result.status, result.error = "ok", ""
+            self._account(response, result)
+            return str(response.choices[0].message.content or "")
+        return None
+
+    def _classify(self, e: Exception, attempt: int) -> tuple[CallStatus, float | None]:
+        """(status, delay before the next attempt, None = do not retry)."""
+        c = self.config
+        backoff = min(c.backoff_initial_s * (2 ** attempt), c.backoff_max_s)
+        if isinstance(e, litellm.Timeout):
+            return "timeout", backoff
+        if isinstance(e, litellm.RateLimitError):
+            hinted = retry_after_s(e)
+            return "rate_limited", backoff if hinted is None else hinted
+        if isinstance(e, _RETRYABLE):
+            hinted = retry_after_s(e)
+            return "error", backoff if hinted is None else hinted
+        return "error", None
+
+    def _account(self, response: Any, result: CallResult) -> None:
+        c = self.config
+        usage = getattr(response, "usage", None)
+        tin = int(getattr(usage, "prompt_tokens", 0) or 0)
+        tout = int(getattr(usage, "completion_tokens", 0) or 0)
+        result.input_tokens += tin
+        result.output_tokens += tout
+        if c.input_cost_per_token_usd or c.output_cost_per_token_usd:
+            cost = tin * c.input_cost_per_token_usd + tout * c.output_cost_per_token_usd
+        else:
+            try:
+                cost = float(litellm.completion_cost(completion_response=response))
+            except Exception:  # model missing from litellm's price map
+                cost = 0.0
+        result.cost_usd += cost
+        now = self.clock()
+        self.budget.add(now, cost)
+        self.limiter.add_tokens(now, tout)
+
+
+async def close_clients() -> None:
+    """Close litellm's cached HTTP clients; they belong to the running loop (call on it)."""
+    from litellm.llms.custom_httpx.async_client_cleanup import close_litellm_async_clients
+    with contextlib.suppress(Exception):
+        await close_litellm_async_clients()
+    litellm.in_memory_llm_clients_cache.flush_cache()

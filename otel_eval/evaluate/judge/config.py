@@ -1,0 +1,137 @@
+"""Configuration of the LLM judge stage (issue 5): model, limits, budget, judges, compaction.
+
+Every field: meaning, unit, default. Built by ``otel_eval.app.config.build`` from the ``judge:``
+section of the YAML file; constructors never read the environment (the provider key is read
+by litellm itself from its usual variables, e.g. ``OPENAI_API_KEY``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+JudgeName = Literal["step", "trace", "rubric", "process", "outcome"]
+JUDGE_NAMES: tuple[JudgeName, ...] = ("step", "trace", "rubric", "process", "outcome")
+
+
+@dataclass(frozen=True)
+class RedactionConfig:
+    # Built-in PII / secret classes replaced by a placeholder (``[EMAIL]`` ...) before any text
+    # is sent. Known: email, phone, credit_card, api_key (incl. AWS secret keys, github_pat_,
+    # Stripe), bearer_token, private_key (PEM), jwt, iban, ssn. Default: all of them.
+    builtin: tuple[str, ...] = ("email", "phone", "credit_card", "api_key", "bearer_token",
+                                "private_key", "jwt", "iban", "ssn")
+    # Extra regular expressions, RE2 syntax (linear time: no lookarounds or backreferences);
+    # each match becomes ``[REDACTED]``. Default none.
+    extra_patterns: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CompactionConfig:
+    # Tool results longer than this are cut to head + tail, characters. Default 1200.
+    max_tool_output_chars: int = 1200
+    # LLM outputs and tool-call arguments longer than this are cut, characters. Default 2000.
+    max_message_chars: int = 2000
+    # The new text of an LLM call's input messages other than tool results and the system
+    # prompt (user turns, prompt templates, re-sent notes) is cut to this, characters.
+    # Default 1000: on TRAIL these are mostly smolagents' planning and final-answer templates.
+    max_input_message_chars: int = 1000
+    # A system prompt is shown once (later ones show only their new lines), cut to this, chars.
+    # Default 1500.
+    max_system_prompt_chars: int = 1500
+    # Task input and final output shown to the judges are cut to this, chars. Default 4000.
+    max_task_chars: int = 4000
+    # Upper bound on the rendered trajectory; past it the per-message limits are halved until
+    # it fits (then the middle is cut), characters. Default 60000 (~15k tokens).
+    max_trajectory_chars: int = 60_000
+    # Share of a cut text kept from its start (the rest from its end), 0-1. Default 0.6.
+    head_ratio: float = 0.6
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    # Share of traces judged, 0-1, chosen by trace id hash (stable across re-opened traces).
+    rate: float = 1.0
+    # Per-agent override of ``rate`` (agent name as in Trajectory.agent -> 0-1). Default none.
+    rate_by_agent: dict[str, float] = field(default_factory=dict)
+    # Traces with a finding of one of these severities are always judged. Default ("error",).
+    always_severities: tuple[str, ...] = ("error",)
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    # litellm model string ("openai/gpt-4o-mini", "anthropic/claude-3-5-haiku-latest",
+    # "ollama/llama3.1", ...); empty means no judge. Default "" (off).
+    model: str = ""
+    # Base URL of an OpenAI-compatible or self-hosted endpoint (vLLM, Ollama); "" = provider's.
+    api_base: str = ""
+    # Sampling temperature of judge calls. Default 0.0 (repeatable grades).
+    temperature: float = 0.0
+    # Largest completion per judge call, tokens. Default 4096.
+    max_output_tokens: int = 4096
+    # Per-call timeout, seconds. Default 60.
+    timeout_s: float = 60.0
+    # Retries after a timeout, 429, 5xx or connection error (not after 4xx). Default 3.
+    max_retries: int = 3
+    # First backoff, seconds; doubles per retry, capped at ``backoff_max_s``; a Retry-After
+    # header from the provider wins when present. Defaults 1 s / 30 s.
+    backoff_initial_s: float = 1.0
+    backoff_max_s: float = 30.0
+    # Judge calls in flight at once (also the number of queue workers). Default 4.
+    max_concurrency: int = 4
+    # Requests started per rolling minute; 0 = unlimited. Default 0.
+    requests_per_min: int = 0
+    # Prompt + completion tokens per rolling minute (prompt counted before the call); 0 =
+    # unlimited. Default 0.
+    tokens_per_min: int = 0
+    # Spend per rolling hour (litellm's cost accounting), USD; calls past it get status
+    # `budget_exceeded` and new traces are skipped `over_budget`; 0 = unlimited. Default 1.0.
+    max_cost_usd_per_hour: float = 1.0
+    # Prices for models litellm does not know (self-hosted), USD per token; both 0 = use
+    # litellm's price map (unknown models then cost 0). Defaults 0.
+    input_cost_per_token_usd: float = 0.0
+    output_cost_per_token_usd: float = 0.0
+    # How the JSON reply is requested: `json_schema` (response_format with the schema),
+    # `json_object` (JSON mode only) or `none` (prompt only). Replies are validated either way.
+    response_format: Literal["json_schema", "json_object", "none"] = "json_schema"
+    # Judges switched on. step = Agentic CLEAR J_s per LLM call; trace = J_t; rubric = J_r+J_v;
+    # process = ClawTrack 4-dimension turn grader; outcome = task completion (only when no
+    # outcome label is known). Default: all but rubric (2 calls per new task).
+    enabled: tuple[JudgeName, ...] = ("step", "trace", "process", "outcome")
+    # One structured call per trace carrying the step, trace, process and outcome scores
+    # (rubric stays separate). Default True: ~4x fewer prompt tokens than separate calls.
+    combined: bool = True
+    # LLM steps scored per step-judge call (all in one call when they fit). Default 60.
+    max_steps_per_call: int = 60
+    # Dual-threshold pass: outcome >= tau_task and process >= tau_process (0-1). ClawTrack
+    # evaluates at 0.6 process. Defaults 0.5 / 0.6.
+    tau_task: float = 0.5
+    tau_process: float = 0.6
+    # Scores below this are "low": evaluation events label them fail. 0-1. (Issue clustering
+    # has its own threshold, issues.low_score_threshold.)
+    low_score_threshold: float = 0.5
+    # Evaluations waiting for the judge; when full, new ones are skipped `queue_full`.
+    queue_size: int = 1000
+    # Directory whose <name>.txt files replace the packaged prompts
+    # (otel_eval/evaluate/judge/prompts); "" = packaged only. Missing files fall back to the
+    # packaged ones.
+    prompt_dir: str = ""
+    # Cached rubric criteria older than this are regenerated, days (0 = never). Default 30.
+    rubric_ttl_days: float = 30.0
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    redaction: RedactionConfig = field(default_factory=RedactionConfig)
+    compaction: CompactionConfig = field(default_factory=CompactionConfig)
+
+    @property
+    def active(self) -> bool:
+        """A model is set and the judge is not switched off: traces get judged."""
+        return bool(self.model and self.enabled)
+
+    def __post_init__(self) -> None:
+        for name in ("tau_task", "tau_process", "low_score_threshold"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"judge.{name} must be within 0..1")
+        if self.max_concurrency < 1 or self.queue_size < 1 or self.max_steps_per_call < 1:
+            raise ValueError("judge.max_concurrency, queue_size, max_steps_per_call must be >= 1")
+        if self.max_retries < 0:
+            raise ValueError("judge.max_retries must be >= 0")

@@ -1,0 +1,166 @@
+"""The judge stage: ``Judge.judge(evaluation) -> dict`` (the ``judge`` object of the trace).
+
+    evaluation -> render (compacted trajectory + findings, once) -> plan the calls (combined
+    or one per judge; steps chunked) + rubric (cached criteria, then check) -> redacted
+    messages -> JudgeClient (limits, budget, retries, validation) -> scoring.Collector
+    -> overall (dual threshold, lucky pass) -> observer + dict
+
+Async and I/O-bound only through litellm; one Judge is shared by all queue workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from otel_eval.base.model import Evaluation
+from otel_eval.evaluate.judge import prompting
+from otel_eval.evaluate.judge.client import CallResult, JudgeClient
+from otel_eval.evaluate.judge.config import JudgeConfig
+from otel_eval.evaluate.judge.observer import JudgeObserver, NoopObserver
+from otel_eval.evaluate.judge.prompting import Request
+from otel_eval.evaluate.judge.redact import Redactor
+from otel_eval.evaluate.judge.render import Rendered, render
+from otel_eval.evaluate.judge.rubric_cache import (
+    Criteria,
+    MemoryRubricCache,
+    RubricCache,
+    rubric_key,
+)
+from otel_eval.evaluate.judge.scoring import Collector, overall
+from otel_eval.evaluate.judge.templates import Prompts
+
+log = logging.getLogger(__name__)
+
+_LABELS = {"success": 1.0, "failure": 0.0}
+
+
+def outcome_label(evaluation: Evaluation) -> float | None:
+    """1.0 / 0.0 when the trace carries a known outcome (then no outcome grader call)."""
+    v = evaluation.verdict
+    return _LABELS.get(v.outcome or "") if v is not None else None
+
+
+class Judge:
+    def __init__(self, config: JudgeConfig, *, clock: Callable[[], float] = time.monotonic,
+                 rubric_cache: RubricCache | None = None,
+                 observer: JudgeObserver | None = None) -> None:
+        self.config = config
+        self.prompts = Prompts(config.prompt_dir)  # bad overrides fail here, at startup
+        self.redactor = Redactor(config.redaction)
+        self.client = JudgeClient(
+            config, clock=clock,
+            repair_text=lambda problem: self.prompts.render("repair", error=problem))
+        self.rubric_cache: RubricCache = rubric_cache or MemoryRubricCache(
+            ttl_s=config.rubric_ttl_days * 86400)
+        self.observer: JudgeObserver = observer or NoopObserver()
+
+    @property
+    def enabled(self) -> bool:
+        return self.config.active
+
+    def over_budget(self) -> bool:
+        return self.client.over_budget()
+
+    def requests(self, evaluation: Evaluation,
+                 rendered: Rendered | None = None) -> list[Request]:
+        """The step / trace / process / outcome calls this trace needs, redacted, as sent."""
+        rendered = rendered or render(evaluation, self.config.compaction)
+        parts = self._parts(evaluation, rendered)
+        reqs = prompting.plan(self.prompts, rendered, tuple(p for p, why in parts if not why),
+                              self.config.combined, self.config.max_steps_per_call)
+        return [self.redacted(r) for r in reqs]
+
+    def redacted(self, request: Request) -> Request:
+        messages = [{**m, "content": self.redactor.redact(m["content"])}
+                    for m in request.messages]
+        return Request(request.name, request.parts, messages, request.schema, request.steps,
+                       request.check)
+
+    def _parts(self, evaluation: Evaluation, rendered: Rendered) -> list[tuple[str, str]]:
+        """(judge, skip reason or "") for the enabled step / trace / process / outcome."""
+        out: list[tuple[str, str]] = []
+        for part in ("step", "process", "trace", "outcome"):
+            if part not in self.config.enabled:
+                continue
+            why = ""
+            if part in ("step", "process") and not rendered.steps:
+                why = "no_llm_steps"
+            elif part == "outcome" and outcome_label(evaluation) is not None:
+                why = "outcome_label_known"
+            out.append((part, why))
+        return out
+
+    async def judge(self, evaluation: Evaluation) -> dict[str, Any]:
+        c = self.config
+        mode = "combined" if c.combined else "separate"
+        if not self.enabled:
+            return {"mode": mode, "model": c.model, "judges": {},
+                    "overall": {"status": "disabled"}}
+        rendered = render(evaluation, c.compaction)
+        collector = Collector(c.model)
+        for part, why in self._parts(evaluation, rendered):
+            if why:
+                collector.skipped(part, why)
+        work = [self._send(r, collector) for r in self.requests(evaluation, rendered)]
+        if "rubric" in c.enabled:
+            work.append(self._rubric(evaluation, rendered, collector))
+        await asyncio.gather(*work)
+        collector.finish_stepwise()
+        for name, entry in collector.judges.items():
+            for dim, value in entry["scores"].items():
+                self.observer.score(name, dim, value)
+        label = outcome_label(evaluation)
+        return {"mode": mode, "model": c.model, "judges": collector.judges,
+                "overall": overall(collector.judges, label, c.tau_task, c.tau_process),
+                "totals": collector.totals()}
+
+    async def _call(self, request: Request) -> CallResult:
+        result = await self.client.call(request.messages, request.schema, request.name,
+                                        request.check)
+        self.observer.call(request.name, result.status, result.input_tokens,
+                           result.output_tokens, result.cost_usd, result.latency_s)
+        if result.status != "ok":
+            log.warning("judge %s call: %s %s", request.name, result.status, result.error)
+        return result
+
+    async def _send(self, request: Request, collector: Collector) -> None:
+        collector.apply(request, await self._call(request))
+
+    async def _rubric(self, evaluation: Evaluation, rendered: Rendered,
+                      collector: Collector) -> None:
+        """J_r (criteria from the task input, cached per task) then J_v (check them)."""
+        t = evaluation.trajectory
+        key = rubric_key(t.task_id, t.input)
+        if key is None:
+            collector.skipped("rubric", "no_task_input")
+            return
+        entry = collector.entry("rubric")
+        criteria: Criteria | None = self.rubric_cache.get(key)
+        entry["cache"] = "hit" if criteria else "miss"
+        if not criteria:
+            gen = await self._call(self.redacted(prompting.rubric_generate(self.prompts,
+                                                                           rendered.task)))
+            collector.add_call("rubric", gen)
+            if gen.data is None:
+                return
+            criteria = [{"id": str(c["id"]), "criterion": str(c["criterion"])}
+                        for c in gen.data["criteria"]]
+            self.rubric_cache.put(key, criteria, self.config.model)
+        check = await self._call(self.redacted(prompting.rubric_verify(self.prompts, rendered,
+                                                                       criteria)))
+        collector.add_call("rubric", check)
+        if check.data is None:
+            return
+        verdicts = {r["id"]: r for r in check.data["results"]}
+        entry["criteria"] = [{**c, "fulfilled": bool(verdicts[c["id"]]["fulfilled"]),
+                              "reasoning": verdicts[c["id"]]["reasoning"]} for c in criteria]
+        done = sum(1 for c in entry["criteria"] if c["fulfilled"])
+        entry["scores"]["rubric"] = round(done / len(criteria), 6)
+        entry["critiques"] = [
+            {"dimension": "rubric", "score": 1.0 if c["fulfilled"] else 0.0,
+             "text": f"{c['criterion']}: {c['reasoning']}", "span_id": None, "node": None,
+             "step_index": None, "criterion_id": c["id"]} for c in entry["criteria"]]

@@ -1,0 +1,58 @@
+"""The one place litellm is imported (the judge's and the budget detector's way to it).
+
+Promises, whatever the importer:
+- no outbound call at import: litellm is told to use its packaged price map
+  (``LITELLM_LOCAL_MODEL_COST_MAP``) before it is first imported, instead of fetching the
+  latest one from GitHub (three attempts, then the same packaged map); nor when counting
+  tokens (``HF_HUB_OFFLINE``: no tokenizer download from the Hugging Face Hub);
+- stdout carries results only: litellm's own handler writes records below WARNING to stdout
+  (``otel-eval eval --format jsonl | jq`` broke on them); its loggers here propagate to ours,
+  which write to stderr, and its per-call INFO chatter is kept below the threshold.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+# Before the import: litellm reads it at import time. Forced, not defaulted: a sidecar makes
+# no outbound call it was not configured to make, and nothing configures this one.
+os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+# Same for tokenizers: litellm's token_counter (the judge's tokens_per_min limit) fetches a
+# Llama or Cohere model's tokenizer from the Hugging Face Hub (a minute of retries when it is
+# unreachable, on the event loop); offline, it counts with the tokenizer it ships instead.
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+import litellm as litellm  # re-exported: ``from otel_eval.evaluate.judge.llm import litellm``
+
+# litellm's loggers by name: the SDK's, the router's and the proxy's
+_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
+
+
+def _quiet_litellm() -> None:
+    litellm.suppress_debug_info = True  # otherwise every provider error prints a banner
+    for name in _LOGGERS:
+        logger = logging.getLogger(name)
+        for handler in list(logger.handlers):  # its LevelRoutingStreamHandler: INFO -> stdout
+            logger.removeHandler(handler)
+        logger.propagate = True  # to the root handler (stderr), formatted like our own lines
+        logger.setLevel(logging.WARNING)  # one INFO line per completion() is noise to us
+
+
+_quiet_litellm()
+
+
+def missing_credentials(model: str, api_base: str) -> list[str]:
+    """The environment variables holding an API key that ``model`` needs and that are unset
+    (empty when the provider needs none, or finds its key)."""
+    try:
+        check = litellm.validate_environment(model=model, api_base=api_base or None)
+    except Exception:  # an unknown provider: let the first call say what is wrong
+        return []
+    return [k for k in check.get("missing_keys", []) if str(k).endswith("_KEY")]
+
+
+# Sent as the key to an OpenAI-compatible server at ``api_base`` when no key is configured:
+# local servers (vLLM, llama.cpp, Ollama's /v1) ignore it, but the openai client refuses to
+# send a request without one ("Missing credentials").
+PLACEHOLDER_API_KEY = "no-key-configured"

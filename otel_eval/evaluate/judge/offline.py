@@ -1,0 +1,103 @@
+"""The judge for ``otel-eval eval``: evaluations in, judged evaluations out, in input order.
+
+Up to ``max_concurrency`` traces are judged at once on a private event loop; the stream stays
+ordered (the oldest in flight is awaited first). Sampling applies as in ``serve``. With a
+spending cap (``--max-cost-usd``) judging stops once the judged traces have cost that much
+(traces already in flight finish, so the cap can be passed by their cost); later traces get
+``judge.overall = {"status": "skipped", "reason": "max_cost"}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from otel_eval.base.aio import cancel_leftovers
+from otel_eval.base.model import Evaluation
+from otel_eval.evaluate.judge.client import close_clients
+from otel_eval.evaluate.judge.judge import Judge
+from otel_eval.evaluate.judge.sampling import sampled
+
+
+@dataclass
+class Spend:
+    """What the judge cost over a run: the ``eval`` cost line."""
+
+    judged: int = 0  # traces whose judging succeeded (status ok, or partial)
+    failed: dict[str, int] = field(default_factory=dict)  # traces whose every judge failed
+    skipped: dict[str, int] = field(default_factory=dict)
+    calls: int = 0
+    failed_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def add(self, judged: dict[str, Any]) -> None:
+        totals = judged.get("totals")
+        if totals is None:  # skipped
+            reason = str(judged.get("overall", {}).get("reason", "skipped"))
+            self.skipped[reason] = self.skipped.get(reason, 0) + 1
+            return
+        status = str(judged.get("overall", {}).get("status", "ok"))
+        if status in ("ok", "partial"):
+            self.judged += 1
+        else:
+            self.failed[status] = self.failed.get(status, 0) + 1
+        self.calls += int(totals["calls"])
+        self.failed_calls += int(totals.get("failed_calls", 0))
+        self.input_tokens += int(totals["tokens"]["input"])
+        self.output_tokens += int(totals["tokens"]["output"])
+        self.cost_usd += float(totals["cost_usd"])
+
+    def line(self, model: str) -> str:
+        skipped = ", ".join(f"{n} {r}" for r, n in sorted(self.skipped.items()))
+        failed = ", ".join(f"{n} {r}" for r, n in sorted(self.failed.items()))
+        return (f"judge {model}: {self.judged} traces judged in {self.calls} calls, "
+                f"{self.input_tokens} input + {self.output_tokens} output tokens, "
+                f"${self.cost_usd:.4f}"
+                + (f"; failed calls: {self.failed_calls}" if self.failed_calls else "")
+                + (f"; failed traces: {failed}" if failed else "")
+                + (f"; skipped: {skipped}" if skipped else ""))
+
+
+def _skipped(reason: str) -> dict[str, Any]:
+    return {"judges": {}, "overall": {"status": "skipped", "reason": reason}}
+
+
+def judged(evaluations: Iterable[Evaluation], judge: Judge, spend: Spend,
+           max_cost_usd: float | None = None) -> Iterator[Evaluation]:
+    loop = asyncio.new_event_loop()
+    window: deque[tuple[Evaluation, asyncio.Task[dict[str, Any]] | None]] = deque()
+
+    def finish(ev: Evaluation, task: asyncio.Task[dict[str, Any]] | None) -> Evaluation:
+        if task is not None:
+            ev.judge = loop.run_until_complete(task)
+        assert ev.judge is not None
+        spend.add(ev.judge)
+        return ev
+
+    try:
+        for ev in evaluations:
+            if max_cost_usd is not None and spend.cost_usd >= max_cost_usd:
+                ev.judge = _skipped("max_cost")
+                window.append((ev, None))
+            elif not sampled(ev, judge.config.sampling):
+                ev.judge = _skipped("sampled_out")
+                window.append((ev, None))
+            else:
+                window.append((ev, loop.create_task(judge.judge(ev))))
+            while window and (window[0][1] is None
+                              or len(window) > judge.config.max_concurrency):
+                yield finish(*window.popleft())
+        while window:
+            yield finish(*window.popleft())
+    finally:
+        for _, task in window:
+            if task is not None:
+                task.cancel()
+        loop.run_until_complete(close_clients())  # litellm caches HTTP clients per loop
+        loop.run_until_complete(cancel_leftovers())
+        loop.close()

@@ -1,0 +1,156 @@
+"""What each judge sends: ``Request`` objects (messages + reply schema + completeness check).
+
+Pure functions of the rendered trajectory: the Judge sends them, the token benchmark counts
+them, the golden tests compare them. Step and process replies must cover every step / turn
+asked for (checked, so a partial reply goes through the repair round trip, not into scores).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from otel_eval.evaluate.judge import schemas
+from otel_eval.evaluate.judge.client import Check, Messages
+from otel_eval.evaluate.judge.render import Rendered, StepRef
+from otel_eval.evaluate.judge.templates import Prompts, schema_text
+
+PART_ORDER = ("step", "process", "trace", "outcome")  # parts a combined call may carry
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    name: str  # step | trace | process | outcome | combined | rubric_generate | rubric_verify
+    parts: tuple[str, ...]  # judges answered by this call
+    messages: Messages
+    schema: schemas.Schema
+    steps: tuple[StepRef, ...] = ()  # LLM steps / turns this call scores
+    check: Check | None = None
+
+
+def _missing(data: dict[str, Any], key: str, id_key: str, wanted: Sequence[int]) -> str | None:
+    got = {item.get(id_key) for item in data.get(key, ()) if isinstance(item, dict)}
+    missing = [i for i in wanted if i not in got]
+    if missing:
+        return f"{key} is missing {id_key} {', '.join(map(str, missing))}: grade every one listed"
+    return None
+
+
+def _check(parts: tuple[str, ...], steps: tuple[StepRef, ...]) -> Check | None:
+    wanted = [s.index for s in steps]
+    checks = [(key, id_key) for part, key, id_key in
+              (("step", "steps", "step"), ("process", "turns", "turn")) if part in parts]
+    if not checks or not wanted:
+        return None
+
+    def check(data: dict[str, Any]) -> str | None:
+        for key, id_key in checks:
+            if problem := _missing(data, key, id_key, wanted):
+                return problem
+        return None
+
+    return check
+
+
+def _steps_line(steps: tuple[StepRef, ...]) -> str:
+    by_node: dict[str, list[str]] = {}
+    for s in steps:
+        by_node.setdefault(s.node or "(main)", []).append(str(s.index))
+    if len(by_node) == 1:
+        return "steps " + ", ".join(next(iter(by_node.values())))
+    return "; ".join(f"node {node}: steps {', '.join(ids)}" for node, ids in by_node.items())
+
+
+def _request_text(part: str, steps: tuple[StepRef, ...], parts: tuple[str, ...] = ()) -> str:
+    if part == "step":
+        return f"Score LLM {_steps_line(steps)}."
+    if part == "process":
+        if "step" in parts:  # the same numbers, listed once
+            return "Turns to grade: one per LLM step listed for the step part."
+        return f"Turns to grade (by the step of their LLM call): " \
+               f"{', '.join(str(s.index) for s in steps)}."
+    if part == "trace":
+        return "Grade the whole run."
+    return "Grade how completely the task was accomplished."
+
+
+def _messages(prompts: Prompts, rendered: Rendered, instructions: str, request: str,
+              schema: schemas.Schema) -> Messages:
+    user = prompts.render(
+        "frame", instructions=instructions, task=rendered.task, trajectory=rendered.trajectory,
+        final_output=rendered.final_output, findings=rendered.findings, request=request,
+        schema=schema_text(schema))
+    return [{"role": "system", "content": prompts.render("system")},
+            {"role": "user", "content": user}]
+
+
+def single(prompts: Prompts, rendered: Rendered, part: str,
+           steps: tuple[StepRef, ...] = ()) -> Request:
+    """One judge, one call (``steps`` for the step judge and process grader)."""
+    schema = schemas.part_schema(part)
+    messages = _messages(prompts, rendered, prompts.render(part), _request_text(part, steps),
+                         schema)
+    return Request(part, (part,), messages, schema, steps, _check((part,), steps))
+
+
+def combined(prompts: Prompts, rendered: Rendered, parts: tuple[str, ...],
+             steps: tuple[StepRef, ...]) -> Request:
+    """Several judges in one structured call; the reply has one property per part."""
+    parts = tuple(p for p in PART_ORDER if p in parts)
+    instructions = "\n\n".join([prompts.render("combined"),
+                                *(prompts.render(p) for p in parts)])
+    request = "\n".join(f"- {p}: {_request_text(p, steps, parts)}" for p in parts)
+    schema = schemas.combined_schema(parts)
+    messages = _messages(prompts, rendered, instructions, request, schema)
+    return Request("combined", parts, messages, schema, steps, _check(parts, steps))
+
+
+def plan(prompts: Prompts, rendered: Rendered, parts: tuple[str, ...], combine: bool,
+         max_steps_per_call: int) -> list[Request]:
+    """The calls for step / process / trace / outcome ``parts`` (rubric is separate).
+
+    Steps and turns go in chunks of ``max_steps_per_call`` (the reply must fit the output
+    limit); in combined mode the first chunk rides with the trace and outcome parts."""
+    stepwise = tuple(p for p in ("step", "process") if p in parts)
+    whole = tuple(p for p in ("trace", "outcome") if p in parts)
+    steps = rendered.steps if stepwise else ()
+    chunks = [steps[i:i + max_steps_per_call] for i in range(0, len(steps),
+                                                             max_steps_per_call)] or [()]
+    out: list[Request] = []
+    if combine:
+        for n, chunk in enumerate(chunks):
+            chunk_parts = (stepwise if chunk else ()) + (whole if n == 0 else ())
+            if len(chunk_parts) == 1:
+                out.append(single(prompts, rendered, chunk_parts[0], chunk))
+            elif chunk_parts:
+                out.append(combined(prompts, rendered, chunk_parts, chunk))
+        return out
+    for part in stepwise:
+        out.extend(single(prompts, rendered, part, chunk) for chunk in chunks if chunk)
+    out.extend(single(prompts, rendered, part) for part in whole)
+    return out
+
+
+def rubric_generate(prompts: Prompts, task: str) -> Request:
+    schema = schemas.rubric_generate_schema()
+    user = prompts.render("rubric_generate", task=task, schema=schema_text(schema))
+    return Request("rubric_generate", ("rubric",),
+                   [{"role": "system", "content": prompts.render("system")},
+                    {"role": "user", "content": user}], schema)
+
+
+def rubric_verify(prompts: Prompts, rendered: Rendered,
+                  criteria: Sequence[dict[str, str]]) -> Request:
+    schema = schemas.rubric_verify_schema()
+    listing = "\n".join(f"- {c['id']}: {c['criterion']}" for c in criteria)
+    ids = [c["id"] for c in criteria]
+
+    def check(data: dict[str, Any]) -> str | None:
+        got = {r.get("id") for r in data.get("results", ())}
+        missing = [i for i in ids if i not in got]
+        return f"results is missing criteria {', '.join(missing)}" if missing else None
+
+    messages = _messages(prompts, rendered, prompts.render("rubric_verify"),
+                         f"Criteria to check:\n{listing}", schema)
+    return Request("rubric_verify", ("rubric",), messages, schema, (), check)

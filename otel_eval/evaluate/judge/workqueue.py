@@ -1,0 +1,128 @@
+"""``JudgeQueue``: a bounded queue in front of the judge, drained by worker tasks on the
+caller's event loop. ``submit`` never blocks: when the judge is off, sampled out, over
+budget, shutting down or behind, the evaluation is skipped with a reason (``on_skip``) and
+ingestion goes on.
+
+Lifecycle: ``await start()`` (on the running loop) -> ``submit(...)`` from loop code ->
+``await shutdown(deadline_s)``: stop accepting, let workers drain until the deadline, then
+cancel them; whatever was not judged gets ``on_skip(evaluation, "shutdown")``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from otel_eval.base.model import Evaluation
+from otel_eval.evaluate.judge.judge import Judge
+from otel_eval.evaluate.judge.observer import SkipReason
+from otel_eval.evaluate.judge.sampling import sampled
+
+log = logging.getLogger(__name__)
+
+
+def _skipped(reason: SkipReason) -> dict[str, object]:
+    return {"judges": {}, "overall": {"status": "skipped", "reason": reason}}
+
+
+class JudgeQueue:
+    def __init__(self, judge: Judge, maxsize: int, on_done: Callable[[Evaluation], None],
+                 on_skip: Callable[[Evaluation, str], None]) -> None:
+        self.judge = judge
+        self.on_done = on_done  # called with evaluation.judge set (on the loop)
+        self.on_skip = on_skip  # called with evaluation.judge = {"overall": skipped, reason}
+        self._queue: asyncio.Queue[Evaluation] = asyncio.Queue(maxsize)
+        self._workers: list[asyncio.Task[None]] = []
+        self._inflight: dict[asyncio.Task[None], Evaluation] = {}
+        self._accepting = False
+        self.judged = 0  # evaluations passed to on_done
+        self.skipped: dict[str, int] = {}  # reason -> count
+        self.errors = 0  # judge calls that raised (a bug: logged with traceback)
+
+    def qsize(self) -> int:
+        return self._queue.qsize()
+
+    def submit(self, evaluation: Evaluation) -> bool:
+        """Queue ``evaluation`` for judging; False (and ``on_skip``) when it will not be."""
+        reason: SkipReason | None = None
+        if not self.judge.enabled:
+            reason = "disabled"
+        elif not self._accepting:
+            reason = "shutdown"
+        elif not sampled(evaluation, self.judge.config.sampling):
+            reason = "sampled_out"
+        elif self.judge.over_budget():
+            reason = "over_budget"
+        elif self._queue.full():
+            reason = "queue_full"
+        if reason is not None:
+            self._skip(evaluation, reason)
+            return False
+        self._queue.put_nowait(evaluation)
+        return True
+
+    def _skip(self, evaluation: Evaluation, reason: SkipReason) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+        self.judge.observer.skip(reason)
+        evaluation.judge = _skipped(reason)
+        try:
+            self.on_skip(evaluation, reason)
+        except Exception:  # the sink's failure must not stop judging
+            log.exception("judge on_skip callback failed for trace %s", evaluation.trace_id)
+
+    async def start(self) -> None:
+        self._accepting = True
+        for n in range(self.judge.config.max_concurrency):
+            task = asyncio.create_task(self._work(), name=f"judge-worker-{n}")
+            task.add_done_callback(self._worker_died)
+            self._workers.append(task)
+
+    async def _work(self) -> None:
+        me = asyncio.current_task()
+        assert me is not None
+        while True:
+            evaluation = await self._queue.get()
+            self._inflight[me] = evaluation  # so shutdown can report it if cancelled
+            try:
+                await self._judge_one(evaluation)
+            finally:
+                self._inflight.pop(me, None)
+                self._queue.task_done()
+
+    def _worker_died(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:  # never silently
+            log.error("judge worker %s died", task.get_name(), exc_info=task.exception())
+
+    async def _judge_one(self, evaluation: Evaluation) -> None:
+        try:
+            evaluation.judge = await self.judge.judge(evaluation)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # stage boundary: a bug in one trace must not kill the worker
+            self.errors += 1
+            log.exception("judge failed on trace %s", evaluation.trace_id)
+            self._skip(evaluation, "worker_error")
+            return
+        self.judged += 1
+        try:
+            self.on_done(evaluation)
+        except Exception:
+            log.exception("judge on_done callback failed for trace %s", evaluation.trace_id)
+
+    async def shutdown(self, deadline_s: float) -> None:
+        """Stop accepting; drain for at most ``deadline_s`` seconds; then cancel the rest."""
+        self._accepting = False
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._queue.join(), timeout=max(deadline_s, 0.0))
+        unfinished = list(self._inflight.values())
+        for w in self._workers:
+            w.cancel()
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        self._workers.clear()
+        while not self._queue.empty():
+            unfinished.append(self._queue.get_nowait())
+            self._queue.task_done()
+        for evaluation in unfinished:
+            self._skip(evaluation, "shutdown")

@@ -1,0 +1,34 @@
+"""Stage: predict. An evaluation -> ``prediction: {p_success, model}`` from a trained model.
+
+    Evaluation -> features (no LLM, outcome-blind) -> Model (JSON file, plain Python)
+      -> {"p_success": 0.83, "model": "success@3f2a9c0e1b7d"}
+
+``Predictor`` is a pure function of the evaluation, so it runs wherever evaluation runs
+(``Evaluator.evaluate`` calls it). Training lives in ``otel_eval.evaluate.predict.train`` (the only
+module importing scikit-learn), online AUC and metrics in ``otel_eval.evaluate.predict.online``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from otel_eval.base.model import Evaluation
+from otel_eval.evaluate.predict.features import features
+from otel_eval.evaluate.predict.modelfile import Model, ModelFileError, load_model
+
+__all__ = ["Model", "ModelFileError", "Predictor", "load_model"]
+
+
+class Predictor:
+    """A loaded model applied to evaluations."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+
+    @classmethod
+    def from_file(cls, path: str) -> Predictor:
+        return cls(load_model(path))
+
+    def predict(self, evaluation: Evaluation) -> dict[str, Any]:
+        p = self.model.p_success(features(evaluation))
+        return {"p_success": round(p, 4), "model": self.model.label}

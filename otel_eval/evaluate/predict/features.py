@@ -1,0 +1,243 @@
+"""Stage: predict (features). One ``Evaluation`` -> named numbers, no LLM, no I/O.
+
+    features(evaluation) -> {"steps": 2.3, "finding.loop.repeated_call": 0.69, ...}
+
+What a trajectory shows about its own success, read from what the evaluation already holds:
+counts (steps, LLM and tool calls), the error and recovery pattern, repetition, the last
+steps, termination, token and time use, the calls per tool name and the programs shell
+actions ran, every detector finding by
+``detector.kind`` (so kinds added later become features without code here) and judge scores
+when a judge ran.
+
+Promises:
+- **Blind to the outcome.** Nothing here reads the outcome attribute, the verdict, or a
+  finding that exists only because the outcome is known (``lucky_pass``; ``recovery.
+  unrecovered`` is read as ``recovery.gave_up``, what the recovery detector says of the same
+  calls when the outcome is unknown). A trace gets the same features whether its label is
+  known, so training on labelled runs and predicting on unlabelled ones see the same thing.
+- **Reference-free.** Findings of the ``reference`` detector are left out: references exist
+  for benchmark tasks, not for production traffic, and a model leaning on them would lose its
+  best feature exactly where it is used. (With references, their own score is the better
+  success signal; it stays in ``verdict.reference``.)
+- **Missing is not zero.** A judge score that is absent gives ``judge.<name>.missing = 1`` and
+  the value 0; unrecorded tokens give ``tokens.missing = 1``.
+- Counts enter as ``log1p`` (a 200-step run is not 100 times a 2-step one). Linear time in
+  the steps; tool arguments are hashed, never kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from otel_eval.base.model import Evaluation, Finding, Step, Trajectory
+
+# 2: calls per tool name (``tool.<name>``); 3: shell programs run (``program.<name>``)
+FEATURES_VERSION = 3
+LAST_K = 5  # "the last steps": errors among the last LAST_K tool calls
+# Findings never used: derived from the outcome (lucky_pass) or from references (see above).
+EXCLUDED_DETECTORS = frozenset({"lucky_pass", "reference"})
+# Finding kinds renamed to what they are when the outcome is unknown (see above).
+OUTCOME_BLIND_KINDS = {("recovery", "unrecovered"): ("recovery", "gave_up")}
+FEATURE_PREFIX_FINDING = "finding."
+FEATURE_PREFIX_TOOL = "tool."
+FEATURE_PREFIX_PROGRAM = "program."
+# Tool names come from telemetry: each is cut to this length, and a trace contributes at most
+# this many distinct tool features (the model only knows the names it was trained on).
+MAX_TOOL_NAME_CHARS = 64
+MAX_TOOL_FEATURES = 64
+# Shell commands (a bash tool's ``command`` argument): the programs of the first this many
+# characters are read; each program name is cut to MAX_TOOL_NAME_CHARS.
+MAX_COMMAND_CHARS = 4000
+_SHELL_KEYS = ("command", "cmd", "script")
+_COMMAND_SEPARATORS = re.compile(r"&&|\|\||[;|]")
+_HEREDOC = re.compile(r"<<-?\s*['\"]?([A-Za-z_][A-Za-z0-9_]*)")
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_STOP_REASONS = frozenset({"stop", "end_turn", "stop_sequence", "completed"})
+# (judge entry, score key) -> feature name; the outcome judge only when it is the judge's own
+# estimate (``overall.outcome_source == "judge"``: with a label the "score" is the label)
+JUDGE_SCORES = (("step", "step"), ("step", "step_min"), ("trace", "trace"),
+                ("process", "process"))
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str).encode
+
+
+def _log1p(n: float) -> float:
+    return math.log1p(max(0.0, n))
+
+
+def blind_findings(findings: Iterable[Finding]) -> list[tuple[str, str, str]]:
+    """(detector, kind, severity) of the findings the predictor may read (see the module
+    docstring): outcome- and reference-derived ones left out or renamed."""
+    out: list[tuple[str, str, str]] = []
+    for f in findings:
+        if f.detector in EXCLUDED_DETECTORS:
+            continue
+        detector, kind = OUTCOME_BLIND_KINDS.get((f.detector, f.kind), (f.detector, f.kind))
+        out.append((detector, kind, f.severity))
+    return out
+
+
+def _call_key(step: Step) -> str:
+    try:
+        args = _CANONICAL(step.arguments)
+    except (TypeError, ValueError, RecursionError):
+        args = repr(type(step.arguments))
+    digest = hashlib.blake2b(args.encode("utf-8", "replace"), digest_size=8).hexdigest()
+    return f"{step.tool_name or step.name}\x00{digest}"
+
+
+def _repetition(tools: list[Step]) -> dict[str, float]:
+    keys = [_call_key(s) for s in tools]
+    counts: dict[str, int] = {}
+    longest = run = 0
+    for i, k in enumerate(keys):
+        counts[k] = counts.get(k, 0) + 1
+        run = run + 1 if i and keys[i - 1] == k else 1
+        longest = max(longest, run)
+    n = len(keys)
+    return {"calls.distinct_ratio": len(counts) / n if n else 1.0,
+            "calls.longest_repeat": _log1p(longest),
+            "calls.max_same_call": _log1p(max(counts.values(), default=0)),
+            "tools.distinct": _log1p(len({s.tool_name or s.name for s in tools}))}
+
+
+def _tools_used(tools: list[Step]) -> dict[str, float]:
+    """Calls per tool name: which actions the agent took (e.g. a hand-off to a human)."""
+    counts: dict[str, int] = {}
+    for s in tools:
+        name = f"{FEATURE_PREFIX_TOOL}{(s.tool_name or s.name)[:MAX_TOOL_NAME_CHARS]}"
+        if name in counts or len(counts) < MAX_TOOL_FEATURES:
+            counts[name] = counts.get(name, 0) + 1
+    return {k: _log1p(v) for k, v in counts.items()}
+
+
+def _programs(command: str) -> list[str]:
+    """The program of each simple command (``cd x && python -m pytest | tail`` -> cd, python,
+    tail): first word after variable assignments, path stripped; here-document bodies
+    (``cat <<'EOF' ... EOF``) skipped. Linear; no shell parsing."""
+    out: list[str] = []
+    heredoc: str | None = None
+    for line in command[:MAX_COMMAND_CHARS].splitlines():
+        if heredoc is not None:
+            heredoc = None if line.strip() == heredoc else heredoc
+            continue
+        m = _HEREDOC.search(line)
+        heredoc = m.group(1) if m else None
+        for part in _COMMAND_SEPARATORS.split(line):
+            words = part.split()
+            while words and _ASSIGNMENT.match(words[0]):
+                words = words[1:]
+            if words:
+                out.append(words[0].rsplit("/", 1)[-1].lower()[:MAX_TOOL_NAME_CHARS])
+    return out
+
+
+def _shell_programs(tools: list[Step]) -> dict[str, float]:
+    """Programs run by shell actions (agents that act through bash, e.g. mini-swe-agent):
+    for them the program is the tool (ran the tests, looked at the diff)."""
+    counts: dict[str, int] = {}
+    for s in tools:
+        args = s.arguments
+        command = next((args[k] for k in _SHELL_KEYS if isinstance(args.get(k), str)),
+                       None) if isinstance(args, dict) else None
+        for program in _programs(command) if command else ():
+            name = f"{FEATURE_PREFIX_PROGRAM}{program}"
+            if name in counts or len(counts) < MAX_TOOL_FEATURES:
+                counts[name] = counts.get(name, 0) + 1
+    return {k: _log1p(v) for k, v in counts.items()}
+
+
+def _errors(t: Trajectory, tools: list[Step]) -> dict[str, float]:
+    tool_errors = sum(s.status == "error" for s in tools)
+    last = tools[-LAST_K:]
+    return {"errors.tool": _log1p(tool_errors),
+            "errors.tool_rate": tool_errors / len(tools) if tools else 0.0,
+            "errors.llm": _log1p(sum(s.status == "error" for s in t.llm_steps)),
+            "errors.last_k": sum(s.status == "error" for s in last) / LAST_K,
+            "errors.last_tool": float(bool(tools) and tools[-1].status == "error")}
+
+
+def _last_steps(t: Trajectory) -> dict[str, float]:
+    work = [s for s in t.steps if s.kind in ("llm", "tool")]
+    last = work[-1] if work else None
+    llm = t.llm_steps
+    finish = {r.lower() for r in llm[-1].finish_reasons} if llm else set()
+    answer = (t.output or "").strip()
+    return {"last.is_tool": float(last is not None and last.kind == "tool"),
+            "last.is_llm": float(last is not None and last.kind == "llm"),
+            "last.is_error": float(last is not None and last.status == "error"),
+            "last.llm_stopped": float(bool(finish & _STOP_REASONS)),
+            "last.llm_asked_tools": float(bool(llm and llm[-1].tool_calls)),
+            "output.present": float(bool(answer)),
+            "output.unrecorded": float(t.output is None),
+            "output.chars": _log1p(len(answer))}
+
+
+def _usage(t: Trajectory) -> dict[str, float]:
+    llm = t.llm_steps
+    known = [s for s in llm if s.input_tokens is not None or s.output_tokens is not None]
+    inp = sum(s.input_tokens or 0 for s in known)
+    out = sum(s.output_tokens or 0 for s in known)
+    return {"tokens.missing": float(not known),
+            "tokens.input": _log1p(inp), "tokens.output": _log1p(out),
+            "tokens.output_per_call": _log1p(out / len(known)) if known else 0.0,
+            "duration.seconds": _log1p(t.duration_s)}
+
+
+def _counts(t: Trajectory, tools: list[Step]) -> dict[str, float]:
+    llm = t.llm_steps
+    return {"steps": _log1p(len(t.steps)), "calls.llm": _log1p(len(llm)),
+            "calls.tool": _log1p(len(tools)),
+            "calls.text_replies": _log1p(sum(not s.tool_calls for s in llm)),
+            "status.incomplete": float(t.status == "incomplete"),
+            "status.truncated": float(t.status == "truncated")}
+
+
+def _findings(findings: list[Finding]) -> dict[str, float]:
+    by_kind: dict[str, int] = {}
+    severity = {"error": 0, "warning": 0, "info": 0}
+    for detector, kind, sev in blind_findings(findings):
+        name = f"{FEATURE_PREFIX_FINDING}{detector}.{kind}"
+        by_kind[name] = by_kind.get(name, 0) + 1
+        severity[sev] = severity.get(sev, 0) + 1
+    out = {k: _log1p(v) for k, v in by_kind.items()}
+    out.update({f"findings.{k}": _log1p(severity[k]) for k in ("error", "warning", "info")})
+    return out
+
+
+def _judge(judge: dict[str, Any] | None) -> dict[str, float]:
+    judges = (judge or {}).get("judges") or {}
+    overall = (judge or {}).get("overall") or {}
+    values: dict[str, Any] = {f"judge.{name}.{key}": ((judges.get(name) or {}).get("scores")
+                                                       or {}).get(key)
+                              for name, key in JUDGE_SCORES}
+    values["judge.outcome"] = (overall.get("outcome_score")
+                               if overall.get("outcome_source") == "judge" else None)
+    out: dict[str, float] = {}
+    for name, value in values.items():
+        ok = isinstance(value, int | float) and not isinstance(value, bool) \
+            and math.isfinite(value)
+        out[name] = float(value) if ok else 0.0
+        out[f"{name}.missing"] = 0.0 if ok else 1.0
+    return out
+
+
+def features(evaluation: Evaluation) -> dict[str, float]:
+    """The features of one evaluation (see the module docstring). Finding, tool and program
+    features appear only for those present; a model reads an absent name as 0."""
+    t = evaluation.trajectory
+    tools = t.tool_steps
+    out = _counts(t, tools)
+    out.update(_errors(t, tools))
+    out.update(_repetition(tools))
+    out.update(_tools_used(tools))
+    out.update(_shell_programs(tools))
+    out.update(_last_steps(t))
+    out.update(_usage(t))
+    out.update(_findings(evaluation.findings))
+    out.update(_judge(evaluation.judge))
+    return out

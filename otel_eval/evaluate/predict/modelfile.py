@@ -1,0 +1,189 @@
+"""Stage: predict (the model). A versioned JSON model file -> p_success, in plain Python.
+
+The file is data, never code (no pickle): loading parses JSON and checks every field, so a
+hostile or damaged file gives ``ModelFileError`` naming the file and the problem, nothing
+runs. Prediction needs neither numpy nor scikit-learn (``serve`` keeps its idle memory);
+only ``otel-eval train`` imports scikit-learn (otel_eval.evaluate.predict.train).
+
+    {"format": "otel-eval-predictor", "format_version": 1,
+     "name": "success", "version": "3f2a9c0e1b7d",      # shown as "success@3f2a9c0e1b7d"
+     "features_version": 1, "features": [names...],
+     "scaler": {"mean": [...], "scale": [...],            # standardization, per feature
+                "clip": 4.0},                             # |standardized| <= clip (optional)
+     "coefficients": [...], "intercept": z0,              # logistic regression
+     "calibration": {"method": "platt", "a": a, "b": b},  # p = 1 / (1 + exp(-(a*z + b)))
+     "training": {...}}                                    # summary, free-form, not read
+
+``version`` is a hash of the parameters: two files with the same version predict the same.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from otel_eval.evaluate.predict.features import FEATURES_VERSION
+
+FORMAT = "otel-eval-predictor"
+FORMAT_VERSION = 1
+MAX_FILE_BYTES = 16 * 1024 * 1024  # a model of 10,000 features is ~1 MB
+MAX_FEATURES = 10_000
+MAX_NAME_CHARS = 200
+
+
+class ModelFileError(ValueError):
+    """A model file that cannot be used, with the reason."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"model file {path}: {problem}")
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+@dataclass(frozen=True)
+class Model:
+    """A loaded, validated model: ``p_success(features)`` in O(features)."""
+
+    name: str
+    version: str
+    features: tuple[str, ...]
+    mean: tuple[float, ...]
+    scale: tuple[float, ...]
+    coefficients: tuple[float, ...]
+    intercept: float
+    platt_a: float
+    platt_b: float
+    training: dict[str, Any]
+    clip: float | None = None  # standardized values are clipped to +-clip (None: not)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    def p_success(self, values: dict[str, float]) -> float:
+        z, clip = self.intercept, self.clip
+        for name, m, s, w in zip(self.features, self.mean, self.scale, self.coefficients,
+                                 strict=True):
+            v = (values.get(name, 0.0) - m) / s
+            if clip is not None:
+                v = -clip if v < -clip else clip if v > clip else v
+            z += w * v
+        u = self.platt_a * z + self.platt_b
+        # the logistic function without overflow for large |u|
+        return 1.0 / (1.0 + math.exp(-u)) if u >= 0 else math.exp(u) / (1.0 + math.exp(u))
+
+
+def parameters_version(doc: dict[str, Any]) -> str:
+    """The hash of what decides predictions (features, scaler, weights, calibration)."""
+    keys = ("features_version", "features", "scaler", "coefficients", "intercept",
+            "calibration")
+    text = json.dumps({k: doc.get(k) for k in keys}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _numbers(where: str, value: Any, n: int) -> tuple[float, ...]:
+    if not isinstance(value, list) or len(value) != n:
+        raise ValueError(f"{where}: expected a list of {n} numbers")
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise ValueError(f"{where}: {v!r} is not a finite number")
+    return tuple(float(v) for v in value)
+
+
+def _number(value: Any, where: str) -> float:
+    return _numbers(where, [value], 1)[0]
+
+
+def _text(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value or len(value) > MAX_NAME_CHARS:
+        raise ValueError(f"{where}: expected a non-empty string of at most {MAX_NAME_CHARS} "
+                         "characters")
+    return value
+
+
+def _header(doc: Any) -> None:
+    if not isinstance(doc, dict):
+        raise ValueError("expected a JSON object")
+    if doc.get("format") != FORMAT:
+        raise ValueError(f"format: expected {FORMAT!r}, got {doc.get('format')!r} (not an "
+                         "otel-eval model; `otel-eval train` writes one)")
+    if doc.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"format_version: this otel-eval reads version {FORMAT_VERSION}, the "
+                         f"file is version {doc.get('format_version')!r}")
+    if doc.get("features_version") != FEATURES_VERSION:
+        raise ValueError(f"features_version: this otel-eval computes features version "
+                         f"{FEATURES_VERSION}, the model was trained on "
+                         f"{doc.get('features_version')!r}: train it again")
+
+
+def from_document(doc: Any) -> Model:
+    """A ``Model`` from a parsed model document; ValueError says which field is wrong."""
+    _header(doc)
+    names = doc.get("features")
+    if not isinstance(names, list) or not 0 < len(names) <= MAX_FEATURES:
+        raise ValueError(f"features: expected a list of 1 to {MAX_FEATURES} names")
+    features = tuple(_text(n, "features[]") for n in names)
+    if len(set(features)) != len(features):
+        raise ValueError("features: names repeat")
+    n = len(features)
+    scaler, cal = doc.get("scaler"), doc.get("calibration")
+    if not isinstance(scaler, dict):
+        raise ValueError("scaler: expected an object with mean and scale")
+    scale = _numbers("scaler.scale", scaler.get("scale"), n)
+    if any(s <= 0 for s in scale):
+        raise ValueError("scaler.scale: every scale must be > 0")
+    clip = scaler.get("clip")
+    if clip is not None and not _number(clip, "scaler.clip") > 0:
+        raise ValueError("scaler.clip: must be > 0")
+    if not isinstance(cal, dict) or cal.get("method") != "platt":
+        raise ValueError("calibration: expected {\"method\": \"platt\", \"a\": ..., \"b\": ...}")
+    training = doc.get("training", {})
+    if not isinstance(training, dict):
+        raise ValueError("training: expected an object")
+    model = Model(_text(doc.get("name"), "name"), _text(doc.get("version"), "version"),
+                  features, _numbers("scaler.mean", scaler.get("mean"), n), scale,
+                  _numbers("coefficients", doc.get("coefficients"), n),
+                  _number(doc.get("intercept"), "intercept"),
+                  _number(cal.get("a"), "calibration.a"), _number(cal.get("b"), "calibration.b"),
+                  training, None if clip is None else float(clip))
+    if "@" in model.name:
+        raise ValueError("name: must not contain '@'")
+    return model
+
+
+def load_model(path: str | Path) -> Model:
+    """Read and validate a model file; ``ModelFileError`` says what is wrong."""
+    where = str(path)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+    except OSError as e:
+        raise ModelFileError(where, f"cannot be read ({e.strerror or e})") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ModelFileError(where, f"larger than {MAX_FILE_BYTES} bytes")
+    try:
+        doc = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise ModelFileError(where, f"not a JSON model document ({e})") from None
+    try:
+        return from_document(doc)
+    except ValueError as e:
+        raise ModelFileError(where, str(e)) from None
+
+
+def write_model(doc: dict[str, Any], path: str | Path) -> Model:
+    """Check ``doc`` as ``load_model`` would, then write it (the version set from its
+    parameters)."""
+    doc = {**doc, "version": parameters_version(doc)}
+    model = from_document(doc)
+    target = Path(path)
+    partial = target.with_name(f".{target.name}.partial")
+    partial.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+    partial.replace(target)  # a reader sees the old file or the new one, never half of one
+    return model

@@ -1,0 +1,164 @@
+"""Stage: predict (online). The predictor's own metrics while ``serve`` runs.
+
+    evaluation stored -> p_success histogram per agent
+    outcome known (outcome attribute at evaluation, or POST /v1/feedback later)
+      -> per-agent window of the last ``auc_window`` labelled predictions
+      -> rolling AUC, computed when Prometheus scrapes (absent until each class has
+         ``auc_min_per_class`` runs)
+
+Metrics (declared on the ``Metrics`` registry, agent names capped as everywhere else):
+
+    otel_eval_prediction_p_success{service,agent}          histogram, 0..1
+    otel_eval_prediction_labelled_total{agent,outcome}     success|failure, outcomes received
+    otel_eval_prediction_rolling_auc{agent}                gauge, AUC of the window
+
+Bounded: one window per (capped) agent, each at most ``auc_window`` entries; a trace labelled
+twice (feedback after an outcome attribute, or corrected feedback) replaces its entry. The
+AUC is the Mann-Whitney statistic with tied scores averaged: one sort, O(n log n) in the
+window, done at scrape time for the windows that changed since (a label costs O(1), so runs
+that all carry an outcome do not pay a sort each). Thread-safe (the engine's worker, the admin
+server and the scrape all touch the windows).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from otel_eval.evaluate.predict.config import PredictionConfig
+
+if TYPE_CHECKING:
+    from otel_eval.base.model import Evaluation
+    from otel_eval.telemetry.metrics import Metrics
+
+P_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+AUC_NAME = "otel_eval_prediction_rolling_auc"
+AUC_DOC = ("AUC of the predictor's last labelled predictions (window prediction.auc_window), "
+           "per agent.")
+
+
+def auc(scores: list[float], labels: list[bool]) -> float | None:
+    """Area under the ROC curve (ties count half); None without both classes."""
+    positives = sum(labels)
+    negatives = len(labels) - positives
+    if not positives or not negatives:
+        return None
+    order = sorted(range(len(scores)), key=scores.__getitem__)
+    rank_sum, i = 0.0, 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and scores[order[j + 1]] == scores[order[i]]:
+            j += 1
+        mid_rank = (i + j) / 2 + 1  # ranks i+1 .. j+1, averaged over the tie
+        rank_sum += mid_rank * sum(labels[order[k]] for k in range(i, j + 1))
+        i = j + 1
+    return (rank_sum - positives * (positives + 1) / 2) / (positives * negatives)
+
+
+class RollingAuc:
+    """The last ``window`` labelled predictions of one agent, by trace id. Not thread-safe:
+    ``PredictionMetrics`` holds its lock around every call."""
+
+    def __init__(self, window: int, min_per_class: int) -> None:
+        self.window, self.min_per_class = window, min_per_class
+        self._items: OrderedDict[str, tuple[float, bool]] = OrderedDict()
+        self._value: float | None = None
+        self._dirty = False
+
+    def add(self, trace_id: str, p: float, success: bool) -> None:
+        """Record a labelled prediction (replacing an earlier one of the same trace)."""
+        self._items.pop(trace_id, None)
+        self._items[trace_id] = (p, success)
+        while len(self._items) > self.window:
+            self._items.popitem(last=False)
+        self._dirty = True
+
+    def value(self) -> float | None:
+        """The AUC of the window (None: fewer than ``min_per_class`` of a class)."""
+        if self._dirty:
+            labels = [y for _, y in self._items.values()]
+            successes = sum(labels)
+            self._value = None if min(successes, len(labels) - successes) < \
+                self.min_per_class else auc([p for p, _ in self._items.values()], labels)
+            self._dirty = False
+        return self._value
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class _AucCollector(Collector):
+    """The rolling AUC gauge, computed when scraped."""
+
+    def __init__(self, owner: PredictionMetrics) -> None:
+        self._owner = owner
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return [GaugeMetricFamily(AUC_NAME, AUC_DOC, labels=["agent"])]
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(AUC_NAME, AUC_DOC, labels=["agent"])
+        for agent, value in self._owner.rolling_auc().items():
+            family.add_metric([agent], value)
+        yield family
+
+
+class PredictionMetrics:
+    """The predictor's metrics and rolling AUC windows (see the module docstring)."""
+
+    def __init__(self, m: Metrics, config: PredictionConfig | None = None) -> None:
+        self._m = m
+        self._config = config or PredictionConfig()
+        self.h_p = m._histogram("prediction_p_success",
+                                "Predicted probability of success per trace (success "
+                                "predictor).", ("service", "agent"), P_BUCKETS)
+        self.c_labelled = m._counter("prediction_labelled",
+                                     "Outcomes received for predicted traces (outcome "
+                                     "attribute or feedback), by outcome.",
+                                     ("agent", "outcome"))
+        self._windows: dict[str, RollingAuc] = {}
+        self._lock = threading.Lock()
+        m.registry.register(_AucCollector(self))
+
+    def predicted(self, evaluation: Evaluation, service: str, agent: str,
+                  superseded: bool) -> None:
+        """A stored evaluation with a prediction; its outcome too when it carried one."""
+        prediction = evaluation.prediction
+        if prediction is None:
+            return
+        p = float(prediction["p_success"])
+        t = evaluation.trajectory
+        if not superseded:
+            self._m._series(self.h_p, service, agent).observe(p, {"trace_id": t.trace_id})
+        outcome = evaluation.verdict.outcome if evaluation.verdict else None
+        if outcome is not None:
+            self._label(agent, t.trace_id, p, outcome == "success")
+
+    def labelled(self, body: dict[str, Any], outcome: str) -> None:
+        """An outcome learnt later (POST /v1/feedback) for a stored per-trace object."""
+        prediction = body.get("prediction")
+        if not isinstance(prediction, dict) or "p_success" not in prediction:
+            return
+        self._label(self._m._agent(body.get("agent")), str(body["trace_id"]),
+                    float(prediction["p_success"]), outcome == "success")
+
+    def rolling_auc(self) -> dict[str, float]:
+        """Agent -> AUC of its window, for the agents that have one."""
+        with self._lock:
+            values = {agent: w.value() for agent, w in self._windows.items()}
+        return {agent: v for agent, v in values.items() if v is not None}
+
+    def _label(self, agent: str, trace_id: str, p: float, success: bool) -> None:
+        self._m._series(self.c_labelled, agent, "success" if success else "failure").inc()
+        with self._lock:
+            window = self._windows.get(agent)
+            if window is None:
+                cfg = self._config
+                window = self._windows[agent] = RollingAuc(cfg.auc_window,
+                                                           cfg.auc_min_per_class)
+            window.add(trace_id, p, success)

@@ -1,0 +1,295 @@
+"""Stage: predict (training). Labelled runs -> a calibrated model file (``otel-eval train``).
+
+    paths -> EvalRun (the same evaluation as ``eval``) -> features (outcome-blind)
+      + labels (LABELS files, else the outcome the runs carry: tau-bench ``reward``, the
+        outcome attribute) -> standardize -> logistic regression
+      -> Platt scaling fitted on out-of-fold scores (folds grouped by task) -> JSON model file
+
+The only module that imports scikit-learn and numpy (lazily, inside the functions), so
+``serve`` and ``eval`` never load them. Hyperparameters are fixed here (``HYPERPARAMETERS``),
+declared before any figure was measured, and never searched on the data.
+
+Labels: JSON lines ``{"trace_id": "...", "outcome": true}`` (or ``"task_id"``, for benchmarks
+with one run per task; outcome as bool, 1/0 or success/failure), or a SWE-bench results
+summary (``{"instances": [{"instance_id", "resolved"}]}``, matched on the task id). A trace id
+label wins over a task id label, which wins over the outcome the run carries.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from otel_eval.base.model import Evaluation
+from otel_eval.evaluate.evaluator import normalize_outcome
+from otel_eval.evaluate.predict.features import (
+    FEATURE_PREFIX_FINDING,
+    FEATURE_PREFIX_PROGRAM,
+    FEATURE_PREFIX_TOOL,
+    FEATURES_VERSION,
+    features,
+)
+from otel_eval.evaluate.predict.modelfile import FORMAT, FORMAT_VERSION, Model, write_model
+
+if TYPE_CHECKING:
+    import argparse
+
+    from otel_eval.app.offline import EvalRun
+
+# Fixed before measuring; see the module docstring.
+HYPERPARAMETERS: dict[str, Any] = {
+    "estimator": "LogisticRegression", "penalty": "l2", "C": 1.0, "solver": "lbfgs",
+    "max_iter": 1000, "class_weight": None,
+    # a finding kind, tool or program name becomes a feature when >= 3 training traces have it
+    "min_finding_support": 3,
+    # standardized values are clipped to +-4 (training and prediction): a run far outside
+    # the training range (another agent's token counts) does not extrapolate the line
+    "clip": 4.0,
+    "calibration": "platt on out-of-fold scores", "folds": 5, "fold_groups": "task id",
+}
+MAX_LABEL_LINE_CHARS = 4096
+
+
+class TrainError(ValueError):
+    """Training cannot go on (bad labels file, too few labelled runs); the message says why."""
+
+
+@dataclass
+class Labels:
+    by_trace: dict[str, bool] = field(default_factory=dict)
+    by_task: dict[str, bool] = field(default_factory=dict)
+
+    def of(self, evaluation: Evaluation) -> bool | None:
+        t = evaluation.trajectory
+        if t.trace_id in self.by_trace:
+            return self.by_trace[t.trace_id]
+        if t.task_id is not None and t.task_id in self.by_task:
+            return self.by_task[t.task_id]
+        outcome = evaluation.verdict.outcome if evaluation.verdict else None
+        return None if outcome is None else outcome == "success"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One labelled run: its features, label and fold group (the task, else the trace)."""
+
+    values: dict[str, float]
+    label: bool
+    group: str
+    source: str
+
+
+def _outcome(value: Any, where: str) -> bool:
+    outcome = normalize_outcome(value)
+    if outcome is None:
+        raise TrainError(f"{where}: outcome {value!r} is not true/false, 1/0 or "
+                         "success/failure")
+    return outcome == "success"
+
+
+def _summary(doc: dict[str, Any], path: str, labels: Labels) -> None:
+    for i, item in enumerate(doc.get("instances") or []):
+        if not isinstance(item, dict) or not isinstance(item.get("instance_id"), str):
+            raise TrainError(f"{path}: instances[{i}]: expected {{instance_id, resolved}}")
+        labels.by_task[item["instance_id"]] = _outcome(item.get("resolved"),
+                                                       f"{path}: instances[{i}]")
+
+
+def _line(text: str, where: str, labels: Labels) -> None:
+    if len(text) > MAX_LABEL_LINE_CHARS:
+        raise TrainError(f"{where}: longer than {MAX_LABEL_LINE_CHARS} characters")
+    try:
+        item = json.loads(text)
+    except ValueError as e:
+        raise TrainError(f"{where}: not JSON ({e})") from None
+    if not isinstance(item, dict) or "outcome" not in item:
+        raise TrainError(f'{where}: expected {{"trace_id": "...", "outcome": true|false}}')
+    value = _outcome(item["outcome"], where)
+    if isinstance(item.get("trace_id"), str):
+        labels.by_trace[item["trace_id"].lower()] = value
+    elif isinstance(item.get("task_id"), str | int):
+        labels.by_task[str(item["task_id"])] = value
+    else:
+        raise TrainError(f"{where}: needs a string trace_id (or task_id)")
+
+
+def read_labels(paths: Iterable[str]) -> Labels:
+    """Labels from JSON-lines files or SWE-bench results summaries (see the docstring)."""
+    labels = Labels()
+    for path in paths:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise TrainError(f"labels file {path}: cannot be read ({e})") from None
+        stripped = text.lstrip()
+        if stripped.startswith("{") and '"instances"' in stripped[:200]:
+            try:
+                doc = json.loads(text)
+            except ValueError:
+                doc = None
+            if isinstance(doc, dict):
+                _summary(doc, path, labels)
+                continue
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                _line(line, f"labels file {path} line {n}", labels)
+    return labels
+
+
+def rows_from(evaluations: Iterable[Evaluation], labels: Labels) -> tuple[list[Row], int]:
+    """(labelled rows, number of runs without a label)."""
+    rows, unlabelled = [], 0
+    for ev in evaluations:
+        label = labels.of(ev)
+        if label is None or ev.error is not None:
+            unlabelled += 1
+            continue
+        t = ev.trajectory
+        rows.append(Row(features(ev), label, t.task_id or t.trace_id, t.source))
+    return rows, unlabelled
+
+
+def vocabulary(rows: list[Row]) -> list[str]:
+    """Feature names: every fixed feature, and the finding kinds, tool and program names seen
+    in enough traces."""
+    support: dict[str, int] = {}
+    for r in rows:
+        for name in r.values:
+            support[name] = support.get(name, 0) + 1
+    least = HYPERPARAMETERS["min_finding_support"]
+    return sorted(n for n, k in support.items()
+                  if not n.startswith((FEATURE_PREFIX_FINDING, FEATURE_PREFIX_TOOL,
+                                       FEATURE_PREFIX_PROGRAM))
+                  or k >= least)
+
+
+def _check(rows: list[Row]) -> None:
+    successes = sum(r.label for r in rows)
+    if successes < 2 or len(rows) - successes < 2:
+        raise TrainError(f"need at least 2 successful and 2 failed labelled runs, got "
+                         f"{successes} and {len(rows) - successes} (labels: --labels, a "
+                         "tau-bench reward, the outcome attribute)")
+    if len({r.group for r in rows}) < 2:
+        raise TrainError("need runs of at least 2 tasks (folds are grouped by task)")
+
+
+def _fit_linear(x: Any, y: Any) -> tuple[Any, Any, Any]:
+    """(scaler mean, scaler scale, fitted LogisticRegression) on ``x``, ``y``."""
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+
+    mean = x.mean(axis=0)
+    scale = x.std(axis=0)
+    scale = np.where(scale > 1e-12, scale, 1.0)
+    hp = HYPERPARAMETERS
+    lr = LogisticRegression(C=hp["C"], solver=hp["solver"], max_iter=hp["max_iter"],
+                            class_weight=hp["class_weight"])
+    lr.fit(standardized(x, mean, scale), y)
+    return mean, scale, lr
+
+
+def standardized(x: Any, mean: Any, scale: Any) -> Any:
+    """(x - mean) / scale, clipped to +-clip (as ``Model.p_success`` does)."""
+    import numpy as np
+
+    clip = HYPERPARAMETERS["clip"]
+    return np.clip((x - mean) / scale, -clip, clip)
+
+
+def _out_of_fold(x: Any, y: Any, groups: list[str]) -> tuple[Any, Any]:
+    """Out-of-fold decision values (folds grouped by task) and which rows got one."""
+    import numpy as np
+    from sklearn.model_selection import GroupKFold
+
+    z = np.zeros(len(y))
+    done = np.zeros(len(y), dtype=bool)
+    folds = min(HYPERPARAMETERS["folds"], len(set(groups)))
+    for train, test in GroupKFold(n_splits=folds).split(x, y, groups):
+        if len(set(y[train].tolist())) < 2:
+            continue  # a fold whose training part holds one class predicts nothing
+        mean, scale, lr = _fit_linear(x[train], y[train])
+        z[test] = lr.decision_function(standardized(x[test], mean, scale))
+        done[test] = True
+    return z, done
+
+
+def _platt(z: Any, y: Any) -> tuple[float, float, dict[str, Any]]:
+    """Platt scaling (a, b) fitted on out-of-fold scores ``z``, and the out-of-fold figures;
+    (1, 0) when the folds did not give both classes."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import brier_score_loss, roc_auc_score
+
+    if len(set(y.tolist())) < 2:
+        return 1.0, 0.0, {"calibrated": False}
+    platt = LogisticRegression(C=1e6, max_iter=1000).fit(z.reshape(-1, 1), y)
+    p = platt.predict_proba(z.reshape(-1, 1))[:, 1]
+    return float(platt.coef_[0][0]), float(platt.intercept_[0]), {
+        "calibrated": True, "runs": len(y), "auc": round(float(roc_auc_score(y, z)), 4),
+        "brier": round(float(brier_score_loss(y, p)), 4),
+        "note": "out-of-fold on the training runs; Brier is after the Platt fit on the same "
+                "scores (slightly optimistic)"}
+
+
+def fit(rows: list[Row], name: str = "success") -> dict[str, Any]:
+    """The model document (as ``write_model`` takes it) trained on ``rows``."""
+    import numpy as np
+    import sklearn
+
+    _check(rows)
+    names = vocabulary(rows)
+    x = np.array([[r.values.get(n, 0.0) for n in names] for r in rows], dtype=float)
+    y = np.array([int(r.label) for r in rows])
+    groups = [r.group for r in rows]
+    mean, scale, lr = _fit_linear(x, y)
+    z, done = _out_of_fold(x, y, groups)
+    a, b, cv = _platt(z[done], y[done])
+    return {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "name": name,
+        "features_version": FEATURES_VERSION, "features": names,
+        "scaler": {"mean": [float(v) for v in mean], "scale": [float(v) for v in scale],
+                   "clip": HYPERPARAMETERS["clip"]},
+        "coefficients": [float(v) for v in lr.coef_[0]],
+        "intercept": float(lr.intercept_[0]),
+        "calibration": {"method": "platt", "a": a, "b": b},
+        "training": {
+            "runs": len(rows), "successes": int(y.sum()), "tasks": len(set(groups)),
+            "sources": sorted({r.source for r in rows})[:20],
+            "hyperparameters": HYPERPARAMETERS, "cross_validation": cv,
+            "scikit_learn": sklearn.__version__,
+            "trained_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        },
+    }
+
+
+def train(run: EvalRun, labels: Labels, out: str, name: str) -> tuple[Model, int]:
+    """Evaluate the runs, fit, write ``out``: (the model, runs left out without a label)."""
+    rows, unlabelled = rows_from(run.evaluations(), labels)
+    return write_model(fit(rows, name), out), unlabelled
+
+
+def cmd_train(args: argparse.Namespace, run: EvalRun, out: TextIO) -> int:
+    try:
+        labels = read_labels(args.labels)
+        model, unlabelled = train(run, labels, args.out, args.name)
+    except (TrainError, ValueError) as e:
+        print(f"otel-eval train: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # the model file cannot be written
+        print(f"otel-eval train: {args.out}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    t = model.training
+    cv = t.get("cross_validation", {})
+    figures = (f"; out-of-fold AUC {cv['auc']}, Brier {cv['brier']}"
+               if cv.get("calibrated") else "; not calibrated (too few runs per fold)")
+    out.write(f"wrote {args.out}: {model.label}, {t['runs']} labelled runs "
+              f"({t['successes']} successes) of {t['tasks']} tasks, "
+              f"{len(model.features)} features{figures}\n")
+    if unlabelled:
+        print(f"otel-eval train: {unlabelled} runs without a label were left out",
+              file=sys.stderr)
+    return 1 if run.failed_files else 0

@@ -1,0 +1,131 @@
+"""Stage: evaluate and store. The one interface the engine hands released traces to.
+
+    Engine.process -> EvaluationStage.run(batch, done) -> evaluate_and_store (here, or in a
+        worker process) -> done(jobs, outcomes) -> Engine: spool, metrics, sinks, waiters
+
+``evaluate_and_store`` reads the store's agent history for runs no span named, and after
+the batch's commit adds its named completed runs to it (``otel_eval.evaluate.agent_inference``).
+
+``InProcess`` evaluates and stores in the calling thread and calls ``done`` before ``run``
+returns (the engine's single-process path). ``workers.pool.WorkerPool`` hands the traces to
+worker processes and calls ``done`` from its own threads as their results come back. Both
+run the same ``evaluate_and_store``, so a trace is evaluated the same way wherever it runs.
+
+An ``Outcome`` is what the engine needs after the store committed: the evaluation (for
+metrics and sinks), whether it superseded a stored one, and why evaluating failed if it did
+(the trace is then stored with an ``evaluation_error`` finding, never dropped).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from otel_eval.base.model import Evaluation, Trace
+from otel_eval.evaluate.agent_inference import learned
+from otel_eval.evaluate.evaluator import Evaluator
+from otel_eval.store import EvaluationStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Outcome:
+    evaluation: Evaluation
+    superseded: bool  # an evaluation of this trace was already stored (re-opened, replayed)
+    failure: str | None = None  # exception type when evaluating raised (stored as an error)
+
+
+@dataclass(slots=True)
+class Job:
+    """A released trace on its way to the store."""
+
+    trace: Trace
+    released_at: float  # engine clock, for the completion-to-verdict latency
+    attempts: int = 0  # times handed to a worker process (workers.pool)
+    first_sent_ns: int = 0  # wall clock when first handed to one, ns (0: not yet)
+
+
+Done = Callable[[list[Job], list[Outcome]], None]
+
+
+class EvaluationStage(Protocol):
+    """Where the engine sends released traces; ``done`` is called once per job, after the
+    store committed its evaluation, possibly from another thread."""
+
+    def run(self, jobs: list[Job], done: Done) -> None: ...
+
+    def drain(self, deadline_s: float) -> bool:
+        """Wait until every job handed to ``run`` is done; False when the deadline passed."""
+        ...
+
+    @property
+    def healthy(self) -> bool: ...
+
+
+def evaluate_and_store(evaluator: Evaluator, store: EvaluationStore, traces: Sequence[Trace],
+                       retried_since_ns: Mapping[str, int] | None = None) -> list[Outcome]:
+    """Evaluate ``traces`` and store them in one transaction. ``retried_since_ns``: traces a
+    worker that died had taken, with when they were first handed out (wall clock, ns); a
+    stored row of the same revision written since then is that worker's own commit, so
+    storing again does not count as superseding it."""
+    evaluated: list[tuple[Evaluation, str | None]] = []
+    known = store.feedback_many({t.trace_id for t in traces})  # one query, not one per trace
+    for trace in traces:
+        try:
+            ev, failure = evaluator.evaluate(trace, known.get(trace.trace_id), store), None
+        except Exception as e:  # stage boundary: the trace is still stored, with the error
+            log.exception("evaluation of trace %s failed", trace.trace_id)
+            ev, failure = evaluator.failed(trace, e), type(e).__name__
+        evaluated.append((ev, failure))
+    own = set()
+    for trace in traces:
+        since = (retried_since_ns or {}).get(trace.trace_id)
+        if since is None:
+            continue
+        stamp = store.stamp(trace.trace_id)
+        if stamp is not None and stamp[0] == trace.revision and stamp[1] >= since:
+            own.add(trace.trace_id)
+    superseded = store.put_many(ev for ev, _ in evaluated)
+    _remember(store, [ev for ev, _ in evaluated])
+    return [Outcome(ev, sup and ev.trace_id not in own, failure)
+            for (ev, failure), sup in zip(evaluated, superseded, strict=True)]
+
+
+def _remember(store: EvaluationStore, evaluations: list[Evaluation]) -> None:
+    """The batch's named completed runs into the agent history (after their commit: a
+    failure here loses no evaluation, only what later runs could have inferred)."""
+    try:
+        store.remember_agents(learned(evaluations))
+    except Exception as e:
+        log.warning("recording the agent history failed: %s", type(e).__name__)
+
+
+def store_failed(evaluator: Evaluator, store: EvaluationStore, traces: Sequence[Trace],
+                 error: BaseException) -> list[Outcome]:
+    """Store ``traces`` as evaluation errors (``error`` says why): a trace that kept killing
+    its worker is accounted for, not replayed forever and not dropped."""
+    evs = [evaluator.failed(t, error) for t in traces]
+    superseded = store.put_many(evs)
+    return [Outcome(ev, sup, type(error).__name__)
+            for ev, sup in zip(evs, superseded, strict=True)]
+
+
+class InProcess:
+    """Evaluate and store in the calling thread (the engine's worker thread)."""
+
+    def __init__(self, evaluator: Evaluator, store: EvaluationStore) -> None:
+        self.evaluator = evaluator
+        self.store = store
+
+    def run(self, jobs: list[Job], done: Done) -> None:
+        done(jobs, evaluate_and_store(self.evaluator, self.store, [j.trace for j in jobs]))
+
+    def drain(self, deadline_s: float) -> bool:
+        return True  # ``run`` returns only when its jobs are done
+
+    @property
+    def healthy(self) -> bool:
+        return True

@@ -1,0 +1,221 @@
+"""Sink: evaluation results as OpenTelemetry events (``gen_ai.evaluation.result`` log records).
+
+One log record per finding and one per verdict, following the GenAI semantic conventions
+(event ``gen_ai.evaluation.result``; attributes ``gen_ai.evaluation.name`` (required),
+``gen_ai.evaluation.score.value`` / ``.score.label`` (when applicable),
+``gen_ai.evaluation.explanation``, ``error.type`` when the evaluation itself failed). The
+record's trace id / span id are those of the evaluated span, so backends show the result on
+that span. Our extras are under ``otel_eval.*``.
+
+    finding -> name = detector ("loop", "tool_call", ...), label = finding kind,
+               explanation = message, span = first flagged span (else the root span);
+               severity_number from the finding's severity (info / warning / error)
+    verdict -> name = "otel_eval.verdict", value = 1.0 / 0.0, label = "pass" / "fail",
+               explanation = the reasons; span = the root span
+    judge   -> name = judge or judge.dimension ("trace", "process.goal_alignment"), value =
+               the score, label = pass / fail, explanation = the critique; span = the judged
+               step (else the root); sent later, when the asynchronous judge is done
+
+Records are built here as OTLP protobuf (not through the SDK's LoggerProvider) so that the
+trace context is explicit per record and every dropped record is counted with a reason
+(``results.sender``); the SDK's batch processor drops silently when its queue is full.
+"""
+
+from __future__ import annotations
+
+import time
+from importlib import metadata
+from typing import Any
+
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
+from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope
+from opentelemetry.proto.logs.v1 import logs_pb2
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+
+from otel_eval.base import model
+from otel_eval.decode.otlp import dict_to_attributes
+from otel_eval.outputs.config import ExportConfig
+from otel_eval.outputs.sender import OtlpSender
+from otel_eval.telemetry.metrics import Metrics
+
+EVENT_NAME = "gen_ai.evaluation.result"
+VERDICT_NAME = "otel_eval.verdict"
+SINK = "events"
+_SEVERITY = {"info": (9, "INFO"), "warning": (13, "WARN"), "error": (17, "ERROR")}
+
+
+def _version() -> str:
+    try:
+        return metadata.version("otel-eval")
+    except metadata.PackageNotFoundError:
+        return "0.0.0"
+
+
+def root_span_id(trace: model.Trace) -> str:
+    """The evaluated run's span: the local root, else the earliest span."""
+    root = model.local_root(trace.spans)
+    if root is None and trace.spans:
+        root = min(trace.spans, key=lambda s: s.start_ns)
+    return root.span_id if root is not None else ""
+
+
+def _record(trace_id: str, span_id: str, severity: str, time_ns: int,
+            attrs: dict[str, Any]) -> logs_pb2.LogRecord:
+    number, text = _SEVERITY.get(severity, _SEVERITY["info"])
+    return logs_pb2.LogRecord(
+        time_unix_nano=time_ns, observed_time_unix_nano=time_ns,
+        severity_number=number, severity_text=text,  # type: ignore[arg-type]
+        event_name=EVENT_NAME, attributes=dict_to_attributes(attrs),
+        trace_id=bytes.fromhex(trace_id), span_id=bytes.fromhex(span_id) if span_id else b"",
+        flags=1 if span_id else 0,
+    )
+
+
+def finding_records(evaluation: model.Evaluation, root: str, version: str,
+                    time_ns: int) -> list[logs_pb2.LogRecord]:
+    out = []
+    for f in evaluation.findings:
+        attrs: dict[str, Any] = {
+            "gen_ai.evaluation.name": f.detector,
+            "gen_ai.evaluation.score.label": f.kind,
+            "gen_ai.evaluation.explanation": f.message,
+            "otel_eval.detector": f.detector,
+            "otel_eval.severity": f.severity,
+            "otel_eval.evaluator.version": version,
+            "otel_eval.trace.revision": evaluation.trajectory.revision,
+        }
+        if f.span_ids:
+            attrs["otel_eval.span_ids"] = list(f.span_ids)
+        span = f.span_ids[0] if f.span_ids else root
+        out.append(_record(evaluation.trace_id, span, f.severity, time_ns, attrs))
+    return out
+
+
+def verdict_record(evaluation: model.Evaluation, root: str, version: str,
+                   time_ns: int) -> logs_pb2.LogRecord | None:
+    v = evaluation.verdict
+    if v is None:
+        return None
+    attrs: dict[str, Any] = {
+        "gen_ai.evaluation.name": VERDICT_NAME,
+        "gen_ai.evaluation.score.value": 1.0 if v.passed else 0.0,
+        "gen_ai.evaluation.score.label": "pass" if v.passed else "fail",
+        "gen_ai.evaluation.explanation": "; ".join(v.reasons) or "no failing findings",
+        "otel_eval.evaluator.version": version,
+        "otel_eval.trace.revision": evaluation.trajectory.revision,
+    }
+    if v.outcome is not None:
+        attrs["otel_eval.outcome"] = v.outcome
+    return _record(evaluation.trace_id, root, "info", time_ns, attrs)
+
+
+def judge_records(evaluation: model.Evaluation, root: str, version: str, time_ns: int,
+                  low_score: float = 0.5) -> list[logs_pb2.LogRecord]:
+    """Records for the LLM judge's grades (``evaluation.judge``): one per critique (on the
+    judged step's span, else the root), one per aggregate score without its own critique
+    (``step``, ``step_min``, ``process``), and one with ``error.type`` per failed judge.
+    Names: the judge (``trace``, ``outcome``, ``step``) or judge.dimension
+    (``process.goal_alignment``); label ``pass`` / ``fail`` against ``low_score``."""
+    judged = evaluation.judge or {}
+    model_name = str(judged.get("model") or "")
+    out: list[logs_pb2.LogRecord] = []
+    for judge, entry in (judged.get("judges") or {}).items():
+        status = entry.get("status", "ok")
+        if status not in ("ok", "skipped"):
+            out.append(failure_record(evaluation.trace_id, root, judge, status,
+                                      str(entry.get("error") or status), version, time_ns))
+            continue
+        at_root = set()
+        for c in entry.get("critiques", []):
+            if c.get("span_id") is None:
+                at_root.add(c["dimension"])
+            out.append(_grade(evaluation, c.get("span_id") or root, judge, c["dimension"],
+                              float(c["score"]), str(c.get("text", "")), model_name, version,
+                              time_ns, low_score))
+        for dim, value in entry.get("scores", {}).items():
+            if dim not in at_root:
+                out.append(_grade(evaluation, root, judge, dim, float(value),
+                                  f"aggregate of the {judge} judge's scores", model_name,
+                                  version, time_ns, low_score))
+    return out
+
+
+def _grade(evaluation: model.Evaluation, span: str, judge: str, dimension: str, score: float,
+           explanation: str, model_name: str, version: str, time_ns: int,
+           low_score: float) -> logs_pb2.LogRecord:
+    attrs: dict[str, Any] = {
+        "gen_ai.evaluation.name": judge if dimension == judge else f"{judge}.{dimension}",
+        "gen_ai.evaluation.score.value": score,
+        "gen_ai.evaluation.score.label": "pass" if score >= low_score else "fail",
+        "gen_ai.evaluation.explanation": explanation,
+        "otel_eval.judge.model": model_name,
+        "otel_eval.evaluator.version": version,
+        "otel_eval.trace.revision": evaluation.trajectory.revision,
+    }
+    return _record(evaluation.trace_id, span, "info", time_ns, attrs)
+
+
+def failure_record(trace_id: str, span_id: str, name: str, error_type: str, explanation: str,
+                   version: str, time_ns: int) -> logs_pb2.LogRecord:
+    """An evaluation that could not be made (judge timeout, parse error): ``error.type`` set,
+    no score."""
+    attrs = {"gen_ai.evaluation.name": name, "error.type": error_type,
+             "gen_ai.evaluation.explanation": explanation,
+             "otel_eval.evaluator.version": version}
+    return _record(trace_id, span_id, "warning", time_ns, attrs)
+
+
+class EvaluationEvents:
+    """Sink exporting ``gen_ai.evaluation.result`` records to ``config.events_endpoint``."""
+
+    def __init__(self, config: ExportConfig, metrics: Metrics, *,
+                 evaluator_version: str | None = None,
+                 resource: dict[str, Any] | None = None) -> None:
+        if not config.events_endpoint:
+            raise ValueError("export.events_endpoint is empty: events are off")
+        self.version = evaluator_version or _version()
+        res = resource if resource is not None else {"service.name": "otel-eval",
+                                                     "service.version": self.version}
+        self._resource = Resource(attributes=dict_to_attributes(res))
+        self._scope = InstrumentationScope(name="otel_eval.outputs.events", version=self.version)
+        self._sender: OtlpSender[logs_service_pb2.ExportLogsServiceRequest] = OtlpSender(
+            SINK, config.events_endpoint,
+            lambda ch: logs_service_pb2_grpc.LogsServiceStub(ch).Export,
+            logs_service_pb2.ExportLogsServiceRequest,
+            lambda resp: int(resp.partial_success.rejected_log_records),
+            metrics.events_emitted, metrics, config)
+
+    def start(self) -> None:
+        self._sender.start()
+
+    def shutdown(self, deadline_s: float) -> None:
+        self._sender.shutdown(deadline_s)
+
+    def export(self, trace: model.Trace, evaluation: model.Evaluation) -> None:
+        now = evaluation.evaluated_at_ns or time.time_ns()
+        root = root_span_id(trace)
+        records = finding_records(evaluation, root, self.version, now)
+        verdict = verdict_record(evaluation, root, self.version, now)
+        if verdict is not None:
+            records.append(verdict)
+        self._submit(records)
+
+    def export_judge(self, evaluation: model.Evaluation, root: str, low_score: float) -> None:
+        """The judge's grades, sent once the (asynchronous) judge is done with the trace."""
+        now = time.time_ns()
+        self._submit(judge_records(evaluation, root, self.version, now, low_score))
+
+    def evaluation_failed(self, trace: model.Trace, name: str, error_type: str,
+                          explanation: str) -> None:
+        """One record with ``error.type`` for an evaluation that failed (e.g. the judge)."""
+        rec = failure_record(trace.trace_id, root_span_id(trace), name, error_type,
+                             explanation, self.version, time.time_ns())
+        self._submit([rec])
+
+    def _submit(self, records: list[logs_pb2.LogRecord]) -> None:
+        if not records:
+            return
+        req = logs_service_pb2.ExportLogsServiceRequest()
+        rl = req.resource_logs.add(resource=self._resource)
+        rl.scope_logs.add(scope=self._scope, log_records=records)
+        self._sender.submit(req, len(records))

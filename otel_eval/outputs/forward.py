@@ -1,0 +1,97 @@
+"""Sink: pass-through. Evaluated spans go on to a downstream OTLP/gRPC endpoint, stamped.
+
+Each flagged step span (a finding's ``span_ids``) gets
+    otel_eval.findings          list of "detector/kind" flagged on this span
+    otel_eval.severity          the highest severity among them (info < warning < error)
+and the root span gets the trace summary
+    otel_eval.verdict           "pass" | "fail" (absent when there is no verdict)
+    otel_eval.verdict.reasons   list of reasons
+    otel_eval.finding_count     number of findings
+    otel_eval.findings          sorted distinct "detector/kind" of the trace
+    otel_eval.finding.<detector>.count   findings per detector
+    otel_eval.trace.status      complete | incomplete | truncated
+    otel_eval.trace.revision    > 0 when late spans re-opened the trace
+Everything else about the spans is forwarded unchanged (``otlp.encode_spans``). Delivery,
+bounds, retries and drop counting: ``results.sender`` (sink label ``forward``).
+
+A trace re-opened by late spans is evaluated again and forwarded again, whole (the root then
+carries the new summary and ``otel_eval.trace.revision`` > 0): downstream receives its spans
+twice, the later copy with the up-to-date stamps.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+from otel_eval.base import model
+from otel_eval.decode.otlp import encode_spans
+from otel_eval.outputs.config import ExportConfig
+from otel_eval.outputs.events import root_span_id
+from otel_eval.outputs.sender import OtlpSender
+from otel_eval.telemetry.metrics import Metrics
+
+SINK = "forward"
+_RANK = {"info": 0, "warning": 1, "error": 2}
+
+
+def stamps(trace: model.Trace, evaluation: model.Evaluation) -> dict[str, dict[str, Any]]:
+    """span id -> ``otel_eval.*`` attributes to add to that span."""
+    per_span: dict[str, list[model.Finding]] = {}
+    for f in evaluation.findings:
+        for sid in dict.fromkeys(f.span_ids):
+            per_span.setdefault(sid, []).append(f)
+    out: dict[str, dict[str, Any]] = {}
+    for sid, fs in per_span.items():
+        out[sid] = {
+            "otel_eval.findings": [f"{f.detector}/{f.kind}" for f in fs],
+            "otel_eval.severity": max((f.severity for f in fs), key=lambda s: _RANK.get(s, 0)),
+        }
+    root = root_span_id(trace)
+    if root:
+        out[root] = {**out.get(root, {}), **_summary(trace, evaluation)}
+    return out
+
+
+def _summary(trace: model.Trace, evaluation: model.Evaluation) -> dict[str, Any]:
+    summary: dict[str, Any] = {
+        "otel_eval.finding_count": len(evaluation.findings),
+        "otel_eval.findings": sorted({f"{f.detector}/{f.kind}" for f in evaluation.findings}),
+        "otel_eval.trace.status": trace.status,
+        "otel_eval.trace.revision": trace.revision,
+    }
+    for detector, n in sorted(Counter(f.detector for f in evaluation.findings).items()):
+        summary[f"otel_eval.finding.{detector}.count"] = n
+    v = evaluation.verdict
+    if v is not None:
+        summary["otel_eval.verdict"] = "pass" if v.passed else "fail"
+        summary["otel_eval.verdict.reasons"] = list(v.reasons)
+    return summary
+
+
+class Forwarder:
+    """Sink forwarding each evaluated trace's spans to ``config.forward_endpoint``."""
+
+    def __init__(self, config: ExportConfig, metrics: Metrics) -> None:
+        if not config.forward_endpoint:
+            raise ValueError("export.forward_endpoint is empty: pass-through is off")
+        self._sender: OtlpSender[trace_service_pb2.ExportTraceServiceRequest] = OtlpSender(
+            SINK, config.forward_endpoint,
+            lambda ch: trace_service_pb2_grpc.TraceServiceStub(ch).Export,
+            trace_service_pb2.ExportTraceServiceRequest,
+            lambda resp: int(resp.partial_success.rejected_spans),
+            metrics.forwarded, metrics, config)
+
+    def start(self) -> None:
+        self._sender.start()
+
+    def shutdown(self, deadline_s: float) -> None:
+        self._sender.shutdown(deadline_s)
+
+    def export(self, trace: model.Trace, evaluation: model.Evaluation) -> None:
+        if not trace.spans:
+            return
+        self._sender.submit(encode_spans(trace.spans, extra=stamps(trace, evaluation)),
+                            len(trace.spans))

@@ -1,0 +1,109 @@
+"""Issue stage, step 6b: carry issues over from the catalogue, so ids stay put between runs.
+
+The catalogue matches this run's clusters to stored issues one to one (``catalogue.match``).
+Two cases would still change ids though nothing changed in the agents:
+
+- an issue splits in this window (the cut falls differently on fewer or other critiques):
+  the part that did not get the stored id would get a new one. A cluster whose most similar
+  stored issue (cosine >= ``match_similarity``) went to another cluster joins that cluster;
+- an issue recurs in only one trace of this window (its other traces left the window): the
+  window alone cannot tell it recurs, and its critiques would be in no issue. A cluster below
+  ``min_cluster_size`` traces whose most similar stored issue reaches ``match_similarity``
+  takes that issue (joining the cluster that holds it, if any): it did recur, across runs.
+
+Cost: one sparse product, clusters x stored issues (both bounded: clusters by
+``max_exact`` per group, stored issues by age-out); only numpy/scipy, imported on use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from otel_eval.outputs.issues.catalogue import Centroid, StoredIssue, sparse_centroid
+
+
+@dataclass(slots=True)
+class Cluster:
+    members: list[int]  # indexes into the group's critiques, most central text first
+    centroid: Centroid
+    terms: list[str]
+    name: tuple[str, str] | None = None  # (title, description) from the synthesizer
+
+
+def merged(parts: list[Cluster], name: tuple[str, str] | None) -> Cluster:
+    """One cluster made of ``parts``: the largest part's members and terms first, the
+    centroid weighted by the parts' sizes."""
+    parts = sorted(parts, key=lambda c: -len(c.members))
+    weights: dict[str, float] = {}
+    for part in parts:
+        for feature, value in part.centroid.items():
+            weights[feature] = weights.get(feature, 0.0) + len(part.members) * value
+    return Cluster(members=[m for part in parts for m in part.members],
+                   centroid=sparse_centroid(weights), terms=parts[0].terms, name=name)
+
+
+def similarities(rows: list[Centroid], cols: list[Centroid]) -> Any:
+    """Cosine of every pair (numpy array, len(rows) x len(cols)); centroids are unit length
+    (``sparse_centroid``), empty ones give 0."""
+    import numpy as np
+    from scipy import sparse
+
+    index: dict[str, int] = {}
+    for c in (*rows, *cols):
+        for feature in c:
+            index.setdefault(feature, len(index))
+
+    def matrix(cs: list[Centroid]) -> Any:
+        data: list[float] = []
+        cols_: list[int] = []
+        ptr = [0]
+        for c in cs:
+            data.extend(c.values())
+            cols_.extend(index[f] for f in c)
+            ptr.append(len(data))
+        return sparse.csr_matrix((np.asarray(data, dtype=np.float64), cols_, ptr),
+                                 shape=(len(cs), max(len(index), 1)))
+    return np.asarray((matrix(rows) @ matrix(cols).T).toarray())
+
+
+Carried = tuple[list[Cluster], dict[int, StoredIssue], list[Cluster]]
+
+
+def carry_over(clusters: list[Cluster], small: list[Cluster], stored: list[StoredIssue],
+               matched: dict[int, StoredIssue], threshold: float) -> Carried:
+    """``clusters`` (issues of this run, ``matched`` by index to stored issues) after the
+    unmatched ones and the ``small`` ones (below the recurrence floor) whose nearest stored
+    issue reaches ``threshold`` joined it; and the small clusters that reach none."""
+    extra = [i for i in range(len(clusters)) if i not in matched]
+    pool = [clusters[i] for i in extra] + small
+    if not pool or not stored:
+        return clusters, matched, small
+    sims = similarities([c.centroid for c in pool], [s.centroid for s in stored])
+    holder = {matched[i].issue_id: i for i in matched}  # stored id -> index in `clusters`
+    into: dict[int, list[Cluster]] = {}
+    out = list(clusters)
+    out_matched = dict(matched)
+    gone: set[int] = set()
+    left: list[Cluster] = []
+    for p, c in enumerate(pool):
+        j = int(sims[p].argmax())
+        if sims[p, j] < threshold:
+            if p >= len(extra):
+                left.append(c)
+            continue
+        k = holder.get(stored[j].issue_id)
+        if k is None:  # a known issue with no cluster yet: this one takes its id
+            k = extra[p] if p < len(extra) else len(out)
+            if p >= len(extra):
+                out.append(c)
+            holder[stored[j].issue_id], out_matched[k] = k, stored[j]
+            continue
+        into.setdefault(k, []).append(c)
+        if p < len(extra):
+            gone.add(extra[p])
+    for k, parts in into.items():
+        out[k] = merged([out[k], *parts], out[k].name)
+    keep = [i for i in range(len(out)) if i not in gone]
+    return [out[i] for i in keep], {n: out_matched[i] for n, i in enumerate(keep)
+                                    if i in out_matched}, left

@@ -1,0 +1,80 @@
+"""Publish issue events as Grafana annotations (``POST /api/annotations``).
+
+One annotation per event (a new issue, or an issue whose share jumped): JSON body with
+``dashboardUID`` (and ``panelId`` when configured), ``time`` (epoch milliseconds), ``tags``
+and ``text``; ``Authorization: Bearer <service-account token>``. Failures are logged and
+counted (``GrafanaAnnotator.failures``), never raised: an unreachable Grafana must not stop
+the clustering job.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+from otel_eval.outputs.issues.config import GrafanaConfig
+from otel_eval.outputs.issues.result import IssueEvent
+
+log = logging.getLogger(__name__)
+
+
+def annotation_body(event: IssueEvent, now: float, config: GrafanaConfig) -> dict[str, Any]:
+    issue = event.issue
+    where = f"{issue.level}" + (f" / {issue.node}" if issue.node else "")
+    if event.kind == "new":
+        headline = f"New issue ({where}): {issue.title}"
+    else:
+        headline = (f"Issue share jumped ({where}): {issue.title}: "
+                    f"{(event.previous_share or 0.0):.0%} -> {issue.share:.0%}")
+    lines = [headline, issue.description, f"issue_id={issue.issue_id} share={issue.share:.3f}"]
+    if issue.exemplars:
+        lines.append("exemplar traces: " + ", ".join(issue.exemplars))
+    body: dict[str, Any] = {
+        "time": int(now * 1000),
+        "tags": [*config.tags, f"event:{event.kind}", f"level:{issue.level}",
+                 *([f"node:{issue.node}"] if issue.node else []), f"issue:{issue.issue_id}"],
+        "text": "\n".join(lines),
+    }
+    if config.dashboard_uid:
+        body["dashboardUID"] = config.dashboard_uid
+    if config.panel_id:
+        body["panelId"] = config.panel_id
+    return body
+
+
+class GrafanaAnnotator:
+    def __init__(self, config: GrafanaConfig) -> None:
+        if not config.url:
+            raise ValueError("GrafanaAnnotator needs issues.grafana.url")
+        self._config = config
+        self._endpoint = config.url.rstrip("/") + "/api/annotations"
+        self.posted = 0
+        self.failures = 0
+
+    def annotate(self, events: Sequence[IssueEvent], now: float) -> int:
+        """Post one annotation per event; returns how many Grafana accepted."""
+        ok = 0
+        for event in events:
+            if self._post(annotation_body(event, now, self._config)):
+                ok += 1
+        self.posted += ok
+        self.failures += len(events) - ok
+        return ok
+
+    def _post(self, body: dict[str, Any]) -> bool:
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self._config.token:
+            headers["Authorization"] = f"Bearer {self._config.token}"
+        request = urllib.request.Request(self._endpoint, data=json.dumps(body).encode(),
+                                         headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=self._config.timeout_s) as response:
+                response.read()
+                return 200 <= response.status < 300
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            log.warning("grafana annotation to %s failed: %s", self._endpoint, e)
+            return False

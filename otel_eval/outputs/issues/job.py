@@ -1,0 +1,318 @@
+"""Stage: issues, periodic. Every ``issues.interval_s``, cluster the window's critiques.
+
+    evaluations_since(now - window_s) -> IssueTracker.run (catalogue in SQLite: stable ids)
+      -> latest IssuesResult -> latest_json() (GET /v1/issues)
+                             -> one collector on the registry (top-K issue gauges)
+                             -> annotator (Grafana annotations for new issues, share jumps)
+
+Usage (the service, when ``issues.interval_s > 0``):
+
+    grafana = GrafanaAnnotator(cfg.issues.grafana) if cfg.issues.grafana.url else None
+    job = IssuesJob(cfg.issues, cfg.issues.store_path or cfg.store.path,
+                    lambda since_ns: store.since(since_ns), metrics.registry, annotator=grafana)
+    job.start()                          # a thread: run_once() now, then every interval_s
+    AdminApi(..., issues=job.latest_json)          # GET /v1/issues
+    job.close(timeout_s)                 # on shutdown: stop the thread, close the catalogue
+
+Promises: ``run_once`` never raises (a failed run is logged and counted, the previous
+result is kept); runs never overlap, in a process nor, on a PostgreSQL store, across the fleet
+(the worker holding the catalogue's advisory lock runs; the others count ``skipped``); the
+gauges are the last successful run's, bounded by ``top_k`` per (level, node) plus one
+``_other`` sample. Metrics (one collector):
+
+    otel_eval_issue_share{level,node,issue_id,title}    share of the window's traces, 0..1
+    otel_eval_issue_traces{level,node,issue_id,title}   traces with the issue
+    otel_eval_issue_trend{level,node,issue_id,title}    share minus the previous run's (not
+                                                        for new issues nor "_other")
+    otel_eval_issue_agent_info{level,node,issue_id,title,agent}   1 per agent seen with it
+    otel_eval_issue_exemplar_info{level,node,issue_id,title,trace_id}  1, one per issue
+    otel_eval_issues_runs_total{status}                 ok | error | skipped (another worker
+                                                        holds the fleet's issues lock)
+    otel_eval_issues_annotations_total{status}          posted | failed
+    otel_eval_issues_last_run_timestamp_seconds         end of the last successful run
+    otel_eval_issues_last_run_duration_seconds
+
+The exemplar is the one trace id used as a label, so a dashboard table can link to it: one
+series per shown issue, and sticky (kept while that trace stays in the window), so it
+changes at most once per window rather than every run.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.registry import Collector
+
+from otel_eval.outputs.issues.config import IssuesConfig
+from otel_eval.outputs.issues.result import (
+    OTHER_ISSUE_ID,
+    Issue,
+    IssuesResult,
+    to_json,
+    top_issue_gauge_samples,
+)
+from otel_eval.outputs.issues.synthesis import Synthesizer
+from otel_eval.outputs.issues.tracker import Annotator, IssueTracker
+
+if TYPE_CHECKING:  # naming imports numpy and scipy (the tracker does, when it clusters)
+    from otel_eval.outputs.issues.embed import Embedder
+    from otel_eval.outputs.issues.naming import Namer
+
+log = logging.getLogger(__name__)
+
+EvaluationsSince = Callable[[int], Iterable[Mapping[str, Any]]]
+
+RUN_STATUSES = ("ok", "error", "skipped")
+ANNOTATION_STATUSES = ("posted", "failed")
+MAX_AGENTS_PER_ISSUE = 20  # agent label values per shown issue (bounded; the rest dropped)
+_LABELS = ("level", "node", "issue_id", "title")
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """One shown issue (or a group's ``_other``): the values of its gauge samples."""
+
+    labels: tuple[str, str, str, str]  # level, node, issue_id, title
+    share: float
+    traces: int
+    trend: float | None
+    agents: tuple[str, ...]
+    exemplar: str | None
+
+
+class IssuesJob:
+    def __init__(self, config: IssuesConfig, store: str | sqlite3.Connection,
+                 evaluations_since: EvaluationsSince, registry: CollectorRegistry,
+                 clock: Callable[[], float] = time.time, annotator: Annotator | None = None,
+                 *, namer: Namer | None = None, embedder: Embedder | None = None,
+                 synthesizer: Synthesizer | None = None) -> None:
+        """``store``: the catalogue's SQLite file (or a connection usable from the job's
+        thread); ``evaluations_since(ns)``: v1 evaluation objects evaluated after ``ns``
+        (unix nanoseconds); ``clock``: unix seconds."""
+        self._config = config
+        self._tracker = IssueTracker(config, store, clock, namer=namer, embedder=embedder,
+                                     synthesizer=synthesizer)
+        self._evaluations_since = evaluations_since
+        self._clock = clock
+        self._annotator = annotator
+        self._run_lock = threading.Lock()  # one run at a time (thread and manual calls)
+        self._lock = threading.Lock()  # guards the snapshot below (scrapes read it)
+        self._latest: IssuesResult | None = None
+        self._rows: tuple[_Row, ...] = ()
+        self._exemplars: dict[str, str] = {}  # issue id -> sticky exemplar trace id
+        self._runs = dict.fromkeys(RUN_STATUSES, 0)
+        self._annotations = dict.fromkeys(ANNOTATION_STATUSES, 0)
+        self._last_run: float | None = None
+        self._last_duration: float | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._collector = _IssuesCollector(self)
+        self._registry = registry
+        registry.register(self._collector)
+        self._registered = True
+
+    # -- the run --------------------------------------------------------------------------
+
+    def run_once(self, now: float | None = None) -> IssuesResult | None:
+        """Cluster the window ending at ``now`` (unix seconds; default: the clock). Returns
+        the result, or None when the run failed (logged, counted, previous result kept)."""
+        with self._run_lock:
+            started = time.monotonic()
+            try:
+                if not self._tracker.leads():  # another worker runs the fleet's job
+                    with self._lock:
+                        self._runs["skipped"] += 1
+                    return None
+                now = self._clock() if now is None else now
+                since_ns = int((now - self._config.window_s) * 1e9)
+                result = self._tracker.run(self._evaluations_since(since_ns), now)
+                rows = self._rows_of(result)
+            except Exception:  # stage boundary: a bad run must not stop the periodic job
+                log.exception("issue clustering run failed")
+                with self._lock:
+                    self._runs["error"] += 1
+                return None
+            with self._lock:
+                self._latest, self._rows = result, rows
+                self._runs["ok"] += 1
+                self._last_run = now
+                self._last_duration = time.monotonic() - started
+            self._annotate(result, now)
+            return result
+
+    def _annotate(self, result: IssuesResult, now: float) -> None:
+        if self._annotator is None or not result.events:
+            return
+        try:
+            posted = self._annotator.annotate(result.events, now)
+        except Exception:  # an annotator must not fail the run; GrafanaAnnotator never raises
+            log.exception("issue annotations failed")
+            posted = 0
+        with self._lock:
+            self._annotations["posted"] += posted
+            self._annotations["failed"] += len(result.events) - posted
+
+    def _rows_of(self, result: IssuesResult) -> tuple[_Row, ...]:
+        samples = top_issue_gauge_samples(result, self._config.top_k)
+        by_id = {i.issue_id: i for i in result.issues}
+        shown = {labels["issue_id"] for labels, _ in samples}
+        rows: list[_Row] = []
+        exemplars: dict[str, str] = {}
+        for labels, share in samples:
+            key = (labels["level"], labels["node"], labels["issue_id"], labels["title"])
+            issue = by_id.get(labels["issue_id"])
+            if issue is None or labels["issue_id"] == OTHER_ISSUE_ID:
+                rest = [i for i in result.issues if (i.level, i.node) == key[:2]
+                        and i.issue_id not in shown]
+                traces = len(frozenset().union(*(i.trace_ids for i in rest)))
+                agents = sorted({a for i in rest for a in i.agents})
+                rows.append(_Row(key, share, traces, None,
+                                 tuple(agents[:MAX_AGENTS_PER_ISSUE]), None))
+                continue
+            exemplar = self._exemplar(issue)
+            if exemplar is not None:
+                exemplars[issue.issue_id] = exemplar
+            rows.append(_Row(key, share, issue.traces, issue.trend,
+                             issue.agents[:MAX_AGENTS_PER_ISSUE], exemplar))
+        self._exemplars = exemplars  # only shown issues: bounded like the gauges
+        return tuple(rows)
+
+    def _exemplar(self, issue: Issue) -> str | None:
+        """Keep the previous run's exemplar while its trace is still in the window."""
+        previous = self._exemplars.get(issue.issue_id)
+        if previous is not None and previous in issue.trace_ids:
+            return previous
+        return issue.exemplars[0] if issue.exemplars else None
+
+    # -- what others read -----------------------------------------------------------------
+
+    def latest(self) -> IssuesResult | None:
+        with self._lock:
+            return self._latest
+
+    def latest_json(self) -> dict[str, Any]:
+        """The ``GET /v1/issues`` object of the last successful run (without assignments);
+        before the first run, an empty result with ``generated_at: null``."""
+        latest = self.latest()
+        if latest is not None:
+            return to_json(latest, assignments=False)
+        empty = IssuesResult(0.0, self._config.window_s, self._config.embedding, 0, 0, 0,
+                             (), ())
+        return {**to_json(empty, assignments=False), "generated_at": None}
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self, interval_s: float | None = None) -> None:
+        """Run now, then every ``interval_s`` (default ``issues.interval_s``) in a thread."""
+        interval = self._config.interval_s if interval_s is None else interval_s
+        if interval <= 0:
+            raise ValueError("IssuesJob.start needs a positive interval (issues.interval_s)")
+        if self._thread is not None:
+            raise RuntimeError("IssuesJob already started")
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, args=(interval,),
+                                        name="otel-eval-issues", daemon=True)
+        self._thread.start()
+
+    def _loop(self, interval: float) -> None:
+        # Fixed rate: the next run is due one interval after this one started, so a slow run
+        # shortens the pause instead of drifting. run_once never raises.
+        while not self._stop.is_set():
+            due = time.monotonic() + interval
+            self.run_once()
+            if self._stop.wait(max(0.0, due - time.monotonic())):
+                return
+
+    def stop(self, timeout_s: float | None = None) -> bool:
+        """Stop the thread (a run in progress finishes first); False if still running."""
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return True
+        thread.join(timeout_s)
+        return not thread.is_alive()
+
+    def shutdown(self, deadline_s: float) -> None:
+        """The service lifecycle's stop: ``close`` within the deadline (at least 1 s)."""
+        self.close(timeout_s=max(1.0, deadline_s))
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Stop, unregister the gauges, close the catalogue (when opened from a path)."""
+        stopped = self.stop(timeout_s)
+        if self._registered:  # close twice (a test, then the lifecycle): once is enough
+            self._registry.unregister(self._collector)
+            self._registered = False
+        if stopped:  # else the running thread still uses the catalogue; the process exits
+            self._tracker.close()
+
+    def _snapshot(self) -> tuple[tuple[_Row, ...], dict[str, int], dict[str, int],
+                                 float | None, float | None]:
+        with self._lock:
+            return (self._rows, dict(self._runs), dict(self._annotations), self._last_run,
+                    self._last_duration)
+
+
+class _IssuesCollector(Collector):
+    """Every issues metric, built at scrape time from the job's last snapshot."""
+
+    def __init__(self, job: IssuesJob) -> None:
+        self._job = job
+
+    def describe(self) -> Iterator[Any]:
+        return _families((), {}, {}, None, None)
+
+    def collect(self) -> Iterator[Any]:
+        return _families(*self._job._snapshot())
+
+
+def _families(rows: tuple[_Row, ...], runs: Mapping[str, int], annotations: Mapping[str, int],
+              last_run: float | None, last_duration: float | None) -> Iterator[Any]:
+    share = GaugeMetricFamily("otel_eval_issue_share", "Share of the window's evaluated "
+                              "traces with the issue (top-K per level and node; the rest "
+                              "as issue_id=\"_other\")", labels=_LABELS)
+    traces = GaugeMetricFamily("otel_eval_issue_traces", "Traces in the window with the "
+                               "issue", labels=_LABELS)
+    trend = GaugeMetricFamily("otel_eval_issue_trend", "Issue share minus its share in the "
+                              "previous run (absent for new issues)", labels=_LABELS)
+    agent = InfoMetricFamily("otel_eval_issue_agent", "Agents seen with the issue",
+                             labels=(*_LABELS, "agent"))
+    exemplar = InfoMetricFamily("otel_eval_issue_exemplar", "An exemplar trace of the issue "
+                                "(sticky while it stays in the window)",
+                                labels=(*_LABELS, "trace_id"))
+    for row in rows:
+        labels = list(row.labels)
+        share.add_metric(labels, row.share)
+        traces.add_metric(labels, float(row.traces))
+        if row.trend is not None:
+            trend.add_metric(labels, row.trend)
+        for name in row.agents or ("",):  # "": no agent known (matches agent=~".*")
+            agent.add_metric([*labels, name], {})
+        if row.exemplar is not None:
+            exemplar.add_metric([*labels, row.exemplar], {})
+    yield from (share, traces, trend, agent, exemplar)
+    runs_total = CounterMetricFamily("otel_eval_issues_runs", "Issue clustering runs by "
+                                     "outcome", labels=("status",))
+    for status in RUN_STATUSES:
+        runs_total.add_metric([status], float(runs.get(status, 0)))
+    posted = CounterMetricFamily("otel_eval_issues_annotations", "Issue annotations sent to "
+                                 "Grafana by outcome", labels=("status",))
+    for status in ANNOTATION_STATUSES:
+        posted.add_metric([status], float(annotations.get(status, 0)))
+    yield from (runs_total, posted)
+    stamp = GaugeMetricFamily("otel_eval_issues_last_run_timestamp_seconds", "Unix time of the "
+                              "last successful issue clustering run")
+    duration = GaugeMetricFamily("otel_eval_issues_last_run_duration_seconds", "Duration of "
+                                 "the last successful issue clustering run")
+    if last_run is not None:
+        stamp.add_metric([], last_run)
+    if last_duration is not None:
+        duration.add_metric([], last_duration)
+    yield from (stamp, duration)

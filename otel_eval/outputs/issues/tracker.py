@@ -1,0 +1,324 @@
+"""Recurring-issue discovery: one clustering run over a window of evaluations.
+
+    evaluation JSON (v1) -> critiques.extract -> normalize -> embed -> cluster (per level
+      and node) -> refine (merge, attach stragglers) -> synthesis (judge model, optional)
+      -> match to the catalogue (stable ids, carry-over, age-out) -> name new clusters
+      -> IssuesResult (issues, assignments, events) -> annotator (Grafana), if any
+
+``IssueTracker.run`` is synchronous and CPU bound (seconds for tens of thousands of
+critiques): the service should call it from a worker thread on its periodic job.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from otel_eval.outputs.issues.catalogue import (
+    Catalogue,
+    StoredIssue,
+    blend,
+    match,
+    new_issue_id,
+    sparse_centroid,
+)
+from otel_eval.outputs.issues.config import IssuesConfig
+from otel_eval.outputs.issues.continuity import Carried, Cluster, carry_over, merged
+from otel_eval.outputs.issues.critiques import Critique, Extraction, extract
+from otel_eval.outputs.issues.embed import Embedder, Matrix, TfidfEmbedder, make_embedder
+from otel_eval.outputs.issues.normalize import normalize
+from otel_eval.outputs.issues.result import Assignment, Issue, IssueEvent, IssuesResult
+from otel_eval.outputs.issues.synthesis import Draft, Synthesizer, synthesize
+
+if TYPE_CHECKING:  # naming and cluster import numpy, scipy, scikit-learn: see _clusters
+    from otel_eval.outputs.issues.naming import Namer
+
+log = logging.getLogger(__name__)
+
+_NAMER_EXAMPLES = 5  # central critiques shown to an injected namer
+_SYNTHESIS_EXAMPLES = 3  # central critiques per issue shown to an injected synthesizer
+
+
+class Annotator(Protocol):
+    def annotate(self, events: Sequence[IssueEvent], now: float) -> int:
+        """Publish events; returns how many were published."""
+        ...
+
+
+def latest_revisions(evaluations: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """One evaluation per trace id: the highest ``revision`` (late spans supersede)."""
+    best: dict[str, Mapping[str, Any]] = {}
+    bad: list[Mapping[str, Any]] = []
+    for ev in evaluations:
+        tid = ev.get("trace_id") if isinstance(ev, Mapping) else None
+        if not isinstance(tid, str):
+            bad.append(ev)
+            continue
+        old = best.get(tid)
+        if old is None or (ev.get("revision") or 0) >= (old.get("revision") or 0):
+            best[tid] = ev
+    return [*best.values(), *bad]
+
+
+class IssueTracker:
+    def __init__(self, config: IssuesConfig, store: str | sqlite3.Connection,
+                 clock: Callable[[], float] = time.time, *, namer: Namer | None = None,
+                 annotator: Annotator | None = None, embedder: Embedder | None = None,
+                 synthesizer: Synthesizer | None = None) -> None:
+        self._config = config
+        self._catalogue = (Catalogue(store) if isinstance(store, sqlite3.Connection)
+                           else Catalogue.open(store))
+        self._owns_store = not isinstance(store, sqlite3.Connection)
+        self._clock = clock
+        self._namer = namer
+        self._annotator = annotator
+        self._synthesizer = synthesizer
+        self._synthesis_calls_left = 0  # set by run()
+        self._embedder = (embedder if embedder is not None
+                          else make_embedder(config.embedding, config.stem_chars))
+
+    def leads(self) -> bool:
+        """Whether this tracker's runs are the fleet's (``Catalogue.lead``)."""
+        return self._catalogue.lead()
+
+    def close(self) -> None:
+        if self._owns_store:
+            self._catalogue.close()
+
+    def run(self, evaluations: Iterable[Mapping[str, Any]],
+            now: float | None = None) -> IssuesResult:
+        """Cluster the critiques of ``evaluations`` (the caller's window) and update the
+        catalogue; ``now`` (unix seconds) defaults to the injected clock."""
+        now = self._clock() if now is None else now
+        self._synthesis_calls_left = self._config.synthesis_max_calls
+        cfg = self._config
+        ext = extract(latest_revisions(evaluations), cfg.low_score_threshold,
+                      cfg.include_findings)
+        aged = self._catalogue.age_out(now, cfg.age_out_s)
+        stored = self._catalogue.load(self._embedder.name)
+        taken = self._catalogue.ids()
+        issues: list[Issue] = []
+        events: list[IssueEvent] = []
+        assigned: dict[int, str] = {}
+        seen: set[str] = set()
+        for (level, node), idxs in sorted(_groups(ext.critiques).items()):
+            group = [ext.critiques[i] for i in idxs]
+            candidates = [s for s in stored if s.level == level and s.node == node]
+            for issue, event, members in self._issues_of(group, candidates, ext, taken, now):
+                issues.append(issue)
+                seen.add(issue.issue_id)
+                taken.add(issue.issue_id)
+                assigned.update((idxs[m], issue.issue_id) for m in members)
+                if event is not None:
+                    events.append(event)
+        self._forget_unseen(stored, seen)
+        issues.sort(key=lambda i: (i.level != "system", i.node, -i.share, i.issue_id))
+        result = IssuesResult(
+            generated_at=now, window_s=cfg.window_s, embedding=self._embedder.name,
+            traces=len(ext.trace_ids), critiques=len(ext.critiques), skipped=ext.skipped,
+            issues=tuple(issues), assignments=tuple(
+                Assignment(c.trace_id, c.span_id, assigned.get(i), c.level,
+                           c.node, c.source) for i, c in enumerate(ext.critiques)),
+            events=tuple(events), aged_out=tuple(aged))
+        if self._annotator is not None and events:
+            self._annotator.annotate(events, now)
+        return result
+
+    def _forget_unseen(self, stored: list[StoredIssue], seen: set[str]) -> None:
+        """Issues absent from this run had share 0 in it (the next trend starts there)."""
+        unseen = [s for s in stored if s.issue_id not in seen and s.last_share != 0.0]
+        for s in unseen:
+            s.last_share = 0.0
+        if unseen:
+            self._catalogue.save(unseen)
+
+    def _issues_of(self, group: list[Critique], candidates: list[StoredIssue],
+                   ext: Extraction, taken: set[str],
+                   now: float) -> list[tuple[Issue, IssueEvent | None, list[int]]]:
+        cfg = self._config
+        clusters, matched = self._resolved(group, candidates)
+        out: list[tuple[Issue, IssueEvent | None, list[int]]] = []
+        saved: list[StoredIssue] = []
+        for i, c in enumerate(clusters):
+            stored = matched.get(i)
+            texts = list(dict.fromkeys(group[m].text for m in c.members))
+            traces = frozenset(group[m].trace_id for m in c.members)
+            share = len(traces) / len(ext.trace_ids) if ext.trace_ids else 0.0
+            if stored is None:
+                from otel_eval.outputs.issues.naming import Name, name_cluster
+
+                name = (Name(*c.name) if c.name is not None
+                        else name_cluster(c.terms, texts[:_NAMER_EXAMPLES], self._namer))
+                level, node = group[0].level, group[0].node
+                stored = StoredIssue(new_issue_id(level, node, texts[0], taken), level, node,
+                                     self._embedder.name, name.title, name.description,
+                                     c.centroid, now, now, share)
+                previous = None
+                taken.add(stored.issue_id)
+            else:
+                previous = stored.last_share
+                stored.centroid = blend(stored.centroid, c.centroid, cfg.centroid_update_weight)
+                stored.last_seen, stored.last_share = now, share
+            saved.append(stored)
+            issue = self._issue(stored, c, group, traces, share, previous)
+            out.append((issue, _event(issue, previous, cfg.share_jump), c.members))
+        self._catalogue.save(saved)
+        return out
+
+    def _issue(self, stored: StoredIssue, c: Cluster, group: list[Critique],
+               traces: frozenset[str], share: float, previous: float | None) -> Issue:
+        exemplars: list[str] = []
+        for m in c.members:
+            if group[m].trace_id not in exemplars:
+                exemplars.append(group[m].trace_id)
+        return Issue(
+            issue_id=stored.issue_id, level=stored.level, node=stored.node, title=stored.title,
+            description=stored.description, share=share,
+            trend=None if previous is None else share - previous, critiques=len(c.members),
+            traces=len(traces), exemplars=tuple(exemplars[: self._config.exemplars]),
+            agents=tuple(sorted({group[m].agent for m in c.members if group[m].agent})),
+            first_seen=stored.first_seen, new=previous is None, trace_ids=traces)
+
+    def _resolved(self, group: list[Critique], candidates: list[StoredIssue]
+                  ) -> tuple[list[Cluster], dict[int, StoredIssue]]:
+        """The group's issues (clusters recurring in enough traces, or carried over from
+        the catalogue, merged by the synthesizer when one is new) and their stored issues."""
+        found: list[Cluster] = []
+        small: list[Cluster] = []
+        for c in self._clusters(group):
+            recurs = len({group[m].trace_id for m in c.members}) >= self._config.min_cluster_size
+            (found if recurs else small).append(c)
+        clusters, matched, strays = self._matched(found, small, candidates)
+        if any(i not in matched for i in range(len(clusters))):  # a new issue: synthesize
+            synthesized = self._synthesized(clusters, strays, group)
+            if synthesized is not clusters:
+                clusters, matched, _ = self._matched(synthesized, [], candidates)
+        return clusters, matched
+
+    def _matched(self, clusters: list[Cluster], small: list[Cluster],
+                 candidates: list[StoredIssue]) -> Carried:
+        """Clusters (with ``small`` ones carried over), their stored issues by index, and
+        the small clusters left in no issue."""
+        cfg = self._config
+        matched = match([c.centroid for c in clusters], candidates, cfg.match_similarity)
+        if cfg.carry_over:
+            return carry_over(clusters, small, candidates, matched, cfg.match_similarity)
+        return clusters, matched, small
+
+    def _synthesized(self, clusters: list[Cluster], strays: list[Cluster],
+                     group: list[Critique]) -> list[Cluster]:
+        """Clusters after the synthesizer's merges of the largest ones and assignment of
+        stragglers to them; the same list when nothing changed (no synthesizer, calls of
+        this run spent, nothing to merge or assign, a refused reply)."""
+        limit = self._config.synthesis_max_issues
+        if (self._synthesizer is None or limit == 0 or not clusters
+                or (len(clusters) < 2 and not strays) or self._synthesis_calls_left <= 0):
+            return clusters
+        self._synthesis_calls_left -= 1
+        order = sorted(range(len(clusters)), key=lambda i: (-len(clusters[i].members), i))
+        order = order[:limit]
+        strays = sorted(strays, key=lambda c: -len(c.members))[:limit]
+        drafts = []
+        for i in order:
+            examples = tuple(dict.fromkeys(group[m].text for m in clusters[i].members))
+            drafts.append(Draft(", ".join(clusters[i].terms) or examples[0][:80],
+                                examples[:_SYNTHESIS_EXAMPLES], len(clusters[i].members)))
+        plan = synthesize(drafts, [group[c.members[0]].text for c in strays],
+                          self._synthesizer)
+        if not plan:
+            return clusters
+        joins: dict[int, list[Cluster]] = {}
+        for s, d in plan.assign:
+            joins.setdefault(order[d], []).append(strays[s])
+
+        def whole(i: int) -> Cluster:
+            parts = joins.get(i)
+            return merged([clusters[i], *parts], clusters[i].name) if parts else clusters[i]
+        gone = {order[d] for m in plan.merges for d in m.drafts}
+        joined = [merged([whole(order[d]) for d in m.drafts], (m.title, m.description))
+                  for m in plan.merges]
+        return joined + [whole(i) for i in range(len(clusters)) if i not in gone]
+
+    def _labels(self, x: Matrix, uid: list[int], group: list[Critique]) -> Any:
+        """Cluster label of each distinct text (numpy array): cut, merged, stragglers
+        attached. Imports scikit-learn, like ``_clusters``."""
+        import numpy as np
+
+        from otel_eval.outputs.issues.cluster import cluster
+        from otel_eval.outputs.issues.refine import attach_stragglers, merge_clusters
+
+        cfg = self._config
+        labels = cluster(x, cfg.threshold, cfg.max_exact)
+        if labels.size == 0:
+            return labels
+        if cfg.merge_similarity < 1.0:
+            labels = merge_clusters(x, labels, cfg.merge_similarity)
+        if cfg.attach_stragglers:
+            traces: dict[int, set[str]] = {}
+            for i, u in enumerate(uid):
+                traces.setdefault(int(labels[u]), set()).add(group[i].trace_id)
+            is_issue = np.array([len(traces.get(k, ())) >= cfg.min_cluster_size
+                                 for k in range(int(labels.max()) + 1)])
+            labels = attach_stragglers(x, labels, is_issue)
+        return labels
+
+    def _clusters(self, group: list[Critique]) -> list[Cluster]:
+        """Cluster one (level, node) group on its distinct normalized texts. numpy, scipy
+        and scikit-learn (~100 MB resident) are imported here, on the first group to cluster:
+        an idle serve never pays for them."""
+        import numpy as np
+
+        from otel_eval.outputs.issues.naming import central_order, centroid, top_terms
+
+        position: dict[str, int] = {}
+        uid = [position.setdefault(normalize(c.text), len(position)) for c in group]
+        unique = list(position)
+        x, features = self._embedder.embed(unique)
+        labels = self._labels(x, uid, group)
+        whole_words = isinstance(self._embedder, TfidfEmbedder) and not self._embedder.stem_chars
+        term_x, terms = (x, features) if whole_words else TfidfEmbedder().embed(unique)
+        by_label: dict[int, list[int]] = {}
+        for i, u in enumerate(uid):
+            by_label.setdefault(int(labels[u]), []).append(i)
+        out: list[Cluster] = []
+        for label, members in sorted(by_label.items()):
+            rows = np.flatnonzero(labels == label)
+            sub = x[rows]
+            cen = centroid(sub)
+            ordered = central_order(sub, [unique[int(r)] for r in rows])
+            rank = {int(rows[k]): r for r, k in enumerate(ordered)}
+            out.append(Cluster(
+                members=sorted(members, key=lambda m: (rank[uid[m]], group[m].text, m)),
+                centroid=sparse_centroid({features[j]: float(cen[j])
+                                          for j in np.flatnonzero(cen)}),
+                terms=top_terms(term_x[rows], terms, self._config.title_terms)))
+        return out
+
+
+def _groups(critiques: list[Critique]) -> dict[tuple[str, str], list[int]]:
+    out: dict[tuple[str, str], list[int]] = {}
+    for i, c in enumerate(critiques):
+        out.setdefault((c.level, c.node), []).append(i)
+    return out
+
+
+def _event(issue: Issue, previous: float | None, jump: float) -> IssueEvent | None:
+    if previous is None:
+        return IssueEvent("new", issue, None)
+    if issue.share - previous >= jump:
+        return IssueEvent("share_jump", issue, previous)
+    return None
+
+
+def issues_offline(evaluations: Iterable[Mapping[str, Any]],
+                   config: IssuesConfig | None = None, now: float | None = None,
+                   namer: Namer | None = None,
+                   synthesizer: Synthesizer | None = None) -> IssuesResult:
+    """One run with a throw-away in-memory catalogue (the ``otel-eval issues`` command)."""
+    tracker = IssueTracker(config or IssuesConfig(), sqlite3.connect(":memory:"),
+                           namer=namer, synthesizer=synthesizer)
+    return tracker.run(evaluations, time.time() if now is None else now)
+

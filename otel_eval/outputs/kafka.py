@@ -1,0 +1,106 @@
+"""Sink: publish each stored evaluation as JSON (the v1 per-trace object) to a results topic.
+
+    Engine worker thread -> export(trace, evaluation) -> bounded queue (drop_oldest, counted)
+        -> sender task on the service loop -> results_topic (key = trace id)
+
+``export`` never blocks the engine: it hands the JSON to the event loop and returns. When
+downstream is slower than evaluation, the oldest unsent evaluation is dropped and counted
+(``publish_dropped("results", "queue_full")``); the store keeps every evaluation regardless.
+A re-evaluated trace is published again with the same key, so compacted topics keep the last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections import deque
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+
+from otel_eval.base.kafka.client import client_kwargs
+from otel_eval.base.kafka.config import KafkaConfig
+from otel_eval.base.kafka.stats import KafkaMetrics, KafkaStats
+from otel_eval.base.model import Evaluation, Trace
+
+log = logging.getLogger(__name__)
+
+
+class ResultsPublisher:
+    """A ``pipeline.Sink``. ``await start()`` on the service loop, ``await shutdown(s)``."""
+
+    def __init__(self, config: KafkaConfig, metrics: KafkaMetrics | None = None) -> None:
+        self.config = config
+        self.metrics: KafkaMetrics = metrics if metrics is not None else KafkaStats()
+        self._queue: deque[tuple[str, bytes]] = deque()
+        self._wake = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._producer: AIOKafkaProducer | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        producer = AIOKafkaProducer(**client_kwargs(self.config),
+                                    acks="all" if self.config.acks == "all" else 1)
+        await producer.start()
+        self._producer = producer
+        self._task = asyncio.create_task(self._run(), name="kafka-results")
+
+    def export(self, trace: Trace, evaluation: Evaluation) -> None:
+        """Any thread. Serialises now (the evaluation may change later), sends later."""
+        payload = json.dumps(evaluation.to_json(), separators=(",", ":"), default=str).encode()
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            self.metrics.publish_dropped("results", "not_started", 1)
+            return
+        loop.call_soon_threadsafe(self._enqueue, evaluation.trace_id, payload)
+
+    def _enqueue(self, trace_id: str, payload: bytes) -> None:
+        if len(self._queue) >= self.config.results_queue_size:
+            self._queue.popleft()
+            self.metrics.publish_dropped("results", "queue_full", 1)
+        self._queue.append((trace_id, payload))
+        self._wake.set()
+
+    async def _run(self) -> None:
+        producer = self._producer
+        assert producer is not None
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            await self._send_queued(producer)
+
+    async def _send_queued(self, producer: AIOKafkaProducer) -> None:
+        futures: list[Any] = []
+        while self._queue:
+            trace_id, payload = self._queue.popleft()
+            futures.append(await producer.send(self.config.results_topic, payload,
+                                               key=trace_id.encode()))
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        failed = sum(1 for r in results if isinstance(r, BaseException))
+        if failed:
+            log.warning("kafka results: %d record(s) failed to publish", failed)
+            self.metrics.publish_dropped("results", "send_failed", failed)
+        if len(results) - failed:
+            self.metrics.published("results", len(results) - failed)
+
+    async def shutdown(self, deadline_s: float = 10.0) -> None:
+        """Send what is queued (up to the deadline), then stop the producer."""
+        end = time.monotonic() + deadline_s
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._producer is not None:
+            with contextlib.suppress(TimeoutError, KafkaError):
+                await asyncio.wait_for(self._send_queued(self._producer),
+                                       max(0.0, end - time.monotonic()))
+            if self._queue:
+                self.metrics.publish_dropped("results", "shutdown", len(self._queue))
+                self._queue.clear()
+            await self._producer.stop()
+            self._producer = None

@@ -1,0 +1,62 @@
+"""Output (part): the recurring issues (``/ui/issues``), as ``GET /v1/issues`` holds them.
+
+Each issue: its title and description, level and agent, the share of runs it affects and how
+that moved since the previous clustering run, runs and critiques counted, when it was first
+seen, and its example runs linked to the run view. ``#issue-{id}`` anchors one issue (the
+Grafana annotations link there).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from otel_eval.outputs.ui.html import Html, h, segment
+from otel_eval.outputs.ui.values import short, when
+
+_ANCHOR = re.compile(r"^[A-Za-z0-9_.:-]{1,80}$")
+_TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+def _trend(trend: Any) -> str:
+    if not isinstance(trend, int | float):
+        return "new"
+    return f"{trend * 100:+.1f} pts" if trend else "steady"
+
+
+def _issue(issue: dict[str, Any]) -> Html:
+    issue_id = str(issue.get("issue_id") or "")
+    examples = [h("a", str(t)[:8], href="/ui/runs/" + segment(str(t)))
+                for t in (issue.get("exemplars") or [])[:5] if _TRACE_ID.match(str(t))]
+    share = issue.get("share")
+    first = issue.get("first_seen")
+    return h("tr", h("td", h("b", short(issue.get("title"), 120)),
+                     h("p", short(issue.get("description"), 400), class_="desc")),
+             h("td", short(issue.get("level"), 20), " ", short(issue.get("node") or "", 80)),
+             h("td", f"{share * 100:.1f} %" if isinstance(share, int | float) else ""),
+             h("td", _trend(issue.get("trend"))),
+             h("td", str(issue.get("traces", ""))), h("td", str(issue.get("critiques", ""))),
+             h("td", when(int(first * 1e9)) if isinstance(first, int | float) else ""),
+             h("td", [[a, " "] for a in examples]),
+             id=f"issue-{issue_id}" if _ANCHOR.match(issue_id) else None,
+             class_="new" if issue.get("new") else None)
+
+
+def issues_page(result: dict[str, Any] | None) -> Html:
+    if result is None:
+        return Html(h("h1", "Issues") + h("p", "Issue clustering is not enabled "
+                                               "(issues.interval_s).", class_="empty"))
+    issues = [i for i in result.get("issues") or [] if isinstance(i, dict)][:500]
+    generated = result.get("generated_at")
+    about = (f"{result.get('traces', 0)} runs and {result.get('critiques', 0)} critiques "
+             f"in the last {float(result.get('window_s') or 0) / 3600:g} h, clustered "
+             + (when(int(generated * 1e9)) if isinstance(generated, int | float)
+                else "not yet"))
+    head = h("tr", [h("th", c) for c in ("issue", "where", "share of runs", "since last run",
+                                         "runs", "critiques", "first seen", "example runs")])
+    body = [h("h1", "Issues"), h("p", about, class_="facts"),
+            h("table", h("thead", head), h("tbody", [_issue(i) for i in issues]),
+              class_="issues")]
+    if not issues:
+        body.append(h("p", "No recurring issue yet.", class_="empty"))
+    return Html("".join(body))

@@ -1,0 +1,99 @@
+"""Output (part): the list of recent runs (``/ui/``), filtered as the results API.
+
+One line per run: time, service, agent, verdict, findings by kind, steps, tokens, cost,
+duration; the filter form takes the results API's parameters (``otel_eval.store.query``), and the
+page ends with a link to the next one (the API's keyset cursor).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from otel_eval.outputs.ui.html import Html, h, href, segment
+from otel_eval.outputs.ui.text import usd
+from otel_eval.outputs.ui.values import short, when
+from otel_eval.store.query import Page
+
+FILTERS = ("service", "agent", "task_id", "status", "passed", "detector", "since", "until",
+           "limit")
+DEFAULT_LIMIT = "50"
+_SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
+
+
+def verdict_badge(verdict: Any) -> Html:
+    if not isinstance(verdict, dict):
+        return h("span", "no verdict", class_="badge none")
+    passed = bool(verdict.get("passed"))
+    return h("span", "PASS" if passed else "FAIL", class_="badge " + ("pass" if passed
+                                                                         else "fail"))
+
+
+def finding_kinds(body: Mapping[str, Any]) -> Html:
+    """Findings by ``detector:kind`` (errors first), each a link to the runs that have it."""
+    kinds: Counter[tuple[int, str, str]] = Counter()
+    for f in body.get("findings") or []:
+        if isinstance(f, dict):
+            name = f"{short(f.get('detector'), 40)}:{short(f.get('kind'), 40)}"
+            severity = str(f.get("severity"))
+            kinds[(_SEVERITY_RANK.get(severity, 3), name, severity)] += 1
+    items = [h("a", name + (f" x{n}" if n > 1 else ""), class_="kind sev-" + severity,
+               href=href("/ui/", {"detector": name}))
+             for (_, name, severity), n in sorted(kinds.items())[:12]]
+    return h("span", items, class_="kinds")
+
+
+def _row(body: Mapping[str, Any]) -> Html:
+    trace_id = str(body.get("trace_id"))
+    usage = body.get("usage") or {}
+    tokens = (usage.get("input_tokens") or 0) + (usage.get("output_tokens") or 0)
+    duration = body.get("duration_s")
+    cells = [
+        h("a", when(body.get("start_time_unix_nano")) or trace_id[:8],
+          href="/ui/runs/" + segment(trace_id)),
+        short(body.get("service") or "", 60), short(body.get("agent") or "", 60),
+        verdict_badge(body.get("verdict")), finding_kinds(body),
+        str(len(body.get("steps") or [])), f"{tokens:,}", usd(usage.get("cost_usd")),
+        f"{duration:.1f} s" if isinstance(duration, int | float) else ""]
+    return h("tr", [h("td", c) for c in cells])
+
+
+def _form(params: Mapping[str, str]) -> Html:
+    def field(name: str, label: str, hint: str = "") -> Html:
+        return h("label", label, h("input", name=name, value=params.get(name, ""),
+                                   placeholder=hint or None))
+    passed = params.get("passed", "")
+    choose = h("label", "verdict", h("select", [
+        h("option", label, value=v, selected=passed == v)
+        for v, label in (("", "any"), ("false", "failed"), ("true", "passed"))], name="passed"))
+    return h("form", field("service", "service"), field("agent", "agent"), choose,
+             field("detector", "finding", "loop or loop:stagnation"),
+             field("since", "since", "2026-12-01T09:00:00Z"), field("until", "until"),
+             h("input", type="hidden", name="limit", value=params.get("limit", DEFAULT_LIMIT)),
+             h("button", "filter", type="submit"), method="get", action="/ui/",
+             class_="filters")
+
+
+def runs_page(page: Page | None, params: Mapping[str, str], error: str = "") -> Html:
+    """The filter form and one page of runs (or the reason the filters were refused)."""
+    parts: list[Any] = [h("h1", "Runs"), _form(params)]
+    if error:
+        parts.append(h("p", error, class_="error"))
+    if page is None:
+        return Html("".join(parts))
+    head = h("tr", [h("th", c) for c in ("time", "service", "agent", "verdict", "findings",
+                                         "steps", "tokens", "cost", "duration")])
+    rows = [_row(b) for b in page.evaluations if isinstance(b, dict)]
+    parts.append(h("table", h("thead", head), h("tbody", rows), class_="runs"))
+    if not rows:
+        parts.append(h("p", "No run matches these filters.", class_="empty"))
+    links = []
+    if params.get("cursor"):
+        links.append(h("a", "first page", href=href("/ui/", {**params, "cursor": None})))
+    if page.next_cursor:
+        links.append(h("a", "next page", href=href("/ui/", {**params,
+                                                          "cursor": page.next_cursor}),
+                       rel="next"))
+    parts.append(h("p", links, class_="pages"))
+    return Html("".join(parts))

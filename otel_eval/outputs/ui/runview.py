@@ -1,0 +1,160 @@
+"""Output (part): one run (``/ui/runs/{trace_id}``) and one of its steps
+(``/ui/runs/{trace_id}/steps/{index}``).
+
+At the top the verdict and its reasons, the budgets blown, the reference match, the judge's
+scores and the findings naming no step; then the steps in tree order, indented by depth (a
+flat list: a hostile trace can be thousands of spans deep), each with its arguments, result
+and LLM content (redacted as the judge sees them, folded), timing, tokens and cost, the calls
+it asked for that never ran, and every finding and critique that points at it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from otel_eval.outputs.ui.html import Html, h, segment
+from otel_eval.outputs.ui.run import contents, outcome_note
+from otel_eval.outputs.ui.runs import verdict_badge
+from otel_eval.outputs.ui.text import Redact, duration, usd
+from otel_eval.outputs.ui.values import Budget, short, value, when
+
+MAX_DEPTH = 24  # deeper steps are drawn at this indentation
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _finding(f: dict[str, Any], here: Any, redact: Redact) -> Html:
+    steps = [i for i in f.get("step_indexes") or [] if isinstance(i, int)]
+    also = [h("a", str(i), href=f"#step-{i}") for i in steps if i != here]
+    return h("div", h("span", short(f.get("severity"), 20), class_="sev"), " ",
+             h("b", f"{short(f.get('detector'), 40)}:{short(f.get('kind'), 40)}"), " ",
+             short(redact(short(f.get("message"), 2000)) if redact else f.get("message"),
+                   2000),
+             h("span", " (steps ", [[a, " "] for a in also], ")", class_="also")
+             if also else None,
+             class_="finding sev-" + short(f.get("severity"), 20))
+
+
+def _critique(c: dict[str, Any], redact: Redact) -> Html:
+    score = c.get("score")
+    return h("div", h("span", "judge " + short(c.get("judge"), 40), class_="sev"), " ",
+             h("b", short(c.get("dimension") or "", 40)),
+             f" {score:.2f} " if isinstance(score, int | float) else " ",
+             short(redact(short(c.get("text"), 2000)) if redact else c.get("text"), 2000),
+             class_="critique")
+
+
+def _notes(node: dict[str, Any], redact: Redact) -> list[Html]:
+    here = node.get("index")
+    return ([_finding(f, here, redact) for f in node.get("findings") or []]
+            + [_critique(c, redact) for c in node.get("critiques") or []])
+
+
+def _step_head(s: dict[str, Any]) -> Html:
+    tokens = (s.get("input_tokens"), s.get("output_tokens"))
+    facts = [short(s.get("model"), 80) if s.get("model") else None,
+             f"{tokens[0] or 0}+{tokens[1] or 0} tok" if tokens != (None, None) else None,
+             usd(s["cost_usd"]) if s.get("cost_usd") is not None else None,
+             duration(s.get("start_time_unix_nano"), s.get("end_time_unix_nano")) or None]
+    marks = [h("span", "rebuilt: no span of its own", class_="mark rebuilt")
+             if s.get("rebuilt") else None,
+             h("span", "error", class_="mark err") if s.get("status") == "error" else None]
+    return h("div", h("a", f"[{s.get('index')}]", href=f"#step-{s.get('index')}"), " ",
+             h("span", short(s.get("kind"), 20), class_="kind"), " ",
+             h("span", short(s.get("name")), class_="name"), " ", marks,
+             [h("span", f, class_="fact") for f in facts if f], class_="head")
+
+
+def step_block(trace_id: str, s: dict[str, Any], budget: Budget, redact: Redact) -> Html:
+    more = f"/ui/runs/{segment(trace_id)}/steps/{s.get('index')}"
+    cut = _dict(s.get("truncated"))
+    parts: list[Any] = [_step_head(s)]
+    parts += [value(label, raw, budget, redact, recorded=cut.get(label), more=more)
+              for label, raw in contents(s)]
+    for call in s.get("tool_calls") or []:
+        if isinstance(call, dict) and call.get("outcome") != "ran":
+            parts.append(h("div", "asks for ", h("b", short(call.get("name"), 80)), " ",
+                           h("code", short(call.get("arguments"), 300)), " ",
+                           h("span", outcome_note(call), class_="mark never"
+                             if call.get("outcome") == "never_ran" else "mark"),
+                           class_="call"))
+    parts += _notes(s, redact)
+    depth = min(int(s.get("depth_shown") or 0), MAX_DEPTH)
+    kind = short(s.get("kind"), 20)
+    classes = f"step d{depth} k-{kind}" + (" has-findings" if s.get("findings") else "")
+    return h("section", parts, id=f"step-{s.get('index')}", class_=classes)
+
+
+def _ordered(t: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Steps depth first (explicit stack), each once, with ``depth_shown``."""
+    steps = {s["index"]: s for s in t["steps"]}
+    seen: set[int] = set()
+    stack = [(i, 0) for i in reversed(t["roots"])]
+    while stack:
+        index, depth = stack.pop()
+        if index in seen:
+            continue
+        seen.add(index)
+        yield {**steps[index], "depth_shown": depth}
+        stack += [(i, depth + 1) for i in reversed(steps[index]["children"])]
+
+
+def _summary(t: dict[str, Any], budget: Budget, redact: Redact, trace_url: str) -> Html:
+    verdict = _dict(t.get("verdict"))
+    counts, usage = t.get("counts") or {}, t.get("usage") or {}
+    facts = [f"{counts.get('spans', 0)} spans", f"{counts.get('llm_calls', 0)} LLM calls",
+             f"{counts.get('tool_calls', 0)} tool calls", f"{counts.get('errors', 0)} errors",
+             f"{usage.get('input_tokens', 0)}+{usage.get('output_tokens', 0)} tokens",
+             usd(usage.get("cost_usd")), f"{t.get('duration_s') or 0:.1f} s",
+             f"status {short(t.get('status'), 20)}", f"revision {t.get('revision', 0)}"]
+    judge = _dict(t.get("judge"))
+    scores = [f"{k.replace('_', ' ')} {judge[k]}" for k in
+              ("status", "process_score", "outcome_score", "lucky_pass") if k in judge]
+    budgets = [f"{short(a.get('budget'), 40)} {a.get('value')} of {a.get('limit')}"
+               for f in [*t["findings"], *(f for s in t["steps"] for f in s["findings"])]
+               if f.get("detector") == "budget"
+               for a in [f.get("attributes") or {}]]
+    ref = _dict(verdict.get("reference"))
+    match = (f"reference: {'matched' if ref.get('matched') else 'not matched'} "
+             f"({short(ref.get('match'), 40)}, score {ref.get('score')})") if ref else None
+    link = h("a", "open in the trace backend", href=trace_url.replace("{trace_id}",
+                                                                    t["trace_id"]),
+             rel="noreferrer") if trace_url else None
+    return h("header", h("h1", verdict_badge(t.get("verdict")), " ",
+                         short(t.get("agent") or t.get("service") or "run")),
+             h("p", f"trace {t['trace_id']} · service {short(t.get('service') or '-')} · "
+                    f"task {short(t.get('task_id') or '-')} · "
+                    f"{when(t.get('start_time_unix_nano'))}",
+               " ", link, class_="ids"),
+             h("p", " · ".join(facts), class_="facts"),
+             h("ul", [h("li", short(r, 500)) for r in verdict.get("reasons") or []],
+               class_="reasons"),
+             h("p", "budgets exceeded: " + "; ".join(budgets), class_="budgets")
+             if budgets else None,
+             h("p", match, class_="match") if match else None,
+             h("p", "judge: " + ", ".join(scores), class_="judge") if scores else None,
+             [value(k, t[k], budget, redact) for k in ("input", "output")
+              if t.get(k) is not None],
+             _notes(t, redact), class_="run")
+
+
+def run_page(t: dict[str, Any], redact: Redact, trace_url: str = "",
+             budget: Budget | None = None) -> Html:
+    """A ``run.tree`` as the run view."""
+    budget = budget or Budget()
+    steps = [step_block(t["trace_id"], s, budget, redact) for s in _ordered(t)]
+    return Html(_summary(t, budget, redact, trace_url) + h("div", steps, class_="steps"))
+
+
+def step_page(t: dict[str, Any], index: int, redact: Redact) -> Html | None:
+    """One step of a ``run.tree`` whole (bounded by the value limit), or None."""
+    found = next((s for s in t["steps"] if s.get("index") == index), None)
+    if found is None:
+        return None
+    back = h("p", h("a", "← the whole run", href=f"/ui/runs/{segment(t['trace_id'])}"
+                                                   f"#step-{index}"))
+    return Html(back + step_block(t["trace_id"], {**found, "depth_shown": 0}, Budget(),
+                                  redact))

@@ -1,0 +1,91 @@
+"""Output (part): one value of a run as bounded, redacted, escaped HTML.
+
+A page holds many values, each from span content: a name, a tool's arguments, its result, an
+LLM's prompt and answer, a critique. Each is redacted (as the judge sees it), cut to what the
+page can hold and escaped; a long one shows its head with the rest folded in ``<details>``
+(no script needed); control characters show as visible escapes (``\x1b``), as in
+``show``. A page has a byte budget (``Budget``): once spent, values show only their
+head and a link to the step's own page, so a run of 2,000 steps with a 20 MB value in each
+is still a page of a few megabytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from otel_eval.base.model import CONTENT_CHARS
+from otel_eval.base.printable import printable
+from otel_eval.outputs.ui.html import Html, h
+from otel_eval.outputs.ui.text import Redact, as_text, redacted
+
+HEAD_CHARS = 600  # shown unfolded
+HEAD_LINES = 8
+NAME_CHARS = 200  # a span name, model, agent: one line
+PAGE_CHARS = 3_000_000  # value characters one page shows, folded or not
+VALUE_CHARS = 65_536  # of one value, folded part included (stored texts are cut at 4096)
+SMALL_CHARS = 200  # of a value once the page's budget is spent
+
+
+@dataclass
+class Budget:
+    """Characters of values a page may still show."""
+
+    left: int = PAGE_CHARS
+
+    def take(self, wanted: int) -> int:
+        given = max(0, min(wanted, self.left))
+        self.left -= given
+        return given
+
+
+def short(value: Any, limit: int = NAME_CHARS) -> str:
+    """One line of at most ``limit`` characters (whitespace runs collapsed)."""
+    flat = " ".join(printable(as_text(value, limit)).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _head(text: str) -> int:
+    """Where the unfolded head of ``text`` ends: ``HEAD_CHARS`` or ``HEAD_LINES`` lines."""
+    end = min(len(text), HEAD_CHARS)
+    at = -1
+    for _ in range(HEAD_LINES):
+        at = text.find("\n", at + 1, end)
+        if at < 0:
+            return end
+    return at
+
+
+def value(label: str, raw: Any, budget: Budget, redact: Redact, *,
+          recorded: int | None = None, more: str | None = None) -> Html:
+    """``label`` and ``raw`` redacted, bounded and folded. ``recorded``: the length the
+    instrumentation sent, when the store kept less; ``more``: a link to the whole step."""
+    wanted = printable(redacted(raw, VALUE_CHARS, redact), keep="\n\t")
+    room = budget.take(len(wanted))
+    shown = wanted[:max(room, min(SMALL_CHARS, len(wanted)))]
+    cut = _head(shown)
+    parts: list[Any] = [h("span", label, class_="label"), h("pre", shown[:cut])]
+    if cut < len(shown):
+        parts.append(h("details", h("summary", f"show all ({len(wanted):,} characters)"),
+                       h("pre", shown[cut:])))
+    notes = []
+    if len(shown) < len(wanted):
+        notes.append(f"{len(wanted) - len(shown):,} more characters")
+    if recorded:
+        notes.append(f"{recorded:,} characters recorded, {min(recorded, CONTENT_CHARS):,} kept")
+    if notes:
+        parts.append(h("p", "; ".join(notes), " ",
+                       h("a", "whole step", href=more) if more and len(shown) < len(wanted)
+                       else None, class_="cut"))
+    return h("div", parts, class_="value")
+
+
+def when(ns: Any) -> str:
+    """Unix nanoseconds as UTC time to the second; "" when unknown."""
+    if not isinstance(ns, int) or ns <= 0:
+        return ""
+    try:
+        return datetime.fromtimestamp(ns / 1e9, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return ""

@@ -1,0 +1,66 @@
+"""``--kafka-publish``: the gRPC/HTTP receivers as stateless front ends.
+
+``PublishingEngine`` stands where the receivers' ``Engine`` stands (``Ingest`` only calls
+``submit``): the spans of a request go to the topic, one record per trace id, keyed and
+encoded as the collector's kafka exporter writes them, and the request is acknowledged only
+after Kafka acknowledged every record (``acks=all`` by default). GenAI event log records go to
+the logs topic the same way. When Kafka does not answer in time the request is throttled (the
+exporter retries; a record that did land meanwhile is written twice, and the evaluator drops
+the second copy of a span as ``duplicate_span``; a log record is held twice).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable
+
+from otel_eval.assemble.engine import Admission
+from otel_eval.base.aio import LoopThread
+from otel_eval.base.model import LogEvent, Span
+from otel_eval.decode.otlp import encode_spans
+from otel_eval.receive.kafka.publisher import KafkaPublisher
+
+log = logging.getLogger(__name__)
+
+
+class PublishingEngine:
+    def __init__(self, publisher: KafkaPublisher, loop: LoopThread,
+                 timeout_s: float = 10.0) -> None:
+        self.publisher = publisher
+        self.loop = loop
+        self.timeout_s = timeout_s
+
+    def submit_logs(self, records: list[LogEvent], source: str = "otlp", sender: str = "",
+                    *, request: bytes | Callable[[], bytes] | None = None) -> Admission:
+        """GenAI event records go to ``kafka.logs_topic`` (one record per trace id, keyed by
+        it), acknowledged once Kafka has them; without a logs topic they are acknowledged
+        and counted as ignored (``kafka_publish_mode``)."""
+        if not records:
+            return Admission()
+        if not self.publisher.config.logs_topic:
+            return Admission(ignored=Counter({"kafka_publish_mode": len(records)}))
+        try:
+            self.loop.run(self.publisher.publish_logs(records), timeout_s=self.timeout_s)
+        except Exception as e:  # as for spans: the exporter retries
+            log.warning("kafka publish of log records failed (%s: %s); throttling the "
+                        "exporter", type(e).__name__, e)
+            return Admission(throttled="kafka_unavailable")
+        return Admission(accepted=len(records))
+
+    def submit(self, spans: list[Span], source: str = "otlp",
+               on_stored: Callable[[], None] | None = None, *,
+               request: bytes | Callable[[], bytes] | None = None,
+               sender: str = "") -> Admission:
+        """``request`` is not spooled: the request is acknowledged once Kafka, the log, has it.
+        ``sender`` is not carried: a Kafka worker cannot tell who sent a record."""
+        if not spans:
+            return Admission()
+        data = encode_spans(spans).SerializeToString()
+        try:
+            self.loop.run(self.publisher.publish(data), timeout_s=self.timeout_s)
+        except Exception as e:  # broker down, timeout, record too large: the client retries
+            log.warning("kafka publish failed (%s: %s); throttling the exporter",
+                        type(e).__name__, e)
+            return Admission(throttled="kafka_unavailable")
+        return Admission(accepted=len(spans))

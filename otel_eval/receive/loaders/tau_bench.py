@@ -1,0 +1,114 @@
+"""tau-bench runs files: a JSON list of ``{task_id, reward, info, traj, trial}`` where ``traj``
+is the OpenAI chat log of one run (system, user, assistant with ``tool_calls``, tool).
+
+Each run is one trace (see ``loaders.chat``): a ``chat`` span per assistant message and an
+``execute_tool`` span per tool call, in order, with the tool result matched by
+``tool_call_id``. The root carries the task id (as a string) and the outcome
+(``success`` when ``reward`` is 1, else ``failure``). tau-bench tools report failures as a
+result starting with ``Error:``; those tool spans get status ERROR.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from otel_eval.app.config import TrajectoryConfig
+from otel_eval.base.model import Trace
+from otel_eval.receive.loaders.chat import ChatTrace, message_json
+from otel_eval.receive.loaders.files import LoaderError
+
+AGENT = "tau-bench-agent"
+
+
+def is_runs(doc: Any) -> bool:
+    if isinstance(doc, dict):
+        return "traj" in doc
+    return (isinstance(doc, list) and bool(doc) and isinstance(doc[0], dict)
+            and "traj" in doc[0])
+
+
+def _tool_error(result: str | None) -> str | None:
+    if result and result.startswith("Error"):
+        return result.splitlines()[0][:500]
+    return None
+
+
+def _serialized(msg: dict[str, Any], system: dict[str, str]) -> str:
+    """The message as GenAI JSON; the system prompt (the same policy text in every run of a
+    file) is serialized once per file."""
+    content = msg.get("content")
+    if msg.get("role") != "system" or not isinstance(content, str):
+        return message_json(msg)
+    if content not in system:
+        system[content] = message_json(msg)
+    return system[content]
+
+
+def _results(traj: list[dict[str, Any]]) -> dict[tuple[int, Any], Any]:
+    """(position of the assistant message, call id) -> the content of the first tool message
+    after it answering that id. Runs reuse call ids (25 of the 100 airline runs do), so an
+    id alone can name another call's result."""
+    out: dict[tuple[int, Any], Any] = {}
+    open_calls: dict[Any, int] = {}  # call id -> position of the call still unanswered
+    for pos, msg in enumerate(traj):
+        role = msg.get("role")
+        if role == "assistant":
+            for call in msg.get("tool_calls") or ():
+                open_calls[call.get("id")] = pos
+        elif role == "tool":
+            call_pos = open_calls.pop(msg.get("tool_call_id"), None)
+            if call_pos is not None:
+                out[(call_pos, msg.get("tool_call_id"))] = msg.get("content")
+    return out
+
+
+def _run(run: dict[str, Any], index: int, path: Path, config: TrajectoryConfig,
+         system: dict[str, str]) -> Trace:
+    trace = ChatTrace(f"{path.name}:{index}", index, "tau-bench")
+    traj = run["traj"]
+    results = _results(traj)
+    history: list[str] = []
+    first_user = last_answer = None
+    for pos, msg in enumerate(traj):
+        serialized = _serialized(msg, system)
+        role = msg.get("role")
+        if role == "assistant":
+            trace.chat(history, serialized, "tool_call" if msg.get("tool_calls") else "stop")
+            for call in msg.get("tool_calls") or ():
+                fn = call.get("function") or {}
+                result = results.get((pos, call.get("id")))
+                result = None if result is None else str(result)
+                trace.tool(str(fn.get("name")), call.get("id"), fn.get("arguments"), result,
+                           _tool_error(result))
+            if msg.get("content"):
+                last_answer = serialized
+        elif role == "user" and first_user is None:
+            first_user = serialized
+        history.append(serialized)
+    reward = run.get("reward")
+    outcome = None
+    if isinstance(reward, int | float) and not isinstance(reward, bool):
+        outcome = "success" if reward >= 1 else "failure"
+    return trace.finish(AGENT, str(path), {
+        config.task_id_attribute: str(run["task_id"]) if run.get("task_id") is not None
+        else None,
+        config.outcome_attribute: outcome,
+        "tau_bench.reward": reward,
+        "tau_bench.trial": run.get("trial"),
+        # = dumps([message]): a one-item list is the item in brackets
+        "gen_ai.input.messages": f"[{first_user}]" if first_user else None,
+        "gen_ai.output.messages": f"[{last_answer}]" if last_answer else None,
+    })
+
+
+def from_doc(doc: Any, path: Path, config: TrajectoryConfig) -> list[Trace]:
+    runs = [doc] if isinstance(doc, dict) else doc
+    traces = []
+    system: dict[str, str] = {}
+    for index, run in enumerate(runs):
+        try:
+            traces.append(_run(run, index, path, config, system))
+        except (KeyError, TypeError, AttributeError, ValueError) as e:
+            raise LoaderError(path, f"run {index}: malformed tau-bench run: {e!r}") from e
+    return traces

@@ -1,1 +1,0 @@
-"""Stage: receive. OTLP/gRPC and OTLP/HTTP front ends over one ``Ingest`` core."""

@@ -1,0 +1,36 @@
+"""Self-metrics of the evaluation worker processes (``workers.pool``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from prometheus_client import Gauge
+
+if TYPE_CHECKING:
+    from otel_eval.telemetry.metrics import Metrics
+
+
+class WorkerMetrics:
+    """Worker processes: running, restarted, and the traces each holds."""
+
+    def __init__(self, m: Metrics) -> None:
+        r = m.registry
+        self.g_running = Gauge("workers_running", "Evaluation worker processes running.",
+                               namespace="otel_eval", registry=r)
+        self.g_inflight = Gauge(
+            "workers_inflight_traces", "Traces handed to an evaluation worker process and "
+            "not yet stored, by worker index.", ["worker"], namespace="otel_eval", registry=r)
+        self.c_restarts = m._counter("workers_restarts", "Evaluation worker processes "
+                                     "restarted after they died, by worker index.", ["worker"])
+        self.c_retried = m._counter("workers_retried_traces", "Traces handed again to a "
+                                    "restarted worker: the one holding them died.")
+
+    def running(self, n: int) -> None:
+        self.g_running.set(n)
+
+    def inflight(self, worker: int, n: int) -> None:
+        self.g_inflight.labels(str(worker)).set(n)
+
+    def restarted(self, worker: int, retried: int) -> None:
+        self.c_restarts.labels(str(worker)).inc()
+        self.c_retried.inc(retried)
