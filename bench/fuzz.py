@@ -34,9 +34,10 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from otel_eval.app.config import Config, TrajectoryConfig
+from otel_eval.app.config import Config
 from otel_eval.base.model import Span, Trace
 from otel_eval.decode import otlp
+from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.trajectory import build_trajectory
 

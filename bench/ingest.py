@@ -309,6 +309,7 @@ def profile(traces: int, args: argparse.Namespace) -> dict[str, float]:
     import otlp_load  # type: ignore[import-not-found]
 
     from otel_eval.app.config import Config
+    from otel_eval.assemble.config import AssemblyConfig
     from otel_eval.assemble.engine import Engine
     from otel_eval.decode.otlp import decode_request
     from otel_eval.evaluate.evaluator import Evaluator
@@ -320,7 +321,8 @@ def profile(traces: int, args: argparse.Namespace) -> dict[str, float]:
     now = [0.0]
     with tempfile.TemporaryDirectory(prefix="otel-eval-profile-") as d:
         engine = Engine(Evaluator(Config()), Store(f"{d}/store.db"),
-                        Metrics(CollectorRegistry()), clock=lambda: now[0])
+                        Metrics(CollectorRegistry()), assembly=AssemblyConfig(),
+                        clock=lambda: now[0])
         prof = cProfile.Profile()
         started = time.process_time()
         prof.enable()

@@ -38,8 +38,8 @@ from typing import Any
 
 from sklearn.metrics import roc_auc_score
 
-from otel_eval.app.config import TrajectoryConfig
 from otel_eval.base.model import Finding, Trace, Trajectory, Verdict
+from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.detectors import Detectors, DetectorsConfig, load_references
 from otel_eval.evaluate.detectors.config import BudgetsConfig
 from otel_eval.evaluate.detectors.references import TAU_BENCH_WRITE_TOOLS

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from otel_eval.app.config import AssemblyConfig
 from otel_eval.assemble.assembler import TraceAssembler
+from otel_eval.assemble.config import AssemblyConfig
 from otel_eval.base.model import Span
 
 CFG = AssemblyConfig(grace_s=10, idle_timeout_s=180, max_trace_duration_s=3600,

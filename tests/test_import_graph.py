@@ -4,9 +4,28 @@ command line at the top: only ``python -m otel_eval`` imports ``otel_eval.app.cl
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "otel_eval"
+
+# Top to bottom: a module may import its own layer and those below it, never one above.
+# The data flows receive -> decode -> assemble -> evaluate -> store -> outputs; the floors
+# are who calls whom: decode (the OTLP codec: receivers decode with it, the spool replays
+# through it, the outputs encode with it) and the store (written by evaluation, read by the
+# results API, the judge's feedback and the issues job) serve several stages from below.
+LAYERS = (
+    "otel_eval.app",        # entry points and commands, the top-level Config
+    "otel_eval.receive",    # OTLP/gRPC, OTLP/HTTP, Kafka, trace files
+    "otel_eval.assemble",   # the engine, the assembler, the spool
+    "otel_eval.evaluate",   # trajectory, detectors, judge, predictor
+    "otel_eval.outputs",    # events, forwarding, Kafka results, recurring issues
+    "otel_eval.store",      # evaluations kept: SQLite, PostgreSQL, the query
+    "otel_eval.decode",     # OTLP requests in and out, bounded bodies
+    "otel_eval.telemetry",  # self-metrics
+    "otel_eval.base",       # the model, config checks, the loop thread, Kafka settings
+)
 
 
 def _module(path: Path) -> str:
@@ -97,3 +116,53 @@ def test_the_cycle_finder_finds_one() -> None:
 def test_only_the_entry_point_imports_the_command_line() -> None:
     importers = sorted(m for m, deps in import_graph().items() if "otel_eval.app.cli" in deps)
     assert importers == ["otel_eval.__main__"]
+
+
+def layer_of(module: str) -> int:
+    """Index in LAYERS (0 = top); the package root and ``__main__`` stand above them all."""
+    if module in ("otel_eval", "otel_eval.__main__"):
+        return -1
+    for i, layer in enumerate(LAYERS):
+        if module == layer or module.startswith(layer + "."):
+            return i
+    raise AssertionError(f"{module} is in no layer: place it in one of {LAYERS}")
+
+
+def arrows_up(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    return sorted((m, d) for m, deps in graph.items() for d in deps
+                  if layer_of(d) < layer_of(m))
+
+
+def test_every_module_is_in_a_layer_and_imports_only_downward() -> None:
+    graph = import_graph()
+    for module in graph:
+        layer_of(module)
+    assert arrows_up(graph) == []
+
+
+def test_the_layer_check_finds_an_import_upward() -> None:
+    graph = {"otel_eval.base.model": {"otel_eval.evaluate.trajectory"},
+             "otel_eval.evaluate.trajectory": {"otel_eval.base.model"}}
+    assert arrows_up(graph) == [("otel_eval.base.model", "otel_eval.evaluate.trajectory")]
+
+
+def test_the_top_level_config_is_imported_by_the_entry_points_alone() -> None:
+    importers = {m for m, deps in import_graph().items() if "otel_eval.app.config" in deps}
+    assert importers and all(m.startswith("otel_eval.app.") for m in importers), importers
+
+
+def _loaded_by(module: str) -> set[str]:
+    code = (f"import sys, {module}; "
+            "print(' '.join(m for m in sys.modules if m.startswith('otel_eval')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=PACKAGE.parent)
+    return set(out.stdout.split())
+
+
+def test_importing_the_assembler_loads_only_what_it_stands_on() -> None:
+    # it used to load 46 modules: the top-level config pulled in every detector, the
+    # conventions, the SQLite store and the predictor
+    loaded = _loaded_by("otel_eval.assemble.assembler")
+    assert {layer_of(m) for m in loaded} <= {-1, LAYERS.index("otel_eval.assemble"),
+                                             LAYERS.index("otel_eval.base")}, sorted(loaded)
+    assert "otel_eval.assemble.engine" not in loaded

@@ -47,7 +47,7 @@ class Node:
         cfg = replace(Config(), **{"assembly.grace_s": GRACE})
         self.store = Store(str(tmp / "store.db"))
         self.spool = Spool(str(tmp / "store.db-spool"), max_bytes, self.metrics.spool)
-        self.engine = Engine(Evaluator(cfg), self.store, self.metrics,
+        self.engine = Engine(Evaluator(cfg), self.store, self.metrics, assembly=cfg.assembly,
                              clock=lambda: self.now, spool=self.spool)
         self.replayed = self.spool.replay(
             lambda spans: self.engine.submit(spans, replayed=True).accepted,

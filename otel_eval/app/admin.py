@@ -13,7 +13,8 @@
     POST /v1/feedback                   {"trace_id", "outcome"}: records a known outcome and
                                         re-judges the stored verdict (lucky passes)
     GET  /v1/issues                     recurring issues (when the clustering stage runs)
-    GET  /ui/...                        the web view (``otel_eval.outputs.ui.routes``): runs, one run,
+    GET  /ui/...                        the web view (``otel_eval.outputs.ui.routes``): runs, one
+                                        run,
                                         issues; HTML under a strict Content-Security-Policy
 
 With ``admin.read_tokens`` / ``write_tokens`` set, every path but ``admin.public_paths``
@@ -32,22 +33,52 @@ import json
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CollectorRegistry
 
-from otel_eval.app.config import AdminConfig
+from otel_eval.base.configcheck import FieldErrors, validate
 from otel_eval.decode.body import BodyError, loads_bounded, read_body
 from otel_eval.outputs.ui.routes import Sources
 from otel_eval.outputs.ui.routes import handle as ui_handle
 from otel_eval.outputs.ui.text import Redact
 from otel_eval.receive.http import serve_http
-from otel_eval.receive.security import BearerAuth, TlsFiles
+from otel_eval.receive.security import BearerAuth, TlsFiles, TlsServerConfig
 from otel_eval.store.query import EvaluationQuery, Page, QueryError
 from otel_eval.telemetry.metrics import render
+
+
+@dataclass(frozen=True)
+class AdminConfig:
+    # Serves /metrics, /healthz, /readyz and the results API (/v1/evaluations, /v1/feedback).
+    endpoint: str = "localhost:8888"
+    # TLS on the admin listener (same keys as receiver.tls; reloaded when the files change).
+    tls: TlsServerConfig = field(default_factory=TlsServerConfig)
+    # Tokens that may read (GET /v1/evaluations, /v1/issues), name -> token, sent as
+    # `Authorization: Bearer <token>`. With any read or write token set, reads need one of them.
+    read_tokens: dict[str, str] = field(default_factory=dict, repr=False)
+    # Tokens that may write (POST /v1/feedback) and read, name -> token. With tokens
+    # configured, a read token on a write is 403 and no token is 401.
+    write_tokens: dict[str, str] = field(default_factory=dict, repr=False)
+    # Paths served without a token (Prometheus scrapes and kubelet probes).
+    public_paths: list[str] = field(default_factory=lambda: ["/metrics", "/healthz",
+                                                             "/readyz"])
+    # Start even though the endpoint is not loopback and lacks TLS or tokens.
+    allow_insecure_non_loopback: bool = False
+    # The page of one trace in your trace backend, `{trace_id}` replaced by the 32-hex id
+    # (e.g. http://jaeger:16686/trace/{trace_id}); the web view's run page links to it.
+    # Empty: no link. http(s) only.
+    trace_url: str = ""
+
+    def __post_init__(self) -> None:
+        validate(self, endpoints=("endpoint",))
+        if self.trace_url and (not self.trace_url.startswith(("http://", "https://"))
+                               or "{trace_id}" not in self.trace_url):
+            raise FieldErrors({"trace_url": "expected an http(s) URL with {trace_id} in it, "
+                                             f"got {self.trace_url!r}"})
 
 log = logging.getLogger(__name__)
 

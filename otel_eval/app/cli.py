@@ -10,7 +10,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-from otel_eval.app.config import Config, ConfigError, load_config, parse_endpoint, replace
+from otel_eval.app.config import Config, load_config, replace
+from otel_eval.base.configcheck import ConfigError, parse_endpoint
 from otel_eval.base.printable import configure_logging
 from otel_eval.store.base import is_postgresql_url
 

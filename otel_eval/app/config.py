@@ -18,15 +18,19 @@ from typing import Any, Literal, TypeVar
 
 import yaml
 
-from otel_eval.base.configcheck import FieldErrors, validate
+from otel_eval.app.admin import AdminConfig
+from otel_eval.assemble.config import AssemblyConfig
+from otel_eval.base.configcheck import ConfigError, FieldErrors, parse_endpoint
 from otel_eval.base.kafka.config import KafkaConfig
+from otel_eval.evaluate.config import EvaluationConfig, TrajectoryConfig
 from otel_eval.evaluate.detectors.config import DetectorsConfig
 from otel_eval.evaluate.judge.config import JudgeConfig
 from otel_eval.evaluate.predict.config import PredictionConfig
 from otel_eval.outputs.config import ExportConfig
 from otel_eval.outputs.issues.config import IssuesConfig
+from otel_eval.receive.config import ReceiverConfig
 from otel_eval.receive.security import TlsServerConfig
-from otel_eval.store.base import is_postgresql_url
+from otel_eval.store.config import StoreConfig
 
 __all__ = [
     "AdminConfig", "AssemblyConfig", "Config", "ConfigError", "DetectorsConfig",
@@ -37,203 +41,6 @@ __all__ = [
 
 
 T = TypeVar("T")
-
-
-class ConfigError(ValueError):
-    """All problems found in a configuration, one per line, each with its path."""
-
-    def __init__(self, errors: list[str]) -> None:
-        super().__init__("invalid configuration:\n  " + "\n  ".join(errors))
-        self.errors = errors
-
-
-@dataclass(frozen=True)
-class ReceiverConfig:
-    # OTLP/gRPC TraceService endpoint (HOST:PORT); empty string disables it.
-    grpc_endpoint: str = "localhost:4317"
-    # OTLP/HTTP endpoint serving POST /v1/traces (protobuf or JSON, optionally gzip).
-    http_endpoint: str = "localhost:4318"
-    # Largest request accepted, bytes (after gzip decompression for HTTP). Agent traces with
-    # message content routinely pass gRPC's 4 MiB default.
-    max_message_bytes: int = 64 * 1024 * 1024
-    # Threads serving gRPC calls. Decoding is CPU bound (GIL), so more threads only add
-    # queueing; a handful keeps slow clients from blocking fast ones.
-    grpc_workers: int = 8
-    # Retry hint sent with throttling responses (gRPC RetryInfo, HTTP Retry-After), seconds.
-    retry_after_s: float = 1.0
-    # TLS on both OTLP listeners (cert_file, key_file; client_ca_file requires client
-    # certificates, mTLS). Files are re-read when they change. Empty: plain text.
-    tls: TlsServerConfig = field(default_factory=TlsServerConfig)
-    # Bearer tokens accepted on both OTLP listeners, name -> token: clients send
-    # `Authorization: Bearer <token>` (OTEL_EXPORTER_OTLP_HEADERS="Authorization=Bearer ..."),
-    # refused with gRPC UNAUTHENTICATED / HTTP 401. The name identifies the sender in logs
-    # and for re-opening traces. Use ${ENV} substitution for the tokens. Empty: no auth.
-    bearer_tokens: dict[str, str] = field(default_factory=dict, repr=False)
-    # Start even though an endpoint is reachable beyond this host (not loopback) without
-    # both TLS and bearer tokens. Off: such a configuration is refused at startup.
-    allow_insecure_non_loopback: bool = False
-
-    def __post_init__(self) -> None:
-        validate(self, minimum={"max_message_bytes": 1, "grpc_workers": 1, "retry_after_s": 0},
-                 endpoints=("grpc_endpoint", "http_endpoint"))
-
-
-@dataclass(frozen=True)
-class AssemblyConfig:
-    # A trace whose root span has ended is released after this many seconds without a new span.
-    # Children of an agent run usually end before the root; a short wait absorbs batching delay
-    # of SDK exporters (BatchSpanProcessor flushes every 5 s by default).
-    grace_s: float = 10.0
-    # A trace without an ended root is released as `incomplete` after this long with no new span.
-    # Datadog closes traces after 3 min idle; the collector's tail sampling waits 30 s total.
-    idle_timeout_s: float = 180.0
-    # A trace open longer than this (first span seen to now) is cut and released `truncated`.
-    max_trace_duration_s: float = 3600.0
-    # Late spans for a trace released less than this long ago re-open it (re-evaluated,
-    # superseding the earlier result). Later ones are rejected as `late`.
-    reopen_window_s: float = 300.0
-    # Upper bound on traces being assembled at once.
-    max_open_traces: int = 50_000
-    # Spans kept per trace; more are rejected (partial success) with reason `trace_too_large`.
-    max_spans_per_trace: int = 10_000
-    # Spans accepted but not yet evaluated (open + released-but-queued). Past it receivers
-    # throttle (gRPC RESOURCE_EXHAUSTED, HTTP 429) so exporters retry: nothing acked is dropped.
-    max_pending_spans: int = 1_000_000
-    # What to do when max_open_traces is reached: `throttle` refuses spans of new traces with a
-    # retryable error; `release_oldest` releases the oldest open trace early as `truncated`.
-    overflow_policy: Literal["throttle", "release_oldest"] = "throttle"
-    # Recently released traces kept (with their spans) for re-opening: bounds reopen memory.
-    max_released_traces: int = 20_000
-    # Ids of released traces remembered (no spans) so that very late spans are refused as
-    # `late` instead of starting a fragment that would replace a full evaluation.
-    max_tombstones: int = 1_000_000
-    # Bytes of spans (as received, OTLP protobuf) accepted but not yet evaluated. Past it
-    # receivers throttle (reason `pending_bytes`), as for max_pending_spans.
-    max_pending_bytes: int = 512 * 1024 * 1024
-    # Under slot pressure (max_open_traces reached), traces holding a single span and idle
-    # this long give way first: released early (incomplete, reason `pressure`), seconds.
-    pressure_idle_s: float = 30.0
-    # Largest share of max_open_traces that one service.name may hold open (0..1]; spans
-    # that would open more of its traces are throttled (reason `service_share`). 1.0: none.
-    max_service_share: float = 1.0
-    # GenAI event log records (message content sent as OTLP logs) kept per trace; more are
-    # dropped with reason `trace_too_large`.
-    max_log_records_per_trace: int = 10_000
-    # GenAI event log records accepted but not yet evaluated. Past it the logs receivers
-    # throttle (gRPC RESOURCE_EXHAUSTED, HTTP 429), as for spans.
-    max_pending_log_records: int = 1_000_000
-
-    def __post_init__(self) -> None:
-        validate(self, minimum={
-            "grace_s": 0, "idle_timeout_s": 0, "max_trace_duration_s": 0, "reopen_window_s": 0,
-            "max_open_traces": 1, "max_spans_per_trace": 1, "max_pending_spans": 1,
-            "max_released_traces": 0, "max_tombstones": 0})
-
-
-@dataclass(frozen=True)
-class TrajectoryConfig:
-    # Span or resource attribute carrying the task id (for references and trials).
-    task_id_attribute: str = "otel_eval.task.id"
-    # Root span attribute carrying the known outcome (success / failure, true / false, 1 / 0).
-    outcome_attribute: str = "otel_eval.outcome"
-
-
-@dataclass(frozen=True)
-class AdminConfig:
-    # Serves /metrics, /healthz, /readyz and the results API (/v1/evaluations, /v1/feedback).
-    endpoint: str = "localhost:8888"
-    # TLS on the admin listener (same keys as receiver.tls; reloaded when the files change).
-    tls: TlsServerConfig = field(default_factory=TlsServerConfig)
-    # Tokens that may read (GET /v1/evaluations, /v1/issues), name -> token, sent as
-    # `Authorization: Bearer <token>`. With any read or write token set, reads need one of them.
-    read_tokens: dict[str, str] = field(default_factory=dict, repr=False)
-    # Tokens that may write (POST /v1/feedback) and read, name -> token. With tokens
-    # configured, a read token on a write is 403 and no token is 401.
-    write_tokens: dict[str, str] = field(default_factory=dict, repr=False)
-    # Paths served without a token (Prometheus scrapes and kubelet probes).
-    public_paths: list[str] = field(default_factory=lambda: ["/metrics", "/healthz",
-                                                             "/readyz"])
-    # Start even though the endpoint is not loopback and lacks TLS or tokens.
-    allow_insecure_non_loopback: bool = False
-    # The page of one trace in your trace backend, `{trace_id}` replaced by the 32-hex id
-    # (e.g. http://jaeger:16686/trace/{trace_id}); the web view's run page links to it.
-    # Empty: no link. http(s) only.
-    trace_url: str = ""
-
-    def __post_init__(self) -> None:
-        validate(self, endpoints=("endpoint",))
-        if self.trace_url and (not self.trace_url.startswith(("http://", "https://"))
-                               or "{trace_id}" not in self.trace_url):
-            raise FieldErrors({"trace_url": "expected an http(s) URL with {trace_id} in it, "
-                                             f"got {self.trace_url!r}"})
-
-
-@dataclass(frozen=True)
-class StoreConfig:
-    # SQLite file for evaluations (survives restarts). ":memory:" keeps nothing. With `url`
-    # set it only places the local files: the spool and the judge's rubric cache.
-    path: str = "otel-eval.db"
-    # PostgreSQL URL (postgresql://USER@HOST:5432/DB?sslmode=verify-full; libpq's PGPASSWORD
-    # and other PG* variables apply, or use ${ENV} substitution for the password): every
-    # worker and replica keeps evaluations, feedback and the issues catalogue there, so the
-    # results API of any shows the fleet's traces and one issues job runs at a time. Each
-    # process opens its own connection. Empty: SQLite at `path`.
-    url: str = field(default="", repr=False)
-    # Evaluations older than this are deleted, days (0 keeps everything).
-    retention_days: float = 7.0
-    # Acknowledged means durable: each OTLP request's accepted spans are written to a spool
-    # (SQLite, one transaction per request) before the request is acknowledged, and what was
-    # not yet evaluated is replayed at start. false: faster, but a crash (kill -9, OOM kill)
-    # loses acknowledged traces not yet evaluated. Kafka ingest needs none (the topic is the log).
-    spool: bool = True
-    # Spool file; empty: "<path>-spool" beside the store (no spool when path is ":memory:").
-    spool_path: str = ""
-    # Bytes of requests held in the spool (accepted, not yet evaluated). Past it the receivers
-    # throttle (reason `spool_full`; gRPC RESOURCE_EXHAUSTED, HTTP 429) and exporters retry.
-    spool_max_bytes: int = 512 * 1024 * 1024
-    # fsync every spooled request: survives power loss too, not only a crash of the process.
-    spool_fsync: bool = False
-
-    def __post_init__(self) -> None:
-        validate(self, minimum={"retention_days": 0, "spool_max_bytes": 1})
-        if not self.path:
-            raise FieldErrors({"path": "must name a file (or :memory:)"})
-        if self.url and not is_postgresql_url(self.url):
-            raise FieldErrors({"url": "must be a postgresql:// URL (or empty for SQLite)"})
-
-    @property
-    def target(self) -> str:
-        """What ``otel_eval.store.open_store`` opens: the URL, else the SQLite file."""
-        return self.url or self.path
-
-    def spool_file(self) -> str | None:
-        """Where the spool lives, or None when there is none (off, or an in-memory store)."""
-        if not self.spool or self.path == ":memory:":
-            return None
-        return self.spool_path or f"{self.path}-spool"
-
-
-@dataclass(frozen=True)
-class EvaluationConfig:
-    # Processes that evaluate released traces (trajectory, detectors, store writes), each
-    # trace id always in the same one; receivers, assembly, the spool, the judge and the
-    # issues job stay in the serving process. 0: one per core this process may use (CPU
-    # affinity, capped by a cgroup CPU limit); 1: evaluate in the serving process itself.
-    workers: int = 0
-    # Traces handed to one worker process and not yet stored, at most. The rest wait in the
-    # serving process, where their spans count in assembly.max_pending_spans (receivers
-    # throttle past it).
-    max_inflight_traces_per_worker: int = 64
-    # A worker that dies is restarted and the traces it held are handed to it again; a trace
-    # held by a worker that died this many times is stored as an evaluation error instead.
-    max_attempts: int = 3
-    # Seconds a worker process may take to start (imports, opening the store). When the
-    # workers cannot start, serve evaluates in its own process and logs why.
-    worker_start_timeout_s: float = 60.0
-
-    def __post_init__(self) -> None:
-        validate(self, minimum={"workers": 0, "max_inflight_traces_per_worker": 1,
-                                "max_attempts": 1, "worker_start_timeout_s": 1})
 
 
 @dataclass(frozen=True)
@@ -278,14 +85,6 @@ def _substitute(text: str, environ: typing.Mapping[str, str], errors: list[str])
         return ""
 
     return _ENV.sub(repl, text)
-
-
-def parse_endpoint(value: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:4317`` for IPv6) -> (host, port). Raises ValueError."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"expected HOST:PORT, got {value!r}")
-    return host.strip("[]"), int(port)
 
 
 def _convert(tp: Any, value: Any, path: str, errors: list[str]) -> Any:

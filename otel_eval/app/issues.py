@@ -20,7 +20,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from otel_eval.app.config import Config, ConfigError
+from otel_eval.app.config import Config
+from otel_eval.base.configcheck import ConfigError
 
 if TYPE_CHECKING:
     from otel_eval.app.offline import EvalRun

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from otel_eval.app.config import parse_endpoint
+from otel_eval.base.configcheck import parse_endpoint
 from otel_eval.base.model import Span, Trace
 
 __all__ = ["ReplayError", "make_exporter", "replay", "to_readable_span"]

@@ -35,13 +35,14 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from otel_eval.app.admin import AdminApi, AdminServer
-from otel_eval.app.config import Config, ConfigError, parse_endpoint
+from otel_eval.app.config import Config
 from otel_eval.app.lifecycle import Lifecycle, OnLoop, Step
 from otel_eval.app.worker import WorkerSpec
 from otel_eval.app.workers import WorkerPool, available_cores
 from otel_eval.assemble.engine import Engine, Sink
 from otel_eval.assemble.spool import Spool
 from otel_eval.base.aio import LoopThread
+from otel_eval.base.configcheck import ConfigError, parse_endpoint
 from otel_eval.evaluate.evaluator import Evaluator, normalize_outcome
 from otel_eval.evaluate.judge.redact import Redactor
 from otel_eval.evaluate.stage import InProcess, store_failed
@@ -86,8 +87,9 @@ class Service:
                            fsync=sc.spool_fsync) if spool_file else None
         engine_sinks = [s for s in self.sinks if hasattr(s, "export")]
         self.pool = self._make_pool(lean=not engine_sinks)
-        self.engine = Engine(self.evaluator, self.store, self.metrics, sinks=engine_sinks,
-                             clock=clock, spool=self.spool, stage=self.pool)
+        self.engine = Engine(self.evaluator, self.store, self.metrics,
+                             assembly=config.assembly, sinks=engine_sinks, clock=clock,
+                             spool=self.spool, stage=self.pool)
         self.consumer: Any = None
         self.publisher: Any = None
         submitter: Any = self.engine

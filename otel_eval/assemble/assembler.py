@@ -34,7 +34,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
-from otel_eval.app.config import AssemblyConfig
+from otel_eval.assemble.config import AssemblyConfig
 from otel_eval.base.model import LogEvent, Span, Trace, TraceStatus, local_root
 
 # Reasons a span is refused by assembly (counted as rejected; never acknowledged).

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from otel_eval.assemble.assembler import TraceAssembler
+from otel_eval.assemble.config import AssemblyConfig
 from otel_eval.assemble.spool import Spool
 from otel_eval.base.model import Evaluation, LogEvent, Span, Trace
 from otel_eval.evaluate.evaluator import Evaluator
@@ -86,10 +87,11 @@ class _Barrier:
 
 class Engine:
     def __init__(self, evaluator: Evaluator, store: EvaluationStore, metrics: Metrics, *,
-                 sinks: Sequence[Sink] = (), clock: Callable[[], float] = time.monotonic,
+                 assembly: AssemblyConfig, sinks: Sequence[Sink] = (),
+                 clock: Callable[[], float] = time.monotonic,
                  tick_interval_s: float = 0.25, batch_size: int = 256,
                  spool: Spool | None = None, stage: EvaluationStage | None = None) -> None:
-        self.config = evaluator.config.assembly
+        self.config = assembly
         self.evaluator = evaluator
         self.store = store
         self.metrics = metrics

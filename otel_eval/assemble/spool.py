@@ -58,7 +58,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from otel_eval.app.config import ConfigError
+from otel_eval.base.configcheck import ConfigError
 from otel_eval.base.model import LogEvent, Span
 from otel_eval.decode import otlp, otlp_logs
 from otel_eval.telemetry.metrics import SpoolMetrics

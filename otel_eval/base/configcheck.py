@@ -40,3 +40,19 @@ def validate(obj: Any, *, minimum: Mapping[str, float] | None = None,
             problems[name] = f"expected HOST:PORT (or empty to turn it off), got {value!r}"
     if problems:
         raise FieldErrors(problems)
+
+
+class ConfigError(ValueError):
+    """All problems found in a configuration, one per line, each with its path."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("invalid configuration:\n  " + "\n  ".join(errors))
+        self.errors = errors
+
+
+def parse_endpoint(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:4317`` for IPv6) -> (host, port). Raises ValueError."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT, got {value!r}")
+    return host.strip("[]"), int(port)

@@ -360,6 +360,12 @@ class Trajectory:
         }
 
 
+# Finding kinds (of the non-termination detector) that mean the run did not end; they alone
+# count as a non-terminated trace in metrics and alerts (a failed or silent run did end).
+NOT_ENDED_KINDS = frozenset({"incomplete", "truncated", "halted", "length_stop",
+                             "pending_tool_calls"})
+
+
 @dataclass(slots=True)
 class Finding:
     detector: str  # loop | non_termination | budget | tool_call | reference | recovery | lucky_pass

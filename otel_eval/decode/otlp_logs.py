@@ -1,6 +1,7 @@
 """Stage: decode (logs). OTLP log requests (protobuf or OTLP/JSON) -> ``model.LogEvent``.
 
-Only GenAI content events tied to a span are kept (``conventions.events.is_genai_event``):
+Only GenAI content events tied to a span are kept (``is_genai_event``; read by
+``evaluate.conventions.events``):
 instrumentations send prompts and completions as log records when content is not put on
 spans. Every other record is *ignored* and counted with a reason; a record that claims to be
 a GenAI event but has invalid ids is *rejected* with a reason. The event name is the record's
@@ -28,7 +29,6 @@ from otel_eval.decode.otlp import (
     message_from_dict,
     python_to_anyvalue,
 )
-from otel_eval.evaluate.conventions.events import is_genai_event
 
 __all__ = ["IGNORE_REASONS", "REJECT_REASONS", "LogsDecodeResult", "decode_logs",
            "encode_logs", "logs_request_from_json", "parse_logs_request"]
@@ -37,6 +37,16 @@ __all__ = ["IGNORE_REASONS", "REJECT_REASONS", "LogsDecodeResult", "decode_logs"
 IGNORE_REASONS = ("not_genai_event", "no_span_context", "kafka_publish_mode")
 REJECT_REASONS = ("invalid_trace_id", "invalid_span_id")
 _OWN_EVENTS = ("gen_ai.evaluation.result", "otel_eval.verdict")  # our own output, looped back
+# The GenAI content events kept (``evaluate.conventions.events`` lays them over their span).
+DETAILS_EVENT = "gen_ai.client.inference.operation.details"
+MESSAGE_ROLES = {"gen_ai.system.message": "system", "gen_ai.user.message": "user",
+                 "gen_ai.assistant.message": "assistant", "gen_ai.tool.message": "tool"}
+CHOICE_EVENT = "gen_ai.choice"
+
+
+def is_genai_event(name: str) -> bool:
+    """Whether a log record's event name is a GenAI content event the trajectory reads."""
+    return name in (DETAILS_EVENT, CHOICE_EVENT) or name in MESSAGE_ROLES
 
 
 @dataclass

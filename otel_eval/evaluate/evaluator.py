@@ -11,13 +11,14 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from otel_eval.app.config import Config, ConfigError
+from otel_eval.base.configcheck import ConfigError
 from otel_eval.base.model import Evaluation, Finding, Trace, Trajectory
 from otel_eval.evaluate.agent_inference import AgentHistory, infer_agent
 from otel_eval.evaluate.detectors import Detectors, evaluation_error, load_references, verdict_of
 from otel_eval.evaluate.trajectory import build_trajectory
 
 if TYPE_CHECKING:
+    from otel_eval.evaluate.config import EvaluatorSettings
     from otel_eval.evaluate.predict import Predictor
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ def normalize_outcome(value: object) -> str | None:
     return None
 
 
-def _predictor(config: Config) -> Predictor | None:
+def _predictor(config: EvaluatorSettings) -> Predictor | None:
     """The success predictor when ``prediction.model_path`` is set; a file that cannot be
     used is a ``ConfigError`` (at startup, never per trace)."""
     if not config.prediction.enabled:
@@ -55,7 +56,8 @@ def _predictor(config: Config) -> Predictor | None:
 
 
 class Evaluator:
-    def __init__(self, config: Config, *, budget_overrides: Mapping[str, float] | None = None,
+    def __init__(self, config: EvaluatorSettings, *,
+                 budget_overrides: Mapping[str, float] | None = None,
                  references_path: str | None = None,
                  wall_clock: Callable[[], float] = time.time) -> None:
         self.config = config

@@ -42,8 +42,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from otel_eval.app.config import TrajectoryConfig
 from otel_eval.base.model import AgentSource, LogEvent, Span, Step, Trace, Trajectory, local_root
+from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.conventions import UNKNOWN, classify, describe, dominant, merge_tools
 from otel_eval.evaluate.conventions.agent_names import MAX_AGENT_NAME, agent_name
 from otel_eval.evaluate.conventions.code_actions import last_message_text, rebuild_code_actions

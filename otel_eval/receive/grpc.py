@@ -28,7 +28,7 @@ import grpc
 from google.protobuf import duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
-from otel_eval.app.config import ReceiverConfig
+from otel_eval.receive.config import ReceiverConfig
 from otel_eval.receive.ingest import Ingest, IngestResult
 from otel_eval.receive.security import BearerAuth, TlsFiles, metadata_authorization
 from otel_eval.telemetry.metrics import Metrics

@@ -20,8 +20,9 @@ from typing import Any
 from google.protobuf import json_format
 from google.rpc import status_pb2
 
-from otel_eval.app.config import ReceiverConfig, parse_endpoint
+from otel_eval.base.configcheck import parse_endpoint
 from otel_eval.decode.body import BodyError, read_body
+from otel_eval.receive.config import ReceiverConfig
 from otel_eval.receive.ingest import Ingest, IngestResult
 from otel_eval.receive.security import BearerAuth, TlsFiles
 

@@ -58,7 +58,7 @@ Metrics (counters are exposed with the ``_total`` suffix):
     prediction otel_eval_prediction_p_success{service,agent}      histogram, 0..1 (with --model)
                otel_eval_prediction_labelled_total{agent,outcome}  success|failure
                otel_eval_prediction_rolling_auc{agent}    gauge, AUC of the last labelled
-               predictions (otel_eval.evaluate.predict.online)
+               predictions (otel_eval.telemetry.prediction)
     spool      otel_eval_spool_bytes, otel_eval_spool_requests                    gauges
                otel_eval_spool_spans_replayed_total, otel_eval_spool_failures_total{operation}
                otel_eval_spool_log_records_replayed_total
@@ -75,7 +75,7 @@ Invariants (in steady state, all counters since start):
 - traces_completed = sum over verdicts of traces_verdicts (+ traces with no verdict);
 - traces_with_loop, traces_non_terminated, traces_lucky_passes <= traces_completed.
 
-``traces_non_terminated`` counts runs that did not end (``non_termination.NOT_ENDED_KINDS``):
+``traces_non_terminated`` counts runs that did not end (``model.NOT_ENDED_KINDS``):
 a completed run whose output simply was not recorded is not one.
 
 Re-evaluations: ``evaluation_stored(..., superseded=True)`` (late spans re-opened a trace that
@@ -94,9 +94,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder
 
 from otel_eval.base import model
-from otel_eval.evaluate.detectors.non_termination import NOT_ENDED_KINDS
-from otel_eval.evaluate.predict.config import PredictionConfig
-from otel_eval.evaluate.predict.online import PredictionMetrics
+from otel_eval.base.model import NOT_ENDED_KINDS
+from otel_eval.telemetry.prediction import AucSettings, PredictionMetrics
 from otel_eval.telemetry.workers import WorkerMetrics
 
 __all__ = ["OTHER", "TOOL_ERROR_KINDS", "JudgeMetrics", "KafkaMetrics", "Metrics", "SpoolMetrics",
@@ -138,7 +137,7 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry | None = None, *, max_names: int = 100,
                  max_tools_per_agent: int = 20, max_series_per_metric: int = 1000,
-                 prediction: PredictionConfig | None = None) -> None:
+                 prediction: AucSettings | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         # label combinations admitted per per-trace metric: capping each label (service 100,
         # agent 100) still allowed 100 x 100 combinations (10,000 traces -> 500,056 series)

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from otel_eval.app.config import Config, parse_endpoint
+from otel_eval.app.config import Config
+from otel_eval.base.configcheck import parse_endpoint
 
 DIR = Path(__file__).resolve().parents[2] / "collector-config"
 # The collector configs; builder.yaml beside them is the builder's manifest (scripts/collector).

@@ -7,15 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from otel_eval.app.config import (
-    AdminConfig,
-    AssemblyConfig,
-    ConfigError,
-    ReceiverConfig,
-    StoreConfig,
-    load_config,
-)
-from otel_eval.base.configcheck import FieldErrors
+from otel_eval.app.admin import AdminConfig
+from otel_eval.app.config import load_config
+from otel_eval.assemble.config import AssemblyConfig
+from otel_eval.base.configcheck import ConfigError, FieldErrors
+from otel_eval.receive.config import ReceiverConfig
+from otel_eval.store.config import StoreConfig
 
 
 @pytest.mark.parametrize(("yaml_text", "error"), [

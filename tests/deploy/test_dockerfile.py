@@ -27,7 +27,8 @@ from deploy_files import (
 )
 
 from otel_eval.app import cli
-from otel_eval.app.config import Config, parse_endpoint
+from otel_eval.app.config import Config
+from otel_eval.base.configcheck import parse_endpoint
 
 FINAL = dockerfile_stages()[-1]
 

@@ -33,7 +33,8 @@ from deploy_files import (
 )
 
 from otel_eval.app import cli
-from otel_eval.app.config import Config, parse_endpoint
+from otel_eval.app.config import Config
+from otel_eval.base.configcheck import parse_endpoint
 
 # The chart's kubeVersion floor and helm's own client version: fields must exist in both.
 KUBE_VERSIONS = ("1.28.0", "1.35.0")

@@ -4,7 +4,8 @@ from pathlib import Path
 import pytest
 from detector_factory import kinds, llm, tool, traj
 
-from otel_eval.app.config import Config, ConfigError, build
+from otel_eval.app.config import Config, build
+from otel_eval.base.configcheck import ConfigError
 from otel_eval.evaluate.detectors import Detectors, RefCall, Reference, ReferenceSet
 from otel_eval.evaluate.detectors.config import (
     AgentOverrides,

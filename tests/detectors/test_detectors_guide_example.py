@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from otel_eval.app.config import TrajectoryConfig
 from otel_eval.base.model import Finding, Trace, Trajectory, Verdict
+from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.detectors import Detectors, DetectorsConfig, load_references, parse_budget
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "detectors"

@@ -15,8 +15,8 @@ import pytest
 from issue_fixtures import window
 
 from otel_eval.app.cli import build_parser, main, run_from_args
-from otel_eval.app.config import ConfigError
 from otel_eval.app.issues import cmd_issues, is_evaluation
+from otel_eval.base.configcheck import ConfigError
 
 
 def _issues(*argv: str) -> tuple[int, str]:

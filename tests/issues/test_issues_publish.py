@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 from issue_fixtures import evaluation, window
 
-from otel_eval.app.config import ConfigError, build
+from otel_eval.app.config import build
+from otel_eval.base.configcheck import ConfigError
 from otel_eval.outputs.issues.config import IssuesConfig
 from otel_eval.outputs.issues.embed import minilm_available
 from otel_eval.outputs.issues.files import EvaluationFileError, issues_from_paths, read_evaluations

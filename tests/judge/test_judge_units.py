@@ -7,7 +7,8 @@ import json
 import pytest
 from judge_fixtures import evaluation
 
-from otel_eval.app.config import ConfigError, build
+from otel_eval.app.config import build
+from otel_eval.base.configcheck import ConfigError
 from otel_eval.base.model import Finding
 from otel_eval.evaluate.judge.compact import MessageLog, parse_messages, trim
 from otel_eval.evaluate.judge.config import JudgeConfig, RedactionConfig, SamplingConfig

@@ -45,7 +45,8 @@ def build_engine(kind: str, db: str) -> tuple[Any, Any]:
     cfg = replace(Config(), **{"assembly.grace_s": 0.2,
                                "store.url" if is_postgresql_url(db) else "store.path": db})
     store = open_store(db)
-    real = Engine(Evaluator(cfg), store, Metrics(), tick_interval_s=0.05)
+    real = Engine(Evaluator(cfg), store, Metrics(), assembly=cfg.assembly,
+                  tick_interval_s=0.05)
     real.start()
 
     def close() -> None:

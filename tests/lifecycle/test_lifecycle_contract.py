@@ -13,8 +13,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from otel_eval.app.admin import AdminApi, AdminServer
-from otel_eval.app.config import Config, ReceiverConfig
+from otel_eval.app.config import Config
 from otel_eval.app.lifecycle import Component, Lifecycle, Step
+from otel_eval.assemble.config import AssemblyConfig
 from otel_eval.assemble.engine import Engine
 from otel_eval.base.aio import LoopThread
 from otel_eval.evaluate.evaluator import Evaluator
@@ -25,6 +26,7 @@ from otel_eval.outputs.events import EvaluationEvents
 from otel_eval.outputs.forward import Forwarder
 from otel_eval.outputs.issues.config import IssuesConfig
 from otel_eval.outputs.issues.job import IssuesJob
+from otel_eval.receive.config import ReceiverConfig
 from otel_eval.receive.grpc import GrpcReceiver
 from otel_eval.receive.http import HttpReceiver
 from otel_eval.receive.ingest import Ingest
@@ -40,7 +42,7 @@ def parts(tmp_path: Path) -> Iterator[dict[str, Make]]:
     registry = CollectorRegistry()
     metrics = Metrics(registry)
     store = Store(str(tmp_path / "s.db"))
-    engine = Engine(Evaluator(Config()), store, metrics)
+    engine = Engine(Evaluator(Config()), store, metrics, assembly=AssemblyConfig())
     ingest = Ingest(engine, metrics)
     loop = LoopThread()
     loop.start()
@@ -53,7 +55,8 @@ def parts(tmp_path: Path) -> Iterator[dict[str, Make]]:
         "http receiver": lambda: HttpReceiver(ReceiverConfig(http_endpoint="127.0.0.1:0"),
                                               ingest),
         "admin": lambda: AdminServer("127.0.0.1:0", api),
-        "engine": lambda: Engine(Evaluator(Config()), store, metrics),
+        "engine": lambda: Engine(Evaluator(Config()), store, metrics,
+                                 assembly=AssemblyConfig()),
         "judge stage": lambda: JudgeStage(
             JudgeConfig(model="openai/judge", api_base="http://127.0.0.1:9/v1"), loop, store,
             Metrics(CollectorRegistry())),

@@ -6,8 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
-from otel_eval.app.config import TrajectoryConfig
 from otel_eval.base.model import Trace
+from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.trajectory import build_trajectory
 from otel_eval.receive.loaders import load_file
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from otel_eval.app.config import TrajectoryConfig
 from otel_eval.base.model import Trace
 from otel_eval.decode.otlp import request_from_json
+from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.trajectory import build_trajectory
 from otel_eval.receive.loaders import LoaderError, iter_files, load_file, load_path
 from otel_eval.receive.loaders.span_tree import duration_to_ns, iso_to_ns

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from otel_eval.app.config import TrajectoryConfig
+from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.trajectory import build_trajectory
 from otel_eval.receive.loaders import LoaderError, load_file
 

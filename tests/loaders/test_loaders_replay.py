@@ -18,10 +18,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from otel_eval.app.config import TrajectoryConfig
 from otel_eval.app.replay import make_exporter, replay
 from otel_eval.base.model import Span, Trace, Trajectory
 from otel_eval.decode.otlp import decode_request
+from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.trajectory import build_trajectory
 from otel_eval.receive.loaders import load_file, load_path
 from otel_eval.receive.loaders.files import release

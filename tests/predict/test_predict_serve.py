@@ -18,7 +18,7 @@ from opentelemetry.trace import Status, StatusCode
 from service_harness import Harness, running_service
 from sklearn.metrics import roc_auc_score
 
-from otel_eval.app.config import ConfigError
+from otel_eval.base.configcheck import ConfigError
 from otel_eval.evaluate.predict import load_model
 
 AGENT = "booker"

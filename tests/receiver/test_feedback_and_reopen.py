@@ -10,8 +10,8 @@ from pathlib import Path
 from service_harness import running_service
 from test_receivers import _post
 
-from otel_eval.app.config import AssemblyConfig
 from otel_eval.assemble.assembler import TraceAssembler
+from otel_eval.assemble.config import AssemblyConfig
 from otel_eval.base.model import Span
 from otel_eval.decode import otlp
 

@@ -23,10 +23,11 @@ from service_harness import Harness, running_service
 from test_receivers import emit_agent_run
 from tls_certs import TestCA
 
-from otel_eval.app.config import Config, ConfigError, TlsServerConfig, replace
+from otel_eval.app.config import Config, replace
 from otel_eval.app.service import Service
+from otel_eval.base.configcheck import ConfigError
 from otel_eval.receive import security
-from otel_eval.receive.security import BearerAuth
+from otel_eval.receive.security import BearerAuth, TlsServerConfig
 
 TOKEN = "s3cret-agents-token"
 READ, WRITE = "r34d-token", "wr1te-token"

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from otel_eval.app.config import ConfigError, ExportConfig, build, load_config
+from otel_eval.app.config import build, load_config
+from otel_eval.base.configcheck import ConfigError
+from otel_eval.outputs.config import ExportConfig
 
 
 def test_defaults_are_off() -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from trajectory_factory import span, trace
 
-from otel_eval.app.config import TrajectoryConfig
 from otel_eval.base.model import Span, Trace
+from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.conventions.code_actions import (
     MAX_CALLS,
     MAX_CODE_CHARS,

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from trajectory_factory import span, trace
 
-from otel_eval.app.config import TrajectoryConfig
 from otel_eval.base.model import SpanEvent, Step
+from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.conventions import classify, describe, dominant
 from otel_eval.evaluate.trajectory import build_trajectory
 

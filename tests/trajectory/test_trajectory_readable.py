@@ -8,8 +8,8 @@ import json
 
 from trajectory_factory import span, trace
 
-from otel_eval.app.config import TrajectoryConfig
 from otel_eval.base.model import CONTENT_CHARS, Evaluation
+from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.trajectory import build_trajectory
 
 CFG = TrajectoryConfig()

@@ -7,7 +7,7 @@ import pytest
 from hostile import TRACE_ID as HOSTILE_ID
 from ui_server import GUIDE_ID, admin, get
 
-from otel_eval.app.config import AdminConfig
+from otel_eval.app.admin import AdminConfig
 from otel_eval.outputs.ui.html import CSP
 from otel_eval.store import Store
 

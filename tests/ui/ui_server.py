@@ -14,8 +14,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from otel_eval.app.admin import AdminApi, AdminServer
-from otel_eval.app.config import AdminConfig, Config
+from otel_eval.app.admin import AdminApi, AdminConfig, AdminServer
+from otel_eval.app.config import Config
 from otel_eval.app.offline import EvalRun
 from otel_eval.base.model import Evaluation
 from otel_eval.evaluate.judge.config import RedactionConfig

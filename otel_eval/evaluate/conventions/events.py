@@ -23,18 +23,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from otel_eval.base.model import LogEvent
+from otel_eval.decode.otlp_logs import CHOICE_EVENT, DETAILS_EVENT
+from otel_eval.decode.otlp_logs import MESSAGE_ROLES as _MESSAGE_ROLES
 
-DETAILS_EVENT = "gen_ai.client.inference.operation.details"
 _DETAIL_KEYS = ("gen_ai.input.messages", "gen_ai.output.messages",
                 "gen_ai.system_instructions", "gen_ai.tool.definitions")
-_MESSAGE_ROLES = {"gen_ai.system.message": "system", "gen_ai.user.message": "user",
-                  "gen_ai.assistant.message": "assistant", "gen_ai.tool.message": "tool"}
-CHOICE_EVENT = "gen_ai.choice"
-
-
-def is_genai_event(name: str) -> bool:
-    """Whether a log record's event name is a GenAI content event this module reads."""
-    return name in (DETAILS_EVENT, CHOICE_EVENT) or name in _MESSAGE_ROLES
 
 
 def _dumps(value: Any) -> str:

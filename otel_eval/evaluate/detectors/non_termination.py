@@ -6,8 +6,8 @@ answer; a framework halt marker (max steps / iterations / turns, recursion limit
 on the root span; a final output that was recorded and is empty (``no_output``: an output the
 instrumentation did not record is unknown, not empty, and proves nothing).
 
-``NOT_ENDED_KINDS`` are the findings that mean the run did not end; they alone count as a
-non-terminated trace in metrics and alerts (a failed or silent run did end).
+``model.NOT_ENDED_KINDS`` are the findings that mean the run did not end; they alone count as
+a non-terminated trace in metrics and alerts (a failed or silent run did end).
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ from otel_eval.base.model import Finding, Step, Trajectory
 from otel_eval.evaluate.detectors.calls import Context
 from otel_eval.evaluate.detectors.config import DetectorsConfig, NonTerminationConfig
 
-NOT_ENDED_KINDS = frozenset({"incomplete", "truncated", "halted", "length_stop",
-                             "pending_tool_calls"})
 _LENGTH_REASONS = frozenset({"length", "max_tokens", "max_output_tokens", "model_length"})
 _SCAN_CHARS = 2000  # halt markers sit at the start or end of a message
 # Words one of which every match of the default halt patterns contains ("reached max ...",

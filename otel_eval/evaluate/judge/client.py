@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import jsonschema
 
-from otel_eval.app.config import ConfigError
+from otel_eval.base.configcheck import ConfigError
 from otel_eval.evaluate.judge.config import JudgeConfig
 from otel_eval.evaluate.judge.limits import CostBudget, RateLimiter
 from otel_eval.evaluate.judge.llm import PLACEHOLDER_API_KEY, litellm, missing_credentials

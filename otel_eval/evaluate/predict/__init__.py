@@ -4,8 +4,8 @@
       -> {"p_success": 0.83, "model": "success@3f2a9c0e1b7d"}
 
 ``Predictor`` is a pure function of the evaluation, so it runs wherever evaluation runs
-(``Evaluator.evaluate`` calls it). Training lives in ``otel_eval.evaluate.predict.train`` (the only
-module importing scikit-learn), online AUC and metrics in ``otel_eval.evaluate.predict.online``.
+(``Evaluator.evaluate`` calls it). Training lives in ``otel_eval.evaluate.predict.train`` (the
+only module importing scikit-learn), online AUC and metrics in ``otel_eval.telemetry.prediction``.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from otel_eval.base.configcheck import validate
+from otel_eval.telemetry.prediction import AUC_MIN_PER_CLASS, AUC_WINDOW
 
 
 @dataclass(frozen=True)
@@ -20,10 +21,10 @@ class PredictionConfig:
     model_path: str = ""
     # Labelled predictions (outcome attribute or POST /v1/feedback) kept per agent for the
     # rolling AUC gauge, most recent first; memory is O(window x agents). Default 1000.
-    auc_window: int = 1000
+    auc_window: int = AUC_WINDOW
     # Fewest labelled predictions of each class (success, failure) in the window before the
     # rolling AUC is reported; below it the gauge is absent, not a guess. Default 10.
-    auc_min_per_class: int = 10
+    auc_min_per_class: int = AUC_MIN_PER_CLASS
 
     def __post_init__(self) -> None:
         validate(self, minimum={"auc_window": 2, "auc_min_per_class": 1})

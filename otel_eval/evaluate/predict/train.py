@@ -20,10 +20,10 @@ from __future__ import annotations
 import datetime
 import json
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from otel_eval.base.model import Evaluation
 from otel_eval.evaluate.evaluator import normalize_outcome
@@ -39,7 +39,13 @@ from otel_eval.evaluate.predict.modelfile import FORMAT, FORMAT_VERSION, Model, 
 if TYPE_CHECKING:
     import argparse
 
-    from otel_eval.app.offline import EvalRun
+
+class EvalRun(Protocol):
+    """What training reads of the offline run (``app.offline.EvalRun`` is one)."""
+
+    failed_files: int
+
+    def evaluations(self) -> Iterator[Evaluation]: ...
 
 # Fixed before measuring; see the module docstring.
 HYPERPARAMETERS: dict[str, Any] = {

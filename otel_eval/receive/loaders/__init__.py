@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from otel_eval.app.config import TrajectoryConfig
 from otel_eval.base.model import Trace
+from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.receive.loaders import mini_swe_agent, otlp_files, span_tree, tau_bench
 from otel_eval.receive.loaders.files import LoaderError, read_bytes, release
 

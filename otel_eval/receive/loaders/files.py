@@ -13,8 +13,8 @@ import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from otel_eval.app.config import AssemblyConfig
 from otel_eval.assemble.assembler import TraceAssembler
+from otel_eval.assemble.config import AssemblyConfig
 from otel_eval.base.model import Span, Trace
 
 log = logging.getLogger(__name__)

@@ -14,8 +14,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from otel_eval.app.config import TrajectoryConfig
 from otel_eval.base.model import Trace
+from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.receive.loaders.chat import ChatTrace, dumps, message_json
 from otel_eval.receive.loaders.files import LoaderError
 

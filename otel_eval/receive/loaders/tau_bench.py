@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from otel_eval.app.config import TrajectoryConfig
 from otel_eval.base.model import Trace
+from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.receive.loaders.chat import ChatTrace, message_json
 from otel_eval.receive.loaders.files import LoaderError
 

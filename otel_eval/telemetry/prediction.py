@@ -1,4 +1,4 @@
-"""Stage: predict (online). The predictor's own metrics while ``serve`` runs.
+"""Self-metrics of the success predictor (``evaluate/predict``) while ``serve`` runs.
 
     evaluation stored -> p_success histogram per agent
     outcome known (outcome attribute at evaluation, or POST /v1/feedback later)
@@ -25,16 +25,28 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from otel_eval.evaluate.predict.config import PredictionConfig
-
 if TYPE_CHECKING:
     from otel_eval.base.model import Evaluation
     from otel_eval.telemetry.metrics import Metrics
+
+# Defaults of prediction.auc_window and prediction.auc_min_per_class (PredictionConfig).
+AUC_WINDOW, AUC_MIN_PER_CLASS = 1000, 10
+
+
+class AucSettings(Protocol):
+    """The rolling AUC's window (``PredictionConfig`` is one)."""
+
+    @property
+    def auc_window(self) -> int: ...
+
+    @property
+    def auc_min_per_class(self) -> int: ...
+
 
 P_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 AUC_NAME = "otel_eval_prediction_rolling_auc"
@@ -111,9 +123,10 @@ class _AucCollector(Collector):
 class PredictionMetrics:
     """The predictor's metrics and rolling AUC windows (see the module docstring)."""
 
-    def __init__(self, m: Metrics, config: PredictionConfig | None = None) -> None:
+    def __init__(self, m: Metrics, config: AucSettings | None = None) -> None:
         self._m = m
-        self._config = config or PredictionConfig()
+        self._window = (config.auc_window, config.auc_min_per_class) if config else (
+            AUC_WINDOW, AUC_MIN_PER_CLASS)
         self.h_p = m._histogram("prediction_p_success",
                                 "Predicted probability of success per trace (success "
                                 "predictor).", ("service", "agent"), P_BUCKETS)
@@ -158,7 +171,5 @@ class PredictionMetrics:
         with self._lock:
             window = self._windows.get(agent)
             if window is None:
-                cfg = self._config
-                window = self._windows[agent] = RollingAuc(cfg.auc_window,
-                                                           cfg.auc_min_per_class)
+                window = self._windows[agent] = RollingAuc(*self._window)
             window.add(trace_id, p, success)

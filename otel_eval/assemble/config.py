@@ -1,0 +1,61 @@
+"""Configuration of trace assembly (stage: assemble), the ``assembly:`` section: when a trace
+counts as finished, and the bounds on what is held open."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from otel_eval.base.configcheck import validate
+
+
+@dataclass(frozen=True)
+class AssemblyConfig:
+    # A trace whose root span has ended is released after this many seconds without a new span.
+    # Children of an agent run usually end before the root; a short wait absorbs batching delay
+    # of SDK exporters (BatchSpanProcessor flushes every 5 s by default).
+    grace_s: float = 10.0
+    # A trace without an ended root is released as `incomplete` after this long with no new span.
+    # Datadog closes traces after 3 min idle; the collector's tail sampling waits 30 s total.
+    idle_timeout_s: float = 180.0
+    # A trace open longer than this (first span seen to now) is cut and released `truncated`.
+    max_trace_duration_s: float = 3600.0
+    # Late spans for a trace released less than this long ago re-open it (re-evaluated,
+    # superseding the earlier result). Later ones are rejected as `late`.
+    reopen_window_s: float = 300.0
+    # Upper bound on traces being assembled at once.
+    max_open_traces: int = 50_000
+    # Spans kept per trace; more are rejected (partial success) with reason `trace_too_large`.
+    max_spans_per_trace: int = 10_000
+    # Spans accepted but not yet evaluated (open + released-but-queued). Past it receivers
+    # throttle (gRPC RESOURCE_EXHAUSTED, HTTP 429) so exporters retry: nothing acked is dropped.
+    max_pending_spans: int = 1_000_000
+    # What to do when max_open_traces is reached: `throttle` refuses spans of new traces with a
+    # retryable error; `release_oldest` releases the oldest open trace early as `truncated`.
+    overflow_policy: Literal["throttle", "release_oldest"] = "throttle"
+    # Recently released traces kept (with their spans) for re-opening: bounds reopen memory.
+    max_released_traces: int = 20_000
+    # Ids of released traces remembered (no spans) so that very late spans are refused as
+    # `late` instead of starting a fragment that would replace a full evaluation.
+    max_tombstones: int = 1_000_000
+    # Bytes of spans (as received, OTLP protobuf) accepted but not yet evaluated. Past it
+    # receivers throttle (reason `pending_bytes`), as for max_pending_spans.
+    max_pending_bytes: int = 512 * 1024 * 1024
+    # Under slot pressure (max_open_traces reached), traces holding a single span and idle
+    # this long give way first: released early (incomplete, reason `pressure`), seconds.
+    pressure_idle_s: float = 30.0
+    # Largest share of max_open_traces that one service.name may hold open (0..1]; spans
+    # that would open more of its traces are throttled (reason `service_share`). 1.0: none.
+    max_service_share: float = 1.0
+    # GenAI event log records (message content sent as OTLP logs) kept per trace; more are
+    # dropped with reason `trace_too_large`.
+    max_log_records_per_trace: int = 10_000
+    # GenAI event log records accepted but not yet evaluated. Past it the logs receivers
+    # throttle (gRPC RESOURCE_EXHAUSTED, HTTP 429), as for spans.
+    max_pending_log_records: int = 1_000_000
+
+    def __post_init__(self) -> None:
+        validate(self, minimum={
+            "grace_s": 0, "idle_timeout_s": 0, "max_trace_duration_s": 0, "reopen_window_s": 0,
+            "max_open_traces": 1, "max_spans_per_trace": 1, "max_pending_spans": 1,
+            "max_released_traces": 0, "max_tombstones": 0})

@@ -1,0 +1,59 @@
+"""Configuration of the evaluate stage: building trajectories (the ``trajectory:`` section),
+where evaluation runs (``evaluation:``: worker processes), and what the evaluator reads of
+the top-level config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from otel_eval.base.configcheck import validate
+
+if TYPE_CHECKING:
+    from otel_eval.evaluate.detectors.config import DetectorsConfig
+    from otel_eval.evaluate.predict.config import PredictionConfig
+
+
+@dataclass(frozen=True)
+class TrajectoryConfig:
+    # Span or resource attribute carrying the task id (for references and trials).
+    task_id_attribute: str = "otel_eval.task.id"
+    # Root span attribute carrying the known outcome (success / failure, true / false, 1 / 0).
+    outcome_attribute: str = "otel_eval.outcome"
+
+
+@dataclass(frozen=True)
+class EvaluationConfig:
+    # Processes that evaluate released traces (trajectory, detectors, store writes), each
+    # trace id always in the same one; receivers, assembly, the spool, the judge and the
+    # issues job stay in the serving process. 0: one per core this process may use (CPU
+    # affinity, capped by a cgroup CPU limit); 1: evaluate in the serving process itself.
+    workers: int = 0
+    # Traces handed to one worker process and not yet stored, at most. The rest wait in the
+    # serving process, where their spans count in assembly.max_pending_spans (receivers
+    # throttle past it).
+    max_inflight_traces_per_worker: int = 64
+    # A worker that dies is restarted and the traces it held are handed to it again; a trace
+    # held by a worker that died this many times is stored as an evaluation error instead.
+    max_attempts: int = 3
+    # Seconds a worker process may take to start (imports, opening the store). When the
+    # workers cannot start, serve evaluates in its own process and logs why.
+    worker_start_timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        validate(self, minimum={"workers": 0, "max_inflight_traces_per_worker": 1,
+                                "max_attempts": 1, "worker_start_timeout_s": 1})
+
+
+class EvaluatorSettings(Protocol):
+    """The sections ``Evaluator`` reads; the top-level ``Config`` is one (the evaluate stage
+    does not import it: only the entry points do)."""
+
+    @property
+    def trajectory(self) -> TrajectoryConfig: ...
+
+    @property
+    def detectors(self) -> DetectorsConfig: ...
+
+    @property
+    def prediction(self) -> PredictionConfig: ...

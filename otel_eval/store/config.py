@@ -1,0 +1,54 @@
+"""Configuration of the store (stage: store), the ``store:`` section: where evaluations are
+kept, for how long, and the spool beside them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from otel_eval.base.configcheck import FieldErrors, validate
+from otel_eval.store.base import is_postgresql_url
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    # SQLite file for evaluations (survives restarts). ":memory:" keeps nothing. With `url`
+    # set it only places the local files: the spool and the judge's rubric cache.
+    path: str = "otel-eval.db"
+    # PostgreSQL URL (postgresql://USER@HOST:5432/DB?sslmode=verify-full; libpq's PGPASSWORD
+    # and other PG* variables apply, or use ${ENV} substitution for the password): every
+    # worker and replica keeps evaluations, feedback and the issues catalogue there, so the
+    # results API of any shows the fleet's traces and one issues job runs at a time. Each
+    # process opens its own connection. Empty: SQLite at `path`.
+    url: str = field(default="", repr=False)
+    # Evaluations older than this are deleted, days (0 keeps everything).
+    retention_days: float = 7.0
+    # Acknowledged means durable: each OTLP request's accepted spans are written to a spool
+    # (SQLite, one transaction per request) before the request is acknowledged, and what was
+    # not yet evaluated is replayed at start. false: faster, but a crash (kill -9, OOM kill)
+    # loses acknowledged traces not yet evaluated. Kafka ingest needs none (the topic is the log).
+    spool: bool = True
+    # Spool file; empty: "<path>-spool" beside the store (no spool when path is ":memory:").
+    spool_path: str = ""
+    # Bytes of requests held in the spool (accepted, not yet evaluated). Past it the receivers
+    # throttle (reason `spool_full`; gRPC RESOURCE_EXHAUSTED, HTTP 429) and exporters retry.
+    spool_max_bytes: int = 512 * 1024 * 1024
+    # fsync every spooled request: survives power loss too, not only a crash of the process.
+    spool_fsync: bool = False
+
+    def __post_init__(self) -> None:
+        validate(self, minimum={"retention_days": 0, "spool_max_bytes": 1})
+        if not self.path:
+            raise FieldErrors({"path": "must name a file (or :memory:)"})
+        if self.url and not is_postgresql_url(self.url):
+            raise FieldErrors({"url": "must be a postgresql:// URL (or empty for SQLite)"})
+
+    @property
+    def target(self) -> str:
+        """What ``otel_eval.store.open_store`` opens: the URL, else the SQLite file."""
+        return self.url or self.path
+
+    def spool_file(self) -> str | None:
+        """Where the spool lives, or None when there is none (off, or an in-memory store)."""
+        if not self.spool or self.path == ":memory:":
+            return None
+        return self.spool_path or f"{self.path}-spool"
