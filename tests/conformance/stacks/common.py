@@ -117,9 +117,12 @@ def remote_parent(scenario: str) -> Any:
     return TraceContextTextMapPropagator().extract({"traceparent": scenarios.TRACEPARENT})
 
 
-def _ask(client: Any, messages: list[dict[str, Any]], stream: bool) -> dict[str, Any]:
-    """One chat completion -> the assistant message as a dict (streams are accumulated)."""
-    kwargs: dict[str, Any] = {"model": MODEL, "messages": messages, "tools": [OPENAI_TOOL]}
+def ask(client: Any, messages: list[dict[str, Any]], stream: bool,
+        tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One chat completion -> the assistant message as a dict (streams are accumulated);
+    ``tools``: what is offered (default get_weather as ``OPENAI_TOOL``)."""
+    kwargs: dict[str, Any] = {"model": MODEL, "messages": messages,
+                              "tools": tools or [OPENAI_TOOL]}
     if not stream:
         msg = client.chat.completions.create(**kwargs).choices[0].message
         return msg.model_dump(exclude_none=True)
@@ -149,7 +152,7 @@ def chat_loop(client: Any, scenario: str, run_tool: Callable[[dict[str, Any]], s
         {"role": "system", "content": "You are a weather assistant. Use get_weather."},
         {"role": "user", "content": prompt(scenario)}]
     for _ in range(MAX_TURNS):
-        msg = _ask(client, messages, stream=scenario == "streaming")
+        msg = ask(client, messages, stream=scenario == "streaming")
         messages.append(msg)
         if not msg.get("tool_calls"):
             return str(msg.get("content") or "")
