@@ -60,7 +60,9 @@ def test_variables_and_panels() -> None:
     d = dashboard()
     assert d["uid"] == "otel-eval"
     variables = {v["name"]: v for v in d["templating"]["list"]}
-    assert set(variables) == {"datasource", "service", "agent", "node", "trace_datasource"}
+    assert set(variables) == {"datasource", "service", "agent", "node", "trace_datasource",
+                              "otel_eval_url"}
+    assert variables["otel_eval_url"]["type"] == "textbox"
     assert variables["datasource"]["query"] == "prometheus"
     assert set(variables["trace_datasource"]["query"].split(",")) == {"otel-eval-tempo",
                                                                       "otel-eval-jaeger"}
@@ -86,6 +88,7 @@ def test_distribution_panels_carry_exemplar_links() -> None:
             assert all(t.get("exemplar") for t in p["targets"]), p["title"]
             urls = [link["url"] for link in p["fieldConfig"]["defaults"]["links"]]
             assert any("${trace_datasource}" in u and "trace_id" in u for u in urls)
+            assert "${otel_eval_url}/ui/runs/${__data.fields.trace_id}" in urls, p["title"]
 
 
 def test_provisioning_files() -> None:
@@ -99,8 +102,11 @@ def test_provisioning_files() -> None:
     assert {s["type"] for s in sources.values()} == {"prometheus", "tempo", "jaeger"}
     prom = sources["otel-eval-prometheus"]
     dests = prom["jsonData"]["exemplarTraceIdDestinations"]
-    assert {d["datasourceUid"] for d in dests} == {"otel-eval-tempo", "otel-eval-jaeger"}
-    assert all(d["name"] == "trace_id" and d["datasourceUid"] in sources for d in dests)
+    internal = [d for d in dests if "datasourceUid" in d]
+    assert {d["datasourceUid"] for d in internal} == {"otel-eval-tempo", "otel-eval-jaeger"}
+    assert all(d["name"] == "trace_id" and d["datasourceUid"] in sources for d in internal)
+    [web] = [d for d in dests if "url" in d]  # the run in otel-eval's web view
+    assert web["name"] == "trace_id" and web["url"].endswith("/ui/runs/$${__value.raw}")
 
 
 def test_prometheus_scrape_config_targets_admin_default() -> None:
@@ -139,3 +145,16 @@ def test_per_service_panels_count_every_agent() -> None:
                   "Non-termination rate by service"):
         (target,) = titles[title]["targets"]
         assert "sum by (service)" in target["expr"] and "$agent" not in target["expr"], title
+
+
+def test_alerts_link_to_the_runs_behind_them() -> None:
+    """A firing trace-rate alert links to otel-eval's run list filtered to its service, agent
+    and finding: one click to the runs, a second to the run."""
+    rules = {r["alert"]: r for r in alert_rules() if "alert" in r}
+    for name, rule in rules.items():
+        if "traces_completed" not in rule["expr"]:
+            continue
+        url = rule["annotations"]["otel_eval_url"]
+        assert url.startswith("http://localhost:8888/ui/?service={{ $labels.service | urlquery }}")
+        assert ("&agent={{ $labels.agent | urlquery }}" in url) == ("Service" not in name)
+        assert url.split("&detector=")[1] in ("loop", "non_termination", "budget"), name

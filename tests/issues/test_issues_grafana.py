@@ -107,3 +107,18 @@ def test_unreachable_grafana_is_counted() -> None:
 def test_annotator_needs_a_url() -> None:
     with pytest.raises(ValueError, match="url"):
         GrafanaAnnotator(GrafanaConfig())
+
+
+def test_annotations_link_to_the_issue_and_its_runs_in_the_web_view(
+        grafana: tuple[str, type[_Grafana]]) -> None:
+    url, handler = grafana
+    cfg = IssuesConfig(grafana=GrafanaConfig(url=url, token=TOKEN,
+                                             otel_eval_url="https://otel-eval.example:8888/"))
+    tracker = IssueTracker(cfg, sqlite3.connect(":memory:"),
+                           annotator=GrafanaAnnotator(cfg.grafana))
+    tracker.run(window(10), now=1_700_000_000.0)
+    assert handler.received and handler.problems == []
+    for body in handler.received:
+        issue_id = next(t for t in body["tags"] if t.startswith("issue:"))[len("issue:"):]
+        assert f"open: https://otel-eval.example:8888/ui/issues#issue-{issue_id}" in body["text"]
+        assert "exemplar traces: https://otel-eval.example:8888/ui/runs/" in body["text"]

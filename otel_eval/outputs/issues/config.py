@@ -26,6 +26,10 @@ class GrafanaConfig:
     tags: tuple[str, ...] = ("otel-eval", "issue")
     # Per-request timeout, seconds.
     timeout_s: float = 5.0
+    # otel-eval's admin URL as a browser reaches it (e.g. "https://otel-eval.example:8888"):
+    # each annotation then links to the issue (/ui/issues#issue-ID) and its example runs in
+    # the web view. Empty: no links.
+    otel_eval_url: str = ""
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 One annotation per event (a new issue, or an issue whose share jumped): JSON body with
 ``dashboardUID`` (and ``panelId`` when configured), ``time`` (epoch milliseconds), ``tags``
-and ``text``; ``Authorization: Bearer <service-account token>``. Failures are logged and
+and ``text`` (with ``issues.grafana.otel_eval_url``, links to the issue and its example runs
+in otel-eval's web view); ``Authorization: Bearer <service-account token>``. Failures are logged and
 counted (``GrafanaAnnotator.failures``), never raised: an unreachable Grafana must not stop
 the clustering job.
 """
@@ -15,6 +16,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import quote
 
 from otel_eval.outputs.issues.config import GrafanaConfig
 from otel_eval.outputs.issues.result import IssueEvent
@@ -31,8 +33,12 @@ def annotation_body(event: IssueEvent, now: float, config: GrafanaConfig) -> dic
         headline = (f"Issue share jumped ({where}): {issue.title}: "
                     f"{(event.previous_share or 0.0):.0%} -> {issue.share:.0%}")
     lines = [headline, issue.description, f"issue_id={issue.issue_id} share={issue.share:.3f}"]
+    base = config.otel_eval_url.rstrip("/")
+    if base:
+        lines.append(f"open: {base}/ui/issues#issue-{quote(issue.issue_id, safe='')}")
     if issue.exemplars:
-        lines.append("exemplar traces: " + ", ".join(issue.exemplars))
+        lines.append("exemplar traces: " + ", ".join(
+            f"{base}/ui/runs/{t}" if base else t for t in issue.exemplars))
     body: dict[str, Any] = {
         "time": int(now * 1000),
         "tags": [*config.tags, f"event:{event.kind}", f"level:{issue.level}",
