@@ -10,24 +10,18 @@ alert fires for the looping agent and not for the clean one; exemplars carry tra
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
-import shutil
-import socket
 import subprocess
 import sys
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import service_feed
-import yaml
-from grafana_files import PROMETHEUS_YML, RULES, alert_rules, panel_queries
+from grafana_files import alert_rules, panel_queries
 from metrics_harness import (
     CLEAN,
     LOOPY,
@@ -37,96 +31,11 @@ from metrics_harness import (
     issues_job,
     serve,
 )
+from prometheus_harness import Prometheus, listening, poll, prometheus_scraping, stop
 
 from otel_eval.telemetry.metrics import Metrics
 
 pytestmark = pytest.mark.slow
-TIMEOUT_S = 90.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Prometheus:
-    def __init__(self, port: int) -> None:
-        self.base = f"http://127.0.0.1:{port}"
-
-    def get(self, path: str, **params: str) -> Any:
-        url = f"{self.base}{path}?{urllib.parse.urlencode(params)}"
-        try:
-            with urllib.request.urlopen(url, timeout=10) as resp:
-                return json.loads(resp.read())
-        except urllib.error.HTTPError as e:  # 400 bad_data carries the parse error as JSON
-            return json.loads(e.read())
-
-    def query(self, expr: str) -> dict[str, Any]:
-        out: dict[str, Any] = self.get("/api/v1/query", query=expr)
-        return out
-
-
-def _poll(what: str, condition: Any, between: Any = None) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        if between is not None:
-            between()
-        time.sleep(0.25)  # poll interval (the condition is the wait, not the sleep)
-
-
-@contextlib.contextmanager
-def prometheus_scraping(tmp_path: Path, target_port: int) -> Iterator[Prometheus]:
-    """A real Prometheus (the shipped scrape config and rules, sped up) scraping the target."""
-    exe = shutil.which("prometheus")
-    assert exe, "prometheus missing: apt-get install -y prometheus (.ci/run installs it)"
-    config = yaml.safe_load(PROMETHEUS_YML.read_text())
-    config["global"] = {"scrape_interval": "1s", "scrape_timeout": "1s",
-                        "evaluation_interval": "1s"}
-    config["rule_files"] = [str(RULES)]
-    config["scrape_configs"][0]["static_configs"] = [{"targets": [f"127.0.0.1:{target_port}"]}]
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = _free_port()
-    log_path = tmp_path / "prometheus.log"
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            [exe, f"--config.file={tmp_path / 'prometheus.yml'}",
-             f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
-             "--enable-feature=exemplar-storage"], stdout=log, stderr=subprocess.STDOUT)
-        prom = Prometheus(port)
-        try:
-            def up() -> bool:
-                assert proc.poll() is None, log_path.read_text()[-3000:]
-                try:
-                    r = prom.query("up")
-                except OSError:
-                    return False
-                return any(s["value"][1] == "1" for s in r.get("data", {}).get("result", []))
-
-            _poll("Prometheus to scrape the target", up)
-            yield prom
-        finally:
-            _stop(proc)
-
-
-def _listening(log: Path, ports: dict[str, int]) -> bool:
-    """Whether serve has logged its OTLP/HTTP and admin ports (stored into ``ports``)."""
-    for line in log.read_text(errors="replace").splitlines():
-        m = re.search(r"(OTLP/HTTP|admin) (?:receiver|endpoint) listening on \S+ \(port (\d+)\)",
-                      line)
-        if m:
-            ports[m.group(1)] = int(m.group(2))
-    return {"OTLP/HTTP", "admin"} <= set(ports)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 @pytest.fixture
@@ -164,7 +73,7 @@ def test_every_panel_and_alert_query_returns_data(
         return not pending
 
     # Traffic keeps flowing while we wait, as it would from agents: each poll adds a round.
-    _poll("every query to return data", all_answer,
+    poll("every query to return data", all_answer,
           lambda: fed.extend(feed_round(metrics, next(rounds))))
 
     loop_expr = next(r["expr"] for r in alert_rules() if r["alert"] == "OtelEvalLoopRateHigh")
@@ -235,7 +144,7 @@ def test_real_service_panels_alerts_and_exemplars(tmp_path: Path) -> None:
         # serve binds port 0 and logs the ports it got (a port picked free beforehand could be
         # taken by another process while serve still imports)
         ports: dict[str, int] = {}
-        _poll("otel-eval serve to listen", lambda: _listening(tmp_path / "serve.log", ports))
+        poll("otel-eval serve to listen", lambda: listening(tmp_path / "serve.log", ports))
         http_port, admin_port = ports["OTLP/HTTP"], ports["admin"]
         with prometheus_scraping(tmp_path, admin_port) as prom:
             queries = panel_queries() + [(r["alert"], r["expr"]) for r in alert_rules()]
@@ -252,7 +161,7 @@ def test_real_service_panels_alerts_and_exemplars(tmp_path: Path) -> None:
                         pending.pop(name, None)
                 return not pending
 
-            _poll("every fed query to return data", all_answer,
+            poll("every fed query to return data", all_answer,
                   lambda: service_feed.send_round(http_port))
             loop_expr = next(r["expr"] for r in alert_rules()
                              if r["alert"] == "OtelEvalLoopRateHigh")
@@ -264,7 +173,7 @@ def test_real_service_panels_alerts_and_exemplars(tmp_path: Path) -> None:
             ids = {e["labels"]["trace_id"] for s in ex["data"] for e in s["exemplars"]}
             assert ids and all(len(i) == 32 for i in ids)
     finally:
-        _stop(service)
+        stop(service)
         serve_log.close()
 
 
@@ -291,7 +200,7 @@ def test_every_share_is_zero_not_no_data_when_its_numerator_never_happened(
         return all(_has_data(prom.query(e)) for e in shares.values())
 
     feed()
-    _poll("every share to answer", answered, feed)
+    poll("every share to answer", answered, feed)
     for name, expr in shares.items():
         values = [float(s["value"][1]) for s in prom.query(expr)["data"]["result"]]
         assert values == [0.0], (name, values)
