@@ -1,14 +1,17 @@
-"""Kafka end to end on the suite's real broker: a consumer group of two ``otel-eval serve``
-workers, one of them killed with SIGKILL mid-stream; the group rebalances and the survivor
-takes the dead worker's partitions over.
+"""``collector-config/kafka.yaml`` end to end: the real OpenTelemetry Collector (built by
+scripts/collector) writing to the suite's real Kafka broker, and a consumer group of two
+``otel-eval serve`` workers, one of them killed with SIGKILL mid-stream; the group rebalances
+and the survivor takes the dead worker's partitions over.
 
-    agent (recorded OTLP/JSON, POSTed) -> serve --kafka-publish (writes as the collector's
-        kafka exporter does: spans and GenAI log records per trace id, fnv1a-partitioned)
-        -> topics spans + logs (6 partitions each) -> workers A and B (group mode, range
-        assignment, one SQLite store each) ; A is SIGKILLed mid-stream
+    agent (recorded OTLP/JSON, POSTed to the collector's OTLP/HTTP receiver) -> collector
+        (kafka.yaml as shipped, endpoints rewritten: kafka exporter, partition_traces_by_id,
+        partition_logs_by_trace_id) -> topics otlp_spans + otlp_logs (6 partitions each)
+        -> workers A and B (group mode, range assignment, one SQLite store each);
+        A is SIGKILLed mid-stream
 
 The traces are the openai-v2-events conformance recordings (content only in log records),
-each replayed many times under fresh trace ids. Counted, and asserted:
+each replayed many times under fresh trace ids. kafka.yaml compresses with zstd (aiokafka
+decodes it with cramjam, from its codec extras). Counted, and asserted:
 - **lost**: a sent trace with no stored evaluation in either store, or whose newest stored
   evaluation lacks its log records' content (``unrecorded``) or some of its spans: 0;
 - **evaluated twice**: a trace with a stored evaluation in both workers' stores at the same
@@ -33,9 +36,11 @@ from typing import Any
 
 import pytest
 from kafka_server import KafkaServer
+from otel_collector import Collector, free_port, render
+from otel_eval.kafka.config import KafkaConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "load"))
-from load_harness import Served, poll, serve
+from load_harness import poll, serve
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka_broker]
 
@@ -72,8 +77,8 @@ def traces() -> list[tuple[str, str, list[tuple[str, bytes]]]]:
     return out
 
 
-def post(front: Served, signal_name: str, body: bytes) -> None:
-    req = urllib.request.Request(f"{front.http_url}/v1/{signal_name}", data=body,
+def post(http_url: str, signal_name: str, body: bytes) -> None:
+    req = urllib.request.Request(f"{http_url}/v1/{signal_name}", data=body,
                                  method="POST", headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=30) as r:
         assert r.status == 200
@@ -91,8 +96,8 @@ def stored(store: Path) -> dict[str, dict[str, Any]]:
 
 @pytest.fixture
 def topics(kafka_server: KafkaServer) -> Iterator[tuple[str, str]]:
-    name = f"e2e_{uuid.uuid4().hex[:8]}"
-    spans, logs = f"{name}_spans", f"{name}_logs"
+    """kafka.yaml's topics (its exporter's defaults), co-partitioned, deleted afterwards."""
+    spans, logs = "otlp_spans", "otlp_logs"
     kafka_server.create_topic(spans, PARTITIONS)
     kafka_server.create_topic(logs, PARTITIONS)
     yield spans, logs
@@ -100,19 +105,26 @@ def topics(kafka_server: KafkaServer) -> Iterator[tuple[str, str]]:
     kafka_server.delete_topic(logs)
 
 
-def test_group_of_two_workers_one_killed_mid_stream_loses_no_trace(
-        kafka_server: KafkaServer, topics: tuple[str, str], tmp_path: Path) -> None:
-    spans_topic, logs_topic = topics
-    kafka = {"brokers": kafka_server.bootstrap, "topic": spans_topic, "logs_topic": logs_topic,
-             "group_id": f"g-{spans_topic}", "commit_interval_s": 0.2,
-             "session_timeout_s": 6.0}
+def test_kafka_yaml_group_of_two_workers_one_killed_mid_stream_loses_no_trace(
+        kafka_server: KafkaServer, otelcol_bin: Path, topics: tuple[str, str],
+        tmp_path: Path) -> None:
+    # otel-eval's defaults are kafka.yaml's topics and encodings: only the brokers are set
+    defaults = KafkaConfig()
+    assert (defaults.topic, defaults.logs_topic) == topics
+    assert defaults.encoding == defaults.logs_encoding == "otlp_proto"
+    kafka = {"brokers": kafka_server.bootstrap, "group_id": f"g-{uuid.uuid4().hex[:8]}",
+             "commit_interval_s": 0.2, "session_timeout_s": 6.0}
     worker_cfg = {"kafka": kafka, "assembly": {"grace_s": 0.5, "idle_timeout_s": 5.0}}
     sent = traces()
-    dirs = {n: tmp_path / n for n in ("front", "a", "b")}
-    for d in dirs.values():
-        d.mkdir()
-    with serve(dirs["a"], worker_cfg) as a, serve(dirs["b"], worker_cfg) as b, \
-            serve(dirs["front"], {"kafka": {**kafka, "publish": True}}, http=True) as front:
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+    http_port = free_port()
+    collector = Collector(otelcol_bin, render("kafka.yaml", {
+        "0.0.0.0:4317": f"127.0.0.1:{free_port()}", "0.0.0.0:4318": f"127.0.0.1:{http_port}",
+        "kafka:9092": kafka_server.bootstrap}), tmp_path)
+    front = f"http://127.0.0.1:{http_port}"
+    with serve(tmp_path / "a", worker_cfg) as a, serve(tmp_path / "b", worker_cfg) as b, \
+            collector:
         half = len(sent) // 2
         for _tid, _n, bodies in sent[:half]:
             for sig, body in bodies:
@@ -141,7 +153,7 @@ def test_group_of_two_workers_one_killed_mid_stream_loses_no_trace(
         if tid in a_stored and tid in b_stored \
                 and a_stored[tid]["revision"] == b_stored[tid]["revision"]:
             twice.append(tid)
-    print(f"\nkafka e2e: sent {len(sent)} traces, stored by A {len(a_stored)} (killed), "
+    print(f"\nkafka.yaml e2e: sent {len(sent)} traces, stored by A {len(a_stored)} (killed), "
           f"by B {len(b_stored)}, lost {len(lost)}, evaluated twice {len(twice)}; "
           f"B took {b_metrics.get('otel_eval_receiver_log_records_accepted_total', 0):.0f} "
           "log records", file=sys.stderr)
