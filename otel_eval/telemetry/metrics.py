@@ -33,6 +33,8 @@ Metrics (counters are exposed with the ``_total`` suffix):
                otel_eval_traces_budget_overruns_total{service,agent,budget}
                otel_eval_traces_verdicts_total{service,agent,verdict}           passed|failed
                otel_eval_traces_lucky_passes_total{service,agent}
+               otel_eval_traces_agent_source_total{service,source}  span|child_span|
+               inferred_history|unknown: where the run's agent name came from
     trace      otel_eval_trace_steps{service,agent}             histogram (tool calls per trace)
                otel_eval_trace_tokens{service,agent}            histogram (input + output)
                otel_eval_trace_cost_usd{service,agent}          histogram (traces with a cost)
@@ -73,7 +75,8 @@ Invariants (in steady state, all counters since start):
 - sum(spans_accepted) + spool_spans_replayed = assembly_spans_released + assembly_pending_spans
   (open or queued);
 - traces_completed = sum over verdicts of traces_verdicts (+ traces with no verdict);
-- traces_with_loop, traces_non_terminated, traces_lucky_passes <= traces_completed.
+- traces_with_loop, traces_non_terminated, traces_lucky_passes <= traces_completed;
+- sum over source of traces_agent_source = traces_completed (per service).
 
 ``traces_non_terminated`` counts runs that did not end (``model.NOT_ENDED_KINDS``):
 a completed run whose output simply was not recorded is not one.
@@ -228,6 +231,10 @@ class Metrics:
                           [*sa, "budget"])
         self.c_verdicts = c("traces_verdicts", "Verdicts, passed or failed.", [*sa, "verdict"])
         self.c_lucky = c("traces_lucky_passes", "Passed traces flagged as lucky passes.", sa)
+        self.c_agent_source = c("traces_agent_source",
+                                "Traces evaluated, by where their agent's name came from "
+                                "(span, child_span, inferred_history, unknown).",
+                                ["service", "source"])
         self.c_findings = c("detector_findings", "Detector findings.",
                             ["agent", "detector", "kind", "severity"])
         self.c_tool_errors = c("detector_tool_errors", "Tool-call errors, by kind and tool.",
@@ -332,6 +339,7 @@ class Metrics:
             self._series(self.c_superseded, service, agent).inc()
             return
         self._series(self.c_completed, service, agent, t.status).inc()
+        self._series(self.c_agent_source, service, t.agent_source).inc()
         self._count_findings(evaluation, service, agent, exemplar)
         verdict = evaluation.verdict
         if verdict is not None:

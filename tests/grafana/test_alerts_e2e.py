@@ -184,6 +184,11 @@ def test_the_shipped_alerts_page_for_the_looping_and_the_hanging_agent(
 
         poll("the loop and the non-termination alert to fire", both_fire, agents.send,
              timeout_s=180)
+        sources = prom.query('sum by (service, source) (otel_eval_traces_agent_source_total)')
+        counted = {(r["metric"]["service"], r["metric"]["source"])
+                   for r in sources["data"]["result"]}
+        assert ("hanging", "inferred_history") in counted
+        assert not {c for c in counted if c[1] == "unknown"}, counted
     killed = _evaluations(admin, service="hanging", status="incomplete")
     assert killed and all(e["agent"] == AGENT for e in killed)
     assert {e["agent_source"] for e in killed} == {"inferred_history"}
