@@ -37,7 +37,8 @@ from typing import Any
 import pytest
 from kafka_server import KafkaServer
 from otel_collector import Collector, free_port, render
-from otel_eval.kafka.config import KafkaConfig
+
+from otel_eval.base.kafka.config import KafkaConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "load"))
 from load_harness import poll, serve
