@@ -120,5 +120,7 @@ def test_kafka_matches_the_consumer_defaults() -> None:
     assert kafka["traces"] == {"topic": "otlp_spans", "encoding": "otlp_proto"}
     assert "topic" not in kafka and "encoding" not in kafka  # deprecated top-level keys
     # The logs topic: the exporter's defaults, spelled out; records keyed by trace id too.
+    assert kafka["logs"] == {"topic": Config().kafka.logs_topic,
+                             "encoding": Config().kafka.logs_encoding}
     assert kafka["logs"] == {"topic": "otlp_logs", "encoding": "otlp_proto"}
     assert kafka["partition_logs_by_trace_id"] is True

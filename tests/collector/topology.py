@@ -1,0 +1,121 @@
+"""The pieces the end-to-end collector tests share: the conformance recordings, the direct
+evaluation each is compared to, ``otel-eval serve`` as a real subprocess, waiting on counters.
+
+The direct evaluation is the conformance test's path: the recorded OTLP/JSON requests posted in
+recorded order to an in-process ``Service`` (no SDK, no collector), released by its hand-driven
+clock first past the grace period (runs whose root ended) and then past the idle timeout (runs
+that never ended), the order a real clock releases them in. serve runs with the same assembly
+timings, short so that the tests wait seconds, not minutes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+TESTS = Path(__file__).resolve().parents[1]
+for _dir in ("conformance", "receiver", "load"):
+    if str(TESTS / _dir) not in sys.path:
+        sys.path.insert(0, str(TESTS / _dir))
+
+import corpus  # noqa: E402
+import load_harness  # noqa: E402
+from service_harness import running_service  # noqa: E402
+
+T = TypeVar("T")
+# serve's (and the direct Service's) assembly timings: a finished run is released GRACE_S
+# after its last span, one that never ended IDLE_S after it.
+GRACE_S = 5.0
+IDLE_S = 8.0
+SERVE_CONFIG: dict[str, Any] = {
+    "assembly": {"grace_s": GRACE_S, "idle_timeout_s": IDLE_S},
+    "evaluation": {"workers": 1},
+}
+# Long enough for a loaded 2-core machine; the waits end as soon as their condition holds.
+DEADLINE_S = 180.0
+
+
+def _trace_ids(rec: dict[str, Any]) -> set[str]:
+    return set(re.findall(r'"traceId": "([0-9a-f]{32})"', json.dumps(rec["requests"])))
+
+
+def recordings() -> list[dict[str, Any]]:
+    """Every conformance recording, in stack then scenario order, one trace id each. The
+    remote_parent scenario of every stack continues the same remote trace (the W3C example
+    traceparent), so there each recording's trace gets an id of its own (sha256 of its stack
+    and scenario): sent together, they would be one trace."""
+    recs = [corpus.recording(stack, scenario) for stack, scenario in corpus.recorded()]
+    uses = Counter(tid for rec in recs for tid in _trace_ids(rec))
+    out = []
+    for rec in recs:
+        (tid,) = _trace_ids(rec)
+        if uses[tid] > 1:
+            new = hashlib.sha256(f"{rec['stack']}/{rec['scenario']}".encode()).hexdigest()[:32]
+            rec = {**rec, "requests": json.loads(json.dumps(rec["requests"]).replace(
+                f'"traceId": "{tid}"', f'"traceId": "{new}"'))}
+        out.append(rec)
+    return out
+
+
+def post_recording(base_url: str, rec: dict[str, Any]) -> None:
+    """POST the recorded OTLP/JSON requests in order (what the conformance test does)."""
+    for i, item in enumerate(rec["requests"]):
+        req = urllib.request.Request(f"{base_url}/v1/{item['signal']}", method="POST",
+                                     data=json.dumps(item["body"]).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            assert r.status == 200, (rec["stack"], rec["scenario"], i)
+
+
+def direct(recs: list[dict[str, Any]], tmp: Path) -> dict[str, dict[str, Any]]:
+    """Each recording's stored evaluation by trace id, evaluated without the collector."""
+    with running_service(tmp, **{"assembly.grace_s": GRACE_S,
+                                 "assembly.idle_timeout_s": IDLE_S}) as h:
+        for rec in recs:
+            post_recording(h.http_url.removesuffix("/v1/traces"), rec)
+        h.release(after_s=GRACE_S + 0.001)
+        h.release(after_s=IDLE_S + 1)
+        return {e["trace_id"]: e for e in h.svc.store.latest(100_000)}
+
+
+def wait_for(fn: Callable[[], T | None], what: str, deadline_s: float = DEADLINE_S) -> T:
+    return load_harness.poll(fn, deadline_s, what, interval_s=0.1)
+
+
+@contextmanager
+def serve(tmp: Path, **extra: Any) -> Iterator[load_harness.Served]:
+    """``otel-eval serve`` (OTLP/gRPC on a port it picked, SQLite store in ``tmp``)."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    with load_harness.serve(tmp, {**SERVE_CONFIG, **extra}) as served:
+        yield served
+
+
+def received(served: load_harness.Served) -> tuple[int, int]:
+    """(spans, log records) serve has received so far."""
+    m = served.metrics()
+    return (int(m.get("otel_eval_receiver_spans_received_total", 0)),
+            int(m.get("otel_eval_receiver_log_records_received_total", 0)))
+
+
+def stored(served: load_harness.Served) -> dict[str, dict[str, Any]]:
+    return load_harness.stored(served.store)
+
+
+def stored_at_least(served: load_harness.Served, n: int) -> dict[str, dict[str, Any]] | None:
+    """The stored evaluations once there are ``n`` of them, else None."""
+    out = stored(served)
+    return out if len(out) >= n else None
+
+
+def differences(got: dict[str, Any], want: dict[str, Any]) -> list[str]:
+    """Top-level keys whose values differ (for a readable failure)."""
+    return [f"{k}: {got.get(k)!r} != {want.get(k)!r}"[:400]
+            for k in sorted(set(got) | set(want)) if got.get(k) != want.get(k)]
