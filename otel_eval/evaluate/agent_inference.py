@@ -31,7 +31,8 @@ from typing import Protocol
 from otel_eval.base.model import Evaluation, Trajectory
 from otel_eval.evaluate.conventions.messages import message_text, messages
 
-__all__ = ["SERVICE_FINGERPRINT", "AgentHistory", "fingerprints", "infer_agent", "learned"]
+__all__ = ["SERVICE_FINGERPRINT", "AgentHistory", "RecallOnce", "fingerprints", "infer_agent",
+           "learned"]
 
 SERVICE_FINGERPRINT = "service"
 # Bytes of an LLM input parsed for its system message: beyond it the input is not read for
@@ -49,6 +50,26 @@ class AgentHistory(Protocol):
     def recall_agent(self, service: str, fingerprints: Sequence[str]) -> str | None: ...
 
     def remember_agents(self, runs: Sequence[tuple[str, str, Sequence[str]]]) -> None: ...
+
+
+class RecallOnce:
+    """``history`` with each (service, fingerprints) recalled once: a batch of runs that no
+    span names (an instrumentation that never names its agent) costs one store query per
+    distinct kind of run, not one per run. One per batch (it keeps at most one answer per
+    run of the batch, and does not see what the batch itself teaches the history)."""
+
+    def __init__(self, history: AgentHistory) -> None:
+        self._history = history
+        self._answers: dict[tuple[str, tuple[str, ...]], str | None] = {}
+
+    def recall_agent(self, service: str, fingerprints: Sequence[str]) -> str | None:
+        key = (service, tuple(fingerprints))
+        if key not in self._answers:
+            self._answers[key] = self._history.recall_agent(service, fingerprints)
+        return self._answers[key]
+
+    def remember_agents(self, runs: Sequence[tuple[str, str, Sequence[str]]]) -> None:
+        self._history.remember_agents(runs)
 
 
 def _hash(kind: str, parts: Iterable[str]) -> str:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from otel_eval.base.model import Evaluation, Trace
-from otel_eval.evaluate.agent_inference import learned
+from otel_eval.evaluate.agent_inference import RecallOnce, learned
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.store import EvaluationStore
 
@@ -73,9 +73,10 @@ def evaluate_and_store(evaluator: Evaluator, store: EvaluationStore, traces: Seq
     storing again does not count as superseding it."""
     evaluated: list[tuple[Evaluation, str | None]] = []
     known = store.feedback_many({t.trace_id for t in traces})  # one query, not one per trace
+    history = RecallOnce(store)  # a run no span names: one query per kind of run, per batch
     for trace in traces:
         try:
-            ev, failure = evaluator.evaluate(trace, known.get(trace.trace_id), store), None
+            ev, failure = evaluator.evaluate(trace, known.get(trace.trace_id), history), None
         except Exception as e:  # stage boundary: the trace is still stored, with the error
             log.exception("evaluation of trace %s failed", trace.trace_id)
             ev, failure = evaluator.failed(trace, e), type(e).__name__

@@ -119,3 +119,25 @@ def test_fingerprints_are_hashes_strongest_first() -> None:
     fps = fingerprints(t)
     assert [f.split(":")[0] for f in fps] == ["system", "tools", "steps", SERVICE_FINGERPRINT]
     assert all("Secret" not in f and len(f) <= 40 for f in fps)
+
+
+def test_a_batch_recalls_each_kind_of_unnamed_run_once(history: SqliteStore) -> None:
+    from otel_eval.evaluate.agent_inference import RecallOnce
+
+    calls: list[str] = []
+
+    class Counting:
+        def recall_agent(self, service: str, fps: Any) -> str | None:
+            calls.append(service)
+            return history.recall_agent(service, fps)
+
+        def remember_agents(self, runs: Any) -> None:
+            history.remember_agents(runs)
+
+    ev = Evaluator(Config())
+    _evaluate(ev, history, _run("7" * 32, "solo", "S.", ["a"]))
+    batch = RecallOnce(Counting())
+    for i in range(50):  # an instrumentation that never names the agent: same kind of run
+        t = ev.evaluate(_run(f"{i + 1000:032x}", "", "S.", ["a"]), history=batch).trajectory
+        assert (t.agent, t.agent_source) == ("solo", "inferred_history")
+    assert calls == ["shop"]
