@@ -52,6 +52,7 @@ class Browser:
             os.dup2(r, 3)
             os.dup2(w, 4)
 
+        profile.mkdir(parents=True, exist_ok=True)
         log = (profile / "chromium.log").open("wb")
         self.proc = subprocess.Popen(
             [exe, *FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{height}",
