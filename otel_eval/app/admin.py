@@ -23,6 +23,10 @@ POST (401 without a known token, 403 for a read token on a write). A browser on 
 send the token as the password of HTTP Basic authentication (any user name): a 401 there
 asks for it with ``WWW-Authenticate: Basic``. TLS (and mTLS) from
 ``admin.tls``, as on the receivers.
+
+Each route is a handler ``Request -> Response`` on the shared HTTP server
+(``receive.httpserver``: deadlines, connection limits, a reserve of slots for the probe paths
+and ``/metrics``).
 """
 
 from __future__ import annotations
@@ -32,20 +36,20 @@ import binascii
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 from prometheus_client import CollectorRegistry
 
 from otel_eval.base.configcheck import FieldErrors, validate
-from otel_eval.decode.body import BodyError, loads_bounded, read_body
+from otel_eval.decode.body import BodyError, loads_bounded
 from otel_eval.outputs.ui.routes import Sources
 from otel_eval.outputs.ui.routes import handle as ui_handle
 from otel_eval.outputs.ui.text import Redact
-from otel_eval.receive.http import serve_http
+from otel_eval.receive.config import HttpLimits
+from otel_eval.receive.httpserver import Handler, HttpServer, Request, Response
 from otel_eval.receive.security import BearerAuth, TlsFiles, TlsServerConfig
 from otel_eval.store.query import EvaluationQuery, Page, QueryError
 from otel_eval.telemetry.metrics import render
@@ -72,6 +76,10 @@ class AdminConfig:
     # (e.g. http://jaeger:16686/trace/{trace_id}); the web view's run page links to it.
     # Empty: no link. http(s) only.
     trace_url: str = ""
+    # Admin connections, as receiver.http_limits; reserved_connections slots beyond
+    # max_connections serve only /healthz, /readyz and /metrics (probes and scrapes get in
+    # during a flood of partial requests).
+    limits: HttpLimits = field(default_factory=lambda: HttpLimits(reserved_connections=16))
 
     def __post_init__(self) -> None:
         validate(self, endpoints=("endpoint",))
@@ -85,6 +93,8 @@ log = logging.getLogger(__name__)
 _TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
 # Largest feedback body, bytes: it holds a trace id and an outcome.
 MAX_FEEDBACK_BYTES = 1 << 20
+# Longest query string read, bytes (a URL past it is refused before parsing).
+MAX_QUERY_BYTES = 8 * 1024
 
 
 @dataclass
@@ -101,6 +111,8 @@ class AdminApi:
     refused: Callable[[str, str], None] = lambda _protocol, _reason: None  # counts refusals
     redact: Redact = None  # the judge's redaction, applied to what the web view shows
     trace_url: str = ""  # admin.trace_url: the trace backend's page of a trace
+    # Connections closed early, by reason (httpserver.CLOSE_REASONS).
+    connection_closed: Callable[[str], None] = lambda _reason: None
 
 
 def _is_ui(path: str) -> bool:
@@ -144,114 +156,95 @@ class AdminAuth:
         return (0, writer) if writer is not None else (403, "this token may not write")
 
 
-def make_handler(api: AdminApi, auth: AdminAuth | None = None) -> type[BaseHTTPRequestHandler]:
+def _json(status: int, obj: Any, headers: Mapping[str, str] | None = None,
+          close: bool = False) -> Response:
+    return Response(status, json.dumps(obj).encode(), "application/json", headers or {},
+                    close)
+
+
+def _error(status: int, message: str, **extra: Any) -> Response:
+    return _json(status, {"error": message, **extra})
+
+
+def make_handler(api: AdminApi, auth: AdminAuth | None = None) -> Handler:
     access = auth or AdminAuth(AdminConfig())
     sources = Sources(api.query, api.get, api.issues, api.redact, api.trace_url)
 
-    class AdminHandler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        server_version = "otel-eval"
+    def handle(req: Request) -> Response:
+        path = req.path.rstrip("/") or "/"
+        write = req.method not in ("GET", "HEAD")
+        authorization = req.header("Authorization")
+        ui = _is_ui(path) and not write
+        status, why = access.check(path, basic_as_bearer(authorization) if ui
+                                   else authorization, write)
+        if status:
+            api.refused("admin", "unauthenticated" if status == 401 else "forbidden")
+            scheme = 'Basic realm="otel-eval", charset="UTF-8"' if ui else \
+                'Bearer realm="otel-eval"'
+            return _json(status, {"error": why}, {"WWW-Authenticate": scheme}, close=True)
+        if req.method == "POST":
+            return feedback(req) if path == "/v1/feedback" else _json(
+                404, {"error": f"unknown path {req.path!r}"}, close=True)
+        if req.method != "GET":
+            return _json(405, {"error": f"{req.method} is not served here"},
+                         {"Allow": "GET, POST"}, close=True)
+        return read(req, path)
 
-        def log_message(self, format: str, *args: object) -> None:
-            log.debug("admin: " + format, *args)
+    def read(req: Request, path: str) -> Response:
+        if path == "/metrics":
+            data, ctype = render(api.registry, req.header("Accept"))
+            return Response(200, data, ctype)
+        if path in ("/healthz", "/readyz"):
+            ok = api.healthy() if path == "/healthz" else api.ready()
+            return _json(200 if ok else 503, {"status": "ok" if ok else "unavailable"})
+        if path == "/v1/evaluations":
+            return evaluations(req)
+        if path.startswith("/v1/evaluations/"):
+            trace_id = path.rsplit("/", 1)[1].lower()
+            body = api.get(trace_id) if _TRACE_ID.match(trace_id) else None
+            return _json(200, body) if body else _error(
+                404, f"no evaluation for trace {trace_id!r}")
+        if _is_ui(path):
+            code, headers, data = ui_handle(sources, req.path, req.query)
+            ctype = headers.pop("Content-Type")
+            return Response(code, data, ctype, headers)
+        if path == "/v1/issues":
+            issues = api.issues()
+            return _json(200, issues) if issues is not None else _error(
+                404, "issue clustering is not enabled (issues.interval_s)")
+        return _error(404, f"unknown path {req.path!r}")
 
-        def _allowed(self, path: str, write: bool) -> bool:
-            authorization = self.headers.get("Authorization")
-            ui = _is_ui(path) and not write
-            status, why = access.check(path, basic_as_bearer(authorization) if ui
-                                       else authorization, write)
-            if status:
-                api.refused("admin", "unauthenticated" if status == 401 else "forbidden")
-                self.close_connection = True  # a body, if any, was not read
-                scheme = 'Basic realm="otel-eval", charset="UTF-8"' if ui else \
-                    'Bearer realm="otel-eval"'
-                self._json(status, {"error": why}, {"WWW-Authenticate": scheme})
-            return not status
+    def evaluations(req: Request) -> Response:
+        if len(req.query) > MAX_QUERY_BYTES:
+            return _error(414, f"query string longer than {MAX_QUERY_BYTES} bytes")
+        try:
+            query = EvaluationQuery.from_params(parse_qs(req.query, keep_blank_values=True))
+        except QueryError as e:
+            return _error(400, str(e), parameter=e.param)
+        return _json(200, api.query(query).to_json())
 
-        def do_GET(self) -> None:
-            url = urlsplit(self.path)
-            path = url.path.rstrip("/") or "/"
-            if not self._allowed(path, write=False):
-                return
-            if path == "/metrics":
-                data, ctype = render(api.registry, self.headers.get("Accept"))
-                self._send(200, data, ctype)
-            elif path in ("/healthz", "/readyz"):
-                ok = api.healthy() if path == "/healthz" else api.ready()
-                self._json(200 if ok else 503, {"status": "ok" if ok else "unavailable"})
-            elif path == "/v1/evaluations":
-                try:
-                    query = EvaluationQuery.from_params(
-                        parse_qs(url.query, keep_blank_values=True))
-                except QueryError as e:
-                    self._json(400, {"error": str(e), "parameter": e.param})
-                else:
-                    self._json(200, api.query(query).to_json())
-            elif path.startswith("/v1/evaluations/"):
-                trace_id = path.rsplit("/", 1)[1].lower()
-                body = api.get(trace_id) if _TRACE_ID.match(trace_id) else None
-                self._json(200, body) if body else self._error(404, "no evaluation for "
-                                                                    f"trace {trace_id!r}")
-            elif _is_ui(path):
-                code, headers, data = ui_handle(sources, url.path, url.query)
-                self._send(code, data, headers.pop("Content-Type"), headers)
-            elif path == "/v1/issues":
-                issues = api.issues()
-                self._json(200, issues) if issues is not None else self._error(
-                    404, "issue clustering is not enabled (issues.interval_s)")
-            else:
-                self._error(404, f"unknown path {url.path!r}")
+    def feedback(req: Request) -> Response:
+        try:
+            raw = req.body(MAX_FEEDBACK_BYTES)
+        except BodyError as e:  # what was not read must not become a request
+            return _json(e.status, {"error": str(e)}, close=True)
+        try:
+            body = loads_bounded(raw or b"null", max_depth=8)
+            trace_id, outcome = str(body["trace_id"]).lower(), body["outcome"]
+        except (ValueError, KeyError, TypeError) as e:
+            why = f" ({e})" if isinstance(e, ValueError) else ""
+            return _error(400, 'expected JSON {"trace_id": "<32 hex>", "outcome": ...}' + why)
+        if not _TRACE_ID.match(trace_id):
+            return _error(400, f"trace_id must be 32 hex digits, got {trace_id!r}")
+        try:
+            updated = api.feedback(trace_id, outcome)
+        except ValueError as e:
+            return _error(400, str(e))
+        return _json(200, updated) if updated else _error(
+            404, f"no evaluation for trace {trace_id!r}: feedback is taken once the trace "
+            "is evaluated (nothing recorded)")
 
-        def do_POST(self) -> None:
-            path = urlsplit(self.path).path.rstrip("/") or "/"
-            if not self._allowed(path, write=True):
-                return
-            if path != "/v1/feedback":
-                self.close_connection = True
-                self._error(404, f"unknown path {self.path!r}")
-                return
-            try:
-                raw = read_body(self, MAX_FEEDBACK_BYTES)
-            except BodyError as e:
-                self.close_connection = True  # what was not read must not become a request
-                self._error(e.status, str(e))
-                return
-            try:
-                body = loads_bounded(raw or b"null", max_depth=8)
-                trace_id, outcome = str(body["trace_id"]).lower(), body["outcome"]
-            except (ValueError, KeyError, TypeError) as e:
-                why = f" ({e})" if isinstance(e, ValueError) else ""
-                self._error(400, 'expected JSON {"trace_id": "<32 hex>", "outcome": ...}' + why)
-                return
-            if not _TRACE_ID.match(trace_id):
-                self._error(400, f"trace_id must be 32 hex digits, got {trace_id!r}")
-                return
-            try:
-                updated = api.feedback(trace_id, outcome)
-            except ValueError as e:
-                self._error(400, str(e))
-                return
-            self._json(200, updated) if updated else self._error(
-                404, f"no evaluation for trace {trace_id!r}: feedback is taken once the trace "
-                "is evaluated (nothing recorded)")
-
-        def _error(self, code: int, message: str) -> None:
-            self._json(code, {"error": message})
-
-        def _json(self, code: int, obj: Any, headers: dict[str, str] | None = None) -> None:
-            self._send(code, json.dumps(obj).encode(), "application/json", headers)
-
-        def _send(self, code: int, data: bytes, ctype: str,
-                  headers: dict[str, str] | None = None) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(data)))
-            for k, v in (headers or {}).items():
-                self.send_header(k, v)
-            self.end_headers()
-            self.wfile.write(data)
-
-    return AdminHandler
+    return handle
 
 
 class AdminServer:
@@ -259,15 +252,16 @@ class AdminServer:
         self.endpoint = endpoint
         self.api = api
         self.config = config or AdminConfig(endpoint=endpoint)
-        self._server: ThreadingHTTPServer | None = None
+        self._server: HttpServer | None = None
         self.port = 0
 
     def start(self) -> None:
         tls = TlsFiles(self.config.tls, "admin") if self.config.tls.enabled else None
-        self._server, _ = serve_http(self.endpoint,
-                                     make_handler(self.api, AdminAuth(self.config)),
-                                     "otel-eval-admin", tls)
-        self.port = self._server.server_address[1]
+        self._server = HttpServer(self.endpoint, make_handler(self.api, AdminAuth(self.config)),
+                                  name="otel-eval-admin", limits=self.config.limits, tls=tls,
+                                  on_close=self.api.connection_closed)
+        self._server.start()
+        self.port = self._server.port
         log.info("admin endpoint listening on %s (port %d)", self.endpoint, self.port)
 
     def shutdown(self, deadline_s: float) -> None:
@@ -275,5 +269,4 @@ class AdminServer:
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.shutdown(0.0)

@@ -114,7 +114,9 @@ class Service:
             issues=self.issues.latest_json if self.issues is not None else lambda: None,
             refused=self.metrics.request_refused,
             redact=Redactor(config.judge.redaction).redact,
-            trace_url=config.admin.trace_url), config.admin)
+            trace_url=config.admin.trace_url,
+            connection_closed=lambda reason: self.metrics.connection_closed("admin", reason)),
+            config.admin)
         self._ready = False
         self._stopped = threading.Event()
         self._lifecycle_: Lifecycle | None = None

@@ -20,9 +20,26 @@ class FieldErrors(ValueError):
         self.problems = dict(problems)
 
 
-def _endpoint_ok(value: str) -> bool:
+def is_ascii_digits(text: str) -> bool:
+    """Only 0-9: ``str.isdigit`` also takes superscripts ("\\u00b2", which ``int``
+    refuses) and Arabic-Indic digits (which ``int`` reads)."""
+    return text.isascii() and text.isdigit()
+
+
+def parse_endpoint(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:4317`` for IPv6) -> (host, port). Raises ValueError."""
     host, sep, port = value.rpartition(":")
-    return bool(sep and host and port.isdigit() and 0 <= int(port) <= 65535)
+    if not sep or not host or not is_ascii_digits(port) or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT, got {value!r}")
+    return host.strip("[]"), int(port)
+
+
+def _endpoint_ok(value: str) -> bool:
+    try:
+        parse_endpoint(value)
+    except ValueError:
+        return False
+    return True
 
 
 def validate(obj: Any, *, minimum: Mapping[str, float] | None = None,
@@ -50,9 +67,7 @@ class ConfigError(ValueError):
         self.errors = errors
 
 
-def parse_endpoint(value: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:4317`` for IPv6) -> (host, port). Raises ValueError."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"expected HOST:PORT, got {value!r}")
-    return host.strip("[]"), int(port)
+class StartupError(Exception):
+    """A part cannot start for a reason its user must fix (a port in use, a store another
+    process holds, a missing file): one line naming the endpoint, file or setting; serve
+    exits 2 with it, without a traceback."""

@@ -1,14 +1,17 @@
-"""Receiver transport: reading an HTTP request body and parsing JSON, both bounded.
+"""HTTP body framing and JSON parsing, both bounded (the shared HTTP layer with
+``receive.httpserver``, which owns connections and deadlines).
 
 Every HTTP route (OTLP/HTTP traces and logs, the admin API) reads its body through
-``read_body`` and parses JSON through ``loads_bounded``. Promises:
+``Request.body`` -> ``read_body`` and parses JSON through ``loads_bounded``. Promises:
 - never more than ``limit`` bytes are held, whatever the framing: ``Content-Length``,
   ``Transfer-Encoding: chunked`` (decoded here; ``http.server`` does not), and gzip/deflate
   (the compressed bytes and the decompressed result are both bounded, decompressed as it
   streams in, so a bomb is cut off after ``limit + 64 KiB``);
-- a body that cannot be framed (negative or non-numeric length, bad chunk header) is a
-  ``BodyError`` with the HTTP status to answer (400, 411, 413, 415), never a hang or a read to
-  end of stream; after such an error the connection must be closed (``BodyError.close``);
+- a body that cannot be framed (negative or non-numeric length, "\\u00b2" digits, a bad chunk
+  header) is a ``BodyError`` with the HTTP status to answer (400, 411, 413, 415), never a hang
+  or a read to end of stream; after such an error the connection must be closed;
+- a client that closes before its body ends is ``ClientClosed`` (a hang-up: nobody to answer;
+  ``receive.httpserver`` counts it);
 - JSON deeper than ``max_depth``, with NaN/Infinity, or nested past the interpreter's recursion
   limit is a ``ValueError`` with the reason (the caller answers 400).
 """
@@ -17,8 +20,10 @@ from __future__ import annotations
 
 import json
 import zlib
-from http.server import BaseHTTPRequestHandler
-from typing import Any
+from email.message import Message
+from typing import Any, Protocol
+
+from otel_eval.base.configcheck import is_ascii_digits
 
 # Read size for streamed bodies: bounds what is held beyond the limit while reading.
 _PIECE = 64 * 1024
@@ -26,6 +31,16 @@ _PIECE = 64 * 1024
 _MAX_CHUNK_LINE = 1024
 # Default JSON nesting bound: OTLP/JSON is ~9 levels deep plus 4 per nested kvlist value.
 MAX_JSON_DEPTH = 100
+
+
+class _Stream(Protocol):
+    def read(self, size: int = ..., /) -> bytes: ...
+
+    def readline(self, size: int | None = ..., /) -> bytes: ...
+
+
+class ClientClosed(ConnectionError):
+    """The client closed the connection before its body ended (nothing to answer)."""
 
 
 class BodyError(ValueError):
@@ -36,34 +51,34 @@ class BodyError(ValueError):
         self.status = status
 
 
-def _raw_pieces(handler: BaseHTTPRequestHandler, limit: int) -> Any:
+def _raw_pieces(headers: Message, rfile: _Stream, limit: int) -> Any:
     """Yield the body's bytes as sent (still compressed), at most ``limit`` in total."""
-    te = (handler.headers.get("Transfer-Encoding") or "").strip().lower()
+    te = (headers.get("Transfer-Encoding") or "").strip().lower()
     if te:
         if te != "chunked":
             raise BodyError(501, f"unsupported Transfer-Encoding {te!r}")
-        yield from _chunks(handler, limit)
+        yield from _chunks(rfile, limit)
         return
-    raw_length = handler.headers.get("Content-Length")
+    raw_length = headers.get("Content-Length")
     if raw_length is None:
         raise BodyError(411, "a body needs Content-Length or Transfer-Encoding: chunked")
-    if not raw_length.strip().isdigit():
-        raise BodyError(400, f"invalid Content-Length {raw_length!r}")
+    if not is_ascii_digits(raw_length.strip()):  # "²".isdigit(), and int() refuses it
+        raise BodyError(400, f"invalid Content-Length {raw_length!r}: expected digits 0-9")
     length = int(raw_length)
     if length > limit:
         raise BodyError(413, f"body of {length} bytes exceeds the limit of {limit}")
     while length > 0:
-        piece = handler.rfile.read(min(_PIECE, length))
+        piece = rfile.read(min(_PIECE, length))
         if not piece:
-            raise BodyError(400, "body shorter than its Content-Length")
+            raise ClientClosed("the client closed before the end of its Content-Length")
         length -= len(piece)
         yield piece
 
 
-def _chunks(handler: BaseHTTPRequestHandler, limit: int) -> Any:
+def _chunks(rfile: _Stream, limit: int) -> Any:
     total = 0
     while True:
-        line = handler.rfile.readline(_MAX_CHUNK_LINE + 1)
+        line = rfile.readline(_MAX_CHUNK_LINE + 1)
         size_text = line.split(b";", 1)[0].strip()
         if len(line) > _MAX_CHUNK_LINE or not size_text or not all(
                 c in b"0123456789abcdefABCDEF" for c in size_text):
@@ -75,29 +90,29 @@ def _chunks(handler: BaseHTTPRequestHandler, limit: int) -> Any:
         if total > limit:
             raise BodyError(413, f"chunked body exceeds the limit of {limit} bytes")
         while size > 0:
-            piece = handler.rfile.read(min(_PIECE, size))
+            piece = rfile.read(min(_PIECE, size))
             if not piece:
-                raise BodyError(400, "chunked body ended inside a chunk")
+                raise ClientClosed("the client closed inside a chunk")
             size -= len(piece)
             yield piece
-        if handler.rfile.read(2) != b"\r\n":
+        if rfile.read(2) != b"\r\n":
             raise BodyError(400, "malformed chunked body (no CRLF after a chunk)")
     for _ in range(64):  # trailer fields, ignored; an empty line ends them
-        trailer = handler.rfile.readline(_MAX_CHUNK_LINE + 1)
+        trailer = rfile.readline(_MAX_CHUNK_LINE + 1)
         if trailer in (b"\r\n", b"\n", b""):
             return
     raise BodyError(400, "malformed chunked body (too many trailer lines)")
 
 
-def read_body(handler: BaseHTTPRequestHandler, limit: int) -> bytes:
+def read_body(headers: Message, rfile: _Stream, limit: int) -> bytes:
     """The request body, gunzipped/inflated if so encoded, at most ``limit`` bytes.
 
     Raises ``BodyError`` (with the status to answer) for anything refused.
     """
-    encoding = (handler.headers.get("Content-Encoding") or "identity").strip().lower()
+    encoding = (headers.get("Content-Encoding") or "identity").strip().lower()
     if encoding not in ("identity", "gzip", "deflate"):
         raise BodyError(415, f"unsupported Content-Encoding {encoding!r}")
-    pieces = _raw_pieces(handler, limit)
+    pieces = _raw_pieces(headers, rfile, limit)
     if encoding == "identity":
         return b"".join(pieces)
     wbits = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS

@@ -1,4 +1,6 @@
-"""Configuration of the OTLP receivers (stage: receive), the ``receiver:`` section."""
+"""Configuration of the OTLP receivers (stage: receive), the ``receiver:`` section, and the
+connection limits of every HTTP listener (``HttpLimits``: ``receiver.http_limits``,
+``admin.limits``)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,34 @@ from dataclasses import dataclass, field
 
 from otel_eval.base.configcheck import validate
 from otel_eval.receive.security import TlsServerConfig
+
+
+@dataclass(frozen=True)
+class HttpLimits:
+    # Time for the TLS handshake, request line and headers, from accept (or from the first
+    # byte of a keep-alive request), seconds (Go's ReadHeaderTimeout).
+    read_header_timeout_s: float = 10.0
+    # Time for the whole request, headers and body, seconds (Go's ReadTimeout).
+    read_timeout_s: float = 60.0
+    # Time for the client to take the answer, seconds (Go's WriteTimeout).
+    write_timeout_s: float = 60.0
+    # Time a keep-alive connection may wait for its next request, seconds.
+    idle_timeout_s: float = 120.0
+    # Largest request line plus headers, bytes (431 past it).
+    max_header_bytes: int = 64 * 1024
+    # Connections served at once (a thread each); more are answered 503 and closed.
+    max_connections: int = 1024
+    # Connections at once from one client address.
+    max_connections_per_peer: int = 128
+    # Slots beyond max_connections that serve only /healthz, /readyz and /metrics, one
+    # request each (the admin listener), so probes and scrapes get in during a flood.
+    reserved_connections: int = 0
+
+    def __post_init__(self) -> None:
+        validate(self, minimum={
+            "read_header_timeout_s": 0.001, "read_timeout_s": 0.001, "write_timeout_s": 0.001,
+            "idle_timeout_s": 0.001, "max_header_bytes": 1024, "max_connections": 1,
+            "max_connections_per_peer": 1, "reserved_connections": 0})
 
 
 @dataclass(frozen=True)
@@ -33,6 +63,9 @@ class ReceiverConfig:
     # Start even though an endpoint is reachable beyond this host (not loopback) without
     # both TLS and bearer tokens. Off: such a configuration is refused at startup.
     allow_insecure_non_loopback: bool = False
+    # OTLP/HTTP connections: deadlines for headers, the whole request, the answer and idle
+    # keep-alive, seconds; connections at once, in total and per client address.
+    http_limits: HttpLimits = field(default_factory=HttpLimits)
 
     def __post_init__(self) -> None:
         validate(self, minimum={"max_message_bytes": 1, "grpc_workers": 1, "retry_after_s": 0},

@@ -13,6 +13,8 @@ Metrics (counters are exposed with the ``_total`` suffix):
                otel_eval_receiver_spans_rejected_total{protocol,reason}
                otel_eval_receiver_requests_throttled_total{protocol,reason}
                otel_eval_receiver_requests_refused_total{protocol,reason}  unauthenticated|forbidden
+               otel_eval_receiver_connections_closed_total{listener,reason}  http|admin;
+               httpserver.CLOSE_REASONS (limits, deadlines, client hang-ups)
                otel_eval_metrics_series_overflow_total{metric}  per-trace metrics hold at most
                max_series_per_metric label combinations; more fold into all-``_other``
                otel_eval_receiver_export_duration_seconds{protocol}            histogram
@@ -182,6 +184,10 @@ class Metrics:
         self.c_refused = c("receiver_requests_refused",
                            "Requests refused before reading them (unauthenticated, forbidden).",
                            ["protocol", "reason"])
+        self.c_conn_closed = c("receiver_connections_closed",
+                               "HTTP connections closed before an answer (limits, deadlines, "
+                               "failed TLS handshakes) or by the client mid-request, by "
+                               "reason.", ["listener", "reason"])
         self.h_export = self._histogram("receiver_export_duration_seconds",
                                         "Time to handle one Export request.", ["protocol"],
                                         _EXPORT_BUCKETS)
@@ -290,6 +296,10 @@ class Metrics:
     def request_refused(self, protocol: str, reason: str) -> None:
         """``protocol``: grpc | http | admin; ``reason``: unauthenticated | forbidden."""
         self.c_refused.labels(protocol, reason).inc()
+
+    def connection_closed(self, listener: str, reason: str) -> None:
+        """``listener``: http | admin; ``reason``: one of ``httpserver.CLOSE_REASONS``."""
+        self.c_conn_closed.labels(listener, reason).inc()
 
     def export_duration(self, protocol: str, seconds: float) -> None:
         self.h_export.labels(protocol).observe(seconds)

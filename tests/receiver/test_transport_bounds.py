@@ -20,6 +20,7 @@ from service_harness import Harness, running_service
 from otel_eval.base.model import Span
 from otel_eval.decode import otlp
 from otel_eval.decode.body import loads_bounded
+from otel_eval.receive.httpserver import HttpLimits
 
 LIMIT = 256 * 1024
 
@@ -225,20 +226,22 @@ def test_http_servers_listen_with_a_real_backlog(h: Harness) -> None:
     assert _listen_backlog(_admin_port(h)) >= 128
 
 
-def test_connections_are_capped_and_idle_ones_closed(tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from otel_eval.receive import http
-    monkeypatch.setattr(http._Server, "max_connections", 2)
-    monkeypatch.setattr(http._Server, "idle_timeout_s", 3.0)
-    with running_service(tmp_path) as harness:
+def test_connections_are_capped_and_silent_ones_closed(tmp_path: Path) -> None:
+    limits = HttpLimits(max_connections=2, read_header_timeout_s=3.0)
+    with running_service(tmp_path, **{"receiver.http_limits": limits}) as harness:
         port = _port(harness)
         held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2)]
         with socket.create_connection(("127.0.0.1", port), timeout=10) as third:
             third.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert third.recv(1) == b""  # over the cap: closed without an answer
-        for s in held:  # idle past idle_timeout_s: the server closes them (recv returns)
+            answer = b"".join(iter(lambda: third.recv(4096), b""))
+            assert answer.startswith(b"HTTP/1.1 503 ")  # over the cap: told so, and closed
+        for s in held:  # no request within read_header_timeout_s: the server closes them
             assert s.recv(1) == b""
             s.close()
+        assert harness.sample("otel_eval_receiver_connections_closed_total",
+                              listener="http", reason="connection_limit") == 1
+        assert harness.sample("otel_eval_receiver_connections_closed_total",
+                              listener="http", reason="header_timeout") == 2
         body = otlp.encode_spans(_spans("03" * 16)).SerializeToString()
         status, _, _ = _exchange(port, _post_head("/v1/traces", PB,
                                                   f"Content-Length: {len(body)}"), body)

@@ -1,0 +1,443 @@
+"""The one HTTP server of every HTTP listener (OTLP/HTTP receiver, admin API and its pages).
+
+    accept -> slot (per peer, total, reserve) -> [TLS handshake] -> request line and headers
+           -> Request -> handler(request) -> Response -> write -> next request (keep-alive)
+
+A handler is a plain function ``Request -> Response`` (status, headers, body); it reads the
+body through ``Request.body(limit)`` (``decode.body``: framing and size limits). Everything
+about connections is here, the same for every listener, as Go's ``net/http.Server`` has it:
+- **deadlines per phase, not per read**: the TLS handshake, request line and headers must
+  arrive within ``read_header_timeout_s`` (from accept, or from the first byte of a keep-alive
+  request), the whole request within ``read_timeout_s``, the answer be taken within
+  ``write_timeout_s``; between requests a connection may idle ``idle_timeout_s``. A client
+  trickling a byte at a time is cut at the deadline, whatever its pace;
+- **bounded connections**: at most ``max_connections`` at once and ``max_connections_per_peer``
+  from one address; past them a connection is answered 503 and closed at once. With
+  ``reserved_connections`` (the admin listener), a few slots beyond the total serve only
+  ``reserved_paths`` (``/healthz``, ``/readyz``, ``/metrics``), one request each: a flood of
+  partial requests cannot keep probes and scrapes out;
+- **a hang-up is an event, not an error**: a client that closes mid-request or stops reading
+  the answer, a deadline passed, a slot refused, a failed handshake: each is counted with a
+  reason (``CLOSE_REASONS``) through ``on_close`` and logged at debug, never a traceback;
+- a bug in a handler answers 500 (logged with its traceback), and a request whose body was
+  not read to its end closes the connection (its bytes must not be parsed as a request).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import email.message
+import io
+import logging
+import socket
+import socketserver
+import ssl
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+from urllib.parse import urlsplit
+
+from otel_eval.base.configcheck import StartupError, parse_endpoint
+from otel_eval.decode.body import BodyError, ClientClosed, read_body
+from otel_eval.receive.config import HttpLimits
+from otel_eval.receive.security import TlsFiles
+
+log = logging.getLogger(__name__)
+
+# Why the server closed a connection before answering, or why a client's went away.
+CLOSE_REASONS = ("connection_limit", "peer_limit", "header_timeout", "read_timeout",
+                 "write_timeout", "header_too_large", "client_closed", "tls_handshake")
+# Paths a reserved connection slot serves.
+PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+
+
+@dataclass
+class Request:
+    method: str
+    path: str  # without the query string
+    query: str
+    headers: email.message.Message
+    peer: str
+    _read: Callable[[int], bytes] = field(repr=False)
+
+    def header(self, name: str) -> str | None:
+        return self.headers.get(name)
+
+    def body(self, limit: int) -> bytes:
+        """The body, decoded and at most ``limit`` bytes (``BodyError`` says why not)."""
+        return self._read(limit)
+
+
+@dataclass
+class Response:
+    status: int
+    body: bytes = b""
+    content_type: str = "application/json"
+    headers: Mapping[str, str] = field(default_factory=dict)
+    # Close the connection after this answer (say so when the body was not read).
+    close: bool = False
+
+
+Handler = Callable[[Request], Response]
+# How a listener words an error it did not choose (bad framing, limits, a handler bug):
+# (request or None before it was parsed, status, message) -> Response.
+ErrorBody = Callable[[Request | None, int, str], Response]
+
+
+def json_error(_request: Request | None, status: int, message: str) -> Response:
+    import json
+    return Response(status, json.dumps({"error": message}).encode())
+
+
+class _HeaderTooLarge(Exception):
+    pass
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The socket as read by one connection, each read bounded by the current phase's
+    deadline (absolute, so a trickle cannot stretch it); ``phase`` names it for the count."""
+
+    def __init__(self, sock: socket.socket, clock: Callable[[], float], limits: HttpLimits,
+                 accepted_at: float) -> None:
+        self.sock, self.clock, self.limits = sock, clock, limits
+        self.phase = "header"
+        self.started = accepted_at
+        self.deadline = accepted_at + limits.read_header_timeout_s
+        self.header_bytes = 0
+        self.eof = False
+
+    def readable(self) -> bool:
+        return True
+
+    def idle(self) -> None:
+        """Between requests: wait up to the idle timeout for the next one's first byte."""
+        self.phase, self.deadline = "idle", self.clock() + self.limits.idle_timeout_s
+
+    def body(self) -> None:
+        self.phase, self.deadline = "body", self.started + self.limits.read_timeout_s
+
+    def readinto(self, b: Any) -> int:
+        remaining = self.deadline - self.clock()
+        if remaining <= 0:
+            raise TimeoutError(self.phase)
+        self.sock.settimeout(remaining)
+        n = self.sock.recv_into(b)
+        now = self.clock()
+        if now > self.deadline:  # it came, but too late
+            raise TimeoutError(self.phase)
+        if n == 0:
+            self.eof = True
+        elif self.phase == "idle":  # a new request begins: its header deadline starts now
+            self.phase, self.started = "header", now
+            self.deadline, self.header_bytes = now + self.limits.read_header_timeout_s, 0
+        if self.phase == "header":
+            self.header_bytes += n
+            if self.header_bytes > self.limits.max_header_bytes + io.DEFAULT_BUFFER_SIZE:
+                raise _HeaderTooLarge()
+        return n
+
+
+class _Slots:
+    """Connection slots: per peer, in total, and the reserve. Thread-safe."""
+
+    def __init__(self, limits: HttpLimits) -> None:
+        self.limits = limits
+        self._lock = threading.Lock()
+        self._general = self._reserved = 0
+        self._peers: Counter[str] = Counter()
+
+    def take(self, peer: str) -> tuple[str | None, bool]:
+        """(None, reserved?) when admitted, else (reason, False)."""
+        lim = self.limits
+        with self._lock:
+            if self._peers[peer] >= lim.max_connections_per_peer:
+                return "peer_limit", False
+            if self._general < lim.max_connections:
+                self._general += 1
+                reserved = False
+            elif self._reserved < lim.reserved_connections:
+                self._reserved += 1
+                reserved = True
+            else:
+                return "connection_limit", False
+            self._peers[peer] += 1
+            return None, reserved
+
+    def give_back(self, peer: str, reserved: bool) -> None:
+        with self._lock:
+            if reserved:
+                self._reserved -= 1
+            else:
+                self._general -= 1
+            self._peers[peer] -= 1
+            if not self._peers[peer]:
+                del self._peers[peer]
+
+    @property
+    def in_use(self) -> int:
+        with self._lock:
+            return self._general + self._reserved
+
+
+_BUSY_BODY = b'{"error": "too many connections; retry later"}'
+_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+         b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY))
+_TIMEOUT_REASON = {"header": "header_timeout", "body": "read_timeout", "write": "write_timeout"}
+
+
+class _Writer:
+    """The answer's bytes, sent whole (``sendall``) under the write deadline."""
+
+    closed = False
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.write = sock.sendall
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _Connection(BaseHTTPRequestHandler):
+    """One client connection: its requests, one after another (keep-alive)."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "otel-eval"
+    server: _Listener
+
+    def __init__(self, request: Any, client_address: Any, server: _Listener,
+                 accepted_at: float, reserved: bool) -> None:
+        self.accepted_at, self.reserved = accepted_at, reserved
+        super().__init__(request, client_address, server)
+
+    def setup(self) -> None:
+        self.connection = self.request
+        self.reader = _DeadlineReader(self.request, self.server.clock, self.server.limits,
+                                      self.accepted_at)
+        self.rfile = io.BufferedReader(self.reader)
+        self.wfile = _Writer(self.request)  # type: ignore[assignment]
+
+    def finish(self) -> None:
+        with contextlib.suppress(OSError):
+            self.rfile.close()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s: " + format, self.server.name, *args)
+
+    def handle(self) -> None:
+        self.close_connection = True
+        try:
+            if self._handshake():
+                self.handle_one_request()
+                while not self.close_connection:
+                    self.reader.idle()
+                    self.handle_one_request()
+        except TimeoutError:
+            if self.reader.phase in _TIMEOUT_REASON:  # an idle keep-alive end is no event
+                self.server.closed(_TIMEOUT_REASON[self.reader.phase])
+        except _HeaderTooLarge:
+            self.server.closed("header_too_large")
+            self._try_error(431, "request headers exceed "
+                            f"{self.server.limits.max_header_bytes} bytes")
+        except (ConnectionError, ssl.SSLError) as e:  # hang-ups: reset, broken pipe, EOF
+            log.debug("%s: client %s went away: %s", self.server.name, self.client_address[0],
+                      type(e).__name__)
+            self.server.closed("client_closed")
+
+    def _handshake(self) -> bool:
+        if not isinstance(self.request, ssl.SSLSocket):
+            return True
+        try:
+            self.request.settimeout(max(0.001, self.reader.deadline - self.server.clock()))
+            self.request.do_handshake()
+        except (OSError, ssl.SSLError) as e:  # wrong CA, no client cert, plain text, slow
+            log.debug("%s: TLS handshake from %s failed: %s", self.server.name,
+                      self.client_address[0], type(e).__name__)
+            self.server.closed("tls_handshake")
+            return False
+        return True
+
+    def handle_one_request(self) -> None:
+        line = self.rfile.readline(65537)
+        if not line:  # closed between requests (or a TCP probe): nothing to answer
+            self.close_connection = True
+            return
+        if len(line) > 65536:
+            self.requestline = self.request_version = self.command = ""
+            self.send_error(414, "request line too long")
+            return
+        self.raw_requestline = line
+        if not self.parse_request():  # answered (400, 431, 505...)
+            return
+        if self.reader.eof:
+            raise ClientClosed("the client closed inside the request headers")
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        srv = self.server
+        try:
+            url = urlsplit(self.path)
+        except ValueError:
+            self.send_error(400, f"malformed request target {self.path!r}")
+            return
+        self._body_done = False
+        req = Request(self.command, url.path, url.query, self.headers,
+                      self.client_address[0], self._read_body)
+        if self.reserved and (url.path.rstrip("/") or "/") not in srv.reserved_paths:
+            resp = srv.error(req, 503, "connection limit reached; this connection serves "
+                             f"only {', '.join(sorted(srv.reserved_paths))}")
+        else:
+            self.reader.body()
+            try:
+                resp = srv.handler(req)
+            except BodyError as e:
+                resp = srv.error(req, e.status, str(e))
+            except (TimeoutError, ConnectionError, _HeaderTooLarge):
+                raise
+            except Exception:  # a handler bug: answered, logged once with its traceback
+                log.exception("%s: %s %s failed", srv.name, self.command, url.path)
+                resp = srv.error(req, 500, "internal error")
+        unread = not self._body_done and bool(
+            self.headers.get("Transfer-Encoding")
+            or (self.headers.get("Content-Length") or "0").strip() != "0")
+        self._write(resp, close=resp.close or self.reserved or unread)
+
+    def _read_body(self, limit: int) -> bytes:
+        body = read_body(self.headers, self.rfile, limit)
+        self._body_done = True
+        return body
+
+    def _write(self, resp: Response, close: bool) -> None:
+        self.reader.phase = "write"
+        self.request.settimeout(self.server.limits.write_timeout_s)
+        self.send_response(resp.status)
+        self.send_header("Content-Type", resp.content_type)
+        self.send_header("Content-Length", str(len(resp.body)))
+        for name, value in resp.headers.items():
+            self.send_header(name, value)
+        if close:
+            self.send_header("Connection", "close")  # also sets close_connection
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(resp.body)
+
+    def send_error(self, code: int, message: str | None = None,
+                   explain: str | None = None) -> None:
+        """http.server's own refusals (bad request line, headers) in the listener's words."""
+        self._write(self.server.error(None, code, message or "bad request"), close=True)
+
+    def _try_error(self, code: int, message: str) -> None:
+        with contextlib.suppress(OSError):
+            self.send_error(code, message)
+
+
+class _Listener(socketserver.TCPServer):
+    """Accepts connections and gives each a slot and a thread (or a 503)."""
+
+    allow_reuse_address = True  # SO_REUSEADDR (restart over TIME_WAIT), never SO_REUSEPORT
+    # listen() backlog: the default of 5 drops bursts of exporters connecting at once.
+    request_queue_size = 1024
+
+    def __init__(self, address: tuple[str, int], server: HttpServer) -> None:
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        super().__init__(address, _Connection, bind_and_activate=False)  # type: ignore[arg-type]
+        self.name, self.limits, self.clock = server.name, server.limits, server.clock
+        self.handler, self.error, self.tls = server.handler, server.error, server.tls
+        self.reserved_paths = server.reserved_paths
+        self.closed = server.closed
+        self.slots = _Slots(self.limits)
+
+    def get_request(self) -> tuple[Any, Any]:
+        sock, addr = super().get_request()
+        if self.tls is not None:
+            # no handshake here: a client that never completes one would block accept()
+            sock = self.tls.context().wrap_socket(sock, server_side=True,
+                                                  do_handshake_on_connect=False)
+        return sock, addr
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        accepted_at = self.clock()  # before the slot shows in ``connections``
+        reason, reserved = self.slots.take(client_address[0])
+        if reason is not None:
+            log.debug("%s: %s; closing a connection from %s", self.name, reason,
+                      client_address[0])
+            self.closed(reason)
+            if self.tls is None:
+                try:  # a clear answer when it fits in the socket buffer, never a wait
+                    request.setblocking(False)
+                    request.send(_BUSY)
+                except OSError:
+                    pass
+            self.shutdown_request(request)
+            return
+        thread = threading.Thread(target=self._serve, name=f"{self.name}-connection",
+                                  args=(request, client_address, accepted_at, reserved),
+                                  daemon=True)
+        try:
+            thread.start()
+        except BaseException:
+            self.slots.give_back(client_address[0], reserved)
+            raise
+
+    def _serve(self, request: Any, client_address: Any, accepted_at: float,
+               reserved: bool) -> None:
+        try:
+            _Connection(request, client_address, self, accepted_at, reserved)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:  # the slot first: a client that saw the close may connect again at once
+            self.slots.give_back(client_address[0], reserved)
+            self.shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.exception("%s: connection from %s failed", self.name, client_address[0])
+
+
+class HttpServer:
+    """One HTTP listener: ``start()`` binds and serves in a thread, ``shutdown`` stops
+    accepting (a request in progress finishes on its own thread)."""
+
+    def __init__(self, endpoint: str, handler: Handler, *, name: str,
+                 limits: HttpLimits | None = None, tls: TlsFiles | None = None,
+                 error: ErrorBody = json_error,
+                 on_close: Callable[[str], None] = lambda _reason: None,
+                 reserved_paths: Collection[str] = PROBE_PATHS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.endpoint, self.handler, self.name = endpoint, handler, name
+        self.limits = limits or HttpLimits()
+        self.tls, self.error, self.closed, self.clock = tls, error, on_close, clock
+        self.reserved_paths = frozenset(reserved_paths)
+        self._listener: _Listener | None = None
+        self.port = 0
+
+    def start(self) -> None:
+        """Bind ``HOST:PORT`` (port 0 picks a free one); ``StartupError`` naming the endpoint
+        when it cannot."""
+        listener = _Listener(parse_endpoint(self.endpoint), self)
+        try:
+            listener.server_bind()
+            listener.server_activate()
+        except OSError as e:
+            listener.server_close()
+            raise StartupError(f"{self.name}: cannot listen on {self.endpoint}: "
+                               f"{e.strerror or e}") from None
+        self._listener = listener
+        self.port = listener.server_address[1]
+        threading.Thread(target=listener.serve_forever, name=self.name, daemon=True).start()
+
+    @property
+    def connections(self) -> int:
+        """Connections being served now."""
+        return self._listener.slots.in_use if self._listener is not None else 0
+
+    def shutdown(self, deadline_s: float) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.shutdown()
+            listener.server_close()

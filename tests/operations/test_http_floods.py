@@ -1,0 +1,240 @@
+"""Issue 21 (floods): partial requests cannot hold an HTTP listener, and a hang-up is counted.
+
+Before, every HTTP listener had a per-read idle timeout (120 s) and 1,024 slots: 1,030 partial
+requests trickling a byte every 50 s held every slot, so /healthz, scrapes and authenticated
+exports went unanswered for as long as the trickle lasted, and each hang-up afterwards was a
+BrokenPipe traceback. Now the shared server (``receiver.httpserver``) has deadlines per phase
+(headers, whole request), a per-peer cap, and a reserve of slots for the probe paths.
+
+Real sockets on free loopback ports; other peers are other loopback addresses (127.0.0.2...,
+all routed to ``lo`` on Linux). Time is the server's injected clock, moved by hand: a byte
+sent after the clock passed a deadline finds the connection cut, without waiting.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+import pytest
+from service_harness import running_service
+
+from otel_eval.receive.config import HttpLimits
+from otel_eval.receive.httpserver import HttpServer, Request, Response
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Events:
+    """What ``on_close`` was told, with a way to wait for it (no sleeps)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self._cond = threading.Condition()
+
+    def __call__(self, reason: str) -> None:
+        with self._cond:
+            self.counts[reason] += 1
+            self._cond.notify_all()
+
+    def wait(self, reason: str, n: int) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self.counts[reason] >= n, timeout=10)
+
+
+# set when a handler starts reading a body (the request's headers are in)
+reading_body = threading.Event()
+
+
+def _ok(req: Request) -> Response:
+    if req.method == "POST":
+        reading_body.set()
+        req.body(1 << 20)
+    return Response(200, b'{"status": "ok"}')
+
+
+@contextmanager
+def server(limits: HttpLimits) -> Iterator[tuple[HttpServer, Clock, Events]]:
+    clock, events = Clock(), Events()
+    reading_body.clear()
+    srv = HttpServer("127.0.0.1:0", _ok, name="test-http", limits=limits, on_close=events,
+                     clock=clock)
+    srv.start()
+    try:
+        yield srv, clock, events
+    finally:
+        srv.shutdown(1.0)
+
+
+def accepted(srv: HttpServer, n: int = 1) -> None:
+    """Wait until the server holds ``n`` connections (their deadlines started)."""
+    for _ in range(1000):
+        if srv.connections >= n:
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError(f"{srv.connections} connections accepted, expected {n}")
+
+
+def connect(port: int, peer: str = "127.0.0.1") -> socket.socket:
+    s = socket.socket()
+    s.settimeout(10)
+    s.bind((peer, 0))
+    s.connect(("127.0.0.1", port))
+    return s
+
+
+def answer(s: socket.socket) -> bytes:
+    """Everything the server sends until it closes (b"" when it closed without a word; a
+    reset, when it closed with bytes of ours unread, ends it too)."""
+    out = b""
+    try:
+        while piece := s.recv(65536):
+            out += piece
+    except ConnectionResetError:
+        pass
+    return out
+
+
+def send(s: socket.socket, data: bytes) -> None:
+    """Send, unless the server has cut the connection already (that is what we test)."""
+    with suppress(BrokenPipeError, ConnectionResetError):
+        s.sendall(data)
+
+
+def get(port: int, path: str = "/healthz", peer: str = "127.0.0.1") -> bytes:
+    with connect(port, peer) as s:
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        return answer(s)
+
+
+def test_a_trickled_request_is_cut_at_the_header_deadline_not_per_read() -> None:
+    with server(HttpLimits(read_header_timeout_s=10, idle_timeout_s=120)) as (srv, clock, ev):
+        s = connect(srv.port)
+        accepted(srv)
+        s.sendall(b"GET /healthz HTTP/1.1\r\n")
+        for _ in range(3):  # each gap (6 s) is well inside a per-read timeout; the sum is not
+            clock.now += 6
+            send(s, b"X-Trickle: 1\r\n")
+        assert answer(s) == b""  # cut before the headers ended: nothing to answer
+        s.close()
+        assert ev.wait("header_timeout", 1)
+        assert get(srv.port).startswith(b"HTTP/1.1 200 ")
+
+
+def test_a_silent_connection_is_closed_at_the_header_deadline() -> None:
+    with server(HttpLimits(read_header_timeout_s=10)) as (srv, clock, ev):
+        s = connect(srv.port)
+        accepted(srv)
+        clock.now += 11
+        s.sendall(b"G")  # its first byte, too late
+        assert answer(s) == b""
+        s.close()
+        assert ev.counts["header_timeout"] == 1
+
+
+def test_a_trickled_body_is_cut_at_the_request_deadline() -> None:
+    with server(HttpLimits(read_header_timeout_s=10, read_timeout_s=60)) as (srv, clock, ev):
+        s = connect(srv.port)
+        s.sendall(b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n" + b"a" * 10)
+        assert reading_body.wait(10)  # the headers were in time
+        for _ in range(7):  # 70 s of body at 10 s a piece: past the 60 s request deadline
+            clock.now += 10
+            send(s, b"a" * 10)
+        assert answer(s) == b""
+        s.close()
+        assert ev.wait("read_timeout", 1)
+
+
+def test_a_keep_alive_connection_gets_a_fresh_header_deadline_per_request() -> None:
+    limits = HttpLimits(read_header_timeout_s=10, idle_timeout_s=120)
+    with server(limits) as (srv, clock, _), connect(srv.port) as s:
+        for _ in range(3):  # 3 requests 50 s apart: each within its own deadlines
+            clock.now += 50
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            head = b""
+            while b'{"status": "ok"}' not in head:
+                head += s.recv(65536)
+            assert head.startswith(b"HTTP/1.1 200 ")
+
+
+def test_one_peer_cannot_take_every_slot() -> None:
+    limits = HttpLimits(max_connections=8, max_connections_per_peer=3)
+    with server(limits) as (srv, _, ev):
+        flood = [connect(srv.port, "127.0.0.2") for _ in range(3)]
+        for s in flood:
+            s.sendall(b"GET /healthz HTTP/1.1\r\n")  # partial: each holds a slot
+        refused = get(srv.port, peer="127.0.0.2")  # its 4th: refused at once, with a reason
+        assert refused.startswith(b"HTTP/1.1 503 ") and b"too many connections" in refused
+        assert get(srv.port, peer="127.0.0.1").startswith(b"HTTP/1.1 200 ")  # others get in
+        assert ev.counts["peer_limit"] == 1
+        for s in flood:
+            s.close()
+
+
+def test_probe_paths_get_in_on_the_reserve_when_every_slot_is_held() -> None:
+    limits = HttpLimits(max_connections=4, max_connections_per_peer=2,
+                        reserved_connections=1)
+    with server(limits) as (srv, _, ev):
+        flood = [connect(srv.port, f"127.0.0.{2 + i // 2}") for i in range(4)]
+        for s in flood:
+            s.sendall(b"GET /healthz HTTP/1.1\r\n")
+        assert get(srv.port, "/healthz").startswith(b"HTTP/1.1 200 ")  # the reserve
+        assert get(srv.port, "/metrics").startswith(b"HTTP/1.1 200 ")
+        other = get(srv.port, "/v1/evaluations")  # the reserve serves only the probe paths
+        assert other.startswith(b"HTTP/1.1 503 ") and b"/healthz" in other
+        with connect(srv.port, "127.0.0.9") as held:  # the reserve itself, held
+            held.sendall(b"GET /healthz HTTP/1.1\r\n")
+            assert get(srv.port, "/healthz", "127.0.0.10").startswith(b"HTTP/1.1 503 ")
+        assert ev.wait("connection_limit", 1)
+        for s in flood:
+            s.close()
+
+
+def test_a_client_hang_up_is_counted_not_a_traceback(tmp_path: Path,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    with running_service(tmp_path) as h:
+        assert h.svc.http is not None
+        for _ in range(5):
+            with connect(h.svc.http.port) as s:  # a body cut short: the client went away
+                s.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                          b"application/x-protobuf\r\nContent-Length: 1000\r\n\r\n" + b"\x0a" * 10)
+                s.shutdown(socket.SHUT_WR)
+                assert answer(s) == b""  # nobody to answer
+        with connect(h.svc.admin.port) as s:  # inside the headers, on the admin listener
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Half")
+            s.shutdown(socket.SHUT_WR)
+            assert answer(s) == b""
+        # the counts come before the connection closes: no wait needed
+        assert h.sample("otel_eval_receiver_connections_closed_total", listener="http",
+                        reason="client_closed") == 5
+        assert h.sample("otel_eval_receiver_connections_closed_total", listener="admin",
+                        reason="client_closed") == 1
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+
+
+def test_the_admin_listener_answers_healthz_while_partial_requests_hold_its_slots(
+        tmp_path: Path) -> None:
+    limits = HttpLimits(max_connections=6, max_connections_per_peer=2,
+                        reserved_connections=2)
+    with running_service(tmp_path, **{"admin.limits": limits}) as h:
+        port = h.svc.admin.port
+        flood = [connect(port, f"127.0.0.{2 + i // 2}") for i in range(6)]
+        for s in flood:
+            s.sendall(b"GET /v1/evaluations HTTP/1.1\r\nHost: x\r\n")
+        assert get(port, "/healthz").startswith(b"HTTP/1.1 200 ")
+        assert get(port, "/readyz").startswith(b"HTTP/1.1 200 ")
+        assert b"otel_eval_receiver_connections_closed_total" in get(port, "/metrics")
+        assert get(port, "/v1/evaluations").startswith(b"HTTP/1.1 503 ")
+        for s in flood:
+            s.close()
