@@ -1,7 +1,8 @@
 """Stage: decode. OTLP trace requests (protobuf or OTLP/JSON) -> ``model.Span``; and back.
 
 Promises:
-- every span is either returned or counted as rejected with a reason from ``REJECT_REASONS``;
+- every span is either returned or counted as rejected with a reason from ``REJECT_REASONS``
+  (a time past int64 nanoseconds or a span longer than a year: ``invalid_timestamp``);
 - only ids, names, times and status are read eagerly; attributes and events are decoded on
   first access (``Span.attributes``), so the receive path stays close to protobuf-decode speed
   and bulky message text stays a raw string;
@@ -38,7 +39,13 @@ from otel_eval.base.model import Span, SpanEvent
 from otel_eval.decode.body import loads_bounded
 
 # Closed set of reasons a span is rejected at decode time.
-REJECT_REASONS = ("invalid_trace_id", "invalid_span_id", "invalid_parent_span_id")
+REJECT_REASONS = ("invalid_trace_id", "invalid_span_id", "invalid_parent_span_id",
+                  "invalid_timestamp")
+# Span times must fit int64 nanoseconds (until 2262, as every store and backend holds them)...
+MAX_TIME_NS = 2**63 - 1
+# ...and a span last at most a year: one ending at 2^64-1 ns would add centuries to the
+# trace's duration (its histogram, its budget) instead of being refused.
+MAX_SPAN_DURATION_NS = 366 * 86400 * 10**9
 
 _KINDS = {0: "unspecified", 1: "internal", 2: "server", 3: "client", 4: "producer",
           5: "consumer"}
@@ -141,10 +148,15 @@ def decode_request(req: ExportTraceServiceRequest) -> DecodeResult:
                 if pid and len(pid) != 8:
                     reasons["invalid_parent_span_id"] += 1
                     continue
+                start, end = pb.start_time_unix_nano, pb.end_time_unix_nano
+                if start > MAX_TIME_NS or end > MAX_TIME_NS or (
+                        end - start > MAX_SPAN_DURATION_NS):
+                    reasons["invalid_timestamp"] += 1
+                    continue
                 lazy, nbytes = _lazy_attrs(pb)
                 spans.append(Span(
                     tid.hex(), sid.hex(), pid.hex() if pid and pid != _ZERO_SPAN else None,
-                    pb.name, pb.start_time_unix_nano, pb.end_time_unix_nano,
+                    pb.name, start, end,
                     kind=_KINDS.get(pb.kind, "unspecified"),
                     status=_STATUS.get(pb.status.code, "unset"),
                     status_message=pb.status.message,

@@ -19,11 +19,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from otel_eval.base.configcheck import is_ascii_digits
+
+_TRACE_ID = re.compile("[0-9a-f]{32}")
 STATUSES = ("complete", "incomplete", "truncated")
 MAX_LIMIT = 1000
 _TEXT = ("service", "agent", "task_id", "status", "detector")
@@ -51,12 +55,17 @@ class Cursor:
 
     @classmethod
     def decode(cls, text: str) -> Cursor:
+        """The cursor ``encode`` wrote; anything else (a forged number past int64, which the
+        store cannot bind, a trace id that is not 32 hex digits) is a ``QueryError``."""
         try:
             raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
-            at, trace_id = raw.split(":", 1)
-            return cls(int(at), trace_id)
         except (binascii.Error, UnicodeDecodeError, ValueError):
-            raise QueryError("cursor", "not a cursor returned by this API") from None
+            raw = ""
+        at, _, trace_id = raw.partition(":")
+        if not (is_ascii_digits(at) and len(at) <= 19 and int(at) < 2**63
+                and _TRACE_ID.fullmatch(trace_id)):
+            raise QueryError("cursor", "not a cursor returned by this API")
+        return cls(int(at), trace_id)
 
 
 @dataclass(frozen=True)
@@ -101,7 +110,7 @@ class EvaluationQuery:
             if name in values:
                 kwargs[f"{name}_ns"] = parse_time(name, values[name])
         if "limit" in values:
-            if not values["limit"].isdigit():
+            if not is_ascii_digits(values["limit"]) or len(values["limit"]) > 4:
                 raise QueryError("limit", f"must be an integer in 1..{MAX_LIMIT}")
             kwargs["limit"] = int(values["limit"])
         if values.get("cursor"):
