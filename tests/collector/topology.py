@@ -16,8 +16,9 @@ import re
 import sys
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -47,7 +48,8 @@ def _trace_ids(rec: dict[str, Any]) -> set[str]:
     return set(re.findall(r'"traceId": "([0-9a-f]{32})"', json.dumps(rec["requests"])))
 
 
-def recordings() -> list[dict[str, Any]]:
+@cache
+def recordings() -> tuple[dict[str, Any], ...]:
     """Every conformance recording, in stack then scenario order, one trace id each. The
     remote_parent scenario of every stack continues the same remote trace (the W3C example
     traceparent), so there each recording's trace gets an id of its own (sha256 of its stack
@@ -62,7 +64,7 @@ def recordings() -> list[dict[str, Any]]:
             rec = {**rec, "requests": json.loads(json.dumps(rec["requests"]).replace(
                 f'"traceId": "{tid}"', f'"traceId": "{new}"'))}
         out.append(rec)
-    return out
+    return tuple(out)
 
 
 def post_recording(base_url: str, rec: dict[str, Any]) -> None:
@@ -75,7 +77,7 @@ def post_recording(base_url: str, rec: dict[str, Any]) -> None:
             assert r.status == 200, (rec["stack"], rec["scenario"], i)
 
 
-def direct(recs: list[dict[str, Any]], tmp: Path) -> dict[str, dict[str, Any]]:
+def direct(recs: Sequence[dict[str, Any]], tmp: Path) -> dict[str, dict[str, Any]]:
     """Each recording's stored evaluation by trace id, evaluated without the collector."""
     with running_service(tmp, **{"assembly.grace_s": GRACE_S,
                                  "assembly.idle_timeout_s": IDLE_S}) as h:
