@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import re
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,9 @@ SCENARIOS = ("clean", "loop", "distinct", "tool_error", "non_terminating", "remo
              "streaming")
 # Expectation keys that are not checks.
 _META = ("xfail", "reason")
+# What an expectation checks (the keys of ``observed``).
+CHECKS = ("agent", "status", "passed", "loop", "non_terminated", "output", "tool_errors",
+          "cities", "recovered")
 
 
 @cache
@@ -80,6 +84,14 @@ def known_wrong() -> dict[str, str]:
     """``expected.yaml``'s ``known_wrong``: "stack/scenario" -> what otel-eval gets wrong there
     today (the verdict expected is still the careful human's)."""
     return dict(_expected().get("known_wrong") or {})
+
+
+def known_wrong_checks(stack: str, scenario: str) -> set[str]:
+    """The checks a known-wrong cell fails: its reason's lead, "agent, cities and loop: ..."."""
+    reason = known_wrong().get(f"{stack}/{scenario}")
+    if not reason or ":" not in reason:
+        return set()
+    return {w for w in re.split(r",\s*|\s+and\s+", reason.split(":", 1)[0].strip()) if w}
 
 
 def _tool_steps(ev: dict[str, Any]) -> list[dict[str, Any]]:

@@ -21,9 +21,15 @@ def _named(stack: str) -> bool:
     return corpus.expectation(stack, "clean")["agent"] == corpus.stacks()[stack]["agent"]
 
 
+def _agent_known_wrong(stack: str) -> bool:
+    """Whether the agent of the stack's completed runs is known wrong today (expected.yaml's
+    known_wrong): what a history learns from them is then no reference for a hung run."""
+    return "agent" in corpus.known_wrong_checks(stack, "clean")
+
+
 def test_a_killed_run_is_counted_for_the_agent_of_the_services_completed_runs(
         tmp_path: Path) -> None:
-    stacks = list(corpus.stacks())
+    stacks = [s for s in corpus.stacks() if not _agent_known_wrong(s)]
     with running_service(tmp_path) as h:
         idle = h.svc.config.assembly.idle_timeout_s + 1
         for stack in stacks:  # what each service ran before: one clean run
@@ -49,6 +55,8 @@ def test_a_killed_run_is_counted_for_the_agent_of_the_services_completed_runs(
 def test_every_simulated_hung_run_gets_the_agent_when_completed_runs_name_it() -> None:
     with_history = hung.agents_of_hung_runs(history=True)
     for stack, (right, total, sources) in with_history.items():
+        if _agent_known_wrong(stack):
+            continue
         if _named(stack):
             assert right == total, (stack, sources)
             assert set(sources) <= {"child_span", "inferred_history"}, stack
