@@ -87,3 +87,20 @@ def test_a_hostile_run_is_escaped_and_bounded(ui_url: str) -> None:
     assert len(listing) < 200_000 and b"<script>" not in listing
     _, _, issues = get(ui_url + "/ui/issues")
     assert b"&lt;script&gt;" in issues and b'href="/ui/runs/javascript' not in issues
+
+
+def test_a_trace_thousands_of_spans_deep_renders_flat() -> None:
+    from otel_eval.outputs.ui.run import tree
+    from otel_eval.outputs.ui.runview import MAX_DEPTH, run_page
+
+    depth = 5000
+    steps = [{"index": i, "span_id": f"{i + 1:016x}", "parent_span_id": f"{i:016x}" if i
+              else None, "kind": "chain", "name": f"s{i}", "status": "ok"}
+             for i in range(depth)]
+    body = {"trace_id": "e" * 32, "status": "complete", "steps": steps, "verdict": None,
+            "findings": [{"detector": "loop", "kind": "x", "severity": "error",
+                          "message": "deep", "step_indexes": [depth - 1]}]}
+    page = run_page(tree(body), None)
+    assert page.count('<section id="step-') == depth
+    assert f'class="step d{MAX_DEPTH} k-chain has-findings"' in page  # indentation capped
+    assert page.count("<section") == depth  # siblings, not nested
