@@ -245,6 +245,11 @@ class Step:
     # tool) and the text of its reply; None when not recorded
     prompt: str | None = None
     answer: str | None = None
+    # which convention and attribute supplied each field ("genai gen_ai.tool.call.arguments",
+    # "span name", "llm call <id>"), and the fields read but not understood (field -> reason);
+    # for ``otel-eval inspect``, not part of the v1 object
+    sources: dict[str, str] = field(default_factory=dict)
+    unknown: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -5,8 +5,9 @@ Promises:
   order: depth first, siblings by start time; spans whose parent is missing (orphans) follow
   the root tree at top level in start order; spans caught in a parent cycle follow those;
 - spans repeating an earlier span id are dropped (the first one received is kept);
-- each step is classified by the convention cascade in ``otel_eval.evaluate.conventions`` and
-  belongs to a node: the name of the nearest enclosing agent;
+- each step is classified by the convention cascade in ``otel_eval.evaluate.conventions``, its
+  fields read from every convention on its span (``conventions.fields``: per field, sources
+  in ``Step.sources``), and belongs to a node: the name of the nearest enclosing agent;
 - GenAI events sent as log records (``Trace.logs``) are read as if their span carried them
   (``conventions.events``);
 - tool steps are joined to the LLM tool call they ran (``conventions.links``: by call id, else
@@ -44,10 +45,11 @@ from typing import Any
 
 from otel_eval.base.model import AgentSource, LogEvent, Span, Step, Trace, Trajectory, local_root
 from otel_eval.evaluate.config import TrajectoryConfig
-from otel_eval.evaluate.conventions import UNKNOWN, classify, describe, dominant, merge_tools
+from otel_eval.evaluate.conventions import UNKNOWN, classify, dominant, merge_tools, read_span
 from otel_eval.evaluate.conventions.agent_names import MAX_AGENT_NAME, agent_name
 from otel_eval.evaluate.conventions.code_actions import last_message_text, rebuild_code_actions
 from otel_eval.evaluate.conventions.events import overlay
+from otel_eval.evaluate.conventions.fields import merged_agent_name
 from otel_eval.evaluate.conventions.links import coerce_arguments, join_calls
 from otel_eval.evaluate.conventions.messages import answer_text, messages, task_text
 from otel_eval.evaluate.conventions.prices import price_steps
@@ -167,7 +169,7 @@ class _Builder:
             attrs = overlay(attrs, records)
         step = Step(len(self.steps), span.span_id, span.parent_span_id, "other", span.name,
                     depth=depth, start_ns=span.start_ns, end_ns=span.end_ns)
-        adapter = describe(step, span, attrs)
+        adapter, found = read_span(step, span, attrs)
         node, agent = self.scope.get(span.parent_span_id or "", (None, None))
         if step.kind != "agent":
             self._stamped(attrs, outside=node is None)
@@ -178,7 +180,10 @@ class _Builder:
                 node = as_str(first(attrs, *_STAMPED_AGENT_KEYS))
         if step.kind == "agent":
             enclosing = self.agent_attrs.get(agent) if agent else None
-            name = adapter.agent_name(span, attrs, enclosing) if adapter else None
+            name = None
+            if adapter is not None:
+                name, source = merged_agent_name(span, attrs, enclosing, found)
+                step.sources["agent_name"] = source
             self.agent_parent[span.span_id] = agent
             self.agent_attrs[span.span_id] = attrs
             node, agent = name or span.name, span.span_id
@@ -192,8 +197,8 @@ class _Builder:
             self.tool_ids = self.tool_ids or step.call_id is not None
         if step.kind in ("llm", "tool"):
             self.work[agent] = self.work.get(agent, 0) + 1
-        if adapter is not None:
-            offered = adapter.tools(attrs)
+        for reader in found:
+            offered = reader.tools(attrs)
             if offered:
                 merge_tools(self.tools, offered)
         if self.task_id is None:

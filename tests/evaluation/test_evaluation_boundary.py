@@ -82,14 +82,14 @@ def test_a_failing_detector_is_a_finding_and_the_others_still_run(
 
 
 def test_a_failing_adapter_keeps_the_span_as_a_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = trajectory_module.describe
+    real = trajectory_module.read_span
 
-    def describe(step: Any, span: Span, attrs: Any) -> Any:
+    def read_span(step: Any, span: Span, attrs: Any) -> Any:
         if span.span_id == "a1":
             raise KeyError("x")
         return real(step, span, attrs)
 
-    monkeypatch.setattr(trajectory_module, "describe", describe)
+    monkeypatch.setattr(trajectory_module, "read_span", read_span)
     ev = Evaluator(Config()).evaluate(looping_trace(chat([])))
     assert [s.span_id for s in ev.trajectory.steps] == ["a0", "a1", "b0", "b1", "b2"]
     assert ev.trajectory.steps[1].kind == "other" and ev.trajectory.steps[1].node == "a"

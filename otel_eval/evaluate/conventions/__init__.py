@@ -1,13 +1,19 @@
 """Stage: trajectory (part). Which instrumentation convention a span follows, and what it says.
 
-Priority cascade, first match wins:
+The span's kind and its ``Step.convention`` come from its marker, by a priority cascade
+(first match wins):
 
 1. explicit markers: ``openinference.span.kind`` > ``traceloop.span.kind`` >
    ``gen_ai.operation.name`` > ``ai.operationId`` (Vercel AI SDK);
 2. attribute shapes without a marker: OpenLLMetry indexed prompts/completions >
    older GenAI (``gen_ai.system``, ``gen_ai.prompt``, ...) > OpenInference keys
    (``llm.input_messages.N.*``, ``tool.name``, ``llm.model_name``);
-3. nothing recognised: kind ``other``, convention ``unknown``.
+3. nothing recognised: kind ``other``, convention ``unknown`` (nothing read: the span is
+   not understood).
+
+Its fields are read from every convention present on it, field by field, in one order of
+precedence (``conventions.fields``: GenAI first, then the marker's convention, then the
+others), each field's source kept in ``Step.sources``.
 
 Promise: ``describe`` never raises on any attribute content (tested with random attributes).
 Errors (span status, ``error.type``, exception events) and cost are convention-independent.
@@ -20,20 +26,23 @@ from typing import Any
 
 from otel_eval.base.model import Span, Step, StepKind
 from otel_eval.evaluate.conventions.adapter import Adapter, Attrs
+from otel_eval.evaluate.conventions.fields import read_fields, readers
 from otel_eval.evaluate.conventions.genai import GENAI, GENAI_LEGACY
 from otel_eval.evaluate.conventions.openinference import OPENINFERENCE
 from otel_eval.evaluate.conventions.openllmetry import OPENLLMETRY
-from otel_eval.evaluate.conventions.values import as_float, as_str, first
+from otel_eval.evaluate.conventions.values import as_float, as_str
 from otel_eval.evaluate.conventions.vercel_ai import VERCEL_AI
 
-__all__ = ["ADAPTERS", "UNKNOWN", "Adapter", "classify", "describe", "dominant", "merge_tools"]
+__all__ = ["ADAPTERS", "UNKNOWN", "Adapter", "classify", "describe", "dominant", "merge_tools",
+           "read_span"]
 
 UNKNOWN = "unknown"
 _EXPLICIT = (OPENINFERENCE, OPENLLMETRY, GENAI, VERCEL_AI)
 _IMPLICIT = (OPENLLMETRY, GENAI_LEGACY, OPENINFERENCE)
 ADAPTERS = (OPENINFERENCE, OPENLLMETRY, GENAI, GENAI_LEGACY, VERCEL_AI)
 # Where a tool span names the tool call it ran (GenAI, OpenInference, Vercel AI SDK).
-_CALL_ID_KEYS = ("gen_ai.tool.call.id", "tool_call.id", "ai.toolCall.id")
+_CALL_ID_KEYS = {"gen_ai.tool.call.id": "genai", "tool_call.id": "openinference",
+                 "ai.toolCall.id": "vercel_ai"}
 _COST_KEYS = ("gen_ai.usage.cost", "llm.cost.total", "gen_ai.usage.total_cost",
               "llm.usage.cost")
 # A convention is "dominant" when it labels at least this share of the recognised steps.
@@ -69,14 +78,28 @@ def _error(span: Span, attrs: Attrs) -> str | None:
 
 
 def describe(step: Step, span: Span, attrs: Attrs) -> Adapter | None:
-    """Classify ``span`` and fill ``step`` from it; returns the adapter used (None: unknown)."""
+    """Classify ``span`` and fill ``step`` from it; returns the marker's adapter (None:
+    unknown)."""
+    return read_span(step, span, attrs)[0]
+
+
+def read_span(step: Step, span: Span,
+              attrs: Attrs) -> tuple[Adapter | None, list[Adapter]]:
+    """Classify ``span`` and fill ``step`` from every convention on it: (the marker's
+    adapter or None, the conventions read in order of precedence)."""
     kind, adapter = classify(span, attrs)
     step.kind = kind
+    found = readers(adapter, span, attrs, ADAPTERS)
     if adapter is not None:
         step.convention = adapter.name
-        adapter.fill(step, span, attrs)
+        read_fields(step, span, attrs, found)
     if kind == "tool" and step.call_id is None:
-        step.call_id = as_str(first(attrs, *_CALL_ID_KEYS))
+        for key in _CALL_ID_KEYS:
+            value = as_str(attrs.get(key))
+            if value:
+                step.call_id = value
+                step.sources["call_id"] = f"{_CALL_ID_KEYS[key]} {key}"
+                break
     error = _error(span, attrs)
     if error is not None:
         step.status = "error"
@@ -87,7 +110,7 @@ def describe(step: Step, span: Span, attrs: Attrs) -> Adapter | None:
             if cost is not None:
                 step.cost_usd = as_float(cost)
                 break
-    return adapter
+    return adapter, found
 
 
 def merge_tools(into: dict[str, Any], found: dict[str, Any]) -> None:

@@ -17,18 +17,38 @@ agent is then read elsewhere (a span under it, the service's history) or stays u
     CodeAgent, ToolCallingAgent, MultiStepAgent   smolagents' class names (``<class>.run``
                      spans of an agent given no ``name=``)
     invoke_agent     the GenAI operation alone, as the span name of an agent with no name
+    Crew             CrewAI's default crew name (``Crew.kickoff``)
 """
 
 from __future__ import annotations
 
-__all__ = ["FRAMEWORK_DEFAULT_AGENT_NAMES", "MAX_AGENT_NAME", "agent_name"]
+__all__ = ["FRAMEWORK_DEFAULT_AGENT_NAMES", "MAX_AGENT_NAME", "WRAPPER_METHODS", "agent_name",
+           "from_span_name"]
 
 FRAMEWORK_DEFAULT_AGENT_NAMES = frozenset({
     "openai agent", "agent workflow", "agent", "langgraph", "agentexecutor", "codeagent",
-    "toolcallingagent", "multistepagent", "invoke_agent",
+    "toolcallingagent", "multistepagent", "invoke_agent", "crew",
+})
+# Methods a framework names an agent's span after, as ``<agent>.<method>``: the agent is
+# what comes before (smolagents ``<name>.run``, OpenLLMetry ``<name>.agent``, CrewAI under
+# OpenInference ``<role>._execute_core`` / ``<crew>.kickoff``, ``execute_task``).
+WRAPPER_METHODS = frozenset({
+    "run", "arun", "agent", "_execute_core", "kickoff", "kickoff_async", "execute_task",
+    "invoke", "ainvoke", "__call__", "_run", "run_stream",
 })
 # Characters kept of an agent name (span content: a name is a label, not a document).
 MAX_AGENT_NAME = 256
+
+
+def from_span_name(name: str) -> str:
+    """The agent a span name stands for: ``invoke_agent <agent>`` (GenAI), ``<agent>.<method>``
+    for a method of ``WRAPPER_METHODS``; else the span name itself."""
+    if name.startswith("invoke_agent "):
+        return name[len("invoke_agent "):] or name
+    head, dot, method = name.rpartition(".")
+    if dot and head and method in WRAPPER_METHODS:
+        return head
+    return name
 
 
 def agent_name(value: str | None) -> str | None:

@@ -19,7 +19,6 @@ from typing import Any
 
 from otel_eval.base.model import Span, Step, StepKind, ToolCall
 from otel_eval.evaluate.conventions.adapter import Adapter, Attrs, no_kind
-from otel_eval.evaluate.conventions.agent_names import agent_name
 from otel_eval.evaluate.conventions.values import (
     as_int,
     as_list_of_str,
@@ -123,7 +122,7 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
         name = attrs.get("gen_ai.tool.name")
         if name is None and span.name.startswith("execute_tool "):
             name = span.name[len("execute_tool "):]
-        step.tool_name = as_str(name) or span.name
+        step.tool_name = as_str(name) or None
         step.arguments = parse_json(attrs.get("gen_ai.tool.call.arguments"))
         step.result = as_str(attrs.get("gen_ai.tool.call.result"))
         return
@@ -153,16 +152,9 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
 
 
 def _agent_name(span: Span, attrs: Attrs, enclosing: Attrs | None) -> str | None:
-    """``gen_ai.agent.name``, else the span name's ``invoke_agent <name>``; a framework's
-    default in one gives way to a name in the other (the default is returned only when
-    there is nothing else, for the trajectory to tell it is no name)."""
-    named = as_str(attrs.get("gen_ai.agent.name"))
-    if agent_name(named):
-        return named
-    suffix = None
-    if span.name.startswith("invoke_agent "):
-        suffix = span.name[len("invoke_agent "):] or None
-    return suffix if agent_name(suffix) else (named or suffix)
+    """``gen_ai.agent.name`` (the span name's ``invoke_agent <name>`` is read by
+    ``agent_names.from_span_name``, after every convention's attributes)."""
+    return as_str(attrs.get("gen_ai.agent.name")) or None
 
 
 def _tools(attrs: Attrs) -> dict[str, Any]:
@@ -178,5 +170,22 @@ def _tools(attrs: Attrs) -> dict[str, Any]:
     return out
 
 
-GENAI = Adapter("genai", _explicit, no_kind, _fill, _agent_name, _tools)
-GENAI_LEGACY = Adapter("genai_legacy", no_kind, _implicit_legacy, _fill, _agent_name, _tools)
+# step field -> the keys that carry it (current, then older)
+KEYS = {
+    "tool_name": ("gen_ai.tool.name",),
+    "arguments": ("gen_ai.tool.call.arguments",),
+    "result": ("gen_ai.tool.call.result", "gen_ai.output.messages", "gen_ai.completion"),
+    "input_text": ("gen_ai.input.messages", "gen_ai.prompt"),
+    "output_text": ("gen_ai.output.messages", "gen_ai.completion"),
+    "tool_calls": ("gen_ai.output.messages", "gen_ai.completion"),
+    "model": ("gen_ai.response.model", "gen_ai.request.model"),
+    "input_tokens": ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens"),
+    "output_tokens": ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens"),
+    "finish_reasons": ("gen_ai.response.finish_reasons", "gen_ai.output.messages"),
+    "call_id": ("gen_ai.tool.call.id",),
+    "agent_name": ("gen_ai.agent.name",),
+    "tools": ("gen_ai.tool.definitions",),
+}
+GENAI = Adapter("genai", _explicit, no_kind, _fill, _agent_name, _tools, KEYS)
+GENAI_LEGACY = Adapter("genai_legacy", no_kind, _implicit_legacy, _fill, _agent_name, _tools,
+                       KEYS)

@@ -104,7 +104,7 @@ def _arguments(attrs: Attrs) -> Any:
 def _fill(step: Step, span: Span, attrs: Attrs) -> None:
     kind = step.kind
     if kind == "tool":
-        step.tool_name = as_str(first(attrs, "tool.name", "tool_call.function.name")) or span.name
+        step.tool_name = as_str(first(attrs, "tool.name", "tool_call.function.name")) or None
         step.arguments = _arguments(attrs)
         step.result = as_str(attrs.get("output.value"))
         return
@@ -154,8 +154,8 @@ def _agent_name(span: Span, attrs: Attrs, enclosing: Attrs | None) -> str | None
     for candidate in candidates:
         if f"'{candidate}'" in head or f'"{candidate}"' in head:
             return candidate
-    # smolagents names an agent's span "<agent name>.run"
-    return span.name.removesuffix(".run") or None
+    # smolagents' "<agent name>.run" span name: ``agent_names.from_span_name``
+    return name or None
 
 
 def _schema(params: Any) -> Any:
@@ -184,4 +184,22 @@ def _tools(attrs: Attrs) -> dict[str, Any]:
     return out
 
 
-OPENINFERENCE = Adapter("openinference", _explicit, _implicit, _fill, _agent_name, _tools)
+KEYS = {
+    "tool_name": ("tool.name", "tool_call.function.name"),
+    "arguments": ("tool_call.function.arguments", "input.value"),
+    "result": ("output.value",),
+    "input_text": ("input.value",),
+    "output_text": ("output.value",),
+    "reply": ("llm.output_messages.0.message.content",),
+    "tool_calls": ("llm.output_messages.0.message.tool_calls.0.tool_call.function.name",),
+    "model": ("llm.model_name",),
+    "input_tokens": ("llm.token_count.prompt",),
+    "output_tokens": ("llm.token_count.completion",),
+    "finish_reasons": ("output.value",),
+    "call_id": ("tool_call.id",),
+    "agent_name": ("agent.name",),
+    "tools": ("llm.tools.0.tool.json_schema", "tool.json_schema", "tool.parameters",
+              "smolagents.tools_names"),
+}
+OPENINFERENCE = Adapter("openinference", _explicit, _implicit, _fill, _agent_name, _tools,
+                        KEYS)

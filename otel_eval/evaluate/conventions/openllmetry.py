@@ -113,7 +113,7 @@ def _dumps(messages: list[dict[str, Any]]) -> str | None:
 def _fill(step: Step, span: Span, attrs: Attrs) -> None:
     kind = step.kind
     if kind == "tool":
-        step.tool_name = as_str(attrs.get("traceloop.entity.name")) or span.name
+        step.tool_name = as_str(attrs.get("traceloop.entity.name")) or None
         step.arguments = _entity_arguments(attrs.get("traceloop.entity.input"))
         step.result = as_str(attrs.get("traceloop.entity.output"))
         return
@@ -135,10 +135,8 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
 
 
 def _agent_name(span: Span, attrs: Attrs, enclosing: Attrs | None) -> str | None:
-    name = as_str(attrs.get("traceloop.entity.name"))
-    if name:
-        return name
-    return span.name.removesuffix(".agent") or None
+    # the span name's "<name>.agent" is read by ``agent_names.from_span_name``
+    return as_str(attrs.get("traceloop.entity.name")) or None
 
 
 def _tools(attrs: Attrs) -> dict[str, Any]:
@@ -151,4 +149,24 @@ def _tools(attrs: Attrs) -> dict[str, Any]:
     return out
 
 
-OPENLLMETRY = Adapter("openllmetry", _explicit, _implicit, _fill, _agent_name, _tools)
+KEYS = {
+    "tool_name": ("traceloop.entity.name",),
+    "arguments": ("traceloop.entity.input",),
+    "result": ("traceloop.entity.output",),
+    "input_text": ("gen_ai.prompt.0.content", "gen_ai.prompt.0.role", "traceloop.entity.input"),
+    "output_text": ("gen_ai.completion.0.content", "gen_ai.completion.0.role"),
+    "tool_calls": ("gen_ai.completion.0.tool_calls.0.name",
+                   "gen_ai.completion.0.function_call.name"),
+    "model": ("gen_ai.response.model", "gen_ai.request.model", "llm.response.model",
+              "llm.request.model"),
+    "input_tokens": ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens",
+                     "llm.usage.prompt_tokens"),
+    "output_tokens": ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens",
+                      "llm.usage.completion_tokens"),
+    "finish_reasons": ("gen_ai.completion.0.finish_reason",),
+    "agent_name": ("traceloop.entity.name",),
+    "tools": ("llm.request.functions.0.name",),
+}
+# presence: its own keys (the shared gen_ai.usage / model keys are GenAI's)
+OPENLLMETRY = Adapter("openllmetry", _explicit, _implicit, _fill, _agent_name, _tools, KEYS,
+                      ("traceloop.", "gen_ai.prompt.0.", "gen_ai.completion.0.", "llm."))

@@ -60,7 +60,7 @@ def _prompt_text(raw: Any) -> str | None:
 def _fill(step: Step, span: Span, attrs: Attrs) -> None:
     get = attrs.get
     if step.kind == "tool":
-        step.tool_name = as_str(get("ai.toolCall.name")) or span.name
+        step.tool_name = as_str(get("ai.toolCall.name")) or None
         step.arguments = parse_json(first(attrs, "ai.toolCall.args", "ai.toolCall.input"))
         step.result = json_text(get("ai.toolCall.result"))
         return
@@ -87,7 +87,7 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
 
 
 def _agent_name(span: Span, attrs: Attrs, enclosing: Attrs | None) -> str | None:
-    return as_str(first(attrs, "ai.telemetry.functionId", "resource.name")) or span.name
+    return as_str(first(attrs, "ai.telemetry.functionId", "resource.name")) or None
 
 
 def _tools(attrs: Attrs) -> dict[str, Any]:
@@ -101,4 +101,22 @@ def _tools(attrs: Attrs) -> dict[str, Any]:
     return out
 
 
-VERCEL_AI = Adapter("vercel_ai", _explicit, no_kind, _fill, _agent_name, _tools)
+KEYS = {
+    "tool_name": ("ai.toolCall.name",),
+    "arguments": ("ai.toolCall.args", "ai.toolCall.input"),
+    "result": ("ai.toolCall.result", "ai.response.text"),
+    "input_text": ("ai.prompt.messages", "ai.prompt"),
+    "output_text": ("ai.response.text", "ai.response.toolCalls"),
+    "tool_calls": ("ai.response.toolCalls",),
+    "model": ("ai.response.model", "gen_ai.response.model", "ai.model.id",
+              "gen_ai.request.model"),
+    "input_tokens": ("ai.usage.inputTokens", "ai.usage.promptTokens",
+                     "gen_ai.usage.input_tokens"),
+    "output_tokens": ("ai.usage.outputTokens", "ai.usage.completionTokens",
+                      "gen_ai.usage.output_tokens"),
+    "finish_reasons": ("ai.response.finishReason",),
+    "call_id": ("ai.toolCall.id",),
+    "agent_name": ("ai.telemetry.functionId", "resource.name"),
+    "tools": ("ai.prompt.tools",),
+}
+VERCEL_AI = Adapter("vercel_ai", _explicit, no_kind, _fill, _agent_name, _tools, KEYS, ("ai.",))

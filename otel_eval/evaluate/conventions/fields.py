@@ -1,0 +1,110 @@
+"""Stage: trajectory (part). A step's fields read from every convention its span carries.
+
+A span's *kind* comes from its marker (``conventions.classify``); its *fields* come from
+wherever they are: instrumentations put a vendor's marker (``traceloop.span.kind``,
+``openinference.span.kind``) and the GenAI attributes (``gen_ai.tool.call.arguments``) on one
+span. Each convention module reads only its own keys (``Adapter.fill``); ``read_fields`` runs
+every reader present on the span and takes each field from the first reader that has it, in
+one order of precedence for every field:
+
+1. the standard GenAI attributes (current keys, then the older ones: one reader);
+2. the convention of the span's marker (the vendor's own keys);
+3. the other conventions present, in ``ADAPTERS`` order (OpenInference, OpenLLMetry, Vercel
+   AI SDK): shapes without a marker;
+4. fallbacks from the span itself: the tool's name is the span's name.
+
+The agent's name follows the same order over the conventions' attributes, then the span's
+name (``agent_names.from_span_name``: ``invoke_agent <agent>``, ``<agent>.<method>``), a
+framework's default name giving way to a real one wherever it is. ``Step.sources`` records,
+per field, ``"<convention> <attribute>"`` of the value kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from otel_eval.base.model import Span, Step
+from otel_eval.evaluate.conventions.adapter import Adapter, Attrs
+from otel_eval.evaluate.conventions.agent_names import agent_name, from_span_name
+from otel_eval.evaluate.conventions.genai import GENAI, GENAI_LEGACY
+
+__all__ = ["FIELDS", "merged_agent_name", "read_fields", "readers"]
+
+# The step fields a reader may supply (messages in/out are input_text/output_text).
+FIELDS = ("tool_name", "call_id", "arguments", "result", "input_text", "output_text", "reply",
+          "tool_calls", "model", "input_tokens", "output_tokens", "finish_reasons")
+_GENAI_FAMILY = (GENAI, GENAI_LEGACY)
+
+
+def readers(marker: Adapter | None, span: Span, attrs: Attrs,
+            adapters: Sequence[Adapter]) -> list[Adapter]:
+    """The conventions present on a span, in order of precedence (module docstring)."""
+    if marker is None:
+        return []  # a span no convention recognises: not understood, nothing read
+    out: list[Adapter] = []
+    if marker in _GENAI_FAMILY:
+        out.append(marker)
+    elif GENAI.present(span, attrs) or GENAI_LEGACY.present(span, attrs):
+        out.append(GENAI)
+    if marker not in out:
+        out.append(marker)
+    for adapter in adapters:
+        if adapter not in out and adapter not in _GENAI_FAMILY and adapter.present(span, attrs):
+            out.append(adapter)
+    return out
+
+
+def _source(adapter: Adapter, field: str, attrs: Attrs) -> str:
+    key = adapter.key_of(field, attrs)
+    name = adapter.name
+    if adapter in _GENAI_FAMILY and key in _LEGACY_KEYS:
+        name = GENAI_LEGACY.name
+    return f"{name} {key}" if key else f"{name} (span events or name)"
+
+
+_LEGACY_KEYS = frozenset({"gen_ai.prompt", "gen_ai.completion", "gen_ai.usage.prompt_tokens",
+                          "gen_ai.usage.completion_tokens"})
+
+
+def read_fields(step: Step, span: Span, attrs: Attrs, found: Sequence[Adapter]) -> None:
+    """Fill ``step`` (its kind already set) from every reader in ``found``, field by field."""
+    if len(found) == 1:  # the usual span: one convention, no merge to do
+        found[0].fill(step, span, attrs)
+        for field in FIELDS:
+            value = getattr(step, field)
+            if value is not None and value != []:
+                step.sources[field] = _source(found[0], field, attrs)
+    else:
+        for adapter in found:
+            scratch = Step(step.index, step.span_id, step.parent_span_id, step.kind, step.name)
+            adapter.fill(scratch, span, attrs)
+            for field in FIELDS:
+                value = getattr(scratch, field)
+                if value is None or value == []:
+                    continue
+                have = getattr(step, field)
+                if have is None or have == []:
+                    setattr(step, field, value)
+                    step.sources[field] = _source(adapter, field, attrs)
+    if step.kind == "tool" and step.tool_name is None:
+        step.tool_name = span.name
+        step.sources["tool_name"] = "span name"
+
+
+def merged_agent_name(span: Span, attrs: Attrs, enclosing: Attrs | None,
+                      found: Sequence[Adapter]) -> tuple[str | None, str]:
+    """(the agent an agent span stands for, where it came from): the first real name among
+    the conventions' attributes in precedence order, then the span's name; when every one is
+    a framework's default, the first of them (the trajectory tells it is no name)."""
+    candidates: list[tuple[str, str]] = []
+    for adapter in found:
+        name = adapter.agent_name(span, attrs, enclosing)
+        if name:
+            key = adapter.key_of("agent_name", attrs)
+            candidates.append((name, f"{adapter.name} {key}" if key
+                               else f"{adapter.name} (enclosing agent)"))
+    candidates.append((from_span_name(span.name), "span name"))
+    for name, source in candidates:
+        if agent_name(name) is not None:
+            return name, source
+    return candidates[-1] if candidates[-1][0] else (None, "unknown")
