@@ -13,16 +13,13 @@ from typing import TYPE_CHECKING, Any, TextIO
 from otel_eval.app.config import Config, load_config, replace
 from otel_eval.base.configcheck import ConfigError, parse_endpoint
 from otel_eval.base.printable import configure_logging
+from otel_eval.evaluate.detectors.config import BUDGET_NAMES, parse_budget
 from otel_eval.store.base import is_postgresql_url
 
 if TYPE_CHECKING:
     from otel_eval.app.offline import EvalRun
 
 log = logging.getLogger("otel_eval")
-
-BUDGET_NAMES = ("steps", "llm_calls", "tool_calls", "input_tokens", "output_tokens",
-                "cost_usd", "duration_s")
-
 
 def _endpoint(value: str) -> str:
     try:
@@ -43,17 +40,10 @@ def _workers(value: str) -> int:
 
 
 def _budget(value: str) -> tuple[str, float]:
-    name, sep, raw = value.partition("=")
-    if not sep or name not in BUDGET_NAMES:
-        raise argparse.ArgumentTypeError(
-            f"expected NAME=VALUE with NAME one of {', '.join(BUDGET_NAMES)}, got {value!r}")
     try:
-        number = float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"budget {name}: {raw!r} is not a number") from None
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"budget {name} must be >= 0")
-    return name, number
+        return parse_budget(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -170,6 +160,9 @@ def config_from_args(args: argparse.Namespace) -> Config:
             changes.update({"store.path": value, "store.url": ""})
         else:
             changes[key] = value
+    if getattr(args, "budget", None):  # repeated --budget: the last value of a name wins
+        changes["detectors.budget_overrides"] = {**cfg.detectors.budget_overrides,
+                                                 **dict(args.budget)}
     if getattr(args, "kafka_publish", False):
         changes["kafka.publish"] = True
     if getattr(args, "allow_insecure_non_loopback", False):
@@ -183,7 +176,7 @@ def run_from_args(args: argparse.Namespace, cfg: Config | None = None) -> EvalRu
     from otel_eval.app.offline import EvalRun
 
     return EvalRun(cfg or config_from_args(args), getattr(args, "paths", ()),
-                   budget_overrides=dict(args.budget), references_path=args.references,
+                   references_path=args.references,
                    max_cost_usd=getattr(args, "max_cost_usd", None))
 
 
@@ -291,8 +284,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from otel_eval.app.service import Options, Service
 
     cfg = config_from_args(args)
-    svc = Service(cfg, Options(budget_overrides=dict(args.budget),
-                               references_path=args.references))
+    svc = Service(cfg, Options(references_path=args.references))
     _tune_gc()
     svc.run_until_signal()
     return 0

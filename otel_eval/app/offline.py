@@ -13,7 +13,7 @@ on with the next one.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -37,14 +37,12 @@ class EvalRun:
     """Load, build the trajectory, run the detectors, then the judge when one is configured."""
 
     def __init__(self, cfg: Config, paths: Sequence[str] = (), *,
-                 budget_overrides: Mapping[str, float] | None = None,
                  references_path: str | None = None,
                  max_cost_usd: float | None = None) -> None:
         self.cfg = cfg
         self.paths = list(paths)
         self.max_cost_usd = max_cost_usd  # stop judging once the judge has spent this much
-        self.evaluator = Evaluator(cfg, budget_overrides=dict(budget_overrides or {}),
-                                   references_path=references_path)
+        self.evaluator = Evaluator(cfg, references_path=references_path)
         self.failed_files = 0
         self.spend: Spend | None = None
 

@@ -27,8 +27,8 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
@@ -60,7 +60,6 @@ log = logging.getLogger(__name__)
 class Options:
     """What the command line adds to the config file."""
 
-    budget_overrides: Mapping[str, float] = field(default_factory=dict)
     references_path: str | None = None
 
 
@@ -75,8 +74,7 @@ class Service:
         self.clock = clock
         self.metrics = Metrics(self.registry, prediction=config.prediction)
         self.store = open_store(config.store.target)
-        self.evaluator = Evaluator(config, budget_overrides=self.options.budget_overrides,
-                                   references_path=self.options.references_path)
+        self.evaluator = Evaluator(config, references_path=self.options.references_path)
         kc = config.kafka
         needs_loop = config.judge.active or kc.enabled
         self.loop = LoopThread() if needs_loop else None  # started first, stopped last
@@ -149,8 +147,7 @@ class Service:
         n = ec.workers or available_cores()
         if n <= 1:
             return None
-        spec = WorkerSpec(self.config, self.config.store.target,
-                          dict(self.options.budget_overrides), self.options.references_path,
+        spec = WorkerSpec(self.config, self.config.store.target, self.options.references_path,
                           lean=lean, log_level=logging.getLogger().getEffectiveLevel())
         evaluator, store = self.evaluator, self.store
         return WorkerPool(n, spec, self.metrics.workers,

@@ -51,7 +51,6 @@ class WorkerSpec:
 
     config: Config
     store_target: str  # the store it opens its own connection to (file path or URL)
-    budget_overrides: dict[str, float]
     references_path: str | None
     lean: bool  # return lean evaluations (no sink reads them)
     log_level: int
@@ -116,8 +115,7 @@ def run(conn: Connection, spec: WorkerSpec, index: int) -> None:
     try:
         from otel_eval.evaluate.evaluator import Evaluator
         from otel_eval.store import open_store
-        evaluator = Evaluator(spec.config, budget_overrides=spec.budget_overrides,
-                              references_path=spec.references_path)
+        evaluator = Evaluator(spec.config, references_path=spec.references_path)
         store = open_store(spec.store_target)
     except Exception as e:  # said to the pool, which reports it and does not use us
         conn.send(("error", f"{type(e).__name__}: {e}"))

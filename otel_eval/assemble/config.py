@@ -58,4 +58,7 @@ class AssemblyConfig:
         validate(self, minimum={
             "grace_s": 0, "idle_timeout_s": 0, "max_trace_duration_s": 0, "reopen_window_s": 0,
             "max_open_traces": 1, "max_spans_per_trace": 1, "max_pending_spans": 1,
-            "max_released_traces": 0, "max_tombstones": 0})
+            "max_released_traces": 0, "max_tombstones": 0, "max_pending_bytes": 1,
+            "pressure_idle_s": 0, "max_log_records_per_trace": 1,
+            "max_pending_log_records": 1},
+            above={"max_service_share": 0}, maximum={"max_service_share": 1})

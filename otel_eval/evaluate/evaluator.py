@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from otel_eval.base.configcheck import ConfigError
@@ -56,13 +56,11 @@ def _predictor(config: EvaluatorSettings) -> Predictor | None:
 
 
 class Evaluator:
-    def __init__(self, config: EvaluatorSettings, *,
-                 budget_overrides: Mapping[str, float] | None = None,
-                 references_path: str | None = None,
+    def __init__(self, config: EvaluatorSettings, *, references_path: str | None = None,
                  wall_clock: Callable[[], float] = time.time) -> None:
         self.config = config
         refs = load_references(references_path) if references_path else None  # else config's
-        self.detectors = Detectors(config.detectors, refs, budget_overrides)
+        self.detectors = Detectors(config.detectors, refs)
         self._wall_clock = wall_clock
         self.predictor = _predictor(config)
 

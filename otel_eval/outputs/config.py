@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from otel_eval.base.configcheck import validate
+
 
 @dataclass(frozen=True)
 class ExportConfig:
@@ -35,14 +37,6 @@ class ExportConfig:
     max_retry_s: float = 60.0
 
     def __post_init__(self) -> None:
-        if self.max_queue_items < 1 or self.max_batch_items < 1:
-            raise ValueError("max_queue_items and max_batch_items must be >= 1")
-        if min(self.timeout_s, self.initial_backoff_s, self.max_backoff_s) <= 0:
-            raise ValueError("timeout_s, initial_backoff_s and max_backoff_s must be > 0")
-        if self.max_retry_s < 0:
-            raise ValueError("max_retry_s must be >= 0")
-        for name in ("events_endpoint", "forward_endpoint"):
-            value = getattr(self, name)
-            host, sep, port = value.rpartition(":")
-            if value and (not sep or not host or "/" in host or not port.isdigit()):
-                raise ValueError(f"{name}: expected HOST:PORT, got {value!r}")
+        validate(self, minimum={"max_queue_items": 1, "max_batch_items": 1, "max_retry_s": 0},
+                 above={"timeout_s": 0, "initial_backoff_s": 0, "max_backoff_s": 0},
+                 endpoints=("events_endpoint", "forward_endpoint"))

@@ -32,8 +32,8 @@ REASONS = [
 
 def _evaluate(trajectory: Trajectory) -> tuple[list[Finding], Verdict]:
     outcome = trajectory.root_attributes.get(TrajectoryConfig().outcome_attribute)
-    detectors = Detectors(DetectorsConfig(), load_references(REFERENCES),
-                          dict([parse_budget("steps=5")]))
+    detectors = Detectors(DetectorsConfig(budget_overrides=dict([parse_budget("steps=5")])),
+                          load_references(REFERENCES))
     return detectors.evaluate(trajectory, str(outcome) if outcome else None)
 
 

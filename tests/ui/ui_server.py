@@ -15,7 +15,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from otel_eval.app.admin import AdminApi, AdminConfig, AdminServer
-from otel_eval.app.config import Config
+from otel_eval.app.config import Config, replace
 from otel_eval.app.offline import EvalRun
 from otel_eval.base.model import Evaluation
 from otel_eval.evaluate.judge.config import RedactionConfig
@@ -44,8 +44,8 @@ ISSUES = {"schema": "otel-eval.issues/v1", "generated_at": 1_764_600_000.0, "win
 
 def evaluate(paths: list[str], references: str | None = None,
              budgets: dict[str, float] | None = None) -> list[Evaluation]:
-    return list(EvalRun(Config(), paths, references_path=references,
-                        budget_overrides=budgets or {}).evaluations())
+    cfg = replace(Config(), **{"detectors.budget_overrides": budgets or {}})
+    return list(EvalRun(cfg, paths, references_path=references).evaluations())
 
 
 @contextmanager

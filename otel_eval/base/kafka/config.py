@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from otel_eval.base.configcheck import validate
+
 Encoding = Literal["otlp_proto", "otlp_json"]
 
 
@@ -108,16 +110,16 @@ class KafkaConfig:
     security: KafkaSecurityConfig = field(default_factory=KafkaSecurityConfig)
 
     def __post_init__(self) -> None:
-        if self.worker_count < 1:
-            raise ValueError("kafka.worker_count must be >= 1")
-        if not 0 <= self.worker_index < self.worker_count:
-            raise ValueError(f"kafka.worker_index must be in [0, {self.worker_count})")
-        if self.max_inflight_records < 1 or self.max_poll_records < 1:
-            raise ValueError("kafka.max_inflight_records and max_poll_records must be >= 1")
-        if self.commit_interval_s <= 0:
-            raise ValueError("kafka.commit_interval_s must be > 0")
+        problems = {}
+        if not 0 <= self.worker_index < max(self.worker_count, 1):
+            problems["worker_index"] = (f"must be in [0, {self.worker_count}), "
+                                        f"got {self.worker_index}")
         if self.logs_topic and self.logs_topic == self.topic:
-            raise ValueError("kafka.logs_topic must differ from kafka.topic")
+            problems["logs_topic"] = f"must differ from topic ({self.topic!r})"
+        validate(self, minimum={
+            "worker_count": 1, "max_inflight_records": 1, "max_poll_records": 1,
+            "throttle_retry_s": 0, "results_queue_size": 1, "max_request_bytes": 1},
+            above={"commit_interval_s": 0, "session_timeout_s": 0}, problems=problems)
 
     @property
     def enabled(self) -> bool:

@@ -1,6 +1,6 @@
 """Deterministic trajectory detectors (stage: evaluate).
 
-    Detectors(config, references, budget_overrides).evaluate(trajectory, outcome)
+    Detectors(config, references).evaluate(trajectory, outcome)
       -> loop, non_termination, budget, tool_call, reference, recovery, lucky_pass
       -> (findings, Verdict)
 
@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from otel_eval.base.model import Finding, Trajectory, Verdict
@@ -36,7 +35,12 @@ from otel_eval.evaluate.detectors import (
     tool_call,
 )
 from otel_eval.evaluate.detectors.calls import Context, RefCall, Reference
-from otel_eval.evaluate.detectors.config import BUDGET_NAMES, DETECTOR_NAMES, DetectorsConfig
+from otel_eval.evaluate.detectors.config import (
+    BUDGET_NAMES,
+    DETECTOR_NAMES,
+    DetectorsConfig,
+    parse_budget,
+)
 from otel_eval.evaluate.detectors.references import ReferenceSet, load_references
 
 __all__ = [
@@ -59,24 +63,6 @@ _DETECTORS: dict[str, Detect] = {
     "lucky_pass": lucky_pass.detect,
 }
 _ORDER = {name: i for i, name in enumerate(_DETECTORS)}
-
-
-def parse_budget(text: str) -> tuple[str, float]:
-    """``NAME=VALUE`` (``--budget steps=5``) -> (name, value). ValueError says what is wrong."""
-    name, sep, raw = text.partition("=")
-    name, raw = name.strip(), raw.strip()
-    if not sep or not name or not raw:
-        raise ValueError(f"budget {text!r}: expected NAME=VALUE, e.g. steps=20")
-    if name not in BUDGET_NAMES:
-        raise ValueError(f"budget {text!r}: unknown name {name!r} "
-                         f"(known: {', '.join(BUDGET_NAMES)})")
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"budget {text!r}: {raw!r} is not a number") from None
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"budget {text!r}: must be a finite number >= 0")
-    return name, value
 
 
 def verdict_of(findings: Sequence[Finding], outcome: str | None = None,
@@ -105,19 +91,12 @@ def _sort_key(f: Finding) -> tuple[int, int, str, str]:
 
 
 class Detectors:
-    """All enabled detectors with their config, references and budget overrides."""
+    """All enabled detectors with their config and references."""
 
-    def __init__(self, config: DetectorsConfig, references: ReferenceSet | None = None,
-                 budget_overrides: Mapping[str, float] | None = None) -> None:
-        overrides = dict(budget_overrides or {})
-        unknown = sorted(set(overrides) - set(BUDGET_NAMES))
-        if unknown:
-            raise ValueError(f"unknown budget(s) {', '.join(unknown)} "
-                             f"(known: {', '.join(BUDGET_NAMES)})")
+    def __init__(self, config: DetectorsConfig, references: ReferenceSet | None = None) -> None:
         self.config = config
         self.references = references if references is not None else (
             load_references(config.references_path) if config.references_path else ReferenceSet())
-        self._overrides = overrides
         # per agent name: resolved budgets and enabled set (the config is frozen)
         self._resolved: dict[str | None, tuple[dict[str, float], frozenset[str]]] = {}
 
@@ -131,7 +110,8 @@ class Detectors:
         return got
 
     def budgets_for(self, agent: str | None) -> dict[str, float]:
-        """Budgets for an agent: config, then its overrides, then ``--budget`` values."""
+        """Budgets for an agent: config, then its overrides, then ``budget_overrides``
+        (``--budget``)."""
         resolved = {f.name: getattr(self.config.budgets, f.name)
                     for f in dataclasses.fields(self.config.budgets)}
         per_agent = self.config.agents.get(agent or "")
@@ -140,7 +120,7 @@ class Detectors:
                 value = getattr(per_agent.budgets, f.name)
                 if value is not None:
                     resolved[f.name] = value
-        resolved.update(self._overrides)
+        resolved.update(self.config.budget_overrides)
         return {k: float(v) for k, v in resolved.items() if v is not None}
 
     def enabled_for(self, agent: str | None) -> tuple[str, ...]:

@@ -7,8 +7,11 @@ fitted to any benchmark; each comment says why the default is what it is.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
+
+from otel_eval.base.configcheck import validate
 
 Severity = Literal["info", "warning", "error"]
 MatchMode = Literal["exact", "in_order", "any_order", "superset"]
@@ -20,6 +23,32 @@ DETECTOR_NAMES: tuple[str, ...] = (
 BUDGET_NAMES: tuple[str, ...] = (
     "steps", "llm_calls", "tool_calls", "input_tokens", "output_tokens", "cost_usd", "duration_s",
 )
+
+
+def budget_problem(value: float) -> str | None:
+    """What is wrong with a budget's limit (>= 0 and finite), or None."""
+    if not (math.isfinite(value) and value >= 0):
+        return f"must be >= 0 and finite, got {value!r}"
+    return None
+
+
+def parse_budget(text: str) -> tuple[str, float]:
+    """``NAME=VALUE`` (``--budget steps=5``) -> (name, value). ValueError says what is wrong."""
+    name, sep, raw = text.partition("=")
+    name, raw = name.strip(), raw.strip()
+    if not sep or not name or not raw:
+        raise ValueError(f"budget {text!r}: expected NAME=VALUE, e.g. steps=20")
+    if name not in BUDGET_NAMES:
+        raise ValueError(f"budget {text!r}: unknown name {name!r} "
+                         f"(known: {', '.join(BUDGET_NAMES)})")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"budget {text!r}: {raw!r} is not a number") from None
+    problem = budget_problem(value)
+    if problem:
+        raise ValueError(f"budget {text!r}: {problem}")
+    return name, value
 
 
 @dataclass(frozen=True)
@@ -42,10 +71,9 @@ class BudgetsConfig:
     duration_s: float | None = None
 
     def __post_init__(self) -> None:
-        for name in BUDGET_NAMES:
-            value = getattr(self, name)
-            if value is not None and value < 0:
-                raise ValueError(f"budget {name} must be >= 0, got {value}")
+        validate(self, problems={name: problem for name in BUDGET_NAMES
+                                 if getattr(self, name) is not None
+                                 and (problem := budget_problem(getattr(self, name)))})
 
 
 @dataclass(frozen=True)
@@ -110,6 +138,15 @@ class LoopConfig:
     severity: Severity = "error"
     # Severity of stagnation findings (d).
     stagnation_severity: Severity = "error"
+
+    def __post_init__(self) -> None:
+        validate(self, minimum={
+            "window_steps": 1, "cycle_max_period": 1, "cycle_min_repeats": 1,
+            "stagnation_similarity": 0, "stagnation_min_run": 1, "stagnation_min_chars": 0,
+            "reworded_similarity": 0, "reworded_window": 1, "reworded_result_overlap": 0,
+            "reworded_min_calls": 1},
+            maximum={"stagnation_similarity": 1, "reworded_similarity": 1,
+                     "reworded_result_overlap": 1})
 
 
 @dataclass(frozen=True)
@@ -200,6 +237,9 @@ class DetectorsConfig:
     enabled: tuple[str, ...] = DETECTOR_NAMES
     # Budgets for every trace (None = unchecked). `--budget NAME=VALUE` overrides them.
     budgets: BudgetsConfig = field(default_factory=BudgetsConfig)
+    # Budgets that win over `budgets` and every agent's own, name -> limit (each a finite
+    # number >= 0): what `--budget NAME=VALUE` sets. Empty by default.
+    budget_overrides: dict[str, float] = field(default_factory=dict)
     # Loop rules (a)-(f): window, cycle and stagnation thresholds, what counts as read-only.
     loop: LoopConfig = field(default_factory=LoopConfig)
     # Halt markers and the severities of the softer non-termination findings.
@@ -219,8 +259,15 @@ class DetectorsConfig:
     agents: dict[str, AgentOverrides] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        problems = {}
         names = [self.enabled, *(a.enabled for a in self.agents.values() if a.enabled)]
         unknown = sorted({n for group in names for n in group} - set(DETECTOR_NAMES))
         if unknown:
-            raise ValueError(f"unknown detector(s) {', '.join(unknown)} "
-                             f"(known: {', '.join(DETECTOR_NAMES)})")
+            problems["enabled"] = (f"unknown detector(s) {', '.join(unknown)} "
+                                   f"(known: {', '.join(DETECTOR_NAMES)})")
+        for name, value in self.budget_overrides.items():
+            problem = (budget_problem(value) if name in BUDGET_NAMES else
+                       f"unknown budget (known: {', '.join(BUDGET_NAMES)})")
+            if problem:
+                problems[f"budget_overrides.{name}"] = problem
+        validate(self, problems=problems)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from otel_eval.base.configcheck import validate
+
 JudgeName = Literal["step", "trace", "rubric", "process", "outcome"]
 JUDGE_NAMES: tuple[JudgeName, ...] = ("step", "trace", "rubric", "process", "outcome")
 
@@ -47,6 +49,12 @@ class CompactionConfig:
     # Share of a cut text kept from its start (the rest from its end), 0-1. Default 0.6.
     head_ratio: float = 0.6
 
+    def __post_init__(self) -> None:
+        validate(self, minimum={
+            "max_tool_output_chars": 0, "max_message_chars": 0, "max_input_message_chars": 0,
+            "max_system_prompt_chars": 0, "max_task_chars": 0, "max_trajectory_chars": 0,
+            "head_ratio": 0}, maximum={"head_ratio": 1})
+
 
 @dataclass(frozen=True)
 class SamplingConfig:
@@ -57,6 +65,10 @@ class SamplingConfig:
     # Traces with a finding of one of these severities are always judged. Default ("error",).
     always_severities: tuple[str, ...] = ("error",)
 
+    def __post_init__(self) -> None:
+        validate(self, minimum={"rate": 0}, maximum={"rate": 1},
+                 values={"rate_by_agent": (0, 1)})
+
 
 @dataclass(frozen=True)
 class JudgeConfig:
@@ -65,7 +77,7 @@ class JudgeConfig:
     model: str = ""
     # Base URL of an OpenAI-compatible or self-hosted endpoint (vLLM, Ollama); "" = provider's.
     api_base: str = ""
-    # Sampling temperature of judge calls. Default 0.0 (repeatable grades).
+    # Sampling temperature of judge calls, >= 0. Default 0.0 (repeatable grades).
     temperature: float = 0.0
     # Largest completion per judge call, tokens. Default 4096.
     max_output_tokens: int = 4096
@@ -128,10 +140,11 @@ class JudgeConfig:
         return bool(self.model and self.enabled)
 
     def __post_init__(self) -> None:
-        for name in ("tau_task", "tau_process", "low_score_threshold"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"judge.{name} must be within 0..1")
-        if self.max_concurrency < 1 or self.queue_size < 1 or self.max_steps_per_call < 1:
-            raise ValueError("judge.max_concurrency, queue_size, max_steps_per_call must be >= 1")
-        if self.max_retries < 0:
-            raise ValueError("judge.max_retries must be >= 0")
+        shares = ("tau_task", "tau_process", "low_score_threshold")
+        validate(self, minimum={
+            **dict.fromkeys(shares, 0), "max_concurrency": 1, "queue_size": 1,
+            "max_steps_per_call": 1, "max_retries": 0, "max_output_tokens": 1,
+            "temperature": 0, "backoff_initial_s": 0, "backoff_max_s": 0,
+            "requests_per_min": 0, "tokens_per_min": 0, "max_cost_usd_per_hour": 0,
+            "input_cost_per_token_usd": 0, "output_cost_per_token_usd": 0,
+            "rubric_ttl_days": 0}, above={"timeout_s": 0}, maximum=dict.fromkeys(shares, 1))

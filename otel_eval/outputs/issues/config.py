@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from otel_eval.base.configcheck import validate
+
 # Chosen on one half of TRAIL GAIA's traces (split by trace id; bench/issues.py reports on
 # the other half): the threshold with the best adjusted mutual information against the human
 # categories. MiniLM's was chosen on all of TRAIL GAIA (in-sample) before the split existed.
@@ -30,6 +32,9 @@ class GrafanaConfig:
     # each annotation then links to the issue (/ui/issues#issue-ID) and its example runs in
     # the web view. Empty: no links.
     otel_eval_url: str = ""
+
+    def __post_init__(self) -> None:
+        validate(self, minimum={"panel_id": 0}, above={"timeout_s": 0})
 
 
 @dataclass(frozen=True)
@@ -114,20 +119,15 @@ class IssuesConfig:
     grafana: GrafanaConfig = field(default_factory=GrafanaConfig)
 
     def __post_init__(self) -> None:
-        if self.min_cluster_size < 1:
-            raise ValueError("min_cluster_size must be >= 1")
-        if self.distance_threshold is not None and not 0.0 < self.distance_threshold <= 2.0:
-            raise ValueError("distance_threshold must be in (0, 2]")
-        if not 0.0 < self.match_similarity <= 1.0:
-            raise ValueError("match_similarity must be in (0, 1]")
-        if not 0.0 < self.centroid_update_weight <= 1.0:
-            raise ValueError("centroid_update_weight must be in (0, 1]")
-        if self.top_k < 1 or self.max_exact < 2:
-            raise ValueError("top_k must be >= 1 and max_exact >= 2")
-        if not 0.0 < self.merge_similarity <= 1.0:
-            raise ValueError("merge_similarity must be in (0, 1]")
-        if min(self.stem_chars, self.synthesis_max_issues, self.synthesis_max_calls) < 0:
-            raise ValueError("stem_chars and synthesis_max_* must be >= 0")
+        shares = ("match_similarity", "centroid_update_weight", "merge_similarity")
+        validate(self, minimum={
+            "min_cluster_size": 1, "top_k": 1, "max_exact": 2, "stem_chars": 0,
+            "synthesis_max_issues": 0, "synthesis_max_calls": 0, "interval_s": 0,
+            "low_score_threshold": 0, "age_out_s": 0, "exemplars": 0, "share_jump": 0,
+            "title_terms": 1},
+            above={**dict.fromkeys(shares, 0), "distance_threshold": 0, "window_s": 0},
+            maximum={**dict.fromkeys(shares, 1), "distance_threshold": 2,
+                     "low_score_threshold": 1, "share_jump": 1})
 
     @property
     def threshold(self) -> float:
