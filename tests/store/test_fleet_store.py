@@ -1,7 +1,8 @@
 """A fleet on one PostgreSQL store: two running services (each its own receivers, engine,
 spool and admin API) write to the same database. Either's /v1/evaluations lists both
-traces, feedback posted to one reaches a trace the other evaluated, and one issues job runs
-at a time."""
+traces, feedback posted to one reaches a trace the other evaluated, one issues job runs at a
+time, and the agent history is the fleet's: a run killed before its agent span was sent,
+evaluated by one, gets the agent of the completed runs the other evaluated."""
 
 from __future__ import annotations
 
@@ -77,3 +78,29 @@ def test_one_issues_job_at_a_time_over_the_fleets_critiques(
     a.svc.issues.close(5.0)  # a stops: its session, and the lock, end
     assert b.svc.issues.run_once() is not None
     assert b.sample("otel_eval_issues_runs_total", status="ok") == 1
+
+
+def _replay_recording(h: Harness, stack: str, scenario: str) -> None:
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "conformance"))
+    import corpus
+
+    base = h.http_url.removesuffix("/v1/traces")
+    for item in corpus.recording(stack, scenario)["requests"]:
+        req = urllib.request.Request(f"{base}/v1/{item['signal']}",
+                                     json.dumps(item["body"]).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            assert r.status == 200
+
+
+def test_the_agent_history_is_the_fleets(fleet: tuple[Harness, Harness]) -> None:
+    a, b = fleet
+    _replay_recording(a, "openai-v2-spans", "clean")  # a completed run, on worker a
+    assert a.release(after_s=a.svc.config.assembly.idle_timeout_s + 1) == 1
+    _replay_recording(b, "openai-v2-spans", "non_terminating")  # killed, on worker b
+    assert b.release(after_s=b.svc.config.assembly.idle_timeout_s + 1) == 1
+    (killed,) = [e for e in b.svc.store.latest(10) if e["status"] == "incomplete"]
+    assert (killed["agent"], killed["agent_source"]) == ("weather_agent", "inferred_history")
+    assert b.sample("otel_eval_traces_non_terminated_total",
+                    service="conformance-openai-v2-spans", agent="weather_agent") == 1
