@@ -56,13 +56,14 @@ def _new_id(old: str, copy: int) -> str:
 
 
 def _quiet(replicas: list[Any], spans: int, logs: int) -> bool:
-    """Every span and record received, and nothing left to assemble or evaluate."""
+    """Every span and record received (at least: a batch the collector retried counts again),
+    and nothing left to assemble or evaluate."""
     metrics = [r.metrics() for r in replicas]
     busy = sum(m.get(g, 0) for m in metrics for g in (
         "otel_eval_assembly_open_traces", "otel_eval_assembly_pending_spans",
         "otel_eval_assembly_pending_log_records"))
-    return busy == 0 and tuple(map(sum, zip(*(topology.received(r) for r in replicas),
-                                            strict=True))) == (spans, logs)
+    got = [topology.received(r) for r in replicas]
+    return busy == 0 and sum(g[0] for g in got) >= spans and sum(g[1] for g in got) >= logs
 
 
 @pytest.fixture(scope="module")

@@ -35,7 +35,7 @@ def test_every_recording_through_the_sidecar_collector_equals_its_direct_evaluat
             for rec in recs:
                 sent = replay(rec, agent)
                 spans, logs = spans + sent.spans, logs + sent.log_records
-            topology.wait_for(lambda: topology.received(served) == (spans, logs),
+            topology.wait_for(lambda: topology.received_all(served, spans, logs),
                               "serve to receive every span and log record")
             topology.wait_for(lambda: len(backend.spans()) >= spans,
                               "the backend to receive every span")

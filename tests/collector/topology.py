@@ -107,6 +107,13 @@ def received(served: load_harness.Served) -> tuple[int, int]:
             int(m.get("otel_eval_receiver_log_records_received_total", 0)))
 
 
+def received_all(served: load_harness.Served, spans: int, log_records: int) -> bool:
+    """serve has received at least that many spans and log records (at least: a batch the
+    collector retried after a timeout or a throttle counts again)."""
+    got_spans, got_logs = received(served)
+    return got_spans >= spans and got_logs >= log_records
+
+
 def stored(served: load_harness.Served) -> dict[str, dict[str, Any]]:
     return load_harness.stored(served.store)
 
