@@ -57,7 +57,7 @@ Metrics (counters are exposed with the ``_total`` suffix):
                otel_eval_kafka_lag_records{topic,partition}      topic: spans|logs (consumed)
                otel_eval_kafka_committed_offset{topic,partition}
                otel_eval_kafka_commit_failures_total{reason}
-               otel_eval_kafka_records_published_total{topic}           spans|results
+               otel_eval_kafka_records_published_total{topic}           spans|logs|results
                otel_eval_kafka_publish_dropped_total{topic,reason}
     prediction otel_eval_prediction_p_success{service,agent}      histogram, 0..1 (with --model)
                otel_eval_prediction_labelled_total{agent,outcome}  success|failure
