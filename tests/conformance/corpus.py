@@ -98,6 +98,10 @@ def _tool_steps(ev: dict[str, Any]) -> list[dict[str, Any]]:
     return [s for s in ev["steps"] if s["kind"] == "tool"]
 
 
+def _is_get_weather(name: Any) -> bool:
+    return isinstance(name, str) and (name == "get_weather" or name.endswith("-get_weather"))
+
+
 def observed(ev: dict[str, Any]) -> dict[str, Any]:
     """The facts of a stored evaluation that expectations speak about."""
     findings = ev["findings"]
@@ -119,9 +123,10 @@ def observed(ev: dict[str, Any]) -> dict[str, Any]:
                            if f["detector"] == "tool_call" and f["kind"] == "runtime"),
         # the scenario's calls: get_weather (smolagents also answers through a final_answer
         # tool, which is a tool span of its own)
+        # (Semantic Kernel names it after its plugin too: WeatherPlugin-get_weather)
         "cities": [(s.get("arguments") or {}).get("city") if isinstance(s.get("arguments"),
                                                                          dict) else None
-                   for s in tools if s.get("tool_name") == "get_weather"],
+                   for s in tools if _is_get_weather(s.get("tool_name"))],
         "recovered": "recovered" in recovery and not recovery & {"unrecovered", "gave_up"},
     }
 

@@ -18,10 +18,12 @@ What it answers is ``scenarios.reply(NAME, k)``:
   ``Observation:`` or ``Error:`` (optionally after a ``Call id: ...`` line): how smolagents
   feeds tool results and tool errors back, joining consecutive user messages into one text.
 
-A client that ends a run by calling a tool instead of answering in text (smolagents'
-``final_answer``) gets its final text as that tool's call: ``final_answer{"answer": TEXT}``
-when the request offers a tool of that name. A conversation containing ``[answer:code]`` (a
-code agent: smolagents' CodeAgent) gets each turn as a Python code block instead:
+A tool offered under a qualified name ending in ``-get_weather`` (Semantic Kernel's
+``PluginName-function``) is called by that name. A client that ends a run by calling a tool
+instead of answering in text (smolagents' ``final_answer``) gets its final text as that
+tool's call: ``final_answer{"answer": TEXT}`` when the request offers a tool of that name. A
+conversation containing ``[answer:code]`` (a code agent: smolagents' CodeAgent) gets each turn
+as a Python code block instead:
 ``<code>\nprint(get_weather(city="Paris"))\n</code>``, then ``final_answer("...")``.
 
 The model is always reported as ``gpt-4o-mini`` (``claude-3-5-haiku-20241022`` on the Messages
@@ -140,15 +142,28 @@ def _usage(messages: list[Any], answer: str) -> dict[str, int]:
             "total_tokens": prompt + completion}
 
 
+def _tool_name(body: dict[str, Any]) -> str:
+    """get_weather, or the offered tool whose name qualifies it (Semantic Kernel offers a
+    plugin's function as ``WeatherPlugin-get_weather``)."""
+    tools = body.get("tools")
+    for t in tools if isinstance(tools, list) else []:
+        name = t.get("function", {}).get("name") if isinstance(t, dict) else None
+        if isinstance(name, str) and name.endswith("-" + scenarios.TOOL_NAME):
+            return name
+    return scenarios.TOOL_NAME
+
+
 def plan(body: dict[str, Any]) -> dict[str, Any]:
     """The scripted answer to a chat completions request body: ids, message, usage."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("'messages' must be a non-empty list")
-    return _plan(messages, final_answer_tool=_offers(body, FINAL_ANSWER_TOOL))
+    return _plan(messages, final_answer_tool=_offers(body, FINAL_ANSWER_TOOL),
+                 tool=_tool_name(body))
 
 
-def _plan(messages: list[Any], final_answer_tool: bool = False) -> dict[str, Any]:
+def _plan(messages: list[Any], final_answer_tool: bool = False,
+          tool: str = scenarios.TOOL_NAME) -> dict[str, Any]:
     name, k = scenario_of(messages)
     r = scenarios.reply(name, k)
     seed = f"{name}/{k}/{len(messages)}"
@@ -161,7 +176,7 @@ def _plan(messages: list[Any], final_answer_tool: bool = False) -> dict[str, Any
                    finish_reason="stop", usage=_usage(messages, code))
         return out
     if r.city is not None:
-        call = _call(seed, scenarios.TOOL_NAME, {"city": r.city})
+        call = _call(seed, tool, {"city": r.city})
     elif final_answer_tool:
         call = _call(seed, FINAL_ANSWER_TOOL, {"answer": r.text})
     if call is not None:

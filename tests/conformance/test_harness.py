@@ -286,3 +286,15 @@ def test_messages_api_streams_named_events_with_json_deltas(llm: ScriptedLLM) ->
     args = "".join(e["delta"]["partial_json"] for n, e in events if n == "content_block_delta")
     assert json.loads(args) == {"city": "Paris"}
     assert [e["delta"]["stop_reason"] for n, e in events if n == "message_delta"] == ["tool_use"]
+
+
+def test_a_tool_offered_under_a_qualified_name_is_called_by_it(llm: ScriptedLLM) -> None:
+    """Semantic Kernel offers a plugin's function as PluginName-function."""
+    qualified = {"type": "function", "function": {"name": "WeatherPlugin-get_weather",
+                                                  "parameters": scenarios.TOOL_PARAMETERS}}
+    msg = _client(llm).chat.completions.create(
+        model="gpt-4o-mini", tools=[qualified],
+        messages=[{"role": "user", "content": "[scenario:clean]"}]).choices[0].message
+    assert msg.tool_calls is not None
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in msg.tool_calls] == [
+        ("WeatherPlugin-get_weather", {"city": "Paris"})]
