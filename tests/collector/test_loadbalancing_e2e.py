@@ -72,16 +72,15 @@ def run(otelcol_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
     recs = topology.recordings()
     want = topology.direct(recs, tmp / "direct")
     traces, origin, span_ids = [], {}, {}
-    for copy in range(math.ceil(TRACES / len(recs))):
-        for rec in recs:
+    for copy in range(math.ceil(TRACES / len(want))):
+        for rec in recs:  # a recording's traces (usually one) go out together, as recorded
             reqs = requests(rec)
-            (old,) = trace_ids(reqs)
-            new = _new_id(old, copy)
-            origin[new] = old
-            traces.append(retraced(reqs, {old: new}))
-            span_ids[new] = {s.span_id.hex() for signal, req in reqs if signal == "traces"
-                             for rs in req.resource_spans for ss in rs.scope_spans
-                             for s in ss.spans}
+            ids = {old: _new_id(old, copy) for old in trace_ids(reqs)}
+            origin.update({new: old for old, new in ids.items() if old in want})
+            traces.append(retraced(reqs, ids))
+            for s in (s for signal, req in reqs if signal == "traces"
+                      for rs in req.resource_spans for ss in rs.scope_spans for s in ss.spans):
+                span_ids.setdefault(ids[s.trace_id.hex()], set()).add(s.span_id.hex())
     agent = f"127.0.0.1:{free_port()}"
     timings = {"assembly": {"grace_s": GRACE_S, "idle_timeout_s": IDLE_S}}
     with topology.serve(tmp / "a", **timings) as a, topology.serve(tmp / "b", **timings) as b:

@@ -65,9 +65,9 @@ def test_retraced_moves_spans_and_log_records_to_the_new_trace_id() -> None:
     rec = next(r for r in topology.recordings() if any(
         item["signal"] == "logs" for item in r["requests"]))
     reqs = requests(rec)
-    (old,) = trace_ids(reqs)
-    new = "0123456789abcdef0123456789abcdef"
-    moved = retraced(reqs, {old: new})
-    assert trace_ids(moved) == {new}
-    assert trace_ids(reqs) == {old}  # the original is untouched
+    old = trace_ids(reqs)
+    new = {tid: f"{i:032x}" for i, tid in enumerate(sorted(old), 1)}
+    moved = retraced(reqs, new)
+    assert trace_ids(moved) == set(new.values())
+    assert trace_ids(reqs) == old  # the original is untouched
     assert [type(r) for _, r in moved] == [type(r) for _, r in reqs]

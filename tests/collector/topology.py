@@ -50,21 +50,28 @@ def _trace_ids(rec: dict[str, Any]) -> set[str]:
 
 @cache
 def recordings() -> tuple[dict[str, Any], ...]:
-    """Every conformance recording, in stack then scenario order, one trace id each. The
-    remote_parent scenario of every stack continues the same remote trace (the W3C example
-    traceparent), so there each recording's trace gets an id of its own (sha256 of its stack
-    and scenario): sent together, they would be one trace."""
+    """Every conformance recording, in stack then scenario order, no trace id in two of them.
+    The remote_parent scenario of every stack continues the same remote trace (the W3C example
+    traceparent), so there a recording's trace gets an id of its own (sha256 of the id, its
+    stack and scenario): sent together, they would be one trace. (A recording may hold more
+    than one trace: autogen's create_agent span is a trace of its own.)"""
     recs = [corpus.recording(stack, scenario) for stack, scenario in corpus.recorded()]
     uses = Counter(tid for rec in recs for tid in _trace_ids(rec))
     out = []
     for rec in recs:
-        (tid,) = _trace_ids(rec)
-        if uses[tid] > 1:
-            new = hashlib.sha256(f"{rec['stack']}/{rec['scenario']}".encode()).hexdigest()[:32]
-            rec = {**rec, "requests": json.loads(json.dumps(rec["requests"]).replace(
-                f'"traceId": "{tid}"', f'"traceId": "{new}"'))}
-        out.append(rec)
+        text = json.dumps(rec["requests"])
+        for tid in sorted(_trace_ids(rec)):
+            if uses[tid] > 1:
+                new = hashlib.sha256(f"{tid}/{rec['stack']}/{rec['scenario']}".encode())
+                text = text.replace(f'"traceId": "{tid}"', f'"traceId": "{new.hexdigest()[:32]}"')
+        out.append({**rec, "requests": json.loads(text)})
     return tuple(out)
+
+
+def traces_with_spans(recs: Sequence[dict[str, Any]]) -> set[str]:
+    """The trace ids of every span of the recordings: the runs otel-eval evaluates."""
+    return set(re.findall(r'"traceId": "([0-9a-f]{32})"', json.dumps(
+        [item for rec in recs for item in rec["requests"] if item["signal"] == "traces"])))
 
 
 def post_recording(base_url: str, rec: dict[str, Any]) -> None:
