@@ -49,9 +49,7 @@ class Node:
         self.spool = Spool(str(tmp / "store.db-spool"), max_bytes, self.metrics.spool)
         self.engine = Engine(Evaluator(cfg), self.store, self.metrics, assembly=cfg.assembly,
                              clock=lambda: self.now, spool=self.spool)
-        self.replayed = self.spool.replay(
-            lambda spans: self.engine.submit(spans, replayed=True).accepted,
-            lambda logs: self.engine.submit_logs(logs, replayed=True).accepted)
+        self.replayed = self.engine.replay()
 
     def send(self, spans: list[Span]) -> str | None:
         """Submit as the receivers do; the throttle reason, or None when acknowledged."""

@@ -112,7 +112,7 @@ def test_evaluation_deletes_log_only_rows(tmp_path: Path) -> None:
     a.release()  # evaluated: the trace request leaves
     assert a.spool.held() == (0, 0)
     a.send([span(T1, 1, None)])
-    assert a.engine.submit_logs([record(T1, 1, "hi")], request=logs_body(
+    assert a.engine.submit([record(T1, 1, "hi")], signal="logs", request=logs_body(
         [record(T1, 1, "hi")])).accepted == 1
     assert a.spool.held()[0] == 2
     a.release()
@@ -123,7 +123,7 @@ def test_records_of_a_trace_no_span_joins_leave_when_assembly_drops_them(
         tmp_path: Path) -> None:
     a = Node(tmp_path)
     recs = [record(T9, 1, "orphan")]
-    assert a.engine.submit_logs(recs, request=logs_body(recs)).accepted == 1
+    assert a.engine.submit(recs, request=logs_body(recs), signal="logs").accepted == 1
     assert a.spool.held()[0] == 1
     a.now += 10_000  # idle timeout: dropped as no_spans, nothing to evaluate
     a.engine.tick()
@@ -145,7 +145,8 @@ def test_spool_full_throttles_log_requests(tmp_path: Path) -> None:
     a = Node(tmp_path, max_bytes=len(body(first)) + 10)
     assert a.send(first) is None
     recs = [record(T1, 1, "late content")]
-    assert a.engine.submit_logs(recs, request=logs_body(recs)).throttled == "spool_full"
+    assert a.engine.submit(recs, request=logs_body(recs),
+                           signal="logs").throttled == "spool_full"
     assert a.engine.open_traces() == 1 and a.spool.held()[0] == 1  # nothing taken
 
 
@@ -153,11 +154,11 @@ def test_a_trace_reopened_by_records_replays_its_records_once(tmp_path: Path) ->
     a = Node(tmp_path)
     first = [record(T1, 2, "one")]
     a.send([span(T1, 1, None), span(T1, 2)])
-    a.engine.submit_logs(first, request=logs_body(first))
+    a.engine.submit(first, request=logs_body(first), signal="logs")
     a.release()
     assert a.spool.held() == (0, 0)
     late = [record(T1, 2, "two")]  # re-opens T1: its spans and first record are spooled again
-    assert a.engine.submit_logs(late, request=logs_body(late)).accepted == 1
+    assert a.engine.submit(late, request=logs_body(late), signal="logs").accepted == 1
     a.crash()
 
     b = Node(tmp_path)
@@ -190,7 +191,8 @@ def test_a_spool_from_before_the_change_is_migrated_and_replays(tmp_path: Path) 
     assert b.replayed == (1, 2, 0)
     assert b.spool._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 1
     recs = [record(T1, 2, "after the upgrade")]
-    b.engine.submit_logs(recs, request=logs_body(recs))  # the new column takes log rows
+    # the new column takes log rows
+    b.engine.submit(recs, request=logs_body(recs), signal="logs")
     b.release()
     assert b.stored_spans() == {T1: 2}
     assert b.spool.held() == (0, 0)

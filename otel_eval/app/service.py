@@ -224,12 +224,10 @@ class Service:
                 shutdown=lambda d: self.pool.shutdown(d) if self.pool is not None else None))
         lc.add("engine", self.engine, start=worker)
         if self.spool is not None:  # before the receivers: replayed spans come first
-            engine, spool = self.engine, self.spool
+            engine = self.engine
 
             def replay() -> None:
-                spool.replay(
-                    lambda spans: engine.submit(spans, "otlp", replayed=True).accepted,
-                    lambda logs: engine.submit_logs(logs, "otlp", replayed=True).accepted)
+                engine.replay()
 
             lc.add("spool replay", Step(start=replay))
         for name, receiver in (("otlp grpc", self.grpc), ("otlp http", self.http)):

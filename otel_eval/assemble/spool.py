@@ -1,9 +1,9 @@
 """Stage: spool. Acknowledged means durable: OTLP requests stay on disk until evaluated.
 
-    Ingest -> Engine.submit / submit_logs -> Spool.append (request bytes, its signal, the trace
-        ids it feeds) -> answer
+    Ingest -> Engine.submit (traces or logs) -> Durability -> Spool.append (request bytes, its
+        signal, the trace ids it feeds) -> answer
     Engine: Store.put_many commits evaluations -> Spool.evaluated(trace ids, revisions)
-    start: Spool.replay -> parse + decode (traces or logs) -> Engine.submit / submit_logs
+    start: Spool.replay -> parse + decode (traces or logs) -> Engine.submit
 
 Promises:
 - a request is acknowledged only after its row is committed: one SQLite transaction per
@@ -53,7 +53,7 @@ import sqlite3
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,12 +92,12 @@ class _Request:
     pending: int  # traces it fed whose evaluation is not stored yet
 
 
-# What ``replay`` hands decoded items to: the engine's submit / submit_logs (replayed=True);
-# each returns how many it took.
-Replay = Callable[[list[Span]], int]
-ReplayLogs = Callable[[list[LogEvent]], int]
+# What ``replay`` hands decoded items to, with their signal ("traces" or "logs"): the
+# engine's submit (replayed=True); returns how many it took.
+Replay = Callable[[list[Span] | list[LogEvent], str], int]
 # The spans and log records an open trace holds (``settle`` re-spools them when it re-opens).
-Held = Callable[[str], tuple[Collection[Span], Collection[LogEvent]]]
+# What a re-opened trace holds, per trace id: its spans, and its log records but the request's.
+Held = Mapping[str, tuple[Collection[Span], Collection[LogEvent]]]
 
 
 class Spool:
@@ -194,9 +194,9 @@ class Spool:
         self._report()
         return backlog
 
-    def replay(self, submit: Replay, submit_logs: ReplayLogs) -> tuple[int, int, int]:
-        """Hand every pending trace's spans to ``submit`` and its log records to
-        ``submit_logs``, oldest request first. Returns (requests, spans, records) replayed."""
+    def replay(self, submit: Replay) -> tuple[int, int, int]:
+        """Hand every pending trace's spans and log records to ``submit``, oldest request
+        first. Returns (requests, spans, records) replayed."""
         backlog, self._backlog = self._backlog, {}
         signals, self._signals = self._signals, {}
         taken = Counter[str]()
@@ -208,7 +208,7 @@ class Spool:
                 continue
             wanted, signal = backlog[rid], signals.get(rid, "traces")
             try:
-                n = self._replay_one(bytes(row[0]), signal, wanted, submit, submit_logs)
+                n = self._replay_one(bytes(row[0]), signal, wanted, submit)
             except otlp.MalformedRequest:  # cannot happen for what append wrote; never loop
                 log.error("spool request %d is not an OTLP %s request; dropping it", rid, signal)
                 self.metrics.failed("replay")
@@ -221,16 +221,16 @@ class Spool:
                      len(backlog))
         return len(backlog), taken["traces"], taken["logs"]
 
-    def _replay_one(self, body: bytes, signal: str, wanted: set[str], submit: Replay,
-                    submit_logs: ReplayLogs) -> int:
+    def _replay_one(self, body: bytes, signal: str, wanted: set[str], submit: Replay) -> int:
         """One row through the decode path its signal takes; raises MalformedRequest."""
         if signal == "logs":
             records = otlp_logs.decode_logs(otlp_logs.parse_logs_request(body)).records
-            n = submit_logs([r for r in records if r.trace_id in wanted])
+            n = submit([r for r in records if r.trace_id in wanted], "logs")
             self.metrics.replayed_logs(n)
             return n
         req, _ = otlp.parse_request(body)
-        n = submit([s for s in otlp.decode_request(req).spans if s.trace_id in wanted])
+        n = submit([s for s in otlp.decode_request(req).spans if s.trace_id in wanted],
+                   "traces")
         self.metrics.replayed(n)
         return n
 
@@ -264,15 +264,21 @@ class Spool:
             self.bytes += len(body)
         return rid
 
+    def reopened(self, accepted: dict[str, int]) -> list[str]:
+        """The traces of ``accepted`` (trace id -> revision) seen at a new revision: re-opened
+        since their requests were spooled, so ``settle`` needs what they hold."""
+        with self._lock:
+            return [tid for tid, rev in accepted.items()
+                    if rev > 0 and all(r != rev for _, r in self._traces.get(tid, ()))]
+
     def settle(self, rid: int, written: Collection[str], accepted: dict[str, int],
                held: Held) -> None:
         """After assembly took the request: ``accepted`` maps each trace that took spans (or
         records) to its revision. Traces that took none (late, duplicates) lose their pair; a
-        trace seen at a new revision (re-opened) has what it held before spooled again
-        (``held(trace)``: its spans, and its log records but those of this request)."""
+        re-opened trace (``reopened``, asked under the same engine lock) has what it held
+        before spooled again: ``held[trace]``, a copy taken by the caller."""
+        reopened = [tid for tid in accepted if tid in held]
         with self._lock:
-            reopened = [tid for tid, rev in accepted.items()
-                        if rev > 0 and all(r != rev for _, r in self._traces.get(tid, ()))]
             for tid, rev in accepted.items():
                 self._traces.setdefault(tid, []).append((rid, rev))
         dropped = [tid for tid in written if tid not in accepted]
@@ -288,7 +294,7 @@ class Spool:
 
     def _respool(self, reopened: list[str], accepted: dict[str, int], held: Held) -> None:
         """Re-opened traces: what they held, re-encoded, a row per signal."""
-        items = {tid: held(tid) for tid in reopened}
+        items = {tid: held[tid] for tid in reopened}
         spans = [t for t in reopened if items[t][0]]
         logs = [t for t in reopened if items[t][1]]
         rows = []

@@ -1,7 +1,7 @@
 """The protocol-independent half of a receiver: bytes in, an OTLP answer out.
 
     body -> otlp.parse_request -> otlp.decode_request -> Engine.submit(spans, request) -> result
-    body -> otlp_logs.parse_logs_request -> decode_logs -> Engine.submit_logs -> result
+    body -> otlp_logs.parse_logs_request -> decode_logs -> Engine.submit(signal="logs") -> result
 
 ``request`` is what the engine writes to its spool before answering (the body as received for
 protobuf, the parsed request re-encoded for OTLP/JSON - only when a spool asks for it), for
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -40,14 +40,12 @@ from otel_eval.telemetry.metrics import Metrics
 
 
 class Submitter(Protocol):
-    """``pipeline.Engine`` (assemble and evaluate) or ``kafka.frontend.PublishingEngine``."""
+    """``assemble.engine.Engine`` (assemble and evaluate) or ``kafka.frontend.PublishingEngine``:
+    spans (``signal="traces"``) or GenAI event records (``"logs"``), one door."""
 
-    def submit(self, spans: list[Span], source: str = ..., *,
-               request: bytes | Callable[[], bytes] | None = ...,
+    def submit(self, items: Sequence[Span] | Sequence[LogEvent], source: str = ..., *,
+               signal: str = ..., request: bytes | Callable[[], bytes] | None = ...,
                sender: str = ...) -> Admission: ...
-
-    def submit_logs(self, records: list[LogEvent], source: str = ..., sender: str = ..., *,
-                    request: bytes | Callable[[], bytes] | None = ...) -> Admission: ...
 
 
 @dataclass
@@ -141,8 +139,8 @@ class Ingest:
                             sender: str = "",
                             request: bytes | Callable[[], bytes] | None = None) -> IngestResult:
         decoded = otlp_logs.decode_logs(req)
-        adm = self.engine.submit_logs(decoded.records, "otlp", sender=sender,
-                                      request=request) if decoded.records else Admission()
+        adm = self.engine.submit(decoded.records, "otlp", signal="logs", sender=sender,
+                                 request=request) if decoded.records else Admission()
         if adm.throttled is not None:
             self.metrics.request_throttled(f"{protocol}_logs", adm.throttled)
             return IngestResult("throttled", message=f"otel-eval is at capacity "

@@ -57,7 +57,8 @@ class FakeEngine:
         self._loop = asyncio.get_running_loop()
 
     def submit(self, spans: list[Span], source: str = "otlp",
-               on_stored: Callable[[], None] | None = None) -> _Admission:
+               on_stored: Callable[[], None] | None = None, *,
+               signal: str = "traces") -> _Admission:
         assert source == "kafka"
         if self.throttle:
             return _Admission(throttled=self.throttle)

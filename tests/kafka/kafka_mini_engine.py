@@ -52,7 +52,8 @@ class MiniEngine:
         self._thread.start()
 
     def submit(self, spans: list[Span], source: str = "kafka",
-               on_stored: Callable[[], None] | None = None) -> Admission:
+               on_stored: Callable[[], None] | None = None, *,
+               signal: str = "traces") -> Admission:
         with self._lock:
             touched = {s.trace_id for s in spans}
             barrier = _Barrier(on_stored, len(touched)) if on_stored else None

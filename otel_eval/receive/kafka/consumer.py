@@ -2,7 +2,7 @@
 commits only what is stored.
 
     topic partitions -> fetch (aiokafka) -> decode (otlp) -> Engine.submit(spans, on_stored)
-    logs_topic partitions -> ... -> decode (otlp_logs) -> Engine.submit_logs(records, on_stored)
+    logs_topic partitions -> ... -> decode (otlp_logs) -> Engine.submit(records, signal="logs")
         -> on_stored (engine thread) -> stored queue, one loop wake-up per burst -> TraceGate
         (a trace's records finish together) -> OffsetTracker.done
         -> every commit_interval_s: commit each partition's low watermark + done-records metadata
@@ -69,7 +69,7 @@ import logging
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -91,11 +91,8 @@ log = logging.getLogger(__name__)
 class EngineLike(Protocol):
     """What the consumer needs of ``otel_eval.assemble.engine.Engine``."""
 
-    def submit(self, spans: list[Span], source: str = ...,
-               on_stored: Callable[[], None] | None = ...) -> Any: ...
-
-    def submit_logs(self, records: list[LogEvent], source: str = ..., sender: str = ..., *,
-                    on_stored: Callable[[], None] | None = ...) -> Any: ...
+    def submit(self, items: Sequence[Span] | Sequence[LogEvent], source: str = ...,
+               on_stored: Callable[[], None] | None = ..., *, signal: str = ...) -> Any: ...
 
 
 @dataclass(slots=True)
@@ -351,12 +348,8 @@ class KafkaConsumerStage:
             if first:
                 loop.call_soon_threadsafe(self._drain_stored)
 
-        if work.logs:
-            adm = self.engine.submit_logs(work.items, source="kafka",  # type: ignore[arg-type]
-                                          on_stored=on_stored)
-        else:
-            adm = self.engine.submit(work.items, source="kafka",  # type: ignore[arg-type]
-                                     on_stored=on_stored)
+        adm = self.engine.submit(work.items, source="kafka", on_stored=on_stored,
+                                 signal="logs" if work.logs else "traces")
         throttled = getattr(adm, "throttled", None)
         if throttled:
             self.metrics.throttled(throttled)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from otel_eval.assemble.engine import Admission
 from otel_eval.base.aio import LoopThread
@@ -31,8 +31,19 @@ class PublishingEngine:
         self.loop = loop
         self.timeout_s = timeout_s
 
-    def submit_logs(self, records: list[LogEvent], source: str = "otlp", sender: str = "",
-                    *, request: bytes | Callable[[], bytes] | None = None) -> Admission:
+    def submit(self, items: Sequence[Span] | Sequence[LogEvent], source: str = "otlp",
+               on_stored: Callable[[], None] | None = None, *, signal: str = "traces",
+               request: bytes | Callable[[], bytes] | None = None,
+               sender: str = "") -> Admission:
+        """Spans (``signal="traces"``) to ``kafka.topic``, records (``"logs"``) to
+        ``kafka.logs_topic``. ``request`` is not spooled: the request is acknowledged once
+        Kafka, the log, has it. ``sender`` is not carried: a Kafka worker cannot tell who
+        sent a record."""
+        if signal == "logs":
+            return self._logs(items)  # type: ignore[arg-type]
+        return self._spans(items)  # type: ignore[arg-type]
+
+    def _logs(self, records: Sequence[LogEvent]) -> Admission:
         """GenAI event records go to ``kafka.logs_topic`` (one record per trace id, keyed by
         it), acknowledged once Kafka has them; without a logs topic they are acknowledged
         and counted as ignored (``kafka_publish_mode``)."""
@@ -48,12 +59,7 @@ class PublishingEngine:
             return Admission(throttled="kafka_unavailable")
         return Admission(accepted=len(records))
 
-    def submit(self, spans: list[Span], source: str = "otlp",
-               on_stored: Callable[[], None] | None = None, *,
-               request: bytes | Callable[[], bytes] | None = None,
-               sender: str = "") -> Admission:
-        """``request`` is not spooled: the request is acknowledged once Kafka, the log, has it.
-        ``sender`` is not carried: a Kafka worker cannot tell who sent a record."""
+    def _spans(self, spans: Sequence[Span]) -> Admission:
         if not spans:
             return Admission()
         data = encode_spans(spans).SerializeToString()

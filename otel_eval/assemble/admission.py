@@ -1,0 +1,97 @@
+"""Stage: assemble (admission). Whether a request is taken, and if not, why.
+
+    Engine.submit(signal, items) -> AdmissionControl.refusal -> None (take it) | reason
+
+Every bound on what the process holds is checked here, the same for traces and logs where
+they share one (shutting down, the spool full, open traces), by signal where they differ:
+spans accepted but not yet stored (``max_pending_spans``) and their received bytes
+(``max_pending_bytes``), one service's share of the open traces (``max_service_share``);
+log records held (``max_pending_log_records``). Under slot pressure one-span traces idle for
+``pressure_idle_s`` give way first, and ``overflow_policy: release_oldest`` releases the
+oldest instead of refusing: those traces are handed to finishing. A refusal takes nothing
+(the receiver answers with a retryable error), so it is all or nothing per request.
+
+Not thread-safe: the engine calls it under its lock.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from otel_eval.assemble.assembler import TraceAssembler
+from otel_eval.assemble.config import AssemblyConfig
+from otel_eval.base.model import LogEvent, Span
+
+if TYPE_CHECKING:
+    from otel_eval.assemble.durability import Durability
+    from otel_eval.assemble.finishing import Finishing
+
+Signal = str  # "traces" | "logs" (spool.SIGNALS)
+
+
+@dataclass
+class Admission:
+    accepted: int = 0
+    rejected: Counter[str] = field(default_factory=Counter)
+    throttled: str | None = None  # reason when refused: nothing was taken, retry later
+    ignored: Counter[str] = field(default_factory=Counter)  # log records taken, not kept
+
+
+class AdmissionControl:
+    """The bounds and the refusals (see the module docstring); one owner: the engine."""
+
+    def __init__(self, config: AssemblyConfig, assembler: TraceAssembler, finishing: Finishing,
+                 durability: Durability, clock: Callable[[], float]) -> None:
+        self.config = config
+        self._assembler = assembler
+        self._finishing = finishing
+        self._durability = durability
+        self._clock = clock
+        self.closing = False  # shutdown began: everything is refused from now on
+
+    def refusal(self, signal: Signal, items: Sequence[Span] | Sequence[LogEvent],
+                spool_bytes: int) -> str | None:
+        """Why the request cannot be taken now, or None; ``spool_bytes``: what it would add
+        to the spool (0: not spooled)."""
+        if self.closing:
+            return "shutting_down"
+        if spool_bytes and (full := self._durability.refusal(spool_bytes)):
+            return full
+        if signal == "logs":
+            return self._logs(items)  # type: ignore[arg-type]
+        return self._spans(items)  # type: ignore[arg-type]
+
+    def _logs(self, records: Sequence[LogEvent]) -> str | None:
+        cfg, asm = self.config, self._assembler
+        if asm.open_logs and asm.open_logs + len(records) > cfg.max_pending_log_records:
+            return "pending_log_records"
+        if len(asm) + asm.new_trace_count(records) > cfg.max_open_traces:
+            return "open_traces"
+        return None
+
+    def _spans(self, spans: Sequence[Span]) -> str | None:
+        cfg, asm, fin = self.config, self._assembler, self._finishing
+        pending = asm.open_spans + fin.queued_spans
+        if pending and pending + len(spans) > cfg.max_pending_spans:
+            return "pending_spans"
+        held = asm.open_bytes + fin.queued_bytes
+        if held and held + sum(s.nbytes for s in spans) > cfg.max_pending_bytes:
+            return "pending_bytes"
+        new = asm.new_traces_by_service(spans)
+        if cfg.max_service_share < 1.0:
+            share = cfg.max_service_share * cfg.max_open_traces
+            if any(asm.service_open(svc) + k > share for svc, k in new.items()):
+                return "service_share"
+        over = len(asm) + sum(new.values()) - cfg.max_open_traces
+        if over > 0:  # one-span traces idle for pressure_idle_s give way first
+            now = self._clock()
+            fin.enqueue(asm.give_way(over, now - cfg.pressure_idle_s, now))
+            over = len(asm) + sum(new.values()) - cfg.max_open_traces
+        if over > 0:
+            if cfg.overflow_policy == "throttle":
+                return "open_traces"
+            fin.enqueue(asm.release_oldest(over, self._clock()))
+        return None

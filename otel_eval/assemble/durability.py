@@ -1,0 +1,108 @@
+"""Stage: assemble (durability). Acknowledged means durable: the engine's one door to the spool.
+
+    submit: append(request bytes) before the answer -> settle(what assembly took)
+    tick:   dropped(traces assembly dropped with only log records)
+    finish: evaluated(traces the store committed)
+    start:  replay(submit) before the receivers open
+
+Every spool failure is counted (``otel_eval_spool_failures_total{operation}``) and logged; a
+failed append refuses the request (``spool_error``: the exporter retries), a failed delete
+leaves rows that are replayed and superseded at the next start. Without a spool (off, or an
+in-memory store) every method is a no-op and nothing is refused for it.
+
+``append`` and ``settle`` run under the engine lock (a trace cannot be evaluated before its
+pair exists); ``settle`` copies what re-opened traces hold out of the assembler there, so the
+spool never reads the assembler's live state.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Callable, Collection, Iterable
+from typing import Any
+
+from otel_eval.assemble.assembler import TraceAssembler
+from otel_eval.assemble.spool import Spool
+from otel_eval.base.model import LogEvent, Span
+from otel_eval.telemetry.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+Request = bytes | Callable[[], bytes]
+
+
+class Durability:
+    def __init__(self, spool: Spool | None, assembler: TraceAssembler, metrics: Metrics) -> None:
+        self.spool = spool
+        self._assembler = assembler
+        self._metrics = metrics
+
+    def request_bytes(self, request: Request | None, items: Collection[Any],
+                      replayed: bool) -> bytes | None:
+        """The bytes to spool for a request, or None when it is not spooled (no spool, no
+        request, nothing in it, or replayed from the spool itself)."""
+        if self.spool is None or request is None or not items or replayed:
+            return None
+        return request() if callable(request) else request
+
+    def refusal(self, nbytes: int) -> str | None:
+        return self.spool.refusal(nbytes) if self.spool is not None else None
+
+    def append(self, raw: bytes, trace_ids: set[str], signal: str) -> int | None:  # lock held
+        """The request's spool row, or None when it could not be written (then it is
+        refused)."""
+        assert self.spool is not None
+        try:
+            return self.spool.append(raw, trace_ids, signal)
+        except (sqlite3.Error, OSError):
+            log.exception("spool write failed; refusing the request (the exporter retries)")
+            self._metrics.spool.failed("append")
+            return None
+
+    def settle(self, row: int, written: set[str], took: set[str],
+               fresh: Collection[LogEvent] = ()) -> None:  # lock held
+        """After assembly took the request; ``fresh``: the records this (log) request added,
+        spooled in its own row, so not again with a re-opened trace's."""
+        assert self.spool is not None
+        asm = self._assembler
+        revisions = {}
+        for tid in took:
+            opened = asm.open_trace(tid)
+            if opened is not None:
+                revisions[tid] = opened[0]
+        mine = {id(r) for r in fresh}
+        held: dict[str, tuple[list[Span], list[LogEvent]]] = {}
+        for tid in self.spool.reopened(revisions):
+            opened = asm.open_trace(tid)
+            spans = list(opened[1]) if opened is not None else []
+            held[tid] = spans, [r for r in asm.open_logs_of(tid) if id(r) not in mine]
+        self.spool.settle(row, written, revisions, held)
+
+    def dropped(self, trace_ids: list[Any]) -> None:
+        """Traces assembly dropped with only log records: their spooled records are done."""
+        if not trace_ids or self.spool is None:
+            return
+        try:
+            self.spool.evaluated(trace_ids)
+        except (sqlite3.Error, OSError):  # rows stay (replayed, dropped again): count
+            log.exception("spool: deleting dropped log records failed")
+            self._metrics.spool.failed("delete")
+
+    def evaluated(self, traces: Iterable[tuple[str, int]]) -> None:
+        """After the store's commit: a crash in between replays and supersedes."""
+        if self.spool is None:
+            return
+        try:
+            self.spool.evaluated(traces)
+        except (sqlite3.Error, OSError):  # rows stay (replayed at start): count, go on
+            log.exception("spool: deleting evaluated traces failed")
+            self._metrics.spool.failed("delete")
+
+    def replay(self, submit: Callable[..., Any]) -> tuple[int, int, int] | None:
+        """What the spool holds, through ``submit(items, signal=..., replayed=True)`` (the
+        engine's one door), before the receivers open."""
+        if self.spool is None:
+            return None
+        return self.spool.replay(
+            lambda items, signal: submit(items, "otlp", signal=signal, replayed=True).accepted)

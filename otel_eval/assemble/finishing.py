@@ -1,0 +1,107 @@
+"""Stage: assemble (finishing). Released traces -> evaluation -> what follows the store's commit.
+
+    enqueue(released traces) -> queue -> process: EvaluationStage.run (evaluate and store,
+        here or in worker processes) -> finish: spool (evaluated) -> metrics -> sinks
+        (events, forward, judge) -> pending budget released -> waiters (Kafka offsets)
+
+A trace's spans count as pending (``queued_spans``, ``queued_bytes``: admission bounds them)
+from its release until ``finish``, whatever the stage, so the receivers throttle while the
+evaluation is behind. A sink that raises is logged and counted, and the others still run.
+
+Threads: ``enqueue`` and the counters under the engine's lock (``lock``); ``process`` on
+the engine's worker thread (or tests by hand); ``finish`` on the thread the stage finishes
+a batch on (the pool's threads with worker processes), serialized by its own lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from otel_eval.assemble.durability import Durability
+from otel_eval.base.model import Evaluation, Trace
+from otel_eval.evaluate.stage import EvaluationStage, Job, Outcome
+from otel_eval.telemetry.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+class Sink(Protocol):
+    """Where stored evaluations go next (events, pass-through, judge). Must not block."""
+
+    def export(self, trace: Trace, evaluation: Evaluation) -> None: ...
+
+
+class Finishing:
+    def __init__(self, stage: EvaluationStage, durability: Durability, metrics: Metrics, *,
+                 sinks: Sequence[Sink], clock: Callable[[], float], batch_size: int,
+                 lock: threading.Lock, gauges: Callable[[], None]) -> None:
+        self.stage = stage
+        self.sinks = list(sinks)
+        self._durability = durability
+        self._metrics = metrics
+        self._clock = clock
+        self._batch_size = batch_size
+        self._lock = lock  # the engine's: guards the queue and the counters
+        self._gauges = gauges  # the engine's gauges, called with the lock held
+        self._finish_lock = threading.Lock()  # stages may finish jobs from several threads
+        self._queue: deque[Job] = deque()
+        self.queued_spans = 0
+        self.queued_bytes = 0
+        self.wake = threading.Event()  # set when there is work for process()
+
+    def enqueue(self, traces: list[Trace]) -> None:  # lock held
+        now = self._clock()
+        for t in traces:
+            self._queue.append(Job(t, now))
+            self.queued_spans += len(t.spans)
+            self.queued_bytes += sum(s.nbytes for s in t.spans)
+            self._metrics.trace_released(t.status, t.release_reason, len(t.spans))
+        if traces:
+            self.wake.set()
+
+    def process(self, max_traces: int | None = None) -> int:
+        """Hand queued traces to the evaluation stage; returns how many. In process (the
+        default stage) they are evaluated, stored and exported before this returns."""
+        done = 0
+        while max_traces is None or done < max_traces:
+            with self._lock:
+                n = min(self._batch_size, len(self._queue))
+                batch = [self._queue.popleft() for _ in range(n)]
+            if not batch:
+                break
+            self.stage.run(batch, self.finish)
+            done += len(batch)
+        return done
+
+    def finish(self, jobs: list[Job], outcomes: list[Outcome]) -> None:
+        """After the store committed ``jobs``: spool, metrics, sinks, then the waiters."""
+        with self._finish_lock:
+            self._finish_locked(jobs, outcomes)
+
+    def _finish_locked(self, jobs: list[Job], outcomes: list[Outcome]) -> None:
+        self._durability.evaluated((j.trace.trace_id, j.trace.revision) for j in jobs)
+        now = self._clock()
+        for job, out in zip(jobs, outcomes, strict=True):
+            trace, ev = job.trace, out.evaluation
+            if out.failure is not None:
+                self._metrics.evaluation_failed("evaluate", out.failure)
+            self._metrics.evaluation_stored(ev, now - job.released_at, out.superseded)
+            for sink in self.sinks:
+                try:
+                    sink.export(trace, ev)
+                except Exception:
+                    log.exception("sink %s failed on trace %s", type(sink).__name__,
+                                  trace.trace_id)
+                    self._metrics.sink_dropped(type(sink).__name__, "exception", 1)
+        # Only now is the work durable: release the pending budget and tell the waiters.
+        with self._lock:
+            self.queued_spans -= sum(len(j.trace.spans) for j in jobs)
+            self.queued_bytes -= sum(s.nbytes for j in jobs for s in j.trace.spans)
+            self._gauges()
+        for job in jobs:
+            for waiter in job.trace.waiters:
+                waiter()
