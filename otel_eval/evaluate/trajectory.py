@@ -8,8 +8,8 @@ Promises:
 - each step is classified by the convention cascade in ``otel_eval.evaluate.conventions``, its
   fields read from every convention on its span (``conventions.fields``: per field, sources
   in ``Step.sources``), and belongs to a node: the name of the nearest enclosing agent;
-- GenAI events sent as log records (``Trace.logs``) are read as if their span carried them
-  (``conventions.events``);
+- GenAI events sent as log records (``Trace.logs``) or carried as span events are read as if
+  their span carried them as attributes (``conventions.events``);
 - tool steps are joined to the LLM tool call they ran (``conventions.links``: by call id, else
   by name in order), and take its arguments when their own were not recorded, and their
   result from the next LLM call's tool message when the tool span carries none;
@@ -48,7 +48,7 @@ from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.conventions import UNKNOWN, classify, dominant, merge_tools, read_span
 from otel_eval.evaluate.conventions.agent_names import MAX_AGENT_NAME, agent_name
 from otel_eval.evaluate.conventions.code_actions import last_message_text, rebuild_code_actions
-from otel_eval.evaluate.conventions.events import overlay
+from otel_eval.evaluate.conventions.events import overlay, span_events
 from otel_eval.evaluate.conventions.fields import merged_agent_name
 from otel_eval.evaluate.conventions.links import coerce_arguments, join_calls
 from otel_eval.evaluate.conventions.messages import answer_text, messages, task_text
@@ -165,8 +165,9 @@ class _Builder:
     def _add(self, span: Span, depth: int) -> None:
         attrs = span.attributes
         records = self.logs.get(span.span_id)
-        if records:
-            attrs = overlay(attrs, records)
+        own = span_events(span)
+        if records or own:
+            attrs = overlay(attrs, [*(records or ()), *own])
         step = Step(len(self.steps), span.span_id, span.parent_span_id, "other", span.name,
                     depth=depth, start_ns=span.start_ns, end_ns=span.end_ns)
         adapter, found = read_span(step, span, attrs)

@@ -12,8 +12,16 @@ default mode). Two shapes exist:
   ``gen_ai.tool.message`` (``content``, ``id``) and ``gen_ai.choice`` (``index``,
   ``finish_reason``, ``message``).
 
+The older shape also comes as *span events* on the span itself (the GenAI convention before
+log-based events; Strands Agents by default): the same event names, the message fields as
+the event's attributes, JSON-encoded (``content``, ``message``, ``tool_calls``, ``id``).
+``span_events`` turns them into the same records.
+
 ``overlay`` turns them into the attributes the GenAI adapter reads, so one reader serves
-content on spans and content in logs. Attributes the span carries itself win. Never raises.
+content on spans, in span events and in logs. Attributes the span carries itself win. On a
+tool span (``execute_tool``) the tool message is the call's input and the choice its result
+(as Strands records them): they become ``gen_ai.tool.call.arguments`` / ``.result``. Never
+raises.
 """
 
 from __future__ import annotations
@@ -22,9 +30,11 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from otel_eval.base.model import LogEvent
-from otel_eval.decode.otlp_logs import CHOICE_EVENT, DETAILS_EVENT
+from otel_eval.base.model import LogEvent, Span
+from otel_eval.decode.otlp_logs import CHOICE_EVENT, DETAILS_EVENT, is_genai_event
 from otel_eval.decode.otlp_logs import MESSAGE_ROLES as _MESSAGE_ROLES
+from otel_eval.evaluate.conventions.messages import message_text
+from otel_eval.evaluate.conventions.values import parse_json
 
 _DETAIL_KEYS = ("gen_ai.input.messages", "gen_ai.output.messages",
                 "gen_ai.system_instructions", "gen_ai.tool.definitions")
@@ -57,6 +67,49 @@ def _choice(body: Any) -> tuple[int, dict[str, Any]]:
     return (index if isinstance(index, int) and not isinstance(index, bool) else 0), msg
 
 
+# Fields of a span event that hold JSON-encoded structure (a body's fields are structured).
+_JSON_FIELDS = ("content", "message", "tool_calls")
+
+
+def span_events(span: Span) -> list[LogEvent]:
+    """The span's own GenAI content events as records ``overlay`` reads (none: [])."""
+    if not span.events:
+        return []
+    out = []
+    for event in span.events:
+        if not is_genai_event(event.name):
+            continue
+        if event.name == DETAILS_EVENT:
+            out.append(LogEvent(span.trace_id, span.span_id, event.name, event.time_unix_nano,
+                                dict(event.attributes), None))
+            continue
+        body = dict(event.attributes)
+        for key in _JSON_FIELDS:
+            if isinstance(body.get(key), str):
+                body[key] = parse_json(body[key])
+        message = body.get("message")
+        if event.name == CHOICE_EVENT and not isinstance(message, Mapping):
+            body["message"] = {"role": "assistant", "content": message}
+        out.append(LogEvent(span.trace_id, span.span_id, event.name, event.time_unix_nano, {},
+                            body))
+    return out
+
+
+def _tool_io(out: dict[str, Any], inputs: list[dict[str, Any]],
+             choices: list[tuple[int, dict[str, Any]]]) -> None:
+    """A tool span's tool message (its input: a JSON object) and choice (its result)."""
+    if out.get("gen_ai.tool.call.arguments") in (None, ""):
+        for msg in inputs:
+            content = msg.get("content")
+            if msg.get("role") == "tool" and isinstance(content, Mapping):
+                out["gen_ai.tool.call.arguments"] = _dumps(content)
+                break
+    if out.get("gen_ai.tool.call.result") in (None, "") and choices:
+        text = message_text(choices[0][1])
+        if text is not None:
+            out["gen_ai.tool.call.result"] = text
+
+
 def overlay(attributes: Mapping[str, Any], events: Iterable[LogEvent]) -> dict[str, Any]:
     """``attributes`` plus what the span's GenAI events say (the span's own values win)."""
     out = dict(attributes)
@@ -72,6 +125,8 @@ def overlay(attributes: Mapping[str, Any], events: Iterable[LogEvent]) -> dict[s
             choices.append(_choice(event.body))
         elif event.name in _MESSAGE_ROLES:
             inputs.append(_message(_MESSAGE_ROLES[event.name], event.body))
+    if out.get("gen_ai.operation.name") == "execute_tool":
+        _tool_io(out, inputs, choices)
     if inputs and out.get("gen_ai.input.messages") in (None, ""):
         out["gen_ai.input.messages"] = _dumps(inputs)
     if choices and out.get("gen_ai.output.messages") in (None, ""):

@@ -69,7 +69,8 @@ def _event_text(span: Span, event_name: str, key: str) -> str | None:
 def _output_calls(text: str | None, want_reasons: bool) -> tuple[list[ToolCall], list[str]]:
     """Tool calls and finish reasons inside output messages (current ``parts`` shape or the
     OpenAI ``tool_calls`` shape of older completions). Parses only when worth it."""
-    if not text or ("tool_call" not in text
+    if not text or ("tool_call" not in text and "toolUse" not in text
+                    and "tool_use" not in text
                     and not (want_reasons and "finish_reason" in text)):
         return [], []
     messages = parse_json(text)
@@ -93,7 +94,25 @@ def _output_calls(text: str | None, want_reasons: bool) -> tuple[list[ToolCall],
             if isinstance(fn, dict) and fn.get("name"):
                 calls.append(ToolCall(str(fn["name"]), parse_json(fn.get("arguments")),
                                       as_str(tc.get("id")) or None))
+        if "parts" not in msg and "tool_calls" not in msg:
+            calls.extend(_block_calls(msg.get("content")))
     return calls, reasons
+
+
+def _block_calls(content: Any) -> list[ToolCall]:
+    """Tool calls as content blocks: Anthropic ``{"type": "tool_use", "id", "name", "input"}``,
+    Bedrock ``{"toolUse": {"toolUseId", "name", "input"}}`` (Strands' messages)."""
+    calls = []
+    for block in _list(content):
+        if not isinstance(block, dict):
+            continue
+        use = block.get("toolUse") if isinstance(block.get("toolUse"), dict) else (
+            block if block.get("type") == "tool_use" else None)
+        if use is not None and isinstance(use.get("name"), str) and use["name"]:
+            call_id = use.get("toolUseId", use.get("id"))
+            calls.append(ToolCall(use["name"], parse_json(use.get("input")),
+                                  as_str(call_id) or None))
+    return calls
 
 
 def _list(value: Any) -> list[Any]:

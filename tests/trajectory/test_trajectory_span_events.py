@@ -1,0 +1,78 @@
+"""Content in span events (the older GenAI events on the span itself, as Strands sends them)."""
+
+from __future__ import annotations
+
+import json
+
+from trajectory_factory import span, trace
+
+from otel_eval.base.model import SpanEvent
+from otel_eval.evaluate.config import TrajectoryConfig
+from otel_eval.evaluate.detectors import Detectors, DetectorsConfig
+from otel_eval.evaluate.trajectory import build_trajectory
+
+
+def _ev(name: str, **attrs: str) -> SpanEvent:
+    return SpanEvent(name, 0, dict(attrs))
+
+
+def _use(call_id: str) -> str:
+    return json.dumps([{"toolUse": {"toolUseId": call_id, "name": "get_weather",
+                                    "input": {"city": "Paris"}}}])
+
+
+def _run(calls: int) -> list:
+    spans = [span("invoke_agent weather", attrs={
+        "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "weather"}, end=1000,
+        events=[_ev("gen_ai.user.message", content='[{"text": "Weather in Paris?"}]'),
+                _ev("gen_ai.choice", message="It is sunny.", finish_reason="end_turn")])]
+    for i in range(calls):
+        spans.append(span(f"chat{i}", "invoke_agent weather", start=10 * i + 1, attrs={
+            "gen_ai.operation.name": "chat", "gen_ai.request.model": "m"}, events=[
+                _ev("gen_ai.user.message", content='[{"text": "Weather in Paris?"}]'),
+                _ev("gen_ai.choice", message=_use(f"c{i}"), finish_reason="tool_use")]))
+        spans.append(span(f"execute_tool get_weather {i}", "invoke_agent weather",
+                          start=10 * i + 5, attrs={
+                              "gen_ai.operation.name": "execute_tool",
+                              "gen_ai.tool.name": "get_weather", "gen_ai.tool.call.id": f"c{i}"},
+                          events=[_ev("gen_ai.tool.message", role="tool",
+                                      content='{"city": "Paris"}', id=f"c{i}"),
+                                  _ev("gen_ai.choice", message='[{"text": "sunny"}]',
+                                      id=f"c{i}")]))
+    return spans
+
+
+def test_arguments_result_and_answer_from_span_events() -> None:
+    t = build_trajectory(trace(*_run(1)), TrajectoryConfig())
+    tools = t.tool_steps
+    assert [(s.arguments, s.result) for s in tools] == [({"city": "Paris"}, "sunny")]
+    llm = t.llm_steps[0]
+    assert [(c.name, c.arguments, c.call_id, c.outcome) for c in llm.tool_calls] == [
+        ("get_weather", {"city": "Paris"}, "c0", "ran")]
+    assert llm.finish_reasons == ["tool_use"] and llm.prompt == "Weather in Paris?"
+    assert t.answer == "It is sunny." and t.task == "Weather in Paris?"
+    assert "arguments" not in t.unrecorded and "output" not in t.unrecorded
+
+
+def test_identical_calls_in_span_events_are_a_loop() -> None:
+    t = build_trajectory(trace(*_run(4)), TrajectoryConfig())
+    findings, _ = Detectors(DetectorsConfig()).evaluate(t)
+    assert [f.kind for f in findings if f.detector == "loop"] == ["repeated_call"]
+
+
+def test_anthropic_tool_use_blocks_in_output_messages_are_tool_calls() -> None:
+    out = json.dumps([{"role": "assistant", "content": [
+        {"type": "text", "text": "checking"},
+        {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Oslo"}}]}])
+    t = build_trajectory(trace(span("chat", attrs={
+        "gen_ai.operation.name": "chat", "gen_ai.output.messages": out})), TrajectoryConfig())
+    assert [(c.name, c.arguments, c.call_id) for c in t.llm_steps[0].tool_calls] == [
+        ("get_weather", {"city": "Oslo"}, "toolu_1")]
+
+
+def test_attributes_win_over_span_events() -> None:
+    t = build_trajectory(trace(span("execute_tool t", attrs={
+        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t",
+        "gen_ai.tool.call.arguments": '{"a": 1}'}, events=[
+            _ev("gen_ai.tool.message", content='{"a": 2}')])), TrajectoryConfig())
+    assert t.tool_steps[0].arguments == {"a": 1}
