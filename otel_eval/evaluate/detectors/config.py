@@ -114,6 +114,25 @@ class LoopConfig:
     # Three, as for cycles: rewording a query once after a miss is a sensible retry; a second
     # rewording that again finds nothing new is the agent going round.
     reworded_min_calls: int = 3
+    # (g) Circling (``detectors.circling``): steps of one agent that bring back what it has
+    # already seen while its actions change only in form. A step's observation "adds nothing
+    # new" when at least this share of its normalised text's character 3-grams (past the
+    # framing both share) were in an earlier observation of the window: 0.9, stricter than
+    # (f)'s 0.8, because code observations are longer and repeat their framing (a listing,
+    # a traceback): a tenth new is one changed line in a ten-line listing, not a new file.
+    circling_observation_overlap: float = 0.9
+    # (g) Two actions "differ only in form" when their normalised texts (code or command,
+    # lowercased, whitespace collapsed) have a character-3-gram Jaccard of at least this, or
+    # when they invoke the same program (shell: the same first word of every command; code:
+    # the same called names). 0.5 as for (f): two thirds of each text shared.
+    circling_action_similarity: float = 0.5
+    # (g) Each step is compared with the previous this many action steps of its agent
+    # (bounded work: n x window comparisons, never n squared). Six: an agent circling goes
+    # round within a few turns, and a result seen ten steps ago may rightly be read again.
+    circling_window: int = 6
+    # (g) This many linked steps make a finding: three, as for cycles and (f): one re-read is
+    # a check; a third look at the same thing in other words is going round.
+    circling_min_steps: int = 3
     # (e) Tools whose call is an action text (shell command, code): the loop key is the
     # canonicalized text of their `command` / `code` argument.
     action_tools: tuple[str, ...] = (
@@ -134,7 +153,7 @@ class LoopConfig:
         "less", "more", "file", "stat", "which", "diff", "git diff", "git status", "git log",
         "git show", "sed -n",
     )
-    # Severity of loop findings (a)-(c), (e), (f).
+    # Severity of loop findings (a)-(c), (e), (f), (g).
     severity: Severity = "error"
     # Severity of stagnation findings (d).
     stagnation_severity: Severity = "error"
@@ -144,9 +163,11 @@ class LoopConfig:
             "window_steps": 1, "cycle_max_period": 1, "cycle_min_repeats": 1,
             "stagnation_similarity": 0, "stagnation_min_run": 1, "stagnation_min_chars": 0,
             "reworded_similarity": 0, "reworded_window": 1, "reworded_result_overlap": 0,
-            "reworded_min_calls": 1},
+            "reworded_min_calls": 1, "circling_observation_overlap": 0,
+            "circling_action_similarity": 0, "circling_window": 1, "circling_min_steps": 2},
             maximum={"stagnation_similarity": 1, "reworded_similarity": 1,
-                     "reworded_result_overlap": 1})
+                     "reworded_result_overlap": 1, "circling_observation_overlap": 1,
+                     "circling_action_similarity": 1})
 
 
 @dataclass(frozen=True)

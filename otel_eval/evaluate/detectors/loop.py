@@ -6,7 +6,8 @@ pattern of 2+ different calls repeated ``cycle_min_repeats`` times in a row; (d)
 consecutive near-identical LLM outputs (word-level similarity); (e) code/shell agents are
 covered by (a)-(c) because their calls are keyed by the canonicalized action text; (f)
 reworded repeats, near-duplicate calls of one tool that brought nothing new
-(``detectors.reworded``).
+(``detectors.reworded``); (g) circling, steps whose actions differ only in form and whose
+observations add nothing new (``detectors.circling``).
 LLM -> tool -> LLM alternation is never a loop (only calls are compared), and a repeat after
 a state-changing call (re-running the tests after an edit) is not (b).
 """
@@ -28,6 +29,7 @@ from otel_eval.evaluate.detectors.calls import (
     calls_for,
     canonical_arguments,
 )
+from otel_eval.evaluate.detectors.circling import circling
 from otel_eval.evaluate.detectors.config import DetectorsConfig, LoopConfig
 from otel_eval.evaluate.detectors.reworded import reworded_repeats
 
@@ -258,6 +260,8 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
     cs = calls_for(trajectory, config, context)
     found = [*repeated_calls(cs, cfg), *no_progress(cs, cfg), *cycles(cs, cfg),
              *reworded_repeats(cs, cfg)]
+    covered = {i for f in found for i in f.step_indexes}
+    found += circling(cs, cfg, covered)
     covered = {i for f in found for i in f.step_indexes}
     llm = trajectory.llm_steps
     stagnant = stagnation(llm, cfg)
