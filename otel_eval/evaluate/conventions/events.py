@@ -26,7 +26,6 @@ raises.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -34,14 +33,10 @@ from otel_eval.base.model import LogEvent, Span
 from otel_eval.decode.otlp_logs import CHOICE_EVENT, DETAILS_EVENT, is_genai_event
 from otel_eval.decode.otlp_logs import MESSAGE_ROLES as _MESSAGE_ROLES
 from otel_eval.evaluate.conventions.messages import message_text
-from otel_eval.evaluate.conventions.values import parse_json
+from otel_eval.evaluate.conventions.values import dumps, parse_json
 
 _DETAIL_KEYS = ("gen_ai.input.messages", "gen_ai.output.messages",
                 "gen_ai.system_instructions", "gen_ai.tool.definitions")
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 def _message(role: str, body: Any) -> dict[str, Any]:
@@ -102,7 +97,7 @@ def _tool_io(out: dict[str, Any], inputs: list[dict[str, Any]],
         for msg in inputs:
             content = msg.get("content")
             if msg.get("role") == "tool" and isinstance(content, Mapping):
-                out["gen_ai.tool.call.arguments"] = _dumps(content)
+                out["gen_ai.tool.call.arguments"] = dumps(content)
                 break
     if out.get("gen_ai.tool.call.result") in (None, "") and choices:
         text = message_text(choices[0][1])
@@ -120,7 +115,7 @@ def overlay(attributes: Mapping[str, Any], events: Iterable[LogEvent]) -> dict[s
             for key in _DETAIL_KEYS:
                 value = event.attributes.get(key)
                 if value is not None and out.get(key) in (None, ""):
-                    out[key] = value if isinstance(value, str) else _dumps(value)
+                    out[key] = value if isinstance(value, str) else dumps(value)
         elif event.name == CHOICE_EVENT:
             choices.append(_choice(event.body))
         elif event.name in _MESSAGE_ROLES:
@@ -128,10 +123,10 @@ def overlay(attributes: Mapping[str, Any], events: Iterable[LogEvent]) -> dict[s
     if out.get("gen_ai.operation.name") == "execute_tool":
         _tool_io(out, inputs, choices)
     if inputs and out.get("gen_ai.input.messages") in (None, ""):
-        out["gen_ai.input.messages"] = _dumps(inputs)
+        out["gen_ai.input.messages"] = dumps(inputs)
     if choices and out.get("gen_ai.output.messages") in (None, ""):
         choices.sort(key=_first)
-        out["gen_ai.output.messages"] = _dumps([m for _, m in choices])
+        out["gen_ai.output.messages"] = dumps([m for _, m in choices])
         reasons = [m["finish_reason"] for _, m in choices if isinstance(
             m.get("finish_reason"), str)]
         if reasons and "gen_ai.response.finish_reasons" not in out:

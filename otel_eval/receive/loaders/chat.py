@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from otel_eval.base.model import Span, Trace
+from otel_eval.evaluate.conventions.values import dumps
 
 # 2024-01-01T00:00:00Z; run i starts i hours later, each span lasts 1 ms.
 _BASE_NS = 1_704_067_200 * 1_000_000_000
@@ -25,10 +26,7 @@ _TICK_NS = 1_000_000
 SCOPE = "otel_eval.receive.loaders"
 
 
-# one encoder: json.dumps with non-default options builds a new one per call
-_ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)
-dumps = _ENCODER.encode
-# what that encoder does with a string (C when available), without the per-call set-up
+# what ``dumps`` does with a string (C when available), without the per-call set-up
 _encode_str = json.encoder.encode_basestring
 
 
