@@ -250,6 +250,9 @@ class Step:
     # for ``otel-eval inspect``, not part of the v1 object
     sources: dict[str, str] = field(default_factory=dict)
     unknown: dict[str, str] = field(default_factory=dict)
+    # values cut to the result bounds (``evaluate.bounds``): field -> its full size, bytes of
+    # JSON; written into the v1 object's ``truncated`` beside the texts cut there
+    cut: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -278,6 +281,8 @@ class Step:
             out["call_id"] = self.call_id
         if self.rebuilt:
             out["rebuilt"] = True
+        if self.cut:
+            out["truncated"] = dict(self.cut)
         if self.kind == "tool":
             _kept(out, "result", self.result)
         elif self.kind == "llm":
@@ -417,6 +422,9 @@ class Evaluation:
     error: str | None = None  # set when evaluation itself failed (the trace is still stored)
     # {"p_success", "model"} from the success predictor; None without a model (no default)
     prediction: dict[str, Any] | None = None
+    # The v1 object as cut to ``trajectory.max_result_bytes`` (``evaluate.bounds``), when
+    # the whole one was larger; ``to_json`` returns it instead of building the object anew
+    bounded: dict[str, Any] | None = None
 
     @property
     def trace_id(self) -> str:
@@ -425,8 +433,11 @@ class Evaluation:
     def to_json(self, finite_floats: bool = True) -> dict[str, Any]:
         """The v1 per-trace object; ``finite_floats=False`` leaves NaN / +-Infinity floats
         as they are (``to_json_text`` replaces them only when there is one)."""
+        if self.bounded is not None:
+            out = dict(self.bounded)
+            return finite(out) if finite_floats else out
         t = self.trajectory
-        out: dict[str, Any] = {
+        out = {
             "trace_id": t.trace_id,
             "source": t.source,
             "service": t.service,
@@ -466,11 +477,26 @@ class Evaluation:
         """``json.dumps(self.to_json())``, without first walking the whole object for
         non-finite floats (~4 us a span): strict encoding raises on one, and only then is the
         object walked and encoded again. Nearly every object has none."""
-        out = self.to_json(finite_floats=False)
+        return json_text(self.to_json(finite_floats=False))
+
+
+def json_text(value: Any) -> str:
+    """``value`` as JSON text for storing: UTF-8 text as it is (``ensure_ascii=False``: an
+    "é" is 2 bytes, not the 6 of ``\\u00e9``; control characters are ``\\u0001`` either
+    way), non-finite floats replaced (``finite``, walked only when strict encoding fails).
+    Text holding a lone surrogate (which UTF-8 cannot carry; JSON input can) is written
+    with ``ensure_ascii`` instead."""
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
+    except ValueError:
+        value = finite(value)
+        text = json.dumps(value, ensure_ascii=False)
+    if not text.isascii():
         try:
-            return json.dumps(out, allow_nan=False)
-        except ValueError:
-            return json.dumps(finite(out))
+            text.encode()
+        except UnicodeEncodeError:
+            return json.dumps(value)
+    return text
 
 
 _NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}

@@ -20,6 +20,24 @@ class TrajectoryConfig:
     task_id_attribute: str = "otel_eval.task.id"
     # Root span attribute carrying the known outcome (success / failure, true / false, 1 / 0).
     outcome_attribute: str = "otel_eval.outcome"
+    # Tool steps rebuilt from the code an agent wrote (code actions), per trace, at most; the
+    # calls past it are counted (`code_actions.over_limit`), not made steps. Real runs stay
+    # below: code agents' step limits are tens (smolagents 20) to a few hundred (mini-swe-agent
+    # 250), each step a call or a few.
+    max_rebuilt_steps: int = 500
+    # Stored size of one value of a step (its arguments, each tool call's arguments, its
+    # error), bytes of JSON; a larger one is stored as the first bytes of its JSON text, its
+    # full size in the step's `truncated`. Detectors read the whole value first.
+    max_value_bytes: int = 16 * 1024
+    # Stored size of one per-trace result (the v1 object), bytes of JSON. A larger one is
+    # stored cut: the input/output messages, then the contents of steps from the last one
+    # back, then the last steps themselves, with a `result_truncated` finding saying what
+    # was cut. Also the largest answer of one GET /v1/evaluations/{trace_id}.
+    max_result_bytes: int = 4 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        validate(self, minimum={"max_rebuilt_steps": 0, "max_value_bytes": 256,
+                                "max_result_bytes": 64 * 1024})
 
 
 @dataclass(frozen=True)

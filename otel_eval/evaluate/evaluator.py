@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from otel_eval.base.configcheck import ConfigError
 from otel_eval.base.model import Evaluation, Finding, Trace, Trajectory
 from otel_eval.evaluate.agent_inference import AgentHistory, infer_agent
+from otel_eval.evaluate.bounds import bound
 from otel_eval.evaluate.detectors import Detectors, evaluation_error, load_references, verdict_of
 from otel_eval.evaluate.trajectory import build_trajectory
 
@@ -94,6 +95,7 @@ class Evaluator:
                                 evaluated_at_ns=int(self._wall_clock() * 1e9))
         if self.predictor is not None:
             evaluation.prediction = self.predictor.predict(evaluation)
+        bound(evaluation, self.config.trajectory)
         return evaluation
 
     def with_outcome(self, body: dict[str, Any], outcome: str) -> dict[str, Any]:

@@ -335,7 +335,8 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
             # not on the tool span: what the next LLM call of the agent was told it returned
             step.result = responses.result(position, step.node, step.call_id)
     steps = builder.rebuild_tool_calls(ran, responses)
-    steps, code_actions = rebuild_code_actions(steps, builder.tools)
+    steps, code_actions = rebuild_code_actions(steps, builder.tools,
+                                               config.max_rebuilt_steps)
     price_steps(steps)
     for step in steps:
         if step.kind == "llm":

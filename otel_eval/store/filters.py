@@ -9,7 +9,7 @@ cursor condition, so a page of ``/v1/evaluations`` is the same whichever store h
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,13 +52,25 @@ def page_sql(q: EvaluationQuery, d: Dialect) -> tuple[str, list[Any]]:
     return sql, [*args, q.limit + 1]
 
 
-def page(rows: Sequence[Sequence[Any]], limit: int) -> Page:
-    """The page of the rows ``page_sql`` selected (evaluated_at_ns, trace_id, body): the first
-    ``limit`` bodies, and a cursor after the last of them when one more row came back."""
-    more = len(rows) > limit
-    rows = rows[:limit]
-    cursor = Cursor(rows[-1][0], rows[-1][1]).encode() if more else None
-    return Page([json.loads(r[2]) for r in rows], cursor)
+def page(rows: Iterable[Sequence[Any]], limit: int, max_bytes: int) -> Page:
+    """The page of the rows ``page_sql`` selects (evaluated_at_ns, trace_id, body), read one
+    at a time: the first ``limit`` bodies, fewer when the next would take the page past
+    ``max_bytes`` of JSON (never fewer than one), and a cursor after the last body when a row
+    is left. The rows after the one that ends the page are never read."""
+    bodies: list[Any] = []
+    size = 0
+    last: Sequence[Any] | None = None
+    more = False
+    for row in rows:
+        text: str = row[2]
+        if len(bodies) == limit or (bodies and size + len(text) > max_bytes):
+            more = True
+            break
+        size += len(text)
+        bodies.append(json.loads(text))
+        last = row
+    cursor = Cursor(last[0], last[1]).encode() if more and last is not None else None
+    return Page(bodies, cursor)
 
 
 def conditions(q: EvaluationQuery, d: Dialect) -> tuple[list[str], list[Any]]:

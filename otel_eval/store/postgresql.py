@@ -31,8 +31,9 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Collection, Generator, Iterable, Sequence
+from contextlib import closing
+from typing import Any, TypeVar, cast
 
 import psycopg
 
@@ -237,8 +238,13 @@ class PostgresStore:
     def query(self, q: EvaluationQuery) -> Page:
         """One page of evaluations matching ``q``, newest first (see ``otel_eval.store.query``)."""
         sql, args = filters.page_sql(q, filters.POSTGRESQL)
-        rows = self._rows(sql, args)
-        return filters.page(rows, q.limit)
+
+        def read(conn: psycopg.Connection[Any]) -> Page:
+            # streamed (single-row mode): a page cut by its size stops the query there
+            rows = cast("Generator[Any, None, None]", conn.cursor().stream(sql, _args(args)))
+            with closing(rows):
+                return filters.page(rows, q.limit, q.max_bytes)
+        return self._run(read)
 
     def since(self, evaluated_after_ns: int, limit: int = 100_000) -> list[dict[str, Any]]:
         """Evaluations stored after a time, oldest first; past ``limit`` the newest ``limit``

@@ -10,8 +10,10 @@
     limit                             1..1000, default 20
     cursor                            ``next_cursor`` of the previous page
 
-Pages are newest first (evaluation time, then trace id); the cursor is the position after the
-last row returned (keyset pagination: rows stored meanwhile do not shift later pages). A bad
+Pages are newest first (evaluation time, then trace id), and hold at most ``max_bytes`` of
+stored JSON (``MAX_PAGE_BYTES``, 16 MiB; always at least one evaluation): a page cut by its
+size ends early, with its cursor. The cursor is the position after the last row returned
+(keyset pagination: rows stored meanwhile do not shift later pages). A bad
 parameter raises ``QueryError`` naming it (the API answers 400 with the message).
 """
 
@@ -30,6 +32,9 @@ from otel_eval.base.configcheck import is_ascii_digits
 _TRACE_ID = re.compile("[0-9a-f]{32}")
 STATUSES = ("complete", "incomplete", "truncated")
 MAX_LIMIT = 1000
+# Stored JSON of one page, bytes, at most (past its first evaluation): 4 results of the
+# largest size stored (trajectory.max_result_bytes, 4 MiB), or 1,000 of 16 kB.
+MAX_PAGE_BYTES = 16 * 1024 * 1024
 _TEXT = ("service", "agent", "task_id", "status", "detector")
 PARAMETERS = (*_TEXT, "passed", "since", "until", "limit", "cursor")
 
@@ -86,6 +91,9 @@ class EvaluationQuery:
     limit: int = 20
     # Position after the previous page's last row; None = the newest.
     cursor: Cursor | None = None
+    # Stored JSON of the page, bytes, at most (it ends early, with its cursor); not a URL
+    # parameter.
+    max_bytes: int = MAX_PAGE_BYTES
 
     def __post_init__(self) -> None:
         if not 1 <= self.limit <= MAX_LIMIT:

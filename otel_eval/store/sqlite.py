@@ -147,9 +147,8 @@ class SqliteStore:
     def query(self, q: EvaluationQuery) -> Page:
         """One page of evaluations matching ``q``, newest first (see ``otel_eval.store.query``)."""
         sql, args = filters.page_sql(q, filters.SQLITE)
-        with self._lock:
-            rows = self._db.execute(sql, args).fetchall()
-        return filters.page(rows, q.limit)
+        with self._lock:  # rows read one by one: a page cut by its size reads no more
+            return filters.page(self._db.execute(sql, args), q.limit, q.max_bytes)
 
     def since(self, evaluated_after_ns: int, limit: int = 100_000) -> list[dict[str, Any]]:
         """Evaluations stored after a time, oldest first; past ``limit`` the newest ``limit``

@@ -178,6 +178,32 @@ def test_cursor_pages_through_ties_without_gaps(store: EvaluationStore) -> None:
     assert _ids(store.latest(3)) == evens[:3]
 
 
+def test_pages_are_bounded_by_bytes_and_end_early_with_their_cursor(
+        store: EvaluationStore) -> None:
+    """Issue 21: one page of 20 bodies of 4 MB was 80 MB (566 MB seen). A page ends before
+    the body that would take it past ``max_bytes``, never empty, and its cursor goes on from
+    there: every row once, in order."""
+    evs = [_ev(i, at=T0 + i) for i in range(1, 13)]
+    for ev in evs:  # 10 kB each, 3 of them 40 kB
+        ev.trajectory.task = "x" * (40_000 if ev.trace_id[-1] in "369" else 10_000)
+    store.put_many(evs)
+    pages: list[list[int]] = []
+    seen: list[int] = []
+    cursor: Cursor | None = None
+    while True:
+        page = store.query(EvaluationQuery(limit=10, cursor=cursor, max_bytes=35_000))
+        pages.append(_ids(page.evaluations))
+        seen += pages[-1]
+        if page.next_cursor is None:
+            break
+        cursor = Cursor.decode(page.next_cursor)
+    assert seen == list(range(12, 0, -1))
+    # a 40 kB body alone is a page (never an empty one); the others stop before 35 kB
+    assert pages == [[12, 11, 10], [9], [8, 7], [6], [5, 4], [3], [2, 1]]
+    whole = store.query(EvaluationQuery(limit=1000))
+    assert len(whole.evaluations) == 12 and whole.next_cursor is None
+
+
 def test_feedback_retention_and_window(store: EvaluationStore) -> None:
     tid = f"{5:032x}"
     assert store.feedback(tid) is None

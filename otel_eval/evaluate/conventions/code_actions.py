@@ -309,8 +309,8 @@ def _parameters(tools: Mapping[str, Any]) -> dict[str, list[str]]:
 class _Rebuilder:
     """State of one ``rebuild_code_actions`` pass."""
 
-    def __init__(self, steps: Sequence[Step], tools: dict[str, Any]) -> None:
-        self.steps, self.tools = steps, tools
+    def __init__(self, steps: Sequence[Step], tools: dict[str, Any], max_rebuilt: int) -> None:
+        self.steps, self.tools, self.max_rebuilt = steps, tools, max_rebuilt
         self.runs = _Runs(steps)
         self.managed = {s.node for s in steps if s.kind == "agent" and s.node
                         and s.parent_span_id is not None}
@@ -360,6 +360,9 @@ class _Rebuilder:
             return None
         if ran is None and llm.node in self.with_tools:
             return None
+        if self.stats.get("rebuilt", 0) >= self.max_rebuilt:
+            self.count("over_limit")  # a trace's bound: 64 calls x 256 blocks x every reply
+            return None
         tool = name or "bash"
         if not name:  # a shell action rebuilt: can its commands be read?
             problem = shell_commands(source)[2]
@@ -385,12 +388,13 @@ class _Rebuilder:
         return step
 
 
-def rebuild_code_actions(steps: list[Step], tools: dict[str, Any],
+def rebuild_code_actions(steps: list[Step], tools: dict[str, Any], max_rebuilt: int = 500,
                          ) -> tuple[list[Step], dict[str, int]]:
     """``steps`` with the tool calls made by code actions (in LLM replies that request no
     tool calls: a reply that does acts through them, its code is an example) inserted as
     rebuilt tool steps, re-indexed, and the counts of what was read (``blocks``, ``calls``,
-    ``steps``, ``rebuilt``, ``unparsed_<reason>``; empty when no LLM reply holds code).
+    ``steps``, ``rebuilt``, ``unparsed_<reason>``, ``over_limit``: calls past
+    ``max_rebuilt`` rebuilt steps, not made steps; empty when no LLM reply holds code).
 
     A call (of a known tool, in an LLM reply's code) was run by a later sibling span of the
     LLM step, before the next LLM sibling, with its name (a tool span, or a managed agent's
@@ -399,7 +403,7 @@ def rebuild_code_actions(steps: list[Step], tools: dict[str, Any],
     at all (an instrumentation that records only LLM calls): where tool spans exist, a call
     without one did not run (the code failed before it). A managed agent called from code is
     added to ``tools`` (it was offered to the model as a callable)."""
-    work = _Rebuilder(steps, tools)
+    work = _Rebuilder(steps, tools, max_rebuilt)
     out: list[Step] = []
     for position, step in enumerate(steps):
         out.append(step)

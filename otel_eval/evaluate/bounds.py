@@ -1,0 +1,163 @@
+"""Stage: evaluate (last part). The stored result of one trace is bounded.
+
+Span content decides how big a trajectory is: one 50 KB code block binding a literal and
+passing it to a tool 64 times is 64 rebuilt steps each carrying it (issue 21: a 19 MB result
+from a 50 KB span). After the detectors have read everything, ``bound`` cuts what is stored
+(the v1 object of the store, the results API, ``eval`` output and the exports) to
+``TrajectoryConfig``'s bounds:
+
+- the run's ``input`` and ``output``, each step's ``arguments``, each tool call's
+  ``arguments`` and ``error``: at most
+  ``max_value_bytes`` of JSON; a longer value becomes a string that fits, its start (of its
+  JSON text, when it is not a string), its full size in the step's ``truncated``
+  (``{"arguments": 3145728}``);
+- the whole object: at most ``max_result_bytes``. Past it, ``input_messages`` and
+  ``output_messages`` go first, then the contents of steps from the last step back (each
+  emptied step keeps its identity, kind, names, status, times and tokens, and lists what was
+  taken in ``truncated``), then the last steps themselves;
+- anything cut (and the code-action calls ``max_rebuilt_steps`` left out) is said by one
+  ``result_truncated`` finding (detector ``evaluation``, severity ``info``: the verdict does
+  not change) whose attributes count what was cut.
+
+The trajectory's steps keep their number (metrics and budgets counted them); only the stored
+object loses steps, and its ``counts`` still say how many there were.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from otel_eval.base.model import Evaluation, Finding, Step, finite, json_text
+from otel_eval.evaluate.config import TrajectoryConfig
+
+__all__ = ["bound"]
+
+# Content fields of a step's v1 object, emptied (in this order) when the object is too big.
+_CONTENT = ("arguments", "result", "prompt", "answer", "error", "tool_calls")
+_FINDING_RESERVE = 1024  # bytes kept for the finding itself
+
+
+def _size(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def _encoded(value: Any) -> str:
+    return json.dumps(finite(value), ensure_ascii=False, default=str)
+
+
+def _prefix(text: str, limit: int) -> str:
+    """The longest start of ``text`` (about) whose JSON string is at most ``limit`` bytes."""
+    prefix = text[:limit]
+    while len(prefix) > 1 and (size := _size(_encoded(prefix))) > limit:
+        prefix = prefix[:max(1, len(prefix) * limit // size - 1)]
+    return prefix
+
+
+def _cut_value(value: Any, limit: int) -> tuple[Any, int]:
+    """(value, 0) when its JSON fits ``limit`` bytes, else (a string whose JSON does: the
+    start of the value, or of the value's JSON text when it is not a string; the value's full
+    size)."""
+    if value is None or isinstance(value, bool | int | float):
+        return value, 0
+    if isinstance(value, str) and len(value) * 6 + 2 <= limit:  # 6: a \u0001 per char
+        return value, 0
+    text = _encoded(value)
+    size = _size(text)
+    if size <= limit:
+        return value, 0
+    return _prefix(value if isinstance(value, str) else text, limit), size
+
+
+def _cut_step(step: Step, limit: int) -> int:
+    """Cuts ``step``'s values in place; how many were cut."""
+    cut = 0
+    step.arguments, size = _cut_value(step.arguments, limit)
+    if size:
+        step.cut["arguments"], cut = size, cut + 1
+    step.error, size = _cut_value(step.error, limit)
+    if size:
+        step.cut["error"], cut = size, cut + 1
+    calls = 0
+    for call in step.tool_calls:
+        call.arguments, size = _cut_value(call.arguments, limit)
+        if size:
+            calls, cut = calls + size, cut + 1
+    if calls:
+        step.cut["tool_calls"] = calls
+    return cut
+
+
+def _emptied(step: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in step.items() if k not in _CONTENT}
+    truncated = dict(step.get("truncated") or {})
+    for name in _CONTENT:
+        value = step.get(name)
+        if value is not None and value != []:
+            truncated.setdefault(name, _size(_encoded(value)))
+            out[name] = None
+    if truncated:
+        out["truncated"] = truncated
+    return out
+
+
+def _fit(body: dict[str, Any], limit: int, cut: dict[str, int]) -> None:
+    """Cuts ``body`` (the v1 object) in place to about ``limit`` bytes of JSON."""
+    for name in ("input_messages", "output_messages"):
+        if name in body and _size(json_text(body)) > limit:
+            cut[name] = _size(_encoded(body.pop(name)))
+    steps: list[dict[str, Any]] = body["steps"]
+    sizes = [_size(_encoded(s)) + 2 for s in steps]
+    body["steps"] = []
+    room = limit - _size(json_text(body)) - _FINDING_RESERVE
+    full = 0
+    while full < len(steps) and sizes[full] <= room:  # whole steps from the first
+        room -= sizes[full]
+        full += 1
+    kept = steps[:full]
+    for step in steps[full:]:  # then emptied ones, while they fit
+        empty = _emptied(step)
+        size = _size(_encoded(empty)) + 2
+        if size > room:
+            break
+        room -= size
+        kept.append(empty)
+    body["steps"] = kept
+    if len(kept) > full:
+        cut["steps_emptied"] = len(kept) - full
+    if len(kept) < len(steps):
+        cut["steps_dropped"] = len(steps) - len(kept)
+
+
+def bound(evaluation: Evaluation, config: TrajectoryConfig) -> None:
+    """Cuts what ``evaluation`` stores to ``config``'s bounds, in place (see the module
+    docstring); adds the ``result_truncated`` finding when anything was cut."""
+    t = evaluation.trajectory
+    cut: dict[str, int] = {}
+    values = sum(_cut_step(s, config.max_value_bytes) for s in t.steps)
+    t.task, size = _cut_value(t.task, config.max_value_bytes)
+    if size:
+        cut["input"] = size
+    t.answer, size = _cut_value(t.answer, config.max_value_bytes)
+    if size:
+        cut["output"] = size
+    if values:
+        cut["values"] = values
+    if t.code_actions.get("over_limit"):
+        cut["rebuilt_calls"] = t.code_actions["over_limit"]
+    body = evaluation.to_json(finite_floats=False)
+    size = _size(json_text(body))
+    if size > config.max_result_bytes:
+        _fit(body, config.max_result_bytes, cut)
+    if not cut:
+        return
+    parts = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in cut.items())
+    finding = Finding("evaluation", "result_truncated", "info",
+                      f"the stored result was cut to its bounds ({parts})", [], [],
+                      {"result_bytes": size, "max_result_bytes": config.max_result_bytes,
+                       "max_value_bytes": config.max_value_bytes,
+                       "max_rebuilt_steps": config.max_rebuilt_steps, **cut})
+    evaluation.findings.append(finding)
+    if size > config.max_result_bytes:
+        body["findings"] = [*body["findings"], finding.to_json()]
+        evaluation.bounded = body

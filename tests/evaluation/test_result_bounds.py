@@ -1,0 +1,106 @@
+"""Bounded results (issue 21): a code block that binds a 48 kB literal of control characters
+once and passes it to a tool 64 times was 64 rebuilt steps each carrying it, an 18.8 MB stored
+body from a 50 kB span (382x). Per trace: rebuilt calls capped, each step's values capped, the
+whole object capped, a ``result_truncated`` finding saying what was cut; JSON written as UTF-8
+(``ensure_ascii`` off)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from bench_module import load_bench
+
+from otel_eval.app.config import Config
+from otel_eval.base import model
+from otel_eval.evaluate.bounds import bound
+from otel_eval.evaluate.config import TrajectoryConfig
+from otel_eval.evaluate.evaluator import Evaluator
+
+BENCH = load_bench("bounded_results.py", "bench_bounded_results")
+
+
+def _evaluate(spans: int, **trajectory: Any) -> tuple[model.Evaluation, int]:
+    config = Config()
+    if trajectory:
+        config = dataclasses.replace(
+            config, trajectory=dataclasses.replace(config.trajectory, **trajectory))
+    trace, sent = BENCH.hostile_trace(spans)
+    return Evaluator(config).evaluate(trace), sent
+
+
+def _truncated(ev: model.Evaluation) -> model.Finding:
+    found = [f for f in ev.findings if f.kind == "result_truncated"]
+    assert len(found) == 1
+    assert found[0].detector == "evaluation" and found[0].severity == "info"
+    return found[0]
+
+
+def test_a_literal_passed_64_times_is_stored_within_the_value_bound() -> None:
+    ev, _ = _evaluate(1)
+    cfg = TrajectoryConfig()
+    body = ev.to_json_text().encode()
+    assert len(body) < 2 * 1024 * 1024  # was 18.8 MB
+    rebuilt = [s for s in json.loads(body)["steps"] if s.get("rebuilt")]
+    assert len(rebuilt) == 64 and ev.trajectory.counts()["tool_calls"] == 64
+    for step in rebuilt:
+        assert len(json.dumps(step["arguments"]).encode()) <= cfg.max_value_bytes
+        assert step["truncated"]["arguments"] > 6 * 48_000  # its full size, bytes of JSON
+    finding = _truncated(ev)
+    assert finding.attributes["values"] == 64
+    assert finding.attributes["result_bytes"] < finding.attributes["max_result_bytes"]
+    # the detectors read the whole values: the repeated call is still found, the verdict
+    # is what it was without the bounds
+    assert any(f.kind == "repeated_call" for f in ev.findings)
+    assert ev.verdict is not None and ev.verdict.passed is not None
+
+
+def test_rebuilt_calls_are_capped_per_trace_and_counted() -> None:
+    ev, _ = _evaluate(2, max_rebuilt_steps=10)
+    assert sum(1 for s in ev.trajectory.steps if s.rebuilt) == 10
+    assert ev.trajectory.code_actions["over_limit"] == 118
+    assert _truncated(ev).attributes["rebuilt_calls"] == 118
+
+
+def test_an_object_over_max_result_bytes_is_cut_from_the_last_step_back() -> None:
+    limit = 64 * 1024
+    ev, _ = _evaluate(1, max_result_bytes=limit, max_value_bytes=4096)
+    text = ev.to_json_text()
+    assert len(text.encode()) <= limit
+    body = json.loads(text)
+    attrs = _truncated(ev).attributes
+    assert attrs["result_bytes"] > limit and attrs["max_result_bytes"] == limit
+    kept = body["steps"]
+    emptied = [s for s in kept if s.get("arguments") is None and s.get("rebuilt")]
+    assert attrs["steps_emptied"] == len(emptied) > 0
+    assert attrs.get("steps_dropped", 0) + len(kept) == len(ev.trajectory.steps)
+    assert kept[0]["index"] == 0 and all(s["truncated"]["arguments"] for s in emptied)
+    # counts still say what the run did; the finding is in the stored object
+    assert body["counts"]["tool_calls"] == 64
+    assert any(f["kind"] == "result_truncated" for f in body["findings"])
+    assert ev.to_json() == body  # eval output and the store agree
+
+
+def test_a_clean_trace_is_not_cut() -> None:
+    trace, _ = BENCH.hostile_trace(1, clean=True)
+    ev = Evaluator(Config()).evaluate(trace)
+    assert not any(f.kind == "result_truncated" for f in ev.findings)
+    assert ev.bounded is None
+
+
+def test_json_is_utf8_and_a_lone_surrogate_falls_back_to_escapes() -> None:
+    traj = model.Trajectory("a" * 32, "otlp", "complete", [], task="caf\u00e9 \u6771\u4eac")
+    ev = model.Evaluation(traj)
+    assert "caf\u00e9 \u6771\u4eac" in ev.to_json_text()  # 2 and 3 bytes, not 6 each
+    traj.task = "bad \ud800 half"
+    text = ev.to_json_text()
+    text.encode()  # storable as UTF-8
+    assert json.loads(text)["input"] == "bad \ud800 half"
+
+
+def test_bound_leaves_small_values_alone() -> None:
+    step = model.Step(0, "b" * 16, None, "tool", "t", tool_name="t", arguments={"q": "x" * 10})
+    ev = model.Evaluation(model.Trajectory("a" * 32, "otlp", "complete", [step]))
+    bound(ev, TrajectoryConfig())
+    assert step.arguments == {"q": "x" * 10} and not step.cut and not ev.findings
