@@ -240,6 +240,10 @@ class Step:
     reply: str | None = None  # the reply's text, when the convention records it apart
     tool_calls: list[ToolCall] = field(default_factory=list)  # calls an llm step requested
     rebuilt: bool = False  # a tool step rebuilt from an LLM's output (no span of its own)
+    # a tool call made from inside a code action step (``conventions.code_actions``): a step
+    # of that action, not one of the run's own (budgets and the steps histogram count the
+    # action once); the loop rules still compare it with the other calls of its tool
+    in_code: bool = False
     convention: str = "unknown"
     # llm steps, readable (``conventions.messages``): the last message it was sent (user or
     # tool) and the text of its reply; None when not recorded
@@ -351,6 +355,12 @@ class Trajectory:
     @property
     def tool_steps(self) -> list[Step]:
         return [s for s in self.steps if s.kind == "tool"]
+
+    @property
+    def action_steps(self) -> list[Step]:
+        """The run's own steps: tool steps, a code action counted once (not the calls of
+        known tools made from its code)."""
+        return [s for s in self.steps if s.kind == "tool" and not s.in_code]
 
     def usage(self) -> dict[str, Any]:
         llm = self.llm_steps

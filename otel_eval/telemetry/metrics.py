@@ -37,7 +37,7 @@ Metrics (counters are exposed with the ``_total`` suffix):
                otel_eval_traces_lucky_passes_total{service,agent}
                otel_eval_traces_agent_source_total{service,source}  span|child_span|
                inferred_history|unknown: where the run's agent name came from
-    trace      otel_eval_trace_steps{service,agent}             histogram (tool calls per trace)
+    trace      otel_eval_trace_steps{service,agent}             histogram (a code action once)
                otel_eval_trace_tokens{service,agent}            histogram (input + output)
                otel_eval_trace_cost_usd{service,agent}          histogram (traces with a cost)
                otel_eval_trace_duration_seconds{service,agent}  histogram
@@ -246,7 +246,7 @@ class Metrics:
         self.c_tool_errors = c("detector_tool_errors", "Tool-call errors, by kind and tool.",
                                ["agent", "kind", "tool"])
         h = self._histogram
-        self.h_steps = h("trace_steps", "Tool calls per trace.", sa, _STEPS_BUCKETS)
+        self.h_steps = h("trace_steps", "Steps per trace (a code action once).", sa, _STEPS_BUCKETS)
         self.h_tokens = h("trace_tokens", "Input + output tokens per trace.", sa, _TOKEN_BUCKETS)
         self.h_cost = h("trace_cost_usd", "Cost per trace, USD.", sa, _COST_BUCKETS)
         self.h_duration = h("trace_duration_seconds", "Duration of the agent run.", sa,
@@ -382,7 +382,7 @@ class Metrics:
     def _observe_trace(self, t: model.Trajectory, service: str, agent: str,
                        exemplar: dict[str, str]) -> None:
         usage = t.usage()
-        self._series(self.h_steps, service, agent).observe(len(t.tool_steps), exemplar)
+        self._series(self.h_steps, service, agent).observe(len(t.action_steps), exemplar)
         self._series(self.h_tokens, service, agent).observe(
             usage["input_tokens"] + usage["output_tokens"], exemplar)
         if usage["cost_usd"] is not None:

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from trajectory_factory import span, trace
 
-from otel_eval.base.model import Span, Trace
+from otel_eval.base.model import Span, Step, Trace, Trajectory
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.conventions.code_actions import (
+    CODE_TOOL,
     MAX_CALLS,
     MAX_CODE_CHARS,
     code_blocks,
@@ -21,7 +22,7 @@ from otel_eval.evaluate.conventions.code_actions import (
     python_calls,
 )
 from otel_eval.evaluate.conventions.shell import MAX_COMMAND_CHARS, shell_commands
-from otel_eval.evaluate.detectors import Detectors, DetectorsConfig
+from otel_eval.evaluate.detectors import Detectors, DetectorsConfig, budget
 from otel_eval.evaluate.trajectory import build_trajectory
 from otel_eval.receive.loaders import load_file, load_path
 
@@ -169,8 +170,16 @@ def _smolagents(*step_children: Span, chain_output: str = "Execution logs:\nsunn
 def test_only_tools_the_trace_knows_are_calls() -> None:
     t = build_trajectory(_smolagents(
         _code_llm("llm1", "step1", 2, "a = get_weather(city='Paris')\nfinal_answer(a)")), CFG)
-    assert not any(s.rebuilt for s in t.steps)
-    assert t.code_actions == {"blocks": 1}
+    (code,) = [s for s in t.steps if s.rebuilt]  # the block is a step; no call in it
+    assert code.tool_name == CODE_TOOL and code.arguments == {
+        "code": "a = get_weather(city='Paris')\nfinal_answer(a)"}
+    assert code.result == "Execution logs:\nsunny" and not code.in_code
+    assert t.code_actions == {"blocks": 1, "code_steps": 1}
+
+
+def _calls(t: Trajectory) -> list[Step]:
+    """The rebuilt steps of calls made from code (not the code steps)."""
+    return [s for s in t.steps if s.rebuilt and s.tool_name != CODE_TOOL]
 
 
 def _with_tools(*children: Span, **kw: object) -> Trace:
@@ -185,13 +194,15 @@ def test_llm_only_code_agent_gets_rebuilt_steps_with_the_execution_logs() -> Non
     t = build_trajectory(_with_tools(
         _code_llm("llm1", "step1", 2, "a = get_weather(city='Paris')\nfinal_answer(a)")), CFG)
     llm = next(s for s in t.steps if s.kind == "llm")
-    rebuilt = [s for s in t.steps if s.rebuilt]
+    rebuilt = _calls(t)
     assert [(s.tool_name, s.arguments) for s in rebuilt] == [
         ("get_weather", {"city": "Paris"}), ("final_answer", {"args": ["a"]})]  # no schema
     assert all(s.span_id == llm.span_id and s.parent_span_id == llm.parent_span_id
-               and s.index == llm.index + 1 + i for i, s in enumerate(rebuilt))
+               and s.index == llm.index + 2 + i and s.in_code for i, s in enumerate(rebuilt))
     assert rebuilt[0].result == "Execution logs:\nsunny"
-    assert t.code_actions == {"blocks": 1, "calls": 2, "steps": 2, "rebuilt": 2}
+    assert [s.tool_name for s in t.action_steps] == [CODE_TOOL]  # one step, its calls in it
+    assert t.code_actions == {"blocks": 1, "code_steps": 1, "calls": 2, "steps": 2,
+                              "rebuilt": 2}
 
 
 def test_a_call_with_its_own_tool_span_is_not_counted_twice() -> None:
@@ -199,8 +210,9 @@ def test_a_call_with_its_own_tool_span_is_not_counted_twice() -> None:
         _code_llm("llm1", "step1", 2, "print(get_weather(city='Paris'))"),
         span("tool1", "step1", 3, _oi("TOOL", **{"tool.name": "get_weather",
                                                  "input.value": '{"city": "Paris"}'}))), CFG)
-    assert [(s.tool_name, s.rebuilt) for s in t.tool_steps] == [("get_weather", False)]
-    assert t.code_actions == {"blocks": 1, "calls": 1, "steps": 1}
+    assert [(s.tool_name, s.rebuilt, s.in_code) for s in t.tool_steps] == [
+        (CODE_TOOL, True, False), ("get_weather", False, True)]
+    assert t.code_actions == {"blocks": 1, "code_steps": 1, "calls": 1, "steps": 1}
 
 
 def test_where_tools_have_spans_a_call_without_one_did_not_run() -> None:
@@ -208,7 +220,8 @@ def test_where_tools_have_spans_a_call_without_one_did_not_run() -> None:
         _code_llm("llm1", "step1", 2, "get_weather(city='Paris')\nget_weather(city='Rome')"),
         span("tool1", "step1", 3, _oi("TOOL", **{"tool.name": "get_weather",
                                                  "input.value": '{"city": "Paris"}'}))), CFG)
-    assert [s.arguments for s in t.tool_steps] == [{"city": "Paris"}]
+    assert [s.arguments for s in t.tool_steps if s.tool_name != CODE_TOOL] == [
+        {"city": "Paris"}]
 
 
 def test_a_failing_line_marks_its_rebuilt_call_failed() -> None:
@@ -216,8 +229,9 @@ def test_a_failing_line_marks_its_rebuilt_call_failed() -> None:
     t = build_trajectory(_with_tools(
         _code_llm("llm1", "step1", 2, "get_weather(city='Atlantis')"),
         status="error", message=error), CFG)
-    (step,) = t.tool_steps
+    code, step = t.tool_steps
     assert step.status == "error" and "Atlantis" in (step.error or "")
+    assert code.tool_name == CODE_TOOL and code.status == "ok"  # one failure, the call's
 
 
 def test_a_managed_agent_called_from_code_becomes_a_tool_step_with_its_result() -> None:
@@ -225,7 +239,7 @@ def test_a_managed_agent_called_from_code_becomes_a_tool_step_with_its_result() 
         _code_llm("llm1", "step1", 2, "search_agent(task='find the video')"),
         span("sub", "step1", 3, _oi("AGENT", **{"agent.name": "search_agent",
                                                 "output.value": "not found"}), end=50)), CFG)
-    (step,) = [s for s in t.tool_steps if s.rebuilt]
+    (step,) = _calls(t)
     assert (step.tool_name, step.arguments, step.result) == (
         "search_agent", {"task": "find the video"}, "not found")
     assert "search_agent" in t.tools  # offered to the model as a callable
@@ -266,9 +280,10 @@ def test_hostile_code_in_a_reply_is_counted_and_the_trace_still_builds() -> None
         _code_llm("llm1", "step1", 2, "get_weather(" + "-" * 40_000 + "1)"),
         _code_llm("llm2", "step1", 3, "get_weather(city='Paris"),
         _code_llm("llm3", "step1", 4, "x = 1\n" * 10_000)), CFG)
-    assert t.code_actions == {"blocks": 3, "unparsed_too_deep": 1,
+    assert t.code_actions == {"blocks": 3, "code_steps": 3, "unparsed_too_deep": 1,
                               "unparsed_syntax_error": 1, "unparsed_too_large": 1}
-    assert not any(s.rebuilt for s in t.steps)
+    assert not _calls(t)
+    assert all(len(s.arguments["code"]) <= MAX_CODE_CHARS for s in t.tool_steps)
 
 
 def test_runs_without_code_actions_are_unchanged(datasets: Path) -> None:
@@ -288,7 +303,7 @@ def test_trail_code_agent_managed_agent_call_and_reworded_searches(datasets: Pat
     (tr,) = load_file(datasets / "trail" / "GAIA" / "traces" /
                       "2cb6924caac94b32d2bf4b40bdf4ab51.json.gz")
     t = build_trajectory(tr, CFG)
-    (call,) = [s for s in t.steps if s.rebuilt]
+    (call,) = _calls(t)
     assert call.tool_name == "search_agent" and call.node == "CodeAgent"
     assert str(call.arguments["task"]).startswith("Please search for and confirm the test")
     assert (call.result or "").startswith("### 1. Task outcome")
@@ -374,3 +389,33 @@ def test_a_reply_with_tool_calls_acts_through_them_not_through_its_code() -> Non
     assert [(s.tool_name, s.arguments) for s in t.tool_steps] == [
         ("get_weather", {"city": "Paris"})]
     assert t.code_actions == {}
+
+
+def test_every_code_block_is_a_step_for_budgets_and_the_loop_rules() -> None:
+    """A CodeAgent run of 4 blocks (one calls a known tool) is 4 steps, each block's step
+    carrying its normalised code and its Step span's execution logs; the same tree printed
+    by three rewritten blocks is a circling loop on the first and last of them."""
+    tree = "Execution logs:\nsrc/\n  core.py\n  utils.py\ntests/\n  test_core.py\nsetup.py\n"
+    codes = ["import os\n# look\nfor root, dirs, files in os.walk('.'):\n    print(root, files)",
+             "import os\nfor r, d, f in os.walk('.'):\n    print(r, f)",
+             "import os\n\nfor root, dirs, files in os.walk('./'):\n    print(root, files)",
+             "print(get_weather(city='Paris'))"]
+    spans: list[Span] = []
+    for i, code in enumerate(codes):
+        spans += [span(f"block{i}", "run", 10 * i + 1, _oi("CHAIN", **{
+                      "output.value": tree if i < 3 else "Execution logs:\nsunny"}),
+                       end=10 * i + 9),
+                  _code_llm(f"llm{i}", f"block{i}", 10 * i + 2, code)]
+    tr = _with_tools(*spans)
+    t = build_trajectory(tr, CFG)
+    steps = t.action_steps
+    assert [s.tool_name for s in steps] == [CODE_TOOL] * 4
+    assert steps[0].arguments == {  # the comment line dropped
+        "code": "import os\nfor root, dirs, files in os.walk('.'):\n    print(root, files)"}
+    assert steps[2].arguments["code"].count("\n") == 2  # the blank line dropped
+    assert steps[1].result == tree and steps[3].result == "Execution logs:\nsunny"
+    assert [s.tool_name for s in _calls(t)] == ["get_weather"]
+    assert budget.measure(t, {"steps"})["steps"] == 4  # not 5: the call is in its block
+    findings, _ = Detectors(DetectorsConfig()).evaluate(t)
+    (circle,) = [f for f in findings if f.kind == "circling"]
+    assert circle.span_ids == [steps[0].span_id, steps[2].span_id]

@@ -46,8 +46,12 @@ def test_trail_every_span_once_llm_and_tool_steps_match_span_kinds(datasets: Pat
         # rebuilt: exactly the CodeAgent's calls of its managed agent (an AGENT span, no TOOL
         # span), each on the LLM span that wrote the code (conventions.code_actions)
         managed = [s for s in raw if s["span_name"] == "ToolCallingAgent.run"]
-        rebuilt = [s for s in t.steps if s.rebuilt]
+        rebuilt = [s for s in t.steps if s.rebuilt and s.tool_name != "python_interpreter"]
         assert [s.tool_name for s in rebuilt] == ["search_agent"] * len(managed), file
+        # and every code block of a Step span is a python_interpreter step of its own, with
+        # the block's execution logs as its result
+        code = [s for s in t.steps if s.rebuilt and s.tool_name == "python_interpreter"]
+        assert all(kind_of[s.span_id] == "LLM" and "code" in s.arguments for s in code)
         assert all(kind_of[s.span_id] == "LLM" for s in rebuilt)
         assert [s.span_id for s in t.llm_steps] == [
             s.span_id for s in spanned if kind_of[s.span_id] == "LLM"]
@@ -66,7 +70,8 @@ def test_trail_every_span_once_llm_and_tool_steps_match_span_kinds(datasets: Pat
 def test_trail_errors_tools_and_managed_agents(datasets: Path) -> None:
     steps = [s for f in _trail_files(datasets) for tr in load_file(f)
              for s in build_trajectory(tr, CFG).steps]
-    assert sum(s.status == "error" for s in steps) == 140  # the spans with status Error
+    # the spans with status Error (a code step takes its failed Step span's status)
+    assert sum(s.status == "error" for s in steps if not s.rebuilt) == 140
     assert all(s.tool_name for s in steps if s.kind == "tool")
     assert {s.node for s in steps if s.kind == "agent"} >= {"CodeAgent", "search_agent"}
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ast
 import json
+import textwrap
 from bisect import bisect_left
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,8 +38,8 @@ from otel_eval.base.model import Step
 from otel_eval.evaluate.conventions.messages import answer_text, message_text
 from otel_eval.evaluate.conventions.shell import MAX_COMMAND_CHARS, shell_commands
 
-__all__ = ["MAX_CALLS", "MAX_CODE_CHARS", "CodeCall", "code_blocks", "python_calls",
-           "rebuild_code_actions"]
+__all__ = ["CODE_TOOL", "MAX_CALLS", "MAX_CODE_CHARS", "CodeCall", "code_blocks",
+           "normalised_code", "python_calls", "rebuild_code_actions"]
 
 MAX_CODE_CHARS = MAX_COMMAND_CHARS  # longer code is not parsed (real actions are < 10 kB)
 MAX_CALLS = 64  # tool calls read from one block; more are counted and dropped
@@ -226,6 +227,16 @@ def python_calls(code: str, known: Collection[str],
 
 # --- rebuilding ------------------------------------------------------------------------------
 
+CODE_TOOL = "python_interpreter"  # smolagents' name for a code action (ActionStep.tool_calls)
+
+
+def normalised_code(code: str) -> str:
+    """A code action as its step's arguments: common indentation removed, trailing spaces,
+    blank lines and comment-only lines dropped, at most ``MAX_CODE_CHARS`` characters."""
+    lines = [line.rstrip() for line in code[:MAX_CODE_CHARS].splitlines()]
+    kept = [line for line in lines if line and not line.lstrip().startswith("#")]
+    return textwrap.dedent("\n".join(kept))
+
 
 def _reply(step: Step) -> str | None:
     text = step.reply
@@ -326,9 +337,38 @@ class _Rebuilder:
                     self.next_llm[last[step.node]] = step
                 last[step.node] = position
         self.stats: dict[str, int] = {}
+        self.python: str | None = None  # the Python code of the reply read last
+        self.inside: list[Step] = []  # the call steps of the reply read last
 
     def count(self, key: str, n: int = 1) -> None:
         self.stats[key] = self.stats.get(key, 0) + n
+
+    def code_step(self, llm: Step, position: int, code: str, found: bool) -> Step | None:
+        """The action step of a reply's Python code (smolagents runs every block it writes),
+        or None: an interpreter tool span ran it (that span is the step, claimed as in_code
+        False), or nothing shows the agent runs Python (no chain span around the LLM step,
+        no call of a known tool in it, no smolagents ``<code>`` / ``<end_code>`` marker: a
+        shell agent's reply may show Python it does not run)."""
+        if self.runs.take(position, CODE_TOOL) is not None:
+            return None
+        parent = self.by_id.get(llm.parent_span_id or "")
+        chain = parent is not None and parent.kind == "chain"
+        if not (chain or found or "<end_code>" in (llm.output_text or "")
+                or "<code>" in (llm.output_text or "")):
+            return None
+        step = Step(0, llm.span_id, llm.parent_span_id, "tool", CODE_TOOL, node=llm.node,
+                    depth=llm.depth, start_ns=llm.end_ns, end_ns=llm.end_ns,
+                    tool_name=CODE_TOOL, arguments={"code": normalised_code(code)},
+                    rebuilt=True, convention=llm.convention)
+        if chain and parent is not None:
+            step.result = parent.result  # smolagents: the execution logs of the block
+            step.end_ns = max(step.end_ns, parent.end_ns)
+            if parent.status == "error":
+                step.status, step.error = "error", parent.error
+        elif position in self.next_llm:  # what the agent was told next: the observation
+            step.result = last_message_text(self.next_llm[position].input_text)
+        self.count("code_steps")
+        return step
 
     def calls(self, text: str) -> list[tuple[str, dict[str, Any], str]]:
         """(name, arguments, source) of the actions of one reply: its one shell block (a
@@ -348,14 +388,17 @@ class _Rebuilder:
         found, problem = python_calls(python, self.known, self.params)
         if problem:
             self.count(f"unparsed_{problem}")
+        self.python = python
         return [(c.name, c.arguments, c.source) for c in found]
 
     def step_for(self, llm: Step, position: int, name: str, arguments: dict[str, Any],
-                 source: str) -> Step | None:
+                 source: str, in_code: bool = False) -> Step | None:
         """The rebuilt step of one call, or None when a tool span ran it (or, in an agent
         whose tools have spans, when none did: it did not run)."""
         ran = self.runs.take(position, name)
         if ran is not None and ran.kind == "tool":
+            ran.in_code = in_code
+            self.inside.append(ran)
             self.count("steps")
             return None
         if ran is None and llm.node in self.with_tools:
@@ -370,7 +413,8 @@ class _Rebuilder:
                 self.count(f"unparsed_{problem}")
         step = Step(0, llm.span_id, llm.parent_span_id, "tool", tool, node=llm.node,
                     depth=llm.depth, start_ns=llm.end_ns, end_ns=llm.end_ns, tool_name=tool,
-                    arguments=arguments, rebuilt=True, convention=llm.convention)
+                    arguments=arguments, rebuilt=True, convention=llm.convention,
+                    in_code=in_code)
         if ran is not None:  # a managed agent: its span ran it
             step.result, step.status, step.error = ran.result, ran.status, ran.error
             step.end_ns = ran.end_ns
@@ -385,6 +429,7 @@ class _Rebuilder:
                 step.result = last_message_text(self.next_llm[position].input_text)
         self.count("steps")
         self.count("rebuilt")
+        self.inside.append(step)
         return step
 
 
@@ -412,11 +457,21 @@ def rebuild_code_actions(steps: list[Step], tools: dict[str, Any], max_rebuilt: 
         text = _reply(step)
         if text is None:
             continue
-        for name, arguments, source in work.calls(text):
+        work.python, work.inside = None, []
+        actions = work.calls(text)
+        code = (work.code_step(step, position, work.python, bool(actions))
+                if work.python is not None else None)
+        if code is not None:
+            out.append(code)
+        for name, arguments, source in actions:
             work.count("calls")
-            rebuilt = work.step_for(step, position, name, arguments, source)
+            rebuilt = work.step_for(step, position, name, arguments, source,
+                                    in_code=code is not None)
             if rebuilt is not None:
                 out.append(rebuilt)
+        if code is not None and code.status == "error" and any(
+                s.status == "error" for s in work.inside):
+            code.status, code.error = "ok", None  # one failure: the call's, not twice
     if len(out) != len(steps):
         for i, step in enumerate(out):
             step.index = i

@@ -42,7 +42,7 @@ def measure(trajectory: Trajectory, names: set[str]) -> dict[str, float]:
         usage["input_tokens"] += s.input_tokens or 0
         usage["output_tokens"] += s.output_tokens or 0
     values: dict[str, float] = {
-        "steps": len(top_level_tool_steps(trajectory)) if "steps" in names else 0,
+        "steps": len(_steps(trajectory)) if "steps" in names else 0,
         "llm_calls": len(trajectory.llm_steps),
         "tool_calls": len(trajectory.tool_steps),
         "duration_s": trajectory.duration_s,
@@ -71,9 +71,15 @@ def _fmt(name: str, value: float) -> str:
     return f"{value:g}{_UNITS.get(name, '')}"
 
 
+def _steps(trajectory: Trajectory) -> list[Step]:
+    """The run's steps: top-level tool steps, a code action once (the calls of known tools
+    made from its code are part of it, ``Step.in_code``)."""
+    return [s for s in top_level_tool_steps(trajectory) if not s.in_code]
+
+
 def _beyond(trajectory: Trajectory, name: str, limit: float) -> list[Step]:
     """The steps past a count budget (where it was blown), empty for other budgets."""
-    seq = {"steps": top_level_tool_steps, "tool_calls": lambda t: t.tool_steps,
+    seq = {"steps": _steps, "tool_calls": lambda t: t.tool_steps,
            "llm_calls": lambda t: t.llm_steps}.get(name)
     return list(seq(trajectory))[int(limit):] if seq else []
 
