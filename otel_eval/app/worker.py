@@ -54,6 +54,10 @@ class WorkerSpec:
     references_path: str | None
     lean: bool  # return lean evaluations (no sink reads them)
     log_level: int
+    # Test seam, off (None) outside tests: a worker handed a trace with a span of this name
+    # kills itself with SIGKILL before evaluating it, as an out-of-memory kill would (the
+    # poison-isolation tests use it; nothing in serve's config sets it).
+    poison_span_name: str | None = None
 
 
 def _by_constructor(cls: type) -> Callable[[Any], tuple[type, tuple[Any, ...]]]:
@@ -103,6 +107,7 @@ def lean(ev: Evaluation) -> Evaluation:
         s.arguments = s.result = s.input_text = s.output_text = s.reply = None
         s.prompt = s.answer = None
         s.tool_calls = []
+    ev.bounded = None  # the stored object as cut (up to trajectory.max_result_bytes)
     return ev
 
 
@@ -141,8 +146,11 @@ def _serve(conn: Connection, spec: WorkerSpec, evaluator: Any, store: Any) -> No
         if msg is None:
             return
         _, msg_id, packed, retried = msg
-        outcomes = evaluate_and_store(evaluator, store, [unpack_trace(p) for p in packed],
-                                      retried)
+        traces = [unpack_trace(p) for p in packed]
+        if spec.poison_span_name is not None and any(
+                sp.name == spec.poison_span_name for t in traces for sp in t.spans):
+            os.kill(os.getpid(), signal.SIGKILL)
+        outcomes = evaluate_and_store(evaluator, store, traces, retried)
         if spec.lean:
             for out in outcomes:
                 lean(out.evaluation)

@@ -10,10 +10,14 @@ Promises:
 - at most ``max_inflight`` traces per worker are in its pipe or being evaluated; the rest
   wait here, still counted as pending by the engine, whose bounds throttle the receivers;
 - a worker that dies (kill -9, OOM) is restarted and the traces it held are handed to the new
-  one, each alone in its message and in their original order; a trace that was in a worker
-  that died ``max_attempts`` times is stored as an evaluation error (``WorkerLost``) by the
-  main process instead: never replayed forever, never dropped. A trace the dead worker had
-  already committed is stored again, not counted as superseded (``evaluate_and_store``);
+  one again one at a time, in their original order: each alone in the worker, nothing sent
+  beside it until it is stored. So a poison trace (one that kills its worker) takes only
+  itself down: a death while a worker held one trace counts against that trace alone, and a
+  trace whose worker died ``max_attempts`` times while holding it alone is stored as an
+  evaluation error (``WorkerLost``) by the main process instead: never replayed forever,
+  never dropped; every trace that was in flight beside it is evaluated normally. A trace the
+  dead worker had already committed is stored again, not counted as superseded
+  (``evaluate_and_store``);
 - ``drain`` waits until every trace handed to ``run`` is stored; ``shutdown`` then stops the
   workers (a stop message; SIGKILL past the deadline: they ignore SIGTERM and SIGINT, which
   a process group or a terminal may send them too, so that serve alone decides when they stop).
@@ -201,9 +205,13 @@ class WorkerPool:
     # --- sending -----------------------------------------------------------------------------
 
     def _pump(self, w: _Worker) -> None:  # lock held
-        """Hand ``w`` what its in-flight bound allows; a trace being retried goes alone."""
+        """Hand ``w`` what its in-flight bound allows. A trace being retried (its worker died
+        holding it) goes alone into an idle worker, and nothing follows it until it is
+        stored: if it kills the worker again, it alone was in it."""
         while w.alive and w.backlog and w.n_inflight < self.max_inflight:
             if w.backlog[0].job.attempts:
+                if w.n_inflight:
+                    break  # wait until the worker is idle
                 items = [w.backlog.popleft()]
             else:
                 room = min(self.chunk, self.max_inflight - w.n_inflight)
@@ -222,6 +230,8 @@ class WorkerPool:
             w.inflight[msg_id] = items
             w.n_inflight += len(items)
             w.outbox.put((msg_id, items, retried))
+            if retried:
+                break  # alone until it is stored
         self.metrics.inflight(w.index, w.n_inflight)
 
     def _send_loop(self, conn: Connection, outbox: queue.SimpleQueue[Any]) -> None:
@@ -288,8 +298,10 @@ class WorkerPool:
             held = [it for items in w.inflight.values() for it in items]
             w.inflight.clear()
             w.n_inflight = 0
-            lost = [it for it in held if it.job.attempts >= self.max_attempts]
-            again = [it for it in held if it.job.attempts < self.max_attempts]
+            if len(held) == 1:  # it alone can have killed the worker
+                held[0].job.lone_deaths += 1
+            lost = [it for it in held if it.job.lone_deaths >= self.max_attempts]
+            again = [it for it in held if it.job.lone_deaths < self.max_attempts]
             w.backlog.extendleft(reversed(again))
             self._finishing += len(lost)
             self._running()
@@ -301,9 +313,10 @@ class WorkerPool:
                   w.index, code, len(held))
         self.metrics.restarted(w.index, len(again))
         if lost:
-            log.error("storing %d trace(s) as evaluation errors: their worker died %d times",
-                      len(lost), self.max_attempts)
-            error = WorkerLost(f"evaluation worker died {self.max_attempts} times")
+            log.error("storing %d trace(s) as evaluation errors: their worker died %d times "
+                      "holding them alone", len(lost), self.max_attempts)
+            error = WorkerLost(f"evaluation worker died {self.max_attempts} times holding "
+                               "this trace alone")
             try:
                 self._finish(lost, self.give_up([it.job.trace for it in lost], error))
             except Exception as e:  # the store refused: they stay in the spool; be loud

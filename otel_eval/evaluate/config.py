@@ -51,8 +51,9 @@ class EvaluationConfig:
     # serving process, where their spans count in assembly.max_pending_spans (receivers
     # throttle past it).
     max_inflight_traces_per_worker: int = 64
-    # A worker that dies is restarted and the traces it held are handed to it again; a trace
-    # held by a worker that died this many times is stored as an evaluation error instead.
+    # A worker that dies is restarted and the traces it held are handed to it again, one at a
+    # time (each alone in the worker); a trace whose worker died this many times while
+    # holding it alone is stored as an evaluation error instead.
     max_attempts: int = 3
     # Seconds a worker process may take to start (imports, opening the store). When the
     # workers cannot start, serve evaluates in its own process and logs why.

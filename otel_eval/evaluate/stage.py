@@ -45,6 +45,10 @@ class Job:
     trace: Trace
     released_at: float  # engine clock, for the completion-to-verdict latency
     attempts: int = 0  # times handed to a worker process (workers.pool)
+    # times its worker process died while this was the only trace it held (so the cause can
+    # only be this trace or the machine, never another trace); the pool gives up at
+    # ``evaluation.max_attempts``
+    lone_deaths: int = 0
     first_sent_ns: int = 0  # wall clock when first handed to one, ns (0: not yet)
 
 

@@ -287,3 +287,52 @@ def test_the_revisions_of_a_trace_are_stored_in_order(tmp_path: Path) -> None:
         assert h.sample("otel_eval_traces_superseded_total", service="agents", agent="a") == 1
         assert h.sample("otel_eval_traces_completed_total", service="agents", agent="a",
                         status="complete") == 1
+
+
+@contextmanager
+def _service_with_poison(tmp_path: Path, **changes: Any) -> Iterator[Harness]:
+    """``running_service`` whose workers kill themselves (SIGKILL, as the OOM killer would)
+    on a trace with a span named ``poison`` (the worker's test seam, off outside tests)."""
+    cfg = replace(Config(), **{
+        "receiver.grpc_endpoint": "127.0.0.1:0", "receiver.http_endpoint": "",
+        "admin.endpoint": "127.0.0.1:0", "store.path": str(tmp_path / "otel-eval.db"),
+        **changes})
+    clock = ManualClock()
+    svc = Service(cfg, registry=CollectorRegistry(), clock=clock)
+    assert svc.pool is not None
+    svc.pool.spec = dataclasses.replace(svc.pool.spec, poison_span_name="poison")
+    svc.start(worker=False)
+    try:
+        yield Harness(svc, clock)
+    finally:
+        svc.shutdown(deadline_s=5)
+
+
+def test_a_poison_trace_takes_down_only_itself(tmp_path: Path) -> None:
+    """Issue 21: 44-54 of 100 clean traces sent right after a trace that kills its worker
+    were stored as WorkerLost: every retry of the poison went into the worker beside the
+    others, so each death counted against all of them. Retried traces now go one at a time:
+    only the poison is stored as an error; every trace in flight beside it is evaluated."""
+    ids = _ids(per_worker=13)
+    poison, clean = ids[0][0], ids[0][1:] + ids[1]
+    bad = _trace(poison)
+    bad[1].name = "poison"
+    with _service_with_poison(tmp_path, **{
+            "evaluation.workers": 2, "evaluation.max_inflight_traces_per_worker": 8,
+            "evaluation.max_attempts": 3}) as h:
+        assert _send(h, bad) is None
+        assert _send(h, [s for tid in clean for s in _trace(tid)]) is None
+        _release(h)
+        _until(lambda: h.svc.engine.pending_spans() == 0, "every trace to be stored", 120)
+        stored = _stored(h)
+        assert set(stored) == {poison, *clean}
+        errors = {tid for tid, b in stored.items()
+                  if any(f["kind"] == "evaluation_error" for f in b["findings"])}
+        assert errors == {poison}
+        assert "WorkerLost" in stored[poison]["error"]
+        assert h.sample("otel_eval_evaluation_failures_total", stage="evaluate",
+                        reason="WorkerLost") == 1
+        # it died with others in it once, then alone max_attempts times
+        assert h.sample("otel_eval_workers_restarts_total", worker="0") >= 3
+        assert h.sample("otel_eval_workers_retried_traces_total") > 3
+        assert h.sample("otel_eval_workers_restarts_total", worker="1") == 0
