@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from otel_eval.app.config import Config, load_config, replace
-from otel_eval.base.configcheck import ConfigError, parse_endpoint
-from otel_eval.base.printable import configure_logging
+from otel_eval.base.configcheck import ConfigError, StartupError, parse_endpoint
+from otel_eval.base.printable import configure_logging, printable
 from otel_eval.evaluate.detectors.config import BUDGET_NAMES, parse_budget
 from otel_eval.store.base import is_postgresql_url
 
@@ -322,8 +322,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         from otel_eval.app.issues import cmd_issues
         return cmd_issues(args, run_from_args(args), sys.stdout)
-    except ConfigError as e:
-        print(f"otel-eval: {e}", file=sys.stderr)
+    except (ConfigError, StartupError) as e:  # one line naming the file, endpoint, setting
+        print(f"otel-eval: {printable(str(e), keep=chr(10))}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return 0

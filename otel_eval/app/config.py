@@ -20,7 +20,7 @@ import yaml
 
 from otel_eval.app.admin import AdminConfig
 from otel_eval.assemble.config import AssemblyConfig
-from otel_eval.base.configcheck import ConfigError, FieldErrors, parse_endpoint
+from otel_eval.base.configcheck import ConfigError, FieldErrors, StartupError, parse_endpoint
 from otel_eval.base.kafka.config import KafkaConfig
 from otel_eval.evaluate.config import EvaluationConfig, TrajectoryConfig
 from otel_eval.evaluate.detectors.config import DetectorsConfig
@@ -172,7 +172,11 @@ def load_config(path: str | Path | None = None,
         return Config()
     env = os.environ if environ is None else environ
     errors: list[str] = []
-    text = _substitute(Path(path).read_text(encoding="utf-8"), env, errors)
+    try:
+        raw = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise StartupError(f"config file {path}: {getattr(e, 'strerror', None) or e}") from None
+    text = _substitute(raw, env, errors)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from otel_eval.base.aio import LoopThread
+from otel_eval.base.configcheck import StartupError
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +98,9 @@ class Lifecycle:
             try:
                 if start:
                     part.start()
-            except BaseException:
-                log.error("%s failed to start; stopping what started", name)
+            except BaseException as e:
+                if not isinstance(e, StartupError):  # that one is said once, by the caller
+                    log.error("%s failed to start; stopping what started", name)
                 self.shutdown(10.0)
                 raise
             self._started.append((name, part))

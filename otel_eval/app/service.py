@@ -12,11 +12,11 @@ topic) instead. The async stages (judge, Kafka) share one event loop thread (``a
 
 Lifecycle (``otel_eval.app.lifecycle``): every long-running part is a ``Component`` with
 ``start()`` and ``shutdown(deadline_s)``; ``_lifecycle`` lists them in start order (store,
-spool, event loop, admin, issues job, retention, sinks, Kafka, engine, spool replay,
-receivers, readiness) and shutdown runs the list backwards with what is left of one deadline
-(SIGTERM / SIGINT; a second signal exits at once): receivers stop accepting, the engine
-releases every open trace and evaluates it, the Kafka consumer commits what got stored, the
-judge drains before the events it writes are flushed, the store closes last. Nothing
+spool, event loop, admin, issues job, retention, sinks, Kafka, engine, listeners bound, spool
+replay, receivers serving, readiness) and shutdown runs the list backwards with what is left
+of one deadline (SIGTERM / SIGINT; a second signal exits at once): receivers stop accepting,
+the engine releases every open trace and evaluates it, the Kafka consumer commits what got
+stored, the judge drains before the events it writes are flushed, the store closes last. Nothing
 acknowledged is lost; with the spool (default), not on kill -9 either (Kafka ingest: the topic
 and its committed offsets play that part).
 """
@@ -50,7 +50,9 @@ from otel_eval.receive.grpc import GrpcReceiver
 from otel_eval.receive.http import HttpReceiver
 from otel_eval.receive.ingest import Ingest
 from otel_eval.receive.security import exposure_problem, is_loopback
-from otel_eval.store import open_store
+from otel_eval.store import is_postgresql_url, open_store
+from otel_eval.store.config import StoreConfig
+from otel_eval.store.lock import InstanceLock
 from otel_eval.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -73,6 +75,15 @@ class Service:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.clock = clock
         self.metrics = Metrics(self.registry, prediction=config.prediction)
+        # one serve per store and spool, before either is opened (a second is refused here)
+        self._locks = instance_locks(config.store)
+        try:
+            self._build(config, clock)
+        except BaseException:
+            self._release_locks()
+            raise
+
+    def _build(self, config: Config, clock: Callable[[], float]) -> None:
         self.store = open_store(config.store.target)
         self.evaluator = Evaluator(config, references_path=self.options.references_path)
         kc = config.kafka
@@ -198,6 +209,7 @@ class Service:
         writes to are flushed; retention and the issues job stop; the admin endpoint answers
         until the end; the store and spool close last."""
         lc = Lifecycle()
+        lc.add("instance lock", Step(shutdown=lambda _d: self._release_locks()))
         lc.add("store", Step(shutdown=lambda _d: self.store.close()))
         if self.spool is not None:
             spool = self.spool
@@ -223,6 +235,9 @@ class Service:
                 start=self._start_pool,
                 shutdown=lambda d: self.pool.shutdown(d) if self.pool is not None else None))
         lc.add("engine", self.engine, start=worker)
+        # Every listener bound before the spool is replayed: a serve that cannot have its ports
+        # (another one holds them) must stop before it touches what it would replay.
+        lc.add("listeners", Step(start=self._bind_listeners, shutdown=self._close_listeners))
         if self.spool is not None:  # before the receivers: replayed spans come first
             engine = self.engine
 
@@ -236,6 +251,17 @@ class Service:
         lc.add("readiness", Step(start=lambda: setattr(self, "_ready", True),
                                  shutdown=lambda _d: setattr(self, "_ready", False)))
         return lc
+
+    def _bind_listeners(self) -> None:
+        for receiver in (self.grpc, self.http):
+            if receiver is not None:
+                receiver.bind()
+
+    def _close_listeners(self, deadline_s: float) -> None:
+        """Bound but never served (a later step failed); a no-op after their own shutdown."""
+        for receiver in (self.http, self.grpc):
+            if receiver is not None:
+                receiver.shutdown(deadline_s)
 
     def start(self, worker: bool = True) -> None:
         """``worker=False`` leaves ticking to the caller (tests drive ``engine.tick(now)``)."""
@@ -255,8 +281,13 @@ class Service:
             self.store.close()
             if self.spool is not None:
                 self.spool.close()
+            self._release_locks()
         self._stopped.set()
         log.info("otel-eval stopped")
+
+    def _release_locks(self) -> None:
+        for lock in self._locks:
+            lock.release()
 
     def _start_housekeeping(self) -> None:
         threading.Thread(target=self._housekeeping, name="otel-eval-retention",
@@ -335,6 +366,24 @@ class Service:
 
 # Re-reads when the trace was re-evaluated between reading and writing its verdict.
 _FEEDBACK_ATTEMPTS = 5
+
+
+def instance_locks(sc: StoreConfig) -> list[InstanceLock]:
+    """The locks of the local files this serve owns (the SQLite store, the spool), taken.
+    A PostgreSQL store is shared by the fleet by design: only its spool is locked."""
+    locks = []
+    if not is_postgresql_url(sc.target) and sc.target != ":memory:":
+        locks.append(InstanceLock(sc.target, "store"))
+    if spool := sc.spool_file():
+        locks.append(InstanceLock(spool, "spool"))
+    try:
+        for lock in locks:
+            lock.acquire()
+    except BaseException:
+        for lock in locks:
+            lock.release()
+        raise
+    return locks
 
 
 def check_exposure(config: Config) -> None:

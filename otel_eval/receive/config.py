@@ -50,6 +50,12 @@ class ReceiverConfig:
     # Threads serving gRPC calls. Decoding is CPU bound (GIL), so more threads only add
     # queueing; a handful keeps slow clients from blocking fast ones.
     grpc_workers: int = 8
+    # gRPC calls taken at once (running or queued for a worker thread); more are refused
+    # with RESOURCE_EXHAUSTED at once instead of queueing without bound.
+    grpc_max_concurrent_rpcs: int = 64
+    # Time a gRPC call has to deliver its request message once it began, seconds; a call
+    # that sends headers and then nothing is cancelled (it holds a worker thread meanwhile).
+    grpc_receive_timeout_s: float = 30.0
     # Retry hint sent with throttling responses (gRPC RetryInfo, HTTP Retry-After), seconds.
     retry_after_s: float = 1.0
     # TLS on both OTLP listeners (cert_file, key_file; client_ca_file requires client
@@ -68,5 +74,7 @@ class ReceiverConfig:
     http_limits: HttpLimits = field(default_factory=HttpLimits)
 
     def __post_init__(self) -> None:
-        validate(self, minimum={"max_message_bytes": 1, "grpc_workers": 1, "retry_after_s": 0},
+        validate(self, minimum={"max_message_bytes": 1, "grpc_workers": 1, "retry_after_s": 0,
+                                "grpc_max_concurrent_rpcs": 1,
+                                "grpc_receive_timeout_s": 0.001},
                  endpoints=("grpc_endpoint", "http_endpoint"))

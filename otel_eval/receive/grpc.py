@@ -8,9 +8,14 @@ The request arrives as raw bytes (no generated deserializer) so that a malformed
 INVALID_ARGUMENT with a counted reason instead of grpc's opaque INTERNAL, and so spans with
 invalid UTF-8 can be salvaged one by one.
 
-Security (``receiver.security``): TLS server credentials that follow the certificate files,
+Security (``receive.security``): TLS server credentials that follow the certificate files,
 and an interceptor refusing calls without a known bearer token (UNAUTHENTICATED) for every
-method registered on this server.
+method registered on this server, on the call's metadata, before its message is read.
+
+Floods: a call's message must arrive within ``grpc_receive_timeout_s`` (else it is cancelled
+and counted, ``requests_refused{grpc,receive_timeout}``), at most ``grpc_max_concurrent_rpcs``
+calls are taken at once (more are refused RESOURCE_EXHAUSTED by grpc), and the port is bound
+without SO_REUSEPORT, so a second serve on it fails to start instead of sharing it.
 
 Throttling follows the OTLP spec: RESOURCE_EXHAUSTED with a ``google.rpc.RetryInfo`` detail in
 ``grpc-status-details-bin`` (and, for the Python SDK exporter, in ``google.rpc.retryinfo-bin``),
@@ -19,15 +24,21 @@ which OTLP exporters honour before retrying.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
-from collections.abc import Callable
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
 from concurrent import futures
-from typing import Any
+from typing import Any, cast
 
 import grpc
 from google.protobuf import duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
+from otel_eval.base.configcheck import StartupError, parse_endpoint
 from otel_eval.receive.config import ReceiverConfig
 from otel_eval.receive.ingest import Ingest, IngestResult
 from otel_eval.receive.security import BearerAuth, TlsFiles, metadata_authorization
@@ -40,19 +51,20 @@ LOGS_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
 
 
 class _AuthInterceptor(grpc.ServerInterceptor):
-    """Refuses every method (traces, logs, ...) without a known bearer token: the request
-    body is never deserialized. Auth off: passes everything through."""
+    """Refuses every method (traces, logs, ...) without a known bearer token, on its metadata
+    alone: the refusal is a request-streaming handler that never reads, so a call that sends
+    headers and then no message is answered at once instead of holding a worker thread until
+    its message comes. Auth off: passes everything through."""
 
     def __init__(self, auth: BearerAuth, metrics: Metrics) -> None:
         self.auth = auth
         self.metrics = metrics
 
-        def refuse(_request: object, context: grpc.ServicerContext) -> None:
+        def refuse(_requests: object, context: grpc.ServicerContext) -> None:
             self.metrics.request_refused("grpc", "unauthenticated")
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or unknown bearer token")
 
-        self._refusal = grpc.unary_unary_rpc_method_handler(
-            refuse, request_deserializer=lambda _raw: b"")  # never parsed
+        self._refusal = grpc.stream_unary_rpc_method_handler(refuse)  # never reads a message
 
     def intercept_service(self, continuation: Any, details: Any) -> Any:
         if not self.auth.enabled or self.auth.identify(
@@ -61,42 +73,145 @@ class _AuthInterceptor(grpc.ServerInterceptor):
         return self._refusal
 
 
+class _ReceiveDeadlines:
+    """Cancels a call whose request message has not arrived ``timeout_s`` after it began:
+    one thread for every call, a heap of deadlines (entries of finished calls are skipped
+    when they come up), woken by a condition - no thread or timer per call."""
+
+    def __init__(self, timeout_s: float, on_expire: Callable[[], None]) -> None:
+        self.timeout_s, self.on_expire = timeout_s, on_expire
+        self._heap: list[list[Any]] = []  # [deadline, seq, context, waiting]
+        self._seq = itertools.count()
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="otlp-grpc-deadlines",
+                                        daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def receive(self, requests: Iterator[bytes], context: grpc.ServicerContext) -> bytes:
+        """The call's one request message, or the call aborted (none came, or too late)."""
+        entry = [time.monotonic() + self.timeout_s, next(self._seq), context, True]
+        with self._cond:
+            heapq.heappush(self._heap, entry)
+            self._cond.notify()
+        try:
+            body = next(requests, None)
+        except grpc.RpcError:  # cancelled: the deadline passed (or the client gave up)
+            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED,
+                          f"no request message within {self.timeout_s:g} s")
+        finally:
+            entry[3] = False
+        if body is None:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "no request message")
+        return cast(bytes, body)  # abort raised otherwise
+
+    def _run(self) -> None:
+        with self._cond:
+            while not self._stopped:
+                while self._heap and not self._heap[0][3]:
+                    heapq.heappop(self._heap)
+                if not self._heap:
+                    self._cond.wait()
+                    continue
+                wait = self._heap[0][0] - time.monotonic()
+                if wait > 0:
+                    self._cond.wait(wait)
+                    continue
+                entry = heapq.heappop(self._heap)
+                entry[2].cancel()  # wakes the handler blocked on the message
+                self.on_expire()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+
+
+def _refuse_taken(endpoint: str) -> None:
+    """``StartupError`` when another socket listens on the endpoint's port. grpc finds that
+    out too, but says it in a C-core log line of its own before failing."""
+    host, port = parse_endpoint(endpoint)
+    if not port:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        return  # grpc says what is wrong with the name
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as grpc binds
+            try:
+                probe.bind(address)
+            except OSError as e:
+                raise StartupError(f"otlp-grpc: cannot listen on {endpoint}: "
+                                   f"{e.strerror or e}") from None
+
+
 class GrpcReceiver:
     def __init__(self, config: ReceiverConfig, ingest: Ingest) -> None:
         self.config = config
         self.ingest = ingest
         self._server: grpc.Server | None = None
+        self._serving = False
         self._pool = futures.ThreadPoolExecutor(config.grpc_workers,
                                                 thread_name_prefix="otlp-grpc")
         self.port = 0
         self.auth = BearerAuth(config.bearer_tokens)
         self.tls: TlsFiles | None = None
+        self._deadlines = _ReceiveDeadlines(
+            config.grpc_receive_timeout_s,
+            lambda: ingest.metrics.request_refused("grpc", "receive_timeout"))
 
-    def start(self) -> None:
+    def bind(self) -> None:
+        """Listen on the endpoint (calls wait until ``start``); ``StartupError`` naming the
+        endpoint when it is taken. Without SO_REUSEPORT: a second process on the same port is
+        refused instead of sharing it (and splitting every exporter's traces in two)."""
+        if self._server is not None:
+            return
         cfg = self.config
         self._server = grpc.server(
             self._pool, interceptors=[_AuthInterceptor(self.auth, self.ingest.metrics)],
             options=[("grpc.max_receive_message_length", cfg.max_message_bytes),
-                     ("grpc.max_send_message_length", 4 * 1024 * 1024)])
-        def unary(fn: Callable[[bytes, grpc.ServicerContext], object]) -> grpc.RpcMethodHandler:
-            return grpc.unary_unary_rpc_method_handler(
-                fn, request_deserializer=None,
-                response_serializer=lambda r: r.SerializeToString())
+                     ("grpc.max_send_message_length", 4 * 1024 * 1024),
+                     ("grpc.so_reuseport", 0)],
+            maximum_concurrent_rpcs=cfg.grpc_max_concurrent_rpcs)
+
+        def export(fn: Callable[[bytes, grpc.ServicerContext], object]) -> grpc.RpcMethodHandler:
+            # request-streaming on the server side (the wire is the same for a unary client):
+            # the handler waits for the message itself, under the receive deadline
+            return grpc.stream_unary_rpc_method_handler(
+                lambda requests, context: fn(self._deadlines.receive(requests, context),
+                                             context),
+                request_deserializer=None, response_serializer=lambda r: r.SerializeToString())
 
         self._server.add_generic_rpc_handlers((
-            grpc.method_handlers_generic_handler(SERVICE, {"Export": unary(self._export)}),
+            grpc.method_handlers_generic_handler(SERVICE, {"Export": export(self._export)}),
             grpc.method_handlers_generic_handler(LOGS_SERVICE,
-                                                 {"Export": unary(self._export_logs)})))
-        if cfg.tls.enabled:
-            self.tls = TlsFiles(cfg.tls, "otlp-grpc")
-            self.port = self._server.add_secure_port(cfg.grpc_endpoint,
-                                                     self.tls.grpc_credentials())
-        else:
-            self.port = self._server.add_insecure_port(cfg.grpc_endpoint)
+                                                 {"Export": export(self._export_logs)})))
+        _refuse_taken(cfg.grpc_endpoint)
+        try:
+            if cfg.tls.enabled:
+                self.tls = TlsFiles(cfg.tls, "otlp-grpc")
+                self.port = self._server.add_secure_port(cfg.grpc_endpoint,
+                                                         self.tls.grpc_credentials())
+            else:
+                self.port = self._server.add_insecure_port(cfg.grpc_endpoint)
+        except RuntimeError:  # grpcio >= 1.60 raises where older ones returned 0
+            self.port = 0
         if not self.port:
-            raise OSError(f"cannot listen for OTLP/gRPC on {cfg.grpc_endpoint}")
+            raise StartupError(f"otlp-grpc: cannot listen on {cfg.grpc_endpoint}: address "
+                               "in use or not available")
+
+    def start(self) -> None:
+        self.bind()
+        assert self._server is not None
+        self._deadlines.start()
         self._server.start()
-        log.info("OTLP/gRPC receiver listening on %s (port %d)", cfg.grpc_endpoint, self.port)
+        self._serving = True
+        log.info("OTLP/gRPC receiver listening on %s (port %d)", self.config.grpc_endpoint,
+                 self.port)
 
     def _export(self, body: bytes, context: grpc.ServicerContext) -> object:
         return self._answer(self.ingest.handle_bytes(body, "grpc", self._sender(context)),
@@ -140,4 +255,5 @@ class GrpcReceiver:
         """Stop accepting calls; in-flight calls get ``grace_s`` to finish."""
         if self._server is not None:
             self._server.stop(grace_s).wait(grace_s + 1)
+        self._deadlines.stop()
         self._pool.shutdown(wait=False)

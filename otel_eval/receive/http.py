@@ -106,15 +106,23 @@ class HttpReceiver:
         self._server: HttpServer | None = None
         self.port = 0
 
-    def start(self) -> None:
+    def bind(self) -> None:
+        """Listen (requests wait until ``start``); ``StartupError`` naming the endpoint."""
+        if self._server is not None:
+            return
         tls = TlsFiles(self.config.tls, "otlp-http") if self.config.tls.enabled else None
         metrics = self.ingest.metrics
         self._server = HttpServer(
             self.config.http_endpoint, make_handler(self.config, self.ingest),
             name="otlp-http", limits=self.config.http_limits, tls=tls, error=status_error,
             on_close=lambda reason: metrics.connection_closed("http", reason))
-        self._server.start()
+        self._server.bind()
         self.port = self._server.port
+
+    def start(self) -> None:
+        self.bind()
+        assert self._server is not None
+        self._server.start()
         log.info("OTLP/HTTP receiver listening on %s (port %d)", self.config.http_endpoint,
                  self.port)
 

@@ -414,11 +414,14 @@ class HttpServer:
         self.tls, self.error, self.closed, self.clock = tls, error, on_close, clock
         self.reserved_paths = frozenset(reserved_paths)
         self._listener: _Listener | None = None
+        self._serving = False
         self.port = 0
 
-    def start(self) -> None:
-        """Bind ``HOST:PORT`` (port 0 picks a free one); ``StartupError`` naming the endpoint
-        when it cannot."""
+    def bind(self) -> None:
+        """Listen on ``HOST:PORT`` (port 0 picks a free one; connections wait in the backlog
+        until ``start``); ``StartupError`` naming the endpoint when it cannot."""
+        if self._listener is not None:
+            return
         listener = _Listener(parse_endpoint(self.endpoint), self)
         try:
             listener.server_bind()
@@ -429,7 +432,14 @@ class HttpServer:
                                f"{e.strerror or e}") from None
         self._listener = listener
         self.port = listener.server_address[1]
-        threading.Thread(target=listener.serve_forever, name=self.name, daemon=True).start()
+
+    def start(self) -> None:
+        """Bind (unless ``bind`` did) and serve in a thread."""
+        self.bind()
+        assert self._listener is not None
+        threading.Thread(target=self._listener.serve_forever, name=self.name,
+                         daemon=True).start()
+        self._serving = True
 
     @property
     def connections(self) -> int:
@@ -439,5 +449,7 @@ class HttpServer:
     def shutdown(self, deadline_s: float) -> None:
         listener, self._listener = self._listener, None
         if listener is not None:
-            listener.shutdown()
+            if self._serving:
+                listener.shutdown()  # waits for serve_forever to return
             listener.server_close()
+        self._serving = False

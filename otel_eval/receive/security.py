@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from otel_eval.base.configcheck import StartupError
+
 log = logging.getLogger(__name__)
 
 
@@ -125,8 +127,15 @@ class TlsFiles:
         self._paths = [p for p in (config.cert_file, config.key_file, config.client_ca_file)
                        if p]
         self._lock = threading.Lock()
-        self._stamp = _stamp(self._paths)
-        self._context = self._load_context()  # raises at startup: bad files are fatal there
+        try:  # bad files are fatal at startup: one line naming them
+            self._stamp = _stamp(self._paths)
+            self._context = self._load_context()
+        except (OSError, ssl.SSLError, ValueError) as e:
+            files = ", ".join(f"{k} {v}" for k, v in (
+                ("cert_file", config.cert_file), ("key_file", config.key_file),
+                ("client_ca_file", config.client_ca_file)) if v)
+            why = getattr(e, "strerror", None) or getattr(e, "reason", None) or str(e)
+            raise StartupError(f"{name}: TLS ({files}): {why}") from None
         self.reloads = 0
 
     @property

@@ -13,6 +13,9 @@ imported only when a PostgreSQL URL is opened.
 
 from __future__ import annotations
 
+import sqlite3
+
+from otel_eval.base.configcheck import StartupError
 from otel_eval.store.base import EvaluationStore, is_postgresql_url, redact_url
 from otel_eval.store.sqlite import SqliteStore
 
@@ -28,4 +31,10 @@ def open_store(target: str) -> EvaluationStore:
     if is_postgresql_url(target):
         from otel_eval.store.postgresql import PostgresStore
         return PostgresStore(target)
-    return SqliteStore(target)
+    try:
+        return SqliteStore(target)
+    except sqlite3.DatabaseError as e:  # not a database, corrupt, locked, a newer schema...
+        raise StartupError(f"store {target}: {e} (not an otel-eval SQLite store, or "
+                           "damaged)") from None
+    except OSError as e:
+        raise StartupError(f"store {target}: {e.strerror or e}") from None

@@ -12,7 +12,8 @@ Metrics (counters are exposed with the ``_total`` suffix):
                otel_eval_receiver_spans_accepted_total{protocol}
                otel_eval_receiver_spans_rejected_total{protocol,reason}
                otel_eval_receiver_requests_throttled_total{protocol,reason}
-               otel_eval_receiver_requests_refused_total{protocol,reason}  unauthenticated|forbidden
+               otel_eval_receiver_requests_refused_total{protocol,reason}  unauthenticated|
+               forbidden|receive_timeout
                otel_eval_receiver_connections_closed_total{listener,reason}  http|admin;
                httpserver.CLOSE_REASONS (limits, deadlines, client hang-ups)
                otel_eval_metrics_series_overflow_total{metric}  per-trace metrics hold at most
@@ -294,7 +295,8 @@ class Metrics:
         self.c_throttled.labels(protocol, reason).inc()
 
     def request_refused(self, protocol: str, reason: str) -> None:
-        """``protocol``: grpc | http | admin; ``reason``: unauthenticated | forbidden."""
+        """``protocol``: grpc | http | admin; ``reason``: unauthenticated | forbidden |
+        receive_timeout (gRPC: no message within grpc_receive_timeout_s)."""
         self.c_refused.labels(protocol, reason).inc()
 
     def connection_closed(self, listener: str, reason: str) -> None:

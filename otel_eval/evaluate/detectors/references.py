@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, get_args
 
+from otel_eval.base.configcheck import StartupError
 from otel_eval.evaluate.detectors.calls import RefCall, Reference
 from otel_eval.evaluate.detectors.config import ArgumentsMode, MatchMode
 
@@ -110,7 +111,23 @@ def _from_array(items: list[Any], path: str) -> dict[str, Reference]:
 
 
 def load_references(path: str | Path) -> ReferenceSet:
-    """Read references (JSON lines or a tau-bench task file). Raises ValueError/OSError."""
+    """Read references (JSON lines or a tau-bench task file). Raises ``ReferencesError``
+    (a ValueError and a StartupError) naming the file: missing, unreadable or malformed."""
+    try:
+        return _load(path)
+    except (OSError, UnicodeDecodeError) as e:
+        raise ReferencesError(f"references file {path}: "
+                              f"{getattr(e, 'strerror', None) or e}") from None
+    except ValueError as e:
+        raise ReferencesError(str(e) if str(path) in str(e)
+                              else f"references file {path}: {e}") from None
+
+
+class ReferencesError(StartupError, ValueError):
+    """References that cannot be read; the message names the file (and line)."""
+
+
+def _load(path: str | Path) -> ReferenceSet:
     text = Path(path).read_text(encoding="utf-8")
     stripped = text.lstrip()
     if stripped.startswith("["):

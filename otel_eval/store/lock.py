@@ -1,0 +1,63 @@
+"""One serve per store: an exclusive lock on a file beside each local file serve owns.
+
+Two serves on one SQLite store or one spool corrupt each other's work: the second replays the
+first's pending spool entries (storing fragments of traces the first still assembles) and
+deletes them. ``InstanceLock`` takes ``fcntl.flock(LOCK_EX | LOCK_NB)`` on ``<file>.lock`` and
+writes the holder's pid into it; a second process is refused with a ``StartupError`` naming
+the file and that pid. The kernel drops the lock when the holder exits, however it exits
+(kill -9 included), so a stale lock file never blocks a restart. The lock file itself stays:
+deleting it would let two processes lock two different files of the same name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from pathlib import Path
+from typing import IO
+
+from otel_eval.base.configcheck import StartupError
+
+
+class InstanceLock:
+    """The exclusive lock of one file (``<path>.lock``); ``acquire`` in serve's process only
+    (its evaluation workers open the store without it)."""
+
+    def __init__(self, path: str, what: str) -> None:
+        self.path = path + ".lock"
+        self.what = what  # "store", "spool": how the refusal names the file
+        self._file: IO[str] | None = None
+
+    def acquire(self) -> None:
+        """Take the lock, or raise ``StartupError`` naming the file and the holder's pid."""
+        if self._file is not None:
+            return
+        try:
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            f = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 (held until release)
+        except OSError as e:
+            raise StartupError(f"{self.what} {self.path.removesuffix('.lock')}: cannot create "
+                               f"its lock file {self.path}: {e.strerror or e}") from None
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.seek(0)
+            holder = f.read(32).strip() or "unknown"
+            f.close()
+            raise StartupError(
+                f"{self.what} {self.path.removesuffix('.lock')} is in use by another otel-eval "
+                f"serve (pid {holder}, lock {self.path}); stop it, or give this one its own "
+                "store.path") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        self._file = f
+
+    def release(self) -> None:
+        f, self._file = self._file, None
+        if f is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+            f.close()

@@ -1,0 +1,115 @@
+"""Issue 21 (one instance per store): a second serve cannot share a store, a spool or a port.
+
+Before, a second serve on the same store replayed the first one's pending spool entries,
+stored them as fragments and deleted them (after the first was killed, a trace held 1 of its
+3 acknowledged spans), even when it then failed to bind its ports: it replayed before
+binding. Now serve takes an exclusive flock on ``<store>.lock`` and ``<spool>.lock`` before
+opening either, and binds every listener before it replays.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+from service_harness import Harness, running_service
+
+from otel_eval.app.config import Config, replace
+from otel_eval.app.service import Service
+from otel_eval.base.configcheck import StartupError
+from otel_eval.base.model import Span
+from otel_eval.decode import otlp
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACE = "a1" * 16
+
+
+def _serve(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    """``otel-eval serve`` in a fresh interpreter, on free ports unless told otherwise; it is
+    expected to fail at startup (a refusal), so it never serves."""
+    ports = {"--grpc-endpoint": "127.0.0.1:0", "--http-endpoint": "127.0.0.1:0",
+             "--admin-endpoint": "127.0.0.1:0"}
+    given = dict(zip(args[::2], args[1::2], strict=False))
+    argv = [a for k, v in {**ports, **given}.items() for a in (k, v)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "otel_eval", "serve", *argv], env=env,
+                          capture_output=True, text=True, timeout=timeout_s)
+
+
+def one_line_failure(proc: subprocess.CompletedProcess[str]) -> str:
+    """The failure's one line: exit 2, no traceback, no other error line."""
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    said = [line for line in proc.stderr.splitlines()
+            if line.startswith("otel-eval:") or " ERROR " in line]
+    assert len(said) == 1, proc.stderr
+    return said[0]
+
+
+def _export_partial(h: Harness) -> None:
+    """One of a trace's spans (its root not ended): acknowledged, spooled, held open."""
+    from test_grpc_floods import _export_body_to
+    _export_body_to(h, otlp.encode_spans([Span(TRACE, f"{2:016x}", f"{1:016x}", "chat",
+                                              1, 2)]).SerializeToString())
+
+
+def _spooled(db: Path) -> int:
+    with sqlite3.connect(f"{db}-spool") as c:
+        return int(c.execute("SELECT count(*) FROM spool_requests").fetchone()[0])
+
+
+def test_a_second_serve_on_the_same_store_is_refused_naming_the_holder(tmp_path: Path) -> None:
+    with running_service(tmp_path) as first:
+        _export_partial(first)
+        db = Path(first.svc.config.store.path)
+        assert _spooled(db) == 1
+        line = one_line_failure(_serve("--store", str(db)))
+        assert f"store {db} is in use by another otel-eval serve (pid {os.getpid()}" in line
+        assert _spooled(db) == 1  # the first one's pending request, untouched
+        assert first.svc.engine.open_traces() == 1
+    assert _spooled(db) == 0  # evaluated at the first's shutdown
+
+
+def test_the_lock_is_released_at_shutdown(tmp_path: Path) -> None:
+    with running_service(tmp_path):
+        pass
+    with running_service(tmp_path) as again:  # same store, same process: free again
+        assert again.svc.store.get(TRACE) is None
+
+
+def test_a_serve_that_cannot_bind_its_port_replays_nothing(tmp_path: Path) -> None:
+    with running_service(tmp_path) as first:
+        _export_partial(first)
+        first.svc._release_locks()  # as if the first had died, its ports still taken
+        assert first.svc.grpc is not None
+        taken = f"127.0.0.1:{first.svc.grpc.port}"
+        cfg = replace(first.svc.config, **{"receiver.grpc_endpoint": taken})
+        second = Service(cfg, registry=CollectorRegistry())
+        with pytest.raises(StartupError, match=f"cannot listen on {taken}"):
+            second.start(worker=False)
+        # nothing replayed, so nothing stored as a fragment and no spool entry deleted
+        assert first.svc.store.get(TRACE) is None
+        assert _spooled(Path(cfg.store.path)) == 1
+        assert second.metrics.registry.get_sample_value(
+            "otel_eval_spool_spans_replayed_total") == 0
+
+
+@pytest.mark.parametrize("listener", ["--grpc-endpoint", "--http-endpoint",
+                                      "--admin-endpoint"])
+def test_a_port_in_use_is_one_line_naming_the_endpoint(tmp_path: Path, listener: str) -> None:
+    with running_service(tmp_path / "first") as first:
+        assert first.svc.grpc is not None and first.svc.http is not None
+        port = {"--grpc-endpoint": first.svc.grpc.port, "--http-endpoint": first.svc.http.port,
+                "--admin-endpoint": first.svc.admin.port}[listener]
+        line = one_line_failure(_serve(listener, f"127.0.0.1:{port}",
+                                       "--store", str(tmp_path / "second.db")))
+        assert f"cannot listen on 127.0.0.1:{port}" in line
+
+
+def test_default_config_is_still_valid() -> None:
+    assert Config().store.spool_file() == "otel-eval.db-spool"
