@@ -270,13 +270,21 @@ def _print_table(rows: Sequence[dict[str, Any]], out: TextIO) -> None:
 
 
 def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
-    from otel_eval.app.replay import replay
+    """Exit 1 when the receiver rejected spans (its partial success says how many, why)."""
+    from otel_eval.app.replay import Rejections, replay
     from otel_eval.receive.loaders import load_path
 
     n = 0
+    rejected = Rejections()
     for path in args.paths:
-        n += replay(load_path(path), args.endpoint, protocol=args.protocol)
-    out.write(f"replayed {n} spans to {args.endpoint} over OTLP/{args.protocol}\n")
+        n += replay(load_path(path), args.endpoint, protocol=args.protocol,
+                    rejections=rejected)
+    out.write(f"replayed {n} spans to {args.endpoint} over OTLP/{args.protocol}: "
+              f"{n - rejected.spans} accepted, {rejected.spans} rejected\n")
+    if rejected.spans:
+        print(f"otel-eval replay: the receiver rejected {rejected.spans} of {n} spans: "
+              f"{printable(rejected.summary())}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -10,9 +10,12 @@ generator, so nothing is re-timed or re-identified and a receiver sees what the 
 
 from __future__ import annotations
 
+import contextlib
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any, Literal
 
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
@@ -22,7 +25,7 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 from otel_eval.base.configcheck import parse_endpoint
 from otel_eval.base.model import Span, Trace
 
-__all__ = ["ReplayError", "make_exporter", "replay", "to_readable_span"]
+__all__ = ["Rejections", "ReplayError", "make_exporter", "replay", "to_readable_span"]
 
 Protocol = Literal["grpc", "http"]
 # Spans per Export call: the SDK BatchSpanProcessor's default max_export_batch_size.
@@ -74,15 +77,55 @@ def to_readable_span(span: Span, resource: Resource) -> ReadableSpan:
     )
 
 
-def make_exporter(endpoint: str, protocol: Protocol = "grpc",
-                  timeout_s: float = 10.0) -> SpanExporter:
-    """The SDK exporter for ``endpoint`` (``HOST:PORT``, or a URL for HTTP), plaintext."""
+class Rejections:
+    """What the receiver said it rejected (OTLP partial success), summed over the batches:
+    the SDK exporters count a batch with rejected spans as a success and drop the answer."""
+
+    def __init__(self) -> None:
+        self.spans = 0
+        self.messages: Counter[str] = Counter()  # the receiver's error_message -> batches
+
+    def add(self, answer: ExportTraceServiceResponse) -> None:
+        if answer.partial_success.rejected_spans:
+            self.spans += answer.partial_success.rejected_spans
+            self.messages[answer.partial_success.error_message or "no reason given"] += 1
+
+    def summary(self) -> str:
+        return "; ".join(f"{m} (x{n})" if n > 1 else m for m, n in self.messages.items())
+
+
+class _WatchedStub:
+    def __init__(self, stub: Any, rejections: Rejections) -> None:
+        self.stub, self.rejections = stub, rejections
+
+    def Export(self, *args: Any, **kwargs: Any) -> Any:  # the gRPC method
+        answer = self.stub.Export(*args, **kwargs)
+        self.rejections.add(answer)
+        return answer
+
+
+def make_exporter(endpoint: str, protocol: Protocol = "grpc", timeout_s: float = 10.0,
+                  rejections: Rejections | None = None) -> SpanExporter:
+    """The SDK exporter for ``endpoint`` (``HOST:PORT``, or a URL for HTTP), plaintext; with
+    ``rejections``, the receiver's partial-success answers are added to it."""
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
             OTLPSpanExporter as GrpcExporter,
         )
+
+        class Watched(GrpcExporter):
+            # the exporter sets _client in __init__ and again when it reconnects
+            @property
+            def _client(self) -> Any:
+                return self.__dict__.get("_watched")
+
+            @_client.setter
+            def _client(self, stub: Any) -> None:
+                self.__dict__["_watched"] = stub if stub is None or rejections is None \
+                    else _WatchedStub(stub, rejections)
+
         host, port = parse_endpoint(endpoint.removeprefix("http://"))
-        return GrpcExporter(endpoint=f"{host}:{port}", insecure=True, timeout=timeout_s)
+        return Watched(endpoint=f"{host}:{port}", insecure=True, timeout=timeout_s)
     if protocol == "http":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
             OTLPSpanExporter as HttpExporter,
@@ -90,8 +133,25 @@ def make_exporter(endpoint: str, protocol: Protocol = "grpc",
         url = endpoint if "://" in endpoint else "http://{}:{}".format(*parse_endpoint(endpoint))
         if url.count("/") < 3:
             url += "/v1/traces"
-        return HttpExporter(endpoint=url, timeout=timeout_s)
+        exporter = HttpExporter(endpoint=url, timeout=timeout_s)
+        if rejections is not None:
+            _watch_http(exporter, rejections)
+        return exporter
     raise ValueError(f"protocol must be grpc or http, got {protocol!r}")
+
+
+def _watch_http(exporter: Any, rejections: Rejections) -> None:
+    client = exporter._client
+    submit = client._submit
+
+    def watched(data: bytes, timeout: float) -> Any:
+        result = submit(data, timeout)
+        if result.status_code is not None and 200 <= result.status_code < 300:
+            with contextlib.suppress(Exception):  # an answer that is not OTLP: no reasons
+                rejections.add(ExportTraceServiceResponse.FromString(result.content()))
+        return result
+
+    client._submit = watched
 
 
 def _readable_spans(traces: Iterable[Trace]) -> Iterator[ReadableSpan]:
@@ -119,12 +179,12 @@ def _size(span: ReadableSpan) -> int:
 
 def replay(traces: Iterable[Trace], endpoint: str, protocol: Protocol = "grpc", *,
            exporter: SpanExporter | None = None, batch_spans: int = BATCH_SPANS,
-           batch_bytes: int = BATCH_BYTES) -> int:
+           batch_bytes: int = BATCH_BYTES, rejections: Rejections | None = None) -> int:
     """Export every span of ``traces``; returns the number of spans exported.
     Batches hold at most ``batch_spans`` spans and about ``batch_bytes`` bytes (a single
     larger span goes alone). Raises ReplayError when the exporter fails a batch (spans of
     earlier batches were delivered)."""
-    exp = exporter or make_exporter(endpoint, protocol)
+    exp = exporter or make_exporter(endpoint, protocol, rejections=rejections)
     sent = 0
     batch: list[ReadableSpan] = []
     size = 0
