@@ -80,9 +80,14 @@ class AdminConfig:
     # max_connections serve only /healthz, /readyz and /metrics (probes and scrapes get in
     # during a flood of partial requests).
     limits: HttpLimits = field(default_factory=lambda: HttpLimits(reserved_connections=16))
+    # (service, agent) pairs with series of their own on /metrics, one budget shared by every
+    # per-trace metric: the first this many distinct pairs; every other pair is counted as
+    # service="_other", agent="_other" on all of them alike (so ratios hold). A pair costs
+    # ~65 series lines (4 histograms): 250 keep /metrics under ~20k lines.
+    metrics_max_pairs: int = 250
 
     def __post_init__(self) -> None:
-        validate(self, endpoints=("endpoint",))
+        validate(self, endpoints=("endpoint",), minimum={"metrics_max_pairs": 1})
         if self.trace_url and (not self.trace_url.startswith(("http://", "https://"))
                                or "{trace_id}" not in self.trace_url):
             raise FieldErrors({"trace_url": "expected an http(s) URL with {trace_id} in it, "

@@ -74,7 +74,8 @@ class Service:
         self.options = options or Options()
         self.registry = registry if registry is not None else CollectorRegistry()
         self.clock = clock
-        self.metrics = Metrics(self.registry, prediction=config.prediction)
+        self.metrics = Metrics(self.registry, prediction=config.prediction,
+                               max_pairs=config.admin.metrics_max_pairs)
         # one serve per store and spool, before either is opened (a second is refused here)
         self._locks = instance_locks(config.store)
         try:

@@ -1,8 +1,10 @@
 """Self-metrics (Prometheus): declared once, on an injected registry; stages call verbs.
 
 Every metric is ``otel_eval_<subsystem>_<what>_<unit>``; label values come only from closed
-sets or from capped sets (service / agent names: the first ``max_names`` distinct values, the
-rest ``_other``; tool names: the first ``max_tools_per_agent`` per agent, the rest ``_other``).
+sets or from capped sets: one budget of (service, agent) pairs for every per-trace metric (the
+first ``max_pairs`` distinct pairs; any other pair is service="_other", agent="_other" on all
+of them alike, so ratios between them hold); tool names: the first ``max_tools_per_agent`` per
+agent, the rest ``_other``.
 Histograms of per-trace figures carry an exemplar ``{"trace_id": ...}`` (OpenMetrics only), so
 a dashboard can jump from a spike to the trace.
 
@@ -138,20 +140,44 @@ class _CappedNames:
         return OTHER
 
 
+class _Pairs:
+    """The one label budget of every per-trace metric: admits the first ``cap`` distinct
+    (service, agent) pairs; any other pair is (``_other``, ``_other``) on every metric alike,
+    so a ratio of two metrics (loops / completed) stays right for each pair and in sum.
+    Thread-safe."""
+
+    def __init__(self, cap: int) -> None:
+        self._cap = cap
+        self._admitted: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, service: str | None, agent: str | None) -> tuple[str, str]:
+        pair = ((service or UNKNOWN)[:128], (agent or UNKNOWN)[:128])
+        if pair in self._admitted:
+            return pair
+        with self._lock:
+            if pair in self._admitted or len(self._admitted) < self._cap:
+                self._admitted.add(pair)
+                return pair
+        return OTHER, OTHER
+
+
 class Metrics:
     """All otel-eval metrics on ``registry`` (a new private registry when none is given)."""
 
-    def __init__(self, registry: CollectorRegistry | None = None, *, max_names: int = 100,
-                 max_tools_per_agent: int = 20, max_series_per_metric: int = 1000,
+    def __init__(self, registry: CollectorRegistry | None = None, *, max_pairs: int = 250,
+                 max_tools_per_agent: int = 20, max_series_per_metric: int = 10_000,
                  prediction: AucSettings | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
-        # label combinations admitted per per-trace metric: capping each label (service 100,
-        # agent 100) still allowed 100 x 100 combinations (10,000 traces -> 500,056 series)
+        # a backstop per per-trace metric, past the pair budget: the other labels come from
+        # closed sets (statuses, finding kinds, budgets, 20 tools per agent), so only a
+        # pathological mix reaches it; the overflow is counted
         self._max_series = max_series_per_metric
         self._combos: dict[int, dict[tuple[str, ...], Any]] = {}  # metric -> series -> child
         self._combos_lock = threading.Lock()
-        self._service = _CappedNames(max_names)
-        self._agent = _CappedNames(max_names)
+        # (service, agent) pairs with series of their own: capping each label separately
+        # (100 x 100) let each metric admit different pairs (3,000 pairs: 50,157 series)
+        self._pairs = _Pairs(max_pairs)
         self._max_tools = max_tools_per_agent
         self._tools: dict[str, _CappedNames] = {}
         self._tools_lock = threading.Lock()
@@ -339,13 +365,18 @@ class Metrics:
 
     # --- evaluation verbs -----------------------------------------------------------------
 
+    def pair(self, service: str | None, agent: str | None) -> tuple[str, str]:
+        """The (service, agent) labels of a trace: its own when the pair is within the
+        budget (``max_pairs``), else (``_other``, ``_other``)."""
+        return self._pairs(service, agent)
+
     def evaluation_stored(self, evaluation: model.Evaluation, completion_to_verdict_s: float,
                           superseded: bool) -> None:
         """Derive every per-trace metric from one stored evaluation (see module docstring)."""
         t = evaluation.trajectory
         exemplar = {"trace_id": t.trace_id}
         self.h_verdict_latency.observe(max(0.0, completion_to_verdict_s), exemplar)
-        service, agent = self._service(t.service), self._agent(t.agent)
+        service, agent = self.pair(t.service, t.agent)
         self.prediction.predicted(evaluation, service, agent, superseded)
         if superseded:
             self._series(self.c_superseded, service, agent).inc()

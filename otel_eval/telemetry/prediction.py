@@ -157,7 +157,8 @@ class PredictionMetrics:
         prediction = body.get("prediction")
         if not isinstance(prediction, dict) or "p_success" not in prediction:
             return
-        self._label(self._m._agent(body.get("agent")), str(body["trace_id"]),
+        self._label(self._m.pair(body.get("service"), body.get("agent"))[1],
+                    str(body["trace_id"]),
                     float(prediction["p_success"]), outcome == "success")
 
     def rolling_auc(self) -> dict[str, float]:

@@ -88,7 +88,7 @@ def test_superseded_evaluation_is_not_double_counted() -> None:
 
 
 def test_agent_and_tool_labels_are_capped() -> None:
-    m = Metrics(max_names=2, max_tools_per_agent=1)
+    m = Metrics(max_pairs=2, max_tools_per_agent=1)
     for i, agent in enumerate(["a", "b", "c", None]):
         m.evaluation_stored(_evaluation(f"{i + 1:032x}", agent=agent), 0.0, superseded=False)
     r = m.registry
