@@ -10,6 +10,9 @@ Promises:
   in ``Step.sources``), and belongs to a node: the name of the nearest enclosing agent;
 - GenAI events sent as log records (``Trace.logs``) or carried as span events are read as if
   their span carried them as attributes (``conventions.events``);
+- the envelopes frameworks record around a tool's arguments are taken off
+  (``conventions.envelopes``), and arguments that are not understood are unknown, never a
+  call's arguments (``conventions.arguments``: ``unrecorded["unparsed"]``);
 - tool steps are joined to the LLM tool call they ran (``conventions.links``: by call id, else
   by name in order), and take its arguments when their own were not recorded, and their
   result from the next LLM call's tool message when the tool span carries none;
@@ -43,14 +46,28 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from otel_eval.base.model import AgentSource, LogEvent, Span, Step, Trace, Trajectory, local_root
+from otel_eval.base.model import (
+    AgentSource,
+    LogEvent,
+    Span,
+    Step,
+    ToolCall,
+    Trace,
+    Trajectory,
+    local_root,
+)
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.conventions import UNKNOWN, classify, dominant, merge_tools, read_span
 from otel_eval.evaluate.conventions.agent_names import MAX_AGENT_NAME, agent_name
+from otel_eval.evaluate.conventions.arguments import settle, take_off_envelopes
 from otel_eval.evaluate.conventions.code_actions import last_message_text, rebuild_code_actions
 from otel_eval.evaluate.conventions.events import overlay, span_events
 from otel_eval.evaluate.conventions.fields import merged_agent_name
-from otel_eval.evaluate.conventions.links import coerce_arguments, join_calls
+from otel_eval.evaluate.conventions.links import (
+    coerce_arguments,
+    join_calls,
+    merge_nested_calls,
+)
 from otel_eval.evaluate.conventions.messages import answer_text, messages, task_text
 from otel_eval.evaluate.conventions.prices import price_steps
 from otel_eval.evaluate.conventions.responses import ToolResponses
@@ -171,6 +188,8 @@ class _Builder:
         step = Step(len(self.steps), span.span_id, span.parent_span_id, "other", span.name,
                     depth=depth, start_ns=span.start_ns, end_ns=span.end_ns)
         adapter, found = read_span(step, span, attrs)
+        if records or own:
+            _from_events(step, span.attributes, attrs, "log records" if records else "span events")
         node, agent = self.scope.get(span.parent_span_id or "", (None, None))
         if step.kind != "agent":
             self._stamped(attrs, outside=node is None)
@@ -258,6 +277,14 @@ class _Builder:
         return out
 
 
+def _from_events(step: Step, own: Any, attrs: Any, origin: str) -> None:
+    """Say in ``Step.sources`` which fields were read from GenAI events, not attributes."""
+    for name, source in step.sources.items():
+        key = source.rpartition(" ")[2]
+        if key in attrs and key not in own:
+            step.sources[name] = f"{source} (from {origin})"
+
+
 def _adapter_name(span: Span) -> str:
     """The convention a span was classified as, for an error report (``unknown`` if even
     classifying fails)."""
@@ -312,7 +339,9 @@ def _unrecorded(steps: list[Step], output: str | None) -> dict[str, int]:
     for step in steps:
         if step.kind == "tool":
             if step.arguments is None:
-                out["arguments"] = out.get("arguments", 0) + 1
+                # present but not understood (``conventions.arguments``), or not recorded
+                key = "unparsed" if "arguments" in step.unknown else "arguments"
+                out[key] = out.get(key, 0) + 1
             if step.result is None and step.status != "error":
                 out["tool_results"] = out.get("tool_results", 0) + 1
         elif step.kind == "llm" and step.output_text is None:
@@ -327,8 +356,12 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
     builder = _Builder(config, trace.logs)
     for span, depth in tree_order(spans):
         builder.add(span, depth)
-    ran = join_calls(builder.steps)
+    merge_nested_calls(builder.steps)
+    take_off_envelopes(builder.steps, builder.tools)
+    joined: dict[int, ToolCall] = {}
+    ran = join_calls(builder.steps, joined)
     coerce_arguments(builder.steps, builder.tools)
+    settle(builder.steps, builder.tools, joined)
     responses = ToolResponses(builder.steps)
     for position, step in enumerate(builder.steps):
         if step.kind == "tool" and step.result is None and step.status != "error":

@@ -12,7 +12,8 @@ from trajectory_factory import span, trace
 
 from otel_eval.base.model import SpanEvent, Step
 from otel_eval.evaluate.config import TrajectoryConfig
-from otel_eval.evaluate.conventions import classify, describe, dominant
+from otel_eval.evaluate.conventions import classify, dominant, merge_tools, read_span
+from otel_eval.evaluate.conventions.arguments import take_off_envelopes
 from otel_eval.evaluate.trajectory import build_trajectory
 
 OUT_TOOL_CALL = json.dumps([{"role": "assistant", "finish_reason": "tool_call", "parts": [
@@ -138,9 +139,14 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
 
 
 def _described(attrs: dict[str, Any], **kw: Any) -> Step:
+    """The step of one span, read and with its envelopes off (as the trajectory does)."""
     s = span("s", attrs=attrs, **kw)
     step = Step(0, s.span_id, None, "other", s.name)
-    describe(step, s, s.attributes)
+    _, found = read_span(step, s, s.attributes)
+    tools: dict[str, Any] = {}
+    for reader in found:
+        merge_tools(tools, reader.tools(s.attributes))
+    take_off_envelopes([step], tools)
     return step
 
 

@@ -31,10 +31,11 @@ FRAMEWORK_DEFAULT_AGENT_NAMES = frozenset({
 })
 # Methods a framework names an agent's span after, as ``<agent>.<method>``: the agent is
 # what comes before (smolagents ``<name>.run``, OpenLLMetry ``<name>.agent``, CrewAI under
-# OpenInference ``<role>._execute_core`` / ``<crew>.kickoff``, ``execute_task``).
+# OpenInference ``<role>._execute_core`` / ``<crew>.kickoff``, ``execute_task``; AutoGen
+# AgentChat under OpenInference ``<agent>.on_messages_stream``).
 WRAPPER_METHODS = frozenset({
     "run", "arun", "agent", "_execute_core", "kickoff", "kickoff_async", "execute_task",
-    "invoke", "ainvoke", "__call__", "_run", "run_stream",
+    "invoke", "ainvoke", "__call__", "_run", "run_stream", "on_messages", "on_messages_stream",
 })
 # Characters kept of an agent name (span content: a name is a label, not a document).
 MAX_AGENT_NAME = 256

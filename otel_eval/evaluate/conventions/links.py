@@ -7,8 +7,8 @@ call's:
 
 1. by call id: ``Step.call_id`` (GenAI ``gen_ai.tool.call.id``, OpenInference ``tool_call.id``,
    Vercel AI ``ai.toolCall.id``) equal to the id of a call an earlier LLM step requested;
-2. else by name: among the calls of that name not yet run in the same agent, the oldest with
-   the same arguments, else the oldest.
+2. else by name: among the calls of that name not yet run in the same agent (any agent, for a
+   tool step outside every known agent), the oldest with the same arguments, else the oldest.
 
 ``coerce_arguments`` reads a tool input that is not JSON (LangChain passes a bare ``"Paris"``)
 as the value of the tool's only parameter, when the offered schema has exactly one. Arguments
@@ -17,23 +17,48 @@ nobody recorded stay None: unknown, never ``{}``.
 
 from __future__ import annotations
 
-import ast
 import itertools
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
 from otel_eval.base.model import Step, ToolCall
+from otel_eval.evaluate.conventions.envelopes import python_literal
 
 # Pending calls of one tool looked through for equal arguments (bounds the name match).
 _SAME_ARGS_WINDOW = 16
-# A Python literal longer than this is left as text (literal_eval is linear, but bounded).
-_MAX_LITERAL_CHARS = 20_000
 
 
-def join_calls(steps: list[Step]) -> set[int]:
+_NESTED_FIELDS = ("call_id", "arguments", "result")
+
+
+def merge_nested_calls(steps: list[Step]) -> None:
+    """One call recorded twice, as a tool span and a tool span of the same tool directly
+    under it (two instrumentations: AutoGen's OpenInference TOOL span around autogen-core's
+    ``execute_tool``): the outer step takes what only the inner one carries (call id,
+    arguments, result, its error), and the inner one is no call of its own (kind ``other``,
+    ``Step.sources["kind"]`` says why)."""
+    by_span = {s.span_id: s for s in steps if s.kind == "tool" and not s.rebuilt}
+    for step in steps:
+        outer = by_span.get(step.parent_span_id or "")
+        if (step.kind != "tool" or step.rebuilt or outer is None or outer is step
+                or (outer.tool_name or outer.name) != (step.tool_name or step.name)):
+            continue
+        for name in _NESTED_FIELDS:
+            if getattr(outer, name) is None and getattr(step, name) is not None:
+                setattr(outer, name, getattr(step, name))
+                if name in step.sources:
+                    outer.sources[name] = step.sources[name]
+        if step.status == "error" and outer.status != "error":
+            outer.status, outer.error = "error", step.error
+        step.kind = "other"
+        step.sources["kind"] = f"the call of its parent tool step {outer.span_id}"
+        del by_span[step.span_id]
+
+
+def join_calls(steps: list[Step], joined: dict[int, ToolCall] | None = None) -> set[int]:
     """Link tool steps to requested calls (see module docstring). Returns the ``id()`` of
-    every call that a tool step ran."""
+    every call that a tool step ran; ``joined`` gets step index -> the call it ran."""
     by_id: dict[str, deque[ToolCall]] = {}  # a deque: some runs reuse call ids
     queues: dict[tuple[str | None, str], deque[ToolCall]] = {}
     claimed: set[int] = set()
@@ -48,10 +73,14 @@ def join_calls(steps: list[Step]) -> set[int]:
             if found is None:
                 continue
             claimed.add(id(found))
+            if joined is not None:
+                joined[step.index] = found
             if step.arguments is None:
                 step.arguments = found.arguments
-            if step.call_id is None:
+                step.sources["arguments"] = f"llm tool call {found.call_id or found.name}"
+            if step.call_id is None and found.call_id is not None:
                 step.call_id = found.call_id
+                step.sources["call_id"] = f"llm tool call {found.name} (joined by name)"
     return claimed
 
 
@@ -59,8 +88,11 @@ def _match(step: Step, by_id: dict[str, deque[ToolCall]],
            queues: dict[tuple[str | None, str], deque[ToolCall]],
            claimed: set[int]) -> ToolCall | None:
     # by id when the step has one (an id no LLM call carries: nothing to learn by name)
-    queue = (by_id.get(step.call_id) if step.call_id
-             else queues.get((step.node, step.tool_name or step.name)))
+    name = step.tool_name or step.name
+    queue = by_id.get(step.call_id) if step.call_id else queues.get((step.node, name))
+    if not queue and not step.call_id and step.node is None:
+        # a tool step outside every known agent may have run a call of any agent
+        queue = next((q for (_, n), q in queues.items() if n == name and q), None)
     if queue and not step.call_id and step.arguments is not None:
         # by name: the pending call with the same arguments, when there is one (a call whose
         # span never arrived must not hand its place to the next one)
@@ -85,25 +117,13 @@ def _only_parameter(schema: Any) -> str | None:
     return None
 
 
-def _literal(text: str) -> Any:
-    """A Python dict literal (``{'city': 'Paris'}``, as LangChain prints inputs), or None."""
-    if len(text) > _MAX_LITERAL_CHARS or not text.startswith("{"):
-        return None
-    try:
-        value = ast.literal_eval(text)
-        repr(value)  # an int past Python's str-conversion limit (a long 0x literal): text
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
 def coerce_arguments(steps: list[Step], tools: Mapping[str, Any]) -> None:
     """Tool inputs recorded as plain text read as the arguments they stand for."""
     for step in steps:
         args = step.arguments
         if step.kind != "tool" or not isinstance(args, str):
             continue
-        literal = _literal(args.strip())
+        literal = python_literal(args.strip())
         if literal is not None:
             step.arguments = literal
             continue

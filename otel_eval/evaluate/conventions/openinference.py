@@ -10,7 +10,8 @@ arguments are in ``input.value``). smolagents managed agents are named from the 
 agent's ``smolagents.managed_agents.N.name``, others by ``agent.name``, else the span name
 (smolagents' ``<name>.run`` read as ``<name>``). A LangGraph node span marked AGENT (the
 ReAct graph's ``agent`` node: ``metadata.langgraph_node`` is its own name) is a chain step
-of the graph, not an agent; LlamaIndex's ``{"kwargs": {...}}`` tool input is unwrapped.
+of the graph, not an agent. Tool inputs are read as carried (LlamaIndex's ``{"kwargs": ...}``,
+smolagents' ``{"args", "kwargs"}`` are taken off by ``conventions.envelopes``).
 """
 
 from __future__ import annotations
@@ -82,30 +83,13 @@ def _tool_calls(attrs: Attrs) -> list[ToolCall]:
     return calls
 
 
-def _arguments(attrs: Attrs) -> Any:
-    """Tool arguments; smolagents' ``{"args": [...], "kwargs": {...}}`` wrapper is unwrapped,
-    positional args named from the tool's parameter schema when possible."""
-    args = parse_json(first(attrs, "tool_call.function.arguments", "input.value"))
-    if isinstance(args, dict) and set(args) == {"kwargs"} and isinstance(args["kwargs"], dict):
-        return args["kwargs"]  # LlamaIndex: {"kwargs": {...}}
-    if not isinstance(args, dict) or "kwargs" not in args or "args" not in args:
-        return args
-    kwargs = args["kwargs"] if isinstance(args["kwargs"], dict) else {}
-    positional = args["args"] if isinstance(args["args"], list) else []
-    if not positional:
-        return kwargs
-    params = parse_json(attrs.get("tool.parameters"))
-    names = list(params) if isinstance(params, dict) else []
-    if len(names) >= len(positional):
-        return {**dict(zip(names, positional, strict=False)), **kwargs}
-    return {"args": positional, **kwargs}
-
-
 def _fill(step: Step, span: Span, attrs: Attrs) -> None:
     kind = step.kind
     if kind == "tool":
         step.tool_name = as_str(first(attrs, "tool.name", "tool_call.function.name")) or None
-        step.arguments = _arguments(attrs)
+        # as carried: the smolagents / LlamaIndex envelopes are taken off by
+        # ``conventions.envelopes`` (with every other convention's)
+        step.arguments = parse_json(first(attrs, "tool_call.function.arguments", "input.value"))
         step.result = as_str(attrs.get("output.value"))
         return
     step.input_tokens = as_int(attrs.get("llm.token_count.prompt"))
@@ -147,6 +131,9 @@ def _agent_name(span: Span, attrs: Attrs, enclosing: Attrs | None) -> str | None
     name = as_str(attrs.get("agent.name"))
     if agent_name(name):
         return name
+    node = as_str(attrs.get("graph.node.id"))  # the agent's node in the agent graph
+    if agent_name(node):
+        return node
     candidates = _managed_names(enclosing) if enclosing else []
     if len(candidates) == 1:
         return candidates[0]
@@ -159,8 +146,13 @@ def _agent_name(span: Span, attrs: Attrs, enclosing: Attrs | None) -> str | None
 
 
 def _schema(params: Any) -> Any:
+    """``tool.parameters`` as a JSON schema: a schema, or the map of parameter schemas; the
+    call's arguments where a processor puts them there (the OpenInference processor over the
+    AI SDK, autogen: ``{"city": "Paris"}``) are no schema: unknown ({})."""
     params = parse_json(params)
     if isinstance(params, dict) and "type" not in params and "properties" not in params:
+        if not all(isinstance(v, dict | bool) for v in params.values()):
+            return {}
         return {"type": "object", "properties": params}
     return params if params is not None else {}
 
@@ -197,7 +189,7 @@ KEYS = {
     "output_tokens": ("llm.token_count.completion",),
     "finish_reasons": ("output.value",),
     "call_id": ("tool_call.id",),
-    "agent_name": ("agent.name",),
+    "agent_name": ("agent.name", "graph.node.id"),
     "tools": ("llm.tools.0.tool.json_schema", "tool.json_schema", "tool.parameters",
               "smolagents.tools_names"),
 }

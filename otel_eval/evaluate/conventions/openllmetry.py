@@ -81,17 +81,6 @@ def _completion_calls(attrs: Attrs, count: int) -> tuple[list[ToolCall], list[st
     return calls, reasons
 
 
-def _entity_arguments(raw: Any) -> Any:
-    """Unwrap the SDK's ``{"args": [], "kwargs": {...}}`` and LangChain's ``{"inputs": ...}``."""
-    value = parse_json(raw)
-    if isinstance(value, dict):
-        if "kwargs" in value and "args" in value and not value["args"]:
-            return value["kwargs"]
-        if "inputs" in value and set(value) <= {"inputs", "tags", "metadata", "kwargs"}:
-            return value["inputs"]
-    return value
-
-
 def _entity_text(raw: Any) -> str | None:
     """A decorated function's input or output as text: the SDK JSON-encodes it (a string
     becomes ``"..."``, a call ``{"args": [...], "kwargs": {...}}``); a call with one string
@@ -114,7 +103,9 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
     kind = step.kind
     if kind == "tool":
         step.tool_name = as_str(attrs.get("traceloop.entity.name")) or None
-        step.arguments = _entity_arguments(attrs.get("traceloop.entity.input"))
+        # as carried: the SDK's {"args", "kwargs"} and LangChain's callback inputs are taken
+        # off by ``conventions.envelopes``
+        step.arguments = parse_json(attrs.get("traceloop.entity.input"))
         step.result = as_str(attrs.get("traceloop.entity.output"))
         return
     if kind != "llm":

@@ -287,7 +287,12 @@ def _declared(arguments: Any, schema: Any) -> Any:
         return arguments
     if all(k in props for k in arguments):
         return arguments
-    return {k: v for k, v in arguments.items() if k in props}
+    declared = {k: v for k, v in arguments.items() if k in props}
+    if props and not declared:
+        # none of the parameters it declares: two such calls are never compared on
+        # parameters neither of them has (all absent would read as equal)
+        return arguments
+    return declared
 
 
 def calls_for(trajectory: Trajectory, config: DetectorsConfig, context: Context) -> list[Call]:

@@ -1,0 +1,78 @@
+"""Stage: trajectory (part). A tool step's arguments: envelopes off, and unknown when they
+are not understood.
+
+``take_off_envelopes`` runs before tool steps are joined to the LLM calls that asked for them
+(``conventions.links``): every tool step's input and every requested call's arguments lose the
+envelopes ``conventions.envelopes`` knows.
+
+``settle`` runs after the join. Arguments that do not fit the offered schema (``fits``) *and*
+look like something else than the arguments (an envelope was taken off, they are text, or
+they carry keys the schema does not declare) are not concluded from:
+
+- the LLM's tool call the step ran (joined by call id or name), once its envelopes are off,
+  when it fits: those are the arguments (``Step.sources``: ``llm tool call <id>``);
+- the same value as that call: the model asked for exactly these, so they are the call's
+  real (wrong) arguments, and a finding about them is right;
+- else *unknown*: ``Step.arguments`` None, ``Step.unknown["arguments"]`` says why, counted in
+  ``Trajectory.unrecorded["unparsed"]``; no schema finding, no loop key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from otel_eval.base.model import Step, ToolCall
+from otel_eval.evaluate.conventions.envelopes import fits, unknown_keys, unwrap
+
+__all__ = ["settle", "take_off_envelopes"]
+
+
+def take_off_envelopes(steps: list[Step], tools: Mapping[str, Any]) -> None:
+    for step in steps:
+        if step.kind == "llm":
+            for call in step.tool_calls:
+                if isinstance(call.arguments, dict | str):
+                    call.arguments = unwrap(call.arguments, tools.get(call.name), call.name)[0]
+        elif step.kind == "tool" and step.arguments is not None:
+            name = step.tool_name or step.name
+            value, found = unwrap(step.arguments, tools.get(name), name)
+            if found:
+                step.arguments = value
+                source = step.sources.get("arguments", "")
+                step.sources["arguments"] = f"{source} (inside {', '.join(found)})".strip()
+
+
+def _why(step: Step, schema: Any) -> str | None:
+    """Why the step's arguments look like something else than arguments, or None."""
+    args = step.arguments
+    if isinstance(args, str):
+        return "unparsed: text that is no JSON object nor Python dict"
+    extra = unknown_keys(args, schema)
+    if extra:
+        shown = ", ".join(repr(k)[:40] for k in extra[:5])
+        return f"unparsed: keys the tool's schema does not declare ({shown})"
+    if "(inside " in step.sources.get("arguments", "") and not isinstance(args, dict):
+        return "unparsed: an envelope around no object"
+    return None
+
+
+def settle(steps: list[Step], tools: Mapping[str, Any], joined: Mapping[int, ToolCall]) -> None:
+    for step in steps:
+        if step.kind != "tool" or step.arguments is None or step.rebuilt:
+            continue
+        schema = tools.get(step.tool_name or step.name)
+        if fits(step.arguments, schema) is not False:
+            continue  # they fit, or the schema declares nothing to judge them by
+        why = _why(step, schema)
+        if why is None:
+            continue  # an object of declared keys: the call's arguments, right or wrong
+        call = joined.get(step.index)
+        if call is not None and call.arguments == step.arguments:
+            continue  # what the model asked for: its arguments
+        if call is not None and fits(call.arguments, schema):
+            step.arguments = call.arguments
+            step.sources["arguments"] = f"llm tool call {call.call_id or call.name}"
+            continue
+        step.arguments = None
+        step.unknown["arguments"] = why
