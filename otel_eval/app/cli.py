@@ -1,5 +1,5 @@
-"""The ``otel-eval`` command: ``serve``, ``eval``, ``show``, ``replay``, ``issues``, ``config``,
-``train``."""
+"""The ``otel-eval`` command: ``serve``, ``eval``, ``show``, ``inspect``, ``replay``, ``issues``,
+``config``, ``train``."""
 
 from __future__ import annotations
 
@@ -132,6 +132,16 @@ def build_parser() -> argparse.ArgumentParser:
                     help="fold tool results and LLM content to this width (100)")
     sh.add_argument("--full", action="store_true", help="unfold tool results and LLM content")
 
+    ins = sub.add_parser("inspect", help="how each span of a trace was read: which convention "
+                         "and attribute supplied each field, what stayed unknown and why")
+    _common(ins)
+    ins.add_argument("target", metavar="TRACE_ID|FILE",
+                     help="a trace file (every trace in it), or a trace id looked for in PATH")
+    ins.add_argument("paths", nargs="*", metavar="PATH",
+                     help="trace files or directories to look for TRACE_ID in")
+    ins.add_argument("--trace", metavar="TRACE_ID", help="only this trace of FILE")
+    ins.add_argument("--format", choices=["text", "json"], default="text")
+
     iss = sub.add_parser("issues", help="cluster critiques and findings into recurring issues")
     _common(iss)
     iss.add_argument("paths", nargs="+", metavar="PATH")
@@ -200,6 +210,41 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
         print(line, file=sys.stderr)
     _print_trials(trials, sys.stderr)
     return 1 if run.failed_files else 0
+
+
+def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
+    from pathlib import Path
+
+    from otel_eval.app.inspection import render_text, report
+    from otel_eval.app.show import is_trace_id
+    from otel_eval.evaluate.trajectory import build_trajectory
+    from otel_eval.receive.loaders import load_path
+
+    cfg = config_from_args(args).trajectory
+    if Path(args.target).exists():
+        paths, wanted = [args.target, *args.paths], args.trace
+    elif is_trace_id(args.target) and args.paths:
+        paths, wanted = list(args.paths), args.target
+    else:
+        print(f"otel-eval inspect: {args.target!r} is no trace file; a trace id needs the "
+              "trace files to look in (serve stores results, not spans)", file=sys.stderr)
+        return 1
+    reports = []
+    for path in paths:
+        for trace in load_path(path, config=cfg):
+            if wanted and trace.trace_id != wanted.lower():
+                continue
+            keys = {s.span_id: list(s.attributes) for s in trace.spans}
+            reports.append(report(build_trajectory(trace, cfg), keys))
+    if not reports:
+        print("otel-eval inspect: no such trace" if wanted else "otel-eval inspect: no trace",
+              file=sys.stderr)
+        return 1
+    if args.format == "json":
+        out.write(json.dumps(reports, indent=2) + "\n")
+    else:
+        out.write(render_text(reports))
+    return 0
 
 
 def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
@@ -319,6 +364,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_eval(args, sys.stdout)
         if args.command == "show":
             return cmd_show(args, sys.stdout)
+        if args.command == "inspect":
+            return cmd_inspect(args, sys.stdout)
         if args.command == "replay":
             return cmd_replay(args, sys.stdout)
         if args.command == "train":
