@@ -76,3 +76,23 @@ def test_attributes_win_over_span_events() -> None:
         "gen_ai.tool.call.arguments": '{"a": 1}'}, events=[
             _ev("gen_ai.tool.message", content='{"a": 2}')])), TrajectoryConfig())
     assert t.tool_steps[0].arguments == {"a": 1}
+
+
+def test_log_record_bodies_that_are_json_text_are_read_as_json() -> None:
+    """Semantic Kernel logs ``json.dumps`` of each message as the record's body."""
+    from trajectory_factory import TRACE_ID
+
+    from otel_eval.base.model import LogEvent, Trace
+
+    chat = span("chat", attrs={"gen_ai.operation.name": "chat"})
+    choice = json.dumps({"index": 0, "finish_reason": "tool_calls", "message": {
+        "role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "get_weather", "arguments": '{"city": "Paris"}'}}]}})
+    logs = [LogEvent(TRACE_ID, chat.span_id, "gen_ai.user.message", 1, {},
+                     json.dumps({"role": "user", "content": "Weather?"})),
+            LogEvent(TRACE_ID, chat.span_id, "gen_ai.choice", 2, {}, choice)]
+    t = build_trajectory(Trace(TRACE_ID, [chat], "complete", logs=logs), TrajectoryConfig())
+    llm = t.llm_steps[0]
+    assert [(c.name, c.arguments, c.call_id) for c in llm.tool_calls] == [
+        ("get_weather", {"city": "Paris"}, "c1")]
+    assert llm.finish_reasons == ["tool_calls"] and llm.prompt == "Weather?"

@@ -40,7 +40,9 @@ _DETAIL_KEYS = ("gen_ai.input.messages", "gen_ai.output.messages",
 
 
 def _message(role: str, body: Any) -> dict[str, Any]:
-    """An older per-message event body -> an OpenAI-shaped message."""
+    """An older per-message event body -> an OpenAI-shaped message (a body that is JSON text,
+    as Semantic Kernel logs ``json.dumps`` of the message, read as the JSON)."""
+    body = parse_json(body)
     body = body if isinstance(body, Mapping) else {"content": body}
     msg: dict[str, Any] = {"role": body.get("role") or role}
     if body.get("content") is not None:
@@ -53,8 +55,9 @@ def _message(role: str, body: Any) -> dict[str, Any]:
 
 
 def _choice(body: Any) -> tuple[int, dict[str, Any]]:
+    body = parse_json(body)
     body = body if isinstance(body, Mapping) else {}
-    inner = body.get("message")
+    inner = parse_json(body.get("message"))
     msg = _message("assistant", inner if isinstance(inner, Mapping) else {})
     if body.get("finish_reason") is not None:
         msg["finish_reason"] = body["finish_reason"]
