@@ -15,9 +15,9 @@ Two action steps (code or shell: ``loop.action_tools``; a tool's reworded argume
   as the earlier one, or, past the framing both share (common prefix and suffix), at least
   ``circling_observation_overlap`` of its 3-grams were in the earlier observation. An
   observation not recorded is unknown, never "nothing new";
-- no state-changing tool call came between them (as for (b) and (f); code and shell actions
-  between do not break the link: whether a Python block writes is unknown, and the circle's
-  own steps are such actions).
+- neither is, and no call between them was, a state change (as for (b) and (f): a shell
+  command that is not read-only, a tool not read-only by name); Python code actions do not
+  count as one (whether a block writes is unknown, and a code agent's circle is made of them).
 
 Each step is compared with the previous ``circling_window`` steps of its agent, over at most
 ``MAX_TEXT_CHARS`` characters of each text: work is linear in the number of steps. Linked
@@ -43,8 +43,8 @@ MAX_TEXT_CHARS = 2_000  # what an observation brings shows in its first page
 _NOT_FOUND = re.compile(
     r"no such file or directory|not found|no matches|does not exist|cannot find|"
     r"could not find|no results?\b|nameerror|modulenotfounderror|filenotfounderror|"
-    r"keyerror|attributeerror|indexerror|syntaxerror|traceback \(most recent call last\)|"
-    r"permission denied|command not found|is not defined", re.IGNORECASE)
+    r"keyerror|attributeerror|indexerror|permission denied|command not found|"
+    r"is not defined", re.IGNORECASE)
 _TAG = re.compile(r"<[^<>]{1,40}>")  # mini-swe-agent's <returncode> / <output> framing
 _MIN_CONTENT = 20  # 3-grams past the framing for an answer to be more than "nothing"
 _CALLED = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)\s*\(")
@@ -55,13 +55,12 @@ def _norm(text: str) -> str:
     return " ".join(text[:MAX_TEXT_CHARS].lower().split())
 
 
-def error_class(observation: str, failed: bool) -> str | None:
+def error_class(observation: str) -> str | None:
     """The error / "not found" class of an observation (the first such phrase, lowercased),
-    or ``"failed"`` for a failed step with none; None for an ordinary observation."""
+    None for any other observation (a failed test run or a grep without matches is no
+    class: an agent iterating on failing tests makes them fail again)."""
     found = _NOT_FOUND.search(observation[:MAX_TEXT_CHARS])
-    if found is not None:
-        return found.group(0).lower()
-    return "failed" if failed else None
+    return found.group(0).lower() if found is not None else None
 
 
 def program(call: Call) -> str | None:
@@ -102,8 +101,7 @@ class _Step:
         result = call.step.result
         self.observation = _norm(result) if result is not None else None
         self.program = program(call)
-        self.error = error_class(result or "", call.failed) if (
-            result is not None or call.failed) else None
+        self.error = error_class(result) if result is not None else None
 
 
 def _alike(a: _Step, b: _Step, cfg: LoopConfig) -> bool:
@@ -130,6 +128,12 @@ def _nothing_new(earlier: _Step, later: _Step, cfg: LoopConfig) -> bool:
     return len(grams & trigrams(old)) >= cfg.circling_observation_overlap * len(grams)
 
 
+def _python(call: Call) -> bool:
+    """A code action in Python (whether it writes is unknown: it may only print)."""
+    name = (call.step.tool_name or call.step.name).lower()
+    return call.action and ("python" in name or "code" in name)
+
+
 def _find(parent: list[int], i: int) -> int:
     while parent[i] != i:
         parent[i] = parent[parent[i]]
@@ -144,12 +148,14 @@ def circling(cs: Sequence[Call], cfg: LoopConfig, covered: set[int]) -> list[Fin
     recent: dict[str | None, list[int]] = {}  # agent -> its last ``circling_window`` steps
     parent = list(range(len(cs)))
     linked: set[int] = set()
-    writes = [0]  # writes[k]: state-changing tool calls (not actions) among the first k
+    writes = [0]  # writes[k]: state-changing calls among the first k
     for call in cs:
-        writes.append(writes[-1] + (not call.read_only and not call.action))
+        writes.append(writes[-1] + (not call.read_only and not _python(call)))
     for i, call in enumerate(cs):
         if call.step.arguments is None or not call.action:
             continue  # not recorded: unknown; a tool's reworded arguments are rule (f)
+        if not call.read_only and not _python(call):
+            continue  # a command that writes or runs something changes state: progress
         info[i] = here = _Step(call)
         earlier = recent.setdefault(call.step.node, [])
         for j in reversed(earlier):
@@ -183,7 +189,7 @@ def _finding(group: list[Call], steps: list[_Step], cfg: LoopConfig) -> Finding:
     why = (f"the same {next(iter(errors))!r} each time" if len(errors) == 1 and None not in errors
            else "observations that add nothing new")
     return Finding(
-        "loop", "circling", cfg.severity,
+        "loop", "circling", cfg.circling_severity,
         f"{len(group)} steps ({', '.join(tools)}) with actions differing only in form and "
         f"{why}", span_ids=list(dict.fromkeys([first.step.span_id, last.step.span_id])),
         step_indexes=[c.step.index for c in group],
