@@ -16,6 +16,7 @@ from otel_eval.app.config import Config
 from otel_eval.base import model
 from otel_eval.evaluate.bounds import bound
 from otel_eval.evaluate.config import TrajectoryConfig
+from otel_eval.evaluate.conventions.code_actions import CODE_TOOL
 from otel_eval.evaluate.evaluator import Evaluator
 
 BENCH = load_bench("bounded_results.py", "bench_bounded_results")
@@ -42,13 +43,15 @@ def test_a_literal_passed_64_times_is_stored_within_the_value_bound() -> None:
     cfg = TrajectoryConfig()
     body = ev.to_json_text().encode()
     assert len(body) < 2 * 1024 * 1024  # was 18.8 MB
-    rebuilt = [s for s in json.loads(body)["steps"] if s.get("rebuilt")]
-    assert len(rebuilt) == 64 and ev.trajectory.counts()["tool_calls"] == 64
+    # the 64 calls, and the block that made them, a step of its own (conventions.code_actions)
+    rebuilt = [s for s in json.loads(body)["steps"] if s.get("rebuilt")
+               and s["tool_name"] != CODE_TOOL]
+    assert len(rebuilt) == 64 and ev.trajectory.counts()["tool_calls"] == 65
     for step in rebuilt:
         assert len(json.dumps(step["arguments"]).encode()) <= cfg.max_value_bytes
         assert step["truncated"]["arguments"] > 6 * 48_000  # its full size, bytes of JSON
     finding = _truncated(ev)
-    assert finding.attributes["values"] == 64
+    assert finding.attributes["values"] == 65  # the calls and the block's code
     assert finding.attributes["result_bytes"] < finding.attributes["max_result_bytes"]
     # the detectors read the whole values: the repeated call is still found, the verdict
     # is what it was without the bounds
@@ -58,7 +61,7 @@ def test_a_literal_passed_64_times_is_stored_within_the_value_bound() -> None:
 
 def test_rebuilt_calls_are_capped_per_trace_and_counted() -> None:
     ev, _ = _evaluate(2, max_rebuilt_steps=10)
-    assert sum(1 for s in ev.trajectory.steps if s.rebuilt) == 10
+    assert sum(1 for s in ev.trajectory.steps if s.rebuilt and s.tool_name != CODE_TOOL) == 10
     assert ev.trajectory.code_actions["over_limit"] == 118
     assert _truncated(ev).attributes["rebuilt_calls"] == 118
 
@@ -77,7 +80,7 @@ def test_an_object_over_max_result_bytes_is_cut_from_the_last_step_back() -> Non
     assert attrs.get("steps_dropped", 0) + len(kept) == len(ev.trajectory.steps)
     assert kept[0]["index"] == 0 and all(s["truncated"]["arguments"] for s in emptied)
     # counts still say what the run did; the finding is in the stored object
-    assert body["counts"]["tool_calls"] == 64
+    assert body["counts"]["tool_calls"] == 65  # 64 calls and their code block
     assert any(f["kind"] == "result_truncated" for f in body["findings"])
     assert ev.to_json() == body  # eval output and the store agree
 
