@@ -186,12 +186,14 @@ class Service:
             return None
         from otel_eval.evaluate.judge.namer import judge_namer
         from otel_eval.evaluate.judge.synthesizer import judge_synthesizer
+        from otel_eval.outputs.issues.critiques import critique_fields
         from otel_eval.outputs.issues.grafana import GrafanaAnnotator
         from otel_eval.outputs.issues.job import IssuesJob
         grafana = GrafanaAnnotator(ic.grafana) if ic.grafana.url else None
         store = self.store
         return IssuesJob(ic, ic.store_path or self.config.store.target,
-                         lambda since_ns: store.since(since_ns), self.registry,
+                         lambda since_ns: store.since(since_ns, keep=critique_fields),
+                         self.registry,
                          annotator=grafana, namer=judge_namer(self.config.judge),
                          synthesizer=judge_synthesizer(self.config.judge))
 

@@ -21,7 +21,8 @@ service and agent names cut to ``AGENT_HISTORY_NAME_CHARS``.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+import json
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
@@ -74,8 +75,11 @@ class EvaluationStore(Protocol):
         """One page of evaluations matching ``q``, newest first (``otel_eval.store.query``)."""
         ...
 
-    def since(self, evaluated_after_ns: int, limit: int = 100_000) -> list[dict[str, Any]]:
-        """Evaluated after a time, oldest first; past ``limit`` the newest ``limit``."""
+    def since(self, evaluated_after_ns: int, limit: int = 100_000,
+              keep: Keep | None = None) -> list[dict[str, Any]]:
+        """Evaluated after a time, oldest first; past ``limit`` the newest ``limit``. Read
+        ``SINCE_CHUNK`` rows at a time; with ``keep``, each body is replaced by
+        ``keep(body)`` as soon as it is parsed (the issues job keeps the fields it reads)."""
         ...
 
     def count(self) -> int: ...
@@ -120,6 +124,32 @@ def pick_agent(rows: Iterable[tuple[str, str]], fingerprints: Sequence[str]) -> 
         if seen is not None and len(seen) == 1:
             return next(iter(seen))
     return None
+
+
+# What ``since`` keeps of each body (None: all of it).
+Keep = Callable[[dict[str, Any]], dict[str, Any]]
+# Rows ``since`` reads per query: one chunk of bodies is parsed at a time (the 10,000 bodies
+# of 47 kB of an issues window were 1.3 GB parsed at once).
+SINCE_CHUNK = 256
+
+
+def since_chunks(read: Callable[[int, tuple[int, str] | None, int], list[Any]],
+                 evaluated_after_ns: int, limit: int, keep: Keep | None) -> list[dict[str, Any]]:
+    """``since`` for both stores: ``read(after_ns, position, n)`` returns the next ``n`` rows
+    (evaluated_at_ns, trace_id, body), newest first, strictly after ``position`` (keyset);
+    the bodies parsed (and kept) a chunk at a time, returned oldest first."""
+    out: list[dict[str, Any]] = []
+    position: tuple[int, str] | None = None
+    while len(out) < limit:
+        rows = read(evaluated_after_ns, position, min(SINCE_CHUNK, limit - len(out)))
+        for at, trace_id, body in rows:
+            value = json.loads(body)
+            out.append(keep(value) if keep is not None else value)
+            position = (at, trace_id)
+        if len(rows) < SINCE_CHUNK:
+            break
+    out.reverse()
+    return out
 
 
 def evaluation_row(ev: Evaluation) -> Row:

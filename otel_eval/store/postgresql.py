@@ -46,15 +46,23 @@ from otel_eval.store.base import (
     AGENT_HISTORY_PRUNE_EVERY,
     AGENT_HISTORY_ROWS,
     AgentRun,
+    Keep,
     evaluation_row,
     history_rows,
     pick_agent,
     redact_url,
+    since_chunks,
 )
 from otel_eval.store.migrations import migrate_postgresql
 from otel_eval.store.query import EvaluationQuery, Page
 
 log = logging.getLogger(__name__)
+
+_SINCE = ("SELECT evaluated_at_ns, trace_id, body FROM evaluations WHERE evaluated_at_ns > %s "
+          "ORDER BY evaluated_at_ns DESC, trace_id")
+_SINCE_AFTER = ("SELECT evaluated_at_ns, trace_id, body FROM evaluations WHERE evaluated_at_ns > "
+                "%s AND (evaluated_at_ns < %s OR (evaluated_at_ns = %s AND trace_id > %s))"
+                " ORDER BY evaluated_at_ns DESC, trace_id")
 
 T = TypeVar("T")
 
@@ -246,12 +254,17 @@ class PostgresStore:
                 return filters.page(rows, q.limit, q.max_bytes)
         return self._run(read)
 
-    def since(self, evaluated_after_ns: int, limit: int = 100_000) -> list[dict[str, Any]]:
+    def since(self, evaluated_after_ns: int, limit: int = 100_000,
+              keep: Keep | None = None) -> list[dict[str, Any]]:
         """Evaluations stored after a time, oldest first; past ``limit`` the newest ``limit``
-        (issue clustering reads its window with this)."""
-        rows = self._rows("SELECT body FROM evaluations WHERE evaluated_at_ns > %s "
-                          "ORDER BY evaluated_at_ns DESC LIMIT %s", (evaluated_after_ns, limit))
-        return [json.loads(r[0]) for r in reversed(rows)]
+        (issue clustering reads its window with this), a chunk of rows at a time; ``keep``
+        as in ``EvaluationStore.since``."""
+        def read(after_ns: int, position: tuple[int, str] | None, n: int) -> list[Any]:
+            sql, args = _SINCE, list[Any]([after_ns])
+            if position is not None:
+                sql, args = _SINCE_AFTER, [after_ns, position[0], position[0], position[1]]
+            return self._rows(sql + " LIMIT %s", [*args, n])
+        return since_chunks(read, evaluated_after_ns, limit, keep)
 
     def count(self) -> int:
         return int(self._rows("SELECT COUNT(*) FROM evaluations", ())[0][0])

@@ -27,9 +27,11 @@ from otel_eval.store.base import (
     AGENT_HISTORY_PRUNE_EVERY,
     AGENT_HISTORY_ROWS,
     AgentRun,
+    Keep,
     evaluation_row,
     history_rows,
     pick_agent,
+    since_chunks,
 )
 from otel_eval.store.migrations import migrate_sqlite
 from otel_eval.store.query import EvaluationQuery, Page
@@ -37,6 +39,13 @@ from otel_eval.store.query import EvaluationQuery, Page
 # How long a writer waits for another connection's lock (the issues catalogue shares the file)
 # before SQLite raises "database is locked": 5 s by default, too short on a loaded machine.
 _BUSY_TIMEOUT_S = 60.0
+
+
+_SINCE = ("SELECT evaluated_at_ns, trace_id, body FROM evaluations WHERE evaluated_at_ns > ? "
+          "ORDER BY evaluated_at_ns DESC, trace_id")
+_SINCE_AFTER = ("SELECT evaluated_at_ns, trace_id, body FROM evaluations WHERE evaluated_at_ns > ?"
+                " AND (evaluated_at_ns < ? OR (evaluated_at_ns = ? AND trace_id > ?))"
+                " ORDER BY evaluated_at_ns DESC, trace_id")
 
 
 class SqliteStore:
@@ -150,14 +159,18 @@ class SqliteStore:
         with self._lock:  # rows read one by one: a page cut by its size reads no more
             return filters.page(self._db.execute(sql, args), q.limit, q.max_bytes)
 
-    def since(self, evaluated_after_ns: int, limit: int = 100_000) -> list[dict[str, Any]]:
+    def since(self, evaluated_after_ns: int, limit: int = 100_000,
+              keep: Keep | None = None) -> list[dict[str, Any]]:
         """Evaluations stored after a time, oldest first; past ``limit`` the newest ``limit``
-        (issue clustering reads its window with this)."""
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT body FROM evaluations WHERE evaluated_at_ns > ? "
-                "ORDER BY evaluated_at_ns DESC LIMIT ?", (evaluated_after_ns, limit)).fetchall()
-        return [json.loads(r[0]) for r in reversed(rows)]
+        (issue clustering reads its window with this), a chunk of rows at a time (the lock
+        is let go between chunks); ``keep`` as in ``EvaluationStore.since``."""
+        def read(after_ns: int, position: tuple[int, str] | None, n: int) -> list[Any]:
+            sql, args = _SINCE, list[Any]([after_ns])
+            if position is not None:
+                sql, args = _SINCE_AFTER, [after_ns, position[0], position[0], position[1]]
+            with self._lock:
+                return self._db.execute(sql + " LIMIT ?", [*args, n]).fetchall()
+        return since_chunks(read, evaluated_after_ns, limit, keep)
 
     def count(self) -> int:
         with self._lock:

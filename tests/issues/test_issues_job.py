@@ -270,3 +270,32 @@ def test_thread_runs_at_start_and_stops(store: Store) -> None:
     assert registry.get_sample_value("otel_eval_issues_runs_total", {"status": "ok"}) == 1
     job.close()
     assert registry.get_sample_value("otel_eval_issues_runs_total", {"status": "ok"}) is None
+
+
+def test_the_window_keeps_only_what_clustering_reads(store: Store) -> None:
+    """Issue 21: the job held every body of its window whole (10,000 of 47 kB: 1.3 GB per
+    run). It keeps ``critique_fields`` of each (read a chunk at a time), and clusters the same:
+    identical issues and assignments from whole bodies and from kept fields."""
+    from otel_eval.outputs.issues.critiques import critique_fields
+
+    evaluations = [_stored(e, T0 - 60) for e in window(12)]
+    for ev in evaluations:  # bulky content clustering never reads
+        for step in ev.trajectory.steps:
+            step.kind, step.result = "tool", "observation " * 300
+        ev.findings.append(model.Finding("loop", "repeated_call", "warning",
+                                         "search repeated 3 times", [ev.trajectory.steps[0]
+                                                                     .span_id], [0]))
+    store.put_many(evaluations)
+    kept = store.since(0, keep=critique_fields)
+    whole = store.since(0)
+    assert sum(map(len, map(str, kept))) * 5 < sum(map(len, map(str, whole)))
+    assert all("result" not in s for b in kept for s in b["steps"])
+    results = []
+    for read in (lambda ns: store.since(ns), lambda ns: store.since(ns, keep=critique_fields)):
+        job = IssuesJob(IssuesConfig(), str(store.path) + f".{len(results)}", read,
+                        CollectorRegistry(), Clock(T0))
+        result = job.run_once()
+        job.close()
+        assert result is not None
+        results.append(to_json(result))
+    assert results[0]["issues"] and results[0] == results[1]

@@ -204,6 +204,23 @@ def test_pages_are_bounded_by_bytes_and_end_early_with_their_cursor(
     assert len(whole.evaluations) == 12 and whole.next_cursor is None
 
 
+def test_the_window_is_read_in_chunks_and_kept_as_asked(store: EvaluationStore) -> None:
+    """``since`` reads SINCE_CHUNK rows per query (keyset: ties on the evaluation time
+    included) and, with ``keep``, holds only what it keeps of each body (issue 21: the issues
+    job held 10,000 whole bodies of 47 kB)."""
+    from otel_eval.store.base import SINCE_CHUNK
+
+    n = 2 * SINCE_CHUNK + 7
+    store.put_many([_ev(i, at=T0 + (i // 3) * 10**9) for i in range(1, n + 1)])  # ties of 3
+    newest_first = sorted(range(1, n + 1), key=lambda i: (-(i // 3), i))
+    assert _ids(store.since(T0 - 1)) == newest_first[::-1]  # oldest first
+    window = store.since(T0 - 1, keep=lambda b: {"trace_id": b["trace_id"]})
+    assert _ids(window) == newest_first[::-1]
+    assert all(set(b) == {"trace_id"} for b in window)
+    newest = store.since(T0 - 1, limit=SINCE_CHUNK + 1)
+    assert _ids(newest) == newest_first[:SINCE_CHUNK + 1][::-1]
+
+
 def test_feedback_retention_and_window(store: EvaluationStore) -> None:
     tid = f"{5:032x}"
     assert store.feedback(tid) is None

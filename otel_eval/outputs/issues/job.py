@@ -9,7 +9,8 @@ Usage (the service, when ``issues.interval_s > 0``):
 
     grafana = GrafanaAnnotator(cfg.issues.grafana) if cfg.issues.grafana.url else None
     job = IssuesJob(cfg.issues, cfg.issues.store_path or cfg.store.path,
-                    lambda since_ns: store.since(since_ns), metrics.registry, annotator=grafana)
+                    lambda ns: store.since(ns, keep=critique_fields), metrics.registry,
+                    annotator=grafana)
     job.start()                          # a thread: run_once() now, then every interval_s
     AdminApi(..., issues=job.latest_json)          # GET /v1/issues
     job.close(timeout_s)                 # on shutdown: stop the thread, close the catalogue
