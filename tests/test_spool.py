@@ -134,7 +134,7 @@ def test_revision_0_stored_after_a_reopen_keeps_the_reopened_spans(tmp_path: Pat
     assert b.stored_spans() == {T1: 3}
 
 
-def test_crash_between_store_and_spool_delete_replays_and_supersedes(
+def test_crash_between_store_and_spool_delete_replays_and_is_not_evaluated_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     a = Node(tmp_path)
     a.send([span(T1, 1, None), span(T1, 2)])
@@ -146,16 +146,33 @@ def test_crash_between_store_and_spool_delete_replays_and_supersedes(
     a.release()  # stored; deleting its spool rows fails: counted, the worker goes on
     assert a.sample("otel_eval_spool_failures_total", operation="delete") == 1
     assert a.stored_spans() == {T1: 2}
+    stamp = a.store.stamp(T1)
     a.crash()
     monkeypatch.undo()
 
     b = Node(tmp_path)
+    assert b.replayed == (1, 2, 0)
+    assert b.release() == 1  # released again, the same content: its evaluation is stored
+    assert b.sample("otel_eval_evaluation_skipped_total", reason="already_evaluated") == 1
+    assert b.store.stamp(T1) == stamp  # the row a wrote, not a second evaluation
+    counted = [s.name for m in b.metrics.registry.collect() for s in m.samples
+               if s.name in ("otel_eval_traces_completed_total",
+                             "otel_eval_traces_superseded_total")]
+    assert counted == []  # no second count of the trace
+    assert b.spool.held() == (0, 0)  # done all the same: its rows leave
+
+
+def test_a_replay_with_more_than_was_stored_is_evaluated_again(tmp_path: Path) -> None:
+    a = Node(tmp_path)
+    a.send([span(T1, 1, None), span(T1, 2)])
+    a.release()
+    a.send([span(T1, 3)])  # late: re-opens T1, then the crash
+    a.crash()
+
+    b = Node(tmp_path)
     b.release()
-    assert b.stored_spans() == {T1: 2}
-    superseded = [s.value for m in b.metrics.registry.collect() for s in m.samples
-                  if s.name == "otel_eval_traces_superseded_total"]
-    assert superseded == [1.0]
-    assert b.spool.held() == (0, 0)
+    assert b.sample("otel_eval_evaluation_skipped_total", reason="already_evaluated") == 0
+    assert b.stored_spans() == {T1: 3}
 
 
 def test_requests_that_feed_nothing_leave_no_row(tmp_path: Path) -> None:

@@ -42,7 +42,7 @@ from otel_eval.base.printable import configure_logging
 log = logging.getLogger(__name__)
 
 PackedSpan = tuple[Any, ...]
-PackedTrace = tuple[str, str, str, int, str, list[PackedSpan], list[Any]]
+PackedTrace = tuple[str, str, str, int, str, list[PackedSpan], list[Any], str]
 
 
 @dataclass(frozen=True)
@@ -88,13 +88,14 @@ def unpack_span(p: PackedSpan) -> Span:
 def pack_trace(t: Trace) -> PackedTrace:
     """Everything but the waiters (callbacks stay in the main process)."""
     return (t.trace_id, t.status, t.source, t.revision, t.release_reason,
-            [pack_span(s) for s in t.spans], t.logs)
+            [pack_span(s) for s in t.spans], t.logs, t.digest)
 
 
 def unpack_trace(p: PackedTrace) -> Trace:
-    tid, status, source, revision, reason, spans, logs = p
+    tid, status, source, revision, reason, spans, logs, digest = p
     return Trace(tid, [unpack_span(s) for s in spans], status,  # type: ignore[arg-type]
-                 source=source, revision=revision, release_reason=reason, logs=logs)
+                 source=source, revision=revision, release_reason=reason, logs=logs,
+                 digest=digest)
 
 
 def lean(ev: Evaluation) -> Evaluation:
@@ -153,7 +154,8 @@ def _serve(conn: Connection, spec: WorkerSpec, evaluator: Any, store: Any) -> No
         outcomes = evaluate_and_store(evaluator, store, traces, retried)
         if spec.lean:
             for out in outcomes:
-                lean(out.evaluation)
+                if out.evaluation is not None:
+                    lean(out.evaluation)
         try:
             conn.send(("done", msg_id, outcomes))
         except (BrokenPipeError, OSError):

@@ -1,8 +1,14 @@
 """Stage: assemble (finishing). Released traces -> evaluation -> what follows the store's commit.
 
-    enqueue(released traces) -> queue -> process: EvaluationStage.run (evaluate and store,
-        here or in worker processes) -> finish: spool (evaluated) -> metrics -> sinks
-        (events, forward, judge) -> pending budget released -> waiters (Kafka offsets)
+    enqueue(released traces: content digest) -> queue -> process: EvaluationStage.run
+        (evaluate and store, here or in worker processes) -> finish: spool (evaluated) ->
+        metrics -> sinks (events, forward, judge) -> pending budget released -> waiters
+        (Kafka offsets)
+
+A released trace whose content the store already holds an evaluation of (same trace id,
+same ``model.content_digest``: a redelivered Kafka record, a replayed spool row) comes back
+``already_evaluated``: counted (``otel_eval_evaluation_skipped_total{reason}``), no metric of
+the trace and no sink, but done like any other (spool rows deleted, waiters called).
 
 A trace's spans count as pending (``queued_spans``, ``queued_bytes``: admission bounds them)
 from its release until ``finish``, whatever the stage, so the receivers throttle while the
@@ -22,7 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from otel_eval.assemble.durability import Durability
-from otel_eval.base.model import Evaluation, Trace
+from otel_eval.base.model import Evaluation, Trace, content_digest
 from otel_eval.evaluate.stage import EvaluationStage, Job, Outcome
 from otel_eval.telemetry.metrics import Metrics
 
@@ -56,6 +62,7 @@ class Finishing:
     def enqueue(self, traces: list[Trace]) -> None:  # lock held
         now = self._clock()
         for t in traces:
+            t.digest = content_digest(t)  # what it is released with (the store keeps it)
             self._queue.append(Job(t, now))
             self.queued_spans += len(t.spans)
             self.queued_bytes += sum(s.nbytes for s in t.spans)
@@ -87,6 +94,9 @@ class Finishing:
         now = self._clock()
         for job, out in zip(jobs, outcomes, strict=True):
             trace, ev = job.trace, out.evaluation
+            if ev is None:  # the store holds this content's evaluation: done, not again
+                self._metrics.evaluation_skipped(out.skipped or "already_evaluated")
+                continue
             if out.failure is not None:
                 self._metrics.evaluation_failed("evaluate", out.failure)
             self._metrics.evaluation_stored(ev, now - job.released_at, out.superseded)

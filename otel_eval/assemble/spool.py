@@ -21,8 +21,9 @@ Promises:
   the order rows were written in, traces and logs interleaved (assembly takes either first);
 - a pair is deleted once that trace's evaluation (of the revision the request fed, or a later
   one) is committed, a request once no pair is left. Deletion follows the store's commit, one
-  transaction per engine batch: a crash between the two replays the trace, and its new
-  evaluation supersedes the stored one (nothing is lost; metrics count it as superseded).
+  transaction per engine batch: a crash between the two replays the trace, and finishing
+  finds its evaluation in the store by content digest and does not evaluate it again
+  (``already_evaluated``; a replay with late spans is evaluated and supersedes the row).
   Records of a trace no span ever joined are dropped by assembly (nothing to evaluate), and
   their pairs with them (``evaluated``, from the engine's tick);
 - replays are whole traces: only pending pairs are replayed, so a stored trace never comes

@@ -13,6 +13,7 @@ dicts); bulky message text is kept as the raw string and parsed only by whoever 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -176,6 +177,26 @@ class Trace:
     # Called once each when this trace's evaluation is stored (Kafka offset tracking).
     waiters: list[Callable[[], None]] = field(default_factory=list)
     logs: list[LogEvent] = field(default_factory=list)  # GenAI events sent as log records
+    # ``content_digest`` of what was released (set by finishing at release; "" = not yet):
+    # stored with the evaluation, so a redelivered trace of the same content is not
+    # evaluated again (Kafka rebalance, spool replay)
+    digest: str = ""
+
+
+def content_digest(trace: Trace) -> str:
+    """What a trace's evaluation was made from, as a short hex digest: its span ids with
+    their end times, and its log records (span id, time, name, body, attributes), each set
+    in a canonical order, so the same spans and records redelivered in another order or
+    batching give the same digest, and a span that ended later or one more record does not.
+    Linear in the trace's size."""
+    h = hashlib.blake2b(digest_size=16)
+    for span_id, end_ns in sorted((s.span_id, s.end_ns) for s in trace.spans):
+        h.update(f"s{span_id}:{end_ns};".encode())
+    records = sorted((r.span_id, r.time_unix_nano, r.name, repr(r.body), repr(r.attributes))
+                     for r in trace.logs)
+    for rec in records:
+        h.update(repr(rec).encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
 
 
 @dataclass(slots=True)
@@ -435,6 +456,8 @@ class Evaluation:
     # The v1 object as cut to ``trajectory.max_result_bytes`` (``evaluate.bounds``), when
     # the whole one was larger; ``to_json`` returns it instead of building the object anew
     bounded: dict[str, Any] | None = None
+    # the released trace's ``content_digest``, stored in its own column (not in the v1 object)
+    content_digest: str | None = None
 
     @property
     def trace_id(self) -> str:

@@ -5,6 +5,12 @@
 
 ``evaluate_and_store`` reads the store's agent history for runs no span named, and after
 the batch's commit adds its named completed runs to it (``otel_eval.evaluate.agent_inference``).
+It evaluates a trace only once per content: a trace whose ``digest`` the store already holds
+for its trace id (read with one query per batch, ``content_digests``) is not evaluated or
+stored again; its outcome says ``already_evaluated`` and the engine counts it, runs no sink for
+it, and treats it as done (spool rows deleted, Kafka offsets committed). That is what keeps a
+record redelivered after a Kafka rebalance (to a worker sharing the store) or a spool row
+replayed after a crash between commit and delete from being evaluated twice.
 
 ``InProcess`` evaluates and stores in the calling thread and calls ``done`` before ``run``
 returns (the engine's single-process path). ``workers.pool.WorkerPool`` hands the traces to
@@ -31,11 +37,15 @@ from otel_eval.store import EvaluationStore
 log = logging.getLogger(__name__)
 
 
+ALREADY_EVALUATED = "already_evaluated"  # Outcome.skipped: the store holds this content's
+
+
 @dataclass(slots=True)
 class Outcome:
-    evaluation: Evaluation
+    evaluation: Evaluation | None  # None when skipped
     superseded: bool  # an evaluation of this trace was already stored (re-opened, replayed)
     failure: str | None = None  # exception type when evaluating raised (stored as an error)
+    skipped: str | None = None  # why nothing was evaluated or stored (ALREADY_EVALUATED)
 
 
 @dataclass(slots=True)
@@ -75,6 +85,18 @@ def evaluate_and_store(evaluator: Evaluator, store: EvaluationStore, traces: Seq
     worker that died had taken, with when they were first handed out (wall clock, ns); a
     stored row of the same revision written since then is that worker's own commit, so
     storing again does not count as superseding it."""
+    ids = {t.trace_id for t in traces}
+    stored = store.content_digests(ids)  # one query per batch, like the feedback below
+    done = {i for i, t in enumerate(traces) if t.digest and stored.get(t.trace_id) == t.digest}
+    fresh = [t for i, t in enumerate(traces) if i not in done]
+    outcomes = iter(_evaluate_and_store(evaluator, store, fresh, retried_since_ns)
+                    if fresh else [])
+    return [Outcome(None, False, skipped=ALREADY_EVALUATED) if i in done else next(outcomes)
+            for i in range(len(traces))]
+
+
+def _evaluate_and_store(evaluator: Evaluator, store: EvaluationStore, traces: Sequence[Trace],
+                        retried_since_ns: Mapping[str, int] | None) -> list[Outcome]:
     evaluated: list[tuple[Evaluation, str | None]] = []
     known = store.feedback_many({t.trace_id for t in traces})  # one query, not one per trace
     history = RecallOnce(store)  # a run no span names: one query per kind of run, per batch
@@ -84,6 +106,7 @@ def evaluate_and_store(evaluator: Evaluator, store: EvaluationStore, traces: Seq
         except Exception as e:  # stage boundary: the trace is still stored, with the error
             log.exception("evaluation of trace %s failed", trace.trace_id)
             ev, failure = evaluator.failed(trace, e), type(e).__name__
+        ev.content_digest = trace.digest or None
         evaluated.append((ev, failure))
     own = set()
     for trace in traces:
@@ -113,6 +136,8 @@ def store_failed(evaluator: Evaluator, store: EvaluationStore, traces: Sequence[
     """Store ``traces`` as evaluation errors (``error`` says why): a trace that kept killing
     its worker is accounted for, not replayed forever and not dropped."""
     evs = [evaluator.failed(t, error) for t in traces]
+    for ev, t in zip(evs, traces, strict=True):
+        ev.content_digest = t.digest or None
     superseded = store.put_many(evs)
     return [Outcome(ev, sup, type(error).__name__)
             for ev, sup in zip(evs, superseded, strict=True)]

@@ -7,6 +7,12 @@ one contract test (tests/store/test_store_contract.py). Revision rules, the same
 - ``put_many`` writes whole rows: a new evaluation, or a re-evaluation of the trace (re-opened
   by late spans, or replayed after a crash), which supersedes the stored row whatever its
   revision (a replay restarts at revision 0 and carries every span the crash left pending).
+- Evaluations are idempotent per trace content: each row keeps the ``content_digest`` of the
+  trace it was made from (``model.content_digest``), and the engine skips a released trace
+  whose digest the store already holds for its trace id (``content_digests``, read once per
+  batch): a Kafka record redelivered to another worker after a rebalance, or a spool row
+  replayed after a crash between the store's commit and the spool's delete, is done, not
+  evaluated again. Late spans change the digest, so a re-opened trace is evaluated again.
 - ``put_judge`` and ``put_verdict`` each change their own part of a row, and only when the
   stored row is still the revision they read; otherwise nothing is written and they answer
   False (the judge's work belongs to that revision; feedback reads again and retries).
@@ -31,7 +37,10 @@ from otel_eval.store.query import EvaluationQuery, Page
 
 POSTGRESQL_SCHEMES = ("postgresql", "postgres")
 
-Row = tuple[str, int, int, str | None, str | None, str | None, str, bool | None, str]
+Row = tuple[str, int, int, str | None, str | None, str | None, str, bool | None, str, str | None]
+# The columns of a Row, in order (inserts name them: the table's order depends on migrations)
+ROW_COLUMNS = ("trace_id, revision, evaluated_at_ns, service, agent, task_id, status, passed, "
+               "body, content_digest")
 # (service, agent, fingerprints strongest first) of a completed run (agent_inference.learned)
 AgentRun = tuple[str, str, Sequence[str]]
 
@@ -91,6 +100,12 @@ class EvaluationStore(Protocol):
     def feedback_many(self, trace_ids: Collection[str]) -> dict[str, str]:
         """The known outcomes of those of ``trace_ids`` that have one (one query per batch:
         the engine reads them for every batch it evaluates)."""
+        ...
+
+    def content_digests(self, trace_ids: Collection[str]) -> dict[str, str]:
+        """The content digest stored with the evaluation of each of ``trace_ids`` that has
+        one (one query per batch): the engine evaluates a released trace only when its
+        content differs from what the stored evaluation was made from."""
         ...
 
     def delete_older_than(self, cutoff_ns: int) -> int: ...
@@ -156,7 +171,8 @@ def evaluation_row(ev: Evaluation) -> Row:
     """The row of an evaluation: the pulled-out columns, then the JSON body as text."""
     t, v = ev.trajectory, ev.verdict
     return (ev.trace_id, t.revision, ev.evaluated_at_ns, t.service, t.agent, t.task_id,
-            t.status, None if v is None else bool(v.passed), ev.to_json_text())
+            t.status, None if v is None else bool(v.passed), ev.to_json_text(),
+            ev.content_digest)
 
 
 def is_postgresql_url(target: str) -> bool:

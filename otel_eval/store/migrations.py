@@ -8,6 +8,8 @@ Both stores keep the same tables, with each engine's types:
     3  agent_history (the agents of completed runs by service and fingerprint, bounded:
        ``otel_eval.store.base``; read for runs no span named,
        ``otel_eval.evaluate.agent_inference``)
+    4  evaluations.content_digest (what the evaluation was made from: a trace redelivered
+       with the same content is not evaluated again; NULL in rows stored before it)
 
 ``schema_version`` records each applied migration (version, description, when). Opening a
 store applies what is missing, in order, in one transaction: a crash part-way leaves the
@@ -76,6 +78,9 @@ SQLITE: tuple[Migration, ...] = (
         "(service, seen_ns)",
         "CREATE INDEX IF NOT EXISTS agent_history_by_time ON agent_history (seen_ns)",
     )),
+    (4, "evaluation content digest", (
+        "ALTER TABLE evaluations ADD COLUMN content_digest TEXT",
+    )),
 )
 
 # The body is TEXT holding the JSON as written (not jsonb): key order kept, and span content's
@@ -126,6 +131,9 @@ POSTGRESQL: tuple[Migration, ...] = (
         "CREATE INDEX IF NOT EXISTS agent_history_by_service ON agent_history "
         "(service, seen_ns)",
         "CREATE INDEX IF NOT EXISTS agent_history_by_time ON agent_history (seen_ns)",
+    )),
+    (4, "evaluation content digest", (
+        "ALTER TABLE evaluations ADD COLUMN IF NOT EXISTS content_digest TEXT",
     )),
 )
 

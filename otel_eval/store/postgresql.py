@@ -45,6 +45,7 @@ from otel_eval.store.base import (
     AGENT_HISTORY_PER_SERVICE,
     AGENT_HISTORY_PRUNE_EVERY,
     AGENT_HISTORY_ROWS,
+    ROW_COLUMNS,
     AgentRun,
     Keep,
     evaluation_row,
@@ -66,11 +67,12 @@ _SINCE_AFTER = ("SELECT evaluated_at_ns, trace_id, body FROM evaluations WHERE e
 
 T = TypeVar("T")
 
-_UPSERT = """INSERT INTO evaluations AS e VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
+_UPSERT = f"""INSERT INTO evaluations AS e ({ROW_COLUMNS})
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (trace_id) DO UPDATE SET revision = excluded.revision,
     evaluated_at_ns = excluded.evaluated_at_ns, service = excluded.service,
     agent = excluded.agent, task_id = excluded.task_id, status = excluded.status,
-    passed = excluded.passed, body = excluded.body
+    passed = excluded.passed, body = excluded.body, content_digest = excluded.content_digest
 RETURNING NOT (xmax = 0)"""
 
 # Seconds before each put_many attempt: the first, and the first retry, at once.
@@ -157,6 +159,15 @@ class PostgresStore:
         rows = self._retrying(lambda conn: conn.execute(
             "SELECT trace_id, outcome FROM feedback WHERE trace_id = ANY(%s)", (ids,)
         ).fetchall())
+        return {str(r[0]): str(r[1]) for r in rows}
+
+    def content_digests(self, trace_ids: Collection[str]) -> dict[str, str]:
+        ids = [_text(t) for t in trace_ids]
+        if not ids:
+            return {}
+        rows = self._retrying(lambda conn: conn.execute(
+            "SELECT trace_id, content_digest FROM evaluations WHERE trace_id = ANY(%s) "
+            "AND content_digest IS NOT NULL", (ids,)).fetchall())
         return {str(r[0]): str(r[1]) for r in rows}
 
     def put_judge(self, trace_id: str, revision: int, judge: dict[str, Any]) -> bool:

@@ -26,6 +26,7 @@ from otel_eval.store.base import (
     AGENT_HISTORY_PER_SERVICE,
     AGENT_HISTORY_PRUNE_EVERY,
     AGENT_HISTORY_ROWS,
+    ROW_COLUMNS,
     AgentRun,
     Keep,
     evaluation_row,
@@ -84,8 +85,8 @@ class SqliteStore:
                 for row in rows:  # a trace twice in the batch: the second supersedes
                     superseded.append(row[0] in seen)
                     seen.add(row[0])
-                cur.executemany("INSERT OR REPLACE INTO evaluations VALUES (?,?,?,?,?,?,?,?,?)",
-                                rows)
+                cur.executemany(f"INSERT OR REPLACE INTO evaluations ({ROW_COLUMNS}) "
+                                "VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
                 cur.execute("COMMIT")
             except BaseException:
                 cur.execute("ROLLBACK")
@@ -196,6 +197,17 @@ class SqliteStore:
                 out.update(self._db.execute(
                     "SELECT trace_id, outcome FROM feedback WHERE trace_id IN "
                     f"({','.join('?' * len(chunk))})", chunk).fetchall())
+        return out
+
+    def content_digests(self, trace_ids: Collection[str]) -> dict[str, str]:
+        ids = list(trace_ids)
+        out: dict[str, str] = {}
+        with self._lock:
+            for i in range(0, len(ids), 500):
+                chunk = ids[i:i + 500]
+                out.update(self._db.execute(
+                    "SELECT trace_id, content_digest FROM evaluations WHERE content_digest IS "
+                    f"NOT NULL AND trace_id IN ({','.join('?' * len(chunk))})", chunk).fetchall())
         return out
 
     def delete_older_than(self, cutoff_ns: int) -> int:

@@ -48,6 +48,8 @@ Metrics (counters are exposed with the ``_total`` suffix):
                otel_eval_detector_tool_errors_total{agent,kind,tool}  selection|arguments|runtime
     evaluation otel_eval_evaluation_completion_to_verdict_seconds     histogram
                otel_eval_evaluation_failures_total{stage,reason}
+               otel_eval_evaluation_skipped_total{reason}  already_evaluated: released traces
+               whose content the store already holds an evaluation of (redelivered, replayed)
     judge      otel_eval_judge_calls_total{judge,status}       one per LLM call (judge or combined)
                otel_eval_judge_tokens_total{judge,direction}   input|output
                otel_eval_judge_cost_usd_total{judge}
@@ -90,6 +92,8 @@ Re-evaluations: ``evaluation_stored(..., superseded=True)`` (late spans re-opene
 was already counted) counts only ``traces_superseded`` and the completion-to-verdict latency;
 every other trace counter reflects the first evaluation of each trace, so rates stay rates of
 traces, not of evaluations. The stored evaluation (results API) always holds the latest one.
+A released trace whose content the store already holds an evaluation of (redelivered by
+Kafka, replayed by the spool) is not evaluated: it counts only ``evaluation_skipped``.
 """
 
 from __future__ import annotations
@@ -244,6 +248,10 @@ class Metrics:
                                 "Held log records dropped, by reason.", ["reason"])
         self.c_eval_failed = c("evaluation_failures", "Evaluations that failed, by stage.",
                                ["stage", "reason"])
+        self.c_skipped = c("evaluation_skipped",
+                           "Released traces not evaluated, by reason (already_evaluated).",
+                           ["reason"])
+        self.c_skipped.labels("already_evaluated")  # 0, not absent, until the first one
         self.c_sink_dropped = c("sink_dropped", "Items a result sink dropped, by reason.",
                                 ["sink", "reason"])
         self.c_forwarded = c("forward_spans_sent", "Spans forwarded downstream.")
@@ -446,6 +454,9 @@ class Metrics:
 
     def evaluation_failed(self, stage: str, reason: str) -> None:
         self.c_eval_failed.labels(stage, reason).inc()
+
+    def evaluation_skipped(self, reason: str) -> None:
+        self.c_skipped.labels(reason).inc()
 
     # --- sink verbs -----------------------------------------------------------------------
 

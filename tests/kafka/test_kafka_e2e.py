@@ -1,26 +1,30 @@
 """``collector-config/kafka.yaml`` end to end: the real OpenTelemetry Collector (built by
 scripts/collector) writing to the suite's real Kafka broker, and a consumer group of two
-``otel-eval serve`` workers, one of them killed with SIGKILL mid-stream; the group rebalances
+``otel-eval serve`` workers sharing one PostgreSQL store (the Kafka deployment the guide and
+the helm example recommend), one of them killed with SIGKILL mid-stream; the group rebalances
 and the survivor takes the dead worker's partitions over.
 
     agent (recorded OTLP/JSON, POSTed to the collector's OTLP/HTTP receiver) -> collector
         (kafka.yaml as shipped, endpoints rewritten: kafka exporter, partition_traces_by_id,
         partition_logs_by_trace_id) -> topics otlp_spans + otlp_logs (6 partitions each)
-        -> workers A and B (group mode, range assignment, one SQLite store each);
+        -> workers A and B (group mode, range assignment, one shared PostgreSQL store);
         A is SIGKILLed mid-stream
 
 The traces are the openai-v2-events conformance recordings (content only in log records),
 each replayed many times under fresh trace ids. kafka.yaml compresses with zstd (aiokafka
-decodes it with cramjam, from its codec extras). Counted, and asserted:
-- **lost**: a sent trace with no stored evaluation in either store, or whose newest stored
-  evaluation lacks its log records' content (``unrecorded``) or some of its spans: 0;
-- **evaluated twice**: a trace with a stored evaluation in both workers' stores at the same
-  revision (a higher revision in the survivor's store is a superseding re-evaluation, e.g.
-  re-opened by late records, and is not counted). The consumer commits a record's offset only
-  after its traces are stored, so the traces A stored after its last commit are replayed by B:
-  at-least-once. Asserted: every trace evaluated twice is one A stored *and* one whose records
-  the group's committed state (offsets and done-records metadata, read right after the kill)
-  leaves to be replayed; nothing A had committed is evaluated again.
+decodes it with cramjam, from its codec extras). Every write of an evaluation row is recorded
+by a trigger the test adds to the store (trace id, revision, content digest, and the writer:
+each worker connects as its own database role), so each evaluation stored by either worker,
+the killed one included, is counted. Asserted:
+- **lost**: a sent trace with no stored evaluation, or whose stored evaluation lacks its log
+  records' content (``unrecorded``) or some of its spans: 0;
+- **evaluated twice**: a trace stored twice from the same content (same content digest, by
+  either worker): 0. The consumer commits a record's offset only after its traces are stored,
+  so the records of the traces A stored after its last commit are redelivered to B; B finds
+  their evaluation in the store and skips them (``otel_eval_evaluation_skipped_total{reason=
+  "already_evaluated"}``), committing their offsets all the same: when A had stored traces
+  after its last commit, B skipped at least one. A trace stored again from other content
+  (re-opened by late records) is a superseding evaluation, not counted.
 """
 
 from __future__ import annotations
@@ -29,7 +33,6 @@ import asyncio
 import hashlib
 import json
 import signal
-import sqlite3
 import sys
 import urllib.request
 import uuid
@@ -37,10 +40,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from kafka_server import KafkaServer
 from otel_collector import Collector, free_port, render
+from postgresql_server import PostgresServer
 
 from otel_eval.base.kafka.config import KafkaConfig
 from otel_eval.receive.kafka.offsets import decode_done
@@ -90,14 +95,41 @@ def post(http_url: str, signal_name: str, body: bytes) -> None:
         assert r.status == 200
 
 
-def stored(store: Path) -> dict[str, dict[str, Any]]:
-    """trace id -> {revision, body} of a (possibly killed) worker's SQLite store."""
-    if not store.exists():
-        return {}
-    with sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=10) as db:
-        rows = db.execute("SELECT trace_id, revision, body FROM evaluations").fetchall()
-    db.close()
-    return {t: {"revision": int(r), "body": json.loads(b)} for t, r, b in rows}
+# Every row the workers write to ``evaluations``, in the order written (the killed worker's
+# too: a row count no store snapshot can give once rows are replaced).
+_AUDIT = """
+CREATE TABLE evaluation_writes (trace_id TEXT, revision INTEGER, content_digest TEXT,
+                                body TEXT, writer TEXT);
+CREATE FUNCTION record_evaluation_write() RETURNS trigger AS $$
+BEGIN
+    INSERT INTO evaluation_writes VALUES (NEW.trace_id, NEW.revision, NEW.content_digest,
+                                          NEW.body, session_user);
+    RETURN NEW;
+END $$ LANGUAGE plpgsql;
+CREATE TRIGGER evaluation_writes AFTER INSERT OR UPDATE ON evaluations
+    FOR EACH ROW EXECUTE FUNCTION record_evaluation_write();
+"""
+
+
+def writes(url: str) -> list[tuple[str, int, str | None, str]]:
+    """(trace id, revision, content digest, writer: the worker's database role) of every
+    evaluation row written, in order."""
+    with psycopg.connect(url) as conn:
+        return [(str(t), int(r), d, str(w)) for t, r, d, w in conn.execute(
+            "SELECT trace_id, revision, content_digest, writer FROM evaluation_writes")]
+
+
+def as_role(url: str, role: str) -> str:
+    """``url`` connecting as ``role`` (created by the test; trust authentication)."""
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://{role}@{rest.partition('@')[2]}"
+
+
+def stored(url: str) -> dict[str, dict[str, Any]]:
+    """trace id -> the stored per-trace object in the shared store."""
+    with psycopg.connect(url) as conn:
+        return {str(t): json.loads(b) for t, b in conn.execute(
+            "SELECT trace_id, body FROM evaluations")}
 
 
 async def replayable(bootstrap: str, group: str, topics: tuple[str, str]) -> set[str]:
@@ -138,15 +170,21 @@ def topics(kafka_server: KafkaServer) -> Iterator[tuple[str, str]]:
     kafka_server.delete_topic(logs)
 
 
-def test_kafka_yaml_group_of_two_workers_one_killed_mid_stream_loses_no_trace(
+def test_kafka_yaml_group_of_two_workers_one_killed_mid_stream_evaluates_each_trace_once(
         kafka_server: KafkaServer, otelcol_bin: Path, topics: tuple[str, str],
-        tmp_path: Path) -> None:
+        postgresql_server: PostgresServer, tmp_path: Path) -> None:
     # otel-eval's defaults are kafka.yaml's topics and encodings: only the brokers are set
     defaults = KafkaConfig()
     assert (defaults.topic, defaults.logs_topic) == topics
     assert defaults.encoding == defaults.logs_encoding == "otlp_proto"
+    url = postgresql_server.create_database()
+    with psycopg.connect(url, autocommit=True) as conn:  # one role per worker: who wrote
+        for role in ("worker_a", "worker_b"):
+            conn.execute(f"DO $$ BEGIN CREATE ROLE {role} LOGIN SUPERUSER; EXCEPTION WHEN "
+                         "duplicate_object THEN NULL; END $$")  # roles are the server's
     kafka = {"brokers": kafka_server.bootstrap, "group_id": f"g-{uuid.uuid4().hex[:8]}",
-             "commit_interval_s": 0.2, "session_timeout_s": 6.0}
+             # long enough that A holds stored, uncommitted traces when it is killed
+             "commit_interval_s": 3.0, "session_timeout_s": 6.0}
     worker_cfg = {"kafka": kafka, "assembly": {"grace_s": 0.5, "idle_timeout_s": 5.0}}
     sent = traces()
     for d in ("a", "b"):
@@ -156,43 +194,54 @@ def test_kafka_yaml_group_of_two_workers_one_killed_mid_stream_loses_no_trace(
         "0.0.0.0:4317": f"127.0.0.1:{free_port()}", "0.0.0.0:4318": f"127.0.0.1:{http_port}",
         "kafka:9092": kafka_server.bootstrap}), tmp_path)
     front = f"http://127.0.0.1:{http_port}"
-    with serve(tmp_path / "a", worker_cfg) as a, serve(tmp_path / "b", worker_cfg) as b, \
+    with serve(tmp_path / "a", worker_cfg, store_url=as_role(url, "worker_a")) as a, \
+            serve(tmp_path / "b", worker_cfg, store_url=as_role(url, "worker_b")) as b, \
             collector:
+        with psycopg.connect(url, autocommit=True) as conn:  # the workers migrated it
+            conn.execute(_AUDIT)
         half = len(sent) // 2
         for _tid, _n, bodies in sent[:half]:
             for sig, body in bodies:
                 post(front, sig, body)
         # Mid-stream: both members store, and the rest is still to come.
-        poll(lambda: stored(a.store) and stored(b.store), 120, "both workers to store traces")
+        poll(lambda: {w[3] for w in writes(url)} == {"worker_a", "worker_b"}, 120,
+             "both workers to store traces")
         a.proc.send_signal(signal.SIGKILL)
         a.proc.wait(10)
-        a_stored = stored(a.store)
+        a_stored = {w[0] for w in writes(url) if w[3] == "worker_a"}
         # before B takes A's partitions over (after session_timeout_s): A's last commits
         to_replay = asyncio.run(replayable(kafka_server.bootstrap, kafka["group_id"], topics))
         for _tid, _n, bodies in sent[half:]:
             for sig, body in bodies:
                 post(front, sig, body)
         want = {tid for tid, _, _ in sent}
-        poll(lambda: want <= set(a_stored) | set(stored(b.store)), 240,
-             "every trace stored by one of the workers")
-        b_stored = stored(b.store)
+        poll(lambda: want <= set(stored(url)), 240, "every trace stored")
+        # and every record done (committed): a redelivered one evaluated again would show now
+        poll(lambda: not asyncio.run(replayable(kafka_server.bootstrap, kafka["group_id"],
+                                                topics)), 120, "every record committed")
+        final, rows = stored(url), writes(url)
         b_metrics = b.metrics()
-    lost, twice = [], []
-    newest = {tid: max((s[tid] for s in (a_stored, b_stored) if tid in s),
-                       key=lambda e: e["revision"])["body"] for tid, _, _ in sent}
-    steps = {sc: max(len(newest[t]["steps"]) for t, s, _ in sent if s == sc) for sc in SCENARIOS}
+    lost = []
+    steps = {sc: max(len(final[t]["steps"]) for t, s, _ in sent if s == sc) for sc in SCENARIOS}
     for tid, scenario, _ in sent:
-        ev = newest[tid]
+        ev = final[tid]
         if "unrecorded" in ev or len(ev["steps"]) < steps[scenario]:  # content or spans lost
             lost.append(tid)
-        if tid in a_stored and tid in b_stored \
-                and a_stored[tid]["revision"] == b_stored[tid]["revision"]:
-            twice.append(tid)
-    print(f"\nkafka.yaml e2e: sent {len(sent)} traces, stored by A {len(a_stored)} (killed), "
-          f"by B {len(b_stored)}, lost {len(lost)}, evaluated twice {len(twice)} (of "
-          f"{len(to_replay & set(a_stored))} A stored after its last commit); "
+    per_content: dict[tuple[str, str | None], int] = {}
+    for tid, _rev, digest, _writer in rows:
+        per_content[tid, digest] = per_content.get((tid, digest), 0) + 1
+    twice = sorted({tid for (tid, _), n in per_content.items() if n > 1})
+    skipped = b_metrics.get("otel_eval_evaluation_skipped_total", 0)
+    print(f"\nkafka.yaml e2e (shared PostgreSQL store): sent {len(sent)} traces, "
+          f"{len(rows)} evaluations stored, {len(a_stored)} by A before it was killed "
+          f"({len(to_replay & a_stored)} after its last commit: redelivered), lost {len(lost)}, "
+          f"evaluated twice {len(twice)}, skipped by B as already evaluated {skipped:.0f}; "
           f"B took {b_metrics.get('otel_eval_receiver_log_records_accepted_total', 0):.0f} "
           "log records", file=sys.stderr)
     assert not lost, lost[:5]
-    # at-least-once: only what A stored after its last commit is evaluated again
-    assert set(twice) <= to_replay & set(a_stored), set(twice) - to_replay
+    assert all(d is not None for _, _, d, _ in rows)  # every row records its content
+    assert not twice, twice[:5]
+    # the redelivered traces A had stored were found in the store, not evaluated again
+    if to_replay & a_stored:
+        assert skipped >= 1
+    assert len({tid for tid, *_ in rows}) == len(sent)

@@ -32,10 +32,10 @@ from otel_eval.app import worker as child
 from otel_eval.app.config import Config, replace
 from otel_eval.app.service import Service
 from otel_eval.app.workers import WorkerPool
-from otel_eval.base.model import Span, Trace
+from otel_eval.base.model import LogEvent, Span, Trace, content_digest
 from otel_eval.decode import otlp
 from otel_eval.evaluate.evaluator import Evaluator
-from otel_eval.evaluate.stage import InProcess, evaluate_and_store
+from otel_eval.evaluate.stage import ALREADY_EVALUATED, InProcess, evaluate_and_store
 from otel_eval.store import Store
 
 SPANS = 3  # per trace: a root and two children, all ended
@@ -214,6 +214,41 @@ def test_a_retried_trace_the_dead_worker_had_stored_is_not_superseded(tmp_path: 
         store.close()
 
 
+def test_a_trace_stored_from_the_same_content_is_not_evaluated_again(tmp_path: Path) -> None:
+    """A redelivered trace (a Kafka record after a rebalance, a spool row after a crash, a
+    dead worker's retry) whose content the store already holds an evaluation of is skipped;
+    other content of the same trace id (a late span, one more log record) is evaluated."""
+    evaluator = Evaluator(Config())
+    store = Store(str(tmp_path / "s.db"))
+
+    def released(spans: list[Span], logs: tuple[LogEvent, ...] = ()) -> Trace:
+        t = Trace("c" * 32, spans, "complete", logs=list(logs))
+        t.digest = content_digest(t)
+        return t
+
+    spans = _trace("c" * 32)
+    record = LogEvent("c" * 32, spans[1].span_id, "gen_ai.choice", 5, {}, {"content": "hi"})
+    try:
+        [first] = evaluate_and_store(evaluator, store, [released(spans, (record,))])
+        stamp = store.stamp("c" * 32)
+        other = Trace("d" * 32, _trace("d" * 32), "complete")
+        # the same spans and record, redelivered in another order and batch
+        [again, fresh] = evaluate_and_store(
+            evaluator, store, [released(spans[::-1], (record,)), other])
+        assert (again.evaluation, again.skipped) == (None, ALREADY_EVALUATED)
+        assert fresh.evaluation is not None and fresh.skipped is None
+        assert store.stamp("c" * 32) == stamp
+        late = Span("c" * 32, f"{99:016x}", f"{1:016x}", "chat", 4, 5,
+                    resource={"service.name": "agents"})
+        for changed in (released([*spans, late], (record,)), released(spans),
+                        released(spans, (record, dataclasses.replace(record, time_unix_nano=6)))):
+            [out] = evaluate_and_store(evaluator, store, [changed])
+            assert out.evaluation is not None and out.superseded, changed
+    finally:
+        store.close()
+    assert first.evaluation is not None and first.evaluation.content_digest
+
+
 def test_what_travels_to_and_from_a_worker_arrives_whole(datasets: Path) -> None:
     """Traces go as packed tuples, evaluations come back through multiprocessing's pickler
     rebuilt by their constructors: the worker's evaluation equals the one made here, and a
@@ -228,8 +263,10 @@ def test_what_travels_to_and_from_a_worker_arrives_whole(datasets: Path) -> None
     spans = otlp.decode_request(otlp.parse_request(request)[0]).spans
     assert spans and all(s._lazy is not None for s in spans)
     trace = Trace(loaded.trace_id, spans, "complete")
+    trace.digest = content_digest(trace)
     sent = pickle.loads(ForkingPickler.dumps(child.pack_trace(trace)))
     back = child.unpack_trace(sent)
+    assert back.digest == trace.digest
     assert [(s.span_id, s.attributes, s.events, s.resource) for s in back.spans] == \
         [(s.span_id, s.attributes, s.events, s.resource) for s in trace.spans]
     here = evaluator.evaluate(trace)
