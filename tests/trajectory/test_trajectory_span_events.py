@@ -96,3 +96,16 @@ def test_log_record_bodies_that_are_json_text_are_read_as_json() -> None:
     assert [(c.name, c.arguments, c.call_id) for c in llm.tool_calls] == [
         ("get_weather", {"city": "Paris"}, "c1")]
     assert llm.finish_reasons == ["tool_calls"] and llm.prompt == "Weather?"
+
+
+def test_llm_outputs_of_messages_without_text_are_no_stagnation() -> None:
+    """Outputs read as messages that hold no text and no call are unknown, never alike."""
+    empty = json.dumps([{"role": "assistant", "finish_reason": "stop"}])
+    said = json.dumps([{"role": "assistant", "content": "I keep saying the same thing."}])
+    for output, stagnates in ((empty, False), (said, True)):
+        spans = [span(f"chat{i}", start=i, attrs={"gen_ai.operation.name": "chat",
+                                                  "gen_ai.output.messages": output})
+                 for i in range(4)]
+        t = build_trajectory(trace(*spans), TrajectoryConfig())
+        findings, _ = Detectors(DetectorsConfig()).evaluate(t)
+        assert any(f.kind == "stagnation" for f in findings) is stagnates, output

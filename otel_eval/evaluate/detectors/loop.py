@@ -206,6 +206,10 @@ def _output(step: Step) -> str:
     text = (step.output_text or "").strip()
     if any(c.arguments is None for c in step.tool_calls):
         return ""  # calls whose arguments were not recorded: unknown, not alike
+    if not step.tool_calls and text[:1] in ("[", "{") and step.answer is None:
+        # messages with no text (``Step.answer``) and no call: what they said is unknown,
+        # never alike (Semantic Kernel's choice records read as text: '[{"role": ...}]')
+        return ""
     if step.tool_calls and text:
         text += "\n" + "\n".join(f"{c.name} {canonical_arguments(c.arguments)}"
                                  for c in step.tool_calls)
