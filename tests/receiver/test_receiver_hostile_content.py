@@ -52,7 +52,7 @@ def test_served_evaluations_are_strict_json_with_a_verdict(tmp_path: Path) -> No
                 pass
             for _ in range(3):
                 with tracer.start_as_current_span("execute_tool search", attributes=search(
-                        '{"q": NaN, "n": -Infinity}')):
+                        '{"q": [NaN, -Infinity]}')):
                     pass
             trace_id = f"{root.get_span_context().trace_id:032x}"
         provider.shutdown()
@@ -63,5 +63,5 @@ def test_served_evaluations_are_strict_json_with_a_verdict(tmp_path: Path) -> No
     assert one["verdict"]["passed"] is False
     assert {f"{f['detector']}/{f['kind']}" for f in one["findings"]} >= {
         "loop/repeated_call", "tool_call/schema"}
-    assert one["steps"][2]["arguments"] == {"q": "NaN", "n": "-Infinity"}
+    assert one["steps"][2]["arguments"] == {"q": ["NaN", "-Infinity"]}
     assert not math.isnan(one["duration_s"])

@@ -10,6 +10,9 @@ from typing import Any
 
 TRACE_ID = "0123456789abcdef0123456789abcdef"
 BIG = 20_000_000
+# The critique stays under a results page's byte bound (store MAX_PAGE_BYTES, 16 MiB), so the
+# run list shows this run beside the guide's on one page.
+CRITIQUE_BIG = 10_000_000
 XSS = ('<script>window.__pwned="script"</script><img src=x onerror="window.__pwned=\'img\'">'
        '<a href="javascript:window.__pwned=\'link\'" id="evil">click</a>'
        '"><svg onload="window.__pwned=\'svg\'"></svg><style>body{display:none}</style>')
@@ -65,6 +68,6 @@ def write_trace(path: Path) -> Path:
 def judge(span_id: str) -> dict[str, Any]:
     """A judge result whose critique is hostile and 20 MB long."""
     return {"judges": {"combined": {"status": "ok", "critiques": [
-        {"dimension": XSS, "score": 0.1, "text": XSS + ESCAPES + "C" * BIG,
+        {"dimension": XSS, "score": 0.1, "text": XSS + ESCAPES + "C" * CRITIQUE_BIG,
          "span_id": span_id, "node": None, "step_index": None}]}},
         "overall": {"status": "ok", "process_score": 0.1}}
