@@ -108,6 +108,8 @@ def feed_round(metrics: Metrics, round_no: int, traces: int = 10) -> list[str]:
     metrics.spans_rejected("grpc", "invalid_span_id", 10)
     metrics.request_throttled("grpc", "pending_spans")
     metrics.request_refused("http", "unauthenticated")
+    metrics.connection_closed("admin", "header_timeout")
+    metrics.evaluation_skipped("already_evaluated")
     # the per-metric series cap is reached only past max_series_per_metric combinations
     # (tests/metrics/test_series_cap.py drives that); here the counter is fed as it would be
     metrics.c_series_overflow.labels("otel_eval_traces_completed").inc()

@@ -107,7 +107,10 @@ def test_every_panel_and_alert_query_returns_data(
 # prediction_labelled / _rolling_auc: the feed carries no outcomes (tests/predict sends them).
 # workers_restarts / _retried_traces: no worker dies here (tests/receiver/
 # test_worker_processes.py kills one); serve runs with --workers 2 for the other two.
-_NOT_FED = ("receiver_requests_throttled", "receiver_requests_refused",
+# receiver_connections_closed: no client hangs up or stalls here (tests/operations does);
+# evaluation_skipped: nothing is replayed or redelivered here (tests/test_spool.py, tests/kafka).
+_NOT_FED = ("receiver_connections_closed", "evaluation_skipped",
+            "receiver_requests_throttled", "receiver_requests_refused",
             "metrics_series_overflow", "sink_dropped", "evaluation_failures",
             "traces_lucky_passes", "traces_superseded", "spool_failures", "judge_", "kafka_",
             "receiver_log_records_rejected", "assembly_log_records_dropped",
