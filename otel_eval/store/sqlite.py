@@ -189,25 +189,23 @@ class SqliteStore:
         return None if row is None else str(row[0])
 
     def feedback_many(self, trace_ids: Collection[str]) -> dict[str, str]:
-        ids = list(trace_ids)
-        out: dict[str, str] = {}
-        with self._lock:
-            for i in range(0, len(ids), 500):
-                chunk = ids[i:i + 500]
-                out.update(self._db.execute(
-                    "SELECT trace_id, outcome FROM feedback WHERE trace_id IN "
-                    f"({','.join('?' * len(chunk))})", chunk).fetchall())
-        return out
+        return self._by_trace_ids("SELECT trace_id, outcome FROM feedback WHERE", trace_ids)
 
     def content_digests(self, trace_ids: Collection[str]) -> dict[str, str]:
+        return self._by_trace_ids("SELECT trace_id, content_digest FROM evaluations WHERE "
+                                  "content_digest IS NOT NULL AND", trace_ids)
+
+    def _by_trace_ids(self, select_where: str, trace_ids: Collection[str]) -> dict[str, str]:
+        """``select_where`` (trace_id, value) rows ``AND trace_id IN`` the ids, 500 ids a
+        query (under SQLite's bound on host parameters)."""
         ids = list(trace_ids)
         out: dict[str, str] = {}
         with self._lock:
             for i in range(0, len(ids), 500):
                 chunk = ids[i:i + 500]
                 out.update(self._db.execute(
-                    "SELECT trace_id, content_digest FROM evaluations WHERE content_digest IS "
-                    f"NOT NULL AND trace_id IN ({','.join('?' * len(chunk))})", chunk).fetchall())
+                    f"{select_where} trace_id IN ({','.join('?' * len(chunk))})",
+                    chunk).fetchall())
         return out
 
     def delete_older_than(self, cutoff_ns: int) -> int:
