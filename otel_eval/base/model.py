@@ -265,6 +265,10 @@ class Step:
     # of that action, not one of the run's own (budgets and the steps histogram count the
     # action once); the loop rules still compare it with the other calls of its tool
     in_code: bool = False
+    # a code action an LLM reply wrote, made a step of its own (``conventions.code_actions``:
+    # smolagents' python_interpreter block): a step of the run, not a tool call (the calls of
+    # known tools in it are, marked ``in_code``)
+    code_block: bool = False
     convention: str = "unknown"
     # llm steps, readable (``conventions.messages``): the last message it was sent (user or
     # tool) and the text of its reply; None when not recorded
@@ -383,6 +387,13 @@ class Trajectory:
         known tools made from its code)."""
         return [s for s in self.steps if s.kind == "tool" and not s.in_code]
 
+    @property
+    def tool_call_steps(self) -> list[Step]:
+        """The tool calls: tool steps but the code blocks an LLM reply wrote (a block is a
+        step, the calls of known tools in it are the calls; an interpreter tool's span, which
+        the LLM called, is one)."""
+        return [s for s in self.steps if s.kind == "tool" and not s.code_block]
+
     def usage(self) -> dict[str, Any]:
         llm = self.llm_steps
         costs = [s.cost_usd for s in llm if s.cost_usd is not None]
@@ -396,7 +407,7 @@ class Trajectory:
         return {
             "spans": self.span_count,
             "llm_calls": len(self.llm_steps),
-            "tool_calls": len(self.tool_steps),
+            "tool_calls": len(self.tool_call_steps),
             "errors": sum(1 for s in self.steps if s.status == "error"),
         }
 

@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 from detector_factory import bash, kinds, llm, tool, traj
 
@@ -9,6 +11,19 @@ from otel_eval.evaluate.detectors.config import DetectorsConfig, LoopConfig
 SAME = ("The answer is not in these results, so I will search again with the same query. "
         "If that does not work either, I will look at the documentation index and try the "
         "search tool one more time with the same words as before.")
+
+
+
+def _code(source: str) -> Step:
+    """A code block made a step (smolagents' python_interpreter, rebuilt from the reply)."""
+    return dataclasses.replace(tool("python_interpreter", {"code": source}, "sunny"),
+                               rebuilt=True, code_block=True)
+
+
+def _in_code(name: str, city: str) -> Step:
+    """A call of a known tool made from the block before it."""
+    return dataclasses.replace(tool(name, {"city": city}, f"sunny in {city}"), in_code=True)
+
 
 CASES: list[tuple[str, list[Step], list[str]]] = [
     ("llm-tool-llm alternation is not a loop",
@@ -66,6 +81,16 @@ CASES: list[tuple[str, list[Step], list[str]]] = [
     ("(e) python code action text",
      [tool("python_interpreter", {"code": "print(x)\n"}, "1"),
       tool("python_interpreter", {"code": "print(x)"}, "1")], ["loop/repeated_action"]),
+    ("(a) a code step stands for its calls: the same call from two blocks is a repeat",
+     [_code("x = get_weather(city='Paris')\nprint(x)"), _in_code("get_weather", "Paris"),
+      _code("print(get_weather(city='Paris'))"), _in_code("get_weather", "Paris")],
+     ["loop/repeated_call"]),
+    ("(a) the same block making the same call 4 times is a repeated call, not a cycle",
+     [_code("print(get_weather(city='Paris'))"), _in_code("get_weather", "Paris")] * 4,
+     ["loop/repeated_call"]),
+    ("the same block making different calls is no loop",
+     [s for c in ("Paris", "Rome", "Oslo") for s in (
+         _code("print(get_weather(city=c))"), _in_code("get_weather", c))], []),
     ("a tool called from inside code is not a step of its own",
      [tool("python_interpreter", {"code": "web_search('a')"}, "r"),
       tool("web_search", {"q": "a"}, "r", parent=1),

@@ -416,6 +416,8 @@ def test_every_code_block_is_a_step_for_budgets_and_the_loop_rules() -> None:
     assert steps[1].result == tree and steps[3].result == "Execution logs:\nsunny"
     assert [s.tool_name for s in _calls(t)] == ["get_weather"]
     assert budget.measure(t, {"steps"})["steps"] == 4  # not 5: the call is in its block
+    # the blocks are steps, not tool calls: the one call of a known tool is
+    assert t.counts()["tool_calls"] == budget.measure(t, {"tool_calls"})["tool_calls"] == 1
     findings, _ = Detectors(DetectorsConfig()).evaluate(t)
     (circle,) = [f for f in findings if f.kind == "circling"]
     assert circle.span_ids == [steps[0].span_id, steps[2].span_id]

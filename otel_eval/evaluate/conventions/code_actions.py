@@ -359,7 +359,7 @@ class _Rebuilder:
         step = Step(0, llm.span_id, llm.parent_span_id, "tool", CODE_TOOL, node=llm.node,
                     depth=llm.depth, start_ns=llm.end_ns, end_ns=llm.end_ns,
                     tool_name=CODE_TOOL, arguments={"code": normalised_code(code)},
-                    rebuilt=True, convention=llm.convention)
+                    rebuilt=True, code_block=True, convention=llm.convention)
         if chain and parent is not None:
             step.result = parent.result  # smolagents: the execution logs of the block
             step.end_ns = max(step.end_ns, parent.end_ns)

@@ -44,7 +44,7 @@ def measure(trajectory: Trajectory, names: set[str]) -> dict[str, float]:
     values: dict[str, float] = {
         "steps": len(_steps(trajectory)) if "steps" in names else 0,
         "llm_calls": len(trajectory.llm_steps),
-        "tool_calls": len(trajectory.tool_steps),
+        "tool_calls": len(trajectory.tool_call_steps),
         "duration_s": trajectory.duration_s,
         **usage,
     }
@@ -79,7 +79,7 @@ def _steps(trajectory: Trajectory) -> list[Step]:
 
 def _beyond(trajectory: Trajectory, name: str, limit: float) -> list[Step]:
     """The steps past a count budget (where it was blown), empty for other budgets."""
-    seq = {"steps": _steps, "tool_calls": lambda t: t.tool_steps,
+    seq = {"steps": _steps, "tool_calls": lambda t: t.tool_call_steps,
            "llm_calls": lambda t: t.llm_steps}.get(name)
     return list(seq(trajectory))[int(limit):] if seq else []
 

@@ -303,6 +303,16 @@ def calls_for(trajectory: Trajectory, config: DetectorsConfig, context: Context)
     return list(cached)
 
 
+def through_code(cs: Sequence[Call]) -> list[Call]:
+    """The calls rules (a)-(c) compare: a code step whose block called known tools stands for
+    those calls (its ``in_code`` steps, right after it), so two blocks that make the same
+    call are the same call repeated, whatever else their code says; a block that called no
+    known tool is its own action. (Rule (g) compares the code steps themselves.)"""
+    return [c for i, c in enumerate(cs)
+            if not (c.action and not c.step.in_code and i + 1 < len(cs)
+                    and cs[i + 1].step.in_code)]
+
+
 def call_label(call: Call, limit: int = 60) -> str:
     """A short human label: ``read_file`` or ``bash: pytest -x``."""
     name = call.step.tool_name or call.step.name

@@ -8,6 +8,8 @@ covered by (a)-(c) because their calls are keyed by the canonicalized action tex
 reworded repeats, near-duplicate calls of one tool that brought nothing new
 (``detectors.reworded``); (g) circling, steps whose actions differ only in form and whose
 observations add nothing new (``detectors.circling``).
+Rules (a)-(c) see a code step through the calls of known tools its block made
+(``calls.through_code``): the same call in two consecutive blocks is a repeated call.
 LLM -> tool -> LLM alternation is never a loop (only calls are compared), and a repeat after
 a state-changing call (re-running the tests after an edit) is not (b).
 """
@@ -28,6 +30,7 @@ from otel_eval.evaluate.detectors.calls import (
     call_label,
     calls_for,
     canonical_arguments,
+    through_code,
 )
 from otel_eval.evaluate.detectors.circling import circling
 from otel_eval.evaluate.detectors.config import DetectorsConfig, LoopConfig
@@ -262,8 +265,9 @@ def _explained(finding: Finding, steps: int, llm_at: list[int], tools_at: list[i
 def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) -> list[Finding]:
     cfg = config.loop
     cs = calls_for(trajectory, config, context)
-    found = [*repeated_calls(cs, cfg), *no_progress(cs, cfg), *cycles(cs, cfg),
-             *reworded_repeats(cs, cfg)]
+    compared = through_code(cs)
+    found = [*repeated_calls(compared, cfg), *no_progress(compared, cfg),
+             *cycles(compared, cfg), *reworded_repeats(cs, cfg)]
     covered = {i for f in found for i in f.step_indexes}
     found += circling(cs, cfg, covered)
     covered = {i for f in found for i in f.step_indexes}
