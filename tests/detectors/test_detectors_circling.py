@@ -8,8 +8,8 @@ from detector_factory import bash, kinds, tool, traj
 
 from otel_eval.base.model import Step
 from otel_eval.evaluate.detectors import loop
-from otel_eval.evaluate.detectors.calls import Context
-from otel_eval.evaluate.detectors.circling import error_class
+from otel_eval.evaluate.detectors.calls import Context, calls
+from otel_eval.evaluate.detectors.circling import error_class, program
 from otel_eval.evaluate.detectors.config import DetectorsConfig, LoopConfig
 
 TREE = ("Execution logs:\nsrc/\n  pkg/\n    __init__.py\n    core.py\n    utils.py\n"
@@ -25,6 +25,9 @@ LISTINGS = ["import os\nfor root, dirs, files in os.walk('.'):\n    print(root, 
             "    print(dirpath, filenames)"]
 READS = [f"print(open('{p}').read())" for p in ("a.py", "b.py", "c.py", "setup.cfg")]
 MISSING = "<returncode>1</returncode>\n<output>\ncat: {p}: No such file or directory\n</output>"
+
+
+NO_RESULTS = "Execution logs:\nNo results found."
 
 
 def code(source: str, result: str | None) -> Step:
@@ -58,6 +61,11 @@ CASES: list[tuple[str, list[Step], list[str]]] = [
      []),
     ("observations not recorded: unknown, not nothing",
      [code(c, None) for c in LISTINGS[:3]], []),
+    ("a 'search(' inside a string is no call: not the same program",
+     [code("print(search('parser module'))", NO_RESULTS),
+      code('print("the search(query) tool returned nothing for every spelling I tried")',
+           NO_RESULTS),
+      code("results = search(query='parser.py')\nprint(results)", NO_RESULTS)], []),
     ("different work with alike observations is not circling",
      [code("x = 1\nprint(x)", TREE), tool("web_search", {"query": "python packaging"}, "x"),
       code("import json\njson.dumps({})", "Execution logs:\n{}")], []),
@@ -112,3 +120,22 @@ def test_thousands_of_steps_stay_linear() -> None:
 ])
 def test_error_class(text: str, expected: str | None) -> None:
     assert error_class(text) == expected
+
+
+PROGRAMS = [
+    ("called names from the call nodes", "import os\nfor r, d, f in os.walk('.'):\n    print(r)",
+     "py:os.walk,print"),
+    ("a name( in a string or a comment is no call",
+     "print('search(x)')  # then search(y)", "py:print"),
+    ("a method of a call's result", "open('a').read()", "py:open,read"),
+    ("code that does not parse: unknown", "print(search('x'", None),
+    ("no call at all", "x = 1", None),
+]
+
+
+@pytest.mark.parametrize(("source", "expected"), [p[1:] for p in PROGRAMS],
+                         ids=[p[0] for p in PROGRAMS])
+def test_program_of_a_python_block(source: str, expected: str | None) -> None:
+    t = traj(code(source, "x"))
+    (call,) = calls(t, DetectorsConfig().loop, DetectorsConfig().tool_call)
+    assert program(call) == expected

@@ -38,8 +38,8 @@ from otel_eval.base.model import Step
 from otel_eval.evaluate.conventions.messages import answer_text, message_text
 from otel_eval.evaluate.conventions.shell import MAX_COMMAND_CHARS, shell_commands
 
-__all__ = ["CODE_TOOL", "MAX_CALLS", "MAX_CODE_CHARS", "CodeCall", "code_blocks",
-           "normalised_code", "python_calls", "rebuild_code_actions"]
+__all__ = ["CODE_TOOL", "MAX_CALLS", "MAX_CODE_CHARS", "CodeCall", "called_names",
+           "code_blocks", "normalised_code", "python_calls", "rebuild_code_actions"]
 
 MAX_CODE_CHARS = MAX_COMMAND_CHARS  # longer code is not parsed (real actions are < 10 kB)
 MAX_CALLS = 64  # tool calls read from one block; more are counted and dropped
@@ -223,6 +223,42 @@ def python_calls(code: str, known: Collection[str],
     except (RecursionError, MemoryError):
         return out, "too_deep"
     return out, problem
+
+
+def _dotted(func: ast.AST) -> str | None:
+    """``os.path.join`` for a call of that attribute chain, ``read`` for ``f().read``."""
+    parts: list[str] = []
+    while isinstance(func, ast.Attribute) and len(parts) < 16:
+        parts.append(func.attr)
+        func = func.value
+    if isinstance(func, ast.Name):
+        parts.append(func.id)
+    elif not parts:
+        return None  # a call of a call's result, a subscript: no name
+    return ".".join(reversed(parts))
+
+
+def called_names(code: str) -> frozenset[str] | None:
+    """The names a Python block calls (``print``, ``os.walk``, a tool), read from its call
+    nodes: a ``name(`` inside a string or a comment is no call. None when the block is not
+    read (too large, a syntax error, too deep): unknown. At most ``MAX_CALLS`` x 4 calls."""
+    if len(code) > MAX_CODE_CHARS:
+        return None
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    names: set[str] = set()
+    seen = 0
+    for node in ast.walk(tree):  # iterative
+        if isinstance(node, ast.Call):
+            seen += 1
+            if seen > 4 * MAX_CALLS:
+                break
+            name = _dotted(node.func)
+            if name is not None:
+                names.add(name)
+    return frozenset(names)
 
 
 # --- rebuilding ------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ Two action steps (code or shell: ``loop.action_tools``; a tool's reworded argume
   but their normalised texts (code or command, lowercased, whitespace collapsed) have a
   character-3-gram Jaccard of at least ``circling_action_similarity``, or they invoke the
   same program (shell: the same first word of every command; Python: the same called
-  names); and
+  names, read from the block's call nodes by ``conventions.code_actions.called_names``:
+  unknown when the block does not parse); and
 - the later observation adds (almost) nothing new: it is the same error / "not found" class
   as the earlier one, or, past the framing both share (common prefix and suffix), at least
   ``circling_observation_overlap`` of its 3-grams were in the earlier observation. An
@@ -32,6 +33,7 @@ import re
 from collections.abc import Sequence
 
 from otel_eval.base.model import Finding
+from otel_eval.evaluate.conventions.code_actions import called_names
 from otel_eval.evaluate.detectors.calls import Call, action_text
 from otel_eval.evaluate.detectors.config import LoopConfig
 from otel_eval.evaluate.detectors.reworded import trigrams
@@ -47,7 +49,6 @@ _NOT_FOUND = re.compile(
     r"is not defined", re.IGNORECASE)
 _TAG = re.compile(r"<[^<>]{1,40}>")  # mini-swe-agent's <returncode> / <output> framing
 _MIN_CONTENT = 20  # 3-grams past the framing for an answer to be more than "nothing"
-_CALLED = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)\s*\(")
 _SEPARATORS = re.compile(r"&&|\|\||[;|\n]")
 
 
@@ -71,8 +72,8 @@ def program(call: Call) -> str | None:
         return None
     name = (call.step.tool_name or call.step.name).lower()
     if "python" in name or "code" in name:
-        called = sorted({m.group(1) for m in _CALLED.finditer(text[:MAX_TEXT_CHARS])})
-        return "py:" + ",".join(called) if called else None
+        called = called_names(text)  # call nodes: a "search(" in a string is no call
+        return "py:" + ",".join(sorted(called)) if called else None
     heads = [part.split(None, 1)[0] for part in _SEPARATORS.split(text[:MAX_TEXT_CHARS])
              if part.strip()]
     return "sh:" + " ".join(heads) if heads else None
