@@ -15,8 +15,10 @@ wait for it (bounded), and write ``recordings/<stack>/<scenario>.json``::
 
 with the OTLP requests in arrival order, and the paths of this checkout, of the stack's venv and
 of the Python installation in them (stack traces in exception events) written as ``<repo>``,
-``<venv>`` and ``<python>``. A run that fails (exit code, timeout, a request the
-scripted LLM or the capture server refused) is reported and writes nothing. Progress goes to
+``<venv>`` and ``<python>``, and any other absolute path of this machine as ``machine_paths``
+says (``--rescrub`` rewrites the committed recordings by the same rules). A run that fails
+(exit code, timeout, a request the scripted LLM or the capture server refused) is reported
+and writes nothing. Progress goes to
 stderr; the paths written go to stdout.
 """
 
@@ -38,6 +40,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import scenarios  # noqa: E402
 from capture import Capture  # noqa: E402
+from machine_paths import scrub  # noqa: E402
 from scripted_llm import ScriptedLLM  # noqa: E402
 
 REPO = HERE.parents[1]
@@ -161,7 +164,17 @@ def _scrubbed(requests: list[Any], env_dir: Path) -> list[Any]:
     for path, name in ((env_dir.resolve(), "<venv>"), (REPO, "<repo>"),
                        (Path(sys.base_prefix).resolve(), "<python>")):
         text = text.replace(str(path), name)
-    return list(json.loads(text))
+    return list(json.loads(scrub(text)))
+
+
+def rescrub() -> int:
+    """Rewrite the committed recordings through ``scrub``; prints the paths it changed."""
+    for path in sorted(RECORDINGS.glob("*/*.json")):
+        text = path.read_text(encoding="utf-8")
+        if scrub(text) != text:
+            path.write_text(scrub(text), encoding="utf-8")
+            print(path)
+    return 0
 
 
 def write(rec: dict[str, Any]) -> Path:
@@ -184,7 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", type=Path,
                     default=Path.home() / ".cache" / "otel-eval-conformance",
                     help="where the stacks' venvs / node_modules live")
+    ap.add_argument("--rescrub", action="store_true",
+                    help="only rewrite the committed recordings' machine paths, record nothing")
     args = ap.parse_args(argv)
+    if args.rescrub:
+        return rescrub()
     failed = 0
     for name in args.stack or stack_names():
         stack = load_stack(name)

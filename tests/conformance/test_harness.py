@@ -1,6 +1,7 @@
 """The recording harness itself: the scripted LLM speaks the OpenAI API as the official client
 expects (tool calls, streaming, usage) and refuses what it cannot script; the capture server
-stores what the official OTLP exporters send (protobuf, gzip, JSON) with hex ids."""
+stores what the official OTLP exporters send (protobuf, gzip, JSON) with hex ids; no committed
+recording holds an absolute path of the machine that recorded it."""
 
 from __future__ import annotations
 
@@ -9,17 +10,21 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 import scenarios
 from capture import Capture
+from machine_paths import LEAK, scrub
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from scripted_llm import ScriptedLLM
+
+HERE = Path(__file__).resolve().parent
 
 TOOL = {"type": "function", "function": {"name": "get_weather",
                                          "parameters": scenarios.TOOL_PARAMETERS}}
@@ -298,3 +303,35 @@ def test_a_tool_offered_under_a_qualified_name_is_called_by_it(llm: ScriptedLLM)
     assert msg.tool_calls is not None
     assert [(c.function.name, json.loads(c.function.arguments)) for c in msg.tool_calls] == [
         ("WeatherPlugin-get_weather", {"city": "Paris"})]
+
+
+@pytest.mark.parametrize(("text", "scrubbed"), [
+    (r'File \"/root/.cache/otel-eval-conformance/smolagents/lib/python3.11/site-packages/'
+     r'smolagents/agents.py\", line 3',
+     r'File \"<venv>/lib/python3.11/site-packages/smolagents/agents.py\", line 3'),
+    ("at f (file:///home/u/.cache/c/vercel-ai/node_modules/ai/node_modules/@ai-sdk/x.mjs:35:18)",
+     "at f (file://<venv>/node_modules/ai/node_modules/@ai-sdk/x.mjs:35:18)"),
+    (r'\"/root/.pyenv/versions/3.11.7/lib/python3.11/concurrent/futures/_base.py\"',
+     r'\"<python>/lib/python3.11/concurrent/futures/_base.py\"'),
+    (r'File \"/work/wt/r1/tests/conformance/stacks/common.py\"',
+     r'File \"<repo>/tests/conformance/stacks/common.py\"'),
+    ("at file:///tmp/c/otel-eval-conformance/vercel-ai/agent.mjs:40:36",
+     "at file://<venv>/agent.mjs:40:36"),
+    (r"boom\n/tmp/r2v/run.py and /Users/bob/a b", r"boom\n<path>/run.py and <path>/a b"),
+    # URL paths and the placeholders themselves are not machine paths
+    ("http://127.0.0.1:8000/v1/messages", "http://127.0.0.1:8000/v1/messages"),
+    ('"url.path": "/v1/messages"', '"url.path": "/v1/messages"'),
+    ("<venv>/node_modules/ai/node_modules/x.mjs", "<venv>/node_modules/ai/node_modules/x.mjs"),
+])
+def test_machine_paths_are_scrubbed_to_placeholders(text: str, scrubbed: str) -> None:
+    assert scrub(text) == scrubbed
+    assert scrub(scrubbed) == scrubbed and not LEAK.search(scrubbed)
+
+
+@pytest.mark.parametrize("path", sorted((HERE / "recordings").glob("*/*.json")),
+                         ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_no_recording_holds_a_path_of_the_recording_machine(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    leak = LEAK.search(text)
+    assert leak is None, f"machine path at {leak.start()}: {text[leak.start():][:120]}"
+    assert scrub(text) == text  # nothing else that record.py would rewrite either
