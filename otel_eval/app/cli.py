@@ -208,6 +208,9 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     line = run.cost_line()
     if line:
         print(line, file=sys.stderr)
+    if run.not_runs:
+        print(f"otel-eval: {run.not_runs} trace(s) not evaluated: no agent run (only setup "
+              "operations such as create_agent)", file=sys.stderr)
     _print_trials(trials, sys.stderr)
     return 1 if run.failed_files else 0
 

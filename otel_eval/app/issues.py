@@ -83,7 +83,8 @@ def evaluations(paths: list[str], cfg: Config, run: EvalRun) -> Iterator[dict[st
                 yield from read_evaluations([path])
                 continue
             traces = load_file(path, config=cfg.trajectory)
-            for evaluation in run.judged(run.evaluator.evaluate(t) for t in traces):
+            evaluated = (run.evaluator.evaluate(t) for t in traces)
+            for evaluation in run.judged(e for e in evaluated if e is not None):
                 yield evaluation.to_json()
 
 

@@ -7,7 +7,9 @@ benches (the CLI only parses arguments and prints).
       -> prediction again with the judge's scores (when a model is set) -> evaluations
 
 A file that cannot be read is reported on stderr and counted (``failed_files``); the run goes
-on with the next one.
+on with the next one. A trace that is no agent run (only setup operations, such as a
+``create_agent`` span in a trace of its own: ``trajectory.is_run``) has no evaluation, as in
+``serve``; counted in ``not_runs``.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class EvalRun:
         self.max_cost_usd = max_cost_usd  # stop judging once the judge has spent this much
         self.evaluator = Evaluator(cfg, references_path=references_path)
         self.failed_files = 0
+        self.not_runs = 0  # traces that were no agent run (no evaluation)
         self.spend: Spend | None = None
 
     def traces(self) -> Iterator[Trace]:
@@ -70,6 +73,9 @@ class EvalRun:
         try:
             for trace in traces:
                 ev = self.evaluator.evaluate(trace, history=history)
+                if ev is None:
+                    self.not_runs += 1
+                    continue
                 history.remember_agents(learned([ev]))
                 yield ev
         finally:

@@ -8,7 +8,9 @@
 A released trace whose content the store already holds an evaluation of (same trace id,
 same ``model.content_digest``: a redelivered Kafka record, a replayed spool row) comes back
 ``already_evaluated``: counted (``otel_eval_evaluation_skipped_total{reason}``), no metric of
-the trace and no sink, but done like any other (spool rows deleted, waiters called).
+the trace and no sink, but done like any other (spool rows deleted, waiters called). So is a
+trace that is no agent run (``not_a_run``: only setup operations, such as a ``create_agent``
+span in a trace of its own): nothing stored, counted the same way.
 
 A trace's spans count as pending (``queued_spans``, ``queued_bytes``: admission bounds them)
 from its release until ``finish``, whatever the stage, so the receivers throttle while the
@@ -94,7 +96,7 @@ class Finishing:
         now = self._clock()
         for job, out in zip(jobs, outcomes, strict=True):
             trace, ev = job.trace, out.evaluation
-            if ev is None:  # the store holds this content's evaluation: done, not again
+            if ev is None:  # already evaluated, or no agent run: done, nothing to export
                 self._metrics.evaluation_skipped(out.skipped or "already_evaluated")
                 continue
             if out.failure is not None:

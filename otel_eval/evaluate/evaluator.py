@@ -1,7 +1,9 @@
 """Stage: evaluate. One released trace -> one ``Evaluation`` (trajectory, findings, verdict).
 
 The same function serves ``serve`` (called by the engine's worker) and ``eval`` (called per
-file trace), so streaming and offline results are the same by construction.
+file trace), so streaming and offline results are the same by construction. A trace that is
+no agent run (``trajectory.is_run``: only setup operations, such as a ``create_agent`` span
+in a trace of its own) gets no evaluation (None): callers count it as skipped (``not_a_run``).
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ from otel_eval.base.model import Evaluation, Finding, Trace, Trajectory
 from otel_eval.evaluate.agent_inference import AgentHistory, infer_agent
 from otel_eval.evaluate.bounds import bound
 from otel_eval.evaluate.detectors import Detectors, evaluation_error, load_references, verdict_of
-from otel_eval.evaluate.trajectory import build_trajectory
+from otel_eval.evaluate.trajectory import build_trajectory, is_run
 
 if TYPE_CHECKING:
     from otel_eval.evaluate.config import EvaluatorSettings
     from otel_eval.evaluate.predict import Predictor
 
 log = logging.getLogger(__name__)
+NOT_A_RUN = "not_a_run"  # why a trace got no evaluation: every span a setup operation
 _SUCCESS = {"success", "succeeded", "pass", "passed", "true", "1", "1.0", "ok", "resolved"}
 _FAILURE = {"failure", "failed", "fail", "false", "0", "0.0", "error", "unresolved"}
 
@@ -69,11 +72,14 @@ class Evaluator:
         return build_trajectory(trace, self.config.trajectory)
 
     def evaluate(self, trace: Trace, outcome: str | None = None,
-                 history: AgentHistory | None = None) -> Evaluation:
+                 history: AgentHistory | None = None) -> Evaluation | None:
         """Total: a trajectory that cannot be built is evaluated as an empty one with the
         error recorded (an ``evaluation_error`` finding), never an exception. With a
         ``history``, a run no span named gets the agent the service's completed runs
-        show (``agent_inference``), before the detectors read their per-agent settings."""
+        show (``agent_inference``), before the detectors read their per-agent settings.
+        None when the trace is no agent run (``NOT_A_RUN``): nothing to evaluate."""
+        if not is_run(trace):
+            return None
         try:
             traj = self.trajectory(trace)
         except Exception as e:  # the boundary of building (adapters have their own)

@@ -10,7 +10,9 @@ for its trace id (read with one query per batch, ``content_digests``) is not eva
 stored again; its outcome says ``already_evaluated`` and the engine counts it, runs no sink for
 it, and treats it as done (spool rows deleted, Kafka offsets committed). That is what keeps a
 record redelivered after a Kafka rebalance (to a worker sharing the store) or a spool row
-replayed after a crash between commit and delete from being evaluated twice.
+replayed after a crash between commit and delete from being evaluated twice. A trace that is
+no agent run (``Evaluator.evaluate`` returns None: only setup operations) is not stored
+either; its outcome says ``not_a_run``, counted and treated as done the same way.
 
 ``InProcess`` evaluates and stores in the calling thread and calls ``done`` before ``run``
 returns (the engine's single-process path). ``workers.pool.WorkerPool`` hands the traces to
@@ -31,13 +33,15 @@ from typing import Protocol
 
 from otel_eval.base.model import Evaluation, Trace
 from otel_eval.evaluate.agent_inference import RecallOnce, learned
-from otel_eval.evaluate.evaluator import Evaluator
+from otel_eval.evaluate.evaluator import NOT_A_RUN, Evaluator
 from otel_eval.store import EvaluationStore
 
 log = logging.getLogger(__name__)
 
 
 ALREADY_EVALUATED = "already_evaluated"  # Outcome.skipped: the store holds this content's
+__all__ = ["ALREADY_EVALUATED", "NOT_A_RUN", "EvaluationStage", "InProcess", "Job", "Outcome",
+           "evaluate_and_store", "store_failed"]
 
 
 @dataclass(slots=True)
@@ -45,7 +49,8 @@ class Outcome:
     evaluation: Evaluation | None  # None when skipped
     superseded: bool  # an evaluation of this trace was already stored (re-opened, replayed)
     failure: str | None = None  # exception type when evaluating raised (stored as an error)
-    skipped: str | None = None  # why nothing was evaluated or stored (ALREADY_EVALUATED)
+    # why nothing was evaluated or stored (ALREADY_EVALUATED, NOT_A_RUN)
+    skipped: str | None = None
 
 
 @dataclass(slots=True)
@@ -97,7 +102,7 @@ def evaluate_and_store(evaluator: Evaluator, store: EvaluationStore, traces: Seq
 
 def _evaluate_and_store(evaluator: Evaluator, store: EvaluationStore, traces: Sequence[Trace],
                         retried_since_ns: Mapping[str, int] | None) -> list[Outcome]:
-    evaluated: list[tuple[Evaluation, str | None]] = []
+    results: list[tuple[Evaluation | None, str | None]] = []  # None: no agent run
     known = store.feedback_many({t.trace_id for t in traces})  # one query, not one per trace
     history = RecallOnce(store)  # a run no span names: one query per kind of run, per batch
     for trace in traces:
@@ -106,8 +111,10 @@ def _evaluate_and_store(evaluator: Evaluator, store: EvaluationStore, traces: Se
         except Exception as e:  # stage boundary: the trace is still stored, with the error
             log.exception("evaluation of trace %s failed", trace.trace_id)
             ev, failure = evaluator.failed(trace, e), type(e).__name__
-        ev.content_digest = trace.digest or None
-        evaluated.append((ev, failure))
+        if ev is not None:
+            ev.content_digest = trace.digest or None
+        results.append((ev, failure))
+    evaluated = [ev for ev, _ in results if ev is not None]
     own = set()
     for trace in traces:
         since = (retried_since_ns or {}).get(trace.trace_id)
@@ -116,10 +123,11 @@ def _evaluate_and_store(evaluator: Evaluator, store: EvaluationStore, traces: Se
         stamp = store.stamp(trace.trace_id)
         if stamp is not None and stamp[0] == trace.revision and stamp[1] >= since:
             own.add(trace.trace_id)
-    superseded = store.put_many(ev for ev, _ in evaluated)
-    _remember(store, [ev for ev, _ in evaluated])
-    return [Outcome(ev, sup and ev.trace_id not in own, failure)
-            for (ev, failure), sup in zip(evaluated, superseded, strict=True)]
+    superseded = iter(store.put_many(evaluated) if evaluated else [])
+    _remember(store, evaluated)
+    return [Outcome(None, False, skipped=NOT_A_RUN) if ev is None
+            else Outcome(ev, next(superseded) and ev.trace_id not in own, failure)
+            for ev, failure in results]
 
 
 def _remember(store: EvaluationStore, evaluations: list[Evaluation]) -> None:

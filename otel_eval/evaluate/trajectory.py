@@ -39,6 +39,10 @@ Promises:
   what no span recorded is listed in ``Trajectory.unrecorded`` and stays None;
 - an LLM step with model and tokens but no cost is priced from litellm's packaged table;
 - never raises on span content; message text stays a raw string.
+
+A trace is an agent run unless every span of it is a setup operation by its convention
+(``is_run``: GenAI ``create_agent``, the span some frameworks make when the agent object is
+built, in a trace of its own before any invocation). Such a trace is not evaluated at all.
 """
 
 from __future__ import annotations
@@ -57,7 +61,14 @@ from otel_eval.base.model import (
     local_root,
 )
 from otel_eval.evaluate.config import TrajectoryConfig
-from otel_eval.evaluate.conventions import UNKNOWN, classify, dominant, merge_tools, read_span
+from otel_eval.evaluate.conventions import (
+    UNKNOWN,
+    classify,
+    dominant,
+    is_setup,
+    merge_tools,
+    read_span,
+)
 from otel_eval.evaluate.conventions.agent_names import MAX_AGENT_NAME, agent_name
 from otel_eval.evaluate.conventions.arguments import settle, take_off_envelopes
 from otel_eval.evaluate.conventions.code_actions import last_message_text, rebuild_code_actions
@@ -73,7 +84,7 @@ from otel_eval.evaluate.conventions.prices import price_steps
 from otel_eval.evaluate.conventions.responses import ToolResponses
 from otel_eval.evaluate.conventions.values import as_str, first
 
-__all__ = ["build_trajectory", "tree_order"]
+__all__ = ["build_trajectory", "is_run", "tree_order"]
 
 # Attributes that name the enclosing agent on the spans under it (current OpenLLMetry, older
 # Traceloop SDKs, the Vercel AI SDK): read for spans outside any agent span that arrived.
@@ -349,6 +360,13 @@ def _unrecorded(steps: list[Step], output: str | None) -> dict[str, int]:
     if output is None:
         out["output"] = 1
     return out
+
+
+def is_run(trace: Trace) -> bool:
+    """Whether ``trace`` is an agent run: not when every span is a setup operation (no
+    action: ``conventions.is_setup``). A trace with no spans is judged a run (its log
+    records, its status)."""
+    return not trace.spans or not all(is_setup(s) for s in trace.spans)
 
 
 def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:

@@ -49,7 +49,8 @@ Metrics (counters are exposed with the ``_total`` suffix):
     evaluation otel_eval_evaluation_completion_to_verdict_seconds     histogram
                otel_eval_evaluation_failures_total{stage,reason}
                otel_eval_evaluation_skipped_total{reason}  already_evaluated: released traces
-               whose content the store already holds an evaluation of (redelivered, replayed)
+               whose content the store already holds an evaluation of (redelivered, replayed);
+               not_a_run: traces made only of setup operations (a create_agent span alone)
     judge      otel_eval_judge_calls_total{judge,status}       one per LLM call (judge or combined)
                otel_eval_judge_tokens_total{judge,direction}   input|output
                otel_eval_judge_cost_usd_total{judge}
@@ -93,7 +94,9 @@ was already counted) counts only ``traces_superseded`` and the completion-to-ver
 every other trace counter reflects the first evaluation of each trace, so rates stay rates of
 traces, not of evaluations. The stored evaluation (results API) always holds the latest one.
 A released trace whose content the store already holds an evaluation of (redelivered by
-Kafka, replayed by the spool) is not evaluated: it counts only ``evaluation_skipped``.
+Kafka, replayed by the spool) is not evaluated: it counts only ``evaluation_skipped``; so is a
+trace that is no agent run (only setup operations: ``trajectory.is_run``), counted neither in
+``traces_completed`` nor in any other trace metric.
 """
 
 from __future__ import annotations
@@ -249,9 +252,10 @@ class Metrics:
         self.c_eval_failed = c("evaluation_failures", "Evaluations that failed, by stage.",
                                ["stage", "reason"])
         self.c_skipped = c("evaluation_skipped",
-                           "Released traces not evaluated, by reason (already_evaluated).",
-                           ["reason"])
-        self.c_skipped.labels("already_evaluated")  # 0, not absent, until the first one
+                           "Released traces not evaluated, by reason (already_evaluated, "
+                           "not_a_run).", ["reason"])
+        for reason in ("already_evaluated", "not_a_run"):
+            self.c_skipped.labels(reason)  # 0, not absent, until the first one
         self.c_sink_dropped = c("sink_dropped", "Items a result sink dropped, by reason.",
                                 ["sink", "reason"])
         self.c_forwarded = c("forward_spans_sent", "Spans forwarded downstream.")

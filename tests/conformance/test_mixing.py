@@ -63,6 +63,8 @@ def _copy(trace: Trace, edit: Callable[[Span, dict[str, Any]], dict[str, Any]]) 
 
 def _findings(trace: Trace) -> tuple[Counter[str], dict[str, int]]:
     ev = Evaluator(CONFIG).evaluate(trace)
+    if ev is None:  # no agent run (only setup operations): nothing concluded
+        return Counter(), {}
     return (Counter(f"{f.detector}/{f.kind}" for f in ev.findings),
             dict(ev.trajectory.unrecorded))
 

@@ -33,8 +33,8 @@ from otel_eval.evaluate.conventions.openllmetry import OPENLLMETRY
 from otel_eval.evaluate.conventions.values import as_float, as_str
 from otel_eval.evaluate.conventions.vercel_ai import VERCEL_AI
 
-__all__ = ["ADAPTERS", "UNKNOWN", "Adapter", "classify", "describe", "dominant", "merge_tools",
-           "read_span"]
+__all__ = ["ADAPTERS", "UNKNOWN", "Adapter", "classify", "describe", "dominant", "is_setup",
+           "merge_tools", "read_span"]
 
 UNKNOWN = "unknown"
 _EXPLICIT = (OPENINFERENCE, OPENLLMETRY, GENAI, VERCEL_AI)
@@ -59,6 +59,16 @@ def classify(span: Span, attrs: Attrs) -> tuple[StepKind, Adapter | None]:
         if kind is not None:
             return kind, adapter
     return "other", None
+
+
+def is_setup(span: Span) -> bool:
+    """Whether the convention of the span's marker says it is a setup operation (GenAI
+    ``create_agent``), no action of a run. Never raises on span content."""
+    try:
+        adapter = classify(span, span.attributes)[1]
+        return adapter is not None and adapter.setup(span, span.attributes)
+    except Exception:
+        return False  # not understood: not known to be setup
 
 
 def _error(span: Span, attrs: Attrs) -> str | None:

@@ -40,6 +40,10 @@ class Adapter:
     # such as ``gen_ai.usage.input_tokens`` read by OpenLLMetry, says nothing of presence);
     # empty: every key in ``keys``
     own: tuple[str, ...] = ()
+    # whether a span of this convention (by its marker) is a setup operation: no action of an
+    # agent run (GenAI ``create_agent``). A trace made only of these is no run
+    # (``trajectory.is_run``)
+    setup: Callable[[Span, Attrs], bool] = field(default=lambda span, attrs: False)
     present_keys: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:

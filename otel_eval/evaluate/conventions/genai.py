@@ -33,6 +33,9 @@ _OPERATIONS: dict[str, StepKind] = {
     "execute_tool": "tool", "invoke_agent": "agent", "invoke_workflow": "chain",
     "embeddings": "other", "create_agent": "other",
 }
+# Operations that set an agent up and do nothing of a run (the GenAI conventions' create_agent:
+# "Create GenAI agent", typically when the agent object is built, before any invocation).
+SETUP_OPERATIONS = frozenset({"create_agent"})
 _LEGACY_LLM_KEYS = ("gen_ai.prompt", "gen_ai.completion", "gen_ai.system",
                     "gen_ai.usage.prompt_tokens", "gen_ai.usage.completion_tokens",
                     "gen_ai.request.model", "gen_ai.response.model")
@@ -45,6 +48,10 @@ def _explicit(span: Span, attrs: Attrs) -> StepKind | None:
     if op is None:
         return None
     return _OPERATIONS.get(str(op), "other")
+
+
+def _setup(span: Span, attrs: Attrs) -> bool:
+    return str(attrs.get("gen_ai.operation.name")) in SETUP_OPERATIONS
 
 
 def _implicit_legacy(span: Span, attrs: Attrs) -> StepKind | None:
@@ -205,6 +212,6 @@ KEYS = {
     "agent_name": ("gen_ai.agent.name",),
     "tools": ("gen_ai.tool.definitions",),
 }
-GENAI = Adapter("genai", _explicit, no_kind, _fill, _agent_name, _tools, KEYS)
+GENAI = Adapter("genai", _explicit, no_kind, _fill, _agent_name, _tools, KEYS, setup=_setup)
 GENAI_LEGACY = Adapter("genai_legacy", no_kind, _implicit_legacy, _fill, _agent_name, _tools,
                        KEYS)
