@@ -20,7 +20,13 @@ about connections is here, the same for every listener, as Go's ``net/http.Serve
   the answer, a deadline passed, a slot refused, a failed handshake: each is counted with a
   reason (``CLOSE_REASONS``) through ``on_close`` and logged at debug, never a traceback;
 - a bug in a handler answers 500 (logged with its traceback), and a request whose body was
-  not read to its end closes the connection (its bytes must not be parsed as a request).
+  not read to its end closes the connection (its bytes must not be parsed as a request);
+- **a refusal is heard**: a connection closed with bytes of its request unread (a body refused
+  before it was read, a header past the limit) is half-closed after the answer, and what the
+  client still sends is read and dropped for up to ``LINGER_S`` (Go's net/http
+  ``closeWriteAndWait``, nginx's lingering close). Closing a socket with unread bytes sends
+  a reset, and a client still writing the body of a refused 1 MiB request would get
+  ``ECONNRESET`` / ``EPIPE`` instead of the 413.
 """
 
 from __future__ import annotations
@@ -51,6 +57,9 @@ log = logging.getLogger(__name__)
 # Why the server closed a connection before answering, or why a client's went away.
 CLOSE_REASONS = ("connection_limit", "peer_limit", "header_timeout", "read_timeout",
                  "write_timeout", "header_too_large", "client_closed", "tls_handshake")
+# How long a connection closed with its request unread keeps reading (and dropping) what the
+# client still sends, seconds (Go waits 0.5 s, nginx up to 30 s). Bounded in time; nothing is kept.
+LINGER_S = 2.0
 # Paths a reserved connection slot serves.
 PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 
@@ -217,6 +226,7 @@ class _Connection(BaseHTTPRequestHandler):
         super().__init__(request, client_address, server)
 
     def setup(self) -> None:
+        self.unread = False  # bytes of the request left unread when the connection closes
         self.connection = self.request
         self.reader = _DeadlineReader(self.request, self.server.clock, self.server.limits,
                                       self.accepted_at)
@@ -224,8 +234,23 @@ class _Connection(BaseHTTPRequestHandler):
         self.wfile = _Writer(self.request)  # type: ignore[assignment]
 
     def finish(self) -> None:
+        if self.unread:
+            self._linger()
         with contextlib.suppress(OSError):
             self.rfile.close()
+
+    def _linger(self) -> None:
+        """Half-close, then drop what the client still sends until it closes or ``LINGER_S``
+        passes, so the answer is read rather than lost to a reset."""
+        clock = self.server.clock
+        deadline = clock() + LINGER_S
+        sink = bytearray(65536)
+        with contextlib.suppress(OSError):
+            self.request.shutdown(socket.SHUT_WR)
+            while (remaining := deadline - clock()) > 0:
+                self.request.settimeout(remaining)
+                if not self.request.recv_into(sink):
+                    break
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s: " + format, self.server.name, *args)
@@ -306,6 +331,7 @@ class _Connection(BaseHTTPRequestHandler):
         unread = not self._body_done and bool(
             self.headers.get("Transfer-Encoding")
             or (self.headers.get("Content-Length") or "0").strip() != "0")
+        self.unread = unread
         self._write(resp, close=resp.close or self.reserved or unread)
 
     def _read_body(self, limit: int) -> bytes:
@@ -330,6 +356,7 @@ class _Connection(BaseHTTPRequestHandler):
     def send_error(self, code: int, message: str | None = None,
                    explain: str | None = None) -> None:
         """http.server's own refusals (bad request line, headers) in the listener's words."""
+        self.unread = True
         self._write(self.server.error(None, code, message or "bad request"), close=True)
 
     def _try_error(self, code: int, message: str) -> None:

@@ -203,6 +203,24 @@ def test_feedback_over_one_mib_is_refused_and_not_read_as_a_second_request(
     assert closed  # the healthz request hidden past 1 MiB got no answer
 
 
+def test_a_refused_body_still_being_sent_gets_the_answer_not_a_reset(h: Harness) -> None:
+    """The 413 is written before the body is read; the client reads it, then goes on sending
+    the 2 MiB it announced. The server reads and drops them until the client closes, so the
+    client's writes succeed and it sees an orderly end, never ``EPIPE`` / ``ECONNRESET``."""
+    body = b"x" * (2 << 20)
+    head = _post_head("/v1/feedback", "application/json", f"Content-Length: {len(body)}")
+    with socket.create_connection(("127.0.0.1", _admin_port(h)), timeout=10) as s:
+        s.sendall(head.replace("\n", "\r\n").encode() + b"\r\n")
+        answer = b""
+        while b"limit" not in answer:
+            piece = s.recv(65536)
+            assert piece, answer
+            answer += piece
+        assert answer.startswith(b"HTTP/1.1 413")
+        s.sendall(body)  # a closed socket would answer this with a reset
+        assert s.recv(1) == b""
+
+
 def test_feedback_chunked_and_hostile_json(h: Harness) -> None:
     fb = json.dumps({"trace_id": "ee" * 16, "outcome": "success"}).encode()
     status, answer, _ = _exchange(_admin_port(h), _post_head(
