@@ -4,9 +4,10 @@
 
 Every bound on what the process holds is checked here, the same for traces and logs where
 they share one (shutting down, the spool full, open traces), by signal where they differ:
-spans accepted but not yet stored (``max_pending_spans``) and their received bytes
-(``max_pending_bytes``), one service's share of the open traces (``max_service_share``);
-log records held (``max_pending_log_records``). Under slot pressure one-span traces idle for
+spans accepted but not yet stored (``max_pending_spans``), the received bytes of those spans
+and of the log records held (``max_pending_bytes``: a record waits as its bytes), one
+service's share of the open traces (``max_service_share``); log records held
+(``max_pending_log_records``). Under slot pressure one-span traces idle for
 ``pressure_idle_s`` give way first, and ``overflow_policy: release_oldest`` releases the
 oldest instead of refusing: those traces are handed to finishing. A refusal takes nothing
 (the receiver answers with a retryable error), so it is all or nothing per request.
@@ -23,7 +24,8 @@ from typing import TYPE_CHECKING
 
 from otel_eval.assemble.assembler import TraceAssembler
 from otel_eval.assemble.config import AssemblyConfig
-from otel_eval.base.model import LogEvent, Span
+from otel_eval.base.model import Span
+from otel_eval.decode.otlp_logs import HeldRecord
 
 if TYPE_CHECKING:
     from otel_eval.assemble.durability import Durability
@@ -52,7 +54,7 @@ class AdmissionControl:
         self._clock = clock
         self.closing = False  # shutdown began: everything is refused from now on
 
-    def refusal(self, signal: Signal, items: Sequence[Span] | Sequence[LogEvent],
+    def refusal(self, signal: Signal, items: Sequence[Span] | Sequence[HeldRecord],
                 spool_bytes: int) -> str | None:
         """Why the request cannot be taken now, or None; ``spool_bytes``: what it would add
         to the spool (0: not spooled)."""
@@ -64,10 +66,17 @@ class AdmissionControl:
             return self._logs(items)  # type: ignore[arg-type]
         return self._spans(items)  # type: ignore[arg-type]
 
-    def _logs(self, records: Sequence[LogEvent]) -> str | None:
+    def _held_bytes(self) -> int:
+        asm = self._assembler
+        return asm.open_bytes + asm.open_log_bytes + self._finishing.queued_bytes
+
+    def _logs(self, records: Sequence[HeldRecord]) -> str | None:
         cfg, asm = self.config, self._assembler
         if asm.open_logs and asm.open_logs + len(records) > cfg.max_pending_log_records:
             return "pending_log_records"
+        held = self._held_bytes()
+        if held and held + sum(r.nbytes for r in records) > cfg.max_pending_bytes:
+            return "pending_bytes"
         if len(asm) + asm.new_trace_count(records) > cfg.max_open_traces:
             return "open_traces"
         return None
@@ -77,7 +86,7 @@ class AdmissionControl:
         pending = asm.open_spans + fin.queued_spans
         if pending and pending + len(spans) > cfg.max_pending_spans:
             return "pending_spans"
-        held = asm.open_bytes + fin.queued_bytes
+        held = self._held_bytes()
         if held and held + sum(s.nbytes for s in spans) > cfg.max_pending_bytes:
             return "pending_bytes"
         new = asm.new_traces_by_service(spans)

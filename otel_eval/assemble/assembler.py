@@ -13,7 +13,9 @@ trace goes idle, and the trace is then released ``complete`` instead of ``incomp
 
 GenAI events sent as OTLP log records (``add_logs``) join their trace whether they arrive
 before or after its spans: a record for an unknown trace opens it (it is released with the
-spans that follow, or dropped as ``no_spans`` if none do).
+spans that follow, or dropped as ``no_spans`` if none do). Records are held as their bytes
+(``decode.otlp_logs.HeldRecord``, counted in ``open_log_bytes``) and decoded when their
+trace is released.
 Spans for a trace released less than ``reopen_window_s`` ago re-open it (``revision`` + 1);
 its evaluation is then superseded. Later spans are rejected as ``late`` while the trace id is
 remembered (``max_tombstones`` ids, 16 bytes of state each); beyond that they start a new trace.
@@ -33,9 +35,13 @@ import heapq
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from otel_eval.assemble.config import AssemblyConfig
-from otel_eval.base.model import LogEvent, Span, Trace, TraceStatus, local_root
+from otel_eval.base.model import Span, Trace, TraceStatus, local_root
+
+if TYPE_CHECKING:  # records come held (decode.otlp_logs); the assembler only reads them
+    from otel_eval.decode.otlp_logs import HeldRecord
 
 # Reasons a span is refused by assembly (counted as rejected; never acknowledged).
 ASSEMBLY_REJECT_REASONS = ("duplicate_span", "trace_too_large", "late", "foreign_sender")
@@ -47,7 +53,7 @@ LOG_DROP_REASONS = ("no_spans",)
 class _Open:
     trace_id: str
     spans: dict[str, Span]
-    logs: list[LogEvent]
+    logs: list[HeldRecord]
     first_seen: float
     last_seen: float
     root_ended: bool = False
@@ -56,6 +62,7 @@ class _Open:
     sender: str = ""  # authenticated sender (token name) of its first span; "" without auth
     service: str = ""  # service.name of its first span (per-service share of slots)
     nbytes: int = 0  # received size of its spans
+    log_bytes: int = 0  # received size of its log records
     deadline: float = 0.0  # when the trace is due, given what has arrived so far
     scheduled: float = float("inf")  # deadline of this trace's live heap entry
     waiters: list[Callable[[], None]] = field(default_factory=list)
@@ -67,7 +74,7 @@ class _Released:
     spans: list[Span]
     revision: int
     sender: str = ""
-    logs: list[LogEvent] = field(default_factory=list)
+    logs: list[HeldRecord] = field(default_factory=list)
 
 
 @dataclass
@@ -78,7 +85,7 @@ class AddResult:
     traces: set[str] = field(default_factory=set)  # trace ids that took spans
 
 
-def _service(item: Span | LogEvent) -> str:
+def _service(item: Span | HeldRecord) -> str:
     if not isinstance(item, Span):
         return ""  # a log record opening a trace: service unknown until spans arrive
     name = item.resource.get("service.name")
@@ -100,6 +107,7 @@ class TraceAssembler:
         self.open_spans = 0
         self.open_bytes = 0
         self.open_logs = 0
+        self.open_log_bytes = 0  # received size of the log records held (HeldRecord.nbytes)
         self.dropped_logs: Counter[str] = Counter()  # since start, by LOG_DROP_REASONS
         # (trace id, revision) of traces dropped with only log records: the engine drains it
         # (their spooled records are done with, as if evaluated)
@@ -113,7 +121,7 @@ class TraceAssembler:
     def __len__(self) -> int:
         return len(self._open)
 
-    def new_trace_count(self, items: Iterable[Span | LogEvent]) -> int:
+    def new_trace_count(self, items: Iterable[Span | HeldRecord]) -> int:
         """How many open-trace slots these spans or records would take (admission control)."""
         return len({s.trace_id for s in items if s.trace_id not in self._open})
 
@@ -122,7 +130,7 @@ class TraceAssembler:
         tr = self._open.get(trace_id)
         return None if tr is None else (tr.revision, tr.spans.values())
 
-    def open_logs_of(self, trace_id: str) -> list[LogEvent]:
+    def open_logs_of(self, trace_id: str) -> list[HeldRecord]:
         """The log records an open trace holds (a live list; empty when it is not open)."""
         tr = self._open.get(trace_id)
         return tr.logs if tr is not None else []
@@ -174,7 +182,7 @@ class TraceAssembler:
             self._reschedule(tr)
         return res
 
-    def _open_for(self, item: Span | LogEvent, now: float, res: AddResult, source: str,
+    def _open_for(self, item: Span | HeldRecord, now: float, res: AddResult, source: str,
                   sender: str) -> _Open | None:
         """The open trace ``item`` joins (started or re-opened if need be); None when it is
         refused, the reason counted in ``res.rejected``."""
@@ -187,7 +195,7 @@ class TraceAssembler:
             return None
         return started
 
-    def _start(self, span: Span | LogEvent, now: float, res: AddResult,
+    def _start(self, span: Span | HeldRecord, now: float, res: AddResult,
                source: str, sender: str) -> _Open | str:
         """A new or re-opened trace, or the reason its spans are refused."""
         trace_id = span.trace_id
@@ -208,18 +216,20 @@ class TraceAssembler:
             self._tombstones.pop(trace_id, None)
             tr.spans = {s.span_id: s for s in old.spans}
             tr.logs = old.logs
+            tr.log_bytes = sum(r.nbytes for r in old.logs)
             tr.revision = old.revision + 1
             tr.root_ended = any(s.end_ns and s.is_entry for s in old.spans)
             tr.nbytes = sum(s.nbytes for s in old.spans)
             self.open_spans += len(tr.spans)
             self.open_bytes += tr.nbytes
             self.open_logs += len(tr.logs)
+            self.open_log_bytes += tr.log_bytes
             res.reopened += 1
         self._open[trace_id] = tr
         self._reschedule(tr)
         return tr
 
-    def add_logs(self, logs: Iterable[LogEvent], now: float,
+    def add_logs(self, logs: Iterable[HeldRecord], now: float,
                  source: str = "otlp", sender: str = "",
                  on_trace: Callable[[str], Callable[[], None] | None] | None = None
                  ) -> AddResult:
@@ -238,7 +248,9 @@ class TraceAssembler:
                 res.rejected["trace_too_large"] += 1
                 continue
             tr.logs.append(record)
+            tr.log_bytes += record.nbytes
             self.open_logs += 1
+            self.open_log_bytes += record.nbytes
             res.accepted += 1
             if record.trace_id not in res.traces:
                 res.traces.add(record.trace_id)
@@ -329,6 +341,7 @@ class TraceAssembler:
         """A trace opened by log records that no span joined: nothing to evaluate."""
         self._close(tr)
         self.open_logs -= len(tr.logs)
+        self.open_log_bytes -= tr.log_bytes
         self.dropped_logs["no_spans"] += len(tr.logs)
         self.dropped_traces.append((tr.trace_id, tr.revision))
         self.dropped_waiters.extend(tr.waiters)
@@ -340,12 +353,14 @@ class TraceAssembler:
         self.open_spans -= len(spans)
         self.open_bytes -= tr.nbytes
         self.open_logs -= len(tr.logs)
+        self.open_log_bytes -= tr.log_bytes
         self._reopenable[tr.trace_id] = _Released(now, spans, tr.revision, tr.sender, tr.logs)
         self._tombstones[tr.trace_id] = None
         self._tombstones.move_to_end(tr.trace_id)
         self._forget(now)
         return Trace(tr.trace_id, spans, status, source=tr.source, revision=tr.revision,
-                     release_reason=reason, waiters=tr.waiters, logs=list(tr.logs))
+                     release_reason=reason, waiters=tr.waiters,
+                     logs=[r.decode() for r in tr.logs])  # decoded now, not while held
 
     def _forget(self, now: float) -> None:
         cfg = self.config

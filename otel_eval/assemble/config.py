@@ -38,8 +38,9 @@ class AssemblyConfig:
     # Ids of released traces remembered (no spans) so that very late spans are refused as
     # `late` instead of starting a fragment that would replace a full evaluation.
     max_tombstones: int = 1_000_000
-    # Bytes of spans (as received, OTLP protobuf) accepted but not yet evaluated. Past it
-    # receivers throttle (reason `pending_bytes`), as for max_pending_spans.
+    # Bytes of spans and of GenAI log records (as received, OTLP protobuf) accepted but not
+    # yet evaluated: log records wait for their trace as their bytes. Past it receivers
+    # throttle (reason `pending_bytes`) both signals, as for max_pending_spans.
     max_pending_bytes: int = 512 * 1024 * 1024
     # Under slot pressure (max_open_traces reached), traces holding a single span and idle
     # this long give way first: released early (incomplete, reason `pressure`), seconds.

@@ -25,7 +25,8 @@ from typing import Any
 
 from otel_eval.assemble.assembler import TraceAssembler
 from otel_eval.assemble.spool import Spool
-from otel_eval.base.model import LogEvent, Span
+from otel_eval.base.model import Span
+from otel_eval.decode.otlp_logs import HeldRecord
 from otel_eval.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ class Durability:
             return None
 
     def settle(self, row: int, written: set[str], took: set[str],
-               fresh: Collection[LogEvent] = ()) -> None:  # lock held
+               fresh: Collection[HeldRecord] = ()) -> None:  # lock held
         """After assembly took the request; ``fresh``: the records this (log) request added,
         spooled in its own row, so not again with a re-opened trace's."""
         assert self.spool is not None
@@ -73,7 +74,7 @@ class Durability:
             if opened is not None:
                 revisions[tid] = opened[0]
         mine = {id(r) for r in fresh}
-        held: dict[str, tuple[list[Span], list[LogEvent]]] = {}
+        held: dict[str, tuple[list[Span], list[HeldRecord]]] = {}
         for tid in self.spool.reopened(revisions):
             opened = asm.open_trace(tid)
             spans = list(opened[1]) if opened is not None else []

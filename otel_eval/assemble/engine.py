@@ -39,6 +39,7 @@ from otel_eval.assemble.durability import Durability, Request
 from otel_eval.assemble.finishing import Finishing, Sink
 from otel_eval.assemble.spool import Spool
 from otel_eval.base.model import LogEvent, Span
+from otel_eval.decode.otlp_logs import HeldRecord, hold
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.stage import EvaluationStage, InProcess
 from otel_eval.store import EvaluationStore
@@ -119,7 +120,8 @@ class Engine:
         with self._lock:
             return len(self._assembler)
 
-    def submit(self, items: Sequence[Span] | Sequence[LogEvent], source: str = "otlp",
+    def submit(self, items: Sequence[Span] | Sequence[LogEvent] | Sequence[HeldRecord],
+               source: str = "otlp",
                on_stored: Callable[[], None] | None = None, *, signal: Signal = "traces",
                request: Request | None = None, replayed: bool = False,
                sender: str = "") -> Admission:
@@ -130,25 +132,29 @@ class Engine:
         authenticated sender's token name (re-opening needs the same). ``on_stored``: called
         once every trace that took an item is stored (or, for records no span joined,
         dropped and counted as ``no_spans``): either way the items are done with (Kafka
-        commits their offsets then)."""
+        commits their offsets then). Records are held as their bytes (``HeldRecord``; one
+        given decoded is encoded here) until their trace is released."""
+        taken: Sequence[Span] | Sequence[HeldRecord] = (
+            [hold(r) for r in items] if signal == "logs"  # type: ignore[arg-type]
+            else items)  # type: ignore[assignment]
         adm = Admission()
         barrier = _Barrier(on_stored) if on_stored is not None else None
         on_trace = (lambda _tid: barrier.done) if barrier is not None else None
-        raw = self.durability.request_bytes(request, items, replayed)
-        trace_ids = {item.trace_id for item in items}
+        raw = self.durability.request_bytes(request, taken, replayed)
+        trace_ids = {item.trace_id for item in taken}
         with self._lock:
             adm.throttled = None if replayed else self.admission.refusal(
-                signal, items, len(raw or b""))
+                signal, taken, len(raw or b""))
             row = None if raw is None or adm.throttled else self.durability.append(
                 raw, trace_ids, signal)
             if adm.throttled is None and raw is not None and row is None:
                 adm.throttled = "spool_error"
             if adm.throttled is not None:
                 return adm
-            res = self._add(signal, items, on_trace, source, sender)
+            res = self._add(signal, taken, on_trace, source, sender)
             if row is not None:
                 self.durability.settle(row, trace_ids, res.traces,
-                                       items if signal == "logs" else ())  # type: ignore[arg-type]
+                                       taken if signal == "logs" else ())  # type: ignore[arg-type]
             self._update_gauges()
         if barrier is not None:
             barrier.arm(len(res.traces))

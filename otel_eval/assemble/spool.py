@@ -60,8 +60,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from otel_eval.base.configcheck import ConfigError
-from otel_eval.base.model import LogEvent, Span
+from otel_eval.base.model import Span
 from otel_eval.decode import otlp, otlp_logs
+from otel_eval.decode.otlp_logs import HeldRecord
 from otel_eval.telemetry.metrics import SpoolMetrics
 
 log = logging.getLogger(__name__)
@@ -95,10 +96,10 @@ class _Request:
 
 # What ``replay`` hands decoded items to, with their signal ("traces" or "logs"): the
 # engine's submit (replayed=True); returns how many it took.
-Replay = Callable[[list[Span] | list[LogEvent], str], int]
+Replay = Callable[[list[Span] | list[HeldRecord], str], int]
 # The spans and log records an open trace holds (``settle`` re-spools them when it re-opens).
 # What a re-opened trace holds, per trace id: its spans, and its log records but the request's.
-Held = Mapping[str, tuple[Collection[Span], Collection[LogEvent]]]
+Held = Mapping[str, tuple[Collection[Span], Collection[HeldRecord]]]
 
 
 class Spool:
@@ -225,7 +226,7 @@ class Spool:
     def _replay_one(self, body: bytes, signal: str, wanted: set[str], submit: Replay) -> int:
         """One row through the decode path its signal takes; raises MalformedRequest."""
         if signal == "logs":
-            records = otlp_logs.decode_logs(otlp_logs.parse_logs_request(body)).records
+            records = otlp_logs.hold_logs(otlp_logs.parse_logs_request(body)).records
             n = submit([r for r in records if r.trace_id in wanted], "logs")
             self.metrics.replayed_logs(n)
             return n

@@ -4,14 +4,21 @@ Only GenAI content events tied to a span are kept (``is_genai_event``; read by
 ``evaluate.conventions.events``):
 instrumentations send prompts and completions as log records when content is not put on
 spans. Every other record is *ignored* and counted with a reason; a record that claims to be
-a GenAI event but has invalid ids is *rejected* with a reason. The event name is the record's
-``event_name`` field, else its ``event.name`` attribute (SDKs before the field existed).
+a GenAI event but has invalid ids or a time past int64 nanoseconds is *rejected* with a
+reason. The event name is the record's ``event_name`` field, else its ``event.name``
+attribute (SDKs before the field existed).
+
+Two ways out: ``decode_logs`` gives ``LogEvent`` values (offline runs, tests); ``hold_logs``
+gives ``HeldRecord`` values, what the engine keeps: the ids, name and time read, the rest the
+record's own protobuf bytes until its trace is released (``HeldRecord.decode``). Decoded
+attributes and bodies are Python objects several times the size of their bytes, and a record
+may wait ``idle_timeout_s`` for spans that never come.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +29,7 @@ from opentelemetry.proto.logs.v1 import logs_pb2
 from otel_eval.base.model import LogEvent
 from otel_eval.decode.body import loads_bounded
 from otel_eval.decode.otlp import (
+    MAX_TIME_NS,
     MalformedRequest,
     anyvalue_to_python,
     attributes_to_dict,
@@ -30,12 +38,23 @@ from otel_eval.decode.otlp import (
     python_to_anyvalue,
 )
 
-__all__ = ["IGNORE_REASONS", "REJECT_REASONS", "LogsDecodeResult", "decode_logs",
-           "encode_logs", "logs_request_from_json", "parse_logs_request"]
+__all__ = [
+    "IGNORE_REASONS",
+    "REJECT_REASONS",
+    "HeldLogs",
+    "HeldRecord",
+    "LogsDecodeResult",
+    "decode_logs",
+    "encode_logs",
+    "hold",
+    "hold_logs",
+    "logs_request_from_json",
+    "parse_logs_request",
+]
 
 # Closed sets of reasons: ignored (not for us, not an error) and rejected (an error).
 IGNORE_REASONS = ("not_genai_event", "no_span_context", "kafka_publish_mode")
-REJECT_REASONS = ("invalid_trace_id", "invalid_span_id")
+REJECT_REASONS = ("invalid_trace_id", "invalid_span_id", "invalid_timestamp")
 _OWN_EVENTS = ("gen_ai.evaluation.result", "otel_eval.verdict")  # our own output, looped back
 # The GenAI content events kept (``evaluate.conventions.events`` lays them over their span).
 DETAILS_EVENT = "gen_ai.client.inference.operation.details"
@@ -49,9 +68,39 @@ def is_genai_event(name: str) -> bool:
     return name in (DETAILS_EVENT, CHOICE_EVENT) or name in MESSAGE_ROLES
 
 
+@dataclass(frozen=True, slots=True)
+class HeldRecord:
+    """A kept GenAI record as the engine holds it: what assembly reads (ids, name, time) and
+    the record's protobuf bytes (``raw``, an encoded ``LogRecord``), decoded only when its
+    trace is released. ``nbytes`` counts in ``assembly.max_pending_bytes``."""
+
+    trace_id: str
+    span_id: str
+    name: str
+    time_unix_nano: int
+    raw: bytes
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.raw)
+
+    def decode(self) -> LogEvent:
+        pb = logs_pb2.LogRecord.FromString(self.raw)
+        body = anyvalue_to_python(pb.body) if pb.HasField("body") else None
+        return LogEvent(self.trace_id, self.span_id, self.name, self.time_unix_nano,
+                        attributes_to_dict(pb.attributes), body)
+
+
 @dataclass
 class LogsDecodeResult:
     records: list[LogEvent] = field(default_factory=list)
+    ignored: Counter[str] = field(default_factory=Counter)
+    rejected: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass
+class HeldLogs:
+    records: list[HeldRecord] = field(default_factory=list)
     ignored: Counter[str] = field(default_factory=Counter)
     rejected: Counter[str] = field(default_factory=Counter)
 
@@ -78,44 +127,78 @@ def _event_name(record: Any) -> str:
     return ""
 
 
-def decode_logs(req: ExportLogsServiceRequest) -> LogsDecodeResult:
-    """Keep the GenAI events of spans; count everything else (never raises on content)."""
-    out = LogsDecodeResult()
+def _kept(req: ExportLogsServiceRequest, ignored: Counter[str],
+          rejected: Counter[str]) -> Iterator[tuple[Any, str, str, str, int]]:
+    """(record, trace id, span id, name, time) of each kept record; every other record counted
+    in ``ignored`` or ``rejected`` (never raises on content)."""
     for rl in req.resource_logs:
         for sl in rl.scope_logs:
             for record in sl.log_records:
                 name = _event_name(record)
                 if not is_genai_event(name) or name in _OWN_EVENTS:
-                    out.ignored["not_genai_event"] += 1
+                    ignored["not_genai_event"] += 1
                     continue
                 tid, sid = record.trace_id, record.span_id
+                t, observed = record.time_unix_nano, record.observed_time_unix_nano
                 if not tid and not sid:
-                    out.ignored["no_span_context"] += 1
+                    ignored["no_span_context"] += 1
                 elif len(tid) != 16 or tid == bytes(16):
-                    out.rejected["invalid_trace_id"] += 1
+                    rejected["invalid_trace_id"] += 1
                 elif len(sid) != 8 or sid == bytes(8):
-                    out.rejected["invalid_span_id"] += 1
+                    rejected["invalid_span_id"] += 1
+                elif t > MAX_TIME_NS or observed > MAX_TIME_NS:
+                    # as for spans: a time no store or backend holds orders nothing
+                    rejected["invalid_timestamp"] += 1
                 else:
-                    body = anyvalue_to_python(record.body) if record.HasField("body") else None
-                    out.records.append(LogEvent(
-                        tid.hex(), sid.hex(), name, record.time_unix_nano
-                        or record.observed_time_unix_nano,
-                        attributes_to_dict(record.attributes), body))
+                    yield record, tid.hex(), sid.hex(), name, t or observed
+
+
+def decode_logs(req: ExportLogsServiceRequest) -> LogsDecodeResult:
+    """Keep the GenAI events of spans, decoded; count everything else (never raises on
+    content)."""
+    out = LogsDecodeResult()
+    for record, tid, sid, name, t in _kept(req, out.ignored, out.rejected):
+        body = anyvalue_to_python(record.body) if record.HasField("body") else None
+        out.records.append(LogEvent(tid, sid, name, t, attributes_to_dict(record.attributes),
+                                    body))
     return out
 
 
-def encode_logs(records: Iterable[LogEvent]) -> ExportLogsServiceRequest:
+def hold_logs(req: ExportLogsServiceRequest) -> HeldLogs:
+    """As ``decode_logs``, each kept record held as its bytes (``HeldRecord``)."""
+    out = HeldLogs()
+    for record, tid, sid, name, t in _kept(req, out.ignored, out.rejected):
+        out.records.append(HeldRecord(tid, sid, name, t, record.SerializeToString()))
+    return out
+
+
+def _record_pb(r: LogEvent) -> logs_pb2.LogRecord:
+    pb = logs_pb2.LogRecord(
+        time_unix_nano=r.time_unix_nano, event_name=r.name,
+        trace_id=bytes.fromhex(r.trace_id), span_id=bytes.fromhex(r.span_id),
+        attributes=dict_to_attributes(r.attributes))
+    if r.body is not None:
+        pb.body.CopyFrom(python_to_anyvalue(r.body))
+    return pb
+
+
+def hold(record: LogEvent | HeldRecord) -> HeldRecord:
+    """A record as the engine holds it (one given decoded is encoded)."""
+    if isinstance(record, HeldRecord):
+        return record
+    return HeldRecord(record.trace_id, record.span_id, record.name, record.time_unix_nano,
+                      _record_pb(record).SerializeToString())
+
+
+def encode_logs(records: Iterable[LogEvent | HeldRecord]) -> ExportLogsServiceRequest:
     """Records -> one request that ``decode_logs`` turns back into the same records (the
-    spool re-encodes what a re-opened trace holds). Resource and scope are not kept by
-    decoding, so none are written."""
+    spool re-encodes what a re-opened trace holds; a held record is written as received).
+    Resource and scope are not kept by decoding, so none are written."""
     req = ExportLogsServiceRequest()
     out = req.resource_logs.add().scope_logs.add().log_records
     for r in records:
-        pb = logs_pb2.LogRecord(
-            time_unix_nano=r.time_unix_nano, event_name=r.name,
-            trace_id=bytes.fromhex(r.trace_id), span_id=bytes.fromhex(r.span_id),
-            attributes=dict_to_attributes(r.attributes))
-        if r.body is not None:
-            pb.body.CopyFrom(python_to_anyvalue(r.body))
-        out.append(pb)
+        if isinstance(r, HeldRecord):
+            out.add().MergeFromString(r.raw)
+        else:
+            out.append(_record_pb(r))
     return req

@@ -1,11 +1,12 @@
 """The protocol-independent half of a receiver: bytes in, an OTLP answer out.
 
     body -> otlp.parse_request -> otlp.decode_request -> Engine.submit(spans, request) -> result
-    body -> otlp_logs.parse_logs_request -> decode_logs -> Engine.submit(signal="logs") -> result
+    body -> otlp_logs.parse_logs_request -> hold_logs -> Engine.submit(signal="logs") -> result
 
 ``request`` is what the engine writes to its spool before answering (the body as received for
 protobuf, the parsed request re-encoded for OTLP/JSON - only when a spool asks for it), for
-log requests as for trace requests.
+log requests as for trace requests. Log records are handed on as their bytes
+(``otlp_logs.HeldRecord``), decoded when their trace is released.
 
 Every span of a request ends up in exactly one of: accepted (acknowledged, will be
 evaluated), rejected with a reason (reported as OTLP partial success, not retried), or the
@@ -36,6 +37,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from otel_eval.assemble.engine import Admission
 from otel_eval.base.model import LogEvent, Span
 from otel_eval.decode import otlp, otlp_logs
+from otel_eval.decode.otlp_logs import HeldRecord
 from otel_eval.telemetry.metrics import Metrics
 
 
@@ -43,7 +45,8 @@ class Submitter(Protocol):
     """``assemble.engine.Engine`` (assemble and evaluate) or ``kafka.frontend.PublishingEngine``:
     spans (``signal="traces"``) or GenAI event records (``"logs"``), one door."""
 
-    def submit(self, items: Sequence[Span] | Sequence[LogEvent], source: str = ..., *,
+    def submit(self, items: Sequence[Span] | Sequence[LogEvent] | Sequence[HeldRecord],
+               source: str = ..., *,
                signal: str = ..., request: bytes | Callable[[], bytes] | None = ...,
                sender: str = ...) -> Admission: ...
 
@@ -138,7 +141,7 @@ class Ingest:
     def handle_logs_request(self, req: ExportLogsServiceRequest, protocol: str,
                             sender: str = "",
                             request: bytes | Callable[[], bytes] | None = None) -> IngestResult:
-        decoded = otlp_logs.decode_logs(req)
+        decoded = otlp_logs.hold_logs(req)
         adm = self.engine.submit(decoded.records, "otlp", signal="logs", sender=sender,
                                  request=request) if decoded.records else Admission()
         if adm.throttled is not None:

@@ -83,6 +83,7 @@ from otel_eval.base.kafka.config import KafkaConfig
 from otel_eval.base.kafka.stats import KafkaMetrics, KafkaStats
 from otel_eval.base.model import LogEvent, Span
 from otel_eval.decode import otlp, otlp_logs
+from otel_eval.decode.otlp_logs import HeldRecord
 from otel_eval.receive.kafka.offsets import OffsetTracker, Ticket, TraceGate
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,8 @@ log = logging.getLogger(__name__)
 class EngineLike(Protocol):
     """What the consumer needs of ``otel_eval.assemble.engine.Engine``."""
 
-    def submit(self, items: Sequence[Span] | Sequence[LogEvent], source: str = ...,
+    def submit(self, items: Sequence[Span] | Sequence[LogEvent] | Sequence[HeldRecord],
+               source: str = ...,
                on_stored: Callable[[], None] | None = ..., *, signal: str = ...) -> Any: ...
 
 
@@ -124,7 +126,7 @@ def decode_record(value: bytes | None, encoding: str) -> Record | str:
 class LogsRecord:
     """One logs-topic record's GenAI events, and its other records by reason."""
 
-    records: list[LogEvent]
+    records: list[HeldRecord]
     ignored: Counter[str]
     rejected: Counter[str]
 
@@ -141,7 +143,7 @@ def decode_logs_record(value: bytes | None, encoding: str) -> LogsRecord | str:
             req = otlp_logs.parse_logs_request(value)
     except Exception:  # MalformedRequest, ValueError, whatever a hostile record raises
         return "not_otlp"
-    decoded = otlp_logs.decode_logs(req)
+    decoded = otlp_logs.hold_logs(req)
     return LogsRecord(decoded.records, decoded.ignored, decoded.rejected)
 
 
@@ -149,7 +151,7 @@ def decode_logs_record(value: bytes | None, encoding: str) -> LogsRecord | str:
 class _Work:
     """What one record hands the engine: spans, or log records (``logs``)."""
 
-    items: list[Span] | list[LogEvent]
+    items: list[Span] | list[HeldRecord]
     logs: bool
 
 

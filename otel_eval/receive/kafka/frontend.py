@@ -19,6 +19,7 @@ from otel_eval.assemble.engine import Admission
 from otel_eval.base.aio import LoopThread
 from otel_eval.base.model import LogEvent, Span
 from otel_eval.decode.otlp import encode_spans
+from otel_eval.decode.otlp_logs import HeldRecord
 from otel_eval.receive.kafka.publisher import KafkaPublisher
 
 log = logging.getLogger(__name__)
@@ -31,7 +32,8 @@ class PublishingEngine:
         self.loop = loop
         self.timeout_s = timeout_s
 
-    def submit(self, items: Sequence[Span] | Sequence[LogEvent], source: str = "otlp",
+    def submit(self, items: Sequence[Span] | Sequence[LogEvent] | Sequence[HeldRecord],
+               source: str = "otlp",
                on_stored: Callable[[], None] | None = None, *, signal: str = "traces",
                request: bytes | Callable[[], bytes] | None = None,
                sender: str = "") -> Admission:
@@ -43,7 +45,7 @@ class PublishingEngine:
             return self._logs(items)  # type: ignore[arg-type]
         return self._spans(items)  # type: ignore[arg-type]
 
-    def _logs(self, records: Sequence[LogEvent]) -> Admission:
+    def _logs(self, records: Sequence[LogEvent | HeldRecord]) -> Admission:
         """GenAI event records go to ``kafka.logs_topic`` (one record per trace id, keyed by
         it), acknowledged once Kafka has them; without a logs topic they are acknowledged
         and counted as ignored (``kafka_publish_mode``)."""

@@ -32,6 +32,7 @@ from otel_eval.base.kafka.config import KafkaConfig
 from otel_eval.base.kafka.stats import KafkaMetrics, KafkaStats
 from otel_eval.base.model import LogEvent
 from otel_eval.decode import otlp, otlp_logs
+from otel_eval.decode.otlp_logs import HeldRecord
 
 _FNV_OFFSET, _FNV_PRIME = 0x811C9DC5, 0x01000193
 
@@ -92,10 +93,11 @@ def encode(req: ExportTraceServiceRequest, encoding: str) -> bytes:
     return bytes(req.SerializeToString())
 
 
-def encode_logs_by_trace(records: Sequence[LogEvent], encoding: str) -> list[tuple[str, bytes]]:
+def encode_logs_by_trace(records: Sequence[LogEvent | HeldRecord],
+                         encoding: str) -> list[tuple[str, bytes]]:
     """(trace id, one logs request) per trace id, in first-appearance order. Resource and
     scope are not kept (the consumer's decoding does not read them)."""
-    groups: dict[str, list[LogEvent]] = {}
+    groups: dict[str, list[LogEvent | HeldRecord]] = {}
     for r in records:
         groups.setdefault(r.trace_id, []).append(r)
     out = []
@@ -154,7 +156,7 @@ class KafkaPublisher:
         self.metrics.published("spans", len(parts))
         return len(parts)
 
-    async def publish_logs(self, records: Sequence[LogEvent]) -> int:
+    async def publish_logs(self, records: Sequence[LogEvent | HeldRecord]) -> int:
         """Write GenAI event records to ``logs_topic``, one record per trace id; returns the
         number of records written (0 without a logs topic)."""
         producer = self._producer

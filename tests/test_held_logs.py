@@ -1,0 +1,112 @@
+"""GenAI log records wait for their trace as their bytes, inside ``max_pending_bytes``
+(issue 21): a flood of records for traces whose spans never come is refused like spans
+(``pending_bytes``), not held decoded outside every byte bound; what waits too long is dropped
+and counted (``no_spans``). A record's time past int64 nanoseconds is rejected as a span's is.
+Time by hand; the engine fed through the receivers' ``Ingest``, protobuf as gRPC hands it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from opentelemetry.proto.logs.v1 import logs_pb2
+from prometheus_client import CollectorRegistry
+
+from otel_eval.app.config import Config
+from otel_eval.assemble.engine import Engine
+from otel_eval.base.model import LogEvent, Span
+from otel_eval.decode import otlp, otlp_logs
+from otel_eval.decode.otlp_logs import HeldRecord
+from otel_eval.evaluate.evaluator import Evaluator
+from otel_eval.receive.ingest import Ingest
+from otel_eval.store import Store
+from otel_eval.telemetry.metrics import Metrics
+
+IDLE = 60.0
+
+
+def records(trace: str, n: int, text: str = "sunny in Paris") -> list[LogEvent]:
+    return [LogEvent(trace, f"{i + 1:016x}", "gen_ai.choice", 1_000 + i,
+                     {"gen_ai.system": "openai"},
+                     {"index": 0, "message": {"role": "assistant", "content": f"{i} {text}"}})
+            for i in range(n)]
+
+
+def logs_body(recs: list[LogEvent]) -> bytes:
+    return otlp_logs.encode_logs(recs).SerializeToString()
+
+
+class Node:
+    def __init__(self, tmp: Path, max_pending_bytes: int = 512 << 20) -> None:
+        self.now = 0.0
+        cfg = Config()
+        cfg = replace(cfg, assembly=replace(cfg.assembly, idle_timeout_s=IDLE,
+                                            max_pending_bytes=max_pending_bytes))
+        self.metrics = Metrics(CollectorRegistry())
+        self.store = Store(str(tmp / "store.db"))
+        self.engine = Engine(Evaluator(cfg), self.store, self.metrics, assembly=cfg.assembly,
+                             clock=lambda: self.now)
+        self.ingest = Ingest(self.engine, self.metrics)
+
+    def sample(self, name: str, **labels: str) -> float:
+        return self.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def test_records_wait_as_their_bytes_and_count_in_max_pending_bytes(tmp_path: Path) -> None:
+    bodies = [logs_body(records(f"{t + 1:032x}", 50)) for t in range(4)]
+    node = Node(tmp_path, max_pending_bytes=int(len(bodies[0]) * 3.2))
+    asm = node.engine._assembler
+    for body in bodies[:3]:  # the fourth would pass the bound
+        assert node.ingest.handle_logs_bytes(body, "grpc").outcome == "ok"
+    [held, *_] = asm.open_logs_of(f"{1:032x}")
+    assert isinstance(held, HeldRecord)  # bytes, not decoded attributes and bodies
+    assert held.decode() == records(f"{1:032x}", 50)[0]
+    assert asm.open_log_bytes == sum(r.nbytes for t in range(3)
+                                     for r in asm.open_logs_of(f"{t + 1:032x}")) > 0
+    refused = node.ingest.handle_logs_bytes(bodies[3], "grpc")
+    assert refused.outcome == "throttled" and "pending_bytes" in refused.message
+    span = Span("f" * 32, "1" * 16, None, "agent", 1, 2,
+                attributes={"input.value": "x" * len(bodies[0])})
+    spans = node.ingest.handle_bytes(otlp.encode_spans([span]).SerializeToString(), "grpc")
+    assert spans.outcome == "throttled"  # one byte bound for both signals
+    assert node.sample("otel_eval_receiver_requests_throttled_total",
+                       protocol="grpc_logs", reason="pending_bytes") == 1
+
+    node.now += IDLE + 1  # their spans never came: dropped, counted, the bytes given back
+    node.engine.tick()
+    assert node.sample("otel_eval_assembly_log_records_dropped_total", reason="no_spans") == 150
+    assert asm.open_log_bytes == 0 and asm.open_logs == 0
+    assert node.ingest.handle_logs_bytes(bodies[3], "grpc").outcome == "ok"
+
+
+def test_held_records_are_decoded_when_their_trace_is_released(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    trace = "a" * 32
+    recs = records(trace, 3)
+    for r in recs:
+        r.span_id = "1" * 16
+    assert node.ingest.handle_logs_bytes(logs_body(recs), "grpc").accepted == 3
+    span = Span(trace, "1" * 16, None, "chat gpt-4o", 1, 2,
+                attributes={"gen_ai.operation.name": "chat"})
+    node.engine.submit([span])
+    node.now += 100
+    [released] = node.engine._assembler.tick(node.now)
+    assert released.logs == recs  # LogEvent values again, as decode_logs gives them
+    assert node.engine._assembler.open_log_bytes == 0
+
+
+def test_a_record_time_past_int64_nanoseconds_is_rejected(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    req = otlp_logs.encode_logs(records("b" * 32, 3))
+    lr = req.resource_logs[0].scope_logs[0].log_records
+    lr[0].time_unix_nano = 2**64 - 1
+    lr[1].time_unix_nano = 0
+    lr[1].observed_time_unix_nano = 2**63  # one past int64
+    res = node.ingest.handle_logs_bytes(req.SerializeToString(), "grpc")
+    assert res.accepted == 1 and dict(res.rejected) == {"invalid_timestamp": 2}
+    assert "2 invalid_timestamp" in res.message
+    assert node.sample("otel_eval_receiver_log_records_rejected_total",
+                       protocol="grpc", reason="invalid_timestamp") == 2
+    ok = logs_pb2.LogRecord(time_unix_nano=0, observed_time_unix_nano=2**63 - 1)
+    assert ok.observed_time_unix_nano == otlp.MAX_TIME_NS  # the bound itself is a time
