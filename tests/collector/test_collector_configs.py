@@ -31,9 +31,9 @@ def _type(component_id: str) -> str:
     return component_id.split("/", 1)[0]
 
 
-def test_the_four_examples_exist() -> None:
+def test_the_five_examples_exist() -> None:
     assert {f.name for f in FILES} == {"sidecar.yaml", "passthrough.yaml", "loadbalancing.yaml",
-                                       "kafka.yaml"}
+                                       "loadbalancing-by-service.yaml", "kafka.yaml"}
 
 
 @pytest.mark.parametrize("path", FILES, ids=[f.name for f in FILES])
@@ -80,15 +80,18 @@ def test_passthrough_receiver_matches_the_documented_forward_endpoint() -> None:
     assert "otlp_grpc/otel-eval" not in pipelines["traces/stamped"]["exporters"]
 
 
-def test_loadbalancing_routes_by_trace_id_to_default_port() -> None:
-    lb = _load("loadbalancing.yaml")["exporters"]["load_balancing"]
-    assert lb["routing_key"] == "traceID"
+@pytest.mark.parametrize("name,key", [("loadbalancing.yaml", "traceID"),
+                                      ("loadbalancing-by-service.yaml", "attributes")])
+def test_loadbalancing_routes_to_default_port(name: str, key: str) -> None:
+    lb = _load(name)["exporters"]["load_balancing"]
+    assert lb["routing_key"] == key
+    assert lb.get("routing_attributes", ["service.name"]) == ["service.name"]
     hosts = lb["resolver"]["static"]["hostnames"]
     assert len(hosts) >= 2
     assert all(parse_endpoint(h)[1] == GRPC_PORT and "otel-eval" in h for h in hosts)
     assert "endpoint" not in lb["protocol"]["otlp"]  # set per replica by the exporter
-    # One exporter for both signals: a log record is routed by its trace id on the spans' ring.
-    pipelines = _load("loadbalancing.yaml")["service"]["pipelines"]
+    # One exporter for both signals: a log record is routed on the spans' ring.
+    pipelines = _load(name)["service"]["pipelines"]
     assert pipelines["logs"]["exporters"] == pipelines["traces"]["exporters"] == ["load_balancing"]
 
 

@@ -1,5 +1,6 @@
-"""loadbalancing.yaml for real: one collector, its ``load_balancing`` exporter routing spans and
-log records by trace id over two ``otel-eval serve`` replicas.
+"""loadbalancing.yaml and loadbalancing-by-service.yaml for real: one collector, its
+``load_balancing`` exporter routing spans and log records (by trace id, or by service) over two
+``otel-eval serve`` replicas.
 
 The agent sends more than 1,000 traces: every conformance recording under fresh trace ids, each
 trace cut into pieces of a few spans or log records, and the pieces of 50 traces at a time
@@ -7,12 +8,14 @@ mixed into shared export batches (so a batch holds many traces and a trace arriv
 batches). Each trace must be evaluated exactly once, on one replica, with all its spans; and
 with its log records, i.e. its evaluation equals the direct evaluation of its recording.
 
-That last part fails with the collector we build (v0.160.0): its load_balancing exporter keys
+By trace id, that last part fails with the collector we build (v0.160.0): its exporter keys
 a span by the trace id's 16 bytes and a log record by the id's 32-character hex text
 (``splitLogsByTraceID``: ``key = traceID.String()``), two different positions on the hash
 ring, so a trace's records go to a replica chosen independently of its spans' (v0.157.0 reads
-the same; v0.152.0, still named ``loadbalancing``, keys both by the bytes). The test is a
-strict xfail: it fails loudly once a manifest bump brings a release that fixed it.
+the same; v0.152.0, still named ``loadbalancing``, keys both by the bytes). There the test is
+a strict xfail: it fails loudly once a manifest bump brings a release that fixed it. By service
+(the shipped workaround) a span and a record are keyed by the same service.name and the
+records follow their spans.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ UPSTREAM_BUG = ("collector v0.160.0 load_balancing routes a log record by the he
 
 @dataclass
 class Run:
+    config: str                              # the shipped collector config
     want: dict[str, dict[str, Any]]          # direct evaluation by recorded trace id
     origin: dict[str, str]                   # sent trace id -> recorded trace id
     span_ids: dict[str, set[str]]            # sent trace id -> its span ids
@@ -66,9 +70,11 @@ def _quiet(replicas: list[Any], spans: int, logs: int) -> bool:
     return busy == 0 and sum(g[0] for g in got) >= spans and sum(g[1] for g in got) >= logs
 
 
-@pytest.fixture(scope="module")
-def run(otelcol_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
-    tmp = tmp_path_factory.mktemp("loadbalancing")
+@pytest.fixture(scope="module", params=["loadbalancing.yaml", "loadbalancing-by-service.yaml"])
+def run(otelcol_bin: Path, tmp_path_factory: pytest.TempPathFactory,
+        request: pytest.FixtureRequest) -> Run:
+    config: str = request.param
+    tmp = tmp_path_factory.mktemp(config.removesuffix(".yaml"))
     recs = topology.recordings()
     want = topology.direct(recs, tmp / "direct")
     traces, origin, span_ids = [], {}, {}
@@ -84,7 +90,7 @@ def run(otelcol_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
     agent = f"127.0.0.1:{free_port()}"
     timings = {"assembly": {"grace_s": GRACE_S, "idle_timeout_s": IDLE_S}}
     with topology.serve(tmp / "a", **timings) as a, topology.serve(tmp / "b", **timings) as b:
-        cfg = render("loadbalancing.yaml", {
+        cfg = render(config, {
             "0.0.0.0:4317": agent, "0.0.0.0:4318": f"127.0.0.1:{free_port()}",
             "otel-eval-0.otel-eval-headless:4317": a.grpc_target,
             "otel-eval-1.otel-eval-headless:4317": b.grpc_target})
@@ -95,7 +101,7 @@ def run(otelcol_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
             dropped = sum(int(r.metrics().get("otel_eval_assembly_log_records_dropped_total",
                                                0)) for r in (a, b))
             on = [topology.stored(a), topology.stored(b)]
-    return Run(want, origin, span_ids, on, sent, dropped, len(recs))
+    return Run(config, want, origin, span_ids, on, sent, dropped, len(recs))
 
 
 def _evaluated(run: Run) -> dict[str, list[int]]:
@@ -108,7 +114,7 @@ def test_each_trace_is_evaluated_once_with_all_its_spans_on_one_replica(run: Run
     twice = [tid for tid, where in evaluated.items()
              if len(where) > 1 or any(run.on[i][tid]["revision"] != 0 for i in where)]
     stray = (set(run.on[0]) | set(run.on[1])) - set(run.origin)
-    print(f"load_balancing: traces sent {len(run.origin)}, evaluated "
+    print(f"{run.config}: traces sent {len(run.origin)}, evaluated "
           f"{len(run.origin) - len(lost)} (replica a {len(run.on[0])}, b {len(run.on[1])}), "
           f"lost {len(lost)}, twice {len(twice)}; {run.sent.spans} spans in "
           f"{run.sent.batches['traces']} batches, {run.sent.log_records} log records in "
@@ -130,11 +136,13 @@ def _as(body: dict[str, Any], old: str, new: str) -> dict[str, Any]:
     return out
 
 
-@pytest.mark.xfail(reason=UPSTREAM_BUG, strict=True)
-def test_each_trace_is_evaluated_with_its_log_records(run: Run) -> None:
+def test_each_trace_is_evaluated_with_its_log_records(run: Run,
+                                                     request: pytest.FixtureRequest) -> None:
+    if run.config == "loadbalancing.yaml":
+        request.applymarker(pytest.mark.xfail(reason=UPSTREAM_BUG, strict=True))
     wrong = [tid for tid, where in _evaluated(run).items() if len(where) == 1
              and _as(run.on[where[0]][tid], run.origin[tid], tid) != run.want[run.origin[tid]]]
-    print(f"load_balancing: {len(wrong)} of {len(run.origin)} traces evaluated without (some "
+    print(f"{run.config}: {len(wrong)} of {len(run.origin)} traces evaluated without (some "
           f"of) their log records")
     assert not wrong, (len(wrong), wrong[:3])
     assert run.dropped_no_spans == 0
