@@ -21,6 +21,7 @@ from otel_eval.evaluate.conventions.code_actions import (
     last_message_text,
     python_calls,
 )
+from otel_eval.evaluate.conventions.interpreters import is_interpreter
 from otel_eval.evaluate.conventions.shell import MAX_COMMAND_CHARS, shell_commands
 from otel_eval.evaluate.detectors import Detectors, DetectorsConfig, budget
 from otel_eval.evaluate.trajectory import build_trajectory
@@ -421,3 +422,95 @@ def test_every_code_block_is_a_step_for_budgets_and_the_loop_rules() -> None:
     findings, _ = Detectors(DetectorsConfig()).evaluate(t)
     (circle,) = [f for f in findings if f.kind == "circling"]
     assert circle.span_ids == [steps[0].span_id, steps[2].span_id]
+
+
+# --- code given to an interpreter-like tool --------------------------------------------------
+
+
+INTERPRETERS = [
+    ("python_interpreter", None, True), ("execute_code", None, True),
+    ("run_python", None, True), ("execute_python_code", None, True),
+    ("PythonREPL", None, True), ("CodeInterpreterTool", None, True), ("python", None, True),
+    ("search_code", None, False), ("format_code", {"properties": {"code": {}}}, False),
+    ("bash", None, False), ("execute_command", None, False), ("get_weather", None, False),
+    # the offered schema: an executing word and one parameter named as code is
+    ("run_it", {"properties": {"code": {"type": "string"}}}, True),
+    ("run_it", {"properties": {"code": {}, "timeout": {}}}, False),
+]
+
+
+@pytest.mark.parametrize(("name", "schema", "expected"), INTERPRETERS,
+                         ids=[f"{n}-{bool(s)}" for n, s, _ in INTERPRETERS])
+def test_interpreter_like_tools_by_declared_signals(name: str, schema: object,
+                                                    expected: bool) -> None:
+    assert is_interpreter(name, schema) is expected
+
+
+def _fc_trace(*codes: str, tool: str = "execute_code", children: list[Span] | None = None,
+              error: str = "") -> Trace:
+    """A function-calling agent (GenAI spans) calling an interpreter tool with each code."""
+    definitions = [{"type": "function", "name": tool, "parameters": {
+                       "type": "object", "properties": {"code": {"type": "string"}}}},
+                   {"type": "function", "name": "get_weather", "parameters": {
+                       "type": "object", "properties": {"city": {"type": "string"}}}}]
+    spans = [span("agent", None, 0, {"gen_ai.operation.name": "invoke_agent",
+                                     "gen_ai.agent.name": "coder"}, end=1000)]
+    for i, code in enumerate(codes):
+        spans.append(span(f"chat{i}", "agent", 10 * i + 1, {
+            "gen_ai.operation.name": "chat", "gen_ai.request.model": "m",
+            "gen_ai.tool.definitions": json.dumps(definitions)}))
+        spans.append(span(f"run{i}", "agent", 10 * i + 5, {
+            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool,
+            "gen_ai.tool.call.arguments": json.dumps({"code": code}),
+            "gen_ai.tool.call.result": "sunny"}, status="error" if error else "unset",
+            message=error))
+    return trace(*spans, *(children or []))
+
+
+def test_code_given_to_an_interpreter_tool_is_read_into_the_calls_it_makes() -> None:
+    t = build_trajectory(_fc_trace("for c in ['Paris', 'Rome']:\n    pass\n"
+                                   "print(get_weather(city='Paris'))\n"
+                                   "print('get_weather(city=\"Oslo\")')\n"
+                                   "get_weather('Rome')"), CFG)
+    run, *calls = t.tool_steps
+    assert run.tool_name == "execute_code" and not run.rebuilt and not run.in_code
+    assert [(s.tool_name, s.arguments) for s in calls] == [  # a call in a string is none
+        ("get_weather", {"city": "Paris"}), ("get_weather", {"city": "Rome"})]
+    assert all(s.rebuilt and s.in_code and s.span_id == run.span_id
+               and s.parent_span_id == run.span_id and s.result == "sunny" for s in calls)
+    assert [s.index for s in t.steps] == list(range(len(t.steps)))
+    assert t.action_steps == [run]  # one step; the interpreter and the 2 calls are tool calls
+    assert t.counts()["tool_calls"] == 3
+    assert t.code_actions == {"interpreter_blocks": 1, "calls": 2, "steps": 2, "rebuilt": 2}
+
+
+def test_a_tool_span_under_the_interpreter_is_the_call_and_compared_by_the_loop_rules() -> None:
+    child = span("weather", "run0", 6, {"gen_ai.operation.name": "execute_tool",
+                                         "gen_ai.tool.name": "get_weather",
+                                         "gen_ai.tool.call.arguments": '{"city": "Paris"}'})
+    t = build_trajectory(_fc_trace("x = get_weather(city='Paris')\nprint(x)",
+                                   children=[child]), CFG)
+    assert [(s.tool_name, s.rebuilt, s.in_code) for s in t.tool_steps] == [
+        ("execute_code", False, False), ("get_weather", False, True)]
+    assert t.code_actions == {"interpreter_blocks": 1, "calls": 1, "steps": 1}
+
+
+def test_the_same_call_from_two_interpreter_blocks_is_a_repeated_call() -> None:
+    t = build_trajectory(_fc_trace("print(get_weather(city='Paris'))",
+                                   "w = get_weather(city='Paris')\nprint(w.upper())"), CFG)
+    findings, _ = Detectors(DetectorsConfig()).evaluate(t)
+    (repeat,) = [f for f in findings if f.detector == "loop"]
+    assert repeat.kind == "repeated_call" and "get_weather" in repeat.message
+    # different calls from the same code are none
+    t = build_trajectory(_fc_trace(*(f"print(get_weather(city='{c}'))"
+                                     for c in ("Paris", "Rome", "Oslo"))), CFG)
+    assert not [f for f in Detectors(DetectorsConfig()).evaluate(t)[0] if f.detector == "loop"]
+
+
+def test_hostile_code_given_to_an_interpreter_is_counted_not_raised() -> None:
+    t = build_trajectory(_fc_trace("get_weather(city='a')\n" * (MAX_CODE_CHARS // 20),
+                                   "get_weather(" + "(" * 10_000, "get_weather(" + "-" * 40_000
+                                   + "1)"), CFG)
+    assert [s.tool_name for s in t.tool_steps] == ["execute_code"] * 3
+    assert t.code_actions == {"interpreter_blocks": 3, "unparsed_too_large": 1,
+                              "unparsed_syntax_error": 1, "unparsed_too_deep": 1}

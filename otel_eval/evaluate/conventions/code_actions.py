@@ -15,7 +15,10 @@ CodeAgent writes a Python block that calls its tools (``Code:\\n```py ... ```<en
   ``conventions.shell.shell_commands`` (``shlex``) when rebuilt, to count what cannot be lexed;
 - ``rebuild_code_actions`` turns the calls that no span ran into ``rebuilt`` tool steps right
   after the LLM step that wrote them (same span id, the parent of the span that ran the code),
-  see its docstring for when a call counts as run.
+  see its docstring for when a call counts as run;
+- code given to an interpreter-like tool (``conventions.interpreters``: ``execute_code``,
+  ``run_python``, ...) is read by the same parser into the calls it makes, steps inside that
+  tool step (``_Rebuilder.interpreted``).
 
 Hostile input: code longer than ``MAX_CODE_CHARS`` is not parsed; parse depth errors
 (``RecursionError``, ``MemoryError``), syntax errors, unterminated quotes and more than
@@ -35,6 +38,7 @@ from operator import itemgetter
 from typing import Any
 
 from otel_eval.base.model import Step
+from otel_eval.evaluate.conventions.interpreters import interpreter_code
 from otel_eval.evaluate.conventions.messages import answer_text, message_text
 from otel_eval.evaluate.conventions.shell import MAX_COMMAND_CHARS, shell_commands
 
@@ -373,6 +377,10 @@ class _Rebuilder:
                     self.next_llm[last[step.node]] = step
                 last[step.node] = position
         self.stats: dict[str, int] = {}
+        self.children: dict[str, list[Step]] | None = None  # tool steps by parent, if asked
+        self.read: set[str] = set()  # interpreter spans whose code a reply gave (read there)
+        self.spanned = {s.tool_name or s.name for s in steps if s.kind == "tool"
+                        and not s.rebuilt}  # tools whose calls have spans
         self.python: str | None = None  # the Python code of the reply read last
         self.inside: list[Step] = []  # the call steps of the reply read last
 
@@ -385,7 +393,9 @@ class _Rebuilder:
         False), or nothing shows the agent runs Python (no chain span around the LLM step,
         no call of a known tool in it, no smolagents ``<code>`` / ``<end_code>`` marker: a
         shell agent's reply may show Python it does not run)."""
-        if self.runs.take(position, CODE_TOOL) is not None:
+        ran = self.runs.take(position, CODE_TOOL)
+        if ran is not None:
+            self.read.add(ran.span_id)  # its code is this reply's: read once, here
             return None
         parent = self.by_id.get(llm.parent_span_id or "")
         chain = parent is not None and parent.kind == "chain"
@@ -469,6 +479,53 @@ class _Rebuilder:
         return step
 
 
+    def interpreted(self, tool: Step) -> list[Step]:
+        """The calls of known tools in the code given to an interpreter-like tool
+        (``conventions.interpreters``), as steps inside it: a tool span under it that ran a
+        call is that call's step (marked ``in_code``); a call of a tool that has no span in
+        the trace is rebuilt right after it (its span id, under it: its ``in_code`` steps,
+        result the interpreter's output); a call of a tool with spans elsewhere but none
+        under this one did not run. Returns the rebuilt steps."""
+        name = tool.tool_name or tool.name
+        code = interpreter_code(name, tool.arguments, self.tools.get(name))
+        if code is None or tool.span_id in self.read:
+            return []
+        self.count("interpreter_blocks")
+        found, problem = python_calls(code, self.known - {name}, self.params)
+        if problem:
+            self.count(f"unparsed_{problem}")
+        if found and self.children is None:
+            self.children = {}
+            for s in self.steps:
+                if s.kind == "tool" and not s.rebuilt and s.parent_span_id is not None:
+                    self.children.setdefault(s.parent_span_id, []).append(s)
+        children = (self.children or {}).get(tool.span_id, [])
+        out = []
+        for call in found:
+            self.count("calls")
+            ran = next((c for c in children if (c.tool_name or c.name) == call.name), None)
+            if ran is not None:
+                children.remove(ran)
+                ran.in_code = True
+                self.count("steps")
+                continue
+            if call.name in self.spanned:
+                continue  # its tool has spans: this call has none, it did not run
+            if self.stats.get("rebuilt", 0) >= self.max_rebuilt:
+                self.count("over_limit")
+                continue
+            step = Step(0, tool.span_id, tool.span_id, "tool", call.name, node=tool.node,
+                        depth=tool.depth + 1, start_ns=tool.start_ns, end_ns=tool.end_ns,
+                        tool_name=call.name, arguments=call.arguments, result=tool.result,
+                        rebuilt=True, in_code=True, convention=tool.convention)
+            if tool.status == "error" and call.source[:200] in (tool.error or ""):
+                step.status, step.error = "error", tool.error
+            self.count("steps")
+            self.count("rebuilt")
+            out.append(step)
+        return out
+
+
 def rebuild_code_actions(steps: list[Step], tools: dict[str, Any], max_rebuilt: int = 500,
                          ) -> tuple[list[Step], dict[str, int]]:
     """``steps`` with the tool calls made by code actions (in LLM replies that request no
@@ -486,8 +543,11 @@ def rebuild_code_actions(steps: list[Step], tools: dict[str, Any], max_rebuilt: 
     added to ``tools`` (it was offered to the model as a callable)."""
     work = _Rebuilder(steps, tools, max_rebuilt)
     out: list[Step] = []
+    interpreters = []  # (position in out, the tool step): read once every reply's is
     for position, step in enumerate(steps):
         out.append(step)
+        if step.kind == "tool" and not (step.code_block or step.in_code):
+            interpreters.append((len(out), step))
         if step.kind != "llm" or step.rebuilt or step.tool_calls:
             continue  # a reply with tool calls acts through them: its code is an example
         text = _reply(step)
@@ -508,6 +568,8 @@ def rebuild_code_actions(steps: list[Step], tools: dict[str, Any], max_rebuilt: 
         if code is not None and code.status == "error" and any(
                 s.status == "error" for s in work.inside):
             code.status, code.error = "ok", None  # one failure: the call's, not twice
+    for at, tool in reversed(interpreters):  # from the end: earlier positions stay
+        out[at:at] = work.interpreted(tool)
     if len(out) != len(steps):
         for i, step in enumerate(out):
             step.index = i

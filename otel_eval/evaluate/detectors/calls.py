@@ -1,7 +1,8 @@
 """The calls of a trajectory as the detectors see them (stage: evaluate).
 
-A *call* is a top-level tool step (a tool called from inside another tool's code is part of
-that action, not a step of its own). Each call gets a canonical ``key`` so that repeats can
+A *call* is a top-level tool step (a tool span under another tool step is part of that
+action, not a step of its own; but a call of a known tool read from an interpreter tool's
+code, ``Step.in_code``, is one). Each call gets a canonical ``key`` so that repeats can
 be compared: tool name + JSON with sorted keys and normalized whitespace (of the parameters
 the tool's schema declares, when it lists them), or, for agents that act through code or
 shell, the canonicalized action text. Also here: the detector
@@ -233,7 +234,8 @@ def result_failed(step: Step, action: bool, cfg: ToolCallConfig) -> str | None:
 
 
 def top_level_tool_steps(trajectory: Trajectory) -> list[Step]:
-    """Tool steps not nested (at any depth) under another tool step.
+    """Tool steps not nested (at any depth) under another tool step, but for the calls an
+    interpreter tool's code made (``Step.in_code``: ``conventions.code_actions``).
 
     One pass in step order (tree order: a parent comes before its children) remembers for
     each span whether a tool step is at or above it, so a chain of n nested spans costs n,
@@ -253,8 +255,8 @@ def top_level_tool_steps(trajectory: Trajectory) -> list[Step]:
                     known = True
                     break
                 p, seen = parent.get(p), seen + 1
-        if s.kind == "tool" and not known:
-            out.append(s)
+        if s.kind == "tool" and (not known or s.in_code):
+            out.append(s)  # a call made from an interpreter tool's code is a call
         # rebuilt tool steps share their LLM step's span id: the first entry decides
         under_tool.setdefault(s.span_id, known or s.span_id in tools)
     return out
@@ -304,13 +306,13 @@ def calls_for(trajectory: Trajectory, config: DetectorsConfig, context: Context)
 
 
 def through_code(cs: Sequence[Call]) -> list[Call]:
-    """The calls rules (a)-(c) compare: a code step whose block called known tools stands for
-    those calls (its ``in_code`` steps, right after it), so two blocks that make the same
+    """The calls rules (a)-(c) compare: a code step (a block an LLM reply wrote, or an
+    interpreter tool's call) whose code called known tools stands for those calls (its
+    ``in_code`` steps, right after it), so two blocks that make the same
     call are the same call repeated, whatever else their code says; a block that called no
     known tool is its own action. (Rule (g) compares the code steps themselves.)"""
     return [c for i, c in enumerate(cs)
-            if not (c.action and not c.step.in_code and i + 1 < len(cs)
-                    and cs[i + 1].step.in_code)]
+            if not (not c.step.in_code and i + 1 < len(cs) and cs[i + 1].step.in_code)]
 
 
 def call_label(call: Call, limit: int = 60) -> str:
