@@ -122,15 +122,17 @@ def _start_then_longest(span: Span) -> tuple[int, int]:
 
 
 def local_root(spans: Sequence[Span]) -> Span | None:
-    """The root of what this service sees of a trace -- the one definition that assembly,
-    trajectory, events, the judge and the loaders use.
+    """The root of what this service sees of a trace: the first two steps of ``run_span``,
+    without its last resort. Assembly asks it whether a trace's root has ended, the
+    trajectory reads the run's input, output, service and outcome from it, and
+    non-termination reports on its step (``Trajectory.root_span_id``).
 
     An *entry* span (no parent, or a parent flagged remote by the OTLP span flags) is a root;
-    the earliest one when there are several. Without one, a span whose parent is absent and
-    not known to be local (an exporter that sets no flags, e.g. a service called by an
-    instrumented upstream) is the root when it encloses every other span in time: a real
-    root does, while the first surviving child of a root that never arrived (a killed run)
-    does not. Otherwise None: the trace has no root here.
+    the earliest one when there are several (earliest start, then the longest). Without one,
+    a span whose parent is absent and not known to be local (an exporter that sets no flags,
+    e.g. a service called by an instrumented upstream) is the root when it encloses every
+    other span in time: a real root does, while the first surviving child of a root that
+    never arrived (a killed run) does not. Otherwise None: the trace has no root here.
     """
     best: Span | None = None
     for span in spans:
@@ -148,6 +150,30 @@ def local_root(spans: Sequence[Span]) -> Span | None:
     if end and all(start <= s.start_ns and 0 < s.end_ns <= end for s in spans):
         return first
     return None
+
+
+def run_span(spans: Sequence[Span]) -> Span | None:
+    """The span a run's results are attached to: the ``gen_ai.evaluation.result`` records of
+    the findings, the verdict and the judge, a failed evaluation's record, and the summary
+    attributes stamped on forwarded spans. The one definition, in this order:
+
+    1. ``local_root``: the earliest entry span (no parent, or a remote one), else an orphan
+       that encloses every other span in time;
+    2. else the earliest span (earliest start, then the longest): a run whose root never
+       arrived (killed before its root span ended, so it was never exported), or whose
+       spans all hang under parents elsewhere;
+    3. None when there are no spans.
+    """
+    root = local_root(spans)
+    if root is None and spans:
+        root = min(spans, key=_start_then_longest)
+    return root
+
+
+def run_span_id(spans: Sequence[Span]) -> str:
+    """``run_span``'s id, "" when there are no spans."""
+    span = run_span(spans)
+    return span.span_id if span is not None else ""
 
 
 @dataclass(slots=True)
@@ -354,6 +380,7 @@ class Trajectory:
     # the detectors report each as an ``evaluation_error`` finding (issue 11)
     errors: list[dict[str, str]] = field(default_factory=list)
     root_span_id: str | None = None  # ``local_root`` of the trace; None when it has none
+    run_span_id: str = ""  # ``run_span_id`` of the trace: where its results are attached
     # What the instrumentation did not record, by field: how many steps lack it (``output``: 1
     # when the run's answer is unknown). Detectors draw no conclusion from these.
     unrecorded: dict[str, int] = field(default_factory=dict)
@@ -363,11 +390,10 @@ class Trajectory:
 
     @property
     def root_step(self) -> Step | None:
-        """The step of the local root (the first parentless step when none was set)."""
-        for s in self.steps:
-            if s.span_id == self.root_span_id if self.root_span_id else not s.parent_span_id:
-                return s
-        return None
+        """The step of the local root (``root_span_id``); None when the trace has none."""
+        if self.root_span_id is None:
+            return None
+        return next((s for s in self.steps if s.span_id == self.root_span_id), None)
 
     @property
     def duration_s(self) -> float:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from otel_eval.base.configcheck import ConfigError
-from otel_eval.base.model import Evaluation, Finding, Trace, Trajectory
+from otel_eval.base.model import Evaluation, Finding, Trace, Trajectory, run_span_id
 from otel_eval.evaluate.agent_inference import AgentHistory, infer_agent
 from otel_eval.evaluate.bounds import bound
 from otel_eval.evaluate.detectors import Detectors, evaluation_error, load_references, verdict_of
@@ -126,7 +126,8 @@ class Evaluator:
     @staticmethod
     def _bare(trace: Trace) -> Trajectory:
         return Trajectory(trace.trace_id, trace.source, trace.status, steps=[],
-                          revision=trace.revision, span_count=len(trace.spans))
+                          revision=trace.revision, span_count=len(trace.spans),
+                          run_span_id=run_span_id(trace.spans))
 
     def failed(self, trace: Trace, error: BaseException) -> Evaluation:
         """A stand-in stored when evaluation raised: the trace is accounted for, not lost,

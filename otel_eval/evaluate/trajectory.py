@@ -28,7 +28,8 @@ Promises:
 - tool calls made by code actions (Python blocks of smolagents' CodeAgent, the bash block of
   mini-swe-agent) that no span ran are rebuilt the same way (``conventions.code_actions``),
   what was read counted in ``Trajectory.code_actions``;
-- the root is ``model.local_root``; the agent is the top agent, descending through wrapper
+- the root is ``model.local_root`` (``root_span_id``, ``root_step``), the span results are
+  attached to ``model.run_span_id``; the agent is the top agent, descending through wrapper
   agents that do no work of their own (the OpenAI Agents SDK's ``Agent workflow``); its
   name, unless a framework's default (``conventions.agent_names``: never an agent's name),
   else the name that spans under a never-exported agent span carry (``agent_source`` span /
@@ -59,6 +60,7 @@ from otel_eval.base.model import (
     Trace,
     Trajectory,
     local_root,
+    run_span_id,
 )
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.conventions import (
@@ -423,6 +425,7 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
         span_count=len(spans),
         errors=builder.errors,
         root_span_id=root_span.span_id if root_span else None,
+        run_span_id=run_span_id(spans),
         unrecorded=_unrecorded(steps, output),
         code_actions=code_actions,
     )

@@ -51,14 +51,6 @@ def _version() -> str:
         return "0.0.0"
 
 
-def root_span_id(trace: model.Trace) -> str:
-    """The evaluated run's span: the local root, else the earliest span."""
-    root = model.local_root(trace.spans)
-    if root is None and trace.spans:
-        root = min(trace.spans, key=lambda s: s.start_ns)
-    return root.span_id if root is not None else ""
-
-
 def _record(trace_id: str, span_id: str, severity: str, time_ns: int,
             attrs: dict[str, Any]) -> logs_pb2.LogRecord:
     number, text = _SEVERITY.get(severity, _SEVERITY["info"])
@@ -193,7 +185,7 @@ class EvaluationEvents:
 
     def export(self, trace: model.Trace, evaluation: model.Evaluation) -> None:
         now = evaluation.evaluated_at_ns or time.time_ns()
-        root = root_span_id(trace)
+        root = model.run_span_id(trace.spans)
         records = finding_records(evaluation, root, self.version, now)
         verdict = verdict_record(evaluation, root, self.version, now)
         if verdict is not None:
@@ -208,7 +200,7 @@ class EvaluationEvents:
     def evaluation_failed(self, trace: model.Trace, name: str, error_type: str,
                           explanation: str) -> None:
         """One record with ``error.type`` for an evaluation that failed (e.g. the judge)."""
-        rec = failure_record(trace.trace_id, root_span_id(trace), name, error_type,
+        rec = failure_record(trace.trace_id, model.run_span_id(trace.spans), name, error_type,
                              explanation, self.version, time.time_ns())
         self._submit([rec])
 

@@ -29,7 +29,6 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from otel_eval.base import model
 from otel_eval.decode.otlp import encode_spans
 from otel_eval.outputs.config import ExportConfig
-from otel_eval.outputs.events import root_span_id
 from otel_eval.outputs.sender import OtlpSender
 from otel_eval.telemetry.metrics import Metrics
 
@@ -49,7 +48,7 @@ def stamps(trace: model.Trace, evaluation: model.Evaluation) -> dict[str, dict[s
             "otel_eval.findings": [f"{f.detector}/{f.kind}" for f in fs],
             "otel_eval.severity": max((f.severity for f in fs), key=lambda s: _RANK.get(s, 0)),
         }
-    root = root_span_id(trace)
+    root = model.run_span_id(trace.spans)
     if root:
         out[root] = {**out.get(root, {}), **_summary(trace, evaluation)}
     return out

@@ -109,3 +109,20 @@ def test_export_after_shutdown_is_counted(downstream: Downstream) -> None:
     events.shutdown(1.0)
     events.export(trace(), evaluation())
     assert _value(m, "otel_eval_sink_dropped_total", sink="events", reason="shutdown") == 4
+
+
+def test_a_run_whose_root_never_arrived_is_reported_on_its_earliest_span(
+        downstream: Downstream) -> None:
+    """``model.run_span``: no local root (a killed run), so the earliest span, for the
+    findings, the verdict and a failure alike."""
+    t = trace()
+    t.spans = [s for s in t.spans if s.span_id != ROOT]  # LLM starts first, then TOOL
+    t.status = "incomplete"
+    events = EvaluationEvents(_config(downstream), Metrics(), evaluator_version="1")
+    events.start()
+    events.export(t, evaluation())
+    events.evaluation_failed(t, "judge.trace", "timeout", "judge did not answer in 30 s")
+    events.shutdown(5.0)
+    # the two findings on their own span; the budget finding, the verdict and the failure on
+    # the run's span
+    assert [r.span_id.hex() for r in _records(downstream)] == [TOOL, TOOL, LLM, LLM, LLM]

@@ -29,12 +29,6 @@ if TYPE_CHECKING:
     from otel_eval.outputs.events import EvaluationEvents
 
 
-def root_span_id(evaluation: Evaluation) -> str:
-    """Trajectory steps are in tree order: the first is the (first) root span."""
-    steps = evaluation.trajectory.steps
-    return steps[0].span_id if steps else ""
-
-
 class JudgeStage:
     def __init__(self, config: JudgeConfig, loop: LoopThread, store: EvaluationStore,
                  metrics: Metrics, events: EvaluationEvents | None = None, *,
@@ -66,7 +60,7 @@ class JudgeStage:
         stored = self.store.put_judge(evaluation.trace_id, evaluation.trajectory.revision,
                                       evaluation.judge)
         if stored and self.events is not None:
-            self.events.export_judge(evaluation, root_span_id(evaluation),
+            self.events.export_judge(evaluation, evaluation.trajectory.run_span_id,
                                      self.config.low_score_threshold)
 
     def _skipped(self, evaluation: Evaluation, reason: str) -> None:  # on the loop
