@@ -14,8 +14,13 @@ about connections is here, the same for every listener, as Go's ``net/http.Serve
 - **bounded connections**: at most ``max_connections`` at once and ``max_connections_per_peer``
   from one address; past them a connection is answered 503 and closed at once. With
   ``reserved_connections`` (the admin listener), a few slots beyond the total serve only
-  ``reserved_paths`` (``/healthz``, ``/readyz``, ``/metrics``), one request each: a flood of
-  partial requests cannot keep probes and scrapes out;
+  ``reserved_paths`` (``/healthz``, ``/readyz``, ``/metrics``), one request each. A reserved
+  connection is *reusable* (nginx's word) while it waits for its request head or while its
+  answer waits to be taken, i.e. whenever its handler is not running: when the reserve is
+  full, a new connection closes the oldest reusable one and takes its slot (nginx's
+  "worker_connections are not enough, reusing connections"). A flood from any number of
+  peers can fill the reserve but not hold it: each new connection, a probe's among them, gets
+  in, and is the last in line to be reused; it has its head in long before that;
 - **a hang-up is an event, not an error**: a client that closes mid-request or stops reading
   the answer, a deadline passed, a slot refused, a failed handshake: each is counted with a
   reason (``CLOSE_REASONS``) through ``on_close`` and logged at debug, never a traceback;
@@ -56,7 +61,7 @@ log = logging.getLogger(__name__)
 
 # Why the server closed a connection before answering, or why a client's went away.
 CLOSE_REASONS = ("connection_limit", "peer_limit", "header_timeout", "read_timeout",
-                 "write_timeout", "header_too_large", "client_closed", "tls_handshake")
+                 "write_timeout", "header_too_large", "client_closed", "tls_handshake", "reused")
 # How long a connection closed with its request unread keeps reading (and dropping) what the
 # client still sends, seconds (Go waits 0.5 s, nginx up to 30 s). Bounded in time; nothing is kept.
 LINGER_S = 2.0
@@ -150,46 +155,77 @@ class _DeadlineReader(io.RawIOBase):
         return n
 
 
+class _Hold:
+    """One connection's slot: what ``_Slots`` needs to reuse it (close it for a newcomer)."""
+
+    def __init__(self, sock: socket.socket, peer: str) -> None:
+        self.sock, self.peer = sock, peer
+        self.reserved = False
+        self.reader: _DeadlineReader | None = None  # set when its thread starts reading
+        self.reused = False  # closed for a newcomer, which took over the slot
+
+    @property
+    def reusable(self) -> bool:
+        """Not inside its handler: waiting for its head (a partial request is cheap to drop)
+        or for the client to take its answer."""
+        return self.reader is None or self.reader.phase in ("header", "write")
+
+
 class _Slots:
-    """Connection slots: per peer, in total, and the reserve. Thread-safe."""
+    """Connection slots: per peer, in total, and the reserve, whose reusable connections
+    are closed oldest first to make room for a new one. Thread-safe."""
 
     def __init__(self, limits: HttpLimits) -> None:
         self.limits = limits
         self._lock = threading.Lock()
-        self._general = self._reserved = 0
+        self._general = 0
+        self._reserve: dict[_Hold, None] = {}  # insertion order: oldest first
         self._peers: Counter[str] = Counter()
 
-    def take(self, peer: str) -> tuple[str | None, bool]:
-        """(None, reserved?) when admitted, else (reason, False)."""
-        lim = self.limits
+    def take(self, hold: _Hold) -> str | None:
+        """None when admitted (``hold.reserved`` says on which slot), else the reason."""
+        lim, victim = self.limits, None
         with self._lock:
-            if self._peers[peer] >= lim.max_connections_per_peer:
-                return "peer_limit", False
+            if self._peers[hold.peer] >= lim.max_connections_per_peer:
+                return "peer_limit"
             if self._general < lim.max_connections:
                 self._general += 1
-                reserved = False
-            elif self._reserved < lim.reserved_connections:
-                self._reserved += 1
-                reserved = True
+            elif len(self._reserve) < lim.reserved_connections:
+                hold.reserved = True
+                self._reserve[hold] = None
             else:
-                return "connection_limit", False
-            self._peers[peer] += 1
-            return None, reserved
+                victim = next((h for h in self._reserve if h.reusable), None)
+                if victim is None:  # every reserved connection is inside its handler
+                    return "connection_limit"
+                del self._reserve[victim]
+                victim.reused = True  # its thread gives back its peer count only
+                hold.reserved = True
+                self._reserve[hold] = None
+            self._peers[hold.peer] += 1
+        if victim is not None:
+            # wakes its thread's recv (EOF) or sendall (EPIPE); the plain socket's shutdown,
+            # not SSLSocket's, which would drop the TLS object under the reading thread
+            with contextlib.suppress(OSError):
+                socket.socket.shutdown(victim.sock, socket.SHUT_RDWR)
+            return "reused"
+        return None
 
-    def give_back(self, peer: str, reserved: bool) -> None:
+    def give_back(self, hold: _Hold) -> None:
         with self._lock:
-            if reserved:
-                self._reserved -= 1
+            if hold.reused:
+                pass  # the newcomer has its slot
+            elif hold.reserved:
+                del self._reserve[hold]
             else:
                 self._general -= 1
-            self._peers[peer] -= 1
-            if not self._peers[peer]:
-                del self._peers[peer]
+            self._peers[hold.peer] -= 1
+            if not self._peers[hold.peer]:
+                del self._peers[hold.peer]
 
     @property
     def in_use(self) -> int:
         with self._lock:
-            return self._general + self._reserved
+            return self._general + len(self._reserve)
 
 
 _BUSY_BODY = b'{"error": "too many connections; retry later"}'
@@ -221,8 +257,8 @@ class _Connection(BaseHTTPRequestHandler):
     server: _Listener
 
     def __init__(self, request: Any, client_address: Any, server: _Listener,
-                 accepted_at: float, reserved: bool) -> None:
-        self.accepted_at, self.reserved = accepted_at, reserved
+                 accepted_at: float, hold: _Hold) -> None:
+        self.accepted_at, self.hold, self.reserved = accepted_at, hold, hold.reserved
         super().__init__(request, client_address, server)
 
     def setup(self) -> None:
@@ -231,6 +267,7 @@ class _Connection(BaseHTTPRequestHandler):
         self.reader = _DeadlineReader(self.request, self.server.clock, self.server.limits,
                                       self.accepted_at)
         self.rfile = io.BufferedReader(self.reader)
+        self.hold.reader = self.reader
         self.wfile = _Writer(self.request)  # type: ignore[assignment]
 
     def finish(self) -> None:
@@ -265,15 +302,15 @@ class _Connection(BaseHTTPRequestHandler):
                     self.handle_one_request()
         except TimeoutError:
             if self.reader.phase in _TIMEOUT_REASON:  # an idle keep-alive end is no event
-                self.server.closed(_TIMEOUT_REASON[self.reader.phase])
+                self._closed(_TIMEOUT_REASON[self.reader.phase])
         except _HeaderTooLarge:
-            self.server.closed("header_too_large")
+            self._closed("header_too_large")
             self._try_error(431, "request headers exceed "
                             f"{self.server.limits.max_header_bytes} bytes")
         except (ConnectionError, ssl.SSLError) as e:  # hang-ups: reset, broken pipe, EOF
             log.debug("%s: client %s went away: %s", self.server.name, self.client_address[0],
                       type(e).__name__)
-            self.server.closed("client_closed")
+            self._closed("client_closed")
 
     def _handshake(self) -> bool:
         if not isinstance(self.request, ssl.SSLSocket):
@@ -284,9 +321,15 @@ class _Connection(BaseHTTPRequestHandler):
         except (OSError, ssl.SSLError) as e:  # wrong CA, no client cert, plain text, slow
             log.debug("%s: TLS handshake from %s failed: %s", self.server.name,
                       self.client_address[0], type(e).__name__)
-            self.server.closed("tls_handshake")
+            self._closed("tls_handshake")
             return False
         return True
+
+    def _closed(self, reason: str) -> None:
+        """Count why it ended, unless it was reused for a newcomer (counted then: its
+        thread then sees an EOF, a broken pipe or a failed handshake)."""
+        if not self.hold.reused:
+            self.server.closed(reason)
 
     def handle_one_request(self) -> None:
         line = self.rfile.readline(65537)
@@ -390,8 +433,13 @@ class _Listener(socketserver.TCPServer):
 
     def process_request(self, request: Any, client_address: Any) -> None:
         accepted_at = self.clock()  # before the slot shows in ``connections``
-        reason, reserved = self.slots.take(client_address[0])
-        if reason is not None:
+        hold = _Hold(request, client_address[0])
+        reason = self.slots.take(hold)
+        if reason == "reused":
+            log.debug("%s: reserve full; reusing its oldest waiting connection for %s",
+                      self.name, client_address[0])
+            self.closed(reason)
+        elif reason is not None:
             log.debug("%s: %s; closing a connection from %s", self.name, reason,
                       client_address[0])
             self.closed(reason)
@@ -404,22 +452,22 @@ class _Listener(socketserver.TCPServer):
             self.shutdown_request(request)
             return
         thread = threading.Thread(target=self._serve, name=f"{self.name}-connection",
-                                  args=(request, client_address, accepted_at, reserved),
+                                  args=(request, client_address, accepted_at, hold),
                                   daemon=True)
         try:
             thread.start()
         except BaseException:
-            self.slots.give_back(client_address[0], reserved)
+            self.slots.give_back(hold)
             raise
 
     def _serve(self, request: Any, client_address: Any, accepted_at: float,
-               reserved: bool) -> None:
+               hold: _Hold) -> None:
         try:
-            _Connection(request, client_address, self, accepted_at, reserved)
+            _Connection(request, client_address, self, accepted_at, hold)
         except Exception:
             self.handle_error(request, client_address)
         finally:  # the slot first: a client that saw the close may connect again at once
-            self.slots.give_back(client_address[0], reserved)
+            self.slots.give_back(hold)
             self.shutdown_request(request)
 
     def handle_error(self, request: Any, client_address: Any) -> None:

@@ -4,7 +4,9 @@ Before, every HTTP listener had a per-read idle timeout (120 s) and 1,024 slots:
 requests trickling a byte every 50 s held every slot, so /healthz, scrapes and authenticated
 exports went unanswered for as long as the trickle lasted, and each hang-up afterwards was a
 BrokenPipe traceback. Now the shared server (``receiver.httpserver``) has deadlines per phase
-(headers, whole request), a per-peer cap, and a reserve of slots for the probe paths.
+(headers, whole request), a per-peer cap, and a reserve of slots for the probe paths, whose
+partial requests are reused (closed, oldest first) for newcomers when it is full, so a flood
+from any number of peers cannot hold it.
 
 Real sockets on free loopback ports; other peers are other loopback addresses (127.0.0.2...,
 all routed to ``lo`` on Linux). Time is the server's injected clock, moved by hand: a byte
@@ -195,10 +197,68 @@ def test_probe_paths_get_in_on_the_reserve_when_every_slot_is_held() -> None:
         assert other.startswith(b"HTTP/1.1 503 ") and b"/healthz" in other
         with connect(srv.port, "127.0.0.9") as held:  # the reserve itself, held
             held.sendall(b"GET /healthz HTTP/1.1\r\n")
-            assert get(srv.port, "/healthz", "127.0.0.10").startswith(b"HTTP/1.1 503 ")
-        assert ev.wait("connection_limit", 1)
+            accepted(srv, 5)
+            # reused: the partial request is closed, the newcomer takes its slot
+            assert get(srv.port, "/healthz", "127.0.0.10").startswith(b"HTTP/1.1 200 ")
+            assert answer(held) == b""
+        assert ev.counts["reused"] == 1 and ev.counts["connection_limit"] == 0
         for s in flood:
             s.close()
+
+
+def test_a_flood_from_many_peers_fills_the_reserve_but_cannot_hold_it() -> None:
+    # 9 peers at their per-peer cap hold every general slot and the reserve (the flood of
+    # 9 x 128 partial requests against the defaults, scaled down): before, /healthz got a 503
+    # until the header deadline; now each newcomer reuses the oldest partial reserved one.
+    limits = HttpLimits(max_connections=16, max_connections_per_peer=2,
+                        reserved_connections=2)
+    with server(limits) as (srv, _, ev):
+        flood = []
+        for i in range(18):
+            flood.append(connect(srv.port, f"127.0.0.{2 + i // 2}"))
+            flood[-1].sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            accepted(srv, i + 1)  # in order: the last two hold the reserve
+        for r in range(3):  # the flood goes on, and a probe is still answered each time
+            for peer in (f"127.0.0.{20 + r}", f"127.0.0.{25 + r}"):
+                more = connect(srv.port, peer)
+                more.sendall(b"GET /healthz HTTP/1.1\r\n")
+                flood.append(more)
+            assert get(srv.port, "/healthz", "127.0.0.30").startswith(b"HTTP/1.1 200 ")
+        # 3 reused in the first round, 2 in each next (the answered probe left its slot free)
+        assert ev.counts["connection_limit"] == 0 and ev.wait("reused", 7)
+        assert answer(flood[16]) == b""  # the oldest reserved partial request, closed
+        assert srv.connections <= 18
+        for s in flood:
+            s.close()
+
+
+def test_a_reserved_connection_inside_its_handler_is_not_reused() -> None:
+    started, release = threading.Event(), threading.Event()
+
+    def slow(req: Request) -> Response:
+        if req.path == "/slow":
+            started.set()
+            release.wait(10)
+        return Response(200, b"{}")
+
+    events = Events()
+    srv = HttpServer("127.0.0.1:0", slow, name="test-http", on_close=events,
+                     limits=HttpLimits(max_connections=1, reserved_connections=1),
+                     reserved_paths={"/healthz", "/slow"})
+    srv.start()
+    try:
+        with connect(srv.port) as partial, connect(srv.port) as busy:
+            partial.sendall(b"GET /healthz HTTP/1.1\r\n")  # the general slot
+            accepted(srv, 1)
+            busy.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")  # the reserve
+            assert started.wait(10)
+            refused = get(srv.port, "/healthz")  # nothing reusable: the slot is being served
+            assert refused.startswith(b"HTTP/1.1 503 ")
+            release.set()
+            assert answer(busy).startswith(b"HTTP/1.1 200 ")
+        assert events.counts["connection_limit"] == 1 and events.counts["reused"] == 0
+    finally:
+        srv.shutdown(1.0)
 
 
 def test_a_client_hang_up_is_counted_not_a_traceback(tmp_path: Path,
