@@ -120,10 +120,9 @@ def test_conformance_runs_show_findings_on_the_right_steps(
         for index, name in _placed(body):
             assert name in _step_text(browser, index), (where, index, name)
         if scenario == "loop":
-            # a code agent's repeated call, between its code blocks (steps of their own), is a
-            # cycle rather than a run of identical calls
-            found = ([p for p in _placed(body) if p[1] == "loop:repeated_call"]
-                     or [p for p in _placed(body) if p[1] == "loop:cycle"])
+            # (a code agent's repeated call too: the loop rules compare the calls its code
+            # blocks made, detectors.calls.through_code)
+            found = [p for p in _placed(body) if p[1] == "loop:repeated_call"]
             assert len(found) == 1, (where, _placed(body))
             [(index, _)] = found
             assert browser.js(f"document.getElementById('step-{index}').className").startswith(
