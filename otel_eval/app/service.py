@@ -37,7 +37,7 @@ from prometheus_client import CollectorRegistry
 from otel_eval.app.admin import AdminApi, AdminServer
 from otel_eval.app.config import Config
 from otel_eval.app.lifecycle import Lifecycle, OnLoop, Step
-from otel_eval.app.worker import WorkerSpec
+from otel_eval.app.worker import EvaluatorSections, WorkerSpec
 from otel_eval.app.workers import WorkerPool, available_cores
 from otel_eval.assemble.engine import Engine, Sink
 from otel_eval.assemble.spool import Spool
@@ -159,8 +159,9 @@ class Service:
         n = ec.workers or available_cores()
         if n <= 1:
             return None
-        spec = WorkerSpec(self.config, self.config.store.target, self.options.references_path,
-                          lean=lean, log_level=logging.getLogger().getEffectiveLevel())
+        spec = WorkerSpec(EvaluatorSections.of(self.config), self.config.store.target,
+                          self.options.references_path, lean=lean,
+                          log_level=logging.getLogger().getEffectiveLevel())
         evaluator, store = self.evaluator, self.store
         return WorkerPool(n, spec, self.metrics.workers,
                           lambda traces, e: store_failed(evaluator, store, traces, e),

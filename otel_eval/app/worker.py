@@ -4,6 +4,11 @@
         -> unpack -> stage.evaluate_and_store (its own Evaluator and Store connection)
         <--conn: ("done", id, [Outcome])--
 
+The process is a fresh interpreter started by ``workers.WorkerPool`` (``workers.ENTRY``: the
+parent's ``sys.path``, then the ``WorkerSpec``, arrive on the pipe first). It imports only what
+evaluating and storing needs: the spec carries the ``EvaluatorSections`` of the config, not
+the top-level ``Config`` (YAML, the admin API and every stage's settings).
+
 Promises: a batch is answered only after its evaluations are committed to the store; the
 process starts by opening the store and answering ("ready", pid) (or ("error", why)), and
 exits when told to (``None``) or when the main process goes away (EOF on the pipe; the main
@@ -34,10 +39,12 @@ from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
-from otel_eval.app.config import Config
 from otel_eval.base import model
 from otel_eval.base.model import Evaluation, Span, Trace
 from otel_eval.base.printable import configure_logging
+from otel_eval.evaluate.config import EvaluatorSettings, TrajectoryConfig
+from otel_eval.evaluate.detectors.config import DetectorsConfig
+from otel_eval.evaluate.predict.config import PredictionConfig
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +53,23 @@ PackedTrace = tuple[str, str, str, int, str, list[PackedSpan], list[Any], str]
 
 
 @dataclass(frozen=True)
+class EvaluatorSections:
+    """The sections of the config an ``Evaluator`` reads (``EvaluatorSettings``)."""
+
+    trajectory: TrajectoryConfig
+    detectors: DetectorsConfig
+    prediction: PredictionConfig
+
+    @classmethod
+    def of(cls, config: EvaluatorSettings) -> EvaluatorSections:
+        return cls(config.trajectory, config.detectors, config.prediction)
+
+
+@dataclass(frozen=True)
 class WorkerSpec:
     """Everything a worker process needs to start (pickled to it once)."""
 
-    config: Config
+    config: EvaluatorSections
     store_target: str  # the store it opens its own connection to (file path or URL)
     references_path: str | None
     lean: bool  # return lean evaluations (no sink reads them)
@@ -113,7 +133,8 @@ def lean(ev: Evaluation) -> Evaluation:
 
 
 def run(conn: Connection, spec: WorkerSpec, index: int) -> None:
-    """The worker process's entry point (``multiprocessing`` spawns it)."""
+    """The worker process's entry point (``workers.ENTRY`` calls it), until told to stop or
+    the pipe breaks."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     configure_logging(spec.log_level,

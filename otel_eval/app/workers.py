@@ -22,8 +22,11 @@ Promises:
   workers (a stop message; SIGKILL past the deadline: they ignore SIGTERM and SIGINT, which
   a process group or a terminal may send them too, so that serve alone decides when they stop).
 
-Processes come from the ``spawn`` context: a fresh interpreter, never a fork of this
-process's threads (gRPC's among them), so restarting a worker while serving is safe.
+Each process is a fresh interpreter (``ENTRY`` through ``subprocess``), never a fork of this
+process's threads (gRPC's among them), so restarting a worker while serving is safe. Not
+multiprocessing's ``spawn`` or ``forkserver``: both start a resource tracker process (8 MB
+PSS, 15 MB RSS idle) for semaphores and shared memory, and nothing here uses either: a
+worker is a socket pair (``multiprocessing.connection.Connection``, its pickler) and a pid.
 
 Threads: per worker one sender (pickles and writes messages, which may block on a full pipe)
 and one receiver (reads results, calls ``done``, restarts the worker when its pipe breaks);
@@ -33,18 +36,20 @@ the shared state below is guarded by ``_lock``.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import itertools
 import logging
 import queue
+import socket
+import subprocess
+import sys
 import threading
 import time
 import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
 from typing import Any
 
 from otel_eval.app import worker as child
@@ -84,6 +89,50 @@ class WorkerStartError(RuntimeError):
     """A worker process did not come up (said why, exited, or timed out)."""
 
 
+# A worker interpreter's first statements: the pipe from its fd, the parent's sys.path from
+# the pipe (before otel_eval is imported), then the spec, and ``worker.run``.
+ENTRY = ("import sys\n"
+         "from multiprocessing.connection import Connection\n"
+         "conn = Connection(int(sys.argv[1]))\n"
+         "sys.path[:] = conn.recv()\n"
+         "from otel_eval.app.worker import run\n"
+         "run(conn, conn.recv(), int(sys.argv[2]))\n")
+
+
+class WorkerProcess:
+    """One worker interpreter (``ENTRY``) and this end of its socket pair (``conn``): the
+    subset of ``multiprocessing.Process`` the pool uses (pid, join, is_alive, kill,
+    exitcode: negative for the signal that ended it)."""
+
+    def __init__(self, index: int) -> None:
+        ours, theirs = socket.socketpair()
+        try:
+            self._popen = subprocess.Popen(
+                [sys.executable, "-c", ENTRY, str(theirs.fileno()), str(index)],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()  # only the child holds it now: its exit shows here as EOF
+        self.conn = Connection(ours.detach())
+        self.pid = self._popen.pid
+
+    def join(self, timeout: float | None = None) -> None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._popen.wait(timeout)
+
+    def is_alive(self) -> bool:
+        return self._popen.poll() is None
+
+    def kill(self) -> None:
+        self._popen.kill()
+
+    @property
+    def exitcode(self) -> int | None:
+        return self._popen.poll()
+
+
 @dataclass
 class _Item:
     job: Job
@@ -93,7 +142,7 @@ class _Item:
 @dataclass
 class _Worker:
     index: int
-    process: BaseProcess | None = None
+    process: WorkerProcess | None = None
     conn: Connection | None = None
     outbox: queue.SimpleQueue[Any] = field(default_factory=queue.SimpleQueue)
     generation: int = 0
@@ -116,7 +165,6 @@ class WorkerPool:
         self.chunk = max(1, max_inflight // 4)  # traces per message: a few messages in flight
         self.max_attempts = max_attempts
         self.start_timeout_s = start_timeout_s
-        self._ctx = get_context("spawn")
         self._workers = [_Worker(i) for i in range(workers)]
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # a job finished or a worker changed
@@ -346,12 +394,11 @@ class WorkerPool:
 
     def _spawn(self, w: _Worker) -> None:
         """Start ``w``'s process, wait for it to say it is ready, start its threads."""
-        parent, child_end = self._ctx.Pipe()
-        proc = self._ctx.Process(target=child.run, args=(child_end, self.spec, w.index),
-                                 name=f"otel-eval-worker-{w.index}", daemon=True)
-        proc.start()
-        child_end.close()  # only the child holds it now: its exit shows here as EOF
+        proc = WorkerProcess(w.index)
+        parent = proc.conn
         try:
+            parent.send(sys.path)  # as spawn does: the child imports what this process would
+            parent.send(self.spec)
             if not parent.poll(self.start_timeout_s):
                 raise WorkerStartError(f"not ready within {self.start_timeout_s:g} s")
             hello = parent.recv()

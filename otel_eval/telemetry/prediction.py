@@ -23,85 +23,22 @@ server and the scrape all touch the windows).
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from otel_eval.telemetry.auc import AUC_MIN_PER_CLASS, AUC_WINDOW, AucSettings, RollingAuc
 
 if TYPE_CHECKING:
     from otel_eval.base.model import Evaluation
     from otel_eval.telemetry.metrics import Metrics
 
-# Defaults of prediction.auc_window and prediction.auc_min_per_class (PredictionConfig).
-AUC_WINDOW, AUC_MIN_PER_CLASS = 1000, 10
-
-
-class AucSettings(Protocol):
-    """The rolling AUC's window (``PredictionConfig`` is one)."""
-
-    @property
-    def auc_window(self) -> int: ...
-
-    @property
-    def auc_min_per_class(self) -> int: ...
-
-
 P_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 AUC_NAME = "otel_eval_prediction_rolling_auc"
 AUC_DOC = ("AUC of the predictor's last labelled predictions (window prediction.auc_window), "
            "per agent.")
-
-
-def auc(scores: list[float], labels: list[bool]) -> float | None:
-    """Area under the ROC curve (ties count half); None without both classes."""
-    positives = sum(labels)
-    negatives = len(labels) - positives
-    if not positives or not negatives:
-        return None
-    order = sorted(range(len(scores)), key=scores.__getitem__)
-    rank_sum, i = 0.0, 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and scores[order[j + 1]] == scores[order[i]]:
-            j += 1
-        mid_rank = (i + j) / 2 + 1  # ranks i+1 .. j+1, averaged over the tie
-        rank_sum += mid_rank * sum(labels[order[k]] for k in range(i, j + 1))
-        i = j + 1
-    return (rank_sum - positives * (positives + 1) / 2) / (positives * negatives)
-
-
-class RollingAuc:
-    """The last ``window`` labelled predictions of one agent, by trace id. Not thread-safe:
-    ``PredictionMetrics`` holds its lock around every call."""
-
-    def __init__(self, window: int, min_per_class: int) -> None:
-        self.window, self.min_per_class = window, min_per_class
-        self._items: OrderedDict[str, tuple[float, bool]] = OrderedDict()
-        self._value: float | None = None
-        self._dirty = False
-
-    def add(self, trace_id: str, p: float, success: bool) -> None:
-        """Record a labelled prediction (replacing an earlier one of the same trace)."""
-        self._items.pop(trace_id, None)
-        self._items[trace_id] = (p, success)
-        while len(self._items) > self.window:
-            self._items.popitem(last=False)
-        self._dirty = True
-
-    def value(self) -> float | None:
-        """The AUC of the window (None: fewer than ``min_per_class`` of a class)."""
-        if self._dirty:
-            labels = [y for _, y in self._items.values()]
-            successes = sum(labels)
-            self._value = None if min(successes, len(labels) - successes) < \
-                self.min_per_class else auc([p for p, _ in self._items.values()], labels)
-            self._dirty = False
-        return self._value
-
-    def __len__(self) -> int:
-        return len(self._items)
 
 
 class _AucCollector(Collector):

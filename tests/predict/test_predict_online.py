@@ -9,8 +9,8 @@ from prometheus_client import CollectorRegistry
 from sklearn.metrics import roc_auc_score
 
 from otel_eval.evaluate.predict.config import PredictionConfig
+from otel_eval.telemetry.auc import RollingAuc, auc
 from otel_eval.telemetry.metrics import Metrics
-from otel_eval.telemetry.prediction import RollingAuc, auc
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from otel_eval.base.configcheck import validate
-from otel_eval.telemetry.prediction import AUC_MIN_PER_CLASS, AUC_WINDOW
+from otel_eval.telemetry.auc import AUC_MIN_PER_CLASS, AUC_WINDOW
 
 
 @dataclass(frozen=True)
