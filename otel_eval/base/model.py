@@ -382,7 +382,8 @@ class Trajectory:
     root_span_id: str | None = None  # ``local_root`` of the trace; None when it has none
     run_span_id: str = ""  # ``run_span_id`` of the trace: where its results are attached
     # What the instrumentation did not record, by field: how many steps lack it (``output``: 1
-    # when the run's answer is unknown). Detectors draw no conclusion from these.
+    # when the run's answer is unknown); ``unparsed``: values present but not understood
+    # (arguments, results, LLM outputs: one per value). Detectors draw no conclusion from these.
     unrecorded: dict[str, int] = field(default_factory=dict)
     # Code actions read from LLM replies (``conventions.code_actions``): blocks, calls, calls
     # that are steps, rebuilt steps, ``unparsed_<reason>``. Empty when no reply holds code.

@@ -12,7 +12,9 @@ Promises:
   their span carried them as attributes (``conventions.events``);
 - the envelopes frameworks record around a tool's arguments are taken off
   (``conventions.envelopes``), and arguments that are not understood are unknown, never a
-  call's arguments (``conventions.arguments``: ``unrecorded["unparsed"]``);
+  call's arguments (``conventions.arguments``: ``unrecorded["unparsed"]``); so are tool
+  results and LLM outputs in a shape no reader understands, a Python repr or a serialized
+  object (``conventions.shapes``), then looked up where the LLM was told the result;
 - tool steps are joined to the LLM tool call they ran (``conventions.links``: by call id, else
   by name in order), and take its arguments when their own were not recorded, and their
   result from the next LLM call's tool message when the tool span carries none;
@@ -84,6 +86,7 @@ from otel_eval.evaluate.conventions.links import (
 from otel_eval.evaluate.conventions.messages import answer_text, messages, task_text
 from otel_eval.evaluate.conventions.prices import price_steps
 from otel_eval.evaluate.conventions.responses import ToolResponses
+from otel_eval.evaluate.conventions.shapes import settle_values, unrecognised
 from otel_eval.evaluate.conventions.values import as_str, first
 
 __all__ = ["build_trajectory", "is_run", "tree_order"]
@@ -350,15 +353,18 @@ def _answer(result: str | None, llm: list[Step]) -> str | None:
 def _unrecorded(steps: list[Step], output: str | None) -> dict[str, int]:
     out: dict[str, int] = {}
     for step in steps:
+        # ``unparsed``: values present but not understood (``conventions.arguments``,
+        # ``conventions.shapes``), one per value; the others were not recorded
         if step.kind == "tool":
             if step.arguments is None:
-                # present but not understood (``conventions.arguments``), or not recorded
                 key = "unparsed" if "arguments" in step.unknown else "arguments"
                 out[key] = out.get(key, 0) + 1
             if step.result is None and step.status != "error":
-                out["tool_results"] = out.get("tool_results", 0) + 1
+                key = "unparsed" if "result" in step.unknown else "tool_results"
+                out[key] = out.get(key, 0) + 1
         elif step.kind == "llm" and step.output_text is None:
-            out["llm_output"] = out.get("llm_output", 0) + 1
+            key = "unparsed" if "output_text" in step.unknown else "llm_output"
+            out[key] = out.get(key, 0) + 1
     if output is None:
         out["output"] = 1
     return out
@@ -382,14 +388,21 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
     ran = join_calls(builder.steps, joined)
     coerce_arguments(builder.steps, builder.tools)
     settle(builder.steps, builder.tools, joined)
+    settle_values(builder.steps, outputs=False)  # before a result is looked up elsewhere
     responses = ToolResponses(builder.steps)
     for position, step in enumerate(builder.steps):
         if step.kind == "tool" and step.result is None and step.status != "error":
-            # not on the tool span: what the next LLM call of the agent was told it returned
+            # not on the tool span (or not understood there): what the next LLM call of the
+            # agent was told it returned
             step.result = responses.result(position, step.node, step.call_id)
+            if step.result is not None and "result" in step.unknown:
+                step.sources["result"] = "llm tool message"
+                if unrecognised(step.result) is None:
+                    del step.unknown["result"]
     steps = builder.rebuild_tool_calls(ran, responses)
     steps, code_actions = rebuild_code_actions(steps, builder.tools,
                                                config.max_rebuilt_steps)
+    settle_values(steps)  # what was looked up or rebuilt, and the LLM outputs, once read
     price_steps(steps)
     for step in steps:
         if step.kind == "llm":
