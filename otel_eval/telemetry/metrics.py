@@ -1,5 +1,14 @@
 """Self-metrics (Prometheus): declared once, on an injected registry; stages call verbs.
 
+One way to declare one, in this package only: a class per subsystem (``Metrics`` itself for
+the receivers, assembly, traces and sinks; ``JudgeMetrics``, ``KafkaMetrics``,
+``SpoolMetrics``, ``workers.WorkerMetrics``, ``prediction.PredictionMetrics``) declares its
+series in its constructor through ``Metrics._counter`` / ``_gauge`` / ``_histogram`` (name
+without the ``otel_eval_`` namespace, help, labels; the registry is the injected one) and
+offers verbs; a stage holds ``metrics`` and calls them. A value known only when Prometheus
+scrapes (the predictor's rolling AUC, the issues job's gauges: ``issues.IssuesCollector``) is
+a ``Collector`` of this package registered on the same registry.
+
 Every metric is ``otel_eval_<subsystem>_<what>_<unit>``; label values come only from closed
 sets or from capped sets: one budget of (service, agent) pairs for every per-trace metric (the
 first ``max_pairs`` distinct pairs; any other pair is service="_other", agent="_other" on all
@@ -201,13 +210,16 @@ class Metrics:
     def _counter(self, name: str, doc: str, labels: Iterable[str] = ()) -> Counter:
         return Counter(name, doc, list(labels), namespace="otel_eval", registry=self.registry)
 
+    def _gauge(self, name: str, doc: str, labels: Iterable[str] = ()) -> Gauge:
+        return Gauge(name, doc, list(labels), namespace="otel_eval", registry=self.registry)
+
     def _histogram(self, name: str, doc: str, labels: Iterable[str],
                    buckets: Iterable[float]) -> Histogram:
         return Histogram(name, doc, list(labels), namespace="otel_eval",
                          registry=self.registry, buckets=tuple(buckets))
 
     def _declare_ingest(self) -> None:
-        c, r = self._counter, self.registry
+        c, g = self._counter, self._gauge
         self.c_received = c("receiver_spans_received", "Spans received.", ["protocol"])
         self.c_accepted = c("receiver_spans_accepted", "Spans acknowledged.", ["protocol"])
         self.c_rejected = c("receiver_spans_rejected", "Spans rejected, by reason.",
@@ -225,11 +237,8 @@ class Metrics:
         self.h_export = self._histogram("receiver_export_duration_seconds",
                                         "Time to handle one Export request.", ["protocol"],
                                         _EXPORT_BUCKETS)
-        self.g_open = Gauge("assembly_open_traces", "Traces being assembled.",
-                            namespace="otel_eval", registry=r)
-        self.g_pending = Gauge("assembly_pending_spans",
-                               "Spans accepted and not yet evaluated.",
-                               namespace="otel_eval", registry=r)
+        self.g_open = g("assembly_open_traces", "Traces being assembled.")
+        self.g_pending = g("assembly_pending_spans", "Spans accepted and not yet evaluated.")
         self.c_released = c("assembly_traces_released", "Traces released for evaluation.",
                             ["status", "reason"])
         self.c_released_spans = c("assembly_spans_released", "Spans in released traces.")
@@ -244,9 +253,8 @@ class Metrics:
                                 ["protocol", "reason"])
         self.c_logs_rejected = c("receiver_log_records_rejected",
                                  "Log records rejected, by reason.", ["protocol", "reason"])
-        self.g_pending_logs = Gauge("assembly_pending_log_records",
-                                    "GenAI event log records held and not yet evaluated.",
-                                    namespace="otel_eval", registry=r)
+        self.g_pending_logs = g("assembly_pending_log_records",
+                                "GenAI event log records held and not yet evaluated.")
         self.c_logs_dropped = c("assembly_log_records_dropped",
                                 "Held log records dropped, by reason.", ["reason"])
         self.c_eval_failed = c("evaluation_failures", "Evaluations that failed, by stage.",
@@ -488,8 +496,7 @@ class JudgeMetrics:
         self.c_skipped = c("judge_skipped", "Traces not judged, by reason.", ["reason"])
         self.h_score = h("judge_score", "Judge scores (0..1), by judge and dimension.",
                          ["judge", "dimension"], tuple(i / 10 for i in range(1, 11)))
-        self.g_queue = Gauge("judge_queue_depth", "Evaluations waiting for the judge.",
-                             namespace="otel_eval", registry=m.registry)
+        self.g_queue = m._gauge("judge_queue_depth", "Evaluations waiting for the judge.")
 
     def call(self, judge: str, status: str, input_tokens: int, output_tokens: int,
              cost_usd: float, latency_s: float) -> None:
@@ -513,19 +520,18 @@ class KafkaMetrics:
     """The Kafka stages' ``KafkaMetrics`` protocol (otel_eval.base.kafka.stats) over Prometheus."""
 
     def __init__(self, m: Metrics) -> None:
-        c, r = m._counter, m.registry
+        c, g = m._counter, m._gauge
         self._m = m  # spans from records are accounted as the receivers' are (protocol kafka)
         self.c_consumed = c("kafka_spans_consumed", "Spans taken from Kafka records.")
         self.c_poison = c("kafka_records_poison", "Records skipped as not OTLP, by reason.",
                           ["reason"])
         self.c_throttled = c("kafka_throttled", "Records the engine refused (retried).",
                              ["reason"])
-        self.g_paused = Gauge("kafka_paused", "1 while the consumer pauses for backpressure.",
-                              namespace="otel_eval", registry=r)
-        self.g_lag = Gauge("kafka_lag_records", "Consumer lag per partition, records.",
-                           ["topic", "partition"], namespace="otel_eval", registry=r)
-        self.g_committed = Gauge("kafka_committed_offset", "Last committed offset per partition.",
-                                 ["topic", "partition"], namespace="otel_eval", registry=r)
+        self.g_paused = g("kafka_paused", "1 while the consumer pauses for backpressure.")
+        self.g_lag = g("kafka_lag_records", "Consumer lag per partition, records.",
+                       ["topic", "partition"])
+        self.g_committed = g("kafka_committed_offset", "Last committed offset per partition.",
+                             ["topic", "partition"])
         self.c_commit_failed = c("kafka_commit_failures", "Offset commits that failed.",
                                  ["reason"])
         self.c_published = c("kafka_records_published", "Records written, by topic kind.",
@@ -572,11 +578,8 @@ class SpoolMetrics:
     """The spool (``otel_eval.assemble.spool``): what it holds, what it replayed, what failed."""
 
     def __init__(self, m: Metrics) -> None:
-        r = m.registry
-        self.g_bytes = Gauge("spool_bytes", "Bytes of OTLP requests held until evaluated.",
-                             namespace="otel_eval", registry=r)
-        self.g_requests = Gauge("spool_requests", "OTLP requests held until evaluated.",
-                                namespace="otel_eval", registry=r)
+        self.g_bytes = m._gauge("spool_bytes", "Bytes of OTLP requests held until evaluated.")
+        self.g_requests = m._gauge("spool_requests", "OTLP requests held until evaluated.")
         self.c_replayed = m._counter("spool_spans_replayed",
                                      "Spans replayed from the spool at start (not received).")
         self.c_replayed_logs = m._counter(

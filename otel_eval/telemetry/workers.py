@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from prometheus_client import Gauge
-
 if TYPE_CHECKING:
     from otel_eval.telemetry.metrics import Metrics
 
@@ -14,12 +12,10 @@ class WorkerMetrics:
     """Worker processes: running, restarted, and the traces each holds."""
 
     def __init__(self, m: Metrics) -> None:
-        r = m.registry
-        self.g_running = Gauge("workers_running", "Evaluation worker processes running.",
-                               namespace="otel_eval", registry=r)
-        self.g_inflight = Gauge(
+        self.g_running = m._gauge("workers_running", "Evaluation worker processes running.")
+        self.g_inflight = m._gauge(
             "workers_inflight_traces", "Traces handed to an evaluation worker process and "
-            "not yet stored, by worker index.", ["worker"], namespace="otel_eval", registry=r)
+            "not yet stored, by worker index.", ["worker"])
         self.c_restarts = m._counter("workers_restarts", "Evaluation worker processes "
                                      "restarted after they died, by worker index.", ["worker"])
         self.c_retried = m._counter("workers_retried_traces", "Traces handed again to a "

@@ -19,19 +19,8 @@ Promises: ``run_once`` never raises (a failed run is logged and counted, the pre
 result is kept); runs never overlap, in a process nor, on a PostgreSQL store, across the fleet
 (the worker holding the catalogue's advisory lock runs; the others count ``skipped``); the
 gauges are the last successful run's, bounded by ``top_k`` per (level, node) plus one
-``_other`` sample. Metrics (one collector):
-
-    otel_eval_issue_share{level,node,issue_id,title}    share of the window's traces, 0..1
-    otel_eval_issue_traces{level,node,issue_id,title}   traces with the issue
-    otel_eval_issue_trend{level,node,issue_id,title}    share minus the previous run's (not
-                                                        for new issues nor "_other")
-    otel_eval_issue_agent_info{level,node,issue_id,title,agent}   1 per agent seen with it
-    otel_eval_issue_exemplar_info{level,node,issue_id,title,trace_id}  1, one per issue
-    otel_eval_issues_runs_total{status}                 ok | error | skipped (another worker
-                                                        holds the fleet's issues lock)
-    otel_eval_issues_annotations_total{status}          posted | failed
-    otel_eval_issues_last_run_timestamp_seconds         end of the last successful run
-    otel_eval_issues_last_run_duration_seconds
+``_other`` sample. Its metrics are ``otel_eval.telemetry.issues``' collector, fed by
+``_snapshot``.
 
 The exemplar is the one trace id used as a label, so a dashboard table can link to it: one
 series per shown issue, and sticky (kept while that trace stays in the window), so it
@@ -44,13 +33,10 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
-from prometheus_client.registry import Collector
 
 from otel_eval.outputs.issues.config import IssuesConfig
 from otel_eval.outputs.issues.result import (
@@ -62,6 +48,13 @@ from otel_eval.outputs.issues.result import (
 )
 from otel_eval.outputs.issues.synthesis import Synthesizer
 from otel_eval.outputs.issues.tracker import Annotator, IssueTracker
+from otel_eval.telemetry.issues import (
+    ANNOTATION_STATUSES,
+    RUN_STATUSES,
+    IssueRow,
+    IssuesCollector,
+    IssuesSnapshot,
+)
 
 if TYPE_CHECKING:  # naming imports numpy and scipy (the tracker does, when it clusters)
     from otel_eval.outputs.issues.embed import Embedder
@@ -71,22 +64,7 @@ log = logging.getLogger(__name__)
 
 EvaluationsSince = Callable[[int], Iterable[Mapping[str, Any]]]
 
-RUN_STATUSES = ("ok", "error", "skipped")
-ANNOTATION_STATUSES = ("posted", "failed")
 MAX_AGENTS_PER_ISSUE = 20  # agent label values per shown issue (bounded; the rest dropped)
-_LABELS = ("level", "node", "issue_id", "title")
-
-
-@dataclass(frozen=True, slots=True)
-class _Row:
-    """One shown issue (or a group's ``_other``): the values of its gauge samples."""
-
-    labels: tuple[str, str, str, str]  # level, node, issue_id, title
-    share: float
-    traces: int
-    trend: float | None
-    agents: tuple[str, ...]
-    exemplar: str | None
 
 
 class IssuesJob:
@@ -107,7 +85,7 @@ class IssuesJob:
         self._run_lock = threading.Lock()  # one run at a time (thread and manual calls)
         self._lock = threading.Lock()  # guards the snapshot below (scrapes read it)
         self._latest: IssuesResult | None = None
-        self._rows: tuple[_Row, ...] = ()
+        self._rows: tuple[IssueRow, ...] = ()
         self._exemplars: dict[str, str] = {}  # issue id -> sticky exemplar trace id
         self._runs = dict.fromkeys(RUN_STATUSES, 0)
         self._annotations = dict.fromkeys(ANNOTATION_STATUSES, 0)
@@ -115,7 +93,7 @@ class IssuesJob:
         self._last_duration: float | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._collector = _IssuesCollector(self)
+        self._collector = IssuesCollector(self._snapshot)
         self._registry = registry
         registry.register(self._collector)
         self._registered = True
@@ -161,11 +139,11 @@ class IssuesJob:
             self._annotations["posted"] += posted
             self._annotations["failed"] += len(result.events) - posted
 
-    def _rows_of(self, result: IssuesResult) -> tuple[_Row, ...]:
+    def _rows_of(self, result: IssuesResult) -> tuple[IssueRow, ...]:
         samples = top_issue_gauge_samples(result, self._config.top_k)
         by_id = {i.issue_id: i for i in result.issues}
         shown = {labels["issue_id"] for labels, _ in samples}
-        rows: list[_Row] = []
+        rows: list[IssueRow] = []
         exemplars: dict[str, str] = {}
         for labels, share in samples:
             key = (labels["level"], labels["node"], labels["issue_id"], labels["title"])
@@ -175,13 +153,13 @@ class IssuesJob:
                         and i.issue_id not in shown]
                 traces = len(frozenset().union(*(i.trace_ids for i in rest)))
                 agents = sorted({a for i in rest for a in i.agents})
-                rows.append(_Row(key, share, traces, None,
+                rows.append(IssueRow(key, share, traces, None,
                                  tuple(agents[:MAX_AGENTS_PER_ISSUE]), None))
                 continue
             exemplar = self._exemplar(issue)
             if exemplar is not None:
                 exemplars[issue.issue_id] = exemplar
-            rows.append(_Row(key, share, issue.traces, issue.trend,
+            rows.append(IssueRow(key, share, issue.traces, issue.trend,
                              issue.agents[:MAX_AGENTS_PER_ISSUE], exemplar))
         self._exemplars = exemplars  # only shown issues: bounded like the gauges
         return tuple(rows)
@@ -254,66 +232,7 @@ class IssuesJob:
         if stopped:  # else the running thread still uses the catalogue; the process exits
             self._tracker.close()
 
-    def _snapshot(self) -> tuple[tuple[_Row, ...], dict[str, int], dict[str, int],
-                                 float | None, float | None]:
+    def _snapshot(self) -> IssuesSnapshot:
         with self._lock:
             return (self._rows, dict(self._runs), dict(self._annotations), self._last_run,
                     self._last_duration)
-
-
-class _IssuesCollector(Collector):
-    """Every issues metric, built at scrape time from the job's last snapshot."""
-
-    def __init__(self, job: IssuesJob) -> None:
-        self._job = job
-
-    def describe(self) -> Iterator[Any]:
-        return _families((), {}, {}, None, None)
-
-    def collect(self) -> Iterator[Any]:
-        return _families(*self._job._snapshot())
-
-
-def _families(rows: tuple[_Row, ...], runs: Mapping[str, int], annotations: Mapping[str, int],
-              last_run: float | None, last_duration: float | None) -> Iterator[Any]:
-    share = GaugeMetricFamily("otel_eval_issue_share", "Share of the window's evaluated "
-                              "traces with the issue (top-K per level and node; the rest "
-                              "as issue_id=\"_other\")", labels=_LABELS)
-    traces = GaugeMetricFamily("otel_eval_issue_traces", "Traces in the window with the "
-                               "issue", labels=_LABELS)
-    trend = GaugeMetricFamily("otel_eval_issue_trend", "Issue share minus its share in the "
-                              "previous run (absent for new issues)", labels=_LABELS)
-    agent = InfoMetricFamily("otel_eval_issue_agent", "Agents seen with the issue",
-                             labels=(*_LABELS, "agent"))
-    exemplar = InfoMetricFamily("otel_eval_issue_exemplar", "An exemplar trace of the issue "
-                                "(sticky while it stays in the window)",
-                                labels=(*_LABELS, "trace_id"))
-    for row in rows:
-        labels = list(row.labels)
-        share.add_metric(labels, row.share)
-        traces.add_metric(labels, float(row.traces))
-        if row.trend is not None:
-            trend.add_metric(labels, row.trend)
-        for name in row.agents or ("",):  # "": no agent known (matches agent=~".*")
-            agent.add_metric([*labels, name], {})
-        if row.exemplar is not None:
-            exemplar.add_metric([*labels, row.exemplar], {})
-    yield from (share, traces, trend, agent, exemplar)
-    runs_total = CounterMetricFamily("otel_eval_issues_runs", "Issue clustering runs by "
-                                     "outcome", labels=("status",))
-    for status in RUN_STATUSES:
-        runs_total.add_metric([status], float(runs.get(status, 0)))
-    posted = CounterMetricFamily("otel_eval_issues_annotations", "Issue annotations sent to "
-                                 "Grafana by outcome", labels=("status",))
-    for status in ANNOTATION_STATUSES:
-        posted.add_metric([status], float(annotations.get(status, 0)))
-    yield from (runs_total, posted)
-    stamp = GaugeMetricFamily("otel_eval_issues_last_run_timestamp_seconds", "Unix time of the "
-                              "last successful issue clustering run")
-    duration = GaugeMetricFamily("otel_eval_issues_last_run_duration_seconds", "Duration of "
-                                 "the last successful issue clustering run")
-    if last_run is not None:
-        stamp.add_metric([], last_run)
-    if last_duration is not None:
-        duration.add_metric([], last_duration)
-    yield from (stamp, duration)

@@ -1,0 +1,103 @@
+"""Self-metrics of the issues job (``outputs/issues/job.py``), built when Prometheus scrapes
+from the job's last snapshot (the job keeps its own counts: a run's result replaces the
+gauges wholesale, so they are a collector's, not series set one by one).
+
+    otel_eval_issue_share{level,node,issue_id,title}    share of the window's traces, 0..1
+    otel_eval_issue_traces{level,node,issue_id,title}   traces with the issue
+    otel_eval_issue_trend{level,node,issue_id,title}    share minus the previous run's (not
+                                                        for new issues nor "_other")
+    otel_eval_issue_agent_info{level,node,issue_id,title,agent}   1 per agent seen with it
+    otel_eval_issue_exemplar_info{level,node,issue_id,title,trace_id}  1, one per issue
+    otel_eval_issues_runs_total{status}                 ok | error | skipped
+    otel_eval_issues_annotations_total{status}          posted | failed
+    otel_eval_issues_last_run_timestamp_seconds         end of the last successful run
+    otel_eval_issues_last_run_duration_seconds
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.registry import Collector
+
+RUN_STATUSES = ("ok", "error", "skipped")
+ANNOTATION_STATUSES = ("posted", "failed")
+_LABELS = ("level", "node", "issue_id", "title")
+
+
+@dataclass(frozen=True, slots=True)
+class IssueRow:
+    """One shown issue (or a group's ``_other``): the values of its gauge samples."""
+
+    labels: tuple[str, str, str, str]  # level, node, issue_id, title
+    share: float
+    traces: int
+    trend: float | None
+    agents: tuple[str, ...]
+    exemplar: str | None
+
+
+# rows, runs by status, annotations by status, last run's end (unix s), its duration (s)
+IssuesSnapshot = tuple[tuple[IssueRow, ...], dict[str, int], dict[str, int], float | None,
+                       float | None]
+
+
+class IssuesCollector(Collector):
+    """Every issues metric, built at scrape time from ``snapshot()`` (the job's last run)."""
+
+    def __init__(self, snapshot: Callable[[], IssuesSnapshot]) -> None:
+        self._snapshot = snapshot
+
+    def describe(self) -> Iterator[Any]:
+        return families((), {}, {}, None, None)
+
+    def collect(self) -> Iterator[Any]:
+        return families(*self._snapshot())
+
+
+def families(rows: tuple[IssueRow, ...], runs: Mapping[str, int], annotations: Mapping[str, int],
+              last_run: float | None, last_duration: float | None) -> Iterator[Any]:
+    share = GaugeMetricFamily("otel_eval_issue_share", "Share of the window's evaluated "
+                              "traces with the issue (top-K per level and node; the rest "
+                              "as issue_id=\"_other\")", labels=_LABELS)
+    traces = GaugeMetricFamily("otel_eval_issue_traces", "Traces in the window with the "
+                               "issue", labels=_LABELS)
+    trend = GaugeMetricFamily("otel_eval_issue_trend", "Issue share minus its share in the "
+                              "previous run (absent for new issues)", labels=_LABELS)
+    agent = InfoMetricFamily("otel_eval_issue_agent", "Agents seen with the issue",
+                             labels=(*_LABELS, "agent"))
+    exemplar = InfoMetricFamily("otel_eval_issue_exemplar", "An exemplar trace of the issue "
+                                "(sticky while it stays in the window)",
+                                labels=(*_LABELS, "trace_id"))
+    for row in rows:
+        labels = list(row.labels)
+        share.add_metric(labels, row.share)
+        traces.add_metric(labels, float(row.traces))
+        if row.trend is not None:
+            trend.add_metric(labels, row.trend)
+        for name in row.agents or ("",):  # "": no agent known (matches agent=~".*")
+            agent.add_metric([*labels, name], {})
+        if row.exemplar is not None:
+            exemplar.add_metric([*labels, row.exemplar], {})
+    yield from (share, traces, trend, agent, exemplar)
+    runs_total = CounterMetricFamily("otel_eval_issues_runs", "Issue clustering runs by "
+                                     "outcome", labels=("status",))
+    for status in RUN_STATUSES:
+        runs_total.add_metric([status], float(runs.get(status, 0)))
+    posted = CounterMetricFamily("otel_eval_issues_annotations", "Issue annotations sent to "
+                                 "Grafana by outcome", labels=("status",))
+    for status in ANNOTATION_STATUSES:
+        posted.add_metric([status], float(annotations.get(status, 0)))
+    yield from (runs_total, posted)
+    stamp = GaugeMetricFamily("otel_eval_issues_last_run_timestamp_seconds", "Unix time of the "
+                              "last successful issue clustering run")
+    duration = GaugeMetricFamily("otel_eval_issues_last_run_duration_seconds", "Duration of "
+                                 "the last successful issue clustering run")
+    if last_run is not None:
+        stamp.add_metric([], last_run)
+    if last_duration is not None:
+        duration.add_metric([], last_duration)
+    yield from (stamp, duration)
