@@ -46,7 +46,7 @@ class Node:
         self.metrics = Metrics(CollectorRegistry())
         cfg = replace(Config(), **{"assembly.grace_s": GRACE})
         self.store = Store(str(tmp / "store.db"))
-        self.spool = Spool(str(tmp / "store.db-spool"), max_bytes, self.metrics.spool)
+        self.spool = Spool(str(tmp / "store.db-spool"), max_bytes, self.metrics.spool).open()
         self.engine = Engine(Evaluator(cfg), self.store, self.metrics, assembly=cfg.assembly,
                              clock=lambda: self.now, spool=self.spool)
         self.replayed = self.engine.replay()
@@ -218,7 +218,7 @@ def test_service_spools_beside_the_store_unless_off(tmp_path: Path) -> None:
 def test_fsync_asks_sqlite_for_a_full_sync(tmp_path: Path) -> None:
     metrics = Metrics(CollectorRegistry()).spool
     for fsync, level in ((False, 0), (True, 2)):  # OFF survives kill -9, FULL power loss
-        spool = Spool(str(tmp_path / f"s{fsync}"), 1 << 20, metrics, fsync=fsync)
+        spool = Spool(str(tmp_path / f"s{fsync}"), 1 << 20, metrics, fsync=fsync).open()
         assert spool._db.execute("PRAGMA synchronous").fetchone()[0] == level
         spool.close()
 
@@ -227,7 +227,7 @@ def test_an_unreadable_spool_is_set_aside_and_a_new_one_begun(tmp_path: Path) ->
     path = tmp_path / "store.db-spool"
     path.write_bytes(b"not a database, as after a power loss without fsync " * 100)
     metrics = Metrics(CollectorRegistry())
-    spool = Spool(str(path), 1 << 20, metrics.spool)
+    spool = Spool(str(path), 1 << 20, metrics.spool).open()
     assert spool.held() == (0, 0)
     assert metrics.registry.get_sample_value("otel_eval_spool_failures_total",
                                              {"operation": "open"}) == 1

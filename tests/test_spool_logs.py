@@ -207,7 +207,7 @@ def test_a_spool_from_a_newer_release_is_refused_and_left_alone(tmp_path: Path) 
     db.close()
     before = path.read_bytes()
     with pytest.raises(SpoolVersionError, match="newer release"):
-        Spool(str(path), 1 << 20, Metrics(CollectorRegistry()).spool)
+        Spool(str(path), 1 << 20, Metrics(CollectorRegistry()).spool).open()
     assert path.read_bytes() == before and not list(tmp_path.glob("*.corrupt-*"))
 
 

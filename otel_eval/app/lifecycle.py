@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from otel_eval.base.aio import LoopThread
-from otel_eval.base.configcheck import StartupError
+from otel_eval.base.configcheck import ConfigError, StartupError
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,8 @@ class Lifecycle:
                 if start:
                     part.start()
             except BaseException as e:
-                if not isinstance(e, StartupError):  # that one is said once, by the caller
+                # a refusal naming the file or setting is said once, by the caller
+                if not isinstance(e, StartupError | ConfigError):
                     log.error("%s failed to start; stopping what started", name)
                 self.shutdown(10.0)
                 raise

@@ -69,7 +69,7 @@ class EvalRun:
         from otel_eval.evaluate.agent_inference import learned
         from otel_eval.store import SqliteStore
 
-        history = SqliteStore(":memory:")
+        history = SqliteStore(":memory:").open()
         try:
             for trace in traces:
                 ev = self.evaluator.evaluate(trace, history=history)

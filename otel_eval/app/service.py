@@ -11,7 +11,8 @@ With ``kafka.publish`` the receivers' Ingest feeds a ``PublishingEngine`` (recor
 topic) instead. The async stages (judge, Kafka) share one event loop thread (``aio``).
 
 Lifecycle (``otel_eval.app.lifecycle``): every long-running part is a ``Component`` with
-``start()`` and ``shutdown(deadline_s)``; ``_lifecycle`` lists them in start order (store,
+``start()`` and ``shutdown(deadline_s)``. ``Service()`` only constructs them (no file, socket
+or thread is opened); ``_lifecycle`` lists them in start order (instance locks, store,
 spool, event loop, admin, issues job, retention, sinks, Kafka, engine, listeners bound, spool
 replay, receivers serving, readiness) and shutdown runs the list backwards with what is left
 of one deadline (SIGTERM / SIGINT; a second signal exits at once): receivers stop accepting,
@@ -50,7 +51,7 @@ from otel_eval.receive.grpc import GrpcReceiver
 from otel_eval.receive.http import HttpReceiver
 from otel_eval.receive.ingest import Ingest
 from otel_eval.receive.security import exposure_problem, is_loopback
-from otel_eval.store import is_postgresql_url, open_store
+from otel_eval.store import is_postgresql_url, opened, store_at
 from otel_eval.store.config import StoreConfig
 from otel_eval.store.lock import InstanceLock
 from otel_eval.telemetry.metrics import Metrics
@@ -76,16 +77,10 @@ class Service:
         self.clock = clock
         self.metrics = Metrics(self.registry, prediction=config.prediction,
                                max_pairs=config.admin.metrics_max_pairs)
-        # one serve per store and spool, before either is opened (a second is refused here)
+        # Constructed here, opened by the lifecycle (``start``): the locks first, then the
+        # store and the spool; nothing here touches a file or a socket.
         self._locks = instance_locks(config.store)
-        try:
-            self._build(config, clock)
-        except BaseException:
-            self._release_locks()
-            raise
-
-    def _build(self, config: Config, clock: Callable[[], float]) -> None:
-        self.store = open_store(config.store.target)
+        self.store = store_at(config.store.target)
         self.evaluator = Evaluator(config, references_path=self.options.references_path)
         kc = config.kafka
         needs_loop = config.judge.active or kc.enabled
@@ -213,11 +208,13 @@ class Service:
         writes to are flushed; retention and the issues job stop; the admin endpoint answers
         until the end; the store and spool close last."""
         lc = Lifecycle()
-        lc.add("instance lock", Step(shutdown=lambda _d: self._release_locks()))
-        lc.add("store", Step(shutdown=lambda _d: self.store.close()))
+        # one serve per store and spool, before either is opened (a second is refused here)
+        lc.add("instance lock", Step(start=self._take_locks,
+                                     shutdown=lambda _d: self._release_locks()))
+        lc.add("store", Step(start=self._open_store, shutdown=lambda _d: self.store.close()))
         if self.spool is not None:
             spool = self.spool
-            lc.add("spool", Step(shutdown=lambda _d: spool.close()))
+            lc.add("spool", Step(start=self._open_spool, shutdown=lambda _d: spool.close()))
         if self.loop is not None:
             lc.add("event loop", self.loop)
         lc.add("admin", self.admin)
@@ -279,15 +276,26 @@ class Service:
         lifecycle, self._lifecycle_ = self._lifecycle_, None
         if self._stopped.is_set() and lifecycle is None:
             return
-        if lifecycle is not None:
+        if lifecycle is not None:  # else never started: the constructor opened nothing
             lifecycle.shutdown(deadline_s)
-        else:  # never started: close what the constructor opened
-            self.store.close()
-            if self.spool is not None:
-                self.spool.close()
-            self._release_locks()
         self._stopped.set()
         log.info("otel-eval stopped")
+
+    def _open_store(self) -> None:
+        opened(self.store)  # a file that cannot be opened: StartupError naming it
+
+    def _open_spool(self) -> None:
+        assert self.spool is not None
+        self.spool.open()
+
+    def _take_locks(self) -> None:
+        """All or none: a lock held by another serve releases those taken before it."""
+        try:
+            for lock in self._locks:
+                lock.acquire()
+        except BaseException:
+            self._release_locks()
+            raise
 
     def _release_locks(self) -> None:
         for lock in self._locks:
@@ -373,20 +381,13 @@ _FEEDBACK_ATTEMPTS = 5
 
 
 def instance_locks(sc: StoreConfig) -> list[InstanceLock]:
-    """The locks of the local files this serve owns (the SQLite store, the spool), taken.
-    A PostgreSQL store is shared by the fleet by design: only its spool is locked."""
+    """The locks of the local files this serve owns (the SQLite store, the spool), not taken
+    yet. A PostgreSQL store is shared by the fleet by design: only its spool is locked."""
     locks = []
     if not is_postgresql_url(sc.target) and sc.target != ":memory:":
         locks.append(InstanceLock(sc.target, "store"))
     if spool := sc.spool_file():
         locks.append(InstanceLock(spool, "spool"))
-    try:
-        for lock in locks:
-            lock.acquire()
-    except BaseException:
-        for lock in locks:
-            lock.release()
-        raise
     return locks
 
 

@@ -103,6 +103,11 @@ Held = Mapping[str, tuple[Collection[Span], Collection[HeldRecord]]]
 
 
 class Spool:
+    """The constructor only constructs: ``open()`` opens the file and reads its backlog."""
+
+    _db: sqlite3.Connection  # from open()
+    _backlog: dict[int, set[str]]  # from open()
+
     def __init__(self, path: str, max_bytes: int, metrics: SpoolMetrics, *,
                  fsync: bool = False) -> None:
         self.path = path
@@ -114,7 +119,14 @@ class Spool:
         self._traces: dict[str, list[tuple[int, int]]] = {}  # trace -> [(request, revision)]
         self._signals: dict[int, str] = {}  # signal of each request left to replay
         self.bytes = 0
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._opened = False
+
+    def open(self) -> Spool:
+        """Open the file and read what it holds (a damaged file is set aside for an empty
+        one; one a newer release wrote is a ``SpoolVersionError``); idempotent."""
+        if self._opened:
+            return self
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         try:
             self._db = self._open()
             self._backlog = self._load()
@@ -122,6 +134,8 @@ class Spool:
             self._set_aside()
             self._db = self._open()
             self._backlog = self._load()
+        self._opened = True
+        return self
 
     def _open(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
@@ -374,4 +388,5 @@ class Spool:
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            if self._opened:
+                self._db.close()

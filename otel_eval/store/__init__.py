@@ -4,6 +4,20 @@
     judge ─► put_judge        feedback ─► put_feedback + put_verdict      retention ─► delete
     issues job ─► since(window); its catalogue in the same database (otel_eval.outputs.issues)
 
+The writers of an evaluation row, one per part, each from its own thread (never the event
+loop the judge and Kafka share: every call here blocks):
+
+    part                          writer                                     thread
+    the row (findings, verdict,   evaluation stage: put_many, then           engine finishing,
+      body, digest, revision)       remember_agents (evaluate/stage.py)        or a worker process
+    body.judge                    JudgeStage: put_judge (evaluate/judge)     otel-eval-judge-writer
+    feedback table; the row's     Service.feedback: put_feedback, then       admin HTTP request
+      findings + verdict            put_verdict with retries (app/service)
+    the row's deletion            retention: delete_older_than (app)         otel-eval-retention
+
+``put_judge`` and ``put_verdict`` write only onto the revision they read (below), so a
+re-evaluation by ``put_many`` always wins and neither overwrites the other's part.
+
 One interface (``EvaluationStore``, revision rules in ``base``), two implementations:
 ``SqliteStore`` (``store.path``, the default: one file per process) and ``PostgresStore``
 (``store.url``: one database shared by the fleet). ``open_store`` picks by the target; each
@@ -14,27 +28,46 @@ imported only when a PostgreSQL URL is opened.
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
 
 from otel_eval.base.configcheck import StartupError
 from otel_eval.store.base import EvaluationStore, is_postgresql_url, redact_url
 from otel_eval.store.sqlite import SqliteStore
 
 __all__ = ["EvaluationStore", "SqliteStore", "Store", "is_postgresql_url", "open_store",
-           "redact_url"]
-
-# The SQLite store under its first name: ``Store(path)``.
-Store = SqliteStore
+           "opened", "redact_url", "store_at"]
 
 
-def open_store(target: str) -> EvaluationStore:
-    """A store on ``target``: a ``postgresql://`` URL, or a SQLite file path (``:memory:``)."""
+class Store(SqliteStore):
+    """The SQLite store opened as it is made (``SqliteStore(path).open()``): for tests and
+    one-shot commands; ``serve`` makes its store at construction and opens it at start."""
+
+    def __init__(self, path: str, **kwargs: Any) -> None:
+        super().__init__(path, **kwargs)
+        self.open()
+
+
+def store_at(target: str) -> EvaluationStore:
+    """The store on ``target`` (a ``postgresql://`` URL, or a SQLite file path or
+    ``:memory:``), not opened yet: ``opened`` opens it."""
     if is_postgresql_url(target):
         from otel_eval.store.postgresql import PostgresStore
         return PostgresStore(target)
+    return SqliteStore(target)
+
+
+def opened(store: EvaluationStore) -> EvaluationStore:
+    """``store`` opened; a SQLite file that cannot be is a ``StartupError`` naming it."""
     try:
-        return SqliteStore(target)
+        store.open()
     except sqlite3.DatabaseError as e:  # not a database, corrupt, locked, a newer schema...
-        raise StartupError(f"store {target}: {e} (not an otel-eval SQLite store, or "
+        raise StartupError(f"store {store.location}: {e} (not an otel-eval SQLite store, or "
                            "damaged)") from None
     except OSError as e:
-        raise StartupError(f"store {target}: {e.strerror or e}") from None
+        raise StartupError(f"store {store.location}: {e.strerror or e}") from None
+    return store
+
+
+def open_store(target: str) -> EvaluationStore:
+    """A store on ``target``, opened: ``opened(store_at(target))``."""
+    return opened(store_at(target))

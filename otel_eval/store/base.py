@@ -119,6 +119,11 @@ class EvaluationStore(Protocol):
         seen with (``pick_agent``), else None."""
         ...
 
+    def open(self) -> EvaluationStore:
+        """Connect, bring the schema up to date; returns the store (the constructor does no
+        I/O: ``serve`` opens its store at start)."""
+        ...
+
     def close(self) -> None: ...
 
 

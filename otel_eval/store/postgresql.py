@@ -105,8 +105,14 @@ class PostgresStore:
         self._clock_ns = clock_ns  # when agent history rows are seen (tests inject one)
         self._remembered = 0  # remember_agents calls, for the whole-table prune
         self._lock = threading.Lock()
-        self._conn: psycopg.Connection[Any] | None = connect(url)
-        migrate_postgresql(self._conn)
+        self._conn: psycopg.Connection[Any] | None = None  # open() connects
+
+    def open(self) -> PostgresStore:
+        """Connect and bring the schema up to date (raises what ``connect`` raises)."""
+        with self._lock:
+            conn = self._connection()
+            migrate_postgresql(conn)
+        return self
 
     def close(self) -> None:
         with self._lock:

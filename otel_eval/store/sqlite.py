@@ -50,7 +50,10 @@ _SINCE_AFTER = ("SELECT evaluated_at_ns, trace_id, body FROM evaluations WHERE e
 
 
 class SqliteStore:
-    """``EvaluationStore`` on a SQLite file (``:memory:``: nothing kept)."""
+    """``EvaluationStore`` on a SQLite file (``:memory:``: nothing kept). The constructor
+    only constructs: ``open()`` opens the file (``open_store`` does both)."""
+
+    _db: sqlite3.Connection  # from open()
 
     def __init__(self, path: str, *, clock_ns: Callable[[], int] = time.time_ns) -> None:
         self.path = path
@@ -58,18 +61,33 @@ class SqliteStore:
         self._lock = threading.Lock()
         self._clock_ns = clock_ns  # when agent history rows are seen (tests inject one)
         self._remembered = 0  # remember_agents calls, for the whole-table prune
+        self._opened = False
+
+    def open(self) -> SqliteStore:
+        """Create or open the file and bring its schema up to date (raises
+        ``sqlite3.DatabaseError`` / ``OSError``: ``open_store`` says which file); idempotent."""
+        if self._opened:
+            return self
+        path = self.path
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
                                    timeout=_BUSY_TIMEOUT_S)
-        if path != ":memory:":
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-        migrate_sqlite(self._db)
+        try:
+            if path != ":memory:":
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+            migrate_sqlite(self._db)
+        except BaseException:
+            self._db.close()
+            raise
+        self._opened = True
+        return self
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            if self._opened:
+                self._db.close()
 
     def put_many(self, evaluations: Iterable[Evaluation]) -> list[bool]:
         """Store evaluations in one transaction. Returns, per evaluation, whether it superseded

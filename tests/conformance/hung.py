@@ -92,7 +92,7 @@ def agents_of_hung_runs(history: bool) -> dict[str, tuple[int, int, list[str]]]:
     evaluator = Evaluator(Config())
     out = {}
     for stack, spec in corpus.stacks().items():
-        store = SqliteStore(":memory:")
+        store = SqliteStore(":memory:").open()
         try:
             if history:
                 for trace in completed_runs(stack):

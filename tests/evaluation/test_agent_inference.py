@@ -51,7 +51,7 @@ def _run(trace: str, agent: str, system: str, tools: list[str],
 
 @pytest.fixture
 def history() -> Any:
-    store = SqliteStore(":memory:")
+    store = SqliteStore(":memory:").open()
     yield store
     store.close()
 

@@ -47,9 +47,9 @@ def stores(target: str, clock: Clock) -> Iterator[Open]:
     def open_one() -> EvaluationStore:
         if is_postgresql_url(target):
             from otel_eval.store.postgresql import PostgresStore
-            opened.append(PostgresStore(target, clock_ns=clock))
+            opened.append(PostgresStore(target, clock_ns=clock).open())
         else:
-            opened.append(SqliteStore(target, clock_ns=clock))
+            opened.append(SqliteStore(target, clock_ns=clock).open())
         return opened[-1]
 
     yield open_one

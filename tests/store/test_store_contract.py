@@ -359,7 +359,7 @@ def test_a_lost_connection_is_reopened(postgresql_url: str) -> None:
     from otel_eval.store.postgresql import PostgresStore
 
     pauses: list[float] = []
-    store = PostgresStore(postgresql_url, sleep=pauses.append)
+    store = PostgresStore(postgresql_url, sleep=pauses.append).open()
     try:
         store.put_many([_ev(1)])
         with psycopg.connect(postgresql_url, autocommit=True) as admin:

@@ -1,18 +1,32 @@
 """``JudgeStage``: the judge as a sink of ``serve``, off the ingest path.
 
     Engine (thread) --export(trace, evaluation)--> loop.call(JudgeQueue.submit)
-        -> worker task -> Judge.judge -> on_done: store.put_judge, judge events
-                                      -> on_skip: store.put_judge({"overall": skipped, reason})
+        -> worker task -> Judge.judge -> on_done: writer: store.put_judge, then judge events
+                                      -> on_skip: writer: store.put_judge({"overall": skipped})
 
 ``export`` never blocks the engine: it schedules the submit on the service's event loop and
 returns. When the judge is slow, down or over budget the queue skips traces with a reason
 (counted in ``otel_eval_judge_skipped_total``), and the stored trace's ``judge.overall`` says
 why. A judge result is stored only onto the revision it judged (late spans re-open a trace;
 the new revision gets its own judgement).
+
+The stage is the one writer of a row's ``judge`` part, and it writes from its own thread
+(``otel-eval-judge-writer``), never on the event loop: ``put_judge`` is a blocking store call
+(a SQLite write lock, a PostgreSQL round trip) and the loop is shared with the Kafka consumer
+and publishers. Writes are done in the order they were made; the events of a judgement go
+out once its write is known to have landed; shutdown waits for the writes within its deadline.
+
+Lifecycle: the constructor only constructs; ``start()`` checks the provider credentials,
+opens the rubric cache (``cache_path``), reads the prompts and starts the queue's workers and
+the writer; ``shutdown(deadline_s)`` drains the queue, then the writes, then closes the cache.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from otel_eval.base.aio import LoopThread
@@ -28,6 +42,8 @@ from otel_eval.telemetry.metrics import Metrics
 if TYPE_CHECKING:
     from otel_eval.outputs.events import EvaluationEvents
 
+log = logging.getLogger(__name__)
+
 
 class JudgeStage:
     def __init__(self, config: JudgeConfig, loop: LoopThread, store: EvaluationStore,
@@ -39,39 +55,102 @@ class JudgeStage:
         self.store = store
         self.metrics = metrics
         self.events = events
-        check_credentials(config)
-        cache = SqliteRubricCache(cache_path, ttl_s=config.rubric_ttl_days * 86400)
-        self.judge = Judge(config, rubric_cache=cache, observer=metrics.judge)
-        self.queue = JudgeQueue(self.judge, config.queue_size, self._done, self._skipped)
+        self.cache_path = cache_path
+        self._cache: SqliteRubricCache | None = None
+        self.judge: Judge | None = None  # made at start(): it reads the prompt files
+        self.queue: JudgeQueue | None = None
+        self._writer: ThreadPoolExecutor | None = None
+        self._writes: set[Future[bool]] = set()  # made, not yet done (touched on the loop)
 
     def start(self) -> None:
+        check_credentials(self.config)
+        self._cache = SqliteRubricCache(self.cache_path,
+                                        ttl_s=self.config.rubric_ttl_days * 86400)
+        try:
+            self.judge = Judge(self.config, rubric_cache=self._cache,
+                               observer=self.metrics.judge)
+        except BaseException:
+            self._close_cache()
+            raise
+        self.queue = JudgeQueue(self.judge, self.config.queue_size, self._done, self._skipped)
+        # one thread: the judge's writes reach the store one at a time, in order
+        self._writer = ThreadPoolExecutor(max_workers=1,
+                                          thread_name_prefix="otel-eval-judge-writer")
         self.loop.run(self.queue.start(), timeout_s=10)
 
     def export(self, trace: Trace, evaluation: Evaluation) -> None:
         self.loop.call(self._submit, evaluation)
 
     def _submit(self, evaluation: Evaluation) -> None:  # on the loop
+        assert self.queue is not None, "export before start()"
         self.queue.submit(evaluation)
         self.metrics.judge.queue_depth(self.queue.qsize())
 
     def _done(self, evaluation: Evaluation) -> None:  # on the loop
+        assert self.queue is not None
         self.metrics.judge.queue_depth(self.queue.qsize())
-        assert evaluation.judge is not None
-        stored = self.store.put_judge(evaluation.trace_id, evaluation.trajectory.revision,
-                                      evaluation.judge)
-        if stored and self.events is not None:
-            self.events.export_judge(evaluation, evaluation.trajectory.run_span_id,
-                                     self.config.low_score_threshold)
+        self._write(evaluation, then=self._judged if self.events is not None else None)
+
+    def _judged(self, evaluation: Evaluation) -> None:  # on the loop, once it is stored
+        assert self.events is not None
+        self.events.export_judge(evaluation, evaluation.trajectory.run_span_id,
+                                 self.config.low_score_threshold)
 
     def _skipped(self, evaluation: Evaluation, reason: str) -> None:  # on the loop
-        assert evaluation.judge is not None
-        self.store.put_judge(evaluation.trace_id, evaluation.trajectory.revision,
-                             evaluation.judge)
+        self._write(evaluation)
+
+    def _write(self, evaluation: Evaluation,
+               then: Callable[[Evaluation], None] | None = None) -> None:  # on the loop
+        """Hand ``put_judge`` to the writer thread and return at once; ``then(evaluation)``
+        runs on the loop once the store took it (not when the trace was re-evaluated since)."""
+        assert evaluation.judge is not None and self._writer is not None
+        try:
+            write = self._writer.submit(self.store.put_judge, evaluation.trace_id,
+                                        evaluation.trajectory.revision, evaluation.judge)
+        except RuntimeError:  # the writer has stopped: the shutdown deadline passed
+            log.warning("judge result of trace %s not stored: the stage has stopped",
+                        evaluation.trace_id)
+            return
+        self._writes.add(write)
+        write.add_done_callback(lambda f: self.loop.call(self._written, f, evaluation, then))
+
+    def _written(self, write: Future[bool], evaluation: Evaluation,
+                 then: Callable[[Evaluation], None] | None) -> None:  # on the loop
+        self._writes.discard(write)
+        if write.cancelled():
+            return
+        if (e := write.exception()) is not None:  # the store's failure: said, judging goes on
+            log.error("storing the judge result of trace %s failed: %s", evaluation.trace_id,
+                      type(e).__name__, exc_info=e)
+        elif write.result() and then is not None:
+            then(evaluation)
 
     def shutdown(self, deadline_s: float) -> None:
-        """Drain for at most ``deadline_s``; what is left is stored as skipped ``shutdown``."""
+        """Drain for at most ``deadline_s``; what is left is stored as skipped ``shutdown``,
+        then the writes made are waited for with what is left of the deadline."""
+        if self.queue is None:  # never started
+            return
         self.loop.run(self._shutdown(deadline_s), timeout_s=deadline_s + 10)
+        if self._writer is not None:
+            self._writer.shutdown(wait=False)  # a write past the deadline still finishes
+        self._close_cache()
 
     async def _shutdown(self, deadline_s: float) -> None:
+        end = asyncio.get_running_loop().time() + deadline_s
+        assert self.queue is not None
         await self.queue.shutdown(deadline_s)
         await close_clients()  # litellm caches HTTP clients per loop: close them on this one
+        if self._writes:
+            left = max(0.0, end - asyncio.get_running_loop().time())
+            _, pending = await asyncio.wait([asyncio.wrap_future(w) for w in self._writes],
+                                            timeout=left)
+            # each write's ``_written`` (its events) was queued on the loop before the wait
+            # it ends, so the events sink, stopped after this stage, has them all
+            if pending:
+                log.warning("%d judge results not stored within the shutdown deadline",
+                            len(pending))
+
+    def _close_cache(self) -> None:
+        if self._cache is not None:
+            self._cache.close()
+            self._cache = None

@@ -196,6 +196,7 @@ class IssuesJob:
             raise ValueError("IssuesJob.start needs a positive interval (issues.interval_s)")
         if self._thread is not None:
             raise RuntimeError("IssuesJob already started")
+        self._tracker.open()  # the catalogue: a database that cannot be opened stops start
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, args=(interval,),
                                         name="otel-eval-issues", daemon=True)

@@ -69,8 +69,9 @@ class IssueTracker:
                  annotator: Annotator | None = None, embedder: Embedder | None = None,
                  synthesizer: Synthesizer | None = None) -> None:
         self._config = config
-        self._catalogue = (Catalogue(store) if isinstance(store, sqlite3.Connection)
-                           else Catalogue.open(store))
+        self._store = store
+        # a path is opened by open() (the job's start) or at first use, never here
+        self._opened = (Catalogue(store) if isinstance(store, sqlite3.Connection) else None)
         self._owns_store = not isinstance(store, sqlite3.Connection)
         self._clock = clock
         self._namer = namer
@@ -80,13 +81,26 @@ class IssueTracker:
         self._embedder = (embedder if embedder is not None
                           else make_embedder(config.embedding, config.stem_chars))
 
+    def open(self) -> None:
+        """Open the catalogue (its file or database) now; idempotent."""
+        if self._opened is None:
+            assert not isinstance(self._store, sqlite3.Connection)
+            self._opened = Catalogue.open(self._store)
+
+    @property
+    def _catalogue(self) -> Catalogue:
+        self.open()
+        assert self._opened is not None
+        return self._opened
+
     def leads(self) -> bool:
         """Whether this tracker's runs are the fleet's (``Catalogue.lead``)."""
         return self._catalogue.lead()
 
     def close(self) -> None:
-        if self._owns_store:
-            self._catalogue.close()
+        if self._owns_store and self._opened is not None:
+            self._opened.close()
+            self._opened = None
 
     def run(self, evaluations: Iterable[Mapping[str, Any]],
             now: float | None = None) -> IssuesResult:

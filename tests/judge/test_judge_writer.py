@@ -1,0 +1,90 @@
+"""The judge's writes to the store happen off the event loop (issue 23: one writer per part
+of the evaluation row, none blocking the loop the Kafka consumer shares). A store whose
+``put_judge`` blocks until released: while it is blocked, the loop still runs other work,
+and the judgement lands once it is released, in the order the writes were made."""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+from judge_fake_llm import FakeLLM, Reply, good
+from judge_fixtures import combined_reply, config, evaluation
+from prometheus_client import CollectorRegistry
+
+from otel_eval.base.aio import LoopThread
+from otel_eval.base.model import Trace
+from otel_eval.evaluate.judge.config import SamplingConfig
+from otel_eval.evaluate.judge.stage import JudgeStage
+from otel_eval.store import SqliteStore
+from otel_eval.telemetry.metrics import Metrics
+
+
+class BlockingStore(SqliteStore):
+    """``put_judge`` waits for ``release``; says which thread called it and in what order."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.open()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.calls: list[tuple[str, str]] = []  # (trace id, overall status)
+        self.threads: set[str] = set()
+
+    def put_judge(self, trace_id: str, revision: int, judge: dict[str, Any]) -> bool:
+        self.threads.add(threading.current_thread().name)
+        self.entered.set()
+        assert self.release.wait(30), "never released"
+        self.calls.append((trace_id, judge["overall"]["status"]))
+        return super().put_judge(trace_id, revision, judge)
+
+
+def _scripted(body: dict[str, Any]) -> Reply:
+    steps = re.search(r"steps ([\d, ]+)\.", body["messages"][-1]["content"])
+    assert steps is not None
+    return good(combined_reply([int(i) for i in steps.group(1).split(",")]))
+
+
+def _trace(trace_id: str) -> Trace:
+    return Trace(trace_id, [], "complete")
+
+
+async def _served() -> str:
+    return "served"
+
+
+def test_a_blocked_judge_write_does_not_hold_the_event_loop(llm: FakeLLM,
+                                                           tmp_path: Path) -> None:
+    llm.route = _scripted
+    store = BlockingStore(str(tmp_path / "s.db"))
+    judged, skipped = evaluation(trace_id="a1" * 16), evaluation(trace_id="b2" * 16)
+    skipped.trajectory.agent = "sampled_out_agent"
+    store.put_many([judged, skipped])
+    loop = LoopThread()
+    loop.start()
+    cfg = config(llm.api_base, combined=True, sampling=SamplingConfig(
+        rate=0.0, rate_by_agent={"airline_agent": 1.0}, always_severities=()))
+    stage = JudgeStage(cfg, loop, store, Metrics(CollectorRegistry()))
+    try:
+        stage.start()
+        stage.export(_trace(judged.trace_id), judged)
+        assert store.entered.wait(30)  # the judgement is being written, and held there
+        assert loop.run(_served(), timeout_s=30) == "served"  # the loop still serves
+        # a trace skipped meanwhile: its write queues behind the held one, no blocking either
+        stage.export(_trace(skipped.trace_id), skipped)
+        assert loop.run(_served(), timeout_s=30) == "served"
+        store.release.set()
+        stage.shutdown(30.0)  # waits for the writes
+        assert store.calls == [(judged.trace_id, "ok"), (skipped.trace_id, "skipped")]
+        assert store.threads == {"otel-eval-judge-writer_0"}
+        stored = store.get(judged.trace_id)
+        assert stored is not None and stored["judge"]["overall"]["status"] == "ok"
+        skip = store.get(skipped.trace_id)
+        assert skip is not None and skip["judge"]["overall"]["reason"] == "sampled_out"
+    finally:
+        store.release.set()
+        stage.shutdown(5.0)
+        loop.stop()
+        store.close()
