@@ -50,7 +50,14 @@ from otel_eval.outputs.ui.routes import handle as ui_handle
 from otel_eval.outputs.ui.text import Redact
 from otel_eval.receive.config import HttpLimits
 from otel_eval.receive.httpserver import Handler, HttpServer, Request, Response
-from otel_eval.receive.security import BearerAuth, TlsFiles, TlsServerConfig
+from otel_eval.receive.security import (
+    BearerAuth,
+    Listeners,
+    TlsFiles,
+    TlsServerConfig,
+    exposed_insecurely,
+    exposure_problems,
+)
 from otel_eval.store.query import EvaluationQuery, Page, QueryError
 from otel_eval.telemetry.metrics import render
 
@@ -92,6 +99,21 @@ class AdminConfig:
                                or "{trace_id}" not in self.trace_url):
             raise FieldErrors({"trace_url": "expected an http(s) URL with {trace_id} in it, "
                                              f"got {self.trace_url!r}"})
+
+    def _listeners(self) -> Listeners:
+        return [("admin.endpoint", self.endpoint)]
+
+    def exposure_problems(self) -> list[str]:
+        """As ``ReceiverConfig.exposure_problems``: read or write tokens count as
+        authentication."""
+        return exposure_problems(self._listeners(), self.tls,
+                                 bool(self.read_tokens or self.write_tokens),
+                                 self.allow_insecure_non_loopback)
+
+    def exposed_insecurely(self) -> bool:
+        return exposed_insecurely(self._listeners(), self.tls,
+                                  bool(self.read_tokens or self.write_tokens),
+                                  self.allow_insecure_non_loopback)
 
 log = logging.getLogger(__name__)
 

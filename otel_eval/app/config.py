@@ -8,6 +8,7 @@ Constructors elsewhere never read ``os.environ``: only ``load_config`` does, for
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 import types
@@ -36,11 +37,12 @@ __all__ = [
     "AdminConfig", "AssemblyConfig", "Config", "ConfigError", "DetectorsConfig",
     "EvaluationConfig", "ExportConfig", "IssuesConfig", "JudgeConfig", "KafkaConfig",
     "PredictionConfig", "ReceiverConfig", "StoreConfig", "TlsServerConfig", "TrajectoryConfig",
-    "build", "load_config", "parse_endpoint",
+    "build", "check_exposure", "load_config", "parse_endpoint",
 ]
 
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,20 @@ class Config:
     store: StoreConfig = field(default_factory=StoreConfig)
     # Where evaluation runs: worker processes (serve --workers N) or the serving process.
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+
+
+def check_exposure(config: Config) -> None:
+    """What ``serve`` checks of the whole configuration before it listens (the loader cannot:
+    the flags come after the file, and ``eval`` listens on nothing): every listener reachable
+    beyond this host without TLS and tokens is refused with its path (``ConfigError``),
+    unless its section says ``allow_insecure_non_loopback: true``; then it is a warning."""
+    rc, ac = config.receiver, config.admin
+    errors = [*rc.exposure_problems(), *ac.exposure_problems()]
+    if errors:
+        raise ConfigError(errors)
+    if rc.exposed_insecurely() or ac.exposed_insecurely():
+        log.warning("a listener is reachable beyond this host without TLS or authentication "
+                    "(allow_insecure_non_loopback); restrict it at the network level")
 
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")

@@ -36,21 +36,19 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from otel_eval.app.admin import AdminApi, AdminServer
-from otel_eval.app.config import Config
+from otel_eval.app.config import Config, check_exposure
 from otel_eval.app.lifecycle import Lifecycle, OnLoop, Step
 from otel_eval.app.worker import EvaluatorSections, WorkerSpec
 from otel_eval.app.workers import WorkerPool, available_cores
 from otel_eval.assemble.engine import Engine, Sink
 from otel_eval.assemble.spool import Spool
 from otel_eval.base.aio import LoopThread
-from otel_eval.base.configcheck import ConfigError, parse_endpoint
 from otel_eval.evaluate.evaluator import Evaluator, normalize_outcome
 from otel_eval.evaluate.judge.redact import Redactor
 from otel_eval.evaluate.stage import InProcess, store_failed
 from otel_eval.receive.grpc import GrpcReceiver
 from otel_eval.receive.http import HttpReceiver
 from otel_eval.receive.ingest import Ingest
-from otel_eval.receive.security import exposure_problem, is_loopback
 from otel_eval.store import is_postgresql_url, opened, store_at
 from otel_eval.store.config import StoreConfig
 from otel_eval.store.lock import InstanceLock
@@ -389,33 +387,3 @@ def instance_locks(sc: StoreConfig) -> list[InstanceLock]:
     if spool := sc.spool_file():
         locks.append(InstanceLock(spool, "spool"))
     return locks
-
-
-def check_exposure(config: Config) -> None:
-    """Refuse (ConfigError) a listener reachable beyond this host without TLS and tokens,
-    unless its section says ``allow_insecure_non_loopback: true``."""
-    rc, ac = config.receiver, config.admin
-    listeners = [("receiver.grpc_endpoint", rc.grpc_endpoint, rc.tls, bool(rc.bearer_tokens),
-                  rc.allow_insecure_non_loopback),
-                 ("receiver.http_endpoint", rc.http_endpoint, rc.tls, bool(rc.bearer_tokens),
-                  rc.allow_insecure_non_loopback),
-                 ("admin.endpoint", ac.endpoint, ac.tls,
-                  bool(ac.read_tokens or ac.write_tokens), ac.allow_insecure_non_loopback)]
-    errors = []
-    for name, endpoint, tls, authenticated, allowed in listeners:
-        if not endpoint:
-            continue
-        try:
-            host = parse_endpoint(endpoint)[0]
-        except ValueError as e:
-            errors.append(f"{name}: {e}")
-            continue
-        if problem := exposure_problem(name, host, tls, authenticated, allowed):
-            errors.append(problem)
-    if errors:
-        raise ConfigError(errors)
-    if any(allowed and endpoint and not is_loopback(parse_endpoint(endpoint)[0])
-           and not (tls.enabled and authenticated)
-           for _, endpoint, tls, authenticated, allowed in listeners):
-        log.warning("a listener is reachable beyond this host without TLS or authentication "
-                    "(allow_insecure_non_loopback); restrict it at the network level")

@@ -7,7 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from otel_eval.base.configcheck import validate
-from otel_eval.receive.security import TlsServerConfig
+from otel_eval.receive.security import (
+    Listeners,
+    TlsServerConfig,
+    exposed_insecurely,
+    exposure_problems,
+)
 
 
 @dataclass(frozen=True)
@@ -78,3 +83,17 @@ class ReceiverConfig:
                                 "grpc_max_concurrent_rpcs": 1,
                                 "grpc_receive_timeout_s": 0.001},
                  endpoints=("grpc_endpoint", "http_endpoint"))
+
+    def _listeners(self) -> Listeners:
+        return [("receiver.grpc_endpoint", self.grpc_endpoint),
+                ("receiver.http_endpoint", self.http_endpoint)]
+
+    def exposure_problems(self) -> list[str]:
+        """Why serve must not listen as configured (an endpoint beyond this host without TLS
+        and bearer tokens, unless ``allow_insecure_non_loopback``), each with its path."""
+        return exposure_problems(self._listeners(), self.tls, bool(self.bearer_tokens),
+                                 self.allow_insecure_non_loopback)
+
+    def exposed_insecurely(self) -> bool:
+        return exposed_insecurely(self._listeners(), self.tls, bool(self.bearer_tokens),
+                                  self.allow_insecure_non_loopback)

@@ -22,11 +22,11 @@ import logging
 import os
 import ssl
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from otel_eval.base.configcheck import StartupError
+from otel_eval.base.configcheck import StartupError, parse_endpoint
 
 log = logging.getLogger(__name__)
 
@@ -218,3 +218,33 @@ def exposure_problem(listener: str, host: str, tls: TlsServerConfig, authenticat
                                                                   authenticated)) if not ok)
     return (f"{listener} listens on {host!r}, reachable beyond this host, without {missing}; "
             f"configure them, or set allow_insecure_non_loopback: true to accept the risk")
+
+
+# A section's listeners: (path of the endpoint setting, its HOST:PORT or "" when off).
+Listeners = Sequence[tuple[str, str]]
+
+
+def exposure_problems(listeners: Listeners, tls: TlsServerConfig, authenticated: bool,
+                      allowed: bool) -> list[str]:
+    """Why each of one section's listeners must not start, each line with its path (serve
+    refuses them all at once, as the loader's errors)."""
+    errors = []
+    for name, endpoint in listeners:
+        if not endpoint:
+            continue
+        try:
+            host = parse_endpoint(endpoint)[0]
+        except ValueError as e:
+            errors.append(f"{name}: {e}")
+            continue
+        if problem := exposure_problem(name, host, tls, authenticated, allowed):
+            errors.append(problem)
+    return errors
+
+
+def exposed_insecurely(listeners: Listeners, tls: TlsServerConfig, authenticated: bool,
+                       allowed: bool) -> bool:
+    """A listener started beyond this host without both TLS and authentication because its
+    section says ``allow_insecure_non_loopback`` (the endpoints parse: checked before)."""
+    return allowed and not (tls.enabled and authenticated) and any(
+        endpoint and not is_loopback(parse_endpoint(endpoint)[0]) for _, endpoint in listeners)

@@ -129,3 +129,30 @@ def test_budget_flag_is_folded_into_the_config() -> None:
     cfg = cli.config_from_args(args)
     assert cfg.detectors.budget_overrides == {"steps": 7.0, "cost_usd": 0.5}
     assert cli.config_from_args(cli.build_parser().parse_args(["eval", "x.json"])) == Config()
+
+
+def test_serve_refuses_listeners_beyond_this_host_with_their_paths_all_at_once(
+        tmp_path: Path) -> None:
+    """``check_exposure``: the listener checks of serve over the whole config (after the
+    flags), each section's own (``exposure_problems``), reported together with paths."""
+    from otel_eval.app.config import check_exposure, replace
+    cfg = replace(Config(), **{"receiver.grpc_endpoint": "0.0.0.0:4317",
+                               "receiver.bearer_tokens": {"a": "t"},
+                               "admin.endpoint": "[::]:8888"})
+    with pytest.raises(ConfigError) as e:
+        check_exposure(cfg)
+    assert e.value.errors == [
+        "receiver.grpc_endpoint listens on '0.0.0.0', reachable beyond this host, without "
+        "TLS; configure them, or set allow_insecure_non_loopback: true to accept the risk",
+        "admin.endpoint listens on '::', reachable beyond this host, without TLS and "
+        "authentication; configure them, or set allow_insecure_non_loopback: true to accept "
+        "the risk"]
+    check_exposure(replace(cfg, **{"receiver.allow_insecure_non_loopback": True,
+                                   "admin.allow_insecure_non_loopback": True}))
+    check_exposure(Config())  # loopback by default
+    # the loader does not refuse the file: eval listens on nothing, and serve's flags
+    # (--allow-insecure-non-loopback, endpoints) are applied after it
+    path = tmp_path / "c.yaml"
+    path.write_text("receiver:\n  grpc_endpoint: 0.0.0.0:4317\n")
+    assert load_config(path).receiver.exposure_problems()[0].startswith(
+        "receiver.grpc_endpoint listens on '0.0.0.0'")
