@@ -3,7 +3,9 @@
     GET  /metrics                       Prometheus text, or OpenMetrics (with exemplars) when
                                         the scraper asks for it in Accept
     GET  /healthz                       200 while every stage is alive (liveness)
-    GET  /readyz                        200 once receivers listen and until shutdown begins
+    GET  /readyz                        200 once receivers listen and until shutdown begins,
+                                        while the store takes writes; 503 {"reason": ...}
+                                        otherwise (a store refusing writes: named, with why)
     GET  /v1/evaluations?service=&agent=&task_id=&status=&passed=&detector=&since=&until=
                         &limit=&cursor=
                                         newest first, the per-trace JSON objects, one page:
@@ -134,6 +136,7 @@ class AdminApi:
     feedback: Callable[[str, str], dict[str, Any] | None]  # -> updated evaluation or None
     healthy: Callable[[], bool]
     ready: Callable[[], bool]
+    unready: Callable[[], str] = lambda: "not serving"  # why /readyz answers 503
     issues: Callable[[], dict[str, Any] | None] = lambda: None
     refused: Callable[[str, str], None] = lambda _protocol, _reason: None  # counts refusals
     redact: Redact = None  # the judge's redaction, applied to what the web view shows
@@ -221,9 +224,13 @@ def make_handler(api: AdminApi, auth: AdminAuth | None = None) -> Handler:
         if path == "/metrics":
             data, ctype = render(api.registry, req.header("Accept"))
             return Response(200, data, ctype)
-        if path in ("/healthz", "/readyz"):
-            ok = api.healthy() if path == "/healthz" else api.ready()
+        if path == "/healthz":
+            ok = api.healthy()
             return _json(200 if ok else 503, {"status": "ok" if ok else "unavailable"})
+        if path == "/readyz":
+            if api.ready():
+                return _json(200, {"status": "ok"})
+            return _json(503, {"status": "unavailable", "reason": api.unready()})
         if path == "/v1/evaluations":
             return evaluations(req)
         if path.startswith("/v1/evaluations/"):

@@ -342,8 +342,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     svc = Service(cfg, Options(references_path=args.references))
     _tune_gc()
-    svc.run_until_signal()
-    return 0
+    return svc.run_until_signal()
 
 
 def _tune_gc() -> None:

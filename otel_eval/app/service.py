@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -42,6 +43,7 @@ from otel_eval.app.worker import EvaluatorSections, WorkerSpec
 from otel_eval.app.workers import WorkerPool, available_cores
 from otel_eval.assemble.engine import Engine, Sink
 from otel_eval.assemble.spool import Spool
+from otel_eval.assemble.store_health import StoreGaveUp, StoreHealth
 from otel_eval.base.aio import LoopThread
 from otel_eval.evaluate.evaluator import Evaluator, normalize_outcome
 from otel_eval.evaluate.judge.redact import Redactor
@@ -90,9 +92,13 @@ class Service:
                            fsync=sc.spool_fsync) if spool_file else None
         engine_sinks = [s for s in self.sinks if hasattr(s, "export")]
         self.pool = self._make_pool(lean=not engine_sinks)
+        self.store_health = StoreHealth(
+            self.store.location, initial_interval_s=sc.write_retry_initial_interval_s,
+            max_interval_s=sc.write_retry_max_interval_s,
+            max_elapsed_s=sc.write_retry_max_elapsed_s, clock=clock)
         self.engine = Engine(self.evaluator, self.store, self.metrics,
                              assembly=config.assembly, sinks=engine_sinks, clock=clock,
-                             spool=self.spool, stage=self.pool)
+                             spool=self.spool, stage=self.pool, store_health=self.store_health)
         self.consumer: Any = None
         self.publisher: Any = None
         submitter: Any = self.engine
@@ -113,7 +119,8 @@ class Service:
         self.admin = AdminServer(config.admin.endpoint, AdminApi(
             registry=self.registry, query=self.store.query, get=self.store.get,
             feedback=self.feedback, healthy=lambda: self.healthy,
-            ready=lambda: self._ready,
+            ready=lambda: self._ready and not self.store_health.failing,
+            unready=self._unready,
             issues=self.issues.latest_json if self.issues is not None else lambda: None,
             refused=self.metrics.request_refused,
             redact=Redactor(config.judge.redaction).redact,
@@ -190,6 +197,12 @@ class Service:
                          self.registry,
                          annotator=grafana, namer=judge_namer(self.config.judge),
                          synthesizer=judge_synthesizer(self.config.judge))
+
+    def _unready(self) -> str:
+        """Why /readyz answers 503."""
+        if store := self.store_health.describe():
+            return store
+        return "not serving (starting or shutting down)"
 
     @property
     def healthy(self) -> bool:
@@ -324,8 +337,11 @@ class Service:
             if self._stopped.wait(3600.0):
                 return
 
-    def run_until_signal(self) -> None:
-        """Serve until SIGTERM/SIGINT; a second signal forces an immediate exit."""
+    def run_until_signal(self) -> int:
+        """Serve until SIGTERM/SIGINT (exit code 0); a second signal forces an immediate
+        exit. A stage that died (the engine's worker, the Kafka consumer, the store refusing
+        writes past ``store.write_retry_max_elapsed_s``) stops serve with exit code 1 and one
+        line on stderr saying why (a supervisor's ``Restart=on-failure`` restarts it)."""
         stop = threading.Event()
 
         def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -338,11 +354,17 @@ class Service:
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
         self.start()
+        failed = False
         while not stop.wait(1.0):
             if not self.healthy:
-                log.error("a stage died (engine worker or Kafka consumer); shutting down")
+                failed = True
+                if not isinstance(self.engine.failure, StoreGaveUp):
+                    log.error("a stage died (engine worker or Kafka consumer); shutting down")
                 break
         self.shutdown()
+        if isinstance(self.engine.failure, StoreGaveUp):
+            print(f"otel-eval: {self.engine.failure}", file=sys.stderr)
+        return 1 if failed else 0
 
     # --- results API -------------------------------------------------------------------------
 

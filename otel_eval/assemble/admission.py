@@ -7,7 +7,8 @@ they share one (shutting down, the spool full, open traces), by signal where the
 spans accepted but not yet stored (``max_pending_spans``), the received bytes of those spans
 and of the log records held (``max_pending_bytes``: a record waits as its bytes), one
 service's share of the open traces (``max_service_share``); log records held
-(``max_pending_log_records``). Under slot pressure one-span traces idle for
+(``max_pending_log_records``); while the store refuses writes (``store_health``),
+everything (``store_unavailable``). Under slot pressure one-span traces idle for
 ``pressure_idle_s`` give way first, and ``overflow_policy: release_oldest`` releases the
 oldest instead of refusing: those traces are handed to finishing. A refusal takes nothing
 (the receiver answers with a retryable error), so it is all or nothing per request.
@@ -24,6 +25,8 @@ from typing import TYPE_CHECKING
 
 from otel_eval.assemble.assembler import TraceAssembler
 from otel_eval.assemble.config import AssemblyConfig
+from otel_eval.assemble.store_health import REFUSAL as STORE_REFUSAL
+from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.model import Span
 from otel_eval.decode.otlp_logs import HeldRecord
 
@@ -46,8 +49,10 @@ class AdmissionControl:
     """The bounds and the refusals (see the module docstring); one owner: the engine."""
 
     def __init__(self, config: AssemblyConfig, assembler: TraceAssembler, finishing: Finishing,
-                 durability: Durability, clock: Callable[[], float]) -> None:
+                 durability: Durability, clock: Callable[[], float],
+                 store_health: StoreHealth) -> None:
         self.config = config
+        self._store_health = store_health
         self._assembler = assembler
         self._finishing = finishing
         self._durability = durability
@@ -60,6 +65,8 @@ class AdmissionControl:
         to the spool (0: not spooled)."""
         if self.closing:
             return "shutting_down"
+        if self._store_health.failing:  # taken now, it could only wait: let the sender hold it
+            return STORE_REFUSAL
         if spool_bytes and (full := self._durability.refusal(spool_bytes)):
             return full
         if signal == "logs":

@@ -8,6 +8,8 @@ exports, through three parts with one owner each:
         -> process: EvaluationStage.run (Evaluator.evaluate -> Store.put_many, here or in
         worker processes) -> Finishing.finish: Durability.evaluated -> metrics -> sinks
         (events, forward, judge) -> waiters (Kafka offsets)
+        | the store refused the batch: back in the queue; StoreHealth: back-off, admission
+        refuses (store_unavailable) until a write goes through, or gives up (``failure``)
 
 Traces and logs take one path, the signal (``"traces"`` or ``"logs"``) being data: what
 differs is which assembler call takes them and which bounds apply (``admission``). Once
@@ -38,6 +40,7 @@ from otel_eval.assemble.config import AssemblyConfig
 from otel_eval.assemble.durability import Durability, Request
 from otel_eval.assemble.finishing import Finishing, Sink
 from otel_eval.assemble.spool import Spool
+from otel_eval.assemble.store_health import StoreGaveUp, StoreHealth
 from otel_eval.base.model import LogEvent, Span
 from otel_eval.decode.otlp_logs import HeldRecord, hold
 from otel_eval.evaluate.evaluator import Evaluator
@@ -78,7 +81,8 @@ class Engine:
                  assembly: AssemblyConfig, sinks: Sequence[Sink] = (),
                  clock: Callable[[], float] = time.monotonic,
                  tick_interval_s: float = 0.25, batch_size: int = 256,
-                 spool: Spool | None = None, stage: EvaluationStage | None = None) -> None:
+                 spool: Spool | None = None, stage: EvaluationStage | None = None,
+                 store_health: StoreHealth | None = None) -> None:
         self.config = assembly
         self.evaluator = evaluator
         self.store = store
@@ -89,12 +93,15 @@ class Engine:
         self._lock = threading.Lock()  # serializes the assembler and the parts below
         self._assembler = TraceAssembler(self.config)
         self.durability = Durability(spool, self._assembler, metrics)
+        # whether the store takes writes (a refused batch is kept, retried, and throttles)
+        self.store_health = store_health or StoreHealth(store.location, clock=clock)
         # where released traces are evaluated and stored (worker processes, or this one)
         self.finishing = Finishing(stage or InProcess(evaluator, store), self.durability,
                                    metrics, sinks=sinks, clock=clock, batch_size=batch_size,
-                                   lock=self._lock, gauges=self._update_gauges)
+                                   lock=self._lock, gauges=self._update_gauges,
+                                   health=self.store_health)
         self.admission = AdmissionControl(self.config, self._assembler, self.finishing,
-                                          self.durability, clock)
+                                          self.durability, clock, self.store_health)
         self._thread: threading.Thread | None = None
         self.failure: BaseException | None = None
 
@@ -220,11 +227,20 @@ class Engine:
             while not self.admission.closing:
                 self.tick()
                 self.process()
+                if self.store_health.gave_up(self.clock()):
+                    self.failure = StoreGaveUp(self._give_up_line())
+                    log.error("%s", self.failure)
+                    return
                 wake.wait(self.tick_interval_s)
                 wake.clear()
         except BaseException as e:  # a dead worker must be loud: health turns red
             log.exception("engine worker died")
             self.failure = e
+
+    def _give_up_line(self) -> str:
+        h = self.store_health
+        return (f"{h.describe()}: giving up after {h.max_elapsed_s:g} s "
+                "(store.write_retry_max_elapsed_s); what it did not store stays in the spool")
 
     @property
     def healthy(self) -> bool:

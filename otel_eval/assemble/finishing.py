@@ -12,6 +12,12 @@ the trace and no sink, but done like any other (spool rows deleted, waiters call
 trace that is no agent run (``not_a_run``: only setup operations, such as a ``create_agent``
 span in a trace of its own): nothing stored, counted the same way.
 
+A batch the store refused (``Outcome.unstored``: a full disk, a lost connection) is not
+finished: its jobs go back to the head of the queue, still pending and still spooled, the
+refusal is counted (``otel_eval_store_write_failures_total{reason}``) and ``StoreHealth``
+says when ``process`` may hand out work again (capped exponential back-off); meanwhile the
+receivers throttle (``store_unavailable``). The first batch stored ends the back-off.
+
 A trace's spans count as pending (``queued_spans``, ``queued_bytes``: admission bounds them)
 from its release until ``finish``, whatever the stage, so the receivers throttle while the
 evaluation is behind. A sink that raises is logged and counted, and the others still run.
@@ -30,6 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from otel_eval.assemble.durability import Durability
+from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.model import Evaluation, Trace, content_digest
 from otel_eval.evaluate.stage import EvaluationStage, Job, Outcome
 from otel_eval.telemetry.metrics import Metrics
@@ -46,8 +53,10 @@ class Sink(Protocol):
 class Finishing:
     def __init__(self, stage: EvaluationStage, durability: Durability, metrics: Metrics, *,
                  sinks: Sequence[Sink], clock: Callable[[], float], batch_size: int,
-                 lock: threading.Lock, gauges: Callable[[], None]) -> None:
+                 lock: threading.Lock, gauges: Callable[[], None],
+                 health: StoreHealth) -> None:
         self.stage = stage
+        self.health = health
         self.sinks = list(sinks)
         self._durability = durability
         self._metrics = metrics
@@ -77,6 +86,8 @@ class Finishing:
         default stage) they are evaluated, stored and exported before this returns."""
         done = 0
         while max_traces is None or done < max_traces:
+            if self.health.retry_in(self._clock()) > 0:
+                break  # the store refused the last write: not before the back-off ends
             with self._lock:
                 n = min(self._batch_size, len(self._queue))
                 batch = [self._queue.popleft() for _ in range(n)]
@@ -92,6 +103,15 @@ class Finishing:
             self._finish_locked(jobs, outcomes)
 
     def _finish_locked(self, jobs: list[Job], outcomes: list[Outcome]) -> None:
+        refused = [(j, o) for j, o in zip(jobs, outcomes, strict=True) if o.unstored]
+        if refused:
+            self._keep(refused)
+            jobs = [j for j, o in zip(jobs, outcomes, strict=True) if not o.unstored]
+            outcomes = [o for o in outcomes if not o.unstored]
+        elif jobs and self.health.recovered():
+            log.warning("store %s takes writes again", self.health.location)
+        if not jobs:
+            return
         self._durability.evaluated((j.trace.trace_id, j.trace.revision) for j in jobs)
         now = self._clock()
         for job, out in zip(jobs, outcomes, strict=True):
@@ -117,3 +137,15 @@ class Finishing:
         for job in jobs:
             for waiter in job.trace.waiters:
                 waiter()
+
+    def _keep(self, refused: list[tuple[Job, Outcome]]) -> None:
+        """The store did not write these: back to the head of the queue, in their order, as
+        if never handed out (a worker process committed none of them: no attempt counts)."""
+        with self._lock:
+            for job, _ in reversed(refused):
+                job.attempts, job.first_sent_ns = 0, 0
+                self._queue.appendleft(job)
+        out = refused[0][1]
+        assert out.unstored is not None
+        self._metrics.store_write_failed(out.unstored)
+        self.health.failed(out.unstored, out.error)

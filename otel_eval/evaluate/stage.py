@@ -35,6 +35,7 @@ from otel_eval.base.model import Evaluation, Trace
 from otel_eval.evaluate.agent_inference import RecallOnce, learned
 from otel_eval.evaluate.evaluator import NOT_A_RUN, Evaluator
 from otel_eval.store import EvaluationStore
+from otel_eval.store.failures import write_failure
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,11 @@ class Outcome:
     failure: str | None = None  # exception type when evaluating raised (stored as an error)
     # why nothing was evaluated or stored (ALREADY_EVALUATED, NOT_A_RUN)
     skipped: str | None = None
+    # why the store refused the batch (store.failures.WRITE_FAILURE_REASONS): nothing of it
+    # was stored; the engine keeps the trace and hands it again later. ``error``: the
+    # driver's message
+    unstored: str | None = None
+    error: str = ""
 
 
 @dataclass(slots=True)
@@ -89,7 +95,23 @@ def evaluate_and_store(evaluator: Evaluator, store: EvaluationStore, traces: Seq
     """Evaluate ``traces`` and store them in one transaction. ``retried_since_ns``: traces a
     worker that died had taken, with when they were first handed out (wall clock, ns); a
     stored row of the same revision written since then is that worker's own commit, so
-    storing again does not count as superseding it."""
+    storing again does not count as superseding it. When the store refuses (a full disk, a
+    lost connection: ``store.failures``), nothing of the batch is stored and every outcome
+    says why (``unstored``); an exception that is no store error is raised."""
+    try:
+        return _store_fresh(evaluator, store, traces, retried_since_ns)
+    except Exception as e:  # stage boundary: the store's errors become values
+        reason = write_failure(e)
+        if reason is None:
+            raise
+        error = f"{type(e).__name__}: {str(e).strip()[:300]}"
+        log.warning("store %s refused a batch of %d trace(s) (%s: %s); kept for a retry",
+                    store.location, len(traces), reason, error)
+        return [Outcome(None, False, unstored=reason, error=error) for _ in traces]
+
+
+def _store_fresh(evaluator: Evaluator, store: EvaluationStore, traces: Sequence[Trace],
+                 retried_since_ns: Mapping[str, int] | None) -> list[Outcome]:
     ids = {t.trace_id for t in traces}
     stored = store.content_digests(ids)  # one query per batch, like the feedback below
     done = {i for i, t in enumerate(traces) if t.digest and stored.get(t.trace_id) == t.digest}

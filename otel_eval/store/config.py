@@ -34,9 +34,27 @@ class StoreConfig:
     spool_max_bytes: int = 512 * 1024 * 1024
     # fsync every spooled request: survives power loss too, not only a crash of the process.
     spool_fsync: bool = False
+    # When the store refuses a write (disk full, read-only, locked, connection lost), the
+    # batch is kept (in memory and the spool: not acknowledged as done) and written again
+    # after this back-off, seconds, doubling up to `write_retry_max_interval_s`; meanwhile the
+    # receivers throttle (reason `store_unavailable`: gRPC RESOURCE_EXHAUSTED, HTTP 429 with
+    # Retry-After, which OTLP exporters retry) and /readyz answers 503 naming the store.
+    write_retry_initial_interval_s: float = 1.0
+    write_retry_max_interval_s: float = 30.0
+    # How long the store may refuse every write before serve gives up, seconds: it stops and
+    # exits 1 with one line naming the store (what it did not store stays in the spool for
+    # the next start; a supervisor's Restart=on-failure restarts it). 0: never give up.
+    write_retry_max_elapsed_s: float = 300.0
 
     def __post_init__(self) -> None:
-        validate(self, minimum={"retention_days": 0, "spool_max_bytes": 1})
+        order = ({} if self.write_retry_max_interval_s >= self.write_retry_initial_interval_s
+                 else {"write_retry_max_interval_s":
+                       "must be at least write_retry_initial_interval_s"})
+        validate(self, minimum={"retention_days": 0, "spool_max_bytes": 1,
+                                "write_retry_max_elapsed_s": 0},
+                 above={"write_retry_initial_interval_s": 0, "write_retry_max_interval_s": 0},
+                 finite=("write_retry_initial_interval_s", "write_retry_max_interval_s",
+                         "write_retry_max_elapsed_s"), problems=order)
         if not self.path:
             raise FieldErrors({"path": "must name a file (or :memory:)"})
         if self.url and not is_postgresql_url(self.url):

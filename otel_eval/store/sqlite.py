@@ -40,6 +40,8 @@ from otel_eval.store.query import EvaluationQuery, Page
 # How long a writer waits for another connection's lock (the issues catalogue shares the file)
 # before SQLite raises "database is locked": 5 s by default, too short on a loaded machine.
 _BUSY_TIMEOUT_S = 60.0
+# SQLite's default max_page_count (a file of 4 TiB at 4 KiB pages).
+SQLITE_MAX_PAGES = 1_073_741_823
 
 
 _SINCE = ("SELECT evaluated_at_ns, trace_id, body FROM evaluations WHERE evaluated_at_ns > ? "
@@ -107,9 +109,24 @@ class SqliteStore:
                                 "VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
                 cur.execute("COMMIT")
             except BaseException:
-                cur.execute("ROLLBACK")
+                # SQLite rolls a transaction back by itself on some errors (SQLITE_FULL: a
+                # full disk); a ROLLBACK then fails with "cannot rollback" and would hide why
+                if self._db.in_transaction:
+                    cur.execute("ROLLBACK")
                 raise
         return superseded
+
+    def limit_pages(self, pages: int) -> int:
+        """Cap the file at ``pages`` pages (SQLite's ``max_page_count``, on this store's one
+        connection; never below the pages it has): a write past it fails as on a full disk
+        (``SQLITE_FULL``). Returns the cap now in force. Tests make the store fail with it;
+        ``limit_pages(SQLITE_MAX_PAGES)`` lifts it again."""
+        with self._lock:
+            return int(self._db.execute(f"PRAGMA max_page_count = {int(pages)}").fetchone()[0])
+
+    def page_count(self) -> int:
+        with self._lock:
+            return int(self._db.execute("PRAGMA page_count").fetchone()[0])
 
     @staticmethod
     def _stored_ids(cur: sqlite3.Cursor, trace_ids: list[str]) -> set[str]:

@@ -60,6 +60,9 @@ Metrics (counters are exposed with the ``_total`` suffix):
                otel_eval_evaluation_skipped_total{reason}  already_evaluated: released traces
                whose content the store already holds an evaluation of (redelivered, replayed);
                not_a_run: traces made only of setup operations (a create_agent span alone)
+    store      otel_eval_store_write_failures_total{reason}  batches the store refused to
+               write (store.failures.WRITE_FAILURE_REASONS: disk_full|read_only|locked|
+               unavailable|error); kept and retried, the receivers throttled meanwhile
     judge      otel_eval_judge_calls_total{judge,status}       one per LLM call (judge or combined)
                otel_eval_judge_tokens_total{judge,direction}   input|output
                otel_eval_judge_cost_usd_total{judge}
@@ -264,6 +267,9 @@ class Metrics:
                            "not_a_run).", ["reason"])
         for reason in ("already_evaluated", "not_a_run"):
             self.c_skipped.labels(reason)  # 0, not absent, until the first one
+        self.c_store_failed = c("store_write_failures",
+                                "Batches of evaluations the store refused to write, by reason "
+                                "(kept and retried).", ["reason"])
         self.c_sink_dropped = c("sink_dropped", "Items a result sink dropped, by reason.",
                                 ["sink", "reason"])
         self.c_forwarded = c("forward_spans_sent", "Spans forwarded downstream.")
@@ -469,6 +475,9 @@ class Metrics:
 
     def evaluation_skipped(self, reason: str) -> None:
         self.c_skipped.labels(reason).inc()
+
+    def store_write_failed(self, reason: str) -> None:
+        self.c_store_failed.labels(reason).inc()
 
     # --- sink verbs -----------------------------------------------------------------------
 

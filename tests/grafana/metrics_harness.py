@@ -110,6 +110,7 @@ def feed_round(metrics: Metrics, round_no: int, traces: int = 10) -> list[str]:
     metrics.request_refused("http", "unauthenticated")
     metrics.connection_closed("admin", "header_timeout")
     metrics.evaluation_skipped("already_evaluated")
+    metrics.store_write_failed("disk_full")
     # the per-metric series cap is reached only past max_series_per_metric combinations
     # (tests/metrics/test_series_cap.py drives that); here the counter is fed as it would be
     metrics.c_series_overflow.labels("otel_eval_traces_completed").inc()

@@ -109,7 +109,8 @@ def test_every_panel_and_alert_query_returns_data(
 # test_worker_processes.py kills one); serve runs with --workers 2 for the other two.
 # receiver_connections_closed: no client hangs up or stalls here (tests/operations does);
 # evaluation_skipped: nothing is replayed or redelivered here (tests/test_spool.py, tests/kafka).
-_NOT_FED = ("receiver_connections_closed", "evaluation_skipped",
+# store_write_failures: the store takes every write here (tests/operations/test_store_failures).
+_NOT_FED = ("receiver_connections_closed", "evaluation_skipped", "store_write_failures",
             "receiver_requests_throttled", "receiver_requests_refused",
             "metrics_series_overflow", "sink_dropped", "evaluation_failures",
             "traces_lucky_passes", "traces_superseded", "spool_failures", "judge_", "kafka_",

@@ -1,0 +1,53 @@
+"""Stage: store, its write failures. Why a store refused a write, from a closed set.
+
+    evaluate_and_store: put_many (or a read of the same batch) raises -> write_failure(e)
+        -> reason (WRITE_FAILURE_REASONS) -> the engine keeps the batch and retries it
+        (``otel_eval.assemble.store_health``) | None: not a store error (a bug), raised
+
+Both stores' drivers say what went wrong in their own terms: SQLite by result code
+(``SQLITE_FULL``: "database or disk is full", also when ``max_page_count`` is reached;
+``SQLITE_READONLY``; ``SQLITE_BUSY``; ``SQLITE_IOERR``), PostgreSQL by SQLSTATE class
+(53: insufficient resources, ``53100`` disk full; 25006 read-only transaction; 08 and a lost
+connection: ``OperationalError``). Anything else the driver raises is ``error``: still a
+store that did not write, so still retried, never acknowledged as stored.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+# disk_full: no room (disk, quota, SQLite max_page_count, PostgreSQL 53100);
+# read_only: the file, the disk or the server refuses writes; locked: another writer held the
+# lock past the busy timeout; unavailable: the file or the server cannot be reached (I/O
+# error, connection lost or refused); error: anything else the store's driver raised.
+WRITE_FAILURE_REASONS = ("disk_full", "read_only", "locked", "unavailable", "error")
+
+_SQLITE_CODES = {"SQLITE_FULL": "disk_full", "SQLITE_READONLY": "read_only",
+                 "SQLITE_BUSY": "locked", "SQLITE_LOCKED": "locked",
+                 "SQLITE_IOERR": "unavailable", "SQLITE_CANTOPEN": "unavailable"}
+
+
+def write_failure(error: BaseException) -> str | None:
+    """The reason ``error`` (raised by a store call) says the store did not write, or None
+    when it is no store error at all (a bug: let it be loud)."""
+    if isinstance(error, sqlite3.Error):
+        name = getattr(error, "sqlite_errorname", "") or ""
+        # the extended codes (SQLITE_IOERR_WRITE, SQLITE_READONLY_DBMOVED) by their family
+        family = "_".join(name.split("_")[:2])
+        return _SQLITE_CODES.get(family, "error")
+    if type(error).__module__.split(".")[0] == "psycopg":
+        return _postgresql(error)
+    if isinstance(error, OSError):
+        return "unavailable"
+    return None
+
+
+def _postgresql(error: BaseException) -> str:
+    state = getattr(error, "sqlstate", None) or ""
+    if state == "53100":
+        return "disk_full"
+    if state == "25006":
+        return "read_only"
+    if state.startswith(("53", "08", "57P")) or type(error).__name__ == "OperationalError":
+        return "unavailable"  # out of resources, connection gone, server shutting down
+    return "error"

@@ -1,0 +1,118 @@
+"""A store that refuses writes throttles serve instead of killing it.
+
+SQLite's real "database or disk is full" (``SQLITE_FULL``), raised by capping the writer's own
+connection at the pages the file has (``SqliteStore.limit_pages``: ``PRAGMA max_page_count``),
+in a ``Service`` on loopback port 0 with a hand-driven clock: the batch is kept (not stored,
+still spooled), exports are refused with gRPC RESOURCE_EXHAUSTED and HTTP 429 + Retry-After,
+/readyz answers 503 naming the store and why, writes are retried on a capped exponential
+back-off of the injected clock, and once the store takes writes again every acknowledged
+trace is evaluated and stored once.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as ts
+from service_harness import Harness, running_service
+
+from otel_eval.base.model import Span
+from otel_eval.decode import otlp
+from otel_eval.store.sqlite import SQLITE_MAX_PAGES, SqliteStore
+
+EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+# a tool call's arguments kept in the stored body: a row larger than a page, so storing it
+# needs pages the capped file does not have
+ARGUMENTS = json.dumps({"query": "q" * 12_000})
+
+
+def _request(trace: str) -> bytes:
+    root = Span(trace, "01" * 8, None, "invoke_agent planner", 1, 9,
+                attributes={"gen_ai.operation.name": "invoke_agent",
+                            "gen_ai.agent.name": "planner"})
+    tool = Span(trace, "02" * 8, "01" * 8, "execute_tool search", 2, 8,
+                attributes={"gen_ai.operation.name": "execute_tool",
+                            "gen_ai.tool.name": "search",
+                            "gen_ai.tool.call.arguments": ARGUMENTS})
+    return otlp.encode_spans([root, tool]).SerializeToString()
+
+
+def _grpc_export(h: Harness, body: bytes) -> grpc.RpcError | None:
+    with grpc.insecure_channel(h.grpc_target) as ch:
+        call = ch.unary_unary(EXPORT, request_serializer=None,
+                              response_deserializer=ts.ExportTraceServiceResponse.FromString)
+        try:
+            call(body, timeout=10)
+        except grpc.RpcError as e:
+            return e
+    return None
+
+
+def _http(url: str, body: bytes | None = None) -> tuple[int, dict[str, str], Any]:
+    req = urllib.request.Request(url, data=body, method="POST" if body else "GET",
+                                 headers={"Content-Type": "application/x-protobuf"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def _failures(h: Harness) -> float:
+    return h.sample("otel_eval_store_write_failures_total", reason="disk_full")
+
+
+def test_a_full_store_throttles_retries_with_backoff_and_loses_nothing(tmp_path: Path) -> None:
+    with running_service(tmp_path, **{"store.write_retry_initial_interval_s": 2.0,
+                                      "store.write_retry_max_interval_s": 4.0,
+                                      "store.write_retry_max_elapsed_s": 0,
+                                      "receiver.retry_after_s": 3.0}) as h:
+        store = h.svc.store
+        assert isinstance(store, SqliteStore)
+        store.limit_pages(store.page_count())  # the disk is full from here on
+        first, second = "a1" * 16, "b2" * 16
+        assert _grpc_export(h, _request(first)) is None  # acknowledged: spooled
+        h.release()
+        assert store.get(first) is None  # SQLITE_FULL: not stored ...
+        assert _failures(h) == 1
+        assert h.svc.engine.pending_spans() == 2  # ... but kept, still pending
+        assert h.sample("otel_eval_spool_requests") == 1  # and still in the spool
+
+        err = _grpc_export(h, _request(second))
+        assert err is not None and err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "store_unavailable" in (err.details() or "")
+        code, headers, _ = _http(h.http_url, _request(second))
+        assert code == 429 and headers["Retry-After"] == "3"
+        assert h.sample("otel_eval_receiver_requests_throttled_total", protocol="grpc",
+                        reason="store_unavailable") == 1
+        code, _, body = _http(f"{h.admin_url}/readyz")
+        reason = json.loads(body)["reason"]
+        assert code == 503 and store.location in reason and "disk_full" in reason
+        assert "database or disk is full" in reason
+        assert _http(f"{h.admin_url}/healthz")[0] == 200  # alive: do not restart it
+
+        # back-off on the engine's clock: 2 s, then 4 s, then capped at 4 s
+        for wait_s, failures in ((1.9, 1), (0.2, 2), (3.9, 2), (0.2, 3), (4.1, 4)):
+            h.release(after_s=wait_s)
+            assert _failures(h) == failures, (wait_s, failures)
+        assert store.get(first) is None
+
+        store.limit_pages(SQLITE_MAX_PAGES)  # room again
+        h.release(after_s=4.1)
+        stored = store.get(first)
+        assert stored is not None and stored["steps"][1]["arguments"] == json.loads(ARGUMENTS)
+        assert _failures(h) == 4
+        assert _http(f"{h.admin_url}/readyz")[0] == 200
+        assert _grpc_export(h, _request(second)) is None  # taken again
+        h.release()
+        assert store.get(second) is not None
+        assert h.svc.engine.pending_spans() == 0
+        assert h.sample("otel_eval_spool_requests") == 0  # everything acknowledged is done
+        completed = [s for m in h.svc.registry.collect() if m.name == "otel_eval_traces_completed"
+                     for s in m.samples if s.name.endswith("_total")]
+        assert sum(s.value for s in completed) == 2, completed  # each evaluated once
