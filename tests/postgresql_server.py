@@ -55,6 +55,7 @@ class PostgresServer:
         self._databases = 0
         self._started = False
         self._durable = durable
+        self.paused = False
 
     @property
     def url(self) -> str:
@@ -78,15 +79,28 @@ class PostgresServer:
         self._run("initdb", "-D", str(data), "-U", USER, "--auth=trust", "--no-sync",
                   "--encoding=UTF8", "--locale=C")
         self.port = free_port()
+        self._pg_start()
+        self._started = True
+        atexit.register(self.stop)
+        return self
+
+    def _pg_start(self) -> None:
         options = (f"-c listen_addresses=127.0.0.1 -c port={self.port} "
                    f"-c unix_socket_directories={self.dir} -c max_connections=200")
         if not self._durable:
             options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-        self._run("pg_ctl", "-D", str(data), "-l", str(self.dir / "server.log"), "-o", options,
-                  "-w", "-t", "60", "start")
-        self._started = True
-        atexit.register(self.stop)
-        return self
+        self._run("pg_ctl", "-D", str(self.dir / "data"), "-l", str(self.dir / "server.log"),
+                  "-o", options, "-w", "-t", "60", "start")
+
+    def pause(self) -> None:
+        """Stop the server (fast mode: sessions end), keeping its data: the store goes away."""
+        self._run("pg_ctl", "-D", str(self.dir / "data"), "-m", "fast", "-w", "stop")
+        self.paused = True
+
+    def resume(self) -> None:
+        """Start it again after ``pause``, on the same port with the same data."""
+        self._pg_start()
+        self.paused = False
 
     def create_database(self) -> str:
         """A new empty database on this server; its URL."""
@@ -103,7 +117,7 @@ class PostgresServer:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def stop(self) -> None:
-        if self._started:
+        if self._started and not self.paused:
             self._started = False
             self._run("pg_ctl", "-D", str(self.dir / "data"), "-m", "fast", "-w", "stop")
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -227,20 +227,14 @@ class Engine:
             while not self.admission.closing:
                 self.tick()
                 self.process()
-                if self.store_health.gave_up(self.clock()):
-                    self.failure = StoreGaveUp(self._give_up_line())
-                    log.error("%s", self.failure)
+                if self.store_health.gave_up(self.clock()):  # said by serve, in one line
+                    self.failure = StoreGaveUp(self.store_health.give_up_line())
                     return
                 wake.wait(self.tick_interval_s)
                 wake.clear()
         except BaseException as e:  # a dead worker must be loud: health turns red
             log.exception("engine worker died")
             self.failure = e
-
-    def _give_up_line(self) -> str:
-        h = self.store_health
-        return (f"{h.describe()}: giving up after {h.max_elapsed_s:g} s "
-                "(store.write_retry_max_elapsed_s); what it did not store stays in the spool")
 
     @property
     def healthy(self) -> bool:

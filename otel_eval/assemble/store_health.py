@@ -83,6 +83,15 @@ class StoreHealth:
         f = self._failing
         return f is not None and self.max_elapsed_s > 0 and now - f.since >= self.max_elapsed_s
 
+    def give_up_line(self) -> str:
+        """What serve says when it gives up (one line)."""
+        f = self._failing
+        assert f is not None
+        return (f"store {self.location} refused every write for {self._clock() - f.since:.0f} s "
+                f"({f.reason}: {f.error}): giving up (store.write_retry_max_elapsed_s = "
+                f"{self.max_elapsed_s:g}); what it did not store stays in the spool for the "
+                "next start")
+
     def describe(self, now: float | None = None) -> str | None:
         """One line on why writes fail and for how long (None while they do not)."""
         f = self._failing

@@ -104,7 +104,7 @@ def evaluate_and_store(evaluator: Evaluator, store: EvaluationStore, traces: Seq
         reason = write_failure(e)
         if reason is None:
             raise
-        error = f"{type(e).__name__}: {str(e).strip()[:300]}"
+        error = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"  # one line
         log.warning("store %s refused a batch of %d trace(s) (%s: %s); kept for a retry",
                     store.location, len(traces), reason, error)
         return [Outcome(None, False, unstored=reason, error=error) for _ in traces]

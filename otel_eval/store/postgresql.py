@@ -19,10 +19,11 @@ revision rules (``otel_eval.store.base``):
 Text cannot hold NUL in PostgreSQL: the pulled-out columns and text arguments get U+FFFD
 instead (the body is JSON with ``\\u0000`` escapes, unchanged). One connection per store,
 guarded by a lock (the engine thread writes, admin threads read); a broken connection is
-reopened on the next call, and ``put_many`` retries a failed batch on a new connection a few
-times (about 15 s) before raising: the engine holds the batch meanwhile, which throttles the
-receivers or the consumer instead of losing anything. psycopg is imported here only, so a
-SQLite deployment never loads it.
+reopened on the next call, and the engine's calls (``put_many`` and its reads) are tried once
+more at once on a new connection (a session the server ended) before raising: then the engine
+keeps the batch and retries it with back-off while the receivers throttle
+(``otel_eval.assemble.store_health``), instead of holding its thread here. psycopg is
+imported here only, so a SQLite deployment never loads it.
 """
 
 from __future__ import annotations
@@ -75,8 +76,10 @@ ON CONFLICT (trace_id) DO UPDATE SET revision = excluded.revision,
     passed = excluded.passed, body = excluded.body, content_digest = excluded.content_digest
 RETURNING NOT (xmax = 0)"""
 
-# Seconds before each put_many attempt: the first, and the first retry, at once.
-_RETRY_BACKOFF_S = (0.0, 0.0, 0.5, 1.0, 2.0, 4.0, 8.0)
+# Seconds before each attempt of the engine's calls: the first, and one retry, at once (a
+# server that stays away is the engine's back-off to wait out: store_health). Before, 15 s of
+# pauses here held the engine's thread while the receivers kept acknowledging.
+_RETRY_BACKOFF_S = (0.0, 0.0)
 CONNECT_TIMEOUT_S = 10
 
 

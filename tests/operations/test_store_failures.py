@@ -12,17 +12,21 @@ trace is evaluated and stored once.
 from __future__ import annotations
 
 import json
+import sqlite3
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as ts
 from service_harness import Harness, running_service
 
+from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.model import Span
 from otel_eval.decode import otlp
+from otel_eval.store.failures import write_failure
 from otel_eval.store.sqlite import SQLITE_MAX_PAGES, SqliteStore
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
@@ -116,3 +120,41 @@ def test_a_full_store_throttles_retries_with_backoff_and_loses_nothing(tmp_path:
         completed = [s for m in h.svc.registry.collect() if m.name == "otel_eval_traces_completed"
                      for s in m.samples if s.name.endswith("_total")]
         assert sum(s.value for s in completed) == 2, completed  # each evaluated once
+
+
+def test_back_off_doubles_to_its_cap_and_gives_up_after_the_bound() -> None:
+    now = [0.0]
+    health = StoreHealth("s.db", initial_interval_s=1.0, max_interval_s=4.0,
+                         max_elapsed_s=10.0, clock=lambda: now[0])
+    waits = []
+    for _ in range(5):
+        health.failed("disk_full", "OperationalError: database or disk is full")
+        waits.append(health.retry_in(now[0]))
+        now[0] += waits[-1]
+    assert waits == [1.0, 2.0, 4.0, 4.0, 4.0]
+    assert health.gave_up(now[0]) and "s.db" in health.give_up_line()
+    assert health.recovered() and health.failing is None and not health.gave_up(now[0])
+    health.failed("locked", "database is locked")  # a new outage starts its own clock
+    assert health.retry_in(now[0]) == 1.0 and not health.gave_up(now[0] + 9.9)
+
+
+@pytest.mark.parametrize(("error", "reason"), [
+    (sqlite3.OperationalError("made by hand, no result code"), "error"),
+    (OSError("No space left on device"), "unavailable"),
+    (ValueError("a bug, not the store"), None),  # raised, never retried
+])
+def test_what_counts_as_a_store_error(error: BaseException, reason: str | None) -> None:
+    assert write_failure(error) == reason
+
+
+def test_sqlite_result_codes_name_the_reason(tmp_path: Path) -> None:
+    db = sqlite3.connect(tmp_path / "full.db", isolation_level=None)
+    db.execute("CREATE TABLE t (x)")
+    db.execute(f"PRAGMA max_page_count = {db.execute('PRAGMA page_count').fetchone()[0]}")
+    with pytest.raises(sqlite3.OperationalError) as full:
+        db.execute("INSERT INTO t VALUES (?)", ("x" * 100_000,))
+    assert write_failure(full.value) == "disk_full"
+    ro = sqlite3.connect(f"file:{tmp_path / 'full.db'}?mode=ro", uri=True)
+    with pytest.raises(sqlite3.OperationalError) as readonly:
+        ro.execute("INSERT INTO t VALUES (1)")
+    assert write_failure(readonly.value) == "read_only"
