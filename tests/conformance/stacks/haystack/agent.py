@@ -1,0 +1,57 @@
+"""haystack: a Haystack ``Agent`` (haystack.components.agents) added to a ``Pipeline`` as the
+component weather_agent, on ``OpenAIChatGenerator`` pointed at the scripted LLM, get_weather as
+a ``haystack.tools.Tool`` with its JSON schema, instrumented by OpenInference's Haystack
+instrumentation (``HaystackInstrumentor``), as Phoenix's docs show. The streaming scenario gives
+the generator a ``streaming_callback``. ``python agent.py SCENARIO`` (in the stack's venv)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import common
+import scenarios
+
+
+def main(scenario: str) -> None:
+    # A script's imports first, then the instrumentor: it wraps the run methods of the
+    # components imported so far (the Agent calls its generator and tool invoker directly,
+    # outside the pipeline, so only those wrapped here get spans).
+    from haystack import Pipeline
+    from haystack.components.agents import Agent
+    from haystack.components.generators.chat import OpenAIChatGenerator
+    from haystack.dataclasses import ChatMessage
+    from haystack.tools import Tool
+    from haystack.utils import Secret
+    from openinference.instrumentation.haystack import HaystackInstrumentor
+
+    common.setup()
+    HaystackInstrumentor().instrument()
+
+    body = common.Tool(scenario)
+    tool = Tool(name=scenarios.TOOL_NAME, description=scenarios.TOOL_DESCRIPTION,
+                parameters=scenarios.TOOL_PARAMETERS, function=body)
+    streamed: list[str] = []
+    generator = OpenAIChatGenerator(
+        model=common.MODEL, api_base_url=os.environ["OPENAI_BASE_URL"],
+        api_key=Secret.from_env_var("OPENAI_API_KEY"),
+        streaming_callback=(lambda chunk: streamed.append(chunk.content or ""))
+        if scenario == "streaming" else None)
+    agent = Agent(chat_generator=generator, tools=[tool],
+                  system_prompt="You are a weather assistant. Use get_weather.",
+                  exit_conditions=["text"], max_agent_steps=common.MAX_TURNS)
+    pipeline = Pipeline()
+    pipeline.add_component(common.AGENT_NAME, agent)
+    with common.attached(common.remote_parent(scenario)):
+        result = pipeline.run(
+            {common.AGENT_NAME: {"messages": [ChatMessage.from_user(common.prompt(scenario))]}})
+    answer = result[common.AGENT_NAME]["messages"][-1].text
+    if not answer:
+        raise RuntimeError("no final answer")
+    common.shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
