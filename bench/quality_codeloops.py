@@ -2,9 +2,10 @@
 
     python bench/quality_codeloops.py [--datasets DIR] [--rounds N]
 
-*Before* is the same code with code blocks not made steps (``_Rebuilder.code_step`` off) and
-rule (g) off (a group can never reach its size); *after* is the defaults. The thresholds are
-the detectors' defaults, declared in detectors/config.py before these figures were measured;
+*Before* is the same code with code blocks not made steps (``_Rebuilder.code_step`` off), code
+given to interpreter tools not read (``_Rebuilder.interpreted`` off) and rule (g) off (a
+group can never reach its size); *after* is the defaults. The thresholds are the detectors'
+defaults, declared in detectors/config.py before these figures were measured;
 nothing is fitted to the labels here.
 
 - TRAIL GAIA: trace-level precision / recall of loop findings against the human "Resource
@@ -46,12 +47,14 @@ CFG = TrajectoryConfig()
 
 @contextlib.contextmanager
 def _before() -> Iterator[None]:
-    saved = code_actions._Rebuilder.code_step
+    saved = code_actions._Rebuilder.code_step, code_actions._Rebuilder.interpreted
     code_actions._Rebuilder.code_step = lambda *args: None  # type: ignore[method-assign]
+    code_actions._Rebuilder.interpreted = lambda *args: []  # type: ignore[method-assign]
     try:
         yield
     finally:
-        code_actions._Rebuilder.code_step = saved  # type: ignore[method-assign]
+        code_actions._Rebuilder.code_step, code_actions._Rebuilder.interpreted = (  # type: ignore[method-assign]
+            saved)
 
 
 def _detectors(label: str) -> Detectors:
