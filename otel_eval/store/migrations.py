@@ -10,6 +10,8 @@ Both stores keep the same tables, with each engine's types:
        ``otel_eval.evaluate.agent_inference``)
     4  evaluations.content_digest (what the evaluation was made from: a trace redelivered
        with the same content is not evaluated again; NULL in rows stored before it)
+    5  issue_shares (issue stage: each issue's share of runs per clustering run, the last
+       ``catalogue.HISTORY_RUNS`` runs, for the issues view)
 
 ``schema_version`` records each applied migration (version, description, when). Opening a
 store applies what is missing, in order, in one transaction: a crash part-way leaves the
@@ -43,6 +45,13 @@ _SQLITE_CATALOGUE = """CREATE TABLE IF NOT EXISTS issues_catalogue (
     first_seen  REAL NOT NULL,   -- unix seconds
     last_seen   REAL NOT NULL,   -- unix seconds
     last_share  REAL NOT NULL    -- share of traces in the last run that saw the issue
+)"""
+
+_SQLITE_SHARES = """CREATE TABLE IF NOT EXISTS issue_shares (
+    issue_id    TEXT NOT NULL,
+    at          REAL NOT NULL,   -- unix seconds of the clustering run
+    share       REAL NOT NULL,   -- share of the run's traces that saw the issue
+    PRIMARY KEY (issue_id, at)
 )"""
 
 SQLITE: tuple[Migration, ...] = (
@@ -81,6 +90,7 @@ SQLITE: tuple[Migration, ...] = (
     (4, "evaluation content digest", (
         "ALTER TABLE evaluations ADD COLUMN content_digest TEXT",
     )),
+    (5, "issue share history", (_SQLITE_SHARES,)),
 )
 
 # The body is TEXT holding the JSON as written (not jsonb): key order kept, and span content's
@@ -134,6 +144,14 @@ POSTGRESQL: tuple[Migration, ...] = (
     )),
     (4, "evaluation content digest", (
         "ALTER TABLE evaluations ADD COLUMN IF NOT EXISTS content_digest TEXT",
+    )),
+    (5, "issue share history", (
+        """CREATE TABLE IF NOT EXISTS issue_shares (
+            issue_id    TEXT NOT NULL,
+            at          DOUBLE PRECISION NOT NULL,
+            share       DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (issue_id, at)
+        )""",
     )),
 )
 
@@ -211,6 +229,7 @@ def _apply_missing(execute: Callable[..., Any], migrations: tuple[Migration, ...
     return applied
 
 
-def sqlite_catalogue_table() -> str:
-    """The catalogue's table, for a catalogue in a SQLite file of its own (issues.store_path)."""
-    return _SQLITE_CATALOGUE
+def sqlite_catalogue_tables() -> tuple[str, str]:
+    """The catalogue's tables (issues, their share history), for a catalogue in a SQLite file
+    of its own (issues.store_path)."""
+    return _SQLITE_CATALOGUE, _SQLITE_SHARES

@@ -90,6 +90,35 @@ def test_issues_age_out_and_new_ones_are_events() -> None:
     assert _by_title(back, "arguments").new is False
 
 
+def test_each_run_records_every_issues_share_and_only_the_last_runs_stay(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    tracker = _tracker(sqlite3.connect(":memory:"))
+    tracker.run(window(12), now=100.0)
+    tracker.run(window(6, offset=50, with_auth=False), now=200.0)  # auth not seen: share 0
+    third = tracker.run(window(12), now=300.0)
+    assert _by_title(third, "authentication").history == (
+        (100.0, pytest.approx(4 / 12)), (200.0, 0.0), (300.0, pytest.approx(4 / 12)))
+    assert _by_title(third, "arguments").history == ((100.0, 1.0), (200.0, 1.0), (300.0, 1.0))
+    loop_id = _by_title(third, "arguments").issue_id
+    (loop_json,) = [i for i in to_json(third)["issues"] if i["issue_id"] == loop_id]
+    assert loop_json["history"] == [[100.0, 1.0], [200.0, 1.0], [300.0, 1.0]]
+    monkeypatch.setattr("otel_eval.outputs.issues.catalogue.HISTORY_RUNS", 2)
+    fourth = tracker.run(window(12), now=400.0)
+    assert [at for at, _ in _by_title(fourth, "arguments").history] == [300.0, 400.0]
+
+
+def test_an_aged_out_issue_takes_its_history_with_it() -> None:
+    tracker = _tracker(sqlite3.connect(":memory:"))
+    first = tracker.run(window(12), now=100.0)
+    only_loops = [evaluation(f"{i:032x}", [("searcher", LOOP[i % 3].format(n=i))])
+                  for i in range(4)]
+    tracker.run(only_loops, now=1200.0)  # auth and format last seen at 100: aged out
+    back = tracker.run(window(12), now=1300.0)
+    auth = _by_title(back, "authentication")
+    assert auth.issue_id == _by_title(first, "authentication").issue_id  # same text, same id
+    assert auth.history == ((1300.0, pytest.approx(4 / 12)),)  # a new issue's history
+
+
 def test_share_jump_is_an_event() -> None:
     tracker = _tracker(sqlite3.connect(":memory:"), IssuesConfig(share_jump=0.1))
     evs = window(12)
@@ -111,7 +140,8 @@ def test_latest_revision_wins_and_json_shape() -> None:
                         "critiques", "skipped", "issues", "assignments"}
     (issue,) = out["issues"]
     assert set(issue) == {"issue_id", "level", "node", "title", "description", "share", "trend",
-                          "critiques", "traces", "exemplars", "agents", "first_seen", "new"}
+                          "critiques", "traces", "exemplars", "agents", "first_seen", "new",
+                          "history"}
     assert out["assignments"][0] == {"trace_id": "a" * 32, "span_id": "a" * 32 + "-s0",
                                      "issue_id": issue["issue_id"], "level": "node",
                                      "node": "searcher", "source": "judge:quality"}

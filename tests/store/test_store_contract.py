@@ -310,8 +310,14 @@ def test_issues_catalogue_in_the_store(target: str, stores: Open) -> None:
         catalogue.save([_issue("iss_a", 200.0)])  # an update keeps one row
         assert {s.issue_id: s.last_seen for s in catalogue.load("tfidf")} == {
             "iss_a": 200.0, "iss_b": 10.0}
+        for at in (1.0, 2.0, 3.0):
+            catalogue.record_shares(at, {"iss_a": at / 10, "iss_b": 0.0})
+        assert catalogue.history(["iss_a", "iss_b", "iss_c"]) == {
+            "iss_a": [(1.0, 0.1), (2.0, 0.2), (3.0, 0.3)],
+            "iss_b": [(1.0, 0.0), (2.0, 0.0), (3.0, 0.0)]}
         assert catalogue.age_out(now=150.0, age_out_s=100.0) == ["iss_b"]
         assert catalogue.ids() == {"iss_a"}
+        assert list(catalogue.history(["iss_a", "iss_b"])) == ["iss_a"]  # b's went with it
     finally:
         catalogue.close()
     reopened = Catalogue.open(target)

@@ -104,3 +104,18 @@ def test_a_trace_thousands_of_spans_deep_renders_flat() -> None:
     assert page.count('<section id="step-') == depth
     assert f'class="step d{MAX_DEPTH} k-chain has-findings"' in page  # indentation capped
     assert page.count("<section") == depth  # siblings, not nested
+
+
+def test_an_issue_s_share_over_the_runs_is_a_line_with_its_numbers_in_words() -> None:
+    from otel_eval.outputs.ui.issues import issues_page
+
+    issue = {"issue_id": "iss_1", "title": "t", "share": 0.3,
+             "history": [[1.0, 0.1], [2.0, 0.0], ["x", 0.5], [3.0, float("nan")],
+                         [4.0, 7.0], [5.0, 0.3]]}
+    page = issues_page({"issues": [issue], "generated_at": 5.0, "window_s": 3600})
+    svg = page[page.index("<svg"):page.index("</svg>")]
+    points = svg.split('points="', 1)[1].split('"', 1)[0].split()
+    assert len(points) == 5  # the NaN is dropped; the non-number time is kept (not drawn)
+    assert "10.0 % to 30.0 %, peak 100.0 %" in svg  # 7.0 is clamped to a share of 1
+    lone = issues_page({"issues": [{**issue, "history": [[1.0, 0.1]]}]})
+    assert "<svg" not in lone  # one run is no line

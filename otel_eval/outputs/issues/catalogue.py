@@ -8,6 +8,10 @@ the id of the most similar stored issue of the same level, node and embedding wh
 cosine similarity reaches ``match_similarity`` (greedy one-to-one, best pairs first);
 otherwise it gets a new id. Issues not seen for ``age_out_s`` are deleted.
 
+Each clustering run also records every catalogued issue's share in it (table
+``issue_shares``; 0 for an issue the run did not see), the last ``HISTORY_RUNS`` runs per issue:
+the history the issues view draws. It goes with its issue when that ages out.
+
 In a shared PostgreSQL store one issues job runs at a time over the fleet's critiques:
 ``lead()`` takes a session advisory lock (``pg_try_advisory_lock``) and keeps it while the
 connection lives, so the first worker to ask runs the job and the others skip their runs
@@ -24,11 +28,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from otel_eval.store.base import is_postgresql_url
-from otel_eval.store.migrations import sqlite_catalogue_table
+from otel_eval.store.migrations import sqlite_catalogue_tables
 
 Centroid = dict[str, float]
 
 _KEEP_FEATURES = 512  # largest-weight features stored per centroid (MiniLM has 384)
+# Clustering runs of share history kept per issue: two days at the default hourly interval.
+HISTORY_RUNS = 48
+_IDS_PER_QUERY = 500
+_PRUNE = ("DELETE FROM issue_shares WHERE (issue_id, at) IN (SELECT issue_id, at FROM"
+          " (SELECT issue_id, at, ROW_NUMBER() OVER (PARTITION BY issue_id ORDER BY at DESC)"
+          " AS n FROM issue_shares) AS ranked WHERE n > ?)")
 
 # pg_try_advisory_lock key of the fleet's issues job ("otel-eval issues").
 ISSUES_LOCK = 0x6F74656C5F697373
@@ -114,7 +124,8 @@ class Catalogue:
         self._pg = not isinstance(conn, sqlite3.Connection)
         self._leading = not self._pg
         if not self._pg:
-            self._conn.execute(sqlite_catalogue_table())
+            for table in sqlite_catalogue_tables():
+                self._conn.execute(table)
             self._conn.commit()
 
     @classmethod
@@ -175,9 +186,37 @@ class Catalogue:
         self._conn.commit()
 
     def age_out(self, now: float, age_out_s: float) -> list[str]:
-        """Delete issues last seen more than ``age_out_s`` before ``now``; their ids."""
+        """Delete issues last seen more than ``age_out_s`` before ``now``, with their share
+        history; their ids."""
         rows = self._execute("DELETE FROM issues_catalogue WHERE last_seen < ? "
                              "RETURNING issue_id", (now - age_out_s,))
+        self._execute("DELETE FROM issue_shares WHERE issue_id NOT IN "
+                      "(SELECT issue_id FROM issues_catalogue)")
         if not self._pg:
             self._conn.commit()
         return sorted(r[0] for r in rows)
+
+    def record_shares(self, at: float, shares: dict[str, float]) -> None:
+        """Each issue's share in the run at ``at``; only the last ``HISTORY_RUNS`` stay."""
+        rows = [(issue_id, at, share) for issue_id, share in sorted(shares.items())]
+        insert = "INSERT INTO issue_shares VALUES (?, ?, ?) ON CONFLICT DO NOTHING"
+        if self._pg:
+            with self._conn.transaction(), self._conn.cursor() as cur:
+                cur.executemany(insert.replace("?", "%s"), rows)
+                cur.execute(_PRUNE.replace("?", "%s"), (HISTORY_RUNS,))
+            return
+        self._conn.executemany(insert, rows)
+        self._conn.execute(_PRUNE, (HISTORY_RUNS,))
+        self._conn.commit()
+
+    def history(self, ids: list[str]) -> dict[str, list[tuple[float, float]]]:
+        """Issue id -> its recorded (run time, share), oldest first."""
+        out: dict[str, list[tuple[float, float]]] = {}
+        for i in range(0, len(ids), _IDS_PER_QUERY):
+            chunk = ids[i:i + _IDS_PER_QUERY]
+            marks = ",".join("?" * len(chunk))
+            for issue_id, at, share in self._execute(
+                    f"SELECT issue_id, at, share FROM issue_shares WHERE issue_id IN ({marks})"
+                    " ORDER BY issue_id, at", tuple(chunk)):
+                out.setdefault(issue_id, []).append((at, share))
+        return out

@@ -32,6 +32,8 @@ class Issue:
     first_seen: float  # unix seconds
     new: bool
     trace_ids: frozenset[str] = field(default=frozenset(), repr=False)  # not in the JSON
+    # (clustering run time, share) of the last runs, oldest first (catalogue.HISTORY_RUNS)
+    history: tuple[tuple[float, float], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -42,6 +44,7 @@ class Issue:
             "critiques": self.critiques, "traces": self.traces,
             "exemplars": list(self.exemplars), "agents": list(self.agents),
             "first_seen": self.first_seen, "new": self.new,
+            "history": [[at, round(share, 6)] for at, share in self.history],
         }
 
 

@@ -15,6 +15,7 @@ import logging
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from otel_eval.outputs.issues.catalogue import (
@@ -129,6 +130,10 @@ class IssueTracker:
                 if event is not None:
                     events.append(event)
         self._forget_unseen(stored, seen)
+        self._catalogue.record_shares(now, {**{s.issue_id: 0.0 for s in stored},
+                                            **{i.issue_id: i.share for i in issues}})
+        history = self._catalogue.history([i.issue_id for i in issues])
+        issues = [replace(i, history=tuple(history.get(i.issue_id, ()))) for i in issues]
         issues.sort(key=lambda i: (i.level != "system", i.node, -i.share, i.issue_id))
         result = IssuesResult(
             generated_at=now, window_s=cfg.window_s, embedding=self._embedder.name,

@@ -1,8 +1,9 @@
 """Output (part): the recurring issues (``/ui/issues``), as ``GET /v1/issues`` holds them.
 
-Each issue: its title and description, level and agent, the share of runs it affects and how
-that moved since the previous clustering run, runs and critiques counted, when it was first
-seen, and its example runs linked to the run view. ``#issue-{id}`` anchors one issue (the
+Each issue: its title and description, level and agent, the share of runs it affects, how
+that moved since the previous clustering run and over the last runs (a line drawn in inline
+SVG from the stored numbers: no script), runs and critiques counted, when it was first seen,
+and its example runs linked to the run view. ``#issue-{id}`` anchors one issue (the
 Grafana annotations link there).
 """
 
@@ -24,6 +25,27 @@ def _trend(trend: Any) -> str:
     return f"{trend * 100:+.1f} pts" if trend else "steady"
 
 
+_SPARK_W, _SPARK_H = 120, 24
+
+
+def _history(history: Any) -> Html | None:
+    """The issue's share over the recorded runs as a small line, scaled to its own peak."""
+    shares = [min(1.0, max(0.0, float(p[1]))) for p in (history or [])[-100:]
+              if isinstance(p, list | tuple) and len(p) == 2
+              and isinstance(p[1], int | float) and p[1] == p[1]]
+    if len(shares) < 2:
+        return None
+    peak = max(max(shares), 0.001)
+    step = _SPARK_W / (len(shares) - 1)
+    points = " ".join(f"{i * step:.1f},{_SPARK_H - 1 - v / peak * (_SPARK_H - 2):.1f}"
+                      for i, v in enumerate(shares))
+    about = (f"share over the last {len(shares)} runs: {shares[0] * 100:.1f} % to "
+             f"{shares[-1] * 100:.1f} %, peak {peak * 100:.1f} %")
+    return h("svg", h("title", about), h("polyline", points=points), class_="spark",
+             viewBox=f"0 0 {_SPARK_W} {_SPARK_H}", width=_SPARK_W, height=_SPARK_H,
+             role="img", aria_label=about)
+
+
 def _issue(issue: dict[str, Any]) -> Html:
     issue_id = str(issue.get("issue_id") or "")
     examples = [h("a", str(t)[:8], href="/ui/runs/" + segment(str(t)))
@@ -34,7 +56,7 @@ def _issue(issue: dict[str, Any]) -> Html:
                      h("p", short(issue.get("description"), 400), class_="desc")),
              h("td", short(issue.get("level"), 20), " ", short(issue.get("node") or "", 80)),
              h("td", f"{share * 100:.1f} %" if isinstance(share, int | float) else ""),
-             h("td", _trend(issue.get("trend"))),
+             h("td", _trend(issue.get("trend")), " ", _history(issue.get("history"))),
              h("td", str(issue.get("traces", ""))), h("td", str(issue.get("critiques", ""))),
              h("td", when(int(first * 1e9)) if isinstance(first, int | float) else ""),
              h("td", [[a, " "] for a in examples]),
@@ -52,7 +74,7 @@ def issues_page(result: dict[str, Any] | None) -> Html:
              f"in the last {float(result.get('window_s') or 0) / 3600:g} h, clustered "
              + (when(int(generated * 1e9)) if isinstance(generated, int | float)
                 else "not yet"))
-    head = h("tr", [h("th", c) for c in ("issue", "where", "share of runs", "since last run",
+    head = h("tr", [h("th", c) for c in ("issue", "where", "share of runs", "over the runs",
                                          "runs", "critiques", "first seen", "example runs")])
     body = [h("h1", "Issues"), h("p", about, class_="facts"),
             h("table", h("thead", head), h("tbody", [_issue(i) for i in issues]),
