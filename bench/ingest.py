@@ -284,15 +284,15 @@ def spool_cost(args: argparse.Namespace) -> dict[str, Any]:
 # --- in-process profile ----------------------------------------------------------------------
 
 # Stages of the in-process profile: (label, function qualname suffix in pstats).
-STAGES = (("decode request", "otlp.py", "decode_request"),
-          ("assembly (submit)", "pipeline.py", "submit"),
-          ("evaluate", "evaluator.py", "evaluate"),
-          ("  build trajectory", "trajectory.py", "build_trajectory"),
-          ("    materialize attributes", "model.py", "_materialize"),
+STAGES = (("decode request", "decode/otlp.py", "decode_request"),
+          ("assembly (submit)", "assemble/engine.py", "submit"),
+          ("evaluate", "evaluate/evaluator.py", "evaluate"),
+          ("  build trajectory", "evaluate/trajectory.py", "build_trajectory"),
+          ("    materialize attributes", "base/model.py", "_materialize"),
           ("  detectors", "detectors/__init__.py", "evaluate"),
-          ("    loop detector", "loop.py", "detect"),
-          ("store (SQLite)", "store.py", "put_many"),
-          ("metrics", "metrics.py", "evaluation_stored"))
+          ("    loop detector", "detectors/loop.py", "detect"),
+          ("store (SQLite)", "store/sqlite.py", "put_many"),
+          ("metrics", "telemetry/metrics.py", "evaluation_stored"))
 
 
 def profile(traces: int, args: argparse.Namespace) -> dict[str, float]:
