@@ -45,7 +45,8 @@ from otel_eval.assemble.engine import Engine, Sink
 from otel_eval.assemble.spool import Spool
 from otel_eval.assemble.store_health import StoreGaveUp, StoreHealth
 from otel_eval.base.aio import LoopThread
-from otel_eval.evaluate.evaluator import Evaluator, normalize_outcome
+from otel_eval.evaluate.evaluator import Evaluator
+from otel_eval.evaluate.feedback import Feedback
 from otel_eval.evaluate.judge.redact import Redactor
 from otel_eval.evaluate.stage import InProcess, store_failed
 from otel_eval.receive.grpc import GrpcReceiver
@@ -54,6 +55,7 @@ from otel_eval.receive.ingest import Ingest
 from otel_eval.store import is_postgresql_url, opened, store_at
 from otel_eval.store.config import StoreConfig
 from otel_eval.store.lock import InstanceLock
+from otel_eval.store.retention import Retention
 from otel_eval.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -113,6 +115,8 @@ class Service:
                 self.consumer = KafkaConsumerStage(kc, self.engine, self.metrics.kafka)
         ingest = Ingest(submitter, self.metrics)
         self.issues = self._make_issues()
+        self.retention = Retention(self.store, config.store.retention_days)
+        self._feedback = Feedback(self.store, self.evaluator, self.metrics.prediction)
         rc = config.receiver
         self.grpc = GrpcReceiver(rc, ingest) if rc.grpc_endpoint else None
         self.http = HttpReceiver(rc, ingest) if rc.http_endpoint else None
@@ -234,8 +238,7 @@ class Service:
         if self.issues is not None:
             lc.add("issues job", self.issues, start=worker)
         if worker:
-            lc.add("retention", Step(start=self._start_housekeeping,
-                                     shutdown=lambda _d: self._stopped.set()))
+            lc.add("retention", self.retention)
         for sink in reversed(self.sinks):  # the judge (first sink) stops before the events
             lc.add(type(getattr(sink, "part", sink)).__name__, sink)
         if self.publisher is not None and self.loop is not None:
@@ -312,30 +315,9 @@ class Service:
         for lock in self._locks:
             lock.release()
 
-    def _start_housekeeping(self) -> None:
-        threading.Thread(target=self._housekeeping, name="otel-eval-retention",
-                         daemon=True).start()
-
     def apply_retention(self, now_ns: int | None = None) -> int:
-        """Delete evaluations older than ``store.retention_days`` (0 keeps all); how many."""
-        days = self.config.store.retention_days
-        if days <= 0:
-            return 0
-        now_ns = time.time_ns() if now_ns is None else now_ns
-        deleted = self.store.delete_older_than(now_ns - int(days * 86400e9))
-        if deleted:
-            log.info("retention: deleted %d evaluations older than %g days", deleted, days)
-        return deleted
-
-    def _housekeeping(self) -> None:
-        """Retention at start, then hourly, until shutdown."""
-        while True:
-            try:
-                self.apply_retention()
-            except Exception:  # a locked or full disk must not stop the service
-                log.exception("retention failed")
-            if self._stopped.wait(3600.0):
-                return
+        """``Retention.apply`` now: evaluations older than ``store.retention_days``."""
+        return self.retention.apply(now_ns)
 
     def run_until_signal(self) -> int:
         """Serve until SIGTERM/SIGINT (exit code 0); a second signal forces an immediate
@@ -369,35 +351,9 @@ class Service:
     # --- results API -------------------------------------------------------------------------
 
     def feedback(self, trace_id: str, outcome_value: object) -> dict[str, Any] | None:
-        """Record a known outcome for an evaluated trace and re-judge its stored verdict.
-
-        A trace not evaluated yet gets None (404) and nothing is recorded: an outcome sent
-        ahead of its trace would decide the verdict of spans nobody has seen (anyone holding
-        the id from a ``traceparent`` could pre-empt it). Send it once the trace is stored.
-        """
-        outcome = normalize_outcome(outcome_value)
-        if outcome is None:
-            raise ValueError(f"outcome {outcome_value!r} is not success/failure (or 1/0)")
-        if self.store.get(trace_id) is None:
-            return None  # nothing recorded: see the docstring
-        self.store.put_feedback(trace_id, outcome, time.time_ns())
-        for _ in range(_FEEDBACK_ATTEMPTS):
-            body = self.store.get(trace_id)
-            if body is None:
-                return None
-            updated = self.evaluator.with_outcome(body, outcome)
-            if self.store.put_verdict(trace_id, body["revision"], updated["findings"],
-                                      updated["verdict"]):
-                break
-            # re-evaluated since it was read (the engine applies the stored outcome): again
-        stored = self.store.get(trace_id)  # with whatever the judge wrote meanwhile
-        if stored is not None:
-            self.metrics.prediction.labelled(stored, outcome)  # the predictor's rolling AUC
-        return stored
-
-
-# Re-reads when the trace was re-evaluated between reading and writing its verdict.
-_FEEDBACK_ATTEMPTS = 5
+        """``POST /v1/feedback``: ``Feedback.record`` (the outcome kept, the verdict
+        re-judged)."""
+        return self._feedback.record(trace_id, outcome_value)
 
 
 def instance_locks(sc: StoreConfig) -> list[InstanceLock]:

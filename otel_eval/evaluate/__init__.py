@@ -1,3 +1,4 @@
 """Stage: evaluate. A released trace -> trajectory (``trajectory``, ``conventions/``) ->
 findings and verdict (``detectors/``), the optional LLM judge (``judge/``) and success
-predictor (``predict/``); ``evaluator`` is the one entry, ``stage`` evaluates and stores."""
+predictor (``predict/``); ``evaluator`` is the one entry, ``stage`` evaluates and stores,
+``feedback`` re-judges a stored verdict on a known outcome."""

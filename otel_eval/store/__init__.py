@@ -11,9 +11,9 @@ loop the judge and Kafka share: every call here blocks):
     the row (findings, verdict,   evaluation stage: put_many, then           engine finishing,
       body, digest, revision)       remember_agents (evaluate/stage.py)        or a worker process
     body.judge                    JudgeStage: put_judge (evaluate/judge)     otel-eval-judge-writer
-    feedback table; the row's     Service.feedback: put_feedback, then       admin HTTP request
-      findings + verdict            put_verdict with retries (app/service)
-    the row's deletion            retention: delete_older_than (app)         otel-eval-retention
+    feedback table; the row's     Feedback.record: put_feedback, then        admin HTTP request
+      findings + verdict            put_verdict with retries (evaluate/feedback.py)
+    the row's deletion            Retention: delete_older_than (retention)   otel-eval-retention
 
 ``put_judge`` and ``put_verdict`` write only onto the revision they read (below), so a
 re-evaluation by ``put_many`` always wins and neither overwrites the other's part.

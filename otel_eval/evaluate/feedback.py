@@ -1,0 +1,61 @@
+"""Stage: evaluate, known outcomes sent after the fact (``POST /v1/feedback``).
+
+    outcome -> store.put_feedback -> [store.get -> Evaluator.with_outcome -> store.put_verdict
+               (only onto the revision read; re-read and again when it was re-evaluated)]
+            -> the predictor's rolling AUC (PredictionMetrics.labelled)
+
+The one writer of the feedback table and, through ``put_verdict``, of a stored row's findings
+and verdict after the fact (the engine applies a stored outcome itself when it re-evaluates).
+Runs on the admin server's request thread, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from otel_eval.evaluate.evaluator import Evaluator, normalize_outcome
+from otel_eval.store.base import EvaluationStore
+from otel_eval.telemetry.prediction import PredictionMetrics
+
+# Re-reads when the trace was re-evaluated between reading and writing its verdict.
+FEEDBACK_ATTEMPTS = 5
+
+
+class Feedback:
+    def __init__(self, store: EvaluationStore, evaluator: Evaluator,
+                 metrics: PredictionMetrics, *,
+                 wall_clock_ns: Callable[[], int] = time.time_ns) -> None:
+        self.store = store
+        self.evaluator = evaluator
+        self.metrics = metrics
+        self._wall_clock_ns = wall_clock_ns
+
+    def record(self, trace_id: str, outcome_value: object) -> dict[str, Any] | None:
+        """Record a known outcome for an evaluated trace and re-judge its stored verdict.
+
+        A trace not evaluated yet gets None (404) and nothing is recorded: an outcome sent
+        ahead of its trace would decide the verdict of spans nobody has seen (anyone holding
+        the id from a ``traceparent`` could pre-empt it). Send it once the trace is stored.
+        """
+        outcome = normalize_outcome(outcome_value)
+        if outcome is None:
+            raise ValueError(f"outcome {outcome_value!r} is not success/failure (or 1/0)")
+        store = self.store
+        if store.get(trace_id) is None:
+            return None  # nothing recorded: see the docstring
+        store.put_feedback(trace_id, outcome, self._wall_clock_ns())
+        for _ in range(FEEDBACK_ATTEMPTS):
+            body = store.get(trace_id)
+            if body is None:
+                return None
+            updated = self.evaluator.with_outcome(body, outcome)
+            if store.put_verdict(trace_id, body["revision"], updated["findings"],
+                                 updated["verdict"]):
+                break
+            # re-evaluated since it was read (the engine applies the stored outcome): again
+        stored = store.get(trace_id)  # with whatever the judge wrote meanwhile
+        if stored is not None:
+            self.metrics.labelled(stored, outcome)  # the predictor's rolling AUC
+        return stored
