@@ -514,3 +514,12 @@ def test_hostile_code_given_to_an_interpreter_is_counted_not_raised() -> None:
     assert [s.tool_name for s in t.tool_steps] == ["execute_code"] * 3
     assert t.code_actions == {"interpreter_blocks": 3, "unparsed_too_large": 1,
                               "unparsed_syntax_error": 1, "unparsed_too_deep": 1}
+
+
+def test_which_known_tool_a_block_names_is_one_scan_of_its_identifiers() -> None:
+    known = {f"tool_{i}" for i in range(5_000)} | {"get_weather", "web-search"}
+    calls, problem = python_calls("print(get_weather(city='Paris'))", known)
+    assert problem is None and [c.name for c in calls] == ["get_weather"]
+    # a tool named by no identifier cannot be called, nor a name inside another name
+    assert python_calls("web-search('x') +", known) == ([], None)
+    assert python_calls("my_get_weather_x(1) +", known) == ([], None)

@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import textwrap
 from bisect import bisect_left
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
@@ -50,6 +52,7 @@ MAX_CALLS = 64  # tool calls read from one block; more are counted and dropped
 MAX_SOURCE_CHARS = 2_000  # source text kept for a non-literal argument
 MAX_BLOCKS = 256  # code blocks read from one reply (the scan is linear: a bound on memory)
 _PYTHON = ("py", "python", "python3", "")
+_IDENTIFIER = re.compile(r"[^\W\d]\w*")  # a Python name (Unicode letters too)
 _SHELL = ("bash", "sh", "shell", "console")
 
 
@@ -191,15 +194,17 @@ def _position(node: ast.Call) -> tuple[int, int]:
     return node.lineno, node.col_offset
 
 
-def python_calls(code: str, known: Collection[str],
+def python_calls(code: str, known: AbstractSet[str],
                  params: Mapping[str, Sequence[str]] | None = None,
                  ) -> tuple[list[CodeCall], str | None]:
     """Calls of ``known`` tools in a Python block, in source order, and the reason the block
     was not (fully) read: ``too_large``, ``syntax_error``, ``too_deep``, ``too_many_calls``."""
     if len(code) > MAX_CODE_CHARS:
         return [], "too_large"
-    if not any(name in code for name in known):
-        return [], None  # names no tool: nothing to read, no parse
+    if known.isdisjoint(_IDENTIFIER.findall(code)):
+        # names no tool: nothing to read, no parse (one scan of the code, whatever the
+        # number of tools offered: a name that is no identifier cannot be called)
+        return [], None
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError):  # ValueError: NUL bytes
