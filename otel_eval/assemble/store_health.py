@@ -59,10 +59,14 @@ class StoreHealth:
         return None if f is None else f.reason
 
     def failed(self, reason: str, error: str) -> None:
-        """A write was refused: the next attempt after the back-off (doubled each time)."""
+        """A write was refused: the next attempt after the back-off (doubled each time). A
+        refusal arriving before the back-off ends is of a write handed out before it began
+        (worker processes hold several batches): the same attempt, not a longer wait."""
         now = self._clock()
         with self._lock:
             f = self._failing
+            if f is not None and now < f.retry_at:
+                return
             interval = (self.initial_interval_s if f is None
                         else min(2 * f.interval_s, self.max_interval_s))
             self._failing = _Failing(reason, error, now if f is None else f.since,

@@ -132,6 +132,10 @@ def test_back_off_doubles_to_its_cap_and_gives_up_after_the_bound() -> None:
         waits.append(health.retry_in(now[0]))
         now[0] += waits[-1]
     assert waits == [1.0, 2.0, 4.0, 4.0, 4.0]
+    now[0] -= 1.0  # a batch handed out before this back-off began, refused inside it
+    health.failed("disk_full", "OperationalError: database or disk is full")
+    assert health.retry_in(now[0]) == 1.0  # the same attempt: no longer wait
+    now[0] += 1.0
     assert health.gave_up(now[0]) and "s.db" in health.give_up_line()
     assert health.recovered() and health.failing is None and not health.gave_up(now[0])
     health.failed("locked", "database is locked")  # a new outage starts its own clock
