@@ -152,3 +152,32 @@ def test_kinds_helper_for_reference() -> None:
     found = reference.detect(traj(*steps(B)), DetectorsConfig(), Context(reference=r))
     assert kinds(found) == ["reference/mismatch"]
     assert found[0].attributes["missing"] == ["a"] and found[0].attributes["unexpected"] == ["b"]
+
+
+def _unknown_arguments(name: str) -> Step:
+    """A call whose arguments were present but not understood (``conventions.arguments``)."""
+    step = tool(name)
+    step.arguments = None
+    step.unknown["arguments"] = "unparsed: text that is no JSON object nor Python dict"
+    return step
+
+
+def test_a_call_whose_arguments_are_unknown_is_not_a_wrong_argument() -> None:
+    # compared as if it had none, {"x": 1} against {} was "wrong arguments a"
+    r = ref(A, B, match="in_order")
+    t = traj(_unknown_arguments("a"), tool(*B), task_id="t1")
+    (f,) = reference.detect(t, DetectorsConfig(), Context(reference=r))
+    assert f.kind == "match" and f.attributes["wrong_arguments"] == []
+    assert f.attributes["unknown_arguments"] == ["a"]
+    assert f.attributes["argument_accuracy"] == 1.0  # of the one call whose arguments are known
+    assert f.message.endswith("(arguments unknown for a)")
+
+
+def test_unknown_arguments_do_not_hide_a_missing_call_or_a_wrong_one() -> None:
+    r = ref(A, B, ("d", {}), match="in_order")
+    t = traj(_unknown_arguments("a"), tool("b", {"y": 0, "z": 3}), task_id="t1")
+    (f,) = reference.detect(t, DetectorsConfig(), Context(reference=r))
+    assert f.kind == "mismatch"
+    assert (f.attributes["missing"], f.attributes["wrong_arguments"],
+            f.attributes["unknown_arguments"]) == (["d"], ["b"], ["a"])
+    assert f.attributes["argument_accuracy"] == 0.0

@@ -12,6 +12,11 @@ that value), ``superset`` (every reference argument is given with that value); p
 overrides. Tool-name precision/recall are reported apart from argument accuracy (on the
 calls whose name matched); ``score`` in 0..1 is the share of reference calls satisfied
 (in_order, superset) or the F1 of satisfied calls (exact, any_order, which forbid extras).
+
+A call whose arguments are unknown (``Step.arguments`` None: not recorded, or present and not
+understood, ``unparsed``) is never compared as if it had none: its arguments are neither
+right nor wrong, so it satisfies a reference call of its name, is left out of
+``argument_accuracy``, and is listed in ``unknown_arguments`` (and the message).
 """
 
 from __future__ import annotations
@@ -119,6 +124,7 @@ def compare(ref: Reference, actual: Sequence[Step], match: str, args_mode: str,
             by_tool: Mapping[str, str]) -> dict[str, Any]:
     """The verdict ``reference`` summary plus the missing/unexpected/wrong-argument lists."""
     rc, names = list(ref.calls), [s.tool_name or s.name for s in actual]
+    unknown = {a for a, s in enumerate(actual) if s.arguments is None}
     memo: dict[tuple[int, int], bool] = {}
     arguments = _Arguments([c.arguments for c in rc], [s.arguments for s in actual])
 
@@ -128,6 +134,8 @@ def compare(ref: Reference, actual: Sequence[Step], match: str, args_mode: str,
     def full_ok(r: int, a: int) -> bool:
         if not name_ok(r, a):
             return False
+        if a in unknown:
+            return True  # unknown arguments: not wrong (nor known right: ``unknown_arguments``)
         if (r, a) not in memo:  # matching and LCS ask for the same pairs again
             mode = by_tool.get(rc[r].name, args_mode)
             memo[r, a] = arguments.ok(r, a, mode)
@@ -145,15 +153,18 @@ def compare(ref: Reference, actual: Sequence[Step], match: str, args_mode: str,
     score = (satisfied / n_ref if n_ref else 1.0) if extras_ok else \
         (2 * satisfied / (n_ref + n_act) if n_ref + n_act else 1.0)
     used = set(by_name.values())
+    unjudged = [r for r in sorted(by_name) if by_name[r] in unknown]
+    judged = len(by_name) - len(unjudged)
     return {
         "match": match, "arguments_match": args_mode, "matched": matched,
         "tool_precision": _ratio(len(by_name), n_act, 1.0),
         "tool_recall": _ratio(len(by_name), n_ref, 1.0),
-        "argument_accuracy": _ratio(len(by_name) - len(wrong), len(by_name), None),
+        "argument_accuracy": _ratio(judged - len(wrong), judged, None),
         "score": round(1.0 if matched else score, 6),
         "missing": [rc[r].name for r in range(n_ref) if r not in by_name],
         "unexpected": [names[a] for a in range(n_act) if a not in used],
         "wrong_arguments": [rc[r].name for r in sorted(wrong)],
+        "unknown_arguments": [rc[r].name for r in unjudged],
         "out_of_order": match in ("exact", "in_order") and len(full) == n_ref
         and satisfied < n_ref,
         "_wrong_steps": [actual[by_name[r]] for r in sorted(wrong)],
@@ -173,7 +184,12 @@ def _message(ref: Reference, summary: Mapping[str, Any]) -> str:
         parts.append("wrong arguments " + ", ".join(summary["wrong_arguments"]))
     if summary["out_of_order"]:
         parts.append("out of order")
-    return head + (": " + "; ".join(parts) if parts else "")
+    return head + (": " + "; ".join(parts) if parts else "") + _unknown(summary)
+
+
+def _unknown(summary: Mapping[str, Any]) -> str:
+    names = summary["unknown_arguments"]
+    return f" (arguments unknown for {', '.join(names)})" if names else ""
 
 
 SUMMARY_KEYS = ("match", "arguments_match", "matched", "tool_precision", "tool_recall",
@@ -194,7 +210,8 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
     if summary["matched"]:
         return [Finding("reference", "match", "info",
                         f"calls match the reference for task {ref.task_id} "
-                        f"({summary['match']}, arguments {summary['arguments_match']})",
+                        f"({summary['match']}, arguments {summary['arguments_match']})"
+                        + _unknown(summary),
                         attributes=attrs)]
     flagged.sort(key=lambda s: s.index)
     return [Finding("reference", "mismatch", cfg.severity, _message(ref, summary),
