@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from otel_eval.evaluate.detectors.calls import _CANONICAL, _normalize, _plain_canonical
+from otel_eval.evaluate.detectors.canonical import _CANONICAL, _normalize, _plain_canonical
 from otel_eval.receive.loaders.chat import dumps, genai_message, message_json
 
 _TEXTS = ["", "a", "  two  words ", "tab\tnew\nline", "quote \" back \\ slash", "ünïcödé ✓",

@@ -14,7 +14,7 @@ _DECODER = json.JSONDecoder()
 # The one encoder of values written as attribute text, as instrumentations write them
 # (json.dumps(value, ensure_ascii=False), what JSON cannot hold as str): as_str, the GenAI
 # event overlay and the loaders' synthetic spans use it. (Comparing arguments needs canonical
-# JSON instead: sorted keys, no spaces, ``detectors.calls.canonical_arguments``.) One instance:
+# JSON instead: sorted keys, no spaces, ``detectors.canonical.canonical_arguments``.) One instance:
 # json.dumps with non-default options builds an encoder per call.
 dumps = json.JSONEncoder(ensure_ascii=False, default=str).encode
 

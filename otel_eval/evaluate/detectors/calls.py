@@ -5,13 +5,13 @@ action, not a step of its own; but a call of a known tool read from an interpret
 code, ``Step.in_code``, is one). Each call gets a canonical ``key`` so that repeats can
 be compared: tool name + JSON with sorted keys and normalized whitespace (of the parameters
 the tool's schema declares, when it lists them), or, for agents that act through code or
-shell, the canonicalized action text. Also here: the detector
+shell, the canonicalized action text; a text past 256 characters is keyed by its head and a
+digest (``canonical``: bounded memory per call). Also here: the detector
 context (outcome, budgets, reference, earlier findings) and the failure test for results.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,12 +20,9 @@ from typing import Any
 
 from otel_eval.base.model import Finding, Step, Trajectory
 from otel_eval.evaluate.conventions.shell import shell_commands
+from otel_eval.evaluate.detectors.canonical import arguments_key, key_text, norm_ws, normalized_text
 from otel_eval.evaluate.detectors.config import DetectorsConfig, LoopConfig, ToolCallConfig
 
-# json.dumps with non-default options builds an encoder per call; this is the same encoder
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                              default=str).encode
-_encode_str = json.encoder.encode_basestring  # the ensure_ascii=False string encoder
 _COMMAND_SEPARATORS = re.compile(r"&&|\|\||;|\|")
 _ACTION_KEYS = ("command", "code", "cmd", "script", "input")
 _PYTHON_TOOL = re.compile(r"python|code", re.IGNORECASE)  # action tools that run Python
@@ -75,93 +72,6 @@ class Call:
     read_only: bool
 
 
-def _norm_ws(text: str) -> str:
-    # = re.sub(r"\s+", " ", text).strip(): str.split() splits on the same (Unicode)
-    # whitespace as the regex's \s, at a fifth of the cost
-    return " ".join(text.split())
-
-
-def _normalize(value: Any) -> Any:
-    kind = type(value)  # exact-type fast paths first: JSON arguments are plain dicts/strs
-    if kind is str:
-        return " ".join(value.split())
-    if kind is dict:
-        return {str(k): _normalize(v) for k, v in value.items()}
-    if kind is int or kind is bool or value is None:
-        return value
-    if isinstance(value, str):
-        return _norm_ws(value)
-    if isinstance(value, Mapping):
-        return {str(k): _normalize(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_normalize(v) for v in value]
-    if isinstance(value, float) and value.is_integer():
-        return int(value)  # 250.0 and 250 are the same argument
-    return value
-
-
-def normalized(value: Any) -> Any:
-    """A value with whitespace in strings collapsed and integral floats made ints."""
-    return _normalize(value)
-
-
-def _plain_canonical(value: Any) -> str | None:
-    """``_CANONICAL(_normalize(value))`` in one pass for plain JSON values (dicts with string
-    keys, lists, strings, ints, bools, null, integral floats); None for anything else. Tool
-    arguments are small: the encoder's per-call set-up cost more than their encoding."""
-    kind = type(value)
-    if kind is str:
-        return _encode_str(" ".join(value.split()))
-    if kind is dict:
-        items = []
-        for k in sorted(value) if all(type(k) is str for k in value) else ():
-            inner = _plain_canonical(value[k])
-            if inner is None:
-                return None
-            items.append(f"{_encode_str(k)}:{inner}")
-        return f"{{{','.join(items)}}}" if len(items) == len(value) else None
-    if kind is list:
-        elements = []
-        for v in value:
-            inner = _plain_canonical(v)
-            if inner is None:
-                return None
-            elements.append(inner)
-        return f"[{','.join(elements)}]"
-    if kind is int:
-        return int.__repr__(value)
-    if value is None or kind is bool:
-        return "null" if value is None else "true" if value else "false"
-    if kind is float and value.is_integer():
-        return int.__repr__(int(value))  # 250.0 and 250 are the same argument
-    return None
-
-
-def _canonical(value: Any) -> str:
-    plain = _plain_canonical(value)
-    return plain if plain is not None else _CANONICAL(_normalize(value))
-
-
-def canonical_arguments(arguments: Any) -> str:
-    """Arguments as canonical JSON (sorted keys, whitespace in strings collapsed)."""
-    if arguments is None:
-        return "{}"
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except ValueError:
-            return _norm_ws(arguments)
-    return _canonical(arguments)
-
-
-def canonical_of_normalized(value: Any) -> str:
-    """``canonical_arguments(value)`` for a value already passed through ``normalized``
-    (normalizing is idempotent, so only the encoding is left to do)."""
-    if value is None or isinstance(value, str):
-        return canonical_arguments(value)
-    return _canonical(value)
-
-
 def action_text(step: Step) -> str | None:
     """The code or command of an action step, or None when its arguments carry none."""
     args = step.arguments
@@ -195,7 +105,7 @@ def _is_read_only(name: str, text: str | None, loop: LoopConfig) -> bool:
         if problem is None:
             return bool(commands) and not writes and all(
                 _starts_with_one(" ".join(argv), loop.read_only_commands) for argv in commands)
-    cmd = _norm_ws(text)
+    cmd = norm_ws(text)
     # A pipeline or command list is read-only only if every part is; writes via `>`.
     if ">" in cmd.replace("2>&1", "").replace(">/dev/null", ""):
         return False
@@ -229,7 +139,7 @@ def result_failed(step: Step, action: bool, cfg: ToolCallConfig) -> str | None:
     pat = _patterns(cfg.error_result_patterns)
     head = step.result[:500]
     if pat is not None and pat.search(head):
-        return _norm_ws(head)[:200]
+        return norm_ws(head)[:200]
     return None
 
 
@@ -268,13 +178,13 @@ def calls(trajectory: Trajectory, loop: LoopConfig, tool_cfg: ToolCallConfig) ->
     for s in top_level_tool_steps(trajectory):
         name = s.tool_name or s.name
         text = action_text(s) if is_action_tool(name, loop) else None
-        if text is not None:
-            key = f"{name}\x00{_norm_ws(text)}"
+        if text is not None:  # keys bounded: ``canonical``
+            key = f"{name}\x00{key_text(normalized_text(text))}"
         elif s.arguments is None:  # not recorded: equal to no other call (unknown != same)
             key = f"{name}\x01unrecorded\x00{s.index}"
         else:
             args = _declared(s.arguments, trajectory.tools.get(name))
-            key = f"{name}\x00{canonical_arguments(args)}"
+            key = f"{name}\x00{arguments_key(args)}"
         failed = result_failed(s, text is not None, tool_cfg) is not None
         out.append(Call(s, key, text is not None, failed, _is_read_only(name, text, loop)))
     return out

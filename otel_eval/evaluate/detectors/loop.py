@@ -29,9 +29,9 @@ from otel_eval.evaluate.detectors.calls import (
     Context,
     call_label,
     calls_for,
-    canonical_arguments,
     through_code,
 )
+from otel_eval.evaluate.detectors.canonical import canonical_arguments
 from otel_eval.evaluate.detectors.circling import circling
 from otel_eval.evaluate.detectors.config import DetectorsConfig, LoopConfig
 from otel_eval.evaluate.detectors.reworded import reworded_repeats

@@ -30,10 +30,9 @@ from otel_eval.evaluate.detectors.calls import (
     Context,
     RefCall,
     Reference,
-    canonical_of_normalized,
-    normalized,
     top_level_tool_steps,
 )
+from otel_eval.evaluate.detectors.canonical import canonical_of_normalized, normalized
 from otel_eval.evaluate.detectors.config import DetectorsConfig
 
 Pair = Callable[[int, int], bool]
