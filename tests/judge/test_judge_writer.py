@@ -1,10 +1,12 @@
 """The judge's writes to the store happen off the event loop (issue 23: one writer per part
 of the evaluation row, none blocking the loop the Kafka consumer shares). A store whose
 ``put_judge`` blocks until released: while it is blocked, the loop still runs other work,
-and the judgement lands once it is released, in the order the writes were made."""
+and the judgement lands once it is released, in the order the writes were made. The same for
+the rubric cache (a SQLite table in the store's file)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 from pathlib import Path
@@ -16,7 +18,9 @@ from prometheus_client import CollectorRegistry
 
 from otel_eval.base.aio import LoopThread
 from otel_eval.base.model import Trace
+from otel_eval.evaluate.judge import Judge
 from otel_eval.evaluate.judge.config import SamplingConfig
+from otel_eval.evaluate.judge.rubric_cache import Criteria, MemoryRubricCache
 from otel_eval.evaluate.judge.stage import JudgeStage
 from otel_eval.store import SqliteStore
 from otel_eval.telemetry.metrics import Metrics
@@ -88,3 +92,39 @@ def test_a_blocked_judge_write_does_not_hold_the_event_loop(llm: FakeLLM,
         stage.shutdown(5.0)
         loop.stop()
         store.close()
+
+
+class BlockingRubrics(MemoryRubricCache):
+    """A rubric cache whose ``get`` waits for ``release`` (a SQLite file locked by a write)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def get(self, key: str) -> Criteria | None:
+        self.entered.set()
+        assert self.release.wait(30), "never released"
+        return super().get(key)
+
+
+def test_a_blocked_rubric_cache_does_not_hold_the_event_loop(llm: FakeLLM) -> None:
+    llm.by_schema({
+        "rubric_generate_grade": good({"criteria": [{"id": "c1", "criterion": "Cancels"}]}),
+        "rubric_verify_grade": good({"results": [{"id": "c1", "reasoning": "step 3",
+                                                  "fulfilled": True}]})})
+    cache = BlockingRubrics()
+    judge = Judge(config(llm.api_base, enabled=("rubric",)), rubric_cache=cache)
+    loop = LoopThread()
+    loop.start()
+    try:
+        judging = asyncio.run_coroutine_threadsafe(judge.judge(evaluation()), loop.loop)
+        assert cache.entered.wait(30)  # the judge is reading the cache, held there
+        assert loop.run(_served(), timeout_s=30) == "served"  # the loop still serves
+        cache.release.set()
+        out = judging.result(30)
+        assert out["judges"]["rubric"]["cache"] == "miss"
+        assert cache.get("task:airline-7") == [{"id": "c1", "criterion": "Cancels"}]
+    finally:
+        cache.release.set()
+        loop.stop()

@@ -139,7 +139,9 @@ class Judge:
             collector.skipped("rubric", "no_task_input")
             return
         entry = collector.entry("rubric")
-        criteria: Criteria | None = self.rubric_cache.get(key)
+        # the cache may be a SQLite file shared with the store (a write lock held there):
+        # read and written off the event loop, which the Kafka stages share
+        criteria: Criteria | None = await asyncio.to_thread(self.rubric_cache.get, key)
         entry["cache"] = "hit" if criteria else "miss"
         if not criteria:
             gen = await self._call(self.redacted(prompting.rubric_generate(self.prompts,
@@ -149,7 +151,7 @@ class Judge:
                 return
             criteria = [{"id": str(c["id"]), "criterion": str(c["criterion"])}
                         for c in gen.data["criteria"]]
-            self.rubric_cache.put(key, criteria, self.config.model)
+            await asyncio.to_thread(self.rubric_cache.put, key, criteria, self.config.model)
         check = await self._call(self.redacted(prompting.rubric_verify(self.prompts, rendered,
                                                                        criteria)))
         collector.add_call("rubric", check)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -60,24 +61,28 @@ class SqliteRubricCache:
                  wall_clock: Callable[[], float] = time.time) -> None:
         self.ttl_s = ttl_s
         self.wall_clock = wall_clock
-        # used from the event loop thread only; check_same_thread off for the owner's shutdown
+        # called from worker threads (the judge keeps it off the event loop): one at a time
+        self._lock = threading.Lock()
         self._db = sqlite3.connect(path, check_same_thread=False, timeout=60.0)
         with self._db:
             self._db.execute(self.SCHEMA)
 
     def get(self, key: str) -> Criteria | None:
-        row = self._db.execute("SELECT criteria, created_at FROM judge_rubrics WHERE key = ?",
-                               (key,)).fetchone()
+        with self._lock:
+            row = self._db.execute(
+                "SELECT criteria, created_at FROM judge_rubrics WHERE key = ?",
+                (key,)).fetchone()
         if row is None or (self.ttl_s and self.wall_clock() - row[1] > self.ttl_s):
             return None
         data = json.loads(row[0])
         return [dict(c) for c in data] if isinstance(data, list) else None
 
     def put(self, key: str, criteria: Criteria, model: str) -> None:
-        with self._db:
+        with self._lock, self._db:
             self._db.execute(
                 "INSERT OR REPLACE INTO judge_rubrics (key, criteria, model, created_at) "
                 "VALUES (?, ?, ?, ?)", (key, json.dumps(criteria), model, self.wall_clock()))
 
     def close(self) -> None:
-        self._db.close()
+        with self._lock:
+            self._db.close()
