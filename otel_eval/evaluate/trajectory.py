@@ -84,6 +84,7 @@ from otel_eval.evaluate.conventions.links import (
     merge_nested_calls,
 )
 from otel_eval.evaluate.conventions.messages import answer_text, messages, task_text
+from otel_eval.evaluate.conventions.openinference import stamped_agent_name
 from otel_eval.evaluate.conventions.prices import price_steps
 from otel_eval.evaluate.conventions.responses import ToolResponses
 from otel_eval.evaluate.conventions.shapes import settle_values, unrecognised
@@ -94,6 +95,14 @@ __all__ = ["build_trajectory", "is_run", "tree_order"]
 # Attributes that name the enclosing agent on the spans under it (current OpenLLMetry, older
 # Traceloop SDKs, the Vercel AI SDK): read for spans outside any agent span that arrived.
 _STAMPED_AGENT_KEYS = ("gen_ai.agent.name", "traceloop.workflow.name", "ai.telemetry.functionId")
+
+
+def _stamped_name(attrs: Any) -> str | None:
+    """The agent's name stamped on a span of its run: a key of ``_STAMPED_AGENT_KEYS``, else
+    LangChain's ``metadata.lc_agent_name`` (under OpenInference)."""
+    if not attrs.keys().isdisjoint(_STAMPED_AGENT_KEYS):
+        return as_str(first(attrs, *_STAMPED_AGENT_KEYS))
+    return stamped_agent_name(attrs)
 
 
 def _dedupe(spans: Iterable[Span]) -> list[Span]:
@@ -213,7 +222,7 @@ class _Builder:
                 # outside any agent span that arrived, but stamped with its name
                 # (OpenLLMetry, the Vercel AI SDK): the agent's name, also when its span
                 # never arrived
-                node = as_str(first(attrs, *_STAMPED_AGENT_KEYS))
+                node = _stamped_name(attrs)
         if step.kind == "agent":
             enclosing = self.agent_attrs.get(agent) if agent else None
             name = None
@@ -249,9 +258,7 @@ class _Builder:
         agent span wins over one inside)."""
         if self.named_agent is not None and (self.named_outside or not outside):
             return
-        if attrs.keys().isdisjoint(_STAMPED_AGENT_KEYS):
-            return
-        name = agent_name(as_str(first(attrs, *_STAMPED_AGENT_KEYS)))
+        name = agent_name(_stamped_name(attrs))
         if name is not None:
             self.named_agent, self.named_outside = name, outside
 

@@ -113,3 +113,23 @@ def test_six_identical_calls_under_a_vendor_marker_are_a_loop() -> None:
     assert t.unrecorded.get("arguments") is None
     findings, _ = Detectors(DetectorsConfig()).evaluate(t)
     assert any(f.detector == "loop" for f in findings), findings
+
+
+@pytest.mark.parametrize(("stamp", "agent"), [
+    ("weather_agent", "weather_agent"),  # createAgent({name: "weather_agent"})
+    ("agent", None),                     # a framework's default is no name
+    (None, None),                        # no stamp: unknown, not the graph span's name
+])
+def test_langchain_agent_name_stamped_in_openinference_metadata(stamp: str | None,
+                                                                agent: str | None) -> None:
+    """LangChain.js under OpenInference: the graph root is a CHAIN span; the agent's name is
+    LangChain's ``lc_agent_name`` in the ``metadata`` JSON of every span of its run."""
+    meta = json.dumps({"lc_agent_name": stamp, "langgraph_node": "model_request"}
+                      if stamp else {"langgraph_node": "model_request"})
+    spans = [span("graph", attrs={"openinference.span.kind": "CHAIN"}),
+             span("ChatOpenAI", "graph", start=1, attrs={
+                 "openinference.span.kind": "LLM", "llm.model_name": "gpt-4o-mini",
+                 "metadata": meta})]
+    t = build_trajectory(trace(*spans), TrajectoryConfig())
+    assert t.agent == agent
+    assert t.agent_source == ("child_span" if agent else "unknown")

@@ -10,7 +10,10 @@ arguments are in ``input.value``). smolagents managed agents are named from the 
 agent's ``smolagents.managed_agents.N.name``, others by ``agent.name``, else the span name
 (smolagents' ``<name>.run`` read as ``<name>``). A LangGraph node span marked AGENT (the
 ReAct graph's ``agent`` node: ``metadata.langgraph_node`` is its own name) is a chain step
-of the graph, not an agent. Tool inputs are read as carried (LlamaIndex's ``{"kwargs": ...}``,
+of the graph, not an agent. LangChain's agents stamp their name on every run of the agent as
+``metadata.lc_agent_name`` (``create_agent(name=...)``, Python and JS): ``stamped_agent_name``
+reads it, for spans that are not agent spans (LangChain.js's graph root is a CHAIN span). Tool
+inputs are read as carried (LlamaIndex's ``{"kwargs": ...}``,
 smolagents' ``{"args", "kwargs"}`` are taken off by ``conventions.envelopes``).
 """
 
@@ -52,6 +55,15 @@ def _langgraph_node(span: Span, attrs: Attrs) -> bool:
         return False
     meta = parse_json(raw)
     return isinstance(meta, dict) and meta.get("langgraph_node") == span.name
+
+
+def stamped_agent_name(attrs: Attrs) -> str | None:
+    """The agent LangChain stamped on a span's run, ``metadata.lc_agent_name``, if any."""
+    raw = attrs.get("metadata")
+    if not isinstance(raw, str) or '"lc_agent_name"' not in raw:
+        return None
+    meta = parse_json(raw)
+    return as_str(meta.get("lc_agent_name")) if isinstance(meta, dict) else None
 
 
 def _implicit(span: Span, attrs: Attrs) -> StepKind | None:

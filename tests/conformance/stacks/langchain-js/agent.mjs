@@ -1,0 +1,76 @@
+// langchain-js: a LangChain.js agent (langchain v1's createAgent, named weather_agent, on
+// @langchain/openai's ChatOpenAI pointed at the scripted LLM) with get_weather as a `tool`,
+// instrumented by OpenInference's LangChain.js instrumentation (LangChainInstrumentation,
+// manuallyInstrument(CallbackManagerModule) as its README shows) on the OTel JS SDK 2.x
+// (NodeTracerProvider, BatchSpanProcessor, OTLP/HTTP protobuf exporter). The streaming scenario
+// streams the agent's messages (streamMode "messages", ChatOpenAI streaming: true).
+// `node agent.mjs SCENARIO` (copied beside the stack's node_modules by record.py).
+// The agent side of tests/conformance/stacks/common.py, in JavaScript: the prompt with its
+// [scenario:NAME] marker, get_weather (throws for Atlantis; in non_terminating flushes the
+// telemetry and exits on its 3rd call, so the run never ends), the remote traceparent.
+import { context, propagation } from '@opentelemetry/api';
+import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
+import { resourceFromAttributes } from '@opentelemetry/resources';
+import { BatchSpanProcessor, NodeTracerProvider } from '@opentelemetry/sdk-trace-node';
+import { LangChainInstrumentation } from '@arizeai/openinference-instrumentation-langchain';
+import * as CallbackManagerModule from '@langchain/core/callbacks/manager';
+import { ChatOpenAI } from '@langchain/openai';
+import { createAgent, tool } from 'langchain';
+import { z } from 'zod';
+
+const AGENT_NAME = 'weather_agent';
+const TRACEPARENT = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+const scenario = process.argv[2];
+
+// The OTel JS SDK as a user sets it up: endpoint and service name from OTEL_* variables.
+const provider = new NodeTracerProvider({
+  resource: resourceFromAttributes({ 'service.name': process.env.OTEL_SERVICE_NAME }),
+  spanProcessors: [new BatchSpanProcessor(new OTLPTraceExporter())],
+});
+provider.register();
+new LangChainInstrumentation().manuallyInstrument(CallbackManagerModule);
+
+let calls = 0;
+const getWeather = tool(async ({ city }) => {
+  calls += 1;
+  if (scenario === 'non_terminating' && calls === 3) {
+    await provider.forceFlush(); // finished spans reach the collector; open ones never do
+    process.exit(0);
+  }
+  if (city === 'Atlantis') throw new Error('unknown city: Atlantis');
+  return `sunny, 22 C in ${city}`;
+}, {
+  name: 'get_weather',
+  description: 'Get the current weather for a city.',
+  schema: z.object({ city: z.string() }),
+});
+
+const agent = createAgent({
+  name: AGENT_NAME,
+  model: new ChatOpenAI({ model: 'gpt-4o-mini', apiKey: process.env.OPENAI_API_KEY,
+                          configuration: { baseURL: process.env.OPENAI_BASE_URL },
+                          streaming: scenario === 'streaming' }),
+  tools: [getWeather],
+  systemPrompt: 'You are a weather assistant. Use get_weather.',
+});
+const input = { messages: [{ role: 'user',
+                             content: `What is the weather in Paris? [scenario:${scenario}]` }] };
+
+async function run() {
+  if (scenario === 'streaming') {
+    let text = '';
+    for await (const [chunk] of await agent.stream(input, { streamMode: 'messages' })) {
+      if (chunk.getType?.() === 'ai' && typeof chunk.content === 'string') text += chunk.content;
+    }
+    return text;
+  }
+  const result = await agent.invoke(input, { recursionLimit: 30 });
+  return result.messages.at(-1).content;
+}
+
+const parent = scenario === 'remote_parent'
+  ? propagation.extract(context.active(), { traceparent: TRACEPARENT })
+  : context.active();
+const text = await context.with(parent, run);
+if (!text) throw new Error('no final answer');
+await provider.shutdown();
