@@ -258,3 +258,6 @@ class Engine:
         if not self.stage.drain(max(0.0, end - time.monotonic())):
             log.error("evaluation workers did not store every trace before the deadline; "
                       "what they hold is replayed from the spool at the next start")
+        if kept := self.finishing.queued_traces():
+            log.warning("%d trace(s) not stored: %s; they stay in the spool and are stored at "
+                        "the next start", kept, self.store_health.describe() or "shutting down")

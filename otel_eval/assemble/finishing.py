@@ -81,6 +81,11 @@ class Finishing:
         if traces:
             self.wake.set()
 
+    def queued_traces(self) -> int:
+        """Traces waiting to be handed out (after a store refusal: kept for the retry)."""
+        with self._lock:
+            return len(self._queue)
+
     def process(self, max_traces: int | None = None) -> int:
         """Hand queued traces to the evaluation stage; returns how many. In process (the
         default stage) they are evaluated, stored and exported before this returns."""

@@ -162,3 +162,24 @@ def test_sqlite_result_codes_name_the_reason(tmp_path: Path) -> None:
     with pytest.raises(sqlite3.OperationalError) as readonly:
         ro.execute("INSERT INTO t VALUES (1)")
     assert write_failure(readonly.value) == "read_only"
+
+
+def test_a_stop_while_the_store_is_full_keeps_the_trace_for_the_next_start(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    trace = "f4" * 16
+    with running_service(tmp_path) as h:
+        store = h.svc.store
+        assert isinstance(store, SqliteStore)
+        store.limit_pages(store.page_count())
+        assert _grpc_export(h, _request(trace)) is None
+        h.release()
+        assert _failures(h) == 1
+        h.svc.shutdown(deadline_s=5)  # SIGTERM during the outage: stops, stores nothing
+        assert "1 trace(s) not stored" in caplog.text and "disk_full" in caplog.text
+        assert h.sample("otel_eval_spool_requests") == 1
+    with running_service(tmp_path) as again:  # room again (a new connection: no cap)
+        assert again.svc.store.get(trace) is None
+        again.release()  # replayed from the spool at start, released, stored
+        stored = again.svc.store.get(trace)
+        assert stored is not None and stored["steps"][1]["arguments"] == json.loads(ARGUMENTS)
+        assert again.sample("otel_eval_spool_requests") == 0
