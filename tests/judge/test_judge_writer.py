@@ -82,7 +82,7 @@ def test_a_blocked_judge_write_does_not_hold_the_event_loop(llm: FakeLLM,
         store.release.set()
         stage.shutdown(30.0)  # waits for the writes
         assert store.calls == [(judged.trace_id, "ok"), (skipped.trace_id, "skipped")]
-        assert store.threads == {"otel-eval-judge-writer_0"}
+        assert store.threads == {"otel-eval-judge-writer"}
         stored = store.get(judged.trace_id)
         assert stored is not None and stored["judge"]["overall"]["status"] == "ok"
         skip = store.get(skipped.trace_id)

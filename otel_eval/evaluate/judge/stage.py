@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import queue
+import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
 
 from otel_eval.base.aio import LoopThread
 from otel_eval.base.model import Evaluation, Trace
@@ -45,6 +47,43 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class _Writer:
+    """Calls run one at a time, in order, on one daemon thread: a store that hangs past the
+    shutdown deadline cannot hold the process's exit (a ThreadPoolExecutor's thread would)."""
+
+    def __init__(self, name: str) -> None:
+        self._calls: queue.SimpleQueue[tuple[Future[bool], Callable[..., bool], tuple[Any, ...]]
+                                       | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._stopped = False
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, fn: Callable[..., bool], *args: Any) -> Future[bool]:
+        """Queue ``fn(*args)``; raises RuntimeError once stopped."""
+        if self._stopped:
+            raise RuntimeError("writer stopped")
+        future: Future[bool] = Future()
+        self._calls.put((future, fn, args))
+        return future
+
+    def _run(self) -> None:
+        while (call := self._calls.get()) is not None:
+            future, fn, args = call
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as e:  # the caller's future says it (logged on the loop)
+                future.set_exception(e)
+
+    def stop(self) -> None:
+        """No more calls; those queued still run, then the thread ends."""
+        self._stopped = True
+        self._calls.put(None)
+
+
 class JudgeStage:
     def __init__(self, config: JudgeConfig, loop: LoopThread, store: EvaluationStore,
                  metrics: Metrics, events: EvaluationEvents | None = None, *,
@@ -59,7 +98,7 @@ class JudgeStage:
         self._cache: SqliteRubricCache | None = None
         self.judge: Judge | None = None  # made at start(): it reads the prompt files
         self.queue: JudgeQueue | None = None
-        self._writer: ThreadPoolExecutor | None = None
+        self._writer: _Writer | None = None
         self._writes: set[Future[bool]] = set()  # made, not yet done (touched on the loop)
 
     def start(self) -> None:
@@ -74,8 +113,8 @@ class JudgeStage:
             raise
         self.queue = JudgeQueue(self.judge, self.config.queue_size, self._done, self._skipped)
         # one thread: the judge's writes reach the store one at a time, in order
-        self._writer = ThreadPoolExecutor(max_workers=1,
-                                          thread_name_prefix="otel-eval-judge-writer")
+        self._writer = _Writer("otel-eval-judge-writer")
+        self._writer.start()
         self.loop.run(self.queue.start(), timeout_s=10)
 
     def export(self, trace: Trace, evaluation: Evaluation) -> None:
@@ -132,7 +171,7 @@ class JudgeStage:
             return
         self.loop.run(self._shutdown(deadline_s), timeout_s=deadline_s + 10)
         if self._writer is not None:
-            self._writer.shutdown(wait=False)  # a write past the deadline still finishes
+            self._writer.stop()  # a write past the deadline still finishes
         self._close_cache()
 
     async def _shutdown(self, deadline_s: float) -> None:
