@@ -21,7 +21,8 @@ What it answers is ``scenarios.reply(NAME, k)``:
 A tool offered under a qualified name ending in ``-get_weather`` (Semantic Kernel's
 ``PluginName-function``) is called by that name. A client that ends a run by calling a tool
 instead of answering in text (smolagents' ``final_answer``) gets its final text as that
-tool's call: ``final_answer{"answer": TEXT}`` when the request offers a tool of that name. A
+tool's call: ``final_answer{"answer": TEXT}`` when the request offers a tool of that name
+(under its one required parameter's name when it declares one: BeeAI's is ``response``). A
 conversation containing ``[answer:code]`` (a code agent: smolagents' CodeAgent) gets each turn
 as a Python code block instead:
 ``<code>\nprint(get_weather(city="Paris"))\n</code>``, then ``final_answer("...")``.
@@ -111,6 +112,20 @@ def _offers(body: dict[str, Any], tool: str) -> bool:
         and t["function"].get("name") == tool for t in tools)
 
 
+def _final_answer_parameter(body: dict[str, Any]) -> str | None:
+    """The parameter of the offered final_answer tool that takes the answer (its one required
+    parameter, else ``answer``); None when no such tool is offered."""
+    if not _offers(body, FINAL_ANSWER_TOOL):
+        return None
+    for t in body["tools"]:
+        fn = t.get("function") if isinstance(t, dict) else None
+        if isinstance(fn, dict) and fn.get("name") == FINAL_ANSWER_TOOL:
+            required = (fn.get("parameters") or {}).get("required")
+            if isinstance(required, list) and len(required) == 1 and isinstance(required[0], str):
+                return required[0]
+    return "answer"
+
+
 def _call(seed: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     return {"id": "call_" + _token_id(seed + "/call", 24), "type": "function",
             "function": {"name": name, "arguments": json.dumps(arguments)}}
@@ -158,11 +173,10 @@ def plan(body: dict[str, Any]) -> dict[str, Any]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("'messages' must be a non-empty list")
-    return _plan(messages, final_answer_tool=_offers(body, FINAL_ANSWER_TOOL),
-                 tool=_tool_name(body))
+    return _plan(messages, final_answer=_final_answer_parameter(body), tool=_tool_name(body))
 
 
-def _plan(messages: list[Any], final_answer_tool: bool = False,
+def _plan(messages: list[Any], final_answer: str | None = None,
           tool: str = scenarios.TOOL_NAME) -> dict[str, Any]:
     name, k = scenario_of(messages)
     r = scenarios.reply(name, k)
@@ -177,8 +191,8 @@ def _plan(messages: list[Any], final_answer_tool: bool = False,
         return out
     if r.city is not None:
         call = _call(seed, tool, {"city": r.city})
-    elif final_answer_tool:
-        call = _call(seed, FINAL_ANSWER_TOOL, {"answer": r.text})
+    elif final_answer is not None:
+        call = _call(seed, FINAL_ANSWER_TOOL, {final_answer: r.text})
     if call is not None:
         out.update(message={"role": "assistant", "content": None, "tool_calls": [call],
                             "refusal": None},

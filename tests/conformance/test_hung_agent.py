@@ -29,7 +29,8 @@ def _agent_known_wrong(stack: str) -> bool:
 
 def test_a_killed_run_is_counted_for_the_agent_of_the_services_completed_runs(
         tmp_path: Path) -> None:
-    stacks = [s for s in corpus.stacks() if not _agent_known_wrong(s)]
+    stacks = [s for s in corpus.stacks() if not _agent_known_wrong(s)
+              and corpus.recording_path(s, hung.KILLED).is_file()]  # beeai: unsupported
     with running_service(tmp_path) as h:
         idle = h.svc.config.assembly.idle_timeout_s + 1
         for stack in stacks:  # what each service ran before: one clean run

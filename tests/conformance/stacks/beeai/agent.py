@@ -1,0 +1,60 @@
+"""beeai: a BeeAI ``RequirementAgent`` named weather_agent on BeeAI's ``OpenAIChatModel``
+(LiteLLM underneath) pointed at the scripted LLM, get_weather as a ``@tool`` function,
+instrumented by OpenInference's BeeAI instrumentation (``BeeAIInstrumentor``), as its docs show.
+The agent ends by calling its final_answer tool (the scripted LLM does so when that tool is
+offered). The streaming scenario gives the model ``ChatModelParameters(stream=True)``.
+``python agent.py SCENARIO`` (in the stack's venv)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import common
+
+
+async def run(scenario: str) -> str:
+    from beeai_framework.adapters.openai import OpenAIChatModel
+    from beeai_framework.agents.requirement import RequirementAgent
+    from beeai_framework.backend import ChatModelParameters
+    from beeai_framework.tools import tool
+
+    body = common.Tool(scenario)
+
+    @tool
+    def get_weather(city: str) -> str:
+        """Get the current weather for a city.
+
+        Args:
+            city: the city
+        """
+        return body(city)
+
+    llm = OpenAIChatModel(common.MODEL, api_key=os.environ["OPENAI_API_KEY"],
+                          base_url=os.environ["OPENAI_BASE_URL"],
+                          parameters=ChatModelParameters(stream=scenario == "streaming"),
+                          # a base_url makes BeeAI assume no tool_choice "required" (and force
+                          # tool calls through a JSON response format): this server has it
+                          tool_choice_support={"required", "none", "single", "auto"})
+    agent = RequirementAgent(llm=llm, tools=[get_weather], name=common.AGENT_NAME,
+                             instructions="You are a weather assistant. Use get_weather.")
+    with common.attached(common.remote_parent(scenario)):
+        out = await agent.run(common.prompt(scenario))
+    return str(out.last_message.text or "")
+
+
+def main(scenario: str) -> None:
+    common.setup()
+    from openinference.instrumentation.beeai import BeeAIInstrumentor
+
+    BeeAIInstrumentor().instrument()
+    if not asyncio.run(run(scenario)):
+        raise RuntimeError("no final answer")
+    common.shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
