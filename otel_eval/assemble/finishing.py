@@ -10,7 +10,9 @@ same ``model.content_digest``: a redelivered Kafka record, a replayed spool row)
 ``already_evaluated``: counted (``otel_eval_evaluation_skipped_total{reason}``), no metric of
 the trace and no sink, but done like any other (spool rows deleted, waiters called). So is a
 trace that is no agent run (``not_a_run``: only setup operations, such as a ``create_agent``
-span in a trace of its own): nothing stored, counted the same way.
+span in a trace of its own): nothing stored, counted the same way, and its spans handed to
+the sinks' ``pass_on`` (pass-through forwards them unstamped: otel-eval in the trace path must
+not swallow a user's spans because they are no run).
 
 A batch the store refused (``Outcome.unstored``: a full disk, a lost connection) is not
 finished: its jobs go back to the head of the queue, still pending and still spooled, the
@@ -38,6 +40,7 @@ from typing import Protocol
 from otel_eval.assemble.durability import Durability
 from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.model import Evaluation, Trace, content_digest
+from otel_eval.evaluate.evaluator import NOT_A_RUN
 from otel_eval.evaluate.stage import EvaluationStage, Job, Outcome
 from otel_eval.telemetry.metrics import Metrics
 
@@ -48,6 +51,10 @@ class Sink(Protocol):
     """Where stored evaluations go next (events, pass-through, judge). Must not block."""
 
     def export(self, trace: Trace, evaluation: Evaluation) -> None: ...
+
+    def pass_on(self, trace: Trace) -> None:
+        """A trace that gets no evaluation because it is no agent run (``not_a_run``): a sink
+        in the trace path passes its spans on; the others do nothing."""
 
 
 class Finishing:
@@ -121,19 +128,16 @@ class Finishing:
         now = self._clock()
         for job, out in zip(jobs, outcomes, strict=True):
             trace, ev = job.trace, out.evaluation
-            if ev is None:  # already evaluated, or no agent run: done, nothing to export
-                self._metrics.evaluation_skipped(out.skipped or "already_evaluated")
+            if ev is None:  # already evaluated (and exported then), or no agent run
+                skipped = out.skipped or "already_evaluated"
+                self._metrics.evaluation_skipped(skipped)
+                if skipped == NOT_A_RUN:
+                    self._to_sinks(trace, None)
                 continue
             if out.failure is not None:
                 self._metrics.evaluation_failed("evaluate", out.failure)
             self._metrics.evaluation_stored(ev, now - job.released_at, out.superseded)
-            for sink in self.sinks:
-                try:
-                    sink.export(trace, ev)
-                except Exception:
-                    log.exception("sink %s failed on trace %s", type(sink).__name__,
-                                  trace.trace_id)
-                    self._metrics.sink_dropped(type(sink).__name__, "exception", 1)
+            self._to_sinks(trace, ev)
         # Only now is the work durable: release the pending budget and tell the waiters.
         with self._lock:
             self.queued_spans -= sum(len(j.trace.spans) for j in jobs)
@@ -142,6 +146,19 @@ class Finishing:
         for job in jobs:
             for waiter in job.trace.waiters:
                 waiter()
+
+    def _to_sinks(self, trace: Trace, evaluation: Evaluation | None) -> None:
+        """Each sink gets the evaluation, or (None: no agent run) the trace to pass on."""
+        for sink in self.sinks:
+            try:
+                if evaluation is None:
+                    sink.pass_on(trace)
+                else:
+                    sink.export(trace, evaluation)
+            except Exception:
+                log.exception("sink %s failed on trace %s", type(sink).__name__,
+                              trace.trace_id)
+                self._metrics.sink_dropped(type(sink).__name__, "exception", 1)
 
     def _keep(self, refused: list[tuple[Job, Outcome]]) -> None:
         """The store did not write these: back to the head of the queue, in their order, as

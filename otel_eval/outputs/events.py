@@ -192,6 +192,9 @@ class EvaluationEvents:
             records.append(verdict)
         self._submit(records)
 
+    def pass_on(self, trace: model.Trace) -> None:
+        """No evaluation, no event."""
+
     def export_judge(self, evaluation: model.Evaluation, root: str, low_score: float) -> None:
         """The judge's grades, sent once the (asynchronous) judge is done with the trace."""
         now = time.time_ns()

@@ -14,6 +14,9 @@ and the root span gets the trace summary
 Everything else about the spans is forwarded unchanged (``otlp.encode_spans``). Delivery,
 bounds, retries and drop counting: ``results.sender`` (sink label ``forward``).
 
+A trace that is no agent run (only setup operations: not evaluated) is forwarded unstamped
+(``pass_on``), so pass-through never swallows spans.
+
 A trace re-opened by late spans is evaluated again and forwarded again, whole (the root then
 carries the new summary and ``otel_eval.trace.revision`` > 0): downstream receives its spans
 twice, the later copy with the up-to-date stamps.
@@ -94,3 +97,7 @@ class Forwarder:
             return
         self._sender.submit(encode_spans(trace.spans, extra=stamps(trace, evaluation)),
                             len(trace.spans))
+
+    def pass_on(self, trace: model.Trace) -> None:
+        if trace.spans:
+            self._sender.submit(encode_spans(trace.spans), len(trace.spans))

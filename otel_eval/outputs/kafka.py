@@ -59,6 +59,9 @@ class ResultsPublisher:
             return
         loop.call_soon_threadsafe(self._enqueue, evaluation.trace_id, payload)
 
+    def pass_on(self, trace: Trace) -> None:
+        """No evaluation, no result to publish."""
+
     def _enqueue(self, trace_id: str, payload: bytes) -> None:
         if len(self._queue) >= self.config.results_queue_size:
             self._queue.popleft()

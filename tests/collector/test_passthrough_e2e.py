@@ -50,8 +50,7 @@ def test_stamped_spans_and_evaluation_events_come_back_through_the_collector(
                 sent = replay(rec, agent)
                 spans, logs = spans + sent.spans, logs + sent.log_records
             evaluations = topology.wait_for(
-                lambda: topology.stored_at_least(served,
-                                                 len(topology.traces_with_spans(recs))),
+                lambda: topology.stored_at_least(served, len(topology.runs(recs))),
                 "serve to evaluate every recording")
             events = sum(len(e["findings"]) + (e["verdict"] is not None)
                          for e in evaluations.values())

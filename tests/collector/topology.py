@@ -69,9 +69,31 @@ def recordings() -> tuple[dict[str, Any], ...]:
 
 
 def traces_with_spans(recs: Sequence[dict[str, Any]]) -> set[str]:
-    """The trace ids of every span of the recordings: the runs otel-eval evaluates."""
+    """The trace ids of every span of the recordings."""
     return set(re.findall(r'"traceId": "([0-9a-f]{32})"', json.dumps(
         [item for rec in recs for item in rec["requests"] if item["signal"] == "traces"])))
+
+
+def setup_only(recs: Sequence[dict[str, Any]]) -> set[str]:
+    """Traces whose every span is a GenAI ``create_agent`` (an agent being built, e.g.
+    AutoGen's, in a trace of its own): no agent run, so not evaluated."""
+    ops: dict[str, set[str]] = {}
+    for rec in recs:
+        for item in rec["requests"]:
+            if item["signal"] != "traces":
+                continue
+            for rs in item["body"].get("resourceSpans", []):
+                for ss in rs.get("scopeSpans", []):
+                    for span in ss.get("spans", []):
+                        op = next((a["value"].get("stringValue") for a in span.get(
+                            "attributes", []) if a["key"] == "gen_ai.operation.name"), None)
+                        ops.setdefault(span["traceId"], set()).add(str(op))
+    return {tid for tid, seen in ops.items() if seen == {"create_agent"}}
+
+
+def runs(recs: Sequence[dict[str, Any]]) -> set[str]:
+    """The trace ids otel-eval evaluates: every trace with spans that is an agent run."""
+    return traces_with_spans(recs) - setup_only(recs)
 
 
 def post_recording(base_url: str, rec: dict[str, Any]) -> None:

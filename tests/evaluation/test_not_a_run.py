@@ -64,17 +64,34 @@ def test_a_trace_with_no_spans_is_still_evaluated() -> None:
     assert Evaluator(Config()).evaluate(Trace(SETUP, [], "complete")) is not None
 
 
-def _engine(tmp_path: Path) -> tuple[Engine, Store, Metrics, list[float]]:
+class _Sink:
+    """What the sinks are handed: evaluations, and the traces passed on without one."""
+
+    def __init__(self) -> None:
+        self.exported: list[str] = []
+        self.passed_on: list[list[str]] = []
+
+    def export(self, trace: Trace, evaluation: Any) -> None:
+        self.exported.append(evaluation.trace_id)
+
+    def pass_on(self, trace: Trace) -> None:
+        self.passed_on.append([s.span_id for s in trace.spans])
+
+
+def _engine(tmp_path: Path, sink: _Sink | None = None
+            ) -> tuple[Engine, Store, Metrics, list[float]]:
     now = [0.0]
     metrics = Metrics(CollectorRegistry())
     cfg = replace(Config(), **{"assembly.grace_s": 1.0})
     store = Store(str(tmp_path / "store.db"))
-    engine = Engine(Evaluator(cfg), store, metrics, assembly=cfg.assembly, clock=lambda: now[0])
+    engine = Engine(Evaluator(cfg), store, metrics, assembly=cfg.assembly, clock=lambda: now[0],
+                    sinks=[sink] if sink else ())
     return engine, store, metrics, now
 
 
 def test_a_setup_only_trace_is_counted_skipped_not_evaluated(tmp_path: Path) -> None:
-    engine, store, metrics, now = _engine(tmp_path)
+    sink = _Sink()
+    engine, store, metrics, now = _engine(tmp_path, sink)
     setup = [_span(SETUP, 1, CREATE, name="create_agent weather_agent")]
     run = [_span(RUN, 1, INVOKE, name="invoke_agent weather_agent"),
            _span(RUN, 2, CHAT, parent=1, name="chat gpt-4o")]
@@ -93,6 +110,9 @@ def test_a_setup_only_trace_is_counted_skipped_not_evaluated(tmp_path: Path) -> 
                     if s.name == "otel_eval_traces_completed_total")
     assert completed == 1  # the run only
     assert engine.finishing.queued_spans == 0  # done all the same: its budget released
+    # the sinks get the run's evaluation, and the setup trace's spans to pass on (pass-through
+    # forwards them unstamped: otel-eval in the trace path swallows no span)
+    assert sink.exported == [RUN] and sink.passed_on == [[f"{1:016x}"]]
     store.close()
 
 

@@ -69,6 +69,20 @@ def test_forwards_spans_with_stamps_and_summary(downstream: Downstream) -> None:
     assert _value(m, "otel_eval_forward_spans_sent_total") == 3
 
 
+def test_a_trace_that_is_no_run_is_passed_on_unstamped(downstream: Downstream) -> None:
+    m = Metrics()
+    fwd = Forwarder(_config(downstream), m)
+    fwd.start()
+    fwd.pass_on(trace())
+    fwd.shutdown(5.0)
+    spans = _spans(downstream)
+    assert set(spans) == {ROOT, LLM, TOOL}
+    assert not [a.key for s in spans.values() for a in s.attributes
+                if a.key.startswith("otel_eval.")]
+    assert attributes_to_dict(spans[ROOT].attributes) == {"gen_ai.agent.name": "shop"}
+    assert _value(m, "otel_eval_forward_spans_sent_total") == 3
+
+
 def test_retries_then_delivers_and_counts_partial_rejects(downstream: Downstream) -> None:
     downstream.fail_next = [grpc.StatusCode.UNAVAILABLE] * 3
     downstream.reject_spans = 1

@@ -120,6 +120,9 @@ class JudgeStage:
     def export(self, trace: Trace, evaluation: Evaluation) -> None:
         self.loop.call(self._submit, evaluation)
 
+    def pass_on(self, trace: Trace) -> None:
+        """No evaluation, nothing to judge."""
+
     def _submit(self, evaluation: Evaluation) -> None:  # on the loop
         assert self.queue is not None, "export before start()"
         self.queue.submit(evaluation)
