@@ -161,13 +161,16 @@ def test_a_trickled_body_is_cut_at_the_request_deadline() -> None:
 def test_a_keep_alive_connection_gets_a_fresh_header_deadline_per_request() -> None:
     limits = HttpLimits(read_header_timeout_s=10, idle_timeout_s=120)
     with server(limits) as (srv, clock, _), connect(srv.port) as s:
+        accepted(srv)  # its header deadline runs from here (t=0): the first request is sent now
         for _ in range(3):  # 3 requests 50 s apart: each within its own deadlines
-            clock.now += 50
             s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
             head = b""
             while b'{"status": "ok"}' not in head:
-                head += s.recv(65536)
+                piece = s.recv(65536)
+                assert piece, head  # the server closed the connection
+                head += piece
             assert head.startswith(b"HTTP/1.1 200 ")
+            clock.now += 50  # idle between requests, well inside idle_timeout_s
 
 
 def test_one_peer_cannot_take_every_slot() -> None:
