@@ -15,6 +15,10 @@ Promises:
   call's arguments (``conventions.arguments``: ``unrecorded["unparsed"]``); so are tool
   results and LLM outputs in a shape no reader understands, a Python repr or a serialized
   object (``conventions.shapes``), then looked up where the LLM was told the result;
+- a tool span directly under a tool span is no call of its own when it is the same call
+  recorded twice (same tool: its fields go to the outer step) or the call's error event
+  (OpenInference, named ``error``, no tool name, in error: BeeAI): kind ``other``, its error
+  the outer step's (``conventions.links.merge_nested_calls``);
 - tool steps are joined to the LLM tool call they ran (``conventions.links``: by call id, else
   by name in order), and take its arguments when their own were not recorded, and their
   result from the next LLM call's tool message when the tool span carries none;

@@ -37,12 +37,22 @@ def merge_nested_calls(steps: list[Step]) -> None:
     under it (two instrumentations: AutoGen's OpenInference TOOL span around autogen-core's
     ``execute_tool``): the outer step takes what only the inner one carries (call id,
     arguments, result, its error), and the inner one is no call of its own (kind ``other``,
-    ``Step.sources["kind"]`` says why)."""
+    ``Step.sources["kind"]`` says why). Likewise a tool call's error event recorded as a
+    tool span under it (``_error_event``: OpenInference, named ``error``, no tool name of its
+    own, in error): the outer step takes its error, and it is no call."""
     by_span = {s.span_id: s for s in steps if s.kind == "tool" and not s.rebuilt}
     for step in steps:
         outer = by_span.get(step.parent_span_id or "")
-        if (step.kind != "tool" or step.rebuilt or outer is None or outer is step
-                or (outer.tool_name or outer.name) != (step.tool_name or step.name)):
+        if step.kind != "tool" or step.rebuilt or outer is None or outer is step:
+            continue
+        if _error_event(step):
+            if outer.status != "error":
+                outer.status, outer.error = "error", step.error
+            step.kind = "other"
+            step.sources["kind"] = f"the error event of its parent tool step {outer.span_id}"
+            del by_span[step.span_id]
+            continue
+        if (outer.tool_name or outer.name) != (step.tool_name or step.name):
             continue
         for name in _NESTED_FIELDS:
             if getattr(outer, name) is None and getattr(step, name) is not None:
@@ -54,6 +64,15 @@ def merge_nested_calls(steps: list[Step]) -> None:
         step.kind = "other"
         step.sources["kind"] = f"the call of its parent tool step {outer.span_id}"
         del by_span[step.span_id]
+
+
+def _error_event(step: Step) -> bool:
+    """Whether a tool step directly under a tool step is its parent call's error event, not a
+    call: BeeAI's OpenInference instrumentation makes the ``error`` event of a failing tool
+    (``metadata.path`` ``tool.custom.<tool>.error``) a child span of the TOOL span, itself
+    marked TOOL, named ``error``, with no ``tool.name`` of its own, in status ERROR."""
+    return (step.convention == "openinference" and step.name == "error"
+            and step.status == "error" and step.sources.get("tool_name") == "span name")
 
 
 def join_calls(steps: list[Step], joined: dict[int, ToolCall] | None = None) -> set[int]:
