@@ -228,11 +228,7 @@ def arguments_key(arguments: Any) -> str:
         except ValueError:
             return key_text(normalized_text(arguments))
     if _within(arguments, _SMALL_CHARS) >= 0:  # most arguments: built whole, at once
-        text = _canonical(arguments)
-        if len(text) <= HEAD_CHARS:
-            return text
-        digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16)
-        return f"{text[:HEAD_CHARS]}\x02{len(text)}:{digest.hexdigest()}"
+        return key_text((_canonical(arguments),))
     return key_text(canonical_pieces(arguments))
 
 
