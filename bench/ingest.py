@@ -287,7 +287,7 @@ def spool_cost(args: argparse.Namespace) -> dict[str, Any]:
 STAGES = (("decode request", "decode/otlp.py", "decode_request"),
           ("assembly (submit)", "assemble/engine.py", "submit"),
           ("evaluate", "evaluate/evaluator.py", "evaluate"),
-          ("  build trajectory", "evaluate/trajectory.py", "build_trajectory"),
+          ("  build trajectory", "evaluate/trajectory/build.py", "build_trajectory"),
           ("    materialize attributes", "base/model.py", "_materialize"),
           ("  detectors", "detectors/__init__.py", "evaluate"),
           ("    loop detector", "detectors/loop.py", "detect"),

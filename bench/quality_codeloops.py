@@ -34,9 +34,8 @@ from typing import Any
 
 from otel_eval.base.model import Finding, Trace, Trajectory
 from otel_eval.evaluate.config import TrajectoryConfig
-from otel_eval.evaluate.conventions import code_actions
 from otel_eval.evaluate.detectors import Detectors, DetectorsConfig
-from otel_eval.evaluate.trajectory import build_trajectory
+from otel_eval.evaluate.trajectory import build_trajectory, code_actions
 from otel_eval.receive.loaders import load_path
 
 sys.path.insert(0, str(Path(__file__).parent))  # bench/ is no package

@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from otel_eval.base.model import Finding, Step, Trace, Trajectory
-from otel_eval.evaluate import trajectory as trajectory_stage
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.detectors import Detectors, DetectorsConfig
 from otel_eval.evaluate.detectors import calls as calls_stage
 from otel_eval.evaluate.trajectory import build_trajectory
+from otel_eval.evaluate.trajectory import passes as trajectory_stage
 from otel_eval.receive.loaders import load_path
 
 CFG = TrajectoryConfig()

@@ -287,11 +287,11 @@ class Step:
     reply: str | None = None  # the reply's text, when the convention records it apart
     tool_calls: list[ToolCall] = field(default_factory=list)  # calls an llm step requested
     rebuilt: bool = False  # a tool step rebuilt from an LLM's output (no span of its own)
-    # a tool call made from inside a code action step (``conventions.code_actions``): a step
+    # a tool call made from inside a code action step (``trajectory.code_actions``): a step
     # of that action, not one of the run's own (budgets and the steps histogram count the
     # action once); the loop rules still compare it with the other calls of its tool
     in_code: bool = False
-    # a code action an LLM reply wrote, made a step of its own (``conventions.code_actions``:
+    # a code action an LLM reply wrote, made a step of its own (``trajectory.code_actions``:
     # smolagents' python_interpreter block): a step of the run, not a tool call (the calls of
     # known tools in it are, marked ``in_code``)
     code_block: bool = False
@@ -385,7 +385,7 @@ class Trajectory:
     # when the run's answer is unknown); ``unparsed``: values present but not understood
     # (arguments, results, LLM outputs: one per value). Detectors draw no conclusion from these.
     unrecorded: dict[str, int] = field(default_factory=dict)
-    # Code actions read from LLM replies (``conventions.code_actions``): blocks, calls, calls
+    # Code actions read from LLM replies (``trajectory.code_actions``): blocks, calls, calls
     # that are steps, rebuilt steps, ``unparsed_<reason>``. Empty when no reply holds code.
     code_actions: dict[str, int] = field(default_factory=dict)
 

@@ -61,8 +61,8 @@ def test_cost_from_litellm_price_map() -> None:
 def test_price_table_read_without_litellm_matches_litellm_model_cost() -> None:
     """The prices are read from litellm's packaged JSON without importing litellm (idle RSS);
     every model name litellm itself serves (aliases resolved) must price the same."""
-    from otel_eval.evaluate.conventions.prices import _price_map
     from otel_eval.evaluate.judge.llm import litellm
+    from otel_eval.evaluate.trajectory.prices import _price_map
 
     table = _price_map()
     expected = {}

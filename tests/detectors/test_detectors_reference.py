@@ -155,7 +155,7 @@ def test_kinds_helper_for_reference() -> None:
 
 
 def _unknown_arguments(name: str) -> Step:
-    """A call whose arguments were present but not understood (``conventions.arguments``)."""
+    """A call whose arguments were present but not understood (``trajectory.arguments``)."""
     step = tool(name)
     step.arguments = None
     step.unknown["arguments"] = "unparsed: text that is no JSON object nor Python dict"

@@ -16,8 +16,8 @@ from otel_eval.app.config import Config
 from otel_eval.base import model
 from otel_eval.evaluate.bounds import bound
 from otel_eval.evaluate.config import TrajectoryConfig
-from otel_eval.evaluate.conventions.code_actions import CODE_TOOL
 from otel_eval.evaluate.evaluator import Evaluator
+from otel_eval.evaluate.trajectory.code_actions import CODE_TOOL
 
 BENCH = load_bench("bounded_results.py", "bench_bounded_results")
 
@@ -43,7 +43,7 @@ def test_a_literal_passed_64_times_is_stored_within_the_value_bound() -> None:
     cfg = TrajectoryConfig()
     body = ev.to_json_text().encode()
     assert len(body) < 2 * 1024 * 1024  # was 18.8 MB
-    # the 64 calls, and the block that made them, a step of its own (conventions.code_actions)
+    # the 64 calls, and the block that made them, a step of its own (trajectory.code_actions)
     rebuilt = [s for s in json.loads(body)["steps"] if s.get("rebuilt")
                and s["tool_name"] != CODE_TOOL]
     # (the block is a step, not a tool call: Trajectory.counts counts the 64)

@@ -13,7 +13,9 @@ from trajectory_factory import span, trace
 
 from otel_eval.base.model import Span, Step, Trace, Trajectory
 from otel_eval.evaluate.config import TrajectoryConfig
-from otel_eval.evaluate.conventions.code_actions import (
+from otel_eval.evaluate.detectors import Detectors, DetectorsConfig, budget
+from otel_eval.evaluate.trajectory import build_trajectory
+from otel_eval.evaluate.trajectory.code_actions import (
     CODE_TOOL,
     MAX_CALLS,
     MAX_CODE_CHARS,
@@ -21,10 +23,8 @@ from otel_eval.evaluate.conventions.code_actions import (
     last_message_text,
     python_calls,
 )
-from otel_eval.evaluate.conventions.interpreters import is_interpreter
-from otel_eval.evaluate.conventions.shell import MAX_COMMAND_CHARS, shell_commands
-from otel_eval.evaluate.detectors import Detectors, DetectorsConfig, budget
-from otel_eval.evaluate.trajectory import build_trajectory
+from otel_eval.evaluate.trajectory.interpreters import is_interpreter
+from otel_eval.evaluate.trajectory.shell import MAX_COMMAND_CHARS, shell_commands
 from otel_eval.receive.loaders import load_file, load_path
 
 CFG = TrajectoryConfig()
@@ -347,7 +347,7 @@ def test_shell_fast_path_splits_as_shlex_does() -> None:
     import random
     import shlex
 
-    from otel_eval.evaluate.conventions import shell
+    from otel_eval.evaluate.trajectory import shell
 
     def lexed(text: str) -> object:
         lexer = shlex.shlex(text, posix=True, punctuation_chars=";&|<>\n")

@@ -13,8 +13,8 @@ from trajectory_factory import span, trace
 from otel_eval.base.model import SpanEvent, Step
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.conventions import classify, dominant, merge_tools, read_span
-from otel_eval.evaluate.conventions.arguments import take_off_envelopes
 from otel_eval.evaluate.trajectory import build_trajectory
+from otel_eval.evaluate.trajectory.arguments import take_off_envelopes
 
 OUT_TOOL_CALL = json.dumps([{"role": "assistant", "finish_reason": "tool_call", "parts": [
     {"type": "text", "content": "checking"},

@@ -44,7 +44,7 @@ def test_trail_every_span_once_llm_and_tool_steps_match_span_kinds(datasets: Pat
         spanned = [s for s in t.steps if not s.rebuilt]
         assert Counter(s.span_id for s in spanned) == Counter(s["span_id"] for s in raw), file
         # rebuilt: exactly the CodeAgent's calls of its managed agent (an AGENT span, no TOOL
-        # span), each on the LLM span that wrote the code (conventions.code_actions)
+        # span), each on the LLM span that wrote the code (trajectory.code_actions)
         managed = [s for s in raw if s["span_name"] == "ToolCallingAgent.run"]
         rebuilt = [s for s in t.steps if s.rebuilt and s.tool_name != "python_interpreter"]
         assert [s.tool_name for s in rebuilt] == ["search_agent"] * len(managed), file

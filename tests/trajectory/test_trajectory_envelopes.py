@@ -9,9 +9,9 @@ import pytest
 from trajectory_factory import span, trace
 
 from otel_eval.evaluate.config import TrajectoryConfig
-from otel_eval.evaluate.conventions.envelopes import MAX_LITERAL_CHARS, fits, unwrap
 from otel_eval.evaluate.detectors import Detectors, DetectorsConfig
 from otel_eval.evaluate.trajectory import build_trajectory
+from otel_eval.evaluate.trajectory.envelopes import MAX_LITERAL_CHARS, fits, unwrap
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 

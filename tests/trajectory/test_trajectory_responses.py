@@ -1,4 +1,4 @@
-"""Rebuilt calls' results found by id in later LLM inputs (``conventions.responses``): the
+"""Rebuilt calls' results found by id in later LLM inputs (``trajectory.responses``): the
 local decode around the id and the full parse agree, whatever the shape of the input."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from otel_eval.base.model import Step
-from otel_eval.evaluate.conventions import responses
-from otel_eval.evaluate.conventions.responses import LOOKAHEAD, ToolResponses
+from otel_eval.evaluate.trajectory import responses
+from otel_eval.evaluate.trajectory.responses import LOOKAHEAD, ToolResponses
 
 
 def llm(input_messages: Any, node: str | None = "a") -> Step:

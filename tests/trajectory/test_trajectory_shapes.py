@@ -2,7 +2,7 @@
 fields, a LangChain serialized object) are unknown: ``Step.result`` / ``Step.output_text``
 None with the reason in ``Step.unknown``, counted in ``unrecorded["unparsed"]``, and the rules
 that compare results or outputs, or search a result for an error, conclude nothing from them
-(``conventions.shapes``). One test per rule, each a finding today's readers would draw.
+(``trajectory.shapes``). One test per rule, each a finding today's readers would draw.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from trajectory_factory import span, trace
 from otel_eval.app.config import Config
 from otel_eval.base.model import Evaluation, Span
 from otel_eval.evaluate.config import TrajectoryConfig
-from otel_eval.evaluate.conventions.shapes import unrecognised
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.trajectory import build_trajectory
+from otel_eval.evaluate.trajectory.shapes import unrecognised
 
 
 @pytest.mark.parametrize("value", [

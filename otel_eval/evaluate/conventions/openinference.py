@@ -14,7 +14,7 @@ of the graph, not an agent. LangChain's agents stamp their name on every run of 
 ``metadata.lc_agent_name`` (``create_agent(name=...)``, Python and JS): ``stamped_agent_name``
 reads it, for spans that are not agent spans (LangChain.js's graph root is a CHAIN span). Tool
 inputs are read as carried (LlamaIndex's ``{"kwargs": ...}``,
-smolagents' ``{"args", "kwargs"}`` are taken off by ``conventions.envelopes``).
+smolagents' ``{"args", "kwargs"}`` are taken off by ``trajectory.envelopes``).
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
     if kind == "tool":
         step.tool_name = as_str(first(attrs, "tool.name", "tool_call.function.name")) or None
         # as carried: the smolagents / LlamaIndex envelopes are taken off by
-        # ``conventions.envelopes`` (with every other convention's)
+        # ``trajectory.envelopes`` (with every other convention's)
         step.arguments = parse_json(first(attrs, "tool_call.function.arguments", "input.value"))
         step.result = as_str(attrs.get("output.value"))
         return

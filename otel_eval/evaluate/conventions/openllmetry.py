@@ -104,7 +104,7 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
     if kind == "tool":
         step.tool_name = as_str(attrs.get("traceloop.entity.name")) or None
         # as carried: the SDK's {"args", "kwargs"} and LangChain's callback inputs are taken
-        # off by ``conventions.envelopes``
+        # off by ``trajectory.envelopes``
         step.arguments = parse_json(attrs.get("traceloop.entity.input"))
         step.result = as_str(attrs.get("traceloop.entity.output"))
         return

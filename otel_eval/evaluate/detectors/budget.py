@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from otel_eval.base.model import Finding, Step, Trajectory
-from otel_eval.evaluate.conventions.prices import model_prices, step_cost
 from otel_eval.evaluate.detectors.calls import Context, top_level_tool_steps
 from otel_eval.evaluate.detectors.config import DetectorsConfig
+from otel_eval.evaluate.trajectory.prices import model_prices, step_cost
 
 __all__ = ["cost", "detect", "measure", "model_prices", "step_cost"]
 

@@ -19,9 +19,9 @@ from functools import lru_cache
 from typing import Any
 
 from otel_eval.base.model import Finding, Step, Trajectory
-from otel_eval.evaluate.conventions.shell import shell_commands
 from otel_eval.evaluate.detectors.canonical import arguments_key, key_text, norm_ws, normalized_text
 from otel_eval.evaluate.detectors.config import DetectorsConfig, LoopConfig, ToolCallConfig
+from otel_eval.evaluate.trajectory.shell import shell_commands
 
 _COMMAND_SEPARATORS = re.compile(r"&&|\|\||;|\|")
 _ACTION_KEYS = ("command", "code", "cmd", "script", "input")
@@ -145,7 +145,7 @@ def result_failed(step: Step, action: bool, cfg: ToolCallConfig) -> str | None:
 
 def top_level_tool_steps(trajectory: Trajectory) -> list[Step]:
     """Tool steps not nested (at any depth) under another tool step, but for the calls an
-    interpreter tool's code made (``Step.in_code``: ``conventions.code_actions``).
+    interpreter tool's code made (``Step.in_code``: ``trajectory.code_actions``).
 
     One pass in step order (tree order: a parent comes before its children) remembers for
     each span whether a tool step is at or above it, so a chain of n nested spans costs n,

@@ -17,7 +17,7 @@ signals the trace declares, never from what the code looks like:
   ``cell`` that is a string, or the arguments when they are a bare string.
 
 A shell tool's ``command`` is not read here: a shell command runs programs, never the agent's
-tools (``conventions.shell`` reads it as commands, for whether it writes).
+tools (``trajectory.shell`` reads it as commands, for whether it writes).
 """
 
 from __future__ import annotations

@@ -12,11 +12,11 @@ CodeAgent writes a Python block that calls its tools (``Code:\\n```py ... ```<en
   top-level assignment counts), anything else kept as its source text; positional arguments
   are named from the tool's schema when it has one;
 - a shell block is one action (a ``bash`` step with ``{"command": ...}``), read by
-  ``conventions.shell.shell_commands`` (``shlex``) when rebuilt, to count what cannot be lexed;
+  ``trajectory.shell.shell_commands`` (``shlex``) when rebuilt, to count what cannot be lexed;
 - ``rebuild_code_actions`` turns the calls that no span ran into ``rebuilt`` tool steps right
   after the LLM step that wrote them (same span id, the parent of the span that ran the code),
   see its docstring for when a call counts as run;
-- code given to an interpreter-like tool (``conventions.interpreters``: ``execute_code``,
+- code given to an interpreter-like tool (``trajectory.interpreters``: ``execute_code``,
   ``run_python``, ...) is read by the same parser into the calls it makes, steps inside that
   tool step (``_Rebuilder.interpreted``).
 
@@ -40,9 +40,9 @@ from operator import itemgetter
 from typing import Any
 
 from otel_eval.base.model import Step
-from otel_eval.evaluate.conventions.interpreters import interpreter_code
 from otel_eval.evaluate.conventions.messages import answer_text, message_text
-from otel_eval.evaluate.conventions.shell import MAX_COMMAND_CHARS, shell_commands
+from otel_eval.evaluate.trajectory.interpreters import interpreter_code
+from otel_eval.evaluate.trajectory.shell import MAX_COMMAND_CHARS, shell_commands
 
 __all__ = ["CODE_TOOL", "MAX_CALLS", "MAX_CODE_CHARS", "CodeCall", "called_names",
            "code_blocks", "normalised_code", "python_calls", "rebuild_code_actions"]
@@ -486,7 +486,7 @@ class _Rebuilder:
 
     def interpreted(self, tool: Step) -> list[Step]:
         """The calls of known tools in the code given to an interpreter-like tool
-        (``conventions.interpreters``), as steps inside it: a tool span under it that ran a
+        (``trajectory.interpreters``), as steps inside it: a tool span under it that ran a
         call is that call's step (marked ``in_code``); a call of a tool that has no span in
         the trace is rebuilt right after it (its span id, under it: its ``in_code`` steps,
         result the interpreter's output); a call of a tool with spans elsewhere but none

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from otel_eval.base.model import Step, ToolCall
-from otel_eval.evaluate.conventions.envelopes import python_literal
+from otel_eval.evaluate.trajectory.envelopes import python_literal
 
 # Pending calls of one tool looked through for equal arguments (bounds the name match).
 _SAME_ARGS_WINDOW = 16

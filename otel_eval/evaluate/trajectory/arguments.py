@@ -2,8 +2,8 @@
 are not understood.
 
 ``take_off_envelopes`` runs before tool steps are joined to the LLM calls that asked for them
-(``conventions.links``): every tool step's input and every requested call's arguments lose the
-envelopes ``conventions.envelopes`` knows.
+(``trajectory.links``): every tool step's input and every requested call's arguments lose the
+envelopes ``trajectory.envelopes`` knows.
 
 ``settle`` runs after the join. Arguments that do not fit the offered schema (``fits``) *and*
 look like something else than the arguments (an envelope was taken off, they are text, or
@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from otel_eval.base.model import Step, ToolCall
-from otel_eval.evaluate.conventions.envelopes import fits, unknown_keys, unwrap
+from otel_eval.evaluate.trajectory.envelopes import fits, unknown_keys, unwrap
 
 __all__ = ["settle", "take_off_envelopes"]
 

@@ -9,7 +9,7 @@ these, and comparing two of them compares the printing (an address CPython reuse
 boilerplate around a short content), not what the tool returned or the model said.
 
 ``unrecognised`` says why a value is such a shape (None when it is not). ``settle_values``
-makes every such result or output *unknown*, as ``conventions.arguments`` does for arguments:
+makes every such result or output *unknown*, as ``trajectory.arguments`` does for arguments:
 ``Step.result`` / ``Step.output_text`` None, ``Step.unknown`` says why, counted in
 ``Trajectory.unrecorded["unparsed"]``. The rules that compare results or outputs (no progress,
 reworded repeats, circling, stagnation) and the error test on results then draw no conclusion

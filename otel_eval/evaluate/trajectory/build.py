@@ -1,6 +1,8 @@
 """Stage: trajectory. ``model.Trace`` -> ``model.Trajectory`` (the normalized agent run).
 
-Promises:
+Each span is read into a step (``_Builder``, with the readers of ``conventions``), then the
+passes run over the steps in the one order of ``passes.PASSES``; the run's agent, input and
+output are read last. Promises:
 - every span of the trace appears exactly once as a step, with its own span id, in tree
   order: depth first, siblings by start time; spans whose parent is missing (orphans) follow
   the root tree at top level in start order; spans caught in a parent cycle follow those;
@@ -11,15 +13,15 @@ Promises:
 - GenAI events sent as log records (``Trace.logs``) or carried as span events are read as if
   their span carried them as attributes (``conventions.events``);
 - the envelopes frameworks record around a tool's arguments are taken off
-  (``conventions.envelopes``), and arguments that are not understood are unknown, never a
-  call's arguments (``conventions.arguments``: ``unrecorded["unparsed"]``); so are tool
+  (``trajectory.envelopes``), and arguments that are not understood are unknown, never a
+  call's arguments (``trajectory.arguments``: ``unrecorded["unparsed"]``); so are tool
   results and LLM outputs in a shape no reader understands, a Python repr or a serialized
-  object (``conventions.shapes``), then looked up where the LLM was told the result;
+  object (``trajectory.shapes``), then looked up where the LLM was told the result;
 - a tool span directly under a tool span is no call of its own when it is the same call
   recorded twice (same tool: its fields go to the outer step) or the call's error event
   (OpenInference, named ``error``, no tool name, in error: BeeAI): kind ``other``, its error
-  the outer step's (``conventions.links.merge_nested_calls``);
-- tool steps are joined to the LLM tool call they ran (``conventions.links``: by call id, else
+  the outer step's (``trajectory.links.merge_nested_calls``);
+- tool steps are joined to the LLM tool call they ran (``trajectory.links``: by call id, else
   by name in order), and take its arguments when their own were not recorded, and their
   result from the next LLM call's tool message when the tool span carries none;
 - tool calls that exist only inside LLM output messages are rebuilt as tool steps right after
@@ -30,9 +32,9 @@ Promises:
   emits tool spans is trusted to emit them (smolagents' ToolCallingAgent answers through a
   ``final_answer`` call that has no span and no result); a rebuilt step's
   result is what a later LLM step of the same agent was told the call returned, found in
-  time linear in the trace's bytes (``conventions.responses``);
+  time linear in the trace's bytes (``trajectory.responses``);
 - tool calls made by code actions (Python blocks of smolagents' CodeAgent, the bash block of
-  mini-swe-agent) that no span ran are rebuilt the same way (``conventions.code_actions``),
+  mini-swe-agent) that no span ran are rebuilt the same way (``trajectory.code_actions``),
   what was read counted in ``Trajectory.code_actions``;
 - the root is ``model.local_root`` (``root_span_id``, ``root_step``), the span results are
   attached to ``model.run_span_id``; the agent is the top agent, descending through wrapper
@@ -62,7 +64,6 @@ from otel_eval.base.model import (
     LogEvent,
     Span,
     Step,
-    ToolCall,
     Trace,
     Trajectory,
     local_root,
@@ -78,21 +79,12 @@ from otel_eval.evaluate.conventions import (
     read_span,
 )
 from otel_eval.evaluate.conventions.agent_names import MAX_AGENT_NAME, agent_name
-from otel_eval.evaluate.conventions.arguments import settle, take_off_envelopes
-from otel_eval.evaluate.conventions.code_actions import last_message_text, rebuild_code_actions
 from otel_eval.evaluate.conventions.events import overlay, span_events
 from otel_eval.evaluate.conventions.fields import merged_agent_name
-from otel_eval.evaluate.conventions.links import (
-    coerce_arguments,
-    join_calls,
-    merge_nested_calls,
-)
 from otel_eval.evaluate.conventions.messages import answer_text, messages, task_text
 from otel_eval.evaluate.conventions.openinference import stamped_agent_name
-from otel_eval.evaluate.conventions.prices import price_steps
-from otel_eval.evaluate.conventions.responses import ToolResponses
-from otel_eval.evaluate.conventions.shapes import settle_values, unrecognised
 from otel_eval.evaluate.conventions.values import as_str, first
+from otel_eval.evaluate.trajectory.passes import Draft, run_passes
 
 __all__ = ["build_trajectory", "is_run", "tree_order"]
 
@@ -273,36 +265,6 @@ class _Builder:
                 return
             agent = self.agent_parent.get(agent)
 
-    def rebuild_tool_calls(self, ran: set[int], responses: ToolResponses) -> list[Step]:
-        """Steps with rebuilt tool steps inserted, re-indexed (``ran``: ids of the calls a
-        tool step ran)."""
-        out: list[Step] = []
-        for position, step in enumerate(self.steps):
-            out.append(step)
-            if step.kind != "llm" or not step.tool_calls:
-                continue
-            agent = self.scope[step.span_id][1]
-            trusted = (agent in self.agents_with_tools
-                       or step.convention in self.conventions_with_tools)
-            for call in step.tool_calls:
-                if id(call) in ran:
-                    call.outcome = "ran"
-                    continue
-                result = responses.result(position, step.node, call.call_id)
-                if trusted and not (self.tool_ids and call.call_id) and result is None:
-                    call.outcome = "never_ran"
-                    continue  # no span ran it and no later call was told a result
-                call.outcome = "rebuilt"
-                out.append(Step(
-                    0, step.span_id, step.parent_span_id, "tool", call.name, node=step.node,
-                    depth=step.depth, status="ok", start_ns=step.end_ns, end_ns=step.end_ns,
-                    tool_name=call.name, arguments=call.arguments, rebuilt=True,
-                    convention=step.convention, call_id=call.call_id, result=result))
-        if len(out) != len(self.steps):
-            for i, step in enumerate(out):
-                step.index = i
-        return out
-
 
 def _from_events(step: Step, own: Any, attrs: Any, origin: str) -> None:
     """Say in ``Step.sources`` which fields were read from GenAI events, not attributes."""
@@ -364,8 +326,8 @@ def _answer(result: str | None, llm: list[Step]) -> str | None:
 def _unrecorded(steps: list[Step], output: str | None) -> dict[str, int]:
     out: dict[str, int] = {}
     for step in steps:
-        # ``unparsed``: values present but not understood (``conventions.arguments``,
-        # ``conventions.shapes``), one per value; the others were not recorded
+        # ``unparsed``: values present but not understood (``trajectory.arguments``,
+        # ``trajectory.shapes``), one per value; the others were not recorded
         if step.kind == "tool":
             if step.arguments is None:
                 key = "unparsed" if "arguments" in step.unknown else "arguments"
@@ -393,31 +355,10 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
     builder = _Builder(config, trace.logs)
     for span, depth in tree_order(spans):
         builder.add(span, depth)
-    merge_nested_calls(builder.steps)
-    take_off_envelopes(builder.steps, builder.tools)
-    joined: dict[int, ToolCall] = {}
-    ran = join_calls(builder.steps, joined)
-    coerce_arguments(builder.steps, builder.tools)
-    settle(builder.steps, builder.tools, joined)
-    settle_values(builder.steps, outputs=False)  # before a result is looked up elsewhere
-    responses = ToolResponses(builder.steps)
-    for position, step in enumerate(builder.steps):
-        if step.kind == "tool" and step.result is None and step.status != "error":
-            # not on the tool span (or not understood there): what the next LLM call of the
-            # agent was told it returned
-            step.result = responses.result(position, step.node, step.call_id)
-            if step.result is not None and "result" in step.unknown:
-                step.sources["result"] = "llm tool message"
-                if unrecognised(step.result) is None:
-                    del step.unknown["result"]
-    steps = builder.rebuild_tool_calls(ran, responses)
-    steps, code_actions = rebuild_code_actions(steps, builder.tools,
-                                               config.max_rebuilt_steps)
-    settle_values(steps)  # what was looked up or rebuilt, and the LLM outputs, once read
-    price_steps(steps)
-    for step in steps:
-        if step.kind == "llm":
-            _readable(step)
+    draft = Draft(builder.steps, builder.tools, config.max_rebuilt_steps, builder.scope,
+                  builder.agents_with_tools, builder.conventions_with_tools, builder.tool_ids)
+    run_passes(draft)
+    steps = draft.steps
     root_span = local_root(spans)
     root_step = next((s for s in builder.steps if root_span is not None
                       and s.span_id == root_span.span_id), None)
@@ -451,17 +392,8 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
         root_span_id=root_span.span_id if root_span else None,
         run_span_id=run_span_id(spans),
         unrecorded=_unrecorded(steps, output),
-        code_actions=code_actions,
+        code_actions=draft.code_actions,
     )
-
-
-def _readable(step: Step) -> None:
-    """An LLM step's last message sent and its reply, as text."""
-    raw = step.input_text
-    step.prompt = last_message_text(raw)
-    if step.prompt is None and raw is not None and raw.lstrip()[:1] not in ("[", "{"):
-        step.prompt = raw  # a plain-text prompt
-    step.answer = step.reply if step.reply is not None else answer_text(step.output_text)
 
 
 def _text_of(raw: str | None,

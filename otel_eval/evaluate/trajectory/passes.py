@@ -1,0 +1,181 @@
+"""Stage: trajectory (part). The passes that turn the steps read from the spans into the run.
+
+``build.py`` reads every span into one step (``otel_eval.evaluate.conventions``: the readers),
+in tree order, and hands them to ``run_passes`` in a ``Draft``. ``PASSES`` is the order they
+run in, each with the precondition it relies on: a pass may only be moved where its
+precondition still holds. Each pass reads and rewrites the draft in place; the two that
+insert steps (``rebuild_tool_calls``, ``rebuild_code_actions``) replace ``Draft.steps`` with
+a new, re-indexed list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from otel_eval.base.model import Step, ToolCall
+from otel_eval.evaluate.conventions.messages import answer_text
+from otel_eval.evaluate.trajectory.arguments import settle, take_off_envelopes
+from otel_eval.evaluate.trajectory.code_actions import last_message_text, rebuild_code_actions
+from otel_eval.evaluate.trajectory.links import coerce_arguments, join_calls, merge_nested_calls
+from otel_eval.evaluate.trajectory.prices import price_steps
+from otel_eval.evaluate.trajectory.responses import ToolResponses
+from otel_eval.evaluate.trajectory.shapes import settle_values, unrecognised
+
+__all__ = ["PASSES", "Draft", "Pass", "run_passes"]
+
+
+@dataclass(slots=True)
+class Draft:
+    """The run while the passes build it."""
+
+    # the steps in order: first one per span, in tree order, as the readers filled them
+    # (build.py keeps that list); a rebuild replaces it with a longer one
+    steps: list[Step]
+    tools: dict[str, Any]  # tool name -> offered schema ({} when unknown), merged from spans
+    max_rebuilt_steps: int  # TrajectoryConfig.max_rebuilt_steps: code-action steps rebuilt
+    # span id -> (node name, id of the nearest agent span at or above it)
+    scope: dict[str, tuple[str | None, str | None]]
+    agents_with_tools: set[str | None]  # agent span ids with a tool span under them
+    conventions_with_tools: set[str]  # conventions some tool span was read with
+    tool_ids: bool  # some tool step carries a call id
+    joined: dict[int, ToolCall] = field(default_factory=dict)  # tool step index -> its call
+    ran: set[int] = field(default_factory=set)  # id() of the LLM tool calls a tool step ran
+    responses: ToolResponses | None = None  # what later LLM steps were told calls returned
+    code_actions: dict[str, int] = field(default_factory=dict)  # Trajectory.code_actions
+
+
+@dataclass(frozen=True, slots=True)
+class Pass:
+    name: str
+    run: Callable[[Draft], None]
+    precondition: str  # what must hold before it runs (one line)
+
+
+def _merge_nested_calls(draft: Draft) -> None:
+    merge_nested_calls(draft.steps)
+
+
+def _take_off_envelopes(draft: Draft) -> None:
+    take_off_envelopes(draft.steps, draft.tools)
+
+
+def _join_calls(draft: Draft) -> None:
+    draft.ran = join_calls(draft.steps, draft.joined)
+
+
+def _coerce_arguments(draft: Draft) -> None:
+    coerce_arguments(draft.steps, draft.tools)
+
+
+def _settle_arguments(draft: Draft) -> None:
+    settle(draft.steps, draft.tools, draft.joined)
+
+
+def _settle_results(draft: Draft) -> None:
+    settle_values(draft.steps, outputs=False)
+
+
+def _look_up_results(draft: Draft) -> None:
+    """A tool step with no result (not on its span, or not understood there): what the next
+    LLM call of its agent was told it returned."""
+    responses = draft.responses = ToolResponses(draft.steps)
+    for position, step in enumerate(draft.steps):
+        if step.kind == "tool" and step.result is None and step.status != "error":
+            step.result = responses.result(position, step.node, step.call_id)
+            if step.result is not None and "result" in step.unknown:
+                step.sources["result"] = "llm tool message"
+                if unrecognised(step.result) is None:
+                    del step.unknown["result"]
+
+
+def _rebuild_tool_calls(draft: Draft) -> None:
+    """Tool calls that exist only in LLM output messages become rebuilt tool steps right
+    after their LLM step (see ``build.py``'s docstring for when), re-indexed."""
+    responses = draft.responses
+    assert responses is not None  # _look_up_results ran
+    out: list[Step] = []
+    for position, step in enumerate(draft.steps):
+        out.append(step)
+        if step.kind != "llm" or not step.tool_calls:
+            continue
+        agent = draft.scope[step.span_id][1]
+        trusted = (agent in draft.agents_with_tools
+                   or step.convention in draft.conventions_with_tools)
+        for call in step.tool_calls:
+            if id(call) in draft.ran:
+                call.outcome = "ran"
+                continue
+            result = responses.result(position, step.node, call.call_id)
+            if trusted and not (draft.tool_ids and call.call_id) and result is None:
+                call.outcome = "never_ran"
+                continue  # no span ran it and no later call was told a result
+            call.outcome = "rebuilt"
+            out.append(Step(
+                0, step.span_id, step.parent_span_id, "tool", call.name, node=step.node,
+                depth=step.depth, status="ok", start_ns=step.end_ns, end_ns=step.end_ns,
+                tool_name=call.name, arguments=call.arguments, rebuilt=True,
+                convention=step.convention, call_id=call.call_id, result=result))
+    if len(out) != len(draft.steps):
+        for i, step in enumerate(out):
+            step.index = i
+    draft.steps = out
+
+
+def _rebuild_code_actions(draft: Draft) -> None:
+    draft.steps, draft.code_actions = rebuild_code_actions(draft.steps, draft.tools,
+                                                           draft.max_rebuilt_steps)
+
+
+def _settle_values(draft: Draft) -> None:
+    settle_values(draft.steps)
+
+
+def _price_steps(draft: Draft) -> None:
+    price_steps(draft.steps)
+
+
+def _readable(draft: Draft) -> None:
+    """Every LLM step's last message sent and its reply, as text."""
+    for step in draft.steps:
+        if step.kind != "llm":
+            continue
+        raw = step.input_text
+        step.prompt = last_message_text(raw)
+        if step.prompt is None and raw is not None and raw.lstrip()[:1] not in ("[", "{"):
+            step.prompt = raw  # a plain-text prompt
+        step.answer = step.reply if step.reply is not None else answer_text(step.output_text)
+
+
+PASSES = (
+    Pass("merge_nested_calls", _merge_nested_calls,
+         "one step per span, in tree order, nothing rebuilt yet"),
+    Pass("take_off_envelopes", _take_off_envelopes,
+         "the tools offered by every span are merged (an envelope is told by the schema)"),
+    Pass("join_calls", _join_calls,
+         "envelopes are off tool steps and LLM calls alike, so their arguments compare"),
+    Pass("coerce_arguments", _coerce_arguments,
+         "joined: a tool step whose input was not recorded has its call's arguments"),
+    Pass("settle_arguments", _settle_arguments,
+         "joined and coerced: the call each tool step ran is known (Draft.joined)"),
+    Pass("settle_results", _settle_results,
+         "before a result is looked up elsewhere: a result no reader understood is unknown"),
+    Pass("look_up_results", _look_up_results,
+         "tool results settled; LLM inputs unchanged since read"),
+    Pass("rebuild_tool_calls", _rebuild_tool_calls,
+         "joined (Draft.ran) and results looked up (Draft.responses over the same steps)"),
+    Pass("rebuild_code_actions", _rebuild_code_actions,
+         "tool calls rebuilt: a code action's call a step already ran is not made twice"),
+    Pass("settle_values", _settle_values,
+         "everything looked up or rebuilt and the LLM outputs read for calls and code"),
+    Pass("price_steps", _price_steps,
+         "every LLM step is final (none added later); a cost a span carried is kept"),
+    Pass("readable", _readable,
+         "LLM outputs settled: an unrecognised output gives no answer text"),
+)
+
+
+def run_passes(draft: Draft, passes: tuple[Pass, ...] = PASSES) -> None:
+    for each in passes:
+        each.run(draft)
