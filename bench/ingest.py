@@ -311,8 +311,10 @@ def profile(traces: int, args: argparse.Namespace) -> dict[str, float]:
     from otel_eval.app.config import Config
     from otel_eval.assemble.config import AssemblyConfig
     from otel_eval.assemble.engine import Engine
+    from otel_eval.assemble.store_health import StoreHealth
     from otel_eval.decode.otlp import decode_request
     from otel_eval.evaluate.evaluator import Evaluator
+    from otel_eval.evaluate.stage import InProcess
     from otel_eval.store import Store
     from otel_eval.telemetry.metrics import Metrics
 
@@ -320,7 +322,9 @@ def profile(traces: int, args: argparse.Namespace) -> dict[str, float]:
         traces, args.steps, args.spans_per_request, args.payload_bytes, seed=args.seed)]
     now = [0.0]
     with tempfile.TemporaryDirectory(prefix="otel-eval-profile-") as d:
-        engine = Engine(Evaluator(Config()), Store(f"{d}/store.db"),
+        store = Store(f"{d}/store.db")
+        engine = Engine(InProcess(Evaluator(Config()), store),
+                        StoreHealth(store.location, clock=lambda: now[0]),
                         Metrics(CollectorRegistry()), assembly=AssemblyConfig(),
                         clock=lambda: now[0])
         prof = cProfile.Profile()

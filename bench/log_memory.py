@@ -27,9 +27,11 @@ from prometheus_client import CollectorRegistry
 
 from otel_eval.app.config import Config
 from otel_eval.assemble.engine import Engine
+from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.model import LogEvent, Span
 from otel_eval.decode import otlp, otlp_logs
 from otel_eval.evaluate.evaluator import Evaluator
+from otel_eval.evaluate.stage import InProcess
 from otel_eval.receive.ingest import Ingest
 from otel_eval.store import Store
 from otel_eval.telemetry.metrics import Metrics
@@ -72,8 +74,9 @@ def measure(signal: str, mib: int, limit_mib: int) -> dict[str, float | int | st
     metrics = Metrics(CollectorRegistry())
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(str(Path(tmp) / "store.db"))
-        engine = Engine(Evaluator(cfg), store, metrics, assembly=cfg.assembly,
-                        clock=lambda: 0.0)
+        engine = Engine(InProcess(Evaluator(cfg), store),
+                        StoreHealth(store.location, clock=lambda: 0.0), metrics,
+                        assembly=cfg.assembly, clock=lambda: 0.0)
         ingest = Ingest(engine, metrics)
         make = _logs if signal == "logs" else _spans
         size = len(make(0))

@@ -15,10 +15,12 @@ from prometheus_client import CollectorRegistry
 
 from otel_eval.app.config import Config
 from otel_eval.assemble.engine import Engine
+from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.model import LogEvent, Span
 from otel_eval.decode import otlp, otlp_logs
 from otel_eval.decode.otlp_logs import HeldRecord
 from otel_eval.evaluate.evaluator import Evaluator
+from otel_eval.evaluate.stage import InProcess
 from otel_eval.receive.ingest import Ingest
 from otel_eval.store import Store
 from otel_eval.telemetry.metrics import Metrics
@@ -45,8 +47,9 @@ class Node:
                                             max_pending_bytes=max_pending_bytes))
         self.metrics = Metrics(CollectorRegistry())
         self.store = Store(str(tmp / "store.db"))
-        self.engine = Engine(Evaluator(cfg), self.store, self.metrics, assembly=cfg.assembly,
-                             clock=lambda: self.now)
+        self.engine = Engine(InProcess(Evaluator(cfg), self.store),
+                             StoreHealth(self.store.location, clock=lambda: self.now),
+                             self.metrics, assembly=cfg.assembly, clock=lambda: self.now)
         self.ingest = Ingest(self.engine, self.metrics)
 
     def sample(self, name: str, **labels: str) -> float:

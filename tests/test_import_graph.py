@@ -166,3 +166,29 @@ def test_importing_the_assembler_loads_only_what_it_stands_on() -> None:
     assert {layer_of(m) for m in loaded} <= {-1, LAYERS.index("otel_eval.assemble"),
                                              LAYERS.index("otel_eval.base")}, sorted(loaded)
     assert "otel_eval.assemble.engine" not in loaded
+
+
+def _reachable(graph: dict[str, set[str]], starts: set[str]) -> set[str]:
+    seen, todo = set(starts), list(starts)
+    while todo:
+        for dep in graph[todo.pop()]:
+            if dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    return seen
+
+
+def test_the_engine_knows_evaluation_and_the_store_only_by_interface() -> None:
+    # assemble/ is handed an evaluation stage (evaluate.handoff) and a store-health handle:
+    # neither it nor anything it imports reaches the evaluator or the store (issue 32)
+    graph = import_graph()
+    assemble = {m for m in graph if m.startswith("otel_eval.assemble")}
+    reached = _reachable(graph, assemble)
+    forbidden = sorted(m for m in reached if m == "otel_eval.evaluate.evaluator"
+                       or m == "otel_eval.store" or m.startswith("otel_eval.store."))
+    assert forbidden == []
+
+
+def test_the_reach_check_finds_an_import_through_another_module() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": set(), "d": {"a"}}
+    assert _reachable(graph, {"a"}) == {"a", "b", "c"}

@@ -17,9 +17,11 @@ from prometheus_client import CollectorRegistry
 from otel_eval.app.config import Config, replace
 from otel_eval.assemble.engine import Engine
 from otel_eval.assemble.spool import Spool
+from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.model import Span
 from otel_eval.decode.otlp import encode_spans, request_to_json
 from otel_eval.evaluate.evaluator import Evaluator
+from otel_eval.evaluate.stage import InProcess
 from otel_eval.receive.ingest import Ingest
 from otel_eval.store import Store
 from otel_eval.telemetry.metrics import Metrics
@@ -47,8 +49,10 @@ class Node:
         cfg = replace(Config(), **{"assembly.grace_s": GRACE})
         self.store = Store(str(tmp / "store.db"))
         self.spool = Spool(str(tmp / "store.db-spool"), max_bytes, self.metrics.spool).open()
-        self.engine = Engine(Evaluator(cfg), self.store, self.metrics, assembly=cfg.assembly,
-                             clock=lambda: self.now, spool=self.spool)
+        self.engine = Engine(InProcess(Evaluator(cfg), self.store),
+                             StoreHealth(self.store.location, clock=lambda: self.now),
+                             self.metrics, assembly=cfg.assembly, clock=lambda: self.now,
+                             spool=self.spool)
         self.replayed = self.engine.replay()
 
     def send(self, spans: list[Span]) -> str | None:

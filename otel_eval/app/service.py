@@ -98,9 +98,9 @@ class Service:
             self.store.location, initial_interval_s=sc.write_retry_initial_interval_s,
             max_interval_s=sc.write_retry_max_interval_s,
             max_elapsed_s=sc.write_retry_max_elapsed_s, clock=clock)
-        self.engine = Engine(self.evaluator, self.store, self.metrics,
-                             assembly=config.assembly, sinks=engine_sinks, clock=clock,
-                             spool=self.spool, stage=self.pool, store_health=self.store_health)
+        stage = self.pool or InProcess(self.evaluator, self.store)
+        self.engine = Engine(stage, self.store_health, self.metrics, assembly=config.assembly,
+                             sinks=engine_sinks, clock=clock, spool=self.spool)
         self.consumer: Any = None
         self.publisher: Any = None
         submitter: Any = self.engine

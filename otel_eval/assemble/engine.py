@@ -5,9 +5,10 @@ exports, through three parts with one owner each:
         reason) -> Durability.append (spool the request) -> TraceAssembler.add / add_logs
         -> Durability.settle
     tick(now) -> assembler releases traces -> Finishing.enqueue (pending until finished)
-        -> process: EvaluationStage.run (Evaluator.evaluate -> Store.put_many, here or in
-        worker processes) -> Finishing.finish: Durability.evaluated -> metrics -> sinks
-        (events, forward, judge) -> waiters (Kafka offsets)
+        -> process: EvaluationStage.run (the stage the engine was given, ``evaluate.handoff``:
+        evaluate and store, here or in worker processes) -> Finishing.finish:
+        Durability.evaluated -> metrics -> sinks (events, forward, judge) -> waiters (Kafka
+        offsets)
         | the store refused the batch: back in the queue; StoreHealth: back-off, admission
         refuses (store_unavailable) until a write goes through, or gives up (``failure``)
 
@@ -21,7 +22,7 @@ no new spool row). Log records carry the content of spans.
 
 Threads: receivers call ``submit`` from their own threads; the engine's lock serializes
 them with the worker thread (``start``) that ticks the assembler and hands released traces
-to the evaluation stage. In process (the default stage) it evaluates them itself; with
+to the evaluation stage. In process (``InProcess``) it evaluates them itself; with
 ``app.workers.WorkerPool`` the pool's threads finish them as the worker processes store them.
 Tests call ``tick(now)`` and ``process()`` by hand instead.
 """
@@ -43,9 +44,7 @@ from otel_eval.assemble.spool import Spool
 from otel_eval.assemble.store_health import StoreGaveUp, StoreHealth
 from otel_eval.base.model import LogEvent, Span
 from otel_eval.decode.otlp_logs import HeldRecord, hold
-from otel_eval.evaluate.evaluator import Evaluator
-from otel_eval.evaluate.stage import EvaluationStage, InProcess
-from otel_eval.store import EvaluationStore
+from otel_eval.evaluate.handoff import EvaluationStage
 from otel_eval.telemetry.metrics import Metrics
 
 __all__ = ["Admission", "Engine", "Sink"]
@@ -77,15 +76,16 @@ class _Barrier:
 
 
 class Engine:
-    def __init__(self, evaluator: Evaluator, store: EvaluationStore, metrics: Metrics, *,
+    def __init__(self, stage: EvaluationStage, store_health: StoreHealth, metrics: Metrics, *,
                  assembly: AssemblyConfig, sinks: Sequence[Sink] = (),
                  clock: Callable[[], float] = time.monotonic,
                  tick_interval_s: float = 0.25, batch_size: int = 256,
-                 spool: Spool | None = None, stage: EvaluationStage | None = None,
-                 store_health: StoreHealth | None = None) -> None:
+                 spool: Spool | None = None) -> None:
+        """``stage``: where released traces are evaluated and stored (``evaluate.stage``'s
+        ``InProcess`` in this process, or worker processes); ``store_health``: whether the
+        store takes writes, on the same ``clock`` (a refused batch is kept, retried, and
+        throttles the receivers)."""
         self.config = assembly
-        self.evaluator = evaluator
-        self.store = store
         self.metrics = metrics
         self.clock = clock
         self.tick_interval_s = tick_interval_s
@@ -93,13 +93,10 @@ class Engine:
         self._lock = threading.Lock()  # serializes the assembler and the parts below
         self._assembler = TraceAssembler(self.config)
         self.durability = Durability(spool, self._assembler, metrics)
-        # whether the store takes writes (a refused batch is kept, retried, and throttles)
-        self.store_health = store_health or StoreHealth(store.location, clock=clock)
-        # where released traces are evaluated and stored (worker processes, or this one)
-        self.finishing = Finishing(stage or InProcess(evaluator, store), self.durability,
-                                   metrics, sinks=sinks, clock=clock, batch_size=batch_size,
-                                   lock=self._lock, gauges=self._update_gauges,
-                                   health=self.store_health)
+        self.store_health = store_health
+        self.finishing = Finishing(stage, self.durability, metrics, sinks=sinks, clock=clock,
+                                   batch_size=batch_size, lock=self._lock,
+                                   gauges=self._update_gauges, health=store_health)
         self.admission = AdmissionControl(self.config, self._assembler, self.finishing,
                                           self.durability, clock, self.store_health)
         self._thread: threading.Thread | None = None

@@ -40,8 +40,7 @@ from typing import Protocol
 from otel_eval.assemble.durability import Durability
 from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.model import Evaluation, Trace, content_digest
-from otel_eval.evaluate.evaluator import NOT_A_RUN
-from otel_eval.evaluate.stage import EvaluationStage, Job, Outcome
+from otel_eval.evaluate.handoff import NOT_A_RUN, EvaluationStage, Job, Outcome
 from otel_eval.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,5 @@
 """Stage: evaluate. A released trace -> trajectory (``trajectory``, ``conventions/``) ->
 findings and verdict (``detectors/``), the optional LLM judge (``judge/``) and success
-predictor (``predict/``); ``evaluator`` is the one entry, ``stage`` evaluates and stores,
+predictor (``predict/``); ``evaluator`` is the one entry, ``stage`` evaluates and stores (behind
+``handoff``, the interface the engine knows),
 ``feedback`` re-judges a stored verdict on a known outcome."""

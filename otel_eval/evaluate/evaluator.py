@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from otel_eval.evaluate.predict import Predictor
 
 log = logging.getLogger(__name__)
-NOT_A_RUN = "not_a_run"  # why a trace got no evaluation: every span a setup operation
 _SUCCESS = {"success", "succeeded", "pass", "passed", "true", "1", "1.0", "ok", "resolved"}
 _FAILURE = {"failure", "failed", "fail", "false", "0", "0.0", "error", "unresolved"}
 
@@ -77,7 +76,7 @@ class Evaluator:
         error recorded (an ``evaluation_error`` finding), never an exception. With a
         ``history``, a run no span named gets the agent the service's completed runs
         show (``agent_inference``), before the detectors read their per-agent settings.
-        None when the trace is no agent run (``NOT_A_RUN``): nothing to evaluate."""
+        None when the trace is no agent run (``handoff.NOT_A_RUN``): nothing to evaluate."""
         if not is_run(trace):
             return None
         try:

@@ -19,7 +19,9 @@ returns (the engine's single-process path). ``workers.pool.WorkerPool`` hands th
 worker processes and calls ``done`` from its own threads as their results come back. Both
 run the same ``evaluate_and_store``, so a trace is evaluated the same way wherever it runs.
 
-An ``Outcome`` is what the engine needs after the store committed: the evaluation (for
+``Job``, ``Outcome`` and the ``EvaluationStage`` interface live in ``evaluate.handoff`` (the
+engine imports them from there, never this module). An ``Outcome`` is what the engine needs
+after the store committed: the evaluation (for
 metrics and sinks), whether it superseded a stored one, and why evaluating failed if it did
 (the trace is then stored with an ``evaluation_error`` finding, never dropped).
 """
@@ -27,67 +29,27 @@ metrics and sinks), whether it superseded a stored one, and why evaluating faile
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Mapping, Sequence
 
 from otel_eval.base.model import Evaluation, Trace
 from otel_eval.evaluate.agent_inference import RecallOnce, learned
-from otel_eval.evaluate.evaluator import NOT_A_RUN, Evaluator
+from otel_eval.evaluate.evaluator import Evaluator
+from otel_eval.evaluate.handoff import (
+    ALREADY_EVALUATED,
+    NOT_A_RUN,
+    Done,
+    EvaluationStage,
+    Job,
+    Outcome,
+)
 from otel_eval.store import EvaluationStore
 from otel_eval.store.failures import write_failure
 
 log = logging.getLogger(__name__)
 
 
-ALREADY_EVALUATED = "already_evaluated"  # Outcome.skipped: the store holds this content's
 __all__ = ["ALREADY_EVALUATED", "NOT_A_RUN", "EvaluationStage", "InProcess", "Job", "Outcome",
            "evaluate_and_store", "store_failed"]
-
-
-@dataclass(slots=True)
-class Outcome:
-    evaluation: Evaluation | None  # None when skipped
-    superseded: bool  # an evaluation of this trace was already stored (re-opened, replayed)
-    failure: str | None = None  # exception type when evaluating raised (stored as an error)
-    # why nothing was evaluated or stored (ALREADY_EVALUATED, NOT_A_RUN)
-    skipped: str | None = None
-    # why the store refused the batch (store.failures.WRITE_FAILURE_REASONS): nothing of it
-    # was stored; the engine keeps the trace and hands it again later. ``error``: the
-    # driver's message
-    unstored: str | None = None
-    error: str = ""
-
-
-@dataclass(slots=True)
-class Job:
-    """A released trace on its way to the store."""
-
-    trace: Trace
-    released_at: float  # engine clock, for the completion-to-verdict latency
-    attempts: int = 0  # times handed to a worker process (workers.pool)
-    # times its worker process died while this was the only trace it held (so the cause can
-    # only be this trace or the machine, never another trace); the pool gives up at
-    # ``evaluation.max_attempts``
-    lone_deaths: int = 0
-    first_sent_ns: int = 0  # wall clock when first handed to one, ns (0: not yet)
-
-
-Done = Callable[[list[Job], list[Outcome]], None]
-
-
-class EvaluationStage(Protocol):
-    """Where the engine sends released traces; ``done`` is called once per job, after the
-    store committed its evaluation, possibly from another thread."""
-
-    def run(self, jobs: list[Job], done: Done) -> None: ...
-
-    def drain(self, deadline_s: float) -> bool:
-        """Wait until every job handed to ``run`` is done; False when the deadline passed."""
-        ...
-
-    @property
-    def healthy(self) -> bool: ...
 
 
 def evaluate_and_store(evaluator: Evaluator, store: EvaluationStore, traces: Sequence[Trace],

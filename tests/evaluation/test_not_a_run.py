@@ -16,9 +16,11 @@ from prometheus_client import CollectorRegistry
 from otel_eval.app.config import Config, replace
 from otel_eval.app.offline import EvalRun
 from otel_eval.assemble.engine import Engine
+from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.model import Span, Trace
 from otel_eval.decode.otlp import encode_spans, request_to_json
 from otel_eval.evaluate.evaluator import Evaluator
+from otel_eval.evaluate.stage import InProcess
 from otel_eval.evaluate.trajectory import is_run
 from otel_eval.store import Store
 from otel_eval.telemetry.metrics import Metrics
@@ -84,8 +86,9 @@ def _engine(tmp_path: Path, sink: _Sink | None = None
     metrics = Metrics(CollectorRegistry())
     cfg = replace(Config(), **{"assembly.grace_s": 1.0})
     store = Store(str(tmp_path / "store.db"))
-    engine = Engine(Evaluator(cfg), store, metrics, assembly=cfg.assembly, clock=lambda: now[0],
-                    sinks=[sink] if sink else ())
+    engine = Engine(InProcess(Evaluator(cfg), store),
+                    StoreHealth(store.location, clock=lambda: now[0]), metrics,
+                    assembly=cfg.assembly, clock=lambda: now[0], sinks=[sink] if sink else ())
     return engine, store, metrics, now
 
 

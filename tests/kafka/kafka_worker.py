@@ -19,6 +19,7 @@ import asyncio
 import faulthandler
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,15 +39,18 @@ def build_engine(kind: str, db: str) -> tuple[Any, Any]:
         return engine, engine.close
     from otel_eval.app.config import Config, replace
     from otel_eval.assemble.engine import Engine
+    from otel_eval.assemble.store_health import StoreHealth
     from otel_eval.evaluate.evaluator import Evaluator
+    from otel_eval.evaluate.stage import InProcess
     from otel_eval.store import is_postgresql_url, open_store
     from otel_eval.telemetry.metrics import Metrics
 
     cfg = replace(Config(), **{"assembly.grace_s": 0.2,
                                "store.url" if is_postgresql_url(db) else "store.path": db})
     store = open_store(db)
-    real = Engine(Evaluator(cfg), store, Metrics(), assembly=cfg.assembly,
-                  tick_interval_s=0.05)
+    real = Engine(InProcess(Evaluator(cfg), store),
+                  StoreHealth(store.location, clock=time.monotonic), Metrics(),
+                  assembly=cfg.assembly, tick_interval_s=0.05)
     real.start()
 
     def close() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -17,10 +18,12 @@ from otel_eval.app.config import Config
 from otel_eval.app.lifecycle import Component, Lifecycle, Step
 from otel_eval.assemble.config import AssemblyConfig
 from otel_eval.assemble.engine import Engine
+from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.aio import LoopThread
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.judge.config import JudgeConfig
 from otel_eval.evaluate.judge.stage import JudgeStage
+from otel_eval.evaluate.stage import InProcess
 from otel_eval.outputs.config import ExportConfig
 from otel_eval.outputs.events import EvaluationEvents
 from otel_eval.outputs.forward import Forwarder
@@ -42,7 +45,9 @@ def parts(tmp_path: Path) -> Iterator[dict[str, Make]]:
     registry = CollectorRegistry()
     metrics = Metrics(registry)
     store = Store(str(tmp_path / "s.db"))
-    engine = Engine(Evaluator(Config()), store, metrics, assembly=AssemblyConfig())
+    engine = Engine(InProcess(Evaluator(Config()), store),
+                    StoreHealth(store.location, clock=time.monotonic), metrics,
+                    assembly=AssemblyConfig())
     ingest = Ingest(engine, metrics)
     loop = LoopThread()
     loop.start()
@@ -55,7 +60,8 @@ def parts(tmp_path: Path) -> Iterator[dict[str, Make]]:
         "http receiver": lambda: HttpReceiver(ReceiverConfig(http_endpoint="127.0.0.1:0"),
                                               ingest),
         "admin": lambda: AdminServer("127.0.0.1:0", api),
-        "engine": lambda: Engine(Evaluator(Config()), store, metrics,
+        "engine": lambda: Engine(InProcess(Evaluator(Config()), store),
+                                 StoreHealth(store.location, clock=time.monotonic), metrics,
                                  assembly=AssemblyConfig()),
         "judge stage": lambda: JudgeStage(
             JudgeConfig(model="openai/judge", api_base="http://127.0.0.1:9/v1"), loop, store,
