@@ -16,7 +16,13 @@ from typing import Any
 
 from otel_eval.base.model import Span, Step, StepKind, ToolCall
 from otel_eval.evaluate.conventions.adapter import Adapter, Attrs
-from otel_eval.evaluate.conventions.values import as_int, as_str, first, json_text, parse_json
+from otel_eval.evaluate.conventions.values import (
+    as_int,
+    as_str,
+    decode_json_string,
+    first,
+    parse_json,
+)
 
 _KINDS: dict[str, StepKind] = {"workflow": "chain", "task": "chain", "agent": "agent",
                                "tool": "tool"}
@@ -92,7 +98,7 @@ def _entity_text(raw: Any) -> str | None:
             rest = [*args, *kwargs.values()]
             if len(rest) == 1 and isinstance(rest[0], str):
                 return rest[0]
-    return json_text(raw)
+    return decode_json_string(raw)
 
 
 def _dumps(messages: list[dict[str, Any]]) -> str | None:

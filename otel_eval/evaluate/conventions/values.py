@@ -86,9 +86,10 @@ def parse_json(value: Any) -> Any:
         return value
 
 
-def json_text(value: Any) -> str | None:
-    """A JSON-encoded string (``"sunny"``, as SDKs serialize a function's str result) as its
-    text; anything else as ``as_str`` gives it."""
+def decode_json_string(value: Any) -> str | None:
+    """A JSON-encoded string (``"sunny"``, as SDKs serialize a function's str result) decoded
+    to its text; anything else as ``as_str`` gives it. (Decoding only: the encoder of stored
+    JSON is ``model.json_text``, of attribute text ``dumps``.)"""
     if isinstance(value, str) and value.startswith('"'):
         try:
             decoded = _DECODER.decode(value)

@@ -17,7 +17,13 @@ from typing import Any
 
 from otel_eval.base.model import Span, Step, StepKind, ToolCall
 from otel_eval.evaluate.conventions.adapter import Adapter, Attrs, no_kind
-from otel_eval.evaluate.conventions.values import as_int, as_str, first, json_text, parse_json
+from otel_eval.evaluate.conventions.values import (
+    as_int,
+    as_str,
+    decode_json_string,
+    first,
+    parse_json,
+)
 
 _RUNS = ("ai.generateText", "ai.streamText", "ai.generateObject", "ai.streamObject")
 _CALLS = (".doGenerate", ".doStream")
@@ -62,7 +68,7 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
     if step.kind == "tool":
         step.tool_name = as_str(get("ai.toolCall.name")) or None
         step.arguments = parse_json(first(attrs, "ai.toolCall.args", "ai.toolCall.input"))
-        step.result = json_text(get("ai.toolCall.result"))
+        step.result = decode_json_string(get("ai.toolCall.result"))
         return
     if step.kind == "agent":
         step.input_text = _prompt_text(get("ai.prompt"))
