@@ -83,6 +83,27 @@ def test_tool_arguments_equal_to_the_call_are_not_repeated() -> None:
     assert "tool get_reservation args: (as called)" in text
 
 
+def test_the_judge_and_the_detectors_read_arguments_in_one_canonical_form() -> None:
+    # a tool step's arguments equal the call's in the detectors' canonical form (whitespace
+    # in strings collapsed, 2.0 as 2): the judge's prompt says so too, never shows them twice
+    from otel_eval.base.model import Step
+    from otel_eval.evaluate.detectors.canonical import canonical_arguments
+    from otel_eval.evaluate.judge.render import _Renderer
+
+    called, ran = {"city": "Paris  France", "days": 2}, {"days": 2.0, "city": "Paris France"}
+    assert canonical_arguments(called) == canonical_arguments(ran)
+    calls = [{"id": "c1", "type": "function",
+              "function": {"name": "weather", "arguments": json.dumps(called)}}]
+    llm = Step(index=0, span_id="s0", parent_span_id=None, kind="llm", name="chat",
+               output_text=json.dumps([{"role": "assistant", "content": "",
+                                        "tool_calls": calls}]))
+    tool = Step(index=1, span_id="s1", parent_span_id=None, kind="tool", name="weather",
+                tool_name="weather", arguments=ran)
+    renderer = _Renderer(CompactionConfig())
+    renderer.llm(llm)
+    assert "args: (as called)" in "\n".join(renderer.tool(tool))
+
+
 def test_input_prompts_cut_shorter_than_outputs() -> None:
     from otel_eval.base.model import Step
     from otel_eval.evaluate.judge.render import _Renderer

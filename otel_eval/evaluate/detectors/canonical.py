@@ -1,5 +1,6 @@
 """Canonical JSON of call arguments, and a call's key bounded (stage: evaluate, for
-``calls`` and ``reference``).
+``calls``, ``loop`` and ``reference``, and the judge's prompt: the one canonical form of
+tool-call arguments; ``judge.compact`` calls ``canonical_arguments``, it has no rule of its own).
 
 Canonical text: sorted keys, no spaces, whitespace in strings collapsed, integral floats as
 ints (``canonical_arguments``; ``_plain_canonical`` builds it in one pass for plain JSON).

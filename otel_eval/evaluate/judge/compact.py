@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
+from otel_eval.evaluate.detectors.canonical import canonical_arguments
+
 
 def trim(text: str, max_chars: int, head_ratio: float = 0.6) -> str:
     """``text`` if short enough, else its head and tail around a marker saying how much went."""
@@ -37,7 +39,9 @@ class Message:
     role: str  # system | user | assistant | tool | raw
     content: str
     tool_calls: str = ""  # rendered "name(args); name(args)" when the message requested tools
-    call_args: tuple[str, ...] = ()  # each call's arguments as canonical JSON (sorted keys)
+    # each call's arguments in the one canonical form (``detectors.canonical``): a tool step
+    # whose arguments have the same form ran that call
+    call_args: tuple[str, ...] = ()
 
 
 def _content_text(content: Any) -> str:
@@ -57,21 +61,8 @@ def _content_text(content: Any) -> str:
     return json.dumps(content, ensure_ascii=False, default=str)
 
 
-def canonical_args(args: Any) -> str:
-    """Tool-call arguments as JSON with sorted keys (a JSON string is parsed first), so a
-    tool step's arguments compare equal to the call that requested them."""
-    if isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except ValueError:
-            return args
-    if isinstance(args, str):
-        return args
-    return json.dumps(args, ensure_ascii=False, sort_keys=True, default=str)
-
-
 def _tool_calls(calls: Any) -> tuple[str, tuple[str, ...]]:
-    """("name(args); name(args)", canonical args of each call)."""
+    """("name(args); name(args)", the canonical arguments of each call)."""
     if not isinstance(calls, list):
         return "", ()
     out, canon = [], []
@@ -82,7 +73,7 @@ def _tool_calls(calls: Any) -> tuple[str, tuple[str, ...]]:
         args = fn.get("arguments", fn.get("input", ""))
         args_text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
         out.append(f"{fn.get('name', '?')}({args_text})")
-        canon.append(canonical_args(args))
+        canon.append(canonical_arguments(args))
     return "; ".join(out), tuple(canon)
 
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from otel_eval.base.model import Evaluation, Step, Trajectory
+from otel_eval.evaluate.detectors.canonical import canonical_arguments
 from otel_eval.evaluate.judge.compact import (
     Message,
     MessageLog,
-    canonical_args,
     normalize,
     parse_messages,
     trim,
@@ -111,7 +111,7 @@ class _Renderer:
         text = _json_text(arguments)
         values = list(arguments.values()) if isinstance(arguments, dict) else [arguments]
         lines = [n for v in values for n in map(normalize, _json_text(v).splitlines()) if n]
-        if text and (canonical_args(arguments) in self.called
+        if text and (canonical_arguments(arguments) in self.called
                      or (lines and all(n in self.called for n in lines))):
             return "(as called)"
         self.log.mark_text(text)
