@@ -172,7 +172,7 @@ class TraceAssembler:
             elif len(tr.spans) == 2:
                 self._singles.pop(tr.trace_id, None)
             res.accepted += 1
-            tr.last_seen = now
+            tr.last_seen = max(tr.last_seen, now)  # a replay hands older times first
             if span.end_ns and span.is_entry:
                 tr.root_ended = True
             if span.trace_id not in res.traces:
@@ -318,8 +318,15 @@ class TraceAssembler:
             out.append(self._release(tr, "incomplete", "pressure", now))
         return out
 
+    def release_ended(self, now: float, reason: str = "shutdown") -> list[Trace]:
+        """Release the traces whose run has ended (a clean stop: grace only waits for
+        stragglers); the others stay open and unjudged (a stop is no verdict: the spool, or
+        Kafka's uncommitted offsets, resume them at the next start)."""
+        return [self._release(t, "complete", reason, now) for t in list(self._open.values())
+                if t.spans and (t.root_ended or _local_root_ended(t))]
+
     def release_all(self, now: float, reason: str = "shutdown") -> list[Trace]:
-        """Release everything open (shutdown, end of file): ended roots are complete."""
+        """Release everything open (end of file): ended roots are complete."""
         out = []
         for t in list(self._open.values()):
             if not t.spans:

@@ -256,7 +256,10 @@ class KafkaConsumerStage:
             log.error("kafka consumer loop failed", exc_info=task.exception())
 
     async def shutdown(self, deadline_s: float = 30.0) -> None:
-        """Stop fetching, wait (up to the deadline) for taken records to be stored, commit."""
+        """Stop fetching, wait (up to the deadline) for taken records to be stored, commit.
+        After the engine's own shutdown (``stopped``: serve stops it first) nothing is
+        awaited: what it stored is reported already, and the records of runs it left open
+        (a stop is no verdict) stay uncommitted, replayed whole by the next owner."""
         end = time.monotonic() + deadline_s
         self._stopping = True
         if self._task is not None:
@@ -264,7 +267,9 @@ class KafkaConsumerStage:
             # a loop that died keeps its exception in ``failure``; shutdown still commits
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
-        if self.tracker.inflight() > len(self._retry):
+        self._drain_stored()
+        if self.tracker.inflight() > len(self._retry) and not getattr(
+                self.engine, "stopped", False):
             # Records waiting for a retry were never taken by the engine; they are replayed.
             self._drained.clear()
             with contextlib.suppress(TimeoutError):
