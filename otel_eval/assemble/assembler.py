@@ -336,6 +336,23 @@ class TraceAssembler:
             out.append(self._release(t, "complete" if ended else "incomplete", reason, now))
         return out
 
+    def hand_over(self, trace_ids: Iterable[str], source: str) -> list[str]:
+        """Forget the open traces of ``trace_ids`` that came from ``source``, unjudged (a
+        revoked Kafka partition: its next owner replays their records whole, so a rebalance
+        is no verdict); returns those forgotten. Their waiters are never called."""
+        out = []
+        for tid in trace_ids:
+            tr = self._open.get(tid)
+            if tr is None or tr.source != source:
+                continue
+            self._close(tr)  # its heap entry goes stale (``tick`` skips it)
+            self.open_spans -= len(tr.spans)
+            self.open_bytes -= tr.nbytes
+            self.open_logs -= len(tr.logs)
+            self.open_log_bytes -= tr.log_bytes
+            out.append(tid)
+        return out
+
     def _close(self, tr: _Open) -> None:
         """Forget an open trace's slot (released or dropped)."""
         del self._open[tr.trace_id]

@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from otel_eval.assemble.admission import Admission, AdmissionControl, Signal
@@ -196,6 +196,17 @@ class Engine:
         finally:
             with self._lock:
                 self._replaying = False
+
+    def hand_over(self, trace_ids: Collection[str]) -> int:
+        """A Kafka partition was revoked: forget its runs still open, unjudged (their records
+        are uncommitted; the partition's next owner replays them whole). Returns how many."""
+        with self._lock:
+            gone = self._assembler.hand_over(trace_ids, "kafka")
+            self._update_gauges()
+        if gone:
+            log.info("kafka: %d run(s) in flight handed over unjudged with their partition",
+                     len(gone))
+        return len(gone)
 
     def _dropped(self) -> None:
         """Traces assembly dropped with only log records: their spooled records are done,

@@ -35,7 +35,9 @@ Promises:
 - backpressure: with ``max_inflight_records`` taken and not stored, or while the engine
   throttles, every partition is paused (nothing buffered without bound); resumed at half;
 - on revocation the worker stops taking the partition's records and commits what is done;
-  the new owner replays the rest;
+  the engine forgets the partition's runs still open, unjudged (``Engine.hand_over``: a
+  rebalance is no verdict, or the old owner would store a fragment of a run the new owner
+  evaluates whole); the new owner replays the rest;
 - lag (high watermark - position) per partition is reported through the metrics hook.
 
 Partition assignment: ``group`` (broker-coordinated rebalancing) or ``static`` (worker i of N,
@@ -466,7 +468,10 @@ class KafkaConsumerStage:
 
     async def _revoke(self, revoked: set[TopicPartition]) -> None:
         final: dict[TopicPartition, tuple[int, str]] = {}
+        hand_over = getattr(self.engine, "hand_over", None)
         for tp in revoked:
+            if hand_over is not None:  # a rebalance is no verdict: the new owner replays them
+                hand_over(self.gate.open_traces(tp))
             self.gate.drop(tp)
             pos = self.tracker.revoke(tp)
             if pos is not None:
