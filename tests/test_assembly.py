@@ -18,6 +18,11 @@ def span(trace: str, sid: int, parent: int | None = None, ended: bool = True) ->
                 f"s{sid}", 1, 2 if ended else 0)
 
 
+def local(trace: str, sid: int) -> Span:
+    """A child of root span 1, which has not arrived; its exporter flags the parent local."""
+    return Span(trace, f"{sid:016x}", f"{1:016x}", f"s{sid}", 1, 2, parent_remote=False)
+
+
 def test_complete_after_grace_once_root_ended() -> None:
     a = TraceAssembler(CFG)
     a.add([span(T1, 2, parent=1)], now=0)
@@ -85,6 +90,29 @@ def test_release_oldest_and_release_all() -> None:
     assert (t.trace_id, t.status, t.release_reason) == (T1, "truncated", "overflow")
     [t2] = a.release_all(now=7)
     assert (t2.trace_id, t2.status, t2.release_reason) == (T2, "complete", "shutdown")
+
+
+def test_release_ended_judges_only_the_runs_that_ended() -> None:
+    """A clean stop: ended roots go out ``complete``; a run still going stays open, as do
+    log records waiting for their spans."""
+    T3, T4 = "c" * 32, "d" * 32
+    a = TraceAssembler(CFG)
+    a.add([span(T1, 2, parent=1), span(T1, 1)], now=0)  # root ended, within grace
+    a.add([span(T2, 2, parent=1), span(T2, 1, ended=False)], now=0)  # root not ended
+    a.add([local(T3, 2)], now=0)  # root not sent yet
+    a.add([span(T4, 1, parent=9)], now=0)  # an unflagged remote parent: its root ended
+    released = a.release_ended(now=1)
+    assert sorted((t.trace_id, t.status, t.release_reason) for t in released) == [
+        (T1, "complete", "shutdown"), (T4, "complete", "shutdown")]
+    assert len(a) == 2 and a.open_spans == 3
+    assert [t.trace_id for t in a.tick(180)] == [T2, T3]  # their timers go on
+
+
+def test_a_replay_at_an_earlier_time_does_not_move_the_deadline_back() -> None:
+    a = TraceAssembler(CFG)
+    a.add([local(T1, 2)], now=100)
+    a.add([local(T1, 3)], now=50)  # spooled earlier, replayed later
+    assert a.tick(279.9) == [] and len(a.tick(280)) == 1
 
 
 def test_waiters_travel_with_the_trace() -> None:

@@ -16,8 +16,10 @@ or thread is opened); ``_lifecycle`` lists them in start order (instance locks, 
 spool, event loop, admin, issues job, retention, sinks, Kafka, engine, listeners bound, spool
 replay, receivers serving, readiness) and shutdown runs the list backwards with what is left
 of one deadline (SIGTERM / SIGINT; a second signal exits at once): receivers stop accepting,
-the engine releases every open trace and evaluates it, the Kafka consumer commits what got
-stored, the judge drains before the events it writes are flushed, the store closes last. Nothing
+the engine evaluates what was released and the runs that ended and leaves the runs still
+going unjudged in the spool (a stop is no verdict; the next start resumes them with their
+timers), the Kafka consumer commits what got stored (not the records of those runs), the
+judge drains before the events it writes are flushed, the store closes last. Nothing
 acknowledged is lost; with the spool (default), not on kill -9 either (Kafka ingest: the topic
 and its committed offsets play that part).
 """
@@ -217,11 +219,12 @@ class Service:
 
     def _lifecycle(self, worker: bool) -> Lifecycle:
         """Every long-running part in start order; shutdown runs it backwards. Stopping in
-        reverse: receivers stop accepting; the engine releases every open trace and stores it
-        (the Kafka consumer, stopped after it, then commits all it took; records it takes
-        meanwhile are refused and replayed later); the judge drains before the events it
-        writes to are flushed; retention and the issues job stop; the admin endpoint answers
-        until the end; the store and spool close last."""
+        reverse: receivers stop accepting; the engine stores what was released and the runs
+        that ended, and leaves the others open, unjudged, in the spool (the Kafka consumer,
+        stopped after it, then commits what got stored; the records of runs left open, and
+        those it takes meanwhile, are refused or uncommitted and replayed later); the judge
+        drains before the events it writes to are flushed; retention and the issues job stop;
+        the admin endpoint answers until the end; the store and spool close last."""
         lc = Lifecycle()
         # one serve per store and spool, before either is opened (a second is refused here)
         lc.add("instance lock", Step(start=self._take_locks,

@@ -172,7 +172,7 @@ class TraceAssembler:
             elif len(tr.spans) == 2:
                 self._singles.pop(tr.trace_id, None)
             res.accepted += 1
-            tr.last_seen = now
+            tr.last_seen = max(tr.last_seen, now)  # a replay hands older times first
             if span.end_ns and span.is_entry:
                 tr.root_ended = True
             if span.trace_id not in res.traces:
@@ -318,8 +318,15 @@ class TraceAssembler:
             out.append(self._release(tr, "incomplete", "pressure", now))
         return out
 
+    def release_ended(self, now: float, reason: str = "shutdown") -> list[Trace]:
+        """Release the traces whose run has ended (a clean stop: grace only waits for
+        stragglers); the others stay open and unjudged (a stop is no verdict: the spool, or
+        Kafka's uncommitted offsets, resume them at the next start)."""
+        return [self._release(t, "complete", reason, now) for t in list(self._open.values())
+                if t.spans and (t.root_ended or _local_root_ended(t))]
+
     def release_all(self, now: float, reason: str = "shutdown") -> list[Trace]:
-        """Release everything open (shutdown, end of file): ended roots are complete."""
+        """Release everything open (end of file): ended roots are complete."""
         out = []
         for t in list(self._open.values()):
             if not t.spans:
@@ -327,6 +334,23 @@ class TraceAssembler:
                 continue
             ended = t.root_ended or _local_root_ended(t)
             out.append(self._release(t, "complete" if ended else "incomplete", reason, now))
+        return out
+
+    def hand_over(self, trace_ids: Iterable[str], source: str) -> list[str]:
+        """Forget the open traces of ``trace_ids`` that came from ``source``, unjudged (a
+        revoked Kafka partition: its next owner replays their records whole, so a rebalance
+        is no verdict); returns those forgotten. Their waiters are never called."""
+        out = []
+        for tid in trace_ids:
+            tr = self._open.get(tid)
+            if tr is None or tr.source != source:
+                continue
+            self._close(tr)  # its heap entry goes stale (``tick`` skips it)
+            self.open_spans -= len(tr.spans)
+            self.open_bytes -= tr.nbytes
+            self.open_logs -= len(tr.logs)
+            self.open_log_bytes -= tr.log_bytes
+            out.append(tid)
         return out
 
     def _close(self, tr: _Open) -> None:

@@ -102,9 +102,10 @@ class Durability:
             self._metrics.spool.failed("delete")
 
     def replay(self, submit: Callable[..., Any]) -> tuple[int, int, int] | None:
-        """What the spool holds, through ``submit(items, signal=..., replayed=True)`` (the
-        engine's one door), before the receivers open."""
+        """What the spool holds, through ``submit(items, signal=..., replayed=True, age_s=...)``
+        (the engine's one door; ``age_s``: how long ago the request was received, so
+        assembly's timers go on from then), before the receivers open."""
         if self.spool is None:
             return None
-        return self.spool.replay(
-            lambda items, signal: submit(items, "otlp", signal=signal, replayed=True).accepted)
+        return self.spool.replay(lambda items, signal, age_s: submit(
+            items, "otlp", signal=signal, replayed=True, age_s=age_s).accepted)

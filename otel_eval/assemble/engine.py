@@ -14,8 +14,12 @@ exports, through three parts with one owner each:
 
 Traces and logs take one path, the signal (``"traces"`` or ``"logs"``) being data: what
 differs is which assembler call takes them and which bounds apply (``admission``). Once
-``submit`` has taken an item it is evaluated and stored before ``shutdown`` returns (SIGTERM
-loses nothing that was acknowledged); with a ``Spool`` the request's bytes are written before
+``submit`` has taken an item it is never lost: ``shutdown`` (SIGTERM) evaluates and stores
+what was released and the runs that have ended, and leaves a run still going open and
+unjudged (a stop is no verdict: no evaluation, metric or sink call), its requests in the
+spool and its Kafka offsets uncommitted, for the next start to resume with its timers (a
+replay hands assembly the time each request was received at). With a ``Spool`` the request's
+bytes are written before
 ``submit`` returns and leave once their traces are stored, so a crash (kill -9) loses nothing
 acknowledged either: ``replay`` submits them again at start (``replayed=True``: no admission,
 no new spool row). Log records carry the content of spans.
@@ -32,7 +36,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from otel_eval.assemble.admission import Admission, AdmissionControl, Signal
@@ -101,6 +105,12 @@ class Engine:
                                           self.durability, clock, self.store_health)
         self._thread: threading.Thread | None = None
         self.failure: BaseException | None = None
+        # The spool is being replayed: nothing is released until all of it is back (a trace
+        # past its timers would otherwise go out with its first request only).
+        self._replaying = False
+        # shutdown returned: what this process will store is stored; the waiters of traces
+        # left open are never called here (the Kafka consumer does not wait for them)
+        self.stopped = False
 
     @property
     def stage(self) -> EvaluationStage:
@@ -128,11 +138,12 @@ class Engine:
                source: str = "otlp",
                on_stored: Callable[[], None] | None = None, *, signal: Signal = "traces",
                request: Request | None = None, replayed: bool = False,
-               sender: str = "") -> Admission:
+               sender: str = "", age_s: float = 0.0) -> Admission:
         """Take spans (``signal="traces"``) or GenAI event records (``"logs"``, held for
         their span's trace), or refuse them all (``throttled``); see the module docstring.
         ``request``: the protobuf bytes they were decoded from, spooled before this returns
-        (when there is a spool); ``replayed``: items from the spool at start; ``sender``: the
+        (when there is a spool); ``replayed``: items from the spool at start, received
+        ``age_s`` seconds ago (assembly's timers count from then); ``sender``: the
         authenticated sender's token name (re-opening needs the same). ``on_stored``: called
         once every trace that took an item is stored (or, for records no span joined,
         dropped and counted as ``no_spans``): either way the items are done with (Kafka
@@ -155,7 +166,7 @@ class Engine:
                 adm.throttled = "spool_error"
             if adm.throttled is not None:
                 return adm
-            res = self._add(signal, taken, on_trace, source, sender)
+            res = self._add(signal, taken, on_trace, source, sender, self.clock() - age_s)
             if row is not None:
                 self.durability.settle(row, trace_ids, res.traces,
                                        taken if signal == "logs" else ())  # type: ignore[arg-type]
@@ -168,13 +179,31 @@ class Engine:
         return adm
 
     def _add(self, signal: Signal, items: Sequence[Any], on_trace: Any, source: str,
-             sender: str) -> Any:  # lock held
+             sender: str, at: float) -> Any:  # lock held
         add = self._assembler.add_logs if signal == "logs" else self._assembler.add
-        return add(items, self.clock(), on_trace=on_trace, source=source, sender=sender)
+        return add(items, at, on_trace=on_trace, source=source, sender=sender)
 
     def replay(self) -> tuple[int, int, int] | None:
-        """What the spool holds, submitted again (before the receivers open)."""
-        return self.durability.replay(self.submit)
+        """What the spool holds, submitted again (before the receivers open), with the times
+        it was received at; ``tick`` releases nothing meanwhile."""
+        with self._lock:
+            self._replaying = True
+        try:
+            return self.durability.replay(self.submit)
+        finally:
+            with self._lock:
+                self._replaying = False
+
+    def hand_over(self, trace_ids: Collection[str]) -> int:
+        """A Kafka partition was revoked: forget its runs still open, unjudged (their records
+        are uncommitted; the partition's next owner replays them whole). Returns how many."""
+        with self._lock:
+            gone = self._assembler.hand_over(trace_ids, "kafka")
+            self._update_gauges()
+        if gone:
+            log.info("kafka: %d run(s) in flight handed over unjudged with their partition",
+                     len(gone))
+        return len(gone)
 
     def _dropped(self) -> None:
         """Traces assembly dropped with only log records: their spooled records are done,
@@ -192,7 +221,8 @@ class Engine:
     def tick(self, now: float | None = None) -> int:
         """Release due traces onto the evaluation queue; returns how many."""
         with self._lock:
-            released = self._assembler.tick(self.clock() if now is None else now)
+            released = [] if self._replaying else self._assembler.tick(
+                self.clock() if now is None else now)
             self.finishing.enqueue(released)
             self._update_gauges()
         self._dropped()
@@ -239,9 +269,11 @@ class Engine:
             self._thread is None or self._thread.is_alive() or self.admission.closing)
 
     def shutdown(self, deadline_s: float = 30.0) -> None:
-        """Stop taking spans, release every open trace, evaluate and store them all (with
-        worker processes: wait for them to store what they were given, within the deadline;
-        what they could not store stays in the spool)."""
+        """Stop taking spans; evaluate and store what was released, and the runs that have
+        ended (with worker processes: wait for them to store what they were given, within
+        the deadline; what they could not store stays in the spool). A run still going is
+        left open and unjudged (a stop is no verdict): its requests stay in the spool (its
+        Kafka offsets uncommitted), and the next start resumes it with its timers."""
         end = time.monotonic() + deadline_s
         with self._lock:
             self.admission.closing = True
@@ -249,12 +281,18 @@ class Engine:
         if self._thread is not None:
             self._thread.join(deadline_s)
         with self._lock:
-            self.finishing.enqueue(self._assembler.release_all(self.clock(), "shutdown"))
+            self.finishing.enqueue(self._assembler.release_ended(self.clock(), "shutdown"))
+            left = len(self._assembler)
         self._dropped()
         self.process()
+        if left:
+            log.info("%d run(s) in flight left unjudged: %s", left,
+                     "resumed from the spool at the next start" if self.spool is not None
+                     else "no spool: spans received over OTLP are lost (Kafka replays its own)")
         if not self.stage.drain(max(0.0, end - time.monotonic())):
             log.error("evaluation workers did not store every trace before the deadline; "
                       "what they hold is replayed from the spool at the next start")
         if kept := self.finishing.queued_traces():
             log.warning("%d trace(s) not stored: %s; they stay in the spool and are stored at "
                         "the next start", kept, self.store_health.describe() or "shutting down")
+        self.stopped = True

@@ -32,9 +32,15 @@ Promises:
   row per signal) when it re-opens;
 - bounded: ``refusal`` says ``spool_full`` while ``max_bytes`` (span and log requests alike)
   are held, so receivers throttle both;
+- timers survive a restart: each request keeps the wall-clock time it was received at, and
+  a replay hands its age to assembly, so a trace's grace and idle timeout count from when
+  its spans came, not from the restart (a run left in flight by a clean stop that never
+  ends is still reported once, ``idle_timeout_s`` after its last span);
 - versioned: ``PRAGMA user_version`` is the schema's version. A spool written before log
   requests were kept (version 0: no ``signal`` column) is migrated in place at open, its rows
-  replayed as trace requests; a spool from a newer version is refused with a clear error.
+  replayed as trace requests; rows written before receive times were kept (version 1) are
+  replayed as received at the replay; a spool from a newer version is refused with a clear
+  error.
 
 Kafka ingest is not spooled: the topic is the log, and offsets are committed only once the
 traces are stored (``kafka/offsets.py``), the same idea one level up.
@@ -68,6 +74,7 @@ from otel_eval.telemetry.metrics import SpoolMetrics
 log = logging.getLogger(__name__)
 
 # Version 0: requests and pairs. Version 1: ``spool_requests.signal`` (traces | logs).
+# Version 2: ``spool_requests.received_at`` (wall-clock seconds; 0: unknown, written before).
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS spool_requests (id INTEGER PRIMARY KEY, body BLOB NOT NULL)",
     "CREATE TABLE IF NOT EXISTS spool_traces (request_id INTEGER NOT NULL, "
@@ -75,6 +82,7 @@ _SCHEMA = (
 )
 _MIGRATIONS = (  # _MIGRATIONS[v] takes a spool from version v to v + 1
     "ALTER TABLE spool_requests ADD COLUMN signal TEXT NOT NULL DEFAULT 'traces'",
+    "ALTER TABLE spool_requests ADD COLUMN received_at REAL NOT NULL DEFAULT 0",
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 SIGNALS = ("traces", "logs")
@@ -94,9 +102,10 @@ class _Request:
     pending: int  # traces it fed whose evaluation is not stored yet
 
 
-# What ``replay`` hands decoded items to, with their signal ("traces" or "logs"): the
-# engine's submit (replayed=True); returns how many it took.
-Replay = Callable[[list[Span] | list[HeldRecord], str], int]
+# What ``replay`` hands decoded items to, with their signal ("traces" or "logs") and how
+# many seconds ago they were received: the engine's submit (replayed=True); returns how many
+# it took.
+Replay = Callable[[list[Span] | list[HeldRecord], str, float], int]
 # The spans and log records an open trace holds (``settle`` re-spools them when it re-opens).
 # What a re-opened trace holds, per trace id: its spans, and its log records but the request's.
 Held = Mapping[str, tuple[Collection[Span], Collection[HeldRecord]]]
@@ -109,8 +118,10 @@ class Spool:
     _backlog: dict[int, set[str]]  # from open()
 
     def __init__(self, path: str, max_bytes: int, metrics: SpoolMetrics, *,
-                 fsync: bool = False) -> None:
+                 fsync: bool = False, wall: Callable[[], float] = time.time) -> None:
         self.path = path
+        self._wall = wall  # the receive times kept: wall-clock seconds (a monotonic clock
+        # starts again with the process)
         self.max_bytes = max_bytes
         self.metrics = metrics
         self._fsync = fsync
@@ -118,6 +129,7 @@ class Spool:
         self._requests: dict[int, _Request] = {}
         self._traces: dict[str, list[tuple[int, int]]] = {}  # trace -> [(request, revision)]
         self._signals: dict[int, str] = {}  # signal of each request left to replay
+        self._received: dict[int, float] = {}  # receive time of each request left to replay
         self.bytes = 0
         self._opened = False
 
@@ -182,6 +194,7 @@ class Spool:
         self._requests.clear()
         self._traces.clear()
         self._signals.clear()
+        self._received.clear()
         self.bytes = 0
 
     # --- what a previous process left -------------------------------------------------------
@@ -190,9 +203,9 @@ class Spool:
         """Pending pairs, all at revision 0 (a fresh assembler starts every trace at 0);
         requests without a pending pair are deleted."""
         sizes: dict[int, int] = {}
-        for rid, size, signal in self._db.execute(
-                "SELECT id, length(body), signal FROM spool_requests"):
-            sizes[rid], self._signals[rid] = size, signal
+        for rid, size, signal, received in self._db.execute(
+                "SELECT id, length(body), signal, received_at FROM spool_requests"):
+            sizes[rid], self._signals[rid], self._received[rid] = size, signal, received
         backlog: dict[int, set[str]] = {}
         for rid, tid in self._db.execute("SELECT request_id, trace_id FROM spool_traces"):
             if rid in sizes:
@@ -215,6 +228,7 @@ class Spool:
         first. Returns (requests, spans, records) replayed."""
         backlog, self._backlog = self._backlog, {}
         signals, self._signals = self._signals, {}
+        received, self._received = self._received, {}
         taken = Counter[str]()
         for rid in sorted(backlog):
             with self._lock:
@@ -223,8 +237,10 @@ class Spool:
             if row is None:
                 continue
             wanted, signal = backlog[rid], signals.get(rid, "traces")
+            at = received.get(rid) or 0.0  # 0: kept before receive times were (age 0)
+            age_s = max(0.0, self._wall() - at) if at else 0.0
             try:
-                n = self._replay_one(bytes(row[0]), signal, wanted, submit)
+                n = self._replay_one(bytes(row[0]), signal, wanted, age_s, submit)
             except otlp.MalformedRequest:  # cannot happen for what append wrote; never loop
                 log.error("spool request %d is not an OTLP %s request; dropping it", rid, signal)
                 self.metrics.failed("replay")
@@ -237,16 +253,17 @@ class Spool:
                      len(backlog))
         return len(backlog), taken["traces"], taken["logs"]
 
-    def _replay_one(self, body: bytes, signal: str, wanted: set[str], submit: Replay) -> int:
+    def _replay_one(self, body: bytes, signal: str, wanted: set[str], age_s: float,
+                    submit: Replay) -> int:
         """One row through the decode path its signal takes; raises MalformedRequest."""
         if signal == "logs":
             records = otlp_logs.hold_logs(otlp_logs.parse_logs_request(body)).records
-            n = submit([r for r in records if r.trace_id in wanted], "logs")
+            n = submit([r for r in records if r.trace_id in wanted], "logs", age_s)
             self.metrics.replayed_logs(n)
             return n
         req, _ = otlp.parse_request(body)
         n = submit([s for s in otlp.decode_request(req).spans if s.trace_id in wanted],
-                   "traces")
+                   "traces", age_s)
         self.metrics.replayed(n)
         return n
 
@@ -263,8 +280,9 @@ class Spool:
         not be written."""
         assert signal in SIGNALS, signal
         with self._lock, self._transaction() as cur:
-            rid = cur.execute("INSERT INTO spool_requests (body, signal) VALUES (zeroblob(?), ?)",
-                              (len(body), signal)).lastrowid
+            rid = cur.execute(
+                "INSERT INTO spool_requests (body, signal, received_at) VALUES (zeroblob(?), ?, ?)",
+                (len(body), signal, self._wall())).lastrowid
             assert rid is not None
             # Written a chunk at a time into the pages: binding the whole body would make
             # SQLite copy it twice (bind, record), and the allocator keeps such multi-MB

@@ -94,18 +94,20 @@ def _bound_ports(log: Path, proc: subprocess.Popen[bytes], http: bool
 
 @contextmanager
 def serve(tmp: Path, config: dict[str, Any], store: Path | None = None,
-          http: bool = False, store_url: str = "") -> Iterator[Served]:
+          http: bool = False, store_url: str = "", grpc_endpoint: str = "127.0.0.1:0"
+          ) -> Iterator[Served]:
     """Start ``python -m otel_eval serve`` with ``config`` (written as YAML) on port 0 and wait
     until ready; on exit SIGTERM it (if still running) and wait, killing it only as a last
     resort. ``store``: the SQLite file (default ``tmp/otel-eval.db``; a restart passes the
     same one); ``http``: OTLP/HTTP too (port 0), else gRPC only; ``store_url``: a PostgreSQL
-    store instead (``--store URL``; the SQLite path is then unused)."""
+    store instead (``--store URL``; the SQLite path is then unused); ``grpc_endpoint``: a
+    fixed one for a restart behind a static list of replicas (a port the last serve bound)."""
     receiver = {**config.get("receiver", {}), "http_endpoint": ""}
     cfg = tmp / "config.yaml"
     cfg.write_text(json.dumps({**config, "receiver": receiver}))  # JSON is valid YAML
     store, log = store or tmp / "otel-eval.db", tmp / "serve.log"
     argv = [sys.executable, "-m", "otel_eval", "serve", "--config", str(cfg),
-            "--grpc-endpoint", "127.0.0.1:0", "--admin-endpoint", "127.0.0.1:0",
+            "--grpc-endpoint", grpc_endpoint, "--admin-endpoint", "127.0.0.1:0",
             "--store", store_url or str(store),
             *(["--http-endpoint", "127.0.0.1:0"] if http else [])]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -4,9 +4,10 @@ Rounds: start serve (the same SQLite store each time), stream agent traces to it
 official SDK exporters, SIGKILL it at a random moment (a random number of acknowledged spans
 into the round), restart. A span counts as acknowledged when ``export`` returned SUCCESS for
 its batch. At every kill some acknowledged spans are not evaluated yet (checked in the store
-the kill left behind), so each restart has something to replay. A last restart replays, then
-SIGTERM releases what is still open, and every acknowledged span id must be in a stored
-evaluation, each trace whole.
+the kill left behind), so each restart has something to replay. A last restart replays with a
+short idle timeout (the runs still open are due at once: the spool keeps the time their spans
+were received at), and every acknowledged span id must be in a stored evaluation, each trace
+whole.
 
 With ``store.spool: false`` the same kill loses acknowledged spans: that run shows the test
 can fail, and what the switch costs.
@@ -124,9 +125,14 @@ def _run(tmp: Path, spool: bool, kills: int, seed: int
             at_risk.append(risk)
             n_stored.append(n)
     (tmp / "last").mkdir()
-    with serve(tmp / "last", cfg, store=db) as srv:
+    last = {**cfg, "assembly": {**CONFIG["assembly"], "idle_timeout_s": 1.0}}
+    with serve(tmp / "last", last, store=db) as srv:
         m = srv.metrics()
-        srv.proc.send_signal(signal.SIGTERM)  # releases what is open; evaluates everything
+        # a stop leaves runs in flight unjudged: wait for the idle timeout to release them
+        poll(lambda: not srv.metrics().get("otel_eval_assembly_open_traces", 0)
+             and not srv.metrics().get("otel_eval_assembly_pending_spans", 0), 60,
+             "the replayed runs to be released and stored")
+        srv.proc.send_signal(signal.SIGTERM)
         assert srv.proc.wait(60) == 0, srv.log_tail()
     return at_risk, acked, {"replayed": m.get("otel_eval_spool_spans_replayed_total", 0.0),
                             "accepted": m.get("otel_eval_receiver_spans_accepted_total", 0.0),

@@ -1,10 +1,15 @@
-"""SIGTERM on a real ``otel-eval serve`` process loses nothing that was acknowledged.
+"""SIGTERM on a real ``otel-eval serve`` process loses nothing that was acknowledged, and
+judges nothing that has not ended.
 
 The client is the official SDK exporter (``OTLPSpanExporter.export``); a span counts as
-acknowledged when ``export`` returned SUCCESS for its batch. Open traces (root sent without an
-end time, or root not sent yet - an agent still running) are released at shutdown as
-``incomplete`` and stored with every acknowledged span; complete ones as ``complete``. Read back
-from the SQLite file after the process has exited with code 0.
+acknowledged when ``export`` returned SUCCESS for its batch. Ended runs are stored at shutdown
+as ``complete``; runs still going (root sent without an end time, or root not sent yet) are
+left unjudged in the spool: nothing of them is stored. The next serve on the same store
+resumes them with their timers, and stores every acknowledged span. Read back from the SQLite
+file after the process has exited with code 0.
+
+A run cut in half by SIGTERM, the rest sent after the restart, is evaluated once, whole,
+without a non-termination finding (issue 30), with one serve process and with ``--workers 2``.
 """
 
 from __future__ import annotations
@@ -15,11 +20,23 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
-from load_harness import Served, exporter, ids, poll, sdk_span, serve, stored, stored_span_ids
+from load_harness import (
+    RESOURCE,
+    Served,
+    exporter,
+    ids,
+    poll,
+    sdk_span,
+    serve,
+    stored,
+    stored_span_ids,
+)
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.trace import SpanContext, TraceFlags
 
 pytestmark = pytest.mark.slow
 
@@ -27,6 +44,9 @@ pytestmark = pytest.mark.slow
 # worker processes (serve --workers 2), whatever the machine's cores.
 CONFIG = {"assembly": {"grace_s": 0.3, "idle_timeout_s": 600.0,
                        "max_trace_duration_s": 3600.0}, "evaluation": {"workers": 2}}
+# The restart that checks nothing was lost: runs still open are due at once (their spans came
+# more than a second ago: the spool keeps the time they were received at).
+RESUME = {**CONFIG, "assembly": {**CONFIG["assembly"], "idle_timeout_s": 1.0}}
 
 
 def _trace(kind: str, children: int = 4) -> tuple[str, list[ReadableSpan]]:
@@ -49,7 +69,18 @@ def _check_store(srv: Served, acked: set[tuple[str, str]],
         assert bodies[tid]["status"] == status, tid
 
 
-def test_sigterm_releases_open_traces_and_keeps_every_acked_span(tmp_path: Path) -> None:
+def _resume(tmp: Path, acked: set[tuple[str, str]], expected_status: dict[str, str]) -> None:
+    """A second serve on the same store (and spool) stores the runs the stop left open."""
+    with serve(tmp, RESUME) as srv:
+        poll(lambda: not acked - stored_span_ids(stored(srv.store)), 60,
+             "the runs left open to be stored")
+        srv.proc.send_signal(signal.SIGTERM)
+        assert srv.proc.wait(60) == 0, srv.log_tail()
+    _check_store(srv, acked, expected_status)
+
+
+def test_sigterm_stores_ended_runs_and_leaves_open_ones_to_the_next_start(
+        tmp_path: Path) -> None:
     kinds = ["complete"] * 10 + ["open_root"] * 15 + ["no_root"] * 15
     traces = dict(_trace(k) for k in kinds)
     status = {tid: "complete" if k == "complete" else "incomplete"
@@ -70,7 +101,11 @@ def test_sigterm_releases_open_traces_and_keeps_every_acked_span(tmp_path: Path)
         assert m["otel_eval_assembly_open_traces"] >= sum(k != "complete" for k in kinds)
         srv.proc.send_signal(signal.SIGTERM)
         assert srv.proc.wait(60) == 0, srv.log_tail()
-    _check_store(srv, acked, status)
+    # a stop is no verdict: only the ended runs are stored, every one of them
+    ended = {tid for tid, st in status.items() if st == "complete"}
+    assert set(stored(srv.store)) == ended
+    _check_store(srv, {a for a in acked if a[0] in ended}, {t: "complete" for t in ended})
+    _resume(tmp_path, acked, status)
     assert len(acked) == sum(len(s) for s in traces.values())
 
 
@@ -91,7 +126,8 @@ def _stream(target: str, acked: set[tuple[str, str]], stop: threading.Event) -> 
         client.shutdown()
 
 
-def test_sigterm_under_load_loses_no_acknowledged_span(tmp_path: Path) -> None:
+def test_sigterm_under_load_loses_no_acknowledged_span_across_the_restart(
+        tmp_path: Path) -> None:
     per_client: list[set[tuple[str, str]]] = [set() for _ in range(3)]
     stop = threading.Event()
     with serve(tmp_path, CONFIG) as srv:
@@ -110,12 +146,13 @@ def test_sigterm_under_load_loses_no_acknowledged_span(tmp_path: Path) -> None:
     assert not any(c.is_alive() for c in clients)
     acked = set().union(*per_client)
     assert len(acked) >= 1500
-    _check_store(srv, acked, {})
+    assert all(b["status"] == "complete" for b in stored(srv.store).values())
+    _resume(tmp_path, acked, {})
 
 
 def test_sigterm_waits_for_the_worker_processes_to_store_what_they_hold(tmp_path: Path) -> None:
     """The store's write lock, taken by the test, holds released traces inside the workers:
-    SIGTERM must release the open traces and wait for the workers to store all of it."""
+    SIGTERM must wait for the workers to store all of it (the runs still open stay open)."""
     kinds = ["complete"] * 10 + ["no_root"] * 5
     traces = dict(_trace(k) for k in kinds)
     status = {tid: "complete" if k == "complete" else "incomplete"
@@ -140,4 +177,71 @@ def test_sigterm_waits_for_the_worker_processes_to_store_what_they_hold(tmp_path
             lock.execute("ROLLBACK")
             lock.close()
         assert srv.proc.wait(60) == 0, srv.log_tail()
-    _check_store(srv, acked, status)
+    ended = {tid for tid, st in status.items() if st == "complete"}
+    assert set(stored(srv.store)) == ended
+    _resume(tmp_path, acked, status)
+
+
+def _agent_run(steps: int) -> tuple[str, list[ReadableSpan]]:
+    """A run in the order the SDK exports it: per step a model call (100 input tokens) and a
+    tool call, each ended, then the root agent span."""
+    tid, root = os.urandom(16), os.urandom(8)
+    t0 = time.time_ns()
+
+    def span(name: str, sid: bytes, parent: bytes, start: int, attrs: dict[str, Any]
+             ) -> ReadableSpan:
+        def ctx(s: bytes) -> SpanContext:
+            return SpanContext(int.from_bytes(tid), int.from_bytes(s), is_remote=False,
+                               trace_flags=TraceFlags(TraceFlags.SAMPLED))
+        end = t0 + 10_000_000 * (2 * steps + 1) if not parent else start + 4_000_000
+        return ReadableSpan(name, context=ctx(sid), parent=ctx(parent) if parent else None,
+                            resource=RESOURCE, attributes=attrs, start_time=start,
+                            end_time=end)
+
+    spans = []
+    for i in range(steps):
+        spans.append(span("chat gpt-4o", os.urandom(8), root, t0 + 10_000_000 * (2 * i + 1), {
+            "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o",
+            "gen_ai.usage.input_tokens": 100, "gen_ai.usage.output_tokens": 10}))
+        spans.append(span(f"execute_tool lookup{i}", os.urandom(8), root,
+                          t0 + 10_000_000 * (2 * i + 2), {
+                              "gen_ai.operation.name": "execute_tool",
+                              "gen_ai.tool.name": f"lookup{i}"}))
+    spans.append(span("invoke_agent planner", root, b"", t0, {
+        "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "planner"}))
+    return tid.hex(), spans
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_run_cut_by_sigterm_is_evaluated_once_whole_after_the_restart(
+        tmp_path: Path, workers: int) -> None:
+    config = {**CONFIG, "evaluation": {"workers": workers}}
+    tid, spans = _agent_run(6)  # 13 spans: 6 model calls, 6 tool calls, the root
+    head, tail = spans[:7], spans[7:]  # stopped after the 4th model call
+    with serve(tmp_path, config) as srv:
+        client = exporter(srv.grpc_target)
+        assert client.export(head) == SpanExportResult.SUCCESS
+        client.shutdown()
+        assert srv.metrics()["otel_eval_assembly_open_traces"] == 1
+        srv.proc.send_signal(signal.SIGTERM)
+        assert srv.proc.wait(60) == 0, srv.log_tail()
+    assert stored(srv.store) == {}  # no verdict on a run cut by a stop
+    assert "1 run(s) in flight left unjudged" in srv.log.read_text()
+
+    with serve(tmp_path, config) as srv:
+        assert srv.metrics()["otel_eval_spool_spans_replayed_total"] == len(head)
+        client = exporter(srv.grpc_target)
+        assert client.export(tail) == SpanExportResult.SUCCESS
+        client.shutdown()
+        body = poll(lambda: stored(srv.store).get(tid), 60, "the whole run to be stored")
+        m = srv.metrics()
+        srv.proc.send_signal(signal.SIGTERM)
+        assert srv.proc.wait(60) == 0, srv.log_tail()
+    assert body["status"] == "complete" and body["revision"] == 0
+    assert body["counts"] == {"spans": 13, "llm_calls": 6, "tool_calls": 6, "errors": 0}
+    assert body["usage"]["input_tokens"] == 600
+    assert not [f for f in body["findings"] if f["detector"] == "non_termination"]
+    assert m.get("otel_eval_traces_non_terminated_total", 0.0) == 0
+    assert m.get("otel_eval_traces_superseded_total", 0.0) == 0
+    assert m["otel_eval_assembly_traces_released_total"] == 1
+    assert list(stored(srv.store)) == [tid]  # evaluated once

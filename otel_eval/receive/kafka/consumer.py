@@ -35,7 +35,9 @@ Promises:
 - backpressure: with ``max_inflight_records`` taken and not stored, or while the engine
   throttles, every partition is paused (nothing buffered without bound); resumed at half;
 - on revocation the worker stops taking the partition's records and commits what is done;
-  the new owner replays the rest;
+  the engine forgets the partition's runs still open, unjudged (``Engine.hand_over``: a
+  rebalance is no verdict, or the old owner would store a fragment of a run the new owner
+  evaluates whole); the new owner replays the rest;
 - lag (high watermark - position) per partition is reported through the metrics hook.
 
 Partition assignment: ``group`` (broker-coordinated rebalancing) or ``static`` (worker i of N,
@@ -256,7 +258,10 @@ class KafkaConsumerStage:
             log.error("kafka consumer loop failed", exc_info=task.exception())
 
     async def shutdown(self, deadline_s: float = 30.0) -> None:
-        """Stop fetching, wait (up to the deadline) for taken records to be stored, commit."""
+        """Stop fetching, wait (up to the deadline) for taken records to be stored, commit.
+        After the engine's own shutdown (``stopped``: serve stops it first) nothing is
+        awaited: what it stored is reported already, and the records of runs it left open
+        (a stop is no verdict) stay uncommitted, replayed whole by the next owner."""
         end = time.monotonic() + deadline_s
         self._stopping = True
         if self._task is not None:
@@ -264,7 +269,9 @@ class KafkaConsumerStage:
             # a loop that died keeps its exception in ``failure``; shutdown still commits
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
-        if self.tracker.inflight() > len(self._retry):
+        self._drain_stored()
+        if self.tracker.inflight() > len(self._retry) and not getattr(
+                self.engine, "stopped", False):
             # Records waiting for a retry were never taken by the engine; they are replayed.
             self._drained.clear()
             with contextlib.suppress(TimeoutError):
@@ -461,7 +468,10 @@ class KafkaConsumerStage:
 
     async def _revoke(self, revoked: set[TopicPartition]) -> None:
         final: dict[TopicPartition, tuple[int, str]] = {}
+        hand_over = getattr(self.engine, "hand_over", None)
         for tp in revoked:
+            if hand_over is not None:  # a rebalance is no verdict: the new owner replays them
+                hand_over(self.gate.open_traces(tp))
             self.gate.drop(tp)
             pos = self.tracker.revoke(tp)
             if pos is not None:

@@ -254,6 +254,10 @@ class TraceGate(Generic[P]):
         else:
             self._held.setdefault(still, []).append((ticket, trace_ids))
 
+    def open_traces(self, partition: P) -> set[str]:
+        """Trace ids with records of ``partition`` submitted and not yet stored."""
+        return {k[2] for k in self._open if k[0] == partition}
+
     def drop(self, partition: P) -> None:
         """Forget a revoked partition (its late callbacks then finish nothing)."""
         for d in (self._open, self._held):

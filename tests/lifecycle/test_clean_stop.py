@@ -1,0 +1,177 @@
+"""A clean stop judges nothing that has not ended (issue 30), in process; time by hand.
+
+``shutdown`` evaluates what was released and the runs that ended; a run still going stays in
+the spool, with no evaluation, metric or sink call. The next engine on the same store and
+spool resumes it with the times its spans were received at: finished, it is evaluated once,
+whole; never finished, it is reported once, ``idle_timeout_s`` after its last span came (not
+after the restart). The same through ``otel-eval serve`` and SIGTERM:
+tests/load/test_sigterm.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from otel_eval.app.config import Config, replace
+from otel_eval.assemble.engine import Engine
+from otel_eval.assemble.spool import Spool
+from otel_eval.base.model import Evaluation, Span, Trace
+from otel_eval.decode.otlp import encode_spans
+from otel_eval.evaluate.evaluator import Evaluator
+from otel_eval.store import Store
+from otel_eval.telemetry.metrics import Metrics
+
+T = "5a" * 16
+DONE = "6b" * 16  # a run that ended before the stop
+GRACE, IDLE = 5.0, 60.0
+WALL0 = 1_800_000_000.0  # wall-clock seconds when the first process received the spans
+
+
+def _span(trace: str, i: int, parent: int | None, op: str, start: int, end: int,
+          **attrs: Any) -> Span:
+    return Span(trace, f"{i:016x}", f"{parent:016x}" if parent else None, f"{op} {i}",
+                start, end, attributes={"gen_ai.operation.name": op, **attrs})
+
+
+def run(trace: str, end: int) -> list[Span]:
+    """A root agent span (ending at ``end``; 0: not ended) over 4 model calls and 4 tool
+    calls, in the order an exporter sends them (children first, the root last)."""
+    spans = []
+    for k in range(4):
+        spans.append(_span(trace, 10 + k, 1, "chat", 10 + 10 * k, 14 + 10 * k))
+        spans.append(_span(trace, 20 + k, 1, "execute_tool", 15 + 10 * k, 18 + 10 * k,
+                           **{"gen_ai.tool.name": f"tool{k}"}))
+    return [*spans, _span(trace, 1, None, "invoke_agent", 1, end,
+                          **{"gen_ai.agent.name": "planner"})]
+
+
+class Recording:
+    """A sink: what reached events, forward, judge."""
+
+    def __init__(self) -> None:
+        self.exported: list[str] = []
+
+    def export(self, trace: Trace, evaluation: Evaluation) -> None:
+        self.exported.append(trace.trace_id)
+
+    def pass_on(self, trace: Trace) -> None:
+        self.exported.append(trace.trace_id)
+
+
+class Process:
+    """One serve's engine on the store and spool in ``tmp``; its clocks by hand."""
+
+    def __init__(self, tmp: Path, wall: float) -> None:
+        self.now = 1000.0  # the engine's monotonic clock starts anywhere
+        self.wall = wall
+        self.metrics = Metrics(CollectorRegistry())
+        cfg = replace(Config(), **{"assembly.grace_s": GRACE, "assembly.idle_timeout_s": IDLE})
+        self.store = Store(str(tmp / "store.db"))
+        self.spool = Spool(str(tmp / "store.db-spool"), 1 << 30, self.metrics.spool,
+                           wall=lambda: self.wall).open()
+        self.sink = Recording()
+        self.engine = Engine(Evaluator(cfg), self.store, self.metrics, assembly=cfg.assembly,
+                             clock=lambda: self.now, spool=self.spool, sinks=[self.sink])
+        self.engine.replay()
+
+    def send(self, spans: list[Span]) -> None:
+        adm = self.engine.submit(spans, request=encode_spans(spans).SerializeToString())
+        assert adm.throttled is None and adm.accepted == len(spans)
+
+    def advance(self, seconds: float) -> int:
+        """Both clocks on by ``seconds``; the traces evaluated then."""
+        self.now += seconds
+        self.wall += seconds
+        self.engine.tick()
+        return self.engine.process()
+
+    def stop(self) -> dict[str, dict[str, Any]]:
+        """Shut down as serve does on SIGTERM; what the store holds then."""
+        self.engine.shutdown(5.0)
+        stored = self.stored()
+        self.store.close()
+        self.spool.close()
+        return stored
+
+    def stored(self) -> dict[str, dict[str, Any]]:
+        return {e["trace_id"]: e for e in self.store.latest(100)}
+
+    def sample(self, name: str, **labels: str) -> float:
+        return self.metrics.registry.get_sample_value(name, labels) or 0.0
+
+    def total(self, name: str) -> float:
+        """A counter's sum over all its label values."""
+        return sum(s.value for m in self.metrics.registry.collect() for s in m.samples
+                   if s.name == name)
+
+
+def test_a_stop_leaves_a_run_in_flight_unjudged_and_the_restart_evaluates_it_whole(
+        tmp_path: Path) -> None:
+    first = Process(tmp_path, WALL0)
+    whole = run(T, end=100)
+    first.send(whole[:5])  # half the run: 3 model calls and 2 tool calls so far
+    first.send(run(DONE, end=90))  # ended, still in its grace period
+    first.advance(1.0)
+    # the ended run is evaluated at the stop; the run in flight is not judged at all
+    assert set(first.stop()) == {DONE}
+    assert first.sink.exported == [DONE]
+    assert first.sample("otel_eval_assembly_traces_released_total",
+                        status="complete", reason="shutdown") == 1
+    assert first.sample("otel_eval_assembly_traces_released_total",
+                        status="incomplete", reason="shutdown") == 0
+    assert first.total("otel_eval_traces_non_terminated_total") == 0
+    assert first.spool.held()[0] == 1  # its request: kept for the next start
+
+    second = Process(tmp_path, WALL0 + 30.0)  # restarted 30 s later
+    assert second.engine.open_traces() == 1
+    assert second.advance(1.0) == 0  # idle 31 s of 60: still waiting for the rest
+    second.send(whole[5:])
+    assert second.advance(GRACE) == 1
+    ev = second.stored()[T]
+    assert ev["counts"] == {"spans": 9, "llm_calls": 4, "tool_calls": 4, "errors": 0}
+    assert ev["status"] == "complete" and ev["revision"] == 0
+    assert [f["detector"] for f in ev["findings"]] == []
+    assert second.sink.exported == [T]
+    assert second.total("otel_eval_traces_superseded_total") == 0
+    assert second.total("otel_eval_traces_non_terminated_total") == 0
+    assert second.spool.held() == (0, 0)
+    second.stop()
+
+
+def test_a_run_that_never_ends_is_reported_once_idle_timeout_after_its_last_span(
+        tmp_path: Path) -> None:
+    first = Process(tmp_path, WALL0)
+    first.send(run(T, end=100)[:5])
+    first.advance(10.0)  # stopped 10 s after its last span
+    assert first.stop() == {}
+
+    # Restarted 20 s after that span: it is due at 60 s, i.e. 40 s into the new process,
+    # not 60 s after the restart.
+    second = Process(tmp_path, WALL0 + 20.0)
+    assert second.advance(39.0) == 0
+    assert second.advance(1.0) == 1
+    ev = second.stored()[T]
+    assert ev["status"] == "incomplete" and ev["counts"]["spans"] == 5
+    assert [(f["detector"], f["kind"]) for f in ev["findings"]
+            if f["detector"] == "non_termination"] == [("non_termination", "incomplete")]
+    assert second.total("otel_eval_traces_non_terminated_total") == 1
+    assert second.advance(IDLE * 2) == 0  # once
+    second.stop()
+
+    third = Process(tmp_path, WALL0 + 500.0)  # nothing left to resume
+    assert third.engine.open_traces() == 0 and third.stored()[T]["revision"] == 0
+    third.stop()
+
+
+def test_a_stop_longer_than_the_idle_timeout_reports_the_run_at_the_first_tick(
+        tmp_path: Path) -> None:
+    first = Process(tmp_path, WALL0)
+    first.send(run(T, end=100)[:5])
+    first.stop()
+    second = Process(tmp_path, WALL0 + IDLE + 1.0)
+    assert second.advance(0.0) == 1
+    assert second.stored()[T]["status"] == "incomplete"
+    second.stop()
