@@ -82,6 +82,7 @@ Metrics (counters are exposed with the ``_total`` suffix):
                otel_eval_prediction_rolling_auc{agent}    gauge, AUC of the last labelled
                predictions (otel_eval.telemetry.prediction)
     spool      otel_eval_spool_bytes, otel_eval_spool_requests                    gauges
+               otel_eval_spool_max_bytes  the bound (store.spool_max_bytes)            gauge
                otel_eval_spool_spans_replayed_total, otel_eval_spool_failures_total{operation}
                otel_eval_spool_log_records_replayed_total
     workers    otel_eval_workers_running, otel_eval_workers_inflight_traces{worker}   gauges
@@ -589,6 +590,9 @@ class SpoolMetrics:
     def __init__(self, m: Metrics) -> None:
         self.g_bytes = m._gauge("spool_bytes", "Bytes of OTLP requests held until evaluated.")
         self.g_requests = m._gauge("spool_requests", "OTLP requests held until evaluated.")
+        self.g_max_bytes = m._gauge("spool_max_bytes", "The spool's bound "
+                                    "(store.spool_max_bytes): past it, exports are refused "
+                                    "with spool_full.")
         self.c_replayed = m._counter("spool_spans_replayed",
                                      "Spans replayed from the spool at start (not received).")
         self.c_replayed_logs = m._counter(
@@ -600,6 +604,9 @@ class SpoolMetrics:
     def held(self, n_requests: int, n_bytes: int) -> None:
         self.g_requests.set(n_requests)
         self.g_bytes.set(n_bytes)
+
+    def bound(self, max_bytes: int) -> None:
+        self.g_max_bytes.set(max_bytes)
 
     def replayed(self, n_spans: int) -> None:
         self.c_replayed.inc(n_spans)

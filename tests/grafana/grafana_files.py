@@ -15,6 +15,7 @@ DASHBOARD = GRAFANA / "dashboards" / "otel-eval.json"
 RULES = GRAFANA / "alerts" / "otel-eval-rules.yaml"
 RULE_TESTS = sorted((GRAFANA / "alerts" / "tests").glob("*.yaml"))
 PROMETHEUS_YML = GRAFANA / "prometheus.yml"
+ALERTMANAGER_YML = GRAFANA / "alertmanager.yml"
 
 # Grafana template variables -> values that select everything, for running panel queries.
 SUBSTITUTIONS = {"$__rate_interval": "1m", "$__interval": "15s", "$service": ".*",
@@ -40,6 +41,13 @@ def panel_queries() -> list[tuple[str, str]]:
                 expr = expr.replace(var, value)
             out.append((f"{p['title']} / {t['refId']}", expr))
     return out
+
+
+# Alerts whose condition needs otel-eval gone or stuck (no scrape, no series, no successful
+# issue clustering for an hour): no feed of a live target makes them hold, so the end-to-end
+# tests that run every alert query on a live target leave them out; the promtool cases
+# (grafana/alerts/tests) drive each.
+OUTAGE_ALERTS = frozenset({"OtelEvalDown", "OtelEvalNotScraped", "OtelEvalIssuesJobStale"})
 
 
 def alert_rules() -> list[dict[str, Any]]:

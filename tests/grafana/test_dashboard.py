@@ -117,6 +117,7 @@ def test_prometheus_scrape_config_targets_admin_default() -> None:
     assert job["metrics_path"] == "/metrics"
     assert job["static_configs"][0]["targets"] == [Config().admin.endpoint]
     assert cfg["rule_files"] == ["alerts/otel-eval-rules.yaml"]
+    assert cfg["global"]["external_labels"]["otel_eval_url"] == f"http://{Config().admin.endpoint}"
 
 
 def test_alert_rules_document_threshold_and_for() -> None:
@@ -155,6 +156,8 @@ def test_alerts_link_to_the_runs_behind_them() -> None:
         if "traces_completed" not in rule["expr"]:
             continue
         url = rule["annotations"]["otel_eval_url"]
-        assert url.startswith("http://localhost:8888/ui/?service={{ $labels.service | urlquery }}")
+        # the base is Prometheus' external label (prometheus.yml), not a literal
+        assert url.startswith("{{ $externalLabels.otel_eval_url }}/ui/"
+                              "?service={{ $labels.service | urlquery }}")
         assert ("&agent={{ $labels.agent | urlquery }}" in url) == ("Service" not in name)
         assert url.split("&detector=")[1] in ("loop", "non_termination", "budget"), name
