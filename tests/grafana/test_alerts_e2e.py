@@ -50,7 +50,7 @@ from otel_eval.base.model import Span, SpanEvent, Trace
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "conformance"))
 import hung
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.prometheus]
 AGENT = "weather_agent"
 # (service, stack, scenarios cycled through, one per round)
 SERVICES = (("clean", "pydantic-ai", ("clean", "distinct", "streaming")),

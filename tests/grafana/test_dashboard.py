@@ -117,7 +117,13 @@ def test_prometheus_scrape_config_targets_admin_default() -> None:
     assert job["metrics_path"] == "/metrics"
     assert job["static_configs"][0]["targets"] == [Config().admin.endpoint]
     assert cfg["rule_files"] == ["alerts/otel-eval-rules.yaml"]
+    # alerts go to the Alertmanager of grafana/alertmanager.yml (its default port), without
+    # the external label the alerts' links start with
+    (manager,) = cfg["alerting"]["alertmanagers"]
+    assert manager["static_configs"] == [{"targets": ["localhost:9093"]}]
     assert cfg["global"]["external_labels"]["otel_eval_url"] == f"http://{Config().admin.endpoint}"
+    assert cfg["alerting"]["alert_relabel_configs"] == [
+        {"action": "labeldrop", "regex": "otel_eval_url"}]
 
 
 def test_alert_rules_document_threshold_and_for() -> None:

@@ -35,7 +35,7 @@ from prometheus_harness import Prometheus, listening, poll, prometheus_scraping,
 
 from otel_eval.telemetry.metrics import Metrics
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.prometheus]
 
 
 @pytest.fixture
