@@ -19,7 +19,8 @@ ALERTMANAGER_YML = GRAFANA / "alertmanager.yml"
 
 # Grafana template variables -> values that select everything, for running panel queries.
 SUBSTITUTIONS = {"$__rate_interval": "1m", "$__interval": "15s", "$service": ".*",
-                 "$agent": ".*", "$node": ".*", "${datasource}": "prometheus"}
+                 "$agent": ".*", "$node": ".*", "${datasource}": "prometheus",
+                 "$window": "1h"}
 
 
 def dashboard() -> dict[str, Any]:
@@ -56,4 +57,5 @@ def alert_rules() -> list[dict[str, Any]]:
 
 
 def metric_names(expr: str) -> set[str]:
-    return set(re.findall(r"\botel_eval_[a-z0-9_]+", expr))
+    # otel_eval_url: the label of otel-eval's scrape target (grafana/prometheus.yml)
+    return set(re.findall(r"\botel_eval_[a-z0-9_]+", expr)) - {"otel_eval_url"}

@@ -102,7 +102,8 @@ def prometheus_scraping(tmp_path: Path, target_port: int, rules: Path = RULES, *
         (manager,) = config["alerting"]["alertmanagers"]
         manager["static_configs"] = [{"targets": [f"127.0.0.1:{alertmanager_port}"]}]
     config["rule_files"] = [str(rules)]
-    config["scrape_configs"][0]["static_configs"] = [{"targets": [f"127.0.0.1:{target_port}"]}]
+    (static,) = config["scrape_configs"][0]["static_configs"]
+    static["targets"] = [f"127.0.0.1:{target_port}"]
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port()
     log_path = tmp_path / "prometheus.log"

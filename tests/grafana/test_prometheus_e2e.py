@@ -80,6 +80,10 @@ def test_every_panel_and_alert_query_returns_data(
     loop_expr = next(r["expr"] for r in alert_rules() if r["alert"] == "OtelEvalLoopRateHigh")
     firing = {s["metric"]["agent"] for s in prom.query(loop_expr)["data"]["result"]}
     assert firing == {LOOPY}, firing  # the loop-heavy agent fires, the clean one does not
+    # the dashboard's otel_eval_url variable: the label the shipped scrape config sets
+    urls = prom.query("group by (otel_eval_url) (otel_eval_assembly_open_traces)")
+    assert [r["metric"] for r in urls["data"]["result"]] == [
+        {"otel_eval_url": "http://localhost:8888"}]
     service_expr = next(r["expr"] for r in alert_rules()
                         if r["alert"] == "OtelEvalServiceLoopRateHigh")
     services = {s["metric"]["service"] for s in prom.query(service_expr)["data"]["result"]}
