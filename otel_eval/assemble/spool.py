@@ -147,6 +147,7 @@ class Spool:
             self._db = self._open()
             self._backlog = self._load()
         self._opened = True
+        self.metrics.bound(self.max_bytes)
         return self
 
     def _open(self) -> sqlite3.Connection:

@@ -47,7 +47,9 @@ class HttpLimits:
 class ReceiverConfig:
     # OTLP/gRPC TraceService endpoint (HOST:PORT); empty string disables it.
     grpc_endpoint: str = "localhost:4317"
-    # OTLP/HTTP endpoint serving POST /v1/traces (protobuf or JSON, optionally gzip).
+    # OTLP/HTTP endpoint serving POST /v1/traces (protobuf or JSON, optionally gzip): where
+    # exporters with OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf go. Every listener on
+    # `localhost` listens on 127.0.0.1 and ::1 alike.
     http_endpoint: str = "localhost:4318"
     # Largest request accepted, bytes (after gzip decompression for HTTP). Agent traces with
     # message content routinely pass gRPC's 4 MiB default.

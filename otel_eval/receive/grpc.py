@@ -20,6 +20,13 @@ without SO_REUSEPORT, so a second serve on it fails to start instead of sharing 
 Throttling follows the OTLP spec: RESOURCE_EXHAUSTED with a ``google.rpc.RetryInfo`` detail in
 ``grpc-status-details-bin`` (and, for the Python SDK exporter, in ``google.rpc.retryinfo-bin``),
 which OTLP exporters honour before retrying.
+
+Not seen here: an HTTP/1.1 request (an http/protobuf exporter sent to this port). C-core
+answers it with its HTTP/2 SETTINGS and closes ("Connect string mismatch", in its own trace
+log only); grpcio exposes nothing below the RPC (no transport hook, no way to hand it an
+accepted socket after a look at its first bytes), so counting it would mean relaying every
+gRPC byte through Python. The reverse, a gRPC exporter at the HTTP port, is counted there
+(``httpserver``, reason ``http2_client``). tests/receiver/test_wrong_port.py pins both.
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import email.message
+import errno
 import io
 import logging
 import socket
@@ -49,7 +50,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
-from typing import Any
+from typing import Any, overload
 from urllib.parse import urlsplit
 
 from otel_eval.base.configcheck import StartupError, parse_endpoint
@@ -61,7 +62,11 @@ log = logging.getLogger(__name__)
 
 # Why the server closed a connection before answering, or why a client's went away.
 CLOSE_REASONS = ("connection_limit", "peer_limit", "header_timeout", "read_timeout",
-                 "write_timeout", "header_too_large", "client_closed", "tls_handshake", "reused")
+                 "write_timeout", "header_too_large", "client_closed", "tls_handshake", "reused",
+                 "http2_client")
+# What an HTTP/2 client (an OTLP/gRPC exporter pointed at an HTTP port) sends first: the
+# connection preface (RFC 9113 3.4), read by http.server as a request line of version 2.0.
+_HTTP2_PREFACE = b"PRI * HTTP/2.0"
 # How long a connection closed with its request unread keeps reading (and dropping) what the
 # client still sends, seconds (Go waits 0.5 s, nginx up to 30 s). Bounded in time; nothing is kept.
 LINGER_S = 2.0
@@ -399,6 +404,8 @@ class _Connection(BaseHTTPRequestHandler):
     def send_error(self, code: int, message: str | None = None,
                    explain: str | None = None) -> None:
         """http.server's own refusals (bad request line, headers) in the listener's words."""
+        if getattr(self, "raw_requestline", b"").startswith(_HTTP2_PREFACE):
+            self.server.http2_client(self.client_address[0])
         self.unread = True
         self._write(self.server.error(None, code, message or "bad request"), close=True)
 
@@ -421,7 +428,8 @@ class _Listener(socketserver.TCPServer):
         self.handler, self.error, self.tls = server.handler, server.error, server.tls
         self.reserved_paths = server.reserved_paths
         self.closed = server.closed
-        self.slots = _Slots(self.limits)
+        self.slots = server.slots  # one set of slots for every address of the endpoint
+        self._http2_told = server.http2_told
 
     def get_request(self) -> tuple[Any, Any]:
         sock, addr = super().get_request()
@@ -473,10 +481,32 @@ class _Listener(socketserver.TCPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         log.exception("%s: connection from %s failed", self.name, client_address[0])
 
+    def http2_client(self, peer: str) -> None:
+        """An HTTP/2 client here: most likely a gRPC exporter sent to the HTTP port. Counted
+        each time, said once per listener (its exporter retries: one line, not a flood)."""
+        self.closed("http2_client")
+        level = logging.DEBUG if self._http2_told.is_set() else logging.WARNING
+        self._http2_told.set()
+        log.log(level, "%s: an HTTP/2 client (an OTLP/gRPC exporter?) from %s reached this "
+                "HTTP/1.1 port; point gRPC exporters at the OTLP/gRPC endpoint, or set "
+                "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf", self.name, peer)
+
+
+def _addresses(endpoint: str) -> list[tuple[str, int]]:
+    """Where ``HOST:PORT`` listens: ``localhost`` is both loopback families, 127.0.0.1 and
+    ::1 (as gRPC binds it), so a client that resolves localhost to ::1 first connects too."""
+    host, port = parse_endpoint(endpoint)
+    return [("127.0.0.1", port), ("::1", port)] if host == "localhost" else [(host, port)]
+
+
+# ::1 cannot be bound on a host without IPv6 (disabled, or a container without it)
+_NO_FAMILY = (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT)
+
 
 class HttpServer:
-    """One HTTP listener: ``start()`` binds and serves in a thread, ``shutdown`` stops
-    accepting (a request in progress finishes on its own thread)."""
+    """One HTTP listener (on each address of its endpoint: ``localhost`` is two): ``start()``
+    binds and serves in a thread, ``shutdown`` stops accepting (a request in progress
+    finishes on its own thread)."""
 
     def __init__(self, endpoint: str, handler: Handler, *, name: str,
                  limits: HttpLimits | None = None, tls: TlsFiles | None = None,
@@ -488,42 +518,77 @@ class HttpServer:
         self.limits = limits or HttpLimits()
         self.tls, self.error, self.closed, self.clock = tls, error, on_close, clock
         self.reserved_paths = frozenset(reserved_paths)
-        self._listener: _Listener | None = None
+        self.slots = _Slots(self.limits)
+        self.http2_told = threading.Event()  # the HTTP/2 client warning was logged
+        self._listeners: list[_Listener] = []
         self._serving = False
         self.port = 0
 
     def bind(self) -> None:
         """Listen on ``HOST:PORT`` (port 0 picks a free one; connections wait in the backlog
-        until ``start``); ``StartupError`` naming the endpoint when it cannot."""
-        if self._listener is not None:
+        until ``start``); ``StartupError`` naming the endpoint when it cannot. ``localhost``:
+        127.0.0.1, then ::1 on the same port (skipped where the host has no IPv6; a port 0
+        that another process holds on ::1 is picked again)."""
+        if self._listeners:
             return
-        listener = _Listener(parse_endpoint(self.endpoint), self)
+        first, *more = _addresses(self.endpoint)
+        for _ in range(5):
+            listeners = [self._listen(first)]
+            port = listeners[0].server_address[1]
+            try:
+                for host, _port in more:
+                    listener = self._listen((host, port), optional=True)
+                    if listener is not None:
+                        listeners.append(listener)
+            except StartupError:
+                for listener in listeners:
+                    listener.server_close()
+                if first[1] != 0:
+                    raise
+                continue  # port 0: the port 127.0.0.1 got is taken on ::1; pick another
+            self._listeners, self.port = listeners, port
+            return
+        raise StartupError(f"{self.name}: cannot listen on {self.endpoint}: no port free on "
+                           "both loopback addresses")
+
+    @overload
+    def _listen(self, address: tuple[str, int]) -> _Listener: ...
+    @overload
+    def _listen(self, address: tuple[str, int], optional: bool) -> _Listener | None: ...
+
+    def _listen(self, address: tuple[str, int], optional: bool = False) -> _Listener | None:
+        """A listener bound to ``address``; None when ``optional`` and the host lacks its
+        address family."""
+        listener = _Listener(address, self)
         try:
             listener.server_bind()
             listener.server_activate()
         except OSError as e:
             listener.server_close()
-            raise StartupError(f"{self.name}: cannot listen on {self.endpoint}: "
+            if optional and e.errno in _NO_FAMILY:
+                log.debug("%s: not listening on %s: %s", self.name, address[0], e.strerror)
+                return None
+            where = f" ({address[0]})" if optional else ""
+            raise StartupError(f"{self.name}: cannot listen on {self.endpoint}{where}: "
                                f"{e.strerror or e}") from None
-        self._listener = listener
-        self.port = listener.server_address[1]
+        return listener
 
     def start(self) -> None:
-        """Bind (unless ``bind`` did) and serve in a thread."""
+        """Bind (unless ``bind`` did) and serve in a thread per address."""
         self.bind()
-        assert self._listener is not None
-        threading.Thread(target=self._listener.serve_forever, name=self.name,
-                         daemon=True).start()
+        for listener in self._listeners:
+            threading.Thread(target=listener.serve_forever, name=self.name,
+                             daemon=True).start()
         self._serving = True
 
     @property
     def connections(self) -> int:
         """Connections being served now."""
-        return self._listener.slots.in_use if self._listener is not None else 0
+        return self.slots.in_use
 
     def shutdown(self, deadline_s: float) -> None:
-        listener, self._listener = self._listener, None
-        if listener is not None:
+        listeners, self._listeners = self._listeners, []
+        for listener in listeners:
             if self._serving:
                 listener.shutdown()  # waits for serve_forever to return
             listener.server_close()

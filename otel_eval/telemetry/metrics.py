@@ -53,8 +53,9 @@ Metrics (counters are exposed with the ``_total`` suffix):
                otel_eval_trace_tokens{service,agent}            histogram (input + output)
                otel_eval_trace_cost_usd{service,agent}          histogram (traces with a cost)
                otel_eval_trace_duration_seconds{service,agent}  histogram
-    detector   otel_eval_detector_findings_total{agent,detector,kind,severity}
-               otel_eval_detector_tool_errors_total{agent,kind,tool}  selection|arguments|runtime
+    detector   otel_eval_detector_findings_total{service,agent,detector,kind,severity}
+               otel_eval_detector_tool_errors_total{service,agent,kind,tool}  selection|
+               arguments|runtime (service and agent: the pair budget, like the traces)
     evaluation otel_eval_evaluation_completion_to_verdict_seconds     histogram
                otel_eval_evaluation_failures_total{stage,reason}
                otel_eval_evaluation_skipped_total{reason}  already_evaluated: released traces
@@ -82,6 +83,7 @@ Metrics (counters are exposed with the ``_total`` suffix):
                otel_eval_prediction_rolling_auc{agent}    gauge, AUC of the last labelled
                predictions (otel_eval.telemetry.prediction)
     spool      otel_eval_spool_bytes, otel_eval_spool_requests                    gauges
+               otel_eval_spool_max_bytes  the bound (store.spool_max_bytes)            gauge
                otel_eval_spool_spans_replayed_total, otel_eval_spool_failures_total{operation}
                otel_eval_spool_log_records_replayed_total
     workers    otel_eval_workers_running, otel_eval_workers_inflight_traces{worker}   gauges
@@ -295,9 +297,9 @@ class Metrics:
                                 "(span, child_span, inferred_history, unknown).",
                                 ["service", "source"])
         self.c_findings = c("detector_findings", "Detector findings.",
-                            ["agent", "detector", "kind", "severity"])
+                            [*sa, "detector", "kind", "severity"])
         self.c_tool_errors = c("detector_tool_errors", "Tool-call errors, by kind and tool.",
-                               ["agent", "kind", "tool"])
+                               [*sa, "kind", "tool"])
         h = self._histogram
         self.h_steps = h("trace_steps", "Steps per trace (a code action once).", sa, _STEPS_BUCKETS)
         self.h_tokens = h("trace_tokens", "Input + output tokens per trace.", sa, _TOKEN_BUCKETS)
@@ -424,13 +426,14 @@ class Metrics:
             detectors.add(f.detector)
             not_ended = not_ended or (f.detector == "non_termination"
                                       and f.kind in NOT_ENDED_KINDS)
-            self._series(self.c_findings, agent, f.detector, f.kind, f.severity).inc()
+            self._series(self.c_findings, service, agent, f.detector, f.kind,
+                         f.severity).inc()
             if f.detector == "budget":
                 budget = str(f.attributes.get("budget") or f.kind or UNKNOWN)[:64]
                 self._series(self.c_budget, service, agent, budget).inc(exemplar=exemplar)
             elif f.detector == "tool_call" and f.kind in TOOL_ERROR_KINDS:
                 tool = self._tool(agent, self._tool_name(evaluation.trajectory, f))
-                self._series(self.c_tool_errors, agent, f.kind, tool).inc()
+                self._series(self.c_tool_errors, service, agent, f.kind, tool).inc()
         if "loop" in detectors:
             self._series(self.c_loop, service, agent).inc(exemplar=exemplar)
         if not_ended:
@@ -589,6 +592,9 @@ class SpoolMetrics:
     def __init__(self, m: Metrics) -> None:
         self.g_bytes = m._gauge("spool_bytes", "Bytes of OTLP requests held until evaluated.")
         self.g_requests = m._gauge("spool_requests", "OTLP requests held until evaluated.")
+        self.g_max_bytes = m._gauge("spool_max_bytes", "The spool's bound "
+                                    "(store.spool_max_bytes): past it, exports are refused "
+                                    "with spool_full.")
         self.c_replayed = m._counter("spool_spans_replayed",
                                      "Spans replayed from the spool at start (not received).")
         self.c_replayed_logs = m._counter(
@@ -600,6 +606,9 @@ class SpoolMetrics:
     def held(self, n_requests: int, n_bytes: int) -> None:
         self.g_requests.set(n_requests)
         self.g_bytes.set(n_bytes)
+
+    def bound(self, max_bytes: int) -> None:
+        self.g_max_bytes.set(max_bytes)
 
     def replayed(self, n_spans: int) -> None:
         self.c_replayed.inc(n_spans)

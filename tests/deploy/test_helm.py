@@ -292,6 +292,9 @@ def test_service_monitor_scrapes_the_main_service_once(helm: Helm) -> None:
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     for key in ("interval", "scrapeTimeout"):
         assert re.fullmatch(r"\d+[smh]", endpoint[key]), endpoint
+    # the label the dashboard's otel_eval_url variable reads, as grafana/prometheus.yml sets it
+    assert endpoint["relabelings"] == [{"targetLabel": "otel_eval_url",
+                                        "replacement": "https://otel-eval.example.com"}]
 
 
 def test_prometheus_rule_is_the_grafana_rule_file(helm: Helm) -> None:

@@ -15,10 +15,12 @@ DASHBOARD = GRAFANA / "dashboards" / "otel-eval.json"
 RULES = GRAFANA / "alerts" / "otel-eval-rules.yaml"
 RULE_TESTS = sorted((GRAFANA / "alerts" / "tests").glob("*.yaml"))
 PROMETHEUS_YML = GRAFANA / "prometheus.yml"
+ALERTMANAGER_YML = GRAFANA / "alertmanager.yml"
 
 # Grafana template variables -> values that select everything, for running panel queries.
 SUBSTITUTIONS = {"$__rate_interval": "1m", "$__interval": "15s", "$service": ".*",
-                 "$agent": ".*", "$node": ".*", "${datasource}": "prometheus"}
+                 "$agent": ".*", "$node": ".*", "${datasource}": "prometheus",
+                 "$window": "1h"}
 
 
 def dashboard() -> dict[str, Any]:
@@ -42,10 +44,18 @@ def panel_queries() -> list[tuple[str, str]]:
     return out
 
 
+# Alerts whose condition needs otel-eval gone or stuck (no scrape, no series, no successful
+# issue clustering for an hour): no feed of a live target makes them hold, so the end-to-end
+# tests that run every alert query on a live target leave them out; the promtool cases
+# (grafana/alerts/tests) drive each.
+OUTAGE_ALERTS = frozenset({"OtelEvalDown", "OtelEvalNotScraped", "OtelEvalIssuesJobStale"})
+
+
 def alert_rules() -> list[dict[str, Any]]:
     data = yaml.safe_load(RULES.read_text(encoding="utf-8"))
     return [r for g in data["groups"] for r in g["rules"]]
 
 
 def metric_names(expr: str) -> set[str]:
-    return set(re.findall(r"\botel_eval_[a-z0-9_]+", expr))
+    # otel_eval_url: the label of otel-eval's scrape target (grafana/prometheus.yml)
+    return set(re.findall(r"\botel_eval_[a-z0-9_]+", expr)) - {"otel_eval_url"}

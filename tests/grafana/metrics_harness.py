@@ -57,6 +57,13 @@ def _evaluation(trace_id: str, agent: str | None, findings: list[model.Finding],
     return model.Evaluation(traj, findings, model.Verdict(passed, []))
 
 
+def run(trace_id: str, agent: str, service: str, loops: bool) -> model.Evaluation:
+    """One run of ``agent`` of ``service``: a loop finding (failed), or clean (passed)."""
+    findings = [model.Finding("loop", "repeated_tool_call", "error", "search x3")] if loops \
+        else []
+    return _evaluation(trace_id, agent, findings, passed=not loops, service=service)
+
+
 def failing(trace_id: str, agent: str = "always-failing") -> model.Evaluation:
     """A trace of an agent that never passes (no verdict="passed" series for it)."""
     return _evaluation(trace_id, agent, [], passed=False)
@@ -127,6 +134,7 @@ def feed_round(metrics: Metrics, round_no: int, traces: int = 10) -> list[str]:
     metrics.sink_dropped("forward", "retries_exhausted", 2)
     metrics.forwarded(spans)
     metrics.events_emitted(traces * 3)
+    metrics.spool.bound(1_000_000)
     metrics.spool.held(2 + round_no % 3, 250_000 * (2 + round_no % 3))
     metrics.spool.replayed(spans if round_no == 0 else 0)
     metrics.spool.failed("append")
@@ -142,10 +150,12 @@ def _feed_judge_and_kafka(metrics: Metrics, round_no: int, traces: int) -> None:
     """What serve's judge stage and Kafka consumer/publishers report (same verbs)."""
     j, k = metrics.judge, metrics.kafka
     for i in range(traces):
-        j.call("combined", "ok" if i else "parse_error", 3000, 400, 0.0011, 2.5)
+        # a third of the calls fail: OtelEvalJudgeFailing holds
+        j.call("combined", "ok" if i % 3 else "parse_error", 3000, 400, 0.0011, 2.5)
         for dim in ("trace", "outcome", "goal_alignment"):
             j.score("process" if dim == "goal_alignment" else dim, dim, (i % 5) / 5)
     j.skip("sampled_out")
+    j.skip("queue_full")
     j.queue_depth(round_no % 3)
     k.record_consumed(traces * 8)
     k.record_poison("not_otlp")

@@ -1,6 +1,7 @@
 """A real Prometheus (Debian's) for the end-to-end tests: the shipped scrape config pointed at
-one target on loopback, a rule file, 1 s scrape and evaluation intervals; and the helpers
-that start ``otel-eval serve`` and wait on conditions (never on time)."""
+one target on loopback, a rule file, 1 s scrape and evaluation intervals (or shorter), alerts
+sent to an Alertmanager when one is given; the shipped rules with their minutes shortened;
+and the helpers that start ``otel-eval serve`` and wait on conditions (never on time)."""
 
 from __future__ import annotations
 
@@ -61,18 +62,48 @@ def poll(what: str, condition: Callable[[], bool], between: Callable[[], Any] | 
         time.sleep(0.25)  # poll interval (the condition is the wait, not the sleep)
 
 
+def shortened_rules(text: str, seconds_per_minute: float = 1) -> str:
+    """The rule file ``text`` with every duration in minutes read as ``seconds_per_minute``
+    seconds each: range selectors (``[15m]`` -> ``[15s]``), offsets and ``for: 10m``
+    (-> ``10s``; in milliseconds when a minute is less than a second).
+    Nothing else changes (thresholds, minimum volumes, labels, annotations), so the test
+    runs the shipped alerts, only faster."""
+    def seconds(m: re.Match[str]) -> str:
+        ms = round(int(m.group(2)) * seconds_per_minute * 1000)
+        value = f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+        return f"{m.group(1)}{value}{m.group(3)}"
+    out, ranges = re.subn(r"(\[)(\d+)m(\])", seconds, text)
+    out, fors = re.subn(r"^(\s*for: )(\d+)m()$", seconds, out, flags=re.M)
+    out, offsets = re.subn(r"(\boffset )(\d+)m(\b)", seconds, out)
+    assert ranges and fors and offsets, "the rule file has no [Nm], for: Nm, offset Nm"
+    assert not re.search(r"\d+[hdw]\]|for: \d+[hdw]|offset \d+[hdw]", out), \
+        "durations in hours or days"
+    return out
+
+
 @contextlib.contextmanager
-def prometheus_scraping(tmp_path: Path, target_port: int,
-                        rules: Path = RULES) -> Iterator[Prometheus]:
-    """A real Prometheus (the shipped scrape config, ``rules``: the shipped rule file unless
-    told, scrape and evaluation every second) scraping the target."""
+def prometheus_scraping(tmp_path: Path, target_port: int, rules: Path = RULES, *,
+                        interval: str = "1s", alertmanager_port: int | None = None,
+                        otel_eval_url: str | None = None) -> Iterator[Prometheus]:
+    """A real Prometheus (the shipped config, ``rules``: the shipped rule file unless told,
+    scrape and evaluation every ``interval``) scraping the target; its alerts go to the
+    Alertmanager on ``alertmanager_port`` as the shipped ``alerting:`` says (to none when not
+    given); ``otel_eval_url``: the external label the alerts' links start with."""
     exe = shutil.which("prometheus")
     assert exe, "prometheus missing: apt-get install -y prometheus (.ci/run installs it)"
     config = yaml.safe_load(PROMETHEUS_YML.read_text())
-    config["global"] = {"scrape_interval": "1s", "scrape_timeout": "1s",
-                        "evaluation_interval": "1s"}
+    config["global"].update({"scrape_interval": interval, "scrape_timeout": interval,
+                             "evaluation_interval": interval})
+    if otel_eval_url is not None:
+        config["global"]["external_labels"]["otel_eval_url"] = otel_eval_url
+    if alertmanager_port is None:
+        config.pop("alerting", None)
+    else:
+        (manager,) = config["alerting"]["alertmanagers"]
+        manager["static_configs"] = [{"targets": [f"127.0.0.1:{alertmanager_port}"]}]
     config["rule_files"] = [str(rules)]
-    config["scrape_configs"][0]["static_configs"] = [{"targets": [f"127.0.0.1:{target_port}"]}]
+    (static,) = config["scrape_configs"][0]["static_configs"]
+    static["targets"] = [f"127.0.0.1:{target_port}"]
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port()
     log_path = tmp_path / "prometheus.log"
@@ -87,9 +118,13 @@ def prometheus_scraping(tmp_path: Path, target_port: int,
                 assert proc.poll() is None, log_path.read_text()[-3000:]
                 try:
                     r = prom.query("up")
+                    # a rule evaluated before the first scrape finds no otel-eval series:
+                    # OtelEvalNotScraped is pending until the next evaluation after it
+                    starting = prom.query('ALERTS{alertname="OtelEvalNotScraped"}')
                 except OSError:
                     return False
-                return any(s["value"][1] == "1" for s in r.get("data", {}).get("result", []))
+                return (any(s["value"][1] == "1" for s in r.get("data", {}).get("result", []))
+                        and starting.get("data", {}).get("result") == [])
 
             poll("Prometheus to scrape the target", up)
             yield prom

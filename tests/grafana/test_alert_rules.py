@@ -1,4 +1,5 @@
-"""promtool: the rule file and scrape config check, and the rule unit tests pass."""
+"""promtool: the rule file and scrape config check, and the rule unit tests pass; amtool: the
+shipped Alertmanager config checks."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import shutil
 import subprocess
 
 import pytest
-from grafana_files import PROMETHEUS_YML, RULE_TESTS, RULES
+from grafana_files import ALERTMANAGER_YML, PROMETHEUS_YML, RULE_TESTS, RULES
+
+pytestmark = pytest.mark.prometheus
 
 
 def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
@@ -14,6 +17,16 @@ def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
     assert exe, "promtool missing: apt-get install -y prometheus (.ci/run installs it)"
     return subprocess.run([exe, *args], capture_output=True, text=True, timeout=120,
                           check=False)
+
+
+@pytest.mark.alertmanager
+def test_alertmanager_config_check() -> None:
+    exe = shutil.which("amtool")
+    assert exe, "amtool missing: apt-get install -y prometheus-alertmanager (scripts/test)"
+    r = subprocess.run([exe, "check-config", str(ALERTMANAGER_YML)], capture_output=True,
+                       text=True, timeout=60, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "2 inhibit rules" in r.stdout and "2 receivers" in r.stdout, r.stdout
 
 
 def test_rules_check() -> None:

@@ -7,14 +7,16 @@ times, as three services of one agent each (``weather_agent``):
 
     clean    pydantic-ai, clean runs              -> no alert
     looping  openinference-openai, loop runs      -> OtelEvalLoopRateHigh{looping, weather_agent}
+                                                     and OtelEvalLoopsRepeated{same}
     hanging  openai-v2-spans, clean runs and      -> OtelEvalNonTerminationRateHigh{hanging,
-             killed runs (the agent span, the        weather_agent}: the agent inferred from
-             only one naming the agent, unsent)      the service's completed runs
+             killed runs (the agent span, the        weather_agent} and ...Repeated{same}: the
+             only one naming the agent, unsent)      agent inferred from the service's
+                                                     completed runs
 
 The killed runs are released by serve's idle timeout (``assembly.idle_timeout_s``, made short
 through serve's config file), never by the test. The rule file is the shipped one with its
-minutes read as seconds (``shortened_rules``: windows and ``for:`` only; thresholds and
-minimum volumes as shipped). The test polls ``/api/v1/alerts`` until both alerts fire, and
+minutes read as seconds (``shortened_rules``: windows, offsets and ``for:`` only; thresholds
+and minimum volumes as shipped). The test polls ``/api/v1/alerts`` until all four fire, and
 at every poll asserts no other alert is pending or firing.
 """
 
@@ -33,7 +35,14 @@ from typing import Any
 
 import pytest
 from grafana_files import RULES
-from prometheus_harness import Prometheus, listening, poll, prometheus_scraping, stop
+from prometheus_harness import (
+    Prometheus,
+    listening,
+    poll,
+    prometheus_scraping,
+    shortened_rules,
+    stop,
+)
 
 from otel_eval.app.replay import make_exporter, replay
 from otel_eval.base.model import Span, SpanEvent, Trace
@@ -41,38 +50,29 @@ from otel_eval.base.model import Span, SpanEvent, Trace
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "conformance"))
 import hung
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.prometheus]
 AGENT = "weather_agent"
 # (service, stack, scenarios cycled through, one per round)
 SERVICES = (("clean", "pydantic-ai", ("clean", "distinct", "streaming")),
             ("looping", "openinference-openai", ("loop",)),
             ("hanging", "openai-v2-spans", ("clean", hung.KILLED)))
+# each agent pages by its rate alert and by its repeated-runs alert (grouped into one
+# notification by Alertmanager: tests/grafana/test_alertmanager_e2e.py)
 EXPECTED = {("OtelEvalLoopRateHigh", "looping", AGENT),
-            ("OtelEvalNonTerminationRateHigh", "hanging", AGENT)}
-
-
-def shortened_rules(text: str, seconds_per_minute: int = 1) -> str:
-    """The rule file ``text`` with every duration in minutes read as ``seconds_per_minute``
-    seconds each: range selectors (``[15m]`` -> ``[15s]``) and ``for: 10m`` (-> ``10s``).
-    Nothing else changes (thresholds, minimum volumes, labels, annotations), so the test
-    runs the shipped alerts, only faster."""
-    def seconds(m: re.Match[str]) -> str:
-        return f"{m.group(1)}{int(m.group(2)) * seconds_per_minute}s{m.group(3)}"
-    out, ranges = re.subn(r"(\[)(\d+)m(\])", seconds, text)
-    out, fors = re.subn(r"^(\s*for: )(\d+)m()$", seconds, out, flags=re.M)
-    assert ranges and fors, "the rule file has no [Nm] ranges or for: Nm to shorten"
-    assert not re.search(r"\d+[hdw]\]|for: \d+[hdw]", out), "durations in hours or days"
-    return out
+            ("OtelEvalNonTerminationRateHigh", "hanging", AGENT),
+            ("OtelEvalLoopsRepeated", "looping", AGENT),
+            ("OtelEvalNonTerminationRepeated", "hanging", AGENT)}
 
 
 def _durations_blanked(text: str) -> str:
-    return re.sub(r"\[\d+[sm]\]|for: \d+[sm]", "D", text)
+    return re.sub(r"\[\d+[sm]\]|for: \d+[sm]|offset \d+[sm]", "D", text)
 
 
 def test_shortened_rules_change_durations_only() -> None:
     text = RULES.read_text()
     short = shortened_rules(text)
     assert "[15s]" in short and "for: 10s" in short and not re.search(r"\d+m\]", short)
+    assert "offset 60s" in short and "offset 60m" not in short
     assert _durations_blanked(short) == _durations_blanked(text)
 
 

@@ -6,7 +6,15 @@ import re
 import sqlite3
 
 import yaml
-from grafana_files import GRAFANA, alert_rules, dashboard, metric_names, panel_queries, panels
+from grafana_files import (
+    DASHBOARD,
+    GRAFANA,
+    alert_rules,
+    dashboard,
+    metric_names,
+    panel_queries,
+    panels,
+)
 from prometheus_client.metrics_core import Metric
 
 from otel_eval.outputs.issues.config import IssuesConfig
@@ -60,12 +68,13 @@ def test_variables_and_panels() -> None:
     d = dashboard()
     assert d["uid"] == "otel-eval"
     variables = {v["name"]: v for v in d["templating"]["list"]}
-    assert set(variables) == {"datasource", "service", "agent", "node", "trace_datasource",
+    assert set(variables) == {"datasource", "service", "agent", "node", "window",
                               "otel_eval_url"}
-    assert variables["otel_eval_url"]["type"] == "textbox"
+    # the URL comes from the scrape config (a label of otel-eval's target), not a literal
+    url = variables["otel_eval_url"]
+    assert url["type"] == "query" and "otel_eval_url)" in url["query"]["query"]
+    assert variables["window"]["current"]["value"] == "1h"
     assert variables["datasource"]["query"] == "prometheus"
-    assert set(variables["trace_datasource"]["query"].split(",")) == {"otel-eval-tempo",
-                                                                      "otel-eval-jaeger"}
     ids = [p["id"] for p in d["panels"]]
     assert len(ids) == len(set(ids))
     titles = {p["title"] for p in panels()}
@@ -80,15 +89,47 @@ def test_variables_and_panels() -> None:
         exprs = " ".join(t["expr"] for t in p["targets"])
         if "traces_completed" in exprs or "trace_" in exprs:
             assert "$service" in exprs or "$agent" in exprs, p["title"]
+        # $service reaches every panel $agent does (a label, or a join on the agents of the
+        # chosen services where a metric has no service label)
+        if "$agent" in exprs:
+            for t in p["targets"]:
+                assert "$agent" not in t["expr"] or "$service" in t["expr"], (p["title"], t)
 
 
-def test_distribution_panels_carry_exemplar_links() -> None:
+def test_share_panels_hold_at_low_traffic() -> None:
+    """The shares are taken over $window (an hour by default), not $__rate_interval (about a
+    minute): a minute after an agent's last run its share read NaN; the counts sit beside."""
+    titles = {p["title"]: p for p in panels()}
+    for p in panels():
+        if p["title"].endswith(" rate") or " rate by " in p["title"]:
+            for t in p["targets"]:
+                assert "[$window]" in t["expr"] and "$__rate_interval" not in t["expr"], p
+    counts = " ".join(t["expr"] for t in titles["Runs in the window"]["targets"])
+    for metric in ("traces_completed", "traces_with_loop", "traces_non_terminated"):
+        assert f"increase(otel_eval_{metric}_total" in counts
+
+
+def _groupings(expr: str) -> list[set[str]]:
+    return [{x.strip() for x in g.split(",")} for g in re.findall(r"\bby \(([^)]*)\)", expr)]
+
+
+def test_links_only_where_they_resolve() -> None:
+    """A series has labels, not a trace id: a panel link resolves only from labels every
+    series of the panel carries. Trace and run links of exemplars come from the Prometheus
+    datasource's exemplar destinations (test_provisioning_files)."""
+    linked = 0
+    for p in panels():
+        for link in p.get("fieldConfig", {}).get("defaults", {}).get("links", []):
+            assert "__data.fields.trace_id" not in link["url"], p["title"]
+            labels = set(re.findall(r"__field\.labels\.(\w+)", link["url"]))
+            for t in p["targets"]:
+                groups = _groupings(t["expr"])
+                assert groups and all(labels <= g for g in groups), (p["title"], t["expr"])
+            linked += 1
+    assert linked >= 6
     for p in panels():
         if any("_bucket{service" in t["expr"] for t in p["targets"]):
             assert all(t.get("exemplar") for t in p["targets"]), p["title"]
-            urls = [link["url"] for link in p["fieldConfig"]["defaults"]["links"]]
-            assert any("${trace_datasource}" in u and "trace_id" in u for u in urls)
-            assert "${otel_eval_url}/ui/runs/${__data.fields.trace_id}" in urls, p["title"]
 
 
 def test_provisioning_files() -> None:
@@ -99,14 +140,28 @@ def test_provisioning_files() -> None:
     for f in (GRAFANA / "provisioning/datasources").glob("*.yaml"):
         for ds in yaml.safe_load(f.read_text())["datasources"]:
             sources[ds["uid"]] = ds
-    assert {s["type"] for s in sources.values()} == {"prometheus", "tempo", "jaeger"}
+    # one trace datasource, Tempo or Jaeger as Grafana's environment says
+    assert set(sources) == {"otel-eval-prometheus", "otel-eval-traces"}
+    traces = sources["otel-eval-traces"]
+    assert (traces["type"], traces["url"]) == ("${OTEL_EVAL_TRACE_BACKEND}",
+                                               "${OTEL_EVAL_TRACE_URL}")
     prom = sources["otel-eval-prometheus"]
     dests = prom["jsonData"]["exemplarTraceIdDestinations"]
-    internal = [d for d in dests if "datasourceUid" in d]
-    assert {d["datasourceUid"] for d in internal} == {"otel-eval-tempo", "otel-eval-jaeger"}
-    assert all(d["name"] == "trace_id" and d["datasourceUid"] in sources for d in internal)
+    [trace] = [d for d in dests if "datasourceUid" in d]
+    assert trace == {"name": "trace_id", "datasourceUid": "otel-eval-traces"}
     [web] = [d for d in dests if "url" in d]  # the run in otel-eval's web view
-    assert web["name"] == "trace_id" and web["url"].endswith("/ui/runs/$${__value.raw}")
+    assert web["name"] == "trace_id" and web["url"] == "${OTEL_EVAL_URL}/ui/runs/$${__value.raw}"
+
+
+def test_no_literal_otel_eval_url() -> None:
+    """otel-eval's URL comes from configuration (Grafana's environment, Prometheus' external
+    and target labels), never from a literal in the rules, the provisioning or the dashboard."""
+    files = [DASHBOARD, GRAFANA / "alerts/otel-eval-rules.yaml",
+             *(GRAFANA / "provisioning").rglob("*.yaml")]
+    for f in files:
+        text = "\n".join(ln for ln in f.read_text().splitlines()
+                         if not ln.lstrip().startswith("#"))
+        assert "localhost:8888" not in text, f
 
 
 def test_prometheus_scrape_config_targets_admin_default() -> None:
@@ -116,7 +171,17 @@ def test_prometheus_scrape_config_targets_admin_default() -> None:
     (job,) = cfg["scrape_configs"]
     assert job["metrics_path"] == "/metrics"
     assert job["static_configs"][0]["targets"] == [Config().admin.endpoint]
+    # the dashboard's otel_eval_url variable reads this label of otel-eval's series
+    assert job["static_configs"][0]["labels"] == {
+        "otel_eval_url": cfg["global"]["external_labels"]["otel_eval_url"]}
     assert cfg["rule_files"] == ["alerts/otel-eval-rules.yaml"]
+    # alerts go to the Alertmanager of grafana/alertmanager.yml (its default port), without
+    # the external label the alerts' links start with
+    (manager,) = cfg["alerting"]["alertmanagers"]
+    assert manager["static_configs"] == [{"targets": ["localhost:9093"]}]
+    assert cfg["global"]["external_labels"]["otel_eval_url"] == f"http://{Config().admin.endpoint}"
+    assert cfg["alerting"]["alert_relabel_configs"] == [
+        {"action": "labeldrop", "regex": "otel_eval_url"}]
 
 
 def test_alert_rules_document_threshold_and_for() -> None:
@@ -155,6 +220,8 @@ def test_alerts_link_to_the_runs_behind_them() -> None:
         if "traces_completed" not in rule["expr"]:
             continue
         url = rule["annotations"]["otel_eval_url"]
-        assert url.startswith("http://localhost:8888/ui/?service={{ $labels.service | urlquery }}")
+        # the base is Prometheus' external label (prometheus.yml), not a literal
+        assert url.startswith("{{ $externalLabels.otel_eval_url }}/ui/"
+                              "?service={{ $labels.service | urlquery }}")
         assert ("&agent={{ $labels.agent | urlquery }}" in url) == ("Service" not in name)
         assert url.split("&detector=")[1] in ("loop", "non_termination", "budget"), name

@@ -48,11 +48,12 @@ def test_evaluation_stored_derives_every_family() -> None:
     assert _value(r, "otel_eval_traces_budget_overruns_total", **sa, budget="tokens") == 1
     assert _value(r, "otel_eval_traces_verdicts_total", **sa, verdict="passed") == 1
     assert _value(r, "otel_eval_traces_lucky_passes_total", **sa) == 1
-    assert _value(r, "otel_eval_detector_findings_total", agent="planner", detector="loop",
+    # the findings carry the service too, so the dashboard's $service reaches them
+    assert _value(r, "otel_eval_detector_findings_total", **sa, detector="loop",
                   kind="cycle", severity="warning") == 1
-    assert _value(r, "otel_eval_detector_tool_errors_total", agent="planner", kind="runtime",
+    assert _value(r, "otel_eval_detector_tool_errors_total", **sa, kind="runtime",
                   tool="search") == 1
-    assert _value(r, "otel_eval_detector_tool_errors_total", agent="planner", kind="selection",
+    assert _value(r, "otel_eval_detector_tool_errors_total", **sa, kind="selection",
                   tool="nope") == 1
     assert _value(r, "otel_eval_trace_steps_sum", **sa) == 2
     assert _value(r, "otel_eval_trace_tokens_sum", **sa) == 120
@@ -98,10 +99,10 @@ def test_agent_and_tool_labels_are_capped() -> None:
     for tool in ("t1", "t2"):
         f = model.Finding("tool_call", "arguments", "error", "bad", attributes={"tool": tool})
         m.evaluation_stored(_evaluation(findings=[f]), 0.0, superseded=False)
-    assert _value(r, "otel_eval_detector_tool_errors_total", agent=OTHER, kind="arguments",
-                  tool="t1") == 1
-    assert _value(r, "otel_eval_detector_tool_errors_total", agent=OTHER, kind="arguments",
-                  tool=OTHER) == 1
+    assert _value(r, "otel_eval_detector_tool_errors_total", service=OTHER, agent=OTHER,
+                  kind="arguments", tool="t1") == 1
+    assert _value(r, "otel_eval_detector_tool_errors_total", service=OTHER, agent=OTHER,
+                  kind="arguments", tool=OTHER) == 1
 
 
 def test_ingest_verbs_and_invariant() -> None:

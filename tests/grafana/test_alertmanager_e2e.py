@@ -1,0 +1,92 @@
+"""Alerts delivered: the shipped rules, loaded by a real Prometheus that scrapes otel-eval's
+metrics, sent through a real Alertmanager running the shipped config (grafana/alertmanager.yml)
+to a webhook standing for the pager.
+
+The agents are quiet, as most are: a few runs each, far under the rate alerts' 10 runs in 15
+minutes. ``looper`` (service ``shop``) loops in 3 of its 4 runs, ``steady`` never, ``twice``
+(service ``desk``) loops twice. The repeated-runs alert pages for ``looper`` alone: one
+notification, grouped by (service, agent), carrying the summary and the link to its looping
+runs in otel-eval's web view; once ``looper`` stops looping (its runs go on, clean) and its
+looping runs leave the window, one resolved notification; nothing for anyone else.
+
+Time: the shipped rules with a minute read as 0.25 s (the hour window is 15 s), Prometheus
+scraping and evaluating every 250 ms, Alertmanager notifying a group after 0.5 s and its
+changes every 1 s. The rules about otel-eval's own scrape (OtelEvalDown, OtelEvalNotScraped)
+are left out: shortened 240 times, two slow scrapes on a busy machine are "down for two
+minutes"; the promtool cases test them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from alertmanager_harness import Webhook, alertmanager
+from grafana_files import RULES
+from metrics_harness import run, serve
+from prometheus_harness import poll, prometheus_scraping, shortened_rules
+
+from otel_eval.telemetry.metrics import Metrics
+
+pytestmark = [pytest.mark.slow, pytest.mark.prometheus, pytest.mark.alertmanager]
+URL = "https://eval.example:8888"  # Prometheus' external label otel_eval_url
+SCRAPE_HEALTH = {"OtelEvalDown", "OtelEvalNotScraped"}
+
+
+def _rules(tmp_path: Path) -> Path:
+    data = yaml.safe_load(shortened_rules(RULES.read_text(), seconds_per_minute=0.25))
+    for group in data["groups"]:
+        group["rules"] = [r for r in group["rules"] if r.get("alert") not in SCRAPE_HEALTH]
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _status(notes: list[tuple[str, dict[str, Any]]], status: str) -> list[dict[str, Any]]:
+    return [n for _, n in notes if n["status"] == status]
+
+
+def test_a_looping_agent_is_paged_once_grouped_and_resolved(tmp_path: Path) -> None:
+    metrics = Metrics()
+    target = serve(metrics)
+    webhook = Webhook()
+    ids = (f"{i:032x}" for i in itertools.count(1))
+
+    def send(service: str, agent: str, *loops: bool) -> None:
+        for loop in loops:
+            metrics.evaluation_stored(run(next(ids), agent, service, loop), 0.1, False)
+
+    try:
+        with alertmanager(tmp_path, webhook) as am_port, prometheus_scraping(
+                tmp_path, target.server_address[1], _rules(tmp_path), interval="250ms",
+                alertmanager_port=am_port, otel_eval_url=URL) as prom:
+            send("shop", "looper", True, False, True, True)
+            send("shop", "steady", False, False, False, False)
+            send("desk", "twice", True, False, True, False, False, False)
+            poll("the looping agent's notification",
+                 lambda: bool(_status(webhook.received(), "firing")))
+            assert prom.query("otel_eval_traces_with_loop_total")["data"]["result"]
+            send("shop", "looper", False, False)  # it goes on running, without looping
+            poll("the resolved notification",
+                 lambda: bool(_status(webhook.received(), "resolved")))
+    finally:
+        target.shutdown()
+        target.server_close()
+        webhook.close()
+
+    notes = webhook.received()
+    (firing,), (resolved,) = _status(notes, "firing"), _status(notes, "resolved")
+    # nothing for steady, twice or otel-eval itself; to the warnings' receiver (not the pager's)
+    assert {path for path, _ in notes} == {"/team"}, notes
+    assert [n["groupLabels"] for _, n in notes] == [{"service": "shop", "agent": "looper"}] * 2
+    (alert,) = firing["alerts"]
+    assert alert["labels"] == {"alertname": "OtelEvalLoopsRepeated", "service": "shop",
+                               "agent": "looper", "severity": "warning"}  # link base dropped
+    assert alert["annotations"]["summary"] == "looper (shop) looped in 3 runs within the hour"
+    assert alert["annotations"]["otel_eval_url"] == (
+        f"{URL}/ui/?service=shop&agent=looper&detector=loop")
+    assert [a["labels"]["alertname"] for a in resolved["alerts"]] == ["OtelEvalLoopsRepeated"]
+    assert resolved["alerts"][0]["status"] == "resolved"
