@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,12 +94,13 @@ def _bound_ports(log: Path, proc: subprocess.Popen[bytes], http: bool
 
 @contextmanager
 def serve(tmp: Path, config: dict[str, Any], store: Path | None = None,
-          http: bool = False, store_url: str = "") -> Iterator[Served]:
+          http: bool = False, store_url: str = "",
+          argv: Sequence[str] = ()) -> Iterator[Served]:
     """Start ``python -m otel_eval serve`` with ``config`` (written as YAML) on port 0 and wait
     until ready; on exit SIGTERM it (if still running) and wait, killing it only as a last
     resort. ``store``: the SQLite file (default ``tmp/otel-eval.db``; a restart passes the
     same one); ``http``: OTLP/HTTP too (port 0), else gRPC only; ``store_url``: a PostgreSQL
-    store instead (``--store URL``; the SQLite path is then unused)."""
+    store instead (``--store URL``; the SQLite path is then unused); ``argv``: more flags."""
     receiver = {**config.get("receiver", {}), "http_endpoint": ""}
     cfg = tmp / "config.yaml"
     cfg.write_text(json.dumps({**config, "receiver": receiver}))  # JSON is valid YAML
@@ -107,7 +108,7 @@ def serve(tmp: Path, config: dict[str, Any], store: Path | None = None,
     argv = [sys.executable, "-m", "otel_eval", "serve", "--config", str(cfg),
             "--grpc-endpoint", "127.0.0.1:0", "--admin-endpoint", "127.0.0.1:0",
             "--store", store_url or str(store),
-            *(["--http-endpoint", "127.0.0.1:0"] if http else [])]
+            *(["--http-endpoint", "127.0.0.1:0"] if http else []), *argv]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp)
