@@ -171,6 +171,7 @@ def test_a_forwarded_span_equals_the_received_one_but_for_the_stamps(tmp_path: P
 @pytest.mark.slow
 def test_through_the_collectors_pass_through_config(otelcol_bin: Path, tmp_path: Path) -> None:
     agent, stamped = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    (tmp_path / "serve").mkdir()
     with Capture() as backend, serve(tmp_path / "serve", SERVE, argv=[
             "--forward-endpoint", stamped]) as served:
         cfg = render("passthrough.yaml", {
