@@ -12,7 +12,9 @@ Promises:
   endpoint said the batch will not fit and retrying only loads it more. Others are dropped
   at once;
 - calls carry the configured headers (gRPC metadata), compression and TLS (the files checked
-  at ``start()``: a bad one stops serve with one line naming it);
+  at ``start()``: a bad one stops serve with one line naming it; a file changed on disk is
+  read again before the next batch, as the receivers do, so a rotated client certificate or
+  CA is used without a restart; a broken new file is logged and the current one kept);
 - requests submitted before ``start()`` wait in the queue;
 - ``shutdown(deadline_s)`` stops accepting, flushes with the time left, then drops the rest.
 """
@@ -30,7 +32,8 @@ import grpc
 from google.rpc import error_details_pb2, status_pb2
 
 from otel_eval.base.backoff import Backoff
-from otel_eval.base.tlsfiles import grpc_channel_credentials
+from otel_eval.base.configcheck import StartupError
+from otel_eval.base.tlsfiles import grpc_channel_credentials, stamp
 from otel_eval.outputs.config import ExportConfig
 from otel_eval.telemetry.metrics import Metrics
 
@@ -94,6 +97,8 @@ class OtlpSender(Generic[R]):
         self._cfg = config
         self._backoff = Backoff(config.initial_backoff_s, config.max_backoff_s, jitter=0.5)
         self._metadata = config.metadata()
+        self._tls_paths = [] if config.insecure else [p for _, p in config.tls.files()]
+        self._tls_stamp: tuple[tuple[int, int, int], ...] | None = None
         self._compression = _COMPRESSION[config.compression]
         self._queue: collections.deque[tuple[R, int]] = collections.deque()
         self._queued_items = 0
@@ -107,7 +112,8 @@ class OtlpSender(Generic[R]):
     def start(self) -> None:
         if self.endpoint.startswith(("http://", "https://")):
             raise ValueError(f"{self.sink}: expected HOST:PORT, got {self.endpoint!r}")
-        self._channel = self._open_channel()
+        self._channel = self._open_channel()  # checks the TLS files: StartupError names one
+        self._tls_stamp = self._stamp_tls()
         self._call = self._call_factory(self._channel)
         self._thread = threading.Thread(target=self._run, name=f"otel-eval-{self.sink}",
                                         daemon=True)
@@ -122,6 +128,33 @@ class OtlpSender(Generic[R]):
         return grpc.secure_channel(self.endpoint,
                                    grpc_channel_credentials(cfg.tls, f"export ({self.sink})"),
                                    options=options)
+
+    def _stamp_tls(self) -> tuple[tuple[int, int, int], ...] | None:
+        try:
+            return stamp(self._tls_paths)
+        except OSError as e:  # removed mid-rotation: the next batch looks again
+            log.error("%s: TLS file unreadable (%s); keeping the current one", self.sink,
+                      e.strerror)
+            return None
+
+    def _follow_tls_files(self) -> None:
+        """Worker thread: a new channel when the TLS files changed on disk since read."""
+        if not self._tls_paths:
+            return
+        now = self._stamp_tls()
+        if now is None or now == self._tls_stamp:
+            return
+        self._tls_stamp = now
+        try:
+            channel = self._open_channel()
+        except StartupError as e:
+            log.error("%s: TLS reload failed (%s); keeping the current files", self.sink, e)
+            return
+        old, self._channel = self._channel, channel
+        self._call = self._call_factory(channel)
+        if old is not None:
+            old.close()
+        log.info("%s: TLS files reloaded", self.sink)
 
     def submit(self, request: R, n_items: int) -> bool:
         """Queue one request of ``n_items`` items; False (and counted) when dropped."""
@@ -197,6 +230,7 @@ class OtlpSender(Generic[R]):
                 self._drop("shutdown", n)
                 continue
             try:
+                self._follow_tls_files()
                 self._send(batch, n)
             except Exception:  # stage boundary: a bug here must not kill the worker silently
                 log.exception("%s: unexpected error sending %d item(s)", self.sink, n)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -206,3 +207,35 @@ def test_events_carry_headers_too(downstream: Downstream) -> None:
     events.export(trace(), evaluation())
     events.shutdown(10.0)
     assert downstream.metadata[0]["authorization"] == "Bearer e"
+
+
+def test_a_rotated_ca_file_is_used_without_a_restart(
+        secure: Downstream, pki: tuple[TestCA, Pair, Pair], tmp_path: Path) -> None:
+    """The exporter starts with the wrong CA in its ca_file (nothing delivered); the file is
+    replaced by the right CA: the next batch goes through on a new channel."""
+    (tmp_path / "other").mkdir()
+    ca_file = tmp_path / "exporter-ca.pem"
+    ca_file.write_bytes(TestCA(tmp_path / "other", name="other").path.read_bytes())
+    tls = TlsClientConfig(ca_file=str(ca_file), cert_file=str(pki[2].cert),
+                          key_file=str(pki[2].key))
+    m = Metrics()
+    fwd = Forwarder(_config(secure.port, insecure=False, tls=tls, max_retry_s=0.3,
+                            headers={"authorization": f"Bearer {TOKEN}"}), m)
+    fwd.start()
+    try:
+        fwd.export(trace(), evaluation())
+        _poll(lambda: _dropped(m, "retries_exhausted") == 3)
+        assert secure.traces == []
+        ca_file.write_bytes(pki[0].path.read_bytes())  # rotated
+        fwd.export(trace(), evaluation())
+        secure.wait_for(lambda ds: len(ds.traces) == 1)
+    finally:
+        fwd.shutdown(5.0)
+    assert _value(m, "otel_eval_forward_spans_sent_total") == 3
+
+
+def _poll(cond: Any, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
