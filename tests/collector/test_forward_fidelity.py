@@ -160,8 +160,13 @@ def _send(target: str) -> None:
         trace_service_pb2_grpc.TraceServiceStub(channel).Export(_request(), timeout=30)
 
 
-def test_a_forwarded_span_equals_the_received_one_but_for_the_stamps(tmp_path: Path) -> None:
-    with Capture() as backend, serve(tmp_path, SERVE, argv=[
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_forwarded_span_equals_the_received_one_but_for_the_stamps(
+        tmp_path: Path, workers: int) -> None:
+    """In serve's process, and with an evaluation worker process (spans go there and the
+    evaluation comes back: what is forwarded is what serve holds)."""
+    config = {**SERVE, "evaluation": {"workers": workers}}
+    with Capture() as backend, serve(tmp_path, config, argv=[
             "--forward-endpoint", backend.grpc_target]) as served:
         _send(served.grpc_target)
         _assert_forwarded_as_sent(backend)
