@@ -53,6 +53,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from otel_eval.app import worker as child
+from otel_eval.base.backoff import Backoff
 from otel_eval.base.model import Trace
 from otel_eval.evaluate.stage import Done, Job, Outcome
 from otel_eval.telemetry.workers import WorkerMetrics
@@ -60,7 +61,7 @@ from otel_eval.telemetry.workers import WorkerMetrics
 log = logging.getLogger(__name__)
 
 # Restart back-off after a worker fails to start again, seconds (doubling up to the cap).
-_BACKOFF_S, _BACKOFF_MAX_S = 0.5, 30.0
+_BACKOFF = Backoff(0.5, 30.0)
 # Consecutive failed restarts after which the pool reports itself unhealthy.
 _UNHEALTHY_AFTER = 3
 _STOP = None  # the message that ends a worker
@@ -377,7 +378,7 @@ class WorkerPool:
         self._restart(w)
 
     def _restart(self, w: _Worker) -> None:
-        backoff = _BACKOFF_S
+        attempt = 0
         while not self._stopping.is_set():
             try:
                 self._spawn(w)
@@ -385,10 +386,11 @@ class WorkerPool:
             except WorkerStartError as e:
                 with self._lock:
                     w.failed_starts += 1
+                delay = _BACKOFF.delay_s(attempt)
                 log.error("evaluation worker %d failed to restart (%s); again in %.1f s",
-                          w.index, e, backoff)
-                self._stopping.wait(backoff)
-                backoff = min(2 * backoff, _BACKOFF_MAX_S)
+                          w.index, e, delay)
+                self._stopping.wait(delay)  # a stop ends the wait at once
+                attempt += 1
 
     # --- processes ---------------------------------------------------------------------------
 

@@ -24,6 +24,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from otel_eval.base.backoff import Backoff
+
 REFUSAL = "store_unavailable"  # the admission reason while the store refuses writes
 
 
@@ -34,6 +36,7 @@ class _Failing:
     since: float  # clock, first refusal since the last write that went through
     retry_at: float  # clock, the next attempt
     interval_s: float  # the back-off that led to retry_at
+    attempt: int  # refusals since the last write that went through, less one
 
 
 class StoreGaveUp(RuntimeError):
@@ -47,6 +50,7 @@ class StoreHealth:
         self.location = location
         self.initial_interval_s = initial_interval_s
         self.max_interval_s = max_interval_s
+        self._backoff = Backoff(initial_interval_s, max_interval_s)
         self.max_elapsed_s = max_elapsed_s
         self._clock = clock
         self._lock = threading.Lock()
@@ -67,10 +71,10 @@ class StoreHealth:
             f = self._failing
             if f is not None and now < f.retry_at:
                 return
-            interval = (self.initial_interval_s if f is None
-                        else min(2 * f.interval_s, self.max_interval_s))
+            attempt = 0 if f is None else f.attempt + 1
+            interval = self._backoff.delay_s(attempt)
             self._failing = _Failing(reason, error, now if f is None else f.since,
-                                     now + interval, interval)
+                                     now + interval, interval, attempt)
 
     def recovered(self) -> bool:
         """A write went through; True when the store had been refusing until now."""

@@ -35,15 +35,26 @@ class SpanEvent:
     attributes: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where decoded spans came from, as received: their OTLP ``ResourceSpans`` and
+    ``ScopeSpans`` serialized without their spans (resource attributes and dropped count,
+    scope name, version and attributes, both schema URLs). One object per scope of a
+    request, shared by its spans: re-encoding a span from it and the span's own bytes
+    (``Span.wire``) loses nothing the sender sent."""
+    resource_spans: bytes
+    scope_spans: bytes
+
+
 class Span:
     """One span. Identity and timing are plain fields; ``attributes``, ``events`` and
     ``resource`` may be produced lazily by a decoder (``lazy``), so the receive path only
     pays for what assembly needs (ids, parent, end time)."""
 
     __slots__ = (
-        "_attributes", "_events", "_lazy", "end_ns", "kind", "name", "nbytes", "parent_remote",
-        "parent_span_id", "resource", "scope", "span_id", "start_ns", "status",
-        "status_message", "trace_id",
+        "_attributes", "_events", "_lazy", "end_ns", "kind", "name", "nbytes", "origin",
+        "parent_remote", "parent_span_id", "resource", "scope", "span_id", "start_ns", "status",
+        "status_message", "trace_id", "wire",
     )
 
     def __init__(
@@ -65,6 +76,8 @@ class Span:
         lazy: Callable[[], tuple[dict[str, Any], list[SpanEvent]]] | None = None,
         nbytes: int = 0,
         parent_remote: bool | None = None,
+        wire: bytes | None = None,
+        origin: Origin | None = None,
     ) -> None:
         self.trace_id = trace_id  # 32 lowercase hex
         self.span_id = span_id  # 16 lowercase hex
@@ -84,6 +97,11 @@ class Span:
         self._events = events
         self._lazy = lazy
         self.nbytes = nbytes  # size as received (OTLP protobuf), for byte bounds; 0 if unknown
+        # The OTLP Span message as received and where it came from (both None when the span
+        # was built here, not decoded): what is forwarded and spooled, so nothing the model
+        # does not hold (trace_state, links, flags, dropped counts...) is lost on the way.
+        self.wire = wire
+        self.origin = origin
 
     def _materialize(self) -> None:
         if self._lazy is not None:

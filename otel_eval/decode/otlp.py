@@ -8,6 +8,9 @@ Promises:
   and bulky message text stays a raw string;
 - a decoded span holds its own copy of its attributes and events, never the request: the
   request's memory is released once decoded, whatever spans of it were accepted or rejected;
+- a decoded span keeps the bytes it came in (``Span.wire``, ``Span.origin``): ``encode_spans``
+  writes them back as they came, so forwarding and spooling lose no field the model does not
+  hold (trace_state, flags, links, dropped counts, schema URLs, scope version, bytes values);
 - OTLP/JSON uses hex trace/span ids (not base64) and accepts camelCase and snake_case keys.
 """
 
@@ -28,14 +31,12 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import (
     AnyValue,
     ArrayValue,
-    InstrumentationScope,
     KeyValue,
     KeyValueList,
 )
-from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1 import trace_pb2
 
-from otel_eval.base.model import Span, SpanEvent
+from otel_eval.base.model import Origin, Span, SpanEvent
 from otel_eval.decode.body import loads_bounded
 
 # Closed set of reasons a span is rejected at decode time.
@@ -111,9 +112,9 @@ def _materialize_serialized(data: bytes) -> tuple[dict[str, Any], list[SpanEvent
     return _materialize(trace_pb2.Span.FromString(data))
 
 
-def _lazy_attrs(pb: trace_pb2.Span) -> tuple[Any, int]:
-    """(a lazy decoder of attributes and events, the span's size): decoded on first access,
-    from the span's own bytes.
+def _lazy_attrs(pb: trace_pb2.Span) -> tuple[Any, bytes]:
+    """(a lazy decoder of attributes and events, the span's bytes): decoded on first access,
+    from the span's own bytes, which the span also keeps to be forwarded as received.
 
     A protobuf sub-message shares its request's arena: holding one span's message keeps the
     whole request alive (one accepted 200-byte span pinned a rejected 4 MB neighbour). The
@@ -121,7 +122,15 @@ def _lazy_attrs(pb: trace_pb2.Span) -> tuple[Any, int]:
     decoded, and the bytes are more compact than the parsed message.
     """
     data = pb.SerializeToString()
-    return partial(_materialize_serialized, data), len(data)  # C objects, no closure
+    return partial(_materialize_serialized, data), data  # C objects, no closure
+
+
+def _origin(rs: trace_pb2.ResourceSpans, ss: trace_pb2.ScopeSpans) -> Origin:
+    """The resource and scope of ``ss``'s spans as received, without the spans."""
+    return Origin(
+        trace_pb2.ResourceSpans(resource=rs.resource, schema_url=rs.schema_url)
+        .SerializeToString(),
+        trace_pb2.ScopeSpans(scope=ss.scope, schema_url=ss.schema_url).SerializeToString())
 
 
 def _parent_remote(flags: int) -> bool | None:
@@ -136,7 +145,7 @@ def decode_request(req: ExportTraceServiceRequest) -> DecodeResult:
     for rs in req.resource_spans:
         resource = attributes_to_dict(rs.resource.attributes)
         for ss in rs.scope_spans:
-            scope = ss.scope.name
+            scope, origin = ss.scope.name, _origin(rs, ss)
             for pb in ss.spans:
                 tid, sid, pid = pb.trace_id, pb.span_id, pb.parent_span_id
                 if len(tid) != 16 or tid == _ZERO_TRACE:
@@ -153,15 +162,15 @@ def decode_request(req: ExportTraceServiceRequest) -> DecodeResult:
                         end - start > MAX_SPAN_DURATION_NS):
                     reasons["invalid_timestamp"] += 1
                     continue
-                lazy, nbytes = _lazy_attrs(pb)
+                lazy, wire = _lazy_attrs(pb)
                 spans.append(Span(
                     tid.hex(), sid.hex(), pid.hex() if pid and pid != _ZERO_SPAN else None,
                     pb.name, start, end,
                     kind=_KINDS.get(pb.kind, "unspecified"),
                     status=_STATUS.get(pb.status.code, "unset"),
                     status_message=pb.status.message,
-                    resource=resource, scope=scope, lazy=lazy, nbytes=nbytes,
-                    parent_remote=_parent_remote(pb.flags),
+                    resource=resource, scope=scope, lazy=lazy, nbytes=len(wire),
+                    parent_remote=_parent_remote(pb.flags), wire=wire, origin=origin,
                 ))
     return out
 
@@ -293,23 +302,52 @@ def span_to_proto(span: Span, extra_attributes: dict[str, Any] | None = None) ->
 def encode_spans(spans: Iterable[Span],
                  extra: dict[str, dict[str, Any]] | None = None) -> ExportTraceServiceRequest:
     """Group spans by (resource, scope) into one request; ``extra`` maps span id -> attributes
-    to stamp on that span (pass-through mode)."""
+    to stamp on that span (pass-through mode).
+
+    A decoded span is written back from the bytes it came in (its resource and scope too),
+    with only ``extra`` added: every field is as received by construction. A span built here
+    (loaders, replays) is encoded from the model."""
     req = ExportTraceServiceRequest()
-    groups: dict[tuple[int, str], trace_pb2.ScopeSpans] = {}
-    resources: dict[int, trace_pb2.ResourceSpans] = {}
+    resources: dict[Any, trace_pb2.ResourceSpans] = {}
+    groups: dict[tuple[Any, Any], trace_pb2.ScopeSpans] = {}
     for span in spans:
-        rkey = id(span.resource)
+        origin = span.origin if span.wire is not None else None
+        rkey: Any = origin.resource_spans if origin else id(span.resource)
+        skey = (rkey, origin.scope_spans if origin else span.scope)
         rs = resources.get(rkey)
         if rs is None:
-            rs = req.resource_spans.add(
-                resource=Resource(attributes=dict_to_attributes(span.resource)))
-            resources[rkey] = rs
-        ss = groups.get((rkey, span.scope))
+            rs = resources[rkey] = req.resource_spans.add()
+            if origin:
+                rs.ParseFromString(origin.resource_spans)
+            else:
+                rs.resource.attributes.extend(dict_to_attributes(span.resource))
+        ss = groups.get(skey)
         if ss is None:
-            ss = rs.scope_spans.add(scope=InstrumentationScope(name=span.scope))
-            groups[(rkey, span.scope)] = ss
-        ss.spans.append(span_to_proto(span, (extra or {}).get(span.span_id)))
+            ss = groups[skey] = rs.scope_spans.add()
+            if origin:
+                ss.ParseFromString(origin.scope_spans)
+            else:
+                ss.scope.name = span.scope
+        stamps = (extra or {}).get(span.span_id)
+        if span.wire is None:
+            ss.spans.append(span_to_proto(span, stamps))
+        else:
+            _stamp(ss.spans.add(), span.wire, stamps)
     return req
+
+
+def _stamp(pb: trace_pb2.Span, wire: bytes, attrs: dict[str, Any] | None) -> None:
+    """``pb`` = the span as received, with ``attrs`` appended to its attributes (replacing a
+    received attribute of the same key: OTLP keys are unique)."""
+    pb.ParseFromString(wire)
+    if not attrs:
+        return
+    if any(kv.key in attrs for kv in pb.attributes):
+        kept = [kv.SerializeToString() for kv in pb.attributes if kv.key not in attrs]
+        del pb.attributes[:]
+        for data in kept:
+            pb.attributes.add().ParseFromString(data)
+    pb.attributes.extend(dict_to_attributes(attrs))
 
 
 # --- parsing request bytes, salvaging spans around invalid UTF-8 -------------------------------

@@ -1,15 +1,23 @@
 """Configuration of the result exporters (evaluation events, pass-through forwarding).
 
-Both exporters share the delivery settings below: one bounded queue each (counted in items:
-log records for events, spans for forwarding), one worker thread each, batches of at most
-``max_batch_items``, retried with exponential backoff on retryable gRPC codes.
+Both exporters share the settings below, as the collector's OTLP exporter and the OTel SDK's
+take them: endpoint, TLS (or plain text), headers, compression, a timeout per call; one
+bounded queue each (counted in items: log records for events, spans for forwarding), one
+worker thread each, batches of at most ``max_batch_items``, retried with the shared back-off
+(``base.backoff``) on retryable gRPC codes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
+from typing import Literal
 
 from otel_eval.base.configcheck import validate
+from otel_eval.base.tlsfiles import TlsClientConfig
+
+# gRPC metadata keys: lowercase letters, digits, - _ . (not the reserved grpc- prefix)
+_HEADER_KEY = re.compile(r"^[0-9a-z_.-]+$")
 
 
 @dataclass(frozen=True)
@@ -18,8 +26,18 @@ class ExportConfig:
     events_endpoint: str = ""
     # OTLP/gRPC endpoint receiving the evaluated spans, stamped with otel_eval.* attributes.
     forward_endpoint: str = ""
-    # Plaintext gRPC (no TLS) to both endpoints. Default true (a collector next to us).
+    # Plaintext gRPC (no TLS) to both endpoints. Default true (a collector next to us); set
+    # false for TLS (then `tls`).
     insecure: bool = True
+    # TLS to both endpoints when `insecure` is false: ca_file (empty = system trust store),
+    # cert_file and key_file (client certificate, mTLS), server_name_override.
+    tls: TlsClientConfig = field(default_factory=TlsClientConfig)
+    # gRPC metadata sent with every export call, name -> value, e.g.
+    # {authorization: "Bearer ${OTEL_EVAL_EXPORT_TOKEN}"} (environment substitution keeps the
+    # secret out of the file). Names are case-insensitive (sent lowercase). Default none.
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
+    # Request compression: none or gzip. Default none.
+    compression: Literal["none", "gzip"] = "none"
     # Items (spans or log records) waiting to be sent, per exporter. When full, the oldest
     # queued batch is dropped (reason `queue_full`), so fresh results win. Default 100000.
     max_queue_items: int = 100_000
@@ -27,8 +45,9 @@ class ExportConfig:
     max_batch_items: int = 2048
     # Deadline of one export call, seconds. Default 10.
     timeout_s: float = 10.0
-    # First retry delay after UNAVAILABLE / RESOURCE_EXHAUSTED / DEADLINE_EXCEEDED, seconds;
-    # doubled per attempt (with jitter) up to `max_backoff_s`. Default 0.5.
+    # First retry delay after UNAVAILABLE / DEADLINE_EXCEEDED / ABORTED, seconds; doubled per
+    # attempt (with jitter) up to `max_backoff_s`. RESOURCE_EXHAUSTED is retried only when the
+    # endpoint sends RetryInfo, after the delay it gives (the OTLP specification). Default 0.5.
     initial_backoff_s: float = 0.5
     # Largest retry delay, seconds. Default 5.
     max_backoff_s: float = 5.0
@@ -37,6 +56,17 @@ class ExportConfig:
     max_retry_s: float = 60.0
 
     def __post_init__(self) -> None:
+        problems = {f"headers.{k}": "must be lowercase letters, digits, - _ . (not grpc-)"
+                    for k in self.headers
+                    if not _HEADER_KEY.match(k.lower()) or k.lower().startswith("grpc-")}
+        if self.insecure and self.tls.configured:
+            problems["tls"] = "is set while insecure is true (plain text): set insecure: false"
+        if self.max_backoff_s < self.initial_backoff_s:
+            problems["max_backoff_s"] = "must be at least initial_backoff_s"
         validate(self, minimum={"max_queue_items": 1, "max_batch_items": 1, "max_retry_s": 0},
                  above={"timeout_s": 0, "initial_backoff_s": 0, "max_backoff_s": 0},
-                 endpoints=("events_endpoint", "forward_endpoint"))
+                 endpoints=("events_endpoint", "forward_endpoint"), problems=problems)
+
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """``headers`` as gRPC call metadata."""
+        return tuple((k.lower(), v) for k, v in self.headers.items())

@@ -11,11 +11,13 @@ and the root span gets the trace summary
     otel_eval.finding.<detector>.count   findings per detector
     otel_eval.trace.status      complete | incomplete | truncated
     otel_eval.trace.revision    > 0 when late spans re-opened the trace
-Everything else about the spans is forwarded unchanged (``otlp.encode_spans``). Delivery,
-bounds, retries and drop counting: ``results.sender`` (sink label ``forward``).
+Everything else is forwarded as received, by construction: each span is written back from the
+bytes it came in, under its resource and scope as they came (``otlp.encode_spans``), with the
+stamps appended to its attributes (an ``otel_eval.*`` key it already carried is replaced).
+Delivery, bounds, retries and drop counting: ``outputs.sender`` (sink label ``forward``).
 
-A trace that is no agent run (only setup operations: not evaluated) is forwarded unstamped
-(``pass_on``), so pass-through never swallows spans.
+A trace that is no agent run (only setup operations: not evaluated) is forwarded as received,
+unstamped (``pass_on``), so pass-through never swallows spans.
 
 A trace re-opened by late spans is evaluated again and forwarded again, whole (the root then
 carries the new summary and ``otel_eval.trace.revision`` > 0): downstream receives its spans

@@ -44,8 +44,11 @@ class ResultsPublisher:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        producer = AIOKafkaProducer(**client_kwargs(self.config),
-                                    acks="all" if self.config.acks == "all" else 1)
+        cfg = self.config  # the same security, acks, compression and size as --kafka-publish
+        producer = AIOKafkaProducer(
+            **client_kwargs(cfg), acks="all" if cfg.acks == "all" else 1,
+            compression_type=None if cfg.compression == "none" else cfg.compression,
+            max_request_size=cfg.max_request_bytes)
         await producer.start()
         self._producer = producer
         self._task = asyncio.create_task(self._run(), name="kafka-results")

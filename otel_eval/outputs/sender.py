@@ -5,8 +5,16 @@ Promises:
   records) is full, the oldest queued request is dropped, reason ``queue_full``;
 - every item that is not delivered is counted once through ``metrics.sink_dropped`` with a
   reason from ``DROP_REASONS``;
-- retryable failures (UNAVAILABLE, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED, ABORTED) are retried
-  with exponential backoff and jitter until ``max_retry_s``; others are dropped at once;
+- retryable failures (UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED) are retried with the shared
+  back-off (``base.backoff``: capped exponential, jitter) until ``max_retry_s``;
+  RESOURCE_EXHAUSTED only when the endpoint sent ``google.rpc.RetryInfo``, after the delay it
+  gives (the OTLP specification; the collector's exporter does the same): without it, the
+  endpoint said the batch will not fit and retrying only loads it more. Others are dropped
+  at once;
+- calls carry the configured headers (gRPC metadata), compression and TLS (the files checked
+  at ``start()``: a bad one stops serve with one line naming it; a file changed on disk is
+  read again before the next batch, as the receivers do, so a rotated client certificate or
+  CA is used without a restart; a broken new file is logged and the current one kept);
 - requests submitted before ``start()`` wait in the queue;
 - ``shutdown(deadline_s)`` stops accepting, flushes with the time left, then drops the rest.
 """
@@ -15,14 +23,17 @@ from __future__ import annotations
 
 import collections
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 import grpc
+from google.rpc import error_details_pb2, status_pb2
 
+from otel_eval.base.backoff import Backoff
+from otel_eval.base.configcheck import StartupError
+from otel_eval.base.tlsfiles import grpc_channel_credentials, stamp
 from otel_eval.outputs.config import ExportConfig
 from otel_eval.telemetry.metrics import Metrics
 
@@ -30,8 +41,9 @@ log = logging.getLogger(__name__)
 
 DROP_REASONS = ("queue_full", "too_large", "shutdown", "retries_exhausted", "rejected",
                 "downstream_rejected", "internal_error")
-RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED,
-                       grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED})
+RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                       grpc.StatusCode.ABORTED})
+_COMPRESSION = {"none": grpc.Compression.NoCompression, "gzip": grpc.Compression.Gzip}
 
 
 class _Request(Protocol):
@@ -46,6 +58,26 @@ CallFactory = Callable[[grpc.Channel], Callable[..., Any]]
 
 def _not_started(*_: Any, **__: Any) -> Any:
     raise RuntimeError("sender not started")
+
+
+def retry_info_delay_s(error: grpc.RpcError) -> float | None:
+    """The ``google.rpc.RetryInfo`` delay of a failed call, seconds, or None when it has
+    none: from the status details (``grpc-status-details-bin``, as Go servers and ours send
+    it) or a ``google.rpc.retryinfo-bin`` trailer (what the Python SDK reads)."""
+    trailers = error.trailing_metadata() if isinstance(error, grpc.Call) else None
+    info = error_details_pb2.RetryInfo()
+    for key, value in trailers or ():
+        try:
+            if key == "grpc-status-details-bin":
+                for detail in status_pb2.Status.FromString(value).details:
+                    if detail.Unpack(info):
+                        return info.retry_delay.ToTimedelta().total_seconds()
+            elif key == "google.rpc.retryinfo-bin":
+                info.ParseFromString(value)
+                return info.retry_delay.ToTimedelta().total_seconds()
+        except Exception:  # a garbled detail is no hint; protobuf raises several types
+            log.debug("unreadable %s trailer", key)
+    return None
 
 
 class OtlpSender(Generic[R]):
@@ -63,6 +95,11 @@ class OtlpSender(Generic[R]):
         self._on_sent = on_sent
         self._metrics = metrics
         self._cfg = config
+        self._backoff = Backoff(config.initial_backoff_s, config.max_backoff_s, jitter=0.5)
+        self._metadata = config.metadata()
+        self._tls_paths = [] if config.insecure else [p for _, p in config.tls.files()]
+        self._tls_stamp: tuple[tuple[int, int, int], ...] | None = None
+        self._compression = _COMPRESSION[config.compression]
         self._queue: collections.deque[tuple[R, int]] = collections.deque()
         self._queued_items = 0
         self._cond = threading.Condition()
@@ -75,12 +112,49 @@ class OtlpSender(Generic[R]):
     def start(self) -> None:
         if self.endpoint.startswith(("http://", "https://")):
             raise ValueError(f"{self.sink}: expected HOST:PORT, got {self.endpoint!r}")
-        self._channel = (grpc.insecure_channel(self.endpoint) if self._cfg.insecure else
-                         grpc.secure_channel(self.endpoint, grpc.ssl_channel_credentials()))
+        self._channel = self._open_channel()  # checks the TLS files: StartupError names one
+        self._tls_stamp = self._stamp_tls()
         self._call = self._call_factory(self._channel)
         self._thread = threading.Thread(target=self._run, name=f"otel-eval-{self.sink}",
                                         daemon=True)
         self._thread.start()
+
+    def _open_channel(self) -> grpc.Channel:
+        cfg = self._cfg
+        if cfg.insecure:
+            return grpc.insecure_channel(self.endpoint)
+        options = ([("grpc.ssl_target_name_override", cfg.tls.server_name_override)]
+                   if cfg.tls.server_name_override else [])
+        return grpc.secure_channel(self.endpoint,
+                                   grpc_channel_credentials(cfg.tls, f"export ({self.sink})"),
+                                   options=options)
+
+    def _stamp_tls(self) -> tuple[tuple[int, int, int], ...] | None:
+        try:
+            return stamp(self._tls_paths)
+        except OSError as e:  # removed mid-rotation: the next batch looks again
+            log.error("%s: TLS file unreadable (%s); keeping the current one", self.sink,
+                      e.strerror)
+            return None
+
+    def _follow_tls_files(self) -> None:
+        """Worker thread: a new channel when the TLS files changed on disk since read."""
+        if not self._tls_paths:
+            return
+        now = self._stamp_tls()
+        if now is None or now == self._tls_stamp:
+            return
+        self._tls_stamp = now
+        try:
+            channel = self._open_channel()
+        except StartupError as e:
+            log.error("%s: TLS reload failed (%s); keeping the current files", self.sink, e)
+            return
+        old, self._channel = self._channel, channel
+        self._call = self._call_factory(channel)
+        if old is not None:
+            old.close()
+        log.info("%s: TLS files reloaded", self.sink)
 
     def submit(self, request: R, n_items: int) -> bool:
         """Queue one request of ``n_items`` items; False (and counted) when dropped."""
@@ -156,42 +230,55 @@ class OtlpSender(Generic[R]):
                 self._drop("shutdown", n)
                 continue
             try:
+                self._follow_tls_files()
                 self._send(batch, n)
             except Exception:  # stage boundary: a bug here must not kill the worker silently
                 log.exception("%s: unexpected error sending %d item(s)", self.sink, n)
                 self._drop("internal_error", n)
 
     def _send(self, batch: R, n: int) -> None:
-        started = time.monotonic()
-        backoff = self._cfg.initial_backoff_s
+        give_up_at = time.monotonic() + self._cfg.max_retry_s
+        attempt = 0
         while True:
             timeout = min(self._cfg.timeout_s, self._deadline - time.monotonic())
             if timeout <= 0:
                 self._drop("shutdown", n)
                 return
             try:
-                response = self._call(batch, timeout=timeout)
+                response = self._call(batch, timeout=timeout, metadata=self._metadata,
+                                      compression=self._compression)
             except grpc.RpcError as e:
-                code = e.code() if isinstance(e, grpc.Call) else None
-                if code not in RETRYABLE:
-                    log.warning("%s: %s rejected %d item(s): %s", self.sink, self.endpoint, n,
-                                code)
-                    self._drop("rejected", n)
+                delay = self._retry_delay(e, attempt, n)
+                if delay is None:
                     return
-                delay = random.uniform(0.5, 1.0) * backoff  # jitter spreads replicas' retries
-                if time.monotonic() + delay - started > self._cfg.max_retry_s:
+                if not Backoff.within(time.monotonic(), delay, give_up_at):
                     self._drop("retries_exhausted", n)
                     return
                 if not self._wait(delay):
                     self._drop("shutdown", n)
                     return
-                backoff = min(backoff * 2, self._cfg.max_backoff_s)
+                attempt += 1
                 continue
             rejected = min(n, max(0, self._rejected_in(response)))
             if rejected:
                 self._drop("downstream_rejected", rejected)
             self._on_sent(n - rejected)
             return
+
+    def _retry_delay(self, e: grpc.RpcError, attempt: int, n: int) -> float | None:
+        """Seconds before the next attempt after ``e``, or None (then counted as rejected):
+        RESOURCE_EXHAUSTED with RetryInfo after its delay, the other retryable codes on the
+        back-off schedule."""
+        code = e.code() if isinstance(e, grpc.Call) else None
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            hint = retry_info_delay_s(e)
+            if hint is not None:
+                return self._backoff.delay_s(attempt, hint_s=hint)
+        elif code in RETRYABLE:
+            return self._backoff.delay_s(attempt)
+        log.warning("%s: %s rejected %d item(s): %s", self.sink, self.endpoint, n, code)
+        self._drop("rejected", n)
+        return None
 
     def _wait(self, delay: float) -> bool:
         """Sleep ``delay`` unless that passes the shutdown deadline (then False at once).

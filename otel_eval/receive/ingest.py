@@ -1,7 +1,16 @@
-"""The protocol-independent half of a receiver: bytes in, an OTLP answer out.
+"""The protocol-independent half of a receiver: bytes in, an OTLP answer out. The one door
+for every source: the OTLP/gRPC and OTLP/HTTP receivers and the Kafka consumer.
 
-    body -> otlp.parse_request -> otlp.decode_request -> Engine.submit(spans, request) -> result
-    body -> otlp_logs.parse_logs_request -> hold_logs -> Engine.submit(signal="logs") -> result
+    body -> decode_traces (otlp.parse_request, decode_request) -> Decoded -> admit:
+        Engine.submit(spans, request, on_stored) -> accounting -> result
+    body -> decode_logs (otlp_logs.parse_logs_request, hold_logs) -> Decoded -> admit:
+        Engine.submit(signal="logs") -> accounting -> result
+
+A receiver calls ``handle_*`` (decode and admit at once, accounted under its protocol). The
+Kafka consumer decodes a record once (``decode_traces`` / ``decode_logs``) and ``admit``s it,
+again after a throttle, with its own accounting (``IngestAccounting``: the Kafka metrics,
+which account spans and log records under protocol ``kafka``) and an ``on_stored`` callback
+that lets it commit the record's offset once its traces are stored.
 
 ``request`` is what the engine writes to its spool before answering (the body as received for
 protobuf, the parsed request re-encoded for OTLP/JSON - only when a spool asks for it), for
@@ -19,9 +28,9 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsPartialSuccess,
@@ -46,9 +55,76 @@ class Submitter(Protocol):
     spans (``signal="traces"``) or GenAI event records (``"logs"``), one door."""
 
     def submit(self, items: Sequence[Span] | Sequence[LogEvent] | Sequence[HeldRecord],
-               source: str = ..., *,
+               source: str = ..., on_stored: Callable[[], None] | None = ..., *,
                signal: str = ..., request: bytes | Callable[[], bytes] | None = ...,
                sender: str = ...) -> Admission: ...
+
+
+class IngestAccounting(Protocol):
+    """Where one door's accounting goes: received = accepted + rejected (spans), + ignored
+    (log records), each with a reason; a throttled request counted once per attempt."""
+
+    def spans_ingested(self, accepted: int, rejected: Mapping[str, int]) -> None: ...
+    def log_records_ingested(self, accepted: int, ignored: Mapping[str, int],
+                             rejected: Mapping[str, int]) -> None: ...
+    def throttled(self, reason: str) -> None: ...
+
+
+class _ByProtocol:
+    """``IngestAccounting`` of a receiver: the receiver metrics labelled by protocol."""
+
+    def __init__(self, metrics: Metrics, protocol: str, throttle_label: str) -> None:
+        self.metrics, self.protocol, self.throttle_label = metrics, protocol, throttle_label
+
+    def spans_ingested(self, accepted: int, rejected: Mapping[str, int]) -> None:
+        self.metrics.spans_ingested(self.protocol, accepted, rejected)
+
+    def log_records_ingested(self, accepted: int, ignored: Mapping[str, int],
+                             rejected: Mapping[str, int]) -> None:
+        self.metrics.log_records(self.protocol, accepted, dict(ignored), dict(rejected))
+
+    def throttled(self, reason: str) -> None:
+        self.metrics.request_throttled(self.throttle_label, reason)
+
+
+@dataclass(slots=True)
+class Decoded:
+    """One request (or Kafka record) decoded, before the engine saw it: its spans or GenAI
+    event records, and the items dropped while decoding, by reason."""
+
+    signal: Literal["traces", "logs"]
+    items: list[Span] | list[HeldRecord]
+    rejected: Counter[str]
+    ignored: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def trace_ids(self) -> frozenset[str]:
+        return frozenset(x.trace_id for x in self.items)
+
+
+def decode_traces(body: bytes, encoding: str = "otlp_proto") -> Decoded:
+    """An ExportTraceServiceRequest (protobuf, or ``otlp_json``) decoded as every door
+    decodes it: spans with invalid UTF-8 salvaged and counted, invalid ids counted. Raises
+    ValueError (``otlp.MalformedRequest``) when it is no such request at all."""
+    if encoding == "otlp_json":
+        req, rejected = otlp.request_from_json(body), Counter[str]()
+    else:
+        req, rejected = otlp.parse_request(body)
+    decoded = otlp.decode_request(req)
+    return Decoded("traces", decoded.spans, rejected + decoded.reasons)
+
+
+def decode_logs(body: bytes, encoding: str = "otlp_proto") -> Decoded:
+    """An ExportLogsServiceRequest decoded as every door decodes it: the GenAI event records
+    held as bytes, the others ignored or rejected with a reason. Raises ValueError."""
+    req = (otlp_logs.logs_request_from_json(body) if encoding == "otlp_json"
+           else otlp_logs.parse_logs_request(body))
+    return _held(req)
+
+
+def _held(req: ExportLogsServiceRequest) -> Decoded:
+    held = otlp_logs.hold_logs(req)
+    return Decoded("logs", held.records, held.rejected, held.ignored)
 
 
 @dataclass
@@ -83,9 +159,18 @@ def _message(rejected: Counter[str], what: str = "span(s)") -> str:
 
 
 class Ingest:
-    def __init__(self, engine: Submitter, metrics: Metrics) -> None:
+    """``metrics``: the receivers' (``handle_*``); the Kafka consumer, which ``admit``s with
+    its own accounting, passes none."""
+
+    def __init__(self, engine: Submitter, metrics: Metrics | None = None) -> None:
         self.engine = engine
-        self.metrics = metrics
+        self._metrics = metrics
+
+    @property
+    def metrics(self) -> Metrics:
+        if self._metrics is None:
+            raise RuntimeError("Ingest without receiver metrics: admit() only")
+        return self._metrics
 
     def handle_bytes(self, body: bytes, protocol: str, sender: str = "") -> IngestResult:
         """``sender``: the authenticated client's token name ("" when auth is off)."""
@@ -110,15 +195,42 @@ class Ingest:
                        sender: str = "") -> IngestResult:
         started = time.perf_counter()
         decoded = otlp.decode_request(req)
-        adm = self.engine.submit(decoded.spans, "otlp", request=request, sender=sender)
+        res = self.admit(Decoded("traces", decoded.spans, rejected + decoded.reasons),
+                         _ByProtocol(self.metrics, protocol, protocol), request=request,
+                         sender=sender)
+        if res.outcome == "ok":
+            self.metrics.export_duration(protocol, time.perf_counter() - started)
+        return res
+
+    def admit(self, decoded: Decoded, account: IngestAccounting, *, source: str = "otlp",
+              request: bytes | Callable[[], bytes] | None = None, sender: str = "",
+              on_stored: Callable[[], None] | None = None) -> IngestResult:
+        """Hand ``decoded`` to the engine: all taken (some perhaps rejected, with reasons) or
+        all throttled (nothing taken: the sender, or the Kafka consumer, tries again)."""
+        logs = decoded.signal == "logs"
+        # only what this door has: a Kafka record is not spooled (Kafka is the log) and has no
+        # authenticated sender; a receiver's request is not committed anywhere
+        kw: dict[str, Any] = {"signal": decoded.signal}
+        if request is not None:
+            kw["request"] = request
+        if sender:
+            kw["sender"] = sender
+        if on_stored is not None:
+            kw["on_stored"] = on_stored
+        adm = (self.engine.submit(decoded.items, source, **kw) if decoded.items or not logs
+               else Admission())
         if adm.throttled is not None:
-            self.metrics.request_throttled(protocol, adm.throttled)
+            account.throttled(adm.throttled)
             return IngestResult("throttled", message=f"otel-eval is at capacity "
-                                f"({adm.throttled}); retry later")
-        rejected = rejected + decoded.reasons + adm.rejected
-        self.metrics.spans_ingested(protocol, adm.accepted, rejected)
-        self.metrics.export_duration(protocol, time.perf_counter() - started)
-        return IngestResult("ok", adm.accepted, rejected, _message(rejected))
+                                f"({adm.throttled}); retry later", signal=decoded.signal)
+        rejected = decoded.rejected + adm.rejected
+        if logs:
+            account.log_records_ingested(adm.accepted, decoded.ignored + adm.ignored, rejected)
+        else:
+            account.spans_ingested(adm.accepted, rejected)
+        return IngestResult("ok", adm.accepted, rejected,
+                            _message(rejected, "log record(s)" if logs else "span(s)"),
+                            signal=decoded.signal)
 
     # --- logs ------------------------------------------------------------------------------
 
@@ -141,15 +253,5 @@ class Ingest:
     def handle_logs_request(self, req: ExportLogsServiceRequest, protocol: str,
                             sender: str = "",
                             request: bytes | Callable[[], bytes] | None = None) -> IngestResult:
-        decoded = otlp_logs.hold_logs(req)
-        adm = self.engine.submit(decoded.records, "otlp", signal="logs", sender=sender,
-                                 request=request) if decoded.records else Admission()
-        if adm.throttled is not None:
-            self.metrics.request_throttled(f"{protocol}_logs", adm.throttled)
-            return IngestResult("throttled", message=f"otel-eval is at capacity "
-                                f"({adm.throttled}); retry later", signal="logs")
-        rejected = decoded.rejected + adm.rejected
-        ignored = decoded.ignored + adm.ignored
-        self.metrics.log_records(protocol, adm.accepted, ignored, rejected)
-        return IngestResult("ok", adm.accepted, rejected, _message(rejected, "log record(s)"),
-                            signal="logs")
+        return self.admit(_held(req), _ByProtocol(self.metrics, protocol, f"{protocol}_logs"),
+                          request=request, sender=sender)

@@ -19,14 +19,14 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
-import os
 import ssl
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from otel_eval.base.configcheck import StartupError, parse_endpoint
+from otel_eval.base.configcheck import parse_endpoint
+from otel_eval.base.tlsfiles import read, stamp, startup_error
 
 log = logging.getLogger(__name__)
 
@@ -104,20 +104,6 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def _stamp(paths: list[str]) -> tuple[tuple[int, int, int], ...]:
-    """Identity of the files as they are now (Kubernetes swaps a Secret by symlink: inode)."""
-    out = []
-    for p in paths:
-        st = os.stat(p)
-        out.append((st.st_ino, st.st_mtime_ns, st.st_size))
-    return tuple(out)
-
-
-def _read(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
-
-
 class TlsFiles:
     """The current server TLS material of one listener, re-read when the files change."""
 
@@ -128,14 +114,12 @@ class TlsFiles:
                        if p]
         self._lock = threading.Lock()
         try:  # bad files are fatal at startup: one line naming them
-            self._stamp = _stamp(self._paths)
+            self._stamp = stamp(self._paths)
             self._context = self._load_context()
         except (OSError, ssl.SSLError, ValueError) as e:
-            files = ", ".join(f"{k} {v}" for k, v in (
+            raise startup_error(name, [(k, v) for k, v in (
                 ("cert_file", config.cert_file), ("key_file", config.key_file),
-                ("client_ca_file", config.client_ca_file)) if v)
-            why = getattr(e, "strerror", None) or getattr(e, "reason", None) or str(e)
-            raise StartupError(f"{name}: TLS ({files}): {why}") from None
+                ("client_ca_file", config.client_ca_file)) if v], e) from None
         self.reloads = 0
 
     @property
@@ -154,14 +138,14 @@ class TlsFiles:
     def _changed(self) -> bool:
         """True once per change of the files on disk (then the caller reloads)."""
         try:
-            stamp = _stamp(self._paths)
+            now = stamp(self._paths)
         except OSError as e:
             log.error("%s: TLS file unreadable (%s); keeping the current certificate",
                       self.name, e.strerror)
             return False
-        if stamp == self._stamp:
+        if now == self._stamp:
             return False
-        self._stamp = stamp
+        self._stamp = now
         return True
 
     def context(self) -> ssl.SSLContext:
@@ -182,8 +166,8 @@ class TlsFiles:
     def _grpc_config(self) -> Any:
         import grpc
 
-        ca = _read(self.config.client_ca_file) if self.config.client_ca_file else None
-        pair = (_read(self.config.key_file), _read(self.config.cert_file))
+        ca = read(self.config.client_ca_file) if self.config.client_ca_file else None
+        pair = (read(self.config.key_file), read(self.config.cert_file))
         return grpc.ssl_server_certificate_configuration([pair], root_certificates=ca)
 
     def grpc_credentials(self) -> Any:

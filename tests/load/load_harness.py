@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,14 +94,15 @@ def _bound_ports(log: Path, proc: subprocess.Popen[bytes], http: bool
 
 @contextmanager
 def serve(tmp: Path, config: dict[str, Any], store: Path | None = None,
-          http: bool = False, store_url: str = "", grpc_endpoint: str = "127.0.0.1:0"
-          ) -> Iterator[Served]:
+          http: bool = False, store_url: str = "", grpc_endpoint: str = "127.0.0.1:0",
+          argv: Sequence[str] = ()) -> Iterator[Served]:
     """Start ``python -m otel_eval serve`` with ``config`` (written as YAML) on port 0 and wait
     until ready; on exit SIGTERM it (if still running) and wait, killing it only as a last
     resort. ``store``: the SQLite file (default ``tmp/otel-eval.db``; a restart passes the
     same one); ``http``: OTLP/HTTP too (port 0), else gRPC only; ``store_url``: a PostgreSQL
     store instead (``--store URL``; the SQLite path is then unused); ``grpc_endpoint``: a
-    fixed one for a restart behind a static list of replicas (a port the last serve bound)."""
+    fixed one for a restart behind a static list of replicas (a port the last serve bound);
+    ``argv``: more flags."""
     receiver = {**config.get("receiver", {}), "http_endpoint": ""}
     cfg = tmp / "config.yaml"
     cfg.write_text(json.dumps({**config, "receiver": receiver}))  # JSON is valid YAML
@@ -109,7 +110,7 @@ def serve(tmp: Path, config: dict[str, Any], store: Path | None = None,
     argv = [sys.executable, "-m", "otel_eval", "serve", "--config", str(cfg),
             "--grpc-endpoint", grpc_endpoint, "--admin-endpoint", "127.0.0.1:0",
             "--store", store_url or str(store),
-            *(["--http-endpoint", "127.0.0.1:0"] if http else [])]
+            *(["--http-endpoint", "127.0.0.1:0"] if http else []), *argv]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp)

@@ -79,7 +79,8 @@ def test_failed_evaluation_carries_error_type(downstream: Downstream) -> None:
 
 
 def test_retries_unavailable_then_delivers(downstream: Downstream) -> None:
-    downstream.fail_next = [grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED]
+    downstream.fail_next = [grpc.StatusCode.UNAVAILABLE, (grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                                          0.01)]  # throttled with RetryInfo
     m = Metrics()
     events = EvaluationEvents(_config(downstream), m)
     events.start()

@@ -23,6 +23,12 @@ def test_defaults_are_off() -> None:
     ({"max_queue_items": 0}, "max_queue_items"),
     ({"initial_backoff_s": 0}, "initial_backoff_s"),
     ({"max_retry_s": -1}, "max_retry_s"),
+    ({"initial_backoff_s": 2, "max_backoff_s": 1}, "max_backoff_s"),
+    ({"headers": {"Bad Key": "v"}}, r"headers\.Bad Key"),
+    ({"headers": {"grpc-timeout": "1"}}, r"headers\.grpc-timeout"),
+    ({"tls": {"ca_file": "ca.pem"}}, "tls: is set while insecure is true"),
+    ({"insecure": False, "tls": {"cert_file": "c.pem"}}, "cert_file and key_file go together"),
+    ({"compression": "brotli"}, "compression"),
 ])
 def test_invalid_values_are_reported(data: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
@@ -38,3 +44,18 @@ def test_loaded_from_yaml_with_env(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as e:
         load_config(f, environ={})
     assert any("export.bogus: unknown key" in err for err in e.value.errors)
+
+
+def test_headers_take_secrets_from_the_environment(tmp_path: Path) -> None:
+    """``${VAR}`` in a header value is the way to keep a token out of the file; the value is
+    not in the config's repr (logged at startup)."""
+    f = tmp_path / "c.yaml"
+    f.write_text("export:\n  forward_endpoint: collector:4317\n  insecure: false\n"
+                 "  compression: gzip\n  tls: {ca_file: /etc/ca.pem}\n"
+                 "  headers: {Authorization: 'Bearer ${EXPORT_TOKEN}', x-tenant: acme}\n")
+    cfg = load_config(f, environ={"EXPORT_TOKEN": "s3cret"}).export
+    assert cfg.metadata() == (("authorization", "Bearer s3cret"), ("x-tenant", "acme"))
+    assert cfg.tls.ca_file == "/etc/ca.pem" and cfg.compression == "gzip"
+    assert "s3cret" not in repr(cfg)
+    with pytest.raises(ConfigError, match="EXPORT_TOKEN is not set"):
+        load_config(f, environ={})

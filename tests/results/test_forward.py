@@ -148,3 +148,27 @@ def test_shutdown_deadline_drops_what_cannot_be_sent() -> None:
 def test_empty_endpoint_is_refused() -> None:
     with pytest.raises(ValueError, match="forward_endpoint"):
         Forwarder(ExportConfig(), Metrics())
+
+
+def test_a_received_stamp_key_is_replaced_not_repeated() -> None:
+    """A span that already carries an ``otel_eval.*`` key (from an otel-eval upstream) gets
+    ours instead: OTLP attribute keys are unique. Its other attributes keep their order."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    from otel_eval.decode.otlp import decode_request, dict_to_attributes, encode_spans
+
+    span = trace_pb2.Span(trace_id=bytes(range(1, 17)), span_id=bytes(range(1, 9)), name="s",
+                          trace_state="k=v", dropped_links_count=2,
+                          attributes=dict_to_attributes({"a": 1, "otel_eval.severity": "info",
+                                                         "b": b"\x00"}))
+    req = ExportTraceServiceRequest()
+    req.resource_spans.add().scope_spans.add().spans.append(span)
+    decoded = decode_request(req).spans
+    out = encode_spans(decoded, extra={decoded[0].span_id: {"otel_eval.severity": "error"}})
+    got = out.resource_spans[0].scope_spans[0].spans[0]
+    assert [(kv.key, kv.value) for kv in got.attributes] == [
+        (kv.key, kv.value) for kv in dict_to_attributes(
+            {"a": 1, "b": b"\x00", "otel_eval.severity": "error"})]
+    assert got.trace_state == "k=v" and got.dropped_links_count == 2

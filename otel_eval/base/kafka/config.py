@@ -103,7 +103,7 @@ class KafkaConfig:
     partitioner: Literal["fnv1a", "murmur2"] = "fnv1a"
     # Producer acknowledgements for --kafka-publish and results: all (no loss) or 1 (leader).
     acks: Literal["all", "1"] = "all"
-    # Producer compression for published records.
+    # Producer compression for published records (--kafka-publish and results_topic).
     compression: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "none"
     # Largest request the publisher sends, bytes (brokers default to ~1 MiB per record).
     max_request_bytes: int = 1024 * 1024

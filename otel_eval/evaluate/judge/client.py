@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import jsonschema
 
+from otel_eval.base.backoff import Backoff
 from otel_eval.base.configcheck import ConfigError
 from otel_eval.evaluate.judge.config import JudgeConfig
 from otel_eval.evaluate.judge.limits import CostBudget, RateLimiter
@@ -121,6 +122,7 @@ class JudgeClient:
         self.budget = CostBudget(config.max_cost_usd_per_hour)
         self._semaphore: asyncio.Semaphore | None = None  # created on the caller's loop
         self._api_key: str | None = None  # resolved on the first request
+        self._backoff = Backoff(config.backoff_initial_s, config.backoff_max_s)
 
     def over_budget(self) -> bool:
         return self.budget.exceeded(self.clock())
@@ -206,16 +208,12 @@ class JudgeClient:
 
     def _classify(self, e: Exception, attempt: int) -> tuple[CallStatus, float | None]:
         """(status, delay before the next attempt, None = do not retry)."""
-        c = self.config
-        backoff = min(c.backoff_initial_s * (2 ** attempt), c.backoff_max_s)
         if isinstance(e, litellm.Timeout):
-            return "timeout", backoff
-        if isinstance(e, litellm.RateLimitError):
-            hinted = retry_after_s(e)
-            return "rate_limited", backoff if hinted is None else hinted
+            return "timeout", self._backoff.delay_s(attempt)
+        if isinstance(e, litellm.RateLimitError):  # Retry-After, when given, wins
+            return "rate_limited", self._backoff.delay_s(attempt, retry_after_s(e))
         if isinstance(e, _RETRYABLE):
-            hinted = retry_after_s(e)
-            return "error", backoff if hinted is None else hinted
+            return "error", self._backoff.delay_s(attempt, retry_after_s(e))
         return "error", None
 
     def _account(self, response: Any, result: CallResult) -> None:

@@ -1,11 +1,16 @@
 """Stage: Kafka ingest. A consumer-group worker that feeds OTLP records to the engine and
 commits only what is stored.
 
-    topic partitions -> fetch (aiokafka) -> decode (otlp) -> Engine.submit(spans, on_stored)
-    logs_topic partitions -> ... -> decode (otlp_logs) -> Engine.submit(records, signal="logs")
+    topic partitions -> fetch (aiokafka) -> Ingest (decode_traces, admit: Engine.submit)
+    logs_topic partitions -> ... -> Ingest (decode_logs, admit: Engine.submit(signal="logs"))
         -> on_stored (engine thread) -> stored queue, one loop wake-up per burst -> TraceGate
         (a trace's records finish together) -> OffsetTracker.done
         -> every commit_interval_s: commit each partition's low watermark + done-records metadata
+
+Records come in through the receivers' door (``receive.ingest.Ingest``): the same decoding,
+partial rejections (accounted under protocol ``kafka``) and throttling answers as OTLP/gRPC
+and OTLP/HTTP; this stage keeps only what is Kafka's: offsets, commits, rebalances, pausing
+while the engine throttles, and retrying a throttled record in partition order.
 
 Log records (GenAI events from ``logs_topic``) join their trace in the engine's assembly as
 on the OTLP path: whichever of spans and records arrives first opens the trace, a trace
@@ -71,9 +76,8 @@ import logging
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -83,20 +87,18 @@ from aiokafka.errors import KafkaError
 from otel_eval.base.kafka.client import client_kwargs
 from otel_eval.base.kafka.config import KafkaConfig
 from otel_eval.base.kafka.stats import KafkaMetrics, KafkaStats
-from otel_eval.base.model import LogEvent, Span
-from otel_eval.decode import otlp, otlp_logs
-from otel_eval.decode.otlp_logs import HeldRecord
+from otel_eval.base.model import Span
+from otel_eval.receive.ingest import Decoded, Ingest, Submitter, decode_logs, decode_traces
 from otel_eval.receive.kafka.offsets import OffsetTracker, Ticket, TraceGate
+
+if TYPE_CHECKING:  # decoding is Ingest's: this stage only names the type
+    from otel_eval.decode.otlp_logs import HeldRecord
 
 log = logging.getLogger(__name__)
 
 
-class EngineLike(Protocol):
-    """What the consumer needs of ``otel_eval.assemble.engine.Engine``."""
-
-    def submit(self, items: Sequence[Span] | Sequence[LogEvent] | Sequence[HeldRecord],
-               source: str = ...,
-               on_stored: Callable[[], None] | None = ..., *, signal: str = ...) -> Any: ...
+# What the consumer needs of ``otel_eval.assemble.engine.Engine``: what ``Ingest`` needs.
+EngineLike = Submitter
 
 
 @dataclass(slots=True)
@@ -108,20 +110,11 @@ class Record:
 
 
 def decode_record(value: bytes | None, encoding: str) -> Record | str:
-    """The record decoded as a receiver decodes a request body (spans with invalid UTF-8
-    salvaged and counted, invalid ids counted), or the poison reason (``empty``,
-    ``not_otlp``) when it is no OTLP request at all."""
-    if not value:
-        return "empty"
-    try:
-        if encoding == "otlp_json":
-            req, rejected = otlp.request_from_json(value), Counter[str]()
-        else:
-            req, rejected = otlp.parse_request(value)
-    except Exception:  # MalformedRequest, ValueError, whatever a hostile record raises
-        return "not_otlp"
-    decoded = otlp.decode_request(req)
-    return Record(decoded.spans, rejected + decoded.reasons)
+    """The record decoded as a receiver decodes a request body (``ingest.decode_traces``),
+    or the poison reason (``empty``, ``not_otlp``) when it is no OTLP request at all."""
+    decoded = _decoded(value, encoding, logs=False)
+    return decoded if isinstance(decoded, str) else Record(
+        decoded.items, decoded.rejected)  # type: ignore[arg-type]
 
 
 @dataclass(slots=True)
@@ -134,27 +127,20 @@ class LogsRecord:
 
 
 def decode_logs_record(value: bytes | None, encoding: str) -> LogsRecord | str:
-    """A logs-topic record decoded as the logs receivers decode a request body, or the
-    poison reason (``empty``, ``not_otlp``)."""
-    if not value:
+    """A logs-topic record decoded as the logs receivers decode a request body
+    (``ingest.decode_logs``), or the poison reason (``empty``, ``not_otlp``)."""
+    decoded = _decoded(value, encoding, logs=True)
+    return decoded if isinstance(decoded, str) else LogsRecord(
+        decoded.items, decoded.ignored, decoded.rejected)  # type: ignore[arg-type]
+
+
+def _decoded(value: bytes | None, encoding: str, *, logs: bool) -> Decoded | str:
+    if not value:  # a tombstone or an empty value: no request
         return "empty"
     try:
-        if encoding == "otlp_json":
-            req = otlp_logs.logs_request_from_json(value)
-        else:
-            req = otlp_logs.parse_logs_request(value)
+        return decode_logs(value, encoding) if logs else decode_traces(value, encoding)
     except Exception:  # MalformedRequest, ValueError, whatever a hostile record raises
         return "not_otlp"
-    decoded = otlp_logs.hold_logs(req)
-    return LogsRecord(decoded.records, decoded.ignored, decoded.rejected)
-
-
-@dataclass(slots=True)
-class _Work:
-    """What one record hands the engine: spans, or log records (``logs``)."""
-
-    items: list[Span] | list[HeldRecord]
-    logs: bool
 
 
 async def topic_partitions(cfg: KafkaConfig, topic: str | None = None) -> list[int]:
@@ -188,6 +174,7 @@ class KafkaConsumerStage:
                  metrics_hook: KafkaMetrics | None = None) -> None:
         self.config = config
         self.engine = engine
+        self.ingest = Ingest(engine)  # the receivers' door; accounted by ``metrics``
         self.metrics: KafkaMetrics = metrics_hook if metrics_hook is not None else KafkaStats()
         self.tracker: OffsetTracker[TopicPartition] = OffsetTracker()
         self.gate: TraceGate[TopicPartition] = TraceGate()
@@ -200,7 +187,7 @@ class KafkaConsumerStage:
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
-        self._retry: deque[tuple[TopicPartition, _Work, Ticket[TopicPartition]]] = deque()
+        self._retry: deque[tuple[TopicPartition, Decoded, Ticket[TopicPartition]]] = deque()
         self._paused = False
         self._drained = asyncio.Event()
         self._last_commit = 0.0
@@ -322,33 +309,30 @@ class KafkaConsumerStage:
         if self._retry or not self._submit(tp, work, ticket):
             self._retry.append((tp, work, ticket))  # keep per-partition order
 
-    def _decode(self, tp: TopicPartition, offset: int, value: bytes | None) -> _Work | None:
-        """The record's work for the engine, its decode-time drops counted; None when it
-        holds none (poison, or only log records that are not GenAI events)."""
+    def _decode(self, tp: TopicPartition, offset: int, value: bytes | None) -> Decoded | None:
+        """The record decoded for the engine; None when it holds nothing for it (poison,
+        counted; or only log records that are not GenAI events, accounted)."""
         cfg = self.config
         logs = tp.topic == cfg.logs_topic and bool(cfg.logs_topic)
-        decoded = (decode_logs_record(value, cfg.logs_encoding) if logs
-                   else decode_record(value, cfg.encoding))
+        decoded = _decoded(value, cfg.logs_encoding if logs else cfg.encoding, logs=logs)
         if isinstance(decoded, str):
             log.warning("kafka poison record %s[%d]@%d: %s", tp.topic, tp.partition, offset,
                         decoded)
             self.metrics.record_poison(decoded)
             return None
-        if isinstance(decoded, LogsRecord):
-            if decoded.ignored or decoded.rejected:
-                self.metrics.log_records_ingested(0, decoded.ignored, decoded.rejected)
-            return _Work(decoded.records, True) if decoded.records else None
-        self.metrics.record_consumed(len(decoded.spans))
-        if decoded.rejected:
-            self.metrics.spans_ingested(0, decoded.rejected)
-        return _Work(decoded.spans, False)
+        if logs and not decoded.items:
+            self.ingest.admit(decoded, self.metrics, source="kafka")  # ignored, rejected
+            return None
+        if not logs:
+            self.metrics.record_consumed(len(decoded.items))
+        return decoded
 
-    def _submit(self, tp: TopicPartition, work: _Work, ticket: Ticket[TopicPartition]
+    def _submit(self, tp: TopicPartition, work: Decoded, ticket: Ticket[TopicPartition]
                 ) -> bool:
+        """Through the door; False when the engine throttled (nothing taken: retried)."""
         loop = self._loop
         assert loop is not None
-
-        trace_ids = frozenset(x.trace_id for x in work.items)
+        trace_ids = work.trace_ids
 
         def on_stored() -> None:  # engine worker thread
             with self._stored_lock:
@@ -357,20 +341,9 @@ class KafkaConsumerStage:
             if first:
                 loop.call_soon_threadsafe(self._drain_stored)
 
-        adm = self.engine.submit(work.items, source="kafka", on_stored=on_stored,
-                                 signal="logs" if work.logs else "traces")
-        throttled = getattr(adm, "throttled", None)
-        if throttled:
-            self.metrics.throttled(throttled)
+        res = self.ingest.admit(work, self.metrics, source="kafka", on_stored=on_stored)
+        if res.outcome == "throttled":
             return False
-        # items the assembler refused (duplicate, late, trace too large) count as rejected
-        accepted = getattr(adm, "accepted", len(work.items))
-        rejected = getattr(adm, "rejected", None) or {}
-        if work.logs:
-            self.metrics.log_records_ingested(accepted, getattr(adm, "ignored", None) or {},
-                                              rejected)
-        else:
-            self.metrics.spans_ingested(accepted, rejected)
         # on_stored is drained on this loop later, so this comes first
         self.gate.submitted(ticket, trace_ids)
         return True
