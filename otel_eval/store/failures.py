@@ -1,15 +1,18 @@
 """Stage: store, its write failures. Why a store refused a write, from a closed set.
 
     evaluate_and_store: put_many (or a read of the same batch) raises -> write_failure(e)
-        -> reason (WRITE_FAILURE_REASONS) -> the engine keeps the batch and retries it
-        (``otel_eval.assemble.store_health``) | None: not a store error (a bug), raised
+        -> reason in STORE_REFUSALS -> the engine keeps the batch and retries it
+        (``otel_eval.assemble.store_health``) | ``error`` or None (not a store error):
+        the batch stored trace by trace, a failing trace as an evaluation error
 
 Both stores' drivers say what went wrong in their own terms: SQLite by result code
 (``SQLITE_FULL``: "database or disk is full", also when ``max_page_count`` is reached;
 ``SQLITE_READONLY``; ``SQLITE_BUSY``; ``SQLITE_IOERR``), PostgreSQL by SQLSTATE class
 (53: insufficient resources, ``53100`` disk full; 25006 read-only transaction; 08 and a lost
-connection: ``OperationalError``). Anything else the driver raises is ``error``: still a
-store that did not write, so still retried, never acknowledged as stored.
+connection: ``OperationalError``). Anything else the driver raises is ``error``: the store
+did not write, but for a reason of the batch's data (a value the driver refuses), not of the
+store: the engine then stores the batch trace by trace (``evaluate.stage``), so one poison
+trace is stored as an evaluation error instead of holding every trace behind it for ever.
 """
 
 from __future__ import annotations
@@ -21,6 +24,10 @@ import sqlite3
 # lock past the busy timeout; unavailable: the file or the server cannot be reached (I/O
 # error, connection lost or refused); error: anything else the store's driver raised.
 WRITE_FAILURE_REASONS = ("disk_full", "read_only", "locked", "unavailable", "error")
+# The reasons that are the store's state, not one row's: the batch is kept and retried whole.
+# ``error`` (the driver refused something else: a row's data) and an exception that is no
+# store error at all are one trace's: the engine stores the batch trace by trace.
+STORE_REFUSALS = frozenset(WRITE_FAILURE_REASONS) - {"error"}
 
 _SQLITE_CODES = {"SQLITE_FULL": "disk_full", "SQLITE_READONLY": "read_only",
                  "SQLITE_BUSY": "locked", "SQLITE_LOCKED": "locked",

@@ -264,8 +264,8 @@ class Metrics:
                                ["stage", "reason"])
         self.c_skipped = c("evaluation_skipped",
                            "Released traces not evaluated, by reason (already_evaluated, "
-                           "not_a_run).", ["reason"])
-        for reason in ("already_evaluated", "not_a_run"):
+                           "not_a_run, unstorable).", ["reason"])
+        for reason in ("already_evaluated", "not_a_run", "unstorable"):
             self.c_skipped.labels(reason)  # 0, not absent, until the first one
         self.c_store_failed = c("store_write_failures",
                                 "Batches of evaluations the store refused to write, by reason "

@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
+from otel_eval.base.text import load_content
+
 
 def trim(text: str, max_chars: int, head_ratio: float = 0.6) -> str:
     """``text`` if short enough, else its head and tail around a marker saying how much went."""
@@ -62,7 +64,7 @@ def canonical_args(args: Any) -> str:
     tool step's arguments compare equal to the call that requested them."""
     if isinstance(args, str):
         try:
-            args = json.loads(args)
+            args = load_content(args)
         except ValueError:
             return args
     if isinstance(args, str):
@@ -108,7 +110,7 @@ def parse_messages(text: str | None) -> list[Message]:
     stripped = text.lstrip()
     if stripped[:1] in "[{":
         try:
-            data = json.loads(text)
+            data = load_content(text)
         except ValueError:
             data = None
     items = _message_list(data)

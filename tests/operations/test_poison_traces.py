@@ -1,0 +1,98 @@
+"""One trace never takes its batch or serve down (issue 33, findings 1 and 4).
+
+A lone surrogate spelled in span JSON (``"\\ud800"``: OTLP strings are valid UTF-8, the JSON
+inside them is parsed) once became an agent name the store's driver could not encode: the
+engine thread died, serve exited, and the spool replayed the poison at every start. Now the
+parsed text is made valid (U+FFFD), and any exception a store call raises that is not the
+store's own state is one trace's: the batch is stored trace by trace, the trace that still
+fails is stored as an evaluation error, or dropped and counted when even that fails.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from service_harness import Harness, running_service
+
+import otel_eval.store.sqlite as sqlite_module
+from otel_eval.base.model import Evaluation, Span
+from otel_eval.decode import otlp
+from otel_eval.store.base import Row, evaluation_row
+
+POISON = "0d" * 16
+CLEAN = [f"{i:02x}" * 16 for i in range(0x10, 0x1a)]  # 10 clean traces
+
+
+def _openinference(trace: str, agent_json: str) -> list[Span]:
+    """A LangChain run under OpenInference: its agent stamped in the ``metadata`` JSON."""
+    meta = "{\"lc_agent_name\": " + agent_json + ", \"langgraph_step\": 1}"
+    root = Span(trace, "01" * 8, None, "agent", 1, 9,
+                attributes={"openinference.span.kind": "CHAIN", "metadata": meta,
+                            "input.value": "what is the weather?"})
+    tool = Span(trace, "02" * 8, "01" * 8, "search", 2, 8,
+                attributes={"openinference.span.kind": "TOOL", "tool.name": "search",
+                            "input.value": '{"q": "\\udfffparis"}', "metadata": meta})
+    return [root, tool]
+
+
+def _post(h: Harness, spans: list[Span]) -> None:
+    body = otlp.encode_spans(spans).SerializeToString()
+    req = urllib.request.Request(h.http_url, data=body, method="POST",
+                                 headers={"Content-Type": "application/x-protobuf"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        assert r.status == 200
+
+
+def test_a_lone_surrogate_in_span_json_is_stored_and_serve_keeps_going(tmp_path: Path) -> None:
+    with running_service(tmp_path) as h:
+        _post(h, _openinference(POISON, '"\\ud800evil"'))
+        for trace in CLEAN:
+            _post(h, _openinference(trace, '"weather_agent"'))
+        assert h.release() == 11  # before: UnicodeEncodeError out of the engine's process()
+        poison = h.svc.store.get(POISON)
+        assert poison is not None and poison["agent"] == "\ufffdevil"
+        assert all(h.svc.store.get(t) is not None for t in CLEAN)
+        assert h.sample("otel_eval_spool_requests") == 0  # nothing left to replay at start
+
+
+def _failing_rows(bad: str, times: int) -> Any:
+    """``evaluation_row`` raising for trace ``bad`` its first ``times`` calls."""
+    calls = {"n": 0}
+
+    def row(ev: Evaluation) -> Row:
+        if ev.trace_id == bad and calls["n"] < times:
+            calls["n"] += 1
+            raise TypeError("a row that cannot be built")
+        return evaluation_row(ev)
+    return row
+
+
+@pytest.mark.parametrize("times", [2, 99])
+def test_a_trace_whose_row_fails_is_an_error_record_or_dropped_never_the_batch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, times: int) -> None:
+    """``times`` 2: the batch and the trace alone fail, its error record is stored; 99:
+    even the error record fails, the trace is dropped and counted. The batch's other traces
+    are stored either way, and nothing stays in the spool."""
+    monkeypatch.setattr(sqlite_module, "evaluation_row", _failing_rows(POISON, times))
+    with running_service(tmp_path) as h:
+        _post(h, _openinference(POISON, '"weather_agent"'))
+        for trace in CLEAN:
+            _post(h, _openinference(trace, '"weather_agent"'))
+        assert h.release() == 11
+        assert all(h.svc.store.get(t) is not None for t in CLEAN)
+        poison = h.svc.store.get(POISON)
+        if times == 2:
+            assert poison is not None
+            assert [f["kind"] for f in poison["findings"]] == ["evaluation_error"]
+            assert "TypeError" in json.dumps(poison)
+            assert h.sample("otel_eval_evaluation_failures_total", stage="evaluate",
+                            reason="TypeError") == 1
+        else:
+            assert poison is None
+            assert h.sample("otel_eval_evaluation_skipped_total", reason="unstorable") == 1
+        assert h.sample("otel_eval_store_write_failures_total", reason="error") == 0
+        assert h.sample("otel_eval_spool_requests") == 0
