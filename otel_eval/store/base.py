@@ -33,6 +33,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 from otel_eval.base.model import Evaluation
+from otel_eval.base.text import valid_text
 from otel_eval.store.query import EvaluationQuery, Page
 
 POSTGRESQL_SCHEMES = ("postgresql", "postgres")
@@ -173,11 +174,17 @@ def since_chunks(read: Callable[[int, tuple[int, str] | None, int], list[Any]],
 
 
 def evaluation_row(ev: Evaluation) -> Row:
-    """The row of an evaluation: the pulled-out columns, then the JSON body as text."""
+    """The row of an evaluation: the pulled-out columns, then the JSON body as text. Text
+    columns are valid UTF-8 (a lone surrogate as U+FFFD: no driver encodes one; the body
+    keeps it as a JSON escape)."""
     t, v = ev.trajectory, ev.verdict
-    return (ev.trace_id, t.revision, ev.evaluated_at_ns, t.service, t.agent, t.task_id,
-            t.status, None if v is None else bool(v.passed), ev.to_json_text(),
-            ev.content_digest)
+    return (ev.trace_id, t.revision, ev.evaluated_at_ns, _valid(t.service), _valid(t.agent),
+            _valid(t.task_id), t.status, None if v is None else bool(v.passed),
+            ev.to_json_text(), ev.content_digest)
+
+
+def _valid(text: str | None) -> str | None:
+    return None if text is None else valid_text(text)
 
 
 def is_postgresql_url(target: str) -> bool:

@@ -122,6 +122,7 @@ from prometheus_client.exposition import choose_encoder
 
 from otel_eval.base import model
 from otel_eval.base.model import NOT_ENDED_KINDS
+from otel_eval.base.text import valid_text
 from otel_eval.telemetry.prediction import AucSettings, PredictionMetrics
 from otel_eval.telemetry.workers import WorkerMetrics
 
@@ -309,11 +310,13 @@ class Metrics:
 
     def _series(self, metric: Any, *values: str) -> Any:
         """``metric.labels(*values)``, or its all-``_other`` series once the metric holds
-        ``max_series_per_metric`` label combinations (counted per metric)."""
+        ``max_series_per_metric`` label combinations (counted per metric). Values are made
+        valid UTF-8 first (a lone surrogate in one tool name failed every scrape)."""
         seen = self._combos.get(id(metric))
         child = seen.get(values) if seen is not None else None
         if child is not None:  # the admitted series' child, kept: labels() costs ~1 us
             return child
+        values = tuple(valid_text(v) for v in values)  # prometheus_client encodes them
         with self._combos_lock:
             seen = self._combos.setdefault(id(metric), {})
             if values not in seen:

@@ -96,3 +96,26 @@ def test_a_trace_whose_row_fails_is_an_error_record_or_dropped_never_the_batch(
             assert h.sample("otel_eval_evaluation_skipped_total", reason="unstorable") == 1
         assert h.sample("otel_eval_store_write_failures_total", reason="error") == 0
         assert h.sample("otel_eval_spool_requests") == 0
+
+
+def test_a_tool_named_with_a_lone_surrogate_leaves_metrics_scrapable(tmp_path: Path) -> None:
+    """Finding 2: an LLM asked for a tool "\\ud800x" (spelled in its output messages' JSON);
+    the selection error put the name in a ``tool`` label and every scrape answered 500."""
+    trace = "cd" * 16
+    out = ('[{"role": "assistant", "parts": [{"type": "tool_call", "id": "c1", '
+           '"name": "\\ud800x", "arguments": {"q": "a"}}], "finish_reason": "tool_call"}]')
+    tools = json.dumps([{"name": "search", "parameters": {"type": "object"}}])
+    spans = [Span(trace, "01" * 8, None, "invoke_agent a", 1, 9,
+                  attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a"}),
+             Span(trace, "02" * 8, "01" * 8, "chat", 2, 3,
+                  attributes={"gen_ai.operation.name": "chat", "gen_ai.tool.definitions": tools,
+                              "gen_ai.output.messages": out})]
+    with running_service(tmp_path) as h:
+        _post(h, spans)
+        assert h.release() == 1
+        for accept in ("text/plain", "application/openmetrics-text"):
+            req = urllib.request.Request(f"{h.admin_url}/metrics", headers={"Accept": accept})
+            with urllib.request.urlopen(req, timeout=10) as r:
+                assert r.status == 200
+                page = r.read().decode()
+            assert 'tool="\ufffdx"' in page
