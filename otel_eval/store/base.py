@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
@@ -50,6 +51,15 @@ AGENT_HISTORY_ROWS = 20_000  # rows in all (about 300 services at their cap)
 AGENT_HISTORY_PRUNE_EVERY = 32  # remember_agents calls between the whole-table prunes
 AGENT_HISTORY_MAX_AGE_S = 30 * 86_400  # a fingerprint not seen for 30 days is forgotten
 AGENT_HISTORY_NAME_CHARS = 256
+
+
+@dataclass(frozen=True)
+class SessionLimits:
+    """Limits of a store's database sessions (``StoreConfig``; PostgreSQL applies them with
+    ``SET`` at each connect, SQLite has no server to wait on). Seconds; 0: no limit."""
+
+    statement_timeout_s: float = 30.0
+    lock_timeout_s: float = 10.0
 
 
 class EvaluationStore(Protocol):
