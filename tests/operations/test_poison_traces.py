@@ -11,6 +11,7 @@ fails is stored as an evaluation error, or dropped and counted when even that fa
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from otel_eval.store.base import Row, evaluation_row
 
 POISON = "0d" * 16
 CLEAN = [f"{i:02x}" * 16 for i in range(0x10, 0x1a)]  # 10 clean traces
+WAIT_S = 60.0  # a bound on waiting for worker processes on a loaded machine, not a timing
 
 
 def _openinference(trace: str, agent_json: str) -> list[Span]:
@@ -47,15 +49,32 @@ def _post(h: Harness, spans: list[Span]) -> None:
         assert r.status == 200
 
 
-def test_a_lone_surrogate_in_span_json_is_stored_and_serve_keeps_going(tmp_path: Path) -> None:
-    with running_service(tmp_path) as h:
+@pytest.mark.parametrize(("store", "workers"), [("sqlite", 1), ("postgresql", 1),
+                                               ("sqlite", 2)])
+def test_a_lone_surrogate_in_span_json_is_stored_and_serve_keeps_going(
+        tmp_path: Path, request: pytest.FixtureRequest, store: str, workers: int) -> None:
+    """In the serving process (workers 1, as the default on one CPU) and in worker processes
+    (2), on SQLite and PostgreSQL: the poison is stored, and so are the 10 clean traces."""
+    changes: dict[str, Any] = {"evaluation.workers": workers}
+    if store == "postgresql":
+        changes["store.url"] = request.getfixturevalue("postgresql_url")
+    with running_service(tmp_path, **changes) as h:
         _post(h, _openinference(POISON, '"\\ud800evil"'))
         for trace in CLEAN:
             _post(h, _openinference(trace, '"weather_agent"'))
         assert h.release() == 11  # before: UnicodeEncodeError out of the engine's process()
+        end = time.monotonic() + WAIT_S
+        while h.svc.store.get(CLEAN[-1]) is None or h.svc.store.get(POISON) is None:
+            assert time.monotonic() < end, "the worker processes never stored the batch"
+            time.sleep(0.05)  # polling worker processes, not synchronising
         poison = h.svc.store.get(POISON)
         assert poison is not None and poison["agent"] == "\ufffdevil"
         assert all(h.svc.store.get(t) is not None for t in CLEAN)
+        assert h.svc.engine.healthy
+        assert h.sample("otel_eval_evaluation_failures_total", stage="evaluate",
+                        reason="UnicodeEncodeError") == 0
+        if workers > 1:
+            assert h.svc.engine.stage.drain(WAIT_S)
         assert h.sample("otel_eval_spool_requests") == 0  # nothing left to replay at start
 
 
