@@ -46,7 +46,7 @@ def checked(value: Any, text: str) -> Any:
         return valid_text(value)
     if kind is not dict and kind is not list:
         return value
-    lone = "\\ud" in text or "\\uD" in text
+    lone = "\\u" in text and ("\\ud" in text or "\\uD" in text)
     if not lone and text.count("[") + text.count("{") <= MAX_CONTENT_DEPTH:
         return value  # cannot hold a lone surrogate, cannot be nested that deep
     _walk(value, lone)
