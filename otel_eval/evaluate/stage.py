@@ -132,7 +132,9 @@ def _refused(store: EvaluationStore, traces: Sequence[Trace], reason: str,
 def _store_error(evaluator: Evaluator, store: EvaluationStore, trace: Trace,
                  error: BaseException) -> Outcome:
     """One trace the store would not take: stored as an evaluation error saying why, or
-    dropped (``UNSTORABLE``, counted by the engine) when even that is not taken."""
+    dropped (``UNSTORABLE``, counted by the engine) when even building that fails. A store
+    that refuses the small error record too is the store's own failure (a missing table, a
+    revoked grant), not this trace's: the trace is kept and retried, never dropped."""
     log.warning("trace %s could not be stored (%s); storing it as an evaluation error",
                 trace.trace_id, _one_line(error))
     try:
@@ -140,7 +142,7 @@ def _store_error(evaluator: Evaluator, store: EvaluationStore, trace: Trace,
         return out
     except Exception as e:
         reason = write_failure(e)
-        if reason in STORE_REFUSALS:  # the store itself went away meanwhile: kept
+        if reason is not None:  # the store refuses even an error record: kept
             return _refused(store, [trace], reason, e)[0]
         log.error("trace %s could not be stored as an evaluation error either (%s); dropped",
                   trace.trace_id, _one_line(e))

@@ -138,3 +138,26 @@ def test_a_tool_named_with_a_lone_surrogate_leaves_metrics_scrapable(tmp_path: P
                 assert r.status == 200
                 page = r.read().decode()
             assert 'tool="\ufffdx"' in page
+
+
+def test_a_store_that_refuses_every_row_keeps_the_traces_never_drops_them(
+        tmp_path: Path) -> None:
+    """A driver error on every row (here: the table is gone) is the store's, not one
+    trace's: after trying trace by trace and the error record, the traces are kept (spooled,
+    retried with back-off), not stored as errors nor dropped."""
+    with running_service(tmp_path) as h:
+        store = h.svc.store
+        assert isinstance(store, sqlite_module.SqliteStore)
+        with store._lock:
+            store._db.execute("ALTER TABLE evaluations RENAME TO gone")
+        for trace in CLEAN[:3]:
+            _post(h, _openinference(trace, '"weather_agent"'))
+        h.release()
+        assert h.sample("otel_eval_evaluation_skipped_total", reason="unstorable") == 0
+        assert h.sample("otel_eval_store_write_failures_total", reason="error") == 1
+        assert h.svc.engine.pending_spans() == 6 and h.sample("otel_eval_spool_requests") == 3
+        with store._lock:
+            store._db.execute("ALTER TABLE gone RENAME TO evaluations")
+        h.release(after_s=60)
+        assert all(store.get(t) is not None for t in CLEAN[:3])
+        assert h.sample("otel_eval_spool_requests") == 0
