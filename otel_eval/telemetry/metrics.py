@@ -63,7 +63,7 @@ Metrics (counters are exposed with the ``_total`` suffix):
     store      otel_eval_store_write_failures_total{reason}  batches the store refused to
                write (store.failures.WRITE_FAILURE_REASONS: disk_full|read_only|locked|
                unavailable|timeout|error); kept and retried, the receivers throttled
-               meanwhile (error: stored trace by trace instead, see evaluate.stage)
+               meanwhile (error: only once trace by trace failed too, see evaluate.stage)
     judge      otel_eval_judge_calls_total{judge,status}       one per LLM call (judge or combined)
                otel_eval_judge_tokens_total{judge,direction}   input|output
                otel_eval_judge_cost_usd_total{judge}
