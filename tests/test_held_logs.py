@@ -1,7 +1,9 @@
-"""GenAI log records wait for their trace as their bytes, inside ``max_pending_bytes``
-(issue 21): a flood of records for traces whose spans never come is refused like spans
-(``pending_bytes``), not held decoded outside every byte bound; what waits too long is dropped
-and counted (``no_spans``). A record's time past int64 nanoseconds is rejected as a span's is.
+"""GenAI log records wait for their trace as their bytes, inside ``max_pending_log_bytes``
+(issue 21): a flood of records for traces whose spans never come is refused
+(``pending_log_bytes``), not held decoded outside every byte bound; what waits too long is
+dropped and counted (``no_spans``). The budget is their own (issue 33, finding 14): before,
+both signals shared ``max_pending_bytes`` and orphan records refused 25 of 60 span exports.
+A record's time past int64 nanoseconds is rejected as a span's is.
 Time by hand; the engine fed through the receivers' ``Ingest``, protobuf as gRPC hands it.
 """
 
@@ -40,10 +42,12 @@ def logs_body(recs: list[LogEvent]) -> bytes:
 
 
 class Node:
-    def __init__(self, tmp: Path, max_pending_bytes: int = 512 << 20) -> None:
+    def __init__(self, tmp: Path, max_pending_log_bytes: int = 128 << 20,
+                 max_pending_bytes: int = 512 << 20) -> None:
         self.now = 0.0
         cfg = Config()
         cfg = replace(cfg, assembly=replace(cfg.assembly, idle_timeout_s=IDLE,
+                                            max_pending_log_bytes=max_pending_log_bytes,
                                             max_pending_bytes=max_pending_bytes))
         self.metrics = Metrics(CollectorRegistry())
         self.store = Store(str(tmp / "store.db"))
@@ -56,9 +60,10 @@ class Node:
         return self.metrics.registry.get_sample_value(name, labels) or 0.0
 
 
-def test_records_wait_as_their_bytes_and_count_in_max_pending_bytes(tmp_path: Path) -> None:
+def test_records_wait_as_their_bytes_in_their_own_budget(tmp_path: Path) -> None:
     bodies = [logs_body(records(f"{t + 1:032x}", 50)) for t in range(4)]
-    node = Node(tmp_path, max_pending_bytes=int(len(bodies[0]) * 3.2))
+    node = Node(tmp_path, max_pending_log_bytes=int(len(bodies[0]) * 3.2),
+                max_pending_bytes=int(len(bodies[0]) * 3.2))
     asm = node.engine._assembler
     for body in bodies[:3]:  # the fourth would pass the bound
         assert node.ingest.handle_logs_bytes(body, "grpc").outcome == "ok"
@@ -68,13 +73,15 @@ def test_records_wait_as_their_bytes_and_count_in_max_pending_bytes(tmp_path: Pa
     assert asm.open_log_bytes == sum(r.nbytes for t in range(3)
                                      for r in asm.open_logs_of(f"{t + 1:032x}")) > 0
     refused = node.ingest.handle_logs_bytes(bodies[3], "grpc")
-    assert refused.outcome == "throttled" and "pending_bytes" in refused.message
+    assert refused.outcome == "throttled" and "pending_log_bytes" in refused.message
     span = Span("f" * 32, "1" * 16, None, "agent", 1, 2,
                 attributes={"input.value": "x" * len(bodies[0])})
     spans = node.ingest.handle_bytes(otlp.encode_spans([span]).SerializeToString(), "grpc")
-    assert spans.outcome == "throttled"  # one byte bound for both signals
+    assert spans.outcome == "ok"  # orphan records never refuse spans (a budget each)
     assert node.sample("otel_eval_receiver_requests_throttled_total",
-                       protocol="grpc_logs", reason="pending_bytes") == 1
+                       protocol="grpc_logs", reason="pending_log_bytes") == 1
+    assert node.sample("otel_eval_receiver_requests_throttled_total",
+                       protocol="grpc", reason="pending_bytes") == 0
 
     node.now += IDLE + 1  # their spans never came: dropped, counted, the bytes given back
     node.engine.tick()

@@ -60,6 +60,7 @@ from otel_eval.receive.security import (
     exposed_insecurely,
     exposure_problems,
 )
+from otel_eval.store.failures import write_failure
 from otel_eval.store.query import EvaluationQuery, Page, QueryError
 from otel_eval.telemetry.metrics import render
 
@@ -124,6 +125,8 @@ _TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
 MAX_FEEDBACK_BYTES = 1 << 20
 # Longest query string read, bytes (a URL past it is refused before parsing).
 MAX_QUERY_BYTES = 8 * 1024
+# Retry-After of a read the store could not answer (503), seconds
+STORE_RETRY_AFTER_S = 5
 
 
 @dataclass
@@ -196,6 +199,21 @@ def _error(status: int, message: str, **extra: Any) -> Response:
     return _json(status, {"error": message, **extra})
 
 
+def _store_read(respond: Callable[[Request], Response], req: Request) -> Response:
+    """``respond(req)``, or 503 with the reason when the store cannot answer (down, out of
+    connections, a lock held past ``store.lock_timeout_s``): the store's state, not a bug of
+    ours, so no 500 and no traceback."""
+    try:
+        return respond(req)
+    except Exception as e:
+        reason = write_failure(e)
+        if reason is None:
+            raise
+        log.warning("store read for %s failed (%s: %s)", req.path, reason, type(e).__name__)
+        return _json(503, {"error": f"the store is unavailable ({reason}); retry later",
+                           "reason": reason}, {"Retry-After": str(STORE_RETRY_AFTER_S)})
+
+
 def make_handler(api: AdminApi, auth: AdminAuth | None = None) -> Handler:
     access = auth or AdminAuth(AdminConfig())
     sources = Sources(api.query, api.get, api.issues, api.redact, api.trace_url)
@@ -213,12 +231,12 @@ def make_handler(api: AdminApi, auth: AdminAuth | None = None) -> Handler:
                 'Bearer realm="otel-eval"'
             return _json(status, {"error": why}, {"WWW-Authenticate": scheme}, close=True)
         if req.method == "POST":
-            return feedback(req) if path == "/v1/feedback" else _json(
+            return _store_read(feedback, req) if path == "/v1/feedback" else _json(
                 404, {"error": f"unknown path {req.path!r}"}, close=True)
         if req.method != "GET":
             return _json(405, {"error": f"{req.method} is not served here"},
                          {"Allow": "GET, POST"}, close=True)
-        return read(req, path)
+        return _store_read(lambda r: read(r, path), req)
 
     def read(req: Request, path: str) -> Response:
         if path == "/metrics":

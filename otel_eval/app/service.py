@@ -84,7 +84,7 @@ class Service:
         # Constructed here, opened by the lifecycle (``start``): the locks first, then the
         # store and the spool; nothing here touches a file or a socket.
         self._locks = instance_locks(config.store)
-        self.store = store_at(config.store.target)
+        self.store = store_at(config.store.target, config.store.session)
         self.evaluator = Evaluator(config, references_path=self.options.references_path)
         kc = config.kafka
         needs_loop = config.judge.active or kc.enabled
@@ -167,7 +167,8 @@ class Service:
             return None
         spec = WorkerSpec(EvaluatorSections.of(self.config), self.config.store.target,
                           self.options.references_path, lean=lean,
-                          log_level=logging.getLogger().getEffectiveLevel())
+                          log_level=logging.getLogger().getEffectiveLevel(),
+                          store_session=self.config.store.session)
         evaluator, store = self.evaluator, self.store
         return WorkerPool(n, spec, self.metrics.workers,
                           lambda traces, e: store_failed(evaluator, store, traces, e),

@@ -34,7 +34,7 @@ import operator
 import os
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
@@ -45,6 +45,7 @@ from otel_eval.base.printable import configure_logging
 from otel_eval.evaluate.config import EvaluatorSettings, TrajectoryConfig
 from otel_eval.evaluate.detectors.config import DetectorsConfig
 from otel_eval.evaluate.predict.config import PredictionConfig
+from otel_eval.store.base import SessionLimits
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,8 @@ class WorkerSpec:
     # kills itself with SIGKILL before evaluating it, as an out-of-memory kill would (the
     # poison-isolation tests use it; nothing in serve's config sets it).
     poison_span_name: str | None = None
+    # the limits of its store session (PostgreSQL statement_timeout, lock_timeout)
+    store_session: SessionLimits = field(default_factory=SessionLimits)
 
 
 def _by_constructor(cls: type) -> Callable[[Any], tuple[type, tuple[Any, ...]]]:
@@ -143,7 +146,7 @@ def run(conn: Connection, spec: WorkerSpec, index: int) -> None:
         from otel_eval.evaluate.evaluator import Evaluator
         from otel_eval.store import open_store
         evaluator = Evaluator(spec.config, references_path=spec.references_path)
-        store = open_store(spec.store_target)
+        store = open_store(spec.store_target, spec.store_session)
     except Exception as e:  # said to the pool, which reports it and does not use us
         conn.send(("error", f"{type(e).__name__}: {e}"))
         return

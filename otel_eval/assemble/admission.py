@@ -5,9 +5,12 @@
 Every bound on what the process holds is checked here, the same for traces and logs where
 they share one (shutting down, the spool full, open traces), by signal where they differ:
 spans accepted but not yet stored (``max_pending_spans``), the received bytes of those spans
-and of the log records held (``max_pending_bytes``: a record waits as its bytes), one
-service's share of the open traces (``max_service_share``); log records held
-(``max_pending_log_records``); while the store refuses writes (``store_health``),
+(``max_pending_bytes``), one service's share of the open traces (``max_service_share``); log
+records held (``max_pending_log_records``) and their received bytes
+(``max_pending_log_bytes``: a record waits as its bytes). Log records never refuse spans:
+records whose spans never come (orphans, held until ``idle_timeout_s``) once filled the
+shared byte budget and refused 25 of 60 span exports. While the store refuses writes
+(``store_health``),
 everything (``store_unavailable``). Under slot pressure one-span traces idle for
 ``pressure_idle_s`` give way first, and ``overflow_policy: release_oldest`` releases the
 oldest instead of refusing: those traces are handed to finishing. A refusal takes nothing
@@ -73,17 +76,13 @@ class AdmissionControl:
             return self._logs(items)  # type: ignore[arg-type]
         return self._spans(items)  # type: ignore[arg-type]
 
-    def _held_bytes(self) -> int:
-        asm = self._assembler
-        return asm.open_bytes + asm.open_log_bytes + self._finishing.queued_bytes
-
     def _logs(self, records: Sequence[HeldRecord]) -> str | None:
         cfg, asm = self.config, self._assembler
         if asm.open_logs and asm.open_logs + len(records) > cfg.max_pending_log_records:
             return "pending_log_records"
-        held = self._held_bytes()
-        if held and held + sum(r.nbytes for r in records) > cfg.max_pending_bytes:
-            return "pending_bytes"
+        held = asm.open_log_bytes
+        if held and held + sum(r.nbytes for r in records) > cfg.max_pending_log_bytes:
+            return "pending_log_bytes"
         if len(asm) + asm.new_trace_count(records) > cfg.max_open_traces:
             return "open_traces"
         return None
@@ -93,7 +92,7 @@ class AdmissionControl:
         pending = asm.open_spans + fin.queued_spans
         if pending and pending + len(spans) > cfg.max_pending_spans:
             return "pending_spans"
-        held = self._held_bytes()
+        held = asm.open_bytes + fin.queued_bytes
         if held and held + sum(s.nbytes for s in spans) > cfg.max_pending_bytes:
             return "pending_bytes"
         new = asm.new_traces_by_service(spans)

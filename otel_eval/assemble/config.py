@@ -38,10 +38,15 @@ class AssemblyConfig:
     # Ids of released traces remembered (no spans) so that very late spans are refused as
     # `late` instead of starting a fragment that would replace a full evaluation.
     max_tombstones: int = 1_000_000
-    # Bytes of spans and of GenAI log records (as received, OTLP protobuf) accepted but not
-    # yet evaluated: log records wait for their trace as their bytes. Past it receivers
-    # throttle (reason `pending_bytes`) both signals, as for max_pending_spans.
+    # Bytes of spans (as received, OTLP protobuf) accepted but not yet evaluated. Past it
+    # receivers throttle spans (reason `pending_bytes`), as for max_pending_spans. Log
+    # records have a budget of their own (max_pending_log_bytes): they never refuse spans.
     max_pending_bytes: int = 512 * 1024 * 1024
+    # Bytes of GenAI log records (as received) held waiting for their trace's spans. Past it
+    # receivers throttle log records (reason `pending_log_bytes`); spans are still taken
+    # (records whose spans never come must not starve span ingest). Held records whose
+    # trace gets no span are dropped after idle_timeout_s (`no_spans`).
+    max_pending_log_bytes: int = 128 * 1024 * 1024
     # Under slot pressure (max_open_traces reached), traces holding a single span and idle
     # this long give way first: released early (incomplete, reason `pressure`), seconds.
     pressure_idle_s: float = 30.0
@@ -60,6 +65,7 @@ class AssemblyConfig:
             "grace_s": 0, "idle_timeout_s": 0, "max_trace_duration_s": 0, "reopen_window_s": 0,
             "max_open_traces": 1, "max_spans_per_trace": 1, "max_pending_spans": 1,
             "max_released_traces": 0, "max_tombstones": 0, "max_pending_bytes": 1,
+            "max_pending_log_bytes": 1,
             "pressure_idle_s": 0, "max_log_records_per_trace": 1,
             "max_pending_log_records": 1},
             above={"max_service_share": 0}, maximum={"max_service_share": 1})

@@ -280,6 +280,10 @@ class Engine:
         self.finishing.wake.set()
         if self._thread is not None:
             self._thread.join(deadline_s)
+            if self._thread.is_alive():  # blocked in a store call (another client's lock)
+                log.error("the engine is still in a store call at the shutdown deadline; "
+                          "what it holds stays in the spool and is stored at the next start")
+                return
         with self._lock:
             self.finishing.enqueue(self._assembler.release_ended(self.clock(), "shutdown"))
             left = len(self._assembler)

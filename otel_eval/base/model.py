@@ -594,24 +594,44 @@ _NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
 def finite(value: Any) -> Any:
     """``value`` with each NaN / +-Infinity float replaced by the string the protobuf JSON
     mapping uses ("NaN", "Infinity", "-Infinity"): Python writes bare ``NaN`` tokens that
-    strict JSON parsers reject (tool arguments may carry them). Containers are copied only
-    where something changed; ``value`` itself is returned when nothing did."""
+    strict JSON parsers reject (tool arguments may carry them). ``value`` itself is returned
+    when it holds none; else a copy (tuples as lists). Walked iteratively: a value nested
+    deeper than the interpreter's stack (JSON 600 levels deep) is no ``RecursionError``."""
     kind = type(value)
     if kind is float:
         return "NaN" if value != value else _NON_FINITE.get(value, value)
-    if kind is dict:
-        changed = None
-        for k, v in value.items():
-            if type(v) in _CONTAINERS:
-                f = finite(v)
-                if f is not v:
-                    changed = changed if changed is not None else dict(value)
-                    changed[k] = f
-        return value if changed is None else changed
-    if kind is list or kind is tuple:
-        items = [finite(v) if type(v) in _CONTAINERS else v for v in value]
-        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
-    return value
+    if kind not in _CONTAINERS or not _any_non_finite(value):
+        return value
+    root = [value]
+    stack: list[tuple[Any, Any]] = [(root, 0)]  # (container copied, key of a value in it)
+    while stack:
+        parent, key = stack.pop()
+        v = parent[key]
+        kind = type(v)
+        if kind is float:
+            parent[key] = "NaN" if v != v else _NON_FINITE.get(v, v)
+        elif kind is dict:
+            parent[key] = held = dict(v)
+            stack.extend((held, k) for k, x in held.items() if type(x) in _CONTAINERS)
+        elif kind is list or kind is tuple:
+            parent[key] = items = list(v)
+            stack.extend((items, i) for i, x in enumerate(items) if type(x) in _CONTAINERS)
+    return root[0]
+
+
+def _any_non_finite(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        kind = type(v)
+        if kind is float:
+            if v != v or v in _NON_FINITE:
+                return True
+        elif kind is dict:
+            stack.extend(x for x in v.values() if type(x) in _CONTAINERS)
+        elif kind is not str:  # list or tuple
+            stack.extend(x for x in v if type(x) in _CONTAINERS)
+    return False
 
 
 _CONTAINERS = frozenset((float, dict, list, tuple))

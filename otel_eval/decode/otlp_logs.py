@@ -72,7 +72,7 @@ def is_genai_event(name: str) -> bool:
 class HeldRecord:
     """A kept GenAI record as the engine holds it: what assembly reads (ids, name, time) and
     the record's protobuf bytes (``raw``, an encoded ``LogRecord``), decoded only when its
-    trace is released. ``nbytes`` counts in ``assembly.max_pending_bytes``."""
+    trace is released. ``nbytes`` counts in ``assembly.max_pending_log_bytes``."""
 
     trace_id: str
     span_id: str

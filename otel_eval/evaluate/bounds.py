@@ -26,12 +26,15 @@ object loses steps, and its ``counts`` still say how many there were.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from otel_eval.base.model import Evaluation, Finding, Step, finite, json_text
 from otel_eval.evaluate.config import TrajectoryConfig
 
 __all__ = ["bound"]
+
+log = logging.getLogger(__name__)
 
 # Content fields of a step's v1 object, emptied (in this order) when the object is too big.
 _CONTENT = ("arguments", "result", "prompt", "answer", "error", "tool_calls")
@@ -131,7 +134,34 @@ def _fit(body: dict[str, Any], limit: int, cut: dict[str, int]) -> None:
 
 def bound(evaluation: Evaluation, config: TrajectoryConfig) -> None:
     """Cuts what ``evaluation`` stores to ``config``'s bounds, in place (see the module
-    docstring); adds the ``result_truncated`` finding when anything was cut."""
+    docstring); adds the ``result_truncated`` finding when anything was cut. Its own
+    boundary: when cutting raises, every step's content is cut and the findings stay."""
+    try:
+        _bound(evaluation, config)
+    except Exception as e:
+        log.warning("bounding the result of trace %s failed: %s", evaluation.trace_id,
+                    type(e).__name__, exc_info=log.isEnabledFor(logging.DEBUG))
+        _cut_all(evaluation, config, type(e).__name__)
+
+
+def _cut_all(evaluation: Evaluation, config: TrajectoryConfig, error: str) -> None:
+    """The stored object with no content at all (messages, task, answer, each step's
+    values), said by a ``result_truncated`` finding naming the ``error``."""
+    body = evaluation.to_json(finite_floats=False)
+    for name in ("input_messages", "output_messages"):
+        body.pop(name, None)
+    body.update(input=None, output=None)
+    body["steps"] = [_emptied(s) for s in body.get("steps", [])]
+    finding = Finding("evaluation", "result_truncated", "info",
+                      f"the stored result was cut to its bounds (bounding failed: {error})",
+                      [], [], {"max_result_bytes": config.max_result_bytes,
+                               "max_value_bytes": config.max_value_bytes, "error": error})
+    evaluation.findings.append(finding)
+    body["findings"] = [*body.get("findings", []), finding.to_json()]
+    evaluation.bounded = body
+
+
+def _bound(evaluation: Evaluation, config: TrajectoryConfig) -> None:
     t = evaluation.trajectory
     cut: dict[str, int] = {}
     values = sum(_cut_step(s, config.max_value_bytes) for s in t.steps)

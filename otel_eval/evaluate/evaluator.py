@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from otel_eval.base.configcheck import ConfigError
 from otel_eval.base.model import Evaluation, Finding, Trace, Trajectory, run_span_id
+from otel_eval.base.text import valid_text
 from otel_eval.evaluate.agent_inference import AgentHistory, infer_agent
 from otel_eval.evaluate.bounds import bound
 from otel_eval.evaluate.detectors import Detectors, evaluation_error, load_references, verdict_of
@@ -99,9 +100,20 @@ class Evaluator:
         evaluation = Evaluation(traj, findings, verdict,
                                 evaluated_at_ns=int(self._wall_clock() * 1e9))
         if self.predictor is not None:
-            evaluation.prediction = self.predictor.predict(evaluation)
+            evaluation.prediction = self._predict(evaluation)
         bound(evaluation, self.config.trajectory)
         return evaluation
+
+    def _predict(self, evaluation: Evaluation) -> Any:
+        """The predictor's boundary: when it raises, the trace has no prediction and keeps
+        its findings (before, its failure became the whole evaluation's)."""
+        assert self.predictor is not None
+        try:
+            return self.predictor.predict(evaluation)
+        except Exception as e:
+            log.warning("predicting the outcome of trace %s failed: %s", evaluation.trace_id,
+                        type(e).__name__, exc_info=log.isEnabledFor(logging.DEBUG))
+            return None
 
     def with_outcome(self, body: dict[str, Any], outcome: str) -> dict[str, Any]:
         """A stored per-trace object re-judged with an outcome learnt later (POST /v1/feedback):
@@ -135,4 +147,4 @@ class Evaluator:
         return Evaluation(self._bare(trace), [finding],
                           verdict_of([finding]),
                           evaluated_at_ns=int(self._wall_clock() * 1e9),
-                          error=f"{type(error).__name__}: {str(error)[:200]}")
+                          error=valid_text(f"{type(error).__name__}: {str(error)[:200]}"))

@@ -32,6 +32,7 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from otel_eval.base.model import Evaluation, Trace
+from otel_eval.base.text import valid_text
 from otel_eval.evaluate.agent_inference import RecallOnce, learned
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.handoff import (
@@ -43,13 +44,15 @@ from otel_eval.evaluate.handoff import (
     Outcome,
 )
 from otel_eval.store import EvaluationStore
-from otel_eval.store.failures import write_failure
+from otel_eval.store.failures import STORE_REFUSALS, write_failure
 
 log = logging.getLogger(__name__)
 
 
-__all__ = ["ALREADY_EVALUATED", "NOT_A_RUN", "EvaluationStage", "InProcess", "Job", "Outcome",
-           "evaluate_and_store", "store_failed"]
+# Outcome.skipped: the store took neither the trace's evaluation nor an error record of it
+UNSTORABLE = "unstorable"
+__all__ = ["ALREADY_EVALUATED", "NOT_A_RUN", "UNSTORABLE", "EvaluationStage", "InProcess",
+           "Job", "Outcome", "evaluate_and_store", "store_failed"]
 
 
 def evaluate_and_store(evaluator: Evaluator, store: EvaluationStore, traces: Sequence[Trace],
@@ -59,17 +62,53 @@ def evaluate_and_store(evaluator: Evaluator, store: EvaluationStore, traces: Seq
     stored row of the same revision written since then is that worker's own commit, so
     storing again does not count as superseding it. When the store refuses (a full disk, a
     lost connection: ``store.failures``), nothing of the batch is stored and every outcome
-    says why (``unstored``); an exception that is no store error is raised."""
+    says why (``unstored``). Any other exception (the driver refusing one row's data, building
+    a row) is one trace's: the batch is stored trace by trace, and the trace that still fails
+    is stored as an evaluation error, or dropped (``UNSTORABLE``) when even that fails."""
     try:
         return _store_fresh(evaluator, store, traces, retried_since_ns)
     except Exception as e:  # stage boundary: the store's errors become values
         reason = write_failure(e)
-        if reason is None:
-            raise
-        error = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"  # one line
-        log.warning("store %s refused a batch of %d trace(s) (%s: %s); kept for a retry",
-                    store.location, len(traces), reason, error)
-        return [Outcome(None, False, unstored=reason, error=error) for _ in traces]
+        if reason in STORE_REFUSALS:
+            return _refused(store, traces, reason, e)
+        if len(traces) > 1:
+            log.warning("storing a batch of %d trace(s) failed (%s); storing them one by one",
+                        len(traces), _one_line(e))
+            return [out for t in traces
+                    for out in evaluate_and_store(evaluator, store, [t], retried_since_ns)]
+        return [_store_error(evaluator, store, traces[0], e)]
+
+
+def _one_line(error: BaseException) -> str:
+    return valid_text(f"{type(error).__name__}: {' '.join(str(error).split())[:300]}")
+
+
+def _refused(store: EvaluationStore, traces: Sequence[Trace], reason: str,
+             error: BaseException) -> list[Outcome]:
+    line = _one_line(error)
+    log.warning("store %s refused a batch of %d trace(s) (%s: %s); kept for a retry",
+                store.location, len(traces), reason, line)
+    return [Outcome(None, False, unstored=reason, error=line) for _ in traces]
+
+
+def _store_error(evaluator: Evaluator, store: EvaluationStore, trace: Trace,
+                 error: BaseException) -> Outcome:
+    """One trace the store would not take: stored as an evaluation error saying why, or
+    dropped (``UNSTORABLE``, counted by the engine) when even building that fails. A store
+    that refuses the small error record too is the store's own failure (a missing table, a
+    revoked grant), not this trace's: the trace is kept and retried, never dropped."""
+    log.warning("trace %s could not be stored (%s); storing it as an evaluation error",
+                trace.trace_id, _one_line(error))
+    try:
+        [out] = store_failed(evaluator, store, [trace], error)
+        return out
+    except Exception as e:
+        reason = write_failure(e)
+        if reason is not None:  # the store refuses even an error record: kept
+            return _refused(store, [trace], reason, e)[0]
+        log.error("trace %s could not be stored as an evaluation error either (%s); dropped",
+                  trace.trace_id, _one_line(e))
+        return Outcome(None, False, skipped=UNSTORABLE)
 
 
 def _store_fresh(evaluator: Evaluator, store: EvaluationStore, traces: Sequence[Trace],
@@ -93,7 +132,8 @@ def _evaluate_and_store(evaluator: Evaluator, store: EvaluationStore, traces: Se
         try:
             ev, failure = evaluator.evaluate(trace, known.get(trace.trace_id), history), None
         except Exception as e:  # stage boundary: the trace is still stored, with the error
-            log.exception("evaluation of trace %s failed", trace.trace_id)
+            log.warning("evaluation of trace %s failed: %s", trace.trace_id, _one_line(e),
+                        exc_info=log.isEnabledFor(logging.DEBUG))  # not a thousand frames
             ev, failure = evaluator.failed(trace, e), type(e).__name__
         if ev is not None:
             ev.content_digest = trace.digest or None

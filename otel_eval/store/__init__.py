@@ -31,7 +31,7 @@ import sqlite3
 from typing import Any
 
 from otel_eval.base.configcheck import StartupError
-from otel_eval.store.base import EvaluationStore, is_postgresql_url, redact_url
+from otel_eval.store.base import EvaluationStore, SessionLimits, is_postgresql_url, redact_url
 from otel_eval.store.sqlite import SqliteStore
 
 __all__ = ["EvaluationStore", "SqliteStore", "Store", "is_postgresql_url", "open_store",
@@ -47,12 +47,13 @@ class Store(SqliteStore):
         self.open()
 
 
-def store_at(target: str) -> EvaluationStore:
+def store_at(target: str, session: SessionLimits | None = None) -> EvaluationStore:
     """The store on ``target`` (a ``postgresql://`` URL, or a SQLite file path or
-    ``:memory:``), not opened yet: ``opened`` opens it."""
+    ``:memory:``), not opened yet: ``opened`` opens it. ``session``: the limits of its
+    database sessions (PostgreSQL; the defaults when None)."""
     if is_postgresql_url(target):
         from otel_eval.store.postgresql import PostgresStore
-        return PostgresStore(target)
+        return PostgresStore(target, session=session or SessionLimits())
     return SqliteStore(target)
 
 
@@ -68,6 +69,6 @@ def opened(store: EvaluationStore) -> EvaluationStore:
     return store
 
 
-def open_store(target: str) -> EvaluationStore:
-    """A store on ``target``, opened: ``opened(store_at(target))``."""
-    return opened(store_at(target))
+def open_store(target: str, session: SessionLimits | None = None) -> EvaluationStore:
+    """A store on ``target``, opened: ``opened(store_at(target, session))``."""
+    return opened(store_at(target, session))

@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 from otel_eval.base.model import Evaluation
+from otel_eval.base.text import valid_text
 from otel_eval.store.query import EvaluationQuery, Page
 
 POSTGRESQL_SCHEMES = ("postgresql", "postgres")
@@ -49,6 +51,15 @@ AGENT_HISTORY_ROWS = 20_000  # rows in all (about 300 services at their cap)
 AGENT_HISTORY_PRUNE_EVERY = 32  # remember_agents calls between the whole-table prunes
 AGENT_HISTORY_MAX_AGE_S = 30 * 86_400  # a fingerprint not seen for 30 days is forgotten
 AGENT_HISTORY_NAME_CHARS = 256
+
+
+@dataclass(frozen=True)
+class SessionLimits:
+    """Limits of a store's database sessions (``StoreConfig``; PostgreSQL applies them with
+    ``SET`` at each connect, SQLite has no server to wait on). Seconds; 0: no limit."""
+
+    statement_timeout_s: float = 30.0
+    lock_timeout_s: float = 10.0
 
 
 class EvaluationStore(Protocol):
@@ -173,11 +184,17 @@ def since_chunks(read: Callable[[int, tuple[int, str] | None, int], list[Any]],
 
 
 def evaluation_row(ev: Evaluation) -> Row:
-    """The row of an evaluation: the pulled-out columns, then the JSON body as text."""
+    """The row of an evaluation: the pulled-out columns, then the JSON body as text. Text
+    columns are valid UTF-8 (a lone surrogate as U+FFFD: no driver encodes one; the body
+    keeps it as a JSON escape)."""
     t, v = ev.trajectory, ev.verdict
-    return (ev.trace_id, t.revision, ev.evaluated_at_ns, t.service, t.agent, t.task_id,
-            t.status, None if v is None else bool(v.passed), ev.to_json_text(),
-            ev.content_digest)
+    return (ev.trace_id, t.revision, ev.evaluated_at_ns, _valid(t.service), _valid(t.agent),
+            _valid(t.task_id), t.status, None if v is None else bool(v.passed),
+            ev.to_json_text(), ev.content_digest)
+
+
+def _valid(text: str | None) -> str | None:
+    return None if text is None else valid_text(text)
 
 
 def is_postgresql_url(target: str) -> bool:

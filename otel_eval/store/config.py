@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from otel_eval.base.configcheck import FieldErrors, validate
-from otel_eval.store.base import is_postgresql_url
+from otel_eval.store.base import SessionLimits, is_postgresql_url
 
 
 @dataclass(frozen=True)
@@ -45,20 +45,37 @@ class StoreConfig:
     # exits 1 with one line naming the store (what it did not store stays in the spool for
     # the next start; a supervisor's Restart=on-failure restarts it). 0: never give up.
     write_retry_max_elapsed_s: float = 300.0
+    # PostgreSQL only: the longest one statement of otel-eval's sessions may run, seconds
+    # (statement_timeout; 0: no limit). A write held past it by another client (a lock, a
+    # stuck server) is a refused write (reason `timeout`): kept, retried with back-off, the
+    # receivers throttled and /readyz 503, instead of acknowledging while nothing is stored;
+    # a read past it answers 503.
+    statement_timeout_s: float = 30.0
+    # PostgreSQL only: the longest a statement waits for a lock, seconds (lock_timeout; 0: no
+    # limit). Another client holding ACCESS EXCLUSIVE on evaluations is then a refused
+    # write after this long, not a write that hangs serve, the results API and SIGTERM.
+    lock_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
         order = ({} if self.write_retry_max_interval_s >= self.write_retry_initial_interval_s
                  else {"write_retry_max_interval_s":
                        "must be at least write_retry_initial_interval_s"})
         validate(self, minimum={"retention_days": 0, "spool_max_bytes": 1,
-                                "write_retry_max_elapsed_s": 0},
+                                "write_retry_max_elapsed_s": 0, "statement_timeout_s": 0,
+                                "lock_timeout_s": 0},
                  above={"write_retry_initial_interval_s": 0, "write_retry_max_interval_s": 0},
                  finite=("write_retry_initial_interval_s", "write_retry_max_interval_s",
-                         "write_retry_max_elapsed_s"), problems=order)
+                         "write_retry_max_elapsed_s", "statement_timeout_s", "lock_timeout_s"),
+                 problems=order)
         if not self.path:
             raise FieldErrors({"path": "must name a file (or :memory:)"})
         if self.url and not is_postgresql_url(self.url):
             raise FieldErrors({"url": "must be a postgresql:// URL (or empty for SQLite)"})
+
+    @property
+    def session(self) -> SessionLimits:
+        """What each of the store's database sessions is limited to (PostgreSQL)."""
+        return SessionLimits(self.statement_timeout_s, self.lock_timeout_s)
 
     @property
     def target(self) -> str:

@@ -37,6 +37,7 @@ from contextlib import closing
 from typing import Any, TypeVar, cast
 
 import psycopg
+import psycopg.sql
 
 from otel_eval.base.model import Evaluation
 from otel_eval.store import filters
@@ -49,12 +50,14 @@ from otel_eval.store.base import (
     ROW_COLUMNS,
     AgentRun,
     Keep,
+    SessionLimits,
     evaluation_row,
     history_rows,
     pick_agent,
     redact_url,
     since_chunks,
 )
+from otel_eval.store.failures import TIMEOUT_STATES
 from otel_eval.store.migrations import migrate_postgresql
 from otel_eval.store.query import EvaluationQuery, Page
 
@@ -83,10 +86,36 @@ _RETRY_BACKOFF_S = (0.0, 0.0)
 CONNECT_TIMEOUT_S = 10
 
 
-def connect(url: str) -> psycopg.Connection[Any]:
-    """An autocommit connection (transactions are explicit) with a bounded connect wait."""
-    return psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
+# How long ``close`` waits for a call in progress before cancelling it on the server (a
+# write blocked by another client's lock must not hold SIGTERM: the spool keeps its batch).
+CLOSE_WAIT_S = 1.0
+
+
+def connect(url: str, session: SessionLimits | None = None) -> psycopg.Connection[Any]:
+    """An autocommit connection (transactions are explicit) with a bounded connect wait, its
+    statements and lock waits bounded by ``session`` (``statement_timeout``,
+    ``lock_timeout``: a timeout is a refused write, ``store.failures``)."""
+    conn = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
                            application_name="otel-eval")
+    if session is not None:
+        try:
+            limit(conn, session)
+        except BaseException:
+            conn.close()
+            raise
+    return conn
+
+
+def limit(conn: psycopg.Connection[Any], session: SessionLimits) -> None:
+    """``SET statement_timeout, lock_timeout`` of the session (milliseconds; 0: none)."""
+    for name, seconds in (("statement_timeout", session.statement_timeout_s),
+                          ("lock_timeout", session.lock_timeout_s)):
+        conn.execute(psycopg.sql.SQL("SET {} = {}").format(
+            psycopg.sql.Identifier(name), psycopg.sql.Literal(f"{seconds * 1000:.0f}")))
+
+
+def _timed_out(error: BaseException) -> bool:
+    return getattr(error, "sqlstate", None) in TIMEOUT_STATES
 
 
 def _text(value: Any) -> Any:
@@ -101,9 +130,11 @@ class PostgresStore:
     """``EvaluationStore`` on a PostgreSQL database (libpq URL; PG* environment applies)."""
 
     def __init__(self, url: str, *, sleep: Callable[[float], None] = time.sleep,
-                 clock_ns: Callable[[], int] = time.time_ns) -> None:
+                 clock_ns: Callable[[], int] = time.time_ns,
+                 session: SessionLimits | None = None) -> None:
         self.location = redact_url(url)
         self._url = url
+        self._session = session or SessionLimits()
         self._sleep = sleep
         self._clock_ns = clock_ns  # when agent history rows are seen (tests inject one)
         self._remembered = 0  # remember_agents calls, for the whole-table prune
@@ -114,27 +145,44 @@ class PostgresStore:
         """Connect and bring the schema up to date (raises what ``connect`` raises)."""
         with self._lock:
             conn = self._connection()
+            # unlimited while migrating: building an index may take long, and the advisory
+            # lock waits for another process's migration
+            limit(conn, SessionLimits(0, 0))
             migrate_postgresql(conn)
+            limit(conn, self._session)
         return self
 
     def close(self) -> None:
-        with self._lock:
+        """Close the connection; a call still running after ``CLOSE_WAIT_S`` (blocked by
+        another client's lock) is cancelled on the server and left to fail, not waited for."""
+        if not self._lock.acquire(timeout=CLOSE_WAIT_S):
+            conn = self._conn
+            if conn is not None:
+                log.warning("store %s: a call is still running at close; cancelling it",
+                            self.location)
+                conn.cancel_safe(timeout=CLOSE_WAIT_S)
+            return
+        try:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+        finally:
+            self._lock.release()
 
     def _connection(self) -> psycopg.Connection[Any]:  # lock held
         if self._conn is None or self._conn.closed or self._conn.broken:
             if self._conn is not None:
                 self._conn.close()
-            self._conn = connect(self._url)
+            self._conn = connect(self._url, self._session)
         return self._conn
 
     def _run(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
         with self._lock:
             try:
                 return work(self._connection())
-            except psycopg.OperationalError:  # the session may be gone: the next call reopens
+            except psycopg.OperationalError as e:  # the session may be gone: the next call
+                if _timed_out(e):  # reopens; a timeout leaves it as it was
+                    raise
                 if self._conn is not None:
                     self._conn.close()
                 self._conn = None
@@ -150,8 +198,8 @@ class PostgresStore:
             try:
                 return self._run(work)
             except psycopg.OperationalError as e:  # connection lost: reopen, try again
-                if attempt == len(_RETRY_BACKOFF_S) - 1:
-                    raise
+                if attempt == len(_RETRY_BACKOFF_S) - 1 or _timed_out(e):
+                    raise  # a timeout again would only wait as long again
                 log.warning("store call failed (%s); retrying on a new connection", e)
         raise AssertionError("unreachable")
 

@@ -23,6 +23,8 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
+from otel_eval.base.text import valid_text
+
 RUN_STATUSES = ("ok", "error", "skipped")
 ANNOTATION_STATUSES = ("posted", "failed")
 _LABELS = ("level", "node", "issue_id", "title")
@@ -73,13 +75,13 @@ def families(rows: tuple[IssueRow, ...], runs: Mapping[str, int], annotations: M
                                 "(sticky while it stays in the window)",
                                 labels=(*_LABELS, "trace_id"))
     for row in rows:
-        labels = list(row.labels)
+        labels = [valid_text(v) for v in row.labels]  # a scrape never fails on one series
         share.add_metric(labels, row.share)
         traces.add_metric(labels, float(row.traces))
         if row.trend is not None:
             trend.add_metric(labels, row.trend)
         for name in row.agents or ("",):  # "": no agent known (matches agent=~".*")
-            agent.add_metric([*labels, name], {})
+            agent.add_metric([*labels, valid_text(name)], {})
         if row.exemplar is not None:
             exemplar.add_metric([*labels, row.exemplar], {})
     yield from (share, traces, trend, agent, exemplar)

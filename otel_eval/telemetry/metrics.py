@@ -63,7 +63,8 @@ Metrics (counters are exposed with the ``_total`` suffix):
                not_a_run: traces made only of setup operations (a create_agent span alone)
     store      otel_eval_store_write_failures_total{reason}  batches the store refused to
                write (store.failures.WRITE_FAILURE_REASONS: disk_full|read_only|locked|
-               unavailable|error); kept and retried, the receivers throttled meanwhile
+               unavailable|timeout|error); kept and retried, the receivers throttled
+               meanwhile (error: only once trace by trace failed too, see evaluate.stage)
     judge      otel_eval_judge_calls_total{judge,status}       one per LLM call (judge or combined)
                otel_eval_judge_tokens_total{judge,direction}   input|output
                otel_eval_judge_cost_usd_total{judge}
@@ -124,6 +125,7 @@ from prometheus_client.exposition import choose_encoder
 
 from otel_eval.base import model
 from otel_eval.base.model import NOT_ENDED_KINDS
+from otel_eval.base.text import valid_text
 from otel_eval.telemetry.prediction import AucSettings, PredictionMetrics
 from otel_eval.telemetry.workers import WorkerMetrics
 
@@ -266,8 +268,8 @@ class Metrics:
                                ["stage", "reason"])
         self.c_skipped = c("evaluation_skipped",
                            "Released traces not evaluated, by reason (already_evaluated, "
-                           "not_a_run).", ["reason"])
-        for reason in ("already_evaluated", "not_a_run"):
+                           "not_a_run, unstorable).", ["reason"])
+        for reason in ("already_evaluated", "not_a_run", "unstorable"):
             self.c_skipped.labels(reason)  # 0, not absent, until the first one
         self.c_store_failed = c("store_write_failures",
                                 "Batches of evaluations the store refused to write, by reason "
@@ -311,11 +313,13 @@ class Metrics:
 
     def _series(self, metric: Any, *values: str) -> Any:
         """``metric.labels(*values)``, or its all-``_other`` series once the metric holds
-        ``max_series_per_metric`` label combinations (counted per metric)."""
+        ``max_series_per_metric`` label combinations (counted per metric). Values are made
+        valid UTF-8 first (a lone surrogate in one tool name failed every scrape)."""
         seen = self._combos.get(id(metric))
         child = seen.get(values) if seen is not None else None
         if child is not None:  # the admitted series' child, kept: labels() costs ~1 us
             return child
+        values = tuple(valid_text(v) for v in values)  # prometheus_client encodes them
         with self._combos_lock:
             seen = self._combos.setdefault(id(metric), {})
             if values not in seen:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from otel_eval.base.text import checked
+
 _DECODER = json.JSONDecoder()
 # The one encoder of values written as attribute text, as instrumentations write them
 # (json.dumps(value, ensure_ascii=False), what JSON cannot hold as str): as_str, the GenAI
@@ -66,7 +68,8 @@ def parse_json(value: Any) -> Any:
     """A JSON string parsed; anything else (including invalid JSON) returned unchanged.
 
     Only strings that look like a JSON object or array are parsed: tool arguments such as
-    ``"42"`` stay strings instead of becoming numbers."""
+    ``"42"`` stay strings instead of becoming numbers. The parsed value is ``checked``: its
+    strings valid UTF-8, nested at most ``MAX_CONTENT_DEPTH`` levels (deeper stays text)."""
     if not isinstance(value, str):
         return value
     if value[-1:] in "}]" and value[:1] in "{[" and value:
@@ -74,14 +77,14 @@ def parse_json(value: Any) -> Any:
         # (what ``decode`` adds to ``raw_decode``); anything after the value is invalid
         try:
             parsed, end = _DECODER.raw_decode(value)
+            return checked(parsed, value) if end == len(value) else value
         except (ValueError, RecursionError):
             return value
-        return parsed if end == len(value) else value
     text = value.strip()
     if not text or text[0] not in "{[":
         return value
     try:
-        return _DECODER.decode(text)
+        return checked(_DECODER.decode(text), text)
     except (ValueError, RecursionError):
         return value
 
@@ -95,7 +98,7 @@ def decode_json_string(value: Any) -> str | None:
             decoded = _DECODER.decode(value)
         except (ValueError, RecursionError):
             return value
-        return decoded if isinstance(decoded, str) else value
+        return checked(decoded, value) if isinstance(decoded, str) else value
     return as_str(value)
 
 

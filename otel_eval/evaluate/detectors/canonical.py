@@ -26,6 +26,8 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from otel_eval.base.text import load_content
+
 # Characters of a key kept as they are (a finding shows at most 200 of them).
 HEAD_CHARS = 256
 _PIECE = 4096  # characters of one string encoded at a time
@@ -112,7 +114,7 @@ def canonical_arguments(arguments: Any) -> str:
         return "{}"
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments)
+            arguments = load_content(arguments)
         except ValueError:
             return norm_ws(arguments)
     return _canonical(arguments)
@@ -225,7 +227,7 @@ def arguments_key(arguments: Any) -> str:
         return "{}"
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments)
+            arguments = load_content(arguments)
         except ValueError:
             return key_text(normalized_text(arguments))
     if _within(arguments, _SMALL_CHARS) >= 0:  # most arguments: built whole, at once

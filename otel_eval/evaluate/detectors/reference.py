@@ -21,11 +21,11 @@ right nor wrong, so it satisfies a reference call of its name, is left out of
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from otel_eval.base.model import Finding, Step, Trajectory
+from otel_eval.base.text import load_content
 from otel_eval.evaluate.detectors.calls import (
     Context,
     RefCall,
@@ -81,7 +81,7 @@ def _parsed(value: Any) -> Any:
         return {}
     if isinstance(value, str):
         try:
-            return json.loads(value)
+            return load_content(value)
         except ValueError:
             return value
     return value

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
+from otel_eval.base.text import load_content
 from otel_eval.evaluate.detectors.canonical import canonical_arguments
 
 
@@ -99,7 +100,7 @@ def parse_messages(text: str | None) -> list[Message]:
     stripped = text.lstrip()
     if stripped[:1] in "[{":
         try:
-            data = json.loads(text)
+            data = load_content(text)
         except ValueError:
             data = None
     items = _message_list(data)

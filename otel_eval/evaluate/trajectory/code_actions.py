@@ -40,6 +40,7 @@ from operator import itemgetter
 from typing import Any
 
 from otel_eval.base.model import Step
+from otel_eval.base.text import checked
 from otel_eval.evaluate.conventions.messages import answer_text, message_text
 from otel_eval.evaluate.trajectory.interpreters import interpreter_code
 from otel_eval.evaluate.trajectory.shell import MAX_COMMAND_CHARS, shell_commands
@@ -312,6 +313,7 @@ def last_message_text(raw: str | None) -> str | None:
             return None
         try:
             msg, stop = _DECODER.raw_decode(raw, at)
+            msg = checked(msg, raw)
         except (ValueError, RecursionError):
             continue
         if raw[stop:end].strip():

@@ -27,10 +27,10 @@ look like an envelope as *unknown* (``unparsed``), never as the call's arguments
 from __future__ import annotations
 
 import ast
-import json
 from collections.abc import Mapping
 from typing import Any
 
+from otel_eval.base.text import load_content
 from otel_eval.evaluate.conventions.values import parse_json
 
 __all__ = ["MAX_LAYERS", "MAX_LITERAL_CHARS", "fits", "python_literal", "unknown_keys",
@@ -79,8 +79,8 @@ def _text(value: str) -> tuple[Any, str | None]:
 def _json_string(text: str) -> Any:
     """A JSON string holding JSON (encoded twice) -> the inner JSON text; else ``text``."""
     try:
-        decoded = json.loads(text)
-    except (ValueError, RecursionError):
+        decoded = load_content(text)
+    except ValueError:
         return text
     return decoded if isinstance(decoded, str) and decoded.strip()[:1] in ("{", "[") else text
 

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from otel_eval.base.model import Step
+from otel_eval.base.text import checked
 from otel_eval.evaluate.conventions.values import as_str, parse_json
 
 __all__ = ["LOOKAHEAD", "ToolResponses"]
@@ -87,6 +88,7 @@ def _local(text: str, quoted: str, call_id: str, at: int) -> Any:  # str | None 
                 break
             try:
                 obj, end = _DECODER.raw_decode(text, brace)
+                obj = checked(obj, text)
             except (ValueError, RecursionError):
                 continue  # a "{" inside a string
             if end <= at:

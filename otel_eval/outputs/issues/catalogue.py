@@ -27,6 +27,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
+from otel_eval.base.text import valid_text
 from otel_eval.store.base import is_postgresql_url
 from otel_eval.store.migrations import sqlite_catalogue_tables
 
@@ -90,7 +91,8 @@ def blend(old: Centroid, new: Centroid, weight: float) -> Centroid:
 
 def new_issue_id(level: str, node: str, seed_text: str, taken: set[str]) -> str:
     """Deterministic id from level, node and the cluster's central critique; unique."""
-    base = hashlib.sha1(f"{level}\x00{node}\x00{seed_text}".encode()).hexdigest()
+    seed = valid_text(f"{level}\x00{node}\x00{seed_text}")  # a hash never fails on text
+    base = hashlib.sha1(seed.encode()).hexdigest()
     for i in range(0, len(base) - 10):
         candidate = "iss_" + base[i : i + 10]
         if candidate not in taken:

@@ -8,7 +8,8 @@ Input is the v1 evaluation JSON (``model.Evaluation.to_json()``), as stored or a
 - judge critiques: see ``judge_critiques`` (the one place that knows the judge's shape).
 
 Malformed parts are skipped and counted (``Extraction.skipped``), never raised: one bad
-evaluation must not stop the clustering of the others.
+evaluation must not stop the clustering of the others. Critiques leave here as valid UTF-8
+(``base.text.valid_text``): the clustering hashes them and the gauges label with them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from otel_eval.base.text import valid_text
 
 Level = Literal["system", "node"]
 
@@ -140,5 +143,16 @@ def extract(evaluations: Iterable[Mapping[str, Any]], threshold: float,
         except (AttributeError, TypeError):  # a malformed part: skip this evaluation
             out.skipped += 1
             continue
-        out.critiques.extend(found)
+        out.critiques.extend(_valid(c) for c in found)
     return out
+
+
+def _valid(c: Critique) -> Critique:
+    """``c`` with text every encoder and hash takes: a stored body keeps a lone surrogate
+    as a JSON escape, and reading it back gives it again (U+FFFD instead)."""
+    texts = (c.trace_id, c.span_id or "", c.node, c.text, c.agent, c.source)
+    if all(valid_text(t) is t for t in texts):
+        return c
+    return Critique(valid_text(c.trace_id), c.span_id and valid_text(c.span_id),
+                    valid_text(c.node), c.level, valid_text(c.text), valid_text(c.agent),
+                    valid_text(c.source))

@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from otel_eval.base.model import Span, Trace
+from otel_eval.base.text import checked
 from otel_eval.evaluate.conventions.values import dumps
 
 # 2024-01-01T00:00:00Z; run i starts i hours later, each span lasts 1 ms.
@@ -78,7 +79,8 @@ def _arguments_json(args: Any) -> str:
             parsed, end = _DECODER.raw_decode(args)
             if end != len(args):
                 parsed = _DECODER.decode(args)  # trailing whitespace, or extra data (invalid)
-    except ValueError:
+        parsed = checked(parsed, args)
+    except (ValueError, RecursionError):
         return _encode_str(args)  # invalid JSON stays the raw string
     fast = _plain_json(parsed)
     return fast if fast is not None else dumps(parsed)
