@@ -28,9 +28,11 @@ from test_kafka_serve import consumed, kafka_changes, wait_for
 
 from otel_eval.app.config import Config, replace
 from otel_eval.assemble.engine import Engine
+from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.kafka.config import KafkaConfig
 from otel_eval.decode import otlp
 from otel_eval.evaluate.evaluator import Evaluator
+from otel_eval.evaluate.stage import InProcess
 from otel_eval.receive.kafka.consumer import KafkaConsumerStage
 from otel_eval.store import Store
 from otel_eval.telemetry.metrics import Metrics
@@ -144,7 +146,9 @@ def test_the_engine_forgets_handed_over_runs_without_a_verdict(tmp_path: Path) -
     clock = [1000.0]
     metrics = Metrics(CollectorRegistry())
     cfg = replace(Config(), **{"assembly.idle_timeout_s": 60.0})
-    engine = Engine(Evaluator(cfg), Store(str(tmp_path / "s.db")), metrics,
+    store = Store(str(tmp_path / "s.db"))
+    engine = Engine(InProcess(Evaluator(cfg), store),
+                    StoreHealth(store.location, clock=lambda: clock[0]), metrics,
                     assembly=cfg.assembly, clock=lambda: clock[0])
     (tid, spans), (other, more) = agent_run(2), agent_run(2)
     engine.submit(otlp.decode_request(encode_spans(spans[:3])).spans, source="kafka")
@@ -154,4 +158,4 @@ def test_the_engine_forgets_handed_over_runs_without_a_verdict(tmp_path: Path) -
     clock[0] += 61.0
     assert engine.tick() == 1  # the OTLP run, idle: the handed-over one is gone unjudged
     engine.process()
-    assert engine.store.get(tid) is None and engine.store.get(other) is not None
+    assert store.get(tid) is None and store.get(other) is not None

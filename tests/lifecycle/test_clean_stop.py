@@ -18,9 +18,11 @@ from prometheus_client import CollectorRegistry
 from otel_eval.app.config import Config, replace
 from otel_eval.assemble.engine import Engine
 from otel_eval.assemble.spool import Spool
+from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.model import Evaluation, Span, Trace
 from otel_eval.decode.otlp import encode_spans
 from otel_eval.evaluate.evaluator import Evaluator
+from otel_eval.evaluate.stage import InProcess
 from otel_eval.store import Store
 from otel_eval.telemetry.metrics import Metrics
 
@@ -73,7 +75,9 @@ class Process:
         self.spool = Spool(str(tmp / "store.db-spool"), 1 << 30, self.metrics.spool,
                            wall=lambda: self.wall).open()
         self.sink = Recording()
-        self.engine = Engine(Evaluator(cfg), self.store, self.metrics, assembly=cfg.assembly,
+        self.engine = Engine(InProcess(Evaluator(cfg), self.store),
+                             StoreHealth(self.store.location, clock=lambda: self.now),
+                             self.metrics, assembly=cfg.assembly,
                              clock=lambda: self.now, spool=self.spool, sinks=[self.sink])
         self.engine.replay()
 
