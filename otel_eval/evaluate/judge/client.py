@@ -44,6 +44,7 @@ Check = Callable[[dict[str, Any]], str | None]  # semantic check: error text or 
 
 _RETRYABLE = (litellm.InternalServerError, litellm.ServiceUnavailableError,
               litellm.APIConnectionError, litellm.BadGatewayError)
+_HINTED = (litellm.RateLimitError, *_RETRYABLE)  # retried after their Retry-After, if any
 _FENCE = "```"
 
 
@@ -253,7 +254,7 @@ class JudgeClient:
                 result.status, result.error = status, f"{type(e).__name__}: {str(e)[:300]}"
                 if isinstance(e, TimeoutError):
                     result.error = f"no whole reply within timeout_s {c.timeout_s:g}"
-                hinted = retry_after_s(e)
+                hinted = retry_after_s(e) if isinstance(e, _HINTED) else None
                 if delay is None and hinted is not None and hinted > c.backoff_max_s:
                     result.error += (f" (Retry-After {hinted:g} s is over backoff_max_s "
                                      f"{c.backoff_max_s:g}: not waited for)")
@@ -273,7 +274,7 @@ class JudgeClient:
         backoff = min(c.backoff_initial_s * (2 ** attempt), c.backoff_max_s)
         if isinstance(e, (litellm.Timeout, TimeoutError)):
             return "timeout", backoff
-        if isinstance(e, (litellm.RateLimitError, *_RETRYABLE)):
+        if isinstance(e, _HINTED):
             status: CallStatus = ("rate_limited" if isinstance(e, litellm.RateLimitError)
                                   else "error")
             hinted = retry_after_s(e)
