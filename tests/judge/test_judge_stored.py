@@ -43,6 +43,7 @@ def test_fit_cuts_each_text_then_the_whole_object_keeping_the_verdict() -> None:
     assert out["judges"]["trace"]["scores"] == {"trace": 0.5}
     out = fit(_judge("x"), 10, 1024)  # no room at all: the verdict and totals stay
     assert {k: out[k] for k in SHAPE} == SHAPE and out["truncated"]["dropped"] == "judges"
+    assert out["judges"] == {}
 
 
 def _scripted(critique: str) -> Any:

@@ -8,9 +8,9 @@ stored body with ``trajectory.max_result_bytes`` 4 MiB, and a serve peak of 657 
   ``…``;
 - the whole object at most ``room`` bytes of JSON (what the stored result leaves of
   ``max_result_bytes``): the text limit is halved until it fits, down to 64 bytes; then the
-  per-step details (critiques, turns, criteria, by_node) go; then everything but ``mode``,
-  ``model``, ``overall`` and ``totals`` (a few hundred bytes, always kept: the verdict and
-  what it cost are never cut);
+  per-step details (critiques, turns, criteria, by_node) go; then every judge's entry
+  (``judges`` is left empty), keeping ``mode``, ``model``, ``overall`` and ``totals`` (a few
+  hundred bytes, always kept: the verdict and what it cost are never cut);
 - what was cut is said in ``truncated``: the object's full size, how many texts were cut and
   to what, and whether details were dropped.
 """
@@ -82,7 +82,7 @@ def fit(judge: dict[str, Any], room: int, max_text_bytes: int) -> dict[str, Any]
     if now > room:
         out, dropped = _without_details(out), "details"
         if size(out) > room:
-            out, dropped = {k: out[k] for k in _KEPT if k in out}, "judges"
+            out, dropped = {**{k: out[k] for k in _KEPT if k in out}, "judges": {}}, "judges"
     if not counts[0] and not dropped:
         return judge
     out["truncated"] = {"judge_bytes": full, "texts_cut": counts[0], "max_text_bytes": limit,
