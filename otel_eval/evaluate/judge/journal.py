@@ -9,6 +9,10 @@ and removed right after it. What a start finds there was queued by a process tha
 before storing it: the stage stores each as skipped ``restart`` (counted in
 ``otel_eval_judge_skipped_total{reason="restart"}``) instead of leaving the row unmarked.
 
+The entry is written by the writer thread after the submit, behind the judge writes queued
+before it: a kill in that gap (milliseconds; longer while the store holds the writer) still
+loses the mark of the traces queued in it.
+
 Not re-queued: the judge reads the trajectory as it was evaluated (every span, before
 ``bound`` cut the stored object), which the store does not keep.
 """
