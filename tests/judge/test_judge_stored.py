@@ -67,6 +67,15 @@ def _wait_judged(store: SqliteStore, trace_id: str) -> dict[str, Any]:
     raise AssertionError(f"trace {trace_id} never got a judge object")
 
 
+def _journaled(stage: JudgeStage) -> None:
+    pause = threading.Event()
+    for _ in range(3000):
+        if stage._journal is not None and stage._journal.pending():
+            return
+        pause.wait(0.02)
+    raise AssertionError("the queued trace never reached the journal")
+
+
 def test_a_huge_critique_is_stored_cut(llm: FakeLLM, tmp_path: Path) -> None:
     llm.route = _scripted("z" * 600_000)  # under max_reply_bytes (1 MiB), over a value's 16 KiB
     store = SqliteStore(str(tmp_path / "s.db")).open()
@@ -99,15 +108,17 @@ def test_work_of_a_killed_process_is_marked_restart_and_counted(llm: FakeLLM,
     store.put_many([ev])
     dead_loop, loop = LoopThread(), LoopThread()
     dead_loop.start()
-    dead = JudgeStage(config(llm.api_base, combined=True), dead_loop, store,
-                      Metrics(CollectorRegistry()), cache_path=path)
+    # its call hangs past the test (no timeout, no retry): nothing of it is ever stored
+    dead = JudgeStage(config(llm.api_base, combined=True, timeout_s=600.0, max_retries=0),
+                      dead_loop, store, Metrics(CollectorRegistry()), cache_path=path)
     registry = CollectorRegistry()
     restarted = JudgeStage(config(llm.api_base, combined=True), loop, store,
                            Metrics(registry), cache_path=path)
     try:
         dead.start()
         dead.export(Trace(ev.trace_id, [], "complete"), ev)
-        assert llm.arrived.wait(30)  # queued and being judged when the process "dies":
+        assert llm.arrived.wait(30)  # queued and being judged when the process "dies",
+        _journaled(dead)  # its journal entry written (the writer thread's, after the submit)
         loop.start()  # nothing of it is stored; a new process starts on the same files
         restarted.start()
         judge = _wait_judged(store, ev.trace_id)
