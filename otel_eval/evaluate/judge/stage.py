@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue
+import sqlite3
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -138,12 +139,26 @@ class JudgeStage:
         if lost:
             log.warning("%d traces queued for the judge by a process that stopped without "
                         "judging them: stored as skipped restart", len(lost))
-        for trace_id, revision in lost:
-            row = self.store.get(trace_id)  # a write that landed past a shutdown deadline
-            if row is not None and row.get("revision") == revision and "judge" not in row:
-                self.store.put_judge(trace_id, revision, skipped_judge("restart"))
-                self.metrics.judge.skip("restart")
-            self._journal.remove(trace_id, revision)
+        try:
+            for trace_id, revision in lost:
+                row = self.store.get(trace_id)  # a write that landed past a shutdown deadline
+                if row is not None and row.get("revision") == revision and "judge" not in row:
+                    self.store.put_judge(trace_id, revision, skipped_judge("restart"))
+                    self.metrics.judge.skip("restart")
+                self._journal.remove(trace_id, revision)
+        except Exception as e:  # the store's failure: said; the entries left wait for a start
+            log.error("marking the judge work of a stopped process failed: %s",
+                      type(e).__name__, exc_info=e)
+            return False
+        return True
+
+    def _journal_add(self, trace_id: str, revision: int) -> bool:  # on the writer thread
+        assert self._journal is not None
+        try:
+            self._journal.add(trace_id, revision)
+        except sqlite3.Error as e:  # judging goes on; only a crash's mark is at stake
+            log.error("journaling judge work of trace %s failed: %s", trace_id, e)
+            return False
         return True
 
     def export(self, trace: Trace, evaluation: Evaluation) -> None:
@@ -156,7 +171,7 @@ class JudgeStage:
         assert self.queue is not None and self._writer is not None, "export before start()"
         if self.queue.submit(evaluation) and self._journal is not None:
             # queued after the submit: a worker's write for it can only come later
-            self._writer.submit(self._journal.add, evaluation.trace_id,
+            self._writer.submit(self._journal_add, evaluation.trace_id,
                                 evaluation.trajectory.revision)
         self.metrics.judge.queue_depth(self.queue.qsize())
 
