@@ -212,7 +212,11 @@ class JudgeStage:
         stored = self.store.put_judge(evaluation.trace_id, evaluation.trajectory.revision,
                                       evaluation.judge)
         if self._journal is not None:
-            self._journal.remove(evaluation.trace_id, evaluation.trajectory.revision)
+            try:
+                self._journal.remove(evaluation.trace_id, evaluation.trajectory.revision)
+            except sqlite3.Error as e:  # stored: the next start finds its judge, marks nothing
+                log.error("clearing the journal entry of trace %s failed: %s",
+                          evaluation.trace_id, e)
         return stored
 
     def _written(self, write: Future[bool], evaluation: Evaluation,
