@@ -19,6 +19,14 @@
                                         run,
                                         issues; HTML under a strict Content-Security-Policy
 
+A browser's world (issue 33): with no tokens on a loopback listener, only a loopback ``Host``
+(``localhost``, ``127.0.0.1``, ``[::1]``, any port) is served; any other is 421, so a page
+whose name was rebound to 127.0.0.1 (DNS rebinding) reads nothing. ``POST /v1/feedback``
+takes only ``Content-Type: application/json`` (415: a form cannot send it without a CORS
+preflight, which is never granted) and refuses (403) a request a browser marks as from
+another site (``Sec-Fetch-Site`` other than ``same-origin`` / ``none``) or whose ``Origin``
+is not the ``Host`` it was sent to (CSRF). Both checks are in ``browser_guard``.
+
 With ``admin.read_tokens`` / ``write_tokens`` set, every path but ``admin.public_paths``
 needs ``Authorization: Bearer <token>``: a read or write token for GET, a write token for
 POST (401 without a known token, 403 for a read token on a write). A browser on ``/ui/`` may
@@ -41,11 +49,11 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CollectorRegistry
 
-from otel_eval.base.configcheck import FieldErrors, validate
+from otel_eval.base.configcheck import FieldErrors, parse_endpoint, validate
 from otel_eval.decode.body import BodyError, loads_bounded
 from otel_eval.outputs.ui.routes import Sources
 from otel_eval.outputs.ui.routes import handle as ui_handle
@@ -59,6 +67,7 @@ from otel_eval.receive.security import (
     TlsServerConfig,
     exposed_insecurely,
     exposure_problems,
+    is_loopback,
 )
 from otel_eval.store.failures import write_failure
 from otel_eval.store.query import EvaluationQuery, Page, QueryError
@@ -214,12 +223,71 @@ def _store_read(respond: Callable[[Request], Response], req: Request) -> Respons
                            "reason": reason}, {"Retry-After": str(STORE_RETRY_AFTER_S)})
 
 
-def make_handler(api: AdminApi, auth: AdminAuth | None = None) -> Handler:
+def host_name(host: str) -> str:
+    """The name of a ``Host`` header value, without its port or IPv6 brackets."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        name, _, rest = host[1:].partition("]")
+        return name if rest == "" or (rest[:1] == ":" and rest[1:].isdigit()) else host
+    name, colon, port = host.rpartition(":")
+    return name if colon and (port.isdigit() or not port) else host
+
+
+def foreign_host(req: Request) -> Response | None:
+    """421 for a ``Host`` that is not a loopback name (DNS rebinding: the attacker's name
+    resolves to 127.0.0.1, the browser sends it as the Host). No Host (HTTP/1.0) passes."""
+    host = req.header("Host")
+    if host is None or is_loopback(host_name(host)):
+        return None
+    return _json(421, {"error": f"Host {host[:100]!r} is not served here: this listener "
+                                "answers loopback names only (localhost, 127.0.0.1, [::1])"},
+                 close=True)
+
+
+# Sec-Fetch-Site values of a request a browser did not make for another site's page
+_OWN_FETCH = frozenset({"same-origin", "none"})
+
+
+def cross_site(req: Request) -> Response | None:
+    """415 / 403 for a write a browser could send from another site's page (CSRF)."""
+    ctype = (req.header("Content-Type") or "").partition(";")[0].strip().lower()
+    if ctype != "application/json":
+        return _json(415, {"error": "expected Content-Type: application/json"}, close=True)
+    site = (req.header("Sec-Fetch-Site") or "").strip().lower()
+    if site and site not in _OWN_FETCH:
+        return _json(403, {"error": f"refused: Sec-Fetch-Site {site[:40]!r}"}, close=True)
+    origin = req.header("Origin")
+    if origin is not None:
+        parts = urlsplit(origin.strip()) if origin.strip() != "null" else None
+        if parts is None or parts.netloc.lower() != (req.header("Host") or "").strip().lower():
+            return _json(403, {"error": f"refused: Origin {origin[:100]!r} is not this host"},
+                         close=True)
+    return None
+
+
+def browser_guard(req: Request, path: str, loopback_open: bool) -> Response | None:
+    """The admin port in a browser's world: the Host check on a loopback listener without
+    tokens (``loopback_open``), the cross-site check on writes; None when the request may go on."""
+    if loopback_open and (refused := foreign_host(req)) is not None:
+        return refused
+    if req.method == "POST" and path == "/v1/feedback":
+        return cross_site(req)
+    return None
+
+
+def make_handler(api: AdminApi, auth: AdminAuth | None = None, *,
+                 loopback: bool = False) -> Handler:
+    """``loopback``: the listener is on a loopback address (then, without tokens, only
+    loopback Host values are served)."""
     access = auth or AdminAuth(AdminConfig())
     sources = Sources(api.query, api.get, api.issues, api.redact, api.trace_url)
+    loopback_open = loopback and not access.enabled
 
     def handle(req: Request) -> Response:
         path = req.path.rstrip("/") or "/"
+        if (refused := browser_guard(req, path, loopback_open)) is not None:
+            api.refused("admin", "forbidden")
+            return refused
         write = req.method not in ("GET", "HEAD")
         authorization = req.header("Authorization")
         ui = _is_ui(path) and not write
@@ -309,8 +377,10 @@ class AdminServer:
 
     def start(self) -> None:
         tls = TlsFiles(self.config.tls, "admin") if self.config.tls.enabled else None
-        self._server = HttpServer(self.endpoint, make_handler(self.api, AdminAuth(self.config)),
-                                  name="otel-eval-admin", limits=self.config.limits, tls=tls,
+        loopback = is_loopback(parse_endpoint(self.endpoint)[0])
+        handler = make_handler(self.api, AdminAuth(self.config), loopback=loopback)
+        self._server = HttpServer(self.endpoint, handler, name="otel-eval-admin",
+                                  limits=self.config.limits, tls=tls,
                                   on_close=self.api.connection_closed)
         self._server.start()
         self.port = self._server.port

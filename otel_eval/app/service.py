@@ -148,7 +148,8 @@ class Service:
         if jc.active and self.loop is not None:
             from otel_eval.evaluate.judge.stage import JudgeStage
             sinks.append(JudgeStage(jc, self.loop, self.store, self.metrics, events,
-                                    cache_path=self.config.store.path))
+                                    cache_path=self.config.store.path,
+                                    trajectory=self.config.trajectory))
         if events is not None:
             sinks.append(events)
         if ec.forward_endpoint:

@@ -63,6 +63,12 @@ class ReceiverConfig:
     # Time a gRPC call has to deliver its request message once it began, seconds; a call
     # that sends headers and then nothing is cancelled (it holds a worker thread meanwhile).
     grpc_receive_timeout_s: float = 30.0
+    # gRPC calls of one sender (its token name; without tokens, its address) waiting for
+    # their request message at once; past it a call is refused RESOURCE_EXHAUSTED with
+    # RetryInfo (throttle reason `sender_share`). Each waiting call holds a worker thread:
+    # below grpc_workers, one sender sending headers and no message cannot take them all.
+    # An exporter's message follows its headers at once, so honest calls barely wait. Default 4.
+    grpc_max_waiting_rpcs_per_sender: int = 4
     # Retry hint sent with throttling responses (gRPC RetryInfo, HTTP Retry-After), seconds.
     retry_after_s: float = 1.0
     # TLS on both OTLP listeners (cert_file, key_file; client_ca_file requires client
@@ -83,6 +89,7 @@ class ReceiverConfig:
     def __post_init__(self) -> None:
         validate(self, minimum={"max_message_bytes": 1, "grpc_workers": 1, "retry_after_s": 0,
                                 "grpc_max_concurrent_rpcs": 1,
+                                "grpc_max_waiting_rpcs_per_sender": 1,
                                 "grpc_receive_timeout_s": 0.001},
                  endpoints=("grpc_endpoint", "http_endpoint"))
 

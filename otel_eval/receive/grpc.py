@@ -14,8 +14,12 @@ method registered on this server, on the call's metadata, before its message is 
 
 Floods: a call's message must arrive within ``grpc_receive_timeout_s`` (else it is cancelled
 and counted, ``requests_refused{grpc,receive_timeout}``), at most ``grpc_max_concurrent_rpcs``
-calls are taken at once (more are refused RESOURCE_EXHAUSTED by grpc), and the port is bound
-without SO_REUSEPORT, so a second serve on it fails to start instead of sharing it.
+calls are taken at once (more are refused RESOURCE_EXHAUSTED by grpc), one sender (token
+name, else peer address) has at most ``grpc_max_waiting_rpcs_per_sender`` calls waiting for
+their message (more are refused at once, retryable, ``throttled{grpc,sender_share}``: each
+waiting call holds a worker thread, and one sender with a valid token held all of them, 0 of
+36 exports of the others got through), and the port is bound without SO_REUSEPORT, so a
+second serve on it fails to start instead of sharing it.
 
 Throttling follows the OTLP spec: RESOURCE_EXHAUSTED with a ``google.rpc.RetryInfo`` detail in
 ``grpc-status-details-bin`` (and, for the Python SDK exporter, in ``google.rpc.retryinfo-bin``),
@@ -37,6 +41,7 @@ import logging
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from typing import Any, cast
@@ -78,6 +83,37 @@ class _AuthInterceptor(grpc.ServerInterceptor):
                 metadata_authorization(details.invocation_metadata)) is not None:
             return continuation(details)
         return self._refusal
+
+
+class _SenderShares:
+    """Calls waiting for their message, per sender: at most ``share`` each (thread-safe)."""
+
+    def __init__(self, share: int) -> None:
+        self.share = share
+        self._lock = threading.Lock()
+        self._waiting: Counter[str] = Counter()
+
+    def enter(self, sender: str) -> bool:
+        with self._lock:
+            if self._waiting[sender] >= self.share:
+                return False
+            self._waiting[sender] += 1
+            return True
+
+    def leave(self, sender: str) -> None:
+        with self._lock:
+            self._waiting[sender] -= 1
+            if self._waiting[sender] <= 0:
+                del self._waiting[sender]
+
+
+def peer_host(peer: str) -> str:
+    """``ipv4:127.0.0.1:5431`` -> ``ipv4:127.0.0.1``; ``ipv6:[::1]:5431`` -> ``ipv6:[::1]``
+    (a sender is its address, whatever connection it opens)."""
+    kind, _, rest = peer.partition(":")
+    if kind not in ("ipv4", "ipv6"):
+        return peer
+    return f"{kind}:{rest.rpartition(':')[0] or rest}"
 
 
 class _ReceiveDeadlines:
@@ -170,6 +206,7 @@ class GrpcReceiver:
         self._deadlines = _ReceiveDeadlines(
             config.grpc_receive_timeout_s,
             lambda: ingest.metrics.request_refused("grpc", "receive_timeout"))
+        self._shares = _SenderShares(config.grpc_max_waiting_rpcs_per_sender)
 
     def bind(self) -> None:
         """Listen on the endpoint (calls wait until ``start``); ``StartupError`` naming the
@@ -189,8 +226,7 @@ class GrpcReceiver:
             # request-streaming on the server side (the wire is the same for a unary client):
             # the handler waits for the message itself, under the receive deadline
             return grpc.stream_unary_rpc_method_handler(
-                lambda requests, context: fn(self._deadlines.receive(requests, context),
-                                             context),
+                lambda requests, context: fn(self._receive(requests, context), context),
                 request_deserializer=None, response_serializer=lambda r: r.SerializeToString())
 
         self._server.add_generic_rpc_handlers((
@@ -219,6 +255,18 @@ class GrpcReceiver:
         self._serving = True
         log.info("OTLP/gRPC receiver listening on %s (port %d)", self.config.grpc_endpoint,
                  self.port)
+
+    def _receive(self, requests: Iterator[bytes], context: grpc.ServicerContext) -> bytes:
+        """The call's message, waited for within the sender's share of waiting calls."""
+        sender = self._sender(context) if self.auth.enabled else peer_host(context.peer())
+        if not self._shares.enter(sender):
+            self.ingest.metrics.request_throttled("grpc", "sender_share")
+            self._abort_retryable(context, "this sender already has "
+                                  f"{self._shares.share} calls waiting for their message")
+        try:
+            return self._deadlines.receive(requests, context)
+        finally:
+            self._shares.leave(sender)
 
     def _export(self, body: bytes, context: grpc.ServicerContext) -> object:
         return self._answer(self.ingest.handle_bytes(body, "grpc", self._sender(context)),

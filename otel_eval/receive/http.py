@@ -5,7 +5,9 @@ Answers as the OTLP spec says: 200 with an ExportTraceServiceResponse (partial s
 spans were rejected) in the request's encoding; 400 with a google.rpc.Status for a body that
 cannot be decoded; 413 past ``max_message_bytes`` (compressed and decompressed, chunked or
 not: ``decode.body``); 429 with ``Retry-After`` when throttled, which OTLP exporters retry.
-Connections, deadlines and limits are the shared HTTP server's (``receive.httpserver``).
+Connections, deadlines and limits are the shared HTTP server's (``receive.httpserver``); when
+every slot is taken, a new connection closes the oldest partial request (never an
+authenticated sender's connection): a flood of partial requests cannot deny exports.
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ def make_handler(config: ReceiverConfig, ingest: Ingest) -> Handler:
             ingest.metrics.request_refused("http", "unauthenticated")
             return _status(401, "missing or unknown bearer token", ctype,
                            {"WWW-Authenticate": 'Bearer realm="otel-eval"'}, close=True)
+        if checker.enabled:  # kept ahead of partial requests when the listener is full
+            req.authenticated()
         if req.path not in _PATHS:
             return _status(404, "only /v1/traces and /v1/logs are served here", _JSON,
                            close=True)
@@ -115,7 +119,8 @@ class HttpReceiver:
         self._server = HttpServer(
             self.config.http_endpoint, make_handler(self.config, self.ingest),
             name="otlp-http", limits=self.config.http_limits, tls=tls, error=status_error,
-            on_close=lambda reason: metrics.connection_closed("http", reason))
+            on_close=lambda reason: metrics.connection_closed("http", reason),
+            reuse_partial=True)
         self._server.bind()
         self.port = self._server.port
 

@@ -21,6 +21,14 @@ about connections is here, the same for every listener, as Go's ``net/http.Serve
   "worker_connections are not enough, reusing connections"). A flood from any number of
   peers can fill the reserve but not hold it: each new connection, a probe's among them, gets
   in, and is the last in line to be reused; it has its head in long before that;
+- **partial requests give way** (``reuse_partial``, the OTLP/HTTP receiver): when every
+  general slot is taken, a new connection closes the oldest *partial* one and takes its slot:
+  a connection waiting for a request head (or idle between requests) that has made no
+  authenticated request (``Request.authenticated()``, called by the handler once a token is
+  known). A flood of partial requests from any number of peers then delays exports by no
+  more than the time an exporter takes to send its head, instead of denying them for as long
+  as it lasts (1,127 partial requests from 49 addresses: 0 of 40 exports); an authenticated
+  sender's keep-alive connection is never closed for a newcomer;
 - **a hang-up is an event, not an error**: a client that closes mid-request or stops reading
   the answer, a deadline passed, a slot refused, a failed handshake: each is counted with a
   reason (``CLOSE_REASONS``) through ``on_close`` and logged at debug, never a traceback;
@@ -82,9 +90,15 @@ class Request:
     headers: email.message.Message
     peer: str
     _read: Callable[[int], bytes] = field(repr=False)
+    _trust: Callable[[], None] = field(default=lambda: None, repr=False)
 
     def header(self, name: str) -> str | None:
         return self.headers.get(name)
+
+    def authenticated(self) -> None:
+        """The sender showed a known token: its connection is kept ahead of partial requests
+        when the listener is full (``reuse_partial``)."""
+        self._trust()
 
     def body(self, limit: int) -> bytes:
         """The body, decoded and at most ``limit`` bytes (``BodyError`` says why not)."""
@@ -168,6 +182,7 @@ class _Hold:
         self.reserved = False
         self.reader: _DeadlineReader | None = None  # set when its thread starts reading
         self.reused = False  # closed for a newcomer, which took over the slot
+        self.trusted = False  # made an authenticated request
 
     @property
     def reusable(self) -> bool:
@@ -175,17 +190,35 @@ class _Hold:
         or for the client to take its answer."""
         return self.reader is None or self.reader.phase in ("header", "write")
 
+    @property
+    def partial(self) -> bool:
+        """Waiting for a request head, or idle between requests, and never authenticated."""
+        return not self.trusted and (self.reader is None
+                                     or self.reader.phase in ("header", "idle"))
+
 
 class _Slots:
     """Connection slots: per peer, in total, and the reserve, whose reusable connections
-    are closed oldest first to make room for a new one. Thread-safe."""
+    are closed oldest first to make room for a new one; with ``reuse_partial``, the general
+    slots' partial connections too. Thread-safe."""
 
-    def __init__(self, limits: HttpLimits) -> None:
+    def __init__(self, limits: HttpLimits, reuse_partial: bool = False) -> None:
         self.limits = limits
+        self.reuse_partial = reuse_partial
         self._lock = threading.Lock()
-        self._general = 0
-        self._reserve: dict[_Hold, None] = {}  # insertion order: oldest first
+        self._general: dict[_Hold, None] = {}  # insertion order: oldest first
+        self._reserve: dict[_Hold, None] = {}
         self._peers: Counter[str] = Counter()
+
+    def _partial(self) -> _Hold | None:
+        """The oldest partial general connection, taken out of the slots (or None)."""
+        if not self.reuse_partial:
+            return None
+        victim = next((h for h in self._general if h.partial), None)
+        if victim is not None:
+            del self._general[victim]
+            victim.reused = True  # its thread gives back its peer count only
+        return victim
 
     def take(self, hold: _Hold) -> str | None:
         """None when admitted (``hold.reserved`` says on which slot), else the reason."""
@@ -193,8 +226,9 @@ class _Slots:
         with self._lock:
             if self._peers[hold.peer] >= lim.max_connections_per_peer:
                 return "peer_limit"
-            if self._general < lim.max_connections:
-                self._general += 1
+            if (len(self._general) < lim.max_connections
+                    or (victim := self._partial()) is not None):  # a partial one gives way
+                self._general[hold] = None
             elif len(self._reserve) < lim.reserved_connections:
                 hold.reserved = True
                 self._reserve[hold] = None
@@ -222,7 +256,7 @@ class _Slots:
             elif hold.reserved:
                 del self._reserve[hold]
             else:
-                self._general -= 1
+                del self._general[hold]
             self._peers[hold.peer] -= 1
             if not self._peers[hold.peer]:
                 del self._peers[hold.peer]
@@ -230,7 +264,7 @@ class _Slots:
     @property
     def in_use(self) -> int:
         with self._lock:
-            return self._general + len(self._reserve)
+            return len(self._general) + len(self._reserve)
 
 
 _BUSY_BODY = b'{"error": "too many connections; retry later"}'
@@ -361,7 +395,7 @@ class _Connection(BaseHTTPRequestHandler):
             return
         self._body_done = False
         req = Request(self.command, url.path, url.query, self.headers,
-                      self.client_address[0], self._read_body)
+                      self.client_address[0], self._read_body, self._trust)
         if self.reserved and (url.path.rstrip("/") or "/") not in srv.reserved_paths:
             resp = srv.error(req, 503, "connection limit reached; this connection serves "
                              f"only {', '.join(sorted(srv.reserved_paths))}")
@@ -381,6 +415,9 @@ class _Connection(BaseHTTPRequestHandler):
             or (self.headers.get("Content-Length") or "0").strip() != "0")
         self.unread = unread
         self._write(resp, close=resp.close or self.reserved or unread)
+
+    def _trust(self) -> None:
+        self.hold.trusted = True
 
     def _read_body(self, limit: int) -> bytes:
         body = read_body(self.headers, self.rfile, limit)
@@ -444,7 +481,7 @@ class _Listener(socketserver.TCPServer):
         hold = _Hold(request, client_address[0])
         reason = self.slots.take(hold)
         if reason == "reused":
-            log.debug("%s: reserve full; reusing its oldest waiting connection for %s",
+            log.debug("%s: full; closing its oldest waiting connection for %s",
                       self.name, client_address[0])
             self.closed(reason)
         elif reason is not None:
@@ -513,12 +550,15 @@ class HttpServer:
                  error: ErrorBody = json_error,
                  on_close: Callable[[str], None] = lambda _reason: None,
                  reserved_paths: Collection[str] = PROBE_PATHS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 reuse_partial: bool = False) -> None:
+        """``reuse_partial``: when full, a new connection closes the oldest partial one."""
         self.endpoint, self.handler, self.name = endpoint, handler, name
+        self.reuse_partial = reuse_partial
         self.limits = limits or HttpLimits()
         self.tls, self.error, self.closed, self.clock = tls, error, on_close, clock
         self.reserved_paths = frozenset(reserved_paths)
-        self.slots = _Slots(self.limits)
+        self.slots = _Slots(self.limits, reuse_partial)
         self.http2_told = threading.Event()  # the HTTP/2 client warning was logged
         self._listeners: list[_Listener] = []
         self._serving = False

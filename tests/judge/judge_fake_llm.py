@@ -2,7 +2,9 @@
 
 Each request pops the next scripted reply (status, headers, body) and is recorded, so tests
 see what litellm actually sent over HTTP. ``hang()`` makes a reply wait until the server
-stops (the client's timeout fires first): no sleeps, no fixed ports.
+stops (the client's timeout fires first): no sleeps, no fixed ports. ``trickle`` sends the
+headers, then one byte of the body every ``TRICKLE_S`` until the server stops (a provider
+that never finishes, and never falls silent long enough for a per-read timeout).
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ class Reply:
     body: Any = None  # dict -> JSON; str -> raw
     headers: dict[str, str] = field(default_factory=dict)
     hang: bool = False
+    trickle: bool = False
+
+
+TRICKLE_S = 0.02  # between the bytes of a trickled reply (the server's pace, not a wait)
 
 
 def completion(content: str, model: str = "gpt-4o-mini", prompt_tokens: int = 1000,
@@ -71,6 +77,9 @@ class FakeLLM:
                 if reply.hang:
                     fake.released.wait(30)
                     return
+                if reply.trickle:
+                    self._trickle()
+                    return
                 raw = reply.body if isinstance(reply.body, str) else json.dumps(reply.body)
                 data = raw.encode()
                 self.send_response(reply.status)
@@ -80,6 +89,19 @@ class FakeLLM:
                     self.send_header(k, v)
                 self.end_headers()
                 self.wfile.write(data)
+
+            def _trickle(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(1 << 20))
+                self.end_headers()
+                self.wfile.flush()
+                while not fake.released.wait(TRICKLE_S):
+                    try:
+                        self.wfile.write(b" ")
+                        self.wfile.flush()
+                    except OSError:  # the client gave up
+                        return
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True

@@ -116,7 +116,7 @@ def send(s: socket.socket, data: bytes) -> None:
 
 def get(port: int, path: str = "/healthz", peer: str = "127.0.0.1") -> bytes:
     with connect(port, peer) as s:
-        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".encode())
         return answer(s)
 
 
@@ -148,7 +148,7 @@ def test_a_silent_connection_is_closed_at_the_header_deadline() -> None:
 def test_a_trickled_body_is_cut_at_the_request_deadline() -> None:
     with server(HttpLimits(read_header_timeout_s=10, read_timeout_s=60)) as (srv, clock, ev):
         s = connect(srv.port)
-        s.sendall(b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n" + b"a" * 10)
+        s.sendall(b"POST /x HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n" + b"a" * 10)
         assert reading_body.wait(10)  # the headers were in time
         for _ in range(7):  # 70 s of body at 10 s a piece: past the 60 s request deadline
             clock.now += 10
@@ -163,7 +163,7 @@ def test_a_keep_alive_connection_gets_a_fresh_header_deadline_per_request() -> N
     with server(limits) as (srv, clock, _), connect(srv.port) as s:
         accepted(srv)  # its header deadline runs from here (t=0): the first request is sent now
         for _ in range(3):  # 3 requests 50 s apart: each within its own deadlines
-            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
             head = b""
             while b'{"status": "ok"}' not in head:
                 piece = s.recv(65536)
@@ -219,7 +219,7 @@ def test_a_flood_from_many_peers_fills_the_reserve_but_cannot_hold_it() -> None:
         flood = []
         for i in range(18):
             flood.append(connect(srv.port, f"127.0.0.{2 + i // 2}"))
-            flood[-1].sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            flood[-1].sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n")
             accepted(srv, i + 1)  # in order: the last two hold the reserve
         for r in range(3):  # the flood goes on, and a probe is still answered each time
             for peer in (f"127.0.0.{20 + r}", f"127.0.0.{25 + r}"):
@@ -253,7 +253,7 @@ def test_a_reserved_connection_inside_its_handler_is_not_reused() -> None:
         with connect(srv.port) as partial, connect(srv.port) as busy:
             partial.sendall(b"GET /healthz HTTP/1.1\r\n")  # the general slot
             accepted(srv, 1)
-            busy.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")  # the reserve
+            busy.sendall(b"GET /slow HTTP/1.1\r\nHost: localhost\r\n\r\n")  # the reserve
             assert started.wait(10)
             refused = get(srv.port, "/healthz")  # nothing reusable: the slot is being served
             assert refused.startswith(b"HTTP/1.1 503 ")
@@ -270,12 +270,12 @@ def test_a_client_hang_up_is_counted_not_a_traceback(tmp_path: Path,
         assert h.svc.http is not None
         for _ in range(5):
             with connect(h.svc.http.port) as s:  # a body cut short: the client went away
-                s.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                s.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: localhost\r\nContent-Type: "
                           b"application/x-protobuf\r\nContent-Length: 1000\r\n\r\n" + b"\x0a" * 10)
                 s.shutdown(socket.SHUT_WR)
                 assert answer(s) == b""  # nobody to answer
         with connect(h.svc.admin.port) as s:  # inside the headers, on the admin listener
-            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Half")
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Half")
             s.shutdown(socket.SHUT_WR)
             assert answer(s) == b""
         # the counts come before the connection closes: no wait needed
@@ -294,7 +294,7 @@ def test_the_admin_listener_answers_healthz_while_partial_requests_hold_its_slot
         port = h.svc.admin.port
         flood = [connect(port, f"127.0.0.{2 + i // 2}") for i in range(6)]
         for s in flood:
-            s.sendall(b"GET /v1/evaluations HTTP/1.1\r\nHost: x\r\n")
+            s.sendall(b"GET /v1/evaluations HTTP/1.1\r\nHost: localhost\r\n")
         assert get(port, "/healthz").startswith(b"HTTP/1.1 200 ")
         assert get(port, "/readyz").startswith(b"HTTP/1.1 200 ")
         assert b"otel_eval_receiver_connections_closed_total" in get(port, "/metrics")

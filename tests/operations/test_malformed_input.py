@@ -45,14 +45,15 @@ def test_a_content_length_of_non_ascii_digits_is_a_400_naming_it(
         h: Harness, listener: str, path: str, ctype: str) -> None:
     assert h.svc.http is not None
     port = h.svc.http.port if listener == "http" else h.svc.admin.port
-    status, body = _exchange(port, f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: {ctype}"
-                             "\r\nContent-Length: ".encode() + b"\xb2\r\n\r\n{}")
+    status, body = _exchange(port, f"POST {path} HTTP/1.1\r\nHost: localhost\r\n"
+                             f"Content-Type: {ctype}\r\nContent-Length: ".encode()
+                             + b"\xb2\r\n\r\n{}")
     assert status == 400
     assert "Content-Length" in json.loads(body)["message" if listener == "http" else "error"]
 
 
 def _get(h: Harness, target: str) -> tuple[int, dict[str, object]]:
-    status, body = _exchange(h.svc.admin.port, f"GET {target} HTTP/1.1\r\nHost: x\r\n"
+    status, body = _exchange(h.svc.admin.port, f"GET {target} HTTP/1.1\r\nHost: localhost\r\n"
                              "Connection: close\r\n\r\n".encode())
     return status, json.loads(body)
 
@@ -92,7 +93,7 @@ def test_a_span_ending_at_2_64_ns_is_rejected_with_a_reason_not_measured(h: Harn
     assert h.svc.http is not None
     body = otlp.encode_spans(spans).SerializeToString()
     status, answer = _exchange(h.svc.http.port, (
-        "POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+        "POST /v1/traces HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/x-protobuf\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body)
     assert status == 200
     resp = ExportTraceServiceResponse.FromString(answer)

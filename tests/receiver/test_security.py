@@ -147,7 +147,8 @@ def _admin(h: Harness, pki: Pki, path: str, token: str | None = None,
     req = urllib.request.Request(
         f"https://localhost:{h.svc.admin.port}{path}", method="POST" if body else "GET",
         data=json.dumps(body).encode() if body else None,
-        headers={"Authorization": f"Bearer {token}"} if token else {})
+        headers={"Content-Type": "application/json",
+                 **({"Authorization": f"Bearer {token}"} if token else {})})
     try:
         with urllib.request.urlopen(req, timeout=10, context=ctx) as r:
             return r.status, r.read()

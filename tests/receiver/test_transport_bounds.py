@@ -72,7 +72,7 @@ def _exchange(port: int, head: str, body: bytes = b"",
 
 def _post_head(path: str, ctype: str, *headers: str) -> str:
     extra = "".join(f"{h}\n" for h in headers)
-    return f"POST {path} HTTP/1.1\nHost: x\nContent-Type: {ctype}\n{extra}"
+    return f"POST {path} HTTP/1.1\nHost: localhost\nContent-Type: {ctype}\n{extra}"
 
 
 def _chunked(data: bytes, size: int = 1000) -> bytes:
@@ -194,7 +194,7 @@ def _admin_port(h: Harness) -> int:
 
 def test_feedback_over_one_mib_is_refused_and_not_read_as_a_second_request(
         h: Harness) -> None:
-    smuggled = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    smuggled = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"
     body = b" " * (1 << 20) + smuggled
     status, answer, closed = _exchange(_admin_port(h), _post_head(
         "/v1/feedback", "application/json", f"Content-Length: {len(body)}"), body,
@@ -250,16 +250,17 @@ def test_connections_are_capped_and_silent_ones_closed(tmp_path: Path) -> None:
         port = _port(harness)
         held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2)]
         with socket.create_connection(("127.0.0.1", port), timeout=10) as third:
-            third.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            third.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
             answer = b"".join(iter(lambda: third.recv(4096), b""))
-            assert answer.startswith(b"HTTP/1.1 503 ")  # over the cap: told so, and closed
-        for s in held:  # no request within read_header_timeout_s: the server closes them
+            # over the cap: the oldest silent connection gives it its slot (issue 33)
+            assert answer.startswith(b"HTTP/1.1 404 ")
+        for s in held:  # the oldest closed for the third; the other at read_header_timeout_s
             assert s.recv(1) == b""
             s.close()
         assert harness.sample("otel_eval_receiver_connections_closed_total",
-                              listener="http", reason="connection_limit") == 1
+                              listener="http", reason="reused") == 1
         assert harness.sample("otel_eval_receiver_connections_closed_total",
-                              listener="http", reason="header_timeout") == 2
+                              listener="http", reason="header_timeout") == 1
         body = otlp.encode_spans(_spans("03" * 16)).SerializeToString()
         status, _, _ = _exchange(port, _post_head("/v1/traces", PB,
                                                   f"Content-Length: {len(body)}"), body)

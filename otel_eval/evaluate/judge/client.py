@@ -1,10 +1,18 @@
 """The judge's only way out: ``JudgeClient.call`` wraps ``litellm.acompletion``.
 
 Per call: hourly cost budget check -> concurrency semaphore -> rpm/tpm limiter (injected clock)
--> acompletion with a timeout -> retries with exponential backoff, honouring Retry-After ->
-cost via litellm's price map -> JSON parsed and validated against the judge's schema -> one
-repair round trip on an invalid reply -> ``CallResult`` with a status from a closed set.
-A reply that cannot be validated is ``parse_error``: never a default score.
+-> acompletion within a total deadline -> retries with exponential backoff, honouring a
+Retry-After up to ``backoff_max_s`` -> cost via litellm's price map -> JSON parsed and
+validated against the judge's schema -> one repair round trip on an invalid reply ->
+``CallResult`` with a status from a closed set. A reply that cannot be validated is
+``parse_error``: never a default score.
+
+Model output is hostile input (issue 33): it is read with linear-time string methods only (a
+fence regex backtracked on whitespace: a 150 KB reply held the GIL 21 s), a reply over
+``max_reply_bytes`` is refused unparsed (and not sent back for repair), NaN / Infinity (and
+numbers that overflow to them) are not JSON here, and each attempt has a total deadline
+(``timeout_s``; litellm's timeout is per read, so a reply trickled a byte at a time was never
+cut).
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ import contextlib
 import email.utils
 import json
 import logging
-import re
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -37,7 +45,8 @@ Check = Callable[[dict[str, Any]], str | None]  # semantic check: error text or 
 
 _RETRYABLE = (litellm.InternalServerError, litellm.ServiceUnavailableError,
               litellm.APIConnectionError, litellm.BadGatewayError)
-_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
+_HINTED = (litellm.RateLimitError, *_RETRYABLE)  # retried after their Retry-After, if any
+_FENCE = "```"
 
 
 @dataclass(slots=True)
@@ -77,13 +86,43 @@ def retry_after_s(exc: BaseException) -> float | None:
         return None
 
 
+def unfence(text: str) -> str:
+    """``text`` stripped, without a Markdown code fence around it (```json ... ```), by string
+    methods (linear time whatever the whitespace)."""
+    text = text.strip()
+    if text.startswith(_FENCE):
+        text = text[len(_FENCE):]
+        text = text[4:].lstrip() if text.startswith("json") else text.lstrip()
+    if text.endswith(_FENCE):
+        text = text[:-len(_FENCE)].rstrip()
+    return text
+
+
+def _finite_number(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 overflows to inf
+        raise ValueError(f"number {text[:40]} is not finite")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def reply_bytes(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
 def parse_reply(text: str, schema: Schema, check: Check | None = None) -> tuple[
         dict[str, Any] | None, str]:
     """(data, "") for a valid reply, else (None, what is wrong) for the repair prompt."""
     try:
-        data = json.loads(_FENCE.sub("", text.strip()))
-    except ValueError as e:
+        data = json.loads(unfence(text), parse_constant=_no_constant,
+                          parse_float=_finite_number)
+    except ValueError as e:  # JSONDecodeError, a non-finite number, a too-long int literal
         return None, f"not valid JSON ({e})"
+    except RecursionError:
+        return None, "not valid JSON (nested too deep)"
     if not isinstance(data, dict):
         return None, "the reply must be a JSON object"
     validator = jsonschema.Draft202012Validator(schema)
@@ -137,20 +176,37 @@ class JudgeClient:
             self._semaphore = asyncio.Semaphore(self.config.max_concurrency)
         started = self.clock()
         async with self._semaphore:
-            text = await self._complete(messages, schema, name, result)
-            if text is not None:
-                result.data, problem = parse_reply(text, schema, check)
-                if result.data is None:  # one repair round trip, then parse_error
-                    log.info("judge %s: invalid reply (%s); asking for a repair", name, problem)
-                    repair = [*messages, {"role": "assistant", "content": text},
-                              {"role": "user", "content": self.repair_text(problem)}]
-                    text = await self._complete(repair, schema, name, result)
-                    if text is not None:
-                        result.data, problem = parse_reply(text, schema, check)
-                        if result.data is None:
-                            result.status, result.error = "parse_error", problem
+            await self._exchange(messages, schema, name, check, result)
         result.latency_s = max(self.clock() - started, 0.0)
         return result
+
+    async def _exchange(self, messages: Messages, schema: Schema, name: str,
+                        check: Check | None, result: CallResult) -> None:
+        """The request, and one repair round trip when the reply is invalid."""
+        text = await self._complete(messages, schema, name, result)
+        if text is None:
+            return
+        result.data, problem = self._parse(text, schema, check)
+        if result.data is None and not self._oversized(text):
+            log.info("judge %s: invalid reply (%s); asking for a repair", name, problem)
+            repair = [*messages, {"role": "assistant", "content": text},
+                      {"role": "user", "content": self.repair_text(problem)}]
+            text = await self._complete(repair, schema, name, result)
+            if text is None:
+                return
+            result.data, problem = self._parse(text, schema, check)
+        if result.data is None:
+            result.status, result.error = "parse_error", problem
+
+    def _oversized(self, text: str) -> bool:
+        return reply_bytes(text) > self.config.max_reply_bytes
+
+    def _parse(self, text: str, schema: Schema, check: Check | None) -> tuple[
+            dict[str, Any] | None, str]:
+        if self._oversized(text):  # not parsed, and not sent back: a repair would cost as much
+            return None, (f"the reply is {reply_bytes(text)} bytes, over max_reply_bytes "
+                          f"{self.config.max_reply_bytes}")
+        return parse_reply(text, schema, check)
 
     def _request(self, messages: Messages, schema: Schema, name: str) -> dict[str, Any]:
         c = self.config
@@ -192,10 +248,18 @@ class JudgeClient:
             await self._wait_for_rate(messages)
             result.attempts += 1
             try:
-                response = await litellm.acompletion(**request)
+                # the whole exchange, not each read: litellm's timeout is per read
+                response = await asyncio.wait_for(litellm.acompletion(**request),
+                                                  timeout=c.timeout_s)
             except Exception as e:  # classified below: the provider boundary
                 status, delay = self._classify(e, attempt)
                 result.status, result.error = status, f"{type(e).__name__}: {str(e)[:300]}"
+                if isinstance(e, TimeoutError):
+                    result.error = f"no whole reply within timeout_s {c.timeout_s:g}"
+                hinted = retry_after_s(e) if isinstance(e, _HINTED) else None
+                if delay is None and hinted is not None and hinted > c.backoff_max_s:
+                    result.error += (f" (Retry-After {hinted:g} s is over backoff_max_s "
+                                     f"{c.backoff_max_s:g}: not waited for)")
                 if delay is None or attempt == c.max_retries:
                     return None
                 log.info("judge %s: %s, retry %d in %.1fs", name, status, attempt + 1, delay)
@@ -208,12 +272,18 @@ class JudgeClient:
 
     def _classify(self, e: Exception, attempt: int) -> tuple[CallStatus, float | None]:
         """(status, delay before the next attempt, None = do not retry)."""
-        if isinstance(e, litellm.Timeout):
-            return "timeout", self._backoff.delay_s(attempt)
-        if isinstance(e, litellm.RateLimitError):  # Retry-After, when given, wins
-            return "rate_limited", self._backoff.delay_s(attempt, retry_after_s(e))
-        if isinstance(e, _RETRYABLE):
-            return "error", self._backoff.delay_s(attempt, retry_after_s(e))
+        c = self.config
+        backoff = self._backoff.delay_s(attempt)
+        if isinstance(e, (litellm.Timeout, TimeoutError)):
+            return "timeout", backoff
+        if isinstance(e, _HINTED):
+            status: CallStatus = ("rate_limited" if isinstance(e, litellm.RateLimitError)
+                                  else "error")
+            hinted = retry_after_s(e)
+            if hinted is None:
+                return status, backoff
+            # a hint past the cap is a failure now, not a worker asleep for an hour
+            return status, hinted if hinted <= c.backoff_max_s else None
         return "error", None
 
     def _account(self, response: Any, result: CallResult) -> None:

@@ -81,12 +81,17 @@ class JudgeConfig:
     temperature: float = 0.0
     # Largest completion per judge call, tokens. Default 4096.
     max_output_tokens: int = 4096
-    # Per-call timeout, seconds. Default 60.
+    # Largest reply text used, bytes (UTF-8); a longer one is a `parse_error`, not parsed nor
+    # sent back for repair. Default 1 MiB (4096 tokens of JSON are ~20 KB).
+    max_reply_bytes: int = 1024 * 1024
+    # Deadline of one request, seconds: the whole exchange, from sending to the last byte of
+    # the reply (not per read: a reply trickled a byte at a time is cut too). Default 60.
     timeout_s: float = 60.0
     # Retries after a timeout, 429, 5xx or connection error (not after 4xx). Default 3.
     max_retries: int = 3
     # First backoff, seconds; doubles per retry, capped at ``backoff_max_s``; a Retry-After
-    # header from the provider wins when present. Defaults 1 s / 30 s.
+    # header from the provider wins when present, up to ``backoff_max_s``: a longer one ends
+    # the call with its failure status (counted), not a worker asleep. Defaults 1 s / 30 s.
     backoff_initial_s: float = 1.0
     backoff_max_s: float = 30.0
     # Judge calls in flight at once (also the number of queue workers). Default 4.
@@ -144,6 +149,7 @@ class JudgeConfig:
         validate(self, minimum={
             **dict.fromkeys(shares, 0), "max_concurrency": 1, "queue_size": 1,
             "max_steps_per_call": 1, "max_retries": 0, "max_output_tokens": 1,
+            "max_reply_bytes": 1,
             "temperature": 0, "backoff_initial_s": 0, "backoff_max_s": 0,
             "requests_per_min": 0, "tokens_per_min": 0, "max_cost_usd_per_hour": 0,
             "input_cost_per_token_usd": 0, "output_cost_per_token_usd": 0,

@@ -7,9 +7,10 @@ from __future__ import annotations
 from typing import Literal, Protocol
 
 SkipReason = Literal["queue_full", "sampled_out", "over_budget", "disabled", "shutdown",
-                     "worker_error"]
+                     "worker_error", "restart"]
+# restart: queued when the process before this one died (kill -9, OOM) without judging it
 SKIP_REASONS: tuple[SkipReason, ...] = ("queue_full", "sampled_out", "over_budget", "disabled",
-                                        "shutdown", "worker_error")
+                                        "shutdown", "worker_error", "restart")
 
 
 class JudgeObserver(Protocol):

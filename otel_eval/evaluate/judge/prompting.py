@@ -1,8 +1,12 @@
 """What each judge sends: ``Request`` objects (messages + reply schema + completeness check).
 
 Pure functions of the rendered trajectory: the Judge sends them, the token benchmark counts
-them, the golden tests compare them. Step and process replies must cover every step / turn
-asked for (checked, so a partial reply goes through the repair round trip, not into scores).
+them, the golden tests compare them. Text from spans (task, run, final output, findings) is
+framed by the prompt's own ``#`` headings and escaped (``span_text``): a line of it that
+starts with ``#`` is written with a backslash before it, so span content cannot open a
+section that reads as the prompt's own (issue 33). Step and process replies must cover every
+step / turn asked for (checked, so a partial reply goes through the repair round trip, not
+into scores).
 """
 
 from __future__ import annotations
@@ -75,12 +79,27 @@ def _request_text(part: str, steps: tuple[StepRef, ...], parts: tuple[str, ...] 
     return "Grade how completely the task was accomplished."
 
 
+def span_text(text: str) -> str:
+    """``text`` as placed under a heading of a prompt: each line whose first non-blank
+    character is ``#`` gets a backslash before it; lines end at any line break a model may
+    read as one (``\r``, U+2028 ...). String methods: linear whatever the text."""
+    if "#" not in text:
+        return text
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        body = line.lstrip(" \t")
+        if body.startswith("#"):
+            lines[i] = line[:len(line) - len(body)] + "\\" + body
+    return "".join(lines)
+
+
 def _messages(prompts: Prompts, rendered: Rendered, instructions: str, request: str,
               schema: schemas.Schema) -> Messages:
     user = prompts.render(
-        "frame", instructions=instructions, task=rendered.task, trajectory=rendered.trajectory,
-        final_output=rendered.final_output, findings=rendered.findings, request=request,
-        schema=schema_text(schema))
+        "frame", instructions=instructions, task=span_text(rendered.task),
+        trajectory=span_text(rendered.trajectory),
+        final_output=span_text(rendered.final_output), findings=span_text(rendered.findings),
+        request=request, schema=schema_text(schema))
     return [{"role": "system", "content": prompts.render("system")},
             {"role": "user", "content": user}]
 
@@ -134,7 +153,7 @@ def plan(prompts: Prompts, rendered: Rendered, parts: tuple[str, ...], combine: 
 
 def rubric_generate(prompts: Prompts, task: str) -> Request:
     schema = schemas.rubric_generate_schema()
-    user = prompts.render("rubric_generate", task=task, schema=schema_text(schema))
+    user = prompts.render("rubric_generate", task=span_text(task), schema=schema_text(schema))
     return Request("rubric_generate", ("rubric",),
                    [{"role": "system", "content": prompts.render("system")},
                     {"role": "user", "content": user}], schema)
@@ -143,7 +162,8 @@ def rubric_generate(prompts: Prompts, task: str) -> Request:
 def rubric_verify(prompts: Prompts, rendered: Rendered,
                   criteria: Sequence[dict[str, str]]) -> Request:
     schema = schemas.rubric_verify_schema()
-    listing = "\n".join(f"- {c['id']}: {c['criterion']}" for c in criteria)
+    # criteria were written by the model from span text: escaped like it
+    listing = span_text("\n".join(f"- {c['id']}: {c['criterion']}" for c in criteria))
     ids = [c["id"] for c in criteria]
 
     def check(data: dict[str, Any]) -> str | None:

@@ -4,6 +4,11 @@
         -> worker task -> Judge.judge -> on_done: writer: store.put_judge, then judge events
                                       -> on_skip: writer: store.put_judge({"overall": skipped})
 
+Each queued evaluation is kept in a journal (``journal.PendingJournal``) until its judgement or
+skip is stored, so the work a killed process held is marked skipped ``restart`` at the next
+start, and counted. Each judgement is cut to fit the stored result (``fit``: the trajectory's
+``max_value_bytes`` per text, ``max_result_bytes`` for the whole row) before it is written.
+
 ``export`` never blocks the engine: it schedules the submit on the service's event loop and
 returns. When the judge is slow, down or over budget the queue skips traces with a reason
 (counted in ``otel_eval_judge_skipped_total``), and the stored trace's ``judge.overall`` says
@@ -26,18 +31,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue
+import sqlite3
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from otel_eval.base.aio import LoopThread
-from otel_eval.base.model import Evaluation, Trace
+from otel_eval.base.model import Evaluation, Trace, json_text
+from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.judge.client import check_credentials, close_clients
 from otel_eval.evaluate.judge.config import JudgeConfig
+from otel_eval.evaluate.judge.fit import fit, text_bytes
+from otel_eval.evaluate.judge.journal import PendingJournal
 from otel_eval.evaluate.judge.judge import Judge
 from otel_eval.evaluate.judge.rubric_cache import SqliteRubricCache
-from otel_eval.evaluate.judge.workqueue import JudgeQueue
+from otel_eval.evaluate.judge.workqueue import JudgeQueue, skipped_judge
 from otel_eval.store import EvaluationStore
 from otel_eval.telemetry.metrics import Metrics
 
@@ -87,15 +96,19 @@ class _Writer:
 class JudgeStage:
     def __init__(self, config: JudgeConfig, loop: LoopThread, store: EvaluationStore,
                  metrics: Metrics, events: EvaluationEvents | None = None, *,
-                 cache_path: str = ":memory:") -> None:
-        """``cache_path``: the local SQLite file of the rubric cache (``store.path``)."""
+                 cache_path: str = ":memory:",
+                 trajectory: TrajectoryConfig | None = None) -> None:
+        """``cache_path``: the local SQLite file of the rubric cache and the pending journal
+        (``store.path``); ``trajectory``: the bounds of a stored result."""
         self.config = config
+        self.bounds = trajectory or TrajectoryConfig()
         self.loop = loop
         self.store = store
         self.metrics = metrics
         self.events = events
         self.cache_path = cache_path
         self._cache: SqliteRubricCache | None = None
+        self._journal: PendingJournal | None = None
         self.judge: Judge | None = None  # made at start(): it reads the prompt files
         self.queue: JudgeQueue | None = None
         self._writer: _Writer | None = None
@@ -115,7 +128,38 @@ class JudgeStage:
         # one thread: the judge's writes reach the store one at a time, in order
         self._writer = _Writer("otel-eval-judge-writer")
         self._writer.start()
+        self._journal = PendingJournal(self.cache_path).open()
+        self._writer.submit(self._mark_lost)  # before any new work: the writer runs in order
         self.loop.run(self.queue.start(), timeout_s=10)
+
+    def _mark_lost(self) -> bool:  # on the writer thread
+        """Store the work a dead process left in the journal as skipped ``restart``."""
+        assert self._journal is not None
+        lost = self._journal.pending()
+        if lost:
+            log.warning("%d traces queued for the judge by a process that stopped without "
+                        "judging them: stored as skipped restart", len(lost))
+        try:
+            for trace_id, revision in lost:
+                row = self.store.get(trace_id)  # a write that landed past a shutdown deadline
+                if row is not None and row.get("revision") == revision and "judge" not in row:
+                    self.store.put_judge(trace_id, revision, skipped_judge("restart"))
+                    self.metrics.judge.skip("restart")
+                self._journal.remove(trace_id, revision)
+        except Exception as e:  # the store's failure: said; the entries left wait for a start
+            log.error("marking the judge work of a stopped process failed: %s",
+                      type(e).__name__, exc_info=e)
+            return False
+        return True
+
+    def _journal_add(self, trace_id: str, revision: int) -> bool:  # on the writer thread
+        assert self._journal is not None
+        try:
+            self._journal.add(trace_id, revision)
+        except sqlite3.Error as e:  # judging goes on; only a crash's mark is at stake
+            log.error("journaling judge work of trace %s failed: %s", trace_id, e)
+            return False
+        return True
 
     def export(self, trace: Trace, evaluation: Evaluation) -> None:
         self.loop.call(self._submit, evaluation)
@@ -124,8 +168,11 @@ class JudgeStage:
         """No evaluation, nothing to judge."""
 
     def _submit(self, evaluation: Evaluation) -> None:  # on the loop
-        assert self.queue is not None, "export before start()"
-        self.queue.submit(evaluation)
+        assert self.queue is not None and self._writer is not None, "export before start()"
+        if self.queue.submit(evaluation) and self._journal is not None:
+            # queued after the submit: a worker's write for it can only come later
+            self._writer.submit(self._journal_add, evaluation.trace_id,
+                                evaluation.trajectory.revision)
         self.metrics.judge.queue_depth(self.queue.qsize())
 
     def _done(self, evaluation: Evaluation) -> None:  # on the loop
@@ -147,14 +194,30 @@ class JudgeStage:
         runs on the loop once the store took it (not when the trace was re-evaluated since)."""
         assert evaluation.judge is not None and self._writer is not None
         try:
-            write = self._writer.submit(self.store.put_judge, evaluation.trace_id,
-                                        evaluation.trajectory.revision, evaluation.judge)
+            write = self._writer.submit(self._store_judge, evaluation, evaluation.judge)
         except RuntimeError:  # the writer has stopped: the shutdown deadline passed
             log.warning("judge result of trace %s not stored: the stage has stopped",
                         evaluation.trace_id)
             return
         self._writes.add(write)
         write.add_done_callback(lambda f: self.loop.call(self._written, f, evaluation, then))
+
+    def _store_judge(self, evaluation: Evaluation, judge: dict[str, Any]) -> bool:
+        """On the writer thread: the judgement cut to what the stored result leaves of
+        ``max_result_bytes``, stored, then out of the journal."""
+        body = evaluation.to_json(finite_floats=False)
+        body.pop("judge", None)
+        room = self.bounds.max_result_bytes - text_bytes(json_text(body)) - len(',"judge":')
+        evaluation.judge = fit(judge, room, self.bounds.max_value_bytes)
+        stored = self.store.put_judge(evaluation.trace_id, evaluation.trajectory.revision,
+                                      evaluation.judge)
+        if self._journal is not None:
+            try:
+                self._journal.remove(evaluation.trace_id, evaluation.trajectory.revision)
+            except sqlite3.Error as e:  # stored: the next start finds its judge, marks nothing
+                log.error("clearing the journal entry of trace %s failed: %s",
+                          evaluation.trace_id, e)
+        return stored
 
     def _written(self, write: Future[bool], evaluation: Evaluation,
                  then: Callable[[Evaluation], None] | None) -> None:  # on the loop
@@ -193,6 +256,9 @@ class JudgeStage:
                             len(pending))
 
     def _close_cache(self) -> None:
+        if self._journal is not None:
+            self._journal.close()
+            self._journal = None
         if self._cache is not None:
             self._cache.close()
             self._cache = None

@@ -23,7 +23,8 @@ from otel_eval.evaluate.judge.sampling import sampled
 log = logging.getLogger(__name__)
 
 
-def _skipped(reason: SkipReason) -> dict[str, object]:
+def skipped_judge(reason: SkipReason) -> dict[str, object]:
+    """The ``judge`` object of a trace not judged."""
     return {"judges": {}, "overall": {"status": "skipped", "reason": reason}}
 
 
@@ -66,7 +67,7 @@ class JudgeQueue:
     def _skip(self, evaluation: Evaluation, reason: SkipReason) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
         self.judge.observer.skip(reason)
-        evaluation.judge = _skipped(reason)
+        evaluation.judge = skipped_judge(reason)
         try:
             self.on_skip(evaluation, reason)
         except Exception:  # the sink's failure must not stop judging

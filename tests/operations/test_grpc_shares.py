@@ -1,0 +1,107 @@
+"""Issue 33, finding 11: one sender cannot take every gRPC slot. Calls that send headers and
+no message hold a worker thread (and a grpc_max_concurrent_rpcs slot) until the receive
+deadline; one sender, with a valid token or none, opened grpc_max_concurrent_rpcs of them and
+0 of 36 exports of the others got through. Now each sender has at most
+``grpc_max_waiting_rpcs_per_sender`` calls waiting; the rest are refused at once, retryable.
+Real service and grpc clients on loopback; the senders are told apart by token name, or
+without tokens by address (127.0.0.1 and ::1)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+from service_harness import Harness, running_service
+
+from otel_eval.base.model import Span
+from otel_eval.decode import otlp
+from otel_eval.receive.grpc import peer_host
+
+EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+TOKENS = {"hog": "hog-secret", "app": "app-secret"}
+
+
+class Silent:
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def requests(self) -> Iterator[bytes]:
+        self.release.wait(60)
+        yield from ()
+
+
+def _hang(channel: grpc.Channel, silent: Silent, n: int,
+          metadata: list[tuple[str, str]] | None) -> list[grpc.Future]:
+    call = channel.stream_unary(EXPORT, request_serializer=None, response_deserializer=None)
+    return [call.future(silent.requests(), timeout=60, metadata=metadata) for _ in range(n)]
+
+
+def _code(future: grpc.Future) -> grpc.StatusCode:
+    try:
+        future.result()
+    except grpc.RpcError as e:
+        return e.code()  # type: ignore[no-any-return]
+    return grpc.StatusCode.OK
+
+
+def _export(channel: grpc.Channel, metadata: list[tuple[str, str]] | None) -> grpc.StatusCode:
+    body = otlp.encode_spans([Span("ef" * 16, f"{1:016x}", None, "root", 1, 2)]
+                             ).SerializeToString()
+    call = channel.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
+    try:
+        call(body, timeout=20, metadata=metadata)
+    except grpc.RpcError as e:
+        return e.code()  # type: ignore[no-any-return]
+    return grpc.StatusCode.OK
+
+
+def _poll(h: Harness, n: int) -> None:
+    """Until ``n`` of the hog's calls were refused (a 30 s guard, not a measure)."""
+    for _ in range(3000):
+        if h.sample("otel_eval_receiver_requests_throttled_total", protocol="grpc",
+                    reason="sender_share") >= n:
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError("the hog's calls past its share were never refused")
+
+
+def _flood_then_export(h: Harness, hog_target: str, app_target: str,
+                       hog: list[tuple[str, str]] | None,
+                       app: list[tuple[str, str]] | None) -> None:
+    silent = Silent()
+    slots = h.svc.config.receiver.grpc_max_concurrent_rpcs
+    share = h.svc.config.receiver.grpc_max_waiting_rpcs_per_sender
+    with grpc.insecure_channel(hog_target) as hog_channel, \
+            grpc.insecure_channel(app_target) as app_channel:
+        hung = _hang(hog_channel, silent, slots, hog)  # every slot grpc has
+        try:
+            _poll(h, slots - share)
+            assert [_export(app_channel, app) for _ in range(5)] == [grpc.StatusCode.OK] * 5
+        finally:
+            silent.release.set()
+        codes = [_code(f) for f in hung]
+        assert codes.count(grpc.StatusCode.RESOURCE_EXHAUSTED) == slots - share
+
+
+def test_one_token_cannot_take_every_slot(tmp_path: Path) -> None:
+    with running_service(tmp_path, **{"receiver.bearer_tokens": TOKENS,
+                                      "receiver.grpc_receive_timeout_s": 60.0}) as h:
+        _flood_then_export(h, h.grpc_target, h.grpc_target,
+                           [("authorization", "Bearer hog-secret")],
+                           [("authorization", "Bearer app-secret")])
+
+
+def test_without_tokens_one_address_cannot_take_every_slot(tmp_path: Path) -> None:
+    with running_service(tmp_path, **{"receiver.grpc_endpoint": "localhost:0",
+                                      "receiver.grpc_receive_timeout_s": 60.0}) as h:
+        assert h.svc.grpc is not None
+        port = h.svc.grpc.port
+        _flood_then_export(h, f"127.0.0.1:{port}", f"[::1]:{port}", None, None)
+
+
+def test_peer_host() -> None:
+    assert peer_host("ipv4:127.0.0.1:5431") == "ipv4:127.0.0.1"
+    assert peer_host("ipv6:[::1]:5431") == "ipv6:[::1]"
+    assert peer_host("unix:/tmp/s") == "unix:/tmp/s"

@@ -1,0 +1,80 @@
+"""Issue 33, finding 12: a flood of partial OTLP/HTTP requests from many peers denied exports
+for as long as it lasted (1,127 partial requests from 49 addresses: 0 of 40 exports), not only
+until the header deadline: every slot closed at its deadline was taken again by the flood.
+
+Now, when every slot is taken, a new connection closes the oldest partial one (waiting for a
+request head, never authenticated) and takes its slot, and an authenticated sender's
+keep-alive connection is never closed for a newcomer. Real service on loopback; the flood's
+peers are other loopback addresses (127.0.0.2...), each under its per-peer cap."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import threading
+from contextlib import ExitStack
+from pathlib import Path
+
+from service_harness import Harness, running_service
+
+from otel_eval.base.model import Span
+from otel_eval.decode import otlp
+from otel_eval.receive.config import HttpLimits
+
+SLOTS, PER_PEER = 32, 8
+TOKEN = "Bearer app-secret"
+HEAD = b"POST /v1/traces HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/x-protobuf\r\n"
+
+
+def _partial(stack: ExitStack, port: int, peer: int) -> socket.socket:
+    """A connection from 127.0.0.<peer> that sends part of a request head, then nothing."""
+    s = stack.enter_context(socket.create_connection(
+        ("127.0.0.1", port), timeout=30, source_address=(f"127.0.0.{peer}", 0)))
+    s.sendall(HEAD)
+    return s
+
+
+def _slots_held(h: Harness, n: int) -> None:
+    """Until the listener holds ``n`` connections (a 30 s guard, not a measure)."""
+    assert h.svc.http is not None and h.svc.http._server is not None
+    for _ in range(3000):
+        if h.svc.http._server.connections >= n:
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError(f"the listener never held {n} connections")
+
+
+def _export(conn: http.client.HTTPConnection) -> int:
+    body = otlp.encode_spans([Span("ef" * 16, f"{1:016x}", None, "root", 1, 2)]
+                             ).SerializeToString()
+    conn.request("POST", "/v1/traces", body, {"Content-Type": "application/x-protobuf",
+                                               "Authorization": TOKEN})
+    resp = conn.getresponse()
+    resp.read()
+    return resp.status
+
+
+def test_a_partial_flood_from_many_peers_cannot_deny_exports(tmp_path: Path) -> None:
+    limits = HttpLimits(max_connections=SLOTS, max_connections_per_peer=PER_PEER)
+    with running_service(tmp_path, **{"receiver.http_limits": limits,
+                                      "receiver.bearer_tokens": {"app": "app-secret"}}) as h, \
+            ExitStack() as stack:
+        assert h.svc.http is not None
+        port = h.svc.http.port
+        kept = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        stack.callback(kept.close)
+        assert _export(kept) == 200  # an authenticated sender's keep-alive connection
+        for n in range(SLOTS - 1):  # every other slot, from 8 peers
+            _partial(stack, port, 2 + n % 8)
+        _slots_held(h, SLOTS)
+        peer = 10
+        for _ in range(5):  # the flood goes on: each round takes every partial slot again
+            for _ in range(SLOTS):
+                _partial(stack, port, peer)
+                peer = 10 + (peer - 9) % 40
+            fresh = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            stack.callback(fresh.close)
+            assert _export(fresh) == 200  # a newcomer gets in
+            assert _export(kept) == 200  # the authenticated connection was never closed
+        assert h.sample("otel_eval_receiver_connections_closed_total", listener="http",
+                        reason="reused") >= 5 * SLOTS

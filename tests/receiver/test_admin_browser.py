@@ -1,0 +1,125 @@
+"""The admin port in a browser's world (issue 33, finding 10), against a real admin server on
+127.0.0.1:0: with no tokens, a DNS-rebound name (Host: attacker.example:8888) read
+/v1/evaluations and /ui/; a cross-site page set a run's outcome with a text/plain POST."""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from otel_eval.app.admin import AdminApi, AdminConfig, AdminServer, host_name
+
+TRACE = "ab" * 16
+FEEDBACK = json.dumps({"trace_id": TRACE, "outcome": "failure"}).encode()
+
+
+class Api:
+    def __init__(self) -> None:
+        self.outcomes: list[tuple[str, str]] = []
+
+    def feedback(self, trace_id: str, outcome: str) -> dict[str, Any]:
+        self.outcomes.append((trace_id, outcome))
+        return {"trace_id": trace_id}
+
+
+def _server(api: Api, config: AdminConfig) -> AdminServer:
+    admin = AdminApi(CollectorRegistry(), lambda q: None,  # type: ignore[arg-type,return-value]
+                     lambda t: {"trace_id": t}, api.feedback, lambda: True, lambda: True)
+    server = AdminServer(config.endpoint, admin, config)
+    server.start()
+    return server
+
+
+@pytest.fixture
+def open_admin() -> Iterator[tuple[AdminServer, Api]]:
+    api = Api()
+    server = _server(api, AdminConfig(endpoint="127.0.0.1:0"))
+    yield server, api
+    server.stop()
+
+
+def _send(port: int, method: str, path: str, body: bytes | None = None,
+          **headers: str) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+        for name, value in headers.items():
+            conn.putheader(name.replace("_", "-"), value)
+        if body is not None:
+            conn.putheader("Content-Length", str(len(body)))
+        conn.endheaders(body)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("host", ["localhost", "localhost:8888", "127.0.0.1:1",
+                                  "[::1]:8888", "[::1]", "LOCALHOST:80", "127.0.0.2"])
+def test_loopback_hosts_are_served(open_admin: tuple[AdminServer, Api], host: str) -> None:
+    server, _ = open_admin
+    assert _send(server.port, "GET", f"/v1/evaluations/{TRACE}", Host=host)[0] == 200
+
+
+@pytest.mark.parametrize("host", ["attacker.example:8888", "attacker.example",
+                                  "127.0.0.1.attacker.example", "localhost.attacker.example:80",
+                                  "[::1].evil", "10.0.0.1:8888", ""])
+def test_rebound_names_read_nothing(open_admin: tuple[AdminServer, Api], host: str) -> None:
+    server, api = open_admin
+    for path in (f"/v1/evaluations/{TRACE}", "/ui/", "/metrics", "/healthz"):
+        code, body = _send(server.port, "GET", path, Host=host)
+        assert code == 421 and TRACE not in body.decode(), (path, code)
+    code, _ = _send(server.port, "POST", "/v1/feedback", FEEDBACK, Host=host,
+                    Content_Type="application/json")
+    assert code == 421 and api.outcomes == []
+
+
+def test_with_tokens_any_host_is_left_to_the_tokens() -> None:
+    api = Api()
+    server = _server(api, AdminConfig(endpoint="127.0.0.1:0", read_tokens={"r": "t" * 32}))
+    try:
+        assert _send(server.port, "GET", "/healthz", Host="otel-eval.internal:8888")[0] == 200
+        assert _send(server.port, "GET", f"/v1/evaluations/{TRACE}",
+                     Host="otel-eval.internal")[0] == 401
+    finally:
+        server.stop()
+
+
+def test_feedback_needs_json_from_this_origin(open_admin: tuple[AdminServer, Api]) -> None:
+    server, api = open_admin
+    own = f"127.0.0.1:{server.port}"
+
+    def post(**headers: str) -> int:
+        return _send(server.port, "POST", "/v1/feedback", FEEDBACK, Host=own, **headers)[0]
+
+    # what a page on another site can send without a CORS preflight
+    assert post(Content_Type="text/plain", Origin="http://attacker.example") == 415
+    assert post(Content_Type="text/plain;charset=UTF-8") == 415
+    assert post(Content_Type="application/x-www-form-urlencoded") == 415
+    assert post() == 415
+    # JSON, but marked cross-site by the browser, or from another origin
+    assert post(Content_Type="application/json", Sec_Fetch_Site="cross-site") == 403
+    assert post(Content_Type="application/json", Sec_Fetch_Site="same-site") == 403
+    assert post(Content_Type="application/json", Origin="http://attacker.example") == 403
+    assert post(Content_Type="application/json", Origin=f"http://127.0.0.1:{server.port + 1}",
+                ) == 403
+    assert post(Content_Type="application/json", Origin="null") == 403
+    assert api.outcomes == []
+    # a script, curl, or the page itself
+    assert post(Content_Type="application/json") == 200
+    assert post(Content_Type="Application/JSON; charset=utf-8", Sec_Fetch_Site="same-origin",
+                Origin=f"http://{own}") == 200
+    assert post(Content_Type="application/json", Sec_Fetch_Site="none") == 200
+    assert api.outcomes == [(TRACE, "failure")] * 3
+
+
+@pytest.mark.parametrize(("value", "name"), [
+    ("localhost:8888", "localhost"), ("[::1]:80", "::1"), ("[::1]", "::1"),
+    ("127.0.0.1", "127.0.0.1"), ("Example.COM:", "example.com"), ("a:b", "a:b")])
+def test_host_name(value: str, name: str) -> None:
+    assert host_name(value) == name
