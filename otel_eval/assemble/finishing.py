@@ -35,26 +35,16 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
 from otel_eval.assemble.durability import Durability
 from otel_eval.assemble.store_health import StoreHealth
+from otel_eval.base.component import Sink
 from otel_eval.base.model import Evaluation, Trace, content_digest
 from otel_eval.evaluate.evaluator import NOT_A_RUN
 from otel_eval.evaluate.stage import EvaluationStage, Job, Outcome
 from otel_eval.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
-
-
-class Sink(Protocol):
-    """Where stored evaluations go next (events, pass-through, judge). Must not block."""
-
-    def export(self, trace: Trace, evaluation: Evaluation) -> None: ...
-
-    def pass_on(self, trace: Trace) -> None:
-        """A trace that gets no evaluation because it is no agent run (``not_a_run``): a sink
-        in the trace path passes its spans on; the others do nothing."""
 
 
 class Finishing:

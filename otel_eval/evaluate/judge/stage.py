@@ -29,7 +29,7 @@ import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from otel_eval.base.aio import LoopThread
 from otel_eval.base.model import Evaluation, Trace
@@ -38,11 +38,9 @@ from otel_eval.evaluate.judge.config import JudgeConfig
 from otel_eval.evaluate.judge.judge import Judge
 from otel_eval.evaluate.judge.rubric_cache import SqliteRubricCache
 from otel_eval.evaluate.judge.workqueue import JudgeQueue
+from otel_eval.outputs.deps import JudgeEvents
 from otel_eval.store import EvaluationStore
 from otel_eval.telemetry.metrics import Metrics
-
-if TYPE_CHECKING:
-    from otel_eval.outputs.events import EvaluationEvents
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +84,7 @@ class _Writer:
 
 class JudgeStage:
     def __init__(self, config: JudgeConfig, loop: LoopThread, store: EvaluationStore,
-                 metrics: Metrics, events: EvaluationEvents | None = None, *,
+                 metrics: Metrics, events: JudgeEvents | None = None, *,
                  cache_path: str = ":memory:") -> None:
         """``cache_path``: the local SQLite file of the rubric cache (``store.path``)."""
         self.config = config
