@@ -166,3 +166,16 @@ def test_importing_the_assembler_loads_only_what_it_stands_on() -> None:
     assert {layer_of(m) for m in loaded} <= {-1, LAYERS.index("otel_eval.assemble"),
                                              LAYERS.index("otel_eval.base")}, sorted(loaded)
     assert "otel_eval.assemble.engine" not in loaded
+
+
+def test_the_judge_imports_nothing_of_the_issue_stage() -> None:
+    # the synthesizer is handed the issue stage's reply contract by the wiring (app)
+    graph = import_graph()
+    assert sorted((m, d) for m, deps in graph.items() if m.startswith("otel_eval.evaluate.judge")
+                  for d in deps if d.startswith("otel_eval.outputs")) == [
+        ("otel_eval.evaluate.judge.stage", "otel_eval.outputs.deps")]
+
+
+def test_the_issues_catalogue_connects_through_the_store() -> None:
+    deps = import_graph()["otel_eval.outputs.issues.catalogue"]
+    assert "otel_eval.store.postgresql" not in deps and "otel_eval.store" in deps

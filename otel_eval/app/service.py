@@ -61,6 +61,7 @@ from otel_eval.outputs import forward
 from otel_eval.outputs import kafka as results
 from otel_eval.outputs.deps import Deps
 from otel_eval.outputs.issues import job as issues_job
+from otel_eval.outputs.issues.synthesis import REPLY_SCHEMA, check_reply
 from otel_eval.receive import kafka as kafka_front
 from otel_eval.receive.grpc import GrpcReceiver
 from otel_eval.receive.http import HttpReceiver
@@ -124,7 +125,8 @@ class Service:
         self.kafka = kafka_front.build(config.kafka, deps, self.engine)
         jc = config.judge
         self.issues = issues_job.build(config.issues, deps, namer=lambda: judge_namer(jc),
-                                       synthesizer=lambda: judge_synthesizer(jc))
+                                       synthesizer=lambda: judge_synthesizer(
+                                           jc, REPLY_SCHEMA, check_reply))
         self.retention = Retention(self.store, config.store.retention_days)
         self._feedback = Feedback(self.store, self.evaluator, self.metrics.prediction)
         front = self.kafka.submitter if self.kafka is not None else None
