@@ -160,10 +160,11 @@ class Service:
             ready=lambda: self._ready and not self.store_health.failing,
             unready=self._unready,
             issues=self.issues.latest_json if self.issues is not None else lambda: None,
-            refused=self.metrics.request_refused,
+            refused=self.metrics.ingest.request_refused,
             redact=Redactor(config.judge.redaction).redact,
             trace_url=config.admin.trace_url,
-            connection_closed=lambda reason: self.metrics.connection_closed("admin", reason)),
+            connection_closed=lambda reason: self.metrics.ingest.connection_closed("admin",
+                                                                                   reason)),
             config.admin)
 
     def _make_pool(self, lean: bool) -> WorkerPool | None:

@@ -176,7 +176,7 @@ class EvaluationEvents:
             lambda ch: logs_service_pb2_grpc.LogsServiceStub(ch).Export,
             logs_service_pb2.ExportLogsServiceRequest,
             lambda resp: int(resp.partial_success.rejected_log_records),
-            metrics.events_emitted, metrics, config)
+            metrics.sinks.events_emitted, metrics, config)
 
     def start(self) -> None:
         self._sender.start()

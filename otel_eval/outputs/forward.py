@@ -85,7 +85,7 @@ class Forwarder:
             lambda ch: trace_service_pb2_grpc.TraceServiceStub(ch).Export,
             trace_service_pb2.ExportTraceServiceRequest,
             lambda resp: int(resp.partial_success.rejected_spans),
-            metrics.forwarded, metrics, config)
+            metrics.sinks.forwarded, metrics, config)
 
     def start(self) -> None:
         self._sender.start()

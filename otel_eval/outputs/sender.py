@@ -3,7 +3,7 @@
 Promises:
 - ``submit`` never blocks the pipeline: when the queue (counted in items: spans or log
   records) is full, the oldest queued request is dropped, reason ``queue_full``;
-- every item that is not delivered is counted once through ``metrics.sink_dropped`` with a
+- every item that is not delivered is counted once through ``metrics.sinks.dropped`` with a
   reason from ``DROP_REASONS``;
 - retryable failures (UNAVAILABLE, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED, ABORTED) are retried
   with exponential backoff and jitter until ``max_retry_s``; others are dropped at once;
@@ -207,4 +207,4 @@ class OtlpSender(Generic[R]):
                 self._cond.wait(until - now)
 
     def _drop(self, reason: str, n: int) -> None:
-        self._metrics.sink_dropped(self.sink, reason, n)
+        self._metrics.sinks.dropped(self.sink, reason, n)

@@ -61,7 +61,7 @@ class _AuthInterceptor(grpc.ServerInterceptor):
         self.metrics = metrics
 
         def refuse(_requests: object, context: grpc.ServicerContext) -> None:
-            self.metrics.request_refused("grpc", "unauthenticated")
+            self.metrics.ingest.request_refused("grpc", "unauthenticated")
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or unknown bearer token")
 
         self._refusal = grpc.stream_unary_rpc_method_handler(refuse)  # never reads a message
@@ -162,7 +162,7 @@ class GrpcReceiver:
         self.tls: TlsFiles | None = None
         self._deadlines = _ReceiveDeadlines(
             config.grpc_receive_timeout_s,
-            lambda: ingest.metrics.request_refused("grpc", "receive_timeout"))
+            lambda: ingest.metrics.ingest.request_refused("grpc", "receive_timeout"))
 
     def bind(self) -> None:
         """Listen on the endpoint (calls wait until ``start``); ``StartupError`` naming the

@@ -92,7 +92,7 @@ class Ingest:
         try:
             req, rejected = otlp.parse_request(body)
         except otlp.MalformedRequest as e:
-            self.metrics.spans_rejected(protocol, "malformed_request", 0)
+            self.metrics.ingest.spans_rejected(protocol, "malformed_request", 0)
             return IngestResult("invalid", message=str(e))
         return self.handle_request(req, protocol, rejected, body, sender)
 
@@ -100,7 +100,7 @@ class Ingest:
         try:
             req = otlp.request_from_json(body)
         except ValueError as e:
-            self.metrics.spans_rejected(protocol, "malformed_request", 0)
+            self.metrics.ingest.spans_rejected(protocol, "malformed_request", 0)
             return IngestResult("invalid", message=str(e))
         return self.handle_request(req, protocol, Counter(), req.SerializeToString, sender)
 
@@ -112,12 +112,12 @@ class Ingest:
         decoded = otlp.decode_request(req)
         adm = self.engine.submit(decoded.spans, "otlp", request=request, sender=sender)
         if adm.throttled is not None:
-            self.metrics.request_throttled(protocol, adm.throttled)
+            self.metrics.ingest.request_throttled(protocol, adm.throttled)
             return IngestResult("throttled", message=f"otel-eval is at capacity "
                                 f"({adm.throttled}); retry later")
         rejected = rejected + decoded.reasons + adm.rejected
-        self.metrics.spans_ingested(protocol, adm.accepted, rejected)
-        self.metrics.export_duration(protocol, time.perf_counter() - started)
+        self.metrics.ingest.spans_ingested(protocol, adm.accepted, rejected)
+        self.metrics.ingest.export_duration(protocol, time.perf_counter() - started)
         return IngestResult("ok", adm.accepted, rejected, _message(rejected))
 
     # --- logs ------------------------------------------------------------------------------
@@ -126,7 +126,7 @@ class Ingest:
         try:
             req = otlp_logs.parse_logs_request(body)
         except otlp.MalformedRequest as e:
-            self.metrics.log_records(protocol, 0, {}, {"malformed_request": 0})
+            self.metrics.ingest.log_records(protocol, 0, {}, {"malformed_request": 0})
             return IngestResult("invalid", message=str(e), signal="logs")
         return self.handle_logs_request(req, protocol, sender, body)
 
@@ -134,7 +134,7 @@ class Ingest:
         try:
             req = otlp_logs.logs_request_from_json(body)
         except ValueError as e:
-            self.metrics.log_records(protocol, 0, {}, {"malformed_request": 0})
+            self.metrics.ingest.log_records(protocol, 0, {}, {"malformed_request": 0})
             return IngestResult("invalid", message=str(e), signal="logs")
         return self.handle_logs_request(req, protocol, sender, req.SerializeToString)
 
@@ -145,11 +145,11 @@ class Ingest:
         adm = self.engine.submit(decoded.records, "otlp", signal="logs", sender=sender,
                                  request=request) if decoded.records else Admission()
         if adm.throttled is not None:
-            self.metrics.request_throttled(f"{protocol}_logs", adm.throttled)
+            self.metrics.ingest.request_throttled(f"{protocol}_logs", adm.throttled)
             return IngestResult("throttled", message=f"otel-eval is at capacity "
                                 f"({adm.throttled}); retry later", signal="logs")
         rejected = decoded.rejected + adm.rejected
         ignored = decoded.ignored + adm.ignored
-        self.metrics.log_records(protocol, adm.accepted, ignored, rejected)
+        self.metrics.ingest.log_records(protocol, adm.accepted, ignored, rejected)
         return IngestResult("ok", adm.accepted, rejected, _message(rejected, "log record(s)"),
                             signal="logs")
