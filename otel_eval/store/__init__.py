@@ -10,7 +10,8 @@ loop the judge and Kafka share: every call here blocks):
     part                          writer                                     thread
     the row (findings, verdict,   evaluation stage: put_many, then           engine finishing,
       body, digest, revision)       remember_agents (evaluate/stage.py)        or a worker process
-    body.judge                    JudgeStage: put_judge (evaluate/judge)     otel-eval-judge-writer
+    body.judge                    JudgeStage (evaluate/judge): put_judge     otel-eval-judge-writer
+                                    through judge_writes.JudgeWrites
     feedback table; the row's     Feedback.record: put_feedback, then        admin HTTP request
       findings + verdict            put_verdict with retries (evaluate/feedback.py)
     the row's deletion            Retention: delete_older_than (retention)   otel-eval-retention
