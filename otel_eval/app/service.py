@@ -48,7 +48,7 @@ from otel_eval.assemble.engine import Engine
 from otel_eval.assemble.spool import Spool
 from otel_eval.assemble.store_health import StoreGaveUp, StoreHealth
 from otel_eval.base.aio import LoopThread
-from otel_eval.base.component import SinkComponent
+from otel_eval.base.component import OnLoop, SinkComponent
 from otel_eval.evaluate import judge
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.feedback import Feedback
@@ -232,7 +232,7 @@ class Service:
         if worker:
             lc.add("retention", self.retention)
         for sink in reversed(self.sinks):  # the judge (first sink) stops before the events
-            lc.add(type(getattr(sink, "part", sink)).__name__, sink)
+            lc.add(type(sink.part if isinstance(sink, OnLoop) else sink).__name__, sink)
         if self.kafka is not None:
             lc.add(self.kafka.name, self.kafka.component)
         if self.pool is not None:  # stopped after the engine drained into it
