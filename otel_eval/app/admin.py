@@ -34,9 +34,9 @@ send the token as the password of HTTP Basic authentication (any user name): a 4
 asks for it with ``WWW-Authenticate: Basic``. TLS (and mTLS) from
 ``admin.tls``, as on the receivers.
 
-Each route is a handler ``Request -> Response`` on the shared HTTP server
-(``receive.httpserver``: deadlines, connection limits, a reserve of slots for the probe paths
-and ``/metrics``).
+One routing table (``routes``: ``receive.routing``, method and path pattern -> handler)
+serves the API and the web view's pages on the shared HTTP server (``receive.httpserver``:
+deadlines, connection limits, a reserve of slots for the probe paths and ``/metrics``).
 """
 
 from __future__ import annotations
@@ -55,11 +55,11 @@ from prometheus_client import CollectorRegistry
 
 from otel_eval.base.configcheck import FieldErrors, parse_endpoint, validate
 from otel_eval.decode.body import BodyError, loads_bounded
-from otel_eval.outputs.ui.routes import Sources
-from otel_eval.outputs.ui.routes import handle as ui_handle
+from otel_eval.outputs.ui.routes import PAGES, Sources, View
 from otel_eval.outputs.ui.text import Redact
 from otel_eval.receive.config import HttpLimits
 from otel_eval.receive.httpserver import Handler, HttpServer, Request, Response
+from otel_eval.receive.routing import RouteHandler, Router, route
 from otel_eval.receive.security import (
     BearerAuth,
     Listeners,
@@ -275,12 +275,111 @@ def browser_guard(req: Request, path: str, loopback_open: bool) -> Response | No
     return None
 
 
+def _page(sources: Sources, page: View) -> RouteHandler:
+    """A web view page (``outputs.ui.routes.PAGES``) as a route of the admin endpoint."""
+    def serve(req: Request, found: re.Match[str]) -> Response:
+        code, headers, data = page(sources, found, req.query)
+        ctype = headers.pop("Content-Type")
+        return Response(code, data, ctype, headers)
+    return serve
+
+
+def _miss(req: Request) -> Response:
+    """No route: an unknown path (404; after a POST, the unread body closes the connection),
+    or a method the admin endpoint does not serve (405)."""
+    if req.method == "GET":
+        return _error(404, f"unknown path {req.path!r}")
+    if req.method == "POST":
+        return _json(404, {"error": f"unknown path {req.path!r}"}, close=True)
+    return _json(405, {"error": f"{req.method} is not served here"}, {"Allow": "GET, POST"},
+                 close=True)
+
+
+class _Routes:
+    """The admin API's handlers, ``Request, path match -> Response``."""
+
+    def __init__(self, api: AdminApi) -> None:
+        self.api = api
+
+    def metrics(self, req: Request, _found: re.Match[str]) -> Response:
+        data, ctype = render(self.api.registry, req.header("Accept"))
+        return Response(200, data, ctype)
+
+    def healthz(self, _req: Request, _found: re.Match[str]) -> Response:
+        ok = self.api.healthy()
+        return _json(200 if ok else 503, {"status": "ok" if ok else "unavailable"})
+
+    def readyz(self, _req: Request, _found: re.Match[str]) -> Response:
+        if self.api.ready():
+            return _json(200, {"status": "ok"})
+        return _json(503, {"status": "unavailable", "reason": self.api.unready()})
+
+    def evaluation(self, req: Request, _found: re.Match[str]) -> Response:
+        trace_id = (req.path.rstrip("/") or "/").rsplit("/", 1)[1].lower()
+        body = self.api.get(trace_id) if _TRACE_ID.match(trace_id) else None
+        return _json(200, body) if body else _error(404, f"no evaluation for trace {trace_id!r}")
+
+    def issues(self, _req: Request, _found: re.Match[str]) -> Response:
+        issues = self.api.issues()
+        return _json(200, issues) if issues is not None else _error(
+            404, "issue clustering is not enabled (issues.interval_s)")
+
+    def evaluations(self, req: Request, _found: re.Match[str]) -> Response:
+        if len(req.query) > MAX_QUERY_BYTES:
+            return _error(414, f"query string longer than {MAX_QUERY_BYTES} bytes")
+        try:
+            query = EvaluationQuery.from_params(parse_qs(req.query, keep_blank_values=True))
+        except QueryError as e:
+            return _error(400, str(e), parameter=e.param)
+        return _json(200, self.api.query(query).to_json())
+
+    def feedback(self, req: Request, _found: re.Match[str]) -> Response:
+        try:
+            raw = req.body(MAX_FEEDBACK_BYTES)
+        except BodyError as e:  # what was not read must not become a request
+            return _json(e.status, {"error": str(e)}, close=True)
+        try:
+            body = loads_bounded(raw or b"null", max_depth=8)
+            trace_id, outcome = str(body["trace_id"]).lower(), body["outcome"]
+        except (ValueError, KeyError, TypeError) as e:
+            why = f" ({e})" if isinstance(e, ValueError) else ""
+            return _error(400, 'expected JSON {"trace_id": "<32 hex>", "outcome": ...}' + why)
+        if not _TRACE_ID.match(trace_id):
+            return _error(400, f"trace_id must be 32 hex digits, got {trace_id!r}")
+        try:
+            updated = self.api.feedback(trace_id, outcome)
+        except ValueError as e:
+            return _error(400, str(e))
+        return _json(200, updated) if updated else _error(
+            404, f"no evaluation for trace {trace_id!r}: feedback is taken once the trace "
+            "is evaluated (nothing recorded)")
+
+
+def routes(api: AdminApi) -> Router:
+    """The admin endpoint's one routing table: the API, then the web view's pages. Patterns
+    match the raw path; the API's take trailing slashes (``/healthz/`` is ``/healthz``)."""
+    r = _Routes(api)
+    sources = Sources(api.query, api.get, api.issues, api.redact, api.trace_url)
+    return Router((
+        route("GET", r"/metrics/*", r.metrics),
+        route("GET", r"/healthz/*", r.healthz),
+        route("GET", r"/readyz/*", r.readyz),
+        route("GET", r"/v1/evaluations/*", r.evaluations),
+        route("GET", r"/v1/evaluations/.*[^/]/*", r.evaluation),
+        route("GET", r"/v1/issues/*", r.issues),
+        route("POST", r"/v1/feedback/*", r.feedback),
+        *(route("GET", pattern, _page(sources, page)) for pattern, page in PAGES),
+    ), _miss)
+
+
 def make_handler(api: AdminApi, auth: AdminAuth | None = None, *,
                  loopback: bool = False) -> Handler:
-    """``loopback``: the listener is on a loopback address (then, without tokens, only
-    loopback Host values are served)."""
+    """Every request passes the browser checks (``browser_guard``) and is authorized (the web
+    view may send its token as Basic), then routed (``routes``); a store that cannot answer
+    is a 503 (``_store_read``). ``loopback``: the listener is on a loopback address (then,
+    without tokens, only loopback Host values are served)."""
     access = auth or AdminAuth(AdminConfig())
-    sources = Sources(api.query, api.get, api.issues, api.redact, api.trace_url)
+    router = routes(api)
     loopback_open = loopback and not access.enabled
 
     def handle(req: Request) -> Response:
@@ -298,71 +397,7 @@ def make_handler(api: AdminApi, auth: AdminAuth | None = None, *,
             scheme = 'Basic realm="otel-eval", charset="UTF-8"' if ui else \
                 'Bearer realm="otel-eval"'
             return _json(status, {"error": why}, {"WWW-Authenticate": scheme}, close=True)
-        if req.method == "POST":
-            return _store_read(feedback, req) if path == "/v1/feedback" else _json(
-                404, {"error": f"unknown path {req.path!r}"}, close=True)
-        if req.method != "GET":
-            return _json(405, {"error": f"{req.method} is not served here"},
-                         {"Allow": "GET, POST"}, close=True)
-        return _store_read(lambda r: read(r, path), req)
-
-    def read(req: Request, path: str) -> Response:
-        if path == "/metrics":
-            data, ctype = render(api.registry, req.header("Accept"))
-            return Response(200, data, ctype)
-        if path == "/healthz":
-            ok = api.healthy()
-            return _json(200 if ok else 503, {"status": "ok" if ok else "unavailable"})
-        if path == "/readyz":
-            if api.ready():
-                return _json(200, {"status": "ok"})
-            return _json(503, {"status": "unavailable", "reason": api.unready()})
-        if path == "/v1/evaluations":
-            return evaluations(req)
-        if path.startswith("/v1/evaluations/"):
-            trace_id = path.rsplit("/", 1)[1].lower()
-            body = api.get(trace_id) if _TRACE_ID.match(trace_id) else None
-            return _json(200, body) if body else _error(
-                404, f"no evaluation for trace {trace_id!r}")
-        if _is_ui(path):
-            code, headers, data = ui_handle(sources, req.path, req.query)
-            ctype = headers.pop("Content-Type")
-            return Response(code, data, ctype, headers)
-        if path == "/v1/issues":
-            issues = api.issues()
-            return _json(200, issues) if issues is not None else _error(
-                404, "issue clustering is not enabled (issues.interval_s)")
-        return _error(404, f"unknown path {req.path!r}")
-
-    def evaluations(req: Request) -> Response:
-        if len(req.query) > MAX_QUERY_BYTES:
-            return _error(414, f"query string longer than {MAX_QUERY_BYTES} bytes")
-        try:
-            query = EvaluationQuery.from_params(parse_qs(req.query, keep_blank_values=True))
-        except QueryError as e:
-            return _error(400, str(e), parameter=e.param)
-        return _json(200, api.query(query).to_json())
-
-    def feedback(req: Request) -> Response:
-        try:
-            raw = req.body(MAX_FEEDBACK_BYTES)
-        except BodyError as e:  # what was not read must not become a request
-            return _json(e.status, {"error": str(e)}, close=True)
-        try:
-            body = loads_bounded(raw or b"null", max_depth=8)
-            trace_id, outcome = str(body["trace_id"]).lower(), body["outcome"]
-        except (ValueError, KeyError, TypeError) as e:
-            why = f" ({e})" if isinstance(e, ValueError) else ""
-            return _error(400, 'expected JSON {"trace_id": "<32 hex>", "outcome": ...}' + why)
-        if not _TRACE_ID.match(trace_id):
-            return _error(400, f"trace_id must be 32 hex digits, got {trace_id!r}")
-        try:
-            updated = api.feedback(trace_id, outcome)
-        except ValueError as e:
-            return _error(400, str(e))
-        return _json(200, updated) if updated else _error(
-            404, f"no evaluation for trace {trace_id!r}: feedback is taken once the trace "
-            "is evaluated (nothing recorded)")
+        return _store_read(router, req)
 
     return handle
 

@@ -8,7 +8,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, TypeAlias
 
 from otel_eval.app.config import Config, load_config, replace
 from otel_eval.base.configcheck import ConfigError, StartupError, parse_endpoint
@@ -62,12 +62,27 @@ def _model(p: argparse.ArgumentParser) -> None:
                    "train` (prediction.model_path): adds prediction.p_success per trace")
 
 
+# The subcommands' parsers (``add_subparsers``): each command adds its own.
+Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="otel-eval", description=__doc__)
     parser.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     sub = parser.add_subparsers(dest="command", required=True)
+    _serve_command(sub)
+    _eval_command(sub)
+    _train_command(sub)
+    _replay_command(sub)
+    _config_command(sub)
+    _show_command(sub)
+    _inspect_command(sub)
+    _issues_command(sub)
+    return parser
 
+
+def _serve_command(sub: Commands) -> None:
     serve = sub.add_parser("serve", help="run the streaming service (OTLP in, results out)")
     _common(serve)
     serve.add_argument("--grpc-endpoint", type=_endpoint, metavar="HOST:PORT")
@@ -91,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="receivers publish to Kafka instead of assembling")
     _model(serve)
 
+
+def _eval_command(sub: Commands) -> None:
     ev = sub.add_parser("eval", help="evaluate trace files offline")
     _common(ev)
     ev.add_argument("paths", nargs="+", metavar="PATH")
@@ -99,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="stop judging once the judge has spent this much")
     _model(ev)
 
+
+def _train_command(sub: Commands) -> None:
     tr = sub.add_parser("train", help="train the success predictor on labelled runs")
     _common(tr)
     tr.add_argument("paths", nargs="+", metavar="PATH")
@@ -109,15 +128,21 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--out", metavar="MODEL", required=True, help="model file to write")
     tr.add_argument("--name", default="success", help="model name (default: success)")
 
+
+def _replay_command(sub: Commands) -> None:
     rp = sub.add_parser("replay", help="re-emit trace files as OTLP spans")
     rp.add_argument("paths", nargs="+", metavar="PATH")
     rp.add_argument("--endpoint", type=_endpoint, required=True, metavar="HOST:PORT")
     rp.add_argument("--protocol", choices=["grpc", "http"], default="grpc")
 
+
+def _config_command(sub: Commands) -> None:
     cf = sub.add_parser("config", help="print the configuration reference (defaults, or the "
                         "effective configuration of --config FILE) as commented YAML")
     cf.add_argument("--config", metavar="FILE")
 
+
+def _show_command(sub: Commands) -> None:
     sh = sub.add_parser("show", help="one evaluated run as a tree of steps, each finding and "
                         "judge critique on its step")
     _common(sh)
@@ -132,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="fold tool results and LLM content to this width (100)")
     sh.add_argument("--full", action="store_true", help="unfold tool results and LLM content")
 
+
+def _inspect_command(sub: Commands) -> None:
     ins = sub.add_parser("inspect", help="how each span of a trace was read: which convention "
                          "and attribute supplied each field, what stayed unknown and why")
     _common(ins)
@@ -142,11 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("--trace", metavar="TRACE_ID", help="only this trace of FILE")
     ins.add_argument("--format", choices=["text", "json"], default="text")
 
+
+def _issues_command(sub: Commands) -> None:
     iss = sub.add_parser("issues", help="cluster critiques and findings into recurring issues")
     _common(iss)
     iss.add_argument("paths", nargs="+", metavar="PATH")
     iss.add_argument("--format", choices=["table", "json"], default="table")
-    return parser
 
 
 def config_from_args(args: argparse.Namespace) -> Config:

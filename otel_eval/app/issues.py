@@ -93,6 +93,7 @@ def cmd_issues(args: argparse.Namespace, run: EvalRun, out: TextIO) -> int:
     from otel_eval.evaluate.judge.synthesizer import judge_synthesizer
     from otel_eval.outputs.issues.files import EvaluationFileError
     from otel_eval.outputs.issues.result import to_json
+    from otel_eval.outputs.issues.synthesis import REPLY_SCHEMA, check_reply
     from otel_eval.outputs.issues.tracker import issues_offline
     from otel_eval.receive.loaders import LoaderError
 
@@ -100,7 +101,8 @@ def cmd_issues(args: argparse.Namespace, run: EvalRun, out: TextIO) -> int:
         cfg = run.cfg
         result = issues_offline(evaluations(list(args.paths), cfg, run), cfg.issues,
                                 namer=judge_namer(cfg.judge),
-                                synthesizer=judge_synthesizer(cfg.judge))
+                                synthesizer=judge_synthesizer(cfg.judge, REPLY_SCHEMA,
+                                                              check_reply))
     except ConfigError as e:
         print(f"otel-eval: {e}", file=sys.stderr)
         return 2

@@ -6,7 +6,8 @@
 
 Receivers, the engine, the judge stage, the issues job, senders, the admin server and the
 event loop implement it directly; async stages (Kafka consumer and publishers) run on the
-service's loop through ``OnLoop``. ``Lifecycle`` starts parts in the order they were added
+service's loop through ``OnLoop`` (both in ``otel_eval.base.component``, where the optional
+parts' builders see them). ``Lifecycle`` starts parts in the order they were added
 and shuts them down in reverse, each given what is left of one overall deadline; a part that
 fails to stop is logged and the rest still stop.
 """
@@ -16,47 +17,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
 
-from otel_eval.base.aio import LoopThread
+from otel_eval.base.component import AsyncComponent, Component, OnLoop
 from otel_eval.base.configcheck import ConfigError, StartupError
 
+__all__ = ["AsyncComponent", "Component", "Lifecycle", "OnLoop", "Step"]
+
 log = logging.getLogger(__name__)
-
-# Extra wait for a coroutine's result beyond the deadline it was given (loop hand-off).
-_LOOP_SLACK_S = 5.0
-
-
-@runtime_checkable
-class Component(Protocol):
-    def start(self) -> None: ...
-
-    def shutdown(self, deadline_s: float) -> None: ...
-
-
-class AsyncComponent(Protocol):
-    async def start(self) -> None: ...
-
-    async def shutdown(self, deadline_s: float) -> None: ...
-
-
-class OnLoop:
-    """An async component as a ``Component``: its coroutines run on the service's loop."""
-
-    def __init__(self, part: AsyncComponent, loop: LoopThread, start_timeout_s: float = 60.0,
-                 ) -> None:
-        self.part = part
-        self.loop = loop
-        self.start_timeout_s = start_timeout_s
-
-    def start(self) -> None:
-        self.loop.run(self.part.start(), timeout_s=self.start_timeout_s)
-
-    def shutdown(self, deadline_s: float) -> None:
-        self.loop.run(self.part.shutdown(deadline_s), timeout_s=deadline_s + _LOOP_SLACK_S)
-
-    def __getattr__(self, name: str) -> Any:  # sinks: export() and the rest pass through
-        return getattr(self.part, name)
 
 
 class Step:

@@ -7,8 +7,11 @@
                                            sinks: judge, events, forward, Kafka results topic
     admin :8888 <- /metrics, /healthz, /readyz, /v1/evaluations, /v1/feedback, /v1/issues
 
-With ``kafka.publish`` the receivers' Ingest feeds a ``PublishingEngine`` (records to the
-topic) instead. The async stages (judge, Kafka) share one event loop thread (``aio``).
+Each optional part (the sinks, the Kafka front end, the issues job) comes from the
+``build(config, deps)`` next to its code, None when its config leaves it off; the service
+iterates what they return. With ``kafka.publish`` the receivers' Ingest feeds a
+``PublishingEngine`` (records to the topic) instead. The async stages (judge, Kafka) share
+one event loop thread (``aio``).
 
 Lifecycle (``otel_eval.app.lifecycle``): every long-running part is a ``Component`` with
 ``start()`` and ``shutdown(deadline_s)``. ``Service()`` only constructs them (no file, socket
@@ -32,7 +35,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import FrameType
 from typing import Any
 
@@ -40,17 +43,28 @@ from prometheus_client import CollectorRegistry
 
 from otel_eval.app.admin import AdminApi, AdminServer
 from otel_eval.app.config import Config, check_exposure
-from otel_eval.app.lifecycle import Lifecycle, OnLoop, Step
+from otel_eval.app.lifecycle import Lifecycle, Step
 from otel_eval.app.worker import EvaluatorSections, WorkerSpec
 from otel_eval.app.workers import WorkerPool, available_cores
-from otel_eval.assemble.engine import Engine, Sink
+from otel_eval.assemble.engine import Engine
 from otel_eval.assemble.spool import Spool
 from otel_eval.assemble.store_health import StoreGaveUp, StoreHealth
 from otel_eval.base.aio import LoopThread
+from otel_eval.base.component import OnLoop, SinkComponent
+from otel_eval.evaluate import judge
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.feedback import Feedback
+from otel_eval.evaluate.judge.namer import judge_namer
 from otel_eval.evaluate.judge.redact import Redactor
+from otel_eval.evaluate.judge.synthesizer import judge_synthesizer
 from otel_eval.evaluate.stage import InProcess, store_failed
+from otel_eval.outputs import events as outputs_events
+from otel_eval.outputs import forward
+from otel_eval.outputs import kafka as results
+from otel_eval.outputs.deps import Deps
+from otel_eval.outputs.issues import job as issues_job
+from otel_eval.outputs.issues.synthesis import REPLY_SCHEMA, check_reply
+from otel_eval.receive import kafka as kafka_front
 from otel_eval.receive.grpc import GrpcReceiver
 from otel_eval.receive.http import HttpReceiver
 from otel_eval.receive.ingest import Ingest
@@ -70,6 +84,19 @@ class Options:
     references_path: str | None = None
 
 
+def build_sinks(config: Config, deps: Deps) -> list[SinkComponent]:
+    """Every sink the config turns on, in the order each evaluation reaches them; the
+    lifecycle stops them in reverse, so the judge drains before the events sink it writes to
+    is flushed. A new sink: a module with ``build(config, deps)`` and one line here."""
+    events = outputs_events.build(config.export, deps)
+    deps = replace(deps, events=events)
+    sinks = (judge.build(config.judge, deps, config.trajectory),
+             events,
+             forward.build(config.export, deps),
+             results.build(config.kafka, deps))
+    return [sink for sink in sinks if sink is not None]
+
+
 class Service:
     def __init__(self, config: Config, options: Options | None = None, *,
                  registry: CollectorRegistry | None = None,
@@ -86,79 +113,61 @@ class Service:
         self._locks = instance_locks(config.store)
         self.store = store_at(config.store.target, config.store.session)
         self.evaluator = Evaluator(config, references_path=self.options.references_path)
-        kc = config.kafka
-        needs_loop = config.judge.active or kc.enabled
+        needs_loop = config.judge.active or config.kafka.enabled
         self.loop = LoopThread() if needs_loop else None  # started first, stopped last
-        self.sinks: list[Any] = self._make_sinks()
-        sc = config.store
-        spool_file = sc.spool_file()
-        self.spool = Spool(spool_file, sc.spool_max_bytes, self.metrics.spool,
-                           fsync=sc.spool_fsync) if spool_file else None
-        engine_sinks = [s for s in self.sinks if hasattr(s, "export")]
-        self.pool = self._make_pool(lean=not engine_sinks)
-        self.store_health = StoreHealth(
-            self.store.location, initial_interval_s=sc.write_retry_initial_interval_s,
-            max_interval_s=sc.write_retry_max_interval_s,
-            max_elapsed_s=sc.write_retry_max_elapsed_s, clock=clock)
+        deps = Deps(self.metrics, self.registry, self.store, config.store.path,
+                    config.store.target, self.loop)
+        self.sinks = build_sinks(config, deps)
+        self.spool = self._make_spool()
+        self.pool = self._make_pool(lean=not self.sinks)
+        self.store_health = self._make_store_health()
         stage = self.pool or InProcess(self.evaluator, self.store)
         self.engine = Engine(stage, self.store_health, self.metrics, assembly=config.assembly,
-                             sinks=engine_sinks, clock=clock, spool=self.spool)
-        self.consumer: Any = None
-        self.publisher: Any = None
-        submitter: Any = self.engine
-        if kc.enabled and self.loop is not None:
-            if kc.publish:
-                from otel_eval.receive.kafka.frontend import PublishingEngine
-                from otel_eval.receive.kafka.publisher import KafkaPublisher
-                self.publisher = KafkaPublisher(kc, self.metrics.kafka)
-                submitter = PublishingEngine(self.publisher, self.loop)
-            else:
-                from otel_eval.receive.kafka.consumer import KafkaConsumerStage
-                self.consumer = KafkaConsumerStage(kc, self.engine, self.metrics.kafka)
-        ingest = Ingest(submitter, self.metrics)
-        self.issues = self._make_issues()
+                             sinks=self.sinks, clock=clock, spool=self.spool)
+        self.kafka = kafka_front.build(config.kafka, deps, self.engine)
+        jc = config.judge
+        self.issues = issues_job.build(config.issues, deps, namer=lambda: judge_namer(jc),
+                                       synthesizer=lambda: judge_synthesizer(
+                                           jc, REPLY_SCHEMA, check_reply))
         self.retention = Retention(self.store, config.store.retention_days)
         self._feedback = Feedback(self.store, self.evaluator, self.metrics.prediction)
+        front = self.kafka.submitter if self.kafka is not None else None
+        ingest = Ingest(front if front is not None else self.engine, self.metrics)
         rc = config.receiver
         self.grpc = GrpcReceiver(rc, ingest) if rc.grpc_endpoint else None
         self.http = HttpReceiver(rc, ingest) if rc.http_endpoint else None
-        self.admin = AdminServer(config.admin.endpoint, AdminApi(
+        self.admin = self._make_admin()
+        self._ready = False
+        self._stopped = threading.Event()
+        self._lifecycle_: Lifecycle | None = None
+
+    def _make_spool(self) -> Spool | None:
+        sc = self.config.store
+        spool_file = sc.spool_file()
+        return Spool(spool_file, sc.spool_max_bytes, self.metrics.spool,
+                     fsync=sc.spool_fsync) if spool_file else None
+
+    def _make_store_health(self) -> StoreHealth:
+        sc = self.config.store
+        return StoreHealth(
+            self.store.location, initial_interval_s=sc.write_retry_initial_interval_s,
+            max_interval_s=sc.write_retry_max_interval_s,
+            max_elapsed_s=sc.write_retry_max_elapsed_s, clock=self.clock)
+
+    def _make_admin(self) -> AdminServer:
+        config = self.config
+        return AdminServer(config.admin.endpoint, AdminApi(
             registry=self.registry, query=self.store.query, get=self.store.get,
             feedback=self.feedback, healthy=lambda: self.healthy,
             ready=lambda: self._ready and not self.store_health.failing,
             unready=self._unready,
             issues=self.issues.latest_json if self.issues is not None else lambda: None,
-            refused=self.metrics.request_refused,
+            refused=self.metrics.ingest.request_refused,
             redact=Redactor(config.judge.redaction).redact,
             trace_url=config.admin.trace_url,
-            connection_closed=lambda reason: self.metrics.connection_closed("admin", reason)),
+            connection_closed=lambda reason: self.metrics.ingest.connection_closed("admin",
+                                                                                   reason)),
             config.admin)
-        self._ready = False
-        self._stopped = threading.Event()
-        self._lifecycle_: Lifecycle | None = None
-
-    def _make_sinks(self) -> list[Sink]:
-        """Judge first: it drains before the events sink it writes to is flushed."""
-        sinks: list[Sink] = []
-        ec, jc, kc = self.config.export, self.config.judge, self.config.kafka
-        events = None
-        if ec.events_endpoint:
-            from otel_eval.outputs.events import EvaluationEvents
-            events = EvaluationEvents(ec, self.metrics)
-        if jc.active and self.loop is not None:
-            from otel_eval.evaluate.judge.stage import JudgeStage
-            sinks.append(JudgeStage(jc, self.loop, self.store, self.metrics, events,
-                                    cache_path=self.config.store.path,
-                                    trajectory=self.config.trajectory))
-        if events is not None:
-            sinks.append(events)
-        if ec.forward_endpoint:
-            from otel_eval.outputs.forward import Forwarder
-            sinks.append(Forwarder(ec, self.metrics))
-        if kc.enabled and kc.results_topic and not kc.publish and self.loop is not None:
-            from otel_eval.outputs.kafka import ResultsPublisher
-            sinks.append(OnLoop(ResultsPublisher(kc, self.metrics.kafka), self.loop))
-        return sinks
 
     def _make_pool(self, lean: bool) -> WorkerPool | None:
         """Worker processes for evaluation when more than one is asked for (0: per core)."""
@@ -188,24 +197,6 @@ class Service:
             self.pool = None
             self.engine.stage = InProcess(self.evaluator, self.store)
 
-    def _make_issues(self) -> Any:
-        """The periodic issue clustering over the stored window (``issues.interval_s``)."""
-        ic = self.config.issues
-        if ic.interval_s <= 0:
-            return None
-        from otel_eval.evaluate.judge.namer import judge_namer
-        from otel_eval.evaluate.judge.synthesizer import judge_synthesizer
-        from otel_eval.outputs.issues.critiques import critique_fields
-        from otel_eval.outputs.issues.grafana import GrafanaAnnotator
-        from otel_eval.outputs.issues.job import IssuesJob
-        grafana = GrafanaAnnotator(ic.grafana) if ic.grafana.url else None
-        store = self.store
-        return IssuesJob(ic, ic.store_path or self.config.store.target,
-                         lambda since_ns: store.since(since_ns, keep=critique_fields),
-                         self.registry,
-                         annotator=grafana, namer=judge_namer(self.config.judge),
-                         synthesizer=judge_synthesizer(self.config.judge))
-
     def _unready(self) -> str:
         """Why /readyz answers 503."""
         if store := self.store_health.describe():
@@ -214,7 +205,7 @@ class Service:
 
     @property
     def healthy(self) -> bool:
-        consumer_failed = self.consumer is not None and self.consumer.failure is not None
+        consumer_failed = self.kafka is not None and self.kafka.failure() is not None
         return self.engine.healthy and not consumer_failed
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -245,11 +236,9 @@ class Service:
         if worker:
             lc.add("retention", self.retention)
         for sink in reversed(self.sinks):  # the judge (first sink) stops before the events
-            lc.add(type(getattr(sink, "part", sink)).__name__, sink)
-        if self.publisher is not None and self.loop is not None:
-            lc.add("kafka publisher", OnLoop(self.publisher, self.loop))
-        if self.consumer is not None and self.loop is not None:
-            lc.add("kafka consumer", OnLoop(self.consumer, self.loop))
+            lc.add(type(sink.part if isinstance(sink, OnLoop) else sink).__name__, sink)
+        if self.kafka is not None:
+            lc.add(self.kafka.name, self.kafka.component)
         if self.pool is not None:  # stopped after the engine drained into it
             lc.add("evaluation workers", Step(
                 start=self._start_pool,

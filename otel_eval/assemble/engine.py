@@ -175,7 +175,7 @@ class Engine:
             barrier.arm(len(res.traces))
         adm.accepted, adm.rejected = res.accepted, res.rejected
         if res.reopened:  # log records re-open a trace without spans of their own
-            self.metrics.trace_reopened(res.reopened if signal == "traces" else 0)
+            self.metrics.ingest.trace_reopened(res.reopened if signal == "traces" else 0)
         return adm
 
     def _add(self, signal: Signal, items: Sequence[Any], on_trace: Any, source: str,
@@ -235,11 +235,11 @@ class Engine:
 
     def _update_gauges(self) -> None:  # lock held
         asm = self._assembler
-        self.metrics.open_traces(len(asm))
-        self.metrics.pending_spans(asm.open_spans + self.finishing.queued_spans)
-        self.metrics.pending_log_records(asm.open_logs)
+        self.metrics.ingest.open_traces(len(asm))
+        self.metrics.ingest.pending_spans(asm.open_spans + self.finishing.queued_spans)
+        self.metrics.ingest.pending_log_records(asm.open_logs)
         for reason, n in asm.dropped_logs.items():
-            self.metrics.log_records_dropped(reason, n)
+            self.metrics.ingest.log_records_dropped(reason, n)
         asm.dropped_logs.clear()
 
     # --- lifecycle ---------------------------------------------------------------------------

@@ -35,25 +35,15 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
 from otel_eval.assemble.durability import Durability
 from otel_eval.assemble.store_health import StoreHealth
+from otel_eval.base.component import Sink
 from otel_eval.base.model import Evaluation, Trace, content_digest
 from otel_eval.evaluate.handoff import NOT_A_RUN, EvaluationStage, Job, Outcome
 from otel_eval.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
-
-
-class Sink(Protocol):
-    """Where stored evaluations go next (events, pass-through, judge). Must not block."""
-
-    def export(self, trace: Trace, evaluation: Evaluation) -> None: ...
-
-    def pass_on(self, trace: Trace) -> None:
-        """A trace that gets no evaluation because it is no agent run (``not_a_run``): a sink
-        in the trace path passes its spans on; the others do nothing."""
 
 
 class Finishing:
@@ -83,7 +73,7 @@ class Finishing:
             self._queue.append(Job(t, now))
             self.queued_spans += len(t.spans)
             self.queued_bytes += sum(s.nbytes for s in t.spans)
-            self._metrics.trace_released(t.status, t.release_reason, len(t.spans))
+            self._metrics.ingest.trace_released(t.status, t.release_reason, len(t.spans))
         if traces:
             self.wake.set()
 
@@ -129,12 +119,12 @@ class Finishing:
             trace, ev = job.trace, out.evaluation
             if ev is None:  # already evaluated (and exported then), or no agent run
                 skipped = out.skipped or "already_evaluated"
-                self._metrics.evaluation_skipped(skipped)
+                self._metrics.evaluation.skipped(skipped)
                 if skipped == NOT_A_RUN:
                     self._to_sinks(trace, None)
                 continue
             if out.failure is not None:
-                self._metrics.evaluation_failed("evaluate", out.failure)
+                self._metrics.evaluation.failed("evaluate", out.failure)
             self._metrics.evaluation_stored(ev, now - job.released_at, out.superseded)
             self._to_sinks(trace, ev)
         # Only now is the work durable: release the pending budget and tell the waiters.
@@ -157,7 +147,7 @@ class Finishing:
             except Exception:
                 log.exception("sink %s failed on trace %s", type(sink).__name__,
                               trace.trace_id)
-                self._metrics.sink_dropped(type(sink).__name__, "exception", 1)
+                self._metrics.sinks.dropped(type(sink).__name__, "exception", 1)
 
     def _keep(self, refused: list[tuple[Job, Outcome]]) -> None:
         """The store did not write these: back to the head of the queue, in their order, as
@@ -168,5 +158,5 @@ class Finishing:
                 self._queue.appendleft(job)
         out = refused[0][1]
         assert out.unstored is not None
-        self._metrics.store_write_failed(out.unstored)
+        self._metrics.evaluation.store_write_failed(out.unstored)
         self.health.failed(out.unstored, out.error)

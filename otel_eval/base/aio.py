@@ -22,7 +22,9 @@ T = TypeVar("T")
 
 class LoopThread:
     def __init__(self, name: str = "otel-eval-aio") -> None:
-        self.loop = asyncio.new_event_loop()
+        # Made by start(): an event loop holds a selector and a socket pair, which a loop
+        # thread built but never started (a Service constructed, then dropped) would leak.
+        self.loop: asyncio.AbstractEventLoop
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
 
     def _main(self) -> None:
@@ -30,6 +32,7 @@ class LoopThread:
         self.loop.run_forever()
 
     def start(self) -> None:
+        self.loop = asyncio.new_event_loop()
         self._thread.start()
 
     def run(self, coro: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:

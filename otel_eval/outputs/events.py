@@ -35,6 +35,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from otel_eval.base import model
 from otel_eval.decode.otlp import dict_to_attributes
 from otel_eval.outputs.config import ExportConfig
+from otel_eval.outputs.deps import Deps
 from otel_eval.outputs.sender import OtlpSender
 from otel_eval.telemetry.metrics import Metrics
 
@@ -175,7 +176,7 @@ class EvaluationEvents:
             lambda ch: logs_service_pb2_grpc.LogsServiceStub(ch).Export,
             logs_service_pb2.ExportLogsServiceRequest,
             lambda resp: int(resp.partial_success.rejected_log_records),
-            metrics.events_emitted, metrics, config)
+            metrics.sinks.events_emitted, metrics, config)
 
     def start(self) -> None:
         self._sender.start()
@@ -214,3 +215,8 @@ class EvaluationEvents:
         rl = req.resource_logs.add(resource=self._resource)
         rl.scope_logs.add(scope=self._scope, log_records=records)
         self._sender.submit(req, len(records))
+
+
+def build(config: ExportConfig, deps: Deps) -> EvaluationEvents | None:
+    """The events sink when ``export.events_endpoint`` is set."""
+    return EvaluationEvents(config, deps.metrics) if config.events_endpoint else None

@@ -34,6 +34,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from otel_eval.base import model
 from otel_eval.decode.otlp import encode_spans
 from otel_eval.outputs.config import ExportConfig
+from otel_eval.outputs.deps import Deps
 from otel_eval.outputs.sender import OtlpSender
 from otel_eval.telemetry.metrics import Metrics
 
@@ -86,7 +87,7 @@ class Forwarder:
             lambda ch: trace_service_pb2_grpc.TraceServiceStub(ch).Export,
             trace_service_pb2.ExportTraceServiceRequest,
             lambda resp: int(resp.partial_success.rejected_spans),
-            metrics.forwarded, metrics, config)
+            metrics.sinks.forwarded, metrics, config)
 
     def start(self) -> None:
         self._sender.start()
@@ -103,3 +104,8 @@ class Forwarder:
     def pass_on(self, trace: model.Trace) -> None:
         if trace.spans:
             self._sender.submit(encode_spans(trace.spans), len(trace.spans))
+
+
+def build(config: ExportConfig, deps: Deps) -> Forwarder | None:
+    """Pass-through when ``export.forward_endpoint`` is set."""
+    return Forwarder(config, deps.metrics) if config.forward_endpoint else None

@@ -17,15 +17,17 @@ import json
 import logging
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError
-
+from otel_eval.base.component import OnLoop
 from otel_eval.base.kafka.client import client_kwargs
 from otel_eval.base.kafka.config import KafkaConfig
 from otel_eval.base.kafka.stats import KafkaMetrics, KafkaStats
 from otel_eval.base.model import Evaluation, Trace
+from otel_eval.outputs.deps import Deps
+
+if TYPE_CHECKING:
+    from aiokafka import AIOKafkaProducer
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,8 @@ class ResultsPublisher:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
+        from aiokafka import AIOKafkaProducer  # loaded when a results topic is on, not by serve
+
         self._loop = asyncio.get_running_loop()
         cfg = self.config  # the same security, acks, compression and size as --kafka-publish
         producer = AIOKafkaProducer(
@@ -96,6 +100,8 @@ class ResultsPublisher:
 
     async def shutdown(self, deadline_s: float = 10.0) -> None:
         """Send what is queued (up to the deadline), then stop the producer."""
+        from aiokafka.errors import KafkaError
+
         end = time.monotonic() + deadline_s
         if self._task is not None:
             self._task.cancel()
@@ -110,3 +116,11 @@ class ResultsPublisher:
                 self._queue.clear()
             await self._producer.stop()
             self._producer = None
+
+
+def build(config: KafkaConfig, deps: Deps) -> OnLoop | None:
+    """The results publisher on the service's loop, for a Kafka worker with
+    ``kafka.results_topic`` set (a publishing front end evaluates nothing)."""
+    if not (config.enabled and config.results_topic and not config.publish) or deps.loop is None:
+        return None
+    return OnLoop(ResultsPublisher(config, deps.metrics.kafka), deps.loop)

@@ -3,7 +3,7 @@
 Promises:
 - ``submit`` never blocks the pipeline: when the queue (counted in items: spans or log
   records) is full, the oldest queued request is dropped, reason ``queue_full``;
-- every item that is not delivered is counted once through ``metrics.sink_dropped`` with a
+- every item that is not delivered is counted once through ``metrics.sinks.dropped`` with a
   reason from ``DROP_REASONS``;
 - retryable failures (UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED) are retried with the shared
   back-off (``base.backoff``: capped exponential, jitter) until ``max_retry_s``;
@@ -294,4 +294,4 @@ class OtlpSender(Generic[R]):
                 self._cond.wait(until - now)
 
     def _drop(self, reason: str, n: int) -> None:
-        self._metrics.sink_dropped(self.sink, reason, n)
+        self._metrics.sinks.dropped(self.sink, reason, n)

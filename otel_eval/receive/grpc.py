@@ -73,7 +73,7 @@ class _AuthInterceptor(grpc.ServerInterceptor):
         self.metrics = metrics
 
         def refuse(_requests: object, context: grpc.ServicerContext) -> None:
-            self.metrics.request_refused("grpc", "unauthenticated")
+            self.metrics.ingest.request_refused("grpc", "unauthenticated")
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or unknown bearer token")
 
         self._refusal = grpc.stream_unary_rpc_method_handler(refuse)  # never reads a message
@@ -205,7 +205,7 @@ class GrpcReceiver:
         self.tls: TlsFiles | None = None
         self._deadlines = _ReceiveDeadlines(
             config.grpc_receive_timeout_s,
-            lambda: ingest.metrics.request_refused("grpc", "receive_timeout"))
+            lambda: ingest.metrics.ingest.request_refused("grpc", "receive_timeout"))
         self._shares = _SenderShares(config.grpc_max_waiting_rpcs_per_sender)
 
     def bind(self) -> None:
@@ -260,7 +260,7 @@ class GrpcReceiver:
         """The call's message, waited for within the sender's share of waiting calls."""
         sender = self._sender(context) if self.auth.enabled else peer_host(context.peer())
         if not self._shares.enter(sender):
-            self.ingest.metrics.request_throttled("grpc", "sender_share")
+            self.ingest.metrics.ingest.request_throttled("grpc", "sender_share")
             self._abort_retryable(context, "this sender already has "
                                   f"{self._shares.share} calls waiting for their message")
         try:

@@ -62,7 +62,7 @@ def make_handler(config: ReceiverConfig, ingest: Ingest) -> Handler:
         # the connection: the unread body must not be parsed as the next request
         sender = checker.identify(req.header("Authorization"))
         if sender is None:
-            ingest.metrics.request_refused("http", "unauthenticated")
+            ingest.metrics.ingest.request_refused("http", "unauthenticated")
             return _status(401, "missing or unknown bearer token", ctype,
                            {"WWW-Authenticate": 'Bearer realm="otel-eval"'}, close=True)
         if checker.enabled:  # kept ahead of partial requests when the listener is full
@@ -77,7 +77,7 @@ def make_handler(config: ReceiverConfig, ingest: Ingest) -> Handler:
         try:
             body = req.body(config.max_message_bytes)
         except BodyError as e:
-            ingest.metrics.spans_rejected(
+            ingest.metrics.ingest.spans_rejected(
                 "http", "too_large" if e.status == 413 else "malformed_request", 0)
             return _status(e.status, str(e), ctype, close=True)
         if req.path == "/v1/logs":
@@ -119,7 +119,7 @@ class HttpReceiver:
         self._server = HttpServer(
             self.config.http_endpoint, make_handler(self.config, self.ingest),
             name="otlp-http", limits=self.config.http_limits, tls=tls, error=status_error,
-            on_close=lambda reason: metrics.connection_closed("http", reason),
+            on_close=lambda reason: metrics.ingest.connection_closed("http", reason),
             reuse_partial=True)
         self._server.bind()
         self.port = self._server.port

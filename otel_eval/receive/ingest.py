@@ -47,6 +47,7 @@ from otel_eval.assemble.engine import Admission
 from otel_eval.base.model import LogEvent, Span
 from otel_eval.decode import otlp, otlp_logs
 from otel_eval.decode.otlp_logs import HeldRecord
+from otel_eval.telemetry.ingest import IngestMetrics
 from otel_eval.telemetry.metrics import Metrics
 
 
@@ -73,7 +74,7 @@ class IngestAccounting(Protocol):
 class _ByProtocol:
     """``IngestAccounting`` of a receiver: the receiver metrics labelled by protocol."""
 
-    def __init__(self, metrics: Metrics, protocol: str, throttle_label: str) -> None:
+    def __init__(self, metrics: IngestMetrics, protocol: str, throttle_label: str) -> None:
         self.metrics, self.protocol, self.throttle_label = metrics, protocol, throttle_label
 
     def spans_ingested(self, accepted: int, rejected: Mapping[str, int]) -> None:
@@ -177,7 +178,7 @@ class Ingest:
         try:
             req, rejected = otlp.parse_request(body)
         except otlp.MalformedRequest as e:
-            self.metrics.spans_rejected(protocol, "malformed_request", 0)
+            self.metrics.ingest.spans_rejected(protocol, "malformed_request", 0)
             return IngestResult("invalid", message=str(e))
         return self.handle_request(req, protocol, rejected, body, sender)
 
@@ -185,7 +186,7 @@ class Ingest:
         try:
             req = otlp.request_from_json(body)
         except ValueError as e:
-            self.metrics.spans_rejected(protocol, "malformed_request", 0)
+            self.metrics.ingest.spans_rejected(protocol, "malformed_request", 0)
             return IngestResult("invalid", message=str(e))
         return self.handle_request(req, protocol, Counter(), req.SerializeToString, sender)
 
@@ -196,10 +197,10 @@ class Ingest:
         started = time.perf_counter()
         decoded = otlp.decode_request(req)
         res = self.admit(Decoded("traces", decoded.spans, rejected + decoded.reasons),
-                         _ByProtocol(self.metrics, protocol, protocol), request=request,
+                         _ByProtocol(self.metrics.ingest, protocol, protocol), request=request,
                          sender=sender)
         if res.outcome == "ok":
-            self.metrics.export_duration(protocol, time.perf_counter() - started)
+            self.metrics.ingest.export_duration(protocol, time.perf_counter() - started)
         return res
 
     def admit(self, decoded: Decoded, account: IngestAccounting, *, source: str = "otlp",
@@ -238,7 +239,7 @@ class Ingest:
         try:
             req = otlp_logs.parse_logs_request(body)
         except otlp.MalformedRequest as e:
-            self.metrics.log_records(protocol, 0, {}, {"malformed_request": 0})
+            self.metrics.ingest.log_records(protocol, 0, {}, {"malformed_request": 0})
             return IngestResult("invalid", message=str(e), signal="logs")
         return self.handle_logs_request(req, protocol, sender, body)
 
@@ -246,12 +247,12 @@ class Ingest:
         try:
             req = otlp_logs.logs_request_from_json(body)
         except ValueError as e:
-            self.metrics.log_records(protocol, 0, {}, {"malformed_request": 0})
+            self.metrics.ingest.log_records(protocol, 0, {}, {"malformed_request": 0})
             return IngestResult("invalid", message=str(e), signal="logs")
         return self.handle_logs_request(req, protocol, sender, req.SerializeToString)
 
     def handle_logs_request(self, req: ExportLogsServiceRequest, protocol: str,
                             sender: str = "",
                             request: bytes | Callable[[], bytes] | None = None) -> IngestResult:
-        return self.admit(_held(req), _ByProtocol(self.metrics, protocol, f"{protocol}_logs"),
-                          request=request, sender=sender)
+        account = _ByProtocol(self.metrics.ingest, protocol, f"{protocol}_logs")
+        return self.admit(_held(req), account, request=request, sender=sender)

@@ -10,7 +10,8 @@ loop the judge and Kafka share: every call here blocks):
     part                          writer                                     thread
     the row (findings, verdict,   evaluation stage: put_many, then           engine finishing,
       body, digest, revision)       remember_agents (evaluate/stage.py)        or a worker process
-    body.judge                    JudgeStage: put_judge (evaluate/judge)     otel-eval-judge-writer
+    body.judge                    JudgeStage (evaluate/judge): put_judge     otel-eval-judge-writer
+                                    through judge_writes.JudgeWrites
     feedback table; the row's     Feedback.record: put_feedback, then        admin HTTP request
       findings + verdict            put_verdict with retries (evaluate/feedback.py)
     the row's deletion            Retention: delete_older_than (retention)   otel-eval-retention
@@ -34,8 +35,8 @@ from otel_eval.base.configcheck import StartupError
 from otel_eval.store.base import EvaluationStore, SessionLimits, is_postgresql_url, redact_url
 from otel_eval.store.sqlite import SqliteStore
 
-__all__ = ["EvaluationStore", "SqliteStore", "Store", "is_postgresql_url", "open_store",
-           "opened", "redact_url", "store_at"]
+__all__ = ["EvaluationStore", "SqliteStore", "Store", "catalogue_connection",
+           "is_postgresql_url", "open_store", "opened", "redact_url", "store_at"]
 
 
 class Store(SqliteStore):
@@ -72,3 +73,19 @@ def opened(store: EvaluationStore) -> EvaluationStore:
 def open_store(target: str, session: SessionLimits | None = None) -> EvaluationStore:
     """A store on ``target``, opened: ``opened(store_at(target, session))``."""
     return opened(store_at(target, session))
+
+
+def catalogue_connection(target: str) -> Any:
+    """A connection of its own to the database at ``target``, for the issues catalogue (its
+    session advisory lock lives and dies with its connection, so it cannot borrow the
+    store's). A ``postgresql://`` URL: the store's ``connect`` and its migrations (the
+    catalogue's tables are among them); a SQLite file: a connection usable from the job's
+    thread, given the catalogue's tables by ``migrations.make_sqlite_catalogue``."""
+    if is_postgresql_url(target):
+        from otel_eval.store.migrations import migrate_postgresql
+        from otel_eval.store.postgresql import connect  # psycopg: only for a PostgreSQL URL
+
+        conn = connect(target)
+        migrate_postgresql(conn)
+        return conn
+    return sqlite3.connect(target, check_same_thread=False, timeout=60.0)

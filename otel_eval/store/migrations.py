@@ -233,3 +233,11 @@ def sqlite_catalogue_tables() -> tuple[str, str]:
     """The catalogue's tables (issues, their share history), for a catalogue in a SQLite file
     of its own (issues.store_path)."""
     return _SQLITE_CATALOGUE, _SQLITE_SHARES
+
+
+def make_sqlite_catalogue(db: sqlite3.Connection) -> None:
+    """The catalogue's tables on a SQLite connection (a file of its own, ``:memory:``, or the
+    store's file, whose migrations made them already: then a no-op)."""
+    for table in sqlite_catalogue_tables():
+        db.execute(table)
+    db.commit()

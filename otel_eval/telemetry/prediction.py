@@ -30,10 +30,11 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from otel_eval.telemetry.auc import AUC_MIN_PER_CLASS, AUC_WINDOW, AucSettings, RollingAuc
+from otel_eval.telemetry.declare import Declarer
+from otel_eval.telemetry.labels import SeriesCap
 
 if TYPE_CHECKING:
     from otel_eval.base.model import Evaluation
-    from otel_eval.telemetry.metrics import Metrics
 
 P_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 AUC_NAME = "otel_eval_prediction_rolling_auc"
@@ -60,20 +61,20 @@ class _AucCollector(Collector):
 class PredictionMetrics:
     """The predictor's metrics and rolling AUC windows (see the module docstring)."""
 
-    def __init__(self, m: Metrics, config: AucSettings | None = None) -> None:
-        self._m = m
+    def __init__(self, d: Declarer, cap: SeriesCap, config: AucSettings | None = None) -> None:
+        self._cap = cap
         self._window = (config.auc_window, config.auc_min_per_class) if config else (
             AUC_WINDOW, AUC_MIN_PER_CLASS)
-        self.h_p = m._histogram("prediction_p_success",
+        self.h_p = d.histogram("prediction_p_success",
                                 "Predicted probability of success per trace (success "
                                 "predictor).", ("service", "agent"), P_BUCKETS)
-        self.c_labelled = m._counter("prediction_labelled",
+        self.c_labelled = d.counter("prediction_labelled",
                                      "Outcomes received for predicted traces (outcome "
                                      "attribute or feedback), by outcome.",
                                      ("agent", "outcome"))
         self._windows: dict[str, RollingAuc] = {}
         self._lock = threading.Lock()
-        m.registry.register(_AucCollector(self))
+        d.collector(_AucCollector(self))
 
     def predicted(self, evaluation: Evaluation, service: str, agent: str,
                   superseded: bool) -> None:
@@ -84,7 +85,7 @@ class PredictionMetrics:
         p = float(prediction["p_success"])
         t = evaluation.trajectory
         if not superseded:
-            self._m._series(self.h_p, service, agent).observe(p, {"trace_id": t.trace_id})
+            self._cap.series(self.h_p, service, agent).observe(p, {"trace_id": t.trace_id})
         outcome = evaluation.verdict.outcome if evaluation.verdict else None
         if outcome is not None:
             self._label(agent, t.trace_id, p, outcome == "success")
@@ -94,7 +95,7 @@ class PredictionMetrics:
         prediction = body.get("prediction")
         if not isinstance(prediction, dict) or "p_success" not in prediction:
             return
-        self._label(self._m.pair(body.get("service"), body.get("agent"))[1],
+        self._label(self._cap.pair(body.get("service"), body.get("agent"))[1],
                     str(body["trace_id"]),
                     float(prediction["p_success"]), outcome == "success")
 
@@ -105,7 +106,7 @@ class PredictionMetrics:
         return {agent: v for agent, v in values.items() if v is not None}
 
     def _label(self, agent: str, trace_id: str, p: float, success: bool) -> None:
-        self._m._series(self.c_labelled, agent, "success" if success else "failure").inc()
+        self._cap.series(self.c_labelled, agent, "success" if success else "failure").inc()
         with self._lock:
             window = self._windows.get(agent)
             if window is None:

@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from otel_eval.telemetry.metrics import Metrics
+from otel_eval.telemetry.declare import Declarer
 
 
 class WorkerMetrics:
     """Worker processes: running, restarted, and the traces each holds."""
 
-    def __init__(self, m: Metrics) -> None:
-        self.g_running = m._gauge("workers_running", "Evaluation worker processes running.")
-        self.g_inflight = m._gauge(
+    def __init__(self, d: Declarer) -> None:
+        self.g_running = d.gauge("workers_running", "Evaluation worker processes running.")
+        self.g_inflight = d.gauge(
             "workers_inflight_traces", "Traces handed to an evaluation worker process and "
             "not yet stored, by worker index.", ["worker"])
-        self.c_restarts = m._counter("workers_restarts", "Evaluation worker processes "
+        self.c_restarts = d.counter("workers_restarts", "Evaluation worker processes "
                                      "restarted after they died, by worker index.", ["worker"])
-        self.c_retried = m._counter("workers_retried_traces", "Traces handed again to a "
+        self.c_retried = d.counter("workers_retried_traces", "Traces handed again to a "
                                     "restarted worker: the one holding them died.")
 
     def running(self, n: int) -> None:

@@ -13,7 +13,7 @@ from judge_fixtures import config
 from otel_eval.evaluate.judge.config import JudgeConfig
 from otel_eval.evaluate.judge.synthesizer import JudgeSynthesizer, judge_synthesizer
 from otel_eval.outputs.issues.config import IssuesConfig
-from otel_eval.outputs.issues.synthesis import Draft
+from otel_eval.outputs.issues.synthesis import REPLY_SCHEMA, Draft, check_reply
 from otel_eval.outputs.issues.tracker import issues_offline
 
 LOOP = "Tool 'web_search' was called {n} times with identical arguments"
@@ -41,7 +41,7 @@ MERGED = {"groups": [{"issues": [1, 2], "title": "Searcher tool calls fail",
 
 def test_good_reply_merges_issues_from_redacted_drafts(llm: FakeLLM) -> None:
     llm.replies.append(good(MERGED))
-    synth = JudgeSynthesizer(config(llm.api_base))
+    synth = JudgeSynthesizer(config(llm.api_base), REPLY_SCHEMA, check_reply)
     result = issues_offline(window(12), IssuesConfig(), now=1.0, synthesizer=synth)
     assert len(llm.requests) == 1
     sent = llm.requests[0]["messages"][0]["content"]
@@ -59,7 +59,7 @@ def test_good_reply_merges_issues_from_redacted_drafts(llm: FakeLLM) -> None:
 
 def test_malformed_reply_keeps_the_clustering(llm: FakeLLM) -> None:
     llm.replies.extend([completion("no JSON here"), completion("{\"groups\": 3}")])
-    synth = JudgeSynthesizer(config(llm.api_base, max_retries=0))
+    synth = JudgeSynthesizer(config(llm.api_base, max_retries=0), REPLY_SCHEMA, check_reply)
     result = issues_offline(window(12), IssuesConfig(), now=1.0, synthesizer=synth)
     plain = issues_offline(window(12), IssuesConfig(), now=1.0)
     assert len(llm.requests) == 2  # the reply, then one repair round trip
@@ -71,7 +71,7 @@ def test_out_of_range_numbers_are_repaired_with_the_reason(llm: FakeLLM) -> None
     wrong = {"groups": [{"issues": [1, 7], "title": "Searcher fails",
                          "description": "x y z"}]}
     llm.replies.extend([good(wrong), good(MERGED)])
-    synth = JudgeSynthesizer(config(llm.api_base, max_retries=0))
+    synth = JudgeSynthesizer(config(llm.api_base, max_retries=0), REPLY_SCHEMA, check_reply)
     result = issues_offline(window(12), IssuesConfig(), now=1.0, synthesizer=synth)
     repair = json.dumps(llm.requests[1]["messages"])
     assert "numbered 1 to 2" in repair
@@ -80,12 +80,12 @@ def test_out_of_range_numbers_are_repaired_with_the_reason(llm: FakeLLM) -> None
 
 
 def test_no_model_no_synthesizer() -> None:
-    assert judge_synthesizer(JudgeConfig()) is None
+    assert judge_synthesizer(JudgeConfig(), REPLY_SCHEMA, check_reply) is None
 
 
 def test_a_critique_is_redacted_before_it_is_cut() -> None:
     """A key straddling the cut: cut first, its head would be too short for its pattern."""
-    synth = JudgeSynthesizer(JudgeConfig())
+    synth = JudgeSynthesizer(JudgeConfig(), REPLY_SCHEMA, check_reply)
     text = "x" * 280 + " key sk-proj-ABCDEFGHIJKLMNOPQRSTUVWX"
     sent = synth.messages([Draft("t", (text,), 2), Draft("u", ("v",), 2)], [])[0]["content"]
     assert "sk-proj" not in sent and "key [API_KEY]" in sent

@@ -1,5 +1,5 @@
 """One metric-declaration pattern (``otel_eval/telemetry/metrics.py``'s docstring): series are
-built by ``Metrics._counter`` / ``_gauge`` / ``_histogram`` alone, scrape-time collectors live
+built by ``declare.Declarer`` alone, scrape-time collectors live
 in ``telemetry/``, and every other package sees at most the registry type."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def _prometheus_imports() -> dict[str, set[str]]:
 def test_series_are_built_by_the_metrics_helpers_alone() -> None:
     imports = _prometheus_imports()
     builders = {m for m, names in imports.items() if names & (METRIC_CLASSES | {"*"})}
-    assert builders == {"telemetry/metrics.py"}
+    assert builders == {"telemetry/declare.py"}
 
 
 def test_only_telemetry_declares_metrics() -> None:

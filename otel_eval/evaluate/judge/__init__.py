@@ -7,6 +7,9 @@ ClawTrack process grader and outcome grader, over litellm, within a cost budget.
 Entry points: ``Judge``, ``JudgeQueue``, ``JudgeConfig``, ``JudgeObserver``, the rubric caches
 and ``summarize`` (Pass@k / Pass^k / lucky passes). Exports load lazily: ``otel_eval.app.config``
 imports ``judge.config`` and must not pay for importing litellm (seconds).
+
+``build(config, deps)``: the judge as a sink of ``serve`` (``stage.JudgeStage``) when a judge
+model is configured; litellm is imported only then.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from otel_eval.base.component import SinkComponent
+    from otel_eval.evaluate.config import TrajectoryConfig
     from otel_eval.evaluate.judge.config import JudgeConfig
     from otel_eval.evaluate.judge.judge import Judge
     from otel_eval.evaluate.judge.observer import (
@@ -30,6 +35,7 @@ if TYPE_CHECKING:
     )
     from otel_eval.evaluate.judge.trials import TaskTrials, Trial, summarize, trials_of
     from otel_eval.evaluate.judge.workqueue import JudgeQueue
+    from otel_eval.outputs.deps import Deps
 
 _EXPORTS = {
     "JudgeConfig": "config", "Judge": "judge", "SKIP_REASONS": "observer",
@@ -41,7 +47,7 @@ _EXPORTS = {
 __all__ = [
     "SKIP_REASONS", "Judge", "JudgeConfig", "JudgeObserver", "JudgeQueue", "MemoryRubricCache",
     "NoopObserver", "RubricCache", "SkipReason", "SqliteRubricCache", "TaskTrials", "Trial",
-    "summarize", "trials_of",
+    "build", "summarize", "trials_of",
 ]
 
 
@@ -49,3 +55,16 @@ def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+
+
+def build(config: JudgeConfig, deps: Deps,
+          trajectory: TrajectoryConfig | None = None) -> SinkComponent | None:
+    """The judge stage on the service's loop, first of the sinks (it drains before the events
+    sink it writes to is flushed); None without a judge model. ``trajectory``: the bounds of
+    a stored result (each judgement is cut to fit them)."""
+    if not config.active or deps.loop is None:
+        return None
+    from otel_eval.evaluate.judge.stage import JudgeStage  # litellm: only with a judge
+
+    return JudgeStage(config, deps.loop, deps.store, deps.metrics, deps.events,
+                      cache_path=deps.store_path, trajectory=trajectory)

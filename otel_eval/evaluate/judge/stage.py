@@ -1,8 +1,8 @@
 """``JudgeStage``: the judge as a sink of ``serve``, off the ingest path.
 
     Engine (thread) --export(trace, evaluation)--> loop.call(JudgeQueue.submit)
-        -> worker task -> Judge.judge -> on_done: writer: store.put_judge, then judge events
-                                      -> on_skip: writer: store.put_judge({"overall": skipped})
+        -> worker task -> Judge.judge -> on_done: JudgeWrites.put (store.put_judge), then events
+                                      -> on_skip: JudgeWrites.put({"overall": skipped})
 
 Each queued evaluation is kept in a journal (``journal.PendingJournal``) until its judgement or
 skip is stored, so the work a killed process held is marked skipped ``restart`` at the next
@@ -15,11 +15,10 @@ returns. When the judge is slow, down or over budget the queue skips traces with
 why. A judge result is stored only onto the revision it judged (late spans re-open a trace;
 the new revision gets its own judgement).
 
-The stage is the one writer of a row's ``judge`` part, and it writes from its own thread
-(``otel-eval-judge-writer``), never on the event loop: ``put_judge`` is a blocking store call
-(a SQLite write lock, a PostgreSQL round trip) and the loop is shared with the Kafka consumer
-and publishers. Writes are done in the order they were made; the events of a judgement go
-out once its write is known to have landed; shutdown waits for the writes within its deadline.
+The stage is the one writer of a row's ``judge`` part, through the store's write path for it
+(``store.judge_writes.JudgeWrites``: a thread of its own, never the event loop the Kafka
+stages share, writes in the order made); the events of a judgement go out once its write is
+known to have landed; shutdown waits for the writes within its deadline.
 
 Lifecycle: the constructor only constructs; ``start()`` checks the provider credentials,
 opens the rubric cache (``cache_path``), reads the prompts and starts the queue's workers and
@@ -30,12 +29,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import queue
 import sqlite3
-import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from otel_eval.base.aio import LoopThread
 from otel_eval.base.model import Evaluation, Trace, json_text
@@ -47,55 +44,17 @@ from otel_eval.evaluate.judge.journal import PendingJournal
 from otel_eval.evaluate.judge.judge import Judge
 from otel_eval.evaluate.judge.rubric_cache import SqliteRubricCache
 from otel_eval.evaluate.judge.workqueue import JudgeQueue, skipped_judge
+from otel_eval.outputs.deps import JudgeEvents
 from otel_eval.store import EvaluationStore
+from otel_eval.store.judge_writes import JudgeWrites
 from otel_eval.telemetry.metrics import Metrics
-
-if TYPE_CHECKING:
-    from otel_eval.outputs.events import EvaluationEvents
 
 log = logging.getLogger(__name__)
 
 
-class _Writer:
-    """Calls run one at a time, in order, on one daemon thread: a store that hangs past the
-    shutdown deadline cannot hold the process's exit (a ThreadPoolExecutor's thread would)."""
-
-    def __init__(self, name: str) -> None:
-        self._calls: queue.SimpleQueue[tuple[Future[bool], Callable[..., bool], tuple[Any, ...]]
-                                       | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._stopped = False
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def submit(self, fn: Callable[..., bool], *args: Any) -> Future[bool]:
-        """Queue ``fn(*args)``; raises RuntimeError once stopped."""
-        if self._stopped:
-            raise RuntimeError("writer stopped")
-        future: Future[bool] = Future()
-        self._calls.put((future, fn, args))
-        return future
-
-    def _run(self) -> None:
-        while (call := self._calls.get()) is not None:
-            future, fn, args = call
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(fn(*args))
-            except BaseException as e:  # the caller's future says it (logged on the loop)
-                future.set_exception(e)
-
-    def stop(self) -> None:
-        """No more calls; those queued still run, then the thread ends."""
-        self._stopped = True
-        self._calls.put(None)
-
-
 class JudgeStage:
     def __init__(self, config: JudgeConfig, loop: LoopThread, store: EvaluationStore,
-                 metrics: Metrics, events: EvaluationEvents | None = None, *,
+                 metrics: Metrics, events: JudgeEvents | None = None, *,
                  cache_path: str = ":memory:",
                  trajectory: TrajectoryConfig | None = None) -> None:
         """``cache_path``: the local SQLite file of the rubric cache and the pending journal
@@ -111,7 +70,7 @@ class JudgeStage:
         self._journal: PendingJournal | None = None
         self.judge: Judge | None = None  # made at start(): it reads the prompt files
         self.queue: JudgeQueue | None = None
-        self._writer: _Writer | None = None
+        self._writer: JudgeWrites | None = None
         self._writes: set[Future[bool]] = set()  # made, not yet done (touched on the loop)
 
     def start(self) -> None:
@@ -126,10 +85,10 @@ class JudgeStage:
             raise
         self.queue = JudgeQueue(self.judge, self.config.queue_size, self._done, self._skipped)
         # one thread: the judge's writes reach the store one at a time, in order
-        self._writer = _Writer("otel-eval-judge-writer")
+        self._writer = JudgeWrites(self.store)
         self._writer.start()
         self._journal = PendingJournal(self.cache_path).open()
-        self._writer.submit(self._mark_lost)  # before any new work: the writer runs in order
+        self._writer.call(self._mark_lost)  # before any new work: the writer runs in order
         self.loop.run(self.queue.start(), timeout_s=10)
 
     def _mark_lost(self) -> bool:  # on the writer thread
@@ -171,8 +130,8 @@ class JudgeStage:
         assert self.queue is not None and self._writer is not None, "export before start()"
         if self.queue.submit(evaluation) and self._journal is not None:
             # queued after the submit: a worker's write for it can only come later
-            self._writer.submit(self._journal_add, evaluation.trace_id,
-                                evaluation.trajectory.revision)
+            trace_id, revision = evaluation.trace_id, evaluation.trajectory.revision
+            self._writer.call(lambda: self._journal_add(trace_id, revision))
         self.metrics.judge.queue_depth(self.queue.qsize())
 
     def _done(self, evaluation: Evaluation) -> None:  # on the loop
@@ -194,7 +153,10 @@ class JudgeStage:
         runs on the loop once the store took it (not when the trace was re-evaluated since)."""
         assert evaluation.judge is not None and self._writer is not None
         try:
-            write = self._writer.submit(self._store_judge, evaluation, evaluation.judge)
+            write = self._writer.put(
+                evaluation.trace_id, evaluation.trajectory.revision, evaluation.judge,
+                shape=lambda judge: self._fit(evaluation, judge),
+                after=lambda: self._journal_remove(evaluation))
         except RuntimeError:  # the writer has stopped: the shutdown deadline passed
             log.warning("judge result of trace %s not stored: the stage has stopped",
                         evaluation.trace_id)
@@ -202,22 +164,24 @@ class JudgeStage:
         self._writes.add(write)
         write.add_done_callback(lambda f: self.loop.call(self._written, f, evaluation, then))
 
-    def _store_judge(self, evaluation: Evaluation, judge: dict[str, Any]) -> bool:
+    def _fit(self, evaluation: Evaluation, judge: dict[str, Any]) -> dict[str, Any]:
         """On the writer thread: the judgement cut to what the stored result leaves of
-        ``max_result_bytes``, stored, then out of the journal."""
+        ``max_result_bytes`` (and kept as the evaluation's, for its events)."""
         body = evaluation.to_json(finite_floats=False)
         body.pop("judge", None)
         room = self.bounds.max_result_bytes - text_bytes(json_text(body)) - len(',"judge":')
         evaluation.judge = fit(judge, room, self.bounds.max_value_bytes)
-        stored = self.store.put_judge(evaluation.trace_id, evaluation.trajectory.revision,
-                                      evaluation.judge)
-        if self._journal is not None:
-            try:
-                self._journal.remove(evaluation.trace_id, evaluation.trajectory.revision)
-            except sqlite3.Error as e:  # stored: the next start finds its judge, marks nothing
-                log.error("clearing the journal entry of trace %s failed: %s",
-                          evaluation.trace_id, e)
-        return stored
+        return evaluation.judge
+
+    def _journal_remove(self, evaluation: Evaluation) -> None:  # on the writer thread
+        """Stored: out of the journal."""
+        if self._journal is None:
+            return
+        try:
+            self._journal.remove(evaluation.trace_id, evaluation.trajectory.revision)
+        except sqlite3.Error as e:  # stored: the next start finds its judge, marks nothing
+            log.error("clearing the journal entry of trace %s failed: %s",
+                      evaluation.trace_id, e)
 
     def _written(self, write: Future[bool], evaluation: Evaluation,
                  then: Callable[[Evaluation], None] | None) -> None:  # on the loop

@@ -4,28 +4,53 @@ per (level, node) group and run; each call runs the judge client on a private ev
 (retries, Retry-After, one repair round trip checked by ``issues.synthesis.check_reply``,
 hourly budget of its own). Critiques are redacted before they leave the process. Any failure
 returns None and the clustering's issues stand.
+
+The issue stage owns the reply's contract (``outputs.issues.synthesis``: ``REPLY_SCHEMA``,
+``check_reply``); the wiring (``app``) hands it in, so the judge imports nothing of the
+issue stage.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from otel_eval.evaluate.judge.config import JudgeConfig
 from otel_eval.evaluate.judge.redact import Redactor
+from otel_eval.evaluate.judge.schemas import Schema
 from otel_eval.evaluate.judge.templates import Prompts, schema_text
-from otel_eval.outputs.issues.synthesis import REPLY_SCHEMA, Draft, check_reply
 
 log = logging.getLogger(__name__)
 
 _EXAMPLE_CHARS = 300  # per critique shown: enough for one failure, bounded prompt
 
 
+class Draft(Protocol):
+    """One issue as shown to the model (``outputs.issues.synthesis.Draft``)."""
+
+    @property
+    def title(self) -> str: ...
+
+    @property
+    def examples(self) -> tuple[str, ...]: ...
+
+    @property
+    def critiques(self) -> int: ...
+
+
+# (drafts shown, stragglers shown) -> the reply's semantic check (error text, or None)
+CheckReply = Callable[[int, int], Callable[[dict[str, Any]], str | None]]
+
+
 class JudgeSynthesizer:
-    def __init__(self, config: JudgeConfig) -> None:
+    def __init__(self, config: JudgeConfig, reply_schema: Schema,
+                 check_reply: CheckReply) -> None:
+        """``reply_schema`` and ``check_reply``: the issue stage's contract for the reply."""
         self.config = config
+        self.reply_schema = reply_schema
+        self.check_reply = check_reply
         self.prompts = Prompts(config.prompt_dir)
         self.redactor = Redactor(config.redaction)
 
@@ -43,7 +68,7 @@ class JudgeSynthesizer:
         strays = "\n".join(f"{k}. {self._line(t)}" for k, t in enumerate(stragglers, start=1))
         return [{"role": "user", "content": self.prompts.render(
             "issue_merge", request=listed, stragglers=strays or "(none)",
-            schema=schema_text(REPLY_SCHEMA))}]
+            schema=schema_text(self.reply_schema))}]
 
     def __call__(self, drafts: Sequence[Draft],
                  stragglers: Sequence[str] = ()) -> dict[str, Any] | None:
@@ -60,8 +85,9 @@ class JudgeSynthesizer:
         client = JudgeClient(self.config, repair_text=lambda problem: self.prompts.render(
             "repair", error=problem))
         try:
-            result = await client.call(self.messages(drafts, stragglers), REPLY_SCHEMA,
-                                       "issue_merge", check_reply(len(drafts), len(stragglers)))
+            result = await client.call(self.messages(drafts, stragglers), self.reply_schema,
+                                       "issue_merge",
+                                       self.check_reply(len(drafts), len(stragglers)))
         finally:
             await close_clients()
         if result.status != "ok" or result.data is None:
@@ -70,6 +96,7 @@ class JudgeSynthesizer:
         return result.data
 
 
-def judge_synthesizer(config: JudgeConfig) -> JudgeSynthesizer | None:
+def judge_synthesizer(config: JudgeConfig, reply_schema: Schema,
+                      check_reply: CheckReply) -> JudgeSynthesizer | None:
     """The synthesizer when a judge model is configured; None keeps the clustering as is."""
-    return JudgeSynthesizer(config) if config.active else None
+    return JudgeSynthesizer(config, reply_schema, check_reply) if config.active else None

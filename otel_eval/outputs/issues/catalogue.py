@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from otel_eval.base.text import valid_text
-from otel_eval.store.base import is_postgresql_url
-from otel_eval.store.migrations import sqlite_catalogue_tables
+from otel_eval.store import catalogue_connection, is_postgresql_url
+from otel_eval.store.migrations import make_sqlite_catalogue
 
 Centroid = dict[str, float]
 
@@ -117,8 +117,9 @@ def match(clusters: list[Centroid], stored: list[StoredIssue],
 
 
 class Catalogue:
-    """The ``issues_catalogue`` table on a caller-owned SQLite connection, or one opened from a
-    path or a ``postgresql://`` URL (the store's database: its migrations make the table)."""
+    """The ``issues_catalogue`` table on a caller-owned SQLite connection, or on the connection
+    the store opens for it from a path or a ``postgresql://`` URL
+    (``store.catalogue_connection``: the store's connect and migrations)."""
 
     def __init__(self, conn: Any, reconnect: Any = None) -> None:
         self._conn = conn
@@ -126,23 +127,14 @@ class Catalogue:
         self._pg = not isinstance(conn, sqlite3.Connection)
         self._leading = not self._pg
         if not self._pg:
-            for table in sqlite_catalogue_tables():
-                self._conn.execute(table)
-            self._conn.commit()
+            make_sqlite_catalogue(self._conn)
 
     @classmethod
     def open(cls, target: str) -> Catalogue:
-        if is_postgresql_url(target):
-            from otel_eval.store.migrations import migrate_postgresql
-            from otel_eval.store.postgresql import connect
+        def reconnect() -> Any:
+            return catalogue_connection(target)
 
-            def reconnect() -> Any:
-                conn = connect(target)
-                migrate_postgresql(conn)
-                return conn
-
-            return cls(reconnect(), reconnect)
-        return cls(sqlite3.connect(target, check_same_thread=False, timeout=60.0))
+        return cls(reconnect(), reconnect if is_postgresql_url(target) else None)
 
     def close(self) -> None:
         if self._pg and self._leading and not (self._conn.closed or self._conn.broken):

@@ -38,7 +38,10 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
+from otel_eval.outputs.deps import Deps
 from otel_eval.outputs.issues.config import IssuesConfig
+from otel_eval.outputs.issues.critiques import critique_fields
+from otel_eval.outputs.issues.grafana import GrafanaAnnotator
 from otel_eval.outputs.issues.result import (
     OTHER_ISSUE_ID,
     Issue,
@@ -237,3 +240,19 @@ class IssuesJob:
         with self._lock:
             return (self._rows, dict(self._runs), dict(self._annotations), self._last_run,
                     self._last_duration)
+
+
+def build(config: IssuesConfig, deps: Deps, *,
+          namer: Callable[[], Namer | None] = lambda: None,
+          synthesizer: Callable[[], Synthesizer | None] = lambda: None) -> IssuesJob | None:
+    """The periodic issue clustering over the stored window (``issues.interval_s`` > 0), its
+    catalogue in ``issues.store_path`` or the store; ``namer()`` and ``synthesizer()`` make
+    the judge model's (None without one), called only when the job is on."""
+    if config.interval_s <= 0:
+        return None
+    grafana = GrafanaAnnotator(config.grafana) if config.grafana.url else None
+    store = deps.store
+    return IssuesJob(config, config.store_path or deps.store_target,
+                     lambda since_ns: store.since(since_ns, keep=critique_fields),
+                     deps.registry, annotator=grafana, namer=namer(),
+                     synthesizer=synthesizer())

@@ -2,5 +2,5 @@
 it: a stored run regrouped as a tree of steps (``run``), values made readable and bounded
 (``text``), the pages as escaped HTML (``pages``, ``html``), and the routes (``routes``).
 
-    store (per-trace v1 objects, issues) -> run.tree -> pages.* -> routes.handle -> admin
+    store (per-trace v1 objects, issues) -> run.tree -> pages.* -> routes.PAGES -> admin
 """

@@ -6,8 +6,9 @@
     GET /ui/issues                            the recurring issues
     GET /ui/static/style.css                  the stylesheet (the only static file)
 
-``handle`` takes a path and query string and returns (status, headers, body); the admin
-server mounts it and checks the read token first. Read-only: no route writes.
+``PAGES`` is the table: (path pattern, page), each page (sources, the path's match, query
+string) -> (status, headers, body); the admin server mounts it in its routing table
+(``receive.routing``) for GET, behind the read token. Read-only: no route writes.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from otel_eval.outputs.ui.runview import run_page, step_page
 from otel_eval.outputs.ui.text import Redact
 from otel_eval.store.query import EvaluationQuery, Page, QueryError
 
-_RUN = re.compile(r"^/ui/runs/([0-9a-fA-F]{32})(?:/steps/([0-9]{1,9}))?$")
 _HTML = "text/html; charset=utf-8"
 _MAX_QUERY = 4096  # characters of a query string
 
@@ -69,6 +69,18 @@ def _runs(sources: Sources, query: str) -> Response:
     return _html(200, "runs", runs_page(sources.query(q), params), "runs")
 
 
+def _runs_page(sources: Sources, _found: re.Match[str], query: str) -> Response:
+    return _runs(sources, query)
+
+
+def _issues(sources: Sources, _found: re.Match[str], _query: str) -> Response:
+    return _html(200, "issues", issues_page(sources.issues()), "issues")
+
+
+def _run_page(sources: Sources, found: re.Match[str], _query: str) -> Response:
+    return _run(sources, found.group(1), found.group(2))
+
+
 def _run(sources: Sources, trace_id: str, index: str | None) -> Response:
     body = sources.get(trace_id.lower())
     if body is None:
@@ -83,21 +95,24 @@ def _run(sources: Sources, trace_id: str, index: str | None) -> Response:
     return _html(200, f"step {index} of {trace_id[:8]}", shown, "runs")
 
 
-def _static(name: str) -> Response:
-    data = resources.files("otel_eval.outputs.ui").joinpath("static", name).read_bytes()
+def _stylesheet(_sources: Sources, _found: re.Match[str], _query: str) -> Response:
+    data = resources.files("otel_eval.outputs.ui").joinpath("static", "style.css").read_bytes()
     return 200, {**HEADERS, "Content-Type": "text/css; charset=utf-8",
                  "Cache-Control": "max-age=3600"}, data
 
 
-def handle(sources: Sources, path: str, query: str) -> Response:
-    """The response to ``GET path?query`` (``path`` under ``/ui``)."""
-    if path in ("/ui", "/ui/"):
-        return _runs(sources, query)
-    if path == "/ui/issues":
-        return _html(200, "issues", issues_page(sources.issues()), "issues")
-    if path == "/ui/static/style.css":
-        return _static("style.css")
-    found = _RUN.match(path)
-    if found:
-        return _run(sources, found.group(1), found.group(2))
+def _no_page(_sources: Sources, _found: re.Match[str], _query: str) -> Response:
     return _not_found("No such page.")
+
+
+View = Callable[[Sources, re.Match[str], str], Response]
+
+# The web view's GET routes, first match wins; patterns match the whole raw path (the
+# last one: any other path under /ui).
+PAGES: tuple[tuple[str, View], ...] = (
+    (r"/ui/?", _runs_page),
+    (r"/ui/issues", _issues),
+    (r"/ui/static/style\.css", _stylesheet),
+    (r"/ui/runs/([0-9a-fA-F]{32})(?:/steps/([0-9]{1,9}))?", _run_page),
+    (r"/ui(?:/.*)?", _no_page),
+)

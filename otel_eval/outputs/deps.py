@@ -1,0 +1,37 @@
+"""``Deps``: what ``serve`` hands every optional part's ``build(config, deps)``.
+
+The builders sit next to their parts (``outputs.events``, ``outputs.forward``,
+``outputs.kafka``, ``outputs.issues.job``, ``evaluate.judge``, ``receive.kafka``); each takes
+its own config section and these shared handles, and returns the part or None when its config
+leaves it off. Defined here, on the lowest floor that sees both the store and the metrics, so
+every builder can import it downward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry
+
+from otel_eval.base.aio import LoopThread
+from otel_eval.base.model import Evaluation
+from otel_eval.store import EvaluationStore
+from otel_eval.telemetry.metrics import Metrics
+
+
+class JudgeEvents(Protocol):
+    """Where a stored judgement goes out as events (``outputs.events.EvaluationEvents``)."""
+
+    def export_judge(self, evaluation: Evaluation, root: str, low_score: float) -> None: ...
+
+
+@dataclass(frozen=True)
+class Deps:
+    metrics: Metrics              # the service's self-metrics (verbs per subsystem)
+    registry: CollectorRegistry   # where collectors of their own register (the issues job)
+    store: EvaluationStore        # the evaluations store, not opened yet at build time
+    store_path: str               # store.path: local SQLite files (the rubric cache)
+    store_target: str             # store.target: the SQLite file or the PostgreSQL URL
+    loop: LoopThread | None       # the async stages' loop; None: no judge and no Kafka
+    events: JudgeEvents | None = None  # the events sink, when on (the judge writes to it)

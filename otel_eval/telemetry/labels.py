@@ -1,0 +1,104 @@
+"""The label budget of the per-trace metrics: bounded label values, the overflow counted.
+
+One budget of (service, agent) pairs for every per-trace metric (the first ``max_pairs``
+distinct pairs; any other pair is service="_other", agent="_other" on all of them alike, so
+ratios between them hold); tool names: the first ``max_tools_per_agent`` per agent, the rest
+``_other``; and a backstop per metric past the pair budget (``max_series_per_metric`` label
+combinations, the rest folded into the all-``_other`` series and counted in
+``otel_eval_metrics_series_overflow_total{metric}``).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from otel_eval.base.text import valid_text
+from otel_eval.telemetry.declare import Declarer
+
+OTHER = "_other"
+UNKNOWN = "unknown"
+
+
+class CappedNames:
+    """Admits the first ``cap`` distinct names; later ones map to ``_other``. Thread-safe."""
+
+    def __init__(self, cap: int) -> None:
+        self._cap = cap
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, name: str | None) -> str:
+        value = (name or UNKNOWN)[:128]
+        if value in self._seen:
+            return value
+        with self._lock:
+            if value in self._seen or len(self._seen) < self._cap:
+                self._seen.add(value)
+                return value
+        return OTHER
+
+
+class Pairs:
+    """The one label budget of every per-trace metric: admits the first ``cap`` distinct
+    (service, agent) pairs; any other pair is (``_other``, ``_other``) on every metric alike,
+    so a ratio of two metrics (loops / completed) stays right for each pair and in sum.
+    Thread-safe."""
+
+    def __init__(self, cap: int) -> None:
+        self._cap = cap
+        self._admitted: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, service: str | None, agent: str | None) -> tuple[str, str]:
+        pair = ((service or UNKNOWN)[:128], (agent or UNKNOWN)[:128])
+        if pair in self._admitted:
+            return pair
+        with self._lock:
+            if pair in self._admitted or len(self._admitted) < self._cap:
+                self._admitted.add(pair)
+                return pair
+        return OTHER, OTHER
+
+
+class SeriesCap:
+    """The (service, agent) pair budget and the per-metric series backstop, shared by the
+    trace metrics and the predictor's."""
+
+    def __init__(self, d: Declarer, max_pairs: int, max_series_per_metric: int) -> None:
+        self.c_series_overflow = d.counter(
+            "metrics_series_overflow", "Observations folded into the _other series of a "
+            "metric whose label combinations reached the cap.", ["metric"])
+        # a backstop per per-trace metric, past the pair budget: the other labels come from
+        # closed sets (statuses, finding kinds, budgets, 20 tools per agent), so only a
+        # pathological mix reaches it; the overflow is counted
+        self._max_series = max_series_per_metric
+        self._combos: dict[int, dict[tuple[str, ...], Any]] = {}  # metric -> series -> child
+        self._combos_lock = threading.Lock()
+        # (service, agent) pairs with series of their own: capping each label separately
+        # (100 x 100) let each metric admit different pairs (3,000 pairs: 50,157 series)
+        self._pairs = Pairs(max_pairs)
+
+    def pair(self, service: str | None, agent: str | None) -> tuple[str, str]:
+        """The (service, agent) labels of a trace: its own when the pair is within the
+        budget (``max_pairs``), else (``_other``, ``_other``)."""
+        return self._pairs(service, agent)
+
+    def series(self, metric: Any, *values: str) -> Any:
+        """``metric.labels(*values)``, or its all-``_other`` series once the metric holds
+        ``max_series_per_metric`` label combinations (counted per metric). Values are made
+        valid UTF-8 first (a lone surrogate in one tool name failed every scrape)."""
+        seen = self._combos.get(id(metric))
+        child = seen.get(values) if seen is not None else None
+        if child is not None:  # the admitted series' child, kept: labels() costs ~1 us
+            return child
+        values = tuple(valid_text(v) for v in values)  # prometheus_client encodes them
+        with self._combos_lock:
+            seen = self._combos.setdefault(id(metric), {})
+            if values not in seen:
+                if len(seen) >= self._max_series:
+                    self.c_series_overflow.labels(metric.describe()[0].name).inc()
+                    values = (OTHER,) * len(values)
+                if values not in seen:
+                    seen[values] = metric.labels(*values)
+            return seen[values]

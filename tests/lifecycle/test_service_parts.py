@@ -1,0 +1,50 @@
+"""The optional parts of ``serve`` come from their builders (``build(config, deps)`` next to
+each part) and take their place in the lifecycle: every part on, the Kafka publishing front
+end, and every part off. Nothing is opened: a ``Service`` only constructs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from otel_eval.app.config import Config, replace
+from otel_eval.app.service import Service
+
+COMMON = ["instance lock", "store", "spool"]
+TAIL = ["engine", "listeners", "spool replay", "otlp grpc", "otlp http", "readiness"]
+OFF = {"kafka.brokers": "", "judge.model": "", "export.events_endpoint": "",
+       "export.forward_endpoint": "", "issues.interval_s": 0.0}
+
+
+def _service(tmp_path: Path, **changes: Any) -> Service:
+    cfg = replace(Config(), **{
+        "receiver.grpc_endpoint": "127.0.0.1:0", "receiver.http_endpoint": "127.0.0.1:0",
+        "admin.endpoint": "127.0.0.1:0", "store.path": str(tmp_path / "e.db"),
+        "evaluation.workers": 1, "export.events_endpoint": "127.0.0.1:9",
+        "export.forward_endpoint": "127.0.0.1:9", "judge.model": "openai/judge",
+        "judge.api_base": "http://127.0.0.1:9/v1", "kafka.brokers": "127.0.0.1:9",
+        "kafka.results_topic": "results", "issues.interval_s": 60.0, **changes})
+    return Service(cfg, registry=CollectorRegistry())
+
+
+@pytest.mark.parametrize(("changes", "parts", "sinks", "front"), [
+    ({}, ["event loop", "admin", "issues job", "retention", "ResultsPublisher", "Forwarder",
+          "EvaluationEvents", "JudgeStage", "kafka consumer"],
+     ["JudgeStage", "EvaluationEvents", "Forwarder", "OnLoop"], "Engine"),
+    ({"kafka.publish": True}, ["event loop", "admin", "issues job", "retention", "Forwarder",
+                               "EvaluationEvents", "JudgeStage", "kafka publisher"],
+     ["JudgeStage", "EvaluationEvents", "Forwarder"], "PublishingEngine"),
+    (OFF, ["admin", "retention"], [], "Engine"),
+], ids=["all-on", "kafka-publish", "all-off"])
+def test_each_optional_part_is_built_and_placed_in_the_lifecycle(
+        tmp_path: Path, changes: dict[str, Any], parts: list[str], sinks: list[str],
+        front: str) -> None:
+    svc = _service(tmp_path, **changes)
+    assert svc._lifecycle(True).names == COMMON + parts + TAIL
+    # the judge first: it drains before the events sink it writes its judgements to
+    assert [type(s).__name__ for s in svc.engine.sinks] == sinks
+    assert svc.grpc is not None and type(svc.grpc.ingest.engine).__name__ == front
+    assert (svc.issues is not None) == ("issues job" in parts)
