@@ -1,4 +1,4 @@
-"""Shared test helpers: span factories and free-port servers live next to the tests using them."""
+"""The suite's fixtures: the shared datasets and the real external parts (tests/support/)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-import otel_collector
 import pytest
-from kafka_server import KafkaServer
-from postgresql_server import PostgresServer
+from support import otel_collector
+from support.kafka_server import KafkaServer
+from support.postgresql_server import PostgresServer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,7 +35,7 @@ def datasets() -> Path:
 
 @pytest.fixture(scope="session")
 def postgresql_server() -> Iterator[PostgresServer]:
-    """One real PostgreSQL server for the session (tests/postgresql_server.py)."""
+    """One real PostgreSQL server for the session (tests/support/postgresql_server.py)."""
     with PostgresServer() as server:
         yield server
 
@@ -48,7 +48,7 @@ def postgresql_url(postgresql_server: PostgresServer) -> str:
 
 @pytest.fixture(scope="session")
 def kafka_server() -> Iterator[KafkaServer]:
-    """One real Kafka broker for the session (tests/kafka_server.py: KRaft, one node, the
+    """One real Kafka broker for the session (tests/support/kafka_server.py: KRaft, one node, the
     Maven Central jars that scripts/kafka-broker fetches and caches)."""
     with KafkaServer() as server:
         yield server
@@ -58,5 +58,5 @@ def kafka_server() -> Iterator[KafkaServer]:
 def otelcol_bin() -> Path:
     """The OpenTelemetry Collector of collector-config/builder.yaml, built by scripts/collector
     (official builder; once per manifest, cached). No Go toolchain fails the tests, never
-    skips them (tests/otel_collector.py)."""
+    skips them (tests/support/otel_collector.py)."""
     return otel_collector.build()

@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from load_harness import Served, exporter, ids, poll, sdk_span, serve, stored, stored_span_ids
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
+from support.poll import poll
+from support.served import Served, exporter, ids, sdk_span, serve, stored, stored_span_ids
 
 pytestmark = pytest.mark.slow
 
@@ -90,7 +91,7 @@ def _round_under_load(srv: Served, kill_after: int, acked: set[tuple[str, str]]
         c.start()
     try:
         poll(lambda: sum(len(a) for a in mine) >= kill_after and _count(srv.store) > before,
-             120, f"{kill_after} acknowledged spans and new evaluations stored")
+             f"{kill_after} acknowledged spans and new evaluations stored", timeout_s=120)
         srv.proc.send_signal(signal.SIGKILL)
         assert srv.proc.wait(30) == -signal.SIGKILL
     finally:

@@ -17,9 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
-from load_harness import Served, exporter, ids, poll, sdk_span, serve, stored, stored_span_ids
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
+from support.poll import poll
+from support.served import Served, exporter, ids, sdk_span, serve, stored, stored_span_ids
 
 pytestmark = pytest.mark.slow
 
@@ -100,7 +101,8 @@ def test_sigterm_under_load_loses_no_acknowledged_span(tmp_path: Path) -> None:
         for c in clients:
             c.start()
         try:
-            poll(lambda: sum(len(a) for a in per_client) >= 1500, 60, "1500 acknowledged spans")
+            poll(lambda: sum(len(a) for a in per_client) >= 1500, "1500 acknowledged spans",
+                 timeout_s=60)
             srv.proc.send_signal(signal.SIGTERM)  # while the clients keep sending
             assert srv.proc.wait(60) == 0, srv.log_tail()
         finally:
@@ -130,10 +132,10 @@ def test_sigterm_waits_for_the_worker_processes_to_store_what_they_hold(tmp_path
         lock = sqlite3.connect(srv.store, isolation_level=None)
         lock.execute("BEGIN IMMEDIATE")
         try:
-            poll(lambda: srv.metrics().get("otel_eval_workers_inflight_traces", 0) > 0, 60,
-                 "released traces to be inside the workers")
+            poll(lambda: srv.metrics().get("otel_eval_workers_inflight_traces", 0) > 0,
+                 "released traces to be inside the workers", timeout_s=60)
             srv.proc.send_signal(signal.SIGTERM)
-            poll(lambda: not srv.ready(), 60, "serve to begin shutting down")
+            poll(lambda: not srv.ready(), "serve to begin shutting down", timeout_s=60)
             assert srv.proc.poll() is None  # waiting for its workers, which cannot store yet
             assert not stored(srv.store)
         finally:

@@ -22,7 +22,7 @@ SCRIPT = """
 import json, sys, tempfile
 from pathlib import Path
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-from service_harness import running_service
+from support.harness import running_service
 from test_receivers import emit_agent_run
 
 with tempfile.TemporaryDirectory() as d, running_service(Path(d)) as h:
@@ -64,7 +64,7 @@ print(json.dumps(sorted(m for m in sys.modules
 POOL = """
 import json, sys, tempfile
 from pathlib import Path
-from service_harness import running_service
+from support.harness import running_service
 
 with tempfile.TemporaryDirectory() as d, running_service(
         Path(d), **{"evaluation.workers": 2}) as h:

@@ -36,7 +36,9 @@ from types import TracebackType
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-ROOT = Path(__file__).resolve().parents[1]
+from support.ports import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
 BROKER_DIR = ROOT / "tests" / "kafka" / "broker"
 
 # Single-node settings: internal topics with one replica, no initial rebalance delay (a
@@ -78,11 +80,6 @@ def version(lib: Path) -> str:
     (jar,) = lib.glob("kafka_2.13-*.jar")
     return jar.name.removeprefix("kafka_2.13-").removesuffix(".jar")
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _die_with_parent() -> None:  # runs in the child, before exec

@@ -21,7 +21,6 @@ import copy
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "collector-config"
 MANIFEST = CONFIGS / "builder.yaml"
 # The line the collector logs once every pipeline has started.
@@ -57,12 +56,6 @@ def validate(binary: Path, config: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(binary), "validate", "--config", str(config)],
                           capture_output=True, text=True, timeout=120, check=False)
 
-
-def free_port() -> int:
-    """A loopback port free right now (the collector cannot report a port 0 it bound)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _rewrite(node: Any, endpoints: dict[str, str], path: str, unmapped: list[str]) -> Any:
