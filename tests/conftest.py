@@ -26,6 +26,31 @@ def _datasets() -> Path:
 DATASETS = _datasets()
 
 
+# The external parts a test may need, each a marker (declared in pyproject.toml). A test that
+# uses one of these fixtures carries its part's marker without saying so; a test that starts a
+# program itself (prometheus, promtool, chromium) says so with an explicit mark. Every test with
+# a part also carries ``external``: ``pytest -m "not external"`` is the fast lane (the Python
+# lock only); CI runs everything.
+PART_OF_FIXTURE = {
+    "postgresql_server": "postgres", "postgresql_url": "postgres",
+    "kafka_server": "kafka_broker",
+    "otelcol_bin": "collector",  # built with Go by scripts/collector
+    "helm": "helm",  # fetched with npm
+    "browser": "browser",  # headless Chromium
+}
+PARTS = ("collector", "kafka_broker", "postgres", "prometheus", "browser", "alertmanager", "helm")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: the markers must be there by then
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for fixture in getattr(item, "fixturenames", ()):
+            if part := PART_OF_FIXTURE.get(fixture):
+                item.add_marker(part)
+        if any(item.get_closest_marker(part) for part in PARTS):
+            item.add_marker("external")
+
+
 @pytest.fixture(scope="session")
 def datasets() -> Path:
     """The shared public datasets (read-only). Their absence is a broken checkout, not a skip."""

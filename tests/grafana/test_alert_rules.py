@@ -8,6 +8,8 @@ import subprocess
 import pytest
 from grafana_files import PROMETHEUS_YML, RULE_TESTS, RULES
 
+pytestmark = pytest.mark.prometheus  # promtool
+
 
 def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
     exe = shutil.which("promtool")

@@ -166,6 +166,7 @@ def _alerts(prom: Prometheus) -> set[tuple[str, str, str, str]]:
              a["labels"].get("agent", ""), a["state"]) for a in data}
 
 
+@pytest.mark.prometheus
 def test_the_shipped_alerts_page_for_the_looping_and_the_hanging_agent(
         tmp_path: Path, serve: dict[str, int]) -> None:
     rules = tmp_path / "otel-eval-rules.yaml"

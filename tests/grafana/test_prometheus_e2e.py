@@ -42,7 +42,7 @@ from prometheus_harness import (
 
 from otel_eval.telemetry.metrics import Metrics
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.prometheus]
 
 
 @pytest.fixture

@@ -35,6 +35,7 @@ from otel_eval.decode import otlp
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+pytestmark = pytest.mark.postgres  # a server of its own, stopped and started mid-test
 WAIT_S = 90.0  # a bound on waiting for a condition on a loaded machine, not a timing
 
 
