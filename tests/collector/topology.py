@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from conformance import corpus
-from support import served
+from support import served as serve_process
 from support.harness import running_service
 
 T = TypeVar("T")
@@ -112,32 +112,32 @@ def direct(recs: Sequence[dict[str, Any]], tmp: Path) -> dict[str, dict[str, Any
 
 
 @contextmanager
-def serve(tmp: Path, **extra: Any) -> Iterator[served.Served]:
+def serve(tmp: Path, **extra: Any) -> Iterator[serve_process.Served]:
     """``otel-eval serve`` (OTLP/gRPC on a port it picked, SQLite store in ``tmp``)."""
     tmp.mkdir(parents=True, exist_ok=True)
-    with served.serve(tmp, {**SERVE_CONFIG, **extra}) as process:
+    with serve_process.serve(tmp, {**SERVE_CONFIG, **extra}) as process:
         yield process
 
 
-def received(served: served.Served) -> tuple[int, int]:
+def received(served: serve_process.Served) -> tuple[int, int]:
     """(spans, log records) serve has received so far."""
     m = served.metrics()
     return (int(m.get("otel_eval_receiver_spans_received_total", 0)),
             int(m.get("otel_eval_receiver_log_records_received_total", 0)))
 
 
-def received_all(served: served.Served, spans: int, log_records: int) -> bool:
+def received_all(served: serve_process.Served, spans: int, log_records: int) -> bool:
     """serve has received at least that many spans and log records (at least: a batch the
     collector retried after a timeout or a throttle counts again)."""
     got_spans, got_logs = received(served)
     return got_spans >= spans and got_logs >= log_records
 
 
-def stored(served: served.Served) -> dict[str, dict[str, Any]]:
-    return served.stored(served.store)
+def stored(served: serve_process.Served) -> dict[str, dict[str, Any]]:
+    return serve_process.stored(served.store)
 
 
-def stored_at_least(served: served.Served, n: int) -> dict[str, dict[str, Any]] | None:
+def stored_at_least(served: serve_process.Served, n: int) -> dict[str, dict[str, Any]] | None:
     """The stored evaluations once there are ``n`` of them, else None."""
     out = stored(served)
     return out if len(out) >= n else None
