@@ -22,11 +22,12 @@ import os
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from support.poll import poll
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "collector-config"
@@ -102,14 +103,18 @@ class Collector:
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen([str(self.binary), "--config", str(self.config_path)],
                                          stdout=out, stderr=subprocess.STDOUT)
-        end = time.monotonic() + deadline_s
-        while READY not in self.log.read_text(errors="replace"):
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the collector exited ({self.proc.returncode}):\n"
+        proc = self.proc
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the collector exited ({proc.returncode}):\n"
                                    + self.log_tail())
-            if time.monotonic() > end:
-                raise RuntimeError("the collector did not start:\n" + self.log_tail())
-            time.sleep(0.05)  # polling interval, not synchronisation
+            return READY in self.log.read_text(errors="replace")
+
+        try:
+            poll(ready, "the collector to start", timeout_s=deadline_s)
+        except AssertionError as e:
+            raise RuntimeError(f"{e}:\n{self.log_tail()}") from None
         return self
 
     def stop(self, deadline_s: float = 30) -> int | None:
