@@ -177,11 +177,11 @@ _PG: list[Any] = []  # the PostgreSQL server this bench started, if any
 
 def postgresql() -> Any:
     """A PostgreSQL server for ``--store postgresql`` (Debian's binaries, a temp dir, a free
-    loopback port, fsync on: ``tests/postgresql_server.py``), started on first use and
+    loopback port, fsync on: ``tests/support/postgresql_server.py``), started on first use and
     stopped at exit; each serve run gets a fresh database of it."""
     if not _PG:
         sys.path.insert(0, str(ROOT / "tests"))
-        from postgresql_server import PostgresServer
+        from support.postgresql_server import PostgresServer
 
         _PG.append(PostgresServer(durable=True).start())
     return _PG[0]

@@ -56,7 +56,7 @@ sys.path[:0] = [str(ROOT), str(TESTS), str(ROOT / "tests")]
 
 from kafka_mock_cluster import MockCluster  # noqa: E402
 from kafka_traces import requests_for, trace_ids  # noqa: E402
-from postgresql_server import PostgresServer  # noqa: E402
+from support.postgresql_server import PostgresServer  # noqa: E402
 
 from otel_eval.base.kafka.config import KafkaConfig  # noqa: E402
 from otel_eval.receive.kafka.publisher import KafkaPublisher  # noqa: E402
@@ -122,7 +122,8 @@ def start_worker(bootstrap: str, topic: str, db: Path | str, index: int, count: 
              "--topic", topic, "--group", f"bench-{topic}", "--db", str(db), "--engine",
              "real", "--worker-index", str(index), "--worker-count", str(count), "--gate",
              "--commit-interval-s", "1.0"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
 def wait_ready(proc: subprocess.Popen[str], log: Path) -> None:

@@ -1,4 +1,4 @@
-"""Shared test helpers: span factories and free-port servers live next to the tests using them."""
+"""The suite's fixtures: the shared datasets and the real external parts (tests/support/)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-import otel_collector
 import pytest
-from kafka_server import KafkaServer
-from postgresql_server import PostgresServer
+from support import otel_collector
+from support.kafka_server import KafkaServer
+from support.postgresql_server import PostgresServer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,6 +26,31 @@ def _datasets() -> Path:
 DATASETS = _datasets()
 
 
+# The external parts a test may need, each a marker (declared in pyproject.toml). A test that
+# uses one of these fixtures carries its part's marker without saying so; a test that starts a
+# program itself (prometheus, promtool, chromium) says so with an explicit mark. Every test with
+# a part also carries ``external``: ``pytest -m "not external"`` is the fast lane (the Python
+# lock only); CI runs everything.
+PART_OF_FIXTURE = {
+    "postgresql_server": "postgres", "postgresql_url": "postgres",
+    "kafka_server": "kafka_broker",
+    "otelcol_bin": "collector",  # built with Go by scripts/collector
+    "helm": "helm",  # fetched with npm
+    "browser": "browser",  # headless Chromium
+}
+PARTS = ("collector", "kafka_broker", "postgres", "prometheus", "browser", "alertmanager", "helm")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: the markers must be there by then
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for fixture in getattr(item, "fixturenames", ()):
+            if part := PART_OF_FIXTURE.get(fixture):
+                item.add_marker(part)
+        if any(item.get_closest_marker(part) for part in PARTS):
+            item.add_marker("external")
+
+
 @pytest.fixture(scope="session")
 def datasets() -> Path:
     """The shared public datasets (read-only). Their absence is a broken checkout, not a skip."""
@@ -35,7 +60,7 @@ def datasets() -> Path:
 
 @pytest.fixture(scope="session")
 def postgresql_server() -> Iterator[PostgresServer]:
-    """One real PostgreSQL server for the session (tests/postgresql_server.py)."""
+    """One real PostgreSQL server for the session (tests/support/postgresql_server.py)."""
     with PostgresServer() as server:
         yield server
 
@@ -48,7 +73,7 @@ def postgresql_url(postgresql_server: PostgresServer) -> str:
 
 @pytest.fixture(scope="session")
 def kafka_server() -> Iterator[KafkaServer]:
-    """One real Kafka broker for the session (tests/kafka_server.py: KRaft, one node, the
+    """One real Kafka broker for the session (tests/support/kafka_server.py: KRaft, one node, the
     Maven Central jars that scripts/kafka-broker fetches and caches)."""
     with KafkaServer() as server:
         yield server
@@ -58,5 +83,5 @@ def kafka_server() -> Iterator[KafkaServer]:
 def otelcol_bin() -> Path:
     """The OpenTelemetry Collector of collector-config/builder.yaml, built by scripts/collector
     (official builder; once per manifest, cached). No Go toolchain fails the tests, never
-    skips them (tests/otel_collector.py)."""
+    skips them (tests/support/otel_collector.py)."""
     return otel_collector.build()

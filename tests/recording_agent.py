@@ -22,12 +22,11 @@ span of the agent's own that never ended, as in non_terminating).
 from __future__ import annotations
 
 import base64
-import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from conformance.scenarios import REMOTE_SPAN_ID
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from opentelemetry._logs import LogRecord, SeverityNumber
@@ -46,9 +45,6 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope as SdkScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.span import TraceState
-
-sys.path.insert(0, str(Path(__file__).resolve().parent / "conformance"))
-from scenarios import REMOTE_SPAN_ID
 
 _ID_KEYS = ("traceId", "spanId", "parentSpanId")
 _REQUESTS: dict[str, type[Message]] = {"traces": ExportTraceServiceRequest,

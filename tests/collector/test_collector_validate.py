@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from otel_collector import CONFIGS, MANIFEST, validate
+from support.otel_collector import CONFIGS, MANIFEST, validate
 
 FILES = sorted(p for p in CONFIGS.glob("*.yaml") if p != MANIFEST)
 

@@ -29,8 +29,10 @@ from typing import Any
 
 import pytest
 import topology
-from otel_collector import Collector, free_port, render
 from recording_agent import Sent, interleaved, requests, retraced, send, trace_ids
+from support.otel_collector import Collector, render
+from support.poll import poll
+from support.ports import free_port
 
 pytestmark = pytest.mark.slow
 TRACES = 1000
@@ -96,8 +98,8 @@ def run(otelcol_bin: Path, tmp_path_factory: pytest.TempPathFactory,
             "otel-eval-1.otel-eval-headless:4317": b.grpc_target})
         with Collector(otelcol_bin, cfg, tmp):
             sent = send(interleaved(traces, PER_BATCH, CHUNK), agent)
-            topology.wait_for(lambda: _quiet([a, b], sent.spans, sent.log_records),
-                              "both replicas to receive and evaluate everything", 600)
+            poll(lambda: _quiet([a, b], sent.spans, sent.log_records),
+                 "both replicas to receive and evaluate everything", timeout_s=600)
             dropped = sum(int(r.metrics().get("otel_eval_assembly_log_records_dropped_total",
                                                0)) for r in (a, b))
             on = [topology.stored(a), topology.stored(b)]

@@ -16,9 +16,11 @@ from typing import Any
 
 import pytest
 import topology
-from otel_collector import Collector, free_port, render
-from otlp_capture import Capture
 from recording_agent import replay, requests
+from support.otel_collector import Collector, render
+from support.otlp_capture import Capture
+from support.poll import poll
+from support.ports import free_port
 
 pytestmark = pytest.mark.slow
 EVENT = "gen_ai.evaluation.result"
@@ -49,14 +51,13 @@ def test_stamped_spans_and_evaluation_events_come_back_through_the_collector(
             for rec in recs:
                 sent = replay(rec, agent)
                 spans, logs = spans + sent.spans, logs + sent.log_records
-            evaluations = topology.wait_for(
-                lambda: topology.stored_at_least(served, len(topology.runs(recs))),
-                "serve to evaluate every recording")
+            evaluations = poll(lambda: topology.stored_at_least(served, len(topology.runs(recs))),
+                               "serve to evaluate every recording", timeout_s=topology.DEADLINE_S)
             events = sum(len(e["findings"]) + (e["verdict"] is not None)
                          for e in evaluations.values())
-            topology.wait_for(lambda: len(backend.spans()) >= spans
+            poll(lambda: len(backend.spans()) >= spans
                               and len(backend.log_records()) >= logs + events,
-                              "the stamped spans and the events at the backend")
+                 "the stamped spans and the events at the backend", timeout_s=topology.DEADLINE_S)
     assert not backend.errors
     # Every span the agent sent, once, from otel-eval (stamped), none straight from the agent.
     sent_ids = Counter((s.trace_id.hex(), s.span_id.hex()) for rec in recs

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 import topology
+from conformance.scenarios import REMOTE_SPAN_ID
 from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.trace.v1 import trace_pb2
 from recording_agent import parent_is_remote, requests, retraced, sdk_batch, trace_ids
-from scenarios import REMOTE_SPAN_ID
 
 HAS_IS_REMOTE = trace_pb2.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
 IS_REMOTE = trace_pb2.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK

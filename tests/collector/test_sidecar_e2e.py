@@ -2,9 +2,9 @@
 
 Every conformance recording is sent by the official SDK exporters (traces and logs, OTLP/gRPC)
 to the real collector running the shipped sidecar.yaml (endpoints rewritten to loopback,
-tests/otel_collector.py); the collector fans the spans out to a capture backend and to a real
-``otel-eval serve``, and the log records to serve. Each recording's evaluation through the
-collector must equal its direct evaluation, and the backend must get every span.
+tests/support/otel_collector.py); the collector fans the spans out to a capture backend and
+to a real ``otel-eval serve``, and the log records to serve. Each recording's evaluation
+through the collector must equal its direct evaluation, and the backend must get every span.
 """
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 import topology
-from otel_collector import Collector, free_port, render
-from otlp_capture import Capture
 from recording_agent import replay, requests
+from support.otel_collector import Collector, render
+from support.otlp_capture import Capture
+from support.poll import poll
+from support.ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -36,12 +38,12 @@ def test_every_recording_through_the_sidecar_collector_equals_its_direct_evaluat
             for rec in recs:
                 sent = replay(rec, agent)
                 spans, logs = spans + sent.spans, logs + sent.log_records
-            topology.wait_for(lambda: topology.received_all(served, spans, logs),
-                              "serve to receive every span and log record")
-            topology.wait_for(lambda: len(backend.spans()) >= spans,
-                              "the backend to receive every span")
-            got = topology.wait_for(lambda: topology.stored_at_least(served, len(want)),
-                                    "serve to evaluate every recording")
+            poll(lambda: topology.received_all(served, spans, logs),
+                 "serve to receive every span and log record", timeout_s=topology.DEADLINE_S)
+            poll(lambda: len(backend.spans()) >= spans, "the backend to receive every span",
+                 timeout_s=topology.DEADLINE_S)
+            got = poll(lambda: topology.stored_at_least(served, len(want)),
+                       "serve to evaluate every recording", timeout_s=topology.DEADLINE_S)
             assert collector.proc is not None and collector.proc.poll() is None
     assert set(got) == set(want)
     mismatched = {tid: topology.differences(got[tid], want[tid])

@@ -13,23 +13,17 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import sys
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import Any, TypeVar
 
-TESTS = Path(__file__).resolve().parents[1]
-for _dir in ("conformance", "receiver", "load"):
-    if str(TESTS / _dir) not in sys.path:
-        sys.path.insert(0, str(TESTS / _dir))
-
-import corpus  # noqa: E402
-import load_harness  # noqa: E402
-from service_harness import running_service  # noqa: E402
+from conformance import corpus
+from support import served as serve_process
+from support.harness import running_service
 
 T = TypeVar("T")
 # serve's (and the direct Service's) assembly timings: a finished run is released GRACE_S
@@ -117,37 +111,33 @@ def direct(recs: Sequence[dict[str, Any]], tmp: Path) -> dict[str, dict[str, Any
         return {e["trace_id"]: e for e in h.svc.store.latest(100_000)}
 
 
-def wait_for(fn: Callable[[], T | None], what: str, deadline_s: float = DEADLINE_S) -> T:
-    return load_harness.poll(fn, deadline_s, what, interval_s=0.1)
-
-
 @contextmanager
-def serve(tmp: Path, **extra: Any) -> Iterator[load_harness.Served]:
+def serve(tmp: Path, **extra: Any) -> Iterator[serve_process.Served]:
     """``otel-eval serve`` (OTLP/gRPC on a port it picked, SQLite store in ``tmp``)."""
     tmp.mkdir(parents=True, exist_ok=True)
-    with load_harness.serve(tmp, {**SERVE_CONFIG, **extra}) as served:
-        yield served
+    with serve_process.serve(tmp, {**SERVE_CONFIG, **extra}) as process:
+        yield process
 
 
-def received(served: load_harness.Served) -> tuple[int, int]:
+def received(served: serve_process.Served) -> tuple[int, int]:
     """(spans, log records) serve has received so far."""
     m = served.metrics()
     return (int(m.get("otel_eval_receiver_spans_received_total", 0)),
             int(m.get("otel_eval_receiver_log_records_received_total", 0)))
 
 
-def received_all(served: load_harness.Served, spans: int, log_records: int) -> bool:
+def received_all(served: serve_process.Served, spans: int, log_records: int) -> bool:
     """serve has received at least that many spans and log records (at least: a batch the
     collector retried after a timeout or a throttle counts again)."""
     got_spans, got_logs = received(served)
     return got_spans >= spans and got_logs >= log_records
 
 
-def stored(served: load_harness.Served) -> dict[str, dict[str, Any]]:
-    return load_harness.stored(served.store)
+def stored(served: serve_process.Served) -> dict[str, dict[str, Any]]:
+    return serve_process.stored(served.store)
 
 
-def stored_at_least(served: load_harness.Served, n: int) -> dict[str, dict[str, Any]] | None:
+def stored_at_least(served: serve_process.Served, n: int) -> dict[str, dict[str, Any]] | None:
     """The stored evaluations once there are ``n`` of them, else None."""
     out = stored(served)
     return out if len(out) >= n else None

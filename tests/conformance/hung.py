@@ -8,29 +8,25 @@ without any agent span (what a run killed before its agent span ended exports).
 recordings when ``history`` is set (what a service that ran before has in its store), and
 answers, per stack, how many hung runs got the stack's agent out of how many.
 
-    python tests/conformance/hung.py     # prints the table, without and with history
+    PYTHONPATH=.:tests python3 tests/conformance/hung.py  # the table, without and with history
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from functools import cache
-from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import corpus  # noqa: E402
+from conformance import corpus
 
-from otel_eval.app.config import Config  # noqa: E402
-from otel_eval.base.model import LogEvent, Span, Trace, local_root  # noqa: E402
-from otel_eval.decode.otlp import decode_request, request_from_dict  # noqa: E402
-from otel_eval.decode.otlp_logs import decode_logs, logs_request_from_json  # noqa: E402
-from otel_eval.evaluate.agent_inference import learned  # noqa: E402
-from otel_eval.evaluate.conventions import classify  # noqa: E402
-from otel_eval.evaluate.evaluator import Evaluator  # noqa: E402
-from otel_eval.store import SqliteStore  # noqa: E402
+from otel_eval.app.config import Config
+from otel_eval.base.model import LogEvent, Span, Trace, local_root
+from otel_eval.decode.otlp import decode_request, request_from_dict
+from otel_eval.decode.otlp_logs import decode_logs, logs_request_from_json
+from otel_eval.evaluate.agent_inference import learned
+from otel_eval.evaluate.conventions import classify
+from otel_eval.evaluate.evaluator import Evaluator
+from otel_eval.store import SqliteStore
 
 KILLED = "non_terminating"
 

@@ -1,12 +1,14 @@
 """Re-record the conformance corpus: real instrumentation stacks, scripted LLM, OTLP capture.
 
-    python tests/conformance/record.py [--stack NAME ...] [--scenario NAME ...] [--cache DIR]
+    PYTHONPATH=.:tests python3 tests/conformance/record.py [--stack NAME ...] \
+        [--scenario NAME ...] [--cache DIR]
 
 For each stack (``stacks/<name>/stack.yaml``): a venv under the cache dir (default
 ``~/.cache/otel-eval-conformance/<stack>``) with the stack's pinned packages installed by pip
 (or, for ``runtime: node``, ``npm install`` of them into that dir), reinstalled only when the
 pins change. For each scenario: start the scripted LLM (``scripted_llm.py``) and the OTLP
-capture server (``capture.py``) on loopback port 0, run the stack's agent program with the
+capture server (``tests/support/otlp_capture.py``) on loopback port 0, run the stack's agent
+program with the
 OPENAI_* / ANTHROPIC_* / OTEL_* environment pointing at them (plus the stack's own ``env``),
 wait for it (bounded), and write ``recordings/<stack>/<scenario>.json``::
 
@@ -34,14 +36,13 @@ import venv
 from pathlib import Path
 from typing import Any
 
+import scenarios
 import yaml
+from machine_paths import scrub
+from scripted_llm import ScriptedLLM
+from support.otlp_capture import Capture
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import scenarios  # noqa: E402
-from capture import Capture  # noqa: E402
-from machine_paths import scrub  # noqa: E402
-from scripted_llm import ScriptedLLM  # noqa: E402
 
 REPO = HERE.parents[1]
 STACKS = HERE / "stacks"
@@ -134,7 +135,9 @@ def _environment(name: str, stack: dict[str, Any], llm: ScriptedLLM,
                OPENAI_API_KEY="sk-conformance", ANTHROPIC_BASE_URL=llm.root_url,
                ANTHROPIC_API_KEY="sk-ant-conformance", OTEL_EXPORTER_OTLP_ENDPOINT=cap.endpoint,
                OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
-               OTEL_SERVICE_NAME=f"conformance-{name}")
+               OTEL_SERVICE_NAME=f"conformance-{name}",
+               # the agents' shared code (stacks/common.py) and the scenarios it scripts
+               PYTHONPATH=os.pathsep.join((str(STACKS), str(HERE))))
     env.update({str(k): str(v) for k, v in (stack.get("env") or {}).items()})
     return env
 
@@ -152,10 +155,10 @@ def record(name: str, stack: dict[str, Any], env_dir: Path, scenario: str) -> di
     if proc.returncode != 0 or llm.errors or cap.errors:
         raise RuntimeError(f"exit {proc.returncode}; llm errors {llm.errors}; capture errors "
                            f"{cap.errors}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
-    if not cap.requests:
+    if not cap.arrivals:
         raise RuntimeError(f"no OTLP request was exported\n{proc.stderr[-4000:]}")
     return {"stack": name, "scenario": scenario, "packages": installed(stack, env_dir),
-            "llm_requests": llm.requests, "requests": _scrubbed(cap.requests, env_dir)}
+            "llm_requests": llm.requests, "requests": _scrubbed(cap.recorded(), env_dir)}
 
 
 def _scrubbed(requests: list[Any], env_dir: Path) -> list[Any]:

@@ -10,17 +10,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "receiver"))
-import corpus
-from service_harness import Harness, running_service
+from conformance import corpus
+from support.harness import Harness, running_service
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "instrumentations.md"
 

@@ -16,13 +16,13 @@ from typing import Any
 import openai
 import pytest
 import scenarios
-from capture import Capture
 from machine_paths import LEAK, scrub
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from scripted_llm import ScriptedLLM
+from support.otlp_capture import Capture
 
 HERE = Path(__file__).resolve().parent
 
@@ -193,11 +193,11 @@ def test_capture_stores_sdk_protobuf_gzip_and_json_with_hex_ids() -> None:
             assert r.status == 200
     finally:
         cap.stop()
-    assert [r["signal"] for r in cap.requests] == ["traces", "logs"] and not cap.errors
-    span_json = cap.requests[0]["body"]["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    assert [r["signal"] for r in cap.recorded()] == ["traces", "logs"] and not cap.errors
+    span_json = cap.recorded()[0]["body"]["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
     assert span_json["traceId"] == f"{ctx.trace_id:032x}"
     assert span_json["spanId"] == f"{ctx.span_id:016x}"
-    assert cap.requests[1]["body"] == body
+    assert cap.recorded()[1]["body"] == body
 
 
 def test_capture_reads_a_chunked_body() -> None:
@@ -216,7 +216,7 @@ def test_capture_reads_a_chunked_body() -> None:
     finally:
         cap.stop()
     assert not cap.errors
-    assert cap.requests[0]["body"]["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["name"] == "s"
+    assert cap.recorded()[0]["body"]["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["name"] == "s"
 
 
 def test_a_code_agent_gets_code_blocks_calling_the_tool_then_final_answer(

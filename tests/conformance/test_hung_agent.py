@@ -6,13 +6,10 @@ stack's completed runs name it, and stays unknown, never a wrong name, when they
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "receiver"))
-import corpus
-import hung
-from service_harness import running_service
+from conformance import corpus, hung
+from support.harness import running_service
 from test_conformance import _replay
 
 

@@ -14,8 +14,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-import corpus
 import pytest
+from conformance import corpus
 
 from otel_eval.app.config import Config
 from otel_eval.base.model import Span, Trace

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from deploy_files import CHART, Helm, exec_form, one
+from support.ports import free_port
 from test_dockerfile import _instructions
 from test_helm import _container, _pod_config, _pod_spec, _validate
 
@@ -101,19 +102,15 @@ def test_image_healthcheck_works_with_and_without_admin_tls(tmp_path: Path) -> N
     """The HEALTHCHECK's probe against a real admin endpoint, plain and TLS."""
     import json
     import os
-    import socket
 
-    sys.path.insert(0, str(Path(__file__).parents[1] / "receiver"))
-    from tls_certs import TestCA
+    from support.tls_certs import TestCA
 
     (check,) = _instructions("HEALTHCHECK")
     argv = json.loads(check.split("CMD", 1)[1])
     ca = TestCA(tmp_path)
     pair = ca.issue("server", server=True)
     for tls in (False, True):
-        with socket.socket() as s:  # a free port, substituted for the image's fixed one
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()  # substituted for the image's fixed one
         args = ["--admin-endpoint", f"127.0.0.1:{port}", "--grpc-endpoint", "127.0.0.1:0",
                 "--http-endpoint", "127.0.0.1:0", "--store", str(tmp_path / "r.db")]
         config = tmp_path / "c.yaml"

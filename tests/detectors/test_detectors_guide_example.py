@@ -12,11 +12,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from otel_eval.base.model import Finding, Trace, Trajectory, Verdict
+from otel_eval.decode.otlp import decode_request, request_from_json
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.detectors import Detectors, DetectorsConfig, load_references, parse_budget
+from otel_eval.evaluate.trajectory import build_trajectory
+from otel_eval.receive.loaders import load_path
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "detectors"
 TRACE = DATA / "guide_lucky_recovery.otlp.json"
@@ -52,20 +53,14 @@ def _check(findings: list[Finding], verdict: Verdict) -> None:
 
 
 def test_guide_example_through_decoder_and_trajectory_builder() -> None:
-    otlp = pytest.importorskip("otel_eval.decode.otlp")
-    trajectory_mod = pytest.importorskip("otel_eval.evaluate.trajectory")
-    decoded = otlp.decode_request(otlp.request_from_json(TRACE.read_bytes()))
+    decoded = decode_request(request_from_json(TRACE.read_bytes()))
     assert decoded.rejected == 0
     trace = Trace(decoded.spans[0].trace_id, decoded.spans, "complete")
-    trajectory = trajectory_mod.build_trajectory(trace, TrajectoryConfig())
+    trajectory = build_trajectory(trace, TrajectoryConfig())
     assert len([s for s in trajectory.steps if s.kind == "tool"]) == 8
     _check(*_evaluate(trajectory))
 
 
 def test_guide_example_through_offline_loader() -> None:
-    loaders = pytest.importorskip("otel_eval.receive.loaders")
-    trajectory_mod = pytest.importorskip("otel_eval.evaluate.trajectory")
-    if not hasattr(loaders, "load_path"):  # the package exists before its loader does
-        pytest.skip("otel_eval.receive.loaders.load_path not written yet")
-    (trace,) = list(loaders.load_path(TRACE))
-    _check(*_evaluate(trajectory_mod.build_trajectory(trace, TrajectoryConfig())))
+    (trace,) = list(load_path(TRACE))
+    _check(*_evaluate(build_trajectory(trace, TrajectoryConfig())))

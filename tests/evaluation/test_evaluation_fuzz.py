@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from bench_module import load_bench
 from hypothesis import HealthCheck, given, settings
+from support.bench_module import load_bench
 
 FUZZ = load_bench("fuzz.py", "fuzz_bench")
 EXAMPLES = {"decode": 150, "decode_json": 40, "trajectory": 40, "evaluate": 40}

@@ -10,7 +10,7 @@ from types import FrameType
 from typing import Any
 
 import pytest
-from bench_module import load_bench
+from support.bench_module import load_bench
 
 from otel_eval.app.config import Config
 from otel_eval.base.model import Trace

@@ -10,7 +10,7 @@ import dataclasses
 import json
 from typing import Any
 
-from bench_module import load_bench
+from support.bench_module import load_bench
 
 from otel_eval.app.config import Config
 from otel_eval.base import model

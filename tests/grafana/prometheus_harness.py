@@ -9,26 +9,23 @@ import contextlib
 import json
 import re
 import shutil
-import socket
 import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 from grafana_files import PROMETHEUS_YML, RULES
+from support.poll import poll
+from support.ports import free_port
 
 TIMEOUT_S = 90.0
+# poll Prometheus and the services it scrapes every 0.25 s (each miss may feed a round)
+PROMETHEUS_POLL: dict[str, float] = {"timeout_s": TIMEOUT_S, "interval_s": 0.25}
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Prometheus:
@@ -50,16 +47,6 @@ class Prometheus:
     def query(self, expr: str) -> dict[str, Any]:
         out: dict[str, Any] = self.get("/api/v1/query", query=expr)
         return out
-
-
-def poll(what: str, condition: Callable[[], bool], between: Callable[[], Any] | None = None,
-          timeout_s: float = TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        if between is not None:
-            between()
-        time.sleep(0.25)  # poll interval (the condition is the wait, not the sleep)
 
 
 def shortened_rules(text: str, seconds_per_minute: float = 1) -> str:
@@ -126,7 +113,7 @@ def prometheus_scraping(tmp_path: Path, target_port: int, rules: Path = RULES, *
                 return (any(s["value"][1] == "1" for s in r.get("data", {}).get("result", []))
                         and starting.get("data", {}).get("result") == [])
 
-            poll("Prometheus to scrape the target", up)
+            poll(up, "Prometheus to scrape the target", **PROMETHEUS_POLL)
             yield prom
         finally:
             stop(proc)

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 from grafana_files import ALERTMANAGER_YML, PROMETHEUS_YML, RULE_TESTS, RULES
 
-pytestmark = pytest.mark.prometheus
+pytestmark = pytest.mark.prometheus  # promtool
 
 
 def _promtool(*args: str) -> subprocess.CompletedProcess[str]:

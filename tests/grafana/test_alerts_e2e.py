@@ -34,8 +34,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conformance import hung
 from grafana_files import RULES
 from prometheus_harness import (
+    PROMETHEUS_POLL,
     Prometheus,
     listening,
     poll,
@@ -47,10 +49,7 @@ from prometheus_harness import (
 from otel_eval.app.replay import make_exporter, replay
 from otel_eval.base.model import Span, SpanEvent, Trace
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "conformance"))
-import hung
-
-pytestmark = [pytest.mark.slow, pytest.mark.prometheus]
+pytestmark = pytest.mark.slow
 AGENT = "weather_agent"
 # (service, stack, scenarios cycled through, one per round)
 SERVICES = (("clean", "pydantic-ai", ("clean", "distinct", "streaming")),
@@ -138,8 +137,8 @@ def serve(tmp_path: Path) -> Iterator[dict[str, int]]:
         stdout=log, stderr=subprocess.STDOUT)
     try:
         ports: dict[str, int] = {}
-        poll("otel-eval serve to listen",
-             lambda: listening(tmp_path / "serve.log", ports, ("OTLP/gRPC", "admin")))
+        poll(lambda: listening(tmp_path / "serve.log", ports, ("OTLP/gRPC", "admin")),
+             "otel-eval serve to listen", **PROMETHEUS_POLL)
         yield ports
     finally:
         stop(proc)
@@ -161,6 +160,7 @@ def _alerts(prom: Prometheus) -> set[tuple[str, str, str, str]]:
              a["labels"].get("agent", ""), a["state"]) for a in data}
 
 
+@pytest.mark.prometheus
 def test_the_shipped_alerts_page_for_the_looping_and_the_hanging_agent(
         tmp_path: Path, serve: dict[str, int]) -> None:
     rules = tmp_path / "otel-eval-rules.yaml"
@@ -169,8 +169,8 @@ def test_the_shipped_alerts_page_for_the_looping_and_the_hanging_agent(
     admin = serve["admin"]
     # the hanging service has completed runs before its first killed one
     agents.send(("hanging",))
-    poll("the hanging service's first run to be stored",
-         lambda: bool(_evaluations(admin, service="hanging")))
+    poll(lambda: bool(_evaluations(admin, service="hanging")),
+         "the hanging service's first run to be stored", **PROMETHEUS_POLL)
     agents.rounds = 0
     with prometheus_scraping(tmp_path, admin, rules) as prom:
         seen: set[tuple[str, str, str, str]] = set()
@@ -182,7 +182,7 @@ def test_the_shipped_alerts_page_for_the_looping_and_the_hanging_agent(
             assert not unexpected, unexpected  # clean traffic and the rest raise nothing
             return {a[:3] for a in alerts if a[3] == "firing"} == EXPECTED
 
-        poll("the loop and the non-termination alert to fire", both_fire, agents.send,
+        poll(both_fire, "the loop and the non-termination alert to fire", between=agents.send,
              timeout_s=180)
         sources = prom.query('sum by (service, source) (otel_eval_traces_agent_source_total)')
         counted = {(r["metric"]["service"], r["metric"]["source"])

@@ -31,7 +31,14 @@ from metrics_harness import (
     issues_job,
     serve,
 )
-from prometheus_harness import Prometheus, listening, poll, prometheus_scraping, stop
+from prometheus_harness import (
+    PROMETHEUS_POLL,
+    Prometheus,
+    listening,
+    poll,
+    prometheus_scraping,
+    stop,
+)
 
 from otel_eval.telemetry.metrics import Metrics
 
@@ -74,8 +81,8 @@ def test_every_panel_and_alert_query_returns_data(
         return not pending
 
     # Traffic keeps flowing while we wait, as it would from agents: each poll adds a round.
-    poll("every query to return data", all_answer,
-          lambda: fed.extend(feed_round(metrics, next(rounds))))
+    poll(all_answer, "every query to return data",
+         between=lambda: fed.extend(feed_round(metrics, next(rounds))), **PROMETHEUS_POLL)
 
     loop_expr = next(r["expr"] for r in alert_rules() if r["alert"] == "OtelEvalLoopRateHigh")
     firing = {s["metric"]["agent"] for s in prom.query(loop_expr)["data"]["result"]}
@@ -154,7 +161,8 @@ def test_real_service_panels_alerts_and_exemplars(tmp_path: Path) -> None:
         # serve binds port 0 and logs the ports it got (a port picked free beforehand could be
         # taken by another process while serve still imports)
         ports: dict[str, int] = {}
-        poll("otel-eval serve to listen", lambda: listening(tmp_path / "serve.log", ports))
+        poll(lambda: listening(tmp_path / "serve.log", ports), "otel-eval serve to listen",
+             **PROMETHEUS_POLL)
         http_port, admin_port = ports["OTLP/HTTP"], ports["admin"]
         with prometheus_scraping(tmp_path, admin_port) as prom:
             queries = panel_queries() + [(r["alert"], r["expr"]) for r in alert_rules()]
@@ -172,8 +180,8 @@ def test_real_service_panels_alerts_and_exemplars(tmp_path: Path) -> None:
                         pending.pop(name, None)
                 return not pending
 
-            poll("every fed query to return data", all_answer,
-                  lambda: service_feed.send_round(http_port))
+            poll(all_answer, "every fed query to return data",
+                 between=lambda: service_feed.send_round(http_port), **PROMETHEUS_POLL)
             loop_expr = next(r["expr"] for r in alert_rules()
                              if r["alert"] == "OtelEvalLoopRateHigh")
             firing = {s["metric"]["agent"] for s in prom.query(loop_expr)["data"]["result"]}
@@ -212,7 +220,7 @@ def test_every_share_is_zero_not_no_data_when_its_numerator_never_happened(
         return all(_has_data(prom.query(e)) for e in shares.values())
 
     feed()
-    poll("every share to answer", answered, feed)
+    poll(answered, "every share to answer", between=feed, **PROMETHEUS_POLL)
     for name, expr in shares.items():
         values = [float(s["value"][1]) for s in prom.query(expr)["data"]["result"]]
         assert values == [0.0], (name, values)

@@ -4,7 +4,6 @@ CollectorRegistry, the clock and every run driven by hand."""
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -16,6 +15,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 from prometheus_client.parser import text_string_to_metric_families
+from support.clock import ManualClock
+from support.ports import free_port
 
 from otel_eval.base import model
 from otel_eval.outputs.issues.config import GrafanaConfig, IssuesConfig
@@ -27,14 +28,6 @@ from otel_eval.store import Store
 T0 = 1_700_000_000.0
 HOUR = 3600.0
 ISSUE_LABELS = {"level", "node", "issue_id", "title"}
-
-
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Recorder:
@@ -67,7 +60,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
     s.close()
 
 
-def _job(store: Store, registry: CollectorRegistry, clock: Clock, **cfg: Any) -> IssuesJob:
+def _job(store: Store, registry: CollectorRegistry, clock: ManualClock, **cfg: Any) -> IssuesJob:
     # The catalogue shares the store's file, as serve does when issues.store_path is empty.
     annotator = cfg.pop("annotator", None)
     return IssuesJob(IssuesConfig(**cfg), store.path, lambda ns: store.since(ns), registry,
@@ -80,7 +73,7 @@ def _samples(registry: CollectorRegistry, name: str) -> list[tuple[dict[str, str
 
 
 def test_gauges_after_run_bounded_by_top_k_with_the_rest_as_other(store: Store) -> None:
-    registry, clock = CollectorRegistry(), Clock(T0)
+    registry, clock = CollectorRegistry(), ManualClock(T0)
     store.put_many(_stored(e, T0 - 60) for e in window(12))
     job = _job(store, registry, clock, top_k=1)
     assert _samples(registry, "otel_eval_issue_share") == []  # declared, empty before a run
@@ -113,7 +106,7 @@ def test_gauges_after_run_bounded_by_top_k_with_the_rest_as_other(store: Store) 
 def test_window_is_read_from_the_store_by_evaluation_time(store: Store) -> None:
     store.put_many(_stored(e, T0 - 2 * HOUR) for e in window(9, offset=500))  # out of window
     store.put_many(_stored(e, T0 - 10) for e in window(6))
-    job = _job(store, CollectorRegistry(), Clock(T0), window_s=HOUR)
+    job = _job(store, CollectorRegistry(), ManualClock(T0), window_s=HOUR)
     result = job.run_once()
     assert result is not None and result.traces == 6
     assert {a.trace_id for a in result.assignments} == {e["trace_id"] for e in window(6)}
@@ -121,7 +114,7 @@ def test_window_is_read_from_the_store_by_evaluation_time(store: Store) -> None:
 
 def test_latest_json_before_and_after_the_first_run(store: Store) -> None:
     store.put_many(_stored(e, T0 - 60) for e in window(12))
-    job = _job(store, CollectorRegistry(), Clock(T0))
+    job = _job(store, CollectorRegistry(), ManualClock(T0))
     empty = job.latest_json()
     assert empty["schema"] == "otel-eval.issues/v1" and empty["generated_at"] is None
     assert empty["issues"] == [] and empty["traces"] == 0 and "assignments" not in empty
@@ -143,7 +136,7 @@ def test_failed_run_is_logged_and_counted_and_keeps_the_last_result(
             raise RuntimeError("database is locked")
         return store.since(since_ns)
 
-    job = IssuesJob(IssuesConfig(), store.path, flaky, registry, Clock(T0))
+    job = IssuesJob(IssuesConfig(), store.path, flaky, registry, ManualClock(T0))
     first = job.run_once()
     before = (job.latest_json(), _samples(registry, "otel_eval_issue_share"))
     with caplog.at_level(logging.ERROR, logger="otel_eval.outputs.issues.job"):
@@ -159,13 +152,13 @@ def test_failed_run_is_logged_and_counted_and_keeps_the_last_result(
 
 def test_restart_on_the_same_catalogue_keeps_issue_ids(store: Store) -> None:
     store.put_many(_stored(e, T0 - 60) for e in window(12))
-    first = _job(store, CollectorRegistry(), Clock(T0))
+    first = _job(store, CollectorRegistry(), ManualClock(T0))
     r1 = first.run_once()
     first.close()
     # A new process: new job and registry on the same file, an hour later, other traces.
     store.put_many(_stored(e, T0 + HOUR - 60) for e in window(15, offset=100))
     registry = CollectorRegistry()
-    second = _job(store, registry, Clock(T0 + HOUR))
+    second = _job(store, registry, ManualClock(T0 + HOUR))
     r2 = second.run_once()
     assert r1 is not None and r2 is not None
     assert {i.trace_ids.isdisjoint(j.trace_ids) for i in r1.issues for j in r2.issues} == {True}
@@ -179,7 +172,7 @@ def test_restart_on_the_same_catalogue_keeps_issue_ids(store: Store) -> None:
 def test_exemplar_stays_while_its_trace_is_in_the_window(store: Store) -> None:
     evs = window(12)
     registry, current = CollectorRegistry(), [evs]
-    job = IssuesJob(IssuesConfig(), store.path, lambda ns: current[0], registry, Clock(T0))
+    job = IssuesJob(IssuesConfig(), store.path, lambda ns: current[0], registry, ManualClock(T0))
 
     def exemplars() -> dict[str, str]:
         return {s["issue_id"]: s["trace_id"] for s, _ in
@@ -201,7 +194,7 @@ def test_exemplar_stays_while_its_trace_is_in_the_window(store: Store) -> None:
 def test_events_are_annotated_and_counted(store: Store) -> None:
     store.put_many(_stored(e, T0 - 60) for e in window(12))
     registry, recorder = CollectorRegistry(), Recorder()
-    job = _job(store, registry, Clock(T0), annotator=recorder)
+    job = _job(store, registry, ManualClock(T0), annotator=recorder)
     r1 = job.run_once()
     assert r1 is not None and [e.kind for e in recorder.events] == ["new"] * 3
     assert job.run_once(T0 + 60) is not None and len(recorder.events) == 3  # nothing new
@@ -209,19 +202,15 @@ def test_events_are_annotated_and_counted(store: Store) -> None:
                                      {"status": "posted"}) == 3
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.mark.parametrize("kind", ["raises", "unreachable_grafana"])
 def test_annotation_failures_are_counted_not_raised(store: Store, kind: str) -> None:
     store.put_many(_stored(e, T0 - 60) for e in window(12))
     annotator = Recorder(fail=True) if kind == "raises" else GrafanaAnnotator(
-        GrafanaConfig(url=f"http://127.0.0.1:{_closed_port()}", timeout_s=2.0))
+        GrafanaConfig(url=f"http://127.0.0.1:{free_port()}", timeout_s=2.0))
     registry = CollectorRegistry()
-    job = _job(store, registry, Clock(T0), annotator=annotator)
+    job = _job(store, registry, ManualClock(T0), annotator=annotator)
     assert job.run_once() is not None and len(job.latest_json()["issues"]) == 3
     assert registry.get_sample_value("otel_eval_issues_annotations_total",
                                      {"status": "failed"}) == 3
@@ -231,7 +220,7 @@ def test_annotation_failures_are_counted_not_raised(store: Store, kind: str) -> 
 def test_scrape_formats_and_bounded_labels(store: Store) -> None:
     store.put_many(_stored(e, T0 - 60) for e in window(30))
     registry = CollectorRegistry()
-    job = _job(store, registry, Clock(T0), top_k=2)
+    job = _job(store, registry, ManualClock(T0), top_k=2)
     job.run_once()
     text = generate_latest(registry).decode()
     families = {f.name: f for f in text_string_to_metric_families(text)}
@@ -261,7 +250,7 @@ def test_thread_runs_at_start_and_stops(store: Store) -> None:
         return []
 
     registry = CollectorRegistry()
-    job = IssuesJob(IssuesConfig(interval_s=3600), store.path, since, registry, Clock(T0))
+    job = IssuesJob(IssuesConfig(interval_s=3600), store.path, since, registry, ManualClock(T0))
     with pytest.raises(ValueError, match="interval"):
         job.start(0)
     job.start()
@@ -293,7 +282,7 @@ def test_the_window_keeps_only_what_clustering_reads(store: Store) -> None:
     results = []
     for read in (lambda ns: store.since(ns), lambda ns: store.since(ns, keep=critique_fields)):
         job = IssuesJob(IssuesConfig(), str(store.path) + f".{len(results)}", read,
-                        CollectorRegistry(), Clock(T0))
+                        CollectorRegistry(), ManualClock(T0))
         result = job.run_once()
         job.close()
         assert result is not None

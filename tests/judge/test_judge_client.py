@@ -8,6 +8,7 @@ from typing import Any
 
 from judge_fake_llm import FakeLLM, Reply, completion, error, good
 from judge_fixtures import config
+from support.clock import ManualClock
 
 from otel_eval.evaluate.judge.client import JudgeClient, retry_after_s
 from otel_eval.evaluate.judge.schemas import trace_schema
@@ -16,23 +17,8 @@ MESSAGES = [{"role": "user", "content": "grade this"}]
 GOOD = {"critique": "fine", "score": 0.5}
 
 
-class Clock:
-    """Manual clock; ``sleep`` records the delay and advances time instead of waiting."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.sleeps: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-
-
-def client(llm: FakeLLM, clock: Clock | None = None, **changes: Any) -> JudgeClient:
-    clock = clock or Clock()
+def client(llm: FakeLLM, clock: ManualClock | None = None, **changes: Any) -> JudgeClient:
+    clock = clock or ManualClock()
     return JudgeClient(config(llm.api_base, **changes), clock=clock, sleep=clock.sleep)
 
 
@@ -75,7 +61,7 @@ def test_invalid_twice_is_parse_error_never_a_default(llm: FakeLLM) -> None:
 
 
 def test_429_honours_retry_after(llm: FakeLLM) -> None:
-    clock = Clock()
+    clock = ManualClock()
     llm.script(error(429, {"Retry-After": "7"}), good(GOOD))
     r = call(client(llm, clock))
     assert (r.status, r.attempts) == ("ok", 2)
@@ -84,13 +70,13 @@ def test_429_honours_retry_after(llm: FakeLLM) -> None:
 
 def test_429_exhausted_is_rate_limited(llm: FakeLLM) -> None:
     llm.script(*[error(429, {"retry-after-ms": "1500"})] * 3)
-    clock = Clock()
+    clock = ManualClock()
     r = call(client(llm, clock, max_retries=2))
     assert (r.status, r.attempts, clock.sleeps) == ("rate_limited", 3, [1.5, 1.5])
 
 
 def test_500_retried_with_exponential_backoff(llm: FakeLLM) -> None:
-    clock = Clock()
+    clock = ManualClock()
     llm.script(error(500), error(500), good(GOOD))
     r = call(client(llm, clock, backoff_initial_s=2.0, max_retries=3))
     assert (r.status, r.attempts, clock.sleeps) == ("ok", 3, [2.0, 4.0])
@@ -116,7 +102,7 @@ def test_timeout(llm: FakeLLM) -> None:
 
 
 def test_hourly_budget_blocks_calls_until_spend_leaves_window(llm: FakeLLM) -> None:
-    clock = Clock()
+    clock = ManualClock()
     c = client(llm, clock, max_cost_usd_per_hour=0.0001)
     llm.script(good(GOOD), good(GOOD))
     assert call(c).status == "ok"  # ~0.00021 USD spent
@@ -128,7 +114,7 @@ def test_hourly_budget_blocks_calls_until_spend_leaves_window(llm: FakeLLM) -> N
 
 
 def test_requests_per_minute_waits_on_injected_clock(llm: FakeLLM) -> None:
-    clock = Clock()
+    clock = ManualClock()
     c = client(llm, clock, requests_per_min=2)
     llm.script(good(GOOD), good(GOOD), good(GOOD))
     for _ in range(3):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,15 +17,13 @@ from judge_fake_llm import FakeLLM, Reply, completion, error, good
 from judge_fixtures import combined_reply
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from prometheus_client import CollectorRegistry
+from support.otlp_capture import Capture
 
 from otel_eval.app.config import Config, replace
 from otel_eval.app.service import Service
 from otel_eval.base import model
 from otel_eval.decode.otlp import attributes_to_dict, encode_spans
 from otel_eval.store import Store
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "results"))
-from results_downstream import Downstream, serving
 
 TRACE_ID = "5bf92f3577b34da6a3ce929d0e0e4736"
 ROOT, LLM1, TOOL, LLM2 = "a0f067aa0ba902b7", "a111111111111111", "a222222222222222", \
@@ -65,7 +62,7 @@ def _scripted(body: dict[str, Any]) -> Reply:
 
 
 @contextmanager
-def _serve(tmp_path: Path, llm: FakeLLM, events: Downstream | None = None
+def _serve(tmp_path: Path, llm: FakeLLM, events: Capture | None = None
            ) -> Iterator[Service]:
     changes: dict[str, Any] = {
         "receiver.grpc_endpoint": "127.0.0.1:0", "receiver.http_endpoint": "",
@@ -109,7 +106,7 @@ def _sample(svc: Service, name: str, **labels: str) -> float:
 def test_serve_judges_stored_traces_and_emits_judge_events(llm: FakeLLM,
                                                            tmp_path: Path) -> None:
     llm.route = _scripted
-    with serving() as ds, _serve(tmp_path, llm, ds) as svc:
+    with Capture() as ds, _serve(tmp_path, llm, ds) as svc:
         pass
     body = _stored(tmp_path)
     judge = body["judge"]

@@ -4,16 +4,11 @@
 from __future__ import annotations
 
 import itertools
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from kafka_doubles import Topic
 from kafka_mock_cluster import MockCluster
-
-# test_kafka_serve.py runs real Services through the receiver tests' harness.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "receiver"))
 
 _topics = itertools.count()
 

@@ -12,30 +12,14 @@ from __future__ import annotations
 import queue
 import sqlite3
 import threading
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from kafka_traces import SPAN_COUNT_ATTR
 
+# the engine's own result and barrier types: the stand-in answers exactly as Engine.submit does
+from otel_eval.assemble.admission import Admission
+from otel_eval.assemble.engine import _Barrier
 from otel_eval.base.model import Span
-
-
-@dataclass
-class Admission:
-    accepted: int = 0
-    rejected: Counter[str] = field(default_factory=Counter)
-    throttled: str | None = None
-
-
-class _Barrier:
-    def __init__(self, callback: Callable[[], None], n: int) -> None:
-        self.callback, self.n = callback, n
-
-    def done(self) -> None:  # worker thread only
-        self.n -= 1
-        if self.n == 0:
-            self.callback()
 
 
 class MiniEngine:
@@ -56,7 +40,7 @@ class MiniEngine:
                signal: str = "traces") -> Admission:
         with self._lock:
             touched = {s.trace_id for s in spans}
-            barrier = _Barrier(on_stored, len(touched)) if on_stored else None
+            barrier = _Barrier(on_stored) if on_stored else None
             for s in spans:
                 self._open.setdefault(s.trace_id, []).append(s)
             for tid in touched:
@@ -66,8 +50,8 @@ class MiniEngine:
                 roots = [s for s in trace if s.is_entry]
                 if roots and len(trace) >= int(roots[0].attributes.get(SPAN_COUNT_ATTR, 1)):
                     self._work.put((tid, self._open.pop(tid)))
-        if on_stored and not spans:
-            on_stored()
+        if barrier:  # after counting, as the engine does (no spans: called at once)
+            barrier.arm(len(touched))
         return Admission(accepted=len(spans))
 
     def _run(self) -> None:

@@ -9,7 +9,8 @@ Runs ``KafkaConsumerStage`` (static assignment, worker I of N) feeding ``--engin
 URL shared by every worker). SIGTERM shuts down gracefully
 (drain, commit); SIGKILL is the crash under test. Prints ``ready`` once consuming; with
 ``--gate`` it prints ``ready`` before starting and waits for a line on stdin (bench/kafka.py
-releases all workers at once).
+releases all workers at once). Its siblings import as the script's directory; the launcher
+sets ``PYTHONPATH`` to the checkout so that its ``otel_eval`` is the one run.
 """
 
 from __future__ import annotations
@@ -20,16 +21,12 @@ import faulthandler
 import signal
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parents[1]), str(HERE)]
+from kafka_mini_engine import MiniEngine
 
-from kafka_mini_engine import MiniEngine  # noqa: E402
-
-from otel_eval.base.kafka.config import KafkaConfig  # noqa: E402
-from otel_eval.receive.kafka.consumer import KafkaConsumerStage  # noqa: E402
+from otel_eval.base.kafka.config import KafkaConfig
+from otel_eval.receive.kafka.consumer import KafkaConsumerStage
 
 
 def build_engine(kind: str, db: str) -> tuple[Any, Any]:

@@ -9,20 +9,22 @@ the fixture's teardown whatever happens, and die with the test process (PR_SET_P
 from __future__ import annotations
 
 import asyncio
+import os
 import select
 import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from kafka_doubles import Topic, produce_traces
+from support.poll import poll
 
 WORKER = Path(__file__).with_name("kafka_worker.py")
+ROOT = Path(__file__).resolve().parents[2]  # the worker imports this checkout's otel_eval
 
 
 class Worker:
@@ -32,7 +34,8 @@ class Worker:
             self.proc = subprocess.Popen(
                 [sys.executable, str(WORKER), "--bootstrap", topic.bootstrap, "--topic",
                  topic.name, "--group", f"g-{topic.name}", "--db", str(db), *extra],
-                stdout=subprocess.PIPE, stderr=err, text=True)
+                stdout=subprocess.PIPE, stderr=err, text=True,
+                env={**os.environ, "PYTHONPATH": str(ROOT)})
 
     def wait_ready(self) -> None:
         assert self.proc.stdout is not None
@@ -83,14 +86,6 @@ def stored(db: Path) -> list[tuple[str, int, int]]:
             return []
 
 
-def poll_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    """Wait for an external process: poll with an overall deadline."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
 async def committed_total(topic: Topic) -> int:
     c = AIOKafkaConsumer(bootstrap_servers=topic.bootstrap, group_id=f"g-{topic.name}",
                          enable_auto_commit=False)
@@ -114,7 +109,7 @@ def test_kill_9_mid_stream_then_restart_stores_every_trace_exactly_once(
 
     first = start_worker(db, "--commit-interval-s", "0.05", "--engine", engine)
     # Kill once some work is committed and some is stored but not yet committed.
-    poll_until(lambda: len(stored(db)) >= n_traces // 4, 60, "a quarter of the traces")
+    poll(lambda: len(stored(db)) >= n_traces // 4, "a quarter of the traces", timeout_s=60)
     assert first.stop(signal.SIGKILL) == -signal.SIGKILL
     at_kill = len(stored(db))
     assert at_kill < n_traces, "the worker finished before the kill: not mid-stream"
@@ -122,9 +117,9 @@ def test_kill_9_mid_stream_then_restart_stores_every_trace_exactly_once(
     assert replay_from < n_traces * spans
 
     second = start_worker(db, "--engine", engine)
-    poll_until(lambda: len(stored(db)) == n_traces, 120, "every trace stored")
-    poll_until(lambda: asyncio.run(committed_total(topic)) == n_traces * spans, 60,
-               "every record committed")
+    poll(lambda: len(stored(db)) == n_traces, "every trace stored", timeout_s=120)
+    poll(lambda: asyncio.run(committed_total(topic)) == n_traces * spans,
+         "every record committed", timeout_s=60)
     assert second.stop(signal.SIGTERM) == 0
 
     rows = stored(db)

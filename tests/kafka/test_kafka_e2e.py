@@ -47,15 +47,15 @@ from typing import Any
 import psycopg
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from kafka_server import KafkaServer
-from otel_collector import Collector, free_port, render
-from postgresql_server import PostgresServer
+from support.kafka_server import KafkaServer
+from support.otel_collector import Collector, render
+from support.poll import poll
+from support.ports import free_port
+from support.postgresql_server import PostgresServer
+from support.served import serve
 
 from otel_eval.base.kafka.config import KafkaConfig
 from otel_eval.receive.kafka.offsets import decode_done
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "load"))
-from load_harness import poll, serve
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka_broker]
 
@@ -208,8 +208,8 @@ def test_kafka_yaml_group_of_two_workers_one_killed_mid_stream_evaluates_each_tr
             for sig, body in bodies:
                 post(front, sig, body)
         # Mid-stream: both members store, and the rest is still to come.
-        poll(lambda: {w[3] for w in writes(url)} == {"worker_a", "worker_b"}, 120,
-             "both workers to store traces")
+        poll(lambda: {w[3] for w in writes(url)} == {"worker_a", "worker_b"},
+             "both workers to store traces", timeout_s=120)
         a.proc.send_signal(signal.SIGKILL)
         a.proc.wait(10)
         a_stored = {w[0] for w in writes(url) if w[3] == "worker_a"}
@@ -219,10 +219,11 @@ def test_kafka_yaml_group_of_two_workers_one_killed_mid_stream_evaluates_each_tr
             for sig, body in bodies:
                 post(front, sig, body)
         want = {tid for tid, _, _ in sent}
-        poll(lambda: want <= set(stored(url)), 240, "every trace stored")
+        poll(lambda: want <= set(stored(url)), "every trace stored", timeout_s=240)
         # and every record done (committed): a redelivered one evaluated again would show now
         poll(lambda: not asyncio.run(replayable(kafka_server.bootstrap, kafka["group_id"],
-                                                topics)), 120, "every record committed")
+                                                topics)),
+             "every record committed", timeout_s=120)
         final, rows = stored(url), writes(url)
         b_metrics = b.metrics()
     lost = []

@@ -1,6 +1,6 @@
 """Group rebalancing with two members, against the suite's real Kafka broker
-(``kafka_server``: tests/kafka_server.py; the test creates and deletes its own 6-partition
-topic).
+(``kafka_server``: tests/support/kafka_server.py; the test creates and deletes its own
+6-partition topic).
 
 librdkafka's mock cluster cannot run a two-member aiokafka group (it refuses a follower's
 SyncGroup that arrives after the leader's: see the ``otel_eval.receive.kafka.consumer``
@@ -22,7 +22,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from kafka_doubles import FakeEngine, Topic, WatchedStats, produce_traces
-from kafka_server import KafkaServer
+from support.kafka_server import KafkaServer
+from support.poll import poll_async
 
 from otel_eval.base.kafka.client import client_kwargs
 from otel_eval.receive.kafka.consumer import KafkaConsumerStage
@@ -49,24 +50,6 @@ def broker_topic(kafka_server: KafkaServer) -> Iterator[Topic]:
     asyncio.run(_admin(bootstrap, lambda a: a.create_topics([NewTopic(name, 6, 1)])))
     yield Topic(name, bootstrap, 6)
     asyncio.run(_admin(bootstrap, lambda a: a.delete_topics([name])))
-
-
-async def poll(cond: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
-    """Rebalances are driven by the broker's timers: poll with an overall deadline."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not cond():
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-
-
-async def poll_async(value: Callable[[], Awaitable[int]], want: int, what: str,
-                     timeout_s: float = 60.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while (got := await value()) != want:
-        assert loop.time() < deadline, f"timed out waiting for {what} ({got} != {want})"
-        await asyncio.sleep(0.1)
 
 
 async def committed_total(topic: Topic) -> int:
@@ -103,13 +86,16 @@ def test_second_member_takes_over_partitions_and_replays_whole_traces(
             # every partition's position has passed them.
             await stats_a.until(lambda s: sum(s.commits.values()) == 20 * spans, timeout=60)
             await b.start()
-            await poll(lambda: len(a.tracker.partitions()) + len(b.tracker.partitions()) == 6
-                       and bool(b.tracker.partitions()), "the rebalance")
+            await poll_async(lambda: len(a.tracker.partitions()) + len(b.tracker.partitions())
+                             == 6 and bool(b.tracker.partitions()), "the rebalance")
             first.auto_release = second.auto_release = True
             first.release()  # late: the revoked partitions' tickets are stale, ignored
             second.release()
-            await poll(lambda: not first.held and not second.held, "every submit stored")
-            await poll_async(lambda: committed_total(topic), 60 * spans, "every record committed")
+            await poll_async(lambda: not first.held and not second.held, "every submit stored")
+            async def all_committed() -> bool:
+                return await committed_total(topic) == 60 * spans
+
+            await poll_async(all_committed, "every record committed", interval_s=0.1)
         finally:
             await b.shutdown(10.0)
             await a.shutdown(10.0)

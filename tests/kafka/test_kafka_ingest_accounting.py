@@ -8,8 +8,9 @@ import asyncio
 from pathlib import Path
 
 from kafka_doubles import Topic, produce_raw
-from service_harness import running_service
-from test_kafka_serve import kafka_changes, wait_for
+from support.harness import running_service
+from support.poll import poll
+from test_kafka_serve import kafka_changes
 
 from otel_eval.base.model import Span
 from otel_eval.decode import otlp
@@ -50,7 +51,7 @@ def test_kafka_spans_are_accounted_like_receiver_spans(topic: Topic, tmp_path: P
             return h.sample(f"otel_eval_receiver_spans_{name}_total", protocol="kafka",
                             **labels)
 
-        wait_for(lambda: sample("received") == 7, "the record's 7 spans accounted")
+        poll(lambda: sample("received") == 7, "the record's 7 spans accounted")
         assert sample("accepted") == 3
         assert sample("rejected", reason="invalid_trace_id") == 2
         assert sample("rejected", reason="invalid_utf8") == 1

@@ -23,8 +23,9 @@ from typing import Any
 import pytest
 from kafka_doubles import Topic
 from kafka_mock_cluster import MockCluster
-from service_harness import Harness, running_service
-from test_kafka_serve import kafka_changes, read_topic, wait_for
+from support.harness import Harness, running_service
+from support.poll import poll
+from test_kafka_serve import kafka_changes, read_topic
 
 from otel_eval.base.kafka.config import KafkaConfig
 from otel_eval.base.model import LogEvent
@@ -106,8 +107,8 @@ def test_log_records_join_their_spans_and_commit_once_stored(
     span_recs, log_recs = asyncio.run(publish(topic, logs_topic, requests, (orphan,)))
     assert span_recs == len(SCENARIOS)  # one record per trace (and per request for logs)
     with running_service(tmp_path, **changes(topic, logs_topic)) as h:
-        wait_for(lambda: accepted_logs(h) == n_records + 1, "every log record taken")
-        wait_for(lambda: h.sample("otel_eval_kafka_spans_consumed_total") > 0, "the spans")
+        poll(lambda: accepted_logs(h) == n_records + 1, "every log record taken")
+        poll(lambda: h.sample("otel_eval_kafka_spans_consumed_total") > 0, "the spans")
         # nothing stored yet: no logs record is committed (the spans' neither)
         assert committed(h, "logs", topic.partitions) == 0
         assert h.release() == len(SCENARIOS)
@@ -118,13 +119,13 @@ def test_log_records_join_their_spans_and_commit_once_stored(
         assert clean is not None and clean["output"] == "It is sunny in Paris."
         [tool] = [s for s in clean["steps"] if s["kind"] == "tool"]
         assert tool["arguments"] == {"city": "Paris"}
-        wait_for(lambda: committed(h, "logs", topic.partitions) == log_recs - 1,
-                 "the stored traces' log records committed")
+        poll(lambda: committed(h, "logs", topic.partitions) == log_recs - 1,
+             "the stored traces' log records committed")
         # The orphan's trace never gets a span: dropped after idle_timeout_s, then done.
         assert h.release(after_s=h.svc.config.assembly.idle_timeout_s + 1) == 0
         assert h.sample("otel_eval_assembly_log_records_dropped_total", reason="no_spans") == 1
-        wait_for(lambda: committed(h, "logs", topic.partitions) == log_recs,
-                 "the dropped record committed")
+        poll(lambda: committed(h, "logs", topic.partitions) == log_recs,
+             "the dropped record committed")
 
 
 def test_publish_front_end_writes_log_records_to_the_logs_topic(
@@ -141,8 +142,8 @@ def test_publish_front_end_writes_log_records_to_the_logs_topic(
             with urllib.request.urlopen(req, timeout=10) as resp:
                 assert resp.status == 200
         assert front.sample("otel_eval_kafka_records_published_total", topic="logs") == 1
-        wait_for(lambda: accepted_logs(worker) == 8, "the worker to take the log records")
-        wait_for(lambda: worker.sample("otel_eval_kafka_spans_consumed_total") > 0, "the spans")
+        poll(lambda: accepted_logs(worker) == 8, "the worker to take the log records")
+        poll(lambda: worker.sample("otel_eval_kafka_spans_consumed_total") > 0, "the spans")
         assert worker.release() == 1
         [ev] = worker.svc.store.latest(10)
         assert ev["output"] == "It is sunny in Paris." and "unrecorded" not in ev

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +29,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Status, StatusCode
-from service_harness import Harness, running_service
+from support.harness import Harness, running_service
+from support.poll import poll
 
 from otel_eval.base.kafka.config import KafkaConfig
 from otel_eval.decode import otlp
@@ -79,14 +78,6 @@ def kafka_changes(topic: Topic, **more: Any) -> dict[str, Any]:
             "kafka.commit_interval_s": 0.05, "kafka.throttle_retry_s": 0.05, **more}
 
 
-def wait_for(cond: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    """The consumer runs on the service's loop thread: poll with an overall deadline."""
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
 def consumed(h: Harness) -> float:
     return h.sample("otel_eval_kafka_spans_consumed_total")
 
@@ -120,9 +111,10 @@ def test_consumer_service_stores_what_the_collector_exporter_writes(
     assert records == 9  # one record per trace id, as partition_traces_by_id writes
     asyncio.run(produce_raw(topic, b"\x08garbage", key=b"x", partition=0))  # poison
     with running_service(tmp_path, **kafka_changes(topic, **{"kafka.encoding": encoding})) as h:
-        wait_for(lambda: consumed(h) == n_spans, "every span consumed")
-        wait_for(lambda: h.sample("otel_eval_kafka_records_poison_total", reason="not_otlp")
-                 == 1, "the poison record counted")
+        poll(lambda: consumed(h) == n_spans, "every span consumed")
+        poll(lambda: h.sample("otel_eval_kafka_records_poison_total", reason="not_otlp")
+                 == 1,
+             "the poison record counted")
         assert committed(h, topic.partitions) <= 1  # nothing stored yet: only the poison
         assert h.release() == 9
         for tid in ids:
@@ -130,7 +122,7 @@ def test_consumer_service_stores_what_the_collector_exporter_writes(
             assert body is not None and body["source"] == "kafka", tid
             assert body["status"] == "complete" and body["service"] == "travel-agent"
         # Stored, so committed: every record (and the poison one) behind the watermark.
-        wait_for(lambda: committed(h, topic.partitions) == records + 1, "the commit")
+        poll(lambda: committed(h, topic.partitions) == records + 1, "the commit")
 
 
 def test_publish_front_end_records_are_evaluated_like_direct_otlp(
@@ -149,8 +141,8 @@ def test_publish_front_end_records_are_evaluated_like_direct_otlp(
         # acknowledged to the SDK only after Kafka acknowledged: on the topic by now
         assert front.sample("otel_eval_kafka_records_published_total", topic="spans") == n_spans
         assert front.release() == 0  # the front end evaluates nothing itself
-        wait_for(lambda: consumed(worker) == n_spans,
-                 "the worker to consume what the front end published")
+        poll(lambda: consumed(worker) == n_spans,
+             "the worker to consume what the front end published")
         assert direct.release() == 8
         assert worker.release() == 8
         for tid in ids:
@@ -195,10 +187,11 @@ def test_results_topic_carries_one_json_per_stored_trace(
     n_spans = sum(len(ss.spans) for rs in req.resource_spans for ss in rs.scope_spans)
     with running_service(tmp_path, **kafka_changes(topic, **{"kafka.results_topic": results})
                          ) as h:
-        wait_for(lambda: consumed(h) == n_spans, "every span consumed")
+        poll(lambda: consumed(h) == n_spans, "every span consumed")
         assert h.release() == 7
-        wait_for(lambda: h.sample("otel_eval_kafka_records_published_total", topic="results")
-                 == 7, "the results published")
+        poll(lambda: h.sample("otel_eval_kafka_records_published_total", topic="results")
+                 == 7,
+             "the results published")
         stored = {tid: h.svc.store.get(tid) for tid in ids}
     got = asyncio.run(read_topic(topic.bootstrap, results, 3))
     assert sorted(k.decode() for _, k, _ in got) == sorted(ids)  # exactly one per trace

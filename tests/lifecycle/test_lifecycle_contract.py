@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
+from support.clock import ManualClock
 
 from otel_eval.app.admin import AdminApi, AdminServer
 from otel_eval.app.config import Config
@@ -101,16 +102,8 @@ def test_each_part_starts_and_shuts_down(parts: dict[str, Make], name: str) -> N
         assert not _listening(port), f"{name} still listens after shutdown()"
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_lifecycle_starts_in_order_and_stops_in_reverse_with_the_remaining_deadline() -> None:
-    clock = _Clock()
+    clock = ManualClock(0.0)
     events: list[tuple[str, str, float]] = []
 
     def part(name: str, cost_s: float = 0.0, fail: bool = False) -> Step:

@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from load_harness import Served, exporter, ids, poll, sdk_span, serve, stored, stored_span_ids
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
+from support.poll import poll
+from support.served import Served, exporter, ids, sdk_span, serve, stored, stored_span_ids
 
 pytestmark = pytest.mark.slow
 
@@ -91,7 +92,7 @@ def _round_under_load(srv: Served, kill_after: int, acked: set[tuple[str, str]]
         c.start()
     try:
         poll(lambda: sum(len(a) for a in mine) >= kill_after and _count(srv.store) > before,
-             120, f"{kill_after} acknowledged spans and new evaluations stored")
+             f"{kill_after} acknowledged spans and new evaluations stored", timeout_s=120)
         srv.proc.send_signal(signal.SIGKILL)
         assert srv.proc.wait(30) == -signal.SIGKILL
     finally:
@@ -130,8 +131,8 @@ def _run(tmp: Path, spool: bool, kills: int, seed: int
         m = srv.metrics()
         # a stop leaves runs in flight unjudged: wait for the idle timeout to release them
         poll(lambda: not srv.metrics().get("otel_eval_assembly_open_traces", 0)
-             and not srv.metrics().get("otel_eval_assembly_pending_spans", 0), 60,
-             "the replayed runs to be released and stored")
+             and not srv.metrics().get("otel_eval_assembly_pending_spans", 0),
+             "the replayed runs to be released and stored", timeout_s=60)
         srv.proc.send_signal(signal.SIGTERM)
         assert srv.proc.wait(60) == 0, srv.log_tail()
     return at_risk, acked, {"replayed": m.get("otel_eval_spool_spans_replayed_total", 0.0),

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from load_harness import serve, stored
+from support.served import serve, stored
 
 pytestmark = pytest.mark.slow
 

@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from load_harness import Served, exporter, ids, poll, serve, stored, stored_span_ids
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from support.poll import poll
+from support.served import Served, exporter, ids, serve, stored, stored_span_ids
 
 pytestmark = pytest.mark.slow
 
@@ -137,7 +138,7 @@ def test_overload_throttles_exporters_and_evaluates_every_acked_span(tmp_path: P
     try:
         with serve(tmp_path, CONFIG) as srv:
             counters = _offer_load(srv)
-            m, bodies = poll(lambda: _drained(srv), 60, "pending spans to drain")
+            m, bodies = poll(lambda: _drained(srv), "pending spans to drain", timeout_s=60)
     finally:
         log.removeHandler(retries)
     accepted = m["otel_eval_receiver_spans_accepted_total"]

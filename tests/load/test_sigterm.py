@@ -23,20 +23,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from load_harness import (
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.trace import SpanContext, TraceFlags
+from support.poll import poll
+from support.served import (
     RESOURCE,
     Served,
     exporter,
     ids,
-    poll,
     sdk_span,
     serve,
     stored,
     stored_span_ids,
 )
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExportResult
-from opentelemetry.trace import SpanContext, TraceFlags
 
 pytestmark = pytest.mark.slow
 
@@ -72,8 +72,8 @@ def _check_store(srv: Served, acked: set[tuple[str, str]],
 def _resume(tmp: Path, acked: set[tuple[str, str]], expected_status: dict[str, str]) -> None:
     """A second serve on the same store (and spool) stores the runs the stop left open."""
     with serve(tmp, RESUME) as srv:
-        poll(lambda: not acked - stored_span_ids(stored(srv.store)), 60,
-             "the runs left open to be stored")
+        poll(lambda: not acked - stored_span_ids(stored(srv.store)),
+             "the runs left open to be stored", timeout_s=60)
         srv.proc.send_signal(signal.SIGTERM)
         assert srv.proc.wait(60) == 0, srv.log_tail()
     _check_store(srv, acked, expected_status)
@@ -136,7 +136,8 @@ def test_sigterm_under_load_loses_no_acknowledged_span_across_the_restart(
         for c in clients:
             c.start()
         try:
-            poll(lambda: sum(len(a) for a in per_client) >= 1500, 60, "1500 acknowledged spans")
+            poll(lambda: sum(len(a) for a in per_client) >= 1500, "1500 acknowledged spans",
+                 timeout_s=60)
             srv.proc.send_signal(signal.SIGTERM)  # while the clients keep sending
             assert srv.proc.wait(60) == 0, srv.log_tail()
         finally:
@@ -167,10 +168,10 @@ def test_sigterm_waits_for_the_worker_processes_to_store_what_they_hold(tmp_path
         lock = sqlite3.connect(srv.store, isolation_level=None)
         lock.execute("BEGIN IMMEDIATE")
         try:
-            poll(lambda: srv.metrics().get("otel_eval_workers_inflight_traces", 0) > 0, 60,
-                 "released traces to be inside the workers")
+            poll(lambda: srv.metrics().get("otel_eval_workers_inflight_traces", 0) > 0,
+                 "released traces to be inside the workers", timeout_s=60)
             srv.proc.send_signal(signal.SIGTERM)
-            poll(lambda: not srv.ready(), 60, "serve to begin shutting down")
+            poll(lambda: not srv.ready(), "serve to begin shutting down", timeout_s=60)
             assert srv.proc.poll() is None  # waiting for its workers, which cannot store yet
             assert not stored(srv.store)
         finally:
@@ -233,7 +234,8 @@ def test_a_run_cut_by_sigterm_is_evaluated_once_whole_after_the_restart(
         client = exporter(srv.grpc_target)
         assert client.export(tail) == SpanExportResult.SUCCESS
         client.shutdown()
-        body = poll(lambda: stored(srv.store).get(tid), 60, "the whole run to be stored")
+        body = poll(lambda: stored(srv.store).get(tid), "the whole run to be stored",
+                    timeout_s=60)
         m = srv.metrics()
         srv.proc.send_signal(signal.SIGTERM)
         assert srv.proc.wait(60) == 0, srv.log_tail()

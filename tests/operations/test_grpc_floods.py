@@ -16,7 +16,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from service_harness import Harness, running_service
+from support.harness import Harness, running_service
 
 from otel_eval.base.configcheck import StartupError
 from otel_eval.base.model import Span

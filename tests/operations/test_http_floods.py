@@ -24,18 +24,11 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
-from service_harness import running_service
+from support.clock import ManualClock
+from support.harness import running_service
 
 from otel_eval.receive.config import HttpLimits
 from otel_eval.receive.httpserver import HttpServer, Request, Response
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Events:
@@ -67,8 +60,8 @@ def _ok(req: Request) -> Response:
 
 
 @contextmanager
-def server(limits: HttpLimits) -> Iterator[tuple[HttpServer, Clock, Events]]:
-    clock, events = Clock(), Events()
+def server(limits: HttpLimits) -> Iterator[tuple[HttpServer, ManualClock, Events]]:
+    clock, events = ManualClock(), Events()
     reading_body.clear()
     srv = HttpServer("127.0.0.1:0", _ok, name="test-http", limits=limits, on_close=events,
                      clock=clock)

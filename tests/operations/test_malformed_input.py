@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
-from service_harness import Harness, running_service
+from support.harness import Harness, running_service
 
 from otel_eval.base.model import Span
 from otel_eval.decode import otlp

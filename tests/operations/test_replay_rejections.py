@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from service_harness import running_service
+from support.harness import running_service
 
 from otel_eval.app.cli import main
 from otel_eval.base.model import Span

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
-from service_harness import Harness, running_service
+from support.harness import Harness, running_service
 
 from otel_eval.app.config import Config, replace
 from otel_eval.app.service import Service

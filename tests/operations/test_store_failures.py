@@ -21,7 +21,7 @@ from typing import Any
 import grpc
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as ts
-from service_harness import Harness, running_service
+from support.harness import Harness, running_service
 
 from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.model import Span

@@ -17,24 +17,25 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import threading
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as ts
-from postgresql_server import PostgresServer, free_port
+from support.poll import poll
+from support.ports import free_port
+from support.postgresql_server import PostgresServer
 
 from otel_eval.base.model import Span
 from otel_eval.decode import otlp
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+pytestmark = pytest.mark.postgres  # a server of its own, stopped and started mid-test
 WAIT_S = 90.0  # a bound on waiting for a condition on a loaded machine, not a timing
 
 
@@ -109,16 +110,6 @@ class Serve:
             self._err.close()
 
 
-def until(condition: Callable[[], bool], what: str) -> None:
-    """Wait for ``condition`` (polled; the bound is only there to fail instead of hang)."""
-    end = time.monotonic() + WAIT_S
-    tick = threading.Event()
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting until {what}")
-        tick.wait(0.05)
-
-
 def _request(trace: str) -> bytes:
     root = Span(trace, "01" * 8, None, "invoke_agent planner", 1, 9,
                 attributes={"gen_ai.operation.name": "invoke_agent",
@@ -136,11 +127,11 @@ def test_store_goes_away_and_comes_back(pg: PostgresServer, tmp_path: Path) -> N
     url = pg.create_database()
     serve = Serve(tmp_path, url, max_elapsed_s=0)
     try:
-        until(lambda: serve.get("/readyz")[0] == 200, "serve is ready")
+        poll(lambda: serve.get("/readyz")[0] == 200, "serve is ready", timeout_s=WAIT_S)
         pg.pause()
         first, second = "c1" * 16, "d2" * 16
         assert serve.export(_request(first)) is None  # acknowledged: spooled
-        until(lambda: serve.get("/readyz")[0] == 503, "the store's refusal shows")
+        poll(lambda: serve.get("/readyz")[0] == 503, "the store's refusal shows", timeout_s=WAIT_S)
         reason = json.loads(serve.get("/readyz")[1])["reason"]
         assert f"127.0.0.1:{pg.port}" in reason and "unavailable" in reason
         assert serve.get("/healthz")[0] == 200
@@ -151,11 +142,11 @@ def test_store_goes_away_and_comes_back(pg: PostgresServer, tmp_path: Path) -> N
         assert serve.spooled() == 1  # the acknowledged one, kept
         assert serve.proc.poll() is None  # still serving
         pg.resume()
-        until(lambda: _stored(serve, first), "the kept trace is stored")
-        until(lambda: serve.get("/readyz")[0] == 200, "ready again")
+        poll(lambda: _stored(serve, first), "the kept trace is stored", timeout_s=WAIT_S)
+        poll(lambda: serve.get("/readyz")[0] == 200, "ready again", timeout_s=WAIT_S)
         assert serve.export(_request(second)) is None
-        until(lambda: _stored(serve, second), "the second trace is stored")
-        until(lambda: serve.spooled() == 0, "the spool is empty")
+        poll(lambda: _stored(serve, second), "the second trace is stored", timeout_s=WAIT_S)
+        poll(lambda: serve.spooled() == 0, "the spool is empty", timeout_s=WAIT_S)
         metrics = serve.get("/metrics")[1].decode()
         assert 'otel_eval_store_write_failures_total{reason="unavailable"}' in metrics
     finally:
@@ -171,7 +162,7 @@ def test_serve_gives_up_with_exit_1_naming_the_store(pg: PostgresServer,
     serve = Serve(tmp_path, url, max_elapsed_s=1.0)
     trace = "e3" * 16
     try:
-        until(lambda: serve.get("/readyz")[0] == 200, "serve is ready")
+        poll(lambda: serve.get("/readyz")[0] == 200, "serve is ready", timeout_s=WAIT_S)
         pg.pause()
         assert serve.export(_request(trace)) is None  # acknowledged: spooled
         code = serve.proc.wait(WAIT_S)
@@ -187,7 +178,7 @@ def test_serve_gives_up_with_exit_1_naming_the_store(pg: PostgresServer,
     assert serve.spooled() == 1  # nothing acknowledged lost: the next serve stores it
     restarted = Serve(tmp_path, url, max_elapsed_s=0)
     try:
-        until(lambda: _stored(restarted, trace), "the next serve stored it")
-        until(lambda: restarted.spooled() == 0, "the spool is empty")
+        poll(lambda: _stored(restarted, trace), "the next serve stored it", timeout_s=WAIT_S)
+        poll(lambda: restarted.spooled() == 0, "the spool is empty", timeout_s=WAIT_S)
     finally:
         assert restarted.stop() == 0, restarted.stderr.read_text()

@@ -4,14 +4,9 @@ the real ``otel-eval train`` command in a subprocess (once per session)."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "receiver"))
-
 from predict_helpers import SLICE_RUNS, TAU_RUNS, otel_eval
 
 

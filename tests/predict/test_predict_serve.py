@@ -15,8 +15,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Status, StatusCode
-from service_harness import Harness, running_service
 from sklearn.metrics import roc_auc_score
+from support.harness import Harness, running_service
 
 from otel_eval.base.configcheck import ConfigError
 from otel_eval.evaluate.predict import load_model

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from service_harness import running_service
+from support.harness import running_service
 from test_receivers import _post
 
 from otel_eval.assemble.assembler import TraceAssembler

@@ -22,8 +22,7 @@ SCRIPT = """
 import json, sys, tempfile
 from pathlib import Path
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-from service_harness import running_service
-from test_receivers import emit_agent_run
+from support.harness import emit_agent_run, running_service
 
 with tempfile.TemporaryDirectory() as d, running_service(Path(d)) as h:
     trace_id = emit_agent_run(OTLPSpanExporter(endpoint=h.grpc_target, insecure=True))
@@ -38,7 +37,7 @@ print(json.dumps({"stored": stored, "cost_usd": body["usage"]["cost_usd"],
 
 
 def test_default_serve_imports_no_optional_heavy_package(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
     out = subprocess.run([sys.executable, "-c", SCRIPT, *HEAVY], env=env, cwd=tmp_path,
                          capture_output=True, text=True, timeout=120, check=True)
     got = json.loads(out.stdout.strip().splitlines()[-1])
@@ -64,7 +63,7 @@ print(json.dumps(sorted(m for m in sys.modules
 POOL = """
 import json, sys, tempfile
 from pathlib import Path
-from service_harness import running_service
+from support.harness import running_service
 
 with tempfile.TemporaryDirectory() as d, running_service(
         Path(d), **{"evaluation.workers": 2}) as h:
@@ -91,7 +90,7 @@ def test_a_worker_imports_what_evaluating_and_storing_need_only(tmp_path: Path) 
 def test_the_worker_pool_starts_its_workers_and_nothing_else(tmp_path: Path) -> None:
     """Two workers are two child processes: no multiprocessing resource tracker beside them
     (spawn and forkserver start one; nothing here needs semaphores or shared memory)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
     out = subprocess.run([sys.executable, "-c", POOL], env=env, cwd=tmp_path,
                          capture_output=True, text=True, timeout=180, check=True)
     got = json.loads(out.stdout.strip().splitlines()[-1])

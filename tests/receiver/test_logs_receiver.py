@@ -23,7 +23,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import set_span_in_context
-from service_harness import Harness, running_service
+from support.harness import Harness, running_service
 
 CALLS = [("call_a1", "Paris"), ("call_b2", "London")]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import grpc
-from service_harness import Harness, running_service
+from support.harness import Harness, running_service
 from test_receivers import _raw_export
 
 from otel_eval.base.model import Span

@@ -13,37 +13,12 @@ import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExp
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExp
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as ts
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
-from opentelemetry.trace import Status, StatusCode
-from service_harness import Harness, running_service
+from support.harness import Harness, emit_agent_run, running_service
 
 from otel_eval.base.model import Span
 from otel_eval.decode import otlp
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
-
-
-def emit_agent_run(exporter: SpanExporter, *, tool_error: bool = False) -> str:
-    """One small agent run in current GenAI conventions through the official SDK."""
-    provider = TracerProvider(resource=Resource.create({"service.name": "travel-agent"}))
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracer = provider.get_tracer("test-agent")
-    with tracer.start_as_current_span("invoke_agent planner", attributes={
-            "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "planner"}) as root:
-        with tracer.start_as_current_span("chat gpt-4o", attributes={
-                "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o",
-                "gen_ai.usage.input_tokens": 120, "gen_ai.usage.output_tokens": 30}):
-            pass
-        with tracer.start_as_current_span("execute_tool get_weather", attributes={
-                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_weather",
-                "gen_ai.tool.call.arguments": '{"city": "Paris"}'}) as tool:
-            if tool_error:
-                tool.set_status(Status(StatusCode.ERROR, "upstream 500"))
-        trace_id = f"{root.get_span_context().trace_id:032x}"
-    provider.shutdown()
-    return trace_id
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])

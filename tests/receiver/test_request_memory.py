@@ -10,7 +10,7 @@ from __future__ import annotations
 import gc
 from pathlib import Path
 
-from service_harness import running_service
+from support.harness import running_service
 from test_receivers import _raw_export
 
 from otel_eval.base.model import Span

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service_harness import Harness, running_service
+from support.harness import Harness, running_service
 
 from otel_eval.base import model
 

@@ -19,9 +19,8 @@ import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExp
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExp
 from opentelemetry.sdk.trace.export import SpanExporter
-from service_harness import Harness, running_service
-from test_receivers import emit_agent_run
-from tls_certs import TestCA
+from support.harness import Harness, emit_agent_run, running_service
+from support.tls_certs import TestCA
 
 from otel_eval.app.config import Config, replace
 from otel_eval.app.service import Service

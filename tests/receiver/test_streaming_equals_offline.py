@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from service_harness import running_service
+from support.harness import running_service
 
 from otel_eval.app.config import Config
 from otel_eval.app.replay import replay

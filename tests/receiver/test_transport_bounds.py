@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from service_harness import Harness, running_service
+from support.harness import Harness, running_service
 
 from otel_eval.base.model import Span
 from otel_eval.decode import otlp

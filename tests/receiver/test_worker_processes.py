@@ -15,7 +15,6 @@ import os
 import pickle
 import signal
 import sqlite3
-import time
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,7 +24,9 @@ from typing import Any
 
 import grpc
 from prometheus_client import CollectorRegistry
-from service_harness import Harness, ManualClock, running_service
+from support.clock import ManualClock
+from support.harness import Harness, running_service
+from support.poll import poll
 from test_receivers import _raw_export
 
 from otel_eval.app import worker as child
@@ -65,15 +66,6 @@ def _ids(per_worker: int, workers: int = 2) -> dict[int, list[str]]:
 def _send(h: Harness, spans: list[Span]) -> grpc.StatusCode | None:
     _, err = _raw_export(h, otlp.encode_spans(spans).SerializeToString())
     return None if err is None else err.code()
-
-
-def _until(pred: Callable[[], Any], what: str, deadline_s: float = 60.0) -> Any:
-    """Poll an observable condition (worker processes run on their own; no clock to drive)."""
-    end = time.monotonic() + deadline_s
-    while not (value := pred()):
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.02)  # polling interval, not synchronisation
-    return value
 
 
 @contextmanager
@@ -126,8 +118,9 @@ def test_workers_bound_in_flight_throttle_and_survive_kill_9(tmp_path: Path) -> 
             assert _send(h, _trace(tid)) is None  # acknowledged (spooled)
         _release(h)
         # each worker holds its bound (2), the other 2 of its traces wait in this process
-        _until(lambda: all(h.sample("otel_eval_workers_inflight_traces", worker=str(w)) == 2
-                           for w in (0, 1)), "both workers to hold 2 traces")
+        poll(lambda: all(h.sample("otel_eval_workers_inflight_traces", worker=str(w)) == 2
+                           for w in (0, 1)),
+             "both workers to hold 2 traces")
         assert h.svc.engine.pending_spans() == pending_cap
         # full: a new trace is throttled the way receivers always do, nothing taken
         assert _send(h, _trace("f" * 32)) == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -136,12 +129,13 @@ def test_workers_bound_in_flight_throttle_and_survive_kill_9(tmp_path: Path) -> 
         victim = pool.pids()[0]
         assert victim is not None
         os.kill(victim, signal.SIGKILL)
-        _until(lambda: h.sample("otel_eval_workers_restarts_total", worker="0") == 1
-               and pool.pids()[0] not in (None, victim), "worker 0 to be restarted")
+        poll(lambda: h.sample("otel_eval_workers_restarts_total", worker="0") == 1
+               and pool.pids()[0] not in (None, victim),
+             "worker 0 to be restarted")
         assert h.sample("otel_eval_workers_retried_traces_total") == 2
         assert h.sample("otel_eval_workers_running") == 2
         unlock()
-        _until(lambda: h.svc.engine.pending_spans() == 0, "every trace to be stored")
+        poll(lambda: h.svc.engine.pending_spans() == 0, "every trace to be stored")
         stored = _stored(h)
         assert set(stored) == set(every)  # none lost; one row per trace id
         assert all(b["counts"]["spans"] == SPANS and b["revision"] == 0
@@ -162,14 +156,15 @@ def test_a_trace_whose_worker_keeps_dying_is_stored_as_an_error(tmp_path: Path) 
         pool = _pool(h)
         assert _send(h, _trace(ids[0][0]) + _trace(ids[1][0])) is None
         _release(h)
-        _until(lambda: all(h.sample("otel_eval_workers_inflight_traces", worker=str(w)) == 1
-                           for w in (0, 1)), "each worker to hold its trace")
+        poll(lambda: all(h.sample("otel_eval_workers_inflight_traces", worker=str(w)) == 1
+                           for w in (0, 1)),
+             "each worker to hold its trace")
         victim = pool.pids()[0]
         assert victim is not None
         os.kill(victim, signal.SIGKILL)
         # out of attempts: the main process stores it as an error once it can write
         unlock()
-        _until(lambda: h.svc.engine.pending_spans() == 0, "both traces to be stored")
+        poll(lambda: h.svc.engine.pending_spans() == 0, "both traces to be stored")
         stored = _stored(h)
         lost, fine = stored[ids[0][0]], stored[ids[1][0]]
         assert [f["attributes"]["error"] for f in lost["findings"]
@@ -315,10 +310,10 @@ def test_the_revisions_of_a_trace_are_stored_in_order(tmp_path: Path) -> None:
         assert _send(h, [late]) is None  # re-opens it: revision 1
         _release(h)
         worker = str(zlib.crc32(tid.encode()) % 2)
-        _until(lambda: h.sample("otel_eval_workers_inflight_traces", worker=worker) == 2,
-               "both revisions to be inside the same worker")
+        poll(lambda: h.sample("otel_eval_workers_inflight_traces", worker=worker) == 2,
+             "both revisions to be inside the same worker")
         unlock()
-        _until(lambda: h.svc.engine.pending_spans() == 0, "both revisions to be stored")
+        poll(lambda: h.svc.engine.pending_spans() == 0, "both revisions to be stored")
         [row] = _stored(h).values()
         assert (row["revision"], row["counts"]["spans"]) == (1, SPANS + 1)
         assert h.sample("otel_eval_traces_superseded_total", service="agents", agent="a") == 1
@@ -360,7 +355,7 @@ def test_a_poison_trace_takes_down_only_itself(tmp_path: Path) -> None:
         assert _send(h, bad) is None
         assert _send(h, [s for tid in clean for s in _trace(tid)]) is None
         _release(h)
-        _until(lambda: h.svc.engine.pending_spans() == 0, "every trace to be stored", 120)
+        poll(lambda: h.svc.engine.pending_spans() == 0, "every trace to be stored", timeout_s=120)
         stored = _stored(h)
         assert set(stored) == {poison, *clean}
         errors = {tid for tid, b in stored.items()

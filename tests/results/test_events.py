@@ -6,8 +6,8 @@ from typing import Any
 
 import grpc
 from opentelemetry.proto.logs.v1 import logs_pb2
-from results_downstream import Downstream
 from results_sample import LLM, ROOT, TOOL, TRACE_ID, evaluation, trace
+from support.otlp_capture import Capture
 
 from otel_eval.decode.otlp import attributes_to_dict
 from otel_eval.outputs.config import ExportConfig
@@ -15,12 +15,12 @@ from otel_eval.outputs.events import EVENT_NAME, EvaluationEvents
 from otel_eval.telemetry.metrics import Metrics
 
 
-def _config(ds: Downstream, **kw: Any) -> ExportConfig:
+def _config(ds: Capture, **kw: Any) -> ExportConfig:
     return ExportConfig(events_endpoint=f"127.0.0.1:{ds.port}", initial_backoff_s=0.01,
                         max_backoff_s=0.05, **kw)
 
 
-def _records(ds: Downstream) -> list[logs_pb2.LogRecord]:
+def _records(ds: Capture) -> list[logs_pb2.LogRecord]:
     return [r for req in ds.logs for rl in req.resource_logs for sl in rl.scope_logs
             for r in sl.log_records]
 
@@ -29,7 +29,7 @@ def _value(m: Metrics, name: str, **labels: str) -> float:
     return m.registry.get_sample_value(name, labels) or 0.0
 
 
-def test_one_record_per_finding_and_verdict(downstream: Downstream) -> None:
+def test_one_record_per_finding_and_verdict(downstream: Capture) -> None:
     m = Metrics()
     events = EvaluationEvents(_config(downstream), m, evaluator_version="9.9.9")
     events.start()
@@ -65,7 +65,7 @@ def test_one_record_per_finding_and_verdict(downstream: Downstream) -> None:
     assert _value(m, "otel_eval_events_emitted_total") == 4
 
 
-def test_failed_evaluation_carries_error_type(downstream: Downstream) -> None:
+def test_failed_evaluation_carries_error_type(downstream: Capture) -> None:
     events = EvaluationEvents(_config(downstream), Metrics(), evaluator_version="1")
     events.start()
     events.evaluation_failed(trace(), "judge.trace", "timeout", "judge did not answer in 30 s")
@@ -78,7 +78,7 @@ def test_failed_evaluation_carries_error_type(downstream: Downstream) -> None:
     assert "gen_ai.evaluation.score.value" not in attrs
 
 
-def test_retries_unavailable_then_delivers(downstream: Downstream) -> None:
+def test_retries_unavailable_then_delivers(downstream: Capture) -> None:
     downstream.fail_next = [grpc.StatusCode.UNAVAILABLE, (grpc.StatusCode.RESOURCE_EXHAUSTED,
                                                           0.01)]  # throttled with RetryInfo
     m = Metrics()
@@ -92,7 +92,7 @@ def test_retries_unavailable_then_delivers(downstream: Downstream) -> None:
     assert _value(m, "otel_eval_events_emitted_total") == 4
 
 
-def test_non_retryable_error_drops_with_reason(downstream: Downstream) -> None:
+def test_non_retryable_error_drops_with_reason(downstream: Capture) -> None:
     downstream.fail_next = [grpc.StatusCode.INVALID_ARGUMENT]
     m = Metrics()
     events = EvaluationEvents(_config(downstream), m)
@@ -103,7 +103,7 @@ def test_non_retryable_error_drops_with_reason(downstream: Downstream) -> None:
     assert _value(m, "otel_eval_sink_dropped_total", sink="events", reason="rejected") == 4
 
 
-def test_export_after_shutdown_is_counted(downstream: Downstream) -> None:
+def test_export_after_shutdown_is_counted(downstream: Capture) -> None:
     m = Metrics()
     events = EvaluationEvents(_config(downstream), m)
     events.start()
@@ -113,7 +113,7 @@ def test_export_after_shutdown_is_counted(downstream: Downstream) -> None:
 
 
 def test_a_run_whose_root_never_arrived_is_reported_on_its_earliest_span(
-        downstream: Downstream) -> None:
+        downstream: Capture) -> None:
     """``model.run_span``: no local root (a killed run), so the earliest span, for the
     findings, the verdict and a failure alike."""
     t = trace()

@@ -7,8 +7,8 @@ from typing import Any
 import grpc
 import pytest
 from opentelemetry.proto.trace.v1 import trace_pb2
-from results_downstream import Downstream
 from results_sample import LLM, ROOT, TOOL, evaluation, trace
+from support.otlp_capture import Capture
 
 from otel_eval.decode.otlp import attributes_to_dict
 from otel_eval.outputs.config import ExportConfig
@@ -16,13 +16,13 @@ from otel_eval.outputs.forward import Forwarder
 from otel_eval.telemetry.metrics import Metrics
 
 
-def _config(ds: Downstream | None, **kw: Any) -> ExportConfig:
+def _config(ds: Capture | None, **kw: Any) -> ExportConfig:
     endpoint = f"127.0.0.1:{ds.port}" if ds else "127.0.0.1:1"
     kw = {"initial_backoff_s": 0.01, "max_backoff_s": 0.05, **kw}
     return ExportConfig(forward_endpoint=endpoint, **kw)
 
 
-def _spans(ds: Downstream) -> dict[str, trace_pb2.Span]:
+def _spans(ds: Capture) -> dict[str, trace_pb2.Span]:
     return {s.span_id.hex(): s for req in ds.traces for rs in req.resource_spans
             for ss in rs.scope_spans for s in ss.spans}
 
@@ -31,7 +31,7 @@ def _value(m: Metrics, name: str, **labels: str) -> float:
     return m.registry.get_sample_value(name, labels) or 0.0
 
 
-def test_forwards_spans_with_stamps_and_summary(downstream: Downstream) -> None:
+def test_forwards_spans_with_stamps_and_summary(downstream: Capture) -> None:
     m = Metrics()
     fwd = Forwarder(_config(downstream), m)
     fwd.start()
@@ -69,7 +69,7 @@ def test_forwards_spans_with_stamps_and_summary(downstream: Downstream) -> None:
     assert _value(m, "otel_eval_forward_spans_sent_total") == 3
 
 
-def test_a_trace_that_is_no_run_is_passed_on_unstamped(downstream: Downstream) -> None:
+def test_a_trace_that_is_no_run_is_passed_on_unstamped(downstream: Capture) -> None:
     m = Metrics()
     fwd = Forwarder(_config(downstream), m)
     fwd.start()
@@ -83,7 +83,7 @@ def test_a_trace_that_is_no_run_is_passed_on_unstamped(downstream: Downstream) -
     assert _value(m, "otel_eval_forward_spans_sent_total") == 3
 
 
-def test_retries_then_delivers_and_counts_partial_rejects(downstream: Downstream) -> None:
+def test_retries_then_delivers_and_counts_partial_rejects(downstream: Capture) -> None:
     downstream.fail_next = [grpc.StatusCode.UNAVAILABLE] * 3
     downstream.reject_spans = 1
     m = Metrics()
@@ -98,7 +98,7 @@ def test_retries_then_delivers_and_counts_partial_rejects(downstream: Downstream
                   reason="downstream_rejected") == 1
 
 
-def test_gives_up_after_max_retry(downstream: Downstream) -> None:
+def test_gives_up_after_max_retry(downstream: Capture) -> None:
     downstream.fail_next = [grpc.StatusCode.UNAVAILABLE] * 100
     m = Metrics()
     fwd = Forwarder(_config(downstream, max_retry_s=0.05), m)
@@ -110,7 +110,7 @@ def test_gives_up_after_max_retry(downstream: Downstream) -> None:
                   reason="retries_exhausted") == 3
 
 
-def test_queue_full_drops_oldest_and_too_large(downstream: Downstream) -> None:
+def test_queue_full_drops_oldest_and_too_large(downstream: Capture) -> None:
     m = Metrics()
     fwd = Forwarder(_config(downstream, max_queue_items=4), m)
     fwd.export(trace(), evaluation(passed=True))  # queued: the worker is not started yet

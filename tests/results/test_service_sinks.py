@@ -3,24 +3,18 @@ back out stamped, and its evaluation arrives as gen_ai.evaluation.result log rec
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
-from results_downstream import Downstream
 from results_sample import ROOT, TRACE_ID, trace
+from support.otlp_capture import Capture
+from support.ports import free_port
 
 from otel_eval.decode.otlp import attributes_to_dict, encode_spans
 from otel_eval.outputs.events import EVENT_NAME
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _export_when_up(port: int, deadline_s: float = 30.0) -> None:
@@ -30,9 +24,9 @@ def _export_when_up(port: int, deadline_s: float = 30.0) -> None:
                                                                 timeout=10)
 
 
-def test_serve_forwards_stamped_spans_and_emits_events(downstream: Downstream,
+def test_serve_forwards_stamped_spans_and_emits_events(downstream: Capture,
                                                        tmp_path: Path) -> None:
-    grpc_port = _free_port()
+    grpc_port = free_port()
     (tmp_path / "c.yaml").write_text("assembly:\n  grace_s: 0.1\n")
     endpoint = f"127.0.0.1:{downstream.port}"
     with (tmp_path / "serve.log").open("w") as log:
@@ -40,8 +34,8 @@ def test_serve_forwards_stamped_spans_and_emits_events(downstream: Downstream,
             [sys.executable, "-m", "otel_eval.app.cli", "serve", "--config",
              str(tmp_path / "c.yaml"),
              "--grpc-endpoint", f"127.0.0.1:{grpc_port}",
-             "--http-endpoint", f"127.0.0.1:{_free_port()}",
-             "--admin-endpoint", f"127.0.0.1:{_free_port()}", "--store",
+             "--http-endpoint", f"127.0.0.1:{free_port()}",
+             "--admin-endpoint", f"127.0.0.1:{free_port()}", "--store",
              str(tmp_path / "r.db"), "--events-endpoint", endpoint, "--forward-endpoint",
              endpoint], stdout=log, stderr=subprocess.STDOUT)
         try:

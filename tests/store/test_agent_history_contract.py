@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from support.clock import ManualClock
 
 from otel_eval.store import EvaluationStore, SqliteStore, is_postgresql_url
 from otel_eval.store import base as store_base
@@ -17,15 +18,7 @@ from otel_eval.store import sqlite as sqlite_store
 T0 = 1_764_547_200 * 10**9
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> int:
-        return self.now
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return str(tmp_path / "store.db")
@@ -36,12 +29,12 @@ Open = Callable[[], EvaluationStore]
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> ManualClock:
+    return ManualClock(T0)
 
 
 @pytest.fixture
-def stores(target: str, clock: Clock) -> Iterator[Open]:
+def stores(target: str, clock: ManualClock) -> Iterator[Open]:
     opened: list[EvaluationStore] = []
 
     def open_one() -> EvaluationStore:
@@ -105,7 +98,7 @@ def test_hostile_names_are_cut_and_stored_as_text(stores: Open) -> None:
     assert _rows(store) == 1
 
 
-def test_each_service_keeps_its_most_recently_seen_rows(stores: Open, clock: Clock) -> None:
+def test_each_service_keeps_its_most_recently_seen_rows(stores: Open, clock: ManualClock) -> None:
     store = stores()
     cap = store_base.AGENT_HISTORY_PER_SERVICE
     store.remember_agents([("shop", "old", ("system:old",))])
@@ -120,7 +113,7 @@ def test_each_service_keeps_its_most_recently_seen_rows(stores: Open, clock: Clo
 
 
 def test_the_whole_history_is_bounded_and_forgets_old_rows(
-        stores: Open, clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+        stores: Open, clock: ManualClock, monkeypatch: pytest.MonkeyPatch) -> None:
     from otel_eval.store import postgresql
 
     for module in (sqlite_store, postgresql):

@@ -15,8 +15,7 @@ from typing import Any
 
 import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-from service_harness import Harness, running_service
-from test_receivers import emit_agent_run
+from support.harness import Harness, emit_agent_run, running_service
 
 
 @pytest.fixture
@@ -81,9 +80,7 @@ def test_one_issues_job_at_a_time_over_the_fleets_critiques(
 
 
 def _replay_recording(h: Harness, stack: str, scenario: str) -> None:
-    import sys
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "conformance"))
-    import corpus
+    from conformance import corpus
 
     base = h.http_url.removesuffix("/v1/traces")
     for item in corpus.recording(stack, scenario)["requests"]:

@@ -27,7 +27,7 @@ JUDGE = {"judges": {}, "overall": {"status": "ok", "process_score": 0.9}}
 Open = Callable[[], EvaluationStore]
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return str(tmp_path / "store.db")

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from service_harness import Harness, running_service
+from support.harness import Harness, running_service
 
 from otel_eval.base import model
 from otel_eval.store import Store

@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from service_harness import running_service
+from support.harness import running_service
 
 from otel_eval.app.config import Config
 from otel_eval.base import model

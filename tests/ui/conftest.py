@@ -4,9 +4,7 @@ and a hostile run, served by a real admin server; one headless Chromium per modu
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from hostile import judge, write_trace
@@ -14,7 +12,6 @@ from ui_server import CRITIQUE, GUIDE, GUIDE_ID, GUIDE_REFS, ISSUES, admin, eval
 
 from otel_eval.store import Store
 
-sys.path.append(str(Path(__file__).resolve().parents[1] / "conformance"))  # its corpus module
 
 @pytest.fixture(scope="session")
 def ui_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
@@ -48,7 +45,7 @@ def conformance_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
     """The conformance recordings sent as spans only (every stack whose recording has no log
     requests), except the cells expected.yaml lists as known wrong (their findings are not
     the truth to place), evaluated and stored; yields (admin URL, [(stack, scenario, body)])."""
-    from corpus import known_wrong, recorded, recording
+    from conformance.corpus import known_wrong, recorded, recording
 
     tmp = tmp_path_factory.mktemp("conformance-ui")
     paths = {}

@@ -3,14 +3,11 @@ and its admin port shows the run with the judge's configured redaction applied."
 
 from __future__ import annotations
 
-import sys
 import urllib.request
 from pathlib import Path
 
+from support.harness import running_service
 from ui_server import GUIDE, GUIDE_ID, get
-
-sys.path.append(str(Path(__file__).resolve().parents[1] / "receiver"))
-from service_harness import running_service
 
 
 def test_serve_shows_the_run_it_evaluated_redacted_as_configured(tmp_path: Path) -> None:

@@ -5,9 +5,7 @@ instrumentation, as its docs show. ``python agent.py SCENARIO`` (in the stack's 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import common
 import scenarios
 

@@ -6,9 +6,7 @@ GenAI agent/tool spans.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import common
 
 

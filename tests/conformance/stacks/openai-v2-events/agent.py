@@ -4,9 +4,7 @@ hand-made GenAI agent/tool spans. ``python agent.py SCENARIO`` (in the stack's v
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import common
 
 

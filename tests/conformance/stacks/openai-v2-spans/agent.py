@@ -5,9 +5,7 @@ content on span attributes) and hand-made GenAI agent/tool spans.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import common
 
 

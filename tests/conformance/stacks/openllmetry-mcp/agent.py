@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import common
 
 SERVER = Path(__file__).resolve().parent / "server.py"

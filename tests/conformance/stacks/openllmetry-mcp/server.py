@@ -6,10 +6,6 @@ would split one agent run over several traces. Started by agent.py as ``python s
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/conformance
 import scenarios
 
 

@@ -13,9 +13,7 @@ import asyncio
 import logging
 import os
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import common
 import scenarios
 

@@ -11,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import common
 
 

@@ -19,11 +19,12 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
 from types import TracebackType
+
+from support.ports import free_port
 
 USER = "otel"
 
@@ -34,11 +35,6 @@ def binaries() -> Path | None:
                    key=lambda p: int(Path(p).parent.parent.name))
     return Path(found[-1]).parent if found else None
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class PostgresServer:

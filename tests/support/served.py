@@ -15,38 +15,25 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext, TraceFlags
 
+from support.poll import poll
+
 ROOT = Path(__file__).resolve().parents[2]
-T = TypeVar("T")
 RESOURCE = Resource.create({"service.name": "load-test"})
 _PORTS = {"grpc": re.compile(r"OTLP/gRPC receiver listening on \S+ \(port (\d+)\)"),
           "admin": re.compile(r"admin endpoint listening on \S+ \(port (\d+)\)"),
           "http": re.compile(r"OTLP/HTTP receiver listening on \S+ \(port (\d+)\)")}
-
-
-def poll(fn: Callable[[], T | None], deadline_s: float, what: str,
-         interval_s: float = 0.05) -> T:
-    """Call ``fn`` until it returns something truthy; fail after ``deadline_s``."""
-    end = time.monotonic() + deadline_s
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {deadline_s:.0f}s waiting for {what}")
-        time.sleep(interval_s)  # polling interval, not synchronisation
 
 
 @dataclass
@@ -115,11 +102,12 @@ def serve(tmp: Path, config: dict[str, Any], store: Path | None = None,
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp)
     try:
-        ports = poll(lambda: _bound_ports(log, proc, http), 60, "serve to bind its ports")
+        ports = poll(lambda: _bound_ports(log, proc, http), "serve to bind its ports",
+                     timeout_s=60)
         served = Served(proc, f"127.0.0.1:{ports['grpc']}",
                         f"http://127.0.0.1:{ports['admin']}", store, log,
                         f"http://127.0.0.1:{ports['http']}" if http else "")
-        poll(lambda: proc.poll() is not None or served.ready(), 60, "serve to be ready")
+        poll(lambda: proc.poll() is not None or served.ready(), "serve to be ready", timeout_s=60)
         assert proc.poll() is None, f"serve exited early:\n{served.log_tail()}"
         yield served
     finally:

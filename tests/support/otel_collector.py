@@ -21,15 +21,15 @@ import copy
 import os
 import re
 import signal
-import socket
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+from support.poll import poll
+
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "collector-config"
 MANIFEST = CONFIGS / "builder.yaml"
 # The line the collector logs once every pipeline has started.
@@ -57,12 +57,6 @@ def validate(binary: Path, config: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(binary), "validate", "--config", str(config)],
                           capture_output=True, text=True, timeout=120, check=False)
 
-
-def free_port() -> int:
-    """A loopback port free right now (the collector cannot report a port 0 it bound)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _rewrite(node: Any, endpoints: dict[str, str], path: str, unmapped: list[str]) -> Any:
@@ -109,14 +103,18 @@ class Collector:
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen([str(self.binary), "--config", str(self.config_path)],
                                          stdout=out, stderr=subprocess.STDOUT)
-        end = time.monotonic() + deadline_s
-        while READY not in self.log.read_text(errors="replace"):
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the collector exited ({self.proc.returncode}):\n"
+        proc = self.proc
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the collector exited ({proc.returncode}):\n"
                                    + self.log_tail())
-            if time.monotonic() > end:
-                raise RuntimeError("the collector did not start:\n" + self.log_tail())
-            time.sleep(0.05)  # polling interval, not synchronisation
+            return READY in self.log.read_text(errors="replace")
+
+        try:
+            poll(ready, "the collector to start", timeout_s=deadline_s)
+        except AssertionError as e:
+            raise RuntimeError(f"{e}:\n{self.log_tail()}") from None
         return self
 
     def stop(self, deadline_s: float = 30) -> int | None:

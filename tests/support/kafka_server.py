@@ -36,7 +36,10 @@ from types import TracebackType
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-ROOT = Path(__file__).resolve().parents[1]
+from support.poll import poll_async
+from support.ports import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
 BROKER_DIR = ROOT / "tests" / "kafka" / "broker"
 
 # Single-node settings: internal topics with one replica, no initial rebalance delay (a
@@ -78,11 +81,6 @@ def version(lib: Path) -> str:
     (jar,) = lib.glob("kafka_2.13-*.jar")
     return jar.name.removeprefix("kafka_2.13-").removesuffix(".jar")
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _die_with_parent() -> None:  # runs in the child, before exec
@@ -142,37 +140,34 @@ class KafkaServer:
                                       preexec_fn=_die_with_parent)
         atexit.register(self.stop)
         try:
-            asyncio.run(self._until_ready(time.monotonic() + self.start_timeout_s))
+            asyncio.run(poll_async(self._ready, "the Kafka broker to be ready",
+                                   timeout_s=self.start_timeout_s, interval_s=0.2))
+        except AssertionError as e:  # the deadline: with what the broker logged
+            tail = self.log()[-4000:]
+            self.stop()
+            raise RuntimeError(f"{e}:\n{tail}") from None
         except BaseException:
             self.stop()
             raise
         self.started_in_s = time.monotonic() - t0
         return self
 
-    async def _until_ready(self, deadline: float) -> None:
+    async def _ready(self) -> bool:
         """Ready = the broker lists itself in a metadata answer and can create a topic (so
         the controller quorum has a leader). Polled: the JVM gives no other signal."""
-        while True:
-            self._check_alive()
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"kafka broker not ready in {self.start_timeout_s} s:\n"
-                                   + self.log()[-4000:])
-            if not self._listening():
-                await asyncio.sleep(0.2)
-                continue
-            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap,
-                                        request_timeout_ms=5000)
-            try:
-                await admin.start()
-                resp = await admin.create_topics([NewTopic("_otel_eval_ready", 1, 1)])
-                if all(err in (0, 36) for _t, err, *_ in resp.topic_errors):  # 36: exists
-                    return
-            except Exception:  # metadata not served yet
-                pass
-            finally:
-                with contextlib.suppress(Exception):
-                    await admin.close()
-            await asyncio.sleep(0.2)
+        self._check_alive()
+        if not self._listening():
+            return False
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=5000)
+        try:
+            await admin.start()
+            resp = await admin.create_topics([NewTopic("_otel_eval_ready", 1, 1)])
+            return all(err in (0, 36) for _t, err, *_ in resp.topic_errors)  # 36: exists
+        except Exception:  # metadata not served yet
+            return False
+        finally:
+            with contextlib.suppress(Exception):
+                await admin.close()
 
     def _listening(self) -> bool:
         try:

@@ -1,4 +1,5 @@
-"""An in-process ``Service`` on loopback port 0 with a hand-driven clock (no worker thread)."""
+"""An in-process ``Service`` on loopback port 0 with a hand-driven clock (no worker thread), and
+``emit_agent_run``: one small agent run sent through the official OTel SDK."""
 
 from __future__ import annotations
 
@@ -7,18 +8,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
+from opentelemetry.trace import Status, StatusCode
 from prometheus_client import CollectorRegistry
 
 from otel_eval.app.config import Config, replace
 from otel_eval.app.service import Service
-
-
-class ManualClock:
-    def __init__(self, start: float = 1000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
+from support.clock import ManualClock
 
 
 class Harness:
@@ -65,3 +63,24 @@ def running_service(tmp_path: Path, **changes: Any) -> Iterator[Harness]:
         yield Harness(svc, clock)
     finally:
         svc.shutdown(deadline_s=5)
+
+
+def emit_agent_run(exporter: SpanExporter, *, tool_error: bool = False) -> str:
+    """One small agent run in current GenAI conventions through the official SDK."""
+    provider = TracerProvider(resource=Resource.create({"service.name": "travel-agent"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test-agent")
+    with tracer.start_as_current_span("invoke_agent planner", attributes={
+            "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "planner"}) as root:
+        with tracer.start_as_current_span("chat gpt-4o", attributes={
+                "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o",
+                "gen_ai.usage.input_tokens": 120, "gen_ai.usage.output_tokens": 30}):
+            pass
+        with tracer.start_as_current_span("execute_tool get_weather", attributes={
+                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_weather",
+                "gen_ai.tool.call.arguments": '{"city": "Paris"}'}) as tool:
+            if tool_error:
+                tool.set_status(Status(StatusCode.ERROR, "upstream 500"))
+        trace_id = f"{root.get_span_context().trace_id:032x}"
+    provider.shutdown()
+    return trace_id

@@ -1,0 +1,163 @@
+"""Work counted, not timed: Python function calls per stage on a fixed recorded corpus.
+
+``count(fn)`` runs ``fn`` under ``sys.setprofile`` and counts the ``call`` events (each Python
+function entered, a generator resumed); the profile function itself is not profiled. The count
+is the same on every run of the same code on the same input, on any machine, loaded or not:
+what a timed assertion cannot be. Three things could still move it, and are held fixed:
+
+- caches warming (``functools.cache``, per-shape caches): every stage runs once unmeasured
+  first, and the measured pass is the second, so the count is the steady state;
+- log records (pytest's handlers would add calls): logging is disabled while counting;
+- iteration order of sets of strings (``PYTHONHASHSEED``): ``tests/cost`` checks that two
+  seeds give the same counts.
+
+The stages, by their public entry points (not by the modules that implement them):
+``decode`` (``decode_request`` / ``decode_logs`` of the OTLP requests, or ``load_path`` of a
+dataset file), ``trajectory`` (``build_trajectory``), ``detectors`` (``Detectors.evaluate``),
+``store_row`` (``evaluation_row``: the stored row, its JSON body encoded).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any, TypeVar
+
+from conformance import corpus
+
+from otel_eval.app.config import Config
+from otel_eval.base.model import Evaluation, LogEvent, Span, Trace, Trajectory
+from otel_eval.decode.otlp import decode_request, request_from_dict
+from otel_eval.decode.otlp_logs import decode_logs, logs_request_from_json
+from otel_eval.evaluate.detectors import Detectors
+from otel_eval.evaluate.trajectory import build_trajectory
+from otel_eval.store.base import evaluation_row
+
+T = TypeVar("T")
+STAGES = ("decode", "trajectory", "detectors", "store_row")
+TAU_RUNS = Path("tau-bench/airline/gpt-4o-airline.runs.json")
+TAU_SLICE = 60  # runs of the tau-bench airline file: the dataset side of the corpus
+
+
+@dataclass(frozen=True)
+class Work:
+    """Python calls of one stage over one corpus, and what they were spent on."""
+
+    calls: int
+    spans: int
+    runs: int
+
+    @property
+    def per_span(self) -> float:
+        return self.calls / self.spans
+
+    @property
+    def per_run(self) -> float:
+        return self.calls / self.runs
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call":
+            self.calls += 1
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    logging.disable(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def count(fn: Callable[[], T]) -> tuple[int, T]:
+    """(Python calls made by ``fn()``, its result), on the second of two runs."""
+    with _quiet():
+        fn()  # warm every cache the stage keeps
+        counter = _Counter()
+        sys.setprofile(counter)
+        try:
+            result = fn()
+        finally:
+            sys.setprofile(None)
+    return counter.calls, result
+
+
+Requests = list[tuple[str, Any]]
+
+
+def conformance_requests() -> list[Requests]:
+    """Every committed conformance recording's OTLP requests, parsed (outside the count)."""
+    out = []
+    for stack, scenario in corpus.recorded():
+        reqs: Requests = []
+        for item in corpus.recording(stack, scenario)["requests"]:
+            if item["signal"] == "traces":
+                reqs.append(("traces", request_from_dict(item["body"])))
+            else:
+                reqs.append(("logs", logs_request_from_json(json.dumps(item["body"]).encode())))
+        out.append(reqs)
+    return out
+
+
+def decode_recordings(recordings: list[Requests]) -> list[Trace]:
+    """Decode stage: the requests -> one trace per trace id, spans and log records."""
+    traces = []
+    for reqs in recordings:
+        spans: dict[str, list[Span]] = defaultdict(list)
+        logs: dict[str, list[LogEvent]] = defaultdict(list)
+        for signal, request in reqs:
+            if signal == "traces":
+                for s in decode_request(request).spans:
+                    spans[s.trace_id].append(s)
+            else:
+                for r in decode_logs(request).records:
+                    logs[r.trace_id].append(r)
+        traces += [Trace(tid, ss, "complete", logs=logs.get(tid, [])) for tid, ss in spans.items()]
+    return traces
+
+
+def tau_slice(datasets: Path, tmp: Path) -> Path:
+    path = tmp / "airline-slice.runs.json"
+    path.write_text(json.dumps(json.loads((datasets / TAU_RUNS).read_text())[:TAU_SLICE]))
+    return path
+
+
+def stage_work(decode: Callable[[], list[Trace]],
+               stages: tuple[str, ...] = STAGES) -> dict[str, Work]:
+    """Each of ``stages`` counted over the traces ``decode`` gives (itself the decode stage),
+    running the stages before the last one asked for, in pipeline order."""
+    config = Config()
+    detectors = Detectors(config.detectors)
+    last = max(STAGES.index(s) for s in stages)
+    calls, traces = count(decode)
+    spans, runs = sum(len(t.spans) for t in traces), len(traces)
+    out = {"decode": Work(calls, spans, runs)}
+    if last >= 1:
+        calls, trajectories = count(lambda: [build_trajectory(t, config.trajectory)
+                                             for t in traces])
+        out["trajectory"] = Work(calls, spans, runs)
+    if last >= 2:
+        calls, judged = count(lambda: [detectors.evaluate(t) for t in trajectories])
+        out["detectors"] = Work(calls, spans, runs)
+    if last >= 3:
+        evaluations = [_evaluation(t, f, v) for t, (f, v) in zip(trajectories, judged,
+                                                                   strict=True)]
+        calls, _ = count(lambda: [evaluation_row(e) for e in evaluations])
+        out["store_row"] = Work(calls, spans, runs)
+    return {k: out[k] for k in stages}
+
+
+def _evaluation(trajectory: Trajectory, findings: Any, verdict: Any) -> Evaluation:
+    return Evaluation(trajectory, findings, verdict, evaluated_at_ns=1_764_547_200 * 10**9)
