@@ -15,8 +15,6 @@ from typing import Any
 
 import grpc
 import pytest
-import topology
-from load_harness import serve
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.common.v1.common_pb2 import (
     AnyValue,
@@ -27,8 +25,11 @@ from opentelemetry.proto.common.v1.common_pb2 import (
 )
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1 import trace_pb2
-from otel_collector import Collector, free_port, render
-from otlp_capture import Capture
+from support.otel_collector import Collector, render
+from support.otlp_capture import Capture
+from support.poll import poll
+from support.ports import free_port
+from support.served import serve
 
 TRACE, SETUP = bytes.fromhex("5b8efff798038103d269b633813fc60c"), bytes(range(1, 17))
 ROOT, CHAT, AGENT_SETUP = bytes.fromhex("eee19b7ec3c1b174"), bytes(range(8, 16)), bytes(8 * [7])
@@ -135,14 +136,14 @@ def _field_differences(got: Any, want: Any) -> list[str]:
 
 
 def _all_three(backend: Capture) -> dict[bytes, tuple[Any, Any, Any]] | None:
-    got = _received(list(backend.requests["traces"]))
+    got = _received(list(backend.traces))
     return got if len(got) == 3 else None
 
 
 def _assert_forwarded_as_sent(backend: Capture) -> None:
     sent = _received([_request()])
-    got = topology.wait_for(lambda: _all_three(backend), "the three spans at the backend",
-                            deadline_s=60)
+    got = poll(lambda: _all_three(backend), "the three spans at the backend", timeout_s=60,
+               interval_s=0.1)
     stamps = {}
     for span_id, (rhead, shead, span) in sent.items():
         got_rhead, got_shead, got_span = got[span_id]

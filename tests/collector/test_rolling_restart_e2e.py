@@ -28,11 +28,11 @@ import topology
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.trace import SpanContext, TraceFlags
-from otel_collector import Collector, free_port, render
-
-# tests/load, on the path through topology (as the other end-to-end tests use it)
-load_harness = topology.load_harness
-RESOURCE, Served, exporter = load_harness.RESOURCE, load_harness.Served, load_harness.exporter
+from support import served as serve_process
+from support.otel_collector import Collector, render
+from support.poll import poll
+from support.ports import free_port
+from support.served import RESOURCE, Served, exporter
 
 pytestmark = pytest.mark.slow
 SPLIT_RUNS, STEPS = 40, 6  # 13 spans per run: 6 model calls, 6 tool calls, the root
@@ -81,7 +81,7 @@ class Replica:
     def start(self) -> Served:
         self.tmp.mkdir(parents=True, exist_ok=True)
         self._stack = ExitStack()
-        self.served = self._stack.enter_context(load_harness.serve(
+        self.served = self._stack.enter_context(serve_process.serve(
             self.tmp, CONFIG, grpc_endpoint=f"127.0.0.1:{self.port}"))
         self.port = int(self.served.grpc_target.rsplit(":", 1)[1])
         return self.served
@@ -92,7 +92,7 @@ class Replica:
         self.served.proc.send_signal(signal.SIGTERM)
         assert self.served.proc.wait(60) == 0, self.served.log_tail()
         self._stack.close()
-        return load_harness.stored(self.served.store)
+        return serve_process.stored(self.served.store)
 
     def close(self) -> None:
         if self._stack is not None:
@@ -135,9 +135,9 @@ class Agents:
 
 def _wait_stored(replicas: list[Replica], want: dict[str, int]) -> list[dict[str, Any]]:
     def all_stored() -> list[dict[str, Any]] | None:
-        on = [load_harness.stored(r.tmp / "otel-eval.db") for r in replicas]
+        on = [serve_process.stored(r.tmp / "otel-eval.db") for r in replicas]
         return on if set(want) <= set(on[0]) | set(on[1]) else None
-    return topology.wait_for(all_stored, "every run to be stored", 300)
+    return poll(all_stored, "every run to be stored", timeout_s=300, interval_s=0.1)
 
 
 def test_a_rolling_restart_under_load_loses_nothing_and_judges_nothing_early(
@@ -159,9 +159,9 @@ def test_a_rolling_restart_under_load_loses_nothing_and_judges_nothing_early(
         half = STEPS  # the first 3 model calls and 3 tool calls of each run, no root
         for spans in split.values():
             assert client.export(spans[:half]) == SpanExportResult.SUCCESS
-        topology.wait_for(lambda: sum(topology.received(r.served)[0] for r in replicas
-                                      if r.served) >= SPLIT_RUNS * half,
-                          "the first halves delivered")
+        poll(lambda: sum(topology.received(r.served)[0] for r in replicas
+                         if r.served) >= SPLIT_RUNS * half,
+             "the first halves delivered", timeout_s=topology.DEADLINE_S, interval_s=0.1)
         with Agents(agent) as fleet:
             late = list(split.values())
             for i, r in enumerate(replicas):
@@ -173,7 +173,8 @@ def test_a_rolling_restart_under_load_loses_nothing_and_judges_nothing_early(
                 for spans in late[i::2]:  # second halves while this replica is down
                     assert client.export(spans[half:]) == SpanExportResult.SUCCESS
                 r.start()
-            topology.wait_for(lambda: len(fleet.sent) >= 200, "load through the restarts")
+            poll(lambda: len(fleet.sent) >= 200, "load through the restarts",
+                 timeout_s=topology.DEADLINE_S, interval_s=0.1)
         want = {**{tid: len(spans) for tid, spans in split.items()}, **fleet.sent}
         on = _wait_stored(replicas, want)
         metrics = [r.served.metrics() for r in replicas if r.served]

@@ -17,7 +17,9 @@ from typing import Any
 
 import yaml
 from grafana_files import ALERTMANAGER_YML
-from prometheus_harness import free_port, poll, stop
+from prometheus_harness import PROMETHEUS_POLL, stop
+from support.poll import poll
+from support.ports import free_port
 
 
 class Webhook:
@@ -90,7 +92,7 @@ def alertmanager(tmp_path: Path, webhook: Webhook, group_interval: str = "1s") -
                 assert proc.poll() is None, log_path.read_text()[-3000:]
                 return _ready(port)
 
-            poll("Alertmanager to be ready", ready)
+            poll(ready, "Alertmanager to be ready", **PROMETHEUS_POLL)
             yield port
         finally:
             stop(proc)

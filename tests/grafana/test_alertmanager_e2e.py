@@ -27,7 +27,8 @@ import yaml
 from alertmanager_harness import Webhook, alertmanager
 from grafana_files import RULES
 from metrics_harness import run, serve
-from prometheus_harness import poll, prometheus_scraping, shortened_rules
+from prometheus_harness import PROMETHEUS_POLL, prometheus_scraping, shortened_rules
+from support.poll import poll
 
 from otel_eval.telemetry.metrics import Metrics
 
@@ -66,12 +67,12 @@ def test_a_looping_agent_is_paged_once_grouped_and_resolved(tmp_path: Path) -> N
             send("shop", "looper", True, False, True, True)
             send("shop", "steady", False, False, False, False)
             send("desk", "twice", True, False, True, False, False, False)
-            poll("the looping agent's notification",
-                 lambda: bool(_status(webhook.received(), "firing")))
+            poll(lambda: bool(_status(webhook.received(), "firing")),
+                 "the looping agent's notification", **PROMETHEUS_POLL)
             assert prom.query("otel_eval_traces_with_loop_total")["data"]["result"]
             send("shop", "looper", False, False)  # it goes on running, without looping
-            poll("the resolved notification",
-                 lambda: bool(_status(webhook.received(), "resolved")))
+            poll(lambda: bool(_status(webhook.received(), "resolved")),
+                 "the resolved notification", **PROMETHEUS_POLL)
     finally:
         target.shutdown()
         target.server_close()

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from issue_fixtures import evaluation, window
 from prometheus_client import CollectorRegistry, generate_latest
-from test_issues_job import HOUR, T0, Clock, _stored
+from support.clock import ManualClock
+from test_issues_job import HOUR, T0, _stored
 
 from otel_eval.outputs.issues.config import IssuesConfig
 from otel_eval.outputs.issues.critiques import critique_fields
@@ -31,7 +32,7 @@ def test_a_critique_with_a_lone_surrogate_does_not_fail_the_run(tmp_path: Path) 
         store.put_many(_stored(e, T0 - 60) for e in bodies)
         registry = CollectorRegistry()
         job = IssuesJob(IssuesConfig(), store.path,
-                        lambda ns: store.since(ns, keep=critique_fields), registry, Clock(T0))
+                        lambda ns: store.since(ns, keep=critique_fields), registry, ManualClock(T0))
         result = job.run_once()
         assert result is not None and result.traces == 12
         assert registry.get_sample_value("otel_eval_issues_runs_total", {"status": "ok"}) == 1

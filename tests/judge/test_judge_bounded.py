@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from judge_fake_llm import FakeLLM, Reply, completion, error, good
 from judge_fixtures import config
+from support.clock import ManualClock
 
 from otel_eval.evaluate.judge.client import JudgeClient, parse_reply, unfence
 from otel_eval.evaluate.judge.schemas import trace_schema
@@ -20,21 +21,8 @@ MESSAGES = [{"role": "user", "content": "grade this"}]
 GOOD = {"critique": "fine", "score": 0.5}
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.sleeps: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-
-
-def call(llm: FakeLLM, clock: Clock | None = None, **changes: Any) -> Any:
-    clock = clock or Clock()
+def call(llm: FakeLLM, clock: ManualClock | None = None, **changes: Any) -> Any:
+    clock = clock or ManualClock()
     c = JudgeClient(config(llm.api_base, **changes), clock=clock, sleep=clock.sleep)
     # the test's own guard: a call that never returns fails here instead of hanging the suite
     return asyncio.run(asyncio.wait_for(c.call(MESSAGES, trace_schema(), "trace"), 60))
@@ -92,13 +80,13 @@ def test_trickled_reply_is_cut_at_the_total_deadline(llm: FakeLLM) -> None:
 
 
 def test_retry_after_over_backoff_max_is_a_failure_not_a_sleep(llm: FakeLLM) -> None:
-    clock = Clock()
+    clock = ManualClock()
     llm.script(error(429, {"Retry-After": "3600"}), good(GOOD))
     r = call(llm, clock, backoff_max_s=30.0)
     assert (r.status, r.attempts, clock.sleeps) == ("rate_limited", 1, [])
     assert "Retry-After 3600 s is over backoff_max_s 30" in r.error
     llm.replies.clear()
-    clock = Clock()
+    clock = ManualClock()
     llm.script(error(503, {"Retry-After": "30"}), good(GOOD))
     r = call(llm, clock, backoff_max_s=30.0)
     assert (r.status, r.attempts, clock.sleeps) == ("ok", 2, [30.0])

@@ -6,13 +6,13 @@ and counted (kill -9 lost 190 of 393 judge jobs without a mark)."""
 from __future__ import annotations
 
 import re
-import threading
 from pathlib import Path
 from typing import Any
 
 from judge_fake_llm import FakeLLM, Reply, good
 from judge_fixtures import combined_reply, config, evaluation
 from prometheus_client import CollectorRegistry
+from support.poll import poll
 
 from otel_eval.base.aio import LoopThread
 from otel_eval.base.model import Trace
@@ -57,23 +57,15 @@ def _scripted(critique: str) -> Any:
 
 
 def _wait_judged(store: SqliteStore, trace_id: str) -> dict[str, Any]:
-    """Poll the row until its judge object is stored (a guard of 60 s, not a measure)."""
-    pause = threading.Event()
-    for _ in range(3000):
-        judge = (store.get(trace_id) or {}).get("judge")
-        if judge is not None:
-            return dict(judge)
-        pause.wait(0.02)
-    raise AssertionError(f"trace {trace_id} never got a judge object")
+    """Poll the row until its judge object is stored."""
+    judge = poll(lambda: (store.get(trace_id) or {}).get("judge"),
+                 f"trace {trace_id} to get a judge object", interval_s=0.02)
+    return dict(judge)
 
 
 def _journaled(stage: JudgeStage) -> None:
-    pause = threading.Event()
-    for _ in range(3000):
-        if stage._journal is not None and stage._journal.pending():
-            return
-        pause.wait(0.02)
-    raise AssertionError("the queued trace never reached the journal")
+    poll(lambda: stage._journal is not None and stage._journal.pending(),
+         "the queued trace to reach the journal", interval_s=0.02)
 
 
 def test_a_huge_critique_is_stored_cut(llm: FakeLLM, tmp_path: Path) -> None:

@@ -23,8 +23,9 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
-from service_harness import running_service
-from test_kafka_serve import consumed, kafka_changes, wait_for
+from support.harness import running_service
+from support.poll import poll
+from test_kafka_serve import consumed, kafka_changes
 
 from otel_eval.app.config import Config, replace
 from otel_eval.assemble.engine import Engine
@@ -85,7 +86,7 @@ def test_a_stop_leaves_the_offsets_of_a_run_in_flight_uncommitted(
     changes = kafka_changes(topic, **{"kafka.assignment": "static"})
     deadline_s = 5.0
     with running_service(tmp_path, **changes) as h:
-        wait_for(lambda: consumed(h) == len(head), "half the run consumed")
+        poll(lambda: consumed(h) == len(head), "half the run consumed")
         assert h.release() == 0 and h.svc.engine.open_traces() == 1
         began = time.monotonic()
         h.svc.shutdown(deadline_s)
@@ -97,14 +98,14 @@ def test_a_stop_leaves_the_offsets_of_a_run_in_flight_uncommitted(
     produce(topic, tid, tail)
     with running_service(tmp_path, **changes) as h:
         assert h.svc.store.get(tid) is None  # the stop stored no verdict
-        wait_for(lambda: consumed(h) == len(spans), "the head replayed and the tail taken")
+        poll(lambda: consumed(h) == len(spans), "the head replayed and the tail taken")
         assert h.release() == 1
         body = h.svc.store.get(tid)
         assert body is not None and body["status"] == "complete" and body["revision"] == 0
         assert body["counts"] == {"spans": 9, "llm_calls": 4, "tool_calls": 4, "errors": 0}
         assert not [f for f in body["findings"] if f["detector"] == "non_termination"]
-        wait_for(lambda: h.sample("otel_eval_kafka_committed_offset", topic="spans",
-                                  partition=str(PARTITION)) == 2, "both records committed")
+        poll(lambda: h.sample("otel_eval_kafka_committed_offset", topic="spans",
+                              partition=str(PARTITION)) == 2, "both records committed")
 
 
 class HandingOver(FakeEngine):

@@ -168,13 +168,13 @@ def test_log_records_whose_spans_never_come_do_not_pause_the_spans_topic(
     asyncio.run(publish(topic, logs_topic, [], orphans))
     more = {"kafka.max_inflight_records": 3, "kafka.max_poll_records": 1}
     with running_service(tmp_path, **changes(topic, logs_topic, **more)) as h:
-        wait_for(lambda: accepted_logs(h) >= 3, "the orphan records to fill the budget")
+        poll(lambda: accepted_logs(h) >= 3, "the orphan records to fill the budget")
         spans = [r for r in recording("clean") if r[0] == "traces"]
         span_recs, _ = asyncio.run(publish(topic, logs_topic, spans))
-        wait_for(lambda: h.sample("otel_eval_kafka_spans_consumed_total") > 0,
-                 "the spans, while the orphan log records wait", timeout_s=15)
+        poll(lambda: h.sample("otel_eval_kafka_spans_consumed_total") > 0,
+             "the spans, while the orphan log records wait", timeout_s=15)
         assert h.release() == 1
         assert h.svc.store.get(trace_of(spans)) is not None
-        wait_for(lambda: committed(h, "spans", topic.partitions) == span_recs,
-                 "the stored trace's spans record committed")
+        poll(lambda: committed(h, "spans", topic.partitions) == span_recs,
+             "the stored trace's spans record committed")
         assert accepted_logs(h) < len(orphans)  # the logs topic itself is held back

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 from kafka_doubles import Topic
-from service_harness import running_service
-from test_kafka_serve import committed, consumed, kafka_changes, wait_for
+from support.harness import running_service
+from support.poll import poll
+from test_kafka_serve import committed, consumed, kafka_changes
 
 import otel_eval.store.sqlite as sqlite_module
 from otel_eval.base.kafka.config import KafkaConfig
@@ -57,10 +58,10 @@ def test_an_unstorable_trace_is_dropped_counted_and_its_offset_committed(
     records = asyncio.run(_publish(topic))
     assert records == 11  # one record per trace id
     with running_service(tmp_path, **kafka_changes(topic)) as h:
-        wait_for(lambda: consumed(h) == 22, "every span consumed")
+        poll(lambda: consumed(h) == 22, "every span consumed")
         assert h.release() == 11
         assert all(h.svc.store.get(t) is not None for t in CLEAN)
         assert h.svc.store.get(POISON) is None
         assert h.sample("otel_eval_evaluation_skipped_total", reason="unstorable") == 1
-        wait_for(lambda: committed(h, topic.partitions) == records, "every offset committed")
+        poll(lambda: committed(h, topic.partitions) == records, "every offset committed")
         assert h.svc.engine.healthy

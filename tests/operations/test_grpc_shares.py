@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
-from service_harness import Harness, running_service
+from support.harness import Harness, running_service
+from support.poll import poll
 
 from otel_eval.base.model import Span
 from otel_eval.decode import otlp
@@ -58,13 +59,10 @@ def _export(channel: grpc.Channel, metadata: list[tuple[str, str]] | None) -> gr
 
 
 def _poll(h: Harness, n: int) -> None:
-    """Until ``n`` of the hog's calls were refused (a 30 s guard, not a measure)."""
-    for _ in range(3000):
-        if h.sample("otel_eval_receiver_requests_throttled_total", protocol="grpc",
-                    reason="sender_share") >= n:
-            return
-        threading.Event().wait(0.01)
-    raise AssertionError("the hog's calls past its share were never refused")
+    """Until ``n`` of the hog's calls were refused."""
+    poll(lambda: h.sample("otel_eval_receiver_requests_throttled_total", protocol="grpc",
+                          reason="sender_share") >= n,
+         "the hog's calls past its share to be refused", timeout_s=30, interval_s=0.01)
 
 
 def _flood_then_export(h: Harness, hog_target: str, app_target: str,

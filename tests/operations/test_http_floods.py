@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 from support.clock import ManualClock
 from support.harness import running_service
+from support.poll import poll
 
 from otel_eval.receive.config import HttpLimits
 from otel_eval.receive.httpserver import HttpServer, Request, Response
@@ -74,11 +75,8 @@ def server(limits: HttpLimits) -> Iterator[tuple[HttpServer, ManualClock, Events
 
 def accepted(srv: HttpServer, n: int = 1) -> None:
     """Wait until the server holds ``n`` connections (their deadlines started)."""
-    for _ in range(1000):
-        if srv.connections >= n:
-            return
-        threading.Event().wait(0.01)
-    raise AssertionError(f"{srv.connections} connections accepted, expected {n}")
+    poll(lambda: srv.connections >= n, f"{n} connections accepted", timeout_s=10,
+         interval_s=0.01)
 
 
 def connect(port: int, peer: str = "127.0.0.1") -> socket.socket:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import http.client
 import socket
-import threading
 from contextlib import ExitStack
 from pathlib import Path
 
-from service_harness import Harness, running_service
+from support.harness import Harness, running_service
+from support.poll import poll
 
 from otel_eval.base.model import Span
 from otel_eval.decode import otlp
@@ -35,13 +35,11 @@ def _partial(stack: ExitStack, port: int, peer: int) -> socket.socket:
 
 
 def _slots_held(h: Harness, n: int) -> None:
-    """Until the listener holds ``n`` connections (a 30 s guard, not a measure)."""
+    """Until the listener holds ``n`` connections."""
     assert h.svc.http is not None and h.svc.http._server is not None
-    for _ in range(3000):
-        if h.svc.http._server.connections >= n:
-            return
-        threading.Event().wait(0.01)
-    raise AssertionError(f"the listener never held {n} connections")
+    server = h.svc.http._server
+    poll(lambda: server.connections >= n, f"the listener to hold {n} connections",
+         timeout_s=30, interval_s=0.01)
 
 
 def _export(conn: http.client.HTTPConnection) -> int:

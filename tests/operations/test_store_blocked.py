@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from service_harness import running_service
+from support.harness import running_service
+from support.poll import poll
 
 from otel_eval.app.config import Config, replace
 from otel_eval.app.service import Service
@@ -136,10 +137,8 @@ def test_shutdown_gives_up_on_a_blocked_write_and_the_spool_keeps_it(
         try:
             port = svc.http.port if svc.http is not None else 0
             assert _http(f"http://127.0.0.1:{port}/v1/traces", _request(trace))[0] == 200
-            end = time.monotonic() + WAIT_S
-            while not _waiting_for_a_lock(postgresql_url):
-                assert time.monotonic() < end, "the engine never reached the lock"
-                time.sleep(0.05)  # polling a condition of another process, not synchronising
+            poll(lambda: _waiting_for_a_lock(postgresql_url), "the engine to reach the lock",
+                 timeout_s=WAIT_S)
         finally:
             started = time.monotonic()
             stopper = threading.Thread(target=svc.shutdown, args=(2.0,))
@@ -169,10 +168,8 @@ def test_close_cancels_a_call_blocked_by_another_clients_lock(postgresql_url: st
     with _locked(postgresql_url):
         reader = threading.Thread(target=count)
         reader.start()
-        end = time.monotonic() + WAIT_S
-        while not _waiting_for_a_lock(postgresql_url):
-            assert time.monotonic() < end
-            time.sleep(0.05)
+        poll(lambda: _waiting_for_a_lock(postgresql_url), "the reader to wait for the lock",
+             timeout_s=WAIT_S)
         store.close()  # before: waited for the lock for ever
         reader.join(WAIT_S)
         assert not reader.is_alive()

@@ -15,7 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as ts
-from service_harness import running_service
+from support.harness import running_service
 
 from otel_eval.receive.config import HttpLimits
 from otel_eval.receive.httpserver import HttpServer, Request, Response

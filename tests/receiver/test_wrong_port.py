@@ -23,7 +23,7 @@ from pathlib import Path
 import grpc
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as ts
-from service_harness import running_service
+from support.harness import running_service
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 

@@ -6,17 +6,17 @@ delay). Against real gRPC servers on port 0."""
 from __future__ import annotations
 
 import socket
-import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
-from results_downstream import Downstream, serving
 from results_sample import evaluation, trace
+from support.otlp_capture import Capture
+from support.poll import poll
+from support.tls_certs import Pair, TestCA
 
 from otel_eval.base import model
 from otel_eval.base.configcheck import StartupError
@@ -25,9 +25,6 @@ from otel_eval.outputs.config import ExportConfig
 from otel_eval.outputs.events import EvaluationEvents
 from otel_eval.outputs.forward import Forwarder
 from otel_eval.telemetry.metrics import Metrics
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "receiver"))
-from tls_certs import Pair, TestCA
 
 TOKEN = "s3cret-token"
 
@@ -59,10 +56,10 @@ def pki(tmp_path: Path) -> tuple[TestCA, Pair, Pair]:
 
 
 @pytest.fixture
-def secure(pki: tuple[TestCA, Pair, Pair]) -> Iterator[Downstream]:
+def secure(pki: tuple[TestCA, Pair, Pair]) -> Iterator[Capture]:
     """TLS with the test CA's certificate, client certificates required, a bearer token."""
     ca, server, _ = pki
-    with serving(token=TOKEN, tls=(server.cert, server.key), client_ca=ca.path) as ds:
+    with Capture(token=TOKEN, tls=(server.cert, server.key), client_ca=ca.path) as ds:
         yield ds
 
 
@@ -73,7 +70,7 @@ def _tls(pki: tuple[TestCA, Pair, Pair]) -> TlsClientConfig:
 
 
 def test_delivers_over_mtls_with_the_token_from_headers(
-        secure: Downstream, pki: tuple[TestCA, Pair, Pair]) -> None:
+        secure: Capture, pki: tuple[TestCA, Pair, Pair]) -> None:
     m = Metrics()
     _forward_once(_config(secure.port, insecure=False, tls=_tls(pki),
                           headers={"Authorization": f"Bearer {TOKEN}", "X-Tenant": "acme"}), m)
@@ -83,14 +80,14 @@ def test_delivers_over_mtls_with_the_token_from_headers(
 
 
 def test_without_the_token_the_batch_is_rejected_not_retried(
-        secure: Downstream, pki: tuple[TestCA, Pair, Pair]) -> None:
+        secure: Capture, pki: tuple[TestCA, Pair, Pair]) -> None:
     m = Metrics()
     _forward_once(_config(secure.port, insecure=False, tls=_tls(pki)), m)
     assert secure.traces == [] and secure.unauthenticated == 1
     assert _dropped(m, "rejected") == 3
 
 
-def test_an_unknown_ca_never_delivers(secure: Downstream, pki: tuple[TestCA, Pair, Pair],
+def test_an_unknown_ca_never_delivers(secure: Capture, pki: tuple[TestCA, Pair, Pair],
                                       tmp_path: Path) -> None:
     """A CA that did not sign the server's certificate: the handshake fails (UNAVAILABLE),
     retried until max_retry_s, nothing (not even the token) reaches the server."""
@@ -115,7 +112,7 @@ def test_a_bad_tls_file_stops_start_with_one_line(tmp_path: Path) -> None:
     fwd.shutdown(0.1)
 
 
-def test_throttled_with_retry_info_waits_the_delay_given(downstream: Downstream) -> None:
+def test_throttled_with_retry_info_waits_the_delay_given(downstream: Capture) -> None:
     """RetryInfo's 0.4 s wins over the schedule (at most 0.05 s here)."""
     downstream.fail_next = [(grpc.StatusCode.RESOURCE_EXHAUSTED, 0.4)]
     m = Metrics()
@@ -125,7 +122,7 @@ def test_throttled_with_retry_info_waits_the_delay_given(downstream: Downstream)
     assert _value(m, "otel_eval_forward_spans_sent_total") == 3
 
 
-def test_throttled_without_retry_info_is_not_retried(downstream: Downstream) -> None:
+def test_throttled_without_retry_info_is_not_retried(downstream: Capture) -> None:
     downstream.fail_next = [grpc.StatusCode.RESOURCE_EXHAUSTED]
     m = Metrics()
     _forward_once(_config(downstream.port), m)
@@ -133,7 +130,7 @@ def test_throttled_without_retry_info_is_not_retried(downstream: Downstream) -> 
     assert downstream.traces == [] and _dropped(m, "rejected") == 3
 
 
-def test_a_retry_info_delay_past_max_retry_gives_up_at_once(downstream: Downstream) -> None:
+def test_a_retry_info_delay_past_max_retry_gives_up_at_once(downstream: Capture) -> None:
     downstream.fail_next = [(grpc.StatusCode.RESOURCE_EXHAUSTED, 30.0)]
     m = Metrics()
     _forward_once(_config(downstream.port, max_retry_s=1.0), m)
@@ -185,7 +182,7 @@ def _bulky_trace() -> model.Trace:
     return t
 
 
-def test_gzip_compresses_what_goes_on_the_wire(downstream: Downstream) -> None:
+def test_gzip_compresses_what_goes_on_the_wire(downstream: Capture) -> None:
     sizes = {}
     for compression in ("none", "gzip"):
         proxy = _CountingProxy(downstream.port)
@@ -200,7 +197,7 @@ def test_gzip_compresses_what_goes_on_the_wire(downstream: Downstream) -> None:
     assert sizes["none"] > 120_000 and sizes["gzip"] < sizes["none"] / 10, sizes
 
 
-def test_events_carry_headers_too(downstream: Downstream) -> None:
+def test_events_carry_headers_too(downstream: Capture) -> None:
     events = EvaluationEvents(ExportConfig(events_endpoint=f"127.0.0.1:{downstream.port}",
                                            headers={"authorization": "Bearer e"}), Metrics())
     events.start()
@@ -210,7 +207,7 @@ def test_events_carry_headers_too(downstream: Downstream) -> None:
 
 
 def test_a_rotated_ca_file_is_used_without_a_restart(
-        secure: Downstream, pki: tuple[TestCA, Pair, Pair], tmp_path: Path) -> None:
+        secure: Capture, pki: tuple[TestCA, Pair, Pair], tmp_path: Path) -> None:
     """The exporter starts with the wrong CA in its ca_file (nothing delivered); the file is
     replaced by the right CA: the next batch goes through on a new channel."""
     (tmp_path / "other").mkdir()
@@ -224,7 +221,8 @@ def test_a_rotated_ca_file_is_used_without_a_restart(
     fwd.start()
     try:
         fwd.export(trace(), evaluation())
-        _poll(lambda: _dropped(m, "retries_exhausted") == 3)
+        poll(lambda: _dropped(m, "retries_exhausted") == 3, "the first batch given up",
+             timeout_s=10)
         assert secure.traces == []
         ca_file.write_bytes(pki[0].path.read_bytes())  # rotated
         fwd.export(trace(), evaluation())
@@ -232,10 +230,3 @@ def test_a_rotated_ca_file_is_used_without_a_restart(
     finally:
         fwd.shutdown(5.0)
     assert _value(m, "otel_eval_forward_spans_sent_total") == 3
-
-
-def _poll(cond: Any, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
