@@ -6,7 +6,8 @@ path, so every test imports ``support.<module>``; no test edits the import path)
 - ``clock``: ``ManualClock``, the one hand-driven clock;
 - ``poll``: ``poll`` / ``poll_async``, the one wait for a condition with a deadline;
 - ``ports``: ``free_port``, for the programs that cannot report the port 0 they bound;
-- ``otlp_capture``: ``Capture``, the one OTLP backend (gRPC and HTTP, scripted failures);
+- ``otlp_capture``: ``Capture``, the one OTLP backend (gRPC and HTTP, scripted failures and
+  RetryInfo throttling; gRPC over TLS/mTLS with a bearer token for the exporters' transport);
 - ``kafka_server``, ``postgresql_server``, ``otel_collector``: the real external parts
   (Kafka broker, PostgreSQL, the OpenTelemetry Collector), each behind its marker;
 - ``tls_certs``: a throw-away CA and its certificates; ``bench_module``: bench/ scripts as
