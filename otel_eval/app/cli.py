@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -58,8 +59,9 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _model(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", metavar="MODEL", help="success predictor written by `otel-eval "
-                   "train` (prediction.model_path): adds prediction.p_success per trace")
+    p.add_argument("--model", metavar="MODEL", help="success predictor: `default` (shipped), "
+                   "a model written by `otel-eval train`, or '' for none "
+                   "(prediction.model_path): prediction.p_success per trace")
 
 
 # The subcommands' parsers (``add_subparsers``): each command adds its own.
@@ -216,6 +218,14 @@ def run_from_args(args: argparse.Namespace, cfg: Config | None = None) -> EvalRu
     return EvalRun(cfg or config_from_args(args), getattr(args, "paths", ()),
                    references_path=args.references,
                    max_cost_usd=getattr(args, "max_cost_usd", None))
+
+
+def _unpredicted(args: argparse.Namespace) -> Config:
+    """The flags' configuration with no success model: training reads the features alone
+    (and may be writing the model the configuration names)."""
+    from otel_eval.evaluate.predict.config import PredictionConfig
+
+    return dataclasses.replace(config_from_args(args), prediction=PredictionConfig(model_path=""))
 
 
 def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
@@ -400,7 +410,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_replay(args, sys.stdout)
         if args.command == "train":
             from otel_eval.evaluate.predict.train import cmd_train
-            return cmd_train(args, run_from_args(args), sys.stdout)
+            return cmd_train(args, run_from_args(args, _unpredicted(args)), sys.stdout)
         if args.command == "config":
             from otel_eval.app.configdoc import reference
             sys.stdout.write(reference(load_config(args.config)))
