@@ -53,6 +53,11 @@ class IssuesConfig:
     # Clusters seen in fewer distinct traces than this are not reported as issues (their
     # critiques are assigned issue id None). 2 = an issue must recur in another trace.
     min_cluster_size: int = 2
+    # Cluster each (level, node) group apart (true: a problem seen at system level and at
+    # two agent nodes is three issues) or all critiques of the window together (false,
+    # default: one issue per problem, its levels and nodes a breakdown; TRAIL GAIA's
+    # categories cross nodes, bench/README.md). Changing it gives issues new ids once.
+    per_node: bool = False
     # Agglomerative clustering (average linkage) cuts at this cosine distance (0..2); None
     # takes the embedding's measured default: 0.8 for tfidf, 0.55 for minilm (best adjusted
     # mutual information against TRAIL GAIA's human categories on the tuning half of its

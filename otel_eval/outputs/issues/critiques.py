@@ -5,6 +5,10 @@ Input is the v1 evaluation JSON (``model.Evaluation.to_json()``), as stored or a
 
 - detector findings: ``findings[*].message``; a finding with span ids is a *node* critique of
   the agent node of its first step, one without is a *system* critique;
+
+A step that names no agent node belongs to the run's agent (``evaluation.agent``, an inferred
+one included: a hung run's agent spans never arrived, so its steps name none); ``root`` only
+when the run's agent is unknown too.
 - judge critiques: see ``judge_critiques`` (the one place that knows the judge's shape).
 
 Malformed parts are skipped and counted (``Extraction.skipped``), never raised: one bad
@@ -19,14 +23,14 @@ from typing import Any, Literal
 
 Level = Literal["system", "node"]
 
-ROOT_NODE = "root"  # node of step critiques whose step names no agent
+ROOT_NODE = "root"  # node of step critiques whose step and run name no agent
 
 
 @dataclass(frozen=True, slots=True)
 class Critique:
     trace_id: str
     span_id: str | None  # None for trace-level (system) critiques
-    node: str  # agent node the step belongs to; ROOT_NODE when unknown; "" for system
+    node: str  # agent node of the step, else the run's agent, else ROOT_NODE; "" for system
     level: Level
     text: str
     agent: str  # the evaluation's agent (service-level name), "" when unknown
@@ -40,8 +44,8 @@ class Extraction:
     skipped: int = 0  # malformed evaluations / critiques ignored
 
 
-def _node_of(span_id: str | None, nodes: Mapping[str, str]) -> str:
-    return nodes.get(span_id or "", "") or ROOT_NODE
+def _node_of(span_id: str | None, nodes: Mapping[str, str], agent: str) -> str:
+    return nodes.get(span_id or "", "") or agent or ROOT_NODE
 
 
 def _step_nodes(evaluation: Mapping[str, Any]) -> tuple[dict[str, str], dict[int, str]]:
@@ -73,7 +77,8 @@ def finding_critiques(evaluation: Mapping[str, Any]) -> Iterator[Critique]:
             continue
         span = spans[0] if spans else None
         node = by_span.get(span or "") or (by_index.get(indexes[0], "") if indexes else "")
-        yield Critique(trace_id, span, node or ROOT_NODE, "node", message, agent, source)
+        yield Critique(trace_id, span, node or agent or ROOT_NODE, "node", message, agent,
+                       source)
 
 
 def _low(score: Any, threshold: float) -> bool:
@@ -102,8 +107,8 @@ def judge_critiques(evaluation: Mapping[str, Any], threshold: float) -> Iterator
                 yield Critique(trace_id, None, "", "system", text, agent, f"judge:{name}")
             else:
                 node = c.get("node") if isinstance(c.get("node"), str) else None
-                yield Critique(trace_id, span, node or _node_of(span, by_span), "node", text,
-                               agent, f"judge:{name}")
+                yield Critique(trace_id, span, node or _node_of(span, by_span, agent),
+                               "node", text, agent, f"judge:{name}")
 
 
 def critique_fields(evaluation: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ OTHER_ISSUE_ID = "_other"
 @dataclass(frozen=True, slots=True)
 class Issue:
     issue_id: str
-    level: str  # system | node
+    level: str  # system | node: of most of its critiques (``nodes`` has them all)
     node: str  # "" for system issues
     title: str
     description: str
@@ -34,6 +34,9 @@ class Issue:
     trace_ids: frozenset[str] = field(default=frozenset(), repr=False)  # not in the JSON
     # (clustering run time, share) of the last runs, oldest first (catalogue.HISTORY_RUNS)
     history: tuple[tuple[float, float], ...] = ()
+    # (level, node, critiques, traces) per level and node of the members, most critiques
+    # first: one problem seen at system level and at several agent nodes is one issue
+    nodes: tuple[tuple[str, str, int, int], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -45,6 +48,8 @@ class Issue:
             "exemplars": list(self.exemplars), "agents": list(self.agents),
             "first_seen": self.first_seen, "new": self.new,
             "history": [[at, round(share, 6)] for at, share in self.history],
+            "nodes": [{"level": level, "node": node, "critiques": n, "traces": t}
+                      for level, node, n, t in self.nodes],
         }
 
 

@@ -119,9 +119,10 @@ class IssueTracker:
         events: list[IssueEvent] = []
         assigned: dict[int, str] = {}
         seen: set[str] = set()
-        for (level, node), idxs in sorted(_groups(ext.critiques).items()):
+        for (level, node), idxs in sorted(_groups(ext.critiques, cfg.per_node).items()):
             group = [ext.critiques[i] for i in idxs]
-            candidates = [s for s in stored if s.level == level and s.node == node]
+            candidates = [s for s in stored if not cfg.per_node
+                          or (s.level == level and s.node == node)]
             for issue, event, members in self._issues_of(group, candidates, ext, taken, now):
                 issues.append(issue)
                 seen.add(issue.issue_id)
@@ -166,12 +167,13 @@ class IssueTracker:
             texts = list(dict.fromkeys(group[m].text for m in c.members))
             traces = frozenset(group[m].trace_id for m in c.members)
             share = len(traces) / len(ext.trace_ids) if ext.trace_ids else 0.0
+            breakdown = _breakdown([group[m] for m in c.members])
+            level, node = breakdown[0][:2]
             if stored is None:
                 from otel_eval.outputs.issues.naming import Name, name_cluster
 
                 name = (Name(*c.name) if c.name is not None
                         else name_cluster(c.terms, texts[:_NAMER_EXAMPLES], self._namer))
-                level, node = group[0].level, group[0].node
                 stored = StoredIssue(new_issue_id(level, node, texts[0], taken), level, node,
                                      self._embedder.name, name.title, name.description,
                                      c.centroid, now, now, share)
@@ -181,8 +183,10 @@ class IssueTracker:
                 previous = stored.last_share
                 stored.centroid = blend(stored.centroid, c.centroid, cfg.centroid_update_weight)
                 stored.last_seen, stored.last_share = now, share
+                stored.level, stored.node = level, node
             saved.append(stored)
-            issue = self._issue(stored, c, group, traces, share, previous)
+            issue = replace(self._issue(stored, c, group, traces, share, previous),
+                            nodes=breakdown)
             out.append((issue, _event(issue, previous, cfg.share_jump), c.members))
         self._catalogue.save(saved)
         return out
@@ -317,11 +321,25 @@ class IssueTracker:
         return out
 
 
-def _groups(critiques: list[Critique]) -> dict[tuple[str, str], list[int]]:
+def _groups(critiques: list[Critique], per_node: bool) -> dict[tuple[str, str], list[int]]:
+    """Indexes of the critiques clustered together: per (level, node), or all in one."""
     out: dict[tuple[str, str], list[int]] = {}
     for i, c in enumerate(critiques):
-        out.setdefault((c.level, c.node), []).append(i)
+        out.setdefault((c.level, c.node) if per_node else ("", ""), []).append(i)
     return out
+
+
+def _breakdown(members: list[Critique]) -> tuple[tuple[str, str, int, int], ...]:
+    """(level, node, critiques, traces) of an issue's members per level and node, most
+    critiques first (ties: system level first, then by node): the first is the issue's
+    level and node."""
+    counts: dict[tuple[str, str], list[Any]] = {}
+    for c in members:
+        entry = counts.setdefault((c.level, c.node), [0, set()])
+        entry[0] += 1
+        entry[1].add(c.trace_id)
+    order = sorted(counts.items(), key=lambda kv: (-kv[1][0], kv[0][0] != "system", kv[0][1]))
+    return tuple((level, node, n, len(traces)) for (level, node), (n, traces) in order)
 
 
 def _event(issue: Issue, previous: float | None, jump: float) -> IssueEvent | None:
