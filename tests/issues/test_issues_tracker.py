@@ -137,11 +137,11 @@ def test_latest_revision_wins_and_json_shape() -> None:
     out = to_json(issues_offline(evs, CFG, now=5.0))
     assert out["traces"] == 2 and out["critiques"] == 2
     assert set(out) == {"schema", "generated_at", "window_s", "embedding", "traces",
-                        "critiques", "skipped", "issues", "assignments"}
+                        "critiques", "skipped", "issues", "resolved", "assignments"}
     (issue,) = out["issues"]
     assert set(issue) == {"issue_id", "level", "node", "title", "description", "share", "trend",
                           "critiques", "traces", "exemplars", "agents", "first_seen", "new",
-                          "history", "nodes"}
+                          "history", "nodes", "severity", "status"}
     assert out["assignments"][0] == {"trace_id": "a" * 32, "span_id": "a" * 32 + "-s0",
                                      "issue_id": issue["issue_id"], "level": "node",
                                      "node": "searcher", "source": "judge:quality"}

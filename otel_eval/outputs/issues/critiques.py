@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 Level = Literal["system", "node"]
 
+_SEVERITIES = ("info", "warning", "error")
 ROOT_NODE = "root"  # node of step critiques whose step and run name no agent
 
 
@@ -35,6 +36,7 @@ class Critique:
     text: str
     agent: str  # the evaluation's agent (service-level name), "" when unknown
     source: str = "finding"  # finding:<detector> | judge:<judge name>
+    severity: str = "warning"  # a finding's (info | warning | error); a judge's: warning
 
 
 @dataclass(slots=True)
@@ -72,13 +74,14 @@ def finding_critiques(evaluation: Mapping[str, Any]) -> Iterator[Critique]:
         source = f"finding:{f.get('detector', '')}"
         spans = [s for s in f.get("span_ids") or () if isinstance(s, str)]
         indexes = [i for i in f.get("step_indexes") or () if isinstance(i, int)]
+        severity = f.get("severity") if f.get("severity") in _SEVERITIES else "warning"
         if not spans and not indexes:
-            yield Critique(trace_id, None, "", "system", message, agent, source)
+            yield Critique(trace_id, None, "", "system", message, agent, source, severity)
             continue
         span = spans[0] if spans else None
         node = by_span.get(span or "") or (by_index.get(indexes[0], "") if indexes else "")
         yield Critique(trace_id, span, node or agent or ROOT_NODE, "node", message, agent,
-                       source)
+                       source, severity)
 
 
 def _low(score: Any, threshold: float) -> bool:
@@ -120,7 +123,8 @@ def critique_fields(evaluation: dict[str, Any]) -> dict[str, Any]:
     return {
         "trace_id": evaluation.get("trace_id"), "revision": evaluation.get("revision"),
         "agent": evaluation.get("agent"), "judge": evaluation.get("judge"),
-        "findings": [{k: f.get(k) for k in ("detector", "message", "span_ids", "step_indexes")}
+        "findings": [{k: f.get(k) for k in ("detector", "severity", "message", "span_ids",
+                                                 "step_indexes")}
                      if isinstance(f, Mapping) else f for f in findings]
         if isinstance(findings, list) else findings,
         "steps": [{k: s.get(k) for k in ("span_id", "index", "node")}

@@ -37,6 +37,10 @@ class Issue:
     # (level, node, critiques, traces) per level and node of the members, most critiques
     # first: one problem seen at system level and at several agent nodes is one issue
     nodes: tuple[tuple[str, str, int, int], ...] = ()
+    # low | medium | high | critical: members' typical severity, one step up when wide
+    severity: str = "medium"
+    # new | ongoing | regressed (back after a run without it); see issues/reading.py
+    status: str = "new"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -48,6 +52,7 @@ class Issue:
             "exemplars": list(self.exemplars), "agents": list(self.agents),
             "first_seen": self.first_seen, "new": self.new,
             "history": [[at, round(share, 6)] for at, share in self.history],
+            "severity": self.severity, "status": self.status,
             "nodes": [{"level": level, "node": node, "critiques": n, "traces": t}
                       for level, node, n, t in self.nodes],
         }
@@ -65,6 +70,22 @@ class Assignment:
     def to_json(self) -> dict[str, Any]:
         return {"trace_id": self.trace_id, "span_id": self.span_id, "issue_id": self.issue_id,
                 "level": self.level, "node": self.node, "source": self.source}
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """A stored issue the previous run found and this one does not (status ``resolved``)."""
+
+    issue_id: str
+    level: str
+    node: str
+    title: str
+    previous_share: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"issue_id": self.issue_id, "level": self.level, "node": self.node,
+                "title": self.title, "status": "resolved",
+                "previous_share": round(self.previous_share, 6)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +107,7 @@ class IssuesResult:
     assignments: tuple[Assignment, ...]
     events: tuple[IssueEvent, ...] = ()  # new issues and share jumps (for annotations)
     aged_out: tuple[str, ...] = ()  # issue ids deleted from the catalogue by this run
+    resolved: tuple[Resolved, ...] = ()  # stored issues the previous run had, this one not
 
 
 def to_json(result: IssuesResult, assignments: bool = True) -> dict[str, Any]:
@@ -98,6 +120,7 @@ def to_json(result: IssuesResult, assignments: bool = True) -> dict[str, Any]:
         "critiques": result.critiques,
         "skipped": result.skipped,
         "issues": [i.to_json() for i in result.issues],
+        "resolved": [r.to_json() for r in result.resolved],
     }
     if assignments:
         out["assignments"] = [a.to_json() for a in result.assignments]

@@ -31,7 +31,14 @@ from otel_eval.outputs.issues.continuity import Carried, Cluster, carry_over, me
 from otel_eval.outputs.issues.critiques import Critique, Extraction, extract
 from otel_eval.outputs.issues.embed import Embedder, Matrix, TfidfEmbedder, make_embedder
 from otel_eval.outputs.issues.normalize import normalize
-from otel_eval.outputs.issues.result import Assignment, Issue, IssueEvent, IssuesResult
+from otel_eval.outputs.issues.reading import severity, status, titled
+from otel_eval.outputs.issues.result import (
+    Assignment,
+    Issue,
+    IssueEvent,
+    IssuesResult,
+    Resolved,
+)
 from otel_eval.outputs.issues.synthesis import Draft, Synthesizer, synthesize
 
 if TYPE_CHECKING:  # naming and cluster import numpy, scipy, scikit-learn: see _clusters
@@ -130,7 +137,7 @@ class IssueTracker:
                 assigned.update((idxs[m], issue.issue_id) for m in members)
                 if event is not None:
                     events.append(event)
-        self._forget_unseen(stored, seen)
+        resolved = self._forget_unseen(stored, seen)
         self._catalogue.record_shares(now, {**{s.issue_id: 0.0 for s in stored},
                                             **{i.issue_id: i.share for i in issues}})
         history = self._catalogue.history([i.issue_id for i in issues])
@@ -142,18 +149,23 @@ class IssueTracker:
             issues=tuple(issues), assignments=tuple(
                 Assignment(c.trace_id, c.span_id, assigned.get(i), c.level,
                            c.node, c.source) for i, c in enumerate(ext.critiques)),
-            events=tuple(events), aged_out=tuple(aged))
+            events=tuple(events), aged_out=tuple(aged),
+            resolved=tuple(sorted(resolved, key=lambda r: (-r.previous_share, r.issue_id))))
         if self._annotator is not None and events:
             self._annotator.annotate(events, now)
         return result
 
-    def _forget_unseen(self, stored: list[StoredIssue], seen: set[str]) -> None:
-        """Issues absent from this run had share 0 in it (the next trend starts there)."""
+    def _forget_unseen(self, stored: list[StoredIssue], seen: set[str]) -> list[Resolved]:
+        """Issues absent from this run had share 0 in it (the next trend starts there);
+        those the previous run still had are resolved by this one."""
         unseen = [s for s in stored if s.issue_id not in seen and s.last_share != 0.0]
+        resolved = [Resolved(s.issue_id, s.level, s.node, s.title, s.last_share)
+                    for s in unseen]
         for s in unseen:
             s.last_share = 0.0
         if unseen:
             self._catalogue.save(unseen)
+        return resolved
 
     def _issues_of(self, group: list[Critique], candidates: list[StoredIssue],
                    ext: Extraction, taken: set[str],
@@ -174,8 +186,9 @@ class IssueTracker:
 
                 name = (Name(*c.name) if c.name is not None
                         else name_cluster(c.terms, texts[:_NAMER_EXAMPLES], self._namer))
+                title = titled(name.title, [group[m] for m in c.members])
                 stored = StoredIssue(new_issue_id(level, node, texts[0], taken), level, node,
-                                     self._embedder.name, name.title, name.description,
+                                     self._embedder.name, title, name.description,
                                      c.centroid, now, now, share)
                 previous = None
                 taken.add(stored.issue_id)
@@ -186,7 +199,8 @@ class IssueTracker:
                 stored.level, stored.node = level, node
             saved.append(stored)
             issue = replace(self._issue(stored, c, group, traces, share, previous),
-                            nodes=breakdown)
+                            nodes=breakdown, status=status(previous),
+                            severity=severity([group[m] for m in c.members], share))
             out.append((issue, _event(issue, previous, cfg.share_jump), c.members))
         self._catalogue.save(saved)
         return out
