@@ -15,6 +15,7 @@
     POST /v1/feedback                   {"trace_id", "outcome"}: records a known outcome and
                                         re-judges the stored verdict (lucky passes)
     GET  /v1/issues                     recurring issues (when the clustering stage runs)
+    GET  /v1/issues/{id}/runs           every run of one issue, ?offset=&limit= (<= 1000)
     GET  /ui/...                        the web view (``otel_eval.outputs.ui.routes``): runs, one
                                         run,
                                         issues; HTML under a strict Content-Security-Policy
@@ -47,6 +48,7 @@ from prometheus_client import CollectorRegistry
 
 from otel_eval.base.configcheck import FieldErrors, validate
 from otel_eval.decode.body import BodyError, loads_bounded
+from otel_eval.outputs.issues.result import MAX_RUNS_PAGE
 from otel_eval.outputs.ui.routes import Sources
 from otel_eval.outputs.ui.routes import handle as ui_handle
 from otel_eval.outputs.ui.text import Redact
@@ -138,6 +140,8 @@ class AdminApi:
     ready: Callable[[], bool]
     unready: Callable[[], str] = lambda: "not serving"  # why /readyz answers 503
     issues: Callable[[], dict[str, Any] | None] = lambda: None
+    # (issue id, offset, limit) -> one page of the issue's runs, or None (unknown issue)
+    issue_runs: Callable[[str, int, int], dict[str, Any] | None] = lambda _i, _o, _l: None
     refused: Callable[[str, str], None] = lambda _protocol, _reason: None  # counts refusals
     redact: Redact = None  # the judge's redaction, applied to what the web view shows
     trace_url: str = ""  # admin.trace_url: the trace backend's page of a trace
@@ -196,9 +200,26 @@ def _error(status: int, message: str, **extra: Any) -> Response:
     return _json(status, {"error": message, **extra})
 
 
+_ISSUE_RUNS = re.compile(r"^/v1/issues/([A-Za-z0-9_.:-]{1,80})/runs$")
+
+
+def page_params(query: str, default_limit: int = 100) -> tuple[int, int]:
+    """(offset, limit) of ``?offset=&limit=``; ValueError naming the bad parameter."""
+    params = parse_qs(query[:MAX_QUERY_BYTES])
+    out = []
+    for name, default, low, high in (("offset", 0, 0, 10**9),
+                                     ("limit", default_limit, 1, MAX_RUNS_PAGE)):
+        raw = (params.get(name) or [str(default)])[0]
+        if not raw.isdigit() or not low <= int(raw) <= high:
+            raise ValueError(f"{name} must be an integer in [{low}, {high}], got {raw!r}")
+        out.append(int(raw))
+    return out[0], out[1]
+
+
 def make_handler(api: AdminApi, auth: AdminAuth | None = None) -> Handler:
     access = auth or AdminAuth(AdminConfig())
-    sources = Sources(api.query, api.get, api.issues, api.redact, api.trace_url)
+    sources = Sources(api.query, api.get, api.issues, api.redact, api.trace_url,
+                      api.issue_runs)
 
     def handle(req: Request) -> Response:
         path = req.path.rstrip("/") or "/"
@@ -246,7 +267,19 @@ def make_handler(api: AdminApi, auth: AdminAuth | None = None) -> Handler:
             issues = api.issues()
             return _json(200, issues) if issues is not None else _error(
                 404, "issue clustering is not enabled (issues.interval_s)")
+        found = _ISSUE_RUNS.match(path)
+        if found:
+            return issue_runs(found.group(1), req.query)
         return _error(404, f"unknown path {req.path!r}")
+
+    def issue_runs(issue_id: str, query: str) -> Response:
+        try:
+            offset, limit = page_params(query)
+        except ValueError as e:
+            return _error(400, str(e))
+        page = api.issue_runs(issue_id, offset, limit)
+        return _json(200, page) if page is not None else _error(
+            404, f"no issue {issue_id!r} in the last clustering run")
 
     def evaluations(req: Request) -> Response:
         if len(req.query) > MAX_QUERY_BYTES:

@@ -148,3 +148,22 @@ def top_issue_gauge_samples(result: IssuesResult,
             samples.append(({"level": level, "node": node, "issue_id": OTHER_ISSUE_ID,
                              "title": "other issues"}, share))
     return samples
+
+
+MAX_RUNS_PAGE = 1000  # trace ids per page of GET /v1/issues/{id}/runs
+
+
+def issue_runs(result: IssuesResult, issue_id: str, offset: int,
+               limit: int) -> dict[str, Any] | None:
+    """The ``GET /v1/issues/{id}/runs`` object: the trace ids of every run of the issue in
+    the last clustering run's window, sorted (stable pages), ``limit`` from ``offset``;
+    ``next_offset`` None on the last page. None when the issue is not in ``result``."""
+    issue = next((i for i in result.issues if i.issue_id == issue_id), None)
+    if issue is None:
+        return None
+    ordered = sorted(issue.trace_ids)
+    page = ordered[offset : offset + limit]
+    end = offset + len(page)
+    return {"issue_id": issue_id, "title": issue.title, "generated_at": result.generated_at,
+            "runs": len(ordered), "offset": offset, "limit": limit, "trace_ids": page,
+            "next_offset": end if end < len(ordered) else None}
