@@ -8,9 +8,11 @@ agent span enclosing the annotated span (``openinference.span.kind`` == AGENT, i
 ``span_name``; "root" outside any agent). Critiques are normalized, embedded and clustered
 with the stage's own functions; clusters are scored against the human ``category`` labels
 (normalized: case, "Errors"/"Issues" suffixes, plurals) with NMI and ARI. Both pooled (one
-group, as categories are not per node) and per node (what the tracker does).
+group, as categories are not per node: the tracker's default since issue 29) and per node
+(``issues.per_node``, the tracker before it).
 Scale: N critiques synthesized by sampling the descriptions and perturbing them (word drops,
-numbers, ids, paths), clustered by one ``IssueTracker.run`` in a fresh process.
+numbers, ids, paths), each a critique of its description's agent node, clustered by one
+``IssueTracker.run`` in a fresh process: per node (before issue 29, cut 0.8), then pooled.
 """
 
 from __future__ import annotations
@@ -267,14 +269,16 @@ def scale_run(n: int, which: str) -> dict[str, Any]:
     items = load_items()
     by_trace: dict[str, dict[str, Any]] = {}
     truth: list[str] = []
-    for tid, _node, text, category in synthesize(items, n):
+    for k, (tid, node, text, category) in enumerate(synthesize(items, n)):
         truth.append(category)
         ev = by_trace.setdefault(tid, {"trace_id": tid, "agent": "bench", "steps": [],
                                        "findings": [], "judge": {"judges": {"b": {
                                            "critiques": []}}}})
-        ev["judge"]["judges"]["b"]["critiques"].append({"score": 0.0, "text": text})
+        ev["judge"]["judges"]["b"]["critiques"].append(
+            {"score": 0.0, "text": text, **({"span_id": f"s{k}", "node": node}
+                                            if which != "before" else {})})
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    track = tracker(BEFORE if which == "before" else {})
+    track = tracker({"before": BEFORE, "per_node": PER_NODE}.get(which, {}))
     start = time.perf_counter()
     result = track.run(by_trace.values(), now=0.0)
     elapsed = time.perf_counter() - start
@@ -294,7 +298,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=int, default=0, help="critiques for the scale run")
     parser.add_argument("--trail", default=str(TRAIL), help="TRAIL GAIA folder")
-    parser.add_argument("--child", choices=["before", "after"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=["before", "per_node", "after"],
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
     TRAIL = Path(args.trail)
     if args.scale and args.child:
@@ -302,16 +307,16 @@ def main() -> None:
         return
     if args.scale:  # fresh processes, so peak RSS is each run's alone
         runs = {}
-        for which in ("before", "after"):
+        for which in ("per_node", "after"):
             cmd = [sys.executable, __file__, "--child", which, "--scale", str(args.scale),
                    "--trail", args.trail]
             runs[which] = json.loads(subprocess.run(cmd, check=True, capture_output=True,
                                                     text=True).stdout)
             print(json.dumps(runs[which]))
-        print(json.dumps({"after/before seconds": round(
-            runs["after"]["seconds"] / max(runs["before"]["seconds"], 0.1), 2),
-            "after/before peak RSS": round(runs["after"]["peak_rss_mib"]
-                                           / runs["before"]["peak_rss_mib"], 2)}))
+        print(json.dumps({"after/per_node seconds": round(
+            runs["after"]["seconds"] / max(runs["per_node"]["seconds"], 0.1), 2),
+            "after/per_node peak RSS": round(runs["after"]["peak_rss_mib"]
+                                             / runs["per_node"]["peak_rss_mib"], 2)}))
         return
     items = load_items()
     cats = Counter(i.category for i in items)
