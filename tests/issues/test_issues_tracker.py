@@ -222,3 +222,32 @@ def test_a_pooled_issue_keeps_its_id_when_its_main_node_changes() -> None:
     first = _tracker(conn).run(evs[:6], now=1.0).issues[0]
     second = _tracker(conn).run(evs[3:], now=2.0).issues[0]
     assert second.issue_id == first.issue_id and not second.new
+
+
+def _hung(i: int) -> dict[str, object]:
+    """A run that never ended, its agent inferred from the service's history: no step names
+    a node; the non-termination detector reports it at the root (system) and on the last
+    LLM step (node)."""
+    return {"trace_id": f"{i:032x}", "agent": "travel_agent", "agent_source": "inferred_history",
+            "steps": [{"index": 0, "span_id": "a", "node": None},
+                      {"index": 1, "span_id": "b", "node": None}],
+            "findings": [
+                {"detector": "non_termination", "kind": "incomplete", "severity": "error",
+                 "message": "the run never finished: the root span did not end",
+                 "span_ids": []},
+                {"detector": "non_termination", "kind": "pending_tool_calls",
+                 "severity": "error", "span_ids": ["b"], "step_indexes": [1],
+                 "message": f"the run ended with tool calls that never ran (search_{i}) "
+                            "and no final answer"}]}
+
+
+def test_a_hung_run_is_one_issue_under_its_inferred_agent() -> None:
+    looping = [evaluation(f"{i:032x}", [("travel_agent", LOOP[i % 3].format(n=i))],
+                          agent="travel_agent") for i in range(6, 12)]
+    result = issues_offline([*map(_hung, range(6)), *looping], CFG, now=1.0)
+    hung = [i for i in result.issues if "never" in i.title]
+    assert len(hung) == 1 and hung[0].traces == 6 and hung[0].critiques == 12
+    assert hung[0].nodes == (("system", "", 6, 6), ("node", "travel_agent", 6, 6))
+    assert hung[0].title.endswith("(non_termination)") and hung[0].severity == "critical"
+    assert "root" not in {a.node for a in result.assignments}
+    assert len(result.issues) == 2  # and the loop, its own issue

@@ -21,6 +21,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from otel_eval.base.model import NOT_ENDED_KINDS
+
 Level = Literal["system", "node"]
 
 _SEVERITIES = ("info", "warning", "error")
@@ -37,6 +39,11 @@ class Critique:
     agent: str  # the evaluation's agent (service-level name), "" when unknown
     source: str = "finding"  # finding:<detector> | judge:<judge name>
     severity: str = "warning"  # a finding's (info | warning | error); a judge's: warning
+    # Critiques with one problem key are one issue whatever their words: "not_ended" for
+    # the findings that mean the run did not end (model.NOT_ENDED_KINDS: "the run never
+    # finished" at the root and "tool calls that never ran" on the last step are one
+    # problem seen from two sides); "" for the rest, clustered by their words.
+    problem: str = ""
 
 
 @dataclass(slots=True)
@@ -75,13 +82,15 @@ def finding_critiques(evaluation: Mapping[str, Any]) -> Iterator[Critique]:
         spans = [s for s in f.get("span_ids") or () if isinstance(s, str)]
         indexes = [i for i in f.get("step_indexes") or () if isinstance(i, int)]
         severity = f.get("severity") if f.get("severity") in _SEVERITIES else "warning"
+        problem = "not_ended" if f.get("kind") in NOT_ENDED_KINDS else ""
         if not spans and not indexes:
-            yield Critique(trace_id, None, "", "system", message, agent, source, severity)
+            yield Critique(trace_id, None, "", "system", message, agent, source, severity,
+                           problem)
             continue
         span = spans[0] if spans else None
         node = by_span.get(span or "") or (by_index.get(indexes[0], "") if indexes else "")
         yield Critique(trace_id, span, node or agent or ROOT_NODE, "node", message, agent,
-                       source, severity)
+                       source, severity, problem)
 
 
 def _low(score: Any, threshold: float) -> bool:
@@ -123,8 +132,8 @@ def critique_fields(evaluation: dict[str, Any]) -> dict[str, Any]:
     return {
         "trace_id": evaluation.get("trace_id"), "revision": evaluation.get("revision"),
         "agent": evaluation.get("agent"), "judge": evaluation.get("judge"),
-        "findings": [{k: f.get(k) for k in ("detector", "severity", "message", "span_ids",
-                                                 "step_indexes")}
+        "findings": [{k: f.get(k) for k in ("detector", "kind", "severity", "message",
+                                                 "span_ids", "step_indexes")}
                      if isinstance(f, Mapping) else f for f in findings]
         if isinstance(findings, list) else findings,
         "steps": [{k: s.get(k) for k in ("span_id", "index", "node")}

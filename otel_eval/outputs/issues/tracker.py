@@ -1,7 +1,8 @@
 """Recurring-issue discovery: one clustering run over a window of evaluations.
 
-    evaluation JSON (v1) -> critiques.extract -> normalize -> embed -> cluster (per level
-      and node) -> refine (merge, attach stragglers) -> synthesis (judge model, optional)
+    evaluation JSON (v1) -> critiques.extract -> normalize -> embed -> cluster (all
+      together, or per level and node) -> refine (merge, attach stragglers) -> problems
+      (one problem key, one cluster) -> synthesis (judge model, optional)
       -> match to the catalogue (stable ids, carry-over, age-out) -> name new clusters
       -> IssuesResult (issues, assignments, events) -> annotator (Grafana), if any
 
@@ -31,6 +32,7 @@ from otel_eval.outputs.issues.continuity import Carried, Cluster, carry_over, me
 from otel_eval.outputs.issues.critiques import Critique, Extraction, extract
 from otel_eval.outputs.issues.embed import Embedder, Matrix, TfidfEmbedder, make_embedder
 from otel_eval.outputs.issues.normalize import normalize
+from otel_eval.outputs.issues.problems import by_node, groups, same_problem
 from otel_eval.outputs.issues.reading import severity, status, titled
 from otel_eval.outputs.issues.result import (
     Assignment,
@@ -126,7 +128,7 @@ class IssueTracker:
         events: list[IssueEvent] = []
         assigned: dict[int, str] = {}
         seen: set[str] = set()
-        for (level, node), idxs in sorted(_groups(ext.critiques, cfg.per_node).items()):
+        for (level, node), idxs in sorted(groups(ext.critiques, cfg.per_node).items()):
             group = [ext.critiques[i] for i in idxs]
             candidates = [s for s in stored if not cfg.per_node
                           or (s.level == level and s.node == node)]
@@ -179,7 +181,7 @@ class IssueTracker:
             texts = list(dict.fromkeys(group[m].text for m in c.members))
             traces = frozenset(group[m].trace_id for m in c.members)
             share = len(traces) / len(ext.trace_ids) if ext.trace_ids else 0.0
-            breakdown = _breakdown([group[m] for m in c.members])
+            breakdown = by_node([group[m] for m in c.members])
             level, node = breakdown[0][:2]
             if stored is None:
                 from otel_eval.outputs.issues.naming import Name, name_cluster
@@ -314,7 +316,7 @@ class IssueTracker:
         uid = [position.setdefault(normalize(c.text), len(position)) for c in group]
         unique = list(position)
         x, features = self._embedder.embed(unique)
-        labels = self._labels(x, uid, group)
+        labels = same_problem(self._labels(x, uid, group), uid, group)
         whole_words = isinstance(self._embedder, TfidfEmbedder) and not self._embedder.stem_chars
         term_x, terms = (x, features) if whole_words else TfidfEmbedder().embed(unique)
         by_label: dict[int, list[int]] = {}
@@ -333,27 +335,6 @@ class IssueTracker:
                                           for j in np.flatnonzero(cen)}),
                 terms=top_terms(term_x[rows], terms, self._config.title_terms)))
         return out
-
-
-def _groups(critiques: list[Critique], per_node: bool) -> dict[tuple[str, str], list[int]]:
-    """Indexes of the critiques clustered together: per (level, node), or all in one."""
-    out: dict[tuple[str, str], list[int]] = {}
-    for i, c in enumerate(critiques):
-        out.setdefault((c.level, c.node) if per_node else ("", ""), []).append(i)
-    return out
-
-
-def _breakdown(members: list[Critique]) -> tuple[tuple[str, str, int, int], ...]:
-    """(level, node, critiques, traces) of an issue's members per level and node, most
-    critiques first (ties: system level first, then by node): the first is the issue's
-    level and node."""
-    counts: dict[tuple[str, str], list[Any]] = {}
-    for c in members:
-        entry = counts.setdefault((c.level, c.node), [0, set()])
-        entry[0] += 1
-        entry[1].add(c.trace_id)
-    order = sorted(counts.items(), key=lambda kv: (-kv[1][0], kv[0][0] != "system", kv[0][1]))
-    return tuple((level, node, n, len(traces)) for (level, node), (n, traces) in order)
 
 
 def _event(issue: Issue, previous: float | None, jump: float) -> IssueEvent | None:
