@@ -15,6 +15,7 @@
     POST /v1/feedback                   {"trace_id", "outcome"}: records a known outcome and
                                         re-judges the stored verdict (lucky passes)
     GET  /v1/issues                     recurring issues (when the clustering stage runs)
+    GET  /v1/issues/{id}/runs           every run of one issue, ?offset=&limit= (<= 1000)
     GET  /ui/...                        the web view (``otel_eval.outputs.ui.routes``): runs, one
                                         run,
                                         issues; HTML under a strict Content-Security-Policy
@@ -55,6 +56,7 @@ from prometheus_client import CollectorRegistry
 
 from otel_eval.base.configcheck import FieldErrors, parse_endpoint, validate
 from otel_eval.decode.body import BodyError, loads_bounded
+from otel_eval.outputs.issues.result import MAX_RUNS_PAGE
 from otel_eval.outputs.ui.routes import PAGES, Sources, View
 from otel_eval.outputs.ui.text import Redact
 from otel_eval.receive.config import HttpLimits
@@ -150,6 +152,8 @@ class AdminApi:
     ready: Callable[[], bool]
     unready: Callable[[], str] = lambda: "not serving"  # why /readyz answers 503
     issues: Callable[[], dict[str, Any] | None] = lambda: None
+    # (issue id, offset, limit) -> one page of the issue's runs, or None (unknown issue)
+    issue_runs: Callable[[str, int, int], dict[str, Any] | None] = lambda _i, _o, _l: None
     refused: Callable[[str, str], None] = lambda _protocol, _reason: None  # counts refusals
     redact: Redact = None  # the judge's redaction, applied to what the web view shows
     trace_url: str = ""  # admin.trace_url: the trace backend's page of a trace
@@ -221,6 +225,19 @@ def _store_read(respond: Callable[[Request], Response], req: Request) -> Respons
         log.warning("store read for %s failed (%s: %s)", req.path, reason, type(e).__name__)
         return _json(503, {"error": f"the store is unavailable ({reason}); retry later",
                            "reason": reason}, {"Retry-After": str(STORE_RETRY_AFTER_S)})
+
+
+def page_params(query: str, default_limit: int = 100) -> tuple[int, int]:
+    """(offset, limit) of ``?offset=&limit=``; ValueError naming the bad parameter."""
+    params = parse_qs(query[:MAX_QUERY_BYTES])
+    out = []
+    for name, default, low, high in (("offset", 0, 0, 10**9),
+                                     ("limit", default_limit, 1, MAX_RUNS_PAGE)):
+        raw = (params.get(name) or [str(default)])[0]
+        if not raw.isdigit() or not low <= int(raw) <= high:
+            raise ValueError(f"{name} must be an integer in [{low}, {high}], got {raw!r}")
+        out.append(int(raw))
+    return out[0], out[1]
 
 
 def host_name(host: str) -> str:
@@ -324,6 +341,16 @@ class _Routes:
         return _json(200, issues) if issues is not None else _error(
             404, "issue clustering is not enabled (issues.interval_s)")
 
+    def issue_runs(self, req: Request, found: re.Match[str]) -> Response:
+        issue_id = found.group(1)
+        try:
+            offset, limit = page_params(req.query)
+        except ValueError as e:
+            return _error(400, str(e))
+        page = self.api.issue_runs(issue_id, offset, limit)
+        return _json(200, page) if page is not None else _error(
+            404, f"no issue {issue_id!r} in the last clustering run")
+
     def evaluations(self, req: Request, _found: re.Match[str]) -> Response:
         if len(req.query) > MAX_QUERY_BYTES:
             return _error(414, f"query string longer than {MAX_QUERY_BYTES} bytes")
@@ -359,7 +386,8 @@ def routes(api: AdminApi) -> Router:
     """The admin endpoint's one routing table: the API, then the web view's pages. Patterns
     match the raw path; the API's take trailing slashes (``/healthz/`` is ``/healthz``)."""
     r = _Routes(api)
-    sources = Sources(api.query, api.get, api.issues, api.redact, api.trace_url)
+    sources = Sources(api.query, api.get, api.issues, api.redact, api.trace_url,
+                      api.issue_runs)
     return Router((
         route("GET", r"/metrics/*", r.metrics),
         route("GET", r"/healthz/*", r.healthz),
@@ -367,6 +395,7 @@ def routes(api: AdminApi) -> Router:
         route("GET", r"/v1/evaluations/*", r.evaluations),
         route("GET", r"/v1/evaluations/.*[^/]/*", r.evaluation),
         route("GET", r"/v1/issues/*", r.issues),
+        route("GET", r"/v1/issues/([A-Za-z0-9_.:-]{1,80})/runs/*", r.issue_runs),
         route("POST", r"/v1/feedback/*", r.feedback),
         *(route("GET", pattern, _page(sources, page)) for pattern, page in PAGES),
     ), _miss)

@@ -162,6 +162,8 @@ class Service:
             ready=lambda: self._ready and not self.store_health.failing,
             unready=self._unready,
             issues=self.issues.latest_json if self.issues is not None else lambda: None,
+            issue_runs=(self.issues.runs if self.issues is not None
+                        else lambda _i, _o, _l: None),
             refused=self.metrics.ingest.request_refused,
             redact=Redactor(config.judge.redaction).redact,
             trace_url=config.admin.trace_url,
