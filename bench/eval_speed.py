@@ -11,7 +11,7 @@ a shared machine):
 - decode: the file parsed and each run turned into spans (``loaders.load_path``);
 - trajectory: ``Evaluator.evaluate`` up to the detectors (``build_trajectory``, agent history);
 - detectors + bound: the rest of ``Evaluator.evaluate`` (detectors, verdict, ``bound``);
-- encode: the output line (``Evaluation.to_json`` and ``json.dumps``, as ``cmd_eval``);
+- encode: the output line, as ``cmd_eval`` writes it (``Evaluation.to_json_ascii``);
 - other: the rest (the in-memory agent history ``eval`` keeps, the loop).
 
 The split is taken around ``Evaluator.trajectory`` (wrapped here), so the stages sum to the
@@ -82,7 +82,10 @@ def measure(path: Path, rounds: int) -> dict[str, float]:
     start = time.process_time()
     for ev in run.judged(run._evaluated(traces())):
         t0 = time.process_time()
-        out.write(json.dumps(ev.to_json()) + "\n")
+        if hasattr(ev, "to_json_ascii"):  # as cmd_eval writes it (older checkouts: dumps)
+            out.write(ev.to_json_ascii() + "\n")
+        else:
+            out.write(json.dumps(ev.to_json()) + "\n")
         spent["encode"] += time.process_time() - t0
         n += 1
     total = time.process_time() - start
