@@ -1,6 +1,6 @@
 """Reader plans cached per span shape (issue 34) read exactly what reading every span anew
-reads: the same conventions in the same order, the same ``Step.sources``, on every span of
-the conformance corpus and on random attributes."""
+reads: the same kind and marker, the same conventions in the same order, the same
+``Step.sources``, on every span of the conformance corpus and on random attributes."""
 
 from __future__ import annotations
 
@@ -47,8 +47,9 @@ def _assert_plans_as_uncached(spans: list[Span]) -> None:
     for _ in range(2):  # the second time from the cache
         for s in spans:
             attrs: Any = s.attributes
-            marker = classify(s, attrs)[1]
-            got = plan(marker, s, attrs, ADAPTERS)
+            kind, marker = classify(s, attrs)
+            got_kind, got = plan(s, attrs, ADAPTERS, classify)
+            assert (got_kind, got.marker) == (kind, marker), s.name
             want = readers(marker, s, attrs, ADAPTERS)
             assert list(got.found) == want, s.name
             assert got.sources == [{f: _source(a, f, attrs) for f in FIELDS} for a in want]
@@ -70,8 +71,7 @@ def test_a_null_marker_value_is_another_shape_than_a_real_one() -> None:
     found = []
     for value in ("chat", None, "chat"):  # the marker is OpenInference's each time
         s = span("s", attrs={"gen_ai.operation.name": value, "openinference.span.kind": "LLM"})
-        marker = classify(s, s.attributes)[1]
-        found.append([a.name for a in plan(marker, s, s.attributes, ADAPTERS).found])
+        found.append([a.name for a in plan(s, s.attributes, ADAPTERS, classify)[1].found])
     assert found == [["genai", "openinference"], ["openinference"],
                      ["genai", "openinference"]]
 
@@ -81,5 +81,30 @@ def test_the_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     fields_module._plans.clear()
     for i in range(25):
         s = span("s", attrs={"gen_ai.operation.name": "chat", f"k{i}": 1})
-        plan(classify(s, s.attributes)[1], s, s.attributes, ADAPTERS)
+        plan(s, s.attributes, ADAPTERS, classify)
     assert 0 < len(fields_module._plans) <= 10
+
+
+_MARKER_VALUES = [("gen_ai.operation.name", "chat"), ("openinference.span.kind", "LLM"),
+                  ("traceloop.span.kind", "task"), ("llm.request.type", "chat"),
+                  ("ai.operationId", "ai.generateText")]
+_BASES: list[dict[str, Any]] = [{}, {"openinference.span.kind": "TOOL"},
+                                {"traceloop.span.kind": "workflow"}, {"gen_ai.tool.name": "t"}]
+
+
+@pytest.mark.parametrize(("key", "value"), _MARKER_VALUES)
+def test_each_marker_value_decides_its_shape(key: str, value: Any) -> None:
+    """The same keys with a marker's value null (or, for the Vercel AI SDK, not a string)
+    and set: each a shape of its own, whatever else the span carries."""
+    other = 5 if key == "ai.operationId" else None
+    spans = [span("s", attrs={**base, key: v}) for base in _BASES
+             for v in (other, value, other)]
+    _assert_plans_as_uncached(spans)
+
+
+def test_the_older_genai_content_events_decide_the_shape() -> None:
+    prompt = [SpanEvent("gen_ai.content.prompt", 0, {"gen_ai.prompt": "hi"})]
+    spans = [span("s", attrs={**base, "llm.model_name": "m"}, events=events)
+             for base in ({}, {"openinference.span.kind": "LLM"})
+             for events in ([], prompt, [SpanEvent("x", 0, {})], prompt)]
+    _assert_plans_as_uncached(spans)

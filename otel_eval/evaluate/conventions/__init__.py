@@ -97,9 +97,9 @@ def read_span(step: Step, span: Span,
               attrs: Attrs) -> tuple[Adapter | None, tuple[Adapter, ...]]:
     """Classify ``span`` and fill ``step`` from every convention on it: (the marker's
     adapter or None, the conventions read in order of precedence)."""
-    kind, adapter = classify(span, attrs)
+    kind, shape = plan(span, attrs, ADAPTERS, classify)
+    adapter = shape.marker
     step.kind = kind
-    shape = plan(adapter, span, attrs, ADAPTERS)
     if adapter is not None:
         step.convention = adapter.name
         read_fields(step, span, attrs, shape)

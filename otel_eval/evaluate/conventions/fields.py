@@ -21,10 +21,10 @@ per field, ``"<convention> <attribute>"`` of the value kept.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from otel_eval.base.model import Span, Step
+from otel_eval.base.model import Span, Step, StepKind
 from otel_eval.evaluate.conventions.adapter import Adapter, Attrs
 from otel_eval.evaluate.conventions.agent_names import agent_name, from_span_name
 from otel_eval.evaluate.conventions.genai import GENAI, GENAI_LEGACY
@@ -37,25 +37,31 @@ FIELDS = ("tool_name", "call_id", "arguments", "result", "input_text", "output_t
 _GENAI_FAMILY = (GENAI, GENAI_LEGACY)
 
 
-# A reader plan depends on the span's attribute keys and on these few values only (the
-# markers whose presence makes a convention's ``explicit`` / ``implicit`` say a kind: a key
-# present with a null value is no marker), and on whether the span has the older GenAI
-# content events. A convention whose ``present`` reads anything else must be added here.
+# A span's marker (``conventions.classify``) and reader plan depend on its attribute keys and
+# on these few values only (the markers whose presence makes a convention's ``explicit`` /
+# ``implicit`` say a kind: a key present with a null value is no marker), and on whether the
+# span has the older GenAI content events. A convention whose ``explicit``, ``implicit`` or
+# ``present`` reads anything else to decide between None and a kind must be added here.
 _VALUE_MARKERS = ("gen_ai.operation.name", "openinference.span.kind", "traceloop.span.kind",
                   "llm.request.type")
 _STR_MARKERS = ("ai.operationId",)
 _LEGACY_EVENTS = frozenset({"gen_ai.content.prompt", "gen_ai.content.completion"})
 _PLAN_CACHE = 4096  # plans kept (distinct key shapes); the cache is emptied when full
+Classify = Callable[[Span, Attrs], tuple[StepKind, Adapter | None]]
 
 
 class Plan:
-    """What reading a span of one shape takes: the conventions present, in order of
-    precedence, and for each the ``Step.sources`` text of every field it may supply (the
-    first of its keys the shape has). Shared by every span of the shape; never changed."""
+    """What reading a span of one shape takes: its marker's convention (and whether the
+    marker is explicit: the kind is then ``marker.explicit``'s, else ``marker.implicit``'s),
+    the conventions present, in order of precedence, and for each the ``Step.sources`` text
+    of every field it may supply (the first of its keys the shape has). Shared by every span
+    of the shape; never changed."""
 
-    __slots__ = ("found", "sources")
+    __slots__ = ("explicit", "found", "marker", "sources")
 
-    def __init__(self, found: list[Adapter], attrs: Attrs) -> None:
+    def __init__(self, marker: Adapter | None, explicit: bool, found: list[Adapter],
+                 attrs: Attrs) -> None:
+        self.marker, self.explicit = marker, explicit
         self.found = tuple(found)
         self.sources = [{f: _source(a, f, attrs) for f in FIELDS} for a in found]
 
@@ -63,21 +69,31 @@ class Plan:
 _plans: dict[tuple[Any, ...], Plan] = {}
 
 
-def plan(marker: Adapter | None, span: Span, attrs: Attrs,
-         adapters: Sequence[Adapter]) -> Plan:
-    """The reader plan of the span's shape (``readers`` and the sources), cached per
-    (marker, adapters, attribute keys, marker values' presence, content events)."""
+def plan(span: Span, attrs: Attrs, adapters: Sequence[Adapter],
+         classify: Classify) -> tuple[StepKind, Plan]:
+    """(the span's kind, the reader plan of its shape): ``classify`` and ``readers`` run once
+    per shape (adapters, attribute keys, marker values' presence, content events); a span of
+    a known shape pays one call of its marker's ``explicit`` or ``implicit`` for its kind."""
     get = attrs.get
-    shape = (marker, adapters, frozenset(attrs),
+    shape = (adapters, frozenset(attrs),
              *[get(k) is not None for k in _VALUE_MARKERS],
              *[isinstance(get(k), str) for k in _STR_MARKERS],
              bool(span.events) and any(e.name in _LEGACY_EVENTS for e in span.events))
     found = _plans.get(shape)
-    if found is None:
-        if len(_plans) >= _PLAN_CACHE:
-            _plans.clear()
-        found = _plans[shape] = Plan(readers(marker, span, attrs, adapters), attrs)
-    return found
+    if found is not None:
+        marker = found.marker
+        if marker is None:
+            return "other", found
+        kind = (marker.explicit if found.explicit else marker.implicit)(span, attrs)
+        if kind is not None:
+            return kind, found
+    kind, marker = classify(span, attrs)  # a new shape (or, never expected, a changed one)
+    explicit = marker is not None and marker.explicit(span, attrs) is not None
+    if len(_plans) >= _PLAN_CACHE:
+        _plans.clear()
+    found = _plans[shape] = Plan(marker, explicit, readers(marker, span, attrs, adapters),
+                                 attrs)
+    return kind, found
 
 
 def readers(marker: Adapter | None, span: Span, attrs: Attrs,
