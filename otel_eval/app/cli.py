@@ -236,11 +236,10 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     trials = []
     for evaluation in run.evaluations():
         trials += trials_of([evaluation])
-        body = evaluation.to_json()
-        if args.format == "jsonl":
-            out.write(json.dumps(body) + "\n")
+        if args.format == "jsonl":  # = json.dumps(to_json()), from the text stored
+            out.write(evaluation.to_json_ascii() + "\n")
         else:
-            rows.append(body)
+            rows.append(evaluation.to_json())
     if args.format == "table":
         _print_table(rows, out)
     line = run.cost_line()
