@@ -12,6 +12,11 @@
                                         {"evaluations": [...], "next_cursor": ... | null};
                                         a bad parameter is a 400 naming it (otel_eval.store.query)
     GET  /v1/evaluations/{trace_id}     one object, 404 if unknown
+    GET  /v1/sessions?service=&agent=&passed=&since=&until=&limit=&cursor=
+                                        conversations, newest last turn first, computed from
+                                        the stored turns: {"sessions": [...], "next_cursor"}
+                                        (otel_eval.store.sessions, evaluate.sessions.reader)
+    GET  /v1/sessions/{session_id}      one session (the id URL-encoded), 404 if no turn has it
     POST /v1/feedback                   {"trace_id", "outcome"}: records a known outcome and
                                         re-judges the stored verdict (lucky passes)
     GET  /v1/issues                     recurring issues (when the clustering stage runs)
@@ -41,7 +46,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, unquote
 
 from prometheus_client import CollectorRegistry
 
@@ -61,6 +66,7 @@ from otel_eval.receive.security import (
     exposure_problems,
 )
 from otel_eval.store.query import EvaluationQuery, Page, QueryError
+from otel_eval.store.sessions import SessionQuery
 from otel_eval.telemetry.metrics import render
 
 
@@ -143,6 +149,9 @@ class AdminApi:
     trace_url: str = ""  # admin.trace_url: the trace backend's page of a trace
     # Connections closed early, by reason (httpserver.CLOSE_REASONS).
     connection_closed: Callable[[str], None] = lambda _reason: None
+    # Sessions (evaluate.sessions.reader.SessionReader.page / get); None: not served (404).
+    sessions: Callable[[SessionQuery], dict[str, Any]] | None = None
+    session: Callable[[str], dict[str, Any] | None] | None = None
 
 
 def _is_ui(path: str) -> bool:
@@ -238,6 +247,8 @@ def make_handler(api: AdminApi, auth: AdminAuth | None = None) -> Handler:
             body = api.get(trace_id) if _TRACE_ID.match(trace_id) else None
             return _json(200, body) if body else _error(
                 404, f"no evaluation for trace {trace_id!r}")
+        if path == "/v1/sessions" or path.startswith("/v1/sessions/"):
+            return sessions(req, path)
         if _is_ui(path):
             code, headers, data = ui_handle(sources, req.path, req.query)
             ctype = headers.pop("Content-Type")
@@ -256,6 +267,22 @@ def make_handler(api: AdminApi, auth: AdminAuth | None = None) -> Handler:
         except QueryError as e:
             return _error(400, str(e), parameter=e.param)
         return _json(200, api.query(query).to_json())
+
+    def sessions(req: Request, path: str) -> Response:
+        if api.sessions is None or api.session is None:
+            return _error(404, "sessions are not served here")
+        if path != "/v1/sessions":
+            session_id = unquote(path[len("/v1/sessions/"):])
+            record = api.session(session_id) if session_id else None
+            return _json(200, record) if record else _error(
+                404, f"no session {session_id!r}")
+        if len(req.query) > MAX_QUERY_BYTES:
+            return _error(414, f"query string longer than {MAX_QUERY_BYTES} bytes")
+        try:
+            query = SessionQuery.from_params(parse_qs(req.query, keep_blank_values=True))
+        except QueryError as e:
+            return _error(400, str(e), parameter=e.param)
+        return _json(200, api.sessions(query))
 
     def feedback(req: Request) -> Response:
         try:

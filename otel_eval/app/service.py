@@ -50,6 +50,7 @@ from otel_eval.base.aio import LoopThread
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.feedback import Feedback
 from otel_eval.evaluate.judge.redact import Redactor
+from otel_eval.evaluate.sessions.reader import SessionReader
 from otel_eval.evaluate.stage import InProcess, store_failed
 from otel_eval.receive.grpc import GrpcReceiver
 from otel_eval.receive.http import HttpReceiver
@@ -86,6 +87,8 @@ class Service:
         self._locks = instance_locks(config.store)
         self.store = store_at(config.store.target)
         self.evaluator = Evaluator(config, references_path=self.options.references_path)
+        # conversations, computed on read from the turns in the store (GET /v1/sessions)
+        self.sessions = SessionReader(self.store, config.sessions)
         kc = config.kafka
         needs_loop = config.judge.active or kc.enabled
         self.loop = LoopThread() if needs_loop else None  # started first, stopped last
@@ -131,7 +134,8 @@ class Service:
             refused=self.metrics.request_refused,
             redact=Redactor(config.judge.redaction).redact,
             trace_url=config.admin.trace_url,
-            connection_closed=lambda reason: self.metrics.connection_closed("admin", reason)),
+            connection_closed=lambda reason: self.metrics.connection_closed("admin", reason),
+            sessions=self.sessions.page, session=self.sessions.get),
             config.admin)
         self._ready = False
         self._stopped = threading.Event()

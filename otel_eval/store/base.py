@@ -34,7 +34,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from otel_eval.base.model import Evaluation
 from otel_eval.store.query import EvaluationQuery, Page
-from otel_eval.store.sessions import SessionCursor, SessionQuery
+from otel_eval.store.sessions import SessionCursor, SessionQuery, StoredTurns
 
 POSTGRESQL_SCHEMES = ("postgresql", "postgres")
 
@@ -102,9 +102,8 @@ class EvaluationStore(Protocol):
         (``otel_eval.store.sessions``)."""
         ...
 
-    def session_turns(self, session_id: str, limit: int) -> tuple[list[dict[str, Any]], int]:
-        """(the bodies of the session's newest ``limit`` turns, newest first; how many turns
-        it has in all)."""
+    def session_turns(self, session_id: str, limit: int) -> StoredTurns:
+        """The session's newest ``limit`` turns, how many it has, when the last was stored."""
         ...
 
     def put_feedback(self, trace_id: str, outcome: str, now_ns: int) -> None: ...

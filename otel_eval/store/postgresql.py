@@ -57,7 +57,14 @@ from otel_eval.store.base import (
 )
 from otel_eval.store.migrations import migrate_postgresql
 from otel_eval.store.query import EvaluationQuery, Page
-from otel_eval.store.sessions import SessionCursor, SessionQuery, session_list_sql, turns_sql
+from otel_eval.store.sessions import (
+    SessionCursor,
+    SessionQuery,
+    StoredTurns,
+    session_list_sql,
+    stored_turns,
+    turns_sql,
+)
 
 log = logging.getLogger(__name__)
 
@@ -293,11 +300,11 @@ class PostgresStore:
         sql, args = session_list_sql(q, "%s", after, n)
         return [(str(r[0]), int(r[1])) for r in self._rows(sql, args)]
 
-    def session_turns(self, session_id: str, limit: int) -> tuple[list[dict[str, Any]], int]:
+    def session_turns(self, session_id: str, limit: int) -> StoredTurns:
         rows_sql, count_sql = turns_sql("%s")
         rows = self._rows(rows_sql, (session_id, limit))
         total = self._rows(count_sql, (session_id,))[0][0]
-        return [json.loads(r[0]) for r in rows], int(total)
+        return stored_turns(rows, total)
 
     def count(self) -> int:
         return int(self._rows("SELECT COUNT(*) FROM evaluations", ())[0][0])

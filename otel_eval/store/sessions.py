@@ -21,20 +21,29 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from otel_eval.base.configcheck import is_ascii_digits
 from otel_eval.store.query import QueryError, parse_time
 
-__all__ = ["MAX_SESSION_LIMIT", "SessionCursor", "SessionQuery", "session_list_sql",
-           "turns_sql"]
+__all__ = ["MAX_SESSION_LIMIT", "SessionCursor", "SessionQuery", "StoredTurns",
+           "session_list_sql", "turns_sql"]
 
 MAX_SESSION_LIMIT = 200  # sessions per page (each is read and evaluated: its turns' bodies)
 MAX_SESSION_ID_CHARS = 256  # as read (conventions.conversations.MAX_ID_CHARS)
 _TEXT = ("service", "agent")
 PARAMETERS = (*_TEXT, "passed", "since", "until", "limit", "cursor")
+
+
+class StoredTurns(NamedTuple):
+    """What the store holds of one session."""
+
+    bodies: list[dict[str, Any]]  # the newest turns read, newest first
+    total: int  # turns stored in all
+    last_ns: int  # the newest turn's evaluation time (0: no turn)
 
 
 @dataclass(frozen=True)
@@ -136,7 +145,14 @@ def session_list_sql(q: SessionQuery, mark: str, after: SessionCursor | None,
 
 
 def turns_sql(mark: str) -> tuple[str, str]:
-    """(the newest turns' bodies of one session, newest first, LIMIT; how many it has)."""
-    return (f"SELECT body FROM evaluations WHERE session_id = {mark} "
+    """(the newest turns (evaluated_at_ns, body) of one session, newest first, LIMIT; how
+    many it has)."""
+    return (f"SELECT evaluated_at_ns, body FROM evaluations WHERE session_id = {mark} "
             f"ORDER BY evaluated_at_ns DESC, trace_id LIMIT {mark}",
             f"SELECT COUNT(*) FROM evaluations WHERE session_id = {mark}")
+
+
+def stored_turns(rows: list[Any], total: int) -> StoredTurns:
+    """``StoredTurns`` of the rows ``turns_sql`` selects."""
+    return StoredTurns([json.loads(r[1]) for r in rows], int(total),
+                       int(rows[0][0]) if rows else 0)

@@ -36,7 +36,14 @@ from otel_eval.store.base import (
 )
 from otel_eval.store.migrations import migrate_sqlite
 from otel_eval.store.query import EvaluationQuery, Page
-from otel_eval.store.sessions import SessionCursor, SessionQuery, session_list_sql, turns_sql
+from otel_eval.store.sessions import (
+    SessionCursor,
+    SessionQuery,
+    StoredTurns,
+    session_list_sql,
+    stored_turns,
+    turns_sql,
+)
 
 # How long a writer waits for another connection's lock (the issues catalogue shares the file)
 # before SQLite raises "database is locked": 5 s by default, too short on a loaded machine.
@@ -215,12 +222,12 @@ class SqliteStore:
         with self._lock:
             return [(str(r[0]), int(r[1])) for r in self._db.execute(sql, args).fetchall()]
 
-    def session_turns(self, session_id: str, limit: int) -> tuple[list[dict[str, Any]], int]:
+    def session_turns(self, session_id: str, limit: int) -> StoredTurns:
         rows_sql, count_sql = turns_sql("?")
         with self._lock:
             rows = self._db.execute(rows_sql, (session_id, limit)).fetchall()
             total = self._db.execute(count_sql, (session_id,)).fetchone()[0]
-        return [json.loads(r[0]) for r in rows], int(total)
+        return stored_turns(rows, total)
 
     def count(self) -> int:
         with self._lock:

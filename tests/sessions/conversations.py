@@ -66,6 +66,8 @@ def turn_body(trace_id: str, start_ns: int, key: str, conversation: str, user: s
                                   "gen_ai.output.messages": out}, turn.root)
         for call in reply.get("tool_calls") or ():
             fn = call.get("function") or {}
+            if call.get("pending"):
+                continue  # asked for, never ran: no span
             turn.span(f"execute_tool {fn.get('name')}", {
                 "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": fn.get("name"),
                 "gen_ai.tool.call.id": call.get("id"),
@@ -104,9 +106,11 @@ def tau_turns(run: dict[str, Any], index: int, key: str, conversation: str,
     return out
 
 
-def call(tool: str, arguments: dict[str, Any], call_id: str) -> Message:
+def call(tool: str, arguments: dict[str, Any], call_id: str, pending: bool = False) -> Message:
+    """An assistant message calling one tool; ``pending``: the call never runs (no span)."""
     return {"role": "assistant", "tool_calls": [
-        {"id": call_id, "function": {"name": tool, "arguments": json.dumps(arguments)}}]}
+        {"id": call_id, "function": {"name": tool, "arguments": json.dumps(arguments)},
+         "pending": pending}]}
 
 
 def scripted(conversation: str, key: str, turns: list[tuple[str, list[Message]]],

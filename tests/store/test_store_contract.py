@@ -406,7 +406,7 @@ def test_sessions_are_read_from_the_turns_stored_by_any_writer(stores: Open) -> 
     assert reader.session_ids(SessionQuery(service="shop"), None, 1) == [("a", T0 + 4)]
     assert reader.session_ids(SessionQuery(since_ns=T0 + 4, until_ns=T0 + 6), None, 9) == [
         ("a", T0 + 4)]
-    bodies, total = reader.session_turns("a", 2)
-    assert ([int(b["trace_id"], 16) for b in bodies], total) == ([4, 2], 3)
+    bodies, total, last_ns = reader.session_turns("a", 2)
+    assert ([int(b["trace_id"], 16) for b in bodies], total, last_ns) == ([4, 2], 3, T0 + 4)
     assert bodies[0]["session_id"] == "a"
-    assert reader.session_turns("nope", 5) == ([], 0)
+    assert reader.session_turns("nope", 5) == ([], 0, 0)

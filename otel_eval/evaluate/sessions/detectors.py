@@ -10,9 +10,10 @@ config, returning findings that name the turn (``trace_id``) and the step they p
   message, whitespace and case folded) repeated in ``repeated_request_turns`` or more turns:
   the agent did not help the first time. Short requests ("yes") are not compared.
 - ``non_termination`` (complete sessions only: an open one may still go on):
-  ``pending_tool_call`` (error), the last turn's last LLM call asked for tools and no LLM
-  call used what they returned; ``unanswered_question`` (warning: "anything else?" is a
-  polite close), the last turn's answer is a question nobody answered.
+  ``pending_tool_call`` (error), the last turn's last LLM call asked for a tool that never
+  ran (a call that ran at the very end, a handoff such as tau-bench's
+  ``transfer_to_human_agents``, is an ending); ``unanswered_question`` (warning: "anything
+  else?" is a polite close), the last turn's answer is a question nobody answered.
 - ``budget`` / ``session_turns`` (error): more turns than ``session_turns``.
 """
 
@@ -88,12 +89,13 @@ def non_termination(turns: Turns, config: SessionsConfig,
         return []
     last = turns[-1]
     llm = [s for s in last.get("steps") or () if s.get("kind") == "llm"]
-    if llm and llm[-1].get("tool_calls"):
-        names = [str(c.get("name")) for c in llm[-1]["tool_calls"]]
+    calls = llm[-1].get("tool_calls") or () if llm else ()
+    pending = [str(c.get("name")) for c in calls if c.get("outcome") != "ran"]
+    if pending:
         return [_finding("non_termination", "pending_tool_call", "error",
                          "the conversation ended with a tool call pending in its last turn ("
-                         + ", ".join(names) + ")", last, int(llm[-1].get("index", 0)),
-                         tools=names)]
+                         + ", ".join(pending) + ")", last, int(llm[-1].get("index", 0)),
+                         tools=pending)]
     answer = last.get("output")
     if isinstance(answer, str) and answer.rstrip().endswith("?"):
         return [_finding("non_termination", "unanswered_question", "warning",
