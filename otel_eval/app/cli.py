@@ -192,19 +192,24 @@ def run_from_args(args: argparse.Namespace, cfg: Config | None = None) -> EvalRu
 
 def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     from otel_eval.evaluate.judge.trials import trials_of
+    from otel_eval.evaluate.sessions.offline import SessionCollector
 
     run = run_from_args(args)
     rows: list[dict[str, Any]] = []
     trials = []
+    sessions = SessionCollector(run.cfg.sessions)
     for evaluation in run.evaluations():
         trials += trials_of([evaluation])
         body = evaluation.to_json()
         if args.format == "jsonl":
             out.write(json.dumps(body) + "\n")
+            sessions.add(body)
         else:
             rows.append(body)
     if args.format == "table":
         _print_table(rows, out)
+    for record in sessions.records():  # after the trace records (issue 27)
+        out.write(json.dumps(record) + "\n")
     line = run.cost_line()
     if line:
         print(line, file=sys.stderr)
