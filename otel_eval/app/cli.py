@@ -13,7 +13,11 @@ from typing import TYPE_CHECKING, Any, TextIO
 from otel_eval.app.config import Config, load_config, replace
 from otel_eval.base.configcheck import ConfigError, StartupError, parse_endpoint
 from otel_eval.base.printable import configure_logging, printable
-from otel_eval.evaluate.detectors.config import BUDGET_NAMES, parse_budget
+from otel_eval.evaluate.detectors.config import (
+    BUDGET_NAMES,
+    SESSION_BUDGET_NAMES,
+    parse_budget,
+)
 from otel_eval.store.base import is_postgresql_url
 
 if TYPE_CHECKING:
@@ -50,7 +54,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help="YAML configuration (default: embedded)")
     p.add_argument("--budget", metavar="NAME=VALUE", type=_budget, action="append",
                    default=[], help=f"budget override, repeatable; NAME in "
-                   f"{', '.join(BUDGET_NAMES)}")
+                   f"{', '.join(BUDGET_NAMES + SESSION_BUDGET_NAMES)}")
     p.add_argument("--references", metavar="FILE",
                    help="reference trajectories (JSON lines, or tau-bench task files)")
     p.add_argument("--judge", metavar="MODEL", help="litellm model string of the LLM judge")
@@ -171,8 +175,12 @@ def config_from_args(args: argparse.Namespace) -> Config:
         else:
             changes[key] = value
     if getattr(args, "budget", None):  # repeated --budget: the last value of a name wins
-        changes["detectors.budget_overrides"] = {**cfg.detectors.budget_overrides,
-                                                 **dict(args.budget)}
+        budgets = dict(args.budget)
+        if "session_turns" in budgets:  # a conversation's budget (sessions.session_turns)
+            changes["sessions.session_turns"] = int(budgets.pop("session_turns"))
+        if budgets:
+            changes["detectors.budget_overrides"] = {**cfg.detectors.budget_overrides,
+                                                     **budgets}
     if getattr(args, "kafka_publish", False):
         changes["kafka.publish"] = True
     if getattr(args, "allow_insecure_non_loopback", False):

@@ -7,6 +7,7 @@ import io
 import json
 from pathlib import Path
 
+import pytest
 from conversations import call, scripted
 
 from otel_eval.app.cli import build_parser, cmd_eval
@@ -54,3 +55,19 @@ def test_session_records_follow_the_trace_records(tmp_path: Path) -> None:
     # the trace without a conversation prints the same, with sessions or without
     [again] = _eval(*_write(tmp_path, "alone2", alone))
     assert {**again, "source": ""} == {**traces[4], "source": ""}
+
+
+def test_budget_session_turns_from_the_command_line(tmp_path: Path) -> None:
+    turns = scripted("offline-budget", "gen_ai.conversation.id", [
+        (f"a different question, number {n}", [{"role": "assistant", "content": "Done."}])
+        for n in range(3)])
+    paths = [str(p) for p in _write(tmp_path, "budget", turns)]
+    out = io.StringIO()
+    args = build_parser().parse_args(["eval", *paths, "--format", "jsonl",
+                                      "--budget", "session_turns=2", "--budget", "steps=9"])
+    assert cmd_eval(args, out) == 0
+    record = json.loads(out.getvalue().splitlines()[-1])
+    assert [(f["detector"], f["kind"], f["attributes"]) for f in record["findings"]] == [
+        ("budget", "session_turns", {"value": 3, "limit": 2})]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["eval", "x", "--budget", "session_turns=2.5"])
