@@ -21,8 +21,8 @@
                                         re-judges the stored verdict (lucky passes)
     GET  /v1/issues                     recurring issues (when the clustering stage runs)
     GET  /ui/...                        the web view (``otel_eval.outputs.ui.routes``): runs, one
-                                        run,
-                                        issues; HTML under a strict Content-Security-Policy
+                                        run, conversations, one conversation, issues; HTML
+                                        under a strict Content-Security-Policy
 
 With ``admin.read_tokens`` / ``write_tokens`` set, every path but ``admin.public_paths``
 needs ``Authorization: Bearer <token>``: a read or write token for GET, a write token for
@@ -207,7 +207,8 @@ def _error(status: int, message: str, **extra: Any) -> Response:
 
 def make_handler(api: AdminApi, auth: AdminAuth | None = None) -> Handler:
     access = auth or AdminAuth(AdminConfig())
-    sources = Sources(api.query, api.get, api.issues, api.redact, api.trace_url)
+    sources = Sources(api.query, api.get, api.issues, api.redact, api.trace_url,
+                      api.sessions, api.session)
 
     def handle(req: Request) -> Response:
         path = req.path.rstrip("/") or "/"

@@ -150,3 +150,39 @@ def test_session_loop_filters_and_pages(tmp_path: Path) -> None:
         assert _get(h, "/v1/sessions/unknown")[0] == 404
         code, bad = _get(h, "/v1/sessions?limit=0")
         assert (code, bad["parameter"]) == (400, "limit")
+
+
+def _page(h: Harness, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(h.admin_url + path, timeout=30) as r:
+            return int(r.status), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return int(e.code), e.read().decode()
+
+
+def test_web_view_shows_a_conversation_as_its_turns(tmp_path: Path) -> None:
+    hostile = "<script>alert(1)</script>"
+    turns = scripted(hostile, "session.id", [
+        (f"what is the status of my booking, question {n}",
+         [call("get_reservation_details", {"reservation_id": "ZFA04Y"}, f"c{n}"),
+          {"role": "assistant", "content": "Confirmed."}]) for n in range(3)])
+    with running_service(tmp_path) as h:
+        _replay([h], [(hostile, turns)])
+        code, listing = _page(h, "/ui/sessions")
+        assert code == 200
+        link = "/ui/sessions/" + urllib.parse.quote(hostile, safe="")
+        assert f'href="{link}"' in listing.replace("&amp;", "&")
+        assert hostile not in listing  # escaped
+        code, page = _page(h, link)
+        assert code == 200 and hostile not in page
+        sections = page.split('class="turn"')[1:]
+        assert len(sections) == 3
+        for number, (trace_id, _) in enumerate(turns):
+            assert f'href="/ui/runs/{trace_id}"' in sections[number]
+            assert "question " + str(number) in sections[number]
+        assert "loop:repeated_across_turns" in sections[2]
+        assert "loop:repeated_across_turns" not in sections[0] + sections[1]
+        code, run = _page(h, f"/ui/runs/{turns[0][0]}")
+        assert f'href="{link}"' in run.replace("&amp;", "&")
+        assert _page(h, "/ui/sessions/nope")[0] == 404
+        assert _page(h, "/ui/sessions?limit=0")[0] == 400
