@@ -102,8 +102,10 @@ class EvaluationStore(Protocol):
         (``otel_eval.store.sessions``)."""
         ...
 
-    def session_turns(self, session_id: str, limit: int) -> StoredTurns:
-        """The session's newest ``limit`` turns, how many it has, when the last was stored."""
+    def session_turns(self, session_id: str, limit: int,
+                      max_chars: int = 1 << 62) -> StoredTurns:
+        """The session's newest turns (at most ``limit``, and past the first at most
+        ``max_chars`` of JSON), how many it has, when the last was stored."""
         ...
 
     def put_feedback(self, trace_id: str, outcome: str, now_ns: int) -> None: ...

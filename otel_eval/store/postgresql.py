@@ -300,9 +300,10 @@ class PostgresStore:
         sql, args = session_list_sql(q, "%s", after, n)
         return [(str(r[0]), int(r[1])) for r in self._rows(sql, args)]
 
-    def session_turns(self, session_id: str, limit: int) -> StoredTurns:
+    def session_turns(self, session_id: str, limit: int,
+                      max_chars: int = 1 << 62) -> StoredTurns:
         rows_sql, count_sql = turns_sql("%s")
-        rows = self._rows(rows_sql, (session_id, limit))
+        rows = self._rows(rows_sql, (session_id, max_chars, limit))
         total = self._rows(count_sql, (session_id,))[0][0]
         return stored_turns(rows, total)
 

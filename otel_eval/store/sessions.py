@@ -145,9 +145,14 @@ def session_list_sql(q: SessionQuery, mark: str, after: SessionCursor | None,
 
 
 def turns_sql(mark: str) -> tuple[str, str]:
-    """(the newest turns (evaluated_at_ns, body) of one session, newest first, LIMIT; how
-    many it has)."""
-    return (f"SELECT evaluated_at_ns, body FROM evaluations WHERE session_id = {mark} "
+    """(the newest turns (evaluated_at_ns, body) of one session, newest first: at most LIMIT,
+    and past the first at most a number of characters of JSON in all (a running sum: the
+    turn that would go past it and those after are not read); how many it has). Arguments:
+    session id, characters, limit; session id."""
+    return (f"SELECT evaluated_at_ns, body FROM (SELECT evaluated_at_ns, trace_id, body, "
+            f"LENGTH(body) AS size, SUM(LENGTH(body)) OVER (ORDER BY evaluated_at_ns DESC, "
+            f"trace_id ROWS UNBOUNDED PRECEDING) AS upto FROM evaluations WHERE "
+            f"session_id = {mark}) AS turns WHERE upto = size OR upto <= {mark} "
             f"ORDER BY evaluated_at_ns DESC, trace_id LIMIT {mark}",
             f"SELECT COUNT(*) FROM evaluations WHERE session_id = {mark}")
 

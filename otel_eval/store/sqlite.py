@@ -222,10 +222,11 @@ class SqliteStore:
         with self._lock:
             return [(str(r[0]), int(r[1])) for r in self._db.execute(sql, args).fetchall()]
 
-    def session_turns(self, session_id: str, limit: int) -> StoredTurns:
+    def session_turns(self, session_id: str, limit: int,
+                      max_chars: int = 1 << 62) -> StoredTurns:
         rows_sql, count_sql = turns_sql("?")
         with self._lock:
-            rows = self._db.execute(rows_sql, (session_id, limit)).fetchall()
+            rows = self._db.execute(rows_sql, (session_id, max_chars, limit)).fetchall()
             total = self._db.execute(count_sql, (session_id,)).fetchone()[0]
         return stored_turns(rows, total)
 

@@ -5,6 +5,7 @@ and the versioned migrations."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -410,3 +411,13 @@ def test_sessions_are_read_from_the_turns_stored_by_any_writer(stores: Open) -> 
     assert ([int(b["trace_id"], 16) for b in bodies], total, last_ns) == ([4, 2], 3, T0 + 4)
     assert bodies[0]["session_id"] == "a"
     assert reader.session_turns("nope", 5) == ([], 0, 0)
+
+
+def test_session_turns_are_cut_to_a_size(stores: Open) -> None:
+    store = stores()
+    store.put_many([_turn(i, "big", T0 + i) for i in range(1, 5)])
+    size = len(json.dumps(store.get(f"{4:032x}")))  # every turn's JSON is this long
+    bodies, total, _ = store.session_turns("big", 10, max_chars=2 * size + size // 2)
+    assert ([int(b["trace_id"], 16) for b in bodies], total) == ([4, 3], 4)
+    bodies, _, _ = store.session_turns("big", 10, max_chars=1)  # always the newest one
+    assert [int(b["trace_id"], 16) for b in bodies] == [4]

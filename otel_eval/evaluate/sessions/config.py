@@ -16,6 +16,10 @@ class SessionsConfig:
     # Turns of one session read to evaluate it, at most (the newest ones); the turns past it
     # are counted in the session's `counts.turns_cut`, not read. Count.
     max_turns: int = 500
+    # JSON of the turns read to evaluate one session, characters at most (the newest turns;
+    # always at least one): a turn's object can be up to trajectory.max_result_bytes (4 MiB).
+    # The turns past it are counted in `counts.turns_cut`. Default 64 Mi.
+    max_turns_chars: int = 64 * 1024 * 1024
     # The same call (same tool, same canonical arguments) made in at least this many turns
     # of one conversation is a session loop. Turns.
     loop_turns: int = 3
@@ -31,5 +35,6 @@ class SessionsConfig:
 
     def __post_init__(self) -> None:
         validate(self, above={"idle_timeout_s": 0}, finite=("idle_timeout_s",),
-                 minimum={"max_turns": 1, "loop_turns": 2, "repeated_request_turns": 2,
-                          "min_request_chars": 0, "session_turns": 0})
+                 minimum={"max_turns": 1, "max_turns_chars": 1, "loop_turns": 2,
+                          "repeated_request_turns": 2, "min_request_chars": 0,
+                          "session_turns": 0})

@@ -5,9 +5,10 @@ read from the stored turns:
 
 Computed on read, not kept: the turns of one conversation may be evaluated by different
 workers, processes or Kafka consumers, and the store is the one place that sees them all.
-Bounded per session by ``sessions.max_turns`` (the newest turns; the others counted in
-``counts.turns_cut``), per page by ``SessionQuery.limit`` and, with a ``passed`` filter, by
-``SCAN_FACTOR`` x limit sessions looked at (the page then ends early, with its cursor).
+Bounded per session by ``sessions.max_turns`` and ``sessions.max_turns_chars`` of JSON (the
+newest turns; the others counted in ``counts.turns_cut``), per page by ``SessionQuery.limit``
+and, with a ``passed`` filter, by ``SCAN_FACTOR`` x limit sessions looked at (the page then
+ends early, with its cursor).
 Measured on SQLite, 100,000 turns in 20,000 sessions: a page of 20 in 72 ms, of 200 in
 82 ms (the GROUP BY over the session index dominates), ``passed=false`` with none failing
 (100 sessions looked at) 103 ms, one session of 5 turns 0.1 ms.
@@ -40,7 +41,8 @@ class SessionReader:
 
     def get(self, session_id: str) -> dict[str, Any] | None:
         """The session's record; None when no turn carries this id."""
-        bodies, total, last_ns = self.store.session_turns(session_id, self.config.max_turns)
+        bodies, total, last_ns = self.store.session_turns(session_id, self.config.max_turns,
+                                                          self.config.max_turns_chars)
         if not bodies:
             return None
         status = status_of(last_ns, self.clock_ns(), self.config)
