@@ -560,8 +560,10 @@ class Evaluation:
             out["unrecorded"] = dict(t.unrecorded)
         if t.code_actions:
             out["code_actions"] = dict(t.code_actions)
-        if t.session_id is not None:
+        if t.session_id is not None:  # a turn of a conversation, and the conversation's user
             out["session_id"] = t.session_id
+            if t.user_id is not None:
+                out["user_id"] = t.user_id
         if self.judge is not None:
             out["judge"] = self.judge
         if self.error is not None:

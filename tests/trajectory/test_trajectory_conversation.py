@@ -51,6 +51,9 @@ def test_user_is_the_conversations_user() -> None:
     t = _build({"session.id": "s1", "user.id": "u7"},
                {"traceloop.association.properties.user_id": "other"})
     assert (t.user_id, t.conversation_sources["user_id"]) == ("u7", "openinference user.id")
+    assert Evaluation(t).to_json()["user_id"] == "u7"
+    alone = _build({"user.id": "u7"})  # a user but no conversation: the v1 object as before
+    assert alone.user_id == "u7" and "user_id" not in Evaluation(alone).to_json()
 
 
 def test_session_id_in_the_evaluation_only_when_known() -> None:

@@ -4,7 +4,8 @@
 offline, the store's bodies in the service), puts them in start order, runs the session
 detectors (``sessions.detectors``) and keeps each turn's own verdict. The record:
 
-    session_id, service, agent      of the conversation (the last turn naming one)
+    session_id, service, agent,     of the conversation (the last turn naming one)
+    user_id
     status                          open | complete (``status_of``)
     turns                           how many turns it has (read or cut)
     traces                          the trace ids of the turns read, in turn order
@@ -94,6 +95,7 @@ def evaluate_session(session_id: str, turns: Sequence[dict[str, Any]], config: S
         "session_id": session_id,
         "service": _last_named(ordered, "service"),
         "agent": _last_named(ordered, "agent"),
+        "user_id": _last_named(ordered, "user_id"),
         "status": status,
         "turns": len(ordered) if total is None else total,
         "traces": [t.get("trace_id") for t in ordered],

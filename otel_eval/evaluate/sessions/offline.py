@@ -17,8 +17,8 @@ from otel_eval.evaluate.sessions.evaluate import evaluate_session
 
 __all__ = ["SessionCollector"]
 
-_TURN_KEYS = ("trace_id", "service", "agent", "start_time_unix_nano", "input", "output",
-              "verdict", "counts", "findings")
+_TURN_KEYS = ("trace_id", "service", "agent", "user_id", "start_time_unix_nano", "input",
+              "output", "verdict", "counts", "findings")
 _STEP_KEYS = ("index", "kind", "tool_name", "arguments", "tool_calls")
 
 
