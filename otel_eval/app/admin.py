@@ -12,13 +12,18 @@
                                         {"evaluations": [...], "next_cursor": ... | null};
                                         a bad parameter is a 400 naming it (otel_eval.store.query)
     GET  /v1/evaluations/{trace_id}     one object, 404 if unknown
+    GET  /v1/sessions?service=&agent=&passed=&since=&until=&limit=&cursor=
+                                        conversations, newest last turn first, computed from
+                                        the stored turns: {"sessions": [...], "next_cursor"}
+                                        (otel_eval.store.sessions, evaluate.sessions.reader)
+    GET  /v1/sessions/{session_id}      one session (the id URL-encoded), 404 if no turn has it
     POST /v1/feedback                   {"trace_id", "outcome"}: records a known outcome and
                                         re-judges the stored verdict (lucky passes)
     GET  /v1/issues                     recurring issues (when the clustering stage runs)
     GET  /v1/issues/{id}/runs           every run of one issue, ?offset=&limit= (<= 1000)
     GET  /ui/...                        the web view (``otel_eval.outputs.ui.routes``): runs, one
-                                        run,
-                                        issues; HTML under a strict Content-Security-Policy
+                                        run, conversations, one conversation, issues; HTML
+                                        under a strict Content-Security-Policy
 
 A browser's world (issue 33): with no tokens on a loopback listener, only a loopback ``Host``
 (``localhost``, ``127.0.0.1``, ``[::1]``, any port) is served; any other is 421, so a page
@@ -50,7 +55,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from prometheus_client import CollectorRegistry
 
@@ -73,6 +78,7 @@ from otel_eval.receive.security import (
 )
 from otel_eval.store.failures import write_failure
 from otel_eval.store.query import EvaluationQuery, Page, QueryError
+from otel_eval.store.sessions import SessionQuery
 from otel_eval.telemetry.metrics import render
 
 
@@ -159,6 +165,9 @@ class AdminApi:
     trace_url: str = ""  # admin.trace_url: the trace backend's page of a trace
     # Connections closed early, by reason (httpserver.CLOSE_REASONS).
     connection_closed: Callable[[str], None] = lambda _reason: None
+    # Sessions (evaluate.sessions.reader.SessionReader.page / get); None: not served (404).
+    sessions: Callable[[SessionQuery], dict[str, Any]] | None = None
+    session: Callable[[str], dict[str, Any] | None] | None = None
 
 
 def _is_ui(path: str) -> bool:
@@ -360,6 +369,24 @@ class _Routes:
             return _error(400, str(e), parameter=e.param)
         return _json(200, self.api.query(query).to_json())
 
+    def sessions(self, req: Request, _found: re.Match[str]) -> Response:
+        if self.api.sessions is None:
+            return _error(404, "sessions are not served here")
+        if len(req.query) > MAX_QUERY_BYTES:
+            return _error(414, f"query string longer than {MAX_QUERY_BYTES} bytes")
+        try:
+            query = SessionQuery.from_params(parse_qs(req.query, keep_blank_values=True))
+        except QueryError as e:
+            return _error(400, str(e), parameter=e.param)
+        return _json(200, self.api.sessions(query))
+
+    def session(self, _req: Request, found: re.Match[str]) -> Response:
+        if self.api.session is None:
+            return _error(404, "sessions are not served here")
+        session_id = unquote(found.group(1))  # the id URL-encoded (a "/" in it as %2F)
+        record = self.api.session(session_id)
+        return _json(200, record) if record else _error(404, f"no session {session_id!r}")
+
     def feedback(self, req: Request, _found: re.Match[str]) -> Response:
         try:
             raw = req.body(MAX_FEEDBACK_BYTES)
@@ -387,13 +414,15 @@ def routes(api: AdminApi) -> Router:
     match the raw path; the API's take trailing slashes (``/healthz/`` is ``/healthz``)."""
     r = _Routes(api)
     sources = Sources(api.query, api.get, api.issues, api.redact, api.trace_url,
-                      api.issue_runs)
+                      api.issue_runs, api.sessions, api.session)
     return Router((
         route("GET", r"/metrics/*", r.metrics),
         route("GET", r"/healthz/*", r.healthz),
         route("GET", r"/readyz/*", r.readyz),
         route("GET", r"/v1/evaluations/*", r.evaluations),
         route("GET", r"/v1/evaluations/.*[^/]/*", r.evaluation),
+        route("GET", r"/v1/sessions/*", r.sessions),
+        route("GET", r"/v1/sessions/(.*[^/])/*", r.session),
         route("GET", r"/v1/issues/*", r.issues),
         route("GET", r"/v1/issues/([A-Za-z0-9_.:-]{1,80})/runs/*", r.issue_runs),
         route("POST", r"/v1/feedback/*", r.feedback),

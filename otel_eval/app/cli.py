@@ -14,7 +14,11 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeAlias
 from otel_eval.app.config import Config, load_config, replace
 from otel_eval.base.configcheck import ConfigError, StartupError, parse_endpoint
 from otel_eval.base.printable import configure_logging, printable
-from otel_eval.evaluate.detectors.config import BUDGET_NAMES, parse_budget
+from otel_eval.evaluate.detectors.config import (
+    BUDGET_NAMES,
+    SESSION_BUDGET_NAMES,
+    parse_budget,
+)
 from otel_eval.store.base import is_postgresql_url
 
 if TYPE_CHECKING:
@@ -51,7 +55,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help="YAML configuration (default: embedded)")
     p.add_argument("--budget", metavar="NAME=VALUE", type=_budget, action="append",
                    default=[], help=f"budget override, repeatable; NAME in "
-                   f"{', '.join(BUDGET_NAMES)}")
+                   f"{', '.join(BUDGET_NAMES + SESSION_BUDGET_NAMES)}")
     p.add_argument("--references", metavar="FILE",
                    help="reference trajectories (JSON lines, or tau-bench task files)")
     p.add_argument("--judge", metavar="MODEL", help="litellm model string of the LLM judge")
@@ -201,8 +205,12 @@ def config_from_args(args: argparse.Namespace) -> Config:
         else:
             changes[key] = value
     if getattr(args, "budget", None):  # repeated --budget: the last value of a name wins
-        changes["detectors.budget_overrides"] = {**cfg.detectors.budget_overrides,
-                                                 **dict(args.budget)}
+        budgets = dict(args.budget)
+        if "session_turns" in budgets:  # a conversation's budget (sessions.session_turns)
+            changes["sessions.session_turns"] = int(budgets.pop("session_turns"))
+        if budgets:
+            changes["detectors.budget_overrides"] = {**cfg.detectors.budget_overrides,
+                                                     **budgets}
     if getattr(args, "kafka_publish", False):
         changes["kafka.publish"] = True
     if getattr(args, "allow_insecure_non_loopback", False):
@@ -230,18 +238,24 @@ def _unpredicted(args: argparse.Namespace) -> Config:
 
 def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     from otel_eval.evaluate.judge.trials import trials_of
+    from otel_eval.evaluate.sessions.offline import SessionCollector
 
     run = run_from_args(args)
     rows: list[dict[str, Any]] = []
     trials = []
+    sessions = SessionCollector(run.cfg.sessions)
     for evaluation in run.evaluations():
         trials += trials_of([evaluation])
         if args.format == "jsonl":  # = json.dumps(to_json()), from the text stored
             out.write(evaluation.to_json_ascii() + "\n")
+            if evaluation.trajectory.session_id is not None:  # a turn of a conversation
+                sessions.add(evaluation.to_json())
         else:
             rows.append(evaluation.to_json())
     if args.format == "table":
         _print_table(rows, out)
+    for record in sessions.records():  # after the trace records (issue 27)
+        out.write(json.dumps(record) + "\n")
     line = run.cost_line()
     if line:
         print(line, file=sys.stderr)

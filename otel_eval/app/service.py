@@ -57,6 +57,7 @@ from otel_eval.evaluate.feedback import Feedback
 from otel_eval.evaluate.judge.namer import judge_namer
 from otel_eval.evaluate.judge.redact import Redactor
 from otel_eval.evaluate.judge.synthesizer import judge_synthesizer
+from otel_eval.evaluate.sessions.reader import SessionReader
 from otel_eval.evaluate.stage import InProcess, store_failed
 from otel_eval.outputs import events as outputs_events
 from otel_eval.outputs import forward
@@ -113,6 +114,8 @@ class Service:
         self._locks = instance_locks(config.store)
         self.store = store_at(config.store.target, config.store.session)
         self.evaluator = Evaluator(config, references_path=self.options.references_path)
+        # conversations, computed on read from the turns in the store (GET /v1/sessions)
+        self.sessions = SessionReader(self.store, config.sessions)
         needs_loop = config.judge.active or config.kafka.enabled
         self.loop = LoopThread() if needs_loop else None  # started first, stopped last
         deps = Deps(self.metrics, self.registry, self.store, config.store.path,
@@ -168,7 +171,8 @@ class Service:
             redact=Redactor(config.judge.redaction).redact,
             trace_url=config.admin.trace_url,
             connection_closed=lambda reason: self.metrics.ingest.connection_closed("admin",
-                                                                                   reason)),
+                                                                                   reason),
+            sessions=self.sessions.page, session=self.sessions.get),
             config.admin)
 
     def _make_pool(self, lean: bool) -> WorkerPool | None:

@@ -407,6 +407,12 @@ class Trajectory:
     # Code actions read from LLM replies (``trajectory.code_actions``): blocks, calls, calls
     # that are steps, rebuilt steps, ``unparsed_<reason>``. Empty when no reply holds code.
     code_actions: dict[str, int] = field(default_factory=dict)
+    # The conversation (session, thread) this turn belongs to and the conversation's user,
+    # read from every convention that carries one (``conventions.conversations``); None
+    # when no span carries one. ``conversation_sources``: field -> "<convention> <key>".
+    session_id: str | None = None
+    user_id: str | None = None
+    conversation_sources: dict[str, str] = field(default_factory=dict)
 
     @property
     def root_step(self) -> Step | None:
@@ -559,6 +565,10 @@ class Evaluation:
             out["unrecorded"] = dict(t.unrecorded)
         if t.code_actions:
             out["code_actions"] = dict(t.code_actions)
+        if t.session_id is not None:  # a turn of a conversation, and the conversation's user
+            out["session_id"] = t.session_id
+            if t.user_id is not None:
+                out["user_id"] = t.user_id
         if self.judge is not None:
             out["judge"] = self.judge
         if self.error is not None:
