@@ -10,6 +10,7 @@ None when nothing was recorded, so "unknown" never reads as "empty".
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from otel_eval.evaluate.conventions.values import parse_json
@@ -77,3 +78,53 @@ def answer_text(raw: str | None) -> str | None:
         if text is not None:
             return text
     return None
+
+
+def request_messages(raw: str | None) -> str | None:
+    """The messages of a request-shaped input (``{"model", "messages", "tools", ...}``, what
+    ``openinference-instrumentation-openai`` / ``-anthropic`` record as ``input.value``) as a
+    JSON list, a top-level ``system`` (Anthropic) first; None when ``raw`` is not a request."""
+    if not raw or raw[:1] != "{" or '"messages"' not in raw:
+        return None
+    data = parse_json(raw)
+    found = data.get("messages") if isinstance(data, dict) else None
+    if not isinstance(found, list) or not all(isinstance(m, dict) and "role" in m
+                                              for m in found):
+        return None  # LangChain's batches of serialized messages are no chat request
+    found = list(found)
+    system = data.get("system")
+    if isinstance(system, str | list) and system:
+        found.insert(0, {"role": "system", "content": system})
+    return json.dumps(found, ensure_ascii=False)
+
+
+def response_message(raw: str | None) -> dict[str, Any] | None:
+    """The reply message of a response-shaped output: OpenAI's ChatCompletion
+    (``{"choices": [{"message": ...}]}``, the first choice) or an Anthropic Message
+    (``{"type": "message", "role": "assistant", "content": [...]}``, its text and
+    ``tool_use`` blocks as an OpenAI-shaped message); None for anything else."""
+    if not raw or raw[:1] != "{" or ('"choices"' not in raw and '"message"' not in raw):
+        return None
+    data = parse_json(raw)
+    if not isinstance(data, dict):
+        return None
+    choices = data.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        msg = choices[0].get("message")
+        return dict(msg) if isinstance(msg, dict) else None
+    if data.get("type") == "message" and isinstance(data.get("content"), list):
+        return _anthropic_reply(data["content"])
+    return None
+
+
+def _anthropic_reply(blocks: list[Any]) -> dict[str, Any]:
+    texts = [b["text"] for b in blocks if isinstance(b, dict) and b.get("type") == "text"
+             and isinstance(b.get("text"), str)]
+    calls = [{"id": b.get("id"), "type": "function",
+              "function": {"name": b.get("name"),
+                           "arguments": json.dumps(b.get("input"), ensure_ascii=False)}}
+             for b in blocks if isinstance(b, dict) and b.get("type") == "tool_use"]
+    out: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts) if texts else None}
+    if calls:
+        out["tool_calls"] = calls
+    return out

@@ -19,8 +19,10 @@ from otel_eval.evaluate.detectors.canonical import canonical_arguments
 from otel_eval.evaluate.judge.compact import (
     Message,
     MessageLog,
+    is_raw_object,
     normalize,
     parse_messages,
+    reply_message,
     trim,
 )
 from otel_eval.evaluate.judge.config import CompactionConfig
@@ -95,6 +97,9 @@ class _Renderer:
             lines.append(" input (new messages):")
             lines.extend(self.message(m, inbound=True) for m in new)
         out = parse_messages(step.output_text)
+        if is_raw_object(out) and (step.answer is not None or step.tool_calls):
+            # never the response object whose text and calls were read: what was read
+            out = [reply_message(step.answer, [(c.name, c.arguments) for c in step.tool_calls])]
         self.log.mark(out)
         self.called = {a for m in out for a in m.call_args}
         self.called.update(normalize(line) for m in out for line in m.content.splitlines())
