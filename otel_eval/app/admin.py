@@ -15,6 +15,9 @@
     POST /v1/feedback                   {"trace_id", "outcome"}: records a known outcome and
                                         re-judges the stored verdict (lucky passes)
     GET  /v1/issues                     recurring issues (when the clustering stage runs)
+    GET  /v1/calibration                the judge checked against people: AUC and Cohen's
+                                        kappa of every judge score and p_success against the
+                                        recorded outcomes, per agent (evaluate.calibration)
     GET  /ui/...                        the web view (``otel_eval.outputs.ui.routes``): runs, one
                                         run,
                                         issues; HTML under a strict Content-Security-Policy
@@ -138,6 +141,9 @@ class AdminApi:
     ready: Callable[[], bool]
     unready: Callable[[], str] = lambda: "not serving"  # why /readyz answers 503
     issues: Callable[[], dict[str, Any] | None] = lambda: None
+    # the agreement of the judge and the predictor with the recorded outcomes
+    # (evaluate.calibration.report); None: not served
+    calibration: Callable[[], dict[str, Any] | None] = lambda: None
     refused: Callable[[str, str], None] = lambda _protocol, _reason: None  # counts refusals
     redact: Redact = None  # the judge's redaction, applied to what the web view shows
     trace_url: str = ""  # admin.trace_url: the trace backend's page of a trace
@@ -242,6 +248,10 @@ def make_handler(api: AdminApi, auth: AdminAuth | None = None) -> Handler:
             code, headers, data = ui_handle(sources, req.path, req.query)
             ctype = headers.pop("Content-Type")
             return Response(code, data, ctype, headers)
+        if path == "/v1/calibration":
+            found = api.calibration()
+            return _json(200, found) if found is not None else _error(
+                404, "calibration is not served here")
         if path == "/v1/issues":
             issues = api.issues()
             return _json(200, issues) if issues is not None else _error(

@@ -47,6 +47,7 @@ from otel_eval.assemble.engine import Engine, Sink
 from otel_eval.assemble.spool import Spool
 from otel_eval.assemble.store_health import StoreGaveUp, StoreHealth
 from otel_eval.base.aio import LoopThread
+from otel_eval.evaluate import calibration
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.feedback import Feedback
 from otel_eval.evaluate.judge.redact import Redactor
@@ -128,14 +129,24 @@ class Service:
             ready=lambda: self._ready and not self.store_health.failing,
             unready=self._unready,
             issues=self.issues.latest_json if self.issues is not None else lambda: None,
+            calibration=self.calibration,
             refused=self.metrics.request_refused,
             redact=Redactor(config.judge.redaction).redact,
             trace_url=config.admin.trace_url,
             connection_closed=lambda reason: self.metrics.connection_closed("admin", reason)),
             config.admin)
+        self.metrics.calibration.serve_from(
+            lambda: calibration.report(self.store, config.judge))
         self._ready = False
         self._stopped = threading.Event()
         self._lifecycle_: Lifecycle | None = None
+
+    def calibration(self) -> dict[str, Any]:
+        """GET /v1/calibration: the judge and the predictor against the recorded outcomes,
+        published on the agreement gauges too."""
+        found = calibration.report(self.store, self.config.judge)
+        self.metrics.calibration.calibrated(found)
+        return found
 
     def _make_sinks(self) -> list[Sink]:
         """Judge first: it drains before the events sink it writes to is flushed."""

@@ -2,7 +2,8 @@
 
 One way to declare one, in this package only: a class per subsystem (``Metrics`` itself for
 the receivers, assembly, traces and sinks; ``JudgeMetrics``, ``KafkaMetrics``,
-``SpoolMetrics``, ``workers.WorkerMetrics``, ``prediction.PredictionMetrics``) declares its
+``SpoolMetrics``, ``workers.WorkerMetrics``, ``prediction.PredictionMetrics``,
+``calibration.CalibrationMetrics``) declares its
 series in its constructor through ``Metrics._counter`` / ``_gauge`` / ``_histogram`` (name
 without the ``otel_eval_`` namespace, help, labels; the registry is the injected one) and
 offers verbs; a stage holds ``metrics`` and calls them. A value known only when Prometheus
@@ -124,6 +125,7 @@ from prometheus_client.exposition import choose_encoder
 
 from otel_eval.base import model
 from otel_eval.base.model import NOT_ENDED_KINDS
+from otel_eval.telemetry.calibration import CalibrationMetrics
 from otel_eval.telemetry.prediction import AucSettings, PredictionMetrics
 from otel_eval.telemetry.workers import WorkerMetrics
 
@@ -208,6 +210,8 @@ class Metrics:
         self.kafka = KafkaMetrics(self)
         self.spool = SpoolMetrics(self)
         self.prediction = PredictionMetrics(self, prediction)
+        self.calibration = CalibrationMetrics(self)
+        self.registry.register(self.calibration)
         self.workers = WorkerMetrics(self)
 
     # --- declarations -------------------------------------------------------------------
