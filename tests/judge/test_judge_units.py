@@ -10,7 +10,7 @@ from judge_fixtures import evaluation
 from otel_eval.app.config import build
 from otel_eval.base.configcheck import ConfigError
 from otel_eval.base.model import Evaluation, Finding, Step, ToolCall, Trajectory
-from otel_eval.evaluate.judge.compact import MessageLog, parse_messages, trim
+from otel_eval.evaluate.judge.compact import MessageLog, compact_json, parse_messages, trim
 from otel_eval.evaluate.judge.config import (
     CompactionConfig,
     JudgeConfig,
@@ -178,3 +178,9 @@ def test_parse_messages_of_non_message_lists_is_raw_text_not_a_crash() -> None:
     judge's renderer (``AttributeError`` on a list / str item)."""
     for text in ('{"messages": [[{"lc": 1}]]}', '{"messages": ["ChatMessage(role=...)"]}'):
         assert [m.role for m in parse_messages(text)] == ["raw"]
+
+
+def test_json_tool_results_are_shown_without_the_spaces_and_texts_as_they_are() -> None:
+    assert compact_json('{"a": [1, 2], "b": "x, y: z"}') == '{"a":[1,2],"b":"x, y: z"}'
+    for text in ("plain, text: kept", "{not json", "[1, 2"):
+        assert compact_json(text) == text

@@ -34,6 +34,22 @@ def trim(text: str, max_chars: int, head_ratio: float = 0.6) -> str:
     return f"{text[:head]}\n[... {cut} chars trimmed ...]\n{text[len(text) - tail:]}"
 
 
+def compact_json(text: str) -> str:
+    """JSON text re-written without the spaces after ``,`` and ``:`` (a fifth fewer tokens
+    on tau-bench's tool results, the same values); any other text as it is."""
+    if text[:1] not in ("{", "[") or len(text) > _COMPACT_MAX_CHARS:
+        return text
+    try:
+        return json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":"))
+    except (ValueError, RecursionError):
+        return text
+
+
+# Longest JSON text re-written by ``compact_json`` (a longer one is cut to head and tail
+# anyway; parsing it whole would cost more than the spaces it saves).
+_COMPACT_MAX_CHARS = 200_000
+
+
 @dataclass(frozen=True, slots=True)
 class Message:
     role: str  # system | user | assistant | tool | raw

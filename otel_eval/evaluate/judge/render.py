@@ -19,6 +19,7 @@ from otel_eval.evaluate.detectors.canonical import canonical_arguments
 from otel_eval.evaluate.judge.compact import (
     Message,
     MessageLog,
+    compact_json,
     is_raw_object,
     normalize,
     parse_messages,
@@ -60,12 +61,13 @@ def turns(trajectory: Trajectory) -> tuple[StepRef, ...]:
                          turn[-1].index) for s, turn in refs)
 
 
-def _json_text(value: Any) -> str:
+def _json_text(value: Any, separators: tuple[str, str] | None = None) -> str:
     if value is None:
         return ""
     if isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str,
+                      separators=separators)
 
 
 class _Renderer:
@@ -120,15 +122,16 @@ class _Renderer:
                      or (lines and all(n in self.called for n in lines))):
             return "(as called)"
         self.log.mark_text(text)
-        return trim(text, self.c.max_message_chars, self.c.head_ratio)
+        return trim(_json_text(arguments, (",", ":")), self.c.max_message_chars,
+                    self.c.head_ratio)
 
     def tool(self, step: Step) -> list[str]:
         args = self.arguments(step.arguments)
         head = f"[step {step.index}] tool {step.tool_name or step.name}"
         lines = [head + (" status=error" if step.status == "error" else "") + f" args: {args}"]
         if step.result is not None:
-            lines.append(" result: " + trim(step.result, self.c.max_tool_output_chars,
-                                            self.c.head_ratio))
+            lines.append(" result: " + trim(compact_json(step.result),
+                                            self.c.max_tool_output_chars, self.c.head_ratio))
             self.log.mark([Message("tool", step.result)])  # not again as the next input
         if step.error:
             lines.append(f" error: {trim(step.error, self.c.max_message_chars)}")
