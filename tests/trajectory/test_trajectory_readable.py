@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from trajectory_factory import span, trace
 
 from otel_eval.base.model import CONTENT_CHARS, Evaluation
 from otel_eval.evaluate.config import TrajectoryConfig
+from otel_eval.evaluate.conventions.messages import request_messages
 from otel_eval.evaluate.trajectory import build_trajectory
 
 CFG = TrajectoryConfig()
@@ -134,3 +136,22 @@ def test_langchain_serialized_input_reads_the_flattened_messages() -> None:
     assert json.loads(t.llm_steps[0].input_text or "") == [{"role": "user",
                                                             "content": "Weather?"}]
     assert t.llm_steps[0].prompt == "Weather?"
+
+
+@pytest.mark.parametrize("request_", [
+    {"model": "m", "messages": [{"role": "user", "content": "hi ]"}],
+     "tools": [{"name": "t", "parameters": {"required": ["city"]}}]},  # a list after it
+    {"messages": [{"content": "hi ]", "role": "user"}], "tools": [["x"]]},  # role not first
+    {"messages": [], "tools": []},
+    {"system": "Be brief.", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 9},
+])
+def test_a_request_s_messages_are_its_own_text_whatever_follows(request_: dict) -> None:
+    found = json.loads(request_messages(json.dumps(request_)) or "")
+    system = [{"role": "system", "content": request_["system"]}] if "system" in request_ else []
+    assert found == system + request_["messages"]
+
+
+def test_langchain_batches_and_reprs_are_no_request() -> None:
+    for raw in ('{"messages": [[{"lc": 1}]]}', '{"messages": ["ChatMessage(role=...)"]}',
+                '[{"role": "user", "content": "hi"}]', "plain"):
+        assert request_messages(raw) is None

@@ -15,6 +15,8 @@ from typing import Any
 
 from otel_eval.evaluate.conventions.values import parse_json
 
+_DECODER = json.JSONDecoder()
+
 
 def _content_text(content: Any) -> str | None:
     if isinstance(content, str):
@@ -83,19 +85,68 @@ def answer_text(raw: str | None) -> str | None:
 def request_messages(raw: str | None) -> str | None:
     """The messages of a request-shaped input (``{"model", "messages", "tools", ...}``, what
     ``openinference-instrumentation-openai`` / ``-anthropic`` record as ``input.value``) as a
-    JSON list, a top-level ``system`` (Anthropic) first; None when ``raw`` is not a request."""
+    JSON list, a top-level ``system`` (Anthropic) first; None when ``raw`` is not a request.
+
+    The list is the request's own text, cut out where the keys after it begin (found from the
+    end, parsing only those small keys): an agent resends its whole history on every call,
+    so decoding and re-encoding each input would cost the square of the run's length."""
     if not raw or raw[:1] != "{" or '"messages"' not in raw:
         return None
-    data = parse_json(raw)
-    found = data.get("messages") if isinstance(data, dict) else None
-    if not isinstance(found, list) or not all(isinstance(m, dict) and "role" in m
-                                              for m in found):
-        return None  # LangChain's batches of serialized messages are no chat request
-    found = list(found)
-    system = data.get("system")
+    at = raw.find('"messages"')
+    colon = raw.find(":", at + 10)
+    start = raw.find("[", colon + 1)
+    if colon < 0 or start < 0 or raw[at + 10:colon].strip() or raw[colon + 1:start].strip():
+        return None
+    head = raw[start + 1:start + _HEAD_CHARS].lstrip()
+    if not (head.startswith("]") or (head.startswith("{") and '"role"' in head)):
+        return None  # LangChain's batches ([[...]]) or reprs: no chat request
+    found = _array_end(raw, start)
+    if found is None:
+        return None
+    end, rest = found
+    messages = raw[start:end]
+    before = parse_json("{" + raw[1:at].rstrip().rstrip(",") + "}") if at > 1 else {}
+    system = rest.get("system", before.get("system") if isinstance(before, dict) else None)
     if isinstance(system, str | list) and system:
-        found.insert(0, {"role": "system", "content": system})
-    return json.dumps(found, ensure_ascii=False)
+        lead = json.dumps({"role": "system", "content": system}, ensure_ascii=False)
+        inner = messages[1:].lstrip()
+        return "[" + lead + ("]" if inner.startswith("]") else ", " + inner)
+    return messages
+
+
+# Characters after a request's "messages": [ read to tell a chat request from other shapes.
+_HEAD_CHARS = 300
+def _array_end(raw: str, start: int) -> tuple[int, dict[str, Any]] | None:
+    """(index after the messages list opened at ``start``, the request's keys after it).
+    The list ends at the ``]`` right after its last ``{"role": ...}`` message (that one
+    message decoded); when the messages do not start with their role, the list is decoded
+    whole."""
+    end = _after_last_message(raw, start)
+    if end < 0:
+        try:
+            found, end = _DECODER.raw_decode(raw, start)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(found, list):
+            return None
+    rest = raw[end:].strip()
+    tail = {} if rest == "}" else parse_json("{" + rest[1:]) if rest[:1] == "," else None
+    return (end, tail) if isinstance(tail, dict) else None
+
+
+def _after_last_message(raw: str, start: int) -> int:
+    """Index after the ``]`` that follows the last ``{"role": ...}`` object, else -1."""
+    if raw[start + 1:start + _HEAD_CHARS].lstrip().startswith("]"):
+        return raw.index("]", start) + 1  # no messages
+    at = raw.rfind('{"role"', start)
+    if at < 0:
+        return -1
+    try:
+        _, stop = _DECODER.raw_decode(raw, at)
+    except (ValueError, RecursionError):
+        return -1
+    close = len(raw) - len(raw[stop:].lstrip()) if raw[stop:stop + 1].isspace() else stop
+    return close + 1 if raw[close:close + 1] == "]" else -1
 
 
 def response_message(raw: str | None) -> dict[str, Any] | None:
