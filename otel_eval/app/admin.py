@@ -21,6 +21,9 @@
                                         re-judges the stored verdict (lucky passes)
     GET  /v1/issues                     recurring issues (when the clustering stage runs)
     GET  /v1/issues/{id}/runs           every run of one issue, ?offset=&limit= (<= 1000)
+    GET  /v1/calibration                the judge checked against people: AUC and Cohen's
+                                        kappa of every judge score and p_success against the
+                                        recorded outcomes, per agent (evaluate.calibration)
     GET  /ui/...                        the web view (``otel_eval.outputs.ui.routes``): runs, one
                                         run, conversations, one conversation, issues; HTML
                                         under a strict Content-Security-Policy
@@ -160,6 +163,9 @@ class AdminApi:
     issues: Callable[[], dict[str, Any] | None] = lambda: None
     # (issue id, offset, limit) -> one page of the issue's runs, or None (unknown issue)
     issue_runs: Callable[[str, int, int], dict[str, Any] | None] = lambda _i, _o, _l: None
+    # the agreement of the judge and the predictor with the recorded outcomes
+    # (evaluate.calibration.report); None: not served
+    calibration: Callable[[], dict[str, Any] | None] = lambda: None
     refused: Callable[[str, str], None] = lambda _protocol, _reason: None  # counts refusals
     redact: Redact = None  # the judge's redaction, applied to what the web view shows
     trace_url: str = ""  # admin.trace_url: the trace backend's page of a trace
@@ -360,6 +366,11 @@ class _Routes:
         return _json(200, page) if page is not None else _error(
             404, f"no issue {issue_id!r} in the last clustering run")
 
+    def calibration(self, _req: Request, _found: re.Match[str]) -> Response:
+        found = self.api.calibration()
+        return _json(200, found) if found is not None else _error(
+            404, "calibration is not served here")
+
     def evaluations(self, req: Request, _found: re.Match[str]) -> Response:
         if len(req.query) > MAX_QUERY_BYTES:
             return _error(414, f"query string longer than {MAX_QUERY_BYTES} bytes")
@@ -425,6 +436,7 @@ def routes(api: AdminApi) -> Router:
         route("GET", r"/v1/sessions/(.*[^/])/*", r.session),
         route("GET", r"/v1/issues/*", r.issues),
         route("GET", r"/v1/issues/([A-Za-z0-9_.:-]{1,80})/runs/*", r.issue_runs),
+        route("GET", r"/v1/calibration/*", r.calibration),
         route("POST", r"/v1/feedback/*", r.feedback),
         *(route("GET", pattern, _page(sources, page)) for pattern, page in PAGES),
     ), _miss)

@@ -84,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     _config_command(sub)
     _show_command(sub)
     _inspect_command(sub)
+    _calibrate_command(sub)
     _issues_command(sub)
     return parser
 
@@ -174,6 +175,19 @@ def _inspect_command(sub: Commands) -> None:
                      help="trace files or directories to look for TRACE_ID in")
     ins.add_argument("--trace", metavar="TRACE_ID", help="only this trace of FILE")
     ins.add_argument("--format", choices=["text", "json"], default="text")
+
+
+def _calibrate_command(sub: Commands) -> None:
+    cal = sub.add_parser("calibrate", help="the judge checked against people: AUC and "
+                         "Cohen's kappa of every judge score and p_success against the "
+                         "outcomes recorded through POST /v1/feedback, per agent")
+    cal.add_argument("--config", metavar="FILE", help="YAML configuration (default: "
+                     "embedded): the store and the judge's pass thresholds")
+    cal.add_argument("--store", metavar="PATH|URL", help="SQLite file or postgresql:// URL of "
+                     "serve (default: store.url, else store.path)")
+    cal.add_argument("--limit", type=int, default=10_000, metavar="N",
+                     help="the N most recently labelled runs (10000)")
+    cal.add_argument("--format", choices=["table", "json"], default="table")
 
 
 def _issues_command(sub: Commands) -> None:
@@ -424,6 +438,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "train":
             from otel_eval.evaluate.predict.train import cmd_train
             return cmd_train(args, run_from_args(args, _unpredicted(args)), sys.stdout)
+        if args.command == "calibrate":
+            from otel_eval.app.calibrate import cmd_calibrate
+            return cmd_calibrate(args, load_config(args.config), sys.stdout)
         if args.command == "config":
             from otel_eval.app.configdoc import reference
             sys.stdout.write(reference(load_config(args.config)))

@@ -5,7 +5,8 @@
     Kafka consumer  ─┘                      (evaluate -> store: in N worker processes with
                                             evaluation.workers > 1, by trace id)
                                            sinks: judge, events, forward, Kafka results topic
-    admin :8888 <- /metrics, /healthz, /readyz, /v1/evaluations, /v1/feedback, /v1/issues
+    admin :8888 <- /metrics, /healthz, /readyz, /v1/evaluations, /v1/feedback, /v1/issues,
+                   /v1/calibration
 
 Each optional part (the sinks, the Kafka front end, the issues job) comes from the
 ``build(config, deps)`` next to its code, None when its config leaves it off; the service
@@ -51,7 +52,7 @@ from otel_eval.assemble.spool import Spool
 from otel_eval.assemble.store_health import StoreGaveUp, StoreHealth
 from otel_eval.base.aio import LoopThread
 from otel_eval.base.component import OnLoop, SinkComponent
-from otel_eval.evaluate import judge
+from otel_eval.evaluate import calibration, judge
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.feedback import Feedback
 from otel_eval.evaluate.judge.namer import judge_namer
@@ -134,6 +135,8 @@ class Service:
                                            jc, REPLY_SCHEMA, check_reply))
         self.retention = Retention(self.store, config.store.retention_days)
         self._feedback = Feedback(self.store, self.evaluator, self.metrics.prediction)
+        # GET /v1/calibration, and the agreement gauges' source (refreshed on scrape)
+        self.calibration = calibration.build(config.judge, deps)
         front = self.kafka.submitter if self.kafka is not None else None
         ingest = Ingest(front if front is not None else self.engine, self.metrics)
         rc = config.receiver
@@ -167,6 +170,7 @@ class Service:
             issues=self.issues.latest_json if self.issues is not None else lambda: None,
             issue_runs=(self.issues.runs if self.issues is not None
                         else lambda _i, _o, _l: None),
+            calibration=self.calibration,
             refused=self.metrics.ingest.request_refused,
             redact=Redactor(config.judge.redaction).redact,
             trace_url=config.admin.trace_url,

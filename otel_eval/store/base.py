@@ -128,6 +128,12 @@ class EvaluationStore(Protocol):
         the engine reads them for every batch it evaluates)."""
         ...
 
+    def labelled(self, limit: int) -> list[tuple[str, dict[str, Any]]]:
+        """(outcome, stored evaluation) of the ``limit`` traces whose outcome was recorded
+        last (``POST /v1/feedback``), newest first: what ``calibration`` checks the judge
+        and the predictor against."""
+        ...
+
     def content_digests(self, trace_ids: Collection[str]) -> dict[str, str]:
         """The content digest stored with the evaluation of each of ``trace_ids`` that has
         one (one query per batch): the engine evaluates a released trace only when its

@@ -257,6 +257,19 @@ def test_feedback_retention_and_window(store: EvaluationStore) -> None:
     assert store.count() == 7 and store.get(f"{3:032x}") is None
 
 
+def test_labelled_runs_join_each_outcome_to_its_evaluation_newest_first(
+        store: EvaluationStore) -> None:
+    store.put_many([_ev(i, agent=f"a{i}") for i in range(1, 5)])
+    store.put_feedback(f"{2:032x}", "success", 10)
+    store.put_feedback(f"{4:032x}", "failure", 30)
+    store.put_feedback(f"{3:032x}", "success", 20)
+    store.put_feedback("f" * 32, "failure", 40)  # no evaluation (deleted): not labelled
+    found = store.labelled(10)
+    assert [(o, b["agent"]) for o, b in found] == [("failure", "a4"), ("success", "a3"),
+                                                   ("success", "a2")]
+    assert [b["agent"] for _, b in store.labelled(1)] == ["a4"]
+
+
 def test_hostile_text_is_stored_and_found(store: EvaluationStore) -> None:
     """NUL (PostgreSQL text refuses it), lone surrogates' escapes, quotes: nothing fails, the
     body comes back as written, and a filter with the same value finds the row."""
