@@ -1,10 +1,11 @@
 """Judge cost benchmark: prompt tokens the LLM judge would send, as a share of the agent's own.
 
-    python bench/judge_tokens.py [--only tau,trail,swe] [--limit N] [--model gpt-4o-mini]
-                                 [--json FILE]
+    python bench/judge_tokens.py [--only tau,trail,swe,corpus] [--limit N]
+                                 [--model gpt-4o-mini] [--json FILE]
 
 For every trace of the public datasets (../shared/datasets: tau-bench airline runs, TRAIL GAIA
-span trees, SWE-bench mini-swe-agent runs), through the offline path of ``eval``
+span trees, SWE-bench mini-swe-agent runs) and of the conformance corpus (every completed
+recording of tests/conformance, figures per stack too), through the offline path of ``eval``
 (loaders.load_path -> Evaluator: trajectory + detector findings + outcome label), build exactly
 the requests ``Judge`` would send at the default ``JudgeConfig`` (only ``model`` set), and count
 their prompt tokens with litellm's ``token_counter`` (no LLM is called). The agent's input
@@ -29,6 +30,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -36,7 +38,7 @@ from typing import Any
 import litellm
 
 from otel_eval.app.config import Config
-from otel_eval.base.model import Evaluation, Trajectory
+from otel_eval.base.model import Evaluation, Trace, Trajectory
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.judge import (
     Judge,
@@ -53,7 +55,9 @@ SETS = {
     "tau": ("tau-bench airline (gpt-4o)", "tau-bench/airline/gpt-4o-airline.runs.json"),
     "trail": ("TRAIL GAIA (smolagents)", "trail/GAIA/traces"),
     "swe": ("SWE-bench mini-swe-agent", "swe-bench-mini-swe-agent/trajs"),
+    "corpus": ("conformance corpus (all stacks)", ""),
 }
+CORPUS = ROOT / "tests" / "conformance"
 SEPARATE = ("step", "process", "trace", "outcome")
 # stand-in criteria for counting the rubric check prompt (the judge writes ~3-8)
 CRITERIA = [{"id": f"c{i}", "criterion": "The agent " + "does the required thing " * 3}
@@ -130,20 +134,38 @@ def judge_tokens(ev: Evaluation, combined: Judge, separate: Judge, model: str,
     return out
 
 
-def run_set(path: Path, model: str, limit: int | None) -> dict[str, Any]:
+def corpus_traces() -> Iterator[tuple[str, Trace]]:
+    """(stack, run) for every completed run of the conformance corpus
+    (``tests/conformance/hung.py``)."""
+    sys.path.insert(0, str(CORPUS))
+    import corpus
+    import hung
+
+    for stack in corpus.stacks():
+        for trace in hung.completed_runs(stack):
+            yield stack, trace
+
+
+def run_set(path: Path | None, model: str, limit: int | None) -> dict[str, Any]:
     evaluator = Evaluator(Config())
     base = JudgeConfig(model=model)
     combined, separate = Judge(base), Judge(replace(base, combined=False))
     rows: list[tuple[int, dict[str, int]]] = []
+    groups: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # stack -> [agent, judge]
     errors: list[Any] = []
     calls = 0
     started = time.monotonic()
-    for trace in load_path(path, on_error=errors.append):
+    traces = (((None, t) for t in load_path(path, on_error=errors.append)) if path
+              else corpus_traces())
+    for group, trace in traces:
         ev = evaluator.evaluate(trace)
         agent = agent_input_tokens(ev.trajectory, model)
         if agent:
             rows.append((agent, judge_tokens(ev, combined, separate, model)))
             calls += len(ev.trajectory.llm_steps)
+            if group:
+                groups[group][0] += agent
+                groups[group][1] += rows[-1][1]["default"]
         if limit and len(rows) >= limit:
             break
     agent_total = sum(a for a, _ in rows)
@@ -163,6 +185,7 @@ def run_set(path: Path, model: str, limit: int | None) -> dict[str, Any]:
         "default_breakdown_percent": share_of_default(rows),
         "agent_llm_calls_per_trace": round(calls / max(len(rows), 1), 1),
         "seconds": round(time.monotonic() - started, 1),
+        "default_percent_by_stack": {g: round(100 * j / a, 2) for g, (a, j) in groups.items()},
     }
 
 
@@ -200,7 +223,7 @@ def print_table(results: dict[str, dict[str, Any]]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--datasets", type=Path, default=DEFAULT_DATASETS)
-    ap.add_argument("--only", default=",".join(SETS), help="tau,trail,swe")
+    ap.add_argument("--only", default=",".join(SETS), help="tau,trail,swe,corpus")
     ap.add_argument("--limit", type=int, default=None, help="traces per dataset")
     ap.add_argument("--model", default="gpt-4o-mini", help="tokenizer / judge model")
     ap.add_argument("--json", type=Path, default=None, help="write the figures here")
@@ -208,9 +231,15 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict[str, Any]] = {}
     for key in args.only.split(","):
         name, rel = SETS[key]
-        results[name] = run_set(args.datasets / rel, args.model, args.limit)
+        results[name] = run_set(args.datasets / rel if rel else None, args.model, args.limit)
         print(f"{name}: {json.dumps(results[name])}", file=sys.stderr)
     print_table(results)
+    for name, r in results.items():
+        if r["default_percent_by_stack"]:
+            print(f"\n{name}, default call % of agent input, per stack:\n")
+            print("| stack | % |\n|---|---|")
+            for stack, p in sorted(r["default_percent_by_stack"].items()):
+                print(f"| {stack} | {p} |")
     agent = sum(r["agent_input_tokens"] for r in results.values())
     for key in ("default", "separate"):
         judge = sum(r["judge_input_tokens"][key] for r in results.values())

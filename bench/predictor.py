@@ -23,6 +23,7 @@ fixed before these figures were first measured; nothing here is searched on the 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import sys
@@ -36,9 +37,17 @@ from sklearn.model_selection import GroupKFold
 
 from otel_eval.app.config import Config
 from otel_eval.evaluate.evaluator import Evaluator
-from otel_eval.evaluate.predict.features import blind_findings, features
+from otel_eval.evaluate.predict.config import PredictionConfig
+from otel_eval.evaluate.predict.features import blind_findings
 from otel_eval.evaluate.predict.modelfile import from_document
-from otel_eval.evaluate.predict.train import HYPERPARAMETERS, Labels, Row, fit, read_labels
+from otel_eval.evaluate.predict.train import (
+    HYPERPARAMETERS,
+    Labels,
+    Row,
+    fit,
+    read_labels,
+    row,
+)
 from otel_eval.receive.loaders import load_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,7 +66,7 @@ def baseline(findings: Sequence[tuple[str, str, str]]) -> float:
 
 
 def _rows(paths: list[Path], labels: Labels) -> tuple[list[Row], list[float]]:
-    evaluator = Evaluator(Config())
+    evaluator = Evaluator(Config(prediction=PredictionConfig(model_path="")))
     rows, scores = [], []
     for path in paths:
         for trace in load_path(path):
@@ -65,8 +74,7 @@ def _rows(paths: list[Path], labels: Labels) -> tuple[list[Row], list[float]]:
             label = labels.of(ev)
             if label is None:
                 continue
-            t = ev.trajectory
-            rows.append(Row(features(ev), label, t.task_id or t.trace_id, t.source))
+            rows.append(row(ev, label))
             scores.append(baseline(blind_findings(ev.findings)))
     return rows, scores
 
@@ -83,7 +91,7 @@ def predict(train: list[Row], test: list[Row]) -> list[float]:
     """Train as ``otel-eval train`` does; predict ``test`` with the model file's predictor."""
     doc = fit(train)
     model = from_document({**doc, "version": "bench"})
-    return [model.p_success(r.values) for r in test]
+    return [model.p_success(r.values, r.text) for r in test]
 
 
 def _figures(labels: list[int], p: list[float], base: list[float]) -> dict[str, Any]:
@@ -132,9 +140,13 @@ def transfer(train: list[Row], test: list[Row], base: list[float]) -> dict[str, 
 def figures(datasets: Path) -> dict[str, Any]:
     data = datasets_rows(datasets)
     (tau, tau_base), (swe, swe_base) = data["tau_airline"], data["swe_mini_swe_agent"]
+    blind = {name: ([dataclasses.replace(r, text="") for r in rows], base)
+             for name, (rows, base) in data.items()}
     return {
         "hyperparameters": HYPERPARAMETERS,
         "within": {name: cross_validated(rows, base) for name, (rows, base) in data.items()},
+        "within_without_text": {name: cross_validated(rows, base)
+                                for name, (rows, base) in blind.items()},
         "across": {"train_tau_test_swe": transfer(tau, swe, swe_base),
                    "train_swe_test_tau": transfer(swe, tau, tau_base),
                    "pooled_grouped_by_task": cross_validated(tau + swe, tau_base + swe_base)},

@@ -12,12 +12,21 @@
                                         {"evaluations": [...], "next_cursor": ... | null};
                                         a bad parameter is a 400 naming it (otel_eval.store.query)
     GET  /v1/evaluations/{trace_id}     one object, 404 if unknown
+    GET  /v1/sessions?service=&agent=&passed=&since=&until=&limit=&cursor=
+                                        conversations, newest last turn first, computed from
+                                        the stored turns: {"sessions": [...], "next_cursor"}
+                                        (otel_eval.store.sessions, evaluate.sessions.reader)
+    GET  /v1/sessions/{session_id}      one session (the id URL-encoded), 404 if no turn has it
     POST /v1/feedback                   {"trace_id", "outcome"}: records a known outcome and
                                         re-judges the stored verdict (lucky passes)
     GET  /v1/issues                     recurring issues (when the clustering stage runs)
+    GET  /v1/issues/{id}/runs           every run of one issue, ?offset=&limit= (<= 1000)
+    GET  /v1/calibration                the judge checked against people: AUC and Cohen's
+                                        kappa of every judge score and p_success against the
+                                        recorded outcomes, per agent (evaluate.calibration)
     GET  /ui/...                        the web view (``otel_eval.outputs.ui.routes``): runs, one
-                                        run,
-                                        issues; HTML under a strict Content-Security-Policy
+                                        run, conversations, one conversation, issues; HTML
+                                        under a strict Content-Security-Policy
 
 A browser's world (issue 33): with no tokens on a loopback listener, only a loopback ``Host``
 (``localhost``, ``127.0.0.1``, ``[::1]``, any port) is served; any other is 421, so a page
@@ -49,12 +58,13 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from prometheus_client import CollectorRegistry
 
 from otel_eval.base.configcheck import FieldErrors, parse_endpoint, validate
 from otel_eval.decode.body import BodyError, loads_bounded
+from otel_eval.outputs.issues.result import MAX_RUNS_PAGE
 from otel_eval.outputs.ui.routes import PAGES, Sources, View
 from otel_eval.outputs.ui.text import Redact
 from otel_eval.receive.config import HttpLimits
@@ -71,6 +81,7 @@ from otel_eval.receive.security import (
 )
 from otel_eval.store.failures import write_failure
 from otel_eval.store.query import EvaluationQuery, Page, QueryError
+from otel_eval.store.sessions import SessionQuery
 from otel_eval.telemetry.metrics import render
 
 
@@ -150,11 +161,19 @@ class AdminApi:
     ready: Callable[[], bool]
     unready: Callable[[], str] = lambda: "not serving"  # why /readyz answers 503
     issues: Callable[[], dict[str, Any] | None] = lambda: None
+    # (issue id, offset, limit) -> one page of the issue's runs, or None (unknown issue)
+    issue_runs: Callable[[str, int, int], dict[str, Any] | None] = lambda _i, _o, _l: None
+    # the agreement of the judge and the predictor with the recorded outcomes
+    # (evaluate.calibration.report); None: not served
+    calibration: Callable[[], dict[str, Any] | None] = lambda: None
     refused: Callable[[str, str], None] = lambda _protocol, _reason: None  # counts refusals
     redact: Redact = None  # the judge's redaction, applied to what the web view shows
     trace_url: str = ""  # admin.trace_url: the trace backend's page of a trace
     # Connections closed early, by reason (httpserver.CLOSE_REASONS).
     connection_closed: Callable[[str], None] = lambda _reason: None
+    # Sessions (evaluate.sessions.reader.SessionReader.page / get); None: not served (404).
+    sessions: Callable[[SessionQuery], dict[str, Any]] | None = None
+    session: Callable[[str], dict[str, Any] | None] | None = None
 
 
 def _is_ui(path: str) -> bool:
@@ -221,6 +240,19 @@ def _store_read(respond: Callable[[Request], Response], req: Request) -> Respons
         log.warning("store read for %s failed (%s: %s)", req.path, reason, type(e).__name__)
         return _json(503, {"error": f"the store is unavailable ({reason}); retry later",
                            "reason": reason}, {"Retry-After": str(STORE_RETRY_AFTER_S)})
+
+
+def page_params(query: str, default_limit: int = 100) -> tuple[int, int]:
+    """(offset, limit) of ``?offset=&limit=``; ValueError naming the bad parameter."""
+    params = parse_qs(query[:MAX_QUERY_BYTES])
+    out = []
+    for name, default, low, high in (("offset", 0, 0, 10**9),
+                                     ("limit", default_limit, 1, MAX_RUNS_PAGE)):
+        raw = (params.get(name) or [str(default)])[0]
+        if not raw.isdigit() or not low <= int(raw) <= high:
+            raise ValueError(f"{name} must be an integer in [{low}, {high}], got {raw!r}")
+        out.append(int(raw))
+    return out[0], out[1]
 
 
 def host_name(host: str) -> str:
@@ -324,6 +356,21 @@ class _Routes:
         return _json(200, issues) if issues is not None else _error(
             404, "issue clustering is not enabled (issues.interval_s)")
 
+    def issue_runs(self, req: Request, found: re.Match[str]) -> Response:
+        issue_id = found.group(1)
+        try:
+            offset, limit = page_params(req.query)
+        except ValueError as e:
+            return _error(400, str(e))
+        page = self.api.issue_runs(issue_id, offset, limit)
+        return _json(200, page) if page is not None else _error(
+            404, f"no issue {issue_id!r} in the last clustering run")
+
+    def calibration(self, _req: Request, _found: re.Match[str]) -> Response:
+        found = self.api.calibration()
+        return _json(200, found) if found is not None else _error(
+            404, "calibration is not served here")
+
     def evaluations(self, req: Request, _found: re.Match[str]) -> Response:
         if len(req.query) > MAX_QUERY_BYTES:
             return _error(414, f"query string longer than {MAX_QUERY_BYTES} bytes")
@@ -332,6 +379,24 @@ class _Routes:
         except QueryError as e:
             return _error(400, str(e), parameter=e.param)
         return _json(200, self.api.query(query).to_json())
+
+    def sessions(self, req: Request, _found: re.Match[str]) -> Response:
+        if self.api.sessions is None:
+            return _error(404, "sessions are not served here")
+        if len(req.query) > MAX_QUERY_BYTES:
+            return _error(414, f"query string longer than {MAX_QUERY_BYTES} bytes")
+        try:
+            query = SessionQuery.from_params(parse_qs(req.query, keep_blank_values=True))
+        except QueryError as e:
+            return _error(400, str(e), parameter=e.param)
+        return _json(200, self.api.sessions(query))
+
+    def session(self, _req: Request, found: re.Match[str]) -> Response:
+        if self.api.session is None:
+            return _error(404, "sessions are not served here")
+        session_id = unquote(found.group(1))  # the id URL-encoded (a "/" in it as %2F)
+        record = self.api.session(session_id)
+        return _json(200, record) if record else _error(404, f"no session {session_id!r}")
 
     def feedback(self, req: Request, _found: re.Match[str]) -> Response:
         try:
@@ -359,14 +424,19 @@ def routes(api: AdminApi) -> Router:
     """The admin endpoint's one routing table: the API, then the web view's pages. Patterns
     match the raw path; the API's take trailing slashes (``/healthz/`` is ``/healthz``)."""
     r = _Routes(api)
-    sources = Sources(api.query, api.get, api.issues, api.redact, api.trace_url)
+    sources = Sources(api.query, api.get, api.issues, api.redact, api.trace_url,
+                      api.issue_runs, api.sessions, api.session)
     return Router((
         route("GET", r"/metrics/*", r.metrics),
         route("GET", r"/healthz/*", r.healthz),
         route("GET", r"/readyz/*", r.readyz),
         route("GET", r"/v1/evaluations/*", r.evaluations),
         route("GET", r"/v1/evaluations/.*[^/]/*", r.evaluation),
+        route("GET", r"/v1/sessions/*", r.sessions),
+        route("GET", r"/v1/sessions/(.*[^/])/*", r.session),
         route("GET", r"/v1/issues/*", r.issues),
+        route("GET", r"/v1/issues/([A-Za-z0-9_.:-]{1,80})/runs/*", r.issue_runs),
+        route("GET", r"/v1/calibration/*", r.calibration),
         route("POST", r"/v1/feedback/*", r.feedback),
         *(route("GET", pattern, _page(sources, page)) for pattern, page in PAGES),
     ), _miss)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -13,7 +14,11 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeAlias
 from otel_eval.app.config import Config, load_config, replace
 from otel_eval.base.configcheck import ConfigError, StartupError, parse_endpoint
 from otel_eval.base.printable import configure_logging, printable
-from otel_eval.evaluate.detectors.config import BUDGET_NAMES, parse_budget
+from otel_eval.evaluate.detectors.config import (
+    BUDGET_NAMES,
+    SESSION_BUDGET_NAMES,
+    parse_budget,
+)
 from otel_eval.store.base import is_postgresql_url
 
 if TYPE_CHECKING:
@@ -50,7 +55,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help="YAML configuration (default: embedded)")
     p.add_argument("--budget", metavar="NAME=VALUE", type=_budget, action="append",
                    default=[], help=f"budget override, repeatable; NAME in "
-                   f"{', '.join(BUDGET_NAMES)}")
+                   f"{', '.join(BUDGET_NAMES + SESSION_BUDGET_NAMES)}")
     p.add_argument("--references", metavar="FILE",
                    help="reference trajectories (JSON lines, or tau-bench task files)")
     p.add_argument("--judge", metavar="MODEL", help="litellm model string of the LLM judge")
@@ -58,8 +63,9 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _model(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", metavar="MODEL", help="success predictor written by `otel-eval "
-                   "train` (prediction.model_path): adds prediction.p_success per trace")
+    p.add_argument("--model", metavar="MODEL", help="success predictor: `default` (shipped), "
+                   "a model written by `otel-eval train`, or '' for none "
+                   "(prediction.model_path): prediction.p_success per trace")
 
 
 # The subcommands' parsers (``add_subparsers``): each command adds its own.
@@ -78,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     _config_command(sub)
     _show_command(sub)
     _inspect_command(sub)
+    _calibrate_command(sub)
     _issues_command(sub)
     return parser
 
@@ -170,6 +177,19 @@ def _inspect_command(sub: Commands) -> None:
     ins.add_argument("--format", choices=["text", "json"], default="text")
 
 
+def _calibrate_command(sub: Commands) -> None:
+    cal = sub.add_parser("calibrate", help="the judge checked against people: AUC and "
+                         "Cohen's kappa of every judge score and p_success against the "
+                         "outcomes recorded through POST /v1/feedback, per agent")
+    cal.add_argument("--config", metavar="FILE", help="YAML configuration (default: "
+                     "embedded): the store and the judge's pass thresholds")
+    cal.add_argument("--store", metavar="PATH|URL", help="SQLite file or postgresql:// URL of "
+                     "serve (default: store.url, else store.path)")
+    cal.add_argument("--limit", type=int, default=10_000, metavar="N",
+                     help="the N most recently labelled runs (10000)")
+    cal.add_argument("--format", choices=["table", "json"], default="table")
+
+
 def _issues_command(sub: Commands) -> None:
     iss = sub.add_parser("issues", help="cluster critiques and findings into recurring issues")
     _common(iss)
@@ -199,8 +219,12 @@ def config_from_args(args: argparse.Namespace) -> Config:
         else:
             changes[key] = value
     if getattr(args, "budget", None):  # repeated --budget: the last value of a name wins
-        changes["detectors.budget_overrides"] = {**cfg.detectors.budget_overrides,
-                                                 **dict(args.budget)}
+        budgets = dict(args.budget)
+        if "session_turns" in budgets:  # a conversation's budget (sessions.session_turns)
+            changes["sessions.session_turns"] = int(budgets.pop("session_turns"))
+        if budgets:
+            changes["detectors.budget_overrides"] = {**cfg.detectors.budget_overrides,
+                                                     **budgets}
     if getattr(args, "kafka_publish", False):
         changes["kafka.publish"] = True
     if getattr(args, "allow_insecure_non_loopback", False):
@@ -218,21 +242,34 @@ def run_from_args(args: argparse.Namespace, cfg: Config | None = None) -> EvalRu
                    max_cost_usd=getattr(args, "max_cost_usd", None))
 
 
+def _unpredicted(args: argparse.Namespace) -> Config:
+    """The flags' configuration with no success model: training reads the features alone
+    (and may be writing the model the configuration names)."""
+    from otel_eval.evaluate.predict.config import PredictionConfig
+
+    return dataclasses.replace(config_from_args(args), prediction=PredictionConfig(model_path=""))
+
+
 def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     from otel_eval.evaluate.judge.trials import trials_of
+    from otel_eval.evaluate.sessions.offline import SessionCollector
 
     run = run_from_args(args)
     rows: list[dict[str, Any]] = []
     trials = []
+    sessions = SessionCollector(run.cfg.sessions)
     for evaluation in run.evaluations():
         trials += trials_of([evaluation])
-        body = evaluation.to_json()
-        if args.format == "jsonl":
-            out.write(json.dumps(body) + "\n")
+        if args.format == "jsonl":  # = json.dumps(to_json()), from the text stored
+            out.write(evaluation.to_json_ascii() + "\n")
+            if evaluation.trajectory.session_id is not None:  # a turn of a conversation
+                sessions.add(evaluation.to_json())
         else:
-            rows.append(body)
+            rows.append(evaluation.to_json())
     if args.format == "table":
         _print_table(rows, out)
+    for record in sessions.records():  # after the trace records (issue 27)
+        out.write(json.dumps(record) + "\n")
     line = run.cost_line()
     if line:
         print(line, file=sys.stderr)
@@ -400,7 +437,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_replay(args, sys.stdout)
         if args.command == "train":
             from otel_eval.evaluate.predict.train import cmd_train
-            return cmd_train(args, run_from_args(args), sys.stdout)
+            return cmd_train(args, run_from_args(args, _unpredicted(args)), sys.stdout)
+        if args.command == "calibrate":
+            from otel_eval.app.calibrate import cmd_calibrate
+            return cmd_calibrate(args, load_config(args.config), sys.stdout)
         if args.command == "config":
             from otel_eval.app.configdoc import reference
             sys.stdout.write(reference(load_config(args.config)))

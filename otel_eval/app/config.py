@@ -27,6 +27,7 @@ from otel_eval.evaluate.config import EvaluationConfig, TrajectoryConfig
 from otel_eval.evaluate.detectors.config import DetectorsConfig
 from otel_eval.evaluate.judge.config import JudgeConfig
 from otel_eval.evaluate.predict.config import PredictionConfig
+from otel_eval.evaluate.sessions.config import SessionsConfig
 from otel_eval.outputs.config import ExportConfig
 from otel_eval.outputs.issues.config import IssuesConfig
 from otel_eval.receive.config import ReceiverConfig
@@ -36,7 +37,8 @@ from otel_eval.store.config import StoreConfig
 __all__ = [
     "AdminConfig", "AssemblyConfig", "Config", "ConfigError", "DetectorsConfig",
     "EvaluationConfig", "ExportConfig", "IssuesConfig", "JudgeConfig", "KafkaConfig",
-    "PredictionConfig", "ReceiverConfig", "StoreConfig", "TlsServerConfig", "TrajectoryConfig",
+    "PredictionConfig", "ReceiverConfig", "SessionsConfig", "StoreConfig", "TlsServerConfig",
+    "TrajectoryConfig",
     "build", "check_exposure", "load_config", "parse_endpoint",
 ]
 
@@ -71,6 +73,8 @@ class Config:
     store: StoreConfig = field(default_factory=StoreConfig)
     # Where evaluation runs: worker processes (serve --workers N) or the serving process.
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    # Conversations (sessions): when one is complete, and the detectors across its turns.
+    sessions: SessionsConfig = field(default_factory=SessionsConfig)
 
 
 def check_exposure(config: Config) -> None:

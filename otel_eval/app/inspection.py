@@ -5,8 +5,9 @@
 Per step: its kind and the convention of its marker, which convention and attribute supplied
 each field (``Step.sources``), what stayed unknown and why (not recorded, or present but not
 understood: ``Step.unknown``); the spans no convention recognised, with their attribute keys;
-the agent and where its name came from. Spans are read from files: ``serve`` stores results,
-not spans (export them with the collector's file exporter to inspect them).
+the agent and where its name came from; the conversation (session) the trace is a turn of
+and its user, with the attribute each was read from. Spans are read from files: ``serve``
+stores results, not spans (export them with the collector's file exporter to inspect them).
 """
 
 from __future__ import annotations
@@ -87,6 +88,9 @@ def report(trajectory: Trajectory, attributes: dict[str, list[str]]) -> dict[str
         "agent": printable(trajectory.agent) if trajectory.agent else None,
         "agent_source": trajectory.agent_source,
         "agent_from": agent_from, "convention": trajectory.convention,
+        "session_id": printable(trajectory.session_id) if trajectory.session_id else None,
+        "user_id": printable(trajectory.user_id) if trajectory.user_id else None,
+        "conversation_sources": dict(trajectory.conversation_sources),
         "unrecorded": dict(trajectory.unrecorded),
         "steps": [_step(s) for s in trajectory.steps],
         "not_understood": not_understood,
@@ -99,6 +103,11 @@ def render_text(reports: Iterable[dict[str, Any]]) -> str:
         lines.append(f"trace {rep['trace_id']}  service {rep['service']}  convention "
                      f"{rep['convention']}")
         lines.append(f"agent {rep['agent']!r} ({rep['agent_source']}: {rep['agent_from']})")
+        sources = rep["conversation_sources"]
+        if rep["session_id"] is not None:
+            lines.append(f"conversation {rep['session_id']!r} ({sources['session_id']})")
+        if rep["user_id"] is not None:
+            lines.append(f"user {rep['user_id']!r} ({sources['user_id']})")
         if rep["unrecorded"]:
             lines.append("unrecorded " + ", ".join(f"{k}={v}"
                                                    for k, v in rep["unrecorded"].items()))

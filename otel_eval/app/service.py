@@ -5,7 +5,8 @@
     Kafka consumer  ─┘                      (evaluate -> store: in N worker processes with
                                             evaluation.workers > 1, by trace id)
                                            sinks: judge, events, forward, Kafka results topic
-    admin :8888 <- /metrics, /healthz, /readyz, /v1/evaluations, /v1/feedback, /v1/issues
+    admin :8888 <- /metrics, /healthz, /readyz, /v1/evaluations, /v1/feedback, /v1/issues,
+                   /v1/calibration
 
 Each optional part (the sinks, the Kafka front end, the issues job) comes from the
 ``build(config, deps)`` next to its code, None when its config leaves it off; the service
@@ -51,12 +52,13 @@ from otel_eval.assemble.spool import Spool
 from otel_eval.assemble.store_health import StoreGaveUp, StoreHealth
 from otel_eval.base.aio import LoopThread
 from otel_eval.base.component import OnLoop, SinkComponent
-from otel_eval.evaluate import judge
+from otel_eval.evaluate import calibration, judge
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.feedback import Feedback
 from otel_eval.evaluate.judge.namer import judge_namer
 from otel_eval.evaluate.judge.redact import Redactor
 from otel_eval.evaluate.judge.synthesizer import judge_synthesizer
+from otel_eval.evaluate.sessions.reader import SessionReader
 from otel_eval.evaluate.stage import InProcess, store_failed
 from otel_eval.outputs import events as outputs_events
 from otel_eval.outputs import forward
@@ -113,6 +115,8 @@ class Service:
         self._locks = instance_locks(config.store)
         self.store = store_at(config.store.target, config.store.session)
         self.evaluator = Evaluator(config, references_path=self.options.references_path)
+        # conversations, computed on read from the turns in the store (GET /v1/sessions)
+        self.sessions = SessionReader(self.store, config.sessions)
         needs_loop = config.judge.active or config.kafka.enabled
         self.loop = LoopThread() if needs_loop else None  # started first, stopped last
         deps = Deps(self.metrics, self.registry, self.store, config.store.path,
@@ -131,6 +135,8 @@ class Service:
                                            jc, REPLY_SCHEMA, check_reply))
         self.retention = Retention(self.store, config.store.retention_days)
         self._feedback = Feedback(self.store, self.evaluator, self.metrics.prediction)
+        # GET /v1/calibration, and the agreement gauges' source (refreshed on scrape)
+        self.calibration = calibration.build(config.judge, deps)
         front = self.kafka.submitter if self.kafka is not None else None
         ingest = Ingest(front if front is not None else self.engine, self.metrics)
         rc = config.receiver
@@ -162,11 +168,15 @@ class Service:
             ready=lambda: self._ready and not self.store_health.failing,
             unready=self._unready,
             issues=self.issues.latest_json if self.issues is not None else lambda: None,
+            issue_runs=(self.issues.runs if self.issues is not None
+                        else lambda _i, _o, _l: None),
+            calibration=self.calibration,
             refused=self.metrics.ingest.request_refused,
             redact=Redactor(config.judge.redaction).redact,
             trace_url=config.admin.trace_url,
             connection_closed=lambda reason: self.metrics.ingest.connection_closed("admin",
-                                                                                   reason)),
+                                                                                   reason),
+            sessions=self.sessions.page, session=self.sessions.get),
             config.admin)
 
     def _make_pool(self, lean: bool) -> WorkerPool | None:

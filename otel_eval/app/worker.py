@@ -132,6 +132,7 @@ def lean(ev: Evaluation) -> Evaluation:
         s.prompt = s.answer = None
         s.tool_calls = []
     ev.bounded = None  # the stored object as cut (up to trajectory.max_result_bytes)
+    ev.encoded = None  # its text as stored
     return ev
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -406,6 +407,12 @@ class Trajectory:
     # Code actions read from LLM replies (``trajectory.code_actions``): blocks, calls, calls
     # that are steps, rebuilt steps, ``unparsed_<reason>``. Empty when no reply holds code.
     code_actions: dict[str, int] = field(default_factory=dict)
+    # The conversation (session, thread) this turn belongs to and the conversation's user,
+    # read from every convention that carries one (``conventions.conversations``); None
+    # when no span carries one. ``conversation_sources``: field -> "<convention> <key>".
+    session_id: str | None = None
+    user_id: str | None = None
+    conversation_sources: dict[str, str] = field(default_factory=dict)
 
     @property
     def root_step(self) -> Step | None:
@@ -514,6 +521,10 @@ class Evaluation:
     bounded: dict[str, Any] | None = None
     # the released trace's ``content_digest``, stored in its own column (not in the v1 object)
     content_digest: str | None = None
+    # ``json_text`` of the v1 object as ``evaluate.bounds`` encoded it, with the judge, the
+    # prediction and the number of findings it was made with: ``to_json_text`` reuses it while
+    # they are the same (issue 34: a stored body is encoded once); None: encode anew
+    encoded: tuple[str, Any, Any, int] | None = None
 
     @property
     def trace_id(self) -> str:
@@ -554,6 +565,10 @@ class Evaluation:
             out["unrecorded"] = dict(t.unrecorded)
         if t.code_actions:
             out["code_actions"] = dict(t.code_actions)
+        if t.session_id is not None:  # a turn of a conversation, and the conversation's user
+            out["session_id"] = t.session_id
+            if t.user_id is not None:
+                out["user_id"] = t.user_id
         if self.judge is not None:
             out["judge"] = self.judge
         if self.error is not None:
@@ -565,8 +580,17 @@ class Evaluation:
     def to_json_text(self) -> str:
         """``json.dumps(self.to_json())``, without first walking the whole object for
         non-finite floats (~4 us a span): strict encoding raises on one, and only then is the
-        object walked and encoded again. Nearly every object has none."""
+        object walked and encoded again. Nearly every object has none. The text ``bound``
+        encoded is reused while the judge, prediction and findings it saw are the same."""
+        done = self.encoded
+        if (done is not None and done[1] is self.judge and done[2] is self.prediction
+                and done[3] == len(self.findings)):
+            return done[0]
         return json_text(self.to_json(finite_floats=False))
+
+    def to_json_ascii(self) -> str:
+        """``json.dumps(self.to_json())`` (non-ASCII escaped), from ``to_json_text``."""
+        return ascii_json(self.to_json_text())
 
 
 def json_text(value: Any) -> str:
@@ -586,6 +610,27 @@ def json_text(value: Any) -> str:
         except UnicodeEncodeError:
             return json.dumps(value)
     return text
+
+
+# what ``ensure_ascii`` escapes and ``ensure_ascii=False`` keeps (DEL too)
+_NOT_ASCII = re.compile("[^\x00-\x7e]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    c = ord(match.group())
+    if c < 0x10000:
+        return f"\\u{c:04x}"
+    c -= 0x10000
+    return f"\\u{0xd800 | (c >> 10):04x}\\u{0xdc00 | (c & 0x3ff):04x}"
+
+
+def ascii_json(text: str) -> str:
+    """``json_text``'s text as ``json.dumps`` writes it by default (``ensure_ascii``): each
+    character past ``~`` as ``\\uXXXX`` (a surrogate pair above U+FFFF). Outside strings JSON
+    text is ASCII, so escaping every such character is what the encoder does."""
+    if text.isascii() and "\x7f" not in text:
+        return text
+    return _NOT_ASCII.sub(_escaped, text)
 
 
 _NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}

@@ -176,10 +176,13 @@ def _bound(evaluation: Evaluation, config: TrajectoryConfig) -> None:
     if t.code_actions.get("over_limit"):
         cut["rebuilt_calls"] = t.code_actions["over_limit"]
     body = evaluation.to_json(finite_floats=False)
-    size = _size(json_text(body))
+    text = json_text(body)
+    size = _size(text)
     if size > config.max_result_bytes:
         _fit(body, config.max_result_bytes, cut)
-    if not cut:
+    if not cut:  # the object stays as encoded: stored as this text (``to_json_text``)
+        evaluation.encoded = (text, evaluation.judge, evaluation.prediction,
+                              len(evaluation.findings))
         return
     parts = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in cut.items())
     finding = Finding("evaluation", "result_truncated", "info",

@@ -54,7 +54,7 @@ def _predictor(config: EvaluatorSettings) -> Predictor | None:
     from otel_eval.evaluate.predict import ModelFileError, Predictor
 
     try:
-        return Predictor.from_file(config.prediction.model_path)
+        return Predictor.from_file(config.prediction.model_file)
     except ModelFileError as e:
         raise ConfigError([f"prediction.model_path: {e}"]) from None
 

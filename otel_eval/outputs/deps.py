@@ -1,10 +1,11 @@
 """``Deps``: what ``serve`` hands every optional part's ``build(config, deps)``.
 
 The builders sit next to their parts (``outputs.events``, ``outputs.forward``,
-``outputs.kafka``, ``outputs.issues.job``, ``evaluate.judge``, ``receive.kafka``); each takes
-its own config section and these shared handles, and returns the part or None when its config
-leaves it off. Defined here, on the lowest floor that sees both the store and the metrics, so
-every builder can import it downward.
+``outputs.kafka``, ``outputs.issues.job``, ``evaluate.judge``, ``evaluate.calibration``,
+``receive.kafka``); each takes its own config section and these shared handles, and returns the
+part or None when its config leaves it off (``evaluate.calibration``: always on). Defined
+here, on the lowest floor that sees both the store and the metrics, so every builder can
+import it downward.
 """
 
 from __future__ import annotations

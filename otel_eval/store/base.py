@@ -36,13 +36,15 @@ from urllib.parse import urlsplit, urlunsplit
 from otel_eval.base.model import Evaluation
 from otel_eval.base.text import valid_text
 from otel_eval.store.query import EvaluationQuery, Page
+from otel_eval.store.sessions import SessionCursor, SessionQuery, StoredTurns
 
 POSTGRESQL_SCHEMES = ("postgresql", "postgres")
 
-Row = tuple[str, int, int, str | None, str | None, str | None, str, bool | None, str, str | None]
+Row = tuple[str, int, int, str | None, str | None, str | None, str, bool | None, str, str | None,
+            str | None]
 # The columns of a Row, in order (inserts name them: the table's order depends on migrations)
 ROW_COLUMNS = ("trace_id, revision, evaluated_at_ns, service, agent, task_id, status, passed, "
-               "body, content_digest")
+               "body, content_digest, session_id")
 # (service, agent, fingerprints strongest first) of a completed run (agent_inference.learned)
 AgentRun = tuple[str, str, Sequence[str]]
 
@@ -104,6 +106,19 @@ class EvaluationStore(Protocol):
 
     def count(self) -> int: ...
 
+    def session_ids(self, q: SessionQuery, after: SessionCursor | None,
+                    n: int) -> list[tuple[str, int]]:
+        """(session id, its last turn's evaluation time) of the next ``n`` sessions after
+        ``after`` matching ``q``'s filters but ``passed``, newest first
+        (``otel_eval.store.sessions``)."""
+        ...
+
+    def session_turns(self, session_id: str, limit: int,
+                      max_chars: int = 1 << 62) -> StoredTurns:
+        """The session's newest turns (at most ``limit``, and past the first at most
+        ``max_chars`` of JSON), how many it has, when the last was stored."""
+        ...
+
     def put_feedback(self, trace_id: str, outcome: str, now_ns: int) -> None: ...
 
     def feedback(self, trace_id: str) -> str | None: ...
@@ -111,6 +126,12 @@ class EvaluationStore(Protocol):
     def feedback_many(self, trace_ids: Collection[str]) -> dict[str, str]:
         """The known outcomes of those of ``trace_ids`` that have one (one query per batch:
         the engine reads them for every batch it evaluates)."""
+        ...
+
+    def labelled(self, limit: int) -> list[tuple[str, dict[str, Any]]]:
+        """(outcome, stored evaluation) of the ``limit`` traces whose outcome was recorded
+        last (``POST /v1/feedback``), newest first: what ``calibration`` checks the judge
+        and the predictor against."""
         ...
 
     def content_digests(self, trace_ids: Collection[str]) -> dict[str, str]:
@@ -190,7 +211,7 @@ def evaluation_row(ev: Evaluation) -> Row:
     t, v = ev.trajectory, ev.verdict
     return (ev.trace_id, t.revision, ev.evaluated_at_ns, _valid(t.service), _valid(t.agent),
             _valid(t.task_id), t.status, None if v is None else bool(v.passed),
-            ev.to_json_text(), ev.content_digest)
+            ev.to_json_text(), ev.content_digest, _valid(t.session_id))
 
 
 def _valid(text: str | None) -> str | None:

@@ -12,6 +12,9 @@ Both stores keep the same tables, with each engine's types:
        with the same content is not evaluated again; NULL in rows stored before it)
     5  issue_shares (issue stage: each issue's share of runs per clustering run, the last
        ``catalogue.HISTORY_RUNS`` runs, for the issues view)
+    6  evaluations.session_id (the conversation a turn belongs to, NULL without one or in
+       rows stored before it) and its index: sessions are read from the store
+       (``otel_eval.store.sessions``), whichever worker stored each turn
 
 ``schema_version`` records each applied migration (version, description, when). Opening a
 store applies what is missing, in order, in one transaction: a crash part-way leaves the
@@ -91,6 +94,11 @@ SQLITE: tuple[Migration, ...] = (
         "ALTER TABLE evaluations ADD COLUMN content_digest TEXT",
     )),
     (5, "issue share history", (_SQLITE_SHARES,)),
+    (6, "evaluation session id", (
+        "ALTER TABLE evaluations ADD COLUMN session_id TEXT",
+        "CREATE INDEX IF NOT EXISTS evaluations_by_session ON evaluations "
+        "(session_id, evaluated_at_ns) WHERE session_id IS NOT NULL",
+    )),
 )
 
 # The body is TEXT holding the JSON as written (not jsonb): key order kept, and span content's
@@ -152,6 +160,11 @@ POSTGRESQL: tuple[Migration, ...] = (
             share       DOUBLE PRECISION NOT NULL,
             PRIMARY KEY (issue_id, at)
         )""",
+    )),
+    (6, "evaluation session id", (
+        'ALTER TABLE evaluations ADD COLUMN IF NOT EXISTS session_id TEXT COLLATE "C"',
+        "CREATE INDEX IF NOT EXISTS evaluations_by_session ON evaluations "
+        "(session_id, evaluated_at_ns) WHERE session_id IS NOT NULL",
     )),
 )
 

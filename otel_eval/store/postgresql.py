@@ -60,6 +60,14 @@ from otel_eval.store.base import (
 from otel_eval.store.failures import TIMEOUT_STATES
 from otel_eval.store.migrations import migrate_postgresql
 from otel_eval.store.query import EvaluationQuery, Page
+from otel_eval.store.sessions import (
+    SessionCursor,
+    SessionQuery,
+    StoredTurns,
+    session_list_sql,
+    stored_turns,
+    turns_sql,
+)
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +80,12 @@ _SINCE_AFTER = ("SELECT evaluated_at_ns, trace_id, body FROM evaluations WHERE e
 T = TypeVar("T")
 
 _UPSERT = f"""INSERT INTO evaluations AS e ({ROW_COLUMNS})
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (trace_id) DO UPDATE SET revision = excluded.revision,
     evaluated_at_ns = excluded.evaluated_at_ns, service = excluded.service,
     agent = excluded.agent, task_id = excluded.task_id, status = excluded.status,
-    passed = excluded.passed, body = excluded.body, content_digest = excluded.content_digest
+    passed = excluded.passed, body = excluded.body, content_digest = excluded.content_digest,
+    session_id = excluded.session_id
 RETURNING NOT (xmax = 0)"""
 
 # Seconds before each attempt of the engine's calls: the first, and one retry, at once (a
@@ -218,6 +227,12 @@ class PostgresStore:
         ).fetchall())
         return {str(r[0]): str(r[1]) for r in rows}
 
+    def labelled(self, limit: int) -> list[tuple[str, dict[str, Any]]]:
+        rows = self._rows("SELECT f.outcome, e.body FROM feedback f JOIN evaluations e "
+                          "ON e.trace_id = f.trace_id ORDER BY f.received_at_ns DESC "
+                          "LIMIT %s", (limit,))
+        return [(str(outcome), json.loads(body)) for outcome, body in rows]
+
     def content_digests(self, trace_ids: Collection[str]) -> dict[str, str]:
         ids = [_text(t) for t in trace_ids]
         if not ids:
@@ -333,6 +348,18 @@ class PostgresStore:
                 sql, args = _SINCE_AFTER, [after_ns, position[0], position[0], position[1]]
             return self._rows(sql + " LIMIT %s", [*args, n])
         return since_chunks(read, evaluated_after_ns, limit, keep)
+
+    def session_ids(self, q: SessionQuery, after: SessionCursor | None,
+                    n: int) -> list[tuple[str, int]]:
+        sql, args = session_list_sql(q, "%s", after, n)
+        return [(str(r[0]), int(r[1])) for r in self._rows(sql, args)]
+
+    def session_turns(self, session_id: str, limit: int,
+                      max_chars: int = 1 << 62) -> StoredTurns:
+        rows_sql, count_sql = turns_sql("%s")
+        rows = self._rows(rows_sql, (session_id, max_chars, limit))
+        total = self._rows(count_sql, (session_id,))[0][0]
+        return stored_turns(rows, total)
 
     def count(self) -> int:
         return int(self._rows("SELECT COUNT(*) FROM evaluations", ())[0][0])

@@ -36,6 +36,14 @@ from otel_eval.store.base import (
 )
 from otel_eval.store.migrations import migrate_sqlite
 from otel_eval.store.query import EvaluationQuery, Page
+from otel_eval.store.sessions import (
+    SessionCursor,
+    SessionQuery,
+    StoredTurns,
+    session_list_sql,
+    stored_turns,
+    turns_sql,
+)
 
 # How long a writer waits for another connection's lock (the issues catalogue shares the file)
 # before SQLite raises "database is locked": 5 s by default, too short on a loaded machine.
@@ -106,7 +114,7 @@ class SqliteStore:
                     superseded.append(row[0] in seen)
                     seen.add(row[0])
                 cur.executemany(f"INSERT OR REPLACE INTO evaluations ({ROW_COLUMNS}) "
-                                "VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
+                                "VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
                 cur.execute("COMMIT")
             except BaseException:
                 # SQLite rolls a transaction back by itself on some errors (SQLITE_FULL: a
@@ -208,6 +216,20 @@ class SqliteStore:
                 return self._db.execute(sql + " LIMIT ?", [*args, n]).fetchall()
         return since_chunks(read, evaluated_after_ns, limit, keep)
 
+    def session_ids(self, q: SessionQuery, after: SessionCursor | None,
+                    n: int) -> list[tuple[str, int]]:
+        sql, args = session_list_sql(q, "?", after, n)
+        with self._lock:
+            return [(str(r[0]), int(r[1])) for r in self._db.execute(sql, args).fetchall()]
+
+    def session_turns(self, session_id: str, limit: int,
+                      max_chars: int = 1 << 62) -> StoredTurns:
+        rows_sql, count_sql = turns_sql("?")
+        with self._lock:
+            rows = self._db.execute(rows_sql, (session_id, max_chars, limit)).fetchall()
+            total = self._db.execute(count_sql, (session_id,)).fetchone()[0]
+        return stored_turns(rows, total)
+
     def count(self) -> int:
         with self._lock:
             return int(self._db.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0])
@@ -225,6 +247,14 @@ class SqliteStore:
 
     def feedback_many(self, trace_ids: Collection[str]) -> dict[str, str]:
         return self._by_trace_ids("SELECT trace_id, outcome FROM feedback WHERE", trace_ids)
+
+    def labelled(self, limit: int) -> list[tuple[str, dict[str, Any]]]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT f.outcome, e.body FROM feedback f JOIN evaluations e "
+                "ON e.trace_id = f.trace_id ORDER BY f.received_at_ns DESC LIMIT ?",
+                (limit,)).fetchall()
+        return [(str(outcome), json.loads(body)) for outcome, body in rows]
 
     def content_digests(self, trace_ids: Collection[str]) -> dict[str, str]:
         return self._by_trace_ids("SELECT trace_id, content_digest FROM evaluations WHERE "

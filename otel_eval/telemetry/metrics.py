@@ -3,13 +3,13 @@
 One way to declare one, in this package only: a class per subsystem (``ingest.IngestMetrics``
 for the receivers and assembly, ``EvaluationMetrics``, ``SinkMetrics``, ``traces.TraceMetrics``,
 ``JudgeMetrics``, ``KafkaMetrics``, ``SpoolMetrics``, ``prediction.PredictionMetrics``,
-``workers.WorkerMetrics``) declares its series in its constructor through the
-``declare.Declarer`` ``Metrics`` hands it (name without the ``otel_eval_`` namespace, help,
-labels; the registry is the injected one) and offers verbs; a stage holds ``metrics`` and calls
-its subsystem's (``metrics.ingest.spans_rejected(...)``, ``metrics.spool.held(...)``). A value
-known only when Prometheus scrapes (the predictor's rolling AUC, the issues job's gauges:
-``issues.IssuesCollector``) is a ``Collector`` of this package registered on the same
-registry.
+``calibration.CalibrationMetrics``, ``workers.WorkerMetrics``) declares its series in its
+constructor through the ``declare.Declarer`` ``Metrics`` hands it (name without the
+``otel_eval_`` namespace, help, labels; the registry is the injected one) and offers verbs; a
+stage holds ``metrics`` and calls its subsystem's (``metrics.ingest.spans_rejected(...)``,
+``metrics.spool.held(...)``). A value known only when Prometheus scrapes (the predictor's
+rolling AUC, the judge agreement gauges, the issues job's gauges: ``issues.IssuesCollector``)
+is a ``Collector`` of this package registered on the same registry.
 
 Every metric is ``otel_eval_<subsystem>_<what>_<unit>``; label values come only from closed
 sets or from capped sets: one budget of (service, agent) pairs for every per-trace metric (the
@@ -74,6 +74,9 @@ Metrics (counters are exposed with the ``_total`` suffix):
                otel_eval_judge_skipped_total{reason}            traces not judged
                otel_eval_judge_score{judge,dimension}           histogram, 0..1
                otel_eval_judge_queue_depth                      gauge
+               otel_eval_judge_agreement_{auc,kappa,runs}{service,agent,score}  gauges: the
+               judge (and p_success) against the outcomes recorded (otel_eval.telemetry.
+               calibration; recomputed from the store at most every 300 s)
     kafka      otel_eval_kafka_spans_consumed_total, otel_eval_kafka_records_poison_total{reason}
                otel_eval_kafka_throttled_total{reason}, otel_eval_kafka_paused  (gauge 0/1)
                otel_eval_kafka_lag_records{topic,partition}      topic: spans|logs (consumed)
@@ -124,6 +127,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from otel_eval.base import model
+from otel_eval.telemetry.calibration import CalibrationMetrics
 from otel_eval.telemetry.declare import Declarer
 from otel_eval.telemetry.ingest import IngestMetrics
 from otel_eval.telemetry.labels import OTHER, SeriesCap
@@ -153,6 +157,7 @@ class Metrics:
         self.kafka = KafkaMetrics(d, self.ingest)
         self.spool = SpoolMetrics(d)
         self.prediction = PredictionMetrics(d, cap, prediction)
+        self.calibration = CalibrationMetrics(d, cap)
         self.workers = WorkerMetrics(d)
 
     def evaluation_stored(self, evaluation: model.Evaluation, completion_to_verdict_s: float,

@@ -139,3 +139,29 @@ def test_json_text_is_the_json_of_the_object_with_and_without_non_finite_numbers
     assert hostile.to_json_text() == json.dumps(hostile.to_json())
     assert strict(hostile.to_json_text())["steps"][2]["arguments"] == {
         "q": "NaN", "r": ["-Infinity"]}
+
+
+def test_the_text_bound_encoded_is_stored_until_the_object_changes() -> None:
+    """Issue 34: ``bound`` encodes the object once; the store's text is that text, and a
+    judge's verdict or a finding added later makes it encode anew (never a stale body)."""
+    ev = Evaluator(Config()).evaluate(looping_trace(chat([])))
+    assert ev.encoded is not None
+    assert ev.to_json_text() is ev.encoded[0]
+    ev.judge = {"overall": 0.5}
+    assert json.loads(ev.to_json_text())["judge"] == {"overall": 0.5}
+    ev = Evaluator(Config()).evaluate(looping_trace(chat([])))
+    ev.findings.append(ev.findings[0])
+    assert len(json.loads(ev.to_json_text())["findings"]) == len(ev.findings)
+
+
+@pytest.mark.parametrize("text", ["plain", "é \u2028 \x7f \x00 \\ \" 😀 \U0010ffff", "\ud800 lone"])
+def test_the_ascii_line_is_json_dumps_of_the_object(text: str) -> None:
+    """``eval --format jsonl`` writes ``to_json_ascii``: byte for byte ``json.dumps``'s
+    default output (non-ASCII and DEL escaped, astral characters as surrogate pairs)."""
+    trace = looping_trace(chat([{"role": "assistant", "parts": [{"type": "text",
+                                                                  "content": text}]}]))
+    trace.spans[2].attributes["gen_ai.tool.call.arguments"] = json.dumps({"q": text, "n": 1e400})
+    ev = Evaluator(Config()).evaluate(trace)
+    assert ev.to_json_ascii() == json.dumps(ev.to_json())
+    ev.judge = {"reason": text}
+    assert ev.to_json_ascii() == json.dumps(ev.to_json())

@@ -225,3 +225,21 @@ def test_alerts_link_to_the_runs_behind_them() -> None:
                               "?service={{ $labels.service | urlquery }}")
         assert ("&agent={{ $labels.agent | urlquery }}" in url) == ("Service" not in name)
         assert url.split("&detector=")[1] in ("loop", "non_termination", "budget"), name
+
+
+def test_the_dashboard_shows_the_issue_annotations_the_issues_job_posts() -> None:
+    """A tags query (Grafana's own annotations, any dashboard or none): every annotation the
+    issues job posts with the default tags matches it, whatever issues.grafana.dashboard_uid."""
+    from otel_eval.outputs.issues.config import GrafanaConfig
+    from otel_eval.outputs.issues.grafana import annotation_body
+    from otel_eval.outputs.issues.result import Issue, IssueEvent
+
+    (query,) = [a for a in dashboard()["annotations"]["list"] if a["name"] == "otel-eval issues"]
+    assert query["enable"] and query["datasource"]["type"] == "grafana"
+    target = query["target"]
+    assert target["type"] == "tags" and target["matchAny"] is False
+    issue = Issue("iss_1", "node", "planner", "t", "d", 0.5, None, 3, 2, ("a" * 32,), (), 1.0,
+                  True)
+    for config in (GrafanaConfig(), GrafanaConfig(dashboard_uid="otel-eval", panel_id=3)):
+        for event in (IssueEvent("new", issue, None), IssueEvent("share_jump", issue, 0.1)):
+            assert set(target["tags"]) <= set(annotation_body(event, 2.0, config)["tags"])

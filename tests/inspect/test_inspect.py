@@ -94,3 +94,19 @@ def test_no_such_trace_and_a_bare_trace_id_fail_clearly(
     assert _run(str(trace_file), "--trace", "0" * 32)[0] == 1
     assert _run(TRACE_ID)[0] == 1
     assert "serve stores results, not spans" in capsys.readouterr().err
+
+
+def test_the_conversation_and_its_user_are_shown(tmp_path: Path) -> None:
+    spans = [_span("b000000000000001", None, "invoke_agent Agent", 1, {
+        "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "Agent",
+        "session.id": "conv-1", "user.id": "u-1"})]
+    body = {"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}
+    path = tmp_path / "turn.json"
+    path.write_text(json.dumps(body))
+    [rep] = json.loads(_run(str(path), "--format", "json")[1])
+    assert (rep["session_id"], rep["user_id"]) == ("conv-1", "u-1")
+    assert rep["conversation_sources"] == {"session_id": "openinference session.id",
+                                           "user_id": "openinference user.id"}
+    text = _run(str(path))[1]
+    assert "conversation 'conv-1' (openinference session.id)" in text
+    assert "user 'u-1' (openinference user.id)" in text

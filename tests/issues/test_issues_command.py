@@ -105,12 +105,14 @@ def test_table_shows_every_issue(tmp_path: Path) -> None:
     code, table = _issues(str(jsonl))
     assert code == 0
     lines = table.splitlines()
-    assert lines[0].split() == ["level", "node", "id", "share", "trend", "exemplar", "title"]
+    assert lines[0].split() == ["level", "node", "id", "share", "trend", "status", "severity",
+                                "runs", "exemplar", "title"]
     data = _json(jsonl)
     for issue in data["issues"]:
         row = next(line for line in lines if issue["issue_id"] in line)
-        level, node, _, share, trend, exemplar = row.split()[:6]
+        level, node, _, share, trend, status, severity, runs, exemplar = row.split()[:9]
         assert (level, node, trend) == (issue["level"], issue["node"] or "-", "new")
+        assert (status, severity, runs) == ("new", issue["severity"], str(issue["traces"]))
         assert share == f"{issue['share'] * 100:.1f}%" and exemplar == issue["exemplars"][0]
     assert lines[-1].startswith("3 issues from 22 critiques in 12 traces")
 

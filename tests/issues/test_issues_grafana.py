@@ -75,6 +75,8 @@ def test_new_issues_and_share_jumps_are_annotated(grafana: tuple[str, type[_Graf
         assert body["dashboardUID"] == "otel-eval-issues" and body["panelId"] == 7
         assert body["time"] == 1_700_000_000_500
         assert {"otel-eval", "issue", "event:new"} <= set(body["tags"])
+        assert any(t.startswith("severity:") for t in body["tags"])
+        assert "status=new" in body["text"]
         assert any(t.startswith("issue:iss_") for t in body["tags"])
         assert body["text"].startswith("New issue (")
     tracker.run(evs, now=1_700_000_060.0)  # auth share 0.2 -> 0.33: a jump

@@ -20,7 +20,7 @@ from otel_eval.outputs.issues.synthesis import (
 )
 from otel_eval.outputs.issues.tracker import IssueTracker, issues_offline
 
-CFG = IssuesConfig(age_out_s=1000.0)
+CFG = IssuesConfig(age_out_s=1000.0, per_node=True)  # groups per level and node
 MERGE = {"groups": [{"issues": [2, 1], "title": "Searcher tool calls fail.",
                      "description": "Searches repeat or are refused."}]}
 

@@ -16,7 +16,7 @@ from support.clock import ManualClock
 from test_issues_job import HOUR, T0, _stored
 
 from otel_eval.outputs.issues.config import IssuesConfig
-from otel_eval.outputs.issues.critiques import critique_fields
+from otel_eval.outputs.issues.critiques import critique_fields, extract
 from otel_eval.outputs.issues.job import IssuesJob
 from otel_eval.store import Store
 
@@ -44,3 +44,15 @@ def test_a_critique_with_a_lone_surrogate_does_not_fail_the_run(tmp_path: Path) 
         job.close()
     finally:
         store.close()
+
+
+def test_a_critique_made_valid_keeps_its_severity_and_problem() -> None:
+    """Making a critique's text valid rebuilds it: every field but the texts stays (a
+    not-ended finding with a lone surrogate is still an error of the "not_ended" problem)."""
+    body = {"trace_id": "\ud800" + "a" * 31, "agent": "planner",
+            "findings": [{"detector": "completion", "kind": "incomplete", "severity": "error",
+                          "message": "the run never \ud800finished"}]}
+    (c,) = extract([body], threshold=0.5).critiques
+    assert "\ufffd" in c.text and "\ufffd" in c.trace_id
+    assert (c.severity, c.problem, c.level, c.source) == ("error", "not_ended", "system",
+                                                         "finding:completion")

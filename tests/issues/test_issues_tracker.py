@@ -137,11 +137,11 @@ def test_latest_revision_wins_and_json_shape() -> None:
     out = to_json(issues_offline(evs, CFG, now=5.0))
     assert out["traces"] == 2 and out["critiques"] == 2
     assert set(out) == {"schema", "generated_at", "window_s", "embedding", "traces",
-                        "critiques", "skipped", "issues", "assignments"}
+                        "critiques", "skipped", "issues", "resolved", "assignments"}
     (issue,) = out["issues"]
     assert set(issue) == {"issue_id", "level", "node", "title", "description", "share", "trend",
                           "critiques", "traces", "exemplars", "agents", "first_seen", "new",
-                          "history"}
+                          "history", "nodes", "severity", "status"}
     assert out["assignments"][0] == {"trace_id": "a" * 32, "span_id": "a" * 32 + "-s0",
                                      "issue_id": issue["issue_id"], "level": "node",
                                      "node": "searcher", "source": "judge:quality"}
@@ -182,3 +182,72 @@ def test_micro_cluster_path_gives_the_same_groups() -> None:
 def test_empty_window() -> None:
     result = issues_offline([], CFG, now=1.0)
     assert result.issues == () and result.traces == 0 and result.assignments == ()
+
+
+def _one_problem_at_three_places() -> list[dict[str, object]]:
+    """The loop at system level (even traces), at node searcher (odd ones), and in hung runs
+    whose steps name no node and whose agent, travel_agent, was inferred."""
+    evs: list[dict[str, object]] = []
+    for i in range(9):
+        text = LOOP[i % 3].format(n=i + 3)
+        tid = f"{i:032x}"
+        if i % 3 == 0:
+            evs.append(evaluation(tid, [], [text]))
+        elif i % 3 == 1:
+            evs.append(evaluation(tid, [("searcher", text)]))
+        else:
+            hung = evaluation(tid, [("", text)], agent="travel_agent")
+            evs.append({**hung, "agent_source": "inferred_history"})
+    return evs
+
+
+def test_one_problem_across_levels_and_nodes_is_one_issue_with_a_breakdown() -> None:
+    result = issues_offline(_one_problem_at_three_places(), CFG, now=1.0)
+    (issue,) = result.issues
+    assert issue.traces == 9 and issue.critiques == 9
+    assert sorted(issue.nodes) == [("node", "searcher", 3, 3), ("node", "travel_agent", 3, 3),
+                                   ("system", "", 3, 3)]
+    assert (issue.level, issue.node) == ("system", "")  # ties: system level first
+    assert "root" not in {a.node for a in result.assignments}
+    assert to_json(result)["issues"][0]["nodes"][0] == {
+        "level": "system", "node": "", "critiques": 3, "traces": 3}
+    split = issues_offline(_one_problem_at_three_places(),
+                           IssuesConfig(age_out_s=1000.0, per_node=True), now=1.0)
+    assert sorted(i.node for i in split.issues) == ["", "searcher", "travel_agent"]
+
+
+def test_a_pooled_issue_keeps_its_id_when_its_main_node_changes() -> None:
+    conn = sqlite3.connect(":memory:")
+    evs = _one_problem_at_three_places()
+    first = _tracker(conn).run(evs[:6], now=1.0).issues[0]
+    second = _tracker(conn).run(evs[3:], now=2.0).issues[0]
+    assert second.issue_id == first.issue_id and not second.new
+
+
+def _hung(i: int) -> dict[str, object]:
+    """A run that never ended, its agent inferred from the service's history: no step names
+    a node; the non-termination detector reports it at the root (system) and on the last
+    LLM step (node)."""
+    return {"trace_id": f"{i:032x}", "agent": "travel_agent", "agent_source": "inferred_history",
+            "steps": [{"index": 0, "span_id": "a", "node": None},
+                      {"index": 1, "span_id": "b", "node": None}],
+            "findings": [
+                {"detector": "non_termination", "kind": "incomplete", "severity": "error",
+                 "message": "the run never finished: the root span did not end",
+                 "span_ids": []},
+                {"detector": "non_termination", "kind": "pending_tool_calls",
+                 "severity": "error", "span_ids": ["b"], "step_indexes": [1],
+                 "message": f"the run ended with tool calls that never ran (search_{i}) "
+                            "and no final answer"}]}
+
+
+def test_a_hung_run_is_one_issue_under_its_inferred_agent() -> None:
+    looping = [evaluation(f"{i:032x}", [("travel_agent", LOOP[i % 3].format(n=i))],
+                          agent="travel_agent") for i in range(6, 12)]
+    result = issues_offline([*map(_hung, range(6)), *looping], CFG, now=1.0)
+    hung = [i for i in result.issues if "never" in i.title]
+    assert len(hung) == 1 and hung[0].traces == 6 and hung[0].critiques == 12
+    assert hung[0].nodes == (("system", "", 6, 6), ("node", "travel_agent", 6, 6))
+    assert hung[0].title.endswith("(non_termination)") and hung[0].severity == "critical"
+    assert "root" not in {a.node for a in result.assignments}
+    assert len(result.issues) == 2  # and the loop, its own issue

@@ -36,7 +36,8 @@ def test_judge_names_a_new_issue_from_its_redacted_critiques(llm: FakeLLM) -> No
     assert "bob@example.com" not in sent and "- search repeated" in sent
 
     result = issues_offline(_evaluations(), IssuesConfig(), namer=namer)
-    assert [i.title for i in result.issues] == ["Agent repeats identical searches"]
+    # every member is the loop detector's finding: the title names it (outputs/issues/reading)
+    assert [i.title for i in result.issues] == ["Agent repeats identical searches (loop)"]
     assert result.issues[0].description == "The agent re-runs the same search."
 
 

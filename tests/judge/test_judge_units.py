@@ -9,11 +9,17 @@ from judge_fixtures import evaluation
 
 from otel_eval.app.config import build
 from otel_eval.base.configcheck import ConfigError
-from otel_eval.base.model import Finding
-from otel_eval.evaluate.judge.compact import MessageLog, parse_messages, trim
-from otel_eval.evaluate.judge.config import JudgeConfig, RedactionConfig, SamplingConfig
+from otel_eval.base.model import Evaluation, Finding, Step, ToolCall, Trajectory
+from otel_eval.evaluate.judge.compact import MessageLog, compact_json, parse_messages, trim
+from otel_eval.evaluate.judge.config import (
+    CompactionConfig,
+    JudgeConfig,
+    RedactionConfig,
+    SamplingConfig,
+)
 from otel_eval.evaluate.judge.limits import CostBudget, RateLimiter
 from otel_eval.evaluate.judge.redact import Redactor
+from otel_eval.evaluate.judge.render import render
 from otel_eval.evaluate.judge.sampling import sampled
 from otel_eval.evaluate.judge.scoring import overall
 from otel_eval.evaluate.judge.trials import Trial, pass_at_k, pass_hat_k, summarize
@@ -153,3 +159,28 @@ def test_config_builds_from_yaml_data_and_rejects_bad_values() -> None:
     assert "enabled[0]" in text and "nope: unknown key" in text
     with pytest.raises(ConfigError, match="tau_process"):
         build(JudgeConfig, {"tau_process": 2})
+
+
+def test_render_shows_the_reply_read_never_the_response_object() -> None:
+    """An output no reader understood as messages but whose text and calls were read (a
+    LangChain ``generations`` object): the judge sees the reply, not the object."""
+    raw = json.dumps({"generations": [[{"text": "", "message": {"lc": 1, "kwargs": {}}}]]})
+    step = Step(0, "s0", None, "llm", "chat", output_text=raw, answer="Checking.",
+                tool_calls=[ToolCall("get_weather", {"city": "P"}, "c0")])
+    run = Evaluation(Trajectory("t", "otlp", "complete", [step]))
+    text = render(run, CompactionConfig()).trajectory
+    assert "generations" not in text
+    assert 'assistant: Checking.\n  calls: get_weather({"city": "P"})' in text
+
+
+def test_parse_messages_of_non_message_lists_is_raw_text_not_a_crash() -> None:
+    """LangChain's batches (``{"messages": [[...]]}``) and LlamaIndex's reprs crashed the
+    judge's renderer (``AttributeError`` on a list / str item)."""
+    for text in ('{"messages": [[{"lc": 1}]]}', '{"messages": ["ChatMessage(role=...)"]}'):
+        assert [m.role for m in parse_messages(text)] == ["raw"]
+
+
+def test_json_tool_results_are_shown_without_the_spaces_and_texts_as_they_are() -> None:
+    assert compact_json('{"a": [1, 2], "b": "x, y: z"}') == '{"a":[1,2],"b":"x, y: z"}'
+    for text in ("plain, text: kept", "{not json", "[1, 2"):
+        assert compact_json(text) == text

@@ -51,7 +51,7 @@ def _edit(doc: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize(("key", "value", "problem"), [
     ("format", "sklearn-pickle", "format: expected 'otel-eval-predictor'"),
-    ("format_version", 99, "reads version 1, the file is version 99"),
+    ("format_version", 99, "reads versions (1, 2), the file is version 99"),
     ("features_version", 0, "train it again"),
     ("features", [], "features: expected a list of 1 to"),
     ("coefficients", [1.0], "coefficients: expected a list of"),

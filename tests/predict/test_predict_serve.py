@@ -92,8 +92,8 @@ def test_serve_with_a_model_predicts_and_tracks_its_auc(tmp_path: Path,
         assert f'otel_eval_prediction_rolling_auc{{agent="{AGENT}"}}' in metrics
 
 
-def test_serve_without_a_model_adds_no_prediction(tmp_path: Path) -> None:
-    with running_service(tmp_path) as h:
+def test_serve_with_the_model_turned_off_adds_no_prediction(tmp_path: Path) -> None:
+    with running_service(tmp_path, **{"prediction.model_path": ""}) as h:
         tid = _run(h.grpc_target, 1)
         assert h.release() == 1
         body = h.svc.store.get(tid)

@@ -39,10 +39,19 @@ def test_train_writes_a_model_that_eval_applies_to_every_trace(tau_slice: Path,
     assert len(set(ps)) > SLICE_RUNS // 2  # per trace, not a constant
 
 
-def test_without_a_model_there_is_no_prediction(tau_slice: Path) -> None:
-    done = otel_eval("eval", str(tau_slice), "--format", "jsonl")
+def test_with_the_model_turned_off_there_is_no_prediction(tau_slice: Path) -> None:
+    done = otel_eval("eval", str(tau_slice), "--model", "", "--format", "jsonl")
     assert done.returncode == 0, done.stderr
     assert all("prediction" not in row for row in _jsonl(done.stdout))
+
+
+def test_without_model_flags_every_record_gets_the_shipped_default(tau_slice: Path) -> None:
+    done = otel_eval("eval", str(tau_slice), "--format", "jsonl")
+    assert done.returncode == 0, done.stderr
+    rows = _jsonl(done.stdout)
+    assert rows and all(str(row["prediction"]["model"]).startswith("success-default@")
+                        for row in rows)
+    assert len({row["prediction"]["p_success"] for row in rows}) > len(rows) // 2
 
 
 def test_labels_file_wins_over_the_outcome_the_runs_carry(tau_slice: Path,
@@ -112,7 +121,7 @@ def test_the_table_shows_p_success_only_with_a_model(tau_slice: Path, tau_model:
     with_model = otel_eval("eval", str(tau_slice), "--model", str(tau_model)).stdout
     head, first = with_model.splitlines()[:2]
     assert head.split()[7] == "p_success" and 0.0 <= float(first.split()[7]) <= 1.0
-    assert "p_success" not in otel_eval("eval", str(tau_slice)).stdout
+    assert "p_success" not in otel_eval("eval", str(tau_slice), "--model", "").stdout
 
 
 def test_offline_prediction_is_made_again_with_the_judge_scores(tau_slice: Path,

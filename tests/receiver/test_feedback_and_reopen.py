@@ -5,6 +5,7 @@ enough to decide or replace a verdict."""
 from __future__ import annotations
 
 import json
+import urllib.request
 from pathlib import Path
 
 from support.harness import running_service
@@ -84,3 +85,29 @@ def test_assembler_keeps_the_sender_across_releases() -> None:
     asm.add([_root("ef" * 16)], 10.0)
     asm.tick(12.0)
     assert asm.add([_child(2, "ef" * 16)], 12.5, sender="a").reopened == 1
+
+
+def test_calibration_reads_the_recorded_outcomes_and_publishes_the_gauges(
+        tmp_path: Path) -> None:
+    """GET /v1/calibration on a running service: the judge's score of a run against the
+    outcome recorded through POST /v1/feedback, and the agreement gauges on /metrics."""
+    with running_service(tmp_path) as h:
+        _post(h.http_url, otlp.encode_spans([_root(), _child(2)]).SerializeToString(), PB)
+        assert h.release() == 1
+        judge = {"judges": {"trace": {"status": "ok", "scores": {"trace": 0.8}}}}
+        assert h.svc.store.put_judge(TRACE, h.svc.store.get(TRACE)["revision"], judge)
+        fb = json.dumps({"trace_id": TRACE, "outcome": "failure"}).encode()
+        assert _post(f"{h.admin_url}/v1/feedback", fb, "application/json")[0] == 200
+        with urllib.request.urlopen(f"{h.admin_url}/v1/calibration", timeout=30) as r:
+            found = json.loads(r.read())
+        assert found["labelled_runs"] == 1
+        # the default success model scores every run too: a p_success row beside the judge's
+        assert {g["score"] for g in found["groups"] if g["agent"] == "a"} == {
+            "trace", "p_success"}
+        row = next(g for g in found["groups"] if (g["agent"], g["score"]) == ("a", "trace"))
+        assert (row["runs"], row["failures"]) == (1, 1)
+        assert row["auc"] is None  # one outcome only: nothing to rank
+        assert row["kappa"] == 0.0  # 0.8 passes, the run failed: po = pe = 0
+        assert row["service"] == ""  # no service.name: labelled as on every per-trace metric
+        assert h.sample("otel_eval_judge_agreement_runs", service="unknown", agent="a",
+                        score="trace") == 1

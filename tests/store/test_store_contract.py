@@ -5,6 +5,7 @@ and the versioned migrations."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -256,6 +257,19 @@ def test_feedback_retention_and_window(store: EvaluationStore) -> None:
     assert store.count() == 7 and store.get(f"{3:032x}") is None
 
 
+def test_labelled_runs_join_each_outcome_to_its_evaluation_newest_first(
+        store: EvaluationStore) -> None:
+    store.put_many([_ev(i, agent=f"a{i}") for i in range(1, 5)])
+    store.put_feedback(f"{2:032x}", "success", 10)
+    store.put_feedback(f"{4:032x}", "failure", 30)
+    store.put_feedback(f"{3:032x}", "success", 20)
+    store.put_feedback("f" * 32, "failure", 40)  # no evaluation (deleted): not labelled
+    found = store.labelled(10)
+    assert [(o, b["agent"]) for o, b in found] == [("failure", "a4"), ("success", "a3"),
+                                                   ("success", "a2")]
+    assert [b["agent"] for _, b in store.labelled(1)] == ["a4"]
+
+
 def test_hostile_text_is_stored_and_found(store: EvaluationStore) -> None:
     """NUL (PostgreSQL text refuses it), lone surrogates' escapes, quotes: nothing fails, the
     body comes back as written, and a filter with the same value finds the row."""
@@ -383,3 +397,40 @@ def test_a_lost_connection_is_reopened(postgresql_url: str) -> None:
         assert store.count() == 2  # ... and the next one reconnects
     finally:
         store.close()
+
+
+def _turn(i: int, session: str | None, at: int, service: str = "shop") -> model.Evaluation:
+    ev = _ev(i, at=at, service=service)
+    ev.trajectory.session_id = session
+    return ev
+
+
+def test_sessions_are_read_from_the_turns_stored_by_any_writer(stores: Open) -> None:
+    """Turns of one conversation stored by two writers (two workers) make one session;
+    sessions list newest first by their last turn, with a keyset cursor."""
+    first, second = stores(), stores()
+    first.put_many([_turn(1, "a", T0 + 1), _turn(3, "b", T0 + 3), _turn(5, None, T0 + 5)])
+    second.put_many([_turn(2, "a", T0 + 2), _turn(4, "a", T0 + 4),
+                     _turn(6, "c", T0 + 6, service="other")])
+    reader = stores()
+    from otel_eval.store.sessions import SessionCursor, SessionQuery
+    q = SessionQuery()
+    assert reader.session_ids(q, None, 10) == [("c", T0 + 6), ("a", T0 + 4), ("b", T0 + 3)]
+    assert reader.session_ids(q, SessionCursor(T0 + 4, "a"), 10) == [("b", T0 + 3)]
+    assert reader.session_ids(SessionQuery(service="shop"), None, 1) == [("a", T0 + 4)]
+    assert reader.session_ids(SessionQuery(since_ns=T0 + 4, until_ns=T0 + 6), None, 9) == [
+        ("a", T0 + 4)]
+    bodies, total, last_ns = reader.session_turns("a", 2)
+    assert ([int(b["trace_id"], 16) for b in bodies], total, last_ns) == ([4, 2], 3, T0 + 4)
+    assert bodies[0]["session_id"] == "a"
+    assert reader.session_turns("nope", 5) == ([], 0, 0)
+
+
+def test_session_turns_are_cut_to_a_size(stores: Open) -> None:
+    store = stores()
+    store.put_many([_turn(i, "big", T0 + i) for i in range(1, 5)])
+    size = len(json.dumps(store.get(f"{4:032x}")))  # every turn's JSON is this long
+    bodies, total, _ = store.session_turns("big", 10, max_chars=2 * size + size // 2)
+    assert ([int(b["trace_id"], 16) for b in bodies], total) == ([4, 3], 4)
+    bodies, _, _ = store.session_turns("big", 10, max_chars=1)  # always the newest one
+    assert [int(b["trace_id"], 16) for b in bodies] == [4]

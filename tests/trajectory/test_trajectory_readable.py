@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from trajectory_factory import span, trace
 
 from otel_eval.base.model import CONTENT_CHARS, Evaluation
 from otel_eval.evaluate.config import TrajectoryConfig
+from otel_eval.evaluate.conventions.messages import request_messages
 from otel_eval.evaluate.trajectory import build_trajectory
 
 CFG = TrajectoryConfig()
@@ -83,3 +85,73 @@ def test_costs_are_kept_without_float_noise() -> None:
                  span("llm", "root", 1, {**CHAT, "gen_ai.usage.cost": 0.0000185 * 3}))
     assert 0.0000185 * 3 == 5.5499999999999994e-05  # what the spans give
     assert body["steps"][1]["cost_usd"] == 5.55e-05 and body["usage"]["cost_usd"] == 5.55e-05
+
+
+OI_LLM = {"openinference.span.kind": "LLM", "llm.model_name": "gpt-4o-mini"}
+OI_TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
+
+
+def test_an_openinference_request_and_response_object_read_as_messages_and_reply() -> None:
+    """``openinference-instrumentation-openai`` records the whole request and the
+    ChatCompletion: the step gets its prompt, its answer and its calls, not the objects."""
+    request = {"model": "gpt-4o-mini", "tools": OI_TOOLS, "messages": [
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "tool_calls": [{"id": "c0", "type": "function", "function": {
+            "name": "get_weather", "arguments": '{"city": "P"}'}}]},
+        {"role": "tool", "tool_call_id": "c0", "content": "sunny"}]}
+    response = {"id": "chatcmpl-1", "object": "chat.completion", "choices": [
+        {"index": 0, "finish_reason": "stop", "message": {
+            "role": "assistant", "content": "It is sunny.", "refusal": None}}],
+        "usage": {"prompt_tokens": 9}}
+    body = _body(span("root", None, 0, {"openinference.span.kind": "AGENT",
+                                        "agent.name": "a"}),
+                 span("llm", "root", 1, {**OI_LLM, "input.value": json.dumps(request),
+                                         "output.value": json.dumps(response)}))
+    llm = body["steps"][1]
+    assert (llm["prompt"], llm["answer"]) == ("sunny", "It is sunny.")
+    assert llm["finish_reasons"] == ["stop"]
+
+
+def test_an_anthropic_request_keeps_its_system_prompt_and_its_tool_use_is_a_call() -> None:
+    request = {"model": "claude", "system": "Be brief.",
+               "messages": [{"role": "user", "content": "Weather?"}]}
+    response = {"id": "msg_1", "type": "message", "role": "assistant", "content": [
+        {"type": "tool_use", "id": "t0", "name": "get_weather", "input": {"city": "P"}}]}
+    t = build_trajectory(trace(  # type: ignore[arg-type]
+        span("llm", None, 1, {**OI_LLM, "input.value": json.dumps(request),
+                              "output.value": json.dumps(response)})), CFG)
+    llm = t.llm_steps[0]
+    assert json.loads(llm.input_text or "")[0] == {"role": "system", "content": "Be brief."}
+    assert llm.prompt == "Weather?"
+    assert [(c.name, c.arguments, c.call_id) for c in llm.tool_calls] == [
+        ("get_weather", {"city": "P"}, "t0")]
+
+
+def test_langchain_serialized_input_reads_the_flattened_messages() -> None:
+    lc = {"messages": [[{"lc": 1, "type": "constructor", "kwargs": {"content": "Weather?"}}]]}
+    t = build_trajectory(trace(span("llm", None, 1, {  # type: ignore[arg-type]
+        **OI_LLM, "input.value": json.dumps(lc),
+        "llm.input_messages.0.message.role": "user",
+        "llm.input_messages.0.message.content": "Weather?"})), CFG)
+    assert json.loads(t.llm_steps[0].input_text or "") == [{"role": "user",
+                                                            "content": "Weather?"}]
+    assert t.llm_steps[0].prompt == "Weather?"
+
+
+@pytest.mark.parametrize("request_", [
+    {"model": "m", "messages": [{"role": "user", "content": "hi ]"}],
+     "tools": [{"name": "t", "parameters": {"required": ["city"]}}]},  # a list after it
+    {"messages": [{"content": "hi ]", "role": "user"}], "tools": [["x"]]},  # role not first
+    {"messages": [], "tools": []},
+    {"system": "Be brief.", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 9},
+])
+def test_a_request_s_messages_are_its_own_text_whatever_follows(request_: dict) -> None:
+    found = json.loads(request_messages(json.dumps(request_)) or "")
+    system = [{"role": "system", "content": request_["system"]}] if "system" in request_ else []
+    assert found == system + request_["messages"]
+
+
+def test_langchain_batches_and_reprs_are_no_request() -> None:
+    for raw in ('{"messages": [[{"lc": 1}]]}', '{"messages": ["ChatMessage(role=...)"]}',
+                '[{"role": "user", "content": "hi"}]', "plain"):
+        assert request_messages(raw) is None

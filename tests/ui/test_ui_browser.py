@@ -147,9 +147,41 @@ def test_the_issues_view_renders(browser: Browser, ui_url: str, artefacts: Path)
     assert "+5.0 pts" in rows[0]
     assert browser.js("document.querySelector(':target').id") == "issue-iss-loop-1"
     links = browser.js("[...document.querySelectorAll('table.issues a')].map(a => a.href)")
-    assert links == [ui_url + f"/ui/runs/{GUIDE_ID}"]  # javascript:alert(1) is no link
+    assert links == [ui_url + "/ui/issues/iss-loop-1/runs", ui_url + f"/ui/runs/{GUIDE_ID}",
+                     ui_url + "/ui/issues/iss-x/runs"]  # javascript:alert(1) is no link
     assert "<script>window.__pwned='issue'</script>" in rows[1]  # shown as text
     _shot(browser, artefacts, "issues")
+
+
+# Words of a header cell each on one line (none broken as "run s", "critiqu es"), and the
+# page no wider than the window.
+_HEADERS_WHOLE = """(() => [...document.querySelectorAll('table.issues th')]
+  .filter(th => th.offsetParent !== null).flatMap(th => {
+    const text = th.firstChild; let at = 0;
+    return th.textContent.split(' ').map(word => {
+      const r = document.createRange(); r.setStart(text, at); r.setEnd(text, at + word.length);
+      at += word.length + 1;
+      return [word, r.getClientRects().length];
+    });
+  }).filter(([, lines]) => lines !== 1))()"""
+
+
+@pytest.mark.parametrize("width", [1400, 800])
+def test_the_issues_view_fits_1400_and_800_px(browser: Browser, ui_url: str,
+                                              width: int) -> None:
+    browser.call("Emulation.setDeviceMetricsOverride", session=browser.session, width=width,
+                 height=900, deviceScaleFactor=1, mobile=False)
+    try:
+        browser.open(ui_url + "/ui/issues")
+        assert browser.js(_HEADERS_WHOLE) == []
+        assert browser.js("document.documentElement.scrollWidth") <= width
+        shown = browser.js("[...document.querySelectorAll('table.issues th')]"
+                           ".filter(th => th.offsetParent !== null).map(th => th.textContent)")
+        assert {"issue", "severity", "share of runs", "runs"} <= set(shown)
+        assert ("first seen" in shown) == (width > 1000)
+    finally:
+        browser.call("Emulation.setDeviceMetricsOverride", session=browser.session,
+                     width=1280, height=900, deviceScaleFactor=1, mobile=False)
 
 
 # (the hostile run's step 3, named by 20 MB, is cut from the stored result by the result

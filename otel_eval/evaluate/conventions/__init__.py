@@ -26,7 +26,7 @@ from typing import Any
 
 from otel_eval.base.model import Span, Step, StepKind
 from otel_eval.evaluate.conventions.adapter import Adapter, Attrs
-from otel_eval.evaluate.conventions.fields import read_fields, readers
+from otel_eval.evaluate.conventions.fields import plan, read_fields
 from otel_eval.evaluate.conventions.genai import GENAI, GENAI_LEGACY
 from otel_eval.evaluate.conventions.openinference import OPENINFERENCE
 from otel_eval.evaluate.conventions.openllmetry import OPENLLMETRY
@@ -94,15 +94,15 @@ def describe(step: Step, span: Span, attrs: Attrs) -> Adapter | None:
 
 
 def read_span(step: Step, span: Span,
-              attrs: Attrs) -> tuple[Adapter | None, list[Adapter]]:
+              attrs: Attrs) -> tuple[Adapter | None, tuple[Adapter, ...]]:
     """Classify ``span`` and fill ``step`` from every convention on it: (the marker's
     adapter or None, the conventions read in order of precedence)."""
-    kind, adapter = classify(span, attrs)
+    kind, shape = plan(span, attrs, ADAPTERS, classify)
+    adapter = shape.marker
     step.kind = kind
-    found = readers(adapter, span, attrs, ADAPTERS)
     if adapter is not None:
         step.convention = adapter.name
-        read_fields(step, span, attrs, found)
+        read_fields(step, span, attrs, shape)
     if kind == "tool" and step.call_id is None:
         for key in _CALL_ID_KEYS:
             value = as_str(attrs.get(key))
@@ -120,7 +120,7 @@ def read_span(step: Step, span: Span,
             if cost is not None:
                 step.cost_usd = as_float(cost)
                 break
-    return adapter, found
+    return adapter, shape.found
 
 
 def merge_tools(into: dict[str, Any], found: dict[str, Any]) -> None:

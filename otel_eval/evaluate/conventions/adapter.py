@@ -19,7 +19,7 @@ from otel_eval.base.model import Span, Step, StepKind
 Attrs = Mapping[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # one object per convention: identity
 class Adapter:
     name: str  # recorded as Step.convention (of the span's marker) and in Step.sources
     # kind of the span when it carries the convention's explicit marker, else None

@@ -21,19 +21,79 @@ per field, ``"<convention> <attribute>"`` of the value kept.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from otel_eval.base.model import Span, Step
+from otel_eval.base.model import Span, Step, StepKind
 from otel_eval.evaluate.conventions.adapter import Adapter, Attrs
 from otel_eval.evaluate.conventions.agent_names import agent_name, from_span_name
 from otel_eval.evaluate.conventions.genai import GENAI, GENAI_LEGACY
 
-__all__ = ["FIELDS", "merged_agent_name", "read_fields", "readers"]
+__all__ = ["FIELDS", "Plan", "merged_agent_name", "plan", "read_fields", "readers"]
 
 # The step fields a reader may supply (messages in/out are input_text/output_text).
 FIELDS = ("tool_name", "call_id", "arguments", "result", "input_text", "output_text", "reply",
           "tool_calls", "model", "input_tokens", "output_tokens", "finish_reasons")
 _GENAI_FAMILY = (GENAI, GENAI_LEGACY)
+
+
+# A span's marker (``conventions.classify``) and reader plan depend on its attribute keys and
+# on these few values only (the markers whose presence makes a convention's ``explicit`` /
+# ``implicit`` say a kind: a key present with a null value is no marker), and on whether the
+# span has the older GenAI content events. A convention whose ``explicit``, ``implicit`` or
+# ``present`` reads anything else to decide between None and a kind must be added here.
+_VALUE_MARKERS = ("gen_ai.operation.name", "openinference.span.kind", "traceloop.span.kind",
+                  "llm.request.type")
+_STR_MARKERS = ("ai.operationId",)
+_LEGACY_EVENTS = frozenset({"gen_ai.content.prompt", "gen_ai.content.completion"})
+_PLAN_CACHE = 4096  # plans kept (distinct key shapes); the cache is emptied when full
+Classify = Callable[[Span, Attrs], tuple[StepKind, Adapter | None]]
+
+
+class Plan:
+    """What reading a span of one shape takes: its marker's convention (and whether the
+    marker is explicit: the kind is then ``marker.explicit``'s, else ``marker.implicit``'s),
+    the conventions present, in order of precedence, and for each the ``Step.sources`` text
+    of every field it may supply (the first of its keys the shape has). Shared by every span
+    of the shape; never changed."""
+
+    __slots__ = ("explicit", "found", "marker", "sources")
+
+    def __init__(self, marker: Adapter | None, explicit: bool, found: list[Adapter],
+                 attrs: Attrs) -> None:
+        self.marker, self.explicit = marker, explicit
+        self.found = tuple(found)
+        self.sources = [{f: _source(a, f, attrs) for f in FIELDS} for a in found]
+
+
+_plans: dict[tuple[Any, ...], Plan] = {}
+
+
+def plan(span: Span, attrs: Attrs, adapters: Sequence[Adapter],
+         classify: Classify) -> tuple[StepKind, Plan]:
+    """(the span's kind, the reader plan of its shape): ``classify`` and ``readers`` run once
+    per shape (adapters, attribute keys, marker values' presence, content events); a span of
+    a known shape pays one call of its marker's ``explicit`` or ``implicit`` for its kind."""
+    get = attrs.get
+    shape = (adapters, frozenset(attrs),
+             *[get(k) is not None for k in _VALUE_MARKERS],
+             *[isinstance(get(k), str) for k in _STR_MARKERS],
+             bool(span.events) and any(e.name in _LEGACY_EVENTS for e in span.events))
+    found = _plans.get(shape)
+    if found is not None:
+        marker = found.marker
+        if marker is None:
+            return "other", found
+        kind = (marker.explicit if found.explicit else marker.implicit)(span, attrs)
+        if kind is not None:
+            return kind, found
+    kind, marker = classify(span, attrs)  # a new shape (or, never expected, a changed one)
+    explicit = marker is not None and marker.explicit(span, attrs) is not None
+    if len(_plans) >= _PLAN_CACHE:
+        _plans.clear()
+    found = _plans[shape] = Plan(marker, explicit, readers(marker, span, attrs, adapters),
+                                 attrs)
+    return kind, found
 
 
 def readers(marker: Adapter | None, span: Span, attrs: Attrs,
@@ -66,16 +126,18 @@ _LEGACY_KEYS = frozenset({"gen_ai.prompt", "gen_ai.completion", "gen_ai.usage.pr
                           "gen_ai.usage.completion_tokens"})
 
 
-def read_fields(step: Step, span: Span, attrs: Attrs, found: Sequence[Adapter]) -> None:
-    """Fill ``step`` (its kind already set) from every reader in ``found``, field by field."""
-    if len(found) == 1:  # the usual span: one convention, no merge to do
-        found[0].fill(step, span, attrs)
+def read_fields(step: Step, span: Span, attrs: Attrs, found: Plan) -> None:
+    """Fill ``step`` (its kind already set) from every reader of the plan, field by field."""
+    readers_ = found.found
+    if len(readers_) == 1:  # the usual span: one convention, no merge to do
+        readers_[0].fill(step, span, attrs)
+        sources = found.sources[0]
         for field in FIELDS:
             value = getattr(step, field)
             if value is not None and value != []:
-                step.sources[field] = _source(found[0], field, attrs)
+                step.sources[field] = sources[field]
     else:
-        for adapter in found:
+        for adapter, sources in zip(readers_, found.sources, strict=True):
             scratch = Step(step.index, step.span_id, step.parent_span_id, step.kind, step.name)
             adapter.fill(scratch, span, attrs)
             for field in FIELDS:
@@ -85,7 +147,7 @@ def read_fields(step: Step, span: Span, attrs: Attrs, found: Sequence[Adapter]) 
                 have = getattr(step, field)
                 if have is None or have == []:
                     setattr(step, field, value)
-                    step.sources[field] = _source(adapter, field, attrs)
+                    step.sources[field] = sources[field]
     if step.kind == "tool" and step.tool_name is None:
         step.tool_name = span.name
         step.sources["tool_name"] = "span name"

@@ -32,6 +32,9 @@ _OPERATIONS: dict[str, StepKind] = {
     "chat": "llm", "text_completion": "llm", "generate_content": "llm", "completion": "llm",
     "execute_tool": "tool", "invoke_agent": "agent", "invoke_workflow": "chain",
     "embeddings": "other", "create_agent": "other",
+    # a chat service's span around one user turn of a conversation, and the newer name of
+    # the invoke_agent / invoke_workflow internals: runs, read as wrappers like a workflow
+    "handle_conversation_turn": "chain", "gen_ai.invocation.internal": "chain",
 }
 # Operations that set an agent up and do nothing of a run (the GenAI conventions' create_agent:
 # "Create GenAI agent", typically when the agent object is built, before any invocation).

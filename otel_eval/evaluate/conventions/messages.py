@@ -10,9 +10,12 @@ None when nothing was recorded, so "unknown" never reads as "empty".
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from otel_eval.evaluate.conventions.values import parse_json
+
+_DECODER = json.JSONDecoder()
 
 
 def _content_text(content: Any) -> str | None:
@@ -77,3 +80,102 @@ def answer_text(raw: str | None) -> str | None:
         if text is not None:
             return text
     return None
+
+
+def request_messages(raw: str | None) -> str | None:
+    """The messages of a request-shaped input (``{"model", "messages", "tools", ...}``, what
+    ``openinference-instrumentation-openai`` / ``-anthropic`` record as ``input.value``) as a
+    JSON list, a top-level ``system`` (Anthropic) first; None when ``raw`` is not a request.
+
+    The list is the request's own text, cut out where the keys after it begin (found from the
+    end, parsing only those small keys): an agent resends its whole history on every call,
+    so decoding and re-encoding each input would cost the square of the run's length."""
+    if not raw or raw[:1] != "{" or '"messages"' not in raw:
+        return None
+    at = raw.find('"messages"')
+    colon = raw.find(":", at + 10)
+    start = raw.find("[", colon + 1)
+    if colon < 0 or start < 0 or raw[at + 10:colon].strip() or raw[colon + 1:start].strip():
+        return None
+    head = raw[start + 1:start + _HEAD_CHARS].lstrip()
+    if not (head.startswith("]") or (head.startswith("{") and '"role"' in head)):
+        return None  # LangChain's batches ([[...]]) or reprs: no chat request
+    found = _array_end(raw, start)
+    if found is None:
+        return None
+    end, rest = found
+    messages = raw[start:end]
+    before = parse_json("{" + raw[1:at].rstrip().rstrip(",") + "}") if at > 1 else {}
+    system = rest.get("system", before.get("system") if isinstance(before, dict) else None)
+    if isinstance(system, str | list) and system:
+        lead = json.dumps({"role": "system", "content": system}, ensure_ascii=False)
+        inner = messages[1:].lstrip()
+        return "[" + lead + ("]" if inner.startswith("]") else ", " + inner)
+    return messages
+
+
+# Characters after a request's "messages": [ read to tell a chat request from other shapes.
+_HEAD_CHARS = 300
+def _array_end(raw: str, start: int) -> tuple[int, dict[str, Any]] | None:
+    """(index after the messages list opened at ``start``, the request's keys after it).
+    The list ends at the ``]`` right after its last ``{"role": ...}`` message (that one
+    message decoded); when the messages do not start with their role, the list is decoded
+    whole."""
+    end = _after_last_message(raw, start)
+    if end < 0:
+        try:
+            found, end = _DECODER.raw_decode(raw, start)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(found, list):
+            return None
+    rest = raw[end:].strip()
+    tail = {} if rest == "}" else parse_json("{" + rest[1:]) if rest[:1] == "," else None
+    return (end, tail) if isinstance(tail, dict) else None
+
+
+def _after_last_message(raw: str, start: int) -> int:
+    """Index after the ``]`` that follows the last ``{"role": ...}`` object, else -1."""
+    if raw[start + 1:start + _HEAD_CHARS].lstrip().startswith("]"):
+        return raw.index("]", start) + 1  # no messages
+    at = raw.rfind('{"role"', start)
+    if at < 0:
+        return -1
+    try:
+        _, stop = _DECODER.raw_decode(raw, at)
+    except (ValueError, RecursionError):
+        return -1
+    close = len(raw) - len(raw[stop:].lstrip()) if raw[stop:stop + 1].isspace() else stop
+    return close + 1 if raw[close:close + 1] == "]" else -1
+
+
+def response_message(raw: str | None) -> dict[str, Any] | None:
+    """The reply message of a response-shaped output: OpenAI's ChatCompletion
+    (``{"choices": [{"message": ...}]}``, the first choice) or an Anthropic Message
+    (``{"type": "message", "role": "assistant", "content": [...]}``, its text and
+    ``tool_use`` blocks as an OpenAI-shaped message); None for anything else."""
+    if not raw or raw[:1] != "{" or ('"choices"' not in raw and '"message"' not in raw):
+        return None
+    data = parse_json(raw)
+    if not isinstance(data, dict):
+        return None
+    choices = data.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        msg = choices[0].get("message")
+        return dict(msg) if isinstance(msg, dict) else None
+    if data.get("type") == "message" and isinstance(data.get("content"), list):
+        return _anthropic_reply(data["content"])
+    return None
+
+
+def _anthropic_reply(blocks: list[Any]) -> dict[str, Any]:
+    texts = [b["text"] for b in blocks if isinstance(b, dict) and b.get("type") == "text"
+             and isinstance(b.get("text"), str)]
+    calls = [{"id": b.get("id"), "type": "function",
+              "function": {"name": b.get("name"),
+                           "arguments": json.dumps(b.get("input"), ensure_ascii=False)}}
+             for b in blocks if isinstance(b, dict) and b.get("type") == "tool_use"]
+    out: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts) if texts else None}
+    if calls:
+        out["tool_calls"] = calls
+    return out

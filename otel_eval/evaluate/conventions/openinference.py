@@ -19,11 +19,17 @@ smolagents' ``{"args", "kwargs"}`` are taken off by ``trajectory.envelopes``).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from otel_eval.base.model import Span, Step, StepKind, ToolCall
 from otel_eval.evaluate.conventions.adapter import Adapter, Attrs
 from otel_eval.evaluate.conventions.agent_names import agent_name
+from otel_eval.evaluate.conventions.messages import (
+    message_text,
+    request_messages,
+    response_message,
+)
 from otel_eval.evaluate.conventions.values import (
     as_int,
     as_str,
@@ -108,15 +114,79 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
     step.output_tokens = as_int(attrs.get("llm.token_count.completion"))
     step.input_text = as_str(attrs.get("input.value"))
     if kind == "llm":
-        step.model = as_str(attrs.get("llm.model_name"))
-        step.output_text = as_str(attrs.get("output.value"))
-        step.tool_calls = _tool_calls(attrs)
-        step.finish_reasons = _finish_reasons(step.output_text)
-        # output.value is the framework's raw object (LangChain generations, a LlamaIndex
-        # repr); the flattened message holds the reply itself
-        step.reply = as_str(attrs.get("llm.output_messages.0.message.content"))
+        _fill_llm(step, attrs)
     else:
         step.result = as_str(attrs.get("output.value"))
+
+
+def _fill_llm(step: Step, attrs: Attrs) -> None:
+    """An LLM step. ``input.value`` / ``output.value`` hold whatever the instrumentation
+    serialised: the OpenAI and Anthropic instrumentations record the whole request
+    (``model``, ``messages``, ``tools``) and the provider's response object; those are read
+    as the request's messages and the reply message (text and tool calls), so the step has a
+    prompt and an answer and no reader downstream sees a raw response object. Other shapes
+    (LangChain generations, a LlamaIndex repr) stay as carried; the flattened message holds
+    the reply itself."""
+    step.model = as_str(attrs.get("llm.model_name"))
+    step.input_text = (request_messages(step.input_text) or _flat_input(step.input_text, attrs)
+                       or step.input_text)
+    output = as_str(attrs.get("output.value"))
+    step.finish_reasons = _finish_reasons(output)
+    reply = response_message(output)
+    step.output_text = json.dumps([reply], ensure_ascii=False) if reply else output
+    step.tool_calls = _tool_calls(attrs)
+    if not step.tool_calls and reply:
+        step.tool_calls = _reply_calls(reply)
+    step.reply = as_str(attrs.get("llm.output_messages.0.message.content"))
+    if step.reply is None and reply:
+        step.reply = message_text(reply)
+
+
+_IN_PREFIX = "llm.input_messages."
+
+
+def _flat_input(raw: str | None, attrs: Attrs) -> str | None:
+    """The flattened input messages ``llm.input_messages.N.message.*`` as a JSON list of chat
+    messages, when ``input.value`` is not one (LangChain's serialized batches, a LlamaIndex
+    repr); None when it is, or when none were flattened."""
+    if (raw and raw[:2] == '[{') or _IN_PREFIX + "0.message.role" not in attrs:
+        return None
+    found: dict[int, dict[str, Any]] = {}
+    for key, value in attrs.items():
+        if not key.startswith(_IN_PREFIX):
+            continue
+        head, _, field = key[len(_IN_PREFIX):].partition(".message.")
+        if not head.isdigit():
+            continue
+        msg = found.setdefault(int(head), {})
+        if field in ("role", "content", "tool_call_id", "name"):
+            msg[field] = value
+        elif field.startswith("tool_calls.") and ".tool_call." in field:
+            call_idx, _, part = field[len("tool_calls."):].partition(".tool_call.")
+            calls = msg.setdefault("calls", {})
+            calls.setdefault(call_idx, {})[part] = value
+    return json.dumps([_flat_message(m) for _, m in sorted(found.items())], ensure_ascii=False)
+
+
+def _flat_message(fields: dict[str, Any]) -> dict[str, Any]:
+    calls = fields.pop("calls", {})
+    if calls:
+        fields["tool_calls"] = [
+            {"id": c.get("id"), "type": "function",
+             "function": {"name": c.get("function.name"), "arguments": c.get("function.arguments")}}
+            for _, c in sorted(calls.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0)]
+    return fields
+
+
+def _reply_calls(reply: dict[str, Any]) -> list[ToolCall]:
+    """Tool calls of a reply message read from the response object (OpenAI shape)."""
+    calls = []
+    for call in reply.get("tool_calls") or ():
+        fn = call.get("function") if isinstance(call, dict) else None
+        if isinstance(fn, dict) and fn.get("name"):
+            calls.append(ToolCall(str(fn["name"]), parse_json(fn.get("arguments")),
+                                  as_str(call.get("id"))))
+    return calls
 
 
 def _finish_reasons(output: str | None) -> list[str]:

@@ -23,6 +23,8 @@ DETECTOR_NAMES: tuple[str, ...] = (
 BUDGET_NAMES: tuple[str, ...] = (
     "steps", "llm_calls", "tool_calls", "input_tokens", "output_tokens", "cost_usd", "duration_s",
 )
+# Budgets of a whole conversation (``sessions.session_turns``), also set by ``--budget``.
+SESSION_BUDGET_NAMES: tuple[str, ...] = ("session_turns",)
 
 
 def budget_problem(value: float) -> str | None:
@@ -38,14 +40,16 @@ def parse_budget(text: str) -> tuple[str, float]:
     name, raw = name.strip(), raw.strip()
     if not sep or not name or not raw:
         raise ValueError(f"budget {text!r}: expected NAME=VALUE, e.g. steps=20")
-    if name not in BUDGET_NAMES:
+    if name not in BUDGET_NAMES + SESSION_BUDGET_NAMES:
         raise ValueError(f"budget {text!r}: unknown name {name!r} "
-                         f"(known: {', '.join(BUDGET_NAMES)})")
+                         f"(known: {', '.join(BUDGET_NAMES + SESSION_BUDGET_NAMES)})")
     try:
         value = float(raw)
     except ValueError:
         raise ValueError(f"budget {text!r}: {raw!r} is not a number") from None
     problem = budget_problem(value)
+    if problem is None and name in SESSION_BUDGET_NAMES and not value.is_integer():
+        problem = f"must be a whole number of turns, got {raw!r}"
     if problem:
         raise ValueError(f"budget {text!r}: {problem}")
     return name, value

@@ -19,8 +19,11 @@ from otel_eval.evaluate.detectors.canonical import canonical_arguments
 from otel_eval.evaluate.judge.compact import (
     Message,
     MessageLog,
+    compact_json,
+    is_raw_object,
     normalize,
     parse_messages,
+    reply_message,
     trim,
 )
 from otel_eval.evaluate.judge.config import CompactionConfig
@@ -58,12 +61,13 @@ def turns(trajectory: Trajectory) -> tuple[StepRef, ...]:
                          turn[-1].index) for s, turn in refs)
 
 
-def _json_text(value: Any) -> str:
+def _json_text(value: Any, separators: tuple[str, str] | None = None) -> str:
     if value is None:
         return ""
     if isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str,
+                      separators=separators)
 
 
 class _Renderer:
@@ -95,6 +99,9 @@ class _Renderer:
             lines.append(" input (new messages):")
             lines.extend(self.message(m, inbound=True) for m in new)
         out = parse_messages(step.output_text)
+        if is_raw_object(out) and (step.answer is not None or step.tool_calls):
+            # never the response object whose text and calls were read: what was read
+            out = [reply_message(step.answer, [(c.name, c.arguments) for c in step.tool_calls])]
         self.log.mark(out)
         self.called = {a for m in out for a in m.call_args}
         self.called.update(normalize(line) for m in out for line in m.content.splitlines())
@@ -115,15 +122,16 @@ class _Renderer:
                      or (lines and all(n in self.called for n in lines))):
             return "(as called)"
         self.log.mark_text(text)
-        return trim(text, self.c.max_message_chars, self.c.head_ratio)
+        return trim(_json_text(arguments, (",", ":")), self.c.max_message_chars,
+                    self.c.head_ratio)
 
     def tool(self, step: Step) -> list[str]:
         args = self.arguments(step.arguments)
         head = f"[step {step.index}] tool {step.tool_name or step.name}"
         lines = [head + (" status=error" if step.status == "error" else "") + f" args: {args}"]
         if step.result is not None:
-            lines.append(" result: " + trim(step.result, self.c.max_tool_output_chars,
-                                            self.c.head_ratio))
+            lines.append(" result: " + trim(compact_json(step.result),
+                                            self.c.max_tool_output_chars, self.c.head_ratio))
             self.log.mark([Message("tool", step.result)])  # not again as the next input
         if step.error:
             lines.append(f" error: {trim(step.error, self.c.max_message_chars)}")

@@ -1,6 +1,7 @@
 """Stage: predict. An evaluation -> ``prediction: {p_success, model}`` from a trained model.
 
-    Evaluation -> features (no LLM, outcome-blind) -> Model (JSON file, plain Python)
+    Evaluation -> features (no LLM, outcome-blind)  \
+               -> run text -> TF-IDF terms        -> Model (JSON file, plain Python)
       -> {"p_success": 0.83, "model": "success@3f2a9c0e1b7d"}
 
 ``Predictor`` is a pure function of the evaluation, so it runs wherever evaluation runs
@@ -15,6 +16,7 @@ from typing import Any
 from otel_eval.base.model import Evaluation
 from otel_eval.evaluate.predict.features import features
 from otel_eval.evaluate.predict.modelfile import Model, ModelFileError, load_model
+from otel_eval.evaluate.predict.text import run_text
 
 __all__ = ["Model", "ModelFileError", "Predictor", "load_model"]
 
@@ -30,5 +32,6 @@ class Predictor:
         return cls(load_model(path))
 
     def predict(self, evaluation: Evaluation) -> dict[str, Any]:
-        p = self.model.p_success(features(evaluation))
+        text = run_text(evaluation) if self.model.text is not None else ""
+        p = self.model.p_success(features(evaluation), text)
         return {"p_success": round(p, 4), "model": self.model.label}

@@ -1,24 +1,33 @@
 """Configuration of the success predictor (stage: predict).
 
-Off unless ``model_path`` names a model file written by ``otel-eval train``: without a model
-no trace gets a ``prediction`` (never a default value). Set it in YAML, with ``${ENV}``
-substitution (``model_path: ${OTEL_EVAL_MODEL:-}``), or with ``--model`` on ``serve`` and
-``eval``.
+On by default with the model shipped in the package (``model_path: default``: trained on
+the public dev runs, docs/prediction.md says on what and how well); a path names a model
+file written by ``otel-eval train`` (your own labelled runs); empty turns prediction off (no
+trace then gets a ``prediction``, never a default value). Set it in YAML, with ``${ENV}``
+substitution (``model_path: ${OTEL_EVAL_MODEL:-default}``), or with ``--model`` on ``serve``
+and ``eval``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from otel_eval.base.configcheck import validate
 from otel_eval.telemetry.auc import AUC_MIN_PER_CLASS, AUC_WINDOW
 
+DEFAULT_MODEL = "default"
+# The model shipped in the package (bench/README.md, "Success prediction": how it was trained).
+DEFAULT_MODEL_FILE = Path(__file__).resolve().parent / "models" / "default.model.json"
+
 
 @dataclass(frozen=True)
 class PredictionConfig:
-    # Model file written by `otel-eval train` (JSON, versioned; never code). Empty: no
-    # prediction. Checked at startup: a file that cannot be used stops `serve` with the reason.
-    model_path: str = ""
+    # The success model: `default` (shipped in the package, trained on the public dev runs of
+    # tau-bench airline and SWE-bench mini-swe-agent), a model file written by `otel-eval
+    # train` (JSON, versioned; never code), or empty for no prediction. Checked at startup: a
+    # file that cannot be used stops `serve` with the reason. Default: default.
+    model_path: str = DEFAULT_MODEL
     # Labelled predictions (outcome attribute or POST /v1/feedback) kept per agent for the
     # rolling AUC gauge, most recent first; memory is O(window x agents). Default 1000.
     auc_window: int = AUC_WINDOW
@@ -32,3 +41,8 @@ class PredictionConfig:
     @property
     def enabled(self) -> bool:
         return bool(self.model_path)
+
+    @property
+    def model_file(self) -> str:
+        """The file ``model_path`` names (the packaged one for ``default``)."""
+        return str(DEFAULT_MODEL_FILE) if self.model_path == DEFAULT_MODEL else self.model_path

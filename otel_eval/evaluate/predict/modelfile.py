@@ -12,7 +12,14 @@ only ``otel-eval train`` imports scikit-learn (otel_eval.evaluate.predict.train)
                 "clip": 4.0},                             # |standardized| <= clip (optional)
      "coefficients": [...], "intercept": z0,              # logistic regression
      "calibration": {"method": "platt", "a": a, "b": b},  # p = 1 / (1 + exp(-(a*z + b)))
+     "text": {"text_version": 1, "terms": [...],          # optional (format_version 2):
+              "idf": [...], "coefficients": [...],        # a logistic regression over the
+              "intercept": zt0},                          # run's TF-IDF terms (predict.text)
      "training": {...}}                                    # summary, free-form, not read
+
+With ``text``, calibration is ``{"method": "stack", "a": [a_counts, a_text], "b": b}``:
+p = 1 / (1 + exp(-(a_counts*z + a_text*zt + b))), the two scores stacked on out-of-fold
+values. Files of format_version 1 (counts only) still load.
 
 ``version`` is a hash of the parameters: two files with the same version predict the same.
 """
@@ -27,9 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from otel_eval.evaluate.predict.features import FEATURES_VERSION
+from otel_eval.evaluate.predict.text import TEXT_VERSION, terms
 
 FORMAT = "otel-eval-predictor"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+MAX_TERMS = 50_000
 MAX_FILE_BYTES = 16 * 1024 * 1024  # a model of 10,000 features is ~1 MB
 MAX_FEATURES = 10_000
 MAX_NAME_CHARS = 200
@@ -47,6 +57,29 @@ def _reject_constant(name: str) -> float:
 
 
 @dataclass(frozen=True)
+class TextModel:
+    """A linear model over a run's TF-IDF terms (sublinear tf, l2-normalized)."""
+
+    terms: dict[str, tuple[float, float]]  # term -> (idf, coefficient)
+    intercept: float
+
+    def score(self, text: str) -> float:
+        counts: dict[str, int] = {}
+        for term in terms(text):
+            if term in self.terms:
+                counts[term] = counts.get(term, 0) + 1
+        weighted = [(1.0 + math.log(n)) * self.terms[t][0] for t, n in counts.items()]
+        norm = math.sqrt(sum(w * w for w in weighted)) or 1.0
+        return self.intercept + sum(w / norm * self.terms[t][1]
+                                    for w, t in zip(weighted, counts, strict=True))
+
+
+def _logistic(u: float) -> float:
+    """1 / (1 + exp(-u)) without overflow for large |u|."""
+    return 1.0 / (1.0 + math.exp(-u)) if u >= 0 else math.exp(u) / (1.0 + math.exp(u))
+
+
+@dataclass(frozen=True)
 class Model:
     """A loaded, validated model: ``p_success(features)`` in O(features)."""
 
@@ -61,12 +94,21 @@ class Model:
     platt_b: float
     training: dict[str, Any]
     clip: float | None = None  # standardized values are clipped to +-clip (None: not)
+    text: TextModel | None = None  # with it, platt_text weighs its score (stacked)
+    platt_text: float = 0.0
 
     @property
     def label(self) -> str:
         return f"{self.name}@{self.version}"
 
-    def p_success(self, values: dict[str, float]) -> float:
+    def p_success(self, values: dict[str, float], text: str = "") -> float:
+        u = self.platt_a * self.score(values) + self.platt_b
+        if self.text is not None:
+            u += self.platt_text * self.text.score(text)
+        return _logistic(u)
+
+    def score(self, values: dict[str, float]) -> float:
+        """The counts' linear score (before calibration)."""
         z, clip = self.intercept, self.clip
         for name, m, s, w in zip(self.features, self.mean, self.scale, self.coefficients,
                                  strict=True):
@@ -74,15 +116,13 @@ class Model:
             if clip is not None:
                 v = -clip if v < -clip else clip if v > clip else v
             z += w * v
-        u = self.platt_a * z + self.platt_b
-        # the logistic function without overflow for large |u|
-        return 1.0 / (1.0 + math.exp(-u)) if u >= 0 else math.exp(u) / (1.0 + math.exp(u))
+        return z
 
 
 def parameters_version(doc: dict[str, Any]) -> str:
     """The hash of what decides predictions (features, scaler, weights, calibration)."""
     keys = ("features_version", "features", "scaler", "coefficients", "intercept",
-            "calibration")
+            "calibration", "text")
     text = json.dumps({k: doc.get(k) for k in keys}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
@@ -113,9 +153,9 @@ def _header(doc: Any) -> None:
     if doc.get("format") != FORMAT:
         raise ValueError(f"format: expected {FORMAT!r}, got {doc.get('format')!r} (not an "
                          "otel-eval model; `otel-eval train` writes one)")
-    if doc.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"format_version: this otel-eval reads version {FORMAT_VERSION}, the "
-                         f"file is version {doc.get('format_version')!r}")
+    if doc.get("format_version") not in READABLE_VERSIONS:
+        raise ValueError(f"format_version: this otel-eval reads versions {READABLE_VERSIONS}, "
+                         f"the file is version {doc.get('format_version')!r}")
     if doc.get("features_version") != FEATURES_VERSION:
         raise ValueError(f"features_version: this otel-eval computes features version "
                          f"{FEATURES_VERSION}, the model was trained on "
@@ -141,8 +181,8 @@ def from_document(doc: Any) -> Model:
     clip = scaler.get("clip")
     if clip is not None and not _number(clip, "scaler.clip") > 0:
         raise ValueError("scaler.clip: must be > 0")
-    if not isinstance(cal, dict) or cal.get("method") != "platt":
-        raise ValueError("calibration: expected {\"method\": \"platt\", \"a\": ..., \"b\": ...}")
+    text = _text_model(doc.get("text"))
+    a, a_text = _calibration(cal, text is not None)
     training = doc.get("training", {})
     if not isinstance(training, dict):
         raise ValueError("training: expected an object")
@@ -150,11 +190,41 @@ def from_document(doc: Any) -> Model:
                   features, _numbers("scaler.mean", scaler.get("mean"), n), scale,
                   _numbers("coefficients", doc.get("coefficients"), n),
                   _number(doc.get("intercept"), "intercept"),
-                  _number(cal.get("a"), "calibration.a"), _number(cal.get("b"), "calibration.b"),
-                  training, None if clip is None else float(clip))
+                  a, _number(cal.get("b"), "calibration.b"),
+                  training, None if clip is None else float(clip), text, a_text)
     if "@" in model.name:
         raise ValueError("name: must not contain '@'")
     return model
+
+
+def _text_model(doc: Any) -> TextModel | None:
+    if doc is None:
+        return None
+    if not isinstance(doc, dict) or doc.get("text_version") != TEXT_VERSION:
+        raise ValueError(f"text: expected an object with text_version {TEXT_VERSION}")
+    names = doc.get("terms")
+    if not isinstance(names, list) or not 0 < len(names) <= MAX_TERMS:
+        raise ValueError(f"text.terms: expected a list of 1 to {MAX_TERMS} terms")
+    words = [_text(n, "text.terms[]") for n in names]
+    idf = _numbers("text.idf", doc.get("idf"), len(words))
+    coefficients = _numbers("text.coefficients", doc.get("coefficients"), len(words))
+    table = {w: (i, c) for w, i, c in zip(words, idf, coefficients, strict=True)}
+    if len(table) != len(words):
+        raise ValueError("text.terms: terms repeat")
+    return TextModel(table, _number(doc.get("intercept"), "text.intercept"))
+
+
+def _calibration(cal: Any, stacked: bool) -> tuple[float, float]:
+    """(a for the counts' score, a for the text's score)."""
+    if stacked:
+        if not isinstance(cal, dict) or cal.get("method") != "stack":
+            raise ValueError('calibration: expected {"method": "stack", "a": [a_counts, '
+                             'a_text], "b": ...} (a model with text)')
+        a, a_text = _numbers("calibration.a", cal.get("a"), 2)
+        return a, a_text
+    if not isinstance(cal, dict) or cal.get("method") != "platt":
+        raise ValueError('calibration: expected {"method": "platt", "a": ..., "b": ...}')
+    return _number(cal.get("a"), "calibration.a"), 0.0
 
 
 def load_model(path: str | Path) -> Model:

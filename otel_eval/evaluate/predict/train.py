@@ -1,9 +1,13 @@
 """Stage: predict (training). Labelled runs -> a calibrated model file (``otel-eval train``).
 
     paths -> EvalRun (the same evaluation as ``eval``) -> features (outcome-blind)
+      + the run's text (``predict.text``)
       + labels (LABELS files, else the outcome the runs carry: tau-bench ``reward``, the
-        outcome attribute) -> standardize -> logistic regression
-      -> Platt scaling fitted on out-of-fold scores (folds grouped by task) -> JSON model file
+        outcome attribute)
+      -> counts: standardize -> logistic regression
+      -> text: TF-IDF over word 1-2-grams -> logistic regression
+      -> the two scores stacked (a logistic regression on their out-of-fold values, folds
+         grouped by task: calibrated probabilities) -> JSON model file
 
 The only module that imports scikit-learn and numpy (lazily, inside the functions), so
 ``serve`` and ``eval`` never load them. Hyperparameters are fixed here (``HYPERPARAMETERS``),
@@ -35,6 +39,7 @@ from otel_eval.evaluate.predict.features import (
     features,
 )
 from otel_eval.evaluate.predict.modelfile import FORMAT, FORMAT_VERSION, Model, write_model
+from otel_eval.evaluate.predict.text import TEXT_VERSION, run_text, terms
 
 if TYPE_CHECKING:
     import argparse
@@ -57,6 +62,12 @@ HYPERPARAMETERS: dict[str, Any] = {
     # the training range (another agent's token counts) does not extrapolate the line
     "clip": 4.0,
     "calibration": "platt on out-of-fold scores", "folds": 5, "fold_groups": "task id",
+    # the text model (predict.text): TF-IDF (sublinear tf, l2) over word 1-2-grams seen in
+    # >= text_min_df training runs, the text_max_terms most frequent; L2 logistic regression
+    # with C = text_C. Chosen by task-disjoint cross-validation on the dev half of tau-bench
+    # and SWE-bench (bench/README.md, "Success prediction"); with text, the two scores are
+    # standardized on their out-of-fold values, summed and Platt-scaled.
+    "text_min_df": 2, "text_max_terms": 8000, "text_C": 10.0,
 }
 MAX_LABEL_LINE_CHARS = 4096
 
@@ -88,6 +99,7 @@ class Row:
     label: bool
     group: str
     source: str
+    text: str = ""
 
 
 def _outcome(value: Any, where: str) -> bool:
@@ -155,9 +167,13 @@ def rows_from(evaluations: Iterable[Evaluation], labels: Labels) -> tuple[list[R
         if label is None or ev.error is not None:
             unlabelled += 1
             continue
-        t = ev.trajectory
-        rows.append(Row(features(ev), label, t.task_id or t.trace_id, t.source))
+        rows.append(row(ev, label))
     return rows, unlabelled
+
+
+def row(ev: Evaluation, label: bool) -> Row:
+    t = ev.trajectory
+    return Row(features(ev), label, t.task_id or t.trace_id, t.source, run_text(ev))
 
 
 def vocabulary(rows: list[Row]) -> list[str]:
@@ -207,12 +223,31 @@ def standardized(x: Any, mean: Any, scale: Any) -> Any:
     return np.clip((x - mean) / scale, -clip, clip)
 
 
-def _out_of_fold(x: Any, y: Any, groups: list[str]) -> tuple[Any, Any]:
-    """Out-of-fold decision values (folds grouped by task) and which rows got one."""
+def _fit_text(texts: list[str], y: Any) -> tuple[Any, Any] | None:
+    """(fitted TfidfVectorizer, LogisticRegression) on the runs' texts; None when no term
+    is frequent enough (a few short runs)."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+
+    hp = HYPERPARAMETERS
+    vectorizer = TfidfVectorizer(analyzer=terms, min_df=hp["text_min_df"],
+                                 max_features=hp["text_max_terms"], sublinear_tf=True)
+    try:
+        m = vectorizer.fit_transform(texts)
+    except ValueError:  # empty vocabulary
+        return None
+    lr = LogisticRegression(C=hp["text_C"], max_iter=hp["max_iter"]).fit(m, y)
+    return vectorizer, lr
+
+
+def _out_of_fold(x: Any, y: Any, groups: list[str],
+                 texts: list[str]) -> tuple[Any, Any, Any]:
+    """Out-of-fold decision values of the counts and of the text (folds grouped by task;
+    the text's are 0 where its fold had no vocabulary) and which rows got one."""
     import numpy as np
     from sklearn.model_selection import GroupKFold
 
-    z = np.zeros(len(y))
+    z, zt = np.zeros(len(y)), np.zeros(len(y))
     done = np.zeros(len(y), dtype=bool)
     folds = min(HYPERPARAMETERS["folds"], len(set(groups)))
     for train, test in GroupKFold(n_splits=folds).split(x, y, groups):
@@ -220,8 +255,35 @@ def _out_of_fold(x: Any, y: Any, groups: list[str]) -> tuple[Any, Any]:
             continue  # a fold whose training part holds one class predicts nothing
         mean, scale, lr = _fit_linear(x[train], y[train])
         z[test] = lr.decision_function(standardized(x[test], mean, scale))
+        text = _fit_text([texts[i] for i in train], y[train])
+        if text is not None:
+            zt[test] = text[1].decision_function(text[0].transform([texts[i] for i in test]))
         done[test] = True
-    return z, done
+    return z, zt, done
+
+
+def _stack(z: Any, zt: Any, y: Any) -> tuple[list[float], float, dict[str, Any]]:
+    """The two scores combined: each standardized by its out-of-fold spread and summed with
+    equal weights (on runs this few, weights learned on the folds' scores overfit), then
+    Platt-scaled: ([a_counts, a_text], b), and the out-of-fold figures of each and of both."""
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import brier_score_loss, roc_auc_score
+
+    if len(set(y.tolist())) < 2:
+        return [1.0, 0.0], 0.0, {"calibrated": False}
+    spread = [float(np.std(v)) or 1.0 for v in (z, zt)]
+    both = (z / spread[0] + zt / spread[1]).reshape(-1, 1)
+    platt = LogisticRegression(C=1e6, max_iter=1000).fit(both, y)
+    p = platt.predict_proba(both)[:, 1]
+    k = float(platt.coef_[0][0])
+    return [k / spread[0], k / spread[1]], float(platt.intercept_[0]), {
+        "calibrated": True, "runs": len(y), "auc": round(float(roc_auc_score(y, p)), 4),
+        "auc_counts": round(float(roc_auc_score(y, z)), 4),
+        "auc_text": round(float(roc_auc_score(y, zt)), 4),
+        "brier": round(float(brier_score_loss(y, p)), 4),
+        "note": "out-of-fold on the training runs; Brier is after the Platt fit on the same "
+                "scores (slightly optimistic)"}
 
 
 def _platt(z: Any, y: Any) -> tuple[float, float, dict[str, Any]]:
@@ -252,8 +314,17 @@ def fit(rows: list[Row], name: str = "success") -> dict[str, Any]:
     y = np.array([int(r.label) for r in rows])
     groups = [r.group for r in rows]
     mean, scale, lr = _fit_linear(x, y)
-    z, done = _out_of_fold(x, y, groups)
-    a, b, cv = _platt(z[done], y[done])
+    texts = [r.text for r in rows]
+    text = _fit_text(texts, y)
+    z, zt, done = _out_of_fold(x, y, groups, texts)
+    doc: dict[str, Any] = {}
+    if text is None:
+        a, b, cv = _platt(z[done], y[done])
+        doc["calibration"] = {"method": "platt", "a": a, "b": b}
+    else:
+        coefs, b, cv = _stack(z[done], zt[done], y[done])
+        doc["calibration"] = {"method": "stack", "a": coefs, "b": b}
+        doc["text"] = _text_document(*text)
     return {
         "format": FORMAT, "format_version": FORMAT_VERSION, "name": name,
         "features_version": FEATURES_VERSION, "features": names,
@@ -261,7 +332,7 @@ def fit(rows: list[Row], name: str = "success") -> dict[str, Any]:
                    "clip": HYPERPARAMETERS["clip"]},
         "coefficients": [float(v) for v in lr.coef_[0]],
         "intercept": float(lr.intercept_[0]),
-        "calibration": {"method": "platt", "a": a, "b": b},
+        **doc,
         "training": {
             "runs": len(rows), "successes": int(y.sum()), "tasks": len(set(groups)),
             "sources": sorted({r.source for r in rows})[:20],
@@ -270,6 +341,14 @@ def fit(rows: list[Row], name: str = "success") -> dict[str, Any]:
             "trained_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         },
     }
+
+
+def _text_document(vectorizer: Any, lr: Any) -> dict[str, Any]:
+    vocabulary = sorted(vectorizer.vocabulary_.items(), key=lambda kv: kv[1])
+    return {"text_version": TEXT_VERSION, "terms": [t for t, _ in vocabulary],
+            "idf": [float(vectorizer.idf_[i]) for _, i in vocabulary],
+            "coefficients": [float(lr.coef_[0][i]) for _, i in vocabulary],
+            "intercept": float(lr.intercept_[0])}
 
 
 def train(run: EvalRun, labels: Labels, out: str, name: str) -> tuple[Model, int]:

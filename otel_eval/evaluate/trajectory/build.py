@@ -47,6 +47,8 @@ output are read last. Promises:
   the last LLM answer when the agent's result only wraps it, as a graph state or a repr);
   what no span recorded is listed in ``Trajectory.unrecorded`` and stays None;
 - an LLM step with model and tokens but no cost is priced from litellm's packaged table;
+- the conversation id and user come from every convention that carries one, in the one
+  order of ``conventions.conversations`` (``session_id``, ``user_id``);
 - never raises on span content; message text stays a raw string.
 
 A trace is an agent run unless every span of it is a setup operation by its convention
@@ -79,6 +81,7 @@ from otel_eval.evaluate.conventions import (
     read_span,
 )
 from otel_eval.evaluate.conventions.agent_names import MAX_AGENT_NAME, agent_name
+from otel_eval.evaluate.conventions.conversations import Conversation
 from otel_eval.evaluate.conventions.events import overlay, span_events
 from otel_eval.evaluate.conventions.fields import merged_agent_name
 from otel_eval.evaluate.conventions.messages import answer_text, messages, task_text
@@ -181,6 +184,7 @@ class _Builder:
         self.named_agent: str | None = None
         self.named_outside = False
         self.unnamed: set[str] = set()  # agent spans carrying only a framework default name
+        self.conversation = Conversation()  # the turn's conversation id and user
 
     def add(self, span: Span, depth: int) -> None:
         """``_add`` under an error boundary: a span whose content breaks a convention adapter
@@ -209,6 +213,7 @@ class _Builder:
         step = Step(len(self.steps), span.span_id, span.parent_span_id, "other", span.name,
                     depth=depth, start_ns=span.start_ns, end_ns=span.end_ns)
         adapter, found = read_span(step, span, attrs)
+        self.conversation.read(attrs)
         if records or own:
             _from_events(step, span.attributes, attrs, "log records" if records else "span events")
         node, agent = self.scope.get(span.parent_span_id or "", (None, None))
@@ -393,6 +398,9 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
         run_span_id=run_span_id(spans),
         unrecorded=_unrecorded(steps, output),
         code_actions=draft.code_actions,
+        session_id=builder.conversation.session_id,
+        user_id=builder.conversation.user.value,
+        conversation_sources=builder.conversation.sources,
     )
 
 

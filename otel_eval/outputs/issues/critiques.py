@@ -7,6 +7,10 @@ Input is the v1 evaluation JSON (``model.Evaluation.to_json()``), as stored or a
   the agent node of its first step, one without is a *system* critique;
 - judge critiques: see ``judge_critiques`` (the one place that knows the judge's shape).
 
+A step that names no agent node belongs to the run's agent (``evaluation.agent``, an inferred
+one included: a hung run's agent spans never arrived, so its steps name none); ``root`` only
+when the run's agent is unknown too.
+
 Malformed parts are skipped and counted (``Extraction.skipped``), never raised: one bad
 evaluation must not stop the clustering of the others. Critiques leave here as valid UTF-8
 (``base.text.valid_text``): the clustering hashes them and the gauges label with them.
@@ -15,25 +19,33 @@ evaluation must not stop the clustering of the others. Critiques leave here as v
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from otel_eval.base.model import NOT_ENDED_KINDS
 from otel_eval.base.text import valid_text
 
 Level = Literal["system", "node"]
 
-ROOT_NODE = "root"  # node of step critiques whose step names no agent
+_SEVERITIES = ("info", "warning", "error")
+ROOT_NODE = "root"  # node of step critiques whose step and run name no agent
 
 
 @dataclass(frozen=True, slots=True)
 class Critique:
     trace_id: str
     span_id: str | None  # None for trace-level (system) critiques
-    node: str  # agent node the step belongs to; ROOT_NODE when unknown; "" for system
+    node: str  # agent node of the step, else the run's agent, else ROOT_NODE; "" for system
     level: Level
     text: str
     agent: str  # the evaluation's agent (service-level name), "" when unknown
     source: str = "finding"  # finding:<detector> | judge:<judge name>
+    severity: str = "warning"  # a finding's (info | warning | error); a judge's: warning
+    # Critiques with one problem key are one issue whatever their words: "not_ended" for
+    # the findings that mean the run did not end (model.NOT_ENDED_KINDS: "the run never
+    # finished" at the root and "tool calls that never ran" on the last step are one
+    # problem seen from two sides); "" for the rest, clustered by their words.
+    problem: str = ""
 
 
 @dataclass(slots=True)
@@ -43,8 +55,8 @@ class Extraction:
     skipped: int = 0  # malformed evaluations / critiques ignored
 
 
-def _node_of(span_id: str | None, nodes: Mapping[str, str]) -> str:
-    return nodes.get(span_id or "", "") or ROOT_NODE
+def _node_of(span_id: str | None, nodes: Mapping[str, str], agent: str) -> str:
+    return nodes.get(span_id or "", "") or agent or ROOT_NODE
 
 
 def _step_nodes(evaluation: Mapping[str, Any]) -> tuple[dict[str, str], dict[int, str]]:
@@ -71,12 +83,16 @@ def finding_critiques(evaluation: Mapping[str, Any]) -> Iterator[Critique]:
         source = f"finding:{f.get('detector', '')}"
         spans = [s for s in f.get("span_ids") or () if isinstance(s, str)]
         indexes = [i for i in f.get("step_indexes") or () if isinstance(i, int)]
+        severity = f.get("severity") if f.get("severity") in _SEVERITIES else "warning"
+        problem = "not_ended" if f.get("kind") in NOT_ENDED_KINDS else ""
         if not spans and not indexes:
-            yield Critique(trace_id, None, "", "system", message, agent, source)
+            yield Critique(trace_id, None, "", "system", message, agent, source, severity,
+                           problem)
             continue
         span = spans[0] if spans else None
         node = by_span.get(span or "") or (by_index.get(indexes[0], "") if indexes else "")
-        yield Critique(trace_id, span, node or ROOT_NODE, "node", message, agent, source)
+        yield Critique(trace_id, span, node or agent or ROOT_NODE, "node", message, agent,
+                       source, severity, problem)
 
 
 def _low(score: Any, threshold: float) -> bool:
@@ -105,8 +121,8 @@ def judge_critiques(evaluation: Mapping[str, Any], threshold: float) -> Iterator
                 yield Critique(trace_id, None, "", "system", text, agent, f"judge:{name}")
             else:
                 node = c.get("node") if isinstance(c.get("node"), str) else None
-                yield Critique(trace_id, span, node or _node_of(span, by_span), "node", text,
-                               agent, f"judge:{name}")
+                yield Critique(trace_id, span, node or _node_of(span, by_span, agent),
+                               "node", text, agent, f"judge:{name}")
 
 
 def critique_fields(evaluation: dict[str, Any]) -> dict[str, Any]:
@@ -118,7 +134,8 @@ def critique_fields(evaluation: dict[str, Any]) -> dict[str, Any]:
     return {
         "trace_id": evaluation.get("trace_id"), "revision": evaluation.get("revision"),
         "agent": evaluation.get("agent"), "judge": evaluation.get("judge"),
-        "findings": [{k: f.get(k) for k in ("detector", "message", "span_ids", "step_indexes")}
+        "findings": [{k: f.get(k) for k in ("detector", "kind", "severity", "message",
+                                                 "span_ids", "step_indexes")}
                      if isinstance(f, Mapping) else f for f in findings]
         if isinstance(findings, list) else findings,
         "steps": [{k: s.get(k) for k in ("span_id", "index", "node")}
@@ -153,6 +170,7 @@ def _valid(c: Critique) -> Critique:
     texts = (c.trace_id, c.span_id or "", c.node, c.text, c.agent, c.source)
     if all(valid_text(t) is t for t in texts):
         return c
-    return Critique(valid_text(c.trace_id), c.span_id and valid_text(c.span_id),
-                    valid_text(c.node), c.level, valid_text(c.text), valid_text(c.agent),
-                    valid_text(c.source))
+    return replace(c, trace_id=valid_text(c.trace_id),
+                   span_id=c.span_id and valid_text(c.span_id), node=valid_text(c.node),
+                   text=valid_text(c.text), agent=valid_text(c.agent),
+                   source=valid_text(c.source))

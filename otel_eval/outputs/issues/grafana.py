@@ -32,16 +32,21 @@ def annotation_body(event: IssueEvent, now: float, config: GrafanaConfig) -> dic
     else:
         headline = (f"Issue share jumped ({where}): {issue.title}: "
                     f"{(event.previous_share or 0.0):.0%} -> {issue.share:.0%}")
-    lines = [headline, issue.description, f"issue_id={issue.issue_id} share={issue.share:.3f}"]
+    lines = [headline, issue.description,
+             f"issue_id={issue.issue_id} share={issue.share:.3f} runs={issue.traces} "
+             f"severity={issue.severity} status={issue.status}"]
     base = config.otel_eval_url.rstrip("/")
     if base:
-        lines.append(f"open: {base}/ui/issues#issue-{quote(issue.issue_id, safe='')}")
+        quoted = quote(issue.issue_id, safe="")
+        lines.append(f"open: {base}/ui/issues#issue-{quoted}")
+        lines.append(f"all runs: {base}/v1/issues/{quoted}/runs")
     if issue.exemplars:
         lines.append("exemplar traces: " + ", ".join(
             f"{base}/ui/runs/{t}" if base else t for t in issue.exemplars))
     body: dict[str, Any] = {
         "time": int(now * 1000),
-        "tags": [*config.tags, f"event:{event.kind}", f"level:{issue.level}",
+        "tags": [*config.tags, f"event:{event.kind}", f"severity:{issue.severity}",
+                 f"level:{issue.level}",
                  *([f"node:{issue.node}"] if issue.node else []), f"issue:{issue.issue_id}"],
         "text": "\n".join(lines),
     }

@@ -46,6 +46,7 @@ from otel_eval.outputs.issues.result import (
     OTHER_ISSUE_ID,
     Issue,
     IssuesResult,
+    issue_runs,
     to_json,
     top_issue_gauge_samples,
 )
@@ -179,6 +180,12 @@ class IssuesJob:
     def latest(self) -> IssuesResult | None:
         with self._lock:
             return self._latest
+
+    def runs(self, issue_id: str, offset: int, limit: int) -> dict[str, Any] | None:
+        """One page of the runs of an issue of the last successful run (``GET
+        /v1/issues/{id}/runs``); None when no run has it."""
+        latest = self.latest()
+        return None if latest is None else issue_runs(latest, issue_id, offset, limit)
 
     def latest_json(self) -> dict[str, Any]:
         """The ``GET /v1/issues`` object of the last successful run (without assignments);

@@ -19,7 +19,7 @@ OTHER_ISSUE_ID = "_other"
 @dataclass(frozen=True, slots=True)
 class Issue:
     issue_id: str
-    level: str  # system | node
+    level: str  # system | node: of most of its critiques (``nodes`` has them all)
     node: str  # "" for system issues
     title: str
     description: str
@@ -34,6 +34,13 @@ class Issue:
     trace_ids: frozenset[str] = field(default=frozenset(), repr=False)  # not in the JSON
     # (clustering run time, share) of the last runs, oldest first (catalogue.HISTORY_RUNS)
     history: tuple[tuple[float, float], ...] = ()
+    # (level, node, critiques, traces) per level and node of the members, most critiques
+    # first: one problem seen at system level and at several agent nodes is one issue
+    nodes: tuple[tuple[str, str, int, int], ...] = ()
+    # low | medium | high | critical: members' typical severity, one step up when wide
+    severity: str = "medium"
+    # new | ongoing | regressed (back after a run without it); see issues/reading.py
+    status: str = "new"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -45,6 +52,9 @@ class Issue:
             "exemplars": list(self.exemplars), "agents": list(self.agents),
             "first_seen": self.first_seen, "new": self.new,
             "history": [[at, round(share, 6)] for at, share in self.history],
+            "severity": self.severity, "status": self.status,
+            "nodes": [{"level": level, "node": node, "critiques": n, "traces": t}
+                      for level, node, n, t in self.nodes],
         }
 
 
@@ -60,6 +70,22 @@ class Assignment:
     def to_json(self) -> dict[str, Any]:
         return {"trace_id": self.trace_id, "span_id": self.span_id, "issue_id": self.issue_id,
                 "level": self.level, "node": self.node, "source": self.source}
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """A stored issue the previous run found and this one does not (status ``resolved``)."""
+
+    issue_id: str
+    level: str
+    node: str
+    title: str
+    previous_share: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"issue_id": self.issue_id, "level": self.level, "node": self.node,
+                "title": self.title, "status": "resolved",
+                "previous_share": round(self.previous_share, 6)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +107,7 @@ class IssuesResult:
     assignments: tuple[Assignment, ...]
     events: tuple[IssueEvent, ...] = ()  # new issues and share jumps (for annotations)
     aged_out: tuple[str, ...] = ()  # issue ids deleted from the catalogue by this run
+    resolved: tuple[Resolved, ...] = ()  # stored issues the previous run had, this one not
 
 
 def to_json(result: IssuesResult, assignments: bool = True) -> dict[str, Any]:
@@ -93,6 +120,7 @@ def to_json(result: IssuesResult, assignments: bool = True) -> dict[str, Any]:
         "critiques": result.critiques,
         "skipped": result.skipped,
         "issues": [i.to_json() for i in result.issues],
+        "resolved": [r.to_json() for r in result.resolved],
     }
     if assignments:
         out["assignments"] = [a.to_json() for a in result.assignments]
@@ -120,3 +148,22 @@ def top_issue_gauge_samples(result: IssuesResult,
             samples.append(({"level": level, "node": node, "issue_id": OTHER_ISSUE_ID,
                              "title": "other issues"}, share))
     return samples
+
+
+MAX_RUNS_PAGE = 1000  # trace ids per page of GET /v1/issues/{id}/runs
+
+
+def issue_runs(result: IssuesResult, issue_id: str, offset: int,
+               limit: int) -> dict[str, Any] | None:
+    """The ``GET /v1/issues/{id}/runs`` object: the trace ids of every run of the issue in
+    the last clustering run's window, sorted (stable pages), ``limit`` from ``offset``;
+    ``next_offset`` None on the last page. None when the issue is not in ``result``."""
+    issue = next((i for i in result.issues if i.issue_id == issue_id), None)
+    if issue is None:
+        return None
+    ordered = sorted(issue.trace_ids)
+    page = ordered[offset : offset + limit]
+    end = offset + len(page)
+    return {"issue_id": issue_id, "title": issue.title, "generated_at": result.generated_at,
+            "runs": len(ordered), "offset": offset, "limit": limit, "trace_ids": page,
+            "next_offset": end if end < len(ordered) else None}

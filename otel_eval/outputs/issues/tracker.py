@@ -1,7 +1,8 @@
 """Recurring-issue discovery: one clustering run over a window of evaluations.
 
-    evaluation JSON (v1) -> critiques.extract -> normalize -> embed -> cluster (per level
-      and node) -> refine (merge, attach stragglers) -> synthesis (judge model, optional)
+    evaluation JSON (v1) -> critiques.extract -> normalize -> embed -> cluster (all
+      together, or per level and node) -> refine (merge, attach stragglers) -> problems
+      (one problem key, one cluster) -> synthesis (judge model, optional)
       -> match to the catalogue (stable ids, carry-over, age-out) -> name new clusters
       -> IssuesResult (issues, assignments, events) -> annotator (Grafana), if any
 
@@ -31,7 +32,15 @@ from otel_eval.outputs.issues.continuity import Carried, Cluster, carry_over, me
 from otel_eval.outputs.issues.critiques import Critique, Extraction, extract
 from otel_eval.outputs.issues.embed import Embedder, Matrix, TfidfEmbedder, make_embedder
 from otel_eval.outputs.issues.normalize import normalize
-from otel_eval.outputs.issues.result import Assignment, Issue, IssueEvent, IssuesResult
+from otel_eval.outputs.issues.problems import by_node, groups, same_problem
+from otel_eval.outputs.issues.reading import severity, status, titled
+from otel_eval.outputs.issues.result import (
+    Assignment,
+    Issue,
+    IssueEvent,
+    IssuesResult,
+    Resolved,
+)
 from otel_eval.outputs.issues.synthesis import Draft, Synthesizer, synthesize
 
 if TYPE_CHECKING:  # naming and cluster import numpy, scipy, scikit-learn: see _clusters
@@ -119,9 +128,10 @@ class IssueTracker:
         events: list[IssueEvent] = []
         assigned: dict[int, str] = {}
         seen: set[str] = set()
-        for (level, node), idxs in sorted(_groups(ext.critiques).items()):
+        for (level, node), idxs in sorted(groups(ext.critiques, cfg.per_node).items()):
             group = [ext.critiques[i] for i in idxs]
-            candidates = [s for s in stored if s.level == level and s.node == node]
+            candidates = [s for s in stored if not cfg.per_node
+                          or (s.level == level and s.node == node)]
             for issue, event, members in self._issues_of(group, candidates, ext, taken, now):
                 issues.append(issue)
                 seen.add(issue.issue_id)
@@ -129,7 +139,7 @@ class IssueTracker:
                 assigned.update((idxs[m], issue.issue_id) for m in members)
                 if event is not None:
                     events.append(event)
-        self._forget_unseen(stored, seen)
+        resolved = self._forget_unseen(stored, seen)
         self._catalogue.record_shares(now, {**{s.issue_id: 0.0 for s in stored},
                                             **{i.issue_id: i.share for i in issues}})
         history = self._catalogue.history([i.issue_id for i in issues])
@@ -141,18 +151,23 @@ class IssueTracker:
             issues=tuple(issues), assignments=tuple(
                 Assignment(c.trace_id, c.span_id, assigned.get(i), c.level,
                            c.node, c.source) for i, c in enumerate(ext.critiques)),
-            events=tuple(events), aged_out=tuple(aged))
+            events=tuple(events), aged_out=tuple(aged),
+            resolved=tuple(sorted(resolved, key=lambda r: (-r.previous_share, r.issue_id))))
         if self._annotator is not None and events:
             self._annotator.annotate(events, now)
         return result
 
-    def _forget_unseen(self, stored: list[StoredIssue], seen: set[str]) -> None:
-        """Issues absent from this run had share 0 in it (the next trend starts there)."""
+    def _forget_unseen(self, stored: list[StoredIssue], seen: set[str]) -> list[Resolved]:
+        """Issues absent from this run had share 0 in it (the next trend starts there);
+        those the previous run still had are resolved by this one."""
         unseen = [s for s in stored if s.issue_id not in seen and s.last_share != 0.0]
+        resolved = [Resolved(s.issue_id, s.level, s.node, s.title, s.last_share)
+                    for s in unseen]
         for s in unseen:
             s.last_share = 0.0
         if unseen:
             self._catalogue.save(unseen)
+        return resolved
 
     def _issues_of(self, group: list[Critique], candidates: list[StoredIssue],
                    ext: Extraction, taken: set[str],
@@ -166,14 +181,16 @@ class IssueTracker:
             texts = list(dict.fromkeys(group[m].text for m in c.members))
             traces = frozenset(group[m].trace_id for m in c.members)
             share = len(traces) / len(ext.trace_ids) if ext.trace_ids else 0.0
+            breakdown = by_node([group[m] for m in c.members])
+            level, node = breakdown[0][:2]
             if stored is None:
                 from otel_eval.outputs.issues.naming import Name, name_cluster
 
                 name = (Name(*c.name) if c.name is not None
                         else name_cluster(c.terms, texts[:_NAMER_EXAMPLES], self._namer))
-                level, node = group[0].level, group[0].node
+                title = titled(name.title, [group[m] for m in c.members])
                 stored = StoredIssue(new_issue_id(level, node, texts[0], taken), level, node,
-                                     self._embedder.name, name.title, name.description,
+                                     self._embedder.name, title, name.description,
                                      c.centroid, now, now, share)
                 previous = None
                 taken.add(stored.issue_id)
@@ -181,8 +198,11 @@ class IssueTracker:
                 previous = stored.last_share
                 stored.centroid = blend(stored.centroid, c.centroid, cfg.centroid_update_weight)
                 stored.last_seen, stored.last_share = now, share
+                stored.level, stored.node = level, node
             saved.append(stored)
-            issue = self._issue(stored, c, group, traces, share, previous)
+            issue = replace(self._issue(stored, c, group, traces, share, previous),
+                            nodes=breakdown, status=status(previous),
+                            severity=severity([group[m] for m in c.members], share))
             out.append((issue, _event(issue, previous, cfg.share_jump), c.members))
         self._catalogue.save(saved)
         return out
@@ -296,7 +316,7 @@ class IssueTracker:
         uid = [position.setdefault(normalize(c.text), len(position)) for c in group]
         unique = list(position)
         x, features = self._embedder.embed(unique)
-        labels = self._labels(x, uid, group)
+        labels = same_problem(self._labels(x, uid, group), uid, group)
         whole_words = isinstance(self._embedder, TfidfEmbedder) and not self._embedder.stem_chars
         term_x, terms = (x, features) if whole_words else TfidfEmbedder().embed(unique)
         by_label: dict[int, list[int]] = {}
@@ -315,13 +335,6 @@ class IssueTracker:
                                           for j in np.flatnonzero(cen)}),
                 terms=top_terms(term_x[rows], terms, self._config.title_terms)))
         return out
-
-
-def _groups(critiques: list[Critique]) -> dict[tuple[str, str], list[int]]:
-    out: dict[tuple[str, str], list[int]] = {}
-    for i, c in enumerate(critiques):
-        out.setdefault((c.level, c.node), []).append(i)
-    return out
 
 
 def _event(issue: Issue, previous: float | None, jump: float) -> IssueEvent | None:

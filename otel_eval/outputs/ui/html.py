@@ -75,7 +75,7 @@ def segment(value: str) -> str:
 def page(title: str, body: Part, nav: str = "") -> bytes:
     """A whole page; the stylesheet is this package's static file (no script is needed:
     folding is ``<details>``)."""
-    links = [("runs", "/ui/"), ("issues", "/ui/issues")]
+    links = [("runs", "/ui/"), ("sessions", "/ui/sessions"), ("issues", "/ui/issues")]
     head = h("head", h("meta", charset="utf-8"),
              h("meta", name="viewport", content="width=device-width, initial-scale=1"),
              h("title", title + " · otel-eval"),

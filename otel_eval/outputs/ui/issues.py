@@ -3,8 +3,9 @@
 Each issue: its title and description, level and agent, the share of runs it affects, how
 that moved since the previous clustering run and over the last runs (a line drawn in inline
 SVG from the stored numbers: no script), runs and critiques counted, when it was first seen,
-and its example runs linked to the run view. ``#issue-{id}`` anchors one issue (the
-Grafana annotations link there).
+and its example runs linked to the run view; the runs count links to every run of the issue
+(``/ui/issues/{id}/runs``, paginated). ``#issue-{id}`` anchors one issue (the Grafana
+annotations link there).
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ _ANCHOR = re.compile(r"^[A-Za-z0-9_.:-]{1,80}$")
 _TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
-def _trend(trend: Any) -> str:
+def _trend(trend: Any, status: Any = None) -> str:
     if not isinstance(trend, int | float):
         return "new"
-    return f"{trend * 100:+.1f} pts" if trend else "steady"
+    moved = f"{trend * 100:+.1f} pts" if trend else "steady"
+    return f"{status}, {moved}" if status in ("ongoing", "regressed") else moved
 
 
 _SPARK_W, _SPARK_H = 120, 24
@@ -54,10 +56,16 @@ def _issue(issue: dict[str, Any]) -> Html:
     first = issue.get("first_seen")
     return h("tr", h("td", h("b", short(issue.get("title"), 120)),
                      h("p", short(issue.get("description"), 400), class_="desc")),
+             h("td", short(issue.get("severity"), 20)),
              h("td", short(issue.get("level"), 20), " ", short(issue.get("node") or "", 80)),
              h("td", f"{share * 100:.1f} %" if isinstance(share, int | float) else ""),
-             h("td", _trend(issue.get("trend")), " ", _history(issue.get("history"))),
-             h("td", str(issue.get("traces", ""))), h("td", str(issue.get("critiques", ""))),
+             h("td", _trend(issue.get("trend"), issue.get("status")), " ",
+               _history(issue.get("history"))),
+             h("td", h("a", str(issue.get("traces", "")),
+                       href=f"/ui/issues/{segment(issue_id)}/runs",
+                       title="every run of this issue") if _ANCHOR.match(issue_id)
+               else str(issue.get("traces", ""))),
+             h("td", str(issue.get("critiques", ""))),
              h("td", when(int(first * 1e9)) if isinstance(first, int | float) else ""),
              h("td", [[a, " "] for a in examples]),
              id=f"issue-{issue_id}" if _ANCHOR.match(issue_id) else None,
@@ -74,11 +82,30 @@ def issues_page(result: dict[str, Any] | None) -> Html:
              f"in the last {float(result.get('window_s') or 0) / 3600:g} h, clustered "
              + (when(int(generated * 1e9)) if isinstance(generated, int | float)
                 else "not yet"))
-    head = h("tr", [h("th", c) for c in ("issue", "where", "share of runs", "over the runs",
+    head = h("tr", [h("th", c) for c in ("issue", "severity", "where", "share of runs",
+                                         "over the runs",
                                          "runs", "critiques", "first seen", "example runs")])
     body = [h("h1", "Issues"), h("p", about, class_="facts"),
             h("table", h("thead", head), h("tbody", [_issue(i) for i in issues]),
               class_="issues")]
     if not issues:
         body.append(h("p", "No recurring issue yet.", class_="empty"))
+    return Html("".join(body))
+
+
+def issue_runs_page(runs: dict[str, Any]) -> Html:
+    """One page of an issue's runs (``GET /v1/issues/{id}/runs``), each linked to its run."""
+    offset, ids = int(runs.get("offset") or 0), list(runs.get("trace_ids") or [])
+    issue_id = str(runs.get("issue_id") or "")
+    items = [h("li", h("a", str(t), href="/ui/runs/" + segment(str(t))))
+             for t in ids if _TRACE_ID.match(str(t))]
+    body = [h("h1", short(runs.get("title"), 120)),
+            h("p", f"runs {offset + 1 if ids else 0}-{offset + len(ids)} of "
+                   f"{runs.get('runs', 0)} with this issue in the last clustering window",
+              class_="facts"),
+            h("ol", items, start=offset + 1)]
+    nxt = runs.get("next_offset")
+    if isinstance(nxt, int) and _ANCHOR.match(issue_id):
+        body.append(h("p", h("a", "next runs", href=f"/ui/issues/{segment(issue_id)}/runs"
+                                                     f"?offset={nxt}")))
     return Html("".join(body))

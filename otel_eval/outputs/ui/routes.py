@@ -3,7 +3,10 @@
     GET /ui/                                  recent runs, filtered as /v1/evaluations
     GET /ui/runs/{trace_id}                   one run as a tree of steps
     GET /ui/runs/{trace_id}/steps/{index}     one step whole
+    GET /ui/sessions                          conversations, filtered as /v1/sessions
+    GET /ui/sessions/{session_id}             one conversation as a transcript of its turns
     GET /ui/issues                            the recurring issues
+    GET /ui/issues/{id}/runs?offset=N         every run of one issue, 100 a page
     GET /ui/static/style.css                  the stylesheet (the only static file)
 
 ``PAGES`` is the table: (path pattern, page), each page (sources, the path's match, query
@@ -18,16 +21,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, unquote
 
 from otel_eval.outputs.ui.html import HEADERS, Html, h, join, page
-from otel_eval.outputs.ui.issues import issues_page
+from otel_eval.outputs.ui.issues import issue_runs_page, issues_page
 from otel_eval.outputs.ui.run import tree
 from otel_eval.outputs.ui.runs import DEFAULT_LIMIT, FILTERS, runs_page
 from otel_eval.outputs.ui.runview import run_page, step_page
+from otel_eval.outputs.ui.sessions import session_page, sessions_page
 from otel_eval.outputs.ui.text import Redact
+from otel_eval.outputs.ui.values import short
 from otel_eval.store.query import EvaluationQuery, Page, QueryError
+from otel_eval.store.sessions import SessionQuery
 
+_RUNS_PAGE = 100  # runs listed per page of /ui/issues/{id}/runs
 _HTML = "text/html; charset=utf-8"
 _MAX_QUERY = 4096  # characters of a query string
 
@@ -41,6 +48,11 @@ class Sources:
     issues: Callable[[], dict[str, Any] | None]
     redact: Redact = None  # as the judge redacts (judge.redaction)
     trace_url: str = ""  # the trace backend's URL of a trace, {trace_id} in it; "" = none
+    # (issue id, offset, limit) -> a page of the issue's runs (GET /v1/issues/{id}/runs)
+    issue_runs: Callable[[str, int, int], dict[str, Any] | None] = lambda _i, _o, _l: None
+    # conversations (GET /v1/sessions, /v1/sessions/{id}); None = not served
+    sessions: Callable[[SessionQuery], dict[str, Any]] | None = None
+    session: Callable[[str], dict[str, Any] | None] | None = None
 
 
 Response = tuple[int, dict[str, str], bytes]
@@ -95,6 +107,39 @@ def _run(sources: Sources, trace_id: str, index: str | None) -> Response:
     return _html(200, f"step {index} of {trace_id[:8]}", shown, "runs")
 
 
+def _issue_runs(sources: Sources, found: re.Match[str], query: str) -> Response:
+    issue_id = found.group(1)
+    raw = parse_qs(query[:_MAX_QUERY]).get("offset") or ["0"]
+    offset = int(raw[0]) if raw[0].isdigit() and len(raw[0]) < 10 else 0
+    page_of = sources.issue_runs(issue_id, offset, _RUNS_PAGE)
+    if page_of is None:
+        return _not_found(f"No issue {issue_id} in the last clustering run.")
+    return _html(200, "issue runs", issue_runs_page(page_of), "issues")
+
+
+def _sessions(sources: Sources, _found: re.Match[str], query: str) -> Response:
+    if sources.sessions is None:
+        return _not_found("Conversations are not served here.")
+    raw = parse_qs(query[:_MAX_QUERY], keep_blank_values=True)
+    params = {k: v[0] for k, v in raw.items() if v and v[0]}  # a form's blanks
+    try:
+        q = SessionQuery.from_params({k: [v] for k, v in params.items()})
+    except QueryError as e:
+        return _html(400, "conversations", sessions_page(None, params, str(e)), "sessions")
+    return _html(200, "conversations", sessions_page(sources.sessions(q), params), "sessions")
+
+
+def _session(sources: Sources, found: re.Match[str], _query: str) -> Response:
+    if sources.session is None:
+        return _not_found("Conversations are not served here.")
+    session_id = unquote(found.group(1))  # the id URL-encoded (a "/" in it as %2F)
+    record = sources.session(session_id)
+    if record is None:
+        return _not_found(f"No conversation {short(session_id, 120)!r}.")
+    return _html(200, "conversation", session_page(record, sources.get, sources.redact),
+                 "sessions")
+
+
 def _stylesheet(_sources: Sources, _found: re.Match[str], _query: str) -> Response:
     data = resources.files("otel_eval.outputs.ui").joinpath("static", "style.css").read_bytes()
     return 200, {**HEADERS, "Content-Type": "text/css; charset=utf-8",
@@ -112,6 +157,9 @@ View = Callable[[Sources, re.Match[str], str], Response]
 PAGES: tuple[tuple[str, View], ...] = (
     (r"/ui/?", _runs_page),
     (r"/ui/issues", _issues),
+    (r"/ui/issues/([A-Za-z0-9_.:-]{1,80})/runs", _issue_runs),
+    (r"/ui/sessions", _sessions),
+    (r"/ui/sessions/(.+)", _session),
     (r"/ui/static/style\.css", _stylesheet),
     (r"/ui/runs/([0-9a-fA-F]{32})(?:/steps/([0-9]{1,9}))?", _run_page),
     (r"/ui(?:/.*)?", _no_page),

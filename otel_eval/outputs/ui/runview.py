@@ -146,7 +146,12 @@ def run_page(t: dict[str, Any], redact: Redact, trace_url: str = "",
     """A ``run.tree`` as the run view."""
     budget = budget or Budget()
     steps = [step_block(t["trace_id"], s, budget, redact) for s in _ordered(t)]
-    return Html(_summary(t, budget, redact, trace_url) + h("div", steps, class_="steps"))
+    session = t.get("session_id")
+    link = h("p", "a turn of conversation ", h("a", short(session, 120), href="/ui/sessions/"
+                                                 + segment(session)), class_="session") \
+        if isinstance(session, str) else Html("")
+    return Html(link + _summary(t, budget, redact, trace_url) + h("div", steps,
+                                                                  class_="steps"))
 
 
 def step_page(t: dict[str, Any], index: int, redact: Redact) -> Html | None:

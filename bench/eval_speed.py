@@ -1,0 +1,144 @@
+"""`otel-eval eval` runs per CPU-second on the tau-bench file, per stage (issue 34).
+
+    python bench/eval_speed.py [--rounds 20] [--datasets ../shared/datasets]
+    python bench/eval_speed.py --against DIR [--pairs 5]   # alternate with another checkout
+
+One round evaluates every run of ``tau-bench/airline/gpt-4o-airline.runs.json`` (100 runs)
+as ``otel-eval eval FILE --format jsonl`` does, in one process (20 rounds: 2,000 runs), and
+times each stage in CPU seconds (``time.process_time``; wall time measures the neighbours on
+a shared machine):
+
+- decode: the file parsed and each run turned into spans (``loaders.load_path``);
+- trajectory: ``Evaluator.evaluate`` up to the detectors (``build_trajectory``, agent history);
+- detectors + bound: the rest of ``Evaluator.evaluate`` (detectors, verdict, ``bound``);
+- encode: the output line, as ``cmd_eval`` writes it (``Evaluation.to_json_ascii``);
+- other: the rest (the in-memory agent history ``eval`` keeps, the loop).
+
+The split is taken around ``Evaluator.trajectory`` (wrapped here), so the stages sum to the
+whole. ``--against DIR`` runs this script under ``PYTHONPATH=DIR`` (another checkout, e.g. the
+commit before a change, from ``git archive``) and under this checkout, alternating, ``--pairs``
+times each, and prints both medians: on a shared machine only alternating runs compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+TAU_RUNS = Path("tau-bench/airline/gpt-4o-airline.runs.json")
+STAGES = ("decode", "trajectory", "detectors", "encode", "other")
+
+
+def measure(path: Path, rounds: int) -> dict[str, float]:
+    """CPU seconds per stage over ``rounds`` evaluations of ``path``, and runs/s overall."""
+    from otel_eval.app.config import load_config
+    from otel_eval.app.offline import EvalRun
+
+    run = EvalRun(load_config(None), [str(path)] * rounds)
+    spent = dict.fromkeys(STAGES[:-1], 0.0)
+    inner = run.evaluator.trajectory
+
+    def trajectory(trace: Any) -> Any:  # the split between "trajectory" and "detectors"
+        t0 = time.process_time()
+        try:
+            return inner(trace)
+        finally:
+            spent["trajectory"] += time.process_time() - t0
+
+    run.evaluator.trajectory = trajectory  # type: ignore[method-assign]
+    evaluate = run.evaluator.evaluate
+
+    def evaluated(*args: Any, **kwargs: Any) -> Any:  # trajectory + detectors
+        t0, before = time.process_time(), spent["trajectory"]
+        try:
+            return evaluate(*args, **kwargs)
+        finally:
+            spent["detectors"] += time.process_time() - t0 - (spent["trajectory"] - before)
+
+    run.evaluator.evaluate = evaluated  # type: ignore[method-assign]
+    loaded = run.traces
+
+    def traces() -> Any:
+        it = loaded()
+        while True:
+            t0 = time.process_time()
+            trace = next(it, None)
+            spent["decode"] += time.process_time() - t0
+            if trace is None:
+                return
+            yield trace
+
+    out = io.StringIO()
+    n = 0
+    start = time.process_time()
+    for ev in run.judged(run._evaluated(traces())):
+        t0 = time.process_time()
+        if hasattr(ev, "to_json_ascii"):  # as cmd_eval writes it (older checkouts: dumps)
+            out.write(ev.to_json_ascii() + "\n")
+        else:
+            out.write(json.dumps(ev.to_json()) + "\n")
+        spent["encode"] += time.process_time() - t0
+        n += 1
+    total = time.process_time() - start
+    spent["other"] = total - sum(spent.values())  # the agent history, the loop
+    return {"runs": n, "cpu_s": total, "runs_per_cpu_s": n / total,
+            **{f"{k}_ms_per_100": 1e5 * v / n for k, v in spent.items()}}
+
+
+def _child(src: Path, datasets: Path, rounds: int) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    out = subprocess.run([sys.executable, str(HERE / "eval_speed.py"), "--datasets",
+                          str(datasets), "--rounds", str(rounds), "--json"],
+                         env=env, check=True, capture_output=True, text=True).stdout
+    return dict(json.loads(out))
+
+
+def alternate(against: Path, datasets: Path, rounds: int, pairs: int) -> None:
+    here = HERE.parent
+    results: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+    for _ in range(pairs):
+        results["before"].append(_child(against, datasets, rounds))
+        results["after"].append(_child(here, datasets, rounds))
+    keys = ["runs_per_cpu_s", *(f"{k}_ms_per_100" for k in STAGES)]
+    print(f"{'figure':<26}{'before: best, median (range)':>34}"
+          f"{'after: best, median (range)':>34}")
+    for key in keys:  # best: the least disturbed run (most runs/s, fewest ms)
+        cells = []
+        for side in ("before", "after"):
+            vals = [r[key] for r in results[side]]
+            best = max(vals) if key == "runs_per_cpu_s" else min(vals)
+            cells.append(f"{best:.0f}, {statistics.median(vals):.0f} "
+                         f"({min(vals):.0f}-{max(vals):.0f})")
+        print(f"{key:<26}{cells[0]:>34}{cells[1]:>34}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--datasets", type=Path, default=HERE.parent.parent / "shared" / "datasets")
+    p.add_argument("--rounds", type=int, default=20, help="evaluations of the file (100 runs)")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.add_argument("--against", type=Path, help="another checkout to alternate with")
+    p.add_argument("--pairs", type=int, default=5)
+    args = p.parse_args()
+    if args.against:
+        alternate(args.against, args.datasets, args.rounds, args.pairs)
+        return
+    result = measure(args.datasets / TAU_RUNS, args.rounds)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"{key:<26}{value:>12.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+"""Embedding x clustering choices for recurring issues, on TRAIL GAIA's descriptions (dev).
+
+    python bench/issues_embeddings.py [--trail DIR]
+
+Every human error ``description`` of the TRAIL GAIA annotations we hold (the dev half of
+TRAIL; its other half is held out and not here) is normalized as the issues stage does
+(``issues.normalize``), embedded, and clustered in one pool (all levels and nodes, as
+``issues.per_node`` false does). As in the tracker, a cluster is an issue when it recurs in
+at least two traces; a critique in no issue is its own singleton for AMI. For each embedding
+and clustering, a sweep of the cut (or min_cluster_size for HDBSCAN): issues, share held by
+the 20 largest, AMI against the human categories, and CPU seconds (embedding + clustering,
+``time.process_time``, one run on the 2 shared cores). The cut is chosen as in
+``bench/issues.py``: the best AMI among cuts whose top 20 hold >= 80 %.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import sparse
+from sklearn.cluster import HDBSCAN, AgglomerativeClustering
+from sklearn.decomposition import TruncatedSVD
+from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS, TfidfVectorizer
+from sklearn.metrics import adjusted_mutual_info_score
+from sklearn.preprocessing import normalize as l2_normalize
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import issues as bench_issues
+
+from otel_eval.outputs.issues.normalize import normalize
+
+_WORD = re.compile(r"(?u)\b[a-z][a-z_]+\b")
+CUTS = [0.7, 0.75, 0.8, 0.85, 0.9, 0.95]
+WARD_CUTS = [1.2, 1.4, 1.6, 1.8, 2.0]
+MIN_SIZES = [2, 3, 5]
+
+
+def _stems(cut: int) -> Callable[[str], list[str]]:
+    def stems(text: str) -> list[str]:
+        return [w[:cut] for w in _WORD.findall(text.lower()) if w not in ENGLISH_STOP_WORDS]
+    return stems
+
+
+def _tfidf(**kw: Any) -> Callable[[list[str]], Any]:
+    return lambda texts: TfidfVectorizer(sublinear_tf=True, **kw).fit_transform(texts)
+
+
+def _lsa(base: Callable[[list[str]], Any], dims: int) -> Callable[[list[str]], Any]:
+    return lambda texts: l2_normalize(
+        TruncatedSVD(dims, random_state=0).fit_transform(base(texts)))
+
+
+def _both(texts: list[str]) -> Any:
+    parts = [EMBEDDINGS["tfidf stems (5 letters)"](texts), EMBEDDINGS["tfidf chars 2-5"](texts)]
+    return l2_normalize(sparse.hstack(parts).tocsr())
+
+
+EMBEDDINGS: dict[str, Callable[[list[str]], Any]] = {
+    "tfidf words 1-2": _tfidf(stop_words="english", ngram_range=(1, 2),
+                              token_pattern=_WORD.pattern),
+    "tfidf stems (4 letters)": _tfidf(analyzer=_stems(4)),
+    "tfidf stems (5 letters)": _tfidf(analyzer=_stems(5)),
+    "tfidf stems (6 letters)": _tfidf(analyzer=_stems(6)),
+    "tfidf chars 2-5": _tfidf(analyzer="char_wb", ngram_range=(2, 5)),
+}
+EMBEDDINGS["tfidf stems + chars"] = _both
+EMBEDDINGS["LSA 100 of stems (5)"] = _lsa(EMBEDDINGS["tfidf stems (5 letters)"], 100)
+EMBEDDINGS["LSA 100 of chars 2-5"] = _lsa(EMBEDDINGS["tfidf chars 2-5"], 100)
+
+
+def _cosine_distances(x: Any) -> np.ndarray:
+    sims = x @ x.T
+    dist = np.clip(1.0 - np.asarray(sims.toarray() if sparse.issparse(sims) else sims,
+                                     dtype=np.float64), 0.0, 2.0)
+    np.fill_diagonal(dist, 0.0)
+    return dist
+
+
+def _labels(method: str, x: Any, dist: np.ndarray, setting: float) -> np.ndarray:
+    if method == "agglomerative average":
+        model = AgglomerativeClustering(n_clusters=None, metric="precomputed",
+                                        linkage="average", distance_threshold=setting)
+        return np.asarray(model.fit_predict(dist))
+    if method == "agglomerative ward":
+        dense = x.toarray() if sparse.issparse(x) else x
+        return np.asarray(AgglomerativeClustering(
+            n_clusters=None, linkage="ward", distance_threshold=setting).fit_predict(dense))
+    return np.asarray(HDBSCAN(min_cluster_size=int(setting), metric="precomputed",
+                              copy=True).fit_predict(dist))
+
+
+def score(items: list[bench_issues.Item], labels: np.ndarray) -> dict[str, Any]:
+    traces: dict[int, set[str]] = {}
+    for item, label in zip(items, labels, strict=True):
+        traces.setdefault(int(label), set()).add(item.trace_id)
+    issue = [int(lab) >= 0 and len(traces[int(lab)]) >= 2 for lab in labels]
+    flat = [int(lab) if ok else -1 - k for k, (lab, ok) in enumerate(zip(labels, issue,
+                                                                          strict=True))]
+    sizes = Counter(f for f in flat if f >= 0)
+    return {"issues": len(sizes),
+            "top20_share": round(sum(n for _, n in sizes.most_common(20)) / len(items), 3),
+            "ami": round(adjusted_mutual_info_score([i.category for i in items], flat), 3)}
+
+
+def table(items: list[bench_issues.Item]) -> list[dict[str, Any]]:
+    texts = [normalize(i.text) for i in items]
+    rows = []
+    for name, embed in EMBEDDINGS.items():
+        start = time.process_time()
+        x = embed(texts)
+        embed_s = time.process_time() - start
+        dist = _cosine_distances(x)
+        for method, settings in (("agglomerative average", CUTS),
+                                 ("agglomerative ward", WARD_CUTS), ("hdbscan", MIN_SIZES)):
+            sweep = {}
+            for setting in settings:
+                start = time.process_time()
+                labels = _labels(method, x, dist, setting)
+                cpu = embed_s + time.process_time() - start
+                sweep[setting] = {**score(items, labels), "cpu_s": round(cpu, 3)}
+            covered = [s for s in settings if sweep[s]["top20_share"] >= 0.8] or settings
+            chosen = max(covered, key=lambda s: (sweep[s]["ami"], -s))
+            rows.append({"embedding": name, "clustering": method, "chosen": chosen,
+                         **sweep[chosen], "sweep_ami_top20": {
+                             s: (r["ami"], r["top20_share"]) for s, r in sweep.items()}})
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trail", default=str(bench_issues.TRAIL), help="TRAIL GAIA folder")
+    bench_issues.TRAIL = Path(parser.parse_args().trail)
+    table(bench_issues.load_items())
+
+
+if __name__ == "__main__":
+    main()

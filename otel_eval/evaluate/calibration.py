@@ -1,0 +1,158 @@
+"""Stage: evaluate (after the fact). The judge checked against people: how well every judge
+score and the predictor's ``p_success`` agree with the outcomes users recorded.
+
+    store.labelled (feedback outcome + stored evaluation) -> scores_of(body) per run
+      -> per (service, agent, score) and per score over every agent:
+         AUC (ties half) with its Hanley-McNeil 95 % interval,
+         Cohen's kappa of "score >= pass threshold" against the outcome, with its 95 % interval
+
+Plain Python (``otel-eval calibrate`` and ``GET /v1/calibration`` run it at serve time). A
+score is read from a run only when the run has it: the counts say how many runs each figure
+rests on. The verdict is never read: once an outcome is recorded it decides the verdict, so
+agreeing with it would prove nothing. AUC needs both outcomes among a group's runs (else
+None); kappa is None when chance agreement is total (one class on both sides).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from otel_eval.evaluate.judge.config import JudgeConfig
+from otel_eval.outputs.deps import Deps
+from otel_eval.store.base import EvaluationStore
+from otel_eval.telemetry.auc import auc
+
+Z95 = 1.959964  # two-sided 95 % normal quantile
+P_SUCCESS = "p_success"
+ALL_AGENTS = "*"  # the group of every agent's runs (service "*" too)
+# process-grader scores are held to tau_process, everything else to tau_task
+_PROCESS_SCORES = frozenset({"process", "goal_alignment", "efficiency",
+                             "information_utilization", "result_verification"})
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """Pass thresholds the kappa is computed at (``JudgeConfig`` / ``PredictionConfig``)."""
+
+    tau_task: float = 0.5  # judge scores other than the process grader's (0-1)
+    tau_process: float = 0.6  # the process grader's scores (0-1)
+    p_success: float = 0.5  # the predictor's probability of success
+
+    def of(self, score: str) -> float:
+        if score == P_SUCCESS:
+            return self.p_success
+        return self.tau_process if score in _PROCESS_SCORES else self.tau_task
+
+
+def scores_of(body: dict[str, Any]) -> dict[str, float]:
+    """Every judge score and ``p_success`` a stored evaluation carries, by name (a judge's
+    dimensions: ``step``, ``step_min``, ``process`` and its four, ``trace``, ``outcome``,
+    ``rubric``)."""
+    out: dict[str, float] = {}
+    judges = (body.get("judge") or {}).get("judges") or {}
+    for entry in judges.values():
+        for name, value in (entry.get("scores") or {}).items() if isinstance(entry, dict) \
+                else ():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                out[name] = float(value)
+    p = (body.get("prediction") or {}).get(P_SUCCESS)
+    if isinstance(p, int | float) and not isinstance(p, bool):
+        out[P_SUCCESS] = float(p)
+    return out
+
+
+def hanley_mcneil(area: float, positives: int, negatives: int) -> tuple[float, float]:
+    """95 % interval of an AUC (Hanley & McNeil 1982), clipped to [0, 1]."""
+    q1, q2 = area / (2 - area), 2 * area * area / (1 + area)
+    var = (area * (1 - area) + (positives - 1) * (q1 - area * area)
+           + (negatives - 1) * (q2 - area * area)) / (positives * negatives)
+    half = Z95 * math.sqrt(max(var, 0.0))
+    return max(0.0, area - half), min(1.0, area + half)
+
+
+def kappa(predicted: list[bool], actual: list[bool]) -> tuple[float, float, float] | None:
+    """Cohen's kappa of two yes/no ratings of the same runs with its large-sample 95 %
+    interval (SE = sqrt(po (1 - po) / (n (1 - pe)^2))); None when pe = 1."""
+    n = len(actual)
+    if not n:
+        return None
+    po = sum(p == a for p, a in zip(predicted, actual, strict=True)) / n
+    yes_p, yes_a = sum(predicted) / n, sum(actual) / n
+    pe = yes_p * yes_a + (1 - yes_p) * (1 - yes_a)
+    if pe >= 1:
+        return None
+    k = (po - pe) / (1 - pe)
+    half = Z95 * math.sqrt(po * (1 - po) / n) / (1 - pe)
+    return k, max(-1.0, k - half), min(1.0, k + half)
+
+
+def agreement(scores: list[float], successes: list[bool], threshold: float
+              ) -> dict[str, Any]:
+    """AUC and kappa of one score against the recorded outcomes, with counts."""
+    pos = sum(successes)
+    out: dict[str, Any] = {"runs": len(scores), "successes": pos,
+                           "failures": len(scores) - pos, "threshold": threshold,
+                           "auc": None, "auc_ci95": None, "kappa": None, "kappa_ci95": None}
+    area = auc(scores, successes)
+    if area is not None:
+        lo, hi = hanley_mcneil(area, pos, len(scores) - pos)
+        out.update(auc=round(area, 4), auc_ci95=[round(lo, 4), round(hi, 4)])
+    found = kappa([s >= threshold for s in scores], successes)
+    if found is not None:
+        out.update(kappa=round(found[0], 4), kappa_ci95=[round(found[1], 4),
+                                                         round(found[2], 4)])
+    return out
+
+
+def calibrate(labelled: Iterable[tuple[str, dict[str, Any]]],
+              thresholds: Thresholds = Thresholds()) -> dict[str, Any]:
+    """The agreement of every score with the recorded outcomes, per (service, agent, score)
+    and per score over all agents (service and agent ``"*"``); rows sorted."""
+    groups: dict[tuple[str, str, str], tuple[list[float], list[bool]]] = defaultdict(
+        lambda: ([], []))
+    runs = 0
+    for outcome, body in labelled:
+        if outcome not in ("success", "failure"):
+            continue
+        runs += 1
+        who = (str(body.get("service") or ""), str(body.get("agent") or ""))
+        for name, value in scores_of(body).items():
+            for service, agent in (who, (ALL_AGENTS, ALL_AGENTS)):
+                scores, labels = groups[(service, agent, name)]
+                scores.append(value)
+                labels.append(outcome == "success")
+    rows = [{"service": service, "agent": agent, "score": name,
+             **agreement(scores, labels, thresholds.of(name))}
+            for (service, agent, name), (scores, labels) in sorted(groups.items())]
+    return {"labelled_runs": runs, "thresholds": {"tau_task": thresholds.tau_task,
+                                                  "tau_process": thresholds.tau_process,
+                                                  P_SUCCESS: thresholds.p_success},
+            "groups": rows}
+
+
+# Labelled runs read at most (the newest outcomes recorded).
+MAX_LABELLED_RUNS = 10_000
+
+
+def report(store: EvaluationStore, judge: JudgeConfig,
+           limit: int = MAX_LABELLED_RUNS) -> dict[str, Any]:
+    """``calibrate`` over the store's labelled runs, at the judge's pass thresholds."""
+    return calibrate(store.labelled(limit), Thresholds(judge.tau_task, judge.tau_process))
+
+
+def build(config: JudgeConfig, deps: Deps) -> Callable[[], dict[str, Any]]:
+    """``GET /v1/calibration`` of ``serve``: ``report`` over the service's store, each one
+    computed published on the agreement gauges (``metrics.calibration``), which compute one
+    themselves on a scrape once theirs is stale."""
+    gauges = deps.metrics.calibration
+    gauges.serve_from(lambda: report(deps.store, config))
+
+    def served() -> dict[str, Any]:
+        found = report(deps.store, config)
+        gauges.calibrated(found)
+        return found
+    return served

@@ -1,0 +1,82 @@
+"""Stage: predict (text features). What a run says -> bounded text -> TF-IDF terms.
+
+    run_text(evaluation) -> "[final] ... [last] ... [errors] ... [results] ..."
+    terms(text)          -> {"unable": 2, "unable to": 1, ...}   (word 1- and 2-grams)
+
+Text carries what counts cannot: "I'm unable to", "I apologize", "successfully cancelled",
+a test run that still fails at the end. The families read (each cut to its own bound, so a
+run's text is at most ``MAX_RUN_TEXT_CHARS`` whatever its size):
+
+- ``final``: the run's final output (its last ``FAMILY_CHARS`` characters);
+- ``last``: the agent's last ``LAST_ANSWERS`` replies (LLM answers), each cut likewise;
+- ``errors``: the errors of failed steps and the start of their results;
+- ``results``: the tail of the last ``LAST_RESULTS`` tool results (a test run's verdict).
+
+Never read: what the user or the outcome attribute says, the verdict, the reference. So the
+text is as outcome-blind as the counts (``predict.features``).
+
+``terms`` is scikit-learn's ``CountVectorizer`` analyzer with its defaults (lowercase, token
+pattern ``(?u)\\b\\w\\w+\\b``, n-grams joined by one space) written out in plain Python, so
+``serve`` predicts without importing scikit-learn; ``tests/predict`` proves the two give the
+same terms on the datasets, and ``train`` fits with exactly this function as the analyzer.
+"""
+
+from __future__ import annotations
+
+import re
+
+from otel_eval.base.model import Evaluation, Step
+
+TEXT_VERSION = 1
+FAMILY_CHARS = 2000
+LAST_ANSWERS = 3
+LAST_RESULTS = 12
+RESULT_TAIL_CHARS = 300
+ERROR_CHARS = 300
+MAX_ERRORS = 12
+NGRAM_MAX = 2
+MAX_RUN_TEXT_CHARS = FAMILY_CHARS * (2 + LAST_ANSWERS) + MAX_ERRORS * 2 * ERROR_CHARS \
+    + LAST_RESULTS * RESULT_TAIL_CHARS + 100
+_TOKEN = re.compile(r"(?u)\b\w\w+\b")
+
+
+def _tail(text: str | None, n: int = FAMILY_CHARS) -> str:
+    return text[-n:] if text else ""
+
+
+def _output(evaluation: Evaluation) -> str:
+    out = evaluation.trajectory.output
+    return out if isinstance(out, str) else ""
+
+
+def _answers(steps: list[Step]) -> list[str]:
+    llm = [s.answer for s in steps if s.kind == "llm" and s.answer]
+    return [_tail(a) for a in llm[-LAST_ANSWERS:]]
+
+
+def _errors(steps: list[Step]) -> list[str]:
+    failed = [s for s in steps if s.status == "error"][-MAX_ERRORS:]
+    return [f"{(s.error or '')[:ERROR_CHARS]} {(s.result or '')[:ERROR_CHARS]}" for s in failed]
+
+
+def _results(steps: list[Step]) -> list[str]:
+    tools = [s for s in steps if s.kind == "tool"][-LAST_RESULTS:]
+    return [_tail(s.result, RESULT_TAIL_CHARS) for s in tools]
+
+
+def run_text(evaluation: Evaluation) -> str:
+    """The run's text families, each bounded (at most ``MAX_RUN_TEXT_CHARS`` in all)."""
+    steps = evaluation.trajectory.steps
+    parts = [("final", [_tail(_output(evaluation))]), ("last", _answers(steps)),
+             ("errors", _errors(steps)), ("results", _results(steps))]
+    return "\n".join(f"[{name}] " + "\n".join(texts) for name, texts in parts)
+
+
+def terms(text: str) -> list[str]:
+    """Word 1- to ``NGRAM_MAX``-grams of ``text``, as scikit-learn's default word analyzer
+    gives them (in order, repeated as often as they occur)."""
+    tokens = _TOKEN.findall(text.lower())
+    out = list(tokens)
+    for n in range(2, NGRAM_MAX + 1):
+        out.extend(" ".join(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
+    return out

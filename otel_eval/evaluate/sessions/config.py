@@ -1,0 +1,40 @@
+"""Configuration of session (conversation) evaluation: the ``sessions:`` section."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from otel_eval.base.configcheck import validate
+
+
+@dataclass(frozen=True)
+class SessionsConfig:
+    # A session is open while its last turn is newer than this; after it with no new turn,
+    # the conversation is complete (and judged as ended: an unanswered question or a pending
+    # tool call in its last turn is a non-termination). Seconds, default 30 min.
+    idle_timeout_s: float = 1800.0
+    # Turns of one session read to evaluate it, at most (the newest ones); the turns past it
+    # are counted in the session's `counts.turns_cut`, not read. Count.
+    max_turns: int = 500
+    # JSON of the turns read to evaluate one session, characters at most (the newest turns;
+    # always at least one): a turn's object can be up to trajectory.max_result_bytes (4 MiB).
+    # The turns past it are counted in `counts.turns_cut`. Default 64 Mi.
+    max_turns_chars: int = 64 * 1024 * 1024
+    # The same call (same tool, same canonical arguments) made in at least this many turns
+    # of one conversation is a session loop. Turns.
+    loop_turns: int = 3
+    # The user's request (the first user message of a turn, whitespace and case folded)
+    # repeated in at least this many turns is a `repeated_request` finding. Turns.
+    repeated_request_turns: int = 2
+    # Requests shorter than this are not compared ("yes", "ok", "thanks" repeat without the
+    # agent failing). Characters.
+    min_request_chars: int = 16
+    # Session budget: turns per conversation at most (a `budget` finding past it); None, the
+    # default, is unchecked. Count.
+    session_turns: int | None = None
+
+    def __post_init__(self) -> None:
+        validate(self, above={"idle_timeout_s": 0}, finite=("idle_timeout_s",),
+                 minimum={"max_turns": 1, "max_turns_chars": 1, "loop_turns": 2,
+                          "repeated_request_turns": 2, "min_request_chars": 0,
+                          "session_turns": 0})

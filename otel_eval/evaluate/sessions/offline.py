@@ -1,0 +1,54 @@
+"""Stage: evaluate, sessions, offline. ``otel-eval eval`` groups the evaluated traces by
+their conversation id and prints a session record per conversation after the trace records
+(``--format jsonl``: ``{"record": "session", ...}``).
+
+A file is all there is of a conversation, so every session is ``complete``. Each turn is
+kept slim (the fields the session detectors and the record read), at most
+``sessions.max_turns`` per session (the first ones by arrival; the others counted in
+``counts.turns_cut``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from otel_eval.evaluate.sessions.config import SessionsConfig
+from otel_eval.evaluate.sessions.evaluate import evaluate_session
+
+__all__ = ["SessionCollector"]
+
+_TURN_KEYS = ("trace_id", "service", "agent", "user_id", "start_time_unix_nano", "input",
+              "output", "verdict", "counts", "findings")
+_STEP_KEYS = ("index", "kind", "tool_name", "arguments", "tool_calls")
+
+
+def slim(body: dict[str, Any]) -> dict[str, Any]:
+    """What a session reads of a turn's v1 object."""
+    turn = {k: body.get(k) for k in _TURN_KEYS}
+    turn["steps"] = [{k: s.get(k) for k in _STEP_KEYS if k in s}
+                     for s in body.get("steps") or () if s.get("kind") in ("tool", "llm")]
+    return turn
+
+
+class SessionCollector:
+    """Turns by conversation id, in the order evaluated; ``records()`` once all are in."""
+
+    def __init__(self, config: SessionsConfig) -> None:
+        self.config = config
+        self.turns: dict[str, list[dict[str, Any]]] = {}
+        self.seen: dict[str, int] = {}
+
+    def add(self, body: dict[str, Any]) -> None:
+        session_id = body.get("session_id")
+        if not isinstance(session_id, str):
+            return
+        self.seen[session_id] = self.seen.get(session_id, 0) + 1
+        turns = self.turns.setdefault(session_id, [])
+        if len(turns) < self.config.max_turns:
+            turns.append(slim(body))
+
+    def records(self) -> list[dict[str, Any]]:
+        """One ``{"record": "session", ...}`` per conversation, in first-seen order."""
+        return [{"record": "session", **evaluate_session(
+                    session_id, turns, self.config, "complete", self.seen[session_id])}
+                for session_id, turns in self.turns.items()]

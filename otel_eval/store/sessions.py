@@ -1,0 +1,163 @@
+"""Stage: store, reads. Sessions (conversations) as the store holds them: the turns stored
+with a ``session_id`` (migration 6), whichever worker, process or Kafka consumer stored each.
+
+``GET /v1/sessions`` takes a ``SessionQuery``:
+
+    service, agent      a turn of the session has this service / agent
+    passed              true | false: the session's verdict (applied after the session is
+                        evaluated on read: a page may hold fewer than ``limit`` sessions, and
+                        then says where to go on with its cursor)
+    since, until        the session's last turn's evaluation time, Unix seconds or RFC 3339;
+                        since <= t < until
+    limit               1..200, default 20
+    cursor              ``next_cursor`` of the previous page
+
+Sessions are listed newest first by their last turn (evaluation time, then session id), the
+cursor being the position after the last one returned (keyset pagination, as
+``/v1/evaluations``). One SQL text per dialect (only the placeholder differs).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from otel_eval.base.configcheck import is_ascii_digits
+from otel_eval.store.query import QueryError, parse_time
+
+__all__ = ["MAX_SESSION_LIMIT", "SessionCursor", "SessionQuery", "StoredTurns",
+           "session_list_sql", "turns_sql"]
+
+MAX_SESSION_LIMIT = 200  # sessions per page (each is read and evaluated: its turns' bodies)
+MAX_SESSION_ID_CHARS = 256  # as read (conventions.conversations.MAX_ID_CHARS)
+_TEXT = ("service", "agent")
+PARAMETERS = (*_TEXT, "passed", "since", "until", "limit", "cursor")
+
+
+class StoredTurns(NamedTuple):
+    """What the store holds of one session."""
+
+    bodies: list[dict[str, Any]]  # the newest turns read, newest first
+    total: int  # turns stored in all
+    last_ns: int  # the newest turn's evaluation time (0: no turn)
+
+
+@dataclass(frozen=True)
+class SessionCursor:
+    """Where the next page starts: after this session of the newest-first order."""
+
+    last_ns: int
+    session_id: str
+
+    def encode(self) -> str:
+        raw = f"{self.last_ns}:{self.session_id}".encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    @classmethod
+    def decode(cls, text: str) -> SessionCursor:
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            raw = ""
+        at, _, session_id = raw.partition(":")
+        if not (is_ascii_digits(at) and len(at) <= 19 and int(at) < 2**63
+                and 0 < len(session_id) <= MAX_SESSION_ID_CHARS):
+            raise QueryError("cursor", "not a cursor returned by this API")
+        return cls(int(at), session_id)
+
+
+@dataclass(frozen=True)
+class SessionQuery:
+    # A turn of the session has this service / agent; None = any.
+    service: str | None = None
+    agent: str | None = None
+    # The session's verdict; None = any.
+    passed: bool | None = None
+    # The last turn's evaluation time bounds, Unix nanoseconds: since <= t < until.
+    since_ns: int | None = None
+    until_ns: int | None = None
+    # Page size, 1..200.
+    limit: int = 20
+    # Position after the previous page's last session; None = the newest.
+    cursor: SessionCursor | None = None
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.limit <= MAX_SESSION_LIMIT:
+            raise QueryError("limit", f"must be an integer in 1..{MAX_SESSION_LIMIT}")
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Sequence[str]]) -> SessionQuery:
+        """From URL query parameters (``urllib.parse.parse_qs`` output)."""
+        values: dict[str, str] = {}
+        for name, given in params.items():
+            if name not in PARAMETERS:
+                raise QueryError(name, f"unknown parameter (known: {', '.join(PARAMETERS)})")
+            if len(given) != 1:
+                raise QueryError(name, "given more than once")
+            values[name] = given[0]
+        kwargs: dict[str, Any] = {k: values[k] or None for k in _TEXT if k in values}
+        if "passed" in values:
+            if values["passed"].lower() not in ("true", "false"):
+                raise QueryError("passed", "must be true or false")
+            kwargs["passed"] = values["passed"].lower() == "true"
+        for name in ("since", "until"):
+            if name in values:
+                kwargs[f"{name}_ns"] = parse_time(name, values[name])
+        if "limit" in values:
+            if not is_ascii_digits(values["limit"]) or len(values["limit"]) > 4:
+                raise QueryError("limit", f"must be an integer in 1..{MAX_SESSION_LIMIT}")
+            kwargs["limit"] = int(values["limit"])
+        if values.get("cursor"):
+            kwargs["cursor"] = SessionCursor.decode(values["cursor"])
+        return cls(**kwargs)
+
+
+def session_list_sql(q: SessionQuery, mark: str, after: SessionCursor | None,
+                     n: int) -> tuple[str, list[Any]]:
+    """SELECT (session_id, last turn's evaluated_at_ns) of the next ``n`` sessions after
+    ``after`` matching ``q``'s service, agent and time filters, newest first."""
+    where, args = ["session_id IS NOT NULL"], list[Any]()
+    for column in _TEXT:
+        value = getattr(q, column)
+        if value is not None:
+            where.append(f"{column} = {mark}")
+            args.append(value)
+    having: list[str] = []
+    last = "MAX(evaluated_at_ns)"
+    if q.since_ns is not None:
+        having.append(f"{last} >= {mark}")
+        args.append(q.since_ns)
+    if q.until_ns is not None:
+        having.append(f"{last} < {mark}")
+        args.append(q.until_ns)
+    if after is not None:
+        having.append(f"({last} < {mark} OR ({last} = {mark} AND session_id > {mark}))")
+        args += [after.last_ns, after.last_ns, after.session_id]
+    sql = (f"SELECT session_id, {last} AS last_ns FROM evaluations WHERE "
+           + " AND ".join(where) + " GROUP BY session_id"
+           + (" HAVING " + " AND ".join(having) if having else "")
+           + f" ORDER BY last_ns DESC, session_id LIMIT {mark}")
+    return sql, [*args, n]
+
+
+def turns_sql(mark: str) -> tuple[str, str]:
+    """(the newest turns (evaluated_at_ns, body) of one session, newest first: at most LIMIT,
+    and past the first at most a number of characters of JSON in all (a running sum: the
+    turn that would go past it and those after are not read); how many it has). Arguments:
+    session id, characters, limit; session id."""
+    return (f"SELECT evaluated_at_ns, body FROM (SELECT evaluated_at_ns, trace_id, body, "
+            f"LENGTH(body) AS size, SUM(LENGTH(body)) OVER (ORDER BY evaluated_at_ns DESC, "
+            f"trace_id ROWS UNBOUNDED PRECEDING) AS upto FROM evaluations WHERE "
+            f"session_id = {mark}) AS turns WHERE upto = size OR upto <= {mark} "
+            f"ORDER BY evaluated_at_ns DESC, trace_id LIMIT {mark}",
+            f"SELECT COUNT(*) FROM evaluations WHERE session_id = {mark}")
+
+
+def stored_turns(rows: list[Any], total: int) -> StoredTurns:
+    """``StoredTurns`` of the rows ``turns_sql`` selects."""
+    return StoredTurns([json.loads(r[1]) for r in rows], int(total),
+                       int(rows[0][0]) if rows else 0)

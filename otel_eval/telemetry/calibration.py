@@ -1,0 +1,121 @@
+"""Self-metrics of the judge checked against people (``evaluate.calibration``).
+
+    GET /v1/calibration, or a scrape once the last report is older than ``refresh_s``
+      -> the report's rows (service, agent, score) -> gauges, the last report's values only
+
+Metrics (a ``Collector`` declared through the ``Declarer`` ``Metrics`` hands this subsystem;
+computed when scraped):
+
+    otel_eval_judge_agreement_auc{service,agent,score}    AUC of a score against the outcomes
+    otel_eval_judge_agreement_kappa{service,agent,score}  Cohen's kappa at the pass threshold
+    otel_eval_judge_agreement_runs{service,agent,score}   labelled runs the figures rest on
+
+``score`` is a judge dimension (``step``, ``process``, ``trace``, ``outcome``, ...) or
+``p_success``: a closed set. (service, agent) pairs take the per-trace metrics' pair budget
+(``labels.SeriesCap``; a pair past it is left out, not merged: agreement does not add up);
+service and agent ``*`` is every agent's runs together. A figure that cannot be computed (one
+outcome only) has no sample. The report is computed by the source the service gives (a store
+query of the labelled runs), at most once per ``refresh_s`` on scrapes: never on the engine's
+path. Thread-safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from otel_eval.telemetry.declare import Declarer
+from otel_eval.telemetry.labels import OTHER, SeriesCap
+
+log = logging.getLogger(__name__)
+
+LABELS = ["service", "agent", "score"]
+_GAUGES = (("auc", "AUC of a judge score (or p_success) against the outcomes users recorded "
+            "(POST /v1/feedback), per agent; `*`: all agents."),
+           ("kappa", "Cohen's kappa of a judge score (or p_success) at its pass threshold "
+            "against the outcomes users recorded, per agent; `*`: all agents."),
+           ("runs", "Labelled runs the judge agreement figures of a score rest on."))
+# Seconds a report is served from before a scrape computes it again.
+REFRESH_S = 300.0
+
+
+class _AgreementCollector(Collector):
+    """The agreement gauges, built when scraped from the owner's last report."""
+
+    def __init__(self, owner: CalibrationMetrics) -> None:
+        self._owner = owner
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return [GaugeMetricFamily(f"otel_eval_judge_agreement_{n}", doc, labels=LABELS)
+                for n, doc in _GAUGES]
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        rows = self._owner.rows()
+        for name, doc in _GAUGES:
+            family = GaugeMetricFamily(f"otel_eval_judge_agreement_{name}", doc, labels=LABELS)
+            for labels, row in rows:
+                value = row.get(name)
+                if value is not None:
+                    family.add_metric(labels, float(value))
+            yield family
+
+
+class CalibrationMetrics:
+    """The judge agreement subsystem: the last report, refreshed on scrape when stale; ``cap``
+    gives the (service, agent) pair budget."""
+
+    def __init__(self, d: Declarer, cap: SeriesCap, refresh_s: float = REFRESH_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._cap = cap
+        self._refresh_s, self._clock = refresh_s, clock
+        self._source: Callable[[], dict[str, Any]] | None = None
+        self._rows: list[dict[str, Any]] = []
+        self._at: float | None = None
+        self._lock = threading.Lock()
+        d.collector(_AgreementCollector(self))
+
+    def serve_from(self, source: Callable[[], dict[str, Any]]) -> None:
+        """The report's source (``evaluate.calibration.report`` over the service's store)."""
+        self._source = source
+
+    def calibrated(self, report: dict[str, Any]) -> None:
+        """A report just computed (GET /v1/calibration, or a stale scrape)."""
+        with self._lock:
+            self._rows = list(report.get("groups", ()))
+            self._at = self._clock()
+
+    def rows(self) -> list[tuple[list[str], dict[str, Any]]]:
+        """(service, agent, score) labels and figures of the last report's rows within the
+        pair budget; the report computed again first when older than ``refresh_s``."""
+        self._refresh()
+        with self._lock:
+            rows = list(self._rows)
+        out = []
+        for row in rows:
+            pair = self._pair(row["service"], row["agent"])
+            if pair is not None:
+                out.append(([*pair, row["score"]], row))
+        return out
+
+    def _pair(self, service: str, agent: str) -> tuple[str, str] | None:
+        if (service, agent) == ("*", "*"):
+            return service, agent
+        pair = self._cap.pair(service or None, agent or None)
+        return pair if pair != (OTHER, OTHER) else None
+
+    def _refresh(self) -> None:
+        if self._source is None or (self._at is not None
+                                    and self._clock() - self._at < self._refresh_s):
+            return
+        try:
+            self.calibrated(self._source())
+        except Exception:  # a store down must not fail the scrape: keep the last figures
+            log.warning("judge agreement not refreshed", exc_info=True)
+            with self._lock:
+                self._at = self._clock()

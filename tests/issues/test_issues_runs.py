@@ -1,0 +1,75 @@
+"""Every run of an issue, paginated: GET /v1/issues/{id}/runs and /ui/issues/{id}/runs on a
+real admin server (port 0), over a real clustering result."""
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from issue_fixtures import window
+from prometheus_client import CollectorRegistry
+
+from otel_eval.app.admin import AdminApi, AdminConfig, AdminServer
+from otel_eval.outputs.issues.result import IssuesResult, issue_runs, to_json
+from otel_eval.outputs.issues.tracker import issues_offline
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[tuple[str, IssuesResult]]:
+    result = issues_offline(window(30), now=1.0)
+    api = AdminApi(CollectorRegistry(), lambda _q: pytest.fail("query"), lambda _t: None,
+                   lambda _t, _o: None, lambda: True, lambda: True,
+                   issues=lambda: to_json(result, assignments=False),
+                   issue_runs=lambda i, o, n: issue_runs(result, i, o, n))
+    server = AdminServer("127.0.0.1:0", api, AdminConfig(endpoint="127.0.0.1:0"))
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{server.port}", result
+    finally:
+        server.stop()
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def test_pages_hold_every_run_of_the_issue_once(served: tuple[str, IssuesResult]) -> None:
+    url, result = served
+    issue = max(result.issues, key=lambda i: i.traces)
+    assert issue.traces == 30 > len(issue.exemplars)
+    seen: list[str] = []
+    offset: Any = 0
+    while offset is not None:
+        status, body = _get(f"{url}/v1/issues/{issue.issue_id}/runs?limit=7&offset={offset}")
+        page = json.loads(body)
+        assert status == 200 and page["runs"] == 30 and len(page["trace_ids"]) <= 7
+        seen += page["trace_ids"]
+        offset = page["next_offset"]
+    assert seen == sorted(issue.trace_ids)
+
+
+@pytest.mark.parametrize(("path", "status"), [
+    ("/v1/issues/iss_unknown/runs", 404), ("/v1/issues/{id}/runs?limit=0", 400),
+    ("/v1/issues/{id}/runs?limit=1001", 400), ("/v1/issues/{id}/runs?offset=-1", 400),
+    ("/v1/issues/{id}/runs?limit=x", 400), ("/v1/issues/a%2Fb/runs", 404)])
+def test_bad_requests(served: tuple[str, IssuesResult], path: str, status: int) -> None:
+    url, result = served
+    assert _get(url + path.replace("{id}", result.issues[0].issue_id))[0] == status
+
+
+def test_the_ui_links_the_runs_count_to_every_run(served: tuple[str, IssuesResult]) -> None:
+    url, result = served
+    issue = max(result.issues, key=lambda i: i.traces)
+    _, listing = _get(url + "/ui/issues")
+    link = f'href="/ui/issues/{issue.issue_id}/runs"'
+    assert link.encode() in listing
+    _, first = _get(url + f"/ui/issues/{issue.issue_id}/runs")
+    ids = sorted(issue.trace_ids)
+    assert all(f'href="/ui/runs/{t}"'.encode() in first for t in ids[:30])
+    assert _get(url + "/ui/issues/iss_unknown/runs")[0] == 404

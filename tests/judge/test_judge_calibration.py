@@ -1,0 +1,174 @@
+"""The judge checked against people (``otel-eval calibrate``, ``GET /v1/calibration``): AUC
+and Cohen's kappa of every judge score and of p_success against the outcomes recorded
+through POST /v1/feedback, compared with the same figures computed by hand."""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from otel_eval.app.admin import AdminApi, AdminConfig, AdminServer
+from otel_eval.app.cli import main
+from otel_eval.base.model import Evaluation, Trajectory
+from otel_eval.evaluate.calibration import (
+    Thresholds,
+    calibrate,
+    hanley_mcneil,
+    kappa,
+    report,
+    scores_of,
+)
+from otel_eval.evaluate.judge.config import JudgeConfig
+from otel_eval.store import SqliteStore
+from otel_eval.telemetry.calibration import CalibrationMetrics
+from otel_eval.telemetry.declare import Declarer
+from otel_eval.telemetry.labels import SeriesCap
+
+# (agent, trace judge score, p_success, outcome): agent a's three runs, then agent b's
+RUNS = [("a", 0.9, 0.6, "success"), ("a", 0.7, 0.6, "failure"), ("a", 0.4, 0.9, "success"),
+        ("b", 0.8, 0.7, "success"), ("b", 0.3, 0.1, "failure"), ("b", 0.2, 0.2, "failure")]
+
+
+def _body(agent: str, trace: float, p: float) -> dict[str, Any]:
+    return {"service": "shop", "agent": agent,
+            "judge": {"judges": {"trace": {"status": "ok", "scores": {"trace": trace}},
+                                 "step": {"status": "ok", "scores": {}}}},
+            "prediction": {"p_success": p, "model": "m"},
+            "verdict": {"passed": True}}  # never read: the outcome decided it
+
+
+def _row(found: dict[str, Any], agent: str, score: str) -> dict[str, Any]:
+    rows = [g for g in found["groups"] if g["agent"] == agent and g["score"] == score]
+    assert len(rows) == 1
+    return rows[0]
+
+
+def test_auc_and_kappa_match_the_figures_computed_by_hand() -> None:
+    found = calibrate([(o, _body(a, t, p)) for a, t, p, o in RUNS])
+    every = _row(found, "*", "trace")
+    # successes score 0.9, 0.4, 0.8; failures 0.7, 0.3, 0.2: of the 9 (success, failure)
+    # pairs, the success scores higher in 8 (0.4 < 0.7 is the one miss)
+    assert every["auc"] == round(8 / 9, 4)
+    # pass at 0.5: 0.9 0.7 0.8 pass, 0.4 0.3 0.2 fail; agree on 4 of 6 runs (po = 2/3);
+    # 3 of 6 predicted and 3 of 6 actual successes: pe = 0.5; kappa = (2/3 - 1/2) / (1/2)
+    assert every["kappa"] == round(1 / 3, 4)
+    assert (every["runs"], every["successes"], every["failures"]) == (6, 3, 3)
+    assert every["threshold"] == 0.5
+    # Hanley-McNeil: Q1 = A/(2-A) = 0.8, Q2 = 2A^2/(1+A); SE = sqrt(0.0234972) = 0.15329
+    se = math.sqrt((8 / 9 * 1 / 9 + 2 * (0.8 - 64 / 81) + 2 * (2 * 64 / 81 / (17 / 9) - 64 / 81))
+                   / 9)
+    assert every["auc_ci95"] == [round(8 / 9 - 1.959964 * se, 4), 1.0]
+    # per agent: a = successes 0.9, 0.4 against the failure 0.7: one of two pairs
+    assert _row(found, "a", "trace")["auc"] == 0.5
+    assert _row(found, "b", "trace")["auc"] == 1.0
+
+
+def test_p_success_ties_count_half_and_kappa_is_at_its_threshold() -> None:
+    found = calibrate([(o, _body(a, t, p)) for a, t, p, o in RUNS],
+                      Thresholds(p_success=0.65))
+    row = _row(found, "*", "p_success")
+    # successes 0.6, 0.9, 0.7; failures 0.6, 0.1, 0.2: 0.6 ties 0.6 (half) and beats the
+    # other two, 0.9 and 0.7 beat all three: (2.5 + 3 + 3) / 9
+    assert row["auc"] == round(8.5 / 9, 4) and row["threshold"] == 0.65
+    # pass at 0.65: 0.9, 0.7 (both successes); agree on 5 of 6; predicted 2/6, actual 3/6:
+    # pe = 1/3 * 1/2 + 2/3 * 1/2 = 1/2; kappa = (5/6 - 1/2) / (1/2) = 2/3
+    assert row["kappa"] == round(2 / 3, 4)
+    assert calibrate([("success", {"agent": "a"})])["groups"] == []  # no score: no row
+
+
+def test_one_class_gives_no_auc_and_total_chance_agreement_no_kappa() -> None:
+    found = calibrate([("success", _body("a", 0.9, 0.9)), ("success", _body("a", 0.8, 0.9))])
+    row = _row(found, "a", "trace")
+    assert row["auc"] is None and row["auc_ci95"] is None
+    assert row["kappa"] is None  # everyone says yes: agreement by chance is total
+    assert kappa([True, False], [True, False]) == (1.0, 1.0, 1.0)
+    assert hanley_mcneil(0.5, 1, 1)[0] == 0.0
+
+
+def test_scores_are_every_judge_dimension_and_p_success_never_the_verdict() -> None:
+    body = {"judge": {"judges": {
+        "process": {"scores": {"process": 0.7, "efficiency": 0.4}},
+        "outcome": {"status": "error"}}}, "verdict": {"passed": False},
+        "prediction": {"p_success": 0.3}}
+    assert scores_of(body) == {"process": 0.7, "efficiency": 0.4, "p_success": 0.3}
+    assert Thresholds(tau_task=0.5, tau_process=0.6).of("efficiency") == 0.6
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Any:
+    s = SqliteStore(str(tmp_path / "store.db")).open()
+    evs = []
+    for i, (agent, trace, p, _) in enumerate(RUNS):
+        ev = Evaluation(Trajectory(f"{i + 1:032x}", "otlp", "complete", [], service="shop",
+                                   agent=agent), judge=_body(agent, trace, p)["judge"],
+                        prediction={"p_success": p, "model": "m"})
+        evs.append(ev)
+    s.put_many(evs)
+    for i, (*_, outcome) in enumerate(RUNS):
+        s.put_feedback(f"{i + 1:032x}", outcome, i)
+    yield s
+    s.close()
+
+
+def test_calibrate_cli_reads_the_recorded_outcomes_from_the_store(
+        store: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["calibrate", "--store", str(tmp_path / "store.db"), "--format", "json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert found["labelled_runs"] == 6
+    assert _row(found, "*", "trace")["auc"] == round(8 / 9, 4)
+    assert main(["calibrate", "--store", str(tmp_path / "store.db")]) == 0
+    table = capsys.readouterr().out
+    assert "shop  a  trace  3  2  1  0.5  0.500 [" in table
+
+
+def test_calibrate_cli_without_a_store_says_so(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["calibrate", "--store", str(tmp_path / "none.db")]) == 1
+    assert "no store at" in capsys.readouterr().err
+
+
+def test_get_v1_calibration_serves_the_same_object(store: Any) -> None:
+    api = AdminApi(CollectorRegistry(), store.query, store.get, lambda _t, _o: None,
+                   lambda: True, lambda: True,
+                   calibration=lambda: report(store, JudgeConfig()))
+    server = AdminServer("127.0.0.1:0", api, AdminConfig(endpoint="127.0.0.1:0"))
+    server.start()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/v1/calibration",
+                                    timeout=30) as r:
+            found = json.loads(r.read())
+    finally:
+        server.stop()
+    assert found == calibrate(store.labelled(100))
+    assert _row(found, "b", "p_success")["auc"] == 1.0
+
+
+def test_agreement_gauges_per_service_agent_score_refresh_when_stale(store: Any) -> None:
+    registry, now, calls = CollectorRegistry(), [0.0], []
+    d = Declarer(registry)
+    gauges = CalibrationMetrics(d, SeriesCap(d, 250, 10_000), refresh_s=300,
+                                clock=lambda: now[0])
+
+    def source() -> dict[str, Any]:
+        calls.append(now[0])
+        return report(store, JudgeConfig())
+
+    gauges.serve_from(source)
+    assert registry.get_sample_value("otel_eval_judge_agreement_auc", {
+        "service": "*", "agent": "*", "score": "trace"}) == round(8 / 9, 4)
+    assert registry.get_sample_value("otel_eval_judge_agreement_kappa", {
+        "service": "shop", "agent": "b", "score": "p_success"}) == 1.0
+    assert registry.get_sample_value("otel_eval_judge_agreement_runs", {
+        "service": "shop", "agent": "a", "score": "trace"}) == 3
+    now[0] = 299.0
+    registry.get_sample_value("otel_eval_judge_agreement_runs", {})
+    assert calls == [0.0]  # served from the last report
+    now[0] = 300.0
+    registry.get_sample_value("otel_eval_judge_agreement_runs", {})
+    assert calls == [0.0, 300.0]

@@ -1,0 +1,76 @@
+"""Sessions through Kafka with two consumers: the turns of tau-bench conversations, one
+trace each, published keyed by trace id (as the collector's kafka exporter writes them), land
+on different partitions and so on two consumer services (static assignment, on librdkafka's
+mock cluster) sharing one PostgreSQL store; either service answers ``/v1/sessions/{id}`` with
+every turn in order."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from kafka_doubles import Topic
+from service_harness import running_service
+
+from otel_eval.base.kafka.config import KafkaConfig
+from otel_eval.decode.otlp import request_from_json
+from otel_eval.receive.kafka.publisher import KafkaPublisher
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sessions"))
+from conversations import tau_turns
+
+
+def _wait(cond: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)  # the consumers run on their services' loop threads
+
+
+async def _publish(topic: Topic, bodies: list[dict[str, Any]]) -> None:
+    pub = KafkaPublisher(KafkaConfig(brokers=topic.bootstrap, topic=topic.name,
+                                     encoding="otlp_proto"))
+    await pub.start()
+    try:
+        for body in bodies:
+            await pub.publish(request_from_json(json.dumps(body)).SerializeToString())
+    finally:
+        await pub.stop()
+
+
+def test_turns_on_two_consumers_make_whole_sessions(topic: Topic, tmp_path: Path,
+                                                    datasets: Path,
+                                                    postgresql_url: str) -> None:
+    runs = json.loads((datasets / "tau-bench" / "airline" / "gpt-4o-airline.runs.json")
+                      .read_text())[:3]
+    conversations = [(f"k-{i}", tau_turns(run, i, "gen_ai.conversation.id", f"k-{i}"))
+                     for i, run in enumerate(runs)]
+    bodies = [body for _, turns in conversations for _, body in turns]
+    n_spans = sum(len(ss["spans"]) for b in bodies for rs in b["resourceSpans"]
+                  for ss in rs["scopeSpans"])
+    asyncio.run(_publish(topic, bodies))
+    with ExitStack() as stack:
+        consumers = [stack.enter_context(running_service(
+            tmp_path / f"c{i}", **{
+                "store.url": postgresql_url, "kafka.brokers": topic.bootstrap,
+                "kafka.topic": topic.name, "kafka.logs_topic": "",
+                "kafka.group_id": f"g-{topic.name}", "kafka.commit_interval_s": 0.05,
+                "kafka.throttle_retry_s": 0.05, "kafka.assignment": "static",
+                "kafka.worker_count": 2, "kafka.worker_index": i})) for i in range(2)]
+        _wait(lambda: sum(h.sample("otel_eval_kafka_spans_consumed_total")
+                          for h in consumers) == n_spans, "every span consumed")
+        stored = [h.release(after_s=h.svc.config.assembly.idle_timeout_s + 1)
+                  for h in consumers]
+        assert sum(stored) == len(bodies) and min(stored) > 0  # both consumers evaluated
+        for h in consumers:
+            for session_id, turns in conversations:
+                record = h.svc.sessions.get(session_id)
+                assert record is not None
+                assert record["traces"] == [trace_id for trace_id, _ in turns]
+                assert record["turns"] == len(turns)

@@ -1,0 +1,63 @@
+"""``SessionReader``: status from an injected clock, the passed filter's bounded scan and its
+cursor, turns cut to ``sessions.max_turns``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from otel_eval.base import model
+from otel_eval.evaluate.sessions.config import SessionsConfig
+from otel_eval.evaluate.sessions.reader import SessionReader
+from otel_eval.store import EvaluationStore, open_store
+from otel_eval.store.sessions import SessionCursor, SessionQuery
+
+T0 = 1_764_547_200 * 10**9
+S = 10**9
+
+
+def _store(tmp_path: Path, sessions: int, turns: int, failing: set[int]) -> EvaluationStore:
+    store = open_store(str(tmp_path / "s.db"))
+    rows = []
+    for s in range(sessions):
+        for n in range(turns):
+            i = s * turns + n
+            t = model.Trajectory(f"{i:032x}", "otlp", "complete", [], service="shop",
+                                 agent="a", start_ns=T0 + i * S, session_id=f"s{s:02d}")
+            verdict = model.Verdict(s not in failing or n > 0, [] if s not in failing
+                                    or n > 0 else ["bad"])
+            rows.append(model.Evaluation(t, [], verdict, evaluated_at_ns=T0 + i * S))
+    store.put_many(rows)
+    return store
+
+
+def test_status_and_cut_turns(tmp_path: Path) -> None:
+    store = _store(tmp_path, 1, 5, set())
+    now = T0 + 4 * S
+    reader = SessionReader(store, SessionsConfig(idle_timeout_s=60, max_turns=3),
+                           clock_ns=lambda: now)
+    record = reader.get("s00")
+    assert record is not None
+    assert (record["status"], record["turns"], record["counts"]["turns_cut"]) == ("open", 5, 2)
+    assert record["traces"] == [f"{i:032x}" for i in (2, 3, 4)]  # the newest, in turn order
+    now += 60 * S
+    assert reader.get("s00")["status"] == "complete"  # type: ignore[index]
+    assert reader.get("nope") is None
+    store.close()
+
+
+def test_the_passed_filter_looks_at_a_bounded_window_and_goes_on_by_cursor(
+        tmp_path: Path) -> None:
+    store = _store(tmp_path, 12, 1, failing={0})  # only the oldest session failed
+    reader = SessionReader(store, SessionsConfig())
+    first = reader.page(SessionQuery(passed=False, limit=2))  # looks at 10 of 12
+    assert first["sessions"] == []
+    assert SessionCursor.decode(first["next_cursor"]).session_id == "s02"
+    second = reader.page(SessionQuery(passed=False, limit=2,
+                                      cursor=SessionCursor.decode(first["next_cursor"])))
+    assert [s["session_id"] for s in second["sessions"]] == ["s00"]
+    assert second["next_cursor"] is None
+    assert second["sessions"][0]["verdict"] == {
+        "passed": False, "reasons": [f"turn 1 ({0:032x}) failed: bad"]}
+    everything = reader.page(SessionQuery(limit=12))
+    assert len(everything["sessions"]) == 12 and everything["next_cursor"] is None
+    store.close()

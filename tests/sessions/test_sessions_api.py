@@ -1,0 +1,188 @@
+"""``GET /v1/sessions`` and ``/v1/sessions/{id}`` on a real serve: tau-bench conversations
+replayed one OTLP/JSON trace per user turn, the conversation id under GenAI's
+``gen_ai.conversation.id`` or OpenInference's ``session.id``; turns spread over two serves
+sharing one PostgreSQL store (two workers of a fleet) make the same sessions."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conversations import call, scripted, tau_turns
+from service_harness import Harness, running_service
+
+RUNS = 3  # tau-bench airline conversations replayed
+IDLE_S = 1800
+
+
+def _post(url: str, body: dict[str, Any]) -> None:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        assert r.status == 200
+
+
+def _get(h: Harness, path: str) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(h.admin_url + path, timeout=30) as r:
+            return int(r.status), json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return int(e.code), json.loads(e.read())
+
+
+def _conversations(datasets: Path, key: str) -> list[tuple[str, list[tuple[str, Any]]]]:
+    runs = json.loads((datasets / "tau-bench" / "airline" / "gpt-4o-airline.runs.json")
+                      .read_text())
+    out = []
+    for index, run in enumerate(runs[:RUNS]):
+        conversation = f"tau-airline-{index}"
+        out.append((conversation, tau_turns(run, index, key, conversation)))
+    return out
+
+
+@contextmanager
+def _serves(tmp_path: Path, target: str, n: int) -> Iterator[list[Harness]]:
+    with ExitStack() as stack:
+        yield [stack.enter_context(running_service(
+            tmp_path / f"s{i}", **({"store.url": target} if target else {}))) for i in range(n)]
+
+
+def _replay(serves: list[Harness], conversations: list[tuple[str, list[Any]]]) -> None:
+    """Each turn to the next serve in turn (round robin: a conversation's turns land on
+    different serves when there are two), then every serve releases what it holds."""
+    posted = 0
+    for _, turns in conversations:
+        for _, body in turns:
+            _post(serves[posted % len(serves)].http_url, body)
+            posted += 1
+    for h in serves:
+        h.release(after_s=h.svc.config.assembly.idle_timeout_s + 1)
+
+
+def _sessions(h: Harness, key: str, datasets: Path,
+              conversations: list[tuple[str, list[Any]]]) -> dict[str, Any]:
+    out = {}
+    for conversation, turns in conversations:
+        code, record = _get(h, "/v1/sessions/" + urllib.parse.quote(conversation))
+        assert code == 200, record
+        assert record["traces"] == [trace_id for trace_id, _ in turns]  # every turn, in order
+        assert record["turns"] == len(turns) > 1
+        record.pop("last_turn_evaluated_at_unix_nano")
+        out[conversation] = record
+    return out
+
+
+@pytest.mark.parametrize("key", ["gen_ai.conversation.id", "session.id"])
+def test_tau_bench_conversations_come_back_as_sessions(tmp_path: Path, datasets: Path,
+                                                       key: str) -> None:
+    conversations = _conversations(datasets, key)
+    with running_service(tmp_path) as h:
+        _replay([h], conversations)
+        code, page = _get(h, "/v1/sessions")
+        assert code == 200
+        assert sorted(s["session_id"] for s in page["sessions"]) == sorted(
+            c for c, _ in conversations)
+        assert {s["status"] for s in page["sessions"]} == {"open"}  # turns just stored
+        [one] = [s for s in page["sessions"] if s["session_id"] == "tau-airline-0"]
+        assert (one["service"], one["agent"]) == ("airline", "airline_agent")
+        assert set(one["verdict"]) == {"passed", "reasons"}
+        for f in one["findings"]:
+            assert {"detector", "kind", "severity", "message", "trace_id", "step"} <= set(f)
+        h.svc.sessions.clock_ns = lambda: 2**62  # long after: complete
+        sessions = _sessions(h, key, datasets, conversations)
+        assert {s["status"] for s in sessions.values()} == {"complete"}
+        code, turn = _get(h, f"/v1/evaluations/{conversations[0][1][0][0]}")
+        assert turn["session_id"] == "tau-airline-0"
+    # the same conversations carried by the other convention give the same sessions
+    other = "session.id" if key == "gen_ai.conversation.id" else "gen_ai.conversation.id"
+    with running_service(tmp_path / "other") as h:
+        _replay([h], _conversations(datasets, other))
+        h.svc.sessions.clock_ns = lambda: 2**62
+        assert _sessions(h, other, datasets, _conversations(datasets, other)) == sessions
+
+
+def test_turns_on_two_serves_of_one_postgresql_store_make_one_session(
+        tmp_path: Path, datasets: Path, postgresql_url: str) -> None:
+    conversations = _conversations(datasets, "gen_ai.conversation.id")
+    with _serves(tmp_path, postgresql_url, 2) as serves:
+        _replay(serves, conversations)
+        for h in serves:  # either serve answers with every turn
+            h.svc.sessions.clock_ns = lambda: 2**62
+            _sessions(h, "gen_ai.conversation.id", datasets, conversations)
+
+
+def test_session_loop_filters_and_pages(tmp_path: Path) -> None:
+    same = {"reservation_id": "ZFA04Y"}
+    looping = scripted("loops", "gen_ai.conversation.id", [
+        (f"what is the status of my booking, question {n}",
+         [call("get_reservation_details", same, f"c{n}"), {"role": "assistant",
+                                                          "content": "Confirmed."}])
+        for n in range(4)])
+    control = scripted("control", "gen_ai.conversation.id", [
+        (f"what is the status of my booking, question {n}",
+         [call("get_reservation_details", {"reservation_id": f"R{n}"}, f"c{n}"),
+          {"role": "assistant", "content": "Confirmed."}]) for n in range(4)])
+    with running_service(tmp_path) as h:
+        _replay([h], [("loops", looping), ("control", control)])
+        code, record = _get(h, "/v1/sessions/loops")
+        assert [(f["detector"], f["kind"], f["trace_id"]) for f in record["findings"]] == [
+            ("loop", "repeated_across_turns", looping[-1][0])]
+        assert not any(f["detector"] == "loop" for t, _ in looping
+                       for f in _get(h, f"/v1/evaluations/{t}")[1]["findings"])
+        assert _get(h, "/v1/sessions/control")[1]["findings"] == []
+        failed = _get(h, "/v1/sessions?passed=false")[1]
+        assert [s["session_id"] for s in failed["sessions"]] == ["loops"]
+        first = _get(h, "/v1/sessions?limit=1")[1]
+        second = _get(h, "/v1/sessions?limit=1&cursor=" + first["next_cursor"])[1]
+        assert len(first["sessions"]) == len(second["sessions"]) == 1
+        assert {first["sessions"][0]["session_id"], second["sessions"][0]["session_id"]} == {
+            "loops", "control"}
+        assert second["next_cursor"] is None
+        assert _get(h, "/v1/sessions?service=nope")[1] == {"sessions": [],
+                                                          "next_cursor": None}
+        assert _get(h, "/v1/sessions/unknown")[0] == 404
+        code, bad = _get(h, "/v1/sessions?limit=0")
+        assert (code, bad["parameter"]) == (400, "limit")
+
+
+def _page(h: Harness, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(h.admin_url + path, timeout=30) as r:
+            return int(r.status), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return int(e.code), e.read().decode()
+
+
+def test_web_view_shows_a_conversation_as_its_turns(tmp_path: Path) -> None:
+    hostile = "<script>alert(1)</script>"
+    turns = scripted(hostile, "session.id", [
+        (f"what is the status of my booking, question {n}",
+         [call("get_reservation_details", {"reservation_id": "ZFA04Y"}, f"c{n}"),
+          {"role": "assistant", "content": "Confirmed."}]) for n in range(3)])
+    with running_service(tmp_path) as h:
+        _replay([h], [(hostile, turns)])
+        code, listing = _page(h, "/ui/sessions")
+        assert code == 200
+        link = "/ui/sessions/" + urllib.parse.quote(hostile, safe="")
+        assert f'href="{link}"' in listing.replace("&amp;", "&")
+        assert hostile not in listing  # escaped
+        code, page = _page(h, link)
+        assert code == 200 and hostile not in page
+        sections = page.split('class="turn"')[1:]
+        assert len(sections) == 3
+        for number, (trace_id, _) in enumerate(turns):
+            assert f'href="/ui/runs/{trace_id}"' in sections[number]
+            assert "question " + str(number) in sections[number]
+        assert "loop:repeated_across_turns" in sections[2]
+        assert "loop:repeated_across_turns" not in sections[0] + sections[1]
+        code, run = _page(h, f"/ui/runs/{turns[0][0]}")
+        assert f'href="{link}"' in run.replace("&amp;", "&")
+        assert _page(h, "/ui/sessions/nope")[0] == 404
+        assert _page(h, "/ui/sessions?limit=0")[0] == 400

@@ -1,0 +1,92 @@
+"""``otel-eval eval --format jsonl``: session records after the trace records, for the
+traces that carry a conversation id; traces without one print what they printed before."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from conversations import call, scripted
+
+from otel_eval.app.cli import build_parser, cmd_eval
+
+SAME = {"reservation_id": "ZFA04Y"}
+
+
+def _eval(*paths: Path) -> list[dict[str, object]]:
+    out = io.StringIO()
+    code = cmd_eval(build_parser().parse_args(["eval", *map(str, paths), "--format",
+                                               "jsonl"]), out)
+    assert code == 0
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def _write(tmp_path: Path, name: str, turns: list[tuple[str, object]]) -> list[Path]:
+    paths = []
+    for number, (_, body) in enumerate(turns):
+        paths.append(tmp_path / f"{name}-{number}.json")
+        paths[-1].write_text(json.dumps(body))
+    return paths
+
+
+def test_session_records_follow_the_trace_records(tmp_path: Path) -> None:
+    looping = scripted("offline-loop", "session.id", [
+        (f"what is the status of my booking, question {n}",
+         [call("get_reservation_details", SAME, f"c{n}"),
+          {"role": "assistant", "content": "Confirmed."}]) for n in range(4)])
+    alone = scripted("no-conversation", "unrelated.key", [
+        ("what is the status of my booking", [{"role": "assistant", "content": "Fine."}])])
+    paths = _write(tmp_path, "loop", looping) + _write(tmp_path, "alone", alone)
+    lines = _eval(*paths)
+    traces, sessions = lines[:5], lines[5:]
+    assert all("record" not in t for t in traces)
+    assert [t.get("session_id") for t in traces] == ["offline-loop"] * 4 + [None]
+    assert "session_id" not in traces[4]  # no conversation id: the key is left out
+    [record] = sessions
+    assert record["record"] == "session"
+    assert (record["session_id"], record["status"], record["turns"]) == (
+        "offline-loop", "complete", 4)
+    assert record["traces"] == [trace_id for trace_id, _ in looping]
+    assert [(f["detector"], f["kind"]) for f in record["findings"]] == [
+        ("loop", "repeated_across_turns")]
+    assert record["verdict"]["passed"] is False
+    # the trace without a conversation prints the same, with sessions or without
+    [again] = _eval(*_write(tmp_path, "alone2", alone))
+    assert {**again, "source": ""} == {**traces[4], "source": ""}
+
+
+def test_budget_session_turns_from_the_command_line(tmp_path: Path) -> None:
+    turns = scripted("offline-budget", "gen_ai.conversation.id", [
+        (f"a different question, number {n}", [{"role": "assistant", "content": "Done."}])
+        for n in range(3)])
+    paths = [str(p) for p in _write(tmp_path, "budget", turns)]
+    out = io.StringIO()
+    args = build_parser().parse_args(["eval", *paths, "--format", "jsonl",
+                                      "--budget", "session_turns=2", "--budget", "steps=9"])
+    assert cmd_eval(args, out) == 0
+    record = json.loads(out.getvalue().splitlines()[-1])
+    assert [(f["detector"], f["kind"], f["attributes"]) for f in record["findings"]] == [
+        ("budget", "session_turns", {"value": 3, "limit": 2})]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["eval", "x", "--budget", "session_turns=2.5"])
+
+
+def test_trace_records_from_the_stored_text_name_the_conversation(tmp_path: Path) -> None:
+    """``eval --format jsonl`` prints each trace from the text encoded once (``to_json_ascii``,
+    issue 34): a turn's line carries its session_id and user_id, non-ASCII escaped as
+    ``json.dumps`` escapes them, and the session record follows."""
+    turns = scripted("réservation-7", "gen_ai.conversation.id", [
+        (f"question {n}", [{"role": "assistant", "content": "Done."}]) for n in range(2)])
+    for _, body in turns:
+        root = body["resourceSpans"][0]["scopeSpans"][0]["spans"][-1]
+        root["attributes"].append({"key": "user.id", "value": {"stringValue": "usér-1"}})
+    out = io.StringIO()
+    paths = [str(p) for p in _write(tmp_path, "text", turns)]
+    assert cmd_eval(build_parser().parse_args(["eval", *paths, "--format", "jsonl"]), out) == 0
+    lines = out.getvalue().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert [(r.get("record"), r["session_id"], r["user_id"]) for r in records] == [
+        (None, "réservation-7", "usér-1")] * 2 + [("session", "réservation-7", "usér-1")]
+    assert all(line == json.dumps(r) for line, r in zip(lines, records, strict=True))
