@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -16,14 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from kafka_doubles import Topic
-from service_harness import running_service
+from sessions.conversations import tau_turns
+from support.harness import running_service
 
 from otel_eval.base.kafka.config import KafkaConfig
 from otel_eval.decode.otlp import request_from_json
 from otel_eval.receive.kafka.publisher import KafkaPublisher
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sessions"))
-from conversations import tau_turns
 
 
 def _wait(cond: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from conversations import call, scripted, tau_turns
-from service_harness import Harness, running_service
+from support.harness import Harness, running_service
 
 RUNS = 3  # tau-bench airline conversations replayed
 IDLE_S = 1800
