@@ -301,6 +301,9 @@ class Step:
     input_tokens: int | None = None
     output_tokens: int | None = None
     cost_usd: float | None = None
+    # input tokens written to the provider's cache (``gen_ai.usage.cache_write.input_tokens``,
+    # formerly ``cache_creation``); part of ``input_tokens``; None = not recorded
+    cache_write_tokens: int | None = None
     input_text: str | None = None  # raw input messages / prompt as carried by the span
     output_text: str | None = None  # raw output / completion text
     reply: str | None = None  # the reply's text, when the convention records it apart

@@ -28,6 +28,7 @@ from otel_eval.base.model import Span, Step, StepKind
 from otel_eval.evaluate.conventions.adapter import Adapter, Attrs
 from otel_eval.evaluate.conventions.agent_names import agent_name, from_span_name
 from otel_eval.evaluate.conventions.genai import GENAI, GENAI_LEGACY
+from otel_eval.evaluate.conventions.span_readers import SpanReader, for_keys
 
 __all__ = ["FIELDS", "Plan", "merged_agent_name", "plan", "read_fields", "readers"]
 
@@ -54,16 +55,18 @@ class Plan:
     """What reading a span of one shape takes: its marker's convention (and whether the
     marker is explicit: the kind is then ``marker.explicit``'s, else ``marker.implicit``'s),
     the conventions present, in order of precedence, and for each the ``Step.sources`` text
-    of every field it may supply (the first of its keys the shape has). Shared by every span
-    of the shape; never changed."""
+    of every field it may supply (the first of its keys the shape has); the
+    convention-independent readers its keys call for (``span_readers``: cost, cache-write
+    tokens, exit code). Shared by every span of the shape; never changed."""
 
-    __slots__ = ("explicit", "found", "marker", "sources")
+    __slots__ = ("explicit", "extra", "found", "marker", "sources")
 
     def __init__(self, marker: Adapter | None, explicit: bool, found: list[Adapter],
                  attrs: Attrs) -> None:
         self.marker, self.explicit = marker, explicit
         self.found = tuple(found)
         self.sources = [{f: _source(a, f, attrs) for f in FIELDS} for a in found]
+        self.extra: tuple[SpanReader, ...] = for_keys(attrs)
 
 
 _plans: dict[tuple[Any, ...], Plan] = {}

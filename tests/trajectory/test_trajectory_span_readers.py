@@ -1,0 +1,136 @@
+"""Convention-independent span readers (issue 31, conventions as they move): cache-write
+tokens, cost recorded on the span with its source (before price lists), a command tool's
+exit code. Values present but not understood stay unknown, never a value or a finding."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from trajectory_factory import span, trace
+
+from otel_eval.base.model import Step
+from otel_eval.evaluate.config import TrajectoryConfig
+from otel_eval.evaluate.conventions import fields as fields_module
+from otel_eval.evaluate.conventions import read_span
+from otel_eval.evaluate.detectors import Detectors, DetectorsConfig
+from otel_eval.evaluate.trajectory import build_trajectory
+
+_CHAT = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o-mini",
+         "gen_ai.usage.input_tokens": 1000, "gen_ai.usage.output_tokens": 100}
+_TOOL = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "bash",
+         "gen_ai.tool.call.arguments": '{"command": "make test"}'}
+
+
+def _read(attrs: dict[str, Any], **kw: Any) -> Step:
+    s = span("s", attrs=attrs, **kw)
+    step = Step(0, s.span_id, None, "other", s.name)
+    read_span(step, s, s.attributes)
+    return step
+
+
+@pytest.mark.parametrize(("attrs", "tokens", "source", "unknown"), [
+    ({"gen_ai.usage.cache_write.input_tokens": 25}, 25,
+     "genai gen_ai.usage.cache_write.input_tokens", None),
+    ({"gen_ai.usage.cache_creation.input_tokens": 30}, 30,
+     "genai gen_ai.usage.cache_creation.input_tokens", None),
+    ({"gen_ai.usage.cache_write.input_tokens": 25,  # the current name wins
+      "gen_ai.usage.cache_creation.input_tokens": 30}, 25,
+     "genai gen_ai.usage.cache_write.input_tokens", None),
+    ({"gen_ai.usage.cache_write.input_tokens": "12"}, 12,
+     "genai gen_ai.usage.cache_write.input_tokens", None),
+    ({"gen_ai.usage.cache_write.input_tokens": "lots"}, None, None,
+     "gen_ai.usage.cache_write.input_tokens not understood"),
+    ({"gen_ai.usage.cache_write.input_tokens": -3}, None, None,
+     "gen_ai.usage.cache_write.input_tokens not understood"),
+    ({}, None, None, None),
+])
+def test_cache_write_tokens(attrs: dict[str, Any], tokens: int | None, source: str | None,
+                            unknown: str | None) -> None:
+    step = _read(_CHAT | attrs)
+    assert step.kind == "llm"
+    assert step.cache_write_tokens == tokens
+    assert step.sources.get("cache_write_tokens") == source
+    assert step.unknown.get("cache_write_tokens") == unknown
+
+
+@pytest.mark.parametrize(("attrs", "cost", "source", "unknown"), [
+    ({"gen_ai.usage.cost.amount": 0.25, "gen_ai.usage.cost.currency": "USD",
+      "gen_ai.usage.cost.source": "provider"}, 0.25,
+     "genai gen_ai.usage.cost.amount (provider)", None),
+    ({"gen_ai.usage.cost.amount": "0.5", "gen_ai.usage.cost.currency": "usd",
+      "gen_ai.usage.cost.source": "local"}, 0.5, "genai gen_ai.usage.cost.amount (local)", None),
+    ({"gen_ai.usage.cost.amount": 0.5, "gen_ai.usage.cost.currency": "USD",
+      "gen_ai.usage.cost.source": "guessed"}, 0.5,
+     "genai gen_ai.usage.cost.amount (source unknown)", None),
+    # not dollars, or no currency: unknown (then priced from the price list, said so)
+    ({"gen_ai.usage.cost.amount": 0.5, "gen_ai.usage.cost.currency": "EUR"}, "priced",
+     "price list (litellm) by model and tokens", "gen_ai.usage.cost.amount in currency EUR"),
+    ({"gen_ai.usage.cost.amount": 0.5}, "priced", "price list (litellm) by model and tokens",
+     "gen_ai.usage.cost.amount in currency not given"),
+    ({"gen_ai.usage.cost.amount": "free", "gen_ai.usage.cost.currency": "USD"}, "priced",
+     "price list (litellm) by model and tokens", "gen_ai.usage.cost.amount not understood"),
+    # a new-style cost the span carries wins over an older key on it
+    ({"gen_ai.usage.cost.amount": 0.25, "gen_ai.usage.cost.currency": "USD",
+      "llm.cost.total": 9.0}, 0.25, "genai gen_ai.usage.cost.amount (source unknown)", None),
+    ({"llm.cost.total": 0.125}, 0.125, "span llm.cost.total", None),
+    ({"gen_ai.usage.cost": "bad", "llm.cost.total": 0.125}, 0.125, "span llm.cost.total", None),
+    ({}, "priced", "price list (litellm) by model and tokens", None),
+])
+def test_cost_from_the_span_before_the_price_list(attrs: dict[str, Any], cost: Any,
+                                                  source: str, unknown: str | None) -> None:
+    t = build_trajectory(trace(span("chat", attrs=_CHAT | attrs)), TrajectoryConfig())
+    step = t.steps[0]
+    if cost == "priced":
+        assert step.cost_usd is not None and 0 < step.cost_usd < 0.01  # gpt-4o-mini's prices
+    else:
+        assert step.cost_usd == cost
+    assert step.sources["cost_usd"] == source
+    assert step.unknown.get("cost_usd") == unknown
+
+
+@pytest.mark.parametrize(("attrs", "status", "error"), [
+    ({"process.exit.code": 2}, "error", "exit code 2"),
+    ({"process.exit.code": "127"}, "error", "exit code 127"),
+    ({"process.exit.code": 1, "error.type": "1"}, "error", "exit code 1"),  # as the spec sets
+    ({"process.exit.code": 0}, "ok", None),
+    ({"process.exit.code": "0"}, "ok", None),
+    ({"process.exit.code": "crashed"}, "ok", None),  # not understood: unknown, no error
+    ({"process.exit.code": 1.5}, "ok", None),
+    ({"process.exit.code": True}, "ok", None),
+    ({}, "ok", None),
+])
+def test_exit_code_of_a_command_tool(attrs: dict[str, Any], status: str,
+                                     error: str | None) -> None:
+    step = _read(_TOOL | attrs)
+    assert step.kind == "tool"
+    assert (step.status, step.error) == (status, error)
+    if attrs and status == "ok" and attrs["process.exit.code"] not in (0, "0"):
+        assert step.unknown["exit_code"] == "process.exit.code not understood"
+
+
+def test_exit_code_keeps_what_the_span_said_and_is_no_error_off_a_tool() -> None:
+    step = _read(_TOOL | {"process.exit.code": 3}, status="error", message="tests failed")
+    assert (step.status, step.error) == ("error", "exit code 3: tests failed")
+    chat = _read(_CHAT | {"process.exit.code": 3})  # a process's code on an LLM call
+    assert (chat.status, chat.error) == ("ok", None)
+
+
+def test_a_non_zero_exit_code_is_a_tool_error_finding_and_zero_is_none() -> None:
+    def findings(code: int) -> list[Any]:
+        t = build_trajectory(trace(span("run", attrs={"gen_ai.operation.name": "invoke_agent",
+                                                      "gen_ai.agent.name": "coder"}),
+                                   span("bash", "run", 1, _TOOL | {"process.exit.code": code})),
+                             TrajectoryConfig())
+        return [f for f in Detectors(DetectorsConfig()).evaluate(t)[0]
+                if f.detector == "tool_call"]
+    assert [f.message for f in findings(2)] == ["bash failed: exit code 2"]
+    assert findings(0) == []
+
+
+def test_readers_run_only_for_the_shapes_that_key_them() -> None:
+    fields_module._plans.clear()
+    _read(_TOOL)
+    _read(_TOOL | {"process.exit.code": 1})
+    extras = {len(p.extra) for p in fields_module._plans.values()}
+    assert extras == {0, 1}
