@@ -295,6 +295,9 @@ class Step:
     arguments: Any = None  # parsed JSON when possible, else the raw string; None = not recorded
     result: str | None = None  # raw text of the tool result (or agent/chain output)
     call_id: str | None = None  # the tool-call id this tool step ran (joins it to its LLM call)
+    # the decision taken on the call before it ran (``gen_ai.tool.call.decision.outcome``):
+    # allow | deny | require_approval; None = not recorded. A denied call is no tool error
+    decision: str | None = None
     # llm steps
     model: str | None = None
     finish_reasons: list[str] = field(default_factory=list)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from trajectory_factory import span, trace
 
-from otel_eval.base.model import Step
+from otel_eval.base.model import SpanEvent, Step
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.conventions import fields as fields_module
 from otel_eval.evaluate.conventions import read_span
@@ -134,3 +134,61 @@ def test_readers_run_only_for_the_shapes_that_key_them() -> None:
     _read(_TOOL | {"process.exit.code": 1})
     extras = {len(p.extra) for p in fields_module._plans.values()}
     assert extras == {0, 1}
+
+
+_DECISION = "gen_ai.tool.call.decision.outcome"
+
+
+def _decision_event(outcome: Any) -> SpanEvent:
+    return SpanEvent("gen_ai.tool.call.decision", 0, {_DECISION: outcome})
+
+
+@pytest.mark.parametrize(("attrs", "events", "decision", "source", "unknown"), [
+    ({_DECISION: "deny"}, [], "deny", f"genai {_DECISION}", None),
+    ({_DECISION: "allow"}, [], "allow", f"genai {_DECISION}", None),
+    ({_DECISION: "require_approval"}, [], "require_approval", f"genai {_DECISION}", None),
+    ({}, [_decision_event("require_approval"), _decision_event("deny")], "deny",
+     "genai gen_ai.tool.call.decision event", None),  # the last decision taken
+    ({_DECISION: "maybe"}, [], None, None, f"{_DECISION} not understood"),
+    ({}, [_decision_event(3)], None, None, f"{_DECISION} not understood"),
+    ({}, [], None, None, None),
+])
+def test_decision_on_a_tool_call(attrs: dict[str, Any], events: list[SpanEvent],
+                                 decision: str | None, source: str | None,
+                                 unknown: str | None) -> None:
+    step = _read(_TOOL | attrs, events=events)
+    assert step.decision == decision
+    assert step.sources.get("decision") == source
+    assert step.unknown.get("decision") == unknown
+
+
+@pytest.mark.parametrize(("outcome", "status"), [("deny", "ok"), ("allow", "error"),
+                                                 ("maybe", "error")])
+def test_a_denied_call_is_never_a_tool_error(outcome: str, status: str) -> None:
+    step = _read(_TOOL | {_DECISION: outcome, "error.type": "PermissionDenied"},
+                 status="error", message="denied by policy")
+    assert step.status == status
+    t = build_trajectory(trace(span("run", attrs={"gen_ai.operation.name": "invoke_agent",
+                                                  "gen_ai.agent.name": "coder"}),
+                               span("bash", "run", 1, _TOOL | {_DECISION: outcome},
+                                    status="error", message="denied by policy")),
+                         TrajectoryConfig())
+    findings = Detectors(DetectorsConfig()).evaluate(t)[0]
+    assert any(f.detector == "tool_call" for f in findings) == (status == "error")
+
+
+@pytest.mark.parametrize(("first", "kind"), [
+    ("deny", "retried_denied_call"),
+    ("allow", "repeated_action"),  # bash: a shell action tool
+    (None, "repeated_action"),
+])
+def test_a_denied_call_followed_by_the_same_call_is_a_loop_class(first: str | None,
+                                                                 kind: str) -> None:
+    denied = _TOOL | ({_DECISION: first} if first else {})
+    t = build_trajectory(trace(span("run", attrs={"gen_ai.operation.name": "invoke_agent",
+                                                  "gen_ai.agent.name": "coder"}),
+                               span("bash1", "run", 1, denied),
+                               span("bash2", "run", 20, _TOOL)), TrajectoryConfig())
+    loops = [f for f in Detectors(DetectorsConfig()).evaluate(t)[0] if f.detector == "loop"]
+    assert [f.kind for f in loops] == [kind]
+    assert loops[0].message.endswith("after it was denied") == (first == "deny")

@@ -1,6 +1,6 @@
 """Stage: trajectory (part). Convention-independent span readers for what the conventions
 added as they moved: cache-write tokens, cost recorded on the span with its source, and a
-command tool's exit code.
+command tool's exit code, the decision taken on a tool call before it ran.
 
 Each reader names the attribute keys that call for it; ``fields.Plan`` keeps, per span
 shape, only the readers whose keys the shape has, so the usual span pays nothing for them.
@@ -18,7 +18,11 @@ Attribute names, as the GenAI conventions name them (open-telemetry/semantic-con
   then the older single-number keys (``gen_ai.usage.cost``, OpenInference ``llm.cost.total``,
   ...), read as USD as before; a price list prices only a step still without cost;
 - ``process.exit.code`` on a tool span: non-zero is the call's error (the conventions' command
-  and skill tools set ``error.type`` to the exit code); zero is no error.
+  and skill tools set ``error.type`` to the exit code); zero is no error;
+- ``gen_ai.tool.call.decision.outcome`` (``allow`` | ``deny`` | ``require_approval``), on the
+  tool span or on its ``gen_ai.tool.call.decision`` span event (semantic-conventions-genai
+  pull request 535, in flight: we follow its names): a denied call did not run, so it is
+  never a tool error (the loop detector says when it is retried).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from otel_eval.base.model import Span, Step
 from otel_eval.evaluate.conventions.adapter import Attrs
 from otel_eval.evaluate.conventions.values import as_float, as_int, as_str
 
-__all__ = ["READERS", "SpanReader", "for_keys"]
+__all__ = ["EVENT_KEYS", "READERS", "SpanReader", "for_keys"]
 
 CACHE_WRITE_KEYS = ("gen_ai.usage.cache_write.input_tokens",
                     "gen_ai.usage.cache_creation.input_tokens")
@@ -42,10 +46,15 @@ LEGACY_COST_KEYS = ("gen_ai.usage.cost", "llm.cost.total", "gen_ai.usage.total_c
                     "llm.usage.cost")
 EXIT_CODE = "process.exit.code"
 _COST_SOURCES = frozenset({"provider", "local"})
+DECISION_EVENT = "gen_ai.tool.call.decision"
+DECISION_OUTCOME = "gen_ai.tool.call.decision.outcome"
+_OUTCOMES = frozenset({"allow", "deny", "require_approval"})
+EVENT_KEYS = frozenset({DECISION_EVENT})  # the span events a reader here reads
 
 
 class SpanReader(NamedTuple):
-    """A reader run on the spans whose attribute keys include one of ``keys``."""
+    """A reader run on the spans whose attribute keys (or span event names) include one of
+    ``keys``."""
 
     keys: frozenset[str]
     read: Callable[[Step, Span, Attrs], None]
@@ -105,14 +114,36 @@ def _exit_code(step: Step, span: Span, attrs: Attrs) -> None:
     step.error = f"exit code {code}" + (f": {said}" if said else "")
 
 
+def _decision(step: Step, span: Span, attrs: Attrs) -> None:
+    if step.kind != "tool":
+        return
+    raw, source = attrs.get(DECISION_OUTCOME), f"genai {DECISION_OUTCOME}"
+    if raw is None:
+        for event in span.events:  # the last decision taken on the call
+            if event.name == DECISION_EVENT:
+                raw = event.attributes.get(DECISION_OUTCOME)
+                source = f"genai {DECISION_EVENT} event"
+    outcome = as_str(raw)
+    if outcome not in _OUTCOMES:
+        if raw is not None:
+            step.unknown["decision"] = f"{DECISION_OUTCOME} not understood"
+        return
+    step.decision, step.sources["decision"] = outcome, source
+    if outcome == "deny":  # it never ran: no tool error, whatever the span's status says
+        step.status, step.error = "ok", None
+
+
 READERS = (
     SpanReader(frozenset(CACHE_WRITE_KEYS), _cache_write),
     SpanReader(frozenset((COST_AMOUNT, *LEGACY_COST_KEYS)), _cost),
     SpanReader(frozenset((EXIT_CODE,)), _exit_code),
+    SpanReader(frozenset((DECISION_OUTCOME, DECISION_EVENT)), _decision),
 )
 
 
-def for_keys(attrs: Attrs) -> tuple[SpanReader, ...]:
-    """The readers a span shape with these attribute keys calls for, in ``READERS`` order."""
+def for_keys(attrs: Attrs, events: frozenset[str] = frozenset()) -> tuple[SpanReader, ...]:
+    """The readers a span shape with these attribute keys and span event names (those of
+    ``EVENT_KEYS`` it has) calls for, in ``READERS`` order."""
     keys = attrs.keys()
-    return tuple(r for r in READERS if not keys.isdisjoint(r.keys))
+    return tuple(r for r in READERS
+                 if not keys.isdisjoint(r.keys) or not events.isdisjoint(r.keys))
