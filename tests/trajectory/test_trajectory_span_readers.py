@@ -22,8 +22,8 @@ _TOOL = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "bash",
          "gen_ai.tool.call.arguments": '{"command": "make test"}'}
 
 
-def _read(attrs: dict[str, Any], **kw: Any) -> Step:
-    s = span("s", attrs=attrs, **kw)
+def _read(attrs: dict[str, Any], name: str = "s", **kw: Any) -> Step:
+    s = span(name, attrs=attrs, **kw)
     step = Step(0, s.span_id, None, "other", s.name)
     read_span(step, s, s.attributes)
     return step
@@ -192,3 +192,56 @@ def test_a_denied_call_followed_by_the_same_call_is_a_loop_class(first: str | No
     loops = [f for f in Detectors(DetectorsConfig()).evaluate(t)[0] if f.detector == "loop"]
     assert [f.kind for f in loops] == [kind]
     assert loops[0].message.endswith("after it was denied") == (first == "deny")
+
+
+_RUN = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "weather"}
+_EXEC = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_weather",
+         "gen_ai.tool.call.arguments": '{"city": "Paris"}'}
+_MCP = {"mcp.method.name": "tools/call", "mcp.session.id": "s1", "jsonrpc.request.id": "7"}
+
+
+@pytest.mark.parametrize(("mcp", "where", "start", "end", "steps", "result"), [
+    # beside the framework's span, within its time: one call, the MCP span's result kept
+    (_MCP | {"gen_ai.tool.name": "get_weather", "gen_ai.tool.call.result": "sunny"},
+     "run", 2, 8, 1, "sunny"),
+    # the MCP span with only its own attributes: the tool named by the span name
+    (_MCP, "run", 2, 8, 1, None),
+    (_MCP | {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_weather"},
+     "run", 2, 8, 1, None),
+    # nested under it (merge_nested_calls): one call
+    (_MCP | {"gen_ai.tool.name": "get_weather", "gen_ai.tool.call.result": "sunny"},
+     "exec", 2, 8, 1, "sunny"),
+    # another tool, or outside the framework span's time: a call of its own
+    (_MCP | {"gen_ai.tool.name": "get_time"}, "run", 2, 8, 2, None),
+    (_MCP | {"gen_ai.tool.name": "get_weather"}, "run", 20, 28, 2, None),
+    # a method that is no tool call: nothing read
+    ({"mcp.method.name": "tools/list"}, "run", 2, 8, 1, None),
+])
+def test_an_mcp_client_span_beside_execute_tool_is_one_step(
+        mcp: dict[str, Any], where: str, start: int, end: int, steps: int,
+        result: str | None) -> None:
+    name = "tools/call " + str(mcp.get("gen_ai.tool.name", "get_weather"))
+    t = build_trajectory(trace(span("run", attrs=_RUN), span("exec", "run", 1, _EXEC, end=10),
+                               span(name, where, start, mcp, end=end)), TrajectoryConfig())
+    tools = [s for s in t.steps if s.kind == "tool"]
+    assert len(tools) == steps
+    assert tools[0].name == "exec" and tools[0].result == result
+    if steps == 1 and mcp.get("mcp.method.name") == "tools/call":
+        mcp_step = next(s for s in t.steps if s.name == name)
+        assert mcp_step.kind == "other" and "tool step" in mcp_step.sources["kind"]
+    loops = [f for f in Detectors(DetectorsConfig()).evaluate(t)[0] if f.detector == "loop"]
+    assert loops == []
+
+
+def test_an_mcp_tool_call_alone_is_a_tool_step_and_call_ids_decide_beside() -> None:
+    alone = _read(_MCP, name="tools/call get_weather")
+    assert (alone.kind, alone.tool_name) == ("tool", "get_weather")
+    assert alone.sources["kind"] == "mcp mcp.method.name tools/call"
+    ids = {"gen_ai.tool.name": "get_weather"}
+    for mcp_id, steps in (("c1", 1), ("c2", 2)):
+        t = build_trajectory(trace(
+            span("run", attrs=_RUN),
+            span("exec", "run", 1, _EXEC | {"gen_ai.tool.call.id": "c1"}, end=10),
+            span("tools/call get_weather", "run", 30, _MCP | ids | {"gen_ai.tool.call.id": mcp_id},
+                 end=40)), TrajectoryConfig())
+        assert len([s for s in t.steps if s.kind == "tool"]) == steps

@@ -1,6 +1,7 @@
 """Stage: trajectory (part). Convention-independent span readers for what the conventions
 added as they moved: cache-write tokens, cost recorded on the span with its source, and a
-command tool's exit code, the decision taken on a tool call before it ran.
+command tool's exit code, the decision taken on a tool call before it ran, an MCP client's
+``tools/call`` span.
 
 Each reader names the attribute keys that call for it; ``fields.Plan`` keeps, per span
 shape, only the readers whose keys the shape has, so the usual span pays nothing for them.
@@ -22,7 +23,12 @@ Attribute names, as the GenAI conventions name them (open-telemetry/semantic-con
 - ``gen_ai.tool.call.decision.outcome`` (``allow`` | ``deny`` | ``require_approval``), on the
   tool span or on its ``gen_ai.tool.call.decision`` span event (semantic-conventions-genai
   pull request 535, in flight: we follow its names): a denied call did not run, so it is
-  never a tool error (the loop detector says when it is retried).
+  never a tool error (the loop detector says when it is retried);
+- ``mcp.method.name`` ``tools/call`` (semantic-conventions-genai ``model/mcp``): the MCP
+  client's span of a tool call, named ``tools/call <tool>``, is a tool call even with no
+  GenAI marker; its tool is ``gen_ai.tool.name``, else the span name's target. The step
+  records it in ``Step.sources["mcp_method"]``: ``trajectory.links`` folds it into the
+  framework's span of the same call.
 """
 
 from __future__ import annotations
@@ -50,6 +56,8 @@ DECISION_EVENT = "gen_ai.tool.call.decision"
 DECISION_OUTCOME = "gen_ai.tool.call.decision.outcome"
 _OUTCOMES = frozenset({"allow", "deny", "require_approval"})
 EVENT_KEYS = frozenset({DECISION_EVENT})  # the span events a reader here reads
+MCP_METHOD = "mcp.method.name"
+_MCP_TOOL_CALL = "tools/call"
 
 
 class SpanReader(NamedTuple):
@@ -133,7 +141,27 @@ def _decision(step: Step, span: Span, attrs: Attrs) -> None:
         step.status, step.error = "ok", None
 
 
+def _mcp(step: Step, span: Span, attrs: Attrs) -> None:
+    if attrs.get(MCP_METHOD) != _MCP_TOOL_CALL or step.kind not in ("tool", "other"):
+        return
+    step.sources["mcp_method"] = f"mcp {MCP_METHOD} {_MCP_TOOL_CALL}"
+    if step.kind == "tool":
+        return
+    step.kind = "tool"
+    step.sources["kind"] = f"mcp {MCP_METHOD} {_MCP_TOOL_CALL}"
+    name = as_str(attrs.get("gen_ai.tool.name"))
+    target = span.name[len(_MCP_TOOL_CALL):].strip() if span.name.startswith(
+        _MCP_TOOL_CALL) else ""
+    if name or target:
+        step.tool_name = name or target
+        step.sources["tool_name"] = "genai gen_ai.tool.name" if name else "span name"
+    call_id = as_str(attrs.get("gen_ai.tool.call.id"))
+    if call_id and step.call_id is None:
+        step.call_id, step.sources["call_id"] = call_id, "genai gen_ai.tool.call.id"
+
+
 READERS = (
+    SpanReader(frozenset((MCP_METHOD,)), _mcp),  # first: the ones after read tool steps
     SpanReader(frozenset(CACHE_WRITE_KEYS), _cache_write),
     SpanReader(frozenset((COST_AMOUNT, *LEGACY_COST_KEYS)), _cost),
     SpanReader(frozenset((EXIT_CODE,)), _exit_code),
