@@ -112,6 +112,7 @@ def test_exit_code_of_a_command_tool(attrs: dict[str, Any], status: str,
 def test_exit_code_keeps_what_the_span_said_and_is_no_error_off_a_tool() -> None:
     step = _read(_TOOL | {"process.exit.code": 3}, status="error", message="tests failed")
     assert (step.status, step.error) == ("error", "exit code 3: tests failed")
+    assert step.sources["exit_code"] == "process process.exit.code 3"
     chat = _read(_CHAT | {"process.exit.code": 3})  # a process's code on an LLM call
     assert (chat.status, chat.error) == ("ok", None)
 

@@ -114,7 +114,7 @@ def _exit_code(step: Step, span: Span, attrs: Attrs) -> None:
         if raw is not None:
             step.unknown["exit_code"] = f"{EXIT_CODE} not understood"
         return
-    step.sources["exit_code"] = f"process {EXIT_CODE}"
+    step.sources["exit_code"] = f"process {EXIT_CODE} {code}"
     if code == 0:
         return
     said = step.error if step.error not in (None, str(code), "error") else None
