@@ -49,7 +49,9 @@ def _short(value: Any) -> str:
 def _step(step: Step) -> dict[str, Any]:
     fields = {}
     for name, source in step.sources.items():
-        fields[name] = {"source": source, "value": _short(_value(step, name))}
+        # a source of no Step field (``mcp_method``, ``exit_code``): the source says it all
+        value = _short(_value(step, name)) if hasattr(step, name) or name == "agent_name" else ""
+        fields[name] = {"source": source, "value": value}
     unknown = dict(step.unknown)
     for name in _EXPECTED.get(step.kind, ()):
         value = _value(step, name)
@@ -116,7 +118,8 @@ def render_text(reports: Iterable[dict[str, Any]]) -> str:
             lines.append(f"  [{step['index']}] {step['kind']}{rebuilt} {step['name']!r} "
                          f"(marker: {step['convention']})")
             for name, field in step["fields"].items():
-                lines.append(f"      {name:<15} {field['source']}  = {field['value']}")
+                shown = f"  = {field['value']}" if field["value"] else ""
+                lines.append(f"      {name:<15} {field['source']}{shown}")
             for name, why in step["unknown"].items():
                 lines.append(f"      {name:<15} UNKNOWN: {why}")
         if rep["not_understood"]:

@@ -295,12 +295,18 @@ class Step:
     arguments: Any = None  # parsed JSON when possible, else the raw string; None = not recorded
     result: str | None = None  # raw text of the tool result (or agent/chain output)
     call_id: str | None = None  # the tool-call id this tool step ran (joins it to its LLM call)
+    # the decision taken on the call before it ran (``gen_ai.tool.call.decision.outcome``):
+    # allow | deny | require_approval; None = not recorded. A denied call is no tool error
+    decision: str | None = None
     # llm steps
     model: str | None = None
     finish_reasons: list[str] = field(default_factory=list)
     input_tokens: int | None = None
     output_tokens: int | None = None
     cost_usd: float | None = None
+    # input tokens written to the provider's cache (``gen_ai.usage.cache_write.input_tokens``,
+    # formerly ``cache_creation``); part of ``input_tokens``; None = not recorded
+    cache_write_tokens: int | None = None
     input_text: str | None = None  # raw input messages / prompt as carried by the span
     output_text: str | None = None  # raw output / completion text
     reply: str | None = None  # the reply's text, when the convention records it apart

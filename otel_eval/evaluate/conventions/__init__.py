@@ -16,7 +16,9 @@ precedence (``conventions.fields``: GenAI first, then the marker's convention, t
 others), each field's source kept in ``Step.sources``.
 
 Promise: ``describe`` never raises on any attribute content (tested with random attributes).
-Errors (span status, ``error.type``, exception events) and cost are convention-independent.
+Errors (span status, ``error.type``, exception events, a tool's non-zero ``process.exit.code``),
+cost (recorded on the span, with its source) and cache-write tokens are
+convention-independent (``span_readers``), read after the conventions' fields.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from otel_eval.evaluate.conventions.fields import plan, read_fields
 from otel_eval.evaluate.conventions.genai import GENAI, GENAI_LEGACY
 from otel_eval.evaluate.conventions.openinference import OPENINFERENCE
 from otel_eval.evaluate.conventions.openllmetry import OPENLLMETRY
-from otel_eval.evaluate.conventions.values import as_float, as_str
+from otel_eval.evaluate.conventions.values import as_str
 from otel_eval.evaluate.conventions.vercel_ai import VERCEL_AI
 
 __all__ = ["ADAPTERS", "UNKNOWN", "Adapter", "classify", "describe", "dominant", "is_setup",
@@ -43,8 +45,6 @@ ADAPTERS = (OPENINFERENCE, OPENLLMETRY, GENAI, GENAI_LEGACY, VERCEL_AI)
 # Where a tool span names the tool call it ran (GenAI, OpenInference, Vercel AI SDK).
 _CALL_ID_KEYS = {"gen_ai.tool.call.id": "genai", "tool_call.id": "openinference",
                  "ai.toolCall.id": "vercel_ai"}
-_COST_KEYS = ("gen_ai.usage.cost", "llm.cost.total", "gen_ai.usage.total_cost",
-              "llm.usage.cost")
 # A convention is "dominant" when it labels at least this share of the recognised steps.
 _DOMINANT_SHARE = 2 / 3
 
@@ -114,12 +114,8 @@ def read_span(step: Step, span: Span,
     if error is not None:
         step.status = "error"
         step.error = error
-    if not attrs.keys().isdisjoint(_COST_KEYS):  # one C call for the usual no-cost span
-        for key in _COST_KEYS:
-            cost = attrs.get(key)
-            if cost is not None:
-                step.cost_usd = as_float(cost)
-                break
+    for reader in shape.extra:  # cost, cache-write tokens, exit code: only when keyed
+        reader.read(step, span, attrs)
     return adapter, shape.found
 
 

@@ -28,6 +28,7 @@ from otel_eval.base.model import Span, Step, StepKind
 from otel_eval.evaluate.conventions.adapter import Adapter, Attrs
 from otel_eval.evaluate.conventions.agent_names import agent_name, from_span_name
 from otel_eval.evaluate.conventions.genai import GENAI, GENAI_LEGACY
+from otel_eval.evaluate.conventions.span_readers import EVENT_KEYS, SpanReader, for_keys
 
 __all__ = ["FIELDS", "Plan", "merged_agent_name", "plan", "read_fields", "readers"]
 
@@ -46,6 +47,10 @@ _VALUE_MARKERS = ("gen_ai.operation.name", "openinference.span.kind", "traceloop
                   "llm.request.type")
 _STR_MARKERS = ("ai.operationId",)
 _LEGACY_EVENTS = frozenset({"gen_ai.content.prompt", "gen_ai.content.completion"})
+# the span events whose presence changes the plan: the older content events (a convention's
+# ``present``) and those a ``span_readers`` reader reads
+_SHAPE_EVENTS = _LEGACY_EVENTS | EVENT_KEYS
+_NO_EVENTS: frozenset[str] = frozenset()
 _PLAN_CACHE = 4096  # plans kept (distinct key shapes); the cache is emptied when full
 Classify = Callable[[Span, Attrs], tuple[StepKind, Adapter | None]]
 
@@ -54,16 +59,18 @@ class Plan:
     """What reading a span of one shape takes: its marker's convention (and whether the
     marker is explicit: the kind is then ``marker.explicit``'s, else ``marker.implicit``'s),
     the conventions present, in order of precedence, and for each the ``Step.sources`` text
-    of every field it may supply (the first of its keys the shape has). Shared by every span
-    of the shape; never changed."""
+    of every field it may supply (the first of its keys the shape has); the
+    convention-independent readers its keys call for (``span_readers``: cost, cache-write
+    tokens, exit code). Shared by every span of the shape; never changed."""
 
-    __slots__ = ("explicit", "found", "marker", "sources")
+    __slots__ = ("explicit", "extra", "found", "marker", "sources")
 
     def __init__(self, marker: Adapter | None, explicit: bool, found: list[Adapter],
-                 attrs: Attrs) -> None:
+                 attrs: Attrs, events: frozenset[str] = _NO_EVENTS) -> None:
         self.marker, self.explicit = marker, explicit
         self.found = tuple(found)
         self.sources = [{f: _source(a, f, attrs) for f in FIELDS} for a in found]
+        self.extra: tuple[SpanReader, ...] = for_keys(attrs, events)
 
 
 _plans: dict[tuple[Any, ...], Plan] = {}
@@ -75,10 +82,11 @@ def plan(span: Span, attrs: Attrs, adapters: Sequence[Adapter],
     per shape (adapters, attribute keys, marker values' presence, content events); a span of
     a known shape pays one call of its marker's ``explicit`` or ``implicit`` for its kind."""
     get = attrs.get
+    events = (frozenset(e.name for e in span.events if e.name in _SHAPE_EVENTS)
+              if span.events else _NO_EVENTS)
     shape = (adapters, frozenset(attrs),
              *[get(k) is not None for k in _VALUE_MARKERS],
-             *[isinstance(get(k), str) for k in _STR_MARKERS],
-             bool(span.events) and any(e.name in _LEGACY_EVENTS for e in span.events))
+             *[isinstance(get(k), str) for k in _STR_MARKERS], events)
     found = _plans.get(shape)
     if found is not None:
         marker = found.marker
@@ -92,7 +100,7 @@ def plan(span: Span, attrs: Attrs, adapters: Sequence[Adapter],
     if len(_plans) >= _PLAN_CACHE:
         _plans.clear()
     found = _plans[shape] = Plan(marker, explicit, readers(marker, span, attrs, adapters),
-                                 attrs)
+                                 attrs, events)
     return kind, found
 
 

@@ -131,7 +131,10 @@ def _patterns(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
 
 
 def result_failed(step: Step, action: bool, cfg: ToolCallConfig) -> str | None:
-    """Why a tool step failed (span error or an error payload as result), or None."""
+    """Why a tool step failed (span error or an error payload as result), or None. A denied
+    call (``Step.decision``) did not run: it never failed, whatever its result says."""
+    if step.decision == "deny":
+        return None
     if step.status == "error":
         return step.error or "tool span status error"
     if action or not step.result:

@@ -1,11 +1,12 @@
 """Loop detector (stage: evaluate): the agent repeats itself without making progress.
 
-(a) back-to-back identical calls; (b) the same call again within a window with the same
-result and only read-only calls in between (no state change, so no progress); (c) cycles, a
-pattern of 2+ different calls repeated ``cycle_min_repeats`` times in a row; (d) stagnation,
-consecutive near-identical LLM outputs (word-level similarity); (e) code/shell agents are
-covered by (a)-(c) because their calls are keyed by the canonicalized action text; (f)
-reworded repeats, near-duplicate calls of one tool that brought nothing new
+(a) back-to-back identical calls (``retried_denied_call`` when one before the last was
+denied: ``gen_ai.tool.call.decision.outcome`` ``deny``); (b) the same call again within a
+window with the same result and only read-only calls in between (no state change, so no
+progress); (c) cycles, a pattern of 2+ different calls repeated ``cycle_min_repeats`` times
+in a row; (d) stagnation, consecutive near-identical LLM outputs (word-level similarity); (e)
+code/shell agents are covered by (a)-(c) because their calls are keyed by the canonicalized
+action text; (f) reworded repeats, near-duplicate calls of one tool that brought nothing new
 (``detectors.reworded``); (g) circling, steps whose actions differ only in form and whose
 observations add nothing new (``detectors.circling``).
 Rules (a)-(c) see a code step through the calls of known tools its block made
@@ -62,10 +63,12 @@ def repeated_calls(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
             same = len({(c.step.result, c.failed) for c in run}) == 1
             kind = "repeated_action" if run[0].action else "repeated_call"
             what = "identical action" if run[0].action else "identical arguments"
+            message = f"{call_label(run[0])} called {len(run)} times in a row with {what}"
+            if any(c.step.decision == "deny" for c in run[:-1]):
+                kind, message = "retried_denied_call", message + ", after it was denied"
             out.append(_finding(
-                cfg, kind, f"{call_label(run[0])} called {len(run)} times in a row with {what}",
-                run, tool=run[0].step.tool_name or run[0].step.name, count=len(run),
-                arguments=_arguments_text(run[0]), same_result=same))
+                cfg, kind, message, run, tool=run[0].step.tool_name or run[0].step.name,
+                count=len(run), arguments=_arguments_text(run[0]), same_result=same))
         i = j + 1
     return out
 

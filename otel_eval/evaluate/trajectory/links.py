@@ -39,7 +39,8 @@ def merge_nested_calls(steps: list[Step]) -> None:
     arguments, result, its error), and the inner one is no call of its own (kind ``other``,
     ``Step.sources["kind"]`` says why). Likewise a tool call's error event recorded as a
     tool span under it (``_error_event``: OpenInference, named ``error``, no tool name of its
-    own, in error): the outer step takes its error, and it is no call."""
+    own, in error): the outer step takes its error, and it is no call. Then an MCP
+    ``tools/call`` span beside the framework's span of the call (``_merge_mcp_siblings``)."""
     by_span = {s.span_id: s for s in steps if s.kind == "tool" and not s.rebuilt}
     for step in steps:
         outer = by_span.get(step.parent_span_id or "")
@@ -54,16 +55,46 @@ def merge_nested_calls(steps: list[Step]) -> None:
             continue
         if (outer.tool_name or outer.name) != (step.tool_name or step.name):
             continue
-        for name in _NESTED_FIELDS:
-            if getattr(outer, name) is None and getattr(step, name) is not None:
-                setattr(outer, name, getattr(step, name))
-                if name in step.sources:
-                    outer.sources[name] = step.sources[name]
-        if step.status == "error" and outer.status != "error":
-            outer.status, outer.error = "error", step.error
-        step.kind = "other"
-        step.sources["kind"] = f"the call of its parent tool step {outer.span_id}"
+        _fold(step, outer, f"the call of its parent tool step {outer.span_id}")
         del by_span[step.span_id]
+    _merge_mcp_siblings([s for s in by_span.values() if s.kind == "tool"])
+
+
+def _fold(step: Step, into: Step, why: str) -> None:
+    """``step`` is ``into``'s call recorded again: ``into`` takes what only ``step`` carries,
+    and ``step`` is no call of its own."""
+    for name in _NESTED_FIELDS:
+        if getattr(into, name) is None and getattr(step, name) is not None:
+            setattr(into, name, getattr(step, name))
+            if name in step.sources:
+                into.sources[name] = step.sources[name]
+    if step.status == "error" and into.status != "error":
+        into.status, into.error = "error", step.error
+    step.kind = "other"
+    step.sources["kind"] = why
+
+
+def _merge_mcp_siblings(tools: list[Step]) -> None:
+    """An MCP client ``tools/call`` span (``Step.sources["mcp_method"]``) beside the
+    framework's ``execute_tool`` span of the same call, under the same parent, is that call
+    recorded again (the MCP conventions say it should not be duplicated; instrumentations
+    differ): same tool, and the same call id or, without ids on both, the MCP span within the
+    framework span's time. Nested under it, ``merge_nested_calls`` folded it already."""
+    mcp = [s for s in tools if "mcp_method" in s.sources]
+    if not mcp:
+        return
+    framework: dict[tuple[str | None, str], list[Step]] = {}
+    for s in tools:
+        if "mcp_method" not in s.sources:
+            framework.setdefault((s.parent_span_id, s.tool_name or s.name), []).append(s)
+    for step in mcp:
+        for outer in framework.get((step.parent_span_id, step.tool_name or step.name), ()):
+            ids = (outer.call_id, step.call_id)
+            same = (ids[0] == ids[1] if None not in ids else
+                    outer.start_ns <= step.start_ns and step.end_ns <= outer.end_ns)
+            if same:
+                _fold(step, outer, f"the MCP call of the tool step beside it {outer.span_id}")
+                break
 
 
 def _error_event(step: Step) -> bool:

@@ -92,7 +92,10 @@ def step_cost(step: Step) -> float | None:
 
 
 def price_steps(steps: Iterable[Step]) -> None:
-    """Fill ``cost_usd`` of LLM steps that have none and whose model the price map knows."""
+    """Fill ``cost_usd`` of LLM steps that have none (a cost the span recorded comes first)
+    and whose model the price map knows; the source says it was priced here."""
     for step in steps:
         if step.kind == "llm" and step.cost_usd is None and step.model:
             step.cost_usd = step_cost(step)
+            if step.cost_usd is not None:
+                step.sources["cost_usd"] = "price list (litellm) by model and tokens"

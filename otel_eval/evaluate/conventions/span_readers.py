@@ -1,0 +1,177 @@
+"""Stage: trajectory (part). Convention-independent span readers for what the conventions
+added as they moved: cache-write tokens, cost recorded on the span with its source, and a
+command tool's exit code, the decision taken on a tool call before it ran, an MCP client's
+``tools/call`` span.
+
+Each reader names the attribute keys that call for it; ``fields.Plan`` keeps, per span
+shape, only the readers whose keys the shape has, so the usual span pays nothing for them.
+They run after the conventions' fields, in ``READERS`` order, each keeping its source in
+``Step.sources``. A value present but not understood is recorded in ``Step.unknown``, never
+read as a value (nor as an error).
+
+Attribute names, as the GenAI conventions name them (open-telemetry/semantic-conventions
+``model/gen-ai/registry.yaml``; semantic-conventions-genai pull request 443 for cost):
+
+- ``gen_ai.usage.cache_creation.input_tokens`` (the registry's name), renamed
+  ``gen_ai.usage.cache_write.input_tokens``: input tokens written to a provider's cache;
+- ``gen_ai.usage.cost.amount`` with ``gen_ai.usage.cost.currency`` (ISO 4217; only ``USD``
+  is read as ``cost_usd``) and ``gen_ai.usage.cost.source`` (``provider`` | ``local``);
+  then the older single-number keys (``gen_ai.usage.cost``, OpenInference ``llm.cost.total``,
+  ...), read as USD as before; a price list prices only a step still without cost;
+- ``process.exit.code`` on a tool span: non-zero is the call's error (the conventions' command
+  and skill tools set ``error.type`` to the exit code); zero is no error;
+- ``gen_ai.tool.call.decision.outcome`` (``allow`` | ``deny`` | ``require_approval``), on the
+  tool span or on its ``gen_ai.tool.call.decision`` span event (semantic-conventions-genai
+  pull request 535, in flight: we follow its names): a denied call did not run, so it is
+  never a tool error (the loop detector says when it is retried);
+- ``mcp.method.name`` ``tools/call`` (semantic-conventions-genai ``model/mcp``): the MCP
+  client's span of a tool call, named ``tools/call <tool>``, is a tool call even with no
+  GenAI marker; its tool is ``gen_ai.tool.name``, else the span name's target. The step
+  records it in ``Step.sources["mcp_method"]``: ``trajectory.links`` folds it into the
+  framework's span of the same call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+from otel_eval.base.model import Span, Step
+from otel_eval.evaluate.conventions.adapter import Attrs
+from otel_eval.evaluate.conventions.values import as_float, as_int, as_str
+
+__all__ = ["EVENT_KEYS", "READERS", "SpanReader", "for_keys"]
+
+CACHE_WRITE_KEYS = ("gen_ai.usage.cache_write.input_tokens",
+                    "gen_ai.usage.cache_creation.input_tokens")
+COST_AMOUNT = "gen_ai.usage.cost.amount"
+COST_CURRENCY = "gen_ai.usage.cost.currency"
+COST_SOURCE = "gen_ai.usage.cost.source"
+# single-number costs, read as USD (their conventions say no currency)
+LEGACY_COST_KEYS = ("gen_ai.usage.cost", "llm.cost.total", "gen_ai.usage.total_cost",
+                    "llm.usage.cost")
+EXIT_CODE = "process.exit.code"
+_COST_SOURCES = frozenset({"provider", "local"})
+DECISION_EVENT = "gen_ai.tool.call.decision"
+DECISION_OUTCOME = "gen_ai.tool.call.decision.outcome"
+_OUTCOMES = frozenset({"allow", "deny", "require_approval"})
+EVENT_KEYS = frozenset({DECISION_EVENT})  # the span events a reader here reads
+MCP_METHOD = "mcp.method.name"
+_MCP_TOOL_CALL = "tools/call"
+
+
+class SpanReader(NamedTuple):
+    """A reader run on the spans whose attribute keys (or span event names) include one of
+    ``keys``."""
+
+    keys: frozenset[str]
+    read: Callable[[Step, Span, Attrs], None]
+
+
+def _cache_write(step: Step, span: Span, attrs: Attrs) -> None:
+    for key in CACHE_WRITE_KEYS:
+        value = attrs.get(key)
+        if value is None:
+            continue
+        tokens = as_int(value)
+        if tokens is None or tokens < 0:
+            step.unknown["cache_write_tokens"] = f"{key} not understood"
+            continue
+        step.cache_write_tokens = tokens
+        step.sources["cache_write_tokens"] = f"genai {key}"
+        return
+
+
+def _cost(step: Step, span: Span, attrs: Attrs) -> None:
+    amount = attrs.get(COST_AMOUNT)
+    if amount is not None:
+        value = as_float(amount)
+        currency = as_str(attrs.get(COST_CURRENCY))
+        if value is None or value < 0:
+            step.unknown["cost_usd"] = f"{COST_AMOUNT} not understood"
+        elif currency is None or currency.upper() != "USD":
+            step.unknown["cost_usd"] = f"{COST_AMOUNT} in currency {currency or 'not given'}"
+        else:
+            step.cost_usd = value
+            origin = as_str(attrs.get(COST_SOURCE))
+            origin = origin if origin in _COST_SOURCES else "source unknown"
+            step.sources["cost_usd"] = f"genai {COST_AMOUNT} ({origin})"
+            return
+    for key in LEGACY_COST_KEYS:
+        value = as_float(attrs.get(key))
+        if value is not None:
+            step.cost_usd = value
+            step.sources["cost_usd"] = f"span {key}"
+            return
+
+
+def _exit_code(step: Step, span: Span, attrs: Attrs) -> None:
+    if step.kind != "tool":
+        return
+    raw = attrs.get(EXIT_CODE)
+    code = as_int(raw) if not isinstance(raw, float) else None
+    if code is None:
+        if raw is not None:
+            step.unknown["exit_code"] = f"{EXIT_CODE} not understood"
+        return
+    step.sources["exit_code"] = f"process {EXIT_CODE} {code}"
+    if code == 0:
+        return
+    said = step.error if step.error not in (None, str(code), "error") else None
+    step.status = "error"
+    step.error = f"exit code {code}" + (f": {said}" if said else "")
+
+
+def _decision(step: Step, span: Span, attrs: Attrs) -> None:
+    if step.kind != "tool":
+        return
+    raw, source = attrs.get(DECISION_OUTCOME), f"genai {DECISION_OUTCOME}"
+    if raw is None:
+        for event in span.events:  # the last decision taken on the call
+            if event.name == DECISION_EVENT:
+                raw = event.attributes.get(DECISION_OUTCOME)
+                source = f"genai {DECISION_EVENT} event"
+    outcome = as_str(raw)
+    if outcome not in _OUTCOMES:
+        if raw is not None:
+            step.unknown["decision"] = f"{DECISION_OUTCOME} not understood"
+        return
+    step.decision, step.sources["decision"] = outcome, source
+    if outcome == "deny":  # it never ran: no tool error, whatever the span's status says
+        step.status, step.error = "ok", None
+
+
+def _mcp(step: Step, span: Span, attrs: Attrs) -> None:
+    if attrs.get(MCP_METHOD) != _MCP_TOOL_CALL or step.kind not in ("tool", "other"):
+        return
+    step.sources["mcp_method"] = f"mcp {MCP_METHOD} {_MCP_TOOL_CALL}"
+    if step.kind == "tool":
+        return
+    step.kind = "tool"
+    step.sources["kind"] = f"mcp {MCP_METHOD} {_MCP_TOOL_CALL}"
+    name = as_str(attrs.get("gen_ai.tool.name"))
+    target = span.name[len(_MCP_TOOL_CALL):].strip() if span.name.startswith(
+        _MCP_TOOL_CALL) else ""
+    if name or target:
+        step.tool_name = name or target
+        step.sources["tool_name"] = "genai gen_ai.tool.name" if name else "span name"
+    call_id = as_str(attrs.get("gen_ai.tool.call.id"))
+    if call_id and step.call_id is None:
+        step.call_id, step.sources["call_id"] = call_id, "genai gen_ai.tool.call.id"
+
+
+READERS = (
+    SpanReader(frozenset((MCP_METHOD,)), _mcp),  # first: the ones after read tool steps
+    SpanReader(frozenset(CACHE_WRITE_KEYS), _cache_write),
+    SpanReader(frozenset((COST_AMOUNT, *LEGACY_COST_KEYS)), _cost),
+    SpanReader(frozenset((EXIT_CODE,)), _exit_code),
+    SpanReader(frozenset((DECISION_OUTCOME, DECISION_EVENT)), _decision),
+)
+
+
+def for_keys(attrs: Attrs, events: frozenset[str] = frozenset()) -> tuple[SpanReader, ...]:
+    """The readers a span shape with these attribute keys and span event names (those of
+    ``EVENT_KEYS`` it has) calls for, in ``READERS`` order."""
+    keys = attrs.keys()
+    return tuple(r for r in READERS
+                 if not keys.isdisjoint(r.keys) or not events.isdisjoint(r.keys))

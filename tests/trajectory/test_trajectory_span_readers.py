@@ -1,0 +1,248 @@
+"""Convention-independent span readers (issue 31, conventions as they move): cache-write
+tokens, cost recorded on the span with its source (before price lists), a command tool's
+exit code. Values present but not understood stay unknown, never a value or a finding."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from trajectory_factory import span, trace
+
+from otel_eval.base.model import SpanEvent, Step
+from otel_eval.evaluate.config import TrajectoryConfig
+from otel_eval.evaluate.conventions import fields as fields_module
+from otel_eval.evaluate.conventions import read_span
+from otel_eval.evaluate.detectors import Detectors, DetectorsConfig
+from otel_eval.evaluate.trajectory import build_trajectory
+
+_CHAT = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o-mini",
+         "gen_ai.usage.input_tokens": 1000, "gen_ai.usage.output_tokens": 100}
+_TOOL = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "bash",
+         "gen_ai.tool.call.arguments": '{"command": "make test"}'}
+
+
+def _read(attrs: dict[str, Any], name: str = "s", **kw: Any) -> Step:
+    s = span(name, attrs=attrs, **kw)
+    step = Step(0, s.span_id, None, "other", s.name)
+    read_span(step, s, s.attributes)
+    return step
+
+
+@pytest.mark.parametrize(("attrs", "tokens", "source", "unknown"), [
+    ({"gen_ai.usage.cache_write.input_tokens": 25}, 25,
+     "genai gen_ai.usage.cache_write.input_tokens", None),
+    ({"gen_ai.usage.cache_creation.input_tokens": 30}, 30,
+     "genai gen_ai.usage.cache_creation.input_tokens", None),
+    ({"gen_ai.usage.cache_write.input_tokens": 25,  # the current name wins
+      "gen_ai.usage.cache_creation.input_tokens": 30}, 25,
+     "genai gen_ai.usage.cache_write.input_tokens", None),
+    ({"gen_ai.usage.cache_write.input_tokens": "12"}, 12,
+     "genai gen_ai.usage.cache_write.input_tokens", None),
+    ({"gen_ai.usage.cache_write.input_tokens": "lots"}, None, None,
+     "gen_ai.usage.cache_write.input_tokens not understood"),
+    ({"gen_ai.usage.cache_write.input_tokens": -3}, None, None,
+     "gen_ai.usage.cache_write.input_tokens not understood"),
+    ({}, None, None, None),
+])
+def test_cache_write_tokens(attrs: dict[str, Any], tokens: int | None, source: str | None,
+                            unknown: str | None) -> None:
+    step = _read(_CHAT | attrs)
+    assert step.kind == "llm"
+    assert step.cache_write_tokens == tokens
+    assert step.sources.get("cache_write_tokens") == source
+    assert step.unknown.get("cache_write_tokens") == unknown
+
+
+@pytest.mark.parametrize(("attrs", "cost", "source", "unknown"), [
+    ({"gen_ai.usage.cost.amount": 0.25, "gen_ai.usage.cost.currency": "USD",
+      "gen_ai.usage.cost.source": "provider"}, 0.25,
+     "genai gen_ai.usage.cost.amount (provider)", None),
+    ({"gen_ai.usage.cost.amount": "0.5", "gen_ai.usage.cost.currency": "usd",
+      "gen_ai.usage.cost.source": "local"}, 0.5, "genai gen_ai.usage.cost.amount (local)", None),
+    ({"gen_ai.usage.cost.amount": 0.5, "gen_ai.usage.cost.currency": "USD",
+      "gen_ai.usage.cost.source": "guessed"}, 0.5,
+     "genai gen_ai.usage.cost.amount (source unknown)", None),
+    # not dollars, or no currency: unknown (then priced from the price list, said so)
+    ({"gen_ai.usage.cost.amount": 0.5, "gen_ai.usage.cost.currency": "EUR"}, "priced",
+     "price list (litellm) by model and tokens", "gen_ai.usage.cost.amount in currency EUR"),
+    ({"gen_ai.usage.cost.amount": 0.5}, "priced", "price list (litellm) by model and tokens",
+     "gen_ai.usage.cost.amount in currency not given"),
+    ({"gen_ai.usage.cost.amount": "free", "gen_ai.usage.cost.currency": "USD"}, "priced",
+     "price list (litellm) by model and tokens", "gen_ai.usage.cost.amount not understood"),
+    # a new-style cost the span carries wins over an older key on it
+    ({"gen_ai.usage.cost.amount": 0.25, "gen_ai.usage.cost.currency": "USD",
+      "llm.cost.total": 9.0}, 0.25, "genai gen_ai.usage.cost.amount (source unknown)", None),
+    ({"llm.cost.total": 0.125}, 0.125, "span llm.cost.total", None),
+    ({"gen_ai.usage.cost": "bad", "llm.cost.total": 0.125}, 0.125, "span llm.cost.total", None),
+    ({}, "priced", "price list (litellm) by model and tokens", None),
+])
+def test_cost_from_the_span_before_the_price_list(attrs: dict[str, Any], cost: Any,
+                                                  source: str, unknown: str | None) -> None:
+    t = build_trajectory(trace(span("chat", attrs=_CHAT | attrs)), TrajectoryConfig())
+    step = t.steps[0]
+    if cost == "priced":
+        assert step.cost_usd is not None and 0 < step.cost_usd < 0.01  # gpt-4o-mini's prices
+    else:
+        assert step.cost_usd == cost
+    assert step.sources["cost_usd"] == source
+    assert step.unknown.get("cost_usd") == unknown
+
+
+@pytest.mark.parametrize(("attrs", "status", "error"), [
+    ({"process.exit.code": 2}, "error", "exit code 2"),
+    ({"process.exit.code": "127"}, "error", "exit code 127"),
+    ({"process.exit.code": 1, "error.type": "1"}, "error", "exit code 1"),  # as the spec sets
+    ({"process.exit.code": 0}, "ok", None),
+    ({"process.exit.code": "0"}, "ok", None),
+    ({"process.exit.code": "crashed"}, "ok", None),  # not understood: unknown, no error
+    ({"process.exit.code": 1.5}, "ok", None),
+    ({"process.exit.code": True}, "ok", None),
+    ({}, "ok", None),
+])
+def test_exit_code_of_a_command_tool(attrs: dict[str, Any], status: str,
+                                     error: str | None) -> None:
+    step = _read(_TOOL | attrs)
+    assert step.kind == "tool"
+    assert (step.status, step.error) == (status, error)
+    if attrs and status == "ok" and attrs["process.exit.code"] not in (0, "0"):
+        assert step.unknown["exit_code"] == "process.exit.code not understood"
+
+
+def test_exit_code_keeps_what_the_span_said_and_is_no_error_off_a_tool() -> None:
+    step = _read(_TOOL | {"process.exit.code": 3}, status="error", message="tests failed")
+    assert (step.status, step.error) == ("error", "exit code 3: tests failed")
+    assert step.sources["exit_code"] == "process process.exit.code 3"
+    chat = _read(_CHAT | {"process.exit.code": 3})  # a process's code on an LLM call
+    assert (chat.status, chat.error) == ("ok", None)
+
+
+def test_a_non_zero_exit_code_is_a_tool_error_finding_and_zero_is_none() -> None:
+    def findings(code: int) -> list[Any]:
+        t = build_trajectory(trace(span("run", attrs={"gen_ai.operation.name": "invoke_agent",
+                                                      "gen_ai.agent.name": "coder"}),
+                                   span("bash", "run", 1, _TOOL | {"process.exit.code": code})),
+                             TrajectoryConfig())
+        return [f for f in Detectors(DetectorsConfig()).evaluate(t)[0]
+                if f.detector == "tool_call"]
+    assert [f.message for f in findings(2)] == ["bash failed: exit code 2"]
+    assert findings(0) == []
+
+
+def test_readers_run_only_for_the_shapes_that_key_them() -> None:
+    fields_module._plans.clear()
+    _read(_TOOL)
+    _read(_TOOL | {"process.exit.code": 1})
+    extras = {len(p.extra) for p in fields_module._plans.values()}
+    assert extras == {0, 1}
+
+
+_DECISION = "gen_ai.tool.call.decision.outcome"
+
+
+def _decision_event(outcome: Any) -> SpanEvent:
+    return SpanEvent("gen_ai.tool.call.decision", 0, {_DECISION: outcome})
+
+
+@pytest.mark.parametrize(("attrs", "events", "decision", "source", "unknown"), [
+    ({_DECISION: "deny"}, [], "deny", f"genai {_DECISION}", None),
+    ({_DECISION: "allow"}, [], "allow", f"genai {_DECISION}", None),
+    ({_DECISION: "require_approval"}, [], "require_approval", f"genai {_DECISION}", None),
+    ({}, [_decision_event("require_approval"), _decision_event("deny")], "deny",
+     "genai gen_ai.tool.call.decision event", None),  # the last decision taken
+    ({_DECISION: "maybe"}, [], None, None, f"{_DECISION} not understood"),
+    ({}, [_decision_event(3)], None, None, f"{_DECISION} not understood"),
+    ({}, [], None, None, None),
+])
+def test_decision_on_a_tool_call(attrs: dict[str, Any], events: list[SpanEvent],
+                                 decision: str | None, source: str | None,
+                                 unknown: str | None) -> None:
+    step = _read(_TOOL | attrs, events=events)
+    assert step.decision == decision
+    assert step.sources.get("decision") == source
+    assert step.unknown.get("decision") == unknown
+
+
+@pytest.mark.parametrize(("outcome", "status"), [("deny", "ok"), ("allow", "error"),
+                                                 ("maybe", "error")])
+def test_a_denied_call_is_never_a_tool_error(outcome: str, status: str) -> None:
+    step = _read(_TOOL | {_DECISION: outcome, "error.type": "PermissionDenied"},
+                 status="error", message="denied by policy")
+    assert step.status == status
+    t = build_trajectory(trace(span("run", attrs={"gen_ai.operation.name": "invoke_agent",
+                                                  "gen_ai.agent.name": "coder"}),
+                               span("bash", "run", 1, _TOOL | {_DECISION: outcome},
+                                    status="error", message="denied by policy")),
+                         TrajectoryConfig())
+    findings = Detectors(DetectorsConfig()).evaluate(t)[0]
+    assert any(f.detector == "tool_call" for f in findings) == (status == "error")
+
+
+@pytest.mark.parametrize(("first", "kind"), [
+    ("deny", "retried_denied_call"),
+    ("allow", "repeated_action"),  # bash: a shell action tool
+    (None, "repeated_action"),
+])
+def test_a_denied_call_followed_by_the_same_call_is_a_loop_class(first: str | None,
+                                                                 kind: str) -> None:
+    denied = _TOOL | ({_DECISION: first} if first else {})
+    t = build_trajectory(trace(span("run", attrs={"gen_ai.operation.name": "invoke_agent",
+                                                  "gen_ai.agent.name": "coder"}),
+                               span("bash1", "run", 1, denied),
+                               span("bash2", "run", 20, _TOOL)), TrajectoryConfig())
+    loops = [f for f in Detectors(DetectorsConfig()).evaluate(t)[0] if f.detector == "loop"]
+    assert [f.kind for f in loops] == [kind]
+    assert loops[0].message.endswith("after it was denied") == (first == "deny")
+
+
+_RUN = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "weather"}
+_EXEC = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_weather",
+         "gen_ai.tool.call.arguments": '{"city": "Paris"}'}
+_MCP = {"mcp.method.name": "tools/call", "mcp.session.id": "s1", "jsonrpc.request.id": "7"}
+
+
+@pytest.mark.parametrize(("mcp", "where", "start", "end", "steps", "result"), [
+    # beside the framework's span, within its time: one call, the MCP span's result kept
+    (_MCP | {"gen_ai.tool.name": "get_weather", "gen_ai.tool.call.result": "sunny"},
+     "run", 2, 8, 1, "sunny"),
+    # the MCP span with only its own attributes: the tool named by the span name
+    (_MCP, "run", 2, 8, 1, None),
+    (_MCP | {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_weather"},
+     "run", 2, 8, 1, None),
+    # nested under it (merge_nested_calls): one call
+    (_MCP | {"gen_ai.tool.name": "get_weather", "gen_ai.tool.call.result": "sunny"},
+     "exec", 2, 8, 1, "sunny"),
+    # another tool, or outside the framework span's time: a call of its own
+    (_MCP | {"gen_ai.tool.name": "get_time"}, "run", 2, 8, 2, None),
+    (_MCP | {"gen_ai.tool.name": "get_weather"}, "run", 20, 28, 2, None),
+    # a method that is no tool call: nothing read
+    ({"mcp.method.name": "tools/list"}, "run", 2, 8, 1, None),
+])
+def test_an_mcp_client_span_beside_execute_tool_is_one_step(
+        mcp: dict[str, Any], where: str, start: int, end: int, steps: int,
+        result: str | None) -> None:
+    name = "tools/call " + str(mcp.get("gen_ai.tool.name", "get_weather"))
+    t = build_trajectory(trace(span("run", attrs=_RUN), span("exec", "run", 1, _EXEC, end=10),
+                               span(name, where, start, mcp, end=end)), TrajectoryConfig())
+    tools = [s for s in t.steps if s.kind == "tool"]
+    assert len(tools) == steps
+    assert tools[0].name == "exec" and tools[0].result == result
+    if steps == 1 and mcp.get("mcp.method.name") == "tools/call":
+        mcp_step = next(s for s in t.steps if s.name == name)
+        assert mcp_step.kind == "other" and "tool step" in mcp_step.sources["kind"]
+    loops = [f for f in Detectors(DetectorsConfig()).evaluate(t)[0] if f.detector == "loop"]
+    assert loops == []
+
+
+def test_an_mcp_tool_call_alone_is_a_tool_step_and_call_ids_decide_beside() -> None:
+    alone = _read(_MCP, name="tools/call get_weather")
+    assert (alone.kind, alone.tool_name) == ("tool", "get_weather")
+    assert alone.sources["kind"] == "mcp mcp.method.name tools/call"
+    ids = {"gen_ai.tool.name": "get_weather"}
+    for mcp_id, steps in (("c1", 1), ("c2", 2)):
+        t = build_trajectory(trace(
+            span("run", attrs=_RUN),
+            span("exec", "run", 1, _EXEC | {"gen_ai.tool.call.id": "c1"}, end=10),
+            span("tools/call get_weather", "run", 30, _MCP | ids | {"gen_ai.tool.call.id": mcp_id},
+                 end=40)), TrajectoryConfig())
+        assert len([s for s in t.steps if s.kind == "tool"]) == steps
