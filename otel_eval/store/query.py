@@ -22,7 +22,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -55,22 +55,32 @@ class Cursor:
     trace_id: str
 
     def encode(self) -> str:
-        raw = f"{self.evaluated_at_ns}:{self.trace_id}".encode()
-        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        return encode_cursor(self.evaluated_at_ns, self.trace_id)
 
     @classmethod
     def decode(cls, text: str) -> Cursor:
         """The cursor ``encode`` wrote; anything else (a forged number past int64, which the
         store cannot bind, a trace id that is not 32 hex digits) is a ``QueryError``."""
-        try:
-            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
-        except (binascii.Error, UnicodeDecodeError, ValueError):
-            raw = ""
-        at, _, trace_id = raw.partition(":")
-        if not (is_ascii_digits(at) and len(at) <= 19 and int(at) < 2**63
-                and _TRACE_ID.fullmatch(trace_id)):
-            raise QueryError("cursor", "not a cursor returned by this API")
-        return cls(int(at), trace_id)
+        at, trace_id = decode_cursor(text, lambda key: bool(_TRACE_ID.fullmatch(key)))
+        return cls(at, trace_id)
+
+
+def encode_cursor(at_ns: int, key: str) -> str:
+    """A page cursor: ``at_ns:key``, URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(f"{at_ns}:{key}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(text: str, key_ok: Callable[[str], bool]) -> tuple[int, str]:
+    """(at_ns, key) of a cursor ``encode_cursor`` wrote; anything else (not base64, a number
+    past int64, which the store cannot bind, a key ``key_ok`` refuses) is a ``QueryError``."""
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raw = ""
+    at, _, key = raw.partition(":")
+    if not (is_ascii_digits(at) and len(at) <= 19 and int(at) < 2**63 and key_ok(key)):
+        raise QueryError("cursor", "not a cursor returned by this API")
+    return int(at), key
 
 
 @dataclass(frozen=True)

@@ -19,15 +19,13 @@ cursor being the position after the last one returned (keyset pagination, as
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from otel_eval.base.configcheck import is_ascii_digits
-from otel_eval.store.query import QueryError, parse_time
+from otel_eval.store.query import QueryError, decode_cursor, encode_cursor, parse_time
 
 __all__ = ["MAX_SESSION_LIMIT", "SessionCursor", "SessionQuery", "StoredTurns",
            "session_list_sql", "turns_sql"]
@@ -54,20 +52,13 @@ class SessionCursor:
     session_id: str
 
     def encode(self) -> str:
-        raw = f"{self.last_ns}:{self.session_id}".encode()
-        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        return encode_cursor(self.last_ns, self.session_id)
 
     @classmethod
     def decode(cls, text: str) -> SessionCursor:
-        try:
-            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
-        except (binascii.Error, UnicodeDecodeError, ValueError):
-            raw = ""
-        at, _, session_id = raw.partition(":")
-        if not (is_ascii_digits(at) and len(at) <= 19 and int(at) < 2**63
-                and 0 < len(session_id) <= MAX_SESSION_ID_CHARS):
-            raise QueryError("cursor", "not a cursor returned by this API")
-        return cls(int(at), session_id)
+        at, session_id = decode_cursor(
+            text, lambda key: 0 < len(key) <= MAX_SESSION_ID_CHARS)
+        return cls(at, session_id)
 
 
 @dataclass(frozen=True)
