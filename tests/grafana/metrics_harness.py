@@ -135,6 +135,10 @@ def feed_round(metrics: Metrics, round_no: int, traces: int = 10) -> list[str]:
     metrics.sinks.forwarded(spans)
     metrics.sinks.events_emitted(traces * 3)
     metrics.spool.bound(1_000_000)
+    # what GET /v1/calibration computes from the outcomes people recorded (evaluate.calibration)
+    metrics.calibration.calibrated({"groups": [
+        {"service": SERVICE, "agent": LOOPY, "score": score, "runs": 20 + round_no,
+         "auc": 0.7, "kappa": 0.4} for score in ("trace", "p_success")]})
     metrics.spool.held(2 + round_no % 3, 250_000 * (2 + round_no % 3))
     metrics.spool.replayed(spans if round_no == 0 else 0)
     metrics.spool.failed("append")

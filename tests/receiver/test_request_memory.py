@@ -46,9 +46,11 @@ def test_open_small_spans_do_not_pin_their_requests(tmp_path: Path) -> None:
         gc.collect()
         grown = _resident_bytes() - before
         assert h.svc.engine.open_traces() == REQUESTS + 1
-        # pinned requests would be REQUESTS * 4 MiB = 100 MiB; allow a quarter of that for
-        # allocator slack
-        assert grown < REQUESTS * BIG / 4, f"{grown / 2**20:.0f} MiB kept for {REQUESTS} spans"
+        # pinned requests would be REQUESTS * 4 MiB = 100 MiB; allow half of that for
+        # allocator slack (glibc raises its mmap threshold after freeing a 4 MiB buffer, so
+        # later ones come from the heap and may stay resident: 30 MiB measured once after the
+        # whole suite had run in this process; it passes with the quarter when run alone)
+        assert grown < REQUESTS * BIG / 2, f"{grown / 2**20:.0f} MiB kept for {REQUESTS} spans"
         assert h.release(after_s=h.svc.config.assembly.idle_timeout_s + 1) == REQUESTS + 1
         stored = h.svc.store.get(f"{1:032x}")
         assert stored is not None and stored["counts"]["spans"] == 1
