@@ -14,7 +14,7 @@ from trajectory_factory import span, trace
 from otel_eval.base.model import Span, Step, Trace, Trajectory
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.detectors import Detectors, DetectorsConfig, budget
-from otel_eval.evaluate.trajectory import build_trajectory
+from otel_eval.evaluate.trajectory import build_trajectory, code_actions
 from otel_eval.evaluate.trajectory.code_actions import (
     CODE_TOOL,
     MAX_CALLS,
@@ -523,3 +523,16 @@ def test_which_known_tool_a_block_names_is_one_scan_of_its_identifiers() -> None
     # a tool named by no identifier cannot be called, nor a name inside another name
     assert python_calls("web-search('x') +", known) == ([], None)
     assert python_calls("my_get_weather_x(1) +", known) == ([], None)
+
+
+def test_the_tail_message_is_checked_on_its_own_text_not_the_whole_input(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # An agent resends its history on every call: checking each tail against the whole input
+    # scanned it again per step (quadratic in the run). Only the message decoded is checked.
+    seen: list[int] = []
+    real = code_actions.checked
+    monkeypatch.setattr(code_actions, "checked", lambda v, t: seen.append(len(t)) or real(v, t))
+    old = [{"role": "user", "content": "[" * 80 + "x" * 10_000}] * 20
+    raw = json.dumps([*old, {"role": "tool", "content": "obs \ud800"}])
+    assert last_message_text(raw) == "obs \ufffd"  # a lone surrogate in it is still fixed
+    assert seen and max(seen) < 100

@@ -71,3 +71,16 @@ def test_only_later_steps_of_the_same_agent_within_the_lookahead() -> None:
 def test_broken_or_odd_inputs(text: str) -> None:
     got = ToolResponses([llm([]), llm(text)]).result(0, "a", "c1")
     assert got == ("5" if text.startswith('{"messages"') else None)
+
+
+def test_each_object_around_an_id_is_checked_on_its_own_text(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Checking each candidate object against the whole input scanned the input again per
+    # object (quadratic in a long history); only the decoded object's own text is scanned.
+    seen: list[int] = []
+    real = responses.checked
+    monkeypatch.setattr(responses, "checked", lambda v, t: seen.append(len(t)) or real(v, t))
+    filler = [{"role": "user", "content": "[" * 80 + "x" * 10_000}] * 20
+    steps = [llm([]), llm([*filler, openai_call("c1"), genai_response("c1", "done")])]
+    assert ToolResponses(steps).result(0, "a", "c1") == "done"
+    assert seen and max(seen) < 300

@@ -313,7 +313,7 @@ def last_message_text(raw: str | None) -> str | None:
             return None
         try:
             msg, stop = _DECODER.raw_decode(raw, at)
-            msg = checked(msg, raw)
+            msg = checked(msg, raw[at:stop])  # this message's text, not the whole input
         except (ValueError, RecursionError):
             continue
         if raw[stop:end].strip():

@@ -88,7 +88,7 @@ def _local(text: str, quoted: str, call_id: str, at: int) -> Any:  # str | None 
                 break
             try:
                 obj, end = _DECODER.raw_decode(text, brace)
-                obj = checked(obj, text)
+                obj = checked(obj, text[brace:end])  # this object's text, not the input's
             except (ValueError, RecursionError):
                 continue  # a "{" inside a string
             if end <= at:
