@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,11 +65,9 @@ class TextModel:
     intercept: float
 
     def score(self, text: str) -> float:
-        counts: dict[str, int] = {}
-        for term in terms(text):
-            if term in self.terms:
-                counts[term] = counts.get(term, 0) + 1
-        weighted = [(1.0 + math.log(n)) * self.terms[t][0] for t, n in counts.items()]
+        known = self.terms
+        counts = {t: n for t, n in Counter(terms(text)).items() if t in known}
+        weighted = [(1.0 + math.log(n)) * known[t][0] for t, n in counts.items()]
         norm = math.sqrt(sum(w * w for w in weighted)) or 1.0
         return self.intercept + sum(w / norm * self.terms[t][1]
                                     for w, t in zip(weighted, counts, strict=True))
