@@ -19,6 +19,7 @@ from otel_eval.evaluate.detectors.config import (
     SESSION_BUDGET_NAMES,
     parse_budget,
 )
+from otel_eval.evaluate.sessions.config import SESSION_BUDGETS
 from otel_eval.store.base import is_postgresql_url
 
 if TYPE_CHECKING:
@@ -220,8 +221,10 @@ def config_from_args(args: argparse.Namespace) -> Config:
             changes[key] = value
     if getattr(args, "budget", None):  # repeated --budget: the last value of a name wins
         budgets = dict(args.budget)
-        if "session_turns" in budgets:  # a conversation's budget (sessions.session_turns)
-            changes["sessions.session_turns"] = int(budgets.pop("session_turns"))
+        for name, (field, whole) in SESSION_BUDGETS.items():  # a conversation's budgets
+            if name in budgets:
+                value = budgets.pop(name)
+                changes[f"sessions.{field}"] = int(value) if whole else value
         if budgets:
             changes["detectors.budget_overrides"] = {**cfg.detectors.budget_overrides,
                                                      **budgets}

@@ -17,16 +17,19 @@ from otel_eval.evaluate.sessions.evaluate import evaluate_session
 
 __all__ = ["SessionCollector"]
 
-_TURN_KEYS = ("trace_id", "service", "agent", "user_id", "start_time_unix_nano", "input",
-              "output", "verdict", "counts", "findings")
+_TURN_KEYS = ("trace_id", "service", "agent", "user_id", "start_time_unix_nano", "duration_s",
+              "input", "output", "verdict", "counts", "findings", "usage")
 _STEP_KEYS = ("index", "kind", "tool_name", "arguments", "tool_calls")
 
 
 def slim(body: dict[str, Any]) -> dict[str, Any]:
     """What a session reads of a turn's v1 object."""
     turn = {k: body.get(k) for k in _TURN_KEYS}
+    steps = body.get("steps") or ()
+    # every step counted (as the service's turns are), though only tool and LLM steps kept
+    turn["counts"] = {"steps": len(steps), **(body.get("counts") or {})}
     turn["steps"] = [{k: s.get(k) for k in _STEP_KEYS if k in s}
-                     for s in body.get("steps") or () if s.get("kind") in ("tool", "llm")]
+                     for s in steps if s.get("kind") in ("tool", "llm")]
     return turn
 
 
