@@ -16,8 +16,10 @@ config, returning findings that name the turn (``trace_id``) and the step they p
 - ``non_termination`` (complete sessions only: an open one may still go on):
   ``pending_tool_call`` (error), the last turn's last LLM call asked for a tool that never
   ran (a call that ran at the very end, a handoff such as tau-bench's
-  ``transfer_to_human_agents``, is an ending); ``unanswered_question`` (warning: "anything
-  else?" is a polite close), the last turn's answer is a question nobody answered.
+  ``transfer_to_human_agents``, is an ending; a call rebuilt from the output whose result
+  came back ran; a call of unknown outcome is none); ``unanswered_question`` (warning:
+  "anything else?" is a polite close), the last turn's answer (else its last LLM call's) ends
+  on a question nobody answered (emphasis, quotes and brackets after the "?" set aside).
 - ``budget`` (error), its kind the ``--budget`` name: ``session_turns`` (more turns than
   ``session_turns``), ``session_steps`` (the turns' steps summed), ``session_tokens``
   (input and output tokens summed), ``session_cost`` (USD summed; a turn of unknown cost
@@ -41,6 +43,7 @@ SessionFinding = dict[str, Any]
 Turns = Sequence[dict[str, Any]]
 _DIGIT = re.compile(r"\d")
 _PUNCTUATION = ".,;:!?()[]{}\"'"
+_CLOSERS = "*_`\"'\u201d\u2019)]} \t\n"  # after a question's mark: emphasis, quotes
 _REQUEST_CHARS = 500  # of a request compared (a rewording shows in its first sentences)
 
 
@@ -135,21 +138,44 @@ def repeated_request(turns: Turns, config: SessionsConfig,
     return out
 
 
+def _pending(turn: dict[str, Any], llm: dict[str, Any]) -> list[str]:
+    """The calls the turn's last LLM call asked for that did not run: ``never_ran``, or
+    rebuilt from its output with no result told (a rebuilt call whose result came back
+    ran); a call of unknown outcome is no pending call."""
+    told = {s.get("call_id") for s in turn.get("steps") or ()
+            if s.get("kind") == "tool" and s.get("call_id") and s.get("result") is not None}
+    out = []
+    for call in llm.get("tool_calls") or ():
+        if not isinstance(call, dict):
+            continue
+        outcome = call.get("outcome")
+        if outcome == "never_ran" or (outcome == "rebuilt" and call.get("call_id") not in told):
+            out.append(str(call.get("name"))[:128])
+    return out
+
+
+def _asks(text: Any) -> bool:
+    """The reply ends on a question (markdown emphasis, quotes and brackets after the
+    question mark set aside: ``**Shall I go ahead?**``)."""
+    return isinstance(text, str) and text[-1000:].rstrip().rstrip(_CLOSERS).endswith("?")
+
+
 def non_termination(turns: Turns, config: SessionsConfig,
                     complete: bool) -> list[SessionFinding]:
     if not complete or not turns:
         return []
     last = turns[-1]
     llm = [s for s in last.get("steps") or () if s.get("kind") == "llm"]
-    calls = llm[-1].get("tool_calls") or () if llm else ()
-    pending = [str(c.get("name")) for c in calls if c.get("outcome") != "ran"]
+    pending = _pending(last, llm[-1]) if llm else []
     if pending:
         return [_finding("non_termination", "pending_tool_call", "error",
                          "the conversation ended with a tool call pending in its last turn ("
                          + ", ".join(pending) + ")", last, int(llm[-1].get("index", 0)),
                          tools=pending)]
     answer = last.get("output")
-    if isinstance(answer, str) and answer.rstrip().endswith("?"):
+    if not isinstance(answer, str) and llm:  # no answer on the root: the last LLM call's
+        answer = llm[-1].get("answer")
+    if _asks(answer):
         return [_finding("non_termination", "unanswered_question", "warning",
                          "the conversation ended with the agent's question unanswered",
                          last, None)]
@@ -162,8 +188,8 @@ def _number(value: Any) -> float | None:
 
 
 def _turn_steps(turn: dict[str, Any]) -> float | None:
-    counts = turn.get("counts") if isinstance(turn.get("counts"), dict) else {}
-    steps = _number(counts.get("steps"))
+    counts = turn.get("counts")
+    steps = _number(counts.get("steps")) if isinstance(counts, dict) else None
     return steps if steps is not None else float(len(turn.get("steps") or ()))
 
 
