@@ -52,6 +52,10 @@ def _budget(value: str) -> tuple[str, float]:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+_TURNS_HELP = ("tau-bench runs as conversations: a trace per user message, tied by a "
+               "conversation id (a session per run); default: a trace per run")
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help="YAML configuration (default: embedded)")
     p.add_argument("--budget", metavar="NAME=VALUE", type=_budget, action="append",
@@ -122,6 +126,7 @@ def _eval_command(sub: Commands) -> None:
     ev.add_argument("--format", choices=["table", "jsonl"], default="table")
     ev.add_argument("--max-cost-usd", type=float, metavar="USD",
                     help="stop judging once the judge has spent this much")
+    ev.add_argument("--turns", action="store_true", help=_TURNS_HELP)
     _model(ev)
 
 
@@ -142,6 +147,7 @@ def _replay_command(sub: Commands) -> None:
     rp.add_argument("paths", nargs="+", metavar="PATH")
     rp.add_argument("--endpoint", type=_endpoint, required=True, metavar="HOST:PORT")
     rp.add_argument("--protocol", choices=["grpc", "http"], default="grpc")
+    rp.add_argument("--turns", action="store_true", help=_TURNS_HELP)
 
 
 def _config_command(sub: Commands) -> None:
@@ -242,7 +248,8 @@ def run_from_args(args: argparse.Namespace, cfg: Config | None = None) -> EvalRu
 
     return EvalRun(cfg or config_from_args(args), getattr(args, "paths", ()),
                    references_path=args.references,
-                   max_cost_usd=getattr(args, "max_cost_usd", None))
+                   max_cost_usd=getattr(args, "max_cost_usd", None),
+                   turns=getattr(args, "turns", False))
 
 
 def _unpredicted(args: argparse.Namespace) -> Config:
@@ -393,7 +400,7 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     n = 0
     rejected = Rejections()
     for path in args.paths:
-        n += replay(load_path(path), args.endpoint, protocol=args.protocol,
+        n += replay(load_path(path, turns=args.turns), args.endpoint, protocol=args.protocol,
                     rejections=rejected)
     out.write(f"replayed {n} spans to {args.endpoint} over OTLP/{args.protocol}: "
               f"{n - rejected.spans} accepted, {rejected.spans} rejected\n")
