@@ -87,3 +87,39 @@ def test_replayed_turns_come_back_as_the_same_sessions(runs_file: Path,
             for key in ("turns", "traces", "status", "findings", "verdict", "service",
                         "agent"):
                 assert served[key] == expected[key], (session_id, key)
+
+
+def _loaded(tmp_path: Path, traj: list[dict[str, Any]]) -> list[Any]:
+    from otel_eval.receive.loaders import load_file
+
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps([{"task_id": 7, "reward": 1.0, "traj": traj}]))
+    return load_file(path, turns=True)
+
+
+def _roots(traces: list[Any]) -> list[dict[str, Any]]:
+    return [next(s for s in t.spans if s.parent_span_id is None).attributes for t in traces]
+
+
+@pytest.mark.parametrize(("roles", "turns"), [
+    (["system", "user", "assistant", "user", "assistant"], 2),
+    (["system", "assistant", "user", "assistant"], 1),  # a greeting before the user speaks
+    (["user", "user", "assistant"], 2),  # two messages in a row: two turns, one unanswered
+    (["system", "assistant"], 1),  # no user message: the run is one turn
+    ([], 1),
+])
+def test_turns_split_at_user_messages(tmp_path: Path, roles: list[str], turns: int) -> None:
+    traj = [{"role": r, "content": f"{r} {n}"} for n, r in enumerate(roles)]
+    traces = _loaded(tmp_path, traj)
+    assert len(traces) == turns
+    roots = _roots(traces)
+    assert {r["gen_ai.conversation.id"] for r in roots} == {"runs.json:0"}
+    assert all(r["tau_bench.task_id"] == "7" and "otel_eval.task.id" not in r for r in roots)
+    assert len({t.trace_id for t in traces}) == turns
+
+
+def test_a_malformed_run_is_a_loader_error(tmp_path: Path) -> None:
+    from otel_eval.receive.loaders import LoaderError
+
+    with pytest.raises(LoaderError, match="malformed tau-bench run"):
+        _loaded(tmp_path, [{"role": "assistant", "tool_calls": "not a list of calls"}])

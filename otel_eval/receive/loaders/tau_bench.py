@@ -122,9 +122,12 @@ def _turn_messages(traj: list[dict[str, Any]]) -> list[list[int]]:
     """The positions of each turn's messages: a turn starts at a user message (what comes
     before the first one, the system prompt, goes with the first turn)."""
     turns: list[list[int]] = [[]]
+    asked = False  # the current turn has its user message
     for pos, msg in enumerate(traj):
-        if msg.get("role") == "user" and any(traj[p].get("role") == "user" for p in turns[-1]):
-            turns.append([])
+        if msg.get("role") == "user":
+            if asked:
+                turns.append([])
+            asked = True
         turns[-1].append(pos)
     return turns
 
