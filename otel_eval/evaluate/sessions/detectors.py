@@ -104,14 +104,17 @@ def _groups(requests: Sequence[tuple[int, str]], config: SessionsConfig,
     group = list(range(len(requests)))  # request -> the first request of its group
     reworded: set[int] = set()
     exact: dict[str, int] = {}  # text -> its first request (equal texts: at any distance)
+    similar = config.reworded_request_similarity
     for i, (_, text) in enumerate(requests):
         if text in exact:
             group[i] = group[exact[text]]
             continue
         exact[text] = i
         for j in range(i - 1, max(0, i - config.reworded_window) - 1, -1):
-            if ids[i] == ids[j] and jaccard(grams[i], grams[j]) >= \
-                    config.reworded_request_similarity:
+            small, large = sorted((len(grams[i]), len(grams[j])))
+            # J <= |small| / |large|: sets of too different sizes are not compared
+            if ids[i] == ids[j] and small >= similar * large \
+                    and jaccard(grams[i], grams[j]) >= similar:
                 group[i] = group[j]
                 reworded.add(group[j])
                 break
