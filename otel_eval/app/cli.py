@@ -19,6 +19,7 @@ from otel_eval.evaluate.detectors.config import (
     SESSION_BUDGET_NAMES,
     parse_budget,
 )
+from otel_eval.evaluate.sessions.config import SESSION_BUDGETS
 from otel_eval.store.base import is_postgresql_url
 
 if TYPE_CHECKING:
@@ -49,6 +50,10 @@ def _budget(value: str) -> tuple[str, float]:
         return parse_budget(value)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+_TURNS_HELP = ("tau-bench runs as conversations: a trace per user message, tied by a "
+               "conversation id (a session per run); default: a trace per run")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -121,6 +126,7 @@ def _eval_command(sub: Commands) -> None:
     ev.add_argument("--format", choices=["table", "jsonl"], default="table")
     ev.add_argument("--max-cost-usd", type=float, metavar="USD",
                     help="stop judging once the judge has spent this much")
+    ev.add_argument("--turns", action="store_true", help=_TURNS_HELP)
     _model(ev)
 
 
@@ -141,6 +147,7 @@ def _replay_command(sub: Commands) -> None:
     rp.add_argument("paths", nargs="+", metavar="PATH")
     rp.add_argument("--endpoint", type=_endpoint, required=True, metavar="HOST:PORT")
     rp.add_argument("--protocol", choices=["grpc", "http"], default="grpc")
+    rp.add_argument("--turns", action="store_true", help=_TURNS_HELP)
 
 
 def _config_command(sub: Commands) -> None:
@@ -220,8 +227,10 @@ def config_from_args(args: argparse.Namespace) -> Config:
             changes[key] = value
     if getattr(args, "budget", None):  # repeated --budget: the last value of a name wins
         budgets = dict(args.budget)
-        if "session_turns" in budgets:  # a conversation's budget (sessions.session_turns)
-            changes["sessions.session_turns"] = int(budgets.pop("session_turns"))
+        for name, (field, whole) in SESSION_BUDGETS.items():  # a conversation's budgets
+            if name in budgets:
+                value = budgets.pop(name)
+                changes[f"sessions.{field}"] = int(value) if whole else value
         if budgets:
             changes["detectors.budget_overrides"] = {**cfg.detectors.budget_overrides,
                                                      **budgets}
@@ -239,7 +248,8 @@ def run_from_args(args: argparse.Namespace, cfg: Config | None = None) -> EvalRu
 
     return EvalRun(cfg or config_from_args(args), getattr(args, "paths", ()),
                    references_path=args.references,
-                   max_cost_usd=getattr(args, "max_cost_usd", None))
+                   max_cost_usd=getattr(args, "max_cost_usd", None),
+                   turns=getattr(args, "turns", False))
 
 
 def _unpredicted(args: argparse.Namespace) -> Config:
@@ -390,7 +400,7 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     n = 0
     rejected = Rejections()
     for path in args.paths:
-        n += replay(load_path(path), args.endpoint, protocol=args.protocol,
+        n += replay(load_path(path, turns=args.turns), args.endpoint, protocol=args.protocol,
                     rejections=rejected)
     out.write(f"replayed {n} spans to {args.endpoint} over OTLP/{args.protocol}: "
               f"{n - rejected.spans} accepted, {rejected.spans} rejected\n")

@@ -40,9 +40,10 @@ class EvalRun:
 
     def __init__(self, cfg: Config, paths: Sequence[str] = (), *,
                  references_path: str | None = None,
-                 max_cost_usd: float | None = None) -> None:
+                 max_cost_usd: float | None = None, turns: bool = False) -> None:
         self.cfg = cfg
         self.paths = list(paths)
+        self.turns = turns  # chat logs (tau-bench) as conversations: a trace per user message
         self.max_cost_usd = max_cost_usd  # stop judging once the judge has spent this much
         self.evaluator = Evaluator(cfg, references_path=references_path)
         self.failed_files = 0
@@ -54,7 +55,7 @@ class EvalRun:
 
         for path in self.paths:
             try:
-                yield from load_path(path, config=self.cfg.trajectory)
+                yield from load_path(path, config=self.cfg.trajectory, turns=self.turns)
             except (LoaderError, OSError) as e:
                 self.failed_files += 1
                 print(f"otel-eval: {e}", file=sys.stderr)

@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 # generated section -> the document holding it
 DOCS = {"config-reference": ROOT / "docs" / "configuration.md",
-        "metrics-reference": ROOT / "docs" / "metrics.md"}
+        "metrics-reference": ROOT / "docs" / "metrics.md",
+        "conversation-readers": ROOT / "docs" / "sessions.md"}
 
 
 def _metrics_table() -> str:
@@ -48,9 +49,22 @@ def _metrics_table() -> str:
     return "\n".join(rows)
 
 
+def _readers_table() -> str:
+    """The conversation and user id reader order (conventions.conversations)."""
+    from otel_eval.evaluate.conventions.conversations import CONVERSATION_KEYS, USER_KEYS
+
+    out = []
+    for what, keys in (("conversation id", CONVERSATION_KEYS), ("user id", USER_KEYS)):
+        out.append("\n".join([f"| order | {what} key | convention |", "|---|---|---|",
+                              *(f"| {n} | `{key}` | {convention} |"
+                                for n, (key, convention) in enumerate(keys, 1))]))
+    return "\n\n".join(out)
+
+
 def _sections() -> dict[str, str]:
     return {"config-reference": "```yaml\n" + reference() + "```",
-            "metrics-reference": _metrics_table()}
+            "metrics-reference": _metrics_table(),
+            "conversation-readers": _readers_table()}
 
 
 def _block(name: str) -> re.Pattern[str]:

@@ -21,13 +21,14 @@ from typing import Any
 
 import pytest
 import service_feed
-from grafana_files import OUTAGE_ALERTS, alert_rules, panel_queries
+from grafana_files import OUTAGE_ALERTS, SESSION_METRICS, alert_rules, metric_names, panel_queries
 from metrics_harness import (
     CLEAN,
     LOOPY,
     UNNAMED_SERVICE,
     failing,
     feed_round,
+    feed_sessions,
     issues_job,
     serve,
 )
@@ -70,14 +71,17 @@ def test_every_panel_and_alert_query_returns_data(
                                  if r["alert"] not in OUTAGE_ALERTS]
     rounds = iter(range(10_000))
     fed: list[str] = []
-    pending = dict(queries)
+    # the session queries need data once this checkout declares the session metrics
+    # (grafana_files.SESSION_METRICS); until then they must parse, as every query
+    sessions = feed_sessions(metrics, CLEAN, 0)
+    pending = {n: e for n, e in queries if sessions or not metric_names(e) & SESSION_METRICS}
 
     def all_answer() -> bool:
-        for name, expr in list(pending.items()):
+        for name, expr in queries:
             r = prom.query(expr)
             assert r["status"] == "success", (name, expr, r)  # parses and evaluates
             if _has_data(r):
-                del pending[name]
+                pending.pop(name, None)
         return not pending
 
     # Traffic keeps flowing while we wait, as it would from agents: each poll adds a round.
@@ -123,13 +127,16 @@ def test_every_panel_and_alert_query_returns_data(
 # evaluation_skipped: nothing is replayed or redelivered here (tests/test_spool.py, tests/kafka).
 # store_write_failures: the store takes every write here (tests/operations/test_store_failures).
 # spool_max_bytes: the spool is never 80 % full here (OtelEvalSpoolFilling; promtool tests it).
+# sessions_ / session_: a session completes sessions.idle_timeout_s (30 min) after its last
+# turn, and this feed sends no conversation (tests/sessions replays them; the harness test
+# above feeds the session metrics; promtool tests the session-loop alert).
 _NOT_FED = ("receiver_connections_closed", "evaluation_skipped", "store_write_failures",
             "receiver_requests_throttled", "receiver_requests_refused",
             "metrics_series_overflow", "sink_dropped", "evaluation_failures",
             "traces_lucky_passes", "traces_superseded", "spool_failures", "judge_", "kafka_",
             "receiver_log_records_rejected", "assembly_log_records_dropped",
             "prediction_labelled", "prediction_rolling_auc", "workers_restarts",
-            "workers_retried_traces", "spool_max_bytes")
+            "workers_retried_traces", "spool_max_bytes", "sessions_", "session_")
 
 # A success predictor as `otel-eval train` writes one (one feature: the tool calls), so serve
 # runs with --model and the p_success panels get data from the real service.
@@ -203,8 +210,10 @@ def test_every_share_is_zero_not_no_data_when_its_numerator_never_happened(
     # and per service) must still show 0 % for it, not "No data"; and so must the share
     # inside every trace-rate alert (the same expression without its threshold).
     prom, metrics = scraped
-    shares = {name: e for name, e in panel_queries() if " rate" in name.split(" / ")[0]}
-    assert len(shares) == 6, sorted(shares)
+    sessions = feed_sessions(metrics, "always-failing", 0)  # the metrics are declared
+    shares = {name: e for name, e in panel_queries() if " rate" in name.split(" / ")[0]
+              and (sessions or not metric_names(e) & SESSION_METRICS)}
+    assert len([n for n in shares if "Session" not in n]) == 6, sorted(shares)
     for rule in alert_rules():
         # the repeated-runs alerts count runs first (>= 3): no share of theirs stands alone
         if "traces_completed" in rule["expr"] and not rule["alert"].endswith("Repeated"):
@@ -215,6 +224,7 @@ def test_every_share_is_zero_not_no_data_when_its_numerator_never_happened(
         r = next(rounds)
         for i in range(5):
             metrics.evaluation_stored(failing(f"{r:08x}{i:08x}{'3' * 16}"), 0.1, False)
+        feed_sessions(metrics, "always-failing", 2)  # completed; none failed, looped or hung
 
     def answered() -> bool:
         return all(_has_data(prom.query(e)) for e in shares.values())

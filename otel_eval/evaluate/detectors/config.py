@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from otel_eval.base.configcheck import validate
+from otel_eval.evaluate.sessions.config import SESSION_BUDGETS
 
 Severity = Literal["info", "warning", "error"]
 MatchMode = Literal["exact", "in_order", "any_order", "superset"]
@@ -23,8 +24,8 @@ DETECTOR_NAMES: tuple[str, ...] = (
 BUDGET_NAMES: tuple[str, ...] = (
     "steps", "llm_calls", "tool_calls", "input_tokens", "output_tokens", "cost_usd", "duration_s",
 )
-# Budgets of a whole conversation (``sessions.session_turns``), also set by ``--budget``.
-SESSION_BUDGET_NAMES: tuple[str, ...] = ("session_turns",)
+# Budgets of a whole conversation (``sessions.session_turns`` ...), also set by ``--budget``.
+SESSION_BUDGET_NAMES: tuple[str, ...] = tuple(SESSION_BUDGETS)
 
 
 def budget_problem(value: float) -> str | None:
@@ -48,8 +49,8 @@ def parse_budget(text: str) -> tuple[str, float]:
     except ValueError:
         raise ValueError(f"budget {text!r}: {raw!r} is not a number") from None
     problem = budget_problem(value)
-    if problem is None and name in SESSION_BUDGET_NAMES and not value.is_integer():
-        problem = f"must be a whole number of turns, got {raw!r}"
+    if problem is None and SESSION_BUDGETS.get(name, ("", False))[1] and not value.is_integer():
+        problem = f"must be a whole number, got {raw!r}"
     if problem:
         raise ValueError(f"budget {text!r}: {problem}")
     return name, value

@@ -29,7 +29,8 @@ from otel_eval.base.model import Finding
 from otel_eval.evaluate.detectors.calls import Call, call_label
 from otel_eval.evaluate.detectors.config import LoopConfig
 
-__all__ = ["MAX_ARGUMENT_CHARS", "MAX_RESULT_CHARS", "request", "reworded_repeats", "trigrams"]
+__all__ = ["MAX_ARGUMENT_CHARS", "MAX_RESULT_CHARS", "jaccard", "request", "reworded_repeats",
+           "trigrams"]
 
 MAX_ARGUMENT_CHARS = 500  # a rewording shows in the first sentences of a request
 MAX_RESULT_CHARS = 2_000  # what a result brings shows in its first page
@@ -68,7 +69,7 @@ def trigrams(text: str) -> frozenset[str]:
     return frozenset(text[i:i + 3] for i in range(len(text) - 2))
 
 
-def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     if not a or not b:
         return 0.0
     common = len(a & b)
@@ -90,7 +91,7 @@ class _Texts:
 
     def reworded(self, j: int, i: int, threshold: float) -> bool:
         (ids_j, text_j), (ids_i, text_i) = self.argument(j), self.argument(i)
-        return ids_j == ids_i and _jaccard(text_j, text_i) >= threshold
+        return ids_j == ids_i and jaccard(text_j, text_i) >= threshold
 
 
 def _middles(a: str, b: str) -> tuple[str, str]:

@@ -6,6 +6,16 @@ from dataclasses import dataclass
 
 from otel_eval.base.configcheck import validate
 
+# ``--budget NAME=VALUE`` of a conversation -> (its SessionsConfig field, a whole number?).
+# The budget finding's kind is the name.
+SESSION_BUDGETS: dict[str, tuple[str, bool]] = {
+    "session_turns": ("session_turns", True),
+    "session_steps": ("session_steps", True),
+    "session_tokens": ("session_tokens", True),
+    "session_cost": ("session_cost_usd", False),
+    "session_time": ("session_time_s", False),
+}
+
 
 @dataclass(frozen=True)
 class SessionsConfig:
@@ -29,12 +39,40 @@ class SessionsConfig:
     # Requests shorter than this are not compared ("yes", "ok", "thanks" repeat without the
     # agent failing). Characters.
     min_request_chars: int = 16
-    # Session budget: turns per conversation at most (a `budget` finding past it); None, the
-    # default, is unchecked. Count.
+    # Two requests whose character-3-gram Jaccard similarity is at least this are the same
+    # request reworded (`repeated_request` / `reworded_request`). 0.5, as the reworded tool
+    # calls' rule (detectors.loop.reworded_similarity): for two texts of similar length two
+    # thirds of each one's 3-grams shared, the same words with a third changed, added or
+    # reordered; requests about different things share well under a fifth. 0..1.
+    reworded_request_similarity: float = 0.5
+    # Each request is compared with this many requests before it for a rewording (equal
+    # requests are found at any distance): bounded work, and a user rewords what the agent
+    # just failed to do. Turns.
+    reworded_window: int = 4
+    # Session budgets (a `budget` finding past one, its kind the `--budget` name; None, the
+    # default, is unchecked). Turns per conversation (`--budget session_turns=N`). Count.
     session_turns: int | None = None
+    # Steps over all turns, as the session's `counts.steps` (each turn's LLM calls, tool
+    # calls and agent steps) (`--budget session_steps=N`). Count.
+    session_steps: int | None = None
+    # Input plus output tokens over all turns, the known ones (`--budget session_tokens=N`).
+    # Tokens.
+    session_tokens: int | None = None
+    # Cost over all turns (each turn's usage.cost_usd; a turn of unknown cost leaves the
+    # total unknown unless the known part alone is past the budget)
+    # (`--budget session_cost=USD`). US dollars.
+    session_cost_usd: float | None = None
+    # Wall time from the first turn's start to the last turn's end: the user's time in the
+    # conversation (`--budget session_time=S`). Seconds.
+    session_time_s: float | None = None
 
     def __post_init__(self) -> None:
-        validate(self, above={"idle_timeout_s": 0}, finite=("idle_timeout_s",),
+        validate(self, above={"idle_timeout_s": 0},
+                 finite=("idle_timeout_s", "reworded_request_similarity", "session_cost_usd",
+                         "session_time_s"),
                  minimum={"max_turns": 1, "max_turns_chars": 1, "loop_turns": 2,
                           "repeated_request_turns": 2, "min_request_chars": 0,
-                          "session_turns": 0})
+                          "reworded_request_similarity": 0, "reworded_window": 1,
+                          "session_turns": 0, "session_steps": 0, "session_tokens": 0,
+                          "session_cost_usd": 0, "session_time_s": 0},
+                 maximum={"reworded_request_similarity": 1})

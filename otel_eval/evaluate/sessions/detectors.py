@@ -8,27 +8,43 @@ config, returning findings that name the turn (``trace_id``) and the step they p
   needs to repeat anything: the agent forgot what an earlier turn already learned.
 - ``repeated_request`` / ``same_request`` (warning): the user's request (a turn's first user
   message, whitespace and case folded) repeated in ``repeated_request_turns`` or more turns:
-  the agent did not help the first time. Short requests ("yes") are not compared.
+  the agent did not help the first time. ``reworded_request`` (warning): the same, with at
+  least one of the repeats in other words (character-3-gram Jaccard of the two requests >=
+  ``reworded_request_similarity``, and the same words with a digit: a booking code, a date,
+  an amount; each compared with the ``reworded_window`` requests before it). Short requests
+  ("yes") are not compared.
 - ``non_termination`` (complete sessions only: an open one may still go on):
   ``pending_tool_call`` (error), the last turn's last LLM call asked for a tool that never
   ran (a call that ran at the very end, a handoff such as tau-bench's
-  ``transfer_to_human_agents``, is an ending); ``unanswered_question`` (warning: "anything
-  else?" is a polite close), the last turn's answer is a question nobody answered.
-- ``budget`` / ``session_turns`` (error): more turns than ``session_turns``.
+  ``transfer_to_human_agents``, is an ending; a call rebuilt from the output whose result
+  came back ran; a call of unknown outcome is none); ``unanswered_question`` (warning:
+  "anything else?" is a polite close), the last turn's answer (else its last LLM call's) ends
+  on a question nobody answered (emphasis, quotes and brackets after the "?" set aside).
+- ``budget`` (error), its kind the ``--budget`` name: ``session_turns`` (more turns than
+  ``session_turns``), ``session_steps`` (the turns' steps summed), ``session_tokens``
+  (input and output tokens summed), ``session_cost`` (USD summed; a turn of unknown cost
+  makes the total unknown unless the known part alone is past), ``session_time`` (first
+  turn's start to last turn's end, seconds). Each is on the first turn past the budget.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from otel_eval.evaluate.detectors.canonical import canonical_arguments, norm_ws
+from otel_eval.evaluate.detectors.reworded import jaccard, trigrams
 from otel_eval.evaluate.sessions.config import SessionsConfig
 
 __all__ = ["DETECTORS", "SessionFinding"]
 
 SessionFinding = dict[str, Any]
 Turns = Sequence[dict[str, Any]]
+_DIGIT = re.compile(r"\d")
+_PUNCTUATION = ".,;:!?()[]{}\"'"
+_CLOSERS = "*_`\"'\u201d\u2019)]} \t\n"  # after a question's mark: emphasis, quotes
+_REQUEST_CHARS = 500  # of a request compared (a rewording shows in its first sentences)
 
 
 def _finding(detector: str, kind: str, severity: str, message: str, turn: dict[str, Any],
@@ -66,21 +82,85 @@ def loop(turns: Turns, config: SessionsConfig, complete: bool) -> list[SessionFi
 
 def _request(turn: dict[str, Any]) -> str:
     text = turn.get("input")
-    return norm_ws(text).casefold().rstrip(".!? ") if isinstance(text, str) else ""
+    if not isinstance(text, str):
+        return ""
+    return norm_ws(text[:_REQUEST_CHARS * 4]).casefold().rstrip(".!? ")[:_REQUEST_CHARS]
+
+
+def _identifiers(text: str) -> frozenset[str]:
+    """The words with a digit in them (a booking code, a date, a flight, an amount): two
+    requests naming different ones ask different things, however alike their words."""
+    return frozenset(w.strip(_PUNCTUATION) for w in text.split() if _DIGIT.search(w))
+
+
+def _groups(requests: Sequence[tuple[int, str]], config: SessionsConfig,
+            ) -> list[tuple[list[int], bool]]:
+    """Turns asking the same thing: (turn numbers, reworded?) per group of two or more.
+    Equal texts are one request wherever they are; a text is also compared with the
+    ``reworded_window`` requests before it (the nearest first): character-3-gram Jaccard >=
+    ``reworded_request_similarity`` is a rewording."""
+    grams = [trigrams(text) for _, text in requests]
+    ids = [_identifiers(text) for _, text in requests]
+    group = list(range(len(requests)))  # request -> the first request of its group
+    reworded: set[int] = set()
+    exact: dict[str, int] = {}  # text -> its first request (equal texts: at any distance)
+    similar = config.reworded_request_similarity
+    for i, (_, text) in enumerate(requests):
+        if text in exact:
+            group[i] = group[exact[text]]
+            continue
+        exact[text] = i
+        for j in range(i - 1, max(0, i - config.reworded_window) - 1, -1):
+            small, large = sorted((len(grams[i]), len(grams[j])))
+            # J <= |small| / |large|: sets of too different sizes are not compared
+            if ids[i] == ids[j] and small >= similar * large \
+                    and jaccard(grams[i], grams[j]) >= similar:
+                group[i] = group[j]
+                reworded.add(group[j])
+                break
+    members: dict[int, list[int]] = {}
+    for i, first in enumerate(group):
+        members.setdefault(first, []).append(requests[i][0])
+    return [(numbers, first in reworded) for first, numbers in members.items()
+            if len(numbers) >= 2]
 
 
 def repeated_request(turns: Turns, config: SessionsConfig,
                      complete: bool) -> list[SessionFinding]:
-    seen: dict[str, list[int]] = {}
-    for number, turn in enumerate(turns):
-        request = _request(turn)
-        if len(request) >= config.min_request_chars:
-            seen.setdefault(request, []).append(number)
-    return [_finding("repeated_request", "same_request", "warning",
-                     f"the user asked the same thing in {len(numbers)} turns",
-                     turns[numbers[-1]], None, turns=[n + 1 for n in numbers],
-                     request=request[:256])
-            for request, numbers in seen.items() if len(numbers) >= config.repeated_request_turns]
+    requests = [(n, r) for n, t in enumerate(turns)
+                if len(r := _request(t)) >= config.min_request_chars]
+    out = []
+    for numbers, reworded in _groups(requests, config):
+        if len(numbers) < config.repeated_request_turns:
+            continue
+        said = "asked the same thing" + (", reworded," if reworded else "")
+        out.append(_finding(
+            "repeated_request", "reworded_request" if reworded else "same_request", "warning",
+            f"the user {said} in {len(numbers)} turns", turns[numbers[-1]], None,
+            turns=[n + 1 for n in numbers], request=_request(turns[numbers[0]])[:256]))
+    return out
+
+
+def _pending(turn: dict[str, Any], llm: dict[str, Any]) -> list[str]:
+    """The calls the turn's last LLM call asked for that did not run: ``never_ran``, or
+    rebuilt from its output with no result told (a rebuilt call whose result came back
+    ran); a call of unknown outcome is no pending call."""
+    told = {s.get("call_id") for s in turn.get("steps") or ()
+            if s.get("kind") == "tool" and s.get("call_id") and s.get("result") is not None}
+    out = []
+    for call in llm.get("tool_calls") or ():
+        if not isinstance(call, dict):
+            continue
+        outcome = call.get("outcome")
+        if outcome == "never_ran" or (outcome == "rebuilt" and call.get("call_id") not in told):
+            out.append(str(call.get("name"))[:128])
+    return out
+
+
+def _asks(text: Any) -> bool:
+    """The reply ends on a question (markdown emphasis, quotes and brackets after the
+    question mark set aside: ``**Shall I go ahead?**``)."""
+    return isinstance(text, str) and text[-1000:].rstrip().rstrip(_CLOSERS).endswith("?")
 
 
 def non_termination(turns: Turns, config: SessionsConfig,
@@ -89,30 +169,115 @@ def non_termination(turns: Turns, config: SessionsConfig,
         return []
     last = turns[-1]
     llm = [s for s in last.get("steps") or () if s.get("kind") == "llm"]
-    calls = llm[-1].get("tool_calls") or () if llm else ()
-    pending = [str(c.get("name")) for c in calls if c.get("outcome") != "ran"]
+    pending = _pending(last, llm[-1]) if llm else []
     if pending:
         return [_finding("non_termination", "pending_tool_call", "error",
                          "the conversation ended with a tool call pending in its last turn ("
                          + ", ".join(pending) + ")", last, int(llm[-1].get("index", 0)),
                          tools=pending)]
     answer = last.get("output")
-    if isinstance(answer, str) and answer.rstrip().endswith("?"):
+    if not isinstance(answer, str) and llm:  # no answer on the root: the last LLM call's
+        answer = llm[-1].get("answer")
+    if _asks(answer):
         return [_finding("non_termination", "unanswered_question", "warning",
                          "the conversation ended with the agent's question unanswered",
                          last, None)]
     return []
 
 
+def _number(value: Any) -> float | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and value == value
+    return float(value) if ok else None
+
+
+def _turn_steps(turn: dict[str, Any]) -> float | None:
+    counts = turn.get("counts")
+    steps = _number(counts.get("steps")) if isinstance(counts, dict) else None
+    return steps if steps is not None else float(len(turn.get("steps") or ()))
+
+
+def _usage(turn: dict[str, Any], key: str) -> float | None:
+    usage = turn.get("usage")
+    return _number(usage.get(key)) if isinstance(usage, dict) else None
+
+
+def _turn_tokens(turn: dict[str, Any]) -> float | None:
+    known = [v for k in ("input_tokens", "output_tokens") if (v := _usage(turn, k)) is not None]
+    return sum(known) if known else 0.0  # no token count: none known (not unknown budget)
+
+
+def _turn_cost(turn: dict[str, Any]) -> float | None:
+    return _usage(turn, "cost_usd")
+
+
+# kind -> (config field, per-turn measure, what it counts, unit)
+_SUMMED: dict[str, tuple[str, Callable[[dict[str, Any]], float | None], str, str]] = {
+    "session_steps": ("session_steps", _turn_steps, "steps", ""),
+    "session_tokens": ("session_tokens", _turn_tokens, "tokens", ""),
+    "session_cost": ("session_cost_usd", _turn_cost, "cost", " USD"),
+}
+
+
+def _summed(turns: Turns, config: SessionsConfig, kind: str) -> list[SessionFinding]:
+    """A budget summed over the turns: the finding is on the turn that went past it. A turn
+    whose value is unknown makes the total unknown, unless the known part alone is past."""
+    field, measure, what, unit = _SUMMED[kind]
+    limit = getattr(config, field)
+    if limit is None:
+        return []
+    total, unknown, crossed = 0.0, False, None
+    for turn in turns:
+        value = measure(turn)
+        if value is None:
+            unknown = True
+            continue
+        total += value
+        if crossed is None and total > limit:
+            crossed = turn
+    if crossed is None:
+        return []
+    return [_finding("budget", kind, "error",
+                     f"{what} {total:g}{unit}{' at least' if unknown else ''} in the "
+                     f"conversation (budget {limit:g}{unit})", crossed, None,
+                     value=total, limit=limit, unknown_turns=unknown)]
+
+
+def _time(turns: Turns, config: SessionsConfig) -> list[SessionFinding]:
+    """Wall time from the first turn's start to the last turn's end; the finding is on the
+    first turn that ended past the budget."""
+    limit = config.session_time_s
+    timed = [(t, start, start + duration * 1e9) for t in turns
+             if (start := _number(t.get("start_time_unix_nano"))) is not None
+             and (duration := _number(t.get("duration_s"))) is not None]
+    if limit is None or not timed:
+        return []
+    first = min(start for _, start, _ in timed)
+    elapsed = (max(end for _, _, end in timed) - first) / 1e9
+    if elapsed <= limit:
+        return []
+    crossed = next(t for t, _, end in timed if (end - first) / 1e9 > limit)
+    return [_finding("budget", "session_time", "error",
+                     f"{elapsed:g} s from the first turn's start to the last one's end "
+                     f"(budget {limit:g} s)", crossed, None, value=elapsed, limit=limit)]
+
+
 def budget(turns: Turns, config: SessionsConfig, complete: bool,
            total: int | None = None) -> list[SessionFinding]:
+    """The session budgets (``SESSION_BUDGETS``); ``total``: the turns it has in all, when
+    only the newest were read (the sums are then over those read: past the budget is past)."""
+    if not turns:
+        return []
+    out = []
     limit = config.session_turns
     count = len(turns) if total is None else total
-    if limit is None or count <= limit or not turns:
-        return []
-    return [_finding("budget", "session_turns", "error",
-                     f"{count} turns in the conversation (budget {limit})", turns[-1], None,
-                     value=count, limit=limit)]
+    if limit is not None and count > limit:
+        at = turns[limit] if total is None else turns[-1]  # the first turn past it
+        out.append(_finding("budget", "session_turns", "error",
+                            f"{count} turns in the conversation (budget {limit})", at, None,
+                            value=count, limit=limit))
+    for kind in _SUMMED:
+        out += _summed(turns, config, kind)
+    return out + _time(turns, config)
 
 
 Detector = Callable[[Turns, SessionsConfig, bool], list[SessionFinding]]

@@ -17,16 +17,24 @@ from otel_eval.evaluate.sessions.evaluate import evaluate_session
 
 __all__ = ["SessionCollector"]
 
-_TURN_KEYS = ("trace_id", "service", "agent", "user_id", "start_time_unix_nano", "input",
-              "output", "verdict", "counts", "findings")
-_STEP_KEYS = ("index", "kind", "tool_name", "arguments", "tool_calls")
+_TURN_KEYS = ("trace_id", "service", "agent", "user_id", "start_time_unix_nano", "duration_s",
+              "input", "output", "verdict", "counts", "findings", "usage")
+_STEP_KEYS = ("index", "kind", "tool_name", "arguments", "tool_calls", "call_id")
 
 
 def slim(body: dict[str, Any]) -> dict[str, Any]:
     """What a session reads of a turn's v1 object."""
     turn = {k: body.get(k) for k in _TURN_KEYS}
-    turn["steps"] = [{k: s.get(k) for k in _STEP_KEYS if k in s}
-                     for s in body.get("steps") or () if s.get("kind") in ("tool", "llm")]
+    steps = body.get("steps") or ()
+    # every step counted (as the service's turns are), though only tool and LLM steps kept
+    turn["counts"] = {"steps": len(steps), **(body.get("counts") or {})}
+    turn["steps"] = [{**{k: s.get(k) for k in _STEP_KEYS if k in s},
+                      "result": True if s.get("result") is not None else None}  # told or not
+                     for s in steps if s.get("kind") in ("tool", "llm")]
+    llm = [s for s in steps if s.get("kind") == "llm"]
+    if llm and turn["steps"]:  # the last LLM call's answer (read when the turn has no output)
+        kept = next(s for s in reversed(turn["steps"]) if s.get("kind") == "llm")
+        kept["answer"] = llm[-1].get("answer")
     return turn
 
 

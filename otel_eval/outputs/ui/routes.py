@@ -4,7 +4,7 @@
     GET /ui/runs/{trace_id}                   one run as a tree of steps
     GET /ui/runs/{trace_id}/steps/{index}     one step whole
     GET /ui/sessions                          conversations, filtered as /v1/sessions
-    GET /ui/sessions/{session_id}             one conversation as a transcript of its turns
+    GET /ui/sessions/{session_id}?turn=N      one conversation as a transcript of its turns
     GET /ui/issues                            the recurring issues
     GET /ui/issues/{id}/runs?offset=N         every run of one issue, 100 a page
     GET /ui/static/style.css                  the stylesheet (the only static file)
@@ -129,14 +129,16 @@ def _sessions(sources: Sources, _found: re.Match[str], query: str) -> Response:
     return _html(200, "conversations", sessions_page(sources.sessions(q), params), "sessions")
 
 
-def _session(sources: Sources, found: re.Match[str], _query: str) -> Response:
+def _session(sources: Sources, found: re.Match[str], query: str) -> Response:
     if sources.session is None:
         return _not_found("Conversations are not served here.")
     session_id = unquote(found.group(1))  # the id URL-encoded (a "/" in it as %2F)
     record = sources.session(session_id)
     if record is None:
         return _not_found(f"No conversation {short(session_id, 120)!r}.")
-    return _html(200, "conversation", session_page(record, sources.get, sources.redact),
+    raw = (parse_qs(query[:_MAX_QUERY]).get("turn") or ["0"])[0]  # ?turn=N: from turn N + 1
+    first = int(raw) if raw.isdigit() and len(raw) < 10 else 0
+    return _html(200, "conversation", session_page(record, sources.get, sources.redact, first),
                  "sessions")
 
 

@@ -3,7 +3,8 @@
     load_path(path) -> iter_files -> read_bytes (gzip by magic) -> sniff content -> one of
       otlp_files   OTLP/JSON request, collector file-exporter JSON lines, OTLP protobuf
       span_tree    OpenInference span trees (TRAIL)
-      tau_bench    tau-bench runs files (OpenAI chat logs) -> GenAI spans (loaders.chat)
+      tau_bench    tau-bench runs files (OpenAI chat logs) -> GenAI spans (loaders.chat);
+                   with ``turns``, a trace per user message tied by a conversation id
       mini_swe_agent  mini-swe-agent .traj.json -> GenAI spans
     -> release (the assembler groups by trace id; complete unless the root never ended)
 
@@ -50,14 +51,14 @@ def iter_files(path: str | Path) -> Iterator[Path]:
 
 
 def _from_json(doc: Any, path: Path, config: TrajectoryConfig, on_error: OnError,
-               on_reject: OnError | None) -> list[Trace]:
+               on_reject: OnError | None, turns: bool) -> list[Trace]:
     source = str(path)
     if otlp_files.is_otlp_json(doc):
         return release(otlp_files.from_json_doc(doc, path, on_error), source, on_reject)
     if span_tree.is_span_tree(doc):
         return release(span_tree.from_doc(doc, path), source, on_reject)
     if tau_bench.is_runs(doc):
-        return tau_bench.from_doc(doc, path, config)
+        return tau_bench.from_doc(doc, path, config, turns)
     if mini_swe_agent.is_traj(doc):
         return [mini_swe_agent.from_doc(doc, path, config)]
     raise LoaderError(path, "JSON of an unknown shape (expected OTLP/JSON, an OpenInference "
@@ -80,15 +81,16 @@ def _no_cycle_collection() -> Iterator[None]:
 
 
 def load_file(path: str | Path, *, config: TrajectoryConfig | None = None,
-              on_error: OnError | None = None) -> list[Trace]:
+              on_error: OnError | None = None, turns: bool = False) -> list[Trace]:
     """The traces of one file. Raises ``LoaderError`` (or reports it to ``on_error`` and
-    returns what could be loaded: spans the decoder rejected are reported, the rest kept)."""
+    returns what could be loaded: spans the decoder rejected are reported, the rest kept).
+    ``turns``: a chat log (tau-bench) as a conversation, a trace per user message."""
     with _no_cycle_collection():
-        return _load_file(Path(path), config, on_error)
+        return _load_file(Path(path), config, on_error, turns)
 
 
 def _load_file(path: Path, config: TrajectoryConfig | None,
-               on_error: OnError | None) -> list[Trace]:
+               on_error: OnError | None, turns: bool = False) -> list[Trace]:
     cfg = config or TrajectoryConfig()
     report = on_error or _raise
     try:
@@ -104,14 +106,14 @@ def _load_file(path: Path, config: TrajectoryConfig | None,
             return release(otlp_files.from_json_lines(data, path, report), str(path), on_error)
         except (UnicodeDecodeError, RecursionError) as e:
             raise LoaderError(path, f"not valid JSON: {e}") from e
-        return _from_json(doc, path, cfg, report, on_error)
+        return _from_json(doc, path, cfg, report, on_error, turns)
     except LoaderError as e:
         report(e)
         return []
 
 
 def load_path(path: str | Path, *, config: TrajectoryConfig | None = None,
-              on_error: OnError | None = None) -> Iterator[Trace]:
+              on_error: OnError | None = None, turns: bool = False) -> Iterator[Trace]:
     """Every trace in ``path`` (a file or a directory, recursively), file by file."""
     for file in iter_files(path):
-        yield from load_file(file, config=config, on_error=on_error)
+        yield from load_file(file, config=config, on_error=on_error, turns=turns)

@@ -137,13 +137,14 @@ def message_json(msg: dict[str, Any]) -> str:
 class ChatTrace:
     """Accumulates the spans of one conversation."""
 
-    def __init__(self, key: str, index: int, service: str) -> None:
+    def __init__(self, key: str, index: int, service: str, offset_ns: int = 0) -> None:
+        """``offset_ns``: after run ``index``'s start (a later turn of the conversation)."""
         seed = hashlib.sha256(key.encode()).hexdigest()
         self.trace_id = seed[:32]
         # span ids hash f"{seed}/{n}": the seed's share of the hash is computed once
         self._seed_hash = hashlib.sha256(f"{seed}/".encode())
         self._count = 0
-        self._start = _BASE_NS + index * _RUN_GAP_NS
+        self._start = _BASE_NS + index * _RUN_GAP_NS + offset_ns
         self._clock = self._start
         self.resource = {"service.name": service}
         self.root_id = self._next_id()

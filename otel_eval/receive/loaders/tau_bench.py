@@ -6,6 +6,14 @@ Each run is one trace (see ``loaders.chat``): a ``chat`` span per assistant mess
 ``tool_call_id``. The root carries the task id (as a string) and the outcome
 (``success`` when ``reward`` is 1, else ``failure``). tau-bench tools report failures as a
 result starting with ``Error:``; those tool spans get status ERROR.
+
+With ``turns`` (``otel-eval eval --turns``, ``replay --turns``) a run is instead one
+conversation as a chat service sends it: a trace per user message (the user's message, then
+the agent's chat and tool spans until the next one), every turn's root carrying the
+conversation id ``gen_ai.conversation.id`` = ``<file name>:<run index>``, a minute apart.
+The reward belongs to the conversation, not to a turn: each turn carries ``tau_bench.reward``
+and ``tau_bench.task_id`` as plain attributes, no outcome and no task id (the reference
+trajectories are whole runs: they are matched in the default mode).
 """
 
 from __future__ import annotations
@@ -19,6 +27,8 @@ from otel_eval.receive.loaders.chat import ChatTrace, message_json
 from otel_eval.receive.loaders.files import LoaderError
 
 AGENT = "tau-bench-agent"
+CONVERSATION_KEY = "gen_ai.conversation.id"
+TURN_GAP_NS = 60 * 1_000_000_000  # between the starts of two turns of a conversation
 
 
 def is_runs(doc: Any) -> bool:
@@ -63,6 +73,18 @@ def _results(traj: list[dict[str, Any]]) -> dict[tuple[int, Any], Any]:
     return out
 
 
+def _assistant(trace: ChatTrace, msg: dict[str, Any], pos: int, serialized: str,
+               history: list[str], results: dict[tuple[int, Any], Any]) -> None:
+    """An assistant message: its chat span, then a tool span per call it made."""
+    trace.chat(history, serialized, "tool_call" if msg.get("tool_calls") else "stop")
+    for call in msg.get("tool_calls") or ():
+        fn = call.get("function") or {}
+        result = results.get((pos, call.get("id")))
+        result = None if result is None else str(result)
+        trace.tool(str(fn.get("name")), call.get("id"), fn.get("arguments"), result,
+                   _tool_error(result))
+
+
 def _run(run: dict[str, Any], index: int, path: Path, config: TrajectoryConfig,
          system: dict[str, str]) -> Trace:
     trace = ChatTrace(f"{path.name}:{index}", index, "tau-bench")
@@ -74,13 +96,7 @@ def _run(run: dict[str, Any], index: int, path: Path, config: TrajectoryConfig,
         serialized = _serialized(msg, system)
         role = msg.get("role")
         if role == "assistant":
-            trace.chat(history, serialized, "tool_call" if msg.get("tool_calls") else "stop")
-            for call in msg.get("tool_calls") or ():
-                fn = call.get("function") or {}
-                result = results.get((pos, call.get("id")))
-                result = None if result is None else str(result)
-                trace.tool(str(fn.get("name")), call.get("id"), fn.get("arguments"), result,
-                           _tool_error(result))
+            _assistant(trace, msg, pos, serialized, history, results)
             if msg.get("content"):
                 last_answer = serialized
         elif role == "user" and first_user is None:
@@ -102,13 +118,62 @@ def _run(run: dict[str, Any], index: int, path: Path, config: TrajectoryConfig,
     })
 
 
-def from_doc(doc: Any, path: Path, config: TrajectoryConfig) -> list[Trace]:
+def _turn_messages(traj: list[dict[str, Any]]) -> list[list[int]]:
+    """The positions of each turn's messages: a turn starts at a user message (what comes
+    before the first one, the system prompt, goes with the first turn)."""
+    turns: list[list[int]] = [[]]
+    asked = False  # the current turn has its user message
+    for pos, msg in enumerate(traj):
+        if msg.get("role") == "user":
+            if asked:
+                turns.append([])
+            asked = True
+        turns[-1].append(pos)
+    return turns
+
+
+def _turns(run: dict[str, Any], index: int, path: Path, system: dict[str, str]) -> list[Trace]:
+    """The run as a conversation: one trace per user message."""
+    traj = run["traj"]
+    results = _results(traj)
+    conversation = f"{path.name}:{index}"
+    history: list[str] = []
+    out = []
+    for number, positions in enumerate(_turn_messages(traj)):
+        trace = ChatTrace(f"{conversation}:turn{number}", index, "tau-bench",
+                          offset_ns=number * TURN_GAP_NS)
+        user = answer = None
+        for pos in positions:
+            msg = traj[pos]
+            serialized = _serialized(msg, system)
+            if msg.get("role") == "assistant":
+                _assistant(trace, msg, pos, serialized, history, results)
+                answer = serialized if msg.get("content") else answer
+            elif msg.get("role") == "user" and user is None:
+                user = serialized
+            history.append(serialized)
+        out.append(trace.finish(AGENT, str(path), {
+            CONVERSATION_KEY: conversation,
+            "tau_bench.task_id": str(run["task_id"]) if run.get("task_id") is not None
+            else None,
+            "tau_bench.reward": run.get("reward"), "tau_bench.trial": run.get("trial"),
+            "gen_ai.input.messages": f"[{user}]" if user else None,
+            "gen_ai.output.messages": f"[{answer}]" if answer else None}))
+    return out
+
+
+def from_doc(doc: Any, path: Path, config: TrajectoryConfig, turns: bool = False,
+             ) -> list[Trace]:
+    """A trace per run, or with ``turns`` a trace per user message of each run."""
     runs = [doc] if isinstance(doc, dict) else doc
     traces = []
     system: dict[str, str] = {}
     for index, run in enumerate(runs):
         try:
-            traces.append(_run(run, index, path, config, system))
+            if turns:
+                traces += _turns(run, index, path, system)
+            else:
+                traces.append(_run(run, index, path, config, system))
         except (KeyError, TypeError, AttributeError, ValueError) as e:
             raise LoaderError(path, f"run {index}: malformed tau-bench run: {e!r}") from e
     return traces

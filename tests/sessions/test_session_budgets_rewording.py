@@ -1,0 +1,189 @@
+"""Session budgets (turns, steps, tokens, cost, time: ``--budget session_*``) and the user
+rewording the same request across turns, table-driven over turns as stored (v1 objects)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conversations import scripted
+from test_session_detectors import evaluated
+
+from otel_eval.app.cli import build_parser, cmd_eval, config_from_args
+from otel_eval.base.configcheck import FieldErrors
+from otel_eval.evaluate.sessions.config import SessionsConfig
+from otel_eval.evaluate.sessions.evaluate import evaluate_session
+
+S = 10**9
+
+
+def _turn(n: int, *, steps: int = 2, tokens: tuple[int | None, int | None] = (10, 5),
+          cost: float | None = 0.01, start_s: float | None = None,
+          duration_s: float | None = 1.0, text: str | None = None) -> dict[str, Any]:
+    return {"trace_id": f"{n:032x}", "start_time_unix_nano":
+            int((n * 60 if start_s is None else start_s) * S), "duration_s": duration_s,
+            "input": text or f"a different question, number {n}", "output": "Done.",
+            "counts": {"steps": steps}, "steps": [],
+            "usage": {"input_tokens": tokens[0], "output_tokens": tokens[1], "cost_usd": cost},
+            "verdict": {"passed": True, "reasons": []}, "findings": []}
+
+
+def _budgets(turns: list[dict[str, Any]], **config: Any) -> list[tuple[str, Any, Any, str]]:
+    record = evaluate_session("s", turns, SessionsConfig(**config), "complete")
+    return [(f["kind"], f["attributes"]["value"], f["attributes"]["limit"], f["trace_id"])
+            for f in record["findings"] if f["detector"] == "budget"]
+
+
+T = [_turn(n) for n in range(4)]  # 4 turns, 2 steps, 15 tokens, $0.01 each, a minute apart
+BUDGETS: list[tuple[str, list[dict[str, Any]], dict[str, Any], list[tuple[str, Any, Any, int]]]] = [
+    ("none set", T, {}, []),
+    ("turns within", T, {"session_turns": 4}, []),
+    ("turns past: on the first turn past", T, {"session_turns": 2},
+     [("session_turns", 4, 2, 2)]),
+    ("steps within", T, {"session_steps": 8}, []),
+    ("steps past on the third turn", T, {"session_steps": 5}, [("session_steps", 8, 5, 2)]),
+    ("tokens past on the second turn", T, {"session_tokens": 20},
+     [("session_tokens", 60, 20, 1)]),
+    ("tokens: a turn without counts adds none", [_turn(0, tokens=(None, None)), _turn(1)],
+     {"session_tokens": 15}, []),
+    ("cost within", T, {"session_cost_usd": 0.04}, []),
+    ("cost past", T, {"session_cost_usd": 0.025}, [("session_cost", 0.04, 0.025, 2)]),
+    ("unknown cost is no finding while the known part is within",
+     [_turn(0, cost=None), _turn(1), _turn(2, cost=None)], {"session_cost_usd": 0.015}, []),
+    ("the known part alone past the budget is a finding",
+     [_turn(0, cost=None), _turn(1), _turn(2)], {"session_cost_usd": 0.015},
+     [("session_cost", 0.02, 0.015, 2)]),
+    ("time: first start to last end", T, {"session_time_s": 181}, []),
+    ("time past: on the turn that ended past it", T, {"session_time_s": 150},
+     [("session_time", 181.0, 150, 3)]),
+    ("a turn of unknown time is left out", [_turn(0), _turn(1, duration_s=None)],
+     {"session_time_s": 2}, []),
+]
+
+
+@pytest.mark.parametrize(("name", "turns", "config", "expected"), BUDGETS,
+                         ids=[b[0] for b in BUDGETS])
+def test_session_budgets(name: str, turns: list[dict[str, Any]], config: dict[str, Any],
+                         expected: list[tuple[str, Any, Any, int]]) -> None:
+    found = _budgets(turns, **config)
+    assert [(k, pytest.approx(v), lim) for k, v, lim, _ in found] == [
+        (k, pytest.approx(v), lim) for k, v, lim, _ in expected]
+    assert [t for *_, t in found] == [turns[n]["trace_id"] for *_, n in expected]
+
+
+def test_budgets_fail_the_conversation_and_are_counted() -> None:
+    record = evaluate_session("s", T, SessionsConfig(session_steps=1, session_time_s=1),
+                              "complete")
+    assert record["verdict"]["passed"] is False
+    assert record["counts"]["findings"] == 2 and record["counts"]["steps"] == 8
+
+
+@pytest.mark.parametrize(("given", "field", "value"), [
+    ("session_turns=3", "session_turns", 3), ("session_steps=40", "session_steps", 40),
+    ("session_tokens=20000", "session_tokens", 20000),
+    ("session_cost=0.5", "session_cost_usd", 0.5), ("session_time=600", "session_time_s", 600.0),
+])
+def test_budget_flags_set_the_session_budgets(given: str, field: str, value: float) -> None:
+    cfg = config_from_args(build_parser().parse_args(["eval", "x", "--budget", given,
+                                                      "--budget", "steps=9"]))
+    assert getattr(cfg.sessions, field) == value
+    assert isinstance(getattr(cfg.sessions, field), type(value))
+    assert cfg.detectors.budget_overrides == {"steps": 9.0}  # the trace budgets apart
+
+
+@pytest.mark.parametrize("given", ["session_steps=2.5", "session_tokens=1e3.5",
+                                   "session_cost=-1", "session_time=nan", "session_x=1"])
+def test_bad_session_budget_flags_are_refused(given: str) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["eval", "x", "--budget", given])
+
+
+def test_bad_session_budgets_in_the_config_name_their_field() -> None:
+    with pytest.raises(FieldErrors) as e:
+        SessionsConfig(session_cost_usd=float("inf"), session_steps=-1,
+                       reworded_request_similarity=1.5)
+    for field in ("session_cost_usd", "session_steps", "reworded_request_similarity"):
+        assert field in str(e.value)
+
+
+def test_budget_session_steps_offline_counts_every_step(tmp_path: Path) -> None:
+    """Offline, the turns kept are slim (their tool and LLM steps); steps count them all, as
+    the service's stored turns do."""
+    turns = scripted("offline-steps", "gen_ai.conversation.id", [
+        (f"a different question, number {n}", [{"role": "assistant", "content": "Done."}])
+        for n in range(3)])
+    paths = []
+    for n, (_, body) in enumerate(turns):
+        paths.append(str(tmp_path / f"t{n}.json"))
+        Path(paths[-1]).write_text(json.dumps(body))
+    steps = sum(len(t["steps"]) for t in evaluated(turns))
+    out = io.StringIO()
+    assert cmd_eval(build_parser().parse_args(["eval", *paths, "--format", "jsonl", "--budget",
+                                               f"session_steps={steps - 1}"]), out) == 0
+    record = json.loads(out.getvalue().splitlines()[-1])
+    assert record["counts"]["steps"] == steps
+    assert [(f["kind"], f["attributes"]["value"]) for f in record["findings"]] == [
+        ("session_steps", steps)]
+
+
+_OTHER = ("Add two checked bags to my reservation", "What is my baggage allowance?",
+          "Which meals are served on board?", "Is travel insurance refundable at all?")
+
+
+def _said(*requests: str) -> list[dict[str, Any]]:
+    return [_turn(n, text=text) for n, text in enumerate(requests)]
+
+
+REWORDED: list[tuple[str, list[dict[str, Any]], dict[str, Any], list[tuple[str, list[int]]]]] = [
+    ("the same words again", _said("I want to cancel my flight to Boston",
+                                   "i want to cancel  my flight to Boston!"), {},
+     [("same_request", [1, 2])]),
+    ("reworded", _said("I want to cancel my flight to Boston, please.",
+                       "What is the weather like today in Paris?",
+                       "Please, I want you to cancel my Boston flight"), {},
+     [("reworded_request", [1, 3])]),
+    ("reworded twice and repeated: one finding", _said(
+        "Can you change my seat to a window seat please",
+        "Could you change my seat to a window seat?",
+        "Can you change my seat to a window seat please",
+        "can you please change my seat to a window seat"), {},
+     [("reworded_request", [1, 2, 3, 4])]),
+    ("alike words, another booking code: a different request", _said(
+        "please cancel my reservation ZFA04Y today", "please cancel my reservation XEWRD9 today"),
+     {}, []),
+    ("alike words, another date", _said("move my flight to May 5 please, thanks",
+                                        "move my flight to May 6 please, thanks"), {}, []),
+    ("different requests", _said("I want to cancel my flight to Boston",
+                                         "Add two checked bags to my reservation"), {}, []),
+    ("short requests are not compared", _said("yes please", "yes, please!"), {}, []),
+    ("a rewording past the window is not seen", _said(
+        "I want to cancel my flight to Boston", *_OTHER,
+        "Please, I want you to cancel my Boston flight"), {"reworded_window": 4}, []),
+    ("an equal request past the window still is", _said(
+        "I want to cancel my flight to Boston", *_OTHER,
+        "I want to cancel my flight to Boston"), {"reworded_window": 4},
+     [("same_request", [1, 6])]),
+    ("a stricter threshold", _said("I want to cancel my flight to Boston, please.",
+                                   "Please, I want you to cancel my Boston flight"),
+     {"reworded_request_similarity": 0.9}, []),
+    ("three turns asked for", _said("I want to cancel my flight to Boston",
+                                    "I want to cancel my flight to Boston"),
+     {"repeated_request_turns": 3}, []),
+]
+
+
+@pytest.mark.parametrize(("name", "turns", "config", "expected"), REWORDED,
+                         ids=[r[0] for r in REWORDED])
+def test_the_user_repeating_or_rewording_a_request(
+        name: str, turns: list[dict[str, Any]], config: dict[str, Any],
+        expected: list[tuple[str, list[int]]]) -> None:
+    record = evaluate_session("s", turns, SessionsConfig(**config), "complete")
+    found = [f for f in record["findings"] if f["detector"] == "repeated_request"]
+    assert [(f["kind"], f["attributes"]["turns"]) for f in found] == expected
+    for f in found:  # on the last turn of the group, a warning: the verdict still passes
+        assert f["trace_id"] == turns[f["attributes"]["turns"][-1] - 1]["trace_id"]
+        assert f["severity"] == "warning"
+    assert record["verdict"]["passed"] is True

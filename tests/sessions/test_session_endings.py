@@ -1,0 +1,111 @@
+"""How a conversation ends (``non_termination``): a tool call pending in the last turn, or
+the agent's own question left unanswered; table-driven over stored turns (v1 objects), and
+the same findings from the slim turns ``eval`` keeps as from the stored ones."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conversations import call, scripted
+from test_session_detectors import CASES, evaluated
+
+from otel_eval.evaluate.sessions.config import SessionsConfig
+from otel_eval.evaluate.sessions.evaluate import evaluate_session
+from otel_eval.evaluate.sessions.offline import slim
+
+
+def _llm(index: int, answer: str | None = None, calls: list[dict[str, Any]] | None = None,
+         ) -> dict[str, Any]:
+    return {"index": index, "kind": "llm", "answer": answer, "tool_calls": calls}
+
+
+def _call(outcome: str | None, call_id: str = "c1") -> dict[str, Any]:
+    return {"name": "update_seat", "arguments": {"seat": "12A"}, "call_id": call_id,
+            "outcome": outcome}
+
+
+def _tool(index: int, call_id: str, result: str | None) -> dict[str, Any]:
+    return {"index": index, "kind": "tool", "tool_name": "update_seat", "call_id": call_id,
+            "result": result}
+
+
+def _turn(n: int, steps: list[dict[str, Any]], output: str | None) -> dict[str, Any]:
+    return {"trace_id": f"{n:032x}", "start_time_unix_nano": n + 1, "input": f"request {n}",
+            "output": output, "steps": steps, "verdict": {"passed": True, "reasons": []}}
+
+
+def _ending(steps: list[dict[str, Any]], output: str | None) -> list[dict[str, Any]]:
+    return [_turn(0, [_llm(0, "Hello.")], "Hello."), _turn(1, steps, output)]
+
+
+ENDINGS: list[tuple[str, list[dict[str, Any]], str, list[str]]] = [
+    ("a call that never ran", _ending([_llm(0, None, [_call("never_ran")])], None),
+     "complete", ["pending_tool_call"]),
+    ("a call rebuilt from the output, no result", _ending(
+        [_llm(0, None, [_call("rebuilt")]), _tool(1, "c1", None)], None), "complete",
+     ["pending_tool_call"]),
+    ("a rebuilt call whose result came back ran", _ending(
+        [_llm(0, None, [_call("rebuilt")]), _tool(1, "c1", "seat changed")], "Done."),
+     "complete", []),
+    ("a call of unknown outcome is no finding", _ending([_llm(0, None, [_call(None)])], None),
+     "complete", []),
+    ("a call that ran", _ending([_llm(0, None, [_call("ran")]), _tool(1, "c1", "ok"),
+                                 _llm(2, "Done.")], "Done."), "complete", []),
+    ("a pending call before the last LLM call is no ending", _ending(
+        [_llm(0, None, [_call("never_ran")]), _llm(1, "I could not change it.")],
+        "I could not change it."), "complete", []),
+    ("a pending call in an earlier turn", [
+        _turn(0, [_llm(0, None, [_call("never_ran")])], None),
+        _turn(1, [_llm(0, "Done.")], "Done.")], "complete", []),
+    ("the agent's question", _ending([_llm(0, "Which passenger?")], "Which passenger?"),
+     "complete", ["unanswered_question"]),
+    ("a question in bold", _ending([_llm(0, "x")], "Shall I go ahead? **Please confirm?**"),
+     "complete", ["unanswered_question"]),
+    ("a quoted question", _ending([_llm(0, "x")], "“Which passenger?”\n"), "complete",
+     ["unanswered_question"]),
+    ("a question, then a statement", _ending([_llm(0, "x")], "Anything else? Have a good day."),
+     "complete", []),
+    ("no answer on the root: the last LLM call's", _ending([_llm(0, "Which seat?")], None),
+     "complete", ["unanswered_question"]),
+    ("an open conversation may go on", _ending([_llm(0, None, [_call("never_ran")])], None),
+     "open", []),
+]
+
+
+@pytest.mark.parametrize(("name", "turns", "status", "expected"), ENDINGS,
+                         ids=[e[0] for e in ENDINGS])
+def test_how_a_conversation_ends(name: str, turns: list[dict[str, Any]], status: str,
+                                 expected: list[str]) -> None:
+    record = evaluate_session("s", turns, SessionsConfig(), status)
+    found = [f for f in record["findings"] if f["detector"] == "non_termination"]
+    assert [f["kind"] for f in found] == expected
+    for f in found:
+        assert f["trace_id"] == turns[-1]["trace_id"]  # on the last turn
+    if expected == ["pending_tool_call"]:
+        assert found[0]["step"] == 0 and found[0]["attributes"]["tools"] == ["update_seat"]
+        assert record["verdict"]["passed"] is False
+
+
+@pytest.mark.parametrize(("name", "turns", "status", "expected"), CASES,
+                         ids=[c[0] for c in CASES])
+def test_slim_turns_give_the_stored_turns_findings(
+        name: str, turns: list[Any], status: str, expected: set[tuple[str, str]]) -> None:
+    stored = evaluated(scripted("conv-" + name, "gen_ai.conversation.id", turns))
+    full = evaluate_session("c", stored, SessionsConfig(session_steps=1), status)
+    kept = evaluate_session("c", [slim(s) for s in stored], SessionsConfig(session_steps=1),
+                            status)
+    assert kept["findings"] == full["findings"] and kept["counts"] == full["counts"]
+
+
+def test_a_pending_call_at_the_end_of_a_replayed_turn() -> None:
+    """As the service stores it: the last turn's model asked for a tool no span ran."""
+    stored = evaluated(scripted("pending", "gen_ai.conversation.id", [
+        ("what is the status of my booking ZFA04Y", [
+            call("get_reservation_details", {"reservation_id": "ZFA04Y"}, "c0"),
+            {"role": "assistant", "content": "It is confirmed."}]),
+        ("then change my seat to 12A please", [call("update_seat", {"seat": "12A"}, "c1",
+                                                    pending=True)])]))
+    record = evaluate_session("pending", stored, SessionsConfig(), "complete")
+    assert [(f["kind"], f["trace_id"]) for f in record["findings"]] == [
+        ("pending_tool_call", stored[-1]["trace_id"])]

@@ -1,0 +1,151 @@
+"""The conversation pages over HTTP (``/ui/sessions``, ``/ui/sessions/{id}``): a transcript
+of the turns in order, each turn's run and tool calls linked, the session findings on their
+turn and step, the verdict and counts; hostile ids and content escaped, secrets redacted,
+pages bounded; and a run that is a turn links back to its conversation."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from hostile import XSS
+from session_server import (
+    CLEAN,
+    HOSTILE,
+    LONG,
+    LONG_TURNS,
+    SECRET,
+    record,
+    session_admin,
+    stored_conversations,
+)
+from ui_server import get
+
+from otel_eval.outputs.ui.html import CSP
+from otel_eval.outputs.ui.sessions import TURNS_PER_PAGE
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, list[str]]]]:
+    store, ids = stored_conversations(tmp_path_factory.mktemp("sessions") / "otel-eval.db")
+    with session_admin(store) as url:
+        yield url, ids
+    store.close()
+
+
+def _page(url: str) -> str:
+    status, headers, body = get(url)
+    assert status == 200, body[:500]
+    assert headers["Content-Security-Policy"] == CSP
+    text = body.decode()
+    assert "<script" not in text and " style=" not in text  # every value escaped
+    return text
+
+
+def _link(conversation: str) -> str:
+    return "/ui/sessions/" + quote(conversation, safe="")
+
+
+def _sections(text: str) -> list[str]:
+    return text.split('<section class="turn"')[1:]
+
+
+def test_the_list_links_every_conversation(served: tuple[str, dict[str, list[str]]]) -> None:
+    url, _ = served
+    text = _page(url + "/ui/sessions")
+    for conversation in (HOSTILE, CLEAN, LONG):
+        assert f'href="{_link(conversation)}"'.replace("&", "&amp;") in text
+    assert "&lt;script&gt;window.__pwned=&#x27;session id&#x27;&lt;/script&gt;" in text
+    assert "loop:repeated_across_turns" in text and "non_termination:pending_tool_call" in text
+
+
+def test_a_conversation_is_its_turns_in_order(served: tuple[str, dict[str, list[str]]]) -> None:
+    url, ids = served
+    text = _page(url + _link(HOSTILE))
+    head, turns = text.split('<section class="turn"')[0], _sections(text)
+    assert "FAIL" in head and "complete" in head
+    assert "5 turns" in head and "2 session findings" in head and "5 tool calls" in head
+    assert len(turns) == 5
+    for number, (trace_id, turn) in enumerate(zip(ids[HOSTILE], turns, strict=True)):
+        assert turn.startswith(f' id="turn-{number + 1}"')
+        assert f'href="/ui/runs/{trace_id}"' in turn  # the turn's run
+        assert (f"question {number}" in turn) == (number < 4)  # the user's message
+    # tool calls in brief, each linked to its step of the run view
+    calls = re.findall(r'<ul class="calls">(.*?)</ul>', turns[0])
+    assert len(calls) == 1 and "get_reservation_details" in calls[0]
+    assert re.search(rf'href="/ui/runs/{ids[HOSTILE][0]}#step-\d+"', calls[0])
+    assert "update_seat" not in turns[4].split('class="calls"')[0]  # it never ran
+    # the session findings on the turn (and step) they point at
+    assert [("loop:repeated_across_turns" in t) for t in turns] == [False] * 3 + [True, False]
+    assert [("non_termination:pending_tool_call" in t) for t in turns] == [False] * 4 + [True]
+    loop = turns[3].split("loop:repeated_across_turns")[1]
+    assert re.search(rf'href="/ui/runs/{ids[HOSTILE][3]}#step-\d+">step \d+', loop)
+
+
+def test_hostile_content_is_text_and_secrets_are_redacted(
+        served: tuple[str, dict[str, list[str]]]) -> None:
+    url, _ = served
+    text = _page(url + _link(HOSTILE))
+    assert XSS not in text and "&lt;img src=x onerror=" in text
+    assert 'href="javascript:' not in text
+    assert SECRET not in text and "question 0" in text
+
+
+def test_a_clean_conversation_passes(served: tuple[str, dict[str, list[str]]]) -> None:
+    url, ids = served
+    text = _page(url + _link(CLEAN))
+    assert "PASS" in text.split('<section class="turn"')[0]
+    assert len(_sections(text)) == len(ids[CLEAN]) == 2
+    assert "session-finding" not in text
+    assert record(url, CLEAN)["findings"] == []
+
+
+def test_a_long_conversation_is_paged_by_turns(
+        served: tuple[str, dict[str, list[str]]]) -> None:
+    url, ids = served
+    first = _page(url + _link(LONG))
+    assert len(_sections(first)) == TURNS_PER_PAGE
+    assert f"turns 1-{TURNS_PER_PAGE} of {LONG_TURNS}" in first
+    nxt = f'href="{_link(LONG)}?turn={TURNS_PER_PAGE}"'
+    assert nxt in first and 'rel="prev"' not in first
+    second = _page(url + f"{_link(LONG)}?turn={TURNS_PER_PAGE}")
+    turns = _sections(second)
+    assert len(turns) == LONG_TURNS - TURNS_PER_PAGE
+    assert turns[0].startswith(f' id="turn-{TURNS_PER_PAGE + 1}"')
+    assert f'href="/ui/runs/{ids[LONG][-1]}"' in turns[-1]
+    assert f'href="{_link(LONG)}"' in second and 'rel="next"' not in second
+    for junk in ("x", "-1", "9" * 20):  # anything else starts at the first turn
+        assert len(_sections(_page(url + f"{_link(LONG)}?turn={junk}"))) == TURNS_PER_PAGE
+    assert len(_sections(_page(url + f"{_link(LONG)}?turn=9999"))) == 1  # the last one
+
+
+def test_a_run_of_a_conversation_links_to_it(
+        served: tuple[str, dict[str, list[str]]]) -> None:
+    url, ids = served
+    text = _page(url + f"/ui/runs/{ids[HOSTILE][2]}")
+    assert f'href="{_link(HOSTILE)}"'.replace("&", "&amp;") in text
+
+
+def test_unknown_conversations_are_404(served: tuple[str, dict[str, list[str]]]) -> None:
+    url, _ = served
+    status, _, body = get(url + "/ui/sessions/" + quote("<b>nope</b>", safe=""))
+    assert status == 404 and b"<b>nope" not in body
+    assert get(url + "/ui/sessions?limit=0")[0] == 400
+
+
+def test_a_turn_no_longer_stored_is_said(tmp_path: Path) -> None:
+    """A session whose turn's run is gone (retention) still shows the turn, saying so."""
+    from otel_eval.outputs.ui.sessions import session_page
+
+    body = session_page({"session_id": "s", "traces": ["a" * 32, "b" * 32],
+                         "findings": [{"detector": "loop", "kind": "repeated_across_turns",
+                                       "severity": "error", "message": "<i>m</i>",
+                                       "trace_id": "b" * 32, "step": True}],
+                         "verdict": {"passed": False, "reasons": ["<i>r</i>"]}},
+                        lambda t: None, None)
+    assert body.count("no longer stored") == 2
+    assert "&lt;i&gt;m&lt;/i&gt;" in body and "&lt;i&gt;r&lt;/i&gt;" in body
+    assert "#step-True" not in body  # a step that is not an index links nowhere
