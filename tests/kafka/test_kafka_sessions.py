@@ -2,7 +2,7 @@
 trace each, published keyed by trace id (as the collector's kafka exporter writes them), land
 on different partitions and so on two consumer services (static assignment, on librdkafka's
 mock cluster) sharing one PostgreSQL store; either service answers ``/v1/sessions/{id}`` with
-every turn in order."""
+every turn in order, complete once both consumers' session jobs checked (each once)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -65,9 +66,15 @@ def test_turns_on_two_consumers_make_whole_sessions(topic: Topic, tmp_path: Path
         stored = [h.release(after_s=h.svc.config.assembly.idle_timeout_s + 1)
                   for h in consumers]
         assert sum(stored) == len(bodies) and min(stored) > 0  # both consumers evaluated
+        # both consumers' session jobs check at once, long after: each session completes once
+        later = time.time() + consumers[0].svc.config.sessions.idle_timeout_s + 1
+        with ThreadPoolExecutor(2) as pool:
+            done = list(pool.map(lambda h: h.svc.session_job.tick(later), consumers))
+        assert sum(done) == len(conversations)
         for h in consumers:
             for session_id, turns in conversations:
                 record = h.svc.sessions.get(session_id)
                 assert record is not None
                 assert record["traces"] == [trace_id for trace_id, _ in turns]
                 assert record["turns"] == len(turns)
+                assert (record["status"], record["completion"]) == ("complete", 0)
