@@ -86,18 +86,19 @@ class SessionJob:
         """Complete the sessions due now; how many this process completed."""
         now = int((self.clock() if now_s is None else now_s) * 1e9)
         cfg = self.config
-        done = self._keep_bound(now)
+        open_n = self.store.open_session_count()  # one count a check: 40 ms at 100,000
+        done = self._keep_bound(now, open_n)
         due = self.store.sessions_due(now - int(cfg.idle_timeout_s * 1e9),
                                       now - int(cfg.claim_timeout_s * 1e9),
                                       cfg.max_completions_per_check)
         for session_id, last_ns in due:
             done += self._complete(session_id, last_ns, now, "idle")
-        self.metrics.sessions.open_sessions(self.store.open_session_count())
+        self.metrics.sessions.open_sessions(max(0, open_n - done))
         return done
 
-    def _keep_bound(self, now: int) -> int:
+    def _keep_bound(self, now: int, open_n: int) -> int:
         """Past ``max_open_sessions``: complete the oldest open sessions now."""
-        over = self.store.open_session_count() - self.config.max_open_sessions
+        over = open_n - self.config.max_open_sessions
         if over <= 0:
             return 0
         done = 0
