@@ -36,7 +36,6 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import GroupKFold
 
