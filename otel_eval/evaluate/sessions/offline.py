@@ -3,38 +3,45 @@ their conversation id and prints a session record per conversation after the tra
 (``--format jsonl``: ``{"record": "session", ...}``).
 
 A file is all there is of a conversation, so every session is ``complete``. Each turn is
-kept slim (the fields the session detectors and the record read), at most
+kept slim (the fields the session detectors, the record and the success model read), at most
 ``sessions.max_turns`` per session (the first ones by arrival; the others counted in
-``counts.turns_cut``).
+``counts.turns_cut``). With a success model, each record has ``prediction`` as ``serve``'s
+session job gives it (``sessions.predict``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from otel_eval.evaluate.predict import Predictor
 from otel_eval.evaluate.sessions.config import SessionsConfig
-from otel_eval.evaluate.sessions.evaluate import evaluate_session
+from otel_eval.evaluate.sessions.evaluate import evaluate_session, in_turn_order
+from otel_eval.evaluate.sessions.predict import session_prediction
 
 __all__ = ["SessionCollector"]
 
 _TURN_KEYS = ("trace_id", "service", "agent", "user_id", "start_time_unix_nano", "input",
-              "output", "verdict", "counts", "findings")
-_STEP_KEYS = ("index", "kind", "tool_name", "arguments", "tool_calls")
+              "output", "verdict", "counts", "findings", "status", "duration_s")
+_STEP_KEYS = ("index", "span_id", "parent_span_id", "kind", "name", "status", "error",
+              "start_time_unix_nano", "end_time_unix_nano", "tool_name", "arguments",
+              "tool_calls", "input_tokens", "output_tokens", "finish_reasons", "answer",
+              "result")
 
 
 def slim(body: dict[str, Any]) -> dict[str, Any]:
     """What a session reads of a turn's v1 object."""
     turn = {k: body.get(k) for k in _TURN_KEYS}
     turn["steps"] = [{k: s.get(k) for k in _STEP_KEYS if k in s}
-                     for s in body.get("steps") or () if s.get("kind") in ("tool", "llm")]
+                     for s in body.get("steps") or ()]
     return turn
 
 
 class SessionCollector:
     """Turns by conversation id, in the order evaluated; ``records()`` once all are in."""
 
-    def __init__(self, config: SessionsConfig) -> None:
+    def __init__(self, config: SessionsConfig, predictor: Predictor | None = None) -> None:
         self.config = config
+        self.predictor = predictor
         self.turns: dict[str, list[dict[str, Any]]] = {}
         self.seen: dict[str, int] = {}
 
@@ -49,6 +56,12 @@ class SessionCollector:
 
     def records(self) -> list[dict[str, Any]]:
         """One ``{"record": "session", ...}`` per conversation, in first-seen order."""
-        return [{"record": "session", **evaluate_session(
-                    session_id, turns, self.config, "complete", self.seen[session_id])}
-                for session_id, turns in self.turns.items()]
+        out = []
+        for session_id, turns in self.turns.items():
+            record = {"record": "session", **evaluate_session(
+                session_id, turns, self.config, "complete", self.seen[session_id])}
+            if self.predictor is not None:
+                record["prediction"] = session_prediction(self.predictor, session_id,
+                                                          in_turn_order(turns))
+            out.append(record)
+        return out
