@@ -3,10 +3,11 @@ their conversation id and prints a session record per conversation after the tra
 (``--format jsonl``: ``{"record": "session", ...}``).
 
 A file is all there is of a conversation, so every session is ``complete``. Each turn is
-kept slim (the fields the session detectors, the record and the success model read), at most
+kept slim (the fields the session detectors and the record read), at most
 ``sessions.max_turns`` per session (the first ones by arrival; the others counted in
 ``counts.turns_cut``). With a success model, each record has ``prediction`` as ``serve``'s
-session job gives it (``sessions.predict``).
+session job gives it (``sessions.predict``: each turn's model view kept beside, at most as
+many).
 """
 
 from __future__ import annotations
@@ -16,23 +17,20 @@ from typing import Any
 from otel_eval.evaluate.predict import Predictor
 from otel_eval.evaluate.sessions.config import SessionsConfig
 from otel_eval.evaluate.sessions.evaluate import evaluate_session, in_turn_order
-from otel_eval.evaluate.sessions.predict import session_prediction
+from otel_eval.evaluate.sessions.predict import model_view, session_prediction
 
 __all__ = ["SessionCollector"]
 
 _TURN_KEYS = ("trace_id", "service", "agent", "user_id", "start_time_unix_nano", "input",
-              "output", "verdict", "counts", "findings", "status", "duration_s")
-_STEP_KEYS = ("index", "span_id", "parent_span_id", "kind", "name", "status", "error",
-              "start_time_unix_nano", "end_time_unix_nano", "tool_name", "arguments",
-              "tool_calls", "input_tokens", "output_tokens", "finish_reasons", "answer",
-              "result")
+              "output", "verdict", "counts", "findings")
+_STEP_KEYS = ("index", "kind", "tool_name", "arguments", "tool_calls")
 
 
 def slim(body: dict[str, Any]) -> dict[str, Any]:
     """What a session reads of a turn's v1 object."""
     turn = {k: body.get(k) for k in _TURN_KEYS}
     turn["steps"] = [{k: s.get(k) for k in _STEP_KEYS if k in s}
-                     for s in body.get("steps") or ()]
+                     for s in body.get("steps") or () if s.get("kind") in ("tool", "llm")]
     return turn
 
 
@@ -44,6 +42,7 @@ class SessionCollector:
         self.predictor = predictor
         self.turns: dict[str, list[dict[str, Any]]] = {}
         self.seen: dict[str, int] = {}
+        self.viewed: dict[str, list[dict[str, Any]]] = {}  # what the model reads of each
 
     def add(self, body: dict[str, Any]) -> None:
         session_id = body.get("session_id")
@@ -53,6 +52,8 @@ class SessionCollector:
         turns = self.turns.setdefault(session_id, [])
         if len(turns) < self.config.max_turns:
             turns.append(slim(body))
+            if self.predictor is not None:
+                self.viewed.setdefault(session_id, []).append(model_view(body))
 
     def records(self) -> list[dict[str, Any]]:
         """One ``{"record": "session", ...}`` per conversation, in first-seen order."""
@@ -61,7 +62,7 @@ class SessionCollector:
             record = {"record": "session", **evaluate_session(
                 session_id, turns, self.config, "complete", self.seen[session_id])}
             if self.predictor is not None:
-                record["prediction"] = session_prediction(self.predictor, session_id,
-                                                          in_turn_order(turns))
+                record["prediction"] = session_prediction(
+                    self.predictor, session_id, in_turn_order(self.viewed[session_id]))
             out.append(record)
         return out

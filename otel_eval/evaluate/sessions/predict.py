@@ -20,7 +20,24 @@ from typing import Any
 from otel_eval.base.model import Evaluation, Finding, Step, ToolCall, Trajectory
 from otel_eval.evaluate.predict import Predictor
 
-__all__ = ["conversation_evaluation", "session_prediction"]
+__all__ = ["conversation_evaluation", "model_view", "session_prediction"]
+
+# What the model reads of a turn's v1 object and of its steps (``model_view``).
+_TURN_KEYS = ("trace_id", "service", "agent", "start_time_unix_nano", "duration_s", "status",
+              "input", "output", "findings")
+_STEP_KEYS = ("span_id", "parent_span_id", "kind", "name", "status", "error",
+              "start_time_unix_nano", "end_time_unix_nano", "tool_name", "arguments",
+              "tool_calls", "input_tokens", "output_tokens", "finish_reasons", "answer",
+              "result")
+
+
+def model_view(body: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a turn's v1 object ``conversation_evaluation`` reads (offline keeps this
+    of each turn, not the whole object)."""
+    turn = {k: body.get(k) for k in _TURN_KEYS}
+    turn["steps"] = [{k: s.get(k) for k in _STEP_KEYS if k in s}
+                     for s in body.get("steps") or () if isinstance(s, dict)]
+    return turn
 
 
 def _int(value: Any) -> int | None:
