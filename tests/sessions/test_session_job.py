@@ -19,7 +19,7 @@ from otel_eval.evaluate.sessions.config import SessionsConfig
 from otel_eval.evaluate.sessions.job import SessionJob
 from otel_eval.evaluate.sessions.reader import SessionReader
 from otel_eval.store import EvaluationStore, open_store
-from otel_eval.telemetry.metrics import Metrics
+from otel_eval.telemetry.metrics import Metrics, render
 
 T0 = 1_764_547_200  # seconds
 S = 10**9
@@ -72,6 +72,10 @@ def test_a_session_completes_once_after_its_idle_timeout(tmp_path: Path) -> None
                    agent="helper") == 1
     assert _sample(metrics, "otel_eval_session_turns_sum", service="shop",
                    agent="helper") == 3
+    body, _ = render(metrics.registry, "application/openmetrics-text")
+    last = record["traces"][-1]
+    assert any(line.startswith("otel_eval_session_turns_bucket{") and
+               f'# {{trace_id="{last}"}} 3' in line for line in body.decode().splitlines())
     assert _sample(metrics, "otel_eval_sessions_open") == 0
     store.close()
 
