@@ -267,7 +267,7 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     run = run_from_args(args)
     rows: list[dict[str, Any]] = []
     trials = []
-    sessions = SessionCollector(run.cfg.sessions)
+    sessions = SessionCollector(run.cfg.sessions, run.evaluator.predictor)
     for evaluation in run.evaluations():
         trials += trials_of([evaluation])
         if args.format == "jsonl":  # = json.dumps(to_json()), from the text stored

@@ -6,7 +6,9 @@
                                             evaluation.workers > 1, by trace id)
                                            sinks: judge, events, forward, Kafka results topic
     admin :8888 <- /metrics, /healthz, /readyz, /v1/evaluations, /v1/feedback, /v1/issues,
-                   /v1/calibration
+                   /v1/calibration, /v1/sessions
+    store (sessions table) -> session job (idle sessions: claim, evaluate, complete once)
+                              -> metrics, events
 
 Each optional part (the sinks, the Kafka front end, the issues job) comes from the
 ``build(config, deps)`` next to its code, None when its config leaves it off; the service
@@ -58,6 +60,7 @@ from otel_eval.evaluate.feedback import Feedback
 from otel_eval.evaluate.judge.namer import judge_namer
 from otel_eval.evaluate.judge.redact import Redactor
 from otel_eval.evaluate.judge.synthesizer import judge_synthesizer
+from otel_eval.evaluate.sessions.job import SessionJob
 from otel_eval.evaluate.sessions.reader import SessionReader
 from otel_eval.evaluate.stage import InProcess, store_failed
 from otel_eval.outputs import events as outputs_events
@@ -122,6 +125,11 @@ class Service:
         deps = Deps(self.metrics, self.registry, self.store, config.store.path,
                     config.store.target, self.loop)
         self.sinks = build_sinks(config, deps)
+        # conversations completed once in the fleet, from the store's state (its own thread)
+        self.session_job = SessionJob(
+            self.store, config.sessions, self.metrics, predictor=self.evaluator.predictor,
+            events=next((s for s in self.sinks
+                         if isinstance(s, outputs_events.EvaluationEvents)), None))
         self.spool = self._make_spool()
         self.pool = self._make_pool(lean=not self.sinks)
         self.store_health = self._make_store_health()
@@ -245,6 +253,8 @@ class Service:
             lc.add("issues job", self.issues, start=worker)
         if worker:
             lc.add("retention", self.retention)
+        # completes sessions idle past sessions.idle_timeout_s (tests tick it by hand)
+        lc.add("session job", self.session_job, start=worker)
         for sink in reversed(self.sinks):  # the judge (first sink) stops before the events
             lc.add(type(sink.part if isinstance(sink, OnLoop) else sink).__name__, sink)
         if self.kafka is not None:

@@ -12,6 +12,10 @@ that span. Our extras are under ``otel_eval.*``.
                severity_number from the finding's severity (info / warning / error)
     verdict -> name = "otel_eval.verdict", value = 1.0 / 0.0, label = "pass" / "fail",
                explanation = the reasons; span = the root span
+    session -> name = "otel_eval.session.verdict" (a completed conversation, from the session
+               completion job), value = 1.0 / 0.0, label = pass / fail, explanation = the
+               reasons, ``gen_ai.conversation.id`` = the session id; span = the last turn's
+               root span
     judge   -> name = judge or judge.dimension ("trace", "process.goal_alignment"), value =
                the score, label = pass / fail, explanation = the critique; span = the judged
                step (else the root); sent later, when the asynchronous judge is done
@@ -41,6 +45,7 @@ from otel_eval.telemetry.metrics import Metrics
 
 EVENT_NAME = "gen_ai.evaluation.result"
 VERDICT_NAME = "otel_eval.verdict"
+SESSION_VERDICT_NAME = "otel_eval.session.verdict"
 SINK = "events"
 _SEVERITY = {"info": (9, "INFO"), "warning": (13, "WARN"), "error": (17, "ERROR")}
 
@@ -158,6 +163,39 @@ def failure_record(trace_id: str, span_id: str, name: str, error_type: str, expl
     return _record(trace_id, span_id, "warning", time_ns, attrs)
 
 
+def session_record(record: dict[str, Any], trace_id: str, span_id: str, version: str,
+                   time_ns: int) -> logs_pb2.LogRecord | None:
+    """The verdict of a completed session (``evaluate.sessions``): name
+    ``otel_eval.session.verdict``, value 1.0 / 0.0, label pass / fail, explanation the reasons;
+    ``gen_ai.conversation.id`` the session id, on the last turn's root span; None for a
+    session with no verdict (its evaluation failed) or no trace id."""
+    verdict = record.get("verdict")
+    if not isinstance(verdict, dict) or len(trace_id) != 32:
+        return None
+    passed = bool(verdict.get("passed"))
+    findings = record.get("findings") or []
+    attrs: dict[str, Any] = {
+        "gen_ai.evaluation.name": SESSION_VERDICT_NAME,
+        "gen_ai.evaluation.score.value": 1.0 if passed else 0.0,
+        "gen_ai.evaluation.score.label": "pass" if passed else "fail",
+        "gen_ai.evaluation.explanation": "; ".join(str(r) for r in verdict.get("reasons")
+                                                   or ()) or "no failing findings",
+        "gen_ai.conversation.id": str(record.get("session_id")),
+        "otel_eval.session.turns": int(record.get("turns") or 0),
+        "otel_eval.session.findings": ",".join(sorted(
+            {f"{f.get('detector')}.{f.get('kind')}" for f in findings})),
+        "otel_eval.evaluator.version": version,
+    }
+    p = (record.get("prediction") or {}).get("p_success")
+    if isinstance(p, int | float):
+        attrs["otel_eval.prediction.p_success"] = float(p)
+    try:
+        return _record(trace_id, span_id if len(span_id) == 16 else "",
+                       "info" if passed else "warning", time_ns, attrs)
+    except ValueError:  # a trace or span id that is not hex
+        return None
+
+
 class EvaluationEvents:
     """Sink exporting ``gen_ai.evaluation.result`` records to ``config.events_endpoint``."""
 
@@ -207,6 +245,12 @@ class EvaluationEvents:
         rec = failure_record(trace.trace_id, model.run_span_id(trace.spans), name, error_type,
                              explanation, self.version, time.time_ns())
         self._submit([rec])
+
+    def export_session(self, record: dict[str, Any], trace_id: str, span_id: str) -> None:
+        """A completed session: one record on its last turn's root span (``session_record``)."""
+        rec = session_record(record, trace_id, span_id, self.version, time.time_ns())
+        if rec is not None:
+            self._submit([rec])
 
     def _submit(self, records: list[logs_pb2.LogRecord]) -> None:
         if not records:

@@ -36,6 +36,7 @@ from urllib.parse import urlsplit, urlunsplit
 from otel_eval.base.model import Evaluation
 from otel_eval.base.text import valid_text
 from otel_eval.store.query import EvaluationQuery, Page
+from otel_eval.store.session_rows import SessionRow
 from otel_eval.store.sessions import SessionCursor, SessionQuery, StoredTurns
 
 POSTGRESQL_SCHEMES = ("postgresql", "postgres")
@@ -118,6 +119,24 @@ class EvaluationStore(Protocol):
         """The session's newest turns (at most ``limit``, and past the first at most
         ``max_chars`` of JSON), how many it has, when the last was stored."""
         ...
+
+    # The sessions kept (``otel_eval.store.session_rows``): ``put_many`` opens and updates
+    # them; the session completion job claims and completes them, once in the fleet.
+
+    def sessions_due(self, idle_before_ns: int, claim_before_ns: int,
+                     limit: int) -> list[tuple[str, int]]: ...
+
+    def oldest_open_sessions(self, limit: int) -> list[tuple[str, int]]: ...
+
+    def claim_session(self, session_id: str, last_turn_ns: int, claim: str, now_ns: int,
+                      claim_before_ns: int) -> bool: ...
+
+    def complete_session(self, session_id: str, claim: str, record: dict[str, Any],
+                         now_ns: int) -> bool: ...
+
+    def session_record(self, session_id: str) -> SessionRow | None: ...
+
+    def open_session_count(self) -> int: ...
 
     def put_feedback(self, trace_id: str, outcome: str, now_ns: int) -> None: ...
 

@@ -15,6 +15,9 @@ Both stores keep the same tables, with each engine's types:
     6  evaluations.session_id (the conversation a turn belongs to, NULL without one or in
        rows stored before it) and its index: sessions are read from the store
        (``otel_eval.store.sessions``), whichever worker stored each turn
+    7  sessions (one row per conversation: open, claimed or complete, its last turn's time,
+       turns and bytes, and the record of its completion: ``otel_eval.store.session_rows``,
+       written by ``put_many`` and the session completion job); existing turns backfilled
 
 ``schema_version`` records each applied migration (version, description, when). Opening a
 store applies what is missing, in order, in one transaction: a crash part-way leaves the
@@ -34,6 +37,8 @@ import sqlite3
 import time
 from collections.abc import Callable
 from typing import Any
+
+from otel_eval.store.session_rows import table as sessions_table
 
 Migration = tuple[int, str, tuple[str, ...]]
 
@@ -99,6 +104,7 @@ SQLITE: tuple[Migration, ...] = (
         "CREATE INDEX IF NOT EXISTS evaluations_by_session ON evaluations "
         "(session_id, evaluated_at_ns) WHERE session_id IS NOT NULL",
     )),
+    (7, "sessions", sessions_table("TEXT", "INTEGER", "INTEGER", "")),
 )
 
 # The body is TEXT holding the JSON as written (not jsonb): key order kept, and span content's
@@ -166,6 +172,7 @@ POSTGRESQL: tuple[Migration, ...] = (
         "CREATE INDEX IF NOT EXISTS evaluations_by_session ON evaluations "
         "(session_id, evaluated_at_ns) WHERE session_id IS NOT NULL",
     )),
+    (7, "sessions", sessions_table("TEXT", "BIGINT", "BOOLEAN", ' COLLATE "C"')),
 )
 
 LATEST = SQLITE[-1][0]

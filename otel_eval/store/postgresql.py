@@ -60,6 +60,8 @@ from otel_eval.store.base import (
 from otel_eval.store.failures import TIMEOUT_STATES
 from otel_eval.store.migrations import migrate_postgresql
 from otel_eval.store.query import EvaluationQuery, Page
+from otel_eval.store.session_rows import KeptSessions, session_upserts
+from otel_eval.store.session_rows import sql as session_sql
 from otel_eval.store.sessions import (
     SessionCursor,
     SessionQuery,
@@ -78,6 +80,7 @@ _SINCE_AFTER = ("SELECT evaluated_at_ns, trace_id, body FROM evaluations WHERE e
                 " ORDER BY evaluated_at_ns DESC, trace_id")
 
 T = TypeVar("T")
+_SESSIONS = session_sql("%s")
 
 _UPSERT = f"""INSERT INTO evaluations AS e ({ROW_COLUMNS})
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
@@ -135,8 +138,10 @@ def _args(values: Iterable[Any]) -> tuple[Any, ...]:
     return tuple(_text(v) for v in values)
 
 
-class PostgresStore:
+class PostgresStore(KeptSessions):
     """``EvaluationStore`` on a PostgreSQL database (libpq URL; PG* environment applies)."""
+
+    _session_sql = _SESSIONS
 
     def __init__(self, url: str, *, sleep: Callable[[float], None] = time.sleep,
                  clock_ns: Callable[[], int] = time.time_ns,
@@ -283,8 +288,18 @@ class PostgresStore:
             _args((trace_id, outcome, now_ns))))
 
     def delete_older_than(self, cutoff_ns: int) -> int:
-        return self._run(lambda conn: conn.execute(
-            "DELETE FROM evaluations WHERE evaluated_at_ns < %s", (cutoff_ns,)).rowcount)
+        def delete(conn: psycopg.Connection[Any]) -> int:
+            with conn.transaction():
+                conn.execute(_SESSIONS["delete"], (cutoff_ns,))
+                return conn.execute("DELETE FROM evaluations WHERE evaluated_at_ns < %s",
+                                    (cutoff_ns,)).rowcount
+        return self._run(delete)
+
+    def _session_exec(self, statement: str, args: Sequence[Any]) -> tuple[list[Any], int]:
+        def run(conn: psycopg.Connection[Any]) -> tuple[list[Any], int]:
+            cur = conn.execute(statement, _args(args))
+            return (cur.fetchall() if cur.description else []), cur.rowcount
+        return self._run(run)
 
     def remember_agents(self, runs: Sequence[AgentRun]) -> None:
         """The fleet's agent history (bounds: ``otel_eval.store.base``), one transaction."""
@@ -370,6 +385,7 @@ class PostgresStore:
 
 
 def _upsert(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]) -> list[bool]:
+    """The rows, and their sessions' rows (``session_rows``), in one transaction."""
     with conn.transaction(), conn.cursor() as cur:
         cur.executemany(_UPSERT, rows, returning=True)
         superseded = []
@@ -378,6 +394,9 @@ def _upsert(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]) -> list[
             superseded.append(bool(row[0]) if row is not None else False)
             if not cur.nextset():
                 break
+        sessions = session_upserts(rows, superseded)
+        if sessions:
+            cur.executemany(_SESSIONS["upsert"], sessions)
     return superseded
 
 

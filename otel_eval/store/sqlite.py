@@ -36,6 +36,8 @@ from otel_eval.store.base import (
 )
 from otel_eval.store.migrations import migrate_sqlite
 from otel_eval.store.query import EvaluationQuery, Page
+from otel_eval.store.session_rows import KeptSessions, session_upserts
+from otel_eval.store.session_rows import sql as session_sql
 from otel_eval.store.sessions import (
     SessionCursor,
     SessionQuery,
@@ -59,11 +61,12 @@ _SINCE_AFTER = ("SELECT evaluated_at_ns, trace_id, body FROM evaluations WHERE e
                 " ORDER BY evaluated_at_ns DESC, trace_id")
 
 
-class SqliteStore:
+class SqliteStore(KeptSessions):
     """``EvaluationStore`` on a SQLite file (``:memory:``: nothing kept). The constructor
     only constructs: ``open()`` opens the file (``open_store`` does both)."""
 
     _db: sqlite3.Connection  # from open()
+    _session_sql = session_sql("?")
 
     def __init__(self, path: str, *, clock_ns: Callable[[], int] = time.time_ns) -> None:
         self.path = path
@@ -115,6 +118,8 @@ class SqliteStore:
                     seen.add(row[0])
                 cur.executemany(f"INSERT OR REPLACE INTO evaluations ({ROW_COLUMNS}) "
                                 "VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
+                cur.executemany(self._session_sql["upsert"],
+                                session_upserts(rows, superseded))
                 cur.execute("COMMIT")
             except BaseException:
                 # SQLite rolls a transaction back by itself on some errors (SQLITE_FULL: a
@@ -277,7 +282,13 @@ class SqliteStore:
         with self._lock:
             cur = self._db.execute("DELETE FROM evaluations WHERE evaluated_at_ns < ?",
                                    (cutoff_ns,))
+            self._db.execute(self._session_sql["delete"], (cutoff_ns,))
             return cur.rowcount
+
+    def _session_exec(self, statement: str, args: Sequence[Any]) -> tuple[list[Any], int]:
+        with self._lock:
+            cur = self._db.execute(statement, tuple(args))
+            return cur.fetchall(), cur.rowcount
 
     # The agent history (bounds: ``otel_eval.store.base``).
 

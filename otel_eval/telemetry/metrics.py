@@ -3,6 +3,7 @@
 One way to declare one, in this package only: a class per subsystem (``ingest.IngestMetrics``
 for the receivers and assembly, ``EvaluationMetrics``, ``SinkMetrics``, ``traces.TraceMetrics``,
 ``JudgeMetrics``, ``KafkaMetrics``, ``SpoolMetrics``, ``prediction.PredictionMetrics``,
+``sessions.SessionMetrics``,
 ``calibration.CalibrationMetrics``, ``workers.WorkerMetrics``) declares its series in its
 constructor through the ``declare.Declarer`` ``Metrics`` hands it (name without the
 ``otel_eval_`` namespace, help, labels; the registry is the injected one) and offers verbs; a
@@ -84,6 +85,12 @@ Metrics (counters are exposed with the ``_total`` suffix):
                otel_eval_kafka_commit_failures_total{reason}
                otel_eval_kafka_records_published_total{topic}           spans|logs|results
                otel_eval_kafka_publish_dropped_total{topic,reason}
+    sessions   otel_eval_sessions_completed_total{service,agent}, otel_eval_sessions_failed_total
+               {service,agent}, otel_eval_session_findings_total{service,agent,detector,kind},
+               otel_eval_session_turns{service,agent} (histogram, exemplar: last turn's trace),
+               otel_eval_sessions_reopened_total{service,agent}, otel_eval_sessions_evicted_total
+               {reason}, otel_eval_session_turns_dropped_total{reason}, otel_eval_sessions_open
+               (gauge): the session completion job (otel_eval.telemetry.sessions)
     prediction otel_eval_prediction_p_success{service,agent}      histogram, 0..1 (with --model)
                otel_eval_prediction_labelled_total{agent,outcome}  success|failure
                otel_eval_prediction_rolling_auc{agent}    gauge, AUC of the last labelled
@@ -132,6 +139,7 @@ from otel_eval.telemetry.declare import Declarer
 from otel_eval.telemetry.ingest import IngestMetrics
 from otel_eval.telemetry.labels import OTHER, SeriesCap
 from otel_eval.telemetry.prediction import AucSettings, PredictionMetrics
+from otel_eval.telemetry.sessions import SessionMetrics
 from otel_eval.telemetry.traces import LATENCY_BUCKETS, TOOL_ERROR_KINDS, TraceMetrics
 from otel_eval.telemetry.workers import WorkerMetrics
 
@@ -153,6 +161,7 @@ class Metrics:
         self.sinks = SinkMetrics(d)
         cap = SeriesCap(d, max_pairs, max_series_per_metric)
         self.traces = TraceMetrics(d, cap, max_tools_per_agent)
+        self.sessions = SessionMetrics(d, cap)
         self.judge = JudgeMetrics(d)
         self.kafka = KafkaMetrics(d, self.ingest)
         self.spool = SpoolMetrics(d)

@@ -31,13 +31,14 @@ def _service(tmp_path: Path, **changes: Any) -> Service:
 
 
 @pytest.mark.parametrize(("changes", "parts", "sinks", "front"), [
-    ({}, ["event loop", "admin", "issues job", "retention", "ResultsPublisher", "Forwarder",
-          "EvaluationEvents", "JudgeStage", "kafka consumer"],
+    ({}, ["event loop", "admin", "issues job", "retention", "session job", "ResultsPublisher",
+          "Forwarder", "EvaluationEvents", "JudgeStage", "kafka consumer"],
      ["JudgeStage", "EvaluationEvents", "Forwarder", "OnLoop"], "Engine"),
-    ({"kafka.publish": True}, ["event loop", "admin", "issues job", "retention", "Forwarder",
-                               "EvaluationEvents", "JudgeStage", "kafka publisher"],
+    ({"kafka.publish": True}, ["event loop", "admin", "issues job", "retention",
+                               "session job", "Forwarder", "EvaluationEvents", "JudgeStage",
+                               "kafka publisher"],
      ["JudgeStage", "EvaluationEvents", "Forwarder"], "PublishingEngine"),
-    (OFF, ["admin", "retention"], [], "Engine"),
+    (OFF, ["admin", "retention", "session job"], [], "Engine"),
 ], ids=["all-on", "kafka-publish", "all-off"])
 def test_each_optional_part_is_built_and_placed_in_the_lifecycle(
         tmp_path: Path, changes: dict[str, Any], parts: list[str], sinks: list[str],

@@ -14,7 +14,7 @@ from otel_eval.base.model import Trace
 from otel_eval.decode.otlp import decode_request, request_from_json
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.sessions.config import SessionsConfig
-from otel_eval.evaluate.sessions.evaluate import evaluate_session, status_of
+from otel_eval.evaluate.sessions.evaluate import evaluate_session
 
 KEY = "gen_ai.conversation.id"
 
@@ -111,8 +111,3 @@ def test_session_turns_budget_and_cut_turns() -> None:
     assert (record["turns"], record["counts"]["turns_read"], record["counts"]["turns_cut"]) == (
         5, 3, 2)
 
-
-def test_status_follows_the_idle_timeout() -> None:
-    config = SessionsConfig(idle_timeout_s=1800)
-    assert status_of(0, 1799 * 10**9, config) == "open"
-    assert status_of(0, 1800 * 10**9, config) == "complete"

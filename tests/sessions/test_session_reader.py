@@ -1,5 +1,5 @@
-"""``SessionReader``: status from an injected clock, the passed filter's bounded scan and its
-cursor, turns cut to ``sessions.max_turns``."""
+"""``SessionReader``: open until the session job completed it, the passed filter's bounded
+scan and its cursor, turns cut to ``sessions.max_turns``."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ from pathlib import Path
 
 from otel_eval.base import model
 from otel_eval.evaluate.sessions.config import SessionsConfig
+from otel_eval.evaluate.sessions.job import SessionJob
 from otel_eval.evaluate.sessions.reader import SessionReader
 from otel_eval.store import EvaluationStore, open_store
 from otel_eval.store.sessions import SessionCursor, SessionQuery
+from otel_eval.telemetry.metrics import Metrics
 
 T0 = 1_764_547_200 * 10**9
 S = 10**9
@@ -32,15 +34,19 @@ def _store(tmp_path: Path, sessions: int, turns: int, failing: set[int]) -> Eval
 
 def test_status_and_cut_turns(tmp_path: Path) -> None:
     store = _store(tmp_path, 1, 5, set())
-    now = T0 + 4 * S
-    reader = SessionReader(store, SessionsConfig(idle_timeout_s=60, max_turns=3),
-                           clock_ns=lambda: now)
+    config = SessionsConfig(idle_timeout_s=60, max_turns=3)
+    reader = SessionReader(store, config)
     record = reader.get("s00")
     assert record is not None
     assert (record["status"], record["turns"], record["counts"]["turns_cut"]) == ("open", 5, 2)
     assert record["traces"] == [f"{i:032x}" for i in (2, 3, 4)]  # the newest, in turn order
-    now += 60 * S
-    assert reader.get("s00")["status"] == "complete"  # type: ignore[index]
+    metrics = Metrics()
+    SessionJob(store, config, metrics).tick((T0 + 4 * S) / 1e9 + 61)
+    record = reader.get("s00")
+    assert record is not None and record["status"] == "complete"
+    assert record["cut_by"] == "max_turns"
+    assert metrics.registry.get_sample_value("otel_eval_session_turns_dropped_total",
+                                             {"reason": "max_turns"}) == 2
     assert reader.get("nope") is None
     store.close()
 

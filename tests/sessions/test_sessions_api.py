@@ -6,10 +6,12 @@ sharing one PostgreSQL store (two workers of a fleet) make the same sessions."""
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,12 @@ from support.harness import Harness, running_service
 
 RUNS = 3  # tau-bench airline conversations replayed
 IDLE_S = 1800
+
+
+def _complete(h: Harness) -> int:
+    """One check of the serve's session job long after the last turn: every session is idle;
+    how many this serve completed."""
+    return h.svc.session_job.tick(time.time() + IDLE_S + 1)
 
 
 def _post(url: str, body: dict[str, Any]) -> None:
@@ -95,17 +103,27 @@ def test_tau_bench_conversations_come_back_as_sessions(tmp_path: Path, datasets:
         assert set(one["verdict"]) == {"passed", "reasons"}
         for f in one["findings"]:
             assert {"detector", "kind", "severity", "message", "trace_id", "step"} <= set(f)
-        h.svc.sessions.clock_ns = lambda: 2**62  # long after: complete
+        assert _complete(h) == len(conversations)  # long after: complete, each once
+        assert _complete(h) == 0
         sessions = _sessions(h, key, datasets, conversations)
         assert {s["status"] for s in sessions.values()} == {"complete"}
+        assert h.sample("otel_eval_sessions_completed_total", service="airline",
+                        agent="airline_agent") == len(conversations)
+        model = _get(h, f"/v1/evaluations/{conversations[0][1][0][0]}")[1]["prediction"]
+        for s in sessions.values():  # the same model as the traces', on the conversation
+            assert 0 < s["prediction"]["p_success"] < 1
+            assert s["prediction"]["model"] == model["model"]
         code, turn = _get(h, f"/v1/evaluations/{conversations[0][1][0][0]}")
         assert turn["session_id"] == "tau-airline-0"
     # the same conversations carried by the other convention give the same sessions
     other = "session.id" if key == "gen_ai.conversation.id" else "gen_ai.conversation.id"
     with running_service(tmp_path / "other") as h:
         _replay([h], _conversations(datasets, other))
-        h.svc.sessions.clock_ns = lambda: 2**62
-        assert _sessions(h, other, datasets, _conversations(datasets, other)) == sessions
+        _complete(h)
+        again = _sessions(h, other, datasets, _conversations(datasets, other))
+        for record in (*again.values(), *sessions.values()):
+            record.pop("completed_at_unix_nano")
+        assert again == sessions
 
 
 def test_turns_on_two_serves_of_one_postgresql_store_make_one_session(
@@ -113,9 +131,14 @@ def test_turns_on_two_serves_of_one_postgresql_store_make_one_session(
     conversations = _conversations(datasets, "gen_ai.conversation.id")
     with _serves(tmp_path, postgresql_url, 2) as serves:
         _replay(serves, conversations)
+        # both serves check at once: each session is completed by one of them, once
+        with ThreadPoolExecutor(2) as pool:
+            done = list(pool.map(_complete, serves))
+        assert sum(done) == len(conversations)
         for h in serves:  # either serve answers with every turn
-            h.svc.sessions.clock_ns = lambda: 2**62
-            _sessions(h, "gen_ai.conversation.id", datasets, conversations)
+            records = _sessions(h, "gen_ai.conversation.id", datasets, conversations)
+            assert {(r["status"], r["completion"]) for r in records.values()} == {
+                ("complete", 0)}
 
 
 def test_session_loop_filters_and_pages(tmp_path: Path) -> None:
@@ -132,8 +155,21 @@ def test_session_loop_filters_and_pages(tmp_path: Path) -> None:
     with running_service(tmp_path) as h:
         _replay([h], [("loops", looping), ("control", control)])
         code, record = _get(h, "/v1/sessions/loops")
+        assert record["status"] == "open"
         assert [(f["detector"], f["kind"], f["trace_id"]) for f in record["findings"]] == [
             ("loop", "repeated_across_turns", looping[-1][0])]
+        assert _complete(h) == 2
+        code, record = _get(h, "/v1/sessions/loops")
+        assert record["status"] == "complete"
+        assert ("loop", "repeated_across_turns") in [(f["detector"], f["kind"])
+                                                     for f in record["findings"]]
+        loops = "otel_eval_session_findings_total"
+        assert h.sample(loops, service="airline", agent="airline_agent", detector="loop",
+                        kind="repeated_across_turns") == 1  # the control has none
+        assert h.sample("otel_eval_traces_with_loop_total", service="airline",
+                        agent="airline_agent") == 0
+        assert not any(f["detector"] == "loop" for f in
+                       _get(h, "/v1/sessions/control")[1]["findings"])
         assert not any(f["detector"] == "loop" for t, _ in looping
                        for f in _get(h, f"/v1/evaluations/{t}")[1]["findings"])
         assert _get(h, "/v1/sessions/control")[1]["findings"] == []

@@ -11,6 +11,10 @@ import pytest
 from conversations import call, scripted
 
 from otel_eval.app.cli import build_parser, cmd_eval
+from otel_eval.evaluate.predict import Predictor
+from otel_eval.evaluate.predict.config import PredictionConfig
+from otel_eval.evaluate.sessions.evaluate import in_turn_order
+from otel_eval.evaluate.sessions.predict import session_prediction
 
 SAME = {"reservation_id": "ZFA04Y"}
 
@@ -52,6 +56,10 @@ def test_session_records_follow_the_trace_records(tmp_path: Path) -> None:
     assert [(f["detector"], f["kind"]) for f in record["findings"]] == [
         ("loop", "repeated_across_turns")]
     assert record["verdict"]["passed"] is False
+    # p_success as serve's session job gives it: the model on the turns' whole objects
+    predictor = Predictor.from_file(PredictionConfig().model_file)
+    served = session_prediction(predictor, "offline-loop", in_turn_order(traces[:4]))
+    assert record["prediction"] == served and 0 < served["p_success"] < 1
     # the trace without a conversation prints the same, with sessions or without
     [again] = _eval(*_write(tmp_path, "alone2", alone))
     assert {**again, "source": ""} == {**traces[4], "source": ""}

@@ -1,6 +1,7 @@
-"""``serve --workers 2``: the turns of tau-bench conversations, evaluated by two worker
-processes, come back from ``/v1/sessions/{id}`` with every turn in order (each worker stores
-the turns it evaluated; the session is read from the store)."""
+"""``serve --workers 2`` on SQLite and on PostgreSQL: the turns of tau-bench conversations,
+evaluated by two worker processes, come back from ``/v1/sessions/{id}`` with every turn in
+order (each worker stores the turns it evaluated; the session's state is in the store); serve
+killed -9 while they are open, the next serve completes each once."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conversations import tau_turns
 
 TIMEOUT_S = 60
+IDLE_S = 6  # sessions.idle_timeout_s: long enough to kill serve while they are open
 
 
 def _poll(what: str, condition: Callable[[], bool]) -> None:
@@ -43,49 +46,88 @@ def _session(admin: int, session_id: str) -> dict[str, Any] | None:
         return None
 
 
-def test_turns_evaluated_by_two_worker_processes_make_whole_sessions(
-        tmp_path: Path, datasets: Path) -> None:
+def _serve(tmp_path: Path, store: str, log_path: Path) -> subprocess.Popen[bytes]:
+    with log_path.open("w") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "otel_eval.app.cli", "serve", "--config",
+             str(tmp_path / "otel-eval.yaml"), "--http-endpoint", "127.0.0.1:0",
+             "--grpc-endpoint", "127.0.0.1:0", "--admin-endpoint", "127.0.0.1:0",
+             "--store", store, "--workers", "2"],
+            stdout=log, stderr=subprocess.STDOUT)
+
+
+def _listening(proc: subprocess.Popen[bytes], log_path: Path) -> dict[str, int]:
+    def up() -> bool:
+        assert proc.poll() is None, log_path.read_text()[-2000:]
+        return {"OTLP/HTTP", "admin"} <= set(_ports(log_path))
+
+    _poll("serve to listen", up)
+    return _ports(log_path)
+
+
+def _completed(admin: int) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("otel_eval_sessions_completed_total{"))
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_sessions_of_two_worker_processes_survive_kill_9_and_complete_once(
+        tmp_path: Path, datasets: Path, backend: str, request: pytest.FixtureRequest) -> None:
+    """Turns evaluated by two worker processes make open sessions; serve is killed -9 while
+    they are open; a new serve on the same store completes each once, every turn in order."""
+    store = (request.getfixturevalue("postgresql_url") if backend == "postgresql"
+             else str(tmp_path / "results.db"))
     runs = json.loads((datasets / "tau-bench" / "airline" / "gpt-4o-airline.runs.json")
                       .read_text())[:2]
     conversations = [(f"w-{i}", tau_turns(run, i, "gen_ai.conversation.id", f"w-{i}"))
                      for i, run in enumerate(runs)]
-    (tmp_path / "otel-eval.yaml").write_text("assembly:\n  grace_s: 0.2\n")
-    log_path = tmp_path / "serve.log"
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "otel_eval.app.cli", "serve", "--config",
-             str(tmp_path / "otel-eval.yaml"), "--http-endpoint", "127.0.0.1:0",
-             "--grpc-endpoint", "127.0.0.1:0", "--admin-endpoint", "127.0.0.1:0",
-             "--store", str(tmp_path / "results.db"), "--workers", "2"],
-            stdout=log, stderr=subprocess.STDOUT)
-        try:
-            def up() -> bool:
-                assert proc.poll() is None, log_path.read_text()[-2000:]
-                return {"OTLP/HTTP", "admin"} <= set(_ports(log_path))
-
-            _poll("serve to listen", up)
-            ports = _ports(log_path)
-            for _, turns in conversations:
-                for _, body in turns:
-                    req = urllib.request.Request(
-                        f"http://127.0.0.1:{ports['OTLP/HTTP']}/v1/traces",
-                        data=json.dumps(body).encode(),
-                        headers={"Content-Type": "application/json"}, method="POST")
-                    with urllib.request.urlopen(req, timeout=10) as r:
-                        assert r.status == 200
-            for session_id, turns in conversations:
-                want = [trace_id for trace_id, _ in turns]
-                _poll(f"session {session_id}", lambda s=session_id, w=want: (
-                    (_session(ports["admin"], s) or {}).get("traces") == w))
-                record = _session(ports["admin"], session_id)
-                assert record is not None
-                assert (record["turns"], record["status"]) == (len(turns), "open")
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-    # the turns were evaluated (and stored) by the worker processes
-    assert "2 evaluation worker processes ready" in log_path.read_text()
+    (tmp_path / "otel-eval.yaml").write_text(
+        f"assembly:\n  grace_s: 0.2\nsessions:\n  idle_timeout_s: {IDLE_S}\n"
+        "  check_interval_s: 0.2\n")
+    first = _serve(tmp_path, store, tmp_path / "first.log")
+    try:
+        ports = _listening(first, tmp_path / "first.log")
+        for _, turns in conversations:
+            for _, body in turns:
+                req = urllib.request.Request(
+                    f"http://127.0.0.1:{ports['OTLP/HTTP']}/v1/traces",
+                    data=json.dumps(body).encode(),
+                    headers={"Content-Type": "application/json"}, method="POST")
+                with urllib.request.urlopen(req, timeout=10) as r:
+                    assert r.status == 200
+        for session_id, turns in conversations:
+            want = [trace_id for trace_id, _ in turns]
+            _poll(f"session {session_id}", lambda s=session_id, w=want: (
+                (_session(ports["admin"], s) or {}).get("traces") == w))
+            record = _session(ports["admin"], session_id)
+            assert record is not None
+            assert (record["turns"], record["status"]) == (len(turns), "open")
+    finally:
+        first.kill()  # kill -9: the sessions are open, their state in the store
+        first.wait()
+    assert "2 evaluation worker processes ready" in (tmp_path / "first.log").read_text()
+    second = _serve(tmp_path, store, tmp_path / "second.log")
+    try:
+        ports = _listening(second, tmp_path / "second.log")
+        for session_id, turns in conversations:
+            _poll(f"session {session_id} complete", lambda s=session_id: (
+                (_session(ports["admin"], s) or {}).get("status") == "complete"))
+            record = _session(ports["admin"], session_id)
+            assert record is not None
+            assert record["traces"] == [trace_id for trace_id, _ in turns]
+            assert (record["turns"], record["completion"]) == (len(turns), 0)
+            assert 0 < record["prediction"]["p_success"] < 1
+        assert _completed(ports["admin"]) == len(conversations)  # each once, by this serve
+    finally:
+        _stop(second)

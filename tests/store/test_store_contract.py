@@ -291,6 +291,32 @@ def test_migrations_are_versioned_and_applied_once(target: str, stores: Open) ->
         stores()
 
 
+def test_sessions_of_turns_stored_before_migration_7_are_backfilled_open(
+        target: str, stores: Open) -> None:
+    store = stores()
+    turns = [_ev(i, at=T0 + i) for i in range(3)]
+    for ev in turns:
+        ev.trajectory.session_id = "conv"
+    store.put_many(turns)
+    store.put_many([turns[2]])  # a re-evaluated turn is no new turn
+    kept = store.session_record("conv")
+    assert kept is not None and (kept.state, kept.turns, kept.last_turn_ns) == (
+        "open", 3, T0 + 2)
+    # as a store of version 6 was: no sessions table
+    _sql(target, "DROP TABLE sessions")
+    _sql(target, "DELETE FROM schema_version WHERE version = 7")
+    again = stores()
+    kept = again.session_record("conv")
+    assert kept is not None and (kept.state, kept.turns, kept.last_turn_ns) == (
+        "open", 3, T0 + 2)
+    assert again.claim_session("conv", T0 + 2, "me", T0 + 10, 0)
+    assert not again.claim_session("conv", T0 + 2, "you", T0 + 10, 0)  # claimed: once
+    assert again.complete_session("conv", "me", {"verdict": {"passed": True}}, T0 + 11)
+    assert again.open_session_count() == 0
+    assert again.delete_older_than(T0 + 3) == 3  # retention takes the session with its turns
+    assert again.session_record("conv") is None
+
+
 def test_a_store_from_before_versioning_is_adopted(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     db = sqlite3.connect(path)

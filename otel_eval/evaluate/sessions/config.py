@@ -23,6 +23,18 @@ class SessionsConfig:
     # the conversation is complete (and judged as ended: an unanswered question or a pending
     # tool call in its last turn is a non-termination). Seconds, default 30 min.
     idle_timeout_s: float = 1800.0
+    # How often the session completion job looks for sessions idle past idle_timeout_s (and
+    # completes them: evaluated once, stored, counted). Seconds, default 10.
+    check_interval_s: float = 10.0
+    # Sessions completed per check at most (the rest wait for the next one). Count.
+    max_completions_per_check: int = 1000
+    # A session claimed by a process that died (kill -9 between claim and completion) is
+    # taken over by another after this long. Seconds, default 300.
+    claim_timeout_s: float = 300.0
+    # Open sessions in the store at most; past it the job completes the oldest (least
+    # recently active) early, counted in otel_eval_sessions_evicted_total{reason=
+    # "max_open_sessions"}; a turn after that re-opens it. Count, default 100,000.
+    max_open_sessions: int = 100_000
     # Turns of one session read to evaluate it, at most (the newest ones); the turns past it
     # are counted in the session's `counts.turns_cut`, not read. Count.
     max_turns: int = 500
@@ -67,6 +79,9 @@ class SessionsConfig:
     session_time_s: float | None = None
 
     def __post_init__(self) -> None:
+        validate(self, above={"check_interval_s": 0, "claim_timeout_s": 0},
+                 finite=("check_interval_s", "claim_timeout_s"),
+                 minimum={"max_completions_per_check": 1, "max_open_sessions": 1})
         validate(self, above={"idle_timeout_s": 0},
                  finite=("idle_timeout_s", "reworded_request_similarity", "session_cost_usd",
                          "session_time_s"),

@@ -6,7 +6,7 @@ detectors (``sessions.detectors``) and keeps each turn's own verdict. The record
 
     session_id, service, agent,     of the conversation (the last turn naming one)
     user_id
-    status                          open | complete (``status_of``)
+    status                          open | complete (the session completion job: ``job``)
     turns                           how many turns it has (read or cut)
     traces                          the trace ids of the turns read, in turn order
     start_time_unix_nano            the first turn's start
@@ -27,13 +27,7 @@ from typing import Any
 from otel_eval.evaluate.sessions.config import SessionsConfig
 from otel_eval.evaluate.sessions.detectors import DETECTORS, budget
 
-__all__ = ["evaluate_session", "in_turn_order", "status_of"]
-
-
-def status_of(last_turn_ns: int, now_ns: int, config: SessionsConfig) -> str:
-    """``open`` while the last turn is newer than ``sessions.idle_timeout_s``, else
-    ``complete``."""
-    return "open" if now_ns - last_turn_ns < config.idle_timeout_s * 1e9 else "complete"
+__all__ = ["evaluate_session", "in_turn_order"]
 
 
 def _start(turn: dict[str, Any]) -> tuple[int, str]:

@@ -5,15 +5,19 @@ their conversation id and prints a session record per conversation after the tra
 A file is all there is of a conversation, so every session is ``complete``. Each turn is
 kept slim (the fields the session detectors and the record read), at most
 ``sessions.max_turns`` per session (the first ones by arrival; the others counted in
-``counts.turns_cut``).
+``counts.turns_cut``). With a success model, each record has ``prediction`` as ``serve``'s
+session job gives it (``sessions.predict``: each turn's model view kept beside, at most as
+many).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from otel_eval.evaluate.predict import Predictor
 from otel_eval.evaluate.sessions.config import SessionsConfig
-from otel_eval.evaluate.sessions.evaluate import evaluate_session
+from otel_eval.evaluate.sessions.evaluate import evaluate_session, in_turn_order
+from otel_eval.evaluate.sessions.predict import model_view, session_prediction
 
 __all__ = ["SessionCollector"]
 
@@ -41,10 +45,12 @@ def slim(body: dict[str, Any]) -> dict[str, Any]:
 class SessionCollector:
     """Turns by conversation id, in the order evaluated; ``records()`` once all are in."""
 
-    def __init__(self, config: SessionsConfig) -> None:
+    def __init__(self, config: SessionsConfig, predictor: Predictor | None = None) -> None:
         self.config = config
+        self.predictor = predictor
         self.turns: dict[str, list[dict[str, Any]]] = {}
         self.seen: dict[str, int] = {}
+        self.viewed: dict[str, list[dict[str, Any]]] = {}  # what the model reads of each
 
     def add(self, body: dict[str, Any]) -> None:
         session_id = body.get("session_id")
@@ -54,9 +60,17 @@ class SessionCollector:
         turns = self.turns.setdefault(session_id, [])
         if len(turns) < self.config.max_turns:
             turns.append(slim(body))
+            if self.predictor is not None:
+                self.viewed.setdefault(session_id, []).append(model_view(body))
 
     def records(self) -> list[dict[str, Any]]:
         """One ``{"record": "session", ...}`` per conversation, in first-seen order."""
-        return [{"record": "session", **evaluate_session(
-                    session_id, turns, self.config, "complete", self.seen[session_id])}
-                for session_id, turns in self.turns.items()]
+        out = []
+        for session_id, turns in self.turns.items():
+            record = {"record": "session", **evaluate_session(
+                session_id, turns, self.config, "complete", self.seen[session_id])}
+            if self.predictor is not None:
+                record["prediction"] = session_prediction(
+                    self.predictor, session_id, in_turn_order(self.viewed[session_id]))
+            out.append(record)
+        return out

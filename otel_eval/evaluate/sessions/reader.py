@@ -1,10 +1,14 @@
-"""Stage: evaluate, sessions. ``GET /v1/sessions`` and ``/v1/sessions/{id}``, computed on
-read from the stored turns:
+"""Stage: evaluate, sessions. ``GET /v1/sessions`` and ``/v1/sessions/{id}``:
 
-    store.session_ids(query) -> store.session_turns(id, max_turns) -> evaluate_session
+    store.session_ids(query) -> store.session_record(id): complete -> the stored record
+                                                          else -> store.session_turns(id)
+                                                                  -> evaluate_session (open)
 
-Computed on read, not kept: the turns of one conversation may be evaluated by different
-workers, processes or Kafka consumers, and the store is the one place that sees them all.
+A completed session is the record the session completion job stored (``sessions.job``:
+evaluated once, ``status: complete``); an open one (turns may still come, or completed and
+re-opened by a late turn) is computed on read from its stored turns, ``status: open``, with
+the end-of-conversation detectors off. Either way from the store: the turns of one
+conversation may be evaluated by different workers, processes or Kafka consumers.
 Bounded per session by ``sessions.max_turns`` and ``sessions.max_turns_chars`` of JSON (the
 newest turns; the others counted in ``counts.turns_cut``), per page by ``SessionQuery.limit``
 and, with a ``passed`` filter, by ``SCAN_FACTOR`` x limit sessions looked at (the page then
@@ -16,12 +20,10 @@ Measured on SQLite, 100,000 turns in 20,000 sessions: a page of 20 in 72 ms, of 
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 from otel_eval.evaluate.sessions.config import SessionsConfig
-from otel_eval.evaluate.sessions.evaluate import evaluate_session, status_of
+from otel_eval.evaluate.sessions.evaluate import evaluate_session
 from otel_eval.store.base import EvaluationStore
 from otel_eval.store.sessions import SessionCursor, SessionQuery
 
@@ -31,23 +33,25 @@ SCAN_FACTOR = 5  # sessions looked at per page, times its limit, when filtering 
 
 
 class SessionReader:
-    """Session records from a store; ``clock_ns`` is now (injected: tests move it)."""
+    """Session records from a store."""
 
-    def __init__(self, store: EvaluationStore, config: SessionsConfig,
-                 clock_ns: Callable[[], int] = time.time_ns) -> None:
+    def __init__(self, store: EvaluationStore, config: SessionsConfig) -> None:
         self.store = store
         self.config = config
-        self.clock_ns = clock_ns
 
     def get(self, session_id: str) -> dict[str, Any] | None:
         """The session's record; None when no turn carries this id."""
+        kept = self.store.session_record(session_id)
+        if kept is not None and kept.state == "complete" and kept.record is not None:
+            return kept.record
         bodies, total, last_ns = self.store.session_turns(session_id, self.config.max_turns,
                                                           self.config.max_turns_chars)
         if not bodies:
             return None
-        status = status_of(last_ns, self.clock_ns(), self.config)
-        record = evaluate_session(session_id, bodies, self.config, status, total)
+        record = evaluate_session(session_id, bodies, self.config, "open", total)
         record["last_turn_evaluated_at_unix_nano"] = last_ns
+        if kept is not None and kept.completions:  # completed, then a turn came
+            record["completion"] = kept.completions
         return record
 
     def page(self, q: SessionQuery) -> dict[str, Any]:

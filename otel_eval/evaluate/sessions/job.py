@@ -1,0 +1,172 @@
+"""Stage: evaluate, sessions. The session completion job: a conversation is evaluated once,
+when it completes, by one process of the fleet, and its record is stored.
+
+    every sessions.check_interval_s (tick(now), clock injected):
+      store.sessions_due(idle: last turn older than sessions.idle_timeout_s; stale claims)
+        -> store.claim_session (one UPDATE: open -> claimed by this tick's token; one winner
+           across processes sharing the store)
+        -> store.session_turns -> evaluate_session(complete) + prediction (session_predict)
+        -> store.complete_session (claimed by the token -> complete, the record; nothing
+           when a turn came meanwhile: the session is open again)
+        -> metrics (telemetry.sessions), a gen_ai.evaluation.result event on the last turn's
+           root span (outputs.events), only for the process whose completion was stored
+
+The state is the store's ``sessions`` table (``store.session_rows``: ``put_many`` opens and
+updates a session with each turn, in the turn's transaction), never this process's memory:
+turns of one conversation evaluated by different ``--workers``, Kafka consumers or fleet
+members make one session; a restart (kill -9 included) loses nothing, and a claim held by a
+process that died is taken over after ``sessions.claim_timeout_s``. A turn after completion
+re-opens the session (``put_many``); it is completed again at its next idle, counted in
+``otel_eval_sessions_reopened_total``, its record replaced (``completion`` + 1).
+
+Bounds: per tick at most ``max_completions_per_check`` sessions; open sessions at most
+``max_open_sessions`` (past it the oldest are completed early: ``sessions_evicted``); per
+session the turns read are cut by ``max_turns`` and ``max_turns_chars`` (counted in
+``session_turns_dropped``). This process holds no per-session state: memory does not grow
+with open sessions. Not thread-safe: ``tick`` runs on the job's one thread (or the test's).
+A stop leaves open sessions open (a stop is no verdict).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from otel_eval.evaluate.predict import Predictor
+from otel_eval.evaluate.sessions.config import SessionsConfig
+from otel_eval.evaluate.sessions.evaluate import evaluate_session, in_turn_order
+from otel_eval.evaluate.sessions.predict import session_prediction
+from otel_eval.store.base import EvaluationStore
+from otel_eval.telemetry.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+__all__ = ["SessionEvents", "SessionJob", "last_root_span"]
+
+
+class SessionEvents(Protocol):
+    """Where a completed session goes out as an event (``outputs.events``)."""
+
+    def export_session(self, record: dict[str, Any], trace_id: str, span_id: str) -> None: ...
+
+
+def last_root_span(turn: dict[str, Any]) -> str:
+    """The root span of a stored turn: the earliest step whose parent is not a step of the
+    turn (``model.run_span``: the root, else the earliest span); "" with no step."""
+    steps = [s for s in turn.get("steps") or () if isinstance(s, dict) and s.get("span_id")]
+    ids = {s["span_id"] for s in steps}
+    roots = [s for s in steps if s.get("parent_span_id") not in ids] or steps
+    return str(min(roots, key=lambda s: s.get("start_time_unix_nano") or 0)["span_id"]) \
+        if roots else ""
+
+
+class SessionJob:
+    """``start()`` ticks every ``check_interval_s`` on a thread of its own;
+    ``tick(now_s)`` is one check (tests call it with a ``ManualClock``)."""
+
+    def __init__(self, store: EvaluationStore, config: SessionsConfig, metrics: Metrics,
+                 predictor: Predictor | None = None, events: SessionEvents | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.config = config
+        self.metrics = metrics
+        self.predictor = predictor
+        self.events = events
+        self.clock = clock  # wall clock, seconds: turns are stamped with the wall clock
+        self._claims = (f"{uuid.uuid4().hex[:12]}:{n}" for n in itertools.count())
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def tick(self, now_s: float | None = None) -> int:
+        """Complete the sessions due now; how many this process completed."""
+        now = int((self.clock() if now_s is None else now_s) * 1e9)
+        cfg = self.config
+        open_n = self.store.open_session_count()  # one count a check: 40 ms at 100,000
+        done = self._keep_bound(now, open_n)
+        due = self.store.sessions_due(now - int(cfg.idle_timeout_s * 1e9),
+                                      now - int(cfg.claim_timeout_s * 1e9),
+                                      cfg.max_completions_per_check)
+        for session_id, last_ns in due:
+            done += self._complete(session_id, last_ns, now, "idle")
+        self.metrics.sessions.open_sessions(max(0, open_n - done))
+        return done
+
+    def _keep_bound(self, now: int, open_n: int) -> int:
+        """Past ``max_open_sessions``: complete the oldest open sessions now."""
+        over = open_n - self.config.max_open_sessions
+        if over <= 0:
+            return 0
+        done = 0
+        for session_id, last_ns in self.store.oldest_open_sessions(
+                min(over, self.config.max_completions_per_check)):
+            if self._complete(session_id, last_ns, now, "max_open_sessions"):
+                done += 1
+                self.metrics.sessions.evicted("max_open_sessions")
+        return done
+
+    def _complete(self, session_id: str, last_ns: int, now: int, why: str) -> int:
+        claim = next(self._claims)
+        stale = now - int(self.config.claim_timeout_s * 1e9)
+        if not self.store.claim_session(session_id, last_ns, claim, now, stale):
+            return 0  # another process has it, or a turn just came
+        kept = self.store.session_record(session_id)
+        again = kept is not None and kept.completions > 0
+        turns, record = self._evaluate(session_id)
+        record.update(completion=(kept.completions if kept is not None else 0),
+                      completed_by=why, completed_at_unix_nano=now,
+                      last_turn_evaluated_at_unix_nano=last_ns)
+        if not self.store.complete_session(session_id, claim, record, now):
+            return 0  # a turn came while it was evaluated: open again, evaluated later
+        self.metrics.sessions.completed(record, again)
+        if self.events is not None and turns:
+            last = turns[-1]
+            self.events.export_session(record, str(last.get("trace_id")), last_root_span(last))
+        return 1
+
+    def _evaluate(self, session_id: str) -> tuple[Sequence[dict[str, Any]], dict[str, Any]]:
+        """(the turns read in turn order, the complete session's record); an evaluation that
+        raises is stored as an error record (never retried forever), counted."""
+        cfg = self.config
+        try:
+            bodies, total, _ = self.store.session_turns(session_id, cfg.max_turns,
+                                                        cfg.max_turns_chars)
+            turns = in_turn_order(bodies)
+            record = evaluate_session(session_id, turns, cfg, "complete", total)
+            if record["counts"]["turns_cut"]:
+                record["cut_by"] = ("max_turns" if len(turns) >= cfg.max_turns
+                                    else "max_turns_chars")
+            if self.predictor is not None:
+                record["prediction"] = session_prediction(self.predictor, session_id, turns)
+            return turns, record
+        except Exception as e:  # the stage boundary: one session never stops the job
+            log.exception("evaluating session %r failed", session_id)
+            self.metrics.evaluation.failed("session", type(e).__name__[:64])
+            return (), {"session_id": session_id, "status": "complete", "turns": 0,
+                        "traces": [], "verdict": None, "findings": [], "counts": {},
+                        "error": f"{type(e).__name__}: {e}"[:512]}
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="otel-eval-sessions",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self.config.check_interval_s):
+            try:
+                self.tick()
+            except Exception:  # a store that refuses now may answer at the next check
+                log.exception("session completion check failed")
+
+    def shutdown(self, deadline_s: float) -> None:
+        """Stop checking; a check in progress finishes its session (within the deadline).
+        Open sessions stay open: a stop is no verdict."""
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join(max(0.0, deadline_s))

@@ -1,0 +1,167 @@
+"""Stage: store, sessions kept. The ``sessions`` table (migration 7): one row per
+conversation, the state the session completion job (``evaluate.sessions.job``) works from,
+so turns stored by any worker, process or Kafka consumer of the fleet make one session and
+each completion happens once.
+
+    put_many (a turn with a session id) -> upsert: state open, last_turn_ns, turns, bytes
+    job: due (open, last turn older than idle) -> claim (open -> claimed, a token)
+         -> evaluate -> complete (claimed by that token -> complete, the record stored)
+
+States: ``open`` (turns may come), ``claimed`` (a process evaluates it: ``claim`` is its
+token, ``claimed_at_ns`` when), ``complete`` (``body`` holds the record). A turn stored while
+claimed or complete sets the row ``open`` again and drops the claim, so a claimer that
+finishes after it stores nothing (its ``complete`` matches no row) and the session is
+evaluated again at its next idle. A claim whose process died (kill -9 between claim and
+complete) is taken over once it is older than the job's ``claim_timeout_s``.
+
+``turns`` counts trace ids (a re-evaluated turn is not counted again); ``bytes`` the JSON of
+each turn as first stored. One SQL text per statement, ``{m}`` the placeholder (``?`` SQLite,
+``%s`` psycopg); the dialects differ only in the column types of the table.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+__all__ = ["KeptSessions", "SessionRow", "session_upserts", "sql"]
+
+
+def table(text: str, bigint: str, boolean: str, collate: str) -> tuple[str, ...]:
+    """Migration 7's statements in one dialect (and the backfill of existing turns)."""
+    return (
+        f"""CREATE TABLE IF NOT EXISTS sessions (
+            session_id {text}{collate} PRIMARY KEY,
+            state {text} NOT NULL,
+            first_turn_ns {bigint} NOT NULL,
+            last_turn_ns {bigint} NOT NULL,
+            turns INTEGER NOT NULL,
+            bytes {bigint} NOT NULL,
+            claim {text},
+            claimed_at_ns {bigint},
+            completions INTEGER NOT NULL DEFAULT 0,
+            completed_at_ns {bigint},
+            passed {boolean},
+            body {text}
+        )""",
+        "CREATE INDEX IF NOT EXISTS sessions_by_state ON sessions (state, last_turn_ns)",
+        "INSERT INTO sessions (session_id, state, first_turn_ns, last_turn_ns, turns, bytes) "
+        "SELECT session_id, 'open', MIN(evaluated_at_ns), MAX(evaluated_at_ns), COUNT(*), "
+        "SUM(LENGTH(body)) FROM evaluations WHERE session_id IS NOT NULL GROUP BY session_id",
+    )
+
+
+class SessionRow(NamedTuple):
+    """What the store keeps of one session (``session_record``)."""
+
+    state: str  # open | claimed | complete
+    record: dict[str, Any] | None  # the record of the last completion, if any
+    completions: int  # times completed (more than one: a turn came after a completion)
+    turns: int  # turns stored
+    last_turn_ns: int
+
+
+def session_upserts(rows: Sequence[tuple[Any, ...]],
+                    superseded: Sequence[bool]) -> list[tuple[str, int, int, int, int]]:
+    """(session id, first ns, last ns, new turns, new bytes) per session of a batch of
+    evaluation rows (``base.ROW_COLUMNS``: 2 evaluated_at_ns, 8 body, 10 session_id), one
+    per session, sorted by id (two writers lock the rows in one order: no deadlock)."""
+    out: dict[str, list[int]] = {}
+    for row, again in zip(rows, superseded, strict=True):
+        session_id = row[10]
+        if session_id is None:
+            continue
+        at = int(row[2])
+        entry = out.setdefault(session_id, [at, at, 0, 0])
+        entry[0], entry[1] = min(entry[0], at), max(entry[1], at)
+        if not again:
+            entry[2] += 1
+            entry[3] += len(row[8])
+    return [(sid, *values) for sid, values in sorted(out.items())]  # type: ignore[misc]
+
+
+def row_of(found: tuple[Any, ...]) -> SessionRow:
+    state, body, completions, turns, last = found
+    return SessionRow(str(state), json.loads(body) if body else None, int(completions),
+                      int(turns), int(last))
+
+
+def sql(m: str) -> dict[str, str]:
+    """The statements, with placeholder ``m``."""
+    return {
+        "upsert": f"INSERT INTO sessions (session_id, state, first_turn_ns, last_turn_ns, "
+                  f"turns, bytes) VALUES ({m}, 'open', {m}, {m}, {m}, {m}) "
+                  "ON CONFLICT (session_id) DO UPDATE SET state = 'open', claim = NULL, "
+                  "last_turn_ns = CASE WHEN excluded.last_turn_ns > sessions.last_turn_ns "
+                  "THEN excluded.last_turn_ns ELSE sessions.last_turn_ns END, "
+                  "turns = sessions.turns + excluded.turns, "
+                  "bytes = sessions.bytes + excluded.bytes",
+        # idle: open, the last turn before the cutoff; oldest first
+        "idle": f"SELECT session_id, last_turn_ns FROM sessions WHERE state = 'open' AND "
+                f"last_turn_ns < {m} ORDER BY last_turn_ns, session_id LIMIT {m}",
+        # claims of processes that died (or hang): claimed before the cutoff
+        "stale": f"SELECT session_id, last_turn_ns FROM sessions WHERE state = 'claimed' "
+                 f"AND claimed_at_ns < {m} ORDER BY claimed_at_ns LIMIT {m}",
+        "claim": f"UPDATE sessions SET state = 'claimed', claim = {m}, claimed_at_ns = {m} "
+                 f"WHERE session_id = {m} AND last_turn_ns = {m} AND (state = 'open' OR "
+                 f"(state = 'claimed' AND claimed_at_ns < {m}))",
+        "complete": f"UPDATE sessions SET state = 'complete', claim = NULL, body = {m}, "
+                    f"passed = {m}, completed_at_ns = {m}, completions = completions + 1 "
+                    f"WHERE session_id = {m} AND state = 'claimed' AND claim = {m}",
+        "record": f"SELECT state, body, completions, turns, last_turn_ns FROM sessions "
+                  f"WHERE session_id = {m}",
+        "open": "SELECT COUNT(*) FROM sessions WHERE state <> 'complete'",
+        "delete": f"DELETE FROM sessions WHERE last_turn_ns < {m}",
+    }
+
+
+class KeptSessions:
+    """The session methods of ``EvaluationStore``, for both stores: each gives
+    ``_session_sql`` (its statements) and ``_session_exec(sql, args)`` -> (rows, rowcount),
+    one autocommit statement (the claim and the completion are each one atomic UPDATE)."""
+
+    _session_sql: dict[str, str]
+
+    def _session_exec(self, statement: str, args: Sequence[Any]) -> tuple[list[Any], int]:
+        raise NotImplementedError
+
+    def _one(self, name: str, *args: Any) -> tuple[list[Any], int]:
+        return self._session_exec(self._session_sql[name], args)
+
+    def sessions_due(self, idle_before_ns: int, claim_before_ns: int,
+                     limit: int) -> list[tuple[str, int]]:
+        """(session id, last turn ns) of open sessions idle since before ``idle_before_ns``
+        and of claims taken before ``claim_before_ns`` (their process died), at most
+        ``limit`` of each, oldest first."""
+        idle = self._one("idle", idle_before_ns, limit)[0]
+        stale = self._one("stale", claim_before_ns, limit)[0]
+        return [(str(r[0]), int(r[1])) for r in [*idle, *stale]]
+
+    def oldest_open_sessions(self, limit: int) -> list[tuple[str, int]]:
+        """The ``limit`` open sessions with the oldest last turn (the open-sessions bound)."""
+        return self.sessions_due(1 << 62, 0, limit)[:limit]
+
+    def claim_session(self, session_id: str, last_turn_ns: int, claim: str, now_ns: int,
+                      claim_before_ns: int) -> bool:
+        """Take the session to evaluate it: True for one caller in the fleet (open with this
+        last turn, or claimed before ``claim_before_ns``)."""
+        return self._one("claim", claim, now_ns, session_id, last_turn_ns,
+                         claim_before_ns)[1] == 1
+
+    def complete_session(self, session_id: str, claim: str, record: dict[str, Any],
+                         now_ns: int) -> bool:
+        """Store the record of a session claimed with ``claim``; False (nothing stored) when
+        a turn came meanwhile (the row is open again) or the claim was taken over."""
+        verdict = record.get("verdict") or {}
+        passed = verdict.get("passed") if isinstance(verdict, dict) else None
+        return self._one("complete", json.dumps(record), passed, now_ns, session_id,
+                         claim)[1] == 1
+
+    def session_record(self, session_id: str) -> SessionRow | None:
+        rows = self._one("record", session_id)[0]
+        return row_of(tuple(rows[0])) if rows else None
+
+    def open_session_count(self) -> int:
+        """Sessions not complete (open or claimed)."""
+        return int(self._one("open")[0][0][0])

@@ -1,0 +1,216 @@
+"""The session completion job (``evaluate.sessions.job``) on a real store, time by hand: a
+session completes once after ``sessions.idle_timeout_s``, a late turn re-opens it, a claim
+left by a dead process is taken over, two processes on one PostgreSQL store complete each
+session once, open sessions past their bound complete oldest first, and the session's event
+lands on the last turn's root span."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from opentelemetry.proto.logs.v1 import logs_pb2
+from support.clock import ManualClock
+from support.otlp_capture import Capture
+
+from otel_eval.base import model
+from otel_eval.decode.otlp import attributes_to_dict
+from otel_eval.evaluate.sessions.config import SessionsConfig
+from otel_eval.evaluate.sessions.job import SessionJob
+from otel_eval.evaluate.sessions.reader import SessionReader
+from otel_eval.store import EvaluationStore, open_store
+from otel_eval.telemetry.metrics import Metrics, render
+
+T0 = 1_764_547_200  # seconds
+S = 10**9
+IDLE_S = 60.0
+
+
+def _turn(session: str, n: int, at_s: float, tool_args: dict[str, str] | None = None,
+          ) -> model.Evaluation:
+    trace_id = f"{abs(hash(session)) % 10**8:08x}{n:024x}"
+    root = model.Step(0, f"{n + 1:016x}", None, "agent", "invoke_agent shop", start_ns=1)
+    steps = [root]
+    if tool_args is not None:
+        steps.append(model.Step(1, f"{n + 100:016x}", root.span_id, "tool", "execute_tool",
+                                tool_name="lookup", arguments=tool_args, start_ns=2))
+    t = model.Trajectory(trace_id, "otlp", "complete", steps, service="shop", agent="helper",
+                         start_ns=int(at_s * S), session_id=session)
+    return model.Evaluation(t, [], model.Verdict(True, []), evaluated_at_ns=int(at_s * S))
+
+
+def _sample(m: Metrics, name: str, **labels: str) -> float:
+    return m.registry.get_sample_value(name, labels) or 0.0
+
+
+def _job(store: EvaluationStore, clock: ManualClock, **config: float) -> tuple[SessionJob,
+                                                                             Metrics]:
+    metrics = Metrics()
+    return SessionJob(store, SessionsConfig(**{"idle_timeout_s": IDLE_S, **config}),  # type: ignore[arg-type]
+                      metrics, clock=clock), metrics
+
+
+def test_a_session_completes_once_after_its_idle_timeout(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path / "s.db"))
+    store.put_many([_turn("c1", n, T0 + n) for n in range(3)])
+    clock = ManualClock(T0 + 2 + IDLE_S - 1)
+    job, metrics = _job(store, clock)
+    reader = SessionReader(store, job.config)
+    assert job.tick() == 0
+    assert reader.get("c1")["status"] == "open"  # type: ignore[index]
+    assert _sample(metrics, "otel_eval_sessions_open") == 1
+    clock.advance(1.001)
+    assert job.tick() == 1
+    record = reader.get("c1")
+    assert record is not None
+    assert (record["status"], record["turns"], record["completion"]) == ("complete", 3, 0)
+    assert record["completed_by"] == "idle"
+    assert job.tick() == 0  # never twice
+    assert _sample(metrics, "otel_eval_sessions_completed_total", service="shop",
+                   agent="helper") == 1
+    assert _sample(metrics, "otel_eval_session_turns_count", service="shop",
+                   agent="helper") == 1
+    assert _sample(metrics, "otel_eval_session_turns_sum", service="shop",
+                   agent="helper") == 3
+    body, _ = render(metrics.registry, "application/openmetrics-text")
+    last = record["traces"][-1]
+    assert any(line.startswith("otel_eval_session_turns_bucket{") and
+               f'# {{trace_id="{last}"}} 3' in line for line in body.decode().splitlines())
+    assert _sample(metrics, "otel_eval_sessions_open") == 0
+    store.close()
+
+
+def test_a_turn_after_completion_reopens_the_session_and_it_completes_again(
+        tmp_path: Path) -> None:
+    store = open_store(str(tmp_path / "s.db"))
+    store.put_many([_turn("c1", n, T0 + n) for n in range(2)])
+    clock = ManualClock(T0 + 1 + IDLE_S + 1)
+    job, metrics = _job(store, clock)
+    reader = SessionReader(store, job.config)
+    assert job.tick() == 1
+    store.put_many([_turn("c1", 2, clock.now)])  # the user came back
+    record = reader.get("c1")
+    assert record is not None
+    assert (record["status"], record["turns"], record["completion"]) == ("open", 3, 1)
+    store.put_many([_turn("c1", 2, clock.now + 1)])  # re-evaluated turn: no new turn
+    assert job.tick() == 0
+    clock.advance(IDLE_S + 2)
+    assert job.tick() == 1
+    record = reader.get("c1")
+    assert record is not None
+    assert (record["status"], record["turns"], record["completion"]) == ("complete", 3, 1)
+    kept = store.session_record("c1")
+    assert kept is not None and (kept.turns, kept.completions) == (3, 2)
+    labels = {"service": "shop", "agent": "helper"}
+    assert _sample(metrics, "otel_eval_sessions_completed_total", **labels) == 1
+    assert _sample(metrics, "otel_eval_sessions_reopened_total", **labels) == 1
+    store.close()
+
+
+def test_a_turn_during_evaluation_keeps_the_session_open(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path / "s.db"))
+    store.put_many([_turn("c1", 0, T0)])
+    assert store.claim_session("c1", T0 * S, "dead:0", (T0 + 100) * S, 0)
+    store.put_many([_turn("c1", 1, T0 + 100)])  # a turn while it is being evaluated
+    assert not store.complete_session("c1", "dead:0", {"verdict": None}, (T0 + 101) * S)
+    assert store.session_record("c1").state == "open"  # type: ignore[union-attr]
+    store.close()
+
+
+def test_a_claim_left_by_a_dead_process_is_taken_over_once(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path / "s.db"))
+    store.put_many([_turn("c1", 0, T0)])
+    late = T0 + IDLE_S + 1
+    # a process claimed it, then was killed before completing it
+    assert store.claim_session("c1", T0 * S, "dead:0", late * S, 0)
+    clock = ManualClock(late + 10)
+    job, _ = _job(store, clock, claim_timeout_s=300)
+    assert job.tick() == 0  # the claim is fresh: its process may be working on it
+    clock.advance(300)
+    assert job.tick() == 1
+    assert job.tick() == 0
+    assert not store.complete_session("c1", "dead:0", {"verdict": None}, late * S)
+    assert store.session_record("c1").state == "complete"  # type: ignore[union-attr]
+    store.close()
+
+
+def test_two_processes_on_one_postgresql_store_complete_each_session_once(
+        postgresql_url: str) -> None:
+    stores = [open_store(postgresql_url) for _ in range(2)]  # a connection each
+    n = 120
+    stores[0].put_many([_turn(f"c{i}", t, T0 + t) for i in range(n) for t in range(2)])
+    clock = ManualClock(T0 + IDLE_S + 5)
+    jobs = [_job(s, clock, max_completions_per_check=7) for s in stores]
+    done = [0, 0]
+
+    def run(k: int) -> None:
+        for _ in range(60):  # both check at once, many times
+            done[k] += jobs[k][0].tick()
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(done) == n and all(done), done
+    completed = sum(_sample(m, "otel_eval_sessions_completed_total", service="shop",
+                            agent="helper") for _, m in jobs)
+    assert completed == n
+    for i in range(n):
+        kept = stores[1].session_record(f"c{i}")
+        assert kept is not None and (kept.state, kept.completions) == ("complete", 1)
+    for s in stores:
+        s.close()
+
+
+def test_open_sessions_past_their_bound_complete_oldest_first(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path / "s.db"))
+    store.put_many([_turn(f"c{i}", 0, T0 + i) for i in range(5)])
+    job, metrics = _job(store, ManualClock(T0 + 5), max_open_sessions=3)
+    assert job.tick() == 2
+    assert [store.session_record(f"c{i}").state for i in range(5)] == [  # type: ignore[union-attr]
+        "complete", "complete", "open", "open", "open"]
+    assert store.session_record("c0").record["completed_by"] == (  # type: ignore[union-attr]
+        "max_open_sessions")
+    assert _sample(metrics, "otel_eval_sessions_evicted_total",
+                   reason="max_open_sessions") == 2
+    assert store.open_session_count() == 3
+    store.close()
+
+
+def _records(ds: Capture) -> list[logs_pb2.LogRecord]:
+    return [r for req in ds.logs for rl in req.resource_logs for sl in rl.scope_logs
+            for r in sl.log_records]
+
+
+def test_the_session_event_is_on_the_last_turns_root_span(tmp_path: Path) -> None:
+    from otel_eval.outputs.config import ExportConfig
+    from otel_eval.outputs.events import EvaluationEvents
+
+    store = open_store(str(tmp_path / "s.db"))
+    same = {"reservation_id": "ZFA04Y"}
+    turns = [_turn("c1", n, T0 + n, same) for n in range(3)]
+    store.put_many(turns)
+    with Capture() as ds:
+        metrics = Metrics()
+        events = EvaluationEvents(ExportConfig(events_endpoint=f"127.0.0.1:{ds.port}"),
+                                  metrics, evaluator_version="9.9.9")
+        events.start()
+        job = SessionJob(store, SessionsConfig(idle_timeout_s=IDLE_S), metrics,
+                         events=events, clock=ManualClock(T0 + 100))
+        assert job.tick() == 1
+        events.shutdown(5.0)
+        [rec] = _records(ds)
+    last = turns[-1].trajectory
+    assert (rec.trace_id.hex(), rec.span_id.hex()) == (last.trace_id, last.steps[0].span_id)
+    attrs = attributes_to_dict(rec.attributes)
+    assert attrs["gen_ai.evaluation.name"] == "otel_eval.session.verdict"
+    assert attrs["gen_ai.conversation.id"] == "c1"
+    assert (attrs["gen_ai.evaluation.score.label"], attrs["otel_eval.session.turns"]) == (
+        "fail", 3)
+    assert attrs["otel_eval.session.findings"] == "loop.repeated_across_turns"
+    assert _sample(metrics, "otel_eval_session_findings_total", service="shop",
+                   agent="helper", detector="loop", kind="repeated_across_turns") == 1
+    assert _sample(metrics, "otel_eval_sessions_failed_total", service="shop",
+                   agent="helper") == 1
+    store.close()
