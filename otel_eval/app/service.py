@@ -136,7 +136,8 @@ class Service:
         self.retention = Retention(self.store, config.store.retention_days)
         self._feedback = Feedback(self.store, self.evaluator, self.metrics.prediction)
         # GET /v1/calibration, and the agreement gauges' source (refreshed on scrape)
-        self.calibration = calibration.build(config.judge, deps)
+        self.calibration = calibration.build(config.judge, deps,
+                                             config.prediction.pass_threshold)
         front = self.kafka.submitter if self.kafka is not None else None
         ingest = Ingest(front if front is not None else self.engine, self.metrics)
         rc = config.receiver

@@ -84,7 +84,9 @@ Metrics (counters are exposed with the ``_total`` suffix):
                otel_eval_kafka_commit_failures_total{reason}
                otel_eval_kafka_records_published_total{topic}           spans|logs|results
                otel_eval_kafka_publish_dropped_total{topic,reason}
-    prediction otel_eval_prediction_p_success{service,agent}      histogram, 0..1 (with --model)
+    prediction otel_eval_prediction_p_success{service,agent}      histogram, 0..1
+               otel_eval_prediction_runs_predicted_to_fail_total{service,agent}  p_success
+               below prediction.pass_threshold
                otel_eval_prediction_labelled_total{agent,outcome}  success|failure
                otel_eval_prediction_rolling_auc{agent}    gauge, AUC of the last labelled
                predictions (otel_eval.telemetry.prediction)
