@@ -177,7 +177,8 @@ class Service:
             trace_url=config.admin.trace_url,
             connection_closed=lambda reason: self.metrics.ingest.connection_closed("admin",
                                                                                    reason),
-            sessions=self.sessions.page, session=self.sessions.get),
+            sessions=self.sessions.page, session=self.sessions.get,
+            pass_threshold=config.prediction.pass_threshold),
             config.admin)
 
     def _make_pool(self, lean: bool) -> WorkerPool | None:
