@@ -455,7 +455,7 @@ def make_handler(api: AdminApi, auth: AdminAuth | None = None, *,
     is a 503 (``_store_read``). ``loopback``: the listener is on a loopback address (then,
     without tokens, only loopback Host values are served)."""
     access = auth or AdminAuth(AdminConfig())
-    router = routes(api, access.writers.enabled)
+    router = routes(api, access.enabled)  # with any token, a write needs a write token
     loopback_open = loopback and not access.enabled
 
     def handle(req: Request) -> Response:
