@@ -72,7 +72,7 @@ def test_the_run_list_fits_1400_and_800_px(browser: Browser, site: tuple[str, St
                           " e.getClientRects().length, Math.round(e.getBoundingClientRect().top)])")
         assert [t[:2] for t in time] == [["2024-12-31", 1], ["23:59:59Z", 1]]
         assert (time[0][2] == time[1][2]) == (width > 1000)  # one line, else date over time
-        _shot(browser, artefacts, f"runs-{width}")
+        browser.screenshot(artefacts / f"runs-{width}.png", full_page=False)  # not docs
     finally:
         _width(browser, 1280)
 
@@ -95,7 +95,7 @@ def test_a_person_records_an_outcome_and_the_page_says_the_judge_disagrees(
     assert said[0].startswith("The judge disagrees with the recorded outcome (failure)")
     assert "recorded outcome: failure" in browser.js(
         "document.querySelector('section.outcome').innerText")
-    _shot(browser, artefacts, "run-outcome")
+    browser.screenshot(artefacts / "run-outcome.png", full_page=False)  # not in the docs
 
 
 def test_a_refused_outcome_is_said_on_the_form(browser: Browser,
@@ -133,4 +133,4 @@ def test_the_calibration_page_shows_what_the_outcomes_say(
     assert every["p_success"][3:7] == ["2", "1", "1", "0.5"]
     assert every["p_success"][7].startswith("0.500 [")
     assert browser.js("document.querySelector('nav a.on').innerText") == "calibration"
-    _shot(browser, artefacts, "calibration")
+    _shot(browser, artefacts, "calibration")  # docs/images/ui-calibration.png
