@@ -25,8 +25,10 @@
                                         kappa of every judge score and p_success against the
                                         recorded outcomes, per agent (evaluate.calibration)
     GET  /ui/...                        the web view (``otel_eval.outputs.ui.routes``): runs, one
-                                        run, conversations, one conversation, issues; HTML
-                                        under a strict Content-Security-Policy
+                                        run (with a form that records its outcome through
+                                        POST /v1/feedback), conversations, one conversation,
+                                        issues, calibration; HTML under a strict
+                                        Content-Security-Policy
 
 A browser's world (issue 33): with no tokens on a loopback listener, only a loopback ``Host``
 (``localhost``, ``127.0.0.1``, ``[::1]``, any port) is served; any other is 421, so a page
@@ -174,6 +176,8 @@ class AdminApi:
     # Sessions (evaluate.sessions.reader.SessionReader.page / get); None: not served (404).
     sessions: Callable[[SessionQuery], dict[str, Any]] | None = None
     session: Callable[[str], dict[str, Any] | None] | None = None
+    # prediction.pass_threshold: the web view marks a p_success below it as predicted to fail
+    pass_threshold: float = 0.5
 
 
 def _is_ui(path: str) -> bool:
@@ -420,12 +424,14 @@ class _Routes:
             "is evaluated (nothing recorded)")
 
 
-def routes(api: AdminApi) -> Router:
+def routes(api: AdminApi, write_token: bool = False) -> Router:
     """The admin endpoint's one routing table: the API, then the web view's pages. Patterns
-    match the raw path; the API's take trailing slashes (``/healthz/`` is ``/healthz``)."""
+    match the raw path; the API's take trailing slashes (``/healthz/`` is ``/healthz``).
+    ``write_token``: writes need one (the run page's outcome form asks for it)."""
     r = _Routes(api)
     sources = Sources(api.query, api.get, api.issues, api.redact, api.trace_url,
-                      api.issue_runs, api.sessions, api.session)
+                      api.issue_runs, api.sessions, api.session, api.calibration,
+                      api.pass_threshold, write_token)
     return Router((
         route("GET", r"/metrics/*", r.metrics),
         route("GET", r"/healthz/*", r.healthz),
@@ -449,7 +455,7 @@ def make_handler(api: AdminApi, auth: AdminAuth | None = None, *,
     is a 503 (``_store_read``). ``loopback``: the listener is on a loopback address (then,
     without tokens, only loopback Host values are served)."""
     access = auth or AdminAuth(AdminConfig())
-    router = routes(api)
+    router = routes(api, access.enabled)  # with any token, a write needs a write token
     loopback_open = loopback and not access.enabled
 
     def handle(req: Request) -> Response:

@@ -35,7 +35,7 @@ def cmd_calibrate(args: argparse.Namespace, cfg: Config, out: TextIO) -> int:
               file=sys.stderr)
         return 1
     try:
-        found = report(store, cfg.judge, args.limit)
+        found = report(store, cfg.judge, args.limit, cfg.prediction.pass_threshold)
     finally:
         store.close()
     if args.format == "json":

@@ -144,7 +144,8 @@ class Service:
         self.retention = Retention(self.store, config.store.retention_days)
         self._feedback = Feedback(self.store, self.evaluator, self.metrics.prediction)
         # GET /v1/calibration, and the agreement gauges' source (refreshed on scrape)
-        self.calibration = calibration.build(config.judge, deps)
+        self.calibration = calibration.build(config.judge, deps,
+                                             config.prediction.pass_threshold)
         front = self.kafka.submitter if self.kafka is not None else None
         ingest = Ingest(front if front is not None else self.engine, self.metrics)
         rc = config.receiver
@@ -184,7 +185,8 @@ class Service:
             trace_url=config.admin.trace_url,
             connection_closed=lambda reason: self.metrics.ingest.connection_closed("admin",
                                                                                    reason),
-            sessions=self.sessions.page, session=self.sessions.get),
+            sessions=self.sessions.page, session=self.sessions.get,
+            pass_threshold=config.prediction.pass_threshold),
             config.admin)
 
     def _make_pool(self, lean: bool) -> WorkerPool | None:

@@ -165,6 +165,13 @@ def _walk(t: dict[str, Any], lines: list[str], width: int, full: bool,
         stack += [(i, inner, n == len(kids) - 1) for n, i in enumerate(kids)][::-1]
 
 
+def _steps(counts: dict[str, Any]) -> str:
+    """"N steps, " (``Trajectory.action_steps``: what ``--budget steps`` counts); "" for a
+    run stored before the count was."""
+    steps = counts.get("steps")
+    return f"{steps} steps, " if isinstance(steps, int) else ""
+
+
 def render_text(t: dict[str, Any], width: int = 100, full: bool = False,
                 redact: Redact = None) -> str:
     """The tree as terminal text: tool results and LLM content (passed through ``redact``,
@@ -176,7 +183,8 @@ def render_text(t: dict[str, Any], width: int = 100, full: bool = False,
     who = " / ".join(str(x) for x in (t.get("service"), t.get("agent")) if x) or "-"
     lines = [f"trace {printable(str(t['trace_id']))}  {_short(who, 120)}  "
              f"task {_short(t.get('task_id') or '-', 80)}  {t.get('status')}  {mark}",
-             f"  {t['counts']['spans']} spans, {t['counts']['llm_calls']} LLM calls, "
+             f"  {_steps(t['counts'])}{t['counts']['spans']} spans, "
+             f"{t['counts']['llm_calls']} LLM calls, "
              f"{t['counts']['tool_calls']} tool calls, {t['counts']['errors']} errors; "
              f"{t['usage']['input_tokens']}+{t['usage']['output_tokens']} tokens; "
              f"{usd(t['usage'].get('cost_usd'))}; "

@@ -439,11 +439,55 @@ class Trajectory:
     def tool_steps(self) -> list[Step]:
         return [s for s in self.steps if s.kind == "tool"]
 
+    def top_level_tool_steps(self) -> list[Step]:
+        """Tool steps not nested (at any depth) under another tool step, but for the calls an
+        interpreter tool's code made (``Step.in_code``: ``code_actions``).
+
+        One pass in step order (tree order: a parent comes before its children) remembers for
+        each span whether a tool step is at or above it, so a chain of n nested spans costs n,
+        not n x depth. A parent not seen yet (spans caught in a parent cycle, or a parent that
+        is no step) is walked up, at most 1000 levels. Plain loops, no Python call per step:
+        ``to_json`` counts the steps of every run it writes (tests/cost)."""
+        tools: set[str] = set()
+        parent: dict[str, str | None] = {}
+        for s in self.steps:
+            if s.kind == "tool":
+                tools.add(s.span_id)
+            parent.setdefault(s.span_id, s.parent_span_id)
+        under_tool: dict[str, bool] = {}  # span id -> a tool step is at or above it
+        out = []
+        for s in self.steps:
+            p = s.parent_span_id
+            if p is None:
+                known = False
+            elif p in under_tool:
+                known = under_tool[p]
+            else:  # parent after its child (only in a cycle) or no step: walk up
+                known, seen = False, 0
+                while p is not None and seen < 1000:
+                    if p in tools:
+                        known = True
+                        break
+                    p, seen = parent.get(p), seen + 1
+            if s.kind == "tool" and (not known or s.in_code):
+                out.append(s)  # a call made from an interpreter tool's code is a call
+            # rebuilt tool steps share their LLM step's span id: the first entry decides
+            if s.span_id not in under_tool:
+                under_tool[s.span_id] = known or s.span_id in tools
+        return out
+
     @property
     def action_steps(self) -> list[Step]:
-        """The run's own steps: tool steps, a code action counted once (not the calls of
-        known tools made from its code)."""
-        return [s for s in self.steps if s.kind == "tool" and not s.in_code]
+        """The run's steps, the one meaning of "steps" everywhere (``counts()["steps"]``, the
+        run list, ``show``, ``--budget steps``, ``otel_eval_trace_steps``): the agent's own
+        actions, its top-level tool steps, a code action counted once (not the calls of known
+        tools made from its code, nor the tool spans nested under a tool, such as a
+        sub-agent's). LLM calls are not steps: they are counted as LLM calls."""
+        out = []
+        for s in self.top_level_tool_steps():
+            if not s.in_code:
+                out.append(s)
+        return out
 
     @property
     def tool_call_steps(self) -> list[Step]:
@@ -462,12 +506,19 @@ class Trajectory:
         }
 
     def counts(self) -> dict[str, int]:
-        return {
-            "spans": self.span_count,
-            "llm_calls": len(self.llm_steps),
-            "tool_calls": len(self.tool_call_steps),
-            "errors": sum(1 for s in self.steps if s.status == "error"),
-        }
+        """``llm_calls`` as ``llm_steps``, ``tool_calls`` as ``tool_call_steps``, ``steps`` as
+        ``action_steps``, counted in one loop (no Python call per step: every stored run pays
+        it, tests/cost)."""
+        llm = tool_calls = errors = 0
+        for s in self.steps:
+            if s.kind == "llm":
+                llm += 1
+            elif s.kind == "tool" and not s.code_block:
+                tool_calls += 1
+            if s.status == "error":
+                errors += 1
+        return {"spans": self.span_count, "steps": len(self.action_steps), "llm_calls": llm,
+                "tool_calls": tool_calls, "errors": errors}
 
 
 # Finding kinds (of the non-termination detector) that mean the run did not end; they alone

@@ -138,21 +138,24 @@ def calibrate(labelled: Iterable[tuple[str, dict[str, Any]]],
 MAX_LABELLED_RUNS = 10_000
 
 
-def report(store: EvaluationStore, judge: JudgeConfig,
-           limit: int = MAX_LABELLED_RUNS) -> dict[str, Any]:
-    """``calibrate`` over the store's labelled runs, at the judge's pass thresholds."""
-    return calibrate(store.labelled(limit), Thresholds(judge.tau_task, judge.tau_process))
+def report(store: EvaluationStore, judge: JudgeConfig, limit: int = MAX_LABELLED_RUNS,
+           p_success: float = 0.5) -> dict[str, Any]:
+    """``calibrate`` over the store's labelled runs, at the judge's pass thresholds and the
+    predictor's (``prediction.pass_threshold``)."""
+    return calibrate(store.labelled(limit),
+                     Thresholds(judge.tau_task, judge.tau_process, p_success))
 
 
-def build(config: JudgeConfig, deps: Deps) -> Callable[[], dict[str, Any]]:
+def build(config: JudgeConfig, deps: Deps, p_success: float = 0.5
+          ) -> Callable[[], dict[str, Any]]:
     """``GET /v1/calibration`` of ``serve``: ``report`` over the service's store, each one
     computed published on the agreement gauges (``metrics.calibration``), which compute one
     themselves on a scrape once theirs is stale."""
     gauges = deps.metrics.calibration
-    gauges.serve_from(lambda: report(deps.store, config))
+    gauges.serve_from(lambda: report(deps.store, config, p_success=p_success))
 
     def served() -> dict[str, Any]:
-        found = report(deps.store, config)
+        found = report(deps.store, config, p_success=p_success)
         gauges.calibrated(found)
         return found
     return served

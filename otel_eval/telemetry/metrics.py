@@ -91,7 +91,9 @@ Metrics (counters are exposed with the ``_total`` suffix):
                otel_eval_sessions_reopened_total{service,agent}, otel_eval_sessions_evicted_total
                {reason}, otel_eval_session_turns_dropped_total{reason}, otel_eval_sessions_open
                (gauge): the session completion job (otel_eval.telemetry.sessions)
-    prediction otel_eval_prediction_p_success{service,agent}      histogram, 0..1 (with --model)
+    prediction otel_eval_prediction_p_success{service,agent}      histogram, 0..1
+               otel_eval_prediction_runs_predicted_to_fail_total{service,agent}  p_success
+               below prediction.pass_threshold
                otel_eval_prediction_labelled_total{agent,outcome}  success|failure
                otel_eval_prediction_rolling_auc{agent}    gauge, AUC of the last labelled
                predictions (otel_eval.telemetry.prediction)

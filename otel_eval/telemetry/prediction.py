@@ -1,6 +1,7 @@
 """Self-metrics of the success predictor (``evaluate/predict``) while ``serve`` runs.
 
-    evaluation stored -> p_success histogram per agent
+    evaluation stored -> p_success histogram per agent; below the pass threshold, the
+                         predicted-to-fail counter
     outcome known (outcome attribute at evaluation, or POST /v1/feedback later)
       -> per-agent window of the last ``auc_window`` labelled predictions
       -> rolling AUC, computed when Prometheus scrapes (absent until each class has
@@ -9,6 +10,9 @@
 Metrics (declared on the ``Metrics`` registry, agent names capped as everywhere else):
 
     otel_eval_prediction_p_success{service,agent}          histogram, 0..1
+    otel_eval_prediction_runs_predicted_to_fail_total{service,agent}
+                                                           runs with p_success below
+                                                           prediction.pass_threshold
     otel_eval_prediction_labelled_total{agent,outcome}     success|failure, outcomes received
     otel_eval_prediction_rolling_auc{agent}                gauge, AUC of the window
 
@@ -42,6 +46,10 @@ AUC_DOC = ("AUC of the predictor's last labelled predictions (window prediction.
            "per agent.")
 
 
+# p_success below which a run is predicted to fail, when no setting gives it
+PASS_THRESHOLD = 0.5
+
+
 class _AucCollector(Collector):
     """The rolling AUC gauge, computed when scraped."""
 
@@ -65,9 +73,14 @@ class PredictionMetrics:
         self._cap = cap
         self._window = (config.auc_window, config.auc_min_per_class) if config else (
             AUC_WINDOW, AUC_MIN_PER_CLASS)
+        # PredictionConfig.pass_threshold (an AucSettings without one: the default)
+        self.pass_threshold = float(getattr(config, "pass_threshold", PASS_THRESHOLD))
         self.h_p = d.histogram("prediction_p_success",
                                 "Predicted probability of success per trace (success "
                                 "predictor).", ("service", "agent"), P_BUCKETS)
+        self.c_fail = d.counter("prediction_runs_predicted_to_fail",
+                                "Runs the success predictor expects to fail (p_success below "
+                                "prediction.pass_threshold), per agent.", ("service", "agent"))
         self.c_labelled = d.counter("prediction_labelled",
                                      "Outcomes received for predicted traces (outcome "
                                      "attribute or feedback), by outcome.",
@@ -86,6 +99,8 @@ class PredictionMetrics:
         t = evaluation.trajectory
         if not superseded:
             self._cap.series(self.h_p, service, agent).observe(p, {"trace_id": t.trace_id})
+            if p < self.pass_threshold:
+                self._cap.series(self.c_fail, service, agent).inc()
         outcome = evaluation.verdict.outcome if evaluation.verdict else None
         if outcome is not None:
             self._label(agent, t.trace_id, p, outcome == "success")

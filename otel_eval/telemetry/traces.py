@@ -48,7 +48,8 @@ class TraceMetrics:
         self.c_tool_errors = c("detector_tool_errors", "Tool-call errors, by kind and tool.",
                                [*sa, "kind", "tool"])
         h = d.histogram
-        self.h_steps = h("trace_steps", "Steps per trace (a code action once).", sa, _STEPS_BUCKETS)
+        self.h_steps = h("trace_steps", "Steps per trace: top-level tool calls, a code action "
+                         "once (counts.steps, --budget steps).", sa, _STEPS_BUCKETS)
         self.h_tokens = h("trace_tokens", "Input + output tokens per trace.", sa, _TOKEN_BUCKETS)
         self.h_cost = h("trace_cost_usd", "Cost per trace, USD.", sa, _COST_BUCKETS)
         self.h_duration = h("trace_duration_seconds", "Duration of the agent run.", sa,

@@ -127,6 +127,23 @@ def test_calibrate_cli_reads_the_recorded_outcomes_from_the_store(
     assert "shop  a  trace  3  2  1  0.5  0.500 [" in table
 
 
+def test_p_success_s_kappa_is_taken_at_the_configured_pass_threshold(
+        store: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """prediction.pass_threshold 0.8: only the 0.9 run is predicted to pass; by hand over the
+    six runs po = 4/6, pe = 1/6 * 3/6 + 5/6 * 3/6 = 1/2, kappa = (4/6 - 1/2) / (1/2) = 1/3
+    (at the default 0.5 it is 2/3)."""
+    (tmp_path / "cfg.yaml").write_text("prediction:\n  pass_threshold: 0.8\n")
+    assert main(["calibrate", "--store", str(tmp_path / "store.db"), "--config",
+                 str(tmp_path / "cfg.yaml"), "--format", "json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    row = _row(found, "*", "p_success")
+    assert (row["threshold"], row["kappa"]) == (0.8, round(1 / 3, 4))
+    assert found["thresholds"]["p_success"] == 0.8
+    assert main(["calibrate", "--store", str(tmp_path / "store.db"), "--format", "json"]) == 0
+    assert _row(json.loads(capsys.readouterr().out), "*", "p_success")["kappa"] == round(2 / 3,
+                                                                                          4)
+
+
 def test_calibrate_cli_without_a_store_says_so(tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["calibrate", "--store", str(tmp_path / "none.db")]) == 1

@@ -102,7 +102,8 @@ def test_a_stop_leaves_the_offsets_of_a_run_in_flight_uncommitted(
         assert h.release() == 1
         body = h.svc.store.get(tid)
         assert body is not None and body["status"] == "complete" and body["revision"] == 0
-        assert body["counts"] == {"spans": 9, "llm_calls": 4, "tool_calls": 4, "errors": 0}
+        assert body["counts"] == {"spans": 9, "steps": 4, "llm_calls": 4, "tool_calls": 4,
+                                  "errors": 0}
         assert not [f for f in body["findings"] if f["detector"] == "non_termination"]
         poll(lambda: h.sample("otel_eval_kafka_committed_offset", topic="spans",
                               partition=str(PARTITION)) == 2, "both records committed")

@@ -135,7 +135,8 @@ def test_a_stop_leaves_a_run_in_flight_unjudged_and_the_restart_evaluates_it_who
     second.send(whole[5:])
     assert second.advance(GRACE) == 1
     ev = second.stored()[T]
-    assert ev["counts"] == {"spans": 9, "llm_calls": 4, "tool_calls": 4, "errors": 0}
+    assert ev["counts"] == {"spans": 9, "steps": 4, "llm_calls": 4, "tool_calls": 4,
+                           "errors": 0}
     assert ev["status"] == "complete" and ev["revision"] == 0
     assert [f["detector"] for f in ev["findings"]] == []
     assert second.sink.exported == [T]

@@ -240,7 +240,8 @@ def test_a_run_cut_by_sigterm_is_evaluated_once_whole_after_the_restart(
         srv.proc.send_signal(signal.SIGTERM)
         assert srv.proc.wait(60) == 0, srv.log_tail()
     assert body["status"] == "complete" and body["revision"] == 0
-    assert body["counts"] == {"spans": 13, "llm_calls": 6, "tool_calls": 6, "errors": 0}
+    assert body["counts"] == {"spans": 13, "steps": 6, "llm_calls": 6, "tool_calls": 6,
+                              "errors": 0}
     assert body["usage"]["input_tokens"] == 600
     assert not [f for f in body["findings"] if f["detector"] == "non_termination"]
     assert m.get("otel_eval_traces_non_terminated_total", 0.0) == 0

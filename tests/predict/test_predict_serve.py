@@ -77,6 +77,10 @@ def test_serve_with_a_model_predicts_and_tracks_its_auc(tmp_path: Path,
             assert 0.0 <= p[tid] <= 1.0
         assert h.sample("otel_eval_prediction_p_success_count", service="travel",
                         agent=AGENT) == 3
+        below = sum(v < 0.5 for v in p.values())  # prediction.pass_threshold's default
+        assert (h.svc.registry.get_sample_value(
+            "otel_eval_prediction_runs_predicted_to_fail_total",
+            {"service": "travel", "agent": AGENT}) or 0) == below
         assert h.sample("otel_eval_prediction_labelled_total", agent=AGENT,
                         outcome="success") == 1  # from the outcome attribute
         auc_gauge = "otel_eval_prediction_rolling_auc"

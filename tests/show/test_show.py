@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from otel_eval.app.cli import main
-from otel_eval.app.config import Config
+from otel_eval.app.config import Config, replace
 from otel_eval.app.offline import EvalRun
 from otel_eval.app.show import render_text
 from otel_eval.outputs.ui.run import tree
@@ -181,3 +181,17 @@ def test_show_full_unfolds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert code == 0, err
     assert "timeout_s: HTTP timeout in seconds (default 30)" in out
     assert "$0.03775" in out and "input: The HTTP timeout should be 30 s" in out
+
+
+def test_steps_are_what_the_steps_budget_counts() -> None:
+    """One meaning of steps: show's count is the budget's (top-level tool steps), not the
+    spans or the tree's entries; a run stored before the count says none."""
+    cfg = replace(Config(), **{"detectors.budget_overrides": {"steps": 5}})
+    [evaluation] = list(EvalRun(cfg, [str(TRACE)]).evaluations())
+    body = evaluation.to_json()
+    summary = render_text(tree(body)).splitlines()[1]
+    assert summary.startswith("  8 steps, 18 spans, 9 LLM calls, 8 tool calls")
+    assert "8 steps against a budget of 5" in body["verdict"]["reasons"]
+    assert len(body["steps"]) == 18  # the tree's entries: every span
+    del body["counts"]["steps"]
+    assert "steps" not in render_text(tree(body)).splitlines()[1]

@@ -187,7 +187,8 @@ def test_trajectory_fields() -> None:
     assert (t.input, t.output, t.convention) == ("question", "answer", "genai")
     assert (t.start_ns, t.end_ns, t.duration_s) == (100, 900, 800 / 1e9)
     assert t.root_attributes["otel_eval.outcome"] == "success"
-    assert t.counts() == {"spans": 3, "llm_calls": 1, "tool_calls": 1, "errors": 1}
+    assert t.counts() == {"spans": 3, "steps": 1, "llm_calls": 1, "tool_calls": 1,
+                          "errors": 1}
     assert t.usage() == {"input_tokens": 3, "output_tokens": 4, "cost_usd": 0.5}
     assert t.steps[2].error == "denied"
 

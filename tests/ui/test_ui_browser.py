@@ -22,8 +22,9 @@ from ui_server import CRITIQUE, GUIDE_ID
 
 DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 # What an injected script would leave behind; a page-level check after every page load.
-PWNED = ("[window.__pwned, document.querySelectorAll('script, img, svg, iframe, object,"
-         " embed, style, a[href^=\"javascript:\" i]').length]")
+# (the one script allowed: the package's own outcome form, /ui/static/outcome.js)
+PWNED = ("[window.__pwned, document.querySelectorAll('script:not([src=\"/ui/static/outcome.js"
+         "\"]), img, svg, iframe, object, embed, style, a[href^=\"javascript:\" i]').length]")
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +67,7 @@ def test_the_injection_check_would_see_a_script_that_ran(browser: Browser) -> No
 def test_the_run_list_filters(browser: Browser, ui_url: str, artefacts: Path) -> None:
     browser.open(ui_url + "/ui/")
     _safe(browser)
-    assert browser.js("document.querySelectorAll('table.runs tbody tr').length") == 2
+    assert browser.js("document.querySelectorAll('table.runlist tbody tr').length") == 2
     _shot(browser, artefacts, "runs")
     browser.js("document.querySelector('input[name=agent]').value = 'docs-fixer';"
                "document.querySelector('select[name=passed]').value = 'false';")
@@ -74,7 +75,7 @@ def test_the_run_list_filters(browser: Browser, ui_url: str, artefacts: Path) ->
     browser.js("document.querySelector('form.filters button').click()")
     browser.wait_load(before)
     assert "agent=docs-fixer" in browser.js("location.search")
-    rows = browser.js("[...document.querySelectorAll('table.runs tbody tr')]"
+    rows = browser.js("[...document.querySelectorAll('table.runlist tbody tr')]"
                       ".map(r => r.innerText)")
     assert len(rows) == 1, browser.js("location.search + document.body.innerText")
     assert "docs-fixer" in rows[0] and "FAIL" in rows[0]
@@ -92,8 +93,11 @@ def test_the_guide_run_shows_each_finding_on_its_step(browser: Browser, ui_url: 
     assert "The HTTP timeout should be 30 s as documented" in header  # the user's text
     assert "loop:repeated_call" in _step_text(browser, 4)
     assert "loop:repeated_call" not in _step_text(browser, 3)
-    step8 = _step_text(browser, 8)
-    assert "loop:repeated_call" in step8 and CRITIQUE in step8 and "0.25" in step8
+    step8 = _step_text(browser, 8)  # the judge's critiques folded under the step
+    assert "loop:repeated_call" in step8 and "judge: 1 critique, lowest 0.25" in step8
+    assert CRITIQUE not in step8
+    browser.js("document.querySelector('#step-8 details.critiques').open = true")
+    assert CRITIQUE in _step_text(browser, 8)
     step12 = _step_text(browser, 12)
     assert "tool_call:runtime" in step12 and "old text not found" in step12
     assert "budget:steps_exceeded" in _step_text(browser, 16)

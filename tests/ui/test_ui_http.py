@@ -11,7 +11,10 @@ from otel_eval.app.admin import AdminConfig
 from otel_eval.outputs.ui.html import CSP
 from otel_eval.store import Store
 
-PAGES = ("/ui/", f"/ui/runs/{GUIDE_ID}", "/ui/issues", f"/ui/runs/{GUIDE_ID}/steps/4")
+PAGES = ("/ui/", f"/ui/runs/{GUIDE_ID}", "/ui/issues", f"/ui/runs/{GUIDE_ID}/steps/4",
+         "/ui/calibration")
+# The one script a page may load: the package's own outcome form (no inline code)
+OWN_SCRIPT = b'<script src="/ui/static/outcome.js" defer></script>'
 
 
 @pytest.mark.parametrize("path", PAGES)
@@ -21,13 +24,23 @@ def test_every_page_is_html_under_the_strict_policy(ui_url: str, path: str) -> N
     assert headers["Content-Security-Policy"] == CSP
     assert "default-src 'none'" in CSP and "frame-ancestors 'none'" in CSP
     assert headers["X-Content-Type-Options"] == "nosniff"
-    assert b"<script" not in body and b" style=" not in body and b"<style" not in body
+    assert b"<script" not in body.replace(OWN_SCRIPT, b"")
+    assert b" style=" not in body and b"<style" not in body
+    assert "connect-src 'self'" in CSP  # the form's fetch goes to this origin only
 
 
 def test_the_stylesheet_is_served_by_the_package(ui_url: str) -> None:
     status, headers, body = get(ui_url + "/ui/static/style.css")
     assert status == 200 and headers["Content-Type"].startswith("text/css")
     assert b".finding" in body and b"url(" not in body  # nothing fetched from elsewhere
+
+
+def test_the_outcome_script_is_served_and_writes_text_only(ui_url: str) -> None:
+    status, headers, body = get(ui_url + "/ui/static/outcome.js")
+    assert status == 200 and headers["Content-Type"].startswith("text/javascript")
+    assert b"innerHTML" not in body and b"eval(" not in body and b"http" not in body
+    assert b'"Content-Type": "application/json"' in body  # what the feedback check requires
+    assert get(ui_url + "/ui/static/other.js")[0] == 404
 
 
 def test_filters_are_the_results_api_s(ui_url: str) -> None:

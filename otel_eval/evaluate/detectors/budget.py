@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from otel_eval.base.model import Finding, Step, Trajectory
-from otel_eval.evaluate.detectors.calls import Context, top_level_tool_steps
+from otel_eval.evaluate.detectors.calls import Context
 from otel_eval.evaluate.detectors.config import DetectorsConfig
 from otel_eval.evaluate.trajectory.prices import model_prices, step_cost
 
@@ -72,9 +72,9 @@ def _fmt(name: str, value: float) -> str:
 
 
 def _steps(trajectory: Trajectory) -> list[Step]:
-    """The run's steps: top-level tool steps, a code action once (the calls of known tools
-    made from its code are part of it, ``Step.in_code``)."""
-    return [s for s in top_level_tool_steps(trajectory) if not s.in_code]
+    """The run's steps (``Trajectory.action_steps``: top-level tool steps, a code action
+    once)."""
+    return trajectory.action_steps
 
 
 def _beyond(trajectory: Trajectory, name: str, limit: float) -> list[Step]:

@@ -147,32 +147,9 @@ def result_failed(step: Step, action: bool, cfg: ToolCallConfig) -> str | None:
 
 
 def top_level_tool_steps(trajectory: Trajectory) -> list[Step]:
-    """Tool steps not nested (at any depth) under another tool step, but for the calls an
-    interpreter tool's code made (``Step.in_code``: ``trajectory.code_actions``).
-
-    One pass in step order (tree order: a parent comes before its children) remembers for
-    each span whether a tool step is at or above it, so a chain of n nested spans costs n,
-    not n x depth. A parent not seen yet (spans caught in a parent cycle) is walked up, at
-    most 1000 levels."""
-    tools = {s.span_id for s in trajectory.tool_steps}
-    parent = {s.span_id: s.parent_span_id for s in trajectory.steps}
-    under_tool: dict[str, bool] = {}  # span id -> a tool step is at or above it
-    out = []
-    for s in trajectory.steps:
-        p = s.parent_span_id
-        known = under_tool.get(p) if p is not None else False
-        if known is None:  # parent after its child: only in a cycle
-            known, seen = False, 0
-            while p is not None and seen < 1000:
-                if p in tools:
-                    known = True
-                    break
-                p, seen = parent.get(p), seen + 1
-        if s.kind == "tool" and (not known or s.in_code):
-            out.append(s)  # a call made from an interpreter tool's code is a call
-        # rebuilt tool steps share their LLM step's span id: the first entry decides
-        under_tool.setdefault(s.span_id, known or s.span_id in tools)
-    return out
+    """``Trajectory.top_level_tool_steps``: tool steps not nested under another tool step,
+    and the calls an interpreter tool's code made."""
+    return trajectory.top_level_tool_steps()
 
 
 def calls(trajectory: Trajectory, loop: LoopConfig, tool_cfg: ToolCallConfig) -> list[Call]:

@@ -62,7 +62,7 @@ class BudgetsConfig:
 
     # Steps: top-level tool calls (one action of a code/shell agent counts once). Count.
     steps: int | None = None
-    # LLM calls (llm steps). Count.
+    # LLM calls (the LLM spans; they are not steps). Count.
     llm_calls: int | None = None
     # Tool calls, nested ones included (a tool called from inside code counts too). Count.
     tool_calls: int | None = None

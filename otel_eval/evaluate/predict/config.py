@@ -35,8 +35,15 @@ class PredictionConfig:
     # rolling AUC is reported; below it the gauge is absent, not a guess. Default 10.
     auc_min_per_class: int = AUC_MIN_PER_CLASS
 
+    # Probability of success at and above which a run is predicted to pass: below it the
+    # run counts in otel_eval_prediction_runs_predicted_to_fail_total and the web view marks
+    # it; p_success's kappa in GET /v1/calibration is taken at it (0-1). Default 0.5.
+    pass_threshold: float = 0.5
+
     def __post_init__(self) -> None:
-        validate(self, minimum={"auc_window": 2, "auc_min_per_class": 1})
+        validate(self, minimum={"auc_window": 2, "auc_min_per_class": 1,
+                                "pass_threshold": 0.0},
+                 maximum={"pass_threshold": 1.0}, finite=("pass_threshold",))
 
     @property
     def enabled(self) -> bool:

@@ -5,7 +5,9 @@ Every value from span content is hostile. Text goes into a page only through ``h
 markup. Attribute values are escaped the same way, and the only URLs written are this
 service's own paths (built by ``href`` from a path and escaped query parameters) or the
 configured trace backend's, never a value from a span: a ``javascript:`` link in a span is
-text. No inline script or style anywhere, so the Content-Security-Policy forbids both.
+text. No inline script or style anywhere, so the Content-Security-Policy forbids both; the
+one script is this package's static file (the run page's outcome form), and what it may
+fetch is this origin (``connect-src 'self'``: ``POST /v1/feedback``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from urllib.parse import quote, urlencode
 
 CSP = ("default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; "
-       "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+       "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 HEADERS = {
     "Content-Security-Policy": CSP,
     "X-Content-Type-Options": "nosniff",
@@ -75,7 +77,8 @@ def segment(value: str) -> str:
 def page(title: str, body: Part, nav: str = "") -> bytes:
     """A whole page; the stylesheet is this package's static file (no script is needed:
     folding is ``<details>``)."""
-    links = [("runs", "/ui/"), ("sessions", "/ui/sessions"), ("issues", "/ui/issues")]
+    links = [("runs", "/ui/"), ("sessions", "/ui/sessions"), ("issues", "/ui/issues"),
+             ("calibration", "/ui/calibration")]
     head = h("head", h("meta", charset="utf-8"),
              h("meta", name="viewport", content="width=device-width, initial-scale=1"),
              h("title", title + " · otel-eval"),

@@ -7,11 +7,15 @@
     GET /ui/sessions/{session_id}?turn=N      one conversation as a transcript of its turns
     GET /ui/issues                            the recurring issues
     GET /ui/issues/{id}/runs?offset=N         every run of one issue, 100 a page
-    GET /ui/static/style.css                  the stylesheet (the only static file)
+    GET /ui/calibration                       the judge and p_success against the outcomes
+                                              people recorded (GET /v1/calibration)
+    GET /ui/static/style.css                  the stylesheet
+    GET /ui/static/outcome.js                 the run page's outcome form (the only script)
 
 ``PAGES`` is the table: (path pattern, page), each page (sources, the path's match, query
 string) -> (status, headers, body); the admin server mounts it in its routing table
-(``receive.routing``) for GET, behind the read token. Read-only: no route writes.
+(``receive.routing``) for GET, behind the read token. Read-only: no route writes (the run
+page's form posts to the API's ``/v1/feedback``, under its own checks).
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
+from otel_eval.outputs.ui.calibration import calibration_page
 from otel_eval.outputs.ui.html import HEADERS, Html, h, join, page
 from otel_eval.outputs.ui.issues import issue_runs_page, issues_page
+from otel_eval.outputs.ui.outcome import outcome_section
 from otel_eval.outputs.ui.run import tree
 from otel_eval.outputs.ui.runs import DEFAULT_LIMIT, FILTERS, runs_page
 from otel_eval.outputs.ui.runview import run_page, step_page
@@ -53,6 +59,10 @@ class Sources:
     # conversations (GET /v1/sessions, /v1/sessions/{id}); None = not served
     sessions: Callable[[SessionQuery], dict[str, Any]] | None = None
     session: Callable[[str], dict[str, Any] | None] | None = None
+    # GET /v1/calibration's report (evaluate.calibration); None: not served
+    calibration: Callable[[], dict[str, Any] | None] = lambda: None
+    pass_threshold: float = 0.5  # prediction.pass_threshold
+    write_token: bool = False  # POST /v1/feedback asks for a write token (admin.write_tokens)
 
 
 Response = tuple[int, dict[str, str], bytes]
@@ -78,7 +88,8 @@ def _runs(sources: Sources, query: str) -> Response:
                                          **{k: [v] for k, v in params.items()}})
     except QueryError as e:
         return _html(400, "runs", runs_page(None, params, str(e)), "runs")
-    return _html(200, "runs", runs_page(sources.query(q), params), "runs")
+    return _html(200, "runs", runs_page(sources.query(q), params, redact=sources.redact,
+                                        threshold=sources.pass_threshold), "runs")
 
 
 def _runs_page(sources: Sources, _found: re.Match[str], query: str) -> Response:
@@ -99,8 +110,9 @@ def _run(sources: Sources, trace_id: str, index: str | None) -> Response:
         return _not_found(f"No evaluation for trace {trace_id.lower()}.")
     t = tree(body)
     if index is None:
-        return _html(200, f"run {trace_id[:8]}", run_page(t, sources.redact, sources.trace_url),
-                     "runs")
+        said = outcome_section(body, sources.pass_threshold, sources.write_token)
+        return _html(200, f"run {trace_id[:8]}",
+                     run_page(t, sources.redact, sources.trace_url, outcome=said), "runs")
     shown = step_page(t, int(index), sources.redact)
     if shown is None:
         return _not_found(f"Trace {trace_id.lower()} has no step {index}.")
@@ -142,9 +154,18 @@ def _session(sources: Sources, found: re.Match[str], query: str) -> Response:
                  "sessions")
 
 
-def _stylesheet(_sources: Sources, _found: re.Match[str], _query: str) -> Response:
-    data = resources.files("otel_eval.outputs.ui").joinpath("static", "style.css").read_bytes()
-    return 200, {**HEADERS, "Content-Type": "text/css; charset=utf-8",
+def _calibration(sources: Sources, _found: re.Match[str], _query: str) -> Response:
+    return _html(200, "calibration", calibration_page(sources.calibration()), "calibration")
+
+
+_STATIC = {"style.css": "text/css; charset=utf-8",
+           "outcome.js": "text/javascript; charset=utf-8"}
+
+
+def _static(_sources: Sources, found: re.Match[str], _query: str) -> Response:
+    name = found.group(1)
+    data = resources.files("otel_eval.outputs.ui").joinpath("static", name).read_bytes()
+    return 200, {**HEADERS, "Content-Type": _STATIC[name],
                  "Cache-Control": "max-age=3600"}, data
 
 
@@ -162,7 +183,8 @@ PAGES: tuple[tuple[str, View], ...] = (
     (r"/ui/issues/([A-Za-z0-9_.:-]{1,80})/runs", _issue_runs),
     (r"/ui/sessions", _sessions),
     (r"/ui/sessions/(.+)", _session),
-    (r"/ui/static/style\.css", _stylesheet),
+    (r"/ui/calibration", _calibration),
+    (r"/ui/static/(style\.css|outcome\.js)", _static),
     (r"/ui/runs/([0-9a-fA-F]{32})(?:/steps/([0-9]{1,9}))?", _run_page),
     (r"/ui(?:/.*)?", _no_page),
 )

@@ -50,7 +50,8 @@ def tree(body: dict[str, Any]) -> dict[str, Any]:
             roots.append(s["index"])
     head = {k: v for k, v in body.items() if k not in ("steps", "findings", "judge")}
     judge = body.get("judge") or {}
-    return {**head, "judge": judge.get("overall"), "findings": trace_findings,
+    return {**head, "judge": judge.get("overall"), "judge_record": judge or None,
+            "findings": trace_findings,
             "critiques": trace_critiques, "roots": roots, "steps": list(steps.values())}
 
 

@@ -1,8 +1,11 @@
 """Output (part): the list of recent runs (``/ui/``), filtered as the results API.
 
-One line per run: time, service, agent, verdict, findings by kind, steps, tokens, cost,
-duration; the filter form takes the results API's parameters (``otel_eval.store.query``), and the
-page ends with a link to the next one (the API's keyset cursor).
+One line per run: time, service, agent (marked when inferred), what the user asked (the
+run's first user input, redacted as the judge sees it and cut to one line), verdict,
+``p_success`` (marked below ``prediction.pass_threshold``), findings by kind, steps
+(``counts.steps``: what ``--budget steps`` counts), tokens, cost, duration; the filter
+form takes the results API's parameters (``otel_eval.store.query``), and the page ends
+with a link to the next one (the API's keyset cursor).
 """
 
 from __future__ import annotations
@@ -12,14 +15,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from otel_eval.outputs.ui.html import Html, h, href, segment
-from otel_eval.outputs.ui.text import usd
+from otel_eval.outputs.ui.text import Redact, redacted, usd
 from otel_eval.outputs.ui.values import short, when
+from otel_eval.outputs.ui.verdicts import agent_name, p_badge
 from otel_eval.store.query import Page
 
 FILTERS = ("service", "agent", "task_id", "status", "passed", "detector", "since", "until",
            "limit")
 DEFAULT_LIMIT = "50"
 _SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
+PREVIEW_CHARS = 120  # of a run's input shown in the list (one line)
 
 
 def verdict_badge(verdict: Any) -> Html:
@@ -44,19 +49,48 @@ def finding_kinds(body: Mapping[str, Any]) -> Html:
     return h("span", items, class_="kinds")
 
 
-def _row(body: Mapping[str, Any]) -> Html:
+def preview(value: Any, redact: Redact) -> Html:
+    """The run's input as one escaped line of at most ``PREVIEW_CHARS`` characters, redacted
+    (only its head is read: a 20 MB input costs what its first characters do)."""
+    if value is None or value == "":
+        return Html("")
+    line = short(redacted(value, PREVIEW_CHARS * 4, redact), PREVIEW_CHARS)
+    return h("span", line, class_="preview")
+
+
+def steps_count(body: Mapping[str, Any]) -> str:
+    """``counts.steps`` (the run's steps, as ``--budget steps`` counts them); "" for a run
+    stored before it was recorded (unknown, not the number of spans)."""
+    steps = (body.get("counts") or {}).get("steps")
+    return str(steps) if isinstance(steps, int) and not isinstance(steps, bool) else ""
+
+
+def _row(body: Mapping[str, Any], redact: Redact, threshold: float) -> Html:
     trace_id = str(body.get("trace_id"))
     usage = body.get("usage") or {}
     tokens = (usage.get("input_tokens") or 0) + (usage.get("output_tokens") or 0)
     duration = body.get("duration_s")
+    at = when(body.get("start_time_unix_nano")).split(" ")  # date, time: each one piece
     cells = [
-        h("a", when(body.get("start_time_unix_nano")) or trace_id[:8],
+        h("a", [[h("span", part, class_="nobr"), " "] for part in at if part] or trace_id[:8],
           href="/ui/runs/" + segment(trace_id)),
-        short(body.get("service") or "", 60), short(body.get("agent") or "", 60),
-        verdict_badge(body.get("verdict")), finding_kinds(body),
-        str(len(body.get("steps") or [])), f"{tokens:,}", usd(usage.get("cost_usd")),
+        short(body.get("service") or "", 60), agent_name(body),
+        preview(body.get("input"), redact),
+        verdict_badge(body.get("verdict")), p_badge(body, threshold), finding_kinds(body),
+        steps_count(body), f"{tokens:,}", usd(usage.get("cost_usd")),
         f"{duration:.1f} s" if isinstance(duration, int | float) else ""]
     return h("tr", [h("td", c) for c in cells])
+
+
+_COLUMNS = (("time", None), ("service", None), ("agent", None),
+            ("input", "the run's first user input (redacted as the judge sees it)"),
+            ("verdict", None),
+            ("p(success)", "the success predictor's p_success; red below "
+                           "prediction.pass_threshold"),
+            ("findings", None),
+            ("steps", "the run's steps: its top-level tool calls, a code action once "
+                      "(what --budget steps counts; LLM calls are not steps)"),
+            ("tokens", None), ("cost", None), ("duration", None))
 
 
 def _form(params: Mapping[str, str]) -> Html:
@@ -75,17 +109,18 @@ def _form(params: Mapping[str, str]) -> Html:
              class_="filters")
 
 
-def runs_page(page: Page | None, params: Mapping[str, str], error: str = "") -> Html:
-    """The filter form and one page of runs (or the reason the filters were refused)."""
+def runs_page(page: Page | None, params: Mapping[str, str], error: str = "",
+              redact: Redact = None, threshold: float = 0.5) -> Html:
+    """The filter form and one page of runs (or the reason the filters were refused);
+    ``threshold``: ``prediction.pass_threshold``."""
     parts: list[Any] = [h("h1", "Runs"), _form(params)]
     if error:
         parts.append(h("p", error, class_="error"))
     if page is None:
         return Html("".join(parts))
-    head = h("tr", [h("th", c) for c in ("time", "service", "agent", "verdict", "findings",
-                                         "steps", "tokens", "cost", "duration")])
-    rows = [_row(b) for b in page.evaluations if isinstance(b, dict)]
-    parts.append(h("table", h("thead", head), h("tbody", rows), class_="runs"))
+    head = h("tr", [h("th", c, title=about) for c, about in _COLUMNS])
+    rows = [_row(b, redact, threshold) for b in page.evaluations if isinstance(b, dict)]
+    parts.append(h("table", h("thead", head), h("tbody", rows), class_="runlist"))
     if not rows:
         parts.append(h("p", "No run matches these filters.", class_="empty"))
     links = []

@@ -5,7 +5,11 @@ At the top the verdict and its reasons, the budgets blown, the reference match, 
 scores and the findings naming no step; then the steps in tree order, indented by depth (a
 flat list: a hostile trace can be thousands of spans deep), each with its arguments, result
 and LLM content (redacted as the judge sees them, folded), timing, tokens and cost, the calls
-it asked for that never ran, and every finding and critique that points at it.
+it asked for that never ran, and every finding that points at it; the judge's critiques of
+a step are folded under it (one ``<details>`` a step, its summary the count and the lowest
+score). Between the two (``outcome``): ``p_success``, what judging the run cost, the outcome
+recorded for it, where the judge or the predictor disagree with that outcome, and the form
+that records one (``POST /v1/feedback``, sent by ``static/outcome.js``).
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from otel_eval.outputs.ui.html import Html, h, segment
 from otel_eval.outputs.ui.run import contents, outcome_note
 from otel_eval.outputs.ui.runs import verdict_badge
 from otel_eval.outputs.ui.text import Redact, duration, usd
-from otel_eval.outputs.ui.values import Budget, short, value, when
+from otel_eval.outputs.ui.values import NAME_CHARS, Budget, short, value, when
+from otel_eval.outputs.ui.verdicts import agent_name, number
 
 MAX_DEPTH = 24  # deeper steps are drawn at this indentation
 
@@ -53,6 +58,21 @@ def _notes(node: dict[str, Any], redact: Redact) -> list[Html]:
             + [_critique(c, redact) for c in node.get("critiques") or []])
 
 
+def _folded_notes(node: dict[str, Any], redact: Redact) -> list[Html]:
+    """A step's findings, then its critiques folded in one ``<details>``: the summary says
+    how many and the lowest score."""
+    here = node.get("index")
+    out = [_finding(f, here, redact) for f in node.get("findings") or []]
+    critiques = [c for c in node.get("critiques") or [] if isinstance(c, dict)]
+    if critiques:
+        scores = [x for x in (number(c.get("score")) for c in critiques) if x is not None]
+        about = (f"judge: {len(critiques)} critique{'s' if len(critiques) > 1 else ''}"
+                 + (f", lowest {min(scores):.2f}" if scores else ""))
+        out.append(h("details", h("summary", about),
+                      [_critique(c, redact) for c in critiques], class_="critiques"))
+    return out
+
+
 def _step_head(s: dict[str, Any]) -> Html:
     tokens = (s.get("input_tokens"), s.get("output_tokens"))
     facts = [short(s.get("model"), 80) if s.get("model") else None,
@@ -81,7 +101,7 @@ def step_block(trace_id: str, s: dict[str, Any], budget: Budget, redact: Redact)
                            h("span", outcome_note(call), class_="mark never"
                              if call.get("outcome") == "never_ran" else "mark"),
                            class_="call"))
-    parts += _notes(s, redact)
+    parts += _folded_notes(s, redact)
     depth = min(int(s.get("depth_shown") or 0), MAX_DEPTH)
     kind = short(s.get("kind"), 20)
     classes = f"step d{depth} k-{kind}" + (" has-findings" if s.get("findings") else "")
@@ -124,7 +144,8 @@ def _summary(t: dict[str, Any], budget: Budget, redact: Redact, trace_url: str) 
                                                                     t["trace_id"]),
              rel="noreferrer") if trace_url else None
     return h("header", h("h1", verdict_badge(t.get("verdict")), " ",
-                         short(t.get("agent") or t.get("service") or "run")),
+                         agent_name(t, NAME_CHARS) if t.get("agent")
+                         else short(t.get("service") or "run")),
              h("p", f"trace {t['trace_id']} · service {short(t.get('service') or '-')} · "
                     f"task {short(t.get('task_id') or '-')} · "
                     f"{when(t.get('start_time_unix_nano'))}",
@@ -142,16 +163,17 @@ def _summary(t: dict[str, Any], budget: Budget, redact: Redact, trace_url: str) 
 
 
 def run_page(t: dict[str, Any], redact: Redact, trace_url: str = "",
-             budget: Budget | None = None) -> Html:
-    """A ``run.tree`` as the run view."""
+             budget: Budget | None = None, outcome: Html | None = None) -> Html:
+    """A ``run.tree`` as the run view; ``outcome``: what is said between the header and the
+    steps (``outcome.outcome_section``)."""
     budget = budget or Budget()
     steps = [step_block(t["trace_id"], s, budget, redact) for s in _ordered(t)]
     session = t.get("session_id")
     link = h("p", "a turn of conversation ", h("a", short(session, 120), href="/ui/sessions/"
                                                  + segment(session)), class_="session") \
         if isinstance(session, str) else Html("")
-    return Html(link + _summary(t, budget, redact, trace_url) + h("div", steps,
-                                                                  class_="steps"))
+    return Html(link + _summary(t, budget, redact, trace_url) + (outcome or "")
+                + h("div", steps, class_="steps"))
 
 
 def step_page(t: dict[str, Any], index: int, redact: Redact) -> Html | None:
