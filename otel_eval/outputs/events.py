@@ -7,6 +7,14 @@ One log record per finding and one per verdict, following the GenAI semantic con
 record's trace id / span id are those of the evaluated span, so backends show the result on
 that span. Our extras are under ``otel_eval.*``.
 
+Evaluator provenance (who evaluated, which revision, how) follows the names of
+semantic-conventions-genai pull request 359, still open (the released conventions name no
+evaluator attribute yet): ``gen_ai.evaluation.evaluator.id`` (``otel-eval/<detector>``,
+``otel-eval/verdict``, ``otel-eval/judge.<judge>``), ``gen_ai.evaluation.evaluator.version``
+(otel-eval's version) and ``gen_ai.evaluation.evaluator.type`` (``deterministic`` for the
+detectors and the verdict, ``llm_judge`` for the judge). ``otel_eval.evaluator.version``
+stays, for the queries written against it.
+
     finding -> name = detector ("loop", "tool_call", ...), label = finding kind,
                explanation = message, span = first flagged span (else the root span);
                severity_number from the finding's severity (info / warning / error)
@@ -48,6 +56,13 @@ VERDICT_NAME = "otel_eval.verdict"
 SESSION_VERDICT_NAME = "otel_eval.session.verdict"
 SINK = "events"
 _SEVERITY = {"info": (9, "INFO"), "warning": (13, "WARN"), "error": (17, "ERROR")}
+# semantic-conventions-genai PR 359 (open): evaluator provenance on gen_ai.evaluation.result.
+EVALUATOR_ID = "gen_ai.evaluation.evaluator.id"
+EVALUATOR_VERSION = "gen_ai.evaluation.evaluator.version"
+EVALUATOR_TYPE = "gen_ai.evaluation.evaluator.type"
+EVALUATOR_PREFIX = "otel-eval/"
+DETERMINISTIC = "deterministic"
+LLM_JUDGE = "llm_judge"
 
 
 def _version() -> str:
@@ -55,6 +70,13 @@ def _version() -> str:
         return metadata.version("otel-eval")
     except metadata.PackageNotFoundError:
         return "0.0.0"
+
+
+def provenance(evaluator: str, version: str, kind: str) -> dict[str, Any]:
+    """The evaluator attributes of one record: ``evaluator`` is the detector, ``verdict`` or
+    ``judge.<judge>``; ``kind`` ``deterministic`` or ``llm_judge``."""
+    return {EVALUATOR_ID: EVALUATOR_PREFIX + evaluator, EVALUATOR_VERSION: version,
+            EVALUATOR_TYPE: kind, "otel_eval.evaluator.version": version}
 
 
 def _record(trace_id: str, span_id: str, severity: str, time_ns: int,
@@ -79,7 +101,7 @@ def finding_records(evaluation: model.Evaluation, root: str, version: str,
             "gen_ai.evaluation.explanation": f.message,
             "otel_eval.detector": f.detector,
             "otel_eval.severity": f.severity,
-            "otel_eval.evaluator.version": version,
+            **provenance(f.detector, version, DETERMINISTIC),
             "otel_eval.trace.revision": evaluation.trajectory.revision,
         }
         if f.span_ids:
@@ -99,7 +121,7 @@ def verdict_record(evaluation: model.Evaluation, root: str, version: str,
         "gen_ai.evaluation.score.value": 1.0 if v.passed else 0.0,
         "gen_ai.evaluation.score.label": "pass" if v.passed else "fail",
         "gen_ai.evaluation.explanation": "; ".join(v.reasons) or "no failing findings",
-        "otel_eval.evaluator.version": version,
+        **provenance("verdict", version, DETERMINISTIC),
         "otel_eval.trace.revision": evaluation.trajectory.revision,
     }
     if v.outcome is not None:
@@ -147,7 +169,7 @@ def _grade(evaluation: model.Evaluation, span: str, judge: str, dimension: str, 
         "gen_ai.evaluation.score.label": "pass" if score >= low_score else "fail",
         "gen_ai.evaluation.explanation": explanation,
         "otel_eval.judge.model": model_name,
-        "otel_eval.evaluator.version": version,
+        **provenance(f"judge.{judge}", version, LLM_JUDGE),
         "otel_eval.trace.revision": evaluation.trajectory.revision,
     }
     return _record(evaluation.trace_id, span, "info", time_ns, attrs)
@@ -156,10 +178,11 @@ def _grade(evaluation: model.Evaluation, span: str, judge: str, dimension: str, 
 def failure_record(trace_id: str, span_id: str, name: str, error_type: str, explanation: str,
                    version: str, time_ns: int) -> logs_pb2.LogRecord:
     """An evaluation that could not be made (judge timeout, parse error): ``error.type`` set,
-    no score."""
+    no score. ``name``: the judge (``trace``) or ``judge.<judge>``; only the judge fails."""
+    judge = name if name.startswith("judge.") else f"judge.{name}"
     attrs = {"gen_ai.evaluation.name": name, "error.type": error_type,
              "gen_ai.evaluation.explanation": explanation,
-             "otel_eval.evaluator.version": version}
+             **provenance(judge, version, LLM_JUDGE)}
     return _record(trace_id, span_id, "warning", time_ns, attrs)
 
 

@@ -8,9 +8,9 @@ For each stack (``stacks/<name>/stack.yaml``): a venv under the cache dir (defau
 (or, for ``runtime: node``, ``npm install`` of them into that dir), reinstalled only when the
 pins change. For each scenario: start the scripted LLM (``scripted_llm.py``) and the OTLP
 capture server (``tests/support/otlp_capture.py``) on loopback port 0, run the stack's agent
-program with the
-OPENAI_* / ANTHROPIC_* / OTEL_* environment pointing at them (plus the stack's own ``env``),
-wait for it (bounded), and write ``recordings/<stack>/<scenario>.json``::
+program with the OPENAI_* / ANTHROPIC_* / GOOGLE_* / OTEL_* environment pointing at them (plus
+the stack's own ``env``), wait for it (bounded), and write
+``recordings/<stack>/<scenario>.json``::
 
     {"stack", "scenario", "packages": {name: installed version}, "llm_requests": n,
      "requests": [{"signal": "traces" | "logs", "body": <OTLP JSON, hex ids>}, ...]}
@@ -130,10 +130,12 @@ def _environment(name: str, stack: dict[str, Any], llm: ScriptedLLM,
                  cap: Capture) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("OTEL_", "OPENAI_", "ANTHROPIC_", "TRACELOOP_", "PYTHON",
-                                "VIRTUAL_ENV"))}
+                                "VIRTUAL_ENV", "GOOGLE_", "GEMINI_"))}
     env.update(OPENAI_BASE_URL=llm.base_url, OPENAI_API_BASE=llm.base_url,
                OPENAI_API_KEY="sk-conformance", ANTHROPIC_BASE_URL=llm.root_url,
                ANTHROPIC_API_KEY="sk-ant-conformance", OTEL_EXPORTER_OTLP_ENDPOINT=cap.endpoint,
+               # google-genai: the Gemini API's root (it appends /v1beta/models/...)
+               GOOGLE_GEMINI_BASE_URL=llm.root_url, GOOGLE_API_KEY="conformance",
                OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
                OTEL_SERVICE_NAME=f"conformance-{name}",
                # the agents' shared code (stacks/common.py) and the scenarios it scripts

@@ -7,7 +7,11 @@ chunks with tool-call deltas, the ``stream_options.include_usage`` usage chunk, 
 ``response.created`` ... ``response.completed``, whose response carries the usage);
 ``POST /v1/messages`` (the Anthropic Messages API: ``system`` apart, ``tool_use`` /
 ``tool_result`` content blocks, ``stop_reason`` ``tool_use`` or ``end_turn``; streamed as the
-named SSE events ``message_start`` ... ``message_stop`` with ``input_json_delta`` chunks).
+named SSE events ``message_start`` ... ``message_stop`` with ``input_json_delta`` chunks);
+``POST /v1beta/models/MODEL:generateContent`` and ``:streamGenerateContent?alt=sse`` (the Gemini
+API, what the google-genai SDK calls: ``contents`` of ``user`` / ``model`` turns whose parts are
+``text``, ``functionCall`` or ``functionResponse``; a candidate with a ``functionCall`` part or
+a text part, ``usageMetadata``; streamed as unnamed SSE ``data:`` chunks).
 What it answers is ``scenarios.reply(NAME, k)``:
 
 - NAME is the ``[scenario:NAME]`` marker found in any message or input item of the
@@ -28,13 +32,13 @@ as a Python code block instead:
 ``<code>\nprint(get_weather(city="Paris"))\n</code>``, then ``final_answer("...")``.
 
 The model is always reported as ``gpt-4o-mini`` (``claude-3-5-haiku-20241022`` on the Messages
-API; models litellm's price table knows), with ids shaped like real ones (``chatcmpl-...``,
-``call_...``, ``msg_...``, ``toolu_...``) derived from the conversation so a
-re-recording gives the same ids, and usage numbers that grow with the conversation. A request
-without a marker, with an unknown scenario or not shaped like a chat completion gets a 400
-with an OpenAI-style error body (and is noted in ``errors``: ``record.py`` writes no recording
-then). ``requests`` counts answered calls; requests are served on threads, counters under a
-lock.
+API, ``gemini-2.0-flash`` on the Gemini API; models litellm's price table knows), with ids
+shaped like real ones (``chatcmpl-...``, ``call_...``, ``msg_...``, ``toolu_...``) derived from
+the conversation so a re-recording gives the same ids, and usage numbers that grow with the
+conversation. A request without a marker, with an unknown scenario or not shaped like a chat
+completion gets a 400 with an OpenAI-style error body (and is noted in ``errors``: ``record.py``
+writes no recording then). ``requests`` counts answered calls; requests are served on threads,
+counters under a lock.
 """
 
 from __future__ import annotations
@@ -51,6 +55,9 @@ import scenarios
 
 MODEL = "gpt-4o-mini"
 ANTHROPIC_MODEL = "claude-3-5-haiku-20241022"
+GEMINI_MODEL = "gemini-2.0-flash"
+_GEMINI_PATH = re.compile(r"^/v1(?:beta|alpha)?/models/[^/:]+:(generateContent|"
+                          r"streamGenerateContent)$")
 # The API each route speaks.
 _ROUTES = {"/v1/chat/completions": "chat", "/chat/completions": "chat",
            "/v1/responses": "responses", "/responses": "responses",
@@ -368,6 +375,57 @@ def message_events(m: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _gemini_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """Gemini ``contents`` as the chat messages ``_plan`` reads: text parts as content, a
+    ``functionResponse`` part as a tool message."""
+    contents = body.get("contents")
+    if not isinstance(contents, list) or not contents:
+        raise BadRequest("'contents' must be a non-empty list")
+    out: list[dict[str, Any]] = []
+    for c in contents:
+        parts = c.get("parts") if isinstance(c, dict) else None
+        if not isinstance(parts, list):
+            raise BadRequest("each content needs 'parts'")
+        texts = [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)]
+        out.append({"role": c.get("role") or "user", "content": "\n".join(texts)})
+        out += [{"role": "tool", "content": json.dumps(p["functionResponse"])}
+                for p in parts if isinstance(p, dict) and "functionResponse" in p]
+    return out
+
+
+def generate_content(body: dict[str, Any]) -> dict[str, Any]:
+    """The scripted Gemini API answer to a ``generateContent`` request body."""
+    p = _plan(_gemini_messages(body))
+    msg, usage = p["message"], p["usage"]
+    if msg.get("tool_calls"):
+        fn = msg["tool_calls"][0]["function"]
+        part: dict[str, Any] = {"functionCall": {"name": fn["name"],
+                                                 "args": json.loads(fn["arguments"])}}
+    else:
+        part = {"text": msg["content"]}
+    return {"candidates": [{"content": {"role": "model", "parts": [part]},
+                            "finishReason": "STOP", "index": 0}],
+            "usageMetadata": {"promptTokenCount": usage["prompt_tokens"],
+                              "candidatesTokenCount": usage["completion_tokens"],
+                              "totalTokenCount": usage["total_tokens"]},
+            "modelVersion": GEMINI_MODEL,
+            "responseId": p["id"].removeprefix("chatcmpl-")[:22]}
+
+
+def generate_content_chunks(g: dict[str, Any]) -> list[dict[str, Any]]:
+    """A streamed ``generateContent`` answer: text in word chunks (a function call whole),
+    the finish reason and usage on the last chunk."""
+    cand = g["candidates"][0]
+    part = cand["content"]["parts"][0]
+    pieces = [part] if "text" not in part else [
+        {"text": w if i == 0 else " " + w} for i, w in enumerate(part["text"].split(" "))]
+    out = [{"candidates": [{"content": {"role": "model", "parts": [p]}, "index": 0}],
+            "modelVersion": g["modelVersion"], "responseId": g["responseId"]} for p in pieces]
+    out[-1]["candidates"][0]["finishReason"] = cand["finishReason"]
+    out[-1]["usageMetadata"] = g["usageMetadata"]
+    return out
+
+
 class ScriptedLLM:
     """The server: ``start()`` binds 127.0.0.1:0; ``base_url`` ends in ``/v1``."""
 
@@ -402,11 +460,18 @@ class ScriptedLLM:
 
     def answer(self, body: Any, api: str = "chat") -> tuple[bool, Any]:
         """(stream?, completion or chunk list) for a request body; BadRequest when unscripted.
-        ``api``: "chat" (chat completions), "responses" (the Responses API) or "messages"
-        (the Anthropic Messages API)."""
+        ``api``: "chat" (chat completions), "responses" (the Responses API), "messages"
+        (the Anthropic Messages API) or "generateContent" / "streamGenerateContent" (the
+        Gemini API)."""
         if not isinstance(body, dict):
             raise BadRequest("the body must be a JSON object")
         created = int(self.clock())
+        if api in ("generateContent", "streamGenerateContent"):
+            g = generate_content(body)
+            with self._lock:
+                self.requests += 1
+            return (api == "streamGenerateContent",
+                    generate_content_chunks(g) if api == "streamGenerateContent" else g)
         if api == "messages":
             m = message(body)
             with self._lock:
@@ -432,7 +497,9 @@ def _handler(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
             pass
 
         def do_POST(self) -> None:
-            api = _ROUTES.get(self.path.split("?", 1)[0])
+            path = self.path.split("?", 1)[0]
+            gemini = _GEMINI_PATH.match(path)
+            api = gemini.group(1) if gemini else _ROUTES.get(path)
             if api is None:
                 self._json(404, {"error": {"message": f"no route {self.path}",
                                            "type": "invalid_request_error"}})
@@ -446,7 +513,7 @@ def _handler(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
                                            "code": "unscripted_request"}})
                 return
             if stream:
-                self._sse(answer, api == "chat")
+                self._sse(answer, api == "chat", named=api in ("responses", "messages"))
             else:
                 self._json(200, answer)
 
@@ -458,15 +525,15 @@ def _handler(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        def _sse(self, items: list[Any], done: bool) -> None:
+        def _sse(self, items: list[Any], done: bool, named: bool) -> None:
             """Chat chunks end with ``[DONE]``; Responses and Messages events are named
-            (``event:``)."""
+            (``event:``); Gemini chunks are neither."""
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
             self.end_headers()
             for item in items:
-                event = b"" if done else b"event: " + item["type"].encode() + b"\n"
+                event = b"event: " + item["type"].encode() + b"\n" if named else b""
                 self.wfile.write(event + b"data: " + json.dumps(item).encode() + b"\n\n")
             if done:
                 self.wfile.write(b"data: [DONE]\n\n")

@@ -293,6 +293,54 @@ def test_messages_api_streams_named_events_with_json_deltas(llm: ScriptedLLM) ->
     assert [e["delta"]["stop_reason"] for n, e in events if n == "message_delta"] == ["tool_use"]
 
 
+def _gemini(llm: ScriptedLLM, body: dict[str, Any], stream: bool = False) -> Any:
+    method = "streamGenerateContent?alt=sse" if stream else "generateContent"
+    req = urllib.request.Request(f"{llm.root_url}/v1beta/models/gemini-2.0-flash:{method}",
+                                 method="POST", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        if not stream:
+            return json.loads(r.read())
+        return [json.loads(b.removeprefix("data: "))
+                for b in r.read().decode().split("\n\n") if b.strip()]
+
+
+@pytest.mark.parametrize(("scenario", "cities"), [
+    ("clean", ["Paris"]), ("tool_error", ["Atlantis", "Paris"])])
+def test_gemini_api_scripts_function_calls_answered_by_function_responses(
+        llm: ScriptedLLM, scenario: str, cities: list[str]) -> None:
+    """The Gemini API as google-genai drives it: a functionCall part, answered by a user turn
+    holding a functionResponse part, until a text part."""
+    contents: list[Any] = [{"role": "user", "parts": [{"text": f"[scenario:{scenario}]"}]}]
+    calls = []
+    for _ in range(10):
+        g = _gemini(llm, {"contents": contents, "tools": [{"functionDeclarations": [
+            {"name": "get_weather", "parameters": scenarios.TOOL_PARAMETERS}]}]})
+        assert g["usageMetadata"]["promptTokenCount"] > 0 and g["modelVersion"]
+        part = g["candidates"][0]["content"]["parts"][0]
+        if "text" in part:
+            assert part["text"] == scenarios.reply(scenario, len(cities)).text
+            break
+        calls.append(part["functionCall"])
+        contents += [g["candidates"][0]["content"],
+                     {"role": "user", "parts": [{"functionResponse": {
+                         "name": "get_weather", "response": {"result": "sunny"}}}]}]
+    assert [c["args"]["city"] for c in calls] == cities
+
+
+def test_gemini_api_streams_unnamed_chunks_with_usage_last(llm: ScriptedLLM) -> None:
+    body = {"contents": [{"role": "user", "parts": [{"text": "[scenario:streaming]"}]},
+                         {"role": "model", "parts": [{"functionCall": {
+                             "name": "get_weather", "args": {"city": "Paris"}}}]},
+                         {"role": "user", "parts": [{"functionResponse": {
+                             "name": "get_weather", "response": {"result": "sunny"}}}]}]}
+    chunks = _gemini(llm, body, stream=True)
+    text = "".join(c["candidates"][0]["content"]["parts"][0]["text"] for c in chunks)
+    assert text == scenarios.FINAL and len(chunks) > 1
+    assert "usageMetadata" in chunks[-1] and "usageMetadata" not in chunks[0]
+    assert chunks[-1]["candidates"][0]["finishReason"] == "STOP"
+
+
 def test_a_tool_offered_under_a_qualified_name_is_called_by_it(llm: ScriptedLLM) -> None:
     """Semantic Kernel offers a plugin's function as PluginName-function."""
     qualified = {"type": "function", "function": {"name": "WeatherPlugin-get_weather",

@@ -47,6 +47,9 @@ def test_one_record_per_finding_and_verdict(downstream: Capture) -> None:
         "gen_ai.evaluation.explanation": "search called 3 times",
         "otel_eval.detector": "loop",
         "otel_eval.severity": "error",
+        "gen_ai.evaluation.evaluator.id": "otel-eval/loop",
+        "gen_ai.evaluation.evaluator.version": "9.9.9",
+        "gen_ai.evaluation.evaluator.type": "deterministic",
         "otel_eval.evaluator.version": "9.9.9",
         "otel_eval.trace.revision": 0,
         "otel_eval.span_ids": [TOOL, LLM],
@@ -57,6 +60,9 @@ def test_one_record_per_finding_and_verdict(downstream: Capture) -> None:
         "gen_ai.evaluation.score.value": 0.0,
         "gen_ai.evaluation.score.label": "fail",
         "gen_ai.evaluation.explanation": "loop: search called 3 times",
+        "gen_ai.evaluation.evaluator.id": "otel-eval/verdict",
+        "gen_ai.evaluation.evaluator.version": "9.9.9",
+        "gen_ai.evaluation.evaluator.type": "deterministic",
         "otel_eval.evaluator.version": "9.9.9",
         "otel_eval.trace.revision": 0,
     }
@@ -76,6 +82,40 @@ def test_failed_evaluation_carries_error_type(downstream: Capture) -> None:
     assert attrs["error.type"] == "timeout"
     assert attrs["gen_ai.evaluation.name"] == "judge.trace"
     assert "gen_ai.evaluation.score.value" not in attrs
+    assert attrs["gen_ai.evaluation.evaluator.id"] == "otel-eval/judge.trace"
+    assert attrs["gen_ai.evaluation.evaluator.type"] == "llm_judge"
+
+
+def test_every_record_names_its_evaluator(downstream: Capture) -> None:
+    """Evaluator provenance (semantic-conventions-genai PR 359's names): the detectors and
+    the verdict are deterministic evaluators, the judge's grades and failures an LLM judge,
+    each with otel-eval's version, on the records as a backend receives them."""
+    ev = evaluation()
+    ev.judge = {"model": "gpt-4o-mini", "judges": {
+        "trace": {"status": "ok", "scores": {"trace": 0.7},
+                  "critiques": [{"dimension": "trace", "score": 0.7, "text": "ok"}]},
+        "process": {"status": "ok", "scores": {"goal_alignment": 0.2}, "critiques": []},
+        "step": {"status": "timeout", "error": "no answer in 30 s"}}}
+    events = EvaluationEvents(_config(downstream), Metrics(), evaluator_version="2.1.0")
+    events.start()
+    events.export(trace(), ev)
+    events.export_judge(ev, ROOT, 0.5)
+    events.shutdown(5.0)
+    seen = {}
+    for r in _records(downstream):
+        a = attributes_to_dict(r.attributes)
+        seen[a["gen_ai.evaluation.name"]] = (a["gen_ai.evaluation.evaluator.id"],
+                                             a["gen_ai.evaluation.evaluator.type"],
+                                             a["gen_ai.evaluation.evaluator.version"])
+    assert seen == {
+        "loop": ("otel-eval/loop", "deterministic", "2.1.0"),
+        "tool_call": ("otel-eval/tool_call", "deterministic", "2.1.0"),
+        "budget": ("otel-eval/budget", "deterministic", "2.1.0"),
+        "otel_eval.verdict": ("otel-eval/verdict", "deterministic", "2.1.0"),
+        "trace": ("otel-eval/judge.trace", "llm_judge", "2.1.0"),
+        "process.goal_alignment": ("otel-eval/judge.process", "llm_judge", "2.1.0"),
+        "step": ("otel-eval/judge.step", "llm_judge", "2.1.0"),
+    }
 
 
 def test_retries_unavailable_then_delivers(downstream: Capture) -> None:

@@ -18,6 +18,9 @@ agent is then read elsewhere (a span under it, the service's history) or stays u
                      spans of an agent given no ``name=``)
     invoke_agent     the GenAI operation alone, as the span name of an agent with no name
     Crew             CrewAI's default crew name (``Crew.kickoff``)
+    FunctionAgent, ReActAgent, CodeActAgent, AgentWorkflow   LlamaIndex's agent classes
+                     (Traceloop's LlamaIndex instrumentation names the run
+                     ``<class>.workflow``)
 """
 
 from __future__ import annotations
@@ -28,14 +31,17 @@ __all__ = ["FRAMEWORK_DEFAULT_AGENT_NAMES", "MAX_AGENT_NAME", "WRAPPER_METHODS",
 FRAMEWORK_DEFAULT_AGENT_NAMES = frozenset({
     "openai agent", "agent workflow", "agent", "langgraph", "agentexecutor", "codeagent",
     "toolcallingagent", "multistepagent", "invoke_agent", "crew",
+    "functionagent", "reactagent", "codeactagent", "agentworkflow",
 })
 # Methods a framework names an agent's span after, as ``<agent>.<method>``: the agent is
 # what comes before (smolagents ``<name>.run``, OpenLLMetry ``<name>.agent``, CrewAI under
 # OpenInference ``<role>._execute_core`` / ``<crew>.kickoff``, ``execute_task``; AutoGen
-# AgentChat under OpenInference ``<agent>.on_messages_stream``).
+# AgentChat under OpenInference ``<agent>.on_messages_stream``; LlamaIndex's agent class under
+# Traceloop ``<class>.workflow``).
 WRAPPER_METHODS = frozenset({
     "run", "arun", "agent", "_execute_core", "kickoff", "kickoff_async", "execute_task",
     "invoke", "ainvoke", "__call__", "_run", "run_stream", "on_messages", "on_messages_stream",
+    "workflow",
 })
 # Characters kept of an agent name (span content: a name is a label, not a document).
 MAX_AGENT_NAME = 256

@@ -7,6 +7,20 @@ LLM spans carry no marker: they are recognised by ``llm.request.type`` or the in
 ``tool_calls.M.{name,arguments,id}`` and ``finish_reason``); offered functions are
 ``llm.request.functions.N.{name,description,parameters}``; usage ``gen_ai.usage.*`` or
 ``llm.usage.*``.
+
+Traceloop's LlamaIndex instrumentation (scope ``opentelemetry.instrumentation.llamaindex``)
+marks every workflow step ``task`` and the run ``workflow``; read here:
+
+- the agent workflow's root ``<AgentClass>.workflow`` (``FunctionAgent``, ``ReActAgent``, ...)
+  is the agent, named by ``current_agent_name`` in its ``traceloop.entity.output`` JSON (the
+  workflow's state, ``{"result": {..., "current_agent_name": ...}}``); the workflow steps under
+  it carry the same key (``llamaindex_agent_name``: the agent of a run whose root never
+  arrived);
+- the ``call_tool`` step (``BaseWorkflowAgent.task`` with ``tool.name`` and ``tool.arguments``
+  JSON) is the tool call: its output JSON holds LlamaIndex's ``ToolOutput`` (``raw_output``,
+  ``is_error``: ``span_readers`` reads the error). A raising
+  tool's own ``FunctionTool.task`` span is never ended by the instrumentation, so this step is
+  the only record of a failed call.
 """
 
 from __future__ import annotations
@@ -29,13 +43,48 @@ _KINDS: dict[str, StepKind] = {"workflow": "chain", "task": "chain", "agent": "a
 _LLM_MARKERS = ("gen_ai.prompt.0.role", "gen_ai.prompt.0.content", "gen_ai.completion.0.role",
                 "gen_ai.completion.0.content", "gen_ai.completion.0.tool_calls.0.name")
 _LLM_REQUEST_TYPES = {"chat": "llm", "completion": "llm"}
+# --- rec31b: Traceloop's LlamaIndex instrumentation (agent workflow, call_tool): start ---
+LLAMAINDEX_SCOPE = "opentelemetry.instrumentation.llamaindex"
+_LLAMAINDEX_AGENTS = frozenset({"FunctionAgent", "ReActAgent", "CodeActAgent", "AgentWorkflow"})
+_CURRENT_AGENT = '"current_agent_name"'
+WORKFLOW_TOOL_NAME = "tool.name"  # set on the call_tool step by the instrumentation
+WORKFLOW_TOOL_ARGUMENTS = "tool.arguments"
+
+
+def llamaindex_agent_name(attrs: Attrs) -> str | None:
+    """The agent a LlamaIndex agent workflow's step names in its state: ``current_agent_name``
+    at the top of ``traceloop.entity.output`` JSON or under its ``result``."""
+    raw = attrs.get("traceloop.entity.output")
+    if not isinstance(raw, str) or _CURRENT_AGENT not in raw:
+        return None
+    state = parse_json(raw)
+    if isinstance(state, dict) and isinstance(state.get("result"), dict):
+        state = state["result"]
+    return as_str(state.get("current_agent_name")) if isinstance(state, dict) else None
+
+
+def _is_workflow_agent(span: Span) -> bool:
+    head, _, tail = span.name.rpartition(".")
+    return tail == "workflow" and head in _LLAMAINDEX_AGENTS and span.scope == LLAMAINDEX_SCOPE
+
+
+def workflow_tool_output(attrs: Attrs) -> dict[str, Any]:
+    """The call_tool step's output JSON (``tool_id``, ``tool_output``), {} when none."""
+    out = parse_json(attrs.get("traceloop.entity.output"))
+    return out if isinstance(out, dict) else {}
+# --- rec31b: end ---
 
 
 def _explicit(span: Span, attrs: Attrs) -> StepKind | None:
     kind = attrs.get("traceloop.span.kind")
     if kind is None:
         return None
-    return _KINDS.get(str(kind).lower(), "other")
+    kind = str(kind).lower()
+    if kind == "task" and WORKFLOW_TOOL_ARGUMENTS in attrs and WORKFLOW_TOOL_NAME in attrs:
+        return "tool"  # LlamaIndex's call_tool step
+    if kind == "workflow" and _is_workflow_agent(span):
+        return "agent"
+    return _KINDS.get(kind, "other")
 
 
 def _implicit(span: Span, attrs: Attrs) -> StepKind | None:
@@ -107,6 +156,9 @@ def _dumps(messages: list[dict[str, Any]]) -> str | None:
 
 def _fill(step: Step, span: Span, attrs: Attrs) -> None:
     kind = step.kind
+    if kind == "tool" and WORKFLOW_TOOL_ARGUMENTS in attrs:
+        _fill_workflow_tool(step, attrs)
+        return
     if kind == "tool":
         step.tool_name = as_str(attrs.get("traceloop.entity.name")) or None
         # as carried: the SDK's {"args", "kwargs"} and LangChain's callback inputs are taken
@@ -131,8 +183,24 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
     step.tool_calls, step.finish_reasons = _completion_calls(attrs, len(completions))
 
 
+def _fill_workflow_tool(step: Step, attrs: Attrs) -> None:
+    """LlamaIndex's call_tool step: the tool, its arguments, the call id and the result."""
+    step.tool_name = as_str(attrs.get(WORKFLOW_TOOL_NAME)) or None
+    step.arguments = parse_json(attrs.get(WORKFLOW_TOOL_ARGUMENTS))
+    # Its ``tool_id`` is not taken as the call id: the call of a run killed while the tool ran
+    # has no call_tool span, and with call ids on the others it would be taken for a call
+    # that ran (``links``: rebuilt); joined by name in order it stays pending, as it is when
+    # the same calls are recorded without ids.
+    output = workflow_tool_output(attrs).get("tool_output")
+    raw = output.get("raw_output") if isinstance(output, dict) else None
+    step.result = as_str(raw) if raw is not None else as_str(
+        attrs.get("traceloop.entity.output"))
+
+
 def _agent_name(span: Span, attrs: Attrs, enclosing: Attrs | None) -> str | None:
     # the span name's "<name>.agent" is read by ``agent_names.from_span_name``
+    if _is_workflow_agent(span):  # rec31b: LlamaIndex's agent workflow
+        return llamaindex_agent_name(attrs)  # else its class, a default: the steps' name
     return as_str(attrs.get("traceloop.entity.name")) or None
 
 
@@ -147,8 +215,8 @@ def _tools(attrs: Attrs) -> dict[str, Any]:
 
 
 KEYS = {
-    "tool_name": ("traceloop.entity.name",),
-    "arguments": ("traceloop.entity.input",),
+    "tool_name": (WORKFLOW_TOOL_NAME, "traceloop.entity.name"),
+    "arguments": (WORKFLOW_TOOL_ARGUMENTS, "traceloop.entity.input"),
     "result": ("traceloop.entity.output",),
     "input_text": ("gen_ai.prompt.0.content", "gen_ai.prompt.0.role", "traceloop.entity.input"),
     "output_text": ("gen_ai.completion.0.content", "gen_ai.completion.0.role"),

@@ -29,6 +29,10 @@ Attribute names, as the GenAI conventions name them (open-telemetry/semantic-con
   GenAI marker; its tool is ``gen_ai.tool.name``, else the span name's target. The step
   records it in ``Step.sources["mcp_method"]``: ``trajectory.links`` folds it into the
   framework's span of the same call.
+- (rec31b) LlamaIndex's ``ToolOutput.is_error`` in a tool step's ``traceloop.entity.output``
+  (Traceloop's LlamaIndex instrumentation, the workflow's ``call_tool`` step, keyed by its
+  ``tool.arguments``): ``true`` is the call's error, its ``raw_output`` the message (the
+  raising tool's own span is never ended, so never exported); ``false`` is no error.
 """
 
 from __future__ import annotations
@@ -38,6 +42,10 @@ from typing import NamedTuple
 
 from otel_eval.base.model import Span, Step
 from otel_eval.evaluate.conventions.adapter import Attrs
+from otel_eval.evaluate.conventions.openllmetry import (
+    WORKFLOW_TOOL_ARGUMENTS,
+    workflow_tool_output,
+)
 from otel_eval.evaluate.conventions.values import as_float, as_int, as_str
 
 __all__ = ["EVENT_KEYS", "READERS", "SpanReader", "for_keys"]
@@ -160,12 +168,33 @@ def _mcp(step: Step, span: Span, attrs: Attrs) -> None:
         step.call_id, step.sources["call_id"] = call_id, "genai gen_ai.tool.call.id"
 
 
+# --- rec31b: LlamaIndex's ToolOutput.is_error (Traceloop's LlamaIndex instrumentation): start ---
+def _tool_output_error(step: Step, span: Span, attrs: Attrs) -> None:
+    if step.kind != "tool":
+        return
+    output = workflow_tool_output(attrs).get("tool_output")
+    if not isinstance(output, dict) or output.get("is_error") is None:
+        return
+    flag = output["is_error"]
+    if not isinstance(flag, bool):
+        step.unknown["error"] = "tool_output.is_error not understood"
+        return
+    step.sources["error"] = "llamaindex tool_output.is_error (traceloop.entity.output)"
+    if flag and step.status != "error":
+        step.status = "error"
+        step.error = as_str(output.get("raw_output")) or "tool_output.is_error"
+
+
+WORKFLOW_TOOL_READER = SpanReader(frozenset((WORKFLOW_TOOL_ARGUMENTS,)), _tool_output_error)
+# --- rec31b: end ---
+
 READERS = (
     SpanReader(frozenset((MCP_METHOD,)), _mcp),  # first: the ones after read tool steps
     SpanReader(frozenset(CACHE_WRITE_KEYS), _cache_write),
     SpanReader(frozenset((COST_AMOUNT, *LEGACY_COST_KEYS)), _cost),
     SpanReader(frozenset((EXIT_CODE,)), _exit_code),
     SpanReader(frozenset((DECISION_OUTCOME, DECISION_EVENT)), _decision),
+    WORKFLOW_TOOL_READER,  # rec31b
 )
 
 

@@ -87,6 +87,7 @@ from otel_eval.evaluate.conventions.events import overlay, span_events
 from otel_eval.evaluate.conventions.fields import merged_agent_name
 from otel_eval.evaluate.conventions.messages import answer_text, messages, task_text
 from otel_eval.evaluate.conventions.openinference import stamped_agent_name
+from otel_eval.evaluate.conventions.openllmetry import llamaindex_agent_name
 from otel_eval.evaluate.conventions.values import as_str, first
 from otel_eval.evaluate.trajectory.passes import Draft, run_passes
 
@@ -99,10 +100,11 @@ _STAMPED_AGENT_KEYS = ("gen_ai.agent.name", "traceloop.workflow.name", "ai.telem
 
 def _stamped_name(attrs: Any) -> str | None:
     """The agent's name stamped on a span of its run: a key of ``_STAMPED_AGENT_KEYS``, else
-    LangChain's ``metadata.lc_agent_name`` (under OpenInference)."""
+    LangChain's ``metadata.lc_agent_name`` (under OpenInference), else a LlamaIndex agent
+    workflow step's ``current_agent_name`` (under Traceloop's instrumentation)."""
     if not attrs.keys().isdisjoint(_STAMPED_AGENT_KEYS):
         return as_str(first(attrs, *_STAMPED_AGENT_KEYS))
-    return stamped_agent_name(attrs)
+    return stamped_agent_name(attrs) or llamaindex_agent_name(attrs)
 
 
 def _dedupe(spans: Iterable[Span]) -> list[Span]:
