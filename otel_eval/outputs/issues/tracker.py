@@ -30,7 +30,13 @@ from otel_eval.outputs.issues.catalogue import (
 from otel_eval.outputs.issues.config import IssuesConfig
 from otel_eval.outputs.issues.continuity import Carried, Cluster, carry_over, merged
 from otel_eval.outputs.issues.critiques import Critique, Extraction, extract
-from otel_eval.outputs.issues.embed import Embedder, Matrix, TfidfEmbedder, make_embedder
+from otel_eval.outputs.issues.embed import (
+    Embedder,
+    Matrix,
+    TfidfEmbedder,
+    make_embedder,
+    recurring_terms,
+)
 from otel_eval.outputs.issues.normalize import normalize
 from otel_eval.outputs.issues.problems import by_node, groups, same_problem
 from otel_eval.outputs.issues.reading import severity, status, titled
@@ -227,7 +233,7 @@ class IssueTracker:
         the catalogue, merged by the synthesizer when one is new) and their stored issues."""
         found: list[Cluster] = []
         small: list[Cluster] = []
-        for c in self._clusters(group):
+        for c in self._clusters(group, candidates):
             recurs = len({group[m].trace_id for m in c.members}) >= self._config.min_cluster_size
             (found if recurs else small).append(c)
         clusters, matched, strays = self._matched(found, small, candidates)
@@ -304,7 +310,8 @@ class IssueTracker:
             labels = attach_stragglers(x, labels, is_issue)
         return labels
 
-    def _clusters(self, group: list[Critique]) -> list[Cluster]:
+    def _clusters(self, group: list[Critique],
+                  candidates: list[StoredIssue]) -> list[Cluster]:
         """Cluster one (level, node) group on its distinct normalized texts. numpy, scipy
         and scikit-learn (~100 MB resident) are imported here, on the first group to cluster:
         an idle serve never pays for them."""
@@ -316,6 +323,9 @@ class IssueTracker:
         uid = [position.setdefault(normalize(c.text), len(position)) for c in group]
         unique = list(position)
         x, features = self._embedder.embed(unique)
+        known = {f for s in candidates for f in s.centroid}
+        x = recurring_terms(x, _row_traces(uid, group, len(unique)),
+                            self._config.term_min_traces, [f in known for f in features])
         labels = same_problem(self._labels(x, uid, group), uid, group)
         whole_words = isinstance(self._embedder, TfidfEmbedder) and not self._embedder.stem_chars
         term_x, terms = (x, features) if whole_words else TfidfEmbedder().embed(unique)
@@ -335,6 +345,15 @@ class IssueTracker:
                                           for j in np.flatnonzero(cen)}),
                 terms=top_terms(term_x[rows], terms, self._config.title_terms)))
         return out
+
+
+def _row_traces(uid: list[int], group: list[Critique], rows: int) -> list[list[int]]:
+    """For each distinct text (row), the traces (numbered) whose critiques have it."""
+    number: dict[str, int] = {}
+    out: list[set[int]] = [set() for _ in range(rows)]
+    for i, u in enumerate(uid):
+        out[u].add(number.setdefault(group[i].trace_id, len(number)))
+    return [sorted(s) for s in out]
 
 
 def _event(issue: Issue, previous: float | None, jump: float) -> IssueEvent | None:
