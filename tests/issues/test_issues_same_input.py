@@ -13,22 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.bench_module import BENCH
+from support.bench_module import load_bench
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _bench_issues() -> Any:
-    """bench/issues.py as a module (registered first: it declares dataclasses)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_issues_same_input",
-                                                  BENCH / "issues.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _run(path: Path, seed: str) -> dict[str, Any]:
@@ -52,7 +39,7 @@ def _view(data: dict[str, Any]) -> tuple[Any, ...]:
 @pytest.mark.slow
 def test_two_runs_over_the_same_descriptions_give_the_same_ids(
         tmp_path: Path, datasets: Path) -> None:
-    bench = _bench_issues()
+    bench = load_bench("issues.py", "bench_issues_same_input")
     bench.TRAIL = datasets / "trail" / "GAIA"
     items = bench.load_items()
     path = tmp_path / "trail-critiques.jsonl"

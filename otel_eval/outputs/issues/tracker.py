@@ -28,7 +28,13 @@ from otel_eval.outputs.issues.catalogue import (
     sparse_centroid,
 )
 from otel_eval.outputs.issues.config import IssuesConfig
-from otel_eval.outputs.issues.continuity import Carried, Cluster, carry_over, merged
+from otel_eval.outputs.issues.continuity import (
+    Carried,
+    Cluster,
+    carry_over,
+    kept_members,
+    merged,
+)
 from otel_eval.outputs.issues.critiques import Critique, Extraction, extract
 from otel_eval.outputs.issues.embed import (
     Embedder,
@@ -94,6 +100,10 @@ class IssueTracker:
         self._annotator = annotator
         self._synthesizer = synthesizer
         self._synthesis_calls_left = 0  # set by run()
+        # normalized critique text -> the issue id the previous run gave it (bounded by that
+        # run's window; in memory: lost on restart, when only the catalogue keeps ids)
+        self._previous: dict[str, str] = {}
+        self._current: dict[str, str] = {}
         self._embedder = (embedder if embedder is not None
                           else make_embedder(config.embedding, config.stem_chars))
 
@@ -134,6 +144,7 @@ class IssueTracker:
         events: list[IssueEvent] = []
         assigned: dict[int, str] = {}
         seen: set[str] = set()
+        self._current = {}
         for (level, node), idxs in sorted(groups(ext.critiques, cfg.per_node).items()):
             group = [ext.critiques[i] for i in idxs]
             candidates = [s for s in stored if not cfg.per_node
@@ -145,6 +156,7 @@ class IssueTracker:
                 assigned.update((idxs[m], issue.issue_id) for m in members)
                 if event is not None:
                     events.append(event)
+        self._previous = self._current
         resolved = self._forget_unseen(stored, seen)
         self._catalogue.record_shares(now, {**{s.issue_id: 0.0 for s in stored},
                                             **{i.issue_id: i.share for i in issues}})
@@ -180,9 +192,13 @@ class IssueTracker:
                    now: float) -> list[tuple[Issue, IssueEvent | None, list[int]]]:
         cfg = self._config
         clusters, matched = self._resolved(group, candidates)
+        texts_of = [normalize(c.text) for c in group]
+        clusters = kept_members(clusters, matched, texts_of, self._previous)
         out: list[tuple[Issue, IssueEvent | None, list[int]]] = []
         saved: list[StoredIssue] = []
         for i, c in enumerate(clusters):
+            if not c.members:  # all its critiques went back to their previous issues
+                continue
             stored = matched.get(i)
             texts = list(dict.fromkeys(group[m].text for m in c.members))
             traces = frozenset(group[m].trace_id for m in c.members)
@@ -206,6 +222,7 @@ class IssueTracker:
                 stored.last_seen, stored.last_share = now, share
                 stored.level, stored.node = level, node
             saved.append(stored)
+            self._current.update((texts_of[m], stored.issue_id) for m in c.members)
             issue = replace(self._issue(stored, c, group, traces, share, previous),
                             nodes=breakdown, status=status(previous),
                             severity=severity([group[m] for m in c.members], share))
