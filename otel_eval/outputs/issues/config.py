@@ -111,7 +111,7 @@ class IssuesConfig:
     # are dropped before clustering (0 or 1 keeps all). 2, from the same rule as
     # min_cluster_size: a word of one run only (its task's subject, a page, a name) is no
     # evidence of a recurring problem and only ties that run's different problems together.
-    # Measured, not fitted: +0.02 AMI on TRAIL's dev half, out of fold (bench/README.md).
+    # Measured, not fitted: AMI +0.01-0.02 on TRAIL's dev half, out of fold (bench/README.md).
     term_min_traces: int = 2
     # A new cluster takes the id of a stored issue of the same level and node when the
     # cosine similarity of their centroids is at least this (0..1).
