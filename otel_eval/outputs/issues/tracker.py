@@ -12,6 +12,7 @@ critiques): the service should call it from a worker thread on its periodic job.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import sqlite3
 import time
@@ -100,8 +101,9 @@ class IssueTracker:
         self._annotator = annotator
         self._synthesizer = synthesizer
         self._synthesis_calls_left = 0  # set by run()
-        # normalized critique text -> the issue id the previous run gave it (bounded by that
-        # run's window; in memory: lost on restart, when only the catalogue keeps ids)
+        # digest of a normalized critique text -> the issue id the previous run gave it
+        # (one entry per distinct text of that run's window, 32 hex digits whatever the text's
+        # length; in memory: lost on restart, when only the catalogue keeps ids)
         self._previous: dict[str, str] = {}
         self._current: dict[str, str] = {}
         self._embedder = (embedder if embedder is not None
@@ -192,7 +194,7 @@ class IssueTracker:
                    now: float) -> list[tuple[Issue, IssueEvent | None, list[int]]]:
         cfg = self._config
         clusters, matched = self._resolved(group, candidates)
-        texts_of = [normalize(c.text) for c in group]
+        texts_of = [_digest(normalize(c.text)) for c in group]
         clusters = kept_members(clusters, matched, texts_of, self._previous)
         out: list[tuple[Issue, IssueEvent | None, list[int]]] = []
         saved: list[StoredIssue] = []
@@ -362,6 +364,11 @@ class IssueTracker:
                                           for j in np.flatnonzero(cen)}),
                 terms=top_terms(term_x[rows], terms, self._config.title_terms)))
         return out
+
+
+def _digest(text: str) -> str:
+    """A bounded key for a normalized critique text (``IssueTracker._previous``)."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
 def _row_traces(uid: list[int], group: list[Critique], rows: int) -> list[list[int]]:
