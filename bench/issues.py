@@ -2,6 +2,7 @@
 
     python bench/issues.py                 quality sweep (TF-IDF, and MiniLM if installed)
     python bench/issues.py --scale 100000  time and peak memory of one run on N critiques
+        [--pipelines today,after --rounds 2]  (two pipelines alternated; medians, ratios)
 
 Quality: every human error ``description`` of TRAIL GAIA is a critique; its node is the
 agent span enclosing the annotated span (``openinference.span.kind`` == AGENT, its
@@ -97,6 +98,9 @@ BEFORE: dict[str, Any] = {"stem_chars": 0, "distance_threshold": 0.9, "merge_sim
                           "attach_stragglers": False, "carry_over": False, "per_node": True}
 # Before issue 29: each (level, node) clustered apart, cut 0.8.
 PER_NODE: dict[str, Any] = {"per_node": True, "distance_threshold": 0.8}
+# Issue 29's first round, shipped before the recurring-terms filter (term_min_traces).
+TODAY: dict[str, Any] = {"term_min_traces": 0}
+PIPELINES = {"before": BEFORE, "per_node": PER_NODE, "today": TODAY, "after": {}}
 SWEEP = [round(0.7 + 0.025 * i, 3) for i in range(11)]  # cut thresholds tried: 0.70 .. 0.95
 COVERAGE = 0.8  # the top-20 share a chosen cut must reach (issue 29's bar), when one does
 
@@ -278,10 +282,10 @@ def scale_run(n: int, which: str) -> dict[str, Any]:
             {"score": 0.0, "text": text, **({"span_id": f"s{k}", "node": node}
                                             if which != "before" else {})})
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    track = tracker({"before": BEFORE, "per_node": PER_NODE}.get(which, {}))
-    start = time.perf_counter()
+    track = tracker(PIPELINES[which])
+    start, cpu = time.perf_counter(), time.process_time()
     result = track.run(by_trace.values(), now=0.0)
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     ids = [a.issue_id or f"none-{k}" for k, a in enumerate(result.assignments)]
     sizes = Counter(a.issue_id for a in result.assignments if a.issue_id)
@@ -289,8 +293,29 @@ def scale_run(n: int, which: str) -> dict[str, Any]:
             "issues": len(result.issues),
             "top20_share": round(sum(c for _, c in sizes.most_common(20)) / len(ids), 3),
             "ami_vs_category": round(adjusted_mutual_info_score(truth, ids), 3),
-            "seconds": round(elapsed, 1), "peak_rss_mib": round(rss_after / 1024),
+            "seconds": round(elapsed, 1), "cpu_seconds": round(cpu, 1),
+            "peak_rss_mib": round(rss_after / 1024),
             "rss_before_run_mib": round(rss_before / 1024)}
+
+
+def scale_compare(n: int, trail: str, pipelines: list[str], rounds: int) -> None:
+    """Each pipeline's scale run in a fresh process, alternately, ``rounds`` times; medians
+    and the ratios of the second to the first (the machine is shared: compare in one run)."""
+    runs: dict[str, list[dict[str, Any]]] = {p: [] for p in pipelines}
+    for _ in range(rounds):
+        for which in pipelines:
+            cmd = [sys.executable, __file__, "--child", which, "--scale", str(n),
+                   "--trail", trail]
+            runs[which].append(json.loads(subprocess.run(cmd, check=True, capture_output=True,
+                                                         text=True).stdout))
+            print(json.dumps(runs[which][-1]), flush=True)
+    first, second = pipelines
+
+    def median(which: str, key: str) -> float:
+        return float(np.median([r[key] for r in runs[which]]))
+    print(json.dumps({f"{second}/{first} {key}": round(median(second, key)
+                                                       / max(median(first, key), 0.1), 2)
+                      for key in ("seconds", "cpu_seconds", "peak_rss_mib")}))
 
 
 def main() -> None:
@@ -298,25 +323,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=int, default=0, help="critiques for the scale run")
     parser.add_argument("--trail", default=str(TRAIL), help="TRAIL GAIA folder")
-    parser.add_argument("--child", choices=["before", "per_node", "after"],
-                        help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=list(PIPELINES), help=argparse.SUPPRESS)
+    parser.add_argument("--pipelines", default="per_node,after",
+                        help="scale run: the two pipelines compared, alternately")
+    parser.add_argument("--rounds", type=int, default=1, help="scale run: rounds of each")
     args = parser.parse_args()
     TRAIL = Path(args.trail)
     if args.scale and args.child:
         print(json.dumps(scale_run(args.scale, args.child)))
         return
     if args.scale:  # fresh processes, so peak RSS is each run's alone
-        runs = {}
-        for which in ("per_node", "after"):
-            cmd = [sys.executable, __file__, "--child", which, "--scale", str(args.scale),
-                   "--trail", args.trail]
-            runs[which] = json.loads(subprocess.run(cmd, check=True, capture_output=True,
-                                                    text=True).stdout)
-            print(json.dumps(runs[which]))
-        print(json.dumps({"after/per_node seconds": round(
-            runs["after"]["seconds"] / max(runs["per_node"]["seconds"], 0.1), 2),
-            "after/per_node peak RSS": round(runs["after"]["peak_rss_mib"]
-                                             / runs["per_node"]["peak_rss_mib"], 2)}))
+        scale_compare(args.scale, args.trail, args.pipelines.split(","), args.rounds)
         return
     items = load_items()
     cats = Counter(i.category for i in items)

@@ -8,6 +8,9 @@ gauges wholesale, so they are a collector's, not series set one by one).
                                                         for new issues nor "_other")
     otel_eval_issue_agent_info{level,node,issue_id,title,agent}   1 per agent seen with it
     otel_eval_issue_exemplar_info{level,node,issue_id,title,trace_id}  1, one per issue
+    otel_eval_issue_info{level,node,issue_id,title,severity,status}  1, one per shown issue
+                                                        (not "_other"): the issues table's
+                                                        severity and status columns
     otel_eval_issues_runs_total{status}                 ok | error | skipped
     otel_eval_issues_annotations_total{status}          posted | failed
     otel_eval_issues_last_run_timestamp_seconds         end of the last successful run
@@ -40,6 +43,8 @@ class IssueRow:
     trend: float | None
     agents: tuple[str, ...]
     exemplar: str | None
+    severity: str = ""  # low | medium | high | critical; "" for "_other"
+    status: str = ""  # new | ongoing | regressed; "" for "_other"
 
 
 # rows, runs by status, annotations by status, last run's end (unix s), its duration (s)
@@ -74,6 +79,9 @@ def families(rows: tuple[IssueRow, ...], runs: Mapping[str, int], annotations: M
     exemplar = InfoMetricFamily("otel_eval_issue_exemplar", "An exemplar trace of the issue "
                                 "(sticky while it stays in the window)",
                                 labels=(*_LABELS, "trace_id"))
+    info = InfoMetricFamily("otel_eval_issue", "Severity and status of the issue (new, "
+                            "ongoing, regressed), one per shown issue",
+                            labels=(*_LABELS, "severity", "status"))
     for row in rows:
         labels = [valid_text(v) for v in row.labels]  # a scrape never fails on one series
         share.add_metric(labels, row.share)
@@ -84,7 +92,9 @@ def families(rows: tuple[IssueRow, ...], runs: Mapping[str, int], annotations: M
             agent.add_metric([*labels, valid_text(name)], {})
         if row.exemplar is not None:
             exemplar.add_metric([*labels, row.exemplar], {})
-    yield from (share, traces, trend, agent, exemplar)
+        if row.severity:
+            info.add_metric([*labels, row.severity, row.status], {})
+    yield from (share, traces, trend, agent, exemplar, info)
     runs_total = CounterMetricFamily("otel_eval_issues_runs", "Issue clustering runs by "
                                      "outcome", labels=("status",))
     for status in RUN_STATUSES:

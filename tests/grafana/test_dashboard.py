@@ -280,3 +280,61 @@ def test_the_dashboard_shows_the_issue_annotations_the_issues_job_posts() -> Non
     for config in (GrafanaConfig(), GrafanaConfig(dashboard_uid="otel-eval", panel_id=3)):
         for event in (IssueEvent("new", issue, None), IssueEvent("share_jump", issue, 0.1)):
             assert set(target["tags"]) <= set(annotation_body(event, 2.0, config)["tags"])
+
+
+def _table_samples() -> dict[str, list[dict[str, str]]]:
+    """Label sets of the issue series a real IssuesJob exposes after one run over six
+    traces with two recurring problems (the sources of the issues table)."""
+    texts = ["Tool web_search called {n} times with identical arguments",
+             "Authentication failed: API key rejected with HTTP 401 ({n})"]
+    evaluations = [{"trace_id": f"{i:032x}", "agent": "shop", "findings": [],
+                    "steps": [{"index": 0, "span_id": f"s{i}", "node": "searcher"}],
+                    "judge": {"judges": {"q": {"critiques": [
+                        {"span_id": f"s{i}", "score": 0.1, "text": texts[i % 2].format(n=i)}]}}}}
+                   for i in range(6)]
+    registry = Metrics().registry
+    job = IssuesJob(IssuesConfig(), sqlite3.connect(":memory:", check_same_thread=False),
+                    lambda since_ns: evaluations, registry, clock=lambda: 1_000.0)
+    try:
+        assert job.run_once() is not None
+        out: dict[str, list[dict[str, str]]] = {}
+        for family in registry.collect():
+            for sample in family.samples:
+                out.setdefault(sample.name, []).append(dict(sample.labels))
+        return out
+    finally:
+        job.close()
+
+
+def test_the_issues_table_shows_title_severity_status_trend_share_and_links() -> None:
+    """The "Recurring issues" table is fed from the issue share series, joined on the issue's
+    labels with its trend, traces, exemplar and info (severity, status): every shown issue of
+    a real run has one info series, so no row lacks its severity; the title links to the
+    issue and the traces count to all its runs."""
+    (table,) = [p for p in panels() if p["title"] == "Recurring issues"]
+    exprs = {t["refId"]: t["expr"] for t in table["targets"]}
+    assert exprs["A"].startswith("otel_eval_issue_share{")
+    assert exprs["E"].startswith("otel_eval_issue_info{")
+    assert all(t["format"] == "table" and t["instant"] for t in table["targets"])
+    renamed = table["transformations"][1]["options"]["renameByName"]
+    columns = {renamed[k] for k in ("title", "severity", "status", "Value #A", "Value #B",
+                                    "Value #C", "issue_id")}
+    assert columns == {"Issue", "Severity", "Status", "Share", "Trend", "Traces", "Issue id"}
+    links = {o["matcher"]["options"]: [p["value"] for p in o["properties"] if p["id"] == "links"]
+             for o in table["fieldConfig"]["overrides"]}
+    (issue_link,), (runs_link,) = links["Issue"][0], links["Traces"][0]
+    assert issue_link["url"] == '${otel_eval_url}/ui/issues#issue-${__data.fields["Issue id"]}'
+    assert runs_link["url"] == '${otel_eval_url}/ui/issues/${__data.fields["Issue id"]}/runs'
+    samples = _table_samples()
+    key = ("level", "node", "issue_id", "title")
+    shares = {tuple(s[k] for k in key) for s in samples["otel_eval_issue_share"]
+              if s["issue_id"] != "_other"}
+    infos = {tuple(s[k] for k in key): (s["severity"], s["status"])
+             for s in samples["otel_eval_issue_info"]}
+    assert len(shares) == 2 and set(infos) == shares
+    assert all(sev in ("low", "medium", "high", "critical") and status == "new"
+               for sev, status in infos.values())
+    severity = next(o for o in table["fieldConfig"]["overrides"]
+                    if o["matcher"]["options"] == "Severity")
+    (mapping,) = [p["value"] for p in severity["properties"] if p["id"] == "mappings"]
+    assert set(mapping[0]["options"]) == {"low", "medium", "high", "critical"}

@@ -226,7 +226,7 @@ def test_scrape_formats_and_bounded_labels(store: Store) -> None:
     families = {f.name: f for f in text_string_to_metric_families(text)}
     assert set(families) == {
         "otel_eval_issue_share", "otel_eval_issue_traces", "otel_eval_issue_trend",
-        "otel_eval_issue_agent_info", "otel_eval_issue_exemplar_info",
+        "otel_eval_issue_agent_info", "otel_eval_issue_exemplar_info", "otel_eval_issue_info",
         "otel_eval_issues_runs", "otel_eval_issues_annotations",
         "otel_eval_issues_last_run_timestamp_seconds",
         "otel_eval_issues_last_run_duration_seconds"}

@@ -135,9 +135,10 @@ def test_malformed_assignments_are_refused(assign: Any, problem: str) -> None:
 
 
 def _with_strays(n: int) -> list[dict[str, Any]]:
-    """``window(n)`` plus two one-off critiques in the searcher (in no issue by words)."""
-    return [*window(n), evaluation("e" * 32, [("searcher", "The agent kept polling web "
-                                                           "search forever")]),
+    """``window(n)`` plus two one-off critiques in the searcher (in no issue by words: no
+    word of theirs recurs in another trace, issues.term_min_traces)."""
+    return [*window(n), evaluation("e" * 32, [("searcher", "The helper kept polling the "
+                                                           "engine forever")]),
             evaluation("f" * 32, [("searcher", "Quantum flux capacitor overheated")])]
 
 
@@ -149,7 +150,7 @@ def test_stragglers_are_shown_and_assigned_ones_join_their_issue() -> None:
     synth = Scripted({"groups": []})
     issues_offline(_with_strays(12), CFG, now=1.0, synthesizer=synth)
     assert len(synth.strays[0]) == 2  # both one-offs shown, as the critiques' own text
-    polling = synth.strays[0].index("The agent kept polling web search forever") + 1
+    polling = synth.strays[0].index("The helper kept polling the engine forever") + 1
     synth = Scripted({"groups": [], "assign": [{"critique": polling, "issue": 1}]})
     result = issues_offline(_with_strays(12), CFG, now=1.0, synthesizer=synth)
     loop = max(result.issues, key=lambda i: i.critiques)

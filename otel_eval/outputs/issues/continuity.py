@@ -11,6 +11,11 @@ Two cases would still change ids though nothing changed in the agents:
   ``min_cluster_size`` traces whose most similar stored issue reaches ``match_similarity``
   takes that issue (joining the cluster that holds it, if any): it did recur, across runs.
 
+- a critique the previous run put in an issue falls on the other side of a cut this run (the
+  cut moved a little with the window): ``kept_members`` puts it back in that issue when the
+  issue is found again. Only between issues of this run: what the previous run decided
+  stays decided while the evidence stays in the window.
+
 Cost: one sparse product, clusters x stored issues (both bounded: clusters by
 ``max_exact`` per group, stored issues by age-out); only numpy/scipy, imported on use.
 """
@@ -107,3 +112,29 @@ def carry_over(clusters: list[Cluster], small: list[Cluster], stored: list[Store
     keep = [i for i in range(len(out)) if i not in gone]
     return [out[i] for i in keep], {n: out_matched[i] for n, i in enumerate(keep)
                                     if i in out_matched}, left
+
+
+def kept_members(clusters: list[Cluster], matched: dict[int, StoredIssue], texts: list[str],
+                 previous: dict[str, str]) -> list[Cluster]:
+    """``clusters`` after every critique (index into ``texts``, its normalized text) that the
+    previous run put in an issue this run found again (``matched``: cluster index -> stored
+    issue) is moved to that issue's cluster, from another cluster or from none. Others stay,
+    in order; indexes are kept (a cluster may be left empty: its issue is not seen this
+    run). Linear in the critiques."""
+    home = {s.issue_id: i for i, s in matched.items()}
+    target: dict[int, int] = {}
+    for m, text in enumerate(texts):
+        issue_id = previous.get(text)
+        if issue_id is not None and issue_id in home:
+            target[m] = home[issue_id]
+    if not target:
+        return clusters
+    now = {m: i for i, c in enumerate(clusters) for m in c.members}
+    moving = {m: i for m, i in target.items() if now.get(m) != i}
+    if not moving:
+        return clusters
+    joining: dict[int, list[int]] = {}
+    for m, i in sorted(moving.items()):
+        joining.setdefault(i, []).append(m)
+    return [Cluster([m for m in c.members if m not in moving] + joining.get(i, []),
+                    c.centroid, c.terms, c.name) for i, c in enumerate(clusters)]

@@ -103,6 +103,44 @@ class MiniLMEmbedder:
         return matrix, [str(i) for i in range(matrix.shape[1])]
 
 
+def recurring_terms(x: Matrix, row_traces: list[list[int]], min_traces: int,
+                    known: Any = None) -> Matrix:
+    """``x`` (sparse TF-IDF, L2-normalized rows) keeping only the terms that occur in the
+    critiques of at least ``min_traces`` distinct traces, rows re-normalized (a row left with
+    no term is all zeros: at distance 1 from every other). ``row_traces[r]``: the traces
+    (any int key) whose critiques have the text of row ``r``. ``known`` (bool per column, or
+    None): terms kept whatever their spread in this window, the stored issues' terms: they
+    recurred across runs, and an issue seen in one trace of this window keeps its id by them.
+
+    Why: an issue must recur in ``min_cluster_size`` traces, and a word seen in one run's
+    critiques only (the task's subject, a page title, a person's name) is no evidence of a
+    recurring problem; it can only tie that run's critiques of different problems together.
+    Equivalent to dropping those words before TF-IDF (idf and sublinear tf are per term).
+    Dense vectors and windows of fewer than ``min_traces`` traces are returned unchanged
+    (nothing could recur: the carry-over still needs their words). Linear in the non-zeros.
+    """
+    import numpy as np
+    from scipy import sparse
+    from sklearn.preprocessing import normalize as l2_normalize
+
+    if min_traces < 2 or not sparse.issparse(x) or x.shape[1] == 0:
+        return x
+    rows = np.repeat(np.arange(len(row_traces)), [len(t) for t in row_traces])
+    cols = np.fromiter((t for ts in row_traces for t in ts), dtype=np.int64, count=rows.size)
+    if np.unique(cols).size < min_traces:
+        return x
+    incidence = sparse.csr_matrix((np.ones(rows.size, dtype=np.float32), (cols, rows)),
+                                  shape=(int(cols.max()) + 1, x.shape[0]))
+    present = x.copy()
+    present.data = np.ones_like(present.data)
+    spread = np.asarray(((incidence @ present) > 0).sum(axis=0)).ravel()
+    mask = spread >= min_traces
+    if known is not None:
+        mask |= np.asarray(known, dtype=bool)
+    keep = sparse.diags(mask.astype(np.float32))
+    return l2_normalize(sparse.csr_matrix(x @ keep))
+
+
 def minilm_available() -> bool:
     """True when the embeddings extra (model package and sentence-transformers) is installed."""
     return all(importlib.util.find_spec(m) is not None

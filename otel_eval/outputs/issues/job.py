@@ -164,7 +164,8 @@ class IssuesJob:
             if exemplar is not None:
                 exemplars[issue.issue_id] = exemplar
             rows.append(IssueRow(key, share, issue.traces, issue.trend,
-                             issue.agents[:MAX_AGENTS_PER_ISSUE], exemplar))
+                                 issue.agents[:MAX_AGENTS_PER_ISSUE], exemplar,
+                                 issue.severity, issue.status))
         self._exemplars = exemplars  # only shown issues: bounded like the gauges
         return tuple(rows)
 

@@ -12,6 +12,7 @@ critiques): the service should call it from a worker thread on its periodic job.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import sqlite3
 import time
@@ -28,9 +29,21 @@ from otel_eval.outputs.issues.catalogue import (
     sparse_centroid,
 )
 from otel_eval.outputs.issues.config import IssuesConfig
-from otel_eval.outputs.issues.continuity import Carried, Cluster, carry_over, merged
+from otel_eval.outputs.issues.continuity import (
+    Carried,
+    Cluster,
+    carry_over,
+    kept_members,
+    merged,
+)
 from otel_eval.outputs.issues.critiques import Critique, Extraction, extract
-from otel_eval.outputs.issues.embed import Embedder, Matrix, TfidfEmbedder, make_embedder
+from otel_eval.outputs.issues.embed import (
+    Embedder,
+    Matrix,
+    TfidfEmbedder,
+    make_embedder,
+    recurring_terms,
+)
 from otel_eval.outputs.issues.normalize import normalize
 from otel_eval.outputs.issues.problems import by_node, groups, same_problem
 from otel_eval.outputs.issues.reading import severity, status, titled
@@ -88,6 +101,11 @@ class IssueTracker:
         self._annotator = annotator
         self._synthesizer = synthesizer
         self._synthesis_calls_left = 0  # set by run()
+        # digest of a normalized critique text -> the issue id the previous run gave it
+        # (one entry per distinct text of that run's window, 32 hex digits whatever the text's
+        # length; in memory: lost on restart, when only the catalogue keeps ids)
+        self._previous: dict[str, str] = {}
+        self._current: dict[str, str] = {}
         self._embedder = (embedder if embedder is not None
                           else make_embedder(config.embedding, config.stem_chars))
 
@@ -128,6 +146,7 @@ class IssueTracker:
         events: list[IssueEvent] = []
         assigned: dict[int, str] = {}
         seen: set[str] = set()
+        self._current = {}
         for (level, node), idxs in sorted(groups(ext.critiques, cfg.per_node).items()):
             group = [ext.critiques[i] for i in idxs]
             candidates = [s for s in stored if not cfg.per_node
@@ -139,6 +158,7 @@ class IssueTracker:
                 assigned.update((idxs[m], issue.issue_id) for m in members)
                 if event is not None:
                     events.append(event)
+        self._previous = self._current
         resolved = self._forget_unseen(stored, seen)
         self._catalogue.record_shares(now, {**{s.issue_id: 0.0 for s in stored},
                                             **{i.issue_id: i.share for i in issues}})
@@ -174,9 +194,13 @@ class IssueTracker:
                    now: float) -> list[tuple[Issue, IssueEvent | None, list[int]]]:
         cfg = self._config
         clusters, matched = self._resolved(group, candidates)
+        texts_of = [_digest(normalize(c.text)) for c in group]
+        clusters = kept_members(clusters, matched, texts_of, self._previous)
         out: list[tuple[Issue, IssueEvent | None, list[int]]] = []
         saved: list[StoredIssue] = []
         for i, c in enumerate(clusters):
+            if not c.members:  # all its critiques went back to their previous issues
+                continue
             stored = matched.get(i)
             texts = list(dict.fromkeys(group[m].text for m in c.members))
             traces = frozenset(group[m].trace_id for m in c.members)
@@ -200,6 +224,7 @@ class IssueTracker:
                 stored.last_seen, stored.last_share = now, share
                 stored.level, stored.node = level, node
             saved.append(stored)
+            self._current.update((texts_of[m], stored.issue_id) for m in c.members)
             issue = replace(self._issue(stored, c, group, traces, share, previous),
                             nodes=breakdown, status=status(previous),
                             severity=severity([group[m] for m in c.members], share))
@@ -227,7 +252,7 @@ class IssueTracker:
         the catalogue, merged by the synthesizer when one is new) and their stored issues."""
         found: list[Cluster] = []
         small: list[Cluster] = []
-        for c in self._clusters(group):
+        for c in self._clusters(group, candidates):
             recurs = len({group[m].trace_id for m in c.members}) >= self._config.min_cluster_size
             (found if recurs else small).append(c)
         clusters, matched, strays = self._matched(found, small, candidates)
@@ -304,7 +329,8 @@ class IssueTracker:
             labels = attach_stragglers(x, labels, is_issue)
         return labels
 
-    def _clusters(self, group: list[Critique]) -> list[Cluster]:
+    def _clusters(self, group: list[Critique],
+                  candidates: list[StoredIssue]) -> list[Cluster]:
         """Cluster one (level, node) group on its distinct normalized texts. numpy, scipy
         and scikit-learn (~100 MB resident) are imported here, on the first group to cluster:
         an idle serve never pays for them."""
@@ -316,6 +342,9 @@ class IssueTracker:
         uid = [position.setdefault(normalize(c.text), len(position)) for c in group]
         unique = list(position)
         x, features = self._embedder.embed(unique)
+        known = {f for s in candidates for f in s.centroid}
+        x = recurring_terms(x, _row_traces(uid, group, len(unique)),
+                            self._config.term_min_traces, [f in known for f in features])
         labels = same_problem(self._labels(x, uid, group), uid, group)
         whole_words = isinstance(self._embedder, TfidfEmbedder) and not self._embedder.stem_chars
         term_x, terms = (x, features) if whole_words else TfidfEmbedder().embed(unique)
@@ -335,6 +364,20 @@ class IssueTracker:
                                           for j in np.flatnonzero(cen)}),
                 terms=top_terms(term_x[rows], terms, self._config.title_terms)))
         return out
+
+
+def _digest(text: str) -> str:
+    """A bounded key for a normalized critique text (``IssueTracker._previous``)."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def _row_traces(uid: list[int], group: list[Critique], rows: int) -> list[list[int]]:
+    """For each distinct text (row), the traces (numbered) whose critiques have it."""
+    number: dict[str, int] = {}
+    out: list[set[int]] = [set() for _ in range(rows)]
+    for i, u in enumerate(uid):
+        out[u].add(number.setdefault(group[i].trace_id, len(number)))
+    return [sorted(s) for s in out]
 
 
 def _event(issue: Issue, previous: float | None, jump: float) -> IssueEvent | None:
