@@ -10,7 +10,7 @@ one order of precedence for every field:
 1. the standard GenAI attributes (current keys, then the older ones: one reader);
 2. the convention of the span's marker (the vendor's own keys);
 3. the other conventions present, in ``ADAPTERS`` order (OpenInference, OpenLLMetry, Vercel
-   AI SDK): shapes without a marker;
+   AI SDK, Langfuse, MLflow): shapes without a marker;
 4. fallbacks from the span itself: the tool's name is the span's name.
 
 The agent's name follows the same order over the conventions' attributes, then the span's
@@ -44,7 +44,7 @@ _GENAI_FAMILY = (GENAI, GENAI_LEGACY)
 # span has the older GenAI content events. A convention whose ``explicit``, ``implicit`` or
 # ``present`` reads anything else to decide between None and a kind must be added here.
 _VALUE_MARKERS = ("gen_ai.operation.name", "openinference.span.kind", "traceloop.span.kind",
-                  "llm.request.type")
+                  "llm.request.type", "langfuse.observation.type", "mlflow.spanType")
 _STR_MARKERS = ("ai.operationId",)
 _LEGACY_EVENTS = frozenset({"gen_ai.content.prompt", "gen_ai.content.completion"})
 # the span events whose presence changes the plan: the older content events (a convention's
