@@ -11,7 +11,8 @@ one order of precedence for every field:
 2. the convention of the span's marker (the vendor's own keys);
 3. the other conventions present, in ``ADAPTERS`` order (OpenInference, OpenLLMetry, Vercel
    AI SDK, Langfuse, MLflow): shapes without a marker;
-4. fallbacks from the span itself: the tool's name is the span's name.
+4. fallbacks from the span itself: the tool's name is the span's name (less the call method
+   of ``<tool>.__call__``: ``agent_names.tool_from_span_name``).
 
 The agent's name follows the same order over the conventions' attributes, then the span's
 name (``agent_names.from_span_name``: ``invoke_agent <agent>``, ``<agent>.<method>``), a
@@ -26,7 +27,11 @@ from typing import Any
 
 from otel_eval.base.model import Span, Step, StepKind
 from otel_eval.evaluate.conventions.adapter import Adapter, Attrs
-from otel_eval.evaluate.conventions.agent_names import agent_name, from_span_name
+from otel_eval.evaluate.conventions.agent_names import (
+    agent_name,
+    from_span_name,
+    tool_from_span_name,
+)
 from otel_eval.evaluate.conventions.genai import GENAI, GENAI_LEGACY
 from otel_eval.evaluate.conventions.span_readers import EVENT_KEYS, SpanReader, for_keys
 
@@ -157,7 +162,7 @@ def read_fields(step: Step, span: Span, attrs: Attrs, found: Plan) -> None:
                     setattr(step, field, value)
                     step.sources[field] = sources[field]
     if step.kind == "tool" and step.tool_name is None:
-        step.tool_name = span.name
+        step.tool_name = tool_from_span_name(span.name)
         step.sources["tool_name"] = "span name"
 
 
