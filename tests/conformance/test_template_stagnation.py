@@ -16,10 +16,10 @@ import pytest
 from conformance import corpus
 
 from otel_eval.base.model import Trace, Trajectory
+from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.detectors import loop
 from otel_eval.evaluate.detectors.config import LoopConfig
 from otel_eval.evaluate.trajectory import build_trajectory
-from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.receive.loaders import load_file
 
 SCOPES = {"dspy": "openinference.instrumentation.dspy",
