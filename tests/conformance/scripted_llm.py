@@ -29,7 +29,12 @@ tool's call: ``final_answer{"answer": TEXT}`` when the request offers a tool of 
 (under its one required parameter's name when it declares one: BeeAI's is ``response``). A
 conversation containing ``[answer:code]`` (a code agent: smolagents' CodeAgent) gets each turn
 as a Python code block instead:
-``<code>\nprint(get_weather(city="Paris"))\n</code>``, then ``final_answer("...")``.
+``<code>\nprint(get_weather(city="Paris"))\n</code>``, then ``final_answer("...")``. A request
+whose system message asks for DSPy's ReAct output fields (``[[ ## next_tool_name ## ]]``, the
+ChatAdapter's text format) gets each turn in that format (``next_thought``, ``next_tool_name``
+``get_weather`` or ``finish``, ``next_tool_args`` JSON), k being the ``[[ ## observation_N ## ]]``
+fields of the trajectory it was sent; any other DSPy request (the ReAct's closing extract step)
+gets each output field its system message names, the final text as ``answer``.
 
 The model is always reported as ``gpt-4o-mini`` (``claude-3-5-haiku-20241022`` on the Messages
 API, ``gemini-2.0-flash`` on the Gemini API; models litellm's price table knows), with ids
@@ -99,6 +104,43 @@ def _code(city: str | None, text: str | None) -> str:
     return f"Thought: I have the answer.\n<code>\n{FINAL_ANSWER_TOOL}({json.dumps(text)})\n</code>"
 
 
+# DSPy's ChatAdapter: output fields as [[ ## name ## ]] sections, ended by [[ ## completed ## ]];
+# the ReAct trajectory fed back holds one observation_N field per tool result (or error).
+_DSPY_OUTPUTS = re.compile(r"Your output fields are:\n(.*?)(?:\n\n|\Z)", re.S)
+_DSPY_OBSERVATION = re.compile(r"\[\[ ## observation_\d+ ## \]\]")
+DSPY_REACT_FIELD = "next_tool_name"
+# A thought as long as a real model's: the turns of ``distinct`` then differ in two words of
+# fifty (the city, in the thought and in the arguments), the rest being DSPy's template.
+_DSPY_THOUGHT = ("The user asked about the weather. The get_weather tool gives the current "
+                 "weather for one city, so I will call it for {city} and read what it returns "
+                 "before I write the answer.")
+
+
+def _dspy_outputs(messages: list[Any]) -> list[str] | None:
+    """The output fields a DSPy ChatAdapter request asks for (its system message's list), or
+    None when the request is not DSPy's."""
+    system = "".join(t for m in messages if isinstance(m, dict) and m.get("role") == "system"
+                     for t in _texts(m.get("content")))
+    found = _DSPY_OUTPUTS.search(system)
+    if found is None or "[[ ## completed ## ]]" not in system:
+        return None
+    return re.findall(r"^\d+\. `(\w+)`", found.group(1), re.M)
+
+
+def _dspy(fields: list[str], r: scenarios.Reply) -> str:
+    """A DSPy ChatAdapter answer: the ReAct step's fields, or the extract step's."""
+    if DSPY_REACT_FIELD in fields:
+        values = {"next_thought": _DSPY_THOUGHT.format(city=r.city) if r.city
+                  else "I have the answer.",
+                  "next_tool_name": scenarios.TOOL_NAME if r.city else "finish",
+                  "next_tool_args": json.dumps({"city": r.city} if r.city else {})}
+    else:
+        values = {f: (r.text or "") if f == "answer" else "The observations give the answer."
+                  for f in fields}
+    return "".join(f"[[ ## {f} ## ]]\n{values.get(f, '')}\n\n" for f in fields) + \
+        "[[ ## completed ## ]]"
+
+
 def _observations(message: dict[str, Any]) -> int:
     if message.get("role") != "user":
         return 0
@@ -149,6 +191,8 @@ def scenario_of(messages: list[Any]) -> tuple[str, int]:
             if name is None and (found := scenarios.MARKER.search(text)):
                 name = found.group(1)
         parts = m.get("content") if isinstance(m.get("content"), list) else []
+        if m.get("role") == "user":
+            k += sum(len(_DSPY_OBSERVATION.findall(t)) for t in _texts(m.get("content")))
         k += _is_tool_result(m) + sum(_is_tool_result(p) for p in parts) + _observations(m)
     if name is None:
         raise BadRequest("no [scenario:NAME] marker in the conversation")
@@ -195,6 +239,14 @@ def _plan(messages: list[Any], final_answer: str | None = None,
         code = _code(r.city, r.text)
         out.update(message={"role": "assistant", "content": code, "refusal": None},
                    finish_reason="stop", usage=_usage(messages, code))
+        return out
+    dspy_fields = _dspy_outputs(messages)
+    if dspy_fields:
+        if DSPY_REACT_FIELD not in dspy_fields:  # the extract step after ReAct's finish
+            r = scenarios.Reply(text=scenarios.reply(name, k).text or scenarios.FINAL)
+        text = _dspy(dspy_fields, r)
+        out.update(message={"role": "assistant", "content": text, "refusal": None},
+                   finish_reason="stop", usage=_usage(messages, text))
         return out
     if r.city is not None:
         call = _call(seed, tool, {"city": r.city})

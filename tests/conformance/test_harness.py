@@ -233,6 +233,41 @@ def test_a_code_agent_gets_code_blocks_calling_the_tool_then_final_answer(
     assert first.choices[0].message.tool_calls is None
 
 
+_DSPY_REACT = ("Your input fields are:\n1. `question` (str): \n2. `trajectory` (str):\n"
+               "Your output fields are:\n1. `next_thought` (str): \n2. `next_tool_name` "
+               "(Literal['get_weather', 'finish']): \n3. `next_tool_args` (dict[str, Any]):"
+               "\n\nAll interactions will be structured in the following way, with the "
+               "appropriate values filled in.\n\n[[ ## completed ## ]]")
+_DSPY_EXTRACT = ("Your input fields are:\n1. `question` (str): \n2. `trajectory` (str):\n"
+                 "Your output fields are:\n1. `reasoning` (str): \n2. `answer` (str):\n\n"
+                 "[[ ## completed ## ]]")
+
+
+def test_dspy_react_gets_its_turns_in_the_chat_adapter_template(llm: ScriptedLLM) -> None:
+    """DSPy's ReAct: k is the trajectory's observation fields; the extract step after finish
+    gets each of its output fields, the final text as ``answer``."""
+    client = _client(llm)
+
+    def turn(system: str, trajectory: str) -> str:
+        user = (f"[[ ## question ## ]]\nWeather? [scenario:tool_error]\n\n"
+                f"[[ ## trajectory ## ]]\n{trajectory}")
+        reply = client.chat.completions.create(model="gpt-4o-mini", messages=[
+            {"role": "system", "content": system}, {"role": "user", "content": user}])
+        return str(reply.choices[0].message.content)
+
+    first = turn(_DSPY_REACT, "")
+    after_error = turn(_DSPY_REACT, "[[ ## observation_0 ## ]]\nExecution error in get_weather")
+    done = turn(_DSPY_REACT, "[[ ## observation_0 ## ]]\nx\n\n[[ ## observation_1 ## ]]\ny")
+    assert "[[ ## next_tool_name ## ]]\nget_weather\n" in first
+    assert '[[ ## next_tool_args ## ]]\n{"city": "Atlantis"}' in first
+    assert '[[ ## next_tool_args ## ]]\n{"city": "Paris"}' in after_error
+    assert "[[ ## next_tool_name ## ]]\nfinish\n" in done
+    assert first.endswith("[[ ## completed ## ]]")
+    extract = turn(_DSPY_EXTRACT, "[[ ## observation_0 ## ]]\nx")
+    assert f"[[ ## answer ## ]]\n{scenarios.FINAL}\n" in extract
+    assert "[[ ## next_tool_name ## ]]" not in extract
+
+
 def _messages(llm: ScriptedLLM, body: dict[str, Any]) -> Any:
     req = urllib.request.Request(llm.root_url + "/v1/messages", method="POST",
                                  data=json.dumps(body).encode(),

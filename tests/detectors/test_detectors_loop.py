@@ -14,6 +14,17 @@ SAME = ("The answer is not in these results, so I will search again with the sam
 
 
 
+def _dspy(thought: str, city: str) -> Step:
+    """A DSPy ReAct turn in its ChatAdapter template (field markers, tool name, JSON args),
+    its reply text read (``Step.answer``) as from the LLM span's output message."""
+    text = (f"[[ ## next_thought ## ]]\n{thought}\n\n[[ ## next_tool_name ## ]]\nget_weather"
+            f'\n\n[[ ## next_tool_args ## ]]\n{{"city": "{city}"}}\n\n[[ ## completed ## ]]')
+    return dataclasses.replace(llm(text), answer=text)
+
+
+THOUGHT = "I will look up the weather in the next city the user asked about, then continue."
+
+
 def _code(source: str) -> Step:
     """A code block made a step (smolagents' python_interpreter, rebuilt from the reply)."""
     return dataclasses.replace(tool("python_interpreter", {"code": source}, "sunny"),
@@ -66,6 +77,17 @@ CASES: list[tuple[str, list[Step], list[str]]] = [
     ("(d) stagnation with unflagged calls in between is reported",
      [llm(SAME), tool("s", {"q": 1}, "r1"), llm(SAME), tool("s", {"q": 2}, "r2"), llm(SAME),
       tool("s", {"q": 3}, "r3")], ["loop/stagnation"]),
+    ("(d) outputs sharing a framework's template but calling the tool for six cities: not alike",
+     [_dspy(f"I will look up the weather in {c}.", c)
+      for c in ("Paris", "London", "Tokyo", "Berlin", "Rome", "Madrid")], []),
+    ("(d) ... even when the thought is the same and only the arguments change",
+     [_dspy(THOUGHT, c) for c in ("Paris", "London", "Tokyo", "Berlin")], []),
+    ("(d) the same templated turn three times is stagnation",
+     [_dspy(THOUGHT, "Paris") for _ in range(3)], ["loop/stagnation"]),
+    ("(d) templated turns whose free text differs by one word in forty are near-identical",
+     [_dspy(SAME + suffix, "Paris") for suffix in ("", " Now.", "")], ["loop/stagnation"]),
+    ("(d) a paragraph and the same with a line added are not alike (something new was said)",
+     [llm(SAME), llm(SAME + "\nThe index lists a page on search syntax."), llm(SAME)], []),
     ("(d) two identical outputs are not stagnation",
      [llm(SAME), llm(SAME)], []),
     ("(d) short outputs ignored",

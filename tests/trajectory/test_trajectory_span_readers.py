@@ -246,3 +246,32 @@ def test_an_mcp_tool_call_alone_is_a_tool_step_and_call_ids_decide_beside() -> N
             span("tools/call get_weather", "run", 30, _MCP | ids | {"gen_ai.tool.call.id": mcp_id},
                  end=40)), TrajectoryConfig())
         assert len([s for s in t.steps if s.kind == "tool"]) == steps
+
+
+_LM = {"openinference.span.kind": "LLM", "llm.model_name": "gpt-4o-mini",
+       "llm.output_messages.0.message.role": "assistant",
+       "llm.output_messages.0.message.content": "It is sunny."}
+_COMPLETION = {"openinference.span.kind": "LLM", "llm.model_name": "openai/gpt-4o-mini",
+               "llm.token_count.prompt": 699, "llm.token_count.completion": 86,
+               "llm.cost.total": 0.00015, "output.value": "It is sunny."}
+
+
+@pytest.mark.parametrize(("inner_parent", "llm_steps"), [
+    ("lm", 1),    # directly under it: the call recorded again (DSPy LM.__call__ > completion)
+    ("run", 2),   # beside it: a call of its own
+])
+def test_an_llm_span_directly_under_an_llm_span_is_one_call(inner_parent: str,
+                                                             llm_steps: int) -> None:
+    t = build_trajectory(trace(span("run", attrs={"openinference.span.kind": "CHAIN"}),
+                               span("lm", "run", 1, _LM, end=9),
+                               span("completion", inner_parent, 2, _COMPLETION, end=8)),
+                         TrajectoryConfig())
+    assert len(t.llm_steps) == llm_steps
+    outer = t.llm_steps[0]
+    assert outer.name == "lm" and outer.model == "gpt-4o-mini"  # its own model kept
+    if llm_steps == 1:
+        assert (outer.input_tokens, outer.output_tokens, outer.cost_usd) == (699, 86, 0.00015)
+        inner = next(s for s in t.steps if s.name == "completion")
+        assert inner.kind == "other" and "parent LLM step" in inner.sources["kind"]
+    else:
+        assert outer.input_tokens is None

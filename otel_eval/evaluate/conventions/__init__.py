@@ -4,7 +4,8 @@ The span's kind and its ``Step.convention`` come from its marker, by a priority 
 (first match wins):
 
 1. explicit markers: ``openinference.span.kind`` > ``traceloop.span.kind`` >
-   ``gen_ai.operation.name`` > ``ai.operationId`` (Vercel AI SDK);
+   ``gen_ai.operation.name`` > ``ai.operationId`` (Vercel AI SDK) >
+   ``langfuse.observation.type`` (Langfuse SDK v3) > ``mlflow.spanType`` (MLflow Tracing);
 2. attribute shapes without a marker: OpenLLMetry indexed prompts/completions >
    older GenAI (``gen_ai.system``, ``gen_ai.prompt``, ...) > OpenInference keys
    (``llm.input_messages.N.*``, ``tool.name``, ``llm.model_name``);
@@ -30,6 +31,8 @@ from otel_eval.base.model import Span, Step, StepKind
 from otel_eval.evaluate.conventions.adapter import Adapter, Attrs
 from otel_eval.evaluate.conventions.fields import plan, read_fields
 from otel_eval.evaluate.conventions.genai import GENAI, GENAI_LEGACY
+from otel_eval.evaluate.conventions.langfuse import LANGFUSE
+from otel_eval.evaluate.conventions.mlflow import MLFLOW
 from otel_eval.evaluate.conventions.openinference import OPENINFERENCE
 from otel_eval.evaluate.conventions.openllmetry import OPENLLMETRY
 from otel_eval.evaluate.conventions.values import as_str
@@ -39,9 +42,9 @@ __all__ = ["ADAPTERS", "UNKNOWN", "Adapter", "classify", "describe", "dominant",
            "merge_tools", "read_span"]
 
 UNKNOWN = "unknown"
-_EXPLICIT = (OPENINFERENCE, OPENLLMETRY, GENAI, VERCEL_AI)
+_EXPLICIT = (OPENINFERENCE, OPENLLMETRY, GENAI, VERCEL_AI, LANGFUSE, MLFLOW)
 _IMPLICIT = (OPENLLMETRY, GENAI_LEGACY, OPENINFERENCE)
-ADAPTERS = (OPENINFERENCE, OPENLLMETRY, GENAI, GENAI_LEGACY, VERCEL_AI)
+ADAPTERS = (OPENINFERENCE, OPENLLMETRY, GENAI, GENAI_LEGACY, VERCEL_AI, LANGFUSE, MLFLOW)
 # Where a tool span names the tool call it ran (GenAI, OpenInference, Vercel AI SDK).
 _CALL_ID_KEYS = {"gen_ai.tool.call.id": "genai", "tool_call.id": "openinference",
                  "ai.toolCall.id": "vercel_ai"}

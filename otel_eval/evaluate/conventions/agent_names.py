@@ -25,8 +25,8 @@ agent is then read elsewhere (a span under it, the service's history) or stays u
 
 from __future__ import annotations
 
-__all__ = ["FRAMEWORK_DEFAULT_AGENT_NAMES", "MAX_AGENT_NAME", "WRAPPER_METHODS", "agent_name",
-           "from_span_name"]
+__all__ = ["FRAMEWORK_DEFAULT_AGENT_NAMES", "MAX_AGENT_NAME", "TOOL_CALL_METHODS",
+           "WRAPPER_METHODS", "agent_name", "from_span_name", "tool_from_span_name"]
 
 FRAMEWORK_DEFAULT_AGENT_NAMES = frozenset({
     "openai agent", "agent workflow", "agent", "langgraph", "agentexecutor", "codeagent",
@@ -56,6 +56,18 @@ def from_span_name(name: str) -> str:
     if dot and head and method in WRAPPER_METHODS:
         return head
     return name
+
+
+# The call methods a tool span is named after, as ``<tool>.<method>`` (OpenInference's DSPy
+# instrumentation: ``get_weather.__call__``, ``get_weather.acall``; no tool.name attribute).
+TOOL_CALL_METHODS = frozenset({"__call__", "acall"})
+
+
+def tool_from_span_name(name: str) -> str:
+    """The tool a tool span's name stands for: ``<tool>.<call method>``'s tool, else the span
+    name itself."""
+    head, dot, method = name.rpartition(".")
+    return head if dot and head and method in TOOL_CALL_METHODS else name
 
 
 def agent_name(value: str | None) -> str | None:

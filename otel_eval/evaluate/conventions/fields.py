@@ -10,8 +10,9 @@ one order of precedence for every field:
 1. the standard GenAI attributes (current keys, then the older ones: one reader);
 2. the convention of the span's marker (the vendor's own keys);
 3. the other conventions present, in ``ADAPTERS`` order (OpenInference, OpenLLMetry, Vercel
-   AI SDK): shapes without a marker;
-4. fallbacks from the span itself: the tool's name is the span's name.
+   AI SDK, Langfuse, MLflow): shapes without a marker;
+4. fallbacks from the span itself: the tool's name is the span's name (less the call method
+   of ``<tool>.__call__``: ``agent_names.tool_from_span_name``).
 
 The agent's name follows the same order over the conventions' attributes, then the span's
 name (``agent_names.from_span_name``: ``invoke_agent <agent>``, ``<agent>.<method>``), a
@@ -26,7 +27,11 @@ from typing import Any
 
 from otel_eval.base.model import Span, Step, StepKind
 from otel_eval.evaluate.conventions.adapter import Adapter, Attrs
-from otel_eval.evaluate.conventions.agent_names import agent_name, from_span_name
+from otel_eval.evaluate.conventions.agent_names import (
+    agent_name,
+    from_span_name,
+    tool_from_span_name,
+)
 from otel_eval.evaluate.conventions.genai import GENAI, GENAI_LEGACY
 from otel_eval.evaluate.conventions.span_readers import EVENT_KEYS, SpanReader, for_keys
 
@@ -44,7 +49,7 @@ _GENAI_FAMILY = (GENAI, GENAI_LEGACY)
 # span has the older GenAI content events. A convention whose ``explicit``, ``implicit`` or
 # ``present`` reads anything else to decide between None and a kind must be added here.
 _VALUE_MARKERS = ("gen_ai.operation.name", "openinference.span.kind", "traceloop.span.kind",
-                  "llm.request.type")
+                  "llm.request.type", "langfuse.observation.type", "mlflow.spanType")
 _STR_MARKERS = ("ai.operationId",)
 _LEGACY_EVENTS = frozenset({"gen_ai.content.prompt", "gen_ai.content.completion"})
 # the span events whose presence changes the plan: the older content events (a convention's
@@ -157,7 +162,7 @@ def read_fields(step: Step, span: Span, attrs: Attrs, found: Plan) -> None:
                     setattr(step, field, value)
                     step.sources[field] = sources[field]
     if step.kind == "tool" and step.tool_name is None:
-        step.tool_name = span.name
+        step.tool_name = tool_from_span_name(span.name)
         step.sources["tool_name"] = "span name"
 
 

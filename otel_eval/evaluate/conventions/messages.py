@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from otel_eval.evaluate.conventions.values import parse_json
+from otel_eval.base.model import ToolCall
+from otel_eval.evaluate.conventions.values import as_str, parse_json
 
 _DECODER = json.JSONDecoder()
 
@@ -166,6 +167,28 @@ def response_message(raw: str | None) -> dict[str, Any] | None:
     if data.get("type") == "message" and isinstance(data.get("content"), list):
         return _anthropic_reply(data["content"])
     return None
+
+
+def reply_calls(reply: dict[str, Any]) -> list[ToolCall]:
+    """Tool calls of a reply message (OpenAI shape: ``tool_calls[].function``)."""
+    calls = []
+    for call in reply.get("tool_calls") or ():
+        fn = call.get("function") if isinstance(call, dict) else None
+        if isinstance(fn, dict) and fn.get("name"):
+            calls.append(ToolCall(str(fn["name"]), parse_json(fn.get("arguments")),
+                                  as_str(call.get("id"))))
+    return calls
+
+
+def finish_reasons(output: str | None) -> list[str]:
+    """Finish reasons of a provider response (OpenAI's ``choices[].finish_reason``); parsed
+    only when the text names one."""
+    if not output or "finish_reason" not in output:
+        return []
+    data = parse_json(output)
+    choices = data.get("choices") if isinstance(data, dict) else None
+    return [str(c["finish_reason"]) for c in choices if isinstance(c, dict)
+            and isinstance(c.get("finish_reason"), str)] if isinstance(choices, list) else []
 
 
 def _anthropic_reply(blocks: list[Any]) -> dict[str, Any]:

@@ -26,7 +26,9 @@ from otel_eval.base.model import Span, Step, StepKind, ToolCall
 from otel_eval.evaluate.conventions.adapter import Adapter, Attrs
 from otel_eval.evaluate.conventions.agent_names import agent_name
 from otel_eval.evaluate.conventions.messages import (
+    finish_reasons,
     message_text,
+    reply_calls,
     request_messages,
     response_message,
 )
@@ -131,12 +133,12 @@ def _fill_llm(step: Step, attrs: Attrs) -> None:
     step.input_text = (request_messages(step.input_text) or _flat_input(step.input_text, attrs)
                        or step.input_text)
     output = as_str(attrs.get("output.value"))
-    step.finish_reasons = _finish_reasons(output)
+    step.finish_reasons = finish_reasons(output)
     reply = response_message(output)
     step.output_text = json.dumps([reply], ensure_ascii=False) if reply else output
     step.tool_calls = _tool_calls(attrs)
     if not step.tool_calls and reply:
-        step.tool_calls = _reply_calls(reply)
+        step.tool_calls = reply_calls(reply)
     step.reply = as_str(attrs.get("llm.output_messages.0.message.content"))
     if step.reply is None and reply:
         step.reply = message_text(reply)
@@ -176,28 +178,6 @@ def _flat_message(fields: dict[str, Any]) -> dict[str, Any]:
              "function": {"name": c.get("function.name"), "arguments": c.get("function.arguments")}}
             for _, c in sorted(calls.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0)]
     return fields
-
-
-def _reply_calls(reply: dict[str, Any]) -> list[ToolCall]:
-    """Tool calls of a reply message read from the response object (OpenAI shape)."""
-    calls = []
-    for call in reply.get("tool_calls") or ():
-        fn = call.get("function") if isinstance(call, dict) else None
-        if isinstance(fn, dict) and fn.get("name"):
-            calls.append(ToolCall(str(fn["name"]), parse_json(fn.get("arguments")),
-                                  as_str(call.get("id"))))
-    return calls
-
-
-def _finish_reasons(output: str | None) -> list[str]:
-    """Finish reasons of the provider response that ``output.value`` holds (OpenAI's
-    ``choices[].finish_reason``); parsed only when the text names one."""
-    if not output or "finish_reason" not in output:
-        return []
-    data = parse_json(output)
-    choices = data.get("choices") if isinstance(data, dict) else None
-    return [str(c["finish_reason"]) for c in choices if isinstance(c, dict)
-            and isinstance(c.get("finish_reason"), str)] if isinstance(choices, list) else []
 
 
 def _managed_names(enclosing: Attrs) -> list[str]:

@@ -94,7 +94,8 @@ class LoopConfig:
     cycle_min_repeats: int = 3
     # (d) Two LLM outputs whose similarity (difflib ratio over words, 0..1) is at least this are
     # "near-identical". 0.95 tolerates a changed number or word in a paragraph (one word in
-    # forty), not a changed plan.
+    # forty), not a changed plan. Compared on what differs: the lines both outputs have (a
+    # framework's template) are left out first; equal outputs are alike.
     stagnation_similarity: float = 0.95
     # (d) This many consecutive near-identical LLM outputs make a stagnation finding.
     stagnation_min_run: int = 3

@@ -4,7 +4,10 @@
 denied: ``gen_ai.tool.call.decision.outcome`` ``deny``); (b) the same call again within a
 window with the same result and only read-only calls in between (no state change, so no
 progress); (c) cycles, a pattern of 2+ different calls repeated ``cycle_min_repeats`` times
-in a row; (d) stagnation, consecutive near-identical LLM outputs (word-level similarity); (e)
+in a row; (d) stagnation, consecutive near-identical LLM outputs (word-level similarity of
+what differs between them: the lines two outputs share, such as a framework's output
+template, are left out, so six DSPy ReAct turns that share the template but call the tool
+with six cities are not alike); (e)
 code/shell agents are covered by (a)-(c) because their calls are keyed by the canonicalized
 action text; (f) reworded repeats, near-duplicate calls of one tool that brought nothing new
 (``detectors.reworded``); (g) circling, steps whose actions differ only in form and whose
@@ -180,27 +183,56 @@ def _shares_a_run(a: tuple[str, list[int]], b: str, total: int, threshold: float
     return False
 
 
-def _similar(words: list[list[str]], j: int, threshold: float,
-             counts: dict[int, Counter[str]],
-             spaced: dict[int, tuple[str, list[int]]]) -> bool:
-    """Word-level difflib ratio of outputs ``j`` and ``j + 1`` >= threshold, with the cheap
-    upper bounds tried first; word counts and spaced texts are kept in ``counts`` and
-    ``spaced`` (each output is compared with both neighbours)."""
-    a, b = words[j], words[j + 1]
-    if a == b:
+def _lines(text: str) -> Counter[str]:
+    """The non-blank lines of an output, stripped; a line break JSON-escaped (an output
+    recorded as a JSON list of strings: OpenInference's DSPy ``LM.__call__``) breaks a line
+    too."""
+    found = Counter(map(str.strip, text.replace("\\n", "\n").splitlines()))
+    found.pop("", None)
+    return found
+
+
+def _differing(a: str, b: str) -> tuple[list[str], list[str]]:
+    """The words of the lines of ``a`` that ``b`` lacks, and of ``b``'s that ``a`` lacks
+    (lines as multisets, compared stripped): what differs between two outputs, without the
+    lines they share. A framework's output template (DSPy's ``[[ ## next_thought ## ]]``
+    field markers, a fixed tool-name line) is shared line for line, so it is never what makes
+    two outputs alike; one-line outputs are compared whole, as before."""
+    if "\n" not in a and "\n" not in b and "\\n" not in a and "\\n" not in b:
+        return a.split()[:_MAX_COMPARE_WORDS], b.split()[:_MAX_COMPARE_WORDS]
+    la, lb = _lines(a), _lines(b)
+    return (" ".join((la - lb).elements()).split()[:_MAX_COMPARE_WORDS],
+            " ".join((lb - la).elements()).split()[:_MAX_COMPARE_WORDS])
+
+
+def _similar(texts: list[str], words: list[list[str]], j: int, threshold: float,
+             counts: dict[int, Counter[str]]) -> bool:
+    """Whether LLM outputs ``j`` and ``j + 1`` are near-identical: equal, or what differs
+    between them (``_differing``) has a word-level difflib ratio >= threshold. The cheap
+    bounds on the whole outputs' words come first (``words``; word counts kept in ``counts``,
+    each output being compared with both neighbours): they bound what differs too, as the
+    lines both share add the same words to both sides of each ratio. Outputs that differ only
+    in the order of their lines are alike."""
+    if texts[j] == texts[j + 1]:
         return True
+    a, b = words[j], words[j + 1]
     total = len(a) + len(b)
     if not total or 2 * min(len(a), len(b)) / total < threshold:
-        return False
-    for k in (j, j + 1):
-        if k not in spaced:
-            spaced[k] = _spaced(words[k])
-    if not _shares_a_run(spaced[j], spaced[j + 1][0], total, threshold):
         return False
     for k in (j, j + 1):
         if k not in counts:
             counts[k] = Counter(words[k])
     if 2 * _common(counts[j], counts[j + 1]) / total < threshold:
+        return False
+    a, b = _differing(texts[j], texts[j + 1])
+    if a == b:
+        return True
+    total = len(a) + len(b)
+    if not total or 2 * min(len(a), len(b)) / total < threshold:
+        return False
+    if not _shares_a_run(_spaced(a), _spaced(b)[0], total, threshold):
+        return False
+    if 2 * _common(Counter(a), Counter(b)) / total < threshold:
         return False
     return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio() >= threshold
 
@@ -223,20 +255,18 @@ def _output(step: Step) -> str:
 
 
 def stagnation(llm_steps: Sequence[Step], cfg: LoopConfig) -> list[Finding]:
-    """(d) ``stagnation_min_run`` or more consecutive near-identical LLM outputs."""
+    """(d) ``stagnation_min_run`` or more consecutive near-identical LLM outputs
+    (``_similar``: compared on what differs between them, not on the lines they share)."""
     texts = [(s, _output(s)) for s in llm_steps]
-    words = [t.split() for _, t in texts]
-    for k, w in enumerate(words):
-        if len(w) > _MAX_COMPARE_WORDS:
-            words[k] = w[:_MAX_COMPARE_WORDS]
+    outputs = [t for _, t in texts]
+    words = [t.replace("\\n", "\n").split()[:_MAX_COMPARE_WORDS] for t in outputs]
     counts: dict[int, Counter[str]] = {}
-    spaced: dict[int, tuple[str, list[int]]] = {}
     out, i = [], 0
     while i < len(texts):
         j = i
         if len(texts[i][1]) >= cfg.stagnation_min_chars:
-            while j + 1 < len(texts) and _similar(words, j, cfg.stagnation_similarity,
-                                                  counts, spaced):
+            while j + 1 < len(texts) and _similar(outputs, words, j,
+                                                  cfg.stagnation_similarity, counts):
                 j += 1
         if j - i + 1 >= cfg.stagnation_min_run:
             run = [s for s, _ in texts[i:j + 1]]

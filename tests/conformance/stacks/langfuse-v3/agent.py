@@ -1,0 +1,38 @@
+"""langfuse-v3: the Langfuse Python SDK v3 (built on OpenTelemetry) as its docs show: the
+agent and its tool as ``@observe(as_type="agent" | "tool")`` functions, the LLM calls through
+Langfuse's OpenAI drop-in (``from langfuse.openai import OpenAI``: generation observations),
+exported by the SDK's own OTLP exporter to ``{host}/api/public/otel/v1/traces`` (``host`` is
+the capture server here). ``python agent.py SCENARIO`` (in the stack's venv)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import common
+
+
+def main(scenario: str) -> None:
+    from langfuse import Langfuse, observe
+    from langfuse.openai import OpenAI
+
+    langfuse = Langfuse(public_key="pk-lf-conformance", secret_key="sk-lf-conformance",
+                        host=os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"])
+    body = common.Tool(scenario)
+
+    @observe(name="get_weather", as_type="tool")
+    def get_weather(city: str) -> str:
+        return body(city)
+
+    @observe(name=common.AGENT_NAME, as_type="agent")
+    def weather_agent(question: str) -> str:
+        return common.chat_loop(OpenAI(), scenario,
+                                lambda call: get_weather(**common.arguments(call)))
+
+    with common.attached(common.remote_parent(scenario)):
+        weather_agent(common.prompt(scenario))
+    langfuse.shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
