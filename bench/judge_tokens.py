@@ -137,9 +137,8 @@ def judge_tokens(ev: Evaluation, combined: Judge, separate: Judge, model: str,
 def corpus_traces() -> Iterator[tuple[str, Trace]]:
     """(stack, run) for every completed run of the conformance corpus
     (``tests/conformance/hung.py``)."""
-    sys.path.insert(0, str(CORPUS))
-    import corpus
-    import hung
+    sys.path.insert(0, str(CORPUS.parent))  # hung.py imports ``conformance.corpus``
+    from conformance import corpus, hung
 
     for stack in corpus.stacks():
         for trace in hung.completed_runs(stack):
