@@ -18,7 +18,8 @@ of a held-out run reaches its model. Families of text:
 Analyzers: ``w12`` word 1-2-grams (``predict.text.terms``), ``ch25`` character 2-5-grams
 inside words (``char_wb``), ``one`` both in one vocabulary. Scores of several parts are each
 divided by their spread and summed (``w_counts``: the counts' weight; ``nested``: the weight
-0, 1/2 or 1 chosen by inner grouped folds of the training part). Slow on a shared machine
+0, 1/2 or 1 chosen by inner grouped folds of the training part; ``--counts-c``: the C of the
+counts' logistic regression, 1 as in ``train``). Slow on a shared machine
 (character n-grams of the SWE-bench runs: minutes).
 """
 
@@ -50,6 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TAU_RUNS = Path("tau-bench/airline/gpt-4o-airline.runs.json")
 SWE = Path("swe-bench-mini-swe-agent")
 WEIGHTS = (0.0, 0.5, 1.0)
+COUNTS_C = [1.0]  # C of the counts' logistic regression (``--counts-c``; train's is 1)
 
 
 def _cut(text: str, n: int, head: float = 0.3) -> str:
@@ -177,7 +179,7 @@ def _lr(a: Any, y: Any, b: Any, c: float) -> Any:
 
 def _scores(data: Data, text: str, analyzer: str, tr: Any, te: Any) -> tuple[Any, Any]:
     a, b = data.counts_fold(tr, te)
-    zc = _lr(a, data.y[tr], b, 1.0)
+    zc = _lr(a, data.y[tr], b, COUNTS_C[0])
     a, b = data.tfidf_fold(text, analyzer, tr, te)
     return zc, _lr(a, data.y[tr], b, 10.0)
 
@@ -227,7 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--designs", default="cur:w12,cur:ch25,cur:one,whole:w12,whole:ch25,"
                                          "says:w12")
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--counts-c", type=float, default=1.0)
     args = ap.parse_args(argv)
+    COUNTS_C[0] = args.counts_c
     warnings.filterwarnings("ignore")
     if args.cache.exists():
         runs = pickle.loads(args.cache.read_bytes())  # our own cache, written below
