@@ -12,7 +12,9 @@ their prompt tokens with litellm's ``token_counter`` (no LLM is called). The age
 tokens come from the trace's usage attributes, else are counted from its LLM steps' input
 messages with the same tokenizer. Reported: judge input tokens / agent input tokens, summed
 over the traces (and the per-trace median), for the default combined call and, for
-comparison, one call per judge; the rubric judge (off by default) is shown apart. Where the
+comparison, one call per judge; the rubric judge (off by default) is shown apart, and so is
+the reply schema the default ``response_format: json_schema`` sends with each call (its JSON
+text counted; not in the default figure, which counts the messages). Where the
 default call's tokens go: the fixed frame (system prompt, instructions, output schema, list of
 steps to score), the task, and the rendered trajectory by section (new input messages of LLM
 calls, LLM outputs, tool arguments, tool results), each counted on its own text.
@@ -122,6 +124,9 @@ def judge_tokens(ev: Evaluation, combined: Judge, separate: Judge, model: str,
         n = count(model, r.messages)
         out["default"] += n
         out["default_calls"] += 1
+        # sent besides the messages under the default response_format json_schema (the
+        # provider counts it as input too); its JSON text, counted apart
+        out["default_schema"] += count_text(model, json.dumps(r.schema))
         for k, v in breakdown(rendered, n, model).items():
             out["part_" + k] += v
     for r in separate.requests(ev, rendered):
@@ -137,9 +142,8 @@ def judge_tokens(ev: Evaluation, combined: Judge, separate: Judge, model: str,
 def corpus_traces() -> Iterator[tuple[str, Trace]]:
     """(stack, run) for every completed run of the conformance corpus
     (``tests/conformance/hung.py``)."""
-    sys.path.insert(0, str(CORPUS))
-    import corpus
-    import hung
+    sys.path.insert(0, str(CORPUS.parent))  # hung.py imports ``conformance.corpus``
+    from conformance import corpus, hung
 
     for stack in corpus.stacks():
         for trace in hung.completed_runs(stack):
@@ -173,7 +177,8 @@ def run_set(path: Path | None, model: str, limit: int | None) -> dict[str, Any]:
     def pct(key: str) -> float:
         return round(100 * sum(j.get(key, 0) for _, j in rows) / agent_total, 2)
 
-    keys = ("default", *SEPARATE, "separate", "rubric_generate", "rubric_verify")
+    keys = ("default", "default_schema", *SEPARATE, "separate", "rubric_generate",
+            "rubric_verify")
     return {
         "traces": len(rows), "load_errors": len(errors), "agent_input_tokens": agent_total,
         "judge_input_tokens": {k: sum(j.get(k, 0) for _, j in rows) for k in keys},
@@ -199,15 +204,16 @@ def share_of_default(rows: list[tuple[int, dict[str, int]]]) -> dict[str, float]
 def print_table(results: dict[str, dict[str, Any]]) -> None:
     head = ("| dataset | traces | agent input tok | **default (combined) %** | median/trace % "
             "| calls/trace | step % | process % | trace % | outcome % | separate total % "
-            "| rubric gen + check % |")
+            "| rubric gen + check % | + response_format schema % |")
     print(head)
-    print("|---" * 12 + "|")
+    print("|---" * 13 + "|")
     for name, r in results.items():
         p = r["percent_of_agent"]
         print(f"| {name} | {r['traces']} | {r['agent_input_tokens']:,} | **{p['default']}** | "
               f"{r['median_trace_percent_default']} | {r['default_calls_per_trace']} | "
               f"{p['step']} | {p['process']} | {p['trace']} | {p['outcome']} | "
-              f"{p['separate']} | {p['rubric_generate']} + {p['rubric_verify']} |")
+              f"{p['separate']} | {p['rubric_generate']} + {p['rubric_verify']} | "
+              f"+{p['default_schema']} |")
     cols = ("frame", "task", "trajectory_llm_input", "trajectory_llm_output",
             "trajectory_tool_args", "trajectory_tool_result", "trajectory_headers",
             "trajectory_errors", "final_output_findings")
