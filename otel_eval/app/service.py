@@ -60,7 +60,7 @@ from otel_eval.evaluate.feedback import Feedback
 from otel_eval.evaluate.judge.namer import judge_namer
 from otel_eval.evaluate.judge.redact import Redactor
 from otel_eval.evaluate.judge.synthesizer import judge_synthesizer
-from otel_eval.evaluate.sessions.job import SessionJob
+from otel_eval.evaluate.sessions.job import SessionJob, SessionJudging
 from otel_eval.evaluate.sessions.reader import SessionReader
 from otel_eval.evaluate.stage import InProcess, store_failed
 from otel_eval.outputs import events as outputs_events
@@ -118,7 +118,8 @@ class Service:
         self._locks = instance_locks(config.store)
         self.store = store_at(config.store.target, config.store.session)
         self.evaluator = Evaluator(config, references_path=self.options.references_path)
-        # conversations, computed on read from the turns in the store (GET /v1/sessions)
+        # conversations for GET /v1/sessions: complete ones as the session job stored them,
+        # open ones computed on read from their turns in the store
         self.sessions = SessionReader(self.store, config.sessions)
         needs_loop = config.judge.active or config.kafka.enabled
         self.loop = LoopThread() if needs_loop else None  # started first, stopped last
@@ -129,7 +130,8 @@ class Service:
         self.session_job = SessionJob(
             self.store, config.sessions, self.metrics, predictor=self.evaluator.predictor,
             events=next((s for s in self.sinks
-                         if isinstance(s, outputs_events.EvaluationEvents)), None))
+                         if isinstance(s, outputs_events.EvaluationEvents)), None),
+            judging=next((s for s in self.sinks if isinstance(s, SessionJudging)), None))
         self.spool = self._make_spool()
         self.pool = self._make_pool(lean=not self.sinks)
         self.store_health = self._make_store_health()

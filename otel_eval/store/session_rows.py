@@ -6,6 +6,8 @@ each completion happens once.
     put_many (a turn with a session id) -> upsert: state open, last_turn_ns, turns, bytes
     job: due (open, last turn older than idle) -> claim (open -> claimed, a token)
          -> evaluate -> complete (claimed by that token -> complete, the record stored)
+    judge stage (writer thread): put_session_judge -> the record's ``judge`` part, onto the
+         completion it judged
 
 States: ``open`` (turns may come), ``claimed`` (a process evaluates it: ``claim`` is its
 token, ``claimed_at_ns`` when), ``complete`` (``body`` holds the record). A turn stored while
@@ -111,6 +113,11 @@ def sql(m: str) -> dict[str, str]:
                     f"WHERE session_id = {m} AND state = 'claimed' AND claim = {m}",
         "record": f"SELECT state, body, completions, turns, last_turn_ns FROM sessions "
                   f"WHERE session_id = {m}",
+        # the session judge's write: onto the completion it judged, the body it read
+        "judged": f"SELECT body FROM sessions WHERE session_id = {m} AND state = 'complete' "
+                  f"AND completions = {m}",
+        "judge": f"UPDATE sessions SET body = {m} WHERE session_id = {m} AND "
+                 f"state = 'complete' AND completions = {m} AND body = {m}",
         "open": "SELECT COUNT(*) FROM sessions WHERE state <> 'complete'",
         "delete": f"DELETE FROM sessions WHERE last_turn_ns < {m}",
     }
@@ -157,6 +164,21 @@ class KeptSessions:
         passed = verdict.get("passed") if isinstance(verdict, dict) else None
         return self._one("complete", json.dumps(record), passed, now_ns, session_id,
                          claim)[1] == 1
+
+    def put_session_judge(self, session_id: str, completions: int,
+                          judge: dict[str, Any]) -> bool:
+        """The session judge's result onto the stored record of completion number
+        ``completions`` (1 the first): False, nothing written, when the session was re-opened
+        or completed again since (that completion gets its own judgement). One writer of the
+        ``judge`` part (``evaluate.judge.stage``); the body is replaced only if it is the one
+        read (compare and set), so a completion landing in between is never overwritten."""
+        rows = self._one("judged", session_id, completions)[0]
+        if not rows or not rows[0][0]:
+            return False
+        body = str(rows[0][0])
+        record = json.loads(body)
+        record["judge"] = judge
+        return self._one("judge", json.dumps(record), session_id, completions, body)[1] == 1
 
     def session_record(self, session_id: str) -> SessionRow | None:
         rows = self._one("record", session_id)[0]

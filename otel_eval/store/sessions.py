@@ -7,6 +7,8 @@ with a ``session_id`` (migration 6), whichever worker, process or Kafka consumer
     passed              true | false: the session's verdict (applied after the session is
                         evaluated on read: a page may hold fewer than ``limit`` sessions, and
                         then says where to go on with its cursor)
+    detector            a session finding by this detector ("loop"), or of this kind
+                        ("loop:repeated_across_turns"); applied as ``passed`` is
     since, until        the session's last turn's evaluation time, Unix seconds or RFC 3339;
                         since <= t < until
     limit               1..200, default 20
@@ -33,7 +35,8 @@ __all__ = ["MAX_SESSION_LIMIT", "SessionCursor", "SessionQuery", "StoredTurns",
 MAX_SESSION_LIMIT = 200  # sessions per page (each is read and evaluated: its turns' bodies)
 MAX_SESSION_ID_CHARS = 256  # as read (conventions.conversations.MAX_ID_CHARS)
 _TEXT = ("service", "agent")
-PARAMETERS = (*_TEXT, "passed", "since", "until", "limit", "cursor")
+PARAMETERS = (*_TEXT, "passed", "detector", "since", "until", "limit", "cursor")
+MAX_DETECTOR_CHARS = 129  # "detector:kind", each at most 64 (the metrics' label bound)
 
 
 class StoredTurns(NamedTuple):
@@ -68,6 +71,8 @@ class SessionQuery:
     agent: str | None = None
     # The session's verdict; None = any.
     passed: bool | None = None
+    # "detector" or "detector:kind" of at least one session finding; None = any.
+    detector: str | None = None
     # The last turn's evaluation time bounds, Unix nanoseconds: since <= t < until.
     since_ns: int | None = None
     until_ns: int | None = None
@@ -95,6 +100,11 @@ class SessionQuery:
             if values["passed"].lower() not in ("true", "false"):
                 raise QueryError("passed", "must be true or false")
             kwargs["passed"] = values["passed"].lower() == "true"
+        if values.get("detector"):
+            if len(values["detector"]) > MAX_DETECTOR_CHARS:
+                raise QueryError("detector", f"at most {MAX_DETECTOR_CHARS} characters "
+                                 "(detector or detector:kind)")
+            kwargs["detector"] = values["detector"]
         for name in ("since", "until"):
             if name in values:
                 kwargs[f"{name}_ns"] = parse_time(name, values[name])

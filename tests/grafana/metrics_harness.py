@@ -13,7 +13,6 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 from otel_eval.base import model
 from otel_eval.outputs.issues.config import IssuesConfig
@@ -87,36 +86,34 @@ def _loopy_findings(i: int) -> list[model.Finding]:
     return out
 
 
-def _session_metric(metrics: Metrics, name: str) -> Any | None:
-    """A session metric (issue 27) as declared on the registry, when this checkout declares
-    it with the labels the dashboard reads; None otherwise. The session metrics are declared
-    by the session completion job's branch (s27core), merged separately.
-    TODO(s27core): feed through the metrics' verbs (metrics.<sessions>...) once they exist."""
-    collector = metrics.registry._names_to_collectors.get(name)
-    labels = getattr(collector, "_labelnames", ())
-    return collector if {"service", "agent"} <= set(labels) else None
-
-
 def feed_sessions(metrics: Metrics, agent: str, completed: int, failed: int = 0,
-                  loops: int = 0, hangs: int = 0, turns: float = 4) -> bool:
-    """Sessions of ``agent`` completed, failed, with loop / non-termination findings and
-    ``turns`` turns each; False (nothing fed) while the session metrics are not declared."""
-    found = {n: _session_metric(metrics, n) for n in (
-        "otel_eval_sessions_completed", "otel_eval_sessions_failed",
-        "otel_eval_session_findings", "otel_eval_session_turns")}
-    if any(c is None for c in found.values()):
-        return False
-    by = {"service": SERVICE, "agent": agent}
-    found["otel_eval_sessions_completed"].labels(**by).inc(completed)
-    found["otel_eval_sessions_failed"].labels(**by).inc(failed)
-    findings = found["otel_eval_session_findings"]
-    for detector, kind, n in (("loop", "repeated_across_turns", loops),
-                              ("non_termination", "pending_tool_call", hangs)):
-        if n:
-            findings.labels(**by, detector=detector, kind=kind).inc(n)
-    for _ in range(completed):
-        found["otel_eval_session_turns"].labels(**by).observe(turns)
-    return True
+                  loops: int = 0, hangs: int = 0, turns: int = 4, round_no: int = 0) -> None:
+    """Sessions of ``agent`` completed (``failed`` of them failed; ``loops`` / ``hangs`` with
+    a session loop / non-termination finding) with ``turns`` turns each, as the session job
+    reports a stored session record (``metrics.sessions.completed``); with ``round_no``, one
+    of them completed again after a late turn, with a turn cut by ``max_turns``."""
+    for i in range(completed):
+        findings = []
+        if i < loops:
+            findings.append({"detector": "loop", "kind": "repeated_across_turns"})
+        if i < hangs:
+            findings.append({"detector": "non_termination", "kind": "pending_tool_call"})
+        record = {"service": SERVICE, "agent": agent, "turns": turns,
+                  "traces": [f"{round_no:08x}{i:08x}{t:016x}" for t in range(turns)],
+                  "verdict": {"passed": i >= failed}, "findings": findings, "counts": {}}
+        metrics.sessions.completed(record, again=False)
+    if round_no:
+        late = {"service": SERVICE, "agent": agent, "turns": turns + 1,
+                "traces": [f"{round_no:08x}{'f' * 24}"], "verdict": {"passed": True},
+                "findings": [], "counts": {"turns_cut": 1}, "cut_by": "max_turns"}
+        metrics.sessions.completed(late, again=True)
+
+
+def feed_session_store(metrics: Metrics, round_no: int) -> None:
+    """The session job's check of the store: the open sessions, and the oldest completed
+    early past ``max_open_sessions``."""
+    metrics.sessions.open_sessions(100 + round_no % 5)
+    metrics.sessions.evicted("max_open_sessions", 1 + round_no % 2)
 
 
 def feed_round(metrics: Metrics, round_no: int, traces: int = 10) -> list[str]:
@@ -181,8 +178,10 @@ def feed_round(metrics: Metrics, round_no: int, traces: int = 10) -> list[str]:
     metrics.workers.restarted(round_no % 2, 3)
     _feed_judge_and_kafka(metrics, round_no, traces)
     # conversations: the looping agent repeats calls across turns, the clean one never does
-    feed_sessions(metrics, LOOPY, 2, failed=1, loops=1, hangs=1, turns=3 + round_no % 4)
+    feed_sessions(metrics, LOOPY, 2, failed=1, loops=1, hangs=1, turns=3 + round_no % 4,
+                  round_no=round_no + 1)
     feed_sessions(metrics, CLEAN, 2)
+    feed_session_store(metrics, round_no + 1)
     return ids
 
 

@@ -9,7 +9,6 @@ import yaml
 from grafana_files import (
     DASHBOARD,
     GRAFANA,
-    SESSION_METRICS,
     alert_rules,
     dashboard,
     metric_names,
@@ -51,8 +50,7 @@ def test_every_query_uses_declared_metrics() -> None:
     exposed = _exposed_names()
     exprs = [e for _, e in panel_queries()] + [r["expr"] for r in alert_rules()]
     used = set().union(*(metric_names(e) for e in exprs))
-    # the session metrics may not be declared in this checkout yet (grafana_files)
-    assert used and used <= exposed | SESSION_METRICS, sorted(used - exposed)
+    assert used and used <= exposed, sorted(used - exposed)
     variables = {v["name"]: v for v in dashboard()["templating"]["list"]}
     for v in variables.values():
         if v["type"] == "query":
@@ -208,23 +206,29 @@ def test_every_share_reads_zero_when_its_numerator_never_happened() -> None:
 
 def test_session_panels_and_alert() -> None:
     """Conversations: completed and failed, the failure share, the session loop and
-    non-termination shares, turns per session (with exemplars), and the session-loop alert,
-    on the session metrics' names (every one of them used)."""
+    non-termination shares, turns per session (with exemplars), the open sessions, re-opened,
+    evicted and turns dropped, and the session-loop alert: every session metric used."""
     titles = {p["title"]: p for p in panels()}
-    wanted = {"Sessions completed and failed /s": {"otel_eval_sessions_completed_total",
-                                                   "otel_eval_sessions_failed_total"},
-              "Session failure rate": {"otel_eval_sessions_failed_total",
-                                       "otel_eval_sessions_completed_total"},
-              "Session loop and non-termination rate": {"otel_eval_session_findings_total",
-                                                        "otel_eval_sessions_completed_total"},
-              "Turns per session": {"otel_eval_session_turns_bucket"}}
+    by_pair = {"Sessions completed and failed /s": {"otel_eval_sessions_completed_total",
+                                                    "otel_eval_sessions_failed_total"},
+               "Session failure rate": {"otel_eval_sessions_failed_total",
+                                        "otel_eval_sessions_completed_total"},
+               "Session loop and non-termination rate": {"otel_eval_session_findings_total",
+                                                         "otel_eval_sessions_completed_total"},
+               "Turns per session": {"otel_eval_session_turns_bucket"},
+               "Sessions re-opened /s": {"otel_eval_sessions_reopened_total"}}
+    # labelled by reason or by nothing: no (service, agent) to select
+    unpaired = {"Open sessions": {"otel_eval_sessions_open"},
+                "Sessions evicted and turns dropped /s": {
+                    "otel_eval_sessions_evicted_total", "otel_eval_session_turns_dropped_total"}}
     used: set[str] = set()
-    for title, metrics in wanted.items():
+    for title, metrics in {**by_pair, **unpaired}.items():
         exprs = [t["expr"] for t in titles[title]["targets"]]
         names = set().union(*(metric_names(e) for e in exprs))
         assert names == metrics, title
         used |= names
-        assert all('service=~"$service", agent=~"$agent"' in e for e in exprs), title
+        paired = ['service=~"$service", agent=~"$agent"' in e for e in exprs]
+        assert all(paired) if title in by_pair else not any(paired), title
     loop_share = " ".join(t["expr"] for t in titles["Session loop and non-termination rate"]
                           ["targets"])
     assert 'detector="loop"' in loop_share and 'detector="non_termination"' in loop_share
@@ -237,8 +241,10 @@ def test_session_panels_and_alert() -> None:
         "{{ $externalLabels.otel_eval_url }}/ui/sessions?service=")
     used |= metric_names(rule["expr"])
     # the histogram's _sum and _count are exposed with its buckets; no panel needs them
-    assert used | {"otel_eval_session_turns_sum", "otel_eval_session_turns_count"} == \
-        SESSION_METRICS
+    declared = {n for n in _exposed_names() if n.startswith(("otel_eval_session_",
+                                                             "otel_eval_sessions_"))}
+    assert len(declared) == 10
+    assert used | {"otel_eval_session_turns_sum", "otel_eval_session_turns_count"} == declared
 
 
 def test_per_service_panels_count_every_agent() -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import service_feed
-from grafana_files import OUTAGE_ALERTS, SESSION_METRICS, alert_rules, metric_names, panel_queries
+from grafana_files import OUTAGE_ALERTS, alert_rules, panel_queries
 from metrics_harness import (
     CLEAN,
     LOOPY,
@@ -71,10 +71,7 @@ def test_every_panel_and_alert_query_returns_data(
                                  if r["alert"] not in OUTAGE_ALERTS]
     rounds = iter(range(10_000))
     fed: list[str] = []
-    # the session queries need data once this checkout declares the session metrics
-    # (grafana_files.SESSION_METRICS); until then they must parse, as every query
-    sessions = feed_sessions(metrics, CLEAN, 0)
-    pending = {n: e for n, e in queries if sessions or not metric_names(e) & SESSION_METRICS}
+    pending = dict(queries)
 
     def all_answer() -> bool:
         for name, expr in queries:
@@ -210,9 +207,7 @@ def test_every_share_is_zero_not_no_data_when_its_numerator_never_happened(
     # and per service) must still show 0 % for it, not "No data"; and so must the share
     # inside every trace-rate alert (the same expression without its threshold).
     prom, metrics = scraped
-    sessions = feed_sessions(metrics, "always-failing", 0)  # the metrics are declared
-    shares = {name: e for name, e in panel_queries() if " rate" in name.split(" / ")[0]
-              and (sessions or not metric_names(e) & SESSION_METRICS)}
+    shares = {name: e for name, e in panel_queries() if " rate" in name.split(" / ")[0]}
     assert len([n for n in shares if "Session" not in n]) == 6, sorted(shares)
     for rule in alert_rules():
         # the repeated-runs alerts count runs first (>= 3): no share of theirs stands alone

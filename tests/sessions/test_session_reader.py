@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from otel_eval.base import model
 from otel_eval.evaluate.sessions.config import SessionsConfig
 from otel_eval.evaluate.sessions.job import SessionJob
 from otel_eval.evaluate.sessions.reader import SessionReader
 from otel_eval.store import EvaluationStore, open_store
+from otel_eval.store.query import QueryError
 from otel_eval.store.sessions import SessionCursor, SessionQuery
 from otel_eval.telemetry.metrics import Metrics
 
@@ -66,4 +69,36 @@ def test_the_passed_filter_looks_at_a_bounded_window_and_goes_on_by_cursor(
         "passed": False, "reasons": [f"turn 1 ({0:032x}) failed: bad"]}
     everything = reader.page(SessionQuery(limit=12))
     assert len(everything["sessions"]) == 12 and everything["next_cursor"] is None
+    store.close()
+
+
+def test_the_detector_filter_keeps_sessions_with_that_session_finding(
+        tmp_path: Path) -> None:
+    """``detector=budget`` / ``budget:session_turns``: only the sessions past the session
+    budget (two turns, the budget one); an unknown kind or detector keeps none."""
+    store = open_store(str(tmp_path / "s.db"))
+    rows = []
+    for s, turns in enumerate((1, 2, 1, 2, 1)):
+        for n in range(turns):
+            i = s * 10 + n
+            t = model.Trajectory(f"{i:032x}", "otlp", "complete", [], service="shop",
+                                 agent="a", start_ns=T0 + i * S, session_id=f"s{s:02d}")
+            rows.append(model.Evaluation(t, [], model.Verdict(True, []),
+                                         evaluated_at_ns=T0 + i * S))
+    store.put_many(rows)
+    reader = SessionReader(store, SessionsConfig(session_turns=1))
+
+    def ids(detector: str, limit: int = 20) -> list[str]:
+        q = SessionQuery.from_params({"detector": [detector], "limit": [str(limit)]})
+        return [r["session_id"] for r in reader.page(q)["sessions"]]
+
+    assert ids("budget") == ids("budget:session_turns") == ["s03", "s01"]
+    assert ids("budget:session_steps") == ids("loop") == []
+    first = reader.page(SessionQuery(detector="budget", limit=1))
+    assert [r["session_id"] for r in first["sessions"]] == ["s03"]
+    rest = reader.page(SessionQuery(detector="budget", limit=1,
+                                    cursor=SessionCursor.decode(first["next_cursor"])))
+    assert [r["session_id"] for r in rest["sessions"]] == ["s01"]
+    with pytest.raises(QueryError, match="detector"):
+        SessionQuery.from_params({"detector": ["x" * 200]})
     store.close()

@@ -8,6 +8,7 @@ turns; one is clean; one has more turns than a page shows."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,9 +26,11 @@ from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.judge.config import RedactionConfig
 from otel_eval.evaluate.judge.redact import Redactor
 from otel_eval.evaluate.sessions.config import SessionsConfig
+from otel_eval.evaluate.sessions.job import SessionJob
 from otel_eval.evaluate.sessions.reader import SessionReader
 from otel_eval.outputs.ui.sessions import TURNS_PER_PAGE
 from otel_eval.store import Store
+from otel_eval.telemetry.metrics import Metrics
 
 HOSTILE = "<script>window.__pwned='session id'</script>/a b"  # "/" and " " URL-encoded
 CLEAN = "clean-conversation"
@@ -79,9 +82,13 @@ def stored_conversations(path: Path) -> tuple[Store, dict[str, list[str]]]:
 
 @contextmanager
 def session_admin(store: Store) -> Iterator[str]:
-    """The admin endpoint over ``store`` with sessions served, every session long idle
-    (complete); yields its base URL."""
-    reader = SessionReader(store, SessionsConfig(), clock_ns=lambda: 2**62)
+    """The admin endpoint over ``store`` with sessions served, every session completed by
+    the session job as long idle; yields its base URL."""
+    config = SessionsConfig()
+    later = time.time() + config.idle_timeout_s + 1
+    assert SessionJob(store, config, Metrics(CollectorRegistry())).tick(later) == len(
+        CONVERSATIONS)
+    reader = SessionReader(store, config)
     api = AdminApi(CollectorRegistry(), store.query, store.get, lambda _t, _o: None,
                    lambda: True, lambda: True, redact=Redactor(RedactionConfig()).redact,
                    sessions=reader.page, session=reader.get)

@@ -12,8 +12,9 @@ from typing import Literal
 
 from otel_eval.base.configcheck import validate
 
-JudgeName = Literal["step", "trace", "rubric", "process", "outcome"]
-JUDGE_NAMES: tuple[JudgeName, ...] = ("step", "trace", "rubric", "process", "outcome")
+JudgeName = Literal["step", "trace", "rubric", "process", "outcome", "session"]
+JUDGE_NAMES: tuple[JudgeName, ...] = ("step", "trace", "rubric", "process", "outcome",
+                                      "session")
 
 
 @dataclass(frozen=True)
@@ -113,8 +114,10 @@ class JudgeConfig:
     response_format: Literal["json_schema", "json_object", "none"] = "json_schema"
     # Judges switched on. step = Agentic CLEAR J_s per LLM call; trace = J_t; rubric = J_r+J_v;
     # process = ClawTrack 4-dimension turn grader; outcome = task completion (only when no
-    # outcome label is known). Default: all but rubric (2 calls per new task).
-    enabled: tuple[JudgeName, ...] = ("step", "trace", "process", "outcome")
+    # outcome label is known); session = one call per completed conversation (its turns as a
+    # transcript, docs/sessions.md), with the same limits and budget. Default: all but rubric
+    # (2 calls per new task).
+    enabled: tuple[JudgeName, ...] = ("step", "trace", "process", "outcome", "session")
     # One structured call per trace carrying the step, trace, process and outcome scores
     # (rubric stays separate). Default True: ~4x fewer prompt tokens than separate calls.
     combined: bool = True

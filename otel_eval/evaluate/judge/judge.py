@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from otel_eval.base.model import Evaluation
@@ -30,7 +30,8 @@ from otel_eval.evaluate.judge.rubric_cache import (
     RubricCache,
     rubric_key,
 )
-from otel_eval.evaluate.judge.scoring import Collector, overall
+from otel_eval.evaluate.judge.scoring import OK_STATUSES, Collector, overall
+from otel_eval.evaluate.judge.session import render_session
 from otel_eval.evaluate.judge.templates import Prompts
 
 log = logging.getLogger(__name__)
@@ -116,6 +117,27 @@ class Judge:
         label = outcome_label(evaluation)
         return {"mode": mode, "model": c.model, "judges": collector.judges,
                 "overall": overall(collector.judges, label, c.tau_task, c.tau_process),
+                "totals": collector.totals()}
+
+    async def judge_session(self, record: Mapping[str, Any],
+                            turns: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """The ``judge`` object of a completed session: one ``session`` call over its
+        transcript (``judge.session``); passed = score >= ``tau_task``."""
+        c = self.config
+        collector = Collector(c.model)
+        request = self.redacted(prompting.session(self.prompts,
+                                                  render_session(record, turns)))
+        await self._send(request, collector)
+        entry = collector.judges["session"]
+        if entry["status"] not in OK_STATUSES:
+            entry["scores"] = {}
+        score = entry["scores"].get("session")
+        if score is not None:
+            self.observer.score("session", "session", score)
+        return {"mode": "combined", "model": c.model, "judges": collector.judges,
+                "overall": {"status": entry["status"], "session_score": score,
+                            "passed": None if score is None else score >= c.tau_task,
+                            "tau_task": c.tau_task},
                 "totals": collector.totals()}
 
     async def _call(self, request: Request) -> CallResult:

@@ -25,7 +25,7 @@ PART_ORDER = ("step", "process", "trace", "outcome")  # parts a combined call ma
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    name: str  # step | trace | process | outcome | combined | rubric_generate | rubric_verify
+    name: str  # step | trace | process | outcome | combined | session | rubric_*
     parts: tuple[str, ...]  # judges answered by this call
     messages: Messages
     schema: schemas.Schema
@@ -149,6 +149,14 @@ def plan(prompts: Prompts, rendered: Rendered, parts: tuple[str, ...], combine: 
         out.extend(single(prompts, rendered, part, chunk) for chunk in chunks if chunk)
     out.extend(single(prompts, rendered, part) for part in whole)
     return out
+
+
+def session(prompts: Prompts, rendered: Rendered) -> Request:
+    """The session judge's one call: ``rendered`` is the conversation (``judge.session``)."""
+    schema = schemas.session_schema()
+    messages = _messages(prompts, rendered, prompts.render("session"),
+                         "Grade the whole conversation.", schema)
+    return Request("session", ("session",), messages, schema)
 
 
 def rubric_generate(prompts: Prompts, task: str) -> Request:

@@ -46,6 +46,12 @@ def process_schema() -> Schema:
     return _obj({"turns": {"type": "array", "items": item}})
 
 
+def session_schema() -> Schema:
+    """The session judge: a critique of the conversation, then the chance it solved the
+    user's problem."""
+    return _SCORED
+
+
 def rubric_generate_schema() -> Schema:
     item = _obj({"id": {"type": "string"}, "criterion": {"type": "string"}})
     return _obj({"criteria": {"type": "array", "items": item, "minItems": 1, "maxItems": 20}})

@@ -3,6 +3,12 @@
     Engine (thread) --export(trace, evaluation)--> loop.call(JudgeQueue.submit)
         -> worker task -> Judge.judge -> on_done: JudgeWrites.put (store.put_judge), then events
                                       -> on_skip: JudgeWrites.put({"overall": skipped})
+    SessionJob (thread) --judge_session(record, turns)--> loop: a task -> Judge.judge_session
+        -> JudgeWrites.call(store.put_session_judge): onto the completion it judged
+
+Sessions are judged once per completion, bounded by ``queue_size`` judgements under way,
+sampled and budgeted as traces (skips counted with the same reasons); a stop cuts the ones
+under way at its deadline (the session keeps its verdict by code, no ``judge``).
 
 Each queued evaluation is kept in a journal (``journal.PendingJournal``) until its judgement or
 skip is stored, so the work a killed process held is marked skipped ``restart`` at the next
@@ -30,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -42,7 +48,9 @@ from otel_eval.evaluate.judge.config import JudgeConfig
 from otel_eval.evaluate.judge.fit import fit, text_bytes
 from otel_eval.evaluate.judge.journal import PendingJournal
 from otel_eval.evaluate.judge.judge import Judge
+from otel_eval.evaluate.judge.observer import SkipReason
 from otel_eval.evaluate.judge.rubric_cache import SqliteRubricCache
+from otel_eval.evaluate.judge.sampling import session_sampled
 from otel_eval.evaluate.judge.workqueue import JudgeQueue, skipped_judge
 from otel_eval.outputs.deps import JudgeEvents
 from otel_eval.store import EvaluationStore
@@ -72,6 +80,7 @@ class JudgeStage:
         self.queue: JudgeQueue | None = None
         self._writer: JudgeWrites | None = None
         self._writes: set[Future[bool]] = set()  # made, not yet done (touched on the loop)
+        self._sessions: set[asyncio.Task[None]] = set()  # session judgements under way
 
     def start(self) -> None:
         check_credentials(self.config)
@@ -164,6 +173,68 @@ class JudgeStage:
         self._writes.add(write)
         write.add_done_callback(lambda f: self.loop.call(self._written, f, evaluation, then))
 
+    # -- sessions ------------------------------------------------------------------------
+
+    def judge_session(self, record: dict[str, Any], turns: Sequence[dict[str, Any]]) -> None:
+        """From the session job's thread, once a completion is stored: judge the
+        conversation (one call) on the loop and write the result onto that completion
+        (``store.put_session_judge``, on the writer thread). Returns at once."""
+        self.loop.call(self._session_submit, record, list(turns))
+
+    def _session_submit(self, record: dict[str, Any],
+                        turns: list[dict[str, Any]]) -> None:  # on the loop
+        if self.judge is None or self._writer is None or self.queue is None \
+                or "session" not in self.config.enabled or not turns:
+            return
+        reason: SkipReason | None = None
+        if not session_sampled(record, self.config.sampling):
+            reason = "sampled_out"
+        elif self.judge.over_budget():
+            reason = "over_budget"
+        elif len(self._sessions) >= self.config.queue_size:
+            reason = "queue_full"
+        if reason is not None:
+            self.metrics.judge.skip(reason)
+            self._write_session(record, skipped_judge(reason))
+            return
+        task = asyncio.get_running_loop().create_task(self._judge_session(record, turns))
+        self._sessions.add(task)
+        task.add_done_callback(self._sessions.discard)
+
+    async def _judge_session(self, record: dict[str, Any],
+                             turns: list[dict[str, Any]]) -> None:  # on the loop
+        assert self.judge is not None
+        try:
+            judge = await self.judge.judge_session(record, turns)
+        except asyncio.CancelledError:  # shutdown: the session stays judged by code only
+            raise
+        except Exception as e:  # the stage boundary: said, counted, judging goes on
+            log.error("judging session %r failed: %s", record.get("session_id"),
+                      type(e).__name__, exc_info=e)
+            judge = {"judges": {}, "overall": {"status": "error", "error": type(e).__name__}}
+        self._write_session(record, judge)
+
+    def _write_session(self, record: dict[str, Any],
+                       judge: dict[str, Any]) -> None:  # on the loop
+        assert self._writer is not None
+        session_id = str(record.get("session_id"))
+        completions = int(record.get("completion") or 0) + 1  # the row counts from 1
+        try:
+            write = self._writer.call(
+                lambda: self.store.put_session_judge(session_id, completions, judge))
+        except RuntimeError:  # the writer has stopped: the shutdown deadline passed
+            log.warning("judge result of session %r not stored: the stage has stopped",
+                        session_id)
+            return
+        self._writes.add(write)
+        write.add_done_callback(lambda f: self.loop.call(self._session_written, f, session_id))
+
+    def _session_written(self, write: Future[bool], session_id: str) -> None:  # on the loop
+        self._writes.discard(write)
+        if not write.cancelled() and (e := write.exception()) is not None:
+            log.error("storing the judge result of session %r failed: %s", session_id,
+                      type(e).__name__, exc_info=e)
+
     def _fit(self, evaluation: Evaluation, judge: dict[str, Any]) -> dict[str, Any]:
         """On the writer thread: the judgement cut to what the stored result leaves of
         ``max_result_bytes`` (and kept as the evaluation's, for its events)."""
@@ -208,6 +279,13 @@ class JudgeStage:
         end = asyncio.get_running_loop().time() + deadline_s
         assert self.queue is not None
         await self.queue.shutdown(deadline_s)
+        if self._sessions:  # session judgements under way: finished within the deadline
+            left = max(0.0, end - asyncio.get_running_loop().time())
+            _, late = await asyncio.wait(list(self._sessions), timeout=left)
+            for task in late:
+                task.cancel()
+            if late:
+                log.warning("%d session judgements cut by the shutdown deadline", len(late))
         await close_clients()  # litellm caches HTTP clients per loop: close them on this one
         if self._writes:
             left = max(0.0, end - asyncio.get_running_loop().time())

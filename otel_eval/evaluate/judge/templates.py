@@ -15,7 +15,7 @@ from typing import Any
 
 from otel_eval.evaluate.judge.schemas import Schema
 
-NAMES = ("system", "frame", "combined", "step", "trace", "process", "outcome",
+NAMES = ("system", "frame", "combined", "step", "trace", "process", "outcome", "session",
          "rubric_generate", "rubric_verify", "repair", "issue_name", "issue_merge")
 PLACEHOLDERS = ("instructions", "task", "trajectory", "final_output", "findings", "request",
                 "schema", "error", "stragglers")

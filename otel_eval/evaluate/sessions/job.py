@@ -10,6 +10,8 @@ when it completes, by one process of the fleet, and its record is stored.
            when a turn came meanwhile: the session is open again)
         -> metrics (telemetry.sessions), a gen_ai.evaluation.result event on the last turn's
            root span (outputs.events), only for the process whose completion was stored
+        -> the session judge, when serve has one (``SessionJudging``: one call per
+           completion, off this thread, written onto that completion)
 
 The state is the store's ``sessions`` table (``store.session_rows``: ``put_many`` opens and
 updates a session with each turn, in the turn's transaction), never this process's memory:
@@ -35,7 +37,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from otel_eval.evaluate.predict import Predictor
 from otel_eval.evaluate.sessions.config import SessionsConfig
@@ -65,18 +67,29 @@ def last_root_span(turn: dict[str, Any]) -> str:
         if roots else ""
 
 
+@runtime_checkable
+class SessionJudging(Protocol):
+    """The judge at the session level (``evaluate.judge.stage.JudgeStage``): told each stored
+    completion, it judges the conversation off this thread and writes onto that completion."""
+
+    def judge_session(self, record: dict[str, Any], turns: Sequence[dict[str, Any]]) -> None:
+        ...
+
+
 class SessionJob:
     """``start()`` ticks every ``check_interval_s`` on a thread of its own;
     ``tick(now_s)`` is one check (tests call it with a ``ManualClock``)."""
 
     def __init__(self, store: EvaluationStore, config: SessionsConfig, metrics: Metrics,
                  predictor: Predictor | None = None, events: SessionEvents | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 judging: SessionJudging | None = None) -> None:
         self.store = store
         self.config = config
         self.metrics = metrics
         self.predictor = predictor
         self.events = events
+        self.judging = judging
         self.clock = clock  # wall clock, seconds: turns are stamped with the wall clock
         self._claims = (f"{uuid.uuid4().hex[:12]}:{n}" for n in itertools.count())
         self._stopped = threading.Event()
@@ -126,6 +139,8 @@ class SessionJob:
         if self.events is not None and turns:
             last = turns[-1]
             self.events.export_session(record, str(last.get("trace_id")), last_root_span(last))
+        if self.judging is not None and turns:
+            self.judging.judge_session(record, list(turns))
         return 1
 
     def _evaluate(self, session_id: str) -> tuple[Sequence[dict[str, Any]], dict[str, Any]]:

@@ -1,0 +1,93 @@
+"""The judge at the session level: a completed conversation as one judge call.
+
+    session record + its turns (turn order, as stored) -> render_session (a bounded
+    transcript) -> prompting.session -> Judge.judge_session (the same JudgeClient as the trace
+    judges: concurrency, rate limits, hourly cost budget, retries, validation, redaction)
+    -> {"mode": "combined", "model", "judges": {"session": ...}, "overall", "totals"}
+
+One call per session, whatever ``judge.combined`` says: the conversation is one object to
+grade. Span content is hostile: every text is cut (``TEXT_CHARS``), at most ``CALLS_SHOWN``
+tool calls a turn and ``TURNS_SHOWN`` turns (the first and the newest) are written, so the
+prompt is bounded whatever the conversation; each part is escaped like the trace judges'.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from otel_eval.evaluate.judge.render import Rendered
+
+TEXT_CHARS = 1500  # per user message, reply or finding message
+ARGS_CHARS = 200  # per tool call's arguments
+CALLS_SHOWN = 8  # tool calls written per turn (the rest counted)
+TURNS_SHOWN = 40  # turns written: the first FIRST_TURNS and the newest (the rest counted)
+FIRST_TURNS = 4
+
+
+def _cut(value: Any, limit: int) -> str:
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= limit else text[:limit] + f" [... {len(text) - limit} cut]"
+
+
+def _calls(steps: Any) -> list[str]:
+    calls = [s for s in steps if isinstance(s, Mapping) and s.get("kind") == "tool"] \
+        if isinstance(steps, list) else []
+    out = []
+    for step in calls[:CALLS_SHOWN]:
+        failed = " -> error" if step.get("status") == "error" or step.get("error") else ""
+        name = _cut(step.get("tool_name") or step.get("name") or "?", 80)
+        out.append(f"  tool call: {name}({_cut(step.get('arguments'), ARGS_CHARS)}){failed}")
+    if len(calls) > CALLS_SHOWN:
+        out.append(f"  ({len(calls) - CALLS_SHOWN} more tool calls)")
+    return out
+
+
+def _verdict(turn: Mapping[str, Any]) -> str:
+    verdict = turn.get("verdict")
+    passed = verdict.get("passed") if isinstance(verdict, Mapping) else None
+    return {True: "passed", False: "failed"}.get(passed, "unknown")  # type: ignore[arg-type]
+
+
+def _turn(number: int, turn: Mapping[str, Any]) -> str:
+    lines = [f"Turn {number} (checks by code: {_verdict(turn)})",
+             f"  user: {_cut(turn.get('input'), TEXT_CHARS)}", *_calls(turn.get("steps")),
+             f"  agent: {_cut(turn.get('output'), TEXT_CHARS)}"]
+    return "\n".join(lines)
+
+
+def _shown(turns: Sequence[Mapping[str, Any]]) -> list[str]:
+    numbered = list(enumerate(turns, 1))
+    if len(numbered) <= TURNS_SHOWN:
+        return [_turn(n, t) for n, t in numbered]
+    head, tail = numbered[:FIRST_TURNS], numbered[-(TURNS_SHOWN - FIRST_TURNS):]
+    hidden = len(numbered) - len(head) - len(tail)
+    return [*(_turn(n, t) for n, t in head), f"({hidden} turns not shown)",
+            *(_turn(n, t) for n, t in tail)]
+
+
+def _findings(record: Mapping[str, Any], turns: Sequence[Mapping[str, Any]]) -> str:
+    number = {t.get("trace_id"): n for n, t in enumerate(turns, 1)}
+    lines = []
+    for f in (record.get("findings") or ())[:20]:
+        if not isinstance(f, Mapping):
+            continue
+        where = number.get(f.get("trace_id"))
+        lines.append(f"- {_cut(f.get('detector'), 40)}/{_cut(f.get('kind'), 40)} "
+                     f"({_cut(f.get('severity'), 20)}"
+                     f"{f', turn {where}' if where else ''}): {_cut(f.get('message'), 300)}")
+    return "\n".join(lines) or "(none)"
+
+
+def render_session(record: Mapping[str, Any], turns: Sequence[Mapping[str, Any]]) -> Rendered:
+    """The conversation as the frame prompt's parts: the first request as the task, the
+    transcript as the run, the last reply as the final output, the session findings."""
+    first = turns[0] if turns else {}
+    last = turns[-1] if turns else {}
+    return Rendered(task=_cut(first.get("input"), TEXT_CHARS),
+                    trajectory="\n\n".join(_shown(turns)),
+                    final_output=_cut(last.get("output"), TEXT_CHARS),
+                    findings=_findings(record, turns), steps=())

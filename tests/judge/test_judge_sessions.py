@@ -1,0 +1,172 @@
+"""The judge at the session level, inside ``serve``: a completed conversation is judged once,
+in one call through litellm against the scripted loopback LLM, and the result lands on that
+completion's stored record (``store.put_session_judge``), under the trace judges' cost
+controls; the write path never lands on a completion other than the one judged."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from judge_fake_llm import FakeLLM, Reply, good
+from prometheus_client import CollectorRegistry
+from sessions.conversations import call, scripted
+from support.poll import poll
+
+from otel_eval.app.config import Config, replace
+from otel_eval.app.service import Service
+from otel_eval.base.model import Trace
+from otel_eval.decode.otlp import decode_request, request_from_json
+from otel_eval.evaluate.evaluator import Evaluator
+from otel_eval.evaluate.sessions.config import SessionsConfig
+from otel_eval.evaluate.sessions.job import SessionJob
+from otel_eval.store import EvaluationStore, Store
+from otel_eval.store.postgresql import PostgresStore
+from otel_eval.telemetry.metrics import Metrics
+
+KEY = "gen_ai.conversation.id"
+SECRET = "sk-" + "b" * 40  # an OpenAI-style key in a user message: redacted before sending
+
+
+def _turns(n: int, tag: str) -> list[tuple[str, list[dict[str, Any]]]]:
+    return [(f"{tag} request number {i}, my key is {SECRET}",
+             [call("get_reservation_details", {"reservation_id": f"R{i}"}, f"c{i}"),
+              {"role": "assistant", "content": f"{tag} answer {i}"}]) for i in range(n)]
+
+
+def _store_turns(store: EvaluationStore, conversations: dict[str, int]) -> None:
+    """Each conversation's turns evaluated and stored, as the engine stores them."""
+    evaluator = Evaluator(Config())
+    for conversation, n in conversations.items():
+        for trace_id, body in scripted(conversation, KEY, _turns(n, conversation)):
+            spans = decode_request(request_from_json(json.dumps(body))).spans
+            evaluation = evaluator.evaluate(Trace(trace_id, spans, "complete"))
+            assert evaluation is not None
+            store.put_many([evaluation])
+
+
+def _later() -> float:
+    return time.time() + SessionsConfig().idle_timeout_s + 1
+
+
+def _session_reply(body: dict[str, Any]) -> Reply:
+    assert body["response_format"]["json_schema"]["name"] == "session_grade", body
+    return good({"critique": "Turn 2 asked again what turn 1 had answered.", "score": 0.25},
+                prompt_tokens=2000, completion_tokens=60)
+
+
+@contextmanager
+def _serve(tmp_path: Path, llm: FakeLLM, **changes: Any) -> Iterator[Service]:
+    cfg = replace(Config(), **{
+        "receiver.grpc_endpoint": "127.0.0.1:0", "receiver.http_endpoint": "",
+        "admin.endpoint": "127.0.0.1:0", "store.path": str(tmp_path / "r.db"),
+        "judge.model": "openai/gpt-4o-mini", "judge.api_base": llm.api_base,
+        "judge.timeout_s": 5.0, "judge.max_retries": 0, "evaluation.workers": 1, **changes})
+    svc = Service(cfg, registry=CollectorRegistry())
+    svc.start(worker=False)
+    try:
+        yield svc
+    finally:
+        svc.shutdown(deadline_s=20)
+
+
+def _judge(svc: Service, session_id: str) -> dict[str, Any] | None:
+    row = svc.store.session_record(session_id)
+    return (row.record or {}).get("judge") if row is not None else None
+
+
+def _sample(svc: Service, name: str, **labels: str) -> float:
+    return svc.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def test_each_completed_session_is_judged_once_onto_its_record(
+        tmp_path: Path, llm: FakeLLM) -> None:
+    llm.route = _session_reply
+    with _serve(tmp_path, llm) as svc:
+        _store_turns(svc.store, {"conv-a": 3, "conv-b": 2})
+        assert svc.session_job.tick(_later()) == 2
+        judged = poll(lambda: all(_judge(svc, s) for s in ("conv-a", "conv-b")),
+                      "both sessions judged")
+        assert judged
+        assert svc.session_job.tick(_later()) == 0  # complete: never judged again
+        judge = _judge(svc, "conv-a")
+        assert judge is not None
+        assert judge["overall"]["status"] == "ok"
+        assert judge["overall"]["session_score"] == 0.25
+        assert judge["overall"]["passed"] is False  # below judge.tau_task 0.5
+        entry = judge["judges"]["session"]
+        assert entry["calls"] == 1 and entry["tokens"] == {"input": 2000, "output": 60}
+        assert entry["critiques"][0]["text"].startswith("Turn 2 asked again")
+        assert judge["totals"]["cost_usd"] > 0  # litellm's price of gpt-4o-mini
+        # the API shows it with the session's record
+        served = svc.sessions.get("conv-a")
+        assert served is not None and served["judge"] == judge
+        assert served["status"] == "complete" and served["turns"] == 3
+        cost = _sample(svc, "otel_eval_judge_cost_usd_total", judge="session")
+        spent = sum(j["totals"]["cost_usd"] for j in (judge, _judge(svc, "conv-b")) if j)
+        assert cost == pytest.approx(spent)
+    # one call per session, the turns in order as a transcript, the secret redacted
+    assert len(llm.requests) == 2
+    prompt = next(r["messages"][-1]["content"] for r in llm.requests
+                  if "conv-a request number 0" in r["messages"][-1]["content"])
+    order = [prompt.index(f"conv-a request number {i}") for i in range(3)]
+    assert order == sorted(order) and "Turn 3" in prompt and "Turn 4" not in prompt
+    assert "get_reservation_details" in prompt and "conv-a answer 2" in prompt
+    assert SECRET not in prompt and "conv-b" not in prompt
+
+
+def test_sessions_share_the_judges_budget_and_sampling(tmp_path: Path, llm: FakeLLM) -> None:
+    """The hourly cost budget the trace judges spend stops session calls too: the first
+    session's call spends past it, the next session is skipped ``over_budget`` (no call)."""
+    llm.route = _session_reply
+    with _serve(tmp_path, llm, **{"judge.max_cost_usd_per_hour": 1e-6,
+                                  "sessions.max_completions_per_check": 1}) as svc:
+        _store_turns(svc.store, {"conv-a": 2, "conv-b": 2})
+        assert svc.session_job.tick(_later()) == 1
+        first = poll(lambda: _judge(svc, "conv-a") or _judge(svc, "conv-b"),
+                     "the first session judged")
+        assert first["overall"]["status"] == "ok"
+        assert svc.session_job.tick(_later()) == 1
+        second = poll(lambda: [j for s in ("conv-a", "conv-b")
+                               if (j := _judge(svc, s)) is not None and j is not first
+                               and j.get("overall", {}).get("status") == "skipped"],
+                      "the second session skipped")
+        assert second[0]["overall"]["reason"] == "over_budget"
+        assert _sample(svc, "otel_eval_judge_skipped_total", reason="over_budget") == 1
+    assert len(llm.requests) == 1
+    with _serve(tmp_path / "sampled", llm, **{"judge.sampling.rate": 0.0}) as svc:
+        _store_turns(svc.store, {"conv-c": 2})  # no error finding: sampled out at rate 0
+        assert svc.session_job.tick(_later()) == 1
+        skipped = poll(lambda: _judge(svc, "conv-c"), "the session marked sampled out")
+        assert skipped["overall"] == {"status": "skipped", "reason": "sampled_out"}
+    assert len(llm.requests) == 1
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_the_session_judge_writes_onto_the_completion_it_judged(
+        tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
+    store: EvaluationStore = (
+        PostgresStore(request.getfixturevalue("postgresql_url")).open()
+        if backend == "postgresql" else Store(str(tmp_path / "r.db")))
+    session_id = f"conv-w-{tmp_path.name}"
+    try:
+        _store_turns(store, {session_id: 2})
+        assert SessionJob(store, SessionsConfig(), Metrics(CollectorRegistry())).tick(
+            _later()) == 1
+        assert not store.put_session_judge(session_id, 2, {"n": 2})  # not completed twice
+        assert not store.put_session_judge("no-such-session", 1, {"n": 1})
+        assert store.put_session_judge(session_id, 1, {"n": 1})
+        row = store.session_record(session_id)
+        assert row is not None and row.record is not None
+        assert row.record["judge"] == {"n": 1} and row.record["turns"] == 2
+        assert row.state == "complete" and row.completions == 1
+        # a late turn re-opens it: the judgement of the first completion lands nowhere
+        _store_turns(store, {session_id: 3})
+        assert not store.put_session_judge(session_id, 1, {"n": 3})
+    finally:
+        store.close()
