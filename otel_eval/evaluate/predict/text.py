@@ -78,5 +78,5 @@ def terms(text: str) -> list[str]:
     tokens = _TOKEN.findall(text.lower())
     out = list(tokens)
     for n in range(2, NGRAM_MAX + 1):
-        out.extend(map(" ".join, zip(*(tokens[k:] for k in range(n)))))
+        out.extend(map(" ".join, zip(*(tokens[k:] for k in range(n)), strict=False)))
     return out
