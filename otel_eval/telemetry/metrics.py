@@ -237,7 +237,8 @@ class JudgeMetrics:
         self.c_cost = c("judge_cost_usd", "Judge spend, USD (litellm's accounting).", ["judge"])
         self.h_latency = h("judge_call_duration_seconds", "Judge call latency.", ["judge"],
                            LATENCY_BUCKETS)
-        self.c_skipped = c("judge_skipped", "Traces and sessions not judged, by reason.", ["reason"])
+        self.c_skipped = c("judge_skipped", "Traces and sessions not judged, by reason.",
+                           ["reason"])
         self.h_score = h("judge_score", "Judge scores (0..1), by judge and dimension.",
                          ["judge", "dimension"], tuple(i / 10 for i in range(1, 11)))
         self.g_queue = d.gauge("judge_queue_depth", "Evaluations waiting for the judge.")
