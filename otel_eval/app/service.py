@@ -19,7 +19,8 @@ one event loop thread (``aio``).
 Lifecycle (``otel_eval.app.lifecycle``): every long-running part is a ``Component`` with
 ``start()`` and ``shutdown(deadline_s)``. ``Service()`` only constructs them (no file, socket
 or thread is opened); ``_lifecycle`` lists them in start order (instance locks, store,
-spool, event loop, admin, issues job, retention, sinks, Kafka, engine, listeners bound, spool
+spool, event loop, admin, issues job (stopped here; its runs start after the sinks, so the
+judge that names new issues is up), retention, sinks, Kafka, engine, listeners bound, spool
 replay, receivers serving, readiness) and shutdown runs the list backwards with what is left
 of one deadline (SIGTERM / SIGINT; a second signal exits at once): receivers stop accepting,
 the engine evaluates what was released and the runs that ended and leaves the runs still
@@ -57,7 +58,7 @@ from otel_eval.base.component import OnLoop, SinkComponent
 from otel_eval.evaluate import calibration, judge
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.feedback import Feedback
-from otel_eval.evaluate.judge.namer import judge_namer
+from otel_eval.evaluate.judge.namer import JudgeCalls, judge_namer
 from otel_eval.evaluate.judge.redact import Redactor
 from otel_eval.evaluate.judge.synthesizer import judge_synthesizer
 from otel_eval.evaluate.sessions.job import SessionJob, SessionJudging
@@ -140,7 +141,10 @@ class Service:
                              sinks=self.sinks, clock=clock, spool=self.spool)
         self.kafka = kafka_front.build(config.kafka, deps, self.engine)
         jc = config.judge
-        self.issues = issues_job.build(config.issues, deps, namer=lambda: judge_namer(jc),
+        # new issues are named through the judge stage's client: its budget, counted by it
+        lender = next((s for s in self.sinks if isinstance(s, JudgeCalls)), None)
+        ask = lender.ask if lender is not None else None
+        self.issues = issues_job.build(config.issues, deps, namer=lambda: judge_namer(jc, ask),
                                        synthesizer=lambda: judge_synthesizer(
                                            jc, REPLY_SCHEMA, check_reply))
         self.retention = Retention(self.store, config.store.retention_days)
@@ -253,14 +257,18 @@ class Service:
         lc.add("admin", self.admin)
         # Stopped after the engine, the consumer and the sinks: an issues run in progress
         # must not eat the time they need to evaluate, commit and drain what they hold.
+        # Its runs start after the sinks ("issues runs"): the first names new issues through
+        # the judge stage, which must be started by then.
         if self.issues is not None:
-            lc.add("issues job", self.issues, start=worker)
+            lc.add("issues job", self.issues, start=False)
         if worker:
             lc.add("retention", self.retention)
         # completes sessions idle past sessions.idle_timeout_s (tests tick it by hand)
         lc.add("session job", self.session_job, start=worker)
         for sink in reversed(self.sinks):  # the judge (first sink) stops before the events
             lc.add(type(sink.part if isinstance(sink, OnLoop) else sink).__name__, sink)
+        if self.issues is not None:
+            lc.add("issues runs", Step(start=self.issues.start), start=worker)
         if self.kafka is not None:
             lc.add(self.kafka.name, self.kafka.component)
         if self.pool is not None:  # stopped after the engine drained into it

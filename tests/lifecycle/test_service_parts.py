@@ -32,11 +32,11 @@ def _service(tmp_path: Path, **changes: Any) -> Service:
 
 @pytest.mark.parametrize(("changes", "parts", "sinks", "front"), [
     ({}, ["event loop", "admin", "issues job", "retention", "session job", "ResultsPublisher",
-          "Forwarder", "EvaluationEvents", "JudgeStage", "kafka consumer"],
+          "Forwarder", "EvaluationEvents", "JudgeStage", "issues runs", "kafka consumer"],
      ["JudgeStage", "EvaluationEvents", "Forwarder", "OnLoop"], "Engine"),
     ({"kafka.publish": True}, ["event loop", "admin", "issues job", "retention",
                                "session job", "Forwarder", "EvaluationEvents", "JudgeStage",
-                               "kafka publisher"],
+                               "issues runs", "kafka publisher"],
      ["JudgeStage", "EvaluationEvents", "Forwarder"], "PublishingEngine"),
     (OFF, ["admin", "retention", "session job"], [], "Engine"),
 ], ids=["all-on", "kafka-publish", "all-off"])

@@ -140,7 +140,9 @@ class Judge:
                             "tau_task": c.tau_task},
                 "totals": collector.totals()}
 
-    async def _call(self, request: Request) -> CallResult:
+    async def call(self, request: Request) -> CallResult:
+        """One call through the shared client (limits, budget, retries, validation), counted
+        by the observer under ``request.name``; the messages are sent as given (redacted)."""
         result = await self.client.call(request.messages, request.schema, request.name,
                                         request.check)
         self.observer.call(request.name, result.status, result.input_tokens,
@@ -150,7 +152,7 @@ class Judge:
         return result
 
     async def _send(self, request: Request, collector: Collector) -> None:
-        collector.apply(request, await self._call(request))
+        collector.apply(request, await self.call(request))
 
     async def _rubric(self, evaluation: Evaluation, rendered: Rendered,
                       collector: Collector) -> None:
@@ -166,7 +168,7 @@ class Judge:
         criteria: Criteria | None = await asyncio.to_thread(self.rubric_cache.get, key)
         entry["cache"] = "hit" if criteria else "miss"
         if not criteria:
-            gen = await self._call(self.redacted(prompting.rubric_generate(self.prompts,
+            gen = await self.call(self.redacted(prompting.rubric_generate(self.prompts,
                                                                            rendered.task)))
             collector.add_call("rubric", gen)
             if gen.data is None:
@@ -174,7 +176,7 @@ class Judge:
             criteria = [{"id": str(c["id"]), "criterion": str(c["criterion"])}
                         for c in gen.data["criteria"]]
             await asyncio.to_thread(self.rubric_cache.put, key, criteria, self.config.model)
-        check = await self._call(self.redacted(prompting.rubric_verify(self.prompts, rendered,
+        check = await self.call(self.redacted(prompting.rubric_verify(self.prompts, rendered,
                                                                        criteria)))
         collector.add_call("rubric", check)
         if check.data is None:

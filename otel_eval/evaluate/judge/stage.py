@@ -5,7 +5,11 @@
                                       -> on_skip: JudgeWrites.put({"overall": skipped})
     SessionJob (thread) --judge_session(record, turns)--> loop: a task -> Judge.judge_session
         -> JudgeWrites.call(store.put_session_judge): onto the completion it judged
+    IssuesJob (thread) --ask(request)--> loop: Judge.call (the issue namer's one call per new
+        issue) -> the CallResult, waited for by the issues thread
 
+The issue namer borrows the stage's ``Judge`` (``ask``): the same client, so its calls share the
+concurrency, rate limits, hourly cost budget and retries, and are counted under their name.
 Sessions are judged once per completion, bounded by ``queue_size`` judgements under way,
 sampled and budgeted as traces (skips counted with the same reasons); a stop cuts the ones
 under way at its deadline (the session keeps its verdict by code, no ``judge``).
@@ -43,12 +47,13 @@ from typing import Any
 from otel_eval.base.aio import LoopThread
 from otel_eval.base.model import Evaluation, Trace, json_text
 from otel_eval.evaluate.config import TrajectoryConfig
-from otel_eval.evaluate.judge.client import check_credentials, close_clients
+from otel_eval.evaluate.judge.client import CallResult, check_credentials, close_clients
 from otel_eval.evaluate.judge.config import JudgeConfig
 from otel_eval.evaluate.judge.fit import fit, text_bytes
 from otel_eval.evaluate.judge.journal import PendingJournal
 from otel_eval.evaluate.judge.judge import Judge
 from otel_eval.evaluate.judge.observer import SkipReason
+from otel_eval.evaluate.judge.prompting import Request
 from otel_eval.evaluate.judge.rubric_cache import SqliteRubricCache
 from otel_eval.evaluate.judge.sampling import session_sampled
 from otel_eval.evaluate.judge.workqueue import JudgeQueue, skipped_judge
@@ -81,6 +86,7 @@ class JudgeStage:
         self._writer: JudgeWrites | None = None
         self._writes: set[Future[bool]] = set()  # made, not yet done (touched on the loop)
         self._sessions: set[asyncio.Task[None]] = set()  # session judgements under way
+        self._stopping = False  # set by shutdown: ``ask`` sends nothing more
 
     def start(self) -> None:
         check_credentials(self.config)
@@ -235,6 +241,23 @@ class JudgeStage:
             log.error("storing the judge result of session %r failed: %s", session_id,
                       type(e).__name__, exc_info=e)
 
+    # -- calls lent to the issue namer ---------------------------------------------------
+
+    def ask(self, request: Request) -> CallResult | None:
+        """From another thread (the issues job's namer): one call through the stage's
+        ``Judge`` on the loop, waited for (at most ``ask_timeout_s``). None, with nothing
+        sent, when the stage is not running (before ``start``, from ``shutdown`` on)."""
+        judge = self.judge
+        if judge is None or self._stopping:
+            return None
+        return self.loop.run(judge.call(request), timeout_s=self.ask_timeout_s())
+
+    def ask_timeout_s(self) -> float:
+        """A bound on one call with its retries and repair, plus a minute of waiting for a
+        slot (concurrency, rate limits): past it the namer gives up, the call may still end."""
+        c = self.config
+        return 2 * (c.max_retries + 1) * (c.timeout_s + c.backoff_max_s) + 60.0
+
     def _fit(self, evaluation: Evaluation, judge: dict[str, Any]) -> dict[str, Any]:
         """On the writer thread: the judgement cut to what the stored result leaves of
         ``max_result_bytes`` (and kept as the evaluation's, for its events)."""
@@ -268,6 +291,7 @@ class JudgeStage:
     def shutdown(self, deadline_s: float) -> None:
         """Drain for at most ``deadline_s``; what is left is stored as skipped ``shutdown``,
         then the writes made are waited for with what is left of the deadline."""
+        self._stopping = True
         if self.queue is None:  # never started
             return
         self.loop.run(self._shutdown(deadline_s), timeout_s=deadline_s + 10)
