@@ -141,12 +141,13 @@ class Service:
                              sinks=self.sinks, clock=clock, spool=self.spool)
         self.kafka = kafka_front.build(config.kafka, deps, self.engine)
         jc = config.judge
-        # new issues are named through the judge stage's client: its budget, counted by it
+        # new issues are named (and merged) through the judge stage's client: its budget, its
+        # metrics
         lender = next((s for s in self.sinks if isinstance(s, JudgeCalls)), None)
         ask = lender.ask if lender is not None else None
         self.issues = issues_job.build(config.issues, deps, namer=lambda: judge_namer(jc, ask),
                                        synthesizer=lambda: judge_synthesizer(
-                                           jc, REPLY_SCHEMA, check_reply))
+                                           jc, REPLY_SCHEMA, check_reply, ask))
         self.retention = Retention(self.store, config.store.retention_days)
         self._feedback = Feedback(self.store, self.evaluator, self.metrics.prediction)
         # GET /v1/calibration, and the agreement gauges' source (refreshed on scrape)

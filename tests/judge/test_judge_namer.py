@@ -1,11 +1,23 @@
 """Issue names from the judge model: the recurring-issue stage asks the judge for a title and a
-one-sentence description (CLEAR's synthesis step); a bad reply keeps the deterministic name."""
+one-sentence description (CLEAR's synthesis step); a bad reply keeps the deterministic name.
+In ``serve`` the names go through the judge stage's one client: its hourly budget, its
+metrics (``judge="issue_name"``), one call per new issue, none for a known one."""
 
 from __future__ import annotations
 
-from judge_fake_llm import FakeLLM, completion, good
-from judge_fixtures import config
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
+import pytest
+from judge_fake_llm import FakeLLM, Reply, completion, good
+from judge_fixtures import config
+from prometheus_client import CollectorRegistry
+
+from otel_eval.app.config import Config, replace
+from otel_eval.app.service import Service
 from otel_eval.base import model
 from otel_eval.evaluate.judge.config import JudgeConfig
 from otel_eval.evaluate.judge.namer import JudgeNamer, judge_namer
@@ -53,3 +65,119 @@ def test_garbage_or_failure_keeps_the_deterministic_name(llm: FakeLLM) -> None:
 
 def test_no_model_no_namer() -> None:
     assert judge_namer(JudgeConfig()) is None
+
+
+# -- in serve: the judge stage's client -----------------------------------------------------
+
+SECRET = "sk-" + "c" * 40  # an OpenAI-style key in a finding message: redacted before sending
+IN_USD, OUT_USD = 1e-6, 4e-6  # per token: a name of 2,000 + 50 tokens costs 0.0022 USD
+
+
+# two recurring problems, worded differently each time (as critiques of real runs are)
+LOOPS = ["search called {n} times in a row with the same arguments (key {secret})",
+         "The agent called search {n} times with identical arguments again",
+         "Repeated identical tool call: search called {n} times with same arguments"]
+AUTHS = ["Authentication failed: API key rejected with HTTP 401 for https://api.x.io/v{n}",
+         "API key rejected, authentication failed (401) at https://api.y.io/{n}",
+         "Authentication failed because the API key was rejected ({n})"]
+
+
+def _findings(problem: str, n: int = 6) -> list[model.Evaluation]:
+    """``n`` runs with one finding each of ``problem`` (a loop, or a rejected API key)."""
+    now_ns = time.time_ns()
+    texts, detector, kind = ((LOOPS, "loop", "repeated_call") if problem == "loop"
+                             else (AUTHS, "tool_error", "failed_call"))
+    out = []
+    for i in range(n):
+        trace_id = f"{problem[:4].encode().hex()}{i + 1:024x}"
+        traj = model.Trajectory(trace_id, "otlp", "complete", [], service="shop", agent="shop")
+        finding = model.Finding(detector, kind, "error",
+                                texts[i % 3].format(n=i + 3, secret=SECRET),
+                                span_ids=[f"{i + 1:016x}"])
+        out.append(model.Evaluation(traj, [finding], model.Verdict(False, [detector]),
+                                    evaluated_at_ns=now_ns - 1000 + i))
+    return out
+
+
+def _name_reply(body: dict[str, Any]) -> Reply:
+    if body["response_format"]["json_schema"]["name"] != "issue_name_grade":
+        return completion("not an issue name")  # the synthesizer's (issue_merge): refused
+    return good({"title": "Agent repeats identical searches.",
+                 "description": "The agent re-runs the same search."},
+                prompt_tokens=2000, completion_tokens=50)
+
+
+@contextmanager
+def _serve(tmp_path: Path, llm: FakeLLM, **changes: Any) -> Iterator[Service]:
+    cfg = replace(Config(), **{
+        "receiver.grpc_endpoint": "127.0.0.1:0", "receiver.http_endpoint": "",
+        "admin.endpoint": "127.0.0.1:0", "store.path": str(tmp_path / "r.db"),
+        "judge.model": "openai/gpt-4o-mini", "judge.api_base": llm.api_base,
+        "judge.timeout_s": 5.0, "judge.max_retries": 0,
+        "judge.input_cost_per_token_usd": IN_USD, "judge.output_cost_per_token_usd": OUT_USD,
+        "evaluation.workers": 1, **changes})
+    svc = Service(cfg, registry=CollectorRegistry())
+    svc.start(worker=False)  # the issues job runs by hand below (run_once)
+    try:
+        yield svc
+    finally:
+        svc.shutdown(deadline_s=20)
+
+
+def _sample(svc: Service, name: str, **labels: str) -> float:
+    return svc.registry.get_sample_value(name, labels) or 0.0
+
+
+def _titles(svc: Service) -> list[str]:
+    assert svc.issues is not None
+    result = svc.issues.run_once()
+    assert result is not None
+    return sorted(i.title for i in result.issues)
+
+
+def test_serve_names_each_new_issue_once_through_the_judge_client(
+        tmp_path: Path, llm: FakeLLM) -> None:
+    llm.route = _name_reply
+    with _serve(tmp_path, llm, **{"issues.synthesis_max_calls": 0}) as svc:
+        svc.store.put_many(_findings("loop"))
+        assert _titles(svc) == ["Agent repeats identical searches (loop)"]
+        assert len(llm.requests) == 1  # one new issue, one call
+        assert _titles(svc) == ["Agent repeats identical searches (loop)"]
+        assert len(llm.requests) == 1  # known issue: no call, its stored name stands
+        spent = 2000 * IN_USD + 50 * OUT_USD
+        assert _sample(svc, "otel_eval_judge_calls_total", judge="issue_name",
+                       status="ok") == 1
+        assert _sample(svc, "otel_eval_judge_tokens_total", judge="issue_name",
+                       direction="input") == 2000
+        assert _sample(svc, "otel_eval_judge_cost_usd_total",
+                       judge="issue_name") == pytest.approx(spent)
+        # the same hourly budget as the trace and session judges: the name's cost is in it
+        stage = next(s for s in svc.sinks if type(s).__name__ == "JudgeStage")
+        judge = stage.judge  # type: ignore[attr-defined]
+        assert judge.client.budget.spent(judge.client.clock()) == pytest.approx(spent)
+    prompt = llm.requests[0]["messages"][0]["content"]
+    assert "- search called 3 times in a row with the same arguments" in prompt
+    assert SECRET not in prompt and "sk-" not in prompt  # redacted before it left
+
+
+def test_serve_over_budget_keeps_the_evidence_title_without_a_call(
+        tmp_path: Path, llm: FakeLLM) -> None:
+    llm.route = _name_reply
+    # the first name (0.0022 USD) spends the hourly budget; the second issue gets no call, and
+    # the synthesizer (issue_merge, on by default) none either: the same budget
+    with _serve(tmp_path, llm, **{"judge.max_cost_usd_per_hour": 0.002}) as svc:
+        svc.store.put_many(_findings("loop"))
+        assert _titles(svc) == ["Agent repeats identical searches (loop)"]
+        assert len(llm.requests) == 1
+        svc.store.put_many(_findings("auth"))
+        titles = _titles(svc)
+        assert len(llm.requests) == 1  # over budget: nothing sent, neither name nor merge
+        assert len(titles) == 2 and "Agent repeats identical searches (loop)" in titles
+        other = next(t for t in titles if "loop" not in t)
+        assert "API key" in other and other.endswith("(tool_error)")  # from the evidence
+        assert _sample(svc, "otel_eval_judge_calls_total", judge="issue_name",
+                       status="budget_exceeded") == 1
+        assert _sample(svc, "otel_eval_judge_calls_total", judge="issue_merge",
+                       status="budget_exceeded") >= 1
+        assert _sample(svc, "otel_eval_judge_cost_usd_total",
+                       judge="issue_name") == pytest.approx(2000 * IN_USD + 50 * OUT_USD)

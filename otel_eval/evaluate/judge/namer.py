@@ -50,8 +50,9 @@ class JudgeCalls(Protocol):
 
 
 class OwnClient:
-    """``ask`` without a judge stage: one ``JudgeClient`` (one hourly budget) for the namer's
-    life, each call on a private event loop (the caller is a plain thread)."""
+    """``ask`` without a judge stage: one ``JudgeClient`` (one hourly budget) for the life of
+    its namer or synthesizer, each call on a private event loop (the caller is a plain
+    thread)."""
 
     def __init__(self, config: JudgeConfig, prompts: Prompts) -> None:
         self.config = config
@@ -68,7 +69,8 @@ class OwnClient:
             self._client = JudgeClient(self.config, repair_text=lambda problem: (
                 self.prompts.render("repair", error=problem)))
         try:
-            return await self._client.call(request.messages, request.schema, request.name)
+            return await self._client.call(request.messages, request.schema, request.name,
+                                           request.check)
         finally:
             await close_clients()  # litellm's HTTP clients belong to this call's loop
 
