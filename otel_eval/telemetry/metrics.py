@@ -68,7 +68,8 @@ Metrics (counters are exposed with the ``_total`` suffix):
                write (store.failures.WRITE_FAILURE_REASONS: disk_full|read_only|locked|
                unavailable|timeout|error); kept and retried, the receivers throttled
                meanwhile (error: only once trace by trace failed too, see evaluate.stage)
-    judge      otel_eval_judge_calls_total{judge,status}       one per LLM call (judge or combined)
+    judge      otel_eval_judge_calls_total{judge,status}       one per LLM call (judge or combined;
+               the issue namer's and merger's too: issue_name, issue_merge)
                otel_eval_judge_tokens_total{judge,direction}   input|output
                otel_eval_judge_cost_usd_total{judge}
                otel_eval_judge_call_duration_seconds{judge}     histogram

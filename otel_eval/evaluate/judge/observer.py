@@ -17,7 +17,8 @@ class JudgeObserver(Protocol):
     def call(self, judge: str, status: str, input_tokens: int, output_tokens: int,
              cost_usd: float, latency_s: float) -> None:
         """One judge call finished (``judge``: step | trace | process | outcome | combined |
-        rubric_generate | rubric_verify; ``status``: a CallStatus)."""
+        rubric_generate | rubric_verify | session | issue_name | issue_merge; ``status``: a
+        CallStatus)."""
 
     def skip(self, reason: SkipReason) -> None:
         """A trace was not judged."""
