@@ -181,3 +181,20 @@ def test_serve_over_budget_keeps_the_evidence_title_without_a_call(
                        status="budget_exceeded") >= 1
         assert _sample(svc, "otel_eval_judge_cost_usd_total",
                        judge="issue_name") == pytest.approx(2000 * IN_USD + 50 * OUT_USD)
+
+
+def test_serve_sends_no_name_before_the_judge_starts_or_after_it_stops(
+        tmp_path: Path, llm: FakeLLM) -> None:
+    llm.route = _name_reply
+    with _serve(tmp_path, llm, **{"issues.synthesis_max_calls": 0}) as svc:
+        stage = next(s for s in svc.sinks if type(s).__name__ == "JudgeStage")
+        namer = JudgeNamer(svc.config.judge, stage.ask)  # type: ignore[attr-defined]
+        assert namer(["search repeated"]) == ("Agent repeats identical searches",
+                                             "The agent re-runs the same search.")
+    assert len(llm.requests) == 1
+    assert namer(["search repeated"]) is None  # stopped: nothing sent, the evidence title
+    assert len(llm.requests) == 1
+    unstarted = Service(svc.config, registry=CollectorRegistry())
+    stage = next(s for s in unstarted.sinks if type(s).__name__ == "JudgeStage")
+    assert stage.ask(namer.request(["x"])) is None  # type: ignore[attr-defined]
+    assert len(llm.requests) == 1

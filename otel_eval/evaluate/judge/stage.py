@@ -87,6 +87,7 @@ class JudgeStage:
         self._writes: set[Future[bool]] = set()  # made, not yet done (touched on the loop)
         self._sessions: set[asyncio.Task[None]] = set()  # session judgements under way
         self._stopping = False  # set by shutdown: ``ask`` sends nothing more
+        self._asks: set[asyncio.Task[Any]] = set()  # calls lent under way (on the loop)
 
     def start(self) -> None:
         check_credentials(self.config)
@@ -247,10 +248,22 @@ class JudgeStage:
         """From another thread (the issues job's namer): one call through the stage's
         ``Judge`` on the loop, waited for (at most ``ask_timeout_s``). None, with nothing
         sent, when the stage is not running (before ``start``, from ``shutdown`` on)."""
-        judge = self.judge
-        if judge is None or self._stopping:
+        if self.judge is None or self._stopping:
             return None
-        return self.loop.run(judge.call(request), timeout_s=self.ask_timeout_s())
+        return self.loop.run(self._ask(request), timeout_s=self.ask_timeout_s())
+
+    async def _ask(self, request: Request) -> CallResult | None:  # on the loop
+        # checked again here: a call that reaches the loop once shutdown began sends nothing;
+        # one under way is waited for by ``_shutdown`` (within its deadline), as a session's
+        if self.judge is None or self._stopping:
+            return None
+        task = asyncio.current_task()
+        assert task is not None
+        self._asks.add(task)
+        try:
+            return await self.judge.call(request)
+        finally:
+            self._asks.discard(task)
 
     def ask_timeout_s(self) -> float:
         """A bound on one call with its retries and repair, plus a minute of waiting for a
@@ -303,13 +316,15 @@ class JudgeStage:
         end = asyncio.get_running_loop().time() + deadline_s
         assert self.queue is not None
         await self.queue.shutdown(deadline_s)
-        if self._sessions:  # session judgements under way: finished within the deadline
+        under_way = [*self._sessions, *self._asks]  # session judgements, issue names
+        if under_way:  # finished within the deadline
             left = max(0.0, end - asyncio.get_running_loop().time())
-            _, late = await asyncio.wait(list(self._sessions), timeout=left)
+            _, late = await asyncio.wait(under_way, timeout=left)
             for task in late:
                 task.cancel()
             if late:
-                log.warning("%d session judgements cut by the shutdown deadline", len(late))
+                log.warning("%d session judgements or issue names cut by the shutdown "
+                            "deadline", len(late))
         await close_clients()  # litellm caches HTTP clients per loop: close them on this one
         if self._writes:
             left = max(0.0, end - asyncio.get_running_loop().time())
