@@ -21,17 +21,31 @@ agent is then read elsewhere (a span under it, the service's history) or stays u
     FunctionAgent, ReActAgent, CodeActAgent, AgentWorkflow   LlamaIndex's agent classes
                      (Traceloop's LlamaIndex instrumentation names the run
                      ``<class>.workflow``)
+
+``DSPY_MODULE_CLASSES``: DSPy's own module classes (``dspy.ReAct``, ``dspy.ChainOfThought``,
+``dspy.Predict``, ...). OpenInference's DSPy instrumentation names a module's span
+``<class>.forward``: the class of a module the user wrote (``class WeatherAgent(dspy.Module)``)
+names the agent, one of DSPy's is the framework's default (``dspy_agent_name``). Only read on
+spans recognised as DSPy's (``openinference.dspy_module``).
 """
 
 from __future__ import annotations
 
-__all__ = ["FRAMEWORK_DEFAULT_AGENT_NAMES", "MAX_AGENT_NAME", "TOOL_CALL_METHODS",
-           "WRAPPER_METHODS", "agent_name", "from_span_name", "tool_from_span_name"]
+__all__ = ["DSPY_MODULE_CLASSES", "FRAMEWORK_DEFAULT_AGENT_NAMES", "MAX_AGENT_NAME",
+           "TOOL_CALL_METHODS", "WRAPPER_METHODS", "agent_name", "dspy_agent_name",
+           "from_span_name", "tool_from_span_name"]
 
 FRAMEWORK_DEFAULT_AGENT_NAMES = frozenset({
     "openai agent", "agent workflow", "agent", "langgraph", "agentexecutor", "codeagent",
     "toolcallingagent", "multistepagent", "invoke_agent", "crew",
     "functionagent", "reactagent", "codeactagent", "agentworkflow",
+})
+# DSPy's module classes (dspy 3.x ``dspy.predict`` and ``dspy.retrieve``; older releases'
+# ChainOfThoughtWithHint, Retry), compared without case: a span of one is no agent's name.
+DSPY_MODULE_CLASSES = frozenset({
+    "module", "predict", "chainofthought", "chainofthoughtwithhint", "react", "programofthought",
+    "multichaincomparison", "bestofn", "refine", "parallel", "retrieve", "codeact", "avatar",
+    "retry", "knn", "rlm",
 })
 # Methods a framework names an agent's span after, as ``<agent>.<method>``: the agent is
 # what comes before (smolagents ``<name>.run``, OpenLLMetry ``<name>.agent``, CrewAI under
@@ -78,3 +92,11 @@ def agent_name(value: str | None) -> str | None:
     if not stripped or stripped.casefold() in FRAMEWORK_DEFAULT_AGENT_NAMES:
         return None
     return value[:MAX_AGENT_NAME]
+
+
+def dspy_agent_name(module_class: str | None) -> str | None:
+    """The agent a DSPy module's class names: None for one of DSPy's own classes
+    (``DSPY_MODULE_CLASSES``) or a framework default, else ``agent_name``'s."""
+    if not module_class or module_class.strip().casefold() in DSPY_MODULE_CLASSES:
+        return None
+    return agent_name(module_class)

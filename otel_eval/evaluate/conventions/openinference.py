@@ -15,11 +15,24 @@ of the graph, not an agent. LangChain's agents stamp their name on every run of 
 reads it, for spans that are not agent spans (LangChain.js's graph root is a CHAIN span). Tool
 inputs are read as carried (LlamaIndex's ``{"kwargs": ...}``,
 smolagents' ``{"args", "kwargs"}`` are taken off by ``trajectory.envelopes``).
+
+DSPy (OpenInference's DSPy instrumentation) marks every module CHAIN, the user's own module
+too: a trace is DSPy's when a span comes from that instrumentation's scope
+(``openinference.instrumentation.dspy``) or carries DSPy's own span names
+(``Predict.forward``, ``Predict(<signature>).forward``, ``ChatAdapter.__call__`` and the
+other adapters', ``LM.__call__``: ``dspy_marked``). There, a CHAIN span named
+``<Class>.forward`` (``aforward``) is a module's run (``dspy_module``); the outermost one
+outside any agent is the run's agent when its class is the user's
+(``agent_names.dspy_agent_name``: DSPy's ReAct, ChainOfThought, Predict ... are no names),
+and its ``output.value``, the DSPy ``Prediction`` as JSON (``{"trajectory", "reasoning",
+"answer"}``), gives the run's answer in its ``answer`` field
+(``prediction_answer``; any other value is unknown).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from otel_eval.base.model import Span, Step, StepKind, ToolCall
@@ -40,6 +53,13 @@ from otel_eval.evaluate.conventions.values import (
     tool_definition,
 )
 
+# DSPy's own markers: its instrumentation's scope, the span names of its predictor, adapters
+# and LM (``Predict(StringSignature).forward``, ``ChatAdapter.__call__``, ``LM.__call__``).
+DSPY_SCOPE = "openinference.instrumentation.dspy"
+_DSPY_NAMES = re.compile(r"(?:Predict(?:\([A-Za-z_]\w*\))?\.forward"
+                         r"|(?:Chat|JSON|XML|TwoStep|BAML)Adapter\.__call__|LM\.__call__)\Z")
+_DSPY_NAME_CHARS = 200  # of a span name matched against DSPy's (longer ones are none of them)
+_MODULE_METHODS = frozenset({"forward", "aforward"})
 _KINDS: dict[str, StepKind] = {"AGENT": "agent", "LLM": "llm", "TOOL": "tool", "CHAIN": "chain"}
 _OUT_PREFIX = "llm.output_messages."
 _CALL_MARK = ".message.tool_calls."
@@ -72,6 +92,38 @@ def stamped_agent_name(attrs: Attrs) -> str | None:
         return None
     meta = parse_json(raw)
     return as_str(meta.get("lc_agent_name")) if isinstance(meta, dict) else None
+
+
+def dspy_marked(span: Span) -> bool:
+    """Whether a span carries DSPy's own markers (module docstring)."""
+    if span.scope.startswith(DSPY_SCOPE):
+        return True
+    name = span.name
+    return len(name) <= _DSPY_NAME_CHARS and _DSPY_NAMES.match(name) is not None
+
+
+def dspy_module(span: Span, attrs: Attrs) -> str | None:
+    """The class of the module whose run a DSPy CHAIN span is (``<Class>.forward``, the
+    signature of ``Predict(<signature>)`` taken off), or None. Whether the trace is DSPy's is
+    the caller's to tell (``dspy_marked``)."""
+    kind = attrs.get("openinference.span.kind")
+    if not isinstance(kind, str) or kind.upper() != "CHAIN":
+        return None
+    head, dot, method = span.name.rpartition(".")
+    if not dot or method not in _MODULE_METHODS:
+        return None
+    module_class = head.partition("(")[0]
+    return module_class if module_class.isidentifier() else None
+
+
+def prediction_answer(value: str | None) -> str | None:
+    """The ``answer`` field of a DSPy ``Prediction`` recorded as JSON (a module span's
+    ``output.value``); None for any other value (not understood: unknown)."""
+    if not value or '"answer"' not in value:
+        return None
+    parsed = parse_json(value)
+    answer = parsed.get("answer") if isinstance(parsed, dict) else None
+    return answer if isinstance(answer, str) else None
 
 
 def _implicit(span: Span, attrs: Attrs) -> StepKind | None:

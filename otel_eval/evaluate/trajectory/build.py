@@ -43,7 +43,10 @@ output are read last. Promises:
   name, unless a framework's default (``conventions.agent_names``: never an agent's name),
   else the name that spans under a never-exported agent span carry (``agent_source`` span /
   child_span; unknown when neither: the evaluator may still infer it from the service's
-  history, ``otel_eval.evaluate.agent_inference``);
+  history, ``otel_eval.evaluate.agent_inference``); in a DSPy trace (every module a CHAIN
+  span: ``conventions.openinference``), the outermost module of a class of the user's outside
+  every agent is an agent step named by its class (``<Class>.forward``), and a DSPy module's
+  result is its Prediction's ``answer`` (another value is unknown, and so is the run's output);
 - input/output come from the agent (or root) span, else from the LLM messages (the output is
   the last LLM answer when the agent's result only wraps it, as a graph state or a repr);
   what no span recorded is listed in ``Trajectory.unrecorded`` and stays None;
@@ -81,12 +84,21 @@ from otel_eval.evaluate.conventions import (
     merge_tools,
     read_span,
 )
-from otel_eval.evaluate.conventions.agent_names import MAX_AGENT_NAME, agent_name
+from otel_eval.evaluate.conventions.agent_names import (
+    MAX_AGENT_NAME,
+    agent_name,
+    dspy_agent_name,
+)
 from otel_eval.evaluate.conventions.conversations import Conversation
 from otel_eval.evaluate.conventions.events import overlay, span_events
 from otel_eval.evaluate.conventions.fields import merged_agent_name
 from otel_eval.evaluate.conventions.messages import answer_text, messages, task_text
-from otel_eval.evaluate.conventions.openinference import stamped_agent_name
+from otel_eval.evaluate.conventions.openinference import (
+    dspy_marked,
+    dspy_module,
+    prediction_answer,
+    stamped_agent_name,
+)
 from otel_eval.evaluate.conventions.openllmetry import llamaindex_agent_name
 from otel_eval.evaluate.conventions.values import as_str, first
 from otel_eval.evaluate.trajectory.passes import Draft, run_passes
@@ -165,7 +177,9 @@ def tree_order(spans: list[Span]) -> list[tuple[Span, int]]:
 class _Builder:
     """One pass over the spans in tree order; keeps the enclosing agent of every span."""
 
-    def __init__(self, config: TrajectoryConfig, logs: list[LogEvent]) -> None:
+    def __init__(self, config: TrajectoryConfig, logs: list[LogEvent],
+                 spans: list[Span]) -> None:
+        self.spans = spans  # the trace's (deduplicated) spans
         self.task_key = config.task_id_attribute
         self.logs: dict[str, list[LogEvent]] = {}
         for record in logs:
@@ -188,6 +202,8 @@ class _Builder:
         self.named_outside = False
         self.unnamed: set[str] = set()  # agent spans carrying only a framework default name
         self.conversation = Conversation()  # the turn's conversation id and user
+        self.dspy: bool | None = None  # the trace carries DSPy's markers (None: not looked)
+        self.dspy_modules: set[str] = set()  # DSPy module spans outside every agent
 
     def add(self, span: Span, depth: int) -> None:
         """``_add`` under an error boundary: a span whose content breaks a convention adapter
@@ -220,6 +236,8 @@ class _Builder:
         if records or own:
             _from_events(step, span.attributes, attrs, "log records" if records else "span events")
         node, agent = self.scope.get(span.parent_span_id or "", (None, None))
+        module = (self._dspy_module(step, span, attrs)
+                  if agent is None and step.kind == "chain" else None)
         if step.kind != "agent":
             self._stamped(attrs, outside=node is None)
             if node is None:
@@ -228,9 +246,9 @@ class _Builder:
                 # never arrived
                 node = _stamped_name(attrs)
         if step.kind == "agent":
-            enclosing = self.agent_attrs.get(agent) if agent else None
-            name = None
-            if adapter is not None:
+            name = module
+            if name is None and adapter is not None:
+                enclosing = self.agent_attrs.get(agent) if agent else None
                 name, source = merged_agent_name(span, attrs, enclosing, found)
                 step.sources["agent_name"] = source
             self.agent_parent[span.span_id] = agent
@@ -256,6 +274,36 @@ class _Builder:
                 task = span.resource.get(self.task_key)
             self.task_id = as_str(task)
         self.steps.append(step)
+
+    def _dspy_module(self, step: Step, span: Span, attrs: Any) -> str | None:
+        """A DSPy module's run outside every agent (``openinference.dspy_module``, in a trace
+        carrying DSPy's markers): its result is its Prediction's ``answer`` (any other value
+        is unknown); one of a class of the user's becomes an agent step, the outermost one
+        the run's agent, named by the class (returned)."""
+        module_class = dspy_module(span, attrs)
+        if module_class is None or not self._is_dspy(span):
+            return None
+        self.dspy_modules.add(span.span_id)
+        answer = prediction_answer(step.result)
+        if answer is not None:
+            step.sources["result"] = "openinference output.value (the DSPy Prediction's answer)"
+        elif step.result is not None:
+            step.sources.pop("result", None)
+            step.unknown["result"] = "output.value is no DSPy Prediction with an answer field"
+        step.result = answer
+        name = dspy_agent_name(module_class)
+        if name is not None:
+            step.kind = "agent"
+            step.sources["agent_name"] = ("openinference span name (<Class>.forward of a DSPy "
+                                          "module of the user's)")
+        return name
+
+    def _is_dspy(self, span: Span) -> bool:
+        """Whether the span or, once looked at, any span of the trace carries DSPy's own
+        markers (``openinference.dspy_marked``)."""
+        if self.dspy is None:
+            self.dspy = dspy_marked(span) or any(dspy_marked(s) for s in self.spans)
+        return self.dspy
 
     def _stamped(self, attrs: Any, outside: bool) -> None:
         """Keep the first real agent name stamped on a non-agent span (one outside every
@@ -331,6 +379,16 @@ def _answer(result: str | None, llm: list[Step]) -> str | None:
     return result
 
 
+def _output(builder: _Builder, agent: Step | None, root_step: Step | None,
+            llm: list[Step]) -> str | None:
+    """The run's answer (``_answer``); a DSPy module's run (``_Builder._dspy_module``) gives
+    its Prediction's answer or nothing: the last LLM call's text is DSPy's template then."""
+    first_step = agent if agent is not None else root_step
+    if first_step is not None and first_step.span_id in builder.dspy_modules:
+        return first_step.result
+    return _answer(_first_text((agent, root_step), "result"), llm)
+
+
 def _unrecorded(steps: list[Step], output: str | None) -> dict[str, int]:
     out: dict[str, int] = {}
     for step in steps:
@@ -360,7 +418,7 @@ def is_run(trace: Trace) -> bool:
 
 def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
     spans = _dedupe(trace.spans)
-    builder = _Builder(config, trace.logs)
+    builder = _Builder(config, trace.logs, spans)
     for span, depth in tree_order(spans):
         builder.add(span, depth)
     draft = Draft(builder.steps, builder.tools, config.max_rebuilt_steps, builder.scope,
@@ -373,7 +431,7 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
     agent = _agent_step(builder)
     name, source = _agent_name(builder, agent)
     llm = [s for s in builder.steps if s.kind == "llm"]
-    output = _answer(_first_text((agent, root_step), "result"), llm)
+    output = _output(builder, agent, root_step, llm)
     ends = [s.end_ns for s in spans if s.end_ns]
     raw_input = _first_text((agent, root_step), "input_text") or \
         (task_text(llm[0].input_text) if llm else None)
