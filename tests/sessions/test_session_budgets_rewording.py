@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conversations import scripted
+from conversations import call, scripted
 from test_session_detectors import evaluated
 
 from otel_eval.app.cli import build_parser, cmd_eval, config_from_args
@@ -110,16 +110,19 @@ def test_bad_session_budgets_in_the_config_name_their_field() -> None:
 
 
 def test_budget_session_steps_offline_counts_every_step(tmp_path: Path) -> None:
-    """Offline, the turns kept are slim (their tool and LLM steps); steps count them all, as
-    the service's stored turns do."""
+    """Offline, the turns kept are slim; a session's steps are its turns' steps (each turn's
+    top-level tool calls, what `--budget steps` counts), as the service's stored turns give."""
     turns = scripted("offline-steps", "gen_ai.conversation.id", [
-        (f"a different question, number {n}", [{"role": "assistant", "content": "Done."}])
+        (f"a different question, number {n}",
+         [call("lookup", {"n": n, "k": k}, f"c{n}{k}") for k in range(n + 1)]
+         + [{"role": "assistant", "content": "Done."}])
         for n in range(3)])
     paths = []
     for n, (_, body) in enumerate(turns):
         paths.append(str(tmp_path / f"t{n}.json"))
         Path(paths[-1]).write_text(json.dumps(body))
-    steps = sum(len(t["steps"]) for t in evaluated(turns))
+    steps = sum(t["counts"]["steps"] for t in evaluated(turns))
+    assert steps == 6  # 1 + 2 + 3 tool calls
     out = io.StringIO()
     assert cmd_eval(build_parser().parse_args(["eval", *paths, "--format", "jsonl", "--budget",
                                                f"session_steps={steps - 1}"]), out) == 0

@@ -64,8 +64,9 @@ class SessionsConfig:
     # Session budgets (a `budget` finding past one, its kind the `--budget` name; None, the
     # default, is unchecked). Turns per conversation (`--budget session_turns=N`). Count.
     session_turns: int | None = None
-    # Steps over all turns, as the session's `counts.steps` (each turn's LLM calls, tool
-    # calls and agent steps) (`--budget session_steps=N`). Count.
+    # Steps over all turns, as the session's `counts.steps`: each turn's steps as `--budget
+    # steps` counts them (top-level tool calls, a code action once) (`--budget
+    # session_steps=N`). Count.
     session_steps: int | None = None
     # Input plus output tokens over all turns, the known ones (`--budget session_tokens=N`).
     # Tokens.
