@@ -29,6 +29,8 @@ TOOLS = next((d for d in (ROOT.parent / "shared" / "tools", Path("/work/shared/t
               if d.is_dir()), ROOT.parent / "shared" / "tools")
 PENDING = "otel_eval_assembly_pending_spans"
 OPEN = "otel_eval_assembly_open_traces"
+RELEASED = "otel_eval_assembly_traces_released_total"
+REOPENED = "otel_eval_assembly_traces_reopened_total"
 ACCEPTED = "otel_eval_receiver_spans_accepted_total"
 THROTTLED = "otel_eval_receiver_requests_throttled_total"
 ISSUES_RUNS = "otel_eval_issues_runs_total"
