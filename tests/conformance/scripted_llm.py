@@ -8,7 +8,7 @@ chunks with tool-call deltas, the ``stream_options.include_usage`` usage chunk, 
 ``POST /v1/messages`` (the Anthropic Messages API: ``system`` apart, ``tool_use`` /
 ``tool_result`` content blocks, ``stop_reason`` ``tool_use`` or ``end_turn``; streamed as the
 named SSE events ``message_start`` ... ``message_stop`` with ``input_json_delta`` chunks).
-What it answers is ``scenarios.reply(NAME, k)``:
+What it answers is ``scenarios.reply(NAME, k, TURN)``:
 
 - NAME is the ``[scenario:NAME]`` marker found in any message or input item of the
   conversation (string content or text parts);
@@ -16,7 +16,9 @@ What it answers is ``scenarios.reply(NAME, k)``:
   ``"function"``) messages, plus ``tool_result`` / ``function_call_output`` content parts or
   items, for clients that shape them so; and, in user messages, lines starting
   ``Observation:`` or ``Error:`` (optionally after a ``Call id: ...`` line): how smolagents
-  feeds tool results and tool errors back, joining consecutive user messages into one text.
+  feeds tool results and tool errors back, joining consecutive user messages into one text;
+  counted from the last ``[turn:TURN]`` marker (the conversation scenario's user turns, whose
+  earlier turns an agent may send again as history), TURN 1 when there is none.
 
 A tool offered under a qualified name ending in ``-get_weather`` (Semantic Kernel's
 ``PluginName-function``) is called by that name. A client that ends a run by calling a tool
@@ -133,21 +135,32 @@ def _call(seed: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
 
 def scenario_of(messages: list[Any]) -> tuple[str, int]:
     """(scenario name, tool results so far) of a conversation; BadRequest when unscripted."""
+    name, k, _ = scripted_turn(messages)
+    return name, k
+
+
+def scripted_turn(messages: list[Any]) -> tuple[str, int, int]:
+    """(scenario name, tool results in this user turn, user turn) of a conversation: the
+    results are counted from the last ``[turn:n]`` marker (1 and all results when none)."""
     name = None
-    k = 0
+    k, turn = 0, 1
     for m in messages:
         if not isinstance(m, dict):
             raise BadRequest("messages must be objects")
         for text in _texts(m.get("content")):
             if name is None and (found := scenarios.MARKER.search(text)):
                 name = found.group(1)
+            if found_turn := scenarios.TURN_MARKER.search(text):
+                k, turn = 0, int(found_turn.group(1))
         parts = m.get("content") if isinstance(m.get("content"), list) else []
         k += _is_tool_result(m) + sum(_is_tool_result(p) for p in parts) + _observations(m)
     if name is None:
         raise BadRequest("no [scenario:NAME] marker in the conversation")
     if name not in scenarios.SCENARIOS:
         raise BadRequest(f"unknown scenario {name!r}")
-    return name, k
+    if name == "conversation" and not 1 <= turn <= len(scenarios.CONVERSATION_CITIES):
+        raise BadRequest(f"no turn {turn} in the conversation scenario")
+    return name, k, turn
 
 
 def _usage(messages: list[Any], answer: str) -> dict[str, int]:
@@ -178,9 +191,9 @@ def plan(body: dict[str, Any]) -> dict[str, Any]:
 
 def _plan(messages: list[Any], final_answer: str | None = None,
           tool: str = scenarios.TOOL_NAME) -> dict[str, Any]:
-    name, k = scenario_of(messages)
-    r = scenarios.reply(name, k)
-    seed = f"{name}/{k}/{len(messages)}"
+    name, k, turn = scripted_turn(messages)
+    r = scenarios.reply(name, k, turn)
+    seed = f"{name}/{k}/{len(messages)}" + (f"/{turn}" if name == "conversation" else "")
     out: dict[str, Any] = {"id": "chatcmpl-" + _token_id(seed, 29),
                            "fingerprint": "fp_" + _token_id("fp", 10)}
     call = None

@@ -162,6 +162,24 @@ def test_tool_results_are_counted_in_any_shape() -> None:
     assert scenario_of(msgs) == ("distinct", 10)
 
 
+def test_conversation_turns_count_tool_results_from_their_own_prompt() -> None:
+    from scripted_llm import BadRequest, plan, scripted_turn
+    first = [{"role": "user", "content": scenarios.turn_prompt(1)}]
+    # an agent that sends the earlier turns as history, in the middle of turn 2
+    history = first + [{"role": "tool", "content": "sunny"},
+                       {"role": "assistant", "content": "It is sunny in Paris."},
+                       {"role": "user", "content": scenarios.turn_prompt(2)},
+                       {"role": "tool", "content": "sunny"}]
+    assert scripted_turn(first) == ("conversation", 0, 1)
+    assert scripted_turn(history) == ("conversation", 1, 2)
+    assert scripted_turn(history[:4]) == ("conversation", 0, 2)
+    call = plan({"messages": history[:4]})["message"]["tool_calls"][0]
+    assert json.loads(call["function"]["arguments"]) == {"city": "London"}
+    assert plan({"messages": history})["message"]["content"] == "It is sunny in London."
+    with pytest.raises(BadRequest):
+        scripted_turn([{"role": "user", "content": "[scenario:conversation] [turn:4]"}])
+
+
 def test_a_final_answer_tool_gets_the_final_text_as_its_call(llm: ScriptedLLM) -> None:
     final = {"type": "function", "function": {"name": "final_answer", "parameters": {}}}
     msg = _client(llm).chat.completions.create(
