@@ -166,10 +166,10 @@ def test_conversation_turns_count_tool_results_from_their_own_prompt() -> None:
     from scripted_llm import BadRequest, plan, scripted_turn
     first = [{"role": "user", "content": scenarios.turn_prompt(1)}]
     # an agent that sends the earlier turns as history, in the middle of turn 2
-    history = first + [{"role": "tool", "content": "sunny"},
-                       {"role": "assistant", "content": "It is sunny in Paris."},
-                       {"role": "user", "content": scenarios.turn_prompt(2)},
-                       {"role": "tool", "content": "sunny"}]
+    history = [*first, {"role": "tool", "content": "sunny"},
+               {"role": "assistant", "content": "It is sunny in Paris."},
+               {"role": "user", "content": scenarios.turn_prompt(2)},
+               {"role": "tool", "content": "sunny"}]
     assert scripted_turn(first) == ("conversation", 0, 1)
     assert scripted_turn(history) == ("conversation", 1, 2)
     assert scripted_turn(history[:4]) == ("conversation", 0, 2)
