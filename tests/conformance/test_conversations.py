@@ -62,19 +62,22 @@ def test_conversation_is_one_session_of_its_turns_in_order(tmp_path: Path, stack
 
 
 def _carried_by(rec: dict[str, Any], key: str) -> dict[str, Any]:
-    """The recording with every conversation-id attribute (any convention's key) renamed
-    ``key``; at most one such attribute per span."""
+    """The recording with the conversation-id attributes of each span (any convention's keys,
+    all the same id) replaced by one under ``key``."""
     out = copy.deepcopy(rec)
     renamed = 0
     for item in out["requests"]:
         for rs in item["body"].get("resourceSpans", []):
             for ss in rs.get("scopeSpans", []):
                 for span in ss.get("spans", []):
-                    ids = [a for a in span.get("attributes", []) if a["key"] in _KEYS]
-                    assert len(ids) <= 1, (span["name"], ids)
-                    for a in ids:
-                        a["key"] = key
-                        renamed += 1
+                    attrs = span.get("attributes", [])
+                    ids = [a for a in attrs if a["key"] in _KEYS]
+                    if not ids:
+                        continue
+                    assert len({json.dumps(a["value"]) for a in ids}) == 1, (span["name"], ids)
+                    span["attributes"] = [a for a in attrs if a["key"] not in _KEYS] + [
+                        {"key": key, "value": ids[0]["value"]}]
+                    renamed += 1
     assert renamed, "no span carries a conversation id"
     return out
 

@@ -176,11 +176,12 @@ ANTHROPIC_TOOL = {"name": scenarios.TOOL_NAME, "description": scenarios.TOOL_DES
                   "input_schema": scenarios.TOOL_PARAMETERS}
 
 
-def messages_loop(client: Any, scenario: str, run_tool: Callable[[Any], str]) -> str:
+def messages_loop(client: Any, scenario: str, run_tool: Callable[[Any], str],
+                  question: str | None = None) -> str:
     """``chat_loop`` on the Anthropic Messages API: ``run_tool(block)`` runs one ``tool_use``
     block; what it raises goes back as a ``tool_result`` with ``is_error``. Streams (the SDK's
     ``messages.stream`` helper) in ``streaming``."""
-    messages: list[dict[str, Any]] = [{"role": "user", "content": prompt(scenario)}]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": question or prompt(scenario)}]
     kwargs: dict[str, Any] = {"model": ANTHROPIC_MODEL, "max_tokens": 1024,
                               "system": "You are a weather assistant. Use get_weather.",
                               "tools": [ANTHROPIC_TOOL]}
