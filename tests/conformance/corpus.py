@@ -31,6 +31,8 @@ SCENARIOS = ("clean", "loop", "distinct", "tool_error", "non_terminating", "remo
 # Three runs in one conversation: recorded where a stack says how its users carry the id
 # (stack.yaml ``conversation``), checked as a session (test_conversations.py), not per run.
 CONVERSATION = "conversation"
+# What test_conversations checks of a conversation recording (for its known_wrong entries).
+CONVERSATION_CHECKS = ("session", "findings")
 # Expectation keys that are not checks.
 _META = ("xfail", "reason")
 # What an expectation checks (the keys of ``observed``).
@@ -231,7 +233,8 @@ def conversations_table() -> str:
         why = (st.get("unsupported") or {}).get(CONVERSATION)
         if recording_path(name, CONVERSATION).is_file():
             read = ", ".join(f"`{s}`" for s in sorted(conversation_source(name)))
-            rows.append(f"| `{name}` | {_cell(st.get('conversation'))} | {read} | yes |")
+            done = "not yet" if f"{name}/{CONVERSATION}" in known_wrong() else "yes"
+            rows.append(f"| `{name}` | {_cell(st.get('conversation'))} | {read} | {done} |")
         elif why:
             rows.append(f"| `{name}` | unsupported: {_cell(why)} |  | no |")
         else:

@@ -43,7 +43,17 @@ def _session(tmp_path: Path, rec: dict[str, Any]) -> tuple[dict[str, Any], list[
     return record, listed, evaluations
 
 
-@pytest.mark.parametrize("stack", corpus.conversation_stacks())
+def _stacks() -> list[Any]:
+    """The stacks with a conversation recording; a known_wrong one as a strict xfail."""
+    out = []
+    for stack in corpus.conversation_stacks():
+        reason = corpus.known_wrong().get(f"{stack}/{corpus.CONVERSATION}")
+        marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
+        out.append(pytest.param(stack, id=stack, marks=marks))
+    return out
+
+
+@pytest.mark.parametrize("stack", _stacks())
 def test_conversation_is_one_session_of_its_turns_in_order(tmp_path: Path, stack: str) -> None:
     record, listed, evaluations = _session(tmp_path, corpus.recording(stack, "conversation"))
     assert [s["session_id"] for s in listed] == [scenarios.CONVERSATION_ID]
