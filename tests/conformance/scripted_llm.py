@@ -94,10 +94,10 @@ def _code(city: str | None, text: str | None) -> str:
     return f"Thought: I have the answer.\n<code>\n{FINAL_ANSWER_TOOL}({json.dumps(text)})\n</code>"
 
 
-def _observations(message: dict[str, Any]) -> int:
-    if message.get("role") != "user":
-        return 0
-    return sum(len(_OBSERVATION.findall(t)) for t in _texts(message.get("content")))
+def _observations(message: dict[str, Any], text: str) -> int:
+    """The tool results fed back as ``Observation:`` / ``Error:`` lines in ``text`` (of a user
+    message)."""
+    return len(_OBSERVATION.findall(text)) if message.get("role") == "user" else 0
 
 
 def _is_tool_result(item: Any) -> bool:
@@ -150,10 +150,14 @@ def scripted_turn(messages: list[Any]) -> tuple[str, int, int]:
         for text in _texts(m.get("content")):
             if name is None and (found := scenarios.MARKER.search(text)):
                 name = found.group(1)
-            if found_turn := scenarios.TURN_MARKER.search(text):
-                k, turn = 0, int(found_turn.group(1))
+            if marks := list(scenarios.TURN_MARKER.finditer(text)):
+                # smolagents joins the earlier turn's last observation and the new task into
+                # one user message: only what follows the marker is of this turn
+                k, turn = 0, int(marks[-1].group(1))
+                text = text[marks[-1].end():]
+            k += _observations(m, text)
         parts = m.get("content") if isinstance(m.get("content"), list) else []
-        k += _is_tool_result(m) + sum(_is_tool_result(p) for p in parts) + _observations(m)
+        k += _is_tool_result(m) + sum(_is_tool_result(p) for p in parts)
     if name is None:
         raise BadRequest("no [scenario:NAME] marker in the conversation")
     if name not in scenarios.SCENARIOS:

@@ -176,6 +176,10 @@ def test_conversation_turns_count_tool_results_from_their_own_prompt() -> None:
     call = plan({"messages": history[:4]})["message"]["tool_calls"][0]
     assert json.loads(call["function"]["arguments"]) == {"city": "London"}
     assert plan({"messages": history})["message"]["content"] == "It is sunny in London."
+    # smolagents: the earlier turn's last observation and the new task in one user message
+    joined = [{"role": "user", "content": "Observation:\nsunny\nNew task:\n"
+                                          + scenarios.turn_prompt(2)}]
+    assert scripted_turn(first + joined) == ("conversation", 0, 2)
     with pytest.raises(BadRequest):
         scripted_turn([{"role": "user", "content": "[scenario:conversation] [turn:4]"}])
 
