@@ -59,12 +59,11 @@ def recording(stack: str, scenario: str) -> dict[str, Any]:
 
 def unrecorded() -> list[tuple[str, str]]:
     """(stack, scenario) pairs without a recording that the stack does not declare
-    ``unsupported: {scenario: reason}`` in its stack.yaml; the conversation scenario of a
-    stack that says how it carries the conversation id."""
-    out = [(s, sc) for s, st in stacks().items() for sc in SCENARIOS
-           if not recording_path(s, sc).is_file() and sc not in (st.get("unsupported") or {})]
-    return out + [(s, CONVERSATION) for s, st in stacks().items()
-                  if st.get("conversation") and not recording_path(s, CONVERSATION).is_file()]
+    ``unsupported: {scenario: reason}`` in its stack.yaml, the conversation scenario too (a
+    stack records it, saying how it carries the id in ``conversation``, or declares it
+    unsupported)."""
+    return [(s, sc) for s, st in stacks().items() for sc in (*SCENARIOS, CONVERSATION)
+            if not recording_path(s, sc).is_file() and sc not in (st.get("unsupported") or {})]
 
 
 def conversation_stacks() -> list[str]:
