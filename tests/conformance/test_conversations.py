@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -35,11 +36,13 @@ def _session(tmp_path: Path, rec: dict[str, Any]) -> tuple[dict[str, Any], list[
     with running_service(tmp_path) as h:
         replay(h, rec)
         h.release(after_s=h.svc.config.assembly.idle_timeout_s + 1)
-        h.svc.sessions.clock_ns = lambda: 2**62  # long after the last turn: complete
+        # long after the last turn: the session job completes the conversation, once
+        assert h.svc.session_job.tick(time.time() + h.svc.config.sessions.idle_timeout_s + 1) == 1
         record = _get(h, "/v1/sessions/" + urllib.parse.quote(scenarios.CONVERSATION_ID))
         listed = _get(h, "/v1/sessions")["sessions"]
         evaluations = {e["trace_id"]: e for e in h.svc.store.latest(100)}
-    record.pop("last_turn_evaluated_at_unix_nano")
+    for when in ("last_turn_evaluated_at_unix_nano", "completed_at_unix_nano"):
+        record.pop(when)
     return record, listed, evaluations
 
 
