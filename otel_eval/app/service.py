@@ -118,7 +118,8 @@ class Service:
         self._locks = instance_locks(config.store)
         self.store = store_at(config.store.target, config.store.session)
         self.evaluator = Evaluator(config, references_path=self.options.references_path)
-        # conversations, computed on read from the turns in the store (GET /v1/sessions)
+        # conversations for GET /v1/sessions: complete ones as the session job stored them,
+        # open ones computed on read from their turns in the store
         self.sessions = SessionReader(self.store, config.sessions)
         needs_loop = config.judge.active or config.kafka.enabled
         self.loop = LoopThread() if needs_loop else None  # started first, stopped last

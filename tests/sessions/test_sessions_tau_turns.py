@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -79,7 +80,9 @@ def test_replayed_turns_come_back_as_the_same_sessions(runs_file: Path,
                                           h.grpc_target])
         assert cmd_replay(args, out) == 0, out.getvalue()
         h.release(after_s=h.svc.config.assembly.idle_timeout_s + 1)
-        h.svc.sessions.clock_ns = lambda: 2**62  # long after the last turn: complete
+        # long after the last turn: the session job completes each conversation once
+        later = time.time() + h.svc.config.sessions.idle_timeout_s + 1
+        assert h.svc.session_job.tick(later) == len(offline)
         for session_id, expected in offline.items():
             url = h.admin_url + "/v1/sessions/" + urllib.parse.quote(session_id, safe="")
             with urllib.request.urlopen(url, timeout=30) as r:
