@@ -92,9 +92,11 @@ def test_sessions_of_two_worker_processes_survive_kill_9_and_complete_once(
                       .read_text())[:2]
     conversations = [(f"w-{i}", tau_turns(run, i, "gen_ai.conversation.id", f"w-{i}"))
                      for i, run in enumerate(runs)]
+    # store.path: with --store postgresql://... the SQLite path is not the store, but the
+    # spool (and its lock) still goes beside it: in tmp_path, not the working directory
     (tmp_path / "otel-eval.yaml").write_text(
         f"assembly:\n  grace_s: 0.2\nsessions:\n  idle_timeout_s: {IDLE_S}\n"
-        "  check_interval_s: 0.2\n")
+        f"  check_interval_s: 0.2\nstore:\n  path: {tmp_path / 'results.db'}\n")
     first = _serve(tmp_path, store, tmp_path / "first.log")
     try:
         ports = _listening(first, tmp_path / "first.log")
