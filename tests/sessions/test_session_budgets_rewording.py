@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conversations import scripted
+from conversations import call, scripted
 from test_session_detectors import evaluated
 
 from otel_eval.app.cli import build_parser, cmd_eval, config_from_args
@@ -110,16 +110,19 @@ def test_bad_session_budgets_in_the_config_name_their_field() -> None:
 
 
 def test_budget_session_steps_offline_counts_every_step(tmp_path: Path) -> None:
-    """Offline, the turns kept are slim (their tool and LLM steps); steps count them all, as
-    the service's stored turns do."""
+    """Offline, the turns kept are slim (their tool and LLM steps); session_steps sums each
+    turn's counts.steps (its action steps, what --budget steps counts), as the service's stored
+    turns do, not the steps the slim turn kept."""
     turns = scripted("offline-steps", "gen_ai.conversation.id", [
-        (f"a different question, number {n}", [{"role": "assistant", "content": "Done."}])
-        for n in range(3)])
+        (f"a different question, number {n}",
+         [call("get_weather", {"city": f"city {n}"}, f"call_{n}"),
+          {"role": "assistant", "content": "Done."}]) for n in range(3)])
     paths = []
     for n, (_, body) in enumerate(turns):
         paths.append(str(tmp_path / f"t{n}.json"))
         Path(paths[-1]).write_text(json.dumps(body))
-    steps = sum(len(t["steps"]) for t in evaluated(turns))
+    steps = sum(t["counts"]["steps"] for t in evaluated(turns))
+    assert steps == 3  # one tool call a turn (its LLM calls are steps, not action steps)
     out = io.StringIO()
     assert cmd_eval(build_parser().parse_args(["eval", *paths, "--format", "jsonl", "--budget",
                                                f"session_steps={steps - 1}"]), out) == 0
