@@ -208,7 +208,8 @@ def scripted_turn(messages: list[Any]) -> tuple[str, int, int]:
                 k, turn = 0, int(marks[-1].group(1))
                 text = text[marks[-1].end():]
             k += _observations(m, text)
-        parts = m.get("content") if isinstance(m.get("content"), list) else []
+        content = m.get("content")
+        parts = content if isinstance(content, list) else []
         k += _is_tool_result(m) + sum(_is_tool_result(p) for p in parts)
     if name is None:
         raise BadRequest("no [scenario:NAME] marker in the conversation")
