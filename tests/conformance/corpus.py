@@ -7,6 +7,9 @@
   ``known_wrong`` entry as its ``xfail`` reason;
 - ``problems(evaluation, expectation)``: how a stored per-trace evaluation differs from what a
   careful human would conclude (empty when it conforms);
+- ``conversation_stacks()``, ``conversation_source(stack)``: the stacks whose conversation
+  scenario (three user turns under one conversation id) is recorded, and the attribute
+  otel-eval reads that id from in each;
 - ``instrumentations_doc()``: the generated tables of docs/instrumentations.md.
 """
 
@@ -25,6 +28,11 @@ from otel_eval.base.model import NOT_ENDED_KINDS
 HERE = Path(__file__).resolve().parent
 SCENARIOS = ("clean", "loop", "distinct", "tool_error", "non_terminating", "remote_parent",
              "streaming")
+# Three runs in one conversation: recorded where a stack says how its users carry the id
+# (stack.yaml ``conversation``), checked as a session (test_conversations.py), not per run.
+CONVERSATION = "conversation"
+# What test_conversations checks of a conversation recording (for its known_wrong entries).
+CONVERSATION_CHECKS = ("session", "findings")
 # Expectation keys that are not checks.
 _META = ("xfail", "reason")
 # What an expectation checks (the keys of ``observed``).
@@ -51,9 +59,40 @@ def recording(stack: str, scenario: str) -> dict[str, Any]:
 
 def unrecorded() -> list[tuple[str, str]]:
     """(stack, scenario) pairs without a recording that the stack does not declare
-    ``unsupported: {scenario: reason}`` in its stack.yaml."""
-    return [(s, sc) for s, st in stacks().items() for sc in SCENARIOS
+    ``unsupported: {scenario: reason}`` in its stack.yaml, the conversation scenario too (a
+    stack records it, saying how it carries the id in ``conversation``, or declares it
+    unsupported)."""
+    return [(s, sc) for s, st in stacks().items() for sc in (*SCENARIOS, CONVERSATION)
             if not recording_path(s, sc).is_file() and sc not in (st.get("unsupported") or {})]
+
+
+def conversation_stacks() -> list[str]:
+    """The stacks whose conversation scenario is recorded."""
+    return [s for s in stacks() if recording_path(s, CONVERSATION).is_file()]
+
+
+def conversation_spans(stack: str) -> dict[str, list[Any]]:
+    """The spans of the stack's conversation recording, by trace id."""
+    from otel_eval.decode.otlp import decode_request, request_from_json
+
+    by_trace: dict[str, list[Any]] = {}
+    for item in recording(stack, CONVERSATION)["requests"]:
+        if item["signal"] == "traces":
+            for span in decode_request(request_from_json(json.dumps(item["body"]))).spans:
+                by_trace.setdefault(span.trace_id, []).append(span)
+    return by_trace
+
+
+def conversation_source(stack: str) -> set[str]:
+    """Where otel-eval reads the conversation id of each turn of the stack's conversation
+    recording ("<convention> <key>", as ``otel-eval inspect`` shows it)."""
+    from otel_eval.base.model import Trace
+    from otel_eval.evaluate.config import TrajectoryConfig
+    from otel_eval.evaluate.trajectory.build import build_trajectory
+
+    return {build_trajectory(Trace(trace_id, spans, "complete"), TrajectoryConfig())
+            .conversation_sources.get("session_id", "nowhere")
+            for trace_id, spans in conversation_spans(stack).items()}
 
 
 def recorded() -> list[tuple[str, str]]:
@@ -186,6 +225,23 @@ def conformance_table() -> str:
     return "\n".join(rows)
 
 
+def conversations_table() -> str:
+    rows = ["| stack | how its users carry the conversation id | read from | sessions |",
+            "|---|---|---|---|"]
+    for name, st in stacks().items():
+        why = (st.get("unsupported") or {}).get(CONVERSATION)
+        if recording_path(name, CONVERSATION).is_file():
+            read = ", ".join(f"`{s}`" for s in sorted(conversation_source(name)))
+            done = "not yet" if f"{name}/{CONVERSATION}" in known_wrong() else "yes"
+            rows.append(f"| `{name}` | {_cell(st.get('conversation'))} | {read} | {done} |")
+        elif why:
+            rows.append(f"| `{name}` | unsupported: {_cell(why)} |  | no |")
+        else:
+            rows.append(f"| `{name}` | {_cell(st.get('conversation'))} |  | not recorded |")
+    return "\n".join(rows)
+
+
 def instrumentations_doc() -> dict[str, str]:
     """Generated sections of docs/instrumentations.md, by marker name."""
-    return {"instrumentations": instrumentations_table(), "conformance": conformance_table()}
+    return {"instrumentations": instrumentations_table(), "conformance": conformance_table(),
+            "conversations": conversations_table()}

@@ -193,6 +193,12 @@ def write(rec: dict[str, Any]) -> Path:
     return path
 
 
+def default_scenarios(stack: dict[str, Any]) -> list[str]:
+    """The scenarios recorded when none is named: all but ``conversation`` unless the stack
+    says where it carries the conversation id (``conversation:``)."""
+    return [s for s in scenarios.SCENARIOS if s != "conversation" or stack.get("conversation")]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--stack", action="append", choices=stack_names(),
@@ -211,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.stack or stack_names():
         stack = load_stack(name)
         env_dir = prepare(name, stack, args.cache)
-        for scenario in args.scenario or scenarios.SCENARIOS:
+        for scenario in args.scenario or default_scenarios(stack):
             try:
                 print(write(record(name, stack, env_dir, scenario)))
             except (RuntimeError, subprocess.TimeoutExpired) as e:

@@ -14,6 +14,12 @@ whole behaviour, as data:
   tool flushes its telemetry and ``os._exit(0)``s on its 3rd call, so the run never ends.
 - ``remote_parent``: as clean; the agent runs under a remote W3C ``traceparent``.
 - ``streaming``: as clean; the agent asks for streamed completions where the stack can.
+- ``conversation``: three user turns, each its own run (trace), all carrying the conversation
+  id ``CONVERSATION_ID`` where the stack's users set one (``stack.yaml`` ``conversation``).
+  Turn ``n``'s prompt (``turn_prompt(n)``) asks for ``CONVERSATION_CITIES[n-1]`` and carries
+  ``[turn:n]``; in turn n, k=0 calls get_weather for that city, then the final text. ``k``
+  counts the tool results after the last ``[turn:n]`` marker, so an agent that sends the
+  earlier turns as history is answered as one that does not.
 """
 
 from __future__ import annotations
@@ -34,7 +40,12 @@ REMOTE_TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 REMOTE_SPAN_ID = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{REMOTE_TRACE_ID}-{REMOTE_SPAN_ID}-01"
 SCENARIOS = ("clean", "loop", "distinct", "tool_error", "non_terminating", "remote_parent",
-             "streaming")
+             "streaming", "conversation")
+# The conversation scenario: its id, and the city each user turn asks about.
+TURN_MARKER = re.compile(r"\[turn:([1-9])\]")
+CONVERSATION_ID = "conv-weather-0001"
+CONVERSATION_CITIES = ("Paris", "London", "Tokyo")
+_QUESTIONS = ("What is the weather in Paris?", "And in London?", "And in Tokyo?")
 
 
 @dataclass(frozen=True)
@@ -45,8 +56,17 @@ class Reply:
     text: str | None = None
 
 
-def reply(scenario: str, k: int) -> Reply:
-    """The scripted assistant turn of ``scenario`` after ``k`` tool results."""
+def turn_prompt(n: int) -> str:
+    """The user's prompt of turn ``n`` (1-based) of the conversation scenario."""
+    return f"{_QUESTIONS[n - 1]} [scenario:conversation] [turn:{n}]"
+
+
+def reply(scenario: str, k: int, turn: int = 1) -> Reply:
+    """The scripted assistant turn of ``scenario`` after ``k`` tool results (in user turn
+    ``turn`` of the conversation scenario)."""
+    if scenario == "conversation":
+        city = CONVERSATION_CITIES[turn - 1]
+        return Reply(city=city) if k == 0 else Reply(text=f"It is sunny in {city}.")
     if scenario in ("clean", "remote_parent", "streaming"):
         return Reply(city="Paris") if k == 0 else Reply(text=FINAL)
     if scenario == "loop":

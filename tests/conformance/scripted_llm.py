@@ -12,7 +12,7 @@ named SSE events ``message_start`` ... ``message_stop`` with ``input_json_delta`
 API, what the google-genai SDK calls: ``contents`` of ``user`` / ``model`` turns whose parts are
 ``text``, ``functionCall`` or ``functionResponse``; a candidate with a ``functionCall`` part or
 a text part, ``usageMetadata``; streamed as unnamed SSE ``data:`` chunks).
-What it answers is ``scenarios.reply(NAME, k)``:
+What it answers is ``scenarios.reply(NAME, k, TURN)``:
 
 - NAME is the ``[scenario:NAME]`` marker found in any message or input item of the
   conversation (string content or text parts);
@@ -20,7 +20,10 @@ What it answers is ``scenarios.reply(NAME, k)``:
   ``"function"``) messages, plus ``tool_result`` / ``function_call_output`` content parts or
   items, for clients that shape them so; and, in user messages, lines starting
   ``Observation:`` or ``Error:`` (optionally after a ``Call id: ...`` line): how smolagents
-  feeds tool results and tool errors back, joining consecutive user messages into one text.
+  feeds tool results and tool errors back, joining consecutive user messages into one text;
+  counted from the last ``[turn:TURN]`` marker (the conversation scenario's user turns, whose
+  earlier turns an agent may send again as history), TURN 1 when there is none; so are DSPy's
+  observation fields and Gemini's ``functionResponse`` parts (below).
 
 A tool offered under a qualified name ending in ``-get_weather`` (Semantic Kernel's
 ``PluginName-function``) is called by that name. A client that ends a run by calling a tool
@@ -141,10 +144,12 @@ def _dspy(fields: list[str], r: scenarios.Reply) -> str:
         "[[ ## completed ## ]]"
 
 
-def _observations(message: dict[str, Any]) -> int:
+def _observations(message: dict[str, Any], text: str) -> int:
+    """The tool results fed back in ``text`` (of a user message): smolagents' ``Observation:``
+    / ``Error:`` lines, DSPy ReAct's ``[[ ## observation_N ## ]]`` trajectory fields."""
     if message.get("role") != "user":
         return 0
-    return sum(len(_OBSERVATION.findall(t)) for t in _texts(message.get("content")))
+    return len(_OBSERVATION.findall(text)) + len(_DSPY_OBSERVATION.findall(text))
 
 
 def _is_tool_result(item: Any) -> bool:
@@ -182,23 +187,37 @@ def _call(seed: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
 
 def scenario_of(messages: list[Any]) -> tuple[str, int]:
     """(scenario name, tool results so far) of a conversation; BadRequest when unscripted."""
+    name, k, _ = scripted_turn(messages)
+    return name, k
+
+
+def scripted_turn(messages: list[Any]) -> tuple[str, int, int]:
+    """(scenario name, tool results in this user turn, user turn) of a conversation: the
+    results are counted from the last ``[turn:n]`` marker (1 and all results when none)."""
     name = None
-    k = 0
+    k, turn = 0, 1
     for m in messages:
         if not isinstance(m, dict):
             raise BadRequest("messages must be objects")
         for text in _texts(m.get("content")):
             if name is None and (found := scenarios.MARKER.search(text)):
                 name = found.group(1)
-        parts = m.get("content") if isinstance(m.get("content"), list) else []
-        if m.get("role") == "user":
-            k += sum(len(_DSPY_OBSERVATION.findall(t)) for t in _texts(m.get("content")))
-        k += _is_tool_result(m) + sum(_is_tool_result(p) for p in parts) + _observations(m)
+            if marks := list(scenarios.TURN_MARKER.finditer(text)):
+                # smolagents joins the earlier turn's last observation and the new task into
+                # one user message: only what follows the marker is of this turn
+                k, turn = 0, int(marks[-1].group(1))
+                text = text[marks[-1].end():]
+            k += _observations(m, text)
+        content = m.get("content")
+        parts = content if isinstance(content, list) else []
+        k += _is_tool_result(m) + sum(_is_tool_result(p) for p in parts)
     if name is None:
         raise BadRequest("no [scenario:NAME] marker in the conversation")
     if name not in scenarios.SCENARIOS:
         raise BadRequest(f"unknown scenario {name!r}")
-    return name, k
+    if name == "conversation" and not 1 <= turn <= len(scenarios.CONVERSATION_CITIES):
+        raise BadRequest(f"no turn {turn} in the conversation scenario")
+    return name, k, turn
 
 
 def _usage(messages: list[Any], answer: str) -> dict[str, int]:
@@ -229,9 +248,9 @@ def plan(body: dict[str, Any]) -> dict[str, Any]:
 
 def _plan(messages: list[Any], final_answer: str | None = None,
           tool: str = scenarios.TOOL_NAME) -> dict[str, Any]:
-    name, k = scenario_of(messages)
-    r = scenarios.reply(name, k)
-    seed = f"{name}/{k}/{len(messages)}"
+    name, k, turn = scripted_turn(messages)
+    r = scenarios.reply(name, k, turn)
+    seed = f"{name}/{k}/{len(messages)}" + (f"/{turn}" if name == "conversation" else "")
     out: dict[str, Any] = {"id": "chatcmpl-" + _token_id(seed, 29),
                            "fingerprint": "fp_" + _token_id("fp", 10)}
     call = None
@@ -243,7 +262,7 @@ def _plan(messages: list[Any], final_answer: str | None = None,
     dspy_fields = _dspy_outputs(messages)
     if dspy_fields:
         if DSPY_REACT_FIELD not in dspy_fields:  # the extract step after ReAct's finish
-            r = scenarios.Reply(text=scenarios.reply(name, k).text or scenarios.FINAL)
+            r = scenarios.Reply(text=r.text or scenarios.FINAL)
         text = _dspy(dspy_fields, r)
         out.update(message={"role": "assistant", "content": text, "refusal": None},
                    finish_reason="stop", usage=_usage(messages, text))

@@ -7,17 +7,15 @@ Regenerate the doc's tables with ``UPDATE_DOCS=1 python -m pytest tests/conforma
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conformance import corpus
-from support.harness import Harness, running_service
+from conformance.replay import replay
+from support.harness import running_service
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "instrumentations.md"
 
@@ -33,36 +31,12 @@ def _params() -> list[Any]:
     return out
 
 
-def _post(url: str, body: dict[str, Any]) -> int:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return int(r.status)
-    except urllib.error.HTTPError as e:
-        return int(e.code)
-
-
-def _replay(h: Harness, rec: dict[str, Any]) -> list[str]:
-    """POST the recorded requests in order; the notes on requests that were not accepted."""
-    base = h.http_url.removesuffix("/v1/traces")
-    notes = []
-    for i, item in enumerate(rec["requests"]):
-        code = _post(f"{base}/v1/{item['signal']}", item["body"])
-        # A 404 on /v1/logs: the service does not serve logs (yet); what needs them fails below.
-        if code != 200 and not (code == 404 and item["signal"] == "logs"):
-            pytest.fail(f"request {i} ({item['signal']}) answered {code}")
-        if code != 200:
-            notes.append(f"request {i} ({item['signal']}) answered {code}")
-    return notes
-
-
 @pytest.mark.parametrize(("stack", "scenario"), _params())
 def test_recording_gets_the_expected_verdict(tmp_path: Path, stack: str, scenario: str) -> None:
     rec = corpus.recording(stack, scenario)
     assert (rec["stack"], rec["scenario"]) == (stack, scenario)
     with running_service(tmp_path) as h:
-        notes = _replay(h, rec)
+        notes = replay(h, rec)
         h.release(after_s=h.svc.config.assembly.idle_timeout_s + 1)
         stored = h.svc.store.latest(100)
     assert stored, "no evaluation was stored"
@@ -105,7 +79,9 @@ def test_every_expectation_names_a_stack_and_scenario_of_the_corpus() -> None:
         assert corpus.recording_path(stack, scenario).is_file(), cell
         assert isinstance(reason, str) and reason.strip(), f"known_wrong {cell}: say why"
         checks = corpus.known_wrong_checks(stack, scenario)
-        assert checks and checks <= set(corpus.CHECKS) | {"evaluations"}, (
+        allowed = set(corpus.CONVERSATION_CHECKS if scenario == corpus.CONVERSATION
+                      else (*corpus.CHECKS, "evaluations"))
+        assert checks and checks <= allowed, (
             f"known_wrong {cell}: lead with the checks it fails ('agent, cities: why')")
 
 

@@ -162,6 +162,28 @@ def test_tool_results_are_counted_in_any_shape() -> None:
     assert scenario_of(msgs) == ("distinct", 10)
 
 
+def test_conversation_turns_count_tool_results_from_their_own_prompt() -> None:
+    from scripted_llm import BadRequest, plan, scripted_turn
+    first = [{"role": "user", "content": scenarios.turn_prompt(1)}]
+    # an agent that sends the earlier turns as history, in the middle of turn 2
+    history = [*first, {"role": "tool", "content": "sunny"},
+               {"role": "assistant", "content": "It is sunny in Paris."},
+               {"role": "user", "content": scenarios.turn_prompt(2)},
+               {"role": "tool", "content": "sunny"}]
+    assert scripted_turn(first) == ("conversation", 0, 1)
+    assert scripted_turn(history) == ("conversation", 1, 2)
+    assert scripted_turn(history[:4]) == ("conversation", 0, 2)
+    call = plan({"messages": history[:4]})["message"]["tool_calls"][0]
+    assert json.loads(call["function"]["arguments"]) == {"city": "London"}
+    assert plan({"messages": history})["message"]["content"] == "It is sunny in London."
+    # smolagents: the earlier turn's last observation and the new task in one user message
+    joined = [{"role": "user", "content": "Observation:\nsunny\nNew task:\n"
+                                          + scenarios.turn_prompt(2)}]
+    assert scripted_turn(first + joined) == ("conversation", 0, 2)
+    with pytest.raises(BadRequest):
+        scripted_turn([{"role": "user", "content": "[scenario:conversation] [turn:4]"}])
+
+
 def test_a_final_answer_tool_gets_the_final_text_as_its_call(llm: ScriptedLLM) -> None:
     final = {"type": "function", "function": {"name": "final_answer", "parameters": {}}}
     msg = _client(llm).chat.completions.create(
@@ -268,6 +290,24 @@ def test_dspy_react_gets_its_turns_in_the_chat_adapter_template(llm: ScriptedLLM
     assert "[[ ## next_tool_name ## ]]" not in extract
 
 
+def test_dspy_conversation_turns_count_observations_after_their_marker() -> None:
+    """A DSPy ReAct run of turn 2 sent turn 1 as history (dspy.History: its own user message
+    with its trajectory): only the observation fields after the last [turn:n] count."""
+    from scripted_llm import plan
+
+    def user(n: int, trajectory: str) -> dict[str, Any]:
+        return {"role": "user", "content": f"[[ ## question ## ]]\n{scenarios.turn_prompt(n)}"
+                                           f"\n\n[[ ## trajectory ## ]]\n{trajectory}"}
+    turn1 = user(1, "[[ ## observation_0 ## ]]\nsunny")
+    done1 = {"role": "assistant", "content": "[[ ## answer ## ]]\nIt is sunny in Paris."}
+    start = plan({"messages": [{"role": "system", "content": _DSPY_REACT}, turn1, done1,
+                               user(2, "")]})["message"]["content"]
+    assert '[[ ## next_tool_args ## ]]\n{"city": "London"}' in start
+    extract = plan({"messages": [{"role": "system", "content": _DSPY_EXTRACT}, turn1, done1,
+                                 user(2, "[[ ## observation_0 ## ]]\nsunny")]})
+    assert "[[ ## answer ## ]]\nIt is sunny in London.\n" in extract["message"]["content"]
+
+
 def _messages(llm: ScriptedLLM, body: dict[str, Any]) -> Any:
     req = urllib.request.Request(llm.root_url + "/v1/messages", method="POST",
                                  data=json.dumps(body).encode(),
@@ -361,6 +401,25 @@ def test_gemini_api_scripts_function_calls_answered_by_function_responses(
                      {"role": "user", "parts": [{"functionResponse": {
                          "name": "get_weather", "response": {"result": "sunny"}}}]}]
     assert [c["args"]["city"] for c in calls] == cities
+
+
+def test_gemini_conversation_turns_count_function_responses_after_their_marker(
+        llm: ScriptedLLM) -> None:
+    """google-genai's chat sends turn 1 (its functionCall and functionResponse) as history:
+    turn 2 starts with its own city, and ends after its own functionResponse."""
+    def user(text: str) -> dict[str, Any]:
+        return {"role": "user", "parts": [{"text": text}]}
+    call = {"role": "model", "parts": [{"functionCall": {"name": "get_weather",
+                                                          "args": {"city": "Paris"}}}]}
+    response = {"role": "user", "parts": [{"functionResponse": {
+        "name": "get_weather", "response": {"result": "sunny"}}}]}
+    history = [user(scenarios.turn_prompt(1)), call, response,
+               {"role": "model", "parts": [{"text": "It is sunny in Paris."}]},
+               user(scenarios.turn_prompt(2))]
+    first = _gemini(llm, {"contents": history})["candidates"][0]["content"]["parts"][0]
+    assert first["functionCall"]["args"] == {"city": "London"}
+    last = _gemini(llm, {"contents": [*history, call, response]})
+    assert last["candidates"][0]["content"]["parts"][0] == {"text": "It is sunny in London."}
 
 
 def test_gemini_api_streams_unnamed_chunks_with_usage_last(llm: ScriptedLLM) -> None:

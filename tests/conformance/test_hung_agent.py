@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from conformance import corpus, hung
+from conformance.replay import replay
 from support.harness import running_service
-from test_conformance import _replay
 
 
 def _named(stack: str) -> bool:
@@ -31,12 +31,12 @@ def test_a_killed_run_is_counted_for_the_agent_of_the_services_completed_runs(
     with running_service(tmp_path) as h:
         idle = h.svc.config.assembly.idle_timeout_s + 1
         for stack in stacks:  # what each service ran before: one clean run
-            _replay(h, corpus.recording(stack, "clean"))
+            replay(h, corpus.recording(stack, "clean"))
         h.release(after_s=idle)
         killed = {}
         for stack in stacks:
             rec = corpus.recording(stack, hung.KILLED)
-            _replay(h, rec)
+            replay(h, rec)
             killed[stack] = rec
         h.release(after_s=idle)
         stored = {(e["service"], e["status"]): e for e in h.svc.store.latest(1000)}

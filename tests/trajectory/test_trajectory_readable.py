@@ -39,6 +39,33 @@ def test_plain_text_and_non_message_json_stay_as_they_came_with_no_messages() ->
     assert "input_messages" not in body and "output_messages" not in body
 
 
+def _user(text: str) -> dict:
+    return {"role": "user", "parts": [{"type": "text", "content": text}]}
+
+
+@pytest.mark.parametrize(("first_call", "task"), [
+    # one turn: the only user message
+    ([_user("What is the weather in Paris?")], "What is the weather in Paris?"),
+    # a chat turn that sends the earlier turns again (pydantic-ai's message_history): this
+    # turn's own request, not the first turn's
+    ([_user("What is the weather in Paris?"), *SAY,
+      {"role": "tool", "parts": [{"type": "tool_call_response", "response": "sunny"}]},
+      _user("And in London?")], "And in London?"),
+    # tool results sent as user messages are no request (Anthropic tool_result blocks)
+    ([_user("And in London?"),
+      {"role": "user", "content": [{"type": "tool_result", "content": "sunny"}]}],
+     "And in London?"),
+])
+def test_the_task_is_the_last_user_request_of_the_first_llm_call(first_call: list,
+                                                                  task: str) -> None:
+    body = _body(span("root", None, 0, AGENT),
+                 span("chat", "root", 1, {**CHAT, "gen_ai.input.messages":
+                                          json.dumps(first_call)}),
+                 span("chat2", "root", 2, {**CHAT, "gen_ai.input.messages":
+                                           json.dumps([*first_call, *SAY])}))
+    assert body["input"] == task
+
+
 def test_llm_steps_carry_their_last_message_reply_and_requested_calls() -> None:
     told = [*ASK, {"role": "tool", "parts": [{"type": "tool_call_response", "id": "c0",
                                               "response": "sunny"}]}]

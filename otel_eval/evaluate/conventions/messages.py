@@ -1,11 +1,13 @@
 """Stage: trajectory (part). The text of a run's task and answer, from LLM message content.
 
 When only LLM spans carry messages (the usual case for a hand-written agent loop), the task is
-the first user message of the first LLM call and the answer the text of the last LLM call's
-output. Message content comes in several shapes, all read here: GenAI ``parts``, OpenAI chat
-messages (``content`` as text or typed parts), a request object ``{"messages": [...]}``, an
-OpenAI response ``{"choices": [{"message": ...}]}``, or plain text. Never raises; returns
-None when nothing was recorded, so "unknown" never reads as "empty".
+the last user message of the first LLM call (``request_text``: the only one in a one-turn run;
+the turn's own request when a chat sends the earlier turns again as history) and the answer the
+text of the last LLM call's output. Message content comes in several shapes, all read here:
+GenAI ``parts``, OpenAI chat messages (``content`` as text or typed parts), a request object
+``{"messages": [...]}``, an OpenAI response ``{"choices": [{"message": ...}]}``, or plain
+text. Never raises; returns None when nothing was recorded, so "unknown" never reads as
+"empty".
 """
 
 from __future__ import annotations
@@ -66,6 +68,33 @@ def task_text(raw: str | None) -> str | None:
     for msg in found:
         if isinstance(msg, dict) and msg.get("role") == "user":
             return message_text(msg)
+    return None
+
+
+# Content parts that carry a tool's result, not the user's words (Anthropic, Responses, GenAI).
+_RESULT_PARTS = frozenset({"tool_result", "function_call_output", "tool_call_response"})
+
+
+def _is_request(msg: Any) -> bool:
+    if not isinstance(msg, dict) or msg.get("role") != "user":
+        return False
+    parts = msg.get("content", msg.get("parts"))
+    return not (isinstance(parts, list) and any(
+        isinstance(p, dict) and p.get("type") in _RESULT_PARTS for p in parts))
+
+
+def request_text(raw: str | None) -> str | None:
+    """The user's request in the input of a run's first LLM call: its last user message with
+    text, tool results aside (or the raw text when it is not messages). Nothing of the run has
+    happened before that call, so the earlier user messages are earlier turns (history)."""
+    if raw is None:
+        return None
+    found = messages(raw)
+    if found is None:
+        return raw
+    for msg in reversed(found):
+        if _is_request(msg) and (text := message_text(msg)) is not None:
+            return text
     return None
 
 

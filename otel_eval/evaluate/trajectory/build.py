@@ -92,7 +92,12 @@ from otel_eval.evaluate.conventions.agent_names import (
 from otel_eval.evaluate.conventions.conversations import Conversation
 from otel_eval.evaluate.conventions.events import overlay, span_events
 from otel_eval.evaluate.conventions.fields import merged_agent_name
-from otel_eval.evaluate.conventions.messages import answer_text, messages, task_text
+from otel_eval.evaluate.conventions.messages import (
+    answer_text,
+    messages,
+    request_text,
+    task_text,
+)
 from otel_eval.evaluate.conventions.openinference import (
     dspy_marked,
     dspy_module,
@@ -434,7 +439,7 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
     output = _output(builder, agent, root_step, llm)
     ends = [s.end_ns for s in spans if s.end_ns]
     raw_input = _first_text((agent, root_step), "input_text") or \
-        (task_text(llm[0].input_text) if llm else None)
+        (request_text(llm[0].input_text) if llm else None)
     task, input_messages = _text_of(raw_input, task_text)
     answer, output_messages = _text_of(output, answer_text)
     return Trajectory(

@@ -13,6 +13,8 @@
   offered, run requested tools, feed results back, until a final answer), streaming in the
   ``streaming`` scenario; ``messages_loop()``: the same with the official ``anthropic`` client
   (Messages API: ``tool_use`` blocks answered by ``tool_result`` blocks).
+- ``turns()``: the conversation scenario's user prompts; each stack's agent runs one turn per
+  prompt (each its own trace) under the conversation id its users set (``CONVERSATION_ID``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ AGENT_NAME = "weather_agent"
 MODEL = "gpt-4o-mini"
 ANTHROPIC_MODEL = "claude-3-5-haiku-20241022"
 MAX_TURNS = 12  # bounds every loop; the scripted scenarios need at most 7
+CONVERSATION_ID = scenarios.CONVERSATION_ID
 OPENAI_TOOL = {"type": "function",
                "function": {"name": scenarios.TOOL_NAME, "description": scenarios.TOOL_DESCRIPTION,
                             "parameters": scenarios.TOOL_PARAMETERS}}
@@ -91,6 +94,11 @@ def prompt(scenario: str) -> str:
     return f"What is the weather in Paris? [scenario:{scenario}]"
 
 
+def turns() -> list[str]:
+    """The user prompts of the conversation scenario, one per turn, in order."""
+    return [scenarios.turn_prompt(n) for n in range(1, len(scenarios.CONVERSATION_CITIES) + 1)]
+
+
 class Tool:
     """The get_weather body with the scenarios' side effects; ``calls`` counts invocations."""
 
@@ -141,13 +149,15 @@ def ask(client: Any, messages: list[dict[str, Any]], stream: bool,
     return msg
 
 
-def chat_loop(client: Any, scenario: str, run_tool: Callable[[dict[str, Any]], str]) -> str:
+def chat_loop(client: Any, scenario: str, run_tool: Callable[[dict[str, Any]], str],
+              question: str | None = None) -> str:
     """Run the agent to its final answer. ``run_tool(call)`` runs one requested tool call
     (an OpenAI tool-call dict) and returns its result; an exception it raises is fed back to
-    the LLM as the tool's result, as agent frameworks do."""
+    the LLM as the tool's result, as agent frameworks do. ``question``: the user's prompt
+    (default ``prompt(scenario)``)."""
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": "You are a weather assistant. Use get_weather."},
-        {"role": "user", "content": prompt(scenario)}]
+        {"role": "user", "content": question or prompt(scenario)}]
     for _ in range(MAX_TURNS):
         msg = ask(client, messages, stream=scenario == "streaming")
         messages.append(msg)
@@ -166,11 +176,12 @@ ANTHROPIC_TOOL = {"name": scenarios.TOOL_NAME, "description": scenarios.TOOL_DES
                   "input_schema": scenarios.TOOL_PARAMETERS}
 
 
-def messages_loop(client: Any, scenario: str, run_tool: Callable[[Any], str]) -> str:
+def messages_loop(client: Any, scenario: str, run_tool: Callable[[Any], str],
+                  question: str | None = None) -> str:
     """``chat_loop`` on the Anthropic Messages API: ``run_tool(block)`` runs one ``tool_use``
     block; what it raises goes back as a ``tool_result`` with ``is_error``. Streams (the SDK's
     ``messages.stream`` helper) in ``streaming``."""
-    messages: list[dict[str, Any]] = [{"role": "user", "content": prompt(scenario)}]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": question or prompt(scenario)}]
     kwargs: dict[str, Any] = {"model": ANTHROPIC_MODEL, "max_tokens": 1024,
                               "system": "You are a weather assistant. Use get_weather.",
                               "tools": [ANTHROPIC_TOOL]}
@@ -202,11 +213,14 @@ def arguments(call: dict[str, Any]) -> dict[str, Any]:
     return json.loads(call["function"]["arguments"] or "{}")
 
 
-def genai_agent(scenario: str, provider_attribute: str) -> None:
+def genai_agent(scenario: str, provider_attribute: str, question: str | None = None,
+                conversation_id: str | None = None) -> None:
     """The agent loop with hand-made GenAI spans, as a user of the semantic conventions writes
     them: ``invoke_agent weather_agent`` around the loop and ``execute_tool get_weather`` per
     call with the tool name and ``gen_ai.tool.call.id`` but, as many users do, no arguments.
-    ``provider_attribute`` is ``gen_ai.system`` (semconv 1.30) or ``gen_ai.provider.name``."""
+    ``provider_attribute`` is ``gen_ai.system`` (semconv 1.30) or ``gen_ai.provider.name``;
+    ``question`` the user's prompt; ``conversation_id`` goes on the invoke_agent span as
+    ``gen_ai.conversation.id``."""
     from openai import OpenAI
     from opentelemetry import trace
 
@@ -219,11 +233,13 @@ def genai_agent(scenario: str, provider_attribute: str) -> None:
                 "gen_ai.tool.type": "function", "gen_ai.tool.call.id": call["id"]}):
             return tool(**arguments(call))
 
-    with tracer.start_as_current_span(
-            f"invoke_agent {AGENT_NAME}", context=remote_parent(scenario),
-            attributes={"gen_ai.operation.name": "invoke_agent", provider_attribute: "openai",
-                        "gen_ai.agent.name": AGENT_NAME}):
-        chat_loop(OpenAI(), scenario, run_tool)
+    attributes = {"gen_ai.operation.name": "invoke_agent", provider_attribute: "openai",
+                  "gen_ai.agent.name": AGENT_NAME}
+    if conversation_id is not None:
+        attributes["gen_ai.conversation.id"] = conversation_id
+    with tracer.start_as_current_span(f"invoke_agent {AGENT_NAME}",
+                                      context=remote_parent(scenario), attributes=attributes):
+        chat_loop(OpenAI(), scenario, run_tool, question)
 
 
 @contextlib.contextmanager

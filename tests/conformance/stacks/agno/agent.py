@@ -34,6 +34,13 @@ def main(scenario: str) -> None:
                                    api_key=os.environ["OPENAI_API_KEY"]),
                   tools=[get_weather], instructions="You are a weather assistant. Use get_weather.",
                   telemetry=False)  # Agno's own usage telemetry (an outbound call) off
+    if scenario == "conversation":  # one run per user turn, in the session Agno runs it in
+        answers = [str(agent.run(question, session_id=common.CONVERSATION_ID).content or "")
+                   for question in common.turns()]
+        if not all(answers):
+            raise RuntimeError("a turn without an answer")
+        common.shutdown()
+        return
     with common.attached(common.remote_parent(scenario)):
         if scenario == "streaming":
             answer = "".join(str(e.content or "") for e in

@@ -37,7 +37,13 @@ def main(scenario: str) -> None:
                                system_message="You are a weather assistant. Use get_weather.",
                                max_tool_iterations=common.MAX_TURNS,
                                model_client_stream=scenario == "streaming")
-        result = await agent.run(task=common.prompt(scenario))
+        if scenario == "conversation":  # one run per user turn (the agent keeps its model
+            from openinference.instrumentation import using_session  # context), in
+            for question in common.turns():  # OpenInference's session
+                with using_session(common.CONVERSATION_ID):
+                    result = await agent.run(task=question)
+        else:
+            result = await agent.run(task=common.prompt(scenario))
         await client.close()
         return str(result.messages[-1].content)
 

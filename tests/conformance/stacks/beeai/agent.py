@@ -39,6 +39,12 @@ async def run(scenario: str) -> str:
                           tool_choice_support={"required", "none", "single", "auto"})
     agent = RequirementAgent(llm=llm, tools=[get_weather], name=common.AGENT_NAME,
                              instructions="You are a weather assistant. Use get_weather.")
+    if scenario == "conversation":  # one run per user turn (the agent keeps its memory),
+        from openinference.instrumentation import using_session  # in OpenInference's session
+        for question in common.turns():
+            with using_session(common.CONVERSATION_ID):
+                out = await agent.run(question)
+        return str(out.last_message.text or "")
     with common.attached(common.remote_parent(scenario)):
         out = await agent.run(common.prompt(scenario))
     return str(out.last_message.text or "")

@@ -36,6 +36,17 @@ def main(scenario: str) -> None:
     agent = Agent(role=common.AGENT_NAME, goal="Answer questions about the weather.",
                   backstory="You are a weather assistant. Use get_weather.", tools=[get_weather],
                   llm=llm, max_iter=common.MAX_TURNS, verbose=False)
+    if scenario == "conversation":  # one kickoff per user turn (the task takes the turn's
+        task = Task(description="{question}", expected_output="The weather.",  # question), in
+                    agent=agent)  # OpenInference's session
+        crew = Crew(agents=[agent], tasks=[task], verbose=False)
+        from openinference.instrumentation import using_session
+        for question in common.turns():
+            with using_session(common.CONVERSATION_ID):
+                if not str(crew.kickoff(inputs={"question": question}).raw or ""):
+                    raise RuntimeError("a turn without an answer")
+        common.shutdown()
+        return
     task = Task(description=common.prompt(scenario), expected_output="The weather.",
                 agent=agent)
     crew = Crew(agents=[agent], tasks=[task], verbose=False)

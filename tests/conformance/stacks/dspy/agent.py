@@ -45,6 +45,14 @@ def main(scenario: str) -> None:
     dspy.configure(lm=dspy.LM(f"openai/{common.MODEL}", api_base=os.environ["OPENAI_BASE_URL"],
                               api_key=os.environ["OPENAI_API_KEY"], cache=False))
     agent = WeatherAgent()
+    if scenario == "conversation":  # one run per user turn, in OpenInference's session
+        from openinference.instrumentation import using_session
+        for question in common.turns():
+            with using_session(common.CONVERSATION_ID):
+                if not agent(question=question).answer:
+                    raise RuntimeError("a turn without an answer")
+        common.shutdown()
+        return
     with common.attached(common.remote_parent(scenario)):
         if scenario == "streaming":
             answer = asyncio.run(_streamed(dspy, agent, common.prompt(scenario)))

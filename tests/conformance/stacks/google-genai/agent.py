@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import common
 
@@ -38,6 +39,10 @@ def main(scenario: str) -> None:
         automatic_function_calling=types.AutomaticFunctionCallingConfig(
             maximum_remote_calls=common.MAX_TURNS))
     tracer = trace.get_tracer("conformance.weather_agent")
+    if scenario == "conversation":
+        _conversation(client, config, tracer)
+        common.shutdown()
+        return
     with tracer.start_as_current_span(
             f"invoke_agent {common.AGENT_NAME}", context=common.remote_parent(scenario),
             attributes={"gen_ai.operation.name": "invoke_agent",
@@ -52,6 +57,21 @@ def main(scenario: str) -> None:
     if not answer:
         raise RuntimeError("no final answer")
     common.shutdown()
+
+
+def _conversation(client: Any, config: Any, tracer: Any) -> None:
+    """One chat (``client.chats``: the SDK keeps the history, function calls included), each
+    user turn its own invoke_agent span carrying gen_ai.conversation.id."""
+    chat = client.chats.create(model=MODEL, config=config)
+    for question in common.turns():
+        with tracer.start_as_current_span(
+                f"invoke_agent {common.AGENT_NAME}",
+                attributes={"gen_ai.operation.name": "invoke_agent",
+                            "gen_ai.provider.name": "gcp.gemini",
+                            "gen_ai.agent.name": common.AGENT_NAME,
+                            "gen_ai.conversation.id": common.CONVERSATION_ID}):
+            if not chat.send_message(question).text:
+                raise RuntimeError("a turn without an answer")
 
 
 if __name__ == "__main__":

@@ -42,6 +42,13 @@ def main(scenario: str) -> None:
                   exit_conditions=["text"], max_agent_steps=common.MAX_TURNS)
     pipeline = Pipeline()
     pipeline.add_component(common.AGENT_NAME, agent)
+    if scenario == "conversation":  # one pipeline run per user turn, in OpenInference's
+        from openinference.instrumentation import using_session  # session
+        for question in common.turns():
+            with using_session(common.CONVERSATION_ID):
+                pipeline.run({common.AGENT_NAME: {"messages": [ChatMessage.from_user(question)]}})
+        common.shutdown()
+        return
     with common.attached(common.remote_parent(scenario)):
         result = pipeline.run(
             {common.AGENT_NAME: {"messages": [ChatMessage.from_user(common.prompt(scenario))]}})

@@ -14,6 +14,7 @@ import { resourceFromAttributes } from '@opentelemetry/resources';
 import { BatchSpanProcessor, NodeTracerProvider } from '@opentelemetry/sdk-trace-node';
 import { LangChainInstrumentation } from '@arizeai/openinference-instrumentation-langchain';
 import * as CallbackManagerModule from '@langchain/core/callbacks/manager';
+import { MemorySaver } from '@langchain/langgraph';
 import { ChatOpenAI } from '@langchain/openai';
 import { createAgent, tool } from 'langchain';
 import { z } from 'zod';
@@ -68,9 +69,33 @@ async function run() {
   return result.messages.at(-1).content;
 }
 
+// The conversation scenario: a thread (configurable.thread_id, a MemorySaver checkpointer
+// keeping the earlier turns), one invoke per user turn, as LangChain's docs show for chats.
+const CONVERSATION_ID = 'conv-weather-0001';
+const QUESTIONS = ['What is the weather in Paris?', 'And in London?', 'And in Tokyo?'];
+
+async function conversation() {
+  const chat = createAgent({
+    name: AGENT_NAME,
+    model: new ChatOpenAI({ model: 'gpt-4o-mini', apiKey: process.env.OPENAI_API_KEY,
+                            configuration: { baseURL: process.env.OPENAI_BASE_URL } }),
+    tools: [getWeather],
+    systemPrompt: 'You are a weather assistant. Use get_weather.',
+    checkpointer: new MemorySaver(),
+  });
+  let text = '';
+  for (const [i, question] of QUESTIONS.entries()) {
+    const result = await chat.invoke(
+      { messages: [{ role: 'user', content: `${question} [scenario:conversation] [turn:${i + 1}]` }] },
+      { recursionLimit: 30, configurable: { thread_id: CONVERSATION_ID } });
+    text = result.messages.at(-1).content;
+  }
+  return text;
+}
+
 const parent = scenario === 'remote_parent'
   ? propagation.extract(context.active(), { traceparent: TRACEPARENT })
   : context.active();
-const text = await context.with(parent, run);
+const text = await context.with(parent, scenario === 'conversation' ? conversation : run);
 if (!text) throw new Error('no final answer');
 await provider.shutdown();

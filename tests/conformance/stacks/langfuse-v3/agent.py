@@ -13,7 +13,7 @@ import common
 
 
 def main(scenario: str) -> None:
-    from langfuse import Langfuse, observe
+    from langfuse import Langfuse, observe, propagate_attributes
     from langfuse.openai import OpenAI
 
     langfuse = Langfuse(public_key="pk-lf-conformance", secret_key="sk-lf-conformance",
@@ -26,9 +26,19 @@ def main(scenario: str) -> None:
 
     @observe(name=common.AGENT_NAME, as_type="agent")
     def weather_agent(question: str) -> str:
+        if scenario == "conversation":  # as Langfuse's docs set a session: on the turn's
+            with propagate_attributes(session_id=common.CONVERSATION_ID):  # span and under it
+                return common.chat_loop(OpenAI(), scenario,
+                                        lambda call: get_weather(**common.arguments(call)),
+                                        question)
         return common.chat_loop(OpenAI(), scenario,
-                                lambda call: get_weather(**common.arguments(call)))
+                                lambda call: get_weather(**common.arguments(call)), question)
 
+    if scenario == "conversation":  # one run (trace) per user turn
+        for question in common.turns():
+            weather_agent(question)
+        langfuse.shutdown()
+        return
     with common.attached(common.remote_parent(scenario)):
         weather_agent(common.prompt(scenario))
     langfuse.shutdown()

@@ -13,6 +13,20 @@ import scenarios
 RECURSION_LIMIT = 60
 
 
+def conversation(llm: object, tools: object) -> None:
+    """One invoke per user turn on a LangGraph thread (``configurable.thread_id``, with an
+    in-memory checkpointer keeping the earlier turns), as LangGraph's docs show for chats."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.prebuilt import create_react_agent
+
+    agent = create_react_agent(llm, tools, name=common.AGENT_NAME, checkpointer=InMemorySaver(),
+                               prompt="You are a weather assistant. Use get_weather.")
+    config = {"recursion_limit": RECURSION_LIMIT,
+              "configurable": {"thread_id": common.CONVERSATION_ID}}
+    for question in common.turns():
+        agent.invoke({"messages": [("user", question)]}, config=config)
+
+
 def main(scenario: str) -> None:
     common.setup()
     from openinference.instrumentation.langchain import LangChainInstrumentor
@@ -33,6 +47,10 @@ def main(scenario: str) -> None:
     # ToolNode's default re-raises a tool's own exception (ending the run); a user who wants
     # the LLM to see the error and recover turns handle_tool_errors on.
     tools = ToolNode([get_weather], handle_tool_errors=True)
+    if scenario == "conversation":  # a chat thread: a checkpointer keeps its history, the
+        conversation(llm, tools)    # thread_id in the config names it, one invoke per turn
+        common.shutdown()
+        return
     agent = create_react_agent(llm, tools, name=common.AGENT_NAME,
                                prompt="You are a weather assistant. Use get_weather.")
     with common.attached(common.remote_parent(scenario)):

@@ -32,6 +32,15 @@ async def run(scenario: str) -> None:
         system_prompt="You are a weather assistant. Use get_weather.",
         # FunctionAgent streams by default; the non-streaming scenarios turn it off.
         streaming=scenario == "streaming")
+    if scenario == "conversation":  # one run per user turn in one Context (the chat's
+        from llama_index.core.workflow import Context  # memory), in OpenInference's session
+        from openinference.instrumentation import using_session
+
+        ctx = Context(agent)
+        for question in common.turns():
+            with using_session(common.CONVERSATION_ID):
+                await agent.run(user_msg=question, ctx=ctx, max_iterations=MAX_ITERATIONS)
+        return
     with common.attached(common.remote_parent(scenario)):
         await agent.run(user_msg=common.prompt(scenario), max_iterations=MAX_ITERATIONS)
 

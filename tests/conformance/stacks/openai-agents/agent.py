@@ -13,9 +13,27 @@ import sys
 import common
 
 
+async def conversation(agent: object) -> str:
+    """One run per user turn (each its own trace), grouped as the SDK's docs say
+    (``RunConfig.group_id``, "e.g. a chat thread ID") and in OpenInference's session
+    (``using_session``: the instrumentation exports no group_id)."""
+    from agents import RunConfig, Runner
+    from openinference.instrumentation import using_session
+
+    answer = ""
+    for question in common.turns():
+        with using_session(common.CONVERSATION_ID):
+            result = await Runner.run(agent, question, max_turns=common.MAX_TURNS,
+                                      run_config=RunConfig(group_id=common.CONVERSATION_ID))
+        answer = str(result.final_output)
+    return answer
+
+
 async def run(agent: object, scenario: str) -> str:
     from agents import Runner
 
+    if scenario == "conversation":
+        return await conversation(agent)
     if scenario != "streaming":
         result = await Runner.run(agent, common.prompt(scenario), max_turns=common.MAX_TURNS)
         return str(result.final_output)

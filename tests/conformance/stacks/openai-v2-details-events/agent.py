@@ -15,7 +15,12 @@ def main(scenario: str) -> None:
     from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
 
     OpenAIInstrumentor().instrument()
-    common.genai_agent(scenario, "gen_ai.provider.name")
+    if scenario == "conversation":  # one run per user turn; the id on the agent span
+        for question in common.turns():
+            common.genai_agent(scenario, "gen_ai.provider.name", question,
+                               conversation_id=common.CONVERSATION_ID)
+    else:
+        common.genai_agent(scenario, "gen_ai.provider.name")
     common.shutdown()
 
 

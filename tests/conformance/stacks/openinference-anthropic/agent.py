@@ -31,7 +31,15 @@ def main(scenario: str) -> None:
     @tracer.agent(name=common.AGENT_NAME)
     def weather_agent(question: str) -> str:
         return common.messages_loop(Anthropic(max_retries=0), scenario,
-                                    lambda block: get_weather(**block.input))
+                                    lambda block: get_weather(**block.input), question)
+
+    if scenario == "conversation":  # one run per user turn, in the session (using_session)
+        from openinference.instrumentation import using_session
+        for question in common.turns():
+            with using_session(common.CONVERSATION_ID):
+                weather_agent(question)
+        common.shutdown()
+        return
 
     with common.attached(common.remote_parent(scenario)):
         weather_agent(common.prompt(scenario))

@@ -30,8 +30,15 @@ def main(scenario: str) -> None:
     @tracer.agent(name=common.AGENT_NAME)
     def weather_agent(question: str) -> str:
         return common.chat_loop(OpenAI(), scenario,
-                                lambda call: get_weather(**common.arguments(call)))
+                                lambda call: get_weather(**common.arguments(call)), question)
 
+    if scenario == "conversation":  # one run per user turn, in the session (using_session)
+        from openinference.instrumentation import using_session
+        for question in common.turns():
+            with using_session(common.CONVERSATION_ID):
+                weather_agent(question)
+        common.shutdown()
+        return
     parent = common.remote_parent(scenario)
     token = context.attach(parent) if parent is not None else None
     weather_agent(common.prompt(scenario))

@@ -26,7 +26,19 @@ def main(scenario: str) -> None:
     @agent(name=common.AGENT_NAME)
     def weather_agent(question: str) -> str:
         return common.messages_loop(Anthropic(max_retries=0), scenario,
-                                    lambda block: get_weather(**block.input))
+                                    lambda block: get_weather(**block.input), question)
+
+    if scenario == "conversation":  # one run per user turn under the SDK's @conversation
+        from traceloop.sdk.decorators import conversation
+
+        @conversation(conversation_id=common.CONVERSATION_ID)
+        def chat_turn(question: str) -> str:
+            return weather_agent(question)
+
+        for question in common.turns():
+            chat_turn(question)
+        common.shutdown()
+        return
 
     with common.attached(common.remote_parent(scenario)):
         weather_agent(common.prompt(scenario))

@@ -29,12 +29,12 @@ def main(scenario: str) -> None:
                    api_endpoint=os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"])
     calls = 0
 
-    async def loop(session: Any, tools: list[dict[str, Any]]) -> str:
+    async def loop(session: Any, tools: list[dict[str, Any]], question: str) -> str:
         nonlocal calls
         client = OpenAI()
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": "You are a weather assistant. Use get_weather."},
-            {"role": "user", "content": common.prompt(scenario)}]
+            {"role": "user", "content": question}]
         for _ in range(common.MAX_TURNS):
             msg = common.ask(client, messages, scenario == "streaming", tools)
             messages.append(msg)
@@ -63,8 +63,15 @@ def main(scenario: str) -> None:
             tools = [{"type": "function",
                       "function": {"name": t.name, "description": t.description,
                                    "parameters": t.inputSchema}} for t in listed.tools]
-            return await loop(session, tools)
+            return await loop(session, tools, question)
 
+    if scenario == "conversation":  # one run per user turn, the session as an association
+        for question in common.turns():  # property (Traceloop's docs)
+            Traceloop.set_association_properties({"session_id": common.CONVERSATION_ID})
+            if not asyncio.run(weather_agent(question)):
+                raise RuntimeError("a turn without an answer")
+        common.shutdown()
+        return
     with common.attached(common.remote_parent(scenario)):
         answer = asyncio.run(weather_agent(common.prompt(scenario)))
     if not answer:

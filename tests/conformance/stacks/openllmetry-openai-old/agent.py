@@ -28,8 +28,14 @@ def main(scenario: str) -> None:
     @agent(name=common.AGENT_NAME)
     def weather_agent(question: str) -> str:
         return common.chat_loop(OpenAI(), scenario,
-                                lambda call: get_weather(**common.arguments(call)))
+                                lambda call: get_weather(**common.arguments(call)), question)
 
+    if scenario == "conversation":  # one run per user turn, the session as an association
+        for question in common.turns():  # property (Traceloop's docs)
+            Traceloop.set_association_properties({"session_id": common.CONVERSATION_ID})
+            weather_agent(question)
+        common.shutdown()
+        return
     with common.attached(common.remote_parent(scenario)):
         weather_agent(common.prompt(scenario))
     common.shutdown()

@@ -41,6 +41,13 @@ def main(scenario: str) -> None:
         async with agent.run_stream(common.prompt(scenario)) as result:
             return "".join([t async for t in result.stream_text(delta=True)])
 
+    if scenario == "conversation":  # a chat: the id given on the first turn, the later
+        first, *later = common.turns()  # turns continue its message_history (and inherit it)
+        result = agent.run_sync(first, conversation_id=common.CONVERSATION_ID)
+        for question in later:
+            result = agent.run_sync(question, message_history=result.all_messages())
+        common.shutdown()
+        return
     with common.attached(common.remote_parent(scenario)):
         if scenario == "streaming":
             answer = asyncio.run(streamed())

@@ -37,6 +37,13 @@ def main(scenario: str) -> None:
     agent = CodeAgent(tools=[get_weather], model=model, name=common.AGENT_NAME,
                       description="Answers weather questions.", max_steps=MAX_STEPS,
                       stream_outputs=scenario == "streaming", verbosity_level=0)
+    if scenario == "conversation":  # one run per user turn, the agent keeping its memory
+        from openinference.instrumentation import using_session  # (reset=False), in
+        for number, question in enumerate(common.turns()):  # OpenInference's session
+            with using_session(common.CONVERSATION_ID):
+                agent.run(question + " [answer:code]", reset=number == 0)
+        common.shutdown()
+        return
     with common.attached(common.remote_parent(scenario)):
         agent.run(common.prompt(scenario) + " [answer:code]")
     common.shutdown()

@@ -31,9 +31,18 @@ def main(scenario: str) -> None:
     model = OpenAIModel(client_args={"api_key": os.environ["OPENAI_API_KEY"],
                                      "base_url": os.environ["OPENAI_BASE_URL"]},
                         model_id=common.MODEL)
+    # The conversation scenario: one Agent (it keeps the earlier turns as history), called
+    # once per user turn, the session in trace_attributes as Strands' docs show.
+    session = {"session.id": common.CONVERSATION_ID} if scenario == "conversation" else None
     agent = Agent(model=model, tools=[get_weather], name=common.AGENT_NAME,
                   system_prompt="You are a weather assistant. Use get_weather.",
-                  callback_handler=None)
+                  callback_handler=None, trace_attributes=session)
+    if scenario == "conversation":
+        answers = [str(agent(question)) for question in common.turns()]
+        if not all(a.strip() for a in answers):
+            raise RuntimeError("a turn without an answer")
+        common.shutdown()
+        return
 
     async def streamed() -> str:
         text = ""

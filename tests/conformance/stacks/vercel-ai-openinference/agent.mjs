@@ -67,9 +67,26 @@ async function run() {
   return (await generateText(options)).text;
 }
 
+// The conversation scenario: one generateText per user turn (each its own trace), the
+// conversation id in the telemetry metadata as the AI SDK's docs show (metadata.sessionId).
+const CONVERSATION_ID = 'conv-weather-0001';
+const QUESTIONS = ['What is the weather in Paris?', 'And in London?', 'And in Tokyo?'];
+
+async function conversation() {
+  let text = '';
+  for (const [i, question] of QUESTIONS.entries()) {
+    text = (await generateText({
+      ...options, prompt: `${question} [scenario:conversation] [turn:${i + 1}]`,
+      experimental_telemetry: { ...options.experimental_telemetry,
+                                metadata: { sessionId: CONVERSATION_ID } },
+    })).text;
+  }
+  return text;
+}
+
 const parent = scenario === 'remote_parent'
   ? propagation.extract(context.active(), { traceparent: TRACEPARENT })
   : context.active();
-const text = await context.with(parent, run);
+const text = await context.with(parent, scenario === 'conversation' ? conversation : run);
 if (!text) throw new Error('no final answer');
 await provider.shutdown();

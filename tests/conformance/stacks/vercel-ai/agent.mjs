@@ -3,7 +3,8 @@
 // `node agent.mjs SCENARIO` (copied beside the stack's node_modules by record.py).
 // The agent side of tests/conformance/stacks/common.py, in JavaScript: the prompt with its
 // [scenario:NAME] marker, get_weather (throws for Atlantis; in non_terminating flushes the
-// telemetry and exits on its 3rd call, so the run never ends), the remote traceparent.
+// telemetry and exits on its 3rd call, so the run never ends), the remote traceparent, the
+// conversation scenario's turns (scenarios.turn_prompt, CONVERSATION_ID).
 import { context, propagation, trace } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
@@ -63,9 +64,26 @@ async function run() {
   return (await generateText(options)).text;
 }
 
+// The conversation scenario: one generateText per user turn (each its own trace), the
+// conversation id in the telemetry metadata as the AI SDK's docs show (metadata.sessionId).
+const CONVERSATION_ID = 'conv-weather-0001';
+const QUESTIONS = ['What is the weather in Paris?', 'And in London?', 'And in Tokyo?'];
+
+async function conversation() {
+  let text = '';
+  for (const [i, question] of QUESTIONS.entries()) {
+    text = (await generateText({
+      ...options, prompt: `${question} [scenario:conversation] [turn:${i + 1}]`,
+      experimental_telemetry: { ...options.experimental_telemetry,
+                                metadata: { sessionId: CONVERSATION_ID } },
+    })).text;
+  }
+  return text;
+}
+
 const parent = scenario === 'remote_parent'
   ? propagation.extract(context.active(), { traceparent: TRACEPARENT })
   : context.active();
-const text = await context.with(parent, run);
+const text = await context.with(parent, scenario === 'conversation' ? conversation : run);
 if (!text) throw new Error('no final answer');
 await provider.shutdown();
