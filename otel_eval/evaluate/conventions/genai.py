@@ -25,7 +25,7 @@ from otel_eval.evaluate.conventions.values import (
     as_str,
     first,
     parse_json,
-    tool_definition,
+    tool_definitions,
 )
 
 _OPERATIONS: dict[str, StepKind] = {
@@ -187,16 +187,7 @@ def _agent_name(span: Span, attrs: Attrs, enclosing: Attrs | None) -> str | None
 
 
 def _tools(attrs: Attrs) -> dict[str, Any]:
-    raw = attrs.get("gen_ai.tool.definitions")
-    if raw is None:
-        return {}
-    defs = parse_json(raw)
-    out: dict[str, Any] = {}
-    for item in defs if isinstance(defs, list) else ():
-        found = tool_definition(item)
-        if found:
-            out[found[0]] = found[1]
-    return out
+    return tool_definitions(attrs.get("gen_ai.tool.definitions"))
 
 
 # step field -> the keys that carry it (current, then older)

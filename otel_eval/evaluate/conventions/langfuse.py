@@ -28,7 +28,7 @@ from otel_eval.evaluate.conventions.messages import (
     request_messages,
     response_message,
 )
-from otel_eval.evaluate.conventions.values import as_int, as_str, parse_json, tool_definition
+from otel_eval.evaluate.conventions.values import as_int, as_str, parse_json, tool_definitions
 
 TYPE = "langfuse.observation.type"
 INPUT = "langfuse.observation.input"
@@ -102,13 +102,7 @@ def _tools(attrs: Attrs) -> dict[str, Any]:
     if not isinstance(raw, str) or '"tools"' not in raw:
         return {}
     data = parse_json(raw)
-    tools = data.get("tools") if isinstance(data, dict) else None
-    out: dict[str, Any] = {}
-    for tool in tools if isinstance(tools, list) else ():
-        found = tool_definition(tool)
-        if found:
-            out[found[0]] = found[1]
-    return out
+    return tool_definitions(data.get("tools") if isinstance(data, dict) else None)
 
 
 KEYS = {

@@ -32,7 +32,7 @@ from otel_eval.evaluate.conventions.values import (
     as_int,
     decode_json_string,
     parse_json,
-    tool_definition,
+    tool_definitions,
 )
 
 TYPE = "mlflow.spanType"
@@ -83,13 +83,7 @@ def _agent_name(span: Span, attrs: Attrs, enclosing: Attrs | None) -> str | None
 
 
 def _tools(attrs: Attrs) -> dict[str, Any]:
-    tools = parse_json(attrs.get(TOOLS))
-    out: dict[str, Any] = {}
-    for tool in tools if isinstance(tools, list) else ():
-        found = tool_definition(tool)
-        if found:
-            out[found[0]] = found[1]
-    return out
+    return tool_definitions(attrs.get(TOOLS))
 
 
 KEYS = {

@@ -137,3 +137,15 @@ def tool_definition(obj: Any) -> tuple[str, Any] | None:
     schema = obj.get("parameters", obj.get("input_schema", {}))
     schema = parse_json(schema)
     return name, schema if schema is not None else {}
+
+
+def tool_definitions(items: Any) -> dict[str, Any]:
+    """Offered tools -> {name: parameters JSON schema}: each item of ``items`` (a list, or
+    its JSON text) read by ``tool_definition``; anything else offers none."""
+    items = parse_json(items)
+    out: dict[str, Any] = {}
+    for item in items if isinstance(items, list) else ():
+        found = tool_definition(item)
+        if found:
+            out[found[0]] = found[1]
+    return out
