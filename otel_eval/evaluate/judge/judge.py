@@ -20,6 +20,7 @@ from otel_eval.base.model import Evaluation
 from otel_eval.evaluate.judge import prompting
 from otel_eval.evaluate.judge.client import CallResult, JudgeClient
 from otel_eval.evaluate.judge.config import JudgeConfig
+from otel_eval.evaluate.judge.llm import litellm
 from otel_eval.evaluate.judge.observer import JudgeObserver, NoopObserver
 from otel_eval.evaluate.judge.prompting import Request
 from otel_eval.evaluate.judge.redact import Redactor
@@ -45,6 +46,20 @@ def outcome_label(evaluation: Evaluation) -> float | None:
     return _LABELS.get(v.outcome or "") if v is not None else None
 
 
+def shape_in_prompt(config: JudgeConfig) -> bool:
+    """Whether prompts carry the reply's shape: unless the schema goes as ``response_format``
+    to a model that litellm knows takes one (OpenAI's, Gemini's ...: the provider puts the
+    schema before the model and bills it as input, so a copy in the prompt is paid twice).
+    Kept for ``json_object`` / ``none`` and for models litellm does not know to take a
+    schema (self-hosted servers may enforce it by grammar only: the model never reads it)."""
+    if config.response_format != "json_schema":
+        return True
+    try:
+        return not litellm.supports_response_schema(model=config.model)
+    except Exception:  # an unknown provider string: keep the shape
+        return True
+
+
 class Judge:
     def __init__(self, config: JudgeConfig, *, clock: Callable[[], float] = time.monotonic,
                  rubric_cache: RubricCache | None = None,
@@ -58,6 +73,7 @@ class Judge:
         self.rubric_cache: RubricCache = rubric_cache or MemoryRubricCache(
             ttl_s=config.rubric_ttl_days * 86400)
         self.observer: JudgeObserver = observer or NoopObserver()
+        self.shape_in_prompt = shape_in_prompt(config)
 
     @property
     def enabled(self) -> bool:
@@ -72,7 +88,8 @@ class Judge:
         rendered = rendered or render(evaluation, self.config.compaction)
         parts = self._parts(evaluation, rendered)
         reqs = prompting.plan(self.prompts, rendered, tuple(p for p, why in parts if not why),
-                              self.config.combined, self.config.max_steps_per_call)
+                              self.config.combined, self.config.max_steps_per_call,
+                              self.shape_in_prompt)
         return [self.redacted(r) for r in reqs]
 
     def redacted(self, request: Request) -> Request:
@@ -125,8 +142,8 @@ class Judge:
         transcript (``judge.session``); passed = score >= ``tau_task``."""
         c = self.config
         collector = Collector(c.model)
-        request = self.redacted(prompting.session(self.prompts,
-                                                  render_session(record, turns)))
+        request = self.redacted(prompting.session(self.prompts, render_session(record, turns),
+                                                  self.shape_in_prompt))
         await self._send(request, collector)
         entry = collector.judges["session"]
         if entry["status"] not in OK_STATUSES:
@@ -176,8 +193,8 @@ class Judge:
             criteria = [{"id": str(c["id"]), "criterion": str(c["criterion"])}
                         for c in gen.data["criteria"]]
             await asyncio.to_thread(self.rubric_cache.put, key, criteria, self.config.model)
-        check = await self.call(self.redacted(prompting.rubric_verify(self.prompts, rendered,
-                                                                       criteria)))
+        check = await self.call(self.redacted(prompting.rubric_verify(
+            self.prompts, rendered, criteria, self.shape_in_prompt)))
         collector.add_call("rubric", check)
         if check.data is None:
             return

@@ -21,6 +21,7 @@ from otel_eval.evaluate.judge.render import Rendered, StepRef
 from otel_eval.evaluate.judge.templates import Prompts, schema_text
 
 PART_ORDER = ("step", "process", "trace", "outcome")  # parts a combined call may carry
+REPLY_SHAPE = "Reply with one JSON object of this shape (all keys required):"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,17 +67,26 @@ def _steps_line(steps: tuple[StepRef, ...]) -> str:
     return "; ".join(f"node {node}: steps {', '.join(ids)}" for node, ids in by_node.items())
 
 
-def _request_text(part: str, steps: tuple[StepRef, ...], parts: tuple[str, ...] = ()) -> str:
+def _request_text(part: str, steps: tuple[StepRef, ...]) -> str:
     if part == "step":
         return f"Score LLM {_steps_line(steps)}."
     if part == "process":
-        if "step" in parts:  # the same numbers, listed once
-            return "Turns to grade: one per LLM step listed for the step part."
         return f"Turns to grade (by the step of their LLM call): " \
                f"{', '.join(str(s.index) for s in steps)}."
     if part == "trace":
         return "Grade the whole run."
     return "Grade how completely the task was accomplished."
+
+
+def _combined_request(parts: tuple[str, ...], steps: tuple[StepRef, ...]) -> str:
+    """One line naming the parts to answer, the stepwise ones last with their steps listed (a
+    step left out costs a repair round trip: the whole prompt again)."""
+    stepwise = [p for p in parts if p in ("step", "process")]
+    out = [p for p in parts if p not in ("step", "process")]
+    if stepwise:
+        turn = " (a turn per step)" if "process" in stepwise else ""
+        out.append(f"{' and '.join(stepwise)}{turn} for LLM {_steps_line(steps)}")
+    return "Answer: " + "; ".join(out) + "."
 
 
 def span_text(text: str) -> str:
@@ -94,39 +104,43 @@ def span_text(text: str) -> str:
 
 
 def _messages(prompts: Prompts, rendered: Rendered, instructions: str, request: str,
-              schema: schemas.Schema) -> Messages:
+              schema: schemas.Schema, shape: bool) -> Messages:
+    """``shape``: the prompt ends with the reply's shape, for a model that is not sent the
+    schema; else the schema travels as ``response_format`` only (not twice)."""
+    shape_text = schema_text(schema)
     user = prompts.render(
         "frame", instructions=instructions, task=span_text(rendered.task),
         trajectory=span_text(rendered.trajectory),
         final_output=span_text(rendered.final_output), findings=span_text(rendered.findings),
-        request=request, schema=schema_text(schema))
+        request=request, schema=shape_text,
+        reply=f"{REPLY_SHAPE}\n{shape_text}" if shape else "").rstrip()
     return [{"role": "system", "content": prompts.render("system")},
             {"role": "user", "content": user}]
 
 
 def single(prompts: Prompts, rendered: Rendered, part: str,
-           steps: tuple[StepRef, ...] = ()) -> Request:
+           steps: tuple[StepRef, ...] = (), shape: bool = True) -> Request:
     """One judge, one call (``steps`` for the step judge and process grader)."""
     schema = schemas.part_schema(part)
     messages = _messages(prompts, rendered, prompts.render(part), _request_text(part, steps),
-                         schema)
+                         schema, shape)
     return Request(part, (part,), messages, schema, steps, _check((part,), steps))
 
 
 def combined(prompts: Prompts, rendered: Rendered, parts: tuple[str, ...],
-             steps: tuple[StepRef, ...]) -> Request:
+             steps: tuple[StepRef, ...], shape: bool = True) -> Request:
     """Several judges in one structured call; the reply has one property per part."""
     parts = tuple(p for p in PART_ORDER if p in parts)
     instructions = "\n\n".join([prompts.render("combined"),
                                 *(prompts.render(p) for p in parts)])
-    request = "\n".join(f"- {p}: {_request_text(p, steps, parts)}" for p in parts)
+    request = _combined_request(parts, steps)
     schema = schemas.combined_schema(parts)
-    messages = _messages(prompts, rendered, instructions, request, schema)
+    messages = _messages(prompts, rendered, instructions, request, schema, shape)
     return Request("combined", parts, messages, schema, steps, _check(parts, steps))
 
 
 def plan(prompts: Prompts, rendered: Rendered, parts: tuple[str, ...], combine: bool,
-         max_steps_per_call: int) -> list[Request]:
+         max_steps_per_call: int, shape: bool = True) -> list[Request]:
     """The calls for step / process / trace / outcome ``parts`` (rubric is separate).
 
     Steps and turns go in chunks of ``max_steps_per_call`` (the reply must fit the output
@@ -141,21 +155,21 @@ def plan(prompts: Prompts, rendered: Rendered, parts: tuple[str, ...], combine: 
         for n, chunk in enumerate(chunks):
             chunk_parts = (stepwise if chunk else ()) + (whole if n == 0 else ())
             if len(chunk_parts) == 1:
-                out.append(single(prompts, rendered, chunk_parts[0], chunk))
+                out.append(single(prompts, rendered, chunk_parts[0], chunk, shape))
             elif chunk_parts:
-                out.append(combined(prompts, rendered, chunk_parts, chunk))
+                out.append(combined(prompts, rendered, chunk_parts, chunk, shape))
         return out
     for part in stepwise:
-        out.extend(single(prompts, rendered, part, chunk) for chunk in chunks if chunk)
-    out.extend(single(prompts, rendered, part) for part in whole)
+        out.extend(single(prompts, rendered, part, chunk, shape) for chunk in chunks if chunk)
+    out.extend(single(prompts, rendered, part, (), shape) for part in whole)
     return out
 
 
-def session(prompts: Prompts, rendered: Rendered) -> Request:
+def session(prompts: Prompts, rendered: Rendered, shape: bool = True) -> Request:
     """The session judge's one call: ``rendered`` is the conversation (``judge.session``)."""
     schema = schemas.session_schema()
     messages = _messages(prompts, rendered, prompts.render("session"),
-                         "Grade the whole conversation.", schema)
+                         "Grade the whole conversation.", schema, shape)
     return Request("session", ("session",), messages, schema)
 
 
@@ -168,7 +182,7 @@ def rubric_generate(prompts: Prompts, task: str) -> Request:
 
 
 def rubric_verify(prompts: Prompts, rendered: Rendered,
-                  criteria: Sequence[dict[str, str]]) -> Request:
+                  criteria: Sequence[dict[str, str]], shape: bool = True) -> Request:
     schema = schemas.rubric_verify_schema()
     # criteria were written by the model from span text: escaped like it
     listing = span_text("\n".join(f"- {c['id']}: {c['criterion']}" for c in criteria))
@@ -180,5 +194,5 @@ def rubric_verify(prompts: Prompts, rendered: Rendered,
         return f"results is missing criteria {', '.join(missing)}" if missing else None
 
     messages = _messages(prompts, rendered, prompts.render("rubric_verify"),
-                         f"Criteria to check:\n{listing}", schema)
+                         f"Criteria to check:\n{listing}", schema, shape)
     return Request("rubric_verify", ("rubric",), messages, schema, (), check)

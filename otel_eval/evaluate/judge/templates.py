@@ -18,7 +18,7 @@ from otel_eval.evaluate.judge.schemas import Schema
 NAMES = ("system", "frame", "combined", "step", "trace", "process", "outcome", "session",
          "rubric_generate", "rubric_verify", "repair", "issue_name", "issue_merge")
 PLACEHOLDERS = ("instructions", "task", "trajectory", "final_output", "findings", "request",
-                "schema", "error", "stragglers")
+                "schema", "reply", "error", "stragglers")
 
 
 def _shape(schema: Any) -> str:
