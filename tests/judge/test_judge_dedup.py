@@ -101,7 +101,7 @@ def test_the_judge_and_the_detectors_read_arguments_in_one_canonical_form() -> N
                 tool_name="weather", arguments=ran)
     renderer = _Renderer(CompactionConfig())
     renderer.llm(llm)
-    assert "args: (as called)" in "\n".join(renderer.tool(tool))
+    assert "args: (as called)" in "\n".join(map(str, renderer.tool(tool)))
 
 
 def test_input_prompts_cut_shorter_than_outputs() -> None:
@@ -112,6 +112,6 @@ def test_input_prompts_cut_shorter_than_outputs() -> None:
     step = Step(index=1, span_id="s1", parent_span_id=None, kind="llm", name="chat",
                 input_text=json.dumps([{"role": "user", "content": prompt}]),
                 output_text=json.dumps([{"role": "assistant", "content": answer}]))
-    text = "\n".join(_Renderer(CompactionConfig()).llm(step))
+    text = "\n".join(map(str, _Renderer(CompactionConfig()).llm(step)))
     assert "[... 2040 chars trimmed ...]" in text  # the prompt, cut to 1000
     assert answer.strip() in text  # the output, under its 2000 limit

@@ -44,8 +44,19 @@ class CompactionConfig:
     max_system_prompt_chars: int = 1500
     # Task input and final output shown to the judges are cut to this, chars. Default 4000.
     max_task_chars: int = 4000
-    # Upper bound on the rendered trajectory; past it the per-message limits are halved until
-    # it fits (then the middle is cut), characters. Default 60000 (~15k tokens).
+    # The judge's view of a run (task, steps, final output, findings) is held to this share
+    # of the agent's own input tokens (its LLM calls' usage, else their input text at 3.5
+    # chars a token): an agent re-sends its history on every call, the judge reads each text
+    # once, so the share scales with the run. Filled by priority: the task and final output,
+    # step headers (the ids the judge cites), tool calls and their arguments, errors and user
+    # turns, then replies, tool results and prompts cut to head + tail at one common length
+    # (short texts stay whole). 0 = no budget, only the per-text limits. Default 0.03.
+    view_share: float = 0.025
+    # Floor of that budget, tokens: a short run is shown up to this whatever its own input.
+    # Default 1000.
+    min_view_tokens: int = 1000
+    # Upper bound on the view whatever the share, characters; past it (step headers and the
+    # shortest cuts alone) the middle of the run is cut. Default 60000 (~15k tokens).
     max_trajectory_chars: int = 60_000
     # Share of a cut text kept from its start (the rest from its end), 0-1. Default 0.6.
     head_ratio: float = 0.6
@@ -54,7 +65,8 @@ class CompactionConfig:
         validate(self, minimum={
             "max_tool_output_chars": 0, "max_message_chars": 0, "max_input_message_chars": 0,
             "max_system_prompt_chars": 0, "max_task_chars": 0, "max_trajectory_chars": 0,
-            "head_ratio": 0}, maximum={"head_ratio": 1})
+            "head_ratio": 0, "view_share": 0, "min_view_tokens": 0},
+            maximum={"head_ratio": 1, "view_share": 1})
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ to a span id and agent node.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from otel_eval.base.model import Evaluation, Step, Trajectory
@@ -49,6 +49,68 @@ class Rendered:
     steps: tuple[StepRef, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class _Cut:
+    """A text of the run that the view's budget may cut to head + tail: ``prefix`` + ``text``,
+    at most ``cap`` chars of it (its configured limit), ``weight`` x the budget's level."""
+
+    prefix: str
+    text: str
+    cap: int
+    weight: int
+    head_ratio: float
+
+    def shown(self, limit: int) -> str:
+        return self.prefix + trim(self.text, min(self.cap, limit), self.head_ratio)
+
+    def __str__(self) -> str:
+        return self.shown(self.cap)
+
+
+# Weights of a text's share of the budget (``_level``): the agent's decisions (tool calls and
+# their arguments) and errors before user turns, before replies, tool results and prompts.
+_CALL, _ASKED, _SAID = 4, 2, 1
+# A cut text keeps at least this much (head and tail around the marker). Chars.
+_MIN_CUT_CHARS = 100
+# Characters per token when sizing the view against the agent's input tokens (English prose
+# and JSON with gpt-4o's tokenizer: 3.5-4.5; the low end, so the view is not under-sized).
+CHARS_PER_TOKEN = 3.5
+
+Piece = str | _Cut
+
+
+def _level(cuts: list[_Cut], room: int) -> int:
+    """The largest level L (chars) with sum(min(len, cap, max(weight * L, floor))) <= room:
+    max-min fair shares (water-filling), so a short text stays whole and only the longest
+    are cut; 0 when even the floors do not fit (the run is then shown over its budget)."""
+    def used(level: int) -> int:
+        return sum(min(len(c.text), c.cap, max(c.weight * level, _MIN_CUT_CHARS))
+                   for c in cuts)
+
+    lo, hi = 0, max((min(len(c.text), c.cap) for c in cuts), default=0)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if used(mid) <= room:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def fit(pieces: list[Piece], budget_chars: int) -> str:
+    """The run's lines within ``budget_chars``: fixed lines (step headers: the ids the judge
+    cites) whole, each cut text at the common level its weight gives it."""
+    cuts = [p for p in pieces if isinstance(p, _Cut)]
+    fixed = sum(len(p) + 1 for p in pieces if isinstance(p, str))
+    fixed += sum(len(c.prefix) + 1 for c in cuts)
+    whole = sum(min(len(c.text), c.cap) for c in cuts)
+    if fixed + whole <= budget_chars:
+        return "\n".join(map(str, pieces))
+    level = _level(cuts, max(budget_chars - fixed, 0))
+    return "\n".join(p if isinstance(p, str) else
+                     p.shown(max(p.weight * level, _MIN_CUT_CHARS)) for p in pieces)
+
+
 def turns(trajectory: Trajectory) -> tuple[StepRef, ...]:
     """LLM steps in order, each with the tool steps that follow it until the next LLM step."""
     refs: list[tuple[Step, list[Step]]] = []
@@ -76,28 +138,33 @@ class _Renderer:
         self.log = MessageLog()
         self.called: set[str] = set()  # lines and call arguments of the last LLM output
         self.node: str | None = None  # agent node of the last LLM step (shown when it changes)
+        self.results: dict[str, int] = {}  # a long tool result -> the step that showed it
 
-    def message(self, m: Message, inbound: bool = False) -> str:
+    def cut(self, prefix: str, text: str, cap: int, weight: int) -> _Cut:
+        return _Cut(prefix, text, cap, weight, self.c.head_ratio)
+
+    def message(self, m: Message, inbound: bool = False) -> list[Piece]:
         """One message; ``inbound`` for an LLM call's input (its prompts are cut shorter)."""
         default = self.c.max_input_message_chars if inbound else self.c.max_message_chars
         limit = {"system": self.c.max_system_prompt_chars,
                  "tool": self.c.max_tool_output_chars}.get(m.role, default)
-        body = trim(m.content, limit, self.c.head_ratio)
-        line = f"  {m.role}: {body}" if body else f"  {m.role}:"
+        weight = _ASKED if m.role == "user" else _SAID
+        out: list[Piece] = [self.cut(f"  {m.role}: ", m.content, limit, weight)
+                            if m.content else f"  {m.role}:"]
         if m.tool_calls:
-            line += "\n  calls: " + trim(m.tool_calls, self.c.max_message_chars, self.c.head_ratio)
-        return line
+            out.append(self.cut("  calls: ", m.tool_calls, self.c.max_message_chars, _CALL))
+        return out
 
-    def llm(self, step: Step) -> list[str]:
+    def llm(self, step: Step) -> list[Piece]:
         head = f"[step {step.index}] llm"
         if step.node != self.node:
             head += f" node={step.node}" if step.node else " node=(main)"
             self.node = step.node
-        lines = [head + (" status=error" if step.status == "error" else "")]
+        lines: list[Piece] = [head + (" status=error" if step.status == "error" else "")]
         new = self.log.new(parse_messages(step.input_text))
         if new:
             lines.append(" input (new messages):")
-            lines.extend(self.message(m, inbound=True) for m in new)
+            lines.extend(p for m in new for p in self.message(m, inbound=True))
         out = parse_messages(step.output_text)
         if is_raw_object(out) and (step.answer is not None or step.tool_calls):
             # never the response object whose text and calls were read: what was read
@@ -107,12 +174,12 @@ class _Renderer:
         self.called.update(normalize(line) for m in out for line in m.content.splitlines())
         if out:
             lines.append(" output:")
-            lines.extend(self.message(m) for m in out)
+            lines.extend(p for m in out for p in self.message(m))
         if step.error:
-            lines.append(f" error: {trim(step.error, self.c.max_message_chars)}")
+            lines.append(self.cut(" error: ", step.error, self.c.max_message_chars, _CALL))
         return lines
 
-    def arguments(self, arguments: Any) -> str:
+    def arguments(self, prefix: str, arguments: Any) -> Piece:
         """The arguments, or a note when the last LLM output showed them (as a structured call
         or, for agents that write code or commands, as lines of its text)."""
         text = _json_text(arguments)
@@ -120,36 +187,47 @@ class _Renderer:
         lines = [n for v in values for n in map(normalize, _json_text(v).splitlines()) if n]
         if text and (canonical_arguments(arguments) in self.called
                      or (lines and all(n in self.called for n in lines))):
-            return "(as called)"
+            return prefix + "(as called)"
         self.log.mark_text(text)
-        return trim(_json_text(arguments, (",", ":")), self.c.max_message_chars,
-                    self.c.head_ratio)
+        return self.cut(prefix, _json_text(arguments, (",", ":")), self.c.max_message_chars,
+                        _CALL)
 
-    def tool(self, step: Step) -> list[str]:
-        args = self.arguments(step.arguments)
+    def result(self, step: Step, result: str) -> Piece:
+        """A tool's result, or which step showed the same one (a long result re-read)."""
+        text = compact_json(result)
+        if len(text) >= _SAME_RESULT_CHARS:
+            if (earlier := self.results.get(text)) is not None:
+                return f" result: (the same as step {earlier})"
+            self.results[text] = step.index
+        return self.cut(" result: ", text, self.c.max_tool_output_chars, _SAID)
+
+    def tool(self, step: Step) -> list[Piece]:
         head = f"[step {step.index}] tool {step.tool_name or step.name}"
-        lines = [head + (" status=error" if step.status == "error" else "") + f" args: {args}"]
+        lines = [self.arguments(head + (" status=error" if step.status == "error" else "")
+                                + " args: ", step.arguments)]
         if step.result is not None:
-            lines.append(" result: " + trim(compact_json(step.result),
-                                            self.c.max_tool_output_chars, self.c.head_ratio))
+            lines.append(self.result(step, step.result))
             self.log.mark([Message("tool", step.result)])  # not again as the next input
-        if step.error:
-            lines.append(f" error: {trim(step.error, self.c.max_message_chars)}")
+        if step.error and step.error.strip() != (step.result or "").strip():
+            lines.append(self.cut(" error: ", step.error, self.c.max_message_chars, _CALL))
         return lines
 
-    def render(self, trajectory: Trajectory) -> str:
-        lines: list[str] = []
+    def render(self, trajectory: Trajectory) -> list[Piece]:
+        lines: list[Piece] = []
         for step in trajectory.steps:
             if step.kind == "llm":
                 lines.extend(self.llm(step))
             elif step.kind == "tool":
                 lines.extend(self.tool(step))
             elif step.status == "error":  # agent / chain steps matter only when they fail
-                lines.append(f"[step {step.index}] {step.kind} {step.name} status=error"
-                             f" error: {trim(step.error or '', self.c.max_message_chars)}")
-        return "\n".join(lines)
+                lines.append(self.cut(f"[step {step.index}] {step.kind} {step.name} "
+                                      "status=error error: ", step.error or "",
+                                      self.c.max_message_chars, _CALL))
+        return lines
 
 
+# A tool result this long, identical to one shown before, is shown as "the same as step N".
+_SAME_RESULT_CHARS = 80
 _SHORT_FINAL_CHARS = 200  # a final output this short is repeated even when shown in the run
 
 
@@ -173,31 +251,42 @@ def render_findings(evaluation: Evaluation) -> str:
     return "\n".join(out)
 
 
+def agent_input_tokens(trajectory: Trajectory) -> int:
+    """What the agent's LLM calls read, tokens: their recorded usage, else their input text
+    at ``CHARS_PER_TOKEN``."""
+    return sum(s.input_tokens if s.input_tokens is not None
+               else int(len(s.input_text or "") / CHARS_PER_TOKEN) for s in trajectory.llm_steps)
+
+
+def view_budget_chars(trajectory: Trajectory, limits: CompactionConfig) -> int:
+    """Characters the judge's view of this run may take (task, steps, final output and
+    findings): ``view_share`` of the agent's own input, at least ``min_view_tokens``, at most
+    ``max_trajectory_chars``; ``view_share`` 0 = the per-text limits only."""
+    if limits.view_share <= 0:
+        return limits.max_trajectory_chars
+    tokens = max(limits.view_share * agent_input_tokens(trajectory), limits.min_view_tokens)
+    return min(int(tokens * CHARS_PER_TOKEN), limits.max_trajectory_chars)
+
+
 def render(evaluation: Evaluation, limits: CompactionConfig) -> Rendered:
-    """Render once per trace; halves the per-message limits until the total fits."""
+    """Render once per trace, within the view's budget (``view_budget_chars``): the task and
+    the final output first (up to ``max_task_chars``), then the run's steps, their long texts
+    cut to fit (``fit``)."""
     t = evaluation.trajectory
-    text = ""
     task_messages = parse_messages(t.input)
     # a plain-text task is the run's first user message
     seen = task_messages + [Message("user", m.content) for m in task_messages if m.role == "raw"]
-    for _ in range(5):
-        r = _Renderer(limits)
-        r.log.mark(seen)  # the task is shown above the run, not again inside it
-        text = r.render(t)
-        if len(text) <= limits.max_trajectory_chars:
-            break
-        limits = replace(limits, max_tool_output_chars=limits.max_tool_output_chars // 2,
-                         max_message_chars=limits.max_message_chars // 2,
-                         max_input_message_chars=limits.max_input_message_chars // 2,
-                         max_system_prompt_chars=limits.max_system_prompt_chars // 2)
-    text = trim(text, limits.max_trajectory_chars, 0.5)
+    r = _Renderer(limits)
+    r.log.mark(seen)  # the task is shown above the run, not again inside it
+    pieces = r.render(t)
     final = _plain(parse_messages(t.output))
     if len(final) > _SHORT_FINAL_CHARS and r.log.seen(final):
         final = "(the run's last output, shown in full above)"
-    return Rendered(
-        task=trim(_plain(task_messages), limits.max_task_chars, limits.head_ratio),
-        trajectory=text or "(no steps recorded)",
-        final_output=trim(final, limits.max_task_chars, limits.head_ratio),
-        findings=render_findings(evaluation),
-        steps=turns(t),
-    )
+    task = trim(_plain(task_messages), limits.max_task_chars, limits.head_ratio)
+    final = trim(final, limits.max_task_chars, limits.head_ratio)
+    findings = render_findings(evaluation)
+    room = view_budget_chars(t, limits) - len(task) - len(final) - len(findings)
+    text = fit(pieces, max(room, 0))
+    text = trim(text, limits.max_trajectory_chars, 0.5)  # the hard bound, past the floors
+    return Rendered(task=task, trajectory=text or "(no steps recorded)", final_output=final,
+                    findings=findings, steps=turns(t))
