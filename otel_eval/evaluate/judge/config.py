@@ -50,11 +50,11 @@ class CompactionConfig:
     # once, so the share scales with the run. Filled by priority: the task and final output,
     # step headers (the ids the judge cites), tool calls and their arguments, errors and user
     # turns, then replies, tool results and prompts cut to head + tail at one common length
-    # (short texts stay whole). 0 = no budget, only the per-text limits. Default 0.03.
+    # (short texts stay whole). 0 = no budget, only the per-text limits. Default 0.025.
     view_share: float = 0.025
     # Floor of that budget, tokens: a short run is shown up to this whatever its own input.
-    # Default 1000.
-    min_view_tokens: int = 1000
+    # Default 800.
+    min_view_tokens: int = 800
     # Upper bound on the view whatever the share, characters; past it (step headers and the
     # shortest cuts alone) the middle of the run is cut. Default 60000 (~15k tokens).
     max_trajectory_chars: int = 60_000

@@ -70,7 +70,8 @@ class _Cut:
 # Weights of a text's share of the budget (``_level``): the agent's decisions (tool calls and
 # their arguments) and errors before user turns, before replies, tool results and prompts.
 _CALL, _ASKED, _SAID = 4, 2, 1
-# A cut text keeps at least this much (head and tail around the marker). Chars.
+# A cut text keeps at least this much, times its weight (head and tail around the marker).
+# Chars.
 _MIN_CUT_CHARS = 100
 # Characters per token when sizing the view against the agent's input tokens (English prose
 # and JSON with gpt-4o's tokenizer: 3.5-4.5; the low end, so the view is not under-sized).
@@ -80,11 +81,12 @@ Piece = str | _Cut
 
 
 def _level(cuts: list[_Cut], room: int) -> int:
-    """The largest level L (chars) with sum(min(len, cap, max(weight * L, floor))) <= room:
+    """The largest level L (chars) with sum(min(len, cap, weight * max(L, floor))) <= room:
     max-min fair shares (water-filling), so a short text stays whole and only the longest
-    are cut; 0 when even the floors do not fit (the run is then shown over its budget)."""
+    are cut; 0 when even the floors do not fit (the run is then shown over its budget: a
+    call keeps 4 x the floor, a user turn 2 x)."""
     def used(level: int) -> int:
-        return sum(min(len(c.text), c.cap, max(c.weight * level, _MIN_CUT_CHARS))
+        return sum(min(len(c.text), c.cap, c.weight * max(level, _MIN_CUT_CHARS))
                    for c in cuts)
 
     lo, hi = 0, max((min(len(c.text), c.cap) for c in cuts), default=0)
@@ -108,7 +110,7 @@ def fit(pieces: list[Piece], budget_chars: int) -> str:
         return "\n".join(map(str, pieces))
     level = _level(cuts, max(budget_chars - fixed, 0))
     return "\n".join(p if isinstance(p, str) else
-                     p.shown(max(p.weight * level, _MIN_CUT_CHARS)) for p in pieces)
+                     p.shown(p.weight * max(level, _MIN_CUT_CHARS)) for p in pieces)
 
 
 def turns(trajectory: Trajectory) -> tuple[StepRef, ...]:
