@@ -15,9 +15,10 @@ over the traces (and the per-trace median), for the default combined call and, f
 comparison, one call per judge; the rubric judge (off by default) is shown apart, and so is
 the reply schema the default ``response_format: json_schema`` sends with each call (its JSON
 text counted; not in the default figure, which counts the messages). Where the
-default call's tokens go: the fixed frame (system prompt, instructions, output schema, list of
-steps to score), the task, and the rendered trajectory by section (new input messages of LLM
-calls, LLM outputs, tool arguments, tool results), each counted on its own text.
+default call's tokens go: the fixed frame (system prompt, instructions, the reply's shape
+when the prompt carries it, list of steps to score), the task, and the rendered trajectory by
+section (new input messages of LLM calls, LLM outputs, tool arguments, tool results), each
+counted on its own text.
 """
 
 from __future__ import annotations
