@@ -6,6 +6,13 @@ text they add to the conversation, and their output; a tool step's arguments onl
 differ from the call shown), the final output (unless already shown) and the deterministic
 findings. Step indexes are the ids judges answer with, so every score maps back
 to a span id and agent node.
+
+The whole view is held to a share of what the agent itself read (``view_budget_chars``):
+an agent re-sends its history on every call, so its input grows with the square of its
+length while the judge reads each text once. Step headers, the task, the final output and
+the findings are never cut; the other texts are cut to head + tail at one common length
+(``fit``), weighted so the agent's decisions and the user's turns keep more than replies,
+tool results and prompts.
 """
 
 from __future__ import annotations
