@@ -75,7 +75,7 @@ def count_text(model: str, text: str) -> int:
     return int(litellm.token_counter(model=model, text=text)) if text else 0
 
 
-_SECTIONS = {" input (new messages):": "llm_input", " output:": "llm_output",
+_SECTIONS = {" new input:": "llm_input", " output:": "llm_output",
              " result: ": "tool_result", " error: ": "errors"}
 
 

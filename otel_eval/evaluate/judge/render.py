@@ -158,8 +158,11 @@ class _Renderer:
         limit = {"system": self.c.max_system_prompt_chars,
                  "tool": self.c.max_tool_output_chars}.get(m.role, default)
         weight = _ASKED if m.role == "user" else _SAID
-        out: list[Piece] = [self.cut(f"  {m.role}: ", m.content, limit, weight)
-                            if m.content else f"  {m.role}:"]
+        out: list[Piece] = []
+        if m.content:
+            out.append(self.cut(f"  {m.role}: ", m.content, limit, weight))
+        elif not m.tool_calls or m.role != "assistant":  # a reply of calls only: the calls
+            out.append(f"  {m.role}:")
         if m.tool_calls:
             out.append(self.cut("  calls: ", m.tool_calls, self.c.max_message_chars, _CALL))
         return out
@@ -172,7 +175,7 @@ class _Renderer:
         lines: list[Piece] = [head + (" status=error" if step.status == "error" else "")]
         new = self.log.new(parse_messages(step.input_text))
         if new:
-            lines.append(" input (new messages):")
+            lines.append(" new input:")
             lines.extend(p for m in new for p in self.message(m, inbound=True))
         out = parse_messages(step.output_text)
         if is_raw_object(out) and (step.answer is not None or step.tool_calls):
