@@ -10,6 +10,7 @@ import re
 import pytest
 from judge_fixtures import config, evaluation
 
+from otel_eval.base.configcheck import FieldErrors
 from otel_eval.base.model import Evaluation, Step, Trajectory
 from otel_eval.evaluate.judge import Judge
 from otel_eval.evaluate.judge.config import CompactionConfig
@@ -127,3 +128,10 @@ def test_the_reply_shape_is_in_the_prompt_only_without_a_schema(
     assert (REPLY_SHAPE in user) is shape
     assert ('"steps":[{"step":int' in user) is shape
     assert user.rstrip().endswith("for LLM steps 1, 3, 5.") is not shape
+
+
+@pytest.mark.parametrize("changes", [{"view_share": 1.5}, {"view_share": -0.1},
+                                     {"min_view_tokens": -1}])
+def test_the_budget_is_checked_when_configured(changes: dict[str, float]) -> None:
+    with pytest.raises(FieldErrors, match=next(iter(changes))):
+        CompactionConfig(**changes)
