@@ -108,3 +108,34 @@ def test_bound_leaves_small_values_alone() -> None:
     ev = model.Evaluation(model.Trajectory("a" * 32, "otlp", "complete", [step]))
     bound(ev, TrajectoryConfig())
     assert step.arguments == {"q": "x" * 10} and not step.cut and not ev.findings
+
+
+def _one_value(size: int) -> tuple[model.Evaluation, model.Step]:
+    """An evaluation whose one tool step's arguments encode to ``size`` bytes of JSON."""
+    args = {"q": ""}
+    args["q"] = "x" * (size - len(json.dumps(args)))
+    step = model.Step(0, "b" * 16, None, "tool", "t", tool_name="t", arguments=args)
+    return model.Evaluation(model.Trajectory("a" * 32, "otlp", "complete", [step])), step
+
+
+def test_values_are_measured_one_by_one_only_when_the_whole_is_over_the_value_bound(
+        monkeypatch: Any) -> None:
+    """A value's JSON is part of the object's: an object within ``max_value_bytes`` has no
+    value over it, and nothing is encoded but the object. Past it, each value is measured;
+    one at the bound is kept (and the object's text stands), one byte more is cut."""
+    from otel_eval.evaluate import bounds
+    encoded: list[Any] = []
+    measure = bounds._encoded
+    monkeypatch.setattr(bounds, "_encoded", lambda v: encoded.append(v) or measure(v))
+    cfg = TrajectoryConfig(max_value_bytes=4096)
+    small, step = _one_value(300)
+    bound(small, cfg)
+    assert encoded == [] and not step.cut and small.encoded is not None
+    at_bound, step = _one_value(4096)
+    bound(at_bound, cfg)
+    assert encoded == [step.arguments] and not step.cut and not at_bound.findings
+    assert at_bound.to_json_text() == model.json_text(at_bound.to_json())
+    over, step = _one_value(4097)
+    bound(over, cfg)
+    assert step.cut == {"arguments": 4097} and len(json.dumps(step.arguments)) <= 4096
+    assert [f.kind for f in over.findings] == ["result_truncated"]
