@@ -185,19 +185,22 @@ def _bound(evaluation: Evaluation, config: TrajectoryConfig) -> None:
     cut: dict[str, int] = {}
     # The whole object is encoded first: a value's JSON is part of the object's (and the
     # ASCII-escaped text ``json_text`` falls back to is never shorter), so when the whole
-    # fits ``max_value_bytes`` no value is over it and none is encoded on its own; when no
-    # value is cut, the values are the same objects and the text stands.
+    # fits ``max_value_bytes`` no value it holds is over it and none is encoded on its own
+    # (the tool calls of a step that is no LLM step are not in it: those are measured);
+    # when no value is cut, the values are the same objects and the text stands.
     body, text = _encode(evaluation)
-    if text is None or _size(text) > config.max_value_bytes:
-        values = sum(_cut_step(s, config.max_value_bytes) for s in t.steps)
+    fits = text is not None and _size(text) <= config.max_value_bytes
+    values = sum(_cut_step(s, config.max_value_bytes) for s in t.steps
+                 if not fits or (s.tool_calls and s.kind != "llm"))
+    if not fits:
         t.task, size = _cut_value(t.task, config.max_value_bytes)
         if size:
             cut["input"] = size
         t.answer, size = _cut_value(t.answer, config.max_value_bytes)
         if size:
             cut["output"] = size
-        if values:
-            cut["values"] = values
+    if values:
+        cut["values"] = values
     if t.code_actions.get("over_limit"):
         cut["rebuilt_calls"] = t.code_actions["over_limit"]
     if cut or text is None:

@@ -139,3 +139,17 @@ def test_values_are_measured_one_by_one_only_when_the_whole_is_over_the_value_bo
     bound(over, cfg)
     assert step.cut == {"arguments": 4097} and len(json.dumps(step.arguments)) <= 4096
     assert [f.kind for f in over.findings] == ["result_truncated"]
+
+
+def test_the_calls_of_a_step_that_is_no_llm_step_are_measured_though_not_stored() -> None:
+    """Only an LLM step's tool calls are in the object: another step's (an LLM span nested
+    in an LLM span keeps its own, ``trajectory.links``) are measured one by one even when
+    the object fits ``max_value_bytes``, as before."""
+    big = model.ToolCall("t", {"q": "x" * 5000})
+    size = len(json.dumps(big.arguments))
+    step = model.Step(0, "b" * 16, None, "other", "inner", tool_calls=[big])
+    ev = model.Evaluation(model.Trajectory("a" * 32, "otlp", "complete", [step]))
+    bound(ev, TrajectoryConfig(max_value_bytes=4096))
+    assert step.cut == {"tool_calls": size}
+    assert isinstance(big.arguments, str) and len(big.arguments) <= 4096
+    assert [f.attributes["values"] for f in ev.findings] == [1]
