@@ -38,8 +38,8 @@ from otel_eval.app.config import Config
 from otel_eval.base.model import Evaluation, LogEvent, Span, Trace, Trajectory
 from otel_eval.decode.otlp import decode_request, request_from_dict
 from otel_eval.decode.otlp_logs import decode_logs, logs_request_from_json
-from otel_eval.evaluate.detectors import Detectors
 from otel_eval.evaluate.bounds import bound
+from otel_eval.evaluate.detectors import Detectors
 from otel_eval.evaluate.trajectory import build_trajectory
 from otel_eval.store.base import evaluation_row
 
