@@ -45,8 +45,18 @@ def _size(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
+# json.dumps with non-default options builds an encoder per call: these are the same ones.
+# Strict first: the walk for non-finite floats (``finite``) only when the encoder meets one.
+_STRICT = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=str).encode
+_LENIENT = json.JSONEncoder(ensure_ascii=False, default=str).encode
+
+
 def _encoded(value: Any) -> str:
-    return json.dumps(finite(value), ensure_ascii=False, default=str)
+    """``json.dumps(finite(value), ensure_ascii=False, default=str)``."""
+    try:
+        return _STRICT(value)
+    except ValueError:
+        return _LENIENT(finite(value))
 
 
 def _prefix(text: str, limit: int) -> str:
@@ -161,22 +171,41 @@ def _cut_all(evaluation: Evaluation, config: TrajectoryConfig, error: str) -> No
     evaluation.bounded = body
 
 
+def _encode(evaluation: Evaluation) -> tuple[dict[str, Any], str | None]:
+    """(the v1 object, its ``json_text``; None when it cannot be encoded as it is)."""
+    body = evaluation.to_json(finite_floats=False)
+    try:
+        return body, json_text(body)
+    except (TypeError, ValueError):
+        return body, None
+
+
 def _bound(evaluation: Evaluation, config: TrajectoryConfig) -> None:
     t = evaluation.trajectory
     cut: dict[str, int] = {}
-    values = sum(_cut_step(s, config.max_value_bytes) for s in t.steps)
-    t.task, size = _cut_value(t.task, config.max_value_bytes)
-    if size:
-        cut["input"] = size
-    t.answer, size = _cut_value(t.answer, config.max_value_bytes)
-    if size:
-        cut["output"] = size
+    # The whole object is encoded first: a value's JSON is part of the object's (and the
+    # ASCII-escaped text ``json_text`` falls back to is never shorter), so when the whole
+    # fits ``max_value_bytes`` no value it holds is over it and none is encoded on its own
+    # (the tool calls of a step that is no LLM step are not in it: those are measured);
+    # when no value is cut, the values are the same objects and the text stands.
+    body, text = _encode(evaluation)
+    fits = text is not None and _size(text) <= config.max_value_bytes
+    values = sum(_cut_step(s, config.max_value_bytes) for s in t.steps
+                 if not fits or (s.tool_calls and s.kind != "llm"))
+    if not fits:
+        t.task, size = _cut_value(t.task, config.max_value_bytes)
+        if size:
+            cut["input"] = size
+        t.answer, size = _cut_value(t.answer, config.max_value_bytes)
+        if size:
+            cut["output"] = size
     if values:
         cut["values"] = values
     if t.code_actions.get("over_limit"):
         cut["rebuilt_calls"] = t.code_actions["over_limit"]
-    body = evaluation.to_json(finite_floats=False)
-    text = json_text(body)
+    if cut or text is None:
+        body = evaluation.to_json(finite_floats=False)
+        text = json_text(body)
     size = _size(text)
     if size > config.max_result_bytes:
         _fit(body, config.max_result_bytes, cut)

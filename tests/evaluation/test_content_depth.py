@@ -70,9 +70,10 @@ def test_a_failing_predictor_drops_the_prediction_not_the_findings(
 
 def test_a_failing_bound_cuts_the_values_not_the_findings(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(value: Any, limit: int) -> tuple[Any, int]:
+    def broken(evaluation: Any) -> tuple[Any, str]:
         raise RuntimeError("cannot cut")
-    monkeypatch.setattr(bounds, "_cut_value", broken)
+    # the first step of bounding (a small object's values are not cut one by one)
+    monkeypatch.setattr(bounds, "_encode", broken)
     ev = Evaluator(Config()).evaluate(_looping('{"q": "same"}'))
     assert ev is not None and "loop/repeated_call" in _kinds(ev)
     [cut] = [f for f in ev.findings if f.kind == "result_truncated"]

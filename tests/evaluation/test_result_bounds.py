@@ -108,3 +108,48 @@ def test_bound_leaves_small_values_alone() -> None:
     ev = model.Evaluation(model.Trajectory("a" * 32, "otlp", "complete", [step]))
     bound(ev, TrajectoryConfig())
     assert step.arguments == {"q": "x" * 10} and not step.cut and not ev.findings
+
+
+def _one_value(size: int) -> tuple[model.Evaluation, model.Step]:
+    """An evaluation whose one tool step's arguments encode to ``size`` bytes of JSON."""
+    args = {"q": ""}
+    args["q"] = "x" * (size - len(json.dumps(args)))
+    step = model.Step(0, "b" * 16, None, "tool", "t", tool_name="t", arguments=args)
+    return model.Evaluation(model.Trajectory("a" * 32, "otlp", "complete", [step])), step
+
+
+def test_values_are_measured_one_by_one_only_when_the_whole_is_over_the_value_bound(
+        monkeypatch: Any) -> None:
+    """A value's JSON is part of the object's: an object within ``max_value_bytes`` has no
+    value over it, and nothing is encoded but the object. Past it, each value is measured;
+    one at the bound is kept (and the object's text stands), one byte more is cut."""
+    from otel_eval.evaluate import bounds
+    encoded: list[Any] = []
+    measure = bounds._encoded
+    monkeypatch.setattr(bounds, "_encoded", lambda v: encoded.append(v) or measure(v))
+    cfg = TrajectoryConfig(max_value_bytes=4096)
+    small, step = _one_value(300)
+    bound(small, cfg)
+    assert encoded == [] and not step.cut and small.encoded is not None
+    at_bound, step = _one_value(4096)
+    bound(at_bound, cfg)
+    assert encoded == [step.arguments] and not step.cut and not at_bound.findings
+    assert at_bound.to_json_text() == model.json_text(at_bound.to_json())
+    over, step = _one_value(4097)
+    bound(over, cfg)
+    assert step.cut == {"arguments": 4097} and len(json.dumps(step.arguments)) <= 4096
+    assert [f.kind for f in over.findings] == ["result_truncated"]
+
+
+def test_the_calls_of_a_step_that_is_no_llm_step_are_measured_though_not_stored() -> None:
+    """Only an LLM step's tool calls are in the object: another step's (an LLM span nested
+    in an LLM span keeps its own, ``trajectory.links``) are measured one by one even when
+    the object fits ``max_value_bytes``, as before."""
+    big = model.ToolCall("t", {"q": "x" * 5000})
+    size = len(json.dumps(big.arguments))
+    step = model.Step(0, "b" * 16, None, "other", "inner", tool_calls=[big])
+    ev = model.Evaluation(model.Trajectory("a" * 32, "otlp", "complete", [step]))
+    bound(ev, TrajectoryConfig(max_value_bytes=4096))
+    assert step.cut == {"tool_calls": size}
+    assert isinstance(big.arguments, str) and len(big.arguments) <= 4096
+    assert [f.attributes["values"] for f in ev.findings] == [1]
