@@ -22,12 +22,11 @@ Promises:
 - **Missing is not zero.** A judge score that is absent gives ``judge.<name>.missing = 1`` and
   the value 0; unrecorded tokens give ``tokens.missing = 1``.
 - Counts enter as ``log1p`` (a 200-step run is not 100 times a 2-step one). Linear time in
-  the steps; tool arguments are hashed, never kept.
+  the steps; tool arguments are compared in canonical form, never kept.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
@@ -81,18 +80,28 @@ def blind_findings(findings: Iterable[Finding]) -> list[tuple[str, str, str]]:
     return out
 
 
-def _call_key(step: Step) -> str:
+CallKey = tuple[str, str | tuple[tuple[str, str], ...]]
+
+
+def _call_key(step: Step) -> CallKey:
+    """(tool, the arguments in canonical form): two calls are the same call when their keys
+    are equal. Arguments that are a dict of strings (what telemetry's JSON gives) compare as
+    their sorted items, the same equality as their canonical JSON without encoding it. Kept
+    only while one run's features are computed."""
+    args = step.arguments
+    if isinstance(args, dict) and all(type(k) is str and type(v) is str
+                                      for k, v in args.items()):
+        return step.tool_name or step.name, tuple(sorted(args.items()))
     try:
-        args = _CANONICAL(step.arguments)
+        canonical = _CANONICAL(args)
     except (TypeError, ValueError, RecursionError):
-        args = repr(type(step.arguments))
-    digest = hashlib.blake2b(args.encode("utf-8", "replace"), digest_size=8).hexdigest()
-    return f"{step.tool_name or step.name}\x00{digest}"
+        canonical = repr(type(args))
+    return step.tool_name or step.name, canonical
 
 
 def _repetition(tools: list[Step]) -> dict[str, float]:
     keys = [_call_key(s) for s in tools]
-    counts: dict[str, int] = {}
+    counts: dict[CallKey, int] = {}
     longest = run = 0
     for i, k in enumerate(keys):
         counts[k] = counts.get(k, 0) + 1
@@ -120,19 +129,24 @@ def _programs(command: str) -> list[str]:
     tail): first word after variable assignments, path stripped; here-document bodies
     (``cat <<'EOF' ... EOF``) skipped. Linear; no shell parsing."""
     out: list[str] = []
-    heredoc: str | None = None
-    for line in command[:MAX_COMMAND_CHARS].splitlines():
-        if heredoc is not None:
-            heredoc = None if line.strip() == heredoc else heredoc
-            continue
-        m = _HEREDOC.search(line)
-        heredoc = m.group(1) if m else None
+    lines = command[:MAX_COMMAND_CHARS].splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        m = _HEREDOC.search(line) if "<<" in line else None
+        if m:  # the body is skipped up to the line that ends it (or to the end)
+            tag = m.group(1)
+            end = next((j for j in range(i, len(lines)) if lines[j].strip() == tag),
+                       len(lines))
         for part in _COMMAND_SEPARATORS.split(line):
             words = part.split()
             while words and _ASSIGNMENT.match(words[0]):
                 words = words[1:]
             if words:
                 out.append(words[0].rsplit("/", 1)[-1].lower()[:MAX_TOOL_NAME_CHARS])
+        if m:
+            i = end + 1
     return out
 
 
@@ -142,8 +156,13 @@ def _shell_programs(tools: list[Step]) -> dict[str, float]:
     counts: dict[str, int] = {}
     for s in tools:
         args = s.arguments
-        command = next((args[k] for k in _SHELL_KEYS if isinstance(args.get(k), str)),
-                       None) if isinstance(args, dict) else None
+        if not isinstance(args, dict):
+            continue
+        command = None
+        for key in _SHELL_KEYS:
+            if isinstance(args.get(key), str):
+                command = args[key]
+                break
         for program in _programs(command) if command else ():
             name = f"{FEATURE_PREFIX_PROGRAM}{program}"
             if name in counts or len(counts) < MAX_TOOL_FEATURES:
