@@ -16,7 +16,9 @@ before rounding is compared (bit for bit, and the largest difference).
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
+import inspect
 import shutil
 import statistics
 import sys
@@ -46,7 +48,11 @@ def _parts(package: str) -> dict[str, Callable[[Any], Any]]:
     """What is timed, each a function of one evaluation, from ``package``'s predictor."""
     predict = importlib.import_module(f"{package}.evaluate.predict")
     config = importlib.import_module(f"{package}.evaluate.predict.config")
-    features = importlib.import_module(f"{package}.evaluate.predict.features").features
+    computed = importlib.import_module(f"{package}.evaluate.predict.features").features
+    # what the default model's prediction computes (since features version 4 it names no
+    # end.* feature, so they are left out)
+    features = (functools.partial(computed, end=False)
+                if "end" in inspect.signature(computed).parameters else computed)
     run_text = importlib.import_module(f"{package}.evaluate.predict.text").run_text
     predictor = predict.Predictor.from_file(str(config.DEFAULT_MODEL_FILE))
     model = predictor.model
@@ -54,7 +60,7 @@ def _parts(package: str) -> dict[str, Callable[[Any], Any]]:
             "counts_score": lambda ev: model.score(ev.cached_features),
             "run_text": run_text,
             "text_score": lambda ev: model.text.score(ev.cached_text),
-            "p": lambda ev: model.p_success(features(ev), run_text(ev))}
+            "p": lambda ev: model.p_success(features(ev), run_text(ev))}  # as predict does
 
 
 class _Run:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from otel_eval.base.model import Evaluation
-from otel_eval.evaluate.predict.features import features
+from otel_eval.evaluate.predict.features import FEATURE_PREFIX_END, features
 from otel_eval.evaluate.predict.modelfile import Model, ModelFileError, load_model
 from otel_eval.evaluate.predict.text import run_text
 
@@ -26,6 +26,9 @@ class Predictor:
 
     def __init__(self, model: Model) -> None:
         self.model = model
+        # a model trained before features version 4 (the default one) names no end.*
+        # feature: they are not computed for it
+        self._end = any(n.startswith(FEATURE_PREFIX_END) for n in model.features)
 
     @classmethod
     def from_file(cls, path: str) -> Predictor:
@@ -33,5 +36,5 @@ class Predictor:
 
     def predict(self, evaluation: Evaluation) -> dict[str, Any]:
         text = run_text(evaluation) if self.model.text is not None else ""
-        p = self.model.p_success(features(evaluation), text)
+        p = self.model.p_success(features(evaluation, self._end), text)
         return {"p_success": round(p, 4), "model": self.model.label}

@@ -35,8 +35,12 @@ from typing import Any
 
 from otel_eval.base.model import Evaluation, Finding, Step, Trajectory
 
-# 2: calls per tool name (``tool.<name>``); 3: shell programs run (``program.<name>``)
-FEATURES_VERSION = 3
+# 2: calls per tool name (``tool.<name>``); 3: shell programs run (``program.<name>``);
+# 4: how the run ends (``end.*``)
+FEATURES_VERSION = 4
+# Model files of these versions are read: version 4 computes every feature of version 3 the
+# same way (it adds the end.* ones, which a version-3 model does not name).
+READABLE_FEATURES_VERSIONS = (3, 4)
 LAST_K = 5  # "the last steps": errors among the last LAST_K tool calls
 # Findings never used: derived from the outcome (lucky_pass) or from references (see above).
 EXCLUDED_DETECTORS = frozenset({"lucky_pass", "reference"})
@@ -45,6 +49,7 @@ OUTCOME_BLIND_KINDS = {("recovery", "unrecovered"): ("recovery", "gave_up")}
 FEATURE_PREFIX_FINDING = "finding."
 FEATURE_PREFIX_TOOL = "tool."
 FEATURE_PREFIX_PROGRAM = "program."
+FEATURE_PREFIX_END = "end."  # how the run ends (_end)
 # Tool names come from telemetry: each is cut to this length, and a trace contributes at most
 # this many distinct tool features (the model only knows the names it was trained on).
 MAX_TOOL_NAME_CHARS = 64
@@ -196,6 +201,43 @@ def _last_steps(t: Trajectory) -> dict[str, float]:
             "output.chars": _log1p(len(answer))}
 
 
+# What the agent says of its own result, in any task: it could not do it, or it did (matched
+# in the lowercased text: faster than re.IGNORECASE).
+_SAYS_FAILURE = re.compile(r"\b(?:unable|cannot|can't|could not|couldn't|sorry|apologi[sz]e|"
+                           r"unfortunately|not able|failed|fails)\b")
+_SAYS_SUCCESS = re.compile(r"\b(?:successfully|completed|confirmed|has been|have been|fixed|"
+                           r"resolved|all tests pass(?:ed)?)\b")
+END_REPLIES = 3  # the agent's last replies read for what it says (each cut like its text)
+END_CHARS = 2000
+_QUESTION_TAIL = 300
+
+
+def _end(t: Trajectory) -> dict[str, float]:
+    """How the run ends, read the same way for any agent: whether the agent's last reply is
+    a question (it is waiting on someone, not done), how often its last replies and final
+    output say it failed or succeeded, the tool calls since it last replied in text, and the
+    steps since the last failed one. Bounded: END_REPLIES replies and the output, each cut to
+    its last END_CHARS characters."""
+    work = [s for s in t.steps if s.kind in ("llm", "tool")]
+    replies = [s.answer for s in work if s.kind == "llm" and s.answer]
+    output = t.output if isinstance(t.output, str) else ""
+    said = "\n".join([r[-END_CHARS:] for r in replies[-END_REPLIES:]]
+                     + [output[-END_CHARS:]]).lower()
+    last = (replies[-1] if replies else output)[-_QUESTION_TAIL:].rstrip(" \t\r\n*_`\"'")
+    since_text = 0
+    for s in reversed(work):
+        if s.kind == "llm" and s.answer and not s.tool_calls:
+            break
+        since_text += s.kind == "tool"
+    since_error = next((i for i, s in enumerate(reversed(work)) if s.status == "error"),
+                       len(work))
+    return {f"{FEATURE_PREFIX_END}asks": float(last.endswith("?")),
+            f"{FEATURE_PREFIX_END}says_failure": _log1p(len(_SAYS_FAILURE.findall(said))),
+            f"{FEATURE_PREFIX_END}says_success": _log1p(len(_SAYS_SUCCESS.findall(said))),
+            f"{FEATURE_PREFIX_END}tools_since_text": _log1p(since_text),
+            f"{FEATURE_PREFIX_END}steps_since_error": _log1p(since_error)}
+
+
 def _usage(t: Trajectory) -> dict[str, float]:
     llm = t.llm_steps
     known = [s for s in llm if s.input_tokens is not None or s.output_tokens is not None]
@@ -245,9 +287,11 @@ def _judge(judge: dict[str, Any] | None) -> dict[str, float]:
     return out
 
 
-def features(evaluation: Evaluation) -> dict[str, float]:
+def features(evaluation: Evaluation, end: bool = True) -> dict[str, float]:
     """The features of one evaluation (see the module docstring). Finding, tool and program
-    features appear only for those present; a model reads an absent name as 0."""
+    features appear only for those present; a model reads an absent name as 0. ``end=False``
+    leaves out the ``end.*`` ones (for a model that names none of them: the same
+    prediction, without their cost)."""
     t = evaluation.trajectory
     tools = t.tool_steps
     out = _counts(t, tools)
@@ -256,6 +300,8 @@ def features(evaluation: Evaluation) -> dict[str, float]:
     out.update(_tools_used(tools))
     out.update(_shell_programs(tools))
     out.update(_last_steps(t))
+    if end:
+        out.update(_end(t))
     out.update(_usage(t))
     out.update(_findings(evaluation.findings))
     out.update(_judge(evaluation.judge))

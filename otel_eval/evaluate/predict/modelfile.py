@@ -34,7 +34,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from otel_eval.evaluate.predict.features import FEATURES_VERSION
+from otel_eval.evaluate.predict.features import FEATURES_VERSION, READABLE_FEATURES_VERSIONS
 from otel_eval.evaluate.predict.text import TEXT_VERSION, term_counts, term_key
 
 FORMAT = "otel-eval-predictor"
@@ -185,9 +185,10 @@ def _header(doc: Any) -> None:
     if doc.get("format_version") not in READABLE_VERSIONS:
         raise ValueError(f"format_version: this otel-eval reads versions {READABLE_VERSIONS}, "
                          f"the file is version {doc.get('format_version')!r}")
-    if doc.get("features_version") != FEATURES_VERSION:
+    if doc.get("features_version") not in READABLE_FEATURES_VERSIONS:
         raise ValueError(f"features_version: this otel-eval computes features version "
-                         f"{FEATURES_VERSION}, the model was trained on "
+                         f"{FEATURES_VERSION} (and reads models of versions "
+                         f"{READABLE_FEATURES_VERSIONS}), the model was trained on "
                          f"{doc.get('features_version')!r}: train it again")
 
 
