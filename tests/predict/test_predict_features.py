@@ -1,4 +1,5 @@
-"""Features: bounded under hostile tool names, judge scores only when they are the judge's."""
+"""Features: bounded under hostile tool names, judge scores only when they are the judge's, how
+the run ends (end.*), and which features versions a model file may have."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 import pytest
 
 from otel_eval.base.model import Evaluation, Finding, Step, Trajectory
+from otel_eval.evaluate.predict import Predictor
 from otel_eval.evaluate.predict.features import (
     END_CHARS,
     END_REPLIES,
@@ -145,3 +147,19 @@ def test_a_model_of_features_version_3_still_loads_and_predicts() -> None:
     assert model.p_success(features(_evaluation(["a", "b"]))) > 0.5
     with pytest.raises(ValueError, match="train it again"):
         from_document({**doc, "features_version": 2})
+
+
+def test_a_model_naming_end_features_gets_them_and_one_without_does_not_need_them() -> None:
+    doc = {"format": "otel-eval-predictor", "format_version": 1, "name": "m", "version": "v",
+           "features_version": 4, "features": ["end.asks"],
+           "scaler": {"mean": [0.0], "scale": [1.0]}, "coefficients": [2.0],
+           "intercept": 0.0, "calibration": {"method": "platt", "a": 1.0, "b": 0.0}}
+    asks = Evaluation(Trajectory("ab" * 16, "otlp", "complete", [
+        Step(index=0, span_id="0" * 16, parent_span_id=None, kind="llm", name="chat",
+             answer="Which one?")], output=None), [])
+    assert Predictor(from_document(doc)).predict(asks)["p_success"] == round(
+        1 / (1 + math.exp(-2.0)), 4)
+    counts_only = {**doc, "features_version": 3, "features": ["steps"]}
+    predictor = Predictor(from_document(counts_only))
+    assert predictor.predict(asks)["p_success"] == round(
+        from_document(counts_only).p_success(features(asks)), 4)
