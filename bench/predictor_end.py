@@ -17,7 +17,9 @@ part; the counts' and the text's scores each divided by their spread and summed 
   the last text reply; steps since the last failed step);
 - ``nested``: the counts' C (0.03, 0.1, 0.3, 1) and the text's C (1, 10) chosen by 4 inner
   folds grouped by task inside each training part (what ``train`` could do on a user's runs);
-- ``end+nested``: both.
+- ``end+nested``: both;
+- ``end3``: ``end`` plus a third summed score, a logistic regression on how the run ends
+  alone (``end.*``, ``last.*``, ``output.*``, ``errors.last_*``).
 """
 
 from __future__ import annotations
@@ -59,6 +61,20 @@ def _sum(zc: Any, zt: Any) -> Any:
     return zt / (np.std(zt) or 1.0) + zc / (np.std(zc) or 1.0)
 
 
+END_GROUP = ("end.", "last.", "output.", "errors.last")
+
+
+def _end_score(data: Data, tr: Any, te: Any) -> Any:
+    """A third score: a logistic regression (C 1) on how the run ends alone (end.*, last.*,
+    output.*, errors.last_*), standardized on the training part."""
+    cols = [i for i, n in enumerate(data.names) if n.startswith(END_GROUP)]
+    a, b = data.x[tr][:, cols], data.x[te][:, cols]
+    mean, scale = a.mean(0), a.std(0)
+    scale = np.where(scale > 1e-12, scale, 1.0)
+    return _lr(np.clip((a - mean) / scale, -4, 4), data.y[tr],
+               np.clip((b - mean) / scale, -4, 4), 1.0)
+
+
 def _choose(data: Data, tr: Any, groups: Any) -> tuple[float, float]:
     """(counts' C, text's C) whose summed score separates 4 inner grouped folds best."""
     scores: dict[tuple[float, float], Any] = {}
@@ -79,7 +95,8 @@ def _choose(data: Data, tr: Any, groups: Any) -> tuple[float, float]:
     return max(scores, key=lambda k: scores[k])
 
 
-def evaluate(data: Data, seeds: int, nested: bool, sources: Any = None) -> dict[str, Any]:
+def evaluate(data: Data, seeds: int, nested: bool, sources: Any = None,
+             third: bool = False) -> dict[str, Any]:
     unique = sorted(set(data.groups))
     aucs, chosen = [], []
     for seed in range(seeds):
@@ -91,6 +108,9 @@ def evaluate(data: Data, seeds: int, nested: bool, sources: Any = None) -> dict[
             cc, tc = _choose(data, tr, groups) if nested else (1.0, 10.0)
             chosen.append((cc, tc))
             oof[te] = _sum(*_fold(data, tr, te, cc, tc))
+            if third:
+                ze = _end_score(data, tr, te)
+                oof[te] += ze / (np.std(ze) or 1.0)
         parts = [slice(None)] if sources is None else [sources == s for s in (0, 1)]
         aucs.append([roc_auc_score(data.y[p], oof[p]) for p in parts])
     per_seed = np.round(np.array(aucs), 3)
@@ -117,9 +137,9 @@ def main(argv: list[str] | None = None) -> int:
         sources = (np.array([0] * len(runs["tau"]) + [1] * len(runs["swe"]))
                    if name == "pooled" else None)
         for design in args.designs.split(","):
-            data = Data(rows if "end" in design else without_end(rows))
-            print(name, design, evaluate(data, args.seeds, "nested" in design, sources),
-                  flush=True)
+            data = Data(rows if design in ("end", "end+nested", "end3") else without_end(rows))
+            print(name, design, evaluate(data, args.seeds, "nested" in design, sources,
+                                         third="3" in design), flush=True)
     return 0
 
 
