@@ -19,7 +19,9 @@ part; the counts' and the text's scores each divided by their spread and summed 
   folds grouped by task inside each training part (what ``train`` could do on a user's runs);
 - ``end+nested``: both;
 - ``end3``: ``end`` plus a third summed score, a logistic regression on how the run ends
-  alone (``end.*``, ``last.*``, ``output.*``, ``errors.last_*``).
+  alone (``end.*``, ``last.*``, ``output.*``, ``errors.last_*``);
+- a design ending in ``-names`` (``end-names``): without the calls per tool name and per
+  program.
 """
 
 from __future__ import annotations
@@ -41,6 +43,14 @@ from predictor_designs import Data, _lr, load
 
 COUNTS_CS = (0.03, 0.1, 0.3, 1.0)
 TEXT_CS = (1.0, 10.0)
+
+
+def without_names(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs' features without the calls per tool name and program (``tool.*``,
+    ``program.*``: names that mean something for one agent only)."""
+    return [{**d, "row": dataclasses.replace(d["row"], values={
+        k: v for k, v in d["row"].values.items() if not k.startswith(("tool.", "program."))})}
+        for d in runs]
 
 
 def without_end(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -137,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         sources = (np.array([0] * len(runs["tau"]) + [1] * len(runs["swe"]))
                    if name == "pooled" else None)
         for design in args.designs.split(","):
-            data = Data(rows if design in ("end", "end+nested", "end3") else without_end(rows))
+            kept = rows if design.startswith("end") else without_end(rows)
+            data = Data(without_names(kept) if design.endswith("-names") else kept)
             print(name, design, evaluate(data, args.seeds, "nested" in design, sources,
                                          third="3" in design), flush=True)
     return 0

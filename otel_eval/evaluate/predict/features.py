@@ -287,18 +287,19 @@ def _judge(judge: dict[str, Any] | None) -> dict[str, float]:
     return out
 
 
-def features(evaluation: Evaluation, end: bool = True) -> dict[str, float]:
+def features(evaluation: Evaluation, end: bool = True, names: bool = True) -> dict[str, float]:
     """The features of one evaluation (see the module docstring). Finding, tool and program
     features appear only for those present; a model reads an absent name as 0. ``end=False``
-    leaves out the ``end.*`` ones (for a model that names none of them: the same
-    prediction, without their cost)."""
+    leaves out the ``end.*`` ones, ``names=False`` the ``tool.*`` and ``program.*`` ones (for
+    a model that names none of them: the same prediction, without their cost)."""
     t = evaluation.trajectory
     tools = t.tool_steps
     out = _counts(t, tools)
     out.update(_errors(t, tools))
     out.update(_repetition(tools))
-    out.update(_tools_used(tools))
-    out.update(_shell_programs(tools))
+    if names:
+        out.update(_tools_used(tools))
+        out.update(_shell_programs(tools))
     out.update(_last_steps(t))
     if end:
         out.update(_end(t))
