@@ -11,7 +11,9 @@
 
 The only module that imports scikit-learn and numpy (lazily, inside the functions), so
 ``serve`` and ``eval`` never load them. Hyperparameters are fixed here (``HYPERPARAMETERS``),
-declared before any figure was measured, and never searched on the data.
+never searched on the user's runs: the counts' were declared before any figure was measured;
+the text's and ``name_features`` were chosen by task-disjoint cross-validation on the dev half
+of the public runs (bench/README.md).
 
 Labels: JSON lines ``{"trace_id": "...", "outcome": true}`` (or ``"task_id"``, for benchmarks
 with one run per task; outcome as bool, 1/0 or success/failure), or a SWE-bench results
