@@ -1,13 +1,18 @@
-"""Features: bounded under hostile tool names, judge scores only when they are the judge's."""
+"""Features: bounded under hostile tool names, judge scores only when they are the judge's, how
+the run ends (end.*), and which features versions a model file may have."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
 
 from otel_eval.base.model import Evaluation, Finding, Step, Trajectory
+from otel_eval.evaluate.predict import Predictor
 from otel_eval.evaluate.predict.features import (
+    END_CHARS,
+    END_REPLIES,
     MAX_TOOL_FEATURES,
     MAX_TOOL_NAME_CHARS,
     _programs,
@@ -92,3 +97,69 @@ def test_shell_programs_are_features_and_bounded() -> None:
     assert got["program.python"] > got["program.ls"] > 0
     ev.trajectory.steps[1].arguments = {"command": "; ".join(f"p{i}" for i in range(10_000))}
     assert len([k for k in features(ev) if k.startswith("program.")]) == MAX_TOOL_FEATURES
+
+
+def _ending(said: list[str], tail: list[Step], output: str | None) -> dict[str, float]:
+    steps = [Step(index=0, span_id="0" * 16, parent_span_id=None, kind="agent", name="run")]
+    steps += [Step(index=i + 1, span_id=f"{i + 1:016x}", parent_span_id="0" * 16, kind="llm",
+                   name="chat", answer=a) for i, a in enumerate(said)]
+    for i, s in enumerate(tail, len(steps)):
+        s.index, s.span_id, s.parent_span_id = i, f"{i:016x}", "0" * 16
+        steps.append(s)
+    got = features(Evaluation(Trajectory("ab" * 16, "otlp", "complete", steps, output=output),
+                              []))
+    return {k: v for k, v in got.items() if k.startswith("end.")}
+
+
+def test_the_end_of_a_run_what_the_agent_says_and_does_last() -> None:
+    failed = Step(index=0, span_id="", parent_span_id=None, kind="tool", name="t",
+                  tool_name="t", status="error")
+    ok = Step(index=0, span_id="", parent_span_id=None, kind="tool", name="t", tool_name="t")
+    asks = _ending(["Let me look.", "Which flight do you mean?**"], [], None)
+    assert asks["end.asks"] == 1.0 and asks["end.says_failure"] == 0.0
+    gave_up = _ending(["I'm sorry, I am unable to cancel it.",
+                       "Unfortunately that failed."], [failed, ok, ok],
+                      "I cannot do this. The booking has been kept.")
+    assert gave_up["end.asks"] == 0.0
+    # sorry, unable, unfortunately, failed, cannot; has been
+    assert gave_up["end.says_failure"] == pytest.approx(math.log1p(5))
+    assert gave_up["end.says_success"] == pytest.approx(math.log1p(1))
+    assert gave_up["end.tools_since_text"] == pytest.approx(math.log1p(3))
+    assert gave_up["end.steps_since_error"] == pytest.approx(math.log1p(2))
+    done = _ending(["Successfully cancelled; all tests passed."], [], "")
+    assert done["end.says_success"] == pytest.approx(math.log1p(2))
+    assert done["end.steps_since_error"] == pytest.approx(math.log1p(1))
+
+
+def test_what_the_agent_says_is_read_from_a_bounded_tail() -> None:
+    long = "sorry " * 100_000 + "fine"
+    got = _ending([long] * 50, [], long)
+    # at most END_REPLIES replies and the output, each its last END_CHARS characters
+    assert got["end.says_failure"] < math.log1p((END_REPLIES + 1) * END_CHARS / 6 + 1)
+
+
+def test_a_model_of_features_version_3_still_loads_and_predicts() -> None:
+    doc = {"format": "otel-eval-predictor", "format_version": 1, "name": "m", "version": "v",
+           "features_version": 3, "features": ["steps"],
+           "scaler": {"mean": [0.0], "scale": [1.0]}, "coefficients": [1.0],
+           "intercept": 0.0, "calibration": {"method": "platt", "a": 1.0, "b": 0.0}}
+    model = from_document(doc)
+    assert model.p_success(features(_evaluation(["a", "b"]))) > 0.5
+    with pytest.raises(ValueError, match="train it again"):
+        from_document({**doc, "features_version": 2})
+
+
+def test_a_model_naming_end_features_gets_them_and_one_without_does_not_need_them() -> None:
+    doc = {"format": "otel-eval-predictor", "format_version": 1, "name": "m", "version": "v",
+           "features_version": 4, "features": ["end.asks"],
+           "scaler": {"mean": [0.0], "scale": [1.0]}, "coefficients": [2.0],
+           "intercept": 0.0, "calibration": {"method": "platt", "a": 1.0, "b": 0.0}}
+    asks = Evaluation(Trajectory("ab" * 16, "otlp", "complete", [
+        Step(index=0, span_id="0" * 16, parent_span_id=None, kind="llm", name="chat",
+             answer="Which one?")], output=None), [])
+    assert Predictor(from_document(doc)).predict(asks)["p_success"] == round(
+        1 / (1 + math.exp(-2.0)), 4)
+    counts_only = {**doc, "features_version": 3, "features": ["steps"]}
+    predictor = Predictor(from_document(counts_only))
+    assert predictor.predict(asks)["p_success"] == round(
+        from_document(counts_only).p_success(features(asks)), 4)

@@ -30,7 +30,8 @@ def _evaluations(datasets: Path) -> list[Evaluation]:
 def test_terms_are_scikit_learns_word_analyzer_on_the_datasets(datasets: Path) -> None:
     sklearn_terms = CountVectorizer(ngram_range=(1, NGRAM_MAX)).build_analyzer()
     texts = [run_text(ev) for ev in _evaluations(datasets)]
-    texts += ["Straße ÉTÉ x y_z 42 a-b", "", "\ud800? \u00e9t\u00e9"]
+    texts += ["Straße ÉTÉ x y_z 42 a-b", "", "\ud800? \u00e9t\u00e9", "\u212a\u212a ok",
+              "".join(map(chr, range(128))) * 2, "ab\x1fcd\x0bef gh\x1cij_k l m9 99"]
     for text in texts:
         assert terms(text) == sklearn_terms(text)
 

@@ -26,6 +26,9 @@ def test_train_writes_a_model_that_eval_applies_to_every_trace(tau_slice: Path,
     assert 0 < model.training["successes"] < SLICE_RUNS
     assert "calls.tool" in model.features and "judge.outcome.missing" in model.features
     assert all(not f.startswith("finding.lucky_pass") for f in model.features)
+    # how the run ends is read; the calls per tool name and program are not (name_features)
+    assert "end.says_failure" in model.features
+    assert not [f for f in model.features if f.startswith(("tool.", "program."))]
     done = otel_eval("eval", str(tau_slice), "--model", str(tau_model), "--format", "jsonl")
     assert done.returncode == 0, done.stderr
     rows = _jsonl(done.stdout)

@@ -14,7 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 from otel_eval.base.model import Evaluation
-from otel_eval.evaluate.predict.features import features
+from otel_eval.evaluate.predict.features import (
+    FEATURE_PREFIX_END,
+    FEATURE_PREFIX_PROGRAM,
+    FEATURE_PREFIX_TOOL,
+    features,
+)
 from otel_eval.evaluate.predict.modelfile import Model, ModelFileError, load_model
 from otel_eval.evaluate.predict.text import run_text
 
@@ -26,6 +31,13 @@ class Predictor:
 
     def __init__(self, model: Model) -> None:
         self.model = model
+        # a model trained before features version 4 (the default one) names no end.*
+        # feature: they are not computed for it
+        self._end = any(n.startswith(FEATURE_PREFIX_END) for n in model.features)
+        # one trained without name_features (train.HYPERPARAMETERS) names no tool.* or
+        # program.* feature: they are not computed for it
+        self._names = any(n.startswith((FEATURE_PREFIX_TOOL, FEATURE_PREFIX_PROGRAM))
+                          for n in model.features)
 
     @classmethod
     def from_file(cls, path: str) -> Predictor:
@@ -33,5 +45,5 @@ class Predictor:
 
     def predict(self, evaluation: Evaluation) -> dict[str, Any]:
         text = run_text(evaluation) if self.model.text is not None else ""
-        p = self.model.p_success(features(evaluation), text)
+        p = self.model.p_success(features(evaluation, self._end, self._names), text)
         return {"p_success": round(p, 4), "model": self.model.label}

@@ -22,12 +22,11 @@ Promises:
 - **Missing is not zero.** A judge score that is absent gives ``judge.<name>.missing = 1`` and
   the value 0; unrecorded tokens give ``tokens.missing = 1``.
 - Counts enter as ``log1p`` (a 200-step run is not 100 times a 2-step one). Linear time in
-  the steps; tool arguments are hashed, never kept.
+  the steps; tool arguments are compared in canonical form, never kept.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
@@ -36,8 +35,12 @@ from typing import Any
 
 from otel_eval.base.model import Evaluation, Finding, Step, Trajectory
 
-# 2: calls per tool name (``tool.<name>``); 3: shell programs run (``program.<name>``)
-FEATURES_VERSION = 3
+# 2: calls per tool name (``tool.<name>``); 3: shell programs run (``program.<name>``);
+# 4: how the run ends (``end.*``)
+FEATURES_VERSION = 4
+# Model files of these versions are read: version 4 computes every feature of version 3 the
+# same way (it adds the end.* ones, which a version-3 model does not name).
+READABLE_FEATURES_VERSIONS = (3, 4)
 LAST_K = 5  # "the last steps": errors among the last LAST_K tool calls
 # Findings never used: derived from the outcome (lucky_pass) or from references (see above).
 EXCLUDED_DETECTORS = frozenset({"lucky_pass", "reference"})
@@ -46,6 +49,7 @@ OUTCOME_BLIND_KINDS = {("recovery", "unrecovered"): ("recovery", "gave_up")}
 FEATURE_PREFIX_FINDING = "finding."
 FEATURE_PREFIX_TOOL = "tool."
 FEATURE_PREFIX_PROGRAM = "program."
+FEATURE_PREFIX_END = "end."  # how the run ends (_end)
 # Tool names come from telemetry: each is cut to this length, and a trace contributes at most
 # this many distinct tool features (the model only knows the names it was trained on).
 MAX_TOOL_NAME_CHARS = 64
@@ -81,18 +85,28 @@ def blind_findings(findings: Iterable[Finding]) -> list[tuple[str, str, str]]:
     return out
 
 
-def _call_key(step: Step) -> str:
+CallKey = tuple[str, str | tuple[tuple[str, str], ...]]
+
+
+def _call_key(step: Step) -> CallKey:
+    """(tool, the arguments in canonical form): two calls are the same call when their keys
+    are equal. Arguments that are a dict of strings (what telemetry's JSON gives) compare as
+    their sorted items, the same equality as their canonical JSON without encoding it. Kept
+    only while one run's features are computed."""
+    args = step.arguments
+    if isinstance(args, dict) and all(type(k) is str and type(v) is str
+                                      for k, v in args.items()):
+        return step.tool_name or step.name, tuple(sorted(args.items()))
     try:
-        args = _CANONICAL(step.arguments)
+        canonical = _CANONICAL(args)
     except (TypeError, ValueError, RecursionError):
-        args = repr(type(step.arguments))
-    digest = hashlib.blake2b(args.encode("utf-8", "replace"), digest_size=8).hexdigest()
-    return f"{step.tool_name or step.name}\x00{digest}"
+        canonical = repr(type(args))
+    return step.tool_name or step.name, canonical
 
 
 def _repetition(tools: list[Step]) -> dict[str, float]:
     keys = [_call_key(s) for s in tools]
-    counts: dict[str, int] = {}
+    counts: dict[CallKey, int] = {}
     longest = run = 0
     for i, k in enumerate(keys):
         counts[k] = counts.get(k, 0) + 1
@@ -120,19 +134,24 @@ def _programs(command: str) -> list[str]:
     tail): first word after variable assignments, path stripped; here-document bodies
     (``cat <<'EOF' ... EOF``) skipped. Linear; no shell parsing."""
     out: list[str] = []
-    heredoc: str | None = None
-    for line in command[:MAX_COMMAND_CHARS].splitlines():
-        if heredoc is not None:
-            heredoc = None if line.strip() == heredoc else heredoc
-            continue
-        m = _HEREDOC.search(line)
-        heredoc = m.group(1) if m else None
+    lines = command[:MAX_COMMAND_CHARS].splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        m = _HEREDOC.search(line) if "<<" in line else None
+        if m:  # the body is skipped up to the line that ends it (or to the end)
+            tag = m.group(1)
+            end = next((j for j in range(i, len(lines)) if lines[j].strip() == tag),
+                       len(lines))
         for part in _COMMAND_SEPARATORS.split(line):
             words = part.split()
             while words and _ASSIGNMENT.match(words[0]):
                 words = words[1:]
             if words:
                 out.append(words[0].rsplit("/", 1)[-1].lower()[:MAX_TOOL_NAME_CHARS])
+        if m:
+            i = end + 1
     return out
 
 
@@ -142,8 +161,13 @@ def _shell_programs(tools: list[Step]) -> dict[str, float]:
     counts: dict[str, int] = {}
     for s in tools:
         args = s.arguments
-        command = next((args[k] for k in _SHELL_KEYS if isinstance(args.get(k), str)),
-                       None) if isinstance(args, dict) else None
+        if not isinstance(args, dict):
+            continue
+        command = None
+        for key in _SHELL_KEYS:
+            if isinstance(args.get(key), str):
+                command = args[key]
+                break
         for program in _programs(command) if command else ():
             name = f"{FEATURE_PREFIX_PROGRAM}{program}"
             if name in counts or len(counts) < MAX_TOOL_FEATURES:
@@ -175,6 +199,43 @@ def _last_steps(t: Trajectory) -> dict[str, float]:
             "output.present": float(bool(answer)),
             "output.unrecorded": float(t.output is None),
             "output.chars": _log1p(len(answer))}
+
+
+# What the agent says of its own result, in any task: it could not do it, or it did (matched
+# in the lowercased text: faster than re.IGNORECASE).
+_SAYS_FAILURE = re.compile(r"\b(?:unable|cannot|can't|could not|couldn't|sorry|apologi[sz]e|"
+                           r"unfortunately|not able|failed|fails)\b")
+_SAYS_SUCCESS = re.compile(r"\b(?:successfully|completed|confirmed|has been|have been|fixed|"
+                           r"resolved|all tests pass(?:ed)?)\b")
+END_REPLIES = 3  # the agent's last replies read for what it says (each cut like its text)
+END_CHARS = 2000
+_QUESTION_TAIL = 300
+
+
+def _end(t: Trajectory) -> dict[str, float]:
+    """How the run ends, read the same way for any agent: whether the agent's last reply is
+    a question (it is waiting on someone, not done), how often its last replies and final
+    output say it failed or succeeded, the tool calls since it last replied in text, and the
+    steps since the last failed one. Bounded: END_REPLIES replies and the output, each cut to
+    its last END_CHARS characters."""
+    work = [s for s in t.steps if s.kind in ("llm", "tool")]
+    replies = [s.answer for s in work if s.kind == "llm" and s.answer]
+    output = t.output if isinstance(t.output, str) else ""
+    said = "\n".join([r[-END_CHARS:] for r in replies[-END_REPLIES:]]
+                     + [output[-END_CHARS:]]).lower()
+    last = (replies[-1] if replies else output)[-_QUESTION_TAIL:].rstrip(" \t\r\n*_`\"'")
+    since_text = 0
+    for s in reversed(work):
+        if s.kind == "llm" and s.answer and not s.tool_calls:
+            break
+        since_text += s.kind == "tool"
+    since_error = next((i for i, s in enumerate(reversed(work)) if s.status == "error"),
+                       len(work))
+    return {f"{FEATURE_PREFIX_END}asks": float(last.endswith("?")),
+            f"{FEATURE_PREFIX_END}says_failure": _log1p(len(_SAYS_FAILURE.findall(said))),
+            f"{FEATURE_PREFIX_END}says_success": _log1p(len(_SAYS_SUCCESS.findall(said))),
+            f"{FEATURE_PREFIX_END}tools_since_text": _log1p(since_text),
+            f"{FEATURE_PREFIX_END}steps_since_error": _log1p(since_error)}
 
 
 def _usage(t: Trajectory) -> dict[str, float]:
@@ -226,17 +287,22 @@ def _judge(judge: dict[str, Any] | None) -> dict[str, float]:
     return out
 
 
-def features(evaluation: Evaluation) -> dict[str, float]:
+def features(evaluation: Evaluation, end: bool = True, names: bool = True) -> dict[str, float]:
     """The features of one evaluation (see the module docstring). Finding, tool and program
-    features appear only for those present; a model reads an absent name as 0."""
+    features appear only for those present; a model reads an absent name as 0. ``end=False``
+    leaves out the ``end.*`` ones, ``names=False`` the ``tool.*`` and ``program.*`` ones (for
+    a model that names none of them: the same prediction, without their cost)."""
     t = evaluation.trajectory
     tools = t.tool_steps
     out = _counts(t, tools)
     out.update(_errors(t, tools))
     out.update(_repetition(tools))
-    out.update(_tools_used(tools))
-    out.update(_shell_programs(tools))
+    if names:
+        out.update(_tools_used(tools))
+        out.update(_shell_programs(tools))
     out.update(_last_steps(t))
+    if end:
+        out.update(_end(t))
     out.update(_usage(t))
     out.update(_findings(evaluation.findings))
     out.update(_judge(evaluation.judge))
