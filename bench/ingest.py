@@ -121,7 +121,7 @@ def all_evaluated(s: Served, rows: int, whole: bool = False) -> float:
     traces sent in all (the most rows there can be). ``whole``: every request was taken, so
     every trace sent makes a row: the store alone is polled until it holds them, and
     /metrics read once (a scrape costs serve ~3-5 ms of CPU: 10 a second while it works
-    through its backlog were ~5 % of what was measured)."""
+    through its backlog were ~2 % of what was measured)."""
     if whole:
         done = wait_for(lambda: stored_rows(s.store) >= rows, 300, f"{rows} stored "
                         "evaluations", 0.02)
