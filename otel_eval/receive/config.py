@@ -64,10 +64,12 @@ class ReceiverConfig:
     # that sends headers and then nothing is cancelled (it holds a worker thread meanwhile).
     grpc_receive_timeout_s: float = 30.0
     # gRPC calls of one sender (its token name; without tokens, its address) waiting for
-    # their request message at once; past it a call is refused RESOURCE_EXHAUSTED with
-    # RetryInfo (throttle reason `sender_share`). Each waiting call holds a worker thread:
-    # below grpc_workers, one sender sending headers and no message cannot take them all.
-    # An exporter's message follows its headers at once, so honest calls barely wait. Default 4.
+    # their request message at once. Past it a call has 1 s for its message (then it is
+    # cancelled), and once one of the sender's calls has waited 1 s more are refused
+    # RESOURCE_EXHAUSTED with RetryInfo (throttle reason `sender_share`). Each waiting call
+    # holds a worker thread: below grpc_workers, one sender sending headers and no message
+    # cannot take them all. An exporter's message follows its headers at once, so honest
+    # calls barely wait, however many one sender has in flight. Default 4.
     grpc_max_waiting_rpcs_per_sender: int = 4
     # Retry hint sent with throttling responses (gRPC RetryInfo, HTTP Retry-After), seconds.
     retry_after_s: float = 1.0

@@ -15,10 +15,13 @@ method registered on this server, on the call's metadata, before its message is 
 Floods: a call's message must arrive within ``grpc_receive_timeout_s`` (else it is cancelled
 and counted, ``requests_refused{grpc,receive_timeout}``), at most ``grpc_max_concurrent_rpcs``
 calls are taken at once (more are refused RESOURCE_EXHAUSTED by grpc), one sender (token
-name, else peer address) has at most ``grpc_max_waiting_rpcs_per_sender`` calls waiting for
-their message (more are refused at once, retryable, ``throttled{grpc,sender_share}``: each
-waiting call holds a worker thread, and one sender with a valid token held all of them, 0 of
-36 exports of the others got through), and the port is bound without SO_REUSEPORT, so a
+name, else peer address) has ``grpc_max_waiting_rpcs_per_sender`` calls waiting for their
+message, and more only while its calls are young: those get ``SHARE_GRACE_S`` for their
+message, and once one of its calls has waited that long more are refused at once
+(retryable, ``throttled{grpc,sender_share}``: each waiting call holds a worker thread, and
+one sender with a valid token held all of them, 0 of 36 exports of the others got through;
+refusing by count alone refused a local collector's honest calls, which wait only for this
+process to read them), and the port is bound without SO_REUSEPORT, so a
 second serve on it fails to start instead of sharing it.
 
 Throttling follows the OTLP spec: RESOURCE_EXHAUSTED with a ``google.rpc.RetryInfo`` detail in
@@ -41,10 +44,9 @@ import logging
 import socket
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent import futures
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import grpc
 from google.protobuf import duration_pb2
@@ -85,25 +87,49 @@ class _AuthInterceptor(grpc.ServerInterceptor):
         return self._refusal
 
 
+# How long a sender's calls past its share may wait for their message, seconds. An exporter's
+# message follows its headers at once: a call waits only for this process to read it, under
+# load tens of milliseconds, and one local collector sends several at a time.
+SHARE_GRACE_S = 1.0
+
+Verdict = Literal["taken", "short", "refused"]
+
+
 class _SenderShares:
-    """Calls waiting for their message, per sender: at most ``share`` each (thread-safe)."""
+    """Calls waiting for their message, per sender (thread-safe): ``share`` each, and more
+    only while they are young. A call is ``taken`` (the full receive timeout) while the
+    sender has fewer than ``share`` waiting; past that it is ``short`` (``grace_s`` for its
+    message, then cancelled and counted as throttled) while every call of the sender waits
+    for less than ``grace_s``, else ``refused`` at once. One honest sender (a sidecar's only
+    one) with more calls in flight than its share is thus never refused for them, and a
+    sender whose calls bring no message holds ``share`` worker threads, the others for at
+    most ``grace_s`` each."""
 
-    def __init__(self, share: int) -> None:
-        self.share = share
+    def __init__(self, share: int, grace_s: float = SHARE_GRACE_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.share, self.grace_s, self._clock = share, grace_s, clock
         self._lock = threading.Lock()
-        self._waiting: Counter[str] = Counter()
+        self._waiting: dict[str, list[float]] = {}  # sender -> start times of waiting calls
 
-    def enter(self, sender: str) -> bool:
+    def enter(self, sender: str) -> tuple[Verdict, float]:
+        """The call's verdict and its start time (for ``leave``)."""
+        now = self._clock()
         with self._lock:
-            if self._waiting[sender] >= self.share:
-                return False
-            self._waiting[sender] += 1
-            return True
+            waiting = self._waiting.setdefault(sender, [])
+            if len(waiting) < self.share:
+                verdict: Verdict = "taken"
+            elif now - min(waiting) < self.grace_s:
+                verdict = "short"
+            else:
+                return "refused", now
+            waiting.append(now)
+            return verdict, now
 
-    def leave(self, sender: str) -> None:
+    def leave(self, sender: str, started: float) -> None:
         with self._lock:
-            self._waiting[sender] -= 1
-            if self._waiting[sender] <= 0:
+            waiting = self._waiting[sender]
+            waiting.remove(started)
+            if not waiting:
                 del self._waiting[sender]
 
 
@@ -123,7 +149,7 @@ class _ReceiveDeadlines:
 
     def __init__(self, timeout_s: float, on_expire: Callable[[], None]) -> None:
         self.timeout_s, self.on_expire = timeout_s, on_expire
-        self._heap: list[list[Any]] = []  # [deadline, seq, context, waiting]
+        self._heap: list[list[Any]] = []  # [deadline, seq, context, waiting, on_expire]
         self._seq = itertools.count()
         self._cond = threading.Condition()
         self._stopped = False
@@ -133,9 +159,14 @@ class _ReceiveDeadlines:
     def start(self) -> None:
         self._thread.start()
 
-    def receive(self, requests: Iterator[bytes], context: grpc.ServicerContext) -> bytes:
-        """The call's one request message, or the call aborted (none came, or too late)."""
-        entry = [time.monotonic() + self.timeout_s, next(self._seq), context, True]
+    def receive(self, requests: Iterator[bytes], context: grpc.ServicerContext,
+                timeout_s: float | None = None,
+                on_expire: Callable[[], None] | None = None) -> bytes:
+        """The call's one request message, or the call aborted (none came, or too late);
+        ``timeout_s`` and ``on_expire``: this call's own, instead of the receiver's."""
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        entry = [time.monotonic() + timeout_s, next(self._seq), context, True,
+                 on_expire or self.on_expire]
         with self._cond:
             heapq.heappush(self._heap, entry)
             self._cond.notify()
@@ -143,7 +174,7 @@ class _ReceiveDeadlines:
             body = next(requests, None)
         except grpc.RpcError:  # cancelled: the deadline passed (or the client gave up)
             context.abort(grpc.StatusCode.DEADLINE_EXCEEDED,
-                          f"no request message within {self.timeout_s:g} s")
+                          f"no request message within {timeout_s:g} s")
         finally:
             entry[3] = False
         if body is None:
@@ -164,7 +195,7 @@ class _ReceiveDeadlines:
                     continue
                 entry = heapq.heappop(self._heap)
                 entry[2].cancel()  # wakes the handler blocked on the message
-                self.on_expire()
+                entry[4]()
 
     def stop(self) -> None:
         with self._cond:
@@ -259,14 +290,21 @@ class GrpcReceiver:
     def _receive(self, requests: Iterator[bytes], context: grpc.ServicerContext) -> bytes:
         """The call's message, waited for within the sender's share of waiting calls."""
         sender = self._sender(context) if self.auth.enabled else peer_host(context.peer())
-        if not self._shares.enter(sender):
-            self.ingest.metrics.ingest.request_throttled("grpc", "sender_share")
-            self._abort_retryable(context, "this sender already has "
-                                  f"{self._shares.share} calls waiting for their message")
+        verdict, started = self._shares.enter(sender)
+        if verdict == "refused":
+            self._throttle_share()
+            self._abort_retryable(context, "this sender already has calls waiting for their "
+                                  f"message past {self._shares.grace_s:g} s")
         try:
+            if verdict == "short":  # past the share: only a prompt message is read
+                return self._deadlines.receive(requests, context, self._shares.grace_s,
+                                               self._throttle_share)
             return self._deadlines.receive(requests, context)
         finally:
-            self._shares.leave(sender)
+            self._shares.leave(sender, started)
+
+    def _throttle_share(self) -> None:
+        self.ingest.metrics.ingest.request_throttled("grpc", "sender_share")
 
     def _export(self, body: bytes, context: grpc.ServicerContext) -> object:
         return self._answer(self.ingest.handle_bytes(body, "grpc", self._sender(context)),
