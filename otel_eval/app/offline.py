@@ -67,10 +67,11 @@ class EvalRun:
         """Each trace evaluated in input order, the runs no span named given the agent that
         the same service's earlier runs show (an in-memory agent history, as serve's store
         keeps: ``otel_eval.evaluate.agent_inference``)."""
-        from otel_eval.evaluate.agent_inference import learned
+        from otel_eval.evaluate.agent_inference import RememberInBatches, learned
         from otel_eval.store import SqliteStore
 
-        history = SqliteStore(":memory:").open()
+        store = SqliteStore(":memory:").open()
+        history = RememberInBatches(store)  # what is not recalled before the end is not written
         try:
             for trace in traces:
                 ev = self.evaluator.evaluate(trace, history=history)
@@ -80,7 +81,7 @@ class EvalRun:
                 history.remember_agents(learned([ev]))
                 yield ev
         finally:
-            history.close()
+            store.close()
 
     def judged(self, out: Iterator[Evaluation]) -> Iterator[Evaluation]:
         """``out`` through the judge when one is configured (else unchanged). A judge that

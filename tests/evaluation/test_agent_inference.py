@@ -141,3 +141,31 @@ def test_a_batch_recalls_each_kind_of_unnamed_run_once(history: SqliteStore) -> 
         t = ev.evaluate(_run(f"{i + 1000:032x}", "", "S.", ["a"]), history=batch).trajectory
         assert (t.agent, t.agent_source) == ("solo", "inferred_history")
     assert calls == ["shop"]
+
+
+def test_runs_remembered_in_batches_are_written_before_any_recall(history: SqliteStore) -> None:
+    from otel_eval.evaluate.agent_inference import RememberInBatches
+
+    writes: list[int] = []
+
+    class Counting:
+        def recall_agent(self, service: str, fps: Any) -> str | None:
+            return history.recall_agent(service, fps)
+
+        def remember_agents(self, runs: Any) -> None:
+            writes.append(len(runs))
+            history.remember_agents(runs)
+
+    batched = RememberInBatches(Counting(), runs=3)
+    batched.remember_agents([("shop", "solo", ["steps:1", SERVICE_FINGERPRINT])])
+    batched.remember_agents([])  # a run no span named teaches nothing
+    assert writes == []  # held back
+    assert batched.recall_agent("shop", ["steps:1"]) == "solo"  # written first
+    assert writes == [1]
+    for i in range(3):
+        batched.remember_agents([("shop", "solo", [f"steps:{i + 2}"])])
+    assert writes == [1, 3]  # a full batch in one write
+    batched.remember_agents([("shop", "other", ["steps:9"])])
+    batched.flush()
+    assert writes == [1, 3, 1]
+    assert history.recall_agent("shop", ["steps:9"]) == "other"
