@@ -169,3 +169,15 @@ def test_runs_remembered_in_batches_are_written_before_any_recall(history: Sqlit
     batched.flush()
     assert writes == [1, 3, 1]
     assert history.recall_agent("shop", ["steps:9"]) == "other"
+
+
+def test_offline_eval_infers_from_the_runs_before_it_in_the_same_invocation() -> None:
+    """``eval`` holds back what named runs teach its history (RememberInBatches): a run that
+    no span names still gets the agent of an earlier run of the same invocation."""
+    from otel_eval.app.offline import EvalRun
+
+    runs = [_run("a" * 32, "planner", "Plan.", ["plan"]), _run("b" * 32, "coder", "Code.", ["x"]),
+            _run("c" * 32, "", "Code.", ["x"], ended=False)]
+    evs = list(EvalRun(Config())._evaluated(runs))
+    assert [(e.trajectory.agent, e.trajectory.agent_source) for e in evs] == [
+        ("planner", "span"), ("coder", "span"), ("coder", "inferred_history")]
