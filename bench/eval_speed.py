@@ -1,7 +1,7 @@
 """`otel-eval eval` runs per CPU-second on the tau-bench file, per stage (issue 34).
 
     python bench/eval_speed.py [--rounds 20] [--datasets ../shared/datasets]
-    python bench/eval_speed.py --against DIR [--pairs 5]   # alternate with another checkout
+    python bench/eval_speed.py --against DIR|REF [--pairs 5]   # alternate with another tree
 
 One round evaluates every run of ``tau-bench/airline/gpt-4o-airline.runs.json`` (100 runs)
 as ``otel-eval eval FILE --format jsonl`` does, in one process (20 rounds: 2,000 runs), and
@@ -15,9 +15,11 @@ a shared machine):
 - other: the rest (the in-memory agent history ``eval`` keeps, the loop).
 
 The split is taken around ``Evaluator.trajectory`` (wrapped here), so the stages sum to the
-whole. ``--against DIR`` runs this script under ``PYTHONPATH=DIR`` (another checkout, e.g. the
-commit before a change, from ``git archive``) and under this checkout, alternating, ``--pairs``
-times each, and prints both medians: on a shared machine only alternating runs compare.
+whole. ``--against DIR`` runs this script under ``PYTHONPATH=DIR`` (another checkout) and
+under this checkout, alternating, ``--pairs`` times each, and prints both medians: on a shared
+machine only alternating runs compare. ``--against REF`` (not a directory): a snapshot of that
+commit (``git archive``), e.g. ``HEAD~1``. A tree older than ``app/offline.py``'s ``EvalRun``
+(b2abff8) cannot be split by stage: compare whole ``eval`` processes there.
 """
 
 from __future__ import annotations
@@ -126,11 +128,17 @@ def main() -> None:
     p.add_argument("--datasets", type=Path, default=HERE.parent.parent / "shared" / "datasets")
     p.add_argument("--rounds", type=int, default=20, help="evaluations of the file (100 runs)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    p.add_argument("--against", type=Path, help="another checkout to alternate with")
+    p.add_argument("--against", help="another checkout (a directory) or a commit to alternate with")
     p.add_argument("--pairs", type=int, default=5)
     args = p.parse_args()
     if args.against:
-        alternate(args.against, args.datasets, args.rounds, args.pairs)
+        if Path(args.against).is_dir():
+            alternate(Path(args.against), args.datasets, args.rounds, args.pairs)
+        else:
+            from ingest_procs import snapshot
+
+            with snapshot(args.against) as tree:
+                alternate(tree, args.datasets, args.rounds, args.pairs)
         return
     result = measure(args.datasets / TAU_RUNS, args.rounds)
     if args.json:

@@ -5,6 +5,7 @@
     python bench/ingest.py --workers 1,2 --store sqlite,postgresql   a row per combination
     python bench/ingest.py --spool-cost --reps 5      serve with the spool on vs off
     python bench/ingest.py --profile-traces 2000      where serve's time goes, in process
+    python bench/ingest.py --against HEAD~1           this tree and another commit, alternating
 
 One run reports, per serve variant (each combination of ``--workers`` and ``--store``, passed
 through to ``serve``; one table row each):
@@ -25,6 +26,10 @@ through to ``serve``; one table row each):
   traces and keeps them open; (VmHWM after - VmHWM before) / traces, summed over the tree.
 The baseline and each serve are pinned to core 0 and the load generator to core 1 (``taskset``);
 a serve with 2+ workers gets every core. Rounds alternate and medians are reported.
+``--against REF`` (repeatable): every variant also run from a snapshot of commit ``REF``
+(``git archive``), in the same alternating rounds against the same baseline; the table gets
+its rows and each of this tree's variants its ratio to that commit's (spans per CPU-second,
+end-to-end spans/s): the figure against the previous commit and against the sink in one run.
 ``--spool-cost``: the same serve run with ``store.spool`` true and false, alternating.
 ``--profile-traces N``: the same traces decoded, assembled, evaluated and stored in this
 process (``Engine`` with a manual clock) under cProfile, as shares of the total; cProfile
@@ -54,6 +59,7 @@ from ingest_procs import (
     PENDING,
     RELEASED,
     REOPENED,
+    ROOT,
     THROTTLED,
     TOOLS,
     Served,
@@ -65,7 +71,9 @@ from ingest_procs import (
     load,
     metrics,
     serve,
+    short,
     sink,
+    snapshot,
     status_kb,
     store_cpu_s,
     stored_rows,
@@ -240,14 +248,22 @@ def report(out: dict[str, Any]) -> None:
               f"{cpu_text} | {v['cpu_ratio']} | {v['cores']} | "
               f"{v['p50_ms']} / {v['p99_ms']} | {at_rate} | "
               f"{idle['vmrss_mb'] if idle else '-'} | {mem['kb_per_trace'] if mem else '-'} |")
+    for label, v in out["variants"].items():
+        for name, r in v.get("against", {}).items():
+            print(f"{label} against {name}: x{r['serve_spans_per_cpu_s']} spans per CPU-s, "
+                  f"x{r['serve_e2e_spans_per_s']} end-to-end spans/s")
     print("BENCH " + json.dumps(out), flush=True)
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    variants = [Variant(w, st) for w, st in itertools.product(args.workers, args.store)]
     load0 = os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="otel-eval-bench-") as d:
+    with tempfile.TemporaryDirectory(prefix="otel-eval-bench-") as d, \
+            contextlib.ExitStack() as trees:
         tmp = Path(d)
+        others = {short(ref): trees.enter_context(snapshot(ref)) for ref in args.against}
+        trees_at = [(ROOT, ""), *((t, n) for n, t in others.items())]
+        variants = [Variant(w, st, tree, name) for tree, name in trees_at
+                    for w, st in itertools.product(args.workers, args.store)]
         base, rows = throughput(args, tmp, variants)
         b = median_of(base, "spans_per_s")
         out: dict[str, Any] = {
@@ -264,6 +280,13 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             idle = run_idle(tmp, v) if args.idle else None
             mem = run_memory(args, tmp, v) if args.mem_traces else None
             out["variants"][v.label] = summarize(base, rows[v.label], paced, idle, mem)
+        for v in variants:
+            if v.name:
+                mine = out["variants"][Variant(v.workers, v.store).label]
+                theirs = out["variants"][v.label]
+                mine.setdefault("against", {})[v.name] = {
+                    k: round(mine[k] / theirs[k], 3)
+                    for k in ("serve_spans_per_cpu_s", "serve_e2e_spans_per_s")}
     out["loadavg"] = [round(x, 2) for x in (*load0, *os.getloadavg())]
     return out
 
@@ -386,6 +409,8 @@ def main(argv: list[str] | None = None) -> int:
                         "here), or a postgresql:// URL")
     p.add_argument("--max-load-s", type=float, default=60.0, help="bound on one load run")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--against", action="append", default=[], metavar="REF",
+                   help="also run every variant from this commit (git archive), alternating")
     p.add_argument("--profile-traces", type=int, default=0,
                    help="only profile serve's stages in-process on this many traces")
     p.add_argument("--spool-cost", action="store_true",

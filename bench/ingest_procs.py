@@ -14,6 +14,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -161,11 +162,15 @@ class Variant:
     # serve --store: "sqlite" (a fresh file per run), "postgresql" (a fresh database per run
     # on a server the bench starts) or a postgresql:// URL used as is
     store: str
+    # the checkout serve runs from (PYTHONPATH): this one, or a snapshot of another commit
+    tree: Path = ROOT
+    name: str = ""  # the other commit's name, for the label
 
     @property
     def label(self) -> str:
         w = "default" if self.workers is None else str(self.workers)
-        return f"workers={w} store={'sqlite' if self.store == 'sqlite' else 'postgresql'}"
+        at = f"{self.name} " if self.name else ""
+        return f"{at}workers={w} store={'sqlite' if self.store == 'sqlite' else 'postgresql'}"
 
     def cores(self) -> str:
         """serve's cores: core 0 for one evaluating process (the load generator has core 1);
@@ -224,7 +229,8 @@ def serve(tmp: Path, variant: Variant, config: dict[str, Any] | None,
              f"127.0.0.1:{admin}", "--store", store, *(extra or [])]
     if variant.workers is not None:
         argv += ["--workers", str(variant.workers)]
-    proc = Proc(pinned(variant.cores(), argv), env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = Proc(pinned(variant.cores(), argv),
+                env={**os.environ, "PYTHONPATH": str(variant.tree)})
     try:
         wait_for(lambda: proc.p.poll() is not None or ready(admin), 90, "serve ready", 0.1)
         if proc.p.poll() is not None:
@@ -290,6 +296,23 @@ def load(port: int, traces: int, opts: dict[str, Any], seed: int, max_s: float,
         return t_result - res["elapsed_s"], res
     finally:
         gen.kill()
+
+
+@contextmanager
+def snapshot(ref: str) -> Iterator[Path]:
+    """The tree of commit ``ref`` of this repository (``git archive``) in a temp dir, for the
+    same measurement against another commit in one run."""
+    with tempfile.TemporaryDirectory(prefix="otel-eval-at-") as d:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref],
+                                 capture_output=True, timeout=120, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", d], input=archive, timeout=120, check=True)
+        yield Path(d)
+
+
+def short(ref: str) -> str:
+    """``ref`` as an abbreviated commit id."""
+    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", ref],
+                          capture_output=True, text=True, timeout=10, check=True).stdout.strip()
 
 
 def commit() -> str:
