@@ -12,29 +12,28 @@ from otel_eval.base.model import Evaluation
 from otel_eval.evaluate.judge.config import SamplingConfig
 
 
-def sampled(evaluation: Evaluation, config: SamplingConfig) -> bool:
-    if any(f.severity in config.always_severities for f in evaluation.findings):
+def _chosen(severities: list[Any], agent: str, key: str, config: SamplingConfig) -> bool:
+    """The rule: always with a severity of ``always_severities``, else at the agent's rate,
+    decided by a hash of ``key`` (the same trace or session, the same choice)."""
+    if any(s in config.always_severities for s in severities):
         return True
-    agent = evaluation.trajectory.agent or ""
     rate = config.rate_by_agent.get(agent, config.rate)
     if rate >= 1.0:
         return True
     if rate <= 0.0:
         return False
-    digest = hashlib.blake2b(evaluation.trace_id.encode(), digest_size=8).digest()
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2**64 < rate
+
+
+def sampled(evaluation: Evaluation, config: SamplingConfig) -> bool:
+    return _chosen([f.severity for f in evaluation.findings],
+                   evaluation.trajectory.agent or "", evaluation.trace_id, config)
 
 
 def session_sampled(record: Mapping[str, Any], config: SamplingConfig) -> bool:
     """The trace rule applied to a completed session: its findings' severities, its agent's
-    rate, a hash of the session id (the same session, the same choice)."""
+    rate, a hash of the session id."""
     findings = [f for f in record.get("findings") or () if isinstance(f, Mapping)]
-    if any(f.get("severity") in config.always_severities for f in findings):
-        return True
-    rate = config.rate_by_agent.get(str(record.get("agent") or ""), config.rate)
-    if rate >= 1.0:
-        return True
-    if rate <= 0.0:
-        return False
-    digest = hashlib.blake2b(str(record.get("session_id")).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2**64 < rate
+    return _chosen([f.get("severity") for f in findings], str(record.get("agent") or ""),
+                   str(record.get("session_id")), config)
