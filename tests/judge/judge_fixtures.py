@@ -1,10 +1,19 @@
-"""A small hand-built agent run (airline-like) shared by the judge tests."""
+"""A small hand-built agent run (airline-like) shared by the judge tests, and ``serve`` with
+its judge pointed at the scripted LLM (``judged_service``)."""
 
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
+from otel_eval.app.config import Config, replace
+from otel_eval.app.service import Service
 from otel_eval.base.model import Evaluation, Finding, Step, Trajectory, Verdict
 from otel_eval.evaluate.judge.config import JudgeConfig
 
@@ -89,3 +98,22 @@ def combined_reply(indexes: list[int], outcome: bool = True) -> dict[str, Any]:
     if outcome:
         out["outcome"] = {"reasoning": "The reservation was cancelled.", "score": 1.0}
     return out
+
+
+@contextmanager
+def judged_service(tmp_path: Path, api_base: str, clock: Callable[[], float] = time.monotonic,
+                   **changes: Any) -> Iterator[Service]:
+    """A started ``Service`` (no worker threads: tests drive the engine and jobs by hand) on
+    free loopback ports, its store in ``tmp_path``, its judge at ``api_base`` (one try, 5 s);
+    ``changes``: config fields by dotted name. Shut down (judge queue drained) on exit."""
+    cfg = replace(Config(), **{
+        "receiver.grpc_endpoint": "127.0.0.1:0", "receiver.http_endpoint": "",
+        "admin.endpoint": "127.0.0.1:0", "store.path": str(tmp_path / "r.db"),
+        "judge.model": "openai/gpt-4o-mini", "judge.api_base": api_base,
+        "judge.timeout_s": 5.0, "judge.max_retries": 0, "evaluation.workers": 1, **changes})
+    svc = Service(cfg, registry=CollectorRegistry(), clock=clock)
+    svc.start(worker=False)
+    try:
+        yield svc
+    finally:
+        svc.shutdown(deadline_s=20)

@@ -6,17 +6,15 @@ metrics (``judge="issue_name"``), one call per new issue, none for a known one."
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from judge_fake_llm import FakeLLM, Reply, completion, good
-from judge_fixtures import config
+from judge_fixtures import config, judged_service
 from prometheus_client import CollectorRegistry
 
-from otel_eval.app.config import Config, replace
 from otel_eval.app.service import Service
 from otel_eval.base import model
 from otel_eval.evaluate.judge.config import JudgeConfig
@@ -107,21 +105,11 @@ def _name_reply(body: dict[str, Any]) -> Reply:
                 prompt_tokens=2000, completion_tokens=50)
 
 
-@contextmanager
-def _serve(tmp_path: Path, llm: FakeLLM, **changes: Any) -> Iterator[Service]:
-    cfg = replace(Config(), **{
-        "receiver.grpc_endpoint": "127.0.0.1:0", "receiver.http_endpoint": "",
-        "admin.endpoint": "127.0.0.1:0", "store.path": str(tmp_path / "r.db"),
-        "judge.model": "openai/gpt-4o-mini", "judge.api_base": llm.api_base,
-        "judge.timeout_s": 5.0, "judge.max_retries": 0,
+def _serve(tmp_path: Path, llm: FakeLLM, **changes: Any) -> AbstractContextManager[Service]:
+    # the issues job runs by hand below (run_once)
+    return judged_service(tmp_path, llm.api_base, **{
         "judge.input_cost_per_token_usd": IN_USD, "judge.output_cost_per_token_usd": OUT_USD,
-        "evaluation.workers": 1, **changes})
-    svc = Service(cfg, registry=CollectorRegistry())
-    svc.start(worker=False)  # the issues job runs by hand below (run_once)
-    try:
-        yield svc
-    finally:
-        svc.shutdown(deadline_s=20)
+        **changes})
 
 
 def _sample(svc: Service, name: str, **labels: str) -> float:

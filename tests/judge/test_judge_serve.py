@@ -14,12 +14,10 @@ from typing import Any
 
 import grpc
 from judge_fake_llm import FakeLLM, Reply, completion, error, good
-from judge_fixtures import combined_reply
+from judge_fixtures import combined_reply, judged_service
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
-from prometheus_client import CollectorRegistry
 from support.otlp_capture import Capture
 
-from otel_eval.app.config import Config, replace
 from otel_eval.app.service import Service
 from otel_eval.base import model
 from otel_eval.decode.otlp import attributes_to_dict, encode_spans
@@ -64,19 +62,11 @@ def _scripted(body: dict[str, Any]) -> Reply:
 @contextmanager
 def _serve(tmp_path: Path, llm: FakeLLM, events: Capture | None = None
            ) -> Iterator[Service]:
-    changes: dict[str, Any] = {
-        "receiver.grpc_endpoint": "127.0.0.1:0", "receiver.http_endpoint": "",
-        "admin.endpoint": "127.0.0.1:0", "store.path": str(tmp_path / "r.db"),
-        "judge.model": "openai/gpt-4o-mini", "judge.api_base": llm.api_base,
-        "judge.timeout_s": 5.0, "judge.max_retries": 0, "judge.backoff_initial_s": 0.0,
-        "evaluation.workers": 1}
+    changes: dict[str, Any] = {"judge.backoff_initial_s": 0.0}
     if events is not None:
         changes["export.events_endpoint"] = f"127.0.0.1:{events.port}"
     now = [1000.0]
-    svc = Service(replace(Config(), **changes), registry=CollectorRegistry(),
-                  clock=lambda: now[0])
-    svc.start(worker=False)
-    try:
+    with judged_service(tmp_path, llm.api_base, clock=lambda: now[0], **changes) as svc:
         assert svc.grpc is not None
         with grpc.insecure_channel(f"127.0.0.1:{svc.grpc.port}") as ch:
             trace_service_pb2_grpc.TraceServiceStub(ch).Export(encode_spans(_spans()),
@@ -84,9 +74,7 @@ def _serve(tmp_path: Path, llm: FakeLLM, events: Capture | None = None
         now[0] += svc.config.assembly.grace_s + 1
         svc.engine.tick()
         assert svc.engine.process() == 1  # the detectors' verdict is stored at once
-        yield svc
-    finally:
-        svc.shutdown(deadline_s=20)  # drains the judge queue before it returns
+        yield svc  # shut down on exit: drains the judge queue before it returns
 
 
 def _stored(tmp_path: Path) -> dict[str, Any]:

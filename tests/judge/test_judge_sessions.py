@@ -7,18 +7,18 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from judge_fake_llm import FakeLLM, Reply, good
+from judge_fixtures import judged_service
 from prometheus_client import CollectorRegistry
 from sessions.conversations import call, scripted
 from support.poll import poll
 
-from otel_eval.app.config import Config, replace
+from otel_eval.app.config import Config
 from otel_eval.app.service import Service
 from otel_eval.base.model import Trace
 from otel_eval.decode.otlp import decode_request, request_from_json
@@ -60,19 +60,8 @@ def _session_reply(body: dict[str, Any]) -> Reply:
                 prompt_tokens=2000, completion_tokens=60)
 
 
-@contextmanager
-def _serve(tmp_path: Path, llm: FakeLLM, **changes: Any) -> Iterator[Service]:
-    cfg = replace(Config(), **{
-        "receiver.grpc_endpoint": "127.0.0.1:0", "receiver.http_endpoint": "",
-        "admin.endpoint": "127.0.0.1:0", "store.path": str(tmp_path / "r.db"),
-        "judge.model": "openai/gpt-4o-mini", "judge.api_base": llm.api_base,
-        "judge.timeout_s": 5.0, "judge.max_retries": 0, "evaluation.workers": 1, **changes})
-    svc = Service(cfg, registry=CollectorRegistry())
-    svc.start(worker=False)
-    try:
-        yield svc
-    finally:
-        svc.shutdown(deadline_s=20)
+def _serve(tmp_path: Path, llm: FakeLLM, **changes: Any) -> AbstractContextManager[Service]:
+    return judged_service(tmp_path, llm.api_base, **changes)
 
 
 def _judge(svc: Service, session_id: str) -> dict[str, Any] | None:
