@@ -39,7 +39,7 @@ from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import GroupKFold
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from predictor_designs import Data, _lr, load
+from predictor_designs import Data, _lr, _sum, load
 
 COUNTS_CS = (0.03, 0.1, 0.3, 1.0)
 TEXT_CS = (1.0, 10.0)
@@ -65,10 +65,6 @@ def _fold(data: Data, tr: Any, te: Any, cc: float, tc: float) -> tuple[Any, Any]
     zc = _lr(a, data.y[tr], b, cc)
     a, b = data.tfidf_fold("cur", "w12", tr, te, max_terms=8000)
     return zc, _lr(a, data.y[tr], b, tc)
-
-
-def _sum(zc: Any, zt: Any) -> Any:
-    return zt / (np.std(zt) or 1.0) + zc / (np.std(zc) or 1.0)
 
 
 END_GROUP = ("end.", "last.", "output.", "errors.last")
@@ -101,7 +97,7 @@ def _choose(data: Data, tr: Any, groups: Any) -> tuple[float, float]:
     y = data.y[tr]
     for cc in COUNTS_CS:
         for tc in TEXT_CS:
-            scores[(cc, tc)] = roc_auc_score(y, _sum(zc[cc], zt[tc]))
+            scores[(cc, tc)] = roc_auc_score(y, _sum(zc[cc], zt[tc], 1.0))
     return max(scores, key=lambda k: scores[k])
 
 
@@ -117,7 +113,7 @@ def evaluate(data: Data, seeds: int, nested: bool, sources: Any = None,
         for tr, te in GroupKFold(5).split(data.y, data.y, groups):
             cc, tc = _choose(data, tr, groups) if nested else (1.0, 10.0)
             chosen.append((cc, tc))
-            oof[te] = _sum(*_fold(data, tr, te, cc, tc))
+            oof[te] = _sum(*_fold(data, tr, te, cc, tc), 1.0)
             if third:
                 ze = _end_score(data, tr, te)
                 oof[te] += ze / (np.std(ze) or 1.0)
