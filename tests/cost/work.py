@@ -14,8 +14,9 @@ what a timed assertion cannot be. Three things could still move it, and are held
 The stages, by their public entry points (not by the modules that implement them):
 ``decode`` (``decode_request`` / ``decode_logs`` of the OTLP requests, or ``load_path`` of a
 dataset file), ``trajectory`` (``build_trajectory``), ``detectors`` (``Detectors.evaluate``),
-``bound`` (``evaluate.bounds.bound``: the stored object measured and cut to its bounds, its
-text encoded), ``store_row`` (``evaluation_row``: the stored row, with the text ``bound``
+``predict`` (``Predictor.predict`` of the shipped default model: features, the run's text
+and its terms), ``bound`` (``evaluate.bounds.bound``: the stored object measured and cut to
+its bounds, its text encoded), ``store_row`` (``evaluation_row``: the stored row, with the text ``bound``
 encoded, as the evaluator hands it on).
 """
 
@@ -40,11 +41,13 @@ from otel_eval.decode.otlp import decode_request, request_from_dict
 from otel_eval.decode.otlp_logs import decode_logs, logs_request_from_json
 from otel_eval.evaluate.bounds import bound
 from otel_eval.evaluate.detectors import Detectors
+from otel_eval.evaluate.predict import Predictor, load_model
+from otel_eval.evaluate.predict.config import DEFAULT_MODEL_FILE
 from otel_eval.evaluate.trajectory import build_trajectory
 from otel_eval.store.base import evaluation_row
 
 T = TypeVar("T")
-STAGES = ("decode", "trajectory", "detectors", "bound", "store_row")
+STAGES = ("decode", "trajectory", "detectors", "predict", "bound", "store_row")
 TAU_RUNS = Path("tau-bench/airline/gpt-4o-airline.runs.json")
 TAU_SLICE = 60  # runs of the tau-bench airline file: the dataset side of the corpus
 
@@ -155,6 +158,12 @@ def stage_work(decode: Callable[[], list[Trace]],
         calls, judged = count(lambda: [detectors.evaluate(t) for t in trajectories])
         out["detectors"] = Work(calls, spans, runs)
     if last >= 3:
+        predictor = Predictor(load_model(DEFAULT_MODEL_FILE))
+        unbounded = [_evaluation(t, f, v)
+                     for t, (f, v) in zip(trajectories, judged, strict=True)]
+        calls, _ = count(lambda: [predictor.predict(e) for e in unbounded])
+        out["predict"] = Work(calls, spans, runs)
+    if last >= 4:
         # bound changes what it cuts: each count gets evaluations of its own (the warm-up
         # pass of ``count`` bounds the first ones)
         made = iter([[_evaluation(t, f, v) for t, (f, v) in zip(trajectories, judged,
@@ -169,7 +178,7 @@ def stage_work(decode: Callable[[], list[Trace]],
 
         calls, _ = count(bounded)
         out["bound"] = Work(calls, spans, runs)
-    if last >= 4:
+    if last >= 5:
         calls, _ = count(lambda: [evaluation_row(e) for e in evaluations])
         out["store_row"] = Work(calls, spans, runs)
     return {k: out[k] for k in stages}

@@ -53,6 +53,10 @@ def _judge(span_id: str) -> dict[str, object]:
 def stored(path: Path) -> Store:
     store = Store(str(path))
     [guide] = evaluate([str(GUIDE)], str(GUIDE_REFS), {"steps": 5})
+    # the pages are under test, not the shipped model's view of this run: a fixed p_success
+    # on the pass side (the run succeeded), with the model the evaluation named
+    assert guide.prediction is not None
+    guide.prediction = {**guide.prediction, "p_success": 0.83}
     inferred = Evaluation(dataclasses.replace(guide.trajectory, trace_id=INFERRED,
                                               agent_source="inferred_history"),
                           findings=guide.findings, verdict=guide.verdict,

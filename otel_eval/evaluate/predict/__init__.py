@@ -31,8 +31,8 @@ class Predictor:
 
     def __init__(self, model: Model) -> None:
         self.model = model
-        # a model trained before features version 4 (the default one) names no end.*
-        # feature: they are not computed for it
+        # a model trained before features version 4 names no end.* feature: they are not
+        # computed for it
         self._end = any(n.startswith(FEATURE_PREFIX_END) for n in model.features)
         # one trained without name_features (train.HYPERPARAMETERS) names no tool.* or
         # program.* feature: they are not computed for it
