@@ -16,8 +16,8 @@ The stages, by their public entry points (not by the modules that implement them
 dataset file), ``trajectory`` (``build_trajectory``), ``detectors`` (``Detectors.evaluate``),
 ``predict`` (``Predictor.predict`` of the shipped default model: features, the run's text
 and its terms), ``bound`` (``evaluate.bounds.bound``: the stored object measured and cut to
-its bounds, its text encoded), ``store_row`` (``evaluation_row``: the stored row, with the text ``bound``
-encoded, as the evaluator hands it on).
+its bounds, its text encoded), ``store_row`` (``evaluation_row``: the stored row, with the
+text ``bound`` encoded, as the evaluator hands it on).
 """
 
 from __future__ import annotations
