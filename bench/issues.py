@@ -100,7 +100,10 @@ BEFORE: dict[str, Any] = {"stem_chars": 0, "distance_threshold": 0.9, "merge_sim
 PER_NODE: dict[str, Any] = {"per_node": True, "distance_threshold": 0.8}
 # Issue 29's first round, shipped before the recurring-terms filter (term_min_traces).
 TODAY: dict[str, Any] = {"term_min_traces": 0}
-PIPELINES = {"before": BEFORE, "per_node": PER_NODE, "today": TODAY, "after": {}}
+# Issue 29's third round, shipped before the failure taxonomy's pull: words alone.
+WORDS: dict[str, Any] = {"taxonomy_weight": 0.0}
+PIPELINES = {"before": BEFORE, "per_node": PER_NODE, "today": TODAY, "words": WORDS,
+             "after": {}}
 SWEEP = [round(0.7 + 0.025 * i, 3) for i in range(11)]  # cut thresholds tried: 0.70 .. 0.95
 COVERAGE = 0.8  # the top-20 share a chosen cut must reach (issue 29's bar), when one does
 

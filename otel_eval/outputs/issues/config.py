@@ -13,7 +13,9 @@ from otel_eval.base.configcheck import validate
 # among the cuts whose 20 largest issues hold >= 80 % of the critiques. AMI is flat from 0.775
 # to 0.9 (0.341-0.353, bench/README.md). MiniLM's was chosen on all of TRAIL GAIA (in-sample,
 # per node) before the split existed, and is not re-measured (the extra is not installed).
-DEFAULT_DISTANCE_THRESHOLD = {"tfidf": 0.875, "minilm": 0.55}
+DEFAULT_DISTANCE_THRESHOLD = {"tfidf": 0.875, "minilm": 0.55}  # words alone
+DEFAULT_TAXONOMY_WEIGHT = {"tfidf": 1.5, "minilm": 0.0}
+DEFAULT_TAXONOMY_THRESHOLD = {"tfidf": 0.75}  # with the taxonomy's pull
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,16 @@ class IssuesConfig:
     # evidence of a recurring problem and only ties that run's different problems together.
     # Measured, not fitted: AMI +0.01-0.02 on TRAIL's dev half, out of fold (bench/README.md).
     term_min_traces: int = 2
+    # The failure taxonomy's pull (issues/taxonomy.py): one column per category of agent
+    # failure appended to each critique's vector, its probability minus the model's prior,
+    # times taxonomy_weight (0 turns it off). taxonomy_model: "default" (the shipped model, learnt
+    # from TRAIL GAIA's dev half) or the path of a model file of the same format.
+    # Changing either gives the catalogue's issues new ids once.
+    # None takes the embedding's measured default: 1.5 for tfidf (with the cut 0.75 instead
+    # of 0.875), 0 for minilm (not measured); chosen in 10 trace-disjoint folds of TRAIL
+    # GAIA's dev half (the folds' medians; AMI 0.344 -> 0.430 out of fold, bench/README.md).
+    taxonomy_model: str = "default"
+    taxonomy_weight: float | None = None
     # A new cluster takes the id of a stored issue of the same level and node when the
     # cosine similarity of their centroids is at least this (0..1).
     match_similarity: float = 0.5
@@ -139,7 +151,7 @@ class IssuesConfig:
             "term_min_traces": 0, "synthesis_max_issues": 0, "synthesis_max_calls": 0,
             "interval_s": 0,
             "low_score_threshold": 0, "age_out_s": 0, "exemplars": 0, "share_jump": 0,
-            "title_terms": 1},
+            "title_terms": 1, "taxonomy_weight": 0},
             above={**dict.fromkeys(shares, 0), "distance_threshold": 0, "window_s": 0},
             maximum={**dict.fromkeys(shares, 1), "distance_threshold": 2,
                      "low_score_threshold": 1, "share_jump": 1})
@@ -149,4 +161,15 @@ class IssuesConfig:
         """The distance threshold in force (configured, else the embedding's default)."""
         if self.distance_threshold is not None:
             return self.distance_threshold
+        if self.taxonomy > 0 and self.embedding in DEFAULT_TAXONOMY_THRESHOLD:
+            return DEFAULT_TAXONOMY_THRESHOLD[self.embedding]
         return DEFAULT_DISTANCE_THRESHOLD[self.embedding]
+
+    @property
+    def taxonomy(self) -> float:
+        """The taxonomy's weight in force (0: off; configured, else the embedding's)."""
+        if not self.taxonomy_model:
+            return 0.0
+        if self.taxonomy_weight is not None:
+            return self.taxonomy_weight
+        return DEFAULT_TAXONOMY_WEIGHT[self.embedding]

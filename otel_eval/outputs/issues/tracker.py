@@ -55,6 +55,7 @@ from otel_eval.outputs.issues.result import (
     Resolved,
 )
 from otel_eval.outputs.issues.synthesis import Draft, Synthesizer, synthesize
+from otel_eval.outputs.issues.taxonomy import load_taxonomy
 
 if TYPE_CHECKING:  # naming and cluster import numpy, scipy, scikit-learn: see _clusters
     from otel_eval.outputs.issues.naming import Namer
@@ -108,6 +109,7 @@ class IssueTracker:
         self._current: dict[str, str] = {}
         self._embedder = (embedder if embedder is not None
                           else make_embedder(config.embedding, config.stem_chars))
+        self._taxonomy = load_taxonomy(config.taxonomy_model) if config.taxonomy else None
 
     def open(self) -> None:
         """Open the catalogue (its file or database) now; idempotent."""
@@ -345,9 +347,11 @@ class IssueTracker:
         known = {f for s in candidates for f in s.centroid}
         x = recurring_terms(x, _row_traces(uid, group, len(unique)),
                             self._config.term_min_traces, [f in known for f in features])
-        labels = same_problem(self._labels(x, uid, group), uid, group)
         whole_words = isinstance(self._embedder, TfidfEmbedder) and not self._embedder.stem_chars
         term_x, terms = (x, features) if whole_words else TfidfEmbedder().embed(unique)
+        if self._taxonomy is not None:
+            x, features = self._taxonomy.extend(x, features, unique, self._config.taxonomy)
+        labels = same_problem(self._labels(x, uid, group), uid, group)
         by_label: dict[int, list[int]] = {}
         for i, u in enumerate(uid):
             by_label.setdefault(int(labels[u]), []).append(i)
