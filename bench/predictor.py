@@ -92,7 +92,7 @@ def predict(train: list[Row], test: list[Row]) -> list[float]:
     """Train as ``otel-eval train`` does; predict ``test`` with the model file's predictor."""
     doc = fit(train)
     model = from_document({**doc, "version": "bench"})
-    return [model.p_success(r.values, r.text) for r in test]
+    return [model.p_success(r.values, r.text, r.agent) for r in test]
 
 
 def _figures(labels: list[int], p: list[float], base: list[float]) -> dict[str, Any]:

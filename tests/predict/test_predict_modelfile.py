@@ -61,6 +61,12 @@ def _edit(doc: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
     ("calibration", {"method": "isotonic"}, "calibration: expected"),
     ("name", "a@b", "name: must not contain '@'"),
     ("name", "x" * 500, "name: expected a non-empty string"),
+    ("scaler.agents", {"svc/a": {"mean": [0.0], "scale": [1.0]}},
+     "scaler.agents['svc/a'].scale: expected a list of"),
+    ("scaler.agents", {"svc/a": []}, "scaler.agents['svc/a']: expected an object"),
+    ("scaler.agents", {f"s/{i}": {} for i in range(1001)}, "at most 1000"),
+    ("calibration.agents", {"svc/a": "high"}, "calibration.agents['svc/a']: 'high' is not"),
+    ("calibration.agents", {"": 1.0}, "calibration.agents key: expected a non-empty"),
 ])
 def test_malformed_fields_are_named(tau_model: Path, tmp_path: Path, key: str, value: Any,
                                     problem: str) -> None:

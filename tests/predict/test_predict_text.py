@@ -16,7 +16,7 @@ from otel_eval.evaluate.predict import Predictor
 from otel_eval.evaluate.predict.config import DEFAULT_MODEL_FILE, PredictionConfig
 from otel_eval.evaluate.predict.modelfile import from_document, load_model
 from otel_eval.evaluate.predict.text import MAX_RUN_TEXT_CHARS, NGRAM_MAX, run_text, terms
-from otel_eval.evaluate.predict.train import Row, fit
+from otel_eval.evaluate.predict.train import HYPERPARAMETERS, Row, fit
 from otel_eval.receive.loaders import load_path
 
 TAU = Path("tau-bench/airline/gpt-4o-airline.runs.json")
@@ -89,3 +89,45 @@ def test_the_default_model_gives_every_evaluation_a_p_success(datasets: Path) ->
     predictor = Predictor(load_model(DEFAULT_MODEL_FILE))
     ps = [predictor.predict(ev)["p_success"] for ev in _evaluations(datasets)]
     assert len(ps) == 100 and all(0.0 < p < 1.0 for p in ps) and len(set(ps)) > 50
+
+
+def _two_agents(n: int) -> list[Row]:
+    """Two agents: "long" runs ~4 steps and mostly succeeds, "short" runs ~1 step and mostly
+    fails; within each agent, a run that hit a tool error failed."""
+    rows = []
+    for i in range(n):
+        agent = "svc/long" if i % 2 else "svc/short"
+        error = i % 3 == 0
+        ok = not error and (agent == "svc/long" or i % 4 == 1 or i % 5 == 1)
+        steps = (4.0 if agent == "svc/long" else 1.0) + (i % 7) / 10
+        rows.append(Row({"steps": steps, "errors.tool": float(error)}, ok, f"task-{i}",
+                        "test", "", agent))
+    return rows
+
+
+@pytest.mark.parametrize("by_agent", [True, False])
+def test_several_agents_are_each_compared_with_their_own_runs(
+        monkeypatch: pytest.MonkeyPatch, by_agent: bool) -> None:
+    monkeypatch.setitem(HYPERPARAMETERS, "agent_scaling", by_agent)
+    monkeypatch.setitem(HYPERPARAMETERS, "agent_effects", by_agent)
+    doc = fit(_two_agents(120))
+    weight = dict(zip(doc["features"], doc["coefficients"], strict=True))
+    assert doc["training"]["agents"] == 2
+    if not by_agent:  # run length tells the agents apart, so it carries their base rates
+        assert weight["steps"] > 0.5 * abs(weight["errors.tool"])
+        assert "agents" not in doc["scaler"] and "agents" not in doc["calibration"]
+        return
+    # each agent's runs standardized by its own: length tells a run from its agent's
+    # others (here nothing), the agent's base rate is its offset
+    assert abs(weight["steps"]) < 0.2 * abs(weight["errors.tool"])
+    assert sorted(doc["scaler"]["agents"]) == ["svc/long", "svc/short"]
+    offsets = doc["calibration"]["agents"]
+    assert offsets["svc/long"] > 0 > offsets["svc/short"]
+    model = from_document({**doc, "version": "t"})
+    clean = {"steps": 4.3, "errors.tool": 0.0}
+    assert model.p_success(clean, "", "svc/long") > model.p_success(clean, "", "other/x")
+    assert model.p_success({"steps": 1.3, "errors.tool": 0.0}, "", "svc/short") \
+        < model.p_success(clean, "", "other/x")
+    for agent in ("svc/long", "svc/short", "other/x"):  # an error lowers it for any agent
+        assert model.p_success({"steps": 2.5, "errors.tool": 1.0}, "", agent) \
+            < model.p_success({"steps": 2.5, "errors.tool": 0.0}, "", agent)

@@ -20,7 +20,7 @@ from otel_eval.evaluate.predict.features import (
     FEATURE_PREFIX_TOOL,
     features,
 )
-from otel_eval.evaluate.predict.modelfile import Model, ModelFileError, load_model
+from otel_eval.evaluate.predict.modelfile import Model, ModelFileError, agent_key, load_model
 from otel_eval.evaluate.predict.text import run_text
 
 __all__ = ["Model", "ModelFileError", "Predictor", "load_model"]
@@ -45,5 +45,6 @@ class Predictor:
 
     def predict(self, evaluation: Evaluation) -> dict[str, Any]:
         text = run_text(evaluation) if self.model.text is not None else ""
-        p = self.model.p_success(features(evaluation, self._end, self._names), text)
+        p = self.model.p_success(features(evaluation, self._end, self._names), text,
+                                 agent_key(evaluation.trajectory))
         return {"p_success": round(p, 4), "model": self.model.label}

@@ -21,6 +21,12 @@ With ``text``, calibration is ``{"method": "stack", "a": [a_counts, a_text], "b"
 p = 1 / (1 + exp(-(a_counts*z + a_text*zt + b))), the two scores stacked on out-of-fold
 values. Files of format_version 1 (counts only) still load.
 
+A model trained on runs of several agents knows each of them by ``agent_key``
+(``service/agent``; at most ``MAX_AGENTS``): ``scaler.agents`` holds an agent's own
+``{"mean": [...], "scale": [...]}`` (its runs are standardized by them) and
+``calibration.agents`` its offset added to b (its base rate). Any other agent gets the
+pooled scaler and b.
+
 ``version`` is a hash of the parameters: two files with the same version predict the same.
 """
 
@@ -29,11 +35,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from otel_eval.base.model import Trajectory
 from otel_eval.evaluate.predict.features import FEATURES_VERSION, READABLE_FEATURES_VERSIONS
 from otel_eval.evaluate.predict.text import TEXT_VERSION, term_counts, term_key
 
@@ -44,6 +51,7 @@ MAX_TERMS = 50_000
 MAX_FILE_BYTES = 16 * 1024 * 1024  # a model of 10,000 features is ~1 MB
 MAX_FEATURES = 10_000
 MAX_NAME_CHARS = 200
+MAX_AGENTS = 1_000  # agents a model knows by name (scaler.agents, calibration.agents)
 
 
 class ModelFileError(ValueError):
@@ -109,22 +117,29 @@ class Model:
     clip: float | None = None  # standardized values are clipped to +-clip (None: not)
     text: TextModel | None = None  # with it, platt_text weighs its score (stacked)
     platt_text: float = 0.0
+    # agent_key -> its own (mean, scale), and its offset of platt_b
+    agent_scalers: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = field(
+        default_factory=dict)
+    agent_offsets: dict[str, float] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
         return f"{self.name}@{self.version}"
 
-    def p_success(self, values: dict[str, float], text: str = "") -> float:
-        u = self.platt_a * self.score(values) + self.platt_b
+    def p_success(self, values: dict[str, float], text: str = "", agent: str = "") -> float:
+        u = (self.platt_a * self.score(values, agent) + self.platt_b
+             + self.agent_offsets.get(agent, 0.0))
         if self.text is not None:
             u += self.platt_text * self.text.score(text)
         return _logistic(u)
 
-    def score(self, values: dict[str, float]) -> float:
-        """The counts' linear score (before calibration)."""
+    def score(self, values: dict[str, float], agent: str = "") -> float:
+        """The counts' linear score (before calibration), standardized as the agent's runs
+        are (its own scaler when the model knows it)."""
         z = self.intercept
         get = values.get
-        for name, absent, m, s, w in self._rows:
+        rows = self._agent_rows(agent) if agent in self.agent_scalers else self._rows
+        for name, absent, m, s, w in rows:
             value = get(name)
             if value is None:
                 z += absent
@@ -143,9 +158,25 @@ class Model:
     def _rows(self) -> tuple[tuple[str, float, float, float, float], ...]:
         """(name, what the feature adds when absent, mean, scale, weight) per feature: an
         absent feature is 0, and its term is the same number whichever run lacks it."""
+        return self._rows_of(self.mean, self.scale)
+
+    def _rows_of(self, mean: tuple[float, ...], scale: tuple[float, ...]
+                 ) -> tuple[tuple[str, float, float, float, float], ...]:
         return tuple((name, w * self._standardized(0.0, m, s), m, s, w)
-                     for name, m, s, w in zip(self.features, self.mean, self.scale,
-                                              self.coefficients, strict=True))
+                     for name, m, s, w in zip(self.features, mean, scale, self.coefficients,
+                                              strict=True))
+
+    @cached_property
+    def _by_agent(self) -> dict[str, tuple[tuple[str, float, float, float, float], ...]]:
+        return {a: self._rows_of(m, s) for a, (m, s) in self.agent_scalers.items()}
+
+    def _agent_rows(self, agent: str) -> tuple[tuple[str, float, float, float, float], ...]:
+        return self._by_agent[agent]
+
+
+def agent_key(t: Trajectory) -> str:
+    """The name a model knows an agent by: ``service/agent`` (either may be empty)."""
+    return f"{t.service or ''}/{t.agent or ''}"
 
 
 def parameters_version(doc: dict[str, Any]) -> str:
@@ -212,7 +243,7 @@ def from_document(doc: Any) -> Model:
     if clip is not None and not _number(clip, "scaler.clip") > 0:
         raise ValueError("scaler.clip: must be > 0")
     text = _text_model(doc.get("text"))
-    a, a_text = _calibration(cal, text is not None)
+    a, a_text, offsets = _calibration(cal, text is not None)
     training = doc.get("training", {})
     if not isinstance(training, dict):
         raise ValueError("training: expected an object")
@@ -221,7 +252,8 @@ def from_document(doc: Any) -> Model:
                   _numbers("coefficients", doc.get("coefficients"), n),
                   _number(doc.get("intercept"), "intercept"),
                   a, _number(cal.get("b"), "calibration.b"),
-                  training, None if clip is None else float(clip), text, a_text)
+                  training, None if clip is None else float(clip), text, a_text,
+                  _agent_scalers(scaler.get("agents", {}), n), offsets)
     if "@" in model.name:
         raise ValueError("name: must not contain '@'")
     return model
@@ -244,17 +276,41 @@ def _text_model(doc: Any) -> TextModel | None:
     return TextModel(table, _number(doc.get("intercept"), "text.intercept"))
 
 
-def _calibration(cal: Any, stacked: bool) -> tuple[float, float]:
-    """(a for the counts' score, a for the text's score)."""
+def _calibration(cal: Any, stacked: bool) -> tuple[float, float, dict[str, float]]:
+    """(a for the counts' score, a for the text's score, the agents' offsets of b)."""
     if stacked:
         if not isinstance(cal, dict) or cal.get("method") != "stack":
             raise ValueError('calibration: expected {"method": "stack", "a": [a_counts, '
                              'a_text], "b": ...} (a model with text)')
         a, a_text = _numbers("calibration.a", cal.get("a"), 2)
-        return a, a_text
-    if not isinstance(cal, dict) or cal.get("method") != "platt":
-        raise ValueError('calibration: expected {"method": "platt", "a": ..., "b": ...}')
-    return _number(cal.get("a"), "calibration.a"), 0.0
+    else:
+        if not isinstance(cal, dict) or cal.get("method") != "platt":
+            raise ValueError('calibration: expected {"method": "platt", "a": ..., "b": ...}')
+        a, a_text = _number(cal.get("a"), "calibration.a"), 0.0
+    return a, a_text, {k: _number(v, f"calibration.agents[{k!r}]")
+                       for k, v in _agents(cal.get("agents", {}), "calibration").items()}
+
+
+def _agents(doc: Any, where: str) -> dict[str, Any]:
+    if not isinstance(doc, dict) or len(doc) > MAX_AGENTS:
+        raise ValueError(f"{where}.agents: expected an object of at most {MAX_AGENTS} "
+                         '"service/agent" entries')
+    for key in doc:
+        _text(key, f"{where}.agents key")
+    return doc
+
+
+def _agent_scalers(doc: Any, n: int) -> dict[str, tuple[tuple[float, ...], tuple[float, ...]]]:
+    out = {}
+    for key, own in _agents(doc, "scaler").items():
+        where = f"scaler.agents[{key!r}]"
+        if not isinstance(own, dict):
+            raise ValueError(f"{where}: expected an object with mean and scale")
+        scale = _numbers(f"{where}.scale", own.get("scale"), n)
+        if any(s <= 0 for s in scale):
+            raise ValueError(f"{where}.scale: every scale must be > 0")
+        out[key] = (_numbers(f"{where}.mean", own.get("mean"), n), scale)
+    return out
 
 
 def load_model(path: str | Path) -> Model:
