@@ -4,7 +4,6 @@
     python bench/ingest.py --reps 1 --traces 2000 --mem-traces 1000     quick look
     python bench/ingest.py --workers 1,2 --store sqlite,postgresql   a row per combination
     python bench/ingest.py --spool-cost --reps 5      serve with the spool on vs off
-    python bench/ingest.py --profile-traces 2000      where serve's time goes, in process
     python bench/ingest.py --against HEAD~1           this tree and another commit, alternating
 
 One run reports, per serve variant (each combination of ``--workers`` and ``--store``, passed
@@ -31,9 +30,7 @@ a serve with 2+ workers gets every core. Rounds alternate and medians are report
 its rows and each of this tree's variants its ratio to that commit's (spans per CPU-second,
 end-to-end spans/s): the figure against the previous commit and against the sink in one run.
 ``--spool-cost``: the same serve run with ``store.spool`` true and false, alternating.
-``--profile-traces N``: the same traces decoded, assembled, evaluated and stored in this
-process (``Engine`` with a manual clock) under cProfile, as shares of the total; cProfile
-inflates call-heavy Python code, so read them as proportions.
+Where serve's time goes, by part, is ``bench/serve_stages.py`` (timed, serve's own wiring).
 Prints a table and one ``BENCH {json}`` line. Loopback only; every step is time-bounded.
 """
 
@@ -48,7 +45,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +57,6 @@ from ingest_procs import (
     REOPENED,
     ROOT,
     THROTTLED,
-    TOOLS,
     Served,
     Variant,
     commit,
@@ -321,71 +316,6 @@ def spool_cost(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-# --- in-process profile ----------------------------------------------------------------------
-
-# Stages of the in-process profile: (label, function qualname suffix in pstats).
-STAGES = (("decode request", "decode/otlp.py", "decode_request"),
-          ("assembly (submit)", "assemble/engine.py", "submit"),
-          ("evaluate", "evaluate/evaluator.py", "evaluate"),
-          ("  build trajectory", "evaluate/trajectory/build.py", "build_trajectory"),
-          ("    materialize attributes", "base/model.py", "_materialize"),
-          ("  detectors", "detectors/__init__.py", "evaluate"),
-          ("    loop detector", "detectors/loop.py", "detect"),
-          ("store (SQLite)", "store/sqlite.py", "put_many"),
-          ("metrics", "telemetry/metrics.py", "evaluation_stored"))
-
-
-def profile(traces: int, args: argparse.Namespace) -> dict[str, float]:
-    """Share (%) of each stage in one in-process run of ``traces`` load-generator traces."""
-    import cProfile
-    import pstats
-
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-        ExportTraceServiceRequest,
-    )
-    from prometheus_client import CollectorRegistry
-
-    sys.path.insert(0, str(TOOLS))
-    import otlp_load  # type: ignore[import-not-found]
-
-    from otel_eval.app.config import Config
-    from otel_eval.assemble.config import AssemblyConfig
-    from otel_eval.assemble.engine import Engine
-    from otel_eval.assemble.store_health import StoreHealth
-    from otel_eval.decode.otlp import decode_request
-    from otel_eval.evaluate.evaluator import Evaluator
-    from otel_eval.evaluate.stage import InProcess
-    from otel_eval.store import Store
-    from otel_eval.telemetry.metrics import Metrics
-
-    wire = [r.SerializeToString() for r in otlp_load.build_requests(
-        traces, args.steps, args.spans_per_request, args.payload_bytes, seed=args.seed)]
-    now = [0.0]
-    with tempfile.TemporaryDirectory(prefix="otel-eval-profile-") as d:
-        store = Store(f"{d}/store.db")
-        engine = Engine(InProcess(Evaluator(Config()), store),
-                        StoreHealth(store.location, clock=lambda: now[0]),
-                        Metrics(CollectorRegistry()), assembly=AssemblyConfig(),
-                        clock=lambda: now[0])
-        prof = cProfile.Profile()
-        started = time.process_time()
-        prof.enable()
-        for body in wire:
-            engine.submit(decode_request(ExportTraceServiceRequest.FromString(body)).spans)
-        now[0] = 3600.0  # past every grace period: release all
-        engine.tick()
-        engine.process()
-        prof.disable()
-        cpu = time.process_time() - started
-    stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
-    total = sum(tt for _, _, tt, _, _ in stats.values())
-    cum = {label: sum(ct for (f, _, name), (_, _, _, ct, _) in stats.items()
-                      if f.endswith(path) and name == func) for label, path, func in STAGES}
-    out = {label: round(100 * v / total, 1) for label, v in cum.items()}
-    out["CPU us per span, profiled"] = round(1e6 * cpu / (traces * (2 * args.steps + 1)), 1)
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--traces", type=int, default=6000, help="traces per throughput round")
@@ -411,16 +341,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--against", action="append", default=[], metavar="REF",
                    help="also run every variant from this commit (git archive), alternating")
-    p.add_argument("--profile-traces", type=int, default=0,
-                   help="only profile serve's stages in-process on this many traces")
     p.add_argument("--spool-cost", action="store_true",
                    help="only compare serve with store.spool on and off")
     args = p.parse_args(argv)
     if args.spool_cost:
         spool_cost(args)
-    elif args.profile_traces:
-        for label, share in profile(args.profile_traces, args).items():
-            print(f"{label:<28} {share:6.1f}{'' if label.startswith('CPU') else ' %'}")
     else:
         report(measure(args))
     return 0
