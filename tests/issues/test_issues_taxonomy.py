@@ -105,3 +105,14 @@ def test_the_tracker_clusters_with_the_taxonomy_columns_named(tmp_path: Path) ->
         stored[weight] = [set(s.centroid) for s in Catalogue(db).load("tfidf")]
     assert any(COLUMN_PREFIX + "formatting" in c for c in stored[2.0])
     assert not any(COLUMN_PREFIX + "formatting" in c for c in stored[0.0])
+
+
+def test_probabilities_a_chunk_at_a_time_are_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    from otel_eval.outputs.issues import taxonomy as module
+
+    taxonomy = load_taxonomy("default")
+    texts = [f"formatting error number {i}: tool output was misread" if i % 2 else
+             "the agent repeated the same search" for i in range(7)]
+    whole = taxonomy.probabilities(texts)
+    monkeypatch.setattr(module, "CHUNK", 2)
+    assert np.array_equal(taxonomy.probabilities(texts), whole)

@@ -39,6 +39,7 @@ MAX_TERMS = 50_000
 MAX_CATEGORIES = 100
 MAX_NAME_CHARS = 200
 COLUMN_PREFIX = "category:"
+CHUNK = 1024  # texts whose terms are held at once
 
 
 class TaxonomyFileError(ValueError):
@@ -69,7 +70,16 @@ class Taxonomy:
         return [COLUMN_PREFIX + c for c in self.categories]
 
     def probabilities(self, texts: list[str]) -> Any:
-        """P(category) of each normalized text (rows sum to 1)."""
+        """P(category) of each normalized text (rows sum to 1), ``CHUNK`` texts at a time
+        (what is held in Python objects stays bounded whatever the window)."""
+        import numpy as np
+
+        if len(texts) <= CHUNK:
+            return self._chunk(texts)
+        return np.vstack([self._chunk(texts[i:i + CHUNK])
+                          for i in range(0, len(texts), CHUNK)])
+
+    def _chunk(self, texts: list[str]) -> Any:
         import numpy as np
         from scipy import sparse
 
