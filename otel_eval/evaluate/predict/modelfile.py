@@ -138,8 +138,7 @@ class Model:
         are (its own scaler when the model knows it)."""
         z = self.intercept
         get = values.get
-        rows = self._agent_rows(agent) if agent in self.agent_scalers else self._rows
-        for name, absent, m, s, w in rows:
+        for name, absent, m, s, w in self._by_agent.get(agent, self._rows):
             value = get(name)
             if value is None:
                 z += absent
@@ -169,9 +168,6 @@ class Model:
     @cached_property
     def _by_agent(self) -> dict[str, tuple[tuple[str, float, float, float, float], ...]]:
         return {a: self._rows_of(m, s) for a, (m, s) in self.agent_scalers.items()}
-
-    def _agent_rows(self, agent: str) -> tuple[tuple[str, float, float, float, float], ...]:
-        return self._by_agent[agent]
 
 
 def agent_key(t: Trajectory) -> str:

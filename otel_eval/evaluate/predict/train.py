@@ -91,7 +91,7 @@ HYPERPARAMETERS: dict[str, Any] = {
     # a fixed effect) whose weights the file keeps as the agent's offset of the calibration
     # (its base rate). An agent the model never saw gets the pooled values. One model of
     # tau-bench and SWE-bench, AUC within each, 5 task orders (bench/README.md, "Fourth
-    # session"): 0.684 / 0.595 -> 0.708 / 0.645.
+    # session"): 0.684 / 0.595 -> 0.690 / 0.629.
     "agent_scaling": True, "min_agent_runs": 20, "agent_effects": True, "agent_column": 10.0,
 }
 MAX_LABEL_LINE_CHARS = 4096
