@@ -10,8 +10,9 @@ from judge_fake_llm import FakeLLM, Reply, completion, error, good
 from judge_fixtures import config
 from support.clock import ManualClock
 
-from otel_eval.evaluate.judge.client import JudgeClient, retry_after_s
-from otel_eval.evaluate.judge.schemas import trace_schema
+from otel_eval.evaluate.judge.client import JudgeClient, parse_reply, retry_after_s
+from otel_eval.evaluate.judge.schemas import PROCESS_DIMENSIONS, combined_schema, trace_schema
+from otel_eval.evaluate.judge.templates import schema_text
 
 MESSAGES = [{"role": "user", "content": "grade this"}]
 GOOD = {"critique": "fine", "score": 0.5}
@@ -36,6 +37,20 @@ def test_good_reply_validated_costed_and_sent_with_schema(llm: FakeLLM) -> None:
     assert sent["model"] == "gpt-4o-mini" and sent["messages"] == MESSAGES
     assert sent["response_format"]["type"] == "json_schema"
     assert sent["response_format"]["json_schema"]["schema"] == trace_schema()
+
+
+def test_a_process_dimension_is_sent_once_and_still_checked_in_every_place() -> None:
+    schema = combined_schema(("step", "process", "trace"))
+    assert json.dumps(schema).count('"reasoning": {') == 1  # in $defs, referenced 4 times
+    turn = {"turn": 1, "stage": "synthesis",
+            **{d: {"reasoning": "ok", "score": 0.6} for d in PROCESS_DIMENSIONS}}
+    reply = {"steps": [], "turns": [turn], "trace": GOOD}
+    assert parse_reply(json.dumps(reply), schema) == (reply, "")
+    turn["result_verification"] = {"reasoning": "ok", "score": 0.5}  # not on the scale
+    data, problem = parse_reply(json.dumps(reply), schema)
+    assert data is None and "turns/0/result_verification/score" in problem
+    # a model not sent the schema reads every dimension's shape in the prompt
+    assert schema_text(schema).count('{"reasoning":str,"score":0|0.2|0.4|0.6|0.8|1}') == 4
 
 
 def test_code_fenced_json_is_accepted(llm: FakeLLM) -> None:

@@ -2,6 +2,9 @@
 
 Reasoning fields come before score fields: with structured output the model writes the
 properties in schema order, so the justification is produced before the number it justifies.
+
+A provider puts the schema before the model and bills it as input, once per call: a part used
+more than once (a process dimension) is written once under ``$defs`` and referenced.
 """
 
 from __future__ import annotations
@@ -42,8 +45,8 @@ def outcome_schema() -> Schema:
 def process_schema() -> Schema:
     dim = _obj({"reasoning": {"type": "string"}, "score": {"enum": list(PROCESS_SCALE)}})
     item = _obj({"turn": {"type": "integer"}, "stage": {"enum": list(STAGES)},
-                 **{d: dim for d in PROCESS_DIMENSIONS}})
-    return _obj({"turns": {"type": "array", "items": item}})
+                 **{d: {"$ref": "#/$defs/dimension"} for d in PROCESS_DIMENSIONS}})
+    return {**_obj({"turns": {"type": "array", "items": item}}), "$defs": {"dimension": dim}}
 
 
 def session_schema() -> Schema:
@@ -70,14 +73,18 @@ def part_schema(part: str) -> Schema:
 
 
 def combined_schema(parts: tuple[str, ...]) -> Schema:
-    """One object whose properties are the parts' replies: steps, turns, trace, outcome."""
+    """One object whose properties are the parts' replies: steps, turns, trace, outcome
+    (the parts' ``$defs`` gathered at its root)."""
     props: dict[str, Any] = {}
+    defs: dict[str, Any] = {}
     for part in parts:
         s = part_schema(part)
+        defs.update(s.get("$defs", {}))
         if part == "step":
             props["steps"] = s["properties"]["steps"]
         elif part == "process":
             props["turns"] = s["properties"]["turns"]
         else:
             props[part] = s
-    return _obj(props)
+    combined = _obj(props)
+    return {**combined, "$defs": defs} if defs else combined

@@ -21,15 +21,18 @@ PLACEHOLDERS = ("instructions", "task", "trajectory", "final_output", "findings"
                 "schema", "reply", "error", "stragglers")
 
 
-def _shape(schema: Any) -> str:
+def _shape(schema: Any, defs: dict[str, Any]) -> str:
+    """The shape of ``schema``; a ``{"$ref": "#/$defs/NAME"}`` is shown as ``defs[NAME]``."""
+    if "$ref" in schema:
+        return _shape(defs[schema["$ref"].removeprefix("#/$defs/")], defs)
     if "enum" in schema:
         return "|".join(json.dumps(v) for v in schema["enum"])
     kind = schema.get("type")
     if kind == "object":
-        props = ",".join(f'"{k}":{_shape(v)}' for k, v in schema["properties"].items())
+        props = ",".join(f'"{k}":{_shape(v, defs)}' for k, v in schema["properties"].items())
         return "{" + props + "}"
     if kind == "array":
-        return f"[{_shape(schema['items'])},...]"
+        return f"[{_shape(schema['items'], defs)},...]"
     if kind == "number" and "maximum" in schema:
         return f"{schema.get('minimum', 0)}..{schema['maximum']}"
     return {"string": "str", "integer": "int", "boolean": "true|false"}.get(str(kind), "any")
@@ -37,7 +40,7 @@ def _shape(schema: Any) -> str:
 
 def schema_text(schema: Schema) -> str:
     """A compact shape of the reply (the full JSON schema travels as response_format)."""
-    return _shape(schema)
+    return _shape(schema, schema.get("$defs", {}))
 
 
 class Prompts:
