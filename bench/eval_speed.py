@@ -15,11 +15,16 @@ a shared machine):
 - other: the rest (the in-memory agent history ``eval`` keeps, the loop).
 
 The split is taken around ``Evaluator.trajectory`` (wrapped here), so the stages sum to the
-whole. ``--against DIR`` runs this script under ``PYTHONPATH=DIR`` (another checkout) and
-under this checkout, alternating, ``--pairs`` times each, and prints both medians: on a shared
-machine only alternating runs compare. ``--against REF`` (not a directory): a snapshot of that
-commit (``git archive``), e.g. ``HEAD~1``. A tree older than ``app/offline.py``'s ``EvalRun``
-(b2abff8) cannot be split by stage: compare whole ``eval`` processes there.
+whole. ``sink_ratio``: runs per CPU-second of the whole over those of the decode stage alone
+(the file read and walked into spans, as serve's sink decodes and walks a request): the
+figure ``bench/ingest.py`` gives serve, for ``eval``.
+
+``--against DIR`` runs this script under ``PYTHONPATH=DIR`` (another checkout) and under this
+checkout, alternating, ``--pairs`` times each, and prints both medians and their ratio (this
+tree / the other): on a shared machine only alternating runs compare. ``--against REF`` (not
+a directory): a snapshot of that commit (``git archive``), e.g. ``HEAD~1``. A tree older than
+``app/offline.py``'s ``EvalRun`` (b2abff8) cannot be split by stage: compare whole ``eval``
+processes there.
 """
 
 from __future__ import annotations
@@ -93,6 +98,7 @@ def measure(path: Path, rounds: int) -> dict[str, float]:
     total = time.process_time() - start
     spent["other"] = total - sum(spent.values())  # the agent history, the loop
     return {"runs": n, "cpu_s": total, "runs_per_cpu_s": n / total,
+            "sink_ratio": spent["decode"] / total,
             **{f"{k}_ms_per_100": 1e5 * v / n for k, v in spent.items()}}
 
 
@@ -104,23 +110,42 @@ def _child(src: Path, datasets: Path, rounds: int) -> dict[str, float]:
     return dict(json.loads(out))
 
 
-def alternate(against: Path, datasets: Path, rounds: int, pairs: int) -> None:
+def alternate(against: Path, datasets: Path, rounds: int, pairs: int) -> dict[str, Any]:
+    """Alternate ``pairs`` times between ``against`` (before) and this tree (after); print
+    best, median and range of each figure, and return the medians and their ratios."""
     here = HERE.parent
     results: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
     for _ in range(pairs):
         results["before"].append(_child(against, datasets, rounds))
         results["after"].append(_child(here, datasets, rounds))
-    keys = ["runs_per_cpu_s", *(f"{k}_ms_per_100" for k in STAGES)]
+    keys = ["runs_per_cpu_s", "sink_ratio", *(f"{k}_ms_per_100" for k in STAGES)]
+    keys = [k for k in keys if all(k in r for side in results.values() for r in side)]
     print(f"{'figure':<26}{'before: best, median (range)':>34}"
-          f"{'after: best, median (range)':>34}")
+          f"{'after: best, median (range)':>34}{'after/before':>14}")
+    medians: dict[str, Any] = {"before": {}, "after": {}, "after_over_before": {}}
     for key in keys:  # best: the least disturbed run (most runs/s, fewest ms)
         cells = []
         for side in ("before", "after"):
             vals = [r[key] for r in results[side]]
-            best = max(vals) if key == "runs_per_cpu_s" else min(vals)
-            cells.append(f"{best:.0f}, {statistics.median(vals):.0f} "
-                         f"({min(vals):.0f}-{max(vals):.0f})")
-        print(f"{key:<26}{cells[0]:>34}{cells[1]:>34}")
+            best = max(vals) if key in ("runs_per_cpu_s", "sink_ratio") else min(vals)
+            medians[side][key] = statistics.median(vals)
+            digits = 3 if key == "sink_ratio" else 0
+            cells.append(f"{best:.{digits}f}, {medians[side][key]:.{digits}f} "
+                         f"({min(vals):.{digits}f}-{max(vals):.{digits}f})")
+        ratio = medians["after"][key] / medians["before"][key]
+        medians["after_over_before"][key] = ratio
+        print(f"{key:<26}{cells[0]:>34}{cells[1]:>34}{ratio:>14.2f}")
+    return medians
+
+
+def against(ref: str, datasets: Path, rounds: int, pairs: int) -> dict[str, Any]:
+    """``alternate`` with another checkout (a directory) or a commit (a snapshot of it)."""
+    if Path(ref).is_dir():
+        return alternate(Path(ref), datasets, rounds, pairs)
+    from ingest_procs import snapshot
+
+    with snapshot(ref) as tree:
+        return alternate(tree, datasets, rounds, pairs)
 
 
 def main() -> None:
@@ -132,20 +157,14 @@ def main() -> None:
     p.add_argument("--pairs", type=int, default=5)
     args = p.parse_args()
     if args.against:
-        if Path(args.against).is_dir():
-            alternate(Path(args.against), args.datasets, args.rounds, args.pairs)
-        else:
-            from ingest_procs import snapshot
-
-            with snapshot(args.against) as tree:
-                alternate(tree, args.datasets, args.rounds, args.pairs)
+        against(args.against, args.datasets, args.rounds, args.pairs)
         return
     result = measure(args.datasets / TAU_RUNS, args.rounds)
     if args.json:
         print(json.dumps(result))
     else:
         for key, value in result.items():
-            print(f"{key:<26}{value:>12.1f}")
+            print(f"{key:<26}{value:>12.{3 if key == 'sink_ratio' else 1}f}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Detector quality on the public agent traces in ../shared/datasets (issue 3).
 
     python bench/quality.py [--datasets DIR] [--only tau,trail,swe,speed,predictor] [--json FILE]
+                            [--against REF]
 
 - tau-bench airline runs: tool-name precision/recall and argument accuracy against the gold
   write actions (the task file loaded as references), AUC of the reference score against
@@ -14,9 +15,10 @@
   ``loops_cost``: build + detect CPU before/after on TRAIL and SWE-bench.
 - Success predictor (bench/predictor.py): AUC, Brier score and reliability with folds grouped
   by task, within tau-bench and SWE-bench and across them, against the reference-free score.
-- Offline evaluation speed on the tau-bench file (load + build + detect; detect alone; the
-  ``otel-eval eval --format jsonl`` command in-process, which adds ``to_json`` and
-  ``json.dumps``), traces/s.
+- Offline evaluation speed on the tau-bench file: ``otel-eval eval --format jsonl`` in this
+  process (bench/eval_speed.py), runs per CPU-second by stage and as a ratio to the sink (the
+  file decoded and walked alone); ``--against REF``: also alternating with that commit, and
+  the ratio of the medians.
 
 Every threshold is the detectors' default (set from first principles, see
 otel_eval/evaluate/detectors/config.py); nothing here is fitted to these files.
@@ -25,9 +27,7 @@ otel_eval/evaluate/detectors/config.py); nothing here is fitted to these files.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gzip
-import io
 import json
 import sys
 import time
@@ -134,16 +134,18 @@ def _mean(values: Iterable[float | None]) -> float | None:
 def trail(datasets: Path) -> dict[str, Any]:
     """Loop precision/recall vs "Resource Abuse" before/after, code-action coverage and
     localisation (bench/quality_loops.py)."""
-    figures: dict[str, Any] = _loops().trail_loops(datasets)
+    figures: dict[str, Any] = _bench_module("quality_loops").trail_loops(datasets)
     return figures
 
 
-def _loops() -> Any:
-    """bench/quality_loops.py (beside this file; bench/ is no package)."""
+def _bench_module(name: str) -> Any:
+    """Another script of bench/ as a module (the bench directory is not a package)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("bench_quality_loops",
-                                                  Path(__file__).with_name("quality_loops.py"))
+    if str(Path(__file__).parent) not in sys.path:  # its own imports (ingest_procs)
+        sys.path.insert(0, str(Path(__file__).parent))
+    spec = importlib.util.spec_from_file_location(f"bench_{name}",
+                                                  Path(__file__).with_name(f"{name}.py"))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -203,92 +205,37 @@ def _reference_free_score(findings: list[Finding], verdict: Verdict) -> float:
 # --- speed ------------------------------------------------------------------------------------
 
 
-def _rate(run_once: Any, min_seconds: float) -> tuple[float, float]:
-    """(traces per wall second, traces per CPU second) of ``run_once`` (returns a count).
-    CPU time is reported too: on a shared machine wall time measures the neighbours."""
-    n, wall, cpu = 0, time.perf_counter(), time.process_time()
-    while time.perf_counter() - wall < min_seconds:
-        n += run_once()
-    return n / (time.perf_counter() - wall), n / (time.process_time() - cpu)
-
-
-def speed(datasets: Path, min_seconds: float = 3.0) -> dict[str, Any]:
-    refs = load_references(datasets / TAU_TASKS)
-    detectors = Detectors(DetectorsConfig(), refs)
-    path = datasets / TAU_RUNS
-
-    def end_to_end() -> int:
-        n = 0
-        for _, t in trajectories(path):
-            detectors.evaluate(t, outcome_of(t))
-            n += 1
-        return n
-
-    trajs = [t for _, t in trajectories(path)]
-
-    def detect_only() -> int:
-        for t in trajs:
-            detectors.evaluate(t, outcome_of(t))
-        return len(trajs)
-
-    e2e_wall, e2e_cpu = _rate(end_to_end, min_seconds)
-    det_wall, det_cpu = _rate(detect_only, min_seconds)
-    cmd_wall, cmd_cpu = _rate(lambda: _eval_command(path), min_seconds)
-    return {"load_build_detect": {"traces_per_s_wall": round(e2e_wall),
-                                  "traces_per_cpu_s": round(e2e_cpu)},
-            "detect_only": {"traces_per_s_wall": round(det_wall),
-                            "traces_per_cpu_s": round(det_cpu)},
-            "eval_command_jsonl": {"traces_per_s_wall": round(cmd_wall),
-                                   "traces_per_cpu_s": round(cmd_cpu)},
-            "target_traces_per_s": 1000}
-
-
-class _LineCount(io.TextIOBase):
-    """A stdout that only counts the lines written to it."""
-
-    def __init__(self) -> None:
-        self.lines = 0
-
-    def write(self, text: str) -> int:
-        self.lines += text.count("\n")
-        return len(text)
-
-
-def _eval_command(path: Path) -> int:
-    """``otel-eval eval PATH --format jsonl > /dev/null`` in this process (no interpreter
-    start-up): load, build, detect, ``to_json`` and ``json.dumps`` per trace."""
-    from otel_eval.app.cli import main as cli_main
-
-    out = _LineCount()
-    with contextlib.redirect_stdout(out):
-        cli_main(["eval", str(path), "--format", "jsonl"])
-    return out.lines
+def speed(datasets: Path, against: str | None = None) -> dict[str, Any]:
+    """``otel-eval eval`` on the tau-bench file, in this process (bench/eval_speed.py): runs
+    per CPU-second, ms per 100 runs by stage, and the ratio to the sink (the file decoded and
+    walked alone); with ``against`` (a commit or a checkout), the same alternating with it
+    and the ratio of the medians (bench/eval_speed.py --against)."""
+    eval_speed = _bench_module("eval_speed")
+    here: dict[str, Any] = eval_speed.measure(datasets / TAU_RUNS, rounds=5)
+    figures = {k: round(v, 3 if k == "sink_ratio" else 1) for k, v in here.items()}
+    if against:
+        figures["against"] = {"ref": against,
+                              **eval_speed.against(against, datasets, rounds=5, pairs=3)}
+    return figures
 
 
 def predictor(datasets: Path) -> dict[str, Any]:
     """The success predictor's figures: bench/predictor.py (kept in its own file)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_predictor",
-                                                  Path(__file__).with_name("predictor.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    figures: dict[str, Any] = module.figures(datasets)
+    figures: dict[str, Any] = _bench_module("predictor").figures(datasets)
     return figures
 
 
 def swe_loops(datasets: Path) -> dict[str, Any]:
     """Loop rates before/after and the runs seen through LLM spans only
     (bench/quality_loops.py)."""
-    figures: dict[str, Any] = _loops().swe_loops(datasets)
+    figures: dict[str, Any] = _bench_module("quality_loops").swe_loops(datasets)
     return figures
 
 
 def loops_cost(datasets: Path) -> dict[str, Any]:
     """CPU of build + detect before/after issue 13 on TRAIL and SWE-bench
     (bench/quality_loops.py)."""
-    figures: dict[str, Any] = _loops().cost(datasets)
+    figures: dict[str, Any] = _bench_module("quality_loops").cost(datasets)
     return figures
 
 
@@ -302,13 +249,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=",".join(SECTIONS),
                     help="comma-separated sections: " + ", ".join(SECTIONS))
     ap.add_argument("--json", type=Path, help="also write the figures to this file")
+    ap.add_argument("--against", metavar="REF",
+                    help="speed: also alternate with this commit or checkout, with the ratio")
     args = ap.parse_args(argv)
     results = {}
     for name in args.only.split(","):
         if name not in SECTIONS:
             ap.error(f"unknown section {name!r}")
         started = time.perf_counter()
-        results[name] = SECTIONS[name](args.datasets)
+        results[name] = (speed(args.datasets, args.against) if name == "speed"
+                         else SECTIONS[name](args.datasets))
         print(f"== {name} ({time.perf_counter() - started:.1f} s)")
         print(json.dumps(results[name], indent=1, default=str))
     if args.json:
