@@ -40,6 +40,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from otel_eval.base.documents import finite_numbers, short_name
 from otel_eval.base.model import Trajectory
 from otel_eval.evaluate.predict.features import FEATURES_VERSION, READABLE_FEATURES_VERSIONS
 from otel_eval.evaluate.predict.text import TEXT_VERSION, term_counts, term_key
@@ -50,7 +51,6 @@ READABLE_VERSIONS = (1, 2)
 MAX_TERMS = 50_000
 MAX_FILE_BYTES = 16 * 1024 * 1024  # a model of 10,000 features is ~1 MB
 MAX_FEATURES = 10_000
-MAX_NAME_CHARS = 200
 MAX_AGENTS = 1_000  # agents a model knows by name (scaler.agents, calibration.agents)
 
 
@@ -183,24 +183,8 @@ def parameters_version(doc: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def _numbers(where: str, value: Any, n: int) -> tuple[float, ...]:
-    if not isinstance(value, list) or len(value) != n:
-        raise ValueError(f"{where}: expected a list of {n} numbers")
-    for v in value:
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-            raise ValueError(f"{where}: {v!r} is not a finite number")
-    return tuple(float(v) for v in value)
-
-
 def _number(value: Any, where: str) -> float:
-    return _numbers(where, [value], 1)[0]
-
-
-def _text(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not value or len(value) > MAX_NAME_CHARS:
-        raise ValueError(f"{where}: expected a non-empty string of at most {MAX_NAME_CHARS} "
-                         "characters")
-    return value
+    return finite_numbers([value], 1, where)[0]
 
 
 def _header(doc: Any) -> None:
@@ -225,14 +209,14 @@ def from_document(doc: Any) -> Model:
     names = doc.get("features")
     if not isinstance(names, list) or not 0 < len(names) <= MAX_FEATURES:
         raise ValueError(f"features: expected a list of 1 to {MAX_FEATURES} names")
-    features = tuple(_text(n, "features[]") for n in names)
+    features = tuple(short_name(n, "features[]") for n in names)
     if len(set(features)) != len(features):
         raise ValueError("features: names repeat")
     n = len(features)
     scaler, cal = doc.get("scaler"), doc.get("calibration")
     if not isinstance(scaler, dict):
         raise ValueError("scaler: expected an object with mean and scale")
-    scale = _numbers("scaler.scale", scaler.get("scale"), n)
+    scale = finite_numbers(scaler.get("scale"), n, "scaler.scale")
     if any(s <= 0 for s in scale):
         raise ValueError("scaler.scale: every scale must be > 0")
     clip = scaler.get("clip")
@@ -243,9 +227,9 @@ def from_document(doc: Any) -> Model:
     training = doc.get("training", {})
     if not isinstance(training, dict):
         raise ValueError("training: expected an object")
-    model = Model(_text(doc.get("name"), "name"), _text(doc.get("version"), "version"),
-                  features, _numbers("scaler.mean", scaler.get("mean"), n), scale,
-                  _numbers("coefficients", doc.get("coefficients"), n),
+    model = Model(short_name(doc.get("name"), "name"), short_name(doc.get("version"), "version"),
+                  features, finite_numbers(scaler.get("mean"), n, "scaler.mean"), scale,
+                  finite_numbers(doc.get("coefficients"), n, "coefficients"),
                   _number(doc.get("intercept"), "intercept"),
                   a, _number(cal.get("b"), "calibration.b"),
                   training, None if clip is None else float(clip), text, a_text,
@@ -263,9 +247,9 @@ def _text_model(doc: Any) -> TextModel | None:
     names = doc.get("terms")
     if not isinstance(names, list) or not 0 < len(names) <= MAX_TERMS:
         raise ValueError(f"text.terms: expected a list of 1 to {MAX_TERMS} terms")
-    words = [_text(n, "text.terms[]") for n in names]
-    idf = _numbers("text.idf", doc.get("idf"), len(words))
-    coefficients = _numbers("text.coefficients", doc.get("coefficients"), len(words))
+    words = [short_name(n, "text.terms[]") for n in names]
+    idf = finite_numbers(doc.get("idf"), len(words), "text.idf")
+    coefficients = finite_numbers(doc.get("coefficients"), len(words), "text.coefficients")
     table = {w: (i, c) for w, i, c in zip(words, idf, coefficients, strict=True)}
     if len(table) != len(words):
         raise ValueError("text.terms: terms repeat")
@@ -278,7 +262,7 @@ def _calibration(cal: Any, stacked: bool) -> tuple[float, float, dict[str, float
         if not isinstance(cal, dict) or cal.get("method") != "stack":
             raise ValueError('calibration: expected {"method": "stack", "a": [a_counts, '
                              'a_text], "b": ...} (a model with text)')
-        a, a_text = _numbers("calibration.a", cal.get("a"), 2)
+        a, a_text = finite_numbers(cal.get("a"), 2, "calibration.a")
     else:
         if not isinstance(cal, dict) or cal.get("method") != "platt":
             raise ValueError('calibration: expected {"method": "platt", "a": ..., "b": ...}')
@@ -292,7 +276,7 @@ def _agents(doc: Any, where: str) -> dict[str, Any]:
         raise ValueError(f"{where}.agents: expected an object of at most {MAX_AGENTS} "
                          '"service/agent" entries')
     for key in doc:
-        _text(key, f"{where}.agents key")
+        short_name(key, f"{where}.agents key")
     return doc
 
 
@@ -302,10 +286,10 @@ def _agent_scalers(doc: Any, n: int) -> dict[str, tuple[tuple[float, ...], tuple
         where = f"scaler.agents[{key!r}]"
         if not isinstance(own, dict):
             raise ValueError(f"{where}: expected an object with mean and scale")
-        scale = _numbers(f"{where}.scale", own.get("scale"), n)
+        scale = finite_numbers(own.get("scale"), n, f"{where}.scale")
         if any(s <= 0 for s in scale):
             raise ValueError(f"{where}.scale: every scale must be > 0")
-        out[key] = (_numbers(f"{where}.mean", own.get("mean"), n), scale)
+        out[key] = (finite_numbers(own.get("mean"), n, f"{where}.mean"), scale)
     return out
 
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
+from otel_eval.base.documents import MAX_NAME_CHARS
 from otel_eval.base.model import Evaluation
 from otel_eval.evaluate.evaluator import normalize_outcome
 from otel_eval.evaluate.predict.features import (
@@ -45,7 +46,6 @@ from otel_eval.evaluate.predict.modelfile import (
     FORMAT,
     FORMAT_VERSION,
     MAX_AGENTS,
-    MAX_NAME_CHARS,
     Model,
     agent_key,
     write_model,

@@ -29,6 +29,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from otel_eval.base.documents import finite_numbers, short_name
 from otel_eval.outputs.issues.embed import Matrix, TfidfEmbedder
 
 FORMAT = "otel-eval-issue-taxonomy"
@@ -37,7 +38,6 @@ DEFAULT_MODEL = Path(__file__).resolve().parent / "models" / "taxonomy.json"
 MAX_FILE_BYTES = 8 * 1024 * 1024
 MAX_TERMS = 50_000
 MAX_CATEGORIES = 100
-MAX_NAME_CHARS = 200
 COLUMN_PREFIX = "category:"
 CHUNK = 1024  # texts whose terms are held at once
 
@@ -119,22 +119,6 @@ class Taxonomy:
         return l2_normalize(both), [*features, *self.columns]
 
 
-def _numbers(value: Any, n: int, where: str) -> list[float]:
-    if not isinstance(value, list) or len(value) != n:
-        raise ValueError(f"{where}: expected a list of {n} numbers")
-    for v in value:
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-            raise ValueError(f"{where}: {v!r} is not a finite number")
-    return [float(v) for v in value]
-
-
-def _name(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not value or len(value) > MAX_NAME_CHARS:
-        raise ValueError(f"{where}: expected a non-empty string of at most "
-                         f"{MAX_NAME_CHARS} characters")
-    return value
-
-
 def from_document(doc: Any) -> Taxonomy:
     """A ``Taxonomy`` from a parsed document; ValueError says which field is wrong."""
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
@@ -144,24 +128,24 @@ def from_document(doc: Any) -> Taxonomy:
     categories = doc.get("categories")
     if not isinstance(categories, list) or not 2 <= len(categories) <= MAX_CATEGORIES:
         raise ValueError(f"categories: expected a list of 2 to {MAX_CATEGORIES} names")
-    names = tuple(_name(c, "categories[]") for c in categories)
+    names = tuple(short_name(c, "categories[]") for c in categories)
     terms = doc.get("terms")
     if not isinstance(terms, list) or not 0 < len(terms) <= MAX_TERMS:
         raise ValueError(f"terms: expected a list of 1 to {MAX_TERMS} stems")
-    stems = [_name(t, "terms[]") for t in terms]
-    idf = _numbers(doc.get("idf"), len(stems), "idf")
+    stems = [short_name(t, "terms[]") for t in terms]
+    idf = finite_numbers(doc.get("idf"), len(stems), "idf")
     rows = doc.get("coefficients")
     if not isinstance(rows, list) or len(rows) != len(names):
         raise ValueError("coefficients: expected one list per category")
-    weights = tuple(tuple(_numbers(r, len(stems), "coefficients[]")) for r in rows)
+    weights = tuple(finite_numbers(r, len(stems), "coefficients[]") for r in rows)
     table = {s: (i, w) for i, (s, w) in enumerate(zip(stems, idf, strict=True))}
     if len(table) != len(stems) or len(set(names)) != len(names):
         raise ValueError("terms and categories must not repeat")
     stem_chars = doc.get("stem_chars")
     if isinstance(stem_chars, bool) or not isinstance(stem_chars, int) or stem_chars < 1:
         raise ValueError("stem_chars: expected a positive integer")
-    return Taxonomy(_name(doc.get("name"), "name"), names, stem_chars, table, weights,
-                    tuple(_numbers(doc.get("intercepts"), len(names), "intercepts")))
+    return Taxonomy(short_name(doc.get("name"), "name"), names, stem_chars, table, weights,
+                    finite_numbers(doc.get("intercepts"), len(names), "intercepts"))
 
 
 def load_taxonomy(path: str | Path) -> Taxonomy:

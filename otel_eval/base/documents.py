@@ -1,0 +1,27 @@
+"""Checks for the JSON documents otel-eval ships and reads (model files): each names the
+field that is wrong, so a bad file fails at start with the reason (a ValueError)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+MAX_NAME_CHARS = 200
+
+
+def finite_numbers(value: Any, n: int, where: str) -> tuple[float, ...]:
+    """``value`` as ``n`` finite numbers (a JSON list; booleans are not numbers)."""
+    if not isinstance(value, list) or len(value) != n:
+        raise ValueError(f"{where}: expected a list of {n} numbers")
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise ValueError(f"{where}: {v!r} is not a finite number")
+    return tuple(float(v) for v in value)
+
+
+def short_name(value: Any, where: str) -> str:
+    """``value`` as a non-empty string of at most ``MAX_NAME_CHARS`` characters."""
+    if not isinstance(value, str) or not value or len(value) > MAX_NAME_CHARS:
+        raise ValueError(f"{where}: expected a non-empty string of at most {MAX_NAME_CHARS} "
+                         "characters")
+    return value
