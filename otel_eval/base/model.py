@@ -325,6 +325,11 @@ class Step:
     # tool) and the text of its reply; None when not recorded
     prompt: str | None = None
     answer: str | None = None
+    # llm steps: the output messages as its reader parsed them (a JSON list: GenAI reads the
+    # calls they request), handed to the readable pass, which reads ``answer`` from them and
+    # drops them: the output is parsed once. They are the parse of ``output_text`` while that
+    # is not None (an output is never replaced once read, only made unknown: ``shapes``)
+    parsed_output: list[Any] | None = None
     # which convention and attribute supplied each field ("genai gen_ai.tool.call.arguments",
     # "span name", "llm call <id>"), and the fields read but not understood (field -> reason);
     # for ``otel-eval inspect``, not part of the v1 object

@@ -4,6 +4,8 @@ the run ends (end.*), and which features versions a model file may have."""
 from __future__ import annotations
 
 import math
+import random
+import re
 from typing import Any
 
 import pytest
@@ -11,6 +13,8 @@ import pytest
 from otel_eval.base.model import Evaluation, Finding, Step, Trajectory
 from otel_eval.evaluate.predict import Predictor
 from otel_eval.evaluate.predict.features import (
+    _SAYS_FAILURE,
+    _SAYS_SUCCESS,
     END_CHARS,
     END_REPLIES,
     MAX_TOOL_FEATURES,
@@ -129,6 +133,30 @@ def test_the_end_of_a_run_what_the_agent_says_and_does_last() -> None:
     done = _ending(["Successfully cancelled; all tests passed."], [], "")
     assert done["end.says_success"] == pytest.approx(math.log1p(2))
     assert done["end.steps_since_error"] == pytest.approx(math.log1p(1))
+
+
+# the expressions the phrase counts were first written as (``features._Phrases``)
+_FAILURE_RE = re.compile(r"\b(?:unable|cannot|can't|could not|couldn't|sorry|apologi[sz]e|"
+                         r"unfortunately|not able|failed|fails)\b")
+_SUCCESS_RE = re.compile(r"\b(?:successfully|completed|confirmed|has been|have been|fixed|"
+                         r"resolved|all tests pass(?:ed)?)\b")
+
+
+def test_the_phrase_counts_are_the_expressions_findall() -> None:
+    """Scanned from the first phrase found, the count is ``findall``'s of the whole text: the
+    word boundary before that place still sees the character before it (``xsorry sorry``)."""
+    rng = random.Random(34)
+    words = ["sorry", "xsorry", "unable", "can't", "could", "not", "able", "fail", "failed",
+             "fails", "apologise", "apologize", "has", "been", "have", "all", "tests", "pass",
+             "passed", "passes", "fixed", "_fixed", "résolu", "resolved", "completed2", "é",
+             "successfully", "confirmed", "couldn't", "unfortunately", "cannot", "1"]
+    texts = ["", "xsorry sorry", "_unable unable", "all tests passed", "all tests passes",
+             "could not able", "notable not able"]
+    texts += ["".join(rng.choice([*words, " ", "  ", "\n", ".", "'", "-"])
+                      for _ in range(rng.randrange(1, 40))) for _ in range(3000)]
+    for text in texts:
+        assert _SAYS_FAILURE.count(text) == len(_FAILURE_RE.findall(text)), text
+        assert _SAYS_SUCCESS.count(text) == len(_SUCCESS_RE.findall(text)), text
 
 
 def test_what_the_agent_says_is_read_from_a_bounded_tail() -> None:

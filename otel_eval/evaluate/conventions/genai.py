@@ -76,18 +76,21 @@ def _event_text(span: Span, event_name: str, key: str) -> str | None:
     return None
 
 
-def _output_calls(text: str | None, want_reasons: bool) -> tuple[list[ToolCall], list[str]]:
+def _output_calls(text: str | None, want_reasons: bool
+                  ) -> tuple[list[ToolCall], list[str], list[Any] | None]:
     """Tool calls and finish reasons inside output messages (current ``parts`` shape or the
-    OpenAI ``tool_calls`` shape of older completions). Parses only when worth it."""
+    OpenAI ``tool_calls`` shape of older completions), and the messages when the text is a
+    JSON list of them (``Step.parsed_output``). Parses only when worth it."""
     if not text or ("tool_call" not in text and "toolUse" not in text
                     and "tool_use" not in text
                     and not (want_reasons and "finish_reason" in text)):
-        return [], []
+        return [], [], None
     messages = parse_json(text)
+    parsed = messages if isinstance(messages, list) else None
     if isinstance(messages, dict):
         messages = [messages]
     if not isinstance(messages, list):
-        return [], []
+        return [], [], None
     calls: list[ToolCall] = []
     reasons: list[str] = []
     for msg in messages:
@@ -106,7 +109,7 @@ def _output_calls(text: str | None, want_reasons: bool) -> tuple[list[ToolCall],
                                       as_str(tc.get("id")) or None))
         if "parts" not in msg and "tool_calls" not in msg:
             calls.extend(_block_calls(msg.get("content")))
-    return calls, reasons
+    return calls, reasons, parsed
 
 
 def _block_calls(content: Any) -> list[ToolCall]:
@@ -173,7 +176,8 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
         reasons_attr = attrs.get("gen_ai.response.finish_reasons")
         step.finish_reasons = ([str(v) for v in reasons_attr if v is not None]
                                if type(reasons_attr) is list else as_list_of_str(reasons_attr))
-        step.tool_calls, reasons = _output_calls(text_out, not step.finish_reasons)
+        step.tool_calls, reasons, step.parsed_output = _output_calls(text_out,
+                                                                    not step.finish_reasons)
         if not step.finish_reasons:
             step.finish_reasons = reasons
     else:

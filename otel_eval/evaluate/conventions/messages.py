@@ -60,11 +60,12 @@ def messages(raw: str | None) -> list[Any] | None:
 
 def task_text(raw: str | None) -> str | None:
     """The first user message of an LLM input (or the raw text when it is not messages)."""
-    if raw is None:
-        return None
-    found = messages(raw)
-    if found is None:
-        return raw
+    found = messages(raw) if raw is not None else None
+    return raw if found is None else task_of(found)
+
+
+def task_of(found: list[Any]) -> str | None:
+    """``task_text`` of messages already parsed (``messages``)."""
     for msg in found:
         if isinstance(msg, dict) and msg.get("role") == "user":
             return message_text(msg)
@@ -100,11 +101,12 @@ def request_text(raw: str | None) -> str | None:
 
 def answer_text(raw: str | None) -> str | None:
     """The text of an LLM output (the last message with text), raw text when not messages."""
-    if raw is None:
-        return None
-    found = messages(raw)
-    if found is None:
-        return raw
+    found = messages(raw) if raw is not None else None
+    return raw if found is None else answer_of(found)
+
+
+def answer_of(found: list[Any]) -> str | None:
+    """``answer_text`` of messages already parsed (``messages``)."""
     for msg in reversed(found):
         text = message_text(msg)
         if text is not None:

@@ -201,12 +201,35 @@ def _last_steps(t: Trajectory) -> dict[str, float]:
             "output.chars": _log1p(len(answer))}
 
 
-# What the agent says of its own result, in any task: it could not do it, or it did (matched
-# in the lowercased text: faster than re.IGNORECASE).
-_SAYS_FAILURE = re.compile(r"\b(?:unable|cannot|can't|could not|couldn't|sorry|apologi[sz]e|"
-                           r"unfortunately|not able|failed|fails)\b")
-_SAYS_SUCCESS = re.compile(r"\b(?:successfully|completed|confirmed|has been|have been|fixed|"
-                           r"resolved|all tests pass(?:ed)?)\b")
+# What the agent says of its own result, in any task: it could not do it, or it did (whole
+# words, in order of preference; matched in the lowercased text: faster than re.IGNORECASE).
+_FAILURE_PHRASES = ("unable", "cannot", "can't", "could not", "couldn't", "sorry", "apologise",
+                    "apologize", "unfortunately", "not able", "failed", "fails")
+_SUCCESS_PHRASES = ("successfully", "completed", "confirmed", "has been", "have been", "fixed",
+                    "resolved", "all tests passed", "all tests pass")
+
+
+class _Phrases:
+    """Counts the whole-word occurrences of any of ``phrases`` (as ``findall`` of
+    ``\\b(?:phrase|...)\\b``). The regular expression tries every phrase at every position (35-45
+    us for a run's ~1,400 characters); a match begins where a phrase does, so the scan starts
+    at the first place one occurs (a substring search each, in C), and a text holding none is
+    not scanned (on tau-bench, 61 of 100 runs' texts hold no failure phrase, 41 no success
+    phrase)."""
+
+    def __init__(self, phrases: tuple[str, ...]) -> None:
+        self.phrases = phrases
+        self.pattern = re.compile(rf"\b(?:{'|'.join(map(re.escape, phrases))})\b")
+
+    def count(self, text: str) -> int:
+        starts = [at for at in map(text.find, self.phrases) if at >= 0]
+        # from ``min(starts)``, ``\b`` still looks at the character before it
+        return len(self.pattern.findall(text, min(starts))) if starts else 0
+
+
+_SAYS_FAILURE = _Phrases(_FAILURE_PHRASES)
+_SAYS_SUCCESS = _Phrases(_SUCCESS_PHRASES)
+
 END_REPLIES = 3  # the agent's last replies read for what it says (each cut like its text)
 END_CHARS = 2000
 _QUESTION_TAIL = 300
@@ -232,8 +255,8 @@ def _end(t: Trajectory) -> dict[str, float]:
     since_error = next((i for i, s in enumerate(reversed(work)) if s.status == "error"),
                        len(work))
     return {f"{FEATURE_PREFIX_END}asks": float(last.endswith("?")),
-            f"{FEATURE_PREFIX_END}says_failure": _log1p(len(_SAYS_FAILURE.findall(said))),
-            f"{FEATURE_PREFIX_END}says_success": _log1p(len(_SAYS_SUCCESS.findall(said))),
+            f"{FEATURE_PREFIX_END}says_failure": _log1p(_SAYS_FAILURE.count(said)),
+            f"{FEATURE_PREFIX_END}says_success": _log1p(_SAYS_SUCCESS.count(said)),
             f"{FEATURE_PREFIX_END}tools_since_text": _log1p(since_text),
             f"{FEATURE_PREFIX_END}steps_since_error": _log1p(since_error)}
 

@@ -93,10 +93,10 @@ from otel_eval.evaluate.conventions.conversations import Conversation
 from otel_eval.evaluate.conventions.events import overlay, span_events
 from otel_eval.evaluate.conventions.fields import merged_agent_name
 from otel_eval.evaluate.conventions.messages import (
-    answer_text,
+    answer_of,
     messages,
     request_text,
-    task_text,
+    task_of,
 )
 from otel_eval.evaluate.conventions.openinference import (
     dspy_marked,
@@ -370,11 +370,10 @@ def _agent_step(builder: _Builder) -> Step | None:
 def _answer(result: str | None, llm: list[Step]) -> str | None:
     """The run's answer: the agent's (or root's) result, unless that wraps the last LLM
     call's answer in more (LangGraph's whole graph state, a LlamaIndex event repr): then the
-    answer itself. The LLM's answer when no span recorded a result."""
+    answer itself. The LLM's answer when no span recorded a result. (``Step.answer``: the
+    readable pass read it from the reply or the output, and every LLM step went through it.)"""
     last = llm[-1] if llm else None
-    said = None
-    if last is not None:
-        said = last.reply if last.reply is not None else answer_text(last.output_text)
+    said = last.answer if last is not None else None
     if result is None:
         return said
     if last is not None and last.tool_calls:
@@ -440,8 +439,8 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
     ends = [s.end_ns for s in spans if s.end_ns]
     raw_input = _first_text((agent, root_step), "input_text") or \
         (request_text(llm[0].input_text) if llm else None)
-    task, input_messages = _text_of(raw_input, task_text)
-    answer, output_messages = _text_of(output, answer_text)
+    task, input_messages = _text_of(raw_input, task_of)
+    answer, output_messages = _text_of(output, answer_of)
     return Trajectory(
         trace_id=trace.trace_id, source=trace.source, status=trace.status, steps=steps,
         service=_service(root_span, spans),
@@ -471,11 +470,12 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
 
 
 def _text_of(raw: str | None,
-             read: Callable[[str | None], str | None]) -> tuple[str | None, list[Any] | None]:
+             pick: Callable[[list[Any]], str | None]) -> tuple[str | None, list[Any] | None]:
     """(the user's text of ``raw``, the messages it holds): the raw value and no messages when
-    it is not messages or none of them has text (a state object, a tool's JSON)."""
+    it is not messages or none of them has text (a state object, a tool's JSON). ``raw`` is
+    parsed once: ``pick`` reads the messages found."""
     found = messages(raw)
-    text = read(raw) if found is not None else None
+    text = pick(found) if found is not None else None
     return (raw, None) if text is None else (text, found)
 
 

@@ -36,6 +36,7 @@ from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from functools import cached_property
 from operator import itemgetter
 from typing import Any
 
@@ -365,31 +366,59 @@ def _parameters(tools: Mapping[str, Any]) -> dict[str, list[str]]:
 
 
 class _Rebuilder:
-    """State of one ``rebuild_code_actions`` pass."""
+    """State of one ``rebuild_code_actions`` pass. What it reads of the steps and tools
+    (siblings, agents, spans by id, parameters) is worked out on first use: only when a reply
+    or an interpreter call holds code, which most runs' do not."""
 
     def __init__(self, steps: Sequence[Step], tools: dict[str, Any], max_rebuilt: int) -> None:
         self.steps, self.tools, self.max_rebuilt = steps, tools, max_rebuilt
-        self.runs = _Runs(steps)
-        self.managed = {s.node for s in steps if s.kind == "agent" and s.node
-                        and s.parent_span_id is not None}
-        self.known = set(tools) | self.managed
-        self.params = _parameters(tools)
-        self.with_tools = {s.node for s in steps if s.kind == "tool" and not s.rebuilt}
-        self.by_id = {s.span_id: s for s in steps if not s.rebuilt}
-        self.next_llm: dict[int, Step] = {}  # LLM position -> the next LLM step of its agent
-        last: dict[str | None, int] = {}
-        for position, step in enumerate(steps):
-            if step.kind == "llm" and not step.rebuilt:
-                if step.node in last:
-                    self.next_llm[last[step.node]] = step
-                last[step.node] = position
+        self.offered = set(tools)  # the tools offered as the pass began (managed agents join)
         self.stats: dict[str, int] = {}
         self.children: dict[str, list[Step]] | None = None  # tool steps by parent, if asked
         self.read: set[str] = set()  # interpreter spans whose code a reply gave (read there)
-        self.spanned = {s.tool_name or s.name for s in steps if s.kind == "tool"
-                        and not s.rebuilt}  # tools whose calls have spans
         self.python: str | None = None  # the Python code of the reply read last
         self.inside: list[Step] = []  # the call steps of the reply read last
+
+    @cached_property
+    def runs(self) -> _Runs:
+        return _Runs(self.steps)
+
+    @cached_property
+    def known(self) -> set[str]:
+        """The tools a call in code may name: those offered, and the managed agents."""
+        managed = {s.node for s in self.steps if s.kind == "agent" and s.node
+                   and s.parent_span_id is not None}
+        return self.offered | managed
+
+    @cached_property
+    def params(self) -> dict[str, list[str]]:
+        return _parameters({name: self.tools[name] for name in self.offered})
+
+    @cached_property
+    def with_tools(self) -> set[str | None]:
+        return {s.node for s in self.steps if s.kind == "tool" and not s.rebuilt}
+
+    @cached_property
+    def by_id(self) -> dict[str, Step]:
+        return {s.span_id: s for s in self.steps if not s.rebuilt}
+
+    @cached_property
+    def next_llm(self) -> dict[int, Step]:
+        """LLM position -> the next LLM step of its agent."""
+        out: dict[int, Step] = {}
+        last: dict[str | None, int] = {}
+        for position, step in enumerate(self.steps):
+            if step.kind == "llm" and not step.rebuilt:
+                if step.node in last:
+                    out[last[step.node]] = step
+                last[step.node] = position
+        return out
+
+    @cached_property
+    def spanned(self) -> set[str]:
+        """Tools whose calls have spans."""
+        return {s.tool_name or s.name for s in self.steps if s.kind == "tool"
+                and not s.rebuilt}
 
     def count(self, key: str, n: int = 1) -> None:
         self.stats[key] = self.stats.get(key, 0) + n

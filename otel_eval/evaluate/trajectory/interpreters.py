@@ -54,9 +54,10 @@ def is_interpreter(name: str, schema: Any = None) -> bool:
     words = _words(name)
     if name.lower() in _ALONE or (words & _LANGUAGE and words & _EXECUTING):
         return True
+    if not words & _EXECUTING:
+        return False  # the schema is read only for a tool whose name executes
     params = _declared(schema)
-    return bool(words & _EXECUTING) and params is not None and len(params) == 1 \
-        and params[0].lower() in _CODE_PARAMETERS
+    return params is not None and len(params) == 1 and params[0].lower() in _CODE_PARAMETERS
 
 
 def interpreter_code(name: str, arguments: Any, schema: Any = None) -> str | None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from otel_eval.base.model import Step, ToolCall
-from otel_eval.evaluate.conventions.messages import answer_text
+from otel_eval.evaluate.conventions.messages import answer_of, answer_text
 from otel_eval.evaluate.trajectory.arguments import settle, take_off_envelopes
 from otel_eval.evaluate.trajectory.code_actions import last_message_text, rebuild_code_actions
 from otel_eval.evaluate.trajectory.links import coerce_arguments, join_calls, merge_nested_calls
@@ -145,7 +145,13 @@ def _readable(draft: Draft) -> None:
         step.prompt = last_message_text(raw)
         if step.prompt is None and raw is not None and raw.lstrip()[:1] not in ("[", "{"):
             step.prompt = raw  # a plain-text prompt
-        step.answer = step.reply if step.reply is not None else answer_text(step.output_text)
+        parsed, step.parsed_output = step.parsed_output, None
+        if step.reply is not None:
+            step.answer = step.reply
+        elif parsed is not None and step.output_text is not None:
+            step.answer = answer_of(parsed)  # the output as its reader parsed it
+        else:
+            step.answer = answer_text(step.output_text)
 
 
 PASSES = (
