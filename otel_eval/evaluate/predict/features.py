@@ -36,11 +36,12 @@ from typing import Any
 from otel_eval.base.model import Evaluation, Finding, Step, Trajectory
 
 # 2: calls per tool name (``tool.<name>``); 3: shell programs run (``program.<name>``);
-# 4: how the run ends (``end.*``)
-FEATURES_VERSION = 4
-# Model files of these versions are read: version 4 computes every feature of version 3 the
-# same way (it adds the end.* ones, which a version-3 model does not name).
-READABLE_FEATURES_VERSIONS = (3, 4)
+# 4: how the run ends (``end.*``); 5: the context the run ended with (``tokens.last_input``)
+FEATURES_VERSION = 5
+# Model files of these versions are read: each version computes every feature of the ones
+# before the same way (4 adds the end.* ones, 5 tokens.last_input, which an older model does
+# not name).
+READABLE_FEATURES_VERSIONS = (3, 4, 5)
 LAST_K = 5  # "the last steps": errors among the last LAST_K tool calls
 # Findings never used: derived from the outcome (lucky_pass) or from references (see above).
 EXCLUDED_DETECTORS = frozenset({"lucky_pass", "reference"})
@@ -239,6 +240,9 @@ def _end(t: Trajectory) -> dict[str, float]:
 
 
 def _usage(t: Trajectory) -> dict[str, float]:
+    """Token and time use. ``tokens.last_input``: the input tokens of the last LLM call that
+    recorded tokens, the context the agent ended with (a chat agent sends its whole history
+    each turn: how much it had read, run and written by the end); 0 when unrecorded."""
     llm = t.llm_steps
     known = [s for s in llm if s.input_tokens is not None or s.output_tokens is not None]
     inp = sum(s.input_tokens or 0 for s in known)
@@ -246,6 +250,7 @@ def _usage(t: Trajectory) -> dict[str, float]:
     return {"tokens.missing": float(not known),
             "tokens.input": _log1p(inp), "tokens.output": _log1p(out),
             "tokens.output_per_call": _log1p(out / len(known)) if known else 0.0,
+            "tokens.last_input": _log1p(known[-1].input_tokens or 0) if known else 0.0,
             "duration.seconds": _log1p(t.duration_s)}
 
 
