@@ -190,3 +190,11 @@ def test_a_model_of_features_version_4_still_loads_and_predicts_as_before() -> N
     got = features(ev)
     assert from_document(doc).p_success(got) == pytest.approx(
         1 / (1 + math.exp(-(got["steps"] + 0.5 * got["end.asks"]))))
+
+
+def test_longest_result_is_read_and_unrecorded_results_are_zero() -> None:
+    ev = _evaluation(["a", "b", "c"])
+    for step, result in zip(ev.trajectory.steps[1:], ("xx", "x" * 50, None), strict=True):
+        step.result = result
+    assert features(ev)["results.max_chars"] == pytest.approx(math.log1p(50))
+    assert features(_evaluation([]))["results.max_chars"] == 0.0

@@ -37,10 +37,11 @@ from otel_eval.base.model import Evaluation, Finding, Step, Trajectory
 
 # 2: calls per tool name (``tool.<name>``); 3: shell programs run (``program.<name>``);
 # 4: how the run ends (``end.*``); 5: the context the run ended with (``tokens.last_input``)
+# and the longest tool result (``results.max_chars``)
 FEATURES_VERSION = 5
 # Model files of these versions are read: each version computes every feature of the ones
-# before the same way (4 adds the end.* ones, 5 tokens.last_input, which an older model does
-# not name).
+# before the same way (4 adds the end.* ones, 5 tokens.last_input and results.max_chars,
+# which an older model does not name).
 READABLE_FEATURES_VERSIONS = (3, 4, 5)
 LAST_K = 5  # "the last steps": errors among the last LAST_K tool calls
 # Findings never used: derived from the outcome (lucky_pass) or from references (see above).
@@ -255,9 +256,12 @@ def _usage(t: Trajectory) -> dict[str, float]:
 
 
 def _counts(t: Trajectory, tools: list[Step]) -> dict[str, float]:
+    """Counts, and ``results.max_chars``: the longest tool result (a whole file printed, a
+    long failing log; 0 when no result is recorded)."""
     llm = t.llm_steps
+    longest = max([len(s.result) for s in tools if s.result], default=0)
     return {"steps": _log1p(len(t.steps)), "calls.llm": _log1p(len(llm)),
-            "calls.tool": _log1p(len(tools)),
+            "calls.tool": _log1p(len(tools)), "results.max_chars": _log1p(longest),
             "calls.text_replies": _log1p(sum(not s.tool_calls for s in llm)),
             "status.incomplete": float(t.status == "incomplete"),
             "status.truncated": float(t.status == "truncated")}
