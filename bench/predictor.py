@@ -1,6 +1,6 @@
 """Success predictor quality on the public runs with outcomes (issue 13.3).
 
-    python bench/predictor.py [--datasets DIR] [--json FILE]
+    python bench/predictor.py [--datasets DIR] [--json FILE] [--orders N]
     python bench/quality.py --only predictor          (the same figures, as a section)
 
 - Within a dataset: 5-fold cross-validation GROUPED BY TASK (GroupKFold: no task in both the
@@ -12,6 +12,10 @@
 - Across datasets: train on all of one dataset, test on all of the other (and both pooled,
   grouped by task; ``pooled_auc_within``: one model trained on both, as the shipped default
   is, and AUC within each dataset's held-out runs).
+- ``--orders N``: the same within-dataset and pooled figures repeated over N task orders
+  (the task ids mapped to a permutation drawn with seeds 0..N-1 before GroupKFold, which
+  otherwise assigns the tasks to folds in one fixed order), as their mean and per order
+  (``orders``). A difference smaller than the spread between orders is noise.
 - Baseline: the reference-free score ``1 / (1 + errors + warnings / 2)`` over the same
   outcome-blind findings, on the same runs (no fitting).
 
@@ -117,8 +121,22 @@ def reliability(labels: list[int], p: list[float]) -> list[dict[str, Any]]:
     return out
 
 
-def cross_validated(rows: list[Row], base: list[float]) -> dict[str, Any]:
+def task_order(rows: list[Row], seed: int | None) -> list[Any]:
+    """The rows' fold groups: their task ids (seed None: GroupKFold's own order), or the
+    tasks renumbered by a permutation drawn with ``seed`` (GroupKFold assigns groups to
+    folds by size, then by their sorted value: a new numbering is a new task order)."""
     groups = [r.group for r in rows]
+    if seed is None:
+        return groups
+    unique = sorted(set(groups))
+    order = dict(zip(unique, np.random.RandomState(seed).permutation(len(unique)).tolist(),
+                     strict=True))
+    return [order[g] for g in groups]
+
+
+def cross_validated(rows: list[Row], base: list[float],
+                    seed: int | None = None) -> dict[str, Any]:
+    groups = task_order(rows, seed)
     labels = [int(r.label) for r in rows]
     p = [0.0] * len(rows)
     per_fold = []
@@ -134,11 +152,12 @@ def cross_validated(rows: list[Row], base: list[float]) -> dict[str, Any]:
             "auc_per_fold": per_fold}
 
 
-def pooled_within(parts: dict[str, tuple[list[Row], list[float]]]) -> dict[str, Any]:
+def pooled_within(parts: dict[str, tuple[list[Row], list[float]]],
+                  seed: int | None = None) -> dict[str, Any]:
     """The default model's design: one model trained on every dataset's runs (grouped 5-fold
     by task over all of them), AUC within each dataset's held-out runs."""
     rows = [r for rs, _ in parts.values() for r in rs]
-    groups = [r.group for r in rows]
+    groups = task_order(rows, seed)
     labels = [int(r.label) for r in rows]
     p = [0.0] * len(rows)
     for train, test in GroupKFold(n_splits=FOLDS).split(rows, labels, groups):
@@ -157,7 +176,7 @@ def transfer(train: list[Row], test: list[Row], base: list[float]) -> dict[str, 
     return _figures([int(r.label) for r in test], predict(train, test), base)
 
 
-def figures(datasets: Path) -> dict[str, Any]:
+def figures(datasets: Path, orders: int | None = None) -> dict[str, Any]:
     data = datasets_rows(datasets)
     (tau, tau_base), (swe, swe_base) = data["tau_airline"], data["swe_mini_swe_agent"]
     blind = {name: ([dataclasses.replace(r, text="") for r in rows], base)
@@ -171,15 +190,39 @@ def figures(datasets: Path) -> dict[str, Any]:
                    "train_swe_test_tau": transfer(swe, tau, tau_base),
                    "pooled_grouped_by_task": cross_validated(tau + swe, tau_base + swe_base),
                    "pooled_auc_within": pooled_within(data)},
+        **({"orders": over_orders(data, orders)} if orders else {}),
     }
+
+
+def over_orders(data: dict[str, tuple[list[Row], list[float]]], orders: int
+                ) -> dict[str, Any]:
+    """Within-dataset and pooled figures over task orders 0..orders-1: per dataset the mean
+    AUC and Brier over the orders and each order's AUC."""
+    within = [{name: cross_validated(rows, base, seed) for name, (rows, base) in data.items()}
+              for seed in range(orders)]
+    pooled = [pooled_within(data, seed) for seed in range(orders)]
+
+    def summary(per_order: list[dict[str, Any]]) -> dict[str, Any]:
+        return {name: {"auc": round(float(np.mean([o[name]["auc"] for o in per_order])), 3),
+                       "brier": round(float(np.mean([o[name]["brier"] for o in per_order])), 3),
+                       "auc_per_order": [o[name]["auc"] for o in per_order]}
+                for name in data}
+
+    return {"orders": orders, "seeds": list(range(orders)), "within": summary(within),
+            "pooled_auc_within": summary(pooled)}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--datasets", type=Path, default=DEFAULT_DATASETS)
     ap.add_argument("--json", type=Path, help="also write the figures to this file")
+    ap.add_argument("--orders", type=int, metavar="N",
+                    help="also the within-dataset and pooled figures over N task orders "
+                         "(seeds 0..N-1), as their mean and per order")
     args = ap.parse_args(argv)
-    results = figures(args.datasets)
+    if args.orders is not None and args.orders < 1:
+        ap.error("--orders: at least 1")
+    results = figures(args.datasets, args.orders)
     print(json.dumps(results, indent=1))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n")

@@ -191,3 +191,38 @@ def test_a_model_naming_end_features_gets_them_and_one_without_does_not_need_the
     predictor = Predictor(from_document(counts_only))
     assert predictor.predict(asks)["p_success"] == round(
         from_document(counts_only).p_success(features(asks)), 4)
+
+
+@pytest.mark.parametrize(("tokens", "expected"), [
+    # (input, output) per LLM call; None = not recorded
+    ([(100, 5), (900, 7)], math.log1p(900)),  # the last call's input: the context at the end
+    ([(100, 5), (None, 7)], 0.0),  # the last call recorded output only: its input unknown
+    ([(100, 5), (None, None)], math.log1p(100)),  # a call recording no tokens is passed over
+    ([], 0.0),  # no LLM call: unknown, not a finding
+])
+def test_last_input_is_the_context_the_run_ended_with(
+        tokens: list[tuple[int | None, int | None]], expected: float) -> None:
+    steps = [Step(index=i, span_id=f"{i + 1:016x}", parent_span_id=None, kind="llm",
+                  name="chat", input_tokens=inp, output_tokens=out)
+             for i, (inp, out) in enumerate(tokens)]
+    got = features(Evaluation(Trajectory("ab" * 16, "otlp", "complete", steps), []))
+    assert got["tokens.last_input"] == pytest.approx(expected)
+
+
+def test_a_model_of_features_version_4_still_loads_and_predicts_as_before() -> None:
+    doc = {"format": "otel-eval-predictor", "format_version": 1, "name": "m", "version": "v",
+           "features_version": 4, "features": ["steps", "end.asks"],
+           "scaler": {"mean": [0.0, 0.0], "scale": [1.0, 1.0]}, "coefficients": [1.0, 0.5],
+           "intercept": 0.0, "calibration": {"method": "platt", "a": 1.0, "b": 0.0}}
+    ev = _evaluation(["a", "b"])
+    got = features(ev)
+    assert from_document(doc).p_success(got) == pytest.approx(
+        1 / (1 + math.exp(-(got["steps"] + 0.5 * got["end.asks"]))))
+
+
+def test_longest_result_is_read_and_unrecorded_results_are_zero() -> None:
+    ev = _evaluation(["a", "b", "c"])
+    for step, result in zip(ev.trajectory.steps[1:], ("xx", "x" * 50, None), strict=True):
+        step.result = result
+    assert features(ev)["results.max_chars"] == pytest.approx(math.log1p(50))
+    assert features(_evaluation([]))["results.max_chars"] == 0.0

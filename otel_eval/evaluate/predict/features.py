@@ -36,11 +36,13 @@ from typing import Any
 from otel_eval.base.model import Evaluation, Finding, Step, Trajectory
 
 # 2: calls per tool name (``tool.<name>``); 3: shell programs run (``program.<name>``);
-# 4: how the run ends (``end.*``)
-FEATURES_VERSION = 4
-# Model files of these versions are read: version 4 computes every feature of version 3 the
-# same way (it adds the end.* ones, which a version-3 model does not name).
-READABLE_FEATURES_VERSIONS = (3, 4)
+# 4: how the run ends (``end.*``); 5: the context the run ended with (``tokens.last_input``)
+# and the longest tool result (``results.max_chars``)
+FEATURES_VERSION = 5
+# Model files of these versions are read: each version computes every feature of the ones
+# before the same way (4 adds the end.* ones, 5 tokens.last_input and results.max_chars,
+# which an older model does not name).
+READABLE_FEATURES_VERSIONS = (3, 4, 5)
 LAST_K = 5  # "the last steps": errors among the last LAST_K tool calls
 # Findings never used: derived from the outcome (lucky_pass) or from references (see above).
 EXCLUDED_DETECTORS = frozenset({"lucky_pass", "reference"})
@@ -262,6 +264,9 @@ def _end(t: Trajectory) -> dict[str, float]:
 
 
 def _usage(t: Trajectory) -> dict[str, float]:
+    """Token and time use. ``tokens.last_input``: the input tokens of the last LLM call that
+    recorded tokens, the context the agent ended with (a chat agent sends its whole history
+    each turn: how much it had read, run and written by the end); 0 when unrecorded."""
     llm = t.llm_steps
     known = [s for s in llm if s.input_tokens is not None or s.output_tokens is not None]
     inp = sum(s.input_tokens or 0 for s in known)
@@ -269,13 +274,17 @@ def _usage(t: Trajectory) -> dict[str, float]:
     return {"tokens.missing": float(not known),
             "tokens.input": _log1p(inp), "tokens.output": _log1p(out),
             "tokens.output_per_call": _log1p(out / len(known)) if known else 0.0,
+            "tokens.last_input": _log1p(known[-1].input_tokens or 0) if known else 0.0,
             "duration.seconds": _log1p(t.duration_s)}
 
 
 def _counts(t: Trajectory, tools: list[Step]) -> dict[str, float]:
+    """Counts, and ``results.max_chars``: the longest tool result (a whole file printed, a
+    long failing log; 0 when no result is recorded)."""
     llm = t.llm_steps
+    longest = max([len(s.result) for s in tools if s.result], default=0)
     return {"steps": _log1p(len(t.steps)), "calls.llm": _log1p(len(llm)),
-            "calls.tool": _log1p(len(tools)),
+            "calls.tool": _log1p(len(tools)), "results.max_chars": _log1p(longest),
             "calls.text_replies": _log1p(sum(not s.tool_calls for s in llm)),
             "status.incomplete": float(t.status == "incomplete"),
             "status.truncated": float(t.status == "truncated")}
