@@ -165,6 +165,12 @@ class Spool:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA wal_autocheckpoint=64")
         db.execute(f"PRAGMA synchronous={'FULL' if self._fsync else 'OFF'}")
+        # Debian's SQLite (the image's, CPython's on most Linux) is built with secure_delete
+        # on: each request deleted after its evaluation had its ~100 KB+ of pages zeroed and
+        # written to the WAL again (half of the spool's delete CPU). FAST zeroes what costs no
+        # extra I/O (the b-tree pages); a deleted body's pages go to the freelist as they are,
+        # for the next requests' bodies to take.
+        db.execute("PRAGMA secure_delete=FAST")
         self._db = db
         self._migrate()
         return db
