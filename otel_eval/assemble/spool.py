@@ -25,7 +25,9 @@ Promises:
   finds its evaluation in the store by content digest and does not evaluate it again
   (``already_evaluated``; a replay with late spans is evaluated and supersedes the row).
   Records of a trace no span ever joined are dropped by assembly (nothing to evaluate), and
-  their pairs with them (``evaluated``, from the engine's tick);
+  their pairs with them (``evaluated``, from the engine's tick). A deleted request's bytes are
+  not overwritten on disk (``secure_delete=FAST``): its pages go to the file's freelist, where
+  the next requests' bodies take them;
 - replays are whole traces: only pending pairs are replayed, so a stored trace never comes
   back as its tail. A trace re-opened by late spans lost its first requests with its first
   evaluation, so its spans (and the log records it holds) are spooled again (re-encoded, a
