@@ -21,10 +21,11 @@ its evaluation is then superseded. Later spans are rejected as ``late`` while th
 remembered (``max_tombstones`` ids, 16 bytes of state each); beyond that they start a new trace.
 
 Time is injected: ``add(spans, now)`` and ``tick(now)`` take the clock reading, so tests drive
-time by hand. Deadlines sit in a heap with lazy re-scheduling: a span arrival only moves the
-trace's own deadline; the heap entry is re-pushed when it surfaces too early. That is O(1)
-per span and O(log n) per release, with no timer per trace (the collector's id batcher
-achieves the same with a ring of one-second batches).
+time by hand. Deadlines sit in a heap with lazy re-scheduling: the spans of an ``add`` only
+move their traces' own deadlines (once per trace, after the last of its spans); the heap entry
+is re-pushed when it surfaces too early. That is O(1) per span and O(log n) per release,
+with no timer per trace (the collector's id batcher achieves the same with a ring of
+one-second batches).
 
 Not thread-safe: the engine serializes calls.
 """
@@ -152,34 +153,37 @@ class TraceAssembler:
         of the sender that opened it (else ``foreign_sender``): holding a trace id (it travels
         in ``traceparent``) must not be enough to replace a stored result."""
         res = AddResult()
-        cfg = self.config
+        limit = self.config.max_spans_per_trace
+        took: dict[str, _Open] = {}  # the traces that took spans, in the order they did
         for span in spans:
-            tr = self._open_for(span, now, res, source, sender)
+            tr = self._open.get(span.trace_id) or self._open_for(span, now, res, source, sender)
             if tr is None:
                 continue
             if span.span_id in tr.spans:
                 res.rejected["duplicate_span"] += 1
                 continue
-            if len(tr.spans) >= cfg.max_spans_per_trace:
+            if len(tr.spans) >= limit:
                 res.rejected["trace_too_large"] += 1
                 continue
             tr.spans[span.span_id] = span
-            self.open_spans += 1
-            self.open_bytes += span.nbytes
             tr.nbytes += span.nbytes
-            if len(tr.spans) == 1:
-                self._singles[tr.trace_id] = None
-            elif len(tr.spans) == 2:
-                self._singles.pop(tr.trace_id, None)
+            self.open_bytes += span.nbytes
             res.accepted += 1
-            tr.last_seen = max(tr.last_seen, now)  # a replay hands older times first
             if span.end_ns and span.is_entry:
                 tr.root_ended = True
-            if span.trace_id not in res.traces:
-                res.traces.add(span.trace_id)
-                if on_trace is not None and (w := on_trace(span.trace_id)) is not None:
+            if tr.trace_id not in took:
+                took[tr.trace_id] = tr
+                if on_trace is not None and (w := on_trace(tr.trace_id)) is not None:
                     tr.waiters.append(w)
+        self.open_spans += res.accepted
+        for tr in took.values():  # once per trace, not per span: the state it ends up in
+            if len(tr.spans) == 1:
+                self._singles[tr.trace_id] = None
+            else:
+                self._singles.pop(tr.trace_id, None)
+            tr.last_seen = max(tr.last_seen, now)  # a replay hands older times first
             self._reschedule(tr)
+        res.traces = set(took)
         return res
 
     def _open_for(self, item: Span | HeldRecord, now: float, res: AddResult, source: str,
