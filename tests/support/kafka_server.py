@@ -129,8 +129,10 @@ class KafkaServer:
         t0 = time.monotonic()
         props = self._write_properties()
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        fmt = subprocess.run(self._java("kafka.tools.StorageTool", "format", "-t", cluster_id,
-                                        "-c", str(props)),
+        # one id in 64 starts with "-", which the tool's argparse reads as an option unless
+        # it is joined to its flag (Kafka's own Uuid.randomUuid draws again for that reason)
+        fmt = subprocess.run(self._java("kafka.tools.StorageTool", "format",
+                                        f"--cluster-id={cluster_id}", "-c", str(props)),
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
         if fmt.returncode:
             raise RuntimeError(f"kafka storage format failed:\n{fmt.stdout.decode()}")
