@@ -31,7 +31,7 @@ RUN python -m venv /opt/otel-eval
 WORKDIR /src
 # Only what the build reads (see .dockerignore): the locks, metadata, readme, the package.
 COPY requirements/service.txt requirements/build.txt ./requirements/
-RUN /opt/otel-eval/bin/pip install --no-cache-dir --require-hashes --only-binary :all: \
+RUN /opt/otel-eval/bin/pip install --no-cache-dir --require-hashes --only-binary :all: --no-deps \
         -r requirements/service.txt -r requirements/build.txt
 COPY pyproject.toml README.md ./
 COPY otel_eval ./otel_eval

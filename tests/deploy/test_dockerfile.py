@@ -120,6 +120,7 @@ def test_dependencies_come_from_the_lock_with_hashes() -> None:
         words = shell_words(run)
         if "--require-hashes" in words:
             assert "--only-binary" in words, run  # wheels: no dependency's build code runs
+            assert "--no-deps" in words, run  # the lock is the closure: pip resolves nothing
             locks += [words[i + 1] for i, w in enumerate(words) if w in ("-r", "--requirement")]
         else:
             assert "--no-deps" in words and "--no-build-isolation" in words, run

@@ -120,6 +120,36 @@ def missing_from_lock(requirements: list[str], pins: dict[str, Pin], lock: str) 
     return problems
 
 
+def unlocked_dependencies(root: str, extras: set[str], pins: dict[str, Pin],
+                          lock: str) -> list[str]:
+    """What the installed ``root`` (with ``extras``) needs, transitively, that the lock does not
+    pin within range. scripts/install passes --no-deps (pip resolves nothing), so the lock must
+    be its own closure: each requirement's marker evaluated for the extras it was reached by."""
+    from importlib.metadata import requires
+
+    problems, seen = [], set()
+    todo = [(canonicalize_name(root), frozenset(extras))]
+    while todo:
+        name, wanted = todo.pop()
+        if (name, wanted) in seen:
+            continue
+        seen.add((name, wanted))
+        for text in requires(name) or []:
+            req = Requirement(text)
+            if req.marker is not None and not any(
+                    req.marker.evaluate({"extra": e}) for e in (wanted or {""})):
+                continue
+            dep = canonicalize_name(req.name)
+            pin = pins.get(dep)
+            if pin is None:
+                problems.append(f"{name} needs {text!r}: missing from {lock}")
+            elif not req.specifier.contains(pin.version, prereleases=True):
+                problems.append(f"{name} needs {text!r}: {lock} pins {pin.version}")
+            else:
+                todo.append((dep, frozenset(req.extras)))
+    return problems
+
+
 def expression_allowed(expression: str, allowed: set[str]) -> bool:
     """Whether an SPDX license expression is satisfiable with the allowed ids: AND binds
     tighter than OR; a `WITH` exception, or anything unparsable, is never allowed (review it)."""

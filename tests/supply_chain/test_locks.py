@@ -22,6 +22,7 @@ from lockfiles import (
     missing_from_lock,
     pyproject,
     read_lock,
+    unlocked_dependencies,
 )
 from packaging.requirements import Requirement
 
@@ -62,8 +63,8 @@ def test_ci_installs_only_from_the_lock_with_hashes() -> None:
     assert not [ln for ln in test if "pip" in ln and "install" in ln], test
     installs = [ln for ln in _commands("scripts/install") if "install --" in ln]
     locked, own = installs
-    assert all(f in locked for f in ("--require-hashes", "--only-binary :all:", '-r "$lock"',
-                                     "-r requirements/build.txt")), locked
+    assert all(f in locked for f in ("--require-hashes", "--only-binary :all:", "--no-deps",
+                                     '-r "$lock"', "-r requirements/build.txt")), locked
     assert all(f in own for f in ("--no-deps", "--no-build-isolation", "-e .")), own
     assert "--dev) lock=requirements/dev.txt" in " ".join(_commands("scripts/install"))
 
@@ -154,6 +155,20 @@ def test_installed_packages_are_the_locked_releases() -> None:
         if installed != pin.version:
             wrong[pin.name] = (pin.version, installed)
     assert not wrong, f"(locked, installed): {wrong}; run scripts/install --dev"
+
+
+def test_the_lock_is_its_own_closure() -> None:
+    """scripts/install resolves nothing (--no-deps): every package the installed otel-eval[dev]
+    needs, through any chain of dependencies and extras, is pinned in the dev lock in range."""
+    problems = unlocked_dependencies("otel-eval", {"dev"}, read_lock(DEV_LOCK), "dev.txt")
+    assert not problems, problems
+
+
+def test_a_dependency_missing_from_the_lock_is_found() -> None:
+    pins = read_lock(DEV_LOCK)
+    without = {n: p for n, p in pins.items() if n != "httpx"}
+    problems = unlocked_dependencies("litellm", set(), without, "dev.txt")
+    assert any("httpx" in p and "missing" in p for p in problems), problems
 
 
 def test_pyproject_declares_ranges_not_pins() -> None:
