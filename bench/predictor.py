@@ -22,7 +22,9 @@
 Labels: tau-bench ``reward`` (1 = success), SWE-bench ``results_summary.json`` ``resolved``.
 Evaluation uses the default configuration (default budgets, no references, no judge): what a
 user without benchmark files has. Hyperparameters are ``predict.train.HYPERPARAMETERS``,
-fixed before these figures were first measured; nothing here is searched on the folds.
+fixed before these figures were first measured, but for the counts' C, which ``fit`` chooses
+from its declared grid on each training part's own inner folds (nested: the held-out part
+plays no part in it); nothing here is searched on the outer folds.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from otel_eval.app.config import Config, replace
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.predict import load_model
 from otel_eval.evaluate.predict.features import FEATURES_VERSION, features
+from otel_eval.evaluate.predict.train import HYPERPARAMETERS, _choose_c
 from otel_eval.receive.loaders import load_path
 
 
@@ -40,6 +41,29 @@ def test_train_writes_a_model_that_eval_applies_to_every_trace(tau_slice: Path,
         assert 0.0 <= prediction["p_success"] <= 1.0
         ps.append(prediction["p_success"])
     assert len(set(ps)) > SLICE_RUNS // 2  # per trace, not a constant
+
+
+def test_the_counts_c_is_the_grid_value_with_the_lowest_held_out_loss(tau_model: Path) -> None:
+    training = load_model(tau_model).training
+    losses = training["cross_validation"]["counts_log_loss_by_C"]
+    grid = HYPERPARAMETERS["C_grid"]
+    assert list(losses) == [str(c) for c in grid]
+    assert training["hyperparameters"]["C"] == grid[[losses[str(c)] for c in grid].index(
+        min(losses.values()))]
+
+
+def test_choose_c_charges_confident_wrong_log_odds() -> None:
+    import numpy as np
+
+    y = np.array([1, 0, 1, 0])
+    # column 0 ranks the runs right but says it with log-odds of +-8 where it is wrong once;
+    # column 1 ranks them the same way, mildly: log loss prefers the second
+    odds = np.array([[8.0, 1.0, 0.5, 0.5], [-8.0, -1.0, 0.5, 0.5], [8.0, 1.0, 0.5, 0.5],
+                     [8.0, 0.5, 0.5, 0.5]])
+    j, losses = _choose_c(odds, y)
+    assert j == 1 and losses[str(HYPERPARAMETERS["C_grid"][0])] > losses[str(
+        HYPERPARAMETERS["C_grid"][1])]
+    assert _choose_c(odds[:0], y[:0]) == (len(HYPERPARAMETERS["C_grid"]) - 1, {})
 
 
 def test_with_the_model_turned_off_there_is_no_prediction(tau_slice: Path) -> None:

@@ -11,9 +11,10 @@
 
 The only module that imports scikit-learn and numpy (lazily, inside the functions), so
 ``serve`` and ``eval`` never load them. Hyperparameters are fixed here (``HYPERPARAMETERS``),
-never searched on the user's runs: the counts' were declared before any figure was measured;
-the text's and ``name_features`` were chosen by task-disjoint cross-validation on the dev half
-of the public runs (bench/README.md).
+with one exception: the counts' C is chosen from ``C_grid``, declared up front, on the
+training runs' own folds (``_choose_c``; the file records the value). The rest were declared
+before any figure was measured, or (the text's and ``name_features``) chosen by task-disjoint
+cross-validation on the dev half of the public runs (bench/README.md).
 
 Labels: JSON lines ``{"trace_id": "...", "outcome": true}`` (or ``"task_id"``, for benchmarks
 with one run per task; outcome as bool, 1/0 or success/failure), or a SWE-bench results
@@ -63,10 +64,18 @@ class EvalRun(Protocol):
 
     def evaluations(self) -> Iterator[Evaluation]: ...
 
-# Fixed before measuring; see the module docstring.
+# Fixed before measuring, but for the counts' C; see the module docstring.
 HYPERPARAMETERS: dict[str, Any] = {
-    "estimator": "LogisticRegression", "penalty": "l2", "C": 1.0, "solver": "lbfgs",
+    "estimator": "LogisticRegression", "penalty": "l2", "solver": "lbfgs",
     "max_iter": 1000, "class_weight": None,
+    # the counts' C: the value of C_grid with the lowest out-of-fold log loss of the counts'
+    # regression on the training runs (the folds grouped by task of the Platt step); the
+    # model file's training.hyperparameters.C is the one chosen. C = 1 was declared, never
+    # searched; the grid was declared before this choice was measured. bench/predictor.py
+    # --orders 5, C = 1 -> chosen inside each outer training part (bench/README.md, "Sixth
+    # session"): own model tau-bench 0.719 -> 0.731, SWE-bench 0.678 -> 0.684; the default's
+    # design 0.679 / 0.666 -> 0.686 / 0.664.
+    "C_grid": (0.03, 0.1, 0.3, 1.0), "C_choice": "out-of-fold log loss",
     # a finding kind becomes a feature when >= 3 training traces have it
     "min_finding_support": 3,
     # the calls per tool name and per program (tool.*, program.*) are left out: a name means
@@ -91,7 +100,8 @@ HYPERPARAMETERS: dict[str, Any] = {
     # a fixed effect) whose weights the file keeps as the agent's offset of the calibration
     # (its base rate). An agent the model never saw gets the pooled values. One model of
     # tau-bench and SWE-bench, AUC within each, 5 task orders (bench/README.md, "Fourth
-    # session"): 0.684 / 0.595 -> 0.690 / 0.629.
+    # session", features version 4, C = 1): 0.684 / 0.595 -> 0.690 / 0.629; with version 5
+    # and the counts' C chosen (C_grid) the default's design measures 0.686 / 0.664.
     "agent_scaling": True, "min_agent_runs": 20, "agent_effects": True, "agent_column": 10.0,
 }
 MAX_LABEL_LINE_CHARS = 4096
@@ -303,9 +313,9 @@ def _regression(x: Any, y: Any, agents: list[str], c: float) -> Linear:
                   {a: float(effects[i]) - mean for a, i in index.items()})
 
 
-def _fit_counts(x: Any, y: Any, agents: list[str]) -> tuple[Scaler, Linear]:
+def _fit_counts(x: Any, y: Any, agents: list[str], c: float) -> tuple[Scaler, Linear]:
     scaler = _scaler(x, agents)
-    return scaler, _regression(scaler.apply(x, agents), y, agents, HYPERPARAMETERS["C"])
+    return scaler, _regression(scaler.apply(x, agents), y, agents, c)
 
 
 def _fit_text(texts: list[str], y: Any, agents: list[str]) -> tuple[Any, Linear] | None:
@@ -324,26 +334,52 @@ def _fit_text(texts: list[str], y: Any, agents: list[str]) -> tuple[Any, Linear]
 
 
 def _out_of_fold(x: Any, y: Any, groups: list[str], texts: list[str],
-                 agents: list[str]) -> tuple[Any, Any, Any]:
-    """Out-of-fold decision values of the counts and of the text (folds grouped by task;
-    the text's are 0 where its fold had no vocabulary) and which rows got one."""
+                 agents: list[str]) -> tuple[Any, Any, Any, Any]:
+    """Out-of-fold values (folds grouped by task): the counts' decision values, a column per
+    C of ``C_grid``; the same with each training agent's effect added (the regression's own
+    log-odds, for ``_choose_c``); the text's (0 where its fold had no vocabulary); which rows
+    got one."""
     import numpy as np
     from sklearn.model_selection import GroupKFold
 
-    z, zt = np.zeros(len(y)), np.zeros(len(y))
-    done = np.zeros(len(y), dtype=bool)
+    grid = HYPERPARAMETERS["C_grid"]
+    z, odds = np.zeros((len(y), len(grid))), np.zeros((len(y), len(grid)))
+    zt, done = np.zeros(len(y)), np.zeros(len(y), dtype=bool)
     folds = min(HYPERPARAMETERS["folds"], len(set(groups)))
     for train, test in GroupKFold(n_splits=folds).split(x, y, groups):
         if len(set(y[train].tolist())) < 2:
             continue  # a fold whose training part holds one class predicts nothing
-        part = [agents[i] for i in train]
-        scaler, lr = _fit_counts(x[train], y[train], part)
-        z[test] = lr.decision(scaler.apply(x[test], [agents[i] for i in test]))
+        part, held = [agents[i] for i in train], [agents[i] for i in test]
+        scaler = _scaler(x[train], part)
+        xs, xt = scaler.apply(x[train], part), scaler.apply(x[test], held)
+        for j, c in enumerate(grid):
+            lr = _regression(xs, y[train], part, c)
+            z[test, j] = lr.decision(xt)
+            odds[test, j] = z[test, j] + np.array([lr.agents.get(a, 0.0) for a in held])
         text = _fit_text([texts[i] for i in train], y[train], part)
         if text is not None:
             zt[test] = text[1].decision(text[0].transform([texts[i] for i in test]))
         done[test] = True
-    return z, zt, done
+    return z, odds, zt, done
+
+
+def _choose_c(odds: Any, y: Any) -> tuple[int, dict[str, float]]:
+    """The column of ``C_grid`` whose out-of-fold log-odds have the lowest mean log loss
+    (the first on a tie; the last, C = 1 as shipped before, without held-out runs), and each
+    C's loss. Log loss, not AUC: it is defined on every held-out run, pooled over the folds
+    (a fold of a few tasks can hold one class, where AUC is not), and it is the regression's
+    own objective, and it charges the confident wrong predictions that too weak a penalty
+    makes, which a ranking would not see. The text's C stays fixed (``text_C``)."""
+    import numpy as np
+    from sklearn.metrics import log_loss
+
+    grid = HYPERPARAMETERS["C_grid"]
+    if len(y) == 0:
+        return len(grid) - 1, {}
+    losses = [float(log_loss(y, 1.0 / (1.0 + np.exp(-odds[:, j])), labels=[0, 1]))
+              for j in range(len(grid))]
+    return int(np.argmin(losses)), {str(c): round(v, 4) for c, v in zip(grid, losses,
+                                                                        strict=True)}
 
 
 def _calibrate(scores: list[Any], y: Any, agents: list[str]
@@ -401,13 +437,17 @@ def fit(rows: list[Row], name: str = "success") -> dict[str, Any]:
     y = np.array([int(r.label) for r in rows])
     groups = [r.group for r in rows]
     agents = [r.agent for r in rows]
-    scaler, lr = _fit_counts(x, y, agents)
     texts = [r.text for r in rows]
+    z, odds, zt, done = _out_of_fold(x, y, groups, texts, agents)
+    j, losses = _choose_c(odds[done], y[done])
+    c = HYPERPARAMETERS["C_grid"][j]
+    scaler, lr = _fit_counts(x, y, agents, c)
     text = _fit_text(texts, y, agents)
-    z, zt, done = _out_of_fold(x, y, groups, texts, agents)
     kept = [a for a, d in zip(agents, done, strict=True) if d]
-    scores = [z[done]] if text is None else [z[done], zt[done]]
+    scores = [z[done, j]] if text is None else [z[done, j], zt[done]]
     a, b, offsets, cv = _calibrate(scores, y[done], kept)
+    if losses:
+        cv["counts_log_loss_by_C"] = losses
     calibration: dict[str, Any] = ({"method": "platt", "a": a[0], "b": b} if text is None
                                    else {"method": "stack", "a": a, "b": b})
     if offsets:
@@ -428,7 +468,7 @@ def fit(rows: list[Row], name: str = "success") -> dict[str, Any]:
             "runs": len(rows), "successes": int(y.sum()), "tasks": len(set(groups)),
             "agents": len(set(agents)),
             "sources": sorted({r.source for r in rows})[:20],
-            "hyperparameters": HYPERPARAMETERS, "cross_validation": cv,
+            "hyperparameters": {**HYPERPARAMETERS, "C": c}, "cross_validation": cv,
             "scikit_learn": sklearn.__version__,
             "trained_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         },
