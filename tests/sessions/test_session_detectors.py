@@ -53,6 +53,8 @@ CASES: list[tuple[str, list[tuple[str, list[Message]]], str, set[tuple[str, str]
                            {"n": 1.0, "reservation_id": " ZFA04Y "}]), "complete",
      {("loop", "repeated_across_turns")}),
     ("twice is no loop", _same_call_each_turn([SAME] * 2), "complete", set()),
+    ("a call with no arguments in every turn (DSPy ReAct's finish) asks for the state now",
+     _same_call_each_turn([{}] * 4), "complete", set()),
     ("the user repeats the request",
      [("I want to cancel my flight to Boston", [_answer("Which reservation?")]),
       ("i want to cancel  my flight to Boston!", [_answer("Done.")])], "complete",
@@ -111,3 +113,40 @@ def test_session_turns_budget_and_cut_turns() -> None:
     assert (record["turns"], record["counts"]["turns_read"], record["counts"]["turns_cut"]) == (
         5, 3, 2)
 
+
+
+def _turn(trace_id: str, input_text: str, prompt: str | None) -> dict[str, Any]:
+    """A stored turn whose input is ``input_text`` and whose first LLM call was sent
+    ``prompt`` last."""
+    steps = [{"index": 0, "kind": "agent"}]
+    if prompt is not None:
+        steps.append({"index": 1, "kind": "llm", "prompt": prompt})
+    return {"trace_id": trace_id, "input": input_text, "steps": steps, "output": "Sunny."}
+
+
+CREW_TEMPLATE = ("This is the expected criteria for your final answer: The weather.\nyou MUST "
+                 "return the actual complete content as the final answer, not a summary.")
+CONFIG_JSON = json.dumps({"agent": {"role": "weather_agent", "goal": "Answer questions about "
+                                    "the weather.", "tools": ["get_weather"]}})
+
+
+@pytest.mark.parametrize(("inputs", "prompts", "expected"), [
+    # CrewAI: each turn's input is the agent's config, the same in every turn; the question
+    # is what its first LLM call was sent, inside CrewAI's template: different questions are
+    # no repeat, however alike the template makes them; the same one is
+    ([CONFIG_JSON] * 3, [f"Current Task: {q}\n\n{CREW_TEMPLATE}" for q in (
+        "What is the weather in Paris?", "And in London?", "And in Tokyo?")], []),
+    ([CONFIG_JSON] * 2, [f"Current Task: And in London?\n\n{CREW_TEMPLATE}"] * 2, [[1, 2]]),
+    # a document and no LLM call: the request is unknown, never compared
+    ([CONFIG_JSON] * 2, [None, None], []),
+    # words are the request, whatever the LLM was sent (a message may start with a brace)
+    (["{x} is undefined in my template, why?"] * 2, ["a", "b"], [[1, 2]]),
+    (["What is the weather in Paris?", "And in London, please?"], ["same"] * 2, []),
+])
+def test_the_request_of_a_turn_whose_input_is_a_document(
+        inputs: list[str], prompts: list[str | None], expected: list[list[int]]) -> None:
+    turns = [_turn(f"t{n}", text, prompt) for n, (text, prompt) in
+             enumerate(zip(inputs, prompts, strict=True))]
+    record = evaluate_session("conv-doc", turns, SessionsConfig(), "complete")
+    assert [f["attributes"]["turns"] for f in record["findings"]
+            if f["detector"] == "repeated_request"] == expected

@@ -5,10 +5,12 @@ config, returning findings that name the turn (``trace_id``) and the step they p
 
 - ``loop`` / ``repeated_across_turns`` (error): the same call, same tool and same canonical
   arguments (``detectors.canonical``), made in ``loop_turns`` or more turns. No single trace
-  needs to repeat anything: the agent forgot what an earlier turn already learned.
-- ``repeated_request`` / ``same_request`` (warning): the user's request (a turn's first user
-  message, whitespace and case folded) repeated in ``repeated_request_turns`` or more turns:
-  the agent did not help the first time. ``reworded_request`` (warning): the same, with at
+  needs to repeat anything: the agent forgot what an earlier turn already learned. A call
+  with no arguments is not compared: it asks for the state now, which the turns between may
+  change (DSPy ReAct's ``finish`` ends every turn).
+- ``repeated_request`` / ``same_request`` (warning): the user's request (``_request``: the
+  turn's input, whitespace and case folded) repeated in ``repeated_request_turns`` or more
+  turns: the agent did not help the first time. ``reworded_request`` (warning): the same, with at
   least one of the repeats in other words (character-3-gram Jaccard of the two requests >=
   ``reworded_request_similarity``, and the same words with a digit: a booking code, a date,
   an amount; each compared with the ``reworded_window`` requests before it). Short requests
@@ -33,6 +35,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from otel_eval.base.text import load_content
 from otel_eval.evaluate.detectors.canonical import canonical_arguments, norm_ws
 from otel_eval.evaluate.detectors.reworded import jaccard, trigrams
 from otel_eval.evaluate.sessions.config import SessionsConfig
@@ -44,6 +47,7 @@ Turns = Sequence[dict[str, Any]]
 _DIGIT = re.compile(r"\d")
 _PUNCTUATION = ".,;:!?()[]{}\"'"
 _CLOSERS = "*_`\"'\u201d\u2019)]} \t\n"  # after a question's mark: emphasis, quotes
+_NO_ARGUMENTS = frozenset({"{}", "[]", ""})  # canonical arguments of a call with none
 _REQUEST_CHARS = 500  # of a request compared (a rewording shows in its first sentences)
 
 
@@ -54,12 +58,14 @@ def _finding(detector: str, kind: str, severity: str, message: str, turn: dict[s
 
 
 def _calls(turn: dict[str, Any]) -> dict[tuple[str, str], int]:
-    """(tool, canonical arguments) -> the index of its first step, for the turn's calls."""
+    """(tool, canonical arguments) -> the index of its first step, for the turn's calls with
+    arguments (one with none, or unrecorded ones, asks nothing an earlier turn answered)."""
     out: dict[tuple[str, str], int] = {}
     for step in turn.get("steps") or ():
         if step.get("kind") == "tool" and step.get("tool_name"):
-            key = (str(step["tool_name"]), canonical_arguments(step.get("arguments")))
-            out.setdefault(key, int(step.get("index", 0)))
+            arguments = canonical_arguments(step.get("arguments"))
+            if arguments not in _NO_ARGUMENTS:
+                out.setdefault((str(step["tool_name"]), arguments), int(step.get("index", 0)))
     return out
 
 
@@ -80,11 +86,31 @@ def loop(turns: Turns, config: SessionsConfig, complete: bool) -> list[SessionFi
     return out
 
 
-def _request(turn: dict[str, Any]) -> str:
-    text = turn.get("input")
+def _request(turn: dict[str, Any]) -> tuple[str, bool]:
+    """(the user's request in the turn, read from what an LLM was sent?). The request is the
+    turn's input: the user's message where the input holds messages (``trajectory.build``).
+    Where the input is another JSON document (a framework's agent config or workflow state:
+    CrewAI, LlamaIndex), it is what the turn's first LLM call was sent last (its ``prompt``),
+    often inside the framework's own template. Nothing recognised is "" (never compared)."""
+    text: Any = turn.get("input")
+    prompted = not isinstance(text, str) or _is_document(text)
+    if prompted:
+        llm = next((s for s in turn.get("steps") or () if s.get("kind") == "llm"), None)
+        text = llm.get("prompt") if llm is not None else None
     if not isinstance(text, str):
-        return ""
-    return norm_ws(text[:_REQUEST_CHARS * 4]).casefold().rstrip(".!? ")[:_REQUEST_CHARS]
+        return "", prompted
+    folded = norm_ws(text[:_REQUEST_CHARS * 4]).casefold().rstrip(".!? ")[:_REQUEST_CHARS]
+    return folded, prompted
+
+
+def _is_document(text: str) -> bool:
+    """A JSON object or array, not words."""
+    if not text.lstrip().startswith(("{", "[")):
+        return False
+    try:
+        return isinstance(load_content(text), dict | list)
+    except ValueError:  # a message that starts with a brace (or nested past our depth)
+        return False
 
 
 def _identifiers(text: str) -> frozenset[str]:
@@ -93,24 +119,29 @@ def _identifiers(text: str) -> frozenset[str]:
     return frozenset(w.strip(_PUNCTUATION) for w in text.split() if _DIGIT.search(w))
 
 
-def _groups(requests: Sequence[tuple[int, str]], config: SessionsConfig,
+def _groups(requests: Sequence[tuple[int, str, bool]], config: SessionsConfig,
             ) -> list[tuple[list[int], bool]]:
     """Turns asking the same thing: (turn numbers, reworded?) per group of two or more.
     Equal texts are one request wherever they are; a text is also compared with the
     ``reworded_window`` requests before it (the nearest first): character-3-gram Jaccard >=
-    ``reworded_request_similarity`` is a rewording."""
-    grams = [trigrams(text) for _, text in requests]
-    ids = [_identifiers(text) for _, text in requests]
+    ``reworded_request_similarity`` is a rewording. A request read from an LLM's prompt is
+    only ever equal: the framework's template around the user's words makes any two alike."""
+    grams = [frozenset() if prompted else trigrams(text) for _, text, prompted in requests]
+    ids = [_identifiers(text) for _, text, _ in requests]
     group = list(range(len(requests)))  # request -> the first request of its group
     reworded: set[int] = set()
     exact: dict[str, int] = {}  # text -> its first request (equal texts: at any distance)
     similar = config.reworded_request_similarity
-    for i, (_, text) in enumerate(requests):
+    for i, (_, text, prompted) in enumerate(requests):
         if text in exact:
             group[i] = group[exact[text]]
             continue
         exact[text] = i
+        if prompted:
+            continue
         for j in range(i - 1, max(0, i - config.reworded_window) - 1, -1):
+            if requests[j][2]:
+                continue
             small, large = sorted((len(grams[i]), len(grams[j])))
             # J <= |small| / |large|: sets of too different sizes are not compared
             if ids[i] == ids[j] and small >= similar * large \
@@ -127,8 +158,8 @@ def _groups(requests: Sequence[tuple[int, str]], config: SessionsConfig,
 
 def repeated_request(turns: Turns, config: SessionsConfig,
                      complete: bool) -> list[SessionFinding]:
-    requests = [(n, r) for n, t in enumerate(turns)
-                if len(r := _request(t)) >= config.min_request_chars]
+    requests = [(n, *r) for n, t in enumerate(turns)
+                if len((r := _request(t))[0]) >= config.min_request_chars]
     out = []
     for numbers, reworded in _groups(requests, config):
         if len(numbers) < config.repeated_request_turns:
@@ -137,7 +168,7 @@ def repeated_request(turns: Turns, config: SessionsConfig,
         out.append(_finding(
             "repeated_request", "reworded_request" if reworded else "same_request", "warning",
             f"the user {said} in {len(numbers)} turns", turns[numbers[-1]], None,
-            turns=[n + 1 for n in numbers], request=_request(turns[numbers[0]])[:256]))
+            turns=[n + 1 for n in numbers], request=_request(turns[numbers[0]])[0][:256]))
     return out
 
 
