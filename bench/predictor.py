@@ -46,15 +46,9 @@ from otel_eval.app.config import Config
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.predict.config import PredictionConfig
 from otel_eval.evaluate.predict.features import blind_findings
+from otel_eval.evaluate.predict.labels import Labels, Row, read_labels, row
 from otel_eval.evaluate.predict.modelfile import from_document
-from otel_eval.evaluate.predict.train import (
-    HYPERPARAMETERS,
-    Labels,
-    Row,
-    fit,
-    read_labels,
-    row,
-)
+from otel_eval.evaluate.predict.train import HYPERPARAMETERS, fit
 from otel_eval.receive.loaders import load_path
 
 ROOT = Path(__file__).resolve().parents[1]

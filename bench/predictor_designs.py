@@ -43,8 +43,8 @@ from sklearn.preprocessing import normalize
 from otel_eval.app.config import Config
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.predict.config import PredictionConfig
+from otel_eval.evaluate.predict.labels import Labels, read_labels, row
 from otel_eval.evaluate.predict.text import terms
-from otel_eval.evaluate.predict.train import Labels, read_labels, row
 from otel_eval.receive.loaders import load_path
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -44,8 +44,9 @@ from otel_eval.base import model
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.predict import Predictor
 from otel_eval.evaluate.predict.config import PredictionConfig
+from otel_eval.evaluate.predict.labels import Labels, row
 from otel_eval.evaluate.predict.modelfile import from_document
-from otel_eval.evaluate.predict.train import Labels, fit, row
+from otel_eval.evaluate.predict.train import fit
 from otel_eval.evaluate.sessions.config import SessionsConfig
 from otel_eval.evaluate.sessions.evaluate import in_turn_order
 from otel_eval.evaluate.sessions.job import SessionJob

@@ -16,42 +16,41 @@ training runs' own folds (``_choose_c``; the file records the value). The rest w
 before any figure was measured, or (the text's and ``name_features``) chosen by task-disjoint
 cross-validation on the dev half of the public runs (bench/README.md).
 
-Labels: JSON lines ``{"trace_id": "...", "outcome": true}`` (or ``"task_id"``, for benchmarks
-with one run per task; outcome as bool, 1/0 or success/failure), or a SWE-bench results
-summary (``{"instances": [{"instance_id", "resolved"}]}``, matched on the task id). A trace id
-label wins over a task id label, which wins over the outcome the run carries.
+Labels and the training rows (a run's features, label, fold group and text): ``predict.labels``.
 """
 
 from __future__ import annotations
 
 import datetime
-import json
 import sys
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from otel_eval.base.documents import MAX_NAME_CHARS
 from otel_eval.base.model import Evaluation
-from otel_eval.evaluate.evaluator import normalize_outcome
 from otel_eval.evaluate.predict.features import (
     FEATURE_PREFIX_FINDING,
     FEATURE_PREFIX_PROGRAM,
     FEATURE_PREFIX_TOOL,
     FEATURES_VERSION,
-    features,
+)
+from otel_eval.evaluate.predict.labels import (
+    Labels,
+    Row,
+    TrainError,
+    read_labels,
+    rows_from,
 )
 from otel_eval.evaluate.predict.modelfile import (
     FORMAT,
     FORMAT_VERSION,
     MAX_AGENTS,
     Model,
-    agent_key,
     write_model,
 )
-from otel_eval.evaluate.predict.text import TEXT_VERSION, run_text, terms
+from otel_eval.evaluate.predict.text import TEXT_VERSION, terms
 
 if TYPE_CHECKING:
     import argparse
@@ -104,115 +103,6 @@ HYPERPARAMETERS: dict[str, Any] = {
     # and the counts' C chosen (C_grid) the default's design measures 0.686 / 0.664.
     "agent_scaling": True, "min_agent_runs": 20, "agent_effects": True, "agent_column": 10.0,
 }
-MAX_LABEL_LINE_CHARS = 4096
-
-
-class TrainError(ValueError):
-    """Training cannot go on (bad labels file, too few labelled runs); the message says why."""
-
-
-@dataclass
-class Labels:
-    by_trace: dict[str, bool] = field(default_factory=dict)
-    by_task: dict[str, bool] = field(default_factory=dict)
-
-    def of(self, evaluation: Evaluation) -> bool | None:
-        t = evaluation.trajectory
-        if t.trace_id in self.by_trace:
-            return self.by_trace[t.trace_id]
-        if t.task_id is not None and t.task_id in self.by_task:
-            return self.by_task[t.task_id]
-        outcome = evaluation.verdict.outcome if evaluation.verdict else None
-        return None if outcome is None else outcome == "success"
-
-
-@dataclass(frozen=True)
-class Row:
-    """One labelled run: its features, label and fold group (the task, else the trace)."""
-
-    values: dict[str, float]
-    label: bool
-    group: str
-    source: str
-    text: str = ""
-    agent: str = ""  # ``modelfile.agent_key``: service/agent
-
-
-def _outcome(value: Any, where: str) -> bool:
-    outcome = normalize_outcome(value)
-    if outcome is None:
-        raise TrainError(f"{where}: outcome {value!r} is not true/false, 1/0 or "
-                         "success/failure")
-    return outcome == "success"
-
-
-def _summary(doc: dict[str, Any], path: str, labels: Labels) -> None:
-    for i, item in enumerate(doc.get("instances") or []):
-        if not isinstance(item, dict) or not isinstance(item.get("instance_id"), str):
-            raise TrainError(f"{path}: instances[{i}]: expected {{instance_id, resolved}}")
-        labels.by_task[item["instance_id"]] = _outcome(item.get("resolved"),
-                                                       f"{path}: instances[{i}]")
-
-
-def _line(text: str, where: str, labels: Labels) -> None:
-    if len(text) > MAX_LABEL_LINE_CHARS:
-        raise TrainError(f"{where}: longer than {MAX_LABEL_LINE_CHARS} characters")
-    try:
-        item = json.loads(text)
-    except ValueError as e:
-        raise TrainError(f"{where}: not JSON ({e})") from None
-    if not isinstance(item, dict) or "outcome" not in item:
-        raise TrainError(f'{where}: expected {{"trace_id": "...", "outcome": true|false}}')
-    value = _outcome(item["outcome"], where)
-    if isinstance(item.get("trace_id"), str):
-        labels.by_trace[item["trace_id"].lower()] = value
-    elif isinstance(item.get("task_id"), str | int):
-        labels.by_task[str(item["task_id"])] = value
-    else:
-        raise TrainError(f"{where}: needs a string trace_id (or task_id)")
-
-
-def read_labels(paths: Iterable[str]) -> Labels:
-    """Labels from JSON-lines files or SWE-bench results summaries (see the docstring)."""
-    labels = Labels()
-    for path in paths:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise TrainError(f"labels file {path}: cannot be read ({e})") from None
-        stripped = text.lstrip()
-        if stripped.startswith("{") and '"instances"' in stripped[:200]:
-            try:
-                doc = json.loads(text)
-            except ValueError:
-                doc = None
-            if isinstance(doc, dict):
-                _summary(doc, path, labels)
-                continue
-        for n, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                _line(line, f"labels file {path} line {n}", labels)
-    return labels
-
-
-def rows_from(evaluations: Iterable[Evaluation], labels: Labels) -> tuple[list[Row], int]:
-    """(labelled rows, number of runs without a label)."""
-    rows, unlabelled = [], 0
-    for ev in evaluations:
-        label = labels.of(ev)
-        if label is None or ev.error is not None:
-            unlabelled += 1
-            continue
-        rows.append(row(ev, label))
-    return rows, unlabelled
-
-
-def row(ev: Evaluation, label: bool) -> Row:
-    t = ev.trajectory
-    return Row(features(ev), label, t.task_id or t.trace_id, t.source, run_text(ev),
-               agent_key(t))
-
-
 def vocabulary(rows: list[Row]) -> list[str]:
     """Feature names: every fixed feature, and the finding kinds (and tool and program names,
     with ``name_features``) seen in enough traces."""
