@@ -51,7 +51,7 @@ def _edit(doc: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize(("key", "value", "problem"), [
     ("format", "sklearn-pickle", "format: expected 'otel-eval-predictor'"),
-    ("format_version", 99, "reads versions (1, 2), the file is version 99"),
+    ("format_version", 99, "reads versions (1, 2, 3), the file is version 99"),
     ("features_version", 0, "train it again"),
     ("features", [], "features: expected a list of 1 to"),
     ("coefficients", [1.0], "coefficients: expected a list of"),
@@ -96,6 +96,26 @@ def test_repeated_names_zero_scale_and_nan_are_refused(tau_model: Path,
     path.write_text(json.dumps(doc).replace('"intercept": ', '"intercept": 1e309, "x": '))
     with pytest.raises(ModelFileError, match="intercept: inf is not a finite number"):
         load_model(path)
+
+
+def test_an_agent_model_is_checked_as_a_model_and_holds_none_of_its_own(
+        tau_model: Path, tmp_path: Path) -> None:
+    doc = _good(tau_model)
+    own = {k: v for k, v in doc.items() if k != "agent_models"}
+    path = tmp_path / "m.json"
+    cases = {
+        "agent_models['svc/a'].coefficients": {"svc/a": _edit(own, "coefficients", [1.0])},
+        "agent_models['svc/a'].agent_models: an agent's own model holds no agent_models": {
+            "svc/a": {**own, "agent_models": {"svc/b": own}}},
+        "agent_models: expected an object of at most 100": [own],
+    }
+    for problem, bad in cases.items():
+        path.write_text(json.dumps({**doc, "agent_models": bad}))
+        with pytest.raises(ModelFileError) as e:
+            load_model(path)
+        assert problem in str(e.value)
+    path.write_text(json.dumps({**doc, "agent_models": {"svc/a": own}}))
+    assert list(load_model(path).agent_models) == ["svc/a"]
 
 
 def test_huge_deep_and_binary_files_are_refused(tmp_path: Path) -> None:

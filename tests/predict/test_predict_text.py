@@ -92,6 +92,40 @@ def test_the_default_model_gives_every_evaluation_a_p_success(datasets: Path) ->
     assert len(ps) == 100 and all(0.0 < p < 1.0 for p in ps) and len(set(ps)) > 50
 
 
+def _opposite_agents() -> list[Row]:
+    """"svc/a" succeeds with long runs, "svc/b" with short ones (60 runs each, 20 failures),
+    "svc/c" has 10 runs."""
+    rows = []
+    for agent, n, long_wins in (("svc/a", 60, True), ("svc/b", 60, False), ("svc/c", 10, True)):
+        for i in range(n):
+            ok = i % 3 != 0
+            steps = (5.0 if ok == long_wins else 1.0) + (i % 7) / 10
+            rows.append(Row({"steps": steps}, ok, f"{agent}-task-{i}", "test", "", agent))
+    return rows
+
+
+def test_an_agent_with_enough_runs_is_predicted_by_a_model_of_its_own_runs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = _opposite_agents()
+    doc = fit(rows)
+    assert sorted(doc["agent_models"]) == ["svc/a", "svc/b"]  # svc/c: 10 runs
+    model = from_document({**doc, "version": "t"})
+    pooled = from_document({**{k: v for k, v in doc.items() if k != "agent_models"},
+                            "version": "t"})
+    long, short = {"steps": 5.3}, {"steps": 1.3}
+    # what tells a run of its agent apart, where one model of both would learn neither
+    assert model.p_success(long, "", "svc/a") > 0.8 > 0.2 > model.p_success(short, "", "svc/a")
+    assert model.p_success(short, "", "svc/b") > 0.8 > 0.2 > model.p_success(long, "", "svc/b")
+    own = from_document(doc["agent_models"]["svc/a"], "agent_models")
+    assert model.p_success(long, "", "svc/a") == own.p_success(long, "", "svc/a")
+    assert own.training["runs"] == 60 and not own.agent_models
+    for agent in ("svc/c", "other/x"):  # the others: the pooled model
+        assert model.p_success(long, "", agent) == pooled.p_success(long, "", agent)
+    assert "agent_models" not in fit([r for r in rows if r.agent == "svc/a"])
+    monkeypatch.setitem(HYPERPARAMETERS, "agent_models", False)
+    assert "agent_models" not in fit(rows)
+
+
 def _two_agents(n: int) -> list[Row]:
     """Two agents: "long" runs ~4 steps and mostly succeeds, "short" runs ~1 step and mostly
     fails; within each agent, a run that hit a tool error failed."""

@@ -33,18 +33,21 @@ class Predictor:
         self.model = model
         # a model trained before features version 4 names no end.* feature: they are not
         # computed for it
-        self._end = any(n.startswith(FEATURE_PREFIX_END) for n in model.features)
+        names = [n for m in (model, *model.agent_models.values()) for n in m.features]
+        self._end = any(n.startswith(FEATURE_PREFIX_END) for n in names)
         # one trained without name_features (train.HYPERPARAMETERS) names no tool.* or
         # program.* feature: they are not computed for it
         self._names = any(n.startswith((FEATURE_PREFIX_TOOL, FEATURE_PREFIX_PROGRAM))
-                          for n in model.features)
+                          for n in names)
+        # the run's text is read when a model reads it
+        self._text = any(m.text is not None for m in (model, *model.agent_models.values()))
 
     @classmethod
     def from_file(cls, path: str) -> Predictor:
         return cls(load_model(path))
 
     def predict(self, evaluation: Evaluation) -> dict[str, Any]:
-        text = run_text(evaluation) if self.model.text is not None else ""
+        text = run_text(evaluation) if self._text else ""
         p = self.model.p_success(features(evaluation, self._end, self._names), text,
                                  agent_key(evaluation.trajectory))
         return {"p_success": round(p, 4), "model": self.model.label}

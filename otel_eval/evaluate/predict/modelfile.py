@@ -25,7 +25,9 @@ A model trained on runs of several agents knows each of them by ``agent_key``
 (``service/agent``; at most ``MAX_AGENTS``): ``scaler.agents`` holds an agent's own
 ``{"mean": [...], "scale": [...]}`` (its runs are standardized by them) and
 ``calibration.agents`` its offset added to b (its base rate). Any other agent gets the
-pooled scaler and b.
+pooled scaler and b. Format version 3 adds ``agent_models``: ``{"service/agent": {a model
+document of that agent's runs alone}}`` (at most ``MAX_AGENT_MODELS``, themselves without
+``agent_models``), which predict that agent's runs instead of the pooled model.
 
 ``version`` is a hash of the parameters: two files with the same version predict the same.
 """
@@ -46,12 +48,13 @@ from otel_eval.evaluate.predict.features import FEATURES_VERSION, READABLE_FEATU
 from otel_eval.evaluate.predict.text import TEXT_VERSION, term_counts, term_key
 
 FORMAT = "otel-eval-predictor"
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 MAX_TERMS = 50_000
 MAX_FILE_BYTES = 16 * 1024 * 1024  # a model of 10,000 features is ~1 MB
 MAX_FEATURES = 10_000
 MAX_AGENTS = 1_000  # agents a model knows by name (scaler.agents, calibration.agents)
+MAX_AGENT_MODELS = 100  # agents with a model of their own (agent_models)
 
 
 class ModelFileError(ValueError):
@@ -121,12 +124,17 @@ class Model:
     agent_scalers: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = field(
         default_factory=dict)
     agent_offsets: dict[str, float] = field(default_factory=dict)
+    # agent_key -> the model of that agent's runs alone, which predicts them
+    agent_models: dict[str, Model] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
         return f"{self.name}@{self.version}"
 
     def p_success(self, values: dict[str, float], text: str = "", agent: str = "") -> float:
+        own = self.agent_models.get(agent)
+        if own is not None:
+            return own.p_success(values, text, agent)
         u = (self.platt_a * self.score(values, agent) + self.platt_b
              + self.agent_offsets.get(agent, 0.0))
         if self.text is not None:
@@ -179,7 +187,10 @@ def parameters_version(doc: dict[str, Any]) -> str:
     """The hash of what decides predictions (features, scaler, weights, calibration)."""
     keys = ("features_version", "features", "scaler", "coefficients", "intercept",
             "calibration", "text")
-    text = json.dumps({k: doc.get(k) for k in keys}, sort_keys=True, separators=(",", ":"))
+    decides = {k: doc.get(k) for k in keys}
+    if "agent_models" in doc:  # (absent: the hash of a file written before version 3)
+        decides["agent_models"] = doc["agent_models"]
+    text = json.dumps(decides, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -203,8 +214,16 @@ def _header(doc: Any) -> None:
                          f"{doc.get('features_version')!r}: train it again")
 
 
-def from_document(doc: Any) -> Model:
-    """A ``Model`` from a parsed model document; ValueError says which field is wrong."""
+def from_document(doc: Any, where: str = "") -> Model:
+    """A ``Model`` from a parsed model document; ValueError says which field is wrong
+    (``where``: the path of a document inside another, ``agent_models[...]``)."""
+    try:
+        return _model(doc, nested=bool(where))
+    except ValueError as e:
+        raise ValueError(f"{where}.{e}" if where else str(e)) from None
+
+
+def _model(doc: Any, nested: bool) -> Model:
     _header(doc)
     names = doc.get("features")
     if not isinstance(names, list) or not 0 < len(names) <= MAX_FEATURES:
@@ -233,10 +252,23 @@ def from_document(doc: Any) -> Model:
                   _number(doc.get("intercept"), "intercept"),
                   a, _number(cal.get("b"), "calibration.b"),
                   training, None if clip is None else float(clip), text, a_text,
-                  _agent_scalers(scaler.get("agents", {}), n), offsets)
+                  _agent_scalers(scaler.get("agents", {}), n), offsets,
+                  _agent_models(doc.get("agent_models"), nested))
     if "@" in model.name:
         raise ValueError("name: must not contain '@'")
     return model
+
+
+def _agent_models(doc: Any, nested: bool) -> dict[str, Model]:
+    if doc is None:
+        return {}
+    if nested:
+        raise ValueError("agent_models: an agent's own model holds no agent_models")
+    if not isinstance(doc, dict) or len(doc) > MAX_AGENT_MODELS:
+        raise ValueError(f"agent_models: expected an object of at most {MAX_AGENT_MODELS} "
+                         '"service/agent" entries')
+    return {short_name(key, "agent_models key"): from_document(own, f"agent_models[{key!r}]")
+            for key, own in doc.items()}
 
 
 def _text_model(doc: Any) -> TextModel | None:

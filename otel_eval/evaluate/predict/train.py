@@ -46,8 +46,10 @@ from otel_eval.evaluate.predict.labels import (
 from otel_eval.evaluate.predict.modelfile import (
     FORMAT,
     FORMAT_VERSION,
+    MAX_AGENT_MODELS,
     MAX_AGENTS,
     Model,
+    parameters_version,
     write_model,
 )
 from otel_eval.evaluate.predict.text import TEXT_VERSION, terms
@@ -102,7 +104,15 @@ HYPERPARAMETERS: dict[str, Any] = {
     # session", features version 4, C = 1): 0.684 / 0.595 -> 0.690 / 0.629; with version 5
     # and the counts' C chosen (C_grid) the default's design measures 0.686 / 0.664.
     "agent_scaling": True, "min_agent_runs": 20, "agent_effects": True, "agent_column": 10.0,
+    # and an agent with >= min_agent_model_runs training runs, >= min_agent_model_class of
+    # each outcome, gets a model of its own runs alone (agent_models), which predicts its
+    # runs: a model does not transfer between agents (bench/README.md). The pooled model
+    # above predicts every other agent. The default's design, 5 task orders (bench/README.md,
+    # "Seventh session"): 0.686 / 0.664 -> 0.687 / 0.683.
+    "agent_models": True, "min_agent_model_runs": 50, "min_agent_model_class": 10,
 }
+
+
 def vocabulary(rows: list[Row]) -> list[str]:
     """Feature names: every fixed feature, and the finding kinds (and tool and program names,
     with ``name_features``) seen in enough traces."""
@@ -317,7 +327,40 @@ def _kept_agents(table: dict[str, Any], agents: list[str]) -> dict[str, Any]:
 
 
 def fit(rows: list[Row], name: str = "success") -> dict[str, Any]:
-    """The model document (as ``write_model`` takes it) trained on ``rows``."""
+    """The model document (as ``write_model`` takes it) trained on ``rows``: the pooled
+    model, and with runs of several agents a model of each agent's own runs where it has
+    enough (``agent_models``)."""
+    doc = _fit(rows, name)
+    own = _agent_models(rows, name)
+    return {**doc, "agent_models": own} if own else doc
+
+
+def _agent_models(rows: list[Row], name: str) -> dict[str, Any]:
+    """``agent_key`` -> the model document of that agent's runs alone, for the agents with
+    ``min_agent_model_runs`` runs and ``min_agent_model_class`` of each outcome (at most
+    ``MAX_AGENT_MODELS``, those with most runs); none when every run is one agent's."""
+    hp = HYPERPARAMETERS
+    by_agent: dict[str, list[Row]] = {}
+    for r in rows:
+        by_agent.setdefault(r.agent, []).append(r)
+    if not hp["agent_models"] or len(by_agent) < 2:
+        return {}
+    enough = [a for a, own in by_agent.items() if len(own) >= hp["min_agent_model_runs"]
+              and len(a) <= MAX_NAME_CHARS and min(
+                  sum(r.label for r in own), sum(not r.label for r in own),
+              ) >= hp["min_agent_model_class"] and len({r.group for r in own}) >= 2]
+    out = {}
+    for agent in sorted(enough, key=lambda a: (-len(by_agent[a]), a))[:MAX_AGENT_MODELS]:
+        doc = _fit(by_agent[agent], name)
+        doc["training"] = {k: doc["training"][k] for k in (
+            "runs", "successes", "tasks", "cross_validation")} | {
+            "C": doc["training"]["hyperparameters"]["C"]}
+        out[agent] = {**doc, "version": parameters_version(doc)}
+    return dict(sorted(out.items()))
+
+
+def _fit(rows: list[Row], name: str) -> dict[str, Any]:
+    """One model document trained on ``rows`` (``fit`` without the agents' own models)."""
     import numpy as np
     import sklearn
 
@@ -395,7 +438,9 @@ def cmd_train(args: argparse.Namespace, run: EvalRun, out: TextIO) -> int:
                if cv.get("calibrated") else "; not calibrated (too few runs per fold)")
     out.write(f"wrote {args.out}: {model.label}, {t['runs']} labelled runs "
               f"({t['successes']} successes) of {t['tasks']} tasks, "
-              f"{len(model.features)} features{figures}\n")
+              f"{len(model.features)} features{figures}"
+              + (f"; own models for {len(model.agent_models)} agents"
+                 if model.agent_models else "") + "\n")
     if unlabelled:
         print(f"otel-eval train: {unlabelled} runs without a label were left out",
               file=sys.stderr)
