@@ -15,12 +15,11 @@ from otel_eval.base.model import Span, Step, Trace, Trajectory
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.detectors import Detectors, DetectorsConfig, budget
 from otel_eval.evaluate.trajectory import build_trajectory, code_actions
-from otel_eval.evaluate.trajectory.code_actions import (
-    CODE_TOOL,
+from otel_eval.evaluate.trajectory.code_actions import CODE_TOOL, last_message_text
+from otel_eval.evaluate.trajectory.code_parse import (
     MAX_CALLS,
     MAX_CODE_CHARS,
     code_blocks,
-    last_message_text,
     python_calls,
 )
 from otel_eval.evaluate.trajectory.interpreters import is_interpreter

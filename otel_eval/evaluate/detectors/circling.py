@@ -10,7 +10,7 @@ Two action steps (code or shell: ``loop.action_tools``; a tool's reworded argume
   but their normalised texts (code or command, lowercased, whitespace collapsed) have a
   character-3-gram Jaccard of at least ``circling_action_similarity``, or they invoke the
   same program (shell: the same first word of every command; Python: the same called
-  names, read from the block's call nodes by ``trajectory.code_actions.called_names``:
+  names, read from the block's call nodes by ``trajectory.code_parse.called_names``:
   unknown when the block does not parse); and
 - the later observation adds (almost) nothing new: it is the same error / "not found" class
   as the earlier one, or, past the framing both share (common prefix and suffix), at least
@@ -36,7 +36,7 @@ from otel_eval.base.model import Finding
 from otel_eval.evaluate.detectors.calls import Call, action_text
 from otel_eval.evaluate.detectors.config import LoopConfig
 from otel_eval.evaluate.detectors.reworded import trigrams
-from otel_eval.evaluate.trajectory.code_actions import called_names
+from otel_eval.evaluate.trajectory.code_parse import called_names
 
 __all__ = ["MAX_TEXT_CHARS", "circling", "error_class", "program"]
 
