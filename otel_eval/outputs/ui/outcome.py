@@ -8,7 +8,7 @@ as each grader sees it, and the form that records what really happened.
 The form is sent by this package's one script (``/ui/static/outcome.js``; the policy allows
 ``script-src 'self'`` and ``connect-src 'self'``, nothing inline) as ``POST /v1/feedback``
 with ``Content-Type: application/json`` from this origin: the endpoint's own checks
-(``app.admin.cross_site``: JSON only, ``Sec-Fetch-Site`` same-origin, ``Origin`` this host)
+(``app.admin_access.cross_site``: JSON only, ``Sec-Fetch-Site`` same-origin, ``Origin`` this host)
 are what keep another site's page from sending it. Under ``admin.write_tokens`` the form asks
 for a write token, sent as ``Authorization: Bearer`` and kept nowhere (not in storage, not
 in the URL). A page is read with a read token; the write is authorized on its own.

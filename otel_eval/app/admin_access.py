@@ -1,0 +1,125 @@
+"""The admin endpoint's access checks (``app.admin``): who may do what, and what a browser
+may not make it do. Each check answers None (go on) or the refusal to send.
+
+A browser's world (issue 33): with no tokens on a loopback listener, only a loopback ``Host``
+(``localhost``, ``127.0.0.1``, ``[::1]``, any port) is served; any other is 421, so a page
+whose name was rebound to 127.0.0.1 (DNS rebinding) reads nothing. ``POST /v1/feedback``
+takes only ``Content-Type: application/json`` (415: a form cannot send it without a CORS
+preflight, which is never granted) and refuses (403) a request a browser marks as from
+another site (``Sec-Fetch-Site`` other than ``same-origin`` / ``none``) or whose ``Origin``
+is not the ``Host`` it was sent to (CSRF). Both checks are in ``browser_guard``.
+
+With ``admin.read_tokens`` / ``write_tokens`` set, every path but ``admin.public_paths``
+needs ``Authorization: Bearer <token>``: a read or write token for GET, a write token for
+POST (401 without a known token, 403 for a read token on a write). A browser on ``/ui/`` may
+send the token as the password of HTTP Basic authentication (any user name): a 401 there
+asks for it with ``WWW-Authenticate: Basic``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from otel_eval.receive.httpserver import Request, Response
+from otel_eval.receive.security import BearerAuth, is_loopback
+
+if TYPE_CHECKING:
+    from otel_eval.app.admin import AdminConfig
+
+
+def _refusal(status: int, message: str) -> Response:
+    """A refusal as the admin API's JSON error; the connection closes (a body may be unread)."""
+    return Response(status, json.dumps({"error": message}).encode(), "application/json", {},
+                    True)
+
+
+def basic_as_bearer(authorization: str | None) -> str | None:
+    """``Basic base64(user:token)`` as ``Bearer token`` (a browser's way to send a token)."""
+    scheme, _, encoded = (authorization or "").strip().partition(" ")
+    if scheme.lower() != "basic":
+        return authorization
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return "Bearer " + decoded.partition(":")[2]
+
+
+class AdminAuth:
+    """Who may do what on the admin endpoint (``admin.read_tokens`` / ``write_tokens``)."""
+
+    def __init__(self, config: AdminConfig) -> None:
+        self.readers = BearerAuth({**config.read_tokens, **config.write_tokens})
+        self.writers = BearerAuth(config.write_tokens)
+        self.public = frozenset(p.rstrip("/") or "/" for p in config.public_paths)
+
+    @property
+    def enabled(self) -> bool:
+        return self.readers.enabled
+
+    def check(self, path: str, authorization: str | None, write: bool) -> tuple[int, str]:
+        """(0, sender) when allowed, else (401 or 403, why)."""
+        if not self.enabled or (path in self.public and not write):
+            return 0, ""
+        reader = self.readers.identify(authorization)
+        if reader is None:
+            return 401, "missing or unknown bearer token"
+        if not write:
+            return 0, reader
+        writer = self.writers.identify(authorization) if self.writers.enabled else None
+        return (0, writer) if writer is not None else (403, "this token may not write")
+
+
+
+def host_name(host: str) -> str:
+    """The name of a ``Host`` header value, without its port or IPv6 brackets."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        name, _, rest = host[1:].partition("]")
+        return name if rest == "" or (rest[:1] == ":" and rest[1:].isdigit()) else host
+    name, colon, port = host.rpartition(":")
+    return name if colon and (port.isdigit() or not port) else host
+
+
+def foreign_host(req: Request) -> Response | None:
+    """421 for a ``Host`` that is not a loopback name (DNS rebinding: the attacker's name
+    resolves to 127.0.0.1, the browser sends it as the Host). No Host (HTTP/1.0) passes."""
+    host = req.header("Host")
+    if host is None or is_loopback(host_name(host)):
+        return None
+    return _refusal(421, f"Host {host[:100]!r} is not served here: this listener answers "
+                         "loopback names only (localhost, 127.0.0.1, [::1])")
+
+
+# Sec-Fetch-Site values of a request a browser did not make for another site's page
+_OWN_FETCH = frozenset({"same-origin", "none"})
+
+
+def cross_site(req: Request) -> Response | None:
+    """415 / 403 for a write a browser could send from another site's page (CSRF)."""
+    ctype = (req.header("Content-Type") or "").partition(";")[0].strip().lower()
+    if ctype != "application/json":
+        return _refusal(415, "expected Content-Type: application/json")
+    site = (req.header("Sec-Fetch-Site") or "").strip().lower()
+    if site and site not in _OWN_FETCH:
+        return _refusal(403, f"refused: Sec-Fetch-Site {site[:40]!r}")
+    origin = req.header("Origin")
+    if origin is not None:
+        parts = urlsplit(origin.strip()) if origin.strip() != "null" else None
+        if parts is None or parts.netloc.lower() != (req.header("Host") or "").strip().lower():
+            return _refusal(403, f"refused: Origin {origin[:100]!r} is not this host")
+    return None
+
+
+def browser_guard(req: Request, path: str, loopback_open: bool) -> Response | None:
+    """The admin port in a browser's world: the Host check on a loopback listener without
+    tokens (``loopback_open``), the cross-site check on writes; None when the request may go on."""
+    if loopback_open and (refused := foreign_host(req)) is not None:
+        return refused
+    if req.method == "POST" and path == "/v1/feedback":
+        return cross_site(req)
+    return None
