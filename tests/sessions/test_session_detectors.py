@@ -150,3 +150,30 @@ def test_the_request_of_a_turn_whose_input_is_a_document(
     record = evaluate_session("conv-doc", turns, SessionsConfig(), "complete")
     assert [f["attributes"]["turns"] for f in record["findings"]
             if f["detector"] == "repeated_request"] == expected
+
+
+LONG_TEMPLATE = "You are a travel agent. " * 60  # 1,440 characters before the user's words
+
+
+@pytest.mark.parametrize(("questions", "expected"), [
+    # the words come after a template longer than a request is otherwise read: still told apart
+    (["What is the weather in Paris?", "What is the weather in Oslo?"], []),
+    (["What is the weather in Paris?"] * 2, [[1, 2]]),
+    # "yes" twice, inside the template: shorter than min_request_chars, as a message would be
+    (["What is the weather in Paris?", "yes", "yes"], []),
+    (["What is the weather in Paris?", "Will it rain in Oslo tomorrow?",
+      "What is the weather in Paris?"], [[1, 3]]),
+    # words every differing request shares are read as the template's: "paris" and "oslo"
+    # are left, too short to compare (a repeat missed, never one made up)
+    (["What is the weather in Paris?", "What is the weather in Oslo?",
+      "What is the weather in Paris?"], []),
+])
+def test_a_prompted_request_is_the_users_words_inside_the_template(
+        questions: list[str], expected: list[list[int]]) -> None:
+    turns = [_turn(f"t{n}", CONFIG_JSON, f"{LONG_TEMPLATE}Current Task: {q}\n\n{CREW_TEMPLATE}")
+             for n, q in enumerate(questions)]
+    found = [f for f in evaluate_session("conv-t", turns, SessionsConfig(), "complete")["findings"]
+             if f["detector"] == "repeated_request"]
+    assert [f["attributes"]["turns"] for f in found] == expected
+    if len(set(questions)) > 1:  # the words shown are the user's, not the template's
+        assert all(not f["attributes"]["request"].startswith("you are") for f in found)

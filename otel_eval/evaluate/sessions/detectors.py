@@ -49,6 +49,7 @@ _PUNCTUATION = ".,;:!?()[]{}\"'"
 _CLOSERS = "*_`\"'\u201d\u2019)]} \t\n"  # after a question's mark: emphasis, quotes
 _NO_ARGUMENTS = frozenset({"{}", "[]", ""})  # canonical arguments of a call with none
 _REQUEST_CHARS = 500  # of a request compared (a rewording shows in its first sentences)
+_PROMPT_CHARS = 8_000  # of a prompt read as the request (equality only: linear)
 
 
 def _finding(detector: str, kind: str, severity: str, message: str, turn: dict[str, Any],
@@ -91,7 +92,9 @@ def _request(turn: dict[str, Any]) -> tuple[str, bool]:
     turn's input: the user's message where the input holds messages (``trajectory.build``).
     Where the input is another JSON document (a framework's agent config or workflow state:
     CrewAI, LlamaIndex), it is what the turn's first LLM call was sent last (its ``prompt``),
-    often inside the framework's own template. Nothing recognised is "" (never compared)."""
+    often inside the framework's own template, kept whole up to ``_PROMPT_CHARS`` (compared
+    for equality only: the user's words may come after a long template). Nothing
+    recognised is "" (never compared)."""
     text: Any = turn.get("input")
     prompted = not isinstance(text, str) or _is_document(text)
     if prompted:
@@ -99,8 +102,21 @@ def _request(turn: dict[str, Any]) -> tuple[str, bool]:
         text = llm.get("prompt") if llm is not None else None
     if not isinstance(text, str):
         return "", prompted
-    folded = norm_ws(text[:_REQUEST_CHARS * 4]).casefold().rstrip(".!? ")[:_REQUEST_CHARS]
-    return folded, prompted
+    kept = _PROMPT_CHARS if prompted else _REQUEST_CHARS
+    return norm_ws(text[:kept * 4]).casefold().rstrip(".!? ")[:kept], prompted
+
+
+def _words(requests: Sequence[tuple[str, bool]]) -> list[str]:
+    """What the user wrote in each request: a prompted request without the template its
+    turns share, the text before and after that differs between them (when two or more
+    differ; else the whole text, template and words not told apart). Words that every
+    differing request shares go with the template: a repeat may be missed, none made up."""
+    prompts = {text for text, prompted in requests if prompted and text}
+    if len(prompts) < 2:
+        return [text for text, _ in requests]
+    head = _shared(prompts)
+    tail = _shared({p[head:][::-1] for p in prompts})
+    return [text[head:len(text) - tail] if prompted else text for text, prompted in requests]
 
 
 def _is_document(text: str) -> bool:
@@ -156,10 +172,25 @@ def _groups(requests: Sequence[tuple[int, str, bool]], config: SessionsConfig,
             if len(numbers) >= 2]
 
 
+def _shared(texts: set[str]) -> int:
+    """The length of the prefix every text shares: that of the lowest and the highest (any
+    text between them in order shares it too)."""
+    n = 0
+    for a, b in zip(min(texts), max(texts), strict=False):  # the shorter one ends it
+        if a != b:
+            break
+        n += 1
+    return n
+
+
 def repeated_request(turns: Turns, config: SessionsConfig,
                      complete: bool) -> list[SessionFinding]:
-    requests = [(n, *r) for n, t in enumerate(turns)
-                if len((r := _request(t))[0]) >= config.min_request_chars]
+    """Short requests are not compared; a prompted request's length is that of the user's
+    words in it (``_words``: "yes" in a template of 500 characters is still "yes")."""
+    read = [_request(t) for t in turns]
+    words = _words(read)
+    requests = [(n, text, prompted) for n, (text, prompted) in enumerate(read)
+                if len(words[n]) >= config.min_request_chars]
     out = []
     for numbers, reworded in _groups(requests, config):
         if len(numbers) < config.repeated_request_turns:
@@ -168,7 +199,7 @@ def repeated_request(turns: Turns, config: SessionsConfig,
         out.append(_finding(
             "repeated_request", "reworded_request" if reworded else "same_request", "warning",
             f"the user {said} in {len(numbers)} turns", turns[numbers[-1]], None,
-            turns=[n + 1 for n in numbers], request=_request(turns[numbers[0]])[0][:256]))
+            turns=[n + 1 for n in numbers], request=words[numbers[0]][:256]))
     return out
 
 
