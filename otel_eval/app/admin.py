@@ -345,13 +345,17 @@ def routes(api: AdminApi, write_token: bool = False) -> Router:
     ), _miss)
 
 
+def _auth(config: AdminConfig) -> AdminAuth:
+    return AdminAuth(config.read_tokens, config.write_tokens, config.public_paths)
+
+
 def make_handler(api: AdminApi, auth: AdminAuth | None = None, *,
                  loopback: bool = False) -> Handler:
     """Every request passes the browser checks (``browser_guard``) and is authorized (the web
     view may send its token as Basic), then routed (``routes``); a store that cannot answer
     is a 503 (``_store_read``). ``loopback``: the listener is on a loopback address (then,
     without tokens, only loopback Host values are served)."""
-    access = auth or AdminAuth(AdminConfig())
+    access = auth or _auth(AdminConfig())
     router = routes(api, access.enabled)  # with any token, a write needs a write token
     loopback_open = loopback and not access.enabled
 
@@ -386,7 +390,7 @@ class AdminServer:
     def start(self) -> None:
         tls = TlsFiles(self.config.tls, "admin") if self.config.tls.enabled else None
         loopback = is_loopback(parse_endpoint(self.endpoint)[0])
-        handler = make_handler(self.api, AdminAuth(self.config), loopback=loopback)
+        handler = make_handler(self.api, _auth(self.config), loopback=loopback)
         self._server = HttpServer(self.endpoint, handler, name="otel-eval-admin",
                                   limits=self.config.limits, tls=tls,
                                   on_close=self.api.connection_closed)

@@ -21,14 +21,11 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
 from otel_eval.receive.httpserver import Request, Response
 from otel_eval.receive.security import BearerAuth, is_loopback
-
-if TYPE_CHECKING:
-    from otel_eval.app.admin import AdminConfig
 
 
 def _refusal(status: int, message: str) -> Response:
@@ -52,10 +49,11 @@ def basic_as_bearer(authorization: str | None) -> str | None:
 class AdminAuth:
     """Who may do what on the admin endpoint (``admin.read_tokens`` / ``write_tokens``)."""
 
-    def __init__(self, config: AdminConfig) -> None:
-        self.readers = BearerAuth({**config.read_tokens, **config.write_tokens})
-        self.writers = BearerAuth(config.write_tokens)
-        self.public = frozenset(p.rstrip("/") or "/" for p in config.public_paths)
+    def __init__(self, read_tokens: Mapping[str, str], write_tokens: Mapping[str, str],
+                 public_paths: Iterable[str]) -> None:
+        self.readers = BearerAuth({**read_tokens, **write_tokens})
+        self.writers = BearerAuth(dict(write_tokens))
+        self.public = frozenset(p.rstrip("/") or "/" for p in public_paths)
 
     @property
     def enabled(self) -> bool:
