@@ -52,7 +52,7 @@ class AdminAuth:
     def __init__(self, read_tokens: Mapping[str, str], write_tokens: Mapping[str, str],
                  public_paths: Iterable[str]) -> None:
         self.readers = BearerAuth({**read_tokens, **write_tokens})
-        self.writers = BearerAuth(dict(write_tokens))
+        self.writers = BearerAuth(write_tokens)
         self.public = frozenset(p.rstrip("/") or "/" for p in public_paths)
 
     @property
@@ -70,7 +70,6 @@ class AdminAuth:
             return 0, reader
         writer = self.writers.identify(authorization) if self.writers.enabled else None
         return (0, writer) if writer is not None else (403, "this token may not write")
-
 
 
 def host_name(host: str) -> str:

@@ -119,6 +119,17 @@ def _words(requests: Sequence[tuple[str, bool]]) -> list[str]:
     return [text[head:len(text) - tail] if prompted else text for text, prompted in requests]
 
 
+def _shared(texts: set[str]) -> int:
+    """The length of the prefix every text shares: that of the lowest and the highest (any
+    text between them in order shares it too)."""
+    n = 0
+    for a, b in zip(min(texts), max(texts), strict=False):  # the shorter one ends it
+        if a != b:
+            break
+        n += 1
+    return n
+
+
 def _is_document(text: str) -> bool:
     """A JSON object or array, not words."""
     if not text.lstrip().startswith(("{", "[")):
@@ -170,17 +181,6 @@ def _groups(requests: Sequence[tuple[int, str, bool]], config: SessionsConfig,
         members.setdefault(first, []).append(requests[i][0])
     return [(numbers, first in reworded) for first, numbers in members.items()
             if len(numbers) >= 2]
-
-
-def _shared(texts: set[str]) -> int:
-    """The length of the prefix every text shares: that of the lowest and the highest (any
-    text between them in order shares it too)."""
-    n = 0
-    for a, b in zip(min(texts), max(texts), strict=False):  # the shorter one ends it
-        if a != b:
-            break
-        n += 1
-    return n
 
 
 def repeated_request(turns: Turns, config: SessionsConfig,
