@@ -18,7 +18,8 @@ from pathlib import Path
 
 
 def fill(path: str, n: int) -> int:
-    from otel_eval.base import model
+    from otel_eval.base.results import Evaluation, Finding, Verdict
+    from otel_eval.base.steps import Step, Trajectory
     from otel_eval.store import open_store
 
     store = open_store(path)
@@ -26,17 +27,17 @@ def fill(path: str, n: int) -> int:
     for start in range(0, n, 200):
         batch = []
         for i in range(start, min(n, start + 200)):
-            steps = [model.Step(k, f"{k + 1:016x}", None, "tool", "search", node="agent",
-                                tool_name="search", arguments={"q": f"query {i} {k}"},
-                                result=f"result {i} {k} " + "lorem ipsum " * 330)
+            steps = [Step(k, f"{k + 1:016x}", None, "tool", "search", node="agent",
+                          tool_name="search", arguments={"q": f"query {i} {k}"},
+                          result=f"result {i} {k} " + "lorem ipsum " * 330)
                      for k in range(11)]
-            traj = model.Trajectory(f"{i + 1:032x}", "otlp", "complete", steps,
-                                    service="svc", agent="agent")
-            findings = [model.Finding("loop", "repeated_call", "warning",
-                                      f"search called 3 times with the same arguments ({i % 7})",
-                                      [steps[2].span_id], [2])]
-            ev = model.Evaluation(traj, findings, model.Verdict(False, ["x"]),
-                                  evaluated_at_ns=10**18 + i)
+            traj = Trajectory(f"{i + 1:032x}", "otlp", "complete", steps,
+                              service="svc", agent="agent")
+            findings = [Finding("loop", "repeated_call", "warning",
+                                f"search called 3 times with the same arguments ({i % 7})",
+                                [steps[2].span_id], [2])]
+            ev = Evaluation(traj, findings, Verdict(False, ["x"]),
+                            evaluated_at_ns=10**18 + i)
             size += len(ev.to_json_text())
             batch.append(ev)
         store.put_many(batch)

@@ -41,7 +41,9 @@ from typing import Any
 import litellm
 
 from otel_eval.app.config import Config
-from otel_eval.base.model import Evaluation, Trace, Trajectory
+from otel_eval.base.model import Trace
+from otel_eval.base.results import Evaluation
+from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.judge import (
     Judge,

@@ -38,7 +38,9 @@ from typing import Any
 
 from sklearn.metrics import roc_auc_score
 
-from otel_eval.base.model import Finding, Trace, Trajectory, Verdict
+from otel_eval.base.model import Trace
+from otel_eval.base.results import Finding, Verdict
+from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.detectors import Detectors, DetectorsConfig, load_references
 from otel_eval.evaluate.detectors.config import BudgetsConfig

@@ -32,7 +32,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from otel_eval.base.model import Finding, Trace, Trajectory
+from otel_eval.base.model import Trace
+from otel_eval.base.results import Finding
+from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.detectors import Detectors, DetectorsConfig
 from otel_eval.evaluate.trajectory import build_trajectory, code_actions

@@ -28,7 +28,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from otel_eval.base.model import Finding, Step, Trace, Trajectory
+from otel_eval.base.model import Trace
+from otel_eval.base.results import Finding
+from otel_eval.base.steps import Step, Trajectory
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.detectors import Detectors, DetectorsConfig
 from otel_eval.evaluate.detectors import calls as calls_stage

@@ -40,7 +40,8 @@ from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import GroupKFold
 
 from otel_eval.app.config import Config
-from otel_eval.base import model
+from otel_eval.base.results import Evaluation, Verdict
+from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.predict import Predictor
 from otel_eval.evaluate.predict.config import PredictionConfig
@@ -71,7 +72,7 @@ def _tau_turns() -> Any:
 
 
 def turn_evaluations(runs: list[dict[str, Any]], evaluator: Evaluator,
-                     work: Path) -> tuple[list[list[model.Evaluation]], float]:
+                     work: Path) -> tuple[list[list[Evaluation]], float]:
     """Per run, its turns evaluated (as serve does: OTLP/JSON in, one trace each); the
     seconds spent evaluating them (the loading of the files not counted)."""
     tau_turns = _tau_turns()
@@ -127,7 +128,7 @@ def auc_figures(runs: list[dict[str, Any]], sessions: list[list[dict[str, Any]]]
             "cv_auc_per_fold_session_vs_trace": per_fold}
 
 
-def job_cost(turns: list[list[model.Evaluation]], turn_seconds: float,
+def job_cost(turns: list[list[Evaluation]], turn_seconds: float,
              predictor: Predictor, work: Path) -> dict[str, Any]:
     store = open_store(str(work / "cost.db"))
     store.put_many([ev for run in turns for ev in run])
@@ -148,10 +149,10 @@ def job_cost(turns: list[list[model.Evaluation]], turn_seconds: float,
 def _open(store: Any, n: int, at_s: float, first: int = 0) -> None:
     batch = []
     for i in range(first, first + n):
-        t = model.Trajectory(f"{i:032x}", "otlp", "complete", [], service="s", agent="a",
-                             session_id=f"conversation-{i:09d}")
-        batch.append(model.Evaluation(t, [], model.Verdict(True, []),
-                                      evaluated_at_ns=int(at_s * 1e9)))
+        t = Trajectory(f"{i:032x}", "otlp", "complete", [], service="s", agent="a",
+                       session_id=f"conversation-{i:09d}")
+        batch.append(Evaluation(t, [], Verdict(True, []),
+                                evaluated_at_ns=int(at_s * 1e9)))
         if len(batch) == 5000:
             store.put_many(batch)
             batch = []

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from otel_eval.base.model import Step, Trajectory
 from otel_eval.base.printable import printable
+from otel_eval.base.steps import Step, Trajectory
 
 __all__ = ["render_text", "report"]
 

@@ -23,7 +23,8 @@ from otel_eval.app.config import Config
 from otel_eval.evaluate.evaluator import Evaluator
 
 if TYPE_CHECKING:
-    from otel_eval.base.model import Evaluation, Trace
+    from otel_eval.base.model import Trace
+    from otel_eval.base.results import Evaluation
     from otel_eval.evaluate.judge.offline import Spend
 
 

@@ -20,7 +20,7 @@ from otel_eval.outputs.ui.run import contents, outcome_note
 from otel_eval.outputs.ui.text import Redact, as_text, clip, duration, fold, redacted, usd
 
 if TYPE_CHECKING:
-    from otel_eval.base.model import Evaluation
+    from otel_eval.base.results import Evaluation
 
 _TEXT_CHARS = 160  # one terminal line per finding / critique
 _FOLD_LINES = 3  # lines of a folded value (tool result, LLM content)

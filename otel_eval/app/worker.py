@@ -39,9 +39,10 @@ from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
-from otel_eval.base import model
-from otel_eval.base.model import Evaluation, Span, Trace
+from otel_eval.base.model import LogEvent, Span, SpanEvent, Trace
 from otel_eval.base.printable import configure_logging
+from otel_eval.base.results import Evaluation, Finding, Verdict
+from otel_eval.base.steps import Step, ToolCall, Trajectory
 from otel_eval.evaluate.config import EvaluatorSettings, TrajectoryConfig
 from otel_eval.evaluate.detectors.config import DetectorsConfig
 from otel_eval.evaluate.predict.config import PredictionConfig
@@ -89,8 +90,7 @@ def _by_constructor(cls: type) -> Callable[[Any], tuple[type, tuple[Any, ...]]]:
     return lambda obj: (cls, get(obj))
 
 
-for _cls in (model.Evaluation, model.Trajectory, model.Step, model.ToolCall, model.Finding,
-             model.Verdict, model.LogEvent, model.SpanEvent):
+for _cls in (Evaluation, Trajectory, Step, ToolCall, Finding, Verdict, LogEvent, SpanEvent):
     ForkingPickler.register(_cls, _by_constructor(_cls))
 
 

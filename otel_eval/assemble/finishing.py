@@ -39,7 +39,8 @@ from collections.abc import Callable, Sequence
 from otel_eval.assemble.durability import Durability
 from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.component import Sink
-from otel_eval.base.model import Evaluation, Trace, content_digest
+from otel_eval.base.model import Trace, content_digest
+from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.handoff import NOT_A_RUN, EvaluationStage, Job, Outcome
 from otel_eval.telemetry.metrics import Metrics
 

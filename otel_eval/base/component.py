@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import Any, Protocol, runtime_checkable
 
 from otel_eval.base.aio import LoopThread
-from otel_eval.base.model import Evaluation, Trace
+from otel_eval.base.model import Trace
+from otel_eval.base.results import Evaluation
 
 # Extra wait for a coroutine's result beyond the deadline it was given (loop hand-off).
 _LOOP_SLACK_S = 5.0

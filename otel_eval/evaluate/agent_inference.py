@@ -28,7 +28,8 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
-from otel_eval.base.model import Evaluation, Trajectory
+from otel_eval.base.results import Evaluation
+from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.conventions.messages import message_text, messages
 
 __all__ = ["SERVICE_FINGERPRINT", "AgentHistory", "RecallOnce", "RememberInBatches",

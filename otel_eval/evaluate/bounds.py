@@ -29,7 +29,9 @@ import json
 import logging
 from typing import Any
 
-from otel_eval.base.model import Evaluation, Finding, Step, finite, json_text
+from otel_eval.base.jsontext import finite, json_text
+from otel_eval.base.results import Evaluation, Finding
+from otel_eval.base.steps import Step
 from otel_eval.evaluate.config import TrajectoryConfig
 
 __all__ = ["bound"]

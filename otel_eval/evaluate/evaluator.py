@@ -14,7 +14,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from otel_eval.base.configcheck import ConfigError
-from otel_eval.base.model import Evaluation, Finding, Trace, Trajectory, run_span_id
+from otel_eval.base.model import Trace, run_span_id
+from otel_eval.base.results import Evaluation, Finding
+from otel_eval.base.steps import Trajectory
 from otel_eval.base.text import valid_text
 from otel_eval.evaluate.agent_inference import AgentHistory, infer_agent
 from otel_eval.evaluate.bounds import bound

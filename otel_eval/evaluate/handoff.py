@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from otel_eval.base.model import Evaluation, Trace
+from otel_eval.base.model import Trace
+from otel_eval.base.results import Evaluation
 
 __all__ = ["ALREADY_EVALUATED", "NOT_A_RUN", "Done", "EvaluationStage", "Job", "Outcome"]
 

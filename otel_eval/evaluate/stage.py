@@ -31,7 +31,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
-from otel_eval.base.model import Evaluation, Trace
+from otel_eval.base.model import Trace
+from otel_eval.base.results import Evaluation
 from otel_eval.base.text import valid_text
 from otel_eval.evaluate.agent_inference import RecallOnce, learned
 from otel_eval.evaluate.evaluator import Evaluator

@@ -16,7 +16,7 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry
 
 from otel_eval.base.aio import LoopThread
-from otel_eval.base.model import Evaluation
+from otel_eval.base.results import Evaluation
 from otel_eval.store import EvaluationStore
 from otel_eval.telemetry.metrics import Metrics
 

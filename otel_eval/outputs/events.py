@@ -45,6 +45,7 @@ from opentelemetry.proto.logs.v1 import logs_pb2
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from otel_eval.base import model
+from otel_eval.base.results import Evaluation
 from otel_eval.decode.otlp import dict_to_attributes
 from otel_eval.outputs.config import ExportConfig
 from otel_eval.outputs.deps import Deps
@@ -91,7 +92,7 @@ def _record(trace_id: str, span_id: str, severity: str, time_ns: int,
     )
 
 
-def finding_records(evaluation: model.Evaluation, root: str, version: str,
+def finding_records(evaluation: Evaluation, root: str, version: str,
                     time_ns: int) -> list[logs_pb2.LogRecord]:
     out = []
     for f in evaluation.findings:
@@ -111,7 +112,7 @@ def finding_records(evaluation: model.Evaluation, root: str, version: str,
     return out
 
 
-def verdict_record(evaluation: model.Evaluation, root: str, version: str,
+def verdict_record(evaluation: Evaluation, root: str, version: str,
                    time_ns: int) -> logs_pb2.LogRecord | None:
     v = evaluation.verdict
     if v is None:
@@ -129,7 +130,7 @@ def verdict_record(evaluation: model.Evaluation, root: str, version: str,
     return _record(evaluation.trace_id, root, "info", time_ns, attrs)
 
 
-def judge_records(evaluation: model.Evaluation, root: str, version: str, time_ns: int,
+def judge_records(evaluation: Evaluation, root: str, version: str, time_ns: int,
                   low_score: float = 0.5) -> list[logs_pb2.LogRecord]:
     """Records for the LLM judge's grades (``evaluation.judge``): one per critique (on the
     judged step's span, else the root), one per aggregate score without its own critique
@@ -160,7 +161,7 @@ def judge_records(evaluation: model.Evaluation, root: str, version: str, time_ns
     return out
 
 
-def _grade(evaluation: model.Evaluation, span: str, judge: str, dimension: str, score: float,
+def _grade(evaluation: Evaluation, span: str, judge: str, dimension: str, score: float,
            explanation: str, model_name: str, version: str, time_ns: int,
            low_score: float) -> logs_pb2.LogRecord:
     attrs: dict[str, Any] = {
@@ -245,7 +246,7 @@ class EvaluationEvents:
     def shutdown(self, deadline_s: float) -> None:
         self._sender.shutdown(deadline_s)
 
-    def export(self, trace: model.Trace, evaluation: model.Evaluation) -> None:
+    def export(self, trace: model.Trace, evaluation: Evaluation) -> None:
         now = evaluation.evaluated_at_ns or time.time_ns()
         root = model.run_span_id(trace.spans)
         records = finding_records(evaluation, root, self.version, now)
@@ -257,7 +258,7 @@ class EvaluationEvents:
     def pass_on(self, trace: model.Trace) -> None:
         """No evaluation, no event."""
 
-    def export_judge(self, evaluation: model.Evaluation, root: str, low_score: float) -> None:
+    def export_judge(self, evaluation: Evaluation, root: str, low_score: float) -> None:
         """The judge's grades, sent once the (asynchronous) judge is done with the trace."""
         now = time.time_ns()
         self._submit(judge_records(evaluation, root, self.version, now, low_score))

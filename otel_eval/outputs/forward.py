@@ -32,6 +32,7 @@ from typing import Any
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from otel_eval.base import model
+from otel_eval.base.results import Evaluation, Finding
 from otel_eval.decode.otlp import encode_spans
 from otel_eval.outputs.config import ExportConfig
 from otel_eval.outputs.deps import Deps
@@ -42,9 +43,9 @@ SINK = "forward"
 _RANK = {"info": 0, "warning": 1, "error": 2}
 
 
-def stamps(trace: model.Trace, evaluation: model.Evaluation) -> dict[str, dict[str, Any]]:
+def stamps(trace: model.Trace, evaluation: Evaluation) -> dict[str, dict[str, Any]]:
     """span id -> ``otel_eval.*`` attributes to add to that span."""
-    per_span: dict[str, list[model.Finding]] = {}
+    per_span: dict[str, list[Finding]] = {}
     for f in evaluation.findings:
         for sid in dict.fromkeys(f.span_ids):
             per_span.setdefault(sid, []).append(f)
@@ -60,7 +61,7 @@ def stamps(trace: model.Trace, evaluation: model.Evaluation) -> dict[str, dict[s
     return out
 
 
-def _summary(trace: model.Trace, evaluation: model.Evaluation) -> dict[str, Any]:
+def _summary(trace: model.Trace, evaluation: Evaluation) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "otel_eval.finding_count": len(evaluation.findings),
         "otel_eval.findings": sorted({f"{f.detector}/{f.kind}" for f in evaluation.findings}),
@@ -95,7 +96,7 @@ class Forwarder:
     def shutdown(self, deadline_s: float) -> None:
         self._sender.shutdown(deadline_s)
 
-    def export(self, trace: model.Trace, evaluation: model.Evaluation) -> None:
+    def export(self, trace: model.Trace, evaluation: Evaluation) -> None:
         if not trace.spans:
             return
         self._sender.submit(encode_spans(trace.spans, extra=stamps(trace, evaluation)),

@@ -23,7 +23,8 @@ from otel_eval.base.component import OnLoop
 from otel_eval.base.kafka.client import client_kwargs
 from otel_eval.base.kafka.config import KafkaConfig
 from otel_eval.base.kafka.stats import KafkaMetrics, KafkaStats
-from otel_eval.base.model import Evaluation, Trace
+from otel_eval.base.model import Trace
+from otel_eval.base.results import Evaluation
 from otel_eval.outputs.deps import Deps
 
 if TYPE_CHECKING:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
-from otel_eval.base.model import Evaluation
+from otel_eval.base.results import Evaluation
 from otel_eval.base.text import valid_text
 from otel_eval.store.query import EvaluationQuery, Page
 from otel_eval.store.session_rows import SessionRow

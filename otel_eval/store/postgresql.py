@@ -39,7 +39,7 @@ from typing import Any, TypeVar, cast
 import psycopg
 import psycopg.sql
 
-from otel_eval.base.model import Evaluation
+from otel_eval.base.results import Evaluation
 from otel_eval.store import filters
 from otel_eval.store.base import (
     AGENT_HISTORY_MAX_AGE_S,

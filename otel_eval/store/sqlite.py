@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from otel_eval.base.model import Evaluation
+from otel_eval.base.results import Evaluation
 from otel_eval.store import filters
 from otel_eval.store.base import (
     AGENT_HISTORY_MAX_AGE_S,

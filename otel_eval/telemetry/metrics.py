@@ -116,7 +116,7 @@ Invariants (in steady state, all counters since start):
 - traces_with_loop, traces_non_terminated, traces_lucky_passes <= traces_completed;
 - sum over source of traces_agent_source = traces_completed (per service).
 
-``traces_non_terminated`` counts runs that did not end (``model.NOT_ENDED_KINDS``):
+``traces_non_terminated`` counts runs that did not end (``results.NOT_ENDED_KINDS``):
 a completed run whose output simply was not recorded is not one.
 
 Re-evaluations: ``evaluation_stored(..., superseded=True)`` (late spans re-opened a trace that
@@ -136,7 +136,7 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-from otel_eval.base import model
+from otel_eval.base.results import Evaluation
 from otel_eval.telemetry.calibration import CalibrationMetrics
 from otel_eval.telemetry.declare import Declarer
 from otel_eval.telemetry.ingest import IngestMetrics
@@ -172,7 +172,7 @@ class Metrics:
         self.calibration = CalibrationMetrics(d, cap)
         self.workers = WorkerMetrics(d)
 
-    def evaluation_stored(self, evaluation: model.Evaluation, completion_to_verdict_s: float,
+    def evaluation_stored(self, evaluation: Evaluation, completion_to_verdict_s: float,
                           superseded: bool) -> None:
         """Every per-trace metric of one stored evaluation (see the module docstring), and
         the predictor's when it carries a prediction."""

@@ -38,7 +38,7 @@ from otel_eval.telemetry.declare import Declarer
 from otel_eval.telemetry.labels import SeriesCap
 
 if TYPE_CHECKING:
-    from otel_eval.base.model import Evaluation
+    from otel_eval.base.results import Evaluation
 
 P_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 AUC_NAME = "otel_eval_prediction_rolling_auc"

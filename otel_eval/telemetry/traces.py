@@ -8,8 +8,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from otel_eval.base import model
-from otel_eval.base.model import NOT_ENDED_KINDS
+from otel_eval.base.results import NOT_ENDED_KINDS, Evaluation, Finding
+from otel_eval.base.steps import Trajectory
 from otel_eval.telemetry.declare import Declarer
 from otel_eval.telemetry.labels import UNKNOWN, CappedNames, SeriesCap
 
@@ -60,7 +60,7 @@ class TraceMetrics:
     def _series(self, metric: Any, *values: str) -> Any:
         return self.cap.series(metric, *values)
 
-    def evaluation_stored(self, evaluation: model.Evaluation, completion_to_verdict_s: float,
+    def evaluation_stored(self, evaluation: Evaluation, completion_to_verdict_s: float,
                           superseded: bool) -> tuple[str, str]:
         """Every per-trace metric of one stored evaluation (``telemetry.metrics``'s docstring);
         the trace's (service, agent) labels after the budget."""
@@ -81,7 +81,7 @@ class TraceMetrics:
         self._observe_trace(t, service, agent, exemplar)
         return service, agent
 
-    def _count_findings(self, evaluation: model.Evaluation, service: str, agent: str,
+    def _count_findings(self, evaluation: Evaluation, service: str, agent: str,
                         exemplar: dict[str, str]) -> None:
         detectors: set[str] = set()
         not_ended = False
@@ -104,7 +104,7 @@ class TraceMetrics:
         if "lucky_pass" in detectors:
             self._series(self.c_lucky, service, agent).inc(exemplar=exemplar)
 
-    def _observe_trace(self, t: model.Trajectory, service: str, agent: str,
+    def _observe_trace(self, t: Trajectory, service: str, agent: str,
                        exemplar: dict[str, str]) -> None:
         usage = t.usage()
         self._series(self.h_steps, service, agent).observe(len(t.action_steps), exemplar)
@@ -115,7 +115,7 @@ class TraceMetrics:
         self._series(self.h_duration, service, agent).observe(t.duration_s, exemplar)
 
     @staticmethod
-    def _tool_name(t: model.Trajectory, f: model.Finding) -> str | None:
+    def _tool_name(t: Trajectory, f: Finding) -> str | None:
         name = f.attributes.get("tool") or f.attributes.get("tool_name")
         if isinstance(name, str) and name:
             return name

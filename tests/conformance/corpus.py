@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from otel_eval.base.model import NOT_ENDED_KINDS
+from otel_eval.base.results import NOT_ENDED_KINDS
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = ("clean", "loop", "distinct", "tool_error", "non_terminating", "remote_parent",

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from conformance import corpus
 
-from otel_eval.base.model import Trace, Trajectory
+from otel_eval.base.model import Trace
+from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.detectors import loop
 from otel_eval.evaluate.detectors.config import LoopConfig

@@ -36,7 +36,9 @@ from typing import Any, TypeVar
 from conformance import corpus
 
 from otel_eval.app.config import Config
-from otel_eval.base.model import Evaluation, LogEvent, Span, Trace, Trajectory
+from otel_eval.base.model import LogEvent, Span, Trace
+from otel_eval.base.results import Evaluation
+from otel_eval.base.steps import Trajectory
 from otel_eval.decode.otlp import decode_request, request_from_dict
 from otel_eval.decode.otlp_logs import decode_logs, logs_request_from_json
 from otel_eval.evaluate.bounds import bound

@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from otel_eval.base.model import Step, ToolCall, TraceStatus, Trajectory
+from otel_eval.base.model import TraceStatus
+from otel_eval.base.steps import Step, ToolCall, Trajectory
 
 ROOT_SPAN = "00000000000000aa"
 

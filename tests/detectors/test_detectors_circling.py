@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from detector_factory import bash, kinds, tool, traj
 
-from otel_eval.base.model import Step
+from otel_eval.base.steps import Step
 from otel_eval.evaluate.detectors import loop
 from otel_eval.evaluate.detectors.calls import Context, calls
 from otel_eval.evaluate.detectors.circling import error_class, program

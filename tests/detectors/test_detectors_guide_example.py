@@ -12,7 +12,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from otel_eval.base.model import Finding, Trace, Trajectory, Verdict
+from otel_eval.base.model import Trace
+from otel_eval.base.results import Finding, Verdict
+from otel_eval.base.steps import Trajectory
 from otel_eval.decode.otlp import decode_request, request_from_json
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.detectors import Detectors, DetectorsConfig, load_references, parse_budget

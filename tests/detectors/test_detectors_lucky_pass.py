@@ -1,7 +1,7 @@
 import pytest
 from detector_factory import traj
 
-from otel_eval.base.model import Finding
+from otel_eval.base.results import Finding
 from otel_eval.evaluate.detectors import lucky_pass
 from otel_eval.evaluate.detectors.calls import Context
 from otel_eval.evaluate.detectors.config import DetectorsConfig

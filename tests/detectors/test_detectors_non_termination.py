@@ -1,7 +1,7 @@
 import pytest
 from detector_factory import kinds, llm, tool, traj
 
-from otel_eval.base.model import Trajectory
+from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.detectors import non_termination
 from otel_eval.evaluate.detectors.calls import Context
 from otel_eval.evaluate.detectors.config import DetectorsConfig

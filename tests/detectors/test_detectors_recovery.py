@@ -1,7 +1,7 @@
 import pytest
 from detector_factory import bash, llm, tool, traj
 
-from otel_eval.base.model import Step
+from otel_eval.base.steps import Step
 from otel_eval.evaluate.detectors import recovery
 from otel_eval.evaluate.detectors.calls import Context
 from otel_eval.evaluate.detectors.config import DetectorsConfig

@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 from detector_factory import kinds, llm, tool, traj
 
-from otel_eval.base.model import Step
+from otel_eval.base.steps import Step
 from otel_eval.evaluate.detectors import load_references, reference
 from otel_eval.evaluate.detectors.calls import Context, RefCall, Reference
 from otel_eval.evaluate.detectors.config import DetectorsConfig

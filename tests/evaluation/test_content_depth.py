@@ -17,7 +17,9 @@ import pytest
 
 import otel_eval.evaluate.bounds as bounds
 from otel_eval.app.config import Config
-from otel_eval.base.model import Evaluation, Span, Trace, finite
+from otel_eval.base.jsontext import finite
+from otel_eval.base.model import Span, Trace
+from otel_eval.base.results import Evaluation
 from otel_eval.base.text import MAX_CONTENT_DEPTH, checked, load_content, valid_text
 from otel_eval.evaluate.evaluator import Evaluator
 

@@ -13,7 +13,8 @@ import otel_eval.evaluate.detectors as detectors
 import otel_eval.evaluate.evaluator as evaluator_module
 import otel_eval.evaluate.trajectory.build as trajectory_module
 from otel_eval.app.config import Config
-from otel_eval.base.model import Evaluation, Span, Trace
+from otel_eval.base.model import Span, Trace
+from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.evaluator import Evaluator
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"

@@ -13,7 +13,9 @@ from typing import Any
 from support.bench_module import load_bench
 
 from otel_eval.app.config import Config
-from otel_eval.base import model
+from otel_eval.base.jsontext import json_text
+from otel_eval.base.results import Evaluation, Finding
+from otel_eval.base.steps import Step, ToolCall, Trajectory
 from otel_eval.evaluate.bounds import bound
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.evaluator import Evaluator
@@ -22,7 +24,7 @@ from otel_eval.evaluate.trajectory.code_actions import CODE_TOOL
 BENCH = load_bench("bounded_results.py", "bench_bounded_results")
 
 
-def _evaluate(spans: int, **trajectory: Any) -> tuple[model.Evaluation, int]:
+def _evaluate(spans: int, **trajectory: Any) -> tuple[Evaluation, int]:
     config = Config()
     if trajectory:
         config = dataclasses.replace(
@@ -31,7 +33,7 @@ def _evaluate(spans: int, **trajectory: Any) -> tuple[model.Evaluation, int]:
     return Evaluator(config).evaluate(trace), sent
 
 
-def _truncated(ev: model.Evaluation) -> model.Finding:
+def _truncated(ev: Evaluation) -> Finding:
     found = [f for f in ev.findings if f.kind == "result_truncated"]
     assert len(found) == 1
     assert found[0].detector == "evaluation" and found[0].severity == "info"
@@ -94,8 +96,8 @@ def test_a_clean_trace_is_not_cut() -> None:
 
 
 def test_json_is_utf8_and_a_lone_surrogate_falls_back_to_escapes() -> None:
-    traj = model.Trajectory("a" * 32, "otlp", "complete", [], task="caf\u00e9 \u6771\u4eac")
-    ev = model.Evaluation(traj)
+    traj = Trajectory("a" * 32, "otlp", "complete", [], task="caf\u00e9 \u6771\u4eac")
+    ev = Evaluation(traj)
     assert "caf\u00e9 \u6771\u4eac" in ev.to_json_text()  # 2 and 3 bytes, not 6 each
     traj.task = "bad \ud800 half"
     text = ev.to_json_text()
@@ -104,18 +106,18 @@ def test_json_is_utf8_and_a_lone_surrogate_falls_back_to_escapes() -> None:
 
 
 def test_bound_leaves_small_values_alone() -> None:
-    step = model.Step(0, "b" * 16, None, "tool", "t", tool_name="t", arguments={"q": "x" * 10})
-    ev = model.Evaluation(model.Trajectory("a" * 32, "otlp", "complete", [step]))
+    step = Step(0, "b" * 16, None, "tool", "t", tool_name="t", arguments={"q": "x" * 10})
+    ev = Evaluation(Trajectory("a" * 32, "otlp", "complete", [step]))
     bound(ev, TrajectoryConfig())
     assert step.arguments == {"q": "x" * 10} and not step.cut and not ev.findings
 
 
-def _one_value(size: int) -> tuple[model.Evaluation, model.Step]:
+def _one_value(size: int) -> tuple[Evaluation, Step]:
     """An evaluation whose one tool step's arguments encode to ``size`` bytes of JSON."""
     args = {"q": ""}
     args["q"] = "x" * (size - len(json.dumps(args)))
-    step = model.Step(0, "b" * 16, None, "tool", "t", tool_name="t", arguments=args)
-    return model.Evaluation(model.Trajectory("a" * 32, "otlp", "complete", [step])), step
+    step = Step(0, "b" * 16, None, "tool", "t", tool_name="t", arguments=args)
+    return Evaluation(Trajectory("a" * 32, "otlp", "complete", [step])), step
 
 
 def test_values_are_measured_one_by_one_only_when_the_whole_is_over_the_value_bound(
@@ -134,7 +136,7 @@ def test_values_are_measured_one_by_one_only_when_the_whole_is_over_the_value_bo
     at_bound, step = _one_value(4096)
     bound(at_bound, cfg)
     assert encoded == [step.arguments] and not step.cut and not at_bound.findings
-    assert at_bound.to_json_text() == model.json_text(at_bound.to_json())
+    assert at_bound.to_json_text() == json_text(at_bound.to_json())
     over, step = _one_value(4097)
     bound(over, cfg)
     assert step.cut == {"arguments": 4097} and len(json.dumps(step.arguments)) <= 4096
@@ -145,10 +147,10 @@ def test_the_calls_of_a_step_that_is_no_llm_step_are_measured_though_not_stored(
     """Only an LLM step's tool calls are in the object: another step's (an LLM span nested
     in an LLM span keeps its own, ``trajectory.links``) are measured one by one even when
     the object fits ``max_value_bytes``, as before."""
-    big = model.ToolCall("t", {"q": "x" * 5000})
+    big = ToolCall("t", {"q": "x" * 5000})
     size = len(json.dumps(big.arguments))
-    step = model.Step(0, "b" * 16, None, "other", "inner", tool_calls=[big])
-    ev = model.Evaluation(model.Trajectory("a" * 32, "otlp", "complete", [step]))
+    step = Step(0, "b" * 16, None, "other", "inner", tool_calls=[big])
+    ev = Evaluation(Trajectory("a" * 32, "otlp", "complete", [step]))
     bound(ev, TrajectoryConfig(max_value_bytes=4096))
     assert step.cut == {"tool_calls": size}
     assert isinstance(big.arguments, str) and len(big.arguments) <= 4096

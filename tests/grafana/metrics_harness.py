@@ -14,7 +14,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from otel_eval.base import model
+from otel_eval.base.results import Evaluation, Finding, Verdict
+from otel_eval.base.steps import Step, Trajectory
 from otel_eval.outputs.issues.config import IssuesConfig
 from otel_eval.outputs.issues.job import IssuesJob
 from otel_eval.telemetry.metrics import Metrics, render
@@ -46,43 +47,43 @@ def serve(metrics: Metrics) -> ThreadingHTTPServer:
     return server
 
 
-def _evaluation(trace_id: str, agent: str | None, findings: list[model.Finding],
-                passed: bool, service: str = SERVICE) -> model.Evaluation:
-    steps = [model.Step(index=0, span_id="a" * 16, parent_span_id=None, kind="llm", name="chat",
-                        input_tokens=900, output_tokens=100, cost_usd=0.02)]
-    steps += [model.Step(index=i, span_id=f"{i:016x}", parent_span_id="a" * 16, kind="tool",
-                         name="execute_tool search", tool_name="search") for i in range(1, 4)]
-    traj = model.Trajectory(trace_id, "otlp", "complete", steps, service=service, agent=agent,
-                            start_ns=0, end_ns=12_000_000_000)
-    return model.Evaluation(traj, findings, model.Verdict(passed, []))
+def _evaluation(trace_id: str, agent: str | None, findings: list[Finding],
+                passed: bool, service: str = SERVICE) -> Evaluation:
+    steps = [Step(index=0, span_id="a" * 16, parent_span_id=None, kind="llm", name="chat",
+                  input_tokens=900, output_tokens=100, cost_usd=0.02)]
+    steps += [Step(index=i, span_id=f"{i:016x}", parent_span_id="a" * 16, kind="tool",
+                   name="execute_tool search", tool_name="search") for i in range(1, 4)]
+    traj = Trajectory(trace_id, "otlp", "complete", steps, service=service, agent=agent,
+                      start_ns=0, end_ns=12_000_000_000)
+    return Evaluation(traj, findings, Verdict(passed, []))
 
 
-def run(trace_id: str, agent: str, service: str, loops: bool) -> model.Evaluation:
+def run(trace_id: str, agent: str, service: str, loops: bool) -> Evaluation:
     """One run of ``agent`` of ``service``: a loop finding (failed), or clean (passed)."""
-    findings = [model.Finding("loop", "repeated_tool_call", "error", "search x3")] if loops \
+    findings = [Finding("loop", "repeated_tool_call", "error", "search x3")] if loops \
         else []
     return _evaluation(trace_id, agent, findings, passed=not loops, service=service)
 
 
-def failing(trace_id: str, agent: str = "always-failing") -> model.Evaluation:
+def failing(trace_id: str, agent: str = "always-failing") -> Evaluation:
     """A trace of an agent that never passes (no verdict="passed" series for it)."""
     return _evaluation(trace_id, agent, [], passed=False)
 
 
-def _loopy_findings(i: int) -> list[model.Finding]:
+def _loopy_findings(i: int) -> list[Finding]:
     out = []
     if i % 2 == 0:  # 50 % of traces loop
-        out.append(model.Finding("loop", "repeated_tool_call", "error", "search x3"))
+        out.append(Finding("loop", "repeated_tool_call", "error", "search x3"))
     if i % 10 in (1, 3, 5):  # 30 % never terminate
-        out.append(model.Finding("non_termination", "halted", "error", "step cap"))
+        out.append(Finding("non_termination", "halted", "error", "step cap"))
     if i % 5 == 0:  # 20 % overrun the token budget
-        out.append(model.Finding("budget", "tokens", "warning", "over",
-                                 attributes={"budget": "tokens"}))
+        out.append(Finding("budget", "tokens", "warning", "over",
+                           attributes={"budget": "tokens"}))
     kind = ("selection", "arguments", "runtime")[i % 3]
-    out.append(model.Finding("tool_call", kind, "warning", "bad call",
-                             attributes={"tool": "search"}))
+    out.append(Finding("tool_call", kind, "warning", "bad call",
+                       attributes={"tool": "search"}))
     if i == 9:
-        out.append(model.Finding("lucky_pass", "lucky_pass", "info", "passed despite errors"))
+        out.append(Finding("lucky_pass", "lucky_pass", "info", "passed despite errors"))
     return out
 
 

@@ -18,7 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from support.clock import ManualClock
 from support.ports import free_port
 
-from otel_eval.base import model
+from otel_eval.base.results import Evaluation, Finding, Verdict
+from otel_eval.base.steps import Step, Trajectory
 from otel_eval.outputs.issues.config import GrafanaConfig, IssuesConfig
 from otel_eval.outputs.issues.grafana import GrafanaAnnotator
 from otel_eval.outputs.issues.job import IssuesJob
@@ -44,13 +45,13 @@ class Recorder:
         return len(events)
 
 
-def _stored(body: dict[str, Any], at: float) -> model.Evaluation:
+def _stored(body: dict[str, Any], at: float) -> Evaluation:
     """A fixture evaluation as the engine stores it (steps with nodes, judge attached)."""
-    steps = [model.Step(index=s["index"], span_id=s["span_id"], parent_span_id=None,
-                        kind="llm", name="chat", node=s["node"]) for s in body["steps"]]
-    traj = model.Trajectory(body["trace_id"], "otlp", "complete", steps, agent=body["agent"])
-    return model.Evaluation(traj, [], model.Verdict(True, []), judge=body["judge"],
-                            evaluated_at_ns=int(at * 1e9))
+    steps = [Step(index=s["index"], span_id=s["span_id"], parent_span_id=None,
+                  kind="llm", name="chat", node=s["node"]) for s in body["steps"]]
+    traj = Trajectory(body["trace_id"], "otlp", "complete", steps, agent=body["agent"])
+    return Evaluation(traj, [], Verdict(True, []), judge=body["judge"],
+                      evaluated_at_ns=int(at * 1e9))
 
 
 @pytest.fixture
@@ -271,8 +272,8 @@ def test_the_window_keeps_only_what_clustering_reads(store: Store) -> None:
     for ev in evaluations:  # bulky content clustering never reads
         for step in ev.trajectory.steps:
             step.kind, step.result = "tool", "observation " * 300
-        ev.findings.append(model.Finding("loop", "repeated_call", "warning",
-                                         "search repeated 3 times", [ev.trajectory.steps[0]
+        ev.findings.append(Finding("loop", "repeated_call", "warning",
+                                   "search repeated 3 times", [ev.trajectory.steps[0]
                                                                      .span_id], [0]))
     store.put_many(evaluations)
     kept = store.since(0, keep=critique_fields)

@@ -14,7 +14,8 @@ from prometheus_client import CollectorRegistry
 
 from otel_eval.app.config import Config, replace
 from otel_eval.app.service import Service
-from otel_eval.base.model import Evaluation, Finding, Step, Trajectory, Verdict
+from otel_eval.base.results import Evaluation, Finding, Verdict
+from otel_eval.base.steps import Step, Trajectory
 from otel_eval.evaluate.judge.config import JudgeConfig
 
 SYSTEM = "You are an airline agent. Follow the policy. " + "Policy line. " * 200

@@ -11,7 +11,8 @@ import pytest
 from judge_fixtures import config, evaluation
 
 from otel_eval.base.configcheck import FieldErrors
-from otel_eval.base.model import Evaluation, Step, Trajectory
+from otel_eval.base.results import Evaluation
+from otel_eval.base.steps import Step, Trajectory
 from otel_eval.evaluate.judge import Judge
 from otel_eval.evaluate.judge.config import CompactionConfig
 from otel_eval.evaluate.judge.prompting import REPLY_SHAPE

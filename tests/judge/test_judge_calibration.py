@@ -15,7 +15,8 @@ from prometheus_client import CollectorRegistry
 
 from otel_eval.app.admin import AdminApi, AdminConfig, AdminServer
 from otel_eval.app.cli import main
-from otel_eval.base.model import Evaluation, Trajectory
+from otel_eval.base.results import Evaluation
+from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.calibration import (
     Thresholds,
     calibrate,

@@ -86,7 +86,7 @@ def test_tool_arguments_equal_to_the_call_are_not_repeated() -> None:
 def test_the_judge_and_the_detectors_read_arguments_in_one_canonical_form() -> None:
     # a tool step's arguments equal the call's in the detectors' canonical form (whitespace
     # in strings collapsed, 2.0 as 2): the judge's prompt says so too, never shows them twice
-    from otel_eval.base.model import Step
+    from otel_eval.base.steps import Step
     from otel_eval.evaluate.detectors.canonical import canonical_arguments
     from otel_eval.evaluate.judge.render import _Renderer
 
@@ -105,7 +105,7 @@ def test_the_judge_and_the_detectors_read_arguments_in_one_canonical_form() -> N
 
 
 def test_input_prompts_cut_shorter_than_outputs() -> None:
-    from otel_eval.base.model import Step
+    from otel_eval.base.steps import Step
     from otel_eval.evaluate.judge.render import _Renderer
 
     prompt, answer = "template line. " * 200, "answer line. " * 120  # 3000 and 1560 chars

@@ -12,7 +12,7 @@ from typing import Any
 from judge_fake_llm import FakeLLM, Reply, completion, good
 from judge_fixtures import combined_reply, config, evaluation, step_reply, turns_reply
 
-from otel_eval.base.model import Evaluation
+from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.judge import Judge, SqliteRubricCache
 
 STEPS = [1, 3, 5]

@@ -16,7 +16,8 @@ from judge_fixtures import config, judged_service
 from prometheus_client import CollectorRegistry
 
 from otel_eval.app.service import Service
-from otel_eval.base import model
+from otel_eval.base.results import Evaluation, Finding, Verdict
+from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.judge.config import JudgeConfig
 from otel_eval.evaluate.judge.namer import JudgeNamer, judge_namer
 from otel_eval.outputs.issues.config import IssuesConfig
@@ -26,13 +27,13 @@ from otel_eval.outputs.issues.tracker import issues_offline
 def _evaluations(n: int = 4) -> list[dict[str, object]]:
     out = []
     for i in range(n):
-        traj = model.Trajectory(f"{i + 1:032x}", "otlp", "complete", [], service="shop",
-                                agent="shop")
-        findings = [model.Finding("loop", "repeated_call", "error",
-                                  f"search called 3 times in a row with the same arguments "
-                                  f"(query {i})", span_ids=[f"{i + 1:016x}"])]
-        out.append(model.Evaluation(traj, findings, model.Verdict(False, ["loop"]),
-                                    evaluated_at_ns=1000 + i).to_json())
+        traj = Trajectory(f"{i + 1:032x}", "otlp", "complete", [], service="shop",
+                          agent="shop")
+        findings = [Finding("loop", "repeated_call", "error",
+                            f"search called 3 times in a row with the same arguments "
+                            f"(query {i})", span_ids=[f"{i + 1:016x}"])]
+        out.append(Evaluation(traj, findings, Verdict(False, ["loop"]),
+                              evaluated_at_ns=1000 + i).to_json())
     return out
 
 
@@ -80,7 +81,7 @@ AUTHS = ["Authentication failed: API key rejected with HTTP 401 for https://api.
          "Authentication failed because the API key was rejected ({n})"]
 
 
-def _findings(problem: str, n: int = 6) -> list[model.Evaluation]:
+def _findings(problem: str, n: int = 6) -> list[Evaluation]:
     """``n`` runs with one finding each of ``problem`` (a loop, or a rejected API key)."""
     now_ns = time.time_ns()
     texts, detector, kind = ((LOOPS, "loop", "repeated_call") if problem == "loop"
@@ -88,12 +89,12 @@ def _findings(problem: str, n: int = 6) -> list[model.Evaluation]:
     out = []
     for i in range(n):
         trace_id = f"{problem[:4].encode().hex()}{i + 1:024x}"
-        traj = model.Trajectory(trace_id, "otlp", "complete", [], service="shop", agent="shop")
-        finding = model.Finding(detector, kind, "error",
-                                texts[i % 3].format(n=i + 3, secret=SECRET),
-                                span_ids=[f"{i + 1:016x}"])
-        out.append(model.Evaluation(traj, [finding], model.Verdict(False, [detector]),
-                                    evaluated_at_ns=now_ns - 1000 + i))
+        traj = Trajectory(trace_id, "otlp", "complete", [], service="shop", agent="shop")
+        finding = Finding(detector, kind, "error",
+                          texts[i % 3].format(n=i + 3, secret=SECRET),
+                          span_ids=[f"{i + 1:016x}"])
+        out.append(Evaluation(traj, [finding], Verdict(False, [detector]),
+                              evaluated_at_ns=now_ns - 1000 + i))
     return out
 
 

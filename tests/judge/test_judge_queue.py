@@ -9,7 +9,7 @@ from typing import Any
 from judge_fake_llm import FakeLLM, Reply, good
 from judge_fixtures import combined_reply, config, evaluation
 
-from otel_eval.base.model import Evaluation
+from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.judge import SKIP_REASONS, Judge, JudgeQueue
 from otel_eval.evaluate.judge.config import SamplingConfig
 

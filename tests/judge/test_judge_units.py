@@ -9,7 +9,8 @@ from judge_fixtures import evaluation
 
 from otel_eval.app.config import build
 from otel_eval.base.configcheck import ConfigError
-from otel_eval.base.model import Evaluation, Finding, Step, ToolCall, Trajectory
+from otel_eval.base.results import Evaluation, Finding
+from otel_eval.base.steps import Step, ToolCall, Trajectory
 from otel_eval.evaluate.judge.compact import MessageLog, compact_json, parse_messages, trim
 from otel_eval.evaluate.judge.config import (
     CompactionConfig,

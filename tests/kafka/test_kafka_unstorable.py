@@ -19,7 +19,8 @@ from test_kafka_serve import committed, consumed, kafka_changes
 
 import otel_eval.store.sqlite as sqlite_module
 from otel_eval.base.kafka.config import KafkaConfig
-from otel_eval.base.model import Evaluation, Span
+from otel_eval.base.model import Span
+from otel_eval.base.results import Evaluation
 from otel_eval.decode import otlp
 from otel_eval.receive.kafka.publisher import KafkaPublisher
 from otel_eval.store.base import Row, evaluation_row

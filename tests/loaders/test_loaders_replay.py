@@ -19,7 +19,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from otel_eval.app.replay import make_exporter, replay
-from otel_eval.base.model import Span, Trace, Trajectory
+from otel_eval.base.model import Span, Trace
+from otel_eval.base.steps import Trajectory
 from otel_eval.decode.otlp import decode_request
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.trajectory import build_trajectory

@@ -5,18 +5,19 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from otel_eval.base import model
+from otel_eval.base.results import Evaluation, Finding, Verdict
+from otel_eval.base.steps import Step, Trajectory
 from otel_eval.telemetry.metrics import Metrics, render
 
 
 def test_a_lone_surrogate_in_a_label_value_is_written_as_replacement() -> None:
-    step = model.Step(index=0, span_id="01" * 8, parent_span_id=None, kind="llm", name="chat")
-    traj = model.Trajectory(trace_id="ab" * 16, source="otlp", status="complete", steps=[step],
-                            service="svc\ud800", agent="\udfffagent")
-    finding = model.Finding("tool_call", "selection", "error", "called it",
-                            attributes={"tool": "\ud800x"})
+    step = Step(index=0, span_id="01" * 8, parent_span_id=None, kind="llm", name="chat")
+    traj = Trajectory(trace_id="ab" * 16, source="otlp", status="complete", steps=[step],
+                      service="svc\ud800", agent="\udfffagent")
+    finding = Finding("tool_call", "selection", "error", "called it",
+                      attributes={"tool": "\ud800x"})
     m = Metrics(CollectorRegistry())
-    m.evaluation_stored(model.Evaluation(traj, [finding], model.Verdict(False, [])), 0.1, False)
+    m.evaluation_stored(Evaluation(traj, [finding], Verdict(False, [])), 0.1, False)
     for accept in (None, "application/openmetrics-text"):
         body, _ = render(m.registry, accept)
         page = body.decode()

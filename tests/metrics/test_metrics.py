@@ -6,21 +6,22 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from otel_eval.base import model
+from otel_eval.base.results import Evaluation, Finding, Verdict
+from otel_eval.base.steps import Step, Trajectory
 from otel_eval.telemetry.metrics import OTHER, Metrics, render
 
 
 def _evaluation(trace_id: str = "ab" * 16, *, agent: str | None = "planner",
-                findings: list[model.Finding] | None = None, passed: bool = True,
-                tools: tuple[str, ...] = ("search", "search")) -> model.Evaluation:
-    steps = [model.Step(index=0, span_id="01" * 8, parent_span_id=None, kind="llm", name="chat",
-                        input_tokens=100, output_tokens=20, cost_usd=0.01)]
+                findings: list[Finding] | None = None, passed: bool = True,
+                tools: tuple[str, ...] = ("search", "search")) -> Evaluation:
+    steps = [Step(index=0, span_id="01" * 8, parent_span_id=None, kind="llm", name="chat",
+                  input_tokens=100, output_tokens=20, cost_usd=0.01)]
     for i, tool in enumerate(tools, start=1):
-        steps.append(model.Step(index=i, span_id=f"{i + 1:016x}", parent_span_id="01" * 8,
-                                kind="tool", name=f"execute_tool {tool}", tool_name=tool))
-    traj = model.Trajectory(trace_id=trace_id, source="otlp", status="complete", steps=steps,
-                            service="svc", agent=agent, start_ns=0, end_ns=3_000_000_000)
-    return model.Evaluation(traj, findings or [], model.Verdict(passed, []))
+        steps.append(Step(index=i, span_id=f"{i + 1:016x}", parent_span_id="01" * 8,
+                          kind="tool", name=f"execute_tool {tool}", tool_name=tool))
+    traj = Trajectory(trace_id=trace_id, source="otlp", status="complete", steps=steps,
+                      service="svc", agent=agent, start_ns=0, end_ns=3_000_000_000)
+    return Evaluation(traj, findings or [], Verdict(passed, []))
 
 
 def _value(reg: CollectorRegistry, name: str, **labels: str) -> float:
@@ -31,13 +32,13 @@ def _value(reg: CollectorRegistry, name: str, **labels: str) -> float:
 def test_evaluation_stored_derives_every_family() -> None:
     m = Metrics()
     findings = [
-        model.Finding("loop", "repeated_tool_call", "error", "3x search", span_ids=["02" * 8]),
-        model.Finding("loop", "cycle", "warning", "a-b-a-b"),
-        model.Finding("non_termination", "halted", "error", "hit the step cap"),
-        model.Finding("budget", "tokens", "warning", "over", attributes={"budget": "tokens"}),
-        model.Finding("tool_call", "runtime", "error", "boom", span_ids=[f"{2:016x}"]),
-        model.Finding("tool_call", "selection", "warning", "?", attributes={"tool": "nope"}),
-        model.Finding("lucky_pass", "lucky_pass", "info", "passed despite errors"),
+        Finding("loop", "repeated_tool_call", "error", "3x search", span_ids=["02" * 8]),
+        Finding("loop", "cycle", "warning", "a-b-a-b"),
+        Finding("non_termination", "halted", "error", "hit the step cap"),
+        Finding("budget", "tokens", "warning", "over", attributes={"budget": "tokens"}),
+        Finding("tool_call", "runtime", "error", "boom", span_ids=[f"{2:016x}"]),
+        Finding("tool_call", "selection", "warning", "?", attributes={"tool": "nope"}),
+        Finding("lucky_pass", "lucky_pass", "info", "passed despite errors"),
     ]
     m.evaluation_stored(_evaluation(findings=findings), 0.25, superseded=False)
     r = m.registry
@@ -67,16 +68,16 @@ def test_only_runs_that_did_not_end_count_as_non_terminated() -> None:
     m = Metrics()
     for kind in ("no_output", "root_error"):  # the run ended: silent or failed
         m.evaluation_stored(_evaluation(findings=[
-            model.Finding("non_termination", kind, "warning", "x")]), 0.1, superseded=False)
+            Finding("non_termination", kind, "warning", "x")]), 0.1, superseded=False)
     sa = {"service": "svc", "agent": "planner"}
     assert _value(m.registry, "otel_eval_traces_non_terminated_total", **sa) == 0
     m.evaluation_stored(_evaluation(findings=[
-        model.Finding("non_termination", "incomplete", "error", "x")]), 0.1, superseded=False)
+        Finding("non_termination", "incomplete", "error", "x")]), 0.1, superseded=False)
     assert _value(m.registry, "otel_eval_traces_non_terminated_total", **sa) == 1
 
 def test_superseded_evaluation_is_not_double_counted() -> None:
     m = Metrics()
-    loop = [model.Finding("loop", "cycle", "error", "x")]
+    loop = [Finding("loop", "cycle", "error", "x")]
     m.evaluation_stored(_evaluation(findings=loop), 0.1, superseded=False)
     m.evaluation_stored(_evaluation(findings=loop, passed=False), 0.1, superseded=True)
     r, sa = m.registry, {"service": "svc", "agent": "planner"}
@@ -97,7 +98,7 @@ def test_agent_and_tool_labels_are_capped() -> None:
            for s in s.samples}
     assert got == {"a", "b", OTHER}
     for tool in ("t1", "t2"):
-        f = model.Finding("tool_call", "arguments", "error", "bad", attributes={"tool": tool})
+        f = Finding("tool_call", "arguments", "error", "bad", attributes={"tool": tool})
         m.evaluation_stored(_evaluation(findings=[f]), 0.0, superseded=False)
     assert _value(r, "otel_eval_detector_tool_errors_total", service=OTHER, agent=OTHER,
                   kind="arguments", tool="t1") == 1

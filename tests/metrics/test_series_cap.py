@@ -11,18 +11,19 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from otel_eval.base import model
+from otel_eval.base.results import Evaluation, Finding, Verdict
+from otel_eval.base.steps import Step, Trajectory
 from otel_eval.telemetry.metrics import OTHER, Metrics, render
 
 
-def _evaluation(i: int, service: str, agent: str) -> model.Evaluation:
-    steps = [model.Step(index=0, span_id="01" * 8, parent_span_id=None, kind="llm", name="chat",
-                        input_tokens=10, output_tokens=2, cost_usd=0.001)]
-    traj = model.Trajectory(trace_id=f"{i + 1:032x}", source="otlp", status="complete",
-                            steps=steps, service=service, agent=agent, start_ns=0,
-                            end_ns=1_000_000_000)
-    finding = model.Finding("loop", "repeated_call", "warning", "loop")
-    return model.Evaluation(traj, [finding], model.Verdict(False, []))
+def _evaluation(i: int, service: str, agent: str) -> Evaluation:
+    steps = [Step(index=0, span_id="01" * 8, parent_span_id=None, kind="llm", name="chat",
+                  input_tokens=10, output_tokens=2, cost_usd=0.001)]
+    traj = Trajectory(trace_id=f"{i + 1:032x}", source="otlp", status="complete",
+                      steps=steps, service=service, agent=agent, start_ns=0,
+                      end_ns=1_000_000_000)
+    finding = Finding("loop", "repeated_call", "warning", "loop")
+    return Evaluation(traj, [finding], Verdict(False, []))
 
 
 def _series_count(registry: CollectorRegistry) -> int:

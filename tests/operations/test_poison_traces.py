@@ -20,7 +20,8 @@ from support.harness import Harness, running_service
 from support.poll import poll
 
 import otel_eval.store.sqlite as sqlite_module
-from otel_eval.base.model import Evaluation, Span
+from otel_eval.base.model import Span
+from otel_eval.base.results import Evaluation
 from otel_eval.decode import otlp
 from otel_eval.store.base import Row, evaluation_row
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from otel_eval.base.model import Evaluation, Trajectory
+from otel_eval.base.results import Evaluation
+from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.predict.config import PredictionConfig
 from otel_eval.telemetry.metrics import Metrics
 

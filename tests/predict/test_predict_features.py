@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from otel_eval.base.model import Evaluation, Finding, Step, Trajectory
+from otel_eval.base.results import Evaluation, Finding
+from otel_eval.base.steps import Step, Trajectory
 from otel_eval.evaluate.predict import Predictor
 from otel_eval.evaluate.predict.features import (
     _SAYS_FAILURE,

@@ -10,7 +10,8 @@ import pytest
 from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
 
 from otel_eval.app.config import Config
-from otel_eval.base.model import Evaluation, Step, Trajectory
+from otel_eval.base.results import Evaluation
+from otel_eval.base.steps import Step, Trajectory
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.predict import Predictor
 from otel_eval.evaluate.predict.config import DEFAULT_MODEL_FILE, PredictionConfig

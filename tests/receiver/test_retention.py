@@ -6,14 +6,15 @@ from pathlib import Path
 
 from support.harness import Harness, running_service
 
-from otel_eval.base import model
+from otel_eval.base.results import Evaluation
+from otel_eval.base.steps import Trajectory
 
 DAY_NS = 86400 * 10**9
 
 
 def _put(h: Harness, trace_id: str, evaluated_at_ns: int) -> None:
-    traj = model.Trajectory(trace_id, "otlp", "complete", [])
-    h.svc.store.put_many([model.Evaluation(traj, [], None, evaluated_at_ns=evaluated_at_ns)])
+    traj = Trajectory(trace_id, "otlp", "complete", [])
+    h.svc.store.put_many([Evaluation(traj, [], None, evaluated_at_ns=evaluated_at_ns)])
 
 
 def test_retention_deletes_only_what_is_older(tmp_path: Path) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from otel_eval.base import model
+from otel_eval.base.results import Evaluation, Finding, Verdict
+from otel_eval.base.steps import Trajectory
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 ROOT, LLM, TOOL = "00f067aa0ba902b7", "1111111111111111", "2222222222222222"
@@ -21,15 +23,15 @@ def trace() -> model.Trace:
     return model.Trace(TRACE_ID, spans, "complete", release_reason="root_ended")
 
 
-def evaluation(passed: bool = False) -> model.Evaluation:
-    traj = model.Trajectory(TRACE_ID, "otlp", "complete", [], service="shop-agent",
-                            agent="shop")
+def evaluation(passed: bool = False) -> Evaluation:
+    traj = Trajectory(TRACE_ID, "otlp", "complete", [], service="shop-agent",
+                      agent="shop")
     findings = [
-        model.Finding("loop", "repeated_tool_call", "error", "search called 3 times",
-                      span_ids=[TOOL, LLM]),
-        model.Finding("tool_call", "runtime", "warning", "search raised", span_ids=[TOOL]),
-        model.Finding("budget", "tokens", "info", "near the token budget",
-                      attributes={"budget": "tokens"}),
+        Finding("loop", "repeated_tool_call", "error", "search called 3 times",
+                span_ids=[TOOL, LLM]),
+        Finding("tool_call", "runtime", "warning", "search raised", span_ids=[TOOL]),
+        Finding("budget", "tokens", "info", "near the token budget",
+                attributes={"budget": "tokens"}),
     ]
-    verdict = model.Verdict(passed, [] if passed else ["loop: search called 3 times"])
-    return model.Evaluation(traj, findings, verdict, evaluated_at_ns=123_456)
+    verdict = Verdict(passed, [] if passed else ["loop: search called 3 times"])
+    return Evaluation(traj, findings, verdict, evaluated_at_ns=123_456)

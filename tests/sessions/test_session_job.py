@@ -13,7 +13,8 @@ from opentelemetry.proto.logs.v1 import logs_pb2
 from support.clock import ManualClock
 from support.otlp_capture import Capture
 
-from otel_eval.base import model
+from otel_eval.base.results import Evaluation, Verdict
+from otel_eval.base.steps import Step, Trajectory
 from otel_eval.decode.otlp import attributes_to_dict
 from otel_eval.evaluate.sessions.config import SessionsConfig
 from otel_eval.evaluate.sessions.job import SessionJob
@@ -27,16 +28,16 @@ IDLE_S = 60.0
 
 
 def _turn(session: str, n: int, at_s: float, tool_args: dict[str, str] | None = None,
-          ) -> model.Evaluation:
+          ) -> Evaluation:
     trace_id = f"{abs(hash(session)) % 10**8:08x}{n:024x}"
-    root = model.Step(0, f"{n + 1:016x}", None, "agent", "invoke_agent shop", start_ns=1)
+    root = Step(0, f"{n + 1:016x}", None, "agent", "invoke_agent shop", start_ns=1)
     steps = [root]
     if tool_args is not None:
-        steps.append(model.Step(1, f"{n + 100:016x}", root.span_id, "tool", "execute_tool",
-                                tool_name="lookup", arguments=tool_args, start_ns=2))
-    t = model.Trajectory(trace_id, "otlp", "complete", steps, service="shop", agent="helper",
-                         start_ns=int(at_s * S), session_id=session)
-    return model.Evaluation(t, [], model.Verdict(True, []), evaluated_at_ns=int(at_s * S))
+        steps.append(Step(1, f"{n + 100:016x}", root.span_id, "tool", "execute_tool",
+                          tool_name="lookup", arguments=tool_args, start_ns=2))
+    t = Trajectory(trace_id, "otlp", "complete", steps, service="shop", agent="helper",
+                   start_ns=int(at_s * S), session_id=session)
+    return Evaluation(t, [], Verdict(True, []), evaluated_at_ns=int(at_s * S))
 
 
 def _sample(m: Metrics, name: str, **labels: str) -> float:

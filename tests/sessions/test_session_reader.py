@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from otel_eval.base import model
+from otel_eval.base.results import Evaluation, Verdict
+from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.sessions.config import SessionsConfig
 from otel_eval.evaluate.sessions.job import SessionJob
 from otel_eval.evaluate.sessions.reader import SessionReader
@@ -26,11 +27,11 @@ def _store(tmp_path: Path, sessions: int, turns: int, failing: set[int]) -> Eval
     for s in range(sessions):
         for n in range(turns):
             i = s * turns + n
-            t = model.Trajectory(f"{i:032x}", "otlp", "complete", [], service="shop",
-                                 agent="a", start_ns=T0 + i * S, session_id=f"s{s:02d}")
-            verdict = model.Verdict(s not in failing or n > 0, [] if s not in failing
-                                    or n > 0 else ["bad"])
-            rows.append(model.Evaluation(t, [], verdict, evaluated_at_ns=T0 + i * S))
+            t = Trajectory(f"{i:032x}", "otlp", "complete", [], service="shop",
+                           agent="a", start_ns=T0 + i * S, session_id=f"s{s:02d}")
+            verdict = Verdict(s not in failing or n > 0, [] if s not in failing
+                              or n > 0 else ["bad"])
+            rows.append(Evaluation(t, [], verdict, evaluated_at_ns=T0 + i * S))
     store.put_many(rows)
     return store
 
@@ -81,10 +82,10 @@ def test_the_detector_filter_keeps_sessions_with_that_session_finding(
     for s, turns in enumerate((1, 2, 1, 2, 1)):
         for n in range(turns):
             i = s * 10 + n
-            t = model.Trajectory(f"{i:032x}", "otlp", "complete", [], service="shop",
-                                 agent="a", start_ns=T0 + i * S, session_id=f"s{s:02d}")
-            rows.append(model.Evaluation(t, [], model.Verdict(True, []),
-                                         evaluated_at_ns=T0 + i * S))
+            t = Trajectory(f"{i:032x}", "otlp", "complete", [], service="shop",
+                           agent="a", start_ns=T0 + i * S, session_id=f"s{s:02d}")
+            rows.append(Evaluation(t, [], Verdict(True, []),
+                                   evaluated_at_ns=T0 + i * S))
     store.put_many(rows)
     reader = SessionReader(store, SessionsConfig(session_turns=1))
 

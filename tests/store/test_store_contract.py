@@ -16,6 +16,8 @@ import pytest
 
 from otel_eval.app.config import Config
 from otel_eval.base import model
+from otel_eval.base.results import Evaluation, Finding, Verdict
+from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.outputs.issues.catalogue import Catalogue, StoredIssue
 from otel_eval.store import EvaluationStore, open_store
@@ -56,14 +58,14 @@ def store(stores: Open) -> EvaluationStore:
 
 def _ev(i: int, *, revision: int = 0, agent: str = "planner", passed: bool | None = True,
         detector: str | None = None, status: model.TraceStatus = "complete",
-        at: int | None = None, service: str = "shop") -> model.Evaluation:
-    traj = model.Trajectory(f"{i:032x}", "otlp", status, [], service=service, agent=agent,
-                            task_id=f"task-{i % 3}", revision=revision)
-    findings = [model.Finding(detector, "stagnation" if detector == "loop" else "over",
-                              "error", "x")] if detector else []
-    verdict = None if passed is None else model.Verdict(passed, [])
-    return model.Evaluation(traj, findings, verdict,
-                            evaluated_at_ns=T0 + i * 10**9 if at is None else at)
+        at: int | None = None, service: str = "shop") -> Evaluation:
+    traj = Trajectory(f"{i:032x}", "otlp", status, [], service=service, agent=agent,
+                      task_id=f"task-{i % 3}", revision=revision)
+    findings = [Finding(detector, "stagnation" if detector == "loop" else "over",
+                        "error", "x")] if detector else []
+    verdict = None if passed is None else Verdict(passed, [])
+    return Evaluation(traj, findings, verdict,
+                      evaluated_at_ns=T0 + i * 10**9 if at is None else at)
 
 
 def _ids(rows: list[dict[str, Any]]) -> list[int]:
@@ -425,7 +427,7 @@ def test_a_lost_connection_is_reopened(postgresql_url: str) -> None:
         store.close()
 
 
-def _turn(i: int, session: str | None, at: int, service: str = "shop") -> model.Evaluation:
+def _turn(i: int, session: str | None, at: int, service: str = "shop") -> Evaluation:
     ev = _ev(i, at=at, service=service)
     ev.trajectory.session_id = session
     return ev

@@ -13,6 +13,8 @@ import pytest
 from support.harness import Harness, running_service
 
 from otel_eval.base import model
+from otel_eval.base.results import Evaluation, Finding, Verdict
+from otel_eval.base.steps import Trajectory
 from otel_eval.store import Store
 from otel_eval.store.query import EvaluationQuery, QueryError, parse_time
 
@@ -20,13 +22,13 @@ T0 = 1_764_547_200 * 10**9  # 2025-12-01T00:00:00Z
 
 
 def _evaluation(i: int, agent: str, passed: bool | None, detector: str | None = None,
-                status: model.TraceStatus = "complete") -> model.Evaluation:
-    traj = model.Trajectory(f"{i:032x}", "otlp", status, [], service="shop", agent=agent,
-                            task_id=f"task-{i % 3}")
-    findings = [model.Finding(detector, "stagnation" if detector == "loop" else "over",
-                              "error", "x")] if detector else []
-    verdict = None if passed is None else model.Verdict(passed, [])
-    return model.Evaluation(traj, findings, verdict, evaluated_at_ns=T0 + i * 10**9)
+                status: model.TraceStatus = "complete") -> Evaluation:
+    traj = Trajectory(f"{i:032x}", "otlp", status, [], service="shop", agent=agent,
+                      task_id=f"task-{i % 3}")
+    findings = [Finding(detector, "stagnation" if detector == "loop" else "over",
+                        "error", "x")] if detector else []
+    verdict = None if passed is None else Verdict(passed, [])
+    return Evaluation(traj, findings, verdict, evaluated_at_ns=T0 + i * 10**9)
 
 
 def _fill(store: Store) -> None:

@@ -10,7 +10,8 @@ from typing import Any
 from support.harness import running_service
 
 from otel_eval.app.config import Config
-from otel_eval.base import model
+from otel_eval.base.results import Evaluation, Finding, Verdict
+from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.store import Store
 from otel_eval.store.query import EvaluationQuery
@@ -18,10 +19,10 @@ from otel_eval.store.query import EvaluationQuery
 JUDGE = {"judges": {}, "overall": {"status": "ok", "process_score": 0.9}}
 
 
-def _evaluation(trace_id: str, revision: int = 0) -> model.Evaluation:
-    traj = model.Trajectory(trace_id, "otlp", "complete", [], agent="a", revision=revision)
-    loop = model.Finding("loop", "repeated_call", "warning", "x called twice")
-    return model.Evaluation(traj, [loop], model.Verdict(True, []), evaluated_at_ns=1)
+def _evaluation(trace_id: str, revision: int = 0) -> Evaluation:
+    traj = Trajectory(trace_id, "otlp", "complete", [], agent="a", revision=revision)
+    loop = Finding("loop", "repeated_call", "warning", "x called twice")
+    return Evaluation(traj, [loop], Verdict(True, []), evaluated_at_ns=1)
 
 
 def _feedback(store: Store, body: dict[str, Any], outcome: str) -> bool:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 from trajectory_factory import TRACE_ID, sid
 
-from otel_eval.base.model import Evaluation, Span, Trace, local_root, run_span, run_span_id
+from otel_eval.base.model import Span, Trace, local_root, run_span, run_span_id
+from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.trajectory import build_trajectory
 from otel_eval.outputs.forward import stamps

@@ -6,7 +6,7 @@ import json
 
 from trajectory_factory import TRACE_ID, sid, span, trace
 
-from otel_eval.base.model import Trajectory
+from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.trajectory import build_trajectory
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from trajectory_factory import span, trace
 
-from otel_eval.base.model import Span, Step, Trace, Trajectory
+from otel_eval.base.model import Span, Trace
+from otel_eval.base.steps import Step, Trajectory
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.detectors import Detectors, DetectorsConfig, budget
 from otel_eval.evaluate.trajectory import build_trajectory, code_actions

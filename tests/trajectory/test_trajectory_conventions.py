@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from trajectory_factory import span, trace
 
-from otel_eval.base.model import SpanEvent, Step
+from otel_eval.base.model import SpanEvent
+from otel_eval.base.steps import Step
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.conventions import classify, dominant, merge_tools, read_span
 from otel_eval.evaluate.trajectory import build_trajectory

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from trajectory_factory import span, trace
 
-from otel_eval.base.model import Span, Trajectory
+from otel_eval.base.model import Span
+from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.conventions.agent_names import dspy_agent_name
 from otel_eval.evaluate.conventions.openinference import (

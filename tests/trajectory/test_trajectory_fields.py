@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from trajectory_factory import span, trace
 
-from otel_eval.base.model import Step
+from otel_eval.base.steps import Step
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.conventions import read_span
 from otel_eval.evaluate.conventions.agent_names import from_span_name

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from trajectory_factory import sid, span, trace
 
-from otel_eval.base.model import Span, Step
+from otel_eval.base.model import Span
+from otel_eval.base.steps import Step
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.conventions import read_span
 from otel_eval.evaluate.trajectory import build_trajectory

@@ -9,7 +9,8 @@ import json
 import pytest
 from trajectory_factory import span, trace
 
-from otel_eval.base.model import CONTENT_CHARS, Evaluation
+from otel_eval.base.results import Evaluation
+from otel_eval.base.steps import CONTENT_CHARS
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.conventions.messages import request_messages
 from otel_eval.evaluate.trajectory import build_trajectory

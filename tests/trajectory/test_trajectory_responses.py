@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from otel_eval.base.model import Step
+from otel_eval.base.steps import Step
 from otel_eval.evaluate.trajectory import responses
 from otel_eval.evaluate.trajectory.responses import LOOKAHEAD, ToolResponses
 

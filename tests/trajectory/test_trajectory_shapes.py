@@ -14,7 +14,8 @@ import pytest
 from trajectory_factory import span, trace
 
 from otel_eval.app.config import Config
-from otel_eval.base.model import Evaluation, Span
+from otel_eval.base.model import Span
+from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.trajectory import build_trajectory

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from trajectory_factory import span, trace
 
-from otel_eval.base.model import SpanEvent, Step
+from otel_eval.base.model import SpanEvent
+from otel_eval.base.steps import Step
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.conventions import fields as fields_module
 from otel_eval.evaluate.conventions import read_span

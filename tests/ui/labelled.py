@@ -19,7 +19,7 @@ from ui_server import GUIDE, GUIDE_ID, GUIDE_REFS, evaluate
 
 from otel_eval.app.admin import AdminApi, AdminConfig, AdminServer
 from otel_eval.app.config import Config
-from otel_eval.base.model import Evaluation
+from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.calibration import report
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.feedback import Feedback

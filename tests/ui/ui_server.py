@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 from otel_eval.app.admin import AdminApi, AdminConfig, AdminServer
 from otel_eval.app.config import Config, replace
 from otel_eval.app.offline import EvalRun
-from otel_eval.base.model import Evaluation
+from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.judge.config import RedactionConfig
 from otel_eval.evaluate.judge.redact import Redactor
 from otel_eval.store import Store

@@ -27,7 +27,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from otel_eval.base.model import Span, Step, StepKind
+from otel_eval.base.model import Span
+from otel_eval.base.steps import Step, StepKind
 from otel_eval.evaluate.conventions.adapter import Adapter, Attrs
 from otel_eval.evaluate.conventions.fields import plan, read_fields
 from otel_eval.evaluate.conventions.genai import GENAI, GENAI_LEGACY

@@ -14,7 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from otel_eval.base.model import Span, Step, StepKind
+from otel_eval.base.model import Span
+from otel_eval.base.steps import Step, StepKind
 
 Attrs = Mapping[str, Any]
 

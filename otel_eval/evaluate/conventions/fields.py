@@ -25,7 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from otel_eval.base.model import Span, Step, StepKind
+from otel_eval.base.model import Span
+from otel_eval.base.steps import Step, StepKind
 from otel_eval.evaluate.conventions.adapter import Adapter, Attrs
 from otel_eval.evaluate.conventions.agent_names import (
     agent_name,

@@ -20,7 +20,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from otel_eval.base.model import Span, Step, StepKind
+from otel_eval.base.model import Span
+from otel_eval.base.steps import Step, StepKind
 from otel_eval.evaluate.conventions.adapter import Adapter, Attrs, no_kind
 from otel_eval.evaluate.conventions.messages import (
     message_text,

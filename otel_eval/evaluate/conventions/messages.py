@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from otel_eval.base.model import ToolCall
+from otel_eval.base.steps import ToolCall
 from otel_eval.evaluate.conventions.values import as_str, parse_json
 
 _DECODER = json.JSONDecoder()

@@ -35,7 +35,8 @@ import json
 import re
 from typing import Any
 
-from otel_eval.base.model import Span, Step, StepKind, ToolCall
+from otel_eval.base.model import Span
+from otel_eval.base.steps import Step, StepKind, ToolCall
 from otel_eval.evaluate.conventions.adapter import Adapter, Attrs
 from otel_eval.evaluate.conventions.agent_names import agent_name
 from otel_eval.evaluate.conventions.messages import (

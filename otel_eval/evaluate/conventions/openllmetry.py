@@ -28,7 +28,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from otel_eval.base.model import Span, Step, StepKind, ToolCall
+from otel_eval.base.model import Span
+from otel_eval.base.steps import Step, StepKind, ToolCall
 from otel_eval.evaluate.conventions.adapter import Adapter, Attrs
 from otel_eval.evaluate.conventions.values import (
     as_int,

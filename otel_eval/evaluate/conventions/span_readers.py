@@ -40,7 +40,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from otel_eval.base.model import Span, Step
+from otel_eval.base.model import Span
+from otel_eval.base.steps import Step
 from otel_eval.evaluate.conventions.adapter import Attrs
 from otel_eval.evaluate.conventions.openllmetry import (
     WORKFLOW_TOOL_ARGUMENTS,

@@ -92,7 +92,7 @@ def parse_json(value: Any) -> Any:
 def decode_json_string(value: Any) -> str | None:
     """A JSON-encoded string (``"sunny"``, as SDKs serialize a function's str result) decoded
     to its text; anything else as ``as_str`` gives it. (Decoding only: the encoder of stored
-    JSON is ``model.json_text``, of attribute text ``dumps``.)"""
+    JSON is ``jsontext.json_text``, of attribute text ``dumps``.)"""
     if isinstance(value, str) and value.startswith('"'):
         try:
             decoded = _DECODER.decode(value)

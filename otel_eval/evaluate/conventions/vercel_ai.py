@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from otel_eval.base.model import Span, Step, StepKind, ToolCall
+from otel_eval.base.model import Span
+from otel_eval.base.steps import Step, StepKind, ToolCall
 from otel_eval.evaluate.conventions.adapter import Adapter, Attrs, no_kind
 from otel_eval.evaluate.conventions.values import (
     as_int,

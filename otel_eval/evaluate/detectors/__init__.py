@@ -24,7 +24,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from otel_eval.base.model import Finding, Trajectory, Verdict
+from otel_eval.base.results import Finding, Verdict
+from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.detectors import (
     budget,
     loop,

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from otel_eval.base.model import Finding, Step, Trajectory
+from otel_eval.base.results import Finding
+from otel_eval.base.steps import Step, Trajectory
 from otel_eval.evaluate.detectors.calls import Context
 from otel_eval.evaluate.detectors.config import DetectorsConfig
 from otel_eval.evaluate.trajectory.prices import model_prices, step_cost

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from otel_eval.base.model import Finding, Step, Trajectory
+from otel_eval.base.results import Finding
+from otel_eval.base.steps import Step, Trajectory
 from otel_eval.evaluate.detectors.canonical import arguments_key, key_text, norm_ws, normalized_text
 from otel_eval.evaluate.detectors.config import DetectorsConfig, LoopConfig, ToolCallConfig
 from otel_eval.evaluate.trajectory.shell import shell_commands

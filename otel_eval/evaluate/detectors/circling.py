@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from otel_eval.base.model import Finding
+from otel_eval.base.results import Finding
 from otel_eval.evaluate.detectors.calls import Call, action_text
 from otel_eval.evaluate.detectors.config import LoopConfig
 from otel_eval.evaluate.detectors.reworded import trigrams

@@ -27,7 +27,8 @@ from collections.abc import Sequence
 from itertools import accumulate
 from operator import add
 
-from otel_eval.base.model import Finding, Step, Trajectory
+from otel_eval.base.results import Finding
+from otel_eval.base.steps import Step, Trajectory
 from otel_eval.evaluate.detectors.calls import (
     Call,
     Context,

@@ -7,7 +7,8 @@ of the detectors that ran before it (``context.findings``).
 
 from __future__ import annotations
 
-from otel_eval.base.model import Finding, Trajectory
+from otel_eval.base.results import Finding
+from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.detectors.calls import Context
 from otel_eval.evaluate.detectors.config import DetectorsConfig
 

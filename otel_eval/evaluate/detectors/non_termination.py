@@ -6,7 +6,7 @@ answer; a framework halt marker (max steps / iterations / turns, recursion limit
 on the root span; a final output that was recorded and is empty (``no_output``: an output the
 instrumentation did not record is unknown, not empty, and proves nothing).
 
-``model.NOT_ENDED_KINDS`` are the findings that mean the run did not end; they alone count as
+``results.NOT_ENDED_KINDS`` are the findings that mean the run did not end; they alone count as
 a non-terminated trace in metrics and alerts (a failed or silent run did end).
 """
 
@@ -15,7 +15,8 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from otel_eval.base.model import Finding, Step, Trajectory
+from otel_eval.base.results import Finding
+from otel_eval.base.steps import Step, Trajectory
 from otel_eval.evaluate.detectors.calls import Context
 from otel_eval.evaluate.detectors.config import DetectorsConfig, NonTerminationConfig
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 
-from otel_eval.base.model import Finding, Trajectory
+from otel_eval.base.results import Finding
+from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.detectors.calls import Call, Context, call_label, calls_for, result_failed
 from otel_eval.evaluate.detectors.config import DetectorsConfig, Severity
 

@@ -24,7 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from otel_eval.base.model import Finding, Step, Trajectory
+from otel_eval.base.results import Finding
+from otel_eval.base.steps import Step, Trajectory
 from otel_eval.base.text import load_content
 from otel_eval.evaluate.detectors.calls import (
     Context,

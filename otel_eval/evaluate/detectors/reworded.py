@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from otel_eval.base.model import Finding
+from otel_eval.base.results import Finding
 from otel_eval.evaluate.detectors.calls import Call, call_label
 from otel_eval.evaluate.detectors.config import LoopConfig
 

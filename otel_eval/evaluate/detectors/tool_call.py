@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from otel_eval.base.model import Finding, Step, Trajectory
+from otel_eval.base.results import Finding
+from otel_eval.base.steps import Step, Trajectory
 from otel_eval.evaluate.detectors.calls import Context, is_action_tool, result_failed
 from otel_eval.evaluate.detectors.config import DetectorsConfig, ToolCallConfig
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from otel_eval.base.model import Evaluation
+from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.judge import prompting
 from otel_eval.evaluate.judge.client import CallResult, JudgeClient
 from otel_eval.evaluate.judge.config import JudgeConfig

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from otel_eval.base.aio import cancel_leftovers
-from otel_eval.base.model import Evaluation
+from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.judge.client import close_clients
 from otel_eval.evaluate.judge.judge import Judge
 from otel_eval.evaluate.judge.sampling import sampled

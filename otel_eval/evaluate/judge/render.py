@@ -21,7 +21,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from otel_eval.base.model import Evaluation, Step, Trajectory
+from otel_eval.base.results import Evaluation
+from otel_eval.base.steps import Step, Trajectory
 from otel_eval.evaluate.detectors.canonical import canonical_arguments
 from otel_eval.evaluate.judge.compact import (
     Message,

@@ -45,7 +45,9 @@ from concurrent.futures import Future
 from typing import Any
 
 from otel_eval.base.aio import LoopThread
-from otel_eval.base.model import Evaluation, Trace, json_text
+from otel_eval.base.jsontext import json_text
+from otel_eval.base.model import Trace
+from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.judge.client import CallResult, check_credentials, close_clients
 from otel_eval.evaluate.judge.config import JudgeConfig

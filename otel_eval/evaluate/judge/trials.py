@@ -68,6 +68,6 @@ def summarize(trials: Iterable[Trial], k: int | None = None) -> dict[str, TaskTr
 
 
 def trials_of(evaluations: Iterable[Any]) -> list[Trial]:
-    """Trials from ``model.Evaluation`` objects that have a task id and a judge object."""
+    """Trials from ``results.Evaluation`` objects that have a task id and a judge object."""
     return [Trial(e.trajectory.task_id, e.trace_id, e.judge) for e in evaluations
             if e.trajectory.task_id and e.judge]

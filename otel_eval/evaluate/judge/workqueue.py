@@ -15,7 +15,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from otel_eval.base.model import Evaluation
+from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.judge.judge import Judge
 from otel_eval.evaluate.judge.observer import SkipReason
 from otel_eval.evaluate.judge.sampling import sampled

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from otel_eval.base.model import Evaluation
+from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.predict.features import (
     FEATURE_PREFIX_END,
     FEATURE_PREFIX_PROGRAM,

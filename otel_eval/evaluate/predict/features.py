@@ -33,7 +33,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from otel_eval.base.model import Evaluation, Finding, Step, Trajectory
+from otel_eval.base.results import Evaluation, Finding
+from otel_eval.base.steps import Step, Trajectory
 
 # 2: calls per tool name (``tool.<name>``); 3: shell programs run (``program.<name>``);
 # 4: how the run ends (``end.*``); 5: the context the run ended with (``tokens.last_input``)

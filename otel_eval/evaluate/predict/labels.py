@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from otel_eval.base.model import Evaluation
+from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.evaluator import normalize_outcome
 from otel_eval.evaluate.predict.features import features
 from otel_eval.evaluate.predict.modelfile import agent_key

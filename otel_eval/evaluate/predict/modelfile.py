@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from otel_eval.base.documents import finite_numbers, short_name
-from otel_eval.base.model import Trajectory
+from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.predict.features import FEATURES_VERSION, READABLE_FEATURES_VERSIONS
 from otel_eval.evaluate.predict.text import TEXT_VERSION, term_counts, term_key
 

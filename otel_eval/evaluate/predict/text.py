@@ -27,7 +27,8 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 
-from otel_eval.base.model import Evaluation, Step
+from otel_eval.base.results import Evaluation
+from otel_eval.base.steps import Step
 
 TEXT_VERSION = 1
 FAMILY_CHARS = 2000

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from otel_eval.base.documents import MAX_NAME_CHARS
-from otel_eval.base.model import Evaluation
+from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.predict.features import (
     FEATURE_PREFIX_FINDING,
     FEATURE_PREFIX_PROGRAM,

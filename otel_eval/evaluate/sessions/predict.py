@@ -9,7 +9,7 @@ otherwise), applied to the conversation as one run:
 So p_success means for a session what it means for a trace: the chance the run (here, the
 whole conversation) succeeded, read from what the agent did. The steps are rebuilt from the
 stored v1 objects (the fields the features and the run text read); a turn's text fields
-are the ones the v1 object kept (``model.CONTENT_CHARS``).
+are the ones the v1 object kept (``steps.CONTENT_CHARS``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from otel_eval.base.model import Evaluation, Finding, Step, ToolCall, Trajectory
+from otel_eval.base.results import Evaluation, Finding
+from otel_eval.base.steps import Step, ToolCall, Trajectory
 from otel_eval.evaluate.predict import Predictor
 
 __all__ = ["conversation_evaluation", "model_view", "session_prediction"]

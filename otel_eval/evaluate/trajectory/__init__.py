@@ -1,4 +1,4 @@
-"""Stage: trajectory. ``model.Trace`` -> ``model.Trajectory`` (the normalized agent run).
+"""Stage: trajectory. ``model.Trace`` -> ``steps.Trajectory`` (the normalized agent run).
 
 ``build.build_trajectory`` reads each span into a step with the span readers of
 ``otel_eval.evaluate.conventions``, then runs ``passes.PASSES`` over the steps, in that one

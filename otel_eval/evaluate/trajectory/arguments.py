@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from otel_eval.base.model import Step, ToolCall
+from otel_eval.base.steps import Step, ToolCall
 from otel_eval.evaluate.trajectory.envelopes import fits, unknown_keys, unwrap
 
 __all__ = ["settle", "take_off_envelopes"]

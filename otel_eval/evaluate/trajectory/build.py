@@ -1,4 +1,4 @@
-"""Stage: trajectory. ``model.Trace`` -> ``model.Trajectory`` (the normalized agent run).
+"""Stage: trajectory. ``model.Trace`` -> ``steps.Trajectory`` (the normalized agent run).
 
 Each span is read into a step (``_Builder``, with the readers of ``conventions``), then the
 passes run over the steps in the one order of ``passes.PASSES``; the run's agent, input and
@@ -65,16 +65,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from otel_eval.base.model import (
-    AgentSource,
-    LogEvent,
-    Span,
-    Step,
-    Trace,
-    Trajectory,
-    local_root,
-    run_span_id,
-)
+from otel_eval.base.model import LogEvent, Span, Trace, local_root, run_span_id
+from otel_eval.base.steps import AgentSource, Step, Trajectory
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.conventions import (
     UNKNOWN,

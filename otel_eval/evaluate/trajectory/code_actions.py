@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import Any
 
-from otel_eval.base.model import Step
+from otel_eval.base.steps import Step
 from otel_eval.base.text import checked
 from otel_eval.evaluate.conventions.messages import answer_text, message_text
 from otel_eval.evaluate.trajectory.code_parse import (

@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
-from otel_eval.base.model import Step, ToolCall
+from otel_eval.base.steps import Step, ToolCall
 from otel_eval.evaluate.trajectory.envelopes import python_literal
 
 # Pending calls of one tool looked through for equal arguments (bounds the name match).

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from otel_eval.base.model import Step, ToolCall
+from otel_eval.base.steps import Step, ToolCall
 from otel_eval.evaluate.conventions.messages import answer_of, answer_text
 from otel_eval.evaluate.trajectory.arguments import settle, take_off_envelopes
 from otel_eval.evaluate.trajectory.code_actions import last_message_text, rebuild_code_actions

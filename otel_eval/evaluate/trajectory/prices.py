@@ -20,7 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from otel_eval.base.model import Step
+from otel_eval.base.steps import Step
 
 PRICE_FILE = "model_prices_and_context_window_backup.json"  # in litellm's package directory
 

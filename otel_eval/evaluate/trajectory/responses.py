@@ -23,7 +23,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from typing import Any
 
-from otel_eval.base.model import Step
+from otel_eval.base.steps import Step
 from otel_eval.base.text import checked
 from otel_eval.evaluate.conventions.values import as_str, parse_json
 

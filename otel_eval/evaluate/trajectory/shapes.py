@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from otel_eval.base.model import Step
+from otel_eval.base.steps import Step
 
 __all__ = ["MAX_SCAN_CHARS", "settle_values", "unrecognised"]
 

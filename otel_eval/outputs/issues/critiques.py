@@ -1,6 +1,6 @@
 """Issue stage, step 1: take the critiques of a window from per-trace evaluation objects.
 
-Input is the v1 evaluation JSON (``model.Evaluation.to_json()``), as stored or as printed by
+Input is the v1 evaluation JSON (``results.Evaluation.to_json()``), as stored or as printed by
 ``otel-eval eval --format jsonl``. Two sources:
 
 - detector findings: ``findings[*].message``; a finding with span ids is a *node* critique of
@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from otel_eval.base.model import NOT_ENDED_KINDS
+from otel_eval.base.results import NOT_ENDED_KINDS
 from otel_eval.base.text import valid_text
 
 Level = Literal["system", "node"]
@@ -42,7 +42,7 @@ class Critique:
     source: str = "finding"  # finding:<detector> | judge:<judge name>
     severity: str = "warning"  # a finding's (info | warning | error); a judge's: warning
     # Critiques with one problem key are one issue whatever their words: "not_ended" for
-    # the findings that mean the run did not end (model.NOT_ENDED_KINDS: "the run never
+    # the findings that mean the run did not end (results.NOT_ENDED_KINDS: "the run never
     # finished" at the root and "tool calls that never ran" on the last step are one
     # problem seen from two sides); "" for the rest, clustered by their words.
     problem: str = ""

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from otel_eval.base.model import CONTENT_CHARS
 from otel_eval.base.printable import printable
+from otel_eval.base.steps import CONTENT_CHARS
 from otel_eval.outputs.ui.html import Html, h
 from otel_eval.outputs.ui.text import Redact, as_text, redacted
 

@@ -1,0 +1,150 @@
+"""What the pipeline says about a run and stores for it (the bottom layer).
+
+    Finding         what one detector says about a trajectory
+    Verdict         pass or fail, with the reasons
+    Evaluation      trajectory + findings + verdict (+ judge, + prediction); ``to_json()`` is
+                    the v1 object
+
+Promises: ``Evaluation.to_json`` is the v1 per-trace object with only finite floats (NaN and
++-Infinity as the protobuf JSON mapping's strings), and ``to_json_text`` its JSON text for
+storing (``jsontext.json_text``), encoded once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from otel_eval.base.jsontext import ascii_json, finite, json_text
+from otel_eval.base.steps import Trajectory
+
+Severity = Literal["info", "warning", "error"]
+
+
+# Finding kinds (of the non-termination detector) that mean the run did not end; they alone
+# count as a non-terminated trace in metrics and alerts (a failed or silent run did end).
+NOT_ENDED_KINDS = frozenset({"incomplete", "truncated", "halted", "length_stop",
+                             "pending_tool_calls"})
+
+
+@dataclass(slots=True)
+class Finding:
+    detector: str  # loop | non_termination | budget | tool_call | reference | recovery | lucky_pass
+    kind: str
+    severity: Severity
+    message: str
+    span_ids: list[str] = field(default_factory=list)
+    step_indexes: list[int] = field(default_factory=list)
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "detector": self.detector,
+            "kind": self.kind,
+            "severity": self.severity,
+            "message": self.message,
+            "span_ids": list(self.span_ids),
+            "step_indexes": list(self.step_indexes),
+            "attributes": dict(self.attributes),
+        }
+
+
+@dataclass(slots=True)
+class Verdict:
+    passed: bool
+    reasons: list[str]
+    outcome: str | None = None  # success | failure when known
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. "reference": {...}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"passed": self.passed, "reasons": list(self.reasons), "outcome": self.outcome,
+                **self.extra}
+
+
+@dataclass(slots=True)
+class Evaluation:
+    """What the pipeline stores and exports for one trace."""
+
+    trajectory: Trajectory
+    findings: list[Finding] = field(default_factory=list)
+    verdict: Verdict | None = None
+    judge: dict[str, Any] | None = None
+    evaluated_at_ns: int = 0
+    error: str | None = None  # set when evaluation itself failed (the trace is still stored)
+    # {"p_success", "model"} from the success predictor; None without a model (no default)
+    prediction: dict[str, Any] | None = None
+    # The v1 object as cut to ``trajectory.max_result_bytes`` (``evaluate.bounds``), when
+    # the whole one was larger; ``to_json`` returns it instead of building the object anew
+    bounded: dict[str, Any] | None = None
+    # the released trace's ``content_digest``, stored in its own column (not in the v1 object)
+    content_digest: str | None = None
+    # ``json_text`` of the v1 object as ``evaluate.bounds`` encoded it, with the judge, the
+    # prediction and the number of findings it was made with: ``to_json_text`` reuses it while
+    # they are the same (issue 34: a stored body is encoded once); None: encode anew
+    encoded: tuple[str, Any, Any, int] | None = None
+
+    @property
+    def trace_id(self) -> str:
+        return self.trajectory.trace_id
+
+    def to_json(self, finite_floats: bool = True) -> dict[str, Any]:
+        """The v1 per-trace object; ``finite_floats=False`` leaves NaN / +-Infinity floats
+        as they are (``to_json_text`` replaces them only when there is one)."""
+        if self.bounded is not None:
+            out = dict(self.bounded)
+            return finite(out) if finite_floats else out
+        t = self.trajectory
+        out = {
+            "trace_id": t.trace_id,
+            "source": t.source,
+            "service": t.service,
+            "agent": t.agent,
+            "agent_source": t.agent_source,
+            "task_id": t.task_id,
+            "status": t.status,
+            "convention": t.convention,
+            "revision": t.revision,
+            "start_time_unix_nano": t.start_ns,
+            "duration_s": round(t.duration_s, 6),
+            "input": t.task,
+            "output": t.answer,
+            "counts": t.counts(),
+            "usage": t.usage(),
+            "steps": [s.to_json() for s in t.steps],
+            "findings": [f.to_json() for f in self.findings],
+            "verdict": self.verdict.to_json() if self.verdict else None,
+        }
+        if t.input_messages is not None:
+            out["input_messages"] = t.input_messages
+        if t.output_messages is not None:
+            out["output_messages"] = t.output_messages
+        if t.unrecorded:
+            out["unrecorded"] = dict(t.unrecorded)
+        if t.code_actions:
+            out["code_actions"] = dict(t.code_actions)
+        if t.session_id is not None:  # a turn of a conversation, and the conversation's user
+            out["session_id"] = t.session_id
+            if t.user_id is not None:
+                out["user_id"] = t.user_id
+        if self.judge is not None:
+            out["judge"] = self.judge
+        if self.error is not None:
+            out["error"] = self.error
+        if self.prediction is not None:
+            out["prediction"] = self.prediction
+        return finite(out) if finite_floats else out
+
+    def to_json_text(self) -> str:
+        """``json.dumps(self.to_json())``, without first walking the whole object for
+        non-finite floats (~4 us a span): strict encoding raises on one, and only then is the
+        object walked and encoded again. Nearly every object has none. The text ``bound``
+        encoded is reused while the judge, prediction and findings it saw are the same."""
+        done = self.encoded
+        if (done is not None and done[1] is self.judge and done[2] is self.prediction
+                and done[3] == len(self.findings)):
+            return done[0]
+        return json_text(self.to_json(finite_floats=False))
+
+    def to_json_ascii(self) -> str:
+        """``json.dumps(self.to_json())`` (non-ASCII escaped), from ``to_json_text``."""
+        return ascii_json(self.to_json_text())

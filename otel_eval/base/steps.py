@@ -1,0 +1,303 @@
+"""The normalized agent run that detectors and the judge read (the bottom layer).
+
+    ToolCall        a tool call an LLM step asked for
+    Step            one span of the run (agent, llm, tool, chain, other), or a tool call
+                    rebuilt from an LLM's output
+    Trajectory      the run: its steps in tree order, its input and output, who ran it
+
+Built from a ``model.Trace`` by ``evaluate.trajectory``. Promises: one meaning of "steps"
+(``Trajectory.action_steps``) and of the counts everywhere; ``Step.to_json`` is the step of
+the v1 object, each text cut to ``CONTENT_CHARS`` with its full length counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from otel_eval.base.model import TraceStatus
+
+StepKind = Literal["agent", "llm", "tool", "chain", "other"]
+AgentSource = Literal["span", "child_span", "inferred_history", "unknown"]
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """A tool call an LLM step asked for (from its output messages)."""
+
+    name: str
+    arguments: Any  # parsed JSON when possible, else the raw string
+    call_id: str | None = None
+    # ran (a tool step ran it) | rebuilt (no span; rebuilt from the output or a later input) |
+    # never_ran (asked for, and neither a span nor a later call says it ran) | "" = not known
+    outcome: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "arguments": self.arguments, "call_id": self.call_id,
+                "outcome": self.outcome or None}
+
+
+# Longest message text, tool result or LLM reply kept per step in the v1 object, characters:
+# enough to read a step; the rest is counted (``truncated``), so a 20 MB tool output is not a
+# 20 MB result row. Arguments and names are kept as they came (detectors report on them).
+CONTENT_CHARS = 4096
+
+
+def _kept(out: dict[str, Any], name: str, text: str | None) -> None:
+    """``out[name] = text``, cut to ``CONTENT_CHARS``; the full length of a cut value goes to
+    ``out["truncated"][name]``."""
+    if text is None:
+        return
+    if len(text) > CONTENT_CHARS:
+        out.setdefault("truncated", {})[name] = len(text)
+        text = text[:CONTENT_CHARS]
+    out[name] = text
+
+
+@dataclass(slots=True)
+class Step:
+    index: int
+    span_id: str
+    parent_span_id: str | None
+    kind: StepKind
+    name: str
+    node: str | None = None  # the agent / sub-agent this step belongs to
+    depth: int = 0
+    status: Literal["ok", "error"] = "ok"
+    error: str | None = None
+    start_ns: int = 0
+    end_ns: int = 0
+    # tool steps
+    tool_name: str | None = None
+    arguments: Any = None  # parsed JSON when possible, else the raw string; None = not recorded
+    result: str | None = None  # raw text of the tool result (or agent/chain output)
+    call_id: str | None = None  # the tool-call id this tool step ran (joins it to its LLM call)
+    # the decision taken on the call before it ran (``gen_ai.tool.call.decision.outcome``):
+    # allow | deny | require_approval; None = not recorded. A denied call is no tool error
+    decision: str | None = None
+    # llm steps
+    model: str | None = None
+    finish_reasons: list[str] = field(default_factory=list)
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cost_usd: float | None = None
+    # input tokens written to the provider's cache (``gen_ai.usage.cache_write.input_tokens``,
+    # formerly ``cache_creation``); part of ``input_tokens``; None = not recorded
+    cache_write_tokens: int | None = None
+    input_text: str | None = None  # raw input messages / prompt as carried by the span
+    output_text: str | None = None  # raw output / completion text
+    reply: str | None = None  # the reply's text, when the convention records it apart
+    tool_calls: list[ToolCall] = field(default_factory=list)  # calls an llm step requested
+    rebuilt: bool = False  # a tool step rebuilt from an LLM's output (no span of its own)
+    # a tool call made from inside a code action step (``trajectory.code_actions``): a step
+    # of that action, not one of the run's own (budgets and the steps histogram count the
+    # action once); the loop rules still compare it with the other calls of its tool
+    in_code: bool = False
+    # a code action an LLM reply wrote, made a step of its own (``trajectory.code_actions``:
+    # smolagents' python_interpreter block): a step of the run, not a tool call (the calls of
+    # known tools in it are, marked ``in_code``)
+    code_block: bool = False
+    convention: str = "unknown"
+    # llm steps, readable (``conventions.messages``): the last message it was sent (user or
+    # tool) and the text of its reply; None when not recorded
+    prompt: str | None = None
+    answer: str | None = None
+    # llm steps: the output messages as its reader parsed them (a JSON list: GenAI reads the
+    # calls they request), handed to the readable pass, which reads ``answer`` from them and
+    # drops them: the output is parsed once. They are the parse of ``output_text`` while that
+    # is not None (an output is never replaced once read, only made unknown: ``shapes``)
+    parsed_output: list[Any] | None = None
+    # which convention and attribute supplied each field ("genai gen_ai.tool.call.arguments",
+    # "span name", "llm call <id>"), and the fields read but not understood (field -> reason);
+    # for ``otel-eval inspect``, not part of the v1 object
+    sources: dict[str, str] = field(default_factory=dict)
+    unknown: dict[str, str] = field(default_factory=dict)
+    # values cut to the result bounds (``evaluate.bounds``): field -> its full size, bytes of
+    # JSON; written into the v1 object's ``truncated`` beside the texts cut there
+    cut: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "index": self.index,
+            "span_id": self.span_id,
+            "parent_span_id": self.parent_span_id,
+            "kind": self.kind,
+            "node": self.node,
+            "name": self.name,
+            "tool_name": self.tool_name,
+            "arguments": self.arguments,
+            "status": self.status,
+            "error": self.error,
+            "start_time_unix_nano": self.start_ns,
+            "end_time_unix_nano": self.end_ns,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+        }
+        if self.model is not None:
+            out["model"] = self.model
+        if self.finish_reasons:
+            out["finish_reasons"] = list(self.finish_reasons)
+        if self.cost_usd is not None:
+            out["cost_usd"] = round(self.cost_usd, 12)  # 5.55e-05, not 5.5499999999999994e-05
+        if self.call_id is not None:
+            out["call_id"] = self.call_id
+        if self.rebuilt:
+            out["rebuilt"] = True
+        if self.cut:
+            out["truncated"] = dict(self.cut)
+        if self.kind == "tool":
+            _kept(out, "result", self.result)
+        elif self.kind == "llm":
+            _kept(out, "prompt", self.prompt)
+            _kept(out, "answer", self.answer)
+            if self.tool_calls:
+                out["tool_calls"] = [c.to_json() for c in self.tool_calls]
+        return out
+
+
+@dataclass(slots=True)
+class Trajectory:
+    trace_id: str
+    source: str
+    status: TraceStatus
+    steps: list[Step]
+    service: str | None = None
+    agent: str | None = None
+    # where ``agent`` came from: span (an agent span that arrived) | child_span (a name
+    # stamped on the spans under it) | inferred_history (the service's completed runs) |
+    # unknown (agent None)
+    agent_source: AgentSource = "unknown"
+    task_id: str | None = None
+    convention: str = "unknown"
+    start_ns: int = 0
+    end_ns: int = 0
+    input: str | None = None  # raw, as the spans carried it (messages, state, text)
+    output: str | None = None
+    # the user's text of ``input`` / ``output`` (the first user message, the last reply's
+    # text; the raw value when it is not messages), and the messages when it is
+    task: str | None = None
+    answer: str | None = None
+    input_messages: list[Any] | None = None
+    output_messages: list[Any] | None = None
+    tools: dict[str, Any] = field(default_factory=dict)  # offered tool name -> JSON schema
+    root_attributes: dict[str, Any] = field(default_factory=dict)
+    revision: int = 0
+    span_count: int = 0
+    # parts of building that failed on this trace's content, each {part, span_id, error};
+    # the detectors report each as an ``evaluation_error`` finding (issue 11)
+    errors: list[dict[str, str]] = field(default_factory=list)
+    root_span_id: str | None = None  # ``local_root`` of the trace; None when it has none
+    run_span_id: str = ""  # ``run_span_id`` of the trace: where its results are attached
+    # What the instrumentation did not record, by field: how many steps lack it (``output``: 1
+    # when the run's answer is unknown); ``unparsed``: values present but not understood
+    # (arguments, results, LLM outputs: one per value). Detectors draw no conclusion from these.
+    unrecorded: dict[str, int] = field(default_factory=dict)
+    # Code actions read from LLM replies (``trajectory.code_actions``): blocks, calls, calls
+    # that are steps, rebuilt steps, ``unparsed_<reason>``. Empty when no reply holds code.
+    code_actions: dict[str, int] = field(default_factory=dict)
+    # The conversation (session, thread) this turn belongs to and the conversation's user,
+    # read from every convention that carries one (``conventions.conversations``); None
+    # when no span carries one. ``conversation_sources``: field -> "<convention> <key>".
+    session_id: str | None = None
+    user_id: str | None = None
+    conversation_sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def root_step(self) -> Step | None:
+        """The step of the local root (``root_span_id``); None when the trace has none."""
+        if self.root_span_id is None:
+            return None
+        return next((s for s in self.steps if s.span_id == self.root_span_id), None)
+
+    @property
+    def duration_s(self) -> float:
+        return max(0, self.end_ns - self.start_ns) / 1e9
+
+    @property
+    def llm_steps(self) -> list[Step]:
+        return [s for s in self.steps if s.kind == "llm"]
+
+    @property
+    def tool_steps(self) -> list[Step]:
+        return [s for s in self.steps if s.kind == "tool"]
+
+    def top_level_tool_steps(self) -> list[Step]:
+        """Tool steps not nested (at any depth) under another tool step, but for the calls an
+        interpreter tool's code made (``Step.in_code``: ``code_actions``).
+
+        One pass in step order (tree order: a parent comes before its children) remembers for
+        each span whether a tool step is at or above it, so a chain of n nested spans costs n,
+        not n x depth. A parent not seen yet (spans caught in a parent cycle, or a parent that
+        is no step) is walked up, at most 1000 levels. Plain loops, no Python call per step:
+        ``to_json`` counts the steps of every run it writes (tests/cost)."""
+        tools: set[str] = set()
+        parent: dict[str, str | None] = {}
+        for s in self.steps:
+            if s.kind == "tool":
+                tools.add(s.span_id)
+            parent.setdefault(s.span_id, s.parent_span_id)
+        under_tool: dict[str, bool] = {}  # span id -> a tool step is at or above it
+        out = []
+        for s in self.steps:
+            p = s.parent_span_id
+            if p is None:
+                known = False
+            elif p in under_tool:
+                known = under_tool[p]
+            else:  # parent after its child (only in a cycle) or no step: walk up
+                known, seen = False, 0
+                while p is not None and seen < 1000:
+                    if p in tools:
+                        known = True
+                        break
+                    p, seen = parent.get(p), seen + 1
+            if s.kind == "tool" and (not known or s.in_code):
+                out.append(s)  # a call made from an interpreter tool's code is a call
+            # rebuilt tool steps share their LLM step's span id: the first entry decides
+            if s.span_id not in under_tool:
+                under_tool[s.span_id] = known or s.span_id in tools
+        return out
+
+    @property
+    def action_steps(self) -> list[Step]:
+        """The run's steps, the one meaning of "steps" everywhere (``counts()["steps"]``, the
+        run list, ``show``, ``--budget steps``, ``otel_eval_trace_steps``): the agent's own
+        actions, its top-level tool steps, a code action counted once (not the calls of known
+        tools made from its code, nor the tool spans nested under a tool, such as a
+        sub-agent's). LLM calls are not steps: they are counted as LLM calls."""
+        out = []
+        for s in self.top_level_tool_steps():
+            if not s.in_code:
+                out.append(s)
+        return out
+
+    @property
+    def tool_call_steps(self) -> list[Step]:
+        """The tool calls: tool steps but the code blocks an LLM reply wrote (a block is a
+        step, the calls of known tools in it are the calls; an interpreter tool's span, which
+        the LLM called, is one)."""
+        return [s for s in self.steps if s.kind == "tool" and not s.code_block]
+
+    def usage(self) -> dict[str, Any]:
+        llm = self.llm_steps
+        costs = [s.cost_usd for s in llm if s.cost_usd is not None]
+        return {
+            "input_tokens": sum(s.input_tokens or 0 for s in llm),
+            "output_tokens": sum(s.output_tokens or 0 for s in llm),
+            "cost_usd": round(sum(costs), 12) if costs else None,
+        }
+
+    def counts(self) -> dict[str, int]:
+        """``llm_calls`` as ``llm_steps``, ``tool_calls`` as ``tool_call_steps``, ``steps`` as
+        ``action_steps``, counted in one loop (no Python call per step: every stored run pays
+        it, tests/cost)."""
+        llm = tool_calls = errors = 0
+        for s in self.steps:
+            if s.kind == "llm":
+                llm += 1
+            elif s.kind == "tool" and not s.code_block:
+                tool_calls += 1
+            if s.status == "error":
+                errors += 1
+        return {"spans": self.span_count, "steps": len(self.action_steps), "llm_calls": llm,
+                "tool_calls": tool_calls, "errors": errors}
