@@ -1,7 +1,7 @@
 """DSPy under OpenInference: every module is a CHAIN span, the user's module named only by the
 root span's ``<Class>.forward``, the run's answer the ``answer`` field of the Prediction JSON
 (``conventions.openinference``: ``dspy_marked``, ``dspy_module``, ``prediction_answer``;
-``trajectory.build``: ``_Builder._dspy_module``)."""
+``trajectory.spans``: ``StepBuilder._dspy_module``)."""
 
 from __future__ import annotations
 

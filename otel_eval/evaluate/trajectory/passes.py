@@ -1,6 +1,6 @@
 """Stage: trajectory (part). The passes that turn the steps read from the spans into the run.
 
-``build.py`` reads every span into one step (``otel_eval.evaluate.conventions``: the readers),
+``spans.py`` reads every span into one step (``otel_eval.evaluate.conventions``: the readers),
 in tree order, and hands them to ``run_passes`` in a ``Draft``. ``PASSES`` is the order they
 run in, each with the precondition it relies on: a pass may only be moved where its
 precondition still holds. Each pass reads and rewrites the draft in place; the two that
@@ -31,7 +31,7 @@ class Draft:
     """The run while the passes build it."""
 
     # the steps in order: first one per span, in tree order, as the readers filled them
-    # (build.py keeps that list); a rebuild replaces it with a longer one
+    # (spans.py keeps that list); a rebuild replaces it with a longer one
     steps: list[Step]
     tools: dict[str, Any]  # tool name -> offered schema ({} when unknown), merged from spans
     max_rebuilt_steps: int  # TrajectoryConfig.max_rebuilt_steps: code-action steps rebuilt

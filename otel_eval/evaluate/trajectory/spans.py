@@ -1,0 +1,274 @@
+"""Stage: trajectory, its first half. A trace's spans in tree order, each read into a step.
+
+    spans -> dedupe -> tree_order -> StepBuilder.add(span, depth) -> steps (+ what the run
+    needs of them: tools offered, the agent of every span, the work under each agent)
+
+``build.build_trajectory`` runs this, then the passes, then reads the run (agent, input,
+output). Promises (the module docstring of ``build`` gives them for the whole stage):
+- spans repeating an earlier span id are dropped (the first one received is kept);
+- tree order: depth first, siblings by start time; orphans follow the root tree at top level
+  in start order; spans caught in a parent cycle follow those;
+- each step is classified and its fields read by the convention readers
+  (``conventions.read_span``), GenAI events (log records, span events) read as attributes of
+  their span; its node is the name of the nearest enclosing agent;
+- a span whose content breaks a convention adapter is still a (plain) step, and the failure
+  is kept in ``StepBuilder.errors`` (never raised).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from otel_eval.base.model import LogEvent, Span
+from otel_eval.base.steps import Step
+from otel_eval.evaluate.config import TrajectoryConfig
+from otel_eval.evaluate.conventions import UNKNOWN, classify, merge_tools, read_span
+from otel_eval.evaluate.conventions.agent_names import agent_name, dspy_agent_name
+from otel_eval.evaluate.conventions.conversations import Conversation
+from otel_eval.evaluate.conventions.events import overlay, span_events
+from otel_eval.evaluate.conventions.fields import merged_agent_name
+from otel_eval.evaluate.conventions.openinference import (
+    dspy_marked,
+    dspy_module,
+    prediction_answer,
+    stamped_agent_name,
+)
+from otel_eval.evaluate.conventions.openllmetry import llamaindex_agent_name
+from otel_eval.evaluate.conventions.values import as_str, first
+
+__all__ = ["StepBuilder", "dedupe", "tree_order"]
+
+# Attributes that name the enclosing agent on the spans under it (current OpenLLMetry, older
+# Traceloop SDKs, the Vercel AI SDK): read for spans outside any agent span that arrived.
+_STAMPED_AGENT_KEYS = ("gen_ai.agent.name", "traceloop.workflow.name", "ai.telemetry.functionId")
+
+
+def _stamped_name(attrs: Any) -> str | None:
+    """The agent's name stamped on a span of its run: a key of ``_STAMPED_AGENT_KEYS``, else
+    LangChain's ``metadata.lc_agent_name`` (under OpenInference), else a LlamaIndex agent
+    workflow step's ``current_agent_name`` (under Traceloop's instrumentation)."""
+    if not attrs.keys().isdisjoint(_STAMPED_AGENT_KEYS):
+        return as_str(first(attrs, *_STAMPED_AGENT_KEYS))
+    return stamped_agent_name(attrs) or llamaindex_agent_name(attrs)
+
+
+def dedupe(spans: Iterable[Span]) -> list[Span]:
+    seen: set[str] = set()
+    out = []
+    for span in spans:
+        if span.span_id not in seen:
+            seen.add(span.span_id)
+            out.append(span)
+    return out
+
+
+def _start(span: Span) -> int:
+    return span.start_ns
+
+
+def tree_order(spans: list[Span]) -> list[tuple[Span, int]]:
+    """(span, depth) for unique-id ``spans`` in tree order (see module docstring)."""
+    ids = {s.span_id for s in spans}
+    children: dict[str, list[Span]] = {}
+    tops: list[Span] = []
+    orphans: list[Span] = []
+    for span in spans:
+        parent = span.parent_span_id
+        if span.is_entry:
+            tops.append(span)
+        elif parent in ids and parent != span.span_id:
+            children.setdefault(parent, []).append(span)
+        else:
+            orphans.append(span)
+    for group in children.values():
+        group.sort(key=_start)
+    tops.sort(key=_start)
+    orphans.sort(key=_start)
+    out: list[tuple[Span, int]] = []
+    visited: set[str] = set()
+
+    def walk(starts: list[Span]) -> None:
+        stack = [(s, 0) for s in reversed(starts)]
+        while stack:
+            span, depth = stack.pop()
+            if span.span_id in visited:
+                continue
+            visited.add(span.span_id)
+            out.append((span, depth))
+            kids = children.get(span.span_id)
+            if kids:
+                below = depth + 1
+                stack.extend([(k, below) for k in reversed(kids)])
+
+    walk(tops)
+    walk(orphans)
+    if len(visited) < len(spans):  # parent cycles: unreachable from any top
+        walk(sorted((s for s in spans if s.span_id not in visited), key=_start))
+    return out
+
+
+class StepBuilder:
+    """One pass over the spans in tree order; keeps the enclosing agent of every span."""
+
+    def __init__(self, config: TrajectoryConfig, logs: list[LogEvent],
+                 spans: list[Span]) -> None:
+        self.spans = spans  # the trace's (deduplicated) spans
+        self.task_key = config.task_id_attribute
+        self.logs: dict[str, list[LogEvent]] = {}
+        for record in logs:
+            self.logs.setdefault(record.span_id, []).append(record)
+        self.steps: list[Step] = []
+        self.tools: dict[str, Any] = {}
+        self.task_id: str | None = None
+        # span id -> (node name, id of the nearest agent span at or above it)
+        self.scope: dict[str, tuple[str | None, str | None]] = {}
+        self.agent_attrs: dict[str, Any] = {}  # agent span id -> its attributes
+        self.agent_parent: dict[str, str | None] = {}  # agent span id -> enclosing agent
+        self.agents_with_tools: set[str | None] = set()
+        self.conventions_with_tools: set[str] = set()
+        self.errors: list[dict[str, str]] = []  # spans an adapter failed on (see ``add``)
+        self.tool_ids = False  # some tool step carries a call id
+        self.work: dict[str | None, int] = {}  # agent span id -> its own llm/tool steps
+        # the first agent name stamped on a non-agent span (not a framework default), and
+        # whether that span was outside every agent span that arrived
+        self.named_agent: str | None = None
+        self.named_outside = False
+        self.unnamed: set[str] = set()  # agent spans carrying only a framework default name
+        self.conversation = Conversation()  # the turn's conversation id and user
+        self.dspy: bool | None = None  # the trace carries DSPy's markers (None: not looked)
+        self.dspy_modules: set[str] = set()  # DSPy module spans outside every agent
+
+    def add(self, span: Span, depth: int) -> None:
+        """``_add`` under an error boundary: a span whose content breaks a convention adapter
+        still becomes a (plain) step, and the failure goes to ``errors`` (reported as an
+        ``evaluation_error`` finding: issue 11)."""
+        count = len(self.steps)
+        try:
+            self._add(span, depth)
+        except Exception as e:
+            del self.steps[count:]
+            self.errors.append({"part": f"conventions.{_adapter_name(span)}",
+                                "span_id": span.span_id, "error": type(e).__name__})
+            if span.span_id not in self.scope:
+                self.scope[span.span_id] = self.scope.get(span.parent_span_id or "",
+                                                          (None, None))
+            self.steps.append(Step(count, span.span_id, span.parent_span_id, "other",
+                                   span.name, node=self.scope[span.span_id][0], depth=depth,
+                                   start_ns=span.start_ns, end_ns=span.end_ns))
+
+    def _add(self, span: Span, depth: int) -> None:
+        attrs = span.attributes
+        records = self.logs.get(span.span_id)
+        own = span_events(span)
+        if records or own:
+            attrs = overlay(attrs, [*(records or ()), *own])
+        step = Step(len(self.steps), span.span_id, span.parent_span_id, "other", span.name,
+                    depth=depth, start_ns=span.start_ns, end_ns=span.end_ns)
+        adapter, found = read_span(step, span, attrs)
+        self.conversation.read(attrs)
+        if records or own:
+            _from_events(step, span.attributes, attrs, "log records" if records else "span events")
+        node, agent = self.scope.get(span.parent_span_id or "", (None, None))
+        module = (self._dspy_module(step, span, attrs)
+                  if agent is None and step.kind == "chain" else None)
+        if step.kind != "agent":
+            self._stamped(attrs, outside=node is None)
+            if node is None:
+                # outside any agent span that arrived, but stamped with its name
+                # (OpenLLMetry, the Vercel AI SDK): the agent's name, also when its span
+                # never arrived
+                node = _stamped_name(attrs)
+        if step.kind == "agent":
+            name = module
+            if name is None and adapter is not None:
+                enclosing = self.agent_attrs.get(agent) if agent else None
+                name, source = merged_agent_name(span, attrs, enclosing, found)
+                step.sources["agent_name"] = source
+            self.agent_parent[span.span_id] = agent
+            self.agent_attrs[span.span_id] = attrs
+            node, agent = name or span.name, span.span_id
+            if agent_name(node) is None:
+                self.unnamed.add(span.span_id)
+        self.scope[span.span_id] = (node, agent)
+        step.node = node
+        if step.kind == "tool":
+            self._mark_tools(agent)
+            self.conventions_with_tools.add(step.convention)
+            self.tool_ids = self.tool_ids or step.call_id is not None
+        if step.kind in ("llm", "tool"):
+            self.work[agent] = self.work.get(agent, 0) + 1
+        for reader in found:
+            offered = reader.tools(attrs)
+            if offered:
+                merge_tools(self.tools, offered)
+        if self.task_id is None:
+            task = attrs.get(self.task_key)
+            if task is None:
+                task = span.resource.get(self.task_key)
+            self.task_id = as_str(task)
+        self.steps.append(step)
+
+    def _dspy_module(self, step: Step, span: Span, attrs: Any) -> str | None:
+        """A DSPy module's run outside every agent (``openinference.dspy_module``, in a trace
+        carrying DSPy's markers): its result is its Prediction's ``answer`` (any other value
+        is unknown); one of a class of the user's becomes an agent step, the outermost one
+        the run's agent, named by the class (returned)."""
+        module_class = dspy_module(span, attrs)
+        if module_class is None or not self._is_dspy(span):
+            return None
+        self.dspy_modules.add(span.span_id)
+        answer = prediction_answer(step.result)
+        if answer is not None:
+            step.sources["result"] = "openinference output.value (the DSPy Prediction's answer)"
+        elif step.result is not None:
+            step.sources.pop("result", None)
+            step.unknown["result"] = "output.value is no DSPy Prediction with an answer field"
+        step.result = answer
+        name = dspy_agent_name(module_class)
+        if name is not None:
+            step.kind = "agent"
+            step.sources["agent_name"] = ("openinference span name (<Class>.forward of a DSPy "
+                                          "module of the user's)")
+        return name
+
+    def _is_dspy(self, span: Span) -> bool:
+        """Whether the span or, once looked at, any span of the trace carries DSPy's own
+        markers (``openinference.dspy_marked``)."""
+        if self.dspy is None:
+            self.dspy = dspy_marked(span) or any(dspy_marked(s) for s in self.spans)
+        return self.dspy
+
+    def _stamped(self, attrs: Any, outside: bool) -> None:
+        """Keep the first real agent name stamped on a non-agent span (one outside every
+        agent span wins over one inside)."""
+        if self.named_agent is not None and (self.named_outside or not outside):
+            return
+        name = agent_name(_stamped_name(attrs))
+        if name is not None:
+            self.named_agent, self.named_outside = name, outside
+
+    def _mark_tools(self, agent: str | None) -> None:
+        while agent not in self.agents_with_tools:
+            self.agents_with_tools.add(agent)
+            if agent is None:
+                return
+            agent = self.agent_parent.get(agent)
+
+
+def _from_events(step: Step, own: Any, attrs: Any, origin: str) -> None:
+    """Say in ``Step.sources`` which fields were read from GenAI events, not attributes."""
+    for name, source in step.sources.items():
+        key = source.rpartition(" ")[2]
+        if key in attrs and key not in own:
+            step.sources[name] = f"{source} (from {origin})"
+
+
+def _adapter_name(span: Span) -> str:
+    """The convention a span was classified as, for an error report (``unknown`` if even
+    classifying fails)."""
+    try:
+        adapter = classify(span, span.attributes)[1]
+    except Exception:
+        return UNKNOWN
+    return adapter.name if adapter is not None else UNKNOWN
