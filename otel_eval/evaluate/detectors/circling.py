@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from otel_eval.base.results import Finding
 from otel_eval.evaluate.detectors.calls import Call, action_text
 from otel_eval.evaluate.detectors.config import LoopConfig
-from otel_eval.evaluate.detectors.reworded import trigrams
+from otel_eval.evaluate.detectors.reworded import middles, trigrams
 from otel_eval.evaluate.trajectory.code_parse import called_names
 
 __all__ = ["MAX_TEXT_CHARS", "circling", "error_class", "program"]
@@ -79,17 +79,6 @@ def program(call: Call) -> str | None:
     return "sh:" + " ".join(heads) if heads else None
 
 
-def _middles(a: str, b: str) -> tuple[str, str]:
-    n = min(len(a), len(b))
-    start = 0
-    while start < n and a[start] == b[start]:
-        start += 1
-    end = 0
-    while end < n - start and a[-1 - end] == b[-1 - end]:
-        end += 1
-    return a[start:len(a) - end], b[start:len(b) - end]
-
-
 class _Step:
     """One action step's normalised texts, computed once."""
 
@@ -119,7 +108,7 @@ def _nothing_new(earlier: _Step, later: _Step, cfg: LoopConfig) -> bool:
         return later.error == earlier.error
     if later.observation is None or earlier.observation is None:
         return False  # unknown, not "nothing"
-    old, new = _middles(earlier.observation, later.observation)
+    old, new = middles(earlier.observation, later.observation)
     grams = trigrams(new)
     if not grams:
         # nothing but the framing: the same text again when there is text past the framing

@@ -94,7 +94,7 @@ class _Texts:
         return ids_j == ids_i and jaccard(text_j, text_i) >= threshold
 
 
-def _middles(a: str, b: str) -> tuple[str, str]:
+def middles(a: str, b: str) -> tuple[str, str]:
     """``a`` and ``b`` without their common prefix and suffix (the framing a tool puts around
     every result: an exit status, an address line, a closing tag)."""
     n = min(len(a), len(b))
@@ -119,7 +119,7 @@ def _nothing_new(texts: _Texts, earlier: int, later: int, cfg: LoopConfig) -> bo
     if result is None:
         return False  # not recorded: unknown, not "nothing"
     old_text = texts.cs[earlier].step.result or ""
-    old, new = _middles(_result_text(old_text), _result_text(result))
+    old, new = middles(_result_text(old_text), _result_text(result))
     grams = trigrams(new)
     if not grams:  # nothing but the framing left, or a few characters
         return new in old
