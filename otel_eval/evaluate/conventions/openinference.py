@@ -27,6 +27,14 @@ outside any agent is the run's agent when its class is the user's
 and its ``output.value``, the DSPy ``Prediction`` as JSON (``{"trajectory", "reasoning",
 "answer"}``), gives the run's answer in its ``answer`` field
 (``prediction_answer``; any other value is unknown).
+
+Haystack (OpenInference's Haystack instrumentation, scope
+``openinference.instrumentation.haystack``) marks its ``Agent`` component's run a CHAIN span
+``Agent.run`` (``run_async``): read as an agent step (``haystack_agent``). No attribute names
+it; its name is the one the user gave the component in the pipeline, a key of the enclosing
+``Pipeline.run`` span's inputs (``input.value``'s ``data``) and outputs (``output.value``):
+``haystack_component`` takes the one key whose value is the agent span's own input (else
+output), parsed. None or several such keys: unknown, never a guess.
 """
 
 from __future__ import annotations
@@ -57,6 +65,8 @@ from otel_eval.evaluate.conventions.values import (
 # DSPy's own markers: its instrumentation's scope, the span names of its predictor, adapters
 # and LM (``Predict(StringSignature).forward``, ``ChatAdapter.__call__``, ``LM.__call__``).
 DSPY_SCOPE = "openinference.instrumentation.dspy"
+HAYSTACK_SCOPE = "openinference.instrumentation.haystack"
+_HAYSTACK_AGENT_SPANS = frozenset({"Agent.run", "Agent.run_async"})
 _DSPY_NAMES = re.compile(r"(?:Predict(?:\([A-Za-z_]\w*\))?\.forward"
                          r"|(?:Chat|JSON|XML|TwoStep|BAML)Adapter\.__call__|LM\.__call__)\Z")
 _DSPY_NAME_CHARS = 200  # of a span name matched against DSPy's (longer ones are none of them)
@@ -73,6 +83,8 @@ def _explicit(span: Span, attrs: Attrs) -> StepKind | None:
     found = _KINDS.get(str(kind).upper(), "other")
     if found == "agent" and _langgraph_node(span, attrs):
         return "chain"  # a node of a LangGraph graph (the ReAct "agent" node), not an agent
+    if found == "chain" and haystack_agent(span):
+        return "agent"
     return found
 
 
@@ -115,6 +127,38 @@ def dspy_module(span: Span, attrs: Attrs) -> str | None:
         return None
     module_class = head.partition("(")[0]
     return module_class if module_class.isidentifier() else None
+
+
+def haystack_agent(span: Span) -> bool:
+    """Whether a span is the run of Haystack's ``Agent`` component (module docstring)."""
+    return span.name in _HAYSTACK_AGENT_SPANS and span.scope.startswith(HAYSTACK_SCOPE)
+
+
+def haystack_pipeline(attrs: Attrs) -> tuple[Any, Any]:
+    """(the components' inputs, the components' outputs) a ``Pipeline.run`` span carries,
+    parsed: dicts keyed by component name, else None."""
+    data = parse_json(as_str(attrs.get("input.value")))
+    data = data.get("data") if isinstance(data, dict) else None
+    outputs = parse_json(as_str(attrs.get("output.value")))
+    return (data if isinstance(data, dict) else None,
+            outputs if isinstance(outputs, dict) else None)
+
+
+def haystack_component(pipeline: tuple[Any, Any], attrs: Attrs) -> str | None:
+    """The name the pipeline (``haystack_pipeline`` of its span) gave the component whose
+    span has ``attrs``: the one key of its inputs whose value is the span's ``input.value``,
+    else the one key of its outputs whose value is the span's ``output.value``; None when
+    no key or several match (a real name, ``agent_names.agent_name``)."""
+    for whole, key in zip(pipeline, ("input.value", "output.value"), strict=True):
+        if not whole:
+            continue
+        own = parse_json(as_str(attrs.get(key)))
+        if not isinstance(own, dict) or not own:
+            continue
+        names = [name for name, value in whole.items() if value == own]
+        if len(names) == 1:
+            return agent_name(names[0])
+    return None
 
 
 def prediction_answer(value: str | None) -> str | None:

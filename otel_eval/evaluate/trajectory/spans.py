@@ -31,6 +31,9 @@ from otel_eval.evaluate.conventions.fields import merged_agent_name
 from otel_eval.evaluate.conventions.openinference import (
     dspy_marked,
     dspy_module,
+    haystack_agent,
+    haystack_component,
+    haystack_pipeline,
     prediction_answer,
     stamped_agent_name,
 )
@@ -138,6 +141,9 @@ class StepBuilder:
         self.conversation = Conversation()  # the turn's conversation id and user
         self.dspy: bool | None = None  # the trace carries DSPy's markers (None: not looked)
         self.dspy_modules: set[str] = set()  # DSPy module spans outside every agent
+        self.by_id: dict[str, Span] | None = None  # the spans by id (made on first use)
+        # Haystack Pipeline.run span id -> its components' inputs and outputs, parsed once
+        self.pipelines: dict[str, tuple[Any, Any]] = {}
 
     def add(self, span: Span, depth: int) -> None:
         """``_add`` under an error boundary: a span whose content breaks a convention adapter
@@ -180,7 +186,7 @@ class StepBuilder:
                 # never arrived
                 node = _stamped_name(attrs)
         if step.kind == "agent":
-            name = module
+            name = module or self._haystack_component(step, span, attrs)
             if name is None and adapter is not None:
                 enclosing = self.agent_attrs.get(agent) if agent else None
                 name, source = merged_agent_name(span, attrs, enclosing, found)
@@ -230,6 +236,25 @@ class StepBuilder:
             step.kind = "agent"
             step.sources["agent_name"] = ("openinference span name (<Class>.forward of a DSPy "
                                           "module of the user's)")
+        return name
+
+    def _haystack_component(self, step: Step, span: Span, attrs: Any) -> str | None:
+        """A Haystack ``Agent`` component's name in the pipeline that ran it (its parent
+        span's inputs or outputs: ``openinference.haystack_component``), or None."""
+        if not haystack_agent(span) or not span.parent_span_id:
+            return None
+        if self.by_id is None:
+            self.by_id = {s.span_id: s for s in self.spans}
+        parent = self.by_id.get(span.parent_span_id)
+        if parent is None:
+            return None
+        pipeline = self.pipelines.get(parent.span_id)
+        if pipeline is None:
+            pipeline = self.pipelines[parent.span_id] = haystack_pipeline(parent.attributes)
+        name = haystack_component(pipeline, attrs)
+        if name is not None:
+            step.sources["agent_name"] = ("openinference Pipeline.run input.value / "
+                                          "output.value (the pipeline's component name)")
         return name
 
     def _is_dspy(self, span: Span) -> bool:

@@ -1,0 +1,134 @@
+"""Haystack under OpenInference: the ``Agent`` component's run is a CHAIN span ``Agent.run``
+(read as the agent step), named by the key the enclosing ``Pipeline.run`` span's inputs or
+outputs hold its own under (``conventions.openinference``: ``haystack_agent``,
+``haystack_pipeline``, ``haystack_component``; ``trajectory.spans``:
+``StepBuilder._haystack_component``). The recordings of the conformance corpus check the real
+instrumentation; these check the rule on its edges."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from trajectory_factory import span, trace
+
+from otel_eval.base.model import Span
+from otel_eval.base.steps import Trajectory
+from otel_eval.evaluate.config import TrajectoryConfig
+from otel_eval.evaluate.conventions.openinference import (
+    HAYSTACK_SCOPE,
+    haystack_component,
+    haystack_pipeline,
+)
+from otel_eval.evaluate.trajectory import build_trajectory
+
+_CHAIN = {"openinference.span.kind": "CHAIN"}
+_ASK = {"messages": ["ChatMessage(_role=<ChatRole.USER: 'user'>, ...)"]}
+_SAID = {"messages": ["ChatMessage(_role=<ChatRole.ASSISTANT: 'assistant'>, "
+                         "_content=[TextContent(text='It is sunny in Paris.')])"]}
+
+
+def _io(inputs: Any, outputs: Any) -> dict[str, Any]:
+    return {**_CHAIN, "input.value": json.dumps(inputs), "output.value": json.dumps(outputs)}
+
+
+def _scoped(s: Span, scope: str) -> Span:
+    s.scope = scope
+    return s
+
+
+def _run(pipeline: dict[str, Any] | None, *, agent: str = "Agent.run",
+         scope: str = HAYSTACK_SCOPE) -> Trajectory:
+    """``Pipeline.run`` (attributes ``pipeline``; None: not exported) > ``agent`` (CHAIN,
+    asked ``_ASK``, answering ``_SAID``) > one LLM call; every span of scope ``scope``."""
+    spans = [span(agent, "Pipeline.run" if pipeline is not None else None, start=1,
+                  attrs=_io(_ASK, _SAID)),
+             span("OpenAIChatGenerator.run", agent, start=2, attrs={
+                 "openinference.span.kind": "LLM", "llm.model_name": "gpt-4o-mini",
+                 "llm.output_messages.0.message.role": "assistant",
+                 "llm.output_messages.0.message.content": "It is sunny in Paris."})]
+    if pipeline is not None:
+        spans.insert(0, span("Pipeline.run", attrs=pipeline))
+    return build_trajectory(trace(*[_scoped(s, scope) for s in spans]), TrajectoryConfig())
+
+
+@pytest.mark.parametrize(("pipeline", "agent"), [
+    # the component's inputs, keyed by its name in the pipeline
+    (_io({"data": {"weather_agent": _ASK}}, {"weather_agent": _SAID}), "weather_agent"),
+    # inputs given flat (Haystack routes them): the outputs name it
+    (_io({"data": {"messages": _ASK["messages"]}}, {"weather_agent": _SAID}), "weather_agent"),
+    # two components took the same inputs; the outputs tell them apart
+    (_io({"data": {"a": _ASK, "b": _ASK}}, {"b": _SAID}), "b"),
+    # two components took and gave the same: not told apart, unknown
+    (_io({"data": {"a": _ASK, "b": _ASK}}, {"a": _SAID, "b": _SAID}), None),
+    # no key holds the agent's own values
+    (_io({"data": {"x": {"messages": []}}}, {"x": {"other": 1}}), None),
+    # a framework default as the component's name is no name
+    (_io({"data": {"Agent": _ASK}}, {}), None),
+    # not JSON, not objects
+    ({**_CHAIN, "input.value": "Pipeline(...)", "output.value": "[1, 2]"}, None),
+    ({**_CHAIN, "input.value": json.dumps({"data": [1]})}, None),
+])
+def test_the_agent_is_the_component_name_its_pipeline_gave_it(
+        pipeline: dict[str, Any], agent: str | None) -> None:
+    t = _run(pipeline)
+    step = next(s for s in t.steps if s.name == "Agent.run")
+    assert step.kind == "agent"
+    assert t.agent == agent
+    assert t.agent_source == ("span" if agent else "unknown")
+    assert t.output == "It is sunny in Paris."
+    if agent:
+        assert "Pipeline.run" in step.sources["agent_name"]
+        assert [s.node for s in t.steps if s.kind == "llm"] == [agent]
+
+
+def test_an_agent_whose_pipeline_span_never_came_is_an_unnamed_agent() -> None:
+    t = _run(None)
+    assert [s.kind for s in t.steps] == ["agent", "llm"]
+    assert (t.agent, t.agent_source) == (None, "unknown")
+
+
+@pytest.mark.parametrize(("name", "scope"), [
+    ("Agent.run", "openinference.instrumentation.langchain"),  # not Haystack's
+    ("Retriever.run", HAYSTACK_SCOPE),  # another component
+])
+def test_other_chain_spans_stay_chains(name: str, scope: str) -> None:
+    t = _run(_io({"data": {"weather_agent": _ASK}}, {}), agent=name, scope=scope)
+    assert next(s for s in t.steps if s.name == name).kind == "chain"
+    assert t.agent is None
+
+
+def test_a_pipeline_is_parsed_once_for_all_its_agents() -> None:
+    """Many Agent.run spans under one large pipeline span: its JSON is parsed once, not once
+    per agent (the work stays linear in the trace's bytes)."""
+    data = {f"agent_{i}": {"messages": [f"ask {i}"]} for i in range(300)}
+    pipeline = span("Pipeline.run", attrs=_io({"data": data}, {}))
+    agents = [span(f"agent {i}", "Pipeline.run", start=i + 1, span_id=f"{i + 1:016x}",
+                   attrs=_io({"messages": [f"ask {i}"]}, {})) for i in range(300)]
+    for s in agents:
+        s.name = "Agent.run"
+    calls = []
+    import otel_eval.evaluate.trajectory.spans as spans_module
+    real = spans_module.haystack_pipeline
+
+    def counted(attrs: Any) -> Any:
+        calls.append(1)
+        return real(attrs)
+
+    spans_module.haystack_pipeline = counted  # type: ignore[assignment]
+    try:
+        t = build_trajectory(trace(*[_scoped(s, HAYSTACK_SCOPE) for s in [pipeline, *agents]]),
+                             TrajectoryConfig())
+    finally:
+        spans_module.haystack_pipeline = real  # type: ignore[assignment]
+    assert len(calls) == 1
+    assert {s.node for s in t.steps if s.kind == "agent"} == {f"agent_{i}" for i in range(300)}
+
+
+def test_haystack_component_reads_parsed_pipelines() -> None:
+    pipeline = haystack_pipeline(_io({"data": {"w": _ASK}}, {"w": _SAID}))
+    assert pipeline == ({"w": _ASK}, {"w": _SAID})
+    assert haystack_component(pipeline, _io(_ASK, {})) == "w"
+    assert haystack_component(pipeline, _io({}, _SAID)) == "w"  # an empty input is no match
+    assert haystack_component((None, None), _io(_ASK, _SAID)) is None
