@@ -11,24 +11,11 @@ about connections is here, the same for every listener, as Go's ``net/http.Serve
   request), the whole request within ``read_timeout_s``, the answer be taken within
   ``write_timeout_s``; between requests a connection may idle ``idle_timeout_s``. A client
   trickling a byte at a time is cut at the deadline, whatever its pace;
-- **bounded connections**: at most ``max_connections`` at once and ``max_connections_per_peer``
-  from one address; past them a connection is answered 503 and closed at once. With
-  ``reserved_connections`` (the admin listener), a few slots beyond the total serve only
-  ``reserved_paths`` (``/healthz``, ``/readyz``, ``/metrics``), one request each. A reserved
-  connection is *reusable* (nginx's word) while it waits for its request head or while its
-  answer waits to be taken, i.e. whenever its handler is not running: when the reserve is
-  full, a new connection closes the oldest reusable one and takes its slot (nginx's
-  "worker_connections are not enough, reusing connections"). A flood from any number of
-  peers can fill the reserve but not hold it: each new connection, a probe's among them, gets
-  in, and is the last in line to be reused; it has its head in long before that;
-- **partial requests give way** (``reuse_partial``, the OTLP/HTTP receiver): when every
-  general slot is taken, a new connection closes the oldest *partial* one and takes its slot:
-  a connection waiting for a request head (or idle between requests) that has made no
-  authenticated request (``Request.authenticated()``, called by the handler once a token is
-  known). A flood of partial requests from any number of peers then delays exports by no
-  more than the time an exporter takes to send its head, instead of denying them for as long
-  as it lasts (1,127 partial requests from 49 addresses: 0 of 40 exports); an authenticated
-  sender's keep-alive connection is never closed for a newcomer;
+- **bounded connections** (``httpslots``): at most ``max_connections`` at once and
+  ``max_connections_per_peer`` from one address; past them a connection is answered 503 and
+  closed at once. A few ``reserved_connections`` beyond the total serve only
+  ``reserved_paths`` (``PROBE_PATHS``), and a full reserve reuses its oldest waiting
+  connection; with ``reuse_partial``, a full listener closes its oldest partial request;
 - **a hang-up is an event, not an error**: a client that closes mid-request or stops reading
   the answer, a deadline passed, a slot refused, a failed handshake: each is counted with a
   reason (``CLOSE_REASONS``) through ``on_close`` and logged at debug, never a traceback;
@@ -54,7 +41,6 @@ import socketserver
 import ssl
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
@@ -64,6 +50,7 @@ from urllib.parse import urlsplit
 from otel_eval.base.configcheck import StartupError, parse_endpoint
 from otel_eval.decode.body import BodyError, ClientClosed, read_body
 from otel_eval.receive.config import HttpLimits
+from otel_eval.receive.httpslots import Hold, Slots
 from otel_eval.receive.security import TlsFiles
 
 log = logging.getLogger(__name__)
@@ -174,99 +161,6 @@ class _DeadlineReader(io.RawIOBase):
         return n
 
 
-class _Hold:
-    """One connection's slot: what ``_Slots`` needs to reuse it (close it for a newcomer)."""
-
-    def __init__(self, sock: socket.socket, peer: str) -> None:
-        self.sock, self.peer = sock, peer
-        self.reserved = False
-        self.reader: _DeadlineReader | None = None  # set when its thread starts reading
-        self.reused = False  # closed for a newcomer, which took over the slot
-        self.trusted = False  # made an authenticated request
-
-    @property
-    def reusable(self) -> bool:
-        """Not inside its handler: waiting for its head (a partial request is cheap to drop)
-        or for the client to take its answer."""
-        return self.reader is None or self.reader.phase in ("header", "write")
-
-    @property
-    def partial(self) -> bool:
-        """Waiting for a request head, or idle between requests, and never authenticated."""
-        return not self.trusted and (self.reader is None
-                                     or self.reader.phase in ("header", "idle"))
-
-
-class _Slots:
-    """Connection slots: per peer, in total, and the reserve, whose reusable connections
-    are closed oldest first to make room for a new one; with ``reuse_partial``, the general
-    slots' partial connections too. Thread-safe."""
-
-    def __init__(self, limits: HttpLimits, reuse_partial: bool = False) -> None:
-        self.limits = limits
-        self.reuse_partial = reuse_partial
-        self._lock = threading.Lock()
-        self._general: dict[_Hold, None] = {}  # insertion order: oldest first
-        self._reserve: dict[_Hold, None] = {}
-        self._peers: Counter[str] = Counter()
-
-    def _partial(self) -> _Hold | None:
-        """The oldest partial general connection, taken out of the slots (or None)."""
-        if not self.reuse_partial:
-            return None
-        victim = next((h for h in self._general if h.partial), None)
-        if victim is not None:
-            del self._general[victim]
-            victim.reused = True  # its thread gives back its peer count only
-        return victim
-
-    def take(self, hold: _Hold) -> str | None:
-        """None when admitted (``hold.reserved`` says on which slot), else the reason."""
-        lim, victim = self.limits, None
-        with self._lock:
-            if self._peers[hold.peer] >= lim.max_connections_per_peer:
-                return "peer_limit"
-            if (len(self._general) < lim.max_connections
-                    or (victim := self._partial()) is not None):  # a partial one gives way
-                self._general[hold] = None
-            elif len(self._reserve) < lim.reserved_connections:
-                hold.reserved = True
-                self._reserve[hold] = None
-            else:
-                victim = next((h for h in self._reserve if h.reusable), None)
-                if victim is None:  # every reserved connection is inside its handler
-                    return "connection_limit"
-                del self._reserve[victim]
-                victim.reused = True  # its thread gives back its peer count only
-                hold.reserved = True
-                self._reserve[hold] = None
-            self._peers[hold.peer] += 1
-        if victim is not None:
-            # wakes its thread's recv (EOF) or sendall (EPIPE); the plain socket's shutdown,
-            # not SSLSocket's, which would drop the TLS object under the reading thread
-            with contextlib.suppress(OSError):
-                socket.socket.shutdown(victim.sock, socket.SHUT_RDWR)
-            return "reused"
-        return None
-
-    def give_back(self, hold: _Hold) -> None:
-        with self._lock:
-            if hold.reused:
-                pass  # the newcomer has its slot
-            elif hold.reserved:
-                del self._reserve[hold]
-            else:
-                del self._general[hold]
-            self._peers[hold.peer] -= 1
-            if not self._peers[hold.peer]:
-                del self._peers[hold.peer]
-
-    @property
-    def in_use(self) -> int:
-        with self._lock:
-            return len(self._general) + len(self._reserve)
-
-
 _BUSY_BODY = b'{"error": "too many connections; retry later"}'
 _BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
          b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY))
@@ -296,7 +190,7 @@ class _Connection(BaseHTTPRequestHandler):
     server: _Listener
 
     def __init__(self, request: Any, client_address: Any, server: _Listener,
-                 accepted_at: float, hold: _Hold) -> None:
+                 accepted_at: float, hold: Hold) -> None:
         self.accepted_at, self.hold, self.reserved = accepted_at, hold, hold.reserved
         super().__init__(request, client_address, server)
 
@@ -478,7 +372,7 @@ class _Listener(socketserver.TCPServer):
 
     def process_request(self, request: Any, client_address: Any) -> None:
         accepted_at = self.clock()  # before the slot shows in ``connections``
-        hold = _Hold(request, client_address[0])
+        hold = Hold(request, client_address[0])
         reason = self.slots.take(hold)
         if reason == "reused":
             log.debug("%s: full; closing its oldest waiting connection for %s",
@@ -506,7 +400,7 @@ class _Listener(socketserver.TCPServer):
             raise
 
     def _serve(self, request: Any, client_address: Any, accepted_at: float,
-               hold: _Hold) -> None:
+               hold: Hold) -> None:
         try:
             _Connection(request, client_address, self, accepted_at, hold)
         except Exception:
@@ -558,7 +452,7 @@ class HttpServer:
         self.limits = limits or HttpLimits()
         self.tls, self.error, self.closed, self.clock = tls, error, on_close, clock
         self.reserved_paths = frozenset(reserved_paths)
-        self.slots = _Slots(self.limits, reuse_partial)
+        self.slots = Slots(self.limits, reuse_partial)
         self.http2_told = threading.Event()  # the HTTP/2 client warning was logged
         self._listeners: list[_Listener] = []
         self._serving = False
