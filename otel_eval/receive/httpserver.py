@@ -3,9 +3,8 @@
     accept -> slot (per peer, total, reserve) -> [TLS handshake] -> request line and headers
            -> Request -> handler(request) -> Response -> write -> next request (keep-alive)
 
-A handler is a plain function ``Request -> Response`` (status, headers, body); it reads the
-body through ``Request.body(limit)`` (``decode.body``: framing and size limits). Everything
-about connections is here, the same for every listener, as Go's ``net/http.Server`` has it:
+A handler is a plain function ``Request -> Response`` (``httpmessage``). Everything about
+connections is here, the same for every listener, as Go's ``net/http.Server`` has it:
 - **deadlines per phase, not per read**: the TLS handshake, request line and headers must
   arrive within ``read_header_timeout_s`` (from accept, or from the first byte of a keep-alive
   request), the whole request within ``read_timeout_s``, the answer be taken within
@@ -32,7 +31,6 @@ about connections is here, the same for every listener, as Go's ``net/http.Serve
 from __future__ import annotations
 
 import contextlib
-import email.message
 import errno
 import io
 import logging
@@ -41,8 +39,7 @@ import socketserver
 import ssl
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection
 from http.server import BaseHTTPRequestHandler
 from typing import Any, overload
 from urllib.parse import urlsplit
@@ -50,6 +47,7 @@ from urllib.parse import urlsplit
 from otel_eval.base.configcheck import StartupError, parse_endpoint
 from otel_eval.decode.body import BodyError, ClientClosed, read_body
 from otel_eval.receive.config import HttpLimits
+from otel_eval.receive.httpmessage import ErrorBody, Handler, Request, Response, json_error
 from otel_eval.receive.httpslots import Hold, Slots
 from otel_eval.receive.security import TlsFiles
 
@@ -67,50 +65,6 @@ _HTTP2_PREFACE = b"PRI * HTTP/2.0"
 LINGER_S = 2.0
 # Paths a reserved connection slot serves.
 PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
-
-
-@dataclass
-class Request:
-    method: str
-    path: str  # without the query string
-    query: str
-    headers: email.message.Message
-    peer: str
-    _read: Callable[[int], bytes] = field(repr=False)
-    _trust: Callable[[], None] = field(default=lambda: None, repr=False)
-
-    def header(self, name: str) -> str | None:
-        return self.headers.get(name)
-
-    def authenticated(self) -> None:
-        """The sender showed a known token: its connection is kept ahead of partial requests
-        when the listener is full (``reuse_partial``)."""
-        self._trust()
-
-    def body(self, limit: int) -> bytes:
-        """The body, decoded and at most ``limit`` bytes (``BodyError`` says why not)."""
-        return self._read(limit)
-
-
-@dataclass
-class Response:
-    status: int
-    body: bytes = b""
-    content_type: str = "application/json"
-    headers: Mapping[str, str] = field(default_factory=dict)
-    # Close the connection after this answer (say so when the body was not read).
-    close: bool = False
-
-
-Handler = Callable[[Request], Response]
-# How a listener words an error it did not choose (bad framing, limits, a handler bug):
-# (request or None before it was parsed, status, message) -> Response.
-ErrorBody = Callable[[Request | None, int, str], Response]
-
-
-def json_error(_request: Request | None, status: int, message: str) -> Response:
-    import json
-    return Response(status, json.dumps({"error": message}).encode())
 
 
 class _HeaderTooLarge(Exception):
