@@ -57,7 +57,8 @@ from otel_eval.outputs.issues.result import MAX_RUNS_PAGE
 from otel_eval.outputs.ui.routes import PAGES, Sources, View
 from otel_eval.outputs.ui.text import Redact
 from otel_eval.receive.config import HttpLimits
-from otel_eval.receive.httpserver import Handler, HttpServer, Request, Response
+from otel_eval.receive.httpmessage import Handler, Request, Response
+from otel_eval.receive.httpserver import HttpServer
 from otel_eval.receive.routing import RouteHandler, Router, route
 from otel_eval.receive.security import (
     Listeners,

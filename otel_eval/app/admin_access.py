@@ -24,7 +24,7 @@ import json
 from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
-from otel_eval.receive.httpserver import Request, Response
+from otel_eval.receive.httpmessage import Request, Response
 from otel_eval.receive.security import BearerAuth, is_loopback
 
 

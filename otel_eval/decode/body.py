@@ -11,7 +11,7 @@ Every HTTP route (OTLP/HTTP traces and logs, the admin API) reads its body throu
   header) is a ``BodyError`` with the HTTP status to answer (400, 411, 413, 415), never a hang
   or a read to end of stream; after such an error the connection must be closed;
 - a client that closes before its body ends is ``ClientClosed`` (a hang-up: nobody to answer;
-  ``receive.httpserver`` counts it);
+  ``receive.httpconn`` counts it);
 - JSON deeper than ``max_depth``, with NaN/Infinity, or nested past the interpreter's recursion
   limit is a ``ValueError`` with the reason (the caller answers 400).
 """

@@ -21,7 +21,8 @@ from google.rpc import status_pb2
 
 from otel_eval.decode.body import BodyError
 from otel_eval.receive.config import ReceiverConfig
-from otel_eval.receive.httpserver import Handler, HttpServer, Request, Response
+from otel_eval.receive.httpmessage import Handler, Request, Response
+from otel_eval.receive.httpserver import HttpServer
 from otel_eval.receive.ingest import Ingest, IngestResult
 from otel_eval.receive.security import BearerAuth, TlsFiles
 

@@ -3,67 +3,45 @@
     accept -> slot (per peer, total, reserve) -> [TLS handshake] -> request line and headers
            -> Request -> handler(request) -> Response -> write -> next request (keep-alive)
 
-A handler is a plain function ``Request -> Response`` (status, headers, body); it reads the
-body through ``Request.body(limit)`` (``decode.body``: framing and size limits). Everything
-about connections is here, the same for every listener, as Go's ``net/http.Server`` has it:
-- **deadlines per phase, not per read**: the TLS handshake, request line and headers must
-  arrive within ``read_header_timeout_s`` (from accept, or from the first byte of a keep-alive
-  request), the whole request within ``read_timeout_s``, the answer be taken within
-  ``write_timeout_s``; between requests a connection may idle ``idle_timeout_s``. A client
-  trickling a byte at a time is cut at the deadline, whatever its pace;
-- **bounded connections**: at most ``max_connections`` at once and ``max_connections_per_peer``
-  from one address; past them a connection is answered 503 and closed at once. With
-  ``reserved_connections`` (the admin listener), a few slots beyond the total serve only
-  ``reserved_paths`` (``/healthz``, ``/readyz``, ``/metrics``), one request each. A reserved
-  connection is *reusable* (nginx's word) while it waits for its request head or while its
-  answer waits to be taken, i.e. whenever its handler is not running: when the reserve is
-  full, a new connection closes the oldest reusable one and takes its slot (nginx's
-  "worker_connections are not enough, reusing connections"). A flood from any number of
-  peers can fill the reserve but not hold it: each new connection, a probe's among them, gets
-  in, and is the last in line to be reused; it has its head in long before that;
-- **partial requests give way** (``reuse_partial``, the OTLP/HTTP receiver): when every
-  general slot is taken, a new connection closes the oldest *partial* one and takes its slot:
-  a connection waiting for a request head (or idle between requests) that has made no
-  authenticated request (``Request.authenticated()``, called by the handler once a token is
-  known). A flood of partial requests from any number of peers then delays exports by no
-  more than the time an exporter takes to send its head, instead of denying them for as long
-  as it lasts (1,127 partial requests from 49 addresses: 0 of 40 exports); an authenticated
-  sender's keep-alive connection is never closed for a newcomer;
+A handler is a plain function ``Request -> Response`` (``httpmessage``). Everything about
+connections is here, the same for every listener, as Go's ``net/http.Server`` has it, in three
+modules: this one binds and accepts (``HttpServer``: a listener per address of its endpoint,
+a thread per connection), ``httpslots`` says which connections are served, and ``httpconn``
+serves one, request after request. Together they promise:
+- **deadlines per phase, not per read** (``httpconn``): the TLS handshake and the request
+  head within ``read_header_timeout_s``, the whole request within ``read_timeout_s``, the
+  answer taken within ``write_timeout_s``, an idle keep-alive within ``idle_timeout_s``; a
+  client trickling a byte at a time is cut at the deadline, whatever its pace;
+- **bounded connections** (``httpslots``): at most ``max_connections`` at once and
+  ``max_connections_per_peer`` from one address; past them a connection is answered 503 and
+  closed at once. A few ``reserved_connections`` beyond the total serve only
+  ``reserved_paths`` (``PROBE_PATHS``), and a full reserve reuses its oldest waiting
+  connection; with ``reuse_partial``, a full listener closes its oldest partial request;
 - **a hang-up is an event, not an error**: a client that closes mid-request or stops reading
   the answer, a deadline passed, a slot refused, a failed handshake: each is counted with a
   reason (``CLOSE_REASONS``) through ``on_close`` and logged at debug, never a traceback;
-- a bug in a handler answers 500 (logged with its traceback), and a request whose body was
-  not read to its end closes the connection (its bytes must not be parsed as a request);
-- **a refusal is heard**: a connection closed with bytes of its request unread (a body refused
-  before it was read, a header past the limit) is half-closed after the answer, and what the
-  client still sends is read and dropped for up to ``LINGER_S`` (Go's net/http
-  ``closeWriteAndWait``, nginx's lingering close). Closing a socket with unread bytes sends
-  a reset, and a client still writing the body of a refused 1 MiB request would get
-  ``ECONNRESET`` / ``EPIPE`` instead of the 413.
+- a bug in a handler answers 500, and a request whose body was not read to its end closes
+  the connection (``httpconn``);
+- **a refusal is heard** (``httpconn``): a connection closed with bytes of its request unread
+  is half-closed after the answer and drained for up to ``LINGER_S`` (Go's
+  ``closeWriteAndWait``, nginx's lingering close), so the client reads the 413, not a reset.
 """
 
 from __future__ import annotations
 
-import contextlib
-import email.message
 import errno
-import io
 import logging
 import socket
-import socketserver
-import ssl
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
+from collections.abc import Callable, Collection
 from typing import Any, overload
-from urllib.parse import urlsplit
 
 from otel_eval.base.configcheck import StartupError, parse_endpoint
-from otel_eval.decode.body import BodyError, ClientClosed, read_body
 from otel_eval.receive.config import HttpLimits
+from otel_eval.receive.httpconn import Connection, ListenerBase
+from otel_eval.receive.httpmessage import ErrorBody, Handler, json_error
+from otel_eval.receive.httpslots import Hold, Slots
 from otel_eval.receive.security import TlsFiles
 
 log = logging.getLogger(__name__)
@@ -72,386 +50,16 @@ log = logging.getLogger(__name__)
 CLOSE_REASONS = ("connection_limit", "peer_limit", "header_timeout", "read_timeout",
                  "write_timeout", "header_too_large", "client_closed", "tls_handshake", "reused",
                  "http2_client")
-# What an HTTP/2 client (an OTLP/gRPC exporter pointed at an HTTP port) sends first: the
-# connection preface (RFC 9113 3.4), read by http.server as a request line of version 2.0.
-_HTTP2_PREFACE = b"PRI * HTTP/2.0"
-# How long a connection closed with its request unread keeps reading (and dropping) what the
-# client still sends, seconds (Go waits 0.5 s, nginx up to 30 s). Bounded in time; nothing is kept.
-LINGER_S = 2.0
 # Paths a reserved connection slot serves.
 PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
-
-
-@dataclass
-class Request:
-    method: str
-    path: str  # without the query string
-    query: str
-    headers: email.message.Message
-    peer: str
-    _read: Callable[[int], bytes] = field(repr=False)
-    _trust: Callable[[], None] = field(default=lambda: None, repr=False)
-
-    def header(self, name: str) -> str | None:
-        return self.headers.get(name)
-
-    def authenticated(self) -> None:
-        """The sender showed a known token: its connection is kept ahead of partial requests
-        when the listener is full (``reuse_partial``)."""
-        self._trust()
-
-    def body(self, limit: int) -> bytes:
-        """The body, decoded and at most ``limit`` bytes (``BodyError`` says why not)."""
-        return self._read(limit)
-
-
-@dataclass
-class Response:
-    status: int
-    body: bytes = b""
-    content_type: str = "application/json"
-    headers: Mapping[str, str] = field(default_factory=dict)
-    # Close the connection after this answer (say so when the body was not read).
-    close: bool = False
-
-
-Handler = Callable[[Request], Response]
-# How a listener words an error it did not choose (bad framing, limits, a handler bug):
-# (request or None before it was parsed, status, message) -> Response.
-ErrorBody = Callable[[Request | None, int, str], Response]
-
-
-def json_error(_request: Request | None, status: int, message: str) -> Response:
-    import json
-    return Response(status, json.dumps({"error": message}).encode())
-
-
-class _HeaderTooLarge(Exception):
-    pass
-
-
-class _DeadlineReader(io.RawIOBase):
-    """The socket as read by one connection, each read bounded by the current phase's
-    deadline (absolute, so a trickle cannot stretch it); ``phase`` names it for the count."""
-
-    def __init__(self, sock: socket.socket, clock: Callable[[], float], limits: HttpLimits,
-                 accepted_at: float) -> None:
-        self.sock, self.clock, self.limits = sock, clock, limits
-        self.phase = "header"
-        self.started = accepted_at
-        self.deadline = accepted_at + limits.read_header_timeout_s
-        self.header_bytes = 0
-        self.eof = False
-
-    def readable(self) -> bool:
-        return True
-
-    def idle(self) -> None:
-        """Between requests: wait up to the idle timeout for the next one's first byte."""
-        self.phase, self.deadline = "idle", self.clock() + self.limits.idle_timeout_s
-
-    def body(self) -> None:
-        self.phase, self.deadline = "body", self.started + self.limits.read_timeout_s
-
-    def readinto(self, b: Any) -> int:
-        remaining = self.deadline - self.clock()
-        if remaining <= 0:
-            raise TimeoutError(self.phase)
-        self.sock.settimeout(remaining)
-        n = self.sock.recv_into(b)
-        now = self.clock()
-        if now > self.deadline:  # it came, but too late
-            raise TimeoutError(self.phase)
-        if n == 0:
-            self.eof = True
-        elif self.phase == "idle":  # a new request begins: its header deadline starts now
-            self.phase, self.started = "header", now
-            self.deadline, self.header_bytes = now + self.limits.read_header_timeout_s, 0
-        if self.phase == "header":
-            self.header_bytes += n
-            if self.header_bytes > self.limits.max_header_bytes + io.DEFAULT_BUFFER_SIZE:
-                raise _HeaderTooLarge()
-        return n
-
-
-class _Hold:
-    """One connection's slot: what ``_Slots`` needs to reuse it (close it for a newcomer)."""
-
-    def __init__(self, sock: socket.socket, peer: str) -> None:
-        self.sock, self.peer = sock, peer
-        self.reserved = False
-        self.reader: _DeadlineReader | None = None  # set when its thread starts reading
-        self.reused = False  # closed for a newcomer, which took over the slot
-        self.trusted = False  # made an authenticated request
-
-    @property
-    def reusable(self) -> bool:
-        """Not inside its handler: waiting for its head (a partial request is cheap to drop)
-        or for the client to take its answer."""
-        return self.reader is None or self.reader.phase in ("header", "write")
-
-    @property
-    def partial(self) -> bool:
-        """Waiting for a request head, or idle between requests, and never authenticated."""
-        return not self.trusted and (self.reader is None
-                                     or self.reader.phase in ("header", "idle"))
-
-
-class _Slots:
-    """Connection slots: per peer, in total, and the reserve, whose reusable connections
-    are closed oldest first to make room for a new one; with ``reuse_partial``, the general
-    slots' partial connections too. Thread-safe."""
-
-    def __init__(self, limits: HttpLimits, reuse_partial: bool = False) -> None:
-        self.limits = limits
-        self.reuse_partial = reuse_partial
-        self._lock = threading.Lock()
-        self._general: dict[_Hold, None] = {}  # insertion order: oldest first
-        self._reserve: dict[_Hold, None] = {}
-        self._peers: Counter[str] = Counter()
-
-    def _partial(self) -> _Hold | None:
-        """The oldest partial general connection, taken out of the slots (or None)."""
-        if not self.reuse_partial:
-            return None
-        victim = next((h for h in self._general if h.partial), None)
-        if victim is not None:
-            del self._general[victim]
-            victim.reused = True  # its thread gives back its peer count only
-        return victim
-
-    def take(self, hold: _Hold) -> str | None:
-        """None when admitted (``hold.reserved`` says on which slot), else the reason."""
-        lim, victim = self.limits, None
-        with self._lock:
-            if self._peers[hold.peer] >= lim.max_connections_per_peer:
-                return "peer_limit"
-            if (len(self._general) < lim.max_connections
-                    or (victim := self._partial()) is not None):  # a partial one gives way
-                self._general[hold] = None
-            elif len(self._reserve) < lim.reserved_connections:
-                hold.reserved = True
-                self._reserve[hold] = None
-            else:
-                victim = next((h for h in self._reserve if h.reusable), None)
-                if victim is None:  # every reserved connection is inside its handler
-                    return "connection_limit"
-                del self._reserve[victim]
-                victim.reused = True  # its thread gives back its peer count only
-                hold.reserved = True
-                self._reserve[hold] = None
-            self._peers[hold.peer] += 1
-        if victim is not None:
-            # wakes its thread's recv (EOF) or sendall (EPIPE); the plain socket's shutdown,
-            # not SSLSocket's, which would drop the TLS object under the reading thread
-            with contextlib.suppress(OSError):
-                socket.socket.shutdown(victim.sock, socket.SHUT_RDWR)
-            return "reused"
-        return None
-
-    def give_back(self, hold: _Hold) -> None:
-        with self._lock:
-            if hold.reused:
-                pass  # the newcomer has its slot
-            elif hold.reserved:
-                del self._reserve[hold]
-            else:
-                del self._general[hold]
-            self._peers[hold.peer] -= 1
-            if not self._peers[hold.peer]:
-                del self._peers[hold.peer]
-
-    @property
-    def in_use(self) -> int:
-        with self._lock:
-            return len(self._general) + len(self._reserve)
 
 
 _BUSY_BODY = b'{"error": "too many connections; retry later"}'
 _BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
          b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY))
-_TIMEOUT_REASON = {"header": "header_timeout", "body": "read_timeout", "write": "write_timeout"}
 
 
-class _Writer:
-    """The answer's bytes, sent whole (``sendall``) under the write deadline."""
-
-    closed = False
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.write = sock.sendall
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self.closed = True
-
-
-class _Connection(BaseHTTPRequestHandler):
-    """One client connection: its requests, one after another (keep-alive)."""
-
-    protocol_version = "HTTP/1.1"
-    server_version = "otel-eval"
-    server: _Listener
-
-    def __init__(self, request: Any, client_address: Any, server: _Listener,
-                 accepted_at: float, hold: _Hold) -> None:
-        self.accepted_at, self.hold, self.reserved = accepted_at, hold, hold.reserved
-        super().__init__(request, client_address, server)
-
-    def setup(self) -> None:
-        self.unread = False  # bytes of the request left unread when the connection closes
-        self.connection = self.request
-        self.reader = _DeadlineReader(self.request, self.server.clock, self.server.limits,
-                                      self.accepted_at)
-        self.rfile = io.BufferedReader(self.reader)
-        self.hold.reader = self.reader
-        self.wfile = _Writer(self.request)  # type: ignore[assignment]
-
-    def finish(self) -> None:
-        if self.unread:
-            self._linger()
-        with contextlib.suppress(OSError):
-            self.rfile.close()
-
-    def _linger(self) -> None:
-        """Half-close, then drop what the client still sends until it closes or ``LINGER_S``
-        passes, so the answer is read rather than lost to a reset."""
-        clock = self.server.clock
-        deadline = clock() + LINGER_S
-        sink = bytearray(65536)
-        with contextlib.suppress(OSError):
-            self.request.shutdown(socket.SHUT_WR)
-            while (remaining := deadline - clock()) > 0:
-                self.request.settimeout(remaining)
-                if not self.request.recv_into(sink):
-                    break
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s: " + format, self.server.name, *args)
-
-    def handle(self) -> None:
-        self.close_connection = True
-        try:
-            if self._handshake():
-                self.handle_one_request()
-                while not self.close_connection:
-                    self.reader.idle()
-                    self.handle_one_request()
-        except TimeoutError:
-            if self.reader.phase in _TIMEOUT_REASON:  # an idle keep-alive end is no event
-                self._closed(_TIMEOUT_REASON[self.reader.phase])
-        except _HeaderTooLarge:
-            self._closed("header_too_large")
-            self._try_error(431, "request headers exceed "
-                            f"{self.server.limits.max_header_bytes} bytes")
-        except (ConnectionError, ssl.SSLError) as e:  # hang-ups: reset, broken pipe, EOF
-            log.debug("%s: client %s went away: %s", self.server.name, self.client_address[0],
-                      type(e).__name__)
-            self._closed("client_closed")
-
-    def _handshake(self) -> bool:
-        if not isinstance(self.request, ssl.SSLSocket):
-            return True
-        try:
-            self.request.settimeout(max(0.001, self.reader.deadline - self.server.clock()))
-            self.request.do_handshake()
-        except (OSError, ssl.SSLError) as e:  # wrong CA, no client cert, plain text, slow
-            log.debug("%s: TLS handshake from %s failed: %s", self.server.name,
-                      self.client_address[0], type(e).__name__)
-            self._closed("tls_handshake")
-            return False
-        return True
-
-    def _closed(self, reason: str) -> None:
-        """Count why it ended, unless it was reused for a newcomer (counted then: its
-        thread then sees an EOF, a broken pipe or a failed handshake)."""
-        if not self.hold.reused:
-            self.server.closed(reason)
-
-    def handle_one_request(self) -> None:
-        line = self.rfile.readline(65537)
-        if not line:  # closed between requests (or a TCP probe): nothing to answer
-            self.close_connection = True
-            return
-        if len(line) > 65536:
-            self.requestline = self.request_version = self.command = ""
-            self.send_error(414, "request line too long")
-            return
-        self.raw_requestline = line
-        if not self.parse_request():  # answered (400, 431, 505...)
-            return
-        if self.reader.eof:
-            raise ClientClosed("the client closed inside the request headers")
-        self._dispatch()
-
-    def _dispatch(self) -> None:
-        srv = self.server
-        try:
-            url = urlsplit(self.path)
-        except ValueError:
-            self.send_error(400, f"malformed request target {self.path!r}")
-            return
-        self._body_done = False
-        req = Request(self.command, url.path, url.query, self.headers,
-                      self.client_address[0], self._read_body, self._trust)
-        if self.reserved and (url.path.rstrip("/") or "/") not in srv.reserved_paths:
-            resp = srv.error(req, 503, "connection limit reached; this connection serves "
-                             f"only {', '.join(sorted(srv.reserved_paths))}")
-        else:
-            self.reader.body()
-            try:
-                resp = srv.handler(req)
-            except BodyError as e:
-                resp = srv.error(req, e.status, str(e))
-            except (TimeoutError, ConnectionError, _HeaderTooLarge):
-                raise
-            except Exception:  # a handler bug: answered, logged once with its traceback
-                log.exception("%s: %s %s failed", srv.name, self.command, url.path)
-                resp = srv.error(req, 500, "internal error")
-        unread = not self._body_done and bool(
-            self.headers.get("Transfer-Encoding")
-            or (self.headers.get("Content-Length") or "0").strip() != "0")
-        self.unread = unread
-        self._write(resp, close=resp.close or self.reserved or unread)
-
-    def _trust(self) -> None:
-        self.hold.trusted = True
-
-    def _read_body(self, limit: int) -> bytes:
-        body = read_body(self.headers, self.rfile, limit)
-        self._body_done = True
-        return body
-
-    def _write(self, resp: Response, close: bool) -> None:
-        self.reader.phase = "write"
-        self.request.settimeout(self.server.limits.write_timeout_s)
-        self.send_response(resp.status)
-        self.send_header("Content-Type", resp.content_type)
-        self.send_header("Content-Length", str(len(resp.body)))
-        for name, value in resp.headers.items():
-            self.send_header(name, value)
-        if close:
-            self.send_header("Connection", "close")  # also sets close_connection
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(resp.body)
-
-    def send_error(self, code: int, message: str | None = None,
-                   explain: str | None = None) -> None:
-        """http.server's own refusals (bad request line, headers) in the listener's words."""
-        if getattr(self, "raw_requestline", b"").startswith(_HTTP2_PREFACE):
-            self.server.http2_client(self.client_address[0])
-        self.unread = True
-        self._write(self.server.error(None, code, message or "bad request"), close=True)
-
-    def _try_error(self, code: int, message: str) -> None:
-        with contextlib.suppress(OSError):
-            self.send_error(code, message)
-
-
-class _Listener(socketserver.TCPServer):
+class _Listener(ListenerBase):
     """Accepts connections and gives each a slot and a thread (or a 503)."""
 
     allow_reuse_address = True  # SO_REUSEADDR (restart over TIME_WAIT), never SO_REUSEPORT
@@ -460,7 +68,7 @@ class _Listener(socketserver.TCPServer):
 
     def __init__(self, address: tuple[str, int], server: HttpServer) -> None:
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        super().__init__(address, _Connection, bind_and_activate=False)  # type: ignore[arg-type]
+        super().__init__(address, Connection, bind_and_activate=False)  # type: ignore[arg-type]
         self.name, self.limits, self.clock = server.name, server.limits, server.clock
         self.handler, self.error, self.tls = server.handler, server.error, server.tls
         self.reserved_paths = server.reserved_paths
@@ -478,7 +86,7 @@ class _Listener(socketserver.TCPServer):
 
     def process_request(self, request: Any, client_address: Any) -> None:
         accepted_at = self.clock()  # before the slot shows in ``connections``
-        hold = _Hold(request, client_address[0])
+        hold = Hold(request, client_address[0])
         reason = self.slots.take(hold)
         if reason == "reused":
             log.debug("%s: full; closing its oldest waiting connection for %s",
@@ -506,9 +114,9 @@ class _Listener(socketserver.TCPServer):
             raise
 
     def _serve(self, request: Any, client_address: Any, accepted_at: float,
-               hold: _Hold) -> None:
+               hold: Hold) -> None:
         try:
-            _Connection(request, client_address, self, accepted_at, hold)
+            Connection(request, client_address, self, accepted_at, hold)
         except Exception:
             self.handle_error(request, client_address)
         finally:  # the slot first: a client that saw the close may connect again at once
@@ -558,7 +166,7 @@ class HttpServer:
         self.limits = limits or HttpLimits()
         self.tls, self.error, self.closed, self.clock = tls, error, on_close, clock
         self.reserved_paths = frozenset(reserved_paths)
-        self.slots = _Slots(self.limits, reuse_partial)
+        self.slots = Slots(self.limits, reuse_partial)
         self.http2_told = threading.Event()  # the HTTP/2 client warning was logged
         self._listeners: list[_Listener] = []
         self._serving = False

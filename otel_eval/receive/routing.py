@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from otel_eval.receive.httpserver import Handler, Request, Response
+from otel_eval.receive.httpmessage import Handler, Request, Response
 
 RouteHandler = Callable[[Request, re.Match[str]], Response]
 

@@ -29,7 +29,8 @@ from support.harness import running_service
 from support.poll import poll
 
 from otel_eval.receive.config import HttpLimits
-from otel_eval.receive.httpserver import HttpServer, Request, Response
+from otel_eval.receive.httpmessage import Request, Response
+from otel_eval.receive.httpserver import HttpServer
 
 
 class Events:

@@ -18,7 +18,8 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as ts
 from support.harness import running_service
 
 from otel_eval.receive.config import HttpLimits
-from otel_eval.receive.httpserver import HttpServer, Request, Response
+from otel_eval.receive.httpmessage import Request, Response
+from otel_eval.receive.httpserver import HttpServer
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 

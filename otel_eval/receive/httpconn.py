@@ -1,0 +1,300 @@
+"""One connection of the shared HTTP server (``httpserver``): its requests, one after another.
+
+    [TLS handshake] -> request line and headers -> Request -> handler(request) -> Response
+                    -> write -> idle -> next request (keep-alive) ... -> [linger] -> close
+
+A ``Connection`` runs on its own thread, from the slot the listener gave it (``httpslots``)
+to its close; it parses with ``http.server`` and answers through the listener's handler and
+error words (``httpmessage``). It promises:
+- **deadlines per phase, not per read**: the TLS handshake, request line and headers must
+  arrive within ``read_header_timeout_s`` (from accept, or from the first byte of a keep-alive
+  request), the whole request within ``read_timeout_s``, the answer be taken within
+  ``write_timeout_s``; between requests a connection may idle ``idle_timeout_s``. A client
+  trickling a byte at a time is cut at the deadline, whatever its pace;
+- **a hang-up is an event, not an error**: a client that closes mid-request or stops reading
+  the answer, a deadline passed, a failed handshake, headers past the limit, an HTTP/2 client:
+  each is counted with a reason through the listener's ``closed`` (``CLOSE_REASONS``) and
+  logged at debug, never a traceback; an idle keep-alive connection timing out is no event;
+- a reserved connection serves only the reserved paths (any other is a 503), one request;
+- a bug in a handler answers 500 (logged with its traceback), and a request whose body was
+  not read to its end closes the connection (its bytes must not be parsed as a request);
+- **a refusal is heard**: a connection closed with bytes of its request unread (a body refused
+  before it was read, a header past the limit) is half-closed after the answer, and what the
+  client still sends is read and dropped for up to ``LINGER_S`` (Go's net/http
+  ``closeWriteAndWait``, nginx's lingering close). Closing a socket with unread bytes sends
+  a reset, and a client still writing the body of a refused 1 MiB request would get
+  ``ECONNRESET`` / ``EPIPE`` instead of the 413.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import socket
+import socketserver
+import ssl
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+from urllib.parse import urlsplit
+
+from otel_eval.decode.body import BodyError, ClientClosed, read_body
+from otel_eval.receive.config import HttpLimits
+from otel_eval.receive.httpmessage import ErrorBody, Handler, Request, Response
+from otel_eval.receive.httpslots import Hold
+
+log = logging.getLogger(__name__)
+
+# What an HTTP/2 client (an OTLP/gRPC exporter pointed at an HTTP port) sends first: the
+# connection preface (RFC 9113 3.4), read by http.server as a request line of version 2.0.
+_HTTP2_PREFACE = b"PRI * HTTP/2.0"
+# How long a connection closed with its request unread keeps reading (and dropping) what the
+# client still sends, seconds (Go waits 0.5 s, nginx up to 30 s). Bounded in time; nothing is kept.
+LINGER_S = 2.0
+
+
+class _HeaderTooLarge(Exception):
+    pass
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The socket as read by one connection, each read bounded by the current phase's
+    deadline (absolute, so a trickle cannot stretch it); ``phase`` names it for the count."""
+
+    def __init__(self, sock: socket.socket, clock: Callable[[], float], limits: HttpLimits,
+                 accepted_at: float) -> None:
+        self.sock, self.clock, self.limits = sock, clock, limits
+        self.phase = "header"
+        self.started = accepted_at
+        self.deadline = accepted_at + limits.read_header_timeout_s
+        self.header_bytes = 0
+        self.eof = False
+
+    def readable(self) -> bool:
+        return True
+
+    def idle(self) -> None:
+        """Between requests: wait up to the idle timeout for the next one's first byte."""
+        self.phase, self.deadline = "idle", self.clock() + self.limits.idle_timeout_s
+
+    def body(self) -> None:
+        self.phase, self.deadline = "body", self.started + self.limits.read_timeout_s
+
+    def readinto(self, b: Any) -> int:
+        remaining = self.deadline - self.clock()
+        if remaining <= 0:
+            raise TimeoutError(self.phase)
+        self.sock.settimeout(remaining)
+        n = self.sock.recv_into(b)
+        now = self.clock()
+        if now > self.deadline:  # it came, but too late
+            raise TimeoutError(self.phase)
+        if n == 0:
+            self.eof = True
+        elif self.phase == "idle":  # a new request begins: its header deadline starts now
+            self.phase, self.started = "header", now
+            self.deadline, self.header_bytes = now + self.limits.read_header_timeout_s, 0
+        if self.phase == "header":
+            self.header_bytes += n
+            if self.header_bytes > self.limits.max_header_bytes + io.DEFAULT_BUFFER_SIZE:
+                raise _HeaderTooLarge()
+        return n
+
+
+_TIMEOUT_REASON = {"header": "header_timeout", "body": "read_timeout", "write": "write_timeout"}
+
+
+class _Writer:
+    """The answer's bytes, sent whole (``sendall``) under the write deadline."""
+
+    closed = False
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.write = sock.sendall
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class ListenerBase(socketserver.TCPServer):
+    """What a connection reads of the listener that accepted it (``httpserver``'s is the
+    one): declared here, so that this module does not import the server's."""
+
+    name: str
+    limits: HttpLimits
+    clock: Callable[[], float]
+    handler: Handler
+    error: ErrorBody
+    reserved_paths: frozenset[str]
+    closed: Callable[[str], None]  # count why a connection ended (``CLOSE_REASONS``)
+
+    def http2_client(self, peer: str) -> None:
+        """Count (and say) an HTTP/2 client at this HTTP/1.1 port."""
+        raise NotImplementedError
+
+
+class Connection(BaseHTTPRequestHandler):
+    """One client connection: its requests, one after another (keep-alive)."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "otel-eval"
+    server: ListenerBase
+
+    def __init__(self, request: Any, client_address: Any, server: ListenerBase,
+                 accepted_at: float, hold: Hold) -> None:
+        self.accepted_at, self.hold, self.reserved = accepted_at, hold, hold.reserved
+        super().__init__(request, client_address, server)
+
+    def setup(self) -> None:
+        self.unread = False  # bytes of the request left unread when the connection closes
+        self.connection = self.request
+        self.reader = _DeadlineReader(self.request, self.server.clock, self.server.limits,
+                                      self.accepted_at)
+        self.rfile = io.BufferedReader(self.reader)
+        self.hold.reader = self.reader
+        self.wfile = _Writer(self.request)  # type: ignore[assignment]
+
+    def finish(self) -> None:
+        if self.unread:
+            self._linger()
+        with contextlib.suppress(OSError):
+            self.rfile.close()
+
+    def _linger(self) -> None:
+        """Half-close, then drop what the client still sends until it closes or ``LINGER_S``
+        passes, so the answer is read rather than lost to a reset."""
+        clock = self.server.clock
+        deadline = clock() + LINGER_S
+        sink = bytearray(65536)
+        with contextlib.suppress(OSError):
+            self.request.shutdown(socket.SHUT_WR)
+            while (remaining := deadline - clock()) > 0:
+                self.request.settimeout(remaining)
+                if not self.request.recv_into(sink):
+                    break
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s: " + format, self.server.name, *args)
+
+    def handle(self) -> None:
+        self.close_connection = True
+        try:
+            if self._handshake():
+                self.handle_one_request()
+                while not self.close_connection:
+                    self.reader.idle()
+                    self.handle_one_request()
+        except TimeoutError:
+            if self.reader.phase in _TIMEOUT_REASON:  # an idle keep-alive end is no event
+                self._closed(_TIMEOUT_REASON[self.reader.phase])
+        except _HeaderTooLarge:
+            self._closed("header_too_large")
+            self._try_error(431, "request headers exceed "
+                            f"{self.server.limits.max_header_bytes} bytes")
+        except (ConnectionError, ssl.SSLError) as e:  # hang-ups: reset, broken pipe, EOF
+            log.debug("%s: client %s went away: %s", self.server.name, self.client_address[0],
+                      type(e).__name__)
+            self._closed("client_closed")
+
+    def _handshake(self) -> bool:
+        if not isinstance(self.request, ssl.SSLSocket):
+            return True
+        try:
+            self.request.settimeout(max(0.001, self.reader.deadline - self.server.clock()))
+            self.request.do_handshake()
+        except (OSError, ssl.SSLError) as e:  # wrong CA, no client cert, plain text, slow
+            log.debug("%s: TLS handshake from %s failed: %s", self.server.name,
+                      self.client_address[0], type(e).__name__)
+            self._closed("tls_handshake")
+            return False
+        return True
+
+    def _closed(self, reason: str) -> None:
+        """Count why it ended, unless it was reused for a newcomer (counted then: its
+        thread then sees an EOF, a broken pipe or a failed handshake)."""
+        if not self.hold.reused:
+            self.server.closed(reason)
+
+    def handle_one_request(self) -> None:
+        line = self.rfile.readline(65537)
+        if not line:  # closed between requests (or a TCP probe): nothing to answer
+            self.close_connection = True
+            return
+        if len(line) > 65536:
+            self.requestline = self.request_version = self.command = ""
+            self.send_error(414, "request line too long")
+            return
+        self.raw_requestline = line
+        if not self.parse_request():  # answered (400, 431, 505...)
+            return
+        if self.reader.eof:
+            raise ClientClosed("the client closed inside the request headers")
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        srv = self.server
+        try:
+            url = urlsplit(self.path)
+        except ValueError:
+            self.send_error(400, f"malformed request target {self.path!r}")
+            return
+        self._body_done = False
+        req = Request(self.command, url.path, url.query, self.headers,
+                      self.client_address[0], self._read_body, self._trust)
+        if self.reserved and (url.path.rstrip("/") or "/") not in srv.reserved_paths:
+            resp = srv.error(req, 503, "connection limit reached; this connection serves "
+                             f"only {', '.join(sorted(srv.reserved_paths))}")
+        else:
+            self.reader.body()
+            try:
+                resp = srv.handler(req)
+            except BodyError as e:
+                resp = srv.error(req, e.status, str(e))
+            except (TimeoutError, ConnectionError, _HeaderTooLarge):
+                raise
+            except Exception:  # a handler bug: answered, logged once with its traceback
+                log.exception("%s: %s %s failed", srv.name, self.command, url.path)
+                resp = srv.error(req, 500, "internal error")
+        unread = not self._body_done and bool(
+            self.headers.get("Transfer-Encoding")
+            or (self.headers.get("Content-Length") or "0").strip() != "0")
+        self.unread = unread
+        self._write(resp, close=resp.close or self.reserved or unread)
+
+    def _trust(self) -> None:
+        self.hold.trusted = True
+
+    def _read_body(self, limit: int) -> bytes:
+        body = read_body(self.headers, self.rfile, limit)
+        self._body_done = True
+        return body
+
+    def _write(self, resp: Response, close: bool) -> None:
+        self.reader.phase = "write"
+        self.request.settimeout(self.server.limits.write_timeout_s)
+        self.send_response(resp.status)
+        self.send_header("Content-Type", resp.content_type)
+        self.send_header("Content-Length", str(len(resp.body)))
+        for name, value in resp.headers.items():
+            self.send_header(name, value)
+        if close:
+            self.send_header("Connection", "close")  # also sets close_connection
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(resp.body)
+
+    def send_error(self, code: int, message: str | None = None,
+                   explain: str | None = None) -> None:
+        """http.server's own refusals (bad request line, headers) in the listener's words."""
+        if getattr(self, "raw_requestline", b"").startswith(_HTTP2_PREFACE):
+            self.server.http2_client(self.client_address[0])
+        self.unread = True
+        self._write(self.server.error(None, code, message or "bad request"), close=True)
+
+    def _try_error(self, code: int, message: str) -> None:
+        with contextlib.suppress(OSError):
+            self.send_error(code, message)

@@ -1,0 +1,139 @@
+"""The connection slots of the shared HTTP server (``httpserver``): which connections it serves.
+
+    accept -> Slots.take(Hold) -> admitted | "reused" (a waiting one closed for it) | refused
+           ... connection served ... -> Slots.give_back(Hold)
+
+One set of slots per listener (every address of its endpoint), thread-safe: the accepting
+thread takes a slot, the connection's thread gives it back. Slots promise:
+- **bounded connections**: at most ``max_connections`` at once and ``max_connections_per_peer``
+  from one address; past them a connection is refused with the reason (``peer_limit``,
+  ``connection_limit``), which the listener answers 503 and closes at once. With
+  ``reserved_connections`` (the admin listener), a few slots beyond the total serve only
+  ``reserved_paths`` (``/healthz``, ``/readyz``, ``/metrics``), one request each. A reserved
+  connection is *reusable* (nginx's word) while it waits for its request head or while its
+  answer waits to be taken, i.e. whenever its handler is not running: when the reserve is
+  full, a new connection closes the oldest reusable one and takes its slot (nginx's
+  "worker_connections are not enough, reusing connections"). A flood from any number of
+  peers can fill the reserve but not hold it: each new connection, a probe's among them, gets
+  in, and is the last in line to be reused; it has its head in long before that;
+- **partial requests give way** (``reuse_partial``, the OTLP/HTTP receiver): when every
+  general slot is taken, a new connection closes the oldest *partial* one and takes its slot:
+  a connection waiting for a request head (or idle between requests) that has made no
+  authenticated request (``Request.authenticated()``, called by the handler once a token is
+  known). A flood of partial requests from any number of peers then delays exports by no
+  more than the time an exporter takes to send its head, instead of denying them for as long
+  as it lasts (1,127 partial requests from 49 addresses: 0 of 40 exports); an authenticated
+  sender's keep-alive connection is never closed for a newcomer.
+A slot knows its connection by its socket (shut down to close it for a newcomer) and by the
+phase its reader is in (``httpconn``), nothing more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections import Counter
+from typing import Protocol
+
+from otel_eval.receive.config import HttpLimits
+
+
+class _Reader(Protocol):
+    """A connection's reader as its slot sees it: the phase it waits in (``header``,
+    ``body``, ``idle`` or ``write``; ``httpconn``)."""
+
+    phase: str
+
+
+class Hold:
+    """One connection's slot: what ``Slots`` needs to reuse it (close it for a newcomer)."""
+
+    def __init__(self, sock: socket.socket, peer: str) -> None:
+        self.sock, self.peer = sock, peer
+        self.reserved = False
+        self.reader: _Reader | None = None  # set when its thread starts reading
+        self.reused = False  # closed for a newcomer, which took over the slot
+        self.trusted = False  # made an authenticated request
+
+    @property
+    def reusable(self) -> bool:
+        """Not inside its handler: waiting for its head (a partial request is cheap to drop)
+        or for the client to take its answer."""
+        return self.reader is None or self.reader.phase in ("header", "write")
+
+    @property
+    def partial(self) -> bool:
+        """Waiting for a request head, or idle between requests, and never authenticated."""
+        return not self.trusted and (self.reader is None
+                                     or self.reader.phase in ("header", "idle"))
+
+
+class Slots:
+    """Connection slots: per peer, in total, and the reserve, whose reusable connections
+    are closed oldest first to make room for a new one; with ``reuse_partial``, the general
+    slots' partial connections too. Thread-safe."""
+
+    def __init__(self, limits: HttpLimits, reuse_partial: bool = False) -> None:
+        self.limits = limits
+        self.reuse_partial = reuse_partial
+        self._lock = threading.Lock()
+        self._general: dict[Hold, None] = {}  # insertion order: oldest first
+        self._reserve: dict[Hold, None] = {}
+        self._peers: Counter[str] = Counter()
+
+    def _partial(self) -> Hold | None:
+        """The oldest partial general connection, taken out of the slots (or None)."""
+        if not self.reuse_partial:
+            return None
+        victim = next((h for h in self._general if h.partial), None)
+        if victim is not None:
+            del self._general[victim]
+            victim.reused = True  # its thread gives back its peer count only
+        return victim
+
+    def take(self, hold: Hold) -> str | None:
+        """None when admitted (``hold.reserved`` says on which slot), else the reason."""
+        lim, victim = self.limits, None
+        with self._lock:
+            if self._peers[hold.peer] >= lim.max_connections_per_peer:
+                return "peer_limit"
+            if (len(self._general) < lim.max_connections
+                    or (victim := self._partial()) is not None):  # a partial one gives way
+                self._general[hold] = None
+            elif len(self._reserve) < lim.reserved_connections:
+                hold.reserved = True
+                self._reserve[hold] = None
+            else:
+                victim = next((h for h in self._reserve if h.reusable), None)
+                if victim is None:  # every reserved connection is inside its handler
+                    return "connection_limit"
+                del self._reserve[victim]
+                victim.reused = True  # its thread gives back its peer count only
+                hold.reserved = True
+                self._reserve[hold] = None
+            self._peers[hold.peer] += 1
+        if victim is not None:
+            # wakes its thread's recv (EOF) or sendall (EPIPE); the plain socket's shutdown,
+            # not SSLSocket's, which would drop the TLS object under the reading thread
+            with contextlib.suppress(OSError):
+                socket.socket.shutdown(victim.sock, socket.SHUT_RDWR)
+            return "reused"
+        return None
+
+    def give_back(self, hold: Hold) -> None:
+        with self._lock:
+            if hold.reused:
+                pass  # the newcomer has its slot
+            elif hold.reserved:
+                del self._reserve[hold]
+            else:
+                del self._general[hold]
+            self._peers[hold.peer] -= 1
+            if not self._peers[hold.peer]:
+                del self._peers[hold.peer]
+
+    @property
+    def in_use(self) -> int:
+        with self._lock:
+            return len(self._general) + len(self._reserve)
