@@ -11,7 +11,7 @@ import pytest
 
 import otel_eval.evaluate.detectors as detectors
 import otel_eval.evaluate.evaluator as evaluator_module
-import otel_eval.evaluate.trajectory.build as trajectory_module
+import otel_eval.evaluate.trajectory.spans as trajectory_module
 from otel_eval.app.config import Config
 from otel_eval.base.model import Span, Trace
 from otel_eval.base.results import Evaluation
