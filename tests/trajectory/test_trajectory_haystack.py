@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from trajectory_factory import span, trace
 
+import otel_eval.evaluate.trajectory.spans as spans_module
 from otel_eval.base.model import Span
 from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.config import TrajectoryConfig
@@ -99,7 +100,7 @@ def test_other_chain_spans_stay_chains(name: str, scope: str) -> None:
     assert t.agent is None
 
 
-def test_a_pipeline_is_parsed_once_for_all_its_agents() -> None:
+def test_a_pipeline_is_parsed_once_for_all_its_agents(monkeypatch: pytest.MonkeyPatch) -> None:
     """Many Agent.run spans under one large pipeline span: its JSON is parsed once, not once
     per agent (the work stays linear in the trace's bytes)."""
     data = {f"agent_{i}": {"messages": [f"ask {i}"]} for i in range(300)}
@@ -109,19 +110,14 @@ def test_a_pipeline_is_parsed_once_for_all_its_agents() -> None:
     for s in agents:
         s.name = "Agent.run"
     calls = []
-    import otel_eval.evaluate.trajectory.spans as spans_module
-    real = spans_module.haystack_pipeline
 
     def counted(attrs: Any) -> Any:
         calls.append(1)
-        return real(attrs)
+        return haystack_pipeline(attrs)
 
-    spans_module.haystack_pipeline = counted  # type: ignore[assignment]
-    try:
-        t = build_trajectory(trace(*[_scoped(s, HAYSTACK_SCOPE) for s in [pipeline, *agents]]),
-                             TrajectoryConfig())
-    finally:
-        spans_module.haystack_pipeline = real  # type: ignore[assignment]
+    monkeypatch.setattr(spans_module, "haystack_pipeline", counted)
+    t = build_trajectory(trace(*[_scoped(s, HAYSTACK_SCOPE) for s in [pipeline, *agents]]),
+                         TrajectoryConfig())
     assert len(calls) == 1
     assert {s.node for s in t.steps if s.kind == "agent"} == {f"agent_{i}" for i in range(300)}
 

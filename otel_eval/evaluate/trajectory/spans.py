@@ -241,16 +241,17 @@ class StepBuilder:
     def _haystack_component(self, step: Step, span: Span, attrs: Any) -> str | None:
         """A Haystack ``Agent`` component's name in the pipeline that ran it (its parent
         span's inputs or outputs: ``openinference.haystack_component``), or None."""
-        if not haystack_agent(span) or not span.parent_span_id:
+        parent_id = span.parent_span_id
+        if not parent_id or not haystack_agent(span):
             return None
-        if self.by_id is None:
-            self.by_id = {s.span_id: s for s in self.spans}
-        parent = self.by_id.get(span.parent_span_id)
-        if parent is None:
-            return None
-        pipeline = self.pipelines.get(parent.span_id)
+        pipeline = self.pipelines.get(parent_id)
         if pipeline is None:
-            pipeline = self.pipelines[parent.span_id] = haystack_pipeline(parent.attributes)
+            if self.by_id is None:
+                self.by_id = {s.span_id: s for s in self.spans}
+            parent = self.by_id.get(parent_id)
+            if parent is None:
+                return None
+            pipeline = self.pipelines[parent_id] = haystack_pipeline(parent.attributes)
         name = haystack_component(pipeline, attrs)
         if name is not None:
             step.sources["agent_name"] = ("openinference Pipeline.run input.value / "
