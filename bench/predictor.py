@@ -21,7 +21,7 @@
 
 Labels: tau-bench ``reward`` (1 = success), SWE-bench ``results_summary.json`` ``resolved``.
 Evaluation uses the default configuration (default budgets, no references, no judge): what a
-user without benchmark files has. Hyperparameters are ``predict.train.HYPERPARAMETERS``,
+user without benchmark files has. Hyperparameters are ``predict.regression.HYPERPARAMETERS``,
 fixed before these figures were first measured, but for the counts' C, which ``fit`` chooses
 from its declared grid on each training part's own inner folds (nested: the held-out part
 plays no part in it); nothing here is searched on the outer folds.
@@ -48,7 +48,8 @@ from otel_eval.evaluate.predict.config import PredictionConfig
 from otel_eval.evaluate.predict.features import blind_findings
 from otel_eval.evaluate.predict.labels import Labels, Row, read_labels, row
 from otel_eval.evaluate.predict.modelfile import from_document
-from otel_eval.evaluate.predict.train import HYPERPARAMETERS, fit
+from otel_eval.evaluate.predict.regression import HYPERPARAMETERS
+from otel_eval.evaluate.predict.train import fit
 from otel_eval.receive.loaders import load_path
 
 ROOT = Path(__file__).resolve().parents[1]

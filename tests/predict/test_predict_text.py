@@ -17,8 +17,9 @@ from otel_eval.evaluate.predict import Predictor
 from otel_eval.evaluate.predict.config import DEFAULT_MODEL_FILE, PredictionConfig
 from otel_eval.evaluate.predict.labels import Row
 from otel_eval.evaluate.predict.modelfile import from_document, load_model
+from otel_eval.evaluate.predict.regression import HYPERPARAMETERS
 from otel_eval.evaluate.predict.text import MAX_RUN_TEXT_CHARS, NGRAM_MAX, run_text, terms
-from otel_eval.evaluate.predict.train import HYPERPARAMETERS, fit
+from otel_eval.evaluate.predict.train import fit
 from otel_eval.receive.loaders import load_path
 
 TAU = Path("tau-bench/airline/gpt-4o-airline.runs.json")

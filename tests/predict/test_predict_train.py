@@ -11,7 +11,7 @@ from otel_eval.app.config import Config, replace
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.predict import load_model
 from otel_eval.evaluate.predict.features import FEATURES_VERSION, features
-from otel_eval.evaluate.predict.train import HYPERPARAMETERS, _choose_c
+from otel_eval.evaluate.predict.regression import HYPERPARAMETERS, choose_c
 from otel_eval.receive.loaders import load_path
 
 
@@ -60,10 +60,10 @@ def test_choose_c_charges_confident_wrong_log_odds() -> None:
     # column 1 ranks them the same way, mildly: log loss prefers the second
     odds = np.array([[8.0, 1.0, 0.5, 0.5], [-8.0, -1.0, 0.5, 0.5], [8.0, 1.0, 0.5, 0.5],
                      [8.0, 0.5, 0.5, 0.5]])
-    j, losses = _choose_c(odds, y)
+    j, losses = choose_c(odds, y)
     assert j == 1 and losses[str(HYPERPARAMETERS["C_grid"][0])] > losses[str(
         HYPERPARAMETERS["C_grid"][1])]
-    assert _choose_c(odds[:0], y[:0]) == (len(HYPERPARAMETERS["C_grid"]) - 1, {})
+    assert choose_c(odds[:0], y[:0]) == (len(HYPERPARAMETERS["C_grid"]) - 1, {})
 
 
 def test_with_the_model_turned_off_there_is_no_prediction(tau_slice: Path) -> None:

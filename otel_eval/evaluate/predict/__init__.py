@@ -5,8 +5,9 @@
       -> {"p_success": 0.83, "model": "success@3f2a9c0e1b7d"}
 
 ``Predictor`` is a pure function of the evaluation, so it runs wherever evaluation runs
-(``Evaluator.evaluate`` calls it). Training lives in ``otel_eval.evaluate.predict.train`` (the
-only module importing scikit-learn), online AUC and metrics in ``otel_eval.telemetry.prediction``.
+(``Evaluator.evaluate`` calls it). Training lives in ``otel_eval.evaluate.predict.train`` and
+``.regression`` (the only modules importing scikit-learn), online AUC and metrics in
+``otel_eval.telemetry.prediction``.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class Predictor:
         # computed for it
         names = [n for m in (model, *model.agent_models.values()) for n in m.features]
         self._end = any(n.startswith(FEATURE_PREFIX_END) for n in names)
-        # one trained without name_features (train.HYPERPARAMETERS) names no tool.* or
+        # one trained without name_features (regression.HYPERPARAMETERS) names no tool.* or
         # program.* feature: they are not computed for it
         self._names = any(n.startswith((FEATURE_PREFIX_TOOL, FEATURE_PREFIX_PROGRAM))
                           for n in names)

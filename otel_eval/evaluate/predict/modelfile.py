@@ -3,7 +3,7 @@
 The file is data, never code (no pickle): loading parses JSON and checks every field, so a
 hostile or damaged file gives ``ModelFileError`` naming the file and the problem, nothing
 runs. Prediction needs neither numpy nor scikit-learn (``serve`` keeps its idle memory);
-only ``otel-eval train`` imports scikit-learn (otel_eval.evaluate.predict.train).
+only ``otel-eval train`` imports scikit-learn (otel_eval.evaluate.predict.train, .regression).
 
     {"format": "otel-eval-predictor", "format_version": 1,
      "name": "success", "version": "3f2a9c0e1b7d",      # shown as "success@3f2a9c0e1b7d"
