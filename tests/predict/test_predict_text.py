@@ -4,6 +4,8 @@ same terms on the datasets' texts), bounded text, and a model with text in its J
 from __future__ import annotations
 
 import json
+import random
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,7 @@ from otel_eval.evaluate.predict import Predictor
 from otel_eval.evaluate.predict.config import DEFAULT_MODEL_FILE, PredictionConfig
 from otel_eval.evaluate.predict.labels import Row
 from otel_eval.evaluate.predict.modelfile import from_document, load_model
-from otel_eval.evaluate.predict.regression import HYPERPARAMETERS
+from otel_eval.evaluate.predict.regression import HYPERPARAMETERS, text_vocabulary
 from otel_eval.evaluate.predict.text import MAX_RUN_TEXT_CHARS, NGRAM_MAX, run_text, terms
 from otel_eval.evaluate.predict.train import fit
 from otel_eval.receive.loaders import load_path
@@ -79,6 +81,45 @@ def test_the_text_score_is_scikit_learns_tfidf_and_logistic_regression() -> None
         coefs = dict(zip(doc["text"]["terms"], doc["text"]["coefficients"], strict=True))
         expected = doc["text"]["intercept"] + sum(v * coefs[t] for t, v in by_term.items())
         assert model.text.score(text) == pytest.approx(expected, abs=1e-9)
+
+
+def test_the_text_vocabulary_is_scikit_learns_choice_where_no_count_ties_at_the_cut() -> None:
+    rng = random.Random(7)
+    vocab = [f"w{k}" for k in range(60)]
+    texts = [" ".join(rng.choices(vocab, weights=range(1, 61), k=300)) for _ in range(30)]
+    total = Counter(t for text in texts for t in terms(text))
+    counts = sorted(total.values(), reverse=True)
+    # a cut between two different counts, past the words into the pairs
+    cut = next(n for n in range(100, len(counts)) if counts[n - 1] > counts[n])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(HYPERPARAMETERS, "text_max_terms", cut)
+        ours = text_vocabulary(texts)
+    theirs = TfidfVectorizer(analyzer=terms, min_df=2, max_features=cut).fit(texts)
+    assert ours == theirs.vocabulary_  # the same terms, the same (alphabetical) indices
+
+
+def test_a_tie_at_the_cut_goes_to_the_term_that_sorts_first_in_any_run_order() -> None:
+    # 3,000 words, each in both runs 1-3 times: the cut at 1,500 terms falls inside a run
+    # of equal counts. scikit-learn's max_features ranks them with numpy's unstable argsort,
+    # and on an AVX-512 machine here kept 572 terms other than these
+    rng = random.Random(3)
+    words = [f"t{k:04d}" for k in range(3000)]
+    repeats = {w: rng.choice((1, 2, 3)) for w in words}
+    texts = ["\n".join(w for w in order for _ in range(repeats[w]))
+             for order in (words, words[::-1])]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(HYPERPARAMETERS, "text_max_terms", 1500)
+        kept = text_vocabulary(texts)
+        assert text_vocabulary(texts[::-1]) == kept
+    total = Counter(t for text in texts for t in terms(text))
+    both = set(terms(texts[0])) & set(terms(texts[1]))  # min_df 2
+    dropped = both - set(kept)
+    assert len(kept) == 1500 and dropped
+    cut = min(total[t] for t in kept)
+    assert all(total[t] <= cut for t in dropped)
+    tied_kept = [t for t in kept if total[t] == cut]
+    tied_dropped = [t for t in dropped if total[t] == cut]
+    assert tied_kept and tied_dropped and max(tied_kept) < min(tied_dropped)
 
 
 def test_the_shipped_default_model_loads_and_is_small() -> None:

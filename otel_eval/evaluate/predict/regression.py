@@ -160,14 +160,33 @@ def fit_text(texts: list[str], y: Any, agents: list[str]) -> tuple[Any, Linear] 
     frequent enough (a few short runs)."""
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    hp = HYPERPARAMETERS
-    vectorizer = TfidfVectorizer(analyzer=terms, min_df=hp["text_min_df"],
-                                 max_features=hp["text_max_terms"], sublinear_tf=True)
-    try:
-        m = vectorizer.fit_transform(texts)
-    except ValueError:  # empty vocabulary
+    chosen = text_vocabulary(texts)
+    if not chosen:
         return None
-    return vectorizer, _regression(m, y, agents, hp["text_C"])
+    vectorizer = TfidfVectorizer(analyzer=terms, vocabulary=chosen, sublinear_tf=True)
+    m = vectorizer.fit_transform(texts)
+    return vectorizer, _regression(m, y, agents, HYPERPARAMETERS["text_C"])
+
+
+def text_vocabulary(texts: list[str]) -> dict[str, int]:
+    """The terms the text model reads, indexed in alphabetical order: those in at least
+    ``text_min_df`` runs, the ``text_max_terms`` most frequent (count over all runs), a tie
+    at the cut going to the term that sorts first.
+
+    What scikit-learn's ``min_df`` and ``max_features`` choose, but for that tie: it ranks
+    by numpy's unstable ``argsort``, whose SIMD kernels order equal counts differently from
+    one CPU to another (the same 350 dev runs gave 318 of 8,000 terms different on two
+    machines), so the same runs would train different models."""
+    hp = HYPERPARAMETERS
+    total: Counter[str] = Counter()
+    runs: Counter[str] = Counter()
+    for text in texts:
+        counts = Counter(terms(text))
+        total.update(counts)
+        runs.update(counts.keys())
+    frequent = sorted((t for t, n in runs.items() if n >= hp["text_min_df"]),
+                      key=lambda t: (-total[t], t))
+    return {t: i for i, t in enumerate(sorted(frequent[:hp["text_max_terms"]]))}
 
 
 def out_of_fold(x: Any, y: Any, groups: list[str], texts: list[str],
