@@ -3,7 +3,7 @@
 6-partition topic).
 
 librdkafka's mock cluster cannot run a two-member aiokafka group (it refuses a follower's
-SyncGroup that arrives after the leader's: see the ``otel_eval.receive.kafka.consumer``
+SyncGroup that arrives after the leader's: see the ``otel_eval.receive.kafka.assignment``
 docstring), so
 this test runs on a real broker. Checked: when a second member joins,
 the first member's partitions are revoked with its finished work committed; the new owner

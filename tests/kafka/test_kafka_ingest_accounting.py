@@ -14,7 +14,7 @@ from test_kafka_serve import kafka_changes
 
 from otel_eval.base.model import Span
 from otel_eval.decode import otlp
-from otel_eval.receive.kafka.consumer import Record, decode_record
+from otel_eval.receive.kafka.records import Record, decode_record
 
 TRACE = "ab" * 16
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import otel_eval.receive.kafka as kafka_pkg
 from otel_eval.base.kafka.stats import KafkaStats
 from otel_eval.decode import otlp
 from otel_eval.receive.ingest import Decoded, IngestAccounting, decode_traces
-from otel_eval.receive.kafka.consumer import Record, decode_record
+from otel_eval.receive.kafka.records import Record, decode_record
 
 DECODERS = {"otel_eval.decode.otlp", "otel_eval.decode.otlp_logs", "otel_eval.decode"}
 
@@ -33,9 +35,9 @@ def _imports(path: Path) -> set[str]:
     return out
 
 
-def test_the_consumer_does_not_decode_requests_itself() -> None:
-    consumer = Path(kafka_pkg.__file__).parent / "consumer.py"
-    imported = _imports(consumer)
+@pytest.mark.parametrize("module", ["consumer.py", "records.py"])
+def test_the_consumer_does_not_decode_requests_itself(module: str) -> None:
+    imported = _imports(Path(kafka_pkg.__file__).parent / module)
     assert not imported & DECODERS, imported & DECODERS
     assert "otel_eval.receive.ingest" in imported
 

@@ -1,5 +1,5 @@
-"""Kafka front ends: consume OTLP records as a scaled-out worker (``consumer``, ``offsets``),
-publish as a stateless receiver (``publisher``, ``frontend``).
+"""Kafka front ends: consume OTLP records as a scaled-out worker (``consumer``, ``records``,
+``assignment``, ``offsets``), publish as a stateless receiver (``publisher``, ``frontend``).
 
 ``build(config, deps, engine)``: the front end ``kafka.enabled`` asks for, run on the
 service's loop; aiokafka is imported only then (a default ``serve`` never loads it).

@@ -49,27 +49,9 @@ Promises:
   evaluates whole); the new owner replays the rest;
 - lag (high watermark - position) per partition is reported through the metrics hook.
 
-Partition assignment: ``group`` (broker-coordinated rebalancing) or ``static`` (worker i of N,
-no group membership; offsets still committed under the group id). Static is the path the
-mock-cluster tests and ``bench/kafka.py`` run with more than one worker; group rebalancing
-with two members is tested against the real broker the suite starts, because of this:
-
-Why a two-member aiokafka group fails SyncGroup with InvalidRequest on librdkafka's mock
-cluster (librdkafka 2.16, ``rdkafka_mock_cgrp.c``): not protocol versions (aiokafka 0.14 sends
-JoinGroup v5 / SyncGroup v3, which the mock implements; with ``MockCluster.set_api_version``
-pinning SyncGroup to v0 or v0-1 and JoinGroup to v0-1 or v0-2 the error is the same) but
-timing. The mock completes a sync once every member *has an assignment*, and the leader's
-SyncGroup carries the assignments of all members; so when the leader's SyncGroup arrives
-before a follower's, the mock answers everyone it holds, moves the group to Up, and then
-refuses the follower's SyncGroup (not allowed in Up) with INVALID_REQUEST, which aiokafka
-treats as fatal. A real broker answers a SyncGroup in Stable with the member's assignment.
-Verified: with the leader's assignor
-delayed by 0.5 s, so that the follower syncs first, the same two members split 6 partitions
-3/3 on the mock, and ``tests/kafka/test_kafka_group.py`` passes there (run by hand with
-aiokafka's leader join patched that way). A second mock deviation showed up in that run: it
-refuses OffsetCommit while a rebalance is joining (REBALANCE_IN_PROGRESS), where Kafka accepts
-commits of the current generation during PreparingRebalance; so on the mock the commit on
-revocation fails and the new owner replays more (whole traces still; never a loss).
+Record values are decoded by ``records`` (poison named there); partition assignment
+(``group`` or ``static``), and why group rebalancing is tested on a real broker rather than
+librdkafka's mock cluster, is ``assignment``'s.
 """
 
 from __future__ import annotations
@@ -79,85 +61,25 @@ import contextlib
 import logging
 import threading
 import time
-from collections import Counter, deque
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections import deque
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import KafkaError
 
 from otel_eval.base.kafka.client import client_kwargs
 from otel_eval.base.kafka.config import KafkaConfig
 from otel_eval.base.kafka.stats import KafkaMetrics, KafkaStats
-from otel_eval.base.model import Span
-from otel_eval.receive.ingest import Decoded, Ingest, Submitter, decode_logs, decode_traces
+from otel_eval.receive.ingest import Decoded, Ingest, Submitter
+from otel_eval.receive.kafka.assignment import check_copartitioned, static_assignment
 from otel_eval.receive.kafka.offsets import OffsetTracker, Ticket, TraceGate
-
-if TYPE_CHECKING:  # decoding is Ingest's: this stage only names the type
-    from otel_eval.decode.otlp_logs import HeldRecord
+from otel_eval.receive.kafka.records import decode_value
 
 log = logging.getLogger(__name__)
 
 
 # What the consumer needs of ``otel_eval.assemble.engine.Engine``: what ``Ingest`` needs.
 EngineLike = Submitter
-
-
-@dataclass(slots=True)
-class Record:
-    """One record's spans, and the spans of it rejected while decoding (by reason)."""
-
-    spans: list[Span]
-    rejected: Counter[str]
-
-
-def decode_record(value: bytes | None, encoding: str) -> Record | str:
-    """The record decoded as a receiver decodes a request body (``ingest.decode_traces``),
-    or the poison reason (``empty``, ``not_otlp``) when it is no OTLP request at all."""
-    decoded = _decoded(value, encoding, logs=False)
-    return decoded if isinstance(decoded, str) else Record(
-        decoded.items, decoded.rejected)  # type: ignore[arg-type]
-
-
-@dataclass(slots=True)
-class LogsRecord:
-    """One logs-topic record's GenAI events, and its other records by reason."""
-
-    records: list[HeldRecord]
-    ignored: Counter[str]
-    rejected: Counter[str]
-
-
-def decode_logs_record(value: bytes | None, encoding: str) -> LogsRecord | str:
-    """A logs-topic record decoded as the logs receivers decode a request body
-    (``ingest.decode_logs``), or the poison reason (``empty``, ``not_otlp``)."""
-    decoded = _decoded(value, encoding, logs=True)
-    return decoded if isinstance(decoded, str) else LogsRecord(
-        decoded.items, decoded.ignored, decoded.rejected)  # type: ignore[arg-type]
-
-
-def _decoded(value: bytes | None, encoding: str, *, logs: bool) -> Decoded | str:
-    if not value:  # a tombstone or an empty value: no request
-        return "empty"
-    try:
-        return decode_logs(value, encoding) if logs else decode_traces(value, encoding)
-    except Exception:  # MalformedRequest, ValueError, whatever a hostile record raises
-        return "not_otlp"
-
-
-async def topic_partitions(cfg: KafkaConfig, topic: str | None = None) -> list[int]:
-    """Partition numbers of ``topic`` (default ``cfg.topic``; empty if it does not exist)."""
-    admin = AIOKafkaAdminClient(**client_kwargs(cfg))
-    await admin.start()
-    try:
-        (desc,) = await admin.describe_topics([topic or cfg.topic])
-    finally:
-        await admin.close()
-    if desc.get("error_code"):
-        return []
-    return sorted(p["partition"] for p in desc["partitions"])
 
 
 class _Listener(ConsumerRebalanceListener):
@@ -232,16 +154,7 @@ class KafkaConsumerStage:
 
     async def _assign_static(self, consumer: AIOKafkaConsumer) -> None:
         cfg = self.config
-        parts = await topic_partitions(cfg)
-        if not parts:
-            raise RuntimeError(f"kafka topic {cfg.topic!r} not found")
-        mine = {TopicPartition(cfg.topic, p) for p in parts
-                if p % cfg.worker_count == cfg.worker_index}
-        if cfg.logs_topic:
-            logs = await topic_partitions(cfg, cfg.logs_topic)
-            _check_copartitioned(cfg, len(parts), len(logs))
-            mine |= {TopicPartition(cfg.logs_topic, p) for p in logs
-                     if p % cfg.worker_count == cfg.worker_index}
+        mine = await static_assignment(cfg)
         consumer.assign(list(mine))
         await self._assign(mine)
         log.info("kafka static assignment %d/%d: partitions %s", cfg.worker_index,
@@ -322,7 +235,7 @@ class KafkaConsumerStage:
         counted; or only log records that are not GenAI events, accounted)."""
         cfg = self.config
         logs = tp.topic == cfg.logs_topic and bool(cfg.logs_topic)
-        decoded = _decoded(value, cfg.logs_encoding if logs else cfg.encoding, logs=logs)
+        decoded = decode_value(value, cfg.logs_encoding if logs else cfg.encoding, logs=logs)
         if isinstance(decoded, str):
             log.warning("kafka poison record %s[%d]@%d: %s", tp.topic, tp.partition, offset,
                         decoded)
@@ -460,7 +373,7 @@ class KafkaConsumerStage:
             spans = consumer.partitions_for_topic(self.config.topic) or set()
             logs = consumer.partitions_for_topic(self.config.logs_topic)
             if logs is not None:
-                _check_copartitioned(self.config, len(spans), len(logs))
+                check_copartitioned(self.config, len(spans), len(logs))
 
     async def _revoke(self, revoked: set[TopicPartition]) -> None:
         final: dict[TopicPartition, tuple[int, str]] = {}
@@ -475,14 +388,3 @@ class KafkaConsumerStage:
         self._retries = {logs: deque(r for r in retry if r[0] not in revoked)
                          for logs, retry in self._retries.items()}
         await self._commit(final)
-
-
-def _check_copartitioned(cfg: KafkaConfig, spans: int, logs: int) -> None:
-    """Warn when the logs topic cannot be joined partition by partition (logged per
-    (re)assignment; records still flow, but a trace's spans and log records may then reach
-    different workers: the records are dropped as ``no_spans`` and the trace evaluated
-    without them)."""
-    if logs and spans != logs:
-        log.warning("kafka: topic %r has %d partitions and logs topic %r has %d; they must "
-                    "be equal for a worker to get a trace's log records with its spans",
-                    cfg.topic, spans, cfg.logs_topic, logs)
