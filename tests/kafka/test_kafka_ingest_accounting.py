@@ -14,7 +14,8 @@ from test_kafka_serve import kafka_changes
 
 from otel_eval.base.model import Span
 from otel_eval.decode import otlp
-from otel_eval.receive.kafka.records import Record, decode_record
+from otel_eval.receive.ingest import Decoded
+from otel_eval.receive.kafka.records import decode_value
 
 TRACE = "ab" * 16
 
@@ -36,12 +37,13 @@ def _record() -> bytes:
     return req.SerializeToString().replace(b"MARKERX", b"MARK\xffRX")
 
 
-def test_decode_record_salvages_and_keeps_the_reasons() -> None:
-    decoded = decode_record(_record(), "otlp_proto")
-    assert isinstance(decoded, Record)
-    assert len(decoded.spans) == 4  # the duplicate is the assembler's to refuse
+def test_decode_value_salvages_and_keeps_the_reasons() -> None:
+    decoded = decode_value(_record(), "otlp_proto", logs=False)
+    assert isinstance(decoded, Decoded)
+    assert len(decoded.items) == 4  # the duplicate is the assembler's to refuse
     assert dict(decoded.rejected) == {"invalid_trace_id": 2, "invalid_utf8": 1}
-    assert decode_record(b"\x0a\xff\xff\xff\xff", "otlp_proto") == "not_otlp"
+    assert decode_value(b"\x0a\xff\xff\xff\xff", "otlp_proto", logs=False) == "not_otlp"
+    assert decode_value(b"", "otlp_proto", logs=True) == "empty"
 
 
 def test_kafka_spans_are_accounted_like_receiver_spans(topic: Topic, tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import otel_eval.receive.kafka as kafka_pkg
 from otel_eval.base.kafka.stats import KafkaStats
 from otel_eval.decode import otlp
 from otel_eval.receive.ingest import Decoded, IngestAccounting, decode_traces
-from otel_eval.receive.kafka.records import Record, decode_record
+from otel_eval.receive.kafka.records import decode_value
 
 DECODERS = {"otel_eval.decode.otlp", "otel_eval.decode.otlp_logs", "otel_eval.decode"}
 
@@ -48,9 +48,9 @@ def test_a_record_decodes_as_a_request_body() -> None:
                   {"traceId": "zz", "spanId": "02" * 8, "name": "b"}]}]}]})).spans
     body = otlp.encode_spans(spans).SerializeToString()
     door = decode_traces(body)
-    got = decode_record(body, "otlp_proto")
-    assert isinstance(got, Record) and isinstance(door, Decoded)
-    assert [s.span_id for s in got.spans] == [s.span_id for s in door.items] == ["01" * 8]
+    got = decode_value(body, "otlp_proto", logs=False)
+    assert isinstance(got, Decoded) and isinstance(door, Decoded)
+    assert [s.span_id for s in got.items] == [s.span_id for s in door.items] == ["01" * 8]
     assert got.rejected == door.rejected
 
 

@@ -14,48 +14,7 @@ hostile record never stalls its partition.
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-from otel_eval.base.model import Span
 from otel_eval.receive.ingest import Decoded, decode_logs, decode_traces
-
-if TYPE_CHECKING:  # decoding is Ingest's: this stage only names the type
-    from otel_eval.decode.otlp_logs import HeldRecord
-
-
-@dataclass(slots=True)
-class Record:
-    """One record's spans, and the spans of it rejected while decoding (by reason)."""
-
-    spans: list[Span]
-    rejected: Counter[str]
-
-
-def decode_record(value: bytes | None, encoding: str) -> Record | str:
-    """The record decoded as a receiver decodes a request body (``ingest.decode_traces``),
-    or the poison reason (``empty``, ``not_otlp``) when it is no OTLP request at all."""
-    decoded = decode_value(value, encoding, logs=False)
-    return decoded if isinstance(decoded, str) else Record(
-        decoded.items, decoded.rejected)  # type: ignore[arg-type]
-
-
-@dataclass(slots=True)
-class LogsRecord:
-    """One logs-topic record's GenAI events, and its other records by reason."""
-
-    records: list[HeldRecord]
-    ignored: Counter[str]
-    rejected: Counter[str]
-
-
-def decode_logs_record(value: bytes | None, encoding: str) -> LogsRecord | str:
-    """A logs-topic record decoded as the logs receivers decode a request body
-    (``ingest.decode_logs``), or the poison reason (``empty``, ``not_otlp``)."""
-    decoded = decode_value(value, encoding, logs=True)
-    return decoded if isinstance(decoded, str) else LogsRecord(
-        decoded.items, decoded.ignored, decoded.rejected)  # type: ignore[arg-type]
 
 
 def decode_value(value: bytes | None, encoding: str, *, logs: bool) -> Decoded | str:
