@@ -21,7 +21,7 @@ from functools import partial
 from typing import Any
 
 from otel_eval.base.model import Span
-from otel_eval.decode import otlp
+from otel_eval.decode import encode, otlp
 
 
 def _resident() -> int:
@@ -31,7 +31,7 @@ def _resident() -> int:
 
 def _request(i: int) -> bytes:
     trace = f"{i + 1:032x}"
-    return otlp.encode_spans([
+    return encode.encode_spans([
         Span(trace, f"{1:016x}", None, "small", 1, 0, attributes={"k": "v"}),
         Span(trace, f"{2:016x}", None, "big", 1, 2, attributes={"p": "x" * (4 << 20)}),
     ]).SerializeToString()
@@ -67,7 +67,7 @@ def decode_ms(n: int, rounds: int = 15) -> float:
         "gen_ai.operation.name": "chat", "gen_ai.usage.input_tokens": 12,
         "gen_ai.input.messages": json.dumps([{"role": "user", "content": "hello " * 50}])})
         for i in range(n)]
-    body = otlp.encode_spans(spans).SerializeToString()
+    body = encode.encode_spans(spans).SerializeToString()
     best = float("inf")
     for _ in range(rounds):
         t = time.perf_counter()

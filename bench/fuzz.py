@@ -44,7 +44,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from otel_eval.app.config import Config
 from otel_eval.base.model import Span, Trace
-from otel_eval.decode import otlp
+from otel_eval.decode import encode, otlp, otlp_json
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.trajectory import build_trajectory
@@ -161,7 +161,7 @@ def _valid_request() -> bytes:
     span = Span(TRACE, "00f067aa0ba902b7", None, "invoke_agent a", 1, 2, attributes={
         "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a", "n": 3,
         "l": [1, "x"], "f": 1.5})
-    return otlp.encode_spans([span]).SerializeToString()
+    return encode.encode_spans([span]).SerializeToString()
 
 
 @st.composite
@@ -206,7 +206,7 @@ def check_decode(body: bytes) -> None:
 
 def check_json(doc: Any) -> None:
     try:
-        req = otlp.request_from_json(json.dumps(doc))
+        req = otlp_json.request_from_json(json.dumps(doc))
     except ValueError:
         return
     assert isinstance(req, ExportTraceServiceRequest)

@@ -29,7 +29,7 @@ from otel_eval.app.config import Config
 from otel_eval.assemble.engine import Engine
 from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.model import LogEvent, Span
-from otel_eval.decode import otlp, otlp_logs
+from otel_eval.decode import encode, otlp_logs
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.stage import InProcess
 from otel_eval.receive.ingest import Ingest
@@ -59,7 +59,7 @@ def _logs(i: int) -> bytes:
 
 def _spans(i: int) -> bytes:
     trace = f"{i + 1:032x}"
-    return otlp.encode_spans([Span(
+    return encode.encode_spans([Span(
         trace, f"{j + 1:016x}", None, "chat gpt-4o", 1, 0, attributes={
             "gen_ai.system": "openai", "gen_ai.response.id": f"r{i}-{j}",
             "gen_ai.completion.0.content": f"{j} {TEXT}"})

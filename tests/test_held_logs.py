@@ -19,7 +19,7 @@ from otel_eval.app.config import Config
 from otel_eval.assemble.engine import Engine
 from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.model import LogEvent, Span
-from otel_eval.decode import otlp, otlp_logs
+from otel_eval.decode import encode, otlp, otlp_logs
 from otel_eval.decode.otlp_logs import HeldRecord
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.stage import InProcess
@@ -76,7 +76,7 @@ def test_records_wait_as_their_bytes_in_their_own_budget(tmp_path: Path) -> None
     assert refused.outcome == "throttled" and "pending_log_bytes" in refused.message
     span = Span("f" * 32, "1" * 16, None, "agent", 1, 2,
                 attributes={"input.value": "x" * len(bodies[0])})
-    spans = node.ingest.handle_bytes(otlp.encode_spans([span]).SerializeToString(), "grpc")
+    spans = node.ingest.handle_bytes(encode.encode_spans([span]).SerializeToString(), "grpc")
     assert spans.outcome == "ok"  # orphan records never refuse spans (a budget each)
     assert node.sample("otel_eval_receiver_requests_throttled_total",
                        protocol="grpc_logs", reason="pending_log_bytes") == 1

@@ -18,7 +18,7 @@ from test_spool import Node, body, span
 
 from otel_eval.assemble.spool import SCHEMA_VERSION, Spool, SpoolVersionError
 from otel_eval.base.model import LogEvent
-from otel_eval.decode import otlp, otlp_logs
+from otel_eval.decode import otlp_json, otlp_logs
 from otel_eval.receive.ingest import Ingest
 from otel_eval.telemetry.metrics import Metrics
 
@@ -32,7 +32,7 @@ def recording(scenario: str) -> list[tuple[str, bytes]]:
     out = []
     for item in rec["requests"]:
         raw = json.dumps(item["body"]).encode()
-        req: Any = (otlp.request_from_json(raw) if item["signal"] == "traces"
+        req: Any = (otlp_json.request_from_json(raw) if item["signal"] == "traces"
                     else otlp_logs.logs_request_from_json(raw))
         out.append((item["signal"], req.SerializeToString()))
     return out

@@ -69,7 +69,7 @@ from pathlib import Path
 
 from otel_eval.base.configcheck import ConfigError
 from otel_eval.base.model import Span
-from otel_eval.decode import otlp, otlp_logs
+from otel_eval.decode import encode, otlp, otlp_logs
 from otel_eval.decode.otlp_logs import HeldRecord
 from otel_eval.telemetry.metrics import SpoolMetrics
 
@@ -342,7 +342,7 @@ class Spool:
         logs = [t for t in reopened if items[t][1]]
         rows = []
         if spans:
-            rows.append(("traces", spans, otlp.encode_spans(
+            rows.append(("traces", spans, encode.encode_spans(
                 s for t in spans for s in items[t][0]).SerializeToString()))
         if logs:
             rows.append(("logs", logs, otlp_logs.encode_logs(

@@ -1,4 +1,7 @@
-"""Stage: decode. OTLP trace requests (protobuf or OTLP/JSON) -> ``model.Span``; and back.
+"""Stage: decode. OTLP trace requests (protobuf) -> ``model.Span``.
+
+``parse_request`` turns the bytes into a request, ``decode_request`` the request into spans
+(an OTLP/JSON body becomes the same request through ``otlp_json``; ``encode`` goes back).
 
 Promises:
 - every span is either returned or counted as rejected with a reason from ``REJECT_REASONS``
@@ -8,10 +11,11 @@ Promises:
   and bulky message text stays a raw string;
 - a decoded span holds its own copy of its attributes and events, never the request: the
   request's memory is released once decoded, whatever spans of it were accepted or rejected;
-- a decoded span keeps the bytes it came in (``Span.wire``, ``Span.origin``): ``encode_spans``
-  writes them back as they came, so forwarding and spooling lose no field the model does not
-  hold (trace_state, flags, links, dropped counts, schema URLs, scope version, bytes values);
-- OTLP/JSON uses hex trace/span ids (not base64) and accepts camelCase and snake_case keys.
+- a decoded span keeps the bytes it came in (``Span.wire``, ``Span.origin``), for
+  ``encode.encode_spans`` to write back as they came;
+- a body with invalid UTF-8 in some spans is not refused whole: ``parse_request`` drops those
+  spans and counts them (``invalid_utf8``); a body that is no request at all is a
+  ``MalformedRequest``.
 """
 
 from __future__ import annotations
@@ -21,23 +25,15 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
-from google.protobuf import json_format
-from google.protobuf.message import Message
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
-from opentelemetry.proto.common.v1.common_pb2 import (
-    AnyValue,
-    ArrayValue,
-    KeyValue,
-    KeyValueList,
-)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from otel_eval.base.model import Origin, Span, SpanEvent
-from otel_eval.decode.body import loads_bounded
 
 # Closed set of reasons a span is rejected at decode time.
 REJECT_REASONS = ("invalid_trace_id", "invalid_span_id", "invalid_parent_span_id",
@@ -48,13 +44,12 @@ MAX_TIME_NS = 2**63 - 1
 # trace's duration (its histogram, its budget) instead of being refused.
 MAX_SPAN_DURATION_NS = 366 * 86400 * 10**9
 
-_KINDS = {0: "unspecified", 1: "internal", 2: "server", 3: "client", 4: "producer",
-          5: "consumer"}
-_STATUS = {0: "unset", 1: "ok", 2: "error"}
-_STATUS_CODE = {v: k for k, v in _STATUS.items()}
-_KIND_CODE = {v: k for k, v in _KINDS.items()}
-_HAS_IS_REMOTE = 0x100  # SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
-_IS_REMOTE = 0x200  # SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
+# OTLP span kind and status codes -> the model's names (``encode`` maps them back).
+SPAN_KINDS = {0: "unspecified", 1: "internal", 2: "server", 3: "client", 4: "producer",
+              5: "consumer"}
+SPAN_STATUSES = {0: "unset", 1: "ok", 2: "error"}
+HAS_IS_REMOTE = 0x100  # SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
+IS_REMOTE = 0x200  # SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
 _ZERO_TRACE = bytes(16)
 _ZERO_SPAN = bytes(8)
 
@@ -135,7 +130,7 @@ def _origin(rs: trace_pb2.ResourceSpans, ss: trace_pb2.ScopeSpans) -> Origin:
 
 def _parent_remote(flags: int) -> bool | None:
     """What the OTLP span flags say of the parent: remote, local, or nothing (None)."""
-    return bool(flags & _IS_REMOTE) if flags & _HAS_IS_REMOTE else None
+    return bool(flags & IS_REMOTE) if flags & HAS_IS_REMOTE else None
 
 
 def decode_request(req: ExportTraceServiceRequest) -> DecodeResult:
@@ -166,188 +161,13 @@ def decode_request(req: ExportTraceServiceRequest) -> DecodeResult:
                 spans.append(Span(
                     tid.hex(), sid.hex(), pid.hex() if pid and pid != _ZERO_SPAN else None,
                     pb.name, start, end,
-                    kind=_KINDS.get(pb.kind, "unspecified"),
-                    status=_STATUS.get(pb.status.code, "unset"),
+                    kind=SPAN_KINDS.get(pb.kind, "unspecified"),
+                    status=SPAN_STATUSES.get(pb.status.code, "unset"),
                     status_message=pb.status.message,
                     resource=resource, scope=scope, lazy=lazy, nbytes=len(wire),
                     parent_remote=_parent_remote(pb.flags), wire=wire, origin=origin,
                 ))
     return out
-
-
-# --- OTLP/JSON -------------------------------------------------------------------------------
-
-_ID_KEYS = {"traceId": 16, "spanId": 8, "parentSpanId": 8,
-            "trace_id": 16, "span_id": 8, "parent_span_id": 8}
-
-
-def _hex_ids_to_base64(obj: Any) -> Any:
-    """OTLP/JSON carries ids as hex; protobuf's JSON parser expects base64 for bytes fields.
-    Returns a converted copy.
-
-    Ids that are not hex become one zero byte (a wrong length on purpose), so that the span is
-    rejected with a reason by ``decode_request`` instead of failing the whole request.
-    """
-    if isinstance(obj, dict):
-        out = {}
-        for k, v in obj.items():
-            if k in _ID_KEYS and isinstance(v, str):
-                try:
-                    raw = bytes.fromhex(v)
-                except ValueError:
-                    raw = b"\x00"
-                out[k] = base64.b64encode(raw).decode("ascii")
-            else:
-                out[k] = _hex_ids_to_base64(v) if isinstance(v, dict | list) else v
-        return out
-    if isinstance(obj, list):
-        return [_hex_ids_to_base64(v) if isinstance(v, dict | list) else v for v in obj]
-    return obj
-
-
-def request_from_json(body: bytes | str) -> ExportTraceServiceRequest:
-    """Parse an OTLP/JSON ExportTraceServiceRequest. Raises ValueError with a clear message."""
-    return request_from_dict(loads_bounded(body))
-
-
-def request_from_dict(data: Any) -> ExportTraceServiceRequest:
-    return message_from_dict(data, ExportTraceServiceRequest(), "resourceSpans")
-
-
-_M = TypeVar("_M", bound=Message)
-
-
-def message_from_dict(data: Any, message: _M, top_key: str) -> _M:
-    """OTLP/JSON (hex ids) parsed into ``message`` (a trace or logs Export request).
-    Raises ValueError with a clear message, whatever the content."""
-    name = type(message).__name__
-    if not isinstance(data, dict):
-        raise ValueError(f"OTLP/JSON body must be an object with {top_key}")
-    try:
-        json_format.ParseDict(_hex_ids_to_base64(data), message, ignore_unknown_fields=True)
-    except json_format.ParseError as e:
-        raise ValueError(f"not an OTLP {name}: {e}") from e
-    except (SystemError, OverflowError, UnicodeError, TypeError, RecursionError) as e:
-        # what ParseDict raises instead of ParseError for a lone surrogate in a key
-        # (SystemError from upb), Infinity in an enum/integer field (OverflowError), ...
-        raise ValueError(f"not an OTLP {name}: {type(e).__name__}: {e}") from e
-    return message
-
-
-def request_to_json(req: Message) -> dict[str, Any]:
-    """Protobuf (a trace or logs Export request) -> OTLP/JSON dict with hex ids (the inverse
-    of ``request_from_dict`` / ``message_from_dict``)."""
-    data = json_format.MessageToDict(req)
-
-    def fix(obj: Any) -> None:
-        if isinstance(obj, dict):
-            for k, v in obj.items():
-                if k in _ID_KEYS and isinstance(v, str):
-                    obj[k] = base64.b64decode(v).hex()
-                else:
-                    fix(v)
-        elif isinstance(obj, list):
-            for v in obj:
-                fix(v)
-
-    fix(data)
-    return data
-
-
-# --- encoding model.Span -> protobuf ----------------------------------------------------------
-
-def python_to_anyvalue(value: Any) -> AnyValue:
-    if isinstance(value, bool):
-        return AnyValue(bool_value=value)
-    if isinstance(value, int):
-        return AnyValue(int_value=value)
-    if isinstance(value, float):
-        return AnyValue(double_value=value)
-    if isinstance(value, bytes):
-        return AnyValue(bytes_value=value)
-    if isinstance(value, list | tuple):
-        return AnyValue(array_value=ArrayValue(values=[python_to_anyvalue(v) for v in value]))
-    if isinstance(value, dict):
-        return AnyValue(kvlist_value=KeyValueList(values=dict_to_attributes(value)))
-    if value is None:
-        return AnyValue()
-    return AnyValue(string_value=str(value))
-
-
-def dict_to_attributes(attrs: Any) -> list[KeyValue]:
-    return [KeyValue(key=k, value=python_to_anyvalue(v)) for k, v in attrs.items()]
-
-
-def span_to_proto(span: Span, extra_attributes: dict[str, Any] | None = None) -> trace_pb2.Span:
-    attrs = dict(span.attributes)
-    if extra_attributes:
-        attrs.update(extra_attributes)
-    pb = trace_pb2.Span(
-        trace_id=bytes.fromhex(span.trace_id), span_id=bytes.fromhex(span.span_id),
-        parent_span_id=bytes.fromhex(span.parent_span_id) if span.parent_span_id else b"",
-        name=span.name, kind=_KIND_CODE.get(span.kind, 0),  # type: ignore[arg-type]
-        start_time_unix_nano=span.start_ns, end_time_unix_nano=span.end_ns,
-        attributes=dict_to_attributes(attrs),
-        events=[trace_pb2.Span.Event(name=e.name, time_unix_nano=e.time_unix_nano,
-                                     attributes=dict_to_attributes(e.attributes))
-                for e in span.events],
-    )
-    if span.parent_remote is not None:
-        pb.flags = _HAS_IS_REMOTE | (_IS_REMOTE if span.parent_remote else 0)
-    pb.status.code = _STATUS_CODE.get(span.status, 0)  # type: ignore[assignment]
-    pb.status.message = span.status_message
-    return pb
-
-
-def encode_spans(spans: Iterable[Span],
-                 extra: dict[str, dict[str, Any]] | None = None) -> ExportTraceServiceRequest:
-    """Group spans by (resource, scope) into one request; ``extra`` maps span id -> attributes
-    to stamp on that span (pass-through mode).
-
-    A decoded span is written back from the bytes it came in (its resource and scope too),
-    with only ``extra`` added: every field is as received by construction. A span built here
-    (loaders, replays) is encoded from the model."""
-    req = ExportTraceServiceRequest()
-    resources: dict[Any, trace_pb2.ResourceSpans] = {}
-    groups: dict[tuple[Any, Any], trace_pb2.ScopeSpans] = {}
-    for span in spans:
-        origin = span.origin if span.wire is not None else None
-        rkey: Any = origin.resource_spans if origin else id(span.resource)
-        skey = (rkey, origin.scope_spans if origin else span.scope)
-        rs = resources.get(rkey)
-        if rs is None:
-            rs = resources[rkey] = req.resource_spans.add()
-            if origin:
-                rs.ParseFromString(origin.resource_spans)
-            else:
-                rs.resource.attributes.extend(dict_to_attributes(span.resource))
-        ss = groups.get(skey)
-        if ss is None:
-            ss = groups[skey] = rs.scope_spans.add()
-            if origin:
-                ss.ParseFromString(origin.scope_spans)
-            else:
-                ss.scope.name = span.scope
-        stamps = (extra or {}).get(span.span_id)
-        if span.wire is None:
-            ss.spans.append(span_to_proto(span, stamps))
-        else:
-            _stamp(ss.spans.add(), span.wire, stamps)
-    return req
-
-
-def _stamp(pb: trace_pb2.Span, wire: bytes, attrs: dict[str, Any] | None) -> None:
-    """``pb`` = the span as received, with ``attrs`` appended to its attributes (replacing a
-    received attribute of the same key: OTLP keys are unique)."""
-    pb.ParseFromString(wire)
-    if not attrs:
-        return
-    if any(kv.key in attrs for kv in pb.attributes):
-        kept = [kv.SerializeToString() for kv in pb.attributes if kv.key not in attrs]
-        del pb.attributes[:]
-        for data in kept:
-            pb.attributes.add().ParseFromString(data)
-    pb.attributes.extend(dict_to_attributes(attrs))
 
 
 # --- parsing request bytes, salvaging spans around invalid UTF-8 -------------------------------

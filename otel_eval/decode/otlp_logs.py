@@ -28,15 +28,14 @@ from opentelemetry.proto.logs.v1 import logs_pb2
 
 from otel_eval.base.model import LogEvent
 from otel_eval.decode.body import loads_bounded
+from otel_eval.decode.encode import dict_to_attributes, python_to_anyvalue
 from otel_eval.decode.otlp import (
     MAX_TIME_NS,
     MalformedRequest,
     anyvalue_to_python,
     attributes_to_dict,
-    dict_to_attributes,
-    message_from_dict,
-    python_to_anyvalue,
 )
+from otel_eval.decode.otlp_json import message_from_dict
 
 __all__ = [
     "IGNORE_REASONS",

@@ -46,7 +46,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from otel_eval.base import model
 from otel_eval.base.results import Evaluation
-from otel_eval.decode.otlp import dict_to_attributes
+from otel_eval.decode.encode import dict_to_attributes
 from otel_eval.outputs.config import ExportConfig
 from otel_eval.outputs.deps import Deps
 from otel_eval.outputs.sender import OtlpSender

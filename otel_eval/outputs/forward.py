@@ -12,7 +12,7 @@ and the root span gets the trace summary
     otel_eval.trace.status      complete | incomplete | truncated
     otel_eval.trace.revision    > 0 when late spans re-opened the trace
 Everything else is forwarded as received, by construction: each span is written back from the
-bytes it came in, under its resource and scope as they came (``otlp.encode_spans``), with the
+bytes it came in, under its resource and scope as they came (``encode.encode_spans``), with the
 stamps appended to its attributes (an ``otel_eval.*`` key it already carried is replaced).
 Delivery, bounds, retries and drop counting: ``outputs.sender`` (sink label ``forward``).
 
@@ -33,7 +33,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 
 from otel_eval.base import model
 from otel_eval.base.results import Evaluation, Finding
-from otel_eval.decode.otlp import encode_spans
+from otel_eval.decode.encode import encode_spans
 from otel_eval.outputs.config import ExportConfig
 from otel_eval.outputs.deps import Deps
 from otel_eval.outputs.sender import OtlpSender

@@ -45,7 +45,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from otel_eval.assemble.engine import Admission
 from otel_eval.base.model import LogEvent, Span
-from otel_eval.decode import otlp, otlp_logs
+from otel_eval.decode import otlp, otlp_json, otlp_logs
 from otel_eval.decode.otlp_logs import HeldRecord
 from otel_eval.telemetry.ingest import IngestMetrics
 from otel_eval.telemetry.metrics import Metrics
@@ -108,7 +108,7 @@ def decode_traces(body: bytes, encoding: str = "otlp_proto") -> Decoded:
     decodes it: spans with invalid UTF-8 salvaged and counted, invalid ids counted. Raises
     ValueError (``otlp.MalformedRequest``) when it is no such request at all."""
     if encoding == "otlp_json":
-        req, rejected = otlp.request_from_json(body), Counter[str]()
+        req, rejected = otlp_json.request_from_json(body), Counter[str]()
     else:
         req, rejected = otlp.parse_request(body)
     decoded = otlp.decode_request(req)
@@ -184,7 +184,7 @@ class Ingest:
 
     def handle_json(self, body: bytes, protocol: str, sender: str = "") -> IngestResult:
         try:
-            req = otlp.request_from_json(body)
+            req = otlp_json.request_from_json(body)
         except ValueError as e:
             self.metrics.ingest.spans_rejected(protocol, "malformed_request", 0)
             return IngestResult("invalid", message=str(e))

@@ -73,7 +73,8 @@ def conversation_stacks() -> list[str]:
 
 def conversation_spans(stack: str) -> dict[str, list[Any]]:
     """The spans of the stack's conversation recording, by trace id."""
-    from otel_eval.decode.otlp import decode_request, request_from_json
+    from otel_eval.decode.otlp import decode_request
+    from otel_eval.decode.otlp_json import request_from_json
 
     by_trace: dict[str, list[Any]] = {}
     for item in recording(stack, CONVERSATION)["requests"]:

@@ -21,7 +21,8 @@ from conformance import corpus
 
 from otel_eval.app.config import Config
 from otel_eval.base.model import LogEvent, Span, Trace, local_root
-from otel_eval.decode.otlp import decode_request, request_from_dict
+from otel_eval.decode.otlp import decode_request
+from otel_eval.decode.otlp_json import request_from_dict
 from otel_eval.decode.otlp_logs import decode_logs, logs_request_from_json
 from otel_eval.evaluate.agent_inference import learned
 from otel_eval.evaluate.conventions import classify

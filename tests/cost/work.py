@@ -39,7 +39,8 @@ from otel_eval.app.config import Config
 from otel_eval.base.model import LogEvent, Span, Trace
 from otel_eval.base.results import Evaluation
 from otel_eval.base.steps import Trajectory
-from otel_eval.decode.otlp import decode_request, request_from_dict
+from otel_eval.decode.otlp import decode_request
+from otel_eval.decode.otlp_json import request_from_dict
 from otel_eval.decode.otlp_logs import decode_logs, logs_request_from_json
 from otel_eval.evaluate.bounds import bound
 from otel_eval.evaluate.detectors import Detectors

@@ -15,7 +15,8 @@ from typing import Any
 from otel_eval.base.model import Trace
 from otel_eval.base.results import Finding, Verdict
 from otel_eval.base.steps import Trajectory
-from otel_eval.decode.otlp import decode_request, request_from_json
+from otel_eval.decode.otlp import decode_request
+from otel_eval.decode.otlp_json import request_from_json
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.detectors import Detectors, DetectorsConfig, load_references, parse_budget
 from otel_eval.evaluate.trajectory import build_trajectory

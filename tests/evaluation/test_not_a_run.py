@@ -18,7 +18,8 @@ from otel_eval.app.offline import EvalRun
 from otel_eval.assemble.engine import Engine
 from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.model import Span, Trace
-from otel_eval.decode.otlp import encode_spans, request_to_json
+from otel_eval.decode.encode import encode_spans
+from otel_eval.decode.otlp_json import request_to_json
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.stage import InProcess
 from otel_eval.evaluate.trajectory import is_run

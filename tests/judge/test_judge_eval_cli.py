@@ -12,7 +12,8 @@ from test_judge_serve import _scripted, _spans
 
 from otel_eval.app.cli import main
 from otel_eval.base import model
-from otel_eval.decode.otlp import encode_spans, request_to_json
+from otel_eval.decode.encode import encode_spans
+from otel_eval.decode.otlp_json import request_to_json
 
 
 def _trace_file(tmp_path: Path, n: int, task_id: str | None = None) -> Path:

@@ -20,7 +20,8 @@ from support.otlp_capture import Capture
 
 from otel_eval.app.service import Service
 from otel_eval.base import model
-from otel_eval.decode.otlp import attributes_to_dict, encode_spans
+from otel_eval.decode.encode import encode_spans
+from otel_eval.decode.otlp import attributes_to_dict
 from otel_eval.store import Store
 
 TRACE_ID = "5bf92f3577b34da6a3ce929d0e0e4736"

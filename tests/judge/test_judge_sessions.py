@@ -21,7 +21,8 @@ from support.poll import poll
 from otel_eval.app.config import Config
 from otel_eval.app.service import Service
 from otel_eval.base.model import Trace
-from otel_eval.decode.otlp import decode_request, request_from_json
+from otel_eval.decode.otlp import decode_request
+from otel_eval.decode.otlp_json import request_from_json
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.sessions.config import SessionsConfig
 from otel_eval.evaluate.sessions.job import SessionJob

@@ -13,7 +13,7 @@ from support.poll import poll
 from test_kafka_serve import kafka_changes
 
 from otel_eval.base.model import Span
-from otel_eval.decode import otlp
+from otel_eval.decode import encode
 from otel_eval.receive.ingest import Decoded
 from otel_eval.receive.kafka.records import decode_value
 
@@ -24,7 +24,7 @@ def _record() -> bytes:
     """7 spans: 3 good, a duplicate, 2 with a bad trace id, 1 with invalid UTF-8 in its name."""
     good = [Span(TRACE, f"{i + 1:016x}", None if i == 0 else f"{1:016x}", f"s{i}", 1, 2)
             for i in range(3)]
-    req = otlp.encode_spans([*good, good[1]])
+    req = encode.encode_spans([*good, good[1]])
     spans = req.resource_spans[0].scope_spans[0].spans
     for trace_id in (b"\x01\x02", b""):
         bad = spans.add()

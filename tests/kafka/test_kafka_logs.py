@@ -29,7 +29,7 @@ from test_kafka_serve import kafka_changes, read_topic
 
 from otel_eval.base.kafka.config import KafkaConfig
 from otel_eval.base.model import LogEvent
-from otel_eval.decode import otlp, otlp_logs
+from otel_eval.decode import otlp, otlp_json, otlp_logs
 from otel_eval.receive.kafka.publisher import KafkaPublisher, sarama_partition
 
 RECORDINGS = (Path(__file__).resolve().parents[1] / "conformance" / "recordings"
@@ -43,7 +43,7 @@ def recording(scenario: str) -> list[tuple[str, bytes]]:
     out = []
     for item in rec["requests"]:
         raw = json.dumps(item["body"]).encode()
-        req: Any = (otlp.request_from_json(raw) if item["signal"] == "traces"
+        req: Any = (otlp_json.request_from_json(raw) if item["signal"] == "traces"
                     else otlp_logs.logs_request_from_json(raw))
         out.append((item["signal"], req.SerializeToString()))
     return out

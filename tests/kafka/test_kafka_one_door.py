@@ -11,11 +11,12 @@ import pytest
 
 import otel_eval.receive.kafka as kafka_pkg
 from otel_eval.base.kafka.stats import KafkaStats
-from otel_eval.decode import otlp
+from otel_eval.decode import encode, otlp, otlp_json
 from otel_eval.receive.ingest import Decoded, IngestAccounting, decode_traces
 from otel_eval.receive.kafka.records import decode_value
 
-DECODERS = {"otel_eval.decode.otlp", "otel_eval.decode.otlp_logs", "otel_eval.decode"}
+DECODERS = {"otel_eval.decode.otlp", "otel_eval.decode.otlp_json", "otel_eval.decode.otlp_logs",
+            "otel_eval.decode.encode", "otel_eval.decode"}
 
 
 def _imports(path: Path) -> set[str]:
@@ -43,10 +44,10 @@ def test_the_consumer_does_not_decode_requests_itself(module: str) -> None:
 
 
 def test_a_record_decodes_as_a_request_body() -> None:
-    spans = otlp.decode_request(otlp.request_from_dict({"resourceSpans": [{"scopeSpans": [{
+    spans = otlp.decode_request(otlp_json.request_from_dict({"resourceSpans": [{"scopeSpans": [{
         "spans": [{"traceId": "ab" * 16, "spanId": "01" * 8, "name": "a"},
                   {"traceId": "zz", "spanId": "02" * 8, "name": "b"}]}]}]})).spans
-    body = otlp.encode_spans(spans).SerializeToString()
+    body = encode.encode_spans(spans).SerializeToString()
     door = decode_traces(body)
     got = decode_value(body, "otlp_proto", logs=False)
     assert isinstance(got, Decoded) and isinstance(door, Decoded)

@@ -23,7 +23,7 @@ from support.harness import running_service
 from support.kafka_server import KafkaServer
 
 from otel_eval.base.kafka.config import KafkaConfig
-from otel_eval.decode.otlp import request_from_json
+from otel_eval.decode.otlp_json import request_from_json
 from otel_eval.receive.kafka.publisher import KafkaPublisher
 
 

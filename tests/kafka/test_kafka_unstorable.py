@@ -21,7 +21,7 @@ import otel_eval.store.sqlite as sqlite_module
 from otel_eval.base.kafka.config import KafkaConfig
 from otel_eval.base.model import Span
 from otel_eval.base.results import Evaluation
-from otel_eval.decode import otlp
+from otel_eval.decode import encode
 from otel_eval.receive.kafka.publisher import KafkaPublisher
 from otel_eval.store.base import Row, evaluation_row
 
@@ -42,7 +42,7 @@ async def _publish(topic: Topic) -> int:
     await pub.start()
     try:
         spans = [s for t in [POISON, *CLEAN] for s in _spans(t)]
-        return await pub.publish(otlp.encode_spans(spans).SerializeToString())
+        return await pub.publish(encode.encode_spans(spans).SerializeToString())
     finally:
         await pub.stop()
 

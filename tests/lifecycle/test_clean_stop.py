@@ -21,7 +21,7 @@ from otel_eval.assemble.spool import Spool
 from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.model import Span, Trace
 from otel_eval.base.results import Evaluation
-from otel_eval.decode.otlp import encode_spans
+from otel_eval.decode.encode import encode_spans
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.stage import InProcess
 from otel_eval.store import Store

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from otel_eval.base.model import Span
-from otel_eval.decode.otlp import encode_spans, request_to_json
+from otel_eval.decode.encode import encode_spans
+from otel_eval.decode.otlp_json import request_to_json
 from otel_eval.receive.loaders import LoaderError, load_file
 
 

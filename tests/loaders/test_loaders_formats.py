@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from otel_eval.base.model import Trace
-from otel_eval.decode.otlp import request_from_json
+from otel_eval.decode.otlp_json import request_from_json
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.trajectory import build_trajectory
 from otel_eval.receive.loaders import LoaderError, iter_files, load_file, load_path

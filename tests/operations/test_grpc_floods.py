@@ -20,7 +20,7 @@ from support.harness import Harness, running_service
 
 from otel_eval.base.configcheck import StartupError
 from otel_eval.base.model import Span
-from otel_eval.decode import otlp
+from otel_eval.decode import encode
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 TOKEN = [("authorization", "Bearer secret")]
@@ -38,7 +38,7 @@ class Silent:
 
 
 def _body() -> bytes:
-    return otlp.encode_spans([Span("ef" * 16, f"{1:016x}", None, "root", 1, 2)]
+    return encode.encode_spans([Span("ef" * 16, f"{1:016x}", None, "root", 1, 2)]
                              ).SerializeToString()
 
 

@@ -21,7 +21,7 @@ from support.harness import Harness, running_service
 from support.poll import poll
 
 from otel_eval.base.model import Span
-from otel_eval.decode import otlp
+from otel_eval.decode import encode
 from otel_eval.receive.grpc import _SenderShares, peer_host
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
@@ -52,7 +52,7 @@ def _code(future: grpc.Future) -> grpc.StatusCode:
 
 
 def _export(channel: grpc.Channel, metadata: list[tuple[str, str]] | None) -> grpc.StatusCode:
-    body = otlp.encode_spans([Span("ef" * 16, f"{1:016x}", None, "root", 1, 2)]
+    body = encode.encode_spans([Span("ef" * 16, f"{1:016x}", None, "root", 1, 2)]
                              ).SerializeToString()
     call = channel.unary_unary(EXPORT, request_serializer=None, response_deserializer=None)
     try:

@@ -18,7 +18,7 @@ from support.harness import Harness, running_service
 from support.poll import poll
 
 from otel_eval.base.model import Span
-from otel_eval.decode import otlp
+from otel_eval.decode import encode
 from otel_eval.receive.config import HttpLimits
 
 SLOTS, PER_PEER = 32, 8
@@ -43,7 +43,7 @@ def _slots_held(h: Harness, n: int) -> None:
 
 
 def _export(conn: http.client.HTTPConnection) -> int:
-    body = otlp.encode_spans([Span("ef" * 16, f"{1:016x}", None, "root", 1, 2)]
+    body = encode.encode_spans([Span("ef" * 16, f"{1:016x}", None, "root", 1, 2)]
                              ).SerializeToString()
     conn.request("POST", "/v1/traces", body, {"Content-Type": "application/x-protobuf",
                                                "Authorization": TOKEN})

@@ -18,7 +18,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from support.harness import Harness, running_service
 
 from otel_eval.base.model import Span
-from otel_eval.decode import otlp
+from otel_eval.decode import encode
 
 
 @pytest.fixture
@@ -91,7 +91,7 @@ def test_a_span_ending_at_2_64_ns_is_rejected_with_a_reason_not_measured(h: Harn
              Span(trace, f"{3:016x}", f"{1:016x}", "chat", 1_700_000_000 * 10**9,
                   (1_700_000_000 + 400 * 86400) * 10**9)]  # a span of 400 days
     assert h.svc.http is not None
-    body = otlp.encode_spans(spans).SerializeToString()
+    body = encode.encode_spans(spans).SerializeToString()
     status, answer = _exchange(h.svc.http.port, (
         "POST /v1/traces HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/x-protobuf\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body)

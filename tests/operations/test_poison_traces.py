@@ -22,7 +22,7 @@ from support.poll import poll
 import otel_eval.store.sqlite as sqlite_module
 from otel_eval.base.model import Span
 from otel_eval.base.results import Evaluation
-from otel_eval.decode import otlp
+from otel_eval.decode import encode
 from otel_eval.store.base import Row, evaluation_row
 
 POISON = "0d" * 16
@@ -43,7 +43,7 @@ def _openinference(trace: str, agent_json: str) -> list[Span]:
 
 
 def _post(h: Harness, spans: list[Span]) -> None:
-    body = otlp.encode_spans(spans).SerializeToString()
+    body = encode.encode_spans(spans).SerializeToString()
     req = urllib.request.Request(h.http_url, data=body, method="POST",
                                  headers={"Content-Type": "application/x-protobuf"})
     with urllib.request.urlopen(req, timeout=10) as r:

@@ -14,7 +14,7 @@ from support.harness import running_service
 
 from otel_eval.app.cli import main
 from otel_eval.base.model import Span
-from otel_eval.decode import otlp
+from otel_eval.decode import encode, otlp_json
 
 TRACE = "b2" * 16
 
@@ -24,7 +24,7 @@ def _trace_file(tmp_path: Path) -> Path:
              Span(TRACE, f"{2:016x}", f"{1:016x}", "chat", 10, 20),
              Span(TRACE, f"{3:016x}", f"{1:016x}", "execute_tool", 20, 30)]
     path = tmp_path / "trace.json"
-    path.write_text(json.dumps(otlp.request_to_json(otlp.encode_spans(spans))))
+    path.write_text(json.dumps(otlp_json.request_to_json(encode.encode_spans(spans))))
     return path
 
 

@@ -23,7 +23,7 @@ from otel_eval.app.config import Config, replace
 from otel_eval.app.service import Service
 from otel_eval.base.configcheck import StartupError
 from otel_eval.base.model import Span
-from otel_eval.decode import otlp
+from otel_eval.decode import encode
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = "a1" * 16
@@ -54,7 +54,7 @@ def one_line_failure(proc: subprocess.CompletedProcess[str]) -> str:
 def _export_partial(h: Harness) -> None:
     """One of a trace's spans (its root not ended): acknowledged, spooled, held open."""
     from test_grpc_floods import _export_body_to
-    _export_body_to(h, otlp.encode_spans([Span(TRACE, f"{2:016x}", f"{1:016x}", "chat",
+    _export_body_to(h, encode.encode_spans([Span(TRACE, f"{2:016x}", f"{1:016x}", "chat",
                                               1, 2)]).SerializeToString())
 
 

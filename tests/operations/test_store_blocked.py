@@ -28,7 +28,7 @@ from support.poll import poll
 from otel_eval.app.config import Config, replace
 from otel_eval.app.service import Service
 from otel_eval.base.model import Span
-from otel_eval.decode import otlp
+from otel_eval.decode import encode
 from otel_eval.store.base import SessionLimits
 from otel_eval.store.postgresql import PostgresStore
 
@@ -42,7 +42,7 @@ def _request(trace: str) -> bytes:
     tool = Span(trace, "02" * 8, "01" * 8, "execute_tool search", 2, 8,
                 attributes={"gen_ai.operation.name": "execute_tool",
                             "gen_ai.tool.name": "search"})
-    return otlp.encode_spans([root, tool]).SerializeToString()
+    return encode.encode_spans([root, tool]).SerializeToString()
 
 
 def _http(url: str, body: bytes | None = None) -> tuple[int, dict[str, str], Any]:

@@ -25,7 +25,7 @@ from support.harness import Harness, running_service
 
 from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.model import Span
-from otel_eval.decode import otlp
+from otel_eval.decode import encode
 from otel_eval.store.failures import write_failure
 from otel_eval.store.sqlite import SQLITE_MAX_PAGES, SqliteStore
 
@@ -43,7 +43,7 @@ def _request(trace: str) -> bytes:
                 attributes={"gen_ai.operation.name": "execute_tool",
                             "gen_ai.tool.name": "search",
                             "gen_ai.tool.call.arguments": ARGUMENTS})
-    return otlp.encode_spans([root, tool]).SerializeToString()
+    return encode.encode_spans([root, tool]).SerializeToString()
 
 
 def _grpc_export(h: Harness, body: bytes) -> grpc.RpcError | None:

@@ -31,7 +31,7 @@ from support.ports import free_port
 from support.postgresql_server import PostgresServer
 
 from otel_eval.base.model import Span
-from otel_eval.decode import otlp
+from otel_eval.decode import encode
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
@@ -116,7 +116,7 @@ def _request(trace: str) -> bytes:
                             "gen_ai.agent.name": "planner"})
     chat = Span(trace, "02" * 8, "01" * 8, "chat gpt-4o", 2, 8,
                 attributes={"gen_ai.operation.name": "chat"})
-    return otlp.encode_spans([root, chat]).SerializeToString()
+    return encode.encode_spans([root, chat]).SerializeToString()
 
 
 def _stored(serve: Serve, trace: str) -> bool:

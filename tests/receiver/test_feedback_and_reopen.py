@@ -14,7 +14,7 @@ from test_receivers import _post
 from otel_eval.assemble.assembler import TraceAssembler
 from otel_eval.assemble.config import AssemblyConfig
 from otel_eval.base.model import Span
-from otel_eval.decode import otlp
+from otel_eval.decode import encode
 
 TRACE = "ab" * 16
 PB = "application/x-protobuf"
@@ -36,7 +36,7 @@ def test_feedback_before_the_trace_is_refused_and_decides_nothing(tmp_path: Path
         code, body, _ = _post(f"{h.admin_url}/v1/feedback", fb, "application/json")
         assert code == 404 and b"nothing recorded" in body
         assert h.svc.store.feedback(TRACE) is None
-        _post(h.http_url, otlp.encode_spans([_root(), _child(2)]).SerializeToString(), PB)
+        _post(h.http_url, encode.encode_spans([_root(), _child(2)]).SerializeToString(), PB)
         assert h.release() == 1
         stored = h.svc.store.get(TRACE)
         assert stored is not None and stored["verdict"]["outcome"] is None
@@ -48,7 +48,7 @@ def test_only_the_first_sender_re_opens_a_stored_trace(tmp_path: Path) -> None:
     tokens = {"agents": "token-of-agents", "intruder": "token-of-intruder"}
     with running_service(tmp_path, **{"receiver.bearer_tokens": tokens}) as h:
         def send(spans: list[Span], token: str) -> tuple[int, bytes]:
-            code, body, _ = _post(h.http_url, otlp.encode_spans(spans).SerializeToString(), PB,
+            code, body, _ = _post(h.http_url, encode.encode_spans(spans).SerializeToString(), PB,
                                   Authorization=f"Bearer {token}")
             return code, body
 
@@ -92,7 +92,7 @@ def test_calibration_reads_the_recorded_outcomes_and_publishes_the_gauges(
     """GET /v1/calibration on a running service: the judge's score of a run against the
     outcome recorded through POST /v1/feedback, and the agreement gauges on /metrics."""
     with running_service(tmp_path) as h:
-        _post(h.http_url, otlp.encode_spans([_root(), _child(2)]).SerializeToString(), PB)
+        _post(h.http_url, encode.encode_spans([_root(), _child(2)]).SerializeToString(), PB)
         assert h.release() == 1
         judge = {"judges": {"trace": {"status": "ok", "scores": {"trace": 0.8}}}}
         assert h.svc.store.put_judge(TRACE, h.svc.store.get(TRACE)["revision"], judge)

@@ -12,7 +12,7 @@ from support.harness import Harness, running_service
 from test_receivers import _raw_export
 
 from otel_eval.base.model import Span
-from otel_eval.decode import otlp
+from otel_eval.decode import encode
 
 
 def _trace(i: int, n: int = 1, service: str = "agents", payload: str = "") -> list[Span]:
@@ -26,7 +26,7 @@ def _trace(i: int, n: int = 1, service: str = "agents", payload: str = "") -> li
 
 
 def _send(h: Harness, spans: list[Span]) -> grpc.StatusCode | None:
-    _, err = _raw_export(h, otlp.encode_spans(spans).SerializeToString())
+    _, err = _raw_export(h, encode.encode_spans(spans).SerializeToString())
     return None if err is None else err.code()
 
 

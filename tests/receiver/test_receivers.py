@@ -16,7 +16,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as ts
 from support.harness import Harness, emit_agent_run, running_service
 
 from otel_eval.base.model import Span
-from otel_eval.decode import otlp
+from otel_eval.decode import encode, otlp_json
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
@@ -74,7 +74,7 @@ def test_grpc_malformed_protobuf_is_invalid_argument_and_counted(tmp_path: Path)
 def test_grpc_partial_success_for_bad_ids_bad_utf8_and_duplicates(tmp_path: Path) -> None:
     with running_service(tmp_path) as h:
         good = _spans(3)
-        req = otlp.encode_spans([*good, good[1]])  # a duplicate of span 2
+        req = encode.encode_spans([*good, good[1]])  # a duplicate of span 2
         spans = req.resource_spans[0].scope_spans[0].spans
         bad_trace = spans.add()
         bad_trace.CopyFrom(spans[0])
@@ -104,11 +104,11 @@ def test_grpc_partial_success_for_bad_ids_bad_utf8_and_duplicates(tmp_path: Path
 def test_huge_attribute_over_limit_is_refused_under_limit_is_kept(tmp_path: Path) -> None:
     big = "x" * (10 * 1024 * 1024)
     with running_service(tmp_path, **{"receiver.max_message_bytes": 32 * 1024 * 1024}) as h:
-        resp, err = _raw_export(h, otlp.encode_spans(_spans(2, payload=big)).SerializeToString())
+        resp, err = _raw_export(h, encode.encode_spans(_spans(2, payload=big)).SerializeToString())
         assert err is None and resp is not None and resp.partial_success.rejected_spans == 0
         assert h.release() == 1
     with running_service(tmp_path / "small", **{"receiver.max_message_bytes": 1024 * 1024}) as h:
-        resp, err = _raw_export(h, otlp.encode_spans(_spans(2, payload=big)).SerializeToString())
+        resp, err = _raw_export(h, encode.encode_spans(_spans(2, payload=big)).SerializeToString())
         assert err is not None and err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert h.svc.engine.open_traces() == 0
 
@@ -125,7 +125,7 @@ def _post(url: str, body: bytes, ctype: str, **headers: str) -> tuple[int, bytes
 
 def test_http_json_with_hex_ids_and_gzip(tmp_path: Path) -> None:
     with running_service(tmp_path) as h:
-        data = otlp.request_to_json(otlp.encode_spans(_spans(2)))
+        data = otlp_json.request_to_json(encode.encode_spans(_spans(2)))
         assert data["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["traceId"] == "ab" * 16
         code, body, _ = _post(h.http_url, gzip.compress(json.dumps(data).encode()),
                               "application/json", **{"Content-Encoding": "gzip"})
@@ -159,8 +159,8 @@ def test_http_bad_bodies_get_clear_errors(tmp_path: Path, body: bytes, ctype: st
 def test_throttled_when_pending_spans_full_and_nothing_taken(tmp_path: Path) -> None:
     with running_service(tmp_path, **{"assembly.max_pending_spans": 5,
                                       "receiver.retry_after_s": 2.0}) as h:
-        first = otlp.encode_spans(_spans(4, trace="01" * 16)).SerializeToString()
-        second = otlp.encode_spans(_spans(4, trace="02" * 16)).SerializeToString()
+        first = encode.encode_spans(_spans(4, trace="01" * 16)).SerializeToString()
+        second = encode.encode_spans(_spans(4, trace="02" * 16)).SerializeToString()
         assert _raw_export(h, first)[1] is None
         _, err = _raw_export(h, second)
         assert err is not None and err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -181,7 +181,8 @@ def test_throttled_when_pending_spans_full_and_nothing_taken(tmp_path: Path) -> 
 def test_shutdown_evaluates_every_acknowledged_span(tmp_path: Path) -> None:
     with running_service(tmp_path) as h:
         for i in range(20):
-            _raw_export(h, otlp.encode_spans(_spans(3, trace=f"{i + 1:032x}")).SerializeToString())
+            body = encode.encode_spans(_spans(3, trace=f"{i + 1:032x}")).SerializeToString()
+            _raw_export(h, body)
         assert h.svc.engine.open_traces() == 20
         store = h.svc.store
         h.svc.shutdown(deadline_s=5)
@@ -205,7 +206,7 @@ def test_feedback_outcome_updates_the_stored_verdict(tmp_path: Path) -> None:
                                 "gen_ai.tool.call.arguments": '{"q": "same"}',
                                 "gen_ai.tool.call.result": "nothing"}))
     with running_service(tmp_path) as h:
-        _raw_export(h, otlp.encode_spans(looping).SerializeToString())
+        _raw_export(h, encode.encode_spans(looping).SerializeToString())
         h.release()
         before = h.svc.store.get("cd" * 16)
         assert before is not None and before["verdict"]["outcome"] is None

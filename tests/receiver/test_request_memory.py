@@ -14,7 +14,7 @@ from support.harness import running_service
 from test_receivers import _raw_export
 
 from otel_eval.base.model import Span
-from otel_eval.decode import otlp
+from otel_eval.decode import encode
 
 BIG = 4 * 1024 * 1024
 REQUESTS = 25
@@ -31,7 +31,7 @@ def _request(i: int) -> bytes:
     # same span id: refused as duplicate_span, so only the small span is kept (and held open:
     # its root has not ended)
     big = Span(trace, f"{1:016x}", None, "dup", 1, 2, attributes={"payload": "x" * BIG})
-    return otlp.encode_spans([small, big]).SerializeToString()
+    return encode.encode_spans([small, big]).SerializeToString()
 
 
 def test_open_small_spans_do_not_pin_their_requests(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from support.harness import running_service
 from otel_eval.app.config import Config
 from otel_eval.app.replay import replay
 from otel_eval.base.model import Trace
-from otel_eval.decode import otlp
+from otel_eval.decode import encode, otlp_json
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.receive.loaders import load_path
 
@@ -61,7 +61,7 @@ def test_raw_otlp_json_of_span_trees_gives_the_offline_results(
     assert trail
     with running_service(tmp_path) as h:
         for t in trail:
-            body = json.dumps(otlp.request_to_json(otlp.encode_spans(t.spans))).encode()
+            body = json.dumps(otlp_json.request_to_json(encode.encode_spans(t.spans))).encode()
             req = urllib.request.Request(h.http_url, data=body, method="POST",
                                          headers={"Content-Type": "application/json"})
             with urllib.request.urlopen(req, timeout=30) as r:

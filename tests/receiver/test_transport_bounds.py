@@ -18,7 +18,7 @@ import pytest
 from support.harness import Harness, running_service
 
 from otel_eval.base.model import Span
-from otel_eval.decode import otlp
+from otel_eval.decode import encode
 from otel_eval.decode.body import loads_bounded
 from otel_eval.receive.httpserver import HttpLimits
 
@@ -96,11 +96,11 @@ PB = "application/x-protobuf"
 
 
 def test_chunked_protobuf_and_gzip_bodies_are_accepted(h: Harness) -> None:
-    body = otlp.encode_spans(_spans("01" * 16)).SerializeToString()
+    body = encode.encode_spans(_spans("01" * 16)).SerializeToString()
     status, _, _ = _exchange(_port(h), _post_head("/v1/traces", PB,
                                                   "Transfer-Encoding: chunked"), _chunked(body))
     assert status == 200
-    zipped = gzip.compress(otlp.encode_spans(_spans("02" * 16)).SerializeToString())
+    zipped = gzip.compress(encode.encode_spans(_spans("02" * 16)).SerializeToString())
     status, _, _ = _exchange(_port(h), _post_head(
         "/v1/traces", PB, "Transfer-Encoding: chunked", "Content-Encoding: gzip"),
         _chunked(zipped, 7))
@@ -261,7 +261,7 @@ def test_connections_are_capped_and_silent_ones_closed(tmp_path: Path) -> None:
                               listener="http", reason="reused") == 1
         assert harness.sample("otel_eval_receiver_connections_closed_total",
                               listener="http", reason="header_timeout") == 1
-        body = otlp.encode_spans(_spans("03" * 16)).SerializeToString()
+        body = encode.encode_spans(_spans("03" * 16)).SerializeToString()
         status, _, _ = _exchange(port, _post_head("/v1/traces", PB,
                                                   f"Content-Length: {len(body)}"), body)
         assert status == 200  # slots freed

@@ -34,7 +34,7 @@ from otel_eval.app.config import Config, replace
 from otel_eval.app.service import Service
 from otel_eval.app.workers import WorkerPool
 from otel_eval.base.model import LogEvent, Span, Trace, content_digest
-from otel_eval.decode import otlp
+from otel_eval.decode import encode, otlp
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.stage import ALREADY_EVALUATED, InProcess, evaluate_and_store
 from otel_eval.store import Store
@@ -64,7 +64,7 @@ def _ids(per_worker: int, workers: int = 2) -> dict[int, list[str]]:
 
 
 def _send(h: Harness, spans: list[Span]) -> grpc.StatusCode | None:
-    _, err = _raw_export(h, otlp.encode_spans(spans).SerializeToString())
+    _, err = _raw_export(h, encode.encode_spans(spans).SerializeToString())
     return None if err is None else err.code()
 
 
@@ -254,7 +254,7 @@ def test_what_travels_to_and_from_a_worker_arrives_whole(datasets: Path) -> None
     path = sorted((datasets / "trail" / "GAIA" / "traces").glob("*.json.gz"))[0]
     [loaded] = load_path(str(path))
     # as the receivers have them: decoded from OTLP, attributes still protobuf bytes
-    request = otlp.encode_spans(loaded.spans).SerializeToString()
+    request = encode.encode_spans(loaded.spans).SerializeToString()
     spans = otlp.decode_request(otlp.parse_request(request)[0]).spans
     assert spans and all(s._lazy is not None for s in spans)
     trace = Trace(loaded.trace_id, spans, "complete")

@@ -157,7 +157,8 @@ def test_a_received_stamp_key_is_replaced_not_repeated() -> None:
         ExportTraceServiceRequest,
     )
 
-    from otel_eval.decode.otlp import decode_request, dict_to_attributes, encode_spans
+    from otel_eval.decode.encode import dict_to_attributes, encode_spans
+    from otel_eval.decode.otlp import decode_request
 
     span = trace_pb2.Span(trace_id=bytes(range(1, 17)), span_id=bytes(range(1, 9)), name="s",
                           trace_state="k=v", dropped_links_count=2,

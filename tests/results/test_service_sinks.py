@@ -13,7 +13,8 @@ from results_sample import ROOT, TRACE_ID, trace
 from support.otlp_capture import Capture
 from support.ports import free_port
 
-from otel_eval.decode.otlp import attributes_to_dict, encode_spans
+from otel_eval.decode.encode import encode_spans
+from otel_eval.decode.otlp import attributes_to_dict
 from otel_eval.outputs.events import EVENT_NAME
 
 

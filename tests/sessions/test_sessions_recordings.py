@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from otel_eval.base.model import Span, Trace
-from otel_eval.decode.otlp import decode_request, request_from_json
+from otel_eval.decode.otlp import decode_request
+from otel_eval.decode.otlp_json import request_from_json
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.trajectory.build import build_trajectory
 

@@ -14,7 +14,8 @@ from test_trajectory_conventions import _KEYS, _random_value
 from trajectory_factory import span
 
 from otel_eval.base.model import Span, SpanEvent
-from otel_eval.decode.otlp import decode_request, request_from_dict
+from otel_eval.decode.otlp import decode_request
+from otel_eval.decode.otlp_json import request_from_dict
 from otel_eval.evaluate.conventions import ADAPTERS, classify
 from otel_eval.evaluate.conventions import fields as fields_module
 from otel_eval.evaluate.conventions.fields import FIELDS, _source, plan, readers

@@ -21,7 +21,8 @@ from sessions.conversations import Message, call, scripted
 from otel_eval.app.admin import AdminApi, AdminConfig, AdminServer
 from otel_eval.app.config import Config
 from otel_eval.base.model import Trace
-from otel_eval.decode.otlp import decode_request, request_from_json
+from otel_eval.decode.otlp import decode_request
+from otel_eval.decode.otlp_json import request_from_json
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.judge.config import RedactionConfig
 from otel_eval.evaluate.judge.redact import Redactor

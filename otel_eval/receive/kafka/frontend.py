@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from otel_eval.assemble.engine import Admission
 from otel_eval.base.aio import LoopThread
 from otel_eval.base.model import LogEvent, Span
-from otel_eval.decode.otlp import encode_spans
+from otel_eval.decode.encode import encode_spans
 from otel_eval.decode.otlp_logs import HeldRecord
 from otel_eval.receive.kafka.publisher import KafkaPublisher
 

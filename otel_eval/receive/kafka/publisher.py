@@ -31,7 +31,7 @@ from otel_eval.base.kafka.client import client_kwargs
 from otel_eval.base.kafka.config import KafkaConfig
 from otel_eval.base.kafka.stats import KafkaMetrics, KafkaStats
 from otel_eval.base.model import LogEvent
-from otel_eval.decode import otlp, otlp_logs
+from otel_eval.decode import otlp_json, otlp_logs
 from otel_eval.decode.otlp_logs import HeldRecord
 
 _FNV_OFFSET, _FNV_PRIME = 0x811C9DC5, 0x01000193
@@ -89,7 +89,7 @@ def split_by_trace(req: ExportTraceServiceRequest) -> list[tuple[str, ExportTrac
 
 def encode(req: ExportTraceServiceRequest, encoding: str) -> bytes:
     if encoding == "otlp_json":
-        return json.dumps(otlp.request_to_json(req), separators=(",", ":")).encode()
+        return json.dumps(otlp_json.request_to_json(req), separators=(",", ":")).encode()
     return bytes(req.SerializeToString())
 
 
@@ -103,7 +103,7 @@ def encode_logs_by_trace(records: Sequence[LogEvent | HeldRecord],
     out = []
     for tid, group in groups.items():
         req = otlp_logs.encode_logs(group)
-        value = (json.dumps(otlp.request_to_json(req), separators=(",", ":")).encode()
+        value = (json.dumps(otlp_json.request_to_json(req), separators=(",", ":")).encode()
                  if encoding == "otlp_json" else bytes(req.SerializeToString()))
         out.append((tid, value))
     return out

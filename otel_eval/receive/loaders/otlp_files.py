@@ -15,7 +15,8 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from otel_eval.base.model import Span
-from otel_eval.decode.otlp import decode_request, request_from_dict
+from otel_eval.decode.otlp import decode_request
+from otel_eval.decode.otlp_json import request_from_dict
 from otel_eval.receive.loaders.files import LoaderError
 
 OnError = Callable[[LoaderError], None]
