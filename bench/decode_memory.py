@@ -37,9 +37,10 @@ def _request(i: int) -> bytes:
     ]).SerializeToString()
 
 
-def _old_lazy(pb: Any) -> tuple[Any, int]:
-    """The previous decoder's lazy: a partial over the span's sub-message (size as now)."""
-    return partial(otlp._materialize, pb), pb.ByteSize()
+def _old_lazy(pb: Any) -> tuple[Any, bytes]:
+    """The previous decoder's lazy: a partial over the span's sub-message, and no bytes of
+    its own (it kept none: ``Span.wire`` came later)."""
+    return partial(otlp._materialize, pb), b""
 
 
 def _decode(body: bytes) -> list[Span]:
