@@ -9,7 +9,7 @@ span: 1,000 + 999 steps plus the agent), evaluated by the offline engine and sto
 - baseline: ``GET /v1/evaluations/{trace_id}``, the per-trace JSON (what the run view
   replaces), over a real admin server: bytes and seconds;
 - ``/ui/runs/{trace_id}`` over the same server: bytes and seconds, and the ratio to the
-  baseline; the render alone (``routes.handle`` in-process) too;
+  baseline; the render alone (the page's view from ``routes.PAGES``, in process) too;
 - ``otel-eval show``'s text (``render_text``): bytes and seconds;
 - with Chromium (``--no-browser`` to skip): the page's load in headless Chromium (navigation
   start to the load event, from the page's own ``performance`` timing) against the same
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 import time
@@ -41,7 +42,7 @@ from otel_eval.app.offline import EvalRun  # noqa: E402
 from otel_eval.app.show import render_text  # noqa: E402
 from otel_eval.evaluate.judge.config import RedactionConfig  # noqa: E402
 from otel_eval.evaluate.judge.redact import Redactor  # noqa: E402
-from otel_eval.outputs.ui.routes import Sources, handle  # noqa: E402
+from otel_eval.outputs.ui.routes import PAGES, Response, Sources  # noqa: E402
 from otel_eval.outputs.ui.run import tree  # noqa: E402
 from otel_eval.store import Store  # noqa: E402
 
@@ -62,6 +63,16 @@ def _span(i: int, parent: str | None, name: str, attrs: dict[str, Any]) -> dict[
     if parent:
         out["parentSpanId"] = parent
     return out
+
+
+def render(sources: Sources, path: str) -> Response:
+    """The web view's page for ``path`` rendered in process, as the admin router serves it
+    (the first of ``routes.PAGES`` whose pattern matches the whole path)."""
+    for pattern, view in PAGES:
+        found = re.fullmatch(pattern, path)
+        if found:
+            return view(sources, found, "")
+    raise LookupError(path)
 
 
 def trace_file(path: Path, steps: int, result_chars: int) -> Path:
@@ -133,7 +144,10 @@ def measure(steps: int, result_chars: int, reps: int, with_browser: bool) -> dic
     store = Store(str(tmp / "otel-eval.db"))
     store.put_many([ev])
     body = store.get(TRACE_ID)
-    assert body is not None and len(body["steps"]) == steps, len(body["steps"]) if body else 0
+    # every step is evaluated; the stored object keeps what fits its bound (``bound``: with
+    # 200 kB results the last steps are left out of it), which is what the pages render
+    assert ev.trajectory.steps and len(ev.trajectory.steps) == steps
+    assert body is not None and 0 < len(body["steps"]) <= steps
     redact = Redactor(RedactionConfig()).redact
     api = AdminApi(CollectorRegistry(), store.query, store.get, lambda _t, _o: None,
                    lambda: True, lambda: True, redact=redact)
@@ -144,10 +158,11 @@ def measure(steps: int, result_chars: int, reps: int, with_browser: bool) -> dic
         api_s, api_bytes = best(lambda: fetch(url + "/v1/evaluations/" + TRACE_ID), reps)
         page_s, page_bytes = best(lambda: fetch(url + "/ui/runs/" + TRACE_ID), reps)
         sources = Sources(store.query, lambda _t: body, lambda: None, redact)
-        render_s, _ = best(lambda: handle(sources, "/ui/runs/" + TRACE_ID, ""), reps)
+        render_s, _ = best(lambda: render(sources, "/ui/runs/" + TRACE_ID), reps)
         show_s, text = best(lambda: render_text(tree(body), redact=redact), reps)
         row: dict[str, Any] = {
-            "steps": steps, "result_chars": result_chars, "api_bytes": len(api_bytes),
+            "steps": steps, "stored_steps": len(body["steps"]), "result_chars": result_chars,
+            "api_bytes": len(api_bytes),
             "api_s": api_s, "page_bytes": len(page_bytes), "page_s": page_s,
             "render_s": render_s, "show_bytes": len(text.encode()), "show_s": show_s}
         if with_browser:
@@ -168,13 +183,14 @@ def main() -> None:
     rows = [measure(args.steps, chars, args.reps, not args.no_browser)
             for chars in args.result_chars]
     for r in rows:
-        print(f"\n{r['steps']} steps, tool results of {r['result_chars']:,} characters")
+        print(f"\n{r['steps']} steps ({r['stored_steps']} stored), tool results of "
+              f"{r['result_chars']:,} characters")
         print(f"  GET /v1/evaluations/ID (baseline)  {r['api_bytes'] / 1e6:7.2f} MB  "
               f"{r['api_s'] * 1000:7.0f} ms")
         print(f"  GET /ui/runs/ID                    {r['page_bytes'] / 1e6:7.2f} MB  "
               f"{r['page_s'] * 1000:7.0f} ms  (x{r['page_bytes'] / r['api_bytes']:.2f} bytes, "
               f"x{r['page_s'] / r['api_s']:.2f} time)")
-        print(f"  render only (routes.handle)                   {r['render_s'] * 1000:7.0f} ms")
+        print(f"  render only (in process)                      {r['render_s'] * 1000:7.0f} ms")
         print(f"  show (render_text)                 {r['show_bytes'] / 1e6:7.2f} MB  "
               f"{r['show_s'] * 1000:7.0f} ms")
         if "browser_page_ms" in r:
