@@ -51,7 +51,8 @@ from urllib.parse import parse_qs, unquote
 from prometheus_client import CollectorRegistry
 
 from otel_eval.app.admin_access import AdminAuth, basic_as_bearer, browser_guard
-from otel_eval.base.configcheck import FieldErrors, parse_endpoint, validate
+from otel_eval.base.configcheck import FieldErrors, is_ascii_digits, parse_endpoint, validate
+from otel_eval.base.printable import quoted
 from otel_eval.decode.body import BodyError, loads_bounded
 from otel_eval.outputs.issues.result import MAX_RUNS_PAGE
 from otel_eval.outputs.ui.routes import PAGES, Sources, View
@@ -197,14 +198,16 @@ def _store_read(respond: Callable[[Request], Response], req: Request) -> Respons
 
 
 def page_params(query: str, default_limit: int = 100) -> tuple[int, int]:
-    """(offset, limit) of ``?offset=&limit=``; ValueError naming the bad parameter."""
+    """(offset, limit) of ``?offset=&limit=``; ValueError naming the bad parameter (digits
+    0-9 only: ``int`` refuses the superscripts ``str.isdigit`` takes, and 4,300 digits)."""
     params = parse_qs(query[:MAX_QUERY_BYTES])
     out = []
     for name, default, low, high in (("offset", 0, 0, 10**9),
                                      ("limit", default_limit, 1, MAX_RUNS_PAGE)):
         raw = (params.get(name) or [str(default)])[0]
-        if not raw.isdigit() or not low <= int(raw) <= high:
-            raise ValueError(f"{name} must be an integer in [{low}, {high}], got {raw!r}")
+        if not (is_ascii_digits(raw) and len(raw) <= len(str(high))
+                and low <= int(raw) <= high):
+            raise ValueError(f"{name} must be an integer in [{low}, {high}], got {quoted(raw)}")
         out.append(int(raw))
     return out[0], out[1]
 
@@ -222,11 +225,11 @@ def _miss(req: Request) -> Response:
     """No route: an unknown path (404; after a POST, the unread body closes the connection),
     or a method the admin endpoint does not serve (405)."""
     if req.method == "GET":
-        return _error(404, f"unknown path {req.path!r}")
+        return _error(404, f"unknown path {quoted(req.path)}")
     if req.method == "POST":
-        return _json(404, {"error": f"unknown path {req.path!r}"}, close=True)
-    return _json(405, {"error": f"{req.method} is not served here"}, {"Allow": "GET, POST"},
-                 close=True)
+        return _json(404, {"error": f"unknown path {quoted(req.path)}"}, close=True)
+    return _json(405, {"error": f"{quoted(req.method)} is not served here"},
+                 {"Allow": "GET, POST"}, close=True)
 
 
 class _Routes:
@@ -251,7 +254,8 @@ class _Routes:
     def evaluation(self, req: Request, _found: re.Match[str]) -> Response:
         trace_id = (req.path.rstrip("/") or "/").rsplit("/", 1)[1].lower()
         body = self.api.get(trace_id) if _TRACE_ID.match(trace_id) else None
-        return _json(200, body) if body else _error(404, f"no evaluation for trace {trace_id!r}")
+        return _json(200, body) if body else _error(
+            404, f"no evaluation for trace {quoted(trace_id)}")
 
     def issues(self, _req: Request, _found: re.Match[str]) -> Response:
         issues = self.api.issues()
@@ -298,7 +302,7 @@ class _Routes:
             return _error(404, "sessions are not served here")
         session_id = unquote(found.group(1))  # the id URL-encoded (a "/" in it as %2F)
         record = self.api.session(session_id)
-        return _json(200, record) if record else _error(404, f"no session {session_id!r}")
+        return _json(200, record) if record else _error(404, f"no session {quoted(session_id)}")
 
     def feedback(self, req: Request, _found: re.Match[str]) -> Response:
         try:
@@ -312,7 +316,7 @@ class _Routes:
             why = f" ({e})" if isinstance(e, ValueError) else ""
             return _error(400, 'expected JSON {"trace_id": "<32 hex>", "outcome": ...}' + why)
         if not _TRACE_ID.match(trace_id):
-            return _error(400, f"trace_id must be 32 hex digits, got {trace_id!r}")
+            return _error(400, f"trace_id must be 32 hex digits, got {quoted(trace_id)}")
         try:
             updated = self.api.feedback(trace_id, outcome)
         except ValueError as e:

@@ -1,4 +1,5 @@
-"""Text from span content made safe for a terminal or a log line (the bottom layer).
+"""Text from span content made safe for a terminal, a log line or an error answer (the bottom
+layer).
 
 Span names, agents, models, error messages and request paths come from whoever reaches a
 port. Printed raw, a control character is an instruction to the terminal (an OSC 52
@@ -11,6 +12,11 @@ wants kept (``"\\n"`` for multi-line text output).
 ``EscapingFormatter`` is the ``logging.Formatter`` of every otel-eval process: each record's
 message (its arguments included) is escaped whole, so one record is one line; a traceback
 keeps its newlines and nothing else.
+
+``quoted`` is how an error answer names a client's value (a path, a header, a parameter, a
+field of a body): the repr of its first ``QUOTED_CHARS`` characters, so the answer says what
+was wrong without sending a 64 KiB path or a 1 MiB body back, grown by repr's and JSON's
+escapes (up to 5 bytes a byte).
 """
 
 from __future__ import annotations
@@ -25,6 +31,16 @@ _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 def _escape(match: re.Match[str]) -> str:
     c = match.group()
     return _NAMED.get(c) or f"\\x{ord(c):02x}"
+
+
+# Characters of a client's value an error quotes (the rest cut).
+QUOTED_CHARS = 100
+
+
+def quoted(text: str) -> str:
+    """The repr of ``text``'s first ``QUOTED_CHARS`` characters, "..." after it when there
+    were more."""
+    return repr(text[:QUOTED_CHARS]) + ("..." if len(text) > QUOTED_CHARS else "")
 
 
 def printable(text: str, keep: str = "") -> str:

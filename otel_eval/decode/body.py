@@ -24,6 +24,7 @@ from email.message import Message
 from typing import Any, Protocol
 
 from otel_eval.base.configcheck import is_ascii_digits
+from otel_eval.base.printable import quoted
 
 # Read size for streamed bodies: bounds what is held beyond the limit while reading.
 _PIECE = 64 * 1024
@@ -56,14 +57,14 @@ def _raw_pieces(headers: Message, rfile: _Stream, limit: int) -> Any:
     te = (headers.get("Transfer-Encoding") or "").strip().lower()
     if te:
         if te != "chunked":
-            raise BodyError(501, f"unsupported Transfer-Encoding {te!r}")
+            raise BodyError(501, f"unsupported Transfer-Encoding {quoted(te)}")
         yield from _chunks(rfile, limit)
         return
     raw_length = headers.get("Content-Length")
     if raw_length is None:
         raise BodyError(411, "a body needs Content-Length or Transfer-Encoding: chunked")
     if not is_ascii_digits(raw_length.strip()):  # "²".isdigit(), and int() refuses it
-        raise BodyError(400, f"invalid Content-Length {raw_length!r}: expected digits 0-9")
+        raise BodyError(400, f"invalid Content-Length {quoted(raw_length)}: expected digits 0-9")
     length = int(raw_length)
     if length > limit:
         raise BodyError(413, f"body of {length} bytes exceeds the limit of {limit}")
@@ -111,7 +112,7 @@ def read_body(headers: Message, rfile: _Stream, limit: int) -> bytes:
     """
     encoding = (headers.get("Content-Encoding") or "identity").strip().lower()
     if encoding not in ("identity", "gzip", "deflate"):
-        raise BodyError(415, f"unsupported Content-Encoding {encoding!r}")
+        raise BodyError(415, f"unsupported Content-Encoding {quoted(encoding)}")
     pieces = _raw_pieces(headers, rfile, limit)
     if encoding == "identity":
         return b"".join(pieces)

@@ -11,6 +11,7 @@ Runs on the admin server's request thread, never on the event loop.
 
 from __future__ import annotations
 
+import reprlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -41,7 +42,9 @@ class Feedback:
         """
         outcome = normalize_outcome(outcome_value)
         if outcome is None:
-            raise ValueError(f"outcome {outcome_value!r} is not success/failure (or 1/0)")
+            # reprlib: a bounded quote of whatever JSON the sender put there (the API's 400)
+            raise ValueError(f"outcome {reprlib.repr(outcome_value)} is not success/failure "
+                             "(or 1/0)")
         store = self.store
         if store.get(trace_id) is None:
             return None  # nothing recorded: see the docstring

@@ -39,6 +39,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import urlsplit
 
+from otel_eval.base.printable import quoted
 from otel_eval.decode.body import BodyError, ClientClosed, read_body
 from otel_eval.receive.config import HttpLimits
 from otel_eval.receive.httpmessage import ErrorBody, Handler, Request, Response
@@ -240,7 +241,7 @@ class Connection(BaseHTTPRequestHandler):
         try:
             url = urlsplit(self.path)
         except ValueError:
-            self.send_error(400, f"malformed request target {self.path!r}")
+            self.send_error(400, f"malformed request target {quoted(self.path)}")
             return
         self._body_done = False
         req = Request(self.command, url.path, url.query, self.headers,

@@ -28,6 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from otel_eval.base.configcheck import is_ascii_digits
+from otel_eval.base.printable import QUOTED_CHARS
 
 _TRACE_ID = re.compile("[0-9a-f]{32}")
 STATUSES = ("complete", "incomplete", "truncated")
@@ -40,9 +41,12 @@ PARAMETERS = (*_TEXT, "passed", "since", "until", "limit", "cursor")
 
 
 class QueryError(ValueError):
-    """A query parameter that cannot be used; ``param`` names it."""
+    """A query parameter that cannot be used; ``param`` names it: its first
+    ``QUOTED_CHARS`` characters (an unknown one is the client's text, up to the whole query
+    string, and the API's 400 sends it back twice)."""
 
     def __init__(self, param: str, message: str) -> None:
+        param = param[:QUOTED_CHARS]
         super().__init__(f"{param}: {message}")
         self.param = param
 

@@ -27,6 +27,7 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
+from otel_eval.base.configcheck import is_ascii_digits
 from otel_eval.outputs.ui.calibration import calibration_page
 from otel_eval.outputs.ui.html import HEADERS, Html, h, join, page
 from otel_eval.outputs.ui.issues import issue_runs_page, issues_page
@@ -119,10 +120,16 @@ def _run(sources: Sources, trace_id: str, index: str | None) -> Response:
     return _html(200, f"step {index} of {trace_id[:8]}", shown, "runs")
 
 
+def _position(query: str, name: str) -> int:
+    """``?name=N`` of a page's links (where it starts); anything but 0-9, or past 9 digits,
+    the first page. ``str.isdigit`` would take "\\u00b2", which ``int`` refuses."""
+    raw = (parse_qs(query[:_MAX_QUERY]).get(name) or ["0"])[0]
+    return int(raw) if is_ascii_digits(raw) and len(raw) < 10 else 0
+
+
 def _issue_runs(sources: Sources, found: re.Match[str], query: str) -> Response:
     issue_id = found.group(1)
-    raw = parse_qs(query[:_MAX_QUERY]).get("offset") or ["0"]
-    offset = int(raw[0]) if raw[0].isdigit() and len(raw[0]) < 10 else 0
+    offset = _position(query, "offset")
     page_of = sources.issue_runs(issue_id, offset, _RUNS_PAGE)
     if page_of is None:
         return _not_found(f"No issue {issue_id} in the last clustering run.")
@@ -148,8 +155,7 @@ def _session(sources: Sources, found: re.Match[str], query: str) -> Response:
     record = sources.session(session_id)
     if record is None:
         return _not_found(f"No conversation {short(session_id, 120)!r}.")
-    raw = (parse_qs(query[:_MAX_QUERY]).get("turn") or ["0"])[0]  # ?turn=N: from turn N + 1
-    first = int(raw) if raw.isdigit() and len(raw) < 10 else 0
+    first = _position(query, "turn")  # ?turn=N: from turn N + 1
     return _html(200, "conversation", session_page(record, sources.get, sources.redact, first),
                  "sessions")
 
