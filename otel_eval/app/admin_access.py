@@ -24,6 +24,7 @@ import json
 from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
+from otel_eval.base.configcheck import is_ascii_digits
 from otel_eval.receive.httpmessage import Request, Response
 from otel_eval.receive.security import BearerAuth, is_loopback
 
@@ -77,9 +78,9 @@ def host_name(host: str) -> str:
     host = host.strip().lower()
     if host.startswith("["):
         name, _, rest = host[1:].partition("]")
-        return name if rest == "" or (rest[:1] == ":" and rest[1:].isdigit()) else host
+        return name if rest == "" or (rest[:1] == ":" and is_ascii_digits(rest[1:])) else host
     name, colon, port = host.rpartition(":")
-    return name if colon and (port.isdigit() or not port) else host
+    return name if colon and (is_ascii_digits(port) or not port) else host
 
 
 def foreign_host(req: Request) -> Response | None:

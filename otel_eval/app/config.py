@@ -21,7 +21,13 @@ import yaml
 
 from otel_eval.app.admin import AdminConfig
 from otel_eval.assemble.config import AssemblyConfig
-from otel_eval.base.configcheck import ConfigError, FieldErrors, StartupError, parse_endpoint
+from otel_eval.base.configcheck import (
+    ConfigError,
+    FieldErrors,
+    StartupError,
+    is_ascii_digits,
+    parse_endpoint,
+)
 from otel_eval.base.kafka.config import KafkaConfig
 from otel_eval.evaluate.config import EvaluationConfig, TrajectoryConfig
 from otel_eval.evaluate.detectors.config import DetectorsConfig
@@ -140,7 +146,7 @@ def _convert(tp: Any, value: Any, path: str, errors: list[str]) -> Any:
         return float(value)
     if tp in (int, str, bool) and type(value) is tp:
         return value
-    if tp is int and isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    if tp is int and isinstance(value, str) and is_ascii_digits(value.strip().lstrip("-")):
         return int(value)  # env-substituted numbers arrive as strings
     if tp is float and isinstance(value, str):
         try:

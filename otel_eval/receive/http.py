@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from google.protobuf import json_format
 from google.rpc import status_pb2
 
+from otel_eval.base.printable import quoted
 from otel_eval.decode.body import BodyError
 from otel_eval.receive.config import ReceiverConfig
 from otel_eval.receive.httpmessage import Handler, Request, Response
@@ -74,7 +75,7 @@ def make_handler(config: ReceiverConfig, ingest: Ingest) -> Handler:
         if req.method != "POST":
             return _status(405, f"{req.path} takes POST", _JSON, {"Allow": "POST"}, True)
         if ctype not in (_PROTOBUF, _JSON):
-            return _status(415, f"unsupported Content-Type {ctype!r}", _JSON, close=True)
+            return _status(415, f"unsupported Content-Type {quoted(ctype)}", _JSON, close=True)
         try:
             body = req.body(config.max_message_bytes)
         except BodyError as e:

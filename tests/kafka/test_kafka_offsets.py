@@ -121,6 +121,11 @@ def test_metadata_is_bounded_and_foreign_metadata_is_ignored() -> None:
     assert decode_done(5, "") == set()
     assert decode_done(5, "some other client's metadata") == set()
     assert decode_done(5, "oe1:8:not base64!") == set()
+    # a length int() refuses ("\u00b2" is a digit to str.isdigit; 5,000 digits are past its
+    # limit) is foreign metadata too, not an exception at the partition's assignment
+    valid = meta.split(":", 2)[2]
+    assert decode_done(5, f"oe1:\u00b2:{valid}") == set()
+    assert decode_done(5, f"oe1:{'9' * 5000}:{valid}") == set()
 
 
 def test_trace_gate_finishes_the_records_of_a_trace_together() -> None:

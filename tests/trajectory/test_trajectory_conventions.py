@@ -214,6 +214,30 @@ def test_dominant_convention(conventions: list[str], expected: str) -> None:
     assert dominant(conventions) == expected
 
 
+@pytest.mark.parametrize("position", ["\u00b2", "9" * 5000, "-1", " 1", "\u0663"],
+                         ids=["superscript", "5000 digits", "negative", "space", "arabic-indic"])
+def test_a_position_that_is_no_ascii_number_is_no_message_and_the_others_stay(
+        position: str) -> None:
+    out, inp = "llm.output_messages.", "llm.input_messages."
+    step = _described({
+        "openinference.span.kind": "LLM",
+        f"{out}0.message.tool_calls.0.tool_call.function.name": "kept",
+        f"{out}{position}.message.tool_calls.0.tool_call.function.name": "odd message",
+        f"{out}0.message.tool_calls.{position}.tool_call.function.name": "odd call",
+        f"{inp}0.message.role": "user", f"{inp}0.message.content": "hello",
+        f"{inp}{position}.message.role": "user", f"{inp}{position}.message.content": "odd",
+        f"{inp}1.message.role": "assistant",
+        f"{inp}1.message.tool_calls.{position}.tool_call.function.name": "second",
+        f"{inp}1.message.tool_calls.0.tool_call.function.name": "first",
+    })
+    # the output's calls at odd positions are no calls; the input's odd message is left out,
+    # and a call of the history at an odd position is kept (ordered as position 0)
+    assert [c.name for c in step.tool_calls] == ["kept"]
+    history = json.loads(step.input_text or "[]")
+    assert [m.get("content") for m in history] == ["hello", None]
+    assert sorted(c["function"]["name"] for c in history[1]["tool_calls"]) == ["first", "second"]
+
+
 _KEYS = [c for _, attrs, _ in CASES for c in attrs] + [
     "gen_ai.tool.definitions", "smolagents.tools_names", "smolagents.managed_agents.0.name",
     "llm.tools.0.tool.json_schema", "llm.request.functions.0.name", "error.type",

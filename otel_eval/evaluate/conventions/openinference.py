@@ -58,6 +58,7 @@ from otel_eval.evaluate.conventions.values import (
     as_int,
     as_str,
     first,
+    key_index,
     parse_json,
     tool_definition,
 )
@@ -188,9 +189,10 @@ def _tool_calls(attrs: Attrs) -> list[ToolCall]:
             continue
         head, _, tail = key[len(_OUT_PREFIX):].partition(_CALL_MARK)
         call_idx, _, field = tail.partition(".tool_call.")
-        if not head.isdigit() or not call_idx.isdigit():
+        message, call = key_index(head), key_index(call_idx)
+        if message is None or call is None:
             continue
-        found.setdefault((int(head), int(call_idx)), {})[field] = value
+        found.setdefault((message, call), {})[field] = value
     calls = []
     for _, fields in sorted(found.items()):
         name = fields.get("function.name")
@@ -255,9 +257,10 @@ def _flat_input(raw: str | None, attrs: Attrs) -> str | None:
         if not key.startswith(_IN_PREFIX):
             continue
         head, _, field = key[len(_IN_PREFIX):].partition(".message.")
-        if not head.isdigit():
+        position = key_index(head)
+        if position is None:
             continue
-        msg = found.setdefault(int(head), {})
+        msg = found.setdefault(position, {})
         if field in ("role", "content", "tool_call_id", "name"):
             msg[field] = value
         elif field.startswith("tool_calls.") and ".tool_call." in field:
@@ -273,7 +276,7 @@ def _flat_message(fields: dict[str, Any]) -> dict[str, Any]:
         fields["tool_calls"] = [
             {"id": c.get("id"), "type": "function",
              "function": {"name": c.get("function.name"), "arguments": c.get("function.arguments")}}
-            for _, c in sorted(calls.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0)]
+            for _, c in sorted(calls.items(), key=lambda kv: key_index(kv[0]) or 0)]
     return fields
 
 

@@ -30,6 +30,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from otel_eval.base.configcheck import is_ascii_digits
+
 P = TypeVar("P")  # partition handle, e.g. aiokafka TopicPartition or an int
 
 
@@ -86,7 +88,7 @@ def decode_done(position: int, metadata: str) -> set[int]:
     """Offsets ``encode_done`` marked done; empty for foreign or malformed metadata."""
     tag, _, rest = metadata.partition(":")
     length, _, packed = rest.partition(":")
-    if tag != _TAG or not length.isdigit():
+    if tag != _TAG or not is_ascii_digits(length) or len(length) > 12:
         return set()
     try:
         bits = zlib.decompress(base64.b64decode(packed, validate=True))
