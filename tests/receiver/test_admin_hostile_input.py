@@ -73,7 +73,8 @@ from otel_eval.app.admin import MAX_QUERY_BYTES, make_handler
 from otel_eval.app.admin_access import AdminAuth
 from otel_eval.app.offline import EvalRun
 from otel_eval.base.model import Trace
-from otel_eval.decode.otlp import decode_request, request_from_json
+from otel_eval.decode.otlp import decode_request
+from otel_eval.decode.otlp_json import request_from_json
 from otel_eval.outputs.issues.result import MAX_RUNS_PAGE, issue_runs, to_json
 from otel_eval.receive.httpmessage import Handler, Response
 from otel_eval.store.query import MAX_LIMIT
