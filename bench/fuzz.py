@@ -121,6 +121,12 @@ _KEYS: dict[str, st.SearchStrategy[Any]] = {
     "gen_ai.completion.0.tool_calls.0.name": JSON,
     "gen_ai.completion.0.tool_calls.0.arguments": JSON, "llm.request.functions.0.name": JSON,
     "llm.request.functions.0.parameters": JSON, "task_id": JSON,
+    # positions in flattened keys that are no ASCII number ("\u00b2" passes str.isdigit and
+    # fails int(); 5,000 digits pass both checks but int() refuses them)
+    "llm.output_messages.\u00b2.message.tool_calls.0.tool_call.function.name": JSON,
+    "llm.output_messages.0.message.tool_calls.\u0663.tool_call.function.name": JSON,
+    f"llm.input_messages.{'9' * 5000}.message.role": JSON,
+    "gen_ai.prompt.\u00b2.content": JSON,
 }
 
 
