@@ -51,7 +51,7 @@ from urllib.parse import parse_qs, unquote
 from prometheus_client import CollectorRegistry
 
 from otel_eval.app.admin_access import AdminAuth, basic_as_bearer, browser_guard
-from otel_eval.base.configcheck import FieldErrors, is_ascii_digits, parse_endpoint, validate
+from otel_eval.base.configcheck import FieldErrors, ascii_int, parse_endpoint, validate
 from otel_eval.base.printable import quoted
 from otel_eval.decode.body import BodyError, loads_bounded
 from otel_eval.outputs.issues.result import MAX_RUNS_PAGE
@@ -205,10 +205,10 @@ def page_params(query: str, default_limit: int = 100) -> tuple[int, int]:
     for name, default, low, high in (("offset", 0, 0, 10**9),
                                      ("limit", default_limit, 1, MAX_RUNS_PAGE)):
         raw = (params.get(name) or [str(default)])[0]
-        if not (is_ascii_digits(raw) and len(raw) <= len(str(high))
-                and low <= int(raw) <= high):
+        value = ascii_int(raw, len(str(high)))
+        if value is None or not low <= value <= high:
             raise ValueError(f"{name} must be an integer in [{low}, {high}], got {quoted(raw)}")
-        out.append(int(raw))
+        out.append(value)
     return out[0], out[1]
 
 

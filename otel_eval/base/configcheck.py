@@ -30,6 +30,13 @@ def is_ascii_digits(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
+def ascii_int(text: str, max_digits: int) -> int | None:
+    """``text`` as a number when it is 1 to ``max_digits`` digits 0-9, else None: what a
+    client or a span writes where a position, a page or a length goes (``int`` refuses
+    "\u00b2" and more than 4,300 digits; either would raise out of the reader)."""
+    return int(text) if len(text) <= max_digits and is_ascii_digits(text) else None
+
+
 def parse_endpoint(value: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:4317`` for IPv6) -> (host, port). Raises ValueError."""
     host, sep, port = value.rpartition(":")

@@ -43,6 +43,7 @@ import json
 import re
 from typing import Any
 
+from otel_eval.base.configcheck import ascii_int
 from otel_eval.base.model import Span
 from otel_eval.base.steps import Step, StepKind, ToolCall
 from otel_eval.evaluate.conventions.adapter import Adapter, Attrs
@@ -58,7 +59,6 @@ from otel_eval.evaluate.conventions.values import (
     as_int,
     as_str,
     first,
-    key_index,
     parse_json,
     tool_definition,
 )
@@ -181,6 +181,12 @@ def _implicit(span: Span, attrs: Attrs) -> StepKind | None:
     return None
 
 
+def _position(text: str) -> int | None:
+    """The ``3`` of ``llm.input_messages.3.message.role``; anything but 1-9 digits 0-9 is
+    no position (that key is no message)."""
+    return ascii_int(text, 9)
+
+
 def _tool_calls(attrs: Attrs) -> list[ToolCall]:
     """Tool calls from flattened output messages, ordered by (message, call) index."""
     found: dict[tuple[int, int], dict[str, Any]] = {}
@@ -189,7 +195,7 @@ def _tool_calls(attrs: Attrs) -> list[ToolCall]:
             continue
         head, _, tail = key[len(_OUT_PREFIX):].partition(_CALL_MARK)
         call_idx, _, field = tail.partition(".tool_call.")
-        message, call = key_index(head), key_index(call_idx)
+        message, call = _position(head), _position(call_idx)
         if message is None or call is None:
             continue
         found.setdefault((message, call), {})[field] = value
@@ -257,7 +263,7 @@ def _flat_input(raw: str | None, attrs: Attrs) -> str | None:
         if not key.startswith(_IN_PREFIX):
             continue
         head, _, field = key[len(_IN_PREFIX):].partition(".message.")
-        position = key_index(head)
+        position = _position(head)
         if position is None:
             continue
         msg = found.setdefault(position, {})
@@ -276,7 +282,7 @@ def _flat_message(fields: dict[str, Any]) -> dict[str, Any]:
         fields["tool_calls"] = [
             {"id": c.get("id"), "type": "function",
              "function": {"name": c.get("function.name"), "arguments": c.get("function.arguments")}}
-            for _, c in sorted(calls.items(), key=lambda kv: key_index(kv[0]) or 0)]
+            for _, c in sorted(calls.items(), key=lambda kv: _position(kv[0]) or 0)]
     return fields
 
 

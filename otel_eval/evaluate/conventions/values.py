@@ -37,14 +37,6 @@ def as_int(value: Any) -> int | None:
     return None
 
 
-def key_index(text: str) -> int | None:
-    """A position written in a flattened attribute key (the ``3`` of
-    ``llm.input_messages.3.message.role``): ASCII digits, at most 9; anything else is no
-    position. ``str.isdigit`` takes ``"\u00b2"``, which ``int`` refuses, and ``int`` refuses
-    more than 4,300 digits: either raised out of the span's reader."""
-    return int(text) if len(text) <= 9 and text.isascii() and text.isdigit() else None
-
-
 def as_float(value: Any) -> float | None:
     if isinstance(value, bool):
         return None

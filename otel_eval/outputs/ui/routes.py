@@ -27,7 +27,7 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
-from otel_eval.base.configcheck import is_ascii_digits
+from otel_eval.base.configcheck import ascii_int
 from otel_eval.outputs.ui.calibration import calibration_page
 from otel_eval.outputs.ui.html import HEADERS, Html, h, join, page
 from otel_eval.outputs.ui.issues import issue_runs_page, issues_page
@@ -122,9 +122,8 @@ def _run(sources: Sources, trace_id: str, index: str | None) -> Response:
 
 def _position(query: str, name: str) -> int:
     """``?name=N`` of a page's links (where it starts); anything but 0-9, or past 9 digits,
-    the first page. ``str.isdigit`` would take "\\u00b2", which ``int`` refuses."""
-    raw = (parse_qs(query[:_MAX_QUERY]).get(name) or ["0"])[0]
-    return int(raw) if is_ascii_digits(raw) and len(raw) < 10 else 0
+    the first page."""
+    return ascii_int((parse_qs(query[:_MAX_QUERY]).get(name) or ["0"])[0], 9) or 0
 
 
 def _issue_runs(sources: Sources, found: re.Match[str], query: str) -> Response:

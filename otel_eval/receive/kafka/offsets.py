@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from otel_eval.base.configcheck import is_ascii_digits
+from otel_eval.base.configcheck import ascii_int
 
 P = TypeVar("P")  # partition handle, e.g. aiokafka TopicPartition or an int
 
@@ -88,13 +88,14 @@ def decode_done(position: int, metadata: str) -> set[int]:
     """Offsets ``encode_done`` marked done; empty for foreign or malformed metadata."""
     tag, _, rest = metadata.partition(":")
     length, _, packed = rest.partition(":")
-    if tag != _TAG or not is_ascii_digits(length) or len(length) > 12:
+    bits_used = ascii_int(length, 12)
+    if tag != _TAG or bits_used is None:
         return set()
     try:
         bits = zlib.decompress(base64.b64decode(packed, validate=True))
     except (ValueError, zlib.error):
         return set()
-    return {position + i for i in range(min(int(length), len(bits) * 8))
+    return {position + i for i in range(min(bits_used, len(bits) * 8))
             if bits[i >> 3] >> (i & 7) & 1}
 
 
