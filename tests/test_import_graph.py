@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from otel_eval.evaluate.trajectory.code_parse import parse  # one thread at a time
+
 PACKAGE = Path(__file__).resolve().parents[1] / "otel_eval"
 
 # Top to bottom: a module may import its own layer and those below it, never one above.
@@ -48,7 +50,7 @@ def import_graph(type_checking: bool = False) -> dict[str, set[str]]:
     files = {_module(p): p for p in PACKAGE.rglob("*.py")}
     graph: dict[str, set[str]] = {m: set() for m in files}
     for name, path in files.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = parse(path.read_text(encoding="utf-8"))
         skip = set() if type_checking else _type_checking_only(tree)
         for node in ast.walk(tree):
             if id(node) in skip:

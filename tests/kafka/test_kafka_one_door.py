@@ -12,6 +12,7 @@ import pytest
 import otel_eval.receive.kafka as kafka_pkg
 from otel_eval.base.kafka.stats import KafkaStats
 from otel_eval.decode import encode, otlp, otlp_json
+from otel_eval.evaluate.trajectory.code_parse import parse  # one thread at a time
 from otel_eval.receive.ingest import Decoded, IngestAccounting, decode_traces
 from otel_eval.receive.kafka.records import decode_value
 
@@ -21,7 +22,7 @@ DECODERS = {"otel_eval.decode.otlp", "otel_eval.decode.otlp_json", "otel_eval.de
 
 def _imports(path: Path) -> set[str]:
     """Modules imported at run time (not under ``if TYPE_CHECKING``)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parse(path.read_text(encoding="utf-8"))
     out: set[str] = set()
     todo: list[ast.AST] = [tree]
     while todo:

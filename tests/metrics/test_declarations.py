@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from otel_eval.evaluate.trajectory.code_parse import parse  # one thread at a time
+
 PACKAGE = Path(__file__).resolve().parents[2] / "otel_eval"
 METRIC_CLASSES = {"Counter", "Gauge", "Histogram", "Summary", "Info", "Enum"}
 
@@ -15,7 +17,7 @@ def _prometheus_imports() -> dict[str, set[str]]:
     """Module path (relative to the package) -> names it imports from prometheus_client."""
     found: dict[str, set[str]] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
                     "prometheus_client"):
                 found.setdefault(path.relative_to(PACKAGE).as_posix(), set()).update(

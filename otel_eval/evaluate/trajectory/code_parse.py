@@ -13,12 +13,20 @@ calls in a Python block (``trajectory.code_actions`` makes them steps).
 Hostile input: code longer than ``MAX_CODE_CHARS`` is not parsed; parse depth errors
 (``RecursionError``, ``MemoryError``), syntax errors and more than ``MAX_CALLS`` calls are
 reasons returned to the caller, never raised.
+
+Threads: ``parse`` lets one thread at a time build a tree. CPython 3.11 before 3.11.8 keeps
+the AST constructor's recursion counter in the interpreter's ``ast`` state, and a garbage
+collection inside the constructor can hand the GIL to another thread, so two threads parsing
+at once fail with ``SystemError: AST constructor recursion depth mismatch`` (python/cpython
+#106905, fixed by #113035). Every ``ast.parse`` of the package (and
+of the tests that read its sources while a service runs) goes through ``parse``.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+import threading
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -29,7 +37,7 @@ from typing import Any
 from otel_eval.evaluate.trajectory.shell import MAX_COMMAND_CHARS
 
 __all__ = ["MAX_CALLS", "MAX_CODE_CHARS", "CodeCall", "called_names", "code_blocks",
-           "python_calls"]
+           "parse", "python_calls"]
 
 MAX_CODE_CHARS = MAX_COMMAND_CHARS  # longer code is not parsed (real actions are < 10 kB)
 MAX_CALLS = 64  # tool calls read from one block; more are counted and dropped
@@ -38,6 +46,14 @@ MAX_BLOCKS = 256  # code blocks read from one reply (the scan is linear: a bound
 _PYTHON = ("py", "python", "python3", "")
 _IDENTIFIER = re.compile(r"[^\W\d]\w*")  # a Python name (Unicode letters too)
 _SHELL = ("bash", "sh", "shell", "console")
+_PARSE_LOCK = threading.Lock()
+
+
+def parse(code: str) -> ast.Module:
+    """``ast.parse``, one thread at a time in the process (see the module's note on threads).
+    Raises what ``ast.parse`` raises."""
+    with _PARSE_LOCK:
+        return ast.parse(code)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +206,7 @@ def python_calls(code: str, known: AbstractSet[str],
         # number of tools offered: a name that is no identifier cannot be called)
         return [], None
     try:
-        tree = ast.parse(code)
+        tree = parse(code)
     except (SyntaxError, ValueError):  # ValueError: NUL bytes
         return [], "syntax_error"
     except (RecursionError, MemoryError):
@@ -238,7 +254,7 @@ def called_names(code: str) -> frozenset[str] | None:
     if len(code) > MAX_CODE_CHARS:
         return None
     try:
-        tree = ast.parse(code)
+        tree = parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     names: set[str] = set()
