@@ -60,3 +60,34 @@ def test_unchanged_when_nothing_could_recur_or_the_filter_is_off() -> None:
     assert recurring_terms(x, TRACES, 1) is x
     dense = _dense(x)
     assert recurring_terms(dense, TRACES, 2) is dense  # MiniLM's dimensions are no terms
+
+
+def test_the_vectors_are_scikit_learns_where_no_count_ties_at_the_cut() -> None:
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    texts = ["timeout timeout timeout retry retry search", "timeout retry search search",
+             "timeout error"]  # counts: timeout 5, retry 3, search 3, error 1: cut at 3
+    x, terms = TfidfEmbedder(ngram_max=1, max_features=3).embed(texts)
+    theirs = TfidfVectorizer(stop_words="english", token_pattern=r"(?u)\b[a-z][a-z_]+\b",
+                             sublinear_tf=True, max_features=3, dtype=np.float32)
+    expected = theirs.fit_transform(texts)
+    assert terms == list(theirs.get_feature_names_out()) == ["retry", "search", "timeout"]
+    assert np.allclose(_dense(x), _dense(expected))
+
+
+def test_a_tie_at_the_cut_keeps_the_terms_that_sort_first_in_any_order() -> None:
+    # 3,000 words, each once or twice: the cut at 1,000 falls inside a run of equal counts,
+    # where scikit-learn's max_features chose by numpy's unstable sort (different per CPU)
+    words = [f"w{chr(97 + k // 676)}{chr(97 + k // 26 % 26)}{chr(97 + k % 26)}"
+             for k in range(3000)]
+    texts = [" ".join(words[i::7]) + " " + " ".join(words[i::2][:50]) for i in range(7)]
+    kept = TfidfEmbedder(ngram_max=1, max_features=1000).embed(texts)[1]
+    assert TfidfEmbedder(ngram_max=1, max_features=1000).embed(texts[::-1])[1] == kept
+    count = {w: sum(t.split().count(w) for t in texts) for w in words}
+    dropped = set(words) - set(kept)
+    assert len(kept) == 1000
+    cut = min(count[w] for w in kept)
+    assert all(count[w] <= cut for w in dropped)
+    tied_kept = [w for w in kept if count[w] == cut]
+    tied_dropped = [w for w in dropped if count[w] == cut]
+    assert tied_kept and tied_dropped and max(tied_kept) < min(tied_dropped)

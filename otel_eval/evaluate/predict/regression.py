@@ -24,6 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from otel_eval.base.vocabulary import top_terms
 from otel_eval.evaluate.predict.text import terms
 
 # Fixed before measuring, but for the counts' C; see the module docstring.
@@ -169,24 +170,11 @@ def fit_text(texts: list[str], y: Any, agents: list[str]) -> tuple[Any, Linear] 
 
 
 def text_vocabulary(texts: list[str]) -> dict[str, int]:
-    """The terms the text model reads, indexed in alphabetical order: those in at least
-    ``text_min_df`` runs, the ``text_max_terms`` most frequent (count over all runs), a tie
-    at the cut going to the term that sorts first.
-
-    What scikit-learn's ``min_df`` and ``max_features`` choose, but for that tie: it ranks
-    by numpy's unstable ``argsort``, whose SIMD kernels order equal counts differently from
-    one CPU to another (the same 350 dev runs gave 318 of 8,000 terms different on two
-    machines), so the same runs would train different models."""
+    """The terms the text model reads (``base.vocabulary.top_terms``: in at least
+    ``text_min_df`` runs, the ``text_max_terms`` most frequent, ties at the cut to the term
+    that sorts first), so the same runs train the same model on any machine."""
     hp = HYPERPARAMETERS
-    total: Counter[str] = Counter()
-    runs: Counter[str] = Counter()
-    for text in texts:
-        counts = Counter(terms(text))
-        total.update(counts)
-        runs.update(counts.keys())
-    frequent = sorted((t for t, n in runs.items() if n >= hp["text_min_df"]),
-                      key=lambda t: (-total[t], t))
-    return {t: i for i, t in enumerate(sorted(frequent[:hp["text_max_terms"]]))}
+    return top_terms(map(terms, texts), hp["text_max_terms"], hp["text_min_df"])
 
 
 def out_of_fold(x: Any, y: Any, groups: list[str], texts: list[str],

