@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from otel_eval.evaluate.trajectory.code_parse import parse  # one thread at a time
+from otel_eval.base.pysource import parse  # one thread at a time
 
 PACKAGE = Path(__file__).resolve().parents[1] / "otel_eval"
 

@@ -11,8 +11,8 @@ import pytest
 
 import otel_eval.receive.kafka as kafka_pkg
 from otel_eval.base.kafka.stats import KafkaStats
+from otel_eval.base.pysource import parse  # one thread at a time
 from otel_eval.decode import encode, otlp, otlp_json
-from otel_eval.evaluate.trajectory.code_parse import parse  # one thread at a time
 from otel_eval.receive.ingest import Decoded, IngestAccounting, decode_traces
 from otel_eval.receive.kafka.records import decode_value
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from otel_eval.evaluate.trajectory.code_parse import parse  # one thread at a time
+from otel_eval.base.pysource import parse  # one thread at a time
 
 PACKAGE = Path(__file__).resolve().parents[2] / "otel_eval"
 METRIC_CLASSES = {"Counter", "Gauge", "Histogram", "Summary", "Info", "Enum"}

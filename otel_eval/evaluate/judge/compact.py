@@ -13,13 +13,13 @@ the start).
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import re
 from dataclasses import dataclass, replace
 from typing import Any
 
+from otel_eval.base.pysource import literal
 from otel_eval.base.text import load_content
 from otel_eval.evaluate.detectors.canonical import canonical_arguments
 
@@ -213,7 +213,7 @@ def _call_texts(line: str) -> list[str] | None:
     if not line.startswith("[{'id':"):
         return None
     try:
-        calls = ast.literal_eval(line)
+        calls = literal(line)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         return None
     texts: list[str] = []

@@ -12,21 +12,14 @@ calls in a Python block (``trajectory.code_actions`` makes them steps).
 
 Hostile input: code longer than ``MAX_CODE_CHARS`` is not parsed; parse depth errors
 (``RecursionError``, ``MemoryError``), syntax errors and more than ``MAX_CALLS`` calls are
-reasons returned to the caller, never raised.
-
-Threads: ``parse`` lets one thread at a time build a tree. CPython 3.11 before 3.11.8 keeps
-the AST constructor's recursion counter in the interpreter's ``ast`` state, and a garbage
-collection inside the constructor can hand the GIL to another thread, so two threads parsing
-at once fail with ``SystemError: AST constructor recursion depth mismatch`` (python/cpython
-#106905, fixed by #113035). Every ``ast.parse`` of the package (and
-of the tests that read its sources while a service runs) goes through ``parse``.
+reasons returned to the caller, never raised. Every parse goes through ``base.pysource``
+(one thread at a time: a CPython 3.11 race).
 """
 
 from __future__ import annotations
 
 import ast
 import re
-import threading
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -34,10 +27,11 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
+from otel_eval.base.pysource import parse
 from otel_eval.evaluate.trajectory.shell import MAX_COMMAND_CHARS
 
 __all__ = ["MAX_CALLS", "MAX_CODE_CHARS", "CodeCall", "called_names", "code_blocks",
-           "parse", "python_calls"]
+           "python_calls"]
 
 MAX_CODE_CHARS = MAX_COMMAND_CHARS  # longer code is not parsed (real actions are < 10 kB)
 MAX_CALLS = 64  # tool calls read from one block; more are counted and dropped
@@ -46,14 +40,6 @@ MAX_BLOCKS = 256  # code blocks read from one reply (the scan is linear: a bound
 _PYTHON = ("py", "python", "python3", "")
 _IDENTIFIER = re.compile(r"[^\W\d]\w*")  # a Python name (Unicode letters too)
 _SHELL = ("bash", "sh", "shell", "console")
-_PARSE_LOCK = threading.Lock()
-
-
-def parse(code: str) -> ast.Module:
-    """``ast.parse``, one thread at a time in the process (see the module's note on threads).
-    Raises what ``ast.parse`` raises."""
-    with _PARSE_LOCK:
-        return ast.parse(code)
 
 
 @dataclass(frozen=True, slots=True)

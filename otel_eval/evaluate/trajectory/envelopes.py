@@ -6,7 +6,8 @@ What a span carries as a tool's input is often not the arguments but a wrapper a
 
 - ``json``: a JSON text, also one encoded twice (a JSON string holding JSON);
 - ``python_repr``: a Python dict literal (``{'city': 'Paris'}``, as LangChain prints inputs),
-  read by ``ast.literal_eval`` (literals only, never ``eval``), at most ``MAX_LITERAL_CHARS``;
+  read by ``ast.literal_eval`` (``base.pysource.literal``: literals only, never ``eval``),
+  at most ``MAX_LITERAL_CHARS``;
 - ``langchain_callback``: LangChain / LangGraph callback inputs
   ``{"input_str": ..., "inputs": ..., "tags", "metadata", "kwargs", ...}`` (``inputs`` when it
   is a dict, else ``input_str``);
@@ -26,10 +27,10 @@ look like an envelope as *unknown* (``unparsed``), never as the call's arguments
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Mapping
 from typing import Any
 
+from otel_eval.base.pysource import literal
 from otel_eval.base.text import load_content
 from otel_eval.evaluate.conventions.values import parse_json
 
@@ -52,7 +53,7 @@ def python_literal(text: str) -> Any:
     if len(text) > MAX_LITERAL_CHARS or not text.startswith("{"):
         return None
     try:
-        value = ast.literal_eval(text)
+        value = literal(text)
         repr(value)  # an int past Python's str-conversion limit (a long 0x literal): text
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None
