@@ -5,9 +5,12 @@ CPython 3.11 before 3.11.8 keeps the AST constructor's recursion counter per int
 garbage collection inside the constructor can hand the GIL to another thread, whose parse
 resets the counter (python/cpython#106905). CI at 8f72ecb failed on it: a test parsing the
 package's sources raced a running service's evaluation. The evaluation's side of such a race
-raises out of the code-action or envelope reader, and the judge's prompt compaction parses
-on its own thread. Here a collection yields the GIL at every start, which makes the race
-near-certain: with the code reader unlocked this failed 11 runs of 11. No timing is asserted.
+raises out of the code-action or envelope reader; the judge's prompt compaction parses on its
+own thread, and Python's ``traceback`` parses each line it formats (any thread logging an
+exception). Here a collection yields the GIL at every start, which makes the race
+near-certain: with the code reader unlocked the first test failed 11 runs of 11; locked but
+with the collector running during the parse, the traceback test failed 6 runs of 6 (28 of 30
+reads in a longer run). No timing is asserted.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import gc
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -43,15 +47,23 @@ def _yield_gil(phase: str, info: dict[str, int]) -> None:
 
 @pytest.fixture
 def collections_that_switch_threads() -> Iterator[None]:
-    threshold, interval = gc.get_threshold(), sys.getswitchinterval()
+    threshold = gc.get_threshold()
     gc.callbacks.append(_yield_gil)
     gc.set_threshold(50)
-    sys.setswitchinterval(1e-6)
     try:
         yield
     finally:
         gc.callbacks.remove(_yield_gil)
         gc.set_threshold(*threshold)
+
+
+@pytest.fixture
+def switching_often(collections_that_switch_threads: None) -> Iterator[None]:
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        yield
+    finally:
         sys.setswitchinterval(interval)
 
 
@@ -82,13 +94,12 @@ def _code() -> object:
     return len(calls), problem, called_names(CODE)
 
 
-def test_two_threads_reading_code_get_every_call(collections_that_switch_threads: None) -> None:
+def test_two_threads_reading_code_get_every_call(switching_often: None) -> None:
     expected = (64, "too_many_calls", frozenset({"search"}))
     assert _in_threads(_code, _code) == [[expected] * 8] * 2
 
 
-def test_code_literals_and_the_judges_call_lists_read_at_once(
-        collections_that_switch_threads: None) -> None:
+def test_code_literals_and_the_judges_call_lists_read_at_once(switching_often: None) -> None:
     code, literal, calls, tree = _in_threads(
         _code, lambda: python_literal(LITERAL), lambda: _call_texts(CALLS),
         lambda: len(parse(CODE).body))
@@ -96,6 +107,39 @@ def test_code_literals_and_the_judges_call_lists_read_at_once(
     assert literal == [python_literal(LITERAL)] * 8 and len(literal[0]) == 400  # type: ignore[arg-type]
     assert calls == [[f"q{i}" for i in range(150)]] * 8
     assert tree == [150] * 8
+
+
+def test_code_is_read_while_another_thread_formats_tracebacks(
+        collections_that_switch_threads: None) -> None:
+    done = threading.Event()
+
+    def log_errors() -> None:  # what logging.exception does in a service thread
+        while not done.is_set():
+            try:
+                {}["missing"]  # the KeyError is the point
+            except KeyError as exc:
+                traceback.format_exception(exc)
+
+    other = threading.Thread(target=log_errors)
+    other.start()
+    try:
+        reads = [_code() for _ in range(4)]
+    finally:
+        done.set()
+        other.join()
+    assert reads == [(64, "too_many_calls", frozenset({"search"}))] * 4
+
+
+def test_the_collector_is_left_as_it_was() -> None:
+    assert gc.isenabled()
+    parse("x = 1")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        parse("x = 1")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 def test_the_package_parses_strings_only_through_pysource() -> None:
