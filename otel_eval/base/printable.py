@@ -16,7 +16,9 @@ keeps its newlines and nothing else.
 ``quoted`` is how an error answer names a client's value (a path, a header, a parameter, a
 field of a body): the repr of its first ``QUOTED_CHARS`` characters, so the answer says what
 was wrong without sending a 64 KiB path or a 1 MiB body back, grown by repr's and JSON's
-escapes (up to 5 bytes a byte).
+escapes (up to 5 bytes a byte). ``clipped`` does the same for a library's message about a
+client's input (json_format's names the field and quotes its whole value): its first
+``CLIPPED_CHARS`` characters.
 """
 
 from __future__ import annotations
@@ -41,6 +43,15 @@ def quoted(text: str) -> str:
     """The repr of ``text``'s first ``QUOTED_CHARS`` characters, "..." after it when there
     were more."""
     return repr(text[:QUOTED_CHARS]) + ("..." if len(text) > QUOTED_CHARS else "")
+
+
+# Characters of a library's message about a client's input an error answer keeps.
+CLIPPED_CHARS = 400
+
+
+def clipped(text: str) -> str:
+    """``text``'s first ``CLIPPED_CHARS`` characters, "..." after them when there were more."""
+    return text if len(text) <= CLIPPED_CHARS else text[:CLIPPED_CHARS] + "..."
 
 
 def printable(text: str, keep: str = "") -> str:

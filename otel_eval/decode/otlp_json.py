@@ -20,6 +20,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
 
+from otel_eval.base.printable import clipped
 from otel_eval.decode.body import loads_bounded
 
 _ID_KEYS = {"traceId": 16, "spanId": 8, "parentSpanId": 8,
@@ -71,11 +72,11 @@ def message_from_dict(data: Any, message: _M, top_key: str) -> _M:
     try:
         json_format.ParseDict(_hex_ids_to_base64(data), message, ignore_unknown_fields=True)
     except json_format.ParseError as e:
-        raise ValueError(f"not an OTLP {name}: {e}") from e
+        raise ValueError(f"not an OTLP {name}: {clipped(str(e))}") from e
     except (SystemError, OverflowError, UnicodeError, TypeError, RecursionError) as e:
         # what ParseDict raises instead of ParseError for a lone surrogate in a key
         # (SystemError from upb), Infinity in an enum/integer field (OverflowError), ...
-        raise ValueError(f"not an OTLP {name}: {type(e).__name__}: {e}") from e
+        raise ValueError(f"not an OTLP {name}: {type(e).__name__}: {clipped(str(e))}") from e
     return message
 
 
