@@ -49,7 +49,8 @@ from otel_eval.app.admin import AdminApi, AdminServer
 from otel_eval.app.config import Config, check_exposure
 from otel_eval.app.lifecycle import Lifecycle, Step
 from otel_eval.app.worker import EvaluatorSections, WorkerSpec
-from otel_eval.app.workers import WorkerPool, available_cores
+from otel_eval.app.worker_process import available_cores
+from otel_eval.app.workers import WorkerPool
 from otel_eval.assemble.engine import Engine
 from otel_eval.assemble.spool import Spool
 from otel_eval.assemble.store_health import StoreGaveUp, StoreHealth

@@ -4,7 +4,7 @@
         -> unpack -> stage.evaluate_and_store (its own Evaluator and Store connection)
         <--conn: ("done", id, [Outcome])--
 
-The process is a fresh interpreter started by ``workers.WorkerPool`` (``workers.ENTRY``: the
+The process is a fresh interpreter started by ``workers.WorkerPool`` (``worker_process.ENTRY``: the
 parent's ``sys.path``, then the ``WorkerSpec``, arrive on the pipe first). It imports only what
 evaluating and storing needs: the spec carries the ``EvaluatorSections`` of the config, not
 the top-level ``Config`` (YAML, the admin API and every stage's settings).
@@ -137,7 +137,7 @@ def lean(ev: Evaluation) -> Evaluation:
 
 
 def run(conn: Connection, spec: WorkerSpec, index: int) -> None:
-    """The worker process's entry point (``workers.ENTRY`` calls it), until told to stop or
+    """The worker process's entry point (``worker_process.ENTRY`` calls it), until told to stop or
     the pipe breaks."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -22,11 +22,8 @@ Promises:
   workers (a stop message; SIGKILL past the deadline: they ignore SIGTERM and SIGINT, which
   a process group or a terminal may send them too, so that serve alone decides when they stop).
 
-Each process is a fresh interpreter (``ENTRY`` through ``subprocess``), never a fork of this
-process's threads (gRPC's among them), so restarting a worker while serving is safe. Not
-multiprocessing's ``spawn`` or ``forkserver``: both start a resource tracker process (8 MB
-PSS, 15 MB RSS idle) for semaphores and shared memory, and nothing here uses either: a
-worker is a socket pair (``multiprocessing.connection.Connection``, its pickler) and a pid.
+Each process is a fresh interpreter (``worker_process.WorkerProcess``), never a fork of this
+process's threads, so restarting a worker while serving is safe.
 
 Threads: per worker one sender (pickles and writes messages, which may block on a full pipe)
 and one receiver (reads results, calls ``done``, restarts the worker when its pipe breaks);
@@ -36,12 +33,9 @@ the shared state below is guarded by ``_lock``.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import itertools
 import logging
 import queue
-import socket
-import subprocess
 import sys
 import threading
 import time
@@ -53,6 +47,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from otel_eval.app import worker as child
+from otel_eval.app.worker_process import WorkerProcess, WorkerStartError
 from otel_eval.base.backoff import Backoff
 from otel_eval.base.model import Trace
 from otel_eval.evaluate.stage import Done, Job, Outcome
@@ -67,71 +62,8 @@ _UNHEALTHY_AFTER = 3
 _STOP = None  # the message that ends a worker
 
 
-def available_cores() -> int:
-    """The cores this process may use: its CPU affinity, capped by a cgroup v2 CPU quota
-    (a container's CPU limit) when there is one."""
-    import os
-    cores = len(os.sched_getaffinity(0))
-    try:
-        with open("/sys/fs/cgroup/cpu.max", encoding="ascii") as f:
-            quota, period = f.read().split()[:2]
-        if quota != "max":
-            cores = min(cores, max(1, -(-int(quota) // int(period))))
-    except (OSError, ValueError):
-        pass
-    return cores
-
-
 class WorkerLost(RuntimeError):
     """A trace whose worker process died ``max_attempts`` times while holding it."""
-
-
-class WorkerStartError(RuntimeError):
-    """A worker process did not come up (said why, exited, or timed out)."""
-
-
-# A worker interpreter's first statements: the pipe from its fd, the parent's sys.path from
-# the pipe (before otel_eval is imported), then the spec, and ``worker.run``.
-ENTRY = ("import sys\n"
-         "from multiprocessing.connection import Connection\n"
-         "conn = Connection(int(sys.argv[1]))\n"
-         "sys.path[:] = conn.recv()\n"
-         "from otel_eval.app.worker import run\n"
-         "run(conn, conn.recv(), int(sys.argv[2]))\n")
-
-
-class WorkerProcess:
-    """One worker interpreter (``ENTRY``) and this end of its socket pair (``conn``): the
-    subset of ``multiprocessing.Process`` the pool uses (pid, join, is_alive, kill,
-    exitcode: negative for the signal that ended it)."""
-
-    def __init__(self, index: int) -> None:
-        ours, theirs = socket.socketpair()
-        try:
-            self._popen = subprocess.Popen(
-                [sys.executable, "-c", ENTRY, str(theirs.fileno()), str(index)],
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
-        except BaseException:
-            ours.close()
-            raise
-        finally:
-            theirs.close()  # only the child holds it now: its exit shows here as EOF
-        self.conn = Connection(ours.detach())
-        self.pid = self._popen.pid
-
-    def join(self, timeout: float | None = None) -> None:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self._popen.wait(timeout)
-
-    def is_alive(self) -> bool:
-        return self._popen.poll() is None
-
-    def kill(self) -> None:
-        self._popen.kill()
-
-    @property
-    def exitcode(self) -> int | None:
-        return self._popen.poll()
 
 
 @dataclass
