@@ -77,6 +77,20 @@ def test_calling_tools_repr_of_shown_code_is_dropped() -> None:
     assert log.new(_user(f"Calling tools:\n{other!r}")) != []
 
 
+def test_a_calling_tools_line_past_its_bound_is_compared_whole() -> None:
+    """A 5 MB repr took 2.7 s and 865 MB to parse: past 50,000 characters the line is one
+    line, a repeat only when shown whole before."""
+    args = "x = 1\n" * 10_000
+    calls = [{"id": "call_2", "type": "function", "function": {
+        "name": "python_interpreter", "arguments": args}}]
+    line = f"Calling tools:\n{calls!r}"
+    assert len(line) > 50_000
+    log = MessageLog()
+    log.mark([Message("assistant", args)])
+    assert log.new(_user(line)) != []  # its arguments were shown, but it is not read
+    assert log.new(_user(line)) == []  # the line itself, seen once, is a repeat
+
+
 def test_tool_arguments_equal_to_the_call_are_not_repeated() -> None:
     text = render(evaluation(), CompactionConfig()).trajectory
     assert 'calls: get_reservation({"id": "ABC123"})' in text

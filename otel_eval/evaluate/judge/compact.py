@@ -190,6 +190,7 @@ REPEATED = "[... repeats earlier text ...]"
 # A line this long (normalized) counts as repeated when seen before; shorter ones (fences,
 # headings, "```", "Yes") follow their neighbours, so new short answers are never dropped.
 _MIN_LINE_CHARS = 16
+_CALL_LINE_MAX_CHARS = 50_000  # as a code action (trajectory.shell.MAX_COMMAND_CHARS)
 _WRAPPER = re.compile(
     r"^(?:\[[A-Z][A-Z ]{1,30}\]:|(?:Thought|Code|Observation|Calling tools|Execution logs"
     r"|Last output from code snippet|Output|Result):|Call id: \S+|```\w*|<end_code>"
@@ -209,8 +210,10 @@ def normalize(line: str) -> str:
 
 
 def _call_texts(line: str) -> list[str] | None:
-    """Argument texts of a python-repr'd tool call list (smolagents' ``Calling tools:``)."""
-    if not line.startswith("[{'id':"):
+    """Argument texts of a python-repr'd tool call list (smolagents' ``Calling tools:``); a
+    line past ``_CALL_LINE_MAX_CHARS`` is compared whole (its tree would cost ~150 bytes a
+    character: 865 MB for a 5 MB line)."""
+    if not line.startswith("[{'id':") or len(line) > _CALL_LINE_MAX_CHARS:
         return None
     try:
         calls = literal(line)
