@@ -46,7 +46,7 @@ from support.harness import Harness, emit_agent_run, running_service
 from otel_eval.receive.http import make_handler
 from otel_eval.receive.httpmessage import Handler, Response
 
-EXAMPLES = {"bodies": 400, "requests": 150}
+EXAMPLES = {"bodies": 300, "requests": 120}
 MAX_BODY = 256 * 1024  # receiver.max_message_bytes here: some generated bodies pass it
 ERROR_BYTES = 4096  # a refusal: why, with at most a short quote of the input
 ANSWER_BYTES = 64 * 1024
