@@ -17,6 +17,7 @@ import otel_eval.evaluate.trajectory.spans as spans_module
 from otel_eval.base.model import Span
 from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.config import TrajectoryConfig
+from otel_eval.evaluate.conventions.haystack import call_ids, tool_results
 from otel_eval.evaluate.conventions.openinference import (
     HAYSTACK_SCOPE,
     haystack_component,
@@ -128,3 +129,99 @@ def test_haystack_component_reads_parsed_pipelines() -> None:
     assert haystack_component(pipeline, _io(_ASK, {})) == "w"
     assert haystack_component(pipeline, _io({}, _SAID)) == "w"  # an empty input is no match
     assert haystack_component((None, None), _io(_ASK, _SAID)) is None
+
+
+# --- tool calls and their results, from Haystack's ChatMessage reprs ----------------------------
+
+def _tool_call(name: str, args: str, call_id: str, extra: bool = True) -> str:
+    return (f"ToolCall(tool_name={name!r}, arguments={args}, id={call_id!r}"
+            + (", extra=None)" if extra else ")"))
+
+
+def _tool_message(result: str, origin: str, error: bool) -> str:
+    return (f"ChatMessage(_role=<ChatRole.TOOL: 'tool'>, _content=[ToolCallResult("
+            f"result={result!r}, origin={origin}, error={error})], _name=None, _meta={{}})")
+
+
+_CALL_1 = _tool_call("get_weather", "{'city': 'Atlantis'}", "call_1")
+_CALL_2 = _tool_call("get_weather", "{'city': 'Paris', 'note': \", id='x', extra=\"}", "call_2",
+                     extra=False)  # an argument that looks like the id; a ToolCall of old
+_FAILED = "Failed to invoke Tool `get_weather` with parameters {'city': 'Atlantis'}. Error: no"
+
+
+def _llm(name: str, start: int, inputs: list[str], calls: list[str], reply: str = "",
+         names: list[str] | None = None) -> Span:
+    """An LLM span as openinference-instrumentation-haystack records it: messages flattened by
+    their text (a tool message: its role only), calls without ids, the reprs in the values."""
+    attrs: dict[str, Any] = {
+        "openinference.span.kind": "LLM", "input.value": json.dumps({"messages": inputs}),
+        "output.value": json.dumps({"replies": [
+            "ChatMessage(_role=<ChatRole.ASSISTANT: 'assistant'>, _content=["
+            + ", ".join(calls or [f"TextContent(text={reply!r})"]) + "], _name=None, _meta={})"]}),
+        "llm.output_messages.0.message.role": "assistant"}
+    for i, text in enumerate(inputs):
+        attrs[f"llm.input_messages.{i}.message.role"] = text.split("'")[1].lower()
+    for i, call in enumerate(calls):
+        prefix = f"llm.output_messages.0.message.tool_calls.{i}.tool_call.function."
+        attrs[prefix + "name"] = names[i] if names else call.split("'")[1]
+        attrs[prefix + "arguments"] = "{}"
+    if reply:
+        attrs["llm.output_messages.0.message.content"] = reply
+    return span(name, "Agent.run", start=start, attrs=attrs)
+
+
+_USER = "ChatMessage(_role=<ChatRole.USER: 'user'>, _content=[TextContent(text='Weather?')])"
+_ASKED = f"ChatMessage(_role=<ChatRole.ASSISTANT: 'assistant'>, _content=[{_CALL_1}])"
+
+
+def _weather_run(second_calls: list[str], names: list[str] | None = None) -> Trajectory:
+    """Asked twice: the first call fails, the second (``second_calls``, flattened as
+    ``names``) is answered."""
+    first_answer = _tool_message(_FAILED, _CALL_1, True)
+    asked_again = f"ChatMessage(_role=<ChatRole.ASSISTANT: 'assistant'>, _content=[{_CALL_2}])"
+    spans = [span("Agent.run", start=1, end=100, attrs=_io(_ASK, _SAID)),
+             _llm("llm 1", 10, [_USER], [_CALL_1]),
+             _llm("llm 2", 20, [_USER, _ASKED, first_answer], second_calls, names=names),
+             _llm("llm 3", 30, [_USER, _ASKED, first_answer, asked_again,
+                                _tool_message("sunny, 22 C", _CALL_2, False)], [],
+                  reply="It is sunny.")]
+    return build_trajectory(trace(*[_scoped(s, HAYSTACK_SCOPE) for s in spans]),
+                            TrajectoryConfig())
+
+
+def test_a_tool_result_and_its_error_flag_are_read_from_the_next_calls_reprs() -> None:
+    t = _weather_run([_CALL_2])
+    tools = [s for s in t.steps if s.kind == "tool"]
+    assert [(s.call_id, s.status, s.result, s.error) for s in tools] == [
+        ("call_1", "error", None, _FAILED), ("call_2", "ok", "sunny, 22 C", None)]
+    assert all(s.rebuilt for s in tools)
+    assert tools[0].sources["status"] == "llm tool message error flag"
+
+
+def test_calls_whose_names_differ_from_the_replys_get_no_id() -> None:
+    # the flattened call says search, the reply's repr get_weather: its id stays unknown
+    t = _weather_run([_CALL_2], names=["search"])
+    second = [s for s in t.steps if s.kind == "tool"][1]
+    assert (second.name, second.call_id, second.result) == ("search", None, None)
+
+
+@pytest.mark.parametrize("text", [
+    # not the shape read: no flag, a result that is no string literal, a truncated repr
+    _tool_message("x", _CALL_1, True).replace(", error=True)", ")"),
+    _tool_message("x", _CALL_1, True).replace("result='x'", "result=<object at 0x1>"),
+    _tool_message("x", _CALL_1, True)[:90],
+    # hostile: ids forged everywhere, unterminated quotes, 200,000 backslashes
+    _tool_message("x", "ToolCall(tool_name='t', arguments=" + ", id='" * 20_000 + ")", True),
+    "ChatMessage(_role=<ChatRole.TOOL: 'tool'>, _content=[ToolCallResult(result='" + "\\" * 200_000,
+])
+def test_a_tool_message_of_another_shape_gives_nothing(text: str) -> None:
+    assert tool_results(json.dumps({"messages": [_USER, text]})) == {}
+
+
+def test_reply_call_ids_in_order_and_nothing_for_another_shape() -> None:
+    reply = ("ChatMessage(_role=<ChatRole.ASSISTANT: 'assistant'>, _content=["
+             f"{_CALL_1}, {_CALL_2}], _name=None, _meta={{'id': 'meta'}})")
+    assert call_ids(json.dumps({"replies": [reply]})) == [("get_weather", "call_1"),
+                                                          ("get_weather", "call_2")]
+    assert call_ids(json.dumps({"replies": [reply.replace("id='call_1'", "id=7")]})) == []
+    assert call_ids(json.dumps({"replies": "ToolCall(tool_name="})) == []

@@ -34,7 +34,9 @@ Haystack (OpenInference's Haystack instrumentation, scope
 it; its name is the one the user gave the component in the pipeline, a key of the enclosing
 ``Pipeline.run`` span's inputs (``input.value``'s ``data``) and outputs (``output.value``):
 ``haystack_component`` takes the one key whose value is the agent span's own input (else
-output), parsed. None or several such keys: unknown, never a guess.
+output), parsed. None or several such keys: unknown, never a guess. Its tool messages are
+flattened with their role only; their call id, result and error flag are read from the
+``ChatMessage`` reprs of ``input.value`` (``conventions.haystack``).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from otel_eval.base.model import Span
 from otel_eval.base.steps import Step, StepKind, ToolCall
 from otel_eval.evaluate.conventions.adapter import Adapter, Attrs
 from otel_eval.evaluate.conventions.agent_names import agent_name
+from otel_eval.evaluate.conventions.haystack import call_ids, tool_results
 from otel_eval.evaluate.conventions.messages import (
     finish_reasons,
     message_text,
@@ -244,9 +247,21 @@ def _fill_llm(step: Step, attrs: Attrs) -> None:
     step.tool_calls = _tool_calls(attrs)
     if not step.tool_calls and reply:
         step.tool_calls = reply_calls(reply)
+    _haystack_call_ids(step.tool_calls, output)
     step.reply = as_str(attrs.get("llm.output_messages.0.message.content"))
     if step.reply is None and reply:
         step.reply = message_text(reply)
+
+
+def _haystack_call_ids(calls: list[ToolCall], output: str | None) -> None:
+    """Haystack's flattened calls carry no id: take them from the reply's repr, when it
+    holds the same calls by name in the same order (else they stay unknown)."""
+    if not calls or any(c.call_id is not None for c in calls):
+        return
+    ids = call_ids(output)
+    if [name for name, _ in ids] == [c.name for c in calls]:
+        for call, (_, call_id) in zip(calls, ids, strict=True):
+            call.call_id = call_id
 
 
 _IN_PREFIX = "llm.input_messages."
@@ -273,6 +288,10 @@ def _flat_input(raw: str | None, attrs: Attrs) -> str | None:
             call_idx, _, part = field[len("tool_calls."):].partition(".tool_call.")
             calls = msg.setdefault("calls", {})
             calls.setdefault(call_idx, {})[part] = value
+    for position, message in tool_results(raw).items():  # Haystack: flattened by text only
+        flat = found.get(position)
+        if flat == {"role": "tool"}:
+            found[position] = message
     return json.dumps([_flat_message(m) for _, m in sorted(found.items())], ensure_ascii=False)
 
 

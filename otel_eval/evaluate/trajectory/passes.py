@@ -107,16 +107,20 @@ def _rebuild_tool_calls(draft: Draft) -> None:
             if id(call) in draft.ran:
                 call.outcome = "ran"
                 continue
-            result = responses.result(position, step.node, call.call_id)
+            result, failed = responses.answer(position, step.node, call.call_id)
             if trusted and not (draft.tool_ids and call.call_id) and result is None:
                 call.outcome = "never_ran"
                 continue  # no span ran it and no later call was told a result
             call.outcome = "rebuilt"
-            out.append(Step(
+            rebuilt = Step(
                 0, step.span_id, step.parent_span_id, "tool", call.name, node=step.node,
                 depth=step.depth, status="ok", start_ns=step.end_ns, end_ns=step.end_ns,
                 tool_name=call.name, arguments=call.arguments, rebuilt=True,
-                convention=step.convention, call_id=call.call_id, result=result))
+                convention=step.convention, call_id=call.call_id, result=result)
+            if failed:  # the tool message said so (Haystack's error flag)
+                rebuilt.status, rebuilt.error, rebuilt.result = "error", result, None
+                rebuilt.sources["status"] = "llm tool message error flag"
+            out.append(rebuilt)
     if len(out) != len(draft.steps):
         for i, step in enumerate(out):
             step.index = i

@@ -21,13 +21,13 @@ from __future__ import annotations
 import json
 from bisect import bisect_right
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from otel_eval.base.steps import Step
 from otel_eval.base.text import checked
 from otel_eval.evaluate.conventions.values import as_str, parse_json
 
-__all__ = ["LOOKAHEAD", "ToolResponses"]
+__all__ = ["LOOKAHEAD", "Answer", "ToolResponses"]
 
 LOOKAHEAD = 16  # later LLM steps of the same agent searched for a call's result
 _MAX_ID = 256  # longer "call ids" are not looked up (real ones are < 64 characters)
@@ -37,44 +37,53 @@ _DECODER = json.JSONDecoder()
 _MISS = object()
 
 
-def _response_of(obj: Any, call_id: str) -> Any:
-    """The result ``obj`` carries for ``call_id`` (a tool message, a ``tool_call_response``
+Answer = tuple[str | None, bool]  # what the call returned, and whether it failed
+
+
+def _tool_message(msg: dict[str, Any]) -> Answer:
+    """A tool message's content and its ``error`` flag (``True`` only where the
+    instrumentation recorded one: Haystack's, read by ``conventions.haystack``)."""
+    return as_str(msg.get("content")), msg.get("error") is True
+
+
+def _response_of(obj: Any, call_id: str) -> Any:  # Answer | _MISS
+    """The answer ``obj`` carries for ``call_id`` (a tool message, a ``tool_call_response``
     part, or a message holding one), else ``_MISS``."""
     if not isinstance(obj, dict):
         return _MISS
     if obj.get("tool_call_id") == call_id:
-        return as_str(obj.get("content"))
+        return _tool_message(obj)
     if obj.get("type") == "tool_call_response" and obj.get("id") == call_id:
-        return as_str(obj.get("response"))
+        return as_str(obj.get("response")), False
     parts = obj.get("parts")
     for part in parts if isinstance(parts, list) else ():
         if (isinstance(part, dict) and part.get("type") == "tool_call_response"
                 and part.get("id") == call_id):
-            return as_str(part.get("response"))
+            return as_str(part.get("response")), False
     return _MISS
 
 
-def _all_responses(text: str) -> dict[str, str | None]:
+def _all_responses(text: str) -> dict[str, Answer]:
     """Every call id answered in an input (first answer wins), from one full parse."""
     messages = parse_json(text)
     if isinstance(messages, dict):
         messages = messages.get("messages")
-    out: dict[str, str | None] = {}
+    out: dict[str, Answer] = {}
     for msg in messages if isinstance(messages, list) else ():
         if not isinstance(msg, dict):
             continue
         tid = msg.get("tool_call_id")
         if isinstance(tid, str):
-            out.setdefault(tid, as_str(msg.get("content")))
+            out.setdefault(tid, _tool_message(msg))
         parts = msg.get("parts")
         for part in parts if isinstance(parts, list) else ():
             if (isinstance(part, dict) and part.get("type") == "tool_call_response"
                     and isinstance(part.get("id"), str)):
-                out.setdefault(part["id"], as_str(part.get("response")))
+                out.setdefault(part["id"], (as_str(part.get("response")), False))
     return out
 
 
-def _local(text: str, quoted: str, call_id: str, at: int) -> Any:  # str | None | _MISS
+def _local(text: str, quoted: str, call_id: str, at: int) -> Any:  # Answer | _MISS
     """Decode only the objects enclosing the first occurrences of ``quoted`` (the id as a
     JSON string) from ``at`` on: the result when one of them answers the call, ``_MISS``
     when undecided (then the input is parsed in full)."""
@@ -111,13 +120,17 @@ class ToolResponses:
             if step.kind == "llm" and step.input_text:
                 self._positions.setdefault(step.node, []).append(position)
         self._looked: set[int] = set()  # inputs that had one local lookup
-        self._parsed: dict[int, dict[str, str | None]] = {}  # inputs parsed in full
+        self._parsed: dict[int, dict[str, Answer]] = {}  # inputs parsed in full
 
     def result(self, position: int, node: str | None, call_id: str | None) -> str | None:
         """What the first of the next ``LOOKAHEAD`` LLM steps of ``node`` after ``position``
         that mentions ``call_id`` was told the call returned (None: not found)."""
+        return self.answer(position, node, call_id)[0]
+
+    def answer(self, position: int, node: str | None, call_id: str | None) -> Answer:
+        """``result``, and whether that tool message said the call failed."""
         if not isinstance(call_id, str) or not call_id or len(call_id) > _MAX_ID:
-            return None  # ids come from span content: a list or a number is no id
+            return None, False  # ids come from span content: a list or a number is no id
         # the id as a JSON string, as the usual encoders write it (escaped, non-ASCII kept or
         # \u-escaped): one C-speed scan finds the mention and the first place to decode
         needles = dict.fromkeys((json.dumps(call_id, ensure_ascii=False), json.dumps(call_id)))
@@ -129,16 +142,16 @@ class ToolResponses:
                 at = text.find(quoted)
                 if at >= 0:
                     return self._answer(later, text, call_id, quoted, at)
-        return None
+        return None, False
 
     def _answer(self, position: int, text: str, call_id: str, quoted: str,
-                at: int) -> str | None:
+                at: int) -> Answer:
         parsed = self._parsed.get(position)
         if parsed is None and position not in self._looked:
             self._looked.add(position)
             found = _local(text, quoted, call_id, at)
             if found is not _MISS:
-                return found
+                return cast(Answer, found)
         if parsed is None:
             parsed = self._parsed[position] = _all_responses(text)
-        return parsed.get(call_id)
+        return parsed.get(call_id, (None, False))

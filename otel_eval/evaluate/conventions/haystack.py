@@ -1,0 +1,120 @@
+"""Haystack's chat messages as OpenInference records them: tool results read from the
+``ChatMessage`` reprs of an LLM span's ``input.value``.
+
+``openinference-instrumentation-haystack`` flattens a Haystack ``ChatMessage`` into
+``llm.input_messages.N.message.*`` by its text only, so a tool message (its content a
+``ToolCallResult``, no text) keeps just its role: no call id, no result. The message itself
+is in the span's ``input.value``, ``{"messages": [...]}``, as the repr Haystack prints::
+
+    ChatMessage(_role=<ChatRole.TOOL: 'tool'>, _content=[ToolCallResult(result="Failed to
+    invoke Tool `get_weather` ...", origin=ToolCall(tool_name='get_weather', arguments={...},
+    id='call_NEX4...', extra=None), error=True)], _name=None, _meta={})
+
+``tool_results`` reads, per message position, the call id, the result text and Haystack's
+own ``error`` flag of such a message. The calls an LLM asked for are flattened without their
+ids (``llm.output_messages.0.message.tool_calls.M.tool_call.function.*``); ``call_ids`` reads
+them, in order, from the reply's repr in ``output.value`` (``{"replies": [...]}``, each call
+a ``ToolCall(tool_name='get_weather', arguments={...}, id='call_NEX4...', extra=None)``), so
+the tool message that answered a call is found by its id. Nothing else of a repr is read; a
+message that does not have this exact shape gives nothing (unknown). Bounded: at most
+``MAX_MESSAGES`` messages and ``MAX_CALLS`` calls, a result literal of at most
+``MAX_RESULT_CHARS`` (decoded by ``base.pysource.literal``), anchored regular expressions
+without nested repetition, at positions found by ``str.find`` / ``str.rfind``: linear in the
+input.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from otel_eval.base.pysource import literal
+from otel_eval.evaluate.conventions.values import parse_json
+
+__all__ = ["MAX_CALLS", "MAX_MESSAGES", "MAX_RESULT_CHARS", "call_ids", "tool_results"]
+
+MAX_MESSAGES = 1_000  # messages of one input read
+MAX_RESULT_CHARS = 20_000  # a longer result literal is not decoded (as envelopes' literals)
+MAX_CALLS = 128  # calls of one reply read
+_TOOL = "ChatMessage(_role=<ChatRole.TOOL: 'tool'>, _content=[ToolCallResult(result="
+_STRING = r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\""
+_RESULT = re.compile(_STRING)
+_ORIGIN = re.compile(rf", origin=ToolCall\(tool_name=(?:{_STRING}), arguments=")
+_FLAG = re.compile(r"\), error=(True|False)\)\]")  # the origin's end, then the flag
+_ID = re.compile(rf"({_STRING})(?:, extra=None)?")  # after the origin's last ", id="
+_CALL = "ToolCall(tool_name="
+_CALL_NAME = re.compile(rf"({_STRING}), arguments=")
+_CALL_ID = re.compile(rf", id=({_STRING})(?:, extra=|\))")  # ToolCall has had no extra
+
+
+def tool_results(raw: str | None) -> dict[int, dict[str, Any]]:
+    """Position -> ``{"role": "tool", "tool_call_id", "content", "error"}`` of each tool
+    message of a Haystack request's ``input.value``; empty when it holds none."""
+    if not raw or _TOOL not in raw:
+        return {}
+    doc = parse_json(raw)
+    messages = doc.get("messages") if isinstance(doc, dict) else None
+    out: dict[int, dict[str, Any]] = {}
+    for position, text in enumerate(messages[:MAX_MESSAGES] if isinstance(messages, list)
+                                    else ()):
+        if isinstance(text, str) and text.startswith(_TOOL):
+            found = _tool_result(text)
+            if found is not None:
+                out[position] = found
+    return out
+
+
+def _tool_result(text: str) -> dict[str, Any] | None:
+    result = _RESULT.match(text, len(_TOOL))
+    if result is None or len(result.group()) > MAX_RESULT_CHARS:
+        return None
+    origin = _ORIGIN.match(text, result.end())
+    if origin is None:
+        return None
+    # anchored matches at found positions only (each str.rfind once): linear in the text,
+    # whatever the arguments between hold
+    flag_at = text.rfind("), error=", origin.end())
+    flag = _FLAG.match(text, flag_at) if flag_at >= 0 else None
+    id_at = text.rfind(", id=", origin.end(), flag_at) if flag is not None else -1
+    call = _ID.fullmatch(text, id_at + 5, flag_at) if id_at >= 0 else None
+    if flag is None or call is None:
+        return None
+    try:
+        content, call_id = literal(result.group()), literal(call.group(1))
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if not (isinstance(content, str) and isinstance(call_id, str) and call_id):
+        return None
+    return {"role": "tool", "tool_call_id": call_id, "content": content,
+            "error": flag.group(1) == "True"}
+
+
+def call_ids(raw: str | None) -> list[tuple[str, str]]:
+    """(tool name, call id) of each ``ToolCall`` in a Haystack reply's ``output.value``, in
+    order; empty when it holds none (or one is not of that exact shape)."""
+    if not raw or '"replies"' not in raw or _CALL not in raw:
+        return []
+    doc = parse_json(raw)
+    replies = doc.get("replies") if isinstance(doc, dict) else None
+    out: list[tuple[str, str]] = []
+    for text in replies if isinstance(replies, list) else ():
+        if not isinstance(text, str):
+            continue
+        at = text.find(_CALL)
+        while at >= 0 and len(out) < MAX_CALLS:
+            nxt = text.find(_CALL, at + len(_CALL))
+            end = nxt if nxt >= 0 else len(text)
+            name = _CALL_NAME.match(text, at + len(_CALL), end)
+            id_at = text.rfind(", id=", name.end(), end) if name is not None else -1
+            call = _CALL_ID.match(text, id_at, end) if id_at >= 0 else None
+            if name is None or call is None:
+                return []  # not the shape read here: no ids rather than shifted ones
+            try:
+                tool, call_id = literal(name.group(1)), literal(call.group(1))
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                return []
+            if not (isinstance(tool, str) and isinstance(call_id, str)):
+                return []
+            out.append((tool, call_id))
+            at = nxt
+    return out
