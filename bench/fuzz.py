@@ -97,6 +97,28 @@ TOOLS = st.lists(st.fixed_dictionaries({
     "name": st.sampled_from(["search", "bash", "t"]), "parameters": _SCHEMA}), max_size=2).map(
     json.dumps)
 
+# Haystack's ChatMessage reprs, as OpenInference records them in input.value / output.value
+# (conventions.haystack reads the tool results, their error flags and the calls' ids)
+_PY_STRING = st.one_of(st.text(max_size=20), st.sampled_from(
+    ["", "'", '"', "\\", "), error=True)]", ", id='x', extra=", "a" * 30_000])).map(repr)
+_TOOL_CALL = st.builds(
+    lambda name, args, call_id, extra: f"ToolCall(tool_name={name}, arguments={args}, "
+    f"id={call_id}" + (", extra=None)" if extra else ")"),
+    st.one_of(st.just("'search'"), _PY_STRING),
+    st.sampled_from(["{}", "{'q': 'x'}", "{'q': \", id='f', extra=\"}", "{"]),
+    st.one_of(st.sampled_from(["'call_1'", "'call_2'", "7", "'"]), _PY_STRING), st.booleans())
+_HAYSTACK_TOOL = st.builds(
+    lambda result, origin, error: "ChatMessage(_role=<ChatRole.TOOL: 'tool'>, _content=["
+    f"ToolCallResult(result={result}, origin={origin}, error={error})], _name=None, _meta={{}})",
+    _PY_STRING, _TOOL_CALL, st.sampled_from(["True", "False", "1"]))
+_HAYSTACK_REPLY = st.lists(_TOOL_CALL, max_size=3).map(
+    lambda calls: "ChatMessage(_role=<ChatRole.ASSISTANT: 'assistant'>, _content=["
+    + ", ".join(calls) + "], _name=None, _meta={})")
+HAYSTACK_IN = st.lists(st.one_of(_HAYSTACK_TOOL, st.text(max_size=5)), max_size=3).map(
+    lambda messages: json.dumps({"messages": messages}))
+HAYSTACK_OUT = st.lists(_HAYSTACK_REPLY, max_size=2).map(
+    lambda replies: json.dumps({"replies": replies}))
+
 # the keys the adapters read, per convention, with hostile values
 _KEYS: dict[str, st.SearchStrategy[Any]] = {
     "gen_ai.operation.name": st.sampled_from(["chat", "execute_tool", "invoke_agent", "x", 5]),
@@ -113,7 +135,10 @@ _KEYS: dict[str, st.SearchStrategy[Any]] = {
     "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": JSON,
     "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments": JSON,
     "llm.tools.0.tool.json_schema": st.one_of(TOOLS, JSON), "tool.name": JSON,
-    "tool.parameters": JSON, "input.value": JSON, "output.value": JSON,
+    "tool.parameters": JSON, "input.value": st.one_of(JSON, HAYSTACK_IN),
+    "output.value": st.one_of(JSON, HAYSTACK_OUT),
+    "llm.input_messages.0.message.role": st.sampled_from(["user", "tool"]),
+    "llm.input_messages.1.message.role": st.sampled_from(["tool", "user", 1]),
     "llm.token_count.prompt": JSON, "llm.model_name": JSON,
     "traceloop.span.kind": st.sampled_from(["workflow", "task", "agent", "tool", "?"]),
     "traceloop.entity.name": JSON, "traceloop.entity.input": JSON,
