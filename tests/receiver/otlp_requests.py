@@ -229,15 +229,16 @@ def damaged(draw: st.DrawFn, data: bytes) -> bytes:
 
 
 @st.composite
-def bodies(draw: st.DrawFn) -> Body:
+def bodies(draw: st.DrawFn, grpc: bool = False) -> Body:
+    """An export body; ``grpc``: as gRPC carries one (protobuf, no HTTP compression)."""
     logs = draw(st.booleans())
     message = draw(logs_requests() if logs else trace_requests())
     count = sum(len(s.log_records) for r in message.resource_logs for s in r.scope_logs) \
         if logs else sum(len(s.spans) for r in message.resource_spans for s in r.scope_spans)
-    ctype = draw(st.sampled_from([PROTOBUF, JSON]))
+    ctype = PROTOBUF if grpc else draw(st.sampled_from([PROTOBUF, JSON]))
     data = message.SerializeToString() if ctype == PROTOBUF else _json_of(message)
-    shape = draw(st.sampled_from(["as_is", "as_is", "damaged", "json_damage", "random",
-                                  "deep"]))
+    shape = draw(st.sampled_from(["as_is", "as_is", "damaged", "random", "deep"] + (
+        [] if grpc else ["json_damage"])))
     if shape == "deep":
         depth = draw(st.integers(90, 5_000))
         data = deep_request(depth) if ctype == PROTOBUF else deep_json(depth)
@@ -248,6 +249,9 @@ def bodies(draw: st.DrawFn) -> Body:
         data, count, ctype = draw(JSON_DAMAGE), None, JSON
     elif shape == "random":
         data, count = draw(st.binary(max_size=200)), None
+    path = "/v1/logs" if logs else "/v1/traces"
+    if grpc:
+        return Body(path, ctype, data, "", count)
     encoding = draw(st.sampled_from(["", "", "gzip", "deflate", "gzip-truncated", "identity"]))
     if encoding == "gzip":
         data = gzip.compress(data)
@@ -256,8 +260,7 @@ def bodies(draw: st.DrawFn) -> Body:
     elif encoding == "gzip-truncated":
         data, encoding, count = gzip.compress(data)[:-5], "gzip", None
     parameters = draw(st.sampled_from(["", "; charset=utf-8", "; charset=latin-1", ";;"]))
-    return Body("/v1/logs" if logs else "/v1/traces", ctype + parameters, data, encoding,
-                count)
+    return Body(path, ctype + parameters, data, encoding, count)
 
 
 ODD_CONTENT_TYPES = st.sampled_from([

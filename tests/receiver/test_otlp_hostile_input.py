@@ -1,11 +1,11 @@
-"""The OTLP/HTTP door under hostile input (whoever reaches a port is hostile): a bounded,
-deterministic Hypothesis run (``derandomize=True``) of requests through the handler the
+"""The OTLP/HTTP and OTLP/gRPC doors under hostile input (whoever reaches a port is hostile):
+a bounded, deterministic Hypothesis run (``derandomize=True``) of requests through the handler the
 receiver runs (``receive.http.make_handler``: token check, routing, content types, the body's
 framing and compression, the protobuf and OTLP/JSON decoders, ingest) into a running service.
 
 Generated (``otlp_requests``): traces and GenAI-event logs requests whose fields are what no
 SDK writes (ids of any length, zero ids, times up to 2^64-1, open enums past their values,
-attribute values of every kind nested up to 3,000 deep, 20,000-character strings, JSON and
+attribute values of every kind nested up to 5,000 deep, 20,000-character strings, JSON and
 Python-repr text in attributes), as protobuf or OTLP/JSON; then perhaps damaged (bytes
 truncated, flipped or inserted; OTLP/JSON with fields of the wrong kind or 200,000 digits;
 random bytes), gzip- or deflate-compressed or a truncated gzip, under any content type,
@@ -17,8 +17,10 @@ google.rpc.Status that says why, in the request's encoding where the specificati
 it, within ``ERROR_BYTES`` whatever the request's size; a 200 is an Export response whose
 partial success counts at most the spans sent and says why when it counts any; an undamaged
 request is accounted in full (received = accepted + rejected with a reason, the logs' records
-as accepted + ignored + rejected). After it all, an SDK run is still taken and evaluated, and
-every run the service stored has a verdict.
+as accepted + ignored + rejected). The protobuf bodies also go over the service's gRPC port
+through a real channel: OK within what was sent, INVALID_ARGUMENT saying why, or
+RESOURCE_EXHAUSTED, never UNKNOWN or INTERNAL (an exception out of the servicer). After it
+all, an SDK run is still taken and evaluated, and every run the service stored has a verdict.
 
 What the properties found is kept below them as plain regression tests.
 """
@@ -29,6 +31,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import grpc
 import pytest
 from admin_requests import Sent, request_of
 from google.protobuf import json_format
@@ -43,10 +46,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from otlp_requests import JSON, METHODS, ODD_CONTENT_TYPES, PATHS, PROTOBUF, Body, bodies
 from support.harness import Harness, emit_agent_run, running_service
 
+from otel_eval.receive.grpc import LOGS_SERVICE, SERVICE
 from otel_eval.receive.http import make_handler
 from otel_eval.receive.httpmessage import Handler, Response
 
-EXAMPLES = {"bodies": 300, "requests": 120}
+EXAMPLES = {"bodies": 300, "requests": 120, "grpc": 100}
 MAX_BODY = 256 * 1024  # receiver.max_message_bytes here: some generated bodies pass it
 ERROR_BYTES = 4096  # a refusal: why, with at most a short quote of the input
 ANSWER_BYTES = 64 * 1024
@@ -61,15 +65,20 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Harness, 
         yield h, make_handler(h.svc.http.config, h.svc.http.ingest)
 
 
+@pytest.fixture(scope="module")
+def channel(served: tuple[Harness, Handler]) -> Iterator[grpc.Channel]:
+    with grpc.insecure_channel(served[0].grpc_target) as ch:
+        yield ch
+
+
 def _sample(h: Harness, name: str, **labels: str) -> float:
     return h.sample(f"otel_eval_{name}_total", **labels)
 
 
-def _counts(h: Harness, logs: bool) -> tuple[float, ...]:
+def _counts(h: Harness, logs: bool, protocol: str = "http") -> tuple[float, ...]:
     if logs:
-        return tuple(_sample(h, f"receiver_log_records_{k}", protocol="http")
-                     for k in ("received",))
-    return (_sample(h, "receiver_spans_received", protocol="http"),)
+        return (_sample(h, "receiver_log_records_received", protocol=protocol),)
+    return (_sample(h, "receiver_spans_received", protocol=protocol),)
 
 
 def _encoding(resp: Response) -> str:
@@ -144,6 +153,40 @@ def test_any_method_path_and_content_type_is_answered_as_otlp_says(
     headers = sent.headers if content_type is None else (
         ("Content-Type", content_type), *sent.headers[1:])
     _check(h, handler, Sent(method, path, headers, sent.body), None)
+
+
+@_fuzz("grpc")
+@given(body=bodies(grpc=True))
+def test_any_export_message_over_grpc_is_taken_or_refused_with_a_reason(
+        served: tuple[Harness, Handler], channel: grpc.Channel, body: Body) -> None:
+    """The same bodies as protobuf messages over the service's gRPC port (a real channel):
+    OK with a partial success within what was sent, INVALID_ARGUMENT saying why, or
+    RESOURCE_EXHAUSTED (past ``max_message_bytes``, or throttled); never UNKNOWN or INTERNAL
+    (an exception out of the servicer)."""
+    h, _ = served
+    logs = body.path == "/v1/logs"
+    before = _counts(h, logs, "grpc")
+    service = LOGS_SERVICE if logs else SERVICE
+    call = channel.unary_unary(f"/{service}/Export")
+    try:
+        reply, code, details = call(body.data, timeout=30), grpc.StatusCode.OK, ""
+    except grpc.RpcError as e:
+        reply, code, details = b"", e.code(), e.details() or ""
+    what = f"{body!r:.300} -> {code} {details[:300]!r}"
+    assert code in (grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED), what
+    assert len(details) <= ERROR_BYTES, what
+    if code != grpc.StatusCode.OK:
+        assert details.strip(), what
+        assert code == grpc.StatusCode.INVALID_ARGUMENT or len(body.data) > MAX_BODY, what
+        return
+    answer = (ExportLogsServiceResponse if logs else ExportTraceServiceResponse).FromString(reply)
+    partial = answer.partial_success
+    rejected = partial.rejected_log_records if logs else partial.rejected_spans
+    assert (rejected > 0) == bool(partial.error_message.strip()), what
+    if body.spans is not None:
+        assert rejected <= body.spans, what
+        assert _counts(h, logs, "grpc")[0] - before[0] == body.spans, what
 
 
 def test_after_it_all_a_run_is_taken_and_every_stored_run_has_a_verdict(
