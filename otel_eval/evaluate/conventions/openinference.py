@@ -288,10 +288,11 @@ def _flat_input(raw: str | None, attrs: Attrs) -> str | None:
             call_idx, _, part = field[len("tool_calls."):].partition(".tool_call.")
             calls = msg.setdefault("calls", {})
             calls.setdefault(call_idx, {})[part] = value
-    for position, message in tool_results(raw).items():  # Haystack: flattened by text only
-        flat = found.get(position)
-        if flat == {"role": "tool"}:
-            found[position] = message
+    bare = [position for position, msg in found.items() if msg == {"role": "tool"}]
+    if bare:  # Haystack flattens a tool message by its text: none; read its repr
+        results = tool_results(raw)
+        for position in bare:
+            found[position] = results.get(position, found[position])
     return json.dumps([_flat_message(m) for _, m in sorted(found.items())], ensure_ascii=False)
 
 
