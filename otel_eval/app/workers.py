@@ -27,7 +27,8 @@ process's threads, so restarting a worker while serving is safe.
 
 Threads: per worker one sender (pickles and writes messages, which may block on a full pipe)
 and one receiver (reads results, calls ``done``, restarts the worker when its pipe breaks);
-the shared state below is guarded by ``_lock``.
+the shared state below is guarded by ``_lock``. The two share the worker's connection, and
+whichever ends last closes it (``_Pipe``).
 """
 
 from __future__ import annotations
@@ -72,11 +73,29 @@ class _Item:
     done: Done
 
 
+class _Pipe:
+    """A worker's connection, shared by its sender and receiver threads: each calls
+    ``release`` when it ends, and the last one closes it. Never closed under a write: the
+    sender may have read the descriptor's number when the worker dies, and the next worker's
+    socket pair, made right after, would get that number and the stale batch with it."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self._users = 2
+        self._lock = threading.Lock()
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            last = self._users == 0
+        if last:
+            self.conn.close()
+
+
 @dataclass
 class _Worker:
     index: int
     process: WorkerProcess | None = None
-    conn: Connection | None = None
     outbox: queue.SimpleQueue[Any] = field(default_factory=queue.SimpleQueue)
     generation: int = 0
     alive: bool = False
@@ -215,36 +234,41 @@ class WorkerPool:
                 break  # alone until it is stored
         self.metrics.inflight(w.index, w.n_inflight)
 
-    def _send_loop(self, conn: Connection, outbox: queue.SimpleQueue[Any]) -> None:
+    def _send_loop(self, pipe: _Pipe, outbox: queue.SimpleQueue[Any]) -> None:
         """Pickle and write messages (blocks while the worker's pipe is full)."""
-        while True:
-            msg = outbox.get()
-            try:
+        try:
+            while True:
+                msg = outbox.get()
                 if msg is _STOP:
-                    conn.send(None)
+                    pipe.conn.send(None)
                     return
                 msg_id, items, retried = msg
-                conn.send(("batch", msg_id, [child.pack_trace(it.job.trace) for it in items],
-                           retried))
-            except (OSError, ValueError):  # the worker died: its receiver restarts it
-                return
+                pipe.conn.send(("batch", msg_id,
+                                [child.pack_trace(it.job.trace) for it in items], retried))
+        except (OSError, ValueError):  # the worker died: its receiver restarts it
+            return
+        finally:
+            pipe.release()
 
     # --- receiving ---------------------------------------------------------------------------
 
-    def _receive_loop(self, w: _Worker, conn: Connection, generation: int) -> None:
-        while True:
-            try:
-                msg = conn.recv()
-            except (EOFError, OSError):
-                break
-            if msg[0] == "done":
+    def _receive_loop(self, w: _Worker, pipe: _Pipe, generation: int) -> None:
+        try:
+            while True:
                 try:
-                    self._done(w, msg[1], msg[2])
-                except BaseException as e:  # results no longer reach the engine: be loud
-                    log.exception("finishing results of evaluation worker %d failed", w.index)
-                    self.failure = e
-                    return
-        conn.close()
+                    msg = pipe.conn.recv()
+                except (EOFError, OSError):
+                    break
+                if msg[0] == "done":
+                    try:
+                        self._done(w, msg[1], msg[2])
+                    except BaseException as e:  # results no longer reach the engine: be loud
+                        log.exception("finishing results of evaluation worker %d failed",
+                                      w.index)
+                        self.failure = e
+                        return
+        finally:
+            pipe.release()
         self._died(w, generation)
 
     def _done(self, w: _Worker, msg_id: int, outcomes: list[Outcome]) -> None:
@@ -275,7 +299,7 @@ class WorkerPool:
             if w.generation != generation or self._stopping.is_set():
                 return
             w.alive = False
-            w.outbox.put(_STOP)  # ends this generation's sender (its pipe is closed)
+            w.outbox.put(_STOP)  # ends this generation's sender (its peer is gone)
             held = [it for items in w.inflight.values() for it in items]
             w.inflight.clear()
             w.n_inflight = 0
@@ -350,11 +374,12 @@ class WorkerPool:
                 proc.kill()
                 proc.join()
                 return
-            w.process, w.conn, w.outbox = proc, parent, queue.SimpleQueue()
+            w.process, w.outbox = proc, queue.SimpleQueue()
             w.generation += 1
             w.alive, w.failed_starts = True, 0
-            for target, args in ((self._send_loop, (parent, w.outbox)),
-                                 (self._receive_loop, (w, parent, w.generation))):
+            pipe = _Pipe(parent)
+            for target, args in ((self._send_loop, (pipe, w.outbox)),
+                                 (self._receive_loop, (w, pipe, w.generation))):
                 threading.Thread(target=target, args=args, daemon=True,
                                  name=f"otel-eval-worker-{w.index}-io").start()
             self._running()

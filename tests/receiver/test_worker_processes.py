@@ -15,14 +15,17 @@ import os
 import pickle
 import signal
 import sqlite3
+import threading
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 from prometheus_client import CollectorRegistry
 from support.clock import ManualClock
 from support.harness import Harness, running_service
@@ -147,6 +150,50 @@ def test_workers_bound_in_flight_throttle_and_survive_kill_9(tmp_path: Path) -> 
         assert h.sample("otel_eval_traces_superseded_total", service="agents", agent="a") == 0
         assert h.svc.spool is not None and h.svc.spool.held() == (0, 0)  # all evaluated
         assert _send(h, _trace("f" * 32)) is None  # room again
+
+
+def test_a_write_under_way_when_its_worker_dies_never_reaches_the_next_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CI failure: the receiver closed a dead worker's socket while its sender was inside a
+    write, the descriptor's number already read. The restarted worker's socket pair got that
+    number, the stale batch reached it, and its answer named a message id the pool no longer
+    held (KeyError in ``_done``; the pool stopped finishing results). Here the sender is held
+    just after reading the number, as the OS may preempt it there, until the worker is
+    restarted: the number must still be the dead worker's socket when the write goes on."""
+    tid = _ids(per_worker=1)[0][0]
+    real_send = Connection.send
+    held, gate = threading.Event(), threading.Event()
+    reused: list[bool] = []
+
+    def send(conn: Connection, obj: Any) -> None:
+        if isinstance(obj, tuple) and obj[0] == "batch" and not held.is_set():
+            fd = conn.fileno()
+            socket_id = os.fstat(fd).st_ino
+            held.set()
+            gate.wait()
+            try:
+                reused.append(os.fstat(fd).st_ino != socket_id)
+            except OSError:  # closed and not reused (yet): as wrong
+                reused.append(True)
+        real_send(conn, obj)
+
+    monkeypatch.setattr(Connection, "send", send)
+    with running_service(tmp_path, **WORKERS) as h:
+        pool = _pool(h)
+        assert _send(h, _trace(tid)) is None
+        _release(h)
+        poll(held.is_set, "worker 0's sender to be inside its write")
+        victim = pool.pids()[0]
+        assert victim is not None
+        os.kill(victim, signal.SIGKILL)
+        poll(lambda: pool.pids()[0] not in (None, victim), "worker 0 to be restarted")
+        gate.set()
+        poll(lambda: reused, "the held write to go on")
+        poll(lambda: h.svc.engine.pending_spans() == 0, "the trace to be stored")
+        assert reused == [False]
+        assert pool.failure is None
+        assert set(_stored(h)) == {tid}
+        assert h.sample("otel_eval_workers_retried_traces_total") == 1
 
 
 def test_a_trace_whose_worker_keeps_dying_is_stored_as_an_error(tmp_path: Path) -> None:
