@@ -113,13 +113,16 @@ class Slots:
                 hold.reserved = True
                 self._reserve[hold] = None
             self._peers[hold.peer] += 1
-        if victim is not None:
+            if victim is None:
+                return None
             # wakes its thread's recv (EOF) or sendall (EPIPE); the plain socket's shutdown,
-            # not SSLSocket's, which would drop the TLS object under the reading thread
+            # not SSLSocket's, which would drop the TLS object under the reading thread.
+            # Under the lock: its thread gives its slot back (under the lock) before it closes
+            # the socket, so the descriptor shut down here cannot have been closed and reused
+            # by another connection (the shutdown reads its number without the GIL).
             with contextlib.suppress(OSError):
                 socket.socket.shutdown(victim.sock, socket.SHUT_RDWR)
-            return "reused"
-        return None
+        return "reused"
 
     def give_back(self, hold: Hold) -> None:
         with self._lock:
