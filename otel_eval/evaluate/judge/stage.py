@@ -283,11 +283,13 @@ class JudgeStage:
         return evaluation.judge
 
     def _journal_remove(self, evaluation: Evaluation) -> None:  # on the writer thread
-        """Stored: out of the journal."""
-        if self._journal is None:
+        """Stored: out of the journal. Read once: a write past the shutdown deadline may end
+        after ``shutdown`` dropped it (a closed journal removes nothing)."""
+        journal = self._journal
+        if journal is None:
             return
         try:
-            self._journal.remove(evaluation.trace_id, evaluation.trajectory.revision)
+            journal.remove(evaluation.trace_id, evaluation.trajectory.revision)
         except sqlite3.Error as e:  # stored: the next start finds its judge, marks nothing
             log.error("clearing the journal entry of trace %s failed: %s",
                       evaluation.trace_id, e)
