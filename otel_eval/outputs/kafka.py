@@ -62,10 +62,12 @@ class ResultsPublisher:
         """Any thread. Serialises now (the evaluation may change later), sends later."""
         payload = json.dumps(evaluation.to_json(), separators=(",", ":"), default=str).encode()
         loop = self._loop
-        if loop is None or loop.is_closed():
+        try:
+            if loop is None:
+                raise RuntimeError("not started")
+            loop.call_soon_threadsafe(self._enqueue, evaluation.trace_id, payload)
+        except RuntimeError:  # not started, or closed (stopping): one check, no window
             self.metrics.publish_dropped("results", "not_started", 1)
-            return
-        loop.call_soon_threadsafe(self._enqueue, evaluation.trace_id, payload)
 
     def pass_on(self, trace: Trace) -> None:
         """No evaluation, no result to publish."""
