@@ -154,6 +154,7 @@ class PostgresStore(KeptSessions):
         self._remembered = 0  # remember_agents calls, for the whole-table prune
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[Any] | None = None  # open() connects
+        self._closed = False  # close() ran: no call reconnects
 
     def open(self) -> PostgresStore:
         """Connect and bring the schema up to date (raises what ``connect`` raises)."""
@@ -168,7 +169,9 @@ class PostgresStore(KeptSessions):
 
     def close(self) -> None:
         """Close the connection; a call still running after ``CLOSE_WAIT_S`` (blocked by
-        another client's lock) is cancelled on the server and left to fail, not waited for."""
+        another client's lock) is cancelled on the server and closes the connection itself
+        when it ends. Calls after this raise ``psycopg.InterfaceError``: none reconnects."""
+        self._closed = True
         if not self._lock.acquire(timeout=CLOSE_WAIT_S):
             conn = self._conn
             if conn is not None:
@@ -177,16 +180,20 @@ class PostgresStore(KeptSessions):
                 conn.cancel_safe(timeout=CLOSE_WAIT_S)
             return
         try:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+            self._drop()
         finally:
             self._lock.release()
 
+    def _drop(self) -> None:  # lock held
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
     def _connection(self) -> psycopg.Connection[Any]:  # lock held
+        if self._closed:
+            raise psycopg.InterfaceError(f"store {self.location} is closed")
         if self._conn is None or self._conn.closed or self._conn.broken:
-            if self._conn is not None:
-                self._conn.close()
+            self._drop()
             self._conn = connect(self._url, self._session)
         return self._conn
 
@@ -195,12 +202,12 @@ class PostgresStore(KeptSessions):
             try:
                 return work(self._connection())
             except psycopg.OperationalError as e:  # the session may be gone: the next call
-                if _timed_out(e):  # reopens; a timeout leaves it as it was
-                    raise
-                if self._conn is not None:
-                    self._conn.close()
-                self._conn = None
+                if not _timed_out(e):  # reopens; a timeout leaves it as it was
+                    self._drop()
                 raise
+            finally:
+                if self._closed:  # close() gave up waiting for this call: it closes
+                    self._drop()
 
     # -- writers --------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 from support.harness import running_service
 from support.poll import poll
 
@@ -156,7 +157,16 @@ def test_shutdown_gives_up_on_a_blocked_write_and_the_spool_keeps_it(
         again.shutdown(5.0)
 
 
+def _our_connections(url: str) -> int:
+    with psycopg.connect(url, autocommit=True) as c:
+        row = c.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = "
+                        "'otel-eval' AND datname = current_database()").fetchone()
+    return int(row[0]) if row else 0
+
+
 def test_close_cancels_a_call_blocked_by_another_clients_lock(postgresql_url: str) -> None:
+    """The cancelled call closes the connection when it ends, and no later call reopens one
+    (before: the connection stayed open, and a call after close connected again)."""
     store = PostgresStore(postgresql_url, session=SessionLimits(0, 0)).open()
     errors: list[BaseException] = []
 
@@ -174,3 +184,7 @@ def test_close_cancels_a_call_blocked_by_another_clients_lock(postgresql_url: st
         reader.join(WAIT_S)
         assert not reader.is_alive()
     assert errors and type(errors[0]).__name__ == "QueryCanceled"
+    assert _our_connections(postgresql_url) == 0
+    with pytest.raises(psycopg.InterfaceError, match="closed"):
+        store.count()
+    assert _our_connections(postgresql_url) == 0
