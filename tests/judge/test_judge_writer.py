@@ -128,3 +128,19 @@ def test_a_blocked_rubric_cache_does_not_hold_the_event_loop(llm: FakeLLM) -> No
     finally:
         cache.release.set()
         loop.stop()
+
+
+def test_export_after_the_loop_closed_is_a_counted_skip(tmp_path: Path) -> None:
+    """An engine thread exporting once the service's loop has closed (a stop out of order):
+    counted as skipped ``shutdown``, never raised into the engine."""
+    registry = CollectorRegistry()
+    store = SqliteStore(str(tmp_path / "s.db")).open()
+    loop = LoopThread()
+    loop.start()
+    loop.stop()  # closes the loop: call_soon_threadsafe raises RuntimeError
+    stage = JudgeStage(config(), loop, store, Metrics(registry))
+    ev = evaluation(trace_id="c3" * 16)
+    stage.export(_trace(ev.trace_id), ev)
+    assert registry.get_sample_value("otel_eval_judge_skipped_total",
+                                     {"reason": "shutdown"}) == 1
+    store.close()

@@ -139,7 +139,11 @@ class JudgeStage:
         return True
 
     def export(self, trace: Trace, evaluation: Evaluation) -> None:
-        self.loop.call(self._submit, evaluation)
+        try:
+            self.loop.call(self._submit, evaluation)
+        except RuntimeError:  # the loop has closed: the service stopped before this trace
+            log.warning("trace %s not judged: the service is stopping", evaluation.trace_id)
+            self.metrics.judge.skip("shutdown")
 
     def pass_on(self, trace: Trace) -> None:
         """No evaluation, nothing to judge."""

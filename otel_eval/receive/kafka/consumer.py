@@ -260,7 +260,10 @@ class KafkaConsumerStage:
                 self._stored_q.append((ticket, trace_ids))
                 first = len(self._stored_q) == 1
             if first:
-                loop.call_soon_threadsafe(self._drain_stored)
+                # a closed loop (the stage stopped) commits nothing more: these records stay
+                # uncommitted and are delivered again, as after any stop
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(self._drain_stored)
 
         res = self.ingest.admit(work, self.metrics, source="kafka", on_stored=on_stored)
         if res.outcome == "throttled":
