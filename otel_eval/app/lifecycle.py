@@ -52,7 +52,8 @@ class Lifecycle:
         self._started: list[tuple[str, Component]] = []
 
     def add(self, name: str, part: Component, *, start: bool = True) -> None:
-        """``start=False``: never started here (tests drive it by hand), still shut down."""
+        """``start=False``: not started at this place (a later step starts it, or tests drive
+        it by hand), still shut down at it."""
         self._parts.append((name, part, start))
 
     @property

@@ -271,8 +271,8 @@ class Service:
             lc.add(type(sink.part if isinstance(sink, OnLoop) else sink).__name__, sink)
         if self.issues is not None:
             lc.add("issues runs", Step(start=self.issues.start), start=worker)
-        if self.kafka is not None:
-            lc.add(self.kafka.name, self.kafka.component)
+        if self.kafka is not None:  # stopped here (after the engine); started after the replay
+            lc.add(self.kafka.name, self.kafka.component, start=False)
         if self.pool is not None:  # stopped after the engine drained into it
             lc.add("evaluation workers", Step(
                 start=self._start_pool,
@@ -288,6 +288,11 @@ class Service:
                 engine.replay()
 
             lc.add("spool replay", Step(start=replay))
+        if self.kafka is not None:
+            # Only now: a consumer's submits during the replay would compete with replayed runs
+            # for open slots, and a run released half replayed (``give_way``) is a verdict on a
+            # run that has not ended, whose evaluation deletes its spool rows not replayed yet.
+            lc.add(f"{self.kafka.name} start", Step(start=self.kafka.component.start))
         for name, receiver in (("otlp grpc", self.grpc), ("otlp http", self.http)):
             if receiver is not None:
                 lc.add(name, receiver)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class KafkaFrontEnd:
     name: str                # in the lifecycle: "kafka publisher" or "kafka consumer"
-    component: OnLoop        # started after the sinks, stopped before them
+    component: OnLoop        # started after the spool replay, stopped after the engine
     submitter: Submitter | None  # publish: what the receivers feed instead of the engine
     failure: Callable[[], BaseException | None]  # a consumer loop that died (serve stops)
 
