@@ -94,18 +94,28 @@ def test_release_oldest_and_release_all() -> None:
 
 def test_release_ended_judges_only_the_runs_that_ended() -> None:
     """A clean stop: ended roots go out ``complete``; a run still going stays open, as do
-    log records waiting for their spans."""
-    T3, T4 = "c" * 32, "d" * 32
+    log records waiting for their spans, and a run whose end is only a guess."""
+    T3, T4, T5, T6 = "c" * 32, "d" * 32, "e" * 32, "f" * 32
     a = TraceAssembler(CFG)
     a.add([span(T1, 2, parent=1), span(T1, 1)], now=0)  # root ended, within grace
     a.add([span(T2, 2, parent=1), span(T2, 1, ended=False)], now=0)  # root not ended
     a.add([local(T3, 2)], now=0)  # root not sent yet
-    a.add([span(T4, 1, parent=9)], now=0)  # an unflagged remote parent: its root ended
+    # an unflagged absent parent: an upstream's (the run ended) or the agent's own root still
+    # running (its first child ended): not told apart until the trace goes idle
+    a.add([span(T4, 1, parent=9)], now=0)
+    # a downstream service's entry span ended (parent flagged remote) while the agent's root,
+    # the parent of span 3, still runs
+    a.add([Span(T5, f"{2:016x}", f"{7:016x}", "s2", 5, 6, parent_remote=True), local(T5, 3)],
+          now=0)
+    a.add([Span(T6, f"{2:016x}", f"{7:016x}", "s2", 1, 9, parent_remote=True),
+           span(T6, 3, parent=2)], now=0)  # an entry span ended, its children present
     released = a.release_ended(now=1)
     assert sorted((t.trace_id, t.status, t.release_reason) for t in released) == [
-        (T1, "complete", "shutdown"), (T4, "complete", "shutdown")]
-    assert len(a) == 2 and a.open_spans == 3
-    assert [t.trace_id for t in a.tick(180)] == [T2, T3]  # their timers go on
+        (T1, "complete", "shutdown"), (T6, "complete", "shutdown")]
+    assert len(a) == 4 and a.open_spans == 6
+    # their timers go on: T4 is recognised when idle, T5's remote entry ended (grace)
+    assert sorted((t.trace_id, t.status) for t in a.tick(180)) == [
+        (T2, "incomplete"), (T3, "incomplete"), (T4, "complete"), (T5, "complete")]
 
 
 def test_a_replay_at_an_earlier_time_does_not_move_the_deadline_back() -> None:

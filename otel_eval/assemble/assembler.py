@@ -323,11 +323,12 @@ class TraceAssembler:
         return out
 
     def release_ended(self, now: float, reason: str = "shutdown") -> list[Trace]:
-        """Release the traces whose run has ended (a clean stop: grace only waits for
+        """Release the traces whose run has surely ended (a clean stop: grace only waits for
         stragglers); the others stay open and unjudged (a stop is no verdict: the spool, or
-        Kafka's uncommitted offsets, resume them at the next start)."""
+        Kafka's uncommitted offsets, resume them at the next start, where their timers go
+        on). Surely: ``_surely_ended``; a root recognised only by going idle is not."""
         return [self._release(t, "complete", reason, now) for t in list(self._open.values())
-                if t.spans and (t.root_ended or _local_root_ended(t))]
+                if t.spans and t.root_ended and _surely_ended(t)]
 
     def release_all(self, now: float, reason: str = "shutdown") -> list[Trace]:
         """Release everything open (end of file): ended roots are complete."""
@@ -398,6 +399,18 @@ class TraceAssembler:
             rel.popitem(last=False)
         while len(self._tombstones) > cfg.max_tombstones:
             self._tombstones.popitem(last=False)
+
+
+def _surely_ended(tr: _Open) -> bool:
+    """Whether the run has ended beyond doubt: its root (the earliest entry span) has ended and
+    no span waits for a parent that is absent and not flagged remote. Such a parent is a
+    local span still running (the agent's own root, while a downstream service's entry span
+    has ended), or one an exporter that sets no flags cannot tell apart from an upstream's."""
+    spans = tr.spans
+    root = local_root(list(spans.values()))
+    return (root is not None and root.end_ns > 0 and root.is_entry
+            and all(s.parent_span_id is None or s.parent_span_id in spans
+                    or s.parent_remote is True for s in spans.values()))
 
 
 def _local_root_ended(tr: _Open) -> bool:
