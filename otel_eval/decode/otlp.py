@@ -244,8 +244,10 @@ def _salvage(lenient: Any) -> tuple[ExportTraceServiceRequest, Counter[str]]:
             ss = rs.scope_spans.add()
             try:
                 ss.scope.ParseFromString(lss.scope.SerializeToString())
-            except DecodeError:
+                ss.schema_url = lss.schema_url.decode("utf-8")
+            except (DecodeError, UnicodeDecodeError):
                 bad["invalid_utf8"] += len(lss.spans)
+                del rs.scope_spans[-1]
                 continue
             for lspan in lss.spans:
                 try:

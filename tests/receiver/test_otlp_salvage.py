@@ -1,0 +1,52 @@
+"""A request with invalid UTF-8 in some spans: ``decode.otlp.parse_request`` drops those (counted
+``invalid_utf8``) and keeps the rest as received, with their resource and scope whole
+(``schema_url`` of both levels included: the salvage dropped the scope's, so a forwarded
+span lost it)."""
+
+from __future__ import annotations
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from opentelemetry.proto.trace.v1 import trace_pb2
+
+from otel_eval.decode.otlp import parse_request
+
+TID = bytes(range(1, 17))
+
+
+def _span(sid: int, name: str) -> trace_pb2.Span:
+    return trace_pb2.Span(trace_id=TID, span_id=bytes([sid]) * 8, name=name,
+                          start_time_unix_nano=1, end_time_unix_nano=2)
+
+
+def _request(scope_url: str = "https://opentelemetry.io/schemas/1.37.0"
+             ) -> ExportTraceServiceRequest:
+    return ExportTraceServiceRequest(resource_spans=[trace_pb2.ResourceSpans(
+        resource=Resource(attributes=[KeyValue(key="service.name",
+                                               value=AnyValue(string_value="svc"))]),
+        schema_url="https://opentelemetry.io/schemas/1.36.0",
+        scope_spans=[
+            trace_pb2.ScopeSpans(scope=InstrumentationScope(name="a", version="1"),
+                                 schema_url=scope_url, spans=[_span(1, "good"), _span(2, "BADX")]),
+            trace_pb2.ScopeSpans(scope=InstrumentationScope(name="b"),
+                                 schema_url="https://example.com/s", spans=[_span(3, "ok")])])])
+
+
+def test_the_spans_left_keep_their_resource_and_scope_as_received() -> None:
+    body = _request().SerializeToString().replace(b"BADX", b"BA\xff\xfe")
+    req, bad = parse_request(body)
+    assert bad == {"invalid_utf8": 1}
+    want = _request()
+    del want.resource_spans[0].scope_spans[0].spans[1]
+    assert req == want
+
+
+def test_a_scope_whose_schema_url_is_not_utf8_drops_its_spans_only() -> None:
+    body = _request("https://x/SCOPEURL").SerializeToString()
+    body = body.replace(b"SCOPEURL", b"SC\xff\xfeEURL")  # the same length: the framing holds
+    req, bad = parse_request(body)
+    assert bad == {"invalid_utf8": 2}
+    [rs] = req.resource_spans
+    assert [ss.scope.name for ss in rs.scope_spans] == ["b"]  # no empty scope left behind
+    assert [s.name for s in rs.scope_spans[0].spans] == ["ok"]
