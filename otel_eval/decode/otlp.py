@@ -5,7 +5,8 @@
 
 Promises:
 - every span is either returned or counted as rejected with a reason from ``REJECT_REASONS``
-  (a time past int64 nanoseconds or a span longer than a year: ``invalid_timestamp``);
+  (a time past int64 nanoseconds or a span longer than a year: ``invalid_timestamp``; a link
+  whose ids are not 16 and 8 bytes: ``invalid_link_id``);
 - only ids, names, times and status are read eagerly; attributes and events are decoded on
   first access (``Span.attributes``), so the receive path stays close to protobuf-decode speed
   and bulky message text stays a raw string;
@@ -37,7 +38,7 @@ from otel_eval.base.model import Origin, Span, SpanEvent
 
 # Closed set of reasons a span is rejected at decode time.
 REJECT_REASONS = ("invalid_trace_id", "invalid_span_id", "invalid_parent_span_id",
-                  "invalid_timestamp")
+                  "invalid_link_id", "invalid_timestamp")
 # Span times must fit int64 nanoseconds (until 2262, as every store and backend holds them)...
 MAX_TIME_NS = 2**63 - 1
 # ...and a span last at most a year: one ending at 2^64-1 ns would add centuries to the
@@ -151,6 +152,11 @@ def decode_request(req: ExportTraceServiceRequest) -> DecodeResult:
                     continue
                 if pid and len(pid) != 8:
                     reasons["invalid_parent_span_id"] += 1
+                    continue
+                if pb.links and not all(len(link.trace_id) == 16 and len(link.span_id) == 8
+                                        for link in pb.links):
+                    # what would be forwarded is not the link sent (OTLP/JSON: a non-hex id)
+                    reasons["invalid_link_id"] += 1
                     continue
                 start, end = pb.start_time_unix_nano, pb.end_time_unix_nano
                 if start > MAX_TIME_NS or end > MAX_TIME_NS or (

@@ -3,7 +3,7 @@
 Promises:
 - OTLP/JSON uses hex trace/span ids (not base64) and accepts camelCase and snake_case keys;
 - an id that is not hex does not fail the request: its span is rejected with a reason by
-  ``otlp.decode_request``;
+  ``otlp.decode_request`` (a link's id too: ``invalid_link_id``);
 - parsing raises ``ValueError`` with a clear message, whatever the content (the body is read
   through ``body.loads_bounded``: nesting depth and non-finite numbers bounded);
 - ``request_to_json`` is the inverse of ``request_from_dict`` / ``message_from_dict``.

@@ -1,16 +1,21 @@
-"""A request with invalid UTF-8 in some spans: ``decode.otlp.parse_request`` drops those (counted
-``invalid_utf8``) and keeps the rest as received, with their resource and scope whole
-(``schema_url`` of both levels included: the salvage dropped the scope's, so a forwarded
-span lost it)."""
+"""Bad spans dropped with a reason, the rest kept as received (``decode.otlp``).
+
+Invalid UTF-8 in some spans: ``parse_request`` drops those (``invalid_utf8``) and keeps the
+rest with their resource and scope whole (``schema_url`` of both levels included: the salvage
+dropped the scope's, so a forwarded span lost it). A link id that is not hex in OTLP/JSON:
+its span is rejected (``invalid_link_id``), not forwarded with the id changed."""
 
 from __future__ import annotations
+
+import json
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1 import trace_pb2
 
-from otel_eval.decode.otlp import parse_request
+from otel_eval.decode.otlp import decode_request, parse_request
+from otel_eval.decode.otlp_json import request_from_json
 
 TID = bytes(range(1, 17))
 
@@ -50,3 +55,16 @@ def test_a_scope_whose_schema_url_is_not_utf8_drops_its_spans_only() -> None:
     [rs] = req.resource_spans
     assert [ss.scope.name for ss in rs.scope_spans] == ["b"]  # no empty scope left behind
     assert [s.name for s in rs.scope_spans[0].spans] == ["ok"]
+
+
+def test_a_link_whose_id_is_not_hex_rejects_its_span_with_a_reason() -> None:
+    """OTLP/JSON: a non-hex id becomes a wrong-length one, so its span is rejected with a
+    reason; before, a link's was forwarded as one zero byte and its span accepted."""
+    span = {"traceId": TID.hex(), "spanId": "01" * 8, "name": "s", "startTimeUnixNano": "1",
+            "endTimeUnixNano": "2"}
+    links = [{"traceId": "not-hex-zz", "spanId": "02" * 8, "traceState": "a=1"}]
+    good = {**span, "spanId": "03" * 8, "links": [{"traceId": "ab" * 16, "spanId": "02" * 8}]}
+    body = {"resourceSpans": [{"scopeSpans": [{"spans": [{**span, "links": links}, good]}]}]}
+    decoded = decode_request(request_from_json(json.dumps(body)))
+    assert dict(decoded.reasons) == {"invalid_link_id": 1}
+    assert [s.span_id for s in decoded.spans] == ["03" * 8]
