@@ -30,8 +30,11 @@ from otel_eval.base.printable import quoted
 _PIECE = 64 * 1024
 # Longest chunk-size line accepted (hex size plus chunk extensions).
 _MAX_CHUNK_LINE = 1024
-# Default JSON nesting bound: OTLP/JSON is ~9 levels deep plus 4 per nested kvlist value.
-MAX_JSON_DEPTH = 100
+# Default JSON nesting bound: OTLP/JSON is ~10 levels deep plus 4 per nested kvlist value.
+# Past what protobuf decodes (upb's 100 message levels: 31 nested kvlists, 134 JSON levels):
+# a request taken as protobuf and published to Kafka as OTLP/JSON must read back (at 100 a
+# taken span became a poison record); deeper JSON is refused by protobuf's own parser.
+MAX_JSON_DEPTH = 160
 
 
 class _Stream(Protocol):
