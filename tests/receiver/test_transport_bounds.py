@@ -147,13 +147,15 @@ def _nested_kvlist(depth: int) -> str:
 
 @pytest.mark.parametrize(("body", "reason"), [
     (_otlp_json(_nested_kvlist(300)), "nested deeper"),
-    (_otlp_json(_nested_kvlist(30)), "nested deeper"),
+    (_otlp_json(_nested_kvlist(40)), "nested deeper"),
+    # deeper than protobuf decodes, within the JSON bound: protobuf's parser refuses it
+    (_otlp_json(_nested_kvlist(32)), "OTLP"),
     (b"[" * 100_000 + b"]" * 100_000, "nested deeper"),
     (_otlp_json(',"\\ud800":1'), "OTLP"),
     (b'{"\\udfff":1,"resourceSpans":[]}', "OTLP"),
     (_otlp_json(',"kind":Infinity'), "Infinity"),
     (_otlp_json(',"startTimeUnixNano":NaN'), "NaN"),
-], ids=["kvlist-300", "kvlist-30", "array-100k", "surrogate-key", "surrogate-top-key",
+], ids=["kvlist-300", "kvlist-40", "kvlist-32", "array-100k", "surrogate-key", "surrogate-top-key",
         "infinity-enum", "nan-int"])
 def test_hostile_json_is_400_with_a_reason(h: Harness, body: bytes, reason: str) -> None:
     status, answer, _ = _exchange(_port(h), _post_head(
@@ -183,6 +185,7 @@ def test_hostile_logs_json_is_400_with_a_reason(h: Harness, body: bytes, reason:
 
 def test_json_depth_bound_keeps_ordinary_nesting() -> None:
     assert loads_bounded(_otlp_json(_nested_kvlist(10)))
+    assert loads_bounded(_otlp_json(_nested_kvlist(31)))  # as deep as protobuf decodes
     with pytest.raises(ValueError, match="nested deeper than 5"):
         loads_bounded(b"[[[[[[1]]]]]]", max_depth=5)
     assert loads_bounded(b"[[[[[1]]]]]", max_depth=5) == [[[[[1]]]]]
