@@ -41,7 +41,7 @@ from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.component import Sink
 from otel_eval.base.model import Trace, content_digest
 from otel_eval.base.results import Evaluation
-from otel_eval.evaluate.handoff import NOT_A_RUN, EvaluationStage, Job, Outcome
+from otel_eval.evaluate.handoff import NOT_A_RUN, UNSTORABLE, EvaluationStage, Job, Outcome
 from otel_eval.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -118,10 +118,10 @@ class Finishing:
         now = self._clock()
         for job, out in zip(jobs, outcomes, strict=True):
             trace, ev = job.trace, out.evaluation
-            if ev is None:  # already evaluated (and exported then), or no agent run
-                skipped = out.skipped or "already_evaluated"
+            if ev is None:  # already evaluated (and exported then), no agent run, or a
+                skipped = out.skipped or "already_evaluated"  # result nothing could store
                 self._metrics.evaluation.skipped(skipped)
-                if skipped == NOT_A_RUN:
+                if skipped in (NOT_A_RUN, UNSTORABLE):  # the spans still pass on, unstamped
                     self._to_sinks(trace, None)
                 continue
             if out.failure is not None:

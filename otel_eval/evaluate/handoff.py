@@ -17,11 +17,14 @@ from typing import Protocol
 from otel_eval.base.model import Trace
 from otel_eval.base.results import Evaluation
 
-__all__ = ["ALREADY_EVALUATED", "NOT_A_RUN", "Done", "EvaluationStage", "Job", "Outcome"]
+__all__ = ["ALREADY_EVALUATED", "NOT_A_RUN", "UNSTORABLE", "Done", "EvaluationStage", "Job",
+           "Outcome"]
 
 # Outcome.skipped: the store holds an evaluation of this content (same trace id and digest)
 ALREADY_EVALUATED = "already_evaluated"
 NOT_A_RUN = "not_a_run"  # Outcome.skipped: every span a setup operation, no agent run
+# Outcome.skipped: the store took neither the trace's evaluation nor an error record of it
+UNSTORABLE = "unstorable"
 
 
 @dataclass(slots=True)

@@ -39,6 +39,7 @@ from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.handoff import (
     ALREADY_EVALUATED,
     NOT_A_RUN,
+    UNSTORABLE,
     Done,
     EvaluationStage,
     Job,
@@ -50,8 +51,6 @@ from otel_eval.store.failures import STORE_REFUSALS, write_failure
 log = logging.getLogger(__name__)
 
 
-# Outcome.skipped: the store took neither the trace's evaluation nor an error record of it
-UNSTORABLE = "unstorable"
 __all__ = ["ALREADY_EVALUATED", "NOT_A_RUN", "UNSTORABLE", "EvaluationStage", "InProcess",
            "Job", "Outcome", "evaluate_and_store", "store_failed"]
 

@@ -90,6 +90,22 @@ def _failing_rows(bad: str, times: int) -> Any:
     return row
 
 
+class _Recorder:
+    """A sink that notes the poison trace's id, exported (evaluated) or passed on."""
+
+    def __init__(self) -> None:
+        self.exported: list[str] = []
+        self.passed_on: list[str] = []
+
+    def export(self, trace: Any, evaluation: Evaluation) -> None:
+        if trace.trace_id == POISON:
+            self.exported.append(trace.trace_id)
+
+    def pass_on(self, trace: Any) -> None:
+        if trace.trace_id == POISON:
+            self.passed_on.append(trace.trace_id)
+
+
 @pytest.mark.parametrize("times", [2, 99])
 def test_a_trace_whose_row_fails_is_an_error_record_or_dropped_never_the_batch(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, times: int) -> None:
@@ -98,6 +114,8 @@ def test_a_trace_whose_row_fails_is_an_error_record_or_dropped_never_the_batch(
     are stored either way, and nothing stays in the spool."""
     monkeypatch.setattr(sqlite_module, "evaluation_row", _failing_rows(POISON, times))
     with running_service(tmp_path) as h:
+        sink = _Recorder()
+        h.svc.engine.sinks.append(sink)
         _post(h, _openinference(POISON, '"weather_agent"'))
         for trace in CLEAN:
             _post(h, _openinference(trace, '"weather_agent"'))
@@ -110,9 +128,12 @@ def test_a_trace_whose_row_fails_is_an_error_record_or_dropped_never_the_batch(
             assert "TypeError" in json.dumps(poison)
             assert h.sample("otel_eval_evaluation_failures_total", stage="evaluate",
                             reason="TypeError") == 1
+            assert sink.exported == [POISON]
         else:
             assert poison is None
             assert h.sample("otel_eval_evaluation_skipped_total", reason="unstorable") == 1
+            # its spans still pass on (forwarded unstamped); before, no sink saw them
+            assert sink.passed_on == [POISON] and sink.exported == []
         assert h.sample("otel_eval_store_write_failures_total", reason="error") == 0
         assert h.sample("otel_eval_spool_requests") == 0
 
