@@ -13,6 +13,9 @@ that RetryInfo delay, as otel-eval's own receiver does), ``reject_spans`` (a par
 For the exporters' transport, gRPC can be served over TLS (``tls`` = (cert, key); client
 certificates signed by ``client_ca`` required) and demand a bearer ``token``: a call without
 ``authorization: Bearer <token>`` is refused UNAUTHENTICATED (counted in ``unauthenticated``).
+gRPC accepts requests up to ``max_recv_msg_size_mib`` (the collector's OTLP receiver setting
+of that name): 64 by default, so that the suite's large traces fit; 4 is the gRPC default that
+a downstream configured with no limit has (larger requests answered RESOURCE_EXHAUSTED).
 ``start()`` binds, ``stop()`` closes; ``with Capture() as c`` does both.
 """
 
@@ -46,10 +49,11 @@ _ID_KEYS = ("traceId", "spanId", "parentSpanId")
 
 class Capture:
     """``grpc_target`` (HOST:PORT, ``port``) and ``http_url`` (base URL, also ``endpoint``).
-    ``token``, ``tls`` and ``client_ca`` apply to gRPC only (the HTTP side stays plain)."""
+    ``token``, ``tls``, ``client_ca`` and ``max_recv_msg_size_mib`` apply to gRPC only (the
+    HTTP side stays plain)."""
 
     def __init__(self, token: str = "", tls: tuple[Path, Path] | None = None,
-                 client_ca: Path | None = None) -> None:
+                 client_ca: Path | None = None, max_recv_msg_size_mib: int = 64) -> None:
         self.traces: list[Any] = []
         self.logs: list[Any] = []
         self.arrivals: list[tuple[str, Message]] = []
@@ -64,7 +68,8 @@ class Capture:
         self.accepted_at: list[float] = []  # time.monotonic() of each authenticated gRPC call
         self.cond = threading.Condition()
         self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=4),
-                                 options=[("grpc.max_receive_message_length", 64 << 20)])
+                                 options=[("grpc.max_receive_message_length",
+                                           max_recv_msg_size_mib << 20)])
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_Traces(self), self._grpc)
         logs_service_pb2_grpc.add_LogsServiceServicer_to_server(_Logs(self), self._grpc)
         if tls is None:
