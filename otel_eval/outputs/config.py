@@ -3,8 +3,9 @@
 Both exporters share the settings below, as the collector's OTLP exporter and the OTel SDK's
 take them: endpoint, TLS (or plain text), headers, compression, a timeout per call; one
 bounded queue each (counted in items: log records for events, spans for forwarding), one
-worker thread each, batches of at most ``max_batch_items``, retried with the shared back-off
-(``base.backoff``) on retryable gRPC codes.
+worker thread each, batches of at most ``max_batch_items`` and ``max_batch_bytes`` (the
+collector's ``sending_queue.batch.max_size`` with ``sizer: items`` and ``sizer: bytes``),
+retried with the shared back-off (``base.backoff``) on retryable gRPC codes.
 """
 
 from __future__ import annotations
@@ -41,8 +42,17 @@ class ExportConfig:
     # Items (spans or log records) waiting to be sent, per exporter. When full, the oldest
     # queued batch is dropped (reason `queue_full`), so fresh results win. Default 100000.
     max_queue_items: int = 100_000
-    # Items per export request (a trace is never split). Default 2048.
+    # Items per export request (a trace is never split by count). Default 2048.
     max_batch_items: int = 2048
+    # Serialized bytes per export request (uncompressed, what a receiver's limit counts), as
+    # the collector's sending_queue.batch max_size with sizer: bytes; at least 1024. Queued
+    # requests are merged only while the result stays within it; one larger alone (a big
+    # trace) is split by resource, scope and item, every field kept; a single span or record
+    # larger still is sent alone (refused downstream: reason `rejected`, that item only).
+    # Default 3670016 (3.5 MiB): under the 4 MiB an OTLP/gRPC receiver takes unless its
+    # max_recv_msg_size_mib is raised, with room for a collector in between that adds
+    # attributes before exporting under the same limit.
+    max_batch_bytes: int = 3_670_016
     # Deadline of one export call, seconds. Default 10.
     timeout_s: float = 10.0
     # First retry delay after UNAVAILABLE / DEADLINE_EXCEEDED / ABORTED, seconds; doubled per
@@ -63,7 +73,8 @@ class ExportConfig:
             problems["tls"] = "is set while insecure is true (plain text): set insecure: false"
         if self.max_backoff_s < self.initial_backoff_s:
             problems["max_backoff_s"] = "must be at least initial_backoff_s"
-        validate(self, minimum={"max_queue_items": 1, "max_batch_items": 1, "max_retry_s": 0},
+        validate(self, minimum={"max_queue_items": 1, "max_batch_items": 1,
+                                "max_batch_bytes": 1024, "max_retry_s": 0},
                  above={"timeout_s": 0, "initial_backoff_s": 0, "max_backoff_s": 0},
                  endpoints=("events_endpoint", "forward_endpoint"), problems=problems)
 

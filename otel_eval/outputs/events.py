@@ -47,6 +47,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from otel_eval.base import model
 from otel_eval.base.results import Evaluation
 from otel_eval.decode.encode import dict_to_attributes
+from otel_eval.outputs.batcher import LOGS
 from otel_eval.outputs.config import ExportConfig
 from otel_eval.outputs.deps import Deps
 from otel_eval.outputs.sender import OtlpSender
@@ -236,7 +237,7 @@ class EvaluationEvents:
         self._sender: OtlpSender[logs_service_pb2.ExportLogsServiceRequest] = OtlpSender(
             SINK, config.events_endpoint,
             lambda ch: logs_service_pb2_grpc.LogsServiceStub(ch).Export,
-            logs_service_pb2.ExportLogsServiceRequest,
+            logs_service_pb2.ExportLogsServiceRequest, LOGS,
             lambda resp: int(resp.partial_success.rejected_log_records),
             metrics.sinks.events_emitted, metrics, config)
 

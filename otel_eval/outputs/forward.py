@@ -34,6 +34,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from otel_eval.base import model
 from otel_eval.base.results import Evaluation, Finding
 from otel_eval.decode.encode import encode_spans
+from otel_eval.outputs.batcher import TRACES
 from otel_eval.outputs.config import ExportConfig
 from otel_eval.outputs.deps import Deps
 from otel_eval.outputs.sender import OtlpSender
@@ -86,7 +87,7 @@ class Forwarder:
         self._sender: OtlpSender[trace_service_pb2.ExportTraceServiceRequest] = OtlpSender(
             SINK, config.forward_endpoint,
             lambda ch: trace_service_pb2_grpc.TraceServiceStub(ch).Export,
-            trace_service_pb2.ExportTraceServiceRequest,
+            trace_service_pb2.ExportTraceServiceRequest, TRACES,
             lambda resp: int(resp.partial_success.rejected_spans),
             metrics.sinks.forwarded, metrics, config)
 

@@ -3,6 +3,10 @@
 Promises:
 - ``submit`` never blocks the pipeline: when the queue (counted in items: spans or log
   records) is full, the oldest queued request is dropped, reason ``queue_full``;
+- each export request stays within ``max_batch_items`` and ``max_batch_bytes`` (serialized
+  size): queued requests are merged while both hold, a request too large alone is split by
+  resource, scope and item with every field kept (``outputs.batcher``); one item larger than
+  the byte bound is sent alone;
 - every item that is not delivered is counted once through ``metrics.sinks.dropped`` with a
   reason from ``DROP_REASONS``;
 - retryable failures (UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED) are retried with the shared
@@ -26,7 +30,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 import grpc
 from google.rpc import error_details_pb2, status_pb2
@@ -34,6 +38,7 @@ from google.rpc import error_details_pb2, status_pb2
 from otel_eval.base.backoff import Backoff
 from otel_eval.base.configcheck import StartupError
 from otel_eval.base.tlsfiles import grpc_channel_credentials, stamp
+from otel_eval.outputs.batcher import Layout, Queued, Request, batches, take
 from otel_eval.outputs.config import ExportConfig
 from otel_eval.telemetry.metrics import Metrics
 
@@ -46,11 +51,7 @@ RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXC
 _COMPRESSION = {"none": grpc.Compression.NoCompression, "gzip": grpc.Compression.Gzip}
 
 
-class _Request(Protocol):
-    def MergeFrom(self, other: Any) -> None: ...
-
-
-R = TypeVar("R", bound=_Request)
+R = TypeVar("R", bound=Request)
 
 # (channel) -> unary call(request, timeout=...) -> response
 CallFactory = Callable[[grpc.Channel], Callable[..., Any]]
@@ -81,16 +82,17 @@ def retry_info_delay_s(error: grpc.RpcError) -> float | None:
 
 
 class OtlpSender(Generic[R]):
-    """Sends OTLP export requests of one kind (traces or logs) to ``endpoint``."""
+    """Sends OTLP export requests of one kind (traces or logs, ``layout``) to ``endpoint``."""
 
     def __init__(self, sink: str, endpoint: str, call_factory: CallFactory,
-                 new_request: Callable[[], R], rejected_in: Callable[[Any], int],
+                 new_request: Callable[[], R], layout: Layout, rejected_in: Callable[[Any], int],
                  on_sent: Callable[[int], None], metrics: Metrics, config: ExportConfig,
                  ) -> None:
         self.sink = sink
         self.endpoint = endpoint
         self._call_factory = call_factory
         self._new_request = new_request
+        self._layout = layout
         self._rejected_in = rejected_in  # partial_success.rejected_* of a response
         self._on_sent = on_sent
         self._metrics = metrics
@@ -100,7 +102,7 @@ class OtlpSender(Generic[R]):
         self._tls_paths = [] if config.insecure else [p for _, p in config.tls.files()]
         self._tls_stamp: tuple[tuple[int, int, int], ...] | None = None
         self._compression = _COMPRESSION[config.compression]
-        self._queue: collections.deque[tuple[R, int]] = collections.deque()
+        self._queue: collections.deque[Queued[R]] = collections.deque()
         self._queued_items = 0
         self._cond = threading.Condition()
         self._closing = False
@@ -161,16 +163,16 @@ class OtlpSender(Generic[R]):
         if n_items > self._cfg.max_queue_items:
             self._drop("too_large", n_items)
             return False
-        evicted = 0
+        evicted, size = 0, request.ByteSize()  # serializes: outside the lock
         with self._cond:
             if self._closing:  # before start() is fine: start() drains what is queued
                 accepted = False
             else:
                 while self._queue and self._queued_items + n_items > self._cfg.max_queue_items:
-                    _, n_old = self._queue.popleft()
+                    n_old = self._queue.popleft().items
                     self._queued_items -= n_old
                     evicted += n_old
-                self._queue.append((request, n_items))
+                self._queue.append(Queued(request, n_items, size))
                 self._queued_items += n_items
                 self._cond.notify()
                 accepted = True
@@ -206,35 +208,41 @@ class OtlpSender(Generic[R]):
 
     # --- worker ---------------------------------------------------------------------------
 
-    def _next_batch(self) -> tuple[R, int] | None:
+    def _next_batch(self) -> list[Queued[R]] | None:
         with self._cond:
             while not self._queue and not self._closing:
                 self._cond.wait()
             if not self._queue:
                 return None
-            batch, n = self._new_request(), 0
-            while self._queue and (n == 0 or n + self._queue[0][1] <= self._cfg.max_batch_items):
-                req, k = self._queue.popleft()
-                self._queued_items -= k
-                batch.MergeFrom(req)  # concatenates resource_spans / resource_logs
-                n += k
-            return batch, n
+            taken = take(self._queue, self._cfg.max_batch_items, self._cfg.max_batch_bytes)
+            self._queued_items -= sum(q.items for q in taken)
+            return taken
 
     def _run(self) -> None:
         while True:
-            item = self._next_batch()
-            if item is None:
+            taken = self._next_batch()
+            if taken is None:
                 return
-            batch, n = item
-            if time.monotonic() >= self._deadline:
-                self._drop("shutdown", n)
+            try:  # merging and splitting copy messages: outside the lock
+                requests = batches(taken, self._layout, self._cfg.max_batch_bytes,
+                                   self._new_request)
+            except Exception:  # stage boundary, as below
+                log.exception("%s: unexpected error batching", self.sink)
+                self._drop("internal_error", sum(q.items for q in taken))
                 continue
-            try:
-                self._follow_tls_files()
-                self._send(batch, n)
-            except Exception:  # stage boundary: a bug here must not kill the worker silently
-                log.exception("%s: unexpected error sending %d item(s)", self.sink, n)
-                self._drop("internal_error", n)
+            for batch, n in requests:
+                self._deliver(batch, n)
+
+    def _deliver(self, batch: R, n: int) -> None:
+        if time.monotonic() >= self._deadline:
+            self._drop("shutdown", n)
+            return
+        try:
+            self._follow_tls_files()
+            self._send(batch, n)
+        except Exception:  # stage boundary: a bug here must not kill the worker silently
+            log.exception("%s: unexpected error sending %d item(s)", self.sink, n)
+            self._drop("internal_error", n)
 
     def _send(self, batch: R, n: int) -> None:
         give_up_at = time.monotonic() + self._cfg.max_retry_s
