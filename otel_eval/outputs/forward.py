@@ -14,7 +14,9 @@ and the root span gets the trace summary
 Everything else is forwarded as received, by construction: each span is written back from the
 bytes it came in, under its resource and scope as they came (``encode.encode_spans``), with the
 stamps appended to its attributes (an ``otel_eval.*`` key it already carried is replaced).
-Delivery, bounds, retries and drop counting: ``outputs.sender`` (sink label ``forward``).
+Delivery, bounds, retries and drop counting: ``outputs.sender`` (sink label ``forward``). A
+request holds at most ``export.max_batch_bytes``: a trace larger than that arrives in several
+requests, its spans under copies of their resource and scope entries (``outputs.batcher``).
 
 A trace that is no agent run (only setup operations: not evaluated) is forwarded as received,
 unstamped (``pass_on``), so pass-through never swallows spans.
