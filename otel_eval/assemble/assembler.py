@@ -84,6 +84,10 @@ class AddResult:
     rejected: Counter[str] = field(default_factory=Counter)
     reopened: int = 0  # traces re-opened by late spans
     traces: set[str] = field(default_factory=set)  # trace ids that took spans
+    # trace ids that refused items as already theirs (``duplicate_span``) or as arriving after
+    # they were released (``late``): a redelivered Kafka record's items are held by such a
+    # trace, and the engine tells the record's waiter when that release is stored
+    known: set[str] = field(default_factory=set)
 
 
 def _service(item: Span | HeldRecord) -> str:
@@ -161,6 +165,7 @@ class TraceAssembler:
                 continue
             if span.span_id in tr.spans:
                 res.rejected["duplicate_span"] += 1
+                res.known.add(tr.trace_id)
                 continue
             if len(tr.spans) >= limit:
                 res.rejected["trace_too_large"] += 1
@@ -196,6 +201,8 @@ class TraceAssembler:
         started = self._start(item, now, res, source, sender)
         if isinstance(started, str):
             res.rejected[started] += 1
+            if started == "late":
+                res.known.add(item.trace_id)
             return None
         return started
 
