@@ -146,8 +146,10 @@ class Engine:
         ``age_s`` seconds ago (assembly's timers count from then); ``sender``: the
         authenticated sender's token name (re-opening needs the same). ``on_stored``: called
         once every trace that took an item is stored (or, for records no span joined,
-        dropped and counted as ``no_spans``): either way the items are done with (Kafka
-        commits their offsets then). Records are held as their bytes (``HeldRecord``; one
+        dropped and counted as ``no_spans``), and every released trace not stored yet that
+        refused items as its own (``duplicate_span``, ``late``: a Kafka record delivered
+        again after a rebalance); either way the items are done with (Kafka commits their
+        offsets then). Records are held as their bytes (``HeldRecord``; one
         given decoded is encoded here) until their trace is released."""
         taken: Sequence[Span] | Sequence[HeldRecord] = (
             [hold(r) for r in items] if signal == "logs"  # type: ignore[arg-type]
@@ -170,9 +172,12 @@ class Engine:
             if row is not None:
                 self.durability.settle(row, trace_ids, res.traces,
                                        taken if signal == "logs" else ())  # type: ignore[arg-type]
+            waits = len(res.traces)
+            if barrier is not None:  # items a released, unstored trace holds: wait for it
+                waits += self.finishing.wait_for(res.known - res.traces, barrier.done)
             self._update_gauges()
         if barrier is not None:
-            barrier.arm(len(res.traces))
+            barrier.arm(waits)
         adm.accepted, adm.rejected = res.accepted, res.rejected
         if res.reopened:  # log records re-open a trace without spans of their own
             self.metrics.ingest.trace_reopened(res.reopened if signal == "traces" else 0)

@@ -20,6 +20,14 @@ refusal is counted (``otel_eval_store_write_failures_total{reason}``) and ``Stor
 says when ``process`` may hand out work again (capped exponential back-off); meanwhile the
 receivers throttle (``store_unavailable``). The first batch stored ends the back-off.
 
+A request whose items a released trace already holds (a Kafka record delivered again after
+its partition came back: every span a ``duplicate_span`` or ``late``) is done when that trace
+is: ``wait_for`` adds its waiter to the trace's own, called by ``finish`` with them. The
+traces released and not finished are kept by trace id for it (the latest revision, which holds
+the earlier ones' spans); an entry leaves at ``finish``, so they are bounded by the pending
+budget. A trace kept after a store refusal, re-sent after its worker process died, or left
+unstored by a stop keeps its waiters uncalled.
+
 A trace's spans count as pending (``queued_spans``, ``queued_bytes``: admission bounds them)
 from its release until ``finish``, whatever the stage, so the receivers throttle while the
 evaluation is behind. A sink that raises is logged and counted, and the others still run.
@@ -34,7 +42,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from otel_eval.assemble.durability import Durability
 from otel_eval.assemble.store_health import StoreHealth
@@ -63,6 +71,8 @@ class Finishing:
         self._gauges = gauges  # the engine's gauges, called with the lock held
         self._finish_lock = threading.Lock()  # stages may finish jobs from several threads
         self._queue: deque[Job] = deque()
+        # released, not finished (queued, or handed to the stage): by trace id, under the lock
+        self._unfinished: dict[str, Trace] = {}
         self.queued_spans = 0
         self.queued_bytes = 0
         self.wake = threading.Event()  # set when there is work for process()
@@ -72,11 +82,23 @@ class Finishing:
         for t in traces:
             t.digest = content_digest(t)  # what it is released with (the store keeps it)
             self._queue.append(Job(t, now))
+            self._unfinished[t.trace_id] = t
             self.queued_spans += len(t.spans)
             self.queued_bytes += sum(s.nbytes for s in t.spans)
             self._metrics.ingest.trace_released(t.status, t.release_reason, len(t.spans))
         if traces:
             self.wake.set()
+
+    def wait_for(self, trace_ids: Iterable[str], waiter: Callable[[], None]) -> int:
+        """Add ``waiter`` to the traces of ``trace_ids`` released and not finished (called
+        once each is); returns to how many. Lock held."""
+        n = 0
+        for tid in trace_ids:
+            trace = self._unfinished.get(tid)
+            if trace is not None:
+                trace.waiters.append(waiter)
+                n += 1
+        return n
 
     def queued_traces(self) -> int:
         """Traces waiting to be handed out (after a store refusal: kept for the retry)."""
@@ -129,13 +151,19 @@ class Finishing:
             self._metrics.evaluation_stored(ev, now - job.released_at, out.superseded)
             self._to_sinks(trace, ev)
         # Only now is the work durable: release the pending budget and tell the waiters.
+        # Under the lock, the trace stops taking waiters (``wait_for``) before they are read:
+        # a waiter added later finds the trace finished and is not kept waiting.
         with self._lock:
             self.queued_spans -= sum(len(j.trace.spans) for j in jobs)
             self.queued_bytes -= sum(s.nbytes for j in jobs for s in j.trace.spans)
             self._gauges()
-        for job in jobs:
-            for waiter in job.trace.waiters:
-                waiter()
+            for job in jobs:
+                tid = job.trace.trace_id
+                if self._unfinished.get(tid) is job.trace:  # not a later revision's entry
+                    del self._unfinished[tid]
+            waiters = [w for job in jobs for w in job.trace.waiters]
+        for waiter in waiters:
+            waiter()
 
     def _to_sinks(self, trace: Trace, evaluation: Evaluation | None) -> None:
         """Each sink gets the evaluation, or (None: no agent run) the trace to pass on."""

@@ -217,7 +217,9 @@ class Trace:
     source: str = "otlp"  # otlp | kafka | file name for offline runs
     revision: int = 0  # > 0 when late spans re-opened an already released trace
     release_reason: str = ""  # root_ended | idle_timeout | max_duration | overflow | shutdown | eof
-    # Called once each when this trace's evaluation is stored (Kafka offset tracking).
+    # Called once each when this trace's evaluation is stored (Kafka offset tracking): of
+    # the requests that fed it, and of those delivered again while it was being stored
+    # (``Finishing.wait_for``)
     waiters: list[Callable[[], None]] = field(default_factory=list)
     logs: list[LogEvent] = field(default_factory=list)  # GenAI events sent as log records
     # ``content_digest`` of what was released (set by finishing at release; "" = not yet):
