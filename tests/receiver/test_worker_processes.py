@@ -223,6 +223,33 @@ def test_a_trace_whose_worker_keeps_dying_is_stored_as_an_error(tmp_path: Path) 
         assert h.sample("otel_eval_workers_retried_traces_total") == 0
 
 
+def test_a_record_delivered_again_waits_for_its_trace_through_a_worker_death(
+        tmp_path: Path) -> None:
+    """A Kafka record fetched again while its trace is in a worker (tests/kafka/
+    test_kafka_redelivery.py): its waiter rides on that trace, re-sent when the worker dies,
+    and is called only once the next worker stored it."""
+    tid = _ids(per_worker=1)[0][0]
+    calls: list[str] = []
+    with running_service(tmp_path, **WORKERS) as h, \
+            _store_locked(tmp_path / "otel-eval.db") as unlock:
+        pool, engine = _pool(h), h.svc.engine
+        engine.submit(_trace(tid), "kafka", on_stored=lambda: calls.append("first"))
+        _release(h)
+        poll(lambda: h.sample("otel_eval_workers_inflight_traces", worker="0") == 1,
+             "worker 0 to hold the trace")
+        again = engine.submit(_trace(tid), "kafka", on_stored=lambda: calls.append("again"))
+        assert dict(again.rejected) == {"duplicate_span": SPANS}
+        victim = pool.pids()[0]
+        assert victim is not None
+        os.kill(victim, signal.SIGKILL)
+        poll(lambda: h.sample("otel_eval_workers_retried_traces_total") == 1,
+             "the trace to be handed to the restarted worker")
+        assert calls == []  # before: ["again"], the record committed with nothing stored
+        unlock()
+        poll(lambda: sorted(calls) == ["again", "first"], "both deliveries to be stored")
+        assert set(_stored(h)) == {tid}
+
+
 def test_one_worker_evaluates_in_the_serving_process(tmp_path: Path) -> None:
     with running_service(tmp_path) as h:  # the harness asks for evaluation.workers: 1
         assert h.svc.pool is None
