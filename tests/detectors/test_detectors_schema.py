@@ -16,7 +16,7 @@ from detector_factory import tool, traj
 from otel_eval.evaluate.detectors import schema, tool_call
 from otel_eval.evaluate.detectors.calls import Context
 from otel_eval.evaluate.detectors.config import DetectorsConfig
-from otel_eval.evaluate.detectors.schema import Budget, check_arguments
+from otel_eval.evaluate.detectors.schema import MAX_PATTERN_CHARS, Budget, check_arguments
 
 
 def obj(**props: Any) -> dict[str, Any]:
@@ -130,6 +130,20 @@ def test_a_pattern_re2_cannot_run_is_skipped_and_said() -> None:
          "required": ["b"]}
     assert detect(s, {"a": "y"}) == [("arguments", "required"),
                                      ("schema", "unsupported_pattern")]
+
+
+def test_a_pattern_too_long_is_skipped_said_and_never_held() -> None:
+    """Patterns are span content: a distinct 2 MB pattern per trace grew the pattern cache by
+    2 MB each, up to 1,024 of them. Now one over MAX_PATTERN_CHARS is not compiled, is said,
+    and is not kept; the cache holds short patterns only, at most _MAX_PATTERNS."""
+    long = "a" * (MAX_PATTERN_CHARS + 1)
+    s = obj(a={"type": "string", "pattern": long})
+    assert detect(s, {"a": "a"}) == [("schema", "unsupported_pattern")]
+    assert long not in schema._patterns
+    for i in range(schema._MAX_PATTERNS + 10):
+        detect(obj(a={"type": "string", "pattern": f"^x{i}$"}), {"a": "y"})
+    assert len(schema._patterns) <= schema._MAX_PATTERNS
+    assert max(map(len, schema._patterns)) <= MAX_PATTERN_CHARS
 
 
 def test_exponential_schema_stops_at_the_step_limit() -> None:

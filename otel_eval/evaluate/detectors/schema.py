@@ -7,7 +7,9 @@ them. Promises, whatever the schema and the arguments:
   meta-schemas shipped with jsonschema); http, file, urn or any other URI is unresolvable;
 - **linear regexes**: ``pattern``, ``patternProperties`` (and the ``additionalProperties``
   that depends on it) run on RE2 (``google-re2``), never on Python's backtracking ``re``;
-  a pattern RE2 cannot run (lookaround, backreferences, too large) is skipped and reported;
+  a pattern RE2 cannot run (lookaround, backreferences, a program over 1 MiB) or longer
+  than ``MAX_PATTERN_CHARS`` is skipped and reported; at most ``_MAX_PATTERNS`` compiled
+  patterns are kept;
 - ``format`` is an annotation only: no format checker runs (no DNS, no URI fetch, no regex
   compiled from a value); ``uniqueItems`` is one hashing pass, not pairwise comparisons;
 - **bounded work**: each validation applies at most ``MAX_STEPS`` keywords, builds at most
@@ -38,7 +40,8 @@ import referencing
 import referencing.exceptions
 from jsonschema.exceptions import ValidationError, best_match
 
-__all__ = ["CACHE_BYTES", "MAX_STEPS", "TRACE_STEPS", "Budget", "Check", "check_arguments"]
+__all__ = ["CACHE_BYTES", "MAX_PATTERN_CHARS", "MAX_STEPS", "TRACE_STEPS", "Budget", "Check",
+           "check_arguments"]
 
 MAX_STEPS = 2_000  # keyword applications per validation (a real tool schema needs < 100)
 TRACE_STEPS = 50_000  # keyword applications per trajectory, all calls together
@@ -50,9 +53,16 @@ MAX_BUILT_ERRORS = 200
 TRACE_ERRORS = 2_000
 MAX_ARGUMENT_BYTES = 256 << 10  # larger arguments (as JSON) are not checked against schemas
 CACHE_BYTES = 8 << 20  # bytes of schema JSON held by the validator cache
-_MAX_PATTERNS = 1024  # compiled RE2 patterns kept
+# Patterns come from span content. A tool's needs a few dozen characters; a longer one is
+# not compiled (skipped and reported), so the cache's keys hold at most
+# _MAX_PATTERNS x MAX_PATTERN_CHARS (before: any size, 1,024 of 2 MB patterns held 2 GB).
+MAX_PATTERN_CHARS = 4_096
+_MAX_PATTERNS = 256  # compiled RE2 patterns kept (least recently used out)
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False  # an unsupported pattern is reported here, not on stderr
+# One pattern's program and DFA cache (RE2's default is 8 MiB): a pattern needing more does
+# not compile (skipped), and a search past the DFA's share goes on without it (still linear).
+_RE2_OPTIONS.max_mem = 1 << 20
 
 
 @dataclass
@@ -95,7 +105,10 @@ _patterns_lock = threading.Lock()
 
 
 def _regex(pattern: str) -> Any:
-    """The compiled RE2 pattern, or None when RE2 cannot run it (recorded as skipped)."""
+    """The compiled RE2 pattern, or None when RE2 cannot run it or it is over
+    ``MAX_PATTERN_CHARS`` (recorded as skipped; a long one never cached)."""
+    if len(pattern) > MAX_PATTERN_CHARS:
+        return _skipped(pattern)
     with _patterns_lock:
         compiled = _patterns.get(pattern)
         if compiled is not None or pattern in _patterns:
@@ -109,11 +122,13 @@ def _regex(pattern: str) -> Any:
             _patterns[pattern] = compiled
             if len(_patterns) > _MAX_PATTERNS:
                 _patterns.popitem(last=False)
-    if compiled is None:
-        run = _RUN.get()
-        if run is not None and pattern not in run.skipped:
-            run.skipped.append(pattern)
-    return compiled
+    return _skipped(pattern) if compiled is None else compiled
+
+
+def _skipped(pattern: str) -> None:
+    run = _RUN.get()
+    if run is not None and pattern not in run.skipped:
+        run.skipped.append(pattern)
 
 
 def _search(pattern: str, text: str) -> bool | None:
