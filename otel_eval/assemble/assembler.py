@@ -329,6 +329,18 @@ class TraceAssembler:
             out.append(self._release(tr, "incomplete", "pressure", now))
         return out
 
+    def restart_idle_clocks(self, now: float) -> None:
+        """After a restart's replay: the idle clock of every open run whose root has not ended
+        counts from ``now``. While otel-eval was down nothing could arrive (the sender's
+        collector queued the rest of the run), so that silence is no evidence the run stopped;
+        counted, a stop longer than ``idle_timeout_s`` judged every run in flight as
+        non-terminated at the first tick. Grace (root ended) and ``max_trace_duration_s``
+        still count from when the spans came."""
+        for tr in self._open.values():
+            if not tr.root_ended and tr.last_seen < now:
+                tr.last_seen = now
+                self._reschedule(tr)
+
     def release_ended(self, now: float, reason: str = "shutdown") -> list[Trace]:
         """Release the traces whose run has surely ended (a clean stop: grace only waits for
         stragglers); the others stay open and unjudged (a stop is no verdict: the spool, or

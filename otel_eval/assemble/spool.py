@@ -35,9 +35,9 @@ Promises:
 - bounded: ``refusal`` says ``spool_full`` while ``max_bytes`` (span and log requests alike)
   are held, so receivers throttle both;
 - timers survive a restart: each request keeps the wall-clock time it was received at, and
-  a replay hands its age to assembly, so a trace's grace and idle timeout count from when
-  its spans came, not from the restart (a run left in flight by a clean stop that never
-  ends is still reported once, ``idle_timeout_s`` after its last span);
+  a replay hands its age to assembly, so a trace's grace and maximum duration count from
+  when its spans came (its idle clock restarts with the process: the downtime is no silence
+  of the run's; a run left in flight that never ends is still reported once);
 - versioned: ``PRAGMA user_version`` is the schema's version. A spool written before log
   requests were kept (version 0: no ``signal`` column) is migrated in place at open, its rows
   replayed as trace requests; rows written before receive times were kept (version 1) are

@@ -3,8 +3,8 @@
 ``shutdown`` evaluates what was released and the runs that ended; a run still going stays in
 the spool, with no evaluation, metric or sink call. The next engine on the same store and
 spool resumes it with the times its spans were received at: finished, it is evaluated once,
-whole; never finished, it is reported once, ``idle_timeout_s`` after its last span came (not
-after the restart). The same through ``otel-eval serve`` and SIGTERM:
+whole; never finished, it is reported once, ``idle_timeout_s`` after the restart (the time
+otel-eval was down is no silence of the run's). The same through ``otel-eval serve`` and SIGTERM:
 tests/load/test_sigterm.py.
 """
 
@@ -147,17 +147,18 @@ def test_a_stop_leaves_a_run_in_flight_unjudged_and_the_restart_evaluates_it_who
     second.stop()
 
 
-def test_a_run_that_never_ends_is_reported_once_idle_timeout_after_its_last_span(
+def test_a_run_that_never_ends_is_reported_once_idle_timeout_after_the_restart(
         tmp_path: Path) -> None:
+    """While otel-eval was down nothing could arrive: that silence is not the run's, so its
+    idle clock restarts with the process, and a run that truly hangs is reported once,
+    ``idle_timeout_s`` after the restart (later than it would have been, never falsely)."""
     first = Process(tmp_path, WALL0)
     first.send(run(T, end=100)[:5])
     first.advance(10.0)  # stopped 10 s after its last span
     assert first.stop() == {}
 
-    # Restarted 20 s after that span: it is due at 60 s, i.e. 40 s into the new process,
-    # not 60 s after the restart.
-    second = Process(tmp_path, WALL0 + 20.0)
-    assert second.advance(39.0) == 0
+    second = Process(tmp_path, WALL0 + 20.0)  # restarted 20 s after that span
+    assert second.advance(IDLE - 1.0) == 0
     assert second.advance(1.0) == 1
     ev = second.stored()[T]
     assert ev["status"] == "incomplete" and ev["counts"]["spans"] == 5
@@ -172,12 +173,19 @@ def test_a_run_that_never_ends_is_reported_once_idle_timeout_after_its_last_span
     third.stop()
 
 
-def test_a_stop_longer_than_the_idle_timeout_reports_the_run_at_the_first_tick(
-        tmp_path: Path) -> None:
+def test_a_stop_longer_than_the_idle_timeout_is_no_non_termination(tmp_path: Path) -> None:
+    """Down for longer than ``idle_timeout_s`` while the agent went on (its collector queued
+    the rest of the run). Before, the first tick released the run ``incomplete``, counted it
+    non-terminated (the paging alert's metric) and then stored the whole run over it."""
     first = Process(tmp_path, WALL0)
-    first.send(run(T, end=100)[:5])
+    spans = run(T, end=100)
+    first.send(spans[:5])
     first.stop()
-    second = Process(tmp_path, WALL0 + IDLE + 1.0)
-    assert second.advance(0.0) == 1
-    assert second.stored()[T]["status"] == "incomplete"
+    second = Process(tmp_path, WALL0 + IDLE * 5)
+    assert second.advance(0.0) == 0  # the run waits for the rest
+    second.send(spans[5:])  # the collector's retries deliver it
+    assert second.advance(GRACE) == 1
+    ev = second.stored()[T]
+    assert (ev["status"], ev["revision"], ev["counts"]["spans"]) == ("complete", 0, 9)
+    assert second.total("otel_eval_traces_non_terminated_total") == 0
     second.stop()
