@@ -131,6 +131,7 @@ trace that is no agent run (only setup operations: ``trajectory.is_run``), count
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry
@@ -309,6 +310,11 @@ class KafkaMetrics:
 
     def committed(self, partition: int, offset: int, topic: str = "spans") -> None:
         self.g_committed.labels(topic, str(partition)).set(offset)
+
+    def released(self, partition: int, topic: str = "spans") -> None:
+        for gauge in (self.g_lag, self.g_committed):
+            with contextlib.suppress(KeyError):  # never set for it
+                gauge.remove(topic, str(partition))
 
     def commit_failed(self, reason: str) -> None:
         self.c_commit_failed.labels(reason).inc()

@@ -96,6 +96,9 @@ def test_second_member_takes_over_partitions_and_replays_whole_traces(
                 return await committed_total(topic) == 60 * spans
 
             await poll_async(all_committed, "every record committed", interval_s=0.1)
+            # the partitions it lost are reported by their new owner only
+            owned = {tp.partition for tp in a.tracker.partitions()}
+            assert set(stats_a.commits) <= owned and set(stats_a.lags) <= owned
         finally:
             await b.shutdown(10.0)
             await a.shutdown(10.0)

@@ -163,3 +163,21 @@ def test_render_openmetrics_carries_trace_id_exemplars() -> None:
     assert b"otel_eval_traces_completed_total" in text and b"trace_id" not in text
     _, ctype = render(m.registry, None)
     assert ctype.startswith("text/plain")
+
+
+def test_a_released_kafka_partition_drops_its_lag_and_offset() -> None:
+    """After a rebalance the partition's new owner reports it; the old owner's last lag stayed
+    exported, and the dashboard's sum by partition counted the partition twice."""
+    registry = CollectorRegistry()
+    kafka = Metrics(registry).kafka
+    kafka.lag(3, 900, "spans")
+    kafka.committed(3, 41, "spans")
+    kafka.lag(4, 7, "spans")
+    kafka.released(3, "spans")
+    kafka.released(9, "logs")  # never reported: nothing to drop, no error
+    assert registry.get_sample_value("otel_eval_kafka_lag_records",
+                                     {"topic": "spans", "partition": "3"}) is None
+    assert registry.get_sample_value("otel_eval_kafka_committed_offset",
+                                     {"topic": "spans", "partition": "3"}) is None
+    assert registry.get_sample_value("otel_eval_kafka_lag_records",
+                                     {"topic": "spans", "partition": "4"}) == 7

@@ -30,6 +30,9 @@ class KafkaMetrics(Protocol):
     def paused(self, paused: bool) -> None: ...
     def lag(self, partition: int, records: int, topic: str = "spans") -> None: ...
     def committed(self, partition: int, offset: int, topic: str = "spans") -> None: ...
+    def released(self, partition: int, topic: str = "spans") -> None:
+        """The partition is no longer this consumer's: its lag and offset gauges go (left,
+        the last values stayed, and a panel summing owners counted a partition twice)."""
     def commit_failed(self, reason: str) -> None: ...
     def published(self, topic_kind: str, n_records: int) -> None: ...
     def publish_dropped(self, topic_kind: str, reason: str, n: int) -> None: ...
@@ -85,6 +88,10 @@ class KafkaStats:
 
     def committed(self, partition: int, offset: int, topic: str = "spans") -> None:
         (self.logs_commits if topic == "logs" else self.commits)[partition] = offset
+
+    def released(self, partition: int, topic: str = "spans") -> None:
+        (self.logs_lags if topic == "logs" else self.lags).pop(partition, None)
+        (self.logs_commits if topic == "logs" else self.commits).pop(partition, None)
 
     def commit_failed(self, reason: str) -> None:
         self.commit_failures[reason] += 1

@@ -391,3 +391,5 @@ class KafkaConsumerStage:
         self._retries = {logs: deque(r for r in retry if r[0] not in revoked)
                          for logs, retry in self._retries.items()}
         await self._commit(final)
+        for tp in revoked:  # its new owner reports them
+            self.metrics.released(tp.partition, self._kind(tp))
