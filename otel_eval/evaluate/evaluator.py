@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from otel_eval.base.configcheck import ConfigError
-from otel_eval.base.model import Trace, run_span_id
+from otel_eval.base.model import Trace
 from otel_eval.base.results import Evaluation, Finding
 from otel_eval.base.steps import Trajectory
 from otel_eval.base.text import valid_text
@@ -22,6 +22,7 @@ from otel_eval.evaluate.agent_inference import AgentHistory, infer_agent
 from otel_eval.evaluate.bounds import bound
 from otel_eval.evaluate.detectors import Detectors, evaluation_error, load_references, verdict_of
 from otel_eval.evaluate.trajectory import build_trajectory, is_run
+from otel_eval.evaluate.trajectory.build import bare_trajectory
 
 if TYPE_CHECKING:
     from otel_eval.evaluate.config import EvaluatorSettings
@@ -138,9 +139,7 @@ class Evaluator:
 
     @staticmethod
     def _bare(trace: Trace) -> Trajectory:
-        return Trajectory(trace.trace_id, trace.source, trace.status, steps=[],
-                          revision=trace.revision, span_count=len(trace.spans),
-                          run_span_id=run_span_id(trace.spans))
+        return bare_trajectory(trace)
 
     def failed(self, trace: Trace, error: BaseException) -> Evaluation:
         """A stand-in stored when evaluation raised: the trace is accounted for, not lost,

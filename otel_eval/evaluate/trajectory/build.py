@@ -70,6 +70,7 @@ from otel_eval.base.steps import AgentSource, Step, Trajectory
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.conventions import dominant, is_setup
 from otel_eval.evaluate.conventions.agent_names import MAX_AGENT_NAME
+from otel_eval.evaluate.conventions.conversations import Conversation
 from otel_eval.evaluate.conventions.messages import (
     answer_of,
     messages,
@@ -225,6 +226,28 @@ def _agent_name(builder: StepBuilder, agent: Step | None) -> tuple[str | None, A
     if builder.named_agent is not None:
         return builder.named_agent, "child_span"
     return None, "unknown"
+
+
+def bare_trajectory(trace: Trace) -> Trajectory:
+    """No steps, for a trace whose evaluation failed (the stand-in ``Evaluator.failed``
+    stores): still its run span, service and conversation, so a failed turn stays a turn of
+    its session. Read best-effort: the spans that failed the evaluation may fail this too."""
+    spans = dedupe(list(trace.spans))
+    bare = Trajectory(trace.trace_id, trace.source, trace.status, steps=[],
+                      revision=trace.revision, span_count=len(trace.spans),
+                      run_span_id=run_span_id(trace.spans))
+    try:
+        conversation = Conversation()
+        for span, _ in tree_order(spans):
+            conversation.read(span.attributes)
+        bare.service = _service(local_root(spans), spans)
+        bare.start_ns = min((s.start_ns for s in spans), default=0)  # its place among turns
+        bare.end_ns = max((s.end_ns for s in spans), default=0)
+        bare.session_id, bare.user_id = conversation.session_id, conversation.user.value
+        bare.conversation_sources = conversation.sources
+    except Exception:  # a stand-in never fails: it is what failure stores
+        pass
+    return bare
 
 
 def _service(root: Span | None, spans: list[Span]) -> str | None:
