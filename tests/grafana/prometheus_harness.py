@@ -51,15 +51,17 @@ class Prometheus:
 
 def shortened_rules(text: str, seconds_per_minute: float = 1) -> str:
     """The rule file ``text`` with every duration in minutes read as ``seconds_per_minute``
-    seconds each: range selectors (``[15m]`` -> ``[15s]``), offsets and ``for: 10m``
-    (-> ``10s``; in milliseconds when a minute is less than a second).
+    seconds each: range selectors (``[15m]`` -> ``[15s]``; ``[1d]``, a look back far past
+    the hour, as its 1,440 minutes), offsets and ``for: 10m`` (-> ``10s``; in milliseconds
+    when a minute is less than a second).
     Nothing else changes (thresholds, minimum volumes, labels, annotations), so the test
     runs the shipped alerts, only faster."""
-    def seconds(m: re.Match[str]) -> str:
-        ms = round(int(m.group(2)) * seconds_per_minute * 1000)
+    def seconds(m: re.Match[str], minutes: int = 1) -> str:
+        ms = round(int(m.group(2)) * minutes * seconds_per_minute * 1000)
         value = f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
         return f"{m.group(1)}{value}{m.group(3)}"
     out, ranges = re.subn(r"(\[)(\d+)m(\])", seconds, text)
+    out, _ = re.subn(r"(\[)(\d+)d(\])", lambda m: seconds(m, 24 * 60), out)
     out, fors = re.subn(r"^(\s*for: )(\d+)m()$", seconds, out, flags=re.M)
     out, offsets = re.subn(r"(\boffset )(\d+)m(\b)", seconds, out)
     assert ranges and fors and offsets, "the rule file has no [Nm], for: Nm, offset Nm"

@@ -64,7 +64,7 @@ EXPECTED = {("OtelEvalLoopRateHigh", "looping", AGENT),
 
 
 def _durations_blanked(text: str) -> str:
-    return re.sub(r"\[\d+[sm]\]|for: \d+[sm]|offset \d+[sm]", "D", text)
+    return re.sub(r"\[\d+[smd]\]|for: \d+[sm]|offset \d+[sm]", "D", text)
 
 
 def test_shortened_rules_change_durations_only() -> None:
