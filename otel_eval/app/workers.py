@@ -137,6 +137,7 @@ class WorkerPool:
         """Start every worker and wait until each is ready; raises ``WorkerStartError`` (and
         stops those started) when one cannot start."""
         atexit.register(self._kill_left)
+        self.metrics.pool_started(len(self._workers))
         try:
             for w in self._workers:
                 self._spawn(w)

@@ -132,7 +132,7 @@ trace that is no agent run (only setup operations: ``trajectory.is_run``), count
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
@@ -207,6 +207,14 @@ class EvaluationMetrics:
     def store_write_failed(self, reason: str) -> None:
         self.c_store_failed.labels(reason).inc()
 
+    def store_write_failure_reasons(self, reasons: Iterable[str]) -> None:
+        """Declare each reason's series at 0 (``reasons``: store.failures.WRITE_FAILURE_REASONS,
+        given by the stage that counts them: this package sits below the store). A series
+        born at 1 hides its first refusal from increase(), and OtelEvalStoreRefusingWrites
+        with it."""
+        for reason in reasons:
+            self.c_store_failed.labels(reason)
+
 
 class SinkMetrics:
     """What the sinks sent and dropped (events, pass-through)."""
@@ -255,6 +263,13 @@ class JudgeMetrics:
 
     def skip(self, reason: str) -> None:
         self.c_skipped.labels(reason).inc()
+
+    def skip_reasons(self, reasons: Iterable[str]) -> None:
+        """Declare each skip reason's series at 0 (``reasons``: evaluate.judge.SKIP_REASONS,
+        given by the judge stage: this package sits below it), so increase() sees the first
+        skip and OtelEvalJudgeSkipping fires on it."""
+        for reason in reasons:
+            self.c_skipped.labels(reason)
 
     def score(self, judge: str, dimension: str, value: float) -> None:
         self.h_score.labels(judge, dimension).observe(value)

@@ -21,6 +21,14 @@ class WorkerMetrics:
     def running(self, n: int) -> None:
         self.g_running.set(n)
 
+    def pool_started(self, workers: int) -> None:
+        """Declare each worker index's restart and in-flight series at 0 when the pool starts:
+        a restart counter born at 1 hides the first restart from increase(), and
+        OtelEvalWorkerRestarts with it."""
+        for worker in range(workers):
+            self.c_restarts.labels(str(worker))
+            self.g_inflight.labels(str(worker))
+
     def inflight(self, worker: int, n: int) -> None:
         self.g_inflight.labels(str(worker)).set(n)
 

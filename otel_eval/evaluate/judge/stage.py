@@ -54,7 +54,7 @@ from otel_eval.evaluate.judge.config import JudgeConfig
 from otel_eval.evaluate.judge.fit import fit, text_bytes
 from otel_eval.evaluate.judge.journal import PendingJournal
 from otel_eval.evaluate.judge.judge import Judge
-from otel_eval.evaluate.judge.observer import SkipReason
+from otel_eval.evaluate.judge.observer import SKIP_REASONS, SkipReason
 from otel_eval.evaluate.judge.prompting import Request
 from otel_eval.evaluate.judge.rubric_cache import SqliteRubricCache
 from otel_eval.evaluate.judge.sampling import session_sampled
@@ -79,6 +79,7 @@ class JudgeStage:
         self.loop = loop
         self.store = store
         self.metrics = metrics
+        metrics.judge.skip_reasons(SKIP_REASONS)
         self.events = events
         self.cache_path = cache_path
         self._cache: SqliteRubricCache | None = None

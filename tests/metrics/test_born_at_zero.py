@@ -1,0 +1,82 @@
+"""Counters an alert reads with increase() whose label values are a closed set exist at 0
+before their first event: a series born at 1 makes increase() take that 1 as its baseline,
+and the alert misses the first worker restart, store refusal or judge skip
+(OtelEvalWorkerRestarts, OtelEvalStoreRefusingWrites, OtelEvalJudgeSkipping). Each set is
+declared by the part that owns it (this package sits below the store and the judge), so the
+tests build that part on a fresh registry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from otel_eval.app.config import Config
+from otel_eval.app.workers import WorkerPool
+from otel_eval.assemble.engine import Engine
+from otel_eval.assemble.store_health import StoreHealth
+from otel_eval.base.aio import LoopThread
+from otel_eval.evaluate.evaluator import Evaluator
+from otel_eval.evaluate.judge import SKIP_REASONS, JudgeConfig
+from otel_eval.evaluate.judge.stage import JudgeStage
+from otel_eval.evaluate.stage import InProcess
+from otel_eval.store import Store
+from otel_eval.store.failures import WRITE_FAILURE_REASONS
+from otel_eval.telemetry.metrics import Metrics
+
+
+def _sample(metrics: Metrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value(name, labels)
+
+
+def test_the_verbs_declare_each_value_at_zero() -> None:
+    metrics = Metrics(CollectorRegistry())
+    assert _sample(metrics, "otel_eval_workers_restarts_total", worker="0") is None
+    metrics.workers.pool_started(3)
+    metrics.judge.skip_reasons(SKIP_REASONS)
+    metrics.evaluation.store_write_failure_reasons(WRITE_FAILURE_REASONS)
+    for worker in ("0", "1", "2"):
+        assert _sample(metrics, "otel_eval_workers_restarts_total", worker=worker) == 0
+        assert _sample(metrics, "otel_eval_workers_inflight_traces", worker=worker) == 0
+    assert _sample(metrics, "otel_eval_workers_restarts_total", worker="3") is None
+    for reason in SKIP_REASONS:
+        assert _sample(metrics, "otel_eval_judge_skipped_total", reason=reason) == 0
+    for reason in WRITE_FAILURE_REASONS:
+        assert _sample(metrics, "otel_eval_store_write_failures_total", reason=reason) == 0
+
+
+def test_the_worker_pool_declares_its_workers_when_it_starts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    metrics = Metrics(CollectorRegistry())
+    pool = WorkerPool(2, None, metrics.workers, lambda traces, e: [])  # type: ignore[arg-type]
+    monkeypatch.setattr(pool, "_spawn", lambda w: None)  # no process: only the metrics
+    assert _sample(metrics, "otel_eval_workers_restarts_total", worker="0") is None
+    pool.start()
+    for worker in ("0", "1"):
+        assert _sample(metrics, "otel_eval_workers_restarts_total", worker=worker) == 0
+
+
+def test_the_engine_declares_the_store_refusals(tmp_path: Path) -> None:
+    metrics = Metrics(CollectorRegistry())
+    cfg = Config()
+    store = Store(str(tmp_path / "store.db"))
+    try:
+        Engine(InProcess(Evaluator(cfg), store), StoreHealth(store.location, clock=lambda: 0.0),
+               metrics, assembly=cfg.assembly, clock=lambda: 0.0)
+        for reason in WRITE_FAILURE_REASONS:
+            assert _sample(metrics, "otel_eval_store_write_failures_total", reason=reason) == 0
+    finally:
+        store.close()
+
+
+def test_the_judge_stage_declares_its_skip_reasons(tmp_path: Path) -> None:
+    metrics = Metrics(CollectorRegistry())
+    store = Store(str(tmp_path / "store.db"))
+    try:
+        JudgeStage(JudgeConfig(), LoopThread(), store, metrics,
+                   cache_path=str(tmp_path / "store.db"))
+        for reason in SKIP_REASONS:
+            assert _sample(metrics, "otel_eval_judge_skipped_total", reason=reason) == 0
+    finally:
+        store.close()
