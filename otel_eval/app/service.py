@@ -77,6 +77,7 @@ from otel_eval.receive.http import HttpReceiver
 from otel_eval.receive.ingest import Ingest
 from otel_eval.store import is_postgresql_url, opened, store_at
 from otel_eval.store.config import StoreConfig
+from otel_eval.store.failures import WRITE_FAILURE_REASONS
 from otel_eval.store.lock import InstanceLock
 from otel_eval.store.retention import Retention
 from otel_eval.telemetry.metrics import Metrics
@@ -172,6 +173,10 @@ class Service:
 
     def _make_store_health(self) -> StoreHealth:
         sc = self.config.store
+        # each refusal reason at 0 before the first (OtelEvalStoreRefusingWrites reads
+        # increase()): declared here, where the store and the engine meet, since the engine
+        # knows the store only by interface and telemetry sits below both
+        self.metrics.evaluation.store_write_failure_reasons(WRITE_FAILURE_REASONS)
         return StoreHealth(
             self.store.location, initial_interval_s=sc.write_retry_initial_interval_s,
             max_interval_s=sc.write_retry_max_interval_s,

@@ -50,7 +50,6 @@ from otel_eval.base.component import Sink
 from otel_eval.base.model import Trace, content_digest
 from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.handoff import NOT_A_RUN, UNSTORABLE, EvaluationStage, Job, Outcome
-from otel_eval.store.failures import WRITE_FAILURE_REASONS
 from otel_eval.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -66,7 +65,6 @@ class Finishing:
         self.sinks = list(sinks)
         self._durability = durability
         self._metrics = metrics
-        metrics.evaluation.store_write_failure_reasons(WRITE_FAILURE_REASONS)
         self._clock = clock
         self._batch_size = batch_size
         self._lock = lock  # the engine's: guards the queue and the counters

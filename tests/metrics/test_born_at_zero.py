@@ -2,8 +2,8 @@
 before their first event: a series born at 1 makes increase() take that 1 as its baseline,
 and the alert misses the first worker restart, store refusal or judge skip
 (OtelEvalWorkerRestarts, OtelEvalStoreRefusingWrites, OtelEvalJudgeSkipping). Each set is
-declared by the part that owns it (this package sits below the store and the judge), so the
-tests build that part on a fresh registry."""
+declared where it is owned (telemetry sits below the store and the judge), so the tests
+build that part on a fresh registry."""
 
 from __future__ import annotations
 
@@ -12,15 +12,12 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from otel_eval.app.config import Config
+from otel_eval.app.config import Config, replace
+from otel_eval.app.service import Service
 from otel_eval.app.workers import WorkerPool
-from otel_eval.assemble.engine import Engine
-from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.aio import LoopThread
-from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.judge import SKIP_REASONS, JudgeConfig
 from otel_eval.evaluate.judge.stage import JudgeStage
-from otel_eval.evaluate.stage import InProcess
 from otel_eval.store import Store
 from otel_eval.store.failures import WRITE_FAILURE_REASONS
 from otel_eval.telemetry.metrics import Metrics
@@ -57,17 +54,13 @@ def test_the_worker_pool_declares_its_workers_when_it_starts(
         assert _sample(metrics, "otel_eval_workers_restarts_total", worker=worker) == 0
 
 
-def test_the_engine_declares_the_store_refusals(tmp_path: Path) -> None:
-    metrics = Metrics(CollectorRegistry())
-    cfg = Config()
-    store = Store(str(tmp_path / "store.db"))
-    try:
-        Engine(InProcess(Evaluator(cfg), store), StoreHealth(store.location, clock=lambda: 0.0),
-               metrics, assembly=cfg.assembly, clock=lambda: 0.0)
-        for reason in WRITE_FAILURE_REASONS:
-            assert _sample(metrics, "otel_eval_store_write_failures_total", reason=reason) == 0
-    finally:
-        store.close()
+def test_the_service_declares_the_store_refusals(tmp_path: Path) -> None:
+    # where the store and the engine meet: the engine knows the store only by interface
+    config = replace(Config(), **{"store.path": str(tmp_path / "store.db")})
+    service = Service(config)  # constructed, not started: nothing is opened
+    for reason in WRITE_FAILURE_REASONS:
+        assert _sample(service.metrics, "otel_eval_store_write_failures_total",
+                       reason=reason) == 0
 
 
 def test_the_judge_stage_declares_its_skip_reasons(tmp_path: Path) -> None:
