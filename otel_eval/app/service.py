@@ -134,7 +134,8 @@ class Service:
             self.store, config.sessions, self.metrics, predictor=self.evaluator.predictor,
             events=next((s for s in self.sinks
                          if isinstance(s, outputs_events.EvaluationEvents)), None),
-            judging=next((s for s in self.sinks if isinstance(s, SessionJudging)), None))
+            judging=next((s for s in self.sinks if isinstance(s, SessionJudging)), None),
+            listening_since_s=time.time())  # a restart is no silence of a conversation
         self.spool = self._make_spool()
         self.pool = self._make_pool(lean=not self.sinks)
         self.store_health = self._make_store_health()

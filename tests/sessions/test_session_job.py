@@ -51,6 +51,28 @@ def _job(store: EvaluationStore, clock: ManualClock, **config: float) -> tuple[S
                       metrics, clock=clock), metrics
 
 
+def test_a_restart_is_no_silence_of_a_conversation(tmp_path: Path) -> None:
+    """serve restarted long after a session's last turn: the turns sent meanwhile may still
+    be queued upstream or in the spool, so the session is not completed (judged, counted)
+    until the new process has itself listened ``idle_timeout_s``. Before, the first tick
+    completed it on the turns stored before the stop."""
+    store = open_store(str(tmp_path / "s.db"))
+    store.put_many([_turn("c1", 0, T0)])
+    restart = T0 + 10 * IDLE_S
+    clock = ManualClock(restart)
+    job = SessionJob(store, SessionsConfig(idle_timeout_s=IDLE_S), Metrics(), clock=clock,
+                     listening_since_s=restart)
+    assert job.tick() == 0
+    store.put_many([_turn("c1", 1, restart + 5)])  # the turn the stop held back
+    clock.advance(IDLE_S)
+    assert job.tick() == 0  # its last turn came 5 s after the restart
+    clock.advance(5.001)
+    assert job.tick() == 1
+    record = SessionReader(store, job.config).get("c1")
+    assert record is not None and (record["status"], record["turns"]) == ("complete", 2)
+    store.close()
+
+
 def test_a_session_completes_once_after_its_idle_timeout(tmp_path: Path) -> None:
     store = open_store(str(tmp_path / "s.db"))
     store.put_many([_turn("c1", n, T0 + n) for n in range(3)])

@@ -83,7 +83,10 @@ class SessionJob:
     def __init__(self, store: EvaluationStore, config: SessionsConfig, metrics: Metrics,
                  predictor: Predictor | None = None, events: SessionEvents | None = None,
                  clock: Callable[[], float] = time.time,
-                 judging: SessionJudging | None = None) -> None:
+                 judging: SessionJudging | None = None,
+                 listening_since_s: float | None = None) -> None:
+        """``listening_since_s``: when this process began to receive (serve: its start); a
+        last turn before it counts as seen then (None: no such bound, e.g. a test's job)."""
         self.store = store
         self.config = config
         self.metrics = metrics
@@ -92,6 +95,11 @@ class SessionJob:
         self.judging = judging
         self.clock = clock  # wall clock, seconds: turns are stamped with the wall clock
         self._claims = (f"{uuid.uuid4().hex[:12]}:{n}" for n in itertools.count())
+        # Idleness is seen while listening: before this process has run idle_timeout_s, a
+        # quiet session may be one whose turns were sent while otel-eval was down (queued by
+        # the sender's collector, or acknowledged into the spool and not replayed yet).
+        self._listening_since_ns = (0 if listening_since_s is None
+                                    else int(listening_since_s * 1e9))
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -101,8 +109,11 @@ class SessionJob:
         cfg = self.config
         open_n = self.store.open_session_count()  # one count a check: 40 ms at 100,000
         done = self._keep_bound(now, open_n)
-        due = self.store.sessions_due(now - int(cfg.idle_timeout_s * 1e9),
-                                      now - int(cfg.claim_timeout_s * 1e9),
+        idle_ns = int(cfg.idle_timeout_s * 1e9)
+        # a last turn before this process started counts as seen at its start (a restart is
+        # no silence of the conversation's); a stale claim is taken over as before
+        idle_before = now - idle_ns if now - idle_ns >= self._listening_since_ns else -1
+        due = self.store.sessions_due(idle_before, now - int(cfg.claim_timeout_s * 1e9),
                                       cfg.max_completions_per_check)
         for session_id, last_ns in due:
             done += self._complete(session_id, last_ns, now, "idle")
