@@ -2,7 +2,7 @@ from typing import Any
 
 import pytest
 
-from otel_eval.outputs.issues.critiques import Critique, extract
+from otel_eval.outputs.issues.critiques import MAX_CRITIQUE_CHARS, Critique, extract
 
 
 def _evaluation(**extra: Any) -> dict[str, Any]:
@@ -72,3 +72,17 @@ def test_findings_can_be_excluded_and_bad_objects_counted() -> None:
     out = extract([ev, {"no": "trace id"}, "junk"], threshold=0.5,  # type: ignore[list-item]
                   include_findings=False)
     assert out.critiques == [] and out.skipped == 2 and out.trace_ids == {"t1"}
+
+
+def test_the_text_a_critique_carries_is_bounded() -> None:
+    # A finding message carries span content: "called <a 40,000-character tool name>, which
+    # was not offered". The clustering reads the head, whatever the message's length.
+    name = "a-" * 20_000
+    ev = _evaluation(
+        findings=[{"detector": "tool_call", "message": f"called {name}, which was not offered",
+                   "span_ids": ["s0"]},
+                  {"detector": "loop", "message": "x" * MAX_CRITIQUE_CHARS, "span_ids": []}],
+        judge={"judges": {"q": {"critiques": [{"score": 0.0, "text": "\ud800" + name}]}}})
+    texts = [c.text for c in extract([ev], threshold=0.5).critiques]
+    assert texts == ["\ufffd" + name[:MAX_CRITIQUE_CHARS - 1],
+                     f"called {name}"[:MAX_CRITIQUE_CHARS], "x" * MAX_CRITIQUE_CHARS]

@@ -13,7 +13,10 @@ when the run's agent is unknown too.
 
 Malformed parts are skipped and counted (``Extraction.skipped``), never raised: one bad
 evaluation must not stop the clustering of the others. Critiques leave here as valid UTF-8
-(``base.text.valid_text``): the clustering hashes them and the gauges label with them.
+(``base.text.valid_text``): the clustering hashes them and the gauges label with them. And at
+most ``MAX_CRITIQUE_CHARS`` long: a finding message carries span content (a tool name) and a
+judge critique can be as long as a stored value, while every later step reads each critique
+in full (normalize, the embedder, the examples shown to the namer and the synthesis).
 """
 
 from __future__ import annotations
@@ -29,6 +32,11 @@ Level = Literal["system", "node"]
 
 _SEVERITIES = ("info", "warning", "error")
 ROOT_NODE = "root"  # node of step critiques whose step and run name no agent
+# Characters of a critique's text the clustering reads: what failed is said at the start, a
+# longer text is a value pasted in (a 40,000-character tool name) that says no more about
+# the failure but makes each later step pay for it (the finding messages of the public
+# datasets are at most 300 characters).
+MAX_CRITIQUE_CHARS = 2_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,13 +168,16 @@ def extract(evaluations: Iterable[Mapping[str, Any]], threshold: float,
         except (AttributeError, TypeError):  # a malformed part: skip this evaluation
             out.skipped += 1
             continue
-        out.critiques.extend(_valid(c) for c in found)
+        out.critiques.extend(_clean(c) for c in found)
     return out
 
 
-def _valid(c: Critique) -> Critique:
-    """``c`` with text every encoder and hash takes: a stored body keeps a lone surrogate
-    as a JSON escape, and reading it back gives it again (U+FFFD instead)."""
+def _clean(c: Critique) -> Critique:
+    """``c`` with its text cut to ``MAX_CRITIQUE_CHARS``, and with text every encoder and
+    hash takes: a stored body keeps a lone surrogate as a JSON escape, and reading it back
+    gives it again (U+FFFD instead)."""
+    if len(c.text) > MAX_CRITIQUE_CHARS:
+        c = replace(c, text=c.text[:MAX_CRITIQUE_CHARS])
     texts = (c.trace_id, c.span_id or "", c.node, c.text, c.agent, c.source)
     if all(valid_text(t) is t for t in texts):
         return c
