@@ -4,9 +4,10 @@ import pytest
 from detector_factory import bash, kinds, llm, tool, traj
 
 from otel_eval.base.steps import Step
-from otel_eval.evaluate.detectors import tool_call
+from otel_eval.evaluate.detectors import loop, non_termination, tool_call
 from otel_eval.evaluate.detectors.calls import Context
 from otel_eval.evaluate.detectors.config import DetectorsConfig
+from otel_eval.evaluate.trajectory.interpreters import MAX_TOOL_NAME
 
 SCHEMA = {"type": "object", "properties": {"path": {"type": "string"},
                                            "limit": {"type": "integer", "minimum": 1}},
@@ -73,3 +74,23 @@ def test_invalid_schema_is_skipped_not_raised() -> None:
     found = tool_call.detect(t, DetectorsConfig(), Context())
     assert [(f.kind, f.severity, f.attributes["reason"]) for f in found] == [
         ("schema", "warning", "invalid_schema")]
+
+
+def test_a_long_tool_name_is_cut_in_messages() -> None:
+    # A tool name is span content: 40,000 characters of it went whole into each message,
+    # and on into the issues job's clustering.
+    long = "a-" * 20_000
+    (selection,) = tool_call.detect(traj(tool(long, {}), tools=TOOLS), DetectorsConfig(),
+                                    Context())
+    assert selection.message == f"called {long}"[:300]
+    assert selection.attributes["tool"] == long  # the attributes keep the name as it came
+    t = traj(tool(long, {"path": 3}), tools={long: SCHEMA})
+    (arguments,) = tool_call.detect(t, DetectorsConfig(), Context())
+    assert arguments.message == long[:300]
+    (repeated,) = loop.detect(traj(tool(long, {}, "r"), tool(long, {}, "r"), tool(long, {}, "r")),
+                              DetectorsConfig(), Context())
+    assert repeated.message == f"{long[:MAX_TOOL_NAME]} called 3 times in a row with " \
+        "identical arguments"
+    pending = traj(llm("", calls=[(long, {})], finish="tool_calls"), output=None)
+    (never_ran,) = non_termination.detect(pending, DetectorsConfig(), Context())
+    assert never_ran.message == f"the run ended with tool calls that never ran ({long}"[:300]

@@ -22,6 +22,7 @@ from otel_eval.base.results import Finding
 from otel_eval.base.steps import Step, Trajectory
 from otel_eval.evaluate.detectors.canonical import arguments_key, key_text, norm_ws, normalized_text
 from otel_eval.evaluate.detectors.config import DetectorsConfig, LoopConfig, ToolCallConfig
+from otel_eval.evaluate.trajectory.interpreters import MAX_TOOL_NAME
 from otel_eval.evaluate.trajectory.shell import shell_commands
 
 _COMMAND_SEPARATORS = re.compile(r"&&|\|\||;|\|")
@@ -207,8 +208,9 @@ def through_code(cs: Sequence[Call]) -> list[Call]:
 
 
 def call_label(call: Call, limit: int = 60) -> str:
-    """A short human label: ``read_file`` or ``bash: pytest -x``."""
-    name = call.step.tool_name or call.step.name
+    """A short human label: ``read_file`` or ``bash: pytest -x`` (the name cut to
+    ``MAX_TOOL_NAME``: it is span content, and labels go into finding messages)."""
+    name = (call.step.tool_name or call.step.name)[:MAX_TOOL_NAME]
     if call.action:
         text = call.key.split("\x00", 1)[1]
         return f"{name}: {text[:limit]}{'...' if len(text) > limit else ''}"

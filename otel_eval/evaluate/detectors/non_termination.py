@@ -83,7 +83,7 @@ def _last_llm(trajectory: Trajectory) -> list[Finding]:
         names = [c.name for c in last.tool_calls]
         return [Finding("non_termination", "pending_tool_calls", "error",
                         f"the run ended with tool calls that never ran ({', '.join(names)}) "
-                        "and no final answer", *where, {"tool_calls": names})]
+                        "and no final answer"[:300], *where, {"tool_calls": names})]
     return []
 
 

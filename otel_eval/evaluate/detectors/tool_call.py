@@ -66,7 +66,7 @@ def argument_problems(arguments: Any, schema: Mapping[str, Any], reject_unknown:
 def _selection(step: Step, name: str, offered: Mapping[str, Any],
                cfg: ToolCallConfig) -> Finding:
     return Finding("tool_call", "selection", cfg.selection_severity,
-                   f"called {name}, which was not offered",
+                   f"called {name}, which was not offered"[:300],
                    [step.span_id], [step.index],
                    {"tool": name, "offered": sorted(offered)[:50]})
 
@@ -77,7 +77,7 @@ def _arguments(step: Step, name: str, problems: list[dict[str, str]],
     where = f" at {first['path']}" if first["path"] else ""
     return Finding("tool_call", "arguments", cfg.argument_severity,
                    f"{name}: invalid arguments ({first['constraint']}{where}: "
-                   f"{first['message']})", [step.span_id], [step.index],
+                   f"{first['message']})"[:300], [step.span_id], [step.index],
                    {"tool": name, "constraint": first["constraint"], "problems": problems[:10]})
 
 

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-__all__ = ["interpreter_code", "is_interpreter"]
+__all__ = ["MAX_TOOL_NAME", "interpreter_code", "is_interpreter"]
 
 _LANGUAGE = frozenset({"python", "py", "python3", "code", "ipython", "jupyter"})
 _EXECUTING = frozenset({"interpreter", "repl", "execute", "exec", "run", "eval", "executor",
@@ -36,12 +36,12 @@ _ALONE = frozenset({"python", "python3", "ipython", "py"})
 _CODE_PARAMETERS = ("code", "python_code", "source_code")
 _CODE_KEYS = (*_CODE_PARAMETERS, "source", "script", "program", "cell")
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")  # PythonREPL -> Python, REPL
-_MAX_NAME = 200  # a tool name is short; a longer one is read up to here
+MAX_TOOL_NAME = 200  # a tool name is short; a longer one is read (and shown) up to here
 
 
 @lru_cache(maxsize=1024)
 def _words(name: str) -> frozenset[str]:
-    return frozenset(w.lower() for w in _WORD.findall(name[:_MAX_NAME]))
+    return frozenset(w.lower() for w in _WORD.findall(name[:MAX_TOOL_NAME]))
 
 
 def _declared(schema: Any) -> list[str] | None:
