@@ -88,7 +88,7 @@ class Evaluator:
         except Exception as e:  # the boundary of building (adapters have their own)
             log.warning("building the trajectory of trace %s failed: %s", trace.trace_id,
                         type(e).__name__, exc_info=log.isEnabledFor(logging.DEBUG))
-            traj = self._bare(trace)
+            traj = bare_trajectory(trace)
             traj.errors.append({"part": "trajectory", "error": type(e).__name__})
         if history is not None:
             try:
@@ -137,15 +137,11 @@ class Evaluator:
         return {**body, "findings": [f.to_json() for f in findings],
                 "verdict": verdict.to_json()}
 
-    @staticmethod
-    def _bare(trace: Trace) -> Trajectory:
-        return bare_trajectory(trace)
-
     def failed(self, trace: Trace, error: BaseException) -> Evaluation:
         """A stand-in stored when evaluation raised: the trace is accounted for, not lost,
         with a verdict and the ``evaluation_error`` finding that says why (never null)."""
         finding = evaluation_error("evaluate", error)
-        return Evaluation(self._bare(trace), [finding],
+        return Evaluation(bare_trajectory(trace), [finding],
                           verdict_of([finding]),
                           evaluated_at_ns=int(self._wall_clock() * 1e9),
                           error=valid_text(f"{type(error).__name__}: {str(error)[:200]}"))

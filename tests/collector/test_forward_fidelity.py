@@ -26,7 +26,7 @@ from opentelemetry.proto.common.v1.common_pb2 import (
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1 import trace_pb2
 from support.otel_collector import Collector, render
-from support.otlp_capture import Capture
+from support.otlp_capture import Capture, headed_spans
 from support.poll import poll
 from support.ports import free_port
 from support.served import serve
@@ -109,15 +109,7 @@ def _request() -> trace_service_pb2.ExportTraceServiceRequest:
 
 def _received(requests: Iterable[Any]) -> dict[bytes, tuple[Any, Any, Any]]:
     """span id -> (ResourceSpans without its scopes, ScopeSpans without its spans, Span)."""
-    out = {}
-    for req in requests:
-        for rs in req.resource_spans:
-            rhead = trace_pb2.ResourceSpans(resource=rs.resource, schema_url=rs.schema_url)
-            for ss in rs.scope_spans:
-                shead = trace_pb2.ScopeSpans(scope=ss.scope, schema_url=ss.schema_url)
-                for span in ss.spans:
-                    out[span.span_id] = (rhead, shead, span)
-    return out
+    return {span.span_id: (rhead, shead, span) for rhead, shead, span in headed_spans(requests)}
 
 
 def _unstamped(span: Any) -> tuple[Any, list[str]]:

@@ -16,7 +16,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1 import trace_pb2
-from support.otlp_capture import Capture
+from support.otlp_capture import Capture, headed_spans
 
 from otel_eval.base.model import Trace
 from otel_eval.decode import otlp
@@ -76,14 +76,9 @@ def _received_as_trace(req: ExportTraceServiceRequest) -> Trace:
 def _per_span(requests: list[ExportTraceServiceRequest]) -> dict[bytes, tuple[object, ...]]:
     """trace id + span id -> (resource spans without scopes, scope spans without spans, span)."""
     out: dict[bytes, tuple[object, ...]] = {}
-    for req in requests:
-        for rs in req.resource_spans:
-            rh = trace_pb2.ResourceSpans(resource=rs.resource, schema_url=rs.schema_url)
-            for ss in rs.scope_spans:
-                sh = trace_pb2.ScopeSpans(scope=ss.scope, schema_url=ss.schema_url)
-                for s in ss.spans:
-                    assert s.trace_id + s.span_id not in out, "a span forwarded twice"
-                    out[s.trace_id + s.span_id] = (rh, sh, s)
+    for rh, sh, s in headed_spans(requests):
+        assert s.trace_id + s.span_id not in out, "a span forwarded twice"
+        out[s.trace_id + s.span_id] = (rh, sh, s)
     return out
 
 

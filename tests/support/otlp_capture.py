@@ -26,7 +26,7 @@ import gzip
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -38,6 +38,7 @@ from google.protobuf.message import DecodeError, Message
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from opentelemetry.proto.trace.v1 import trace_pb2
 
 _SIGNALS: dict[str, tuple[str, type[Message], type[Message]]] = {
     "/v1/traces": ("traces", trace_service_pb2.ExportTraceServiceRequest,
@@ -170,6 +171,19 @@ class Capture:
             arrivals = list(self.arrivals)
         return [{"signal": signal, "body": hex_ids(json_format.MessageToDict(msg))}
                 for signal, msg in arrivals]
+
+
+def headed_spans(requests: Iterable[Any]) -> Iterator[tuple[Any, Any, Any]]:
+    """(ResourceSpans without its scopes, ScopeSpans without its spans, Span) of every span of
+    trace ``requests``, in order: what a forwarded span arrived under, to compare with what
+    was sent field for field."""
+    for req in requests:
+        for rs in req.resource_spans:
+            rhead = trace_pb2.ResourceSpans(resource=rs.resource, schema_url=rs.schema_url)
+            for ss in rs.scope_spans:
+                shead = trace_pb2.ScopeSpans(scope=ss.scope, schema_url=ss.schema_url)
+                for span in ss.spans:
+                    yield rhead, shead, span
 
 
 def hex_ids(obj: Any) -> Any:
