@@ -17,7 +17,6 @@ import time
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
-from opentelemetry.proto.trace.v1 import trace_pb2
 
 from otel_eval.outputs.batcher import TRACES, split
 from otel_eval.outputs.config import ExportConfig
