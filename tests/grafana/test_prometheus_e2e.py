@@ -82,8 +82,11 @@ def test_every_panel_and_alert_query_returns_data(
         return not pending
 
     # Traffic keeps flowing while we wait, as it would from agents: each poll adds a round.
-    poll(all_answer, "every query to return data",
-         between=lambda: fed.extend(feed_round(metrics, next(rounds))), **PROMETHEUS_POLL)
+    try:
+        poll(all_answer, "every query to return data",
+             between=lambda: fed.extend(feed_round(metrics, next(rounds))), **PROMETHEUS_POLL)
+    except AssertionError as e:  # name the queries that never answered
+        raise AssertionError(f"{e}; still empty: {sorted(pending)}") from None
 
     loop_expr = next(r["expr"] for r in alert_rules() if r["alert"] == "OtelEvalLoopRateHigh")
     firing = {s["metric"]["agent"] for s in prom.query(loop_expr)["data"]["result"]}
