@@ -38,7 +38,8 @@ class SpanEvent:
 class Origin:
     """Where decoded spans came from, as received: their OTLP ``ResourceSpans`` and
     ``ScopeSpans`` serialized without their spans (resource attributes and dropped count,
-    scope name, version and attributes, both schema URLs). One object per scope of a
+    scope name, version and attributes, both schema URLs, fields of a newer OTLP that this
+    protobuf does not know). One object per scope of a
     request, shared by its spans: re-encoding a span from it and the span's own bytes
     (``Span.wire``) loses nothing the sender sent."""
     resource_spans: bytes

@@ -6,7 +6,8 @@
 Promises:
 - every span is either returned or counted as rejected with a reason from ``REJECT_REASONS``
   (a time past int64 nanoseconds or a span longer than a year: ``invalid_timestamp``; a link
-  whose ids are not 16 and 8 bytes: ``invalid_link_id``);
+  whose ids are not 16 and 8 bytes: ``invalid_link_id``; spans in the field OTLP 0.x had
+  before ``scope_spans``: ``instrumentation_library_spans``);
 - only ids, names, times and status are read eagerly; attributes and events are decoded on
   first access (``Span.attributes``), so the receive path stays close to protobuf-decode speed
   and bulky message text stays a raw string;
@@ -28,6 +29,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from google.protobuf.message import DecodeError
+from google.protobuf.unknown_fields import UnknownFieldSet
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
@@ -38,7 +41,8 @@ from otel_eval.base.model import Origin, Span, SpanEvent
 
 # Closed set of reasons a span is rejected at decode time.
 REJECT_REASONS = ("invalid_trace_id", "invalid_span_id", "invalid_parent_span_id",
-                  "invalid_link_id", "invalid_timestamp")
+                  "invalid_link_id", "invalid_timestamp", "instrumentation_library_spans")
+_INSTRUMENTATION_LIBRARY_SPANS = 1000  # ResourceSpans' field before ScopeSpans replaced it
 # Span times must fit int64 nanoseconds (until 2262, as every store and backend holds them)...
 MAX_TIME_NS = 2**63 - 1
 # ...and a span last at most a year: one ending at 2^64-1 ns would add centuries to the
@@ -121,12 +125,55 @@ def _lazy_attrs(pb: trace_pb2.Span) -> tuple[Any, bytes]:
     return partial(_materialize_serialized, data), data  # C objects, no closure
 
 
-def _origin(rs: trace_pb2.ResourceSpans, ss: trace_pb2.ScopeSpans) -> Origin:
-    """The resource and scope of ``ss``'s spans as received, without the spans."""
-    return Origin(
-        trace_pb2.ResourceSpans(resource=rs.resource, schema_url=rs.schema_url)
-        .SerializeToString(),
-        trace_pb2.ScopeSpans(scope=ss.scope, schema_url=ss.schema_url).SerializeToString())
+def _resource_header(rs: trace_pb2.ResourceSpans, reasons: Counter[str]) -> bytes:
+    """``rs`` as received without its scopes. The spans of a pre-1.0 exporter's
+    ``instrumentation_library_spans`` (field 1000, removed from OTLP in 2022) are neither read
+    nor forwarded: they are counted as rejected."""
+    known = trace_pb2.ResourceSpans(resource=rs.resource, schema_url=rs.schema_url)
+    return known.SerializeToString() + _unknown(rs, reasons)
+
+
+def _scope_header(ss: trace_pb2.ScopeSpans) -> bytes:
+    """``ss`` as received without its spans."""
+    known = trace_pb2.ScopeSpans(scope=ss.scope, schema_url=ss.schema_url)
+    return known.SerializeToString() + _unknown(ss, None)
+
+
+def _unknown(msg: Any, reasons: Counter[str] | None) -> bytes:
+    """The fields of ``msg`` this OTLP version does not know (a newer one's), encoded as they
+    came, so a header written back loses none of them. Empty in the usual case."""
+    fields = UnknownFieldSet(msg)
+    if not len(fields):
+        return b""
+    out = bytearray()
+    for i in range(len(fields)):
+        f = fields[i]
+        number, wire_type, data = f.field_number, f.wire_type, f.data
+        if reasons is not None and number == _INSTRUMENTATION_LIBRARY_SPANS and wire_type == 2:
+            try:
+                reasons["instrumentation_library_spans"] += len(
+                    trace_pb2.ScopeSpans.FromString(data).spans)
+            except DecodeError:
+                reasons["instrumentation_library_spans"] += 1
+            continue
+        if wire_type == 0:
+            out += _varint(number << 3) + _varint(data)
+        elif wire_type == 2:
+            out += _varint(number << 3 | 2) + _varint(len(data)) + data
+        elif wire_type in (1, 5):
+            out += _varint(number << 3 | wire_type) + data.to_bytes(
+                8 if wire_type == 1 else 4, "little")
+        # 3: a proto2 group, which no OTLP message declares
+    return bytes(out)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
 
 
 def _parent_remote(flags: int) -> bool | None:
@@ -140,8 +187,9 @@ def decode_request(req: ExportTraceServiceRequest) -> DecodeResult:
     spans, reasons = out.spans, out.reasons
     for rs in req.resource_spans:
         resource = attributes_to_dict(rs.resource.attributes)
+        resource_header = _resource_header(rs, reasons)
         for ss in rs.scope_spans:
-            scope, origin = ss.scope.name, _origin(rs, ss)
+            scope, origin = ss.scope.name, Origin(resource_header, _scope_header(ss))
             for pb in ss.spans:
                 tid, sid, pid = pb.trace_id, pb.span_id, pb.parent_span_id
                 if len(tid) != 16 or tid == _ZERO_TRACE:
@@ -217,8 +265,6 @@ _LENIENT: Any = None
 
 def parse_request(body: bytes) -> tuple[ExportTraceServiceRequest, Counter[str]]:
     """Bytes -> request. Spans with invalid UTF-8 are dropped from it and counted."""
-    from google.protobuf.message import DecodeError
-
     try:
         return ExportTraceServiceRequest.FromString(body), Counter()
     except DecodeError as first:
@@ -233,25 +279,23 @@ def parse_request(body: bytes) -> tuple[ExportTraceServiceRequest, Counter[str]]
 
 
 def _salvage(lenient: Any) -> tuple[ExportTraceServiceRequest, Counter[str]]:
-    from google.protobuf.message import DecodeError
-
     req, bad = ExportTraceServiceRequest(), Counter[str]()
     for lrs in lenient.resource_spans:
         n_spans = sum(len(ss.spans) for ss in lrs.scope_spans)
         rs = req.resource_spans.add()
-        try:
-            rs.resource.ParseFromString(lrs.resource.SerializeToString())
-            rs.schema_url = lrs.schema_url.decode("utf-8")
-        except (DecodeError, UnicodeDecodeError):
+        try:  # the header re-parsed with the real schema (its unknown fields kept)
+            rs.ParseFromString(type(lrs)(resource=lrs.resource, schema_url=lrs.schema_url)
+                               .SerializeToString() + _unknown(lrs, None))
+        except DecodeError:
             bad["invalid_utf8"] += n_spans
             del req.resource_spans[-1]
             continue
         for lss in lrs.scope_spans:
             ss = rs.scope_spans.add()
             try:
-                ss.scope.ParseFromString(lss.scope.SerializeToString())
-                ss.schema_url = lss.schema_url.decode("utf-8")
-            except (DecodeError, UnicodeDecodeError):
+                ss.ParseFromString(type(lss)(scope=lss.scope, schema_url=lss.schema_url)
+                                   .SerializeToString() + _unknown(lss, None))
+            except DecodeError:
                 bad["invalid_utf8"] += len(lss.spans)
                 del rs.scope_spans[-1]
                 continue
