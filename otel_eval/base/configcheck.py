@@ -34,7 +34,8 @@ def ascii_int(text: str, max_digits: int) -> int | None:
     """``text`` as a number when it is 1 to ``max_digits`` digits 0-9, else None: what a
     client or a span writes where a position, a page or a length goes (``int`` refuses
     "\u00b2" and more than 4,300 digits; either would raise out of the reader)."""
-    return int(text) if len(text) <= max_digits and is_ascii_digits(text) else None
+    # is_ascii_digits inlined: a span's every flattened OpenInference key position comes here
+    return int(text) if len(text) <= max_digits and text.isascii() and text.isdigit() else None
 
 
 def parse_endpoint(value: str) -> tuple[str, int]:

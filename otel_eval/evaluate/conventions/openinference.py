@@ -76,6 +76,9 @@ _DSPY_NAMES = re.compile(r"(?:Predict(?:\([A-Za-z_]\w*\))?\.forward"
 _DSPY_NAME_CHARS = 200  # of a span name matched against DSPy's (longer ones are none of them)
 _MODULE_METHODS = frozenset({"forward", "aforward"})
 _KINDS: dict[str, StepKind] = {"AGENT": "agent", "LLM": "llm", "TOOL": "tool", "CHAIN": "chain"}
+# the ``3`` of ``llm.input_messages.3.message.role``: 1-9 digits 0-9, else no position (that key
+# is no message)
+_POSITION_DIGITS = 9
 _OUT_PREFIX = "llm.output_messages."
 _CALL_MARK = ".message.tool_calls."
 
@@ -184,12 +187,6 @@ def _implicit(span: Span, attrs: Attrs) -> StepKind | None:
     return None
 
 
-def _position(text: str) -> int | None:
-    """The ``3`` of ``llm.input_messages.3.message.role``; anything but 1-9 digits 0-9 is
-    no position (that key is no message)."""
-    return ascii_int(text, 9)
-
-
 def _tool_calls(attrs: Attrs) -> list[ToolCall]:
     """Tool calls from flattened output messages, ordered by (message, call) index."""
     found: dict[tuple[int, int], dict[str, Any]] = {}
@@ -198,7 +195,8 @@ def _tool_calls(attrs: Attrs) -> list[ToolCall]:
             continue
         head, _, tail = key[len(_OUT_PREFIX):].partition(_CALL_MARK)
         call_idx, _, field = tail.partition(".tool_call.")
-        message, call = _position(head), _position(call_idx)
+        message = ascii_int(head, _POSITION_DIGITS)
+        call = ascii_int(call_idx, _POSITION_DIGITS)
         if message is None or call is None:
             continue
         found.setdefault((message, call), {})[field] = value
@@ -278,7 +276,7 @@ def _flat_input(raw: str | None, attrs: Attrs) -> str | None:
         if not key.startswith(_IN_PREFIX):
             continue
         head, _, field = key[len(_IN_PREFIX):].partition(".message.")
-        position = _position(head)
+        position = ascii_int(head, _POSITION_DIGITS)
         if position is None:
             continue
         msg = found.setdefault(position, {})
@@ -302,7 +300,8 @@ def _flat_message(fields: dict[str, Any]) -> dict[str, Any]:
         fields["tool_calls"] = [
             {"id": c.get("id"), "type": "function",
              "function": {"name": c.get("function.name"), "arguments": c.get("function.arguments")}}
-            for _, c in sorted(calls.items(), key=lambda kv: _position(kv[0]) or 0)]
+            for _, c in sorted(calls.items(),
+                               key=lambda kv: ascii_int(kv[0], _POSITION_DIGITS) or 0)]
     return fields
 
 
