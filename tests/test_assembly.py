@@ -72,6 +72,24 @@ def test_late_span_within_window_reopens_with_all_spans() -> None:
     assert sorted(s.span_id for s in again.spans) == [f"{i:016x}" for i in (1, 2, 3)]
 
 
+def test_a_retry_of_spans_already_held_reopens_nothing() -> None:
+    """A client retrying an acknowledged request (its ack lost) within the reopen window:
+    before, the duplicates re-opened the released trace as an empty revision (counted as
+    re-opened, evaluated again and skipped); now they are refused as the open trace would."""
+    a = TraceAssembler(CFG)
+    a.add([span(T1, 1), span(T1, 2, parent=1)], now=0)
+    [first] = a.tick(10)
+    res = a.add([span(T1, 1), span(T1, 2, parent=1)], now=200)
+    assert (res.accepted, res.reopened, res.rejected) == (0, 0, {"duplicate_span": 2})
+    assert res.known == {T1} and len(a) == 0 and a.tick(400) == []
+    # a new span with the retried ones re-opens it once, whole
+    res = a.add([span(T1, 2, parent=1), span(T1, 3, parent=1), span(T1, 1)], now=250)
+    assert (res.accepted, res.reopened, res.rejected) == (1, 1, {"duplicate_span": 2})
+    [again] = a.tick(260)
+    assert again.revision == first.revision + 1
+    assert sorted(s.span_id for s in again.spans) == [f"{i:016x}" for i in (1, 2, 3)]
+
+
 def test_late_span_after_window_is_refused_not_a_fragment() -> None:
     a = TraceAssembler(CFG)
     a.add([span(T1, 1)], now=0)

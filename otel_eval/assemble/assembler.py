@@ -17,8 +17,10 @@ spans that follow, or dropped as ``no_spans`` if none do). Records are held as t
 (``decode.otlp_logs.HeldRecord``, counted in ``open_log_bytes``) and decoded when their
 trace is released.
 Spans for a trace released less than ``reopen_window_s`` ago re-open it (``revision`` + 1);
-its evaluation is then superseded. Later spans are rejected as ``late`` while the trace id is
-remembered (``max_tombstones`` ids, 16 bytes of state each); beyond that they start a new trace.
+its evaluation is then superseded. A span it already holds is a ``duplicate_span`` there too
+(a client retrying an acknowledged request re-opens nothing). Later spans are rejected as
+``late`` while the trace id is remembered (``max_tombstones`` ids, 16 bytes of state each);
+beyond that they start a new trace.
 
 Time is injected: ``add(spans, now)`` and ``tick(now)`` take the clock reading, so tests drive
 time by hand. Deadlines sit in a heap with lazy re-scheduling: the spans of an ``add`` only
@@ -72,7 +74,7 @@ class _Open:
 @dataclass(slots=True)
 class _Released:
     at: float
-    spans: list[Span]
+    spans: dict[str, Span]  # the open trace's own dict, handed over (span id -> span)
     revision: int
     sender: str = ""
     logs: list[HeldRecord] = field(default_factory=list)
@@ -198,6 +200,13 @@ class TraceAssembler:
         tr = self._open.get(item.trace_id)
         if tr is not None:
             return tr
+        old = self._reopenable.get(item.trace_id)
+        if old is not None and isinstance(item, Span) and item.span_id in old.spans:
+            # a span the released trace already holds (a client's retry, a redelivered
+            # record): refused as the open trace would, without opening an empty revision
+            res.rejected["duplicate_span"] += 1
+            res.known.add(item.trace_id)
+            return None
         started = self._start(item, now, res, source, sender)
         if isinstance(started, str):
             res.rejected[started] += 1
@@ -225,12 +234,12 @@ class TraceAssembler:
         self._per_service[tr.service] += 1
         if old is not None:
             self._tombstones.pop(trace_id, None)
-            tr.spans = {s.span_id: s for s in old.spans}
+            tr.spans = old.spans
             tr.logs = old.logs
             tr.log_bytes = sum(r.nbytes for r in old.logs)
             tr.revision = old.revision + 1
-            tr.root_ended = any(s.end_ns and s.is_entry for s in old.spans)
-            tr.nbytes = sum(s.nbytes for s in old.spans)
+            tr.root_ended = any(s.end_ns and s.is_entry for s in old.spans.values())
+            tr.nbytes = sum(s.nbytes for s in old.spans.values())
             self.open_spans += len(tr.spans)
             self.open_bytes += tr.nbytes
             self.open_logs += len(tr.logs)
@@ -402,7 +411,8 @@ class TraceAssembler:
         self.open_bytes -= tr.nbytes
         self.open_logs -= len(tr.logs)
         self.open_log_bytes -= tr.log_bytes
-        self._reopenable[tr.trace_id] = _Released(now, spans, tr.revision, tr.sender, tr.logs)
+        self._reopenable[tr.trace_id] = _Released(now, tr.spans, tr.revision, tr.sender,
+                                                  tr.logs)
         self._tombstones[tr.trace_id] = None
         self._tombstones.move_to_end(tr.trace_id)
         self._forget(now)
