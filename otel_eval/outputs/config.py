@@ -42,6 +42,11 @@ class ExportConfig:
     # Items (spans or log records) waiting to be sent, per exporter. When full, the oldest
     # queued batch is dropped (reason `queue_full`), so fresh results win. Default 100000.
     max_queue_items: int = 100_000
+    # Serialized bytes waiting to be sent, per exporter, as the collector's sending_queue with
+    # sizer: bytes; at least max_batch_bytes. When full, the oldest queued batch is dropped
+    # (reason `queue_full`): the items bound alone let 100000 large spans hold gigabytes.
+    # Default 268435456 (256 MiB).
+    max_queue_bytes: int = 268_435_456
     # Items per export request (a trace is never split by count). Default 2048.
     max_batch_items: int = 2048
     # Serialized bytes per export request (uncompressed, what a receiver's limit counts), as
@@ -71,6 +76,8 @@ class ExportConfig:
                     if not _HEADER_KEY.match(k.lower()) or k.lower().startswith("grpc-")}
         if self.insecure and self.tls.configured:
             problems["tls"] = "is set while insecure is true (plain text): set insecure: false"
+        if self.max_queue_bytes < self.max_batch_bytes:
+            problems["max_queue_bytes"] = "must be at least max_batch_bytes"
         if self.max_backoff_s < self.initial_backoff_s:
             problems["max_backoff_s"] = "must be at least initial_backoff_s"
         validate(self, minimum={"max_queue_items": 1, "max_batch_items": 1,

@@ -1,8 +1,9 @@
 """Delivery for the result sinks: a bounded queue, one worker thread, OTLP/gRPC with retries.
 
 Promises:
-- ``submit`` never blocks the pipeline: when the queue (counted in items: spans or log
-  records) is full, the oldest queued request is dropped, reason ``queue_full``;
+- ``submit`` never blocks the pipeline: when the queue is full (``max_queue_items`` spans or
+  log records, or ``max_queue_bytes`` serialized), the oldest queued request is dropped,
+  reason ``queue_full``; a request over either bound alone is dropped, ``too_large``;
 - each export request stays within ``max_batch_items`` and ``max_batch_bytes`` (serialized
   size): queued requests are merged while both hold, a request too large alone is split by
   resource, scope and item with every field kept (``outputs.batcher``); one item larger than
@@ -104,6 +105,7 @@ class OtlpSender(Generic[R]):
         self._compression = _COMPRESSION[config.compression]
         self._queue: collections.deque[Queued[R]] = collections.deque()
         self._queued_items = 0
+        self._queued_bytes = 0
         self._cond = threading.Condition()
         self._closing = False
         self._deadline = float("inf")  # monotonic; set by shutdown
@@ -160,20 +162,25 @@ class OtlpSender(Generic[R]):
 
     def submit(self, request: R, n_items: int) -> bool:
         """Queue one request of ``n_items`` items; False (and counted) when dropped."""
-        if n_items > self._cfg.max_queue_items:
+        cfg = self._cfg
+        size = request.ByteSize()  # serializes: outside the lock
+        if n_items > cfg.max_queue_items or size > cfg.max_queue_bytes:
             self._drop("too_large", n_items)
             return False
-        evicted, size = 0, request.ByteSize()  # serializes: outside the lock
+        evicted = 0
         with self._cond:
             if self._closing:  # before start() is fine: start() drains what is queued
                 accepted = False
             else:
-                while self._queue and self._queued_items + n_items > self._cfg.max_queue_items:
-                    n_old = self._queue.popleft().items
-                    self._queued_items -= n_old
-                    evicted += n_old
+                while self._queue and (self._queued_items + n_items > cfg.max_queue_items
+                                       or self._queued_bytes + size > cfg.max_queue_bytes):
+                    old = self._queue.popleft()
+                    self._queued_items -= old.items
+                    self._queued_bytes -= old.size
+                    evicted += old.items
                 self._queue.append(Queued(request, n_items, size))
                 self._queued_items += n_items
+                self._queued_bytes += size
                 self._cond.notify()
                 accepted = True
         if evicted:
@@ -199,7 +206,7 @@ class OtlpSender(Generic[R]):
                 log.error("%s: worker did not stop within the deadline", self.sink)
         else:  # never started: nothing will send what is queued
             with self._cond:
-                n, self._queued_items = self._queued_items, 0
+                n, self._queued_items, self._queued_bytes = self._queued_items, 0, 0
                 self._queue.clear()
             if n:
                 self._drop("shutdown", n)
@@ -216,6 +223,7 @@ class OtlpSender(Generic[R]):
                 return None
             taken = take(self._queue, self._cfg.max_batch_items, self._cfg.max_batch_bytes)
             self._queued_items -= sum(q.items for q in taken)
+            self._queued_bytes -= sum(q.size for q in taken)
             return taken
 
     def _run(self) -> None:

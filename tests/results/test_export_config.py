@@ -16,6 +16,7 @@ def test_defaults_are_off() -> None:
     assert cfg.events_endpoint == "" and cfg.forward_endpoint == ""
     assert cfg.max_queue_items >= cfg.max_batch_items > 0
     assert 1024 <= cfg.max_batch_bytes < 4 << 20  # the gRPC default receive limit: 4 MiB
+    assert cfg.max_queue_bytes >= cfg.max_batch_bytes
 
 
 @pytest.mark.parametrize("data, message", [
@@ -23,6 +24,8 @@ def test_defaults_are_off() -> None:
     ({"events_endpoint": "collector"}, "events_endpoint: expected HOST:PORT"),
     ({"max_queue_items": 0}, "max_queue_items"),
     ({"max_batch_bytes": 1000}, "max_batch_bytes: must be >= 1024"),
+    ({"max_batch_bytes": 4096, "max_queue_bytes": 4095},
+     "max_queue_bytes: must be at least max_batch_bytes"),
     ({"initial_backoff_s": 0}, "initial_backoff_s"),
     ({"max_retry_s": -1}, "max_retry_s"),
     ({"initial_backoff_s": 2, "max_backoff_s": 1}, "max_backoff_s"),

@@ -10,9 +10,10 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 from results_sample import LLM, ROOT, TOOL, evaluation, trace
 from support.otlp_capture import Capture
 
+from otel_eval.decode.encode import encode_spans
 from otel_eval.decode.otlp import attributes_to_dict
 from otel_eval.outputs.config import ExportConfig
-from otel_eval.outputs.forward import Forwarder
+from otel_eval.outputs.forward import Forwarder, stamps
 from otel_eval.telemetry.metrics import Metrics
 
 
@@ -122,6 +123,30 @@ def test_queue_full_drops_oldest_and_too_large(downstream: Capture) -> None:
     assert attributes_to_dict(_spans(downstream)[ROOT].attributes)["otel_eval.verdict"] == "fail"
     small = Forwarder(_config(downstream, max_queue_items=2), m)
     small.export(trace(), evaluation())
+    assert _value(m, "otel_eval_sink_dropped_total", sink="forward", reason="too_large") == 3
+    small.shutdown(1.0)
+
+
+def test_the_queue_is_bounded_in_bytes_too(downstream: Capture) -> None:
+    """Before, only items counted: 100,000 queued spans of a few MB each held gigabytes while
+    the downstream was away. Now the oldest requests make room for the bytes, and a request
+    larger than the whole queue is refused alone."""
+    m = Metrics()
+    one = encode_spans(trace().spans, extra=stamps(trace(), evaluation())).ByteSize()
+    assert 2 * one >= 1024  # room for two and a half requests, within the bounds' minimums
+    fwd = Forwarder(_config(downstream, max_batch_bytes=1024,
+                            max_queue_bytes=2 * one + one // 2), m)
+    for passed in (True, True, False):  # queued: the worker is not started yet
+        fwd.export(trace(), evaluation(passed=passed))
+    assert _value(m, "otel_eval_sink_dropped_total", sink="forward", reason="queue_full") == 3
+    fwd.start()
+    fwd.shutdown(5.0)
+    assert len(downstream.traces) == 2  # the two newest
+    assert attributes_to_dict(_spans(downstream)[ROOT].attributes)["otel_eval.verdict"] == "fail"
+    small = Forwarder(_config(downstream, max_batch_bytes=1024, max_queue_bytes=1024), m)
+    big = trace()
+    big.spans[0].attributes["input.value"] = "x" * 2000
+    small.export(big, evaluation())
     assert _value(m, "otel_eval_sink_dropped_total", sink="forward", reason="too_large") == 3
     small.shutdown(1.0)
 
