@@ -63,6 +63,9 @@ EXPECTED = {("OtelEvalLoopRateHigh", "looping", AGENT),
             ("OtelEvalNonTerminationRepeated", "hanging", AGENT)}
 
 
+SCRAPE_HEALTH = {"OtelEvalDown", "OtelEvalNotScraped"}
+
+
 def _durations_blanked(text: str) -> str:
     return re.sub(r"\[\d+[smd]\]|for: \d+[sm]|offset \d+[sm]", "D", text)
 
@@ -178,8 +181,12 @@ def test_the_shipped_alerts_page_for_the_looping_and_the_hanging_agent(
         def both_fire() -> bool:
             alerts = _alerts(prom)
             seen.update(alerts)
-            unexpected = {a for a in alerts if a[:3] not in EXPECTED}
-            assert not unexpected, unexpected  # clean traffic and the rest raise nothing
+            # clean traffic and the rest raise nothing; otel-eval's own scrape health may go
+            # pending (two scrapes slower than the 1 s interval on a busy machine: "down" in
+            # the shortened rules), never fire
+            unexpected = {a for a in alerts if a[:3] not in EXPECTED
+                          and not (a[0] in SCRAPE_HEALTH and a[3] == "pending")}
+            assert not unexpected, unexpected
             return {a[:3] for a in alerts if a[3] == "firing"} == EXPECTED
 
         poll(both_fire, "the loop and the non-termination alert to fire", between=agents.send,
