@@ -20,7 +20,9 @@ import pytest
 from conversations import tau_turns
 
 TIMEOUT_S = 60
-IDLE_S = 6  # sessions.idle_timeout_s: long enough to kill serve while they are open
+# sessions.idle_timeout_s: the first serve's never ends them (it is killed while they are
+# open, however slow the machine); the second's completes them soon after it starts
+FIRST_IDLE_S, SECOND_IDLE_S = 3600, 3
 
 
 def _poll(what: str, condition: Callable[[], bool]) -> None:
@@ -94,9 +96,12 @@ def test_sessions_of_two_worker_processes_survive_kill_9_and_complete_once(
                      for i, run in enumerate(runs)]
     # store.path: with --store postgresql://... the SQLite path is not the store, but the
     # spool (and its lock) still goes beside it: in tmp_path, not the working directory
-    (tmp_path / "otel-eval.yaml").write_text(
-        f"assembly:\n  grace_s: 0.2\nsessions:\n  idle_timeout_s: {IDLE_S}\n"
-        f"  check_interval_s: 0.2\nstore:\n  path: {tmp_path / 'results.db'}\n")
+    def config(idle_s: int) -> None:
+        (tmp_path / "otel-eval.yaml").write_text(
+            f"assembly:\n  grace_s: 0.2\nsessions:\n  idle_timeout_s: {idle_s}\n"
+            f"  check_interval_s: 0.2\nstore:\n  path: {tmp_path / 'results.db'}\n")
+
+    config(FIRST_IDLE_S)
     first = _serve(tmp_path, store, tmp_path / "first.log")
     try:
         ports = _listening(first, tmp_path / "first.log")
@@ -119,6 +124,7 @@ def test_sessions_of_two_worker_processes_survive_kill_9_and_complete_once(
         first.kill()  # kill -9: the sessions are open, their state in the store
         first.wait()
     assert "2 evaluation worker processes ready" in (tmp_path / "first.log").read_text()
+    config(SECOND_IDLE_S)
     second = _serve(tmp_path, store, tmp_path / "second.log")
     try:
         ports = _listening(second, tmp_path / "second.log")
