@@ -98,7 +98,8 @@ def test_sdk_exporter_with_token_and_client_certificate(tmp_path: Path, pki: Pki
         trace_id = emit_agent_run(_exporter(protocol, h, pki, TOKEN))
         assert h.svc.engine.open_traces() == 1
         for wrong in ("not-the-token", None):
-            emit_agent_run(_exporter(protocol, h, pki, wrong, timeout=1))
+            # refused at once, never retried: the timeout only has to cover a TLS handshake
+            emit_agent_run(_exporter(protocol, h, pki, wrong, timeout=10))
         assert h.svc.engine.open_traces() == 1  # refused before anything was taken
         assert h.sample("otel_eval_receiver_requests_refused_total", protocol=protocol,
                         reason="unauthenticated") == 6  # 3 spans, one request each, twice
