@@ -60,7 +60,7 @@ from otel_eval.store.base import (
 from otel_eval.store.failures import TIMEOUT_STATES
 from otel_eval.store.migrations import migrate_postgresql
 from otel_eval.store.query import EvaluationQuery, Page
-from otel_eval.store.session_rows import KeptSessions, session_upserts
+from otel_eval.store.session_rows import KeptSessions, session_writes
 from otel_eval.store.session_rows import sql as session_sql
 from otel_eval.store.sessions import (
     SessionCursor,
@@ -89,7 +89,10 @@ ON CONFLICT (trace_id) DO UPDATE SET revision = excluded.revision,
     agent = excluded.agent, task_id = excluded.task_id, status = excluded.status,
     passed = excluded.passed, body = excluded.body, content_digest = excluded.content_digest,
     session_id = excluded.session_id
-RETURNING NOT (xmax = 0)"""
+RETURNING NOT (xmax = 0),
+    (SELECT o.session_id FROM evaluations o WHERE o.trace_id = e.trace_id)"""
+# the subquery sees the statement's snapshot: the replaced row's session id (a trace twice in
+# a batch: its first statement's, as SQLite's put_many)
 
 # Seconds before each attempt of the engine's calls: the first, and one retry, at once (a
 # server that stays away is the engine's back-off to wait out: store_health). Before, 15 s of
@@ -395,16 +398,19 @@ def _upsert(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]) -> list[
     """The rows, and their sessions' rows (``session_rows``), in one transaction."""
     with conn.transaction(), conn.cursor() as cur:
         cur.executemany(_UPSERT, rows, returning=True)
-        superseded = []
+        before: list[str | bool | None] = []
         while True:
             row = cur.fetchone()
-            superseded.append(bool(row[0]) if row is not None else False)
+            before.append(row[1] if row is not None and row[0] else False)
             if not cur.nextset():
                 break
-        sessions = session_upserts(rows, superseded)
-        if sessions:
-            cur.executemany(_SESSIONS["upsert"], sessions)
-    return superseded
+        writes = session_writes(rows, before)
+        if writes.upserts:
+            cur.executemany(_SESSIONS["upsert"], writes.upserts)
+        for session_id, n in writes.left:
+            cur.execute(_SESSIONS["leave"], (n, session_id))
+            cur.execute(_SESSIONS["gone"], (session_id,))
+    return [b is not False for b in before]
 
 
 def _remember(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]], services: list[str],

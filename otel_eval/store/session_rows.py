@@ -16,9 +16,10 @@ finishes after it stores nothing (its ``complete`` matches no row) and the sessi
 evaluated again at its next idle. A claim whose process died (kill -9 between claim and
 complete) is taken over once it is older than the job's ``claim_timeout_s``.
 
-``turns`` counts trace ids (a re-evaluated turn is not counted again); ``bytes`` the JSON of
-each turn as first stored. One SQL text per statement, ``{m}`` the placeholder (``?`` SQLite,
-``%s`` psycopg); the dialects differ only in the column types of the table.
+``turns`` counts trace ids (a re-evaluated turn is not counted again; one whose conversation
+id changed moves: ``session_writes``); ``bytes`` the JSON of each turn as first stored. One
+SQL text per statement, ``{m}`` the placeholder (``?`` SQLite, ``%s`` psycopg); the dialects
+differ only in the column types of the table.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-__all__ = ["KeptSessions", "SessionRow", "session_upserts", "sql"]
+__all__ = ["KeptSessions", "SessionRow", "SessionWrites", "session_writes", "sql"]
 
 
 def table(text: str, bigint: str, boolean: str, collate: str) -> tuple[str, ...]:
@@ -64,23 +65,38 @@ class SessionRow(NamedTuple):
     last_turn_ns: int
 
 
-def session_upserts(rows: Sequence[tuple[Any, ...]],
-                    superseded: Sequence[bool]) -> list[tuple[str, int, int, int, int]]:
-    """(session id, first ns, last ns, new turns, new bytes) per session of a batch of
-    evaluation rows (``base.ROW_COLUMNS``: 2 evaluated_at_ns, 8 body, 10 session_id), one
-    per session, sorted by id (two writers lock the rows in one order: no deadlock)."""
+class SessionWrites(NamedTuple):
+    """What a batch of turns changes in the ``sessions`` table (``session_writes``)."""
+
+    upserts: list[tuple[str, int, int, int, int]]  # (id, first ns, last ns, turns, bytes)
+    left: list[tuple[str, int]]  # (id, turns that moved to another session)
+
+
+def session_writes(rows: Sequence[tuple[Any, ...]],
+                   before: Sequence[str | bool | None]) -> SessionWrites:
+    """The sessions' rows of a batch of evaluation rows (``base.ROW_COLUMNS``: 2
+    evaluated_at_ns, 8 body, 10 session_id). ``before``, per row: False for a new trace, else
+    the session id of the row it replaced (None: it had none). A turn is counted once; a
+    re-evaluated turn whose conversation id changed (its late spans said another) counts in
+    its new session and leaves the old one, which is opened again to be completed without
+    it. Each list sorted by id (two writers lock the rows in one order: no deadlock)."""
     out: dict[str, list[int]] = {}
-    for row, again in zip(rows, superseded, strict=True):
+    left: dict[str, int] = {}
+    for row, was in zip(rows, before, strict=True):
         session_id = row[10]
+        moved = was is not False and was != session_id
+        if moved and isinstance(was, str):
+            left[was] = left.get(was, 0) + 1
         if session_id is None:
             continue
         at = int(row[2])
         entry = out.setdefault(session_id, [at, at, 0, 0])
         entry[0], entry[1] = min(entry[0], at), max(entry[1], at)
-        if not again:
+        if was is False or moved:
             entry[2] += 1
             entry[3] += len(row[8])
-    return [(sid, *values) for sid, values in sorted(out.items())]  # type: ignore[misc]
+    return SessionWrites([(sid, *values) for sid, values in sorted(out.items())],  # type: ignore[misc]
+                         sorted(left.items()))
 
 
 def row_of(found: tuple[Any, ...]) -> SessionRow:
@@ -99,6 +115,11 @@ def sql(m: str) -> dict[str, str]:
                   "THEN excluded.last_turn_ns ELSE sessions.last_turn_ns END, "
                   "turns = sessions.turns + excluded.turns, "
                   "bytes = sessions.bytes + excluded.bytes",
+        # a turn moved to another conversation: counted out, the session evaluated again
+        # without it (or gone with its last turn)
+        "leave": f"UPDATE sessions SET turns = turns - {m}, state = 'open', claim = NULL "
+                 f"WHERE session_id = {m}",
+        "gone": f"DELETE FROM sessions WHERE session_id = {m} AND turns <= 0",
         # idle: open, the last turn before the cutoff; oldest first
         "idle": f"SELECT session_id, last_turn_ns FROM sessions WHERE state = 'open' AND "
                 f"last_turn_ns < {m} ORDER BY last_turn_ns, session_id LIMIT {m}",

@@ -36,7 +36,7 @@ from otel_eval.store.base import (
 )
 from otel_eval.store.migrations import migrate_sqlite
 from otel_eval.store.query import EvaluationQuery, Page
-from otel_eval.store.session_rows import KeptSessions, session_upserts
+from otel_eval.store.session_rows import KeptSessions, session_writes
 from otel_eval.store.session_rows import sql as session_sql
 from otel_eval.store.sessions import (
     SessionCursor,
@@ -111,15 +111,18 @@ class SqliteStore(KeptSessions):
             cur.execute("BEGIN IMMEDIATE")  # take the write lock now: upgrading a
             # read snapshot after another connection wrote fails at once (SQLITE_BUSY_SNAPSHOT)
             try:
-                seen = self._stored_ids(cur, list({row[0] for row in rows}))
-                superseded = []
+                stored = self._stored_sessions(cur, list({row[0] for row in rows}))
+                before: list[str | bool | None] = []
                 for row in rows:  # a trace twice in the batch: the second supersedes
-                    superseded.append(row[0] in seen)
-                    seen.add(row[0])
+                    before.append(stored.get(row[0], False))
+                    stored[row[0]] = row[10]
                 cur.executemany(f"INSERT OR REPLACE INTO evaluations ({ROW_COLUMNS}) "
                                 "VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
-                cur.executemany(self._session_sql["upsert"],
-                                session_upserts(rows, superseded))
+                writes = session_writes(rows, before)
+                cur.executemany(self._session_sql["upsert"], writes.upserts)
+                for session_id, n in writes.left:
+                    cur.execute(self._session_sql["leave"], (n, session_id))
+                    cur.execute(self._session_sql["gone"], (session_id,))
                 cur.execute("COMMIT")
             except BaseException:
                 # SQLite rolls a transaction back by itself on some errors (SQLITE_FULL: a
@@ -127,7 +130,7 @@ class SqliteStore(KeptSessions):
                 if self._db.in_transaction:
                     cur.execute("ROLLBACK")
                 raise
-        return superseded
+        return [b is not False for b in before]
 
     def limit_pages(self, pages: int) -> int:
         """Cap the file at ``pages`` pages (SQLite's ``max_page_count``, on this store's one
@@ -142,14 +145,16 @@ class SqliteStore(KeptSessions):
             return int(self._db.execute("PRAGMA page_count").fetchone()[0])
 
     @staticmethod
-    def _stored_ids(cur: sqlite3.Cursor, trace_ids: list[str]) -> set[str]:
-        """Which of ``trace_ids`` have a row: one query per 500 ids, not one per id."""
-        out: set[str] = set()
+    def _stored_sessions(cur: sqlite3.Cursor, trace_ids: list[str]) -> dict[str, str | None]:
+        """The session id (None: none) of each of ``trace_ids`` that has a row: one query per
+        500 ids, not one per id."""
+        out: dict[str, str | None] = {}
         for i in range(0, len(trace_ids), 500):
             chunk = trace_ids[i:i + 500]
             marks = ",".join("?" * len(chunk))
-            out.update(r[0] for r in cur.execute(
-                f"SELECT trace_id FROM evaluations WHERE trace_id IN ({marks})", chunk))
+            out.update((r[0], r[1]) for r in cur.execute(
+                f"SELECT trace_id, session_id FROM evaluations WHERE trace_id IN ({marks})",
+                chunk))
         return out
 
     # Row writers. The engine writes whole rows (``put_many``: a new evaluation, or a new

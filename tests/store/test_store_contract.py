@@ -462,3 +462,34 @@ def test_session_turns_are_cut_to_a_size(stores: Open) -> None:
     assert ([int(b["trace_id"], 16) for b in bodies], total) == ([4, 3], 4)
     bodies, _, _ = store.session_turns("big", 10, max_chars=1)  # always the newest one
     assert [int(b["trace_id"], 16) for b in bodies] == [4]
+
+
+def test_a_turn_whose_conversation_changed_moves_to_its_new_session(stores: Open) -> None:
+    """A re-opened trace re-evaluated under another conversation id (its late spans carried
+    it) leaves the old session, which is opened again to be completed without it, or is gone
+    with its last turn. Before, the old session kept counting it and its stored record (or
+    its listing) still named the trace."""
+    store = stores()
+    store.put_many([_turn(1, "a", T0 + 1), _turn(2, "a", T0 + 2), _turn(3, "b", T0 + 3)])
+    assert store.claim_session("a", T0 + 2, "job:1", T0 + 10, 0)
+    assert store.complete_session("a", "job:1", {"session_id": "a", "turns": 2}, T0 + 11)
+    moved = _ev(2, revision=1, at=T0 + 20)
+    moved.trajectory.session_id = "b"
+    assert store.put_many([moved]) == [True]  # it superseded its first evaluation
+    a, b = store.session_record("a"), store.session_record("b")
+    assert a is not None and (a.state, a.turns) == ("open", 1)  # to be completed again
+    assert b is not None and (b.state, b.turns) == ("open", 2)
+    assert [int(t["trace_id"], 16) for t in store.session_turns("a", 9)[0]] == [1]
+    assert sorted(int(t["trace_id"], 16) for t in store.session_turns("b", 9)[0]) == [2, 3]
+    alone = _ev(1, revision=1, at=T0 + 21)  # its last turn now in no conversation
+    store.put_many([alone])
+    assert store.session_record("a") is None
+    from otel_eval.store.sessions import SessionQuery
+    assert [sid for sid, _ in store.session_ids(SessionQuery(), None, 9)] == ["b"]
+    # a trace twice in one batch: the second replaces the first, in its conversation only
+    first, second = _turn(4, "c", T0 + 30), _ev(4, revision=1, at=T0 + 31)
+    second.trajectory.session_id = "d"
+    assert store.put_many([first, second]) == [False, True]
+    assert store.session_record("c") is None
+    d = store.session_record("d")
+    assert d is not None and d.turns == 1
