@@ -97,7 +97,7 @@ def test_the_run_page_says_p_success_judge_cost_and_folds_critiques(store: Store
     assert all(c in folded for c in CRITIQUES)
     assert text.count('<details class="critiques">') == 1  # only step 8 has critiques
     assert '<form class="outcome" data-trace="' + JUDGED + '"' in text
-    assert 'name="token"' not in text  # no write tokens configured
+    assert 'class="token"' not in text  # no write tokens configured
 
 
 def test_a_recorded_outcome_the_judge_disagrees_with_is_said(store: Store) -> None:
@@ -133,7 +133,10 @@ def test_under_write_tokens_the_form_asks_for_one_and_only_a_writer_records(
                          write_tokens={"people": "wr1te"})
     with labelled_admin(store, config) as url:
         status, _, page = get(url + f"/ui/runs/{JUDGED}", basic="r3ad")
-        assert status == 200 and b'type="password" name="token"' in page
+        assert status == 200 and b'type="password" class="token"' in page
+        # submitted without the script, the form could only POST, and never sends the token
+        assert b'method="post"' in page and b'name="token"' not in page
+        assert b'type="submit" disabled' in page
         failure = {"trace_id": JUDGED, "outcome": "failure"}
         assert post(url, failure)[0] == 401
         assert post(url, failure, Authorization="Bearer r3ad")[0] == 403

@@ -60,15 +60,18 @@ def _facts(body: Mapping[str, Any], threshold: float) -> list[Any]:
 def _form(trace_id: str, write_token: bool) -> Html:
     choices = [h("label", h("input", type="radio", name="outcome", value=v, required=True),
                  " " + v) for v in ("success", "failure")]
-    token = h("label", "write token ", h("input", type="password", name="token",
+    # the token has no name, the form posts and its button waits for the script: submitted
+    # natively (no script yet, or none) it must never put the token in a URL or a request
+    token = h("label", "write token ", h("input", type="password", class_="token",
                                          autocomplete="off", required=True,
                                          placeholder="admin.write_tokens")) \
         if write_token else None
     return h("form", h("span", "What happened? ", class_="label"), choices, token,
-             h("button", "record outcome", type="submit"),
+             h("button", "record outcome", type="submit", disabled=True),
              h("output", "", class_="status", role="status", aria_live="polite"),
              h("noscript", "Recording needs the page's script (or POST /v1/feedback)."),
-             class_="outcome", data_trace=trace_id, data_endpoint="/v1/feedback")
+             class_="outcome", data_trace=trace_id, data_endpoint="/v1/feedback",
+             method="post")
 
 
 def outcome_section(body: Mapping[str, Any], threshold: float, write_token: bool = False,

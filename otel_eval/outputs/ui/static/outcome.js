@@ -15,7 +15,7 @@ async function record(form, event) {
     return;
   }
   const headers = {"Content-Type": "application/json"};
-  const token = form.querySelector("input[name=token]");
+  const token = form.querySelector("input.token");
   if (token && token.value) {
     headers.Authorization = "Bearer " + token.value;
   }
@@ -51,4 +51,5 @@ async function record(form, event) {
 
 for (const form of document.querySelectorAll("form.outcome")) {
   form.addEventListener("submit", (event) => record(form, event));
+  form.querySelector("button").disabled = false;  // enabled once submitting goes through here
 }
