@@ -407,9 +407,8 @@ def _upsert(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]) -> list[
         writes = session_writes(rows, before)
         if writes.upserts:
             cur.executemany(_SESSIONS["upsert"], writes.upserts)
-        for session_id, n in writes.left:
-            cur.execute(_SESSIONS["leave"], (n, session_id))
-            cur.execute(_SESSIONS["gone"], (session_id,))
+        if writes.left:
+            cur.executemany(_SESSIONS["gone"], writes.left)
     return [b is not False for b in before]
 
 

@@ -65,11 +65,14 @@ class SessionRow(NamedTuple):
     last_turn_ns: int
 
 
+_NO_FIRST = 1 << 62  # a first turn time no turn has: min() takes any real one
+
+
 class SessionWrites(NamedTuple):
     """What a batch of turns changes in the ``sessions`` table (``session_writes``)."""
 
     upserts: list[tuple[str, int, int, int, int]]  # (id, first ns, last ns, turns, bytes)
-    left: list[tuple[str, int]]  # (id, turns that moved to another session)
+    left: list[tuple[str]]  # sessions a turn moved out of: deleted if none is left
 
 
 def session_writes(rows: Sequence[tuple[Any, ...]],
@@ -78,15 +81,18 @@ def session_writes(rows: Sequence[tuple[Any, ...]],
     evaluated_at_ns, 8 body, 10 session_id). ``before``, per row: False for a new trace, else
     the session id of the row it replaced (None: it had none). A turn is counted once; a
     re-evaluated turn whose conversation id changed (its late spans said another) counts in
-    its new session and leaves the old one, which is opened again to be completed without
-    it. Each list sorted by id (two writers lock the rows in one order: no deadlock)."""
+    its new session and leaves the old one: an upsert of -1 turn, which opens it again to be
+    completed without it. Sorted by id (two writers lock the rows in one order: no
+    deadlock)."""
     out: dict[str, list[int]] = {}
-    left: dict[str, int] = {}
+    left: set[str] = set()
     for row, was in zip(rows, before, strict=True):
         session_id = row[10]
         moved = was is not False and was != session_id
         if moved and isinstance(was, str):
-            left[was] = left.get(was, 0) + 1
+            # no turn time: the first and last turn of the old session stay as they are
+            out.setdefault(was, [_NO_FIRST, 0, 0, 0])[2] -= 1
+            left.add(was)
         if session_id is None:
             continue
         at = int(row[2])
@@ -96,7 +102,7 @@ def session_writes(rows: Sequence[tuple[Any, ...]],
             entry[2] += 1
             entry[3] += len(row[8])
     return SessionWrites([(sid, *values) for sid, values in sorted(out.items())],  # type: ignore[misc]
-                         sorted(left.items()))
+                         [(sid,) for sid in sorted(left)])
 
 
 def row_of(found: tuple[Any, ...]) -> SessionRow:
@@ -115,10 +121,7 @@ def sql(m: str) -> dict[str, str]:
                   "THEN excluded.last_turn_ns ELSE sessions.last_turn_ns END, "
                   "turns = sessions.turns + excluded.turns, "
                   "bytes = sessions.bytes + excluded.bytes",
-        # a turn moved to another conversation: counted out, the session evaluated again
-        # without it (or gone with its last turn)
-        "leave": f"UPDATE sessions SET turns = turns - {m}, state = 'open', claim = NULL "
-                 f"WHERE session_id = {m}",
+        # a session its last turn moved out of (``session_writes``)
         "gone": f"DELETE FROM sessions WHERE session_id = {m} AND turns <= 0",
         # idle: open, the last turn before the cutoff; oldest first
         "idle": f"SELECT session_id, last_turn_ns FROM sessions WHERE state = 'open' AND "

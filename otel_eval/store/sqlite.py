@@ -120,9 +120,7 @@ class SqliteStore(KeptSessions):
                                 "VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
                 writes = session_writes(rows, before)
                 cur.executemany(self._session_sql["upsert"], writes.upserts)
-                for session_id, n in writes.left:
-                    cur.execute(self._session_sql["leave"], (n, session_id))
-                    cur.execute(self._session_sql["gone"], (session_id,))
+                cur.executemany(self._session_sql["gone"], writes.left)
                 cur.execute("COMMIT")
             except BaseException:
                 # SQLite rolls a transaction back by itself on some errors (SQLITE_FULL: a
