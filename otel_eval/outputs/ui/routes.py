@@ -1,7 +1,7 @@
 """Output (part): the web view's routes, each a small function request -> response.
 
     GET /ui/                                  recent runs, filtered as /v1/evaluations
-    GET /ui/runs/{trace_id}                   one run as a tree of steps
+    GET /ui/runs/{trace_id}?from=N            one run as a tree of steps (from step N + 1)
     GET /ui/runs/{trace_id}/steps/{index}     one step whole
     GET /ui/sessions                          conversations, filtered as /v1/sessions
     GET /ui/sessions/{session_id}?turn=N      one conversation as a transcript of its turns
@@ -101,11 +101,11 @@ def _issues(sources: Sources, _found: re.Match[str], _query: str) -> Response:
     return _html(200, "issues", issues_page(sources.issues()), "issues")
 
 
-def _run_page(sources: Sources, found: re.Match[str], _query: str) -> Response:
-    return _run(sources, found.group(1), found.group(2))
+def _run_page(sources: Sources, found: re.Match[str], query: str) -> Response:
+    return _run(sources, found.group(1), found.group(2), _position(query, "from"))
 
 
-def _run(sources: Sources, trace_id: str, index: str | None) -> Response:
+def _run(sources: Sources, trace_id: str, index: str | None, first: int) -> Response:
     body = sources.get(trace_id.lower())
     if body is None:
         return _not_found(f"No evaluation for trace {trace_id.lower()}.")
@@ -113,7 +113,8 @@ def _run(sources: Sources, trace_id: str, index: str | None) -> Response:
     if index is None:
         said = outcome_section(body, sources.pass_threshold, sources.write_token)
         return _html(200, f"run {trace_id[:8]}",
-                     run_page(t, sources.redact, sources.trace_url, outcome=said), "runs")
+                     run_page(t, sources.redact, sources.trace_url, outcome=said,
+                              first=first), "runs")
     shown = step_page(t, int(index), sources.redact)
     if shown is None:
         return _not_found(f"Trace {trace_id.lower()} has no step {index}.")

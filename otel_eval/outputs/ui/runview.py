@@ -10,14 +10,21 @@ a step are folded under it (one ``<details>`` a step, its summary the count and 
 score). Between the two (``outcome``): ``p_success``, what judging the run cost, the outcome
 recorded for it, where the judge or the predictor disagree with that outcome, and the form
 that records one (``POST /v1/feedback``, sent by ``static/outcome.js``).
+
+Bounded by one budget of characters (``values.Budget``) that counts everything the page
+emits: the header, each step whole (its head, values, calls, findings and critiques). The
+steps are listed until it is spent (one at least), then the page says how many are left out
+and links to the next ones (``?from=N``: from the step N + 1 in tree order), as the runs list
+and a conversation page do.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import islice
 from typing import Any
 
-from otel_eval.outputs.ui.html import Html, h, segment
+from otel_eval.outputs.ui.html import Html, h, href, segment
 from otel_eval.outputs.ui.run import contents, outcome_note
 from otel_eval.outputs.ui.runs import verdict_badge
 from otel_eval.outputs.ui.text import Redact, duration, usd
@@ -89,6 +96,8 @@ def _step_head(s: dict[str, Any]) -> Html:
 
 
 def step_block(trace_id: str, s: dict[str, Any], budget: Budget, redact: Redact) -> Html:
+    """One step, charged whole to ``budget``."""
+    before = budget.left
     more = f"/ui/runs/{segment(trace_id)}/steps/{s.get('index')}"
     cut = _dict(s.get("truncated"))
     parts: list[Any] = [_step_head(s)]
@@ -105,7 +114,8 @@ def step_block(trace_id: str, s: dict[str, Any], budget: Budget, redact: Redact)
     depth = min(int(s.get("depth_shown") or 0), MAX_DEPTH)
     kind = short(s.get("kind"), 20)
     classes = f"step d{depth} k-{kind}" + (" has-findings" if s.get("findings") else "")
-    return h("section", parts, id=f"step-{s.get('index')}", class_=classes)
+    return budget.charge(h("section", parts, id=f"step-{s.get('index')}", class_=classes),
+                         before)
 
 
 def _ordered(t: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -162,18 +172,46 @@ def _summary(t: dict[str, Any], budget: Budget, redact: Redact, trace_url: str) 
              _notes(t, redact), class_="run")
 
 
+def _steps(t: dict[str, Any], budget: Budget, redact: Redact, first: int) -> Html:
+    """The steps in tree order from position ``first``, until ``budget`` is spent (one at
+    least, so the next page moves on); then how many are left out and a link to them."""
+    order = _ordered(t)
+    skipped = sum(1 for _ in islice(order, first))
+    blocks = []
+    for s in order:
+        blocks.append(step_block(t["trace_id"], s, budget, redact))
+        if budget.spent:
+            break
+    left = sum(1 for _ in order)
+    listed = h("div", blocks, class_="steps")
+    if not left and not first:
+        return listed
+    url, total = f"/ui/runs/{segment(t['trace_id'])}", skipped + len(blocks) + left
+    said = (f"steps {skipped + 1:,}-{skipped + len(blocks):,} of {total:,} (in tree order)"
+            if blocks else f"no step from {first + 1:,}: the run has {total:,}")
+    if left:
+        said += f"; {left:,} more not on this page"
+    links = [h("a", "first steps", href=url) if first else None,
+             h("a", "next steps", rel="next", href=href(url, {"from": str(total - left)}))
+             if left else None]
+    return Html(listed + h("p", said, " ", links, class_="pages"))
+
+
 def run_page(t: dict[str, Any], redact: Redact, trace_url: str = "",
-             budget: Budget | None = None, outcome: Html | None = None) -> Html:
+             budget: Budget | None = None, outcome: Html | None = None,
+             first: int = 0) -> Html:
     """A ``run.tree`` as the run view; ``outcome``: what is said between the header and the
-    steps (``outcome.outcome_section``)."""
+    steps (``outcome.outcome_section``); ``first``: the steps listed start at this position
+    in tree order (``?from=N``)."""
     budget = budget or Budget()
-    steps = [step_block(t["trace_id"], s, budget, redact) for s in _ordered(t)]
+    before = budget.left
     session = t.get("session_id")
     link = h("p", "a turn of conversation ", h("a", short(session, 120), href="/ui/sessions/"
                                                  + segment(session)), class_="session") \
         if isinstance(session, str) else Html("")
-    return Html(link + _summary(t, budget, redact, trace_url) + (outcome or "")
-                + h("div", steps, class_="steps"))
+    top = budget.charge(Html(link + _summary(t, budget, redact, trace_url) + (outcome or "")),
+                        before)
+    return Html(top + _steps(t, budget, redact, first))
 
 
 def step_page(t: dict[str, Any], index: int, redact: Redact) -> Html | None:

@@ -4,9 +4,11 @@ A page holds many values, each from span content: a name, a tool's arguments, it
 LLM's prompt and answer, a critique. Each is redacted (as the judge sees it), cut to what the
 page can hold and escaped; a long one shows its head with the rest folded in ``<details>``
 (no script needed); control characters show as visible escapes (``\x1b``), as in
-``show``. A page has a byte budget (``Budget``): once spent, values show only their
-head and a link to the step's own page, so a run of 2,000 steps with a 20 MB value in each
-is still a page of a few megabytes.
+``show``. A page has a budget of characters (``Budget``) that counts everything it emits,
+markup included: a value is cut to what is left of it (its head and a link to the step's own
+page once it is spent), and the run page lists steps until it is spent (``runview``), so a
+run of 10,000 steps, each with its values, findings and critiques, is still a page of a few
+megabytes.
 """
 
 from __future__ import annotations
@@ -23,14 +25,16 @@ from otel_eval.outputs.ui.text import Redact, as_text, redacted
 HEAD_CHARS = 600  # shown unfolded
 HEAD_LINES = 8
 NAME_CHARS = 200  # a span name, model, agent: one line
-PAGE_CHARS = 3_000_000  # value characters one page shows, folded or not
+PAGE_CHARS = 3_000_000  # characters of HTML one page emits for a run, markup included
 VALUE_CHARS = 65_536  # of one value, folded part included (stored texts are cut at 4096)
 SMALL_CHARS = 200  # of a value once the page's budget is spent
 
 
 @dataclass
 class Budget:
-    """Characters of values a page may still show."""
+    """Characters of HTML a page may still emit. A value reserves its text (``take``) before
+    it is cut to what is left; each part of the page is charged whole once built
+    (``charge``), its values' reservations included, so what is spent is what was emitted."""
 
     left: int = PAGE_CHARS
 
@@ -38,6 +42,16 @@ class Budget:
         given = max(0, min(wanted, self.left))
         self.left -= given
         return given
+
+    def charge(self, part: Html, left_before: int) -> Html:
+        """``part``, charged whole: ``left_before`` is ``left`` before it was built (what its
+        values took since then is part of it, not charged twice)."""
+        self.left = min(self.left, left_before - len(part))
+        return part
+
+    @property
+    def spent(self) -> bool:
+        return self.left <= 0
 
 
 def short(value: Any, limit: int = NAME_CHARS) -> str:

@@ -1,0 +1,128 @@
+"""The run page's bounds: one budget counts everything the page emits (step heads, values,
+calls, findings, critiques), the steps are listed until it is spent and the rest are on the
+next pages (``?from=N``). Each page is well-formed HTML however it is cut."""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+from typing import Any
+
+from otel_eval.outputs.ui.html import page
+from otel_eval.outputs.ui.routes import PAGES, Sources
+from otel_eval.outputs.ui.run import tree
+from otel_eval.outputs.ui.runview import run_page
+from otel_eval.outputs.ui.values import PAGE_CHARS, Budget
+
+TRACE_ID = "ab" * 16
+_VOID = {"br", "input", "meta", "link", "hr", "img"}
+
+
+class _Balance(HTMLParser):
+    """Every tag opened is closed, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag not in _VOID:
+            self.open.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        assert self.open and self.open[-1] == tag, (tag, self.open[-5:])
+        self.open.pop()
+
+
+def _well_formed(html: str) -> None:
+    parser = _Balance()
+    parser.feed(html)
+    parser.close()
+    assert parser.open == []
+
+
+def _step(i: int, values: bool) -> dict[str, Any]:
+    """A step as stored: an erring tool call (or an LLM call asking for one that never ran)
+    with a long name, its values only when ``values``."""
+    kind = "tool" if i % 2 else "llm"
+    s: dict[str, Any] = {"index": i, "span_id": f"{i + 1:016x}", "parent_span_id": None,
+                         "kind": kind, "name": "execute_tool " + "n" * 190, "status": "error",
+                         "tool_name": "t" if kind == "tool" else None,
+                         "start_time_unix_nano": 1, "end_time_unix_nano": 2}
+    if kind == "llm":
+        s["tool_calls"] = [{"name": "x" * 80, "arguments": {"a": "z" * 300},
+                            "outcome": "never_ran"}]
+    if values:
+        s.update({"error": "E" * 4096, "arguments": {"q": "A" * 4096}, "result": "R" * 4096}
+                 if kind == "tool" else {"prompt": "P" * 4096, "answer": "Q" * 4096})
+    return s
+
+
+def _run(steps: int, values: bool = False, **more: Any) -> dict[str, Any]:
+    return {"trace_id": TRACE_ID, "steps": [_step(i, values) for i in range(steps)],
+            "findings": [{"detector": "tool_call", "kind": "runtime", "severity": "warning",
+                          "message": "M" * 2000, "step_indexes": [i]} for i in range(steps)],
+            "verdict": {"passed": False, "reasons": ["r"]}, **more}
+
+
+def _shown(html: str) -> list[int]:
+    return [int(i) for i in re.findall(r'<section id="step-(\d+)"', html)]
+
+
+def test_steps_without_values_still_spend_the_budget() -> None:
+    """Heads, calls that never ran and findings count: 6,000 steps of them, no value at all,
+    were a page of 16 MB."""
+    t = tree(_run(6000))
+    html = run_page(t, None)
+    shown = _shown(html)
+    assert 0 < len(shown) < 6000 and shown == list(range(len(shown)))
+    assert PAGE_CHARS < len(html) < PAGE_CHARS + 10_000  # the last step crosses it
+    assert (f"steps 1-{len(shown):,} of 6,000 (in tree order); {6000 - len(shown):,} more not "
+            f'on this page <a rel="next" href="/ui/runs/{TRACE_ID}?from={len(shown)}">next '
+            "steps</a>") in html
+    _well_formed(html)
+
+
+def test_every_step_is_on_exactly_one_page() -> None:
+    t = tree(_run(300, values=True))
+    seen: list[int] = []
+    first, pages = 0, 0
+    while True:
+        html = run_page(t, None, budget=Budget(100_000), first=first)
+        _well_formed(html)
+        shown = _shown(html)
+        assert shown and len(html) < 100_000 + 30_000  # one step over at most
+        seen += shown
+        pages += 1
+        found = re.search(rf'href="/ui/runs/{TRACE_ID}\?from=(\d+)">next steps', html)
+        if found is None:
+            assert f"of 300 (in tree order) <a href=\"/ui/runs/{TRACE_ID}\">first steps" in html
+            break
+        assert int(found.group(1)) == first + len(shown)
+        first = int(found.group(1))
+    assert seen == list(range(300)) and pages > 10
+
+
+def test_the_route_pages_by_from_and_past_the_end_says_so() -> None:
+    body = _run(6000)
+    src = Sources(query=lambda _q: None, get=lambda _t: body, issues=lambda: None)
+    pattern, view = next((p, v) for p, v in PAGES if "runs" in p and "steps" in p)
+
+    def get(query: str) -> str:
+        status, _, data = view(src, re.fullmatch(pattern, f"/ui/runs/{TRACE_ID}"), query)
+        assert status == 200
+        return data.decode()
+
+    first = _shown(get(""))
+    second = get(f"from={len(first)}")
+    assert _shown(second)[0] == len(first) and len(second) < PAGE_CHARS + 20_000
+    assert f'<a href="/ui/runs/{TRACE_ID}">first steps</a>' in second
+    beyond = get("from=7000")
+    assert _shown(beyond) == [] and "no step from 7,001: the run has 6,000" in beyond
+    assert _shown(get("from=x1")) == first  # not a number: the first page
+
+
+def test_a_small_run_is_listed_whole_without_a_pages_note() -> None:
+    html = run_page(tree(_run(20, values=True)), None)
+    assert _shown(html) == list(range(20)) and 'class="pages"' not in html
+    _well_formed(page("run", html).decode())
