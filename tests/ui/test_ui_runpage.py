@@ -1,6 +1,7 @@
 """The run page's bounds: one budget counts everything the page emits (step heads, values,
 calls, findings, critiques), the steps are listed until it is spent and the rest are on the
-next pages (``?from=N``). Each page is well-formed HTML however it is cut."""
+next pages (``?from=N``); what one step or the run lists is capped, the rest counted. Each
+page is well-formed HTML however it is cut."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ from typing import Any
 from otel_eval.outputs.ui.html import page
 from otel_eval.outputs.ui.routes import PAGES, Sources
 from otel_eval.outputs.ui.run import tree
-from otel_eval.outputs.ui.runview import run_page
+from otel_eval.outputs.ui.runview import (
+    ALSO_LINKS,
+    LISTED,
+    LISTED_ON_STEP,
+    REASONS,
+    run_page,
+    step_page,
+)
 from otel_eval.outputs.ui.values import PAGE_CHARS, Budget
 
 TRACE_ID = "ab" * 16
@@ -126,3 +134,56 @@ def test_a_small_run_is_listed_whole_without_a_pages_note() -> None:
     html = run_page(tree(_run(20, values=True)), None)
     assert _shown(html) == list(range(20)) and 'class="pages"' not in html
     _well_formed(page("run", html).decode())
+
+
+def test_a_step_lists_so_many_findings_critiques_and_calls_and_counts_the_rest() -> None:
+    n = LISTED_ON_STEP + 7
+    body = _run(1)
+    body["steps"][0]["tool_calls"] = [{"name": f"c{i}", "outcome": "never_ran"}
+                                      for i in range(n)]
+    body["findings"] = [{"detector": "loop", "kind": "repeated_call", "severity": "error",
+                         "message": f"f{i}", "step_indexes": [0]} for i in range(n)]
+    body["findings"].append({"detector": "loop", "kind": "repeated_call", "severity": "error",
+                             "message": "many", "step_indexes": [*range(1, 5001), 0]})
+    body["judge"] = {"judges": {"j": {"critiques": [
+        {"dimension": "d", "score": 1 - i / n, "text": f"c{i}", "step_index": 0}
+        for i in range(n)]}}}
+    t = tree(body)
+    html = run_page(t, None)
+    whole = f'<a href="/ui/runs/{TRACE_ID}/steps/0">whole step</a>'
+    assert html.count('class="call"') == LISTED
+    assert f"({n - LISTED:,} more calls it asked for: {whole})" in html
+    assert html.count('class="finding') == LISTED
+    assert f"({n + 1 - LISTED:,} more findings: {whole})" in html
+    assert html.count('class="critique"') == LISTED
+    assert f"({n - LISTED:,} more critiques: {whole})" in html
+    assert f"<summary>judge: {n} critiques, lowest {1 - (n - 1) / n:.2f}</summary>" in html
+    _well_formed(html)
+
+    step = step_page(t, 0, None)
+    assert step is not None
+    api = f"<code>GET /v1/evaluations/{TRACE_ID}</code>"
+    assert step.count('class="call"') == LISTED_ON_STEP
+    assert f"(7 more calls it asked for: {api})" in step
+    assert step.count('class="finding') == LISTED_ON_STEP and f"(8 more findings: {api})" in step
+    assert step.count('class="critique"') == LISTED_ON_STEP
+    last = t["steps"][0]["findings"][-1]  # the one naming 5,001 steps: its place, 20 others
+    assert last["message"] == "many"
+    listed = run_page({**t, "steps": [{**t["steps"][0], "findings": [last]}]}, None)
+    also = listed.split('<span class="also">', 1)[1].split("</span>", 1)[0]
+    assert also.count("<a ") == ALSO_LINKS and f"and {5000 - ALSO_LINKS:,} more)" in also
+
+
+def test_the_run_lists_so_many_reasons_findings_and_critiques() -> None:
+    body = _run(1, verdict={"passed": False, "reasons": [f"r{i}" for i in range(REASONS + 3)]})
+    body["findings"] = [{"detector": "d", "kind": "k", "severity": "info", "message": f"t{i}",
+                         "step_indexes": []} for i in range(LISTED + 4)]
+    body["judge"] = {"judges": {"j": {"critiques": [{"dimension": "d", "text": f"c{i}"}
+                                                   for i in range(LISTED + 5)]}}}
+    html = run_page(tree(body), None)
+    api = f"<code>GET /v1/evaluations/{TRACE_ID}</code>"
+    header = html.split("</header>", 1)[0]
+    assert header.count("<li>") == REASONS and f"(3 more reasons: {api})" in header
+    assert header.count('class="finding') == LISTED and f"(4 more findings: {api})" in header
+    assert header.count('class="critique"') == LISTED and f"(5 more critiques: {api})" in header
+    _well_formed(html)

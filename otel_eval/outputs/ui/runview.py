@@ -15,7 +15,10 @@ Bounded by one budget of characters (``values.Budget``) that counts everything t
 emits: the header, each step whole (its head, values, calls, findings and critiques). The
 steps are listed until it is spent (one at least), then the page says how many are left out
 and links to the next ones (``?from=N``: from the step N + 1 in tree order), as the runs list
-and a conversation page do.
+and a conversation page do. What one step or the run lists is capped too (``LISTED``
+findings, critiques and calls, ``ALSO_LINKS`` other steps a finding names), the rest counted,
+with where to find it: the step's own page, which lists more (``LISTED_ON_STEP``), or the
+API's record of the run.
 """
 
 from __future__ import annotations
@@ -32,20 +35,39 @@ from otel_eval.outputs.ui.values import NAME_CHARS, Budget, short, value, when
 from otel_eval.outputs.ui.verdicts import agent_name, number
 
 MAX_DEPTH = 24  # deeper steps are drawn at this indentation
+LISTED = 20  # findings, critiques, calls that never ran: listed per step and on the run
+LISTED_ON_STEP = 500  # the same on a step's own page
+ALSO_LINKS = 20  # other steps a finding names, linked
+REASONS = 100  # of the verdict's reasons
 
 
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _more(count: int, what: str, where: Html | None) -> Html | None:
+    """``(N more what: where)`` when ``count`` > 0."""
+    if count <= 0:
+        return None
+    return h("p", f"({count:,} more {what}", [": ", where] if where else None, ")",
+             class_="cut")
+
+
+def _api(trace_id: str) -> Html:
+    """Where the whole record of a run is (read with a Bearer token)."""
+    return h("code", f"GET /v1/evaluations/{trace_id}")
+
+
 def _finding(f: dict[str, Any], here: Any, redact: Redact) -> Html:
-    steps = [i for i in f.get("step_indexes") or [] if isinstance(i, int)]
-    also = [h("a", str(i), href=f"#step-{i}") for i in steps if i != here]
+    steps = [i for i in f.get("step_indexes") or [] if isinstance(i, int) and i != here]
+    also = [h("a", str(i), href=f"#step-{i}") for i in steps[:ALSO_LINKS]]
     return h("div", h("span", short(f.get("severity"), 20), class_="sev"), " ",
              h("b", f"{short(f.get('detector'), 40)}:{short(f.get('kind'), 40)}"), " ",
              short(redact(short(f.get("message"), 2000)) if redact else f.get("message"),
                    2000),
-             h("span", " (steps ", [[a, " "] for a in also], ")", class_="also")
+             h("span", " (steps ", [[a, " "] for a in also],
+               f"and {len(steps) - ALSO_LINKS:,} more" if len(steps) > ALSO_LINKS else None,
+               ")", class_="also")
              if also else None,
              class_="finding sev-" + short(f.get("severity"), 20))
 
@@ -59,24 +81,35 @@ def _critique(c: dict[str, Any], redact: Redact) -> Html:
              class_="critique")
 
 
-def _notes(node: dict[str, Any], redact: Redact) -> list[Html]:
-    here = node.get("index")
-    return ([_finding(f, here, redact) for f in node.get("findings") or []]
-            + [_critique(c, redact) for c in node.get("critiques") or []])
+def _findings(node: dict[str, Any], redact: Redact, listed: int,
+              rest: Html | None) -> list[Html | None]:
+    """The first ``listed`` findings on ``node`` (a step or the run), the others counted."""
+    found = node.get("findings") or []
+    return [*(_finding(f, node.get("index"), redact) for f in found[:listed]),
+            _more(len(found) - listed, "findings", rest)]
 
 
-def _folded_notes(node: dict[str, Any], redact: Redact) -> list[Html]:
+def _notes(t: dict[str, Any], redact: Redact) -> list[Html | None]:
+    """The findings and critiques naming no step."""
+    critiques = t.get("critiques") or []
+    return [*_findings(t, redact, LISTED, _api(t["trace_id"])),
+            *(_critique(c, redact) for c in critiques[:LISTED]),
+            _more(len(critiques) - LISTED, "critiques", _api(t["trace_id"]))]
+
+
+def _folded_notes(node: dict[str, Any], redact: Redact, listed: int,
+                  rest: Html) -> list[Html | None]:
     """A step's findings, then its critiques folded in one ``<details>``: the summary says
-    how many and the lowest score."""
-    here = node.get("index")
-    out = [_finding(f, here, redact) for f in node.get("findings") or []]
+    how many and the lowest score (of them all; ``listed`` of each are shown)."""
+    out = _findings(node, redact, listed, rest)
     critiques = [c for c in node.get("critiques") or [] if isinstance(c, dict)]
     if critiques:
         scores = [x for x in (number(c.get("score")) for c in critiques) if x is not None]
         about = (f"judge: {len(critiques)} critique{'s' if len(critiques) > 1 else ''}"
                  + (f", lowest {min(scores):.2f}" if scores else ""))
         out.append(h("details", h("summary", about),
-                      [_critique(c, redact) for c in critiques], class_="critiques"))
+                      [_critique(c, redact) for c in critiques[:listed]],
+                      _more(len(critiques) - listed, "critiques", rest), class_="critiques"))
     return out
 
 
@@ -95,22 +128,31 @@ def _step_head(s: dict[str, Any]) -> Html:
              [h("span", f, class_="fact") for f in facts if f], class_="head")
 
 
-def step_block(trace_id: str, s: dict[str, Any], budget: Budget, redact: Redact) -> Html:
-    """One step, charged whole to ``budget``."""
+def _call(call: dict[str, Any]) -> Html:
+    return h("div", "asks for ", h("b", short(call.get("name"), 80)), " ",
+             h("code", short(call.get("arguments"), 300)), " ",
+             h("span", outcome_note(call), class_="mark never"
+               if call.get("outcome") == "never_ran" else "mark"),
+             class_="call")
+
+
+def step_block(trace_id: str, s: dict[str, Any], budget: Budget, redact: Redact,
+               whole: bool = False) -> Html:
+    """One step, charged whole to ``budget``; ``whole``: on the step's own page (lists
+    ``LISTED_ON_STEP`` findings, critiques and calls, not ``LISTED``)."""
     before = budget.left
     more = f"/ui/runs/{segment(trace_id)}/steps/{s.get('index')}"
+    listed, rest = (LISTED_ON_STEP, _api(trace_id)) if whole \
+        else (LISTED, h("a", "whole step", href=more))
     cut = _dict(s.get("truncated"))
     parts: list[Any] = [_step_head(s)]
     parts += [value(label, raw, budget, redact, recorded=cut.get(label), more=more)
               for label, raw in contents(s)]
-    for call in s.get("tool_calls") or []:
-        if isinstance(call, dict) and call.get("outcome") != "ran":
-            parts.append(h("div", "asks for ", h("b", short(call.get("name"), 80)), " ",
-                           h("code", short(call.get("arguments"), 300)), " ",
-                           h("span", outcome_note(call), class_="mark never"
-                             if call.get("outcome") == "never_ran" else "mark"),
-                           class_="call"))
-    parts += _folded_notes(s, redact)
+    calls = [c for c in s.get("tool_calls") or []
+             if isinstance(c, dict) and c.get("outcome") != "ran"]
+    parts += [_call(c) for c in calls[:listed]]
+    parts.append(_more(len(calls) - listed, "calls it asked for", rest))
+    parts += _folded_notes(s, redact, listed, rest)
     depth = min(int(s.get("depth_shown") or 0), MAX_DEPTH)
     kind = short(s.get("kind"), 20)
     classes = f"step d{depth} k-{kind}" + (" has-findings" if s.get("findings") else "")
@@ -146,7 +188,8 @@ def _summary(t: dict[str, Any], budget: Budget, redact: Redact, trace_url: str) 
     budgets = [f"{short(a.get('budget'), 40)} {a.get('value')} of {a.get('limit')}"
                for f in [*t["findings"], *(f for s in t["steps"] for f in s["findings"])]
                if f.get("detector") == "budget"
-               for a in [f.get("attributes") or {}]]
+               for a in [f.get("attributes") or {}]][:LISTED]
+    reasons = verdict.get("reasons") or []
     ref = _dict(verdict.get("reference"))
     match = (f"reference: {'matched' if ref.get('matched') else 'not matched'} "
              f"({short(ref.get('match'), 40)}, score {ref.get('score')})") if ref else None
@@ -161,8 +204,9 @@ def _summary(t: dict[str, Any], budget: Budget, redact: Redact, trace_url: str) 
                     f"{when(t.get('start_time_unix_nano'))}",
                " ", link, class_="ids"),
              h("p", " · ".join(facts), class_="facts"),
-             h("ul", [h("li", short(r, 500)) for r in verdict.get("reasons") or []],
+             h("ul", [h("li", short(r, 500)) for r in reasons[:REASONS]],
                class_="reasons"),
+             _more(len(reasons) - REASONS, "reasons", _api(t["trace_id"])),
              h("p", "budgets exceeded: " + "; ".join(budgets), class_="budgets")
              if budgets else None,
              h("p", match, class_="match") if match else None,
@@ -215,11 +259,12 @@ def run_page(t: dict[str, Any], redact: Redact, trace_url: str = "",
 
 
 def step_page(t: dict[str, Any], index: int, redact: Redact) -> Html | None:
-    """One step of a ``run.tree`` whole (bounded by the value limit), or None."""
+    """One step of a ``run.tree`` whole (its values bounded by the value limit, its lists
+    by ``LISTED_ON_STEP``), or None."""
     found = next((s for s in t["steps"] if s.get("index") == index), None)
     if found is None:
         return None
     back = h("p", h("a", "← the whole run", href=f"/ui/runs/{segment(t['trace_id'])}"
                                                    f"#step-{index}"))
     return Html(back + step_block(t["trace_id"], {**found, "depth_shown": 0}, Budget(),
-                                  redact))
+                                  redact, whole=True))
