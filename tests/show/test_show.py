@@ -134,6 +134,21 @@ def test_a_deep_trace_renders_without_recursion() -> None:
     assert json.loads(json.dumps(shown))["steps"][depth - 1]["findings"][0]["message"] == "deep"
 
 
+
+def test_steps_whose_parents_form_a_cycle_are_shown() -> None:
+    """Spans naming each other as parents have no root above them; they were left out."""
+    ids = [f"{i + 1:016x}" for i in range(4)]
+    parents = [None, ids[0], ids[3], ids[2]]  # 2 and 3 are each other's parent
+    steps = [{"index": i, "span_id": ids[i], "parent_span_id": parents[i], "kind": "chain",
+              "name": f"s{i}", "status": "ok"} for i in range(4)]
+    body = {"trace_id": "e" * 32, "status": "complete", "steps": steps, "verdict": None,
+            "counts": {"spans": 4, "llm_calls": 0, "tool_calls": 0, "errors": 0},
+            "usage": {"input_tokens": 0, "output_tokens": 0}, "findings": []}
+    shown = tree(body)
+    assert shown["roots"] == [0, 2]
+    text = render_text(shown)
+    assert all(f" s{i}" in text for i in range(4))
+
 def _hostile_body() -> dict[str, Any]:
     osc = "\x1b]52;c;cGF3bmVk\x07"  # OSC 52: write the clipboard
     steps: list[dict[str, Any]] = [

@@ -136,6 +136,18 @@ def test_a_small_run_is_listed_whole_without_a_pages_note() -> None:
     _well_formed(page("run", html).decode())
 
 
+def test_steps_whose_parents_form_a_cycle_are_listed() -> None:
+    """Spans that name each other as parents have no root above them: they were left off the
+    page (and out of its "of N" count)."""
+    body = _run(4)
+    steps = body["steps"]
+    steps[2]["parent_span_id"], steps[3]["parent_span_id"] = steps[3]["span_id"], \
+        steps[2]["span_id"]
+    html = run_page(tree(body), None)
+    assert sorted(_shown(html)) == [0, 1, 2, 3]
+    assert _shown(html)[:2] == [0, 1]  # the roots first
+
+
 def test_a_step_lists_so_many_findings_critiques_and_calls_and_counts_the_rest() -> None:
     n = LISTED_ON_STEP + 7
     body = _run(1)

@@ -25,8 +25,9 @@ def critiques(body: dict[str, Any]) -> Iterator[dict[str, Any]]:
 def tree(body: dict[str, Any]) -> dict[str, Any]:
     """The per-trace object regrouped for reading: each step (tree order) carries its
     ``findings`` and ``critiques`` and the indexes of its ``children``; ``roots`` are the
-    steps without a parent among them; what names no step stays on the trace. Flat, not
-    nested: a hostile trace can be thousands of spans deep."""
+    steps without a parent among them, and one step of each cycle of parents (``_cycles``);
+    what names no step stays on the trace. Flat, not nested: a hostile trace can be
+    thousands of spans deep."""
     steps = {s["index"]: {**s, "findings": [], "critiques": [], "children": []}
              for s in body.get("steps", [])}
     by_span: dict[str, dict[str, Any]] = {}
@@ -48,11 +49,36 @@ def tree(body: dict[str, Any]) -> dict[str, Any]:
             parent["children"].append(s["index"])
         else:
             roots.append(s["index"])
+    roots += _cycles(steps, roots)
     head = {k: v for k, v in body.items() if k not in ("steps", "findings", "judge")}
     judge = body.get("judge") or {}
     return {**head, "judge": judge.get("overall"), "judge_record": judge or None,
             "findings": trace_findings,
             "critiques": trace_critiques, "roots": roots, "steps": list(steps.values())}
+
+
+def _cycles(steps: dict[int, dict[str, Any]], roots: list[int]) -> list[int]:
+    """Steps no root reaches (spans naming each other as parents: a cycle with no root
+    above it), one of each cycle (the first in the record), so that a walk from the roots shows
+    every step once."""
+    seen: set[int] = set()
+    more: list[int] = []
+
+    def reach(start: int) -> None:
+        stack = [start]
+        while stack:
+            index = stack.pop()
+            if index not in seen:
+                seen.add(index)
+                stack += steps[index]["children"]
+
+    for root in roots:
+        reach(root)
+    for index in steps:
+        if index not in seen:
+            more.append(index)
+            reach(index)
+    return more
 
 
 def contents(step: dict[str, Any]) -> list[tuple[str, Any]]:
