@@ -43,7 +43,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, unquote
@@ -51,7 +51,7 @@ from urllib.parse import parse_qs, unquote
 from prometheus_client import CollectorRegistry
 
 from otel_eval.app.admin_access import AdminAuth, basic_as_bearer, browser_guard
-from otel_eval.base.configcheck import FieldErrors, ascii_int, parse_endpoint, validate
+from otel_eval.base.configcheck import FieldErrors, ascii_int, validate
 from otel_eval.base.printable import quoted
 from otel_eval.decode.body import BodyError, loads_bounded
 from otel_eval.outputs.issues.result import MAX_RUNS_PAGE
@@ -67,12 +67,14 @@ from otel_eval.receive.security import (
     TlsServerConfig,
     exposed_insecurely,
     exposure_problems,
-    is_loopback,
 )
 from otel_eval.store.failures import write_failure
 from otel_eval.store.query import EvaluationQuery, Page, QueryError
 from otel_eval.store.sessions import SessionQuery
 from otel_eval.telemetry.metrics import render
+
+# A DNS name as admin.allowed_hosts takes it: labels of letters, digits, "-" and "_"
+_HOST_NAME = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,11 @@ class AdminConfig:
                                                              "/readyz"])
     # Start even though the endpoint is not loopback and lacks TLS or tokens.
     allow_insecure_non_loopback: bool = False
+    # Without read or write tokens, the Host names served besides localhost and IP addresses
+    # (any port; e.g. [otel-eval.monitoring.svc] for clients that use a Service's name). Any
+    # other Host is 421: a page whose name was rebound to this address (DNS rebinding) reads
+    # nothing. With tokens, the tokens decide, whatever the Host.
+    allowed_hosts: list[str] = field(default_factory=list)
     # The page of one trace in your trace backend, `{trace_id}` replaced by the 32-hex id
     # (e.g. http://jaeger:16686/trace/{trace_id}); the web view's run page links to it.
     # Empty: no link. http(s) only.
@@ -107,7 +114,11 @@ class AdminConfig:
     metrics_max_pairs: int = 250
 
     def __post_init__(self) -> None:
-        validate(self, endpoints=("endpoint",), minimum={"metrics_max_pairs": 1})
+        bad_hosts = [h for h in self.allowed_hosts
+                     if not isinstance(h, str) or not _HOST_NAME.match(h)]
+        validate(self, endpoints=("endpoint",), minimum={"metrics_max_pairs": 1},
+                 problems={"allowed_hosts": "expected host names without port or scheme, "
+                                            f"got {bad_hosts!r}"} if bad_hosts else None)
         if self.trace_url and (not self.trace_url.startswith(("http://", "https://"))
                                or "{trace_id}" not in self.trace_url):
             raise FieldErrors({"trace_url": "expected an http(s) URL with {trace_id} in it, "
@@ -355,18 +366,18 @@ def _auth(config: AdminConfig) -> AdminAuth:
 
 
 def make_handler(api: AdminApi, auth: AdminAuth | None = None, *,
-                 loopback: bool = False) -> Handler:
+                 allowed_hosts: Iterable[str] = ()) -> Handler:
     """Every request passes the browser checks (``browser_guard``) and is authorized (the web
     view may send its token as Basic), then routed (``routes``); a store that cannot answer
-    is a 503 (``_store_read``). ``loopback``: the listener is on a loopback address (then,
-    without tokens, only loopback Host values are served)."""
+    is a 503 (``_store_read``). Without tokens, only localhost, addresses and
+    ``allowed_hosts`` are served as Host, whatever the listener's address."""
     access = auth or _auth(AdminConfig())
     router = routes(api, access.enabled)  # with any token, a write needs a write token
-    loopback_open = loopback and not access.enabled
+    served_hosts = None if access.enabled else frozenset(h.lower() for h in allowed_hosts)
 
     def handle(req: Request) -> Response:
         path = req.path.rstrip("/") or "/"
-        if (refused := browser_guard(req, path, loopback_open)) is not None:
+        if (refused := browser_guard(req, path, served_hosts)) is not None:
             api.refused("admin", "forbidden")
             return refused
         write = req.method not in ("GET", "HEAD")
@@ -394,8 +405,8 @@ class AdminServer:
 
     def start(self) -> None:
         tls = TlsFiles(self.config.tls, "admin") if self.config.tls.enabled else None
-        loopback = is_loopback(parse_endpoint(self.endpoint)[0])
-        handler = make_handler(self.api, _auth(self.config), loopback=loopback)
+        handler = make_handler(self.api, _auth(self.config),
+                               allowed_hosts=self.config.allowed_hosts)
         self._server = HttpServer(self.endpoint, handler, name="otel-eval-admin",
                                   limits=self.config.limits, tls=tls,
                                   on_close=self.api.connection_closed)

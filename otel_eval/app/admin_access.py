@@ -1,9 +1,11 @@
 """The admin endpoint's access checks (``app.admin``): who may do what, and what a browser
 may not make it do. Each check answers None (go on) or the refusal to send.
 
-A browser's world (issue 33): with no tokens on a loopback listener, only a loopback ``Host``
-(``localhost``, ``127.0.0.1``, ``[::1]``, any port) is served; any other is 421, so a page
-whose name was rebound to 127.0.0.1 (DNS rebinding) reads nothing. ``POST /v1/feedback``
+A browser's world (issue 33): with no tokens, whatever the listener's address, only a
+``Host`` that is a loopback name (``localhost``), an IP address (any port) or one of
+``admin.allowed_hosts`` is served; any other is 421, so a page whose name was rebound to this
+listener's address (DNS rebinding) reads nothing. An address is safe to serve: a page cannot
+rebind one, so a browser sends it only for a page the listener itself served. ``POST /v1/feedback``
 takes only ``Content-Type: application/json`` (415: a form cannot send it without a CORS
 preflight, which is never granted) and refuses (403) a request a browser marks as from
 another site (``Sec-Fetch-Site`` other than ``same-origin`` / ``none``) or whose ``Origin``
@@ -20,13 +22,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ipaddress
 import json
 from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
 from otel_eval.base.configcheck import is_ascii_digits
 from otel_eval.receive.httpmessage import Request, Response
-from otel_eval.receive.security import BearerAuth, is_loopback
+from otel_eval.receive.security import BearerAuth
 
 
 def _refusal(status: int, message: str) -> Response:
@@ -83,14 +86,27 @@ def host_name(host: str) -> str:
     return name if colon and (is_ascii_digits(port) or not port) else host
 
 
-def foreign_host(req: Request) -> Response | None:
-    """421 for a ``Host`` that is not a loopback name (DNS rebinding: the attacker's name
-    resolves to 127.0.0.1, the browser sends it as the Host). No Host (HTTP/1.0) passes."""
+def is_address(name: str) -> bool:
+    """An IPv4 or IPv6 address (a ``host_name``), not a DNS name."""
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def foreign_host(req: Request, allowed: frozenset[str]) -> Response | None:
+    """421 for a ``Host`` that is neither ``localhost``, an address nor in ``allowed`` (DNS
+    rebinding: the attacker's name resolves to this listener, the browser sends it as the
+    Host). No Host (HTTP/1.0) passes."""
     host = req.header("Host")
-    if host is None or is_loopback(host_name(host)):
+    if host is None:
         return None
-    return _refusal(421, f"Host {host[:100]!r} is not served here: this listener answers "
-                         "loopback names only (localhost, 127.0.0.1, [::1])")
+    name = host_name(host)
+    if name == "localhost" or name in allowed or is_address(name):
+        return None
+    return _refusal(421, f"Host {host[:100]!r} is not served here: without tokens this "
+                         "listener answers localhost, IP addresses and admin.allowed_hosts")
 
 
 # Sec-Fetch-Site values of a request a browser did not make for another site's page
@@ -113,10 +129,12 @@ def cross_site(req: Request) -> Response | None:
     return None
 
 
-def browser_guard(req: Request, path: str, loopback_open: bool) -> Response | None:
-    """The admin port in a browser's world: the Host check on a loopback listener without
-    tokens (``loopback_open``), the cross-site check on writes; None when the request may go on."""
-    if loopback_open and (refused := foreign_host(req)) is not None:
+def browser_guard(req: Request, path: str, allowed_hosts: frozenset[str] | None
+                  ) -> Response | None:
+    """The admin port in a browser's world: the Host check when the listener has no tokens
+    (``allowed_hosts`` not None: the names it serves besides localhost and addresses), the
+    cross-site check on writes; None when the request may go on."""
+    if allowed_hosts is not None and (refused := foreign_host(req, allowed_hosts)) is not None:
         return refused
     if req.method == "POST" and path == "/v1/feedback":
         return cross_site(req)

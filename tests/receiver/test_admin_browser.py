@@ -1,6 +1,6 @@
 """The admin port in a browser's world (issue 33, finding 10), against a real admin server on
-127.0.0.1:0: with no tokens, a DNS-rebound name (Host: attacker.example:8888) read
-/v1/evaluations and /ui/; a cross-site page set a run's outcome with a text/plain POST."""
+127.0.0.1:0 (and 0.0.0.0:0): with no tokens, a DNS-rebound name (Host: attacker.example:8888)
+read /v1/evaluations and /ui/; a cross-site page set a run's outcome with a text/plain POST."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from otel_eval.app.admin import AdminApi, AdminConfig, AdminServer
 from otel_eval.app.admin_access import host_name
+from otel_eval.base.configcheck import FieldErrors
 
 TRACE = "ab" * 16
 FEEDBACK = json.dumps({"trace_id": TRACE, "outcome": "failure"}).encode()
@@ -61,7 +62,10 @@ def _send(port: int, method: str, path: str, body: bytes | None = None,
 
 
 @pytest.mark.parametrize("host", ["localhost", "localhost:8888", "127.0.0.1:1",
-                                  "[::1]:8888", "[::1]", "LOCALHOST:80", "127.0.0.2"])
+                                  "[::1]:8888", "[::1]", "LOCALHOST:80", "127.0.0.2",
+                                  # a page cannot rebind an address: only this listener
+                                  # served a page there (and probes name the pod's IP)
+                                  "10.0.0.1:8888", "[fd00::1]:80"])
 def test_loopback_hosts_are_served(open_admin: tuple[AdminServer, Api], host: str) -> None:
     server, _ = open_admin
     assert _send(server.port, "GET", f"/v1/evaluations/{TRACE}", Host=host)[0] == 200
@@ -69,15 +73,58 @@ def test_loopback_hosts_are_served(open_admin: tuple[AdminServer, Api], host: st
 
 @pytest.mark.parametrize("host", ["attacker.example:8888", "attacker.example",
                                   "127.0.0.1.attacker.example", "localhost.attacker.example:80",
-                                  "[::1].evil", "10.0.0.1:8888", ""])
+                                  "[::1].evil", "10.0.0.1.nip.io", ""])
 def test_rebound_names_read_nothing(open_admin: tuple[AdminServer, Api], host: str) -> None:
-    server, api = open_admin
+    _refused_everywhere(*open_admin, host)
+
+
+def _refused_everywhere(server: AdminServer, api: Api, host: str) -> None:
+    """Every path of the API, the web view and the probes is 421 for ``host``."""
     for path in (f"/v1/evaluations/{TRACE}", "/ui/", "/metrics", "/healthz"):
         code, body = _send(server.port, "GET", path, Host=host)
         assert code == 421 and TRACE not in body.decode(), (path, code)
     code, _ = _send(server.port, "POST", "/v1/feedback", FEEDBACK, Host=host,
                     Content_Type="application/json")
     assert code == 421 and api.outcomes == []
+
+
+@pytest.mark.parametrize("host", ["attacker.example:8888", "otel-eval.internal"])
+def test_a_listener_beyond_loopback_without_tokens_checks_the_host_too(host: str) -> None:
+    """The container case (0.0.0.0 with allow_insecure_non_loopback, published on 127.0.0.1):
+    the Host check used to apply to loopback listeners only, so a rebound name read results
+    and set outcomes here."""
+    api = Api()
+    server = _server(api, AdminConfig(endpoint="0.0.0.0:0", allow_insecure_non_loopback=True))
+    try:
+        _refused_everywhere(server, api, host)
+        assert _send(server.port, "GET", f"/v1/evaluations/{TRACE}",
+                     Host=f"localhost:{server.port}")[0] == 200
+    finally:
+        server.stop()
+
+
+def test_allowed_hosts_are_served_without_tokens() -> None:
+    api = Api()
+    server = _server(api, AdminConfig(endpoint="0.0.0.0:0", allow_insecure_non_loopback=True,
+                                      allowed_hosts=["otel-eval.monitoring.svc", "Grafana"]))
+    try:
+        for host in ("otel-eval.monitoring.svc:8888", "OTEL-EVAL.monitoring.svc", "grafana"):
+            assert _send(server.port, "GET", f"/v1/evaluations/{TRACE}", Host=host)[0] == 200, host
+        code, _ = _send(server.port, "POST", "/v1/feedback", FEEDBACK, Host="grafana:3000",
+                        Content_Type="application/json")
+        assert code == 200 and api.outcomes == [(TRACE, "failure")]
+        api.outcomes.clear()
+        _refused_everywhere(server, api, "monitoring.svc")
+        _refused_everywhere(server, api, "otel-eval.monitoring.svc.attacker.example")
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("bad", ["", "http://otel-eval", "otel-eval:8888", "*", "a..b",
+                                 "otel eval", "otel-eval/ui"])
+def test_allowed_hosts_are_names(bad: str) -> None:
+    with pytest.raises(FieldErrors, match="allowed_hosts"):
+        AdminConfig(allowed_hosts=["ok", bad])
 
 
 def test_with_tokens_any_host_is_left_to_the_tokens() -> None:

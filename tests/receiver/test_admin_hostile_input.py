@@ -125,9 +125,9 @@ def served(request: pytest.FixtureRequest,
                                   issues=lambda: to_json(result, assignments=False),
                                   issue_runs=lambda i, o, n: issue_runs(result, i, o, n))
         public = svc.config.admin.public_paths
-        yield Served(make_handler(api, AdminAuth({}, {}, public), loopback=True),
+        yield Served(make_handler(api, AdminAuth({}, {}, public)),
                      make_handler(api, AdminAuth({"dashboards": READ}, {"people": WRITE},
-                                                 public), loopback=True), svc.admin.port)
+                                                 public)), svc.admin.port)
 
 
 def _credentials(sent: Sent) -> tuple[Sent, Sent]:
