@@ -144,7 +144,8 @@ log = logging.getLogger(__name__)
 _TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
 # Largest feedback body, bytes: it holds a trace id and an outcome.
 MAX_FEEDBACK_BYTES = 1 << 20
-# Longest query string read, bytes (a URL past it is refused before parsing).
+# Longest query string of any path, API or web view, bytes: a longer one is 414 before any
+# route parses it (a route never reads a cut query, whose filters past the cut would vanish).
 MAX_QUERY_BYTES = 8 * 1024
 # Retry-After of a read the store could not answer (503), seconds
 STORE_RETRY_AFTER_S = 5
@@ -211,7 +212,7 @@ def _store_read(respond: Callable[[Request], Response], req: Request) -> Respons
 def page_params(query: str, default_limit: int = 100) -> tuple[int, int]:
     """(offset, limit) of ``?offset=&limit=``; ValueError naming the bad parameter (digits
     0-9 only: ``int`` refuses the superscripts ``str.isdigit`` takes, and 4,300 digits)."""
-    params = parse_qs(query[:MAX_QUERY_BYTES])
+    params = parse_qs(query)
     out = []
     for name, default, low, high in (("offset", 0, 0, 10**9),
                                      ("limit", default_limit, 1, MAX_RUNS_PAGE)):
@@ -289,8 +290,6 @@ class _Routes:
             404, "calibration is not served here")
 
     def evaluations(self, req: Request, _found: re.Match[str]) -> Response:
-        if len(req.query) > MAX_QUERY_BYTES:
-            return _error(414, f"query string longer than {MAX_QUERY_BYTES} bytes")
         try:
             query = EvaluationQuery.from_params(parse_qs(req.query, keep_blank_values=True))
         except QueryError as e:
@@ -300,8 +299,6 @@ class _Routes:
     def sessions(self, req: Request, _found: re.Match[str]) -> Response:
         if self.api.sessions is None:
             return _error(404, "sessions are not served here")
-        if len(req.query) > MAX_QUERY_BYTES:
-            return _error(414, f"query string longer than {MAX_QUERY_BYTES} bytes")
         try:
             query = SessionQuery.from_params(parse_qs(req.query, keep_blank_values=True))
         except QueryError as e:
@@ -368,9 +365,10 @@ def _auth(config: AdminConfig) -> AdminAuth:
 def make_handler(api: AdminApi, auth: AdminAuth | None = None, *,
                  allowed_hosts: Iterable[str] = ()) -> Handler:
     """Every request passes the browser checks (``browser_guard``) and is authorized (the web
-    view may send its token as Basic), then routed (``routes``); a store that cannot answer
-    is a 503 (``_store_read``). Without tokens, only localhost, addresses and
-    ``allowed_hosts`` are served as Host, whatever the listener's address."""
+    view may send its token as Basic), its query bounded (414 past ``MAX_QUERY_BYTES``), then
+    routed (``routes``); a store that cannot answer is a 503 (``_store_read``). Without
+    tokens, only localhost, addresses and ``allowed_hosts`` are served as Host, whatever the
+    listener's address."""
     access = auth or _auth(AdminConfig())
     router = routes(api, access.enabled)  # with any token, a write needs a write token
     served_hosts = None if access.enabled else frozenset(h.lower() for h in allowed_hosts)
@@ -390,6 +388,9 @@ def make_handler(api: AdminApi, auth: AdminAuth | None = None, *,
             scheme = 'Basic realm="otel-eval", charset="UTF-8"' if ui else \
                 'Bearer realm="otel-eval"'
             return _json(status, {"error": why}, {"WWW-Authenticate": scheme}, close=True)
+        if len(req.query) > MAX_QUERY_BYTES:  # after a POST, its unread body closes
+            return _json(414, {"error": f"query string longer than {MAX_QUERY_BYTES} bytes"},
+                         close=write)
         return _store_read(router, req)
 
     return handle

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hostile import TRACE_ID as HOSTILE_ID
 from ui_server import GUIDE_ID, admin, get
 
-from otel_eval.app.admin import AdminConfig
+from otel_eval.app.admin import MAX_QUERY_BYTES, AdminConfig
 from otel_eval.outputs.ui.html import CSP
 from otel_eval.store import Store
 
@@ -54,6 +56,24 @@ def test_filters_are_the_results_api_s(ui_url: str) -> None:
     assert status == 400 and b"passed: must be true or false" in bad
     status, _, bad = get(ui_url + "/ui/?evil=1")
     assert status == 400 and b"evil: unknown parameter" in bad
+
+
+def test_a_long_query_is_read_whole_or_refused_as_on_the_api(ui_url: str) -> None:
+    """The pages cut a query at 4,096 characters and parsed the rest: a filter past the cut
+    was dropped and the page listed runs it excludes (200), where the API answered 414."""
+    blanks = "agent=&" * 600  # a form's blank fields: 4,200 characters the page ignores
+    status, _, page = get(ui_url + "/ui/?" + blanks + "passed=true")
+    assert status == 200 and GUIDE_ID.encode() not in page and b"No run matches" in page
+    longer = "agent=&" * (MAX_QUERY_BYTES // 7 + 1) + "passed=true"
+    for path in ("/ui/", "/ui/sessions", "/ui/issues/iss-1/runs", "/v1/evaluations",
+                 "/v1/sessions", "/v1/issues/iss-1/runs", "/healthz"):
+        status, _, body = get(ui_url + path + "?" + longer)
+        assert status == 414, path
+        assert json.loads(body) == {"error": f"query string longer than {MAX_QUERY_BYTES} "
+                                             "bytes"}, path
+    at_most = "&" * (MAX_QUERY_BYTES - len("passed=true")) + "passed=true"
+    status, _, page = get(ui_url + "/ui/?" + at_most)
+    assert status == 200 and b"No run matches" in page
 
 
 def test_pages_follow_the_cursor(ui_url: str) -> None:

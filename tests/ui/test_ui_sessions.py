@@ -96,6 +96,14 @@ def test_hostile_content_is_text_and_secrets_are_redacted(
     assert SECRET not in text and "question 0" in text
 
 
+def test_a_filter_past_4096_characters_is_read(
+        served: tuple[str, dict[str, list[str]]]) -> None:
+    """The list parsed its query cut at 4,096 characters: a filter past the cut vanished."""
+    url, _ = served
+    status, _, body = get(url + "/ui/sessions?" + "agent=&" * 600 + "passed=maybe")
+    assert status == 400 and b"passed: must be true or false" in body
+
+
 def test_a_clean_conversation_passes(served: tuple[str, dict[str, list[str]]]) -> None:
     url, ids = served
     text = _page(url + _link(CLEAN))

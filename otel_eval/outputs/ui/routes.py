@@ -14,8 +14,9 @@
 
 ``PAGES`` is the table: (path pattern, page), each page (sources, the path's match, query
 string) -> (status, headers, body); the admin server mounts it in its routing table
-(``receive.routing``) for GET, behind the read token. Read-only: no route writes (the run
-page's form posts to the API's ``/v1/feedback``, under its own checks).
+(``receive.routing``) for GET, behind the read token, and refuses (414) a query string longer
+than its ``MAX_QUERY_BYTES`` before a page parses it, as on the API. Read-only: no route
+writes (the run page's form posts to the API's ``/v1/feedback``, under its own checks).
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ from otel_eval.store.sessions import SessionQuery
 
 _RUNS_PAGE = 100  # runs listed per page of /ui/issues/{id}/runs
 _HTML = "text/html; charset=utf-8"
-_MAX_QUERY = 4096  # characters of a query string
 
 
 @dataclass
@@ -78,7 +78,7 @@ def _not_found(message: str) -> Response:
 
 
 def _runs(sources: Sources, query: str) -> Response:
-    raw = parse_qs(query[:_MAX_QUERY], keep_blank_values=True)
+    raw = parse_qs(query, keep_blank_values=True)
     known = (*FILTERS, "cursor")
     unknown = sorted(set(raw) - set(known))
     params = {k: v[0] for k, v in raw.items() if k in known and v and v[0]}  # a form's blanks
@@ -124,7 +124,7 @@ def _run(sources: Sources, trace_id: str, index: str | None, first: int) -> Resp
 def _position(query: str, name: str) -> int:
     """``?name=N`` of a page's links (where it starts); anything but 0-9, or past 9 digits,
     the first page."""
-    return ascii_int((parse_qs(query[:_MAX_QUERY]).get(name) or ["0"])[0], 9) or 0
+    return ascii_int((parse_qs(query).get(name) or ["0"])[0], 9) or 0
 
 
 def _issue_runs(sources: Sources, found: re.Match[str], query: str) -> Response:
@@ -139,7 +139,7 @@ def _issue_runs(sources: Sources, found: re.Match[str], query: str) -> Response:
 def _sessions(sources: Sources, _found: re.Match[str], query: str) -> Response:
     if sources.sessions is None:
         return _not_found("Conversations are not served here.")
-    raw = parse_qs(query[:_MAX_QUERY], keep_blank_values=True)
+    raw = parse_qs(query, keep_blank_values=True)
     params = {k: v[0] for k, v in raw.items() if v and v[0]}  # a form's blanks
     try:
         q = SessionQuery.from_params({k: [v] for k, v in params.items()})
