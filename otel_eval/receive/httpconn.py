@@ -23,7 +23,12 @@ error words (``httpmessage``). It promises:
   client still sends is read and dropped for up to ``LINGER_S`` (Go's net/http
   ``closeWriteAndWait``, nginx's lingering close). Closing a socket with unread bytes sends
   a reset, and a client still writing the body of a refused 1 MiB request would get
-  ``ECONNRESET`` / ``EPIPE`` instead of the 413.
+  ``ECONNRESET`` / ``EPIPE`` instead of the 413;
+- **every answer is neither sniffed nor stored**: ``X-Content-Type-Options: nosniff`` (a
+  browser never reads a JSON body that quotes span content as HTML or script) and
+  ``Cache-Control: no-store`` (results, errors and the server's own refusals are not kept by
+  a browser or a proxy), unless the handler set the header itself (the web view's static
+  files are cached). Written here, where every answer of every listener is written.
 """
 
 from __future__ import annotations
@@ -53,6 +58,9 @@ _HTTP2_PREFACE = b"PRI * HTTP/2.0"
 # How long a connection closed with its request unread keeps reading (and dropping) what the
 # client still sends, seconds (Go waits 0.5 s, nginx up to 30 s). Bounded in time; nothing is kept.
 LINGER_S = 2.0
+# Headers of every answer a handler does not set itself (lowercase name -> (name, value)).
+_EVERY_ANSWER = {"x-content-type-options": ("X-Content-Type-Options", "nosniff"),
+                 "cache-control": ("Cache-Control", "no-store")}
 
 
 class _HeaderTooLarge(Exception):
@@ -282,6 +290,10 @@ class Connection(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(resp.body)))
         for name, value in resp.headers.items():
             self.send_header(name, value)
+        own = {name.lower() for name in resp.headers}
+        for key, (name, value) in _EVERY_ANSWER.items():
+            if key not in own:
+                self.send_header(name, value)
         if close:
             self.send_header("Connection", "close")  # also sets close_connection
         self.end_headers()

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import http.client
 import json
+from urllib.parse import urlsplit
 
 import pytest
 from hostile import TRACE_ID as HOSTILE_ID
@@ -31,9 +33,40 @@ def test_every_page_is_html_under_the_strict_policy(ui_url: str, path: str) -> N
     assert "connect-src 'self'" in CSP  # the form's fetch goes to this origin only
 
 
+def _answer_headers(url: str, path: str) -> tuple[int, list[tuple[str, str]]]:
+    """Status and every header line of ``GET path`` (repeated names kept)."""
+    conn = http.client.HTTPConnection(urlsplit(url).netloc, timeout=30)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status, resp.getheaders()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(("path", "status"), [
+    ("/v1/evaluations", 200), (f"/v1/evaluations/{GUIDE_ID}", 200), ("/healthz", 200),
+    ("/metrics", 200), ("/v1/evaluations/" + "f" * 32, 404), ("/v1/evaluations?limit=x", 400),
+    ("/ui/", 200), ("/ui/runs/" + "f" * 32, 404),
+    ("/v1/evaluations?" + "a" * (MAX_QUERY_BYTES + 1), 414),  # the admin handler's
+    ("/v1/evaluations?" + "a" * 70_000, 414)])  # the server's own (request line too long)
+def test_no_answer_is_sniffed_or_stored(ui_url: str, path: str, status: int) -> None:
+    """JSON answers (results quoting span content, errors) had neither header: a browser
+    could sniff one as HTML, and a browser or proxy could keep results on disk."""
+    got, headers = _answer_headers(ui_url, path)
+    names = [name.lower() for name, _ in headers]
+    assert got == status
+    assert ("X-Content-Type-Options", "nosniff") in headers
+    assert ("Cache-Control", "no-store") in headers
+    assert names.count("x-content-type-options") == names.count("cache-control") == 1
+
+
 def test_the_stylesheet_is_served_by_the_package(ui_url: str) -> None:
     status, headers, body = get(ui_url + "/ui/static/style.css")
     assert status == 200 and headers["Content-Type"].startswith("text/css")
+    assert headers["Cache-Control"] == "max-age=3600"  # its own, not the default no-store
+    assert headers["X-Content-Type-Options"] == "nosniff"
     assert b".finding" in body and b"url(" not in body  # nothing fetched from elsewhere
 
 
