@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,8 @@ from support.harness import Harness, running_service
 from otel_eval.base import model
 from otel_eval.base.results import Evaluation, Finding, Verdict
 from otel_eval.base.steps import Trajectory
-from otel_eval.store import Store
-from otel_eval.store.query import EvaluationQuery, QueryError, parse_time
+from otel_eval.store import Store, filters
+from otel_eval.store.query import EvaluationQuery, Page, QueryError, parse_time
 
 T0 = 1_764_547_200 * 10**9  # 2025-12-01T00:00:00Z
 
@@ -97,6 +98,33 @@ def test_a_bad_parameter_is_a_400_naming_it(tmp_path: Path, params: dict[str, st
     with pytest.raises(QueryError) as qerr:
         EvaluationQuery.from_params({k: [v] for k, v in params.items()})
     assert qerr.value.param == param
+
+
+def test_a_write_goes_through_in_the_middle_of_a_scan(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page's scan held the store's one lock to its last row (``detector=`` over 40k
+    bodies: 1 s), and every write waited for it. Here the scan writes after its first row,
+    from its own thread: the lock must be free (asked without waiting: held, the write would
+    wait forever), the write lands, and the scan reads on in the snapshot it began with."""
+    store = Store(str(tmp_path / "s.db"))
+    _fill(store)
+    read_page = filters.page
+
+    def paused(rows: Iterable[Any], limit: int, max_bytes: int) -> Page:
+        def first_row_then_a_write() -> Iterator[Any]:
+            it = iter(rows)
+            yield next(it)
+            assert store._lock.acquire(blocking=False), "the scan holds the writer's lock"
+            store._lock.release()
+            store.put_many([_evaluation(41, "coder", True)])
+            yield from it
+        return read_page(first_row_then_a_write(), limit, max_bytes)
+
+    monkeypatch.setattr(filters, "page", paused)
+    assert _ids(store.query(EvaluationQuery(limit=100)).evaluations) == list(range(40, 0, -1))
+    monkeypatch.undo()
+    assert _ids(store.query(EvaluationQuery(limit=2)).evaluations) == [41, 40]
+    store.close()
 
 
 def test_rfc3339_and_unix_seconds_agree() -> None:
