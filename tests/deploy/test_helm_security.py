@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from deploy_files import CHART, Helm, exec_form, one
+from deploy_files import CHART, NAMESPACE, Helm, docs_of_kind, exec_form, one
 from support.ports import free_port
 from test_dockerfile import _instructions
 from test_helm import _container, _pod_config, _pod_spec, _validate
@@ -41,6 +41,21 @@ def test_default_release_is_explicitly_insecure_behind_a_network_policy(
     assert selector.items() <= pod_labels.items()
     assert all(rule["from"] == [{"podSelector": {}}] for rule in policy["spec"]["ingress"])
 
+
+
+def test_without_admin_tokens_the_services_names_are_allowed_hosts(
+        helm: Helm, tmp_path: Path) -> None:
+    """The admin port without tokens serves only localhost, addresses and admin.allowed_hosts
+    as Host (DNS rebinding): an in-cluster client calling the Service by name would get 421."""
+    services = [d["metadata"]["name"] for d in docs_of_kind(helm.template(), "Service")]
+    cfg = _pod_config(helm.template(), tmp_path)
+    for svc in services:
+        for name in (svc, f"{svc}.{NAMESPACE}", f"{svc}.{NAMESPACE}.svc",
+                     f"{svc}.{NAMESPACE}.svc.cluster.local"):
+            assert name in cfg.admin.allowed_hosts
+    extra = helm.template("--set", "config.admin.allowed_hosts={otel-eval.example.com}")
+    assert "otel-eval.example.com" in _pod_config(extra, tmp_path).admin.allowed_hosts
+    assert _pod_config(helm.template(*SECURED), tmp_path).admin.allowed_hosts == []
 
 def test_secured_release_takes_tls_and_tokens_from_secrets(helm: Helm, tmp_path: Path) -> None:
     docs = helm.template(*SECURED)

@@ -107,6 +107,7 @@ from env vars that come from Secrets.
 {{- $admin := dict "endpoint" (printf "0.0.0.0:%d" (int .Values.ports.admin)) }}
 {{- $_ = set $cfg "admin" (merge $admin (get $cfg "admin" | default (dict))) }}
 {{- include "otel-eval.securityConfig" (dict "cfg" $cfg "Values" .Values) }}
+{{- include "otel-eval.allowedHosts" (dict "cfg" $cfg "root" .) }}
 {{- $store := dict "path" (printf "%s/otel-eval.db" (trimSuffix "/" .Values.dataDir)) }}
 {{- if include "otel-eval.postgresql" . }}
 {{- $_ = set $store "url" "${OTEL_EVAL_STORE_URL}" }}
@@ -163,6 +164,22 @@ from env vars that come from Secrets.
 {{- end }}
 {{- if not (and $sec.tls.secretName (or $sec.adminReadToken.secretName $sec.adminWriteToken.secretName)) }}
 {{- $_ := set $admin "allow_insecure_non_loopback" true }}
+{{- end }}
+{{- end }}
+
+{{/* Without admin tokens the admin port serves localhost, IP addresses (probes, scrapes) and
+admin.allowed_hosts only (DNS rebinding): add the Services' names, short and qualified, to what
+config.admin.allowed_hosts lists, so in-cluster clients may call http://<release>:8888. */}}
+{{- define "otel-eval.allowedHosts" -}}
+{{- $sec := .root.Values.security }}
+{{- if not (or $sec.adminReadToken.secretName $sec.adminWriteToken.secretName) }}
+{{- $admin := get .cfg "admin" }}
+{{- $hosts := list }}
+{{- $ns := .root.Release.Namespace }}
+{{- range $svc := list (include "otel-eval.fullname" .root) (printf "%s-headless" (include "otel-eval.fullname" .root)) }}
+{{- $hosts = concat $hosts (list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns)) }}
+{{- end }}
+{{- $_ := set $admin "allowed_hosts" (concat $hosts (get $admin "allowed_hosts" | default (list)) | uniq) }}
 {{- end }}
 {{- end }}
 
