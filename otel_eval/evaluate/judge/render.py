@@ -9,19 +9,21 @@ to a span id and agent node.
 
 The whole view is held to a share of what the agent itself read (``view_budget_chars``):
 an agent re-sends its history on every call, so its input grows with the square of its
-length while the judge reads each text once. Step headers, the task, the final output and
-the findings are never cut; the other texts are cut to head + tail at one common length
-(``fit``), weighted so the agent's decisions and the user's turns keep more than replies,
-tool results and prompts.
+length while the judge reads each text once. The findings are listed up to
+``FINDINGS_SHOWN`` (the rest counted, each message cut: ``finding_lines``) and their text
+counts in the budget. Step headers, the task and the final output are never cut; the other
+texts are cut to head + tail at one common length (``fit``), weighted so the agent's
+decisions and the user's turns keep more than replies, tool results and prompts.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from otel_eval.base.results import Evaluation
+from otel_eval.base.results import Evaluation, Finding
 from otel_eval.base.steps import Step, Trajectory
 from otel_eval.evaluate.detectors.canonical import canonical_arguments
 from otel_eval.evaluate.judge.compact import (
@@ -86,6 +88,7 @@ _MIN_CUT_CHARS = 100
 CHARS_PER_TOKEN = 3.5
 
 Piece = str | _Cut
+T = TypeVar("T")
 
 
 def _level(cuts: list[_Cut], room: int) -> int:
@@ -254,14 +257,46 @@ def _plain(messages: list[Message]) -> str:
                                                    else "") for m in messages)
 
 
-def render_findings(evaluation: Evaluation) -> str:
-    if not evaluation.findings:
+# Findings written in a judge prompt (trace or session), the most severe first when there are
+# more; the rest are counted in one line. A trace of 10,000 failed tool calls has 10,000
+# findings: written whole, they were 2.5 MB in each of its 84 step-chunk prompts.
+FINDINGS_SHOWN = 20
+FINDING_CHARS = 300  # a finding's message in a prompt, chars (head + tail)
+FINDING_STEPS = 10  # step indexes written per finding (the rest counted)
+_SEVERITY_RANK = {"error": 0, "warning": 1}
+
+
+def finding_lines(findings: Sequence[T], severity: Callable[[T], Any],
+                  line: Callable[[T], str]) -> str:
+    """The findings as ``line`` writes them, in their order: all when at most
+    ``FINDINGS_SHOWN``, else the ``FINDINGS_SHOWN`` most severe (errors, then warnings, then
+    the rest, each in order) and "(N more findings)"; "(none)" when there is none."""
+    if not findings:
         return "(none)"
-    out = []
-    for f in evaluation.findings:
-        where = f" (steps {', '.join(map(str, f.step_indexes))})" if f.step_indexes else ""
-        out.append(f"- [{f.severity}] {f.detector}/{f.kind}: {f.message}{where}")
-    return "\n".join(out)
+    shown: Sequence[T] = findings
+    if len(findings) > FINDINGS_SHOWN:
+        ranked = sorted(range(len(findings)),
+                        key=lambda i: _SEVERITY_RANK.get(severity(findings[i]), 2))
+        shown = [findings[i] for i in sorted(ranked[:FINDINGS_SHOWN])]
+    lines = [line(f) for f in shown]
+    if len(findings) > len(shown):
+        lines.append(f"({len(findings) - len(shown)} more findings)")
+    return "\n".join(lines)
+
+
+def _finding_line(f: Finding) -> str:
+    steps = f.step_indexes
+    where = ""
+    if steps:
+        more = len(steps) - FINDING_STEPS
+        where = f" (steps {', '.join(map(str, steps[:FINDING_STEPS]))}" \
+                + (f" and {more} more)" if more > 0 else ")")
+    return f"- [{f.severity}] {f.detector}/{f.kind}: {trim(f.message, FINDING_CHARS)}{where}"
+
+
+def render_findings(evaluation: Evaluation) -> str:
+    """The trace's findings for the judge, bounded (``finding_lines``)."""
+    return finding_lines(evaluation.findings, lambda f: f.severity, _finding_line)
 
 
 def agent_input_tokens(trajectory: Trajectory) -> int:

@@ -7,8 +7,9 @@
 
 One call per session, whatever ``judge.combined`` says: the conversation is one object to
 grade. Span content is hostile: every text is cut (``TEXT_CHARS``), at most ``CALLS_SHOWN``
-tool calls a turn and ``TURNS_SHOWN`` turns (the first and the newest) are written, so the
-prompt is bounded whatever the conversation; each part is escaped like the trace judges'.
+tool calls a turn, ``TURNS_SHOWN`` turns (the first and the newest) and
+``render.FINDINGS_SHOWN`` findings (the most severe, as the trace judges') are written, so
+the prompt is bounded whatever the conversation; each part is escaped like the trace judges'.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from otel_eval.evaluate.judge.render import Rendered
+from otel_eval.evaluate.judge.render import FINDING_CHARS, Rendered, finding_lines
 
-TEXT_CHARS = 1500  # per user message, reply or finding message
+TEXT_CHARS = 1500  # per user message or reply
 ARGS_CHARS = 200  # per tool call's arguments
 CALLS_SHOWN = 8  # tool calls written per turn (the rest counted)
 TURNS_SHOWN = 40  # turns written: the first FIRST_TURNS and the newest (the rest counted)
@@ -71,15 +72,16 @@ def _shown(turns: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def _findings(record: Mapping[str, Any], turns: Sequence[Mapping[str, Any]]) -> str:
     number = {t.get("trace_id"): n for n, t in enumerate(turns, 1)}
-    lines = []
-    for f in (record.get("findings") or ())[:20]:
-        if not isinstance(f, Mapping):
-            continue
+
+    def line(f: Mapping[str, Any]) -> str:
         where = number.get(f.get("trace_id"))
-        lines.append(f"- {_cut(f.get('detector'), 40)}/{_cut(f.get('kind'), 40)} "
-                     f"({_cut(f.get('severity'), 20)}"
-                     f"{f', turn {where}' if where else ''}): {_cut(f.get('message'), 300)}")
-    return "\n".join(lines) or "(none)"
+        return (f"- {_cut(f.get('detector'), 40)}/{_cut(f.get('kind'), 40)} "
+                f"({_cut(f.get('severity'), 20)}"
+                f"{f', turn {where}' if where else ''}): "
+                f"{_cut(f.get('message'), FINDING_CHARS)}")
+
+    findings = [f for f in record.get("findings") or () if isinstance(f, Mapping)]
+    return finding_lines(findings, lambda f: f.get("severity"), line)
 
 
 def render_session(record: Mapping[str, Any], turns: Sequence[Mapping[str, Any]]) -> Rendered:
