@@ -1,12 +1,15 @@
 """A long run's judge prompts are bounded whatever its findings: the findings are listed up to
 ``FINDINGS_SHOWN`` (the rest counted). An audit reproduced 84 requests and 208 M characters
 of prompt for a 9,999-span trace of failed tool calls: its 9,998 findings were written whole
-into every step chunk."""
+into every step chunk. Each chunk carries the whole view, so they are built as they are
+sent: a trace holds the requests in flight, not all of them."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
+from typing import Any
 
 from judge_fixtures import config, evaluation
 
@@ -14,6 +17,8 @@ from otel_eval.base.results import Evaluation, Finding
 from otel_eval.base.steps import Step, Trajectory
 from otel_eval.evaluate.detectors import Detectors, DetectorsConfig
 from otel_eval.evaluate.judge import Judge
+from otel_eval.evaluate.judge.client import CallResult
+from otel_eval.evaluate.judge.prompting import Request
 from otel_eval.evaluate.judge.render import FINDING_CHARS, FINDINGS_SHOWN, render
 from otel_eval.evaluate.judge.session import render_session
 
@@ -84,3 +89,31 @@ def test_a_long_failing_runs_requests_are_bounded_in_number_and_size() -> None:
     sizes = [sum(len(m["content"]) for m in r.messages) for r in reqs]
     assert max(sizes) <= per_request
     assert sum(sizes) <= len(reqs) * per_request
+
+
+class _Counting(Judge):
+    """A judge whose calls answer at once, counting the requests built before each call."""
+
+    def __init__(self, **changes: Any) -> None:
+        super().__init__(config(**changes))
+        self.built = 0
+        self.done = 0
+        self.ahead: list[int] = []  # requests built but not yet answered, at each call
+
+    def redacted(self, request: Request) -> Request:
+        self.built += 1
+        return super().redacted(request)
+
+    async def call(self, request: Request) -> CallResult:
+        self.ahead.append(self.built - self.done)
+        await asyncio.sleep(0)  # the other senders run
+        self.done += 1
+        return CallResult("error", error="test")
+
+
+def test_a_runs_step_chunks_are_built_as_they_are_sent() -> None:
+    judge = _Counting(max_concurrency=2, max_steps_per_call=10)
+    t = _failing_run(300)
+    asyncio.run(judge.judge(Evaluation(t, [], None)))
+    assert len(judge.ahead) == judge.built == 30
+    assert max(judge.ahead) <= 2  # before: all 30 built before the first was sent

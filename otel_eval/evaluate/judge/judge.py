@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from otel_eval.base.results import Evaluation
@@ -86,11 +86,15 @@ class Judge:
                  rendered: Rendered | None = None) -> list[Request]:
         """The step / trace / process / outcome calls this trace needs, redacted, as sent."""
         rendered = rendered or render(evaluation, self.config.compaction)
+        return list(self._requests(evaluation, rendered))
+
+    def _requests(self, evaluation: Evaluation, rendered: Rendered) -> Iterator[Request]:
+        """``requests``, each built and redacted when it is taken."""
         parts = self._parts(evaluation, rendered)
         reqs = prompting.plan(self.prompts, rendered, tuple(p for p, why in parts if not why),
                               self.config.combined, self.config.max_steps_per_call,
                               self.shape_in_prompt)
-        return [self.redacted(r) for r in reqs]
+        return map(self.redacted, reqs)
 
     def redacted(self, request: Request) -> Request:
         messages = [{**m, "content": self.redactor.redact(m["content"])}
@@ -123,7 +127,12 @@ class Judge:
         for part, why in self._parts(evaluation, rendered):
             if why:
                 collector.skipped(part, why)
-        work = [self._send(r, collector) for r in self.requests(evaluation, rendered)]
+        # Each request carries the whole view (up to max_trajectory_chars): a long run's step
+        # chunks are built and redacted by max_concurrency senders as each takes the next,
+        # so a trace holds the requests in flight, not all of them, and the loop runs
+        # between two builds
+        requests = self._requests(evaluation, rendered)
+        work = [self._send_each(requests, collector) for _ in range(c.max_concurrency)]
         if "rubric" in c.enabled:
             work.append(self._rubric(evaluation, rendered, collector))
         await asyncio.gather(*work)
@@ -170,6 +179,11 @@ class Judge:
 
     async def _send(self, request: Request, collector: Collector) -> None:
         collector.apply(request, await self.call(request))
+
+    async def _send_each(self, requests: Iterator[Request], collector: Collector) -> None:
+        """Sends the next of ``requests`` (shared by the trace's senders) until none is left."""
+        for request in requests:
+            await self._send(request, collector)
 
     async def _rubric(self, evaluation: Evaluation, rendered: Rendered,
                       collector: Collector) -> None:

@@ -11,7 +11,7 @@ into scores).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,8 +140,10 @@ def combined(prompts: Prompts, rendered: Rendered, parts: tuple[str, ...],
 
 
 def plan(prompts: Prompts, rendered: Rendered, parts: tuple[str, ...], combine: bool,
-         max_steps_per_call: int, shape: bool = True) -> list[Request]:
-    """The calls for step / process / trace / outcome ``parts`` (rubric is separate).
+         max_steps_per_call: int, shape: bool = True) -> Iterator[Request]:
+    """The calls for step / process / trace / outcome ``parts`` (rubric is separate), built
+    one at a time as they are taken: each carries the whole view, so a caller that sends as
+    it goes holds only the requests in flight.
 
     Steps and turns go in chunks of ``max_steps_per_call`` (the reply must fit the output
     limit); in combined mode the first chunk rides with the trace and outcome parts."""
@@ -150,19 +152,17 @@ def plan(prompts: Prompts, rendered: Rendered, parts: tuple[str, ...], combine: 
     steps = rendered.steps if stepwise else ()
     chunks = [steps[i:i + max_steps_per_call] for i in range(0, len(steps),
                                                              max_steps_per_call)] or [()]
-    out: list[Request] = []
     if combine:
         for n, chunk in enumerate(chunks):
             chunk_parts = (stepwise if chunk else ()) + (whole if n == 0 else ())
             if len(chunk_parts) == 1:
-                out.append(single(prompts, rendered, chunk_parts[0], chunk, shape))
+                yield single(prompts, rendered, chunk_parts[0], chunk, shape)
             elif chunk_parts:
-                out.append(combined(prompts, rendered, chunk_parts, chunk, shape))
-        return out
+                yield combined(prompts, rendered, chunk_parts, chunk, shape)
+        return
     for part in stepwise:
-        out.extend(single(prompts, rendered, part, chunk, shape) for chunk in chunks if chunk)
-    out.extend(single(prompts, rendered, part, (), shape) for part in whole)
-    return out
+        yield from (single(prompts, rendered, part, chunk, shape) for chunk in chunks if chunk)
+    yield from (single(prompts, rendered, part, (), shape) for part in whole)
 
 
 def session(prompts: Prompts, rendered: Rendered, shape: bool = True) -> Request:
