@@ -98,7 +98,7 @@ class EvalRun:
         if self.max_cost_usd is not None:  # the explicit cap replaces the hourly budget
             jc = replace(jc, max_cost_usd_per_hour=0.0)
         self.spend = Spend()
-        done = judged(out, Judge(jc), self.spend, self.max_cost_usd)
+        done = judged(out, Judge(jc), self.spend, self.max_cost_usd, self.cfg.trajectory)
         return done if self.evaluator.predictor is None else self._repredicted(done)
 
     def _repredicted(self, out: Iterator[Evaluation]) -> Iterator[Evaluation]:

@@ -61,6 +61,10 @@ class Verdict:
                 **self.extra}
 
 
+# Keys of the v1 object set after it was bounded (``Evaluation.bounded`` is read without them).
+_LATER = frozenset(("judge", "error", "prediction"))
+
+
 @dataclass(slots=True)
 class Evaluation:
     """What the pipeline stores and exports for one trace."""
@@ -74,7 +78,8 @@ class Evaluation:
     # {"p_success", "model"} from the success predictor; None without a model (no default)
     prediction: dict[str, Any] | None = None
     # The v1 object as cut to ``trajectory.max_result_bytes`` (``evaluate.bounds``), when
-    # the whole one was larger; ``to_json`` returns it instead of building the object anew
+    # the whole one was larger; ``to_json`` returns it instead of building the object anew,
+    # with the judge, error and prediction as they are now (the judge is set after)
     bounded: dict[str, Any] | None = None
     # the released trace's ``content_digest``, stored in its own column (not in the v1 object)
     content_digest: str | None = None
@@ -91,41 +96,43 @@ class Evaluation:
         """The v1 per-trace object; ``finite_floats=False`` leaves NaN / +-Infinity floats
         as they are (``to_json_text`` replaces them only when there is one)."""
         if self.bounded is not None:
-            out = dict(self.bounded)
-            return finite(out) if finite_floats else out
-        t = self.trajectory
-        out = {
-            "trace_id": t.trace_id,
-            "source": t.source,
-            "service": t.service,
-            "agent": t.agent,
-            "agent_source": t.agent_source,
-            "task_id": t.task_id,
-            "status": t.status,
-            "convention": t.convention,
-            "revision": t.revision,
-            "start_time_unix_nano": t.start_ns,
-            "duration_s": round(t.duration_s, 6),
-            "input": t.task,
-            "output": t.answer,
-            "counts": t.counts(),
-            "usage": t.usage(),
-            "steps": [s.to_json() for s in t.steps],
-            "findings": [f.to_json() for f in self.findings],
-            "verdict": self.verdict.to_json() if self.verdict else None,
-        }
-        if t.input_messages is not None:
-            out["input_messages"] = t.input_messages
-        if t.output_messages is not None:
-            out["output_messages"] = t.output_messages
-        if t.unrecorded:
-            out["unrecorded"] = dict(t.unrecorded)
-        if t.code_actions:
-            out["code_actions"] = dict(t.code_actions)
-        if t.session_id is not None:  # a turn of a conversation, and the conversation's user
-            out["session_id"] = t.session_id
-            if t.user_id is not None:
-                out["user_id"] = t.user_id
+            # cut before the judge was set (and the prediction set again): those, and the
+            # error, are the live ones, last as in the whole object
+            out = {k: v for k, v in self.bounded.items() if k not in _LATER}
+        else:
+            t = self.trajectory
+            out = {
+                "trace_id": t.trace_id,
+                "source": t.source,
+                "service": t.service,
+                "agent": t.agent,
+                "agent_source": t.agent_source,
+                "task_id": t.task_id,
+                "status": t.status,
+                "convention": t.convention,
+                "revision": t.revision,
+                "start_time_unix_nano": t.start_ns,
+                "duration_s": round(t.duration_s, 6),
+                "input": t.task,
+                "output": t.answer,
+                "counts": t.counts(),
+                "usage": t.usage(),
+                "steps": [s.to_json() for s in t.steps],
+                "findings": [f.to_json() for f in self.findings],
+                "verdict": self.verdict.to_json() if self.verdict else None,
+            }
+            if t.input_messages is not None:
+                out["input_messages"] = t.input_messages
+            if t.output_messages is not None:
+                out["output_messages"] = t.output_messages
+            if t.unrecorded:
+                out["unrecorded"] = dict(t.unrecorded)
+            if t.code_actions:
+                out["code_actions"] = dict(t.code_actions)
+            if t.session_id is not None:  # a turn of a conversation, and the conversation's user
+                out["session_id"] = t.session_id
+                if t.user_id is not None:
+                    out["user_id"] = t.user_id
         if self.judge is not None:
             out["judge"] = self.judge
         if self.error is not None:

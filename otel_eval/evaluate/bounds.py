@@ -11,10 +11,12 @@ from a 50 KB span). After the detectors have read everything, ``bound`` cuts wha
   ``max_value_bytes`` of JSON; a longer value becomes a string that fits, its start (of its
   JSON text, when it is not a string), its full size in the step's ``truncated``
   (``{"arguments": 3145728}``);
-- the whole object: at most ``max_result_bytes``. Past it, ``input_messages`` and
-  ``output_messages`` go first, then the contents of steps from the last step back (each
-  emptied step keeps its identity, kind, names, status, times and tokens, and lists what was
-  taken in ``truncated``), then the last steps themselves;
+- the whole object: at most ``max_result_bytes``, less ``_LATER_RESERVE`` kept for the
+  judge and the prediction set after (the judge cut to what is left: ``judge.fit``). Past
+  it, ``input_messages`` and ``output_messages`` go first, then the contents of steps from
+  the last step back (each emptied step keeps its identity, kind, names, status, times and
+  tokens, and lists what was taken in ``truncated``), then the last steps themselves, then
+  the last verdict reasons (said by a "(N more reasons)" reason) and the last findings;
 - anything cut (and the code-action calls ``max_rebuilt_steps`` left out) is said by one
   ``result_truncated`` finding (detector ``evaluation``, severity ``info``: the verdict does
   not change) whose attributes count what was cut.
@@ -41,6 +43,10 @@ log = logging.getLogger(__name__)
 # Content fields of a step's v1 object, emptied (in this order) when the object is too big.
 _CONTENT = ("arguments", "result", "prompt", "answer", "error", "tool_calls")
 _FINDING_RESERVE = 1024  # bytes kept for the finding itself
+# Bytes kept for what is set after the object is bounded: the judge (``judge.fit`` cuts it to
+# what is left, never below its verdict and totals) and the prediction made again with the
+# judge's scores.
+_LATER_RESERVE = 4096
 
 
 def _size(text: str) -> int:
@@ -116,6 +122,42 @@ def _emptied(step: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _first(items: list[Any], room: int) -> int:
+    """How many of ``items``, from the first, fit ``room`` bytes of JSON."""
+    n = 0
+    for item in items:
+        room -= _size(_encoded(item)) + 2
+        if room < 0:
+            break
+        n += 1
+    return n
+
+
+def _fit_listed(body: dict[str, Any], room: int, cut: dict[str, int]) -> None:
+    """The verdict's reasons (up to half of ``room``) and the findings (the rest), each kept
+    from the first while they fit, in place; the reasons end with "(N more reasons)", the
+    findings are counted by the ``result_truncated`` finding."""
+    findings: list[Any] = body.get("findings") or []
+    verdict: dict[str, Any] = body["verdict"] if isinstance(body.get("verdict"), dict) else {}
+    reasons: list[Any] = verdict.get("reasons") or []
+    body["findings"] = []
+    if reasons:
+        verdict["reasons"] = []
+        room -= _size(json_text(body))
+        kept = _first(reasons, room // 2 - 40)  # 40: the marker
+        if kept < len(reasons):
+            cut["reasons_dropped"] = len(reasons) - kept
+            reasons = [*reasons[:kept], f"({len(reasons) - kept} more reasons)"]
+        verdict["reasons"] = reasons
+        room -= _size(_encoded(reasons))
+    else:
+        room -= _size(json_text(body))
+    kept = _first(findings, room)
+    body["findings"] = findings[:kept]
+    if kept < len(findings):
+        cut["findings_dropped"] = len(findings) - kept
+
+
 def _fit(body: dict[str, Any], limit: int, cut: dict[str, int]) -> None:
     """Cuts ``body`` (the v1 object) in place to about ``limit`` bytes of JSON."""
     for name in ("input_messages", "output_messages"):
@@ -124,6 +166,8 @@ def _fit(body: dict[str, Any], limit: int, cut: dict[str, int]) -> None:
     steps: list[dict[str, Any]] = body["steps"]
     sizes = [_size(_encoded(s)) + 2 for s in steps]
     body["steps"] = []
+    if _size(json_text(body)) > limit - _FINDING_RESERVE:  # no step fits: findings go too
+        _fit_listed(body, limit - _FINDING_RESERVE, cut)
     room = limit - _size(json_text(body)) - _FINDING_RESERVE
     full = 0
     while full < len(steps) and sizes[full] <= room:  # whole steps from the first
@@ -209,8 +253,9 @@ def _bound(evaluation: Evaluation, config: TrajectoryConfig) -> None:
         body = evaluation.to_json(finite_floats=False)
         text = json_text(body)
     size = _size(text)
-    if size > config.max_result_bytes:
-        _fit(body, config.max_result_bytes, cut)
+    limit = config.max_result_bytes - _LATER_RESERVE
+    if size > limit:
+        _fit(body, limit, cut)
     if not cut:  # the object stays as encoded: stored as this text (``to_json_text``)
         evaluation.encoded = (text, evaluation.judge, evaluation.prediction,
                               len(evaluation.findings))
@@ -222,6 +267,6 @@ def _bound(evaluation: Evaluation, config: TrajectoryConfig) -> None:
                        "max_value_bytes": config.max_value_bytes,
                        "max_rebuilt_steps": config.max_rebuilt_steps, **cut})
     evaluation.findings.append(finding)
-    if size > config.max_result_bytes:
+    if size > limit:
         body["findings"] = [*body["findings"], finding.to_json()]
         evaluation.bounded = body

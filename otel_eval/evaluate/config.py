@@ -29,10 +29,12 @@ class TrajectoryConfig:
     # error), bytes of JSON; a larger one is stored as the first bytes of its JSON text, its
     # full size in the step's `truncated`. Detectors read the whole value first.
     max_value_bytes: int = 16 * 1024
-    # Stored size of one per-trace result (the v1 object), bytes of JSON. A larger one is
-    # stored cut: the input/output messages, then the contents of steps from the last one
-    # back, then the last steps themselves, with a `result_truncated` finding saying what
-    # was cut. Also the largest answer of one GET /v1/evaluations/{trace_id}.
+    # Stored size of one per-trace result (the v1 object, its judge included), bytes of
+    # JSON. A larger one is stored cut: the input/output messages, then the contents of
+    # steps from the last one back, then the last steps themselves, then the last verdict
+    # reasons and findings, with a `result_truncated` finding saying what was cut; the
+    # judge's texts and details are cut to what is left (its verdict never). Also the
+    # largest answer of one GET /v1/evaluations/{trace_id}.
     max_result_bytes: int = 4 * 1024 * 1024
 
     def __post_init__(self) -> None:

@@ -86,3 +86,55 @@ def test_trials_of_a_task_report_pass_at_k_and_lucky_passes(
     assert all(b["task_id"] == "airline-7" for b in bodies)
     assert "airline-7  3  0  0.00  0.00  " + ", ".join(f"{i:032x}" for i in (1, 2, 3)) in err
     assert "1 tasks with 2+ judged trials: mean pass@k 0.00, pass^k 0.00; 3 lucky passes" in err
+
+
+def _failing_trace_file(tmp_path: Path, calls: int) -> Path:
+    """One run of ``calls`` LLM calls, each followed by a failed tool call (a finding and a
+    verdict reason each)."""
+    tid, root = "cd" * 16, f"{1:016x}"
+    res = {"service.name": "s"}
+    spans = [model.Span(tid, root, None, "invoke_agent a", 1, 10**9, resource=res,
+                        attributes={"gen_ai.operation.name": "invoke_agent",
+                                    "gen_ai.agent.name": "a"})]
+    for i in range(calls):
+        spans.append(model.Span(
+            tid, f"{2 * i + 2:016x}", root, "chat", 10 + 4 * i, 11 + 4 * i, resource=res,
+            attributes={"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o",
+                        "gen_ai.usage.input_tokens": 10, "gen_ai.usage.output_tokens": 10}))
+        tool = model.Span(tid, f"{2 * i + 3:016x}", root, f"execute_tool t{i}", 12 + 4 * i,
+                          13 + 4 * i, resource=res,
+                          attributes={"gen_ai.operation.name": "execute_tool",
+                                      "gen_ai.tool.name": f"tool_{i}_" + "T" * 40,
+                                      "error.type": "E" * 280})
+        tool.status, tool.status_message = "error", "E" * 280
+        spans.append(tool)
+    path = tmp_path / "failing.json"
+    path.write_text(json.dumps(request_to_json(encode_spans(spans))))
+    return path
+
+
+def test_a_result_cut_to_max_result_bytes_keeps_its_judge_within_the_bound(
+        llm: FakeLLM, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The result was cut before the judge was set, and printed as cut: without its judge
+    # (and its findings, never cut, were over the bound by themselves). One judge call
+    # (max_steps_per_call 1000): this is about the stored result, not the chunks
+    llm.route = _scripted
+    limit = 64 * 1024
+    (tmp_path / "c.yaml").write_text(f"trajectory:\n  max_result_bytes: {limit}\n"
+                                     "judge:\n  max_retries: 0\n  max_steps_per_call: 1000\n")
+    code = main(["eval", str(_failing_trace_file(tmp_path, 400)), "--format", "jsonl",
+                 "--config", str(tmp_path / "c.yaml"), "--judge", "openai/gpt-4o-mini",
+                 "--judge-api-base", llm.api_base])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    (line,) = out.splitlines()
+    body = json.loads(line)
+    assert body["judge"]["overall"]["status"] == "ok"
+    assert isinstance(body["judge"]["overall"]["passed"], bool)
+    assert body["verdict"]["passed"] is False
+    assert len(line.encode()) <= limit
+    (cut,) = [f for f in body["findings"] if f["kind"] == "result_truncated"]
+    assert len(body["findings"]) - 1 + cut["attributes"]["findings_dropped"] >= 400
+    assert cut["attributes"]["findings_dropped"] > 0
+    reasons = body["verdict"]["reasons"]
+    assert reasons[-1] == f"({cut['attributes']['reasons_dropped']} more reasons)"

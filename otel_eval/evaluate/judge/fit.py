@@ -1,7 +1,8 @@
 """The judge object cut to fit the stored result (issue 33: a 10 MB critique made a 20.9 MB
 stored body with ``trajectory.max_result_bytes`` 4 MiB, and a serve peak of 657 MB).
 
-``fit(judge, room, max_text_bytes)`` returns the object as stored, a copy when anything was cut:
+``fit(judge, room, max_text_bytes)`` returns the object as stored, a copy when anything was cut
+(``fit_stored``: with the room the stored result leaves):
 
 - every string (critiques, reasoning, criteria, errors) at most ``max_text_bytes`` bytes of
   UTF-8 (``trajectory.max_value_bytes``, the bound of one value of a step): its start, then
@@ -19,6 +20,10 @@ from __future__ import annotations
 
 import json
 from typing import Any
+
+from otel_eval.base.jsontext import json_text
+from otel_eval.base.results import Evaluation
+from otel_eval.evaluate.config import TrajectoryConfig
 
 _MIN_TEXT_BYTES = 64
 _DETAILS = ("critiques", "turns", "criteria", "by_node", "steps")
@@ -88,3 +93,13 @@ def fit(judge: dict[str, Any], room: int, max_text_bytes: int) -> dict[str, Any]
     out["truncated"] = {"judge_bytes": full, "texts_cut": counts[0], "max_text_bytes": limit,
                         "dropped": dropped or None}
     return out
+
+
+def fit_stored(evaluation: Evaluation, judge: dict[str, Any],
+               bounds: TrajectoryConfig) -> dict[str, Any]:
+    """``judge`` cut to what ``evaluation``'s stored result leaves of ``max_result_bytes``
+    (``serve``'s writer and ``eval`` alike; ``evaluate.bounds`` keeps room for it)."""
+    body = evaluation.to_json(finite_floats=False)
+    body.pop("judge", None)
+    room = bounds.max_result_bytes - text_bytes(json_text(body)) - len(',"judge":')
+    return fit(judge, room, bounds.max_value_bytes)

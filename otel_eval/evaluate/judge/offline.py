@@ -17,7 +17,9 @@ from typing import Any
 
 from otel_eval.base.aio import cancel_leftovers
 from otel_eval.base.results import Evaluation
+from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.judge.client import close_clients
+from otel_eval.evaluate.judge.fit import fit_stored
 from otel_eval.evaluate.judge.judge import Judge
 from otel_eval.evaluate.judge.sampling import sampled
 
@@ -68,7 +70,11 @@ def _skipped(reason: str) -> dict[str, Any]:
 
 
 def judged(evaluations: Iterable[Evaluation], judge: Judge, spend: Spend,
-           max_cost_usd: float | None = None) -> Iterator[Evaluation]:
+           max_cost_usd: float | None = None,
+           bounds: TrajectoryConfig | None = None) -> Iterator[Evaluation]:
+    """Each evaluation with its judge, in input order; the judge cut to what the result
+    leaves of ``bounds.max_result_bytes`` (``fit_stored``, as ``serve`` stores it)."""
+    bounds = bounds or TrajectoryConfig()
     loop = asyncio.new_event_loop()
     window: deque[tuple[Evaluation, asyncio.Task[dict[str, Any]] | None]] = deque()
 
@@ -76,7 +82,8 @@ def judged(evaluations: Iterable[Evaluation], judge: Judge, spend: Spend,
         if task is not None:
             ev.judge = loop.run_until_complete(task)
         assert ev.judge is not None
-        spend.add(ev.judge)
+        spend.add(ev.judge)  # what it cost, whatever is cut
+        ev.judge = fit_stored(ev, ev.judge, bounds)
         return ev
 
     try:

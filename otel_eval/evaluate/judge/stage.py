@@ -45,13 +45,12 @@ from concurrent.futures import Future
 from typing import Any
 
 from otel_eval.base.aio import LoopThread
-from otel_eval.base.jsontext import json_text
 from otel_eval.base.model import Trace
 from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.judge.client import CallResult, check_credentials, close_clients
 from otel_eval.evaluate.judge.config import JudgeConfig
-from otel_eval.evaluate.judge.fit import fit, text_bytes
+from otel_eval.evaluate.judge.fit import fit_stored
 from otel_eval.evaluate.judge.journal import PendingJournal
 from otel_eval.evaluate.judge.judge import Judge
 from otel_eval.evaluate.judge.observer import SKIP_REASONS, SkipReason
@@ -281,10 +280,7 @@ class JudgeStage:
     def _fit(self, evaluation: Evaluation, judge: dict[str, Any]) -> dict[str, Any]:
         """On the writer thread: the judgement cut to what the stored result leaves of
         ``max_result_bytes`` (and kept as the evaluation's, for its events)."""
-        body = evaluation.to_json(finite_floats=False)
-        body.pop("judge", None)
-        room = self.bounds.max_result_bytes - text_bytes(json_text(body)) - len(',"judge":')
-        evaluation.judge = fit(judge, room, self.bounds.max_value_bytes)
+        evaluation.judge = fit_stored(evaluation, judge, self.bounds)
         return evaluation.judge
 
     def _journal_remove(self, evaluation: Evaluation) -> None:  # on the writer thread
