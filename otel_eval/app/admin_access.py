@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-import ipaddress
 import json
 from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
-from otel_eval.base.configcheck import is_ascii_digits
 from otel_eval.receive.httpmessage import Request, Response
-from otel_eval.receive.security import BearerAuth
+from otel_eval.receive.security import BearerAuth, served_host
 
 
 def _refusal(status: int, message: str) -> Response:
@@ -76,36 +74,13 @@ class AdminAuth:
         return (0, writer) if writer is not None else (403, "this token may not write")
 
 
-def host_name(host: str) -> str:
-    """The name of a ``Host`` header value, without its port or IPv6 brackets."""
-    host = host.strip().lower()
-    if host.startswith("["):
-        name, _, rest = host[1:].partition("]")
-        return name if rest == "" or (rest[:1] == ":" and is_ascii_digits(rest[1:])) else host
-    name, colon, port = host.rpartition(":")
-    return name if colon and (is_ascii_digits(port) or not port) else host
-
-
-def is_address(name: str) -> bool:
-    """An IPv4 or IPv6 address (a ``host_name``), not a DNS name."""
-    try:
-        ipaddress.ip_address(name)
-    except ValueError:
-        return False
-    return True
-
-
 def foreign_host(req: Request, allowed: frozenset[str]) -> Response | None:
-    """421 for a ``Host`` that is neither ``localhost``, an address nor in ``allowed`` (DNS
-    rebinding: the attacker's name resolves to this listener, the browser sends it as the
-    Host). No Host (HTTP/1.0) passes."""
+    """421 for a ``Host`` that is neither ``localhost``, an address nor in ``allowed``
+    (``served_host``: DNS rebinding)."""
     host = req.header("Host")
-    if host is None:
+    if served_host(host, allowed):
         return None
-    name = host_name(host)
-    if name == "localhost" or name in allowed or is_address(name):
-        return None
-    return _refusal(421, f"Host {host[:100]!r} is not served here: without tokens this "
+    return _refusal(421, f"Host {str(host)[:100]!r} is not served here: without tokens this "
                          "listener answers localhost, IP addresses and admin.allowed_hosts")
 
 

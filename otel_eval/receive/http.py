@@ -7,7 +7,9 @@ cannot be decoded; 413 past ``max_message_bytes`` (compressed and decompressed, 
 not: ``decode.body``); 429 with ``Retry-After`` when throttled, which OTLP exporters retry.
 Connections, deadlines and limits are the shared HTTP server's (``receive.httpserver``); when
 every slot is taken, a new connection closes the oldest partial request (never an
-authenticated sender's connection): a flood of partial requests cannot deny exports.
+authenticated sender's connection): a flood of partial requests cannot deny exports. A
+loopback listener without tokens answers 421 to a ``Host`` that is not ``localhost`` or an
+address (DNS rebinding).
 """
 
 from __future__ import annotations
@@ -19,13 +21,14 @@ from collections.abc import Mapping
 from google.protobuf import json_format
 from google.rpc import status_pb2
 
+from otel_eval.base.configcheck import parse_endpoint
 from otel_eval.base.printable import quoted
 from otel_eval.decode.body import BodyError
 from otel_eval.receive.config import ReceiverConfig
 from otel_eval.receive.httpmessage import Handler, Request, Response
 from otel_eval.receive.httpserver import HttpServer
 from otel_eval.receive.ingest import Ingest, IngestResult
-from otel_eval.receive.security import BearerAuth, TlsFiles
+from otel_eval.receive.security import BearerAuth, TlsFiles, is_loopback, served_host
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +59,19 @@ def status_error(req: Request | None, code: int, message: str) -> Response:
 
 def make_handler(config: ReceiverConfig, ingest: Ingest) -> Handler:
     checker = BearerAuth(config.bearer_tokens)
+    # A loopback listener without tokens takes only a Host a local sender names it by
+    # (``served_host``): a page whose name was rebound to 127.0.0.1 (DNS rebinding) posts
+    # same-origin, so no CORS preflight stops it feeding made-up runs to the evaluation.
+    # Beyond loopback, senders name the host as they please (a Service, a container).
+    check_host = not checker.enabled and is_loopback(parse_endpoint(config.http_endpoint)[0])
 
     def handle(req: Request) -> Response:
         ctype = _ctype(req)
+        if check_host and not served_host(req.header("Host")):
+            ingest.metrics.ingest.request_refused("http", "forbidden")
+            return _status(421, f"Host {str(req.header('Host'))[:100]!r} is not served here: "
+                                "this loopback listener answers localhost and IP addresses",
+                           ctype, close=True)
         # the sender's token name ("" with auth off), or None: refused before the body is
         # read (an unknown client costs nothing); every refusal before the body closes
         # the connection: the unread body must not be parsed as the next request

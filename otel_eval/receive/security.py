@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from otel_eval.base.configcheck import parse_endpoint
+from otel_eval.base.configcheck import is_ascii_digits, parse_endpoint
 from otel_eval.base.tlsfiles import read, stamp, startup_error
 
 log = logging.getLogger(__name__)
@@ -102,6 +102,33 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def host_name(host: str) -> str:
+    """The name of a ``Host`` header value, without its port or IPv6 brackets."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        name, _, rest = host[1:].partition("]")
+        return name if rest == "" or (rest[:1] == ":" and is_ascii_digits(rest[1:])) else host
+    name, colon, port = host.rpartition(":")
+    return name if colon and (is_ascii_digits(port) or not port) else host
+
+
+def served_host(host: str | None, allowed: frozenset[str] = frozenset()) -> bool:
+    """Whether a listener without tokens answers this ``Host`` header: none (HTTP/1.0),
+    ``localhost``, an IP address (any port) or a name in ``allowed``. Any other name may be an
+    attacker's, rebound to this listener's address (DNS rebinding), sent by a browser running
+    that attacker's page; an address cannot be rebound."""
+    if host is None:
+        return True
+    name = host_name(host)
+    if name == "localhost" or name in allowed:
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 class TlsFiles:

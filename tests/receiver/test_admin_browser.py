@@ -13,8 +13,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from otel_eval.app.admin import AdminApi, AdminConfig, AdminServer
-from otel_eval.app.admin_access import host_name
 from otel_eval.base.configcheck import FieldErrors
+from otel_eval.receive.security import host_name
 
 TRACE = "ab" * 16
 FEEDBACK = json.dumps({"trace_id": TRACE, "outcome": "failure"}).encode()
