@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from typing import Any
@@ -90,6 +91,40 @@ def test_retry_after_over_backoff_max_is_a_failure_not_a_sleep(llm: FakeLLM) -> 
     llm.script(error(503, {"Retry-After": "30"}), good(GOOD))
     r = call(llm, clock, backoff_max_s=30.0)
     assert (r.status, r.attempts, clock.sleeps) == ("ok", 2, [30.0])
+
+
+def test_a_hostile_error_body_never_goes_whole_through_litellms_redaction(
+        llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    # litellm's secret regex is quadratic on repeated "type":"service_account" (a 200 KB error
+    # body held the event loop 185 s). The work is counted: the characters the regex is given.
+    from litellm.litellm_core_utils import secret_redaction
+    scanned: list[int] = []
+    real = secret_redaction._SECRET_RE
+
+    class Counted:
+        def sub(self, repl: str, text: str) -> str:
+            scanned.append(len(text))
+            return real.sub(repl, text)
+
+    monkeypatch.setattr(secret_redaction, "_SECRET_RE", Counted())
+    token = "Bearer " + "q" * 40  # a secret in what the judge keeps is still redacted
+    hostile = "{" + '"type":"service_account" ' * 800  # 20 KB: a few s of regex if whole
+    llm.script(Reply(400, {"error": {"message": f"bad request {token} {hostile}"}}))
+    r = call(llm, max_retries=0)
+    assert (r.status, r.attempts) == ("error", 1)
+    assert "bad request" in r.error and "service_account" in r.error and "q" * 40 not in r.error
+    assert len(r.error) < 400
+    assert scanned and max(scanned) <= 600, scanned  # the kept text's window, never the body
+
+
+def test_litellm_redaction_is_off_whatever_the_environment_says() -> None:
+    # litellm reads the switch once, at its import: llm.py must set it first, and force it
+    code = ("import otel_eval.evaluate.judge.llm as llm\n"
+            "print(llm.litellm._logging._ENABLE_SECRET_REDACTION)\n")
+    env = {**os.environ, "LITELLM_DISABLE_REDACT_SECRETS": "false"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True, env=env)
+    assert out.stdout.split()[-1] == "False", out.stdout + out.stderr[-2000:]
 
 
 def test_reply_json_round_trip_unchanged() -> None:

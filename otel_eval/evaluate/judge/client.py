@@ -34,7 +34,12 @@ from otel_eval.base.backoff import Backoff
 from otel_eval.base.configcheck import ConfigError
 from otel_eval.evaluate.judge.config import JudgeConfig
 from otel_eval.evaluate.judge.limits import CostBudget, RateLimiter
-from otel_eval.evaluate.judge.llm import PLACEHOLDER_API_KEY, litellm, missing_credentials
+from otel_eval.evaluate.judge.llm import (
+    PLACEHOLDER_API_KEY,
+    litellm,
+    missing_credentials,
+    redact_secrets,
+)
 from otel_eval.evaluate.judge.schemas import Schema
 
 log = logging.getLogger(__name__)
@@ -47,6 +52,7 @@ _RETRYABLE = (litellm.InternalServerError, litellm.ServiceUnavailableError,
               litellm.APIConnectionError, litellm.BadGatewayError)
 _HINTED = (litellm.RateLimitError, *_RETRYABLE)  # retried after their Retry-After, if any
 _FENCE = "```"
+_ERROR_CHARS = 300  # of a provider error's text, kept in the result and logged
 
 
 @dataclass(slots=True)
@@ -84,6 +90,15 @@ def retry_after_s(exc: BaseException) -> float | None:
         return max(email.utils.parsedate_to_datetime(value).timestamp() - time.time(), 0.0)
     except (TypeError, ValueError):
         return None
+
+
+def error_text(e: BaseException) -> str:
+    """``e``'s type and the start of its text, secrets redacted by litellm's patterns. Cut
+    before redacting: that regex is quadratic on some texts (``llm.py`` turns litellm's own
+    use of it off), so here it sees twice the kept length at most, and a secret that starts
+    in the kept part and is no longer than it is seen whole."""
+    text = redact_secrets(str(e)[:2 * _ERROR_CHARS])[:_ERROR_CHARS]
+    return f"{type(e).__name__}: {text}"
 
 
 def unfence(text: str) -> str:
@@ -253,7 +268,7 @@ class JudgeClient:
                                                   timeout=c.timeout_s)
             except Exception as e:  # classified below: the provider boundary
                 status, delay = self._classify(e, attempt)
-                result.status, result.error = status, f"{type(e).__name__}: {str(e)[:300]}"
+                result.status, result.error = status, error_text(e)
                 if isinstance(e, TimeoutError):
                     result.error = f"no whole reply within timeout_s {c.timeout_s:g}"
                 hinted = retry_after_s(e) if isinstance(e, _HINTED) else None

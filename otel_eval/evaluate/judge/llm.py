@@ -5,6 +5,10 @@ Promises, whatever the importer:
   (``LITELLM_LOCAL_MODEL_COST_MAP``) before it is first imported, instead of fetching the
   latest one from GitHub (three attempts, then the same packaged map); nor when counting
   tokens (``HF_HUB_OFFLINE``: no tokenizer download from the Hugging Face Hub);
+- no provider text through a backtracking regex: litellm's secret redaction
+  (``LITELLM_DISABLE_REDACT_SECRETS``) runs a pattern that is quadratic on some texts over
+  every provider error message, on the event loop (a 200 KB error body held it 185 s). It is
+  off; the error text the judge keeps is cut first, then redacted (``client.error_text``);
 - stdout carries results only: litellm's own handler writes records below WARNING to stdout
   (``otel-eval eval --format jsonl | jq`` broke on them); its loggers here propagate to ours,
   which write to stderr, and its per-call INFO chatter is kept below the threshold.
@@ -22,8 +26,19 @@ os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 # Llama or Cohere model's tokenizer from the Hugging Face Hub (a minute of retries when it is
 # unreachable, on the event loop); offline, it counts with the tokenizer it ships instead.
 os.environ["HF_HUB_OFFLINE"] = "1"
+# Forced too, not defaulted: litellm reads it once, at import (``litellm._logging``), and with
+# it unset every provider exception's text goes whole through its redaction regex, quadratic
+# on a "{" followed by repeated ``"type":"service_account"`` with no "}" (its JSON-blob
+# alternative scans to the end from each of them). A provider's error body is not ours to
+# bound, so neither is that time, and an operator's ``false`` would bring it back. The error
+# text the judge keeps (in the result and its log line) is redacted by the client after the
+# cut (it was not before: a token in a provider's error message came back whole).
+os.environ["LITELLM_DISABLE_REDACT_SECRETS"] = "true"
 
 import litellm as litellm  # re-exported: ``from otel_eval.evaluate.judge.llm import litellm``
+
+# litellm's own patterns, whatever the switch above says (re-exported for the client)
+from litellm.litellm_core_utils.secret_redaction import redact_string as redact_secrets
 
 # litellm's loggers by name: the SDK's, the router's and the proxy's
 _LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
@@ -51,6 +66,8 @@ def missing_credentials(model: str, api_base: str) -> list[str]:
         return []
     return [k for k in check.get("missing_keys", []) if str(k).endswith("_KEY")]
 
+
+__all__ = ["PLACEHOLDER_API_KEY", "litellm", "missing_credentials", "redact_secrets"]
 
 # Sent as the key to an OpenAI-compatible server at ``api_base`` when no key is configured:
 # local servers (vLLM, llama.cpp, Ollama's /v1) ignore it, but the openai client refuses to
