@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from judge_fake_llm import FakeLLM
+from judge_fake_llm import FakeLLM, Reply
 from test_judge_eval_cli import _trace_file
 from test_judge_serve import _scripted
 
@@ -73,3 +73,43 @@ def test_judge_off_contacts_nothing(tmp_path: Path) -> None:
     hosts, results = _hosts_contacted(tmp_path, str(_trace_file(tmp_path, 2)))
     assert len(results) == 2 and all(r.get("judge") is None for r in results), results
     assert hosts == []
+
+
+_OLLAMA_AUDITED = """
+import asyncio, json, sys
+seen = []
+def hook(event, args):
+    if event == "socket.connect" and isinstance(args[1], tuple):
+        seen.append(list(args[1][:2]))
+sys.addaudithook(hook)
+from otel_eval.evaluate.judge.config import JudgeConfig
+from otel_eval.evaluate.judge.judge import Judge
+from otel_eval.evaluate.judge.schemas import trace_schema
+judge = Judge(JudgeConfig(model=sys.argv[1], api_base=sys.argv[2], max_retries=0))
+r = asyncio.run(judge.client.call([{"role": "user", "content": "grade"}], trace_schema()))
+print(json.dumps({"status": r.status, "error": r.error, "connects": seen}))
+"""
+
+
+@pytest.mark.parametrize("model", ["ollama/judge-not-in-the-price-map",
+                                   "ollama_chat/judge-not-in-the-price-map"])
+def test_an_ollama_judge_contacts_only_its_api_base(llm: FakeLLM, model: str) -> None:
+    # litellm asks an Ollama server about a model missing from its price map (/api/show, for
+    # the cost, the response-schema check, the Responses bridge) at OLLAMA_API_BASE or
+    # localhost:11434, never at the request's api_base: synchronously, on the event loop
+    content = json.dumps({"critique": "c", "score": 0.5})
+    reply = {"model": model.split("/")[1], "created_at": "2024-01-01T00:00:00Z", "done": True,
+             "done_reason": "stop", "response": content,
+             "message": {"role": "assistant", "content": content},
+             "prompt_eval_count": 10, "eval_count": 5}
+    llm.script(Reply(200, reply))
+    port = llm.server.server_address[1]
+    env = {k: v for k, v in os.environ.items() if k != "OLLAMA_API_BASE"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    r = subprocess.run([sys.executable, "-c", _OLLAMA_AUDITED, model, f"http://127.0.0.1:{port}"],
+                       capture_output=True, text=True, env=env, timeout=240, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.splitlines()[-1])
+    assert out["status"] == "ok", out["error"]
+    assert len(llm.requests) == 1
+    assert out["connects"] and {tuple(c) for c in out["connects"]} == {("127.0.0.1", port)}, out

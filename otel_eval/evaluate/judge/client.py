@@ -38,6 +38,7 @@ from otel_eval.evaluate.judge.llm import (
     PLACEHOLDER_API_KEY,
     litellm,
     missing_credentials,
+    pin_model_info,
     redact_secrets,
 )
 from otel_eval.evaluate.judge.schemas import Schema
@@ -177,6 +178,9 @@ class JudgeClient:
         self._semaphore: asyncio.Semaphore | None = None  # created on the caller's loop
         self._api_key: str | None = None  # resolved on the first request
         self._backoff = Backoff(config.backoff_initial_s, config.backoff_max_s)
+        # before any litellm call: litellm asks no server about a model it was not told of
+        pin_model_info(config.model, config.input_cost_per_token_usd,
+                       config.output_cost_per_token_usd)
 
     def over_budget(self) -> bool:
         return self.budget.exceeded(self.clock())

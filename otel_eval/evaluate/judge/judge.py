@@ -20,7 +20,7 @@ from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.judge import prompting
 from otel_eval.evaluate.judge.client import CallResult, JudgeClient
 from otel_eval.evaluate.judge.config import JudgeConfig
-from otel_eval.evaluate.judge.llm import litellm
+from otel_eval.evaluate.judge.llm import litellm, pin_model_info
 from otel_eval.evaluate.judge.observer import JudgeObserver, NoopObserver
 from otel_eval.evaluate.judge.prompting import Request
 from otel_eval.evaluate.judge.redact import Redactor
@@ -54,6 +54,9 @@ def shape_in_prompt(config: JudgeConfig) -> bool:
     schema (self-hosted servers may enforce it by grammar only: the model never reads it)."""
     if config.response_format != "json_schema":
         return True
+    # litellm would ask an Ollama server about a model it does not know (llm.pin_model_info)
+    pin_model_info(config.model, config.input_cost_per_token_usd,
+                   config.output_cost_per_token_usd)
     try:
         return not litellm.supports_response_schema(model=config.model)
     except Exception:  # an unknown provider string: keep the shape

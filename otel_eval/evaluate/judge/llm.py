@@ -67,7 +67,39 @@ def missing_credentials(model: str, api_base: str) -> list[str]:
     return [k for k in check.get("missing_keys", []) if str(k).endswith("_KEY")]
 
 
-__all__ = ["PLACEHOLDER_API_KEY", "litellm", "missing_credentials", "redact_secrets"]
+# Providers whose model information litellm asks a server for when the model is not in its
+# price map: Ollama's ``/api/show`` (``OllamaModelInfo.get_model_info``). litellm's cost,
+# response-schema and Responses-bridge checks ask without the request's api_base, so the
+# request goes to OLLAMA_API_BASE or http://localhost:11434 whatever judge.api_base says:
+# synchronous, on the event loop, with no deadline of ours (a listener that never answers
+# held every call).
+_ASKS_A_SERVER = ("ollama", "ollama_chat")
+
+
+def pin_model_info(model: str, input_cost_per_token: float,
+                   output_cost_per_token: float) -> None:
+    """Put ``model`` in litellm's price map (at the configured prices, else 0, as Ollama's
+    own answer would say) when its provider would otherwise ask a server for it, so it never
+    does. Idempotent; a model the packaged map knows keeps its entry."""
+    provider, _, name = model.partition("/")
+    if provider not in _ASKS_A_SERVER or not name:
+        return
+    # the names litellm's own "is it in the map" check tries (OllamaModelInfo)
+    names = {model.lower(), name.lower(), f"ollama/{name}".lower(), f"ollama_chat/{name}".lower()}
+    if any(key.lower() in names for key in litellm.model_cost):
+        return
+    # Under the bare name, which that check tries too: register_model looks the key up first,
+    # and under "ollama/<name>" that lookup is the very /api/show call. Cache prices 0 (Ollama
+    # has none) or litellm warns that they default to 0.
+    litellm.register_model({name: {
+        "litellm_provider": provider, "mode": "chat",
+        "input_cost_per_token": input_cost_per_token,
+        "output_cost_per_token": output_cost_per_token,
+        "cache_creation_input_token_cost": 0.0, "cache_read_input_token_cost": 0.0}})
+
+
+__all__ = ["PLACEHOLDER_API_KEY", "litellm", "missing_credentials", "pin_model_info",
+           "redact_secrets"]
 
 # Sent as the key to an OpenAI-compatible server at ``api_base`` when no key is configured:
 # local servers (vLLM, llama.cpp, Ollama's /v1) ignore it, but the openai client refuses to
