@@ -72,6 +72,7 @@ Metrics (counters are exposed with the ``_total`` suffix):
                the issue namer's and merger's too: issue_name, issue_merge)
                otel_eval_judge_tokens_total{judge,direction}   input|output
                otel_eval_judge_cost_usd_total{judge}
+               otel_eval_judge_usage_implausible_total{judge}  replies whose usage was estimated
                otel_eval_judge_call_duration_seconds{judge}     histogram
                otel_eval_judge_skipped_total{reason}            traces not judged
                otel_eval_judge_score{judge,dimension}           histogram, 0..1
@@ -245,6 +246,10 @@ class JudgeMetrics:
                          ["judge", "status"])
         self.c_tokens = c("judge_tokens", "Judge tokens, by direction.", ["judge", "direction"])
         self.c_cost = c("judge_cost_usd", "Judge spend, USD (litellm's accounting).", ["judge"])
+        self.c_usage_implausible = c(
+            "judge_usage_implausible", "Judge replies whose reported token usage was "
+            "implausible (negative, fractional, over twice the text's size), replaced by an "
+            "estimate.", ["judge"])
         self.h_latency = h("judge_call_duration_seconds", "Judge call latency.", ["judge"],
                            LATENCY_BUCKETS)
         self.c_skipped = c("judge_skipped", "Traces and sessions not judged, by reason.",
@@ -260,6 +265,9 @@ class JudgeMetrics:
         self.c_tokens.labels(judge, "output").inc(output_tokens)
         self.c_cost.labels(judge).inc(cost_usd)
         self.h_latency.labels(judge).observe(latency_s)
+
+    def usage_implausible(self, judge: str, replies: int) -> None:
+        self.c_usage_implausible.labels(judge).inc(replies)
 
     def skip(self, reason: str) -> None:
         self.c_skipped.labels(reason).inc()

@@ -15,7 +15,12 @@ from judge_fake_llm import FakeLLM, Reply, completion, error, good
 from judge_fixtures import config
 from support.clock import ManualClock
 
-from otel_eval.evaluate.judge.client import JudgeClient, parse_reply, unfence
+from otel_eval.evaluate.judge.client import (
+    JudgeClient,
+    parse_reply,
+    plausible_tokens,
+    unfence,
+)
 from otel_eval.evaluate.judge.schemas import trace_schema
 
 MESSAGES = [{"role": "user", "content": "grade this"}]
@@ -125,6 +130,57 @@ def test_litellm_redaction_is_off_whatever_the_environment_says() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True, env=env)
     assert out.stdout.split()[-1] == "False", out.stdout + out.stderr[-2000:]
+
+
+def _reply(**changes: Any) -> Reply:
+    body = {"id": "x", "object": "chat.completion", "created": 1, "model": "gpt-4o-mini",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": json.dumps(GOOD)}}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
+    return Reply(200, {**body, **changes})
+
+
+@pytest.mark.parametrize("usage", [
+    {"prompt_tokens": 10**30, "completion_tokens": 5},  # one reply spent the hourly budget
+    {"prompt_tokens": 10, "completion_tokens": 10**9},  # over twice max_output_tokens
+    {"prompt_tokens": -10**9, "completion_tokens": -5},  # made a token counter raise
+])
+def test_implausible_usage_is_replaced_by_an_estimate_and_counted(
+        llm: FakeLLM, usage: dict[str, Any]) -> None:
+    clock = ManualClock()
+    c = JudgeClient(config(llm.api_base), clock=clock, sleep=clock.sleep)
+    llm.script(_reply(usage={**usage, "total_tokens": 1}))
+    r = asyncio.run(c.call(MESSAGES, trace_schema(), "trace"))
+    assert (r.status, r.data, r.usage_implausible) == ("ok", GOOD, 1), r.error
+    sent = len(json.dumps(llm.requests[0]["messages"])) + len(json.dumps(
+        llm.requests[0]["response_format"]))
+    # the estimate: the characters sent and received at 3.5 a token
+    assert 0 < r.input_tokens <= sent / 3 and 0 < r.output_tokens <= len(json.dumps(GOOD))
+    assert 0 < r.cost_usd < 0.001 and not c.over_budget()  # gpt-4o-mini: a few tokens
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (None, 0), (0, 0), (100, 100), (100.0, 100), (101, None), (-1, None), (10.5, None),
+    (float("nan"), None), (float("inf"), None), (True, None), ("7", None)])
+def test_plausible_tokens(value: Any, expected: int | None) -> None:
+    # litellm refuses a fractional or NaN count itself ("Invalid response object", an error
+    # status); these are for whatever reaches the client
+    assert plausible_tokens(value, 100) == expected
+
+
+def test_plausible_usage_is_taken_as_reported(llm: FakeLLM) -> None:
+    llm.script(_reply(usage={"prompt_tokens": 300, "completion_tokens": 0,
+                             "total_tokens": 300}))
+    r = call(llm)
+    assert (r.status, r.input_tokens, r.output_tokens, r.usage_implausible) == ("ok", 300, 0, 0)
+
+
+def test_a_reply_without_choices_is_a_parse_error_not_an_exception(llm: FakeLLM) -> None:
+    llm.script(_reply(choices=[]), good(GOOD))
+    r = call(llm)
+    assert (r.status, r.data, r.attempts) == ("parse_error", None, 1)
+    assert r.error == "the reply has no choices" and len(llm.requests) == 1  # no repair
+    assert (r.input_tokens, r.output_tokens) == (10, 5)  # paid for all the same
 
 
 def test_reply_json_round_trip_unchanged() -> None:

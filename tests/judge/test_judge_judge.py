@@ -166,3 +166,12 @@ def test_failed_call_status_reaches_overall(llm: FakeLLM) -> None:
     out = run(Judge(config(llm.api_base, max_retries=0)), evaluation())
     assert out["judges"]["trace"]["status"] == "error"
     assert out["overall"]["status"] == "error"
+
+
+def test_a_reply_without_choices_still_sets_every_status(llm: FakeLLM) -> None:
+    empty = completion("{}")
+    empty.body["choices"] = []
+    llm.script(empty)
+    out = run(Judge(config(llm.api_base, max_retries=0)), evaluation())
+    assert out["judges"]["combined"]["status"] == "parse_error"
+    assert out["overall"]["status"] == "parse_error"

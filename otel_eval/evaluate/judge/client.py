@@ -41,6 +41,7 @@ from otel_eval.evaluate.judge.llm import (
     pin_model_info,
     redact_secrets,
 )
+from otel_eval.evaluate.judge.render import CHARS_PER_TOKEN
 from otel_eval.evaluate.judge.schemas import Schema
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,10 @@ _RETRYABLE = (litellm.InternalServerError, litellm.ServiceUnavailableError,
 _HINTED = (litellm.RateLimitError, *_RETRYABLE)  # retried after their Retry-After, if any
 _FENCE = "```"
 _ERROR_CHARS = 300  # of a provider error's text, kept in the result and logged
+# Reported tokens are at most twice the characters sent (a token is at least one byte of
+# them, and the request goes as escaped ASCII JSON), or received, plus a chat template's
+# framing; past that a usage is implausible
+_FRAMING = 1024
 
 
 @dataclass(slots=True)
@@ -67,6 +72,7 @@ class CallResult:
     model: str = ""
     error: str = ""
     attempts: int = 0  # HTTP requests made (retries and the repair included)
+    usage_implausible: int = 0  # replies whose reported usage was replaced by an estimate
 
 
 def retry_after_s(exc: BaseException) -> float | None:
@@ -123,6 +129,19 @@ def _finite_number(text: str) -> float:
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
+
+
+def plausible_tokens(value: Any, ceiling: int) -> int | None:
+    """A reported token count if it is a whole number from 0 to ``ceiling``, else None. The
+    provider's usage is spent against the budget and counted in metrics: 1e30 prompt tokens
+    spent the hourly budget in one reply, a negative count made a counter raise."""
+    if value is None:
+        return 0  # not reported (litellm fills 0 when a server sends no usage)
+    if isinstance(value, float) and value.is_integer():  # NaN and infinities are not
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= ceiling:
+        return None
+    return value
 
 
 def reply_bytes(text: str) -> int:
@@ -284,9 +303,15 @@ class JudgeClient:
                 log.info("judge %s: %s, retry %d in %.1fs", name, status, attempt + 1, delay)
                 await self.sleep(delay)
                 continue
+            choices = getattr(response, "choices", None)
+            message = getattr(choices[0], "message", None) if choices else None
+            text = str(getattr(message, "content", None) or "")
+            self._account(response, request, text, result)  # paid for, used or not
+            if message is None:  # a 200 with `choices: []`: nothing to parse or repair
+                result.status, result.error = "parse_error", "the reply has no choices"
+                return None
             result.status, result.error = "ok", ""
-            self._account(response, result)
-            return str(response.choices[0].message.content or "")
+            return text
         return None
 
     def _classify(self, e: Exception, attempt: int) -> tuple[CallStatus, float | None]:
@@ -305,24 +330,49 @@ class JudgeClient:
             return status, hinted if hinted <= c.backoff_max_s else None
         return "error", None
 
-    def _account(self, response: Any, result: CallResult) -> None:
+    def _account(self, response: Any, request: dict[str, Any], text: str,
+                 result: CallResult) -> None:
+        """Tokens and cost of one reply into the result, the budget and the token limit. The
+        reported usage is checked first (``plausible_tokens``); an implausible one is replaced
+        by an estimate from the text sent and received, and counted."""
         c = self.config
         usage = getattr(response, "usage", None)
-        tin = int(getattr(usage, "prompt_tokens", 0) or 0)
-        tout = int(getattr(usage, "completion_tokens", 0) or 0)
+        sent = len(json.dumps(request["messages"])) + len(json.dumps(
+            request.get("response_format") or {}))
+        tin = plausible_tokens(getattr(usage, "prompt_tokens", None), 2 * sent + _FRAMING)
+        tout = plausible_tokens(getattr(usage, "completion_tokens", None),
+                                2 * max(c.max_output_tokens, reply_bytes(text)) + _FRAMING)
+        reported = tin is not None and tout is not None
+        if tin is None or tout is None:
+            result.usage_implausible += 1
+            log.warning("judge reply usage %r is implausible for %d characters sent; estimated",
+                        str(usage)[:200], sent)
+            tin = math.ceil(sent / CHARS_PER_TOKEN)
+            tout = math.ceil(reply_bytes(text) / CHARS_PER_TOKEN)
         result.input_tokens += tin
         result.output_tokens += tout
-        if c.input_cost_per_token_usd or c.output_cost_per_token_usd:
-            cost = tin * c.input_cost_per_token_usd + tout * c.output_cost_per_token_usd
-        else:
-            try:
-                cost = float(litellm.completion_cost(completion_response=response))
-            except Exception:  # model missing from litellm's price map
-                cost = 0.0
+        cost = self._cost(response, tin, tout, reported)
         result.cost_usd += cost
         now = self.clock()
         self.budget.add(now, cost)
         self.limiter.add_tokens(now, tout)
+
+    def _cost(self, response: Any, tin: int, tout: int, reported: bool) -> float:
+        c = self.config
+        if c.input_cost_per_token_usd or c.output_cost_per_token_usd:
+            return tin * c.input_cost_per_token_usd + tout * c.output_cost_per_token_usd
+        try:
+            # the most these tokens cost at litellm's prices (no cache discount)
+            most = sum(litellm.cost_per_token(model=c.model, prompt_tokens=tin,
+                                              completion_tokens=tout))
+            if not reported:
+                return float(most)
+            cost = float(litellm.completion_cost(completion_response=response))
+        except Exception:  # model missing from litellm's price map
+            return 0.0
+        # completion_cost also reads usage fields not checked here (cached, reasoning tokens):
+        # whatever they say, a reply costs no more than its checked tokens, and nothing less
+        return min(max(cost, 0.0), most) if math.isfinite(cost) else float(most)
 
 
 async def close_clients() -> None:

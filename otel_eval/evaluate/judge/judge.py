@@ -176,6 +176,8 @@ class Judge:
                                         request.check)
         self.observer.call(request.name, result.status, result.input_tokens,
                            result.output_tokens, result.cost_usd, result.latency_s)
+        if result.usage_implausible:
+            self.observer.usage_implausible(request.name, result.usage_implausible)
         if result.status != "ok":
             log.warning("judge %s call: %s %s", request.name, result.status, result.error)
         return result

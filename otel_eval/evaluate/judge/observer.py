@@ -20,6 +20,10 @@ class JudgeObserver(Protocol):
         rubric_generate | rubric_verify | session | issue_name | issue_merge; ``status``: a
         CallStatus)."""
 
+    def usage_implausible(self, judge: str, replies: int) -> None:
+        """Replies whose reported token usage was implausible (not a whole number from 0 to
+        twice the text's size) and was replaced by an estimate."""
+
     def skip(self, reason: SkipReason) -> None:
         """A trace was not judged."""
 
@@ -30,6 +34,9 @@ class JudgeObserver(Protocol):
 class NoopObserver:
     def call(self, judge: str, status: str, input_tokens: int, output_tokens: int,
              cost_usd: float, latency_s: float) -> None:
+        pass
+
+    def usage_implausible(self, judge: str, replies: int) -> None:
         pass
 
     def skip(self, reason: SkipReason) -> None:
