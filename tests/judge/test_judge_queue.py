@@ -79,6 +79,34 @@ def test_full_queue_skips_without_blocking(llm: FakeLLM) -> None:
     assert len(sink.done) == 1
 
 
+
+def test_the_queue_is_bounded_in_bytes_too(llm: FakeLLM) -> None:
+    """A waiting evaluation holds its run's texts: past max_bytes of traces waiting, new ones
+    are skipped queue_full however few they are; one alone is taken whatever its size, and
+    what a worker takes no longer counts."""
+    llm.route = lambda body: good(combined_reply([1, 3, 5]))
+
+    async def main() -> tuple[list[bool], Sink, int]:
+        sink = Sink()
+        sink.expect = 3
+        q = JudgeQueue(Judge(config(llm.api_base, max_concurrency=1)), 100, sink.on_done,
+                       sink.on_skip, max_bytes=1000)
+        await q.start()
+        accepted = [q.submit(ev(0), 5000),  # alone: taken though larger than the bound
+                    q.submit(ev(1), 10)]  # 5,010 waiting: over
+        while q.queued_bytes:  # until the worker takes the first (a yield, not a wait)
+            await asyncio.sleep(0)
+        accepted += [q.submit(ev(2), 600), q.submit(ev(3), 300), q.submit(ev(4), 200)]
+        waiting = q.queued_bytes
+        await q.shutdown(10.0)
+        return accepted, sink, waiting
+
+    accepted, sink, waiting = asyncio.run(main())
+    assert accepted == [True, False, True, True, False]
+    assert waiting == 900
+    assert [(int(t, 16), r) for t, r in sink.skipped] == [(1, "queue_full"), (4, "queue_full")]
+    assert sorted(int(e.trace_id, 16) for e in sink.done) == [0, 2, 3]
+
 def test_sampled_out_disabled_and_not_started(llm: FakeLLM) -> None:
     async def main() -> Sink:
         sink = Sink()

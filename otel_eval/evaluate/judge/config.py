@@ -144,6 +144,10 @@ class JudgeConfig:
     low_score_threshold: float = 0.5
     # Evaluations waiting for the judge; when full, new ones are skipped `queue_full`.
     queue_size: int = 1000
+    # Bytes of traces (as received, OTLP protobuf) whose evaluations wait for the judge
+    # together; past it new ones are skipped `queue_full` (one alone is always taken). An
+    # evaluation waiting holds its run's texts: by count alone, 1,000 of the largest traces.
+    max_queue_bytes: int = 256 * 1024 * 1024
     # Directory whose <name>.txt files replace the packaged prompts
     # (otel_eval/evaluate/judge/prompts); "" = packaged only. Missing files fall back to the
     # packaged ones.
@@ -162,7 +166,7 @@ class JudgeConfig:
     def __post_init__(self) -> None:
         shares = ("tau_task", "tau_process", "low_score_threshold")
         validate(self, minimum={
-            **dict.fromkeys(shares, 0), "max_concurrency": 1, "queue_size": 1,
+            **dict.fromkeys(shares, 0), "max_concurrency": 1, "queue_size": 1, "max_queue_bytes": 1,
             "max_steps_per_call": 1, "max_retries": 0, "max_output_tokens": 1,
             "max_reply_bytes": 1,
             "temperature": 0, "backoff_initial_s": 0, "backoff_max_s": 0,

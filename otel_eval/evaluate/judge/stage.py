@@ -101,7 +101,8 @@ class JudgeStage:
         except BaseException:
             self._close_cache()
             raise
-        self.queue = JudgeQueue(self.judge, self.config.queue_size, self._done, self._skipped)
+        self.queue = JudgeQueue(self.judge, self.config.queue_size, self._done, self._skipped,
+                                self.config.max_queue_bytes)
         # one thread: the judge's writes reach the store one at a time, in order
         self._writer = JudgeWrites(self.store)
         self._writer.start()
@@ -140,7 +141,8 @@ class JudgeStage:
 
     def export(self, trace: Trace, evaluation: Evaluation) -> None:
         try:
-            self.loop.call(self._submit, evaluation)
+            nbytes = sum(span.nbytes for span in trace.spans)
+            self.loop.call(self._submit, evaluation, nbytes)
         except RuntimeError:  # the loop has closed: the service stopped before this trace
             log.warning("trace %s not judged: the service is stopping", evaluation.trace_id)
             self.metrics.judge.skip("shutdown")
@@ -148,9 +150,9 @@ class JudgeStage:
     def pass_on(self, trace: Trace) -> None:
         """No evaluation, nothing to judge."""
 
-    def _submit(self, evaluation: Evaluation) -> None:  # on the loop
+    def _submit(self, evaluation: Evaluation, nbytes: int) -> None:  # on the loop
         assert self.queue is not None and self._writer is not None, "export before start()"
-        if self.queue.submit(evaluation) and self._journal is not None:
+        if self.queue.submit(evaluation, nbytes) and self._journal is not None:
             # queued after the submit: a worker's write for it can only come later
             trace_id, revision = evaluation.trace_id, evaluation.trajectory.revision
             self._writer.call(lambda: self._journal_add(trace_id, revision))

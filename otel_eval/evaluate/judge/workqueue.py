@@ -29,12 +29,19 @@ def skipped_judge(reason: SkipReason) -> dict[str, object]:
 
 
 class JudgeQueue:
+    """At most ``maxsize`` evaluations waiting, of at most ``max_bytes`` of traces as received
+    together (``submit``'s ``nbytes``; one alone may be larger): a waiting evaluation holds its
+    run's texts, so a count alone let 1,000 of the largest traces wait in memory."""
+
     def __init__(self, judge: Judge, maxsize: int, on_done: Callable[[Evaluation], None],
-                 on_skip: Callable[[Evaluation, str], None]) -> None:
+                 on_skip: Callable[[Evaluation, str], None],
+                 max_bytes: int = 1 << 62) -> None:
         self.judge = judge
         self.on_done = on_done  # called with evaluation.judge set (on the loop)
         self.on_skip = on_skip  # called with evaluation.judge = {"overall": skipped, reason}
-        self._queue: asyncio.Queue[Evaluation] = asyncio.Queue(maxsize)
+        self._queue: asyncio.Queue[tuple[Evaluation, int]] = asyncio.Queue(maxsize)
+        self.max_bytes = max_bytes
+        self.queued_bytes = 0  # of the evaluations waiting (not those being judged)
         self._workers: list[asyncio.Task[None]] = []
         self._inflight: dict[asyncio.Task[None], Evaluation] = {}
         self._accepting = False
@@ -45,8 +52,9 @@ class JudgeQueue:
     def qsize(self) -> int:
         return self._queue.qsize()
 
-    def submit(self, evaluation: Evaluation) -> bool:
-        """Queue ``evaluation`` for judging; False (and ``on_skip``) when it will not be."""
+    def submit(self, evaluation: Evaluation, nbytes: int = 0) -> bool:
+        """Queue ``evaluation`` (of a trace of ``nbytes`` as received) for judging; False (and
+        ``on_skip``) when it will not be."""
         reason: SkipReason | None = None
         if not self.judge.enabled:
             reason = "disabled"
@@ -56,12 +64,14 @@ class JudgeQueue:
             reason = "sampled_out"
         elif self.judge.over_budget():
             reason = "over_budget"
-        elif self._queue.full():
+        elif self._queue.full() or (self.queued_bytes + nbytes > self.max_bytes
+                                    and not self._queue.empty()):
             reason = "queue_full"
         if reason is not None:
             self._skip(evaluation, reason)
             return False
-        self._queue.put_nowait(evaluation)
+        self._queue.put_nowait((evaluation, nbytes))
+        self.queued_bytes += nbytes
         return True
 
     def _skip(self, evaluation: Evaluation, reason: SkipReason) -> None:
@@ -84,7 +94,8 @@ class JudgeQueue:
         me = asyncio.current_task()
         assert me is not None
         while True:
-            evaluation = await self._queue.get()
+            evaluation, nbytes = await self._queue.get()
+            self.queued_bytes -= nbytes
             self._inflight[me] = evaluation  # so shutdown can report it if cancelled
             try:
                 await self._judge_one(evaluation)
@@ -123,7 +134,9 @@ class JudgeQueue:
         await asyncio.gather(*self._workers, return_exceptions=True)
         self._workers.clear()
         while not self._queue.empty():
-            unfinished.append(self._queue.get_nowait())
+            evaluation, nbytes = self._queue.get_nowait()
+            self.queued_bytes -= nbytes
+            unfinished.append(evaluation)
             self._queue.task_done()
         for evaluation in unfinished:
             self._skip(evaluation, "shutdown")
