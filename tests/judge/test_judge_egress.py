@@ -17,6 +17,9 @@ from judge_fake_llm import FakeLLM, Reply
 from test_judge_eval_cli import _trace_file
 from test_judge_serve import _scripted
 
+from otel_eval.base.configcheck import FieldErrors
+from otel_eval.evaluate.judge.config import JudgeConfig
+
 ROOT = Path(__file__).resolve().parents[2]
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
@@ -113,3 +116,13 @@ def test_an_ollama_judge_contacts_only_its_api_base(llm: FakeLLM, model: str) ->
     assert out["status"] == "ok", out["error"]
     assert len(llm.requests) == 1
     assert out["connects"] and {tuple(c) for c in out["connects"]} == {("127.0.0.1", port)}, out
+
+
+@pytest.mark.parametrize("model", ["lemonade/some-model", "LEMONADE/x"])
+def test_a_provider_that_calls_an_unconfigured_host_is_refused_at_load(model: str) -> None:
+    # litellm's Lemonade provider lists the server's models at LEMONADE_API_BASE or
+    # localhost:8000 before each call, whatever api_base says (an audit helper saw it connect
+    # to 127.0.0.1:8000); no price map entry stops it
+    with pytest.raises(FieldErrors, match=r"lemonade.*openai/<model>"):
+        JudgeConfig(model=model, api_base="http://127.0.0.1:9")
+    assert JudgeConfig(model="openai/some-model", api_base="http://127.0.0.1:9").model

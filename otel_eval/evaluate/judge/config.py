@@ -83,6 +83,20 @@ class SamplingConfig:
                  values={"rate_by_agent": (0, 1)})
 
 
+# Providers for which litellm asks a server judge.api_base does not name, whatever the call
+# says: Lemonade's model list (``GET /models/<name>`` at LEMONADE_API_BASE or localhost:8000,
+# before each call). The service makes no outbound call it was not configured to make.
+_UNCONFIGURED_CALLS = {"lemonade": "litellm asks LEMONADE_API_BASE or localhost:8000 about "
+                                   "the model whatever api_base says; use openai/<model> "
+                                   "with api_base set to the server's OpenAI-compatible URL"}
+
+
+def _model_problems(model: str) -> dict[str, str] | None:
+    provider = model.partition("/")[0].lower() if "/" in model else ""
+    why = _UNCONFIGURED_CALLS.get(provider)
+    return {"model": f"provider {provider!r} is not supported: {why}"} if why else None
+
+
 @dataclass(frozen=True)
 class JudgeConfig:
     # litellm model string ("openai/gpt-4o-mini", "anthropic/claude-3-5-haiku-latest",
@@ -166,10 +180,11 @@ class JudgeConfig:
     def __post_init__(self) -> None:
         shares = ("tau_task", "tau_process", "low_score_threshold")
         validate(self, minimum={
-            **dict.fromkeys(shares, 0), "max_concurrency": 1, "queue_size": 1, "max_queue_bytes": 1,
-            "max_steps_per_call": 1, "max_retries": 0, "max_output_tokens": 1,
+            **dict.fromkeys(shares, 0), "max_concurrency": 1, "queue_size": 1,
+            "max_queue_bytes": 1, "max_steps_per_call": 1, "max_retries": 0, "max_output_tokens": 1,
             "max_reply_bytes": 1,
             "temperature": 0, "backoff_initial_s": 0, "backoff_max_s": 0,
             "requests_per_min": 0, "tokens_per_min": 0, "max_cost_usd_per_hour": 0,
             "input_cost_per_token_usd": 0, "output_cost_per_token_usd": 0,
-            "rubric_ttl_days": 0}, above={"timeout_s": 0}, maximum=dict.fromkeys(shares, 1))
+            "rubric_ttl_days": 0}, above={"timeout_s": 0}, maximum=dict.fromkeys(shares, 1),
+            problems=_model_problems(self.model))
