@@ -196,6 +196,7 @@ def _feed_judge_and_kafka(metrics: Metrics, round_no: int, traces: int) -> None:
         j.call("combined", "ok" if i % 3 else "parse_error", 3000, 400, 0.0011, 2.5)
         for dim in ("trace", "outcome", "goal_alignment"):
             j.score("process" if dim == "goal_alignment" else dim, dim, (i % 5) / 5)
+    j.usage_implausible("combined", 1)
     j.skip("sampled_out")
     j.skip("queue_full")
     j.queue_depth(round_no % 3)
