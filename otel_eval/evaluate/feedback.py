@@ -1,12 +1,15 @@
 """Stage: evaluate, known outcomes sent after the fact (``POST /v1/feedback``).
 
-    outcome -> store.put_feedback -> [store.get -> Evaluator.with_outcome -> store.put_verdict
+    outcome -> [store.get -> Evaluator.with_outcome -> store.put_feedback_and_verdict
                (only onto the revision read; re-read and again when it was re-evaluated)]
             -> the predictor's rolling AUC (PredictionMetrics.labelled)
 
-The one writer of the feedback table and, through ``put_verdict``, of a stored row's findings
-and verdict after the fact (the engine applies a stored outcome itself when it re-evaluates).
-Runs on the admin server's request thread, never on the event loop.
+The one writer of the feedback table and of a stored row's findings and verdict after the
+fact (the engine applies a stored outcome itself when it re-evaluates). The outcome's row and
+the verdict re-judged with it are one write: of two outcomes sent for a trace at once, the
+last to commit wrote both, so the verdict never contradicts the feedback table (which
+calibration, the engine and training read). Runs on the admin server's request threads,
+never on the event loop.
 """
 
 from __future__ import annotations
@@ -46,18 +49,19 @@ class Feedback:
             raise ValueError(f"outcome {reprlib.repr(outcome_value)} is not success/failure "
                              "(or 1/0)")
         store = self.store
-        if store.get(trace_id) is None:
-            return None  # nothing recorded: see the docstring
-        store.put_feedback(trace_id, outcome, self._wall_clock_ns())
         for _ in range(FEEDBACK_ATTEMPTS):
             body = store.get(trace_id)
             if body is None:
-                return None
+                return None  # nothing recorded: see the docstring
             updated = self.evaluator.with_outcome(body, outcome)
-            if store.put_verdict(trace_id, body["revision"], updated["findings"],
-                                 updated["verdict"]):
+            if store.put_feedback_and_verdict(trace_id, body["revision"], outcome,
+                                              self._wall_clock_ns(), updated["findings"],
+                                              updated["verdict"]):
                 break
-            # re-evaluated since it was read (the engine applies the stored outcome): again
+            # re-evaluated since it was read: nothing written, read the new revision
+        else:  # re-evaluated at every attempt: keep the outcome, the engine's next
+            # re-evaluation of the trace applies it
+            store.put_feedback(trace_id, outcome, self._wall_clock_ns())
         stored = store.get(trace_id)  # with whatever the judge wrote meanwhile
         if stored is not None:
             self.metrics.labelled(stored, outcome)  # the predictor's rolling AUC

@@ -1,7 +1,7 @@
 """Stage: store. Evaluations keyed by trace id; a re-evaluation supersedes.
 
     Engine.put_many ─► evaluations ◄─ query / get      (GET /v1/evaluations, show)
-    judge ─► put_judge        feedback ─► put_feedback + put_verdict      retention ─► delete
+    judge ─► put_judge        feedback ─► put_feedback_and_verdict        retention ─► delete
     issues job ─► since(window); its catalogue in the same database (otel_eval.outputs.issues)
 
 The writers of an evaluation row, one per part, each from its own thread (never the event
@@ -12,12 +12,13 @@ loop the judge and Kafka share: every call here blocks):
       body, digest, revision)       remember_agents (evaluate/stage.py)        or a worker process
     body.judge                    JudgeStage (evaluate/judge): put_judge     otel-eval-judge-writer
                                     through judge_writes.JudgeWrites
-    feedback table; the row's     Feedback.record: put_feedback, then        admin HTTP request
-      findings + verdict            put_verdict with retries (evaluate/feedback.py)
+    feedback table; the row's     Feedback.record: put_feedback_and_verdict, admin HTTP request
+      findings + verdict            one transaction, with retries
+                                    (evaluate/feedback.py)
     the row's deletion            Retention: delete_older_than (retention)   otel-eval-retention
 
-``put_judge`` and ``put_verdict`` write only onto the revision they read (below), so a
-re-evaluation by ``put_many`` always wins and neither overwrites the other's part.
+``put_judge`` and ``put_feedback_and_verdict`` write only onto the revision they read (below),
+so a re-evaluation by ``put_many`` always wins and neither overwrites the other's part.
 
 One interface (``EvaluationStore``, revision rules in ``base``), two implementations:
 ``SqliteStore`` (``store.path``, the default: one file per process) and ``PostgresStore``

@@ -13,9 +13,14 @@ one contract test (tests/store/test_store_contract.py). Revision rules, the same
   batch): a Kafka record redelivered to another worker after a rebalance, or a spool row
   replayed after a crash between the store's commit and the spool's delete, is done, not
   evaluated again. Late spans change the digest, so a re-opened trace is evaluated again.
-- ``put_judge`` and ``put_verdict`` each change their own part of a row, and only when the
-  stored row is still the revision they read; otherwise nothing is written and they answer
-  False (the judge's work belongs to that revision; feedback reads again and retries).
+- ``put_judge`` and ``put_feedback_and_verdict`` each change their own part of a row, and only
+  when the stored row is still the revision they read; otherwise nothing is written and they
+  answer False (the judge's work belongs to that revision; feedback reads again and retries).
+  Neither bumps the revision.
+- Feedback writes its outcome's row and the verdict it re-judged with it in one transaction
+  (``put_feedback_and_verdict``): of two feedbacks for one trace, the last to commit wrote
+  both, so the stored verdict says the outcome the feedback table holds (what calibration,
+  the engine and training read).
 
 The agent history (``remember_agents`` / ``recall_agent``, read by
 ``otel_eval.evaluate.agent_inference``) is a table of (service, fingerprint, agent, last seen),
@@ -80,9 +85,11 @@ class EvaluationStore(Protocol):
         """Attach the judge's object to ``revision``; False when re-evaluated since or gone."""
         ...
 
-    def put_verdict(self, trace_id: str, revision: int, findings: list[dict[str, Any]],
-                    verdict: dict[str, Any]) -> bool:
-        """Replace findings and verdict of ``revision``; False when re-evaluated or gone."""
+    def put_feedback_and_verdict(self, trace_id: str, revision: int, outcome: str,
+                                 now_ns: int, findings: list[dict[str, Any]],
+                                 verdict: dict[str, Any]) -> bool:
+        """Record ``outcome`` (received at ``now_ns``) and replace the findings and verdict of
+        ``revision``, in one transaction; False, nothing written, when re-evaluated or gone."""
         ...
 
     def get(self, trace_id: str) -> dict[str, Any] | None: ...
@@ -141,7 +148,10 @@ class EvaluationStore(Protocol):
 
     def open_session_count(self) -> int: ...
 
-    def put_feedback(self, trace_id: str, outcome: str, now_ns: int) -> None: ...
+    def put_feedback(self, trace_id: str, outcome: str, now_ns: int) -> None:
+        """The outcome's row alone, verdict unchanged (seeding a store; the service records
+        an outcome with ``put_feedback_and_verdict``)."""
+        ...
 
     def feedback(self, trace_id: str) -> str | None: ...
 

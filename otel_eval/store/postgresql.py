@@ -11,10 +11,11 @@ revision rules (``otel_eval.store.base``):
 - ``put_many``: one transaction per batch, ``INSERT ... ON CONFLICT DO UPDATE`` per row in
   psycopg's pipeline mode (one round trip per batch, not per row); whether a row superseded
   one comes back from the same statement (``xmax``: set on a row version an update wrote).
-- ``put_judge`` / ``put_verdict``: read the row of that revision ``FOR UPDATE``, change their
-  part, write it back, in one transaction: the row lock serializes them (and the engine's
-  upsert) across processes, so none loses another's work; a row re-evaluated meanwhile no
-  longer matches the revision and nothing is written.
+- ``put_judge`` / ``put_feedback_and_verdict``: read the row of that revision ``FOR UPDATE``,
+  change their part (feedback: and write its outcome's row), write it back, in one
+  transaction: the row lock serializes them (and the engine's upsert) across processes, so
+  none loses another's work; a row re-evaluated meanwhile no longer matches the revision and
+  nothing is written.
 
 Text cannot hold NUL in PostgreSQL: the pulled-out columns and text arguments get U+FFFD
 instead (the body is JSON with ``\\u0000`` escapes, unchanged). One connection per store,
@@ -93,6 +94,9 @@ RETURNING NOT (xmax = 0),
     (SELECT o.session_id FROM evaluations o WHERE o.trace_id = e.trace_id)"""
 # the subquery sees the statement's snapshot: the replaced row's session id (a trace twice in
 # a batch: its first statement's, as SQLite's put_many)
+
+_PUT_FEEDBACK = ("INSERT INTO feedback VALUES (%s, %s, %s) ON CONFLICT (trace_id) DO UPDATE SET "
+                 "outcome = excluded.outcome, received_at_ns = excluded.received_at_ns")
 
 # Seconds before each attempt of the engine's calls: the first, and one retry, at once (a
 # server that stays away is the engine's back-off to wait out: store_health). Before, 15 s of
@@ -264,17 +268,23 @@ class PostgresStore(KeptSessions):
             body["judge"] = judge
         return self._patch(trace_id, revision, change, None)
 
-    def put_verdict(self, trace_id: str, revision: int, findings: list[dict[str, Any]],
-                    verdict: dict[str, Any]) -> bool:
-        """Replace the findings and verdict of ``revision`` (feedback re-judged them); False
-        when the trace was re-evaluated since or is gone (read again and retry)."""
+    def put_feedback_and_verdict(self, trace_id: str, revision: int, outcome: str,
+                                 now_ns: int, findings: list[dict[str, Any]],
+                                 verdict: dict[str, Any]) -> bool:
+        """Record ``outcome`` and replace the findings and verdict of ``revision`` (feedback
+        re-judged them with it), in one transaction; False, nothing written, when the trace
+        was re-evaluated since or is gone (read again and retry)."""
         def change(body: dict[str, Any]) -> None:
             body["findings"] = findings
             body["verdict"] = verdict
-        return self._patch(trace_id, revision, change, bool(verdict["passed"]))
+        return self._patch(trace_id, revision, change, bool(verdict["passed"]),
+                           feedback=(outcome, now_ns))
 
     def _patch(self, trace_id: str, revision: int, change: Callable[[dict[str, Any]], None],
-               passed: bool | None) -> bool:
+               passed: bool | None, feedback: tuple[str, int] | None = None) -> bool:
+        """``change`` the body of ``revision`` under its row lock; with ``feedback`` (outcome,
+        received at), its row written in the same transaction, after the row lock: two
+        feedbacks for one trace commit one after the other, each with its verdict."""
         def work(conn: psycopg.Connection[Any]) -> bool:
             with conn.transaction():
                 row = conn.execute("SELECT body, passed FROM evaluations WHERE trace_id = %s "
@@ -288,14 +298,13 @@ class PostgresStore(KeptSessions):
                              "WHERE trace_id = %s",
                              (json.dumps(body), row[1] if passed is None else passed,
                               _text(trace_id)))
+                if feedback is not None:
+                    conn.execute(_PUT_FEEDBACK, _args((trace_id, *feedback)))
             return True
         return self._run(work)
 
     def put_feedback(self, trace_id: str, outcome: str, now_ns: int) -> None:
-        self._run(lambda conn: conn.execute(
-            "INSERT INTO feedback VALUES (%s, %s, %s) ON CONFLICT (trace_id) DO UPDATE SET "
-            "outcome = excluded.outcome, received_at_ns = excluded.received_at_ns",
-            _args((trace_id, outcome, now_ns))))
+        self._run(lambda conn: conn.execute(_PUT_FEEDBACK, _args((trace_id, outcome, now_ns))))
 
     def delete_older_than(self, cutoff_ns: int) -> int:
         def delete(conn: psycopg.Connection[Any]) -> int:

@@ -203,7 +203,9 @@ class SqliteStore(KeptSessions):
     # Row writers. The engine writes whole rows (``put_many``: a new evaluation, or a new
     # revision of one); the judge and the feedback each change their own part of the row, for
     # the revision they read, in one UPDATE (SQLite's json_set: no read-modify-write here),
-    # so neither can lose the other's work, and neither lands on a newer revision.
+    # so neither can lose the other's work, and neither lands on a newer revision. Feedback
+    # writes its outcome's row in the same transaction as its verdict: the last to commit
+    # wrote both, so the verdict always says the outcome the feedback table holds.
 
     def put_judge(self, trace_id: str, revision: int, judge: dict[str, Any]) -> bool:
         """Attach the judge's object to the stored evaluation of ``revision``; False (nothing
@@ -212,14 +214,31 @@ class SqliteStore(KeptSessions):
         return self._patch(trace_id, revision, "json_set(body, '$.judge', json(?))",
                            (json.dumps(judge),))
 
-    def put_verdict(self, trace_id: str, revision: int, findings: list[dict[str, Any]],
-                    verdict: dict[str, Any]) -> bool:
-        """Replace the findings and verdict of ``revision`` (feedback re-judged them); False
-        when the trace was re-evaluated since or is gone (read again and retry)."""
-        return self._patch(
-            trace_id, revision,
-            "json_set(body, '$.findings', json(?), '$.verdict', json(?)), passed = ?",
-            (json.dumps(findings), json.dumps(verdict), int(bool(verdict["passed"]))))
+    def put_feedback_and_verdict(self, trace_id: str, revision: int, outcome: str,
+                                 now_ns: int, findings: list[dict[str, Any]],
+                                 verdict: dict[str, Any]) -> bool:
+        """Record ``outcome`` and replace the findings and verdict of ``revision`` (feedback
+        re-judged them with it), in one transaction; False, nothing written, when the trace
+        was re-evaluated since or is gone (read again and retry)."""
+        with self._lock:
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                cur.execute(
+                    "UPDATE evaluations SET body = json_set(body, '$.findings', json(?), "
+                    "'$.verdict', json(?)), passed = ? WHERE trace_id = ? AND revision = ?",
+                    (json.dumps(findings), json.dumps(verdict), int(bool(verdict["passed"])),
+                     trace_id, revision))
+                written = cur.rowcount == 1
+                if written:
+                    cur.execute("INSERT OR REPLACE INTO feedback VALUES (?,?,?)",
+                                (trace_id, outcome, now_ns))
+                cur.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:  # as in put_many
+                    cur.execute("ROLLBACK")
+                raise
+        return written
 
     def _patch(self, trace_id: str, revision: int, assignment: str,
                args: tuple[Any, ...]) -> bool:

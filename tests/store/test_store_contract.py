@@ -13,16 +13,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from otel_eval.app.config import Config
 from otel_eval.base import model
 from otel_eval.base.results import Evaluation, Finding, Verdict
 from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.evaluator import Evaluator
+from otel_eval.evaluate.feedback import Feedback
 from otel_eval.outputs.issues.catalogue import Catalogue, StoredIssue
 from otel_eval.store import EvaluationStore, open_store
 from otel_eval.store.migrations import LATEST, SchemaError
 from otel_eval.store.query import Cursor, EvaluationQuery
+from otel_eval.telemetry.metrics import Metrics
 
 T0 = 1_764_547_200 * 10**9
 JUDGE = {"judges": {}, "overall": {"status": "ok", "process_score": 0.9}}
@@ -96,14 +99,17 @@ def test_writers_change_only_the_revision_they_read(store: EvaluationStore) -> N
     tid = f"{1:032x}"
     store.put_many([_ev(1)])
     assert store.put_judge(tid, 0, JUDGE)
-    assert store.put_verdict(tid, 0, [], {"passed": False, "reasons": ["r"]})
+    assert store.put_feedback_and_verdict(tid, 0, "failure", 1, [],
+                                          {"passed": False, "reasons": ["r"]})
     body = store.get(tid)
     assert body is not None and body["judge"] == JUDGE and body["verdict"]["passed"] is False
     assert _ids(store.query(EvaluationQuery(passed=False)).evaluations) == [1]
     store.put_many([_ev(1, revision=1)])  # re-evaluated: writers of revision 0 are late
     assert not store.put_judge(tid, 0, {"overall": {"status": "late"}})
-    assert not store.put_verdict(tid, 0, [], {"passed": False, "reasons": []})
+    assert not store.put_feedback_and_verdict(tid, 0, "success", 2, [],
+                                              {"passed": True, "reasons": []})
     assert store.get(tid) == _ev(1, revision=1).to_json()
+    assert store.feedback(tid) == "failure"  # a write refused writes no outcome either
     assert not store.put_judge("e" * 32, 0, JUDGE)  # gone
 
 
@@ -128,8 +134,8 @@ def test_judge_and_feedback_from_two_connections_both_land(stores: Open) -> None
         body = feedback.get(f"{i:032x}")
         assert body is not None
         updated = evaluator.with_outcome(body, "failure")
-        assert feedback.put_verdict(body["trace_id"], 0, updated["findings"],
-                                    updated["verdict"])
+        assert feedback.put_feedback_and_verdict(body["trace_id"], 0, "failure", i,
+                                                 updated["findings"], updated["verdict"])
 
     threads = [threading.Thread(target=run, args=(w,)) for w in (judge_one, feedback_one)]
     for t in threads:
@@ -141,6 +147,56 @@ def test_judge_and_feedback_from_two_connections_both_land(stores: Open) -> None
         body = engine.get(f"{i:032x}")
         assert body is not None and body["judge"] == JUDGE, i
         assert body["verdict"]["outcome"] == "failure", i
+
+
+class _Paused(Evaluator):
+    """Runs ``between()`` once, in the first re-judging: after that feedback read the row and
+    before it writes (where a request thread may be descheduled), in a chosen order."""
+
+    def __init__(self, between: Callable[[], object]) -> None:
+        super().__init__(Config())
+        self._between: Callable[[], object] | None = between
+
+    def with_outcome(self, body: dict[str, Any], outcome: str) -> dict[str, Any]:
+        between, self._between = self._between, None
+        if between is not None:
+            between()
+        return super().with_outcome(body, outcome)
+
+
+def _feedback(store: EvaluationStore, evaluator: Evaluator) -> Feedback:
+    return Feedback(store, evaluator, Metrics(CollectorRegistry()).prediction)
+
+
+def test_conflicting_feedback_leaves_the_verdict_of_the_outcome_stored(stores: Open) -> None:
+    """Two outcomes for one trace at once, each on its own connection: B's whole request runs
+    after A read the row and before A writes. Before, A had written its outcome first and its
+    verdict last, B both in between: the feedback table said B's failure (what calibration,
+    the engine and training read), the verdict A's success. Now each writes both at once:
+    the last to write, A, decides both."""
+    a_store, b_store = stores(), stores()
+    a_store.put_many([_ev(1)])
+    tid = f"{1:032x}"
+    b = _feedback(b_store, Evaluator(Config()))
+    a = _feedback(a_store, _Paused(lambda: b.record(tid, "failure")))
+    answered = a.record(tid, "success")
+    assert answered is not None and answered["verdict"]["outcome"] == "success"
+    stored = b_store.get(tid)
+    assert stored is not None and stored["verdict"]["outcome"] == "success"
+    assert b_store.feedback(tid) == "success"
+    assert [(o, body["verdict"]["outcome"]) for o, body in b_store.labelled(10)] == [
+        ("success", "success")]
+
+
+def test_feedback_on_a_row_deleted_meanwhile_records_nothing(stores: Open) -> None:
+    """Retention deleted the trace between feedback's read and its write: nothing is recorded
+    (before, the outcome's row stayed, of no evaluation), the answer is a 404."""
+    store, retention = stores(), stores()
+    store.put_many([_ev(1)])
+    tid = f"{1:032x}"
+    feedback = _feedback(store, _Paused(lambda: retention.delete_older_than(T0 + 10**12)))
+    assert feedback.record(tid, "failure") is None
+    assert store.get(tid) is None and store.feedback(tid) is None
 
 
 def _fill(store: EvaluationStore) -> None:

@@ -27,8 +27,8 @@ def _evaluation(trace_id: str, revision: int = 0) -> Evaluation:
 
 def _feedback(store: Store, body: dict[str, Any], outcome: str) -> bool:
     updated = Evaluator(Config()).with_outcome(body, outcome)
-    return store.put_verdict(body["trace_id"], body["revision"], updated["findings"],
-                             updated["verdict"])
+    return store.put_feedback_and_verdict(body["trace_id"], body["revision"], outcome, 1,
+                                          updated["findings"], updated["verdict"])
 
 
 def test_feedback_read_before_the_judge_wrote_keeps_the_judge(tmp_path: Path) -> None:
@@ -47,7 +47,8 @@ def test_feedback_read_before_the_judge_wrote_keeps_the_judge(tmp_path: Path) ->
 def test_feedback_moves_the_passed_column_with_the_verdict(tmp_path: Path) -> None:
     store = Store(str(tmp_path / "s.db"))
     store.put_many([_evaluation("e" * 32)])
-    assert store.put_verdict("e" * 32, 0, [], {"passed": False, "reasons": ["r"]})
+    assert store.put_feedback_and_verdict("e" * 32, 0, "failure", 1, [],
+                                          {"passed": False, "reasons": ["r"]})
     failed = store.query(EvaluationQuery(passed=False)).evaluations
     assert [b["trace_id"] for b in failed] == ["e" * 32]
 
