@@ -15,7 +15,8 @@ loop the judge and Kafka share: every call here blocks):
     feedback table; the row's     Feedback.record: put_feedback_and_verdict, admin HTTP request
       findings + verdict            one transaction, with retries
                                     (evaluate/feedback.py)
-    the row's deletion            Retention: delete_older_than (retention)   otel-eval-retention
+    the row's deletion, and its   Retention: delete_older_than (retention)   otel-eval-retention
+      feedback's
 
 ``put_judge`` and ``put_feedback_and_verdict`` write only onto the revision they read (below),
 so a re-evaluation by ``put_many`` always wins and neither overwrites the other's part.

@@ -21,6 +21,8 @@ one contract test (tests/store/test_store_contract.py). Revision rules, the same
   (``put_feedback_and_verdict``): of two feedbacks for one trace, the last to commit wrote
   both, so the stored verdict says the outcome the feedback table holds (what calibration,
   the engine and training read).
+- Retention (``delete_older_than``) deletes the feedback of the evaluations it deletes (and
+  any other feedback whose evaluation is gone): an outcome without its run labels nothing.
 
 The agent history (``remember_agents`` / ``recall_agent``, read by
 ``otel_eval.evaluate.agent_inference``) is a table of (service, fingerprint, agent, last seen),
@@ -51,6 +53,11 @@ Row = tuple[str, int, int, str | None, str | None, str | None, str, bool | None,
 # The columns of a Row, in order (inserts name them: the table's order depends on migrations)
 ROW_COLUMNS = ("trace_id, revision, evaluated_at_ns, service, agent, task_id, status, passed, "
                "body, content_digest, session_id")
+# Retention's delete of the outcomes whose evaluation is gone (with the evaluations it deleted,
+# or before it deleted them: rows of a version that left them). One pass of the feedback
+# table, a primary-key lookup a row: it holds no more rows than the evaluations do.
+DELETE_ORPHAN_FEEDBACK = ("DELETE FROM feedback WHERE NOT EXISTS (SELECT 1 FROM evaluations e "
+                          "WHERE e.trace_id = feedback.trace_id)")
 # (service, agent, fingerprints strongest first) of a completed run (agent_inference.learned)
 AgentRun = tuple[str, str, Sequence[str]]
 
@@ -172,7 +179,10 @@ class EvaluationStore(Protocol):
         content differs from what the stored evaluation was made from."""
         ...
 
-    def delete_older_than(self, cutoff_ns: int) -> int: ...
+    def delete_older_than(self, cutoff_ns: int) -> int:
+        """Delete the evaluations stored before ``cutoff_ns``, their sessions' rows and the
+        feedback whose evaluation is gone, in one transaction; how many evaluations."""
+        ...
 
     def remember_agents(self, runs: Sequence[AgentRun]) -> None:
         """Record each run's fingerprints as seen for its (service, agent), now."""

@@ -18,6 +18,8 @@ Both stores keep the same tables, with each engine's types:
     7  sessions (one row per conversation: open, claimed or complete, its last turn's time,
        turns and bytes, and the record of its completion: ``otel_eval.store.session_rows``,
        written by ``put_many`` and the session completion job); existing turns backfilled
+    8  feedback_by_time, the index of feedback (received_at_ns): ``labelled`` reads the
+       newest outcomes along it (it sorted the whole table at each read)
 
 ``schema_version`` records each applied migration (version, description, when). Opening a
 store applies what is missing, in order, in one transaction: a crash part-way leaves the
@@ -62,6 +64,8 @@ _SQLITE_SHARES = """CREATE TABLE IF NOT EXISTS issue_shares (
     PRIMARY KEY (issue_id, at)
 )"""
 
+_FEEDBACK_BY_TIME = "CREATE INDEX IF NOT EXISTS feedback_by_time ON feedback (received_at_ns)"
+
 SQLITE: tuple[Migration, ...] = (
     (1, "evaluations and feedback", (
         """CREATE TABLE IF NOT EXISTS evaluations (
@@ -105,6 +109,7 @@ SQLITE: tuple[Migration, ...] = (
         "(session_id, evaluated_at_ns) WHERE session_id IS NOT NULL",
     )),
     (7, "sessions", sessions_table("TEXT", "INTEGER", "INTEGER", "")),
+    (8, "feedback by time", (_FEEDBACK_BY_TIME,)),
 )
 
 # The body is TEXT holding the JSON as written (not jsonb): key order kept, and span content's
@@ -173,6 +178,7 @@ POSTGRESQL: tuple[Migration, ...] = (
         "(session_id, evaluated_at_ns) WHERE session_id IS NOT NULL",
     )),
     (7, "sessions", sessions_table("TEXT", "BIGINT", "BOOLEAN", ' COLLATE "C"')),
+    (8, "feedback by time", (_FEEDBACK_BY_TIME,)),
 )
 
 LATEST = SQLITE[-1][0]

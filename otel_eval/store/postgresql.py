@@ -48,6 +48,7 @@ from otel_eval.store.base import (
     AGENT_HISTORY_PER_SERVICE,
     AGENT_HISTORY_PRUNE_EVERY,
     AGENT_HISTORY_ROWS,
+    DELETE_ORPHAN_FEEDBACK,
     ROW_COLUMNS,
     AgentRun,
     Keep,
@@ -310,8 +311,10 @@ class PostgresStore(KeptSessions):
         def delete(conn: psycopg.Connection[Any]) -> int:
             with conn.transaction():
                 conn.execute(_SESSIONS["delete"], (cutoff_ns,))
-                return conn.execute("DELETE FROM evaluations WHERE evaluated_at_ns < %s",
-                                    (cutoff_ns,)).rowcount
+                deleted = conn.execute("DELETE FROM evaluations WHERE evaluated_at_ns < %s",
+                                       (cutoff_ns,)).rowcount
+                conn.execute(DELETE_ORPHAN_FEEDBACK)
+                return deleted
         return self._run(delete)
 
     def _session_exec(self, statement: str, args: Sequence[Any]) -> tuple[list[Any], int]:

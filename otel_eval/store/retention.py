@@ -1,6 +1,7 @@
 """Stage: store, retention. Evaluations older than ``store.retention_days`` are deleted at
-start, then every ``interval_s`` (an hour), on a thread of its own (``otel-eval-retention``):
-the one writer of a row's deletion. ``serve`` runs it in its lifecycle; 0 days keeps all.
+start, then every ``interval_s`` (an hour), on a thread of its own (``otel-eval-retention``),
+with their sessions' rows and their feedback: the one writer of a row's deletion. ``serve``
+runs it in its lifecycle; 0 days keeps all.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from otel_eval.store.base import (
     AGENT_HISTORY_PER_SERVICE,
     AGENT_HISTORY_PRUNE_EVERY,
     AGENT_HISTORY_ROWS,
+    DELETE_ORPHAN_FEEDBACK,
     ROW_COLUMNS,
     AgentRun,
     Keep,
@@ -347,10 +348,19 @@ class SqliteStore(KeptSessions):
 
     def delete_older_than(self, cutoff_ns: int) -> int:
         with self._lock:
-            cur = self._db.execute("DELETE FROM evaluations WHERE evaluated_at_ns < ?",
-                                   (cutoff_ns,))
-            self._db.execute(self._session_sql["delete"], (cutoff_ns,))
-            return cur.rowcount
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                deleted = cur.execute("DELETE FROM evaluations WHERE evaluated_at_ns < ?",
+                                      (cutoff_ns,)).rowcount
+                cur.execute(self._session_sql["delete"], (cutoff_ns,))
+                cur.execute(DELETE_ORPHAN_FEEDBACK)
+                cur.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:  # as in put_many
+                    cur.execute("ROLLBACK")
+                raise
+            return deleted
 
     def _session_exec(self, statement: str, args: Sequence[Any]) -> tuple[list[Any], int]:
         with self._lock:

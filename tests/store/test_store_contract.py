@@ -199,6 +199,25 @@ def test_feedback_on_a_row_deleted_meanwhile_records_nothing(stores: Open) -> No
     assert store.get(tid) is None and store.feedback(tid) is None
 
 
+def test_retention_deletes_the_feedback_of_the_evaluations_it_deletes(
+        target: str, store: EvaluationStore) -> None:
+    """Before, it deleted evaluations only: the feedback table grew for ever (and ``labelled``
+    sorted all of it at each read; it reads along feedback_by_time now)."""
+    store.put_many([_ev(i) for i in range(1, 5)])  # evaluated at T0 + i s
+    ids = [f"{i:032x}" for i in range(1, 5)]
+    for i, tid in enumerate(ids):
+        store.put_feedback(tid, "success" if i % 2 else "failure", i)
+    store.put_feedback("f" * 32, "failure", 9)  # left by an earlier version: no evaluation
+    assert store.delete_older_than(T0 + 3 * 10**9) == 2
+    assert store.feedback_many([*ids, "f" * 32]) == {ids[2]: "failure", ids[3]: "success"}
+    assert [o for o, _ in store.labelled(10)] == ["success", "failure"]
+    assert store.delete_older_than(T0 + 10**12) == 2
+    assert store.feedback_many(ids) == {} and store.labelled(10) == []
+    index = ("SELECT name FROM sqlite_master WHERE type = 'index'"
+             if not target.startswith("postgresql://") else "SELECT indexname FROM pg_indexes")
+    assert ("feedback_by_time",) in _sql(target, index)
+
+
 def _fill(store: EvaluationStore) -> None:
     store.put_many([_ev(i, agent="planner" if i % 2 else "coder", passed=i % 4 != 0,
                         detector="loop" if i % 5 == 0 else ("budget" if i % 7 == 0 else None),
@@ -362,7 +381,7 @@ def test_sessions_of_turns_stored_before_migration_7_are_backfilled_open(
         "open", 3, T0 + 2)
     # as a store of version 6 was: no sessions table
     _sql(target, "DROP TABLE sessions")
-    _sql(target, "DELETE FROM schema_version WHERE version = 7")
+    _sql(target, "DELETE FROM schema_version WHERE version >= 7")
     again = stores()
     kept = again.session_record("conv")
     assert kept is not None and (kept.state, kept.turns, kept.last_turn_ns) == (
