@@ -49,13 +49,15 @@ class RollingAuc:
         self._value: float | None = None
         self._dirty = False
 
-    def add(self, trace_id: str, p: float, success: bool) -> None:
-        """Record a labelled prediction (replacing an earlier one of the same trace)."""
-        self._items.pop(trace_id, None)
+    def add(self, trace_id: str, p: float, success: bool) -> bool:
+        """Record a labelled prediction (replacing an earlier one of the same trace); whether
+        it is a new label: the trace was not in the window, or held the other outcome."""
+        before = self._items.pop(trace_id, None)
         self._items[trace_id] = (p, success)
         while len(self._items) > self.window:
             self._items.popitem(last=False)
         self._dirty = True
+        return before is None or before[1] != success
 
     def value(self) -> float | None:
         """The AUC of the window (None: fewer than ``min_per_class`` of a class)."""

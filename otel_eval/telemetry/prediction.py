@@ -13,11 +13,14 @@ Metrics (declared on the ``Metrics`` registry, agent names capped as everywhere 
     otel_eval_prediction_runs_predicted_to_fail_total{service,agent}
                                                            runs with p_success below
                                                            prediction.pass_threshold
-    otel_eval_prediction_labelled_total{agent,outcome}     success|failure, outcomes received
+    otel_eval_prediction_labelled_total{agent,outcome}     success|failure, labels entering
+                                                           the window: new, or changed
     otel_eval_prediction_rolling_auc{agent}                gauge, AUC of the window
 
 Bounded: one window per (capped) agent, each at most ``auc_window`` entries; a trace labelled
-twice (feedback after an outcome attribute, or corrected feedback) replaces its entry. The
+twice (feedback after an outcome attribute, or corrected feedback) replaces its entry, and is
+counted again only when its outcome changed (the same outcome sent again, or re-evaluated with
+it, is no new label: before, five repeats counted five). The
 AUC is the Mann-Whitney statistic with tied scores averaged: one sort, O(n log n) in the
 window, done at scrape time for the windows that changed since (a label costs O(1), so runs
 that all carry an outcome do not pay a sort each). Thread-safe (the engine's worker, the admin
@@ -82,8 +85,9 @@ class PredictionMetrics:
                                 "Runs the success predictor expects to fail (p_success below "
                                 "prediction.pass_threshold), per agent.", ("service", "agent"))
         self.c_labelled = d.counter("prediction_labelled",
-                                     "Outcomes received for predicted traces (outcome "
-                                     "attribute or feedback), by outcome.",
+                                     "Predicted traces labelled with an outcome (outcome "
+                                     "attribute or feedback), by outcome: once per trace in "
+                                     "the AUC window, again only when its outcome changes.",
                                      ("agent", "outcome"))
         self._windows: dict[str, RollingAuc] = {}
         self._lock = threading.Lock()
@@ -121,9 +125,10 @@ class PredictionMetrics:
         return {agent: v for agent, v in values.items() if v is not None}
 
     def _label(self, agent: str, trace_id: str, p: float, success: bool) -> None:
-        self._cap.series(self.c_labelled, agent, "success" if success else "failure").inc()
         with self._lock:
             window = self._windows.get(agent)
             if window is None:
                 window = self._windows[agent] = RollingAuc(*self._window)
-            window.add(trace_id, p, success)
+            new = window.add(trace_id, p, success)
+        if new:  # a repeat of the label the window holds is not counted again
+            self._cap.series(self.c_labelled, agent, "success" if success else "failure").inc()

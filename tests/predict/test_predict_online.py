@@ -70,3 +70,27 @@ def test_gauge_per_agent_appears_with_enough_labels_and_goes_with_them() -> None
     m.prediction.labelled({"trace_id": "ef" * 16, "agent": "planner"}, "success")  # none
     assert registry.get_sample_value("otel_eval_prediction_labelled_total",
                                      {"agent": "planner", "outcome": "success"}) == 1
+
+
+def test_labelled_counts_a_trace_once_per_outcome_it_takes() -> None:
+    """The same outcome sent again (a retried POST /v1/feedback) is no new label: before, five
+    successes then five failures for one trace counted 5 and 5 while the window held 1."""
+    registry = CollectorRegistry()
+    m = Metrics(registry)
+    body = {"trace_id": "ab" * 16, "agent": "planner", "prediction": {"p_success": 0.8}}
+
+    def counted() -> tuple[float | None, ...]:
+        return tuple(registry.get_sample_value(
+            "otel_eval_prediction_labelled_total", {"agent": "planner", "outcome": o})
+            for o in ("success", "failure"))
+
+    for _ in range(5):
+        m.prediction.labelled(body, "success")
+    assert counted() == (1, None)
+    for _ in range(5):
+        m.prediction.labelled(body, "failure")  # corrected: one new label
+    assert counted() == (1, 1)
+    m.prediction.labelled(body, "success")  # and back
+    assert counted() == (2, 1)
+    m.prediction.labelled({**body, "trace_id": "cd" * 16}, "success")  # another trace
+    assert counted() == (3, 1)
