@@ -2,6 +2,12 @@
 from the job's last snapshot (the job keeps its own counts: a run's result replaces the
 gauges wholesale, so they are a collector's, not series set one by one).
 
+Label values are bounded (``outputs/issues/result.top_issue_gauge_samples``): at most
+2 x ``issues.max_gauge_issues`` + 2 (level, node, issue_id) sets whatever the number of agent
+nodes; node and agent cut to ``labels.MAX_LABEL_CHARS``, title to 80 characters (the
+dashboard's issues table shows it), trace_id a 32-hex trace id (its exemplar links), at most
+20 agents per set.
+
     otel_eval_issue_share{level,node,issue_id,title}    share of the window's traces, 0..1
     otel_eval_issue_traces{level,node,issue_id,title}   traces with the issue
     otel_eval_issue_trend{level,node,issue_id,title}    share minus the previous run's (not
@@ -68,8 +74,9 @@ class IssuesCollector(Collector):
 def families(rows: tuple[IssueRow, ...], runs: Mapping[str, int], annotations: Mapping[str, int],
               last_run: float | None, last_duration: float | None) -> Iterator[Any]:
     share = GaugeMetricFamily("otel_eval_issue_share", "Share of the window's evaluated "
-                              "traces with the issue (top-K per level and node; the rest "
-                              "as issue_id=\"_other\")", labels=_LABELS)
+                              "traces with the issue (issues.max_gauge_issues in all, top-K "
+                              "per level and node; the rest as issue_id=\"_other\", nodes "
+                              "without a shown issue as node=\"_other\")", labels=_LABELS)
     traces = GaugeMetricFamily("otel_eval_issue_traces", "Traces in the window with the "
                                "issue", labels=_LABELS)
     trend = GaugeMetricFamily("otel_eval_issue_trend", "Issue share minus its share in the "

@@ -18,6 +18,7 @@ from otel_eval.telemetry.declare import Declarer
 
 OTHER = "_other"
 UNKNOWN = "unknown"
+MAX_LABEL_CHARS = 128  # a name from span content is cut to this many characters as a label
 
 
 class CappedNames:
@@ -29,7 +30,7 @@ class CappedNames:
         self._lock = threading.Lock()
 
     def __call__(self, name: str | None) -> str:
-        value = (name or UNKNOWN)[:128]
+        value = (name or UNKNOWN)[:MAX_LABEL_CHARS]
         if value in self._seen:
             return value
         with self._lock:
@@ -51,7 +52,7 @@ class Pairs:
         self._lock = threading.Lock()
 
     def __call__(self, service: str | None, agent: str | None) -> tuple[str, str]:
-        pair = ((service or UNKNOWN)[:128], (agent or UNKNOWN)[:128])
+        pair = ((service or UNKNOWN)[:MAX_LABEL_CHARS], (agent or UNKNOWN)[:MAX_LABEL_CHARS])
         if pair in self._admitted:
             return pair
         with self._lock:

@@ -4,6 +4,7 @@ CollectorRegistry, the clock and every run driven by hand."""
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -23,7 +24,14 @@ from otel_eval.base.steps import Step, Trajectory
 from otel_eval.outputs.issues.config import GrafanaConfig, IssuesConfig
 from otel_eval.outputs.issues.grafana import GrafanaAnnotator
 from otel_eval.outputs.issues.job import IssuesJob
-from otel_eval.outputs.issues.result import IssueEvent, to_json
+from otel_eval.outputs.issues.result import (
+    MAX_AGENTS_PER_ISSUE,
+    Issue,
+    IssueEvent,
+    IssuesResult,
+    to_json,
+)
+from otel_eval.outputs.issues.tracker import IssueTracker
 from otel_eval.store import Store
 
 T0 = 1_700_000_000.0
@@ -241,6 +249,34 @@ def test_scrape_formats_and_bounded_labels(store: Store) -> None:
     assert om["otel_eval_issues_runs"].type == "counter"
     assert len(om["otel_eval_issue_share"].samples) == len(families[
         "otel_eval_issue_share"].samples) <= 2 * 2  # (top_k + "_other") per (level, node)
+
+
+def test_thousands_of_agent_nodes_give_at_most_the_cap_of_issue_series(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Span content names the agent nodes (up to 256 characters each): one issue per node
+    for 3,000 nodes gives the max_gauge_issues largest issues' series and one node="_other"
+    aggregate, every label value bounded in length; the API still lists every issue."""
+    n, cap = 3000, 5
+    issues = tuple(Issue(f"iss_{i:010x}", "node", f"node-{i}-" + "x" * 250, "t" * 300, "d",
+                         (n - i) / n ** 2, None, 1, 1, (f"{i:032x}",),
+                         (f"agent-{i}-" + "a" * 250,), T0, True, frozenset({f"{i:032x}"}))
+                   for i in range(n))
+    result = IssuesResult(T0, HOUR, "tfidf", n, n, 0, issues, ())
+    monkeypatch.setattr(IssueTracker, "run", lambda _self, _evs, _now=None: result)
+    registry = CollectorRegistry()
+    job = IssuesJob(IssuesConfig(max_gauge_issues=cap), sqlite3.connect(
+        ":memory:", check_same_thread=False), lambda ns: [], registry, ManualClock(T0))
+    assert job.run_once() is result and len(job.latest_json()["issues"]) == n
+    series = [s for f in text_string_to_metric_families(generate_latest(registry).decode())
+              if f.name.startswith("otel_eval_issue_") for s in f.samples]
+    rows = {(s.labels["level"], s.labels["node"], s.labels["issue_id"]) for s in series}
+    assert {i for _, _, i in rows} == {*(i.issue_id for i in issues[:cap]), "_other"}
+    assert ("node", "_other", "_other") in rows and len(rows) == cap + 1
+    # shown: share, traces, info, exemplar, one agent; "_other": share, traces, 20 agents
+    assert len(series) == cap * 5 + 2 + MAX_AGENTS_PER_ISSUE
+    assert max(len(v) for s in series for v in s.labels.values()) == 128  # nodes, agents
+    assert {len(s.labels["title"]) for s in series} == {80, len("other issues")}
+    assert {len(s.labels["trace_id"]) for s in series if "trace_id" in s.labels} == {32}
 
 
 def test_thread_runs_at_start_and_stops(store: Store) -> None:

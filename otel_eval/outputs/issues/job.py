@@ -18,18 +18,20 @@ Usage (the service, when ``issues.interval_s > 0``):
 Promises: ``run_once`` never raises (a failed run is logged and counted, the previous
 result is kept); runs never overlap, in a process nor, on a PostgreSQL store, across the fleet
 (the worker holding the catalogue's advisory lock runs; the others count ``skipped``); the
-gauges are the last successful run's, bounded by ``top_k`` per (level, node) plus one
-``_other`` sample. Its metrics are ``otel_eval.telemetry.issues``' collector, fed by
-``_snapshot``.
+gauges are the last successful run's, bounded by ``max_gauge_issues`` in all (``top_k`` per
+(level, node); the rest as ``_other`` samples), whatever the number of agent nodes. Its
+metrics are ``otel_eval.telemetry.issues``' collector, fed by ``_snapshot``.
 
 The exemplar is the one trace id used as a label, so a dashboard table can link to it: one
-series per shown issue, and sticky (kept while that trace stays in the window), so it
-changes at most once per window rather than every run.
+series per shown issue (so at most ``max_gauge_issues``), a 32-hex trace id only, and sticky
+(kept while that trace stays in the window), so it changes at most once per window rather
+than every run.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import sqlite3
 import threading
 import time
@@ -43,6 +45,7 @@ from otel_eval.outputs.issues.config import IssuesConfig
 from otel_eval.outputs.issues.critiques import critique_fields
 from otel_eval.outputs.issues.grafana import GrafanaAnnotator
 from otel_eval.outputs.issues.result import (
+    MAX_AGENTS_PER_ISSUE,
     OTHER_ISSUE_ID,
     Issue,
     IssuesResult,
@@ -59,6 +62,7 @@ from otel_eval.telemetry.issues import (
     IssuesCollector,
     IssuesSnapshot,
 )
+from otel_eval.telemetry.labels import MAX_LABEL_CHARS
 
 if TYPE_CHECKING:  # naming imports numpy and scipy (the tracker does, when it clusters)
     from otel_eval.outputs.issues.embed import Embedder
@@ -68,7 +72,12 @@ log = logging.getLogger(__name__)
 
 EvaluationsSince = Callable[[int], Iterable[Mapping[str, Any]]]
 
-MAX_AGENTS_PER_ISSUE = 20  # agent label values per shown issue (bounded; the rest dropped)
+_TRACE_ID = re.compile("[0-9a-f]{32}")
+
+
+def _label(agent: str) -> str:
+    """An agent name as the per-trace metrics' agent label (the dashboard joins on it)."""
+    return agent[:MAX_LABEL_CHARS]
 
 
 class IssuesJob:
@@ -144,37 +153,35 @@ class IssuesJob:
             self._annotations["failed"] += len(result.events) - posted
 
     def _rows_of(self, result: IssuesResult) -> tuple[IssueRow, ...]:
-        samples = top_issue_gauge_samples(result, self._config.top_k)
-        by_id = {i.issue_id: i for i in result.issues}
-        shown = {labels["issue_id"] for labels, _ in samples}
+        cfg = self._config
         rows: list[IssueRow] = []
         exemplars: dict[str, str] = {}
-        for labels, share in samples:
+        for sample in top_issue_gauge_samples(result, cfg.top_k, cfg.max_gauge_issues):
+            labels = sample.labels
             key = (labels["level"], labels["node"], labels["issue_id"], labels["title"])
-            issue = by_id.get(labels["issue_id"])
-            if issue is None or labels["issue_id"] == OTHER_ISSUE_ID:
-                rest = [i for i in result.issues if (i.level, i.node) == key[:2]
-                        and i.issue_id not in shown]
-                traces = len(frozenset().union(*(i.trace_ids for i in rest)))
-                agents = sorted({a for i in rest for a in i.agents})
-                rows.append(IssueRow(key, share, traces, None,
-                                 tuple(agents[:MAX_AGENTS_PER_ISSUE]), None))
+            if labels["issue_id"] == OTHER_ISSUE_ID:
+                agents = sorted({_label(a) for i in sample.issues for a in i.agents})
+                rows.append(IssueRow(key, sample.share, sample.traces, None,
+                                     tuple(agents[:MAX_AGENTS_PER_ISSUE]), None))
                 continue
+            (issue,) = sample.issues
             exemplar = self._exemplar(issue)
             if exemplar is not None:
                 exemplars[issue.issue_id] = exemplar
-            rows.append(IssueRow(key, share, issue.traces, issue.trend,
-                                 issue.agents[:MAX_AGENTS_PER_ISSUE], exemplar,
-                                 issue.severity, issue.status))
+            rows.append(IssueRow(key, sample.share, issue.traces, issue.trend,
+                                 tuple(dict.fromkeys(_label(a) for a in
+                                                     issue.agents[:MAX_AGENTS_PER_ISSUE])),
+                                 exemplar, issue.severity, issue.status))
         self._exemplars = exemplars  # only shown issues: bounded like the gauges
         return tuple(rows)
 
     def _exemplar(self, issue: Issue) -> str | None:
-        """Keep the previous run's exemplar while its trace is still in the window."""
+        """Keep the previous run's exemplar while its trace is still in the window; a trace
+        id only (32 hex digits: a bounded label value the dashboard's links can open)."""
         previous = self._exemplars.get(issue.issue_id)
         if previous is not None and previous in issue.trace_ids:
             return previous
-        return issue.exemplars[0] if issue.exemplars else None
+        return next((t for t in issue.exemplars if _TRACE_ID.fullmatch(t)), None)
 
     # -- what others read -----------------------------------------------------------------
 

@@ -11,9 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from otel_eval.telemetry.labels import MAX_LABEL_CHARS, OTHER
+
 EventKind = Literal["new", "share_jump"]
 
 OTHER_ISSUE_ID = "_other"
+MAX_AGENTS_PER_ISSUE = 20  # agent label values per shown issue (bounded; the rest dropped)
+TITLE_LABEL_CHARS = 80  # an issue's title as a label value (the dashboard's issues table)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,27 +131,62 @@ def to_json(result: IssuesResult, assignments: bool = True) -> dict[str, Any]:
     return out
 
 
-def top_issue_gauge_samples(result: IssuesResult,
-                            top_k: int) -> list[tuple[dict[str, str], float]]:
-    """Gauge samples (labels, share) of the ``top_k`` issues per (level, node); the rest of
-    each group as one ``issue_id="_other"`` sample whose value is the share of traces with
-    any of them. Label values: level, node, issue_id, title (bounded by K per group)."""
+@dataclass(frozen=True, slots=True)
+class GaugeSample:
+    """One shown issue's gauge values, or an ``_other`` sample standing for issues not
+    shown (``issues``: the one issue, or those ``_other`` aggregates)."""
+
+    labels: dict[str, str]  # level, node, issue_id, title
+    share: float  # traces with any of ``issues`` / traces in the window
+    traces: int
+    issues: tuple[Issue, ...]
+
+
+def top_issue_gauge_samples(result: IssuesResult, top_k: int,
+                            max_issues: int) -> list[GaugeSample]:
+    """Gauge samples of at most ``max_issues`` issues: the largest (by share) of the
+    ``top_k`` of each (level, node) group. The rest of a group with a shown issue is one
+    ``issue_id="_other"`` sample, whose share is that of traces with any of them; the groups
+    with none shown are one ``node="_other", issue_id="_other"`` sample per level (as the
+    (service, agent) pair budget names its overflow). So there are at most
+    2 x ``max_issues`` + 2 samples whatever the number of agent nodes; the node is cut to
+    ``MAX_LABEL_CHARS``, the title to ``TITLE_LABEL_CHARS``."""
     groups: dict[tuple[str, str], list[Issue]] = {}
     for issue in result.issues:
-        groups.setdefault((issue.level, issue.node), []).append(issue)
-    samples: list[tuple[dict[str, str], float]] = []
+        groups.setdefault((issue.level, issue.node[:MAX_LABEL_CHARS]), []).append(issue)
+    for issues in groups.values():
+        issues.sort(key=_by_share)
+    candidates = sorted((i for issues in groups.values() for i in issues[:top_k]),
+                        key=_by_share)
+    shown = {i.issue_id for i in candidates[:max_issues]}
+    samples: list[GaugeSample] = []
+    overflow: dict[str, list[Issue]] = {}  # level -> issues of the groups with none shown
     for (level, node), issues in sorted(groups.items()):
-        ranked = sorted(issues, key=lambda i: (-i.share, i.issue_id))
-        for issue in ranked[:top_k]:
-            samples.append(({"level": level, "node": node, "issue_id": issue.issue_id,
-                             "title": issue.title[:80]}, issue.share))
-        rest = ranked[top_k:]
+        top = [i for i in issues if i.issue_id in shown]
+        rest = [i for i in issues if i.issue_id not in shown]
+        if not top or node == OTHER:  # a node named "_other" shares the overflow's sample
+            overflow.setdefault(level, []).extend(rest)
+            rest = []
+        samples.extend(GaugeSample({"level": level, "node": node, "issue_id": i.issue_id,
+                                    "title": i.title[:TITLE_LABEL_CHARS]},
+                                   i.share, i.traces, (i,)) for i in top)
         if rest:
-            affected = frozenset().union(*(i.trace_ids for i in rest))
-            share = len(affected) / result.traces if result.traces else 0.0
-            samples.append(({"level": level, "node": node, "issue_id": OTHER_ISSUE_ID,
-                             "title": "other issues"}, share))
+            samples.append(_other_sample(result, level, node, rest))
+    samples.extend(_other_sample(result, level, OTHER, rest)
+                   for level, rest in sorted(overflow.items()) if rest)
     return samples
+
+
+def _by_share(issue: Issue) -> tuple[float, str]:
+    return -issue.share, issue.issue_id
+
+
+def _other_sample(result: IssuesResult, level: str, node: str,
+                  rest: list[Issue]) -> GaugeSample:
+    traces = len(frozenset().union(*(i.trace_ids for i in rest)))
+    share = traces / result.traces if result.traces else 0.0
+    return GaugeSample({"level": level, "node": node, "issue_id": OTHER_ISSUE_ID,
+                        "title": "other issues"}, share, traces, tuple(rest))
 
 
 MAX_RUNS_PAGE = 1000  # trace ids per page of GET /v1/issues/{id}/runs
