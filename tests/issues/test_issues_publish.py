@@ -18,7 +18,7 @@ from otel_eval.telemetry.labels import MAX_LABEL_CHARS
 def _issue(issue_id: str, node: str, share: float, traces: set[str],
            level: str = "node") -> Issue:
     return Issue(issue_id, level, node, f"title {issue_id}", "d", share, None, 1, len(traces),
-                 (), (), 0.0, True, frozenset(traces))
+                 (), (), 0.0, True, tuple(sorted(traces)))
 
 
 def _shares(result: IssuesResult, top_k: int,
@@ -71,7 +71,7 @@ def test_gauge_samples_show_the_largest_issues_over_all_nodes_the_rest_as_node_o
 def test_gauge_samples_are_bounded_whatever_the_number_and_length_of_nodes() -> None:
     n, cap = 3000, 7
     issues = tuple(Issue(f"iss_{i:010x}", "node", f"node-{i}-" + "x" * 250, "t" * 300, "d",
-                         1 / n, None, 1, 1, (), (), 0.0, True, frozenset({f"{i:032x}"}))
+                         1 / n, None, 1, 1, (), (), 0.0, True, (f"{i:032x}",))
                    for i in range(n))
     samples = top_issue_gauge_samples(IssuesResult(1.0, 60.0, "tfidf", n, n, 0, issues, ()),
                                       top_k=10, max_issues=cap)
@@ -82,7 +82,7 @@ def test_gauge_samples_are_bounded_whatever_the_number_and_length_of_nodes() -> 
     assert other.traces == n - cap and other.share == pytest.approx((n - cap) / n)
     # two nodes cut to one label value are one group (no duplicate series)
     twins = tuple(Issue(f"iss_{i}", "node", "n" * 200 + str(i), "t", "d", 0.5, None, 1, 1,
-                        (), (), 0.0, True, frozenset({str(i)})) for i in range(2))
+                        (), (), 0.0, True, (str(i),)) for i in range(2))
     samples = top_issue_gauge_samples(IssuesResult(1.0, 60.0, "tfidf", 2, 2, 0, twins, ()),
                                       top_k=1, max_issues=cap)
     assert [s.labels["issue_id"] for s in samples] == ["iss_0", "_other"]

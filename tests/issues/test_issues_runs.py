@@ -5,6 +5,7 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -73,3 +74,26 @@ def test_the_ui_links_the_runs_count_to_every_run(served: tuple[str, IssuesResul
     ids = sorted(issue.trace_ids)
     assert all(f'href="/ui/runs/{t}"'.encode() in first for t in ids[:30])
     assert _get(url + "/ui/issues/iss_unknown/runs")[0] == 404
+
+
+class _CountedIds(tuple[str, ...]):
+    """An issue's trace ids that count the passes over them (slicing is not one)."""
+
+    passes = 0
+
+    def __iter__(self) -> Iterator[str]:
+        type(self).passes += 1
+        return super().__iter__()
+
+
+def test_paging_an_issue_does_not_go_over_all_its_runs_per_page() -> None:
+    """The trace ids are sorted once by the clustering run: a page is a slice (21 pages of
+    a 20,000-run issue sorted all 20,000 ids 21 times)."""
+    result = issues_offline(window(30), now=1.0)
+    issue = max(result.issues, key=lambda i: i.traces)
+    counted = replace(issue, trace_ids=_CountedIds(issue.trace_ids))
+    result = replace(result, issues=(counted,))
+    pages = [issue_runs(result, issue.issue_id, offset, 7) for offset in range(0, 30, 7)]
+    assert [t for p in pages if p is not None for t in p["trace_ids"]] == list(
+        issue.trace_ids) == sorted(issue.trace_ids)
+    assert _CountedIds.passes == 0

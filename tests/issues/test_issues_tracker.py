@@ -5,7 +5,7 @@ import pytest
 from issue_fixtures import AUTH, FORMAT, LOOP, evaluation, window
 
 from otel_eval.outputs.issues.config import IssuesConfig
-from otel_eval.outputs.issues.result import Issue, IssuesResult, to_json
+from otel_eval.outputs.issues.result import MAX_AGENTS_PER_ISSUE, Issue, IssuesResult, to_json
 from otel_eval.outputs.issues.tracker import IssueTracker, issues_offline
 
 CFG = IssuesConfig(age_out_s=1000.0, share_jump=0.2)
@@ -140,11 +140,27 @@ def test_latest_revision_wins_and_json_shape() -> None:
                         "critiques", "skipped", "issues", "resolved", "assignments"}
     (issue,) = out["issues"]
     assert set(issue) == {"issue_id", "level", "node", "title", "description", "share", "trend",
-                          "critiques", "traces", "exemplars", "agents", "first_seen", "new",
+                          "critiques", "traces", "exemplars", "agents", "agents_omitted",
+                          "first_seen", "new",
                           "history", "nodes", "severity", "status"}
     assert out["assignments"][0] == {"trace_id": "a" * 32, "span_id": "a" * 32 + "-s0",
                                      "issue_id": issue["issue_id"], "level": "node",
                                      "node": "searcher", "source": "judge:quality"}
+
+
+def test_an_issue_lists_at_most_max_agents_and_counts_the_rest() -> None:
+    """Each run may name its own agent: an issue keeps the first MAX_AGENTS_PER_ISSUE (as
+    its gauges do) and the count of the others, not every name (5 MB of JSON per request
+    for 20,000 runs of 256-character names); its runs are sorted once, by the run."""
+    evs = [{**e, "agent": f"agent-{i:02d}"} for i, e in enumerate(window(30))]
+    result = issues_offline(evs, CFG, now=1.0)
+    loop = _by_title(result, "arguments")
+    assert loop.agents == tuple(f"agent-{i:02d}" for i in range(MAX_AGENTS_PER_ISSUE))
+    assert loop.agents_omitted == 30 - MAX_AGENTS_PER_ISSUE
+    body = to_json(result)["issues"]
+    assert {(i["issue_id"], len(i["agents"]), i["agents_omitted"]) for i in body} == {
+        (i.issue_id, min(i.traces, 20), max(0, i.traces - 20)) for i in result.issues}
+    assert loop.trace_ids == tuple(sorted(e["trace_id"] for e in evs))
 
 
 def test_injected_namer_names_new_issues_only() -> None:

@@ -30,6 +30,7 @@ than every run.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import re
 import sqlite3
@@ -78,6 +79,11 @@ _TRACE_ID = re.compile("[0-9a-f]{32}")
 def _label(agent: str) -> str:
     """An agent name as the per-trace metrics' agent label (the dashboard joins on it)."""
     return agent[:MAX_LABEL_CHARS]
+
+
+def _has(ordered: tuple[str, ...], value: str) -> bool:
+    at = bisect.bisect_left(ordered, value)
+    return at < len(ordered) and ordered[at] == value
 
 
 class IssuesJob:
@@ -179,7 +185,7 @@ class IssuesJob:
         """Keep the previous run's exemplar while its trace is still in the window; a trace
         id only (32 hex digits: a bounded label value the dashboard's links can open)."""
         previous = self._exemplars.get(issue.issue_id)
-        if previous is not None and previous in issue.trace_ids:
+        if previous is not None and _has(issue.trace_ids, previous):
             return previous
         return next((t for t in issue.exemplars if _TRACE_ID.fullmatch(t)), None)
 

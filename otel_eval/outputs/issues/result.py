@@ -16,7 +16,7 @@ from otel_eval.telemetry.labels import MAX_LABEL_CHARS, OTHER
 EventKind = Literal["new", "share_jump"]
 
 OTHER_ISSUE_ID = "_other"
-MAX_AGENTS_PER_ISSUE = 20  # agent label values per shown issue (bounded; the rest dropped)
+MAX_AGENTS_PER_ISSUE = 20  # agents listed per issue (API, gauges); the rest counted
 TITLE_LABEL_CHARS = 80  # an issue's title as a label value (the dashboard's issues table)
 
 
@@ -32,10 +32,12 @@ class Issue:
     critiques: int  # critiques assigned to the issue in the window
     traces: int  # distinct traces affected
     exemplars: tuple[str, ...]  # trace ids, most central critique first
-    agents: tuple[str, ...]  # agents seen with the issue
+    agents: tuple[str, ...]  # agents seen with the issue, the first MAX_AGENTS_PER_ISSUE
     first_seen: float  # unix seconds
     new: bool
-    trace_ids: frozenset[str] = field(default=frozenset(), repr=False)  # not in the JSON
+    # every trace with the issue, sorted once when the run builds it (the runs pages);
+    # not in the JSON
+    trace_ids: tuple[str, ...] = field(default=(), repr=False)
     # (clustering run time, share) of the last runs, oldest first (catalogue.HISTORY_RUNS)
     history: tuple[tuple[float, float], ...] = ()
     # (level, node, critiques, traces) per level and node of the members, most critiques
@@ -45,6 +47,7 @@ class Issue:
     severity: str = "medium"
     # new | ongoing | regressed (back after a run without it); see issues/reading.py
     status: str = "new"
+    agents_omitted: int = 0  # agents seen with the issue past MAX_AGENTS_PER_ISSUE
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -54,6 +57,7 @@ class Issue:
             "trend": None if self.trend is None else round(self.trend, 6),
             "critiques": self.critiques, "traces": self.traces,
             "exemplars": list(self.exemplars), "agents": list(self.agents),
+            "agents_omitted": self.agents_omitted,
             "first_seen": self.first_seen, "new": self.new,
             "history": [[at, round(share, 6)] for at, share in self.history],
             "severity": self.severity, "status": self.status,
@@ -195,14 +199,15 @@ MAX_RUNS_PAGE = 1000  # trace ids per page of GET /v1/issues/{id}/runs
 def issue_runs(result: IssuesResult, issue_id: str, offset: int,
                limit: int) -> dict[str, Any] | None:
     """The ``GET /v1/issues/{id}/runs`` object: the trace ids of every run of the issue in
-    the last clustering run's window, sorted (stable pages), ``limit`` from ``offset``;
-    ``next_offset`` None on the last page. None when the issue is not in ``result``."""
+    the last clustering run's window, sorted (stable pages; sorted by the run, not per
+    request), ``limit`` from ``offset``; ``next_offset`` None on the last page. None when
+    the issue is not in ``result``."""
     issue = next((i for i in result.issues if i.issue_id == issue_id), None)
     if issue is None:
         return None
-    ordered = sorted(issue.trace_ids)
+    ordered = issue.trace_ids
     page = ordered[offset : offset + limit]
     end = offset + len(page)
     return {"issue_id": issue_id, "title": issue.title, "generated_at": result.generated_at,
-            "runs": len(ordered), "offset": offset, "limit": limit, "trace_ids": page,
+            "runs": len(ordered), "offset": offset, "limit": limit, "trace_ids": list(page),
             "next_offset": end if end < len(ordered) else None}

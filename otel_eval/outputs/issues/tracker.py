@@ -48,6 +48,7 @@ from otel_eval.outputs.issues.normalize import normalize
 from otel_eval.outputs.issues.problems import by_node, groups, same_problem
 from otel_eval.outputs.issues.reading import severity, status, titled
 from otel_eval.outputs.issues.result import (
+    MAX_AGENTS_PER_ISSUE,
     Assignment,
     Issue,
     IssueEvent,
@@ -240,13 +241,15 @@ class IssueTracker:
         for m in c.members:
             if group[m].trace_id not in exemplars:
                 exemplars.append(group[m].trace_id)
+        agents = sorted({group[m].agent for m in c.members if group[m].agent})
         return Issue(
             issue_id=stored.issue_id, level=stored.level, node=stored.node, title=stored.title,
             description=stored.description, share=share,
             trend=None if previous is None else share - previous, critiques=len(c.members),
             traces=len(traces), exemplars=tuple(exemplars[: self._config.exemplars]),
-            agents=tuple(sorted({group[m].agent for m in c.members if group[m].agent})),
-            first_seen=stored.first_seen, new=previous is None, trace_ids=traces)
+            agents=tuple(agents[:MAX_AGENTS_PER_ISSUE]), first_seen=stored.first_seen,
+            new=previous is None, trace_ids=tuple(sorted(traces)),
+            agents_omitted=max(0, len(agents) - MAX_AGENTS_PER_ISSUE))
 
     def _resolved(self, group: list[Critique], candidates: list[StoredIssue]
                   ) -> tuple[list[Cluster], dict[int, StoredIssue]]:
