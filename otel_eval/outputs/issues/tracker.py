@@ -237,8 +237,12 @@ class IssueTracker:
 
     def _issue(self, stored: StoredIssue, c: Cluster, group: list[Critique],
                traces: frozenset[str], share: float, previous: float | None) -> Issue:
+        # the first distinct traces, central first; stop at enough: scanning the list for
+        # every member was quadratic (2.5 s for an issue of 20,000 traces)
         exemplars: list[str] = []
         for m in c.members:
+            if len(exemplars) == self._config.exemplars:
+                break
             if group[m].trace_id not in exemplars:
                 exemplars.append(group[m].trace_id)
         agents = sorted({group[m].agent for m in c.members if group[m].agent})
@@ -246,7 +250,7 @@ class IssueTracker:
             issue_id=stored.issue_id, level=stored.level, node=stored.node, title=stored.title,
             description=stored.description, share=share,
             trend=None if previous is None else share - previous, critiques=len(c.members),
-            traces=len(traces), exemplars=tuple(exemplars[: self._config.exemplars]),
+            traces=len(traces), exemplars=tuple(exemplars),
             agents=tuple(agents[:MAX_AGENTS_PER_ISSUE]), first_seen=stored.first_seen,
             new=previous is None, trace_ids=tuple(sorted(traces)),
             agents_omitted=max(0, len(agents) - MAX_AGENTS_PER_ISSUE))
