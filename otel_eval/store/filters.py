@@ -100,3 +100,41 @@ def conditions(q: EvaluationQuery, d: Dialect) -> tuple[list[str], list[Any]]:
         where.append(f"(evaluated_at_ns < {m} OR (evaluated_at_ns = {m} AND trace_id > {m}))")
         args += [q.cursor.evaluated_at_ns, q.cursor.evaluated_at_ns, q.cursor.trace_id]
     return where, args
+
+
+# The labelled runs (``EvaluationStore.labelled``): the outcomes recorded last joined to their
+# evaluations, and of each body only what calibration reads: every judge's scores and
+# p_success, as JSON text (a stored body is up to max_result_bytes: reading whole ones held
+# the SQLite writer's lock for seconds and took ~100 kB of memory per run). The newest
+# ``limit`` rows are picked first, so the body of no other row is read.
+_LABELLED_NEWEST = ("SELECT f.outcome, f.received_at_ns, e.service, e.agent, e.body "
+                    "FROM feedback f JOIN evaluations e ON e.trace_id = f.trace_id "
+                    "ORDER BY f.received_at_ns DESC LIMIT {m}")
+LABELLED_SQLITE = (
+    "SELECT r.outcome, r.service, r.agent, "
+    "(SELECT json_group_object(j.key, CASE j.type WHEN 'object' THEN j.value -> '$.scores' END)"
+    " FROM json_each(r.body, '$.judge.judges') AS j"
+    " WHERE json_type(r.body, '$.judge.judges') = 'object'), "
+    "r.body -> '$.prediction.p_success' "
+    f"FROM ({_LABELLED_NEWEST.format(m='?')}) AS r ORDER BY r.received_at_ns DESC")
+# body is TEXT (see migrations): cast to json once per row picked
+LABELLED_POSTGRESQL = (
+    "SELECT r.outcome, r.service, r.agent, "
+    "(SELECT json_object_agg(j.key, j.value -> 'scores') FROM json_each("
+    "CASE json_typeof(b.doc -> 'judge' -> 'judges') WHEN 'object' "
+    "THEN b.doc -> 'judge' -> 'judges' END) AS j)::text, "
+    "(b.doc -> 'prediction' -> 'p_success')::text "
+    f"FROM ({_LABELLED_NEWEST.format(m='%s')}) AS r, LATERAL (SELECT r.body::json AS doc) AS b "
+    "ORDER BY r.received_at_ns DESC")
+
+
+def labelled_run(row: Sequence[Any]) -> tuple[str, dict[str, Any]]:
+    """(outcome, the parts of the body calibration reads) of a ``LABELLED_*`` row: service,
+    agent, ``judge.judges.<name>.scores`` and ``prediction.p_success``, shaped as in the body."""
+    outcome, service, agent, scores, p_success = row
+    judges = json.loads(scores) if scores is not None else None
+    body: dict[str, Any] = {"service": service, "agent": agent, "judge": {"judges": {
+        name: {"scores": s} for name, s in judges.items()} if isinstance(judges, dict) else {}}}
+    if p_success is not None:
+        body["prediction"] = {"p_success": json.loads(p_success)}
+    return str(outcome), body

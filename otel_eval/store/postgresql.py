@@ -248,10 +248,8 @@ class PostgresStore(KeptSessions):
         return {str(r[0]): str(r[1]) for r in rows}
 
     def labelled(self, limit: int) -> list[tuple[str, dict[str, Any]]]:
-        rows = self._rows("SELECT f.outcome, e.body FROM feedback f JOIN evaluations e "
-                          "ON e.trace_id = f.trace_id ORDER BY f.received_at_ns DESC "
-                          "LIMIT %s", (limit,))
-        return [(str(outcome), json.loads(body)) for outcome, body in rows]
+        return [filters.labelled_run(r) for r in self._rows(filters.LABELLED_POSTGRESQL,
+                                                            (limit,))]
 
     def content_digests(self, trace_ids: Collection[str]) -> dict[str, str]:
         ids = [_text(t) for t in trace_ids]

@@ -322,12 +322,8 @@ class SqliteStore(KeptSessions):
         return self._by_trace_ids("SELECT trace_id, outcome FROM feedback WHERE", trace_ids)
 
     def labelled(self, limit: int) -> list[tuple[str, dict[str, Any]]]:
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT f.outcome, e.body FROM feedback f JOIN evaluations e "
-                "ON e.trace_id = f.trace_id ORDER BY f.received_at_ns DESC LIMIT ?",
-                (limit,)).fetchall()
-        return [(str(outcome), json.loads(body)) for outcome, body in rows]
+        with self._scan(filters.LABELLED_SQLITE, (limit,)) as rows:  # a reader: no writer waits
+            return [filters.labelled_run(r) for r in rows]
 
     def content_digests(self, trace_ids: Collection[str]) -> dict[str, str]:
         return self._by_trace_ids("SELECT trace_id, content_digest FROM evaluations WHERE "

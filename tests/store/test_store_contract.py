@@ -19,6 +19,7 @@ from otel_eval.app.config import Config
 from otel_eval.base import model
 from otel_eval.base.results import Evaluation, Finding, Verdict
 from otel_eval.base.steps import Trajectory
+from otel_eval.evaluate.calibration import scores_of
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.feedback import Feedback
 from otel_eval.outputs.issues.catalogue import Catalogue, StoredIssue
@@ -345,6 +346,29 @@ def test_labelled_runs_join_each_outcome_to_its_evaluation_newest_first(
     assert [(o, b["agent"]) for o, b in found] == [("failure", "a4"), ("success", "a3"),
                                                    ("success", "a2")]
     assert [b["agent"] for _, b in store.labelled(1)] == ["a4"]
+
+
+def test_labelled_runs_carry_only_what_calibration_reads(store: EvaluationStore) -> None:
+    """Both stores pick the judges' scores and p_success out of the body (reading whole
+    bodies took ~100 kB of memory per run and held SQLite's writer lock for seconds), the
+    same on both, whatever the shapes, and nothing else: no findings, no verdict."""
+    judges = {"trace": {"status": "ok", "scores": {"trace": 0.25}, "critique": "long " * 99},
+              "step": {"status": "error"}, "odd": "not an object"}
+    evs = [_ev(1, agent="a1", detector="loop"), _ev(2, agent="a2"), _ev(3, agent="a3")]
+    evs[0].judge, evs[0].prediction = {"judges": judges}, {"p_success": 0.75, "model": "m"}
+    evs[1].judge, evs[1].prediction = {"judges": "odd"}, {"p_success": True}
+    store.put_many(evs)
+    for i in (1, 2, 3):
+        store.put_feedback(f"{i:032x}", "success", i)
+    found = store.labelled(10)
+    assert found == [
+        ("success", {"service": "shop", "agent": "a3", "judge": {"judges": {}}}),
+        ("success", {"service": "shop", "agent": "a2", "judge": {"judges": {}},
+                     "prediction": {"p_success": True}}),
+        ("success", {"service": "shop", "agent": "a1", "judge": {"judges": {
+            "trace": {"scores": {"trace": 0.25}}, "step": {"scores": None},
+            "odd": {"scores": None}}}, "prediction": {"p_success": 0.75}})]
+    assert scores_of(found[2][1]) == {"trace": 0.25, "p_success": 0.75}
 
 
 def test_hostile_text_is_stored_and_found(store: EvaluationStore) -> None:
