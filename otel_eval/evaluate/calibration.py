@@ -3,8 +3,9 @@ score and the predictor's ``p_success`` agree with the outcomes users recorded.
 
     store.labelled (feedback outcome + stored evaluation) -> scores_of(body) per run
       -> per (service, agent, score) and per score over every agent:
-         AUC (ties half) with its Hanley-McNeil 95 % interval,
+         AUC (ties half) with its 95 % score interval (Hanley-McNeil variance),
          Cohen's kappa of "score >= pass threshold" against the outcome, with its 95 % interval
+         (Wilson's on the observed agreement)
 
 Plain Python (``otel-eval calibrate`` and ``GET /v1/calibration`` run it at serve time). A
 score is read from a run only when the run has it: the counts say how many runs each figure
@@ -65,18 +66,38 @@ def scores_of(body: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def hanley_mcneil(area: float, positives: int, negatives: int) -> tuple[float, float]:
-    """95 % interval of an AUC (Hanley & McNeil 1982), clipped to [0, 1]."""
+def hanley_mcneil_variance(area: float, positives: int, negatives: int) -> float:
+    """The variance of an AUC over ``positives`` x ``negatives`` runs (Hanley & McNeil 1982)."""
     q1, q2 = area / (2 - area), 2 * area * area / (1 + area)
-    var = (area * (1 - area) + (positives - 1) * (q1 - area * area)
-           + (negatives - 1) * (q2 - area * area)) / (positives * negatives)
-    half = Z95 * math.sqrt(max(var, 0.0))
-    return max(0.0, area - half), min(1.0, area + half)
+    return max(0.0, (area * (1 - area) + (positives - 1) * (q1 - area * area)
+                     + (negatives - 1) * (q2 - area * area)) / (positives * negatives))
+
+
+def hanley_mcneil(area: float, positives: int, negatives: int) -> tuple[float, float]:
+    """95 % interval of an AUC: the AUCs ``t`` in [0, 1] the observed one is within 1.96
+    standard errors of, the Hanley-McNeil variance taken at ``t`` (a score interval, as
+    Wilson's for a proportion; Newcombe 2006). The variance taken at the observed AUC (the
+    Wald interval) is 0 at an AUC of 0 or 1, so 1 success and 1 failure ranked right gave
+    [1, 1]; this gives [0.21, 1]. Found by bisection on each side (the bounds to 1e-9)."""
+    def inside(t: float) -> bool:
+        return (area - t) ** 2 <= Z95 * Z95 * hanley_mcneil_variance(t, positives, negatives)
+
+    def bound(out: float, into: float) -> float:  # out is outside (or the edge), into inside
+        if inside(out):
+            return out
+        for _ in range(30):
+            mid = (out + into) / 2
+            out, into = (out, mid) if inside(mid) else (mid, into)
+        return into
+    return bound(0.0, area), bound(1.0, area)
 
 
 def kappa(predicted: list[bool], actual: list[bool]) -> tuple[float, float, float] | None:
-    """Cohen's kappa of two yes/no ratings of the same runs with its large-sample 95 %
-    interval (SE = sqrt(po (1 - po) / (n (1 - pe)^2))); None when pe = 1."""
+    """Cohen's kappa of two yes/no ratings of the same runs with a 95 % interval: Wilson's
+    interval of the observed agreement po mapped through kappa = (po - pe) / (1 - pe), the
+    chance agreement pe held fixed (as the large-sample SE sqrt(po (1 - po) / n) / (1 - pe)
+    does, whose interval was 0 wide when the runs all agree or all disagree); None when
+    pe = 1."""
     n = len(actual)
     if not n:
         return None
@@ -85,9 +106,12 @@ def kappa(predicted: list[bool], actual: list[bool]) -> tuple[float, float, floa
     pe = yes_p * yes_a + (1 - yes_p) * (1 - yes_a)
     if pe >= 1:
         return None
+    z2 = Z95 * Z95
+    centre = (po + z2 / (2 * n)) / (1 + z2 / n)
+    half = Z95 * math.sqrt(po * (1 - po) / n + z2 / (4 * n * n)) / (1 + z2 / n)
     k = (po - pe) / (1 - pe)
-    half = Z95 * math.sqrt(po * (1 - po) / n) / (1 - pe)
-    return k, max(-1.0, k - half), min(1.0, k + half)
+    return (k, max(-1.0, (centre - half - pe) / (1 - pe)),
+            min(1.0, (centre + half - pe) / (1 - pe)))
 
 
 def agreement(scores: list[float], successes: list[bool], threshold: float

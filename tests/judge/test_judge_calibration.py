@@ -5,7 +5,6 @@ through POST /v1/feedback, compared with the same figures computed by hand."""
 from __future__ import annotations
 
 import json
-import math
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -61,10 +60,14 @@ def test_auc_and_kappa_match_the_figures_computed_by_hand() -> None:
     assert every["kappa"] == round(1 / 3, 4)
     assert (every["runs"], every["successes"], every["failures"]) == (6, 3, 3)
     assert every["threshold"] == 0.5
-    # Hanley-McNeil: Q1 = A/(2-A) = 0.8, Q2 = 2A^2/(1+A); SE = sqrt(0.0234972) = 0.15329
-    se = math.sqrt((8 / 9 * 1 / 9 + 2 * (0.8 - 64 / 81) + 2 * (2 * 64 / 81 / (17 / 9) - 64 / 81))
-                   / 9)
-    assert every["auc_ci95"] == [round(8 / 9 - 1.959964 * se, 4), 1.0]
+    # the interval: the AUCs t that 8/9 is within 1.96 SE(t) of, SE(t) Hanley-McNeil's at t:
+    # V(t) = (t (1 - t) + 2 (Q1 - t^2) + 2 (Q2 - t^2)) / 9, Q1 = t/(2-t), Q2 = 2t^2/(1+t)
+    def inside(t: float) -> bool:
+        v = (t * (1 - t) + 2 * (t / (2 - t) - t * t) + 2 * (2 * t * t / (1 + t) - t * t)) / 9
+        return (8 / 9 - t) ** 2 <= 1.959964 ** 2 * v
+    lo, hi = every["auc_ci95"]  # each bound where t leaves the interval, to the 4th decimal
+    assert not inside(lo - 5e-5) and inside(lo + 5e-5) and inside(hi - 5e-5)
+    assert not inside(hi + 5e-5) and (lo, hi) == (0.401, 0.9884)
     # per agent: a = successes 0.9, 0.4 against the failure 0.7: one of two pairs
     assert _row(found, "a", "trace")["auc"] == 0.5
     assert _row(found, "b", "trace")["auc"] == 1.0
@@ -88,8 +91,22 @@ def test_one_class_gives_no_auc_and_total_chance_agreement_no_kappa() -> None:
     row = _row(found, "a", "trace")
     assert row["auc"] is None and row["auc_ci95"] is None
     assert row["kappa"] is None  # everyone says yes: agreement by chance is total
-    assert kappa([True, False], [True, False]) == (1.0, 1.0, 1.0)
-    assert hanley_mcneil(0.5, 1, 1)[0] == 0.0
+
+
+def test_intervals_do_not_collapse_at_perfect_agreement() -> None:
+    """The Wald intervals were [1, 1] for 1 success and 1 failure ranked right, and for two
+    runs rated alike: as certain as a million runs. By hand: with one run of each class
+    V(t) = t (1 - t), so (1 - t)^2 <= z^2 t (1 - t) from t = 1 / (1 + z^2); kappa's Wilson
+    bound of po = 1 over n = 2 is n / (n + z^2), through (po - 1/2) / (1 - 1/2)."""
+    z2 = 1.959964 ** 2
+    row = calibrate([("success", _body("a", 0.9, 0.9)), ("failure", _body("a", 0.1, 0.1))])[
+        "groups"][0]
+    assert row["auc"] == 1.0 and row["auc_ci95"] == [round(1 / (1 + z2), 4), 1.0]
+    assert row["kappa"] == 1.0 and row["kappa_ci95"] == [round((2 / (2 + z2) - 0.5) / 0.5, 4),
+                                                         1.0]
+    assert hanley_mcneil(0.0, 2, 2)[1] > 0.5  # all ranked wrong: [0, 0] before
+    k, lo, hi = kappa([False], [True])  # type: ignore[misc]  # one run, rated unlike
+    assert (k, lo) == (0.0, 0.0) and hi == pytest.approx(1 / (1 + z2) * z2)
 
 
 def test_scores_are_every_judge_dimension_and_p_success_never_the_verdict() -> None:
