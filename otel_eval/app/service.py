@@ -152,7 +152,8 @@ class Service:
                                        synthesizer=lambda: judge_synthesizer(
                                            jc, REPLY_SCHEMA, check_reply, ask))
         self.retention = Retention(self.store, config.store.retention_days)
-        self._feedback = Feedback(self.store, self.evaluator, self.metrics.prediction)
+        self._feedback = Feedback(self.store, self.evaluator, self.metrics.prediction,
+                                  recorded=self.metrics.calibration.outcome_recorded)
         # GET /v1/calibration, and the agreement gauges' source (refreshed on scrape)
         self.calibration = calibration.build(config.judge, deps,
                                              config.prediction.pass_threshold)

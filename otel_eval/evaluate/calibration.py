@@ -7,11 +7,13 @@ score and the predictor's ``p_success`` agree with the outcomes users recorded.
          Cohen's kappa of "score >= pass threshold" against the outcome, with its 95 % interval
          (Wilson's on the observed agreement)
 
-Plain Python (``otel-eval calibrate`` and ``GET /v1/calibration`` run it at serve time). A
-score is read from a run only when the run has it: the counts say how many runs each figure
-rests on. The verdict is never read: once an outcome is recorded it decides the verdict, so
-agreeing with it would prove nothing. AUC needs both outcomes among a group's runs (else
-None); kappa is None when chance agreement is total (one class on both sides).
+Plain Python (``otel-eval calibrate`` and ``GET /v1/calibration`` run it at serve time; the
+service computes it at most once per ``refresh_s``, shared by the API and the gauges, and
+answers with ``MAX_GROUPS`` rows at most). A score is read from a run only when the run has
+it: the counts say how many runs each figure rests on. The verdict is never read: once an
+outcome is recorded it decides the verdict, so agreeing with it would prove nothing. AUC needs
+both outcomes among a group's runs (else None); kappa is None when chance agreement is total
+(one class on both sides).
 """
 
 from __future__ import annotations
@@ -160,6 +162,9 @@ def calibrate(labelled: Iterable[tuple[str, dict[str, Any]]],
 
 # Labelled runs read at most (the newest outcomes recorded).
 MAX_LABELLED_RUNS = 10_000
+# Rows GET /v1/calibration answers with at most (as many as /ui/calibration shows): 1,000
+# labelled runs of 1,000 agents made 10,010 rows, 6.4 MB of JSON per request.
+MAX_GROUPS = 2_000
 
 
 def report(store: EvaluationStore, judge: JudgeConfig, limit: int = MAX_LABELLED_RUNS,
@@ -170,16 +175,25 @@ def report(store: EvaluationStore, judge: JudgeConfig, limit: int = MAX_LABELLED
                      Thresholds(judge.tau_task, judge.tau_process, p_success))
 
 
+def capped(found: dict[str, Any], max_groups: int = MAX_GROUPS) -> dict[str, Any]:
+    """``found`` with at most ``max_groups`` rows: every agent's (``*``) first, then the rows
+    resting on the most labelled runs, in the report's order; ``groups_left_out`` counts the
+    rows left out (0 when none)."""
+    rows = found.get("groups") or []
+    if len(rows) <= max_groups:
+        return {**found, "groups_left_out": 0}
+    ranked = sorted(range(len(rows)), key=lambda i: (rows[i]["agent"] != ALL_AGENTS,
+                                                     -rows[i]["runs"], i))
+    kept = sorted(ranked[:max_groups])
+    return {**found, "groups": [rows[i] for i in kept],
+            "groups_left_out": len(rows) - len(kept)}
+
+
 def build(config: JudgeConfig, deps: Deps, p_success: float = 0.5
           ) -> Callable[[], dict[str, Any]]:
-    """``GET /v1/calibration`` of ``serve``: ``report`` over the service's store, each one
-    computed published on the agreement gauges (``metrics.calibration``), which compute one
-    themselves on a scrape once theirs is stale."""
+    """``GET /v1/calibration`` of ``serve``: ``report`` over the service's store, computed at
+    most once per ``refresh_s`` by the agreement gauges (``metrics.calibration``), which
+    serve the same report on scrapes; the answer capped (``capped``)."""
     gauges = deps.metrics.calibration
     gauges.serve_from(lambda: report(deps.store, config, p_success=p_success))
-
-    def served() -> dict[str, Any]:
-        found = report(deps.store, config, p_success=p_success)
-        gauges.calibrated(found)
-        return found
-    return served
+    return lambda: capped(gauges.report())

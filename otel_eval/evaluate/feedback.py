@@ -3,6 +3,8 @@
     outcome -> [store.get -> Evaluator.with_outcome -> store.put_feedback_and_verdict
                (only onto the revision read; re-read and again when it was re-evaluated)]
             -> the predictor's rolling AUC (PredictionMetrics.labelled)
+            -> ``recorded()``: the cached calibration report is stale (GET /v1/calibration
+               and the agreement gauges count the outcome at their next read)
 
 The one writer of the feedback table and of a stored row's findings and verdict after the
 fact (the engine applies a stored outcome itself when it re-evaluates). The outcome's row and
@@ -30,10 +32,12 @@ FEEDBACK_ATTEMPTS = 5
 class Feedback:
     def __init__(self, store: EvaluationStore, evaluator: Evaluator,
                  metrics: PredictionMetrics, *,
-                 wall_clock_ns: Callable[[], int] = time.time_ns) -> None:
+                 wall_clock_ns: Callable[[], int] = time.time_ns,
+                 recorded: Callable[[], None] = lambda: None) -> None:
         self.store = store
         self.evaluator = evaluator
         self.metrics = metrics
+        self._recorded = recorded
         self._wall_clock_ns = wall_clock_ns
 
     def record(self, trace_id: str, outcome_value: object) -> dict[str, Any] | None:
@@ -62,6 +66,7 @@ class Feedback:
         else:  # re-evaluated at every attempt: keep the outcome, the engine's next
             # re-evaluation of the trace applies it
             store.put_feedback(trace_id, outcome, self._wall_clock_ns())
+        self._recorded()  # the outcome's row is written: the calibration report is stale
         stored = store.get(trace_id)  # with whatever the judge wrote meanwhile
         if stored is not None:
             self.metrics.labelled(stored, outcome)  # the predictor's rolling AUC

@@ -1,7 +1,8 @@
 """Self-metrics of the judge checked against people (``evaluate.calibration``).
 
-    GET /v1/calibration, or a scrape once the last report is older than ``refresh_s``
-      -> the report's rows (service, agent, score) -> gauges, the last report's values only
+    GET /v1/calibration or a scrape, once the last report is older than ``refresh_s`` or an
+    outcome was recorded since
+      -> the report (served to both) -> its rows (service, agent, score) -> gauges
 
 Metrics (a ``Collector`` declared through the ``Declarer`` ``Metrics`` hands this subsystem;
 computed when scraped):
@@ -15,8 +16,9 @@ computed when scraped):
 (``labels.SeriesCap``; a pair past it is left out, not merged: agreement does not add up);
 service and agent ``*`` is every agent's runs together. A figure that cannot be computed (one
 outcome only) has no sample. The report is computed by the source the service gives (a store
-query of the labelled runs), at most once per ``refresh_s`` on scrapes: never on the engine's
-path. Thread-safe.
+query of the labelled runs), at most once per ``refresh_s`` (and again after an outcome is
+recorded) for scrapes and ``GET /v1/calibration`` alike: never on the engine's path.
+Thread-safe.
 """
 
 from __future__ import annotations
@@ -67,17 +69,22 @@ class _AgreementCollector(Collector):
 
 
 class CalibrationMetrics:
-    """The judge agreement subsystem: the last report, refreshed on scrape when stale; ``cap``
-    gives the (service, agent) pair budget."""
+    """The judge agreement subsystem: the last report, computed again when older than
+    ``refresh_s`` or an outcome was recorded since (for a scrape or ``GET /v1/calibration``);
+    ``cap`` gives the (service, agent) pair budget."""
 
     def __init__(self, d: Declarer, cap: SeriesCap, refresh_s: float = REFRESH_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._cap = cap
         self._refresh_s, self._clock = refresh_s, clock
         self._source: Callable[[], dict[str, Any]] | None = None
-        self._rows: list[dict[str, Any]] = []
+        self._report: dict[str, Any] = {}
         self._at: float | None = None
-        self._lock = threading.Lock()
+        self._recorded = 0  # outcomes recorded: a report begun before one is stale at once
+        self._failed_at: float | None = None  # a scrape's computation last failed then
+        self._lock = threading.Lock()  # the report and its time
+        # one computation at a time: requests arriving meanwhile wait for it and share it
+        self._computing = threading.Lock()
         d.collector(_AgreementCollector(self))
 
     def serve_from(self, source: Callable[[], dict[str, Any]]) -> None:
@@ -85,19 +92,52 @@ class CalibrationMetrics:
         self._source = source
 
     def calibrated(self, report: dict[str, Any]) -> None:
-        """A report just computed (GET /v1/calibration, or a stale scrape)."""
+        """A report just computed."""
         with self._lock:
-            self._rows = list(report.get("groups", ()))
-            self._at = self._clock()
+            self._report, self._at = report, self._clock()
+
+    def outcome_recorded(self) -> None:
+        """An outcome was just recorded (POST /v1/feedback): the next read computes the
+        report again, so a person who recorded one sees it counted."""
+        with self._lock:
+            self._at = None
+            self._recorded += 1
+
+    def report(self) -> dict[str, Any]:
+        """The last report when younger than ``refresh_s``, else the source's new one (raises
+        what the source raises; the next call tries again)."""
+        with self._computing:
+            with self._lock:
+                if self._fresh():
+                    return self._report
+                recorded = self._recorded
+            if self._source is None:
+                raise RuntimeError("calibration has no source")
+            found = self._source()
+            with self._lock:  # an outcome recorded meanwhile may be missing from it
+                self._report = found
+                self._at = self._clock() if self._recorded == recorded else None
+            return found
+
+    def _fresh(self) -> bool:  # self._lock held
+        return self._at is not None and self._clock() - self._at < self._refresh_s
 
     def rows(self) -> list[tuple[list[str], dict[str, Any]]]:
         """(service, agent, score) labels and figures of the last report's rows within the
         pair budget; the report computed again first when older than ``refresh_s``."""
-        self._refresh()
+        failed = self._failed_at
+        if self._source is not None and (failed is None
+                                         or self._clock() - failed >= self._refresh_s):
+            try:
+                self.report()
+                self._failed_at = None
+            except Exception:  # a store down must not fail the scrape: keep the last figures
+                log.warning("judge agreement not refreshed", exc_info=True)
+                self._failed_at = self._clock()  # and do not try again on every scrape
         with self._lock:
-            rows = list(self._rows)
+            found = self._report
         out = []
-        for row in rows:
+        for row in found.get("groups", ()):
             pair = self._pair(row["service"], row["agent"])
             if pair is not None:
                 out.append(([*pair, row["score"]], row))
@@ -108,14 +148,3 @@ class CalibrationMetrics:
             return service, agent
         pair = self._cap.pair(service or None, agent or None)
         return pair if pair != (OTHER, OTHER) else None
-
-    def _refresh(self) -> None:
-        if self._source is None or (self._at is not None
-                                    and self._clock() - self._at < self._refresh_s):
-            return
-        try:
-            self.calibrated(self._source())
-        except Exception:  # a store down must not fail the scrape: keep the last figures
-            log.warning("judge agreement not refreshed", exc_info=True)
-            with self._lock:
-                self._at = self._clock()

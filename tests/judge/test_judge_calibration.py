@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 import urllib.request
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -18,13 +19,16 @@ from otel_eval.base.results import Evaluation
 from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.calibration import (
     Thresholds,
+    build,
     calibrate,
+    capped,
     hanley_mcneil,
     kappa,
     report,
     scores_of,
 )
 from otel_eval.evaluate.judge.config import JudgeConfig
+from otel_eval.outputs.deps import Deps
 from otel_eval.store import SqliteStore, filters
 from otel_eval.telemetry.calibration import CalibrationMetrics
 from otel_eval.telemetry.declare import Declarer
@@ -207,6 +211,50 @@ def test_agreement_gauges_per_service_agent_score_refresh_when_stale(store: Any)
     now[0] = 300.0
     registry.get_sample_value("otel_eval_judge_agreement_runs", {})
     assert calls == [0.0, 300.0]
+
+
+def test_get_v1_calibration_is_computed_once_per_refresh_and_capped(store: Any) -> None:
+    """GET read every labelled run's stored body on every request; it now shares the gauges'
+    report (computed again after refresh_s), and answers with at most MAX_GROUPS rows,
+    every agent's first, then those resting on the most runs, the rest counted."""
+    now, reads = [0.0], []
+
+    class Counting:
+        def labelled(self, limit: int) -> list[tuple[str, dict[str, Any]]]:
+            reads.append(now[0])
+            return store.labelled(limit)
+
+    d = Declarer(CollectorRegistry())
+    gauges = CalibrationMetrics(d, SeriesCap(d, 250, 10_000), refresh_s=300,
+                                clock=lambda: now[0])
+    deps = cast(Deps, SimpleNamespace(metrics=SimpleNamespace(calibration=gauges),
+                                      store=Counting()))
+    served = build(JudgeConfig(), deps)
+    first = served()
+    assert served() == first and reads == [0.0]
+    assert first["groups_left_out"] == 0 and len(first["groups"]) == 6  # (*, a, b) x 2
+    now[0] = 300.0
+    served()
+    assert reads == [0.0, 300.0]
+    gauges.outcome_recorded()  # POST /v1/feedback: the person who recorded it sees it
+    served()
+    served()
+    assert reads == [0.0, 300.0, 300.0]
+    reads.clear()
+
+    def recorded_meanwhile() -> dict[str, Any]:  # an outcome recorded while computing
+        reads.append(now[0])
+        if len(reads) == 1:
+            gauges.outcome_recorded()
+        return report(store, JudgeConfig())
+    gauges.serve_from(recorded_meanwhile)
+    gauges.outcome_recorded()
+    gauges.report(), gauges.report(), gauges.report()
+    assert len(reads) == 2  # the report begun before it was not kept as fresh
+    few = capped(first, max_groups=3)
+    assert [(g["agent"], g["score"]) for g in few["groups"]] == [
+        ("*", "p_success"), ("*", "trace"), ("a", "p_success")]  # a and b tie on 3 runs
+    assert few["groups_left_out"] == 3
 
 
 def test_labelled_runs_are_read_without_the_writers_lock(

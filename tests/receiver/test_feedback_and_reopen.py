@@ -96,11 +96,13 @@ def test_calibration_reads_the_recorded_outcomes_and_publishes_the_gauges(
         assert h.release() == 1
         judge = {"judges": {"trace": {"status": "ok", "scores": {"trace": 0.8}}}}
         assert h.svc.store.put_judge(TRACE, h.svc.store.get(TRACE)["revision"], judge)
-        fb = json.dumps({"trace_id": TRACE, "outcome": "failure"}).encode()
+        with urllib.request.urlopen(f"{h.admin_url}/v1/calibration", timeout=30) as r:
+            assert json.loads(r.read())["labelled_runs"] == 0  # cached for 5 minutes, but
+        fb = json.dumps({"trace_id": TRACE, "outcome": "failure"}).encode()  # an outcome:
         assert _post(f"{h.admin_url}/v1/feedback", fb, "application/json")[0] == 200
         with urllib.request.urlopen(f"{h.admin_url}/v1/calibration", timeout=30) as r:
             found = json.loads(r.read())
-        assert found["labelled_runs"] == 1
+        assert found["labelled_runs"] == 1  # counted at once
         # the default success model scores every run too: a p_success row beside the judge's
         assert {g["score"] for g in found["groups"] if g["agent"] == "a"} == {
             "trace", "p_success"}

@@ -191,3 +191,6 @@ def test_the_calibration_page_marks_a_score_against_the_outcomes() -> None:
     page = calibration_page({"labelled_runs": 40, "groups": [row, {**fine, "agent": "b"}]})
     assert page.count('class="against"') == 1 and "0.200 [0.050, 0.350]" in page
     assert "not served" in calibration_page(None)
+    cut = calibration_page({"labelled_runs": 40, "groups": [row], "groups_left_out": 3})
+    assert "3 more rows, on fewer runs each, are left out" in cut  # GET's cap, said
+    assert "left out" not in page

@@ -18,7 +18,7 @@ from otel_eval.outputs.ui.html import Html, h
 from otel_eval.outputs.ui.values import short
 from otel_eval.outputs.ui.verdicts import number
 
-MAX_ROWS = 2000  # rows shown (the report's per-agent rows are bounded by the pair budget)
+MAX_ROWS = 2000  # rows shown (GET /v1/calibration already answers with as many at most)
 _HEAD = (("service", None), ("agent", None), ("score", "a judge dimension, or p_success"),
          ("runs", "labelled runs with this score"), ("successes", None), ("failures", None),
          ("threshold", "pass threshold the kappa is taken at"),
@@ -83,6 +83,10 @@ def calibration_page(report: Mapping[str, Any] | None) -> Html:
     parts = [title, about,
              h("table", h("thead", head), h("tbody", [_row(r) for r in rows]),
                class_="calibration")]
+    left_out = report.get("groups_left_out")
+    if isinstance(left_out, int) and left_out > 0:  # GET /v1/calibration's cap
+        parts.append(h("p", f"{left_out} more rows, on fewer runs each, are left out "
+                            "(otel-eval calibrate prints them all).", class_="facts"))
     if not rows:
         parts.append(h("p", "No labelled run carries a judge score or p_success yet: record "
                             "outcomes on the runs' pages.", class_="empty"))
