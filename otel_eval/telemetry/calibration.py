@@ -12,13 +12,15 @@ computed when scraped):
     otel_eval_judge_agreement_runs{service,agent,score}   labelled runs the figures rest on
 
 ``score`` is a judge dimension (``step``, ``process``, ``trace``, ``outcome``, ...) or
-``p_success``: a closed set. (service, agent) pairs take the per-trace metrics' pair budget
-(``labels.SeriesCap``; a pair past it is left out, not merged: agreement does not add up);
-service and agent ``*`` is every agent's runs together. A figure that cannot be computed (one
-outcome only) has no sample. The report is computed by the source the service gives (a store
-query of the labelled runs), at most once per ``refresh_s`` (and again after an outcome is
-recorded) for scrapes and ``GET /v1/calibration`` alike: never on the engine's path.
-Thread-safe.
+``p_success``: a closed set. A (service, agent) pair has gauges only once the per-trace
+metrics admitted it (``labels.SeriesCap.admitted``, a look-up: the gauges never take a pair
+from the budget); any other pair is left out, not put under ``_other``: agreement does not add
+up. Nor does it merge: rows whose labels coincide (names cut to 128 characters; "" and
+"unknown") are left out too. Service and agent ``*`` is every agent's runs together. A figure
+that cannot be computed (one outcome only) has no sample. The report is computed by the
+source the service gives (a store query of the labelled runs), at most once per ``refresh_s``
+(and again after an outcome is recorded) for scrapes and ``GET /v1/calibration`` alike: never
+on the engine's path. Thread-safe.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from otel_eval.telemetry.declare import Declarer
-from otel_eval.telemetry.labels import OTHER, SeriesCap
+from otel_eval.telemetry.labels import SeriesCap
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +73,7 @@ class _AgreementCollector(Collector):
 class CalibrationMetrics:
     """The judge agreement subsystem: the last report, computed again when older than
     ``refresh_s`` or an outcome was recorded since (for a scrape or ``GET /v1/calibration``);
-    ``cap`` gives the (service, agent) pair budget."""
+    ``cap`` gives the (service, agent) pairs the per-trace metrics admitted."""
 
     def __init__(self, d: Declarer, cap: SeriesCap, refresh_s: float = REFRESH_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -123,8 +125,12 @@ class CalibrationMetrics:
         return self._at is not None and self._clock() - self._at < self._refresh_s
 
     def rows(self) -> list[tuple[list[str], dict[str, Any]]]:
-        """(service, agent, score) labels and figures of the last report's rows within the
-        pair budget; the report computed again first when older than ``refresh_s``."""
+        """(service, agent, score) labels and figures of the last report's rows whose pair
+        the per-trace metrics admitted (a look-up: a calibration row never takes a pair from
+        the budget, which the store's history of retired agents would fill before the live
+        ones); rows whose labels coincide (names cut to 128 characters, "" and "unknown")
+        are all left out: their figures cannot be merged. The report is computed again
+        first when older than ``refresh_s``."""
         failed = self._failed_at
         if self._source is not None and (failed is None
                                          or self._clock() - failed >= self._refresh_s):
@@ -136,15 +142,14 @@ class CalibrationMetrics:
                 self._failed_at = self._clock()  # and do not try again on every scrape
         with self._lock:
             found = self._report
-        out = []
+        by_labels: dict[tuple[str, ...], list[dict[str, Any]]] = {}
         for row in found.get("groups", ()):
             pair = self._pair(row["service"], row["agent"])
             if pair is not None:
-                out.append(([*pair, row["score"]], row))
-        return out
+                by_labels.setdefault((*pair, row["score"]), []).append(row)
+        return [(list(labels), rows[0]) for labels, rows in by_labels.items() if len(rows) == 1]
 
     def _pair(self, service: str, agent: str) -> tuple[str, str] | None:
         if (service, agent) == ("*", "*"):
             return service, agent
-        pair = self._cap.pair(service or None, agent or None)
-        return pair if pair != (OTHER, OTHER) else None
+        return self._cap.admitted(service or None, agent or None)

@@ -52,7 +52,7 @@ class Pairs:
         self._lock = threading.Lock()
 
     def __call__(self, service: str | None, agent: str | None) -> tuple[str, str]:
-        pair = ((service or UNKNOWN)[:MAX_LABEL_CHARS], (agent or UNKNOWN)[:MAX_LABEL_CHARS])
+        pair = labels_of(service, agent)
         if pair in self._admitted:
             return pair
         with self._lock:
@@ -60,6 +60,17 @@ class Pairs:
                 self._admitted.add(pair)
                 return pair
         return OTHER, OTHER
+
+    def admitted(self, service: str | None, agent: str | None) -> tuple[str, str] | None:
+        """The pair's labels when it is already admitted, else None; admits nothing."""
+        pair = labels_of(service, agent)
+        return pair if pair in self._admitted else None
+
+
+def labels_of(service: str | None, agent: str | None) -> tuple[str, str]:
+    """The (service, agent) label values of a pair: cut to ``MAX_LABEL_CHARS``, none
+    "unknown"."""
+    return (service or UNKNOWN)[:MAX_LABEL_CHARS], (agent or UNKNOWN)[:MAX_LABEL_CHARS]
 
 
 class SeriesCap:
@@ -84,6 +95,11 @@ class SeriesCap:
         """The (service, agent) labels of a trace: its own when the pair is within the
         budget (``max_pairs``), else (``_other``, ``_other``)."""
         return self._pairs(service, agent)
+
+    def admitted(self, service: str | None, agent: str | None) -> tuple[str, str] | None:
+        """The labels of a pair already admitted by ``pair`` (the traces seen), else None:
+        a look-up for series that must not spend the budget (the agreement gauges)."""
+        return self._pairs.admitted(service, agent)
 
     def series(self, metric: Any, *values: str) -> Any:
         """``metric.labels(*values)``, or its all-``_other`` series once the metric holds

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 
 from otel_eval.app.admin import AdminApi, AdminConfig, AdminServer
 from otel_eval.app.cli import main
@@ -95,6 +95,7 @@ def test_one_class_gives_no_auc_and_total_chance_agreement_no_kappa() -> None:
     row = _row(found, "a", "trace")
     assert row["auc"] is None and row["auc_ci95"] is None
     assert row["kappa"] is None  # everyone says yes: agreement by chance is total
+
 
 
 def test_intervals_do_not_collapse_at_perfect_agreement() -> None:
@@ -191,8 +192,9 @@ def test_get_v1_calibration_serves_the_same_object(store: Any) -> None:
 def test_agreement_gauges_per_service_agent_score_refresh_when_stale(store: Any) -> None:
     registry, now, calls = CollectorRegistry(), [0.0], []
     d = Declarer(registry)
-    gauges = CalibrationMetrics(d, SeriesCap(d, 250, 10_000), refresh_s=300,
-                                clock=lambda: now[0])
+    cap = SeriesCap(d, 250, 10_000)
+    gauges = CalibrationMetrics(d, cap, refresh_s=300, clock=lambda: now[0])
+    cap.pair("shop", "a"), cap.pair("shop", "b")  # the traces seen
 
     def source() -> dict[str, Any]:
         calls.append(now[0])
@@ -255,6 +257,31 @@ def test_get_v1_calibration_is_computed_once_per_refresh_and_capped(store: Any) 
     assert [(g["agent"], g["score"]) for g in few["groups"]] == [
         ("*", "p_success"), ("*", "trace"), ("a", "p_success")]  # a and b tie on 3 runs
     assert few["groups_left_out"] == 3
+
+
+def test_agreement_gauges_take_no_pair_and_leave_colliding_labels_out() -> None:
+    """The gauges admitted every labelled pair into the per-trace metrics' budget (the live
+    agent then became _other); and rows whose labels coincide once cut to 128 characters, or
+    "" and "unknown", gave two samples with the same labels."""
+    registry = CollectorRegistry()
+    d = Declarer(registry)
+    cap = SeriesCap(d, 4, 10_000)
+    gauges = CalibrationMetrics(d, cap)
+    long = "planner-" + "x" * 130
+    runs = []
+    for agent in ("retired-1", "retired-2", "retired-3", "retired-4", long + "A", long + "B",
+                  "", "unknown", "live"):
+        runs += [("success", _body(agent, 0.9, 0.9)), ("failure", _body(agent, 0.1, 0.1))]
+    gauges.calibrated(calibrate(runs))
+    for seen in ("live", long + "A", None):  # the traces seen: the long B and "unknown"
+        cap.pair("shop", seen)  # share the labels of these
+    text = generate_latest(registry).decode()
+    assert cap.pair("shop", "late") == ("shop", "late")  # the 4th pair: the budget is intact
+    auc = [line.rsplit(" ", 1)[0] for line in text.splitlines()
+           if line.startswith("otel_eval_judge_agreement_auc{")]
+    assert len(auc) == len(set(auc))
+    agents = {s.split('agent="', 1)[1].split('"', 1)[0] for s in auc}
+    assert agents == {"*", "live"}  # retired: not admitted; long and unknown: collide
 
 
 def test_labelled_runs_are_read_without_the_writers_lock(
