@@ -97,7 +97,7 @@ Metrics (counters are exposed with the ``_total`` suffix):
                otel_eval_prediction_runs_predicted_to_fail_total{service,agent}  p_success
                below prediction.pass_threshold
                otel_eval_prediction_labelled_total{agent,outcome}  success|failure
-               otel_eval_prediction_rolling_auc{agent}    gauge, AUC of the last labelled
+               otel_eval_prediction_rolling_auc{service,agent}  gauge, AUC of the last labelled
                predictions (otel_eval.telemetry.prediction)
     spool      otel_eval_spool_bytes, otel_eval_spool_requests                    gauges
                otel_eval_spool_max_bytes  the bound (store.spool_max_bytes)            gauge

@@ -3,7 +3,7 @@
     evaluation stored -> p_success histogram per agent; below the pass threshold, the
                          predicted-to-fail counter
     outcome known (outcome attribute at evaluation, or POST /v1/feedback later)
-      -> per-agent window of the last ``auc_window`` labelled predictions
+      -> per-(service, agent) window of the last ``auc_window`` labelled predictions
       -> rolling AUC, computed when Prometheus scrapes (absent until each class has
          ``auc_min_per_class`` runs)
 
@@ -15,16 +15,17 @@ Metrics (declared on the ``Metrics`` registry, agent names capped as everywhere 
                                                            prediction.pass_threshold
     otel_eval_prediction_labelled_total{agent,outcome}     success|failure, labels entering
                                                            the window: new, or changed
-    otel_eval_prediction_rolling_auc{agent}                gauge, AUC of the window
+    otel_eval_prediction_rolling_auc{service,agent}        gauge, AUC of the window
 
-Bounded: one window per (capped) agent, each at most ``auc_window`` entries; a trace labelled
-twice (feedback after an outcome attribute, or corrected feedback) replaces its entry, and is
-counted again only when its outcome changed (the same outcome sent again, or re-evaluated with
-it, is no new label: before, five repeats counted five). The
-AUC is the Mann-Whitney statistic with tied scores averaged: one sort, O(n log n) in the
-window, done at scrape time for the windows that changed since (a label costs O(1), so runs
-that all carry an outcome do not pay a sort each). Thread-safe (the engine's worker, the admin
-server and the scrape all touch the windows).
+Bounded: one window per (service, agent) pair of the pair budget (``labels.SeriesCap``: the
+same labels as the histogram; two services' agents of one name have a window each), each at
+most ``auc_window`` entries; a trace labelled twice (feedback after an outcome attribute, or
+corrected feedback) replaces its entry, and is counted again only when its outcome changed
+(the same outcome sent again, or re-evaluated with it, is no new label: before, five repeats
+counted five). The AUC is the Mann-Whitney statistic with tied scores averaged: one sort,
+O(n log n) in the window, done at scrape time for the windows that changed since (a label
+costs O(1), so runs that all carry an outcome do not pay a sort each). Thread-safe (the
+engine's worker, the admin server and the scrape all touch the windows).
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ if TYPE_CHECKING:
 P_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 AUC_NAME = "otel_eval_prediction_rolling_auc"
 AUC_DOC = ("AUC of the predictor's last labelled predictions (window prediction.auc_window), "
-           "per agent.")
+           "per service and agent.")
+AUC_LABELS = ["service", "agent"]
 
 
 # p_success below which a run is predicted to fail, when no setting gives it
@@ -60,12 +62,12 @@ class _AucCollector(Collector):
         self._owner = owner
 
     def describe(self) -> list[GaugeMetricFamily]:
-        return [GaugeMetricFamily(AUC_NAME, AUC_DOC, labels=["agent"])]
+        return [GaugeMetricFamily(AUC_NAME, AUC_DOC, labels=AUC_LABELS)]
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily(AUC_NAME, AUC_DOC, labels=["agent"])
-        for agent, value in self._owner.rolling_auc().items():
-            family.add_metric([agent], value)
+        family = GaugeMetricFamily(AUC_NAME, AUC_DOC, labels=AUC_LABELS)
+        for pair, value in self._owner.rolling_auc().items():
+            family.add_metric(list(pair), value)
         yield family
 
 
@@ -89,7 +91,9 @@ class PredictionMetrics:
                                      "attribute or feedback), by outcome: once per trace in "
                                      "the AUC window, again only when its outcome changes.",
                                      ("agent", "outcome"))
-        self._windows: dict[str, RollingAuc] = {}
+        # (service, agent) labels -> window: keyed by the agent alone, two services' agents of
+        # one name shared a window (right on one, inverted on the other: 0.5 for both)
+        self._windows: dict[tuple[str, str], RollingAuc] = {}
         self._lock = threading.Lock()
         d.collector(_AucCollector(self))
 
@@ -107,28 +111,28 @@ class PredictionMetrics:
                 self._cap.series(self.c_fail, service, agent).inc()
         outcome = evaluation.verdict.outcome if evaluation.verdict else None
         if outcome is not None:
-            self._label(agent, t.trace_id, p, outcome == "success")
+            self._label((service, agent), t.trace_id, p, outcome == "success")
 
     def labelled(self, body: dict[str, Any], outcome: str) -> None:
         """An outcome learnt later (POST /v1/feedback) for a stored per-trace object."""
         prediction = body.get("prediction")
         if not isinstance(prediction, dict) or "p_success" not in prediction:
             return
-        self._label(self._cap.pair(body.get("service"), body.get("agent"))[1],
+        self._label(self._cap.pair(body.get("service"), body.get("agent")),
                     str(body["trace_id"]),
                     float(prediction["p_success"]), outcome == "success")
 
-    def rolling_auc(self) -> dict[str, float]:
-        """Agent -> AUC of its window, for the agents that have one."""
+    def rolling_auc(self) -> dict[tuple[str, str], float]:
+        """(service, agent) -> AUC of its window, for the pairs that have one."""
         with self._lock:
-            values = {agent: w.value() for agent, w in self._windows.items()}
-        return {agent: v for agent, v in values.items() if v is not None}
+            values = {pair: w.value() for pair, w in self._windows.items()}
+        return {pair: v for pair, v in values.items() if v is not None}
 
-    def _label(self, agent: str, trace_id: str, p: float, success: bool) -> None:
+    def _label(self, pair: tuple[str, str], trace_id: str, p: float, success: bool) -> None:
         with self._lock:
-            window = self._windows.get(agent)
+            window = self._windows.get(pair)
             if window is None:
-                window = self._windows[agent] = RollingAuc(*self._window)
+                window = self._windows[pair] = RollingAuc(*self._window)
             new = window.add(trace_id, p, success)
         if new:  # a repeat of the label the window holds is not counted again
-            self._cap.series(self.c_labelled, agent, "success" if success else "failure").inc()
+            self._cap.series(self.c_labelled, pair[1], "success" if success else "failure").inc()

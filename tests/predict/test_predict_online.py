@@ -54,17 +54,18 @@ def test_min_per_class_holds_the_value_back() -> None:
 def test_gauge_per_agent_appears_with_enough_labels_and_goes_with_them() -> None:
     registry = CollectorRegistry()
     m = Metrics(registry, prediction=PredictionConfig(auc_min_per_class=1))
-    body = {"trace_id": "ab" * 16, "agent": "planner", "prediction": {"p_success": 0.8}}
+    body = {"trace_id": "ab" * 16, "service": "shop", "agent": "planner",
+            "prediction": {"p_success": 0.8}}
     m.prediction.labelled(body, "success")
     assert registry.get_sample_value("otel_eval_prediction_rolling_auc",
-                                     {"agent": "planner"}) is None
+                                     {"service": "shop", "agent": "planner"}) is None
     m.prediction.labelled({**body, "trace_id": "cd" * 16,
                            "prediction": {"p_success": 0.3}}, "failure")
     assert registry.get_sample_value("otel_eval_prediction_rolling_auc",
-                                     {"agent": "planner"}) == 1.0
+                                     {"service": "shop", "agent": "planner"}) == 1.0
     m.prediction.labelled(body, "failure")  # corrected: both failed, no AUC to report
     assert registry.get_sample_value("otel_eval_prediction_rolling_auc",
-                                     {"agent": "planner"}) is None
+                                     {"service": "shop", "agent": "planner"}) is None
     assert registry.get_sample_value("otel_eval_prediction_labelled_total",
                                      {"agent": "planner", "outcome": "failure"}) == 2
     m.prediction.labelled({"trace_id": "ef" * 16, "agent": "planner"}, "success")  # none
@@ -94,3 +95,18 @@ def test_labelled_counts_a_trace_once_per_outcome_it_takes() -> None:
     assert counted() == (2, 1)
     m.prediction.labelled({**body, "trace_id": "cd" * 16}, "success")  # another trace
     assert counted() == (3, 1)
+
+
+def test_rolling_auc_is_per_service_and_agent() -> None:
+    """The windows were keyed by the agent alone: two services' "assistant", the predictor
+    right on one and inverted on the other, shared one window and both read 0.5."""
+    registry = CollectorRegistry()
+    m = Metrics(registry, prediction=PredictionConfig(auc_min_per_class=1))
+    for i, ok in enumerate((True, False)):
+        for service, p in (("shop", 0.9 if ok else 0.1), ("bank", 0.1 if ok else 0.9)):
+            m.prediction.labelled({"trace_id": f"{service}{i:028x}", "service": service,
+                                   "agent": "assistant", "prediction": {"p_success": p}},
+                                  "success" if ok else "failure")
+    for service, want in (("shop", 1.0), ("bank", 0.0)):
+        assert registry.get_sample_value("otel_eval_prediction_rolling_auc", {
+            "service": service, "agent": "assistant"}) == want

@@ -84,16 +84,17 @@ def test_serve_with_a_model_predicts_and_tracks_its_auc(tmp_path: Path,
         assert h.sample("otel_eval_prediction_labelled_total", agent=AGENT,
                         outcome="success") == 1  # from the outcome attribute
         auc_gauge = "otel_eval_prediction_rolling_auc"
-        assert h.svc.registry.get_sample_value(auc_gauge, {"agent": AGENT}) is None
+        assert h.svc.registry.get_sample_value(auc_gauge, {"service": "travel",
+                                                           "agent": AGENT}) is None
         after = _feedback(h, ids[1], False)
         assert after["prediction"]["p_success"] == p[ids[1]]  # kept through the re-verdict
         want = roc_auc_score([1, 0], [p[ids[0]], p[ids[1]]])
-        assert h.sample(auc_gauge, agent=AGENT) == pytest.approx(want)
+        assert h.sample(auc_gauge, service="travel", agent=AGENT) == pytest.approx(want)
         _feedback(h, ids[2], True)
         want = roc_auc_score([1, 0, 1], [p[t] for t in ids])
-        assert h.sample(auc_gauge, agent=AGENT) == pytest.approx(want)
+        assert h.sample(auc_gauge, service="travel", agent=AGENT) == pytest.approx(want)
         metrics = urllib.request.urlopen(f"{h.admin_url}/metrics", timeout=10).read().decode()
-        assert f'otel_eval_prediction_rolling_auc{{agent="{AGENT}"}}' in metrics
+        assert f'otel_eval_prediction_rolling_auc{{agent="{AGENT}",service="travel"}}' in metrics
 
 
 def test_serve_with_the_model_turned_off_adds_no_prediction(tmp_path: Path) -> None:
