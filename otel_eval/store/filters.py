@@ -110,12 +110,16 @@ def conditions(q: EvaluationQuery, d: Dialect) -> tuple[list[str], list[Any]]:
 _LABELLED_NEWEST = ("SELECT f.outcome, f.received_at_ns, e.service, e.agent, e.body "
                     "FROM feedback f JOIN evaluations e ON e.trace_id = f.trace_id "
                     "ORDER BY f.received_at_ns DESC LIMIT {m}")
+# json_extract and json_each, not ->, which SQLite has only since 3.38 (Debian 11 ships 3.34);
+# an object json_extract returns keeps its numbers as written
 LABELLED_SQLITE = (
     "SELECT r.outcome, r.service, r.agent, "
-    "(SELECT json_group_object(j.key, CASE j.type WHEN 'object' THEN j.value -> '$.scores' END)"
+    "(SELECT json_group_object(j.key, CASE j.type WHEN 'object' "
+    "THEN json_extract(j.value, '$.scores') END)"
     " FROM json_each(r.body, '$.judge.judges') AS j"
     " WHERE json_type(r.body, '$.judge.judges') = 'object'), "
-    "r.body -> '$.prediction.p_success' "
+    "CASE json_type(r.body, '$.prediction') WHEN 'object' "
+    "THEN json_extract(r.body, '$.prediction') END "
     f"FROM ({_LABELLED_NEWEST.format(m='?')}) AS r ORDER BY r.received_at_ns DESC")
 # body is TEXT (see migrations): cast to json once per row picked
 LABELLED_POSTGRESQL = (
@@ -123,7 +127,8 @@ LABELLED_POSTGRESQL = (
     "(SELECT json_object_agg(j.key, j.value -> 'scores') FROM json_each("
     "CASE json_typeof(b.doc -> 'judge' -> 'judges') WHEN 'object' "
     "THEN b.doc -> 'judge' -> 'judges' END) AS j)::text, "
-    "(b.doc -> 'prediction' -> 'p_success')::text "
+    "CASE json_typeof(b.doc -> 'prediction') WHEN 'object' "
+    "THEN (b.doc -> 'prediction')::text END "
     f"FROM ({_LABELLED_NEWEST.format(m='%s')}) AS r, LATERAL (SELECT r.body::json AS doc) AS b "
     "ORDER BY r.received_at_ns DESC")
 
@@ -131,10 +136,11 @@ LABELLED_POSTGRESQL = (
 def labelled_run(row: Sequence[Any]) -> tuple[str, dict[str, Any]]:
     """(outcome, the parts of the body calibration reads) of a ``LABELLED_*`` row: service,
     agent, ``judge.judges.<name>.scores`` and ``prediction.p_success``, shaped as in the body."""
-    outcome, service, agent, scores, p_success = row
+    outcome, service, agent, scores, prediction = row
     judges = json.loads(scores) if scores is not None else None
     body: dict[str, Any] = {"service": service, "agent": agent, "judge": {"judges": {
         name: {"scores": s} for name, s in judges.items()} if isinstance(judges, dict) else {}}}
-    if p_success is not None:
-        body["prediction"] = {"p_success": json.loads(p_success)}
+    found = json.loads(prediction) if prediction is not None else None
+    if isinstance(found, dict) and "p_success" in found:
+        body["prediction"] = {"p_success": found["p_success"]}
     return str(outcome), body
