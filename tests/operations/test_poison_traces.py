@@ -16,6 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from support.harness import Harness, running_service
 from support.poll import poll
 
@@ -181,4 +184,39 @@ def test_a_store_that_refuses_every_row_keeps_the_traces_never_drops_them(
             store._db.execute("ALTER TABLE gone RENAME TO evaluations")
         h.release(after_s=60)
         assert all(store.get(t) is not None for t in CLEAN[:3])
+        assert h.sample("otel_eval_spool_requests") == 0
+
+
+def _run_with_tokens(tracer: Any, input_tokens: Any) -> str:
+    agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a"}
+    chat = {"gen_ai.operation.name": "chat", "gen_ai.usage.input_tokens": input_tokens,
+            "gen_ai.usage.output_tokens": 30}
+    with (tracer.start_as_current_span("invoke_agent a", attributes=agent) as root,
+          tracer.start_as_current_span("chat", attributes=chat)):
+        pass
+    return f"{root.get_span_context().trace_id:032x}"
+
+
+def test_a_token_count_out_of_range_is_unknown_and_its_batch_is_stored(tmp_path: Path) -> None:
+    """A chat span says it read a 400-digit number of tokens (as text, as OpenInference and
+    some SDKs write counts). It was kept as a 400-digit int: the metrics of the stored trace
+    raised OverflowError (float of it) out of the engine's ``process``, and the batch's
+    later traces lost their metrics, sinks, waiters and pending budget. Now the count is
+    unknown, and the trace and its batch are evaluated and finished like any other."""
+    with running_service(tmp_path) as h:
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=h.http_url)))
+        tracer = provider.get_tracer("huge-tokens")
+        huge = _run_with_tokens(tracer, "9" * 400)
+        clean = _run_with_tokens(tracer, 120)
+        provider.shutdown()
+        assert h.release() == 2  # before: OverflowError out of process()
+        stored = {t: h.svc.store.get(t) for t in (huge, clean)}
+        assert all(row is not None for row in stored.values())
+        assert stored[huge]["usage"]["input_tokens"] == 0  # unknown: no count known
+        assert [s.get("input_tokens") for s in stored[huge]["steps"]] == [None, None]
+        assert stored[clean]["usage"]["input_tokens"] == 120
+        assert h.sample("otel_eval_trace_tokens_count", service=stored[clean]["service"],
+                        agent="a") == 2  # both traces counted: the batch finished
+        assert h.svc.engine.pending_spans() == 0 and h.svc.engine.healthy
         assert h.sample("otel_eval_spool_requests") == 0

@@ -21,20 +21,34 @@ _DECODER = json.JSONDecoder()
 dumps = json.JSONEncoder(ensure_ascii=False, default=str).encode
 
 
+# The largest count a reader keeps: 2**53, the last integer a float holds exactly. The metrics,
+# the features and the cost sums turn counts into floats (a 400-digit int raises OverflowError
+# there, and anything past 2**53 is already rounded); no token count, exit code or size an
+# instrumentation writes comes near it, so a value beyond it is not understood (None).
+MAX_INT = 2**53
+
+
 def as_int(value: Any) -> int | None:
+    """An integer in [-MAX_INT, MAX_INT], from an int, an integral-or-not float (truncated) or
+    their text; anything else (bool, NaN, infinities, a number out of range) is None."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        return int(value) if value == value and abs(value) < 1e18 else None
-    if isinstance(value, str) and value:
+        n = value
+    elif isinstance(value, float):
+        # NaN fails the comparison; inf is out of range: neither reaches int()
+        if not abs(value) <= MAX_INT:
+            return None
+        n = int(value)
+    elif isinstance(value, str) and value:
         try:
-            return int(value)
+            n = int(value)  # ValueError past 4,300 digits too (sys.int_info)
         except ValueError:
             f = as_float(value)
-            return int(f) if f is not None else None
-    return None
+            return as_int(f) if f is not None else None
+    else:
+        return None
+    return n if -MAX_INT <= n <= MAX_INT else None
 
 
 def as_float(value: Any) -> float | None:

@@ -1,0 +1,56 @@
+"""``as_int``: a count as instrumentations write it (int, float, text of either), or None.
+
+A number beyond 2**53 (the last integer a float holds exactly) is not understood: the metrics,
+the features and the usage sums turn counts into floats, and a 400-digit count raised
+OverflowError out of them (the engine's worker, ``otel-eval train``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from otel_eval.evaluate.conventions.values import as_int
+
+CASES: list[tuple[str, Any, int | None]] = [
+    ("int", 120, 120),
+    ("zero", 0, 0),
+    ("negative int", -7, -7),
+    ("int at the bound", 2**53, 2**53),
+    ("negative int at the bound", -(2**53), -(2**53)),
+    ("int past the bound", 2**53 + 1, None),
+    ("int64 max (an OTLP intValue)", 2**63 - 1, None),
+    ("400-digit int", int("9" * 400), None),
+    ("float", 12.0, 12),
+    ("fractional float truncated", 12.7, 12),
+    ("float at the bound", float(2**53), 2**53),
+    ("float past the bound", 1e18, None),
+    ("huge float", 1e300, None),
+    ("nan", float("nan"), None),
+    ("inf", float("inf"), None),
+    ("-inf", float("-inf"), None),
+    ("text", "120", 120),
+    ("padded text", " 120 ", 120),
+    ("text of a float", "12.5", 12),
+    ("text at the bound", str(2**53), 2**53),
+    ("text past the bound", str(2**53 + 1), None),
+    ("400 digits", "9" * 400, None),
+    ("-400 digits", "-" + "9" * 400, None),
+    ("5,000 digits (past int()'s limit)", "9" * 5000, None),
+    ("text of a huge float", "1e300", None),
+    ("text nan", "nan", None),
+    ("text inf", "inf", None),
+    ("empty text", "", None),
+    ("words", "many", None),
+    ("bool", True, None),
+    ("none", None, None),
+    ("list", [1], None),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "expected"), CASES, ids=[c[0] for c in CASES])
+def test_as_int(name: str, value: Any, expected: int | None) -> None:
+    got = as_int(value)
+    assert got == expected
+    assert got is None or type(got) is int
+
