@@ -30,7 +30,9 @@ unstored by a stop keeps its waiters uncalled.
 
 A trace's spans count as pending (``queued_spans``, ``queued_bytes``: admission bounds them)
 from its release until ``finish``, whatever the stage, so the receivers throttle while the
-evaluation is behind. A sink that raises is logged and counted, and the others still run.
+evaluation is behind. A sink that raises is logged and counted, and the others still run;
+so do a trace's metrics (``otel_eval_evaluation_failures_total{stage="metrics"}``): the
+trace is stored, and the rest of its batch is finished all the same.
 
 Threads: ``enqueue`` and the counters under the engine's lock (``lock``); ``process`` on
 the engine's worker thread (or tests by hand); ``finish`` on the thread the stage finishes
@@ -148,7 +150,7 @@ class Finishing:
                 continue
             if out.failure is not None:
                 self._metrics.evaluation.failed("evaluate", out.failure)
-            self._metrics.evaluation_stored(ev, now - job.released_at, out.superseded)
+            self._observe(ev, now - job.released_at, out.superseded)
             self._to_sinks(trace, ev)
         # Only now is the work durable: release the pending budget and tell the waiters.
         # Under the lock, the trace stops taking waiters (``wait_for``) before they are read:
@@ -164,6 +166,17 @@ class Finishing:
             waiters = [w for job in jobs for w in job.trace.waiters]
         for waiter in waiters:
             waiter()
+
+    def _observe(self, evaluation: Evaluation, completion_to_verdict_s: float,
+                 superseded: bool) -> None:
+        """The stored trace's metrics. They read its content (a count, a duration): content
+        no reader bounded must cost this trace its metrics only, never the batch its sinks,
+        waiters and pending budget (the trace is stored: what follows must run)."""
+        try:
+            self._metrics.evaluation_stored(evaluation, completion_to_verdict_s, superseded)
+        except Exception as e:  # stage boundary: after the commit, before the sinks
+            log.exception("the metrics of trace %s failed", evaluation.trace_id)
+            self._metrics.evaluation.failed("metrics", type(e).__name__[:64])
 
     def _to_sinks(self, trace: Trace, evaluation: Evaluation | None) -> None:
         """Each sink gets the evaluation, or (None: no agent run) the trace to pass on."""

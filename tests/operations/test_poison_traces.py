@@ -220,3 +220,34 @@ def test_a_token_count_out_of_range_is_unknown_and_its_batch_is_stored(tmp_path:
                         agent="a") == 2  # both traces counted: the batch finished
         assert h.svc.engine.pending_spans() == 0 and h.svc.engine.healthy
         assert h.sample("otel_eval_spool_requests") == 0
+
+
+def test_a_trace_whose_metrics_fail_costs_its_batch_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Metrics read a stored trace's content; whatever slips past the readers (above: a
+    400-digit count) must not stop the finishing of its batch. The trace's metrics raise
+    here: it is counted as a metrics failure, still handed to the sinks, and the batch's
+    other traces are counted, nothing left pending (before: the exception left
+    ``process``, skipping all of that for the rest of the batch)."""
+    with running_service(tmp_path) as h:
+        stored = h.svc.metrics.traces.evaluation_stored
+
+        def observe(ev: Evaluation, *args: Any) -> Any:
+            if ev.trace_id == POISON:
+                raise OverflowError("int too large to convert to float")
+            return stored(ev, *args)
+        monkeypatch.setattr(h.svc.metrics.traces, "evaluation_stored", observe)
+        sink = _Recorder()
+        h.svc.engine.sinks.append(sink)
+        _post(h, _openinference(POISON, '"weather_agent"'))
+        for trace in CLEAN:
+            _post(h, _openinference(trace, '"weather_agent"'))
+        assert h.release() == 11
+        assert all(h.svc.store.get(t) is not None for t in [POISON, *CLEAN])
+        assert h.sample("otel_eval_evaluation_failures_total", stage="metrics",
+                        reason="OverflowError") == 1
+        assert sink.exported == [POISON]
+        assert sum(s.value for m in h.svc.registry.collect() for s in m.samples
+                   if s.name == "otel_eval_trace_steps_count") == len(CLEAN)
+        assert h.svc.engine.pending_spans() == 0 and h.svc.engine.healthy
+        assert h.sample("otel_eval_spool_requests") == 0
