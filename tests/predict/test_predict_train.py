@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import argparse
+import io
 import json
 from pathlib import Path
+from typing import Any
 
+import pytest
 from predict_helpers import SLICE_RUNS, otel_eval
 
+import otel_eval.evaluate.predict.labels as labels_module
 from otel_eval.app.config import Config, replace
+from otel_eval.app.offline import EvalRun
+from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.predict import load_model
 from otel_eval.evaluate.predict.features import FEATURES_VERSION, features
 from otel_eval.evaluate.predict.regression import HYPERPARAMETERS, choose_c
+from otel_eval.evaluate.predict.train import cmd_train
 from otel_eval.receive.loaders import load_path
 
 
@@ -130,6 +138,67 @@ def test_bad_labels_and_too_few_labels_are_clear_errors(tau_slice: Path,
     done = otel_eval("train", str(tau_slice), "--name", "a@b", "--out", str(tmp_path / "m.json"))
     assert done.returncode == 2 and "name: must not contain '@'" in done.stderr
 
+
+
+def _otlp_runs(tmp_path: Path, input_tokens: dict[int, str]) -> tuple[Path, Path]:
+    """Six two-span runs as OTLP/JSON (run i's chat span says ``input_tokens[i]`` when
+    given) and a labels file, every other run a success."""
+    def span(tid: str, sid: str, parent: str | None, attrs: dict[str, str]) -> dict[str, Any]:
+        return {"traceId": tid, "spanId": sid, **({"parentSpanId": parent} if parent else {}),
+                "name": attrs["gen_ai.operation.name"], "startTimeUnixNano": "1000",
+                "endTimeUnixNano": "2000",
+                "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in attrs.items()]}
+    spans, labels = [], []
+    for i in range(6):
+        tid = f"{i + 1:032x}"
+        chat = {"gen_ai.operation.name": "chat"}
+        if i in input_tokens:
+            chat["gen_ai.usage.input_tokens"] = input_tokens[i]
+        spans += [span(tid, "01" * 8, None, {"gen_ai.operation.name": "invoke_agent",
+                                              "gen_ai.agent.name": "a"}),
+                  span(tid, "02" * 8, "01" * 8, chat)]
+        labels.append(json.dumps({"trace_id": tid, "outcome": i % 2 == 0}) + "\n")
+    traces = tmp_path / "traces.json"
+    traces.write_text(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}))
+    (tmp_path / "labels.jsonl").write_text("".join(labels))
+    return traces, tmp_path / "labels.jsonl"
+
+
+def test_a_run_with_a_400_digit_token_count_trains_with_the_count_unknown(
+        tmp_path: Path) -> None:
+    """Before: the count was kept as a 400-digit int and ``features`` (math.log1p) ended
+    ``otel-eval train`` with an OverflowError traceback."""
+    traces, labels = _otlp_runs(tmp_path, {0: "9" * 400, 1: "120"})
+    done = otel_eval("train", str(traces), "--labels", str(labels), "--out",
+                     str(tmp_path / "m.json"))
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert load_model(tmp_path / "m.json").training["runs"] == 6
+
+
+def test_a_run_whose_features_raise_is_left_out_and_named(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Whatever slips past the readers into ``features``: that run is left out, counted and
+    named (exit 1, as for a file that could not be loaded); the others train."""
+    traces, labels = _otlp_runs(tmp_path, {})
+    bad = f"{3:032x}"
+    real = labels_module.features
+
+    def failing(ev: Evaluation) -> dict[str, float]:
+        if ev.trace_id == bad:
+            raise OverflowError("int too large to convert to float")
+        return real(ev)
+    monkeypatch.setattr(labels_module, "features", failing)
+    args = argparse.Namespace(labels=[str(labels)], out=str(tmp_path / "m.json"),
+                              name="success")
+    out = io.StringIO()
+    assert cmd_train(args, EvalRun(Config(), [str(traces)]), out) == 1
+    assert out.getvalue().startswith(f"wrote {tmp_path / 'm.json'}: success@")
+    err = capsys.readouterr().err
+    assert ("1 labelled run(s) left out, their features could not be computed (the first: "
+            f"trace {bad}: OverflowError: int too large to convert to float)") in err
+    assert load_model(tmp_path / "m.json").training["runs"] == 5
 
 def test_features_do_not_depend_on_the_outcome(tau_slice: Path) -> None:
     """The label must not leak: a run's features are the same whatever its outcome."""

@@ -114,16 +114,31 @@ def read_labels(paths: Iterable[str]) -> Labels:
     return labels
 
 
-def rows_from(evaluations: Iterable[Evaluation], labels: Labels) -> tuple[list[Row], int]:
-    """(labelled rows, number of runs without a label)."""
-    rows, unlabelled = [], 0
+@dataclass
+class TrainingRows:
+    """What ``rows_from`` made of the runs: a row per labelled run, and the runs left out."""
+
+    rows: list[Row] = field(default_factory=list)
+    unlabelled: int = 0  # runs without a label (or whose evaluation failed)
+    # labelled runs whose features could not be computed: "trace <id>: <exception>", in order
+    unreadable: list[str] = field(default_factory=list)
+
+
+def rows_from(evaluations: Iterable[Evaluation], labels: Labels) -> TrainingRows:
+    """A row per labelled run. A run whose features raise is left out and named: serve's
+    predictor gives such a run no prediction (``Evaluator._predict``), so training leaves it
+    out too rather than stopping on it with a traceback."""
+    out = TrainingRows()
     for ev in evaluations:
         label = labels.of(ev)
         if label is None or ev.error is not None:
-            unlabelled += 1
+            out.unlabelled += 1
             continue
-        rows.append(row(ev, label))
-    return rows, unlabelled
+        try:
+            out.rows.append(row(ev, label))
+        except Exception as e:  # the run's content; the other runs still train
+            out.unreadable.append(f"trace {ev.trace_id}: {type(e).__name__}: {e}")
+    return out
 
 
 def row(ev: Evaluation, label: bool) -> Row:

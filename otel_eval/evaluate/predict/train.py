@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from otel_eval.base.documents import MAX_NAME_CHARS
+from otel_eval.base.printable import clipped, printable
 from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.predict.features import (
     FEATURE_PREFIX_FINDING,
@@ -38,6 +39,7 @@ from otel_eval.evaluate.predict.labels import (
     Labels,
     Row,
     TrainError,
+    TrainingRows,
     read_labels,
     rows_from,
 )
@@ -209,16 +211,16 @@ def _text_document(vectorizer: Any, lr: Linear) -> dict[str, Any]:
             "intercept": lr.intercept}
 
 
-def train(run: EvalRun, labels: Labels, out: str, name: str) -> tuple[Model, int]:
-    """Evaluate the runs, fit, write ``out``: (the model, runs left out without a label)."""
-    rows, unlabelled = rows_from(run.evaluations(), labels)
-    return write_model(fit(rows, name), out), unlabelled
+def train(run: EvalRun, labels: Labels, out: str, name: str) -> tuple[Model, TrainingRows]:
+    """Evaluate the runs, fit, write ``out``: (the model, the rows with the runs left out)."""
+    rows = rows_from(run.evaluations(), labels)
+    return write_model(fit(rows.rows, name), out), rows
 
 
 def cmd_train(args: argparse.Namespace, run: EvalRun, out: TextIO) -> int:
     try:
         labels = read_labels(args.labels)
-        model, unlabelled = train(run, labels, args.out, args.name)
+        model, rows = train(run, labels, args.out, args.name)
     except (TrainError, ValueError) as e:
         print(f"otel-eval train: {e}", file=sys.stderr)
         return 2
@@ -234,7 +236,11 @@ def cmd_train(args: argparse.Namespace, run: EvalRun, out: TextIO) -> int:
               f"{len(model.features)} features{figures}"
               + (f"; own models for {len(model.agent_models)} agents"
                  if model.agent_models else "") + "\n")
-    if unlabelled:
-        print(f"otel-eval train: {unlabelled} runs without a label were left out",
+    if rows.unlabelled:
+        print(f"otel-eval train: {rows.unlabelled} runs without a label were left out",
               file=sys.stderr)
-    return 1 if run.failed_files else 0
+    if rows.unreadable:  # an error, like a file that could not be loaded: exit 1
+        n, first = len(rows.unreadable), printable(clipped(rows.unreadable[0]))
+        print(f"otel-eval train: {n} labelled run(s) left out, their features could not be "
+              f"computed (the first: {first})", file=sys.stderr)
+    return 1 if run.failed_files or rows.unreadable else 0
