@@ -34,13 +34,16 @@ _FAILURE = {"failure", "failed", "fail", "false", "0", "0.0", "error", "unresolv
 
 
 def normalize_outcome(value: object) -> str | None:
-    """Map the many ways an outcome is written (bool, 0/1, reward, words) to success/failure."""
+    """Map the many ways an outcome is written (bool, 1/0, 1.0/0.0 rewards, words) to
+    success/failure; anything else (0.5, 2, -7, NaN, inf: a score, not an outcome) is None.
+    Shared by ``POST /v1/feedback`` (None: 400), the outcome attribute (None: not known)
+    and the training labels (None: a bad labels line)."""
     if value is None:
         return None
     if isinstance(value, bool):
         return "success" if value else "failure"
     if isinstance(value, int | float):
-        return "success" if value >= 1 else "failure"
+        return "success" if value == 1 else "failure" if value == 0 else None
     text = str(value).strip().lower()
     if text in _SUCCESS:
         return "success"
