@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from otel_eval.app.config import Config
+from otel_eval.base.printable import printable
 from otel_eval.evaluate.calibration import report
 
 
@@ -58,8 +59,9 @@ def print_table(found: dict[str, Any], out: TextIO) -> None:
         return
     out.write("service  agent  score  runs  successes  failures  threshold  "
               "AUC [95% CI]  kappa [95% CI]\n")
-    for g in found["groups"]:
-        out.write(f"{g['service'] or '-'}  {g['agent'] or '-'}  {g['score']}  {g['runs']}  "
+    for g in found["groups"]:  # service, agent: span content, escaped as ``show`` does
+        out.write(f"{printable(g['service'] or '-')}  {printable(g['agent'] or '-')}  "
+                  f"{printable(str(g['score']))}  {g['runs']}  "
                   f"{g['successes']}  {g['failures']}  {g['threshold']}  "
                   f"{_interval(g['auc'], g['auc_ci95'])}  "
                   f"{_interval(g['kappa'], g['kappa_ci95'])}\n")

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from otel_eval.app.config import Config
 from otel_eval.base.configcheck import ConfigError
+from otel_eval.base.printable import printable
 
 if TYPE_CHECKING:
     from otel_eval.app.offline import EvalRun
@@ -126,19 +127,22 @@ def _percent(value: float | None, signed: bool = False) -> str:
 def print_table(result: IssuesResult, out: TextIO) -> None:
     head = ("level", "node", "id", "share", "trend", "status", "severity", "runs", "exemplar",
             "title")
-    lines = [head]
+    lines: list[tuple[str, ...]] = [head]
     for i in result.issues:
         title = i.title if len(i.title) <= _TITLE_CHARS else i.title[: _TITLE_CHARS - 1] + "…"
-        lines.append((i.level, i.node or "-", i.issue_id, _percent(i.share),
-                      _percent(i.trend, signed=True), i.status, i.severity, str(i.traces),
-                      i.exemplars[0] if i.exemplars else "-", title))
+        # every cell escaped as ``show`` does (node, title, exemplar: span content and the
+        # judge's words), before the widths are measured
+        lines.append(tuple(printable(c) for c in (
+            i.level, i.node or "-", i.issue_id, _percent(i.share),
+            _percent(i.trend, signed=True), i.status, i.severity, str(i.traces),
+            i.exemplars[0] if i.exemplars else "-", title)))
     widths = [max(len(r[c]) for r in lines) for c in range(len(head) - 1)]
     for r in lines:
         out.write("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  "
                   + r[-1] + "\n")
     for gone in result.resolved:
-        out.write(f"resolved  {gone.issue_id}  was {_percent(gone.previous_share)}  "
-                  f"{gone.title}\n")
+        out.write(f"resolved  {printable(gone.issue_id)}  was {_percent(gone.previous_share)}  "
+                  f"{printable(gone.title)}\n")
     unassigned = sum(1 for a in result.assignments if a.issue_id is None)
     out.write(f"\n{len(result.issues)} issues from {result.critiques} critiques in "
               f"{result.traces} traces ({unassigned} critiques in no issue, "

@@ -117,6 +117,23 @@ def test_table_shows_every_issue(tmp_path: Path) -> None:
     assert lines[-1].startswith("3 issues from 22 critiques in 12 traces")
 
 
+# an OSC 52 clipboard write, then a carriage return and an erased line that fakes the row
+EVIL = "bot\x1b]52;c;ZWNobyBwd25lZA==\x07\r\x1b[2K\x1b[32mALL GOOD"
+
+
+def test_table_escapes_span_content_as_show_does(tmp_path: Path) -> None:
+    """The node (span content) and the titles reached the terminal raw; now escaped before
+    the columns are measured, as ``show`` and ``inspect`` escape them."""
+    jsonl = tmp_path / "evals.jsonl"
+    jsonl.write_text("".join(json.dumps(e).replace("searcher", json.dumps(EVIL)[1:-1]) + "\n"
+                             for e in window(12)))
+    code, table = _issues(str(jsonl))
+    assert code == 0
+    assert not any(c in table for c in "\x1b\x07\r")
+    rows = [line for line in table.splitlines() if line.startswith("node")]
+    assert rows and all("bot\\x1b]52;c;ZWNobyBwd25lZA==\\x07\\r\\x1b[2K" in r for r in rows)
+    assert len({r.index(" iss_") for r in rows}) == 1  # the columns still line up
+
 @pytest.mark.parametrize(("name", "content", "message"), [
     ("garbage.json", b"this is not a trace", "garbage.json"),
     ("broken.jsonl", None, "broken.jsonl:2"),

@@ -4,6 +4,7 @@ through POST /v1/feedback, compared with the same figures computed by hand."""
 
 from __future__ import annotations
 
+import io
 import json
 import urllib.request
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from otel_eval.app.admin import AdminApi, AdminConfig, AdminServer
+from otel_eval.app.calibrate import print_table
 from otel_eval.app.cli import main
 from otel_eval.base.results import Evaluation
 from otel_eval.base.steps import Trajectory
@@ -172,6 +174,17 @@ def test_calibrate_cli_without_a_store_says_so(tmp_path: Path,
     assert main(["calibrate", "--store", str(tmp_path / "none.db")]) == 1
     assert "no store at" in capsys.readouterr().err
 
+
+def test_the_table_escapes_service_and_agent_names() -> None:
+    """Service and agent names are span content: printed raw, an OSC 52 sequence wrote the
+    operator's clipboard and a carriage return rewrote the row. Escaped as ``show`` does."""
+    evil = "bot\x1b]52;c;ZWNobyBwd25lZA==\x07\r\x1b[2K"
+    found = calibrate([(o, {**_body(evil, t, p), "service": "s\x9b2J"}) for _, t, p, o in RUNS])
+    out = io.StringIO()
+    print_table(found, out)
+    table = out.getvalue()
+    assert not any(c in table for c in "\x1b\x07\r\x9b")
+    assert "s\\x9b2J  bot\\x1b]52;c;ZWNobyBwd25lZA==\\x07\\r\\x1b[2K  trace  6" in table
 
 def test_get_v1_calibration_serves_the_same_object(store: Any) -> None:
     api = AdminApi(CollectorRegistry(), store.query, store.get, lambda _t, _o: None,
