@@ -140,9 +140,9 @@ def _print_trials(trials: Sequence[Any], out: TextIO) -> None:
     if not tasks:
         return
     out.write("task  trials  passes  pass@k  pass^k  lucky passes\n")
-    for t in sorted(tasks, key=lambda t: t.task_id):
-        out.write(f"{t.task_id}  {t.n}  {t.passes}  {t.pass_at_k:.2f}  {t.pass_hat_k:.2f}  "
-                  f"{', '.join(t.lucky) or '-'}\n")
+    for t in sorted(tasks, key=lambda t: t.task_id):  # task ids: span content, escaped
+        out.write(f"{printable(t.task_id)}  {t.n}  {t.passes}  {t.pass_at_k:.2f}  "
+                  f"{t.pass_hat_k:.2f}  {printable(', '.join(t.lucky)) or '-'}\n")
     mean_at = sum(t.pass_at_k or 0.0 for t in tasks) / len(tasks)
     mean_hat = sum(t.pass_hat_k or 0.0 for t in tasks) / len(tasks)
     lucky = sum(len(t.lucky) for t in tasks)
@@ -159,11 +159,13 @@ def _print_table(rows: Sequence[dict[str, Any]], out: TextIO) -> None:
         v = b.get("verdict")
         kinds = sorted({f"{f['detector']}:{f['kind']}" for f in b["findings"]})
         p = (f"{b['prediction']['p_success']:.2f}" if "prediction" in b else "-",)
-        lines.append((b["trace_id"], str(b["agent"] or "-")[:24], b["status"],
+        # span content (the agent; a file's trace id): escaped as ``show`` does, then cut
+        lines.append((printable(b["trace_id"]), printable(str(b["agent"] or "-"))[:24],
+                      printable(b["status"]),
                       str(b["counts"]["llm_calls"]), str(b["counts"]["tool_calls"]),
                       str(b["usage"]["input_tokens"] + b["usage"]["output_tokens"]),
                       "-" if v is None else ("pass" if v["passed"] else "FAIL"),
-                      *(p if predicted else ()), ", ".join(kinds)[:60] or "-"))
+                      *(p if predicted else ()), printable(", ".join(kinds))[:60] or "-"))
     widths = [max(len(r[i]) for r in lines) for i in range(len(head) - 1)]
     for r in lines:
         out.write("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  "

@@ -88,6 +88,31 @@ def test_trials_of_a_task_report_pass_at_k_and_lucky_passes(
     assert "1 tasks with 2+ judged trials: mean pass@k 0.00, pass^k 0.00; 3 lucky passes" in err
 
 
+EVIL = "bot\x1b]52;c;ZWNobyBwd25lZA==\x07\r\x1b[2K"  # OSC 52 clipboard write, line erased
+
+
+def test_trials_table_escapes_the_task_id(
+        llm: FakeLLM, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    llm.route = _scripted
+    _, err = _run(tmp_path, llm, capsys, 2, task_id=EVIL)
+    assert not any(c in err for c in "\x1b\x07\r")
+    assert "bot\\x1b]52;c;ZWNobyBwd25lZA==\\x07\\r\\x1b[2K  2  0  " in err
+
+
+def test_eval_table_escapes_the_agent(tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The agent name is span content; the table printed it raw (as ``calibrate`` and
+    ``issues`` did), ``show`` and ``inspect`` escape it."""
+    tid = "ab" * 16
+    spans = [model.Span(tid, f"{1:016x}", None, "invoke_agent", 1, 10, attributes={
+        "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": EVIL})]
+    path = tmp_path / "traces.json"
+    path.write_text(json.dumps(request_to_json(encode_spans(spans))))
+    assert main(["eval", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert not any(c in out for c in "\x1b\x07\r")
+    assert f"{tid}  bot\\x1b]52;c;ZWNobyBwd25" in out
+
 def _failing_trace_file(tmp_path: Path, calls: int) -> Path:
     """One run of ``calls`` LLM calls, each followed by a failed tool call (a finding and a
     verdict reason each)."""
