@@ -1,4 +1,5 @@
-"""``as_int``: a count as instrumentations write it (int, float, text of either), or None.
+"""``as_int``: a count as instrumentations write it (int, float, text of either), or None;
+``as_float``: a finite float, or None.
 
 A number beyond 2**53 (the last integer a float holds exactly) is not understood: the metrics,
 the features and the usage sums turn counts into floats, and a 400-digit count raised
@@ -10,7 +11,10 @@ from typing import Any
 
 import pytest
 
-from otel_eval.evaluate.conventions.values import as_int
+from otel_eval.app.config import Config
+from otel_eval.base.model import Span, Trace
+from otel_eval.evaluate.conventions.values import as_float, as_int
+from otel_eval.evaluate.evaluator import Evaluator
 
 CASES: list[tuple[str, Any, int | None]] = [
     ("int", 120, 120),
@@ -54,3 +58,37 @@ def test_as_int(name: str, value: Any, expected: int | None) -> None:
     assert got == expected
     assert got is None or type(got) is int
 
+
+
+FLOATS: list[tuple[str, Any, float | None]] = [
+    ("float", 0.25, 0.25),
+    ("int", 3, 3.0),
+    ("text", "0.5", 0.5),
+    ("400-digit int (a file's JSON number)", int("9" * 400), None),
+    ("400-digit text", "9" * 400, None),
+    ("inf", float("inf"), None),
+    ("nan", float("nan"), None),
+    ("bool", False, None),
+    ("words", "cheap", None),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "expected"), FLOATS, ids=[c[0] for c in FLOATS])
+def test_as_float(name: str, value: Any, expected: float | None) -> None:
+    assert as_float(value) == expected
+
+
+def test_numbers_past_a_float_in_a_files_span_are_unknown_never_a_finding() -> None:
+    """A span-tree file (TRAIL's shape) keeps its JSON numbers as they are: a 400-digit
+    cost made ``as_float`` raise, and the trace got an ``evaluation_error`` finding (a failed
+    verdict) instead of an unknown cost."""
+    tid, huge = "ab" * 16, int("9" * 400)
+    spans = [Span(tid, "01" * 8, None, "invoke_agent a", 1, 10, attributes={
+                 "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a"}),
+             Span(tid, "02" * 8, "01" * 8, "chat", 2, 3, attributes={
+                 "gen_ai.operation.name": "chat", "gen_ai.usage.cost": huge,
+                 "gen_ai.usage.input_tokens": huge, "gen_ai.usage.output_tokens": 7})]
+    ev = Evaluator(Config()).evaluate(Trace(tid, spans, "complete"))
+    assert ev is not None and ev.findings == []
+    chat = ev.trajectory.steps[1]
+    assert (chat.cost_usd, chat.input_tokens, chat.output_tokens) == (None, None, 7)

@@ -52,10 +52,15 @@ def as_int(value: Any) -> int | None:
 
 
 def as_float(value: Any) -> float | None:
+    """A finite float from an int, a float or their text; anything else (bool, NaN,
+    infinities, an int too large for a float) is None."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
-        f = float(value)
+        try:
+            f = float(value)
+        except OverflowError:  # an int of 309+ digits (a file's JSON number, not OTLP's int64)
+            return None
         return f if f == f and abs(f) != float("inf") else None
     if isinstance(value, str) and value:
         try:
