@@ -99,10 +99,18 @@ def test_iso_durations(text: str, ns: int) -> None:
     assert duration_to_ns(text) == ns
 
 
-@pytest.mark.parametrize("text", ["", "P", "PT", "1M", "PT-1S", "PTxS"])
+@pytest.mark.parametrize("text", ["", "P", "PT", "1M", "PT-1S", "PTxS",
+                                  # past OTLP's fixed64 ns (a 400-digit count of days made
+                                  # an end time no float holds: eval's traceback)
+                                  pytest.param("P" + "9" * 400 + "D", id="400-digit days"),
+                                  "PT18446744073.709551616S"])
 def test_bad_iso_durations(text: str) -> None:
     with pytest.raises(ValueError):
         duration_to_ns(text)
+
+
+def test_the_longest_duration_a_span_can_say() -> None:
+    assert duration_to_ns("PT18446744073.709551615S") == 2**64 - 1
 
 
 def test_iso_timestamps_naive_is_utc() -> None:

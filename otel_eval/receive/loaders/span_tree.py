@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from otel_eval.base.model import Span, SpanEvent
+from otel_eval.base.printable import quoted
 from otel_eval.receive.loaders.files import LoaderError
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -39,15 +40,25 @@ def iso_to_ns(text: str) -> int:
     return (dt - _EPOCH) // _MICRO * 1000
 
 
+# The longest duration a span can say, in ns: OTLP's time fields are fixed64 (584 years).
+# Past it a duration is no span's: refused with the file, as a malformed one is (before, a
+# 400-digit one made an end time that the trace's duration in seconds could not hold).
+MAX_DURATION_NS = 2**64 - 1
+
+
 def duration_to_ns(text: str) -> int:
-    """ISO-8601 duration (``PT1M1.95S``, ``P1DT2H``) -> ns. Raises ValueError."""
+    """ISO-8601 duration (``PT1M1.95S``, ``P1DT2H``) -> ns, at most ``MAX_DURATION_NS``.
+    Raises ValueError."""
     m = _DURATION.match(text)
     if not m or text in ("P", "PT"):
-        raise ValueError(f"not an ISO-8601 duration: {text!r}")
+        raise ValueError(f"not an ISO-8601 duration: {quoted(text)}")
     days, hours, minutes, seconds, frac = m.groups()
     whole = ((int(days or 0) * 24 + int(hours or 0)) * 60 + int(minutes or 0)) * 60
     whole += int(seconds or 0)
-    return whole * 1_000_000_000 + int((frac or "0")[:9].ljust(9, "0"))
+    ns = whole * 1_000_000_000 + int((frac or "0")[:9].ljust(9, "0"))
+    if ns > MAX_DURATION_NS:
+        raise ValueError(f"duration out of range (over 584 years): {quoted(text)}")
+    return ns
 
 
 def _code(value: Any, prefix: str, default: str) -> str:
