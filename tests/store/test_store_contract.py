@@ -185,8 +185,7 @@ def test_conflicting_feedback_leaves_the_verdict_of_the_outcome_stored(stores: O
     stored = b_store.get(tid)
     assert stored is not None and stored["verdict"]["outcome"] == "success"
     assert b_store.feedback(tid) == "success"
-    assert [(o, body["verdict"]["outcome"]) for o, body in b_store.labelled(10)] == [
-        ("success", "success")]
+    assert [o for o, _ in b_store.labelled(10)] == ["success"]
 
 
 def test_feedback_on_a_row_deleted_meanwhile_records_nothing(stores: Open) -> None:
