@@ -92,3 +92,26 @@ def test_numbers_past_a_float_in_a_files_span_are_unknown_never_a_finding() -> N
     assert ev is not None and ev.findings == []
     chat = ev.trajectory.steps[1]
     assert (chat.cost_usd, chat.input_tokens, chat.output_tokens) == (None, None, 7)
+
+
+def test_a_negative_token_count_is_unknown_in_every_convention() -> None:
+    """A count of -10**12 tokens was taken as it came and summed: a run's total went
+    negative, which a token budget read as far within bounds. A count passes ``low`` 0."""
+    assert (as_int(-5, 0), as_int("-5", 0), as_int(-5.0, 0), as_int(0, 0)) == \
+        (None, None, None, 0)
+    assert as_int(-5) == -5  # an exit code may be negative
+    tid = "ab" * 16
+    shapes = [{"gen_ai.operation.name": "chat", "gen_ai.usage.input_tokens": -10**12,
+               "gen_ai.usage.output_tokens": "-3"},  # GenAI
+              {"openinference.span.kind": "LLM", "llm.token_count.prompt": -10**12,
+               "llm.token_count.completion": -3},  # OpenInference
+              {"ai.operationId": "ai.generateText.doGenerate", "ai.usage.promptTokens": -10**12,
+               "ai.usage.completionTokens": -3}]  # Vercel AI SDK
+    for attrs in shapes:
+        spans = [Span(tid, "01" * 8, None, "invoke_agent a", 1, 10, attributes={
+                     "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a"}),
+                 Span(tid, "02" * 8, "01" * 8, "chat", 2, 3, attributes=attrs)]
+        ev = Evaluator(Config()).evaluate(Trace(tid, spans, "complete"))
+        assert ev is not None
+        llm = [s for s in ev.trajectory.steps if s.kind == "llm"]
+        assert llm and all((s.input_tokens, s.output_tokens) == (None, None) for s in llm), attrs

@@ -142,11 +142,11 @@ def _fill_usage(step: Step, attrs: Attrs) -> None:
     tokens = get("gen_ai.usage.input_tokens")
     if tokens is None:
         tokens = get("gen_ai.usage.prompt_tokens")
-    step.input_tokens = None if tokens is None else as_int(tokens)
+    step.input_tokens = None if tokens is None else as_int(tokens, 0)
     tokens = get("gen_ai.usage.output_tokens")
     if tokens is None:
         tokens = get("gen_ai.usage.completion_tokens")
-    step.output_tokens = None if tokens is None else as_int(tokens)
+    step.output_tokens = None if tokens is None else as_int(tokens, 0)
 
 
 def _fill(step: Step, span: Span, attrs: Attrs) -> None:

@@ -53,7 +53,7 @@ def _tokens(usage: Any, keys: tuple[str, ...]) -> int | None:
     if not isinstance(usage, dict):
         return None
     for key in keys:
-        found = as_int(usage.get(key))
+        found = as_int(usage.get(key), 0)
         if found is not None:
             return found
     return None

@@ -65,8 +65,8 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
     step.model = decode_json_string(attrs.get(MODEL))
     usage = parse_json(attrs.get(USAGE))
     if isinstance(usage, dict):
-        step.input_tokens = as_int(usage.get("input_tokens"))
-        step.output_tokens = as_int(usage.get("output_tokens"))
+        step.input_tokens = as_int(usage.get("input_tokens"), 0)
+        step.output_tokens = as_int(usage.get("output_tokens"), 0)
     text_in, text_out = decode_json_string(raw_in), decode_json_string(raw_out)
     step.input_text = request_messages(text_in) or text_in
     step.finish_reasons = finish_reasons(text_out)

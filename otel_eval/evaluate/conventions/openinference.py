@@ -218,8 +218,8 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
         step.arguments = parse_json(first(attrs, "tool_call.function.arguments", "input.value"))
         step.result = as_str(attrs.get("output.value"))
         return
-    step.input_tokens = as_int(attrs.get("llm.token_count.prompt"))
-    step.output_tokens = as_int(attrs.get("llm.token_count.completion"))
+    step.input_tokens = as_int(attrs.get("llm.token_count.prompt"), 0)
+    step.output_tokens = as_int(attrs.get("llm.token_count.completion"), 0)
     step.input_text = as_str(attrs.get("input.value"))
     if kind == "llm":
         _fill_llm(step, attrs)

@@ -174,10 +174,10 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
     step.model = as_str(first(attrs, "gen_ai.response.model", "gen_ai.request.model",
                               "llm.response.model", "llm.request.model"))
     step.input_tokens = as_int(first(attrs, "gen_ai.usage.input_tokens",
-                                     "gen_ai.usage.prompt_tokens", "llm.usage.prompt_tokens"))
+                                     "gen_ai.usage.prompt_tokens", "llm.usage.prompt_tokens"), 0)
     step.output_tokens = as_int(first(attrs, "gen_ai.usage.output_tokens",
                                       "gen_ai.usage.completion_tokens",
-                                      "llm.usage.completion_tokens"))
+                                      "llm.usage.completion_tokens"), 0)
     step.input_text = _dumps(_messages(attrs, "gen_ai.prompt"))
     completions = _messages(attrs, "gen_ai.completion")
     step.output_text = _dumps(completions)

@@ -82,8 +82,8 @@ def _cache_write(step: Step, span: Span, attrs: Attrs) -> None:
         value = attrs.get(key)
         if value is None:
             continue
-        tokens = as_int(value)
-        if tokens is None or tokens < 0:
+        tokens = as_int(value, 0)
+        if tokens is None:
             step.unknown["cache_write_tokens"] = f"{key} not understood"
             continue
         step.cache_write_tokens = tokens

@@ -28,9 +28,11 @@ dumps = json.JSONEncoder(ensure_ascii=False, default=str).encode
 MAX_INT = 2**53
 
 
-def as_int(value: Any) -> int | None:
-    """An integer in [-MAX_INT, MAX_INT], from an int, an integral-or-not float (truncated) or
-    their text; anything else (bool, NaN, infinities, a number out of range) is None."""
+def as_int(value: Any, low: int = -MAX_INT) -> int | None:
+    """An integer in [``low``, MAX_INT], from an int, an integral-or-not float (truncated) or
+    their text; anything else (bool, NaN, infinities, a number out of range) is None. A count
+    (tokens) passes ``low`` 0: a negative one is not understood, never subtracted from a
+    run's total (which could hide a budget overrun)."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -45,10 +47,10 @@ def as_int(value: Any) -> int | None:
             n = int(value)  # ValueError past 4,300 digits too (sys.int_info)
         except ValueError:
             f = as_float(value)
-            return as_int(f) if f is not None else None
+            return as_int(f, low) if f is not None else None
     else:
         return None
-    return n if -MAX_INT <= n <= MAX_INT else None
+    return n if low <= n <= MAX_INT else None
 
 
 def as_float(value: Any) -> float | None:

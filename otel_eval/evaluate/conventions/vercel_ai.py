@@ -80,10 +80,10 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
     step.model = as_str(first(attrs, "ai.response.model", "gen_ai.response.model",
                               "ai.model.id", "gen_ai.request.model"))
     step.input_tokens = as_int(first(attrs, "ai.usage.inputTokens", "ai.usage.promptTokens",
-                                     "gen_ai.usage.input_tokens"))
+                                     "gen_ai.usage.input_tokens"), 0)
     step.output_tokens = as_int(first(attrs, "ai.usage.outputTokens",
                                       "ai.usage.completionTokens",
-                                      "gen_ai.usage.output_tokens"))
+                                      "gen_ai.usage.output_tokens"), 0)
     step.input_text = as_str(get("ai.prompt.messages"))
     step.output_text = as_str(get("ai.response.text"))
     step.tool_calls = _tool_calls(get("ai.response.toolCalls"))
