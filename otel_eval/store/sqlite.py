@@ -148,32 +148,39 @@ class SqliteStore(KeptSessions):
         finally:
             readers.put(reader)
 
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Cursor]:
+        """One write transaction on the writer's connection, the caller holding ``_lock``:
+        BEGIN IMMEDIATE (take the write lock now: upgrading a read snapshot after another
+        connection wrote fails at once, SQLITE_BUSY_SNAPSHOT), COMMIT at the end, ROLLBACK on
+        any exception. SQLite rolls a transaction back by itself on some errors (SQLITE_FULL:
+        a full disk); a ROLLBACK then fails with "cannot rollback" and would hide why, so it
+        is sent only while one is open."""
+        cur = self._db.cursor()
+        cur.execute("BEGIN IMMEDIATE")
+        try:
+            yield cur
+            cur.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                cur.execute("ROLLBACK")
+            raise
+
     def put_many(self, evaluations: Iterable[Evaluation]) -> list[bool]:
         """Store evaluations in one transaction. Returns, per evaluation, whether it superseded
         an earlier one for the same trace id (a re-opened trace or a replay)."""
         rows = [evaluation_row(ev) for ev in evaluations]
-        with self._lock:
-            cur = self._db.cursor()
-            cur.execute("BEGIN IMMEDIATE")  # take the write lock now: upgrading a
-            # read snapshot after another connection wrote fails at once (SQLITE_BUSY_SNAPSHOT)
-            try:
-                stored = self._stored_sessions(cur, list({row[0] for row in rows}))
-                before: list[str | bool | None] = []
-                for row in rows:  # a trace twice in the batch: the second supersedes
-                    before.append(stored.get(row[0], False))
-                    stored[row[0]] = row[10]
-                cur.executemany(f"INSERT OR REPLACE INTO evaluations ({ROW_COLUMNS}) "
-                                "VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
-                writes = session_writes(rows, before)
-                cur.executemany(self._session_sql["upsert"], writes.upserts)
-                cur.executemany(self._session_sql["gone"], writes.left)
-                cur.execute("COMMIT")
-            except BaseException:
-                # SQLite rolls a transaction back by itself on some errors (SQLITE_FULL: a
-                # full disk); a ROLLBACK then fails with "cannot rollback" and would hide why
-                if self._db.in_transaction:
-                    cur.execute("ROLLBACK")
-                raise
+        with self._lock, self._write() as cur:
+            stored = self._stored_sessions(cur, list({row[0] for row in rows}))
+            before: list[str | bool | None] = []
+            for row in rows:  # a trace twice in the batch: the second supersedes
+                before.append(stored.get(row[0], False))
+                stored[row[0]] = row[10]
+            cur.executemany(f"INSERT OR REPLACE INTO evaluations ({ROW_COLUMNS}) "
+                            "VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
+            writes = session_writes(rows, before)
+            cur.executemany(self._session_sql["upsert"], writes.upserts)
+            cur.executemany(self._session_sql["gone"], writes.left)
         return [b is not False for b in before]
 
     def limit_pages(self, pages: int) -> int:
@@ -221,24 +228,16 @@ class SqliteStore(KeptSessions):
         """Record ``outcome`` and replace the findings and verdict of ``revision`` (feedback
         re-judged them with it), in one transaction; False, nothing written, when the trace
         was re-evaluated since or is gone (read again and retry)."""
-        with self._lock:
-            cur = self._db.cursor()
-            cur.execute("BEGIN IMMEDIATE")
-            try:
-                cur.execute(
-                    "UPDATE evaluations SET body = json_set(body, '$.findings', json(?), "
-                    "'$.verdict', json(?)), passed = ? WHERE trace_id = ? AND revision = ?",
-                    (json.dumps(findings), json.dumps(verdict), int(bool(verdict["passed"])),
-                     trace_id, revision))
-                written = cur.rowcount == 1
-                if written:
-                    cur.execute("INSERT OR REPLACE INTO feedback VALUES (?,?,?)",
-                                (trace_id, outcome, now_ns))
-                cur.execute("COMMIT")
-            except BaseException:
-                if self._db.in_transaction:  # as in put_many
-                    cur.execute("ROLLBACK")
-                raise
+        with self._lock, self._write() as cur:
+            cur.execute(
+                "UPDATE evaluations SET body = json_set(body, '$.findings', json(?), "
+                "'$.verdict', json(?)), passed = ? WHERE trace_id = ? AND revision = ?",
+                (json.dumps(findings), json.dumps(verdict), int(bool(verdict["passed"])),
+                 trace_id, revision))
+            written = cur.rowcount == 1
+            if written:
+                cur.execute("INSERT OR REPLACE INTO feedback VALUES (?,?,?)",
+                            (trace_id, outcome, now_ns))
         return written
 
     def _patch(self, trace_id: str, revision: int, assignment: str,
@@ -343,20 +342,12 @@ class SqliteStore(KeptSessions):
         return out
 
     def delete_older_than(self, cutoff_ns: int) -> int:
-        with self._lock:
-            cur = self._db.cursor()
-            cur.execute("BEGIN IMMEDIATE")
-            try:
-                deleted = cur.execute("DELETE FROM evaluations WHERE evaluated_at_ns < ?",
-                                      (cutoff_ns,)).rowcount
-                cur.execute(self._session_sql["delete"], (cutoff_ns,))
-                cur.execute(DELETE_ORPHAN_FEEDBACK)
-                cur.execute("COMMIT")
-            except BaseException:
-                if self._db.in_transaction:  # as in put_many
-                    cur.execute("ROLLBACK")
-                raise
-            return deleted
+        with self._lock, self._write() as cur:
+            deleted = cur.execute("DELETE FROM evaluations WHERE evaluated_at_ns < ?",
+                                  (cutoff_ns,)).rowcount
+            cur.execute(self._session_sql["delete"], (cutoff_ns,))
+            cur.execute(DELETE_ORPHAN_FEEDBACK)
+        return int(deleted)
 
     def _session_exec(self, statement: str, args: Sequence[Any]) -> tuple[list[Any], int]:
         with self._lock:
@@ -374,9 +365,7 @@ class SqliteStore(KeptSessions):
         with self._lock:
             self._remembered += 1
             whole = (self._remembered - 1) % AGENT_HISTORY_PRUNE_EVERY == 0
-            cur = self._db.cursor()
-            cur.execute("BEGIN IMMEDIATE")
-            try:
+            with self._write() as cur:
                 cur.executemany(
                     "INSERT INTO agent_history VALUES (?,?,?,?) ON CONFLICT "
                     "(service, fingerprint, agent) DO UPDATE SET seen_ns = excluded.seen_ns",
@@ -391,10 +380,6 @@ class SqliteStore(KeptSessions):
                     cur.execute("DELETE FROM agent_history WHERE rowid NOT IN (SELECT rowid "
                                 "FROM agent_history ORDER BY seen_ns DESC LIMIT ?)",
                                 (AGENT_HISTORY_ROWS,))
-                cur.execute("COMMIT")
-            except BaseException:
-                cur.execute("ROLLBACK")
-                raise
 
     def recall_agent(self, service: str, fingerprints: Sequence[str]) -> str | None:
         fps = list(fingerprints)
