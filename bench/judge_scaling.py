@@ -30,7 +30,9 @@ from otel_eval.evaluate.judge.config import JudgeConfig
 from otel_eval.evaluate.judge.judge import Judge
 
 
-def failing_run(calls: int) -> Evaluation:
+def failing_trajectory(calls: int) -> Trajectory:
+    """``calls`` LLM steps, each followed by a failed tool call with a 400-character error
+    (``tests/judge/test_judge_findings_bound.py`` builds its runs here too)."""
     steps = [Step(0, "r" * 16, None, "agent", "agent", node="a")]
     for i in range(calls):
         steps.append(Step(len(steps), f"{len(steps):016x}", "r" * 16, "llm", "chat", node="a",
@@ -41,8 +43,14 @@ def failing_run(calls: int) -> Evaluation:
         steps.append(Step(len(steps), f"{len(steps):016x}", "r" * 16, "tool", name, node="a",
                           depth=1, tool_name=name, status="error",
                           error=f"err{i} " + "E" * 400, arguments={"k": i}))
-    t = Trajectory(trace_id="0" * 31 + "1", source="bench", status="complete", steps=steps,
-                   agent="a", input="task", output="done", span_count=len(steps))
+    return Trajectory(trace_id="0" * 31 + "1", source="bench", status="complete",
+                      steps=steps, agent="a", input="task", output="done",
+                      span_count=len(steps))
+
+
+def failing_run(calls: int) -> Evaluation:
+    """``failing_trajectory`` through every detector (a finding per failed call)."""
+    t = failing_trajectory(calls)
     findings, verdict = Detectors(DetectorsConfig()).evaluate(t)
     return Evaluation(t, findings, verdict)
 

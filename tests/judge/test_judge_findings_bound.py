@@ -7,14 +7,13 @@ sent: a trace holds the requests in flight, not all of them."""
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 from typing import Any
 
 from judge_fixtures import config, evaluation
+from support.bench_module import load_bench
 
 from otel_eval.base.results import Evaluation, Finding
-from otel_eval.base.steps import Step, Trajectory
 from otel_eval.evaluate.detectors import Detectors, DetectorsConfig
 from otel_eval.evaluate.judge import Judge
 from otel_eval.evaluate.judge.client import CallResult
@@ -22,22 +21,7 @@ from otel_eval.evaluate.judge.prompting import Request
 from otel_eval.evaluate.judge.render import FINDING_CHARS, FINDINGS_SHOWN, render
 from otel_eval.evaluate.judge.session import render_session
 
-
-def _failing_run(calls: int) -> Trajectory:
-    """``calls`` LLM steps, each followed by a failed tool call with a long error (a finding
-    each, from the detectors)."""
-    steps = [Step(0, "r" * 16, None, "agent", "agent", node="a")]
-    for i in range(calls):
-        steps.append(Step(len(steps), f"{len(steps):016x}", "r" * 16, "llm", "chat", node="a",
-                          depth=1, model="gpt-4o", input_tokens=10, output_tokens=10,
-                          input_text=json.dumps([{"role": "user", "content": f"q{i}"}]),
-                          output_text=json.dumps([{"role": "assistant", "content": f"a{i}"}])))
-        name = f"tool_{i}_" + "T" * 40
-        steps.append(Step(len(steps), f"{len(steps):016x}", "r" * 16, "tool", name, node="a",
-                          depth=1, tool_name=name, status="error",
-                          error=f"err{i} " + "E" * 400, arguments={"k": i}))
-    return Trajectory(trace_id="0" * 31 + "1", source="test", status="complete", steps=steps,
-                      agent="a", input="task", output="done", span_count=len(steps))
+_failing_run = load_bench("judge_scaling.py", "judge_scaling").failing_trajectory
 
 
 def test_thousands_of_findings_are_listed_up_to_the_cap_the_most_severe_first() -> None:

@@ -6,30 +6,19 @@ sender's business."""
 
 from __future__ import annotations
 
-import http.client
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from support.harness import Harness, emit_agent_run, running_service
-
-_EMPTY_JSON = b"{}"
+from test_admin_browser import _send
 
 
 def _post(h: Harness, host: str) -> tuple[int, bytes]:
-    url = urlsplit(h.http_url)
-    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
-    try:
-        conn.putrequest("POST", url.path, skip_host=True)
-        conn.putheader("Host", host)
-        conn.putheader("Content-Type", "application/json")
-        conn.putheader("Content-Length", str(len(_EMPTY_JSON)))
-        conn.endheaders(_EMPTY_JSON)
-        resp = conn.getresponse()
-        return resp.status, resp.read()
-    finally:
-        conn.close()
+    """An empty JSON export to the receiver, naming it ``host``."""
+    return _send(int(urlsplit(h.http_url).port or 0), "POST", "/v1/traces", b"{}", Host=host,
+                 Content_Type="application/json")
 
 
 def test_a_loopback_listener_without_tokens_refuses_a_foreign_host(tmp_path: Path) -> None:
