@@ -52,6 +52,7 @@ from prometheus_client import CollectorRegistry
 
 from otel_eval.app.admin_access import AdminAuth, basic_as_bearer, browser_guard
 from otel_eval.base.configcheck import FieldErrors, ascii_int, validate
+from otel_eval.base.model import is_trace_id
 from otel_eval.base.printable import quoted
 from otel_eval.decode.body import BodyError, loads_bounded
 from otel_eval.outputs.issues.result import MAX_RUNS_PAGE
@@ -141,7 +142,6 @@ class AdminConfig:
 
 log = logging.getLogger(__name__)
 
-_TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
 # Largest feedback body, bytes: it holds a trace id and an outcome.
 MAX_FEEDBACK_BYTES = 1 << 20
 # Longest query string of any path, API or web view, bytes: a longer one is 414 before any
@@ -265,7 +265,7 @@ class _Routes:
 
     def evaluation(self, req: Request, _found: re.Match[str]) -> Response:
         trace_id = (req.path.rstrip("/") or "/").rsplit("/", 1)[1].lower()
-        body = self.api.get(trace_id) if _TRACE_ID.match(trace_id) else None
+        body = self.api.get(trace_id) if is_trace_id(trace_id) else None
         return _json(200, body) if body else _error(
             404, f"no evaluation for trace {quoted(trace_id)}")
 
@@ -323,7 +323,7 @@ class _Routes:
         except (ValueError, KeyError, TypeError) as e:
             why = f" ({e})" if isinstance(e, ValueError) else ""
             return _error(400, 'expected JSON {"trace_id": "<32 hex>", "outcome": ...}' + why)
-        if not _TRACE_ID.match(trace_id):
+        if not is_trace_id(trace_id):
             return _error(400, f"trace_id must be 32 hex digits, got {quoted(trace_id)}")
         try:
             updated = self.api.feedback(trace_id, outcome)

@@ -10,11 +10,11 @@ steps listed; findings and critiques naming no step are shown on the trace.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from otel_eval.base.model import is_trace_id as is_lower_trace_id
 from otel_eval.base.printable import printable
 from otel_eval.outputs.ui.run import contents, outcome_note
 from otel_eval.outputs.ui.text import Redact, as_text, clip, duration, fold, redacted, usd
@@ -26,7 +26,6 @@ _TEXT_CHARS = 160  # one terminal line per finding / critique
 _FOLD_LINES = 3  # lines of a folded value (tool result, LLM content)
 _FULL_CHARS = 64 * 1024  # of one value even with --full (stored values are cut at 4096)
 _MAX_INDENT = 3 * 32  # deeper steps are drawn at depth 32 (a line stays a line)
-_TRACE_ID = re.compile(r"^[0-9a-fA-F]{32}$")
 
 
 class ShowError(Exception):
@@ -34,7 +33,8 @@ class ShowError(Exception):
 
 
 def is_trace_id(text: str) -> bool:
-    return bool(_TRACE_ID.match(text))
+    """A trace id as a command line may give it (either case)."""
+    return is_lower_trace_id(text.lower())
 
 
 def from_store(path: str, trace_id: str) -> dict[str, Any]:

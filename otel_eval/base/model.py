@@ -18,6 +18,7 @@ dicts); bulky message text is kept as the raw string and parsed only by whoever 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -25,6 +26,14 @@ from typing import Any, Literal
 TraceStatus = Literal["complete", "incomplete", "truncated"]
 
 Attributes = Mapping[str, Any]
+
+_TRACE_ID = re.compile("[0-9a-f]{32}")
+
+
+def is_trace_id(text: object) -> bool:
+    """A trace id as otel-eval writes and accepts one: 32 lowercase hex digits, nothing else
+    (no trailing newline, which ``^...$`` with ``re.match`` let through)."""
+    return isinstance(text, str) and _TRACE_ID.fullmatch(text) is not None
 
 
 @dataclass(slots=True)

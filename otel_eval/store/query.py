@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import base64
 import binascii
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from otel_eval.base.configcheck import is_ascii_digits
+from otel_eval.base.model import is_trace_id
 from otel_eval.base.printable import QUOTED_CHARS
 
-_TRACE_ID = re.compile("[0-9a-f]{32}")
 STATUSES = ("complete", "incomplete", "truncated")
 MAX_LIMIT = 1000
 # Stored JSON of one page, bytes, at most (past its first evaluation): 4 results of the
@@ -65,7 +64,7 @@ class Cursor:
     def decode(cls, text: str) -> Cursor:
         """The cursor ``encode`` wrote; anything else (a forged number past int64, which the
         store cannot bind, a trace id that is not 32 hex digits) is a ``QueryError``."""
-        at, trace_id = decode_cursor(text, lambda key: bool(_TRACE_ID.fullmatch(key)))
+        at, trace_id = decode_cursor(text, is_trace_id)
         return cls(at, trace_id)
 
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-import re
 import sqlite3
 import threading
 import time
@@ -41,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
+from otel_eval.base.model import is_trace_id
 from otel_eval.outputs.deps import Deps
 from otel_eval.outputs.issues.config import IssuesConfig
 from otel_eval.outputs.issues.critiques import critique_fields
@@ -73,7 +73,6 @@ log = logging.getLogger(__name__)
 
 EvaluationsSince = Callable[[int], Iterable[Mapping[str, Any]]]
 
-_TRACE_ID = re.compile("[0-9a-f]{32}")
 
 
 def _label(agent: str) -> str:
@@ -187,7 +186,7 @@ class IssuesJob:
         previous = self._exemplars.get(issue.issue_id)
         if previous is not None and _has(issue.trace_ids, previous):
             return previous
-        return next((t for t in issue.exemplars if _TRACE_ID.fullmatch(t)), None)
+        return next((t for t in issue.exemplars if is_trace_id(t)), None)
 
     # -- what others read -----------------------------------------------------------------
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from otel_eval.base.model import is_trace_id
 from otel_eval.outputs.ui.html import Html, h, segment
 from otel_eval.outputs.ui.values import short, when
 
 _ANCHOR = re.compile(r"^[A-Za-z0-9_.:-]{1,80}$")
-_TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
 def _trend(trend: Any, status: Any = None) -> str:
@@ -51,7 +51,7 @@ def _history(history: Any) -> Html | None:
 def _issue(issue: dict[str, Any]) -> Html:
     issue_id = str(issue.get("issue_id") or "")
     examples = [h("a", str(t)[:8], href="/ui/runs/" + segment(str(t)))
-                for t in (issue.get("exemplars") or [])[:5] if _TRACE_ID.match(str(t))]
+                for t in (issue.get("exemplars") or [])[:5] if is_trace_id(t)]
     share = issue.get("share")
     first = issue.get("first_seen")
     return h("tr", h("td", h("b", short(issue.get("title"), 120)),
@@ -98,7 +98,7 @@ def issue_runs_page(runs: dict[str, Any]) -> Html:
     offset, ids = int(runs.get("offset") or 0), list(runs.get("trace_ids") or [])
     issue_id = str(runs.get("issue_id") or "")
     items = [h("li", h("a", str(t), href="/ui/runs/" + segment(str(t))))
-             for t in ids if _TRACE_ID.match(str(t))]
+             for t in ids if is_trace_id(t)]
     body = [h("h1", short(runs.get("title"), 120)),
             h("p", f"runs {offset + 1 if ids else 0}-{offset + len(ids)} of "
                    f"{runs.get('runs', 0)} with this issue in the last clustering window",
