@@ -75,16 +75,18 @@ def render(sources: Sources, path: str) -> Response:
     raise LookupError(path)
 
 
-def trace_file(path: Path, steps: int, result_chars: int) -> Path:
+def trace_file(path: Path, steps: int, result_chars: int, same_call: bool = False) -> Path:
     """An agent span, then LLM calls each asking for a tool and the tool's span, alternating;
-    the last LLM call answers (no call), so the run has exactly ``steps`` steps."""
+    the last LLM call answers (no call), so the run has exactly ``steps`` steps. Each call
+    asks for another city; ``same_call``: all for one (a loop the detectors flag, whose
+    findings name steps all over the run)."""
     root = f"{1:016x}"
     spans = [_span(0, None, "invoke_agent bench", {
         "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "bench",
         "gen_ai.input.messages": json.dumps([{"role": "user", "parts": [
             {"type": "text", "content": "Find the weather in every city of the list."}]}])})]
     for n in range(1, steps):
-        city = f"city-{n // 2}"
+        city = "city-0" if same_call else f"city-{n // 2}"
         if n % 2:
             call = [] if n == steps - 1 else [{"type": "tool_call", "id": f"c{n}",
                                                "name": "get_weather", "arguments": {"city": city}}]

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 from hostile import judge, write_trace
+from support.bench_module import load_bench
 from ui_server import CRITIQUE, GUIDE, GUIDE_ID, GUIDE_REFS, ISSUES, admin, evaluate
 
 from otel_eval.store import Store
@@ -35,6 +36,22 @@ def ui_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
 def ui_url(ui_store: Store) -> Iterator[str]:
     with admin(ui_store, ISSUES) as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def long_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """A run of several pages: bench/ui.py's (an agent calling one tool 800 times, 4 kB
+    results: 1,600 steps, 1,195 of them on the first page), every call the same, so its
+    loop finding sits on the last page and names steps of the first; evaluated, stored and
+    served. Yields (admin URL, trace id)."""
+    bench = load_bench("ui.py", "bench_ui")
+    tmp = tmp_path_factory.mktemp("long-run")
+    [run] = evaluate([str(bench.trace_file(tmp / "run.json", 1600, 4000, same_call=True))])
+    store = Store(str(tmp / "otel-eval.db"))
+    store.put_many([run])
+    with admin(store) as url:
+        yield url, run.trace_id
+    store.close()
 
 
 CONFORMANCE_SCENARIOS = ("loop", "tool_error", "non_terminating")

@@ -141,6 +141,26 @@ def test_conformance_runs_show_findings_on_the_right_steps(
         assert marks == len(never), where
 
 
+def test_a_finding_s_step_on_another_page_opens_that_page_at_it(
+        browser: Browser, long_run: tuple[str, str]) -> None:
+    """The long run's loop finding is on its last page and names steps of the first."""
+    url, trace_id = long_run
+    browser.open(url + f"/ui/runs/{trace_id}")
+    before = len(browser.events)
+    browser.js("document.querySelector('p.pages a[rel=next]').click()")
+    browser.wait_load(before, "the next steps")
+    assert browser.js("document.querySelectorAll('.finding').length") == 1
+    link = "document.querySelector('.finding .also a')"
+    assert browser.js(f"{link}.getAttribute('href')").startswith(f"/ui/runs/{trace_id}?step=")
+    before = len(browser.events)
+    browser.js(f"{link}.click()")
+    browser.wait_load(before, "the page holding the step")
+    step = browser.js("new URLSearchParams(location.search).get('step')")
+    assert browser.js("document.querySelector(':target').id") == f"step-{step}"
+    assert browser.js("document.querySelector(':target').getBoundingClientRect().top") < 100
+    _safe(browser)
+
+
 def test_the_issues_view_renders(browser: Browser, ui_url: str, artefacts: Path) -> None:
     browser.open(ui_url + "/ui/issues#issue-iss-loop-1")
     _safe(browser)

@@ -78,13 +78,15 @@ def test_a_conversation_is_its_turns_in_order(served: tuple[str, dict[str, list[
     # tool calls in brief, each linked to its step of the run view
     calls = re.findall(r'<ul class="calls">(.*?)</ul>', turns[0])
     assert len(calls) == 1 and "get_reservation_details" in calls[0]
-    assert re.search(rf'href="/ui/runs/{ids[HOSTILE][0]}#step-\d+"', calls[0])
+    # (the page of the run that holds the step: a long run is several pages)
+    step = re.search(rf'href="(/ui/runs/{ids[HOSTILE][0]}\?step=(\d+)#step-\2)"', calls[0])
+    assert step and f'<section id="step-{step.group(2)}"' in _page(url + step.group(1))
     assert "update_seat" not in turns[4].split('class="calls"')[0]  # it never ran
     # the session findings on the turn (and step) they point at
     assert [("loop:repeated_across_turns" in t) for t in turns] == [False] * 3 + [True, False]
     assert [("non_termination:pending_tool_call" in t) for t in turns] == [False] * 4 + [True]
     loop = turns[3].split("loop:repeated_across_turns")[1]
-    assert re.search(rf'href="/ui/runs/{ids[HOSTILE][3]}#step-\d+">step \d+', loop)
+    assert re.search(rf'href="/ui/runs/{ids[HOSTILE][3]}\?step=(\d+)#step-\1">step \1', loop)
 
 
 def test_hostile_content_is_text_and_secrets_are_redacted(

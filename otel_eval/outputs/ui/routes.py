@@ -2,6 +2,7 @@
 
     GET /ui/                                  recent runs, filtered as /v1/evaluations
     GET /ui/runs/{trace_id}?from=N            one run as a tree of steps (from step N + 1)
+    GET /ui/runs/{trace_id}?step=N            the page of that run that holds step N
     GET /ui/runs/{trace_id}/steps/{index}     one step whole
     GET /ui/sessions                          conversations, filtered as /v1/sessions
     GET /ui/sessions/{session_id}?turn=N      one conversation as a transcript of its turns
@@ -102,10 +103,13 @@ def _issues(sources: Sources, _found: re.Match[str], _query: str) -> Response:
 
 
 def _run_page(sources: Sources, found: re.Match[str], query: str) -> Response:
-    return _run(sources, found.group(1), found.group(2), _position(query, "from"))
+    step = (parse_qs(query).get("step") or [""])[0]  # ?step=N: the page holding step N
+    return _run(sources, found.group(1), found.group(2), _position(query, "from"),
+                ascii_int(step, 9))
 
 
-def _run(sources: Sources, trace_id: str, index: str | None, first: int) -> Response:
+def _run(sources: Sources, trace_id: str, index: str | None, first: int,
+         step: int | None = None) -> Response:
     body = sources.get(trace_id.lower())
     if body is None:
         return _not_found(f"No evaluation for trace {trace_id.lower()}.")
@@ -114,7 +118,7 @@ def _run(sources: Sources, trace_id: str, index: str | None, first: int) -> Resp
         said = outcome_section(body, sources.pass_threshold, sources.write_token)
         return _html(200, f"run {trace_id[:8]}",
                      run_page(t, sources.redact, sources.trace_url, outcome=said,
-                              first=first), "runs")
+                              first=first, step=step), "runs")
     shown = step_page(t, int(index), sources.redact)
     if shown is None:
         return _not_found(f"Trace {trace_id.lower()} has no step {index}.")

@@ -15,21 +15,22 @@ Bounded by one budget of characters (``values.Budget``) that counts everything t
 emits: the header, each step whole (its head, values, calls, findings and critiques). The
 steps are listed until it is spent (one at least), then the page says how many are left out
 and links to the next ones (``?from=N``: from the step N + 1 in tree order), as the runs list
-and a conversation page do. What one step or the run lists is capped too (``LISTED``
-findings, critiques and calls, ``ALSO_LINKS`` other steps a finding names), the rest counted,
-with where to find it: the step's own page, which lists more (``LISTED_ON_STEP``), or the
-API's record of the run.
+and a conversation page do; a link to a step on another page goes to the server, which
+finds the page that holds it (``?step=N``, ``steplinks``). What one step or the run lists
+is capped too (``LISTED`` findings, critiques and calls, ``ALSO_LINKS`` other steps a
+finding names), the rest counted, with where to find it: the step's own page, which lists
+more (``LISTED_ON_STEP``), or the API's record of the run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import islice
 from typing import Any
 
 from otel_eval.outputs.ui.html import Html, h, href, segment
 from otel_eval.outputs.ui.run import contents, outcome_note
 from otel_eval.outputs.ui.runs import verdict_badge
+from otel_eval.outputs.ui.steplinks import StepLinks, step_url
 from otel_eval.outputs.ui.text import Redact, duration, usd
 from otel_eval.outputs.ui.values import NAME_CHARS, Budget, short, value, when
 from otel_eval.outputs.ui.verdicts import agent_name, number
@@ -58,9 +59,9 @@ def _api(trace_id: str) -> Html:
     return h("code", f"GET /v1/evaluations/{trace_id}")
 
 
-def _finding(f: dict[str, Any], here: Any, redact: Redact) -> Html:
+def _finding(f: dict[str, Any], here: Any, redact: Redact, links: StepLinks) -> Html:
     steps = [i for i in f.get("step_indexes") or [] if isinstance(i, int) and i != here]
-    also = [h("a", str(i), href=f"#step-{i}") for i in steps[:ALSO_LINKS]]
+    also = [h("a", str(i), href=links.href(i)) for i in steps[:ALSO_LINKS]]
     return h("div", h("span", short(f.get("severity"), 20), class_="sev"), " ",
              h("b", f"{short(f.get('detector'), 40)}:{short(f.get('kind'), 40)}"), " ",
              short(redact(short(f.get("message"), 2000)) if redact else f.get("message"),
@@ -81,27 +82,27 @@ def _critique(c: dict[str, Any], redact: Redact) -> Html:
              class_="critique")
 
 
-def _findings(node: dict[str, Any], redact: Redact, listed: int,
-              rest: Html | None) -> list[Html | None]:
+def _findings(node: dict[str, Any], redact: Redact, listed: int, rest: Html | None,
+              links: StepLinks) -> list[Html | None]:
     """The first ``listed`` findings on ``node`` (a step or the run), the others counted."""
     found = node.get("findings") or []
-    return [*(_finding(f, node.get("index"), redact) for f in found[:listed]),
+    return [*(_finding(f, node.get("index"), redact, links) for f in found[:listed]),
             _more(len(found) - listed, "findings", rest)]
 
 
-def _notes(t: dict[str, Any], redact: Redact) -> list[Html | None]:
+def _notes(t: dict[str, Any], redact: Redact, links: StepLinks) -> list[Html | None]:
     """The findings and critiques naming no step."""
     critiques = t.get("critiques") or []
-    return [*_findings(t, redact, LISTED, _api(t["trace_id"])),
+    return [*_findings(t, redact, LISTED, _api(t["trace_id"]), links),
             *(_critique(c, redact) for c in critiques[:LISTED]),
             _more(len(critiques) - LISTED, "critiques", _api(t["trace_id"]))]
 
 
-def _folded_notes(node: dict[str, Any], redact: Redact, listed: int,
-                  rest: Html) -> list[Html | None]:
+def _folded_notes(node: dict[str, Any], redact: Redact, listed: int, rest: Html,
+                  links: StepLinks) -> list[Html | None]:
     """A step's findings, then its critiques folded in one ``<details>``: the summary says
     how many and the lowest score (of them all; ``listed`` of each are shown)."""
-    out = _findings(node, redact, listed, rest)
+    out = _findings(node, redact, listed, rest, links)
     critiques = [c for c in node.get("critiques") or [] if isinstance(c, dict)]
     if critiques:
         scores = [x for x in (number(c.get("score")) for c in critiques) if x is not None]
@@ -113,7 +114,7 @@ def _folded_notes(node: dict[str, Any], redact: Redact, listed: int,
     return out
 
 
-def _step_head(s: dict[str, Any]) -> Html:
+def _step_head(s: dict[str, Any], links: StepLinks) -> Html:
     tokens = (s.get("input_tokens"), s.get("output_tokens"))
     facts = [short(s.get("model"), 80) if s.get("model") else None,
              f"{tokens[0] or 0}+{tokens[1] or 0} tok" if tokens != (None, None) else None,
@@ -122,7 +123,7 @@ def _step_head(s: dict[str, Any]) -> Html:
     marks = [h("span", "rebuilt: no span of its own", class_="mark rebuilt")
              if s.get("rebuilt") else None,
              h("span", "error", class_="mark err") if s.get("status") == "error" else None]
-    return h("div", h("a", f"[{s.get('index')}]", href=f"#step-{s.get('index')}"), " ",
+    return h("div", h("a", f"[{s['index']}]", href=links.href(s["index"])), " ",
              h("span", short(s.get("kind"), 20), class_="kind"), " ",
              h("span", short(s.get("name")), class_="name"), " ", marks,
              [h("span", f, class_="fact") for f in facts if f], class_="head")
@@ -137,22 +138,23 @@ def _call(call: dict[str, Any]) -> Html:
 
 
 def step_block(trace_id: str, s: dict[str, Any], budget: Budget, redact: Redact,
-               whole: bool = False) -> Html:
-    """One step, charged whole to ``budget``; ``whole``: on the step's own page (lists
-    ``LISTED_ON_STEP`` findings, critiques and calls, not ``LISTED``)."""
+               links: StepLinks, whole: bool = False) -> Html:
+    """One step, charged whole to ``budget``, its links to steps by ``links``; ``whole``: on
+    the step's own page (lists ``LISTED_ON_STEP`` findings, critiques and calls, not
+    ``LISTED``)."""
     before = budget.left
     more = f"/ui/runs/{segment(trace_id)}/steps/{s.get('index')}"
     listed, rest = (LISTED_ON_STEP, _api(trace_id)) if whole \
         else (LISTED, h("a", "whole step", href=more))
     cut = _dict(s.get("truncated"))
-    parts: list[Any] = [_step_head(s)]
+    parts: list[Any] = [_step_head(s, links)]
     parts += [value(label, raw, budget, redact, recorded=cut.get(label), more=more)
               for label, raw in contents(s)]
     calls = [c for c in s.get("tool_calls") or []
              if isinstance(c, dict) and c.get("outcome") != "ran"]
     parts += [_call(c) for c in calls[:listed]]
     parts.append(_more(len(calls) - listed, "calls it asked for", rest))
-    parts += _folded_notes(s, redact, listed, rest)
+    parts += _folded_notes(s, redact, listed, rest, links)
     depth = min(int(s.get("depth_shown") or 0), MAX_DEPTH)
     kind = short(s.get("kind"), 20)
     classes = f"step d{depth} k-{kind}" + (" has-findings" if s.get("findings") else "")
@@ -174,7 +176,8 @@ def _ordered(t: dict[str, Any]) -> Iterator[dict[str, Any]]:
         stack += [(i, depth + 1) for i in reversed(steps[index]["children"])]
 
 
-def _summary(t: dict[str, Any], budget: Budget, redact: Redact, trace_url: str) -> Html:
+def _summary(t: dict[str, Any], budget: Budget, redact: Redact, trace_url: str,
+             links: StepLinks) -> Html:
     verdict = _dict(t.get("verdict"))
     counts, usage = t.get("counts") or {}, t.get("usage") or {}
     facts = [f"{counts.get('spans', 0)} spans", f"{counts.get('llm_calls', 0)} LLM calls",
@@ -213,24 +216,42 @@ def _summary(t: dict[str, Any], budget: Budget, redact: Redact, trace_url: str) 
              h("p", "judge: " + ", ".join(scores), class_="judge") if scores else None,
              [value(k, t[k], budget, redact) for k in ("input", "output")
               if t.get(k) is not None],
-             _notes(t, redact), class_="run")
+             _notes(t, redact, links), class_="run")
 
 
-def _steps(t: dict[str, Any], budget: Budget, redact: Redact, first: int) -> Html:
-    """The steps in tree order from position ``first``, until ``budget`` is spent (one at
-    least, so the next page moves on); then how many are left out and a link to them."""
-    order = _ordered(t)
-    skipped = sum(1 for _ in islice(order, first))
-    blocks = []
-    for s in order:
-        blocks.append(step_block(t["trace_id"], s, budget, redact))
+def _top(t: dict[str, Any], budget: Budget, redact: Redact, trace_url: str,
+         outcome: Html | None, links: StepLinks) -> Html:
+    """What heads every page of the run: its conversation, its summary, ``outcome``."""
+    before = budget.left
+    session = t.get("session_id")
+    link = h("p", "a turn of conversation ", h("a", short(session, 120), href="/ui/sessions/"
+                                                 + segment(session)), class_="session") \
+        if isinstance(session, str) else Html("")
+    return budget.charge(Html(link + _summary(t, budget, redact, trace_url, links)
+                              + (outcome or "")), before)
+
+
+def _listed(t: dict[str, Any], order: list[dict[str, Any]], first: int, left: int,
+            redact: Redact, links: StepLinks) -> list[Html]:
+    """The steps in tree order from position ``first`` until a budget of ``left`` is spent
+    (one at least, so the next page moves on): where the page starting there ends."""
+    budget, blocks = Budget(left), []
+    for at in range(first, len(order)):
+        blocks.append(step_block(t["trace_id"], order[at], budget, redact, links))
         if budget.spent:
             break
-    left = sum(1 for _ in order)
+    return blocks
+
+
+def _pager(trace_id: str, blocks: list[Html], first: int, total: int) -> Html:
+    """The steps listed; when they are not the whole run, which they are and links to the
+    first and the next ones."""
     listed = h("div", blocks, class_="steps")
+    skipped = min(first, total)
+    left = total - skipped - len(blocks)
     if not left and not first:
         return listed
-    url, total = f"/ui/runs/{segment(t['trace_id'])}", skipped + len(blocks) + left
+    url = f"/ui/runs/{segment(trace_id)}"
     said = (f"steps {skipped + 1:,}-{skipped + len(blocks):,} of {total:,} (in tree order)"
             if blocks else f"no step from {first + 1:,}: the run has {total:,}")
     if left:
@@ -243,28 +264,47 @@ def _steps(t: dict[str, Any], budget: Budget, redact: Redact, first: int) -> Htm
 
 def run_page(t: dict[str, Any], redact: Redact, trace_url: str = "",
              budget: Budget | None = None, outcome: Html | None = None,
-             first: int = 0) -> Html:
+             first: int = 0, step: int | None = None) -> Html:
     """A ``run.tree`` as the run view; ``outcome``: what is said between the header and the
     steps (``outcome.outcome_section``); ``first``: the steps listed start at this position
-    in tree order (``?from=N``)."""
-    budget = budget or Budget()
-    before = budget.left
-    session = t.get("session_id")
-    link = h("p", "a turn of conversation ", h("a", short(session, 120), href="/ui/sessions/"
-                                                 + segment(session)), class_="session") \
-        if isinstance(session, str) else Html("")
-    top = budget.charge(Html(link + _summary(t, budget, redact, trace_url) + (outcome or "")),
-                        before)
-    return Html(top + _steps(t, budget, redact, first))
+    in tree order (``?from=N``); ``step``: instead, the page that holds the step of that
+    index (``?step=N``), the pages laid out from the first (``first`` if the run lists no
+    such step).
+
+    Where a page ends is where its budget is spent with every link to a step taken as on the
+    page (``#step-N``, the shortest): that depends on the run and where the page starts
+    only, so the server finds the same pages on every request. When a step linked to is on
+    another page, the page's steps are built again with its links (``steplinks``)."""
+    size = (budget or Budget()).left
+    order = list(_ordered(t))
+    position = {s["index"]: at for at, s in enumerate(order)}
+    head, room = StepLinks(t["trace_id"], position), Budget(size)
+    top = _top(t, room, redact, trace_url, outcome, head)
+    at = position.get(step) if step is not None else None
+    first = 0 if at is not None else first
+    while True:  # pages from the first until the one holding ``step``; else only ``first``'s
+        guess = StepLinks(t["trace_id"], position, first, linked=set(head.linked))
+        blocks = _listed(t, order, first, room.left, redact, guess)
+        end = first + len(blocks)
+        if at is None or at < end:
+            break
+        first = end
+    if not guess.guessed_right(end):
+        links, room = StepLinks(t["trace_id"], position, first, end), Budget(size)
+        top = _top(t, room, redact, trace_url, outcome, links)
+        blocks = [step_block(t["trace_id"], s, room, redact, links) for s in order[first:end]]
+    return Html(top + _pager(t["trace_id"], blocks, first, len(order)))
 
 
 def step_page(t: dict[str, Any], index: int, redact: Redact) -> Html | None:
     """One step of a ``run.tree`` whole (its values bounded by the value limit, its lists
-    by ``LISTED_ON_STEP``), or None."""
+    by ``LISTED_ON_STEP``), or None. Its links to other steps go to the run's pages."""
     found = next((s for s in t["steps"] if s.get("index") == index), None)
     if found is None:
         return None
-    back = h("p", h("a", "← the whole run", href=f"/ui/runs/{segment(t['trace_id'])}"
-                                                   f"#step-{index}"))
+    position = {s["index"]: at for at, s in enumerate(_ordered(t))}
+    at = position.get(index, -1)
+    links = StepLinks(t["trace_id"], position, at, at + 1)
+    back = h("p", h("a", "← the whole run", href=step_url(t["trace_id"], index)))
     return Html(back + step_block(t["trace_id"], {**found, "depth_shown": 0}, Budget(),
-                                  redact, whole=True))
+                                  redact, links, whole=True))

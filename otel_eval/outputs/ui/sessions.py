@@ -18,6 +18,7 @@ from typing import Any
 
 from otel_eval.outputs.ui.html import Html, h, href, segment
 from otel_eval.outputs.ui.runs import finding_kinds, verdict_badge
+from otel_eval.outputs.ui.steplinks import step_url
 from otel_eval.outputs.ui.text import Redact, redacted
 from otel_eval.outputs.ui.values import short, when
 
@@ -38,8 +39,10 @@ def _link(session_id: str) -> str:
 
 
 def _run_link(trace_id: str, step: Any = None) -> str:
-    anchor = f"#step-{step}" if isinstance(step, int) and not isinstance(step, bool) else ""
-    return "/ui/runs/" + segment(trace_id) + anchor
+    """The run; with ``step``, the page of the run that holds that step, at its anchor."""
+    if isinstance(step, int) and not isinstance(step, bool):
+        return step_url(trace_id, step)
+    return "/ui/runs/" + segment(trace_id)
 
 
 def _session_kinds(s: Mapping[str, Any]) -> Html:
