@@ -112,7 +112,7 @@ class KafkaConsumerStage:
         self._consumer: AIOKafkaConsumer | None = None
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._stopping = False
+        self.stop_timeouts: list[str] = []  # the waits the last shutdown's deadline cut
         # records the engine throttled, per signal (logs: True), retried in order; a throttled
         # logs record must not hold the spans behind it
         self._retries: dict[bool, deque[tuple[TopicPartition, Decoded, Ticket[TopicPartition]]]
@@ -168,9 +168,11 @@ class KafkaConsumerStage:
         """Stop fetching, wait (up to the deadline) for taken records to be stored, commit.
         After the engine's own shutdown (``stopped``: serve stops it first) nothing is
         awaited: what it stored is reported already, and the records of runs it left open
-        (a stop is no verdict) stay uncommitted, replayed whole by the next owner."""
+        (a stop is no verdict) stay uncommitted, replayed whole by the next owner.
+        ``stop_timeouts`` names the waits the deadline cut short, each logged (none: every
+        step ended by its own path): a stop that ran out of time is said, not silent."""
         end = time.monotonic() + deadline_s
-        self._stopping = True
+        self.stop_timeouts = []
         if self._task is not None:
             self._task.cancel()
             # a loop that died keeps its exception in ``failure``; shutdown still commits
@@ -181,18 +183,27 @@ class KafkaConsumerStage:
                 self.engine, "stopped", False):
             # Records waiting for a retry were never taken by the engine; they are replayed.
             self._drained.clear()
-            with contextlib.suppress(TimeoutError):
+            try:
                 await asyncio.wait_for(self._drained.wait(), max(0.0, end - time.monotonic()))
+            except TimeoutError:
+                self._timed_out("stored", "%d record(s) not stored; the next owner replays "
+                                "them", self.tracker.inflight() - self._retrying())
         if self._consumer is not None:
             # Both bounded: aiokafka retries a commit on retriable errors without end, and an
             # unanswering broker must not hold the exit. What is not committed is replayed.
             try:
                 await asyncio.wait_for(self._commit(), max(1.0, end - time.monotonic()))
             except TimeoutError:
-                log.warning("kafka: final commit timed out; the next owner replays from the last")
-            with contextlib.suppress(TimeoutError):
+                self._timed_out("commit", "final commit; the next owner replays from the last")
+            try:
                 await asyncio.wait_for(self._consumer.stop(), max(5.0, end - time.monotonic()))
+            except TimeoutError:
+                self._timed_out("close", "closing the consumer (its group leave)")
             self._consumer = None
+
+    def _timed_out(self, wait: str, what: str, *args: object) -> None:
+        self.stop_timeouts.append(wait)
+        log.warning("kafka shutdown deadline reached: " + what, *args)
 
     @property
     def failure(self) -> BaseException | None:
