@@ -113,12 +113,25 @@ def test_a_bad_tls_file_stops_start_with_one_line(tmp_path: Path) -> None:
 
 
 def test_throttled_with_retry_info_waits_the_delay_given(downstream: Capture) -> None:
-    """RetryInfo's 0.4 s wins over the schedule (at most 0.05 s here)."""
+    """RetryInfo's 0.4 s wins over the schedule (at most 0.05 s here): the one wait before
+    the retry is the server's delay, waited to its end (not cut short by the shutdown)."""
     downstream.fail_next = [(grpc.StatusCode.RESOURCE_EXHAUSTED, 0.4)]
     m = Metrics()
-    _forward_once(_config(downstream.port), m)
-    assert len(downstream.traces) == 1
-    assert downstream.accepted_at[-1] - downstream.failed_at[0] >= 0.4
+    fwd = Forwarder(_config(downstream.port), m)
+    waits: list[tuple[float, bool]] = []
+    wait = fwd._sender._wait
+
+    def recorded(delay: float) -> bool:  # the sender's own wait, observed
+        waits.append((delay, done := wait(delay)))
+        return done
+
+    fwd._sender._wait = recorded  # type: ignore[method-assign]
+    fwd.start()
+    fwd.export(trace(), evaluation())
+    fwd.shutdown(10.0)
+    assert len(downstream.traces) == 1 and downstream.failed == [
+        grpc.StatusCode.RESOURCE_EXHAUSTED]
+    assert waits == [(0.4, True)]
     assert _value(m, "otel_eval_forward_spans_sent_total") == 3
 
 

@@ -25,7 +25,6 @@ import base64
 import gzip
 import json
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -61,12 +60,10 @@ class Capture:
         self.errors: list[str] = []
         self.fail_next: list[grpc.StatusCode | tuple[grpc.StatusCode, float]] = []
         self.failed: list[grpc.StatusCode] = []
-        self.failed_at: list[float] = []  # time.monotonic() of each scripted failure
         self.reject_spans = 0
         self.token = token
         self.unauthenticated = 0
         self.metadata: list[dict[str, str]] = []  # of each authenticated gRPC call
-        self.accepted_at: list[float] = []  # time.monotonic() of each authenticated gRPC call
         self.cond = threading.Condition()
         self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=4),
                                  options=[("grpc.max_receive_message_length",
@@ -131,13 +128,12 @@ class Capture:
                 return None
             code, delay = step if isinstance(step, tuple) else (step, None)
             self.failed.append(code)
-            self.failed_at.append(time.monotonic())
             self.cond.notify_all()
         return code, delay
 
     def authenticated(self, context: Any) -> bool:
         """Whether the call carries the bearer token (when one is demanded); its metadata
-        and time are kept when it does, the refusal counted when it does not."""
+        is kept when it does, the refusal counted when it does not."""
         md = {k: v for k, v in context.invocation_metadata() if isinstance(v, str)}
         with self.cond:
             if self.token and md.get("authorization") != f"Bearer {self.token}":
@@ -145,7 +141,6 @@ class Capture:
                 self.cond.notify_all()
                 return False
             self.metadata.append(md)
-            self.accepted_at.append(time.monotonic())
         return True
 
     def wait_for(self, predicate: Callable[[Capture], Any], timeout: float = 10.0) -> None:
