@@ -17,6 +17,7 @@ from pathlib import Path
 import grpc
 import pytest
 from support.harness import Harness, running_service
+from support.poll import poll
 
 from otel_eval.base.configcheck import StartupError
 from otel_eval.base.model import Span
@@ -52,12 +53,12 @@ def _waiting_for_messages(h: Harness, n: int) -> None:
     """Wait until ``n`` calls wait for their message in a handler (under a receive deadline)."""
     assert h.svc.grpc is not None
     deadlines = h.svc.grpc._deadlines
-    for _ in range(1000):
+
+    def waiting() -> bool:
         with deadlines._cond:
-            if sum(1 for entry in deadlines._heap if entry[3]) >= n:
-                return
-        threading.Event().wait(0.01)
-    raise AssertionError(f"fewer than {n} calls reached a handler")
+            return sum(1 for entry in deadlines._heap if entry[3]) >= n
+
+    poll(waiting, f"{n} calls to reach a handler")
 
 
 def _code(future: grpc.Future) -> grpc.StatusCode:

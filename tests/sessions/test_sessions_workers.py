@@ -9,27 +9,18 @@ import json
 import re
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conversations import tau_turns
+from support.poll import poll
 
-TIMEOUT_S = 60
 # sessions.idle_timeout_s: the first serve's never ends them (it is killed while they are
 # open, however slow the machine); the second's completes them soon after it starts
 FIRST_IDLE_S, SECOND_IDLE_S = 3600, 3
-
-
-def _poll(what: str, condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)  # poll interval: the condition is the wait
 
 
 def _ports(log: Path) -> dict[str, int]:
@@ -63,7 +54,7 @@ def _listening(proc: subprocess.Popen[bytes], log_path: Path) -> dict[str, int]:
         assert proc.poll() is None, log_path.read_text()[-2000:]
         return {"OTLP/HTTP", "admin"} <= set(_ports(log_path))
 
-    _poll("serve to listen", up)
+    poll(up, "serve to listen")
     return _ports(log_path)
 
 
@@ -115,8 +106,9 @@ def test_sessions_of_two_worker_processes_survive_kill_9_and_complete_once(
                     assert r.status == 200
         for session_id, turns in conversations:
             want = [trace_id for trace_id, _ in turns]
-            _poll(f"session {session_id}", lambda s=session_id, w=want: (
-                (_session(ports["admin"], s) or {}).get("traces") == w))
+            poll(lambda s=session_id, w=want: (
+                (_session(ports["admin"], s) or {}).get("traces") == w), f"session {session_id}",
+                 interval_s=0.2)
             record = _session(ports["admin"], session_id)
             assert record is not None
             assert (record["turns"], record["status"]) == (len(turns), "open")
@@ -129,8 +121,9 @@ def test_sessions_of_two_worker_processes_survive_kill_9_and_complete_once(
     try:
         ports = _listening(second, tmp_path / "second.log")
         for session_id, turns in conversations:
-            _poll(f"session {session_id} complete", lambda s=session_id: (
-                (_session(ports["admin"], s) or {}).get("status") == "complete"))
+            poll(lambda s=session_id: (
+                (_session(ports["admin"], s) or {}).get("status") == "complete"),
+                 f"session {session_id} complete", interval_s=0.2)
             record = _session(ports["admin"], session_id)
             assert record is not None
             assert record["traces"] == [trace_id for trace_id, _ in turns]
