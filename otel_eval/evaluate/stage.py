@@ -13,6 +13,9 @@ record redelivered after a Kafka rebalance (to a worker sharing the store) or a 
 replayed after a crash between commit and delete from being evaluated twice. A trace that is
 no agent run (``Evaluator.evaluate`` returns None: only setup operations) is not stored
 either; its outcome says ``not_a_run``, counted and treated as done the same way.
+A known outcome recorded (``POST /v1/feedback``) while a batch was evaluated and stored is in
+the verdicts stored: the outcomes are read again after the commit, and a trace whose outcome
+changed meanwhile is evaluated and stored again with it.
 
 ``InProcess`` evaluates and stores in the calling thread and calls ``done`` before ``run``
 returns (the engine's single-process path). ``workers.pool.WorkerPool`` hands the traces to
@@ -49,6 +52,9 @@ from otel_eval.store import EvaluationStore
 from otel_eval.store.failures import STORE_REFUSALS, write_failure
 
 log = logging.getLogger(__name__)
+
+# Rounds of evaluating again the traces whose outcome was recorded while they were stored.
+FEEDBACK_ROUNDS = 3
 
 
 __all__ = ["ALREADY_EVALUATED", "NOT_A_RUN", "UNSTORABLE", "EvaluationStage", "InProcess",
@@ -125,19 +131,10 @@ def _store_fresh(evaluator: Evaluator, store: EvaluationStore, traces: Sequence[
 
 def _evaluate_and_store(evaluator: Evaluator, store: EvaluationStore, traces: Sequence[Trace],
                         retried_since_ns: Mapping[str, int] | None) -> list[Outcome]:
-    results: list[tuple[Evaluation | None, str | None]] = []  # None: no agent run
     known = store.feedback_many({t.trace_id for t in traces})  # one query, not one per trace
     history = RecallOnce(store)  # a run no span names: one query per kind of run, per batch
-    for trace in traces:
-        try:
-            ev, failure = evaluator.evaluate(trace, known.get(trace.trace_id), history), None
-        except Exception as e:  # stage boundary: the trace is still stored, with the error
-            log.warning("evaluation of trace %s failed: %s", trace.trace_id, _one_line(e),
-                        exc_info=log.isEnabledFor(logging.DEBUG))  # not a thousand frames
-            ev, failure = evaluator.failed(trace, e), type(e).__name__
-        if ev is not None:
-            ev.content_digest = trace.digest or None
-        results.append((ev, failure))
+    results = [_evaluate(evaluator, trace, known.get(trace.trace_id), history)
+               for trace in traces]
     evaluated = [ev for ev, _ in results if ev is not None]
     own = set()
     for trace in traces:
@@ -148,10 +145,51 @@ def _evaluate_and_store(evaluator: Evaluator, store: EvaluationStore, traces: Se
         if stamp is not None and stamp[0] == trace.revision and stamp[1] >= since:
             own.add(trace.trace_id)
     superseded = iter(store.put_many(evaluated) if evaluated else [])
-    _remember(store, evaluated)
+    if evaluated:
+        _outcomes_recorded_meanwhile(evaluator, store, traces, results, known, history)
+    _remember(store, [ev for ev, _ in results if ev is not None])
     return [Outcome(None, False, skipped=NOT_A_RUN) if ev is None
             else Outcome(ev, next(superseded) and ev.trace_id not in own, failure)
             for ev, failure in results]
+
+
+def _evaluate(evaluator: Evaluator, trace: Trace, outcome: str | None,
+              history: RecallOnce) -> tuple[Evaluation | None, str | None]:
+    """The trace's evaluation (None: no agent run) and, when evaluating raised, the error's
+    type (the stand-in stored then says why)."""
+    try:
+        ev, failure = evaluator.evaluate(trace, outcome, history), None
+    except Exception as e:  # stage boundary: the trace is still stored, with the error
+        log.warning("evaluation of trace %s failed: %s", trace.trace_id, _one_line(e),
+                    exc_info=log.isEnabledFor(logging.DEBUG))  # not a thousand frames
+        ev, failure = evaluator.failed(trace, e), type(e).__name__
+    if ev is not None:
+        ev.content_digest = trace.digest or None
+    return ev, failure
+
+
+def _outcomes_recorded_meanwhile(evaluator: Evaluator, store: EvaluationStore,
+                                 traces: Sequence[Trace],
+                                 results: list[tuple[Evaluation | None, str | None]],
+                                 known: Mapping[str, str], history: RecallOnce) -> None:
+    """Evaluate again, and store again, the traces whose outcome was recorded after
+    ``feedback_many`` read and before ``put_many`` committed. Feedback writes its verdict
+    only onto the revision it read, the one before: without this its outcome was in the
+    feedback table and not in the verdict just stored, until the trace's next evaluation.
+    Feedback recorded after the commit reads the new revision and writes its own verdict.
+    One more query per batch; ``results`` is updated in place (for the sinks)."""
+    for _ in range(FEEDBACK_ROUNDS):
+        now = store.feedback_many({ev.trace_id for ev, _ in results if ev is not None})
+        stale = [i for i, (ev, _) in enumerate(results) if ev is not None
+                 and now.get(ev.trace_id, known.get(ev.trace_id)) != known.get(ev.trace_id)]
+        if not stale:
+            return
+        known = now
+        for i in stale:
+            results[i] = _evaluate(evaluator, traces[i], now[traces[i].trace_id], history)
+        store.put_many([ev for ev, _ in (results[i] for i in stale) if ev is not None])
+    log.warning("outcomes kept changing while %d traces were stored; their next evaluation "
+                "applies them", len(results))
 
 
 def _remember(store: EvaluationStore, evaluations: list[Evaluation]) -> None:

@@ -22,6 +22,7 @@ from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.calibration import scores_of
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.feedback import Feedback
+from otel_eval.evaluate.stage import evaluate_and_store
 from otel_eval.outputs.issues.catalogue import Catalogue, StoredIssue
 from otel_eval.store import EvaluationStore, open_store
 from otel_eval.store.migrations import LATEST, SchemaError
@@ -591,3 +592,40 @@ def test_a_turn_whose_conversation_changed_moves_to_its_new_session(stores: Open
     assert store.session_record("c") is None
     d = store.session_record("d")
     assert d is not None and d.turns == 1
+
+
+class _FeedbackWhileEvaluating(Evaluator):
+    """Runs ``between()`` once, in the first evaluation: after the engine read the stored
+    outcomes and before it stores (where feedback on another connection may commit)."""
+
+    def __init__(self, between: Callable[[], object]) -> None:
+        super().__init__(Config())
+        self._between: Callable[[], object] | None = between
+
+    def evaluate(self, *args: Any, **kwargs: Any) -> Any:
+        between, self._between = self._between, None
+        if between is not None:
+            between()
+        return super().evaluate(*args, **kwargs)
+
+
+def test_feedback_recorded_while_the_engine_re_evaluates_is_in_the_verdict_it_stores(
+        stores: Open) -> None:
+    """Feedback commits between the engine's read of the stored outcomes and its write of
+    the trace's next revision: it wrote onto the revision it read, the one being replaced.
+    Before, the new revision's verdict said no outcome while the feedback table said
+    failure, until the trace's next evaluation; now the engine evaluates it again with it."""
+    engine, api = stores(), stores()
+    tid = f"{7:032x}"
+    evaluate_and_store(Evaluator(Config()), engine, [model.Trace(tid, [], "complete")])
+    feedback = _feedback(api, Evaluator(Config()))
+    evaluator = _FeedbackWhileEvaluating(lambda: feedback.record(tid, "failure"))
+    [outcome] = evaluate_and_store(evaluator, engine,
+                                   [model.Trace(tid, [], "complete", revision=1)])
+    stored = api.get(tid)
+    assert stored is not None and stored["revision"] == 1
+    assert stored["verdict"]["outcome"] == "failure"
+    assert api.feedback(tid) == "failure"
+    assert outcome.evaluation is not None  # what the sinks export says it too
+    assert outcome.evaluation.verdict is not None
+    assert outcome.evaluation.verdict.outcome == "failure"
