@@ -254,15 +254,15 @@ class HttpServer:
 
     def shutdown(self, deadline_s: float) -> None:
         """Stop accepting on every address at once (a connection being served finishes on
-        its own thread), waiting for the accept loops within ``deadline_s``."""
+        its own thread). ``deadline_s`` is not needed: the accept loops end as they wake."""
         listeners, self._listeners = self._listeners, []
         accepting, self._accepting = self._accepting, []
         wake, self._wake = self._wake, None
         if wake is not None:
             wake[1].send(b"\0")  # level-triggered: every loop sees it, none reads it
-            end = time.monotonic() + deadline_s
-            for thread in accepting:
-                thread.join(max(0.0, end - time.monotonic()))
+            for thread in accepting:  # at once: an accept loop only hands connections off
+                if thread.ident is not None:  # started (a failed start leaves some not)
+                    thread.join()  # before closing: a loop not yet running may start now
         for listener in listeners:
             listener.server_close()
         if wake is not None:

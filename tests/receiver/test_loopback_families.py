@@ -9,6 +9,7 @@ and failed on HTTP. Now the shared HTTP server binds 127.0.0.1 and ::1 on one po
 from __future__ import annotations
 
 import socket
+import threading
 import urllib.request
 from pathlib import Path
 
@@ -87,3 +88,18 @@ def test_an_explicit_address_binds_only_itself() -> None:
             socket.create_connection(("::1", server.port), timeout=10).close()
     finally:
         server.shutdown(5)
+
+
+def test_a_stop_ends_every_accept_loop_at_once_even_one_not_yet_running() -> None:
+    """``shutdown`` wakes the accept loops of both addresses together (socketserver's loop
+    polled for its stop every 0.5 s, one address after the other) and closes the listeners
+    only once the loops are gone: a stop right after the start (a failed start-up) closed a
+    listener under a loop that had not registered it yet (a thread's ValueError)."""
+    for _ in range(30):
+        server = HttpServer("localhost:0", _ok, name="test-stop")
+        server.start()
+        server.shutdown(0.0)
+        for host in ("127.0.0.1", "::1"):
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection((host, server.port), timeout=10).close()
+        assert not [t for t in threading.enumerate() if t.name == "test-stop"]
