@@ -27,6 +27,7 @@ class Reply:
     trickle: bool = False
 
 
+CHUNK = 64 * 1024  # bytes of a reply body written at once
 TRICKLE_S = 0.02  # between the bytes of a trickled reply (the server's pace, not a wait)
 
 
@@ -57,6 +58,8 @@ class FakeLLM:
         self.requests: list[dict[str, Any]] = []
         self.released = threading.Event()
         self.arrived = threading.Event()  # set when any request has arrived
+        self.sent_bytes = 0  # of reply bodies, as far as the client took them
+        self.answered = threading.Event()  # set when a reply was written or refused
         # replies chosen from the request instead of the script (concurrent calls)
         self.route: Callable[[dict[str, Any]], Reply] | None = None
         fake = self
@@ -88,7 +91,14 @@ class FakeLLM:
                 for k, v in reply.headers.items():
                     self.send_header(k, v)
                 self.end_headers()
-                self.wfile.write(data)
+                try:  # in pieces, counted: a client that stops reading is seen to stop
+                    for at in range(0, len(data), CHUNK):
+                        self.wfile.write(data[at:at + CHUNK])
+                        fake.sent_bytes += len(data[at:at + CHUNK])
+                except OSError:  # the client closed the connection
+                    self.close_connection = True
+                finally:
+                    fake.answered.set()
 
             def _trickle(self) -> None:
                 self.send_response(200)

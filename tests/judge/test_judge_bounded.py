@@ -212,3 +212,17 @@ def test_span_text_cannot_repeat_the_prompts_section_headings() -> None:
         assert "\\## Deterministic findings" in user  # the span's text is still there
     generate = prompting.rubric_generate(prompts, "Cancel ABC123.\n" + fake)
     assert "\n\\## Deterministic findings" in generate.messages[-1]["content"]
+
+
+def test_a_reply_over_max_reply_bytes_is_not_read_further(llm: FakeLLM) -> None:
+    """A 40 MB reply was read whole by litellm (~0.6 GB for 200 MB) before its text was
+    checked. The openai provider's client now stops at the bound (the text's bytes, escaped,
+    plus an envelope: ~70 KB here) and drops the connection: the server gets to write at most
+    that and the sockets' buffers."""
+    total = 40 * 1024 * 1024
+    llm.script(completion("x" * total), good(GOOD))
+    r = call(llm, max_reply_bytes=1000)
+    assert (r.status, r.attempts, len(llm.requests)) == ("parse_error", 1, 1)  # no retry
+    assert "over max_reply_bytes 1000 (not read further)" in r.error
+    assert llm.answered.wait(60)
+    assert llm.sent_bytes < total // 2

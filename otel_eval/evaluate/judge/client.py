@@ -43,6 +43,7 @@ from otel_eval.evaluate.judge.llm import (
 )
 from otel_eval.evaluate.judge.render import CHARS_PER_TOKEN
 from otel_eval.evaluate.judge.schemas import Schema
+from otel_eval.evaluate.judge.transport import bounded_client, close_bounded_clients, reading
 
 log = logging.getLogger(__name__)
 
@@ -196,6 +197,7 @@ class JudgeClient:
         self.budget = CostBudget(config.max_cost_usd_per_hour)
         self._semaphore: asyncio.Semaphore | None = None  # created on the caller's loop
         self._api_key: str | None = None  # resolved on the first request
+        self._provider: str | None = None  # litellm's name for it, found on the first call
         self._backoff = Backoff(config.backoff_initial_s, config.backoff_max_s)
         # before any litellm call: litellm asks no server about a model it was not told of
         pin_model_info(config.model, config.input_cost_per_token_usd,
@@ -246,6 +248,20 @@ class JudgeClient:
                           f"{self.config.max_reply_bytes}")
         return parse_reply(text, schema, check)
 
+    def _client(self) -> dict[str, Any]:
+        """``client=`` for litellm's ``openai`` provider: this loop's client that stops reading
+        a reply past ``max_reply_bytes`` (``transport``); other providers read it whole."""
+        if self._provider is None:
+            try:
+                self._provider = litellm.get_llm_provider(
+                    model=self.config.model, api_base=self.config.api_base or None)[1]
+            except Exception:  # an unknown provider: the call says what is wrong
+                self._provider = ""
+        if self._provider != "openai":
+            return {}
+        client = bounded_client(self.config.api_base, self._api_key or "")
+        return {} if client is None else {"client": client}
+
     def _request(self, messages: Messages, schema: Schema, name: str) -> dict[str, Any]:
         c = self.config
         kwargs: dict[str, Any] = {
@@ -286,10 +302,16 @@ class JudgeClient:
             await self._wait_for_rate(messages)
             result.attempts += 1
             try:
-                # the whole exchange, not each read: litellm's timeout is per read
-                response = await asyncio.wait_for(litellm.acompletion(**request),
-                                                  timeout=c.timeout_s)
+                with reading(c.max_reply_bytes) as read:
+                    # the whole exchange, not each read: litellm's timeout is per read
+                    response = await asyncio.wait_for(
+                        litellm.acompletion(**request, **self._client()), timeout=c.timeout_s)
             except Exception as e:  # classified below: the provider boundary
+                if read.cut:  # not retried nor repaired: the next reply would be as long
+                    result.status = "parse_error"
+                    result.error = (f"the reply is over max_reply_bytes {c.max_reply_bytes} "
+                                    "(not read further)")
+                    return None
                 status, delay = self._classify(e, attempt)
                 result.status, result.error = status, error_text(e)
                 if isinstance(e, TimeoutError):
@@ -380,4 +402,5 @@ async def close_clients() -> None:
     from litellm.llms.custom_httpx.async_client_cleanup import close_litellm_async_clients
     with contextlib.suppress(Exception):
         await close_litellm_async_clients()
+    await close_bounded_clients()
     litellm.in_memory_llm_clients_cache.flush_cache()

@@ -1,0 +1,131 @@
+"""Stage (judge, part): the HTTP client of judge calls to OpenAI-compatible servers, which
+stops reading a reply at its bound.
+
+    JudgeClient._complete: with reading(max_reply_bytes) -> litellm.acompletion(client=
+        bounded_client(...)) -> openai SDK -> httpx -> _BoundedTransport: the body's bytes
+        counted as they arrive; past the bound, ReplyTooLarge (litellm wraps it) and the
+        connection is dropped, the call's ``Reading.cut`` set
+
+litellm reads a whole reply before the judge sees its text: a 200 MB body from the server
+cost ~0.6 GB while it was read, whatever ``max_reply_bytes`` said, and litellm has no
+per-request size limit. Its ``openai`` provider takes the ``AsyncOpenAI`` client to use
+(``client=``); this module gives it one whose transport counts. The bound of a call and
+whether it was hit travel in a context variable (set by the caller around the call; the task
+``asyncio.wait_for`` makes copies it), so one client per event loop and server serves every
+judge with its own bound. Other providers are read whole, then checked as before (the
+reply's text against ``max_reply_bytes``, in ``client``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import weakref
+from collections.abc import AsyncIterator, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+import httpx  # what litellm hands the openai SDK (not the SDK's own httpx2)
+
+# A body holds its reply text JSON-escaped (at most 6 bytes a byte: \u00XX) in an envelope:
+# the bytes of body read for ``max_reply_bytes`` of text.
+ESCAPED_BYTES_PER_BYTE = 6
+ENVELOPE_BYTES = 64 * 1024
+
+
+@dataclass(slots=True)
+class Reading:
+    """One call's bound on the body read, in bytes, and whether a reply went over it."""
+
+    limit: int
+    cut: bool = False
+
+
+_READING: ContextVar[Reading | None] = ContextVar("otel_eval_judge_reading", default=None)
+
+
+@contextlib.contextmanager
+def reading(max_reply_bytes: int) -> Iterator[Reading]:
+    """The bound of the calls made inside (a reply text of ``max_reply_bytes``, escaped)."""
+    state = Reading(ESCAPED_BYTES_PER_BYTE * max_reply_bytes + ENVELOPE_BYTES)
+    token = _READING.set(state)
+    try:
+        yield state
+    finally:
+        _READING.reset(token)
+
+
+class ReplyTooLarge(httpx.ReadError):
+    """The body went over the call's bound; what was read is dropped with the connection."""
+
+
+class _Counted(httpx.AsyncByteStream):
+    def __init__(self, inner: httpx.AsyncByteStream, state: Reading) -> None:
+        self._inner, self._state = inner, state
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        read = 0
+        async for chunk in self._inner:
+            read += len(chunk)
+            if read > self._state.limit:
+                self._state.cut = True
+                raise ReplyTooLarge(f"the reply is over {self._state.limit} bytes")
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _BoundedTransport(httpx.AsyncBaseTransport):
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self._inner = inner
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self._inner.handle_async_request(request)
+        state = _READING.get()
+        if state is None:  # not inside ``reading``: as read by httpx
+            return response
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        return httpx.Response(response.status_code, headers=response.headers,
+                              stream=_Counted(response.stream, state),
+                              extensions=response.extensions, request=request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+# event loop -> (api_base, api_key) -> client: an httpx client belongs to the loop it runs on
+_CLIENTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str], Any]] = (
+    weakref.WeakKeyDictionary())
+
+
+def bounded_client(api_base: str, api_key: str) -> Any | None:
+    """This loop's ``AsyncOpenAI`` client for ``api_base`` (the SDK's default when empty), or
+    None when the SDK cannot make one (no API key anywhere: litellm then says so itself)."""
+    from openai import AsyncOpenAI, OpenAIError  # with litellm, which needs it
+
+    clients = _CLIENTS.setdefault(asyncio.get_running_loop(), {})
+    found = clients.get((api_base, api_key))
+    if found is None:
+        # as litellm makes the openai SDK's client (its TLS settings, redirects followed), on
+        # an httpx transport; retries and the whole call's deadline are the judge's
+        from litellm.llms.custom_httpx.http_handler import get_ssl_configuration
+
+        verify = get_ssl_configuration()
+        http = httpx.AsyncClient(transport=_BoundedTransport(httpx.AsyncHTTPTransport(
+            verify=verify)), verify=verify, follow_redirects=True, timeout=None)
+        try:
+            found = AsyncOpenAI(base_url=api_base or None, api_key=api_key or None,
+                                max_retries=0, http_client=http)  # type: ignore[arg-type]
+        except OpenAIError:
+            return None
+        clients[(api_base, api_key)] = found
+    return found
+
+
+async def close_bounded_clients() -> None:
+    """Close the running loop's clients (call on it, at shutdown)."""
+    for client in _CLIENTS.pop(asyncio.get_running_loop(), {}).values():
+        with contextlib.suppress(Exception):
+            await client.close()
