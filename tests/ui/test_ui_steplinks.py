@@ -145,3 +145,15 @@ def test_a_long_run_s_links_land_over_http(long_run: tuple[str, str]) -> None:
     assert seen["away"] >= ALSO_LINKS and seen["pages"] > ALSO_LINKS, seen
     junk = fetch(f"{url}/ui/runs/{trace_id}?step=x1")
     assert junk == first  # not a number: the first page, as ?from= does
+
+
+def test_a_step_the_run_does_not_list_is_named_not_linked() -> None:
+    """A finding naming a step cut from the stored record (its index past the steps kept)
+    linked to an anchor on no page; it is now its number, without a link."""
+    body = _run(5)
+    body["findings"].append({"detector": "loop", "kind": "repeated_call", "severity": "error",
+                             "message": "again", "step_indexes": [900, 901]})
+    shown = run_page(tree(body), None)
+    assert "#step-900" not in shown and "#step-901" not in shown
+    assert re.search(r'\(steps 900 901 \)', shown), shown[-2000:]
+    assert not set(re.findall(r'href="#(step-\d+)"', shown)) - set(_Page(shown).ids)

@@ -61,7 +61,9 @@ def _api(trace_id: str) -> Html:
 
 def _finding(f: dict[str, Any], here: Any, redact: Redact, links: StepLinks) -> Html:
     steps = [i for i in f.get("step_indexes") or [] if isinstance(i, int) and i != here]
-    also = [h("a", str(i), href=links.href(i)) for i in steps[:ALSO_LINKS]]
+    # a step the run does not list (cut from the stored record) has no anchor anywhere
+    also = [h("a", str(i), href=links.href(i)) if links.lists(i) else str(i)
+            for i in steps[:ALSO_LINKS]]
     return h("div", h("span", short(f.get("severity"), 20), class_="sev"), " ",
              h("b", f"{short(f.get('detector'), 40)}:{short(f.get('kind'), 40)}"), " ",
              short(redact(short(f.get("message"), 2000)) if redact else f.get("message"),

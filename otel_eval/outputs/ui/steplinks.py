@@ -43,6 +43,10 @@ class StepLinks:
         # no page: its anchor is kept as it was, there is nowhere better to go
         return at is None or end is None or self.start <= at < end
 
+    def lists(self, index: int) -> bool:
+        """Whether the run lists step ``index`` (on some page): else it has no anchor."""
+        return index in self.position
+
     def href(self, index: int) -> str:
         """``#step-N`` when step ``index`` is on this page, else its page's URL."""
         self.linked.add(index)
