@@ -104,6 +104,8 @@ class Engine:
         self.admission = AdmissionControl(self.config, self._assembler, self.finishing,
                                           self.durability, clock, self.store_health)
         self._thread: threading.Thread | None = None
+        self._last_pass_done = False  # the runs ended at shutdown released and processed
+        self._left_open = 0  # runs still going at shutdown, left unjudged
         self.failure: BaseException | None = None
         # The spool is being replayed: nothing is released until all of it is back (a trace
         # past its timers would otherwise go out with its first request only).
@@ -266,9 +268,22 @@ class Engine:
                     return
                 wake.wait(self.tick_interval_s)
                 wake.clear()
+            # here, not in shutdown's thread: a store call that blocks (another client's
+            # lock, no lock timeout) is then cut by shutdown's deadline, not waited for
+            self._last_pass()
         except BaseException as e:  # a dead worker must be loud: health turns red
             log.exception("engine worker died")
             self.failure = e
+
+    def _last_pass(self) -> None:
+        """At shutdown: release the runs that have ended, and evaluate and store them with
+        what was released before (a run still going stays open: a stop is no verdict)."""
+        with self._lock:
+            self.finishing.enqueue(self._assembler.release_ended(self.clock(), "shutdown"))
+            self._left_open = len(self._assembler)
+        self._dropped()
+        self.process()
+        self._last_pass_done = True
 
     @property
     def healthy(self) -> bool:
@@ -291,12 +306,9 @@ class Engine:
                 log.error("the engine is still in a store call at the shutdown deadline; "
                           "what it holds stays in the spool and is stored at the next start")
                 return
-        with self._lock:
-            self.finishing.enqueue(self._assembler.release_ended(self.clock(), "shutdown"))
-            left = len(self._assembler)
-        self._dropped()
-        self.process()
-        if left:
+        if not self._last_pass_done:  # no worker thread (driven by hand), or it ended early
+            self._last_pass()
+        if left := self._left_open:
             log.info("%d run(s) in flight left unjudged: %s", left,
                      "resumed from the spool at the next start" if self.spool is not None
                      else "no spool: spans received over OTLP are lost (Kafka replays its own)")
