@@ -178,6 +178,7 @@ def _outcomes_recorded_meanwhile(evaluator: Evaluator, store: EvaluationStore,
     feedback table and not in the verdict just stored, until the trace's next evaluation.
     Feedback recorded after the commit reads the new revision and writes its own verdict.
     One more query per batch; ``results`` is updated in place (for the sinks)."""
+    stale: list[int] = []
     for _ in range(FEEDBACK_ROUNDS):
         now = store.feedback_many({ev.trace_id for ev, _ in results if ev is not None})
         stale = [i for i, (ev, _) in enumerate(results) if ev is not None
@@ -188,8 +189,8 @@ def _outcomes_recorded_meanwhile(evaluator: Evaluator, store: EvaluationStore,
         for i in stale:
             results[i] = _evaluate(evaluator, traces[i], now[traces[i].trace_id], history)
         store.put_many([ev for ev, _ in (results[i] for i in stale) if ev is not None])
-    log.warning("outcomes kept changing while %d traces were stored; their next evaluation "
-                "applies them", len(results))
+    log.warning("the outcomes of %d trace(s) kept changing while they were stored; their "
+                "next evaluation applies them", len(stale))
 
 
 def _remember(store: EvaluationStore, evaluations: list[Evaluation]) -> None:

@@ -283,7 +283,7 @@ class JudgeClient:
                 "name": f"{name}_grade", "schema": schema, "strict": False}}
         elif c.response_format == "json_object":
             kwargs["response_format"] = {"type": "json_object"}
-        return kwargs
+        return {**kwargs, **self._client()}
 
     async def _wait_for_rate(self, messages: Messages) -> None:
         if not (self.limiter.rpm or self.limiter.tpm):
@@ -304,8 +304,8 @@ class JudgeClient:
             try:
                 with reading(c.max_reply_bytes) as read:
                     # the whole exchange, not each read: litellm's timeout is per read
-                    response = await asyncio.wait_for(
-                        litellm.acompletion(**request, **self._client()), timeout=c.timeout_s)
+                    response = await asyncio.wait_for(litellm.acompletion(**request),
+                                                      timeout=c.timeout_s)
             except Exception as e:  # classified below: the provider boundary
                 if read.cut:  # not retried nor repaired: the next reply would be as long
                     result.status = "parse_error"
