@@ -67,6 +67,7 @@ class _Open:
     nbytes: int = 0  # received size of its spans
     log_bytes: int = 0  # received size of its log records
     deadline: float = 0.0  # when the trace is due, given what has arrived so far
+    resumed_at: float | None = None  # when a restart's replay handed it back (``resume``)
     scheduled: float = float("inf")  # deadline of this trace's live heap entry
     waiters: list[Callable[[], None]] = field(default_factory=list)
 
@@ -283,7 +284,17 @@ class TraceAssembler:
     def _deadline(self, tr: _Open) -> float:
         cfg = self.config
         wait = cfg.grace_s if tr.root_ended else cfg.idle_timeout_s
-        return min(tr.last_seen + wait, tr.first_seen + cfg.max_trace_duration_s)
+        return min(tr.last_seen + wait, self._cut_at(tr))
+
+    def _cut_at(self, tr: _Open) -> float:
+        """When the trace is cut (``truncated``, ``max_duration``): ``max_trace_duration_s``
+        after its first span came; for a run resumed after a restart, not before
+        ``idle_timeout_s`` after the resumption (``resume``)."""
+        cfg = self.config
+        cut = tr.first_seen + cfg.max_trace_duration_s
+        if tr.resumed_at is not None:
+            cut = max(cut, tr.resumed_at + cfg.idle_timeout_s)
+        return cut
 
     def _reschedule(self, tr: _Open) -> None:
         tr.deadline = self._deadline(tr)
@@ -304,7 +315,7 @@ class TraceAssembler:
                 tr.scheduled = tr.deadline
                 heapq.heappush(heap, (tr.deadline, trace_id))
                 continue
-            cut = now >= tr.first_seen + self.config.max_trace_duration_s
+            cut = now >= self._cut_at(tr)
             if not tr.spans:
                 self._drop_logs_only(tr, now)
             elif tr.root_ended:
@@ -338,17 +349,24 @@ class TraceAssembler:
             out.append(self._release(tr, "incomplete", "pressure", now))
         return out
 
-    def restart_idle_clocks(self, now: float) -> None:
-        """After a restart's replay: the idle clock of every open run whose root has not ended
-        counts from ``now``. While otel-eval was down nothing could arrive (the sender's
-        collector queued the rest of the run), so that silence is no evidence the run stopped;
-        counted, a stop longer than ``idle_timeout_s`` judged every run in flight as
-        non-terminated at the first tick. Grace (root ended) and ``max_trace_duration_s``
-        still count from when the spans came."""
+    def resume(self, now: float) -> None:
+        """After a restart's replay, for every run it handed back: its idle clock counts from
+        ``now`` when its root has not ended, and it is not cut for its maximum duration before
+        ``idle_timeout_s`` after ``now``. While otel-eval was down nothing could arrive (the
+        sender's collector queued the rest of the run), so that silence is no evidence the run
+        stopped, nor is the downtime time the run was seen open: counted, a stop longer than
+        ``idle_timeout_s`` judged every run in flight as non-terminated at the first tick, and
+        a stop of D seconds judged every run older than ``max_trace_duration_s`` - D as
+        truncated, although its root may be waiting in the sender's queue. Grace (root ended)
+        still counts from when the spans came.
+
+        A resumed run also holds every span the spool kept for it (replays are whole traces);
+        a run opened later is ``Trace.late_if_stored`` (see ``_release``)."""
         for tr in self._open.values():
+            tr.resumed_at = now
             if not tr.root_ended and tr.last_seen < now:
                 tr.last_seen = now
-                self._reschedule(tr)
+            self._reschedule(tr)
 
     def release_ended(self, now: float, reason: str = "shutdown") -> list[Trace]:
         """Release the traces whose run has surely ended (a clean stop: grace only waits for
@@ -418,7 +436,8 @@ class TraceAssembler:
         self._forget(now)
         return Trace(tr.trace_id, spans, status, source=tr.source, revision=tr.revision,
                      release_reason=reason, waiters=tr.waiters,
-                     logs=[r.decode() for r in tr.logs])  # decoded now, not while held
+                     logs=[r.decode() for r in tr.logs],  # decoded now, not while held
+                     late_if_stored=tr.revision == 0 and tr.resumed_at is None)
 
     def _forget(self, now: float) -> None:
         cfg = self.config

@@ -193,14 +193,14 @@ class Engine:
     def replay(self) -> tuple[int, int, int] | None:
         """What the spool holds, submitted again (before the receivers open), with the times
         it was received at; ``tick`` releases nothing meanwhile. Then the idle clocks of the
-        runs still going restart (``TraceAssembler.restart_idle_clocks``)."""
+        runs handed back are resumed (``TraceAssembler.resume``)."""
         with self._lock:
             self._replaying = True
         try:
             return self.durability.replay(self.submit)
         finally:
             with self._lock:
-                self._assembler.restart_idle_clocks(self.clock())
+                self._assembler.resume(self.clock())
                 self._replaying = False
 
     def hand_over(self, trace_ids: Collection[str]) -> int:

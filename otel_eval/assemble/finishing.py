@@ -12,7 +12,8 @@ the trace and no sink, but done like any other (spool rows deleted, waiters call
 trace that is no agent run (``not_a_run``: only setup operations, such as a ``create_agent``
 span in a trace of its own): nothing stored, counted the same way, and its spans handed to
 the sinks' ``pass_on`` (pass-through forwards them unstamped: otel-eval in the trace path must
-not swallow a user's spans because they are no run).
+not swallow a user's spans because they are no run), and so is a trace of spans that came
+after their run was stored (``late``: ``evaluate.stage``).
 
 A batch the store refused (``Outcome.unstored``: a full disk, a lost connection) is not
 finished: its jobs go back to the head of the queue, still pending and still spooled, the
@@ -51,7 +52,14 @@ from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.component import Sink
 from otel_eval.base.model import Trace, content_digest
 from otel_eval.base.results import Evaluation
-from otel_eval.evaluate.handoff import NOT_A_RUN, UNSTORABLE, EvaluationStage, Job, Outcome
+from otel_eval.evaluate.handoff import (
+    LATE,
+    NOT_A_RUN,
+    UNSTORABLE,
+    EvaluationStage,
+    Job,
+    Outcome,
+)
 from otel_eval.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -145,7 +153,7 @@ class Finishing:
             if ev is None:  # already evaluated (and exported then), no agent run, or a
                 skipped = out.skipped or "already_evaluated"  # result nothing could store
                 self._metrics.evaluation.skipped(skipped)
-                if skipped in (NOT_A_RUN, UNSTORABLE):  # the spans still pass on, unstamped
+                if skipped in (NOT_A_RUN, LATE, UNSTORABLE):  # spans still pass on, unstamped
                     self._to_sinks(trace, None)
                 continue
             if out.failure is not None:

@@ -36,8 +36,9 @@ Promises:
   are held, so receivers throttle both;
 - timers survive a restart: each request keeps the wall-clock time it was received at, and
   a replay hands its age to assembly, so a trace's grace and maximum duration count from
-  when its spans came (its idle clock restarts with the process: the downtime is no silence
-  of the run's; a run left in flight that never ends is still reported once);
+  when its spans came (its idle clock restarts with the process, and its maximum duration
+  is not reached before ``idle_timeout_s`` after it: the downtime is no silence of the
+  run's; a run left in flight that never ends is still reported once);
 - versioned: ``PRAGMA user_version`` is the schema's version. A spool written before log
   requests were kept (version 0: no ``signal`` column) is migrated in place at open, its rows
   replayed as trace requests; rows written before receive times were kept (version 1) are

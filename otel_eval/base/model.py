@@ -236,6 +236,12 @@ class Trace:
     # stored with the evaluation, so a redelivered trace of the same content is not
     # evaluated again (Kafka rebalance, spool replay)
     digest: str = ""
+    # Set by assembly on a trace its process started from spans that arrived live (not a
+    # re-open, not a restart's replay): if the store already holds an evaluation of this
+    # trace id, these spans came after that run was released, to a process that no longer
+    # holds it (a restart, or a trace id assembly no longer remembers). They are ``late``,
+    # as assembly refuses them while it remembers the id: a fragment never replaces a run.
+    late_if_stored: bool = False
 
 
 def content_digest(trace: Trace) -> str:

@@ -17,12 +17,14 @@ from typing import Protocol
 from otel_eval.base.model import Trace
 from otel_eval.base.results import Evaluation
 
-__all__ = ["ALREADY_EVALUATED", "NOT_A_RUN", "UNSTORABLE", "Done", "EvaluationStage", "Job",
+__all__ = ["ALREADY_EVALUATED", "LATE", "NOT_A_RUN", "UNSTORABLE", "Done", "EvaluationStage", "Job",
            "Outcome"]
 
 # Outcome.skipped: the store holds an evaluation of this content (same trace id and digest)
 ALREADY_EVALUATED = "already_evaluated"
 NOT_A_RUN = "not_a_run"  # Outcome.skipped: every span a setup operation, no agent run
+# Outcome.skipped: spans that came after their run was stored (``Trace.late_if_stored``)
+LATE = "late"
 # Outcome.skipped: the store took neither the trace's evaluation nor an error record of it
 UNSTORABLE = "unstorable"
 
@@ -32,7 +34,7 @@ class Outcome:
     evaluation: Evaluation | None  # None when skipped
     superseded: bool  # an evaluation of this trace was already stored (re-opened, replayed)
     failure: str | None = None  # exception type when evaluating raised (stored as an error)
-    # why nothing was evaluated or stored (ALREADY_EVALUATED, NOT_A_RUN)
+    # why nothing was evaluated or stored (ALREADY_EVALUATED, LATE, NOT_A_RUN, UNSTORABLE)
     skipped: str | None = None
     # why the store refused the batch (store.failures.WRITE_FAILURE_REASONS): nothing of it
     # was stored; the engine keeps the trace and hands it again later. ``error``: the

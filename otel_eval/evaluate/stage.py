@@ -12,7 +12,11 @@ it, and treats it as done (spool rows deleted, Kafka offsets committed). That is
 record redelivered after a Kafka rebalance (to a worker sharing the store) or a spool row
 replayed after a crash between commit and delete from being evaluated twice. A trace that is
 no agent run (``Evaluator.evaluate`` returns None: only setup operations) is not stored
-either; its outcome says ``not_a_run``, counted and treated as done the same way.
+either; its outcome says ``not_a_run``, counted and treated as done the same way. A trace
+opened by spans that came after its run was stored, by a process that no longer remembers
+that run (``Trace.late_if_stored``: a restart in between), is not evaluated either (``late``):
+the stored run stands, as assembly's own ``late`` refusal keeps it while it remembers. A trace
+a worker process had stored before it died is evaluated again, and counted once.
 A known outcome recorded (``POST /v1/feedback``) while a batch was evaluated and stored is in
 the verdicts stored: the outcomes are read again after the commit, and a trace whose outcome
 changed meanwhile is evaluated and stored again with it.
@@ -41,6 +45,7 @@ from otel_eval.evaluate.agent_inference import RecallOnce, learned
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.handoff import (
     ALREADY_EVALUATED,
+    LATE,
     NOT_A_RUN,
     UNSTORABLE,
     Done,
@@ -57,7 +62,7 @@ log = logging.getLogger(__name__)
 FEEDBACK_ROUNDS = 3
 
 
-__all__ = ["ALREADY_EVALUATED", "NOT_A_RUN", "UNSTORABLE", "EvaluationStage", "InProcess",
+__all__ = ["ALREADY_EVALUATED", "LATE", "NOT_A_RUN", "UNSTORABLE", "EvaluationStage", "InProcess",
            "Job", "Outcome", "evaluate_and_store", "store_failed"]
 
 
@@ -119,31 +124,53 @@ def _store_error(evaluator: Evaluator, store: EvaluationStore, trace: Trace,
 
 def _store_fresh(evaluator: Evaluator, store: EvaluationStore, traces: Sequence[Trace],
                  retried_since_ns: Mapping[str, int] | None) -> list[Outcome]:
-    ids = {t.trace_id for t in traces}
-    stored = store.content_digests(ids)  # one query per batch, like the feedback below
-    done = {i for i, t in enumerate(traces) if t.digest and stored.get(t.trace_id) == t.digest}
-    fresh = [t for i, t in enumerate(traces) if i not in done]
-    outcomes = iter(_evaluate_and_store(evaluator, store, fresh, retried_since_ns)
-                    if fresh else [])
-    return [Outcome(None, False, skipped=ALREADY_EVALUATED) if i in done else next(outcomes)
-            for i in range(len(traces))]
+    """Skip what the store already holds (``_skipped``), evaluate and store the rest."""
+    stored = store.content_digests({t.trace_id for t in traces})  # one query per batch
+    own = _own_commits(store, traces, retried_since_ns or {})
+    skipped = [_skipped(t, stored, own) for t in traces]
+    fresh = [t for t, why in zip(traces, skipped, strict=True) if why is None]
+    outcomes = iter(_evaluate_and_store(evaluator, store, fresh, own) if fresh else [])
+    return [next(outcomes) if why is None else Outcome(None, False, skipped=why)
+            for why in skipped]
 
 
-def _evaluate_and_store(evaluator: Evaluator, store: EvaluationStore, traces: Sequence[Trace],
-                        retried_since_ns: Mapping[str, int] | None) -> list[Outcome]:
-    known = store.feedback_many({t.trace_id for t in traces})  # one query, not one per trace
-    history = RecallOnce(store)  # a run no span names: one query per kind of run, per batch
-    results = [_evaluate(evaluator, trace, known.get(trace.trace_id), history)
-               for trace in traces]
-    evaluated = [ev for ev, _ in results if ev is not None]
+def _skipped(trace: Trace, stored: Mapping[str, str], own: set[str]) -> str | None:
+    """Why ``trace`` is not evaluated, given the stored digests; None: it is. A trace a dead
+    worker had committed is evaluated again (``own``): that worker's outcome never reached
+    the engine, so nothing counted, exported or judged it. Else the same content is
+    ``already_evaluated``, and a run opened by spans that came after the stored one was
+    released is ``late`` (``Trace.late_if_stored``)."""
+    held = stored.get(trace.trace_id)
+    if held is None or trace.trace_id in own:
+        return None
+    if trace.digest and held == trace.digest:
+        return ALREADY_EVALUATED
+    return LATE if trace.late_if_stored else None
+
+
+def _own_commits(store: EvaluationStore, traces: Sequence[Trace],
+                 retried_since_ns: Mapping[str, int]) -> set[str]:
+    """The traces a worker that died had taken (``retried_since_ns``: when each was first
+    handed out, wall clock, ns) and had already stored: a row of the same revision written
+    since then is that worker's own commit, so storing again is not superseding it."""
     own = set()
     for trace in traces:
-        since = (retried_since_ns or {}).get(trace.trace_id)
+        since = retried_since_ns.get(trace.trace_id)
         if since is None:
             continue
         stamp = store.stamp(trace.trace_id)
         if stamp is not None and stamp[0] == trace.revision and stamp[1] >= since:
             own.add(trace.trace_id)
+    return own
+
+
+def _evaluate_and_store(evaluator: Evaluator, store: EvaluationStore, traces: Sequence[Trace],
+                        own: set[str]) -> list[Outcome]:
+    known = store.feedback_many({t.trace_id for t in traces})  # one query, not one per trace
+    history = RecallOnce(store)  # a run no span names: one query per kind of run, per batch
+    results = [_evaluate(evaluator, trace, known.get(trace.trace_id), history)
+               for trace in traces]
+    evaluated = [ev for ev, _ in results if ev is not None]
     superseded = iter(store.put_many(evaluated) if evaluated else [])
     if evaluated:
         _outcomes_recorded_meanwhile(evaluator, store, traces, results, known, history)

@@ -177,9 +177,11 @@ class EvaluationStore(Protocol):
         ...
 
     def content_digests(self, trace_ids: Collection[str]) -> dict[str, str]:
-        """The content digest stored with the evaluation of each of ``trace_ids`` that has
-        one (one query per batch): the engine evaluates a released trace only when its
-        content differs from what the stored evaluation was made from."""
+        """The content digest stored with the evaluation of each of ``trace_ids`` that is
+        stored ("" for a row from before digests were kept), in one query per batch: the
+        engine evaluates a released trace only when its content differs from what the stored
+        evaluation was made from, and knows which trace ids have a stored run at all
+        (``Trace.late_if_stored``)."""
         ...
 
     def delete_older_than(self, cutoff_ns: int) -> int:

@@ -256,8 +256,8 @@ class PostgresStore(KeptSessions):
         if not ids:
             return {}
         rows = self._retrying(lambda conn: conn.execute(
-            "SELECT trace_id, content_digest FROM evaluations WHERE trace_id = ANY(%s) "
-            "AND content_digest IS NOT NULL", (ids,)).fetchall())
+            "SELECT trace_id, COALESCE(content_digest, '') FROM evaluations "
+            "WHERE trace_id = ANY(%s)", (ids,)).fetchall())
         return {str(r[0]): str(r[1]) for r in rows}
 
     def put_judge(self, trace_id: str, revision: int, judge: dict[str, Any]) -> bool:

@@ -325,8 +325,8 @@ class SqliteStore(KeptSessions):
             return [filters.labelled_run(r) for r in rows]
 
     def content_digests(self, trace_ids: Collection[str]) -> dict[str, str]:
-        return self._by_trace_ids("SELECT trace_id, content_digest FROM evaluations WHERE "
-                                  "content_digest IS NOT NULL AND", trace_ids)
+        return self._by_trace_ids("SELECT trace_id, COALESCE(content_digest, '') FROM "
+                                  "evaluations WHERE", trace_ids)
 
     def _by_trace_ids(self, select_where: str, trace_ids: Collection[str]) -> dict[str, str]:
         """``select_where`` (trace_id, value) rows ``AND trace_id IN`` the ids, 500 ids a

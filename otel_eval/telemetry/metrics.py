@@ -63,6 +63,8 @@ Metrics (counters are exposed with the ``_total`` suffix):
                otel_eval_evaluation_failures_total{stage,reason}
                otel_eval_evaluation_skipped_total{reason}  already_evaluated: released traces
                whose content the store already holds an evaluation of (redelivered, replayed);
+               late: traces of spans that came after their run was stored, to a process
+               that no longer remembered it (a restart in between; the stored run stands);
                not_a_run: traces made only of setup operations (a create_agent span alone)
     store      otel_eval_store_write_failures_total{reason}  batches the store refused to
                write (store.failures.WRITE_FAILURE_REASONS: disk_full|read_only|locked|
@@ -192,8 +194,8 @@ class EvaluationMetrics:
                                ["stage", "reason"])
         self.c_skipped = c("evaluation_skipped",
                            "Released traces not evaluated, by reason (already_evaluated, "
-                           "not_a_run, unstorable).", ["reason"])
-        for reason in ("already_evaluated", "not_a_run", "unstorable"):
+                           "late, not_a_run, unstorable).", ["reason"])
+        for reason in ("already_evaluated", "late", "not_a_run", "unstorable"):
             self.c_skipped.labels(reason)  # 0, not absent, until the first one
         self.c_store_failed = c("store_write_failures",
                                 "Batches of evaluations the store refused to write, by reason "

@@ -4,8 +4,9 @@
 the spool, with no evaluation, metric or sink call. The next engine on the same store and
 spool resumes it with the times its spans were received at: finished, it is evaluated once,
 whole; never finished, it is reported once, ``idle_timeout_s`` after the restart (the time
-otel-eval was down is no silence of the run's). The same through ``otel-eval serve`` and SIGTERM:
-tests/load/test_sigterm.py.
+otel-eval was down is no silence of the run's, nor time it was seen open). A span that comes
+after the restart for a run stored before it is late: the stored run stands. The same through
+``otel-eval serve`` and SIGTERM: tests/load/test_sigterm.py.
 """
 
 from __future__ import annotations
@@ -67,11 +68,12 @@ class Recording:
 class Process:
     """One serve's engine on the store and spool in ``tmp``; its clocks by hand."""
 
-    def __init__(self, tmp: Path, wall: float) -> None:
+    def __init__(self, tmp: Path, wall: float, **assembly: float) -> None:
         self.now = 1000.0  # the engine's monotonic clock starts anywhere
         self.wall = wall
         self.metrics = Metrics(CollectorRegistry())
-        cfg = replace(Config(), **{"assembly.grace_s": GRACE, "assembly.idle_timeout_s": IDLE})
+        cfg = replace(Config(), **{"assembly.grace_s": GRACE, "assembly.idle_timeout_s": IDLE,
+                                   **{f"assembly.{k}": v for k, v in assembly.items()}})
         self.store = Store(str(tmp / "store.db"))
         self.spool = Spool(str(tmp / "store.db-spool"), 1 << 30, self.metrics.spool,
                            wall=lambda: self.wall).open()
@@ -188,4 +190,60 @@ def test_a_stop_longer_than_the_idle_timeout_is_no_non_termination(tmp_path: Pat
     ev = second.stored()[T]
     assert (ev["status"], ev["revision"], ev["counts"]["spans"]) == ("complete", 0, 9)
     assert second.total("otel_eval_traces_non_terminated_total") == 0
+    second.stop()
+
+
+def test_a_stop_past_the_maximum_duration_is_no_truncation(tmp_path: Path) -> None:
+    """A run 80 s into its 100 s maximum at the stop, down 60 s: before, the first tick after
+    the replay cut it ``truncated`` (a non-termination, the paging alert's metric) although
+    its root had ended meanwhile and waited in the sender's queue. It now gets
+    ``idle_timeout_s`` after the restart for the rest, and is cut then if nothing comes."""
+    for rest_comes in (True, False):
+        first = Process(tmp_path / str(rest_comes), WALL0, max_trace_duration_s=100.0)
+        spans = run(T, end=100)
+        first.send(spans[:4])
+        first.advance(50.0)
+        first.send(spans[4:5])
+        first.advance(30.0)
+        assert first.stop() == {}
+        second = Process(tmp_path / str(rest_comes), WALL0 + 140.0, max_trace_duration_s=100.0)
+        assert second.advance(0.0) == 0 and second.advance(IDLE - 1.0) == 0
+        if rest_comes:
+            second.send(spans[5:])
+            assert second.advance(GRACE) == 1
+            ev = second.stored()[T]
+            assert (ev["status"], ev["counts"]["spans"]) == ("complete", 9)
+            assert second.total("otel_eval_traces_non_terminated_total") == 0
+        else:
+            assert second.advance(1.0) == 1
+            assert second.stored()[T]["status"] == "truncated"
+            assert second.sample("otel_eval_assembly_traces_released_total",
+                                 status="truncated", reason="max_duration") == 1
+        second.stop()
+
+
+def test_a_span_after_the_restart_for_a_stored_run_is_late_and_the_run_stands(
+        tmp_path: Path) -> None:
+    """Assembly remembers released runs in memory (a late span re-opens one whole, or is
+    refused as ``late``); a restart forgets them. Before, a straggler arriving after the
+    restart opened a new one-span trace whose evaluation (``incomplete``, a non-termination)
+    replaced the whole stored run. The store now stands in for that memory."""
+    first = Process(tmp_path, WALL0)
+    first.send(run(T, end=100))
+    assert first.advance(GRACE) == 1
+    assert first.stop()[T]["counts"]["spans"] == 9
+
+    second = Process(tmp_path, WALL0 + 30.0)
+    second.send([_span(T, 40, 1, "chat", 60, 70)])  # a straggler of the stored run
+    assert second.advance(IDLE) == 1
+    ev = second.stored()[T]
+    assert (ev["status"], ev["revision"], ev["counts"]["spans"]) == ("complete", 0, 9)
+    assert second.sample("otel_eval_evaluation_skipped_total", reason="late") == 1
+    assert second.total("otel_eval_traces_superseded_total") == 0
+    assert second.total("otel_eval_traces_non_terminated_total") == 0
+    assert second.sink.exported == [T]  # its span passes on, unstamped
+    assert second.spool.held() == (0, 0)
+    # a run the store does not hold still starts here as usual
+    second.send(run(DONE, end=90))
+    assert second.advance(GRACE) == 1 and DONE in second.stored()
     second.stop()

@@ -258,27 +258,38 @@ def test_one_worker_evaluates_in_the_serving_process(tmp_path: Path) -> None:
         assert set(_stored(h)) == {"a" * 32}  # stored before process() returned
 
 
-def test_a_retried_trace_the_dead_worker_had_stored_is_not_superseded(tmp_path: Path) -> None:
-    """The worker died after its commit, before answering: storing the trace again is the
-    same evaluation, not a re-evaluation (a row from before the hand-out still is one)."""
+def test_a_retried_trace_the_dead_worker_had_stored_is_evaluated_and_not_superseded(
+        tmp_path: Path) -> None:
+    """The worker died after its commit, before answering: nothing counted, exported or
+    judged that trace, so the retry evaluates it (its digest is the stored one, as every
+    released trace's is) and it is no re-evaluation. Before, the retry came back
+    ``already_evaluated``: stored, and never counted, exported or judged. A row of that
+    content from before the hand-out (another process's) is skipped as usual."""
     now = [100.0]
     evaluator = Evaluator(Config(), wall_clock=lambda: now[0])
     store = Store(str(tmp_path / "s.db"))
     trace = Trace("b" * 32, _trace("b" * 32), "complete")
+    trace.digest = content_digest(trace)
+    handed_out_ns = int(150.0 * 1e9)
     try:
-        [first] = evaluate_and_store(evaluator, store, [trace])
-        handed_out_ns = int(150.0 * 1e9)
-        now[0] = 200.0  # the dead worker's commit, after the hand-out
-        [dead] = evaluate_and_store(evaluator, store, [trace])
+        now[0] = 200.0
+        [dead] = evaluate_and_store(evaluator, store, [trace])  # its answer died with it
         [retry] = evaluate_and_store(evaluator, store, [trace], {trace.trace_id: handed_out_ns})
-        assert (first.superseded, dead.superseded, retry.superseded) == (False, True, False)
-        # a row stored before the hand-out (e.g. before a restart replayed it) is superseded
-        [late] = evaluate_and_store(evaluator, store, [trace], {trace.trace_id: int(300e9)})
-        assert late.superseded
-        # and a row of another revision is, too
-        newer = Trace(trace.trace_id, trace.spans, "complete", revision=1)
+        assert dead.evaluation is not None and not dead.superseded
+        assert retry.evaluation is not None and retry.skipped is None and not retry.superseded
+        # the same content delivered again later, or retried after a hand-out later than the
+        # row, or as another revision, is what the store holds already
+        for since in (None, {trace.trace_id: int(300e9)}):
+            [again] = evaluate_and_store(evaluator, store, [trace], since)
+            assert again.skipped == ALREADY_EVALUATED
+        newer = Trace(trace.trace_id, trace.spans, "complete", revision=1, digest=trace.digest)
         [rev] = evaluate_and_store(evaluator, store, [newer], {trace.trace_id: handed_out_ns})
-        assert rev.superseded
+        assert rev.skipped == ALREADY_EVALUATED
+        # without a digest (not released by assembly) a retry of another revision supersedes
+        [other] = evaluate_and_store(evaluator, store, [Trace(trace.trace_id, trace.spans,
+                                                               "complete", revision=1)],
+                                     {trace.trace_id: handed_out_ns})
+        assert other.evaluation is not None and other.superseded
     finally:
         store.close()
 
