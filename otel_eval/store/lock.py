@@ -6,7 +6,10 @@ deletes them. ``InstanceLock`` takes ``fcntl.flock(LOCK_EX | LOCK_NB)`` on ``<fi
 writes the holder's pid into it; a second process is refused with a ``StartupError`` naming
 the file and that pid. The kernel drops the lock when the holder exits, however it exits
 (kill -9 included), so a stale lock file never blocks a restart. The lock file itself stays:
-deleting it would let two processes lock two different files of the same name.
+deleting it would let two processes lock two different files of the same name. The lock file
+sits beside the file's real path (symlinks resolved): the same store reached through a symlink
+(a mounted volume's alias) is the same store. A hard link or a second bind mount of one file
+is not recognised.
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ class InstanceLock:
     (its evaluation workers open the store without it)."""
 
     def __init__(self, path: str, what: str) -> None:
-        self.path = path + ".lock"
-        self.what = what  # "store", "spool": how the refusal names the file
+        self.name = path  # as configured: how the refusal names the file
+        self.path = os.path.realpath(path) + ".lock"
+        self.what = what  # "store", "spool"
         self._file: IO[str] | None = None
 
     def acquire(self) -> None:
@@ -37,7 +41,7 @@ class InstanceLock:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             f = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 (held until release)
         except OSError as e:
-            raise StartupError(f"{self.what} {self.path.removesuffix('.lock')}: cannot create "
+            raise StartupError(f"{self.what} {self.name}: cannot create "
                                f"its lock file {self.path}: {e.strerror or e}") from None
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -46,7 +50,7 @@ class InstanceLock:
             holder = f.read(32).strip() or "unknown"
             f.close()
             raise StartupError(
-                f"{self.what} {self.path.removesuffix('.lock')} is in use by another otel-eval "
+                f"{self.what} {self.name} is in use by another otel-eval "
                 f"serve (pid {holder}, lock {self.path}); stop it, or give this one its own "
                 "store.path") from None
         f.seek(0)

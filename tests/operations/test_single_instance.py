@@ -76,6 +76,19 @@ def test_a_second_serve_on_the_same_store_is_refused_naming_the_holder(tmp_path:
     # resumes it (before: judged at the first's shutdown, the run's first child as the run)
 
 
+def test_a_second_serve_on_the_same_store_through_a_symlink_is_refused(tmp_path: Path) -> None:
+    """Before, the lock file was named after the path as spelt: a symlink to the store got a
+    second lock (and a second spool beside it), and two serves owned one store."""
+    with running_service(tmp_path) as first:
+        db = Path(first.svc.config.store.path)
+        alias = tmp_path / "alias" / "store.db"
+        alias.parent.mkdir()
+        alias.symlink_to(db)
+        line = one_line_failure(_serve("--store", str(alias)))
+        assert f"store {alias} is in use by another otel-eval serve (pid {os.getpid()}" in line
+        assert not Path(f"{alias}-spool").exists()
+
+
 def test_the_lock_is_released_at_shutdown(tmp_path: Path) -> None:
     with running_service(tmp_path):
         pass
