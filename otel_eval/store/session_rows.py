@@ -4,7 +4,8 @@ so turns stored by any worker, process or Kafka consumer of the fleet make one s
 each completion happens once.
 
     put_many (a turn with a session id) -> upsert: state open, last_turn_ns, turns, bytes
-    job: due (open, last turn older than idle) -> claim (open -> claimed, a token)
+    job: due (open, last turn older than idle; or open longer than the maximum duration)
+         -> claim (open -> claimed, a token)
          -> evaluate -> complete (claimed by that token -> complete, the record stored)
     judge stage (writer thread): put_session_judge -> the record's ``judge`` part, onto the
          completion it judged
@@ -126,6 +127,10 @@ def sql(m: str) -> dict[str, str]:
         # idle: open, the last turn before the cutoff; oldest first
         "idle": f"SELECT session_id, last_turn_ns FROM sessions WHERE state = 'open' AND "
                 f"last_turn_ns < {m} ORDER BY last_turn_ns, session_id LIMIT {m}",
+        # long: open, neither completed nor first turned since the cutoff; oldest first
+        "long": f"SELECT session_id, last_turn_ns FROM sessions WHERE state = 'open' AND "
+                f"COALESCE(completed_at_ns, first_turn_ns) < {m} "
+                f"ORDER BY COALESCE(completed_at_ns, first_turn_ns), session_id LIMIT {m}",
         # claims of processes that died (or hang): claimed before the cutoff
         "stale": f"SELECT session_id, last_turn_ns FROM sessions WHERE state = 'claimed' "
                  f"AND claimed_at_ns < {m} ORDER BY claimed_at_ns LIMIT {m}",
@@ -168,6 +173,13 @@ class KeptSessions:
         idle = self._one("idle", idle_before_ns, limit)[0]
         stale = self._one("stale", claim_before_ns, limit)[0]
         return [(str(r[0]), int(r[1])) for r in [*idle, *stale]]
+
+    def sessions_open_since(self, before_ns: int, limit: int) -> list[tuple[str, int]]:
+        """(session id, last turn ns) of at most ``limit`` open sessions neither completed
+        nor started since ``before_ns`` (``sessions.max_session_duration_s``), oldest first.
+        Reads every open session's row (no index on the times): about as much as the open
+        count the job takes at each check."""
+        return [(str(r[0]), int(r[1])) for r in self._one("long", before_ns, limit)[0]]
 
     def oldest_open_sessions(self, limit: int) -> list[tuple[str, int]]:
         """The ``limit`` open sessions with the oldest last turn (the open-sessions bound)."""

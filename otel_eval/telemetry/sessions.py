@@ -12,7 +12,8 @@
     otel_eval_sessions_reopened_total{service,agent}        a turn came after completion: the
                  session was completed (evaluated, stored) again
     otel_eval_sessions_evicted_total{reason}                max_open_sessions: completed
-                 before their idle timeout, the oldest first, to keep the bound
+                 before their idle timeout, the oldest first, to keep the bound;
+                 max_session_duration: open that long without going idle
     otel_eval_session_turns_dropped_total{reason}           turns left out of a completed
                  session's evaluation: max_turns | max_turns_chars
     otel_eval_sessions_open                                 gauge: open or claimed sessions
@@ -31,7 +32,7 @@ from otel_eval.telemetry.declare import Declarer
 from otel_eval.telemetry.labels import SeriesCap
 
 TURN_BUCKETS = (1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 500)
-EVICT_REASONS = ("max_open_sessions",)
+EVICT_REASONS = ("max_open_sessions", "max_session_duration")
 DROP_REASONS = ("max_turns", "max_turns_chars")
 
 

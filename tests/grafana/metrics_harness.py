@@ -115,6 +115,7 @@ def feed_session_store(metrics: Metrics, round_no: int) -> None:
     early past ``max_open_sessions``."""
     metrics.sessions.open_sessions(100 + round_no % 5)
     metrics.sessions.evicted("max_open_sessions", 1 + round_no % 2)
+    metrics.sessions.evicted("max_session_duration", 1)
 
 
 def feed_round(metrics: Metrics, round_no: int, traces: int = 10) -> list[str]:

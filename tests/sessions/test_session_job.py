@@ -201,6 +201,31 @@ def test_open_sessions_past_their_bound_complete_oldest_first(tmp_path: Path) ->
     store.close()
 
 
+def test_a_conversation_that_never_goes_idle_completes_at_its_maximum_duration(
+        tmp_path: Path) -> None:
+    """A turn every 50 s against a 60 s idle timeout: before, the session never completed,
+    so it was never evaluated. It now completes ``max_session_duration_s`` after its first
+    turn, then again that long after that completion, never at each check in between."""
+    store = open_store(str(tmp_path / "s.db"))
+    clock = ManualClock(T0)
+    job, metrics = _job(store, clock, max_session_duration_s=600.0)
+    completed_at = []
+    for n in range(30):  # 1,500 s of turns
+        store.put_many([_turn("c1", n, clock.now)])
+        if job.tick():
+            completed_at.append(clock.now - T0)
+        clock.advance(50.0)
+    assert completed_at == [650.0, 1300.0]
+    kept = store.session_record("c1")
+    assert kept is not None and kept.completions == 2 and kept.state == "open"
+    assert kept.record is not None and kept.record["completed_by"] == "max_session_duration"
+    assert _sample(metrics, "otel_eval_sessions_evicted_total",
+                   reason="max_session_duration") == 2
+    assert _sample(metrics, "otel_eval_sessions_completed_total", service="shop",
+                   agent="helper") == 1
+    store.close()
+
+
 def _records(ds: Capture) -> list[logs_pb2.LogRecord]:
     return [r for req in ds.logs for rl in req.resource_logs for sl in rl.scope_logs
             for r in sl.log_records]

@@ -35,6 +35,12 @@ class SessionsConfig:
     # recently active) early, counted in otel_eval_sessions_evicted_total{reason=
     # "max_open_sessions"}; a turn after that re-opens it. Count, default 100,000.
     max_open_sessions: int = 100_000
+    # A session still open this long after its first turn (or after its last completion) is
+    # completed as it stands, counted in otel_eval_sessions_evicted_total{reason=
+    # "max_session_duration"}; a turn after that re-opens it. A conversation whose turns
+    # never leave idle_timeout_s between them is evaluated at least this often. Seconds,
+    # default 24 h.
+    max_session_duration_s: float = 86400.0
     # Turns of one session read to evaluate it, at most (the newest ones); the turns past it
     # are counted in the session's `counts.turns_cut`, not read. Count.
     max_turns: int = 500
@@ -80,8 +86,9 @@ class SessionsConfig:
     session_time_s: float | None = None
 
     def __post_init__(self) -> None:
-        validate(self, above={"check_interval_s": 0, "claim_timeout_s": 0},
-                 finite=("check_interval_s", "claim_timeout_s"),
+        validate(self, above={"check_interval_s": 0, "claim_timeout_s": 0,
+                              "max_session_duration_s": 0},
+                 finite=("check_interval_s", "claim_timeout_s", "max_session_duration_s"),
                  minimum={"max_completions_per_check": 1, "max_open_sessions": 1})
         validate(self, above={"idle_timeout_s": 0},
                  finite=("idle_timeout_s", "reworded_request_similarity", "session_cost_usd",
