@@ -19,7 +19,8 @@ request holds at most ``export.max_batch_bytes``: a trace larger than that arriv
 requests, its spans under copies of their resource and scope entries (``outputs.batcher``).
 
 A trace that is no agent run (only setup operations: not evaluated) is forwarded as received,
-unstamped (``pass_on``), so pass-through never swallows spans.
+unstamped (``pass_on``), so pass-through never swallows spans; so are spans acknowledged after
+their run was stored, by a process that no longer held it (``late``: ``evaluate.stage``).
 
 A trace re-opened by late spans is evaluated again and forwarded again, whole (the root then
 carries the new summary and ``otel_eval.trace.revision`` > 0): downstream receives its spans
