@@ -16,7 +16,11 @@
                                         conversations, newest last turn first, computed from
                                         the stored turns: {"sessions": [...], "next_cursor"}
                                         (otel_eval.store.sessions, evaluate.sessions.reader)
-    GET  /v1/sessions/{session_id}      one session (the id URL-encoded), 404 if no turn has it
+    GET  /v1/sessions/{session_id}?service=
+                                        one session (the id URL-encoded) within a service,
+                                        404 if no turn has it; without ?service=, the one
+                                        service's whose turns carry the id, 409 naming them
+                                        when several do
     POST /v1/feedback                   {"trace_id", "outcome"}: records a known outcome and
                                         re-judges the stored verdict (lucky passes)
     GET  /v1/issues                     recurring issues (when the clustering stage runs)
@@ -71,7 +75,7 @@ from otel_eval.receive.security import (
 )
 from otel_eval.store.failures import write_failure
 from otel_eval.store.query import EvaluationQuery, Page, QueryError
-from otel_eval.store.sessions import SessionQuery
+from otel_eval.store.sessions import AmbiguousSession, SessionQuery, session_service
 from otel_eval.telemetry.metrics import render
 
 # A DNS name as admin.allowed_hosts takes it: labels of letters, digits, "-" and "_"
@@ -175,7 +179,7 @@ class AdminApi:
     connection_closed: Callable[[str], None] = lambda _reason: None
     # Sessions (evaluate.sessions.reader.SessionReader.page / get); None: not served (404).
     sessions: Callable[[SessionQuery], dict[str, Any]] | None = None
-    session: Callable[[str], dict[str, Any] | None] | None = None
+    session: Callable[[str, str | None], dict[str, Any] | None] | None = None
     # prediction.pass_threshold: the web view marks a p_success below it as predicted to fail
     pass_threshold: float = 0.5
 
@@ -305,11 +309,18 @@ class _Routes:
             return _error(400, str(e), parameter=e.param)
         return _json(200, self.api.sessions(query))
 
-    def session(self, _req: Request, found: re.Match[str]) -> Response:
+    def session(self, req: Request, found: re.Match[str]) -> Response:
         if self.api.session is None:
             return _error(404, "sessions are not served here")
         session_id = unquote(found.group(1))  # the id URL-encoded (a "/" in it as %2F)
-        record = self.api.session(session_id)
+        try:
+            service = session_service(parse_qs(req.query, keep_blank_values=True))
+            record = self.api.session(session_id, service)
+        except QueryError as e:
+            return _error(400, str(e), parameter=e.param)
+        except AmbiguousSession as e:
+            return _error(409, f"conversation {quoted(session_id)} is in several services: "
+                          "name one with ?service=", services=e.services)
         return _json(200, record) if record else _error(404, f"no session {quoted(session_id)}")
 
     def feedback(self, req: Request, _found: re.Match[str]) -> Response:

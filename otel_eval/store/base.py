@@ -44,7 +44,7 @@ from otel_eval.base.results import Evaluation
 from otel_eval.base.text import valid_text
 from otel_eval.store.query import EvaluationQuery, Page
 from otel_eval.store.session_rows import SessionRow
-from otel_eval.store.sessions import SessionCursor, SessionQuery, StoredTurns
+from otel_eval.store.sessions import SessionCursor, SessionQuery, StoredTurns, session_key
 
 POSTGRESQL_SCHEMES = ("postgresql", "postgres")
 
@@ -141,6 +141,8 @@ class EvaluationStore(Protocol):
                      limit: int) -> list[tuple[str, int]]: ...
 
     def sessions_open_since(self, before_ns: int, limit: int) -> list[tuple[str, int]]: ...
+
+    def session_keys(self, conversation_id: str, limit: int) -> list[str]: ...
 
     def oldest_open_sessions(self, limit: int) -> list[tuple[str, int]]: ...
 
@@ -256,11 +258,14 @@ def since_chunks(read: Callable[[int, tuple[int, str] | None, int], list[Any]],
 def evaluation_row(ev: Evaluation) -> Row:
     """The row of an evaluation: the pulled-out columns, then the JSON body as text. Text
     columns are valid UTF-8 (a lone surrogate as U+FFFD: no driver encodes one; the body
-    keeps it as a JSON escape)."""
+    keeps it as a JSON escape). ``session_id`` holds the session's key (``session_key``: the
+    conversation id within the service)."""
     t, v = ev.trajectory, ev.verdict
-    return (ev.trace_id, t.revision, ev.evaluated_at_ns, _valid(t.service), _valid(t.agent),
+    service, session = _valid(t.service), _valid(t.session_id)
+    return (ev.trace_id, t.revision, ev.evaluated_at_ns, service, _valid(t.agent),
             _valid(t.task_id), t.status, None if v is None else bool(v.passed),
-            ev.to_json_text(), ev.content_digest, _valid(t.session_id))
+            ev.to_json_text(), ev.content_digest,
+            None if session is None else session_key(service, session))
 
 
 def _valid(text: str | None) -> str | None:

@@ -20,6 +20,9 @@ Both stores keep the same tables, with each engine's types:
        written by ``put_many`` and the session completion job); existing turns backfilled
     8  feedback_by_time, the index of feedback (received_at_ns): ``labelled`` reads the
        newest outcomes along it (it sorted the whole table at each read)
+    9  sessions by service: a session is a conversation id within one service, keyed by
+       ``store.sessions.session_key`` in evaluations.session_id and the sessions table
+       (``session_rows.rekey``: a session whose turns came from several services is split)
 
 ``schema_version`` records each applied migration (version, description, when). Opening a
 store applies what is missing, in order, in one transaction: a crash part-way leaves the
@@ -40,6 +43,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from otel_eval.store.session_rows import rekey as sessions_rekey
 from otel_eval.store.session_rows import table as sessions_table
 
 Migration = tuple[int, str, tuple[str, ...]]
@@ -110,6 +114,7 @@ SQLITE: tuple[Migration, ...] = (
     )),
     (7, "sessions", sessions_table("TEXT", "INTEGER", "INTEGER", "")),
     (8, "feedback by time", (_FEEDBACK_BY_TIME,)),
+    (9, "sessions by service", sessions_rekey("TEXT", "INTEGER", "INTEGER", "", "char")),
 )
 
 # The body is TEXT holding the JSON as written (not jsonb): key order kept, and span content's
@@ -179,6 +184,8 @@ POSTGRESQL: tuple[Migration, ...] = (
     )),
     (7, "sessions", sessions_table("TEXT", "BIGINT", "BOOLEAN", ' COLLATE "C"')),
     (8, "feedback by time", (_FEEDBACK_BY_TIME,)),
+    (9, "sessions by service", sessions_rekey("TEXT", "BIGINT", "BOOLEAN", ' COLLATE "C"',
+                                              "chr")),
 )
 
 LATEST = SQLITE[-1][0]

@@ -29,13 +29,58 @@ import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-__all__ = ["KeptSessions", "SessionRow", "SessionWrites", "session_writes", "sql"]
+from otel_eval.store.sessions import KEY_SEPARATOR, session_key, split_session_key
+
+__all__ = ["KeptSessions", "SessionRow", "SessionWrites", "rekey", "session_writes", "sql"]
 
 
 def table(text: str, bigint: str, boolean: str, collate: str) -> tuple[str, ...]:
     """Migration 7's statements in one dialect (and the backfill of existing turns)."""
     return (
-        f"""CREATE TABLE IF NOT EXISTS sessions (
+        _create("sessions", text, bigint, boolean, collate),
+        "CREATE INDEX IF NOT EXISTS sessions_by_state ON sessions (state, last_turn_ns)",
+        "INSERT INTO sessions (session_id, state, first_turn_ns, last_turn_ns, turns, bytes) "
+        "SELECT session_id, 'open', MIN(evaluated_at_ns), MAX(evaluated_at_ns), COUNT(*), "
+        "SUM(LENGTH(body)) FROM evaluations WHERE session_id IS NOT NULL GROUP BY session_id",
+    )
+
+
+_KEPT = ("state, first_turn_ns, last_turn_ns, turns, bytes, claim, claimed_at_ns, completions, "
+         "completed_at_ns, passed, body")
+
+
+def rekey(text: str, bigint: str, boolean: str, collate: str, char: str) -> tuple[str, ...]:
+    """Migration 9's statements in one dialect (``char``: its function of a code point):
+    sessions keyed by ``sessions.session_key`` (the conversation id within its service), in
+    the evaluations' ``session_id`` and the ``sessions`` table. A session whose turns all
+    have one service keeps its row (state, claim, completions, record) under its new key; one
+    whose turns came from several services is split, one open row per service, completed
+    anew (its record mixed them)."""
+    service = f"REPLACE(COALESCE(service, ''), {char}(31), {char}(65533))"
+    per_id = (f"SELECT session_id AS id, MIN({service}) AS service FROM evaluations "
+              f"WHERE session_id IS NOT NULL GROUP BY session_id")
+    return (
+        _create("sessions_keyed", text, bigint, boolean, collate),
+        f"INSERT INTO sessions_keyed (session_id, {_KEPT}) SELECT s.session_id || {char}(31) "
+        f"|| one.service, {', '.join(f's.{c.strip()}' for c in _KEPT.split(','))} "
+        f"FROM sessions s JOIN ({per_id} HAVING COUNT(DISTINCT {service}) = 1) one "
+        "ON one.id = s.session_id",
+        f"INSERT INTO sessions_keyed (session_id, state, first_turn_ns, last_turn_ns, turns, "
+        f"bytes) SELECT session_id || {char}(31) || {service}, 'open', MIN(evaluated_at_ns), "
+        "MAX(evaluated_at_ns), COUNT(*), SUM(LENGTH(body)) FROM evaluations WHERE session_id "
+        f"IN (SELECT id FROM ({per_id} HAVING COUNT(DISTINCT {service}) > 1) several) "
+        f"GROUP BY session_id, {service}",
+        f"UPDATE evaluations SET session_id = session_id || {char}(31) || {service} "
+        "WHERE session_id IS NOT NULL",
+        "DROP TABLE sessions",
+        "ALTER TABLE sessions_keyed RENAME TO sessions",
+        "CREATE INDEX IF NOT EXISTS sessions_by_state ON sessions (state, last_turn_ns)",
+    )
+
+
+def _create(name: str, text: str, bigint: str, boolean: str, collate: str) -> str:
+    return (
+        f"""CREATE TABLE IF NOT EXISTS {name} (
             session_id {text}{collate} PRIMARY KEY,
             state {text} NOT NULL,
             first_turn_ns {bigint} NOT NULL,
@@ -48,12 +93,7 @@ def table(text: str, bigint: str, boolean: str, collate: str) -> tuple[str, ...]
             completed_at_ns {bigint},
             passed {boolean},
             body {text}
-        )""",
-        "CREATE INDEX IF NOT EXISTS sessions_by_state ON sessions (state, last_turn_ns)",
-        "INSERT INTO sessions (session_id, state, first_turn_ns, last_turn_ns, turns, bytes) "
-        "SELECT session_id, 'open', MIN(evaluated_at_ns), MAX(evaluated_at_ns), COUNT(*), "
-        "SUM(LENGTH(body)) FROM evaluations WHERE session_id IS NOT NULL GROUP BY session_id",
-    )
+        )""")
 
 
 class SessionRow(NamedTuple):
@@ -148,6 +188,9 @@ def sql(m: str) -> dict[str, str]:
         "judge": f"UPDATE sessions SET body = {m} WHERE session_id = {m} AND "
                  f"state = 'complete' AND completions = {m} AND body = {m}",
         "open": "SELECT COUNT(*) FROM sessions WHERE state <> 'complete'",
+        # the keys in a range (a conversation id's, in every service: ``keys_of``)
+        "keys": f"SELECT session_id FROM sessions WHERE session_id >= {m} AND session_id < {m} "
+                f"ORDER BY session_id LIMIT {m}",
         "delete": f"DELETE FROM sessions WHERE last_turn_ns < {m}",
     }
 
@@ -180,6 +223,16 @@ class KeptSessions:
         Reads every open session's row (no index on these times): 11 ms at 100,000 open
         sessions on SQLite, against 4 ms for the open count the job takes at each check."""
         return [(str(r[0]), int(r[1])) for r in self._one("long", before_ns, limit)[0]]
+
+    def session_keys(self, conversation_id: str, limit: int) -> list[str]:
+        """The keys of the sessions of ``conversation_id``, in any service (at most
+        ``limit``, by key): the key's range starts with the id and the separator. One
+        range read of the table's primary key."""
+        low = session_key("", conversation_id)
+        high = low[:-1] + chr(ord(KEY_SEPARATOR) + 1)
+        rows = self._one("keys", low, high, limit)[0]
+        return [str(r[0]) for r in rows
+                if split_session_key(str(r[0]))[1] == conversation_id]
 
     def oldest_open_sessions(self, limit: int) -> list[tuple[str, int]]:
         """The ``limit`` open sessions with the oldest last turn (the open-sessions bound)."""

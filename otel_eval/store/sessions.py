@@ -1,6 +1,14 @@
 """Stage: store, reads. Sessions (conversations) as the store holds them: the turns stored
 with a ``session_id`` (migration 6), whichever worker, process or Kafka consumer stored each.
 
+A session is a conversation id within one service (``service.name``; "" without one), as
+Langfuse and Phoenix scope sessions to a project: two services whose conversations share an
+id (LangGraph's example ``thread_id`` "1", or a sender guessing one) make two sessions, so
+one's turns never fail the other's conversation or page its owners. The store keys a
+session by ``session_key(service, conversation id)`` (migration 9), in the evaluations'
+``session_id`` column and the ``sessions`` table alike; records, the API, the web view and
+events show the conversation id and the service apart (``split_session_key``).
+
 ``GET /v1/sessions`` takes a ``SessionQuery``:
 
     service, agent      a turn of the session has this service / agent
@@ -29,11 +37,57 @@ from typing import Any, NamedTuple
 from otel_eval.base.configcheck import is_ascii_digits
 from otel_eval.store.query import QueryError, decode_cursor, encode_cursor, parse_time
 
-__all__ = ["MAX_SESSION_LIMIT", "SessionCursor", "SessionQuery", "StoredTurns",
-           "session_list_sql", "turns_sql"]
+__all__ = ["MAX_SESSION_LIMIT", "AmbiguousSession", "SessionCursor", "SessionQuery", "StoredTurns",
+           "session_key", "session_list_sql", "session_service", "split_session_key",
+           "turns_sql"]
 
 MAX_SESSION_LIMIT = 200  # sessions per page (each is read and evaluated: its turns' bodies)
 MAX_SESSION_ID_CHARS = 256  # as read (conventions.conversations.MAX_ID_CHARS)
+MAX_SESSION_KEY_CHARS = 4096  # a key in a cursor: the id, the separator and the service
+# Between a session key's conversation id and its service. A service's own is replaced (by
+# U+FFFD), so the key splits at its last one: any id with any service is one key, and two
+# (service, id) pairs never share one.
+KEY_SEPARATOR = "\x1f"
+
+
+def session_key(service: str | None, conversation_id: str) -> str:
+    """How the store keys the session of ``conversation_id`` within ``service``."""
+    return conversation_id + KEY_SEPARATOR + (service or "").replace(KEY_SEPARATOR, "\ufffd")
+
+
+def split_session_key(key: str) -> tuple[str, str]:
+    """(service, conversation id) of a ``session_key``."""
+    conversation_id, _, service = key.rpartition(KEY_SEPARATOR)
+    return service, conversation_id
+
+
+MAX_SERVICES_NAMED = 20  # services an ambiguous conversation id's answer names, at most
+MAX_SERVICE_CHARS = 1024  # a ?service= (a service.name longer is not looked up)
+
+
+def session_service(params: Mapping[str, Sequence[str]]) -> str | None:
+    """The ``?service=`` of a session's URL (None: not given; "": the turns without one);
+    ``QueryError`` for any other parameter, or one given twice or too long."""
+    for name, given in params.items():
+        if name != "service":
+            raise QueryError(name, "unknown parameter (known: service)")
+        if len(given) != 1:
+            raise QueryError(name, "given more than once")
+        if len(given[0]) > MAX_SERVICE_CHARS:
+            raise QueryError(name, f"at most {MAX_SERVICE_CHARS} characters")
+    service = params.get("service")
+    return None if service is None else service[0]
+
+
+class AmbiguousSession(LookupError):
+    """A conversation id that turns of several services carry: which session is meant takes
+    the service (``?service=``). ``services``: some of them (by name; more than
+    ``MAX_SERVICES_NAMED``: that many and one more)."""
+
+    def __init__(self, session_id: str, services: list[str]) -> None:
+        super().__init__(session_id)
+        self.session_id = session_id
+        self.services = services
 _TEXT = ("service", "agent")
 PARAMETERS = (*_TEXT, "passed", "detector", "since", "until", "limit", "cursor")
 MAX_DETECTOR_CHARS = 129  # "detector:kind", each at most 64 (the metrics' label bound)
@@ -60,7 +114,7 @@ class SessionCursor:
     @classmethod
     def decode(cls, text: str) -> SessionCursor:
         at, session_id = decode_cursor(
-            text, lambda key: 0 < len(key) <= MAX_SESSION_ID_CHARS)
+            text, lambda key: 0 < len(key) <= MAX_SESSION_KEY_CHARS)
         return cls(at, session_id)
 
 

@@ -65,8 +65,14 @@ def _serve(tmp_path: Path, llm: FakeLLM, **changes: Any) -> AbstractContextManag
     return judged_service(tmp_path, llm.api_base, **changes)
 
 
+def _key(store: EvaluationStore, session_id: str) -> str:
+    """The store's key of the conversation (its turns all of one service)."""
+    [key] = store.session_keys(session_id, 2) or [session_id]
+    return key
+
+
 def _judge(svc: Service, session_id: str) -> dict[str, Any] | None:
-    row = svc.store.session_record(session_id)
+    row = svc.store.session_record(_key(svc.store, session_id))
     return (row.record or {}).get("judge") if row is not None else None
 
 
@@ -148,15 +154,17 @@ def test_the_session_judge_writes_onto_the_completion_it_judged(
         _store_turns(store, {session_id: 2})
         assert SessionJob(store, SessionsConfig(), Metrics(CollectorRegistry())).tick(
             _later()) == 1
-        assert not store.put_session_judge(session_id, 2, {"n": 2})  # not completed twice
+        key = _key(store, session_id)
+        assert not store.put_session_judge(key, 2, {"n": 2})  # not completed twice
         assert not store.put_session_judge("no-such-session", 1, {"n": 1})
-        assert store.put_session_judge(session_id, 1, {"n": 1})
-        row = store.session_record(session_id)
+        assert not store.put_session_judge(session_id, 1, {"n": 1})  # the id alone is no key
+        assert store.put_session_judge(key, 1, {"n": 1})
+        row = store.session_record(key)
         assert row is not None and row.record is not None
         assert row.record["judge"] == {"n": 1} and row.record["turns"] == 2
         assert row.state == "complete" and row.completions == 1
         # a late turn re-opens it: the judgement of the first completion lands nowhere
         _store_turns(store, {session_id: 3})
-        assert not store.put_session_judge(session_id, 1, {"n": 3})
+        assert not store.put_session_judge(key, 1, {"n": 3})
     finally:
         store.close()

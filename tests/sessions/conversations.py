@@ -114,12 +114,13 @@ def call(tool: str, arguments: dict[str, Any], call_id: str, pending: bool = Fal
 
 
 def scripted(conversation: str, key: str, turns: list[tuple[str, list[Message]]],
-             ) -> list[tuple[str, dict[str, Any]]]:
-    """Hand-written turns: (user message, assistant messages) each."""
+             service: str = "airline") -> list[tuple[str, dict[str, Any]]]:
+    """Hand-written turns: (user message, assistant messages) each, sent by ``service``."""
     out = []
     for number, (user, replies) in enumerate(turns):
-        trace_id = _hex(f"{conversation}:{number}", 32)
+        name = f"{conversation}:{number}" + ("" if service == "airline" else f":{service}")
+        trace_id = _hex(name, 32)
         results = {str(c["id"]): "ok" for r in replies for c in r.get("tool_calls") or ()}
         out.append((trace_id, turn_body(trace_id, BASE_NS + number * TURN_NS, key,
-                                        conversation, user, replies, results)))
+                                        conversation, user, replies, results, service)))
     return out

@@ -20,6 +20,7 @@ from otel_eval.evaluate.sessions.config import SessionsConfig
 from otel_eval.evaluate.sessions.job import SessionJob
 from otel_eval.evaluate.sessions.reader import SessionReader
 from otel_eval.store import EvaluationStore, open_store
+from otel_eval.store.sessions import session_key
 from otel_eval.telemetry.metrics import Metrics, render
 
 T0 = 1_764_547_200  # seconds
@@ -38,6 +39,11 @@ def _turn(session: str, n: int, at_s: float, tool_args: dict[str, str] | None = 
     t = Trajectory(trace_id, "otlp", "complete", steps, service="shop", agent="helper",
                    start_ns=int(at_s * S), session_id=session)
     return Evaluation(t, [], Verdict(True, []), evaluated_at_ns=int(at_s * S))
+
+
+def _k(session_id: str) -> str:
+    """The store's key of a session of ``_turn``'s service."""
+    return session_key("shop", session_id)
 
 
 def _sample(m: Metrics, name: str, **labels: str) -> float:
@@ -122,7 +128,7 @@ def test_a_turn_after_completion_reopens_the_session_and_it_completes_again(
     record = reader.get("c1")
     assert record is not None
     assert (record["status"], record["turns"], record["completion"]) == ("complete", 3, 1)
-    kept = store.session_record("c1")
+    kept = store.session_record(_k("c1"))
     assert kept is not None and (kept.turns, kept.completions) == (3, 2)
     labels = {"service": "shop", "agent": "helper"}
     assert _sample(metrics, "otel_eval_sessions_completed_total", **labels) == 1
@@ -133,10 +139,10 @@ def test_a_turn_after_completion_reopens_the_session_and_it_completes_again(
 def test_a_turn_during_evaluation_keeps_the_session_open(tmp_path: Path) -> None:
     store = open_store(str(tmp_path / "s.db"))
     store.put_many([_turn("c1", 0, T0)])
-    assert store.claim_session("c1", T0 * S, "dead:0", (T0 + 100) * S, 0)
+    assert store.claim_session(_k("c1"), T0 * S, "dead:0", (T0 + 100) * S, 0)
     store.put_many([_turn("c1", 1, T0 + 100)])  # a turn while it is being evaluated
-    assert not store.complete_session("c1", "dead:0", {"verdict": None}, (T0 + 101) * S)
-    assert store.session_record("c1").state == "open"  # type: ignore[union-attr]
+    assert not store.complete_session(_k("c1"), "dead:0", {"verdict": None}, (T0 + 101) * S)
+    assert store.session_record(_k("c1")).state == "open"  # type: ignore[union-attr]
     store.close()
 
 
@@ -145,15 +151,15 @@ def test_a_claim_left_by_a_dead_process_is_taken_over_once(tmp_path: Path) -> No
     store.put_many([_turn("c1", 0, T0)])
     late = T0 + IDLE_S + 1
     # a process claimed it, then was killed before completing it
-    assert store.claim_session("c1", T0 * S, "dead:0", late * S, 0)
+    assert store.claim_session(_k("c1"), T0 * S, "dead:0", late * S, 0)
     clock = ManualClock(late + 10)
     job, _ = _job(store, clock, claim_timeout_s=300)
     assert job.tick() == 0  # the claim is fresh: its process may be working on it
     clock.advance(300)
     assert job.tick() == 1
     assert job.tick() == 0
-    assert not store.complete_session("c1", "dead:0", {"verdict": None}, late * S)
-    assert store.session_record("c1").state == "complete"  # type: ignore[union-attr]
+    assert not store.complete_session(_k("c1"), "dead:0", {"verdict": None}, late * S)
+    assert store.session_record(_k("c1")).state == "complete"  # type: ignore[union-attr]
     store.close()
 
 
@@ -180,7 +186,7 @@ def test_two_processes_on_one_postgresql_store_complete_each_session_once(
                             agent="helper") for _, m in jobs)
     assert completed == n
     for i in range(n):
-        kept = stores[1].session_record(f"c{i}")
+        kept = stores[1].session_record(_k(f"c{i}"))
         assert kept is not None and (kept.state, kept.completions) == ("complete", 1)
     for s in stores:
         s.close()
@@ -191,9 +197,9 @@ def test_open_sessions_past_their_bound_complete_oldest_first(tmp_path: Path) ->
     store.put_many([_turn(f"c{i}", 0, T0 + i) for i in range(5)])
     job, metrics = _job(store, ManualClock(T0 + 5), max_open_sessions=3)
     assert job.tick() == 2
-    assert [store.session_record(f"c{i}").state for i in range(5)] == [  # type: ignore[union-attr]
+    assert [store.session_record(_k(f"c{i}")).state for i in range(5)] == [  # type: ignore[union-attr]
         "complete", "complete", "open", "open", "open"]
-    assert store.session_record("c0").record["completed_by"] == (  # type: ignore[union-attr]
+    assert store.session_record(_k("c0")).record["completed_by"] == (  # type: ignore[union-attr]
         "max_open_sessions")
     assert _sample(metrics, "otel_eval_sessions_evicted_total",
                    reason="max_open_sessions") == 2
@@ -216,7 +222,7 @@ def test_a_conversation_that_never_goes_idle_completes_at_its_maximum_duration(
             completed_at.append(clock.now - T0)
         clock.advance(50.0)
     assert completed_at == [650.0, 1300.0]
-    kept = store.session_record("c1")
+    kept = store.session_record(_k("c1"))
     assert kept is not None and kept.completions == 2 and kept.state == "open"
     assert kept.record is not None and kept.record["completed_by"] == "max_session_duration"
     assert _sample(metrics, "otel_eval_sessions_evicted_total",

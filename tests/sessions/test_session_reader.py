@@ -14,7 +14,7 @@ from otel_eval.evaluate.sessions.job import SessionJob
 from otel_eval.evaluate.sessions.reader import SessionReader
 from otel_eval.store import EvaluationStore, open_store
 from otel_eval.store.query import QueryError
-from otel_eval.store.sessions import SessionCursor, SessionQuery
+from otel_eval.store.sessions import SessionCursor, SessionQuery, session_key
 from otel_eval.telemetry.metrics import Metrics
 
 T0 = 1_764_547_200 * 10**9
@@ -61,7 +61,7 @@ def test_the_passed_filter_looks_at_a_bounded_window_and_goes_on_by_cursor(
     reader = SessionReader(store, SessionsConfig())
     first = reader.page(SessionQuery(passed=False, limit=2))  # looks at 10 of 12
     assert first["sessions"] == []
-    assert SessionCursor.decode(first["next_cursor"]).session_id == "s02"
+    assert SessionCursor.decode(first["next_cursor"]).session_id == session_key("shop", "s02")
     second = reader.page(SessionQuery(passed=False, limit=2,
                                       cursor=SessionCursor.decode(first["next_cursor"])))
     assert [s["session_id"] for s in second["sessions"]] == ["s00"]

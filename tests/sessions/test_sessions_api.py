@@ -188,6 +188,52 @@ def test_session_loop_filters_and_pages(tmp_path: Path) -> None:
         assert (code, bad["parameter"]) == (400, "limit")
 
 
+def test_two_services_with_one_conversation_id_make_two_sessions(tmp_path: Path) -> None:
+    """Two services both name their conversation "1" (LangGraph's example thread_id), and
+    one of them loops. Before, their turns made one session: the loop failed the other
+    service's conversation, and the session finding was counted on whichever service's turn
+    came last, paging its owners. Sessions are now per service: the API asks which (409,
+    naming them), ``?service=`` picks one, and each is counted on its own service."""
+    same = {"reservation_id": "ZFA04Y"}
+    looping = scripted("1", "gen_ai.conversation.id", [
+        (f"what is the status of my booking, question {n}",
+         [call("get_reservation_details", same, f"c{n}"), {"role": "assistant",
+                                                          "content": "Confirmed."}])
+        for n in range(4)], service="other-team")
+    clean = scripted("1", "gen_ai.conversation.id", [
+        (f"please change my seat, request {n}",
+         [call("update_seat", {"seat": f"{n}A"}, f"s{n}"),
+          {"role": "assistant", "content": "Done."}]) for n in range(2)])
+    with running_service(tmp_path) as h:
+        _replay([h], [("1", looping), ("1", clean)])
+        code, body = _get(h, "/v1/sessions/1")
+        assert code == 409 and body["services"] == ["airline", "other-team"], body
+        code, mine = _get(h, "/v1/sessions/1?service=airline")
+        assert code == 200 and mine["service"] == "airline" and mine["findings"] == []
+        assert mine["traces"] == [t for t, _ in clean]
+        assert _complete(h) == 2
+        mine = _get(h, "/v1/sessions/1?service=airline")[1]
+        theirs = _get(h, "/v1/sessions/1?service=other-team")[1]
+        assert (mine["status"], mine["verdict"]["passed"], mine["turns"]) == ("complete", True, 2)
+        assert theirs["verdict"]["passed"] is False and theirs["turns"] == 4
+        loops = {"detector": "loop", "kind": "repeated_across_turns"}
+        assert h.sample("otel_eval_session_findings_total", service="airline",
+                        agent="airline_agent", **loops) == 0
+        assert h.sample("otel_eval_session_findings_total", service="other-team",
+                        agent="airline_agent", **loops) == 1
+        assert h.sample("otel_eval_sessions_failed_total", service="airline",
+                        agent="airline_agent") == 0
+        listed = _get(h, "/v1/sessions")[1]["sessions"]
+        assert sorted((s["session_id"], s["service"]) for s in listed) == [
+            ("1", "airline"), ("1", "other-team")]
+        code, page = _page(h, "/ui/sessions/1")
+        assert code == 409 and 'href="/ui/sessions/1?service=other-team"' in page
+        code, page = _page(h, "/ui/sessions/1?service=other-team")
+        assert code == 200 and "loop:repeated_across_turns" in page
+        assert _get(h, "/v1/sessions/1?service=nope")[0] == 404
+        assert _get(h, "/v1/sessions/1?services=airline")[0] == 400
+
+
 def _page(h: Harness, path: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(h.admin_url + path, timeout=30) as r:
@@ -206,7 +252,7 @@ def test_web_view_shows_a_conversation_as_its_turns(tmp_path: Path) -> None:
         _replay([h], [(hostile, turns)])
         code, listing = _page(h, "/ui/sessions")
         assert code == 200
-        link = "/ui/sessions/" + urllib.parse.quote(hostile, safe="")
+        link = "/ui/sessions/" + urllib.parse.quote(hostile, safe="") + "?service=airline"
         assert f'href="{link}"' in listing.replace("&amp;", "&")
         assert hostile not in listing  # escaped
         code, page = _page(h, link)

@@ -392,6 +392,11 @@ def test_migrations_are_versioned_and_applied_once(target: str, stores: Open) ->
         stores()
 
 
+def _key(session_id: str, service: str = "shop") -> str:
+    from otel_eval.store.sessions import session_key
+    return session_key(service, session_id)
+
+
 def test_sessions_of_turns_stored_before_migration_7_are_backfilled_open(
         target: str, stores: Open) -> None:
     store = stores()
@@ -400,22 +405,56 @@ def test_sessions_of_turns_stored_before_migration_7_are_backfilled_open(
         ev.trajectory.session_id = "conv"
     store.put_many(turns)
     store.put_many([turns[2]])  # a re-evaluated turn is no new turn
-    kept = store.session_record("conv")
+    kept = store.session_record(_key("conv"))
     assert kept is not None and (kept.state, kept.turns, kept.last_turn_ns) == (
         "open", 3, T0 + 2)
-    # as a store of version 6 was: no sessions table
+    # as a store of version 6 was: no sessions table, the turns under the conversation id
     _sql(target, "DROP TABLE sessions")
+    _sql(target, "UPDATE evaluations SET session_id = 'conv'")
     _sql(target, "DELETE FROM schema_version WHERE version >= 7")
     again = stores()
-    kept = again.session_record("conv")
+    kept = again.session_record(_key("conv"))
     assert kept is not None and (kept.state, kept.turns, kept.last_turn_ns) == (
         "open", 3, T0 + 2)
-    assert again.claim_session("conv", T0 + 2, "me", T0 + 10, 0)
-    assert not again.claim_session("conv", T0 + 2, "you", T0 + 10, 0)  # claimed: once
-    assert again.complete_session("conv", "me", {"verdict": {"passed": True}}, T0 + 11)
+    assert again.claim_session(_key("conv"), T0 + 2, "me", T0 + 10, 0)
+    assert not again.claim_session(_key("conv"), T0 + 2, "you", T0 + 10, 0)  # claimed: once
+    assert again.complete_session(_key("conv"), "me", {"verdict": {"passed": True}}, T0 + 11)
     assert again.open_session_count() == 0
     assert again.delete_older_than(T0 + 3) == 3  # retention takes the session with its turns
-    assert again.session_record("conv") is None
+    assert again.session_record(_key("conv")) is None
+
+
+def test_sessions_are_keyed_by_service_from_migration_9(target: str, stores: Open) -> None:
+    """A store of version 8 held sessions by conversation id alone. Migration 9 keys them by
+    (service, id): a session of one service keeps its row (state, completions, record); one
+    whose turns came from two services becomes two open sessions, completed anew."""
+    store = stores()
+    one = [_turn(i, "solo", T0 + i) for i in range(1, 3)]
+    both = [_turn(3, "1", T0 + 3), _turn(4, "1", T0 + 4, service="other"),
+            _turn(5, "1", T0 + 5)]
+    store.put_many([*one, *both])
+    assert store.claim_session(_key("solo"), T0 + 2, "me", T0 + 10, 0)
+    assert store.complete_session(_key("solo"), "me", {"session_id": "solo"}, T0 + 11)
+    # as a store of version 8 was: one row per conversation id, the turns under the id
+    _sql(target, "UPDATE evaluations SET session_id = CASE WHEN trace_id IN ("
+         + ", ".join(f"'{i:032x}'" for i in (1, 2)) + ") THEN 'solo' ELSE '1' END")
+    _sql(target, "DELETE FROM sessions WHERE session_id NOT LIKE 'solo%'")
+    _sql(target, "UPDATE sessions SET session_id = 'solo'")
+    _sql(target, "INSERT INTO sessions (session_id, state, first_turn_ns, last_turn_ns, turns, "
+         f"bytes, completions, body) VALUES ('1', 'complete', {T0 + 3}, {T0 + 5}, 3, 9, 1, "
+         "'{\"session_id\": \"1\"}')")
+    _sql(target, "DELETE FROM schema_version WHERE version >= 9")
+    again = stores()
+    solo = again.session_record(_key("solo"))
+    assert solo is not None and (solo.state, solo.turns, solo.completions) == ("complete", 2, 1)
+    assert solo.record == {"session_id": "solo"}
+    shop, other = again.session_record(_key("1")), again.session_record(_key("1", "other"))
+    assert shop is not None and (shop.state, shop.turns, shop.last_turn_ns) == (
+        "open", 2, T0 + 5)
+    assert other is not None and (other.state, other.turns) == ("open", 1)
+    assert again.session_record("1") is None and again.session_record("solo") is None
+    assert sorted(again.session_keys("1", 9)) == sorted([_key("1"), _key("1", "other")])
+    assert [int(b["trace_id"], 16) for b in again.session_turns(_key("1"), 9)[0]] == [5, 3]
 
 
 def test_a_store_from_before_versioning_is_adopted(tmp_path: Path) -> None:
@@ -543,24 +582,26 @@ def test_sessions_are_read_from_the_turns_stored_by_any_writer(stores: Open) -> 
     reader = stores()
     from otel_eval.store.sessions import SessionCursor, SessionQuery
     q = SessionQuery()
-    assert reader.session_ids(q, None, 10) == [("c", T0 + 6), ("a", T0 + 4), ("b", T0 + 3)]
-    assert reader.session_ids(q, SessionCursor(T0 + 4, "a"), 10) == [("b", T0 + 3)]
-    assert reader.session_ids(SessionQuery(service="shop"), None, 1) == [("a", T0 + 4)]
+    assert reader.session_ids(q, None, 10) == [(_key("c", "other"), T0 + 6),
+                                               (_key("a"), T0 + 4), (_key("b"), T0 + 3)]
+    assert reader.session_ids(q, SessionCursor(T0 + 4, _key("a")), 10) == [(_key("b"), T0 + 3)]
+    assert reader.session_ids(SessionQuery(service="shop"), None, 1) == [(_key("a"), T0 + 4)]
     assert reader.session_ids(SessionQuery(since_ns=T0 + 4, until_ns=T0 + 6), None, 9) == [
-        ("a", T0 + 4)]
-    bodies, total, last_ns = reader.session_turns("a", 2)
+        (_key("a"), T0 + 4)]
+    bodies, total, last_ns = reader.session_turns(_key("a"), 2)
     assert ([int(b["trace_id"], 16) for b in bodies], total, last_ns) == ([4, 2], 3, T0 + 4)
     assert bodies[0]["session_id"] == "a"
-    assert reader.session_turns("nope", 5) == ([], 0, 0)
+    assert reader.session_turns(_key("nope"), 5) == ([], 0, 0)
+    assert reader.session_turns(_key("a", "other"), 5) == ([], 0, 0)
 
 
 def test_session_turns_are_cut_to_a_size(stores: Open) -> None:
     store = stores()
     store.put_many([_turn(i, "big", T0 + i) for i in range(1, 5)])
     size = len(json.dumps(store.get(f"{4:032x}")))  # every turn's JSON is this long
-    bodies, total, _ = store.session_turns("big", 10, max_chars=2 * size + size // 2)
+    bodies, total, _ = store.session_turns(_key("big"), 10, max_chars=2 * size + size // 2)
     assert ([int(b["trace_id"], 16) for b in bodies], total) == ([4, 3], 4)
-    bodies, _, _ = store.session_turns("big", 10, max_chars=1)  # always the newest one
+    bodies, _, _ = store.session_turns(_key("big"), 10, max_chars=1)  # the newest one always
     assert [int(b["trace_id"], 16) for b in bodies] == [4]
 
 
@@ -571,27 +612,28 @@ def test_a_turn_whose_conversation_changed_moves_to_its_new_session(stores: Open
     its listing) still named the trace."""
     store = stores()
     store.put_many([_turn(1, "a", T0 + 1), _turn(2, "a", T0 + 2), _turn(3, "b", T0 + 3)])
-    assert store.claim_session("a", T0 + 2, "job:1", T0 + 10, 0)
-    assert store.complete_session("a", "job:1", {"session_id": "a", "turns": 2}, T0 + 11)
+    assert store.claim_session(_key("a"), T0 + 2, "job:1", T0 + 10, 0)
+    assert store.complete_session(_key("a"), "job:1", {"session_id": "a", "turns": 2}, T0 + 11)
     moved = _ev(2, revision=1, at=T0 + 20)
     moved.trajectory.session_id = "b"
     assert store.put_many([moved]) == [True]  # it superseded its first evaluation
-    a, b = store.session_record("a"), store.session_record("b")
+    a, b = store.session_record(_key("a")), store.session_record(_key("b"))
     assert a is not None and (a.state, a.turns) == ("open", 1)  # to be completed again
     assert b is not None and (b.state, b.turns) == ("open", 2)
-    assert [int(t["trace_id"], 16) for t in store.session_turns("a", 9)[0]] == [1]
-    assert sorted(int(t["trace_id"], 16) for t in store.session_turns("b", 9)[0]) == [2, 3]
+    assert [int(t["trace_id"], 16) for t in store.session_turns(_key("a"), 9)[0]] == [1]
+    assert sorted(int(t["trace_id"], 16) for t in store.session_turns(_key("b"), 9)[0]) == [
+        2, 3]
     alone = _ev(1, revision=1, at=T0 + 21)  # its last turn now in no conversation
     store.put_many([alone])
-    assert store.session_record("a") is None
+    assert store.session_record(_key("a")) is None
     from otel_eval.store.sessions import SessionQuery
-    assert [sid for sid, _ in store.session_ids(SessionQuery(), None, 9)] == ["b"]
+    assert [sid for sid, _ in store.session_ids(SessionQuery(), None, 9)] == [_key("b")]
     # a trace twice in one batch: the second replaces the first, in its conversation only
     first, second = _turn(4, "c", T0 + 30), _ev(4, revision=1, at=T0 + 31)
     second.trajectory.session_id = "d"
     assert store.put_many([first, second]) == [False, True]
-    assert store.session_record("c") is None
-    d = store.session_record("d")
+    assert store.session_record(_key("c")) is None
+    d = store.session_record(_key("d"))
     assert d is not None and d.turns == 1
 
 

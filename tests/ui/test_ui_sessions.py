@@ -47,8 +47,10 @@ def _page(url: str) -> str:
     return text
 
 
-def _link(conversation: str) -> str:
-    return "/ui/sessions/" + quote(conversation, safe="")
+def _link(conversation: str, turn: int | None = None) -> str:
+    """The conversation's page: within its service (the scripted turns' "airline")."""
+    return ("/ui/sessions/" + quote(conversation, safe="") + "?service=airline"
+            + (f"&turn={turn}" if turn is not None else ""))
 
 
 def _sections(text: str) -> list[str]:
@@ -121,17 +123,17 @@ def test_a_long_conversation_is_paged_by_turns(
     first = _page(url + _link(LONG))
     assert len(_sections(first)) == TURNS_PER_PAGE
     assert f"turns 1-{TURNS_PER_PAGE} of {LONG_TURNS}" in first
-    nxt = f'href="{_link(LONG)}?turn={TURNS_PER_PAGE}"'
+    nxt = f'href="{_link(LONG, TURNS_PER_PAGE)}"'.replace("&", "&amp;")
     assert nxt in first and 'rel="prev"' not in first
-    second = _page(url + f"{_link(LONG)}?turn={TURNS_PER_PAGE}")
+    second = _page(url + _link(LONG, TURNS_PER_PAGE))
     turns = _sections(second)
     assert len(turns) == LONG_TURNS - TURNS_PER_PAGE
     assert turns[0].startswith(f' id="turn-{TURNS_PER_PAGE + 1}"')
     assert f'href="/ui/runs/{ids[LONG][-1]}"' in turns[-1]
     assert f'href="{_link(LONG)}"' in second and 'rel="next"' not in second
     for junk in ("x", "-1", "9" * 20):  # anything else starts at the first turn
-        assert len(_sections(_page(url + f"{_link(LONG)}?turn={junk}"))) == TURNS_PER_PAGE
-    assert len(_sections(_page(url + f"{_link(LONG)}?turn=9999"))) == 1  # the last one
+        assert len(_sections(_page(url + f"{_link(LONG)}&turn={junk}"))) == TURNS_PER_PAGE
+    assert len(_sections(_page(url + _link(LONG, 9999)))) == 1  # the last one
 
 
 def test_a_run_of_a_conversation_links_to_it(

@@ -61,6 +61,7 @@ from otel_eval.evaluate.judge.workqueue import JudgeQueue, skipped_judge
 from otel_eval.outputs.deps import JudgeEvents
 from otel_eval.store import EvaluationStore
 from otel_eval.store.judge_writes import JudgeWrites
+from otel_eval.store.sessions import session_key
 from otel_eval.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -233,10 +234,11 @@ class JudgeStage:
                        judge: dict[str, Any]) -> None:  # on the loop
         assert self._writer is not None
         session_id = str(record.get("session_id"))
+        key = session_key(record.get("service"), session_id)  # the row its record is in
         completions = int(record.get("completion") or 0) + 1  # the row counts from 1
         try:
             write = self._writer.call(
-                lambda: self.store.put_session_judge(session_id, completions, judge))
+                lambda: self.store.put_session_judge(key, completions, judge))
         except RuntimeError:  # the writer has stopped: the shutdown deadline passed
             log.warning("judge result of session %r not stored: the stage has stopped",
                         session_id)

@@ -26,6 +26,7 @@ from typing import Any
 
 from otel_eval.evaluate.sessions.config import SessionsConfig
 from otel_eval.evaluate.sessions.detectors import DETECTORS, budget
+from otel_eval.store.sessions import split_session_key
 
 __all__ = ["evaluate_session", "in_turn_order"]
 
@@ -74,11 +75,13 @@ def _counts(turns: Sequence[dict[str, Any]], total: int, findings: int,
             "tool_calls": tool_calls, "findings": findings, "turn_findings": turn_findings}
 
 
-def evaluate_session(session_id: str, turns: Sequence[dict[str, Any]], config: SessionsConfig,
+def evaluate_session(key: str, turns: Sequence[dict[str, Any]], config: SessionsConfig,
                      status: str, total: int | None = None) -> dict[str, Any]:
     """The session record of ``turns`` (any order; ``total``: the turns it has in all, when
-    some were not read). ``status`` ``complete`` lets the end-of-conversation detectors
-    judge the last turn."""
+    some were not read), the session ``key`` (``store.sessions.session_key``: its service
+    and conversation id, which the record names apart). ``status`` ``complete`` lets the
+    end-of-conversation detectors judge the last turn."""
+    service, session_id = split_session_key(key)
     ordered = in_turn_order(turns)
     complete = status == "complete"
     findings = [f for detect in DETECTORS.values() for f in detect(ordered, config, complete)]
@@ -87,7 +90,7 @@ def evaluate_session(session_id: str, turns: Sequence[dict[str, Any]], config: S
     first = _start(ordered[0])[0] if ordered else 0
     return {
         "session_id": session_id,
-        "service": _last_named(ordered, "service"),
+        "service": service or None,
         "agent": _last_named(ordered, "agent"),
         "user_id": _last_named(ordered, "user_id"),
         "status": status,

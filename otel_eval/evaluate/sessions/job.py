@@ -46,6 +46,7 @@ from otel_eval.evaluate.sessions.config import SessionsConfig
 from otel_eval.evaluate.sessions.evaluate import evaluate_session, in_turn_order
 from otel_eval.evaluate.sessions.predict import session_prediction
 from otel_eval.store.base import EvaluationStore
+from otel_eval.store.sessions import split_session_key
 from otel_eval.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -169,25 +170,28 @@ class SessionJob:
             self.judging.judge_session(record, list(turns))
         return 1
 
-    def _evaluate(self, session_id: str) -> tuple[Sequence[dict[str, Any]], dict[str, Any]]:
-        """(the turns read in turn order, the complete session's record); an evaluation that
-        raises is stored as an error record (never retried forever), counted."""
+    def _evaluate(self, key: str) -> tuple[Sequence[dict[str, Any]], dict[str, Any]]:
+        """(the turns read in turn order, the complete record of the session stored under
+        ``key``); an evaluation that raises is stored as an error record (never retried
+        forever), counted."""
         cfg = self.config
         try:
-            bodies, total, _ = self.store.session_turns(session_id, cfg.max_turns,
-                                                        cfg.max_turns_chars)
+            bodies, total, _ = self.store.session_turns(key, cfg.max_turns, cfg.max_turns_chars)
             turns = in_turn_order(bodies)
-            record = evaluate_session(session_id, turns, cfg, "complete", total)
+            record = evaluate_session(key, turns, cfg, "complete", total)
             if record["counts"]["turns_cut"]:
                 record["cut_by"] = ("max_turns" if len(turns) >= cfg.max_turns
                                     else "max_turns_chars")
             if self.predictor is not None:
-                record["prediction"] = session_prediction(self.predictor, session_id, turns)
+                record["prediction"] = session_prediction(self.predictor,
+                                                          record["session_id"], turns)
             return turns, record
         except Exception as e:  # the stage boundary: one session never stops the job
-            log.exception("evaluating session %r failed", session_id)
+            log.exception("evaluating session %r failed", key)
             self.metrics.evaluation.failed("session", type(e).__name__[:64])
-            return (), {"session_id": session_id, "status": "complete", "turns": 0,
+            service, session_id = split_session_key(key)
+            return (), {"session_id": session_id, "service": service or None,
+                        "status": "complete", "turns": 0,
                         "traces": [], "verdict": None, "findings": [], "counts": {},
                         "error": f"{type(e).__name__}: {e}"[:512]}
 

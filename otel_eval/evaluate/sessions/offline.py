@@ -18,6 +18,7 @@ from otel_eval.evaluate.predict import Predictor
 from otel_eval.evaluate.sessions.config import SessionsConfig
 from otel_eval.evaluate.sessions.evaluate import evaluate_session, in_turn_order
 from otel_eval.evaluate.sessions.predict import model_view, session_prediction
+from otel_eval.store.sessions import session_key
 
 __all__ = ["SessionCollector"]
 
@@ -43,7 +44,8 @@ def slim(body: dict[str, Any]) -> dict[str, Any]:
 
 
 class SessionCollector:
-    """Turns by conversation id, in the order evaluated; ``records()`` once all are in."""
+    """Turns by session (conversation id within its service: ``store.sessions``), in the
+    order evaluated; ``records()`` once all are in."""
 
     def __init__(self, config: SessionsConfig, predictor: Predictor | None = None) -> None:
         self.config = config
@@ -53,24 +55,25 @@ class SessionCollector:
         self.viewed: dict[str, list[dict[str, Any]]] = {}  # what the model reads of each
 
     def add(self, body: dict[str, Any]) -> None:
-        session_id = body.get("session_id")
+        session_id, service = body.get("session_id"), body.get("service")
         if not isinstance(session_id, str):
             return
-        self.seen[session_id] = self.seen.get(session_id, 0) + 1
-        turns = self.turns.setdefault(session_id, [])
+        key = session_key(service if isinstance(service, str) else None, session_id)
+        self.seen[key] = self.seen.get(key, 0) + 1
+        turns = self.turns.setdefault(key, [])
         if len(turns) < self.config.max_turns:
             turns.append(slim(body))
             if self.predictor is not None:
-                self.viewed.setdefault(session_id, []).append(model_view(body))
+                self.viewed.setdefault(key, []).append(model_view(body))
 
     def records(self) -> list[dict[str, Any]]:
         """One ``{"record": "session", ...}`` per conversation, in first-seen order."""
         out = []
-        for session_id, turns in self.turns.items():
+        for key, turns in self.turns.items():
             record = {"record": "session", **evaluate_session(
-                session_id, turns, self.config, "complete", self.seen[session_id])}
+                key, turns, self.config, "complete", self.seen[key])}
             if self.predictor is not None:
                 record["prediction"] = session_prediction(
-                    self.predictor, session_id, in_turn_order(self.viewed[session_id]))
+                    self.predictor, record["session_id"], in_turn_order(self.viewed[key]))
             out.append(record)
         return out

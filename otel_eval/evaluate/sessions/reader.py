@@ -1,4 +1,4 @@
-"""Stage: evaluate, sessions. ``GET /v1/sessions`` and ``/v1/sessions/{id}``:
+"""Stage: evaluate, sessions. ``GET /v1/sessions`` and ``/v1/sessions/{id}[?service=]``:
 
     store.session_ids(query) -> store.session_record(id): complete -> the stored record
                                                           else -> store.session_turns(id)
@@ -16,6 +16,9 @@ and, with a ``passed`` or ``detector`` filter, by ``SCAN_FACTOR`` x limit sessio
 Measured on SQLite, 100,000 turns in 20,000 sessions: a page of 20 in 72 ms, of 200 in
 82 ms (the GROUP BY over the session index dominates), ``passed=false`` with none failing
 (100 sessions looked at) 103 ms, one session of 5 turns 0.1 ms.
+A session is a conversation id within one service (``store.sessions``). ``get`` takes the
+id and, when turns of several services carry it, the service: without one it names them
+(``AmbiguousSession``), as a 409 names them to the API.
 """
 
 from __future__ import annotations
@@ -25,7 +28,14 @@ from typing import Any
 from otel_eval.evaluate.sessions.config import SessionsConfig
 from otel_eval.evaluate.sessions.evaluate import evaluate_session
 from otel_eval.store.base import EvaluationStore
-from otel_eval.store.sessions import SessionCursor, SessionQuery
+from otel_eval.store.sessions import (
+    MAX_SERVICES_NAMED,
+    AmbiguousSession,
+    SessionCursor,
+    SessionQuery,
+    session_key,
+    split_session_key,
+)
 
 __all__ = ["SCAN_FACTOR", "SessionReader"]
 
@@ -39,16 +49,27 @@ class SessionReader:
         self.store = store
         self.config = config
 
-    def get(self, session_id: str) -> dict[str, Any] | None:
-        """The session's record; None when no turn carries this id."""
-        kept = self.store.session_record(session_id)
+    def get(self, session_id: str, service: str | None = None) -> dict[str, Any] | None:
+        """The record of conversation ``session_id`` in ``service``; None when no turn
+        carries this id there. Without ``service``: in the one service whose turns carry
+        it; ``AmbiguousSession`` when several do."""
+        if service is not None:
+            return self.record(session_key(service, session_id))
+        keys = self.store.session_keys(session_id, MAX_SERVICES_NAMED + 1)
+        if len(keys) > 1:
+            raise AmbiguousSession(session_id, [split_session_key(k)[0] for k in keys])
+        return self.record(keys[0]) if keys else None
+
+    def record(self, key: str) -> dict[str, Any] | None:
+        """The record of the session stored under ``key`` (``session_key``)."""
+        kept = self.store.session_record(key)
         if kept is not None and kept.state == "complete" and kept.record is not None:
             return kept.record
-        bodies, total, last_ns = self.store.session_turns(session_id, self.config.max_turns,
+        bodies, total, last_ns = self.store.session_turns(key, self.config.max_turns,
                                                           self.config.max_turns_chars)
         if not bodies:
             return None
-        record = evaluate_session(session_id, bodies, self.config, "open", total)
+        record = evaluate_session(key, bodies, self.config, "open", total)
         record["last_turn_evaluated_at_unix_nano"] = last_ns
         if kept is not None and kept.completions:  # completed, then a turn came
             record["completion"] = kept.completions
@@ -66,7 +87,7 @@ class SessionReader:
             if len(out) == q.limit:
                 break
             looked += 1
-            record = self.get(session_id)
+            record = self.record(session_id)
             if record is not None and _matches(record, q):
                 out.append(record)
         if looked == 0 or looked == len(ids):

@@ -5,7 +5,10 @@
     GET /ui/runs/{trace_id}?step=N            the page of that run that holds step N
     GET /ui/runs/{trace_id}/steps/{index}     one step whole
     GET /ui/sessions                          conversations, filtered as /v1/sessions
-    GET /ui/sessions/{session_id}?turn=N      one conversation as a transcript of its turns
+    GET /ui/sessions/{session_id}?service=S&turn=N
+                                              one conversation (of service S) as a transcript
+                                              of its turns; without service, 409 listing
+                                              them when several services have that id
     GET /ui/issues                            the recurring issues
     GET /ui/issues/{id}/runs?offset=N         every run of one issue, 100 a page
     GET /ui/calibration                       the judge and p_success against the outcomes
@@ -37,11 +40,11 @@ from otel_eval.outputs.ui.outcome import outcome_section
 from otel_eval.outputs.ui.run import tree
 from otel_eval.outputs.ui.runs import DEFAULT_LIMIT, FILTERS, runs_page
 from otel_eval.outputs.ui.runview import run_page, step_page
-from otel_eval.outputs.ui.sessions import session_page, sessions_page
+from otel_eval.outputs.ui.sessions import services_page, session_page, sessions_page
 from otel_eval.outputs.ui.text import Redact
 from otel_eval.outputs.ui.values import short
 from otel_eval.store.query import EvaluationQuery, Page, QueryError
-from otel_eval.store.sessions import SessionQuery
+from otel_eval.store.sessions import MAX_SERVICE_CHARS, AmbiguousSession, SessionQuery
 
 _RUNS_PAGE = 100  # runs listed per page of /ui/issues/{id}/runs
 _HTML = "text/html; charset=utf-8"
@@ -60,7 +63,7 @@ class Sources:
     issue_runs: Callable[[str, int, int], dict[str, Any] | None] = lambda _i, _o, _l: None
     # conversations (GET /v1/sessions, /v1/sessions/{id}); None = not served
     sessions: Callable[[SessionQuery], dict[str, Any]] | None = None
-    session: Callable[[str], dict[str, Any] | None] | None = None
+    session: Callable[[str, str | None], dict[str, Any] | None] | None = None
     # GET /v1/calibration's report (evaluate.calibration); None: not served
     calibration: Callable[[], dict[str, Any] | None] = lambda: None
     pass_threshold: float = 0.5  # prediction.pass_threshold
@@ -156,7 +159,14 @@ def _session(sources: Sources, found: re.Match[str], query: str) -> Response:
     if sources.session is None:
         return _not_found("Conversations are not served here.")
     session_id = unquote(found.group(1))  # the id URL-encoded (a "/" in it as %2F)
-    record = sources.session(session_id)
+    services = parse_qs(query, keep_blank_values=True).get("service")
+    service = services[0] if services else None
+    if service is not None and len(service) > MAX_SERVICE_CHARS:
+        return _not_found(f"No conversation {short(session_id, 120)!r} in that service.")
+    try:
+        record = sources.session(session_id, service)
+    except AmbiguousSession as e:
+        return _html(409, "conversation", services_page(session_id, e.services), "sessions")
     if record is None:
         return _not_found(f"No conversation {short(session_id, 120)!r}.")
     first = _position(query, "turn")  # ?turn=N: from turn N + 1

@@ -30,6 +30,7 @@ from typing import Any
 from otel_eval.outputs.ui.html import Html, h, href, segment
 from otel_eval.outputs.ui.run import contents, outcome_note
 from otel_eval.outputs.ui.runs import verdict_badge
+from otel_eval.outputs.ui.sessions import session_url
 from otel_eval.outputs.ui.steplinks import StepLinks, step_url
 from otel_eval.outputs.ui.text import Redact, duration, usd
 from otel_eval.outputs.ui.values import NAME_CHARS, Budget, short, value, when
@@ -226,9 +227,8 @@ def _top(t: dict[str, Any], budget: Budget, redact: Redact, trace_url: str,
     """What heads every page of the run: its conversation, its summary, ``outcome``."""
     before = budget.left
     session = t.get("session_id")
-    link = h("p", "a turn of conversation ", h("a", short(session, 120), href="/ui/sessions/"
-                                                 + segment(session)), class_="session") \
-        if isinstance(session, str) else Html("")
+    link = h("p", "a turn of conversation ", h("a", short(session, 120), href=session_url(
+        session, t.get("service"))), class_="session") if isinstance(session, str) else Html("")
     return budget.charge(Html(link + _summary(t, budget, redact, trace_url, links)
                               + (outcome or "")), before)
 

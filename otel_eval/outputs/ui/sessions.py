@@ -13,14 +13,16 @@ and escaped (``html``, ``values.short``).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+from urllib.parse import urlencode
 
-from otel_eval.outputs.ui.html import Html, h, href, segment
+from otel_eval.outputs.ui.html import Html, h, href, join, segment
 from otel_eval.outputs.ui.runs import finding_kinds, verdict_badge
 from otel_eval.outputs.ui.steplinks import step_url
 from otel_eval.outputs.ui.text import Redact, redacted
 from otel_eval.outputs.ui.values import short, when
+from otel_eval.store.sessions import MAX_SERVICES_NAMED
 
 __all__ = ["CALLS_SHOWN", "TURNS_PER_PAGE", "session_page", "sessions_page"]
 
@@ -34,8 +36,28 @@ _COUNTS = (("turns", "turns"), ("failed_turns", "failed turns"), ("steps", "step
            ("turn_findings", "findings in the turns"), ("turns_cut", "turns not read"))
 
 
-def _link(session_id: str) -> str:
-    return "/ui/sessions/" + segment(session_id)
+def session_url(session_id: str, service: Any, turn: int | None = None) -> str:
+    """The page of conversation ``session_id`` within ``service`` (None or "": the turns
+    without one), from turn ``turn`` + 1."""
+    query = {"service": service if isinstance(service, str) else ""}
+    if turn:
+        query["turn"] = str(turn)
+    return "/ui/sessions/" + segment(session_id) + "?" + urlencode(query)
+
+
+def _link(record: Mapping[str, Any], turn: int | None = None) -> str:
+    return session_url(str(record.get("session_id")), record.get("service"), turn)
+
+
+def services_page(session_id: str, services: Sequence[str]) -> Html:
+    """A conversation id that several services' turns carry: a link to each one's."""
+    more = len(services) > MAX_SERVICES_NAMED
+    return Html(join([
+        h("h1", "Conversation ", short(session_id, 120), " is in several services"),
+        h("ul", [h("li", h("a", short(s or "(no service.name)", 120),
+                           href=session_url(session_id, s)))
+                 for s in services[:MAX_SERVICES_NAMED]]),
+        h("p", "and more; filter the conversations by service") if more else ""]))
 
 
 def _run_link(trace_id: str, step: Any = None) -> str:
@@ -60,7 +82,7 @@ def _session_kinds(s: Mapping[str, Any]) -> Html:
 
 def _row(s: Mapping[str, Any]) -> Html:
     sid = str(s.get("session_id"))
-    cells = [h("a", short(sid, 60), href=_link(sid)), when(s.get("start_time_unix_nano")),
+    cells = [h("a", short(sid, 60), href=_link(s)), when(s.get("start_time_unix_nano")),
              short(s.get("service") or "", 60), short(s.get("agent") or "", 60),
              short(s.get("status"), 20), short(s.get("turns"), 12),
              verdict_badge(s.get("verdict")), _session_kinds(s)]
@@ -176,12 +198,11 @@ def session_page(record: Mapping[str, Any], turn: Callable[[str], dict[str, Any]
         parts.append(_turn(number, tid, turn(tid) or {}, on_turn.get(tid, []), redact))
     pages = []
     if first > 0:
-        pages.append(h("a", "earlier turns", rel="prev", href=href(
-            _link(str(record.get("session_id"))),
-            {"turn": str(max(first - TURNS_PER_PAGE, 0)) if first > TURNS_PER_PAGE else None})))
+        pages.append(h("a", "earlier turns", rel="prev", href=_link(
+            record, max(first - TURNS_PER_PAGE, 0) if first > TURNS_PER_PAGE else None)))
     if first + TURNS_PER_PAGE < len(traces):
-        pages.append(h("a", "later turns", rel="next", href=href(
-            _link(str(record.get("session_id"))), {"turn": str(first + TURNS_PER_PAGE)})))
+        pages.append(h("a", "later turns", rel="next",
+                       href=_link(record, first + TURNS_PER_PAGE)))
     if pages:
         parts.append(h("p", f"turns {first + 1}-{first + len(shown)} of {len(traces)} ",
                        pages, class_="pages"))
