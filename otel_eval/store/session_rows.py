@@ -29,7 +29,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from otel_eval.store.sessions import KEY_SEPARATOR, session_key, split_session_key
+from otel_eval.store.sessions import KEY_SEPARATOR, session_key
 
 __all__ = ["KeptSessions", "SessionRow", "SessionWrites", "rekey", "session_writes", "sql"]
 
@@ -53,25 +53,28 @@ def rekey(text: str, bigint: str, boolean: str, collate: str, char: str) -> tupl
     """Migration 9's statements in one dialect (``char``: its function of a code point):
     sessions keyed by ``sessions.session_key`` (the conversation id within its service), in
     the evaluations' ``session_id`` and the ``sessions`` table. A session whose turns all
-    have one service keeps its row (state, claim, completions, record) under its new key; one
-    whose turns came from several services is split, one open row per service, completed
-    anew (its record mixed them)."""
-    service = f"REPLACE(COALESCE(service, ''), {char}(31), {char}(65533))"
-    per_id = (f"SELECT session_id AS id, MIN({service}) AS service FROM evaluations "
-              f"WHERE session_id IS NOT NULL GROUP BY session_id")
+    have one service keeps its row (state, claim, completions, record) under its new key;
+    any other key (a session whose turns came from several services, split; ids that only a
+    replaced separator told apart, joined) gets an open row from its turns, completed anew."""
+    def part(column: str) -> str:
+        return f"REPLACE({column}, {char}(31), {char}(65533))"
+
+    service = part("COALESCE(service, '')")
+    keyed = f"{part('session_id')} || {char}(31) || {service}"
+    turns = "FROM evaluations WHERE session_id IS NOT NULL"
+    one_key = (f"SELECT session_id AS id, MIN({keyed}) AS k {turns} GROUP BY session_id "
+               f"HAVING COUNT(DISTINCT {keyed}) = 1")
+    shared = f"SELECT {keyed} {turns} GROUP BY {keyed} HAVING COUNT(DISTINCT session_id) > 1"
     return (
         _create("sessions_keyed", text, bigint, boolean, collate),
-        f"INSERT INTO sessions_keyed (session_id, {_KEPT}) SELECT s.session_id || {char}(31) "
-        f"|| one.service, {', '.join(f's.{c.strip()}' for c in _KEPT.split(','))} "
-        f"FROM sessions s JOIN ({per_id} HAVING COUNT(DISTINCT {service}) = 1) one "
-        "ON one.id = s.session_id",
-        f"INSERT INTO sessions_keyed (session_id, state, first_turn_ns, last_turn_ns, turns, "
-        f"bytes) SELECT session_id || {char}(31) || {service}, 'open', MIN(evaluated_at_ns), "
-        "MAX(evaluated_at_ns), COUNT(*), SUM(LENGTH(body)) FROM evaluations WHERE session_id "
-        f"IN (SELECT id FROM ({per_id} HAVING COUNT(DISTINCT {service}) > 1) several) "
-        f"GROUP BY session_id, {service}",
-        f"UPDATE evaluations SET session_id = session_id || {char}(31) || {service} "
-        "WHERE session_id IS NOT NULL",
+        f"INSERT INTO sessions_keyed (session_id, {_KEPT}) SELECT one.k, "
+        f"{', '.join(f's.{c.strip()}' for c in _KEPT.split(','))} FROM sessions s "
+        f"JOIN ({one_key}) one ON one.id = s.session_id WHERE one.k NOT IN ({shared})",
+        "INSERT INTO sessions_keyed (session_id, state, first_turn_ns, last_turn_ns, turns, "
+        "bytes) SELECT k, 'open', MIN(at), MAX(at), COUNT(*), SUM(n) FROM (SELECT "
+        f"{keyed} AS k, evaluated_at_ns AS at, LENGTH(body) AS n {turns}) t "
+        "WHERE k NOT IN (SELECT session_id FROM sessions_keyed) GROUP BY k",
+        f"UPDATE evaluations SET session_id = {keyed} WHERE session_id IS NOT NULL",
         "DROP TABLE sessions",
         "ALTER TABLE sessions_keyed RENAME TO sessions",
         "CREATE INDEX IF NOT EXISTS sessions_by_state ON sessions (state, last_turn_ns)",
@@ -226,13 +229,11 @@ class KeptSessions:
 
     def session_keys(self, conversation_id: str, limit: int) -> list[str]:
         """The keys of the sessions of ``conversation_id``, in any service (at most
-        ``limit``, by key): the key's range starts with the id and the separator. One
-        range read of the table's primary key."""
+        ``limit``, by key): those starting with the id and the separator. One range read of
+        the table's primary key."""
         low = session_key("", conversation_id)
         high = low[:-1] + chr(ord(KEY_SEPARATOR) + 1)
-        rows = self._one("keys", low, high, limit)[0]
-        return [str(r[0]) for r in rows
-                if split_session_key(str(r[0]))[1] == conversation_id]
+        return [str(r[0]) for r in self._one("keys", low, high, limit)[0]]
 
     def oldest_open_sessions(self, limit: int) -> list[tuple[str, int]]:
         """The ``limit`` open sessions with the oldest last turn (the open-sessions bound)."""

@@ -44,20 +44,25 @@ __all__ = ["MAX_SESSION_LIMIT", "AmbiguousSession", "SessionCursor", "SessionQue
 MAX_SESSION_LIMIT = 200  # sessions per page (each is read and evaluated: its turns' bodies)
 MAX_SESSION_ID_CHARS = 256  # as read (conventions.conversations.MAX_ID_CHARS)
 MAX_SESSION_KEY_CHARS = 4096  # a key in a cursor: the id, the separator and the service
-# Between a session key's conversation id and its service. A service's own is replaced (by
-# U+FFFD), so the key splits at its last one: any id with any service is one key, and two
-# (service, id) pairs never share one.
+# Between a session key's conversation id and its service. One inside either is replaced (by
+# U+FFFD, as text columns replace what no driver encodes), so a key has exactly one: two
+# (service, id) pairs never share a key, and an id's keys are one range of them (the id and
+# the separator first), which no other id's keys enter.
 KEY_SEPARATOR = "\x1f"
 
 
 def session_key(service: str | None, conversation_id: str) -> str:
     """How the store keys the session of ``conversation_id`` within ``service``."""
-    return conversation_id + KEY_SEPARATOR + (service or "").replace(KEY_SEPARATOR, "\ufffd")
+    return _part(conversation_id) + KEY_SEPARATOR + _part(service or "")
+
+
+def _part(text: str) -> str:
+    return text.replace(KEY_SEPARATOR, "\ufffd")
 
 
 def split_session_key(key: str) -> tuple[str, str]:
-    """(service, conversation id) of a ``session_key``."""
-    conversation_id, _, service = key.rpartition(KEY_SEPARATOR)
+    """(service, conversation id) of a ``session_key`` (a separator either held: U+FFFD)."""
+    conversation_id, _, service = key.partition(KEY_SEPARATOR)
     return service, conversation_id
 
 

@@ -432,7 +432,7 @@ def test_sessions_are_keyed_by_service_from_migration_9(target: str, stores: Ope
     one = [_turn(i, "solo", T0 + i) for i in range(1, 3)]
     both = [_turn(3, "1", T0 + 3), _turn(4, "1", T0 + 4, service="other"),
             _turn(5, "1", T0 + 5)]
-    store.put_many([*one, *both])
+    store.put_many([*one, *both, _turn(6, "x6", T0 + 6), _turn(7, "x7", T0 + 7)])
     assert store.claim_session(_key("solo"), T0 + 2, "me", T0 + 10, 0)
     assert store.complete_session(_key("solo"), "me", {"session_id": "solo"}, T0 + 11)
     # as a store of version 8 was: one row per conversation id, the turns under the id
@@ -443,6 +443,15 @@ def test_sessions_are_keyed_by_service_from_migration_9(target: str, stores: Ope
     _sql(target, "INSERT INTO sessions (session_id, state, first_turn_ns, last_turn_ns, turns, "
          f"bytes, completions, body) VALUES ('1', 'complete', {T0 + 3}, {T0 + 5}, 3, 9, 1, "
          "'{\"session_id\": \"1\"}')")
+    # two ids a separator of their own tells apart (they share a key: joined, not refused)
+    fn = "chr" if target.startswith("postgresql://") else "char"
+    _sql(target, f"UPDATE evaluations SET session_id = 'x' || {fn}(31) WHERE trace_id = "
+         f"'{6:032x}'")
+    _sql(target, f"UPDATE evaluations SET session_id = 'x' || {fn}(65533) WHERE trace_id = "
+         f"'{7:032x}'")
+    _sql(target, "INSERT INTO sessions (session_id, state, first_turn_ns, last_turn_ns, turns, "
+         f"bytes) SELECT session_id, 'open', 0, 0, 1, 1 FROM evaluations WHERE trace_id IN "
+         f"('{6:032x}', '{7:032x}')")
     _sql(target, "DELETE FROM schema_version WHERE version >= 9")
     again = stores()
     solo = again.session_record(_key("solo"))
@@ -455,6 +464,18 @@ def test_sessions_are_keyed_by_service_from_migration_9(target: str, stores: Ope
     assert again.session_record("1") is None and again.session_record("solo") is None
     assert sorted(again.session_keys("1", 9)) == sorted([_key("1"), _key("1", "other")])
     assert [int(b["trace_id"], 16) for b in again.session_turns(_key("1"), 9)[0]] == [5, 3]
+    joined = again.session_record(_key("x\ufffd"))
+    assert joined is not None and (joined.state, joined.turns) == ("open", 2)
+
+
+def test_an_ids_sessions_are_found_whatever_other_ids_hold(stores: Open) -> None:
+    """A conversation id's sessions are one range of keys: ids that start with it and a
+    separator of their own (a sender's "1\x1fA") neither enter it nor hide it."""
+    store = stores()
+    store.put_many([_turn(i, f"1\x1f{i}", T0 + i) for i in range(1, 30)]
+                   + [_turn(40, "1", T0 + 40), _turn(41, "1", T0 + 41, service="other")])
+    assert sorted(store.session_keys("1", 21)) == sorted([_key("1"), _key("1", "other")])
+    assert store.session_keys("1\x1f3", 21) == [_key("1\ufffd3")]
 
 
 def test_a_store_from_before_versioning_is_adopted(tmp_path: Path) -> None:
