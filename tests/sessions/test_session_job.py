@@ -29,14 +29,14 @@ IDLE_S = 60.0
 
 
 def _turn(session: str, n: int, at_s: float, tool_args: dict[str, str] | None = None,
-          ) -> Evaluation:
-    trace_id = f"{abs(hash(session)) % 10**8:08x}{n:024x}"
+          service: str = "shop", agent: str = "helper") -> Evaluation:
+    trace_id = f"{abs(hash((session, service))) % 10**8:08x}{n:024x}"
     root = Step(0, f"{n + 1:016x}", None, "agent", "invoke_agent shop", start_ns=1)
     steps = [root]
     if tool_args is not None:
         steps.append(Step(1, f"{n + 100:016x}", root.span_id, "tool", "execute_tool",
                           tool_name="lookup", arguments=tool_args, start_ns=2))
-    t = Trajectory(trace_id, "otlp", "complete", steps, service="shop", agent="helper",
+    t = Trajectory(trace_id, "otlp", "complete", steps, service=service, agent=agent,
                    start_ns=int(at_s * S), session_id=session)
     return Evaluation(t, [], Verdict(True, []), evaluated_at_ns=int(at_s * S))
 
@@ -267,4 +267,58 @@ def test_the_session_event_is_on_the_last_turns_root_span(tmp_path: Path) -> Non
                    agent="helper", detector="loop", kind="repeated_across_turns") == 1
     assert _sample(metrics, "otel_eval_sessions_failed_total", service="shop",
                    agent="helper") == 1
+    store.close()
+
+
+def test_another_services_turns_never_join_a_conversation_of_the_same_id(
+        tmp_path: Path) -> None:
+    """The store audit's scenario (repro r4): another service (or a sender guessing ids)
+    sends three looping turns under the conversation id "1" a victim also uses (LangGraph's
+    example thread_id), dated before the victim's two clean turns. Before, they made one
+    session: the loop failed the victim's conversation, the record took the service and
+    agent of the last turn by start time (the victim's), so the finding was counted on the
+    victim's (service, agent) and paged its owners."""
+    from otel_eval.outputs.config import ExportConfig
+    from otel_eval.outputs.events import EvaluationEvents
+
+    store = open_store(str(tmp_path / "s.db"))
+    same = {"order": "42"}
+    theirs = [_turn("1", n, T0 + n, same, service="attacker", agent="evil") for n in range(3)]
+    mine = [_turn("1", n, T0 + 100 + n, service="shop", agent="support-bot") for n in range(2)]
+    store.put_many([*theirs, *mine])
+    reader = SessionReader(store, SessionsConfig(idle_timeout_s=IDLE_S))
+    with Capture() as ds:
+        metrics = Metrics()
+        events = EvaluationEvents(ExportConfig(events_endpoint=f"127.0.0.1:{ds.port}"),
+                                  metrics, evaluator_version="9.9.9")
+        events.start()
+        job = SessionJob(store, SessionsConfig(idle_timeout_s=IDLE_S), metrics,
+                         events=events, clock=ManualClock(T0 + 1000))
+        assert job.tick() == 2
+        events.shutdown(5.0)
+        on_span = {r.trace_id.hex(): attributes_to_dict(r.attributes) for r in _records(ds)}
+    victim = reader.get("1", "shop")
+    assert victim is not None and victim["status"] == "complete"
+    assert (victim["service"], victim["agent"], victim["turns"]) == ("shop", "support-bot", 2)
+    assert victim["findings"] == [] and victim["verdict"]["passed"] is True
+    assert victim["traces"] == [e.trace_id for e in mine]
+    other = reader.get("1", "attacker")
+    assert other is not None and (other["service"], other["agent"]) == ("attacker", "evil")
+    assert [(f["detector"], f["kind"]) for f in other["findings"]] == [
+        ("loop", "repeated_across_turns")]
+    loops = {"detector": "loop", "kind": "repeated_across_turns"}
+    assert _sample(metrics, "otel_eval_session_findings_total", service="shop",
+                   agent="support-bot", **loops) == 0
+    assert _sample(metrics, "otel_eval_sessions_failed_total", service="shop",
+                   agent="support-bot") == 0
+    assert _sample(metrics, "otel_eval_sessions_completed_total", service="shop",
+                   agent="support-bot") == 1
+    assert _sample(metrics, "otel_eval_session_findings_total", service="attacker",
+                   agent="evil", **loops) == 1
+    assert _sample(metrics, "otel_eval_sessions_failed_total", service="attacker",
+                   agent="evil") == 1
+    # each verdict on its own service's last turn, under the conversation id users know
+    assert {t: (a["gen_ai.conversation.id"], a["gen_ai.evaluation.score.label"])
+            for t, a in on_span.items()} == {mine[-1].trace_id: ("1", "pass"),
+                                             theirs[-1].trace_id: ("1", "fail")}
     store.close()
