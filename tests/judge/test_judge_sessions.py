@@ -168,3 +168,21 @@ def test_the_session_judge_writes_onto_the_completion_it_judged(
         assert not store.put_session_judge(key, 1, {"n": 3})
     finally:
         store.close()
+
+
+def test_the_judge_draws_each_services_session_of_one_id_on_its_own() -> None:
+    """A session is a conversation id within one service: at a sampling rate, two services'
+    conversations of one id are two draws. Before, the hash was of the id alone, so a sender
+    reusing another service's ids shared its sessions' sampling decisions."""
+    from otel_eval.evaluate.judge.config import SamplingConfig
+    from otel_eval.evaluate.judge.sampling import session_sampled
+
+    half = SamplingConfig(rate=0.5, always_severities=())
+    drawn = [(session_sampled({"session_id": str(n), "service": "shop"}, half),
+              session_sampled({"session_id": str(n), "service": "attacker"}, half))
+             for n in range(64)]
+    assert any(a != b for a, b in drawn)
+    # one session, one draw: the same record is always drawn the same way
+    assert drawn == [(session_sampled({"session_id": str(n), "service": "shop"}, half),
+                      session_sampled({"session_id": str(n), "service": "attacker"}, half))
+                     for n in range(64)]

@@ -10,6 +10,7 @@ from typing import Any
 
 from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.judge.config import SamplingConfig
+from otel_eval.store.sessions import session_key
 
 
 def _chosen(severities: list[Any], agent: str, key: str, config: SamplingConfig) -> bool:
@@ -33,7 +34,11 @@ def sampled(evaluation: Evaluation, config: SamplingConfig) -> bool:
 
 def session_sampled(record: Mapping[str, Any], config: SamplingConfig) -> bool:
     """The trace rule applied to a completed session: its findings' severities, its agent's
-    rate, a hash of the session id."""
+    rate, a hash of the session's key (its conversation id within its service: two
+    services' conversations of one id are two sessions, each drawn on its own)."""
     findings = [f for f in record.get("findings") or () if isinstance(f, Mapping)]
+    service = record.get("service")
+    key = session_key(service if isinstance(service, str) else None,
+                      str(record.get("session_id")))
     return _chosen([f.get("severity") for f in findings], str(record.get("agent") or ""),
-                   str(record.get("session_id")), config)
+                   key, config)
