@@ -29,7 +29,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from otel_eval.store.sessions import KEY_SEPARATOR, session_key
+from otel_eval.store.sessions import KEY_SEPARATOR, MAX_SERVICE_CHARS, session_key
 
 __all__ = ["KeptSessions", "SessionRow", "SessionWrites", "rekey", "session_writes", "sql"]
 
@@ -59,7 +59,9 @@ def rekey(text: str, bigint: str, boolean: str, collate: str, char: str) -> tupl
     def part(column: str) -> str:
         return f"REPLACE({column}, {char}(31), {char}(65533))"
 
-    service = part("COALESCE(service, '')")
+    # SUBSTR counts characters, on both engines, as the key's cut does
+    named = part("COALESCE(service, '')")
+    service = f"SUBSTR({named}, 1, {MAX_SERVICE_CHARS})"
     keyed = f"{part('session_id')} || {char}(31) || {service}"
     turns = "FROM evaluations WHERE session_id IS NOT NULL"
     one_key = (f"SELECT session_id AS id, MIN({keyed}) AS k {turns} GROUP BY session_id "

@@ -44,6 +44,12 @@ __all__ = ["MAX_SESSION_LIMIT", "AmbiguousSession", "SessionCursor", "SessionQue
 MAX_SESSION_LIMIT = 200  # sessions per page (each is read and evaluated: its turns' bodies)
 MAX_SESSION_ID_CHARS = 256  # as read (conventions.conversations.MAX_ID_CHARS)
 MAX_SESSION_KEY_CHARS = 4096  # a key in a cursor: the id, the separator and the service
+# A session key holds at most this much of the service.name: span content sets the name, and
+# a key goes into cursors and links, which an unbounded name would make too long to send back
+# (a 5,000-character name at the end of a page made the next page a 400). Longer names are
+# cut, as a metric label cuts them; two services whose names differ only past it share
+# sessions (no service names itself so).
+MAX_SERVICE_CHARS = 1024
 # Between a session key's conversation id and its service. One inside either is replaced (by
 # U+FFFD, as text columns replace what no driver encodes), so a key has exactly one: two
 # (service, id) pairs never share a key, and an id's keys are one range of them (the id and
@@ -52,8 +58,9 @@ KEY_SEPARATOR = "\x1f"
 
 
 def session_key(service: str | None, conversation_id: str) -> str:
-    """How the store keys the session of ``conversation_id`` within ``service``."""
-    return _part(conversation_id) + KEY_SEPARATOR + _part(service or "")
+    """How the store keys the session of ``conversation_id`` within ``service`` (its first
+    ``MAX_SERVICE_CHARS``)."""
+    return _part(conversation_id) + KEY_SEPARATOR + _part((service or "")[:MAX_SERVICE_CHARS])
 
 
 def _part(text: str) -> str:
@@ -67,19 +74,17 @@ def split_session_key(key: str) -> tuple[str, str]:
 
 
 MAX_SERVICES_NAMED = 20  # services an ambiguous conversation id's answer names, at most
-MAX_SERVICE_CHARS = 1024  # a ?service= (a service.name longer is not looked up)
 
 
 def session_service(params: Mapping[str, Sequence[str]]) -> str | None:
-    """The ``?service=`` of a session's URL (None: not given; "": the turns without one);
-    ``QueryError`` for any other parameter, or one given twice or too long."""
+    """The ``?service=`` of a session's URL (None: not given; "": the turns without one; a
+    longer one than ``MAX_SERVICE_CHARS`` is cut, as the key cuts it); ``QueryError`` for any
+    other parameter, or one given twice."""
     for name, given in params.items():
         if name != "service":
             raise QueryError(name, "unknown parameter (known: service)")
         if len(given) != 1:
             raise QueryError(name, "given more than once")
-        if len(given[0]) > MAX_SERVICE_CHARS:
-            raise QueryError(name, f"at most {MAX_SERVICE_CHARS} characters")
     service = params.get("service")
     return None if service is None else service[0]
 

@@ -103,3 +103,35 @@ def test_the_detector_filter_keeps_sessions_with_that_session_finding(
     with pytest.raises(QueryError, match="detector"):
         SessionQuery.from_params({"detector": ["x" * 200]})
     store.close()
+
+
+def test_a_service_name_of_any_length_neither_stops_the_list_nor_hides_its_session(
+        tmp_path: Path) -> None:
+    """service.name is span content: a sender may make it 5,000 characters. The session's
+    key held it whole, so a page that ended on that session gave a cursor the API then
+    refused (400, "not a cursor returned by this API"), and ``?service=`` with the name was
+    refused too. The key holds its first ``MAX_SERVICE_CHARS``: the cursor goes on, and the
+    name, whole or as the record shows it, finds the session."""
+    from otel_eval.store.sessions import MAX_SERVICE_CHARS, session_service
+
+    store = open_store(str(tmp_path / "s.db"))
+    long = "x" * 5000
+    rows = []
+    for i, service in enumerate(["shop", long, "other"]):
+        t = Trajectory(f"{i:032x}", "otlp", "complete", [], service=service, agent="a",
+                       start_ns=T0 + i * S, session_id="1")
+        rows.append(Evaluation(t, [], Verdict(True, []), evaluated_at_ns=T0 + i * S))
+    store.put_many(rows)
+    reader = SessionReader(store, SessionsConfig())
+    seen, params = [], dict[str, list[str]]()
+    for _ in range(4):  # one session a page, the cursor as a client sends it back
+        page = reader.page(SessionQuery.from_params({**params, "limit": ["1"]}))
+        seen += [len(s["service"]) for s in page["sessions"]]
+        if page["next_cursor"] is None:
+            break
+        params = {"cursor": [page["next_cursor"]]}
+    assert seen == [len("other"), MAX_SERVICE_CHARS, len("shop")]
+    for name in (long, long[:MAX_SERVICE_CHARS]):
+        record = reader.get("1", session_service({"service": [name]}))
+        assert record is not None and record["traces"] == [f"{1:032x}"]
+    store.close()

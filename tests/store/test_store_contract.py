@@ -432,14 +432,19 @@ def test_sessions_are_keyed_by_service_from_migration_9(target: str, stores: Ope
     one = [_turn(i, "solo", T0 + i) for i in range(1, 3)]
     both = [_turn(3, "1", T0 + 3), _turn(4, "1", T0 + 4, service="other"),
             _turn(5, "1", T0 + 5)]
-    store.put_many([*one, *both, _turn(6, "x6", T0 + 6), _turn(7, "x7", T0 + 7)])
+    long = "s" * 1500  # a service.name past what a key holds of it
+    store.put_many([*one, *both, _turn(6, "x6", T0 + 6), _turn(7, "x7", T0 + 7),
+                    _turn(8, "long", T0 + 8, service=long)])
     assert store.claim_session(_key("solo"), T0 + 2, "me", T0 + 10, 0)
     assert store.complete_session(_key("solo"), "me", {"session_id": "solo"}, T0 + 11)
     # as a store of version 8 was: one row per conversation id, the turns under the id
     _sql(target, "UPDATE evaluations SET session_id = CASE WHEN trace_id IN ("
-         + ", ".join(f"'{i:032x}'" for i in (1, 2)) + ") THEN 'solo' ELSE '1' END")
-    _sql(target, "DELETE FROM sessions WHERE session_id NOT LIKE 'solo%'")
-    _sql(target, "UPDATE sessions SET session_id = 'solo'")
+         + ", ".join(f"'{i:032x}'" for i in (1, 2)) + ") THEN 'solo' WHEN trace_id = "
+         f"'{8:032x}' THEN 'long' ELSE '1' END")
+    _sql(target, "DELETE FROM sessions WHERE session_id NOT LIKE 'solo%' AND session_id NOT "
+         "LIKE 'long%'")
+    _sql(target, "UPDATE sessions SET session_id = 'long' WHERE session_id LIKE 'long%'")
+    _sql(target, "UPDATE sessions SET session_id = 'solo' WHERE session_id LIKE 'solo%'")
     _sql(target, "INSERT INTO sessions (session_id, state, first_turn_ns, last_turn_ns, turns, "
          f"bytes, completions, body) VALUES ('1', 'complete', {T0 + 3}, {T0 + 5}, 3, 9, 1, "
          "'{\"session_id\": \"1\"}')")
@@ -466,6 +471,11 @@ def test_sessions_are_keyed_by_service_from_migration_9(target: str, stores: Ope
     assert [int(b["trace_id"], 16) for b in again.session_turns(_key("1"), 9)[0]] == [5, 3]
     joined = again.session_record(_key("x\ufffd"))
     assert joined is not None and (joined.state, joined.turns) == ("open", 2)
+    # the migration keys a long service.name as a new turn's key does: one session
+    again.put_many([_turn(9, "long", T0 + 9, service=long)])
+    assert again.session_keys("long", 9) == [_key("long", long)]
+    kept = again.session_record(_key("long", long))
+    assert kept is not None and kept.turns == 2
 
 
 def test_an_ids_sessions_are_found_whatever_other_ids_hold(stores: Open) -> None:

@@ -22,7 +22,7 @@ from otel_eval.outputs.ui.runs import finding_kinds, verdict_badge
 from otel_eval.outputs.ui.steplinks import step_url
 from otel_eval.outputs.ui.text import Redact, redacted
 from otel_eval.outputs.ui.values import short, when
-from otel_eval.store.sessions import MAX_SERVICES_NAMED
+from otel_eval.store.sessions import MAX_SERVICE_CHARS, MAX_SERVICES_NAMED
 
 __all__ = ["CALLS_SHOWN", "TURNS_PER_PAGE", "session_page", "sessions_page"]
 
@@ -38,8 +38,8 @@ _COUNTS = (("turns", "turns"), ("failed_turns", "failed turns"), ("steps", "step
 
 def session_url(session_id: str, service: Any, turn: int | None = None) -> str:
     """The page of conversation ``session_id`` within ``service`` (None or "": the turns
-    without one), from turn ``turn`` + 1."""
-    query = {"service": service if isinstance(service, str) else ""}
+    without one; as much of it as the session's key holds), from turn ``turn`` + 1."""
+    query = {"service": service[:MAX_SERVICE_CHARS] if isinstance(service, str) else ""}
     if turn:
         query["turn"] = str(turn)
     return "/ui/sessions/" + segment(session_id) + "?" + urlencode(query)
