@@ -98,3 +98,22 @@ def test_trace_records_from_the_stored_text_name_the_conversation(tmp_path: Path
     assert [(r.get("record"), r["session_id"], r["user_id"]) for r in records] == [
         (None, "réservation-7", "usér-1")] * 2 + [("session", "réservation-7", "usér-1")]
     assert all(line == json.dumps(r) for line, r in zip(lines, records, strict=True))
+
+
+def test_offline_sessions_are_per_service_too(tmp_path: Path) -> None:
+    """Files of two services whose conversations share the id "1": two session records,
+    as serve keeps them; the looping service's finding fails its own session only."""
+    looping = scripted("1", "gen_ai.conversation.id", [
+        (f"what is the status of my booking, question {n}",
+         [call("get_reservation_details", SAME, f"c{n}"),
+          {"role": "assistant", "content": "Confirmed."}]) for n in range(3)],
+        service="other-team")
+    clean = scripted("1", "gen_ai.conversation.id", [
+        (f"please change my seat, request {n}", [{"role": "assistant", "content": "Done."}])
+        for n in range(2)])
+    lines = _eval(*_write(tmp_path, "loop", looping), *_write(tmp_path, "clean", clean))
+    sessions = [line for line in lines if line.get("record") == "session"]
+    assert [(s["session_id"], s["service"], s["turns"], s["verdict"]["passed"])
+            for s in sessions] == [("1", "other-team", 3, False), ("1", "airline", 2, True)]
+    assert sessions[1]["findings"] == []
+    assert sessions[1]["traces"] == [trace_id for trace_id, _ in clean]
