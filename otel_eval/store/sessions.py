@@ -11,7 +11,7 @@ events show the conversation id and the service apart (``split_session_key``).
 
 ``GET /v1/sessions`` takes a ``SessionQuery``:
 
-    service, agent      a turn of the session has this service / agent
+    service, agent      the session's service / a turn of the session has this agent
     passed              true | false: the session's verdict (applied after the session is
                         evaluated on read: a page may hold fewer than ``limit`` sessions, and
                         then says where to go on with its cursor)
@@ -130,7 +130,7 @@ class SessionCursor:
 
 @dataclass(frozen=True)
 class SessionQuery:
-    # A turn of the session has this service / agent; None = any.
+    # The session's service / an agent of one of its turns; None = any.
     service: str | None = None
     agent: str | None = None
     # The session's verdict; None = any.
