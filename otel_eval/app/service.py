@@ -141,7 +141,8 @@ class Service:
         self.store_health = self._make_store_health()
         stage = self.pool or InProcess(self.evaluator, self.store)
         self.engine = Engine(stage, self.store_health, self.metrics, assembly=config.assembly,
-                             sinks=self.sinks, clock=clock, spool=self.spool)
+                             sinks=self.sinks, clock=clock, spool=self.spool,
+                             stored=self.store.get)
         self.kafka = kafka_front.build(config.kafka, deps, self.engine)
         jc = config.judge
         # new issues are named (and merged) through the judge stage's client: its budget, its

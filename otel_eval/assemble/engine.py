@@ -6,9 +6,9 @@ exports, through three parts with one owner each:
         -> Durability.settle
     tick(now) -> assembler releases traces -> Finishing.enqueue (pending until finished)
         -> process: EvaluationStage.run (the stage the engine was given, ``evaluate.handoff``:
-        evaluate and store, here or in worker processes) -> Finishing.finish:
-        Durability.evaluated -> metrics -> sinks (events, forward, judge) -> waiters (Kafka
-        offsets)
+        evaluate and store, here or in worker processes) -> Finishing.finish: metrics ->
+        sinks (events, forward, judge) -> once the trace path delivered the trace:
+        Durability.evaluated -> waiters (Kafka offsets)
         | the store refused the batch: back in the queue; StoreHealth: back-off, admission
         refuses (store_unavailable) until a write goes through, or gives up (``failure``)
 
@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from otel_eval.assemble.admission import Admission, AdmissionControl, Signal
@@ -84,11 +84,13 @@ class Engine:
                  assembly: AssemblyConfig, sinks: Sequence[Sink] = (),
                  clock: Callable[[], float] = time.monotonic,
                  tick_interval_s: float = 0.25, batch_size: int = 256,
-                 spool: Spool | None = None) -> None:
+                 spool: Spool | None = None,
+                 stored: Callable[[str], Mapping[str, Any] | None] | None = None) -> None:
         """``stage``: where released traces are evaluated and stored (``evaluate.stage``'s
         ``InProcess`` in this process, or worker processes); ``store_health``: whether the
         store takes writes, on the same ``clock`` (a refused batch is kept, retried, and
-        throttles the receivers)."""
+        throttles the receivers); ``stored``: a stored record by trace id (a replay goes
+        through the trace path again, stamped from it: ``Finishing``)."""
         self.config = assembly
         self.metrics = metrics
         self.clock = clock
@@ -100,7 +102,8 @@ class Engine:
         self.store_health = store_health
         self.finishing = Finishing(stage, self.durability, metrics, sinks=sinks, clock=clock,
                                    batch_size=batch_size, lock=self._lock,
-                                   gauges=self._update_gauges, health=store_health)
+                                   gauges=self._update_gauges, health=store_health,
+                                   stored=stored)
         self.admission = AdmissionControl(self.config, self._assembler, self.finishing,
                                           self.durability, clock, self.store_health)
         self._thread: threading.Thread | None = None

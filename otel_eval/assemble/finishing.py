@@ -1,9 +1,9 @@
 """Stage: assemble (finishing). Released traces -> evaluation -> what follows the store's commit.
 
     enqueue(released traces: content digest) -> queue -> process: EvaluationStage.run
-        (evaluate and store, here or in worker processes) -> finish: spool (evaluated) ->
-        metrics -> sinks (events, forward, judge) -> pending budget released -> waiters
-        (Kafka offsets)
+        (evaluate and store, here or in worker processes) -> finish: metrics -> sinks
+        (events, forward, judge) -> pending budget released -> once no sink in the trace
+        path holds the trace (``Held``): spool (evaluated) -> waiters (Kafka offsets)
 
 A released trace whose content the store already holds an evaluation of (same trace id,
 same ``model.content_digest``: a redelivered Kafka record, a replayed spool row) comes back
@@ -29,6 +29,14 @@ the earlier ones' spans); an entry leaves at ``finish``, so they are bounded by 
 budget. A trace kept after a store refusal, re-sent after its worker process died, or left
 unstored by a stop keeps its waiters uncalled.
 
+A sink in the trace path (pass-through, ``base.component.TracePath``) queues the user's spans
+in memory: each trace is ``Held`` until that sink has delivered them or dropped them for good,
+and only then leave its spool rows and are its waiters called (``_release``, a batch per
+sender batch). A stop or a crash before then replays it; the store holds its evaluation, so
+the replay comes back ``already_evaluated`` and goes to the trace-path sinks again, stamped
+from the stored record (at least once). Without such a sink a trace is released as soon as
+its sinks have run.
+
 A trace's spans count as pending (``queued_spans``, ``queued_bytes``: admission bounds them)
 from its release until ``finish``, whatever the stage, so the receivers throttle while the
 evaluation is behind. A sink that raises is logged and counted, and the others still run;
@@ -45,14 +53,16 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from otel_eval.assemble.durability import Durability
 from otel_eval.assemble.store_health import StoreHealth
-from otel_eval.base.component import Sink
+from otel_eval.base.component import Held, Sink, TracePath, settle
 from otel_eval.base.model import Trace, content_digest
 from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.handoff import (
+    ALREADY_EVALUATED,
     LATE,
     NOT_A_RUN,
     UNSTORABLE,
@@ -69,8 +79,12 @@ class Finishing:
     def __init__(self, stage: EvaluationStage, durability: Durability, metrics: Metrics, *,
                  sinks: Sequence[Sink], clock: Callable[[], float], batch_size: int,
                  lock: threading.Lock, gauges: Callable[[], None],
-                 health: StoreHealth) -> None:
+                 health: StoreHealth,
+                 stored: Callable[[str], Mapping[str, Any] | None] | None = None) -> None:
+        """``stored``: a trace's stored record by id (the store's ``get``), read for the
+        trace-path sinks when a replay comes back already evaluated."""
         self.stage = stage
+        self._stored = stored
         self.health = health
         self.sinks = list(sinks)
         self._durability = durability
@@ -146,23 +160,26 @@ class Finishing:
             log.warning("store %s takes writes again", self.health.location)
         if not jobs:
             return
-        self._durability.evaluated((j.trace.trace_id, j.trace.revision) for j in jobs)
         now = self._clock()
-        for job, out in zip(jobs, outcomes, strict=True):
+        path = [s for s in self.sinks if isinstance(s, TracePath)]
+        held = [Held(j.trace, self._release) for j in jobs]
+        for job, out, h in zip(jobs, outcomes, held, strict=True):
             trace, ev = job.trace, out.evaluation
             if ev is None:  # already evaluated (and exported then), no agent run, or a
-                skipped = out.skipped or "already_evaluated"  # result nothing could store
+                skipped = out.skipped or ALREADY_EVALUATED  # result nothing could store
                 self._metrics.evaluation.skipped(skipped)
                 if skipped in (NOT_A_RUN, LATE, UNSTORABLE):  # spans still pass on, unstamped
-                    self._to_sinks(trace, None)
+                    self._to_sinks(trace, None, h, path)
+                elif path:  # a replay: what the trace path held may never have gone out
+                    self._again(trace, h, path)
                 continue
             if out.failure is not None:
                 self._metrics.evaluation.failed("evaluate", out.failure)
             self._observe(ev, now - job.released_at, out.superseded)
-            self._to_sinks(trace, ev)
-        # Only now is the work durable: release the pending budget and tell the waiters.
-        # Under the lock, the trace stops taking waiters (``wait_for``) before they are read:
-        # a waiter added later finds the trace finished and is not kept waiting.
+            self._to_sinks(trace, ev, h, path)
+        # The store holds them: release the pending budget. Under the lock, the trace stops
+        # taking waiters (``wait_for``) before ``_release`` reads them: a waiter added later
+        # finds the trace finished and is not kept waiting.
         with self._lock:
             self.queued_spans -= sum(len(j.trace.spans) for j in jobs)
             self.queued_bytes -= sum(s.nbytes for j in jobs for s in j.trace.spans)
@@ -171,9 +188,18 @@ class Finishing:
                 tid = job.trace.trace_id
                 if self._unfinished.get(tid) is job.trace:  # not a later revision's entry
                     del self._unfinished[tid]
-            waiters = [w for job in jobs for w in job.trace.waiters]
-        for waiter in waiters:
-            waiter()
+        settle(held)  # finishing's own hold: what no sink queued is released now
+
+    def _release(self, held: list[Held]) -> None:
+        """Traces no sink holds any more (on this thread or a sender's): their spool rows
+        go (one transaction), then their waiters are told."""
+        self._durability.evaluated((h.trace.trace_id, h.trace.revision) for h in held)
+        for h in held:
+            for waiter in h.trace.waiters:
+                try:
+                    waiter()
+                except Exception:  # a sender's thread must not die of a waiter's bug
+                    log.exception("a waiter of trace %s failed", h.trace.trace_id)
 
     def _observe(self, evaluation: Evaluation, completion_to_verdict_s: float,
                  superseded: bool) -> None:
@@ -186,18 +212,44 @@ class Finishing:
             log.exception("the metrics of trace %s failed", evaluation.trace_id)
             self._metrics.evaluation.failed("metrics", type(e).__name__[:64])
 
-    def _to_sinks(self, trace: Trace, evaluation: Evaluation | None) -> None:
-        """Each sink gets the evaluation, or (None: no agent run) the trace to pass on."""
+    def _to_sinks(self, trace: Trace, evaluation: Evaluation | None, held: Held,
+                  path: list[TracePath]) -> None:
+        """Each sink gets the evaluation, or (None: no agent run) the trace to pass on; the
+        sinks in the trace path (``path``) its ``Held`` too."""
         for sink in self.sinks:
             try:
-                if evaluation is None:
+                if any(sink is p for p in path):
+                    tp: Any = sink
+                    if evaluation is None:
+                        tp.pass_on(trace, held)
+                    else:
+                        tp.export(trace, evaluation, held)
+                elif evaluation is None:
                     sink.pass_on(trace)
                 else:
                     sink.export(trace, evaluation)
             except Exception:
-                log.exception("sink %s failed on trace %s", type(sink).__name__,
-                              trace.trace_id)
-                self._metrics.sinks.dropped(type(sink).__name__, "exception", 1)
+                self._sink_failed(sink, trace)
+
+    def _again(self, trace: Trace, held: Held, path: list[TracePath]) -> None:
+        """An already evaluated trace (a replay) through the trace path again, stamped from
+        its stored record (unstamped when it cannot be read: the spans still go on)."""
+        record = None
+        if self._stored is not None:
+            try:
+                record = self._stored(trace.trace_id)
+            except Exception:
+                log.exception("reading the stored record of trace %s failed; forwarding it "
+                              "unstamped", trace.trace_id)
+        for sink in path:
+            try:
+                sink.export_stored(trace, record, held)
+            except Exception:
+                self._sink_failed(sink, trace)
+
+    def _sink_failed(self, sink: object, trace: Trace) -> None:
+        log.exception("sink %s failed on trace %s", type(sink).__name__, trace.trace_id)
+        self._metrics.sinks.dropped(type(sink).__name__, "exception", 1)
 
     def _keep(self, refused: list[tuple[Job, Outcome]]) -> None:
         """The store did not write these: back to the head of the queue, in their order, as

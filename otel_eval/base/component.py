@@ -4,6 +4,8 @@
                     shutdown(deadline_s)    stop within the deadline: stop taking work, drain
                                             what was taken, release resources; idempotent
     Sink:           export(trace, evaluation), pass_on(trace)   what follows the store
+    TracePath:      a sink in the trace path (pass-through): it takes each trace's ``Held``
+                    and settles it once its spans are delivered or dropped for good
     SinkComponent:  both: a sink the service starts and stops
 
 Each optional part has a ``build(config, deps)`` next to its code returning one of these, or
@@ -13,6 +15,8 @@ None when its config leaves it off; ``otel_eval.app.service`` iterates the list.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from otel_eval.base.aio import LoopThread
@@ -44,6 +48,57 @@ class Sink(Protocol):
     def pass_on(self, trace: Trace) -> None:
         """A trace that gets no evaluation because it is no agent run (``not_a_run``): a sink
         in the trace path passes its spans on; the others do nothing."""
+
+
+class Held:
+    """A stored trace whose spool rows and waiters (Kafka offsets) wait for the sinks in the
+    trace path: what such a sink has queued is in no store, so the trace stays replayable
+    until the sink has delivered its spans or dropped them for good (a counted reason). A
+    stop or a crash before then replays it, and the replay forwards it again (at least
+    once). Counted: finishing holds it while it runs the sinks, each sink that queues it
+    ``take``s it; the last ``settle`` hands it to ``release`` (the engine's: spool delete,
+    waiters), in batches."""
+
+    __slots__ = ("_count", "release", "trace")
+    _lock = threading.Lock()  # counts change on finishing's and the senders' threads
+
+    def __init__(self, trace: Trace, release: Callable[[list[Held]], None]) -> None:
+        self.trace = trace
+        self.release = release
+        self._count = 1  # finishing's own, settled when it has run the sinks
+
+    def take(self) -> None:
+        with Held._lock:
+            self._count += 1
+
+
+def settle(held: Iterable[Held]) -> None:
+    """Settle one take of each; those no one holds any more are released, a batch per
+    ``release`` (one spool transaction for a sender's batch of traces)."""
+    ready: dict[Callable[[list[Held]], None], list[Held]] = {}
+    with Held._lock:
+        for h in held:
+            h._count -= 1
+            if h._count == 0:  # by equality: each access to a bound method is a new object
+                ready.setdefault(h.release, []).append(h)
+    for batch in ready.values():
+        batch[0].release(batch)
+
+
+@runtime_checkable
+class TracePath(Protocol):
+    """A sink in the trace path (pass-through): the user's spans go on through it. Each call
+    gets the trace's ``Held``; what the sink queues it ``take``s, and settles once delivered
+    or dropped for good. ``export_stored``: a trace the store already holds an evaluation of
+    (a replay after a stop or crash, a Kafka record delivered again) goes on again, stamped
+    from the stored record (``record``: its findings and verdict; None: unstamped)."""
+
+    def export(self, trace: Trace, evaluation: Evaluation, held: Held | None = None) -> None: ...
+
+    def pass_on(self, trace: Trace, held: Held | None = None) -> None: ...
+
+    def export_stored(self, trace: Trace, record: Mapping[str, Any] | None,
+                      held: Held) -> None: ...
 
 
 class SinkComponent(Component, Sink, Protocol):

@@ -58,10 +58,12 @@ LOGS = Layout("resource_logs", "scope_logs", "log_records")
 
 @dataclass
 class Queued(Generic[R]):
-    """A request waiting in the sender's queue: ``items`` spans or records, ``size`` bytes."""
+    """A request waiting in the sender's queue: ``items`` spans or records, ``size`` bytes;
+    ``held``: the traces it holds in the spool until it is settled (``base.component.Held``)."""
     request: R
     items: int
     size: int
+    held: tuple[Any, ...] = ()
 
 
 def take(queue: collections.deque[Queued[R]], max_items: int,

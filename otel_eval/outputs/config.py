@@ -26,6 +26,9 @@ class ExportConfig:
     # OTLP/gRPC endpoint (HOST:PORT) receiving gen_ai.evaluation.result events; empty = off.
     events_endpoint: str = ""
     # OTLP/gRPC endpoint receiving the evaluated spans, stamped with otel_eval.* attributes.
+    # At least once: with the spool on, a trace stays in it until its spans are delivered or
+    # dropped for a counted reason, so a stop or a crash before then forwards it after the
+    # restart (a collector away that long fills the spool: receivers throttle, spool_full).
     forward_endpoint: str = ""
     # Plaintext gRPC (no TLS) to both endpoints. Default true (a collector next to us); set
     # false for TLS (then `tls`).

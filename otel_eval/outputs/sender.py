@@ -10,6 +10,9 @@ Promises:
   the byte bound is sent alone;
 - every item that is not delivered is counted once through ``metrics.sinks.dropped`` with a
   reason from ``DROP_REASONS``;
+- a request's ``held`` traces (``base.component.Held``) are settled once each of its items is
+  delivered or dropped for good; never when one is dropped for a stop (``shutdown``): those
+  traces stay in the spool and go out again after the restart;
 - retryable failures (UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED) are retried with the shared
   back-off (``base.backoff``: capped exponential, jitter) until ``max_retry_s``;
   RESOURCE_EXHAUSTED only when the endpoint sent ``google.rpc.RetryInfo``, after the delay it
@@ -37,6 +40,7 @@ import grpc
 from google.rpc import error_details_pb2, status_pb2
 
 from otel_eval.base.backoff import Backoff
+from otel_eval.base.component import Held, settle
 from otel_eval.base.configcheck import StartupError
 from otel_eval.base.tlsfiles import grpc_channel_credentials, stamp
 from otel_eval.outputs.batcher import Layout, Queued, Request, batches, take
@@ -160,14 +164,18 @@ class OtlpSender(Generic[R]):
             old.close()
         log.info("%s: TLS files reloaded", self.sink)
 
-    def submit(self, request: R, n_items: int) -> bool:
-        """Queue one request of ``n_items`` items; False (and counted) when dropped."""
+    def submit(self, request: R, n_items: int, held: tuple[Held, ...] = ()) -> bool:
+        """Queue one request of ``n_items`` items; False (and counted) when dropped.
+        ``held``: taken here, settled with the request (module promises)."""
         cfg = self._cfg
+        for h in held:
+            h.take()
         size = request.ByteSize()  # serializes: outside the lock
         if n_items > cfg.max_queue_items or size > cfg.max_queue_bytes:
             self._drop("too_large", n_items)
+            settle(held)
             return False
-        evicted = 0
+        evicted: list[Queued[R]] = []
         with self._cond:
             if self._closing:  # before start() is fine: start() drains what is queued
                 accepted = False
@@ -177,16 +185,17 @@ class OtlpSender(Generic[R]):
                     old = self._queue.popleft()
                     self._queued_items -= old.items
                     self._queued_bytes -= old.size
-                    evicted += old.items
-                self._queue.append(Queued(request, n_items, size))
+                    evicted.append(old)
+                self._queue.append(Queued(request, n_items, size, held))
                 self._queued_items += n_items
                 self._queued_bytes += size
                 self._cond.notify()
                 accepted = True
         if evicted:
-            self._drop("queue_full", evicted)
+            self._drop("queue_full", sum(q.items for q in evicted))
+            settle(h for q in evicted for h in q.held)
         if not accepted:
-            self._drop("shutdown", n_items)
+            self._drop("shutdown", n_items)  # held stays: replayed after the restart
         return accepted
 
     @property
@@ -237,49 +246,52 @@ class OtlpSender(Generic[R]):
             except Exception:  # stage boundary, as below
                 log.exception("%s: unexpected error batching", self.sink)
                 self._drop("internal_error", sum(q.items for q in taken))
-                continue
-            for batch, n in requests:
-                self._deliver(batch, n)
+                requests = []
+            # every piece sent, or dropped for good: the traces held are settled
+            if all([self._deliver(batch, n) for batch, n in requests]):
+                settle(h for q in taken for h in q.held)
 
-    def _deliver(self, batch: R, n: int) -> None:
+    def _deliver(self, batch: R, n: int) -> bool:
+        """Send one request; False when it was dropped for the stop (``shutdown``)."""
         if time.monotonic() >= self._deadline:
             self._drop("shutdown", n)
-            return
+            return False
         try:
             self._follow_tls_files()
-            self._send(batch, n)
+            return self._send(batch, n)
         except Exception:  # stage boundary: a bug here must not kill the worker silently
             log.exception("%s: unexpected error sending %d item(s)", self.sink, n)
             self._drop("internal_error", n)
+            return True
 
-    def _send(self, batch: R, n: int) -> None:
+    def _send(self, batch: R, n: int) -> bool:
         give_up_at = time.monotonic() + self._cfg.max_retry_s
         attempt = 0
         while True:
             timeout = min(self._cfg.timeout_s, self._deadline - time.monotonic())
             if timeout <= 0:
                 self._drop("shutdown", n)
-                return
+                return False
             try:
                 response = self._call(batch, timeout=timeout, metadata=self._metadata,
                                       compression=self._compression)
             except grpc.RpcError as e:
                 delay = self._retry_delay(e, attempt, n)
                 if delay is None:
-                    return
+                    return True
                 if not Backoff.within(time.monotonic(), delay, give_up_at):
                     self._drop("retries_exhausted", n)
-                    return
+                    return True
                 if not self._wait(delay):
                     self._drop("shutdown", n)
-                    return
+                    return False
                 attempt += 1
                 continue
             rejected = min(n, max(0, self._rejected_in(response)))
             if rejected:
                 self._drop("downstream_rejected", rejected)
             self._on_sent(n - rejected)
-            return
+            return True
 
     def _retry_delay(self, e: grpc.RpcError, attempt: int, n: int) -> float | None:
         """Seconds before the next attempt after ``e``, or None (then counted as rejected):

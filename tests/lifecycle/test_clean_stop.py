@@ -5,8 +5,9 @@ the spool, with no evaluation, metric or sink call. The next engine on the same 
 spool resumes it with the times its spans were received at: finished, it is evaluated once,
 whole; never finished, it is reported once, ``idle_timeout_s`` after the restart (the time
 otel-eval was down is no silence of the run's, nor time it was seen open). A span that comes
-after the restart for a run stored before it is late: the stored run stands. The same through
-``otel-eval serve`` and SIGTERM: tests/load/test_sigterm.py.
+after the restart for a run stored before it is late: the stored run stands. What pass-through
+could not deliver before a stop or a crash goes out after the restart, stamped as stored. The
+same through ``otel-eval serve`` and SIGTERM: tests/load/test_sigterm.py.
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import grpc
+import pytest
 from prometheus_client import CollectorRegistry
+from support.otlp_capture import Capture
 
 from otel_eval.app.config import Config, replace
 from otel_eval.assemble.engine import Engine
@@ -23,8 +27,11 @@ from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.model import Span, Trace
 from otel_eval.base.results import Evaluation
 from otel_eval.decode.encode import encode_spans
+from otel_eval.decode.otlp import attributes_to_dict
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.stage import InProcess
+from otel_eval.outputs.config import ExportConfig
+from otel_eval.outputs.forward import Forwarder
 from otel_eval.store import Store
 from otel_eval.telemetry.metrics import Metrics
 
@@ -68,7 +75,8 @@ class Recording:
 class Process:
     """One serve's engine on the store and spool in ``tmp``; its clocks by hand."""
 
-    def __init__(self, tmp: Path, wall: float, **assembly: float) -> None:
+    def __init__(self, tmp: Path, wall: float, sinks: list[Any] | None = None,
+                 **assembly: float) -> None:
         self.now = 1000.0  # the engine's monotonic clock starts anywhere
         self.wall = wall
         self.metrics = Metrics(CollectorRegistry())
@@ -81,7 +89,8 @@ class Process:
         self.engine = Engine(InProcess(Evaluator(cfg), self.store),
                              StoreHealth(self.store.location, clock=lambda: self.now),
                              self.metrics, assembly=cfg.assembly,
-                             clock=lambda: self.now, spool=self.spool, sinks=[self.sink])
+                             clock=lambda: self.now, spool=self.spool,
+                             sinks=[self.sink, *(sinks or [])], stored=self.store.get)
         self.engine.replay()
 
     def send(self, spans: list[Span]) -> None:
@@ -247,3 +256,79 @@ def test_a_span_after_the_restart_for_a_stored_run_is_late_and_the_run_stands(
     second.send(run(DONE, end=90))
     assert second.advance(GRACE) == 1 and DONE in second.stored()
     second.stop()
+
+
+def _forward(ds: Capture, metrics: Metrics) -> Forwarder:
+    # retries for a minute: only the stop ends them
+    return Forwarder(ExportConfig(forward_endpoint=f"127.0.0.1:{ds.port}", max_retry_s=60.0,
+                                  initial_backoff_s=0.01, max_backoff_s=0.05), metrics)
+
+
+def _forwarded(ds: Capture) -> dict[str, dict[str, Any]]:
+    """span id -> attributes, of every span downstream received."""
+    return {s.span_id.hex(): attributes_to_dict(s.attributes) for req in ds.traces
+            for rs in req.resource_spans for ss in rs.scope_spans for s in ss.spans}
+
+
+@pytest.mark.parametrize("crash", [False, True])
+def test_what_pass_through_could_not_deliver_goes_out_after_the_restart(
+        tmp_path: Path, crash: bool) -> None:
+    """The downstream collector is away when a run is stored; then otel-eval stops (its
+    forward queue's flush fails: dropped ``shutdown``) or crashes (the queue is memory).
+    Before, the spool had deleted the run at the store's commit, so the user's spans were
+    lost downstream. Now the spool keeps it until delivered; the restart replays it, finds
+    it evaluated (not evaluated or counted again) and forwards it stamped as stored."""
+    with Capture() as down:
+        down.fail_next = [grpc.StatusCode.UNAVAILABLE] * 10_000
+        metrics = Metrics(CollectorRegistry())
+        fwd = _forward(down, metrics)
+        fwd.start()
+        first = Process(tmp_path, WALL0, sinks=[fwd])
+        first.send(run(T, end=100))
+        assert first.advance(GRACE) == 1
+        stored = first.stored()[T]
+        if crash:  # nothing flushed, nothing deleted: the files as a kill -9 leaves them
+            first.store.close()
+            first.spool.close()
+        else:
+            first.stop()
+        fwd.shutdown(0.2)
+        assert down.traces == [] and down.failed
+        assert first.spool.held()[0] == 1  # the run's request: kept for the next start
+        down.fail_next = []
+
+        fwd = _forward(down, Metrics(CollectorRegistry()))
+        fwd.start()
+        second = Process(tmp_path, WALL0 + 30.0, sinks=[fwd])
+        assert second.advance(GRACE) == 1
+        fwd.shutdown(5.0)
+        spans = _forwarded(down)
+        assert set(spans) == {sp.span_id for sp in run(T, end=100)}
+        root = spans[f"{1:016x}"]
+        assert root["otel_eval.verdict"] == ("pass" if stored["verdict"]["passed"] else "fail")
+        assert root["otel_eval.verdict.reasons"] == stored["verdict"]["reasons"]
+        assert root["otel_eval.finding_count"] == len(stored["findings"])
+        assert second.sample("otel_eval_evaluation_skipped_total",
+                             reason="already_evaluated") == 1
+        assert second.sink.exported == []  # no second evaluation, event or judge call
+        assert second.stored()[T] == stored
+        assert second.spool.held() == (0, 0)  # delivered: the spool lets it go
+        second.stop()
+
+
+def test_a_trace_delivered_downstream_leaves_the_spool(tmp_path: Path) -> None:
+    """Delivered: the spool deletes the run (one transaction per sender batch), and a
+    restart has nothing to forward again."""
+    with Capture() as down:
+        fwd = _forward(down, Metrics(CollectorRegistry()))
+        fwd.start()
+        first = Process(tmp_path, WALL0, sinks=[fwd])
+        first.send(run(T, end=100))
+        assert first.advance(GRACE) == 1
+        down.wait_for(lambda ds: len(ds.traces) == 1)
+        fwd.shutdown(5.0)
+        assert first.spool.held() == (0, 0)
+        first.stop()
+        second = Process(tmp_path, WALL0 + 30.0)
+        assert second.engine.open_traces() == 0 and second.advance(GRACE) == 0
+        second.stop()

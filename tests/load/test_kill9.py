@@ -11,6 +11,11 @@ whole.
 
 With ``store.spool: false`` the same kill loses acknowledged spans: that run shows the test
 can fail, and what the switch costs.
+
+In the pass-through topology the same kills lose no span downstream either: the collector
+behind otel-eval is away during the kills (every Export UNAVAILABLE, so each stored run sits
+in the forward queue, in memory, at the kill) and back for the last start, which forwards
+every acknowledged span, each run stamped.
 """
 
 from __future__ import annotations
@@ -25,9 +30,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
+from support.otlp_capture import Capture
 from support.poll import poll
 from support.served import Served, exporter, ids, sdk_span, serve, stored, stored_span_ids
 
@@ -109,13 +116,18 @@ def _round_under_load(srv: Served, kill_after: int, acked: set[tuple[str, str]]
 Acked = set[tuple[str, str]]
 
 
-def _run(tmp: Path, spool: bool, kills: int, seed: int
+def _run(tmp: Path, spool: bool, kills: int, seed: int, down: Capture | None = None
          ) -> tuple[list[int], Acked, dict[str, Any], Served]:
     """``kills`` rounds under load, then a last start that replays and stops (SIGTERM).
     Returns (unevaluated acknowledged spans at each kill, acknowledged spans, the last start's
-    replayed/accepted counters, the last server)."""
+    replayed/accepted counters, the last server). ``down``: pass-through to it, away (every
+    call UNAVAILABLE) until the last start."""
     rng = random.Random(seed)
-    cfg = {**CONFIG, "store": {"spool": spool}}
+    cfg: dict[str, Any] = {**CONFIG, "store": {"spool": spool}}
+    if down is not None:
+        down.fail_next = [grpc.StatusCode.UNAVAILABLE] * 100_000
+        cfg["export"] = {"forward_endpoint": f"127.0.0.1:{down.port}", "max_retry_s": 3600.0,
+                         "initial_backoff_s": 0.05, "max_backoff_s": 0.2}
     db = tmp / "otel-eval.db"
     acked: Acked = set()
     at_risk, n_stored = [], []
@@ -127,6 +139,8 @@ def _run(tmp: Path, spool: bool, kills: int, seed: int
             n_stored.append(n)
     (tmp / "last").mkdir()
     last = {**cfg, "assembly": {**CONFIG["assembly"], "idle_timeout_s": 1.0}}
+    if down is not None:
+        down.fail_next = []
     with serve(tmp / "last", last, store=db) as srv:
         m = srv.metrics()
         # a stop leaves runs in flight unjudged: wait for the idle timeout to release them
@@ -167,3 +181,24 @@ def test_without_the_spool_the_same_kill_loses_acknowledged_spans(tmp_path: Path
     lost = acked - stored_span_ids(stored(srv.store))
     assert at_risk[0] > 0 and len(lost) == at_risk[0], (at_risk, len(lost))
     assert m["replayed"] == 0
+
+
+def test_kill_9_loses_no_span_pass_through_had_not_delivered(tmp_path: Path) -> None:
+    """Before, a run left the spool at the store's commit while its spans sat in the forward
+    queue: every run stored before a kill was lost downstream."""
+    seed = int.from_bytes(os.urandom(4))
+    with Capture() as down:
+        _, acked, m, srv = _run(tmp_path, spool=True, kills=2, seed=seed, down=down)
+        assert all(n > 0 for n in m["stored_at_kills"]), m["stored_at_kills"]
+        assert down.failed  # the kills found the collector away
+        forwarded = {(s.trace_id.hex(), s.span_id.hex()): s for req in down.traces
+                     for rs in req.resource_spans for ss in rs.scope_spans for s in ss.spans}
+    bodies = stored(srv.store)
+    assert not acked - stored_span_ids(bodies)
+    lost = acked - set(forwarded)
+    assert not lost, (f"seed {seed}: {len(lost)} of {len(acked)} acknowledged spans never "
+                      f"forwarded, e.g. {sorted(lost)[:3]}")
+    roots = [s for s in forwarded.values() if not s.parent_span_id]
+    assert roots and all(any(a.key == "otel_eval.verdict" for a in s.attributes) for s in roots)
+    print(f"seed {seed}: {len(acked)} acknowledged spans over 2 kills with the collector away, "
+          f"every one forwarded after the restart ({len(down.traces)} requests)")

@@ -10,6 +10,8 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 from results_sample import LLM, ROOT, TOOL, evaluation, trace
 from support.otlp_capture import Capture
 
+from otel_eval.base.component import Held, settle
+from otel_eval.base.model import Trace
 from otel_eval.decode.encode import encode_spans
 from otel_eval.decode.otlp import attributes_to_dict
 from otel_eval.outputs.config import ExportConfig
@@ -198,3 +200,83 @@ def test_a_received_stamp_key_is_replaced_not_repeated() -> None:
         (kv.key, kv.value) for kv in dict_to_attributes(
             {"a": 1, "b": b"\x00", "otel_eval.severity": "error"})]
     assert got.trace_state == "k=v" and got.dropped_links_count == 2
+
+
+class Releases:
+    """The engine's side of ``Held``: which traces were released, in which batches."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+
+    def held(self, trace_id: str = "t") -> Held:
+        return Held(Trace(trace_id, trace().spans, "complete"), self.release)
+
+    def release(self, held: list[Held]) -> None:
+        self.batches.append([h.trace.trace_id for h in held])
+
+    @property
+    def released(self) -> list[str]:
+        return [t for b in self.batches for t in b]
+
+
+def _finished(r: Releases, *held: Held) -> None:
+    settle(held)  # finishing's own share, as after its sinks ran
+
+
+def test_a_forwarded_trace_is_released_once_delivered(downstream: Capture) -> None:
+    r = Releases()
+    fwd = Forwarder(_config(downstream), Metrics())
+    a, b = r.held("a"), r.held("b")
+    fwd.export(trace(), evaluation(), a)  # queued before start: merged into one request
+    fwd.pass_on(trace(), b)
+    _finished(r, a, b)
+    assert r.released == []  # queued, not delivered: the spool keeps both
+    fwd.start()
+    fwd.shutdown(5.0)
+    assert len(downstream.traces) == 1
+    assert r.batches == [["a", "b"]]  # one batch: one spool transaction
+
+
+@pytest.mark.parametrize("why", ["queue_full", "too_large", "retries_exhausted", "rejected"])
+def test_a_trace_dropped_for_good_is_released(downstream: Capture, why: str) -> None:
+    """A counted drop is final: kept in the spool, the trace would come back at every start."""
+    r = Releases()
+    m = Metrics()
+    kw: dict[str, Any] = {"queue_full": {"max_queue_items": 4},
+                          "too_large": {"max_queue_items": 2},
+                          "retries_exhausted": {"max_retry_s": 0.05},
+                          "rejected": {}}[why]
+    downstream.fail_next = {"retries_exhausted": [grpc.StatusCode.UNAVAILABLE] * 100,
+                            "rejected": [grpc.StatusCode.INVALID_ARGUMENT]}.get(why, [])
+    fwd = Forwarder(_config(downstream, **kw), m)
+    first = r.held("first")
+    fwd.export(trace(), evaluation(), first)
+    if why == "queue_full":
+        fwd.export(trace(), evaluation(), r.held("second"))  # evicts the first
+    _finished(r, first)
+    fwd.start()
+    fwd.shutdown(5.0)
+    assert _value(m, "otel_eval_sink_dropped_total", sink="forward", reason=why) == 3
+    assert "first" in r.released
+
+
+def test_a_trace_the_stop_could_not_deliver_stays_held() -> None:
+    """Dropped for the stop (``shutdown``), before start or at the deadline: the trace stays
+    in the spool and goes out after the restart."""
+    r = Releases()
+    m = Metrics()
+    unstarted = Forwarder(_config(None), m)
+    never = r.held("never started")
+    unstarted.export(trace(), evaluation(), never)
+    unstarted.shutdown(1.0)
+    # Port 1 on loopback refuses connections: UNAVAILABLE until the shutdown deadline.
+    fwd = Forwarder(_config(None, max_retry_s=60.0), m)
+    fwd.start()
+    late = r.held("unavailable")
+    fwd.export(trace(), evaluation(), late)
+    fwd.shutdown(0.2)
+    closed = r.held("after the stop")
+    fwd.export(trace(), evaluation(), closed)
+    _finished(r, never, late, closed)
+    assert _value(m, "otel_eval_sink_dropped_total", sink="forward", reason="shutdown") == 9
+    assert r.released == []
