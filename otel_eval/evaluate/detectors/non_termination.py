@@ -44,13 +44,18 @@ def _root(trajectory: Trajectory) -> Step | None:
 
 
 def _final_output(trajectory: Trajectory) -> str | None:
-    """The final output, "" when it was recorded empty, None when nothing recorded it."""
+    """The final output, "" when it was recorded empty, None when nothing recorded it. With
+    no output recorded for the run, a last LLM call that asked for tools says nothing of it:
+    its empty text is no answer, and what the run answered (a ``final_answer`` tool's
+    input, say) is unknown here."""
     if trajectory.output and trajectory.output.strip():
         return trajectory.output
     llm = trajectory.llm_steps
     last = llm[-1].output_text if llm else None
-    if last is not None and (last.strip() or llm[-1].tool_calls):
+    if last is not None and last.strip():
         return last
+    if trajectory.output is None and llm and llm[-1].tool_calls:
+        return None
     return "" if trajectory.output is not None or last is not None else None
 
 

@@ -4,7 +4,10 @@ Against the tool definitions the model was offered (``Trajectory.tools``): a cal
 that was not offered is a *selection* error; arguments that are not JSON or fail the tool's
 JSON schema (missing required, wrong type, unknown parameter, ...) are an *argument* error
 naming the violated constraint; a failed execution (span error, error payload) is a
-*runtime* error. Without tool definitions, selection and argument checks are skipped.
+*runtime* error. Without tool definitions, selection and argument checks are skipped; so is
+selection for a tool step whose tool no attribute named (its name is a guess from the span's
+name: ``step.sources["tool_name"] == "span name"``): an unrecorded name is unknown, never a
+tool that was not offered.
 Validation itself is ``detectors.schema`` (no retrieval, RE2 patterns, bounded work); what it
 could not check (an unresolvable or recursive ``$ref``, an invalid schema, a pattern RE2
 cannot run, the step limit) is a ``schema`` warning: the schema is the application's, so it
@@ -93,9 +96,11 @@ def check_step(step: Step, offered: Mapping[str, Any], config: DetectorsConfig,
     cfg = config.tool_call
     name = step.tool_name or step.name
     action = is_action_tool(name, config.loop)
+    recorded = step.tool_name is not None and step.sources.get("tool_name") != "span name"
     out = []
     if offered and name not in offered and not action:
-        out.append(_selection(step, name, offered, cfg))
+        if recorded:
+            out.append(_selection(step, name, offered, cfg))
     elif name in offered:
         schema = parameters_schema(offered[name])
         if schema is not None:

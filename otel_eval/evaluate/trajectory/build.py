@@ -109,12 +109,14 @@ def _agent_step(builder: StepBuilder) -> Step | None:
 def _answer(result: str | None, llm: list[Step]) -> str | None:
     """The run's answer: the agent's (or root's) result, unless that wraps the last LLM
     call's answer in more (LangGraph's whole graph state, a LlamaIndex event repr): then the
-    answer itself. The LLM's answer when no span recorded a result. (``Step.answer``: the
+    answer itself. The LLM's answer when no span recorded a result; when that call asked for
+    tools and said nothing, the run's answer is unknown, not empty. (``Step.answer``: the
     readable pass read it from the reply or the output, and every LLM step went through it.)"""
     last = llm[-1] if llm else None
     said = last.answer if last is not None else None
     if result is None:
-        return said
+        return None if last is not None and last.tool_calls and not (said or "").strip() \
+            else said
     if last is not None and last.tool_calls:
         said = None  # the last call asked for tools: its text is no answer
     if said and said.strip() and said != result and said in result:

@@ -1,0 +1,108 @@
+"""A value the instrumentation did not record is unknown, never a reason for a finding.
+
+Each run of the conformance corpus that gets no finding as recorded is evaluated again with one
+span's tool name taken away (removed, or recorded empty), or the run's output (its root span's)
+not recorded, the way another version of the same instrumentation might send it. No new
+finding may appear. (An output recorded empty is no unknown: ``no_output`` is right then.)
+
+Found by mutating every attribute of the corpus (2026-12-05): before, a tool step whose tool no
+attribute named was judged by its span's name (``weather_agent.get_weather``, ``ai.toolCall``)
+and called a tool ``which was not offered`` (``tool_call/selection``, an error), and a run whose
+last LLM call asked for tools with no text, and whose own output was not recorded, was said to
+have ``produced no final output`` (``non_termination/no_output``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from functools import cache
+
+import pytest
+from cost import work
+
+from otel_eval.app.config import Config
+from otel_eval.base.model import Span, Trace
+from otel_eval.evaluate.evaluator import Evaluator
+
+# The attributes the conventions read a tool step's tool from, and a run's output from.
+TOOL_NAME_KEYS = ("gen_ai.tool.name", "tool.name", "traceloop.entity.name", "ai.toolCall.name")
+OUTPUT_KEYS = ("output.value", "gen_ai.output.messages", "traceloop.entity.output",
+               "ai.response.text", "mlflow.spanOutputs")
+
+
+@cache
+def _evaluator() -> Evaluator:
+    return Evaluator(Config())
+
+
+def _kinds(trace: Trace) -> set[tuple[str, str]]:
+    ev = _evaluator().evaluate(trace)
+    assert ev is not None
+    return {(f.detector, f.kind) for f in ev.findings}
+
+
+@cache
+def _clean_runs() -> list[Trace]:
+    """The corpus's traces that are runs and get no finding as recorded."""
+    logging.disable(logging.WARNING)
+    try:
+        traces = work.decode_recordings(work.conformance_requests())
+        return [t for t in traces
+                if _evaluator().evaluate(t) is not None and not _kinds(t)]
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def _with(trace: Trace, i: int, key: str, value: object) -> Trace:
+    """``trace`` with span ``i``'s ``key`` set to ``value`` (None: removed)."""
+    sp = trace.spans[i]
+    attrs = dict(sp.attributes)
+    if value is None:
+        del attrs[key]
+    else:
+        attrs[key] = value
+    spans = list(trace.spans)
+    spans[i] = Span(sp.trace_id, sp.span_id, sp.parent_span_id, sp.name, sp.start_ns,
+                    sp.end_ns, kind=sp.kind, status=sp.status,
+                    status_message=sp.status_message, attributes=attrs,
+                    events=list(sp.events), resource=sp.resource, scope=sp.scope,
+                    parent_remote=sp.parent_remote)
+    return Trace(trace.trace_id, spans, trace.status, logs=trace.logs)
+
+
+def _tool_names_unrecorded() -> Iterator[tuple[str, Trace]]:
+    """Each clean run with one span's tool name removed, or recorded empty."""
+    for trace in _clean_runs():
+        for i, sp in enumerate(trace.spans):
+            for key in TOOL_NAME_KEYS:
+                if key in sp.attributes:
+                    for label, value in (("removed", None), ("empty", "")):
+                        yield f"{trace.trace_id[:8]} {sp.name!r} {key} {label}", \
+                            _with(trace, i, key, value)
+
+
+def _outputs_unrecorded() -> Iterator[tuple[str, Trace]]:
+    """Each clean run with its root span's output removed."""
+    for trace in _clean_runs():
+        for i, sp in enumerate(trace.spans):
+            if sp.parent_span_id is None:
+                for key in OUTPUT_KEYS:
+                    if key in sp.attributes:
+                        yield f"{trace.trace_id[:8]} {sp.name!r} {key}", \
+                            _with(trace, i, key, None)
+
+
+def test_the_corpus_has_clean_runs_to_take_values_from() -> None:
+    assert len(_clean_runs()) >= 50
+    assert len(list(_tool_names_unrecorded())) >= 100
+    assert len(list(_outputs_unrecorded())) >= 20
+
+
+@pytest.mark.parametrize("mutated", [_tool_names_unrecorded, _outputs_unrecorded],
+                         ids=["tool names", "outputs"])
+def test_an_unrecorded_value_adds_no_finding(
+        mutated: Callable[[], Iterator[tuple[str, Trace]]]) -> None:
+    found = [f"{what}: {sorted(kinds)}" for what, trace in mutated()
+             if (kinds := _kinds(trace))]
+    assert not found, f"{len(found)} new finding(s):\n" + "\n".join(found[:20])
