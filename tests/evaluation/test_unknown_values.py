@@ -2,14 +2,17 @@
 
 Each run of the conformance corpus that gets no finding as recorded is evaluated again with one
 span's tool name taken away (removed, or recorded empty), or the run's output (its root span's)
-not recorded, the way another version of the same instrumentation might send it. No new
-finding may appear. (An output recorded empty is no unknown: ``no_output`` is right then.)
+not recorded, the way another version of the same instrumentation might send it, or one tool
+span's call id replaced by one no LLM call carries (a framework's own ids). No new finding may
+appear. (An output recorded empty is no unknown: ``no_output`` is right then.)
 
 Found by mutating every attribute of the corpus (2026-12-05): before, a tool step whose tool no
 attribute named was judged by its span's name (``weather_agent.get_weather``, ``ai.toolCall``)
 and called a tool ``which was not offered`` (``tool_call/selection``, an error), and a run whose
 last LLM call asked for tools with no text, and whose own output was not recorded, was said to
-have ``produced no final output`` (``non_termination/no_output``).
+have ``produced no final output`` (``non_termination/no_output``), and a tool span whose call
+id matched no requested call left that call to be rebuilt beside it: the same tool called
+twice with the same arguments (``loop/repeated_call``).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from otel_eval.evaluate.evaluator import Evaluator
 
 # The attributes the conventions read a tool step's tool from, and a run's output from.
 TOOL_NAME_KEYS = ("gen_ai.tool.name", "tool.name", "traceloop.entity.name", "ai.toolCall.name")
+CALL_ID_KEYS = ("gen_ai.tool.call.id", "tool_call.id", "ai.toolCall.id")
 OUTPUT_KEYS = ("output.value", "gen_ai.output.messages", "traceloop.entity.output",
                "ai.response.text", "mlflow.spanOutputs")
 
@@ -93,14 +97,26 @@ def _outputs_unrecorded() -> Iterator[tuple[str, Trace]]:
                             _with(trace, i, key, None)
 
 
+def _call_ids_of_their_own() -> Iterator[tuple[str, Trace]]:
+    """Each clean run with one tool span's call id one no LLM call carries."""
+    for trace in _clean_runs():
+        for i, sp in enumerate(trace.spans):
+            for key in CALL_ID_KEYS:
+                if key in sp.attributes:
+                    yield f"{trace.trace_id[:8]} {sp.name!r} {key}", \
+                        _with(trace, i, key, f"framework-run-{i}")
+
+
 def test_the_corpus_has_clean_runs_to_take_values_from() -> None:
     assert len(_clean_runs()) >= 50
     assert len(list(_tool_names_unrecorded())) >= 100
     assert len(list(_outputs_unrecorded())) >= 20
+    assert len(list(_call_ids_of_their_own())) >= 20
 
 
-@pytest.mark.parametrize("mutated", [_tool_names_unrecorded, _outputs_unrecorded],
-                         ids=["tool names", "outputs"])
+@pytest.mark.parametrize("mutated", [_tool_names_unrecorded, _outputs_unrecorded,
+                                     _call_ids_of_their_own],
+                         ids=["tool names", "outputs", "call ids"])
 def test_an_unrecorded_value_adds_no_finding(
         mutated: Callable[[], Iterator[tuple[str, Trace]]]) -> None:
     found = [f"{what}: {sorted(kinds)}" for what, trace in mutated()

@@ -8,7 +8,12 @@ call's:
 1. by call id: ``Step.call_id`` (GenAI ``gen_ai.tool.call.id``, OpenInference ``tool_call.id``,
    Vercel AI ``ai.toolCall.id``) equal to the id of a call an earlier LLM step requested;
 2. else by name: among the calls of that name not yet run in the same agent (any agent, for a
-   tool step outside every known agent), the oldest with the same arguments, else the oldest.
+   tool step outside every known agent), the oldest with the same arguments, else the oldest;
+3. a tool step neither joined (its id, or its agent, is one no requesting LLM step carries: a
+   framework's own call ids, a span stamped with another agent's name) takes the nearest
+   earlier call of its tool that no step ran, when their arguments are equal or its own were
+   not recorded. Unjoined, that call would be rebuilt as a second call of the same tool with
+   the same arguments: a repeated call the run never made.
 
 ``merge_nested_calls`` (first) folds a call recorded twice, one span directly under the other
 (tool under tool, LLM under LLM), into the outer step. ``coerce_arguments`` reads a tool input
@@ -146,26 +151,57 @@ def join_calls(steps: list[Step], joined: dict[int, ToolCall] | None = None) -> 
     by_id: dict[str, deque[ToolCall]] = {}  # a deque: some runs reuse call ids
     queues: dict[tuple[str | None, str], deque[ToolCall]] = {}
     claimed: set[int] = set()
+    requested: list[ToolCall] = []  # every call, in order (step 3)
+    unjoined: list[tuple[Step, int]] = []  # (tool step, calls requested before it)
     for step in steps:
         if step.kind == "llm":
             for call in step.tool_calls:
                 if call.call_id:
                     by_id.setdefault(call.call_id, deque()).append(call)
                 queues.setdefault((step.node, call.name), deque()).append(call)
+                requested.append(call)
         elif step.kind == "tool" and not step.rebuilt:
             found = _match(step, by_id, queues, claimed)
             if found is None:
+                unjoined.append((step, len(requested)))
                 continue
-            claimed.add(id(found))
-            if joined is not None:
-                joined[step.index] = found
-            if step.arguments is None:
-                step.arguments = found.arguments
-                step.sources["arguments"] = f"llm tool call {found.call_id or found.name}"
-            if step.call_id is None and found.call_id is not None:
-                step.call_id = found.call_id
-                step.sources["call_id"] = f"llm tool call {found.name} (joined by name)"
+            _join(step, found, claimed, joined)
+    for step, before in unjoined:
+        found = _nearest_unclaimed(step, requested[:before], claimed)
+        if found is not None:
+            _join(step, found, claimed, joined)
     return claimed
+
+
+def _join(step: Step, found: ToolCall, claimed: set[int],
+          joined: dict[int, ToolCall] | None) -> None:
+    claimed.add(id(found))
+    if joined is not None:
+        joined[step.index] = found
+    if step.arguments is None:
+        step.arguments = found.arguments
+        step.sources["arguments"] = f"llm tool call {found.call_id or found.name}"
+    if step.call_id is None and found.call_id is not None:
+        step.call_id = found.call_id
+        step.sources["call_id"] = f"llm tool call {found.name} (joined by name)"
+
+
+def _nearest_unclaimed(step: Step, earlier: list[ToolCall],
+                       claimed: set[int]) -> ToolCall | None:
+    """Step 3: the latest of ``earlier`` of the step's tool that no step ran, with equal
+    arguments or the step's unrecorded (looked through as far as ``_SAME_ARGS_WINDOW``
+    calls of that tool)."""
+    name = step.tool_name or step.name
+    seen = 0
+    for call in reversed(earlier):
+        if call.name != name or id(call) in claimed:
+            continue
+        if step.arguments is None or call.arguments == step.arguments:
+            return call
+        seen += 1
+        if seen >= _SAME_ARGS_WINDOW:
+            break
+    return None
 
 
 def _match(step: Step, by_id: dict[str, deque[ToolCall]],
