@@ -3,8 +3,9 @@
 Each run of the conformance corpus that gets no finding as recorded is evaluated again with one
 span's tool name taken away (removed, or recorded empty), or the run's output (its root span's)
 not recorded, the way another version of the same instrumentation might send it, or one tool
-span's call id replaced by one no LLM call carries (a framework's own ids). No new finding may
-appear. (An output recorded empty is no unknown: ``no_output`` is right then.)
+span's call id replaced by one no LLM call carries (a framework's own ids), or one tool span's
+kind a value no convention defines (a later version's new kind). No new finding may appear.
+(An output recorded empty is no unknown: ``no_output`` is right then.)
 
 Found by mutating every attribute of the corpus (2026-12-05): before, a tool step whose tool no
 attribute named was judged by its span's name (``weather_agent.get_weather``, ``ai.toolCall``)
@@ -12,7 +13,9 @@ and called a tool ``which was not offered`` (``tool_call/selection``, an error),
 last LLM call asked for tools with no text, and whose own output was not recorded, was said to
 have ``produced no final output`` (``non_termination/no_output``), and a tool span whose call
 id matched no requested call left that call to be rebuilt beside it: the same tool called
-twice with the same arguments (``loop/repeated_call``).
+twice with the same arguments (``loop/repeated_call``); so did a tool span of unknown kind,
+when the tool spans around it carried their input as text (LangGraph's ``"Paris"``): joined by
+name before those inputs were read as arguments, every later step took the call before its own.
 """
 
 from __future__ import annotations
@@ -30,7 +33,12 @@ from otel_eval.evaluate.evaluator import Evaluator
 
 # The attributes the conventions read a tool step's tool from, and a run's output from.
 TOOL_NAME_KEYS = ("gen_ai.tool.name", "tool.name", "traceloop.entity.name", "ai.toolCall.name")
+# The flattened keys of a requested call's name: Traceloop's and OpenInference's LLM spans.
+REQUESTED_NAME_SUFFIXES = (".tool_calls.0.name", ".tool_call.function.name")
 CALL_ID_KEYS = ("gen_ai.tool.call.id", "tool_call.id", "ai.toolCall.id")
+# A tool span's kind, by convention: the values that make it one.
+TOOL_KINDS = {"openinference.span.kind": "TOOL", "traceloop.span.kind": "tool",
+              "gen_ai.operation.name": "execute_tool"}
 OUTPUT_KEYS = ("output.value", "gen_ai.output.messages", "traceloop.entity.output",
                "ai.response.text", "mlflow.spanOutputs")
 
@@ -76,11 +84,12 @@ def _with(trace: Trace, i: int, key: str, value: object) -> Trace:
 
 
 def _tool_names_unrecorded() -> Iterator[tuple[str, Trace]]:
-    """Each clean run with one span's tool name removed, or recorded empty."""
+    """Each clean run with one span's tool name, or the name of a call an LLM span asked
+    for, removed or recorded empty."""
     for trace in _clean_runs():
         for i, sp in enumerate(trace.spans):
-            for key in TOOL_NAME_KEYS:
-                if key in sp.attributes:
+            for key in list(sp.attributes):
+                if key in TOOL_NAME_KEYS or key.endswith(REQUESTED_NAME_SUFFIXES):
                     for label, value in (("removed", None), ("empty", "")):
                         yield f"{trace.trace_id[:8]} {sp.name!r} {key} {label}", \
                             _with(trace, i, key, value)
@@ -107,16 +116,27 @@ def _call_ids_of_their_own() -> Iterator[tuple[str, Trace]]:
                         _with(trace, i, key, f"framework-run-{i}")
 
 
+def _tool_kinds_unrecognised() -> Iterator[tuple[str, Trace]]:
+    """Each clean run with one tool span's kind a value no convention defines."""
+    for trace in _clean_runs():
+        for i, sp in enumerate(trace.spans):
+            for key, tool in TOOL_KINDS.items():
+                if sp.attributes.get(key) == tool:
+                    yield f"{trace.trace_id[:8]} {sp.name!r} {key}", \
+                        _with(trace, i, key, "zz_unrecognised")
+
+
 def test_the_corpus_has_clean_runs_to_take_values_from() -> None:
     assert len(_clean_runs()) >= 50
     assert len(list(_tool_names_unrecorded())) >= 100
     assert len(list(_outputs_unrecorded())) >= 20
     assert len(list(_call_ids_of_their_own())) >= 20
+    assert len(list(_tool_kinds_unrecognised())) >= 50
 
 
 @pytest.mark.parametrize("mutated", [_tool_names_unrecorded, _outputs_unrecorded,
-                                     _call_ids_of_their_own],
-                         ids=["tool names", "outputs", "call ids"])
+                                     _call_ids_of_their_own, _tool_kinds_unrecognised],
+                         ids=["tool names", "outputs", "call ids", "tool kinds"])
 def test_an_unrecorded_value_adds_no_finding(
         mutated: Callable[[], Iterator[tuple[str, Trace]]]) -> None:
     found = [f"{what}: {sorted(kinds)}" for what, trace in mutated()

@@ -96,7 +96,7 @@ def check_step(step: Step, offered: Mapping[str, Any], config: DetectorsConfig,
     cfg = config.tool_call
     name = step.tool_name or step.name
     action = is_action_tool(name, config.loop)
-    recorded = step.tool_name is not None and step.sources.get("tool_name") != "span name"
+    recorded = bool(step.tool_name) and step.sources.get("tool_name") != "span name"
     out = []
     if offered and name not in offered and not action:
         if recorded:
