@@ -2,8 +2,8 @@
 
     enqueue(released traces: content digest) -> queue -> process: EvaluationStage.run
         (evaluate and store, here or in worker processes) -> finish: metrics -> sinks
-        (events, forward, judge) -> pending budget released -> once no sink in the trace
-        path holds the trace (``Held``): spool (evaluated) -> waiters (Kafka offsets)
+        (events, forward, judge) -> pending budget released -> once no delivering sink
+        holds the trace (``Held``): spool (evaluated) -> waiters (Kafka offsets)
 
 A released trace whose content the store already holds an evaluation of (same trace id,
 same ``model.content_digest``: a redelivered Kafka record, a replayed spool row) comes back
@@ -29,13 +29,13 @@ the earlier ones' spans); an entry leaves at ``finish``, so they are bounded by 
 budget. A trace kept after a store refusal, re-sent after its worker process died, or left
 unstored by a stop keeps its waiters uncalled.
 
-A sink in the trace path (pass-through, ``base.component.TracePath``) queues the user's spans
-in memory: each trace is ``Held`` until that sink has delivered them or dropped them for good,
-and only then leave its spool rows and are its waiters called (``_release``, a batch per
-sender batch). A stop or a crash before then replays it; the store holds its evaluation, so
-the replay comes back ``already_evaluated`` and goes to the trace-path sinks again, stamped
-from the stored record (at least once). Without such a sink a trace is released as soon as
-its sinks have run.
+A delivering sink (``base.component.DeliveringSink``: pass-through, the evaluation events)
+queues in memory what no store keeps: each trace is ``Held`` until every such sink has
+delivered it or dropped it for good, and only then leave its spool rows and are its waiters
+called (``_release``, a batch per sender batch). A stop or a crash before then replays it;
+the store holds its evaluation, so the replay comes back ``already_evaluated`` and goes to
+the delivering sinks again, with the evaluation the store holds (at least once). Without
+such a sink a trace is released as soon as its sinks have run.
 
 A trace's spans count as pending (``queued_spans``, ``queued_bytes``: admission bounds them)
 from its release until ``finish``, whatever the stage, so the receivers throttle while the
@@ -58,9 +58,9 @@ from typing import Any
 
 from otel_eval.assemble.durability import Durability
 from otel_eval.assemble.store_health import StoreHealth
-from otel_eval.base.component import Held, Sink, TracePath, settle
+from otel_eval.base.component import DeliveringSink, Held, Sink, settle
 from otel_eval.base.model import Trace, content_digest
-from otel_eval.base.results import Evaluation
+from otel_eval.base.results import Evaluation, stored_evaluation
 from otel_eval.evaluate.handoff import (
     ALREADY_EVALUATED,
     LATE,
@@ -82,7 +82,7 @@ class Finishing:
                  health: StoreHealth,
                  stored: Callable[[str], Mapping[str, Any] | None] | None = None) -> None:
         """``stored``: a trace's stored record by id (the store's ``get``), read for the
-        trace-path sinks when a replay comes back already evaluated."""
+        delivering sinks when a replay comes back already evaluated."""
         self.stage = stage
         self._stored = stored
         self.health = health
@@ -161,7 +161,7 @@ class Finishing:
         if not jobs:
             return
         now = self._clock()
-        path = [s for s in self.sinks if isinstance(s, TracePath)]
+        path = [s for s in self.sinks if isinstance(s, DeliveringSink)]
         held = [Held(j.trace, self._release) for j in jobs]
         for job, out, h in zip(jobs, outcomes, held, strict=True):
             trace, ev = job.trace, out.evaluation
@@ -170,7 +170,7 @@ class Finishing:
                 self._metrics.evaluation.skipped(skipped)
                 if skipped in (NOT_A_RUN, LATE, UNSTORABLE):  # spans still pass on, unstamped
                     self._to_sinks(trace, None, h, path)
-                elif path:  # a replay: what the trace path held may never have gone out
+                elif path:  # a replay: what those sinks held may never have gone out
                     self._again(trace, h, path)
                 continue
             if out.failure is not None:
@@ -213,17 +213,17 @@ class Finishing:
             self._metrics.evaluation.failed("metrics", type(e).__name__[:64])
 
     def _to_sinks(self, trace: Trace, evaluation: Evaluation | None, held: Held,
-                  path: list[TracePath]) -> None:
+                  path: list[DeliveringSink]) -> None:
         """Each sink gets the evaluation, or (None: no agent run) the trace to pass on; the
-        sinks in the trace path (``path``) its ``Held`` too."""
+        delivering sinks (``path``) its ``Held`` too."""
         for sink in self.sinks:
             try:
                 if any(sink is p for p in path):
-                    tp: Any = sink
+                    delivering: Any = sink
                     if evaluation is None:
-                        tp.pass_on(trace, held)
+                        delivering.pass_on(trace, held)
                     else:
-                        tp.export(trace, evaluation, held)
+                        delivering.export(trace, evaluation, held)
                 elif evaluation is None:
                     sink.pass_on(trace)
                 else:
@@ -231,19 +231,25 @@ class Finishing:
             except Exception:
                 self._sink_failed(sink, trace)
 
-    def _again(self, trace: Trace, held: Held, path: list[TracePath]) -> None:
-        """An already evaluated trace (a replay) through the trace path again, stamped from
-        its stored record (unstamped when it cannot be read: the spans still go on)."""
-        record = None
+    def _again(self, trace: Trace, held: Held, path: list[DeliveringSink]) -> None:
+        """An already evaluated trace (a replay) to the delivering sinks again, with the
+        evaluation the store holds (passed on when it cannot be read: the spans still go
+        on, and no event is made up)."""
+        ev = None
         if self._stored is not None:
             try:
                 record = self._stored(trace.trace_id)
+                if record is not None:
+                    ev = stored_evaluation(trace, record)
             except Exception:
-                log.exception("reading the stored record of trace %s failed; forwarding it "
-                              "unstamped", trace.trace_id)
+                log.exception("reading the stored evaluation of trace %s failed; passing it "
+                              "on as it came", trace.trace_id)
         for sink in path:
             try:
-                sink.export_stored(trace, record, held)
+                if ev is None:
+                    sink.pass_on(trace, held)
+                else:
+                    sink.export(trace, ev, held)
             except Exception:
                 self._sink_failed(sink, trace)
 

@@ -4,8 +4,9 @@
                     shutdown(deadline_s)    stop within the deadline: stop taking work, drain
                                             what was taken, release resources; idempotent
     Sink:           export(trace, evaluation), pass_on(trace)   what follows the store
-    TracePath:      a sink in the trace path (pass-through): it takes each trace's ``Held``
-                    and settles it once its spans are delivered or dropped for good
+    DeliveringSink: a sink whose queue holds what no store keeps (pass-through's spans, the
+                    evaluation events): it takes each trace's ``Held`` and settles it once
+                    that is delivered or dropped for good
     SinkComponent:  both: a sink the service starts and stops
 
 Each optional part has a ``build(config, deps)`` next to its code returning one of these, or
@@ -16,8 +17,8 @@ None when its config leaves it off; ``otel_eval.app.service`` iterates the list.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Iterable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from otel_eval.base.aio import LoopThread
 from otel_eval.base.model import Trace
@@ -51,13 +52,13 @@ class Sink(Protocol):
 
 
 class Held:
-    """A stored trace whose spool rows and waiters (Kafka offsets) wait for the sinks in the
-    trace path: what such a sink has queued is in no store, so the trace stays replayable
-    until the sink has delivered its spans or dropped them for good (a counted reason). A
-    stop or a crash before then replays it, and the replay forwards it again (at least
-    once). Counted: finishing holds it while it runs the sinks, each sink that queues it
-    ``take``s it; the last ``settle`` hands it to ``release`` (the engine's: spool delete,
-    waiters), in batches."""
+    """A stored trace whose spool rows and waiters (Kafka offsets) wait for the delivering
+    sinks: what such a sink has queued is in no store, so the trace stays replayable until
+    the sink has delivered it or dropped it for good (a counted reason). A stop or a crash
+    before then replays it, and the replay sends it again (at least once). Counted:
+    finishing holds it while it runs the sinks, each sink that queues it ``take``s it; the
+    last ``settle`` hands it to ``release`` (the engine's: spool delete, waiters), in
+    batches."""
 
     __slots__ = ("_count", "release", "trace")
     _lock = threading.Lock()  # counts change on finishing's and the senders' threads
@@ -86,19 +87,20 @@ def settle(held: Iterable[Held]) -> None:
 
 
 @runtime_checkable
-class TracePath(Protocol):
-    """A sink in the trace path (pass-through): the user's spans go on through it. Each call
-    gets the trace's ``Held``; what the sink queues it ``take``s, and settles once delivered
-    or dropped for good. ``export_stored``: a trace the store already holds an evaluation of
-    (a replay after a stop or crash, a Kafka record delivered again) goes on again, stamped
-    from the stored record (``record``: its findings and verdict; None: unstamped)."""
+class DeliveringSink(Protocol):
+    """A sink whose queue holds what no store keeps: pass-through's spans (the user's
+    telemetry), the evaluation events. Each call gets the trace's ``Held``; what the sink
+    queues it ``take``s (``OtlpSender.submit``), settled once delivered or dropped for good.
+    A trace the store already holds an evaluation of (a replay after a stop or a crash, a
+    Kafka record delivered again) comes again, with the evaluation the store holds
+    (``results.stored_evaluation``), or to ``pass_on`` when that cannot be read. ``delivers``
+    marks such a sink (its methods are a ``Sink``'s, with the ``Held``)."""
+
+    delivers: Literal[True]
 
     def export(self, trace: Trace, evaluation: Evaluation, held: Held | None = None) -> None: ...
 
     def pass_on(self, trace: Trace, held: Held | None = None) -> None: ...
-
-    def export_stored(self, trace: Trace, record: Mapping[str, Any] | None,
-                      held: Held) -> None: ...
 
 
 class SinkComponent(Component, Sink, Protocol):

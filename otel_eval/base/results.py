@@ -4,6 +4,7 @@
     Verdict         pass or fail, with the reasons
     Evaluation      trajectory + findings + verdict (+ judge, + prediction); ``to_json()`` is
                     the v1 object
+    stored_evaluation   what a stored v1 object says of a trace, to send it again
 
 Promises: ``Evaluation.to_json`` is the v1 per-trace object with only finite floats (NaN and
 +-Infinity as the protobuf JSON mapping's strings), and ``to_json_text`` its JSON text for
@@ -12,10 +13,12 @@ storing (``jsontext.json_text``), encoded once.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from otel_eval.base.jsontext import ascii_json, finite, json_text
+from otel_eval.base.model import Trace
 from otel_eval.base.steps import Trajectory
 
 Severity = Literal["info", "warning", "error"]
@@ -155,3 +158,38 @@ class Evaluation:
     def to_json_ascii(self) -> str:
         """``json.dumps(self.to_json())`` (non-ASCII escaped), from ``to_json_text``."""
         return ascii_json(self.to_json_text())
+
+
+def stored_evaluation(trace: Trace, record: Mapping[str, Any]) -> Evaluation:
+    """The evaluation a stored v1 object holds (findings, verdict, judge, prediction), for
+    what is sent again from it (a replay the store already holds: ``assemble.finishing``).
+    No trajectory is rebuilt: its steps stay empty. Read as found: what is not of the
+    expected shape is left out (the object is ours, but may have been cut to its bound)."""
+    findings = []
+    for f in record.get("findings") or ():
+        if isinstance(f, Mapping):
+            severity = f.get("severity")
+            findings.append(Finding(
+                str(f.get("detector", "")), str(f.get("kind", "")),
+                cast(Severity, severity if severity in ("info", "warning", "error") else "info"),
+                str(f.get("message", "")), _strings(f.get("span_ids")),
+                [i for i in f.get("step_indexes") or () if isinstance(i, int)]
+                if isinstance(f.get("step_indexes"), list) else [],
+                dict(f["attributes"]) if isinstance(f.get("attributes"), Mapping) else {}))
+    v = record.get("verdict")
+    verdict = None
+    if isinstance(v, Mapping):
+        extra = {k: x for k, x in v.items() if k not in ("passed", "reasons", "outcome")}
+        outcome = v.get("outcome")
+        verdict = Verdict(bool(v.get("passed")), _strings(v.get("reasons")),
+                          outcome if isinstance(outcome, str) else None, extra)
+    judge, prediction = record.get("judge"), record.get("prediction")
+    return Evaluation(
+        Trajectory(trace.trace_id, trace.source, trace.status, steps=[],
+                   revision=trace.revision, span_count=len(trace.spans)),
+        findings, verdict, dict(judge) if isinstance(judge, Mapping) else None,
+        prediction=dict(prediction) if isinstance(prediction, Mapping) else None)
+
+
+def _strings(value: Any) -> list[str]:
+    return [str(x) for x in value] if isinstance(value, list) else []

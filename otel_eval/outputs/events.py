@@ -31,6 +31,11 @@ stays, for the queries written against it.
 Records are built here as OTLP protobuf (not through the SDK's LoggerProvider) so that the
 trace context is explicit per record and every dropped record is counted with a reason
 (``results.sender``); the SDK's batch processor drops silently when its queue is full.
+
+A trace's findings and verdict are sent at least once (``base.component.DeliveringSink``):
+the spool keeps the trace until its records are delivered or dropped for good, so a stop
+whose flush could not deliver them, or a crash, sends them after the restart, from the
+evaluation the store holds. The judge's and the sessions' records, sent later, are not held.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from opentelemetry.proto.logs.v1 import logs_pb2
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from otel_eval.base import model
+from otel_eval.base.component import Held
 from otel_eval.base.results import Evaluation
 from otel_eval.decode.encode import dict_to_attributes
 from otel_eval.outputs.batcher import LOGS
@@ -224,6 +230,8 @@ def session_record(record: dict[str, Any], trace_id: str, span_id: str, version:
 class EvaluationEvents:
     """Sink exporting ``gen_ai.evaluation.result`` records to ``config.events_endpoint``."""
 
+    delivers = True  # base.component.DeliveringSink: held in the spool until delivered
+
     def __init__(self, config: ExportConfig, metrics: Metrics, *,
                  evaluator_version: str | None = None,
                  resource: dict[str, Any] | None = None) -> None:
@@ -247,16 +255,17 @@ class EvaluationEvents:
     def shutdown(self, deadline_s: float) -> None:
         self._sender.shutdown(deadline_s)
 
-    def export(self, trace: model.Trace, evaluation: Evaluation) -> None:
+    def export(self, trace: model.Trace, evaluation: Evaluation,
+               held: Held | None = None) -> None:
         now = evaluation.evaluated_at_ns or time.time_ns()
         root = model.run_span_id(trace.spans)
         records = finding_records(evaluation, root, self.version, now)
         verdict = verdict_record(evaluation, root, self.version, now)
         if verdict is not None:
             records.append(verdict)
-        self._submit(records)
+        self._submit(records, (held,) if held is not None else ())
 
-    def pass_on(self, trace: model.Trace) -> None:
+    def pass_on(self, trace: model.Trace, held: Held | None = None) -> None:
         """No evaluation, no event."""
 
     def export_judge(self, evaluation: Evaluation, root: str, low_score: float) -> None:
@@ -277,13 +286,13 @@ class EvaluationEvents:
         if rec is not None:
             self._submit([rec])
 
-    def _submit(self, records: list[logs_pb2.LogRecord]) -> None:
+    def _submit(self, records: list[logs_pb2.LogRecord], held: tuple[Held, ...] = ()) -> None:
         if not records:
             return
         req = logs_service_pb2.ExportLogsServiceRequest()
         rl = req.resource_logs.add(resource=self._resource)
         rl.scope_logs.add(scope=self._scope, log_records=records)
-        self._sender.submit(req, len(records))
+        self._sender.submit(req, len(records), held)
 
 
 def build(config: ExportConfig, deps: Deps) -> EvaluationEvents | None:

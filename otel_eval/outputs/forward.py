@@ -30,22 +30,21 @@ Forwarding is at least once. The spans are the user's telemetry and the queue is
 the spool keeps each trace until its spans are delivered or dropped for good
 (``base.component.Held``, settled by the sender): a stop whose flush could not deliver them,
 or a crash, replays the trace at the next start. The store already holds its evaluation, so
-it is not evaluated again (``already_evaluated``) but forwarded again, stamped from the stored
-record (``export_stored``). A crash after the delivery and before the spool's delete sends it
-twice.
+it is not evaluated again (``already_evaluated``) but forwarded again, stamped with the stored
+evaluation (``base.component.DeliveringSink``). A crash after the delivery and before the
+spool's delete sends it twice.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from otel_eval.base import model
 from otel_eval.base.component import Held
-from otel_eval.base.results import Evaluation, Finding, Verdict
+from otel_eval.base.results import Evaluation, Finding
 from otel_eval.decode.encode import encode_spans
 from otel_eval.outputs.batcher import TRACES
 from otel_eval.outputs.config import ExportConfig
@@ -59,25 +58,8 @@ _RANK = {"info": 0, "warning": 1, "error": 2}
 
 def stamps(trace: model.Trace, evaluation: Evaluation) -> dict[str, dict[str, Any]]:
     """span id -> ``otel_eval.*`` attributes to add to that span."""
-    return _stamps(trace, evaluation.findings, evaluation.verdict)
-
-
-def stored_stamps(trace: model.Trace, record: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """``stamps`` from a stored record (its findings and verdict): what the trace was
-    stamped with when it was evaluated, for a replay the store already holds."""
-    findings = [Finding(str(f.get("detector")), str(f.get("kind")), f.get("severity", "info"),
-                        "", [str(i) for i in f.get("span_ids") or ()])
-                for f in record.get("findings") or () if isinstance(f, dict)]
-    v = record.get("verdict")
-    verdict = (Verdict(bool(v.get("passed")), [str(r) for r in v.get("reasons") or ()])
-               if isinstance(v, dict) else None)
-    return _stamps(trace, findings, verdict)
-
-
-def _stamps(trace: model.Trace, findings: list[Finding],
-            verdict: Verdict | None) -> dict[str, dict[str, Any]]:
     per_span: dict[str, list[Finding]] = {}
-    for f in findings:
+    for f in evaluation.findings:
         for sid in dict.fromkeys(f.span_ids):
             per_span.setdefault(sid, []).append(f)
     out: dict[str, dict[str, Any]] = {}
@@ -88,21 +70,20 @@ def _stamps(trace: model.Trace, findings: list[Finding],
         }
     root = model.run_span_id(trace.spans)
     if root:
-        out[root] = {**out.get(root, {}), **_summary(trace, findings, verdict)}
+        out[root] = {**out.get(root, {}), **_summary(trace, evaluation)}
     return out
 
 
-def _summary(trace: model.Trace, findings: list[Finding],
-             verdict: Verdict | None) -> dict[str, Any]:
+def _summary(trace: model.Trace, evaluation: Evaluation) -> dict[str, Any]:
     summary: dict[str, Any] = {
-        "otel_eval.finding_count": len(findings),
-        "otel_eval.findings": sorted({f"{f.detector}/{f.kind}" for f in findings}),
+        "otel_eval.finding_count": len(evaluation.findings),
+        "otel_eval.findings": sorted({f"{f.detector}/{f.kind}" for f in evaluation.findings}),
         "otel_eval.trace.status": trace.status,
         "otel_eval.trace.revision": trace.revision,
     }
-    for detector, n in sorted(Counter(f.detector for f in findings).items()):
+    for detector, n in sorted(Counter(f.detector for f in evaluation.findings).items()):
         summary[f"otel_eval.finding.{detector}.count"] = n
-    v = verdict
+    v = evaluation.verdict
     if v is not None:
         summary["otel_eval.verdict"] = "pass" if v.passed else "fail"
         summary["otel_eval.verdict.reasons"] = list(v.reasons)
@@ -111,6 +92,8 @@ def _summary(trace: model.Trace, findings: list[Finding],
 
 class Forwarder:
     """Sink forwarding each evaluated trace's spans to ``config.forward_endpoint``."""
+
+    delivers = True  # base.component.DeliveringSink: held in the spool until delivered
 
     def __init__(self, config: ExportConfig, metrics: Metrics) -> None:
         if not config.forward_endpoint:
@@ -134,10 +117,6 @@ class Forwarder:
 
     def pass_on(self, trace: model.Trace, held: Held | None = None) -> None:
         self._submit(trace, None, held)
-
-    def export_stored(self, trace: model.Trace, record: Mapping[str, Any] | None,
-                      held: Held) -> None:
-        self._submit(trace, stored_stamps(trace, record) if record is not None else None, held)
 
     def _submit(self, trace: model.Trace, extra: dict[str, dict[str, Any]] | None,
                 held: Held | None) -> None:

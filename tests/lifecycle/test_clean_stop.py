@@ -31,6 +31,7 @@ from otel_eval.decode.otlp import attributes_to_dict
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.stage import InProcess
 from otel_eval.outputs.config import ExportConfig
+from otel_eval.outputs.events import EvaluationEvents
 from otel_eval.outputs.forward import Forwarder
 from otel_eval.store import Store
 from otel_eval.telemetry.metrics import Metrics
@@ -258,10 +259,29 @@ def test_a_span_after_the_restart_for_a_stored_run_is_late_and_the_run_stands(
     second.stop()
 
 
-def _forward(ds: Capture, metrics: Metrics) -> Forwarder:
-    # retries for a minute: only the stop ends them
-    return Forwarder(ExportConfig(forward_endpoint=f"127.0.0.1:{ds.port}", max_retry_s=60.0,
-                                  initial_backoff_s=0.01, max_backoff_s=0.05), metrics)
+def _delivering(ds: Capture, metrics: Metrics) -> list[Any]:
+    """Pass-through and the evaluation events to ``ds``, started; retries for a minute: only
+    the stop ends them."""
+    cfg = ExportConfig(forward_endpoint=f"127.0.0.1:{ds.port}",
+                       events_endpoint=f"127.0.0.1:{ds.port}", max_retry_s=60.0,
+                       initial_backoff_s=0.01, max_backoff_s=0.05)
+    sinks = [Forwarder(cfg, metrics), EvaluationEvents(cfg, metrics)]
+    for sink in sinks:
+        sink.start()
+    return sinks
+
+
+def _stop(sinks: list[Any], deadline_s: float) -> None:
+    for sink in sinks:
+        sink.shutdown(deadline_s)
+
+
+def _verdicts(ds: Capture) -> list[dict[str, Any]]:
+    """The attributes of every verdict event downstream received."""
+    return [a for req in ds.logs for rl in req.resource_logs for sl in rl.scope_logs
+            for r in sl.log_records
+            if (a := attributes_to_dict(r.attributes)).get("gen_ai.evaluation.name")
+            == "otel_eval.verdict"]
 
 
 def _forwarded(ds: Capture) -> dict[str, dict[str, Any]]:
@@ -273,17 +293,16 @@ def _forwarded(ds: Capture) -> dict[str, dict[str, Any]]:
 @pytest.mark.parametrize("crash", [False, True])
 def test_what_pass_through_could_not_deliver_goes_out_after_the_restart(
         tmp_path: Path, crash: bool) -> None:
-    """The downstream collector is away when a run is stored; then otel-eval stops (its
-    forward queue's flush fails: dropped ``shutdown``) or crashes (the queue is memory).
-    Before, the spool had deleted the run at the store's commit, so the user's spans were
-    lost downstream. Now the spool keeps it until delivered; the restart replays it, finds
-    it evaluated (not evaluated or counted again) and forwards it stamped as stored."""
+    """The downstream collector is away when a run is stored; then otel-eval stops (the
+    forward and events queues' flush fails: dropped ``shutdown``) or crashes (the queues are
+    memory). Before, the spool had deleted the run at the store's commit, so the user's spans
+    and the run's events were lost downstream. Now the spool keeps it until delivered; the
+    restart replays it, finds it evaluated (not evaluated or counted again) and sends it
+    again with the evaluation stored: spans stamped, the verdict event."""
     with Capture() as down:
         down.fail_next = [grpc.StatusCode.UNAVAILABLE] * 10_000
-        metrics = Metrics(CollectorRegistry())
-        fwd = _forward(down, metrics)
-        fwd.start()
-        first = Process(tmp_path, WALL0, sinks=[fwd])
+        sinks = _delivering(down, Metrics(CollectorRegistry()))
+        first = Process(tmp_path, WALL0, sinks=sinks)
         first.send(run(T, end=100))
         assert first.advance(GRACE) == 1
         stored = first.stored()[T]
@@ -292,16 +311,18 @@ def test_what_pass_through_could_not_deliver_goes_out_after_the_restart(
             first.spool.close()
         else:
             first.stop()
-        fwd.shutdown(0.2)
-        assert down.traces == [] and down.failed
+        _stop(sinks, 0.2)
+        assert down.traces == [] and down.logs == [] and down.failed
         assert first.spool.held()[0] == 1  # the run's request: kept for the next start
         down.fail_next = []
 
-        fwd = _forward(down, Metrics(CollectorRegistry()))
-        fwd.start()
-        second = Process(tmp_path, WALL0 + 30.0, sinks=[fwd])
+        sinks = _delivering(down, Metrics(CollectorRegistry()))
+        second = Process(tmp_path, WALL0 + 30.0, sinks=sinks)
         assert second.advance(GRACE) == 1
-        fwd.shutdown(5.0)
+        _stop(sinks, 5.0)
+        [verdict] = _verdicts(down)
+        assert verdict["gen_ai.evaluation.score.label"] == (
+            "pass" if stored["verdict"]["passed"] else "fail")
         spans = _forwarded(down)
         assert set(spans) == {sp.span_id for sp in run(T, end=100)}
         root = spans[f"{1:016x}"]
@@ -318,15 +339,14 @@ def test_what_pass_through_could_not_deliver_goes_out_after_the_restart(
 
 def test_a_trace_delivered_downstream_leaves_the_spool(tmp_path: Path) -> None:
     """Delivered: the spool deletes the run (one transaction per sender batch), and a
-    restart has nothing to forward again."""
+    restart has nothing to send again."""
     with Capture() as down:
-        fwd = _forward(down, Metrics(CollectorRegistry()))
-        fwd.start()
-        first = Process(tmp_path, WALL0, sinks=[fwd])
+        sinks = _delivering(down, Metrics(CollectorRegistry()))
+        first = Process(tmp_path, WALL0, sinks=sinks)
         first.send(run(T, end=100))
         assert first.advance(GRACE) == 1
-        down.wait_for(lambda ds: len(ds.traces) == 1)
-        fwd.shutdown(5.0)
+        _stop(sinks, 5.0)
+        assert len(down.traces) == 1 and len(_verdicts(down)) == 1
         assert first.spool.held() == (0, 0)
         first.stop()
         second = Process(tmp_path, WALL0 + 30.0)

@@ -14,8 +14,8 @@ can fail, and what the switch costs.
 
 In the pass-through topology the same kills lose no span downstream either: the collector
 behind otel-eval is away during the kills (every Export UNAVAILABLE, so each stored run sits
-in the forward queue, in memory, at the kill) and back for the last start, which forwards
-every acknowledged span, each run stamped.
+in the forward and events queues, in memory, at the kill) and back for the last start, which
+forwards every acknowledged span, each run stamped, and every run's verdict event.
 """
 
 from __future__ import annotations
@@ -126,7 +126,8 @@ def _run(tmp: Path, spool: bool, kills: int, seed: int, down: Capture | None = N
     cfg: dict[str, Any] = {**CONFIG, "store": {"spool": spool}}
     if down is not None:
         down.fail_next = [grpc.StatusCode.UNAVAILABLE] * 100_000
-        cfg["export"] = {"forward_endpoint": f"127.0.0.1:{down.port}", "max_retry_s": 3600.0,
+        cfg["export"] = {"forward_endpoint": f"127.0.0.1:{down.port}",
+                         "events_endpoint": f"127.0.0.1:{down.port}", "max_retry_s": 3600.0,
                          "initial_backoff_s": 0.05, "max_backoff_s": 0.2}
     db = tmp / "otel-eval.db"
     acked: Acked = set()
@@ -184,8 +185,8 @@ def test_without_the_spool_the_same_kill_loses_acknowledged_spans(tmp_path: Path
 
 
 def test_kill_9_loses_no_span_pass_through_had_not_delivered(tmp_path: Path) -> None:
-    """Before, a run left the spool at the store's commit while its spans sat in the forward
-    queue: every run stored before a kill was lost downstream."""
+    """Before, a run left the spool at the store's commit while its spans and events sat in the
+    forward and events queues: every run stored before a kill was lost downstream."""
     seed = int.from_bytes(os.urandom(4))
     with Capture() as down:
         _, acked, m, srv = _run(tmp_path, spool=True, kills=2, seed=seed, down=down)
@@ -193,6 +194,10 @@ def test_kill_9_loses_no_span_pass_through_had_not_delivered(tmp_path: Path) -> 
         assert down.failed  # the kills found the collector away
         forwarded = {(s.trace_id.hex(), s.span_id.hex()): s for req in down.traces
                      for rs in req.resource_spans for ss in rs.scope_spans for s in ss.spans}
+        verdicts = {r.trace_id.hex() for req in down.logs for rl in req.resource_logs
+                    for sl in rl.scope_logs for r in sl.log_records
+                    if any(a.key == "gen_ai.evaluation.name"
+                           and a.value.string_value == "otel_eval.verdict" for a in r.attributes)}
     bodies = stored(srv.store)
     assert not acked - stored_span_ids(bodies)
     lost = acked - set(forwarded)
@@ -200,5 +205,8 @@ def test_kill_9_loses_no_span_pass_through_had_not_delivered(tmp_path: Path) -> 
                       f"forwarded, e.g. {sorted(lost)[:3]}")
     roots = [s for s in forwarded.values() if not s.parent_span_id]
     assert roots and all(any(a.key == "otel_eval.verdict" for a in s.attributes) for s in roots)
+    # and every stored run's verdict event (each has a verdict), at least once
+    silent = set(bodies) - verdicts
+    assert not silent, f"seed {seed}: {len(silent)} of {len(bodies)} runs without a verdict event"
     print(f"seed {seed}: {len(acked)} acknowledged spans over 2 kills with the collector away, "
           f"every one forwarded after the restart ({len(down.traces)} requests)")

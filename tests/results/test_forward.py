@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import grpc
@@ -12,6 +13,7 @@ from support.otlp_capture import Capture
 
 from otel_eval.base.component import Held, settle
 from otel_eval.base.model import Trace
+from otel_eval.base.results import stored_evaluation
 from otel_eval.decode.encode import encode_spans
 from otel_eval.decode.otlp import attributes_to_dict
 from otel_eval.outputs.config import ExportConfig
@@ -280,3 +282,12 @@ def test_a_trace_the_stop_could_not_deliver_stays_held() -> None:
     _finished(r, never, late, closed)
     assert _value(m, "otel_eval_sink_dropped_total", sink="forward", reason="shutdown") == 9
     assert r.released == []
+
+
+def test_a_replay_is_stamped_as_the_evaluation_was() -> None:
+    """What the store keeps (the v1 object, through JSON) gives the same stamps."""
+    ev = evaluation()
+    again = stored_evaluation(trace(), json.loads(ev.to_json_text()))
+    assert stamps(trace(), again) == stamps(trace(), ev)
+    assert stored_evaluation(trace(), {"findings": [1, {"span_ids": "x"}], "verdict": []}) \
+        .verdict is None  # not of the shape: left out, never a made-up verdict
