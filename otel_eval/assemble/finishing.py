@@ -161,7 +161,7 @@ class Finishing:
         if not jobs:
             return
         now = self._clock()
-        path = [s for s in self.sinks if isinstance(s, DeliveringSink)]
+        delivering = [s for s in self.sinks if isinstance(s, DeliveringSink)]
         held = [Held(j.trace, self._release) for j in jobs]
         for job, out, h in zip(jobs, outcomes, held, strict=True):
             trace, ev = job.trace, out.evaluation
@@ -169,14 +169,14 @@ class Finishing:
                 skipped = out.skipped or ALREADY_EVALUATED  # result nothing could store
                 self._metrics.evaluation.skipped(skipped)
                 if skipped in (NOT_A_RUN, LATE, UNSTORABLE):  # spans still pass on, unstamped
-                    self._to_sinks(trace, None, h, path)
-                elif path:  # a replay: what those sinks held may never have gone out
-                    self._again(trace, h, path)
+                    self._to_sinks(trace, None, h, delivering)
+                elif delivering:  # a replay: what those sinks held may never have gone out
+                    self._again(trace, h, delivering)
                 continue
             if out.failure is not None:
                 self._metrics.evaluation.failed("evaluate", out.failure)
             self._observe(ev, now - job.released_at, out.superseded)
-            self._to_sinks(trace, ev, h, path)
+            self._to_sinks(trace, ev, h, delivering)
         # The store holds them: release the pending budget. Under the lock, the trace stops
         # taking waiters (``wait_for``) before ``_release`` reads them: a waiter added later
         # finds the trace finished and is not kept waiting.
@@ -213,17 +213,17 @@ class Finishing:
             self._metrics.evaluation.failed("metrics", type(e).__name__[:64])
 
     def _to_sinks(self, trace: Trace, evaluation: Evaluation | None, held: Held,
-                  path: list[DeliveringSink]) -> None:
+                  delivering: list[DeliveringSink]) -> None:
         """Each sink gets the evaluation, or (None: no agent run) the trace to pass on; the
-        delivering sinks (``path``) its ``Held`` too."""
+        ``delivering`` ones its ``Held`` too."""
         for sink in self.sinks:
             try:
-                if any(sink is p for p in path):
-                    delivering: Any = sink
+                if any(sink is d for d in delivering):
+                    one: Any = sink
                     if evaluation is None:
-                        delivering.pass_on(trace, held)
+                        one.pass_on(trace, held)
                     else:
-                        delivering.export(trace, evaluation, held)
+                        one.export(trace, evaluation, held)
                 elif evaluation is None:
                     sink.pass_on(trace)
                 else:
@@ -231,7 +231,7 @@ class Finishing:
             except Exception:
                 self._sink_failed(sink, trace)
 
-    def _again(self, trace: Trace, held: Held, path: list[DeliveringSink]) -> None:
+    def _again(self, trace: Trace, held: Held, delivering: list[DeliveringSink]) -> None:
         """An already evaluated trace (a replay) to the delivering sinks again, with the
         evaluation the store holds (passed on when it cannot be read: the spans still go
         on, and no event is made up)."""
@@ -244,7 +244,7 @@ class Finishing:
             except Exception:
                 log.exception("reading the stored evaluation of trace %s failed; passing it "
                               "on as it came", trace.trace_id)
-        for sink in path:
+        for sink in delivering:
             try:
                 if ev is None:
                     sink.pass_on(trace, held)
