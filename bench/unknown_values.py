@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from cost import work  # noqa: E402  (the corpus as traces: tests/cost/work.py)
 
 from otel_eval.app.config import Config  # noqa: E402
-from otel_eval.base.model import Span, Trace  # noqa: E402
+from otel_eval.base.model import Trace  # noqa: E402
 from otel_eval.base.results import NOT_ENDED_KINDS  # noqa: E402
 from otel_eval.evaluate.evaluator import Evaluator  # noqa: E402
 
@@ -47,22 +47,6 @@ def changes(value: Any) -> list[tuple[str, Any]]:
     if isinstance(value, str) and 0 < len(value) <= 48 and " " not in value:
         return [*out, ("unrecognised", "zz_unrecognised"), ("empty", "")]
     return out
-
-
-def changed(trace: Trace, i: int, key: str, value: Any) -> Trace:
-    sp = trace.spans[i]
-    attrs = dict(sp.attributes)
-    if value is None:
-        del attrs[key]
-    else:
-        attrs[key] = value
-    spans = list(trace.spans)
-    spans[i] = Span(sp.trace_id, sp.span_id, sp.parent_span_id, sp.name, sp.start_ns,
-                    sp.end_ns, kind=sp.kind, status=sp.status,
-                    status_message=sp.status_message, attributes=attrs,
-                    events=list(sp.events), resource=sp.resource, scope=sp.scope,
-                    parent_remote=sp.parent_remote)
-    return Trace(trace.trace_id, spans, trace.status, logs=trace.logs)
 
 
 def audit(every_run: bool) -> tuple[int, Counter[tuple[str, ...]], dict[tuple[str, ...], str]]:
@@ -85,7 +69,7 @@ def audit(every_run: bool) -> tuple[int, Counter[tuple[str, ...]], dict[tuple[st
         for i, sp in enumerate(trace.spans):
             for key, value in sp.attributes.items():
                 for label, new in changes(value):
-                    got = said(changed(trace, i, key, new))
+                    got = said(work.with_attribute(trace, i, key, new))
                     n += 1
                     if got is None:
                         continue

@@ -7,7 +7,7 @@ exports, through three parts with one owner each:
     tick(now) -> assembler releases traces -> Finishing.enqueue (pending until finished)
         -> process: EvaluationStage.run (the stage the engine was given, ``evaluate.handoff``:
         evaluate and store, here or in worker processes) -> Finishing.finish: metrics ->
-        sinks (events, forward, judge) -> once the trace path delivered the trace:
+        sinks (events, forward, judge) -> once the delivering sinks delivered the trace:
         Durability.evaluated -> waiters (Kafka offsets)
         | the store refused the batch: back in the queue; StoreHealth: back-off, admission
         refuses (store_unavailable) until a write goes through, or gives up (``failure``)
@@ -89,8 +89,8 @@ class Engine:
         """``stage``: where released traces are evaluated and stored (``evaluate.stage``'s
         ``InProcess`` in this process, or worker processes); ``store_health``: whether the
         store takes writes, on the same ``clock`` (a refused batch is kept, retried, and
-        throttles the receivers); ``stored``: a stored record by trace id (a replay goes
-        through the trace path again, stamped from it: ``Finishing``)."""
+        throttles the receivers); ``stored``: a stored record by trace id (a replay goes to
+        the delivering sinks again, with the evaluation it holds: ``Finishing``)."""
         self.config = assembly
         self.metrics = metrics
         self.clock = clock

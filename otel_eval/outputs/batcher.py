@@ -31,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from otel_eval.base.component import Held
+
 # A length-delimited field's length prefix is at most this many bytes for any message under
 # 32 GiB; a piece's size is counted with it, so the real size is never above the count.
 _MAX_LENGTH_PREFIX = 5
@@ -63,7 +65,7 @@ class Queued(Generic[R]):
     request: R
     items: int
     size: int
-    held: tuple[Any, ...] = ()
+    held: tuple[Held, ...] = ()
 
 
 def take(queue: collections.deque[Queued[R]], max_items: int,

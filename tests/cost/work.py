@@ -141,6 +141,25 @@ def decode_recordings(recordings: list[Requests]) -> list[Trace]:
     return traces
 
 
+def with_attribute(trace: Trace, i: int, key: str, value: Any) -> Trace:
+    """``trace`` with span ``i``'s attribute ``key`` set to ``value`` (None: removed), the
+    other spans as they are (the corpus mutated: tests/evaluation/test_unknown_values.py,
+    bench/unknown_values.py)."""
+    sp = trace.spans[i]
+    attrs = dict(sp.attributes)
+    if value is None:
+        del attrs[key]
+    else:
+        attrs[key] = value
+    spans = list(trace.spans)
+    spans[i] = Span(sp.trace_id, sp.span_id, sp.parent_span_id, sp.name, sp.start_ns,
+                    sp.end_ns, kind=sp.kind, status=sp.status,
+                    status_message=sp.status_message, attributes=attrs,
+                    events=list(sp.events), resource=sp.resource, scope=sp.scope,
+                    parent_remote=sp.parent_remote)
+    return Trace(trace.trace_id, spans, trace.status, logs=trace.logs)
+
+
 def tau_slice(datasets: Path, tmp: Path) -> Path:
     path = tmp / "airline-slice.runs.json"
     path.write_text(json.dumps(json.loads((datasets / TAU_RUNS).read_text())[:TAU_SLICE]))

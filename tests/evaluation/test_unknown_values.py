@@ -28,7 +28,7 @@ import pytest
 from cost import work
 
 from otel_eval.app.config import Config
-from otel_eval.base.model import Span, Trace
+from otel_eval.base.model import Trace
 from otel_eval.evaluate.evaluator import Evaluator
 
 # The attributes the conventions read a tool step's tool from, and a run's output from.
@@ -66,23 +66,6 @@ def _clean_runs() -> list[Trace]:
         logging.disable(logging.NOTSET)
 
 
-def _with(trace: Trace, i: int, key: str, value: object) -> Trace:
-    """``trace`` with span ``i``'s ``key`` set to ``value`` (None: removed)."""
-    sp = trace.spans[i]
-    attrs = dict(sp.attributes)
-    if value is None:
-        del attrs[key]
-    else:
-        attrs[key] = value
-    spans = list(trace.spans)
-    spans[i] = Span(sp.trace_id, sp.span_id, sp.parent_span_id, sp.name, sp.start_ns,
-                    sp.end_ns, kind=sp.kind, status=sp.status,
-                    status_message=sp.status_message, attributes=attrs,
-                    events=list(sp.events), resource=sp.resource, scope=sp.scope,
-                    parent_remote=sp.parent_remote)
-    return Trace(trace.trace_id, spans, trace.status, logs=trace.logs)
-
-
 def _tool_names_unrecorded() -> Iterator[tuple[str, Trace]]:
     """Each clean run with one span's tool name, or the name of a call an LLM span asked
     for, removed or recorded empty."""
@@ -92,7 +75,7 @@ def _tool_names_unrecorded() -> Iterator[tuple[str, Trace]]:
                 if key in TOOL_NAME_KEYS or key.endswith(REQUESTED_NAME_SUFFIXES):
                     for label, value in (("removed", None), ("empty", "")):
                         yield f"{trace.trace_id[:8]} {sp.name!r} {key} {label}", \
-                            _with(trace, i, key, value)
+                            work.with_attribute(trace, i, key, value)
 
 
 def _outputs_unrecorded() -> Iterator[tuple[str, Trace]]:
@@ -103,7 +86,7 @@ def _outputs_unrecorded() -> Iterator[tuple[str, Trace]]:
                 for key in OUTPUT_KEYS:
                     if key in sp.attributes:
                         yield f"{trace.trace_id[:8]} {sp.name!r} {key}", \
-                            _with(trace, i, key, None)
+                            work.with_attribute(trace, i, key, None)
 
 
 def _call_ids_of_their_own() -> Iterator[tuple[str, Trace]]:
@@ -113,7 +96,7 @@ def _call_ids_of_their_own() -> Iterator[tuple[str, Trace]]:
             for key in CALL_ID_KEYS:
                 if key in sp.attributes:
                     yield f"{trace.trace_id[:8]} {sp.name!r} {key}", \
-                        _with(trace, i, key, f"framework-run-{i}")
+                        work.with_attribute(trace, i, key, f"framework-run-{i}")
 
 
 def _tool_kinds_unrecognised() -> Iterator[tuple[str, Trace]]:
@@ -123,7 +106,7 @@ def _tool_kinds_unrecognised() -> Iterator[tuple[str, Trace]]:
             for key, tool in TOOL_KINDS.items():
                 if sp.attributes.get(key) == tool:
                     yield f"{trace.trace_id[:8]} {sp.name!r} {key}", \
-                        _with(trace, i, key, "zz_unrecognised")
+                        work.with_attribute(trace, i, key, "zz_unrecognised")
 
 
 def test_the_corpus_has_clean_runs_to_take_values_from() -> None:
