@@ -14,7 +14,9 @@ from support.bench_module import load_bench
 
 from otel_eval.app.config import Config
 from otel_eval.base.model import Trace
+from otel_eval.base.steps import Step, ToolCall
 from otel_eval.evaluate.evaluator import Evaluator
+from otel_eval.evaluate.trajectory.links import join_calls
 
 SCALING = load_bench("evaluate_scaling.py", "evaluate_scaling")
 
@@ -44,3 +46,34 @@ def test_work_grows_linearly_with_the_spans(shape: str) -> None:
     small, large = _steps(shape, 300), _steps(shape, 600)
     # linear: 2.0, n log n: ~2.2, quadratic: ~4 (today's code before the fix: 3.3 - 3.9)
     assert large / small < 2.6, (shape, small, large)
+
+
+def _join_work(n: int) -> int:
+    """Line events of ``join_calls`` over n LLM calls of one tool, each followed by a tool
+    step of another tool whose call id no LLM call carries (joined by neither id nor name)."""
+    steps: list[Step] = []
+    for i in range(n):
+        steps.append(Step(2 * i, f"l{i}", None, "llm", "chat",
+                          tool_calls=[ToolCall("search", {"q": i}, f"call_{i}")]))
+        steps.append(Step(2 * i + 1, f"t{i}", None, "tool", "fetch", tool_name="fetch",
+                          call_id=f"run_{i}", arguments={"q": i}))
+    count = 0
+
+    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+        nonlocal count
+        count += 1
+        return tracer
+
+    sys.settrace(tracer)
+    try:
+        join_calls(steps)
+    finally:
+        sys.settrace(None)
+    return count
+
+
+def test_an_unjoined_tool_step_costs_bounded_work() -> None:
+    """Step 3 of ``links.join_calls`` looks only at the calls of the step's own tool, the last
+    ``_SAME_ARGS_WINDOW`` of them: a trace of unjoined steps is linear, not quadratic."""
+    small, large = _join_work(500), _join_work(1000)
+    assert large / small < 2.6, (small, large)

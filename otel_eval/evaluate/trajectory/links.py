@@ -151,23 +151,24 @@ def join_calls(steps: list[Step], joined: dict[int, ToolCall] | None = None) -> 
     by_id: dict[str, deque[ToolCall]] = {}  # a deque: some runs reuse call ids
     queues: dict[tuple[str | None, str], deque[ToolCall]] = {}
     claimed: set[int] = set()
-    requested: list[ToolCall] = []  # every call, in order (step 3)
-    unjoined: list[tuple[Step, int]] = []  # (tool step, calls requested before it)
+    requested: dict[str, list[ToolCall]] = {}  # tool name -> its calls, in order (step 3)
+    unjoined: list[tuple[Step, int]] = []  # (tool step, calls of its tool before it)
     for step in steps:
         if step.kind == "llm":
             for call in step.tool_calls:
                 if call.call_id:
                     by_id.setdefault(call.call_id, deque()).append(call)
                 queues.setdefault((step.node, call.name), deque()).append(call)
-                requested.append(call)
+                requested.setdefault(call.name, []).append(call)
         elif step.kind == "tool" and not step.rebuilt:
             found = _match(step, by_id, queues, claimed)
             if found is None:
-                unjoined.append((step, len(requested)))
+                unjoined.append((step, len(requested.get(step.tool_name or step.name, ()))))
                 continue
             _join(step, found, claimed, joined)
     for step, before in unjoined:
-        found = _nearest_unclaimed(step, requested[:before], claimed)
+        found = _nearest_unclaimed(step, requested.get(step.tool_name or step.name, []),
+                                   before, claimed)
         if found is not None:
             _join(step, found, claimed, joined)
     return claimed
@@ -186,21 +187,16 @@ def _join(step: Step, found: ToolCall, claimed: set[int],
         step.sources["call_id"] = f"llm tool call {found.name} (joined by name)"
 
 
-def _nearest_unclaimed(step: Step, earlier: list[ToolCall],
+def _nearest_unclaimed(step: Step, calls: list[ToolCall], before: int,
                        claimed: set[int]) -> ToolCall | None:
-    """Step 3: the latest of ``earlier`` of the step's tool that no step ran, with equal
-    arguments or the step's unrecorded (looked through as far as ``_SAME_ARGS_WINDOW``
-    calls of that tool)."""
-    name = step.tool_name or step.name
-    seen = 0
-    for call in reversed(earlier):
-        if call.name != name or id(call) in claimed:
-            continue
-        if step.arguments is None or call.arguments == step.arguments:
+    """Step 3: the latest of the first ``before`` of ``calls`` (the step's tool's) that no
+    step ran, with equal arguments or the step's unrecorded. Only the last
+    ``_SAME_ARGS_WINDOW`` are looked at: bounded work per step, whatever the trace holds."""
+    for k in range(before - 1, max(-1, before - 1 - _SAME_ARGS_WINDOW), -1):
+        call = calls[k]
+        if id(call) not in claimed and (step.arguments is None
+                                        or call.arguments == step.arguments):
             return call
-        seen += 1
-        if seen >= _SAME_ARGS_WINDOW:
-            break
     return None
 
 
