@@ -193,13 +193,13 @@ class Finishing:
     def _release(self, held: list[Held]) -> None:
         """Traces no sink holds any more (on this thread or a sender's): their spool rows
         go (one transaction), then their waiters are told."""
-        self._durability.evaluated((h.trace.trace_id, h.trace.revision) for h in held)
+        self._durability.evaluated((h.trace_id, h.revision) for h in held)
         for h in held:
-            for waiter in h.trace.waiters:
+            for waiter in h.waiters:
                 try:
                     waiter()
                 except Exception:  # a sender's thread must not die of a waiter's bug
-                    log.exception("a waiter of trace %s failed", h.trace.trace_id)
+                    log.exception("a waiter of trace %s failed", h.trace_id)
 
     def _observe(self, evaluation: Evaluation, completion_to_verdict_s: float,
                  superseded: bool) -> None:

@@ -58,13 +58,15 @@ class Held:
     before then replays it, and the replay sends it again (at least once). Counted:
     finishing holds it while it runs the sinks, each sink that queues it ``take``s it; the
     last ``settle`` hands it to ``release`` (the engine's: spool delete, waiters), in
-    batches."""
+    batches. It keeps what the release needs, not the trace: a sender's queue holding it
+    must not keep the trace's spans alive beside the request it encoded."""
 
-    __slots__ = ("_count", "release", "trace")
+    __slots__ = ("_count", "release", "revision", "trace_id", "waiters")
     _lock = threading.Lock()  # counts change on finishing's and the senders' threads
 
     def __init__(self, trace: Trace, release: Callable[[list[Held]], None]) -> None:
-        self.trace = trace
+        self.trace_id, self.revision = trace.trace_id, trace.revision
+        self.waiters = trace.waiters  # the trace's own list: read when released
         self.release = release
         self._count = 1  # finishing's own, settled when it has run the sinks
 

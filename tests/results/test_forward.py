@@ -214,7 +214,7 @@ class Releases:
         return Held(Trace(trace_id, trace().spans, "complete"), self.release)
 
     def release(self, held: list[Held]) -> None:
-        self.batches.append([h.trace.trace_id for h in held])
+        self.batches.append([h.trace_id for h in held])
 
     @property
     def released(self) -> list[str]:
