@@ -203,6 +203,11 @@ def test_kafka_yaml_group_of_two_workers_one_killed_mid_stream_evaluates_each_tr
             collector:
         with psycopg.connect(url, autocommit=True) as conn:  # the workers migrated it
             conn.execute(_AUDIT)
+        # Both members in the group before the first half goes out: a member that joined late
+        # (a slow host) found every record of the first half stored by the other.
+        poll(lambda: all("Setting newly assigned partitions" in w.log.read_text(errors="replace")
+                         for w in (a, b)), "both workers to be assigned partitions",
+             timeout_s=120)
         half = len(sent) // 2
         for _tid, _n, bodies in sent[:half]:
             for sig, body in bodies:
