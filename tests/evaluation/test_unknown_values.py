@@ -16,6 +16,10 @@ id matched no requested call left that call to be rebuilt beside it: the same to
 twice with the same arguments (``loop/repeated_call``); so did a tool span of unknown kind,
 when the tool spans around it carried their input as text (LangGraph's ``"Paris"``): joined by
 name before those inputs were read as arguments, every later step took the call before its own.
+
+The runs that recovered from a tool error are evaluated again with one span's kind a value no
+convention defines: before, when that span was the call that succeeded (or the LLM call that
+asked for it), nothing succeeded after the failure, and the run ``gave_up`` (6 of 299).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from cost import work
 from otel_eval.app.config import Config
 from otel_eval.base.model import Trace
 from otel_eval.evaluate.evaluator import Evaluator
+from otel_eval.evaluate.trajectory import build_trajectory
 
 # The attributes the conventions read a tool step's tool from, and a run's output from.
 TOOL_NAME_KEYS = ("gen_ai.tool.name", "tool.name", "traceloop.entity.name", "ai.toolCall.name")
@@ -39,6 +44,9 @@ CALL_ID_KEYS = ("gen_ai.tool.call.id", "tool_call.id", "ai.toolCall.id")
 # A tool span's kind, by convention: the values that make it one.
 TOOL_KINDS = {"openinference.span.kind": "TOOL", "traceloop.span.kind": "tool",
               "gen_ai.operation.name": "execute_tool"}
+# Every convention's marker: the attribute whose value says a span's kind.
+MARKER_KEYS = ("openinference.span.kind", "traceloop.span.kind", "gen_ai.operation.name",
+               "ai.operationId", "mlflow.spanType", "langfuse.observation.type")
 OUTPUT_KEYS = ("output.value", "gen_ai.output.messages", "traceloop.entity.output",
                "ai.response.text", "mlflow.spanOutputs")
 
@@ -62,6 +70,18 @@ def _clean_runs() -> list[Trace]:
         traces = work.decode_recordings(work.conformance_requests())
         return [t for t in traces
                 if _evaluator().evaluate(t) is not None and not _kinds(t)]
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+@cache
+def _recovered_runs() -> list[Trace]:
+    """The corpus's runs that recovered from a failed tool call."""
+    logging.disable(logging.WARNING)
+    try:
+        traces = work.decode_recordings(work.conformance_requests())
+        return [t for t in traces
+                if _evaluator().evaluate(t) is not None and ("recovery", "recovered") in _kinds(t)]
     finally:
         logging.disable(logging.NOTSET)
 
@@ -109,19 +129,47 @@ def _tool_kinds_unrecognised() -> Iterator[tuple[str, Trace]]:
                         work.with_attribute(trace, i, key, "zz_unrecognised")
 
 
+def _kinds_unrecognised_after_a_failure() -> Iterator[tuple[str, Trace]]:
+    """Each run that recovered, with one span's kind a value no convention defines."""
+    for trace in _recovered_runs():
+        for i, sp in enumerate(trace.spans):
+            for key in MARKER_KEYS:
+                if key in sp.attributes:
+                    yield f"{trace.trace_id[:8]} {sp.name!r} {key}", \
+                        work.with_attribute(trace, i, key, "zz_unrecognised")
+
+
 def test_the_corpus_has_clean_runs_to_take_values_from() -> None:
     assert len(_clean_runs()) >= 50
     assert len(list(_tool_names_unrecorded())) >= 100
     assert len(list(_outputs_unrecorded())) >= 20
     assert len(list(_call_ids_of_their_own())) >= 20
     assert len(list(_tool_kinds_unrecognised())) >= 50
+    assert len(_recovered_runs()) >= 20
+    assert len(list(_kinds_unrecognised_after_a_failure())) >= 200
 
 
 @pytest.mark.parametrize("mutated", [_tool_names_unrecorded, _outputs_unrecorded,
-                                     _call_ids_of_their_own, _tool_kinds_unrecognised],
-                         ids=["tool names", "outputs", "call ids", "tool kinds"])
+                                     _call_ids_of_their_own, _tool_kinds_unrecognised,
+                                     _kinds_unrecognised_after_a_failure],
+                         ids=["tool names", "outputs", "call ids", "tool kinds",
+                              "kinds after a failure"])
 def test_an_unrecorded_value_adds_no_finding(
         mutated: Callable[[], Iterator[tuple[str, Trace]]]) -> None:
+    recorded = {t.trace_id: _kinds(t) for t in _clean_runs() + _recovered_runs()}
+
+    def added(trace: Trace) -> set[tuple[str, str]]:
+        return _kinds(trace) - recorded[trace.trace_id]
+
     found = [f"{what}: {sorted(kinds)}" for what, trace in mutated()
-             if (kinds := _kinds(trace))]
+             if (kinds := added(trace))]
     assert not found, f"{len(found)} new finding(s):\n" + "\n".join(found[:20])
+
+
+def test_every_kind_the_corpus_records_is_one_its_convention_defines() -> None:
+    """A recorded marker value read as undefined would hide what the steps after a failure
+    did (Strands' ``execute_event_loop_cycle`` is its wrapper of a cycle): none is."""
+    undefined = [s.unknown["kind"] for t in work.decode_recordings(work.conformance_requests())
+                 for s in build_trajectory(t, Config().trajectory).steps
+                 if "kind" in s.unknown]
+    assert not undefined

@@ -107,6 +107,10 @@ def read_span(step: Step, span: Span,
     if adapter is not None:
         step.convention = adapter.name
         read_fields(step, span, attrs, shape)
+        if kind == "other":
+            why = adapter.undefined(span, attrs)
+            if why is not None:
+                step.unknown["kind"] = why
     if kind == "tool" and step.call_id is None:
         for key in _CALL_ID_KEYS:
             value = as_str(attrs.get(key))

@@ -45,6 +45,10 @@ class Adapter:
     # agent run (GenAI ``create_agent``). A trace made only of these is no run
     # (``trajectory.is_run``)
     setup: Callable[[Span, Attrs], bool] = field(default=lambda span, attrs: False)
+    # why the span's marker value is none the convention defines (``undefined_value``), or
+    # None; asked only of a span its marker made an ``other`` step. That step's kind is
+    # unknown (``Step.unknown["kind"]``): it may have been a call, so no rule reads its absence
+    undefined: Callable[[Span, Attrs], str | None] = field(default=lambda span, attrs: None)
     present_keys: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -73,3 +77,16 @@ def no_kind(span: Span, attrs: Attrs) -> StepKind | None:
 
 def no_tools(attrs: Attrs) -> dict[str, Any]:
     return {}
+
+
+def undefined_value(key: str, others: frozenset[str], normal: Callable[[Any], str] = str,
+                    ) -> Callable[[Span, Attrs], str | None]:
+    """``Adapter.undefined`` for a convention whose marker is ``key``: ``others`` are the
+    values it defines that are no step kind of ours (an embedding, a retriever), compared
+    after ``normal`` (the adapter's own normalisation of the value)."""
+    def undefined(span: Span, attrs: Attrs) -> str | None:
+        value = attrs.get(key)
+        if value is None or normal(value) in others:
+            return None
+        return f"{key} {str(value)[:60]!r}: a value the convention does not define"
+    return undefined

@@ -19,7 +19,7 @@ from typing import Any
 
 from otel_eval.base.model import Span
 from otel_eval.base.steps import Step, StepKind, ToolCall
-from otel_eval.evaluate.conventions.adapter import Adapter, Attrs, no_kind
+from otel_eval.evaluate.conventions.adapter import Adapter, Attrs, no_kind, undefined_value
 from otel_eval.evaluate.conventions.values import (
     as_int,
     as_list_of_str,
@@ -37,6 +37,10 @@ _OPERATIONS: dict[str, StepKind] = {
     # the invoke_agent / invoke_workflow internals: runs, read as wrappers like a workflow
     "handle_conversation_turn": "chain", "gen_ai.invocation.internal": "chain",
 }
+# Operations the conventions define that are no step of ours, and Strands' span around one
+# cycle of its event loop (recorded: a wrapper of the cycle's chat and tool spans)
+_OTHER_OPERATIONS = frozenset({"embeddings", "create_agent", "retrieval",
+                               "execute_event_loop_cycle"})
 # Operations that set an agent up and do nothing of a run (the GenAI conventions' create_agent:
 # "Create GenAI agent", typically when the agent object is built, before any invocation).
 SETUP_OPERATIONS = frozenset({"create_agent"})
@@ -211,6 +215,7 @@ KEYS = {
     "agent_name": ("gen_ai.agent.name",),
     "tools": ("gen_ai.tool.definitions",),
 }
-GENAI = Adapter("genai", _explicit, no_kind, _fill, _agent_name, _tools, KEYS, setup=_setup)
+GENAI = Adapter("genai", _explicit, no_kind, _fill, _agent_name, _tools, KEYS, setup=_setup,
+                undefined=undefined_value("gen_ai.operation.name", _OTHER_OPERATIONS))
 GENAI_LEGACY = Adapter("genai_legacy", no_kind, _implicit_legacy, _fill, _agent_name, _tools,
                        KEYS)

@@ -22,7 +22,7 @@ from typing import Any
 
 from otel_eval.base.model import Span
 from otel_eval.base.steps import Step, StepKind
-from otel_eval.evaluate.conventions.adapter import Adapter, Attrs, no_kind
+from otel_eval.evaluate.conventions.adapter import Adapter, Attrs, no_kind, undefined_value
 from otel_eval.evaluate.conventions.messages import (
     message_text,
     reply_calls,
@@ -38,6 +38,8 @@ MODEL = "langfuse.observation.model.name"
 USAGE = "langfuse.observation.usage_details"
 _KINDS: dict[str, StepKind] = {"generation": "llm", "agent": "agent", "tool": "tool",
                                "chain": "chain"}
+# the other observation types Langfuse defines
+_OTHER_KINDS = frozenset({"span", "event", "retriever", "evaluator", "embedding", "guardrail"})
 _INPUT_TOKENS = ("input", "prompt_tokens", "input_tokens")
 _OUTPUT_TOKENS = ("output", "completion_tokens", "output_tokens")
 
@@ -118,4 +120,5 @@ KEYS = {
     "output_tokens": (USAGE,),
     "tools": (INPUT,),
 }
-LANGFUSE = Adapter("langfuse", _explicit, no_kind, _fill, _agent_name, _tools, KEYS)
+LANGFUSE = Adapter("langfuse", _explicit, no_kind, _fill, _agent_name, _tools, KEYS,
+                   undefined=undefined_value(TYPE, _OTHER_KINDS, lambda v: str(v).lower()))

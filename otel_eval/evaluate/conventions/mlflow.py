@@ -21,7 +21,7 @@ from typing import Any
 
 from otel_eval.base.model import Span
 from otel_eval.base.steps import Step, StepKind
-from otel_eval.evaluate.conventions.adapter import Adapter, Attrs, no_kind
+from otel_eval.evaluate.conventions.adapter import Adapter, Attrs, no_kind, undefined_value
 from otel_eval.evaluate.conventions.messages import (
     finish_reasons,
     message_text,
@@ -44,6 +44,8 @@ USAGE = "mlflow.chat.tokenUsage"
 TOOLS = "mlflow.chat.tools"
 _KINDS: dict[str, StepKind] = {"CHAT_MODEL": "llm", "LLM": "llm", "AGENT": "agent",
                                "TOOL": "tool", "CHAIN": "chain"}
+# the other span types MLflow defines (``UNKNOWN`` says the type is unknown: it is)
+_OTHER_KINDS = frozenset({"RETRIEVER", "EMBEDDING", "RERANKER", "PARSER", "MEMORY"})
 
 
 def _explicit(span: Span, attrs: Attrs) -> StepKind | None:
@@ -100,4 +102,6 @@ KEYS = {
     "finish_reasons": (OUTPUTS,),
     "tools": (TOOLS,),
 }
-MLFLOW = Adapter("mlflow", _explicit, no_kind, _fill, _agent_name, _tools, KEYS, ("mlflow.",))
+MLFLOW = Adapter("mlflow", _explicit, no_kind, _fill, _agent_name, _tools, KEYS, ("mlflow.",),
+                 undefined=undefined_value(TYPE, _OTHER_KINDS,
+                                           lambda v: (decode_json_string(v) or "").upper()))

@@ -48,7 +48,7 @@ from typing import Any
 from otel_eval.base.configcheck import ascii_int
 from otel_eval.base.model import Span
 from otel_eval.base.steps import Step, StepKind, ToolCall
-from otel_eval.evaluate.conventions.adapter import Adapter, Attrs
+from otel_eval.evaluate.conventions.adapter import Adapter, Attrs, undefined_value
 from otel_eval.evaluate.conventions.agent_names import agent_name
 from otel_eval.evaluate.conventions.haystack import call_ids, tool_results
 from otel_eval.evaluate.conventions.messages import (
@@ -76,6 +76,9 @@ _DSPY_NAMES = re.compile(r"(?:Predict(?:\([A-Za-z_]\w*\))?\.forward"
 _DSPY_NAME_CHARS = 200  # of a span name matched against DSPy's (longer ones are none of them)
 _MODULE_METHODS = frozenset({"forward", "aforward"})
 _KINDS: dict[str, StepKind] = {"AGENT": "agent", "LLM": "llm", "TOOL": "tool", "CHAIN": "chain"}
+# the other span kinds OpenInference defines (``UNKNOWN`` says the kind is unknown: it is)
+_OTHER_KINDS = frozenset({"RETRIEVER", "EMBEDDING", "RERANKER", "GUARDRAIL", "EVALUATOR",
+                          "PROMPT"})
 # the ``3`` of ``llm.input_messages.3.message.role``: 1-9 digits 0-9, else no position (that key
 # is no message)
 _POSITION_DIGITS = 9
@@ -381,4 +384,5 @@ KEYS = {
               "smolagents.tools_names"),
 }
 OPENINFERENCE = Adapter("openinference", _explicit, _implicit, _fill, _agent_name, _tools,
-                        KEYS)
+                        KEYS, undefined=undefined_value("openinference.span.kind", _OTHER_KINDS,
+                                                        lambda v: str(v).upper()))

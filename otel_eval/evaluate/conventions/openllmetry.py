@@ -30,7 +30,7 @@ from typing import Any
 
 from otel_eval.base.model import Span
 from otel_eval.base.steps import Step, StepKind, ToolCall
-from otel_eval.evaluate.conventions.adapter import Adapter, Attrs
+from otel_eval.evaluate.conventions.adapter import Adapter, Attrs, undefined_value
 from otel_eval.evaluate.conventions.values import (
     as_int,
     as_str,
@@ -235,4 +235,7 @@ KEYS = {
 }
 # presence: its own keys (the shared gen_ai.usage / model keys are GenAI's)
 OPENLLMETRY = Adapter("openllmetry", _explicit, _implicit, _fill, _agent_name, _tools, KEYS,
-                      ("traceloop.", "gen_ai.prompt.0.", "gen_ai.completion.0.", "llm."))
+                      ("traceloop.", "gen_ai.prompt.0.", "gen_ai.completion.0.", "llm."),
+                      # every traceloop.span.kind but ``unknown`` is one of ours
+                      undefined=undefined_value("traceloop.span.kind", frozenset(),
+                                                lambda v: str(v).lower()))

@@ -17,7 +17,7 @@ from typing import Any
 
 from otel_eval.base.model import Span
 from otel_eval.base.steps import Step, StepKind, ToolCall
-from otel_eval.evaluate.conventions.adapter import Adapter, Attrs, no_kind
+from otel_eval.evaluate.conventions.adapter import Adapter, Attrs, no_kind, undefined_value
 from otel_eval.evaluate.conventions.values import (
     as_int,
     as_str,
@@ -28,6 +28,9 @@ from otel_eval.evaluate.conventions.values import (
 
 _RUNS = ("ai.generateText", "ai.streamText", "ai.generateObject", "ai.streamObject")
 _CALLS = (".doGenerate", ".doStream")
+# the AI SDK's other operations: embeddings
+_OTHER_OPERATIONS = frozenset({"ai.embed", "ai.embed.doEmbed", "ai.embedMany",
+                               "ai.embedMany.doEmbed"})
 
 
 def _explicit(span: Span, attrs: Attrs) -> StepKind | None:
@@ -126,4 +129,5 @@ KEYS = {
     "agent_name": ("ai.telemetry.functionId", "resource.name"),
     "tools": ("ai.prompt.tools",),
 }
-VERCEL_AI = Adapter("vercel_ai", _explicit, no_kind, _fill, _agent_name, _tools, KEYS, ("ai.",))
+VERCEL_AI = Adapter("vercel_ai", _explicit, no_kind, _fill, _agent_name, _tools, KEYS, ("ai.",),
+                    undefined=undefined_value("ai.operationId", _OTHER_OPERATIONS))

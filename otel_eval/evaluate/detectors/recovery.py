@@ -5,6 +5,10 @@ succeeds (a different call, or the same one on retry); ``repeated_failing_call``
 same call was issued again, failed again and nothing succeeded after; ``gave_up`` when
 nothing succeeded after it and the outcome is not known to be a success (with a known
 success the error is ``unrecovered``: a lucky pass, see lucky_pass).
+
+"Nothing succeeded after" is a conclusion from absence: a later step whose kind is unknown (a
+marker value no convention defines, ``Step.unknown["kind"]``) may have been the call that
+succeeded, so a failure followed by one has no finding but ``recovered``.
 """
 
 from __future__ import annotations
@@ -28,10 +32,11 @@ def _finding(kind: str, severity: Severity, message: str, group: list[Call],
 
 
 def _one(cs: list[Call], i: int, ok_at: int, same_key: list[int], outcome: str | None,
-         config: DetectorsConfig) -> tuple[Finding, set[int]]:
-    """The finding for the failure at ``cs[i]`` and the retries it accounts for. ``ok_at``:
-    the first call after ``i`` that did not fail (``len(cs)``: none); ``same_key``: the
-    ascending positions of the calls with ``cs[i]``'s key."""
+         config: DetectorsConfig, unknown_after: int) -> tuple[Finding | None, set[int]]:
+    """The finding for the failure at ``cs[i]`` (None: unknown) and the retries it accounts
+    for. ``ok_at``: the first call after ``i`` that did not fail (``len(cs)``: none);
+    ``same_key``: the ascending positions of the calls with ``cs[i]``'s key;
+    ``unknown_after``: the last step index of an unknown kind (-1: none)."""
     cfg, failed = config.recovery, cs[i]
     label = call_label(failed)
     # every call between i and ok_at failed: the same-key ones are the retries
@@ -45,6 +50,8 @@ def _one(cs: list[Call], i: int, ok_at: int, same_key: list[int], outcome: str |
             [failed, cs[ok_at]], {"tool": label, "retries": len(retries),
                                   "by_retry": by_retry, "error": _error(failed, config)},
         ), set(retries)
+    if failed.step.index < unknown_after:  # what came after may have succeeded
+        return None, set(retries)
     attrs: dict[str, object] = {"tool": label, "retries": len(retries),
                                 "error": _error(failed, config)}
     group = [failed, *(cs[j] for j in retries)]
@@ -72,10 +79,13 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
     by_key: dict[str, list[int]] = {}
     for i, c in enumerate(cs):
         by_key.setdefault(c.key, []).append(i)
+    unknown_after = max((s.index for s in trajectory.steps if "kind" in s.unknown), default=-1)
     out, accounted = [], set()
     for i, c in enumerate(cs):
         if c.failed and i not in accounted:
-            finding, retries = _one(cs, i, ok_after[i], by_key[c.key], context.outcome, config)
+            finding, retries = _one(cs, i, ok_after[i], by_key[c.key], context.outcome, config,
+                                    unknown_after)
             accounted |= retries
-            out.append(finding)
+            if finding is not None:
+                out.append(finding)
     return out
