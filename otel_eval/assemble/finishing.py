@@ -198,8 +198,9 @@ class Finishing:
             for waiter in h.waiters:
                 try:
                     waiter()
-                except Exception:  # a sender's thread must not die of a waiter's bug
+                except Exception as e:  # a sender's thread must not die of a waiter's bug
                     log.exception("a waiter of trace %s failed", h.trace_id)
+                    self._metrics.evaluation.failed("release", type(e).__name__[:64])
 
     def _observe(self, evaluation: Evaluation, completion_to_verdict_s: float,
                  superseded: bool) -> None:
@@ -241,9 +242,10 @@ class Finishing:
                 record = self._stored(trace.trace_id)
                 if record is not None:
                     ev = stored_evaluation(trace, record)
-            except Exception:
+            except Exception as e:  # stage boundary: the spans still go on
                 log.exception("reading the stored evaluation of trace %s failed; passing it "
                               "on as it came", trace.trace_id)
+                self._metrics.evaluation.failed("stored_read", type(e).__name__[:64])
         for sink in delivering:
             try:
                 if ev is None:

@@ -337,6 +337,60 @@ def test_what_pass_through_could_not_deliver_goes_out_after_the_restart(
         second.stop()
 
 
+def test_a_replay_whose_stored_evaluation_cannot_be_read_goes_on_unstamped_and_counted(
+        tmp_path: Path) -> None:
+    """The restart finds the run evaluated but cannot read what the store holds: its spans
+    still go on, as they came (no verdict made up), and the failure is counted."""
+    with Capture() as down:
+        down.fail_next = [grpc.StatusCode.UNAVAILABLE] * 10_000
+        sinks = _delivering(down, Metrics(CollectorRegistry()))
+        first = Process(tmp_path, WALL0, sinks=sinks)
+        first.send(run(T, end=100))
+        assert first.advance(GRACE) == 1
+        first.store.close()
+        first.spool.close()
+        _stop(sinks, 0.2)
+        down.fail_next = []
+
+        def unreadable(trace_id: str) -> dict[str, Any] | None:
+            raise OSError("disk I/O error")
+
+        sinks = _delivering(down, Metrics(CollectorRegistry()))
+        second = Process(tmp_path, WALL0 + 30.0, sinks=sinks)
+        second.engine.finishing._stored = unreadable
+        assert second.advance(GRACE) == 1
+        _stop(sinks, 5.0)
+        assert _verdicts(down) == []
+        spans = _forwarded(down)
+        assert set(spans) == {sp.span_id for sp in run(T, end=100)}
+        assert not any(k.startswith("otel_eval.") for sp in spans.values() for k in sp)
+        assert second.sample("otel_eval_evaluation_failures_total", stage="stored_read",
+                             reason="OSError") == 1
+        assert second.spool.held() == (0, 0)
+        second.stop()
+
+
+def test_a_waiter_that_fails_is_counted_and_the_trace_still_released(tmp_path: Path) -> None:
+    """A waiter's bug (a Kafka offset commit) costs neither the sender's thread nor the
+    spool's delete, and is counted."""
+    p = Process(tmp_path, WALL0)
+    p.send(run(T, end=100))
+    p.now += GRACE
+    p.wall += GRACE
+    p.engine.tick()
+
+    def broken() -> None:
+        raise RuntimeError("a bug")
+
+    with p.engine._lock:
+        assert p.engine.finishing.wait_for([T], broken) == 1
+    assert p.engine.process() == 1
+    assert p.sample("otel_eval_evaluation_failures_total", stage="release",
+                    reason="RuntimeError") == 1
+    assert p.spool.held() == (0, 0)
+    p.stop()
+
+
 def test_a_trace_delivered_downstream_leaves_the_spool(tmp_path: Path) -> None:
     """Delivered: the spool deletes the run (one transaction per sender batch), and a
     restart has nothing to send again."""
