@@ -116,6 +116,13 @@ class Step:
     # JSON; written into the v1 object's ``truncated`` beside the texts cut there
     cut: dict[str, int] = field(default_factory=dict)
 
+    @property
+    def kind_unknown(self) -> bool:
+        """Whether the span's marker carries a value its convention does not define: the step
+        may have been a call or an answer, so a rule that concludes from the absence of one
+        (nothing succeeded after, no call ran, nothing between) draws nothing over it."""
+        return "kind" in self.unknown
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "index": self.index,

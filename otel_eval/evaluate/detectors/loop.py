@@ -282,18 +282,25 @@ def stagnation(llm_steps: Sequence[Step], cfg: LoopConfig) -> list[Finding]:
 
 
 def _explained(finding: Finding, steps: int, llm_at: list[int], tools_at: list[int],
-               covered: set[int]) -> bool:
+               unknown_at: list[int], covered: set[int]) -> bool:
     """Whether every LLM output of a stagnation run led only to calls already flagged as a
     loop (then the stagnation is the same loop seen from the model's side: one reason).
-    ``llm_at`` / ``tools_at``: the ascending step indexes of the LLM and tool steps; the tool
-    steps between two LLM steps are found by bisection (a run of n outputs costs n log n)."""
+    ``llm_at`` / ``tools_at`` / ``unknown_at``: the ascending step indexes of the LLM, tool
+    and unknown-kind steps; the steps between two LLM steps are found by bisection (a run of
+    n outputs costs n log n). An output followed by steps of unknown kind alone may have led
+    to the loop's calls: it does not stand against the loop the others led to."""
+    looped = False
     for idx in finding.step_indexes:
         k = bisect_right(llm_at, idx)
         nxt = llm_at[k] if k < len(llm_at) else steps
         following = tools_at[bisect_right(tools_at, idx):bisect_left(tools_at, nxt)]
-        if not following or not covered.issuperset(following):
+        if not covered.issuperset(following):
             return False
-    return True
+        if following:
+            looped = True
+        elif bisect_right(unknown_at, idx) == bisect_left(unknown_at, nxt):
+            return False  # no call followed it
+    return looped
 
 
 def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) -> list[Finding]:
@@ -309,6 +316,7 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
     stagnant = stagnation(llm, cfg)
     if stagnant:
         llm_at, tools_at = [s.index for s in llm], [s.index for s in trajectory.tool_steps]
+        unknown_at = [s.index for s in trajectory.steps if s.kind_unknown]
         found += [f for f in stagnant if not _explained(f, len(trajectory.steps), llm_at,
-                                                         tools_at, covered)]
+                                                         tools_at, unknown_at, covered)]
     return found

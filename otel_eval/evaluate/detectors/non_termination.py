@@ -83,7 +83,9 @@ def _last_llm(trajectory: Trajectory) -> list[Finding]:
         return [Finding("non_termination", "length_stop", "error",
                         "the last LLM call was cut off at its token limit", *where,
                         {"finish_reasons": list(last.finish_reasons)})]
-    later_tools = any(s.kind == "tool" and s.index > last.index for s in trajectory.steps)
+    # a later step of unknown kind may have run them, or answered
+    later_tools = any((s.kind == "tool" or s.kind_unknown) and s.index > last.index
+                      for s in trajectory.steps)
     if last.tool_calls and not later_tools and not (trajectory.output or "").strip():
         names = [c.name for c in last.tool_calls]
         return [Finding("non_termination", "pending_tool_calls", "error",

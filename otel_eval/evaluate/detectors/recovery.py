@@ -79,7 +79,7 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
     by_key: dict[str, list[int]] = {}
     for i, c in enumerate(cs):
         by_key.setdefault(c.key, []).append(i)
-    unknown_after = max((s.index for s in trajectory.steps if "kind" in s.unknown), default=-1)
+    unknown_after = max((s.index for s in trajectory.steps if s.kind_unknown), default=-1)
     out, accounted = [], set()
     for i, c in enumerate(cs):
         if c.failed and i not in accounted:

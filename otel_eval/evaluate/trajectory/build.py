@@ -149,7 +149,7 @@ def _unrecorded(steps: list[Step], output: str | None) -> dict[str, int]:
         elif step.kind == "llm" and step.output_text is None:
             key = "unparsed" if "output_text" in step.unknown else "llm_output"
             out[key] = out.get(key, 0) + 1
-        elif "kind" in step.unknown:  # a marker value no convention defines
+        elif step.kind_unknown:  # a marker value no convention defines
             out["unparsed"] = out.get("unparsed", 0) + 1
     if output is None:
         out["output"] = 1
