@@ -162,7 +162,8 @@ class Finishing:
             return
         now = self._clock()
         delivering = [s for s in self.sinks if isinstance(s, DeliveringSink)]
-        held = [Held(j.trace, self._release) for j in jobs]
+        held = [Held(j.trace.trace_id, j.trace.revision, self._release, j.trace.waiters)
+                for j in jobs]
         for job, out, h in zip(jobs, outcomes, held, strict=True):
             trace, ev = job.trace, out.evaluation
             if ev is None:  # already evaluated (and exported then), no agent run, or a

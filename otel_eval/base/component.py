@@ -64,9 +64,11 @@ class Held:
     __slots__ = ("_count", "release", "revision", "trace_id", "waiters")
     _lock = threading.Lock()  # counts change on finishing's and the senders' threads
 
-    def __init__(self, trace: Trace, release: Callable[[list[Held]], None]) -> None:
-        self.trace_id, self.revision = trace.trace_id, trace.revision
-        self.waiters = trace.waiters  # the trace's own list: read when released
+    def __init__(self, trace_id: str, revision: int, release: Callable[[list[Held]], None],
+                 waiters: list[Callable[[], None]] | None = None) -> None:
+        """``waiters``: the trace's own list (read when released), if any."""
+        self.trace_id, self.revision = trace_id, revision
+        self.waiters = waiters if waiters is not None else []
         self.release = release
         self._count = 1  # finishing's own, settled when it has run the sinks
 

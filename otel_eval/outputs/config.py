@@ -24,7 +24,8 @@ _HEADER_KEY = re.compile(r"^[0-9a-z_.-]+$")
 @dataclass(frozen=True)
 class ExportConfig:
     # OTLP/gRPC endpoint (HOST:PORT) receiving gen_ai.evaluation.result events; empty = off.
-    # A run's findings and verdict are sent at least once, as forward_endpoint's spans.
+    # A run's findings and verdict are sent at least once, as forward_endpoint's spans; so
+    # are the judge's grades (kept in the judge's journal until delivered).
     events_endpoint: str = ""
     # OTLP/gRPC endpoint receiving the evaluated spans, stamped with otel_eval.* attributes.
     # At least once: with the spool on, a trace stays in it until its spans are delivered or

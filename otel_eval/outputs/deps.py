@@ -16,6 +16,7 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry
 
 from otel_eval.base.aio import LoopThread
+from otel_eval.base.component import Held
 from otel_eval.base.results import Evaluation
 from otel_eval.store import EvaluationStore
 from otel_eval.telemetry.metrics import Metrics
@@ -24,7 +25,8 @@ from otel_eval.telemetry.metrics import Metrics
 class JudgeEvents(Protocol):
     """Where a stored judgement goes out as events (``outputs.events.EvaluationEvents``)."""
 
-    def export_judge(self, evaluation: Evaluation, root: str, low_score: float) -> None: ...
+    def export_judge(self, evaluation: Evaluation, root: str, low_score: float,
+                     held: tuple[Held, ...] = ()) -> None: ...
 
 
 @dataclass(frozen=True)

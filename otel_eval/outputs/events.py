@@ -268,10 +268,13 @@ class EvaluationEvents:
     def pass_on(self, trace: model.Trace, held: Held | None = None) -> None:
         """No evaluation, no event."""
 
-    def export_judge(self, evaluation: Evaluation, root: str, low_score: float) -> None:
-        """The judge's grades, sent once the (asynchronous) judge is done with the trace."""
+    def export_judge(self, evaluation: Evaluation, root: str, low_score: float,
+                     held: tuple[Held, ...] = ()) -> None:
+        """The judge's grades, sent once the (asynchronous) judge is done with the trace;
+        ``held`` taken with them (the judge's journal entry, cleared once they are delivered
+        or dropped for good)."""
         now = time.time_ns()
-        self._submit(judge_records(evaluation, root, self.version, now, low_score))
+        self._submit(judge_records(evaluation, root, self.version, now, low_score), held)
 
     def evaluation_failed(self, trace: model.Trace, name: str, error_type: str,
                           explanation: str) -> None:

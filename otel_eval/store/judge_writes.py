@@ -11,7 +11,8 @@ still run. The future says whether the store took the judgement (False: the row 
 re-evaluated since, so the judgement is of an old revision) or the store's exception.
 
 ``put`` may ``shape`` the judgement on that thread first (the judge cuts it to fit the stored
-result) and run ``after`` once it is stored (the judge's journal entry cleared); ``call`` runs
+result) and run ``after(stored)`` once the store answered (the judge's journal entry cleared,
+or kept for the judgement's events); ``call`` runs
 other work in order with the writes (the journal of pending judge work).
 """
 
@@ -41,14 +42,14 @@ class JudgeWrites:
 
     def put(self, trace_id: str, revision: int, judge: Judgement, *,
             shape: Callable[[Judgement], Judgement] | None = None,
-            after: Callable[[], None] | None = None) -> Future[bool]:
-        """Queue ``store.put_judge(trace_id, revision, shape(judge))``, then ``after()``;
-        RuntimeError once stopped."""
+            after: Callable[[bool], None] | None = None) -> Future[bool]:
+        """Queue ``store.put_judge(trace_id, revision, shape(judge))``, then
+        ``after(stored)``; RuntimeError once stopped."""
         def write() -> bool:
             stored = self._store.put_judge(trace_id, revision,
                                            shape(judge) if shape is not None else judge)
             if after is not None:
-                after()
+                after(stored)
             return stored
         return self.call(write)
 

@@ -1,23 +1,31 @@
 """What the judge stores is bounded and never silently lost (issue 33, findings 7 and 9): a
 judgement is cut to fit the stored result (a 10 MB critique gave a 20.9 MB body, limit
 4 MiB), and the work a killed process held is marked skipped ``restart`` at the next start
-and counted (kill -9 lost 190 of 393 judge jobs without a mark)."""
+and counted (kill -9 lost 190 of 393 judge jobs without a mark). A judgement's events the
+process could not deliver go out after the restart, from the store."""
 
 from __future__ import annotations
 
 import re
+import sqlite3
 from pathlib import Path
 from typing import Any
 
+import grpc
 from judge_fake_llm import FakeLLM, Reply, good
 from judge_fixtures import combined_reply, config, evaluation
 from prometheus_client import CollectorRegistry
+from support.otlp_capture import Capture
 from support.poll import poll
 
 from otel_eval.base.aio import LoopThread
 from otel_eval.base.model import Trace
+from otel_eval.decode.otlp import attributes_to_dict
 from otel_eval.evaluate.judge.fit import fit, size
+from otel_eval.evaluate.judge.journal import PendingJournal
 from otel_eval.evaluate.judge.stage import JudgeStage
+from otel_eval.outputs.config import ExportConfig
+from otel_eval.outputs.events import EvaluationEvents
 from otel_eval.store import SqliteStore
 from otel_eval.telemetry.metrics import Metrics
 
@@ -124,3 +132,142 @@ def test_work_of_a_killed_process_is_marked_restart_and_counted(llm: FakeLLM,
         loop.stop()
         dead_loop.stop()
         store.close()
+
+
+def _events(down: Capture) -> EvaluationEvents:
+    cfg = ExportConfig(events_endpoint=f"127.0.0.1:{down.port}", max_retry_s=60.0,
+                       initial_backoff_s=0.01, max_backoff_s=0.05)
+    events = EvaluationEvents(cfg, Metrics(CollectorRegistry()))
+    events.start()
+    return events
+
+
+def _grades(down: Capture) -> list[tuple[str, dict[str, Any]]]:
+    """(span id, attributes) of the judge's records downstream received (they name the
+    judge's model)."""
+    return [(r.span_id.hex(), a) for req in down.logs for rl in req.resource_logs
+            for sl in rl.scope_logs for r in sl.log_records
+            if "otel_eval.judge.model" in (a := attributes_to_dict(r.attributes))]
+
+
+def test_judge_events_a_stop_could_not_deliver_go_out_after_the_restart(
+        llm: FakeLLM, tmp_path: Path) -> None:
+    """The judgement is stored while the collector is away; the stop's flush fails (dropped
+    ``shutdown``). Before, the journal entry went at the store's write, and the events were
+    lost downstream; now the entry stays until they are delivered, and the next start sends
+    them from the stored judgement: no second judge call, no ``restart`` skip."""
+    llm.route = _scripted("fine")
+    path = str(tmp_path / "s.db")
+    store = SqliteStore(path).open()
+    ev = evaluation(trace_id="c3" * 16)
+    ev.trajectory.run_span_id = "0a" * 8
+    store.put_many([ev])
+    with Capture() as down:
+        down.fail_next = [grpc.StatusCode.UNAVAILABLE] * 10_000
+        loop = LoopThread()
+        loop.start()
+        events = _events(down)
+        first = JudgeStage(config(llm.api_base, combined=True), loop, store,
+                           Metrics(CollectorRegistry()), events, cache_path=path)
+        try:
+            first.start()
+            first.export(Trace(ev.trace_id, [], "complete"), ev)
+            judge = _wait_judged(store, ev.trace_id)
+            poll(lambda: down.failed, "the events' first delivery to fail", interval_s=0.02)
+        finally:
+            first.shutdown(5.0)
+            events.shutdown(0.2)  # the collector still away: dropped for shutdown
+            loop.stop()
+        assert _grades(down) == [] and len(llm.requests) == 1
+        down.fail_next = []
+
+        loop, registry = LoopThread(), CollectorRegistry()
+        loop.start()
+        events = _events(down)
+        second = JudgeStage(config(llm.api_base, combined=True), loop, store,
+                            Metrics(registry), events, cache_path=path)
+        try:
+            second.start()
+            grades = poll(lambda: _grades(down), "the judgement's events downstream",
+                          interval_s=0.02)
+            poll(lambda: second._journal is not None and not second._journal.pending(),
+                 "the delivered judgement to leave the journal", interval_s=0.02)
+        finally:
+            second.shutdown(5.0)
+            events.shutdown(5.0)
+            loop.stop()
+            store.close()
+    scores = {g["gen_ai.evaluation.name"]: (span, g["gen_ai.evaluation.score.value"])
+              for span, g in grades}
+    # on the run's span, as the first process would have sent it (the journal kept it)
+    assert scores["trace"] == ("0a" * 8, judge["judges"]["trace"]["scores"]["trace"])
+    assert len(llm.requests) == 1  # sent from the store, not judged again
+    assert (registry.get_sample_value("otel_eval_judge_skipped_total", {"reason": "restart"})
+            or 0.0) == 0.0
+
+
+def test_judge_events_the_stop_delivers_leave_the_journal(llm: FakeLLM, tmp_path: Path) -> None:
+    """The events sink flushes after the judge stage stopped (and closed its journal): what
+    that flush delivers still leaves the journal, so the next start sends nothing again."""
+    llm.route = _scripted("fine")
+    path = str(tmp_path / "s.db")
+    store = SqliteStore(path).open()
+    ev = evaluation(trace_id="d4" * 16)
+    store.put_many([ev])
+    with Capture() as down:
+        down.fail_next = [grpc.StatusCode.UNAVAILABLE] * 10_000
+        loop = LoopThread()
+        loop.start()
+        events = _events(down)
+        first = JudgeStage(config(llm.api_base, combined=True), loop, store,
+                           Metrics(CollectorRegistry()), events, cache_path=path)
+        try:
+            first.start()
+            first.export(Trace(ev.trace_id, [], "complete"), ev)
+            _wait_judged(store, ev.trace_id)
+            poll(lambda: down.failed, "the events' first delivery to fail", interval_s=0.02)
+            first.shutdown(5.0)  # the journal closed, the events still queued
+            down.fail_next = []
+        finally:
+            events.shutdown(5.0)  # the flush delivers them
+            loop.stop()
+        delivered = len(_grades(down))
+        assert delivered > 0
+
+        loop = LoopThread()
+        loop.start()
+        events = _events(down)
+        second = JudgeStage(config(llm.api_base, combined=True), loop, store,
+                            Metrics(CollectorRegistry()), events, cache_path=path)
+        try:
+            second.start()
+            assert second._journal is not None
+            assert second._writer is not None  # behind the start's journal pass:
+            assert second._writer.call(lambda: True).result(30)
+            assert second._journal.pending() == []
+        finally:
+            second.shutdown(5.0)
+            events.shutdown(5.0)
+            loop.stop()
+            store.close()
+    assert len(_grades(down)) == delivered  # nothing sent twice
+
+
+def test_a_journal_an_older_version_wrote_opens_with_its_entries(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.db")
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE judge_pending (trace_id TEXT NOT NULL, revision INTEGER NOT "
+                   "NULL, queued_at REAL NOT NULL, PRIMARY KEY (trace_id, revision))")
+        db.execute("INSERT INTO judge_pending VALUES ('e5', 0, 1.0)")
+    db.close()
+    journal = PendingJournal(path).open()
+    try:
+        assert journal.pending() == [("e5", 0, "")]
+        journal.add("f6", 1, "0b" * 8)
+        assert journal.pending()[1] == ("f6", 1, "0b" * 8)
+    finally:
+        journal.close()
+    journal.delivered([("f6", 1)])  # once closed too
+    again = PendingJournal(path).open()
+    assert again.pending() == [("e5", 0, "")]
+    again.close()

@@ -211,7 +211,7 @@ class Releases:
         self.batches: list[list[str]] = []
 
     def held(self, trace_id: str = "t") -> Held:
-        return Held(Trace(trace_id, trace().spans, "complete"), self.release)
+        return Held(trace_id, 0, self.release)
 
     def release(self, held: list[Held]) -> None:
         self.batches.append([h.trace_id for h in held])

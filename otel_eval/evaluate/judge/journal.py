@@ -5,9 +5,13 @@ The judge queue lives in memory. ``PendingJournal`` keeps, in table ``judge_pend
 local SQLite file the rubric cache uses, the (trace id, revision) of each evaluation queued for
 the judge and not yet stored with its judgement or its skip. It is written only from the judge
 stage's writer thread, in order: an entry is added before the judgement's own write is made,
-and removed right after it. What a start finds there was queued by a process that died
-before storing it: the stage stores each as skipped ``restart`` (counted in
-``otel_eval_judge_skipped_total{reason="restart"}``) instead of leaving the row unmarked.
+and removed right after it, or, when the judgement's events go out (``export.events_endpoint``),
+once the events sink has delivered them or dropped them for good (the sink's queue is memory).
+What a start finds there was queued by a process that died before storing it, or before its
+events left: the stage stores the first as skipped ``restart`` (counted in
+``otel_eval_judge_skipped_total{reason="restart"}``) instead of leaving the row unmarked, and
+sends the stored judgement's events again for the second (at least once). The entry keeps the
+span the run's events are attached to (``run_span_id``), which the stored row does not.
 
 The entry is written by the writer thread after the submit, behind the judge writes queued
 before it: a kill in that gap (milliseconds; longer while the store holds the writer) still
@@ -24,12 +28,15 @@ import threading
 import time
 from collections.abc import Callable
 
+_DELETE = "DELETE FROM judge_pending WHERE trace_id = ? AND revision = ?"
+
 
 class PendingJournal:
     SCHEMA = """CREATE TABLE IF NOT EXISTS judge_pending (
         trace_id TEXT NOT NULL,
         revision INTEGER NOT NULL,
         queued_at REAL NOT NULL,   -- unix seconds
+        run_span_id TEXT NOT NULL DEFAULT '',
         PRIMARY KEY (trace_id, revision)
     )"""
 
@@ -43,34 +50,54 @@ class PendingJournal:
         self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=60.0)
         with self._db:
             self._db.execute(self.SCHEMA)
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(judge_pending)")}
+            if "run_span_id" not in columns:  # a journal an older version wrote
+                self._db.execute("ALTER TABLE judge_pending ADD COLUMN run_span_id TEXT "
+                                 "NOT NULL DEFAULT ''")
         return self
 
     # Each call is a no-op once closed: a write finishing past the shutdown deadline leaves its
     # entry behind, so the stage marks an entry only when its row has no judge object yet.
 
-    def add(self, trace_id: str, revision: int) -> bool:
+    def add(self, trace_id: str, revision: int, run_span_id: str = "") -> bool:
         with self._lock:
             if self._db is not None:
                 with self._db:
-                    self._db.execute("INSERT OR REPLACE INTO judge_pending VALUES (?, ?, ?)",
-                                     (trace_id, revision, self.wall_clock()))
+                    self._db.execute("INSERT OR REPLACE INTO judge_pending (trace_id, "
+                                     "revision, queued_at, run_span_id) VALUES (?, ?, ?, ?)",
+                                     (trace_id, revision, self.wall_clock(), run_span_id))
         return True
 
     def remove(self, trace_id: str, revision: int) -> None:
         with self._lock:
             if self._db is not None:
                 with self._db:
-                    self._db.execute("DELETE FROM judge_pending WHERE trace_id = ? AND "
-                                     "revision = ?", (trace_id, revision))
+                    self._db.execute(_DELETE, (trace_id, revision))
 
-    def pending(self) -> list[tuple[str, int]]:
-        """Every entry, oldest first (the caller marks each, then removes it)."""
+    def delivered(self, entries: list[tuple[str, int]]) -> None:
+        """The entries whose judgements' events the sink delivered (or dropped for good), in
+        one transaction; also once closed: the events sink flushes after the judge stage
+        stopped, and an entry left would send them again at the next start."""
+        with self._lock:
+            if self._db is None and self.path == ":memory:":
+                return  # gone with its connection
+            db = self._db if self._db is not None else sqlite3.connect(self.path, timeout=60.0)
+            try:
+                with db:
+                    db.executemany(_DELETE, entries)
+            finally:
+                if db is not self._db:
+                    db.close()
+
+    def pending(self) -> list[tuple[str, int, str]]:
+        """Every entry (trace id, revision, run span id), oldest first (the caller marks
+        each, then removes it)."""
         with self._lock:
             if self._db is None:
                 return []
-            rows = self._db.execute("SELECT trace_id, revision FROM judge_pending "
-                                    "ORDER BY queued_at").fetchall()
-        return [(str(t), int(r)) for t, r in rows]
+            rows = self._db.execute("SELECT trace_id, revision, run_span_id FROM "
+                                    "judge_pending ORDER BY queued_at").fetchall()
+        return [(str(t), int(r), str(s)) for t, r, s in rows]
 
     def close(self) -> None:
         with self._lock:

@@ -15,9 +15,11 @@ sampled and budgeted as traces (skips counted with the same reasons); a stop cut
 under way at its deadline (the session keeps its verdict by code, no ``judge``).
 
 Each queued evaluation is kept in a journal (``journal.PendingJournal``) until its judgement or
-skip is stored, so the work a killed process held is marked skipped ``restart`` at the next
-start, and counted. Each judgement is cut to fit the stored result (``fit``: the trajectory's
-``max_value_bytes`` per text, ``max_result_bytes`` for the whole row) before it is written.
+skip is stored, and a judgement's until its events are delivered (or dropped for good): the work
+a killed process held is marked skipped ``restart`` at the next start, and counted, and the
+events of a judgement stored but not delivered are sent again from the store (at least once).
+Each judgement is cut to fit the stored result (``fit``: the trajectory's ``max_value_bytes``
+per text, ``max_result_bytes`` for the whole row) before it is written.
 
 ``export`` never blocks the engine: it schedules the submit on the service's event loop and
 returns. When the judge is slow, down or over budget the queue skips traces with a reason
@@ -45,8 +47,9 @@ from concurrent.futures import Future
 from typing import Any
 
 from otel_eval.base.aio import LoopThread
+from otel_eval.base.component import Held, settle
 from otel_eval.base.model import Trace
-from otel_eval.base.results import Evaluation
+from otel_eval.base.results import Evaluation, stored_evaluation
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.judge.client import CallResult, check_credentials, close_clients
 from otel_eval.evaluate.judge.config import JudgeConfig
@@ -84,6 +87,8 @@ class JudgeStage:
         self.cache_path = cache_path
         self._cache: SqliteRubricCache | None = None
         self._journal: PendingJournal | None = None
+        # the journal as opened, also once closed: events delivered after the stop clear it
+        self._journal_ever: PendingJournal | None = None
         self.judge: Judge | None = None  # made at start(): it reads the prompt files
         self.queue: JudgeQueue | None = None
         self._writer: JudgeWrites | None = None
@@ -107,34 +112,45 @@ class JudgeStage:
         # one thread: the judge's writes reach the store one at a time, in order
         self._writer = JudgeWrites(self.store)
         self._writer.start()
-        self._journal = PendingJournal(self.cache_path).open()
+        self._journal = self._journal_ever = PendingJournal(self.cache_path).open()
         self._writer.call(self._mark_lost)  # before any new work: the writer runs in order
         self.loop.run(self.queue.start(), timeout_s=10)
 
     def _mark_lost(self) -> bool:  # on the writer thread
-        """Store the work a dead process left in the journal as skipped ``restart``."""
+        """Store the work a dead process left in the journal as skipped ``restart``; send the
+        events of the judgements it stored and had not delivered again."""
         assert self._journal is not None
         lost = self._journal.pending()
         if lost:
-            log.warning("%d traces queued for the judge by a process that stopped without "
-                        "judging them: stored as skipped restart", len(lost))
+            log.warning("%d traces queued for the judge by a process that stopped before "
+                        "judging them (stored as skipped restart) or before their events "
+                        "left (sent again)", len(lost))
         try:
-            for trace_id, revision in lost:
+            for trace_id, revision, run_span_id in lost:
                 row = self.store.get(trace_id)  # a write that landed past a shutdown deadline
-                if row is not None and row.get("revision") == revision and "judge" not in row:
+                if row is None or row.get("revision") != revision:
+                    self._journal.remove(trace_id, revision)  # evaluated again since: its own
+                elif "judge" not in row:
                     self.store.put_judge(trace_id, revision, skipped_judge("restart"))
                     self.metrics.judge.skip("restart")
-                self._journal.remove(trace_id, revision)
+                    self._journal.remove(trace_id, revision)
+                elif self.events is not None:
+                    trace = Trace(trace_id, [], row.get("status") or "complete",
+                                  revision=revision)
+                    self._send(stored_evaluation(trace, row), run_span_id)
+                else:
+                    self._journal.remove(trace_id, revision)
         except Exception as e:  # the store's failure: said; the entries left wait for a start
             log.error("marking the judge work of a stopped process failed: %s",
                       type(e).__name__, exc_info=e)
             return False
         return True
 
-    def _journal_add(self, trace_id: str, revision: int) -> bool:  # on the writer thread
+    def _journal_add(self, trace_id: str, revision: int,
+                     run_span_id: str) -> bool:  # on the writer thread
         assert self._journal is not None
         try:
-            self._journal.add(trace_id, revision)
+            self._journal.add(trace_id, revision, run_span_id)
         except sqlite3.Error as e:  # judging goes on; only a crash's mark is at stake
             log.error("journaling judge work of trace %s failed: %s", trace_id, e)
             return False
@@ -156,7 +172,8 @@ class JudgeStage:
         if self.queue.submit(evaluation, nbytes) and self._journal is not None:
             # queued after the submit: a worker's write for it can only come later
             trace_id, revision = evaluation.trace_id, evaluation.trajectory.revision
-            self._writer.call(lambda: self._journal_add(trace_id, revision))
+            run_span_id = evaluation.trajectory.run_span_id
+            self._writer.call(lambda: self._journal_add(trace_id, revision, run_span_id))
         self.metrics.judge.queue_depth(self.queue.qsize())
 
     def _done(self, evaluation: Evaluation) -> None:  # on the loop
@@ -165,9 +182,28 @@ class JudgeStage:
         self._write(evaluation, then=self._judged if self.events is not None else None)
 
     def _judged(self, evaluation: Evaluation) -> None:  # on the loop, once it is stored
+        self._send(evaluation, evaluation.trajectory.run_span_id)
+
+    def _send(self, evaluation: Evaluation, run_span_id: str) -> None:
+        """The judgement's events, holding its journal entry until they are delivered or
+        dropped for good (``_delivered``); a stop first leaves it for the next start."""
         assert self.events is not None
-        self.events.export_judge(evaluation, evaluation.trajectory.run_span_id,
-                                 self.config.low_score_threshold)
+        held = Held(evaluation.trace_id, evaluation.trajectory.revision, self._delivered)
+        try:
+            self.events.export_judge(evaluation, run_span_id, self.config.low_score_threshold,
+                                     (held,))
+        finally:
+            settle([held])  # the stage's own hold: nothing queued is delivered at once
+
+    def _delivered(self, held: list[Held]) -> None:  # on a sender's thread (or this one)
+        journal = self._journal_ever
+        if journal is None:
+            return
+        try:
+            journal.delivered([(h.trace_id, h.revision) for h in held])
+        except sqlite3.Error as e:  # delivered: the next start sends them again (at least once)
+            log.error("clearing the journal entries of %d delivered judgements failed: %s",
+                      len(held), e)
 
     def _skipped(self, evaluation: Evaluation, reason: str) -> None:  # on the loop
         self._write(evaluation)
@@ -177,11 +213,14 @@ class JudgeStage:
         """Hand ``put_judge`` to the writer thread and return at once; ``then(evaluation)``
         runs on the loop once the store took it (not when the trace was re-evaluated since)."""
         assert evaluation.judge is not None and self._writer is not None
+        events = then is not None
         try:
             write = self._writer.put(
                 evaluation.trace_id, evaluation.trajectory.revision, evaluation.judge,
                 shape=lambda judge: self._fit(evaluation, judge),
-                after=lambda: self._journal_remove(evaluation))
+                # a judgement whose events go out keeps its entry until they are delivered
+                after=lambda stored: None if stored and events else self._journal_remove(
+                    evaluation))
         except RuntimeError:  # the writer has stopped: the shutdown deadline passed
             log.warning("judge result of trace %s not stored: the stage has stopped",
                         evaluation.trace_id)
