@@ -193,7 +193,7 @@ class JudgeStage:
             self.events.export_judge(evaluation, run_span_id, self.config.low_score_threshold,
                                      (held,))
         finally:
-            settle([held])  # the stage's own hold: nothing queued is delivered at once
+            settle([held])  # the stage's own hold: released here when the sink queued none
 
     def _delivered(self, held: list[Held]) -> None:  # on a sender's thread (or this one)
         journal = self._journal_ever
