@@ -23,7 +23,10 @@ conclusion over that span: when it was the call that succeeded after a tool erro
 call that asked for it), nothing succeeded after, and the run ``gave_up`` (6 of 2,322); when it
 was the LLM call that answered, the one before it ended with calls that never ran
 (``pending_tool_calls``, 1); when it was one of a loop's calls, the model's repeated outputs
-before it were no longer that loop seen from the model's side (``stagnation``, 10).
+before it were no longer that loop seen from the model's side (``stagnation``, 10). And the
+runs that recovered from a tool error by a call known only from an LLM's reply (no span of its
+own: Haystack, CrewAI under OpenLLMetry) are evaluated again with that reply, or a requested
+call's name in it, not recorded: before, nothing succeeded after the failure (``gave_up``).
 """
 
 from __future__ import annotations
@@ -178,4 +181,36 @@ def test_a_step_of_unknown_kind_is_never_the_absence_a_finding_concludes_from() 
     finally:
         logging.disable(logging.NOTSET)
     assert changed >= 2000
+    assert not found, f"{len(found)} new finding(s):\n" + "\n".join(found[:20])
+
+
+# Where an LLM span records its reply (the calls it asked for), by convention.
+REPLY_KEYS = ("gen_ai.output.messages", "output.value", "gen_ai.completion.0.content")
+
+
+def test_a_reply_not_recorded_after_a_tool_error_is_no_gave_up() -> None:
+    """Every run that recovered, with one LLM span's reply, or the name of a call it asked
+    for, removed (or recorded empty): the run never gives up over what it cannot see."""
+    logging.disable(logging.WARNING)
+    try:
+        found, changed = [], 0
+        for trace in work.decode_recordings(work.conformance_requests()):
+            before = _evaluator().evaluate(trace)
+            if before is None or not any(f.kind == "recovered" for f in before.findings):
+                continue
+            kinds = {f.kind for f in before.findings if f.detector == "recovery"}
+            for i, sp in enumerate(trace.spans):
+                for key in sp.attributes:
+                    if not (key in REPLY_KEYS or key.endswith(REQUESTED_NAME_SUFFIXES)):
+                        continue
+                    for value in (None, ""):
+                        changed += 1
+                        after = _evaluator().evaluate(work.with_attribute(trace, i, key, value))
+                        assert after is not None
+                        found += [f"{trace.trace_id[:8]} {sp.name!r} {key} {value!r}: {f.kind}"
+                                  for f in after.findings if f.detector == "recovery"
+                                  and f.kind not in kinds]
+    finally:
+        logging.disable(logging.NOTSET)
+    assert changed >= 50
     assert not found, f"{len(found)} new finding(s):\n" + "\n".join(found[:20])

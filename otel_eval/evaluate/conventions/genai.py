@@ -82,29 +82,34 @@ def _event_text(span: Span, event_name: str, key: str) -> str | None:
 
 
 def _output_calls(text: str | None, want_reasons: bool
-                  ) -> tuple[list[ToolCall], list[str], list[Any] | None]:
+                  ) -> tuple[list[ToolCall], list[str], list[Any] | None, int]:
     """Tool calls and finish reasons inside output messages (current ``parts`` shape or the
-    OpenAI ``tool_calls`` shape of older completions), and the messages when the text is a
-    JSON list of them (``Step.parsed_output``). Parses only when worth it."""
+    OpenAI ``tool_calls`` shape of older completions), the messages when the text is a JSON
+    list of them (``Step.parsed_output``), and how many calls had no name (unknown calls).
+    Parses only when worth it."""
     if not text or ("tool_call" not in text and "toolUse" not in text
                     and "tool_use" not in text
                     and not (want_reasons and "finish_reason" in text)):
-        return [], [], None
+        return [], [], None, 0
     messages = parse_json(text)
     parsed = messages if isinstance(messages, list) else None
     if isinstance(messages, dict):
         messages = [messages]
     if not isinstance(messages, list):
-        return [], [], None
+        return [], [], None, 0
     calls: list[ToolCall] = []
     reasons: list[str] = []
+    nameless = 0
     for msg in messages:
         if not isinstance(msg, dict):
             continue
         if isinstance(msg.get("finish_reason"), str):
             reasons.append(msg["finish_reason"])
         for part in _list(msg.get("parts")):
-            if isinstance(part, dict) and part.get("type") == "tool_call" and part.get("name"):
+            if isinstance(part, dict) and part.get("type") == "tool_call":
+                if not part.get("name"):
+                    nameless += 1
+                    continue
                 calls.append(ToolCall(str(part["name"]), parse_json(part.get("arguments")),
                                       as_str(part.get("id")) or None))
         for tc in _list(msg.get("tool_calls")):
@@ -112,9 +117,11 @@ def _output_calls(text: str | None, want_reasons: bool
             if isinstance(fn, dict) and fn.get("name"):
                 calls.append(ToolCall(str(fn["name"]), parse_json(fn.get("arguments")),
                                       as_str(tc.get("id")) or None))
+            else:
+                nameless += 1
         if "parts" not in msg and "tool_calls" not in msg:
             calls.extend(_block_calls(msg.get("content")))
-    return calls, reasons, parsed
+    return calls, reasons, parsed, nameless
 
 
 def _block_calls(content: Any) -> list[ToolCall]:
@@ -181,8 +188,10 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
         reasons_attr = attrs.get("gen_ai.response.finish_reasons")
         step.finish_reasons = ([str(v) for v in reasons_attr if v is not None]
                                if type(reasons_attr) is list else as_list_of_str(reasons_attr))
-        step.tool_calls, reasons, step.parsed_output = _output_calls(text_out,
-                                                                    not step.finish_reasons)
+        step.tool_calls, reasons, step.parsed_output, nameless = _output_calls(
+            text_out, not step.finish_reasons)
+        if nameless:
+            step.unknown["tool_calls"] = f"{nameless} requested call(s) with no name recorded"
         if not step.finish_reasons:
             step.finish_reasons = reasons
     else:

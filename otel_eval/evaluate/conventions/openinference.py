@@ -190,8 +190,9 @@ def _implicit(span: Span, attrs: Attrs) -> StepKind | None:
     return None
 
 
-def _tool_calls(attrs: Attrs) -> list[ToolCall]:
-    """Tool calls from flattened output messages, ordered by (message, call) index."""
+def _tool_calls(attrs: Attrs) -> tuple[list[ToolCall], int]:
+    """Tool calls from flattened output messages, ordered by (message, call) index, and how
+    many more were recorded with no name (unknown calls)."""
     found: dict[tuple[int, int], dict[str, Any]] = {}
     for key, value in attrs.items():
         if not key.startswith(_OUT_PREFIX) or _CALL_MARK not in key:
@@ -209,7 +210,7 @@ def _tool_calls(attrs: Attrs) -> list[ToolCall]:
         if name:
             calls.append(ToolCall(str(name), parse_json(fields.get("function.arguments")),
                                   as_str(fields.get("id"))))
-    return calls
+    return calls, len(found) - len(calls)
 
 
 def _fill(step: Step, span: Span, attrs: Attrs) -> None:
@@ -245,9 +246,11 @@ def _fill_llm(step: Step, attrs: Attrs) -> None:
     step.finish_reasons = finish_reasons(output)
     reply = response_message(output)
     step.output_text = json.dumps([reply], ensure_ascii=False) if reply else output
-    step.tool_calls = _tool_calls(attrs)
+    step.tool_calls, nameless = _tool_calls(attrs)
     if not step.tool_calls and reply:
         step.tool_calls = reply_calls(reply)
+    if nameless and not step.tool_calls:
+        step.unknown["tool_calls"] = f"{nameless} requested call(s) with no name recorded"
     _haystack_call_ids(step.tool_calls, output)
     step.reply = as_str(attrs.get("llm.output_messages.0.message.content"))
     if step.reply is None and reply:

@@ -41,6 +41,7 @@ from otel_eval.evaluate.conventions.values import (
 
 _KINDS: dict[str, StepKind] = {"workflow": "chain", "task": "chain", "agent": "agent",
                                "tool": "tool"}
+_CALL_FIELDS = ("name", "id", "arguments")  # of gen_ai.completion.N.tool_calls.M
 _LLM_MARKERS = ("gen_ai.prompt.0.role", "gen_ai.prompt.0.content", "gen_ai.completion.0.role",
                 "gen_ai.completion.0.content", "gen_ai.completion.0.tool_calls.0.name")
 _LLM_REQUEST_TYPES = {"chat": "llm", "completion": "llm"}
@@ -116,25 +117,32 @@ def _messages(attrs: Attrs, prefix: str) -> list[dict[str, Any]]:
         i += 1
 
 
-def _completion_calls(attrs: Attrs, count: int) -> tuple[list[ToolCall], list[str]]:
+def _completion_calls(attrs: Attrs, count: int) -> tuple[list[ToolCall], list[str], int]:
+    """The calls the completions requested, their finish reasons, and how many calls were
+    recorded with no name (an id or arguments only: unknown calls)."""
     calls: list[ToolCall] = []
     reasons: list[str] = []
+    nameless = 0
     for i in range(count):
         prefix = f"gen_ai.completion.{i}"
         reason = attrs.get(f"{prefix}.finish_reason")
         if reason:
             reasons.append(str(reason))
         j = 0
-        while (name := attrs.get(f"{prefix}.tool_calls.{j}.name")) is not None:
+        while any(f"{prefix}.tool_calls.{j}.{k}" in attrs for k in _CALL_FIELDS):
             call = f"{prefix}.tool_calls.{j}"
-            calls.append(ToolCall(str(name), parse_json(attrs.get(f"{call}.arguments")),
-                                  as_str(attrs.get(f"{call}.id"))))
+            name = attrs.get(f"{call}.name")
+            if name:
+                calls.append(ToolCall(str(name), parse_json(attrs.get(f"{call}.arguments")),
+                                      as_str(attrs.get(f"{call}.id"))))
+            else:
+                nameless += 1
             j += 1
         fn_name = attrs.get(f"{prefix}.function_call.name")
         if fn_name is not None:
             calls.append(ToolCall(str(fn_name),
                                   parse_json(attrs.get(f"{prefix}.function_call.arguments"))))
-    return calls, reasons
+    return calls, reasons, nameless
 
 
 def _entity_text(raw: Any) -> str | None:
@@ -181,7 +189,9 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
     step.input_text = _dumps(_messages(attrs, "gen_ai.prompt"))
     completions = _messages(attrs, "gen_ai.completion")
     step.output_text = _dumps(completions)
-    step.tool_calls, step.finish_reasons = _completion_calls(attrs, len(completions))
+    step.tool_calls, step.finish_reasons, nameless = _completion_calls(attrs, len(completions))
+    if nameless:
+        step.unknown["tool_calls"] = f"{nameless} requested call(s) with no name recorded"
 
 
 def _fill_workflow_tool(step: Step, attrs: Attrs) -> None:

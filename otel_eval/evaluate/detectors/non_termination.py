@@ -83,10 +83,10 @@ def _last_llm(trajectory: Trajectory) -> list[Finding]:
         return [Finding("non_termination", "length_stop", "error",
                         "the last LLM call was cut off at its token limit", *where,
                         {"finish_reasons": list(last.finish_reasons)})]
-    # a later step of unknown kind may have run them, or answered
-    later_tools = any((s.kind == "tool" or s.kind_unknown) and s.index > last.index
-                      for s in trajectory.steps)
-    if last.tool_calls and not later_tools and not (trajectory.output or "").strip():
+    if (last.tool_calls and not (trajectory.output or "").strip()
+            # a later step of unknown kind may have run them, or answered
+            and not any((s.kind == "tool" or s.kind_unknown) and s.index > last.index
+                        for s in trajectory.steps)):
         names = [c.name for c in last.tool_calls]
         return [Finding("non_termination", "pending_tool_calls", "error",
                         f"the run ended with tool calls that never ran ({', '.join(names)}) "

@@ -7,8 +7,10 @@ nothing succeeded after it and the outcome is not known to be a success (with a 
 success the error is ``unrecovered``: a lucky pass, see lucky_pass).
 
 "Nothing succeeded after" is a conclusion from absence: a later step whose kind is unknown (a
-marker value no convention defines, ``Step.unknown["kind"]``) may have been the call that
-succeeded, so a failure followed by one has no finding but ``recovered``.
+marker value no convention defines, ``Step.kind_unknown``) may have been the call that
+succeeded; so may a later LLM step whose requested calls are unknown (its reply not recorded,
+or a call in it with no name), in a run whose calls are known only from its LLM's replies
+(rebuilt: no span of their own). A failure followed by either has no finding but ``recovered``.
 """
 
 from __future__ import annotations
@@ -67,19 +69,35 @@ def _one(cs: list[Call], i: int, ok_at: int, same_key: list[int], outcome: str |
                     attrs), set()
 
 
+def _unknown_after(trajectory: Trajectory) -> int:
+    """The index of the last step after which a call may have run unseen (module doc); -1:
+    none."""
+    rebuilt = any(s.rebuilt for s in trajectory.steps)
+    last = -1
+    for s in trajectory.steps:
+        if s.kind_unknown or (rebuilt and s.kind == "llm" and (
+                s.output_text is None or "tool_calls" in s.unknown)):
+            last = s.index
+    return last
+
+
 def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) -> list[Finding]:
     """One pass each way: n log n in the calls, whatever fails (each call is a retry of at
     most one failure)."""
     cs = calls_for(trajectory, config, context)
-    ok_after, nxt = [0] * len(cs), len(cs)
+    ok_after, nxt, failures = [0] * len(cs), len(cs), False
     for i in range(len(cs) - 1, -1, -1):
         ok_after[i] = nxt
         if not cs[i].failed:
             nxt = i
+        else:
+            failures = True
+    if not failures:
+        return []
     by_key: dict[str, list[int]] = {}
     for i, c in enumerate(cs):
         by_key.setdefault(c.key, []).append(i)
-    unknown_after = max((s.index for s in trajectory.steps if s.kind_unknown), default=-1)
+    unknown_after = _unknown_after(trajectory)
     out, accounted = [], set()
     for i, c in enumerate(cs):
         if c.failed and i not in accounted:
