@@ -12,7 +12,6 @@ from results_sample import LLM, ROOT, TOOL, evaluation, trace
 from support.otlp_capture import Capture
 
 from otel_eval.base.component import Held, settle
-from otel_eval.base.model import Trace
 from otel_eval.base.results import stored_evaluation
 from otel_eval.decode.encode import encode_spans
 from otel_eval.decode.otlp import attributes_to_dict
