@@ -189,11 +189,9 @@ class JudgeStage:
         dropped for good (``_delivered``); a stop first leaves it for the next start."""
         assert self.events is not None
         held = Held(evaluation.trace_id, evaluation.trajectory.revision, self._delivered)
-        try:
-            self.events.export_judge(evaluation, run_span_id, self.config.low_score_threshold,
-                                     (held,))
-        finally:
-            settle([held])  # the stage's own hold: released here when the sink queued none
+        self.events.export_judge(evaluation, run_span_id, self.config.low_score_threshold,
+                                 (held,))  # raising: the entry stays, sent at the next start
+        settle([held])  # the stage's own hold: released here when the sink queued none
 
     def _delivered(self, held: list[Held]) -> None:  # on a sender's thread (or this one)
         journal = self._journal_ever
