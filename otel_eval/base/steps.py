@@ -123,6 +123,17 @@ class Step:
         (nothing succeeded after, no call ran, nothing between) draws nothing over it."""
         return "kind" in self.unknown
 
+    @property
+    def calls_unknown(self) -> bool:
+        """Whether the reply asked for calls whose names were not recorded (``unnamed_calls``):
+        what it asked for is unknown."""
+        return "tool_calls" in self.unknown
+
+    def unnamed_calls(self, n: int) -> None:
+        """For the readers: ``n`` (> 0) calls the reply asked for were recorded with no name
+        (called only then: not a call per span)."""
+        self.unknown["tool_calls"] = f"{n} requested call(s) with no name recorded"
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "index": self.index,

@@ -35,7 +35,8 @@ trace context is explicit per record and every dropped record is counted with a 
 A trace's findings and verdict are sent at least once (``base.component.DeliveringSink``):
 the spool keeps the trace until its records are delivered or dropped for good, so a stop
 whose flush could not deliver them, or a crash, sends them after the restart, from the
-evaluation the store holds. The judge's and the sessions' records, sent later, are not held.
+evaluation the store holds. The judge's, sent later, are held in its journal until delivered
+(``evaluate.judge.journal``); the sessions' are not held.
 """
 
 from __future__ import annotations

@@ -191,7 +191,7 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
         step.tool_calls, reasons, step.parsed_output, nameless = _output_calls(
             text_out, not step.finish_reasons)
         if nameless:
-            step.unknown["tool_calls"] = f"{nameless} requested call(s) with no name recorded"
+            step.unnamed_calls(nameless)
         if not step.finish_reasons:
             step.finish_reasons = reasons
     else:

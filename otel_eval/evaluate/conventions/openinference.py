@@ -250,7 +250,7 @@ def _fill_llm(step: Step, attrs: Attrs) -> None:
     if not step.tool_calls and reply:
         step.tool_calls = reply_calls(reply)
     if nameless and not step.tool_calls:
-        step.unknown["tool_calls"] = f"{nameless} requested call(s) with no name recorded"
+        step.unnamed_calls(nameless)
     _haystack_call_ids(step.tool_calls, output)
     step.reply = as_str(attrs.get("llm.output_messages.0.message.content"))
     if step.reply is None and reply:

@@ -191,7 +191,7 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
     step.output_text = _dumps(completions)
     step.tool_calls, step.finish_reasons, nameless = _completion_calls(attrs, len(completions))
     if nameless:
-        step.unknown["tool_calls"] = f"{nameless} requested call(s) with no name recorded"
+        step.unnamed_calls(nameless)
 
 
 def _fill_workflow_tool(step: Step, attrs: Attrs) -> None:

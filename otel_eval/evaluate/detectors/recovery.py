@@ -76,7 +76,7 @@ def _unknown_after(trajectory: Trajectory) -> int:
     last = -1
     for s in trajectory.steps:
         if s.kind_unknown or (rebuilt and s.kind == "llm" and (
-                s.output_text is None or "tool_calls" in s.unknown)):
+                s.output_text is None or s.calls_unknown)):
             last = s.index
     return last
 
