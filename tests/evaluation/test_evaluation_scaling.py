@@ -6,8 +6,9 @@ that does not depend on the machine's speed; time is measured by the bench, not 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from support.bench_module import load_bench
@@ -19,11 +20,11 @@ from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.trajectory.links import join_calls
 
 SCALING = load_bench("evaluate_scaling.py", "evaluate_scaling")
+T = TypeVar("T")
 
 
-def _steps(shape: str, n: int) -> int:
-    spans = SCALING.SHAPES[shape](n)
-    evaluator = Evaluator(Config())
+def _line_events(fn: Callable[[], T]) -> tuple[int, T]:
+    """(the line and call events ``fn`` ran, what it returned): work counted, not timed."""
     count = 0
 
     def tracer(frame: FrameType, event: str, arg: Any) -> Any:
@@ -33,10 +34,18 @@ def _steps(shape: str, n: int) -> int:
 
     sys.settrace(tracer)
     try:
-        evaluation = evaluator.evaluate(Trace(SCALING.TRACE, spans, "complete"))
+        out = fn()
     finally:
         sys.settrace(None)
-    assert evaluation.verdict is not None
+    return count, out
+
+
+def _steps(shape: str, n: int) -> int:
+    spans = SCALING.SHAPES[shape](n)
+    evaluator = Evaluator(Config())
+    count, evaluation = _line_events(
+        lambda: evaluator.evaluate(Trace(SCALING.TRACE, spans, "complete")))
+    assert evaluation is not None and evaluation.verdict is not None
     return count
 
 
@@ -57,19 +66,7 @@ def _join_work(n: int) -> int:
                           tool_calls=[ToolCall("search", {"q": i}, f"call_{i}")]))
         steps.append(Step(2 * i + 1, f"t{i}", None, "tool", "fetch", tool_name="fetch",
                           call_id=f"run_{i}", arguments={"q": i}))
-    count = 0
-
-    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
-        nonlocal count
-        count += 1
-        return tracer
-
-    sys.settrace(tracer)
-    try:
-        join_calls(steps)
-    finally:
-        sys.settrace(None)
-    return count
+    return _line_events(lambda: join_calls(steps))[0]
 
 
 def test_an_unjoined_tool_step_costs_bounded_work() -> None:

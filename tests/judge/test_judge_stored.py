@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +152,42 @@ def _grades(down: Capture) -> list[tuple[str, dict[str, Any]]]:
             if "otel_eval.judge.model" in (a := attributes_to_dict(r.attributes))]
 
 
+@contextmanager
+def _serving(llm: FakeLLM, store: SqliteStore, down: Capture,
+             registry: CollectorRegistry | None = None,
+             back_for_flush: bool = False) -> Iterator[JudgeStage]:
+    """One process's judge stage and events sink to ``down``, stopped in serve's order: the
+    stage, then the sink's flush (the collector back for it with ``back_for_flush``; a flush
+    the collector still refuses drops the events for ``shutdown``)."""
+    loop = LoopThread()
+    loop.start()
+    events = _events(down)
+    stage = JudgeStage(config(llm.api_base, combined=True), loop, store,
+                       Metrics(registry or CollectorRegistry()), events,
+                       cache_path=store.location)
+    try:
+        stage.start()
+        yield stage
+    finally:
+        stage.shutdown(5.0)
+        if back_for_flush:
+            down.fail_next = []
+        events.shutdown(0.2 if down.fail_next else 5.0)
+        loop.stop()
+
+
+def _judged_while_away(llm: FakeLLM, store: SqliteStore, down: Capture, ev: Any,
+                       back_for_flush: bool = False) -> dict[str, Any]:
+    """A process judges ``ev`` while the collector refuses the events, and stops; the
+    judgement it stored."""
+    down.fail_next = [grpc.StatusCode.UNAVAILABLE] * 10_000
+    with _serving(llm, store, down, back_for_flush=back_for_flush) as first:
+        first.export(Trace(ev.trace_id, [], "complete"), ev)
+        judge = _wait_judged(store, ev.trace_id)
+        poll(lambda: down.failed, "the events' first delivery to fail", interval_s=0.02)
+    return judge
+
+
 def test_judge_events_a_stop_could_not_deliver_go_out_after_the_restart(
         llm: FakeLLM, tmp_path: Path) -> None:
     """The judgement is stored while the collector is away; the stop's flush fails (dropped
@@ -157,46 +195,23 @@ def test_judge_events_a_stop_could_not_deliver_go_out_after_the_restart(
     lost downstream; now the entry stays until they are delivered, and the next start sends
     them from the stored judgement: no second judge call, no ``restart`` skip."""
     llm.route = _scripted("fine")
-    path = str(tmp_path / "s.db")
-    store = SqliteStore(path).open()
+    store = SqliteStore(str(tmp_path / "s.db")).open()
     ev = evaluation(trace_id="c3" * 16)
     ev.trajectory.run_span_id = "0a" * 8
     store.put_many([ev])
-    with Capture() as down:
-        down.fail_next = [grpc.StatusCode.UNAVAILABLE] * 10_000
-        loop = LoopThread()
-        loop.start()
-        events = _events(down)
-        first = JudgeStage(config(llm.api_base, combined=True), loop, store,
-                           Metrics(CollectorRegistry()), events, cache_path=path)
-        try:
-            first.start()
-            first.export(Trace(ev.trace_id, [], "complete"), ev)
-            judge = _wait_judged(store, ev.trace_id)
-            poll(lambda: down.failed, "the events' first delivery to fail", interval_s=0.02)
-        finally:
-            first.shutdown(5.0)
-            events.shutdown(0.2)  # the collector still away: dropped for shutdown
-            loop.stop()
-        assert _grades(down) == [] and len(llm.requests) == 1
-        down.fail_next = []
-
-        loop, registry = LoopThread(), CollectorRegistry()
-        loop.start()
-        events = _events(down)
-        second = JudgeStage(config(llm.api_base, combined=True), loop, store,
-                            Metrics(registry), events, cache_path=path)
-        try:
-            second.start()
-            grades = poll(lambda: _grades(down), "the judgement's events downstream",
-                          interval_s=0.02)
-            poll(lambda: second._journal is not None and not second._journal.pending(),
-                 "the delivered judgement to leave the journal", interval_s=0.02)
-        finally:
-            second.shutdown(5.0)
-            events.shutdown(5.0)
-            loop.stop()
-            store.close()
+    registry = CollectorRegistry()
+    try:
+        with Capture() as down:
+            judge = _judged_while_away(llm, store, down, ev)
+            assert _grades(down) == [] and len(llm.requests) == 1
+            down.fail_next = []
+            with _serving(llm, store, down, registry) as second:
+                grades = poll(lambda: _grades(down), "the judgement's events downstream",
+                              interval_s=0.02)
+                poll(lambda: second._journal is not None and not second._journal.pending(),
+                     "the delivered judgement to leave the journal", interval_s=0.02)
+    finally:
+        store.close()
     scores = {g["gen_ai.evaluation.name"]: (span, g["gen_ai.evaluation.score.value"])
               for span, g in grades}
     # on the run's span, as the first process would have sent it (the journal kept it)
@@ -210,46 +225,21 @@ def test_judge_events_the_stop_delivers_leave_the_journal(llm: FakeLLM, tmp_path
     """The events sink flushes after the judge stage stopped (and closed its journal): what
     that flush delivers still leaves the journal, so the next start sends nothing again."""
     llm.route = _scripted("fine")
-    path = str(tmp_path / "s.db")
-    store = SqliteStore(path).open()
+    store = SqliteStore(str(tmp_path / "s.db")).open()
     ev = evaluation(trace_id="d4" * 16)
     store.put_many([ev])
-    with Capture() as down:
-        down.fail_next = [grpc.StatusCode.UNAVAILABLE] * 10_000
-        loop = LoopThread()
-        loop.start()
-        events = _events(down)
-        first = JudgeStage(config(llm.api_base, combined=True), loop, store,
-                           Metrics(CollectorRegistry()), events, cache_path=path)
-        try:
-            first.start()
-            first.export(Trace(ev.trace_id, [], "complete"), ev)
-            _wait_judged(store, ev.trace_id)
-            poll(lambda: down.failed, "the events' first delivery to fail", interval_s=0.02)
-            first.shutdown(5.0)  # the journal closed, the events still queued
-            down.fail_next = []
-        finally:
-            events.shutdown(5.0)  # the flush delivers them
-            loop.stop()
-        delivered = len(_grades(down))
-        assert delivered > 0
-
-        loop = LoopThread()
-        loop.start()
-        events = _events(down)
-        second = JudgeStage(config(llm.api_base, combined=True), loop, store,
-                            Metrics(CollectorRegistry()), events, cache_path=path)
-        try:
-            second.start()
-            assert second._journal is not None
-            assert second._writer is not None  # behind the start's journal pass:
-            assert second._writer.call(lambda: True).result(30)
-            assert second._journal.pending() == []
-        finally:
-            second.shutdown(5.0)
-            events.shutdown(5.0)
-            loop.stop()
-            store.close()
+    try:
+        with Capture() as down:
+            _judged_while_away(llm, store, down, ev, back_for_flush=True)
+            delivered = len(_grades(down))
+            assert delivered > 0
+            with _serving(llm, store, down) as second:
+                assert second._journal is not None
+                assert second._writer is not None  # behind the start's journal pass:
+                assert second._writer.call(lambda: True).result(30)
+                assert second._journal.pending() == []
+    finally:
+        store.close()
     assert len(_grades(down)) == delivered  # nothing sent twice
 
 

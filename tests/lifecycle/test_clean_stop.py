@@ -271,6 +271,16 @@ def _delivering(ds: Capture, metrics: Metrics) -> list[Any]:
     return sinks
 
 
+def _stored_while_away(tmp: Path, ds: Capture) -> tuple[Process, list[Any]]:
+    """A process that stored run ``T`` while ``ds`` refuses everything; its delivering sinks."""
+    ds.fail_next = [grpc.StatusCode.UNAVAILABLE] * 10_000
+    sinks = _delivering(ds, Metrics(CollectorRegistry()))
+    first = Process(tmp, WALL0, sinks=sinks)
+    first.send(run(T, end=100))
+    assert first.advance(GRACE) == 1
+    return first, sinks
+
+
 def _stop(sinks: list[Any], deadline_s: float) -> None:
     for sink in sinks:
         sink.shutdown(deadline_s)
@@ -300,11 +310,7 @@ def test_what_pass_through_could_not_deliver_goes_out_after_the_restart(
     restart replays it, finds it evaluated (not evaluated or counted again) and sends it
     again with the evaluation stored: spans stamped, the verdict event."""
     with Capture() as down:
-        down.fail_next = [grpc.StatusCode.UNAVAILABLE] * 10_000
-        sinks = _delivering(down, Metrics(CollectorRegistry()))
-        first = Process(tmp_path, WALL0, sinks=sinks)
-        first.send(run(T, end=100))
-        assert first.advance(GRACE) == 1
+        first, sinks = _stored_while_away(tmp_path, down)
         stored = first.stored()[T]
         if crash:  # nothing flushed, nothing deleted: the files as a kill -9 leaves them
             first.store.close()
@@ -342,11 +348,7 @@ def test_a_replay_whose_stored_evaluation_cannot_be_read_goes_on_unstamped_and_c
     """The restart finds the run evaluated but cannot read what the store holds: its spans
     still go on, as they came (no verdict made up), and the failure is counted."""
     with Capture() as down:
-        down.fail_next = [grpc.StatusCode.UNAVAILABLE] * 10_000
-        sinks = _delivering(down, Metrics(CollectorRegistry()))
-        first = Process(tmp_path, WALL0, sinks=sinks)
-        first.send(run(T, end=100))
-        assert first.advance(GRACE) == 1
+        first, sinks = _stored_while_away(tmp_path, down)
         first.store.close()
         first.spool.close()
         _stop(sinks, 0.2)
