@@ -243,6 +243,7 @@ def _fill_llm(step: Step, attrs: Attrs) -> None:
     step.input_text = (request_messages(step.input_text) or _flat_input(step.input_text, attrs)
                        or step.input_text)
     output = as_str(attrs.get("output.value"))
+    output = _textless_reply(output, attrs) or output
     step.finish_reasons = finish_reasons(output)
     reply = response_message(output)
     step.output_text = json.dumps([reply], ensure_ascii=False) if reply else output
@@ -277,11 +278,38 @@ def _flat_input(raw: str | None, attrs: Attrs) -> str | None:
     repr); None when it is, or when none were flattened."""
     if (raw and raw[:2] == '[{') or _IN_PREFIX + "0.message.role" not in attrs:
         return None
+    found = _flattened(attrs, _IN_PREFIX)
+    bare = [position for position, msg in found.items() if msg == {"role": "tool"}]
+    if bare:  # Haystack flattens a tool message by its text: none; read its repr
+        results = tool_results(raw)
+        for position in bare:
+            found[position] = results.get(position, found[position])
+    return json.dumps([_flat_message(m) for _, m in sorted(found.items())], ensure_ascii=False)
+
+
+def _textless_reply(output: str | None, attrs: Attrs) -> str | None:
+    """LlamaIndex records an LLM's reply as its repr, ``"{role}: {content}"``, and a reply
+    with no text (tool calls only) as ``"assistant: None"`` (``"assistant: "`` streamed): not
+    an answer but a message with no content, whose calls are flattened beside it. That
+    message, as a JSON list of chat messages, for such an output; None for any other."""
+    if (output is None or output[-2:] not in (": ", "ne")
+            or _OUT_PREFIX + "0.message.content" in attrs
+            or output.partition(": ")[2] not in ("", "None")
+            or output.partition(": ")[0] != attrs.get(_OUT_PREFIX + "0.message.role")):
+        return None
+    return json.dumps([_flat_message(m) for _, m in sorted(_flattened(attrs, _OUT_PREFIX).items())],
+                      ensure_ascii=False)
+
+
+def _flattened(attrs: Attrs, prefix: str) -> dict[int, dict[str, Any]]:
+    """The messages flattened under ``prefix`` (``llm.input_messages.`` or
+    ``llm.output_messages.``) by position: their role, content, tool call id and name, and
+    their calls' fields by call position (``_flat_message`` makes them chat messages)."""
     found: dict[int, dict[str, Any]] = {}
     for key, value in attrs.items():
-        if not key.startswith(_IN_PREFIX):
+        if not key.startswith(prefix):
             continue
-        head, _, field = key[len(_IN_PREFIX):].partition(".message.")
+        head, _, field = key[len(prefix):].partition(".message.")
         position = ascii_int(head, _POSITION_DIGITS)
         if position is None:
             continue
@@ -292,12 +320,7 @@ def _flat_input(raw: str | None, attrs: Attrs) -> str | None:
             call_idx, _, part = field[len("tool_calls."):].partition(".tool_call.")
             calls = msg.setdefault("calls", {})
             calls.setdefault(call_idx, {})[part] = value
-    bare = [position for position, msg in found.items() if msg == {"role": "tool"}]
-    if bare:  # Haystack flattens a tool message by its text: none; read its repr
-        results = tool_results(raw)
-        for position in bare:
-            found[position] = results.get(position, found[position])
-    return json.dumps([_flat_message(m) for _, m in sorted(found.items())], ensure_ascii=False)
+    return found
 
 
 def _flat_message(fields: dict[str, Any]) -> dict[str, Any]:

@@ -119,9 +119,28 @@ def _answer(result: str | None, llm: list[Step]) -> str | None:
             else said
     if last is not None and last.tool_calls:
         said = None  # the last call asked for tools: its text is no answer
-    if said and said.strip() and said != result and said in result:
+    if said and said.strip() and said != result and _holds(result, said):
         return said
     return result
+
+
+_CUT = "..."  # how an instrumentation ends a repr it cut to its length
+_CUT_PROBE = 8  # characters of the answer that must show before the cut
+
+
+def _holds(result: str, said: str) -> bool:
+    """Whether ``result`` wraps ``said``: holds it whole, or was cut inside it by its
+    instrumentation (LlamaIndex's ``StopEvent(result=AgentOutput(...))`` repr, cut to 200
+    characters and ended with "..."), the text before the cut ending with the answer's start.
+    One search and one comparison, each linear; an answer escaped in the repr (a quote, a
+    newline) before the cut does not match, and the result stays the run's answer."""
+    if said in result:
+        return True
+    if not result.endswith(_CUT) or len(said) < _CUT_PROBE:
+        return False
+    body = result[:-len(_CUT)]
+    at = body.find(said[:_CUT_PROBE], max(0, len(body) - len(said)))
+    return at >= 0 and said.startswith(body[at:])
 
 
 def _output(builder: StepBuilder, agent: Step | None, root_step: Step | None,

@@ -1,0 +1,113 @@
+"""OpenInference's LlamaIndex instrumentation records Python reprs where other conventions
+record messages: an LLM's reply as ``"{role}: {content}"`` (``"assistant: None"`` for a
+reply that only asks for tools), the workflow's result as a ``StopEvent(...)`` repr cut to
+200 characters. Neither is an answer: a reply with no text is a message with no content,
+and a cut repr that holds the start of the last LLM call's answer wraps that answer. Shapes
+as tests/conformance/recordings/llamaindex carries them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from trajectory_factory import span, trace
+
+from otel_eval.app.config import Config
+from otel_eval.base.model import Span
+from otel_eval.evaluate.detectors import Detectors
+from otel_eval.evaluate.trajectory import build_trajectory
+from otel_eval.evaluate.trajectory.build import _holds
+
+CONFIG = Config()
+ANSWER = "It is sunny in Paris, London, Tokyo, Berlin, Rome and Madrid."
+CALL = "llm.output_messages.0.message.tool_calls.0.tool_call."
+
+
+def _chat(name: str, start: int, output: str, calls: int = 0,
+          **flat: str) -> Span:
+    attrs: dict[str, Any] = {"openinference.span.kind": "LLM", "llm.model_name": "gpt-4o",
+                             "output.value": output,
+                             "llm.output_messages.0.message.role": "assistant", **flat}
+    for i in range(calls):
+        attrs |= {CALL.replace(".0.tool_call.", f".{i}.tool_call.") + k: v for k, v in {
+            "id": f"call_{i}", "function.name": "get_weather",
+            "function.arguments": '{"city": "Paris"}'}.items()}
+    return span(name, "root", start, attrs)
+
+
+def _root(output: str | None) -> Span:
+    attrs = {"openinference.span.kind": "CHAIN"}
+    return span("root", None, 0, attrs if output is None else attrs | {"output.value": output},
+                end=100)
+
+
+def _tool(start: int) -> Span:
+    return span(f"tool{start}", "root", start, {
+        "openinference.span.kind": "TOOL", "tool.name": "get_weather",
+        "input.value": '{"city": "Paris"}', "output.value": "sunny"})
+
+
+def _stop_event(answer: str) -> str:
+    """LlamaIndex's workflow result as its instrumentation records it: the repr, cut."""
+    whole = ("StopEvent(result=AgentOutput(response=ChatMessage(role=<MessageRole.ASSISTANT: "
+             "'assistant'>, additional_kwargs={}, blocks=[TextBlock(block_type='text', "
+             f"text={answer!r})]), structured_response=None, current_agent_name='agent'))")
+    return whole[:197] + "..." if len(whole) > 200 else whole
+
+
+@pytest.mark.parametrize("output", ["assistant: None", "assistant: "])
+def test_a_reply_that_only_asks_for_tools_has_no_text_and_keeps_its_calls(output: str) -> None:
+    # the first call's tool ran; the run was stopped after the second call asked again
+    t = build_trajectory(trace(_root(None), _chat("a", 1, output, calls=1), _tool(2),
+                               _chat("b", 3, output, calls=1)), CONFIG.trajectory)
+    step = t.llm_steps[-1]
+    assert [c.name for c in step.tool_calls] == ["get_weather"]
+    assert step.answer is None
+    assert json.loads(step.output_text or "") == [{"role": "assistant", "tool_calls": [
+        {"id": "call_0", "type": "function",
+         "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]}]
+    # the run ended on calls that never ran and said nothing: not the answer "None"
+    assert t.output is None
+    findings, _ = Detectors(CONFIG.detectors).evaluate(t)
+    assert [(f.detector, f.kind) for f in findings] == [("non_termination", "pending_tool_calls")]
+
+
+@pytest.mark.parametrize(("output", "flat"), [
+    ("assistant: None", {"llm.output_messages.0.message.content": "None"}),  # the text "None"
+    ("assistant: It is sunny.", {"llm.output_messages.0.message.content": "It is sunny."}),
+    ("user: None", {}),  # another role than the flattened message's
+    ("None", {}),
+])
+def test_other_outputs_stay_as_they_came(output: str, flat: dict[str, str]) -> None:
+    t = build_trajectory(trace(_root(None), _chat("chat", 1, output, **flat)), CONFIG.trajectory)
+    assert t.llm_steps[0].output_text == output
+
+
+def test_a_cut_stop_event_wraps_the_last_answer() -> None:
+    t = build_trajectory(trace(_root(_stop_event(ANSWER)), _chat("a", 1, "assistant: None", 1),
+                               _tool(2), _chat("b", 3, f"assistant: {ANSWER}", **{
+                                   "llm.output_messages.0.message.content": ANSWER})),
+                         CONFIG.trajectory)
+    assert t.output == ANSWER
+
+
+@pytest.mark.parametrize(("result", "said", "holds"), [
+    (_stop_event(ANSWER), ANSWER, True),
+    (_stop_event("short"), "short", True),  # whole, not cut
+    (_stop_event(ANSWER), "It is rainy in Paris.", False),
+    (_stop_event(ANSWER)[:-3], ANSWER, False),  # cut but not marked so
+    (_stop_event("Sunny.\nParis, London, Tokyo, Berlin and Rome: sunny all day long."),
+     "Sunny.\nParis, London, Tokyo, Berlin and Rome: sunny all day long.", False),  # escaped
+    ("x" * 150 + "It is s...", ANSWER, False),  # fewer than 8 characters before the cut
+    ("abc...", "abc", True),  # whole, before the marker
+])
+def test_a_result_holds_an_answer_whole_or_cut_inside_it(result: str, said: str,
+                                                        holds: bool) -> None:
+    assert _holds(result, said) is holds
+
+
+def test_holds_is_linear_on_repetitive_text() -> None:
+    said = "a" * 200_000 + "b"
+    assert _holds("a" * 200_000 + "...", said)
+    assert not _holds("a" * 200_000 + "c...", said)
