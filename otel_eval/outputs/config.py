@@ -25,7 +25,9 @@ _HEADER_KEY = re.compile(r"^[0-9a-z_.-]+$")
 class ExportConfig:
     # OTLP/gRPC endpoint (HOST:PORT) receiving gen_ai.evaluation.result events; empty = off.
     # A run's findings and verdict are sent at least once, as forward_endpoint's spans; so
-    # are the judge's grades (kept in the judge's journal until delivered).
+    # are the judge's grades (kept in the judge's journal until delivered) and a session's
+    # verdict (owed in the store's sessions row until delivered; after a stop or a crash,
+    # sent once sessions.claim_timeout_s has passed).
     events_endpoint: str = ""
     # OTLP/gRPC endpoint receiving the evaluated spans, stamped with otel_eval.* attributes.
     # At least once: with the spool on, a trace stays in it until its spans are delivered or

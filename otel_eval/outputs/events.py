@@ -36,7 +36,8 @@ A trace's findings and verdict are sent at least once (``base.component.Deliveri
 the spool keeps the trace until its records are delivered or dropped for good, so a stop
 whose flush could not deliver them, or a crash, sends them after the restart, from the
 evaluation the store holds. The judge's, sent later, are held in its journal until delivered
-(``evaluate.judge.journal``); the sessions' are not held.
+(``evaluate.judge.journal``); a session's, in the store's ``sessions`` row
+(``evaluate.sessions.job``).
 """
 
 from __future__ import annotations
@@ -284,11 +285,14 @@ class EvaluationEvents:
                              explanation, self.version, time.time_ns())
         self._submit([rec])
 
-    def export_session(self, record: dict[str, Any], trace_id: str, span_id: str) -> None:
-        """A completed session: one record on its last turn's root span (``session_record``)."""
+    def export_session(self, record: dict[str, Any], trace_id: str, span_id: str,
+                       held: tuple[Held, ...] = ()) -> None:
+        """A completed session: one record on its last turn's root span (``session_record``);
+        ``held`` taken with it (the completion's event owed in the store until delivered or
+        dropped for good)."""
         rec = session_record(record, trace_id, span_id, self.version, time.time_ns())
         if rec is not None:
-            self._submit([rec])
+            self._submit([rec], held)
 
     def _submit(self, records: list[logs_pb2.LogRecord], held: tuple[Held, ...] = ()) -> None:
         if not records:

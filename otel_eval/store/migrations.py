@@ -23,6 +23,8 @@ Both stores keep the same tables, with each engine's types:
     9  sessions by service: a session is a conversation id within one service, keyed by
        ``store.sessions.session_key`` in evaluations.session_id and the sessions table
        (``session_rows.rekey``: a session whose turns came from several services is split)
+   10  sessions.events_due_ns and its index: a completion's event owed until the events sink
+       delivered it (``session_rows.KeptSessions.session_events_due``)
 
 ``schema_version`` records each applied migration (version, description, when). Opening a
 store applies what is missing, in order, in one transaction: a crash part-way leaves the
@@ -43,6 +45,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from otel_eval.store.session_rows import events as sessions_events
 from otel_eval.store.session_rows import rekey as sessions_rekey
 from otel_eval.store.session_rows import table as sessions_table
 
@@ -115,6 +118,7 @@ SQLITE: tuple[Migration, ...] = (
     (7, "sessions", sessions_table("TEXT", "INTEGER", "INTEGER", "")),
     (8, "feedback by time", (_FEEDBACK_BY_TIME,)),
     (9, "sessions by service", sessions_rekey("TEXT", "INTEGER", "INTEGER", "", "char")),
+    (10, "session events owed", sessions_events("INTEGER", "")),
 )
 
 # The body is TEXT holding the JSON as written (not jsonb): key order kept, and span content's
@@ -186,6 +190,7 @@ POSTGRESQL: tuple[Migration, ...] = (
     (8, "feedback by time", (_FEEDBACK_BY_TIME,)),
     (9, "sessions by service", sessions_rekey("TEXT", "BIGINT", "BOOLEAN", ' COLLATE "C"',
                                               "chr")),
+    (10, "session events owed", sessions_events("BIGINT", " IF NOT EXISTS")),
 )
 
 LATEST = SQLITE[-1][0]

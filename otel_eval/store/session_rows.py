@@ -9,6 +9,9 @@ each completion happens once.
          -> evaluate -> complete (claimed by that token -> complete, the record stored)
     judge stage (writer thread): put_session_judge -> the record's ``judge`` part, onto the
          completion it judged
+    events (migration 10): complete marks the completion's event owed (``events_due_ns``,
+         the completer's lease) -> session_events_sent once the events sink is done with it;
+         the job sends those whose lease ended (lease_session_events: one winner)
 
 States: ``open`` (turns may come), ``claimed`` (a process evaluates it: ``claim`` is its
 token, ``claimed_at_ns`` when), ``complete`` (``body`` holds the record). A turn stored while
@@ -31,7 +34,8 @@ from typing import Any, NamedTuple
 
 from otel_eval.store.sessions import KEY_SEPARATOR, MAX_SERVICE_CHARS, session_key
 
-__all__ = ["KeptSessions", "SessionRow", "SessionWrites", "rekey", "session_writes", "sql"]
+__all__ = ["KeptSessions", "SessionRow", "SessionWrites", "events", "rekey", "session_writes",
+           "sql"]
 
 
 def table(text: str, bigint: str, boolean: str, collate: str) -> tuple[str, ...]:
@@ -80,6 +84,15 @@ def rekey(text: str, bigint: str, boolean: str, collate: str, char: str) -> tupl
         "DROP TABLE sessions",
         "ALTER TABLE sessions_keyed RENAME TO sessions",
         "CREATE INDEX IF NOT EXISTS sessions_by_state ON sessions (state, last_turn_ns)",
+    )
+
+
+def events(bigint: str, if_not_exists: str) -> tuple[str, ...]:
+    """Migration 10's statements in one dialect: the time a completion's event is owed from
+    (NULL: none owed), and its index (the job reads the due ones at each check)."""
+    return (
+        f"ALTER TABLE sessions ADD COLUMN{if_not_exists} events_due_ns {bigint}",
+        "CREATE INDEX IF NOT EXISTS sessions_by_events_due ON sessions (events_due_ns)",
     )
 
 
@@ -183,8 +196,16 @@ def sql(m: str) -> dict[str, str]:
                  f"WHERE session_id = {m} AND last_turn_ns = {m} AND (state = 'open' OR "
                  f"(state = 'claimed' AND claimed_at_ns < {m}))",
         "complete": f"UPDATE sessions SET state = 'complete', claim = NULL, body = {m}, "
-                    f"passed = {m}, completed_at_ns = {m}, completions = completions + 1 "
+                    f"passed = {m}, completed_at_ns = {m}, completions = completions + 1, "
+                    f"events_due_ns = {m} "
                     f"WHERE session_id = {m} AND state = 'claimed' AND claim = {m}",
+        # completions whose event is owed, its holder's lease over (``events``): oldest first
+        "events_due": f"SELECT session_id, completions, events_due_ns FROM sessions WHERE "
+                      f"events_due_ns < {m} ORDER BY events_due_ns LIMIT {m}",
+        "events_lease": f"UPDATE sessions SET events_due_ns = {m} WHERE session_id = {m} AND "
+                        f"completions = {m} AND events_due_ns = {m}",
+        "events_sent": f"UPDATE sessions SET events_due_ns = NULL WHERE session_id = {m} AND "
+                       f"completions = {m}",
         "record": f"SELECT state, body, completions, turns, last_turn_ns FROM sessions "
                   f"WHERE session_id = {m}",
         # the session judge's write: onto the completion it judged, the body it read
@@ -249,13 +270,39 @@ class KeptSessions:
                          claim_before_ns)[1] == 1
 
     def complete_session(self, session_id: str, claim: str, record: dict[str, Any],
-                         now_ns: int) -> bool:
+                         now_ns: int, events_due_ns: int | None = None) -> bool:
         """Store the record of a session claimed with ``claim``; False (nothing stored) when
-        a turn came meanwhile (the row is open again) or the claim was taken over."""
+        a turn came meanwhile (the row is open again) or the claim was taken over.
+        ``events_due_ns``: the completion's event is owed (``session_events_due`` from then
+        on), in the same statement; None: no event goes out."""
         verdict = record.get("verdict") or {}
         passed = verdict.get("passed") if isinstance(verdict, dict) else None
-        return self._one("complete", json.dumps(record), passed, now_ns, session_id,
-                         claim)[1] == 1
+        return self._one("complete", json.dumps(record), passed, now_ns, events_due_ns,
+                         session_id, claim)[1] == 1
+
+    # The completion's event is owed from its store until the events sink delivered it (or
+    # dropped it for good): ``events_due_ns`` is when another process may send it, the lease
+    # of the one that completed it (or sent it last). A process that dies holding it, or
+    # stops before its sink delivered, leaves the mark: the fleet sends it once the lease is
+    # over (at least once). A later completion replaces the mark with its own.
+
+    def session_events_due(self, before_ns: int, limit: int) -> list[tuple[str, int, int]]:
+        """(session id, completions, due ns) of at most ``limit`` completions whose event is
+        owed and whose lease ended before ``before_ns``, oldest first."""
+        return [(str(r[0]), int(r[1]), int(r[2]))
+                for r in self._one("events_due", before_ns, limit)[0]]
+
+    def lease_session_events(self, session_id: str, completions: int, due_ns: int,
+                             until_ns: int) -> bool:
+        """Take the owed event of a ``session_events_due`` row until ``until_ns``: True for
+        one caller in the fleet (the mark still ``due_ns``)."""
+        return self._one("events_lease", until_ns, session_id, completions, due_ns)[1] == 1
+
+    def session_events_sent(self, entries: Sequence[tuple[str, int]]) -> None:
+        """The events of these (session id, completions) were delivered or dropped for good:
+        no longer owed (a later completion's mark stays)."""
+        for session_id, completions in entries:
+            self._one("events_sent", session_id, completions)
 
     def put_session_judge(self, session_id: str, completions: int,
                           judge: dict[str, Any]) -> bool:

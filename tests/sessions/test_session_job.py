@@ -2,16 +2,18 @@
 session completes once after ``sessions.idle_timeout_s``, a late turn re-opens it, a claim
 left by a dead process is taken over, two processes on one PostgreSQL store complete each
 session once, open sessions past their bound complete oldest first, and the session's event
-lands on the last turn's root span."""
+lands on the last turn's root span, at least once."""
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
 
+import grpc
 from opentelemetry.proto.logs.v1 import logs_pb2
 from support.clock import ManualClock
 from support.otlp_capture import Capture
+from support.poll import poll
 
 from otel_eval.base.results import Evaluation, Verdict
 from otel_eval.base.steps import Step, Trajectory
@@ -255,6 +257,7 @@ def test_the_session_event_is_on_the_last_turns_root_span(tmp_path: Path) -> Non
         assert job.tick() == 1
         events.shutdown(5.0)
         [rec] = _records(ds)
+    assert store.session_events_due(1 << 62, 10) == []  # delivered: owed no more
     last = turns[-1].trajectory
     assert (rec.trace_id.hex(), rec.span_id.hex()) == (last.trace_id, last.steps[0].span_id)
     attrs = attributes_to_dict(rec.attributes)
@@ -267,6 +270,56 @@ def test_the_session_event_is_on_the_last_turns_root_span(tmp_path: Path) -> Non
                    agent="helper", detector="loop", kind="repeated_across_turns") == 1
     assert _sample(metrics, "otel_eval_sessions_failed_total", service="shop",
                    agent="helper") == 1
+    store.close()
+
+
+def test_a_session_event_the_stop_could_not_deliver_goes_out_after_the_lease(
+        tmp_path: Path) -> None:
+    """The collector refuses the event, and the process stops (its sink drops it
+    ``shutdown``). Before, the event was lost: the store kept the record and nothing sent
+    it again. Now the completion owes it in the store: once the first process's lease
+    (``claim_timeout_s``) is over, another process sends it from the stored record, on the
+    last turn's root span, once."""
+    from otel_eval.outputs.config import ExportConfig
+    from otel_eval.outputs.events import EvaluationEvents
+
+    store = open_store(str(tmp_path / "s.db"))
+    turns = [_turn("c9", n, T0 + n) for n in range(2)]
+    store.put_many(turns)
+    config = SessionsConfig(idle_timeout_s=IDLE_S, claim_timeout_s=300.0)
+
+    def serving(ds: Capture, now_s: float) -> tuple[SessionJob, EvaluationEvents]:
+        events = EvaluationEvents(ExportConfig(events_endpoint=f"127.0.0.1:{ds.port}"),
+                                  Metrics(), evaluator_version="9.9.9")
+        events.start()
+        return SessionJob(store, config, Metrics(), events=events,
+                          clock=ManualClock(now_s)), events
+
+    with Capture() as ds:
+        ds.fail_next = [grpc.StatusCode.UNAVAILABLE] * 10_000
+        first, events = serving(ds, T0 + 100)
+        assert first.tick() == 1
+        poll(lambda: ds.failed, "the event's first delivery to fail", interval_s=0.02)
+        events.shutdown(0.2)
+        assert _records(ds) == []
+        assert [k for k, _, _ in store.session_events_due(1 << 62, 10)] == [_k("c9")]
+        ds.fail_next = []
+        early, events = serving(ds, T0 + 350)  # the first process's lease still runs
+        assert early.tick() == 0
+        events.shutdown(5.0)
+        assert _records(ds) == []
+        later, events = serving(ds, T0 + 401)
+        assert later.tick() == 0  # nothing completed again: the owed event only
+        events.shutdown(5.0)
+        [rec] = _records(ds)
+        assert store.session_events_due(1 << 62, 10) == []
+        again, events = serving(ds, T0 + 2000)
+        again.tick()
+        events.shutdown(5.0)
+        assert len(_records(ds)) == 1  # sent once
+    last = turns[-1].trajectory
+    assert (rec.trace_id.hex(), rec.span_id.hex()) == (last.trace_id, last.steps[0].span_id)
+    assert attributes_to_dict(rec.attributes)["gen_ai.conversation.id"] == "c9"
     store.close()
 
 

@@ -703,3 +703,40 @@ def test_feedback_recorded_while_the_engine_re_evaluates_is_in_the_verdict_it_st
     assert outcome.evaluation is not None  # what the sinks export says it too
     assert outcome.evaluation.verdict is not None
     assert outcome.evaluation.verdict.outcome == "failure"
+
+
+def test_a_completions_event_is_owed_until_sent_and_leased_by_one(stores: Open) -> None:
+    """Migration 10: a completion stored with ``events_due_ns`` owes its event; past that
+    lease one process of the fleet takes it (compare and set); sent, it is owed no more, and
+    the sending of an older completion's event leaves a later completion's mark."""
+    one, two = stores(), stores()
+    turns = [_ev(i, at=T0 + i) for i in range(2)]
+    for ev in turns:
+        ev.trajectory.session_id = "conv"
+    one.put_many(turns)
+    key = _key("conv")
+    assert one.claim_session(key, T0 + 1, "me", T0 + 10, 0)
+    assert one.complete_session(key, "me", {"session_id": "conv"}, T0 + 11, T0 + 100)
+    assert one.session_events_due(T0 + 100, 10) == []  # the completer's lease runs
+    assert two.session_events_due(T0 + 101, 10) == [(key, 1, T0 + 100)]
+    assert two.lease_session_events(key, 1, T0 + 100, T0 + 500)
+    assert not one.lease_session_events(key, 1, T0 + 100, T0 + 600)  # taken: once
+    assert one.session_events_due(T0 + 400, 10) == []
+    # re-opened and completed again: the new completion's mark replaces the old one
+    one.put_many([_ev(5, at=T0 + 20)])
+    extra = _ev(6, at=T0 + 21)
+    extra.trajectory.session_id = "conv"
+    one.put_many([extra])
+    assert one.claim_session(key, T0 + 21, "me", T0 + 30, 0)
+    assert one.complete_session(key, "me", {"session_id": "conv"}, T0 + 31, T0 + 200)
+    two.session_events_sent([(key, 1)])  # the first completion's event, delivered late
+    assert one.session_events_due(T0 + 201, 10) == [(key, 2, T0 + 200)]
+    one.session_events_sent([(key, 2)])
+    assert one.session_events_due(1 << 62, 10) == []
+    # with events off nothing is owed
+    other = _ev(7, at=T0 + 40)
+    other.trajectory.session_id = "quiet"
+    one.put_many([other])
+    assert one.claim_session(_key("quiet"), T0 + 40, "me", T0 + 50, 0)
+    assert one.complete_session(_key("quiet"), "me", {"session_id": "quiet"}, T0 + 51)
+    assert one.session_events_due(1 << 62, 10) == []

@@ -29,7 +29,8 @@ class SessionsConfig:
     # Sessions completed per check at most (the rest wait for the next one). Count.
     max_completions_per_check: int = 1000
     # A session claimed by a process that died (kill -9 between claim and completion) is
-    # taken over by another after this long. Seconds, default 300.
+    # taken over by another after this long; so is a completion's event that its process did
+    # not deliver (a crash, or a stop while the collector was away). Seconds, default 300.
     claim_timeout_s: float = 300.0
     # Open sessions in the store at most; past it the job completes the oldest (least
     # recently active) early, counted in otel_eval_sessions_evicted_total{reason=

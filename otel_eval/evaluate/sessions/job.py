@@ -9,7 +9,12 @@ when it completes, by one process of the fleet, and its record is stored.
         -> store.complete_session (claimed by the token -> complete, the record; nothing
            when a turn came meanwhile: the session is open again)
         -> metrics (telemetry.sessions), a gen_ai.evaluation.result event on the last turn's
-           root span (outputs.events), only for the process whose completion was stored
+           root span (outputs.events), only for the process whose completion was stored;
+           owed in the store (``events_due_ns``, in the completion's statement) until the
+           events sink delivered it or dropped it for good
+      store.session_events_due (owed, the holder's lease of claim_timeout_s over: it died or
+           stopped first) -> lease_session_events (one winner) -> the event again, from the
+           stored record (at least once)
         -> the session judge, when serve has one (``SessionJudging``: one call per
            completion, off this thread, written onto that completion)
 
@@ -41,6 +46,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from otel_eval.base.component import Held, settle
 from otel_eval.evaluate.predict import Predictor
 from otel_eval.evaluate.sessions.config import SessionsConfig
 from otel_eval.evaluate.sessions.evaluate import evaluate_session, in_turn_order
@@ -57,7 +63,8 @@ __all__ = ["SessionEvents", "SessionJob", "last_root_span"]
 class SessionEvents(Protocol):
     """Where a completed session goes out as an event (``outputs.events``)."""
 
-    def export_session(self, record: dict[str, Any], trace_id: str, span_id: str) -> None: ...
+    def export_session(self, record: dict[str, Any], trace_id: str, span_id: str,
+                       held: tuple[Held, ...] = ()) -> None: ...
 
 
 def last_root_span(turn: dict[str, Any]) -> str:
@@ -122,6 +129,8 @@ class SessionJob:
             done += self._complete(session_id, last_ns, now, "idle")
         done += self._cut_long(now)
         self.metrics.sessions.open_sessions(max(0, open_n - done))
+        if self.events is not None:
+            self._send_owed(now)
         return done
 
     def _cut_long(self, now: int) -> int:
@@ -157,18 +166,60 @@ class SessionJob:
         kept = self.store.session_record(session_id)
         again = kept is not None and kept.completions > 0
         turns, record = self._evaluate(session_id)
-        record.update(completion=(kept.completions if kept is not None else 0),
-                      completed_by=why, completed_at_unix_nano=now,
+        completion = kept.completions if kept is not None else 0
+        record.update(completion=completion, completed_by=why, completed_at_unix_nano=now,
                       last_turn_evaluated_at_unix_nano=last_ns)
-        if not self.store.complete_session(session_id, claim, record, now):
+        owed = now + self._lease_ns if self.events is not None and turns else None
+        if not self.store.complete_session(session_id, claim, record, now, owed):
             return 0  # a turn came while it was evaluated: open again, evaluated later
         self.metrics.sessions.completed(record, again)
-        if self.events is not None and turns:
+        if owed is not None:
             last = turns[-1]
-            self.events.export_session(record, str(last.get("trace_id")), last_root_span(last))
+            self._export(session_id, completion + 1, record, str(last.get("trace_id")),
+                         last_root_span(last))
         if self.judging is not None and turns:
             self.judging.judge_session(record, list(turns))
         return 1
+
+    @property
+    def _lease_ns(self) -> int:
+        return int(self.config.claim_timeout_s * 1e9)
+
+    def _export(self, key: str, completions: int, record: dict[str, Any], trace_id: str,
+                span_id: str) -> None:
+        """The completion's event, held: owed in the store until the sink is done with it."""
+        assert self.events is not None
+        held = Held(key, completions, self._sent)
+        try:
+            self.events.export_session(record, trace_id, span_id, (held,))
+        finally:
+            settle([held])  # the job's own hold: released here when the sink queued none
+
+    def _sent(self, held: list[Held]) -> None:  # on the sink's sender thread (or this one)
+        try:
+            self.store.session_events_sent([(h.trace_id, h.revision) for h in held])
+        except Exception as e:  # still owed: sent again after the lease (at least once)
+            log.error("clearing %d delivered session events failed: %s", len(held), e)
+            self.metrics.evaluation.failed("session_events", type(e).__name__[:64])
+
+    def _send_owed(self, now: int) -> None:
+        """The events owed by completions whose holder's lease is over (it died, or stopped
+        before its sink delivered them): each taken by one process, sent from the stored
+        record on its last turn's root span."""
+        for key, completions, due in self.store.session_events_due(
+                now, self.config.max_completions_per_check):
+            if not self.store.lease_session_events(key, completions, due, now + self._lease_ns):
+                continue  # another process took it
+            kept = self.store.session_record(key)
+            traces = (kept.record or {}).get("traces") if kept is not None else None
+            last = self.store.get(str(traces[-1])) if traces else None
+            if kept is None or kept.completions != completions or last is None:
+                # completed again (that one owes its own), or the turn is gone: nothing to send
+                self.store.session_events_sent([(key, completions)])
+                continue
+            assert kept.record is not None
+            self._export(key, completions, kept.record, str(last.get("trace_id")),
+                         last_root_span(last))
 
     def _evaluate(self, key: str) -> tuple[Sequence[dict[str, Any]], dict[str, Any]]:
         """(the turns read in turn order, the complete record of the session stored under
