@@ -84,6 +84,9 @@ class Step:
     # input tokens written to the provider's cache (``gen_ai.usage.cache_write.input_tokens``,
     # formerly ``cache_creation``); part of ``input_tokens``; None = not recorded
     cache_write_tokens: int | None = None
+    # the provider's id of the reply (``gen_ai.response.id``): one call recorded by two
+    # instrumentations is one call (``trajectory.llm_twins``); not part of the v1 object
+    response_id: str | None = None
     input_text: str | None = None  # raw input messages / prompt as carried by the span
     output_text: str | None = None  # raw output / completion text
     reply: str | None = None  # the reply's text, when the convention records it apart

@@ -37,7 +37,7 @@ CONVERSATION_CHECKS = ("session", "findings")
 _META = ("xfail", "reason")
 # What an expectation checks (the keys of ``observed``).
 CHECKS = ("agent", "status", "passed", "loop", "non_terminated", "output", "tool_errors",
-          "cities", "recovered")
+          "cities", "recovered", "llm_calls")
 
 
 @cache
@@ -111,6 +111,8 @@ def expectation(stack: str, scenario: str) -> dict[str, Any]:
     exp = _expected()
     out = dict(exp["defaults"][scenario])
     out["agent"] = stacks()[stack]["agent"]
+    # the model calls the run made: what the scripted LLM answered while it was recorded
+    out["llm_calls"] = recording(stack, scenario)["llm_requests"]
     override = (exp.get("stacks") or {}).get(stack, {}).get(scenario) or {}
     if set(override) - {"xfail"} and not override.get("reason"):
         raise ValueError(f"expected.yaml: {stack}/{scenario} overrides without a reason")
@@ -168,6 +170,8 @@ def observed(ev: dict[str, Any]) -> dict[str, Any]:
                                                                          dict) else None
                    for s in tools if _is_get_weather(s.get("tool_name"))],
         "recovered": "recovered" in recovery and not recovery & {"unrecovered", "gave_up"},
+        # LLM steps (one call recorded by two instrumentations is one: trajectory.llm_twins)
+        "llm_calls": ev["counts"]["llm_calls"],
     }
 
 

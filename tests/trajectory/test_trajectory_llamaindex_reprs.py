@@ -111,3 +111,26 @@ def test_holds_is_linear_on_repetitive_text() -> None:
     said = "a" * 200_000 + "b"
     assert _holds("a" * 200_000 + "...", said)
     assert not _holds("a" * 200_000 + "c...", said)
+
+
+@pytest.mark.parametrize(("scope", "extra", "kind"), [
+    # LlamaIndex's _prepare_chat_with_tools: a method of the LLM object, no call of its own
+    ("openinference.instrumentation.llama_index", {}, "other"),
+    ("openinference.instrumentation.llama_index", {"llm.token_count.prompt": 82}, "llm"),
+    ("openinference.instrumentation.llama_index",
+     {"llm.input_messages.0.message.role": "user"}, "llm"),  # streamed: messages, no tokens
+    ("openinference.instrumentation.llama_index", {"llm.prompts": ["Hi"]}, "llm"),
+    ("openinference.instrumentation.langchain", {}, "llm"),  # not LlamaIndex's: as marked
+])
+def test_a_llamaindex_llm_method_that_made_no_call_is_no_llm_call(
+        scope: str, extra: dict[str, Any], kind: str) -> None:
+    prepare = span("OpenAI._prepare_chat_with_tools", "root", 1, {
+        "openinference.span.kind": "LLM", "llm.model_name": "gpt-4o-mini",
+        "input.value": '{"tools": ["<FunctionTool object>"], "chat_history": []}',
+        "output.value": '{"messages": ["ChatMessage(role=<MessageRole.USER: \'user\'>)"]}',
+        **extra})
+    prepare.scope = scope
+    t = build_trajectory(trace(_root(None), prepare), CONFIG.trajectory)
+    step = t.steps[1]
+    assert step.kind == kind
+    assert not step.kind_unknown  # LLM is a kind OpenInference defines

@@ -70,6 +70,7 @@ from otel_eval.evaluate.conventions.values import (
 # and LM (``Predict(StringSignature).forward``, ``ChatAdapter.__call__``, ``LM.__call__``).
 DSPY_SCOPE = "openinference.instrumentation.dspy"
 HAYSTACK_SCOPE = "openinference.instrumentation.haystack"
+LLAMA_INDEX_SCOPE = "openinference.instrumentation.llama_index"
 _HAYSTACK_AGENT_SPANS = frozenset({"Agent.run", "Agent.run_async"})
 _DSPY_NAMES = re.compile(r"(?:Predict(?:\([A-Za-z_]\w*\))?\.forward"
                          r"|(?:Chat|JSON|XML|TwoStep|BAML)Adapter\.__call__|LM\.__call__)\Z")
@@ -91,6 +92,14 @@ def _explicit(span: Span, attrs: Attrs) -> StepKind | None:
     if kind is None:
         return None
     found = _KINDS.get(str(kind).upper(), "other")
+    if (found == "llm" and span.scope == LLAMA_INDEX_SCOPE
+            and "llm.input_messages.0.message.role" not in attrs
+            and "llm.output_messages.0.message.role" not in attrs
+            and "llm.token_count.prompt" not in attrs and "llm.prompts" not in attrs):
+        # a method of LlamaIndex's LLM object that made no call (``_prepare_chat_with_tools``
+        # builds the request): the instrumentation makes every such method an LLM span, and
+        # only a call gets the messages, prompts and tokens of LlamaIndex's LLM events
+        return "other"
     if found == "agent" and _langgraph_node(span, attrs):
         return "chain"  # a node of a LangGraph graph (the ReAct "agent" node), not an agent
     if found == "chain" and haystack_agent(span):
@@ -410,5 +419,6 @@ KEYS = {
               "smolagents.tools_names"),
 }
 OPENINFERENCE = Adapter("openinference", _explicit, _implicit, _fill, _agent_name, _tools,
-                        KEYS, undefined=undefined_value("openinference.span.kind", _OTHER_KINDS,
+                        KEYS, undefined=undefined_value("openinference.span.kind",
+                                                        _OTHER_KINDS | frozenset(_KINDS),
                                                         lambda v: str(v).upper()))

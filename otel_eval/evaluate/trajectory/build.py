@@ -21,7 +21,9 @@ output are read last. Promises:
   recorded twice (same tool: its fields go to the outer step) or the call's error event
   (OpenInference, named ``error``, no tool name, in error: BeeAI): kind ``other``, its error
   the outer step's (``trajectory.links.merge_nested_calls``); so is an MCP client's
-  ``tools/call`` span beside the framework's span of the same call;
+  ``tools/call`` span beside the framework's span of the same call; and an LLM span that is
+  another instrumentation's record of an LLM call already a step (nested, the same response
+  id, or beside it in its time with its input tokens: ``trajectory.llm_twins``);
 - tool steps are joined to the LLM tool call they ran (``trajectory.links``: by call id, else
   by name in order), and take its arguments when their own were not recorded, and their
   result from the next LLM call's tool message when the tool span carries none;

@@ -31,6 +31,7 @@ from typing import Any
 
 from otel_eval.base.steps import Step, ToolCall
 from otel_eval.evaluate.trajectory.envelopes import python_literal
+from otel_eval.evaluate.trajectory.llm_twins import merge_llm_twins
 
 # Pending calls of one tool looked through for equal arguments (bounds the name match).
 _SAME_ARGS_WINDOW = 16
@@ -47,7 +48,8 @@ def merge_nested_calls(steps: list[Step]) -> None:
     ``Step.sources["kind"]`` says why). Likewise a tool call's error event recorded as a
     tool span under it (``_error_event``: OpenInference, named ``error``, no tool name of its
     own, in error): the outer step takes its error, and it is no call. Then an MCP
-    ``tools/call`` span beside the framework's span of the call (``_merge_mcp_siblings``)."""
+    ``tools/call`` span beside the framework's span of the call (``_merge_mcp_siblings``),
+    and one LLM call recorded twice (``llm_twins``)."""
     by_span = {s.span_id: s for s in steps if s.kind == "tool" and not s.rebuilt}
     for step in steps:
         outer = by_span.get(step.parent_span_id or "")
@@ -65,38 +67,7 @@ def merge_nested_calls(steps: list[Step]) -> None:
         _fold(step, outer, f"the call of its parent tool step {outer.span_id}")
         del by_span[step.span_id]
     _merge_mcp_siblings([s for s in by_span.values() if s.kind == "tool"])
-    _merge_nested_llm_calls(steps)
-
-
-# What the inner span of one LLM call recorded twice may add to the outer one.
-_NESTED_LLM_FIELDS = ("model", "input_tokens", "output_tokens", "cost_usd",
-                      "cache_write_tokens", "reply", "output_text")
-
-
-def _merge_nested_llm_calls(steps: list[Step]) -> None:
-    """One LLM call recorded twice, as an LLM span and an LLM span directly under it (two
-    instrumentations: OpenInference's DSPy ``LM.__call__`` around its LiteLLM ``completion``,
-    the Anthropic SDK's ``messages.create`` around ``anthropic.messages.create``): the outer
-    step takes what only the inner one carries (tokens, cost, model, finish reasons, the
-    requested calls, its error), and the inner one is no call of its own (kind ``other``)."""
-    by_span = {s.span_id: s for s in steps if s.kind == "llm" and not s.rebuilt}
-    for step in steps:
-        outer = by_span.get(step.parent_span_id or "")
-        if step.kind != "llm" or step.rebuilt or outer is None or outer is step:
-            continue
-        for name in _NESTED_LLM_FIELDS:
-            if getattr(outer, name) is None and getattr(step, name) is not None:
-                setattr(outer, name, getattr(step, name))
-                if name in step.sources:
-                    outer.sources[name] = step.sources[name]
-        if not outer.finish_reasons:
-            outer.finish_reasons = list(step.finish_reasons)
-        if not outer.tool_calls:
-            outer.tool_calls = list(step.tool_calls)
-        if step.status == "error" and outer.status != "error":
-            outer.status, outer.error = "error", step.error
-        step.kind = "other"
-        step.sources["kind"] = f"the call of its parent LLM step {outer.span_id}"
+    merge_llm_twins(steps)
 
 
 def _fold(step: Step, into: Step, why: str) -> None:

@@ -204,6 +204,9 @@ class StepBuilder:
             self.tool_ids = self.tool_ids or step.call_id is not None
         if step.kind in ("llm", "tool"):
             self.work[agent] = self.work.get(agent, 0) + 1
+            if step.kind == "llm":
+                rid = attrs.get("gen_ai.response.id")
+                step.response_id = rid if isinstance(rid, str) and rid else None
         for reader in found:
             offered = reader.tools(attrs)
             if offered:

@@ -1,0 +1,107 @@
+"""Stage: trajectory (part). One LLM call recorded twice is one call.
+
+Two instrumentations of one client each record its calls: OpenInference's or OpenLLMetry's
+Anthropic instrumentation and the Anthropic SDK's own spans (``anthropic.messages.create``,
+scope ``com.anthropic.sdk.python``); OpenInference's DSPy ``LM.__call__`` and its LiteLLM
+``completion``. Counted as two, a run makes twice its LLM calls and spends twice its tokens
+and cost (a budget finding the run never earned). The twin is found by what identifies the
+call, never by its position alone:
+
+1. nested: an LLM span directly under an LLM span;
+2. the same response id (``gen_ai.response.id``, the provider's id of the reply) on two LLM
+   steps (OpenLLMetry's ``anthropic.chat`` beside the SDK's span, both under the agent);
+3. where one of the two records no response id (OpenInference's ``messages.stream``): an
+   LLM step of another convention under the same parent, started within the few LLM steps
+   before it there (``_WINDOW``), whose time holds its own and whose input tokens are its
+   own (both recorded); only when exactly one step is so.
+
+The outer step (the parent; else the one whose time holds the other's; else the first)
+takes what only the inner one carries (model, tokens, cost, reply, output, finish reasons,
+the requested calls, its error); the inner one is no call of its own: kind ``other``,
+``Step.sources["kind"]`` says whose call it is. Linear in the steps.
+"""
+
+from __future__ import annotations
+
+from otel_eval.base.steps import Step
+
+__all__ = ["merge_llm_twins"]
+
+# What the inner span of one LLM call recorded twice may add to the outer one.
+_FIELDS = ("model", "input_tokens", "output_tokens", "cost_usd", "cache_write_tokens",
+           "reply", "output_text")
+# LLM steps under one parent looked back through for a twin without a response id: a
+# call's twin starts right after it, other calls running beside it at most a few more.
+_WINDOW = 4
+
+
+def merge_llm_twins(steps: list[Step]) -> None:
+    llm = [s for s in steps if s.kind == "llm" and not s.rebuilt]
+    if len(llm) < 2:
+        return
+    by_span = {s.span_id: s for s in llm}
+    for step in llm:
+        outer = by_span.get(step.parent_span_id or "")
+        if outer is not None and outer is not step:
+            _fold(step, outer, f"the call of its parent LLM step {outer.span_id}")
+    if any(s.response_id is not None for s in llm):
+        _same_response(llm)
+    if len({s.convention for s in llm}) > 1:
+        _beside(llm)
+
+
+def _same_response(llm: list[Step]) -> None:
+    first: dict[str, Step] = {}
+    for step in llm:
+        rid = step.response_id
+        if rid is None or step.kind != "llm":
+            continue
+        twin = first.get(rid)
+        if twin is None:
+            first[rid] = step
+            continue
+        outer, inner = (step, twin) if _holds(step, twin) else (twin, step)
+        _fold(inner, outer, f"the call of LLM step {outer.span_id} (the same response id)")
+        first[rid] = outer
+
+
+def _beside(llm: list[Step]) -> None:
+    seen: dict[str | None, list[Step]] = {}
+    taken: set[str] = set()  # steps that took a twin, or were one
+    for step in llm:
+        if step.kind != "llm":
+            continue
+        before = seen.setdefault(step.parent_span_id, [])
+        if step.input_tokens is not None and step.span_id not in taken:
+            found = [o for o in before[-_WINDOW:]
+                     if o.kind == "llm" and o.convention != step.convention
+                     and o.span_id not in taken and o.input_tokens == step.input_tokens
+                     and (o.response_id is None or step.response_id is None)
+                     and _holds(o, step)]
+            if len(found) == 1:
+                outer = found[0]
+                _fold(step, outer, f"the call of LLM step {outer.span_id} (recorded beside "
+                                   "it by another instrumentation)")
+                taken.update((outer.span_id, step.span_id))
+                continue
+        before.append(step)
+
+
+def _holds(outer: Step, inner: Step) -> bool:
+    return outer.start_ns <= inner.start_ns and inner.end_ns <= outer.end_ns
+
+
+def _fold(inner: Step, outer: Step, why: str) -> None:
+    for name in _FIELDS:
+        if getattr(outer, name) is None and getattr(inner, name) is not None:
+            setattr(outer, name, getattr(inner, name))
+            if name in inner.sources:
+                outer.sources[name] = inner.sources[name]
+    if not outer.finish_reasons:
+        outer.finish_reasons = list(inner.finish_reasons)
+    if not outer.tool_calls:
+        outer.tool_calls = list(inner.tool_calls)
+    if inner.status == "error" and outer.status != "error":
+        outer.status, outer.error = "error", inner.error
+    inner.kind = "other"
+    inner.sources["kind"] = why
