@@ -65,6 +65,10 @@ def _calls(*spans: Span) -> list[str]:
     # two calls, two replies
     ([_chat("chat1", 10, 100), _sdk("sdk1", 20, 90), _chat("chat2", 110, 200, rid="msg_2"),
       _sdk("sdk2", 120, 190, rid="msg_2")], ["chat1", "chat2"]),
+    # the same reply one call after the other (an LLM cache answering a repeat): two calls
+    ([_chat("chat1", 10, 100), _chat("chat2", 110, 200)], ["chat1", "chat2"]),
+    ([_chat("chat1", 10, 100), _sdk("sdk1", 20, 90), _chat("chat2", 110, 200),
+      _sdk("sdk2", 120, 190)], ["chat1", "chat2"]),
     # OpenInference's stream span and the SDK's: no shared id, same parent, within its time,
     # same input tokens, another convention
     ([_stream("stream", 10, 100), _sdk("sdk", 20, 90)], ["stream"]),

@@ -9,7 +9,9 @@ call, never by its position alone:
 
 1. nested: an LLM span directly under an LLM span;
 2. the same response id (``gen_ai.response.id``, the provider's id of the reply) on two LLM
-   steps (OpenLLMetry's ``anthropic.chat`` beside the SDK's span, both under the agent);
+   steps, one within the other's time (OpenLLMetry's ``anthropic.chat`` beside the SDK's
+   span, both under the agent); one after the other, they are two calls (a cache answering
+   the second with the first's reply: a repeat the loop rules must see);
 3. where one of the two records no response id (OpenInference's ``messages.stream``): an
    LLM step of another convention under the same parent, started within the few LLM steps
    before it there (``_WINDOW``), whose time holds its own and whose input tokens are its
@@ -57,12 +59,12 @@ def _same_response(llm: list[Step]) -> None:
         if rid is None or step.kind != "llm":
             continue
         twin = first.get(rid)
-        if twin is None:
+        if twin is not None and (_holds(twin, step) or _holds(step, twin)):
+            outer, inner = (step, twin) if _holds(step, twin) else (twin, step)
+            _fold(inner, outer, f"the call of LLM step {outer.span_id} (the same response id)")
+            first[rid] = outer
+        else:  # the first, or a later call answered from a cache with the same reply
             first[rid] = step
-            continue
-        outer, inner = (step, twin) if _holds(step, twin) else (twin, step)
-        _fold(inner, outer, f"the call of LLM step {outer.span_id} (the same response id)")
-        first[rid] = outer
 
 
 def _beside(llm: list[Step]) -> None:
