@@ -190,10 +190,8 @@ class SessionJob:
         """The completion's event, held: owed in the store until the sink is done with it."""
         assert self.events is not None
         held = Held(key, completions, self._sent)
-        try:
-            self.events.export_session(record, trace_id, span_id, (held,))
-        finally:
-            settle([held])  # the job's own hold: released here when the sink queued none
+        self.events.export_session(record, trace_id, span_id, (held,))  # raising: still owed
+        settle([held])  # the job's own hold: released here when the sink queued none
 
     def _sent(self, held: list[Held]) -> None:  # on the sink's sender thread (or this one)
         try:
