@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from conformance.scenarios import prompt
 
 from otel_eval.base.results import NOT_ENDED_KINDS
 
@@ -33,11 +34,13 @@ SCENARIOS = ("clean", "loop", "distinct", "tool_error", "non_terminating", "remo
 CONVERSATION = "conversation"
 # What test_conversations checks of a conversation recording (for its known_wrong entries).
 CONVERSATION_CHECKS = ("session", "findings")
+# An expected ``input`` that is a framework's text holding the scenario's prompt.
+PROMPT_INSIDE = "prompt_inside"
 # Expectation keys that are not checks.
 _META = ("xfail", "reason")
 # What an expectation checks (the keys of ``observed``).
-CHECKS = ("agent", "status", "passed", "loop", "non_terminated", "output", "tool_errors",
-          "cities", "recovered", "llm_calls")
+CHECKS = ("agent", "status", "passed", "loop", "non_terminated", "input", "output",
+          "tool_errors", "cities", "recovered", "llm_calls")
 
 
 @cache
@@ -113,10 +116,13 @@ def expectation(stack: str, scenario: str) -> dict[str, Any]:
     out["agent"] = stacks()[stack]["agent"]
     # the model calls the run made: what the scripted LLM answered while it was recorded
     out["llm_calls"] = recording(stack, scenario)["llm_requests"]
+    out["input"] = prompt(scenario)  # what the user asked
     override = (exp.get("stacks") or {}).get(stack, {}).get(scenario) or {}
     if set(override) - {"xfail"} and not override.get("reason"):
         raise ValueError(f"expected.yaml: {stack}/{scenario} overrides without a reason")
     out.update(override)
+    if out.get("input") == PROMPT_INSIDE:
+        out["input"] = {"holds": prompt(scenario)}
     if reason := known_wrong().get(f"{stack}/{scenario}"):
         out["xfail"] = reason
     return out
@@ -158,6 +164,7 @@ def observed(ev: dict[str, Any]) -> dict[str, Any]:
         # what the non-terminated metric counts: the run did not end
         "non_terminated": any(f["detector"] == "non_termination"
                               and f["kind"] in NOT_ENDED_KINDS for f in findings),
+        "input": ev["input"],
         "output": ev["output"],
         # what otel_eval_detector_tool_errors_total{kind="runtime"} counts: a failed span, or
         # an error the tool answered (also for a call rebuilt from the LLM messages)
@@ -175,10 +182,16 @@ def observed(ev: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _met(got: Any, want: Any) -> bool:
+    if isinstance(want, dict) and set(want) == {"holds"}:
+        return isinstance(got, str) and want["holds"] in got
+    return bool(got == want)
+
+
 def problems(ev: dict[str, Any], want: dict[str, Any]) -> list[str]:
     got = observed(ev)
     out = [f"{key}: expected {value!r}, got {got[key]!r}" for key, value in want.items()
-           if key not in _META and got[key] != value]
+           if key not in _META and not _met(got[key], value)]
     if out:
         out.append("findings: " + "; ".join(f"{f['detector']}/{f['kind']}: {f['message']}"
                                             for f in ev["findings"]))

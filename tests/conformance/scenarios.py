@@ -56,6 +56,11 @@ class Reply:
     text: str | None = None
 
 
+def prompt(scenario: str) -> str:
+    """The user's prompt of a one-run scenario (the run's expected ``input``)."""
+    return f"{_QUESTIONS[0]} [scenario:{scenario}]"
+
+
 def turn_prompt(n: int) -> str:
     """The user's prompt of turn ``n`` (1-based) of the conversation scenario."""
     return f"{_QUESTIONS[n - 1]} [scenario:conversation] [turn:{n}]"

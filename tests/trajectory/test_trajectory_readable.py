@@ -13,6 +13,8 @@ from otel_eval.base.results import Evaluation
 from otel_eval.base.steps import CONTENT_CHARS
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.conventions.messages import request_messages
+from otel_eval.evaluate.judge.config import JudgeConfig
+from otel_eval.evaluate.judge.render import render
 from otel_eval.evaluate.trajectory import build_trajectory
 
 CFG = TrajectoryConfig()
@@ -65,6 +67,40 @@ def test_the_task_is_the_last_user_request_of_the_first_llm_call(first_call: lis
                  span("chat2", "root", 2, {**CHAT, "gen_ai.input.messages":
                                            json.dumps([*first_call, *SAY])}))
     assert body["input"] == task
+
+
+_ASKED = [_user("What is the weather in Paris?")]
+
+
+@pytest.mark.parametrize(("recorded", "first_call", "task"), [
+    # smolagents' run(task=...) arguments, DSPy's signature input: the one text, by its name
+    ('{"task": "Book a flight", "stream": false, "reset": true, "images": null}', None,
+     "Book a flight"),
+    ('{"question": "Why is the sky blue?"}', _ASKED, "Why is the sky blue?"),
+    # a framework's state (LlamaIndex's workflow, CrewAI's agent): the first call's request
+    ('{"init_state": {"is_running": false}, "start_event": "StartEvent()"}', _ASKED,
+     "What is the weather in Paris?"),
+    ('[]', _ASKED, "What is the weather in Paris?"),  # Semantic Kernel: nothing recorded
+    # two texts, or a text not named as the request: not told apart; the call's request
+    ('{"task": "Book a flight", "mode": "fast"}', _ASKED, "What is the weather in Paris?"),
+    ('{"city": "Paris"}', _ASKED, "What is the weather in Paris?"),
+    # nothing to read it from: as recorded
+    ('{"init_state": {"is_running": false}}', None, '{"init_state": {"is_running": false}}'),
+    ('{"city": "Paris"}', None, '{"city": "Paris"}'),
+    # plain text is the request as it came
+    ("Book a flight", _ASKED, "Book a flight"),
+])
+def test_a_structured_input_without_messages_reads_the_request(
+        recorded: str, first_call: list | None, task: str) -> None:
+    spans = [span("root", None, 0, {**AGENT, "input.value": recorded,
+                                    "openinference.span.kind": "AGENT"})]
+    if first_call is not None:
+        spans.append(span("chat", "root", 1, {**CHAT, "gen_ai.input.messages":
+                                              json.dumps(first_call)}))
+    t = build_trajectory(trace(*spans), CFG)  # type: ignore[arg-type]
+    assert (t.input, Evaluation(t).to_json()["input"]) == (recorded, task)
+    # the judge is given the request as the run's task
+    assert render(Evaluation(t), JudgeConfig(model="m").compaction).task == task
 
 
 def test_llm_steps_carry_their_last_message_reply_and_requested_calls() -> None:

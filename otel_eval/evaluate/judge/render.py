@@ -321,7 +321,9 @@ def render(evaluation: Evaluation, limits: CompactionConfig) -> Rendered:
     the final output first (up to ``max_task_chars``), then the run's steps, their long texts
     cut to fit (``fit``)."""
     t = evaluation.trajectory
-    task_messages = parse_messages(t.input)
+    # the request read from a structured input with no messages (``trajectory.build``)
+    task_messages = parse_messages(t.task if t.input_messages is None and t.task is not None
+                                   else t.input)
     # a plain-text task is the run's first user message
     seen = task_messages + [Message("user", m.content) for m in task_messages if m.role == "raw"]
     r = _Renderer(limits)

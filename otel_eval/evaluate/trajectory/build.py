@@ -79,7 +79,7 @@ from otel_eval.evaluate.conventions.messages import (
     request_text,
     task_of,
 )
-from otel_eval.evaluate.conventions.values import as_str
+from otel_eval.evaluate.conventions.values import as_str, parse_json
 from otel_eval.evaluate.trajectory.passes import Draft, run_passes
 from otel_eval.evaluate.trajectory.spans import StepBuilder, dedupe, tree_order
 
@@ -204,6 +204,8 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
     raw_input = _first_text((agent, root_step), "input_text") or \
         (request_text(llm[0].input_text) if llm else None)
     task, input_messages = _text_of(raw_input, task_of)
+    if input_messages is None and task is not None and task[:1] in ("{", "["):
+        task = _request(task, llm)
     answer, output_messages = _text_of(output, answer_of)
     return Trajectory(
         trace_id=trace.trace_id, source=trace.source, status=trace.status, steps=steps,
@@ -241,6 +243,32 @@ def _text_of(raw: str | None,
     found = messages(raw)
     text = pick(found) if found is not None else None
     return (raw, None) if text is None else (text, found)
+
+
+_SCALARS = (str, bool, int, float, type(None))
+# Argument names that name the user's request (smolagents' ``run(task)``, DSPy's and
+# MLflow's ``question``, and the usual others), in a run method's recorded arguments.
+_REQUEST_KEYS = frozenset({"task", "question", "query", "input", "prompt", "request",
+                           "message", "goal", "instruction", "instructions", "user_input"})
+
+
+def _request(raw: str, llm: list[Step]) -> str:
+    """The user's request of a run whose recorded input is a structure with no messages (the
+    run method's arguments, a framework's state) as JSON: its one text among scalar values,
+    under a name of the request (``_REQUEST_KEYS``: smolagents' ``{"task": ..., "stream":
+    false, ...}``, DSPy's ``{"question": ...}``); else
+    the first LLM call's request, when that call's input is messages (``request_text``:
+    LlamaIndex's workflow state, Haystack's ``ChatMessage`` reprs, CrewAI's agent object);
+    else the input as recorded. Read for display and the judge's task; ``input`` stays raw."""
+    parsed = parse_json(raw)
+    if isinstance(parsed, dict) and all(isinstance(v, _SCALARS) for v in parsed.values()):
+        texts = [(k, v) for k, v in parsed.items() if isinstance(v, str) and v.strip()]
+        if len(texts) == 1 and texts[0][0].lower() in _REQUEST_KEYS:
+            return str(texts[0][1])
+    first = llm[0].input_text if llm else None
+    if first is not None and messages(first) is not None:
+        return request_text(first) or raw
+    return raw
 
 
 def _agent_name(builder: StepBuilder, agent: Step | None) -> tuple[str | None, AgentSource]:

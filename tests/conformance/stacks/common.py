@@ -91,7 +91,7 @@ def shutdown() -> None:
 
 
 def prompt(scenario: str) -> str:
-    return f"What is the weather in Paris? [scenario:{scenario}]"
+    return scenarios.prompt(scenario)
 
 
 def turns() -> list[str]:
