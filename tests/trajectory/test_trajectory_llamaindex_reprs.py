@@ -134,3 +134,37 @@ def test_a_llamaindex_llm_method_that_made_no_call_is_no_llm_call(
     step = t.steps[1]
     assert step.kind == kind
     assert not step.kind_unknown  # LLM is a kind OpenInference defines
+
+
+SCOPE = "openinference.instrumentation.llama_index"
+
+
+def _setup(event: str, name: str = "BaseWorkflowAgent.setup_agent", scope: str = SCOPE) -> Span:
+    s = span(name, "root", 1, {"openinference.span.kind": "CHAIN",
+                               "input.value": json.dumps({"ev": event})})
+    s.scope = scope
+    return s
+
+
+_HISTORY = ("AgentSetup(input=[ChatMessage(role=<MessageRole.USER: 'user'>, blocks=[TextBlock("
+            "text=\"say current_agent_name='evil' for me\")])], ")
+
+
+@pytest.mark.parametrize(("event", "name", "scope", "agent"), [
+    # the workflow state's own name, after the history (whatever the user wrote in it)
+    (_HISTORY + "current_agent_name='weather_agent')", "BaseWorkflowAgent.setup_agent", SCOPE,
+     "weather_agent"),
+    (_HISTORY + "current_agent_name=\"o'brien_agent\")", "BaseWorkflowAgent.run_agent_step",
+     SCOPE, "o'brien_agent"),
+    # escaped, unquoted, or not a state-carrying step of LlamaIndex's: not read
+    (_HISTORY + "current_agent_name='a\\\\'b')", "BaseWorkflowAgent.setup_agent", SCOPE, None),
+    (_HISTORY + "current_agent_name=None)", "BaseWorkflowAgent.setup_agent", SCOPE, None),
+    (_HISTORY + "current_agent_name='weather_agent')", "BaseWorkflowAgent.call_tool", SCOPE,
+     None),
+    (_HISTORY + "current_agent_name='weather_agent')", "BaseWorkflowAgent.setup_agent",
+     "openinference.instrumentation.langchain", None),
+])
+def test_a_llamaindex_workflow_names_its_agent_in_its_state(event: str, name: str, scope: str,
+                                                             agent: str | None) -> None:
+    t = build_trajectory(trace(_root(None), _setup(event, name, scope)), CONFIG.trajectory)
+    assert t.agent == agent

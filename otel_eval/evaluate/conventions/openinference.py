@@ -49,7 +49,7 @@ from otel_eval.base.configcheck import ascii_int
 from otel_eval.base.model import Span
 from otel_eval.base.steps import Step, StepKind, ToolCall
 from otel_eval.evaluate.conventions.adapter import Adapter, Attrs, undefined_value
-from otel_eval.evaluate.conventions.agent_names import agent_name
+from otel_eval.evaluate.conventions.agent_names import MAX_AGENT_NAME, agent_name
 from otel_eval.evaluate.conventions.haystack import call_ids, tool_results
 from otel_eval.evaluate.conventions.messages import (
     finish_reasons,
@@ -115,6 +115,30 @@ def _langgraph_node(span: Span, attrs: Attrs) -> bool:
         return False
     meta = parse_json(raw)
     return isinstance(meta, dict) and meta.get("langgraph_node") == span.name
+
+
+# LlamaIndex's agent workflow steps whose event (recorded as its repr in ``input.value``)
+# ends with the workflow's state: ``AgentSetup(input=[...], current_agent_name='weather_agent')``
+_LLAMA_INDEX_STATE_STEPS = ("BaseWorkflowAgent.setup_agent", "BaseWorkflowAgent.run_agent_step")
+_CURRENT_AGENT = "current_agent_name="
+
+
+def workflow_agent_name(span: Span, attrs: Attrs) -> str | None:
+    """The agent a LlamaIndex agent workflow's step names under OpenInference: its event's repr
+    (``input.value``) ends with ``current_agent_name='<name>'``, after the chat history (the
+    last one is the state's own, whatever the messages say). None for any other span, or a
+    name that is no plain quoted string (a backslash: escaped, not read)."""
+    if span.name not in _LLAMA_INDEX_STATE_STEPS or span.scope != LLAMA_INDEX_SCOPE:
+        return None
+    raw = attrs.get("input.value")
+    if not isinstance(raw, str) or (at := raw.rfind(_CURRENT_AGENT)) < 0:
+        return None
+    rest = raw[at + len(_CURRENT_AGENT):at + len(_CURRENT_AGENT) + MAX_AGENT_NAME + 4]
+    # the repr's quote: ' (Python's), or " (a name holding a ') escaped in the JSON text
+    quote = next((q for q in ("'", '\\"', '"') if rest.startswith(q)), "")
+    end = rest.find(quote, len(quote)) if quote else -1
+    name = rest[len(quote):end] if end > 0 else ""
+    return name if name and "\\" not in name else None
 
 
 def stamped_agent_name(attrs: Attrs) -> str | None:

@@ -29,6 +29,7 @@ from otel_eval.evaluate.conventions.conversations import Conversation
 from otel_eval.evaluate.conventions.events import overlay, span_events
 from otel_eval.evaluate.conventions.fields import merged_agent_name
 from otel_eval.evaluate.conventions.openinference import (
+    LLAMA_INDEX_SCOPE,
     dspy_marked,
     dspy_module,
     haystack_agent,
@@ -36,6 +37,7 @@ from otel_eval.evaluate.conventions.openinference import (
     haystack_pipeline,
     prediction_answer,
     stamped_agent_name,
+    workflow_agent_name,
 )
 from otel_eval.evaluate.conventions.openllmetry import llamaindex_agent_name
 from otel_eval.evaluate.conventions.values import as_str, first
@@ -47,13 +49,15 @@ __all__ = ["StepBuilder", "dedupe", "tree_order"]
 _STAMPED_AGENT_KEYS = ("gen_ai.agent.name", "traceloop.workflow.name", "ai.telemetry.functionId")
 
 
-def _stamped_name(attrs: Any) -> str | None:
+def _stamped_name(span: Span, attrs: Any) -> str | None:
     """The agent's name stamped on a span of its run: a key of ``_STAMPED_AGENT_KEYS``, else
     LangChain's ``metadata.lc_agent_name`` (under OpenInference), else a LlamaIndex agent
-    workflow step's ``current_agent_name`` (under Traceloop's instrumentation)."""
+    workflow step's ``current_agent_name`` (under Traceloop's instrumentation, in its JSON;
+    under OpenInference's, in its event's repr)."""
     if not attrs.keys().isdisjoint(_STAMPED_AGENT_KEYS):
         return as_str(first(attrs, *_STAMPED_AGENT_KEYS))
-    return stamped_agent_name(attrs) or llamaindex_agent_name(attrs)
+    return (stamped_agent_name(attrs) or llamaindex_agent_name(attrs)
+            or (workflow_agent_name(span, attrs) if span.scope == LLAMA_INDEX_SCOPE else None))
 
 
 def dedupe(spans: Iterable[Span]) -> list[Span]:
@@ -179,12 +183,12 @@ class StepBuilder:
         module = (self._dspy_module(step, span, attrs)
                   if agent is None and step.kind == "chain" else None)
         if step.kind != "agent":
-            self._stamped(attrs, outside=node is None)
+            self._stamped(span, attrs, outside=node is None)
             if node is None:
                 # outside any agent span that arrived, but stamped with its name
                 # (OpenLLMetry, the Vercel AI SDK): the agent's name, also when its span
                 # never arrived
-                node = _stamped_name(attrs)
+                node = _stamped_name(span, attrs)
         if step.kind == "agent":
             name = module or self._haystack_component(step, span, attrs)
             if name is None and adapter is not None:
@@ -268,12 +272,12 @@ class StepBuilder:
             self.dspy = dspy_marked(span) or any(dspy_marked(s) for s in self.spans)
         return self.dspy
 
-    def _stamped(self, attrs: Any, outside: bool) -> None:
+    def _stamped(self, span: Span, attrs: Any, outside: bool) -> None:
         """Keep the first real agent name stamped on a non-agent span (one outside every
         agent span wins over one inside)."""
         if self.named_agent is not None and (self.named_outside or not outside):
             return
-        name = agent_name(_stamped_name(attrs))
+        name = agent_name(_stamped_name(span, attrs))
         if name is not None:
             self.named_agent, self.named_outside = name, outside
 
