@@ -109,7 +109,18 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         "traceloop.entity.input": '{"args": [], "kwargs": {"id": 3}}',
         "traceloop.entity.output": '"found"',
     }, {"kind": "tool", "convention": "openllmetry", "tool_name": "lookup",
-        "arguments": {"id": 3}, "result": '"found"'}),
+        "arguments": {"id": 3}, "result": "found"}),  # the SDK's JSON of a str result
+    # a string result recorded as JSON is read as its text: GenAI's attribute (JSON where it
+    # cannot be structured), OpenInference's value whose mime type says JSON (DSPy)
+    ("genai tool result as JSON", {"gen_ai.operation.name": "execute_tool",
+                                   "gen_ai.tool.name": "t", "gen_ai.tool.call.result": '"found"'},
+     {"kind": "tool", "result": "found"}),
+    ("openinference tool result as JSON", {
+        "openinference.span.kind": "TOOL", "tool.name": "t", "output.value": '"found"',
+        "output.mime_type": "application/json"}, {"kind": "tool", "result": "found"}),
+    ("openinference tool result as text", {
+        "openinference.span.kind": "TOOL", "tool.name": "t", "output.value": '"found"',
+        "output.mime_type": "text/plain"}, {"kind": "tool", "result": '"found"'}),
     ("openllmetry langchain tool inputs", {
         "traceloop.span.kind": "tool",
         "traceloop.entity.input": '{"inputs": {"q": "x"}, "tags": [], "metadata": {}}',

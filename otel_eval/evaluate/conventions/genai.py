@@ -24,6 +24,7 @@ from otel_eval.evaluate.conventions.values import (
     as_int,
     as_list_of_str,
     as_str,
+    decode_json_string,
     first,
     parse_json,
     tool_definitions,
@@ -168,7 +169,9 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
             name = span.name[len("execute_tool "):]
         step.tool_name = as_str(name) or None
         step.arguments = parse_json(attrs.get("gen_ai.tool.call.arguments"))
-        step.result = as_str(attrs.get("gen_ai.tool.call.result"))
+        # the result as JSON when the attribute cannot hold it structured (the conventions):
+        # a string result is a JSON string literal there, and is read as its text
+        step.result = decode_json_string(attrs.get("gen_ai.tool.call.result"))
         return
     _fill_usage(step, attrs)
     # = as_str(first(attrs, current key, legacy key)), inlined: every LLM/agent span

@@ -61,6 +61,7 @@ from otel_eval.evaluate.conventions.messages import (
 from otel_eval.evaluate.conventions.values import (
     as_int,
     as_str,
+    decode_json_string,
     first,
     parse_json,
     tool_definition,
@@ -84,6 +85,7 @@ _OTHER_KINDS = frozenset({"RETRIEVER", "EMBEDDING", "RERANKER", "GUARDRAIL", "EV
 # is no message)
 _POSITION_DIGITS = 9
 _OUT_PREFIX = "llm.output_messages."
+_JSON_MIME = "application/json"  # output.mime_type of a value recorded as JSON
 _CALL_MARK = ".message.tool_calls."
 
 
@@ -253,7 +255,10 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
         # as carried: the smolagents / LlamaIndex envelopes are taken off by
         # ``trajectory.envelopes`` (with every other convention's)
         step.arguments = parse_json(first(attrs, "tool_call.function.arguments", "input.value"))
-        step.result = as_str(attrs.get("output.value"))
+        out = attrs.get("output.value")
+        # a value its mime type says is JSON: a string result is a JSON string literal
+        step.result = (decode_json_string(out) if attrs.get("output.mime_type") == _JSON_MIME
+                       else as_str(out))
         return
     step.input_tokens = as_int(attrs.get("llm.token_count.prompt"), 0)
     step.output_tokens = as_int(attrs.get("llm.token_count.completion"), 0)

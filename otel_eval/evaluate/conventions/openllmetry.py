@@ -173,7 +173,8 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
         # as carried: the SDK's {"args", "kwargs"} and LangChain's callback inputs are taken
         # off by ``trajectory.envelopes``
         step.arguments = parse_json(attrs.get("traceloop.entity.input"))
-        step.result = as_str(attrs.get("traceloop.entity.output"))
+        # the SDK records the return value as JSON: a string result is a string literal
+        step.result = decode_json_string(attrs.get("traceloop.entity.output"))
         return
     if kind != "llm":
         step.input_text = _entity_text(attrs.get("traceloop.entity.input"))
