@@ -91,8 +91,11 @@ def request_text(raw: str | None) -> str | None:
     if raw is None:
         return None
     found = messages(raw)
-    if found is None:
-        return raw
+    return raw if found is None else request_of(found)
+
+
+def request_of(found: list[Any]) -> str | None:
+    """``request_text`` of messages already parsed (``messages``)."""
     for msg in reversed(found):
         if _is_request(msg) and (text := message_text(msg)) is not None:
             return text

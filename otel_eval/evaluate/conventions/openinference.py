@@ -281,7 +281,8 @@ def _fill_llm(step: Step, attrs: Attrs) -> None:
     step.input_text = (request_messages(step.input_text) or _flat_input(step.input_text, attrs)
                        or step.input_text)
     output = as_str(attrs.get("output.value"))
-    output = _textless_reply(output, attrs) or output
+    if output is not None and output.endswith(_NO_TEXT):
+        output = _textless_reply(output, attrs) or output
     step.finish_reasons = finish_reasons(output)
     reply = response_message(output)
     step.output_text = json.dumps([reply], ensure_ascii=False) if reply else output
@@ -325,15 +326,18 @@ def _flat_input(raw: str | None, attrs: Attrs) -> str | None:
     return json.dumps([_flat_message(m) for _, m in sorted(found.items())], ensure_ascii=False)
 
 
-def _textless_reply(output: str | None, attrs: Attrs) -> str | None:
+# the ends of LlamaIndex's repr of a reply with no text (``_textless_reply``)
+_NO_TEXT = (": None", ": ")
+
+
+def _textless_reply(output: str, attrs: Attrs) -> str | None:
     """LlamaIndex records an LLM's reply as its repr, ``"{role}: {content}"``, and a reply
     with no text (tool calls only) as ``"assistant: None"`` (``"assistant: "`` streamed): not
     an answer but a message with no content, whose calls are flattened beside it. That
     message, as a JSON list of chat messages, for such an output; None for any other."""
-    if (output is None or output[-2:] not in (": ", "ne")
-            or _OUT_PREFIX + "0.message.content" in attrs
-            or output.partition(": ")[2] not in ("", "None")
-            or output.partition(": ")[0] != attrs.get(_OUT_PREFIX + "0.message.role")):
+    role, _, content = output.partition(": ")
+    if (content not in ("", "None") or _OUT_PREFIX + "0.message.content" in attrs
+            or role != attrs.get(_OUT_PREFIX + "0.message.role")):
         return None
     return json.dumps([_flat_message(m) for _, m in sorted(_flattened(attrs, _OUT_PREFIX).items())],
                       ensure_ascii=False)

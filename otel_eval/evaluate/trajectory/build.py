@@ -76,6 +76,7 @@ from otel_eval.evaluate.conventions.conversations import Conversation
 from otel_eval.evaluate.conventions.messages import (
     answer_of,
     messages,
+    request_of,
     request_text,
     task_of,
 )
@@ -257,7 +258,7 @@ def _request(raw: str, llm: list[Step]) -> str:
     run method's arguments, a framework's state) as JSON: its one text among scalar values,
     under a name of the request (``_REQUEST_KEYS``: smolagents' ``{"task": ..., "stream":
     false, ...}``, DSPy's ``{"question": ...}``); else
-    the first LLM call's request, when that call's input is messages (``request_text``:
+    the first LLM call's request, when that call's input is messages (``request_of``:
     LlamaIndex's workflow state, Haystack's ``ChatMessage`` reprs, CrewAI's agent object);
     else the input as recorded. Read for display and the judge's task; ``input`` stays raw."""
     parsed = parse_json(raw)
@@ -265,10 +266,8 @@ def _request(raw: str, llm: list[Step]) -> str:
         texts = [(k, v) for k, v in parsed.items() if isinstance(v, str) and v.strip()]
         if len(texts) == 1 and texts[0][0].lower() in _REQUEST_KEYS:
             return str(texts[0][1])
-    first = llm[0].input_text if llm else None
-    if first is not None and messages(first) is not None:
-        return request_text(first) or raw
-    return raw
+    found = messages(llm[0].input_text) if llm and llm[0].input_text is not None else None
+    return (request_of(found) or raw) if found is not None else raw
 
 
 def _agent_name(builder: StepBuilder, agent: Step | None) -> tuple[str | None, AgentSource]:

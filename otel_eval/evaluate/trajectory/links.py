@@ -31,7 +31,7 @@ from typing import Any
 
 from otel_eval.base.steps import Step, ToolCall
 from otel_eval.evaluate.trajectory.envelopes import python_literal
-from otel_eval.evaluate.trajectory.llm_twins import merge_llm_twins
+from otel_eval.evaluate.trajectory.llm_twins import fold, merge_llm_twins
 
 # Pending calls of one tool looked through for equal arguments (bounds the name match).
 _SAME_ARGS_WINDOW = 16
@@ -64,24 +64,10 @@ def merge_nested_calls(steps: list[Step]) -> None:
             continue
         if (outer.tool_name or outer.name) != (step.tool_name or step.name):
             continue
-        _fold(step, outer, f"the call of its parent tool step {outer.span_id}")
+        fold(step, outer, f"the call of its parent tool step {outer.span_id}", _NESTED_FIELDS)
         del by_span[step.span_id]
     _merge_mcp_siblings([s for s in by_span.values() if s.kind == "tool"])
     merge_llm_twins(steps)
-
-
-def _fold(step: Step, into: Step, why: str) -> None:
-    """``step`` is ``into``'s call recorded again: ``into`` takes what only ``step`` carries,
-    and ``step`` is no call of its own."""
-    for name in _NESTED_FIELDS:
-        if getattr(into, name) is None and getattr(step, name) is not None:
-            setattr(into, name, getattr(step, name))
-            if name in step.sources:
-                into.sources[name] = step.sources[name]
-    if step.status == "error" and into.status != "error":
-        into.status, into.error = "error", step.error
-    step.kind = "other"
-    step.sources["kind"] = why
 
 
 def _merge_mcp_siblings(tools: list[Step]) -> None:
@@ -103,7 +89,8 @@ def _merge_mcp_siblings(tools: list[Step]) -> None:
             same = (ids[0] == ids[1] if None not in ids else
                     outer.start_ns <= step.start_ns and step.end_ns <= outer.end_ns)
             if same:
-                _fold(step, outer, f"the MCP call of the tool step beside it {outer.span_id}")
+                fold(step, outer, f"the MCP call of the tool step beside it {outer.span_id}",
+                     _NESTED_FIELDS)
                 break
 
 

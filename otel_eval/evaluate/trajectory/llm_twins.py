@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from otel_eval.base.steps import Step
 
-__all__ = ["merge_llm_twins"]
+__all__ = ["fold", "merge_llm_twins"]
 
 # What the inner span of one LLM call recorded twice may add to the outer one.
 _FIELDS = ("model", "input_tokens", "output_tokens", "cost_usd", "cache_write_tokens",
@@ -45,7 +45,7 @@ def merge_llm_twins(steps: list[Step]) -> None:
     for step in llm:
         outer = by_span.get(step.parent_span_id or "")
         if outer is not None and outer is not step:
-            _fold(step, outer, f"the call of its parent LLM step {outer.span_id}")
+            fold(step, outer, f"the call of its parent LLM step {outer.span_id}")
     if any(s.response_id is not None for s in llm):
         _same_response(llm)
     if len({s.convention for s in llm}) > 1:
@@ -59,12 +59,15 @@ def _same_response(llm: list[Step]) -> None:
         if rid is None or step.kind != "llm":
             continue
         twin = first.get(rid)
-        if twin is not None and (_holds(twin, step) or _holds(step, twin)):
-            outer, inner = (step, twin) if _holds(step, twin) else (twin, step)
-            _fold(inner, outer, f"the call of LLM step {outer.span_id} (the same response id)")
-            first[rid] = outer
+        if twin is not None and _holds(step, twin):
+            outer, inner = step, twin
+        elif twin is not None and _holds(twin, step):
+            outer, inner = twin, step
         else:  # the first, or a later call answered from a cache with the same reply
             first[rid] = step
+            continue
+        fold(inner, outer, f"the call of LLM step {outer.span_id} (the same response id)")
+        first[rid] = outer
 
 
 def _beside(llm: list[Step]) -> None:
@@ -76,13 +79,13 @@ def _beside(llm: list[Step]) -> None:
         before = seen.setdefault(step.parent_span_id, [])
         if step.input_tokens is not None and step.span_id not in taken:
             found = [o for o in before[-_WINDOW:]
-                     if o.kind == "llm" and o.convention != step.convention
-                     and o.span_id not in taken and o.input_tokens == step.input_tokens
+                     if o.convention != step.convention and o.span_id not in taken
+                     and o.input_tokens == step.input_tokens
                      and (o.response_id is None or step.response_id is None)
                      and _holds(o, step)]
             if len(found) == 1:
                 outer = found[0]
-                _fold(step, outer, f"the call of LLM step {outer.span_id} (recorded beside "
+                fold(step, outer, f"the call of LLM step {outer.span_id} (recorded beside "
                                    "it by another instrumentation)")
                 taken.update((outer.span_id, step.span_id))
                 continue
@@ -93,8 +96,11 @@ def _holds(outer: Step, inner: Step) -> bool:
     return outer.start_ns <= inner.start_ns and inner.end_ns <= outer.end_ns
 
 
-def _fold(inner: Step, outer: Step, why: str) -> None:
-    for name in _FIELDS:
+def fold(inner: Step, outer: Step, why: str, fields: tuple[str, ...] = _FIELDS) -> None:
+    """``inner`` is ``outer``'s call recorded again (a tool's or an LLM's): ``outer`` takes
+    what only ``inner`` carries (``fields``, the requested calls and finish reasons, its
+    error), and ``inner`` is no call of its own (kind ``other``, ``sources["kind"]`` why)."""
+    for name in fields:
         if getattr(outer, name) is None and getattr(inner, name) is not None:
             setattr(outer, name, getattr(inner, name))
             if name in inner.sources:
