@@ -177,6 +177,10 @@ def observed(ev: dict[str, Any]) -> dict[str, Any]:
                                                                          dict) else None
                    for s in tools if _is_get_weather(s.get("tool_name"))],
         "recovered": "recovered" in recovery and not recovery & {"unrecovered", "gave_up"},
+        # what the last get_weather call returned, as text (a framework's envelope off:
+        # trajectory.envelopes)
+        "result": next((s.get("result") for s in reversed(tools)
+                        if _is_get_weather(s.get("tool_name"))), None),
         # LLM steps (one call recorded by two instrumentations is one: trajectory.llm_twins)
         "llm_calls": ev["counts"]["llm_calls"],
     }

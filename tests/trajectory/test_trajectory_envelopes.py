@@ -1,4 +1,5 @@
-"""Envelopes around a tool's arguments taken off; arguments not understood are unknown."""
+"""Envelopes around a tool's arguments and results taken off; arguments not understood are
+unknown."""
 
 from __future__ import annotations
 
@@ -11,7 +12,12 @@ from trajectory_factory import span, trace
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.detectors import Detectors, DetectorsConfig
 from otel_eval.evaluate.trajectory import build_trajectory
-from otel_eval.evaluate.trajectory.envelopes import MAX_LITERAL_CHARS, fits, unwrap
+from otel_eval.evaluate.trajectory.envelopes import (
+    MAX_LITERAL_CHARS,
+    fits,
+    unwrap,
+    unwrap_result,
+)
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 
@@ -116,3 +122,85 @@ def test_wrong_arguments_the_model_asked_for_are_still_a_finding() -> None:
     t, found = _run([{"town": "Paris"}], [{"town": "Paris"}])
     assert t.tool_steps[0].arguments == {"town": "Paris"}
     assert "tool_call/arguments" in found
+
+
+_TOOL_MESSAGE = {"content": "sunny", "additional_kwargs": {}, "response_metadata": {},
+                 "type": "tool", "name": "get_weather", "id": None, "tool_call_id": "c1",
+                 "artifact": None, "status": "success"}
+_SERIALIZED = {"lc": 1, "type": "constructor", "id": ["langchain_core", "messages", "ToolMessage"],
+               "kwargs": {"status": "success", "content": "sunny", "tool_call_id": "c1"}}
+_TOOL_OUTPUT = {"blocks": [{"text": "sunny"}], "tool_name": "get_weather",
+                "raw_input": {"args": [], "kwargs": {"city": "Paris"}}, "raw_output": "sunny",
+                "is_error": False}
+
+
+@pytest.mark.parametrize(("value", "text", "envelope", "failed"), [
+    # as recorded by the corpus's stacks (tests/conformance): LangGraph, LangChain.js,
+    # LlamaIndex (all under OpenInference), OpenLLMetry's MCP client
+    ({"type": "tool", "data": _TOOL_MESSAGE}, "sunny", "langchain_message", False),
+    ({"output": _SERIALIZED}, "sunny", "langchain_serialized", False),
+    (_SERIALIZED, "sunny", "langchain_serialized", False),
+    (_TOOL_OUTPUT, "sunny", "llamaindex_tool_output", False),
+    ({"result": "sunny"}, "sunny", "mcp_result", False),
+    # the failures they record
+    ({"type": "tool", "data": {**_TOOL_MESSAGE, "status": "error", "content": "Error: no"}},
+     "Error: no", "langchain_message", True),
+    ({**_TOOL_OUTPUT, "blocks": [{"text": "no such city"}], "is_error": True},
+     "no such city", "llamaindex_tool_output", True),
+    ({"result": "Error executing tool", "is_error": True}, "Error executing tool",
+     "mcp_result", True),
+    # content as text blocks; an older LlamaIndex's content
+    ({"type": "tool", "data": {**_TOOL_MESSAGE, "content": [{"type": "text", "text": "a"},
+                                                            {"type": "text", "text": "b"}]}},
+     "a\nb", "langchain_message", False),
+    ({**{k: v for k, v in _TOOL_OUTPUT.items() if k != "blocks"}, "content": "sunny"},
+     "sunny", "llamaindex_tool_output", False),
+    # not an envelope, or one around something else than text: as recorded
+    ({"result": {"temp": 22}}, None, None, False),
+    ({"result": "sunny", "unit": "C"}, None, None, False),
+    ({"output": "sunny"}, None, None, False),
+    ({"type": "tool", "data": {**_TOOL_MESSAGE, "content": [{"type": "image_url"}]}},
+     None, None, False),
+    ({"type": "ai", "data": {**_TOOL_MESSAGE, "type": "ai"}}, None, None, False),
+    ({**_SERIALIZED, "id": ["langchain_core", "messages", "AIMessage"]}, None, None, False),
+    ({"tool_name": "get_weather", "raw_output": "sunny"}, None, None, False),
+])
+def test_unwrap_result(value: Any, text: str | None, envelope: str | None,
+                       failed: bool) -> None:
+    recorded = json.dumps(value)
+    assert unwrap_result(recorded) == (recorded if text is None else text, envelope, failed)
+
+
+def test_a_result_that_is_no_json_is_text() -> None:
+    for value in ("sunny", '{"result": "sunny"', "{'result': 'sunny'}", ""):
+        assert unwrap_result(value) == (value, None, False)
+
+
+def _tool_run(output: Any, status: str = "ok") -> Any:
+    spans = [span("run", attrs={"openinference.span.kind": "AGENT"}),
+             span("get_weather", "run", 1, {
+                 "openinference.span.kind": "TOOL", "tool.name": "get_weather",
+                 "input.value": '{"city": "Paris"}', "output.value": json.dumps(output),
+                 "output.mime_type": "application/json"}, status=status)]
+    return build_trajectory(trace(*spans), TrajectoryConfig())
+
+
+def test_a_result_envelope_is_taken_off_and_its_source_says_so() -> None:
+    step = _tool_run({"type": "tool", "data": _TOOL_MESSAGE}).tool_steps[0]
+    assert step.result == "sunny" and step.status == "ok"
+    assert step.sources["result"].endswith("(inside langchain_message)")
+
+
+def test_an_envelope_that_records_a_failure_makes_the_call_failed() -> None:
+    t = _tool_run({**_TOOL_OUTPUT, "blocks": [{"text": "no such city"}], "is_error": True})
+    step = t.tool_steps[0]
+    assert (step.status, step.error, step.result) == ("error", "no such city", "no such city")
+    assert step.sources["status"] == "llamaindex_tool_output error flag"
+    findings, _ = Detectors(DetectorsConfig()).evaluate(t)
+    assert "tool_call/runtime" in {f"{f.detector}/{f.kind}" for f in findings}
+
+
+def test_a_failed_span_keeps_its_own_error() -> None:
+    step = _tool_run({"result": "Error executing tool", "is_error": True}, "error").tool_steps[0]
+    assert step.status == "error" and step.result == "Error executing tool"
+    assert "status" not in step.sources

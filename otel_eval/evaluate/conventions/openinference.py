@@ -256,9 +256,12 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
         # ``trajectory.envelopes`` (with every other convention's)
         step.arguments = parse_json(first(attrs, "tool_call.function.arguments", "input.value"))
         out = attrs.get("output.value")
-        # a value its mime type says is JSON: a string result is a JSON string literal
-        step.result = (decode_json_string(out) if attrs.get("output.mime_type") == _JSON_MIME
-                       else as_str(out))
+        # a value its mime type says is JSON: a string result is a JSON string literal; so is
+        # the AI SDK's JSON of the result, which OpenInference's span processor copies as
+        # text/plain beside the SDK's own ``ai.toolCall.result``
+        json_text = (attrs.get("output.mime_type") == _JSON_MIME
+                     or (out is not None and out == attrs.get("ai.toolCall.result")))
+        step.result = decode_json_string(out) if json_text else as_str(out)
         return
     step.input_tokens = as_int(attrs.get("llm.token_count.prompt"), 0)
     step.output_tokens = as_int(attrs.get("llm.token_count.completion"), 0)

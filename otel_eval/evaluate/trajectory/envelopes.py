@@ -1,4 +1,5 @@
-"""Stage: trajectory (part). The arguments inside the envelopes frameworks record around them.
+"""Stage: trajectory (part). The arguments and results inside the envelopes frameworks
+record around them.
 
 What a span carries as a tool's input is often not the arguments but a wrapper around them.
 ``unwrap`` takes the arguments out of every known one, in one place, layer by layer (at most
@@ -20,22 +21,43 @@ What a span carries as a tool's input is often not the arguments but a wrapper a
   JSON-RPC ``{"method": "tools/call", "params": {...}}``).
 
 A dict whose keys the tool's schema declares is the arguments, never an envelope (a tool may
-have a parameter named ``kwargs``). ``fits`` tells whether arguments fit an offered schema
+have a parameter named ``kwargs``).
+
+A tool's *result* may be a framework's object around the text the tool returned, recorded as
+JSON. ``unwrap_result`` takes the text out of each known one (``RESULT_ENVELOPES``), and says
+whether the envelope records a failed call (``take_off_results``: the step is then a failed
+call, its flag the source):
+
+- ``langchain_message``: LangChain's ``messages_to_dict`` of a ``ToolMessage``, ``{"type":
+  "tool", "data": {"content": ..., "status": "success" | "error", ...}}`` (OpenInference's
+  LangChain instrumentation);
+- ``langchain_serialized``: a serialized ``ToolMessage``, ``{"lc": 1, "type": "constructor",
+  "id": [..., "ToolMessage"], "kwargs": {"content": ..., "status": ...}}``, also under the
+  run's ``{"output": ...}`` (LangChain.js);
+- ``llamaindex_tool_output``: LlamaIndex's ``ToolOutput``, ``{"content": ...}`` or ``{"blocks":
+  [{"text": ...}]}`` beside ``tool_name``, ``raw_input``, ``raw_output`` and ``is_error``;
+- ``mcp_result``: OpenLLMetry's MCP tool span, ``{"result": <the first content's text>}``
+  and ``"is_error": true`` when the server answered ``isError``.
+
+Content as text blocks is their texts joined by newlines; any other content (an image, a
+structure) leaves the envelope as recorded. ``fits`` tells whether arguments fit an offered schema
 (required present, no undeclared key): the trajectory treats arguments that do not fit and
 look like an envelope as *unknown* (``unparsed``), never as the call's arguments.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from otel_eval.base.pysource import literal
+from otel_eval.base.steps import Step
 from otel_eval.base.text import load_content
 from otel_eval.evaluate.conventions.values import parse_json
 
-__all__ = ["MAX_LAYERS", "MAX_LITERAL_CHARS", "fits", "python_literal", "unknown_keys",
-           "unwrap"]
+__all__ = ["MAX_LAYERS", "MAX_LITERAL_CHARS", "RESULT_ENVELOPES", "fits", "python_literal",
+           "take_off_results", "unknown_keys", "unwrap", "unwrap_result"]
 
 MAX_LAYERS = 4
 # A Python literal longer than this is left as text (literal_eval is linear, but bounded).
@@ -164,3 +186,82 @@ def fits(arguments: Any, schema: Any) -> bool | None:
                                           if isinstance(k, str)):
         return False
     return not unknown_keys(arguments, schema)
+
+
+RESULT_ENVELOPES = ("langchain_message", "langchain_serialized", "llamaindex_tool_output",
+                    "mcp_result")
+# A result is parsed only when one of these is in it: every envelope above holds one (a key,
+# or the serialized class's name), so the JSON tool results of other tools cost a search.
+_RESULT_MARKER = re.compile(r'"tool_call_id"|ToolMessage|"raw_output"|"result"')
+_LLAMAINDEX_KEYS = frozenset({"tool_name", "raw_input", "raw_output", "is_error"})
+
+
+def _content_text(content: Any) -> str | None:
+    """A message's content as text: a string, or text blocks' texts joined; else None."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list) or not content:
+        return None
+    texts = []
+    for block in content:
+        text = block.get("text") if isinstance(block, dict) else None
+        if not isinstance(text, str):
+            return None
+        texts.append(text)
+    return "\n".join(texts)
+
+
+def _tool_message(value: dict[str, Any]) -> tuple[Any, str | None]:
+    """The fields of a LangChain ToolMessage ``value`` is, dict or serialized, and which."""
+    data = value.get("data")
+    if value.get("type") == "tool" and isinstance(data, dict) and data.get("type") == "tool":
+        return data, "langchain_message"
+    ident, kwargs = value.get("id"), value.get("kwargs")
+    if (value.get("lc") == 1 and value.get("type") == "constructor" and isinstance(ident, list)
+            and ident and ident[-1] == "ToolMessage" and isinstance(kwargs, dict)):
+        return kwargs, "langchain_serialized"
+    return None, None
+
+
+def _result_layer(value: Any) -> tuple[str | None, str | None, bool]:
+    if not isinstance(value, dict):
+        return None, None, False
+    keys = value.keys()
+    if keys == {"output"} and isinstance(value["output"], dict):
+        value = value["output"]  # LangChain.js: the tool run's outputs
+        keys = value.keys()
+    fields, name = _tool_message(value)
+    if name is not None:
+        return _content_text(fields.get("content")), name, fields.get("status") == "error"
+    if keys >= _LLAMAINDEX_KEYS and ("content" in keys or "blocks" in keys):
+        text = _content_text(value.get("content", value.get("blocks")))
+        return text, "llamaindex_tool_output", value["is_error"] is True
+    if "result" in keys and keys <= {"result", "is_error"} and isinstance(value["result"], str):
+        return value["result"], "mcp_result", value.get("is_error") is True
+    return None, None, False
+
+
+def unwrap_result(text: str) -> tuple[str, str | None, bool]:
+    """(the text a tool returned inside ``text``, the envelope taken off or None, whether the
+    envelope records the call as failed); ``text`` itself when no known envelope holds it."""
+    if text[:1] != "{" or _RESULT_MARKER.search(text) is None:
+        return text, None, False
+    inner, name, failed = _result_layer(parse_json(text))
+    return (text, None, False) if inner is None or name is None else (inner, name, failed)
+
+
+def take_off_results(steps: list[Step]) -> None:
+    """Every tool step's result out of its envelope; a step whose envelope records a failure
+    is a failed call (its result stays, as a failed span's does)."""
+    for step in steps:
+        if step.kind != "tool" or not step.result or step.result[:1] != "{":
+            continue
+        text, name, failed = unwrap_result(step.result)
+        if name is None:
+            continue
+        step.result = text
+        source = step.sources.get("result", "")
+        step.sources["result"] = f"{source} (inside {name})".strip()
+        if failed and step.status != "error":
+            step.status, step.error = "error", text
+            step.sources["status"] = f"{name} error flag"

@@ -18,6 +18,7 @@ from otel_eval.base.steps import Step, ToolCall
 from otel_eval.evaluate.conventions.messages import answer_of, answer_text
 from otel_eval.evaluate.trajectory.arguments import settle, take_off_envelopes
 from otel_eval.evaluate.trajectory.code_actions import last_message_text, rebuild_code_actions
+from otel_eval.evaluate.trajectory.envelopes import take_off_results
 from otel_eval.evaluate.trajectory.links import coerce_arguments, join_calls, merge_nested_calls
 from otel_eval.evaluate.trajectory.prices import price_steps
 from otel_eval.evaluate.trajectory.responses import ToolResponses
@@ -59,6 +60,7 @@ def _merge_nested_calls(draft: Draft) -> None:
 
 def _take_off_envelopes(draft: Draft) -> None:
     take_off_envelopes(draft.steps, draft.tools)
+    take_off_results(draft.steps)
 
 
 def _join_calls(draft: Draft) -> None:
