@@ -181,6 +181,10 @@ def observed(ev: dict[str, Any]) -> dict[str, Any]:
         # trajectory.envelopes)
         "result": next((s.get("result") for s in reversed(tools)
                         if _is_get_weather(s.get("tool_name"))), None),
+        # the last message the last LLM call was sent (its ``prompt``): what the last call
+        # returned, whatever shape the instrumentation records tool messages in
+        "observation": next((s.get("prompt") for s in reversed(ev["steps"])
+                             if s["kind"] == "llm"), None),
         # LLM steps (one call recorded by two instrumentations is one: trajectory.llm_twins)
         "llm_calls": ev["counts"]["llm_calls"],
     }

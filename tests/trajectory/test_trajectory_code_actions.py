@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from trajectory_factory import span, trace
@@ -274,6 +275,46 @@ def test_last_message_text_reads_only_the_tail() -> None:
     assert last_message_text(json.dumps(history)) == "obs"
     assert last_message_text(json.dumps(history[:2])) is None  # the model spoke last
     assert last_message_text("not json") is None and last_message_text("[") is None
+
+
+_ASKED = {"role": "assistant", "content": None,
+          "tool_calls": [{"id": "c1", "type": "function",
+                          "function": {"name": "get_weather", "arguments": "{}"}}]}
+
+
+@pytest.mark.parametrize("last", [
+    {"role": "tool", "tool_call_id": "c1", "content": "sunny"},  # OpenAI chat
+    # GenAI parts (the conventions' ``response``; pydantic-ai's ``result``); a user message
+    # of results (OpenLLMetry's Anthropic); AutoGen's function role under OpenInference
+    {"role": "tool", "parts": [{"type": "tool_call_response", "id": "c1", "response": "sunny"}]},
+    {"role": "tool", "parts": [{"type": "tool_call_response", "id": "c1", "result": "sunny"}]},
+    {"role": "user", "parts": [{"type": "tool_call_response", "id": "c1", "response": "sunny"}]},
+    {"role": "function", "parts": [{"type": "tool_call_response", "id": "c1",
+                                    "response": "sunny"}]},
+    # the role after other keys, with nested objects after it (agno)
+    {"id": "m3", "content": "sunny", "role": "tool", "tool_args": {"city": {"name": "P"}},
+     "metrics": {"time": 1}},
+    # the AI SDK (v5 and v4), Bedrock Converse (Strands), the Responses API (OpenAI Agents)
+    {"role": "tool", "content": [{"type": "tool-result", "toolCallId": "c1",
+                                  "output": {"type": "text", "value": "sunny"}}]},
+    {"role": "tool", "content": [{"type": "tool-result", "toolCallId": "c1",
+                                  "result": "sunny"}]},
+    {"role": "tool", "content": [{"toolResult": {"toolUseId": "c1", "status": "success",
+                                                 "content": [{"text": "sunny"}]}}]},
+    {"call_id": "c1", "output": "sunny", "type": "function_call_output"},
+])
+def test_the_last_message_reads_a_tool_result_in_every_shape(last: dict[str, Any]) -> None:
+    history = [{"role": "user", "content": "What is the weather?"}, _ASKED, last]
+    assert last_message_text(json.dumps(history)) == "sunny"
+
+
+def test_the_last_message_is_no_observation_when_the_model_or_nobody_said_it() -> None:
+    assert last_message_text(json.dumps([{"role": "user", "content": "hi"}, _ASKED])) is None
+    assert last_message_text(json.dumps([{"role": ["tool"], "content": "x"}])) is None
+    assert last_message_text(json.dumps([{"type": "function_call", "output": "x"}])) is None
+    # the role after more nested objects than the tries: not found, never a wrong message
+    deep = {"content": "sunny", **{f"k{i}": {"v": i} for i in range(20)}, "role": "tool"}
+    assert last_message_text(json.dumps([{"role": "user", "content": "q"}, deep])) is None
 
 
 def test_hostile_code_in_a_reply_is_counted_and_the_trace_still_builds() -> None:

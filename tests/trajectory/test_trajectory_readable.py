@@ -120,7 +120,7 @@ def test_llm_steps_carry_their_last_message_reply_and_requested_calls() -> None:
     assert llm1["tool_calls"] == [{"name": "get_weather", "arguments": {"city": "P"},
                                    "call_id": "c0", "outcome": "rebuilt"}]
     assert rebuilt["rebuilt"] is True and rebuilt["result"] == "sunny"
-    assert llm2["answer"] == "Sunny, 21 °C."
+    assert (llm2["prompt"], llm2["answer"]) == ("sunny", "Sunny, 21 °C.")
 
 
 def test_a_call_no_span_ran_and_no_later_call_saw_is_never_ran() -> None:
@@ -200,6 +200,35 @@ def test_langchain_serialized_input_reads_the_flattened_messages() -> None:
     assert json.loads(t.llm_steps[0].input_text or "") == [{"role": "user",
                                                             "content": "Weather?"}]
     assert t.llm_steps[0].prompt == "Weather?"
+
+
+def test_flattened_content_parts_and_autogen_s_function_results_are_messages() -> None:
+    """OpenInference's ``message.contents.N.message_content.*`` (smolagents, BeeAI) and the
+    AutoGen instrumentation's function-role results (``function.N``, each as JSON)."""
+    inp, out = "llm.input_messages.", "llm.output_messages."
+    t = build_trajectory(trace(span("llm", None, 1, {  # type: ignore[arg-type]
+        **OI_LLM, "input.value": json.dumps({"memory_step": "ActionStep(...)"}),
+        inp + "0.message.role": "user",
+        inp + "0.message.contents.1.message_content.type": "text",
+        inp + "0.message.contents.1.message_content.text": "in Paris?",
+        inp + "0.message.contents.0.message_content.type": "text",
+        inp + "0.message.contents.0.message_content.text": "Weather",
+        inp + "0.message.contents.2.message_content.type": "image",
+        inp + "0.message.contents.2.message_content.image.image.url": "http://x/a.png",
+        inp + "1.message.role": "function",
+        inp + "1.function.0": json.dumps({"name": "get_weather", "content": "sunny",
+                                          "call_id": "c0", "is_error": False}),
+        out + "0.message.role": "assistant",
+        out + "0.message.contents.0.message_content.type": "text",
+        out + "0.message.contents.0.message_content.text": "It is sunny."})), CFG)
+    llm = t.llm_steps[0]
+    assert json.loads(llm.input_text or "") == [
+        {"role": "user", "content": [{"type": "text", "text": "Weather"},
+                                     {"type": "text", "text": "in Paris?"}, {"type": "image"}]},
+        {"role": "function", "parts": [{"type": "tool_call_response", "id": "c0",
+                                        "response": "sunny"}]}]
+    assert (llm.prompt, llm.reply, llm.answer) == ("sunny", "It is sunny.", "It is sunny.")
+    assert t.task == "Weather\nin Paris?"
 
 
 @pytest.mark.parametrize("request_", [

@@ -47,6 +47,51 @@ def message_text(msg: Any) -> str | None:
     return _content_text(msg.get("content", msg.get("text")))
 
 
+def tool_response(part: Any) -> str | None:
+    """What a GenAI ``tool_call_response`` part says its call returned, as text: its
+    ``response`` (the conventions' field), else ``result`` (pydantic-ai's); None when not
+    recorded."""
+    if not isinstance(part, dict):
+        return None
+    return as_str(part.get("response", part.get("result")))
+
+
+def _result_text(part: Any) -> str | None:
+    """What a tool-result part (or item) says its call returned, as text, in the shapes LLM
+    inputs record: GenAI ``tool_call_response``, the AI SDK's ``tool-result`` (``output``'s
+    ``value``; ``result`` before v5), the Responses API's ``function_call_output``, Bedrock
+    Converse's ``toolResult`` (its text blocks); None for any other part."""
+    if not isinstance(part, dict):
+        return None
+    kind = part.get("type")
+    if kind == "tool_call_response":
+        return tool_response(part)
+    if kind == "tool-result":
+        out = part.get("output")
+        return as_str(out.get("value") if isinstance(out, dict) else part.get("result"))
+    if kind == "function_call_output":
+        out = part.get("output")
+        return _content_text(out) if isinstance(out, list) else as_str(out)
+    inner = part.get("toolResult")
+    return _content_text(inner.get("content")) if isinstance(inner, dict) else None
+
+
+def results_text(msg: Any) -> str | None:
+    """What a message that answers tool calls says they returned (a tool message of result
+    parts, a user message of tool results, a Responses ``function_call_output`` item), as
+    text; None when it holds no result part. (Its own text, when it has one, is
+    ``message_text``'s.)"""
+    if not isinstance(msg, dict):
+        return None
+    if msg.get("type") == "function_call_output":
+        return _result_text(msg)
+    parts = msg.get("parts", msg.get("content"))
+    if not isinstance(parts, list):
+        return None
+    texts = [t for t in map(_result_text, parts) if t is not None]
+    return "\n".join(texts) if texts else None
+
+
 def messages(raw: str | None) -> list[Any] | None:
     """The messages a span carries, or None when ``raw`` is not a structure of messages."""
     data = parse_json(raw)

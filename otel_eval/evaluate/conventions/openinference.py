@@ -85,6 +85,7 @@ _OTHER_KINDS = frozenset({"RETRIEVER", "EMBEDDING", "RERANKER", "GUARDRAIL", "EV
 # is no message)
 _POSITION_DIGITS = 9
 _OUT_PREFIX = "llm.output_messages."
+_FIRST_PART_TEXT = "0.message.contents.0.message_content.text"  # a reply recorded in parts
 _JSON_MIME = "application/json"  # output.mime_type of a value recorded as JSON
 _CALL_MARK = ".message.tool_calls."
 
@@ -296,6 +297,8 @@ def _fill_llm(step: Step, attrs: Attrs) -> None:
         step.unnamed_calls(nameless)
     _haystack_call_ids(step.tool_calls, output)
     step.reply = as_str(attrs.get("llm.output_messages.0.message.content"))
+    if step.reply is None and _OUT_PREFIX + _FIRST_PART_TEXT in attrs:
+        step.reply = message_text(_flat_message(_flattened(attrs, _OUT_PREFIX)[0]))
     if step.reply is None and reply:
         step.reply = message_text(reply)
 
@@ -348,13 +351,17 @@ def _textless_reply(output: str, attrs: Attrs) -> str | None:
 
 def _flattened(attrs: Attrs, prefix: str) -> dict[int, dict[str, Any]]:
     """The messages flattened under ``prefix`` (``llm.input_messages.`` or
-    ``llm.output_messages.``) by position: their role, content, tool call id and name, and
-    their calls' fields by call position (``_flat_message`` makes them chat messages)."""
+    ``llm.output_messages.``) by position: their role, content (or its parts,
+    ``message.contents.N.message_content.*``: smolagents', BeeAI's), tool call id and name,
+    and their calls' fields by call position (``_flat_message`` makes them chat messages)."""
     found: dict[int, dict[str, Any]] = {}
     for key, value in attrs.items():
         if not key.startswith(prefix):
             continue
-        head, _, field = key[len(prefix):].partition(".message.")
+        head, sep, field = key[len(prefix):].partition(".message.")
+        if not sep:  # AutoGen's function-role message: each result as JSON, ``.function.N``
+            head, sep, field = key[len(prefix):].partition(".function.")
+            field = "results." + field if sep else ""
         position = ascii_int(head, _POSITION_DIGITS)
         if position is None:
             continue
@@ -365,10 +372,48 @@ def _flattened(attrs: Attrs, prefix: str) -> dict[int, dict[str, Any]]:
             call_idx, _, part = field[len("tool_calls."):].partition(".tool_call.")
             calls = msg.setdefault("calls", {})
             calls.setdefault(call_idx, {})[part] = value
+        elif field.startswith("contents.") and ".message_content." in field:
+            part_idx, _, part = field[len("contents."):].partition(".message_content.")
+            parts = msg.setdefault("contents", {})
+            parts.setdefault(part_idx, {})[part] = value
+        elif field.startswith("results."):
+            msg.setdefault("results", {})[field[len("results."):]] = value
     return found
 
 
+def _content_parts(parts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """A message's flattened content parts in order, as typed chat content parts: a text
+    part's text; any other part (an image) by its type only (its URL is never read)."""
+    out: list[dict[str, Any]] = []
+    ordered = parts.values() if len(parts) == 1 else [
+        part for _, part in sorted(parts.items(),
+                                   key=lambda kv: ascii_int(kv[0], _POSITION_DIGITS) or 0)]
+    for part in ordered:
+        text = part.get("text")
+        out.append({"type": "text", "text": text} if isinstance(text, str)
+                   else {"type": as_str(part.get("type")) or "unknown"})
+    return out
+
+
+def _function_results(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """AutoGen's results (``{"name", "content", "call_id", "is_error"}`` as JSON) in order, as
+    GenAI ``tool_call_response`` parts: what each call returned, by its id."""
+    out = []
+    for _, raw in sorted(results.items(), key=lambda kv: ascii_int(kv[0], _POSITION_DIGITS) or 0):
+        result = parse_json(raw)
+        if isinstance(result, dict) and "content" in result:
+            out.append({"type": "tool_call_response", "id": as_str(result.get("call_id")),
+                        "response": as_str(result["content"])})
+    return out
+
+
 def _flat_message(fields: dict[str, Any]) -> dict[str, Any]:
+    parts = fields.pop("contents", None)
+    if parts and "content" not in fields:
+        fields["content"] = _content_parts(parts)
+    results = fields.pop("results", None)
+    if results:
+        fields["parts"] = _function_results(results)
     calls = fields.pop("calls", {})
     if calls:
         fields["tool_calls"] = [

@@ -32,7 +32,7 @@ from typing import Any
 
 from otel_eval.base.steps import Step
 from otel_eval.base.text import checked
-from otel_eval.evaluate.conventions.messages import answer_text, message_text
+from otel_eval.evaluate.conventions.messages import answer_text, message_text, results_text
 from otel_eval.evaluate.trajectory.code_parse import (
     MAX_CODE_CHARS,
     code_blocks,
@@ -65,32 +65,48 @@ def _reply(step: Step) -> str | None:
 
 
 _DECODER = json.JSONDecoder()
-_TAIL_TRIES = 4  # message starts tried from the end of an input
+# Object starts tried from the end of an input: the last message's nested objects are met
+# first (agno's tool message holds its arguments), then its own start.
+_TAIL_TRIES = 8
+# The roles of a message that says what the agent observed: the user's words, a tool's
+# result (a tool or function message; a user message of tool results, Anthropic's shape)
+_OBSERVED = ("user", "tool", "tool-response", "function")
 
 
 def last_message_text(raw: str | None) -> str | None:
     """The text of the last message of an LLM input, decoding only that message (an agent
     resends the whole conversation on every call: parsing each input whole would cost the
-    square of the run's length). None when the last message is not a user or tool message
-    (then it holds no observation)."""
+    square of the run's length): its text, else what its tool results say. None when the
+    last message is not a user or tool message (then it holds no observation); a Responses
+    ``function_call_output`` item is a tool message."""
     if not raw or not raw.rstrip().endswith("]"):
         return None
     end = len(raw.rstrip()) - 1
-    at = end
-    for _ in range(_TAIL_TRIES):
-        at = raw.rfind('{"role"', 0, at)
-        if at < 0:
-            return None
-        try:
-            msg, stop = _DECODER.raw_decode(raw, at)
-            msg = checked(msg, raw[at:stop])  # this message's text, not the whole input
-        except (ValueError, RecursionError):
-            continue
-        if raw[stop:end].strip():
-            continue  # a message nested in the last one, or not the last
-        if isinstance(msg, dict) and msg.get("role") in ("user", "tool", "tool-response"):
-            return message_text(msg)
+    msg = None
+    # the usual order, the role first; then any order (agno's), or no role (Responses items).
+    # ``{"`` starts an object wherever it is (a quote inside a JSON string is escaped): the
+    # last message's nested objects are met first, then its own start
+    for start, tries in (('{"role"', 2), ('{"', _TAIL_TRIES)):
+        at = end
+        for _ in range(tries):
+            at = raw.rfind(start, 0, at)
+            if at < 0:
+                break
+            try:
+                found, stop = _DECODER.raw_decode(raw, at)
+                found = checked(found, raw[at:stop])  # this message's text, not the input's
+            except (ValueError, RecursionError):
+                continue
+            if not raw[stop:end].strip():
+                msg = found  # the object that runs to the list's end: the last message
+                break
+        if msg is not None:
+            break
+    if not isinstance(msg, dict):
         return None
+    if msg.get("role") in _OBSERVED or msg.get("type") == "function_call_output":
+        text = message_text(msg)
+        return text if text is not None else results_text(msg)
     return None
 
 

@@ -25,6 +25,7 @@ from typing import Any, cast
 
 from otel_eval.base.steps import Step
 from otel_eval.base.text import checked
+from otel_eval.evaluate.conventions.messages import tool_response
 from otel_eval.evaluate.conventions.values import as_str, parse_json
 
 __all__ = ["LOOKAHEAD", "Answer", "ToolResponses"]
@@ -54,12 +55,12 @@ def _response_of(obj: Any, call_id: str) -> Any:  # Answer | _MISS
     if obj.get("tool_call_id") == call_id:
         return _tool_message(obj)
     if obj.get("type") == "tool_call_response" and obj.get("id") == call_id:
-        return as_str(obj.get("response")), False
+        return tool_response(obj), False
     parts = obj.get("parts")
     for part in parts if isinstance(parts, list) else ():
         if (isinstance(part, dict) and part.get("type") == "tool_call_response"
                 and part.get("id") == call_id):
-            return as_str(part.get("response")), False
+            return tool_response(part), False
     return _MISS
 
 
@@ -79,7 +80,7 @@ def _all_responses(text: str) -> dict[str, Answer]:
         for part in parts if isinstance(parts, list) else ():
             if (isinstance(part, dict) and part.get("type") == "tool_call_response"
                     and isinstance(part.get("id"), str)):
-                out.setdefault(part["id"], (as_str(part.get("response")), False))
+                out.setdefault(part["id"], (tool_response(part), False))
     return out
 
 
