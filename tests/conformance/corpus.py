@@ -142,6 +142,9 @@ def known_wrong_checks(stack: str, scenario: str) -> set[str]:
     return {w for w in re.split(r",\s*|\s+and\s+", reason.split(":", 1)[0].strip()) if w}
 
 
+_STOP_REASONS = frozenset({"stop", "end_turn", "stop_sequence", "completed"})
+
+
 def _tool_steps(ev: dict[str, Any]) -> list[dict[str, Any]]:
     return [s for s in ev["steps"] if s["kind"] == "tool"]
 
@@ -185,6 +188,11 @@ def observed(ev: dict[str, Any]) -> dict[str, Any]:
         # returned, whatever shape the instrumentation records tool messages in
         "observation": next((s.get("prompt") for s in reversed(ev["steps"])
                              if s["kind"] == "llm"), None),
+        # the last LLM call's finish reason says it stopped on its own (what the length_stop
+        # rule reads: a run cut at the token limit is told only where it is recorded)
+        "stopped": any(str(r).lower() in _STOP_REASONS for r in next(
+            (s.get("finish_reasons") or () for s in reversed(ev["steps"])
+             if s["kind"] == "llm"), ())),
         # LLM steps (one call recorded by two instrumentations is one: trajectory.llm_twins)
         "llm_calls": ev["counts"]["llm_calls"],
     }

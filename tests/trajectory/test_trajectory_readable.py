@@ -13,6 +13,7 @@ from otel_eval.base.results import Evaluation
 from otel_eval.base.steps import CONTENT_CHARS
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.conventions.messages import request_messages
+from otel_eval.evaluate.detectors import Detectors, DetectorsConfig
 from otel_eval.evaluate.judge.config import JudgeConfig
 from otel_eval.evaluate.judge.render import render
 from otel_eval.evaluate.trajectory import build_trajectory
@@ -215,6 +216,8 @@ def test_flattened_content_parts_and_autogen_s_function_results_are_messages() -
         inp + "0.message.contents.0.message_content.text": "Weather",
         inp + "0.message.contents.2.message_content.type": "image",
         inp + "0.message.contents.2.message_content.image.image.url": "http://x/a.png",
+        inp + "0.message.contents.3.message_content.type": "reasoning",
+        inp + "0.message.contents.3.message_content.text": "the user wants the weather",
         inp + "1.message.role": "function",
         inp + "1.function.0": json.dumps({"name": "get_weather", "content": "sunny",
                                           "call_id": "c0", "is_error": False}),
@@ -224,11 +227,32 @@ def test_flattened_content_parts_and_autogen_s_function_results_are_messages() -
     llm = t.llm_steps[0]
     assert json.loads(llm.input_text or "") == [
         {"role": "user", "content": [{"type": "text", "text": "Weather"},
-                                     {"type": "text", "text": "in Paris?"}, {"type": "image"}]},
+                                     {"type": "text", "text": "in Paris?"}, {"type": "image"},
+                                     {"type": "reasoning"}]},
         {"role": "function", "parts": [{"type": "tool_call_response", "id": "c0",
                                         "response": "sunny"}]}]
     assert (llm.prompt, llm.reply, llm.answer) == ("sunny", "It is sunny.", "It is sunny.")
     assert t.task == "Weather\nin Paris?"
+
+
+@pytest.mark.parametrize(("attrs", "reasons"), [
+    ({"llm.finish_reason": "length"}, ["length"]),  # OpenInference's own attribute
+    ({"output.value": json.dumps({"finish_reason": "length", "content": "It is"})},
+     ["length"]),  # AutoGen's CreateResult
+    ({"llm.finish_reason": "stop", "output.value": json.dumps(
+        {"choices": [{"finish_reason": "length", "message": {"content": "x"}}]})}, ["stop"]),
+    ({"output.value": "It is"}, []),  # not recorded: unknown, never a finding
+])
+def test_an_openinference_llm_call_cut_at_its_token_limit_is_told(
+        attrs: dict, reasons: list[str]) -> None:
+    t = build_trajectory(trace(  # type: ignore[arg-type]
+        span("root", None, 0, {"openinference.span.kind": "AGENT", "agent.name": "a",
+                               "output.value": "It is"}),
+        span("llm", "root", 1, {**OI_LLM, **attrs})), CFG)
+    assert t.llm_steps[0].finish_reasons == reasons
+    findings, _ = Detectors(DetectorsConfig()).evaluate(t)
+    assert ("non_termination/length_stop" in {f"{f.detector}/{f.kind}" for f in findings}) == (
+        reasons == ["length"])
 
 
 @pytest.mark.parametrize("request_", [

@@ -260,12 +260,17 @@ def reply_calls(reply: dict[str, Any]) -> list[ToolCall]:
 
 
 def finish_reasons(output: str | None) -> list[str]:
-    """Finish reasons of a provider response (OpenAI's ``choices[].finish_reason``); parsed
-    only when the text names one."""
+    """Finish reasons of a provider response (OpenAI's ``choices[].finish_reason``; a
+    response's own ``finish_reason``, as AutoGen's ``CreateResult``); parsed only when the
+    text names one."""
     if not output or "finish_reason" not in output:
         return []
     data = parse_json(output)
-    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        return []
+    if isinstance(data.get("finish_reason"), str):
+        return [data["finish_reason"]]
+    choices = data.get("choices")
     return [str(c["finish_reason"]) for c in choices if isinstance(c, dict)
             and isinstance(c.get("finish_reason"), str)] if isinstance(choices, list) else []
 

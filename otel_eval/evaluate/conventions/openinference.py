@@ -60,6 +60,7 @@ from otel_eval.evaluate.conventions.messages import (
 )
 from otel_eval.evaluate.conventions.values import (
     as_int,
+    as_list_of_str,
     as_str,
     decode_json_string,
     first,
@@ -287,7 +288,9 @@ def _fill_llm(step: Step, attrs: Attrs) -> None:
     output = as_str(attrs.get("output.value"))
     if output is not None and output.endswith(_NO_TEXT):
         output = _textless_reply(output, attrs) or output
-    step.finish_reasons = finish_reasons(output)
+    reason = attrs.get("llm.finish_reason")
+    step.finish_reasons = (as_list_of_str(reason) if reason is not None else None
+                           ) or finish_reasons(output)
     reply = response_message(output)
     step.output_text = json.dumps([reply], ensure_ascii=False) if reply else output
     step.tool_calls, nameless = _tool_calls(attrs)
@@ -383,15 +386,17 @@ def _flattened(attrs: Attrs, prefix: str) -> dict[int, dict[str, Any]]:
 
 def _content_parts(parts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """A message's flattened content parts in order, as typed chat content parts: a text
-    part's text; any other part (an image) by its type only (its URL is never read)."""
+    part's text; any other part (an image, reasoning) by its type only (an image's URL is
+    never read)."""
     out: list[dict[str, Any]] = []
     ordered = parts.values() if len(parts) == 1 else [
         part for _, part in sorted(parts.items(),
                                    key=lambda kv: ascii_int(kv[0], _POSITION_DIGITS) or 0)]
     for part in ordered:
-        text = part.get("text")
-        out.append({"type": "text", "text": text} if isinstance(text, str)
-                   else {"type": as_str(part.get("type")) or "unknown"})
+        kind, text = part.get("type"), part.get("text")
+        kind = kind if isinstance(kind, str) and kind else "text"
+        out.append({"type": "text", "text": text} if kind == "text" and isinstance(text, str)
+                   else {"type": kind})  # reasoning is no text of the message
     return out
 
 
@@ -493,7 +498,7 @@ KEYS = {
     "model": ("llm.model_name",),
     "input_tokens": ("llm.token_count.prompt",),
     "output_tokens": ("llm.token_count.completion",),
-    "finish_reasons": ("output.value",),
+    "finish_reasons": ("llm.finish_reason", "output.value"),
     "call_id": ("tool_call.id",),
     "agent_name": ("agent.name", "graph.node.id"),
     "tools": ("llm.tools.0.tool.json_schema", "tool.json_schema", "tool.parameters",
