@@ -174,6 +174,44 @@ def test_render_shows_the_reply_read_never_the_response_object() -> None:
     assert 'assistant: Checking.\n  calls: get_weather({"city": "P"})' in text
 
 
+def test_render_shows_the_calls_recorded_beside_a_reply_s_text() -> None:
+    """The AI SDK records a reply's text (``ai.response.text``, empty for a call) apart from
+    its calls: the judge sees the calls, not an empty raw output."""
+    step = Step(0, "s0", None, "llm", "chat", output_text=" ", answer=None,
+                tool_calls=[ToolCall("get_weather", {"city": "P"}, "c0")])
+    text = render(Evaluation(Trajectory("t", "otlp", "complete", [step])),
+                  CompactionConfig()).trajectory
+    assert text.endswith(' output:\n  calls: get_weather({"city": "P"})'), text
+
+
+@pytest.mark.parametrize(("message", "content", "calls"), [
+    # the AI SDK (v5; v4's args and result)
+    ({"role": "assistant", "content": [{"type": "tool-call", "toolCallId": "c1",
+                                        "toolName": "get", "input": {"id": 7}}]},
+     "", 'get({"id": 7})'),
+    ({"role": "assistant", "content": [{"type": "text", "text": "checking"}, {
+        "type": "tool-call", "toolCallId": "c1", "toolName": "get", "args": {"id": 7}}]},
+     "checking", 'get({"id": 7})'),
+    ({"role": "tool", "content": [{"type": "tool-result", "toolCallId": "c1",
+                                   "output": {"type": "text", "value": "ok"}}]}, "ok", ""),
+    ({"role": "tool", "content": [{"type": "tool-result", "toolCallId": "c1",
+                                   "result": "ok"}]}, "ok", ""),
+    # Bedrock Converse (Strands)
+    ({"role": "assistant", "content": [{"toolUse": {"toolUseId": "c1", "name": "get",
+                                                    "input": {"id": 7}}}]},
+     "", 'get({"id": 7})'),
+    ({"role": "tool", "content": [{"toolResult": {"toolUseId": "c1", "status": "success",
+                                                  "content": [{"text": "ok"}]}}]}, "ok", ""),
+    # Anthropic: a result as text blocks
+    ({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1",
+                                   "content": [{"type": "text", "text": "ok"}]}]}, "ok", ""),
+])
+def test_parse_messages_reads_calls_and_results_in_every_shape(
+        message: dict, content: str, calls: str) -> None:
+    (m,) = parse_messages(json.dumps([message]))
+    assert (m.content, m.tool_calls) == (content, calls)
+
+
 def test_parse_messages_of_non_message_lists_is_raw_text_not_a_crash() -> None:
     """LangChain's batches (``{"messages": [[...]]}``) and LlamaIndex's reprs crashed the
     judge's renderer (``AttributeError`` on a list / str item)."""

@@ -56,16 +56,19 @@ def tool_response(part: Any) -> str | None:
     return as_str(part.get("response", part.get("result")))
 
 
-def _result_text(part: Any) -> str | None:
+def result_part_text(part: Any) -> str | None:
     """What a tool-result part (or item) says its call returned, as text, in the shapes LLM
-    inputs record: GenAI ``tool_call_response``, the AI SDK's ``tool-result`` (``output``'s
-    ``value``; ``result`` before v5), the Responses API's ``function_call_output``, Bedrock
-    Converse's ``toolResult`` (its text blocks); None for any other part."""
+    inputs record: GenAI ``tool_call_response``, Anthropic's ``tool_result`` (its text or
+    text blocks), the AI SDK's ``tool-result`` (``output``'s ``value``; ``result`` before
+    v5), the Responses API's ``function_call_output``, Bedrock Converse's ``toolResult`` (its
+    text blocks); None for any other part."""
     if not isinstance(part, dict):
         return None
     kind = part.get("type")
     if kind == "tool_call_response":
         return tool_response(part)
+    if kind == "tool_result":
+        return _content_text(part.get("content"))
     if kind == "tool-result":
         out = part.get("output")
         return as_str(out.get("value") if isinstance(out, dict) else part.get("result"))
@@ -84,11 +87,11 @@ def results_text(msg: Any) -> str | None:
     if not isinstance(msg, dict):
         return None
     if msg.get("type") == "function_call_output":
-        return _result_text(msg)
+        return result_part_text(msg)
     parts = msg.get("parts", msg.get("content"))
     if not isinstance(parts, list):
         return None
-    texts = [t for t in map(_result_text, parts) if t is not None]
+    texts = [t for t in map(result_part_text, parts) if t is not None]
     return "\n".join(texts) if texts else None
 
 

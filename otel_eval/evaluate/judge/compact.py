@@ -21,6 +21,7 @@ from typing import Any
 
 from otel_eval.base.pysource import literal
 from otel_eval.base.text import load_content
+from otel_eval.evaluate.conventions.messages import result_part_text
 from otel_eval.evaluate.detectors.canonical import canonical_arguments
 
 
@@ -66,11 +67,13 @@ def _content_text(content: Any) -> str:
         return ""
     if isinstance(content, str):
         return content
-    if isinstance(content, list):  # OpenAI / Anthropic content parts
+    if isinstance(content, list):  # OpenAI / Anthropic / AI SDK / Bedrock content parts
         parts = []
         for part in content:
             if isinstance(part, dict):
                 text = part.get("text") or part.get("content")
+                if not isinstance(text, str):  # a tool result's part: what it returned
+                    text = result_part_text(part)
                 parts.append(text if isinstance(text, str) else f"[{part.get('type', 'part')}]")
             else:
                 parts.append(str(part))
@@ -129,7 +132,7 @@ def parse_messages(text: str | None) -> list[Message]:
         if isinstance(m.get("parts"), list):  # OTel GenAI semantic conventions
             content, (calls, args) = _parts_text(m["parts"])
         else:
-            raw, requested = _anthropic_calls(m.get("content", m.get("text")))
+            raw, requested = _content_calls(m.get("content", m.get("text")))
             content = _content_text(raw)
             calls, args = _tool_calls((m.get("tool_calls") or []) + requested)
         messages.append(Message(role, content, calls, args))
@@ -143,21 +146,35 @@ def reply_message(text: str | None, calls: list[tuple[str, Any]]) -> Message:
     return Message("assistant", text or "", rendered, canon)
 
 
-def is_raw_object(messages: list[Message]) -> bool:
-    """Whether a span's output parsed as no messages but one JSON object or list (a
-    provider's or framework's response object)."""
-    return (len(messages) == 1 and messages[0].role == "raw"
-            and messages[0].content.lstrip()[:1] in ("{", "["))
+def is_raw_reply(messages: list[Message]) -> bool:
+    """Whether a span's output parsed as no messages but one raw value: a provider's or
+    framework's response object, or a reply's text recorded apart from its calls."""
+    return len(messages) == 1 and messages[0].role == "raw"
 
 
-def _anthropic_calls(content: Any) -> tuple[Any, list[Any]]:
-    """(content without its ``tool_use`` blocks, those blocks): an Anthropic message's
-    requested calls read as calls, not as text."""
+def _call_part(part: Any) -> dict[str, Any] | None:
+    """A content part that requests a call, as ``{"name", "arguments"}``: Anthropic's
+    ``tool_use``, the AI SDK's ``tool-call`` (``input``; ``args`` before v5), Bedrock
+    Converse's ``toolUse``; None for any other part."""
+    if not isinstance(part, dict):
+        return None
+    kind = part.get("type")
+    if kind == "tool_use":
+        return {"name": part.get("name"), "arguments": part.get("input", "")}
+    if kind == "tool-call":
+        return {"name": part.get("toolName"), "arguments": part.get("input", part.get("args"))}
+    use = part.get("toolUse")
+    return {"name": use.get("name"), "arguments": use.get("input", "")} if isinstance(
+        use, dict) else None
+
+
+def _content_calls(content: Any) -> tuple[Any, list[Any]]:
+    """(content without the parts that request calls, those calls): a message's requested
+    calls read as calls, not as text."""
     if not isinstance(content, list):
         return content, []
-    uses = [p for p in content if isinstance(p, dict) and p.get("type") == "tool_use"]
-    return ([p for p in content if not (isinstance(p, dict) and p.get("type") == "tool_use")]
-            if uses else content), uses
+    calls = [c for c in map(_call_part, content) if c is not None]
+    return ([p for p in content if _call_part(p) is None] if calls else content), calls
 
 
 def _parts_text(parts: list[Any]) -> tuple[str, tuple[str, tuple[str, ...]]]:

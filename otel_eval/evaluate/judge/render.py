@@ -30,7 +30,7 @@ from otel_eval.evaluate.judge.compact import (
     Message,
     MessageLog,
     compact_json,
-    is_raw_object,
+    is_raw_reply,
     normalize,
     parse_messages,
     reply_message,
@@ -182,8 +182,9 @@ class _Renderer:
             lines.append(" new input:")
             lines.extend(p for m in new for p in self.message(m, inbound=True))
         out = parse_messages(step.output_text)
-        if is_raw_object(out) and (step.answer is not None or step.tool_calls):
-            # never the response object whose text and calls were read: what was read
+        if is_raw_reply(out) and (step.answer is not None or step.tool_calls):
+            # never the response object whose text and calls were read, nor a reply's text
+            # without the calls recorded beside it (the AI SDK's): what was read
             out = [reply_message(step.answer, [(c.name, c.arguments) for c in step.tool_calls])]
         self.log.mark(out)
         self.called = {a for m in out for a in m.call_args}
