@@ -194,6 +194,24 @@ def test_a_model_naming_end_features_gets_them_and_one_without_does_not_need_the
         from_document(counts_only).p_success(features(asks)), 4)
 
 
+@pytest.mark.parametrize(("kind", "ended"), [
+    ("incomplete", False), ("truncated", False), ("halted", False), ("length_stop", False),
+    ("pending_tool_calls", False), ("no_output", True), ("root_error", True)])
+def test_a_run_that_did_not_end_did_not_succeed(kind: str, ended: bool) -> None:
+    """The default model gave the conformance corpus's killed runs a higher p_success than
+    their clean runs (median 0.76 against 0.70): the dev half's runs all ended, so no model
+    learns the end from them. A run with a finding the non-terminated metric counts
+    gets 0; any other finding leaves the model's value."""
+    doc = {"format": "otel-eval-predictor", "format_version": 1, "name": "m", "version": "v",
+           "features_version": 3, "features": ["steps"],
+           "scaler": {"mean": [0.0], "scale": [1.0]}, "coefficients": [1.0],
+           "intercept": 2.0, "calibration": {"method": "platt", "a": 1.0, "b": 0.0}}
+    run = _evaluation(["a", "b"])
+    run.findings = [Finding("non_termination", kind, "error", "x")]
+    p = Predictor(from_document(doc)).predict(run)["p_success"]
+    assert (p > 0.5) if ended else (p == 0.0)
+
+
 @pytest.mark.parametrize(("tokens", "expected"), [
     # (input, output) per LLM call; None = not recorded
     ([(100, 5), (900, 7)], math.log1p(900)),  # the last call's input: the context at the end
