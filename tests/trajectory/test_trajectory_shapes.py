@@ -163,3 +163,21 @@ def test_a_result_not_understood_on_the_span_is_read_where_the_llm_was_told_it()
     assert step.result == "sunny, 22 C in Paris"
     assert step.sources["result"] == "llm tool message"
     assert "result" not in step.unknown and "unparsed" not in traj.unrecorded
+
+
+@pytest.mark.parametrize(("tokens", "known"), [
+    ((0, 0), (None, None)),  # AutoGen's stream without usage: unknown, not a free call
+    ((0, 14), (None, 14)),
+    ((79, 0), (79, 0)),  # an empty reply: a count
+    ((79, 42), (79, 42)),
+])
+def test_zero_input_tokens_are_no_count(tokens: tuple[int, int],
+                                        known: tuple[int | None, int | None]) -> None:
+    t = build_trajectory(trace(span("chat", None, 0, {
+        "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o-mini",
+        "gen_ai.usage.input_tokens": tokens[0], "gen_ai.usage.output_tokens": tokens[1]})),
+        TrajectoryConfig())
+    step = t.llm_steps[0]
+    assert (step.input_tokens, step.output_tokens) == known
+    assert ("input_tokens" in step.unknown) == (known[0] is None)
+    assert (step.cost_usd is None) == (known == (None, None))

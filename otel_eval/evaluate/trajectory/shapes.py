@@ -15,6 +15,8 @@ makes every such result or output *unknown*, as ``trajectory.arguments`` does fo
 reworded repeats, circling, stagnation) and the error test on results then draw no conclusion
 from them. The raw value stays in ``Step.unknown``'s reason only as its shape, never compared.
 
+An LLM step's token counts recorded as 0 input tokens are unknown too (``_NO_COUNT``).
+
 Every test is linear in the value and reads at most ``MAX_SCAN_CHARS`` of it (never ``eval``).
 """
 
@@ -40,6 +42,13 @@ _ADDRESS = r"<[^<>\n]{1,300} at 0x[0-9a-fA-F]{1,16}>"
 _OBJECT = re.compile(rf"{_ADDRESS}|\[{_ADDRESS}(?:, {_ADDRESS}){{0,50}}\]")
 _MAX_OBJECT_CHARS = 4_000  # the pattern backtracks inside an element: bounded input
 _LC = re.compile(r'\{\s*"lc"\s*:\s*\d+\s*,\s*"type"\s*:\s*"(?:constructor|not_implemented)"')
+
+
+# An LLM call reads at least one token: 0 input tokens is what an instrumentation records
+# when the provider reported no usage (AutoGen's OpenInference spans of a stream without
+# ``include_usage``), so the call's tokens (and its output's, when also 0) are unknown, not
+# a count that prices the call at nothing.
+_NO_COUNT = "0 recorded: no LLM call reads no token (the provider reported no usage)"
 
 
 def unrecognised(value: str | None) -> str | None:
@@ -77,3 +86,9 @@ def settle_values(steps: Iterable[Step], outputs: bool = True) -> None:
             if why is not None:
                 step.output_text = None
                 step.unknown["output_text"] = why
+            if step.input_tokens == 0:  # a placeholder, not a count (``_NO_COUNT``)
+                step.input_tokens = None
+                step.unknown["input_tokens"] = _NO_COUNT
+                if step.output_tokens == 0:
+                    step.output_tokens = None
+                    step.unknown["output_tokens"] = _NO_COUNT
