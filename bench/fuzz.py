@@ -64,11 +64,16 @@ JSON = st.recursive(_SCALARS, lambda inner: st.one_of(
 
 _ODD = st.one_of(st.integers(-2, 2), st.text(max_size=3), st.floats(), JSON)  # not a list
 _PART = st.one_of(st.fixed_dictionaries({
-    "type": st.sampled_from(["text", "tool_call", "tool_call_response", 1, None]),
+    "type": st.sampled_from(["text", "tool_call", "tool_call_response", "tool-call",
+                             "tool-result", "tool_result", "tool_use", "function_call_output",
+                             1, None]),
     "id": st.one_of(st.sampled_from(["call_1", "call_2"]), JSON),
     "name": st.one_of(st.sampled_from(["search", "bash", ""]), JSON),
     "arguments": st.one_of(st.just('{"q": "x"}'), st.just("{bad"), JSON),
-    "response": JSON, "content": JSON}), JSON)
+    "response": JSON, "content": JSON},
+    # the AI SDK's and Bedrock's call and result parts, pydantic-ai's ``result``
+    optional={"toolName": JSON, "input": JSON, "output": JSON, "result": JSON,
+              "toolUse": JSON, "toolResult": JSON}), JSON)
 _MESSAGE = st.one_of(st.fixed_dictionaries({
     "role": st.sampled_from(["assistant", "tool", "user", 3]),
     "parts": st.one_of(st.lists(_PART, max_size=3), _ODD),
@@ -78,8 +83,26 @@ _MESSAGE = st.one_of(st.fixed_dictionaries({
         _ODD),
     "tool_call_id": st.one_of(st.just("call_1"), JSON), "content": JSON,
     "finish_reason": JSON}), JSON)
-MESSAGES = st.one_of(st.lists(_MESSAGE, min_size=1, max_size=3), JSON).map(
-    lambda v: json.dumps(v) if not isinstance(v, str) else v)
+# a message whose role is not its first key, after nested objects (Agno's), parts under
+# ``content`` (the AI SDK, Bedrock), a Responses API item
+_REORDERED = st.fixed_dictionaries({
+    "content": st.one_of(JSON, st.lists(_PART, max_size=3)), "meta": JSON,
+    "role": st.sampled_from(["tool", "user", "function", ["tool"]])})
+_ITEM = st.fixed_dictionaries({"call_id": JSON, "output": JSON,
+                               "type": st.sampled_from(["function_call_output", "x"])})
+MESSAGES = st.one_of(st.lists(st.one_of(_MESSAGE, _REORDERED, _ITEM), min_size=1, max_size=3),
+                     JSON).map(lambda v: json.dumps(v) if not isinstance(v, str) else v)
+# frameworks' envelopes around a tool result (trajectory.envelopes.unwrap_result)
+_SERIALIZED = st.fixed_dictionaries({"lc": st.just(1), "type": st.just("constructor"),
+                                     "id": st.one_of(st.just(["x", "ToolMessage"]), JSON),
+                                     "kwargs": JSON})
+RESULTS = st.one_of(
+    st.fixed_dictionaries({"type": st.just("tool"), "data": st.fixed_dictionaries(
+        {"type": st.just("tool"), "content": JSON, "status": JSON})}),
+    _SERIALIZED, _SERIALIZED.map(lambda v: {"output": v}),
+    st.fixed_dictionaries({"tool_name": JSON, "raw_input": JSON, "raw_output": JSON,
+                           "is_error": JSON, "blocks": JSON}),
+    st.fixed_dictionaries({"result": JSON}, optional={"is_error": JSON})).map(json.dumps)
 
 _SCHEMA = st.one_of(JSON, st.fixed_dictionaries({
     "type": st.sampled_from(["object", "string", 3]),
@@ -124,7 +147,7 @@ _KEYS: dict[str, st.SearchStrategy[Any]] = {
     "gen_ai.operation.name": st.sampled_from(["chat", "execute_tool", "invoke_agent", "x", 5]),
     "gen_ai.system": JSON, "gen_ai.agent.name": JSON, "gen_ai.tool.name": JSON,
     "gen_ai.tool.call.arguments": st.one_of(JSON, st.just('{"q": NaN}')),
-    "gen_ai.tool.call.result": JSON, "gen_ai.tool.call.id": JSON,
+    "gen_ai.tool.call.result": st.one_of(JSON, RESULTS), "gen_ai.tool.call.id": JSON,
     "gen_ai.input.messages": MESSAGES, "gen_ai.output.messages": MESSAGES,
     "gen_ai.tool.definitions": st.one_of(TOOLS, JSON),
     "gen_ai.usage.input_tokens": JSON, "gen_ai.usage.output_tokens": JSON,
@@ -136,14 +159,20 @@ _KEYS: dict[str, st.SearchStrategy[Any]] = {
     "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments": JSON,
     "llm.tools.0.tool.json_schema": st.one_of(TOOLS, JSON), "tool.name": JSON,
     "tool.parameters": JSON, "input.value": st.one_of(JSON, HAYSTACK_IN),
-    "output.value": st.one_of(JSON, HAYSTACK_OUT, st.sampled_from(
+    "output.value": st.one_of(JSON, HAYSTACK_OUT, RESULTS, st.sampled_from(
         ["assistant: None", "assistant: ", "user: None", ": None",
          "StopEvent(result=AgentOutput(response=ChatMessage(text='It is s...", "..."])),
     # the same reply id on several LLM spans: one call recorded twice (trajectory.llm_twins)
     "gen_ai.response.id": st.one_of(st.sampled_from(["msg_1", "msg_2", ""]), JSON),
     "llm.input_messages.0.message.role": st.sampled_from(["user", "tool"]),
     "llm.input_messages.1.message.role": st.sampled_from(["tool", "user", 1]),
-    "llm.token_count.prompt": JSON, "llm.model_name": JSON,
+    "llm.token_count.prompt": JSON, "llm.model_name": JSON, "llm.finish_reason": JSON,
+    # content parts and AutoGen's function results, flattened (OpenInference)
+    "llm.input_messages.0.message.contents.0.message_content.text": JSON,
+    "llm.input_messages.0.message.contents.1.message_content.type": JSON,
+    "llm.output_messages.0.message.contents.0.message_content.text": JSON,
+    "llm.input_messages.1.function.0": st.one_of(JSON, JSON.map(json.dumps)),
+    "ai.toolCall.result": JSON,
     "traceloop.span.kind": st.sampled_from(["workflow", "task", "agent", "tool", "?"]),
     "traceloop.entity.name": JSON, "traceloop.entity.input": JSON,
     "traceloop.entity.output": JSON, "gen_ai.prompt.0.content": JSON,
