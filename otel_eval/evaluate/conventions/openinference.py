@@ -288,9 +288,9 @@ def _fill_llm(step: Step, attrs: Attrs) -> None:
     output = as_str(attrs.get("output.value"))
     if output is not None and output.endswith(_NO_TEXT):
         output = _textless_reply(output, attrs) or output
-    reason = attrs.get("llm.finish_reason")
-    step.finish_reasons = (as_list_of_str(reason) if reason is not None else None
-                           ) or finish_reasons(output)
+    reason = attrs.get("llm.finish_reason")  # OpenInference's own, else the response's
+    reasons = as_list_of_str(reason) if reason is not None else []
+    step.finish_reasons = reasons or finish_reasons(output)
     reply = response_message(output)
     step.output_text = json.dumps([reply], ensure_ascii=False) if reply else output
     step.tool_calls, nameless = _tool_calls(attrs)
@@ -384,15 +384,20 @@ def _flattened(attrs: Attrs, prefix: str) -> dict[int, dict[str, Any]]:
     return found
 
 
+def _in_order(by_position: dict[str, Any]) -> list[Any]:
+    """The values of a flattened list (its keys the positions as text) in position order."""
+    if len(by_position) == 1:
+        return list(by_position.values())
+    return [v for _, v in sorted(by_position.items(),
+                                 key=lambda kv: ascii_int(kv[0], _POSITION_DIGITS) or 0)]
+
+
 def _content_parts(parts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """A message's flattened content parts in order, as typed chat content parts: a text
     part's text; any other part (an image, reasoning) by its type only (an image's URL is
     never read)."""
     out: list[dict[str, Any]] = []
-    ordered = parts.values() if len(parts) == 1 else [
-        part for _, part in sorted(parts.items(),
-                                   key=lambda kv: ascii_int(kv[0], _POSITION_DIGITS) or 0)]
-    for part in ordered:
+    for part in _in_order(parts):
         kind, text = part.get("type"), part.get("text")
         kind = kind if isinstance(kind, str) and kind else "text"
         out.append({"type": "text", "text": text} if kind == "text" and isinstance(text, str)
@@ -404,7 +409,7 @@ def _function_results(results: dict[str, Any]) -> list[dict[str, Any]]:
     """AutoGen's results (``{"name", "content", "call_id", "is_error"}`` as JSON) in order, as
     GenAI ``tool_call_response`` parts: what each call returned, by its id."""
     out = []
-    for _, raw in sorted(results.items(), key=lambda kv: ascii_int(kv[0], _POSITION_DIGITS) or 0):
+    for raw in _in_order(results):
         result = parse_json(raw)
         if isinstance(result, dict) and "content" in result:
             out.append({"type": "tool_call_response", "id": as_str(result.get("call_id")),
@@ -424,8 +429,7 @@ def _flat_message(fields: dict[str, Any]) -> dict[str, Any]:
         fields["tool_calls"] = [
             {"id": c.get("id"), "type": "function",
              "function": {"name": c.get("function.name"), "arguments": c.get("function.arguments")}}
-            for _, c in sorted(calls.items(),
-                               key=lambda kv: ascii_int(kv[0], _POSITION_DIGITS) or 0)]
+            for c in _in_order(calls)]
     return fields
 
 

@@ -173,8 +173,14 @@ def _content_calls(content: Any) -> tuple[Any, list[Any]]:
     calls read as calls, not as text."""
     if not isinstance(content, list):
         return content, []
-    calls = [c for c in map(_call_part, content) if c is not None]
-    return ([p for p in content if _call_part(p) is None] if calls else content), calls
+    rest, calls = [], []
+    for part in content:
+        call = _call_part(part)
+        if call is None:
+            rest.append(part)
+        else:
+            calls.append(call)
+    return (rest if calls else content), calls
 
 
 def _parts_text(parts: list[Any]) -> tuple[str, tuple[str, tuple[str, ...]]]:
