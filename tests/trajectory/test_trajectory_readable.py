@@ -272,3 +272,26 @@ def test_langchain_batches_and_reprs_are_no_request() -> None:
     for raw in ('{"messages": [[{"lc": 1}]]}', '{"messages": ["ChatMessage(role=...)"]}',
                 '[{"role": "user", "content": "hi"}]', "plain"):
         assert request_messages(raw) is None
+
+
+@pytest.mark.parametrize("answer", ["It is sunny.", 7])
+def test_smolagents_own_parameter_types_are_unchecked_not_a_broken_schema(
+        answer: object) -> None:
+    """smolagents' ``any``: the parameter is not checked, and no warning says the tool's
+    schema is too broken to check (every smolagents code run's final_answer had one)."""
+    params = {"answer": {"type": "any", "description": "The final answer"},
+              "unit": {"type": "string", "description": "C or F"}}
+    t = build_trajectory(trace(  # type: ignore[arg-type]
+        span("root", None, 0, {"openinference.span.kind": "AGENT", "agent.name": "a",
+                               "output.value": "It is sunny."}),
+        span("final", "root", 1, {"openinference.span.kind": "TOOL", "tool.name": "final_answer",
+                                  "tool.parameters": json.dumps(params),
+                                  "input.value": json.dumps({"answer": answer}),
+                                  "output.value": "It is sunny."})), CFG)
+    assert t.tools["final_answer"]["properties"]["answer"] == {"description": "The final answer"}
+    findings, _ = Detectors(DetectorsConfig()).evaluate(t)
+    assert not [f for f in findings if f.detector == "tool_call"]
+    # a JSON schema type beside it is still checked
+    t.tool_steps[0].arguments = {"answer": "x", "unit": 3}
+    findings, _ = Detectors(DetectorsConfig()).evaluate(t)
+    assert "tool_call/arguments" in {f"{f.detector}/{f.kind}" for f in findings}

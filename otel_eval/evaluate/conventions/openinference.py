@@ -460,15 +460,28 @@ def _agent_name(span: Span, attrs: Attrs, enclosing: Attrs | None) -> str | None
     return name or None
 
 
+# The types a JSON schema names; smolagents' own (``any``, ``image``, ``audio``) are none of
+# them: such a parameter is not checked (unknown), never a schema too broken to check.
+_JSON_TYPES = frozenset({"string", "number", "integer", "boolean", "object", "array", "null"})
+
+
+def _parameter(schema: Any) -> Any:
+    kind = schema.get("type") if isinstance(schema, dict) else None
+    if isinstance(kind, str) and kind not in _JSON_TYPES:
+        return {k: v for k, v in schema.items() if k != "type"}
+    return schema
+
+
 def _schema(params: Any) -> Any:
-    """``tool.parameters`` as a JSON schema: a schema, or the map of parameter schemas; the
-    call's arguments where a processor puts them there (the OpenInference processor over the
-    AI SDK, autogen: ``{"city": "Paris"}``) are no schema: unknown ({})."""
+    """``tool.parameters`` as a JSON schema: a schema, or the map of parameter schemas
+    (smolagents' ``inputs``, whose own types are dropped: ``_JSON_TYPES``); the call's
+    arguments where a processor puts them there (the OpenInference processor over the AI SDK,
+    autogen: ``{"city": "Paris"}``) are no schema: unknown ({})."""
     params = parse_json(params)
     if isinstance(params, dict) and "type" not in params and "properties" not in params:
         if not all(isinstance(v, dict | bool) for v in params.values()):
             return {}
-        return {"type": "object", "properties": params}
+        return {"type": "object", "properties": {k: _parameter(v) for k, v in params.items()}}
     return params if params is not None else {}
 
 
