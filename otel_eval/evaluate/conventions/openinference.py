@@ -356,7 +356,8 @@ def _flattened(attrs: Attrs, prefix: str) -> dict[int, dict[str, Any]]:
     """The messages flattened under ``prefix`` (``llm.input_messages.`` or
     ``llm.output_messages.``) by position: their role, content (or its parts,
     ``message.contents.N.message_content.*``: smolagents', BeeAI's), tool call id and name,
-    and their calls' fields by call position (``_flat_message`` makes them chat messages)."""
+    their calls' fields by call position, and AutoGen's function results (``function.N``,
+    each a JSON text) by position (``_flat_message`` makes them chat messages)."""
     found: dict[int, dict[str, Any]] = {}
     for key, value in attrs.items():
         if not key.startswith(prefix):

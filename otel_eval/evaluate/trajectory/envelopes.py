@@ -21,10 +21,12 @@ What a span carries as a tool's input is often not the arguments but a wrapper a
   JSON-RPC ``{"method": "tools/call", "params": {...}}``).
 
 A dict whose keys the tool's schema declares is the arguments, never an envelope (a tool may
-have a parameter named ``kwargs``).
+have a parameter named ``kwargs``). ``fits`` tells whether arguments fit an offered schema
+(required present, no undeclared key): the trajectory treats arguments that do not fit and
+look like an envelope as *unknown* (``unparsed``), never as the call's arguments.
 
 A tool's *result* may be a framework's object around the text the tool returned, recorded as
-JSON. ``unwrap_result`` takes the text out of each known one (``RESULT_ENVELOPES``), and says
+JSON. ``unwrap_result`` takes the text out of each known one (below), and says
 whether the envelope records a failed call (``take_off_results``: the step is then a failed
 call, its flag the source):
 
@@ -40,9 +42,7 @@ call, its flag the source):
   and ``"is_error": true`` when the server answered ``isError``.
 
 Content as text blocks is their texts joined by newlines; any other content (an image, a
-structure) leaves the envelope as recorded. ``fits`` tells whether arguments fit an offered schema
-(required present, no undeclared key): the trajectory treats arguments that do not fit and
-look like an envelope as *unknown* (``unparsed``), never as the call's arguments.
+structure) leaves the envelope as recorded.
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ from otel_eval.base.steps import Step
 from otel_eval.base.text import load_content
 from otel_eval.evaluate.conventions.values import parse_json
 
-__all__ = ["MAX_LAYERS", "MAX_LITERAL_CHARS", "RESULT_ENVELOPES", "fits", "python_literal",
-           "take_off_results", "unknown_keys", "unwrap", "unwrap_result"]
+__all__ = ["MAX_LAYERS", "MAX_LITERAL_CHARS", "fits", "python_literal", "take_off_results",
+           "unknown_keys", "unwrap", "unwrap_result"]
 
 MAX_LAYERS = 4
 # A Python literal longer than this is left as text (literal_eval is linear, but bounded).
@@ -188,9 +188,7 @@ def fits(arguments: Any, schema: Any) -> bool | None:
     return not unknown_keys(arguments, schema)
 
 
-RESULT_ENVELOPES = ("langchain_message", "langchain_serialized", "llamaindex_tool_output",
-                    "mcp_result")
-# A result is parsed only when one of these is in it: every envelope above holds one (a key,
+# A result is parsed only when one of these is in it: every result envelope holds one (a key,
 # or the serialized class's name), so the JSON tool results of other tools cost a search.
 _RESULT_MARKER = re.compile(r'"tool_call_id"|ToolMessage|"raw_output"|"result"')
 _LLAMAINDEX_KEYS = frozenset({"tool_name", "raw_input", "raw_output", "is_error"})
