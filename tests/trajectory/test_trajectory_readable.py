@@ -12,7 +12,7 @@ from trajectory_factory import span, trace
 from otel_eval.base.results import Evaluation
 from otel_eval.base.steps import CONTENT_CHARS
 from otel_eval.evaluate.config import TrajectoryConfig
-from otel_eval.evaluate.conventions.messages import request_messages
+from otel_eval.evaluate.conventions.messages import finish_reasons, request_messages
 from otel_eval.evaluate.detectors import Detectors, DetectorsConfig
 from otel_eval.evaluate.judge.config import JudgeConfig
 from otel_eval.evaluate.judge.render import render
@@ -242,6 +242,24 @@ def test_flattened_content_parts_and_autogen_s_function_results_are_messages() -
     ({"llm.finish_reason": "stop", "output.value": json.dumps(
         {"choices": [{"finish_reason": "length", "message": {"content": "x"}}]})}, ["stop"]),
     ({"output.value": "It is"}, []),  # not recorded: unknown, never a finding
+    # smolagents: the raw response's repr in its ChatMessage (OpenAI, LiteLLM, Hugging Face)
+    ({"output.value": json.dumps({"role": "assistant", "content": "It is", "raw": (
+        "ChatCompletion(id='c', choices=[Choice(finish_reason='length', index=0, message="
+        "ChatCompletionMessage(content='It is', role='assistant'))], model='m')")})}, ["length"]),
+    ({"output.value": json.dumps({"role": "assistant", "content": "It is", "raw": (
+        "ModelResponse(id='c', created=1, model='m', object='chat.completion', system_finger"
+        "print=None, choices=[Choices(finish_reason='length', index=0, message=Message("
+        "content=\"It is, choices=[Choice(finish_reason='stop'\", role='assistant'))])")})},
+     ["length"]),  # the first choice's: what its content says comes after it
+    ({"output.value": json.dumps({"role": "assistant", "content": "It is", "raw": (
+        "ChatCompletionOutput(choices=[ChatCompletionOutputComplete(finish_reason='stop', "
+        "index=0, message=ChatCompletionOutputMessage(role='assistant', content='x'))])")})},
+     ["stop"]),
+    # Haystack: the reply's ChatMessage repr, its _meta last
+    ({"output.value": json.dumps({"replies": [
+        "ChatMessage(_role=<ChatRole.ASSISTANT: 'assistant'>, _content=[TextContent(text=\"It "
+        "is, _meta={'finish_reason': 'stop'}\")], _name=None, _meta={'model': 'm', 'index': 0, "
+        "'finish_reason': 'length', 'usage': {}})"]})}, ["length"]),
 ])
 def test_an_openinference_llm_call_cut_at_its_token_limit_is_told(
         attrs: dict, reasons: list[str]) -> None:
@@ -295,3 +313,19 @@ def test_smolagents_own_parameter_types_are_unchecked_not_a_broken_schema(
     t.tool_steps[0].arguments = {"answer": "x", "unit": 3}
     findings, _ = Detectors(DetectorsConfig()).evaluate(t)
     assert "tool_call/arguments" in {f"{f.detector}/{f.kind}" for f in findings}
+
+
+@pytest.mark.parametrize("output", [
+    # the repr's choices past the provider's fields (its first 1,000 characters): not read
+    {"raw": "ChatCompletion(id='" + "c" * 2_000 + "', choices=[Choice(finish_reason='length'"},
+    {"raw": "ChatCompletion(id='c', choices=[Choice(index=0, finish_reason='length'"},
+    {"raw": "ChatCompletion(id='c', choices=[" + "(" * 100_000},  # hostile: linear, nothing
+    {"raw": ["finish_reason"]},
+    # a Haystack reply that is no assistant message, or whose _meta holds none
+    {"replies": ["ChatMessage(_role=<ChatRole.USER: 'user'>, _meta={'finish_reason': 'length'})"]},
+    {"replies": ["ChatMessage(_role=<ChatRole.ASSISTANT: 'assistant'>, _content=[TextContent(text="
+                 "\"x, _meta={'finish_reason': 'length'}\")], _name=None, _meta={})"]},
+    {"replies": "finish_reason"},
+])
+def test_a_repr_of_another_shape_gives_no_finish_reason(output: dict) -> None:
+    assert finish_reasons(json.dumps(output)) == []

@@ -15,8 +15,11 @@ own ``error`` flag of such a message. The calls an LLM asked for are flattened w
 ids (``llm.output_messages.0.message.tool_calls.M.tool_call.function.*``); ``call_ids`` reads
 them, in order, from the reply's repr in ``output.value`` (``{"replies": [...]}``, each call
 a ``ToolCall(tool_name='get_weather', arguments={...}, id='call_NEX4...', extra=None)``), so
-the tool message that answered a call is found by its id. Nothing else of a repr is read; a
-message that does not have this exact shape gives nothing (unknown). Bounded: at most
+the tool message that answered a call is found by its id; ``reply_finish_reasons`` reads each
+reply's finish reason from its ``_meta`` (``{'model': ..., 'finish_reason': 'stop', ...}``, the
+repr's last field, so its last ``, _meta={`` is the reply's own whatever the content before it
+says). Nothing else of a repr is read; a message that does not have this exact shape gives
+nothing (unknown). Bounded: at most
 ``MAX_MESSAGES`` messages and ``MAX_CALLS`` calls, a result literal of at most
 ``MAX_RESULT_CHARS`` (decoded by ``base.pysource.literal``), anchored regular expressions
 without nested repetition, at positions found by ``str.find`` / ``str.rfind``: linear in the
@@ -31,7 +34,8 @@ from typing import Any
 from otel_eval.base.pysource import literal
 from otel_eval.evaluate.conventions.values import parse_json
 
-__all__ = ["MAX_CALLS", "MAX_MESSAGES", "MAX_RESULT_CHARS", "call_ids", "tool_results"]
+__all__ = ["MAX_CALLS", "MAX_MESSAGES", "MAX_RESULT_CHARS", "call_ids", "reply_finish_reasons",
+           "tool_results"]
 
 MAX_MESSAGES = 1_000  # messages of one input read
 MAX_RESULT_CHARS = 20_000  # a longer result literal is not decoded (as envelopes' literals)
@@ -45,6 +49,9 @@ _ID = re.compile(rf"({_STRING})(?:, extra=None)?")  # after the origin's last ",
 _CALL = "ToolCall(tool_name="
 _CALL_NAME = re.compile(rf"({_STRING}), arguments=")
 _CALL_ID = re.compile(rf", id=({_STRING})(?:, extra=|\))")  # ToolCall has had no extra
+_REPLY = "ChatMessage(_role=<ChatRole.ASSISTANT: 'assistant'>, "
+_META = ", _meta={"
+_META_FINISH = re.compile(r"'finish_reason': '([A-Za-z_]{1,40})'")
 
 
 def tool_results(raw: str | None) -> dict[int, dict[str, Any]]:
@@ -117,4 +124,18 @@ def call_ids(raw: str | None) -> list[tuple[str, str]]:
                 return []
             out.append((tool, call_id))
             at = nxt
+    return out
+
+
+def reply_finish_reasons(replies: Any) -> list[str]:
+    """The finish reason in each assistant reply's ``_meta`` of a Haystack ``{"replies": [...]}``
+    (the generator's own, e.g. OpenAI's ``stop`` / ``length``); a reply without one gives
+    none."""
+    out: list[str] = []
+    for text in replies[:MAX_MESSAGES] if isinstance(replies, list) else ():
+        if isinstance(text, str) and text.startswith(_REPLY):
+            at = text.rfind(_META)
+            found = _META_FINISH.search(text, at) if at >= 0 else None
+            if found is not None:
+                out.append(found.group(1))
     return out

@@ -13,12 +13,17 @@ text. Never raises; returns None when nothing was recorded, so "unknown" never r
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from otel_eval.base.steps import ToolCall
+from otel_eval.evaluate.conventions.haystack import reply_finish_reasons
 from otel_eval.evaluate.conventions.values import as_str, parse_json
 
 _DECODER = json.JSONDecoder()
+# a response object's repr (``raw_finish_reasons``): its first choice, and where it is looked for
+_RAW_HEAD = 1_000
+_RAW_CHOICE = re.compile(r"choices=\[\w{1,80}\(finish_reason='([A-Za-z_]{1,40})'")
 
 
 def _content_text(content: Any) -> str | None:
@@ -264,8 +269,9 @@ def reply_calls(reply: dict[str, Any]) -> list[ToolCall]:
 
 def finish_reasons(output: str | None) -> list[str]:
     """Finish reasons of a provider response (OpenAI's ``choices[].finish_reason``; a
-    response's own ``finish_reason``, as AutoGen's ``CreateResult``); parsed only when the
-    text names one."""
+    response's own ``finish_reason``, as AutoGen's ``CreateResult``), or of a framework's
+    reply holding the response's repr (smolagents' ``raw``, Haystack's ``replies``); parsed
+    only when the text names one."""
     if not output or "finish_reason" not in output:
         return []
     data = parse_json(output)
@@ -274,8 +280,26 @@ def finish_reasons(output: str | None) -> list[str]:
     if isinstance(data.get("finish_reason"), str):
         return [data["finish_reason"]]
     choices = data.get("choices")
-    return [str(c["finish_reason"]) for c in choices if isinstance(c, dict)
-            and isinstance(c.get("finish_reason"), str)] if isinstance(choices, list) else []
+    if isinstance(choices, list):
+        return [str(c["finish_reason"]) for c in choices if isinstance(c, dict)
+                and isinstance(c.get("finish_reason"), str)]
+    if "replies" in data:
+        return reply_finish_reasons(data["replies"])
+    return raw_finish_reasons(data.get("raw"))
+
+
+def raw_finish_reasons(raw: Any) -> list[str]:
+    """The first choice's finish reason in a response object's repr, as smolagents keeps it
+    in its ``ChatMessage.raw`` (``output.value``): OpenAI's ``ChatCompletion(id='...',
+    choices=[Choice(finish_reason='stop', ...``, LiteLLM's ``ModelResponse(..., choices=[
+    Choices(finish_reason=...``, Hugging Face's ``ChatCompletionOutput(choices=[
+    ChatCompletionOutputComplete(finish_reason=...``. A choice's reason comes before its
+    message, so the first ``choices=[`` (looked for in the first ``_RAW_HEAD`` characters, the
+    provider's fields) is the response's own whatever the content says; anything else gives
+    none."""
+    at = raw.find("choices=[", 0, _RAW_HEAD) if isinstance(raw, str) else -1
+    found = _RAW_CHOICE.match(raw, at) if at >= 0 else None
+    return [found.group(1)] if found is not None else []
 
 
 def _anthropic_reply(blocks: list[Any]) -> dict[str, Any]:
