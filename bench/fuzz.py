@@ -134,9 +134,21 @@ _HAYSTACK_TOOL = st.builds(
     lambda result, origin, error: "ChatMessage(_role=<ChatRole.TOOL: 'tool'>, _content=["
     f"ToolCallResult(result={result}, origin={origin}, error={error})], _name=None, _meta={{}})",
     _PY_STRING, _TOOL_CALL, st.sampled_from(["True", "False", "1"]))
-_HAYSTACK_REPLY = st.lists(_TOOL_CALL, max_size=3).map(
-    lambda calls: "ChatMessage(_role=<ChatRole.ASSISTANT: 'assistant'>, _content=["
-    + ", ".join(calls) + "], _name=None, _meta={})")
+_META = st.one_of(st.just("{}"), st.builds(
+    lambda reason: f"{{'model': 'm', 'finish_reason': {reason}, 'usage': {{}}}}",
+    st.one_of(st.sampled_from(["'length'", "'stop'", "None", "'" + "x" * 50 + "'"]),
+              _PY_STRING)))
+_HAYSTACK_REPLY = st.builds(
+    lambda calls, meta: "ChatMessage(_role=<ChatRole.ASSISTANT: 'assistant'>, _content=["
+    + ", ".join(calls) + f"], _name=None, _meta={meta})", st.lists(_TOOL_CALL, max_size=3), _META)
+# smolagents' ChatMessage, the provider's response as a repr in ``raw`` (its finish reason)
+SMOLAGENTS_OUT = st.builds(
+    lambda head, choice, reason, content: json.dumps({"role": "assistant", "content": content,
+                                                      "raw": f"ChatCompletion(id={head}, "
+                                                      f"choices=[{choice}(finish_reason="
+                                                      f"{reason}, message={content})])"}),
+    _PY_STRING, st.sampled_from(["Choice", "Choices", "", "(" * 50]),
+    st.one_of(st.sampled_from(["'length'", "'stop'", "None"]), _PY_STRING), _PY_STRING)
 HAYSTACK_IN = st.lists(st.one_of(_HAYSTACK_TOOL, st.text(max_size=5)), max_size=3).map(
     lambda messages: json.dumps({"messages": messages}))
 HAYSTACK_OUT = st.lists(_HAYSTACK_REPLY, max_size=2).map(
@@ -159,7 +171,7 @@ _KEYS: dict[str, st.SearchStrategy[Any]] = {
     "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments": JSON,
     "llm.tools.0.tool.json_schema": st.one_of(TOOLS, JSON), "tool.name": JSON,
     "tool.parameters": JSON, "input.value": st.one_of(JSON, HAYSTACK_IN),
-    "output.value": st.one_of(JSON, HAYSTACK_OUT, RESULTS, st.sampled_from(
+    "output.value": st.one_of(JSON, HAYSTACK_OUT, SMOLAGENTS_OUT, RESULTS, st.sampled_from(
         ["assistant: None", "assistant: ", "user: None", ": None",
          "StopEvent(result=AgentOutput(response=ChatMessage(text='It is s...", "..."])),
     # the same reply id on several LLM spans: one call recorded twice (trajectory.llm_twins)
