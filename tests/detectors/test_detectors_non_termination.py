@@ -39,6 +39,20 @@ CASES: list[tuple[str, Trajectory, list[str]]] = [
      ["non_termination/halted"]),
     ("error on the root", traj(llm("x"), root_error="ValueError: boom"),
      ["non_termination/root_error"]),
+    # the AI SDK under OpenInference's span processor: the root ERROR with the first failed
+    # call's message, though the run retried, succeeded and answered
+    ("the root repeats the error of a call the run recovered from",
+     traj(tool("w", {"c": "X"}, None, error="unknown city: X"), tool("w", {"c": "P"}),
+          llm("sunny"), root_error="unknown city: X"), []),
+    ("the same error, nothing succeeded after it",
+     traj(tool("w", {"c": "P"}), tool("w", {"c": "X"}, None, error="unknown city: X"),
+          llm("sorry"), root_error="unknown city: X"), ["non_termination/root_error"]),
+    ("recovered from another error",
+     traj(tool("w", {"c": "X"}, None, error="unknown city: X"), tool("w", {"c": "P"}),
+          llm("sunny"), root_error="ValueError: boom"), ["non_termination/root_error"]),
+    ("recovered, and no answer recorded",
+     traj(tool("w", {"c": "X"}, None, error="unknown city: X"), tool("w", {"c": "P"}),
+          output=None, root_error="unknown city: X"), ["non_termination/root_error"]),
     ("halt text inside a tool result is not a halt",
      traj(tool("read_file", {}, "docs: raises when max iterations reached"), llm("done")), []),
 ]

@@ -3,8 +3,11 @@
 Findings: the trace was released ``incomplete`` (root never ended) or ``truncated``; the last
 LLM call stopped for length, or asked for tools that never ran and there is no final
 answer; a framework halt marker (max steps / iterations / turns, recursion limit); an error
-on the root span; a final output that was recorded and is empty (``no_output``: an output the
-instrumentation did not record is unknown, not empty, and proves nothing).
+on the root span (``root_error``; not when it is the error of a call the run then recovered
+from and answered after: OpenInference's span processor over the AI SDK sets the root ERROR
+with the first failed call's message whatever followed); a final output that was recorded
+and is empty (``no_output``: an output the instrumentation did not record is unknown, not
+empty, and proves nothing).
 
 ``results.NOT_ENDED_KINDS`` are the findings that mean the run did not end; they alone count as
 a non-terminated trace in metrics and alerts (a failed or silent run did end).
@@ -17,7 +20,7 @@ from functools import lru_cache
 
 from otel_eval.base.results import Finding
 from otel_eval.base.steps import Step, Trajectory
-from otel_eval.evaluate.detectors.calls import Context
+from otel_eval.evaluate.detectors.calls import Context, calls_for
 from otel_eval.evaluate.detectors.config import DetectorsConfig, NonTerminationConfig
 
 _LENGTH_REASONS = frozenset({"length", "max_tokens", "max_output_tokens", "model_length"})
@@ -134,7 +137,8 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
     root = _root(trajectory)
     halted_on_root = any(f.kind == "halted" and root is not None
                          and f.span_ids == [root.span_id] for f in out)
-    if root is not None and root.status == "error" and not halted_on_root:
+    if root is not None and root.status == "error" and not halted_on_root \
+            and not _recovered_error(trajectory, root, config, context):
         out.append(Finding("non_termination", "root_error", "error",
                            f"the run failed: {root.error or 'root span status error'}"[:300],
                            [root.span_id], [root.index], {"error": root.error}))
@@ -143,3 +147,15 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
         out.append(Finding("non_termination", "no_output", cfg.no_output_severity,
                            "the run produced no final output"))
     return out
+
+
+def _recovered_error(trajectory: Trajectory, root: Step, config: DetectorsConfig,
+                     context: Context) -> bool:
+    """The root's error is the error of a call the run recovered from: a failed call with
+    the same error text, a call after it that succeeded, and a final answer. The run went on
+    past that error, so the root's status repeats it and says nothing of the run's end."""
+    if not root.error or not _final_output(trajectory):
+        return False
+    cs = calls_for(trajectory, config, context)
+    last_ok = max((i for i, c in enumerate(cs) if not c.failed), default=-1)
+    return any(c.failed and c.step.error == root.error for c in cs[:last_ok])
