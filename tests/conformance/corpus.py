@@ -40,7 +40,7 @@ PROMPT_INSIDE = "prompt_inside"
 _META = ("xfail", "reason")
 # What an expectation checks (the keys of ``observed``).
 CHECKS = ("agent", "status", "passed", "loop", "non_terminated", "input", "output",
-          "tool_errors", "cities", "recovered", "llm_calls")
+          "tool_errors", "errors", "cities", "recovered", "llm_calls")
 
 
 @cache
@@ -173,6 +173,8 @@ def observed(ev: dict[str, Any]) -> dict[str, Any]:
         # an error the tool answered (also for a call rebuilt from the LLM messages)
         "tool_errors": sum(1 for f in findings
                            if f["detector"] == "tool_call" and f["kind"] == "runtime"),
+        # steps that failed (``counts.errors``: the run page, the API, the predictor's text)
+        "errors": ev["counts"]["errors"],
         # the scenario's calls: get_weather (smolagents also answers through a final_answer
         # tool, which is a tool span of its own)
         # (Semantic Kernel names it after its plugin too: WeatherPlugin-get_weather)

@@ -185,8 +185,9 @@ def test_legacy_prompt_and_completion_as_span_events() -> None:
     ("error", "boom", {}, [], "boom"),
     ("error", "", {}, [], "error"),
     ("unset", "", {"error.type": "timeout"}, [], "timeout"),
-    ("ok", "", {}, [SpanEvent("exception", 1, {"exception.type": "ValueError",
-                                                "exception.message": "bad"})], "ValueError: bad"),
+    ("unset", "", {}, [SpanEvent("exception", 1, {"exception.type": "ValueError",
+                                                   "exception.message": "bad"})],
+     "ValueError: bad"),
     ("error", "", {}, [SpanEvent("exception", 1, {"exception.message": "bad"})], "bad"),
 ])
 def test_errors_from_status_error_type_and_exception_events(
@@ -194,6 +195,16 @@ def test_errors_from_status_error_type_and_exception_events(
         error: str) -> None:
     step = _described(attrs, status=status, message=message, events=events)
     assert (step.status, step.error) == ("error", error)
+
+
+def test_a_span_ended_ok_reports_no_error_whatever_it_recorded() -> None:
+    # OK is set on purpose: the exception was handled (AutoGen's agent span records the
+    # CancelledError of its closed message stream, then ends OK)
+    cancelled = [SpanEvent("exception", 1, {"exception.type": "asyncio.CancelledError",
+                                            "exception.escaped": "False"})]
+    for attrs, events in (({}, cancelled), ({"error.type": "timeout"}, [])):
+        step = _described(attrs, status="ok", events=events)
+        assert (step.status, step.error) == ("ok", None)
 
 
 def test_tool_definitions_from_each_convention() -> None:

@@ -76,7 +76,12 @@ def is_setup(span: Span) -> bool:
 
 
 def _error(span: Span, attrs: Attrs) -> str | None:
-    """The error a span reports, or None: status ERROR, ``error.type``, exception events."""
+    """The error a span reports, or None: status ERROR, ``error.type``, exception events. A
+    span whose status is OK reports none: OK is set on purpose, to say the operation
+    succeeded, so an exception recorded on it was handled (AutoGen's agent span records the
+    CancelledError of its closed message stream and ends OK)."""
+    if span.status == "ok":
+        return None
     exception = None
     if span.events:
         for event in span.events:
