@@ -194,8 +194,10 @@ class _ReceiveDeadlines:
                     self._cond.wait(wait)
                     continue
                 entry = heapq.heappop(self._heap)
-                entry[2].cancel()  # wakes the handler blocked on the message
+                # counted before the cancel, which the client sees: once a client has its
+                # CANCELLED, the refusal is in the metric
                 entry[4]()
+                entry[2].cancel()  # wakes the handler blocked on the message
 
     def stop(self) -> None:
         with self._cond:

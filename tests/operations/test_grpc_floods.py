@@ -143,3 +143,34 @@ def _export_body_to(h: Harness, body: bytes) -> None:
         call = channel.unary_unary(EXPORT, request_serializer=None,
                                    response_deserializer=None)
         call(body, timeout=10)
+
+
+def test_an_expired_call_is_counted_before_it_is_cancelled() -> None:
+    """A client that has its CANCELLED finds the refusal in the metric (the order the test
+    above reads them in; counted after the cancel, it failed now and then)."""
+    from otel_eval.receive.grpc import _ReceiveDeadlines
+
+    order: list[str] = []
+    cancelled = threading.Event()
+
+    class Context:
+        def cancel(self) -> None:
+            order.append("cancel")
+            cancelled.set()
+
+        def abort(self, code: grpc.StatusCode, details: str) -> None:
+            raise RuntimeError(code)
+
+    def requests() -> Iterator[bytes]:
+        cancelled.wait(30)
+        raise grpc.RpcError()
+        yield b""  # a generator
+
+    deadlines = _ReceiveDeadlines(0.0, lambda: order.append("count"))
+    deadlines.start()
+    try:
+        with pytest.raises(RuntimeError):
+            deadlines.receive(requests(), Context())  # type: ignore[arg-type]
+    finally:
+        deadlines.stop()
+    assert order == ["count", "cancel"]
