@@ -329,3 +329,27 @@ def test_smolagents_own_parameter_types_are_unchecked_not_a_broken_schema(
 ])
 def test_a_repr_of_another_shape_gives_no_finish_reason(output: dict) -> None:
     assert finish_reasons(json.dumps(output)) == []
+
+
+def _chunk(text: str, finish: str) -> dict:
+    return {"role": "assistant", "parts": [{"type": "text", "content": text}],
+            "finish_reason": finish}
+
+
+@pytest.mark.parametrize(("output", "answer"), [
+    # Google ADK's streamed call: one output message per chunk, unfinished but the last
+    ([_chunk("It", ""), _chunk(" is", ""), _chunk(" sunny.", "stop")], "It is sunny."),
+    ([_chunk("It", ""), _chunk(" is", "")], "It is"),  # cut off: what came
+    # whole messages (choices, each finished): the last, as before
+    ([_chunk("It is sunny.", "stop"), _chunk("Sunny.", "stop")], "Sunny."),
+    ([{"role": "assistant", "parts": [{"type": "text", "content": "A."}]},
+      _chunk("B.", "stop")], "B."),
+])
+def test_a_reply_recorded_chunk_by_chunk_is_the_chunks_joined(output: list,
+                                                              answer: str) -> None:
+    t = build_trajectory(trace(  # type: ignore[arg-type]
+        span("root", None, 0, {"gen_ai.operation.name": "invoke_agent",
+                               "gen_ai.agent.name": "a"}),
+        span("llm", "root", 1, {"gen_ai.operation.name": "generate_content",
+                                "gen_ai.output.messages": json.dumps(output)})), CFG)
+    assert (t.llm_steps[0].answer, t.answer) == (answer, answer)

@@ -162,12 +162,23 @@ def answer_text(raw: str | None) -> str | None:
 
 
 def answer_of(found: list[Any]) -> str | None:
-    """``answer_text`` of messages already parsed (``messages``)."""
-    for msg in reversed(found):
-        text = message_text(msg)
+    """``answer_text`` of messages already parsed (``messages``). A reply recorded chunk by
+    chunk (Google ADK's streamed call: one output message per chunk, each but the last with an
+    empty ``finish_reason``, as it did not finish there) is the chunks' text joined."""
+    for i in range(len(found) - 1, -1, -1):
+        text = message_text(found[i])
         if text is not None:
-            return text
+            first = i
+            while first and _unfinished(found[first - 1]):
+                first -= 1
+            if first == i:
+                return text
+            return "".join(message_text(m) or "" for m in found[first:i + 1])
     return None
+
+
+def _unfinished(msg: Any) -> bool:
+    return isinstance(msg, dict) and msg.get("finish_reason") == ""
 
 
 def request_messages(raw: str | None) -> str | None:
