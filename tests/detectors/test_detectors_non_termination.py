@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 from detector_factory import kinds, llm, tool, traj
 
@@ -50,6 +52,10 @@ CASES: list[tuple[str, Trajectory, list[str]]] = [
     ("recovered from another error",
      traj(tool("w", {"c": "X"}, None, error="unknown city: X"), tool("w", {"c": "P"}),
           llm("sunny"), root_error="ValueError: boom"), ["non_termination/root_error"]),
+    ("the failed step's kind unknown (it may have been the call recovered from)",
+     traj(dataclasses.replace(tool("w", {"c": "X"}, None, error="unknown city: X"),
+                              kind="other", unknown={"kind": "marker ? not defined"}),
+          tool("w", {"c": "P"}), llm("sunny"), root_error="unknown city: X"), []),
     ("recovered, and no answer recorded",
      traj(tool("w", {"c": "X"}, None, error="unknown city: X"), tool("w", {"c": "P"}),
           output=None, root_error="unknown city: X"), ["non_termination/root_error"]),

@@ -151,11 +151,13 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
 
 def _recovered_error(trajectory: Trajectory, root: Step, config: DetectorsConfig,
                      context: Context) -> bool:
-    """The root's error is the error of a call the run recovered from: a failed call with
-    the same error text, a call after it that succeeded, and a final answer. The run went on
-    past that error, so the root's status repeats it and says nothing of the run's end."""
+    """The root's error is the error of a call the run recovered from: a failed tool step
+    (or a step of an unknown kind, which may have been one) with the same error text, a call
+    after it that succeeded, and a final answer. The run went on past that error, so the
+    root's status repeats it and says nothing of the run's end."""
     if not root.error or not _final_output(trajectory):
         return False
-    cs = calls_for(trajectory, config, context)
-    last_ok = max((i for i, c in enumerate(cs) if not c.failed), default=-1)
-    return any(c.failed and c.step.error == root.error for c in cs[:last_ok])
+    last_ok = max((c.step.index for c in calls_for(trajectory, config, context)
+                   if not c.failed), default=-1)
+    return any(s.index < last_ok and s.status == "error" and s.error == root.error
+               and (s.kind == "tool" or s.kind_unknown) for s in trajectory.steps)
