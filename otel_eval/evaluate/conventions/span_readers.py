@@ -29,6 +29,8 @@ Attribute names, as the GenAI conventions name them (open-telemetry/semantic-con
   GenAI marker; its tool is ``gen_ai.tool.name``, else the span name's target. The step
   records it in ``Step.sources["mcp_method"]``: ``trajectory.links`` folds it into the
   framework's span of the same call.
+- Google ADK's own content attributes (``gcp.vertex.agent.llm_request`` / ``llm_response`` /
+  ``tool_call_args`` / ``tool_response``, its telemetry schema 1): ``conventions.adk``;
 - (rec31b) LlamaIndex's ``ToolOutput.is_error`` in a tool step's ``traceloop.entity.output``
   (Traceloop's LlamaIndex instrumentation, the workflow's ``call_tool`` step, keyed by its
   ``tool.arguments``): ``true`` is the call's error, its ``raw_output`` the message (the
@@ -42,6 +44,7 @@ from typing import NamedTuple
 
 from otel_eval.base.model import Span
 from otel_eval.base.steps import Step
+from otel_eval.evaluate.conventions import adk
 from otel_eval.evaluate.conventions.adapter import Attrs
 from otel_eval.evaluate.conventions.openllmetry import (
     WORKFLOW_TOOL_ARGUMENTS,
@@ -196,6 +199,7 @@ READERS = (
     SpanReader(frozenset((EXIT_CODE,)), _exit_code),
     SpanReader(frozenset((DECISION_OUTCOME, DECISION_EVENT)), _decision),
     WORKFLOW_TOOL_READER,  # rec31b
+    SpanReader(adk.KEYS, adk.read),
 )
 
 

@@ -1,0 +1,113 @@
+"""Google ADK's own content attributes (``conventions.adk``, its telemetry schema 1): the
+request and response of a ``call_llm`` span as Gemini Contents, a tool's arguments and
+response. The recordings of the conformance corpus (``google-adk-legacy``) check the real
+framework; these check the reader on its edges."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from trajectory_factory import span, trace
+
+from otel_eval.base.steps import Trajectory
+from otel_eval.evaluate.config import TrajectoryConfig
+from otel_eval.evaluate.detectors import Detectors
+from otel_eval.evaluate.detectors.config import DetectorsConfig
+from otel_eval.evaluate.trajectory import build_trajectory
+
+_AGENT = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "weather_agent"}
+_LLM = {"gen_ai.system": "gcp.vertex.agent", "gen_ai.request.model": "gemini-2.0-flash"}
+
+
+def _contents(*contents: dict[str, Any]) -> str:
+    return json.dumps({"model": "gemini-2.0-flash", "config": {}, "contents": list(contents)})
+
+
+def _user(text: str) -> dict[str, Any]:
+    return {"role": "user", "parts": [{"text": text}]}
+
+
+def _asks(city: str) -> dict[str, Any]:
+    return {"role": "model", "parts": [{"function_call": {"name": "get_weather",
+                                                          "args": {"city": city}}}]}
+
+
+def _answered(result: str) -> dict[str, Any]:
+    return {"role": "user", "parts": [{"function_response": {
+        "name": "get_weather", "response": {"result": result}}}]}
+
+
+def _tool(start: int, city: str, response: str) -> Any:
+    return span("execute_tool get_weather", "agent", start, {
+        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_weather",
+        "gcp.vertex.agent.tool_call_args": json.dumps({"city": city}),
+        "gcp.vertex.agent.tool_response": response}, span_id=f"{start:016x}")
+
+
+def _run(cities: list[str]) -> Trajectory:
+    """An ADK run asking get_weather for each city, then answering."""
+    history = [_user("Weather?")]
+    spans = [span("agent", None, 0, _AGENT)]
+    at = 1
+    for city in cities:
+        spans.append(span("call_llm", "agent", at, {
+            **_LLM, "gcp.vertex.agent.llm_request": _contents(*history),
+            "gcp.vertex.agent.llm_response": json.dumps({"content": _asks(city)})},
+            span_id=f"{at:016x}"))
+        spans.append(_tool(at + 1, city, json.dumps({"result": f"sunny in {city}"})))
+        history += [_asks(city), _answered(f"sunny in {city}")]
+        at += 2
+    spans.append(span("call_llm", "agent", at, {
+        **_LLM, "gcp.vertex.agent.llm_request": _contents(*history),
+        "gcp.vertex.agent.llm_response": json.dumps({"content": {
+            "role": "model", "parts": [{"text": "It is sunny."}]}})}, span_id=f"{at:016x}"))
+    return build_trajectory(trace(*spans), TrajectoryConfig())
+
+
+def test_calls_results_prompts_and_answer_are_read() -> None:
+    t = _run(["Paris"])
+    tool = t.tool_steps[0]
+    assert (tool.arguments, tool.result) == ({"city": "Paris"}, "sunny in Paris")
+    first, last = t.llm_steps
+    assert [(c.name, c.arguments) for c in first.tool_calls] == [("get_weather",
+                                                                  {"city": "Paris"})]
+    assert (last.prompt, last.answer, t.task, t.answer) == (
+        '{"result": "sunny in Paris"}', "It is sunny.", "Weather?", "It is sunny.")
+    assert tool.sources["arguments"] == "adk gcp.vertex.agent.tool_call_args"
+
+
+def test_the_same_call_repeated_is_a_loop() -> None:
+    # without the arguments every call was unrecorded: equal to no other, never a loop
+    findings, _ = Detectors(DetectorsConfig()).evaluate(_run(["Paris"] * 4))
+    assert "loop" in {f.detector for f in findings}
+
+
+def test_content_capture_off_is_unknown_not_empty() -> None:
+    # ADK writes "{}" in each attribute when it does not capture content
+    t = build_trajectory(trace(
+        span("agent", None, 0, _AGENT),
+        span("call_llm", "agent", 1, {**_LLM, "gcp.vertex.agent.llm_request": "{}",
+                                      "gcp.vertex.agent.llm_response": "{}"}),
+        _tool(2, "Paris", "{}")), TrajectoryConfig())
+    assert (t.tool_steps[0].arguments, t.tool_steps[0].result) == (None, None)
+    assert (t.llm_steps[0].input_text, t.llm_steps[0].output_text) == (None, None)
+
+
+@pytest.mark.parametrize("value", [
+    "[", "7", json.dumps({"contents": "x"}), json.dumps({"contents": [7, {"parts": 3}]}),
+    json.dumps({"content": {"role": 5, "parts": [{"function_call": {"name": ""}},
+                                                 {"function_response": "x"}, None]}}),
+    json.dumps({"contents": [{"parts": [{"text": "x" * 100_000}] * 50}]}),
+])
+def test_other_shapes_give_nothing_or_what_they_hold(value: str) -> None:
+    t = build_trajectory(trace(
+        span("agent", None, 0, _AGENT),
+        span("call_llm", "agent", 1, {**_LLM, "gcp.vertex.agent.llm_request": value,
+                                      "gcp.vertex.agent.llm_response": value})),
+        TrajectoryConfig())
+    llm = t.llm_steps[0]
+    assert llm.tool_calls == []
+    for text in (llm.input_text, llm.output_text):
+        assert text is None or all(isinstance(m["parts"], list) for m in json.loads(text))
