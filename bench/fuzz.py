@@ -154,6 +154,20 @@ HAYSTACK_IN = st.lists(st.one_of(_HAYSTACK_TOOL, st.text(max_size=5)), max_size=
 HAYSTACK_OUT = st.lists(_HAYSTACK_REPLY, max_size=2).map(
     lambda replies: json.dumps({"replies": replies}))
 
+# Google ADK's legacy content attributes (conventions.adk): Gemini Contents, hostile parts
+_GEMINI_PART = st.one_of(
+    st.fixed_dictionaries({"text": JSON}),
+    st.fixed_dictionaries({"function_call": st.one_of(JSON, st.fixed_dictionaries(
+        {"name": st.one_of(st.just("search"), JSON), "args": JSON, "id": JSON}))}),
+    st.fixed_dictionaries({"function_response": st.one_of(JSON, st.fixed_dictionaries(
+        {"name": JSON, "response": JSON, "id": JSON}))}), JSON)
+_CONTENT = st.one_of(st.fixed_dictionaries({
+    "role": st.sampled_from(["user", "model", 3]),
+    "parts": st.one_of(st.lists(_GEMINI_PART, max_size=3), _ODD)}), JSON)
+ADK_REQUEST = st.fixed_dictionaries({"contents": st.one_of(
+    st.lists(_CONTENT, max_size=3), JSON)}).map(json.dumps)
+ADK_RESPONSE = st.fixed_dictionaries({"content": _CONTENT}).map(json.dumps)
+
 # the keys the adapters read, per convention, with hostile values
 _KEYS: dict[str, st.SearchStrategy[Any]] = {
     "gen_ai.operation.name": st.sampled_from(["chat", "execute_tool", "invoke_agent", "x", 5]),
@@ -185,6 +199,9 @@ _KEYS: dict[str, st.SearchStrategy[Any]] = {
     "llm.output_messages.0.message.contents.0.message_content.text": JSON,
     "llm.input_messages.1.function.0": st.one_of(JSON, JSON.map(json.dumps)),
     "ai.toolCall.result": JSON,
+    "gcp.vertex.agent.llm_request": st.one_of(ADK_REQUEST, JSON),
+    "gcp.vertex.agent.llm_response": st.one_of(ADK_RESPONSE, JSON),
+    "gcp.vertex.agent.tool_call_args": JSON, "gcp.vertex.agent.tool_response": JSON,
     "traceloop.span.kind": st.sampled_from(["workflow", "task", "agent", "tool", "?"]),
     "traceloop.entity.name": JSON, "traceloop.entity.input": JSON,
     "traceloop.entity.output": JSON, "gen_ai.prompt.0.content": JSON,
