@@ -137,6 +137,16 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         "output_tokens": 4, "finish_reasons": ["tool_calls"],
         "input_text": '[{"role": "user", "content": "weather?"}]',
         "tool_calls": [("get_weather", {"city": "Oslo"}, "t0")]}),
+    # LiteLLM's callback: GenAI messages whose reply has no parts, the call only in the
+    # older indexed attributes, as a completion with no role and no content
+    ("a completion that is its function call alone", {
+        "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o",
+        "llm.request.type": "completion",
+        "gen_ai.output.messages": '[{"role": "assistant", "parts": [], '
+                                  '"finish_reason": "tool_calls"}]',
+        "gen_ai.completion.0.function_call.name": "get_weather",
+        "gen_ai.completion.0.function_call.arguments": '{"city": "Oslo"}',
+    }, {"kind": "llm", "tool_calls": [("get_weather", {"city": "Oslo"}, None)]}),
     ("openllmetry embedding request", {"llm.request.type": "embedding"},
      {"kind": "other", "convention": "openllmetry"}),
     ("openllmetry indexed prompt without request type", {"gen_ai.prompt.0.content": "x"},

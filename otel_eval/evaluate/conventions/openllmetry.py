@@ -106,7 +106,9 @@ def _messages(attrs: Attrs, prefix: str) -> list[dict[str, Any]]:
     while True:
         role = attrs.get(f"{prefix}.{i}.role")
         content = attrs.get(f"{prefix}.{i}.content")
-        has_calls = f"{prefix}.{i}.tool_calls.0.name" in attrs
+        # a completion may be its calls alone (LiteLLM's: function_call.*, no role, no content)
+        has_calls = (f"{prefix}.{i}.tool_calls.0.name" in attrs
+                     or f"{prefix}.{i}.function_call.name" in attrs)
         if role is None and content is None and not has_calls:
             return out
         msg = {"role": role, "content": content}
