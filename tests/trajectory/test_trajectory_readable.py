@@ -353,3 +353,26 @@ def test_a_reply_recorded_chunk_by_chunk_is_the_chunks_joined(output: list,
         span("llm", "root", 1, {"gen_ai.operation.name": "generate_content",
                                 "gen_ai.output.messages": json.dumps(output)})), CFG)
     assert (t.llm_steps[0].answer, t.answer) == (answer, answer)
+
+
+def test_a_tool_message_of_text_parts_answers_its_call_by_id() -> None:
+    # LiteLLM's GenAI messages keep OpenAI's tool_call_id beside the GenAI parts
+    asked = [{"role": "assistant", "parts": [{"type": "tool_call", "id": "c1",
+                                              "name": "get_weather",
+                                              "arguments": {"city": "Paris"}}]}]
+    told = [{"role": "user", "parts": [{"type": "text", "content": "Weather?"}]},
+            {"role": "assistant", "parts": [], "tool_calls": [{"id": "c1", "type": "function",
+             "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+            {"role": "tool", "parts": [{"type": "text", "content": "sunny"}],
+             "tool_call_id": "c1"}]
+    t = build_trajectory(trace(  # type: ignore[arg-type]
+        span("root", None, 0, {"gen_ai.operation.name": "invoke_agent",
+                               "gen_ai.agent.name": "a"}),
+        span("llm1", "root", 1, {"gen_ai.operation.name": "chat",
+                                 "gen_ai.output.messages": json.dumps(asked)}),
+        span("tool", "root", 2, {"gen_ai.operation.name": "execute_tool",
+                                 "gen_ai.tool.name": "get_weather",
+                                 "gen_ai.tool.call.id": "c1"}),
+        span("llm2", "root", 3, {"gen_ai.operation.name": "chat",
+                                 "gen_ai.input.messages": json.dumps(told)})), CFG)
+    assert (t.tool_steps[0].result, t.llm_steps[1].prompt) == ("sunny", "sunny")

@@ -25,7 +25,7 @@ from typing import Any, cast
 
 from otel_eval.base.steps import Step
 from otel_eval.base.text import checked
-from otel_eval.evaluate.conventions.messages import tool_response
+from otel_eval.evaluate.conventions.messages import message_text, tool_response
 from otel_eval.evaluate.conventions.values import as_str, parse_json
 
 __all__ = ["LOOKAHEAD", "Answer", "ToolResponses"]
@@ -42,9 +42,12 @@ Answer = tuple[str | None, bool]  # what the call returned, and whether it faile
 
 
 def _tool_message(msg: dict[str, Any]) -> Answer:
-    """A tool message's content and its ``error`` flag (``True`` only where the
-    instrumentation recorded one: Haystack's, read by ``conventions.haystack``)."""
-    return as_str(msg.get("content")), msg.get("error") is True
+    """A tool message's content (or, with none, its text parts: LiteLLM's GenAI messages keep
+    OpenAI's ``tool_call_id`` beside ``parts``) and its ``error`` flag (``True`` only where
+    the instrumentation recorded one: Haystack's, read by ``conventions.haystack``)."""
+    content = msg.get("content")
+    text = as_str(content) if content is not None else message_text(msg)
+    return text, msg.get("error") is True
 
 
 def _response_of(obj: Any, call_id: str) -> Any:  # Answer | _MISS
