@@ -36,6 +36,16 @@ def _in_code(name: str, city: str) -> Step:
     return dataclasses.replace(tool(name, {"city": city}, f"sunny in {city}"), in_code=True)
 
 
+def _unknown() -> Step:
+    """A step whose span's marker held a value no convention defines."""
+    return dataclasses.replace(llm("x"), kind="other", unknown={"kind": "marker not defined"})
+
+
+def _unrecorded(name: str) -> Step:
+    """A call whose arguments were not recorded."""
+    return dataclasses.replace(tool(name, {}, "r"), arguments=None)
+
+
 CASES: list[tuple[str, list[Step], list[str]]] = [
     ("llm-tool-llm alternation is not a loop",
      [llm("plan"), tool("search", {"q": "a"}, "r1"), llm("next"), tool("read", {"p": 1}, "x"),
@@ -88,6 +98,12 @@ CASES: list[tuple[str, list[Step], list[str]]] = [
      [_dspy(SAME + suffix, "Paris") for suffix in ("", " Now.", "")], ["loop/stagnation"]),
     ("(d) a paragraph and the same with a line added are not alike (something new was said)",
      [llm(SAME), llm(SAME + "\nThe index lists a page on search syntax."), llm(SAME)], []),
+    ("(d) a step of unknown kind between outputs may have been another output: no run",
+     [llm(SAME), _unknown(), llm(SAME), llm(SAME)], []),
+    ("(d) outputs followed by flagged calls, or by calls with unrecorded arguments (which may "
+     "have been the same call): reported once, as the call loop",
+     [llm(SAME), tool("s", {"q": 1}, "r"), llm(SAME), tool("s", {"q": 1}, "r"), llm(SAME),
+      tool("s", {"q": 1}, "r"), llm(SAME), _unrecorded("s")], ["loop/repeated_call"]),
     ("(d) two identical outputs are not stagnation",
      [llm(SAME), llm(SAME)], []),
     ("(d) short outputs ignored",

@@ -255,9 +255,12 @@ def _output(step: Step) -> str:
     return text
 
 
-def stagnation(llm_steps: Sequence[Step], cfg: LoopConfig) -> list[Finding]:
+def stagnation(llm_steps: Sequence[Step], cfg: LoopConfig,
+               unknown_at: Sequence[int] = ()) -> list[Finding]:
     """(d) ``stagnation_min_run`` or more consecutive near-identical LLM outputs
-    (``_similar``: compared on what differs between them, not on the lines they share)."""
+    (``_similar``: compared on what differs between them, not on the lines they share).
+    ``unknown_at``: the ascending indexes of steps of unknown kind; one between two outputs
+    may have been an output of its own, so the two are not consecutive."""
     texts = [(s, _output(s)) for s in llm_steps]
     outputs = [t for _, t in texts]
     words = [t.replace("\\n", "\n").split()[:_MAX_COMPARE_WORDS] for t in outputs]
@@ -266,8 +269,10 @@ def stagnation(llm_steps: Sequence[Step], cfg: LoopConfig) -> list[Finding]:
     while i < len(texts):
         j = i
         if len(texts[i][1]) >= cfg.stagnation_min_chars:
-            while j + 1 < len(texts) and _similar(outputs, words, j,
-                                                  cfg.stagnation_similarity, counts):
+            while (j + 1 < len(texts)
+                   and bisect_right(unknown_at, texts[j][0].index)
+                   == bisect_left(unknown_at, texts[j + 1][0].index)
+                   and _similar(outputs, words, j, cfg.stagnation_similarity, counts)):
                 j += 1
         if j - i + 1 >= cfg.stagnation_min_run:
             run = [s for s, _ in texts[i:j + 1]]
@@ -282,23 +287,25 @@ def stagnation(llm_steps: Sequence[Step], cfg: LoopConfig) -> list[Finding]:
 
 
 def _explained(finding: Finding, steps: int, llm_at: list[int], tools_at: list[int],
-               unknown_at: list[int], covered: set[int]) -> bool:
+               unknown_at: list[int], covered: set[int], unrecorded: set[int]) -> bool:
     """Whether every LLM output of a stagnation run led only to calls already flagged as a
     loop (then the stagnation is the same loop seen from the model's side: one reason).
     ``llm_at`` / ``tools_at`` / ``unknown_at``: the ascending step indexes of the LLM, tool
     and unknown-kind steps; the steps between two LLM steps are found by bisection (a run of
-    n outputs costs n log n). An output followed by steps of unknown kind alone may have led
-    to the loop's calls: it does not stand against the loop the others led to."""
+    n outputs costs n log n). An output followed only by steps of unknown kind, or by calls
+    whose arguments were not recorded (``unrecorded``), may have led to the loop's calls: it
+    does not stand against the loop the others led to."""
     looped = False
     for idx in finding.step_indexes:
         k = bisect_right(llm_at, idx)
         nxt = llm_at[k] if k < len(llm_at) else steps
         following = tools_at[bisect_right(tools_at, idx):bisect_left(tools_at, nxt)]
-        if not covered.issuperset(following):
+        known = [t for t in following if t not in unrecorded]
+        if not covered.issuperset(known):
             return False
-        if following:
+        if known:
             looped = True
-        elif bisect_right(unknown_at, idx) == bisect_left(unknown_at, nxt):
+        elif not following and bisect_right(unknown_at, idx) == bisect_left(unknown_at, nxt):
             return False  # no call followed it
     return looped
 
@@ -313,10 +320,14 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
     found += circling(cs, cfg, covered)
     covered = {i for f in found for i in f.step_indexes}
     llm = trajectory.llm_steps
-    stagnant = stagnation(llm, cfg)
+    # ``Step.kind_unknown``, inlined: read for every step of every run
+    unknown_at = [s.index for s in trajectory.steps if "kind" in s.unknown]
+    stagnant = stagnation(llm, cfg, unknown_at)
     if stagnant:
-        llm_at, tools_at = [s.index for s in llm], [s.index for s in trajectory.tool_steps]
-        unknown_at = [s.index for s in trajectory.steps if s.kind_unknown]
+        tools = trajectory.tool_steps
+        llm_at, tools_at = [s.index for s in llm], [s.index for s in tools]
+        unrecorded = {s.index for s in tools if s.arguments is None}
         found += [f for f in stagnant if not _explained(f, len(trajectory.steps), llm_at,
-                                                         tools_at, unknown_at, covered)]
+                                                         tools_at, unknown_at, covered,
+                                                         unrecorded)]
     return found
