@@ -214,14 +214,14 @@ def arguments(call: dict[str, Any]) -> dict[str, Any]:
 
 
 def genai_agent(scenario: str, provider_attribute: str, question: str | None = None,
-                conversation_id: str | None = None) -> None:
+                conversation_id: str | None = None, client: Any = None) -> None:
     """The agent loop with hand-made GenAI spans, as a user of the semantic conventions writes
     them: ``invoke_agent weather_agent`` around the loop and ``execute_tool get_weather`` per
     call with the tool name and ``gen_ai.tool.call.id`` but, as many users do, no arguments.
     ``provider_attribute`` is ``gen_ai.system`` (semconv 1.30) or ``gen_ai.provider.name``;
     ``question`` the user's prompt; ``conversation_id`` goes on the invoke_agent span as
-    ``gen_ai.conversation.id``."""
-    from openai import OpenAI
+    ``gen_ai.conversation.id``; ``client``: what the loop calls (default the ``openai``
+    client)."""
     from opentelemetry import trace
 
     tracer = trace.get_tracer("conformance.weather_agent")
@@ -239,7 +239,10 @@ def genai_agent(scenario: str, provider_attribute: str, question: str | None = N
         attributes["gen_ai.conversation.id"] = conversation_id
     with tracer.start_as_current_span(f"invoke_agent {AGENT_NAME}",
                                       context=remote_parent(scenario), attributes=attributes):
-        chat_loop(OpenAI(), scenario, run_tool, question)
+        if client is None:
+            from openai import OpenAI
+            client = OpenAI()
+        chat_loop(client, scenario, run_tool, question)
 
 
 @contextlib.contextmanager
