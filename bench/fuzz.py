@@ -207,6 +207,9 @@ _KEYS: dict[str, st.SearchStrategy[Any]] = {
     "traceloop.entity.output": JSON, "gen_ai.prompt.0.content": JSON,
     "gen_ai.completion.0.tool_calls.0.name": JSON,
     "gen_ai.completion.0.tool_calls.0.arguments": JSON, "llm.request.functions.0.name": JSON,
+    # a completion that is its function call alone (LiteLLM's)
+    "gen_ai.completion.0.function_call.name": JSON,
+    "gen_ai.completion.0.function_call.arguments": JSON,
     "llm.request.functions.0.parameters": JSON, "task_id": JSON,
     # positions in flattened keys that are no ASCII number ("\u00b2" passes str.isdigit and
     # fails int(); 5,000 digits pass both checks but int() refuses them)
