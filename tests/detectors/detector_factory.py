@@ -57,6 +57,8 @@ def traj(*steps: Step, tools: dict[str, Any] | None = None, status: TraceStatus 
     return Trajectory(trace_id="ab" * 16, source="test", status=status,
                       steps=built, agent=agent, task_id=task_id, output=output,
                       tools=tools or {}, start_ns=0, end_ns=int(duration_s * 1e9),
+                      # ``tools`` were offered to every agent of the run
+                      offered_to={s.agent_key for s in built} if tools else set(),
                       span_count=len(built), root_span_id=ROOT_SPAN, run_span_id=ROOT_SPAN)
 
 

@@ -161,3 +161,30 @@ def test_cycle_threshold_configurable() -> None:
     (f,) = loop.detect(traj(*steps), cfg, Context())
     assert f.kind == "cycle" and f.attributes == {
         "period": 2, "repeats": 2, "pattern": ["open", "write"]}
+
+
+def _by(node: str, step: Step) -> Step:
+    step.node = node
+    return step
+
+
+def test_the_same_call_by_two_agents_is_no_repeat() -> None:
+    """smolagents' managed agent answers with final_answer, then the coordinator with the same
+    text: two agents, one call each (the multi_agent conformance recording)."""
+    steps = [_by("weather_agent", tool("get_weather", {"city": "Paris"}, "sunny")),
+             _by("weather_agent", tool("final_answer", {"answer": "It is sunny."})),
+             _by("triage_agent", tool("final_answer", {"answer": "It is sunny."}))]
+    assert loop.detect(traj(*steps), DetectorsConfig(), Context()) == []
+
+
+def test_an_agent_repeating_itself_between_another_agents_calls_is_a_loop() -> None:
+    """Each agent's calls are compared with its own: the coordinator's two identical
+    delegations are back to back for it, whatever the sub-agent did in between."""
+    ask = {"question": "weather in Paris?"}
+    steps = [_by("triage_agent", tool("ask_weather_agent", ask, "sunny")),
+             _by("weather_agent", tool("get_weather", {"city": "Paris"}, "sunny")),
+             _by("triage_agent", tool("ask_weather_agent", ask, "sunny"))]
+    t = traj(*steps)
+    (f,) = loop.detect(t, DetectorsConfig(), Context())
+    asked = [s.index for s in t.steps if s.tool_name == "ask_weather_agent"]
+    assert (f.kind, f.step_indexes) == ("repeated_call", asked)

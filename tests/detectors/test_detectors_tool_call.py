@@ -1,3 +1,4 @@
+import dataclasses
 from typing import Any
 
 import pytest
@@ -94,3 +95,15 @@ def test_a_long_tool_name_is_cut_in_messages() -> None:
     pending = traj(llm("", calls=[(long, {})], finish="tool_calls"), output=None)
     (never_ran,) = non_termination.detect(pending, DetectorsConfig(), Context())
     assert never_ran.message == f"the run ended with tool calls that never ran ({long}"[:300]
+
+
+def test_a_sub_agent_whose_offer_no_span_recorded_selects_no_wrong_tool() -> None:
+    """google-genai's multi_agent recording: the coordinator's LLM span offered
+    ask_weather_agent; the weather agent's calls were never recorded, so what it was offered is
+    unknown and its get_weather is no selection error. The coordinator's own calls still are."""
+    weather = dataclasses.replace(tool("get_weather", {"city": "Paris"}), node="weather_agent")
+    stray = dataclasses.replace(tool("delete_all", {}), node="agent")
+    t = traj(weather, stray, tools=TOOLS)
+    t.offered_to = {("agent", None)}  # the coordinator's (the root's node) alone
+    found = tool_call.detect(t, DetectorsConfig(), Context())
+    assert [(f.kind, f.attributes["tool"]) for f in found] == [("selection", "delete_all")]

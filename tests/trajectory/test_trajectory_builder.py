@@ -85,6 +85,31 @@ def test_nodes_are_the_enclosing_agent_names() -> None:
     assert t.agent == "boss"
 
 
+def _agents(*named: tuple[str, int]) -> list[object]:
+    """The OpenAI Agents SDK's shape: an ``Agent workflow`` wrapper (its default name, no
+    work of its own) holding each agent that ran as a sibling, each with an LLM call."""
+    out = [span("Agent workflow", None, 0, AGENT, end=100)]
+    for name, start in named:
+        out += [span(name, "Agent workflow", start, {**AGENT, "gen_ai.agent.name": name}),
+                span(f"{name}-llm", name, start + 1, CHAT)]
+    return out
+
+
+def test_a_hand_off_runs_under_the_agent_the_run_began_with() -> None:
+    """Under a wrapper named by a framework default, the first agent to start is the run's:
+    the one the user ran, not the one it handed off to, whatever the arrival order."""
+    t = build_trajectory(trace(*reversed(_agents(("triage_agent", 10), ("weather_agent", 30)))),
+                         CFG)
+    assert (t.agent, t.agent_source) == ("triage_agent", "span")
+
+
+def test_a_named_wrapper_around_several_agents_is_the_run_s_agent() -> None:
+    spans = _agents(("triage_agent", 10), ("weather_agent", 30))
+    spans[0] = span("Agent workflow", None, 0, {**AGENT, "gen_ai.agent.name": "travel_desk"},
+                    end=100)
+    assert build_trajectory(trace(*spans), CFG).agent == "travel_desk"
+
+
 def test_smolagents_managed_agent_named_from_the_manager() -> None:
     manager = {"openinference.span.kind": "AGENT",
                "smolagents.managed_agents.0.name": "search_agent",
@@ -234,3 +259,21 @@ def test_garbage_attribute_types() -> None:
     assert (step.kind, step.input_tokens, step.output_tokens, step.cost_usd) == (
         "other", None, None, None)
     assert t.task_id == '{"a": 1}'
+
+
+def test_steps_under_a_span_of_unknown_kind_are_not_known_to_be_the_enclosing_agent_s() -> None:
+    """A marker no convention defines may have been a sub-agent's: the steps under it (up to
+    the next known agent) are marked within it, and that agent's own steps are not."""
+    unknown = {"gen_ai.operation.name": "zz_unrecognised"}
+    t = build_trajectory(trace(
+        span("root", None, 0, {**AGENT, "gen_ai.agent.name": "boss"}),
+        span("own", "root", 1, tool("t")),
+        span("odd", "root", 2, unknown),
+        span("inside", "odd", 3, tool("t")),
+        span("sub", "odd", 4, {**AGENT, "gen_ai.agent.name": "helper"}),
+        span("sub-tool", "sub", 5, tool("t")),
+    ), CFG)
+    keys = {s.name: s.agent_key for s in t.steps}
+    assert keys == {"root": ("boss", None), "own": ("boss", None), "odd": ("boss", sid("odd")),
+                    "inside": ("boss", sid("odd")), "sub": ("helper", None),
+                    "sub-tool": ("helper", None)}

@@ -14,6 +14,8 @@ action text; (f) reworded repeats, near-duplicate calls of one tool that brought
 observations add nothing new (``detectors.circling``).
 Rules (a)-(c) see a code step through the calls of known tools its block made
 (``calls.through_code``): the same call in two consecutive blocks is a repeated call.
+Rules (a)-(c), (f) and (g) compare the calls of one agent (``Step.agent_key``) with each other:
+in a multi-agent run, the same call made by two agents is not an agent repeating itself.
 LLM -> tool -> LLM alternation is never a loop (only calls are compared), and a repeat after
 a state-changing call (re-running the tests after an edit) is not (b).
 """
@@ -310,12 +312,24 @@ def _explained(finding: Finding, steps: int, llm_at: list[int], tools_at: list[i
     return looped
 
 
+def by_agent(cs: list[Call]) -> list[list[Call]]:
+    """The calls of each agent (``Step.agent_key``), in order: rules (a)-(c) and (f) compare
+    an agent's calls with its own (a coordinator's call and the same call by the agent it
+    handed the work to are not one agent repeating itself); one list when one agent ran."""
+    groups: dict[tuple[str | None, str | None], list[Call]] = {}
+    for c in cs:
+        groups.setdefault(c.step.agent_key, []).append(c)
+    return list(groups.values())
+
+
 def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) -> list[Finding]:
     cfg = config.loop
     cs = calls_for(trajectory, config, context)
-    compared = through_code(cs)
-    found = [*repeated_calls(compared, cfg), *no_progress(compared, cfg),
-             *cycles(compared, cfg), *reworded_repeats(cs, cfg)]
+    found = []
+    for own in by_agent(cs):
+        compared = through_code(own)
+        found += [*repeated_calls(compared, cfg), *no_progress(compared, cfg),
+                  *cycles(compared, cfg), *reworded_repeats(own, cfg)]
     covered = {i for f in found for i in f.step_indexes}
     found += circling(cs, cfg, covered)
     covered = {i for f in found for i in f.step_indexes}

@@ -7,7 +7,9 @@ naming the violated constraint; a failed execution (span error, error payload) i
 *runtime* error. Without tool definitions, selection and argument checks are skipped; so is
 selection for a tool step whose tool no attribute named (its name is a guess from the span's
 name: ``step.sources["tool_name"] == "span name"``): an unrecorded name is unknown, never a
-tool that was not offered.
+tool that was not offered; and selection for a call by an agent (``Step.agent_key``) none of
+whose spans recorded what it was offered (``Trajectory.offered_to``): in a multi-agent run, the
+coordinator's offer says nothing of the sub-agent's.
 Validation itself is ``detectors.schema`` (no retrieval, RE2 patterns, bounded work); what it
 could not check (an unresolvable or recursive ``$ref``, an invalid schema, a pattern RE2
 cannot run, the step limit) is a ``schema`` warning: the schema is the application's, so it
@@ -92,14 +94,16 @@ def _schema(step: Step, name: str, check: Check) -> Finding:
 
 
 def check_step(step: Step, offered: Mapping[str, Any], config: DetectorsConfig,
-               budget: Budget | None = None) -> list[Finding]:
+               budget: Budget | None = None, offer_known: bool = True) -> list[Finding]:
+    """The findings of one call; ``offer_known``: what the calling agent was offered was
+    recorded (else a tool absent from ``offered`` was offered to it unsaid, maybe)."""
     cfg = config.tool_call
     name = step.tool_name or step.name
     action = is_action_tool(name, config.loop)
     recorded = bool(step.tool_name) and step.sources.get("tool_name") != "span name"
     out = []
     if offered and name not in offered and not action:
-        if recorded:
+        if recorded and offer_known:
             out.append(_selection(step, name, offered, cfg))
     elif name in offered:
         schema = parameters_schema(offered[name])
@@ -125,6 +129,7 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
         from otel_eval.evaluate.detectors.schema import Budget
 
         budget = Budget()
+    known = trajectory.offered_to
     for step in trajectory.tool_steps:
-        out += check_step(step, trajectory.tools, config, budget)
+        out += check_step(step, trajectory.tools, config, budget, step.agent_key in known)
     return out

@@ -41,7 +41,8 @@ output are read last. Promises:
   what was read counted in ``Trajectory.code_actions``;
 - the root is ``model.local_root`` (``root_span_id``, ``root_step``), the span results are
   attached to ``model.run_span_id``; the agent is the top agent, descending through wrapper
-  agents that do no work of their own (the OpenAI Agents SDK's ``Agent workflow``); its
+  agents that do no work of their own (the OpenAI Agents SDK's ``Agent workflow``; under a
+  framework's default name around several agents, into the first to start: a hand-off's); its
   name, unless a framework's default (``conventions.agent_names``: never an agent's name),
   else the name that spans under a never-exported agent span carry (``agent_source`` span /
   child_span; unknown when neither: the evaluator may still infer it from the service's
@@ -89,9 +90,11 @@ __all__ = ["build_trajectory", "is_run", "tree_order"]
 
 def _agent_step(builder: StepBuilder) -> Step | None:
     """The run's agent: the shallowest agent step, then down through wrappers (an agent with
-    no LLM or tool step of its own around exactly one agent). One that does work under a
-    framework's default name is still the run's agent: its name is unknown, not the inner
-    agent's."""
+    no LLM or tool step of its own around exactly one agent, or, under a framework's default
+    name, around several: the first of them to start is the one the run began with, as the
+    OpenAI Agents SDK's ``Agent workflow`` holds the agent the user ran and the agents it
+    handed off to). One that does work under a framework's default name is still the run's
+    agent: its name is unknown, not the inner agent's."""
     top = None
     for step in builder.steps:
         if step.kind == "agent" and (top is None or step.depth < top.depth):
@@ -103,9 +106,12 @@ def _agent_step(builder: StepBuilder) -> Step | None:
         inner.setdefault(parent, []).append(agent)
     by_id = {s.span_id: s for s in builder.steps if s.kind == "agent"}
     seen = 0
-    while (not builder.work.get(top.span_id) and len(inner.get(top.span_id, ())) == 1
-           and seen < len(by_id)):
-        top, seen = by_id[inner[top.span_id][0]], seen + 1
+    while not builder.work.get(top.span_id) and seen < len(by_id):
+        below = inner.get(top.span_id, ())
+        if len(below) != 1 and not (below and top.span_id in builder.unnamed):
+            break
+        top = min((by_id[a] for a in below), key=lambda s: (s.start_ns, s.index))
+        seen += 1
     return top
 
 
@@ -222,6 +228,7 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
         task=task, answer=answer, input_messages=input_messages,
         output_messages=output_messages,
         tools=builder.tools,
+        offered_to=builder.offered_to,
         root_attributes=dict(root_span.attributes) if root_span else {},
         revision=trace.revision,
         span_count=len(spans),

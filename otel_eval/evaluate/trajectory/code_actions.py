@@ -224,6 +224,7 @@ class _Rebuilder:
                 or "<code>" in (llm.output_text or "")):
             return None
         step = Step(0, llm.span_id, llm.parent_span_id, "tool", CODE_TOOL, node=llm.node,
+                    within_unknown=llm.within_unknown,
                     depth=llm.depth, start_ns=llm.end_ns, end_ns=llm.end_ns,
                     tool_name=CODE_TOOL, arguments={"code": normalised_code(code)},
                     rebuilt=True, code_block=True, convention=llm.convention)
@@ -279,6 +280,7 @@ class _Rebuilder:
             if problem:
                 self.count(f"unparsed_{problem}")
         step = Step(0, llm.span_id, llm.parent_span_id, "tool", tool, node=llm.node,
+                    within_unknown=llm.within_unknown,
                     depth=llm.depth, start_ns=llm.end_ns, end_ns=llm.end_ns, tool_name=tool,
                     arguments=arguments, rebuilt=True, convention=llm.convention,
                     in_code=in_code)
@@ -336,6 +338,7 @@ class _Rebuilder:
                 self.count("over_limit")
                 continue
             step = Step(0, tool.span_id, tool.span_id, "tool", call.name, node=tool.node,
+                        within_unknown=tool.within_unknown,
                         depth=tool.depth + 1, start_ns=tool.start_ns, end_ns=tool.end_ns,
                         tool_name=call.name, arguments=call.arguments, result=tool.result,
                         rebuilt=True, in_code=True, convention=tool.convention)

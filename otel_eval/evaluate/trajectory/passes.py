@@ -116,6 +116,7 @@ def _rebuild_tool_calls(draft: Draft) -> None:
             call.outcome = "rebuilt"
             rebuilt = Step(
                 0, step.span_id, step.parent_span_id, "tool", call.name, node=step.node,
+                within_unknown=step.within_unknown,
                 depth=step.depth, status="ok", start_ns=step.end_ns, end_ns=step.end_ns,
                 tool_name=call.name, arguments=call.arguments, rebuilt=True,
                 convention=step.convention, call_id=call.call_id, result=result)

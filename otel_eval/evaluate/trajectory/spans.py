@@ -133,6 +133,10 @@ class StepBuilder:
         self.agent_attrs: dict[str, Any] = {}  # agent span id -> its attributes
         self.agent_parent: dict[str, str | None] = {}  # agent span id -> enclosing agent
         self.agents_with_tools: set[str | None] = set()
+        # agent keys (``Step.agent_key``) whose spans recorded offered tools
+        self.offered_to: set[tuple[str | None, str | None]] = set()
+        # span id -> the span of unknown kind it is within (``Step.within_unknown``)
+        self.within_unknown: dict[str, str] = {}
         self.conventions_with_tools: set[str] = set()
         self.errors: list[dict[str, str]] = []  # spans an adapter failed on (see ``add``)
         self.tool_ids = False  # some tool step carries a call id
@@ -202,6 +206,8 @@ class StepBuilder:
                 self.unnamed.add(span.span_id)
         self.scope[span.span_id] = (node, agent)
         step.node = node
+        if self.within_unknown or "kind" in step.unknown:
+            self._within_unknown(step, span)
         if step.kind == "tool":
             self._mark_tools(agent)
             self.conventions_with_tools.add(step.convention)
@@ -215,12 +221,24 @@ class StepBuilder:
             offered = reader.tools(attrs)
             if offered:
                 merge_tools(self.tools, offered)
+                self.offered_to.add((node, step.within_unknown))
         if self.task_id is None:
             task = attrs.get(self.task_key)
             if task is None:
                 task = span.resource.get(self.task_key)
             self.task_id = as_str(task)
         self.steps.append(step)
+
+    def _within_unknown(self, step: Step, span: Span) -> None:
+        """A span whose marker was not understood may have been an agent: the steps under it
+        (up to the next known agent) are marked within it, so no rule takes them for the
+        enclosing agent's own (``Step.agent_key``)."""
+        if step.kind == "agent":
+            return
+        inner = (span.span_id if "kind" in step.unknown
+                 else self.within_unknown.get(span.parent_span_id or ""))
+        if inner is not None:
+            self.within_unknown[span.span_id] = step.within_unknown = inner
 
     def _dspy_module(self, step: Step, span: Span, attrs: Any) -> str | None:
         """A DSPy module's run outside every agent (``openinference.dspy_module``, in a trace
