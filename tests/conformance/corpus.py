@@ -22,13 +22,17 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from conformance.scenarios import prompt
+from conformance.scenarios import COORDINATOR, prompt
 
 from otel_eval.base.results import NOT_ENDED_KINDS
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = ("clean", "loop", "distinct", "tool_error", "non_terminating", "remote_parent",
-             "streaming")
+             "streaming", "multi_agent")
+# Two agents in one run: the coordinator (the run's agent: the stack's ``coordinator``, default
+# ``triage_agent``) hands the question to the weather agent (the stack's ``agent``), whose
+# get_weather calls are its own (``call_agents``).
+MULTI_AGENT = "multi_agent"
 # Three runs in one conversation: recorded where a stack says how its users carry the id
 # (stack.yaml ``conversation``), checked as a session (test_conversations.py), not per run.
 CONVERSATION = "conversation"
@@ -40,7 +44,7 @@ PROMPT_INSIDE = "prompt_inside"
 _META = ("xfail", "reason")
 # What an expectation checks (the keys of ``observed``).
 CHECKS = ("agent", "status", "passed", "loop", "non_terminated", "input", "output",
-          "tool_errors", "errors", "cities", "recovered", "llm_calls")
+          "tool_errors", "errors", "cities", "recovered", "llm_calls", "call_agents")
 
 
 @cache
@@ -114,6 +118,9 @@ def expectation(stack: str, scenario: str) -> dict[str, Any]:
     exp = _expected()
     out = dict(exp["defaults"][scenario])
     out["agent"] = stacks()[stack]["agent"]
+    if scenario == MULTI_AGENT:  # the coordinator's run; the weather agent made the calls
+        out["agent"] = stacks()[stack].get("coordinator", COORDINATOR)
+        out["call_agents"] = [stacks()[stack]["agent"]]
     # the model calls the run made: what the scripted LLM answered while it was recorded
     out["llm_calls"] = recording(stack, scenario)["llm_requests"]
     out["input"] = prompt(scenario)  # what the user asked
@@ -181,6 +188,10 @@ def observed(ev: dict[str, Any]) -> dict[str, Any]:
         "cities": [(s.get("arguments") or {}).get("city") if isinstance(s.get("arguments"),
                                                                          dict) else None
                    for s in tools if _is_get_weather(s.get("tool_name"))],
+        # the agent each get_weather call is attributed to (``Step.node``): in a multi-agent
+        # run, the weather agent's and not the coordinator's
+        "call_agents": sorted({s.get("node") for s in tools
+                               if _is_get_weather(s.get("tool_name"))}, key=str),
         "recovered": "recovered" in recovery and not recovery & {"unrecovered", "gave_up"},
         # what the last get_weather call returned, as text (a framework's envelope off:
         # trajectory.envelopes)
@@ -254,7 +265,11 @@ def conformance_table() -> str:
         for scenario in SCENARIOS:
             if not recording_path(name, scenario).is_file():
                 why = (stacks()[name].get("unsupported") or {}).get(scenario)
-                cells.append(f"unsupported: {_cell(why)}" if why else "not recorded")
+                if not why:
+                    cells.append("not recorded")
+                else:
+                    pending = str(why).startswith("not recorded yet")
+                    cells.append(_cell(why) if pending else f"unsupported: {_cell(why)}")
             else:  # the reasons are in expected.yaml
                 cells.append("not yet" if expectation(name, scenario).get("xfail") else "yes")
         rows.append(f"| `{name}` | " + " | ".join(cells) + " |")

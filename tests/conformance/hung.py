@@ -56,6 +56,10 @@ def load(stack: str, scenario: str) -> tuple[list[Span], list[LogEvent]]:
     return spans, logs
 
 
+# The scenarios whose run is the stack's agent's alone (multi_agent's is its coordinator's).
+ONE_AGENT = tuple(s for s in corpus.SCENARIOS if s != corpus.MULTI_AGENT)
+
+
 def without_root_and_agents(spans: list[Span]) -> list[Span]:
     root = local_root(spans)
     return [s for s in spans if (root is None or s.span_id != root.span_id)
@@ -65,7 +69,7 @@ def without_root_and_agents(spans: list[Span]) -> list[Span]:
 def hung_runs(stack: str) -> list[Trace]:
     """The stack's killed run and one simulated hung run per completed recording."""
     out = []
-    for scenario in corpus.SCENARIOS:
+    for scenario in ONE_AGENT:
         if not corpus.recording_path(stack, scenario).is_file():
             continue
         spans, logs = load(stack, scenario)
@@ -77,7 +81,7 @@ def hung_runs(stack: str) -> list[Trace]:
 
 def completed_runs(stack: str) -> list[Trace]:
     out = []
-    for scenario in corpus.SCENARIOS:
+    for scenario in ONE_AGENT:
         if scenario != KILLED and corpus.recording_path(stack, scenario).is_file():
             spans, logs = load(stack, scenario)
             out.append(Trace(f"{len(out) + 100:032x}", spans, "complete", logs=logs))

@@ -196,7 +196,9 @@ def write(rec: dict[str, Any]) -> Path:
 def default_scenarios(stack: dict[str, Any]) -> list[str]:
     """The scenarios recorded when none is named: all but ``conversation`` unless the stack
     says where it carries the conversation id (``conversation:``)."""
-    return [s for s in scenarios.SCENARIOS if s != "conversation" or stack.get("conversation")]
+    unsupported = stack.get("unsupported") or {}
+    return [s for s in scenarios.SCENARIOS if (s != "conversation" or stack.get("conversation"))
+            and s not in unsupported]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,6 +14,14 @@ whole behaviour, as data:
   tool flushes its telemetry and ``os._exit(0)``s on its 3rd call, so the run never ends.
 - ``remote_parent``: as clean; the agent runs under a remote W3C ``traceparent``.
 - ``streaming``: as clean; the agent asks for streamed completions where the stack can.
+- ``multi_agent``: a coordinator agent (``COORDINATOR``, offered no get_weather) hands the
+  question to the weather agent (offered get_weather) through the one tool it is offered, the
+  framework's own (a hand-off, a transfer, a sub-agent or an agent called as a tool): the
+  coordinator calls it (``Reply(delegate=True)``; arguments in ``delegation_arguments``),
+  the weather agent calls get_weather{"city": "Paris"} until a conversation it is sent holds
+  Paris' weather, then answers; a coordinator sent a tool result (the weather agent's answer,
+  where the sub-agent returns to it) answers too. Who asks is told by what the request offers,
+  not by ``k``: a hand-off gives the weather agent the coordinator's history.
 - ``conversation``: three user turns, each its own run (trace), all carrying the conversation
   id ``CONVERSATION_ID`` where the stack's users set one (``stack.yaml`` ``conversation``).
   Turn ``n``'s prompt (``turn_prompt(n)``) asks for ``CONVERSATION_CITIES[n-1]`` and carries
@@ -40,7 +48,10 @@ REMOTE_TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 REMOTE_SPAN_ID = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{REMOTE_TRACE_ID}-{REMOTE_SPAN_ID}-01"
 SCENARIOS = ("clean", "loop", "distinct", "tool_error", "non_terminating", "remote_parent",
-             "streaming", "conversation")
+             "streaming", "multi_agent", "conversation")
+# The multi_agent scenario's coordinator (the run's agent: the one the user asked).
+COORDINATOR = "triage_agent"
+WEATHER_AGENT = "weather_agent"
 # The conversation scenario: its id, and the city each user turn asks about.
 TURN_MARKER = re.compile(r"\[turn:([1-9])\]")
 CONVERSATION_ID = "conv-weather-0001"
@@ -54,6 +65,7 @@ class Reply:
 
     city: str | None = None
     text: str | None = None
+    delegate: bool = False  # multi_agent: the coordinator calls its one delegation tool
 
 
 def prompt(scenario: str) -> str:
@@ -85,6 +97,40 @@ def reply(scenario: str, k: int, turn: int = 1) -> Reply:
     if scenario == "non_terminating":
         return Reply(city=CITIES[k % len(CITIES)])
     raise KeyError(scenario)
+
+
+def multi_agent_reply(offers_weather: bool, weather_seen: bool, k: int) -> Reply:
+    """The multi_agent scenario's turn: the weather agent's (``offers_weather``: the request
+    offers get_weather) or the coordinator's; ``weather_seen``: the conversation holds
+    Paris' weather; ``k``: the tool results in it."""
+    if offers_weather:
+        return Reply(text=FINAL) if weather_seen else Reply(city="Paris")
+    return Reply(delegate=True) if k == 0 else Reply(text=FINAL)
+
+
+def delegation_arguments(parameters: object) -> dict[str, str]:
+    """What the coordinator passes its delegation tool, from the tool's JSON schema: a
+    parameter naming an agent (agent, member, coworker, assistant) gets ``WEATHER_AGENT``,
+    any other string parameter the user's prompt (marker included: an agent called as a tool
+    is sent only what it is given); one with an ``enum`` the weather agent if listed, else its
+    first value. Only the required ones when the schema lists them."""
+    schema = parameters if isinstance(parameters, dict) else {}
+    props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    required = schema.get("required")
+    names = [n for n in (required if isinstance(required, list) else props)
+             if isinstance(n, str)]
+    out = {}
+    for name in names:
+        kind = (props.get(name) or {}).get("type") if isinstance(props.get(name), dict) else None
+        if kind not in (None, "string", "STRING"):
+            continue
+        choices = props[name].get("enum") if isinstance(props.get(name), dict) else None
+        named = re.search(r"agent|member|coworker|assistant", name, re.I)
+        if isinstance(choices, list) and choices:  # ADK's transfer_to_agent: the agents
+            out[name] = WEATHER_AGENT if WEATHER_AGENT in choices else str(choices[0])
+        else:
+            out[name] = WEATHER_AGENT if named else prompt("multi_agent")
+    return out
 
 
 def weather(city: str) -> str:

@@ -25,6 +25,11 @@ What it answers is ``scenarios.reply(NAME, k, TURN)``:
   earlier turns an agent may send again as history), TURN 1 when there is none; so are DSPy's
   observation fields and Gemini's ``functionResponse`` parts (below).
 
+In ``multi_agent`` who asks is told by the tools the request offers (any API's shape:
+``offered``): get_weather offered is the weather agent, else the coordinator, which calls the
+first offered tool but ``final_answer`` with ``scenarios.delegation_arguments`` (and gets a
+400 when nothing is offered).
+
 A tool offered under a qualified name ending in ``-get_weather`` (Semantic Kernel's
 ``PluginName-function``) is called by that name. A client that ends a run by calling a tool
 instead of answering in text (smolagents' ``final_answer``) gets its final text as that
@@ -180,6 +185,37 @@ def _final_answer_parameter(body: dict[str, Any]) -> str | None:
     return "answer"
 
 
+def offered(body: dict[str, Any]) -> dict[str, Any]:
+    """The tools a request offers, name -> parameters' JSON schema, in any API's shape: chat
+    completions' ``function``, the Responses API's and Anthropic's flat tools
+    (``parameters`` / ``input_schema``), Gemini's ``functionDeclarations`` (``parameters``, or
+    the JSON schema google-genai sends as ``parameters_json_schema``)."""
+    out: dict[str, Any] = {}
+    tools = body.get("tools")
+    for t in tools if isinstance(tools, list) else []:
+        if not isinstance(t, dict):
+            continue
+        decls = t.get("functionDeclarations") or t.get("function_declarations")
+        for d in decls if isinstance(decls, list) else [t.get("function") or t]:
+            if isinstance(d, dict) and isinstance(d.get("name"), str):
+                out[d["name"]] = (d.get("parameters") or d.get("input_schema")
+                                  or d.get("parametersJsonSchema")
+                                  or d.get("parameters_json_schema") or {})
+    return out
+
+
+def _offers_weather(tools: dict[str, Any]) -> bool:
+    return any(n == scenarios.TOOL_NAME or n.endswith("-" + scenarios.TOOL_NAME) for n in tools)
+
+
+def _delegation(seed: str, tools: dict[str, Any]) -> dict[str, Any]:
+    """The coordinator's call of its delegation tool: the first offered but final_answer."""
+    for name, parameters in tools.items():
+        if name != FINAL_ANSWER_TOOL:
+            return _call(seed, name, scenarios.delegation_arguments(parameters))
+    raise BadRequest("multi_agent: the coordinator was offered no tool to delegate with")
+
+
 def _call(seed: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     return {"id": "call_" + _token_id(seed + "/call", 24), "type": "function",
             "function": {"name": name, "arguments": json.dumps(arguments)}}
@@ -243,14 +279,23 @@ def plan(body: dict[str, Any]) -> dict[str, Any]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("'messages' must be a non-empty list")
-    return _plan(messages, final_answer=_final_answer_parameter(body), tool=_tool_name(body))
+    return _plan(messages, final_answer=_final_answer_parameter(body), tool=_tool_name(body),
+                 tools=offered(body))
 
 
 def _plan(messages: list[Any], final_answer: str | None = None,
-          tool: str = scenarios.TOOL_NAME) -> dict[str, Any]:
+          tool: str = scenarios.TOOL_NAME, tools: dict[str, Any] | None = None
+          ) -> dict[str, Any]:
     name, k, turn = scripted_turn(messages)
-    r = scenarios.reply(name, k, turn)
+    tools = tools or {}
     seed = f"{name}/{k}/{len(messages)}" + (f"/{turn}" if name == "conversation" else "")
+    if name == "multi_agent":
+        worker = _offers_weather(tools)
+        seen = scenarios.weather("Paris") in json.dumps(messages)
+        r = scenarios.multi_agent_reply(worker, seen, k)
+        seed += f"/{scenarios.WEATHER_AGENT if worker else scenarios.COORDINATOR}/{seen}"
+    else:
+        r = scenarios.reply(name, k, turn)
     out: dict[str, Any] = {"id": "chatcmpl-" + _token_id(seed, 29),
                            "fingerprint": "fp_" + _token_id("fp", 10)}
     call = None
@@ -267,7 +312,9 @@ def _plan(messages: list[Any], final_answer: str | None = None,
         out.update(message={"role": "assistant", "content": text, "refusal": None},
                    finish_reason="stop", usage=_usage(messages, text))
         return out
-    if r.city is not None:
+    if r.delegate:
+        call = _delegation(seed, tools)
+    elif r.city is not None:
         call = _call(seed, tool, {"city": r.city})
     elif final_answer is not None:
         call = _call(seed, FINAL_ANSWER_TOOL, {final_answer: r.text})
@@ -338,7 +385,7 @@ def response(body: dict[str, Any], created: int) -> dict[str, Any]:
         items = [{"role": "user", "content": items}]
     if not isinstance(items, list) or not items:
         raise BadRequest("'input' must be a string or a non-empty list")
-    p = _plan(items)
+    p = _plan(items, tools=offered(body))
     suffix = p["id"].removeprefix("chatcmpl-")
     msg = p["message"]
     if msg.get("tool_calls"):
@@ -397,7 +444,7 @@ def message(body: dict[str, Any]) -> dict[str, Any]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("'messages' must be a non-empty list")
-    p = _plan(messages)
+    p = _plan(messages, tools=offered(body))
     suffix = p["id"].removeprefix("chatcmpl-")[:24]
     msg = p["message"]
     if msg.get("tool_calls"):
@@ -466,7 +513,7 @@ def _gemini_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 def generate_content(body: dict[str, Any]) -> dict[str, Any]:
     """The scripted Gemini API answer to a ``generateContent`` request body."""
-    p = _plan(_gemini_messages(body))
+    p = _plan(_gemini_messages(body), tools=offered(body))
     msg, usage = p["message"], p["usage"]
     if msg.get("tool_calls"):
         fn = msg["tool_calls"][0]["function"]

@@ -477,3 +477,64 @@ def test_no_recording_holds_a_path_of_the_recording_machine(path: Path) -> None:
     leak = LEAK.search(text)
     assert leak is None, f"machine path at {leak.start()}: {text[leak.start():][:120]}"
     assert scrub(text) == text  # nothing else that record.py would rewrite either
+
+
+def test_multi_agent_the_coordinator_delegates_and_the_weather_agent_calls_get_weather(
+        llm: ScriptedLLM) -> None:
+    """Who asks is told by what is offered: the coordinator (no get_weather) calls its one
+    tool with the prompt, marker included; the weather agent calls get_weather until Paris'
+    weather is in its conversation; the coordinator answers once a result came back."""
+    client = _client(llm)
+    ask = {"type": "function", "function": {"name": "ask_weather_agent", "parameters": {
+        "type": "object", "properties": {"question": {"type": "string"}},
+        "required": ["question"]}}}
+    asked: list[Any] = [{"role": "user", "content": scenarios.prompt("multi_agent")}]
+    first = client.chat.completions.create(model="m", messages=asked,
+                                           tools=[ask]).choices[0].message
+    (call,) = first.tool_calls or []
+    question = json.loads(call.function.arguments)["question"]
+    assert call.function.name == "ask_weather_agent"
+    assert question == scenarios.prompt("multi_agent")
+    # the weather agent, sent the question alone (an agent called as a tool)
+    worker: list[Any] = [{"role": "user", "content": question}]
+    msg = client.chat.completions.create(model="m", messages=worker,
+                                         tools=[TOOL]).choices[0].message
+    (weather,) = msg.tool_calls or []
+    assert json.loads(weather.function.arguments) == {"city": "Paris"}
+    worker += [msg.model_dump(exclude_none=True), {"role": "tool", "tool_call_id": weather.id,
+                                                   "content": scenarios.weather("Paris")}]
+    done = client.chat.completions.create(model="m", messages=worker,
+                                          tools=[TOOL]).choices[0].message
+    assert (done.content, done.tool_calls) == (scenarios.FINAL, None)
+    asked += [first.model_dump(exclude_none=True),
+              {"role": "tool", "tool_call_id": call.id, "content": scenarios.FINAL}]
+    last = client.chat.completions.create(model="m", messages=asked,
+                                          tools=[ask]).choices[0].message
+    assert (last.content, last.tool_calls) == (scenarios.FINAL, None)
+
+
+@pytest.mark.parametrize(("body", "tools"), [
+    ({"tools": [{"type": "function", "function": {"name": "a", "parameters": {"x": 1}}}]},
+     {"a": {"x": 1}}),
+    ({"tools": [{"type": "function", "name": "a", "parameters": {"x": 1}}]}, {"a": {"x": 1}}),
+    ({"tools": [{"name": "a", "input_schema": {"x": 1}}]}, {"a": {"x": 1}}),
+    ({"tools": [{"functionDeclarations": [{"name": "a", "parameters_json_schema": {"x": 1}},
+                                          {"name": "b"}]}]}, {"a": {"x": 1}, "b": {}}),
+    ({"tools": "nonsense"}, {}),
+])
+def test_offered_tools_are_read_in_every_api_s_shape(body: Any, tools: Any) -> None:
+    from scripted_llm import offered
+    assert offered(body) == tools
+
+
+@pytest.mark.parametrize(("parameters", "arguments"), [
+    ({}, {}),  # the OpenAI Agents SDK's transfer_to_weather_agent
+    ({"properties": {"agent_name": {"type": "string", "enum": ["weather_agent"]}},
+      "required": ["agent_name"]}, {"agent_name": "weather_agent"}),  # ADK's transfer
+    ({"properties": {"task": {"type": "string"}, "additional_args": {"type": "object"}},
+      "required": ["task"]}, {"task": scenarios.prompt("multi_agent")}),  # smolagents
+    ({"properties": {"coworker": {"type": "string"}, "task": {"type": "string"}}},
+     {"coworker": "weather_agent", "task": scenarios.prompt("multi_agent")}),
+])
+def test_delegation_arguments_follow_the_tool_s_schema(parameters: Any, arguments: Any) -> None:
+    assert scenarios.delegation_arguments(parameters) == arguments

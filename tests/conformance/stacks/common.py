@@ -27,7 +27,8 @@ from typing import Any
 
 import scenarios
 
-AGENT_NAME = "weather_agent"
+AGENT_NAME = scenarios.WEATHER_AGENT
+COORDINATOR = scenarios.COORDINATOR  # the multi_agent scenario's first agent
 MODEL = "gpt-4o-mini"
 ANTHROPIC_MODEL = "claude-3-5-haiku-20241022"
 MAX_TURNS = 12  # bounds every loop; the scripted scenarios need at most 7
@@ -150,16 +151,17 @@ def ask(client: Any, messages: list[dict[str, Any]], stream: bool,
 
 
 def chat_loop(client: Any, scenario: str, run_tool: Callable[[dict[str, Any]], str],
-              question: str | None = None) -> str:
+              question: str | None = None, tools: list[dict[str, Any]] | None = None,
+              system: str = "You are a weather assistant. Use get_weather.") -> str:
     """Run the agent to its final answer. ``run_tool(call)`` runs one requested tool call
     (an OpenAI tool-call dict) and returns its result; an exception it raises is fed back to
     the LLM as the tool's result, as agent frameworks do. ``question``: the user's prompt
-    (default ``prompt(scenario)``)."""
+    (default ``prompt(scenario)``); ``tools``: what is offered (default get_weather)."""
     messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are a weather assistant. Use get_weather."},
+        {"role": "system", "content": system},
         {"role": "user", "content": question or prompt(scenario)}]
     for _ in range(MAX_TURNS):
-        msg = ask(client, messages, stream=scenario == "streaming")
+        msg = ask(client, messages, stream=scenario == "streaming", tools=tools)
         messages.append(msg)
         if not msg.get("tool_calls"):
             return str(msg.get("content") or "")
@@ -172,6 +174,12 @@ def chat_loop(client: Any, scenario: str, run_tool: Callable[[dict[str, Any]], s
     raise RuntimeError(f"no final answer after {MAX_TURNS} turns")
 
 
+# The multi_agent scenario's coordinator offers this: a tool that runs the weather agent.
+DELEGATE_TOOL_NAME = "ask_weather_agent"
+DELEGATE_TOOL = {"type": "function", "function": {
+    "name": DELEGATE_TOOL_NAME, "description": "Ask the weather agent a weather question.",
+    "parameters": {"type": "object", "properties": {"question": {"type": "string"}},
+                   "required": ["question"]}}}
 ANTHROPIC_TOOL = {"name": scenarios.TOOL_NAME, "description": scenarios.TOOL_DESCRIPTION,
                   "input_schema": scenarios.TOOL_PARAMETERS}
 
@@ -221,7 +229,8 @@ def genai_agent(scenario: str, provider_attribute: str, question: str | None = N
     ``provider_attribute`` is ``gen_ai.system`` (semconv 1.30) or ``gen_ai.provider.name``;
     ``question`` the user's prompt; ``conversation_id`` goes on the invoke_agent span as
     ``gen_ai.conversation.id``; ``client``: what the loop calls (default the ``openai``
-    client)."""
+    client). In ``multi_agent`` an ``invoke_agent triage_agent`` runs its own loop offering
+    ``ask_weather_agent``, whose ``execute_tool`` span runs the weather agent's."""
     from opentelemetry import trace
 
     tracer = trace.get_tracer("conformance.weather_agent")
@@ -233,16 +242,34 @@ def genai_agent(scenario: str, provider_attribute: str, question: str | None = N
                 "gen_ai.tool.type": "function", "gen_ai.tool.call.id": call["id"]}):
             return tool(**arguments(call))
 
-    attributes = {"gen_ai.operation.name": "invoke_agent", provider_attribute: "openai",
-                  "gen_ai.agent.name": AGENT_NAME}
-    if conversation_id is not None:
-        attributes["gen_ai.conversation.id"] = conversation_id
-    with tracer.start_as_current_span(f"invoke_agent {AGENT_NAME}",
-                                      context=remote_parent(scenario), attributes=attributes):
-        if client is None:
-            from openai import OpenAI
-            client = OpenAI()
-        chat_loop(client, scenario, run_tool, question)
+    if client is None:
+        from openai import OpenAI
+        client = OpenAI()
+
+    def invoke(name: str, run: Callable[[], str]) -> str:
+        attributes = {"gen_ai.operation.name": "invoke_agent", provider_attribute: "openai",
+                      "gen_ai.agent.name": name}
+        if conversation_id is not None:
+            attributes["gen_ai.conversation.id"] = conversation_id
+        with tracer.start_as_current_span(f"invoke_agent {name}", attributes=attributes):
+            return run()
+
+    def weather_agent(asked: str | None = None) -> str:
+        return invoke(AGENT_NAME, lambda: chat_loop(client, scenario, run_tool, asked))
+
+    def delegate(call: dict[str, Any]) -> str:
+        with tracer.start_as_current_span(f"execute_tool {DELEGATE_TOOL_NAME}", attributes={
+                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": DELEGATE_TOOL_NAME,
+                "gen_ai.tool.type": "function", "gen_ai.tool.call.id": call["id"]}):
+            return weather_agent(arguments(call)["question"])
+
+    with attached(remote_parent(scenario)):
+        if scenario != "multi_agent":
+            weather_agent(question)
+            return
+        invoke(COORDINATOR, lambda: chat_loop(  # the weather agent called as a tool
+            client, scenario, delegate, tools=[DELEGATE_TOOL],
+            system="Ask the weather agent about the weather."))
 
 
 @contextlib.contextmanager

@@ -37,6 +37,11 @@ def main(scenario: str) -> None:
                                system_message="You are a weather assistant. Use get_weather.",
                                max_tool_iterations=common.MAX_TURNS,
                                model_client_stream=scenario == "streaming")
+        if scenario == "multi_agent":  # AgentChat's AgentTool: a coordinator calls it
+            from autogen_agentchat.tools import AgentTool
+            agent = AssistantAgent(name=common.COORDINATOR, model_client=client,
+                                   tools=[AgentTool(agent)], max_tool_iterations=common.MAX_TURNS,
+                                   system_message="Ask the weather agent about the weather.")
         if scenario == "conversation":  # one run per user turn (the agent keeps its model
             from openinference.instrumentation import using_session  # context), in
             for question in common.turns():  # OpenInference's session

@@ -2,7 +2,8 @@
 Gemini API) with get_weather as a Python function tool, run by ADK's ``Runner`` on an
 in-memory session; ADK's own telemetry (tracer ``gcp.vertex.agent``, default schema). ADK
 does not answer a raising tool to the model by itself (the run fails): the agent's
-``on_tool_error_callback``, ADK's hook for it, answers ``{"error": "<message>"}``.
+``on_tool_error_callback``, ADK's hook for it, answers ``{"error": "<message>"}``. In
+``multi_agent`` the weather agent is the sub-agent of a coordinator that transfers to it.
 ``python agent.py SCENARIO``."""
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ def main(scenario: str) -> None:
     agent = LlmAgent(name=common.AGENT_NAME, model=MODEL,
                      instruction="You are a weather assistant. Use get_weather.",
                      tools=[get_weather], on_tool_error_callback=on_tool_error)
+    if scenario == "multi_agent":  # ADK's sub-agents: the LLM transfers (transfer_to_agent)
+        agent = LlmAgent(name=common.COORDINATOR, model=MODEL, sub_agents=[agent],
+                         instruction="Transfer weather questions to weather_agent.")
     sessions = InMemorySessionService()
     runner = Runner(app_name="weather", agent=agent, session_service=sessions)
 

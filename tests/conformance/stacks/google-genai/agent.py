@@ -43,6 +43,10 @@ def main(scenario: str) -> None:
         _conversation(client, config, tracer)
         common.shutdown()
         return
+    if scenario == "multi_agent":
+        _coordinator(client, config, tracer)
+        common.shutdown()
+        return
     with tracer.start_as_current_span(
             f"invoke_agent {common.AGENT_NAME}", context=common.remote_parent(scenario),
             attributes={"gen_ai.operation.name": "invoke_agent",
@@ -57,6 +61,34 @@ def main(scenario: str) -> None:
     if not answer:
         raise RuntimeError("no final answer")
     common.shutdown()
+
+
+def _agent(tracer: Any, name: str) -> Any:
+    return tracer.start_as_current_span(
+        f"invoke_agent {name}", attributes={"gen_ai.operation.name": "invoke_agent",
+                                            "gen_ai.provider.name": "gcp.gemini",
+                                            "gen_ai.agent.name": name})
+
+
+def _coordinator(client: Any, config: Any, tracer: Any) -> None:
+    """multi_agent: a coordinator's invoke_agent whose one function runs the weather agent's
+    (the SDK's automatic function calling runs both loops)."""
+    from google.genai import types
+
+    def ask_weather_agent(question: str) -> str:
+        """Ask the weather agent a weather question."""
+        with _agent(tracer, common.AGENT_NAME):
+            return client.models.generate_content(model=MODEL, contents=question,
+                                                  config=config).text or ""
+
+    coordinator = types.GenerateContentConfig(
+        system_instruction="Ask the weather agent about the weather.", tools=[ask_weather_agent],
+        automatic_function_calling=config.automatic_function_calling)
+    with _agent(tracer, common.COORDINATOR):
+        answer = client.models.generate_content(model=MODEL, contents=common.prompt(
+            "multi_agent"), config=coordinator).text
+    if not answer:
+        raise RuntimeError("no final answer")
 
 
 def _conversation(client: Any, config: Any, tracer: Any) -> None:

@@ -1,6 +1,7 @@
 """langgraph: LangGraph's prebuilt ReAct agent (``create_react_agent``, named weather_agent)
 over langchain-openai's ``ChatOpenAI``, instrumented by OpenInference's LangChain
-instrumentation, as its docs show. ``python agent.py SCENARIO`` (in the stack's venv)."""
+instrumentation, as its docs show; in ``multi_agent`` a coordinator of the same kind calls it as
+a tool. ``python agent.py SCENARIO`` (in the stack's venv)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,22 @@ def conversation(llm: object, tools: object) -> None:
               "configurable": {"thread_id": common.CONVERSATION_ID}}
     for question in common.turns():
         agent.invoke({"messages": [("user", question)]}, config=config)
+
+
+def coordinator(llm: object, weather: object) -> object:
+    """A ReAct agent that asks the weather agent through a tool calling it (LangChain's
+    "subagents as tools"), the sub-agent's final message the tool's result."""
+    from langchain_core.tools import tool
+    from langgraph.prebuilt import create_react_agent
+
+    @tool("ask_weather_agent", description="Ask the weather agent a weather question.")
+    def ask_weather_agent(question: str) -> str:
+        state = weather.invoke({"messages": [("user", question)]},  # type: ignore[attr-defined]
+                               config={"recursion_limit": RECURSION_LIMIT})
+        return str(state["messages"][-1].content)
+
+    return create_react_agent(llm, [ask_weather_agent], name=common.COORDINATOR,
+                              prompt="Ask the weather agent about the weather.")
 
 
 def main(scenario: str) -> None:
@@ -53,6 +70,8 @@ def main(scenario: str) -> None:
         return
     agent = create_react_agent(llm, tools, name=common.AGENT_NAME,
                                prompt="You are a weather assistant. Use get_weather.")
+    if scenario == "multi_agent":
+        agent = coordinator(llm, agent)
     with common.attached(common.remote_parent(scenario)):
         agent.invoke({"messages": [("user", common.prompt(scenario))]},
                      config={"recursion_limit": RECURSION_LIMIT})

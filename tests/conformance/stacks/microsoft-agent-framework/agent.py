@@ -2,7 +2,8 @@
 ``agent-framework-openai``): an ``Agent`` with get_weather as a Python function tool, its
 model client the Chat Completions one pointed at the scripted LLM, the framework's own
 OpenTelemetry instrumentation on (``enable_instrumentation(enable_sensitive_data=True)``) on
-the global providers. ``python agent.py SCENARIO`` (in the stack's venv)."""
+the global providers; in ``multi_agent`` a coordinator calls it through ``Agent.as_tool``.
+``python agent.py SCENARIO`` (in the stack's venv)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,11 @@ def main(scenario: str) -> None:
                                         base_url=os.environ["OPENAI_BASE_URL"])
     agent = Agent(client, "You are a weather assistant. Use get_weather.",
                   name=common.AGENT_NAME, tools=[get_weather])
+    if scenario == "multi_agent":  # the framework's agent-as-a-tool: a coordinator calls it
+        ask = agent.as_tool(name="ask_weather_agent",
+                            description="Ask the weather agent a weather question.")
+        agent = Agent(client, "Ask the weather agent about the weather.",
+                      name=common.COORDINATOR, tools=[ask])
 
     async def run() -> None:
         if scenario == "conversation":  # one session: the agent keeps the earlier turns

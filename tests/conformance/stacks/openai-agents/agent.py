@@ -58,6 +58,9 @@ def main(scenario: str) -> None:
 
     agent = Agent(name=common.AGENT_NAME, model=common.MODEL, tools=[get_weather],
                   instructions="You are a weather assistant. Use get_weather.")
+    if scenario == "multi_agent":  # the SDK's hand-off: transfer_to_weather_agent
+        agent = Agent(name=common.COORDINATOR, model=common.MODEL, handoffs=[agent],
+                      instructions="Hand weather questions to the weather agent.")
     with common.attached(common.remote_parent(scenario)):
         answer = asyncio.run(run(agent, scenario))
     if not answer:

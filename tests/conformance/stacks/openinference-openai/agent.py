@@ -32,6 +32,18 @@ def main(scenario: str) -> None:
         return common.chat_loop(OpenAI(), scenario,
                                 lambda call: get_weather(**common.arguments(call)), question)
 
+    @tracer.tool(name=common.DELEGATE_TOOL_NAME, description="Ask the weather agent.",
+                 parameters=common.DELEGATE_TOOL["function"]["parameters"])
+    def ask_weather_agent(question: str) -> str:
+        return weather_agent(question)
+
+    @tracer.agent(name=common.COORDINATOR)
+    def triage_agent(question: str) -> str:  # multi_agent: calls the weather agent as a tool
+        return common.chat_loop(OpenAI(), scenario,
+                                lambda call: ask_weather_agent(**common.arguments(call)),
+                                question, tools=[common.DELEGATE_TOOL],
+                                system="Ask the weather agent about the weather.")
+
     if scenario == "conversation":  # one run per user turn, in the session (using_session)
         from openinference.instrumentation import using_session
         for question in common.turns():
@@ -41,7 +53,7 @@ def main(scenario: str) -> None:
         return
     parent = common.remote_parent(scenario)
     token = context.attach(parent) if parent is not None else None
-    weather_agent(common.prompt(scenario))
+    (triage_agent if scenario == "multi_agent" else weather_agent)(common.prompt(scenario))
     if token is not None:
         context.detach(token)
     common.shutdown()

@@ -2,7 +2,8 @@
 the ``Instrumentation`` capability with ``InstrumentationSettings(version=6)`` (its newest
 data format; this release replaced ``Agent(instrument=...)`` by the capability) and an OpenAI chat
 model pointed at the scripted LLM, exported by the OTel SDK. The tool's error is raised as
-``ModelRetry``, pydantic-ai's way of telling the model a call failed.
+``ModelRetry``, pydantic-ai's way of telling the model a call failed. In ``multi_agent`` a
+coordinator delegates to it through a tool, as pydantic-ai's multi-agent docs show.
 ``python agent.py SCENARIO`` (in the stack's venv)."""
 
 from __future__ import annotations
@@ -36,6 +37,17 @@ def main(scenario: str) -> None:
     agent = Agent(model, name=common.AGENT_NAME, tools=[get_weather],
                   instructions="You are a weather assistant. Use get_weather.",
                   capabilities=[Instrumentation(settings=InstrumentationSettings(version=6))])
+
+    if scenario == "multi_agent":  # agent delegation (its docs): a tool of the coordinator
+        weather = agent             # runs the weather agent
+        agent = Agent(model, name=common.COORDINATOR,
+                      instructions="Ask the weather agent about the weather.",
+                      capabilities=[Instrumentation(settings=InstrumentationSettings(version=6))])
+
+        @agent.tool_plain
+        async def ask_weather_agent(question: str) -> str:
+            """Ask the weather agent a weather question."""
+            return (await weather.run(question)).output
 
     async def streamed() -> str:
         async with agent.run_stream(common.prompt(scenario)) as result:

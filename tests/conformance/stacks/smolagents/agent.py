@@ -1,6 +1,7 @@
 """smolagents: smolagents' ``ToolCallingAgent`` (named weather_agent) over
 ``OpenAIServerModel``, instrumented by OpenInference's smolagents instrumentation, as its docs
-show. ``python agent.py SCENARIO`` (in the stack's venv)."""
+show; in ``multi_agent`` the managed agent of a coordinator of the same kind.
+``python agent.py SCENARIO`` (in the stack's venv)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,10 @@ def main(scenario: str) -> None:
     agent = ToolCallingAgent(tools=[get_weather], model=model, name=common.AGENT_NAME,
                              description="Answers weather questions.", max_steps=MAX_STEPS,
                              stream_outputs=scenario == "streaming", verbosity_level=0)
+    if scenario == "multi_agent":  # smolagents' managed agents: the manager calls it as a tool
+        agent = ToolCallingAgent(tools=[], model=model, managed_agents=[agent],
+                                 name=common.COORDINATOR, max_steps=MAX_STEPS,
+                                 verbosity_level=0)
     if scenario == "conversation":  # one run per user turn, the agent keeping its memory
         from openinference.instrumentation import using_session  # (reset=False), in
         for number, question in enumerate(common.turns()):  # OpenInference's session

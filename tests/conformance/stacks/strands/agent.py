@@ -4,6 +4,7 @@ weather_agent on its ``OpenAIModel`` pointed at the scripted LLM, a ``@tool`` ge
 Strands' default convention: the messages as span events (``gen_ai.user.message``,
 ``gen_ai.choice``, ``gen_ai.tool.message``), not attributes. Its model always streams; the
 streaming scenario drives the agent with ``stream_async`` (what a user streaming to a UI does).
+In ``multi_agent`` a coordinator calls it as a tool (Strands' "agents as tools").
 ``python agent.py SCENARIO`` (in the stack's venv)."""
 
 from __future__ import annotations
@@ -37,6 +38,17 @@ def main(scenario: str) -> None:
     agent = Agent(model=model, tools=[get_weather], name=common.AGENT_NAME,
                   system_prompt="You are a weather assistant. Use get_weather.",
                   callback_handler=None, trace_attributes=session)
+    if scenario == "multi_agent":  # Strands' "agents as tools": a tool that runs the agent
+        weather = agent
+
+        @tool
+        def ask_weather_agent(question: str) -> str:
+            """Ask the weather agent a weather question."""
+            return str(weather(question))
+
+        agent = Agent(model=model, tools=[ask_weather_agent], name=common.COORDINATOR,
+                      system_prompt="Ask the weather agent about the weather.",
+                      callback_handler=None)
     if scenario == "conversation":
         answers = [str(agent(question)) for question in common.turns()]
         if not all(a.strip() for a in answers):
