@@ -182,17 +182,36 @@ DELEGATE_TOOL = {"type": "function", "function": {
                    "required": ["question"]}}}
 ANTHROPIC_TOOL = {"name": scenarios.TOOL_NAME, "description": scenarios.TOOL_DESCRIPTION,
                   "input_schema": scenarios.TOOL_PARAMETERS}
+COORDINATOR_SYSTEM = "Ask the weather agent about the weather."
+
+
+def delegating_loop(client: Any, scenario: str, ask_weather_agent: Callable[..., str],
+                    question: str | None = None) -> str:
+    """The multi_agent coordinator's loop (chat completions): ``DELEGATE_TOOL`` offered, each
+    call run as ``ask_weather_agent(question=...)`` (the weather agent called as a tool)."""
+    return chat_loop(client, scenario, lambda call: ask_weather_agent(**arguments(call)),
+                     question, tools=[DELEGATE_TOOL], system=COORDINATOR_SYSTEM)
+
+
+def delegating_messages_loop(client: Any, scenario: str, ask_weather_agent: Callable[..., str],
+                             question: str | None = None) -> str:
+    """``delegating_loop`` on the Anthropic Messages API."""
+    fn = DELEGATE_TOOL["function"]
+    tool = {"name": fn["name"], "description": fn["description"],
+            "input_schema": fn["parameters"]}
+    return messages_loop(client, scenario, lambda block: ask_weather_agent(**block.input),
+                         question, tools=[tool], system=COORDINATOR_SYSTEM)
 
 
 def messages_loop(client: Any, scenario: str, run_tool: Callable[[Any], str],
-                  question: str | None = None) -> str:
+                  question: str | None = None, tools: list[dict[str, Any]] | None = None,
+                  system: str = "You are a weather assistant. Use get_weather.") -> str:
     """``chat_loop`` on the Anthropic Messages API: ``run_tool(block)`` runs one ``tool_use``
     block; what it raises goes back as a ``tool_result`` with ``is_error``. Streams (the SDK's
     ``messages.stream`` helper) in ``streaming``."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": question or prompt(scenario)}]
-    kwargs: dict[str, Any] = {"model": ANTHROPIC_MODEL, "max_tokens": 1024,
-                              "system": "You are a weather assistant. Use get_weather.",
-                              "tools": [ANTHROPIC_TOOL]}
+    kwargs: dict[str, Any] = {"model": ANTHROPIC_MODEL, "max_tokens": 1024, "system": system,
+                              "tools": tools or [ANTHROPIC_TOOL]}
     for _ in range(MAX_TURNS):
         if scenario == "streaming":
             with client.messages.stream(messages=messages, **kwargs) as stream:
@@ -268,8 +287,7 @@ def genai_agent(scenario: str, provider_attribute: str, question: str | None = N
             weather_agent(question)
             return
         invoke(COORDINATOR, lambda: chat_loop(  # the weather agent called as a tool
-            client, scenario, delegate, tools=[DELEGATE_TOOL],
-            system="Ask the weather agent about the weather."))
+            client, scenario, delegate, tools=[DELEGATE_TOOL], system=COORDINATOR_SYSTEM))
 
 
 @contextlib.contextmanager

@@ -34,13 +34,21 @@ def main(scenario: str) -> None:
         return common.chat_loop(OpenAI(), scenario,
                                 lambda call: get_weather(**common.arguments(call)), question)
 
+    @observe(name=common.DELEGATE_TOOL_NAME, as_type="tool")
+    def ask_weather_agent(question: str) -> str:
+        return weather_agent(question)
+
+    @observe(name=common.COORDINATOR, as_type="agent")
+    def triage_agent(question: str) -> str:  # multi_agent: calls the weather agent as a tool
+        return common.delegating_loop(OpenAI(), scenario, ask_weather_agent, question)
+
     if scenario == "conversation":  # one run (trace) per user turn
         for question in common.turns():
             weather_agent(question)
         langfuse.shutdown()
         return
     with common.attached(common.remote_parent(scenario)):
-        weather_agent(common.prompt(scenario))
+        (triage_agent if scenario == "multi_agent" else weather_agent)(common.prompt(scenario))
     langfuse.shutdown()
 
 

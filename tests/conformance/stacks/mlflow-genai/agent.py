@@ -36,10 +36,18 @@ def main(scenario: str) -> None:
     @mlflow.trace(name=common.AGENT_NAME, span_type=SpanType.AGENT)
     def weather_agent(question: str) -> str:
         return common.chat_loop(OpenAI(), scenario,
-                                lambda call: get_weather(**common.arguments(call)))
+                                lambda call: get_weather(**common.arguments(call)), question)
+
+    @mlflow.trace(name=common.DELEGATE_TOOL_NAME, span_type=SpanType.TOOL)
+    def ask_weather_agent(question: str) -> str:
+        return weather_agent(question)
+
+    @mlflow.trace(name=common.COORDINATOR, span_type=SpanType.AGENT)
+    def triage_agent(question: str) -> str:  # multi_agent: calls the weather agent as a tool
+        return common.delegating_loop(OpenAI(), scenario, ask_weather_agent, question)
 
     with common.attached(common.remote_parent(scenario)):
-        weather_agent(common.prompt(scenario))
+        (triage_agent if scenario == "multi_agent" else weather_agent)(common.prompt(scenario))
     common.shutdown()
 
 

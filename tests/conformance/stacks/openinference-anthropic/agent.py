@@ -33,6 +33,16 @@ def main(scenario: str) -> None:
         return common.messages_loop(Anthropic(max_retries=0), scenario,
                                     lambda block: get_weather(**block.input), question)
 
+    @tracer.tool(name=common.DELEGATE_TOOL_NAME, description="Ask the weather agent.",
+                 parameters=common.DELEGATE_TOOL["function"]["parameters"])
+    def ask_weather_agent(question: str) -> str:
+        return weather_agent(question)
+
+    @tracer.agent(name=common.COORDINATOR)
+    def triage_agent(question: str) -> str:  # multi_agent: calls the weather agent as a tool
+        return common.delegating_messages_loop(Anthropic(max_retries=0), scenario,
+                                               ask_weather_agent, question)
+
     if scenario == "conversation":  # one run per user turn, in the session (using_session)
         from openinference.instrumentation import using_session
         for question in common.turns():
@@ -42,7 +52,7 @@ def main(scenario: str) -> None:
         return
 
     with common.attached(common.remote_parent(scenario)):
-        weather_agent(common.prompt(scenario))
+        (triage_agent if scenario == "multi_agent" else weather_agent)(common.prompt(scenario))
     common.shutdown()
 
 

@@ -39,10 +39,7 @@ def main(scenario: str) -> None:
 
     @tracer.agent(name=common.COORDINATOR)
     def triage_agent(question: str) -> str:  # multi_agent: calls the weather agent as a tool
-        return common.chat_loop(OpenAI(), scenario,
-                                lambda call: ask_weather_agent(**common.arguments(call)),
-                                question, tools=[common.DELEGATE_TOOL],
-                                system="Ask the weather agent about the weather.")
+        return common.delegating_loop(OpenAI(), scenario, ask_weather_agent, question)
 
     if scenario == "conversation":  # one run per user turn, in the session (using_session)
         from openinference.instrumentation import using_session

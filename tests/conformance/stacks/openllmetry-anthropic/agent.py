@@ -28,6 +28,15 @@ def main(scenario: str) -> None:
         return common.messages_loop(Anthropic(max_retries=0), scenario,
                                     lambda block: get_weather(**block.input), question)
 
+    @tool(name=common.DELEGATE_TOOL_NAME)
+    def ask_weather_agent(question: str) -> str:
+        return weather_agent(question)
+
+    @agent(name=common.COORDINATOR)
+    def triage_agent(question: str) -> str:  # multi_agent: calls the weather agent as a tool
+        return common.delegating_messages_loop(Anthropic(max_retries=0), scenario,
+                                               ask_weather_agent, question)
+
     if scenario == "conversation":  # one run per user turn under the SDK's @conversation
         from traceloop.sdk.decorators import conversation
 
@@ -41,7 +50,7 @@ def main(scenario: str) -> None:
         return
 
     with common.attached(common.remote_parent(scenario)):
-        weather_agent(common.prompt(scenario))
+        (triage_agent if scenario == "multi_agent" else weather_agent)(common.prompt(scenario))
     common.shutdown()
 
 

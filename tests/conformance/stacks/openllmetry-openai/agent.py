@@ -28,6 +28,14 @@ def main(scenario: str) -> None:
         return common.chat_loop(OpenAI(), scenario,
                                 lambda call: get_weather(**common.arguments(call)), question)
 
+    @tool(name=common.DELEGATE_TOOL_NAME)
+    def ask_weather_agent(question: str) -> str:
+        return weather_agent(question)
+
+    @agent(name=common.COORDINATOR)
+    def triage_agent(question: str) -> str:  # multi_agent: calls the weather agent as a tool
+        return common.delegating_loop(OpenAI(), scenario, ask_weather_agent, question)
+
     if scenario == "conversation":  # one run per user turn, the session as Traceloop's docs
         for question in common.turns():  # associate it: an association property
             Traceloop.set_association_properties({"session_id": common.CONVERSATION_ID})
@@ -35,7 +43,7 @@ def main(scenario: str) -> None:
         common.shutdown()
         return
     with common.attached(common.remote_parent(scenario)):
-        weather_agent(common.prompt(scenario))
+        (triage_agent if scenario == "multi_agent" else weather_agent)(common.prompt(scenario))
     common.shutdown()
 
 
