@@ -168,3 +168,33 @@ def test_a_llamaindex_workflow_names_its_agent_in_its_state(event: str, name: st
                                                              agent: str | None) -> None:
     t = build_trajectory(trace(_root(None), _setup(event, name, scope)), CONFIG.trajectory)
     assert t.agent == agent
+
+
+def _step(name: str, start: int, event: str | None = None,
+          attrs: dict[str, str] | None = None, parent: str = "root") -> Span:
+    s = span(name, parent, start, {"openinference.span.kind": "CHAIN",
+                                   "input.value": json.dumps({"ev": event or "ToolCall()"}),
+                                   **(attrs or {})}, span_id=f"{name}-{start}")
+    s.scope = SCOPE
+    return s
+
+
+def test_an_agent_workflow_s_steps_are_the_agent_its_state_named_last() -> None:
+    """An AgentWorkflow of two agents (the multi_agent recording): the run is the agent its
+    first state names; a step that names none (call_tool, and the tool under it) is the agent
+    of the last step that did, before and after the hand-off."""
+    def state(agent: str) -> str:
+        return _HISTORY + f"current_agent_name='{agent}')"
+
+    tool = {"openinference.span.kind": "TOOL", "tool.name": "get_weather"}
+    spans = [_root(None),
+             _step("AgentWorkflow.setup_agent", 1, state("triage_agent")),
+             _step("AgentWorkflow.call_tool", 2),
+             _step("AgentWorkflow.run_agent_step", 3, state("weather_agent")),
+             _step("AgentWorkflow.call_tool", 4)]
+    spans.append(span("FunctionTool.acall", "root", 5, tool))
+    spans[-1].scope, spans[-1].parent_span_id = SCOPE, "AgentWorkflow.call_tool-4"
+    t = build_trajectory(trace(*spans), CONFIG.trajectory)
+    assert (t.agent, t.agent_source) == ("triage_agent", "child_span")
+    assert [s.node for s in t.steps[1:]] == ["triage_agent", "triage_agent", "weather_agent",
+                                             "weather_agent", "weather_agent"]

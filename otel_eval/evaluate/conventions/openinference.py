@@ -123,7 +123,9 @@ def _langgraph_node(span: Span, attrs: Attrs) -> bool:
 
 # LlamaIndex's agent workflow steps whose event (recorded as its repr in ``input.value``)
 # ends with the workflow's state: ``AgentSetup(input=[...], current_agent_name='weather_agent')``
-_LLAMA_INDEX_STATE_STEPS = ("BaseWorkflowAgent.setup_agent", "BaseWorkflowAgent.run_agent_step")
+# (an AgentWorkflow of several agents: ``AgentWorkflow.setup_agent`` ..., the agent handed to)
+_LLAMA_INDEX_STATE_STEPS = ("BaseWorkflowAgent.setup_agent", "BaseWorkflowAgent.run_agent_step",
+                            "AgentWorkflow.setup_agent", "AgentWorkflow.run_agent_step")
 _CURRENT_AGENT = "current_agent_name="
 
 

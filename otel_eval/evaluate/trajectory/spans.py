@@ -135,6 +135,8 @@ class StepBuilder:
         self.agents_with_tools: set[str | None] = set()
         # agent keys (``Step.agent_key``) whose spans recorded offered tools
         self.offered_to: set[tuple[str | None, str | None]] = set()
+        # LlamaIndex workflow run span id -> the agent its last named step ran for
+        self.workflow_agents: dict[str, str] = {}
         # span id -> the span of unknown kind it is within (``Step.within_unknown``)
         self.within_unknown: dict[str, str] = {}
         self.conventions_with_tools: set[str] = set()
@@ -193,6 +195,8 @@ class StepBuilder:
                 # (OpenLLMetry, the Vercel AI SDK): the agent's name, also when its span
                 # never arrived
                 node = _stamped_name(span, attrs)
+                if span.scope == LLAMA_INDEX_SCOPE:
+                    node = self._workflow_agent(span, node)
         if step.kind == "agent":
             name = module or self._haystack_component(step, span, attrs)
             if name is None and adapter is not None:
@@ -228,6 +232,17 @@ class StepBuilder:
                 task = span.resource.get(self.task_key)
             self.task_id = as_str(task)
         self.steps.append(step)
+
+    def _workflow_agent(self, span: Span, named: str | None) -> str | None:
+        """A LlamaIndex agent workflow's steps run one after another under its run span, each
+        for the agent its state names (``workflow_agent_name``): a step that names none
+        (``call_tool``, ``aggregate_tool_results``) is the agent of the last step that did, so
+        a call is the agent's that asked for it, before and after a hand-off."""
+        parent = span.parent_span_id or ""
+        if named is not None:
+            self.workflow_agents[parent] = named
+            return named
+        return self.workflow_agents.get(parent)
 
     def _within_unknown(self, step: Step, span: Span) -> None:
         """A span whose marker was not understood may have been an agent: the steps under it

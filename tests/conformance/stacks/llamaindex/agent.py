@@ -1,6 +1,7 @@
 """llamaindex: LlamaIndex's ``FunctionAgent`` (agent workflow, named weather_agent) over
 llama-index-llms-openai's ``OpenAI``, instrumented by OpenInference's LlamaIndex
-instrumentation, as its docs show. ``python agent.py SCENARIO`` (in the stack's venv)."""
+instrumentation, as its docs show; in ``multi_agent`` an ``AgentWorkflow`` whose root agent
+hands off to it. ``python agent.py SCENARIO`` (in the stack's venv)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,16 @@ async def run(scenario: str) -> None:
         system_prompt="You are a weather assistant. Use get_weather.",
         # FunctionAgent streams by default; the non-streaming scenarios turn it off.
         streaming=scenario == "streaming")
+    if scenario == "multi_agent":  # an AgentWorkflow whose root agent hands off to it
+        from llama_index.core.agent.workflow import AgentWorkflow
+
+        triage = FunctionAgent(name=common.COORDINATOR, description="Routes questions.",
+                               tools=[], llm=OpenAI(model=common.MODEL), streaming=False,
+                               system_prompt="Hand weather questions to weather_agent.",
+                               can_handoff_to=[common.AGENT_NAME])
+        workflow = AgentWorkflow(agents=[triage, agent], root_agent=common.COORDINATOR)
+        await workflow.run(user_msg=common.prompt(scenario), max_iterations=MAX_ITERATIONS)
+        return
     if scenario == "conversation":  # one run per user turn in one Context (the chat's
         from llama_index.core.workflow import Context  # memory), in OpenInference's session
         from openinference.instrumentation import using_session

@@ -35,6 +35,16 @@ async def run(scenario: str) -> None:
         system_prompt="You are a weather assistant. Use get_weather.",
         # FunctionAgent streams by default; the non-streaming scenarios turn it off.
         streaming=scenario == "streaming")
+    if scenario == "multi_agent":  # an AgentWorkflow whose root agent hands off to it
+        from llama_index.core.agent.workflow import AgentWorkflow
+
+        triage = FunctionAgent(name=common.COORDINATOR, description="Routes questions.",
+                               tools=[], llm=OpenAI(model=common.MODEL), streaming=False,
+                               system_prompt="Hand weather questions to weather_agent.",
+                               can_handoff_to=[common.AGENT_NAME])
+        workflow = AgentWorkflow(agents=[triage, agent], root_agent=common.COORDINATOR)
+        await workflow.run(user_msg=common.prompt(scenario), max_iterations=MAX_ITERATIONS)
+        return
     with common.attached(common.remote_parent(scenario)):
         await agent.run(user_msg=common.prompt(scenario), max_iterations=MAX_ITERATIONS)
 
