@@ -9,6 +9,9 @@ call's:
    Vercel AI ``ai.toolCall.id``) equal to the id of a call an earlier LLM step requested;
 2. else by name: among the calls of that name not yet run in the same agent (any agent, for a
    tool step outside every known agent), the oldest with the same arguments, else the oldest;
+   when no call has the name as spelled, the calls whose name is the same once lowercased and
+   its other characters made ``_`` (CrewAI offers its "Delegate work to coworker" tool to the
+   model as ``delegate_work_to_coworker`` and names the tool's span after the former);
 3. a tool step neither joined (its id, or its agent, is one no requesting LLM step carries: a
    framework's own call ids, a span stamped with another agent's name) takes the nearest
    earlier call of its tool that no step ran, when their arguments are equal or its own were
@@ -25,12 +28,14 @@ unknown, never ``{}``.
 from __future__ import annotations
 
 import itertools
+import re
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
 from otel_eval.base.steps import Step, ToolCall
 from otel_eval.evaluate.trajectory.envelopes import python_literal
+from otel_eval.evaluate.trajectory.interpreters import MAX_TOOL_NAME
 from otel_eval.evaluate.trajectory.llm_twins import fold, merge_llm_twins
 
 # Pending calls of one tool looked through for equal arguments (bounds the name match).
@@ -164,6 +169,8 @@ def _match(step: Step, by_id: dict[str, deque[ToolCall]],
     # by id when the step has one (an id no LLM call carries: nothing to learn by name)
     name = step.tool_name or step.name
     queue = by_id.get(step.call_id) if step.call_id else queues.get((step.node, name))
+    if not queue and not step.call_id:
+        queue = _spelled_otherwise(queues, step.node, name)
     if not queue and not step.call_id and step.node is None:
         # a tool step outside every known agent may have run a call of any agent
         queue = next((q for (_, n), q in queues.items() if n == name and q), None)
@@ -179,6 +186,23 @@ def _match(step: Step, by_id: dict[str, deque[ToolCall]],
         if id(call) not in claimed:
             return call
     return None
+
+
+_NOT_WORD = re.compile(r"[^0-9a-z]+")
+
+
+def _spelled(name: str) -> str:
+    return _NOT_WORD.sub("_", name[:MAX_TOOL_NAME].lower()).strip("_")
+
+
+def _spelled_otherwise(queues: dict[tuple[str | None, str], deque[ToolCall]],
+                       node: str | None, name: str) -> deque[ToolCall] | None:
+    """The agent's pending calls of the tool named ``name`` in the model's spelling
+    (``_spelled``), when no call has it as spelled: looked for only then, over the agent's
+    tool names (a few)."""
+    want = _spelled(name)
+    return next((q for (n, called), q in queues.items()
+                 if q and n == node and called != name and _spelled(called) == want), None)
 
 
 def _only_parameter(schema: Any) -> str | None:

@@ -47,9 +47,15 @@ def main(scenario: str) -> None:
                     raise RuntimeError("a turn without an answer")
         common.shutdown()
         return
+    agents = [agent]
+    if scenario == "multi_agent":  # CrewAI's delegation: the coordinator's coworker tools
+        agent = Agent(role=common.COORDINATOR, goal="Answer the user's questions.",
+                      backstory="Delegate weather questions to weather_agent.",
+                      allow_delegation=True, llm=llm, max_iter=common.MAX_TURNS, verbose=False)
+        agents.insert(0, agent)
     task = Task(description=common.prompt(scenario), expected_output="The weather.",
                 agent=agent)
-    crew = Crew(agents=[agent], tasks=[task], verbose=False)
+    crew = Crew(agents=agents, tasks=[task], verbose=False)
     with common.attached(common.remote_parent(scenario)):
         answer = str(crew.kickoff().raw or "")
     if not answer:
