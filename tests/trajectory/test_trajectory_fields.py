@@ -133,3 +133,28 @@ def test_langchain_agent_name_stamped_in_openinference_metadata(stamp: str | Non
     t = build_trajectory(trace(*spans), TrajectoryConfig())
     assert t.agent == agent
     assert t.agent_source == ("child_span" if agent else "unknown")
+
+
+def test_a_sub_agent_run_from_a_tool_is_named_by_its_own_stamp() -> None:
+    """LangChain.js' multi_agent recording: no span is an agent; the coordinator's spans stamp
+    lc_agent_name triage_agent, and the weather agent it runs from a tool stamps its own. Each
+    span is its own stamp's agent, not its parent's."""
+    def chain(name: str, parent: str | None, start: int, agent: str, kind: str = "CHAIN",
+              **attrs: str) -> Any:
+        return span(name, parent, start, {"openinference.span.kind": kind,
+                                           "metadata": json.dumps({"lc_agent_name": agent}),
+                                           **attrs})
+
+    spans = [chain("triage", None, 0, "triage_agent"),
+             chain("ask_weather_agent", "triage", 1, "triage_agent", "TOOL",
+                   **{"tool.name": "ask_weather_agent"}),
+             chain("weather", "ask_weather_agent", 2, "weather_agent"),
+             chain("get_weather", "weather", 3, "weather_agent", "TOOL",
+                   **{"tool.name": "get_weather"}),
+             span("unstamped", "weather", 4, {"openinference.span.kind": "CHAIN"})]
+    t = build_trajectory(trace(*spans), TrajectoryConfig())
+    assert (t.agent, t.agent_source) == ("triage_agent", "child_span")
+    assert {s.name: s.node for s in t.steps} == {
+        "triage": "triage_agent", "ask_weather_agent": "triage_agent",
+        "weather": "weather_agent", "get_weather": "weather_agent",
+        "unstamped": "weather_agent"}

@@ -190,13 +190,15 @@ class StepBuilder:
                   if agent is None and step.kind == "chain" else None)
         if step.kind != "agent":
             self._stamped(span, attrs, outside=node is None)
-            if node is None:
+            if agent is None:
                 # outside any agent span that arrived, but stamped with its name
-                # (OpenLLMetry, the Vercel AI SDK): the agent's name, also when its span
-                # never arrived
-                node = _stamped_name(span, attrs)
+                # (OpenLLMetry, the Vercel AI SDK, LangChain's lc_agent_name): the agent's
+                # name, also when its span never arrived; a span's own stamp wins over its
+                # parent's (a sub-agent run from a tool stamps its own name)
+                stamp = _stamped_name(span, attrs)
                 if span.scope == LLAMA_INDEX_SCOPE:
-                    node = self._workflow_agent(span, node)
+                    stamp = self._workflow_agent(span, stamp)
+                node = stamp or node
         if step.kind == "agent":
             name = module or self._haystack_component(step, span, attrs)
             if name is None and adapter is not None:

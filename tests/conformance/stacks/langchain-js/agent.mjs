@@ -57,7 +57,30 @@ const agent = createAgent({
 const input = { messages: [{ role: 'user',
                              content: `What is the weather in Paris? [scenario:${scenario}]` }] };
 
+// multi_agent: a coordinator whose one tool runs the weather agent (LangChain's subagents as
+// tools), the sub-agent's last message the tool's result.
+const askWeatherAgent = tool(async ({ question }) => {
+  const result = await agent.invoke({ messages: [{ role: 'user', content: question }] },
+                                    { recursionLimit: 30 });
+  return result.messages.at(-1).content;
+}, {
+  name: 'ask_weather_agent',
+  description: 'Ask the weather agent a weather question.',
+  schema: z.object({ question: z.string() }),
+});
+
 async function run() {
+  if (scenario === 'multi_agent') {
+    const coordinator = createAgent({
+      name: 'triage_agent',
+      model: new ChatOpenAI({ model: 'gpt-4o-mini', apiKey: process.env.OPENAI_API_KEY,
+                              configuration: { baseURL: process.env.OPENAI_BASE_URL } }),
+      tools: [askWeatherAgent],
+      systemPrompt: 'Ask the weather agent about the weather.',
+    });
+    const result = await coordinator.invoke(input, { recursionLimit: 30 });
+    return result.messages.at(-1).content;
+  }
   if (scenario === 'streaming') {
     let text = '';
     for await (const [chunk] of await agent.stream(input, { streamMode: 'messages' })) {
