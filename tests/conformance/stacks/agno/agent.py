@@ -34,6 +34,14 @@ def main(scenario: str) -> None:
                                    api_key=os.environ["OPENAI_API_KEY"]),
                   tools=[get_weather], instructions="You are a weather assistant. Use get_weather.",
                   telemetry=False)  # Agno's own usage telemetry (an outbound call) off
+    if scenario == "multi_agent":  # Agno's Team: the leader delegates to its member
+        from agno.team import Team
+        agent.id = common.AGENT_NAME  # the member id the leader names (default its name, url-safe)
+        agent = Team(name=common.COORDINATOR, members=[agent],
+                     model=OpenAIChat(id=common.MODEL, base_url=os.environ["OPENAI_BASE_URL"],
+                                      api_key=os.environ["OPENAI_API_KEY"]),
+                     instructions="Delegate weather questions to weather_agent.",
+                     telemetry=False)
     if scenario == "conversation":  # one run per user turn, in the session Agno runs it in
         answers = [str(agent.run(question, session_id=common.CONVERSATION_ID).content or "")
                    for question in common.turns()]

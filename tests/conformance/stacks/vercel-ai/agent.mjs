@@ -54,7 +54,22 @@ const options = {
   experimental_telemetry: { isEnabled: true, functionId: AGENT_NAME },
 };
 
+// multi_agent: a coordinator whose one tool runs the weather agent (an agent called as a
+// tool, as the AI SDK's docs show for subagents), each named by its telemetry functionId.
+const askWeatherAgent = tool({
+  description: 'Ask the weather agent a weather question.',
+  inputSchema: z.object({ question: z.string() }),
+  execute: async ({ question }) => (await generateText({ ...options, prompt: question })).text,
+});
+
 async function run() {
+  if (scenario === 'multi_agent') {
+    return (await generateText({
+      ...options, system: 'Ask the weather agent about the weather.',
+      tools: { ask_weather_agent: askWeatherAgent },
+      experimental_telemetry: { ...options.experimental_telemetry, functionId: 'triage_agent' },
+    })).text;
+  }
   if (scenario === 'streaming') {
     const result = streamText(options);
     let text = '';
