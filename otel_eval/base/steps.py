@@ -64,7 +64,7 @@ class Step:
     node: str | None = None  # the agent / sub-agent this step belongs to
     # the nearest span of unknown kind between this step and its agent's span (its id), which
     # may have been an agent of its own: then the step's agent is not known to be ``node``
-    # (``agent_key``); None for every step of a run whose markers were all understood
+    # (``agent_scope``); None for every step of a run whose markers were all understood
     within_unknown: str | None = None
     depth: int = 0
     status: Literal["ok", "error"] = "ok"
@@ -131,7 +131,7 @@ class Step:
         return "kind" in self.unknown
 
     @property
-    def agent_key(self) -> tuple[str | None, str | None]:
+    def agent_scope(self) -> tuple[str | None, str | None]:
         """Which agent made this step, as far as is known: steps of one key are one agent's
         (two keys may still be one agent, never the other way)."""
         return self.node, self.within_unknown
@@ -211,7 +211,7 @@ class Trajectory:
     input_messages: list[Any] | None = None
     output_messages: list[Any] | None = None
     tools: dict[str, Any] = field(default_factory=dict)  # offered tool name -> JSON schema
-    # the agents (``Step.agent_key``) whose own spans recorded what ``tools`` holds: a call
+    # the agents (``Step.agent_scope``) whose own spans recorded what ``tools`` holds: a call
     # by another agent was offered tools no span said (multi-agent runs)
     offered_to: set[tuple[str | None, str | None]] = field(default_factory=set)
     root_attributes: dict[str, Any] = field(default_factory=dict)

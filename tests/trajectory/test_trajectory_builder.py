@@ -273,7 +273,7 @@ def test_steps_under_a_span_of_unknown_kind_are_not_known_to_be_the_enclosing_ag
         span("sub", "odd", 4, {**AGENT, "gen_ai.agent.name": "helper"}),
         span("sub-tool", "sub", 5, tool("t")),
     ), CFG)
-    keys = {s.name: s.agent_key for s in t.steps}
+    keys = {s.name: s.agent_scope for s in t.steps}
     assert keys == {"root": ("boss", None), "own": ("boss", None), "odd": ("boss", sid("odd")),
                     "inside": ("boss", sid("odd")), "sub": ("helper", None),
                     "sub-tool": ("helper", None)}

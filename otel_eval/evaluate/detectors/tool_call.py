@@ -7,7 +7,7 @@ naming the violated constraint; a failed execution (span error, error payload) i
 *runtime* error. Without tool definitions, selection and argument checks are skipped; so is
 selection for a tool step whose tool no attribute named (its name is a guess from the span's
 name: ``step.sources["tool_name"] == "span name"``): an unrecorded name is unknown, never a
-tool that was not offered; and selection for a call by an agent (``Step.agent_key``) none of
+tool that was not offered; and selection for a call by an agent (``Step.agent_scope``) none of
 whose spans recorded what it was offered (``Trajectory.offered_to``): in a multi-agent run, the
 coordinator's offer says nothing of the sub-agent's.
 Validation itself is ``detectors.schema`` (no retrieval, RE2 patterns, bounded work); what it
@@ -131,5 +131,7 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
         budget = Budget()
     known = trajectory.offered_to
     for step in trajectory.tool_steps:
-        out += check_step(step, trajectory.tools, config, budget, step.agent_key in known)
+        # ``Step.agent_scope``, inlined: read for every call of every run
+        out += check_step(step, trajectory.tools, config, budget,
+                          (step.node, step.within_unknown) in known)
     return out

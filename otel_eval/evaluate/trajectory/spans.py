@@ -133,7 +133,7 @@ class StepBuilder:
         self.agent_attrs: dict[str, Any] = {}  # agent span id -> its attributes
         self.agent_parent: dict[str, str | None] = {}  # agent span id -> enclosing agent
         self.agents_with_tools: set[str | None] = set()
-        # agent keys (``Step.agent_key``) whose spans recorded offered tools
+        # agent keys (``Step.agent_scope``) whose spans recorded offered tools
         self.offered_to: set[tuple[str | None, str | None]] = set()
         # LlamaIndex workflow run span id -> the agent its last named step ran for
         self.workflow_agents: dict[str, str] = {}
@@ -249,7 +249,7 @@ class StepBuilder:
     def _within_unknown(self, step: Step, span: Span) -> None:
         """A span whose marker was not understood may have been an agent: the steps under it
         (up to the next known agent) are marked within it, so no rule takes them for the
-        enclosing agent's own (``Step.agent_key``)."""
+        enclosing agent's own (``Step.agent_scope``)."""
         if step.kind == "agent":
             return
         inner = (span.span_id if "kind" in step.unknown
