@@ -39,6 +39,12 @@ async def run(scenario: str) -> str:
                           tool_choice_support={"required", "none", "single", "auto"})
     agent = RequirementAgent(llm=llm, tools=[get_weather], name=common.AGENT_NAME,
                              instructions="You are a weather assistant. Use get_weather.")
+    if scenario == "multi_agent":  # BeeAI's HandoffTool: the coordinator hands off the task
+        from beeai_framework.tools.handoff import HandoffTool
+        ask = HandoffTool(agent, name="ask_weather_agent",
+                          description="Ask the weather agent a weather question.")
+        agent = RequirementAgent(llm=llm, tools=[ask], name=common.COORDINATOR,
+                                 instructions="Ask the weather agent about the weather.")
     if scenario == "conversation":  # one run per user turn (the agent keeps its memory),
         from openinference.instrumentation import using_session  # in OpenInference's session
         for question in common.turns():
