@@ -79,9 +79,10 @@ def hung_runs(stack: str) -> list[Trace]:
     return out
 
 
-def completed_runs(stack: str) -> list[Trace]:
+def completed_runs(stack: str, scenarios: tuple[str, ...] = corpus.SCENARIOS) -> list[Trace]:
+    """The stack's recordings of ``scenarios`` that ran to their end."""
     out = []
-    for scenario in ONE_AGENT:
+    for scenario in scenarios:
         if scenario != KILLED and corpus.recording_path(stack, scenario).is_file():
             spans, logs = load(stack, scenario)
             out.append(Trace(f"{len(out) + 100:032x}", spans, "complete", logs=logs))
@@ -96,7 +97,7 @@ def agents_of_hung_runs(history: bool) -> dict[str, tuple[int, int, list[str]]]:
         store = SqliteStore(":memory:").open()
         try:
             if history:
-                for trace in completed_runs(stack):
+                for trace in completed_runs(stack, ONE_AGENT):
                     store.remember_agents(learned([evaluator.evaluate(trace,
                                                                       history=store)]))
             evs = [evaluator.evaluate(t, history=store if history else None)
