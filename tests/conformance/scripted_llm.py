@@ -56,6 +56,7 @@ counters under a lock.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import re
@@ -135,9 +136,35 @@ def _dspy_outputs(messages: list[Any]) -> list[str] | None:
     return re.findall(r"^\d+\. `(\w+)`", found.group(1), re.M)
 
 
-def _dspy(fields: list[str], r: scenarios.Reply) -> str:
-    """A DSPy ChatAdapter answer: the ReAct step's fields, or the extract step's."""
-    if DSPY_REACT_FIELD in fields:
+# DSPy ReAct lists its tools in the system message: (1) NAME, whose description is <desc>...
+# </desc>. It takes arguments {...}. (a Python dict repr of the parameters' properties)
+_DSPY_TOOL = re.compile(r"^\s*\(\d+\) (\w+), whose description is .*? It takes arguments "
+                        r"(\{.*\})\.\s*$", re.M)
+
+
+def _dspy_tools(messages: list[Any]) -> dict[str, Any]:
+    """The tools a DSPy ReAct request lists (but ``finish``), name -> parameters' schema."""
+    system = "".join(t for m in messages if isinstance(m, dict) and m.get("role") == "system"
+                     for t in _texts(m.get("content")))
+    out: dict[str, Any] = {}
+    for name, args in _DSPY_TOOL.findall(system):
+        if name != "finish":
+            try:
+                props = ast.literal_eval(args)
+            except (ValueError, SyntaxError):
+                props = {}
+            out[name] = {"properties": props if isinstance(props, dict) else {}}
+    return out
+
+
+def _dspy(fields: list[str], r: scenarios.Reply, call: dict[str, Any] | None = None) -> str:
+    """A DSPy ChatAdapter answer: the ReAct step's fields, or the extract step's; ``call``: the
+    delegation the coordinator makes (multi_agent), as ``_delegation`` gives it."""
+    if DSPY_REACT_FIELD in fields and call is not None:
+        values = {"next_thought": "The weather agent can answer this.",
+                  "next_tool_name": call["function"]["name"],
+                  "next_tool_args": call["function"]["arguments"]}
+    elif DSPY_REACT_FIELD in fields:
         values = {"next_thought": _DSPY_THOUGHT.format(city=r.city) if r.city
                   else "I have the answer.",
                   "next_tool_name": scenarios.TOOL_NAME if r.city else "finish",
@@ -288,6 +315,9 @@ def _plan(messages: list[Any], final_answer: str | None = None,
           ) -> dict[str, Any]:
     name, k, turn = scripted_turn(messages)
     tools = tools or {}
+    dspy_fields = _dspy_outputs(messages)
+    if name == "multi_agent" and dspy_fields and not tools:
+        tools = _dspy_tools(messages)  # DSPy offers its tools in the prompt's text
     seed = f"{name}/{k}/{len(messages)}" + (f"/{turn}" if name == "conversation" else "")
     if name == "multi_agent":
         worker = _offers_weather(tools)
@@ -304,11 +334,10 @@ def _plan(messages: list[Any], final_answer: str | None = None,
         out.update(message={"role": "assistant", "content": code, "refusal": None},
                    finish_reason="stop", usage=_usage(messages, code))
         return out
-    dspy_fields = _dspy_outputs(messages)
     if dspy_fields:
         if DSPY_REACT_FIELD not in dspy_fields:  # the extract step after ReAct's finish
             r = scenarios.Reply(text=r.text or scenarios.FINAL)
-        text = _dspy(dspy_fields, r)
+        text = _dspy(dspy_fields, r, _delegation(seed, tools) if r.delegate else None)
         out.update(message={"role": "assistant", "content": text, "refusal": None},
                    finish_reason="stop", usage=_usage(messages, text))
         return out

@@ -538,3 +538,14 @@ def test_offered_tools_are_read_in_every_api_s_shape(body: Any, tools: Any) -> N
 ])
 def test_delegation_arguments_follow_the_tool_s_schema(parameters: Any, arguments: Any) -> None:
     assert scenarios.delegation_arguments(parameters) == arguments
+
+
+def test_dspy_tools_are_read_from_react_s_prompt_text() -> None:
+    """DSPy ReAct offers its tools in its system message, not as API tools."""
+    from scripted_llm import _dspy_tools
+    system = ("When selecting the next_tool_name and its next_tool_args, the tool must be one "
+              "of:\n\n        (1) ask_weather_agent, whose description is <desc>Ask.</desc>. "
+              "It takes arguments {'question': {'type': 'string'}}.\n        (2) finish, whose "
+              "description is <desc>Done.</desc>. It takes arguments {}.\n")
+    assert _dspy_tools([{"role": "system", "content": system}]) == {
+        "ask_weather_agent": {"properties": {"question": {"type": "string"}}}}

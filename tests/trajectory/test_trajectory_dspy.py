@@ -169,3 +169,24 @@ def test_dspy_agent_name(module_class: str | None, agent: str | None) -> None:
 ])
 def test_prediction_answer(value: str | None, answer: str | None) -> None:
     assert prediction_answer(value) == answer
+
+
+@pytest.mark.parametrize(("parent_kind", "nested_agent"), [
+    ("TOOL", True),    # a module of the user's run by a ReAct tool: a sub-agent
+    ("CHAIN", False),  # a module of the user's inside the agent: a part of it
+])
+def test_a_module_a_tool_runs_is_a_sub_agent(parent_kind: str, nested_agent: bool) -> None:
+    """The multi_agent recording: TriageAgent's ReAct calls ask_weather_agent, whose TOOL span
+    runs WeatherAgent.forward; the weather agent's calls are its own."""
+    tool = {"openinference.span.kind": "TOOL", "tool.name": "get_weather"}
+    spans = [span("TriageAgent.forward", attrs={**_CHAIN, "output.value": _PREDICTION}),
+             span("ReAct.forward", "TriageAgent.forward", start=1, attrs=dict(_CHAIN)),
+             span("ask", "ReAct.forward", start=2, attrs={
+                 "openinference.span.kind": parent_kind, "tool.name": "ask_weather_agent"}),
+             span("WeatherAgent.forward", "ask", start=3,
+                  attrs={**_CHAIN, "output.value": _PREDICTION}),
+             span("get_weather.__call__", "WeatherAgent.forward", start=4, attrs=tool)]
+    t = build_trajectory(trace(*[_scoped(s, DSPY_SCOPE) for s in spans]), TrajectoryConfig())
+    assert t.agent == "TriageAgent"
+    calls = {s.tool_name: s.node for s in t.steps if s.kind == "tool"}
+    assert calls["get_weather"] == ("WeatherAgent" if nested_agent else "TriageAgent")

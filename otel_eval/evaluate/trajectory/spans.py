@@ -151,6 +151,7 @@ class StepBuilder:
         self.conversation = Conversation()  # the turn's conversation id and user
         self.dspy: bool | None = None  # the trace carries DSPy's markers (None: not looked)
         self.dspy_modules: set[str] = set()  # DSPy module spans outside every agent
+        self.tool_spans: set[str] = set()  # the span ids of tool steps
         self.by_id: dict[str, Span] | None = None  # the spans by id (made on first use)
         # Haystack Pipeline.run span id -> its components' inputs and outputs, parsed once
         self.pipelines: dict[str, tuple[Any, Any]] = {}
@@ -186,8 +187,9 @@ class StepBuilder:
         if records or own:
             _from_events(step, span.attributes, attrs, "log records" if records else "span events")
         node, agent = self.scope.get(span.parent_span_id or "", (None, None))
-        module = (self._dspy_module(step, span, attrs)
-                  if agent is None and step.kind == "chain" else None)
+        # a DSPy module outside every agent, or run by a tool (an agent called as a tool)
+        module = (self._dspy_module(step, span, attrs) if step.kind == "chain" and (
+            agent is None or span.parent_span_id in self.tool_spans) else None)
         if step.kind != "agent":
             self._stamped(span, attrs, outside=node is None)
             if agent is None:
@@ -215,6 +217,7 @@ class StepBuilder:
         if self.within_unknown or "kind" in step.unknown:
             self._within_unknown(step, span)
         if step.kind == "tool":
+            self.tool_spans.add(span.span_id)
             self._mark_tools(agent)
             self.conventions_with_tools.add(step.convention)
             self.tool_ids = self.tool_ids or step.call_id is not None
@@ -258,10 +261,11 @@ class StepBuilder:
             self.within_unknown[span.span_id] = step.within_unknown = inner
 
     def _dspy_module(self, step: Step, span: Span, attrs: Any) -> str | None:
-        """A DSPy module's run outside every agent (``openinference.dspy_module``, in a trace
-        carrying DSPy's markers): its result is its Prediction's ``answer`` (any other value
-        is unknown); one of a class of the user's becomes an agent step, the outermost one
-        the run's agent, named by the class (returned)."""
+        """A DSPy module's run outside every agent, or run by a tool
+        (``openinference.dspy_module``, in a trace carrying DSPy's markers): its result is its
+        Prediction's ``answer`` (any other value is unknown); one of a class of the user's
+        becomes an agent step, the outermost one the run's agent, one a tool ran a sub-agent,
+        named by the class (returned)."""
         module_class = dspy_module(span, attrs)
         if module_class is None or not self._is_dspy(span):
             return None

@@ -45,6 +45,23 @@ def main(scenario: str) -> None:
     dspy.configure(lm=dspy.LM(f"openai/{common.MODEL}", api_base=os.environ["OPENAI_BASE_URL"],
                               api_key=os.environ["OPENAI_API_KEY"], cache=False))
     agent = WeatherAgent()
+    if scenario == "multi_agent":  # a module of the user's whose ReAct tool runs the other
+        weather = agent
+
+        def ask_weather_agent(question: str) -> str:
+            """Ask the weather agent a weather question."""
+            return str(weather(question=question).answer)
+
+        class TriageAgent(dspy.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.react = dspy.ReAct("question -> answer", tools=[ask_weather_agent],
+                                        max_iters=MAX_ITERS)
+
+            def forward(self, question: str) -> dspy.Prediction:
+                return self.react(question=question)
+
+        agent = TriageAgent()
     if scenario == "conversation":  # one run per user turn, in OpenInference's session
         from openinference.instrumentation import using_session
         for question in common.turns():
