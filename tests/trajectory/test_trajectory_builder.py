@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from trajectory_factory import TRACE_ID, sid, span, trace
 
 from otel_eval.base.steps import Trajectory
@@ -277,3 +278,28 @@ def test_steps_under_a_span_of_unknown_kind_are_not_known_to_be_the_enclosing_ag
     assert keys == {"root": ("boss", None), "own": ("boss", None), "odd": ("boss", sid("odd")),
                     "inside": ("boss", sid("odd")), "sub": ("helper", None),
                     "sub-tool": ("helper", None)}
+
+
+def _openinference(kind: str, **attrs: str) -> dict[str, str]:
+    return {"openinference.span.kind": kind, **attrs}
+
+
+@pytest.mark.parametrize(("arguments", "node"), [
+    ('{"task": "weather?", "context": "", "coworker": "weather_agent"}', "weather_agent"),
+    ('{"task": "weather?", "coworker": "Crew"}', "triage_agent"),  # a default: no name
+    ('{"task": "weather?"}', "triage_agent"),                      # none named
+])
+def test_crewai_s_coworker_tool_runs_the_agent_it_names(arguments: str, node: str) -> None:
+    """CrewAI under OpenInference: the coworker a delegation runs has no agent span; the LLM
+    calls and tools under the Delegate work to coworker span are the named coworker's."""
+    t = build_trajectory(trace(
+        span("triage_agent._execute_core", None, 0,
+             _openinference("AGENT", **{"graph.node.id": "triage_agent"}), end=100),
+        span("Delegate work to coworker.run", "triage_agent._execute_core", 1, _openinference(
+            "TOOL", **{"tool.name": "Delegate work to coworker", "input.value": arguments})),
+        span("get_weather.run", "Delegate work to coworker.run", 2, _openinference(
+            "TOOL", **{"tool.name": "get_weather", "input.value": '{"city": "Paris"}'})),
+    ), CFG)
+    nodes = {s.tool_name: s.node for s in t.tool_steps}
+    assert nodes == {"Delegate work to coworker": "triage_agent", "get_weather": node}
+    assert t.agent == "triage_agent"

@@ -27,13 +27,18 @@ agent is then read elsewhere (a span under it, the service's history) or stays u
 ``<class>.forward``: the class of a module the user wrote (``class WeatherAgent(dspy.Module)``)
 names the agent, one of DSPy's is the framework's default (``dspy_agent_name``). Only read on
 spans recognised as DSPy's (``openinference.dspy_module``).
+
+``delegated_agent``: CrewAI's coworker tools (``Delegate work to coworker``, ``Ask question to
+coworker``, what ``allow_delegation`` gives an agent) run the coworker their ``coworker``
+argument names, with no agent span of its own under OpenInference: the steps under such a
+tool's span are that agent's.
 """
 
 from __future__ import annotations
 
-__all__ = ["DSPY_MODULE_CLASSES", "FRAMEWORK_DEFAULT_AGENT_NAMES", "MAX_AGENT_NAME",
-           "TOOL_CALL_METHODS", "WRAPPER_METHODS", "agent_name", "dspy_agent_name",
-           "from_span_name", "tool_from_span_name"]
+__all__ = ["DELEGATION_TOOLS", "DSPY_MODULE_CLASSES", "FRAMEWORK_DEFAULT_AGENT_NAMES",
+           "MAX_AGENT_NAME", "TOOL_CALL_METHODS", "WRAPPER_METHODS", "agent_name",
+           "delegated_agent", "dspy_agent_name", "from_span_name", "tool_from_span_name"]
 
 FRAMEWORK_DEFAULT_AGENT_NAMES = frozenset({
     "openai agent", "agent workflow", "agent", "langgraph", "agentexecutor", "codeagent",
@@ -92,6 +97,18 @@ def agent_name(value: str | None) -> str | None:
     if not stripped or stripped.casefold() in FRAMEWORK_DEFAULT_AGENT_NAMES:
         return None
     return value[:MAX_AGENT_NAME]
+
+
+# CrewAI's delegation tools, by the name their spans carry and the model's spelling of it
+DELEGATION_TOOLS = frozenset({"Delegate work to coworker", "Ask question to coworker",
+                              "delegate_work_to_coworker", "ask_question_to_coworker"})
+
+
+def delegated_agent(arguments: object) -> str | None:
+    """The agent a CrewAI delegation tool's call runs: its ``coworker`` argument, when it is a
+    name (``agent_name``)."""
+    coworker = arguments.get("coworker") if isinstance(arguments, dict) else None
+    return agent_name(coworker) if isinstance(coworker, str) else None
 
 
 def dspy_agent_name(module_class: str | None) -> str | None:

@@ -24,7 +24,12 @@ from otel_eval.base.model import LogEvent, Span
 from otel_eval.base.steps import Step
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.conventions import UNKNOWN, classify, merge_tools, read_span
-from otel_eval.evaluate.conventions.agent_names import agent_name, dspy_agent_name
+from otel_eval.evaluate.conventions.agent_names import (
+    DELEGATION_TOOLS,
+    agent_name,
+    delegated_agent,
+    dspy_agent_name,
+)
 from otel_eval.evaluate.conventions.conversations import Conversation
 from otel_eval.evaluate.conventions.events import overlay, span_events
 from otel_eval.evaluate.conventions.fields import merged_agent_name
@@ -214,6 +219,10 @@ class StepBuilder:
                 self.unnamed.add(span.span_id)
         self.scope[span.span_id] = (node, agent)
         step.node = node
+        if step.kind == "tool" and step.tool_name in DELEGATION_TOOLS:
+            coworker = delegated_agent(step.arguments)
+            if coworker is not None:  # the steps under it are the coworker's
+                self.scope[span.span_id] = (coworker, agent)
         if self.within_unknown or "kind" in step.unknown:
             self._within_unknown(step, span)
         if step.kind == "tool":
