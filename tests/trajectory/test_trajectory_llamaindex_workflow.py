@@ -111,3 +111,28 @@ def test_a_workflow_of_another_scope_or_class_is_no_agent() -> None:
     assert _read(other).kind == "chain"  # not LlamaIndex's instrumentation
     assert _read(_root(None, "MyPipeline.workflow")).kind == "chain"
     assert _read(_root(None)).kind == "agent"
+
+
+def test_a_workflow_of_two_agents_is_the_agent_it_began_with() -> None:
+    """An AgentWorkflow that hands off (the multi_agent recording): the root's state names the
+    agent that finished; the run is the one its first step's state names, and each step the
+    agent the last state named (the hand-off the coordinator's, get_weather the weather
+    agent's)."""
+    def task(name: str, start: int, agent: str | None = None, tool: str | None = None) -> Span:
+        attrs = {"traceloop.span.kind": "task", "traceloop.entity.name": "AgentWorkflow.task"}
+        if agent is not None:
+            attrs["traceloop.entity.output"] = json.dumps({"current_agent_name": agent})
+        if tool is not None:
+            attrs |= {"tool.name": tool, "tool.arguments": "{}",
+                      "traceloop.entity.output": json.dumps({"tool_output": {"is_error": False}})}
+        return _scoped(span(name, "AgentWorkflow.workflow", start, attrs))
+
+    root = _root({"result": {"current_agent_name": "weather_agent"}}, "AgentWorkflow.workflow")
+    root.span_id = sid("AgentWorkflow.workflow")
+    t = build_trajectory(trace(root, task("setup1", 1, "triage_agent"),
+                               task("call1", 2, tool="handoff"),
+                               task("setup2", 3, "weather_agent"),
+                               task("call2", 4, tool="get_weather")), TrajectoryConfig())
+    assert (t.agent, t.agent_source) == ("triage_agent", "span")
+    assert {s.tool_name: s.node for s in t.tool_steps} == {"handoff": "triage_agent",
+                                                           "get_weather": "weather_agent"}

@@ -65,7 +65,8 @@ def llamaindex_agent_name(attrs: Attrs) -> str | None:
     return as_str(state.get("current_agent_name")) if isinstance(state, dict) else None
 
 
-def _is_workflow_agent(span: Span) -> bool:
+def is_workflow_agent(span: Span) -> bool:
+    """Whether a span is Traceloop's LlamaIndex agent workflow (``<AgentClass>.workflow``)."""
     head, _, tail = span.name.rpartition(".")
     return tail == "workflow" and head in _LLAMAINDEX_AGENTS and span.scope == LLAMAINDEX_SCOPE
 
@@ -84,7 +85,7 @@ def _explicit(span: Span, attrs: Attrs) -> StepKind | None:
     kind = str(kind).lower()
     if kind == "task" and WORKFLOW_TOOL_ARGUMENTS in attrs and WORKFLOW_TOOL_NAME in attrs:
         return "tool"  # LlamaIndex's call_tool step
-    if kind == "workflow" and _is_workflow_agent(span):
+    if kind == "workflow" and is_workflow_agent(span):
         return "agent"
     return _KINDS.get(kind, "other")
 
@@ -213,7 +214,7 @@ def _fill_workflow_tool(step: Step, attrs: Attrs) -> None:
 
 def _agent_name(span: Span, attrs: Attrs, enclosing: Attrs | None) -> str | None:
     # the span name's "<name>.agent" is read by ``agent_names.from_span_name``
-    if _is_workflow_agent(span):  # rec31b: LlamaIndex's agent workflow
+    if is_workflow_agent(span):  # rec31b: LlamaIndex's agent workflow
         return llamaindex_agent_name(attrs)  # else its class, a default: the steps' name
     return as_str(attrs.get("traceloop.entity.name")) or None
 

@@ -44,7 +44,7 @@ from otel_eval.evaluate.conventions.openinference import (
     stamped_agent_name,
     workflow_agent_name,
 )
-from otel_eval.evaluate.conventions.openllmetry import llamaindex_agent_name
+from otel_eval.evaluate.conventions.openllmetry import is_workflow_agent, llamaindex_agent_name
 from otel_eval.evaluate.conventions.values import as_str, first
 
 __all__ = ["StepBuilder", "dedupe", "tree_order"]
@@ -140,6 +140,8 @@ class StepBuilder:
         self.agents_with_tools: set[str | None] = set()
         # agent keys (``Step.agent_scope``) whose spans recorded offered tools
         self.offered_to: set[tuple[str | None, str | None]] = set()
+        # Traceloop's LlamaIndex agent workflow spans (agent steps), by span id
+        self.workflows: dict[str, Step] = {}
         # LlamaIndex workflow run span id -> the agent its last named step ran for
         self.workflow_agents: dict[str, str] = {}
         # span id -> the span of unknown kind it is within (``Step.within_unknown``)
@@ -206,6 +208,8 @@ class StepBuilder:
                 if span.scope == LLAMA_INDEX_SCOPE:
                     stamp = self._workflow_agent(span, stamp)
                 node = stamp or node
+            elif span.parent_span_id in self.workflows:
+                node = self._workflow_step(span, attrs) or node
         if step.kind == "agent":
             name = module or self._haystack_component(step, span, attrs)
             if name is None and adapter is not None:
@@ -217,6 +221,8 @@ class StepBuilder:
             node, agent = name or span.name, span.span_id
             if agent_name(node) is None:
                 self.unnamed.add(span.span_id)
+        if step.kind == "agent" and is_workflow_agent(span):
+            self.workflows[span.span_id] = step
         self.scope[span.span_id] = (node, agent)
         step.node = node
         if step.kind == "tool" and step.tool_name in DELEGATION_TOOLS:
@@ -257,6 +263,17 @@ class StepBuilder:
             self.workflow_agents[parent] = named
             return named
         return self.workflow_agents.get(parent)
+
+    def _workflow_step(self, span: Span, attrs: Any) -> str | None:
+        """A step of Traceloop's LlamaIndex agent workflow (the agent span, named by its final
+        state: the agent that finished) is the agent its own state names, else the last named
+        (``_workflow_agent``); the workflow is the agent its first named step ran for, the one
+        the run began with (the same one when no hand-off happened)."""
+        stamp = agent_name(llamaindex_agent_name(attrs))
+        parent = span.parent_span_id or ""
+        if stamp is not None and parent not in self.workflow_agents:
+            self.workflows[parent].node = stamp
+        return self._workflow_agent(span, stamp)
 
     def _within_unknown(self, step: Step, span: Span) -> None:
         """A span whose marker was not understood may have been an agent: the steps under it
