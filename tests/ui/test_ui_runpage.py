@@ -201,3 +201,16 @@ def test_the_run_lists_so_many_reasons_findings_and_critiques() -> None:
     assert header.count('class="finding') == LISTED and f"(4 more findings: {api})" in header
     assert header.count('class="critique"') == LISTED and f"(5 more critiques: {api})" in header
     _well_formed(html)
+
+
+def test_a_sub_agent_s_steps_name_their_agent() -> None:
+    """A multi-agent run: a call made by another agent than the run's says which; the run's
+    own steps and agent steps say nothing more (the tree already nests them)."""
+    run = _run(4, agent="triage_agent")
+    for s, node in zip(run["steps"], ("triage_agent", "weather_agent", "weather_agent", None),
+                       strict=True):
+        s["node"] = node
+    heads = re.findall(r'<div class="head">(.*?)</div>', run_page(tree(run), None))
+    assert ["agent weather_agent" in h for h in heads] == [False, True, True, False]
+    one = step_page(tree(run), 1, None)
+    assert one is not None and "agent weather_agent" in one

@@ -119,7 +119,8 @@ def _folded_notes(node: dict[str, Any], redact: Redact, listed: int, rest: Html,
 
 def _step_head(s: dict[str, Any], links: StepLinks) -> Html:
     tokens = (s.get("input_tokens"), s.get("output_tokens"))
-    facts = [short(s.get("model"), 80) if s.get("model") else None,
+    facts = [f"agent {short(s['agent_shown'], 80)}" if s.get("agent_shown") else None,
+             short(s.get("model"), 80) if s.get("model") else None,
              f"{tokens[0] or 0}+{tokens[1] or 0} tok" if tokens != (None, None) else None,
              usd(s["cost_usd"]) if s.get("cost_usd") is not None else None,
              duration(s.get("start_time_unix_nano"), s.get("end_time_unix_nano")) or None]
@@ -166,7 +167,8 @@ def step_block(trace_id: str, s: dict[str, Any], budget: Budget, redact: Redact,
 
 
 def _ordered(t: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """Steps depth first (explicit stack), each once, with ``depth_shown``."""
+    """Steps depth first (explicit stack), each once, with ``depth_shown`` and
+    ``agent_shown`` (``_other_agent``)."""
     steps = {s["index"]: s for s in t["steps"]}
     seen: set[int] = set()
     stack = [(i, 0) for i in reversed(t["roots"])]
@@ -175,8 +177,18 @@ def _ordered(t: dict[str, Any]) -> Iterator[dict[str, Any]]:
         if index in seen:
             continue
         seen.add(index)
-        yield {**steps[index], "depth_shown": depth}
+        yield {**steps[index], "depth_shown": depth,
+               "agent_shown": _other_agent(t, steps[index])}
         stack += [(i, depth + 1) for i in reversed(steps[index]["children"])]
+
+
+def _other_agent(t: dict[str, Any], s: dict[str, Any]) -> str | None:
+    """The agent an LLM or tool step belongs to (its ``node``) when it is not the run's: in
+    a multi-agent run, the sub-agent that made the call."""
+    node = s.get("node")
+    if s.get("kind") not in ("llm", "tool") or not isinstance(node, str) or not node:
+        return None
+    return node if node != t.get("agent") else None
 
 
 def _summary(t: dict[str, Any], budget: Budget, redact: Redact, trace_url: str,
@@ -308,5 +320,5 @@ def step_page(t: dict[str, Any], index: int, redact: Redact) -> Html | None:
     at = position.get(index, -1)
     links = StepLinks(t["trace_id"], position, at, at + 1)
     back = h("p", h("a", "← the whole run", href=step_url(t["trace_id"], index)))
-    return Html(back + step_block(t["trace_id"], {**found, "depth_shown": 0}, Budget(),
-                                  redact, links, whole=True))
+    shown = {**found, "depth_shown": 0, "agent_shown": _other_agent(t, found)}
+    return Html(back + step_block(t["trace_id"], shown, Budget(), redact, links, whole=True))
