@@ -105,8 +105,24 @@ FINAL_ANSWER_TOOL = "final_answer"
 CODE_MARKER = "[answer:code]"
 
 
-def _code(city: str | None, text: str | None) -> str:
-    """A code agent's turn: a thought, then one code block calling the tool or final_answer."""
+# A code agent's system message shows each tool (and managed agent) as a Python function.
+_CODE_TOOL = re.compile(r"^\s*def (\w+)\(", re.M)
+
+
+def _code_tools(messages: list[Any]) -> dict[str, Any]:
+    """The functions a code agent's system message offers (but final_answer), name -> {}."""
+    system = "".join(t for m in messages if isinstance(m, dict) and m.get("role") == "system"
+                     for t in _texts(m.get("content")))
+    return {n: {} for n in _CODE_TOOL.findall(system) if n != FINAL_ANSWER_TOOL}
+
+
+def _code(city: str | None, text: str | None, delegate: str | None = None) -> str:
+    """A code agent's turn: a thought, then one code block calling the tool or final_answer;
+    ``delegate``: the managed agent the coordinator asks (multi_agent), with the prompt."""
+    if delegate is not None:
+        task = json.dumps(scenarios.prompt("multi_agent") + " " + CODE_MARKER)
+        return (f"Thought: The weather agent can answer this.\n<code>\n"
+                f"print({delegate}(task={task}))\n</code>")
     if city is not None:
         return (f"Thought: I will look up the weather in {city}.\n<code>\n"
                 f"print({scenarios.TOOL_NAME}(city={json.dumps(city)}))\n</code>")
@@ -316,8 +332,9 @@ def _plan(messages: list[Any], final_answer: str | None = None,
     name, k, turn = scripted_turn(messages)
     tools = tools or {}
     dspy_fields = _dspy_outputs(messages)
-    if name == "multi_agent" and dspy_fields and not tools:
-        tools = _dspy_tools(messages)  # DSPy offers its tools in the prompt's text
+    coded = any(CODE_MARKER in t for m in messages for t in _texts(m.get("content")))
+    if name == "multi_agent" and not tools:  # offered in the prompt's text, not as API tools
+        tools = _code_tools(messages) if coded else _dspy_tools(messages) if dspy_fields else {}
     seed = f"{name}/{k}/{len(messages)}" + (f"/{turn}" if name == "conversation" else "")
     if name == "multi_agent":
         worker = _offers_weather(tools)
@@ -329,8 +346,11 @@ def _plan(messages: list[Any], final_answer: str | None = None,
     out: dict[str, Any] = {"id": "chatcmpl-" + _token_id(seed, 29),
                            "fingerprint": "fp_" + _token_id("fp", 10)}
     call = None
-    if any(CODE_MARKER in t for m in messages for t in _texts(m.get("content"))):
-        code = _code(r.city, r.text)
+    if coded:
+        delegate = next(iter(tools), None) if r.delegate else None
+        if r.delegate and delegate is None:
+            raise BadRequest("multi_agent: the coordinator was offered no tool to delegate with")
+        code = _code(r.city, r.text, delegate)
         out.update(message={"role": "assistant", "content": code, "refusal": None},
                    finish_reason="stop", usage=_usage(messages, code))
         return out

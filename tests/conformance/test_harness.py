@@ -549,3 +549,16 @@ def test_dspy_tools_are_read_from_react_s_prompt_text() -> None:
               "description is <desc>Done.</desc>. It takes arguments {}.\n")
     assert _dspy_tools([{"role": "system", "content": system}]) == {
         "ask_weather_agent": {"properties": {"question": {"type": "string"}}}}
+
+
+def test_a_code_agent_s_tools_are_read_from_its_prompt_text(llm: ScriptedLLM) -> None:
+    """smolagents' CodeAgent shows its tools and managed agents as Python functions: the
+    coordinator's block calls its managed agent with the task, code marker kept."""
+    system = ("You can use these tools:\ndef final_answer(answer: any) -> any:\n    ...\n"
+              "def weather_agent(task: str, additional_args: dict) -> str:\n    ...\n")
+    answer = _client(llm).chat.completions.create(model="m", messages=[
+        {"role": "system", "content": system},
+        {"role": "user", "content": scenarios.prompt("multi_agent") + " [answer:code]"}],
+    ).choices[0].message.content or ""
+    task = json.dumps(scenarios.prompt("multi_agent") + " [answer:code]")
+    assert f"print(weather_agent(task={task}))" in answer

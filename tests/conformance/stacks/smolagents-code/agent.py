@@ -37,6 +37,9 @@ def main(scenario: str) -> None:
     agent = CodeAgent(tools=[get_weather], model=model, name=common.AGENT_NAME,
                       description="Answers weather questions.", max_steps=MAX_STEPS,
                       stream_outputs=scenario == "streaming", verbosity_level=0)
+    if scenario == "multi_agent":  # a CodeAgent manager calling its managed agent from code
+        agent = CodeAgent(tools=[], model=model, managed_agents=[agent], name=common.COORDINATOR,
+                          max_steps=MAX_STEPS, verbosity_level=0)
     if scenario == "conversation":  # one run per user turn, the agent keeping its memory
         from openinference.instrumentation import using_session  # (reset=False), in
         for number, question in enumerate(common.turns()):  # OpenInference's session
