@@ -65,6 +65,24 @@ def main(scenario: str) -> None:
                                    "parameters": t.inputSchema}} for t in listed.tools]
             return await loop(session, tools, question)
 
+    @agent(name=common.COORDINATOR)
+    async def triage_agent(question: str) -> str:
+        """multi_agent: a loop offering one tool, ask_weather_agent, that runs the weather
+        agent (its MCP session its own)."""
+        client = OpenAI()
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": common.COORDINATOR_SYSTEM},
+            {"role": "user", "content": question}]
+        for _ in range(common.MAX_TURNS):
+            msg = common.ask(client, messages, False, [common.DELEGATE_TOOL])
+            messages.append(msg)
+            if not msg.get("tool_calls"):
+                return str(msg.get("content") or "")
+            for call in msg["tool_calls"]:
+                result = await weather_agent(common.arguments(call)["question"])
+                messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+        raise RuntimeError(f"no final answer after {common.MAX_TURNS} turns")
+
     if scenario == "conversation":  # one run per user turn, the session as an association
         for question in common.turns():  # property (Traceloop's docs)
             Traceloop.set_association_properties({"session_id": common.CONVERSATION_ID})
@@ -73,7 +91,8 @@ def main(scenario: str) -> None:
         common.shutdown()
         return
     with common.attached(common.remote_parent(scenario)):
-        answer = asyncio.run(weather_agent(common.prompt(scenario)))
+        run = triage_agent if scenario == "multi_agent" else weather_agent
+        answer = asyncio.run(run(common.prompt(scenario)))
     if not answer:
         raise RuntimeError("no final answer")
     common.shutdown()
