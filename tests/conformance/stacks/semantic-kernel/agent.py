@@ -54,6 +54,12 @@ def main(scenario: str) -> None:
                                 plugins=[WeatherPlugin()],
                                 arguments=KernelArguments(settings=settings))
 
+    if scenario == "multi_agent":  # Semantic Kernel's agents as plugins: the coordinator is
+        agent = ChatCompletionAgent(  # given the weather agent as a plugin
+            service=service, name=common.COORDINATOR, plugins=[agent],
+            instructions="Ask the weather agent about the weather.",
+            arguments=KernelArguments(settings=settings))
+
     async def run() -> str:
         if scenario == "streaming":
             return "".join([str(r.content) async for r in
