@@ -108,20 +108,25 @@ def multi_agent_reply(offers_weather: bool, weather_seen: bool, k: int) -> Reply
     return Reply(delegate=True) if k == 0 else Reply(text=FINAL)
 
 
-def delegation_arguments(parameters: object) -> dict[str, str]:
+def delegation_arguments(parameters: object) -> dict[str, object]:
     """What the coordinator passes its delegation tool, from the tool's JSON schema: a
     parameter naming an agent (agent, member, coworker, assistant) gets ``WEATHER_AGENT``,
     any other string parameter the user's prompt (marker included: an agent called as a tool
     is sent only what it is given); one with an ``enum`` the weather agent if listed, else its
-    first value. Only the required ones when the schema lists them."""
+    first value; an array named ``messages`` one user message (Haystack's Agent run as a
+    ComponentTool takes its ``ChatMessage`` list: role, content parts with text). Only the
+    required ones when the schema lists them."""
     schema = parameters if isinstance(parameters, dict) else {}
     props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
     required = schema.get("required")
     names = [n for n in (required if isinstance(required, list) else props)
              if isinstance(n, str)]
-    out = {}
+    out: dict[str, object] = {}
     for name in names:
         kind = (props.get(name) or {}).get("type") if isinstance(props.get(name), dict) else None
+        if kind == "array" and name == "messages":  # an agent's run(messages) as a tool
+            out[name] = [{"role": "user", "content": [{"text": prompt("multi_agent")}]}]
+            continue
         if kind not in (None, "string", "STRING"):
             continue
         choices = props[name].get("enum") if isinstance(props.get(name), dict) else None

@@ -562,3 +562,11 @@ def test_a_code_agent_s_tools_are_read_from_its_prompt_text(llm: ScriptedLLM) ->
     ).choices[0].message.content or ""
     task = json.dumps(scenarios.prompt("multi_agent") + " [answer:code]")
     assert f"print(weather_agent(task={task}))" in answer
+
+
+def test_a_messages_parameter_gets_one_user_message() -> None:
+    """Haystack's Agent run as a ComponentTool takes its ChatMessage list."""
+    args = scenarios.delegation_arguments({"properties": {"messages": {"type": "array"}},
+                                           "required": ["messages"]})
+    assert args == {"messages": [{"role": "user",
+                                  "content": [{"text": scenarios.prompt("multi_agent")}]}]}

@@ -40,8 +40,18 @@ def main(scenario: str) -> None:
     agent = Agent(chat_generator=generator, tools=[tool],
                   system_prompt="You are a weather assistant. Use get_weather.",
                   exit_conditions=["text"], max_agent_steps=common.MAX_TURNS)
+    name = common.AGENT_NAME
+    if scenario == "multi_agent":  # Haystack's agent as a tool: a ComponentTool runs it
+        from haystack.tools import ComponentTool
+        weather = ComponentTool(component=agent, name="ask_weather_agent",
+                                description="Ask the weather agent a weather question.",
+                                outputs_to_string={"source": "last_message"})
+        agent = Agent(chat_generator=generator, tools=[weather],
+                      system_prompt="Ask the weather agent about the weather.",
+                      exit_conditions=["text"], max_agent_steps=common.MAX_TURNS)
+        name = common.COORDINATOR
     pipeline = Pipeline()
-    pipeline.add_component(common.AGENT_NAME, agent)
+    pipeline.add_component(name, agent)
     if scenario == "conversation":  # one pipeline run per user turn, in OpenInference's
         from openinference.instrumentation import using_session  # session
         for question in common.turns():
@@ -51,8 +61,8 @@ def main(scenario: str) -> None:
         return
     with common.attached(common.remote_parent(scenario)):
         result = pipeline.run(
-            {common.AGENT_NAME: {"messages": [ChatMessage.from_user(common.prompt(scenario))]}})
-    answer = result[common.AGENT_NAME]["messages"][-1].text
+            {name: {"messages": [ChatMessage.from_user(common.prompt(scenario))]}})
+    answer = result[name]["messages"][-1].text
     if not answer:
         raise RuntimeError("no final answer")
     common.shutdown()
