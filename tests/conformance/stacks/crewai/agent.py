@@ -21,6 +21,13 @@ def main(scenario: str) -> None:
 
     CrewAIInstrumentor().instrument()
     OpenAIInstrumentor().instrument()
+    run(scenario)
+    common.shutdown()
+
+
+def run(scenario: str) -> None:
+    """The crew's run of ``scenario``, once the instrumentation is installed (also the
+    openllmetry-crewai stack's)."""
     from crewai import LLM, Agent, Crew, Task
     from crewai.tools import tool
 
@@ -45,7 +52,6 @@ def main(scenario: str) -> None:
             with using_session(common.CONVERSATION_ID):
                 if not str(crew.kickoff(inputs={"question": question}).raw or ""):
                     raise RuntimeError("a turn without an answer")
-        common.shutdown()
         return
     agents = [agent]
     if scenario == "multi_agent":  # CrewAI's delegation: the coordinator's coworker tools
@@ -60,7 +66,6 @@ def main(scenario: str) -> None:
         answer = str(crew.kickoff().raw or "")
     if not answer:
         raise RuntimeError("no final answer")
-    common.shutdown()
 
 
 if __name__ == "__main__":
