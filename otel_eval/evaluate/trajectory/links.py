@@ -113,6 +113,8 @@ def join_calls(steps: list[Step], joined: dict[int, ToolCall] | None = None) -> 
     every call that a tool step ran; ``joined`` gets step index -> the call it ran."""
     by_id: dict[str, deque[ToolCall]] = {}  # a deque: some runs reuse call ids
     queues: dict[tuple[str | None, str], deque[ToolCall]] = {}
+    # (agent, ``_spelled`` name) -> the first of its queues: each name spelled once
+    spelled: dict[tuple[str | None, str], deque[ToolCall]] = {}
     claimed: set[int] = set()
     requested: dict[str, list[ToolCall]] = {}  # tool name -> its calls, in order (step 3)
     unjoined: list[tuple[Step, int]] = []  # (tool step, calls of its tool before it)
@@ -121,10 +123,14 @@ def join_calls(steps: list[Step], joined: dict[int, ToolCall] | None = None) -> 
             for call in step.tool_calls:
                 if call.call_id:
                     by_id.setdefault(call.call_id, deque()).append(call)
-                queues.setdefault((step.node, call.name), deque()).append(call)
+                queue = queues.get((step.node, call.name))
+                if queue is None:
+                    queue = queues[step.node, call.name] = deque()
+                    spelled.setdefault((step.node, _spelled(call.name)), queue)
+                queue.append(call)
                 requested.setdefault(call.name, []).append(call)
         elif step.kind == "tool" and not step.rebuilt:
-            found = _match(step, by_id, queues, claimed)
+            found = _match(step, by_id, queues, spelled, claimed)
             if found is None:
                 unjoined.append((step, len(requested.get(step.tool_name or step.name, ()))))
                 continue
@@ -165,12 +171,14 @@ def _nearest_unclaimed(step: Step, calls: list[ToolCall], before: int,
 
 def _match(step: Step, by_id: dict[str, deque[ToolCall]],
            queues: dict[tuple[str | None, str], deque[ToolCall]],
+           spelled: dict[tuple[str | None, str], deque[ToolCall]],
            claimed: set[int]) -> ToolCall | None:
     # by id when the step has one (an id no LLM call carries: nothing to learn by name)
     name = step.tool_name or step.name
     queue = by_id.get(step.call_id) if step.call_id else queues.get((step.node, name))
     if not queue and not step.call_id:
-        queue = _spelled_otherwise(queues, step.node, name)
+        # the model's spelling of the name (one lookup, only on this miss)
+        queue = spelled.get((step.node, _spelled(name)))
     if not queue and not step.call_id and step.node is None:
         # a tool step outside every known agent may have run a call of any agent
         queue = next((q for (_, n), q in queues.items() if n == name and q), None)
@@ -192,17 +200,8 @@ _NOT_WORD = re.compile(r"[^0-9a-z]+")
 
 
 def _spelled(name: str) -> str:
+    """A tool's name as a model may be offered it: lowercased, other characters ``_``."""
     return _NOT_WORD.sub("_", name[:MAX_TOOL_NAME].lower()).strip("_")
-
-
-def _spelled_otherwise(queues: dict[tuple[str | None, str], deque[ToolCall]],
-                       node: str | None, name: str) -> deque[ToolCall] | None:
-    """The agent's pending calls of the tool named ``name`` in the model's spelling
-    (``_spelled``), when no call has it as spelled: looked for only then, over the agent's
-    tool names (a few)."""
-    want = _spelled(name)
-    return next((q for (n, called), q in queues.items()
-                 if q and n == node and called != name and _spelled(called) == want), None)
 
 
 def _only_parameter(schema: Any) -> str | None:
