@@ -152,3 +152,25 @@ def test_the_spelling_lookup_is_linear_in_the_calls(monkeypatch: pytest.MonkeyPa
     spans += [_tool(f"t{i}", 1 + n + i, **{"gen_ai.tool.name": f"other {i}"}) for i in range(n)]
     _tools(*spans)
     assert count[0] <= 2 * n
+
+
+def test_a_tool_step_outside_every_agent_runs_the_oldest_pending_call_of_its_name() -> None:
+    """Calls of get_weather by two agents; the tool spans outside every agent run them in the
+    order they were asked for, whichever agent asked."""
+    def agent(name: str, start: int, city: str) -> list[Span]:
+        return [span(name, None, start, {"gen_ai.operation.name": "invoke_agent",
+                                         "gen_ai.agent.name": name}, end=start + 5),
+                span(f"{name}-chat", name, start + 1, {
+                    "gen_ai.operation.name": "chat", "gen_ai.output.messages": json.dumps(
+                        [{"role": "assistant", "parts": [{"type": "tool_call", "id": "",
+                                                          "name": "get_weather",
+                                                          "arguments": {"city": city}}]}])})]
+
+    spans = [*agent("second", 10, "Rome"), *agent("first", 1, "Paris"),
+             span("t1", None, 20, {"gen_ai.operation.name": "execute_tool",
+                                   "gen_ai.tool.name": "get_weather"}),
+             span("t2", None, 21, {"gen_ai.operation.name": "execute_tool",
+                                   "gen_ai.tool.name": "get_weather"})]
+    t = build_trajectory(trace(*spans), CFG)
+    assert [s.arguments for s in t.tool_steps if not s.rebuilt] == [{"city": "Paris"},
+                                                                     {"city": "Rome"}]

@@ -115,6 +115,8 @@ def join_calls(steps: list[Step], joined: dict[int, ToolCall] | None = None) -> 
     queues: dict[tuple[str | None, str], deque[ToolCall]] = {}
     # (agent, ``_spelled`` name) -> the first of its queues: each name spelled once
     spelled: dict[tuple[str | None, str], deque[ToolCall]] = {}
+    # tool name -> its calls of every agent, in order (a tool step outside every agent's)
+    anywhere: dict[str, deque[ToolCall]] = {}
     claimed: set[int] = set()
     requested: dict[str, list[ToolCall]] = {}  # tool name -> its calls, in order (step 3)
     unjoined: list[tuple[Step, int]] = []  # (tool step, calls of its tool before it)
@@ -128,9 +130,10 @@ def join_calls(steps: list[Step], joined: dict[int, ToolCall] | None = None) -> 
                     queue = queues[step.node, call.name] = deque()
                     spelled.setdefault((step.node, _spelled(call.name)), queue)
                 queue.append(call)
+                anywhere.setdefault(call.name, deque()).append(call)
                 requested.setdefault(call.name, []).append(call)
         elif step.kind == "tool" and not step.rebuilt:
-            found = _match(step, by_id, queues, spelled, claimed)
+            found = _match(step, by_id, queues, spelled, anywhere, claimed)
             if found is None:
                 unjoined.append((step, len(requested.get(step.tool_name or step.name, ()))))
                 continue
@@ -172,7 +175,7 @@ def _nearest_unclaimed(step: Step, calls: list[ToolCall], before: int,
 def _match(step: Step, by_id: dict[str, deque[ToolCall]],
            queues: dict[tuple[str | None, str], deque[ToolCall]],
            spelled: dict[tuple[str | None, str], deque[ToolCall]],
-           claimed: set[int]) -> ToolCall | None:
+           anywhere: dict[str, deque[ToolCall]], claimed: set[int]) -> ToolCall | None:
     # by id when the step has one (an id no LLM call carries: nothing to learn by name)
     name = step.tool_name or step.name
     queue = by_id.get(step.call_id) if step.call_id else queues.get((step.node, name))
@@ -180,8 +183,9 @@ def _match(step: Step, by_id: dict[str, deque[ToolCall]],
         # the model's spelling of the name (one lookup, only on this miss)
         queue = spelled.get((step.node, _spelled(name)))
     if not queue and not step.call_id and step.node is None:
-        # a tool step outside every known agent may have run a call of any agent
-        queue = next((q for (_, n), q in queues.items() if n == name and q), None)
+        # a tool step outside every known agent may have run a call of any agent (the calls
+        # of its name in order; one another step ran is skipped as claimed)
+        queue = anywhere.get(name)
     if queue and not step.call_id and step.arguments is not None:
         # by name: the pending call with the same arguments, when there is one (a call whose
         # span never arrived must not hand its place to the next one)
