@@ -84,6 +84,29 @@ def test_by_name_prefers_the_call_with_the_same_arguments() -> None:
     assert [s.arguments for s in ran] == [{"city": "Paris"}]
 
 
+def test_parallel_calls_asked_without_ids_run_in_the_order_asked() -> None:
+    """LiteLLM records a reply's parallel calls without their ids and its tool spans with
+    them: no id joins, and each tool span takes the first call of the nearest reply that
+    no span ran (the latest call first gave each span the other city)."""
+    reply = _chat("c1", [("", "get_weather", {"city": "Paris"}),
+                         ("", "get_weather", {"city": "London"})], 1)
+    spans = [_tool("t1", 3, **{"gen_ai.tool.call.id": "call_a"}),
+             _tool("t2", 4, **{"gen_ai.tool.call.id": "call_b"})]
+    t = build_trajectory(trace(span("agent", None, 0, AGENT, end=100), reply, *spans), CFG)
+    assert [(s.call_id, s.arguments) for s in t.tool_steps if not s.rebuilt] == [
+        ("call_a", {"city": "Paris"}), ("call_b", {"city": "London"})]
+
+
+def test_an_unjoined_tool_step_takes_the_nearest_reply_s_call() -> None:
+    """One call a reply: the span after the second reply ran the second reply's call (the
+    first's span never arrived; its call is rebuilt)."""
+    chat1 = _chat("c1", [("", "get_weather", {"city": "Atlantis"})], 1)
+    chat2 = _chat("c2", [("", "get_weather", {"city": "Paris"})], 5)
+    tool = _tool("t", 7, **{"gen_ai.tool.call.id": "call_x"})
+    t = build_trajectory(trace(span("agent", None, 0, AGENT, end=100), chat1, chat2, tool), CFG)
+    assert [s.arguments for s in t.tool_steps if not s.rebuilt] == [{"city": "Paris"}]
+
+
 HUGE_INT = "{'city': 0x" + "f" * 5_000 + "}"
 
 

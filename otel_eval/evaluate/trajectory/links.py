@@ -13,10 +13,12 @@ call's:
    its other characters made ``_`` (CrewAI offers its "Delegate work to coworker" tool to the
    model as ``delegate_work_to_coworker`` and names the tool's span after the former);
 3. a tool step neither joined (its id, or its agent, is one no requesting LLM step carries: a
-   framework's own call ids, a span stamped with another agent's name) takes the nearest
-   earlier call of its tool that no step ran, when their arguments are equal or its own were
-   not recorded. Unjoined, that call would be rebuilt as a second call of the same tool with
-   the same arguments: a repeated call the run never made.
+   framework's own call ids, a span stamped with another agent's name) takes a call of the
+   nearest earlier reply that asked for its tool and has such a call no step ran, when their
+   arguments are equal or its own were not recorded: the first of that reply's, as its calls
+   run in the order asked (parallel calls: LiteLLM records a reply's calls without their
+   ids, its tool spans with them). Unjoined, that call would be rebuilt as a second call of
+   the same tool with the same arguments: a repeated call the run never made.
 
 ``merge_nested_calls`` (first) folds a call recorded twice, one span directly under the other
 (tool under tool, LLM under LLM), into the outer step. ``coerce_arguments`` reads a tool input
@@ -118,7 +120,8 @@ def join_calls(steps: list[Step], joined: dict[int, ToolCall] | None = None) -> 
     # tool name -> its calls of every agent, in order (a tool step outside every agent's)
     anywhere: dict[str, deque[ToolCall]] = {}
     claimed: set[int] = set()
-    requested: dict[str, list[ToolCall]] = {}  # tool name -> its calls, in order (step 3)
+    # tool name -> (its call, the index of the LLM step that asked), in order (step 3)
+    requested: dict[str, list[tuple[ToolCall, int]]] = {}
     unjoined: list[tuple[Step, int]] = []  # (tool step, calls of its tool before it)
     for step in steps:
         if step.kind == "llm":
@@ -131,7 +134,7 @@ def join_calls(steps: list[Step], joined: dict[int, ToolCall] | None = None) -> 
                     spelled.setdefault((step.node, _spelled(call.name)), queue)
                 queue.append(call)
                 anywhere.setdefault(call.name, deque()).append(call)
-                requested.setdefault(call.name, []).append(call)
+                requested.setdefault(call.name, []).append((call, step.index))
         elif step.kind == "tool" and not step.rebuilt:
             found = _match(step, by_id, queues, spelled, anywhere, claimed)
             if found is None:
@@ -159,17 +162,23 @@ def _join(step: Step, found: ToolCall, claimed: set[int],
         step.sources["call_id"] = f"llm tool call {found.name} (joined by name)"
 
 
-def _nearest_unclaimed(step: Step, calls: list[ToolCall], before: int,
+def _nearest_unclaimed(step: Step, calls: list[tuple[ToolCall, int]], before: int,
                        claimed: set[int]) -> ToolCall | None:
-    """Step 3: the latest of the first ``before`` of ``calls`` (the step's tool's) that no
-    step ran, with equal arguments or the step's unrecorded. Only the last
-    ``_SAME_ARGS_WINDOW`` are looked at: bounded work per step, whatever the trace holds."""
-    for k in range(before - 1, max(-1, before - 1 - _SAME_ARGS_WINDOW), -1):
-        call = calls[k]
+    """Step 3: of the first ``before`` of ``calls`` (the step's tool's, each with the LLM step
+    that asked), those no step ran with equal arguments or the step's unrecorded: the first
+    of the latest reply's. Only the last ``_SAME_ARGS_WINDOW`` are looked at: bounded work per
+    step, whatever the trace holds."""
+    stop = max(-1, before - 1 - _SAME_ARGS_WINDOW)
+    found: ToolCall | None = None
+    reply = None
+    for k in range(before - 1, stop, -1):
+        call, asked_by = calls[k]
+        if reply is not None and asked_by != reply:
+            break
         if id(call) not in claimed and (step.arguments is None
                                         or call.arguments == step.arguments):
-            return call
-    return None
+            found, reply = call, asked_by
+    return found
 
 
 def _match(step: Step, by_id: dict[str, deque[ToolCall]],
