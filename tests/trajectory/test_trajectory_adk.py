@@ -111,3 +111,24 @@ def test_other_shapes_give_nothing_or_what_they_hold(value: str) -> None:
     assert llm.tool_calls == []
     for text in (llm.input_text, llm.output_text):
         assert text is None or all(isinstance(m["parts"], list) for m in json.loads(text))
+
+
+@pytest.mark.parametrize("tool_name", [{"gen_ai.tool.name": "(merged tools)"}, {}],
+                         ids=["recorded", "the span's name alone"])
+def test_the_span_of_merged_parallel_calls_is_no_call(tool_name: dict[str, str]) -> None:
+    """After a reply's parallel calls ADK merges their responses into one event and records
+    an ``execute_tool (merged)`` span named ``(merged tools)`` beside the calls' spans (in
+    both telemetry formats): it ran nothing, and no tool of that name was offered."""
+    defs = json.dumps([{"name": "get_weather", "parameters": {"type": "object"}}])
+    merged = span("execute_tool (merged)", "agent", 5, {
+        "gen_ai.operation.name": "execute_tool", **tool_name, "gen_ai.tool.call.id": "e-1"})
+    calls = [span(f"execute_tool get_weather {c}", "agent", at, {
+        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_weather",
+        "gen_ai.tool.call.arguments": json.dumps({"city": c})})
+        for at, c in ((3, "Paris"), (4, "London"))]
+    root = span("agent", None, 0, {**_AGENT, "gen_ai.tool.definitions": defs}, end=100)
+    t = build_trajectory(trace(root, *calls, merged), TrajectoryConfig())
+    assert [s.arguments for s in t.tool_steps] == [{"city": "Paris"}, {"city": "London"}]
+    findings = Detectors(DetectorsConfig()).evaluate(t, None)[0]
+    assert not [f for f in findings if f.detector == "tool_call"]
+    assert not [s for s in t.steps if "kind" in s.unknown]

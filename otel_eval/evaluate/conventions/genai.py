@@ -52,11 +52,22 @@ _PROMPT_EVENT = "gen_ai.content.prompt"
 _COMPLETION_EVENT = "gen_ai.content.completion"
 
 
+# Google ADK's span of a reply's parallel calls, once their responses are merged into one
+# event (``trace_merged_tool_calls``, Python and JS): an ``execute_tool`` of this tool name
+# (and span name) beside the calls' own spans, itself running nothing: a wrapper's kind.
+ADK_MERGED_TOOLS = "(merged tools)"
+ADK_MERGED_SPAN = "execute_tool (merged)"
+
+
 def _explicit(span: Span, attrs: Attrs) -> StepKind | None:
     op = attrs.get("gen_ai.operation.name")
     if op is None:
         return None
-    return _OPERATIONS.get(str(op), "other")
+    kind = _OPERATIONS.get(str(op), "other")
+    if kind == "tool" and (span.name == ADK_MERGED_SPAN
+                           or attrs.get("gen_ai.tool.name") == ADK_MERGED_TOOLS):
+        return "chain"
+    return kind
 
 
 def _setup(span: Span, attrs: Attrs) -> bool:
