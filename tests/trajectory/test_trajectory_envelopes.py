@@ -35,6 +35,10 @@ SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "require
     ({"args": [], "sanitize_inputs_outputs": True, "kwargs": {"city": "Paris"}},
      {"city": "Paris"}, ["call"]),
     ({"kwargs": {"city": "Paris"}}, {"city": "Paris"}, ["kwargs"]),
+    # BeeAI's Tool.run(input, options) (OpenInference's BeeAI instrumentation)
+    ('{"input": {"city": "Paris"}, "options": null}', {"city": "Paris"}, ["json", "run"]),
+    ({"input": {"city": "Paris"}, "options": {"signal": None}}, {"city": "Paris"}, ["run"]),
+    ({"input": "Paris", "options": None}, {"input": "Paris", "options": None}, []),
     ({"tool_name": "get_weather", "arguments": {"city": "Paris"}}, {"city": "Paris"},
      ["tool_call"]),
     ({"method": "tools/call", "params": {"name": "get_weather", "arguments": {"city": "P"}}},

@@ -16,6 +16,8 @@ What a span carries as a tool's input is often not the arguments but a wrapper a
   ``{"args": [...], "kwargs": {...}}`` (``sanitize_inputs_outputs`` beside them): positional
   arguments named from the tool's schema, in its order, when it declares enough of them;
 - ``kwargs``: LlamaIndex's ``{"kwargs": {...}}``;
+- ``run``: BeeAI's ``Tool.run(input, options)`` as OpenInference records it, ``{"input":
+  {...}, "options": null | {...}}``;
 - ``tool_call``: a call object around the arguments, as MCP instrumentations record the
   request (``{"tool_name" | "name": <the tool>, "arguments" | "args" | "input": {...}}``, the
   JSON-RPC ``{"method": "tools/call", "params": {...}}``).
@@ -66,6 +68,7 @@ _CALLBACK_KEYS = frozenset({"input_str", "inputs", "tags", "metadata", "kwargs",
                             "parent_run_id", "name", "serialized", "color", "callbacks",
                             "tool_call_id"})
 _CALL_KEYS = frozenset({"args", "kwargs", "sanitize_inputs_outputs"})
+_RUN_KEYS = frozenset({"input", "options"})
 _NAME_KEYS = ("tool_name", "name", "tool")
 _ARGUMENT_KEYS = ("arguments", "args", "input", "params")
 
@@ -127,6 +130,9 @@ def _layer(value: dict[str, Any], schema: Any, tool: str | None) -> tuple[Any, s
         return value, None  # the arguments themselves
     if keys == {"kwargs"} and isinstance(value["kwargs"], dict):
         return value["kwargs"], "kwargs"
+    if keys == _RUN_KEYS and isinstance(value["input"], dict) \
+            and isinstance(value["options"], dict | None):
+        return value["input"], "run"
     if "args" in keys and "kwargs" in keys and keys <= _CALL_KEYS:
         return _call(value, schema), "call"
     if ("input_str" in keys or "inputs" in keys) and keys <= _CALLBACK_KEYS:
