@@ -75,6 +75,11 @@ def test_parse_messages_forms() -> None:
     assert [m.role for m in parse_messages("plain prompt")] == ["raw"]
     assert parse_messages("[not json") [0].content == "[not json"
     assert parse_messages(None) == []
+    # a list of other objects (the AI SDK's ai.response.toolCalls: a reply of two calls) is
+    # no list of messages: one raw value, which the render replaces by the calls read
+    calls = json.dumps([{"toolCallId": f"c{i}", "toolName": "get_weather", "input": "{}"}
+                        for i in range(2)])
+    assert [(m.role, m.content) for m in parse_messages(calls)] == [("raw", calls)]
 
 
 def test_message_log_shows_each_message_once() -> None:

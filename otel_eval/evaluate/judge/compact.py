@@ -97,6 +97,10 @@ def _tool_calls(calls: Any) -> tuple[str, tuple[str, ...]]:
     return "; ".join(out), tuple(canon)
 
 
+# A chat message has one of these (a role, or a typed part's type, and its content).
+_MESSAGE_KEYS = frozenset({"role", "type", "parts", "content", "text"})
+
+
 def _message_list(data: Any) -> list[Any] | None:
     if isinstance(data, dict):
         for key in ("messages", "input", "prompt"):
@@ -106,8 +110,9 @@ def _message_list(data: Any) -> list[Any] | None:
         if "role" in data:
             return [data]
         return None
-    if isinstance(data, list) and all(isinstance(m, dict) for m in data):
-        return data
+    if isinstance(data, list) and all(isinstance(m, dict) and not _MESSAGE_KEYS.isdisjoint(m)
+                                      for m in data):
+        return data  # (a list of other objects, as the AI SDK's ai.response.toolCalls, is none)
     return None
 
 
