@@ -22,6 +22,9 @@ whole behaviour, as data:
   Paris' weather, then answers; a coordinator sent a tool result (the weather agent's answer,
   where the sub-agent returns to it) answers too. Who asks is told by what the request offers,
   not by ``k``: a hand-off gives the weather agent the coordinator's history.
+- ``parallel``: k=0 calls get_weather for Paris and for London in one reply (parallel tool
+  calls, as OpenAI's models make by default); after any result, the final text. An agent
+  that runs one call only ends too, with one city.
 - ``conversation``: three user turns, each its own run (trace), all carrying the conversation
   id ``CONVERSATION_ID`` where the stack's users set one (``stack.yaml`` ``conversation``).
   Turn ``n``'s prompt (``turn_prompt(n)``) asks for ``CONVERSATION_CITIES[n-1]`` and carries
@@ -48,7 +51,7 @@ REMOTE_TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 REMOTE_SPAN_ID = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{REMOTE_TRACE_ID}-{REMOTE_SPAN_ID}-01"
 SCENARIOS = ("clean", "loop", "distinct", "tool_error", "non_terminating", "remote_parent",
-             "streaming", "multi_agent", "conversation")
+             "streaming", "multi_agent", "parallel", "conversation")
 # The multi_agent scenario's coordinator (the run's agent: the one the user asked).
 COORDINATOR = "triage_agent"
 WEATHER_AGENT = "weather_agent"
@@ -56,16 +59,26 @@ WEATHER_AGENT = "weather_agent"
 TURN_MARKER = re.compile(r"\[turn:([1-9])\]")
 CONVERSATION_ID = "conv-weather-0001"
 CONVERSATION_CITIES = ("Paris", "London", "Tokyo")
+# The parallel scenario: the cities of its one reply's calls, and its final text.
+PARALLEL_CITIES = ("Paris", "London")
+PARALLEL_FINAL = "It is sunny in Paris and London."
 _QUESTIONS = ("What is the weather in Paris?", "And in London?", "And in Tokyo?")
 
 
 @dataclass(frozen=True)
 class Reply:
-    """One assistant turn: a get_weather call for ``city``, or the final ``text``."""
+    """One assistant turn: a get_weather call for ``city`` (and for each of ``also``, in the
+    same reply), or the final ``text``."""
 
     city: str | None = None
     text: str | None = None
     delegate: bool = False  # multi_agent: the coordinator calls its one delegation tool
+    also: tuple[str, ...] = ()  # parallel: the cities of the reply's further calls
+
+    @property
+    def cities(self) -> tuple[str, ...]:
+        """The cities of the reply's get_weather calls, in order."""
+        return () if self.city is None else (self.city, *self.also)
 
 
 def prompt(scenario: str) -> str:
@@ -96,6 +109,9 @@ def reply(scenario: str, k: int, turn: int = 1) -> Reply:
         return Reply(city=("Atlantis", "Paris")[k]) if k < 2 else Reply(text=FINAL)
     if scenario == "non_terminating":
         return Reply(city=CITIES[k % len(CITIES)])
+    if scenario == "parallel":
+        first, *rest = PARALLEL_CITIES
+        return Reply(city=first, also=tuple(rest)) if k == 0 else Reply(text=PARALLEL_FINAL)
     raise KeyError(scenario)
 
 

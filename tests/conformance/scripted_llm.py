@@ -116,16 +116,18 @@ def _code_tools(messages: list[Any]) -> dict[str, Any]:
     return {n: {} for n in _CODE_TOOL.findall(system) if n != FINAL_ANSWER_TOOL}
 
 
-def _code(city: str | None, text: str | None, delegate: str | None = None) -> str:
-    """A code agent's turn: a thought, then one code block calling the tool or final_answer;
-    ``delegate``: the managed agent the coordinator asks (multi_agent), with the prompt."""
+def _code(cities: tuple[str, ...], text: str | None, delegate: str | None = None) -> str:
+    """A code agent's turn: a thought, then one code block calling the tool (once per city)
+    or final_answer; ``delegate``: the managed agent the coordinator asks (multi_agent), with
+    the prompt."""
     if delegate is not None:
         task = json.dumps(scenarios.prompt("multi_agent") + " " + CODE_MARKER)
         return (f"Thought: The weather agent can answer this.\n<code>\n"
                 f"print({delegate}(task={task}))\n</code>")
-    if city is not None:
-        return (f"Thought: I will look up the weather in {city}.\n<code>\n"
-                f"print({scenarios.TOOL_NAME}(city={json.dumps(city)}))\n</code>")
+    if cities:
+        calls = "".join(f"print({scenarios.TOOL_NAME}(city={json.dumps(c)}))\n" for c in cities)
+        return (f"Thought: I will look up the weather in {' and '.join(cities)}.\n<code>\n"
+                f"{calls}</code>")
     return f"Thought: I have the answer.\n<code>\n{FINAL_ANSWER_TOOL}({json.dumps(text)})\n</code>"
 
 
@@ -345,12 +347,11 @@ def _plan(messages: list[Any], final_answer: str | None = None,
         r = scenarios.reply(name, k, turn)
     out: dict[str, Any] = {"id": "chatcmpl-" + _token_id(seed, 29),
                            "fingerprint": "fp_" + _token_id("fp", 10)}
-    call = None
     if coded:
         delegate = next(iter(tools), None) if r.delegate else None
         if r.delegate and delegate is None:
             raise BadRequest("multi_agent: the coordinator was offered no tool to delegate with")
-        code = _code(r.city, r.text, delegate)
+        code = _code(r.cities, r.text, delegate)
         out.update(message={"role": "assistant", "content": code, "refusal": None},
                    finish_reason="stop", usage=_usage(messages, code))
         return out
@@ -361,16 +362,19 @@ def _plan(messages: list[Any], final_answer: str | None = None,
         out.update(message={"role": "assistant", "content": text, "refusal": None},
                    finish_reason="stop", usage=_usage(messages, text))
         return out
+    calls = []
     if r.delegate:
-        call = _delegation(seed, tools)
-    elif r.city is not None:
-        call = _call(seed, tool, {"city": r.city})
+        calls = [_delegation(seed, tools)]
+    elif r.cities:  # a further call's id is seeded apart (the first's is as it always was)
+        calls = [_call(seed + (f"/{i}" if i else ""), tool, {"city": c})
+                 for i, c in enumerate(r.cities)]
     elif final_answer is not None:
-        call = _call(seed, FINAL_ANSWER_TOOL, {final_answer: r.text})
-    if call is not None:
-        out.update(message={"role": "assistant", "content": None, "tool_calls": [call],
+        calls = [_call(seed, FINAL_ANSWER_TOOL, {final_answer: r.text})]
+    if calls:
+        out.update(message={"role": "assistant", "content": None, "tool_calls": calls,
                             "refusal": None},
-                   finish_reason="tool_calls", answer=json.dumps(call))
+                   finish_reason="tool_calls",
+                   answer=" ".join(json.dumps(c) for c in calls))
     else:
         out.update(message={"role": "assistant", "content": r.text, "refusal": None},
                    finish_reason="stop", answer=r.text or "")
@@ -402,16 +406,15 @@ def chunks(p: dict[str, Any], created: int, include_usage: bool) -> list[dict[st
     msg = p["message"]
     out = [chunk({"role": "assistant", "content": "" if msg["content"] else None,
                   "refusal": None})]
-    if msg.get("tool_calls"):
-        call = msg["tool_calls"][0]
-        out.append(chunk({"tool_calls": [{"index": 0, "id": call["id"], "type": "function",
+    for n, call in enumerate(msg.get("tool_calls") or []):
+        out.append(chunk({"tool_calls": [{"index": n, "id": call["id"], "type": "function",
                                           "function": {"name": call["function"]["name"],
                                                        "arguments": ""}}]}))
         args = call["function"]["arguments"]
         for i in range(0, len(args), 8):
-            out.append(chunk({"tool_calls": [{"index": 0,
+            out.append(chunk({"tool_calls": [{"index": n,
                                               "function": {"arguments": args[i:i + 8]}}]}))
-    else:
+    if not msg.get("tool_calls"):
         words = msg["content"].split(" ")
         for i, w in enumerate(words):
             out.append(chunk({"content": w if i == 0 else " " + w}))
@@ -438,16 +441,17 @@ def response(body: dict[str, Any], created: int) -> dict[str, Any]:
     suffix = p["id"].removeprefix("chatcmpl-")
     msg = p["message"]
     if msg.get("tool_calls"):
-        call = msg["tool_calls"][0]
-        item = {"type": "function_call", "id": "fc_" + suffix, "call_id": call["id"],
-                "name": call["function"]["name"], "arguments": call["function"]["arguments"],
-                "status": "completed"}
+        items = [{"type": "function_call", "id": "fc_" + suffix + (f"{n}" if n else ""),
+                  "call_id": call["id"], "name": call["function"]["name"],
+                  "arguments": call["function"]["arguments"], "status": "completed"}
+                 for n, call in enumerate(msg["tool_calls"])]
     else:
-        item = {"type": "message", "id": "msg_" + suffix, "status": "completed",
-                "role": "assistant", "content": [{"type": "output_text", "text": msg["content"],
-                                                  "annotations": [], "logprobs": []}]}
+        items = [{"type": "message", "id": "msg_" + suffix, "status": "completed",
+                  "role": "assistant", "content": [{"type": "output_text",
+                                                    "text": msg["content"],
+                                                    "annotations": [], "logprobs": []}]}]
     return {"id": "resp_" + suffix, "object": "response", "created_at": created,
-            "status": "completed", "model": MODEL, "output": [item],
+            "status": "completed", "model": MODEL, "output": items,
             "usage": _response_usage(p["usage"]), "error": None, "incomplete_details": None,
             "instructions": body.get("instructions"), "metadata": {}, "tools": body.get("tools")
             or [], "tool_choice": body.get("tool_choice") or "auto", "parallel_tool_calls":
@@ -457,14 +461,23 @@ def response(body: dict[str, Any], created: int) -> dict[str, Any]:
 
 
 def response_events(r: dict[str, Any]) -> list[dict[str, Any]]:
-    """The typed SSE events of a streamed Responses API answer, in order."""
-    item = r["output"][0]
+    """The typed SSE events of a streamed Responses API answer, in order (each output item's
+    in turn)."""
     started = {**r, "status": "in_progress", "output": [], "usage": None}
     out: list[dict[str, Any]] = [{"type": "response.created", "response": started},
                                  {"type": "response.in_progress", "response": started}]
-    at = {"item_id": item["id"], "output_index": 0}
+    for index, item in enumerate(r["output"]):
+        out += _item_events(item, index)
+    out.append({"type": "response.completed", "response": r})
+    return [{**e, "sequence_number": i} for i, e in enumerate(out)]
+
+
+def _item_events(item: dict[str, Any], index: int) -> list[dict[str, Any]]:
+    """The streamed events of one Responses API output item, from added to done."""
+    at = {"item_id": item["id"], "output_index": index}
+    out: list[dict[str, Any]] = []
     if item["type"] == "function_call":
-        out.append({"type": "response.output_item.added", "output_index": 0,
+        out.append({"type": "response.output_item.added", "output_index": index,
                     "item": {**item, "arguments": "", "status": "in_progress"}})
         args = item["arguments"]
         out += [{"type": "response.function_call_arguments.delta", **at, "delta": args[i:i + 8]}
@@ -473,7 +486,7 @@ def response_events(r: dict[str, Any]) -> list[dict[str, Any]]:
                     "name": item["name"]})
     else:
         part = item["content"][0]
-        out += [{"type": "response.output_item.added", "output_index": 0,
+        out += [{"type": "response.output_item.added", "output_index": index,
                  "item": {**item, "content": [], "status": "in_progress"}},
                 {"type": "response.content_part.added", **at, "content_index": 0,
                  "part": {**part, "text": ""}}]
@@ -483,9 +496,8 @@ def response_events(r: dict[str, Any]) -> list[dict[str, Any]]:
         out += [{"type": "response.output_text.done", **at, "content_index": 0, "logprobs": [],
                  "text": part["text"]},
                 {"type": "response.content_part.done", **at, "content_index": 0, "part": part}]
-    out += [{"type": "response.output_item.done", "output_index": 0, "item": item},
-            {"type": "response.completed", "response": r}]
-    return [{**e, "sequence_number": i} for i, e in enumerate(out)]
+    out.append({"type": "response.output_item.done", "output_index": index, "item": item})
+    return out
 
 
 def message(body: dict[str, Any]) -> dict[str, Any]:
@@ -497,16 +509,16 @@ def message(body: dict[str, Any]) -> dict[str, Any]:
     suffix = p["id"].removeprefix("chatcmpl-")[:24]
     msg = p["message"]
     if msg.get("tool_calls"):
-        call = msg["tool_calls"][0]
-        block: dict[str, Any] = {"type": "tool_use", "id": "toolu_01" + call["id"][5:27],
-                                 "name": call["function"]["name"],
-                                 "input": json.loads(call["function"]["arguments"])}
+        blocks: list[dict[str, Any]] = [
+            {"type": "tool_use", "id": "toolu_01" + call["id"][5:27],
+             "name": call["function"]["name"], "input": json.loads(call["function"]["arguments"])}
+            for call in msg["tool_calls"]]
         stop = "tool_use"
     else:
-        block, stop = {"type": "text", "text": msg["content"]}, "end_turn"
+        blocks, stop = [{"type": "text", "text": msg["content"]}], "end_turn"
     usage = p["usage"]
     return {"id": "msg_01" + suffix, "type": "message", "role": "assistant",
-            "model": ANTHROPIC_MODEL, "content": [block], "stop_reason": stop,
+            "model": ANTHROPIC_MODEL, "content": blocks, "stop_reason": stop,
             "stop_sequence": None,
             "usage": {"input_tokens": usage["prompt_tokens"],
                       "output_tokens": usage["completion_tokens"],
@@ -514,28 +526,29 @@ def message(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def message_events(m: dict[str, Any]) -> list[dict[str, Any]]:
-    """The named SSE events of a streamed Messages API answer, in order."""
-    block = m["content"][0]
+    """The named SSE events of a streamed Messages API answer, in order (each content block
+    in turn)."""
     usage = m["usage"]
     started = {**m, "content": [], "stop_reason": None,
                "usage": {**usage, "output_tokens": 1}}
     out: list[dict[str, Any]] = [{"type": "message_start", "message": started}]
-    if block["type"] == "tool_use":
-        out.append({"type": "content_block_start", "index": 0,
-                    "content_block": {**block, "input": {}}})
-        args = json.dumps(block["input"])
-        out += [{"type": "content_block_delta", "index": 0,
-                 "delta": {"type": "input_json_delta", "partial_json": args[i:i + 8]}}
-                for i in range(0, len(args), 8)]
-    else:
-        out.append({"type": "content_block_start", "index": 0,
-                    "content_block": {"type": "text", "text": ""}})
-        words = block["text"].split(" ")
-        out += [{"type": "content_block_delta", "index": 0,
-                 "delta": {"type": "text_delta", "text": w if i == 0 else " " + w}}
-                for i, w in enumerate(words)]
-    out += [{"type": "content_block_stop", "index": 0},
-            {"type": "message_delta", "delta": {"stop_reason": m["stop_reason"],
+    for index, block in enumerate(m["content"]):
+        if block["type"] == "tool_use":
+            out.append({"type": "content_block_start", "index": index,
+                        "content_block": {**block, "input": {}}})
+            args = json.dumps(block["input"])
+            out += [{"type": "content_block_delta", "index": index,
+                     "delta": {"type": "input_json_delta", "partial_json": args[i:i + 8]}}
+                    for i in range(0, len(args), 8)]
+        else:
+            out.append({"type": "content_block_start", "index": index,
+                        "content_block": {"type": "text", "text": ""}})
+            words = block["text"].split(" ")
+            out += [{"type": "content_block_delta", "index": index,
+                     "delta": {"type": "text_delta", "text": w if i == 0 else " " + w}}
+                    for i, w in enumerate(words)]
+        out.append({"type": "content_block_stop", "index": index})
+    out += [{"type": "message_delta", "delta": {"stop_reason": m["stop_reason"],
                                                 "stop_sequence": None},
              "usage": {"output_tokens": usage["output_tokens"]}},
             {"type": "message_stop"}]
@@ -565,12 +578,13 @@ def generate_content(body: dict[str, Any]) -> dict[str, Any]:
     p = _plan(_gemini_messages(body), tools=offered(body))
     msg, usage = p["message"], p["usage"]
     if msg.get("tool_calls"):
-        fn = msg["tool_calls"][0]["function"]
-        part: dict[str, Any] = {"functionCall": {"name": fn["name"],
-                                                 "args": json.loads(fn["arguments"])}}
+        parts: list[dict[str, Any]] = [
+            {"functionCall": {"name": c["function"]["name"],
+                              "args": json.loads(c["function"]["arguments"])}}
+            for c in msg["tool_calls"]]
     else:
-        part = {"text": msg["content"]}
-    return {"candidates": [{"content": {"role": "model", "parts": [part]},
+        parts = [{"text": msg["content"]}]
+    return {"candidates": [{"content": {"role": "model", "parts": parts},
                             "finishReason": "STOP", "index": 0}],
             "usageMetadata": {"promptTokenCount": usage["prompt_tokens"],
                               "candidatesTokenCount": usage["completion_tokens"],
@@ -580,13 +594,13 @@ def generate_content(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def generate_content_chunks(g: dict[str, Any]) -> list[dict[str, Any]]:
-    """A streamed ``generateContent`` answer: text in word chunks (a function call whole),
-    the finish reason and usage on the last chunk."""
+    """A streamed ``generateContent`` answer: text in word chunks (function calls whole, all
+    in one chunk), the finish reason and usage on the last chunk."""
     cand = g["candidates"][0]
-    part = cand["content"]["parts"][0]
-    pieces = [part] if "text" not in part else [
-        {"text": w if i == 0 else " " + w} for i, w in enumerate(part["text"].split(" "))]
-    out = [{"candidates": [{"content": {"role": "model", "parts": [p]}, "index": 0}],
+    parts = cand["content"]["parts"]
+    pieces = [parts] if "text" not in parts[0] else [
+        [{"text": w if i == 0 else " " + w}] for i, w in enumerate(parts[0]["text"].split(" "))]
+    out = [{"candidates": [{"content": {"role": "model", "parts": p}, "index": 0}],
             "modelVersion": g["modelVersion"], "responseId": g["responseId"]} for p in pieces]
     out[-1]["candidates"][0]["finishReason"] = cand["finishReason"]
     out[-1]["usageMetadata"] = g["usageMetadata"]

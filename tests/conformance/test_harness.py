@@ -570,3 +570,66 @@ def test_a_messages_parameter_gets_one_user_message() -> None:
                                            "required": ["messages"]})
     assert args == {"messages": [{"role": "user",
                                   "content": [{"text": scenarios.prompt("multi_agent")}]}]}
+
+
+PARALLEL = list(scenarios.PARALLEL_CITIES)
+
+
+def test_parallel_calls_come_in_one_reply_in_every_api_s_shape(llm: ScriptedLLM) -> None:
+    """The parallel scenario's first reply holds one get_weather call per city, each with its
+    own id, in chat completions (whole and streamed by index), Responses (one function_call
+    item each, whole and streamed), Messages (one tool_use block each, whole and streamed)
+    and Gemini (one functionCall part each); the results of both get the final text."""
+    client = _client(llm)
+    user = {"role": "user", "content": "weather? [scenario:parallel]"}
+    msgs = _run(client, "parallel")
+    assert len(msgs) == 2 and msgs[-1].content == scenarios.PARALLEL_FINAL
+    calls = msgs[0].tool_calls or []
+    assert [json.loads(c.function.arguments)["city"] for c in calls] == PARALLEL
+    assert len({c.id for c in calls}) == 2
+
+    stream = list(client.chat.completions.create(model="gpt-4o-mini", tools=[TOOL], stream=True,
+                                                 messages=[user]))
+    args: dict[int, str] = {}
+    for c in stream:
+        for d in c.choices[0].delta.tool_calls or [] if c.choices else []:
+            args[d.index] = args.get(d.index, "") + (d.function.arguments or "")
+    assert [json.loads(args[i])["city"] for i in sorted(args)] == PARALLEL
+
+    r = client.responses.create(model="gpt-4o-mini", input=[user], tools=[RESPONSES_TOOL])
+    assert [json.loads(o.arguments)["city"] for o in r.output] == PARALLEL
+    assert len({o.call_id for o in r.output}) == len({o.id for o in r.output}) == 2
+    events = list(client.responses.create(model="gpt-4o-mini", input=[user],
+                                          tools=[RESPONSES_TOOL], stream=True))
+    done = [e.arguments for e in events if e.type == "response.function_call_arguments.done"]
+    assert [json.loads(a)["city"] for a in done] == PARALLEL
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+
+    body = {"model": "claude-3-5-haiku-20241022", "max_tokens": 256, "messages": [user],
+            "tools": [ANTHROPIC_TOOL]}
+    m = _messages(llm, body)
+    assert [b["input"]["city"] for b in m["content"]] == PARALLEL
+    assert m["stop_reason"] == "tool_use" and len({b["id"] for b in m["content"]}) == 2
+    named = _messages(llm, {**body, "stream": True})
+    starts = [e["index"] for n, e in named if n == "content_block_start"]
+    assert starts == [0, 1] == [e["index"] for n, e in named if n == "content_block_stop"]
+    answered = _messages(llm, {**body, "messages": [user, {"role": "assistant",
+                                                           "content": m["content"]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": b["id"],
+                                      "content": "sunny"} for b in m["content"]]}]})
+    assert answered["content"] == [{"type": "text", "text": scenarios.PARALLEL_FINAL}]
+
+    contents = [{"role": "user", "parts": [{"text": user["content"]}]}]
+    parts = _gemini(llm, {"contents": contents})["candidates"][0]["content"]["parts"]
+    assert [p["functionCall"]["args"]["city"] for p in parts] == PARALLEL
+    chunks = _gemini(llm, {"contents": contents}, stream=True)
+    assert len(chunks) == 1 and chunks[0]["candidates"][0]["content"]["parts"] == parts
+
+
+def test_a_code_agent_calls_each_parallel_city_in_one_code_block(llm: ScriptedLLM) -> None:
+    reply = _client(llm).chat.completions.create(model="gpt-4o-mini", messages=[
+        {"role": "user", "content": "[scenario:parallel] [answer:code]"}]).choices[0].message
+    assert reply.content is not None
+    code = reply.content.split("<code>\n", 1)[1]
+    assert code == ('print(get_weather(city="Paris"))\nprint(get_weather(city="London"))\n'
+                    "</code>")

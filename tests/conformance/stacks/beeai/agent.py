@@ -2,7 +2,8 @@
 (LiteLLM underneath) pointed at the scripted LLM, get_weather as a ``@tool`` function,
 instrumented by OpenInference's BeeAI instrumentation (``BeeAIInstrumentor``), as its docs show.
 The agent ends by calling its final_answer tool (the scripted LLM does so when that tool is
-offered). The streaming scenario gives the model ``ChatModelParameters(stream=True)``.
+offered). The streaming scenario gives the model ``ChatModelParameters(stream=True)``; the parallel
+one ``allow_parallel_tool_calls=True`` (BeeAI's setting, off by default).
 ``python agent.py SCENARIO`` (in the stack's venv)."""
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ async def run(scenario: str) -> str:
                           parameters=ChatModelParameters(stream=scenario == "streaming"),
                           # a base_url makes BeeAI assume no tool_choice "required" (and force
                           # tool calls through a JSON response format): this server has it
-                          tool_choice_support={"required", "none", "single", "auto"})
+                          tool_choice_support={"required", "none", "single", "auto"},
+                          # off by default: a reply of several calls fails the run
+                          allow_parallel_tool_calls=scenario == "parallel")
     agent = RequirementAgent(llm=llm, tools=[get_weather], name=common.AGENT_NAME,
                              instructions="You are a weather assistant. Use get_weather.")
     if scenario == "multi_agent":  # BeeAI's HandoffTool: the coordinator hands off the task
