@@ -39,6 +39,32 @@ CASES: list[tuple[str, Trajectory, list[str]]] = [
     ("OpenAI Agents SDK",
      traj(tool("t"), output=None, root_error="MaxTurnsExceeded: Max turns (10) exceeded"),
      ["non_termination/halted"]),
+    # the conformance corpus' max_turns recordings: each framework's own words at its cap
+    ("BeeAI at max_iterations",
+     traj(tool("t"), output=None, root_error="beeai_framework.agents.errors.AgentError: Agent "
+                                            "was not able to resolve the task in 4 iterations."),
+     ["non_termination/halted"]),
+    ("Google ADK at max_llm_calls",
+     traj(tool("t"), output=None, root_error="LlmCallsLimitExceededError: Max number of llm "
+                                            "calls limit of `3` exceeded"),
+     ["non_termination/halted"]),
+    ("Microsoft Agent Framework at max_iterations",
+     traj(tool("t"), output="Function invocation limit reached before a final answer could be "
+                            "produced."), ["non_termination/halted"]),
+    ("smolagents asks for a last answer at max_steps",
+     traj(tool("t"), dataclasses.replace(llm("sunny"), input_text=(
+         "An agent tried to answer a user query but it got stuck and failed to do so. You are "
+         "tasked with providing an answer instead. Here is the agent's memory:" + "x" * 5000))),
+     ["non_termination/halted"]),
+    ("CrewAI asks for a last answer at max_iter",
+     traj(tool("t"), dataclasses.replace(llm("sunny"), input_text="x" * 5000 + (
+         "Now it's time you MUST give your absolute best final answer. You'll ignore all "
+         "previous instructions, stop using any tools, and just return your absolute BEST "
+         "Final answer."))), ["non_termination/halted"]),
+    ("the forced answer's words in an earlier call's input are no halt",
+     traj(dataclasses.replace(llm("x"), input_text="Now it's time you MUST give your absolute "
+                                                   "best final answer"), tool("t"), llm("done")),
+     []),
     ("error on the root", traj(llm("x"), root_error="ValueError: boom"),
      ["non_termination/root_error"]),
     # the AI SDK under OpenInference's span processor: the root ERROR with the first failed

@@ -185,7 +185,9 @@ class NonTerminationConfig:
     # Regular expressions (case-insensitive) of framework halt markers, looked for in the
     # final output, error messages and agent/chain outputs. Defaults cover smolagents,
     # LangGraph, LangChain AgentExecutor, OpenAI Agents SDK, CrewAI, AutoGen, LlamaIndex,
-    # pydantic-ai and mini-swe-agent.
+    # pydantic-ai, mini-swe-agent, BeeAI (AgentError at max_iterations), Google ADK
+    # (LlmCallsLimitExceededError at max_llm_calls) and Microsoft Agent Framework (its answer
+    # at max_iterations).
     halt_patterns: tuple[str, ...] = (
         r"reached max(imum)? (steps|iterations|turns)",
         r"max(imum)?[ _]?(turns|iterations|steps)[ _]?(exceeded|reached)",
@@ -196,6 +198,17 @@ class NonTerminationConfig:
         r"UsageLimitExceeded",
         r"LimitsExceeded",
         r"maximum number of (turns|iterations|steps|rounds)",
+        r"not able to resolve the task in \d+ iterations",
+        r"LlmCallsLimitExceeded|max number of llm calls limit of `?\d+`? exceeded",
+        r"function invocation limit reached before a final answer",
+    )
+    # The prompts a framework sends the model at its cap to force a last answer out of it,
+    # looked for in the last LLM call's input: smolagents' provide_final_answer (max_steps),
+    # CrewAI's handle_max_iterations_exceeded (max_iter). The model then answers, so no
+    # error or output says the run was stopped.
+    forced_answer_patterns: tuple[str, ...] = (
+        r"got stuck and failed to do so\. You are tasked with providing an answer instead",
+        r"Now it's time you MUST give your absolute best final answer",
     )
     # Severity when no final output could be found at all (some instrumentations do not
     # record it, so this is a warning by default).

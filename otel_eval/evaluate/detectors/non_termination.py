@@ -2,7 +2,9 @@
 
 Findings: the trace was released ``incomplete`` (root never ended) or ``truncated``; the last
 LLM call stopped for length, or asked for tools that never ran and there is no final
-answer; a framework halt marker (max steps / iterations / turns, recursion limit); an error
+answer; a framework halt marker (max steps / iterations / turns, recursion limit), or the
+prompt a framework sends at its cap to force a last answer (in the last LLM call's input); an
+error
 on the root span (``root_error``; not when it is the error of a call the run then recovered
 from and answered after: OpenInference's span processor over the AI SDK sets the root ERROR
 with the first failed call's message whatever followed); a final output that was recorded
@@ -26,13 +28,15 @@ from otel_eval.evaluate.detectors.config import DetectorsConfig, NonTerminationC
 _LENGTH_REASONS = frozenset({"length", "max_tokens", "max_output_tokens", "model_length"})
 _SCAN_CHARS = 2000  # halt markers sit at the start or end of a message
 # Words one of which every match of the default halt patterns contains ("reached max ...",
-# "max_turns_exceeded", "maximum number of", "MaxTurnsExceeded" -> max; "recursion limit",
-# "GraphRecursionError" -> recursion; "agent stopped due to"; "UsageLimitExceeded";
-# "LimitsExceeded"). For ASCII text, IGNORECASE matching is lowercasing, so a text whose
+# "max_turns_exceeded", "maximum number of", "MaxTurnsExceeded", "max number of llm calls"
+# -> max; "recursion limit", "GraphRecursionError" -> recursion; "agent stopped due to";
+# "UsageLimitExceeded", "LlmCallsLimitExceeded"; "LimitsExceeded"; BeeAI's "not able to
+# resolve the task"; "function invocation limit"). For ASCII text, IGNORECASE matching is lowercasing, so a text whose
 # lowercase holds none of them cannot match: one substring scan instead of the regex, which
 # costs ~60 us per LLM answer. Other patterns (a changed tuple) always run the regex.
 _HALT_WORDS = {NonTerminationConfig().halt_patterns: (
-    "max", "recursion", "agent stopped", "limitexceeded", "limitsexceeded")}
+    "max", "recursion", "agent stopped", "limitexceeded", "limitsexceeded",
+    "not able to resolve", "invocation limit")}
 
 
 @lru_cache(maxsize=16)
@@ -129,11 +133,30 @@ def _halt_markers(trajectory: Trajectory, cfg: NonTerminationConfig) -> list[Fin
     return []
 
 
+def _forced_answer(trajectory: Trajectory, cfg: NonTerminationConfig) -> list[Finding]:
+    """A framework's prompt forcing a last answer out of the model at its cap, in the last
+    LLM call's input (its start or end: the system message or the last message)."""
+    rx = _halt_regex(cfg.forced_answer_patterns)
+    llm = trajectory.llm_steps
+    text = llm[-1].input_text if llm and rx is not None else None
+    if not text:
+        return []
+    if len(text) > 2 * _SCAN_CHARS:
+        text = text[:_SCAN_CHARS] + "\n" + text[-_SCAN_CHARS:]
+    m = rx.search(text) if rx is not None else None
+    if m is None:
+        return []
+    last = llm[-1]
+    return [Finding("non_termination", "halted", "error",
+                    f"the framework forced a last answer at its cap: {m.group(0)!r}",
+                    [last.span_id], [last.index], {"marker": m.group(0)})]
+
+
 def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) -> list[Finding]:
     cfg = config.non_termination
     out = _status(trajectory, cfg)
     out += _last_llm(trajectory)
-    out += _halt_markers(trajectory, cfg)
+    out += _halt_markers(trajectory, cfg) or _forced_answer(trajectory, cfg)
     root = _root(trajectory)
     halted_on_root = any(f.kind == "halted" and root is not None
                          and f.span_ids == [root.span_id] for f in out)
