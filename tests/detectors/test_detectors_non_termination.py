@@ -51,6 +51,10 @@ CASES: list[tuple[str, Trajectory, list[str]]] = [
     ("Microsoft Agent Framework at max_iterations",
      traj(tool("t"), output="Function invocation limit reached before a final answer could be "
                             "produced."), ["non_termination/halted"]),
+    ("LangGraph's create_react_agent a step before its recursion limit",
+     traj(tool("t"), output='{"messages": [{"type": "ai", "data": {"content": "Sorry, need '
+                            'more steps to process this request."}}]}'),
+     ["non_termination/halted"]),
     ("smolagents asks for a last answer at max_steps",
      traj(tool("t"), dataclasses.replace(llm("sunny"), input_text=(
          "An agent tried to answer a user query but it got stuck and failed to do so. You are "

@@ -186,8 +186,9 @@ class NonTerminationConfig:
     # final output, error messages and agent/chain outputs. Defaults cover smolagents,
     # LangGraph, LangChain AgentExecutor, OpenAI Agents SDK, CrewAI, AutoGen, LlamaIndex,
     # pydantic-ai, mini-swe-agent, BeeAI (AgentError at max_iterations), Google ADK
-    # (LlmCallsLimitExceededError at max_llm_calls) and Microsoft Agent Framework (its answer
-    # at max_iterations).
+    # (LlmCallsLimitExceededError at max_llm_calls), Microsoft Agent Framework (its answer
+    # at max_iterations) and LangGraph's create_react_agent (its answer a step before the
+    # recursion limit).
     halt_patterns: tuple[str, ...] = (
         r"reached max(imum)? (steps|iterations|turns)",
         r"max(imum)?[ _]?(turns|iterations|steps)[ _]?(exceeded|reached)",
@@ -201,6 +202,7 @@ class NonTerminationConfig:
         r"not able to resolve the task in \d+ iterations",
         r"LlmCallsLimitExceeded|max number of llm calls limit of `?\d+`? exceeded",
         r"function invocation limit reached before a final answer",
+        r"need more steps to process this request",
     )
     # The prompts a framework sends the model at its cap to force a last answer out of it,
     # looked for in the last LLM call's input: smolagents' provide_final_answer (max_steps),

@@ -31,12 +31,12 @@ _SCAN_CHARS = 2000  # halt markers sit at the start or end of a message
 # "max_turns_exceeded", "maximum number of", "MaxTurnsExceeded", "max number of llm calls"
 # -> max; "recursion limit", "GraphRecursionError" -> recursion; "agent stopped due to";
 # "UsageLimitExceeded", "LlmCallsLimitExceeded"; "LimitsExceeded"; BeeAI's "not able to
-# resolve the task"; "function invocation limit"). For ASCII text, IGNORECASE matching is lowercasing, so a text whose
+# resolve the task"; "function invocation limit"; LangGraph's "need more steps"). For ASCII text, IGNORECASE matching is lowercasing, so a text whose
 # lowercase holds none of them cannot match: one substring scan instead of the regex, which
 # costs ~60 us per LLM answer. Other patterns (a changed tuple) always run the regex.
 _HALT_WORDS = {NonTerminationConfig().halt_patterns: (
     "max", "recursion", "agent stopped", "limitexceeded", "limitsexceeded",
-    "not able to resolve", "invocation limit")}
+    "not able to resolve", "invocation limit", "more steps")}
 
 
 @lru_cache(maxsize=16)
