@@ -55,6 +55,10 @@ CASES: list[tuple[str, Trajectory, list[str]]] = [
      traj(tool("t"), output='{"messages": [{"type": "ai", "data": {"content": "Sorry, need '
                             'more steps to process this request."}}]}'),
      ["non_termination/halted"]),
+    ("a LlamaIndex workflow at max_iterations",
+     traj(tool("t"), output=None, root_error="WorkflowRuntimeError: Max iterations of 6 "
+                                            "reached! Either something went wrong, or ..."),
+     ["non_termination/halted"]),
     ("smolagents asks for a last answer at max_steps",
      traj(tool("t"), dataclasses.replace(llm("sunny"), input_text=(
          "An agent tried to answer a user query but it got stuck and failed to do so. You are "
