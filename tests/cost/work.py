@@ -24,6 +24,7 @@ text ``bound`` encoded, as the evaluator hands it on).
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import sys
@@ -94,16 +95,24 @@ def _quiet() -> Iterator[None]:
 
 
 def count(fn: Callable[[], T]) -> tuple[int, T]:
-    """(Python calls made by ``fn()``, its result), on the second of two runs."""
+    """(Python calls made by ``fn()``, its result), on the second of two runs. The collector
+    is off while counting: a ``gc.callbacks`` hook another test's import left (Hypothesis
+    registers one) is a call at each collection, and when collections fall depends on what
+    ran before."""
     with _quiet():
         fields._plans.clear()
         fn()  # warm every cache the stage keeps
         counter = _Counter()
+        enabled = gc.isenabled()
+        gc.collect()
+        gc.disable()
         sys.setprofile(counter)
         try:
             result = fn()
         finally:
             sys.setprofile(None)
+            if enabled:
+                gc.enable()
     return counter.calls, result
 
 
