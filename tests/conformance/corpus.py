@@ -28,7 +28,7 @@ from otel_eval.base.results import NOT_ENDED_KINDS
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = ("clean", "loop", "distinct", "tool_error", "non_terminating", "remote_parent",
-             "streaming", "multi_agent", "parallel")
+             "streaming", "multi_agent", "parallel", "max_turns")
 # Two agents in one run: the coordinator (the run's agent: the stack's ``coordinator``, default
 # ``triage_agent``) hands the question to the weather agent (the stack's ``agent``), whose
 # get_weather calls are its own (``call_agents``).

@@ -13,14 +13,15 @@ the stack's own ``env``), wait for it (bounded), and write
 ``recordings/<stack>/<scenario>.json``::
 
     {"stack", "scenario", "packages": {name: installed version}, "llm_requests": n,
-     "requests": [{"signal": "traces" | "logs", "body": <OTLP JSON, hex ids>}, ...]}
+     "requests": [{"signal": "traces" | "logs", "body": <OTLP JSON, hex ids>}, ...],
+     "exit": {"status": n, "error": [last stderr line]}}   # max_turns only, when not 0
 
 with the OTLP requests in arrival order, and the paths of this checkout, of the stack's venv and
 of the Python installation in them (stack traces in exception events) written as ``<repo>``,
 ``<venv>`` and ``<python>``, and any other absolute path of this machine as ``machine_paths``
 says (``--rescrub`` rewrites the committed recordings by the same rules). A run that fails
-(exit code, timeout, a request the scripted LLM or the capture server refused) is reported
-and writes nothing. Progress goes to
+(exit code, but in max_turns, where a framework may raise at its cap; timeout, a request the
+scripted LLM or the capture server refused) is reported and writes nothing. Progress goes to
 stderr; the paths written go to stdout.
 """
 
@@ -154,13 +155,20 @@ def record(name: str, stack: dict[str, Any], env_dir: Path, scenario: str) -> di
     finally:
         llm.stop()
         cap.stop()
-    if proc.returncode != 0 or llm.errors or cap.errors:
+    # max_turns: a framework that raises at its cap ends the program with that exception, as
+    # it ends a user's program that does not catch it (its spans are still exported)
+    failed = proc.returncode != 0 and scenario != "max_turns"
+    if failed or llm.errors or cap.errors:
         raise RuntimeError(f"exit {proc.returncode}; llm errors {llm.errors}; capture errors "
                            f"{cap.errors}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
     if not cap.arrivals:
         raise RuntimeError(f"no OTLP request was exported\n{proc.stderr[-4000:]}")
-    return {"stack": name, "scenario": scenario, "packages": installed(stack, env_dir),
-            "llm_requests": llm.requests, "requests": _scrubbed(cap.recorded(), env_dir)}
+    out = {"stack": name, "scenario": scenario, "packages": installed(stack, env_dir),
+           "llm_requests": llm.requests, "requests": _scrubbed(cap.recorded(), env_dir)}
+    if proc.returncode != 0:  # max_turns: the framework's exception at its cap, last line
+        out["exit"] = {"status": proc.returncode,
+                       "error": _scrubbed(proc.stderr.strip().splitlines()[-1:], env_dir)}
+    return out
 
 
 def _scrubbed(requests: list[Any], env_dir: Path) -> list[Any]:

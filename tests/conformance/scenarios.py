@@ -25,6 +25,12 @@ whole behaviour, as data:
 - ``parallel``: k=0 calls get_weather for Paris and for London in one reply (parallel tool
   calls, as OpenAI's models make by default); after any result, the final text. An agent
   that runs one call only ends too, with one city.
+- ``max_turns``: like ``non_terminating`` the model never stops calling get_weather (cycling
+  cities), but nothing kills the run: the agent runs under its framework's own cap on turns
+  (``max_turns``, ``max_steps``, ``recursion_limit``, ``max_iter``..., set to
+  ``LIMITED_TURNS``), which ends it the framework's way (an error, or an answer forced out of
+  the model). A request that offers no tool (a framework asking for that last answer) gets
+  ``GAVE_UP``.
 - ``conversation``: three user turns, each its own run (trace), all carrying the conversation
   id ``CONVERSATION_ID`` where the stack's users set one (``stack.yaml`` ``conversation``).
   Turn ``n``'s prompt (``turn_prompt(n)``) asks for ``CONVERSATION_CITIES[n-1]`` and carries
@@ -51,7 +57,7 @@ REMOTE_TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 REMOTE_SPAN_ID = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{REMOTE_TRACE_ID}-{REMOTE_SPAN_ID}-01"
 SCENARIOS = ("clean", "loop", "distinct", "tool_error", "non_terminating", "remote_parent",
-             "streaming", "multi_agent", "parallel", "conversation")
+             "streaming", "multi_agent", "parallel", "max_turns", "conversation")
 # The multi_agent scenario's coordinator (the run's agent: the one the user asked).
 COORDINATOR = "triage_agent"
 WEATHER_AGENT = "weather_agent"
@@ -59,6 +65,10 @@ WEATHER_AGENT = "weather_agent"
 TURN_MARKER = re.compile(r"\[turn:([1-9])\]")
 CONVERSATION_ID = "conv-weather-0001"
 CONVERSATION_CITIES = ("Paris", "London", "Tokyo")
+# The max_turns scenario: the frameworks' cap on model turns, and the answer to a request that
+# offers no tool (the last answer a framework asks for at its cap).
+LIMITED_TURNS = 3
+GAVE_UP = "I could not finish looking up the weather."
 # The parallel scenario: the cities of its one reply's calls, and its final text.
 PARALLEL_CITIES = ("Paris", "London")
 PARALLEL_FINAL = "It is sunny in Paris and London."
@@ -107,7 +117,7 @@ def reply(scenario: str, k: int, turn: int = 1) -> Reply:
         return Reply(text="It is sunny in " + ", ".join(CITIES[:-1]) + f" and {CITIES[-1]}.")
     if scenario == "tool_error":
         return Reply(city=("Atlantis", "Paris")[k]) if k < 2 else Reply(text=FINAL)
-    if scenario == "non_terminating":
+    if scenario in ("non_terminating", "max_turns"):
         return Reply(city=CITIES[k % len(CITIES)])
     if scenario == "parallel":
         first, *rest = PARALLEL_CITIES

@@ -30,6 +30,10 @@ In ``multi_agent`` who asks is told by the tools the request offers (any API's s
 first offered tool but ``final_answer`` with ``scenarios.delegation_arguments`` (and gets a
 400 when nothing is offered).
 
+In ``max_turns`` a request that offers no tool (in any API's shape; not a code agent's or
+DSPy's, whose tools are in the prompt) gets ``scenarios.GAVE_UP``: a framework at its cap
+asking the model for a last answer.
+
 A tool offered under a qualified name ending in ``-get_weather`` (Semantic Kernel's
 ``PluginName-function``) is called by that name. A client that ends a run by calling a tool
 instead of answering in text (smolagents' ``final_answer``) gets its final text as that
@@ -343,6 +347,8 @@ def _plan(messages: list[Any], final_answer: str | None = None,
         seen = scenarios.weather("Paris") in json.dumps(messages)
         r = scenarios.multi_agent_reply(worker, seen, k)
         seed += f"/{scenarios.WEATHER_AGENT if worker else scenarios.COORDINATOR}/{seen}"
+    elif name == "max_turns" and not tools and not coded and not dspy_fields:
+        r = scenarios.Reply(text=scenarios.GAVE_UP)  # asked for an answer at the cap
     else:
         r = scenarios.reply(name, k, turn)
     out: dict[str, Any] = {"id": "chatcmpl-" + _token_id(seed, 29),

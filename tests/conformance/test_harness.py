@@ -633,3 +633,21 @@ def test_a_code_agent_calls_each_parallel_city_in_one_code_block(llm: ScriptedLL
     code = reply.content.split("<code>\n", 1)[1]
     assert code == ('print(get_weather(city="Paris"))\nprint(get_weather(city="London"))\n'
                     "</code>")
+
+
+def test_max_turns_calls_on_until_a_request_offers_no_tool(llm: ScriptedLLM) -> None:
+    """The model never answers while get_weather is offered (cycling cities, as
+    non_terminating); a framework at its cap asking without tools gets the give-up text."""
+    client = _client(llm)
+    messages: list[Any] = [{"role": "user", "content": "weather? [scenario:max_turns]"}]
+    cities = []
+    for _ in range(8):
+        msg = client.chat.completions.create(model="gpt-4o-mini", messages=messages,
+                                             tools=[TOOL]).choices[0].message
+        [call] = msg.tool_calls or []
+        cities.append(json.loads(call.function.arguments)["city"])
+        messages += [msg.model_dump(exclude_none=True),
+                     {"role": "tool", "tool_call_id": call.id, "content": "sunny"}]
+    assert cities == [*scenarios.CITIES, *scenarios.CITIES[:2]]
+    last = client.chat.completions.create(model="gpt-4o-mini", messages=messages)
+    assert last.choices[0].message.content == scenarios.GAVE_UP

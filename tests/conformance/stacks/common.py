@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -31,7 +32,10 @@ AGENT_NAME = scenarios.WEATHER_AGENT
 COORDINATOR = scenarios.COORDINATOR  # the multi_agent scenario's first agent
 MODEL = "gpt-4o-mini"
 ANTHROPIC_MODEL = "claude-3-5-haiku-20241022"
-MAX_TURNS = 12  # bounds every loop; the scripted scenarios need at most 7
+# Bounds every loop (the scripted scenarios need at most 7); in max_turns, the scenario run as
+# ``agent.py max_turns``, the cap the stack's framework is given (scenarios.LIMITED_TURNS).
+LIMITED = sys.argv[1:2] == ["max_turns"]
+MAX_TURNS = scenarios.LIMITED_TURNS if LIMITED else 12
 CONVERSATION_ID = scenarios.CONVERSATION_ID
 OPENAI_TOOL = {"type": "function",
                "function": {"name": scenarios.TOOL_NAME, "description": scenarios.TOOL_DESCRIPTION,
@@ -150,6 +154,13 @@ def ask(client: Any, messages: list[dict[str, Any]], stream: bool,
     return msg
 
 
+class TurnLimitError(RuntimeError):
+    """A hand-made loop's cap: what a user's own loop raises at its last turn."""
+
+    def __init__(self, turns: int) -> None:
+        super().__init__(f"Reached max turns ({turns}) without a final answer")
+
+
 def chat_loop(client: Any, scenario: str, run_tool: Callable[[dict[str, Any]], str],
               question: str | None = None, tools: list[dict[str, Any]] | None = None,
               system: str = "You are a weather assistant. Use get_weather.") -> str:
@@ -171,7 +182,7 @@ def chat_loop(client: Any, scenario: str, run_tool: Callable[[dict[str, Any]], s
             except Exception as e:
                 result = f"Error: {e}"
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
-    raise RuntimeError(f"no final answer after {MAX_TURNS} turns")
+    raise TurnLimitError(MAX_TURNS)
 
 
 # The multi_agent scenario's coordinator offers this: a tool that runs the weather agent.
@@ -233,7 +244,7 @@ def messages_loop(client: Any, scenario: str, run_tool: Callable[[Any], str],
             results.append({"type": "tool_result", "tool_use_id": block.id, "content": result,
                             "is_error": failed})
         messages.append({"role": "user", "content": results})
-    raise RuntimeError(f"no final answer after {MAX_TURNS} turns")
+    raise TurnLimitError(MAX_TURNS)
 
 
 def arguments(call: dict[str, Any]) -> dict[str, Any]:

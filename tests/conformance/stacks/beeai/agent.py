@@ -55,7 +55,8 @@ async def run(scenario: str) -> str:
                 out = await agent.run(question)
         return str(out.last_message.text or "")
     with common.attached(common.remote_parent(scenario)):
-        out = await agent.run(common.prompt(scenario))
+        # its cap on iterations (default 20; the run's error at it)
+        out = await agent.run(common.prompt(scenario), max_iterations=common.MAX_TURNS)
     return str(out.last_message.text or "")
 
 

@@ -88,7 +88,9 @@ async function run() {
     }
     return text;
   }
-  const result = await agent.invoke(input, { recursionLimit: 30 });
+  // max_turns: a graph's cap on steps (two a turn: the model, the tools), which throws
+  const recursionLimit = scenario === 'max_turns' ? 6 : 30;
+  const result = await agent.invoke(input, { recursionLimit });
   return result.messages.at(-1).content;
 }
 
@@ -119,6 +121,10 @@ async function conversation() {
 const parent = scenario === 'remote_parent'
   ? propagation.extract(context.active(), { traceparent: TRACEPARENT })
   : context.active();
-const text = await context.with(parent, scenario === 'conversation' ? conversation : run);
+let text;
+try {
+  text = await context.with(parent, scenario === 'conversation' ? conversation : run);
+} finally {
+  await provider.shutdown();  // what the run recorded is exported, also when it threw
+}
 if (!text) throw new Error('no final answer');
-await provider.shutdown();

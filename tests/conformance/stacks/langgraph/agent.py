@@ -11,7 +11,8 @@ import common
 import scenarios
 
 # Far above what any scenario needs (distinct: 6 tool rounds = 13 graph steps).
-RECURSION_LIMIT = 60
+# LangGraph counts each node's run (the model, the tools): two a turn
+RECURSION_LIMIT = 2 * common.MAX_TURNS if common.LIMITED else 60
 
 
 def conversation(llm: object, tools: object) -> None:

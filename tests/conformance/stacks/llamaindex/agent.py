@@ -12,7 +12,8 @@ import common
 import scenarios
 
 # Far above what any scenario needs (distinct: 7 LLM turns).
-MAX_ITERATIONS = 40
+# a workflow's steps: two or more a turn
+MAX_ITERATIONS = 2 * common.MAX_TURNS if common.LIMITED else 40
 
 
 async def run(scenario: str) -> None:

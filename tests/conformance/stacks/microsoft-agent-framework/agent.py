@@ -29,6 +29,8 @@ def main(scenario: str) -> None:
 
     client = OpenAIChatCompletionClient(model=common.MODEL, api_key=os.environ["OPENAI_API_KEY"],
                                         base_url=os.environ["OPENAI_BASE_URL"])
+    # its cap on model round trips in one run (default 40)
+    client.function_invocation_configuration["max_iterations"] = common.MAX_TURNS
     agent = Agent(client, "You are a weather assistant. Use get_weather.",
                   name=common.AGENT_NAME, tools=[get_weather])
     if scenario == "multi_agent":  # the framework's agent-as-a-tool: a coordinator calls it

@@ -50,7 +50,7 @@ def main(scenario: str) -> None:
                 text = "".join(getattr(c, "text", "") for c in result.content)
                 messages.append({"role": "tool", "tool_call_id": call["id"],
                                  "content": f"Error: {text}" if result.isError else text})
-        raise RuntimeError(f"no final answer after {common.MAX_TURNS} turns")
+        raise common.TurnLimitError(common.MAX_TURNS)
 
     @agent(name=common.AGENT_NAME)
     async def weather_agent(question: str) -> str:
@@ -81,7 +81,7 @@ def main(scenario: str) -> None:
             for call in msg["tool_calls"]:
                 result = await weather_agent(common.arguments(call)["question"])
                 messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
-        raise RuntimeError(f"no final answer after {common.MAX_TURNS} turns")
+        raise common.TurnLimitError(common.MAX_TURNS)
 
     if scenario == "conversation":  # one run per user turn, the session as an association
         for question in common.turns():  # property (Traceloop's docs)

@@ -64,7 +64,9 @@ def main(scenario: str) -> None:
         if scenario == "streaming":
             answer = asyncio.run(streamed())
         else:
-            answer = agent.run_sync(common.prompt(scenario)).output
+            from pydantic_ai.usage import UsageLimits  # its cap on requests (default 50)
+            answer = agent.run_sync(common.prompt(scenario), usage_limits=UsageLimits(
+                request_limit=common.MAX_TURNS)).output
     if not answer:
         raise RuntimeError("no final answer")
     common.shutdown()

@@ -11,7 +11,7 @@ import sys
 import common
 
 # Far above what any scenario needs (distinct: 6 tool steps and the final answer).
-MAX_STEPS = 20
+MAX_STEPS = common.MAX_TURNS if common.LIMITED else 20
 
 
 def main(scenario: str) -> None:
