@@ -28,12 +28,14 @@ from otel_eval.evaluate.detectors.config import DetectorsConfig, NonTerminationC
 _LENGTH_REASONS = frozenset({"length", "max_tokens", "max_output_tokens", "model_length"})
 _SCAN_CHARS = 2000  # halt markers sit at the start or end of a message
 # Words one of which every match of the default halt patterns contains ("reached max ...",
-# "max_turns_exceeded", "maximum number of", "MaxTurnsExceeded", "max number of llm calls"
-# -> max; "recursion limit", "GraphRecursionError" -> recursion; "agent stopped due to";
-# "UsageLimitExceeded", "LlmCallsLimitExceeded"; "LimitsExceeded"; BeeAI's "not able to
-# resolve the task"; "function invocation limit"; LangGraph's "need more steps"). For ASCII text, IGNORECASE matching is lowercasing, so a text whose
-# lowercase holds none of them cannot match: one substring scan instead of the regex, which
-# costs ~60 us per LLM answer. Other patterns (a changed tuple) always run the regex.
+# "max_turns_exceeded", "maximum number of", "MaxTurnsExceeded", "max number of llm calls",
+# "Max iterations of N reached" -> max; "recursion limit", "GraphRecursionError" ->
+# recursion; "agent stopped due to"; "UsageLimitExceeded", "LlmCallsLimitExceeded";
+# "LimitsExceeded"; BeeAI's "not able to resolve the task"; "function invocation limit";
+# LangGraph's "need more steps"). For ASCII text, IGNORECASE matching is lowercasing, so a
+# text whose lowercase holds none of them cannot match: one substring scan instead of the
+# regex, which costs ~60 us per LLM answer. Other patterns (a changed tuple) always run the
+# regex.
 _HALT_WORDS = {NonTerminationConfig().halt_patterns: (
     "max", "recursion", "agent stopped", "limitexceeded", "limitsexceeded",
     "not able to resolve", "invocation limit", "more steps")}
