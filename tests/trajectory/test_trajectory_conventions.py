@@ -191,6 +191,22 @@ def test_legacy_prompt_and_completion_as_span_events() -> None:
     assert (step.input_text, step.output_text) == ("hi", "hello")
 
 
+_GROUP = "unhandled errors in a TaskGroup (2 sub-exceptions)"
+_GROUP_TRACE = f"""  + Exception Group Traceback (most recent call last):
+  |   File "agent.py", line 60, in weather_agent
+  |     async with ClientSession(read, write) as session:
+  | ExceptionGroup: {_GROUP}
+  +-+---------------- 1 ----------------
+    | Traceback (most recent call last):
+    |   File "agent.py", line 53, in loop
+    |     turns: int = raise_it()
+    | TurnLimitError: Reached max turns (3)
+    +---------------- 2 ----------------
+    | KeyError: 'city'
+    +------------------------------------
+"""
+
+
 @pytest.mark.parametrize(("status", "message", "attrs", "events", "error"), [
     ("error", "boom", {}, [], "boom"),
     ("error", "", {}, [], "error"),
@@ -199,6 +215,15 @@ def test_legacy_prompt_and_completion_as_span_events() -> None:
                                                    "exception.message": "bad"})],
      "ValueError: bad"),
     ("error", "", {}, [SpanEvent("exception", 1, {"exception.message": "bad"})], "bad"),
+    # an anyio TaskGroup (an MCP client session) raising what a loop inside it raised:
+    # Python's traceback of the group names it; a frame's code line is no exception
+    ("error", _GROUP, {}, [SpanEvent("exception", 1, {
+        "exception.type": "ExceptionGroup", "exception.message": _GROUP,
+        "exception.stacktrace": _GROUP_TRACE})],
+     f"{_GROUP} [TurnLimitError: Reached max turns (3); KeyError: 'city']"),
+    ("unset", "", {}, [SpanEvent("exception", 1, {
+        "exception.type": "builtins.ExceptionGroup", "exception.message": _GROUP,
+        "exception.stacktrace": "  |     x: int = 3\n"})], f"builtins.ExceptionGroup: {_GROUP}"),
 ])
 def test_errors_from_status_error_type_and_exception_events(
         status: str, message: str, attrs: dict[str, Any], events: list[SpanEvent],

@@ -24,6 +24,7 @@ convention-independent (``span_readers``), read after the conventions' fields.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -75,24 +76,52 @@ def is_setup(span: Span) -> bool:
         return False  # not understood: not known to be setup
 
 
+# An exception line of a Python traceback (``Type: message``; one space after the bar of an
+# exception group's block, where a frame's lines have two or four), and how much of a
+# stack trace is read for them (its end: the innermost exceptions).
+_EXCEPTION_LINE = re.compile(r"^[ \t]*\| (?! )([A-Za-z_][\w.]*): (.+)$", re.M)
+_GROUP_TAIL = 8192
+_GROUP_LEAVES = 3
+
+
+def _group_leaves(event_attrs: Attrs) -> str | None:
+    """The exceptions inside a Python exception group, from its stack trace: an
+    ``asyncio`` / ``anyio`` TaskGroup's message says only how many there were ("unhandled
+    errors in a TaskGroup (1 sub-exception)"), and the error that ended the run is one of
+    them (an MCP client session is such a group)."""
+    kind = as_str(event_attrs.get("exception.type")) or ""
+    trace = as_str(event_attrs.get("exception.stacktrace"))
+    if not kind.endswith("ExceptionGroup") or not trace:
+        return None
+    leaves = [f"{t}: {m.strip()}" for t, m in _EXCEPTION_LINE.findall(trace[-_GROUP_TAIL:])
+              if not t.endswith("ExceptionGroup")]
+    return "; ".join(leaves[:_GROUP_LEAVES]) or None
+
+
 def _error(span: Span, attrs: Attrs) -> str | None:
-    """The error a span reports, or None: status ERROR, ``error.type``, exception events. A
-    span whose status is OK reports none: OK is set on purpose, to say the operation
-    succeeded, so an exception recorded on it was handled (AutoGen's agent span records the
-    CancelledError of its closed message stream and ends OK)."""
+    """The error a span reports, or None: status ERROR, ``error.type``, exception events
+    (an exception group's with the exceptions inside it). A span whose status is OK reports
+    none: OK is set on purpose, to say the operation succeeded, so an exception recorded on
+    it was handled (AutoGen's agent span records the CancelledError of its closed message
+    stream and ends OK)."""
     if span.status == "ok":
         return None
-    exception = None
+    exception = leaves = None
     if span.events:
         for event in span.events:
             if event.name == "exception":
                 ea = event.attributes
                 parts = (as_str(ea.get("exception.type")), as_str(ea.get("exception.message")))
                 exception = ": ".join(x for x in parts if x) or "exception"
+                leaves = _group_leaves(ea)
                 break
+    if leaves:
+        exception = f"{exception} [{leaves}]"
     error_type = as_str(attrs.get("error.type"))
     if span.status == "error":
-        return span.status_message or exception or error_type or "error"
+        message = span.status_message
+        return (f"{message} [{leaves}]" if message and leaves else message) \
+            or exception or error_type or "error"
     return exception or error_type
 
 
