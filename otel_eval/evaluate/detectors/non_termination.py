@@ -123,7 +123,7 @@ def _halt_markers(trajectory: Trajectory, cfg: NonTerminationConfig) -> list[Fin
             text = text[:_SCAN_CHARS] + "\n" + text[-_SCAN_CHARS:]
         if words is not None and text.isascii():
             lowered = text.lower()
-            if not any(w in lowered for w in words):
+            if not any(map(lowered.__contains__, words)):  # in C: no frame per word
                 continue
         m = rx.search(text)
         if m:
