@@ -113,15 +113,17 @@ def test_other_shapes_give_nothing_or_what_they_hold(value: str) -> None:
         assert text is None or all(isinstance(m["parts"], list) for m in json.loads(text))
 
 
-@pytest.mark.parametrize("tool_name", [{"gen_ai.tool.name": "(merged tools)"}, {}],
-                         ids=["recorded", "the span's name alone"])
-def test_the_span_of_merged_parallel_calls_is_no_call(tool_name: dict[str, str]) -> None:
+@pytest.mark.parametrize("marker", [
+    {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "(merged tools)"},
+    {"gen_ai.operation.name": "execute_tool"}, {"gen_ai.tool.name": "(merged tools)"}],
+    ids=["recorded", "the span's name alone", "no operation recorded"])
+def test_the_span_of_merged_parallel_calls_is_no_call(marker: dict[str, str]) -> None:
     """After a reply's parallel calls ADK merges their responses into one event and records
     an ``execute_tool (merged)`` span named ``(merged tools)`` beside the calls' spans (in
     both telemetry formats): it ran nothing, and no tool of that name was offered."""
     defs = json.dumps([{"name": "get_weather", "parameters": {"type": "object"}}])
     merged = span("execute_tool (merged)", "agent", 5, {
-        "gen_ai.operation.name": "execute_tool", **tool_name, "gen_ai.tool.call.id": "e-1"})
+        **marker, "gen_ai.tool.call.id": "e-1"})
     calls = [span(f"execute_tool get_weather {c}", "agent", at, {
         "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_weather",
         "gen_ai.tool.call.arguments": json.dumps({"city": c})})

@@ -64,10 +64,11 @@ def _explicit(span: Span, attrs: Attrs) -> StepKind | None:
     if op is None:
         return None
     kind = _OPERATIONS.get(str(op), "other")
-    if kind == "tool" and (span.name == ADK_MERGED_SPAN
-                           or attrs.get("gen_ai.tool.name") == ADK_MERGED_TOOLS):
-        return "chain"
-    return kind
+    return "chain" if kind == "tool" and _adk_merged(span, attrs) else kind
+
+
+def _adk_merged(span: Span, attrs: Attrs) -> bool:
+    return span.name == ADK_MERGED_SPAN or attrs.get("gen_ai.tool.name") == ADK_MERGED_TOOLS
 
 
 def _setup(span: Span, attrs: Attrs) -> bool:
@@ -76,7 +77,7 @@ def _setup(span: Span, attrs: Attrs) -> bool:
 
 def _implicit_legacy(span: Span, attrs: Attrs) -> StepKind | None:
     if "gen_ai.tool.name" in attrs:
-        return "tool"
+        return "chain" if _adk_merged(span, attrs) else "tool"
     for key in _LEGACY_LLM_KEYS:
         if key in attrs:
             return "llm"
