@@ -59,6 +59,10 @@ CASES: list[tuple[str, Trajectory, list[str]]] = [
      traj(tool("t"), output=None, root_error="WorkflowRuntimeError: Max iterations of 6 "
                                             "reached! Either something went wrong, or ..."),
      ["non_termination/halted"]),
+    ("Haystack's Agent at max_agent_steps says so in its output",
+     traj(tool("t"), output='{"messages": [], "step_count": 3, "tool_call_counts": {"get_weat'
+                            'her": 3}, "exit_reason": "max_agent_steps", "last_message": "x"}'),
+     ["non_termination/halted"]),
     ("smolagents asks for a last answer at max_steps",
      traj(tool("t"), dataclasses.replace(llm("sunny"), input_text=(
          "An agent tried to answer a user query but it got stuck and failed to do so. You are "

@@ -188,7 +188,8 @@ class NonTerminationConfig:
     # pydantic-ai, mini-swe-agent, BeeAI (AgentError at max_iterations), Google ADK
     # (LlmCallsLimitExceededError at max_llm_calls), Microsoft Agent Framework (its answer
     # at max_iterations), LangGraph's create_react_agent (its answer a step before the
-    # recursion limit) and LlamaIndex workflows (WorkflowRuntimeError at max_iterations).
+    # recursion limit), LlamaIndex workflows (WorkflowRuntimeError at max_iterations) and
+    # Haystack's Agent (its output's exit_reason at max_agent_steps).
     halt_patterns: tuple[str, ...] = (
         r"reached max(imum)? (steps|iterations|turns)",
         r"max(imum)?[ _]?(turns|iterations|steps)[ _]?(exceeded|reached)",
@@ -204,6 +205,7 @@ class NonTerminationConfig:
         r"function invocation limit reached before a final answer",
         r"need more steps to process this request",
         r"max iterations of \d+ reached",
+        r'"exit_reason": ?"max_agent_steps"',
     )
     # The prompts a framework sends the model at its cap to force a last answer out of it,
     # looked for in the last LLM call's input: smolagents' provide_final_answer (max_steps),
