@@ -107,3 +107,23 @@ def test_a_sub_agent_whose_offer_no_span_recorded_selects_no_wrong_tool() -> Non
     t.offered_to = {("agent", None)}  # the coordinator's (the root's node) alone
     found = tool_call.detect(t, DetectorsConfig(), Context())
     assert [(f.kind, f.attributes["tool"]) for f in found] == [("selection", "delete_all")]
+
+
+def test_a_call_of_a_tool_not_offered_that_never_ran_is_a_selection_error() -> None:
+    """LangGraph's ToolNode, smolagents and pydantic-ai answer a call of a tool they do not
+    have with an error and run nothing: no tool step exists to check, so the LLM step's own
+    call is (the conformance corpus' wrong_tool); one that ran, or was rebuilt, is checked on
+    its step and not twice; nothing is claimed where no offer was recorded."""
+    def asked(outcome: str) -> Step:
+        step = llm("", calls=[("get_forecast", {"city": "Paris"})], finish="tool_calls")
+        step.tool_calls[0].outcome = outcome
+        return step
+
+    for outcome in ("never_ran", ""):
+        found = tool_call.detect(traj(asked(outcome), llm("sunny"), tools=TOOLS),
+                                 DetectorsConfig(), Context())
+        assert [(f.kind, f.attributes["tool"], f.step_indexes) for f in found] == [
+            ("selection", "get_forecast", [1])]
+    ran = traj(asked("ran"), tool("get_forecast", {"city": "Paris"}), tools=TOOLS)
+    assert kinds(tool_call.detect(ran, DetectorsConfig(), Context())) == ["tool_call/selection"]
+    assert tool_call.detect(traj(asked("never_ran")), DetectorsConfig(), Context()) == []

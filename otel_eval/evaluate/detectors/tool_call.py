@@ -4,7 +4,9 @@ Against the tool definitions the model was offered (``Trajectory.tools``): a cal
 that was not offered is a *selection* error; arguments that are not JSON or fail the tool's
 JSON schema (missing required, wrong type, unknown parameter, ...) are an *argument* error
 naming the violated constraint; a failed execution (span error, error payload) is a
-*runtime* error. Without tool definitions, selection and argument checks are skipped; so is
+*runtime* error. A call of a tool not offered that no step ran (the framework answered the
+model with an error) is a selection error on the LLM step that asked for it. Without tool
+definitions, selection and argument checks are skipped; so is
 selection for a tool step whose tool no attribute named (its name is a guess from the span's
 name: ``step.sources["tool_name"] == "span name"``): an unrecorded name is unknown, never a
 tool that was not offered; and selection for a call by an agent (``Step.agent_scope``) none of
@@ -134,4 +136,23 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
         # ``Step.agent_scope``, inlined: read for every call of every run
         out += check_step(step, trajectory.tools, config, budget,
                           (step.node, step.within_unknown) in known)
+    if trajectory.tools:
+        out += _unran_selection(trajectory, config)
+    return out
+
+
+def _unran_selection(trajectory: Trajectory, config: DetectorsConfig) -> list[Finding]:
+    """Calls of a tool not offered that no step ran: a framework that has no such tool
+    answers the model with an error and runs nothing (LangGraph's ToolNode, smolagents,
+    pydantic-ai), so no tool step is checked; the call the model asked for is, on its LLM
+    step. A call that ran, or was rebuilt as a step, is checked on that step."""
+    offered, known, out = trajectory.tools, trajectory.offered_to, []
+    for step in trajectory.llm_steps:
+        if not step.tool_calls or (step.node, step.within_unknown) not in known:
+            continue
+        for call in step.tool_calls:
+            if call.outcome in ("ran", "rebuilt") or call.name in offered \
+                    or is_action_tool(call.name, config.loop):
+                continue
+            out.append(_selection(step, call.name, offered, config.tool_call))
     return out
