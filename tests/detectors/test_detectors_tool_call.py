@@ -127,3 +127,11 @@ def test_a_call_of_a_tool_not_offered_that_never_ran_is_a_selection_error() -> N
     ran = traj(asked("ran"), tool("get_forecast", {"city": "Paris"}), tools=TOOLS)
     assert kinds(tool_call.detect(ran, DetectorsConfig(), Context())) == ["tool_call/selection"]
     assert tool_call.detect(traj(asked("never_ran")), DetectorsConfig(), Context()) == []
+    # a later step of unknown kind may have run it
+    unknown = dataclasses.replace(llm("sunny"), kind="other", unknown={"kind": "? undefined"})
+    assert tool_call.detect(traj(asked("never_ran"), unknown, tools=TOOLS), DetectorsConfig(),
+                            Context()) == []
+    # a managed agent called by name ran as that agent's steps (smolagents)
+    managed = dataclasses.replace(llm("sunny"), kind="agent", node="get_forecast")
+    assert tool_call.detect(traj(asked("never_ran"), managed, tools=TOOLS), DetectorsConfig(),
+                            Context()) == []

@@ -147,12 +147,18 @@ def _unran_selection(trajectory: Trajectory, config: DetectorsConfig) -> list[Fi
     pydantic-ai), so no tool step is checked; the call the model asked for is, on its LLM
     step. A call that ran, or was rebuilt as a step, is checked on that step."""
     offered, known, out = trajectory.tools, trajectory.offered_to, []
+    # a call naming an agent of the run ran as that agent's steps (smolagents' managed
+    # agents are offered to the model as tools and recorded in no tool list)
+    agents = {s.node for s in trajectory.steps if s.kind == "agent"}
+    # a later step of unknown kind may have run it (an agent, a tool: its marker unknown)
+    last_unknown = max((s.index for s in trajectory.steps if s.kind_unknown), default=-1)
     for step in trajectory.llm_steps:
-        if not step.tool_calls or (step.node, step.within_unknown) not in known:
+        if not step.tool_calls or (step.node, step.within_unknown) not in known \
+                or step.index < last_unknown:
             continue
         for call in step.tool_calls:
             if call.outcome in ("ran", "rebuilt") or call.name in offered \
-                    or is_action_tool(call.name, config.loop):
+                    or call.name in agents or is_action_tool(call.name, config.loop):
                 continue
             out.append(_selection(step, call.name, offered, config.tool_call))
     return out
