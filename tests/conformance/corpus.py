@@ -28,7 +28,7 @@ from otel_eval.base.results import NOT_ENDED_KINDS
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = ("clean", "loop", "distinct", "tool_error", "non_terminating", "remote_parent",
-             "streaming", "multi_agent", "parallel", "max_turns")
+             "streaming", "multi_agent", "parallel", "max_turns", "wrong_tool")
 # Two agents in one run: the coordinator (the run's agent: the stack's ``coordinator``, default
 # ``triage_agent``) hands the question to the weather agent (the stack's ``agent``), whose
 # get_weather calls are its own (``call_agents``).
@@ -44,7 +44,8 @@ PROMPT_INSIDE = "prompt_inside"
 _META = ("xfail", "reason")
 # What an expectation checks (the keys of ``observed``).
 CHECKS = ("agent", "status", "passed", "loop", "non_terminated", "input", "output",
-          "tool_errors", "errors", "cities", "recovered", "llm_calls", "call_agents")
+          "tool_errors", "errors", "cities", "recovered", "llm_calls", "call_agents",
+          "selection")
 
 
 @cache
@@ -193,6 +194,10 @@ def observed(ev: dict[str, Any]) -> dict[str, Any]:
         "call_agents": sorted({s.get("node") for s in tools
                                if _is_get_weather(s.get("tool_name"))}, key=str),
         "recovered": "recovered" in recovery and not recovery & {"unrecovered", "gave_up"},
+        # the tools called that were not offered (tool_call/selection findings)
+        "selection": sorted({str((f.get("attributes") or {}).get("tool"))
+                             for f in findings
+                             if f["detector"] == "tool_call" and f["kind"] == "selection"}),
         # what the last get_weather call returned, as text (a framework's envelope off:
         # trajectory.envelopes)
         "result": next((s.get("result") for s in reversed(tools)

@@ -31,6 +31,10 @@ whole behaviour, as data:
   ``LIMITED_TURNS``), which ends it the framework's way (an error, or an answer forced out of
   the model). A request that offers no tool (a framework asking for that last answer) gets
   ``GAVE_UP``.
+- ``wrong_tool``: k=0 calls ``WRONG_TOOL`` (get_forecast, never offered) for Paris; the
+  framework answers it as it answers a call to a tool it does not have (an error result,
+  or an error that ends the run); after that, get_weather{"city": "Paris"}, then the final
+  text.
 - ``conversation``: three user turns, each its own run (trace), all carrying the conversation
   id ``CONVERSATION_ID`` where the stack's users set one (``stack.yaml`` ``conversation``).
   Turn ``n``'s prompt (``turn_prompt(n)``) asks for ``CONVERSATION_CITIES[n-1]`` and carries
@@ -57,7 +61,8 @@ REMOTE_TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 REMOTE_SPAN_ID = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{REMOTE_TRACE_ID}-{REMOTE_SPAN_ID}-01"
 SCENARIOS = ("clean", "loop", "distinct", "tool_error", "non_terminating", "remote_parent",
-             "streaming", "multi_agent", "parallel", "max_turns", "conversation")
+             "streaming", "multi_agent", "parallel", "max_turns", "wrong_tool",
+             "conversation")
 # The multi_agent scenario's coordinator (the run's agent: the one the user asked).
 COORDINATOR = "triage_agent"
 WEATHER_AGENT = "weather_agent"
@@ -69,6 +74,8 @@ CONVERSATION_CITIES = ("Paris", "London", "Tokyo")
 # offers no tool (the last answer a framework asks for at its cap).
 LIMITED_TURNS = 3
 GAVE_UP = "I could not finish looking up the weather."
+# The wrong_tool scenario's first call: a tool no agent is offered.
+WRONG_TOOL = "get_forecast"
 # The parallel scenario: the cities of its one reply's calls, and its final text.
 PARALLEL_CITIES = ("Paris", "London")
 PARALLEL_FINAL = "It is sunny in Paris and London."
@@ -84,6 +91,7 @@ class Reply:
     text: str | None = None
     delegate: bool = False  # multi_agent: the coordinator calls its one delegation tool
     also: tuple[str, ...] = ()  # parallel: the cities of the reply's further calls
+    tool: str | None = None  # wrong_tool: the tool called instead of get_weather
 
     @property
     def cities(self) -> tuple[str, ...]:
@@ -119,6 +127,10 @@ def reply(scenario: str, k: int, turn: int = 1) -> Reply:
         return Reply(city=("Atlantis", "Paris")[k]) if k < 2 else Reply(text=FINAL)
     if scenario in ("non_terminating", "max_turns"):
         return Reply(city=CITIES[k % len(CITIES)])
+    if scenario == "wrong_tool":
+        if k == 0:
+            return Reply(city="Paris", tool=WRONG_TOOL)
+        return Reply(city="Paris") if k == 1 else Reply(text=FINAL)
     if scenario == "parallel":
         first, *rest = PARALLEL_CITIES
         return Reply(city=first, also=tuple(rest)) if k == 0 else Reply(text=PARALLEL_FINAL)

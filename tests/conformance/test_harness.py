@@ -651,3 +651,11 @@ def test_max_turns_calls_on_until_a_request_offers_no_tool(llm: ScriptedLLM) -> 
     assert cities == [*scenarios.CITIES, *scenarios.CITIES[:2]]
     last = client.chat.completions.create(model="gpt-4o-mini", messages=messages)
     assert last.choices[0].message.content == scenarios.GAVE_UP
+
+
+def test_wrong_tool_calls_a_tool_never_offered_then_get_weather(llm: ScriptedLLM) -> None:
+    msgs = _run(_client(llm), "wrong_tool")
+    calls = [c for m in msgs[:-1] for c in m.tool_calls or []]
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [
+        (scenarios.WRONG_TOOL, {"city": "Paris"}), ("get_weather", {"city": "Paris"})]
+    assert msgs[-1].content == scenarios.FINAL

@@ -130,4 +130,9 @@ def test_mixing_conventions_adds_no_finding(stack: str, scenario: str) -> None:
         got = _findings(_copy(trace, _duplicate(trace)))
         if got[0] != base[0]:
             problems.append(f"duplicated fields: {dict(base[0])} -> {dict(got[0])}")
+    wrong = corpus.known_wrong().get(f"{stack}/{scenario}")
+    if problems and wrong and "selection" in corpus.known_wrong_checks(stack, scenario):
+        # a finding otel-eval misses as recorded (a tool span's own definition read as an
+        # offer) may appear once a convention's keys are gone: the right one, not a new claim
+        pytest.xfail(f"{wrong} ({problems})")
     assert not problems, problems

@@ -154,6 +154,14 @@ def ask(client: Any, messages: list[dict[str, Any]], stream: bool,
     return msg
 
 
+def _run_offered(name: str, offered: set[str], run_tool: Callable[[Any], str], call: Any) -> str:
+    """A hand-made loop's tool lookup: a call of a tool it does not have is an error the
+    model is sent back (no tool runs), as ``tools[name]`` in a user's loop fails."""
+    if name not in offered:
+        raise LookupError(f"unknown tool: {name}")
+    return run_tool(call)
+
+
 class TurnLimitError(RuntimeError):
     """A hand-made loop's cap: what a user's own loop raises at its last turn."""
 
@@ -176,9 +184,10 @@ def chat_loop(client: Any, scenario: str, run_tool: Callable[[dict[str, Any]], s
         messages.append(msg)
         if not msg.get("tool_calls"):
             return str(msg.get("content") or "")
+        offered = {t["function"]["name"] for t in tools or [OPENAI_TOOL]}
         for call in msg["tool_calls"]:
             try:
-                result = run_tool(call)
+                result = _run_offered(call["function"]["name"], offered, run_tool, call)
             except Exception as e:
                 result = f"Error: {e}"
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
@@ -234,11 +243,12 @@ def messages_loop(client: Any, scenario: str, run_tool: Callable[[Any], str],
         if msg.stop_reason != "tool_use":
             return "".join(b.text for b in msg.content if b.type == "text")
         results = []
+        offered = {t["name"] for t in kwargs["tools"]}
         for block in msg.content:
             if block.type != "tool_use":
                 continue
             try:
-                result, failed = run_tool(block), False
+                result, failed = _run_offered(block.name, offered, run_tool, block), False
             except Exception as e:
                 result, failed = f"Error: {e}", True
             results.append({"type": "tool_result", "tool_use_id": block.id, "content": result,
