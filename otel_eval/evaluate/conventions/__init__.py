@@ -89,9 +89,8 @@ def _group_leaves(event_attrs: Attrs) -> str | None:
     ``asyncio`` / ``anyio`` TaskGroup's message says only how many there were ("unhandled
     errors in a TaskGroup (1 sub-exception)"), and the error that ended the run is one of
     them (an MCP client session is such a group)."""
-    kind = as_str(event_attrs.get("exception.type")) or ""
     trace = as_str(event_attrs.get("exception.stacktrace"))
-    if not kind.endswith("ExceptionGroup") or not trace:
+    if not trace:
         return None
     leaves = [f"{t}: {m.strip()}" for t, m in _EXCEPTION_LINE.findall(trace[-_GROUP_TAIL:])
               if not t.endswith("ExceptionGroup")]
@@ -113,7 +112,8 @@ def _error(span: Span, attrs: Attrs) -> str | None:
                 ea = event.attributes
                 parts = (as_str(ea.get("exception.type")), as_str(ea.get("exception.message")))
                 exception = ": ".join(x for x in parts if x) or "exception"
-                leaves = _group_leaves(ea)
+                if parts[0] is not None and parts[0].endswith("ExceptionGroup"):
+                    leaves = _group_leaves(ea)
                 break
     if leaves:
         exception = f"{exception} [{leaves}]"

@@ -64,11 +64,10 @@ def _explicit(span: Span, attrs: Attrs) -> StepKind | None:
     if op is None:
         return None
     kind = _OPERATIONS.get(str(op), "other")
-    return "chain" if kind == "tool" and _adk_merged(span, attrs) else kind
-
-
-def _adk_merged(span: Span, attrs: Attrs) -> bool:
-    return span.name == ADK_MERGED_SPAN or attrs.get("gen_ai.tool.name") == ADK_MERGED_TOOLS
+    if kind == "tool" and (span.name == ADK_MERGED_SPAN  # inlined: read for every tool span
+                           or attrs.get("gen_ai.tool.name") == ADK_MERGED_TOOLS):
+        return "chain"
+    return kind
 
 
 def _setup(span: Span, attrs: Attrs) -> bool:
@@ -77,7 +76,8 @@ def _setup(span: Span, attrs: Attrs) -> bool:
 
 def _implicit_legacy(span: Span, attrs: Attrs) -> StepKind | None:
     if "gen_ai.tool.name" in attrs:
-        return "chain" if _adk_merged(span, attrs) else "tool"
+        merged = span.name == ADK_MERGED_SPAN or attrs["gen_ai.tool.name"] == ADK_MERGED_TOOLS
+        return "chain" if merged else "tool"
     for key in _LEGACY_LLM_KEYS:
         if key in attrs:
             return "llm"

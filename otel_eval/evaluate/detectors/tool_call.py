@@ -148,13 +148,21 @@ def _unran_selection(trajectory: Trajectory, config: DetectorsConfig) -> list[Fi
     step. A call that ran, or was rebuilt as a step, is checked on that step."""
     offered, known, out = trajectory.tools, trajectory.offered_to, []
     # a call naming an agent of the run ran as that agent's steps (smolagents' managed
-    # agents are offered to the model as tools and recorded in no tool list)
-    agents = {s.node for s in trajectory.steps if s.kind == "agent"}
-    # a later step of unknown kind may have run it (an agent, a tool: its marker unknown)
-    last_unknown = max((s.index for s in trajectory.steps if s.kind_unknown), default=-1)
-    for step in trajectory.llm_steps:
-        if not step.tool_calls or (step.node, step.within_unknown) not in known \
-                or step.index < last_unknown:
+    # agents are offered to the model as tools and recorded in no tool list); a later step
+    # of unknown kind may have run it (an agent, a tool: its marker unknown). One pass, no
+    # call per step: this runs for every run with an offer.
+    agents: set[str | None] = set()
+    asking: list[Step] = []
+    last_unknown = -1
+    for s in trajectory.steps:
+        if s.kind == "agent":
+            agents.add(s.node)
+        elif s.kind == "llm" and s.tool_calls:
+            asking.append(s)
+        if "kind" in s.unknown:  # ``Step.kind_unknown``, inlined
+            last_unknown = s.index
+    for step in asking:
+        if (step.node, step.within_unknown) not in known or step.index < last_unknown:
             continue
         for call in step.tool_calls:
             if call.outcome in ("ran", "rebuilt") or call.name in offered \
