@@ -127,6 +127,10 @@ def test_a_call_of_a_tool_not_offered_that_never_ran_is_a_selection_error() -> N
     ran = traj(asked("ran"), tool("get_forecast", {"city": "Paris"}), tools=TOOLS)
     assert kinds(tool_call.detect(ran, DetectorsConfig(), Context())) == ["tool_call/selection"]
     assert tool_call.detect(traj(asked("never_ran")), DetectorsConfig(), Context()) == []
+    # a name recorded empty is unknown (bench/unknown_values: LiteLLM's function_call.name)
+    blank = llm("", calls=[(" ", {"city": "Paris"})], finish="tool_calls")
+    assert tool_call.detect(traj(blank, llm("sunny"), tools=TOOLS), DetectorsConfig(),
+                            Context()) == []
     # a later step of unknown kind may have run it
     unknown = dataclasses.replace(llm("sunny"), kind="other", unknown={"kind": "? undefined"})
     assert tool_call.detect(traj(asked("never_ran"), unknown, tools=TOOLS), DetectorsConfig(),

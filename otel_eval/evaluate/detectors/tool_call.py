@@ -165,6 +165,8 @@ def _unran_selection(trajectory: Trajectory, config: DetectorsConfig) -> list[Fi
         if (step.node, step.within_unknown) not in known or step.index < last_unknown:
             continue
         for call in step.tool_calls:
+            if not call.name.strip():  # a name recorded empty is unknown, no tool's
+                continue
             if call.outcome in ("ran", "rebuilt") or call.name in offered \
                     or call.name in agents or is_action_tool(call.name, config.loop):
                 continue
