@@ -39,6 +39,10 @@ _SCAN_CHARS = 2000  # halt markers sit at the start or end of a message
 _HALT_WORDS = {NonTerminationConfig().halt_patterns: (
     "max", "recursion", "agent stopped", "limitexceeded", "limitsexceeded",
     "not able to resolve", "invocation limit", "more steps")}
+# The same for the default forced-answer patterns (an LLM input is long: the regex alone cost
+# ~80 us a run on tau-bench, most of the detectors stage's time this session added).
+_FORCED_WORDS = {NonTerminationConfig().forced_answer_patterns: (
+    "got stuck and failed", "best final answer")}
 
 
 @lru_cache(maxsize=16)
@@ -145,6 +149,11 @@ def _forced_answer(trajectory: Trajectory, cfg: NonTerminationConfig) -> list[Fi
         return []
     if len(text) > 2 * _SCAN_CHARS:
         text = text[:_SCAN_CHARS] + "\n" + text[-_SCAN_CHARS:]
+    words = _FORCED_WORDS.get(cfg.forced_answer_patterns)
+    if words is not None and text.isascii():
+        lowered = text.lower()
+        if not any(map(lowered.__contains__, words)):
+            return []
     m = rx.search(text) if rx is not None else None
     if m is None:
         return []
