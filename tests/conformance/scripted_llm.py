@@ -30,6 +30,8 @@ In ``multi_agent`` who asks is told by the tools the request offers (any API's s
 first offered tool but ``final_answer`` with ``scenarios.delegation_arguments`` (and gets a
 400 when nothing is offered).
 
+A reply of ``scenarios.reply`` with ``also`` (parallel) holds one call per city, in each
+API's shape; one with ``tool`` (wrong_tool) calls that tool, whatever the request offers.
 In ``max_turns`` a request that offers no tool (in any API's shape; not a code agent's or
 DSPy's, whose tools are in the prompt) gets ``scenarios.GAVE_UP``: a framework at its cap
 asking the model for a last answer.
