@@ -347,3 +347,18 @@ def test_random_attributes_never_raise_and_keep_every_span(seed: int) -> None:
     for s in spans:
         assert classify(s, s.attributes)[0] in ("agent", "llm", "tool", "chain", "other")
     json.dumps([s.to_json() for s in t.steps], default=str)
+
+
+def test_strands_names_its_agent_s_tools_an_offer_of_unknown_schemas() -> None:
+    """Strands' invoke_agent span has gen_ai.agent.tools (names, no definitions): what the
+    agent was offered, so a call of another tool is a selection error (the conformance
+    corpus' strands/wrong_tool); gen_ai.tool.definitions, where recorded, are the offer."""
+    agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "weather_agent",
+             "gen_ai.agent.tools": '["get_weather", " "]'}
+    t = build_trajectory(trace(span("root", attrs=agent)), TrajectoryConfig())
+    assert (t.tools, t.offered_to) == ({"get_weather": {}}, {("weather_agent", None)})
+    defs = json.dumps([{"type": "function", "name": "get_weather",
+                        "parameters": {"type": "object"}}])
+    t = build_trajectory(trace(span("root", attrs={**agent, "gen_ai.tool.definitions": defs})),
+                         TrajectoryConfig())
+    assert t.tools == {"get_weather": {"type": "object"}}

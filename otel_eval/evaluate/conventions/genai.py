@@ -220,7 +220,12 @@ def _agent_name(span: Span, attrs: Attrs, enclosing: Attrs | None) -> str | None
 
 
 def _tools(attrs: Attrs) -> dict[str, Any]:
-    return tool_definitions(attrs.get("gen_ai.tool.definitions"))
+    offered = tool_definitions(attrs.get("gen_ai.tool.definitions"))
+    if offered or "gen_ai.agent.tools" not in attrs:
+        return offered
+    # Strands names the agent's tools on its invoke_agent span, with no definitions: offered,
+    # their schemas unknown ({}: no argument is checked against one)
+    return {n: {} for n in as_list_of_str(attrs["gen_ai.agent.tools"]) if n.strip()}
 
 
 # step field -> the keys that carry it (current, then older)
@@ -237,7 +242,7 @@ KEYS = {
     "finish_reasons": ("gen_ai.response.finish_reasons", "gen_ai.output.messages"),
     "call_id": ("gen_ai.tool.call.id",),
     "agent_name": ("gen_ai.agent.name",),
-    "tools": ("gen_ai.tool.definitions",),
+    "tools": ("gen_ai.tool.definitions", "gen_ai.agent.tools"),
 }
 GENAI = Adapter("genai", _explicit, no_kind, _fill, _agent_name, _tools, KEYS, setup=_setup,
                 undefined=undefined_value("gen_ai.operation.name", _OTHER_OPERATIONS))
