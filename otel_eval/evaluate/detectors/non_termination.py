@@ -27,22 +27,22 @@ from otel_eval.evaluate.detectors.config import DetectorsConfig, NonTerminationC
 
 _LENGTH_REASONS = frozenset({"length", "max_tokens", "max_output_tokens", "model_length"})
 _SCAN_CHARS = 2000  # halt markers sit at the start or end of a message
-# Words one of which every match of the default halt patterns contains ("reached max ...",
-# "max_turns_exceeded", "maximum number of", "MaxTurnsExceeded", "max number of llm calls",
-# "Max iterations of N reached" -> max; "recursion limit", "GraphRecursionError" ->
+# Words one of which every match of the default patterns contains. Halt patterns: "reached
+# max ...", "max_turns_exceeded", "maximum number of", "MaxTurnsExceeded", "max number of llm
+# calls", "Max iterations of N reached" -> max; "recursion limit", "GraphRecursionError" ->
 # recursion; "agent stopped due to"; "UsageLimitExceeded", "LlmCallsLimitExceeded";
 # "LimitsExceeded"; BeeAI's "not able to resolve the task"; "function invocation limit";
-# LangGraph's "need more steps"). For ASCII text, IGNORECASE matching is lowercasing, so a
-# text whose lowercase holds none of them cannot match: one substring scan instead of the
-# regex, which costs ~60 us per LLM answer. Other patterns (a changed tuple) always run the
-# regex.
-_HALT_WORDS = {NonTerminationConfig().halt_patterns: (
-    "max", "recursion", "agent stopped", "limitexceeded", "limitsexceeded",
-    "not able to resolve", "invocation limit", "more steps")}
-# The same for the default forced-answer patterns (an LLM input is long: the regex alone cost
-# ~80 us a run on tau-bench, most of the detectors stage's time this session added).
-_FORCED_WORDS = {NonTerminationConfig().forced_answer_patterns: (
-    "got stuck and failed", "best final answer")}
+# LangGraph's "need more steps". Forced-answer patterns: smolagents' "got stuck and failed",
+# CrewAI's "best final answer". For ASCII text, IGNORECASE matching is lowercasing, so a text
+# whose lowercase holds none of them cannot match: one substring scan instead of the regex,
+# which costs ~60 us per LLM answer (~80 us a run for the last LLM input on tau-bench).
+# Other patterns (a changed tuple) always run the regex.
+_WORDS = {
+    NonTerminationConfig().halt_patterns: (
+        "max", "recursion", "agent stopped", "limitexceeded", "limitsexceeded",
+        "not able to resolve", "invocation limit", "more steps"),
+    NonTerminationConfig().forced_answer_patterns: ("got stuck and failed", "best final answer"),
+}
 
 
 @lru_cache(maxsize=16)
@@ -118,25 +118,32 @@ def _halt_markers(trajectory: Trajectory, cfg: NonTerminationConfig) -> list[Fin
         if s.kind in ("agent", "chain") and s.result:
             texts.append((s, s.result))
     seen: set[str] = set()
-    words = _HALT_WORDS.get(cfg.halt_patterns)
+    words = _WORDS.get(cfg.halt_patterns)
     for step, text in texts:
         if not text or text in seen:  # the root's result is usually the output again
             continue
         seen.add(text)
-        if len(text) > 2 * _SCAN_CHARS:
-            text = text[:_SCAN_CHARS] + "\n" + text[-_SCAN_CHARS:]
-        if words is not None and text.isascii():
-            lowered = text.lower()
-            if not any(map(lowered.__contains__, words)):  # in C: no frame per word
-                continue
-        m = rx.search(text)
-        if m:
+        marker = _marker(text, rx, words)
+        if marker is not None:
             ids = [step.span_id] if step else []
             idx = [step.index] if step else []
             return [Finding("non_termination", "halted", "error",
-                            f"the framework halted the run: {m.group(0)!r}", ids, idx,
-                            {"marker": m.group(0)})]
+                            f"the framework halted the run: {marker!r}", ids, idx,
+                            {"marker": marker})]
     return []
+
+
+def _marker(text: str, rx: re.Pattern[str], words: tuple[str, ...] | None) -> str | None:
+    """What ``rx`` finds at the start or end of ``text`` (``_SCAN_CHARS`` each), or None;
+    ``words``: the lowercase words one of which every match holds (``_WORDS``)."""
+    if len(text) > 2 * _SCAN_CHARS:
+        text = text[:_SCAN_CHARS] + "\n" + text[-_SCAN_CHARS:]
+    if words is not None and text.isascii():
+        lowered = text.lower()
+        if not any(map(lowered.__contains__, words)):  # in C: no frame per word
+            return None
+    m = rx.search(text)
+    return m.group(0) if m else None
 
 
 def _forced_answer(trajectory: Trajectory, cfg: NonTerminationConfig) -> list[Finding]:
@@ -144,23 +151,15 @@ def _forced_answer(trajectory: Trajectory, cfg: NonTerminationConfig) -> list[Fi
     LLM call's input (its start or end: the system message or the last message)."""
     rx = _halt_regex(cfg.forced_answer_patterns)
     llm = trajectory.llm_steps
-    text = llm[-1].input_text if llm and rx is not None else None
-    if not text:
+    last = llm[-1] if llm else None
+    if rx is None or last is None or not last.input_text:
         return []
-    if len(text) > 2 * _SCAN_CHARS:
-        text = text[:_SCAN_CHARS] + "\n" + text[-_SCAN_CHARS:]
-    words = _FORCED_WORDS.get(cfg.forced_answer_patterns)
-    if words is not None and text.isascii():
-        lowered = text.lower()
-        if not any(map(lowered.__contains__, words)):
-            return []
-    m = rx.search(text) if rx is not None else None
-    if m is None:
+    marker = _marker(last.input_text, rx, _WORDS.get(cfg.forced_answer_patterns))
+    if marker is None:
         return []
-    last = llm[-1]
     return [Finding("non_termination", "halted", "error",
-                    f"the framework forced a last answer at its cap: {m.group(0)!r}",
-                    [last.span_id], [last.index], {"marker": m.group(0)})]
+                    f"the framework forced a last answer at its cap: {marker!r}",
+                    [last.span_id], [last.index], {"marker": marker})]
 
 
 def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) -> list[Finding]:
