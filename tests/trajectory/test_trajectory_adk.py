@@ -134,3 +134,48 @@ def test_the_span_of_merged_parallel_calls_is_no_call(marker: dict[str, str]) ->
     findings = Detectors(DetectorsConfig()).evaluate(t, None)[0]
     assert not [f for f in findings if f.detector == "tool_call"]
     assert not [s for s in t.steps if "kind" in s.unknown]
+
+
+def _offering(config: dict[str, Any]) -> Trajectory:
+    """One call_llm span whose request carries ``config``, asking get_forecast, and the tool
+    span ADK records for that call of a tool it does not have."""
+    request = json.dumps({"model": "gemini-2.0-flash", "config": config,
+                          "contents": [_user("Weather?")]})
+    asks = {"role": "model", "parts": [{"function_call": {"name": "get_forecast",
+                                                          "args": {"city": "Paris"}}}]}
+    return build_trajectory(trace(
+        span("agent", None, 0, _AGENT, end=100),
+        span("call_llm", "agent", 1, {**_LLM, "gcp.vertex.agent.llm_request": request,
+                                      "gcp.vertex.agent.llm_response": json.dumps(
+                                          {"content": asks})}),
+        span("execute_tool get_forecast", "agent", 2, {
+            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_forecast",
+            "gcp.vertex.agent.tool_call_args": json.dumps({"city": "Paris"}),
+            "gcp.vertex.agent.tool_response": json.dumps({"error": "not found"})},
+            status="error")), TrajectoryConfig())
+
+
+_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+
+
+@pytest.mark.parametrize(("declared", "schema"), [
+    ({"name": "get_weather", "parameters_json_schema": _SCHEMA}, _SCHEMA),
+    # a Gemini Schema (types upper-case) is no JSON schema: offered, its schema unknown
+    ({"name": "get_weather", "parameters": {"type": "OBJECT"}}, {}),
+], ids=["json schema", "gemini schema"])
+def test_the_offer_is_read_from_the_request_config(declared: dict[str, Any],
+                                                   schema: dict[str, Any]) -> None:
+    t = _offering({"tools": [{"function_declarations": [declared]}]})
+    assert t.tools == {"get_weather": schema}
+    findings = Detectors(DetectorsConfig()).evaluate(t, None)[0]
+    assert "selection" in {f.kind for f in findings if f.detector == "tool_call"}
+
+
+@pytest.mark.parametrize("config", [
+    {}, {"tools": "x"}, {"tools": [7, {"function_declarations": [None, {"name": ""}]}]},
+    {"tools": [{"function_declarations": "function_declarations"}]}])
+def test_a_request_without_a_readable_offer_offers_nothing(config: dict[str, Any]) -> None:
+    t = _offering(config)
+    assert t.tools == {}
+    findings = Detectors(DetectorsConfig()).evaluate(t, None)[0]
+    assert "selection" not in {f.kind for f in findings}

@@ -164,10 +164,10 @@ def _described(attrs: dict[str, Any], **kw: Any) -> Step:
     """The step of one span, read and with its envelopes off (as the trajectory does)."""
     s = span("s", attrs=attrs, **kw)
     step = Step(0, s.span_id, None, "other", s.name)
-    _, found = read_span(step, s, s.attributes)
+    _, shape = read_span(step, s, s.attributes)
     tools: dict[str, Any] = {}
-    for reader in found:
-        merge_tools(tools, reader.tools(s.attributes))
+    for offered in shape.offers:
+        merge_tools(tools, offered(s.attributes))
     take_off_envelopes([step], tools)
     return step
 

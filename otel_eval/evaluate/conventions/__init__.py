@@ -31,7 +31,7 @@ from typing import Any
 from otel_eval.base.model import Span
 from otel_eval.base.steps import Step, StepKind
 from otel_eval.evaluate.conventions.adapter import Adapter, Attrs
-from otel_eval.evaluate.conventions.fields import plan, read_fields
+from otel_eval.evaluate.conventions.fields import Plan, plan, read_fields
 from otel_eval.evaluate.conventions.genai import GENAI, GENAI_LEGACY
 from otel_eval.evaluate.conventions.langfuse import LANGFUSE
 from otel_eval.evaluate.conventions.mlflow import MLFLOW
@@ -131,10 +131,10 @@ def describe(step: Step, span: Span, attrs: Attrs) -> Adapter | None:
     return read_span(step, span, attrs)[0]
 
 
-def read_span(step: Step, span: Span,
-              attrs: Attrs) -> tuple[Adapter | None, tuple[Adapter, ...]]:
+def read_span(step: Step, span: Span, attrs: Attrs) -> tuple[Adapter | None, Plan]:
     """Classify ``span`` and fill ``step`` from every convention on it: (the marker's
-    adapter or None, the conventions read in order of precedence)."""
+    adapter or None, the plan of its shape: ``found``, the conventions read in order of
+    precedence, and ``offers``, the readers of the tools it offers)."""
     kind, shape = plan(span, attrs, ADAPTERS, classify)
     adapter = shape.marker
     step.kind = kind
@@ -158,7 +158,7 @@ def read_span(step: Step, span: Span,
         step.error = error
     for reader in shape.extra:  # cost, cache-write tokens, exit code: only when keyed
         reader.read(step, span, attrs)
-    return adapter, shape.found
+    return adapter, shape
 
 
 def merge_tools(into: dict[str, Any], found: dict[str, Any]) -> None:

@@ -11,13 +11,17 @@ attributes but in its own, as JSON:
   ``gcp.vertex.agent.llm_response``: ``{"content": Content, "finish_reason", ...}``, where a
   Gemini ``Content`` is ``{"role": "user" | "model", "parts": [{"text"}, {"function_call":
   {"id", "name", "args"}}, {"function_response": {"id", "name", "response"}}]}``;
+- the tools offered, in the request's ``config.tools``: ``[{"function_declarations": [{"name",
+  "description", "parameters_json_schema" | "parameters"}]}]`` (``parameters`` is a Gemini
+  ``Schema``, its types upper-case: no JSON schema, so such a tool's schema is unknown);
 - ``gcp.vertex.agent.tool_call_args`` (the call's arguments) and
   ``gcp.vertex.agent.tool_response`` (its response; a value that is no dict is wrapped as
   ``{"result": ...}``, which ``trajectory.envelopes`` takes off).
 
 ``read`` fills what the conventions left unread: an LLM step's messages (Contents turned into
 the conventions' messages of typed parts: ``text``, ``tool_call``, ``tool_call_response``;
-``model`` is ``assistant``) and its calls, a tool step's arguments and result. With content
+``model`` is ``assistant``) and its calls, a tool step's arguments and result; ``tools``
+the offer. With content
 capture off ADK writes ``{}`` in each: nothing is read from it (unknown, not empty). Schema 2,
 ADK 2's default, records the conventions' own attributes and needs nothing here.
 """
@@ -32,7 +36,7 @@ from otel_eval.base.steps import Step, ToolCall
 from otel_eval.evaluate.conventions.adapter import Attrs
 from otel_eval.evaluate.conventions.values import as_str, parse_json
 
-__all__ = ["KEYS", "read"]
+__all__ = ["KEYS", "read", "tools"]
 
 LLM_REQUEST = "gcp.vertex.agent.llm_request"
 LLM_RESPONSE = "gcp.vertex.agent.llm_response"
@@ -48,6 +52,25 @@ def read(step: Step, span: Span, attrs: Attrs) -> None:
         _tool(step, attrs)
     elif step.kind == "llm":
         _llm(step, attrs)
+
+
+def tools(attrs: Attrs) -> dict[str, Any]:
+    """The tools a model call's request offers: {name: its JSON schema, {} when unknown}."""
+    text = attrs.get(LLM_REQUEST)
+    if not isinstance(text, str) or "function_declarations" not in text:
+        return {}
+    request = parse_json(text)
+    config = request.get("config") if isinstance(request, dict) else None
+    groups = config.get("tools") if isinstance(config, dict) else None
+    offered: dict[str, Any] = {}
+    for group in groups if isinstance(groups, list) else ():
+        declared = group.get("function_declarations") if isinstance(group, dict) else None
+        for fn in declared if isinstance(declared, list) else ():
+            name = fn.get("name") if isinstance(fn, dict) else None
+            if isinstance(name, str) and name:
+                schema = fn.get("parameters_json_schema")
+                offered[name] = schema if isinstance(schema, dict) else {}
+    return offered
 
 
 def _tool(step: Step, attrs: Attrs) -> None:

@@ -67,9 +67,10 @@ class Plan:
     the conventions present, in order of precedence, and for each the ``Step.sources`` text
     of every field it may supply (the first of its keys the shape has); the
     convention-independent readers its keys call for (``span_readers``: cost, cache-write
-    tokens, exit code). Shared by every span of the shape; never changed."""
+    tokens, exit code); the readers of the tools it offers (``offers``: the conventions',
+    then those readers'). Shared by every span of the shape; never changed."""
 
-    __slots__ = ("explicit", "extra", "found", "marker", "sources")
+    __slots__ = ("explicit", "extra", "found", "marker", "offers", "sources")
 
     def __init__(self, marker: Adapter | None, explicit: bool, found: list[Adapter],
                  attrs: Attrs, events: frozenset[str] = _NO_EVENTS) -> None:
@@ -77,6 +78,8 @@ class Plan:
         self.found = tuple(found)
         self.sources = [{f: _source(a, f, attrs) for f in FIELDS} for a in found]
         self.extra: tuple[SpanReader, ...] = for_keys(attrs, events)
+        self.offers: tuple[Callable[[Attrs], dict[str, Any]], ...] = (
+            *(a.tools for a in found), *(r.tools for r in self.extra if r.tools is not None))
 
 
 _plans: dict[tuple[Any, ...], Plan] = {}

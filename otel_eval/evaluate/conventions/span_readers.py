@@ -40,7 +40,7 @@ Attribute names, as the GenAI conventions name them (open-telemetry/semantic-con
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from otel_eval.base.model import Span
 from otel_eval.base.steps import Step
@@ -74,10 +74,11 @@ _MCP_TOOL_CALL = "tools/call"
 
 class SpanReader(NamedTuple):
     """A reader run on the spans whose attribute keys (or span event names) include one of
-    ``keys``."""
+    ``keys``; ``tools``, when given, reads the tools those spans offer (as an adapter's)."""
 
     keys: frozenset[str]
     read: Callable[[Step, Span, Attrs], None]
+    tools: Callable[[Attrs], dict[str, Any]] | None = None
 
 
 def _cache_write(step: Step, span: Span, attrs: Attrs) -> None:
@@ -199,7 +200,7 @@ READERS = (
     SpanReader(frozenset((EXIT_CODE,)), _exit_code),
     SpanReader(frozenset((DECISION_OUTCOME, DECISION_EVENT)), _decision),
     WORKFLOW_TOOL_READER,  # rec31b
-    SpanReader(adk.KEYS, adk.read),
+    SpanReader(adk.KEYS, adk.read, adk.tools),
 )
 
 

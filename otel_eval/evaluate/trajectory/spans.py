@@ -189,7 +189,7 @@ class StepBuilder:
             attrs = overlay(attrs, [*(records or ()), *own])
         step = Step(len(self.steps), span.span_id, span.parent_span_id, "other", span.name,
                     depth=depth, start_ns=span.start_ns, end_ns=span.end_ns)
-        adapter, found = read_span(step, span, attrs)
+        adapter, shape = read_span(step, span, attrs)
         self.conversation.read(attrs)
         if records or own:
             _from_events(step, span.attributes, attrs, "log records" if records else "span events")
@@ -214,7 +214,7 @@ class StepBuilder:
             name = module or self._haystack_component(step, span, attrs)
             if name is None and adapter is not None:
                 enclosing = self.agent_attrs.get(agent) if agent else None
-                name, source = merged_agent_name(span, attrs, enclosing, found)
+                name, source = merged_agent_name(span, attrs, enclosing, shape.found)
                 step.sources["agent_name"] = source
             self.agent_parent[span.span_id] = agent
             self.agent_attrs[span.span_id] = attrs
@@ -241,8 +241,8 @@ class StepBuilder:
             if step.kind == "llm":
                 rid = attrs.get("gen_ai.response.id")
                 step.response_id = rid if isinstance(rid, str) and rid else None
-        for reader in found:
-            offered = reader.tools(attrs)
+        for tools in shape.offers:
+            offered = tools(attrs)
             if offered:
                 merge_tools(self.tools, offered)
                 self.offered_to.add((node, step.within_unknown))
