@@ -17,7 +17,12 @@ import otel_eval.evaluate.trajectory.spans as spans_module
 from otel_eval.base.model import Span
 from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.config import TrajectoryConfig
-from otel_eval.evaluate.conventions.haystack import call_ids, tool_results
+from otel_eval.evaluate.conventions.haystack import (
+    MAX_SCHEMA_CHARS,
+    call_ids,
+    offered_tools,
+    tool_results,
+)
 from otel_eval.evaluate.conventions.openinference import (
     HAYSTACK_SCOPE,
     haystack_component,
@@ -225,3 +230,58 @@ def test_reply_call_ids_in_order_and_nothing_for_another_shape() -> None:
                                                           ("get_weather", "call_2")]
     assert call_ids(json.dumps({"replies": [reply.replace("id='call_1'", "id=7")]})) == []
     assert call_ids(json.dumps({"replies": "ToolCall(tool_name="})) == []
+
+
+# --- the tools offered, from the Tool reprs beside the messages --------------------------------
+
+_PARAMS = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+
+
+def _tool_repr(name: str, parameters: Any = _PARAMS, cls: str = "Tool") -> str:
+    return (f"{cls}(name={name!r}, description='Get the weather, function=no.', "
+            f"parameters={parameters!r}, function=<function get_weather at 0x7f>, "
+            "outputs_to_string=None, inputs_from_state=None, outputs_to_state=None)")
+
+
+def _offering(*tools: Any) -> str:
+    return json.dumps({"messages": [_USER], "tools": list(tools)})
+
+
+def test_the_tools_offered_are_read_from_the_requests_tool_reprs() -> None:
+    assert offered_tools(_offering(_tool_repr("get_weather"), _tool_repr("t", {}, "ComponentTool"))
+                         ) == {"get_weather": _PARAMS, "t": {}}
+    # and a trajectory's offer, on the shape the instrumentation records
+    request = json.dumps({"messages": [_USER], "tools": [_tool_repr("get_weather")]})
+    t = build_trajectory(trace(_scoped(span("llm", attrs={
+        "openinference.span.kind": "LLM", "input.value": request}), HAYSTACK_SCOPE)),
+        TrajectoryConfig())
+    assert t.tools == {"get_weather": _PARAMS}
+
+
+def test_a_schema_decoded_once_is_each_trajectorys_own() -> None:
+    request = _offering(_tool_repr("get_weather"), _tool_repr("other"))
+    first, second = offered_tools(request), offered_tools(request)
+    assert first == second == {"get_weather": _PARAMS, "other": _PARAMS}
+    first["get_weather"]["required"].append("x")  # a reader that changes what it was given
+    assert offered_tools(request)["get_weather"] == _PARAMS
+    assert first["other"] is not first["get_weather"]
+
+
+@pytest.mark.parametrize("tools", [
+    # a schema whose literal does not end at the first "}, function=": unknown, not cut
+    [_tool_repr("a", {"description": "x}, function=y"})],
+    [_tool_repr("a", {"k": "v" * MAX_SCHEMA_CHARS})],
+    [_tool_repr("a", "not a dict")],
+    [_tool_repr("a", {"k": {1, 2}})],  # a literal JSON has no form for
+], ids=["ends early", "too long", "no dict", "no json"])
+def test_a_schema_not_read_is_unknown(tools: list[str]) -> None:
+    assert offered_tools(_offering(*tools)) == {"a": {}}
+
+
+@pytest.mark.parametrize("tools", [
+    "Tool(name='a'", ["Tool(name=7, description='', parameters={}, function=None)"],
+    [7, None, "print('x')", "Tool(name='', description=None, parameters={}, function=None)",
+     "Tool(name='" + "\\" * 100_000], ["X" * 100 + "Tool(name='a', description=None, parameters="],
+])
+def test_other_shapes_offer_nothing(tools: Any) -> None:
+    assert offered_tools(json.dumps({"messages": [], "tools": tools})) == {}

@@ -18,28 +18,35 @@ a ``ToolCall(tool_name='get_weather', arguments={...}, id='call_NEX4...', extra=
 the tool message that answered a call is found by its id; ``reply_finish_reasons`` reads each
 reply's finish reason from its ``_meta`` (``{'model': ..., 'finish_reason': 'stop', ...}``, the
 repr's last field, so its last ``, _meta={`` is the reply's own whatever the content before it
-says). Nothing else of a repr is read; a message that does not have this exact shape gives
-nothing (unknown). Bounded: at most
-``MAX_MESSAGES`` messages and ``MAX_CALLS`` calls, a result literal of at most
-``MAX_RESULT_CHARS`` (decoded by ``base.pysource.literal``), anchored regular expressions
-without nested repetition, at positions found by ``str.find`` / ``str.rfind``: linear in the
-input.
+says). The tools offered are in ``input.value`` too, beside the messages (``{"messages": [...],
+"tools": [...]}``), each the repr of a Haystack ``Tool``: ``Tool(name='get_weather',
+description='...', parameters={...}, function=<...>, ...)``; ``offered_tools`` reads each
+name, and its ``parameters`` (a JSON schema as a dict literal; unknown, ``{}``, when the
+literal does not end at the first ``}, function=``). Nothing else of a repr is read; a
+message that does not have this exact shape gives nothing (unknown). Bounded: at most
+``MAX_MESSAGES`` messages, ``MAX_CALLS`` calls and ``MAX_TOOLS`` tools, a result literal of at
+most ``MAX_RESULT_CHARS`` and a schema literal of at most ``MAX_SCHEMA_CHARS`` (decoded by
+``base.pysource.literal``), anchored regular expressions without nested repetition, at
+positions found by ``str.find`` / ``str.rfind``: linear in the input.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
 from otel_eval.base.pysource import literal
 from otel_eval.evaluate.conventions.values import parse_json
 
-__all__ = ["MAX_CALLS", "MAX_MESSAGES", "MAX_RESULT_CHARS", "call_ids", "reply_finish_reasons",
-           "tool_results"]
+__all__ = ["MAX_CALLS", "MAX_MESSAGES", "MAX_RESULT_CHARS", "MAX_SCHEMA_CHARS", "MAX_TOOLS",
+           "call_ids", "offered_tools", "reply_finish_reasons", "tool_results"]
 
 MAX_MESSAGES = 1_000  # messages of one input read
 MAX_RESULT_CHARS = 20_000  # a longer result literal is not decoded (as envelopes' literals)
 MAX_CALLS = 128  # calls of one reply read
+MAX_TOOLS = 128  # tools of one request read
+MAX_SCHEMA_CHARS = 20_000  # a longer parameters literal is not decoded (its schema unknown)
 _TOOL = "ChatMessage(_role=<ChatRole.TOOL: 'tool'>, _content=[ToolCallResult(result="
 _STRING = r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\""
 _RESULT = re.compile(_STRING)
@@ -52,6 +59,13 @@ _CALL_ID = re.compile(rf", id=({_STRING})(?:, extra=|\))")  # ToolCall has had n
 _REPLY = "ChatMessage(_role=<ChatRole.ASSISTANT: 'assistant'>, "
 _META = ", _meta={"
 _META_FINISH = re.compile(r"'finish_reason': '([A-Za-z_]{1,40})'")
+_OFFER = '"tools": ["'
+_TOOL_HEAD = re.compile(  # Tool, and its subclasses' reprs that keep the dataclass's fields
+    rf"[A-Za-z]{{0,40}}Tool\(name=({_STRING}), description=(?:{_STRING}|None), parameters=")
+_PARAMETERS_END = "}, function="
+_SCHEMAS: dict[str, str] = {}  # a parameters literal -> its schema as JSON
+_SCHEMAS_KEPT = 64  # at most 64 x MAX_SCHEMA_CHARS of literals held; emptied when full
+_DECODER = json.JSONDecoder()
 
 
 def tool_results(raw: str | None) -> dict[int, dict[str, Any]]:
@@ -94,6 +108,56 @@ def _tool_result(text: str) -> dict[str, Any] | None:
         return None
     return {"role": "tool", "tool_call_id": call_id, "content": content,
             "error": flag.group(1) == "True"}
+
+
+def offered_tools(raw: str | None) -> dict[str, Any]:
+    """{name: parameters JSON schema, {} when unknown} of each ``Tool`` repr in a Haystack
+    request's ``input.value``; empty when it offers none (or none of this shape)."""
+    if not raw or _OFFER not in raw:
+        return {}
+    doc = parse_json(raw)
+    tools = doc.get("tools") if isinstance(doc, dict) else None
+    out: dict[str, Any] = {}
+    for text in tools[:MAX_TOOLS] if isinstance(tools, list) else ():
+        head = _TOOL_HEAD.match(text) if isinstance(text, str) else None
+        if head is None:
+            continue
+        name = _string(head.group(1))
+        if name:
+            out[name] = _parameters(text, head.end())
+    return out
+
+
+def _string(quoted: str) -> str | None:
+    if "\\" not in quoted:
+        return quoted[1:-1]  # a literal without escapes is its text
+    try:
+        value = literal(quoted)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _parameters(text: str, at: int) -> dict[str, Any]:
+    """The schema literal at ``at`` (``{}``: unknown). The same tools' reprs come in every
+    request of a run and every run of an agent: a literal is decoded once (``_SCHEMAS``, its
+    JSON, so each trajectory gets its own objects)."""
+    end = text.find(_PARAMETERS_END, at)
+    if end < 0 or end + 1 - at > MAX_SCHEMA_CHARS:
+        return {}
+    source = text[at:end + 1]
+    known = _SCHEMAS.get(source)
+    if known is None:
+        try:
+            schema = literal(source)
+            known = json.dumps(schema) if isinstance(schema, dict) else "{}"
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            known = "{}"  # no literal, or values JSON has no form for
+        if len(_SCHEMAS) >= _SCHEMAS_KEPT:
+            _SCHEMAS.clear()
+        _SCHEMAS[source] = known
+    decoded: dict[str, Any] = _DECODER.decode(known)
+    return decoded
 
 
 def call_ids(raw: str | None) -> list[tuple[str, str]]:

@@ -50,7 +50,7 @@ from otel_eval.base.model import Span
 from otel_eval.base.steps import Step, StepKind, ToolCall
 from otel_eval.evaluate.conventions.adapter import Adapter, Attrs, undefined_value
 from otel_eval.evaluate.conventions.agent_names import MAX_AGENT_NAME, agent_name
-from otel_eval.evaluate.conventions.haystack import call_ids, tool_results
+from otel_eval.evaluate.conventions.haystack import call_ids, offered_tools, tool_results
 from otel_eval.evaluate.conventions.messages import (
     finish_reasons,
     message_text,
@@ -496,6 +496,9 @@ def _tools(attrs: Attrs) -> dict[str, Any]:
         if found:
             out[found[0]] = found[1]
         i += 1
+    if not out and attrs.get("openinference.span.kind") == "LLM":
+        raw = attrs.get("input.value")  # Haystack's request: its Tool reprs
+        out = offered_tools(raw) if isinstance(raw, str) else out
     name = attrs.get("tool.name")
     if isinstance(name, str) and name:
         json_schema = tool_definition(attrs.get("tool.json_schema"))
