@@ -211,6 +211,10 @@ class Trajectory:
     input_messages: list[Any] | None = None
     output_messages: list[Any] | None = None
     tools: dict[str, Any] = field(default_factory=dict)  # offered tool name -> JSON schema
+    # the names of ``tools`` only their own tool spans described, never offered by a span
+    # (OpenInference's ``tool.name``): their schemas read arguments, but a model was not shown
+    # to be offered them
+    unoffered: set[str] = field(default_factory=set)
     # the agents (``Step.agent_scope``) whose own spans recorded what ``tools`` holds: a call
     # by another agent was offered tools no span said (multi-agent runs)
     offered_to: set[tuple[str | None, str | None]] = field(default_factory=set)

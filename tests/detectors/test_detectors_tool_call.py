@@ -49,6 +49,11 @@ CASES: list[tuple[str, Step, dict[str, Any], list[tuple[str, str | None]]]] = [
      bash("python t.py", "Traceback (most recent call last):\n  ..."), TOOLS, []),
     ("wrong tool and failed", tool("nope", {}, "Error: unknown tool"), TOOLS,
      [("selection", None), ("runtime", None)]),
+    # CrewAI runs "Delegate work to coworker", offered as delegate_work_to_coworker
+    ("a tool run by the display name it was offered by", tool("Read File", {"path": "a"}),
+     TOOLS, []),
+    ("other words are another tool", tool("Read Files", {"path": "a"}), TOOLS,
+     [("selection", None)]),
 ]
 
 

@@ -14,6 +14,8 @@ from otel_eval.base.model import SpanEvent
 from otel_eval.base.steps import Step
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.conventions import classify, dominant, merge_tools, read_span
+from otel_eval.evaluate.detectors import Detectors
+from otel_eval.evaluate.detectors.config import DetectorsConfig
 from otel_eval.evaluate.trajectory import build_trajectory
 from otel_eval.evaluate.trajectory.arguments import take_off_envelopes
 
@@ -166,8 +168,8 @@ def _described(attrs: dict[str, Any], **kw: Any) -> Step:
     step = Step(0, s.span_id, None, "other", s.name)
     _, shape = read_span(step, s, s.attributes)
     tools: dict[str, Any] = {}
-    for offered in shape.offers:
-        merge_tools(tools, offered(s.attributes))
+    for reader in (*shape.offers, *shape.described):
+        merge_tools(tools, reader(s.attributes))
     take_off_envelopes([step], tools)
     return step
 
@@ -362,3 +364,32 @@ def test_strands_names_its_agent_s_tools_an_offer_of_unknown_schemas() -> None:
     t = build_trajectory(trace(span("root", attrs={**agent, "gen_ai.tool.definitions": defs})),
                          TrajectoryConfig())
     assert t.tools == {"get_weather": {"type": "object"}}
+
+
+def _tool_span(name: str, start: int, **attrs: Any) -> Any:
+    return span(f"agent.{name}", "root", start, {
+        "openinference.span.kind": "TOOL", "tool.name": name,
+        "input.value": '{"city": "Paris"}', **attrs}, span_id=f"{start:016x}")
+
+
+def test_a_tool_span_describing_its_own_tool_is_no_offer_of_it() -> None:
+    """AutoGen records a TOOL span, with ``tool.name`` and ``tool.parameters`` (the call's
+    arguments), for the call of a tool it does not have: that description reads the tool's
+    arguments, but says nothing of what the model was offered (autogen/wrong_tool)."""
+    offer = {"openinference.span.kind": "LLM",
+             "llm.tools.0.tool.json_schema": json.dumps(
+                 {"type": "function", "function": {"name": "get_weather", "parameters": {
+                     "type": "object", "properties": {"city": {"type": "string"}}}}})}
+    described = _tool_span("get_forecast", 2, **{"tool.parameters": '{"city": "Paris"}'})
+    t = build_trajectory(trace(span("root", attrs={"openinference.span.kind": "AGENT"}),
+                               span("llm", "root", 1, offer), described,
+                               _tool_span("get_weather", 3)), TrajectoryConfig())
+    assert (sorted(t.tools), t.unoffered) == (["get_forecast", "get_weather"], {"get_forecast"})
+    findings = Detectors(DetectorsConfig()).evaluate(t, None)[0]
+    assert [(f.kind, f.attributes["tool"]) for f in findings if f.detector == "tool_call"] == [
+        ("selection", "get_forecast")]
+    # with no offer recorded, the descriptions are all there is: no call is known unoffered
+    t = build_trajectory(trace(span("root", attrs={"openinference.span.kind": "AGENT"}),
+                               described), TrajectoryConfig())
+    assert (t.unoffered, t.offered_to) == ({"get_forecast"}, set())
+    assert not Detectors(DetectorsConfig()).evaluate(t, None)[0]

@@ -12,12 +12,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from otel_eval.base.model import Span
 from otel_eval.base.steps import Step, StepKind
 
 Attrs = Mapping[str, Any]
+
+
+class Described(NamedTuple):
+    """How a convention's tool spans describe their own tool: ``read`` (name -> JSON schema)
+    on the spans that carry one of ``keys``."""
+
+    keys: frozenset[str]
+    read: Callable[[Attrs], dict[str, Any]]
 
 
 @dataclass(frozen=True, slots=True, eq=False)  # one object per convention: identity
@@ -49,6 +57,10 @@ class Adapter:
     # None; asked only of a span its marker made an ``other`` step. That step's kind is
     # unknown (``Step.unknown["kind"]``): it may have been a call, so no rule reads its absence
     undefined: Callable[[Span, Attrs], str | None] = field(default=lambda span, attrs: None)
+    # the definition a tool span records of its own tool (name -> JSON schema): it reads that
+    # tool's arguments, but says nothing of what a model was offered (a framework records a
+    # span, and its definition, for a call of a tool it does not have); None: none
+    described: Described | None = None
     present_keys: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:

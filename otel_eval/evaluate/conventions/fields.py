@@ -68,9 +68,10 @@ class Plan:
     of every field it may supply (the first of its keys the shape has); the
     convention-independent readers its keys call for (``span_readers``: cost, cache-write
     tokens, exit code); the readers of the tools it offers (``offers``: the conventions',
-    then those readers'). Shared by every span of the shape; never changed."""
+    then those readers') and of the tool it describes (``described``). Shared by every span
+    of the shape; never changed."""
 
-    __slots__ = ("explicit", "extra", "found", "marker", "offers", "sources")
+    __slots__ = ("described", "explicit", "extra", "found", "marker", "offers", "sources")
 
     def __init__(self, marker: Adapter | None, explicit: bool, found: list[Adapter],
                  attrs: Attrs, events: frozenset[str] = _NO_EVENTS) -> None:
@@ -80,6 +81,9 @@ class Plan:
         self.extra: tuple[SpanReader, ...] = for_keys(attrs, events)
         self.offers: tuple[Callable[[Attrs], dict[str, Any]], ...] = (
             *(a.tools for a in found), *(r.tools for r in self.extra if r.tools is not None))
+        keys = attrs.keys()
+        self.described = tuple(a.described.read for a in found if a.described is not None
+                               and not keys.isdisjoint(a.described.keys))
 
 
 _plans: dict[tuple[Any, ...], Plan] = {}

@@ -6,7 +6,8 @@ GUARDRAIL, EVALUATOR, PROMPT read as ``other``). Raw text in ``input.value`` /
 ``llm.output_messages.N.message.tool_calls.M.tool_call.function.{name,arguments}``; usage
 ``llm.token_count.*``; model ``llm.model_name``; offered tools ``llm.tools.N.tool.json_schema``;
 tool spans ``tool.name`` / ``tool.parameters`` (the tool's parameter schema: the actual
-arguments are in ``input.value``). smolagents managed agents are named from the enclosing
+arguments are in ``input.value``), the span's own tool (``Adapter.described``: it names the
+arguments, and is no offer). smolagents managed agents are named from the enclosing
 agent's ``smolagents.managed_agents.N.name``, others by ``agent.name``, else the span name
 (smolagents' ``<name>.run`` read as ``<name>``). A LangGraph node span marked AGENT (the
 ReAct graph's ``agent`` node: ``metadata.langgraph_node`` is its own name) is a chain step
@@ -48,7 +49,7 @@ from typing import Any
 from otel_eval.base.configcheck import ascii_int
 from otel_eval.base.model import Span
 from otel_eval.base.steps import Step, StepKind, ToolCall
-from otel_eval.evaluate.conventions.adapter import Adapter, Attrs, undefined_value
+from otel_eval.evaluate.conventions.adapter import Adapter, Attrs, Described, undefined_value
 from otel_eval.evaluate.conventions.agent_names import MAX_AGENT_NAME, agent_name
 from otel_eval.evaluate.conventions.haystack import call_ids, offered_tools, tool_results
 from otel_eval.evaluate.conventions.messages import (
@@ -499,15 +500,21 @@ def _tools(attrs: Attrs) -> dict[str, Any]:
     if not out and attrs.get("openinference.span.kind") == "LLM":
         raw = attrs.get("input.value")  # Haystack's request: its Tool reprs
         out = offered_tools(raw) if isinstance(raw, str) else out
-    name = attrs.get("tool.name")
-    if isinstance(name, str) and name:
-        json_schema = tool_definition(attrs.get("tool.json_schema"))
-        out[name] = json_schema[1] if json_schema else _schema(attrs.get("tool.parameters"))
     names = parse_json(attrs.get("smolagents.tools_names"))
     for tool in names if isinstance(names, list) else ():
         if isinstance(tool, str):
             out.setdefault(tool, {})
     return out
+
+
+def _described(attrs: Attrs) -> dict[str, Any]:
+    """A TOOL span's own tool: ``tool.name`` with ``tool.json_schema`` (or ``tool.parameters``,
+    a schema or, as AutoGen records it, the call's arguments)."""
+    name = attrs.get("tool.name")
+    if not isinstance(name, str) or not name:
+        return {}
+    json_schema = tool_definition(attrs.get("tool.json_schema"))
+    return {name: json_schema[1] if json_schema else _schema(attrs.get("tool.parameters"))}
 
 
 KEYS = {
@@ -530,4 +537,5 @@ KEYS = {
 OPENINFERENCE = Adapter("openinference", _explicit, _implicit, _fill, _agent_name, _tools,
                         KEYS, undefined=undefined_value("openinference.span.kind",
                                                         _OTHER_KINDS | frozenset(_KINDS),
-                                                        lambda v: str(v).upper()))
+                                                        lambda v: str(v).upper()),
+                        described=Described(frozenset(("tool.name",)), _described))

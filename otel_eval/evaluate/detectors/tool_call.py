@@ -20,6 +20,7 @@ does not fail the agent's verdict, but it is counted and said.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,8 @@ from otel_eval.base.results import Finding
 from otel_eval.base.steps import Step, Trajectory
 from otel_eval.evaluate.detectors.calls import Context, is_action_tool, result_failed
 from otel_eval.evaluate.detectors.config import DetectorsConfig, ToolCallConfig
+
+_WORDS = re.compile(r"[a-z0-9]+")
 
 if TYPE_CHECKING:  # schema imports jsonschema and RE2: loaded when a tool offers a schema
     from otel_eval.evaluate.detectors.schema import Budget, Check
@@ -70,6 +73,19 @@ def argument_problems(arguments: Any, schema: Mapping[str, Any], reject_unknown:
     return problems, check
 
 
+def _function_name(name: str) -> str:
+    return "_".join(_WORDS.findall(name.lower()))
+
+
+def _offered_as(name: str, offered: Mapping[str, Any]) -> bool:
+    """Whether a tool step's ``name`` is an offered tool's display name, the model having
+    been offered it by a function name made of it (CrewAI runs its "Delegate work to coworker"
+    tool, offered as ``delegate_work_to_coworker``): the same words, case and separators
+    aside."""
+    words = _function_name(name)
+    return any(_function_name(n) == words for n in offered)
+
+
 def _selection(step: Step, name: str, offered: Mapping[str, Any],
                cfg: ToolCallConfig) -> Finding:
     return Finding("tool_call", "selection", cfg.selection_severity,
@@ -96,19 +112,22 @@ def _schema(step: Step, name: str, check: Check) -> Finding:
 
 
 def check_step(step: Step, offered: Mapping[str, Any], config: DetectorsConfig,
-               budget: Budget | None = None, offer_known: bool = True) -> list[Finding]:
+               budget: Budget | None = None, offer_known: bool = True,
+               schemas: Mapping[str, Any] | None = None) -> list[Finding]:
     """The findings of one call; ``offer_known``: what the calling agent was offered was
-    recorded (else a tool absent from ``offered`` was offered to it unsaid, maybe)."""
+    recorded (else a tool absent from ``offered`` was offered to it unsaid, maybe);
+    ``schemas``: the tools' definitions, offered or described by their own spans (default:
+    ``offered``)."""
     cfg = config.tool_call
     name = step.tool_name or step.name
     action = is_action_tool(name, config.loop)
     recorded = bool(step.tool_name) and step.sources.get("tool_name") != "span name"
     out = []
     if offered and name not in offered and not action:
-        if recorded and offer_known:
+        if recorded and offer_known and not _offered_as(name, offered):
             out.append(_selection(step, name, offered, cfg))
-    elif name in offered:
-        schema = parameters_schema(offered[name])
+    elif name in (schemas := offered if schemas is None else schemas):
+        schema = parameters_schema(schemas[name])
         if schema is not None:
             problems, check = argument_problems(step.arguments, schema,
                                                 cfg.reject_unknown_parameters, budget)
@@ -131,22 +150,25 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
         from otel_eval.evaluate.detectors.schema import Budget
 
         budget = Budget()
-    known = trajectory.offered_to
+    known, tools = trajectory.offered_to, trajectory.tools
+    offered = {n: s for n, s in tools.items() if n not in trajectory.unoffered} \
+        if trajectory.unoffered else tools
     for step in trajectory.tool_steps:
         # ``Step.agent_scope``, inlined: read for every call of every run
-        out += check_step(step, trajectory.tools, config, budget,
-                          (step.node, step.within_unknown) in known)
-    if trajectory.tools:
-        out += _unran_selection(trajectory, config)
+        out += check_step(step, offered, config, budget,
+                          (step.node, step.within_unknown) in known, tools)
+    if offered:
+        out += _unran_selection(trajectory, offered, config)
     return out
 
 
-def _unran_selection(trajectory: Trajectory, config: DetectorsConfig) -> list[Finding]:
+def _unran_selection(trajectory: Trajectory, offered: Mapping[str, Any],
+                     config: DetectorsConfig) -> list[Finding]:
     """Calls of a tool not offered that no step ran: a framework that has no such tool
     answers the model with an error and runs nothing (LangGraph's ToolNode, smolagents,
     pydantic-ai), so no tool step is checked; the call the model asked for is, on its LLM
     step. A call that ran, or was rebuilt as a step, is checked on that step."""
-    offered, known, out = trajectory.tools, trajectory.offered_to, []
+    known, out = trajectory.offered_to, []
     # a call naming an agent of the run ran as that agent's steps (smolagents' managed
     # agents are offered to the model as tools and recorded in no tool list); a later step
     # of unknown kind may have run it (an agent, a tool: its marker unknown). One pass, no

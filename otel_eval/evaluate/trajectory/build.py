@@ -228,6 +228,7 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
         task=task, answer=answer, input_messages=input_messages,
         output_messages=output_messages,
         tools=builder.tools,
+        unoffered=builder.described - builder.offered,
         offered_to=builder.offered_to,
         root_attributes=dict(root_span.attributes) if root_span else {},
         revision=trace.revision,

@@ -131,7 +131,9 @@ class StepBuilder:
         for record in logs:
             self.logs.setdefault(record.span_id, []).append(record)
         self.steps: list[Step] = []
-        self.tools: dict[str, Any] = {}
+        self.tools: dict[str, Any] = {}  # offered, and described by their own spans
+        self.offered: set[str] = set()  # the names of ``tools`` a span offered
+        self.described: set[str] = set()  # those a tool span described as its own
         self.task_id: str | None = None
         # span id -> (node name, id of the nearest agent span at or above it)
         self.scope: dict[str, tuple[str | None, str | None]] = {}
@@ -245,7 +247,13 @@ class StepBuilder:
             offered = tools(attrs)
             if offered:
                 merge_tools(self.tools, offered)
+                self.offered.update(offered)
                 self.offered_to.add((node, step.within_unknown))
+        for tools in shape.described:
+            described = tools(attrs)
+            if described:
+                merge_tools(self.tools, described)
+                self.described.update(described)
         if self.task_id is None:
             task = attrs.get(self.task_key)
             if task is None:
