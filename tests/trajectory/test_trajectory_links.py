@@ -158,18 +158,18 @@ def test_local_root(spans: list[Span], root: str | None) -> None:
 
 def test_the_spelling_lookup_is_linear_in_the_calls(monkeypatch: pytest.MonkeyPatch) -> None:
     """Hostile content: n calls of n names and n tool spans of n other names, none joined.
-    Each name is spelled once (``_spelled``: a call per distinct name and one per miss), not
+    Each name is spelled once (``as_offered``: a call per distinct name and one per miss), not
     once per pending name per miss (n * n). Work counted, not timed."""
     from otel_eval.evaluate.trajectory import links
 
-    spelled = links._spelled
+    spelled = links.as_offered
     count = [0]
 
     def counted(name: str) -> str:
         count[0] += 1
         return spelled(name)
 
-    monkeypatch.setattr(links, "_spelled", counted)
+    monkeypatch.setattr(links, "as_offered", counted)
     n = 300
     spans = [_chat(f"c{i}", [("", f"tool{i}", {"q": i})], 1 + i) for i in range(n)]
     spans += [_tool(f"t{i}", 1 + n + i, **{"gen_ai.tool.name": f"other {i}"}) for i in range(n)]

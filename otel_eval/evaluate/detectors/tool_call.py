@@ -20,7 +20,6 @@ does not fail the agent's verdict, but it is counted and said.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -28,8 +27,7 @@ from otel_eval.base.results import Finding
 from otel_eval.base.steps import Step, Trajectory
 from otel_eval.evaluate.detectors.calls import Context, is_action_tool, result_failed
 from otel_eval.evaluate.detectors.config import DetectorsConfig, ToolCallConfig
-
-_WORDS = re.compile(r"[a-z0-9]+")
+from otel_eval.evaluate.trajectory.links import as_offered
 
 if TYPE_CHECKING:  # schema imports jsonschema and RE2: loaded when a tool offers a schema
     from otel_eval.evaluate.detectors.schema import Budget, Check
@@ -73,17 +71,12 @@ def argument_problems(arguments: Any, schema: Mapping[str, Any], reject_unknown:
     return problems, check
 
 
-def _function_name(name: str) -> str:
-    return "_".join(_WORDS.findall(name.lower()))
-
-
 def _offered_as(name: str, offered: Mapping[str, Any]) -> bool:
     """Whether a tool step's ``name`` is an offered tool's display name, the model having
     been offered it by a function name made of it (CrewAI runs its "Delegate work to coworker"
-    tool, offered as ``delegate_work_to_coworker``): the same words, case and separators
-    aside."""
-    words = _function_name(name)
-    return any(_function_name(n) == words for n in offered)
+    tool, offered as ``delegate_work_to_coworker``; ``links.as_offered``, as the join reads it)."""
+    words = as_offered(name)
+    return any(as_offered(n) == words for n in offered)
 
 
 def _selection(step: Step, name: str, offered: Mapping[str, Any],

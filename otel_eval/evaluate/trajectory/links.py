@@ -115,7 +115,7 @@ def join_calls(steps: list[Step], joined: dict[int, ToolCall] | None = None) -> 
     every call that a tool step ran; ``joined`` gets step index -> the call it ran."""
     by_id: dict[str, deque[ToolCall]] = {}  # a deque: some runs reuse call ids
     queues: dict[tuple[str | None, str], deque[ToolCall]] = {}
-    # (agent, ``_spelled`` name) -> the first of its queues: each name spelled once
+    # (agent, ``as_offered`` name) -> the first of its queues: each name spelled once
     spelled: dict[tuple[str | None, str], deque[ToolCall]] = {}
     # tool name -> its calls of every agent, in order (a tool step outside every agent's)
     anywhere: dict[str, deque[ToolCall]] = {}
@@ -131,7 +131,7 @@ def join_calls(steps: list[Step], joined: dict[int, ToolCall] | None = None) -> 
                 queue = queues.get((step.node, call.name))
                 if queue is None:
                     queue = queues[step.node, call.name] = deque()
-                    spelled.setdefault((step.node, _spelled(call.name)), queue)
+                    spelled.setdefault((step.node, as_offered(call.name)), queue)
                 queue.append(call)
                 anywhere.setdefault(call.name, deque()).append(call)
                 requested.setdefault(call.name, []).append((call, step.index))
@@ -190,7 +190,7 @@ def _match(step: Step, by_id: dict[str, deque[ToolCall]],
     queue = by_id.get(step.call_id) if step.call_id else queues.get((step.node, name))
     if not queue and not step.call_id:
         # the model's spelling of the name (one lookup, only on this miss)
-        queue = spelled.get((step.node, _spelled(name)))
+        queue = spelled.get((step.node, as_offered(name)))
     if not queue and not step.call_id and step.node is None:
         # a tool step outside every known agent may have run a call of any agent (the calls
         # of its name in order; one another step ran is skipped as claimed)
@@ -212,7 +212,7 @@ def _match(step: Step, by_id: dict[str, deque[ToolCall]],
 _NOT_WORD = re.compile(r"[^0-9a-z]+")
 
 
-def _spelled(name: str) -> str:
+def as_offered(name: str) -> str:
     """A tool's name as a model may be offered it: lowercased, other characters ``_``."""
     return _NOT_WORD.sub("_", name[:MAX_TOOL_NAME].lower()).strip("_")
 
