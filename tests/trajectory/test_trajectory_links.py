@@ -10,7 +10,10 @@ import pytest
 from trajectory_factory import TRACE_ID, sid, span, trace
 
 from otel_eval.base.model import LogEvent, Span, local_root
+from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.config import TrajectoryConfig
+from otel_eval.evaluate.detectors import Detectors
+from otel_eval.evaluate.detectors.config import DetectorsConfig
 from otel_eval.evaluate.trajectory import build_trajectory
 
 CFG = TrajectoryConfig()
@@ -197,3 +200,36 @@ def test_a_tool_step_outside_every_agent_runs_the_oldest_pending_call_of_its_nam
     t = build_trajectory(trace(*spans), CFG)
     assert [s.arguments for s in t.tool_steps if not s.rebuilt] == [{"city": "Paris"},
                                                                      {"city": "Rome"}]
+
+
+def _loop(call_args: dict[str, str], end: int) -> Span:
+    """One LLM span of a whole automatic-function-calling loop (google-genai), holding only
+    its last reply's call."""
+    chat = _chat("generate_content", [("", "get_weather", call_args)], 1)
+    return Span(chat.trace_id, chat.span_id, chat.parent_span_id, chat.name, chat.start_ns, end,
+                attributes=chat.attributes)
+
+
+def test_a_tool_step_takes_no_call_asked_for_other_arguments_after_it_began() -> None:
+    """google-genai's loop span holds the call of its last reply (Tokyo), which it stopped
+    at and never ran; the calls it ran (Paris, London) are tool spans inside it. Taken by
+    name, Tokyo's call went to Paris' step and no call was left pending
+    (google-genai/max_turns). A reply that ended before the step began is still taken by
+    name whatever its arguments: a framework may record them otherwise."""
+    def ran(end: int) -> Trajectory:
+        tools = [_tool(f"t{i}", start, **{"gen_ai.tool.call.arguments": json.dumps(args)})
+                 for i, (start, args) in enumerate(((60, {"city": "Paris"}),
+                                                    (70, {"city": "London"})))]
+        return build_trajectory(trace(span("agent", None, 0, AGENT, end=100),
+                                      _loop({"city": "Tokyo"}, end), *tools), CFG)
+
+    t = ran(end=90)
+    assert [(s.arguments, s.rebuilt) for s in t.tool_steps] == [
+        ({"city": "Paris"}, False), ({"city": "London"}, False)]
+    assert t.llm_steps[0].tool_calls[0].outcome == "never_ran"
+    findings = Detectors(DetectorsConfig()).evaluate(t, None)[0]
+    assert "pending_tool_calls" in {f.kind for f in findings if f.detector == "non_termination"}
+    t = ran(end=50)
+    assert t.llm_steps[0].tool_calls[0].outcome == "ran"
+    assert not [f for f in Detectors(DetectorsConfig()).evaluate(t, None)[0]
+                if f.detector == "non_termination"]

@@ -96,15 +96,27 @@ def _last_llm(trajectory: Trajectory) -> list[Finding]:
         return [Finding("non_termination", "length_stop", "error",
                         "the last LLM call was cut off at its token limit", *where,
                         {"finish_reasons": list(last.finish_reasons)})]
-    if (last.tool_calls and not (trajectory.output or "").strip()
-            # a later step of unknown kind may have run them, or answered
-            and not any((s.kind == "tool" or s.kind_unknown) and s.index > last.index
-                        for s in trajectory.steps)):
+    if last.tool_calls and not (trajectory.output or "").strip():
+        never_ran = {c.outcome for c in last.tool_calls} == {"never_ran"}
+        if any(_may_have_run(s, never_ran) for s in trajectory.steps if s.index > last.index):
+            return []
         names = [c.name for c in last.tool_calls]
         return [Finding("non_termination", "pending_tool_calls", "error",
                         f"the run ended with tool calls that never ran ({', '.join(names)}) "
                         "and no final answer"[:300], *where, {"tool_calls": names})]
     return []
+
+
+def _may_have_run(step: Step, never_ran: bool) -> bool:
+    """Whether a step after the last LLM call may have run one of its calls: a step of
+    unknown kind (a call, an answer?); a tool step, unless the join found that no step ran
+    any of them (``never_ran``: google-genai's loop span holds only the call it stopped at,
+    and the calls it ran are the tool spans inside it) and the step's tool is recorded (one
+    whose name is unknown may be a call the join could not tell)."""
+    if step.kind_unknown:
+        return True
+    return step.kind == "tool" and (
+        not never_ran or not step.tool_name or step.sources.get("tool_name") == "span name")
 
 
 def _halt_markers(trajectory: Trajectory, cfg: NonTerminationConfig) -> list[Finding]:

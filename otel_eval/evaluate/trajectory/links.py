@@ -8,7 +8,10 @@ call's:
 1. by call id: ``Step.call_id`` (GenAI ``gen_ai.tool.call.id``, OpenInference ``tool_call.id``,
    Vercel AI ``ai.toolCall.id``) equal to the id of a call an earlier LLM step requested;
 2. else by name: among the calls of that name not yet run in the same agent (any agent, for a
-   tool step outside every known agent), the oldest with the same arguments, else the oldest;
+   tool step outside every known agent), the oldest with the same arguments, else the oldest
+   (not when both recorded other arguments and the reply that asked for it ended after the
+   step began: google-genai's automatic function calling records its loop as one LLM span
+   around the calls it ran, holding only the last reply's call, which it never ran);
    when no call has the name as spelled, the calls whose name is the same once lowercased and
    its other characters made ``_`` (CrewAI offers its "Delegate work to coworker" tool to the
    model as ``delegate_work_to_coworker`` and names the tool's span after the former);
@@ -120,6 +123,7 @@ def join_calls(steps: list[Step], joined: dict[int, ToolCall] | None = None) -> 
     # tool name -> its calls of every agent, in order (a tool step outside every agent's)
     anywhere: dict[str, deque[ToolCall]] = {}
     claimed: set[int] = set()
+    asked_at: dict[int, int] = {}  # id() of a call -> the end of the LLM step that asked
     # tool name -> (its call, the index of the LLM step that asked), in order (step 3)
     requested: dict[str, list[tuple[ToolCall, int]]] = {}
     unjoined: list[tuple[Step, int]] = []  # (tool step, calls of its tool before it)
@@ -135,8 +139,9 @@ def join_calls(steps: list[Step], joined: dict[int, ToolCall] | None = None) -> 
                 queue.append(call)
                 anywhere.setdefault(call.name, deque()).append(call)
                 requested.setdefault(call.name, []).append((call, step.index))
+                asked_at[id(call)] = step.end_ns
         elif step.kind == "tool" and not step.rebuilt:
-            found = _match(step, by_id, queues, spelled, anywhere, claimed)
+            found = _match(step, by_id, queues, spelled, anywhere, claimed, asked_at)
             if found is None:
                 unjoined.append((step, len(requested.get(step.tool_name or step.name, ()))))
                 continue
@@ -184,7 +189,8 @@ def _nearest_unclaimed(step: Step, calls: list[tuple[ToolCall, int]], before: in
 def _match(step: Step, by_id: dict[str, deque[ToolCall]],
            queues: dict[tuple[str | None, str], deque[ToolCall]],
            spelled: dict[tuple[str | None, str], deque[ToolCall]],
-           anywhere: dict[str, deque[ToolCall]], claimed: set[int]) -> ToolCall | None:
+           anywhere: dict[str, deque[ToolCall]], claimed: set[int],
+           asked_at: dict[int, int]) -> ToolCall | None:
     # by id when the step has one (an id no LLM call carries: nothing to learn by name)
     name = step.tool_name or step.name
     queue = by_id.get(step.call_id) if step.call_id else queues.get((step.node, name))
@@ -205,6 +211,10 @@ def _match(step: Step, by_id: dict[str, deque[ToolCall]],
     while queue:
         call = queue.popleft()
         if id(call) not in claimed:
+            if (not step.call_id and step.arguments is not None and call.arguments is not None
+                    and asked_at[id(call)] > step.start_ns):
+                queue.appendleft(call)  # asked for other arguments, after the step began
+                return None
             return call
     return None
 
