@@ -162,9 +162,9 @@ def local_root(spans: Sequence[Span]) -> Span | None:
     never arrived (a killed run) does not. Otherwise None: the trace has no root here.
     """
     best: Span | None = None
-    for span in spans:
-        if span.is_entry and (best is None or _start_then_longest(span)
-                              < _start_then_longest(best)):
+    for span in spans:  # ``is_entry`` inlined: every span of every trace comes here
+        if (span.parent_span_id is None or span.parent_remote is True) and (
+                best is None or _start_then_longest(span) < _start_then_longest(best)):
             best = span
     if best is not None or not spans:
         return best

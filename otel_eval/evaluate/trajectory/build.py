@@ -221,7 +221,7 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
         agent_source=source,
         task_id=builder.task_id,
         convention=dominant([s.convention for s in builder.steps]),
-        start_ns=min((s.start_ns for s in spans), default=0),
+        start_ns=min([s.start_ns for s in spans], default=0),
         end_ns=max(ends, default=0),
         input=raw_input,
         output=output,

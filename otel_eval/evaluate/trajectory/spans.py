@@ -87,7 +87,7 @@ def tree_order(spans: list[Span]) -> list[tuple[Span, int]]:
     orphans: list[Span] = []
     for span in spans:
         parent = span.parent_span_id
-        if span.is_entry:
+        if parent is None or span.parent_remote is True:  # ``Span.is_entry``, inlined
             tops.append(span)
         elif parent in ids and parent != span.span_id:
             children.setdefault(parent, []).append(span)
