@@ -134,6 +134,13 @@ def test_haystack_component_reads_parsed_pipelines() -> None:
     assert haystack_component(pipeline, _io(_ASK, {})) == "w"
     assert haystack_component(pipeline, _io({}, _SAID)) == "w"  # an empty input is no match
     assert haystack_component((None, None), _io(_ASK, _SAID)) is None
+    # a run that raised records its parameters' defaults beside what it was given (and no
+    # output): the haystack/llm_error recording
+    raised = {"data": {"w": _ASK, "v": {"messages": ["other"]}}}
+    assert haystack_component(haystack_pipeline(_io(raised, {})),
+                              _io({**_ASK, "tools": None, "hook_context": None}, {})) == "w"
+    assert haystack_component(haystack_pipeline(_io(raised, {})),
+                              _io({**_ASK, "tools": ["t"]}, {})) is None
 
 
 # --- tool calls and their results, from Haystack's ChatMessage reprs ----------------------------

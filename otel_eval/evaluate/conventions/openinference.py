@@ -198,17 +198,25 @@ def haystack_component(pipeline: tuple[Any, Any], attrs: Attrs) -> str | None:
     """The name the pipeline (``haystack_pipeline`` of its span) gave the component whose
     span has ``attrs``: the one key of its inputs whose value is the span's ``input.value``,
     else the one key of its outputs whose value is the span's ``output.value``; None when
-    no key or several match (a real name, ``agent_names.agent_name``)."""
+    no key or several match (a real name, ``agent_names.agent_name``). Arguments ``None``
+    are left out of both: a run that raised records its parameters' defaults too
+    (``streaming_callback``, ``tools``... ``None``), the pipeline what it was given."""
     for whole, key in zip(pipeline, ("input.value", "output.value"), strict=True):
         if not whole:
             continue
         own = parse_json(as_str(attrs.get(key)))
         if not isinstance(own, dict) or not own:
             continue
-        names = [name for name, value in whole.items() if value == own]
+        own = _given(own)
+        names = [name for name, value in whole.items()
+                 if isinstance(value, dict) and _given(value) == own]
         if len(names) == 1:
             return agent_name(names[0])
     return None
+
+
+def _given(arguments: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in arguments.items() if v is not None}
 
 
 def prediction_answer(value: str | None) -> str | None:
