@@ -28,7 +28,7 @@ from otel_eval.base.results import NOT_ENDED_KINDS
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = ("clean", "loop", "distinct", "tool_error", "non_terminating", "remote_parent",
-             "streaming", "multi_agent", "parallel", "max_turns", "wrong_tool")
+             "streaming", "multi_agent", "parallel", "max_turns", "wrong_tool", "llm_error")
 # Two agents in one run: the coordinator (the run's agent: the stack's ``coordinator``, default
 # ``triage_agent``) hands the question to the weather agent (the stack's ``agent``), whose
 # get_weather calls are its own (``call_agents``).
@@ -45,7 +45,10 @@ _META = ("xfail", "reason")
 # What an expectation checks (the keys of ``observed``).
 CHECKS = ("agent", "status", "passed", "loop", "non_terminated", "input", "output",
           "tool_errors", "errors", "cities", "recovered", "llm_calls", "call_agents",
-          "selection")
+          "selection", "llm_error")
+# The words of each API's error in the llm_error scenario (scenarios.LLM_ERRORS), none
+# quoted: a framework's repr of the error may escape its apostrophes.
+_LLM_ERROR_WORDS = ("maximum context length", "prompt is too long", "input token count")
 
 
 @cache
@@ -211,6 +214,8 @@ def observed(ev: dict[str, Any]) -> dict[str, Any]:
         "stopped": any(str(r).lower() in _STOP_REASONS for r in next(
             (s.get("finish_reasons") or () for s in reversed(ev["steps"])
              if s["kind"] == "llm"), ())),
+        # a finding says what the LLM's API answered (llm_error: its 400, in its words)
+        "llm_error": any(w in f["message"] for f in findings for w in _LLM_ERROR_WORDS),
         # LLM steps (one call recorded by two instrumentations is one: trajectory.llm_twins)
         "llm_calls": ev["counts"]["llm_calls"],
     }

@@ -35,6 +35,10 @@ whole behaviour, as data:
   framework answers it as it answers a call to a tool it does not have (an error result,
   or an error that ends the run); after that, get_weather{"city": "Paris"}, then the final
   text.
+- ``llm_error``: k=0 calls get_weather{"city": "Paris"}; the next request fails: the API
+  answers HTTP 400, the context window exceeded, in its own error shape (``LLM_ERRORS``), as
+  a provider does when a run's history outgrows the model. No framework retries a 400: the
+  run ends on it, without an answer.
 - ``conversation``: three user turns, each its own run (trace), all carrying the conversation
   id ``CONVERSATION_ID`` where the stack's users set one (``stack.yaml`` ``conversation``).
   Turn ``n``'s prompt (``turn_prompt(n)``) asks for ``CONVERSATION_CITIES[n-1]`` and carries
@@ -62,7 +66,7 @@ REMOTE_SPAN_ID = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{REMOTE_TRACE_ID}-{REMOTE_SPAN_ID}-01"
 SCENARIOS = ("clean", "loop", "distinct", "tool_error", "non_terminating", "remote_parent",
              "streaming", "multi_agent", "parallel", "max_turns", "wrong_tool",
-             "conversation")
+             "llm_error", "conversation")
 # The multi_agent scenario's coordinator (the run's agent: the one the user asked).
 COORDINATOR = "triage_agent"
 WEATHER_AGENT = "weather_agent"
@@ -79,6 +83,15 @@ WRONG_TOOL = "get_forecast"
 # The parallel scenario: the cities of its one reply's calls, and its final text.
 PARALLEL_CITIES = ("Paris", "London")
 PARALLEL_FINAL = "It is sunny in Paris and London."
+# The llm_error scenario: each API's own 400 for a context window exceeded, as its providers
+# word it (OpenAI's also carries code context_length_exceeded).
+LLM_ERRORS = {
+    "openai": "This model's maximum context length is 128000 tokens. However, your messages "
+              "resulted in 131072 tokens. Please reduce the length of the messages.",
+    "anthropic": "prompt is too long: 210000 tokens > 200000 maximum",
+    "gemini": "The input token count (1200000) exceeds the maximum number of tokens allowed "
+              "(1048576).",
+}
 _QUESTIONS = ("What is the weather in Paris?", "And in London?", "And in Tokyo?")
 
 
@@ -92,6 +105,7 @@ class Reply:
     delegate: bool = False  # multi_agent: the coordinator calls its one delegation tool
     also: tuple[str, ...] = ()  # parallel: the cities of the reply's further calls
     tool: str | None = None  # wrong_tool: the tool called instead of get_weather
+    failed: bool = False  # llm_error: the API answers an error, not a reply
 
     @property
     def cities(self) -> tuple[str, ...]:
@@ -131,6 +145,8 @@ def reply(scenario: str, k: int, turn: int = 1) -> Reply:
         if k == 0:
             return Reply(city="Paris", tool=WRONG_TOOL)
         return Reply(city="Paris") if k == 1 else Reply(text=FINAL)
+    if scenario == "llm_error":
+        return Reply(city="Paris") if k == 0 else Reply(failed=True)
     if scenario == "parallel":
         first, *rest = PARALLEL_CITIES
         return Reply(city=first, also=tuple(rest)) if k == 0 else Reply(text=PARALLEL_FINAL)

@@ -32,6 +32,9 @@ first offered tool but ``final_answer`` with ``scenarios.delegation_arguments`` 
 
 A reply of ``scenarios.reply`` with ``also`` (parallel) holds one call per city, in each
 API's shape; one with ``tool`` (wrong_tool) calls that tool, whatever the request offers.
+In ``llm_error`` the request after the first tool result gets a 400 in the API's error shape
+(``scenarios.LLM_ERRORS``: OpenAI's ``context_length_exceeded``, Anthropic's "prompt is too
+long", Gemini's ``INVALID_ARGUMENT``), counted as answered.
 In ``max_turns`` a request that offers no tool (in any API's shape; not a code agent's or
 DSPy's, whose tools are in the prompt) gets ``scenarios.GAVE_UP``: a framework at its cap
 asking the model for a last answer.
@@ -87,6 +90,22 @@ _ALNUM = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 class BadRequest(ValueError):
     """The request is not a chat completion this server can script."""
+
+
+class ScriptedFailure(Exception):
+    """The scripted reply is the API's error (``llm_error``): answered, not refused."""
+
+
+def _failure(api: str) -> dict[str, Any]:
+    """The API's error body for a context window exceeded (``scenarios.LLM_ERRORS``)."""
+    if api == "messages":
+        return {"type": "error", "error": {"type": "invalid_request_error",
+                                           "message": scenarios.LLM_ERRORS["anthropic"]}}
+    if api in ("generateContent", "streamGenerateContent"):
+        return {"error": {"code": 400, "message": scenarios.LLM_ERRORS["gemini"],
+                          "status": "INVALID_ARGUMENT"}}
+    return {"error": {"message": scenarios.LLM_ERRORS["openai"], "type": "invalid_request_error",
+                      "param": "messages", "code": "context_length_exceeded"}}
 
 
 def _token_id(seed: str, n: int) -> str:
@@ -354,6 +373,8 @@ def _plan(messages: list[Any], final_answer: str | None = None,
         r = scenarios.Reply(text=scenarios.GAVE_UP)  # asked for an answer at the cap
     else:
         r = scenarios.reply(name, k, turn)
+    if r.failed:
+        raise ScriptedFailure(name)
     out: dict[str, Any] = {"id": "chatcmpl-" + _token_id(seed, 29),
                            "fingerprint": "fp_" + _token_id("fp", 10)}
     if coded:
@@ -697,6 +718,11 @@ def _handler(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
             try:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 stream, answer = llm.answer(json.loads(raw or b"null"), api)
+            except ScriptedFailure:
+                with llm._lock:
+                    llm.requests += 1
+                self._json(400, _failure(api))
+                return
             except (BadRequest, ValueError, KeyError, IndexError) as e:
                 llm.refused(str(e))
                 self._json(400, {"error": {"message": str(e), "type": "invalid_request_error",

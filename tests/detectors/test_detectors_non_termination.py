@@ -3,10 +3,15 @@ import dataclasses
 import pytest
 from detector_factory import kinds, llm, tool, traj
 
-from otel_eval.base.steps import Trajectory
+from otel_eval.base.steps import Step, Trajectory
 from otel_eval.evaluate.detectors import non_termination
 from otel_eval.evaluate.detectors.calls import Context
 from otel_eval.evaluate.detectors.config import DetectorsConfig
+
+def _failed(error: str) -> Step:
+    return dataclasses.replace(llm(None, input_tokens=0, output_tokens=0), status="error",
+                               error=error)
+
 
 CASES: list[tuple[str, Trajectory, list[str]]] = [
     ("a finished run", traj(llm("x"), tool("t"), llm("the answer")), []),
@@ -79,6 +84,17 @@ CASES: list[tuple[str, Trajectory, list[str]]] = [
      []),
     ("error on the root", traj(llm("x"), root_error="ValueError: boom"),
      ["non_termination/root_error"]),
+    # the API answered the last call with an error (a context window exceeded): whatever the
+    # framework then did (OpenAI Agents' wrapper span ends OK, Strands and DSPy raise their
+    # own error), the model never answered after it
+    ("the last LLM call failed",
+     traj(llm("", calls=[("w", {})]), tool("w"), _failed("Error code: 400 - context_length"),
+          output=None), ["non_termination/llm_error"]),
+    ("the last LLM call failed, the framework answered anyway",
+     traj(tool("w"), _failed("429 rate limited"), output="Sorry, try again later."),
+     ["non_termination/llm_error"]),
+    ("a failed call the run retried is no end",
+     traj(tool("w"), _failed("429 rate limited"), llm("sunny")), []),
     # the AI SDK under OpenInference's span processor: the root ERROR with the first failed
     # call's message, though the run retried, succeeded and answered
     ("the root repeats the error of a call the run recovered from",

@@ -1,15 +1,16 @@
 """Non-termination detector (stage: evaluate): the run did not finish on its own terms.
 
 Findings: the trace was released ``incomplete`` (root never ended) or ``truncated``; the last
-LLM call stopped for length, or asked for tools that never ran and there is no final
-answer; a framework halt marker (max steps / iterations / turns, recursion limit), or the
-prompt a framework sends at its cap to force a last answer (in the last LLM call's input); an
-error
-on the root span (``root_error``; not when it is the error of a call the run then recovered
-from and answered after: OpenInference's span processor over the AI SDK sets the root ERROR
-with the first failed call's message whatever followed); a final output that was recorded
-and is empty (``no_output``: an output the instrumentation did not record is unknown, not
-empty, and proves nothing).
+LLM call failed (``llm_error``: the API's error, a context window exceeded, a rate limit; the
+model never answered after it, whatever the framework then did or said), stopped for length,
+or asked for tools that never ran and there is no final answer; a framework halt marker (max
+steps / iterations / turns, recursion limit), or the prompt a framework sends at its cap to
+force a last answer (in the last LLM call's input); an error on the root span
+(``root_error``; not when it is the error of a call the run then recovered from and answered
+after: OpenInference's span processor over the AI SDK sets the root ERROR with the first
+failed call's message whatever followed); a final output that was recorded and is empty
+(``no_output``: an output the instrumentation did not record is unknown, not empty, and
+proves nothing).
 
 ``results.NOT_ENDED_KINDS`` are the findings that mean the run did not end; they alone count as
 a non-terminated trace in metrics and alerts (a failed or silent run did end).
@@ -91,6 +92,10 @@ def _last_llm(trajectory: Trajectory) -> list[Finding]:
         return []
     last = llm[-1]
     where = ([last.span_id], [last.index])
+    if last.status == "error":
+        return [Finding("non_termination", "llm_error", "error",
+                        f"the last LLM call failed: {last.error or 'status error'}"[:300],
+                        *where, {"error": last.error})]
     reasons = {r.lower() for r in last.finish_reasons}
     if reasons & _LENGTH_REASONS:
         return [Finding("non_termination", "length_stop", "error",

@@ -100,6 +100,10 @@ async function conversation() {
 const parent = scenario === 'remote_parent'
   ? propagation.extract(context.active(), { traceparent: TRACEPARENT })
   : context.active();
-const text = await context.with(parent, scenario === 'conversation' ? conversation : run);
+let text;
+try {
+  text = await context.with(parent, scenario === 'conversation' ? conversation : run);
+} finally {
+  await provider.shutdown();  // what the run recorded is exported, also when it threw
+}
 if (!text && scenario !== 'max_turns') throw new Error('no final answer');
-await provider.shutdown();
