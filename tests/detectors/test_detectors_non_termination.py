@@ -8,6 +8,7 @@ from otel_eval.evaluate.detectors import non_termination
 from otel_eval.evaluate.detectors.calls import Context
 from otel_eval.evaluate.detectors.config import DetectorsConfig
 
+
 def _failed(error: str) -> Step:
     return dataclasses.replace(llm(None, input_tokens=0, output_tokens=0), status="error",
                                error=error)
