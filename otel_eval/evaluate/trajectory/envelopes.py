@@ -126,7 +126,7 @@ def _call(value: dict[str, Any], schema: Any) -> Any:
 def _layer(value: dict[str, Any], schema: Any, tool: str | None) -> tuple[Any, str | None]:
     keys = value.keys()
     props = _properties(schema)
-    if props is not None and props and all(k in props for k in keys):
+    if props is not None and props and keys <= props.keys():
         return value, None  # the arguments themselves
     if keys == {"kwargs"} and isinstance(value["kwargs"], dict):
         return value["kwargs"], "kwargs"
