@@ -105,6 +105,9 @@ class Step:
     # known tools in it are, marked ``in_code``)
     code_block: bool = False
     convention: str = "unknown"
+    # the instrumentation scope of its span (two instrumentations of one client may both
+    # speak GenAI: ``trajectory.llm_twins``); not part of the v1 object
+    scope: str = ""
     # llm steps, readable (``conventions.messages``): the last message it was sent (user or
     # tool) and the text of its reply; None when not recorded
     prompt: str | None = None

@@ -1,5 +1,5 @@
 """One LLM call recorded by two instrumentations is one call (``trajectory.llm_twins``):
-nested, the same response id, or beside it under the same parent (another convention,
+nested, the same response id, or beside it under the same parent (another convention or scope,
 within its time, the same input tokens, the only such step). Shapes of the Anthropic SDK's
 own spans beside OpenLLMetry's and OpenInference's (tests/conformance/recordings/
 openllmetry-anthropic, openinference-anthropic); calls that only look alike stay two."""
@@ -114,3 +114,35 @@ def test_pairs_are_found_in_linear_work() -> None:
         spans += [_stream(f"s{i}", 10 * i, 10 * i + 9, tokens=i),
                   _sdk(f"k{i}", 10 * i + 1, 10 * i + 8, tokens=i, rid=None)]
     assert len(_calls(*spans)) == 5000
+
+
+def _failed(name: str, start: int, end: int, scope: str, error: str) -> Span:
+    """A model call the API refused (a 400): GenAI, no reply, no response id, no tokens."""
+    s = span(name, "agent", start, {"gen_ai.operation.name": "chat",
+                                    "gen_ai.request.model": "claude", "error.type": error},
+             end=end, status="error", message=error)
+    s.scope = scope
+    return s
+
+
+def test_a_failed_call_recorded_by_two_instrumentations_is_one_call() -> None:
+    """openllmetry-anthropic/llm_error: OpenLLMetry's anthropic.chat and the SDK's own
+    anthropic.messages.create both speak GenAI (one convention, two scopes), and a refused call
+    has no response id or tokens: both failed, one within the other's time, is one call; the
+    outer keeps its error (the API's words)."""
+    words = "Error code: 400 - prompt is too long: 210000 tokens > 200000 maximum"
+    chat = _failed("anthropic.chat", 10, 40, "opentelemetry.instrumentation.anthropic", words)
+    sdk = _failed("anthropic.messages.create", 11, 39, "com.anthropic.sdk.python",
+                  "invalid_request_error")
+    t = build_trajectory(trace(span("agent", None, 0, AGENT, end=1000), chat, sdk), CFG)
+    assert [(s.name, s.error) for s in t.llm_steps] == [("anthropic.chat", words)]
+    # two failed calls of one instrumentation are two calls, however they overlap
+    twice = _failed("anthropic.chat again", 11, 39, "opentelemetry.instrumentation.anthropic",
+                    words)
+    t = build_trajectory(trace(span("agent", None, 0, AGENT, end=1000), chat, twice), CFG)
+    assert len(t.llm_steps) == 2
+    # a failed call beside a call that answered is two calls
+    ok = _sdk("anthropic.messages.create", 11, 39, rid=None)
+    ok.scope = "com.anthropic.sdk.python"
+    t = build_trajectory(trace(span("agent", None, 0, AGENT, end=1000), chat, ok), CFG)
+    assert len(t.llm_steps) == 2

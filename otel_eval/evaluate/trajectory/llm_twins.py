@@ -13,9 +13,12 @@ call, never by its position alone:
    span, both under the agent); one after the other, they are two calls (a cache answering
    the second with the first's reply: a repeat the loop rules must see);
 3. where one of the two records no response id (OpenInference's ``messages.stream``): an
-   LLM step of another convention under the same parent, started within the few LLM steps
-   before it there (``_WINDOW``), whose time holds its own and whose input tokens are its
-   own (both recorded); only when exactly one step is so.
+   LLM step of another instrumentation (another convention, or another scope: OpenLLMetry's
+   Anthropic and the SDK's own both speak GenAI) under the same parent, started within the
+   few LLM steps before it there (``_WINDOW``), whose time holds its own and whose input
+   tokens are its own (both recorded), or, for a failed call (an API's 400: no reply, no id,
+   no tokens), that failed too and recorded no tokens either; only when exactly one step is
+   so.
 
 The outer step (the parent; else the one whose time holds the other's; else the first)
 takes what only the inner one carries (model, tokens, cost, reply, output, finish reasons,
@@ -48,7 +51,7 @@ def merge_llm_twins(steps: list[Step]) -> None:
             fold(step, outer, f"the call of its parent LLM step {outer.span_id}")
     if any(s.response_id is not None for s in llm):
         _same_response(llm)
-    if len({s.convention for s in llm}) > 1:
+    if len({(s.scope, s.convention) for s in llm}) > 1:
         _beside(llm)
 
 
@@ -77,10 +80,13 @@ def _beside(llm: list[Step]) -> None:
         if step.kind != "llm":
             continue
         before = seen.setdefault(step.parent_span_id, [])
-        if step.input_tokens is not None and step.span_id not in taken:
+        tokens, failed = step.input_tokens, step.status == "error"
+        if (tokens is not None or failed) and step.span_id not in taken:
             found = [o for o in before[-_WINDOW:]
-                     if o.convention != step.convention and o.span_id not in taken
-                     and o.input_tokens == step.input_tokens
+                     if (o.scope != step.scope or o.convention != step.convention)
+                     and o.span_id not in taken
+                     and o.input_tokens == tokens
+                     and (tokens is not None or o.status == "error")
                      and (o.response_id is None or step.response_id is None)
                      and _holds(o, step)]
             if len(found) == 1:

@@ -190,7 +190,7 @@ class StepBuilder:
         if records or own:
             attrs = overlay(attrs, [*(records or ()), *own])
         step = Step(len(self.steps), span.span_id, span.parent_span_id, "other", span.name,
-                    depth=depth, start_ns=span.start_ns, end_ns=span.end_ns)
+                    depth=depth, start_ns=span.start_ns, end_ns=span.end_ns, scope=span.scope)
         adapter, shape = read_span(step, span, attrs)
         self.conversation.read(attrs)
         if records or own:
