@@ -209,6 +209,25 @@ _GROUP_TRACE = f"""  + Exception Group Traceback (most recent call last):
 """
 
 
+_CAUSED_TRACE = """Traceback (most recent call last):
+  File "openai.py", line 1, in create
+    x: int = send()
+BadRequestError: Error code: 400
+
+During handling of the above exception, another exception occurred:
+
+Traceback (most recent call last):
+  File "litellm.py", line 2, in completion
+ContextWindowExceededError: context length exceeded
+
+The above exception was the direct cause of the following exception:
+
+Traceback (most recent call last):
+  File "beeai.py", line 3, in run
+ChatModelError: Chat Model error
+"""
+
+
 @pytest.mark.parametrize(("status", "message", "attrs", "events", "error"), [
     ("error", "boom", {}, [], "boom"),
     ("error", "", {}, [], "error"),
@@ -226,6 +245,16 @@ _GROUP_TRACE = f"""  + Exception Group Traceback (most recent call last):
     ("unset", "", {}, [SpanEvent("exception", 1, {
         "exception.type": "builtins.ExceptionGroup", "exception.message": _GROUP,
         "exception.stacktrace": "  |     x: int = 3\n"})], f"builtins.ExceptionGroup: {_GROUP}"),
+    # BeeAI's ChatModelError, raised from the API's error (beeai/llm_error): the cause's line,
+    # not the context's (During handling...), nor a frame's code line
+    ("error", "", {}, [SpanEvent("exception", 1, {
+        "exception.type": "ChatModelError", "exception.message": "Chat Model error",
+        "exception.stacktrace": _CAUSED_TRACE})],
+     "ChatModelError: Chat Model error [ContextWindowExceededError: context length exceeded]"),
+    # the status's own message says what happened: kept as it is
+    ("error", "Chat Model error", {}, [SpanEvent("exception", 1, {
+        "exception.type": "ChatModelError", "exception.stacktrace": _CAUSED_TRACE})],
+     "Chat Model error"),
 ])
 def test_errors_from_status_error_type_and_exception_events(
         status: str, message: str, attrs: dict[str, Any], events: list[SpanEvent],

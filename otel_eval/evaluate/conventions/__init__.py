@@ -82,6 +82,10 @@ def is_setup(span: Span) -> bool:
 _EXCEPTION_LINE = re.compile(r"^[ \t]*\| (?! )([A-Za-z_][\w.]*): (.+)$", re.M)
 _GROUP_TAIL = 8192
 _GROUP_LEAVES = 3
+# Python's traceback of an exception raised from another (``raise ... from cause``): the
+# cause's own traceback, its "Type: message" line, then this line, then the exception's
+_CAUSED = "\nThe above exception was the direct cause of the following exception:"
+_CAUSE_LINE = re.compile(r"^([A-Za-z_][\w.]*): (.+)$", re.M)
 
 
 def _group_leaves(event_attrs: Attrs) -> str | None:
@@ -97,9 +101,24 @@ def _group_leaves(event_attrs: Attrs) -> str | None:
     return "; ".join(leaves[:_GROUP_LEAVES]) or None
 
 
+def _cause(event_attrs: Attrs) -> str | None:
+    """The exception an exception was raised from, from its stack trace (BeeAI's
+    ``ChatModelError: Chat Model error`` is raised from the API's error, which says what
+    happened): the last "Type: message" line before the last cause marker, in the trace's
+    last 8 KB."""
+    trace = as_str(event_attrs.get("exception.stacktrace"))
+    if not trace or _CAUSED not in trace:
+        return None
+    tail = trace[-_GROUP_TAIL:]
+    at = tail.rfind(_CAUSED)
+    found = _CAUSE_LINE.findall(tail, 0, at) if at >= 0 else []
+    return f"{found[-1][0]}: {found[-1][1].strip()}" if found else None
+
+
 def _error(span: Span, attrs: Attrs) -> str | None:
     """The error a span reports, or None: status ERROR, ``error.type``, exception events
-    (an exception group's with the exceptions inside it). A span whose status is OK reports
+    (an exception group's with the exceptions inside it; an exception's, when the status
+    says nothing, with the exception it was raised from). A span whose status is OK reports
     none: OK is set on purpose, to say the operation succeeded, so an exception recorded on
     it was handled (AutoGen's agent span records the CancelledError of its closed message
     stream and ends OK)."""
@@ -114,6 +133,8 @@ def _error(span: Span, attrs: Attrs) -> str | None:
                 exception = ": ".join(x for x in parts if x) or "exception"
                 if parts[0] is not None and parts[0].endswith("ExceptionGroup"):
                     leaves = _group_leaves(ea)
+                elif not span.status_message:
+                    leaves = _cause(ea)
                 break
     if leaves:
         exception = f"{exception} [{leaves}]"
