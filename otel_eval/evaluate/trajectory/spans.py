@@ -258,7 +258,8 @@ class StepBuilder:
             task = attrs.get(self.task_key)
             if task is None:
                 task = span.resource.get(self.task_key)
-            self.task_id = as_str(task)
+            if task is not None:  # most runs carry none: no call per span to say so
+                self.task_id = as_str(task)
         self.steps.append(step)
 
     def _workflow_agent(self, span: Span, named: str | None) -> str | None:
