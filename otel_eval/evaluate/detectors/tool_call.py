@@ -112,6 +112,7 @@ def check_step(step: Step, offered: Mapping[str, Any], config: DetectorsConfig,
     ``schemas``: the tools' definitions, offered or described by their own spans (default:
     ``offered``)."""
     cfg = config.tool_call
+    schemas = offered if schemas is None else schemas
     name = step.tool_name or step.name
     action = is_action_tool(name, config.loop)
     recorded = bool(step.tool_name) and step.sources.get("tool_name") != "span name"
@@ -119,7 +120,7 @@ def check_step(step: Step, offered: Mapping[str, Any], config: DetectorsConfig,
     if offered and name not in offered and not action:
         if recorded and offer_known and not _offered_as(name, offered):
             out.append(_selection(step, name, offered, cfg))
-    elif name in (schemas := offered if schemas is None else schemas):
+    elif name in schemas:
         schema = parameters_schema(schemas[name])
         if schema is not None:
             problems, check = argument_problems(step.arguments, schema,
