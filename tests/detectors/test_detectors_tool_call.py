@@ -114,6 +114,33 @@ def test_a_sub_agent_whose_offer_no_span_recorded_selects_no_wrong_tool() -> Non
     assert [(f.kind, f.attributes["tool"]) for f in found] == [("selection", "delete_all")]
 
 
+def test_the_arguments_of_a_call_that_never_ran_are_checked_on_the_llm_step() -> None:
+    """smolagents, LangChain.js and a hand-made Anthropic loop refuse arguments that fail the
+    tool's schema before running it: no tool step exists to check (the conformance corpus'
+    wrong_args), so the LLM step's own call is. A call that ran or was rebuilt is checked on
+    its step and not twice; a tool with no schema recorded is not checked at all."""
+    def asked(outcome: str, arguments: Any) -> Step:
+        step = llm("", calls=[("read_file", arguments)], finish="tool_calls")
+        step.tool_calls[0].outcome = outcome
+        return step
+
+    wrong = {"file": "a.txt"}
+    found = tool_call.detect(traj(asked("never_ran", wrong), llm("done"), tools=TOOLS),
+                             DetectorsConfig(), Context())
+    assert [(f.kind, f.attributes["tool"], f.attributes["constraint"], f.step_indexes)
+            for f in found] == [("arguments", "read_file", "required", [1])]
+    assert found[0].severity == "error"
+    assert tool_call.detect(traj(asked("never_ran", {"path": "a.txt"}), tools=TOOLS),
+                            DetectorsConfig(), Context()) == []
+    for outcome in ("ran", "rebuilt"):
+        ran = traj(asked(outcome, wrong), tool("read_file", wrong), tools=TOOLS)
+        assert [(f.kind, f.step_indexes) for f in tool_call.detect(
+            ran, DetectorsConfig(), Context())] == [("arguments", [2])]
+    no_schema = {"read_file": {"type": "function", "function": {"name": "read_file"}}}
+    assert tool_call.detect(traj(asked("never_ran", wrong), tools=no_schema),
+                            DetectorsConfig(), Context()) == []
+
+
 def test_a_call_of_a_tool_not_offered_that_never_ran_is_a_selection_error() -> None:
     """LangGraph's ToolNode, smolagents and pydantic-ai answer a call of a tool they do not
     have with an error and run nothing: no tool step exists to check, so the LLM step's own

@@ -5,8 +5,9 @@ that was not offered is a *selection* error; arguments that are not JSON or fail
 JSON schema (missing required, wrong type, unknown parameter, ...) are an *argument* error
 naming the violated constraint; a failed execution (span error, error payload) is a
 *runtime* error. A call of a tool not offered that no step ran (the framework answered the
-model with an error) is a selection error on the LLM step that asked for it. Without tool
-definitions, selection and argument checks are skipped; so is
+model with an error) is a selection error on the LLM step that asked for it; the arguments
+of a call no step ran are checked there too (a framework that refused them ran nothing).
+Without tool definitions, selection and argument checks are skipped; so is
 selection for a tool step whose tool no attribute named (its name is a guess from the span's
 name: ``step.sources["tool_name"] == "span name"``): an unrecorded name is unknown, never a
 tool that was not offered; and selection for a call by an agent (``Step.agent_scope``) none of
@@ -153,6 +154,35 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
                           (step.node, step.within_unknown) in known, tools)
     if offered:
         out += _unran_selection(trajectory, offered, config)
+    if tools:
+        out += _unran_arguments(trajectory, tools, config, budget)
+    return out
+
+
+def _unran_arguments(trajectory: Trajectory, schemas: Mapping[str, Any], config: DetectorsConfig,
+                     budget: Budget | None) -> list[Finding]:
+    """Arguments of calls no step ran, checked on the LLM step that asked: a framework that
+    refuses arguments before running the tool (smolagents' schema check, LangChain.js's)
+    answers the model with an error and records no tool span, so no tool step is checked.
+    Only calls the join says never ran (``never_ran``): one that ran, or was rebuilt as a step,
+    is checked on that step."""
+    out = []
+    cfg = config.tool_call
+    for step in trajectory.steps:
+        if step.kind != "llm" or not step.tool_calls:
+            continue
+        for call in step.tool_calls:
+            if call.outcome != "never_ran" or call.name not in schemas:
+                continue
+            schema = parameters_schema(schemas[call.name])
+            if schema is None:
+                continue
+            problems, check = argument_problems(call.arguments, schema,
+                                                cfg.reject_unknown_parameters, budget)
+            if problems:
+                out.append(_arguments(step, call.name, problems, cfg))
+            if check.trouble is not None:
+                out.append(_schema(step, call.name, check))
     return out
 
 
