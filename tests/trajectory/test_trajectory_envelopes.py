@@ -128,6 +128,28 @@ def test_wrong_arguments_the_model_asked_for_are_still_a_finding() -> None:
     assert "tool_call/arguments" in found
 
 
+def test_a_text_read_as_the_only_parameter_yields_to_the_call_that_named_it_otherwise() -> None:
+    """LangGraph's tool span records a call's value alone ("Paris"), which reads as the tool's
+    only parameter ({"city": "Paris"}); the model asked {"town": "Paris"}, then
+    {"city": "Paris"}: the first step has the call's arguments (a wrong-arguments call), not
+    a guess that made the two calls look the same (a loop)."""
+    t, found = _run(["Paris", "Paris"], [{"town": "Paris"}, {"city": "Paris"}])
+    assert [s.arguments for s in t.tool_steps] == [{"town": "Paris"}, {"city": "Paris"}]
+    assert t.tool_steps[0].sources["arguments"] == "llm tool call c0"
+    assert "tool_call/arguments" in found and "loop/repeated_call" not in found
+    # a call that named another value is no source for this text
+    t, _ = _run(["Paris"], [{"town": "Rome"}])
+    assert t.tool_steps[0].arguments == {"city": "Paris"}
+    # no call recorded (the LLM spans' kind unknown): the guess stays, but two calls of the
+    # same text are not known to be the same call; a call that confirms it makes it one
+    t, found = _run(["Paris", "Paris"])
+    assert [s.arguments for s in t.tool_steps] == [{"city": "Paris"}] * 2
+    assert "loop/repeated_call" not in found
+    t, found = _run(["Paris", "Paris"], [{"city": "Paris"}] * 2)
+    assert t.tool_steps[0].sources["arguments"] == "llm tool call c0"
+    assert "loop/repeated_call" in found
+
+
 _TOOL_MESSAGE = {"content": "sunny", "additional_kwargs": {}, "response_metadata": {},
                  "type": "tool", "name": "get_weather", "id": None, "tool_call_id": "c1",
                  "artifact": None, "status": "success"}

@@ -23,6 +23,7 @@ from otel_eval.base.steps import Step, Trajectory
 from otel_eval.evaluate.detectors.canonical import arguments_key, key_text, norm_ws, normalized_text
 from otel_eval.evaluate.detectors.config import DetectorsConfig, LoopConfig, ToolCallConfig
 from otel_eval.evaluate.trajectory.interpreters import MAX_TOOL_NAME
+from otel_eval.evaluate.trajectory.links import AS_ONLY_PARAMETER
 from otel_eval.evaluate.trajectory.shell import shell_commands
 
 _COMMAND_SEPARATORS = re.compile(r"&&|\|\||;|\|")
@@ -162,7 +163,9 @@ def calls(trajectory: Trajectory, loop: LoopConfig, tool_cfg: ToolCallConfig) ->
         text = action_text(s) if is_action_tool(name, loop) else None
         if text is not None:  # keys bounded: ``canonical``
             key = f"{name}\x00{key_text(normalized_text(text))}"
-        elif s.arguments is None:  # not recorded: equal to no other call (unknown != same)
+        elif s.arguments is None or s.sources.get("arguments", "").endswith(AS_ONLY_PARAMETER):
+            # not recorded, or a text read as the only parameter that no call confirmed: equal
+            # to no other call (unknown != same; "Paris" may have been {"town": "Paris"})
             key = f"{name}\x01unrecorded\x00{s.index}"
         else:
             args = _declared(s.arguments, trajectory.tools.get(name))

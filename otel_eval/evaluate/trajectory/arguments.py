@@ -15,6 +15,12 @@ they carry keys the schema does not declare) are not concluded from:
   real (wrong) arguments, and a finding about them is right;
 - else *unknown*: ``Step.arguments`` None, ``Step.unknown["arguments"]`` says why, counted in
   ``Trajectory.unrecorded["unparsed"]``; no schema finding, no loop key.
+
+A text read as the tool's only parameter is a guess: when the call the step ran passed that
+value, under that name or another, the call's arguments are the step's (what the model asked
+for). A guess no call confirms stays the step's arguments, but is no call's identity: the
+loop rules compare it to no other call (``detectors.calls``), as two calls of one text may
+have named it differently.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from typing import Any
 
 from otel_eval.base.steps import Step, ToolCall
 from otel_eval.evaluate.trajectory.envelopes import fits, unknown_keys, unwrap
+from otel_eval.evaluate.trajectory.links import AS_ONLY_PARAMETER
 
 __all__ = ["settle", "take_off_envelopes"]
 
@@ -57,9 +64,26 @@ def _why(step: Step, schema: Any) -> str | None:
     return None
 
 
+def _as_asked(step: Step, call: ToolCall) -> bool:
+    """Whether the call the step ran says the value of its text read as the tool's only
+    parameter (``links.coerce_arguments``: a guess): the same arguments, or the value under
+    another name (LangChain's tool span records the value alone, "Paris"; the model asked
+    ``{"town": "Paris"}``)."""
+    if not isinstance(call.arguments, dict):
+        return False
+    return call.arguments == step.arguments or any(
+        v in call.arguments.values() for v in step.arguments.values())
+
+
 def settle(steps: list[Step], tools: Mapping[str, Any], joined: Mapping[int, ToolCall]) -> None:
     for step in steps:
         if step.kind != "tool" or step.arguments is None or step.rebuilt:
+            continue
+        call = joined.get(step.index)
+        if call is not None and step.sources.get("arguments", "").endswith(AS_ONLY_PARAMETER) \
+                and _as_asked(step, call):
+            step.arguments = call.arguments
+            step.sources["arguments"] = f"llm tool call {call.call_id or call.name}"
             continue
         schema = tools.get(step.tool_name or step.name)
         if fits(step.arguments, schema) is not False:
@@ -67,7 +91,6 @@ def settle(steps: list[Step], tools: Mapping[str, Any], joined: Mapping[int, Too
         why = _why(step, schema)
         if why is None:
             continue  # an object of declared keys: the call's arguments, right or wrong
-        call = joined.get(step.index)
         if call is not None and call.arguments == step.arguments:
             continue  # what the model asked for: its arguments
         if call is not None and fits(call.arguments, schema):

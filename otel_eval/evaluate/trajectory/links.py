@@ -26,8 +26,9 @@ call's:
 ``merge_nested_calls`` (first) folds a call recorded twice, one span directly under the other
 (tool under tool, LLM under LLM), into the outer step. ``coerce_arguments`` reads a tool input
 that is not JSON (LangChain passes a bare ``"Paris"``) as the value of the tool's only
-parameter, when the offered schema has exactly one. Arguments nobody recorded stay None:
-unknown, never ``{}``.
+parameter, when the offered schema has exactly one (a reading ``arguments.settle`` gives up
+for the call the step ran, when that call named the value otherwise). Arguments nobody
+recorded stay None: unknown, never ``{}``.
 """
 
 from __future__ import annotations
@@ -227,6 +228,10 @@ def as_offered(name: str) -> str:
     return _NOT_WORD.sub("_", name[:MAX_TOOL_NAME].lower()).strip("_")
 
 
+# ``Step.sources["arguments"]`` ends with this when a text was read as the only parameter
+AS_ONLY_PARAMETER = " (text read as the tool's only parameter)"
+
+
 def _only_parameter(schema: Any) -> str | None:
     if not isinstance(schema, Mapping):
         return None
@@ -250,3 +255,4 @@ def coerce_arguments(steps: list[Step], tools: Mapping[str, Any]) -> None:
         param = _only_parameter(tools.get(step.tool_name or step.name))
         if param is not None:
             step.arguments = {param: args}
+            step.sources["arguments"] = f"{step.sources.get('arguments', '')}{AS_ONLY_PARAMETER}"
