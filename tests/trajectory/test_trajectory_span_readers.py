@@ -276,3 +276,15 @@ def test_an_llm_span_directly_under_an_llm_span_is_one_call(inner_parent: str,
         assert inner.kind == "other" and "parent LLM step" in inner.sources["kind"]
     else:
         assert outer.input_tokens is None
+
+
+@pytest.mark.parametrize(("inputs", "arguments"), [
+    ('{"city": "Paris"}', {"city": "Paris"}),
+    # a traced function that failed binding its arguments (an unexpected keyword) records
+    # JSON null: the arguments are unknown (the call the model asked for gives them), never
+    # the text "null"
+    ("null", None),
+])
+def test_mlflow_tool_inputs(inputs: str, arguments: Any) -> None:
+    step = _read({"mlflow.spanType": '"TOOL"', "mlflow.spanInputs": inputs}, "get_weather")
+    assert (step.kind, step.arguments) == ("tool", arguments)

@@ -58,7 +58,8 @@ def _explicit(span: Span, attrs: Attrs) -> StepKind | None:
 def _fill(step: Step, span: Span, attrs: Attrs) -> None:
     raw_in, raw_out = attrs.get(INPUTS), attrs.get(OUTPUTS)
     if step.kind == "tool":
-        step.arguments = parse_json(raw_in)
+        # JSON null: no inputs recorded (a call that failed binding its arguments): unknown
+        step.arguments = None if raw_in == "null" else parse_json(raw_in)
         step.result = decode_json_string(raw_out)
         return
     if step.kind != "llm":
