@@ -35,6 +35,12 @@ whole behaviour, as data:
   framework answers it as it answers a call to a tool it does not have (an error result,
   or an error that ends the run); after that, get_weather{"city": "Paris"}, then the final
   text.
+- ``wrong_args``: k=0 calls get_weather with its city under another name,
+  ``{"town": "Paris"}`` (``WRONG_ARGUMENT``: the required ``city`` missing, a parameter the
+  schema does not have); the framework answers it as it answers arguments that fail the
+  tool's schema (a validation error as the tool's result, the tool raising on an unexpected
+  keyword, or an error that ends the run); after that, get_weather{"city": "Paris"}, then
+  the final text.
 - ``llm_error``: k=0 calls get_weather{"city": "Paris"}; the next request fails: the API
   answers HTTP 400, the context window exceeded, in its own error shape (``LLM_ERRORS``), as
   a provider does when a run's history outgrows the model. No framework retries a 400: the
@@ -66,7 +72,7 @@ REMOTE_SPAN_ID = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{REMOTE_TRACE_ID}-{REMOTE_SPAN_ID}-01"
 SCENARIOS = ("clean", "loop", "distinct", "tool_error", "non_terminating", "remote_parent",
              "streaming", "multi_agent", "parallel", "max_turns", "wrong_tool",
-             "llm_error", "conversation")
+             "wrong_args", "llm_error", "conversation")
 # The multi_agent scenario's coordinator (the run's agent: the one the user asked).
 COORDINATOR = "triage_agent"
 WEATHER_AGENT = "weather_agent"
@@ -80,6 +86,8 @@ LIMITED_TURNS = 3
 GAVE_UP = "I could not finish looking up the weather."
 # The wrong_tool scenario's first call: a tool no agent is offered.
 WRONG_TOOL = "get_forecast"
+# The wrong_args scenario's first call: the city passed under a name get_weather does not take.
+WRONG_ARGUMENT = "town"
 # The parallel scenario: the cities of its one reply's calls, and its final text.
 PARALLEL_CITIES = ("Paris", "London")
 PARALLEL_FINAL = "It is sunny in Paris and London."
@@ -106,6 +114,7 @@ class Reply:
     also: tuple[str, ...] = ()  # parallel: the cities of the reply's further calls
     tool: str | None = None  # wrong_tool: the tool called instead of get_weather
     failed: bool = False  # llm_error: the API answers an error, not a reply
+    argument: str = "city"  # wrong_args: the name the call passes the city under
 
     @property
     def cities(self) -> tuple[str, ...]:
@@ -144,6 +153,10 @@ def reply(scenario: str, k: int, turn: int = 1) -> Reply:
     if scenario == "wrong_tool":
         if k == 0:
             return Reply(city="Paris", tool=WRONG_TOOL)
+        return Reply(city="Paris") if k == 1 else Reply(text=FINAL)
+    if scenario == "wrong_args":
+        if k == 0:
+            return Reply(city="Paris", argument=WRONG_ARGUMENT)
         return Reply(city="Paris") if k == 1 else Reply(text=FINAL)
     if scenario == "llm_error":
         return Reply(city="Paris") if k == 0 else Reply(failed=True)

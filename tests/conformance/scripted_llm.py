@@ -142,7 +142,7 @@ def _code_tools(messages: list[Any]) -> dict[str, Any]:
 
 
 def _code(cities: tuple[str, ...], text: str | None, delegate: str | None = None,
-          tool: str = scenarios.TOOL_NAME) -> str:
+          tool: str = scenarios.TOOL_NAME, argument: str = "city") -> str:
     """A code agent's turn: a thought, then one code block calling the tool (once per city)
     or final_answer; ``delegate``: the managed agent the coordinator asks (multi_agent), with
     the prompt."""
@@ -151,7 +151,7 @@ def _code(cities: tuple[str, ...], text: str | None, delegate: str | None = None
         return (f"Thought: The weather agent can answer this.\n<code>\n"
                 f"print({delegate}(task={task}))\n</code>")
     if cities:
-        calls = "".join(f"print({tool}(city={json.dumps(c)}))\n" for c in cities)
+        calls = "".join(f"print({tool}({argument}={json.dumps(c)}))\n" for c in cities)
         return (f"Thought: I will look up the weather in {' and '.join(cities)}.\n<code>\n"
                 f"{calls}</code>")
     return f"Thought: I have the answer.\n<code>\n{FINAL_ANSWER_TOOL}({json.dumps(text)})\n</code>"
@@ -212,7 +212,7 @@ def _dspy(fields: list[str], r: scenarios.Reply, call: dict[str, Any] | None = N
         values = {"next_thought": _DSPY_THOUGHT.format(city=r.city) if r.city
                   else "I have the answer.",
                   "next_tool_name": (r.tool or scenarios.TOOL_NAME) if r.city else "finish",
-                  "next_tool_args": json.dumps({"city": r.city} if r.city else {})}
+                  "next_tool_args": json.dumps({r.argument: r.city} if r.city else {})}
     else:
         values = {f: (r.text or "") if f == "answer" else "The observations give the answer."
                   for f in fields}
@@ -381,7 +381,7 @@ def _plan(messages: list[Any], final_answer: str | None = None,
         delegate = next(iter(tools), None) if r.delegate else None
         if r.delegate and delegate is None:
             raise BadRequest("multi_agent: the coordinator was offered no tool to delegate with")
-        code = _code(r.cities, r.text, delegate, r.tool or scenarios.TOOL_NAME)
+        code = _code(r.cities, r.text, delegate, r.tool or scenarios.TOOL_NAME, r.argument)
         out.update(message={"role": "assistant", "content": code, "refusal": None},
                    finish_reason="stop", usage=_usage(messages, code))
         return out
@@ -396,7 +396,7 @@ def _plan(messages: list[Any], final_answer: str | None = None,
     if r.delegate:
         calls = [_delegation(seed, tools)]
     elif r.cities:  # a further call's id is seeded apart (the first's is as it always was)
-        calls = [_call(seed + (f"/{i}" if i else ""), r.tool or tool, {"city": c})
+        calls = [_call(seed + (f"/{i}" if i else ""), r.tool or tool, {r.argument: c})
                  for i, c in enumerate(r.cities)]
     elif final_answer is not None:
         calls = [_call(seed, FINAL_ANSWER_TOOL, {final_answer: r.text})]

@@ -659,3 +659,11 @@ def test_wrong_tool_calls_a_tool_never_offered_then_get_weather(llm: ScriptedLLM
     assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [
         (scenarios.WRONG_TOOL, {"city": "Paris"}), ("get_weather", {"city": "Paris"})]
     assert msgs[-1].content == scenarios.FINAL
+
+
+def test_wrong_args_passes_the_city_under_another_name_then_as_city(llm: ScriptedLLM) -> None:
+    msgs = _run(_client(llm), "wrong_args")
+    calls = [c for m in msgs[:-1] for c in m.tool_calls or []]
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [
+        ("get_weather", {scenarios.WRONG_ARGUMENT: "Paris"}), ("get_weather", {"city": "Paris"})]
+    assert msgs[-1].content == scenarios.FINAL
