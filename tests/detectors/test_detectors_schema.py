@@ -232,3 +232,21 @@ def test_the_cache_is_bounded_by_bytes() -> None:
     cache.get("z" * 300_000, lambda: schema._compile(big))  # > max/4: used, not kept
     assert len(cache) == 10 and cache.bytes <= 1 << 20
     assert schema.CACHE.max_bytes == schema.CACHE_BYTES
+
+
+def test_the_order_of_problems_is_the_schemas_content_not_its_key_order(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Equal schemas in another key order share one compiled validator, which runs its
+    keywords in the order of the one compiled first: the first problem (the finding's
+    message) must not depend on which one that was (a collector's batching reorders the
+    traces a process sees)."""
+    one = {"type": "object", "properties": {"city": {"type": "string"}},
+           "required": ["city"], "additionalProperties": False}
+    other = dict(reversed(list(one.items())))
+    seen = []
+    for first, then in ((one, other), (other, one)):
+        monkeypatch.setattr(schema, "CACHE", schema._Cache(schema.CACHE_BYTES))
+        schema.check_arguments({"town": "Paris"}, first)
+        seen.append(schema.check_arguments({"town": "Paris"}, then).problems)
+    assert seen[0] == seen[1]
+    assert [p["constraint"] for p in seen[0]] == ["additionalProperties", "required"]

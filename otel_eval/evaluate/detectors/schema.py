@@ -317,8 +317,13 @@ def compiled(schema: Mapping[str, Any]) -> _Compiled:
 
 
 def _problems(validator: Any, args: Any) -> list[dict[str, str]]:
+    """The violations, best first. Ordered by path and keyword, never by the schema's key
+    order: equal schemas written in another key order share one compiled validator
+    (``compiled``), so the order its keywords run in says which was compiled first in this
+    process, and a message must not depend on what ran before."""
     errors = list(islice(validator.iter_errors(args), MAX_ERRORS))
-    errors.sort(key=lambda e: [str(p) for p in e.absolute_path])
+    errors.sort(key=lambda e: ([str(p) for p in e.absolute_path], str(e.validator),
+                               e.message))
     first = best_match(errors)
     ordered = [first, *[e for e in errors if e is not first]] if first else []
     return [{"constraint": str(e.validator),
