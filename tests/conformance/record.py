@@ -15,15 +15,15 @@ the stack's own ``env``), wait for it (bounded), and write
     {"stack", "scenario", "packages": {name: installed version}, "llm_requests": n,
      "requests": [{"signal": "traces" | "logs", "body": <OTLP JSON, hex ids>}, ...],
      "exit": {"status": n, "error": [last stderr line]}}
-                                     # max_turns, wrong_tool, wrong_args, llm_error: not 0
+                         # max_turns, wrong_tool, wrong_args, length_stop, llm_error: not 0
 
 with the OTLP requests in arrival order, and the paths of this checkout, of the stack's venv and
 of the Python installation in them (stack traces in exception events) written as ``<repo>``,
 ``<venv>`` and ``<python>``, and any other absolute path of this machine as ``machine_paths``
 says (``--rescrub`` rewrites the committed recordings by the same rules). A run that fails
-(exit code, but in max_turns, wrong_tool, wrong_args and llm_error, where a framework may
-raise at its cap, at a tool it does not have, at arguments it refuses or at the API's error;
-timeout, a request the scripted LLM or
+(exit code, but in max_turns, wrong_tool, wrong_args, length_stop and llm_error, where a
+framework may raise at its cap, at a tool it does not have, at arguments it refuses, at an
+answer cut off or at the API's error; timeout, a request the scripted LLM or
 the capture server refused) is reported and writes nothing. Progress goes to
 stderr; the paths written go to stdout.
 """
@@ -158,11 +158,12 @@ def record(name: str, stack: dict[str, Any], env_dir: Path, scenario: str) -> di
     finally:
         llm.stop()
         cap.stop()
-    # max_turns, wrong_tool, llm_error: a framework that raises at its cap, at a call of a
-    # tool it does not have, or at the API's error, ends the program with that exception, as
+    # max_turns, wrong_tool, wrong_args, length_stop, llm_error: a framework that raises at
+    # its cap, at a call of a tool it does not have or with arguments it refuses, at an answer
+    # cut off, or at the API's error, ends the program with that exception, as
     # it ends a user's program that does not catch it (its spans are still exported)
     failed = proc.returncode != 0 and scenario not in ("max_turns", "wrong_tool", "wrong_args",
-                                                       "llm_error")
+                                                       "length_stop", "llm_error")
     if failed or llm.errors or cap.errors:
         raise RuntimeError(f"exit {proc.returncode}; llm errors {llm.errors}; capture errors "
                            f"{cap.errors}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")

@@ -41,6 +41,10 @@ whole behaviour, as data:
   tool's schema (a validation error as the tool's result, the tool raising on an unexpected
   keyword, or an error that ends the run); after that, get_weather{"city": "Paris"}, then
   the final text.
+- ``length_stop``: k=0 calls get_weather{"city": "Paris"}; the answer after it is cut off at
+  the model's output token limit (``TRUNCATED``, mid-word), as each API says it: finish reason
+  ``length`` (chat completions), a response ``incomplete`` for ``max_output_tokens`` (the
+  Responses API), stop reason ``max_tokens`` (Anthropic), ``MAX_TOKENS`` (Gemini).
 - ``llm_error``: k=0 calls get_weather{"city": "Paris"}; the next request fails: the API
   answers HTTP 400, the context window exceeded, in its own error shape (``LLM_ERRORS``), as
   a provider does when a run's history outgrows the model. No framework retries a 400: the
@@ -72,7 +76,7 @@ REMOTE_SPAN_ID = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{REMOTE_TRACE_ID}-{REMOTE_SPAN_ID}-01"
 SCENARIOS = ("clean", "loop", "distinct", "tool_error", "non_terminating", "remote_parent",
              "streaming", "multi_agent", "parallel", "max_turns", "wrong_tool",
-             "wrong_args", "llm_error", "conversation")
+             "wrong_args", "length_stop", "llm_error", "conversation")
 # The multi_agent scenario's coordinator (the run's agent: the one the user asked).
 COORDINATOR = "triage_agent"
 WEATHER_AGENT = "weather_agent"
@@ -86,6 +90,8 @@ LIMITED_TURNS = 3
 GAVE_UP = "I could not finish looking up the weather."
 # The wrong_tool scenario's first call: a tool no agent is offered.
 WRONG_TOOL = "get_forecast"
+# The length_stop scenario's answer, cut off at the output token limit.
+TRUNCATED = "It is sunny in Par"
 # The wrong_args scenario's first call: the city passed under a name get_weather does not take.
 WRONG_ARGUMENT = "town"
 # The parallel scenario: the cities of its one reply's calls, and its final text.
@@ -115,6 +121,7 @@ class Reply:
     tool: str | None = None  # wrong_tool: the tool called instead of get_weather
     failed: bool = False  # llm_error: the API answers an error, not a reply
     argument: str = "city"  # wrong_args: the name the call passes the city under
+    truncated: bool = False  # length_stop: the reply was cut off at the output token limit
 
     @property
     def cities(self) -> tuple[str, ...]:
@@ -158,6 +165,8 @@ def reply(scenario: str, k: int, turn: int = 1) -> Reply:
         if k == 0:
             return Reply(city="Paris", argument=WRONG_ARGUMENT)
         return Reply(city="Paris") if k == 1 else Reply(text=FINAL)
+    if scenario == "length_stop":
+        return Reply(city="Paris") if k == 0 else Reply(text=TRUNCATED, truncated=True)
     if scenario == "llm_error":
         return Reply(city="Paris") if k == 0 else Reply(failed=True)
     if scenario == "parallel":

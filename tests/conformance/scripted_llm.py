@@ -35,6 +35,10 @@ API's shape; one with ``tool`` (wrong_tool) calls that tool, whatever the reques
 In ``llm_error`` the request after the first tool result gets a 400 in the API's error shape
 (``scenarios.LLM_ERRORS``: OpenAI's ``context_length_exceeded``, Anthropic's "prompt is too
 long", Gemini's ``INVALID_ARGUMENT``), counted as answered.
+In ``length_stop`` the answer after the first tool result is cut off at the output token
+limit, in each API's words: finish reason ``length``, a Responses API response ``incomplete``
+(``incomplete_details.reason`` ``max_output_tokens``; streamed, ``response.incomplete``),
+stop reason ``max_tokens``, finish reason ``MAX_TOKENS``.
 In ``max_turns`` a request that offers no tool (in any API's shape; not a code agent's or
 DSPy's, whose tools are in the prompt) gets ``scenarios.GAVE_UP``: a framework at its cap
 asking the model for a last answer.
@@ -384,14 +388,16 @@ def _plan(messages: list[Any], final_answer: str | None = None,
         code = _code(r.cities, r.text, delegate, r.tool or scenarios.TOOL_NAME, r.argument)
         out.update(message={"role": "assistant", "content": code, "refusal": None},
                    finish_reason="stop", usage=_usage(messages, code))
-        return out
+        return _cut(out, r)
     if dspy_fields:
         if DSPY_REACT_FIELD not in dspy_fields:  # the extract step after ReAct's finish
-            r = scenarios.Reply(text=r.text or scenarios.FINAL)
+            r = scenarios.Reply(text=r.text or scenarios.FINAL, truncated=r.truncated)
+        elif r.truncated:  # ReAct's finish step: the extract step writes the answer (cut)
+            r = scenarios.Reply(text=r.text)
         text = _dspy(dspy_fields, r, _delegation(seed, tools) if r.delegate else None)
         out.update(message={"role": "assistant", "content": text, "refusal": None},
                    finish_reason="stop", usage=_usage(messages, text))
-        return out
+        return _cut(out, r)
     calls = []
     if r.delegate:
         calls = [_delegation(seed, tools)]
@@ -409,6 +415,14 @@ def _plan(messages: list[Any], final_answer: str | None = None,
         out.update(message={"role": "assistant", "content": r.text, "refusal": None},
                    finish_reason="stop", answer=r.text or "")
     out["usage"] = _usage(messages, out.pop("answer"))
+    return _cut(out, r)
+
+
+def _cut(out: dict[str, Any], r: scenarios.Reply) -> dict[str, Any]:
+    """``out`` as cut off at the output token limit when ``r`` was (length_stop): finish
+    reason ``length``, which each API's shape words its own way."""
+    if r.truncated:
+        out["finish_reason"] = "length"
     return out
 
 
@@ -469,20 +483,22 @@ def response(body: dict[str, Any], created: int) -> dict[str, Any]:
         raise BadRequest("'input' must be a string or a non-empty list")
     p = _plan(items, tools=offered(body))
     suffix = p["id"].removeprefix("chatcmpl-")
-    msg = p["message"]
+    msg, cut = p["message"], p["finish_reason"] == "length"
     if msg.get("tool_calls"):
         items = [{"type": "function_call", "id": "fc_" + suffix + (f"{n}" if n else ""),
                   "call_id": call["id"], "name": call["function"]["name"],
                   "arguments": call["function"]["arguments"], "status": "completed"}
                  for n, call in enumerate(msg["tool_calls"])]
     else:
-        items = [{"type": "message", "id": "msg_" + suffix, "status": "completed",
+        items = [{"type": "message", "id": "msg_" + suffix,
+                  "status": "incomplete" if cut else "completed",
                   "role": "assistant", "content": [{"type": "output_text",
                                                     "text": msg["content"],
                                                     "annotations": [], "logprobs": []}]}]
     return {"id": "resp_" + suffix, "object": "response", "created_at": created,
-            "status": "completed", "model": MODEL, "output": items,
-            "usage": _response_usage(p["usage"]), "error": None, "incomplete_details": None,
+            "status": "incomplete" if cut else "completed", "model": MODEL, "output": items,
+            "usage": _response_usage(p["usage"]), "error": None,
+            "incomplete_details": {"reason": "max_output_tokens"} if cut else None,
             "instructions": body.get("instructions"), "metadata": {}, "tools": body.get("tools")
             or [], "tool_choice": body.get("tool_choice") or "auto", "parallel_tool_calls":
             True, "temperature": 1.0, "top_p": 1.0, "text": {"format": {"type": "text"}},
@@ -498,7 +514,8 @@ def response_events(r: dict[str, Any]) -> list[dict[str, Any]]:
                                  {"type": "response.in_progress", "response": started}]
     for index, item in enumerate(r["output"]):
         out += _item_events(item, index)
-    out.append({"type": "response.completed", "response": r})
+    done = "response.incomplete" if r["status"] == "incomplete" else "response.completed"
+    out.append({"type": done, "response": r})
     return [{**e, "sequence_number": i} for i, e in enumerate(out)]
 
 
@@ -546,6 +563,8 @@ def message(body: dict[str, Any]) -> dict[str, Any]:
         stop = "tool_use"
     else:
         blocks, stop = [{"type": "text", "text": msg["content"]}], "end_turn"
+    if p["finish_reason"] == "length":
+        stop = "max_tokens"
     usage = p["usage"]
     return {"id": "msg_01" + suffix, "type": "message", "role": "assistant",
             "model": ANTHROPIC_MODEL, "content": blocks, "stop_reason": stop,
@@ -614,8 +633,9 @@ def generate_content(body: dict[str, Any]) -> dict[str, Any]:
             for c in msg["tool_calls"]]
     else:
         parts = [{"text": msg["content"]}]
+    finish = "MAX_TOKENS" if p["finish_reason"] == "length" else "STOP"
     return {"candidates": [{"content": {"role": "model", "parts": parts},
-                            "finishReason": "STOP", "index": 0}],
+                            "finishReason": finish, "index": 0}],
             "usageMetadata": {"promptTokenCount": usage["prompt_tokens"],
                               "candidatesTokenCount": usage["completion_tokens"],
                               "totalTokenCount": usage["total_tokens"]},

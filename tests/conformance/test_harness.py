@@ -667,3 +667,20 @@ def test_wrong_args_passes_the_city_under_another_name_then_as_city(llm: Scripte
     assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [
         ("get_weather", {scenarios.WRONG_ARGUMENT: "Paris"}), ("get_weather", {"city": "Paris"})]
     assert msgs[-1].content == scenarios.FINAL
+
+
+def test_length_stop_cuts_the_answer_after_the_tool_result_at_the_token_limit(
+        llm: ScriptedLLM) -> None:
+    msgs = _run(_client(llm), "length_stop")
+    assert msgs[-1].content == scenarios.TRUNCATED
+    client = _client(llm)
+    messages: list[Any] = [{"role": "user", "content": "weather? [scenario:length_stop]"}]
+    first = client.chat.completions.create(model="gpt-4o-mini", messages=messages,
+                                           tools=[TOOL]).choices[0]
+    assert first.finish_reason == "tool_calls"
+    [call] = first.message.tool_calls or []
+    messages += [first.message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": call.id, "content": "sunny"}]
+    last = client.chat.completions.create(model="gpt-4o-mini", messages=messages,
+                                          tools=[TOOL]).choices[0]
+    assert (last.finish_reason, last.message.content) == ("length", scenarios.TRUNCATED)
