@@ -139,6 +139,10 @@ def test_the_arguments_of_a_call_that_never_ran_are_checked_on_the_llm_step() ->
     no_schema = {"read_file": {"type": "function", "function": {"name": "read_file"}}}
     assert tool_call.detect(traj(asked("never_ran", wrong), tools=no_schema),
                             DetectorsConfig(), Context()) == []
+    # an agent whose offer no span recorded: the schema known by that name may be another's
+    unoffered = traj(asked("never_ran", wrong), llm("done"), tools=TOOLS)
+    unoffered.offered_to = {("another_agent", None)}
+    assert tool_call.detect(unoffered, DetectorsConfig(), Context()) == []
 
 
 def test_a_call_of_a_tool_not_offered_that_never_ran_is_a_selection_error() -> None:

@@ -165,11 +165,14 @@ def _unran_arguments(trajectory: Trajectory, schemas: Mapping[str, Any], config:
     refuses arguments before running the tool (smolagents' schema check, LangChain.js's)
     answers the model with an error and records no tool span, so no tool step is checked.
     Only calls the join says never ran (``never_ran``): one that ran, or was rebuilt as a step,
-    is checked on that step."""
+    is checked on that step; and only by an agent whose offer some span recorded, as for
+    selection: the schema known by that name may be another agent's (ADK offers each agent
+    its own transfer_to_agent, its enum the agents it may hand to)."""
     out = []
-    cfg = config.tool_call
+    cfg, known = config.tool_call, trajectory.offered_to
     for step in trajectory.steps:
-        if step.kind != "llm" or not step.tool_calls:
+        if step.kind != "llm" or not step.tool_calls \
+                or (step.node, step.within_unknown) not in known:
             continue
         for call in step.tool_calls:
             if call.outcome != "never_ran" or call.name not in schemas:
