@@ -12,7 +12,12 @@ from trajectory_factory import span, trace
 from otel_eval.base.results import Evaluation
 from otel_eval.base.steps import CONTENT_CHARS
 from otel_eval.evaluate.config import TrajectoryConfig
-from otel_eval.evaluate.conventions.messages import finish_reasons, request_messages
+from otel_eval.evaluate.conventions.messages import (
+    finish_reasons,
+    reply_text,
+    request_messages,
+    said_nothing,
+)
 from otel_eval.evaluate.detectors import Detectors, DetectorsConfig
 from otel_eval.evaluate.judge.config import JudgeConfig
 from otel_eval.evaluate.judge.render import render
@@ -376,3 +381,55 @@ def test_a_tool_message_of_text_parts_answers_its_call_by_id() -> None:
         span("llm2", "root", 3, {"gen_ai.operation.name": "chat",
                                  "gen_ai.input.messages": json.dumps(told)})), CFG)
     assert (t.tool_steps[0].result, t.llm_steps[1].prompt) == ("sunny", "sunny")
+
+
+@pytest.mark.parametrize(("raw", "nothing"), [
+    ('[{"role": "assistant", "content": ""}]', True),
+    ('[{"role": "assistant", "content": []}]', True),  # Semantic Kernel, Strands
+    ('[{"role": "assistant", "parts": [], "finish_reason": "stop"}]', True),  # GenAI
+    ('[{"role": "assistant", "parts": [{"type": "text", "content": ""}]}]', True),
+    # LangChain's LLMResult (OpenInference's output.value of a LangGraph model call)
+    ('{"generations": [[{"text": "", "message": {"kwargs": {"content": ""}}}]]}', True),
+    ('{"generations": [[{"text": "", "message": {"kwargs": {"tool_calls": [{"name": "f"}]}}}]]}',
+     False),
+    # content left out (not captured) or null (OpenAI's reply of calls only): unknown
+    ('[{"role": "assistant"}]', False),
+    ('[{"role": "assistant", "content": null}]', False),
+    ('[{"role": "assistant", "content": "", "tool_calls": [{"id": "c1"}]}]', False),
+    ('[{"role": "assistant", "parts": [{"type": "tool_call", "name": "f"}]}]', False),
+    ('[{"role": "assistant", "content": "Sunny."}]', False),
+    ("not json", False),
+])
+def test_a_reply_recorded_with_empty_text_said_nothing(raw: str, nothing: bool) -> None:
+    assert said_nothing(raw) is nothing
+    # and only where the model stopped there: an empty text may stand beside calls another
+    # instrumentation recorded
+    assert reply_text(None, raw, ["stop"]) == ("" if nothing else None)
+    assert reply_text(None, raw, ["tool_calls"]) is None
+
+
+def _graph_run(text: str, finish: str = "stop", after: dict | None = None) -> str | None:
+    """A LangGraph-shaped run: the agent's result is the graph state around its last reply,
+    which says ``text`` (GenAI parts: none for an empty text)."""
+    reply = {"role": "assistant",
+             "parts": [{"type": "text", "content": text}] if text else []}
+    state = {"messages": [{"type": "human", "data": {"content": "Paris?"}},
+                          {"type": "ai", "data": {"content": text}}]}
+    spans = [span("root", None, 0, {"openinference.span.kind": "AGENT",
+                                    "output.value": json.dumps(state)}, end=100),
+             span("chat", "root", 1, {"gen_ai.operation.name": "chat",
+                                      "gen_ai.output.messages": json.dumps([reply]),
+                                      "gen_ai.response.finish_reasons": json.dumps([finish])})]
+    if after is not None:
+        spans.append(span("later", "root", 5, after))
+    return build_trajectory(trace(*spans), CFG).output
+
+
+def test_an_empty_reply_is_the_answer_of_a_run_whose_result_is_a_state_around_it() -> None:
+    assert _graph_run("") == ""
+    assert _graph_run("Sunny.") == "Sunny."
+    # no stop recorded, or a step of unknown kind after it (it may have answered): the
+    # result stays what the span recorded
+    assert (_graph_run("", finish="tool_calls") or "").startswith('{"messages"')
+    assert (_graph_run("", after={"gen_ai.operation.name": "zz_unknown"}) or "").startswith(
+        '{"messages"')

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from otel_eval.base.steps import ToolCall
@@ -175,6 +176,52 @@ def answer_of(found: list[Any]) -> str | None:
                 return text
             return "".join(message_text(m) or "" for m in found[first:i + 1])
     return None
+
+
+def said_nothing(raw: str | None) -> bool:
+    """Whether an LLM output is a reply recorded with empty text and no calls: its last
+    message's content empty ("", no parts), or LangChain's last generation's ``text`` "".
+    A message whose content is absent or null says nothing either way: instrumentations
+    leave content out when they do not capture it, and OpenAI's null content is also a reply
+    of calls only (a call unrecorded)."""
+    data = parse_json(raw) if raw is not None else None
+    if isinstance(data, dict) and isinstance(data.get("generations"), list):
+        last = data["generations"][-1] if data["generations"] else None
+        last = last[-1] if isinstance(last, list) and last else None
+        if not isinstance(last, dict) or last.get("text") != "":
+            return False
+        message = last.get("message")
+        kwargs = message.get("kwargs") if isinstance(message, dict) else None
+        return not (isinstance(kwargs, dict) and kwargs.get("tool_calls"))
+    found = messages(raw) if raw is not None else None
+    last = found[-1] if found else None
+    if not isinstance(last, dict) or last.get("tool_calls"):
+        return False
+    if "parts" in last:
+        parts = last["parts"]
+        return isinstance(parts, list) and not any(
+            isinstance(p, dict) and (p.get("type") != "text" or p.get("content")) for p in parts)
+    return last.get("content") in ("", [])
+
+
+# Finish reasons that say the model ended its turn (not for calls, a limit or a filter).
+STOP_REASONS = frozenset({"stop", "end_turn", "stop_sequence", "completed"})
+
+
+def reply_text(answer: str | None, raw: str | None,
+               finish_reasons: Sequence[str] = ()) -> str | None:
+    """The text of an LLM step's reply (its ``answer``); "" when the reply was recorded with
+    empty text (an empty output, or ``said_nothing``) and its finish reason says the model
+    stopped there (an empty text beside calls another convention recorded is no reply);
+    None when no text is known."""
+    if answer:
+        return answer
+    if (answer is None and raw is None) \
+            or not any(r.lower() in STOP_REASONS for r in finish_reasons):
+        return None
+    if answer == "" or raw is None:
+        return answer
+    return "" if not raw.strip() or said_nothing(raw) else None
 
 
 def _unfinished(msg: Any) -> bool:

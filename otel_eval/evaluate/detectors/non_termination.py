@@ -23,6 +23,7 @@ from functools import lru_cache
 
 from otel_eval.base.results import Finding
 from otel_eval.base.steps import Step, Trajectory
+from otel_eval.evaluate.conventions.messages import reply_text
 from otel_eval.evaluate.detectors.calls import Context, calls_for
 from otel_eval.evaluate.detectors.config import DetectorsConfig, NonTerminationConfig
 
@@ -58,19 +59,31 @@ def _root(trajectory: Trajectory) -> Step | None:
 
 
 def _final_output(trajectory: Trajectory) -> str | None:
-    """The final output, "" when it was recorded empty, None when nothing recorded it. With
-    no output recorded for the run, a last LLM call that asked for tools says nothing of it:
-    its empty text is no answer, and what the run answered (a ``final_answer`` tool's
-    input, say) is unknown here."""
-    if trajectory.output and trajectory.output.strip():
-        return trajectory.output
+    """The final output, "" when it was recorded empty, None when nothing recorded it: the
+    run's when recorded (a code agent's last reply is the code that answered, DSPy's its
+    fields, not the answer), else the text of the last LLM call's reply (``_said``, not its
+    raw output: a reply recorded with empty text is still JSON, ``[{"role": "assistant",
+    "content": ""}]``). With no output recorded for the run, a last LLM call that asked for
+    tools says nothing of it: its empty text is no answer, and what the run answered (a
+    ``final_answer`` tool's input, say) is unknown here."""
+    if trajectory.output is not None:
+        return trajectory.output  # recorded: the run's, whatever its last call said
     llm = trajectory.llm_steps
-    last = llm[-1].output_text if llm else None
+    last = _said(llm[-1]) if llm else None
+    if last == "" and any(s.kind_unknown for s in trajectory.steps if s.index > llm[-1].index):
+        return None  # a step of unknown kind after it may have been the call that answered
     if last is not None and last.strip():
         return last
-    if trajectory.output is None and llm and llm[-1].tool_calls:
+    if llm and llm[-1].tool_calls:
         return None
-    return "" if trajectory.output is not None or last is not None else None
+    return last
+
+
+def _said(step: Step) -> str | None:
+    """The text of an LLM step's reply (``messages.reply_text``); None also when calls it
+    asked for went unrecorded (it may have said them)."""
+    return None if step.calls_unknown else reply_text(step.answer, step.output_text,
+                                                       step.finish_reasons)
 
 
 def _status(trajectory: Trajectory, cfg: NonTerminationConfig) -> list[Finding]:
@@ -192,7 +205,8 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
         out.append(Finding("non_termination", "root_error", "error",
                            f"the run failed: {root.error or 'root span status error'}"[:300],
                            [root.span_id], [root.index], {"error": root.error}))
-    if trajectory.status != "incomplete" and _final_output(trajectory) == "" \
+    final = _final_output(trajectory)
+    if trajectory.status != "incomplete" and final is not None and not final.strip() \
             and not any(f.kind == "pending_tool_calls" for f in out):
         out.append(Finding("non_termination", "no_output", cfg.no_output_severity,
                            "the run produced no final output"))

@@ -77,12 +77,14 @@ from otel_eval.evaluate.conventions.conversations import Conversation
 from otel_eval.evaluate.conventions.messages import (
     answer_of,
     messages,
+    reply_text,
     request_of,
     request_text,
     task_of,
 )
 from otel_eval.evaluate.conventions.values import as_str, parse_json
 from otel_eval.evaluate.trajectory.passes import Draft, run_passes
+from otel_eval.evaluate.trajectory.shapes import unrecognised
 from otel_eval.evaluate.trajectory.spans import StepBuilder, dedupe, tree_order
 
 __all__ = ["build_trajectory", "is_run", "tree_order"]
@@ -115,22 +117,34 @@ def _agent_step(builder: StepBuilder) -> Step | None:
     return top
 
 
-def _answer(result: str | None, llm: list[Step]) -> str | None:
+def _answer(result: str | None, llm: list[Step], steps: list[Step] | None = None
+            ) -> str | None:
     """The run's answer: the agent's (or root's) result, unless that wraps the last LLM
     call's answer in more (LangGraph's whole graph state, a LlamaIndex event repr): then the
-    answer itself. The LLM's answer when no span recorded a result; when that call asked for
-    tools and said nothing, the run's answer is unknown, not empty. (``Step.answer``: the
-    readable pass read it from the reply or the output, and every LLM step went through it.)"""
+    answer itself, also when that reply was recorded with empty text ("": not when a step of
+    unknown kind came after it, which may have been the call that answered). The LLM's answer
+    when no span recorded a result; when that call asked for tools and said nothing, the
+    run's answer is unknown, not empty. (``Step.answer``: the readable pass read it from the
+    reply or the output, and every LLM step went through it.)"""
     last = llm[-1] if llm else None
     said = last.answer if last is not None else None
+    # the last reply said nothing, as recorded, with a stop and no step of unknown kind
+    # after it (``steps``: the run's, in order)
+    empty = last is not None and not last.tool_calls and not last.calls_unknown \
+        and reply_text(said, last.output_text, last.finish_reasons) == "" \
+        and not any(s.kind_unknown for s in steps or () if s.index > last.index)
     if result is None:
-        return None if last is not None and last.tool_calls and not (said or "").strip() \
-            else said
+        return said if said and said.strip() else "" if empty else None
     if last is not None and last.tool_calls:
         said = None  # the last call asked for tools: its text is no answer
     if said and said.strip() and said != result and _holds(result, said):
         return said
-    return result
+    return "" if empty and _wrapper(result) else result
+
+
+def _wrapper(result: str) -> bool:
+    """Whether a run's result is a structure (JSON, a Python repr) rather than text."""
+    return result.lstrip()[:1] in ("{", "[") or unrecognised(result) is not None
 
 
 _CUT = "..."  # how an instrumentation ends a repr it cut to its length
@@ -159,7 +173,7 @@ def _output(builder: StepBuilder, agent: Step | None, root_step: Step | None,
     first_step = agent if agent is not None else root_step
     if first_step is not None and first_step.span_id in builder.dspy_modules:
         return first_step.result
-    return _answer(_first_text((agent, root_step), "result"), llm)
+    return _answer(_first_text((agent, root_step), "result"), llm, builder.steps)
 
 
 def _unrecorded(steps: list[Step], output: str | None) -> dict[str, int]:
