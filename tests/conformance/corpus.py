@@ -29,7 +29,7 @@ from otel_eval.base.results import NOT_ENDED_KINDS
 HERE = Path(__file__).resolve().parent
 SCENARIOS = ("clean", "loop", "distinct", "tool_error", "non_terminating", "remote_parent",
              "streaming", "multi_agent", "parallel", "max_turns", "wrong_tool", "wrong_args",
-             "length_stop", "llm_error")
+             "length_stop", "empty_answer", "llm_error")
 # Two agents in one run: the coordinator (the run's agent: the stack's ``coordinator``, default
 # ``triage_agent``) hands the question to the weather agent (the stack's ``agent``), whose
 # get_weather calls are its own (``call_agents``).
@@ -46,7 +46,7 @@ _META = ("xfail", "reason")
 # What an expectation checks (the keys of ``observed``).
 CHECKS = ("agent", "status", "passed", "loop", "non_terminated", "input", "output",
           "tool_errors", "errors", "cities", "recovered", "llm_calls", "call_agents",
-          "selection", "arguments", "length_stop", "llm_error")
+          "selection", "arguments", "length_stop", "no_output", "llm_error")
 # The words of each API's error in the llm_error scenario (scenarios.LLM_ERRORS), none
 # quoted: a framework's repr of the error may escape its apostrophes.
 _LLM_ERROR_WORDS = ("maximum context length", "prompt is too long", "input token count")
@@ -226,6 +226,8 @@ def observed(ev: dict[str, Any]) -> dict[str, Any]:
                              if f["detector"] == "tool_call" and f["kind"] == "arguments"}),
         # a finding says the last LLM call was cut off at its token limit
         "length_stop": any(f["kind"] == "length_stop" for f in findings),
+        # a finding says the run's final output was recorded and is empty
+        "no_output": any(f["kind"] == "no_output" for f in findings),
         # a finding says what the LLM's API answered (llm_error: its 400, in its words)
         "llm_error": any(w in f["message"] for f in findings for w in _LLM_ERROR_WORDS),
         # LLM steps (one call recorded by two instrumentations is one: trajectory.llm_twins)

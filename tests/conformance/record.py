@@ -162,8 +162,8 @@ def record(name: str, stack: dict[str, Any], env_dir: Path, scenario: str) -> di
     # its cap, at a call of a tool it does not have or with arguments it refuses, at an answer
     # cut off, or at the API's error, ends the program with that exception, as
     # it ends a user's program that does not catch it (its spans are still exported)
-    failed = proc.returncode != 0 and scenario not in ("max_turns", "wrong_tool", "wrong_args",
-                                                       "length_stop", "llm_error")
+    failed = proc.returncode != 0 and scenario not in (
+        "max_turns", "wrong_tool", "wrong_args", "length_stop", "empty_answer", "llm_error")
     if failed or llm.errors or cap.errors:
         raise RuntimeError(f"exit {proc.returncode}; llm errors {llm.errors}; capture errors "
                            f"{cap.errors}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")

@@ -45,6 +45,9 @@ whole behaviour, as data:
   the model's output token limit (``TRUNCATED``, mid-word), as each API says it: finish reason
   ``length`` (chat completions), a response ``incomplete`` for ``max_output_tokens`` (the
   Responses API), stop reason ``max_tokens`` (Anthropic), ``MAX_TOKENS`` (Gemini).
+- ``empty_answer``: k=0 calls get_weather{"city": "Paris"}; the answer after it is empty
+  (``""``, a stop), as a model gives when its reply was filtered or it had nothing to add;
+  a framework that ends on a tool (``final_answer``) is answered ``""`` through it.
 - ``llm_error``: k=0 calls get_weather{"city": "Paris"}; the next request fails: the API
   answers HTTP 400, the context window exceeded, in its own error shape (``LLM_ERRORS``), as
   a provider does when a run's history outgrows the model. No framework retries a 400: the
@@ -76,7 +79,7 @@ REMOTE_SPAN_ID = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{REMOTE_TRACE_ID}-{REMOTE_SPAN_ID}-01"
 SCENARIOS = ("clean", "loop", "distinct", "tool_error", "non_terminating", "remote_parent",
              "streaming", "multi_agent", "parallel", "max_turns", "wrong_tool",
-             "wrong_args", "length_stop", "llm_error", "conversation")
+             "wrong_args", "length_stop", "empty_answer", "llm_error", "conversation")
 # The multi_agent scenario's coordinator (the run's agent: the one the user asked).
 COORDINATOR = "triage_agent"
 WEATHER_AGENT = "weather_agent"
@@ -165,6 +168,8 @@ def reply(scenario: str, k: int, turn: int = 1) -> Reply:
         if k == 0:
             return Reply(city="Paris", argument=WRONG_ARGUMENT)
         return Reply(city="Paris") if k == 1 else Reply(text=FINAL)
+    if scenario == "empty_answer":
+        return Reply(city="Paris") if k == 0 else Reply(text="")
     if scenario == "length_stop":
         return Reply(city="Paris") if k == 0 else Reply(text=TRUNCATED, truncated=True)
     if scenario == "llm_error":

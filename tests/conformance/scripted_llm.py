@@ -35,6 +35,7 @@ API's shape; one with ``tool`` (wrong_tool) calls that tool, whatever the reques
 In ``llm_error`` the request after the first tool result gets a 400 in the API's error shape
 (``scenarios.LLM_ERRORS``: OpenAI's ``context_length_exceeded``, Anthropic's "prompt is too
 long", Gemini's ``INVALID_ARGUMENT``), counted as answered.
+In ``empty_answer`` the answer after the first tool result is empty (``""``).
 In ``length_stop`` the answer after the first tool result is cut off at the output token
 limit, in each API's words: finish reason ``length``, a Responses API response ``incomplete``
 (``incomplete_details.reason`` ``max_output_tokens``; streamed, ``response.incomplete``),
@@ -391,7 +392,8 @@ def _plan(messages: list[Any], final_answer: str | None = None,
         return _cut(out, r)
     if dspy_fields:
         if DSPY_REACT_FIELD not in dspy_fields:  # the extract step after ReAct's finish
-            r = scenarios.Reply(text=r.text or scenarios.FINAL, truncated=r.truncated)
+            r = scenarios.Reply(text=scenarios.FINAL if r.text is None else r.text,
+                                truncated=r.truncated)
         elif r.truncated:  # ReAct's finish step: the extract step writes the answer (cut)
             r = scenarios.Reply(text=r.text)
         text = _dspy(dspy_fields, r, _delegation(seed, tools) if r.delegate else None)

@@ -684,3 +684,9 @@ def test_length_stop_cuts_the_answer_after_the_tool_result_at_the_token_limit(
     last = client.chat.completions.create(model="gpt-4o-mini", messages=messages,
                                           tools=[TOOL]).choices[0]
     assert (last.finish_reason, last.message.content) == ("length", scenarios.TRUNCATED)
+
+
+def test_empty_answer_answers_nothing_after_the_tool_result(llm: ScriptedLLM) -> None:
+    msgs = _run(_client(llm), "empty_answer")
+    assert [c.function.name for m in msgs[:-1] for c in m.tool_calls or []] == ["get_weather"]
+    assert msgs[-1].content == ""

@@ -65,7 +65,7 @@ def main(scenario: str) -> None:
     from openinference.instrumentation.beeai import BeeAIInstrumentor
 
     BeeAIInstrumentor().instrument()
-    if not asyncio.run(run(scenario)):
+    if not asyncio.run(run(scenario)) and scenario != "empty_answer":
         raise RuntimeError("no final answer")
     common.shutdown()
 

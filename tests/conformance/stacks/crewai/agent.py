@@ -64,7 +64,7 @@ def run(scenario: str) -> None:
     crew = Crew(agents=agents, tasks=[task], verbose=False)
     with common.attached(common.remote_parent(scenario)):
         answer = str(crew.kickoff().raw or "")
-    if not answer:
+    if not answer and scenario != "empty_answer":
         raise RuntimeError("no final answer")
 
 

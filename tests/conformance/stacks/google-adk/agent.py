@@ -65,7 +65,7 @@ def main(scenario: str) -> None:
         session = await sessions.create_session(app_name="weather", user_id="user")
         with common.attached(common.remote_parent(scenario)):
             answer = await ask(session.id, common.prompt(scenario), scenario == "streaming")
-        if not answer:
+        if not answer and scenario != "empty_answer":
             raise RuntimeError("no final answer")
 
     asyncio.run(run())

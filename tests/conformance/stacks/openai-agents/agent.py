@@ -63,7 +63,7 @@ def main(scenario: str) -> None:
                       instructions="Hand weather questions to the weather agent.")
     with common.attached(common.remote_parent(scenario)):
         answer = asyncio.run(run(agent, scenario))
-    if not answer:
+    if not answer and scenario != "empty_answer":
         raise RuntimeError("no final answer")
     common.shutdown()
 

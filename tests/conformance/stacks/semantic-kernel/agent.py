@@ -68,7 +68,7 @@ def main(scenario: str) -> None:
 
     with common.attached(common.remote_parent(scenario)):
         answer = asyncio.run(run())
-    if not answer:
+    if not answer and scenario != "empty_answer":
         raise RuntimeError("no final answer")
     common.shutdown()
 
