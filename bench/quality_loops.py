@@ -60,7 +60,7 @@ def _as_before() -> Iterator[None]:
     Rule (f) is switched off by ``_before_config``."""
     saved = (trajectory_stage.rebuild_code_actions, calls_stage._declared,
              calls_stage.shell_commands)
-    trajectory_stage.rebuild_code_actions = lambda steps, tools, limit: (steps, {})  # type: ignore
+    trajectory_stage.rebuild_code_actions = lambda steps, tools, limit, *_: (steps, {})  # type: ignore
     calls_stage._declared = lambda arguments, schema: arguments  # type: ignore
     # the read-only test falls back to its regex split, as before shlex
     calls_stage.shell_commands = lambda command: ([], False, "off")  # type: ignore

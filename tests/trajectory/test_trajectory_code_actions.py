@@ -217,6 +217,27 @@ def test_a_call_with_its_own_tool_span_is_not_counted_twice() -> None:
     assert t.code_actions == {"blocks": 1, "code_steps": 1, "calls": 1, "steps": 1}
 
 
+def test_a_tool_span_s_unfit_kwargs_are_the_arguments_the_code_called_it_with() -> None:
+    """smolagents' code agent runs get_weather(town="Paris"): its TOOL span records the call
+    as {"args": [], "kwargs": {"town": "Paris"}}, which does not fit the tool's schema and is
+    made unknown (it may be a framework's own keyword); the code asked for exactly that, so
+    those are its arguments, a wrong-arguments call. A value the code did not ask for stays
+    unknown."""
+    def run(kwargs: dict[str, object]) -> Step:
+        described = json.dumps({"city": {"type": "string"}})  # smolagents' tool.parameters
+        t = build_trajectory(_smolagents(  # the schema: the tool span's own description
+            _code_llm("llm1", "step1", 2, "print(get_weather(town='Paris'))"),
+            span("tool1", "step1", 3, _oi("TOOL", **{
+                "tool.name": "get_weather", "tool.parameters": described,
+                "input.value": json.dumps({"args": [], "kwargs": kwargs})}))), CFG)
+        return next(s for s in t.tool_steps if s.tool_name == "get_weather")
+
+    step = run({"town": "Paris"})
+    assert step.arguments == {"town": "Paris"} and "arguments" not in step.unknown
+    step = run({"town": "Paris", "ctx": "<Context>"})
+    assert step.arguments is None and "unparsed" in step.unknown["arguments"]
+
+
 def test_where_tools_have_spans_a_call_without_one_did_not_run() -> None:
     t = build_trajectory(_with_tools(
         _code_llm("llm1", "step1", 2, "get_weather(city='Paris')\nget_weather(city='Rome')"),

@@ -14,7 +14,10 @@ they carry keys the schema does not declare) are not concluded from:
 - the same value as that call: the model asked for exactly these, so they are the call's
   real (wrong) arguments, and a finding about them is right;
 - else *unknown*: ``Step.arguments`` None, ``Step.unknown["arguments"]`` says why, counted in
-  ``Trajectory.unrecorded["unparsed"]``; no schema finding, no loop key.
+  ``Trajectory.unrecorded["unparsed"]``; no schema finding, no loop key. A call of a code
+  action the step ran, with the same value, makes them its arguments after all
+  (``code_actions``: smolagents' code agent's ``{"kwargs": {"town": "Paris"}}``, the call
+  ``get_weather(town="Paris")`` in its code).
 
 A text read as the tool's only parameter is a guess: when the call the step ran passed that
 value, under that name or another, the call's arguments are the step's (what the model asked
@@ -75,7 +78,10 @@ def _as_asked(step: Step, call: ToolCall) -> bool:
         v in call.arguments.values() for v in step.arguments.values())
 
 
-def settle(steps: list[Step], tools: Mapping[str, Any], joined: Mapping[int, ToolCall]) -> None:
+def settle(steps: list[Step], tools: Mapping[str, Any], joined: Mapping[int, ToolCall],
+           set_aside: dict[int, Any] | None = None) -> None:
+    """``set_aside``: the values made unknown, by ``id`` of their step (a code action's call
+    compares with them: ``code_actions``)."""
     for step in steps:
         if step.kind != "tool" or step.arguments is None or step.rebuilt:
             continue
@@ -97,5 +103,7 @@ def settle(steps: list[Step], tools: Mapping[str, Any], joined: Mapping[int, Too
             step.arguments = call.arguments
             step.sources["arguments"] = f"llm tool call {call.call_id or call.name}"
             continue
+        if set_aside is not None:
+            set_aside[id(step)] = step.arguments
         step.arguments = None
         step.unknown["arguments"] = why

@@ -155,8 +155,10 @@ class _Rebuilder:
     (siblings, agents, spans by id, parameters) is worked out on first use: only when a reply
     or an interpreter call holds code, which most runs' do not."""
 
-    def __init__(self, steps: Sequence[Step], tools: dict[str, Any], max_rebuilt: int) -> None:
+    def __init__(self, steps: Sequence[Step], tools: dict[str, Any], max_rebuilt: int,
+                 set_aside: Mapping[int, Any]) -> None:
         self.steps, self.tools, self.max_rebuilt = steps, tools, max_rebuilt
+        self.set_aside = set_aside  # arguments ``settle`` made unknown, by id() of the step
         self.offered = set(tools)  # the tools offered as the pass began (managed agents join)
         self.stats: dict[str, int] = {}
         self.children: dict[str, list[Step]] | None = None  # tool steps by parent, if asked
@@ -266,6 +268,13 @@ class _Rebuilder:
         ran = self.runs.take(position, name)
         if ran is not None and ran.kind == "tool":
             ran.in_code = in_code
+            if ran.arguments is None and id(ran) in self.set_aside \
+                    and self.set_aside[id(ran)] == arguments:
+                # the value its span recorded, which did not fit the tool's schema, is what
+                # the code called it with: its arguments, right or wrong (``settle``)
+                ran.arguments = arguments
+                ran.unknown.pop("arguments", None)
+                ran.sources["arguments"] = f"{ran.sources.get('arguments', '')} (the code's call)"
             self.inside.append(ran)
             self.count("steps")
             return None
@@ -351,6 +360,7 @@ class _Rebuilder:
 
 
 def rebuild_code_actions(steps: list[Step], tools: dict[str, Any], max_rebuilt: int = 500,
+                         set_aside: Mapping[int, Any] | None = None,
                          ) -> tuple[list[Step], dict[str, int]]:
     """``steps`` with the tool calls made by code actions (in LLM replies that request no
     tool calls: a reply that does acts through them, its code is an example) inserted as
@@ -365,7 +375,7 @@ def rebuild_code_actions(steps: list[Step], tools: dict[str, Any], max_rebuilt: 
     at all (an instrumentation that records only LLM calls): where tool spans exist, a call
     without one did not run (the code failed before it). A managed agent called from code is
     added to ``tools`` (it was offered to the model as a callable)."""
-    work = _Rebuilder(steps, tools, max_rebuilt)
+    work = _Rebuilder(steps, tools, max_rebuilt, set_aside or {})
     out: list[Step] = []
     interpreters = []  # (position in out, the tool step): read once every reply's is
     for position, step in enumerate(steps):

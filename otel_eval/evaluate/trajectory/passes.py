@@ -42,6 +42,8 @@ class Draft:
     conventions_with_tools: set[str]  # conventions some tool span was read with
     tool_ids: bool  # some tool step carries a call id
     joined: dict[int, ToolCall] = field(default_factory=dict)  # tool step index -> its call
+    # id() of a tool step -> the arguments ``settle`` made unknown (a code call compares)
+    set_aside: dict[int, Any] = field(default_factory=dict)
     ran: set[int] = field(default_factory=set)  # id() of the LLM tool calls a tool step ran
     responses: ToolResponses | None = None  # what later LLM steps were told calls returned
     code_actions: dict[str, int] = field(default_factory=dict)  # Trajectory.code_actions
@@ -72,7 +74,7 @@ def _coerce_arguments(draft: Draft) -> None:
 
 
 def _settle_arguments(draft: Draft) -> None:
-    settle(draft.steps, draft.tools, draft.joined)
+    settle(draft.steps, draft.tools, draft.joined, draft.set_aside)
 
 
 def _settle_results(draft: Draft) -> None:
@@ -132,7 +134,8 @@ def _rebuild_tool_calls(draft: Draft) -> None:
 
 def _rebuild_code_actions(draft: Draft) -> None:
     draft.steps, draft.code_actions = rebuild_code_actions(draft.steps, draft.tools,
-                                                           draft.max_rebuilt_steps)
+                                                           draft.max_rebuilt_steps,
+                                                           draft.set_aside)
 
 
 def _settle_values(draft: Draft) -> None:
