@@ -92,6 +92,29 @@ def test_a_cut_stop_event_wraps_the_last_answer() -> None:
     assert t.output == ANSWER
 
 
+def test_an_empty_reply_the_model_stopped_on_is_an_empty_answer() -> None:
+    """LlamaIndex records a reply of no text as "assistant: None", calls or not: with no call
+    flattened and the model stopped (``llm.finish_reason`` stop) it said nothing, and the cut
+    StopEvent repr around it is no answer; with a call, or no stop, it is a reply of calls
+    only (the conformance corpus' empty_answer)."""
+    empty = ("StopEvent(result=AgentOutput(response=ChatMessage(role=<MessageRole.ASSISTANT: "
+             "'assistant'>, additional_kwargs={}, blocks=[]), structured_response=None, "
+             "current_agent_name='agent', raw={'id': 'chatcmpl-1', 'choices': [{'message'...")
+
+    def run(finish: str) -> Any:
+        return build_trajectory(trace(
+            _root(empty), _chat("a", 1, "assistant: None", 1), _tool(2),
+            _chat("b", 3, "assistant: None", **{"llm.finish_reason": finish})),
+            CONFIG.trajectory)
+
+    t = run("stop")
+    assert t.output == "" and t.llm_steps[-1].answer == ""
+    findings, _ = Detectors(CONFIG.detectors).evaluate(t)
+    assert "non_termination/no_output" in {f"{f.detector}/{f.kind}" for f in findings}
+    assert run("length").output == empty
+    assert t.llm_steps[0].answer is None  # the reply that asked for a call said no text
+
+
 @pytest.mark.parametrize(("result", "said", "holds"), [
     (_stop_event(ANSWER), ANSWER, True),
     (_stop_event("short"), "short", True),  # whole, not cut

@@ -354,13 +354,23 @@ def _textless_reply(output: str, attrs: Attrs) -> str | None:
     """LlamaIndex records an LLM's reply as its repr, ``"{role}: {content}"``, and a reply
     with no text (tool calls only) as ``"assistant: None"`` (``"assistant: "`` streamed): not
     an answer but a message with no content, whose calls are flattened beside it. That
-    message, as a JSON list of chat messages, for such an output; None for any other."""
+    message, as a JSON list of chat messages, for such an output; None for any other. With no
+    calls flattened and a stop as its finish reason, it is a reply of no text: its content
+    "" (an empty answer, not one unrecorded)."""
     role, _, content = output.partition(": ")
     if (content not in ("", "None") or _OUT_PREFIX + "0.message.content" in attrs
             or role != attrs.get(_OUT_PREFIX + "0.message.role")):
         return None
-    return json.dumps([_flat_message(m) for _, m in sorted(_flattened(attrs, _OUT_PREFIX).items())],
-                      ensure_ascii=False)
+    found = [_flat_message(m) for _, m in sorted(_flattened(attrs, _OUT_PREFIX).items())]
+    if len(found) == 1 and not found[0].get("tool_calls") \
+            and as_str(attrs.get("llm.finish_reason")) in _STOPPED:
+        found[0]["content"] = ""  # no calls, and the model stopped: a reply of no text
+    return json.dumps(found, ensure_ascii=False)
+
+
+# LlamaIndex's finish reasons (OpenAI's, as its instrumentation records them) of a reply the
+# model ended on its own
+_STOPPED = frozenset({"stop", "end_turn"})
 
 
 def _flattened(attrs: Attrs, prefix: str) -> dict[int, dict[str, Any]]:

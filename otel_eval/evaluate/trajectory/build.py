@@ -65,6 +65,7 @@ built, in a trace of its own before any invocation). Such a trace is not evaluat
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -143,8 +144,15 @@ def _answer(result: str | None, llm: list[Step], steps: list[Step] | None = None
 
 
 def _wrapper(result: str) -> bool:
-    """Whether a run's result is a structure (JSON, a Python repr) rather than text."""
-    return result.lstrip()[:1] in ("{", "[") or unrecognised(result) is not None
+    """Whether a run's result is a structure (JSON, a Python repr, also one its
+    instrumentation cut: LlamaIndex's ``StopEvent(result=...`` to 200 characters) rather
+    than text."""
+    head = result.lstrip()
+    return head[:1] in ("{", "[") or _CLASS_CALL.match(head) is not None \
+        or unrecognised(result) is not None
+
+
+_CLASS_CALL = re.compile(r"[A-Z]\w{0,99}\(")  # a repr's start: a class called
 
 
 _CUT = "..."  # how an instrumentation ends a repr it cut to its length
