@@ -184,17 +184,17 @@ def said_nothing(raw: str | None) -> bool:
     A message whose content is absent or null says nothing either way: instrumentations
     leave content out when they do not capture it, and OpenAI's null content is also a reply
     of calls only (a call unrecorded)."""
-    data = parse_json(raw) if raw is not None else None
-    if isinstance(data, dict) and isinstance(data.get("generations"), list):
-        last = data["generations"][-1] if data["generations"] else None
+    found = messages(raw)
+    last = found[-1] if found else None
+    if isinstance(last, dict) and isinstance(last.get("generations"), list):
+        # an LLMResult has no messages key: ``messages`` gives it whole, as one item
+        last = last["generations"][-1] if last["generations"] else None
         last = last[-1] if isinstance(last, list) and last else None
         if not isinstance(last, dict) or last.get("text") != "":
             return False
         message = last.get("message")
         kwargs = message.get("kwargs") if isinstance(message, dict) else None
         return not (isinstance(kwargs, dict) and kwargs.get("tool_calls"))
-    found = messages(raw) if raw is not None else None
-    last = found[-1] if found else None
     if not isinstance(last, dict) or last.get("tool_calls"):
         return False
     if "parts" in last:
@@ -216,12 +216,11 @@ def reply_text(answer: str | None, raw: str | None,
     None when no text is known."""
     if answer:
         return answer
-    if (answer is None and raw is None) \
-            or not any(r.lower() in STOP_REASONS for r in finish_reasons):
+    if not any(r.lower() in STOP_REASONS for r in finish_reasons):
         return None
-    if answer == "" or raw is None:
-        return answer
-    return "" if not raw.strip() or said_nothing(raw) else None
+    if answer == "":
+        return ""
+    return "" if raw is not None and (not raw.strip() or said_nothing(raw)) else None
 
 
 def _unfinished(msg: Any) -> bool:

@@ -53,6 +53,7 @@ from otel_eval.evaluate.conventions.adapter import Adapter, Attrs, Described, un
 from otel_eval.evaluate.conventions.agent_names import MAX_AGENT_NAME, agent_name
 from otel_eval.evaluate.conventions.haystack import call_ids, offered_tools, tool_results
 from otel_eval.evaluate.conventions.messages import (
+    STOP_REASONS,
     finish_reasons,
     message_text,
     reply_calls,
@@ -363,14 +364,10 @@ def _textless_reply(output: str, attrs: Attrs) -> str | None:
         return None
     found = [_flat_message(m) for _, m in sorted(_flattened(attrs, _OUT_PREFIX).items())]
     if len(found) == 1 and not found[0].get("tool_calls") \
-            and as_str(attrs.get("llm.finish_reason")) in _STOPPED:
+            and (as_str(attrs.get("llm.finish_reason")) or "").lower() in STOP_REASONS:
         found[0]["content"] = ""  # no calls, and the model stopped: a reply of no text
     return json.dumps(found, ensure_ascii=False)
 
-
-# LlamaIndex's finish reasons (OpenAI's, as its instrumentation records them) of a reply the
-# model ended on its own
-_STOPPED = frozenset({"stop", "end_turn"})
 
 
 def _flattened(attrs: Attrs, prefix: str) -> dict[int, dict[str, Any]]:
