@@ -218,9 +218,11 @@ class Trajectory:
     # (OpenInference's ``tool.name``): their schemas read arguments, but a model was not shown
     # to be offered them
     unoffered: set[str] = field(default_factory=set)
-    # the agents (``Step.agent_scope``) whose own spans recorded what ``tools`` holds: a call
-    # by another agent was offered tools no span said (multi-agent runs)
-    offered_to: set[tuple[str | None, str | None]] = field(default_factory=set)
+    # agent (``Step.agent_scope``) -> the tools its own spans recorded it was offered (name ->
+    # schema, as ``tools``): a call by an agent not here was offered tools no span said, and
+    # one tool name may be offered to two agents with two schemas (ADK's transfer_to_agent)
+    offered_to: dict[tuple[str | None, str | None], dict[str, Any]] = field(
+        default_factory=dict)
     root_attributes: dict[str, Any] = field(default_factory=dict)
     revision: int = 0
     span_count: int = 0

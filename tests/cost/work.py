@@ -122,18 +122,19 @@ Requests = list[tuple[str, Any]]
 def conformance_requests(skip: Container[str] = ()) -> list[Requests]:
     """Every committed conformance recording's OTLP requests, parsed (outside the count);
     but the "stack/scenario" cells in ``skip``."""
-    out = []
-    for stack, scenario in corpus.recorded():
-        if f"{stack}/{scenario}" in skip:
-            continue
-        reqs: Requests = []
-        for item in corpus.recording(stack, scenario)["requests"]:
-            if item["signal"] == "traces":
-                reqs.append(("traces", request_from_dict(item["body"])))
-            else:
-                reqs.append(("logs", logs_request_from_json(json.dumps(item["body"]).encode())))
-        out.append(reqs)
-    return out
+    return [recording_requests(stack, scenario) for stack, scenario in corpus.recorded()
+            if f"{stack}/{scenario}" not in skip]
+
+
+def recording_requests(stack: str, scenario: str) -> Requests:
+    """One conformance recording's OTLP requests, parsed."""
+    reqs: Requests = []
+    for item in corpus.recording(stack, scenario)["requests"]:
+        if item["signal"] == "traces":
+            reqs.append(("traces", request_from_dict(item["body"])))
+        else:
+            reqs.append(("logs", logs_request_from_json(json.dumps(item["body"]).encode())))
+    return reqs
 
 
 def decode_recordings(recordings: list[Requests]) -> list[Trace]:

@@ -58,7 +58,7 @@ def traj(*steps: Step, tools: dict[str, Any] | None = None, status: TraceStatus 
                       steps=built, agent=agent, task_id=task_id, output=output,
                       tools=tools or {}, start_ns=0, end_ns=int(duration_s * 1e9),
                       # ``tools`` were offered to every agent of the run
-                      offered_to={s.agent_scope for s in built} if tools else set(),
+                      offered_to={s.agent_scope: tools for s in built} if tools else {},
                       span_count=len(built), root_span_id=ROOT_SPAN, run_span_id=ROOT_SPAN)
 
 

@@ -109,7 +109,7 @@ def test_a_sub_agent_whose_offer_no_span_recorded_selects_no_wrong_tool() -> Non
     weather = dataclasses.replace(tool("get_weather", {"city": "Paris"}), node="weather_agent")
     stray = dataclasses.replace(tool("delete_all", {}), node="agent")
     t = traj(weather, stray, tools=TOOLS)
-    t.offered_to = {("agent", None)}  # the coordinator's (the root's node) alone
+    t.offered_to = {("agent", None): TOOLS}  # the coordinator's (the root's node) alone
     found = tool_call.detect(t, DetectorsConfig(), Context())
     assert [(f.kind, f.attributes["tool"]) for f in found] == [("selection", "delete_all")]
 
@@ -141,7 +141,7 @@ def test_the_arguments_of_a_call_that_never_ran_are_checked_on_the_llm_step() ->
                             DetectorsConfig(), Context()) == []
     # an agent whose offer no span recorded: the schema known by that name may be another's
     unoffered = traj(asked("never_ran", wrong), llm("done"), tools=TOOLS)
-    unoffered.offered_to = {("another_agent", None)}
+    unoffered.offered_to = {("another_agent", None): TOOLS}
     assert tool_call.detect(unoffered, DetectorsConfig(), Context()) == []
 
 

@@ -15,6 +15,7 @@ from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.detectors import Detectors
 from otel_eval.evaluate.detectors.config import DetectorsConfig
+from otel_eval.evaluate.detectors.tool_call import parameters_schema
 from otel_eval.evaluate.trajectory import build_trajectory
 
 _AGENT = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "weather_agent"}
@@ -179,3 +180,52 @@ def test_a_request_without_a_readable_offer_offers_nothing(config: dict[str, Any
     assert t.tools == {}
     findings = Detectors(DetectorsConfig()).evaluate(t, None)[0]
     assert "selection" not in {f.kind for f in findings}
+
+
+
+def _handed_back(agent_name: str) -> Trajectory:
+    """The conformance corpus' google-adk/multi_agent run (triage_agent transfers to
+    weather_agent), with the weather agent then transferring back: a ``transfer_to_agent``
+    span as ADK records one (the coordinator's, under the weather agent), the ``agent_name``
+    given. ADK offers each agent its own transfer_to_agent: the coordinator's enum is
+    ``["weather_agent"]``, the weather agent's ``["triage_agent"]`` (its parent)."""
+    from cost import work
+
+    from otel_eval.base.model import Span
+    from otel_eval.base.model import Trace as Run
+
+    [run] = work.decode_recordings([work.recording_requests("google-adk", "multi_agent")])
+    spans = {s.name: s for s in run.spans}
+    coordinator = spans["execute_tool transfer_to_agent"]
+    weather = spans["invoke_agent weather_agent"]
+    attrs = {**coordinator.attributes, "gen_ai.agent.name": "weather_agent",
+             "gen_ai.tool.call.id": "adk-hand-back",
+             "gen_ai.tool.call.arguments": json.dumps({"agent_name": agent_name})}
+    back = Span(run.trace_id, "00000000000000ff", weather.span_id, coordinator.name,
+                weather.end_ns - 2, weather.end_ns - 1, kind=coordinator.kind,
+                status=coordinator.status, attributes=attrs, resource=coordinator.resource,
+                scope=coordinator.scope)
+    return build_trajectory(Run(run.trace_id, [*run.spans, back], "complete"),
+                            TrajectoryConfig())
+
+
+def _enum(t: Trajectory, agent: str) -> Any:
+    [offer] = [tools for (node, _), tools in t.offered_to.items() if node == agent]
+    return parameters_schema(offer["transfer_to_agent"])["properties"]["agent_name"]["enum"]
+
+
+def test_each_agent_s_call_is_checked_against_its_own_offer() -> None:
+    """A tool of one name offered to two agents with two schemas (ADK's transfer_to_agent,
+    its enum the agents each may hand to): an agent's call is checked against what that agent
+    was offered. Before, the schemas were merged by name, the first one kept, and the weather
+    agent's hand-back to its parent failed the coordinator's enum (``tool_call/arguments``,
+    an error: the run failed)."""
+    t = _handed_back("triage_agent")
+    assert (_enum(t, "triage_agent"), _enum(t, "weather_agent")) == (
+        ["weather_agent"], ["triage_agent"])
+    findings = Detectors(DetectorsConfig()).evaluate(t, None)[0]
+    assert [f for f in findings if f.detector == "tool_call"] == []
+    # its own offer is read: a hand-off to an agent it may not hand to is still found
+    findings = Detectors(DetectorsConfig()).evaluate(_handed_back("weather_agent"), None)[0]
+    assert [(f.kind, f.attributes["constraint"], f.step_indexes[0] > 0) for f in findings
+            if f.detector == "tool_call"] == [("arguments", "enum", True)]

@@ -387,7 +387,8 @@ def test_strands_names_its_agent_s_tools_an_offer_of_unknown_schemas() -> None:
     agent = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "weather_agent",
              "gen_ai.agent.tools": '["get_weather", " "]'}
     t = build_trajectory(trace(span("root", attrs=agent)), TrajectoryConfig())
-    assert (t.tools, t.offered_to) == ({"get_weather": {}}, {("weather_agent", None)})
+    assert (t.tools, t.offered_to) == ({"get_weather": {}},
+                                       {("weather_agent", None): {"get_weather": {}}})
     defs = json.dumps([{"type": "function", "name": "get_weather",
                         "parameters": {"type": "object"}}])
     t = build_trajectory(trace(span("root", attrs={**agent, "gen_ai.tool.definitions": defs})),
@@ -420,5 +421,5 @@ def test_a_tool_span_describing_its_own_tool_is_no_offer_of_it() -> None:
     # with no offer recorded, the descriptions are all there is: no call is known unoffered
     t = build_trajectory(trace(span("root", attrs={"openinference.span.kind": "AGENT"}),
                                described), TrajectoryConfig())
-    assert (t.unoffered, t.offered_to) == ({"get_forecast"}, set())
+    assert (t.unoffered, t.offered_to) == ({"get_forecast"}, {})
     assert not Detectors(DetectorsConfig()).evaluate(t, None)[0]

@@ -7,6 +7,9 @@ naming the violated constraint; a failed execution (span error, error payload) i
 *runtime* error. A call of a tool not offered that no step ran (the framework answered the
 model with an error) is a selection error on the LLM step that asked for it; the arguments
 of a call no step ran are checked there too (a framework that refused them ran nothing).
+A call's arguments are checked against the definition its own agent was offered
+(``Trajectory.offered_to``); one tool name offered to two agents with two schemas (ADK's
+transfer_to_agent, its enum the agents each may hand to) is no schema for a call by another.
 Without tool definitions, selection and argument checks are skipped; so is
 selection for a tool step whose tool no attribute named (its name is a guess from the span's
 name: ``step.sources["tool_name"] == "span name"``): an unrecorded name is unknown, never a
@@ -106,14 +109,12 @@ def _schema(step: Step, name: str, check: Check) -> Finding:
 
 
 def check_step(step: Step, offered: Mapping[str, Any], config: DetectorsConfig,
-               budget: Budget | None = None, offer_known: bool = True,
-               schemas: Mapping[str, Any] | None = None) -> list[Finding]:
+               budget: Budget | None, offer_known: bool, definition: Any) -> list[Finding]:
     """The findings of one call; ``offer_known``: what the calling agent was offered was
     recorded (else a tool absent from ``offered`` was offered to it unsaid, maybe);
-    ``schemas``: the tools' definitions, offered or described by their own spans (default:
-    ``offered``)."""
+    ``definition``: the tool's definition its arguments are checked against (``_definition``;
+    None: unknown)."""
     cfg = config.tool_call
-    schemas = offered if schemas is None else schemas
     name = step.tool_name or step.name
     action = is_action_tool(name, config.loop)
     recorded = bool(step.tool_name) and step.sources.get("tool_name") != "span name"
@@ -121,8 +122,8 @@ def check_step(step: Step, offered: Mapping[str, Any], config: DetectorsConfig,
     if offered and name not in offered and not action:
         if recorded and offer_known and not _offered_as(name, offered):
             out.append(_selection(step, name, offered, cfg))
-    elif name in schemas:
-        schema = parameters_schema(schemas[name])
+    elif definition is not None:
+        schema = parameters_schema(definition)
         if schema is not None:
             problems, check = argument_problems(step.arguments, schema,
                                                 cfg.reject_unknown_parameters, budget)
@@ -148,36 +149,66 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
     known, tools = trajectory.offered_to, trajectory.tools
     offered = {n: s for n, s in tools.items() if n not in trajectory.unoffered} \
         if trajectory.unoffered else tools
+    differ = _offered_differently(known)
     for step in trajectory.tool_steps:
+        name = step.tool_name or step.name
         # ``Step.agent_scope``, inlined: read for every call of every run
-        out += check_step(step, offered, config, budget,
-                          (step.node, step.within_unknown) in known, tools)
+        own = known.get((step.node, step.within_unknown))
+        out += check_step(step, offered, config, budget, own is not None,
+                          _definition(name, own, tools, differ))
     if offered:
         out += _unran_selection(trajectory, offered, config)
     if tools:
-        out += _unran_arguments(trajectory, tools, config, budget)
+        out += _unran_arguments(trajectory, tools, config, budget, differ)
     return out
 
 
+def _offered_differently(offered_to: Mapping[Any, Mapping[str, Any]]) -> set[str]:
+    """The tool names offered to two agents with two different known schemas."""
+    if len(offered_to) < 2:
+        return set()
+    first: dict[str, Any] = {}
+    out = set()
+    for tools in offered_to.values():
+        for name, schema in tools.items():
+            if schema and first.setdefault(name, schema) != schema:
+                out.add(name)
+    return out
+
+
+def _definition(name: str, own: Mapping[str, Any] | None, tools: Mapping[str, Any],
+                differ: set[str]) -> Any:
+    """The definition a call of ``name`` is checked against: the one its own agent was
+    offered (``own``); else the one known by that name (offered to another agent, or
+    described by a tool's own span), unless agents were offered two (then unknown: ADK
+    offers each agent its own transfer_to_agent, its enum the agents it may hand to)."""
+    if own:
+        schema = own.get(name)
+        if schema:
+            return schema
+    return None if name in differ else tools.get(name)
+
+
 def _unran_arguments(trajectory: Trajectory, schemas: Mapping[str, Any], config: DetectorsConfig,
-                     budget: Budget | None) -> list[Finding]:
+                     budget: Budget | None, differ: set[str]) -> list[Finding]:
     """Arguments of calls no step ran, checked on the LLM step that asked: a framework that
     refuses arguments before running the tool (smolagents' schema check, LangChain.js's)
     answers the model with an error and records no tool span, so no tool step is checked.
     Only calls the join says never ran (``never_ran``): one that ran, or was rebuilt as a step,
     is checked on that step; and only by an agent whose offer some span recorded, as for
-    selection: the schema known by that name may be another agent's (ADK offers each agent
-    its own transfer_to_agent, its enum the agents it may hand to)."""
+    selection, against the definition ``_definition`` gives."""
     out = []
     cfg, known = config.tool_call, trajectory.offered_to
     for step in trajectory.steps:
-        if step.kind != "llm" or not step.tool_calls \
-                or (step.node, step.within_unknown) not in known:
+        if step.kind != "llm" or not step.tool_calls:
+            continue
+        own = known.get((step.node, step.within_unknown))
+        if own is None:
             continue
         for call in step.tool_calls:
-            if call.outcome != "never_ran" or call.name not in schemas:
+            if call.outcome != "never_ran":
                 continue
-            schema = parameters_schema(schemas[call.name])
+            schema = parameters_schema(_definition(call.name, own, schemas, differ))
             if schema is None:
                 continue
             problems, check = argument_problems(call.arguments, schema,

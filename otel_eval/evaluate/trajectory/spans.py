@@ -140,8 +140,8 @@ class StepBuilder:
         self.agent_attrs: dict[str, Any] = {}  # agent span id -> its attributes
         self.agent_parent: dict[str, str | None] = {}  # agent span id -> enclosing agent
         self.agents_with_tools: set[str | None] = set()
-        # agent keys (``Step.agent_scope``) whose spans recorded offered tools
-        self.offered_to: set[tuple[str | None, str | None]] = set()
+        # agent key (``Step.agent_scope``) -> the tools its own spans recorded it was offered
+        self.offered_to: dict[tuple[str | None, str | None], dict[str, Any]] = {}
         # Traceloop's LlamaIndex agent workflow spans (agent steps), by span id
         self.workflows: dict[str, Step] = {}
         # LlamaIndex workflow run span id -> the agent its last named step ran for
@@ -248,7 +248,8 @@ class StepBuilder:
             if offered:
                 merge_tools(self.tools, offered)
                 self.offered.update(offered)
-                self.offered_to.add((node, step.within_unknown))
+                merge_tools(self.offered_to.setdefault((node, step.within_unknown), {}),
+                            offered)
         for tools in shape.described:
             described = tools(attrs)
             if described:
