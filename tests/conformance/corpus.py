@@ -41,12 +41,14 @@ CONVERSATION = "conversation"
 CONVERSATION_CHECKS = ("session", "findings")
 # An expected ``input`` that is a framework's text holding the scenario's prompt.
 PROMPT_INSIDE = "prompt_inside"
+# Expected ``tokens`` that are the last answered call's alone (one span for a whole loop).
+LAST_CALL = "last_call"
 # Expectation keys that are not checks.
 _META = ("xfail", "reason")
 # What an expectation checks (the keys of ``observed``).
 CHECKS = ("agent", "status", "passed", "loop", "non_terminated", "input", "output",
           "tool_errors", "errors", "cities", "recovered", "llm_calls", "call_agents",
-          "selection", "arguments", "length_stop", "no_output", "llm_error")
+          "selection", "arguments", "length_stop", "no_output", "llm_error", "tokens")
 # The words of each API's error in the llm_error scenario (scenarios.LLM_ERRORS), none
 # quoted: a framework's repr of the error may escape its apostrophes.
 _LLM_ERROR_WORDS = ("maximum context length", "prompt is too long", "input token count")
@@ -127,7 +129,10 @@ def expectation(stack: str, scenario: str) -> dict[str, Any]:
         out["agent"] = stacks()[stack].get("coordinator", COORDINATOR)
         out["call_agents"] = [stacks()[stack]["agent"]]
     # the model calls the run made: what the scripted LLM answered while it was recorded
-    out["llm_calls"] = recording(stack, scenario)["llm_requests"]
+    rec = recording(stack, scenario)
+    out["llm_calls"] = rec["llm_requests"]
+    if "llm_usage" in rec:  # the tokens the answers reported (recordings since 2026-12-06)
+        out["tokens"] = reported_tokens(rec["llm_usage"])
     out["input"] = prompt(scenario)  # what the user asked
     override = (exp.get("stacks") or {}).get(stack, {}).get(scenario) or {}
     if set(override) - {"xfail"} and not override.get("reason"):
@@ -135,9 +140,21 @@ def expectation(stack: str, scenario: str) -> dict[str, Any]:
     out.update(override)
     if out.get("input") == PROMPT_INSIDE:
         out["input"] = {"holds": prompt(scenario)}
+    if "llm_usage" not in rec:  # recorded before answers' usage was: not checked
+        out.pop("tokens", None)
+    elif out.get("tokens") == LAST_CALL:
+        out["tokens"] = reported_tokens([u for u in rec["llm_usage"] if u is not None][-1:])
     if reason := known_wrong().get(f"{stack}/{scenario}"):
         out["xfail"] = reason
     return out
+
+
+def reported_tokens(usage: list[Any]) -> list[int]:
+    """[input, output] tokens the scripted LLM's answers reported, summed over the calls
+    that reported any (a stream asked without usage reported none: the run's sum is of the
+    others)."""
+    sent = [u for u in usage if u is not None]
+    return [sum(u[0] for u in sent), sum(u[1] for u in sent)]
 
 
 def known_wrong() -> dict[str, str]:
@@ -232,6 +249,8 @@ def observed(ev: dict[str, Any]) -> dict[str, Any]:
         "llm_error": any(w in f["message"] for f in findings for w in _LLM_ERROR_WORDS),
         # LLM steps (one call recorded by two instrumentations is one: trajectory.llm_twins)
         "llm_calls": ev["counts"]["llm_calls"],
+        # [input, output] tokens of the run's LLM calls (``usage``: the tokens budget, cost)
+        "tokens": [ev["usage"]["input_tokens"], ev["usage"]["output_tokens"]],
     }
 
 

@@ -13,6 +13,7 @@ the stack's own ``env``), wait for it (bounded), and write
 ``recordings/<stack>/<scenario>.json``::
 
     {"stack", "scenario", "packages": {name: installed version}, "llm_requests": n,
+     "llm_usage": [[input tokens, output tokens] | null, ...],  # what each answer reported
      "requests": [{"signal": "traces" | "logs", "body": <OTLP JSON, hex ids>}, ...],
      "exit": {"status": n, "error": [last stderr line]}}
                          # max_turns, wrong_tool, wrong_args, length_stop, llm_error: not 0
@@ -170,7 +171,8 @@ def record(name: str, stack: dict[str, Any], env_dir: Path, scenario: str) -> di
     if not cap.arrivals:
         raise RuntimeError(f"no OTLP request was exported\n{proc.stderr[-4000:]}")
     out = {"stack": name, "scenario": scenario, "packages": installed(stack, env_dir),
-           "llm_requests": llm.requests, "requests": _scrubbed(cap.recorded(), env_dir)}
+           "llm_requests": llm.requests, "llm_usage": llm.usage,
+           "requests": _scrubbed(cap.recorded(), env_dir)}
     if proc.returncode != 0:  # the framework's exception (max_turns, wrong_tool), last line
         out["exit"] = {"status": proc.returncode,
                        "error": _scrubbed(proc.stderr.strip().splitlines()[-1:], env_dir)}

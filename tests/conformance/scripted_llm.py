@@ -64,8 +64,10 @@ shaped like real ones (``chatcmpl-...``, ``call_...``, ``msg_...``, ``toolu_...`
 the conversation so a re-recording gives the same ids, and usage numbers that grow with the
 conversation. A request without a marker, with an unknown scenario or not shaped like a chat
 completion gets a 400 with an OpenAI-style error body (and is noted in ``errors``: ``record.py``
-writes no recording then). ``requests`` counts answered calls; requests are served on threads,
-counters under a lock.
+writes no recording then). ``requests`` counts answered calls and ``usage`` holds the
+(input, output) tokens each answer reported (None for a chat completions stream asked without
+``stream_options.include_usage``, and for the scripted API error: no usage was sent); requests
+are served on threads, counters under a lock.
 """
 
 from __future__ import annotations
@@ -665,6 +667,8 @@ class ScriptedLLM:
     def __init__(self, clock: Any = time.time) -> None:
         self.clock = clock
         self.requests = 0
+        # per answered call, in answer order: the (input, output) tokens its answer reported
+        self.usage: list[tuple[int, int] | None] = []
         self.errors: list[str] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -701,27 +705,34 @@ class ScriptedLLM:
         created = int(self.clock())
         if api in ("generateContent", "streamGenerateContent"):
             g = generate_content(body)
-            with self._lock:
-                self.requests += 1
+            meta = g["usageMetadata"]
+            self._answered((meta["promptTokenCount"], meta["candidatesTokenCount"]))
             return (api == "streamGenerateContent",
                     generate_content_chunks(g) if api == "streamGenerateContent" else g)
         if api == "messages":
             m = message(body)
-            with self._lock:
-                self.requests += 1
+            self._answered((m["usage"]["input_tokens"], m["usage"]["output_tokens"]))
             return (True, message_events(m)) if body.get("stream") else (False, m)
         if api == "responses":
             r = response(body, created)
-            with self._lock:
-                self.requests += 1
+            self._answered((r["usage"]["input_tokens"], r["usage"]["output_tokens"]))
             return (True, response_events(r)) if body.get("stream") else (False, r)
         p = plan(body)
-        with self._lock:
-            self.requests += 1
+        sent = (p["usage"]["prompt_tokens"], p["usage"]["completion_tokens"])
         if body.get("stream"):
             opts = body.get("stream_options") or {}
-            return True, chunks(p, created, bool(opts.get("include_usage")))
+            usage = bool(opts.get("include_usage"))
+            self._answered(sent if usage else None)
+            return True, chunks(p, created, usage)
+        self._answered(sent)
         return False, completion(p, created)
+
+    def _answered(self, usage: tuple[int, int] | None) -> None:
+        """Count an answered call, with the (input, output) tokens its answer reported (None:
+        a stream the client asked without usage, or an error)."""
+        with self._lock:
+            self.requests += 1
+            self.usage.append(usage)
 
 
 def _handler(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
@@ -741,8 +752,7 @@ def _handler(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 stream, answer = llm.answer(json.loads(raw or b"null"), api)
             except ScriptedFailure:
-                with llm._lock:
-                    llm.requests += 1
+                llm._answered(None)
                 self._json(400, _failure(api))
                 return
             except (BadRequest, ValueError, KeyError, IndexError) as e:

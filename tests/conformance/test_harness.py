@@ -84,6 +84,22 @@ def test_streaming_gives_tool_call_deltas_and_a_usage_chunk(llm: ScriptedLLM) ->
     assert all(c.id.startswith("chatcmpl-") and c.model == "gpt-4o-mini" for c in chunks)
 
 
+def test_each_answer_s_reported_usage_is_logged(llm: ScriptedLLM) -> None:
+    """``usage`` holds what each answer reported (the conformance check ``tokens``): the
+    tokens of a completion, those of a stream's usage chunk, and None for a stream asked
+    without usage, which reported none."""
+    client = _client(llm)
+    question = [{"role": "user", "content": "[scenario:clean]"}]
+    done = client.chat.completions.create(model="gpt-4o-mini", tools=[TOOL], messages=question)
+    assert done.usage is not None
+    list(client.chat.completions.create(model="gpt-4o-mini", tools=[TOOL], messages=question,
+                                        stream=True, stream_options={"include_usage": True}))
+    list(client.chat.completions.create(model="gpt-4o-mini", tools=[TOOL], messages=question,
+                                        stream=True))
+    sent = (done.usage.prompt_tokens, done.usage.completion_tokens)
+    assert llm.usage == [sent, sent, None] and llm.requests == 3
+
+
 RESPONSES_TOOL = {"type": "function", "name": "get_weather",
                   "parameters": scenarios.TOOL_PARAMETERS}
 
