@@ -103,7 +103,10 @@ def test_log_requests_are_kept_as_received(tmp_path: Path) -> None:
     rows = a.spool._db.execute("SELECT signal, body FROM spool_requests").fetchall()
     assert rows == [("logs", raw)]  # not re-encoded: a replay decodes what was received
     [(tid,)] = a.spool._db.execute("SELECT trace_id FROM spool_traces").fetchall()
-    assert tid == "bad5cf11cc7f2a9394b7a9e97fe4a194"
+    rec = json.loads((RECORDINGS / "clean.json").read_text("utf-8"))
+    [logs] = [item["body"] for item in rec["requests"] if item["signal"] == "logs"]
+    assert {r["traceId"] for rl in logs["resourceLogs"] for sl in rl["scopeLogs"]
+            for r in sl["logRecords"]} == {tid}  # the records' trace, as recorded
 
 
 def test_evaluation_deletes_log_only_rows(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from otel_eval.app.cli_args import build_parser, config_from_args
 from otel_eval.app.config import Config, load_config
 from otel_eval.base.configcheck import ConfigError, StartupError
 from otel_eval.base.printable import configure_logging, printable
+from otel_eval.base.steps import tokens_total
 
 if TYPE_CHECKING:
     from otel_eval.app.offline import EvalRun
@@ -159,11 +160,12 @@ def _print_table(rows: Sequence[dict[str, Any]], out: TextIO) -> None:
         v = b.get("verdict")
         kinds = sorted({f"{f['detector']}:{f['kind']}" for f in b["findings"]})
         p = (f"{b['prediction']['p_success']:.2f}" if "prediction" in b else "-",)
+        tokens = tokens_total(b["usage"])
         # span content (the agent; a file's trace id): escaped as ``show`` does, then cut
         lines.append((printable(b["trace_id"]), printable(str(b["agent"] or "-"))[:24],
                       printable(b["status"]),
                       str(b["counts"]["llm_calls"]), str(b["counts"]["tool_calls"]),
-                      str(b["usage"]["input_tokens"] + b["usage"]["output_tokens"]),
+                      "-" if tokens is None else str(tokens),
                       "-" if v is None else ("pass" if v["passed"] else "FAIL"),
                       *(p if predicted else ()), printable(", ".join(kinds))[:60] or "-"))
     widths = [max(len(r[i]) for r in lines) for i in range(len(head) - 1)]

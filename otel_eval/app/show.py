@@ -17,7 +17,16 @@ from typing import TYPE_CHECKING, Any
 from otel_eval.base.model import is_trace_id as is_lower_trace_id
 from otel_eval.base.printable import printable
 from otel_eval.outputs.ui.run import contents, outcome_note
-from otel_eval.outputs.ui.text import Redact, as_text, clip, duration, fold, redacted, usd
+from otel_eval.outputs.ui.text import (
+    Redact,
+    as_text,
+    clip,
+    duration,
+    fold,
+    redacted,
+    tokens,
+    usd,
+)
 
 if TYPE_CHECKING:
     from otel_eval.base.results import Evaluation
@@ -186,7 +195,7 @@ def render_text(t: dict[str, Any], width: int = 100, full: bool = False,
              f"  {_steps(t['counts'])}{t['counts']['spans']} spans, "
              f"{t['counts']['llm_calls']} LLM calls, "
              f"{t['counts']['tool_calls']} tool calls, {t['counts']['errors']} errors; "
-             f"{t['usage']['input_tokens']}+{t['usage']['output_tokens']} tokens; "
+             f"{tokens(t['usage'])}; "
              f"{usd(t['usage'].get('cost_usd'))}; "
              f"{t.get('duration_s') or 0:.1f} s; revision {t.get('revision', 0)}"]
     for label in ("input", "output"):

@@ -322,11 +322,15 @@ class Trajectory:
         return [s for s in self.steps if s.kind == "tool" and not s.code_block]
 
     def usage(self) -> dict[str, Any]:
+        """The run's tokens and cost: each the sum over the LLM steps that recorded it, None
+        when none did (unknown, not 0: an instrumentation that records no usage)."""
         llm = self.llm_steps
+        tin = [s.input_tokens for s in llm if s.input_tokens is not None]
+        tout = [s.output_tokens for s in llm if s.output_tokens is not None]
         costs = [s.cost_usd for s in llm if s.cost_usd is not None]
         return {
-            "input_tokens": sum(s.input_tokens or 0 for s in llm),
-            "output_tokens": sum(s.output_tokens or 0 for s in llm),
+            "input_tokens": sum(tin) if tin else None,
+            "output_tokens": sum(tout) if tout else None,
             "cost_usd": round(sum(costs), 12) if costs else None,
         }
 
@@ -344,3 +348,12 @@ class Trajectory:
                 errors += 1
         return {"spans": self.span_count, "steps": len(self.action_steps), "llm_calls": llm,
                 "tool_calls": tool_calls, "errors": errors}
+
+
+def tokens_total(usage: Any) -> int | None:
+    """Input plus output tokens of a ``Trajectory.usage()`` (or its stored JSON); None when
+    neither is known."""
+    usage = usage if isinstance(usage, dict) else {}
+    known = [v for v in (usage.get("input_tokens"), usage.get("output_tokens"))
+             if isinstance(v, int) and not isinstance(v, bool)]
+    return sum(known) if known else None

@@ -9,7 +9,7 @@ import threading
 from typing import Any
 
 from otel_eval.base.results import NOT_ENDED_KINDS, Evaluation, Finding
-from otel_eval.base.steps import Trajectory
+from otel_eval.base.steps import Trajectory, tokens_total
 from otel_eval.telemetry.declare import Declarer
 from otel_eval.telemetry.labels import UNKNOWN, CappedNames, SeriesCap
 
@@ -50,7 +50,8 @@ class TraceMetrics:
         h = d.histogram
         self.h_steps = h("trace_steps", "Steps per trace: top-level tool calls, a code action "
                          "once (counts.steps, --budget steps).", sa, _STEPS_BUCKETS)
-        self.h_tokens = h("trace_tokens", "Input + output tokens per trace.", sa, _TOKEN_BUCKETS)
+        self.h_tokens = h("trace_tokens", "Input + output tokens per trace (a trace none of "
+                          "whose spans recorded tokens is not observed).", sa, _TOKEN_BUCKETS)
         self.h_cost = h("trace_cost_usd", "Cost per trace, USD.", sa, _COST_BUCKETS)
         self.h_duration = h("trace_duration_seconds", "Duration of the agent run.", sa,
                             _DURATION_BUCKETS)
@@ -108,8 +109,9 @@ class TraceMetrics:
                        exemplar: dict[str, str]) -> None:
         usage = t.usage()
         self._series(self.h_steps, service, agent).observe(len(t.action_steps), exemplar)
-        self._series(self.h_tokens, service, agent).observe(
-            usage["input_tokens"] + usage["output_tokens"], exemplar)
+        tokens = tokens_total(usage)
+        if tokens is not None:  # unknown (no LLM step recorded any) is no 0-token run
+            self._series(self.h_tokens, service, agent).observe(tokens, exemplar)
         if usage["cost_usd"] is not None:
             self._series(self.h_cost, service, agent).observe(usage["cost_usd"], exemplar)
         self._series(self.h_duration, service, agent).observe(t.duration_s, exemplar)

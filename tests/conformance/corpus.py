@@ -149,11 +149,13 @@ def expectation(stack: str, scenario: str) -> dict[str, Any]:
     return out
 
 
-def reported_tokens(usage: list[Any]) -> list[int]:
+def reported_tokens(usage: list[Any]) -> list[int | None]:
     """[input, output] tokens the scripted LLM's answers reported, summed over the calls
     that reported any (a stream asked without usage reported none: the run's sum is of the
-    others)."""
+    others); None when no call did (unknown)."""
     sent = [u for u in usage if u is not None]
+    if not sent:
+        return [None, None]
     return [sum(u[0] for u in sent), sum(u[1] for u in sent)]
 
 

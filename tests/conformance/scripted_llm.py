@@ -59,7 +59,8 @@ fields of the trajectory it was sent; any other DSPy request (the ReAct's closin
 gets each output field its system message names, the final text as ``answer``.
 
 The model is always reported as ``gpt-4o-mini`` (``claude-3-5-haiku-20241022`` on the Messages
-API, ``gemini-2.0-flash`` on the Gemini API; models litellm's price table knows), with ids
+API, ``gemini-2.0-flash`` on the Gemini API; the pinned litellm's price table knows the first,
+the two others retired from it: their runs' cost is unknown), with ids
 shaped like real ones (``chatcmpl-...``, ``call_...``, ``msg_...``, ``toolu_...``) derived from
 the conversation so a re-recording gives the same ids, and usage numbers that grow with the
 conversation. A request without a marker, with an unknown scenario or not shaped like a chat

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
@@ -62,6 +64,30 @@ def test_evaluation_stored_derives_every_family() -> None:
     assert _value(r, "otel_eval_trace_duration_seconds_sum", **sa) == 3.0
     assert _value(r, "otel_eval_evaluation_completion_to_verdict_seconds_count") == 1
 
+
+
+def test_a_run_whose_tokens_no_span_recorded_is_no_zero_token_run() -> None:
+    """An instrumentation that records no usage (an OpenAI stream asked without usage, the
+    tau-bench files): the run's ``usage`` says unknown (None), not 0, and the tokens
+    histogram does not observe it, as the cost histogram does not observe an unknown cost.
+    A run with some calls counted sums those."""
+    m = Metrics()
+    silent = _evaluation()
+    silent.trajectory.steps[0].input_tokens = silent.trajectory.steps[0].output_tokens = None
+    silent.trajectory.steps[0].cost_usd = None
+    assert silent.trajectory.usage() == {"input_tokens": None, "output_tokens": None,
+                                         "cost_usd": None}
+    m.evaluation_stored(silent, 0.25, superseded=False)
+    sa = {"service": "svc", "agent": "planner"}
+    assert _value(m.registry, "otel_eval_trace_duration_seconds_count", **sa) == 1
+    assert _value(m.registry, "otel_eval_trace_tokens_count", **sa) == 0
+    some = _evaluation("cd" * 16)
+    some.trajectory.steps.append(dataclasses.replace(some.trajectory.steps[0], index=3,
+                                                     input_tokens=None, output_tokens=7))
+    assert some.trajectory.usage()["input_tokens"] == 100
+    assert some.trajectory.usage()["output_tokens"] == 27
+    m.evaluation_stored(some, 0.25, superseded=False)
+    assert _value(m.registry, "otel_eval_trace_tokens_sum", **sa) == 127
 
 
 def test_only_runs_that_did_not_end_count_as_non_terminated() -> None:

@@ -213,11 +213,14 @@ def test_a_token_count_out_of_range_is_unknown_and_its_batch_is_stored(tmp_path:
         assert h.release() == 2  # before: OverflowError out of process()
         stored = {t: h.svc.store.get(t) for t in (huge, clean)}
         assert all(row is not None for row in stored.values())
-        assert stored[huge]["usage"]["input_tokens"] == 0  # unknown: no count known
+        assert stored[huge]["usage"]["input_tokens"] is None  # unknown: no count known
         assert [s.get("input_tokens") for s in stored[huge]["steps"]] == [None, None]
         assert stored[clean]["usage"]["input_tokens"] == 120
-        assert h.sample("otel_eval_trace_tokens_count", service=stored[clean]["service"],
+        service = stored[clean]["service"]
+        assert h.sample("otel_eval_trace_duration_seconds_count", service=service,
                         agent="a") == 2  # both traces counted: the batch finished
+        # the unknown input count adds nothing: the huge trace's 30 output tokens, and 150
+        assert h.sample("otel_eval_trace_tokens_sum", service=service, agent="a") == 180
         assert h.svc.engine.pending_spans() == 0 and h.svc.engine.healthy
         assert h.sample("otel_eval_spool_requests") == 0
 

@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from otel_eval.base.steps import tokens_total
 from otel_eval.outputs.ui.html import Html, h, href, segment
 from otel_eval.outputs.ui.text import Redact, redacted, usd
 from otel_eval.outputs.ui.values import short, when
@@ -68,7 +69,7 @@ def steps_count(body: Mapping[str, Any]) -> str:
 def _row(body: Mapping[str, Any], redact: Redact, threshold: float) -> Html:
     trace_id = str(body.get("trace_id"))
     usage = body.get("usage") or {}
-    tokens = (usage.get("input_tokens") or 0) + (usage.get("output_tokens") or 0)
+    tokens = tokens_total(usage)
     duration = body.get("duration_s")
     at = when(body.get("start_time_unix_nano")).split(" ")  # date, time: each one piece
     cells = [
@@ -77,7 +78,7 @@ def _row(body: Mapping[str, Any], redact: Redact, threshold: float) -> Html:
         short(body.get("service") or "", 60), agent_name(body),
         preview(body.get("input"), redact),
         verdict_badge(body.get("verdict")), p_badge(body, threshold), finding_kinds(body),
-        steps_count(body), f"{tokens:,}", usd(usage.get("cost_usd")),
+        steps_count(body), "-" if tokens is None else f"{tokens:,}", usd(usage.get("cost_usd")),
         f"{duration:.1f} s" if isinstance(duration, int | float) else ""]
     return h("tr", [h("td", c) for c in cells])
 

@@ -32,7 +32,7 @@ from otel_eval.outputs.ui.run import contents, outcome_note
 from otel_eval.outputs.ui.runs import verdict_badge
 from otel_eval.outputs.ui.sessions import session_url
 from otel_eval.outputs.ui.steplinks import StepLinks, step_url
-from otel_eval.outputs.ui.text import Redact, duration, usd
+from otel_eval.outputs.ui.text import Redact, duration, tokens, usd
 from otel_eval.outputs.ui.values import NAME_CHARS, Budget, short, value, when
 from otel_eval.outputs.ui.verdicts import agent_name, number
 
@@ -197,7 +197,7 @@ def _summary(t: dict[str, Any], budget: Budget, redact: Redact, trace_url: str,
     counts, usage = t.get("counts") or {}, t.get("usage") or {}
     facts = [f"{counts.get('spans', 0)} spans", f"{counts.get('llm_calls', 0)} LLM calls",
              f"{counts.get('tool_calls', 0)} tool calls", f"{counts.get('errors', 0)} errors",
-             f"{usage.get('input_tokens', 0)}+{usage.get('output_tokens', 0)} tokens",
+             tokens(usage),
              usd(usage.get("cost_usd")), f"{t.get('duration_s') or 0:.1f} s",
              f"status {short(t.get('status'), 20)}", f"revision {t.get('revision', 0)}"]
     judge = _dict(t.get("judge"))

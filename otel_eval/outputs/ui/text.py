@@ -61,6 +61,16 @@ def fold(text: str, width: int, max_lines: int | None) -> tuple[list[str], bool]
     return lines, cut
 
 
+def tokens(usage: Any) -> str:
+    """A run's ``usage`` tokens as ``input+output tokens``, ``?`` for a count not known
+    (``tokens unknown`` when neither is)."""
+    usage = usage if isinstance(usage, dict) else {}
+    tin, tout = usage.get("input_tokens"), usage.get("output_tokens")
+    if tin is None and tout is None:
+        return "tokens unknown"
+    return f"{'?' if tin is None else tin}+{'?' if tout is None else tout} tokens"
+
+
 def usd(value: float | None) -> str:
     """A cost in USD as a decimal with 3 significant digits: ``$0.0000555``, ``$1.23``."""
     if value is None:
