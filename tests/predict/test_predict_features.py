@@ -194,22 +194,27 @@ def test_a_model_naming_end_features_gets_them_and_one_without_does_not_need_the
         from_document(counts_only).p_success(features(asks)), 4)
 
 
-@pytest.mark.parametrize(("kind", "ended"), [
-    ("incomplete", False), ("truncated", False), ("halted", False), ("length_stop", False),
-    ("pending_tool_calls", False), ("no_output", True), ("root_error", True)])
-def test_a_run_that_did_not_end_did_not_succeed(kind: str, ended: bool) -> None:
+@pytest.mark.parametrize(("detector", "kind", "finished"), [
+    ("non_termination", "incomplete", False), ("non_termination", "truncated", False),
+    ("non_termination", "halted", False), ("non_termination", "length_stop", False),
+    ("non_termination", "pending_tool_calls", False), ("non_termination", "no_output", False),
+    ("non_termination", "root_error", False), ("non_termination", "llm_error", False),
+    ("loop", "repeated_call", True), ("tool_call", "arguments", True)])
+def test_a_run_that_did_not_finish_on_its_own_terms_did_not_succeed(
+        detector: str, kind: str, finished: bool) -> None:
     """The default model gave the conformance corpus's killed runs a higher p_success than
-    their clean runs (median 0.76 against 0.70): the dev half's runs all ended, so no model
-    learns the end from them. A run with a finding the non-terminated metric counts
-    gets 0; any other finding leaves the model's value."""
+    their clean runs (median 0.76 against 0.70), and its runs that answered nothing or whose
+    last model call failed 0.73 and 0.55: the dev half's runs all finished on their own terms
+    (no non_termination finding), so no model learns those ends from them. A run with any
+    non_termination finding gets 0; another detector's finding leaves the model's value."""
     doc = {"format": "otel-eval-predictor", "format_version": 1, "name": "m", "version": "v",
            "features_version": 3, "features": ["steps"],
            "scaler": {"mean": [0.0], "scale": [1.0]}, "coefficients": [1.0],
            "intercept": 2.0, "calibration": {"method": "platt", "a": 1.0, "b": 0.0}}
     run = _evaluation(["a", "b"])
-    run.findings = [Finding("non_termination", kind, "error", "x")]
+    run.findings = [Finding(detector, kind, "error", "x")]
     p = Predictor(from_document(doc)).predict(run)["p_success"]
-    assert (p > 0.5) if ended else (p == 0.0)
+    assert (p > 0.5) if finished else (p == 0.0)
 
 
 @pytest.mark.parametrize(("tokens", "expected"), [

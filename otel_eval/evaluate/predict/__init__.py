@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from otel_eval.base.results import NOT_ENDED_KINDS, Evaluation
+from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.predict.features import (
     FEATURE_PREFIX_END,
     FEATURE_PREFIX_PROGRAM,
@@ -48,11 +48,12 @@ class Predictor:
         return cls(load_model(path))
 
     def predict(self, evaluation: Evaluation) -> dict[str, Any]:
-        """The model's ``p_success``; 0 for a run that did not end (a finding the
-        non-terminated metric counts: it never reached an outcome, whatever its steps look
-        like, and no model learns that from runs that all ended, as the dev half's did)."""
-        if any(f.detector == "non_termination" and f.kind in NOT_ENDED_KINDS
-               for f in evaluation.findings):
+        """The model's ``p_success``; 0 for a run that did not finish on its own terms (any
+        ``non_termination`` finding: it did not end, or it ended raising, with its last model
+        call failed, or with an empty answer): it reached no outcome of its own, whatever its
+        steps look like, and no model learns that from runs that all finished, as the dev
+        half's did."""
+        if any(f.detector == "non_termination" for f in evaluation.findings):
             return {"p_success": 0.0, "model": self.model.label}
         text = run_text(evaluation) if self._text else ""
         p = self.model.p_success(features(evaluation, self._end, self._names), text,
