@@ -23,7 +23,8 @@ from support.served import serve, stored
 pytestmark = pytest.mark.slow
 
 RECORDINGS = Path(__file__).resolve().parents[1] / "conformance" / "recordings"
-SCENARIOS = ("clean", "tool_error", "loop")  # loop: a log request before the spans
+SCENARIOS = ("clean", "tool_error", "loop")  # loop: a log request before the spans (kept
+# as first recorded: a re-recording may export the spans first)
 # Nothing is due before the kill: every acknowledged trace is at risk.
 CONFIG = {"assembly": {"grace_s": 600.0, "idle_timeout_s": 600.0}}
 
