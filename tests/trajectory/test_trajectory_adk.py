@@ -229,3 +229,27 @@ def test_each_agent_s_call_is_checked_against_its_own_offer() -> None:
     findings = Detectors(DetectorsConfig()).evaluate(_handed_back("weather_agent"), None)[0]
     assert [(f.kind, f.attributes["constraint"], f.step_indexes[0] > 0) for f in findings
             if f.detector == "tool_call"] == [("arguments", "enum", True)]
+
+
+@pytest.mark.parametrize(("stack", "offer"), [
+    ("google-adk", "gen_ai.tool.definitions"),
+    ("google-adk-legacy", "gcp.vertex.agent.llm_request")])
+def test_a_call_by_an_agent_whose_offer_has_no_schema_is_not_checked_against_another_s(
+        stack: str, offer: str) -> None:
+    """One model call's offer not recorded (its generate_content / call_llm span without the
+    tool definitions; bench/unknown_values): where that was the coordinator's, its offer was
+    read without schemas (ADK's log records name the tools) and its transfer_to_agent call
+    was checked against the weather agent's, whose enum is ``["triage_agent"]`` (a false
+    tool_call/arguments error). A schema another agent was offered is no schema for this
+    agent's call: unknown. (TRAIL's GAIA runs: the smolagents manager's final_answer(6) was
+    checked against its search agent's ``answer: string``.)"""
+    from cost import work
+
+    [run] = work.decode_recordings([work.recording_requests(stack, "multi_agent")])
+    offers = [i for i, s in enumerate(run.spans) if offer in s.attributes]
+    assert len(offers) >= 2
+    for i in offers:
+        unsaid = work.with_attribute(run, i, offer, None)
+        findings = Detectors(DetectorsConfig()).evaluate(
+            build_trajectory(unsaid, TrajectoryConfig()), None)[0]
+        assert [f.message for f in findings if f.detector == "tool_call"] == [], i

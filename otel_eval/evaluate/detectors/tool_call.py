@@ -8,8 +8,9 @@ naming the violated constraint; a failed execution (span error, error payload) i
 model with an error) is a selection error on the LLM step that asked for it; the arguments
 of a call no step ran are checked there too (a framework that refused them ran nothing).
 A call's arguments are checked against the definition its own agent was offered
-(``Trajectory.offered_to``); one tool name offered to two agents with two schemas (ADK's
-transfer_to_agent, its enum the agents each may hand to) is no schema for a call by another.
+(``Trajectory.offered_to``); a schema only another agent's offer recorded is no schema for
+it (ADK offers each agent its own transfer_to_agent, its enum the agents that one may hand
+to), and a tool's own span's description is one only where no offer gave that name a schema.
 Without tool definitions, selection and argument checks are skipped; so is
 selection for a tool step whose tool no attribute named (its name is a guess from the span's
 name: ``step.sources["tool_name"] == "span name"``): an unrecorded name is unknown, never a
@@ -149,48 +150,41 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
     known, tools = trajectory.offered_to, trajectory.tools
     offered = {n: s for n, s in tools.items() if n not in trajectory.unoffered} \
         if trajectory.unoffered else tools
-    differ = _offered_differently(known)
+    with_schema = _offered_with_schema(known)
     for step in trajectory.tool_steps:
         name = step.tool_name or step.name
         # ``Step.agent_scope``, inlined: read for every call of every run
         own = known.get((step.node, step.within_unknown))
         out += check_step(step, offered, config, budget, own is not None,
-                          _definition(name, own, tools, differ))
+                          _definition(name, own, tools, with_schema))
     if offered:
         out += _unran_selection(trajectory, offered, config)
     if tools:
-        out += _unran_arguments(trajectory, tools, config, budget, differ)
+        out += _unran_arguments(trajectory, tools, config, budget, with_schema)
     return out
 
 
-def _offered_differently(offered_to: Mapping[Any, Mapping[str, Any]]) -> set[str]:
-    """The tool names offered to two agents with two different known schemas."""
-    if len(offered_to) < 2:
-        return set()
-    first: dict[str, Any] = {}
-    out = set()
-    for tools in offered_to.values():
-        for name, schema in tools.items():
-            if schema and first.setdefault(name, schema) != schema:
-                out.add(name)
-    return out
+def _offered_with_schema(offered_to: Mapping[Any, Mapping[str, Any]]) -> set[str]:
+    """The tool names some agent's offer recorded a schema for."""
+    return {name for tools in offered_to.values() for name, schema in tools.items() if schema}
 
 
 def _definition(name: str, own: Mapping[str, Any] | None, tools: Mapping[str, Any],
-                differ: set[str]) -> Any:
+                with_schema: set[str]) -> Any:
     """The definition a call of ``name`` is checked against: the one its own agent was
-    offered (``own``); else the one known by that name (offered to another agent, or
-    described by a tool's own span), unless agents were offered two (then unknown: ADK
-    offers each agent its own transfer_to_agent, its enum the agents it may hand to)."""
+    offered (``own``); else none when another agent's offer gave that name a schema (it may
+    be that agent's alone: ADK offers each agent its own transfer_to_agent, its enum the
+    agents it may hand to); else the one known by that name (a tool's own span's
+    description)."""
     if own:
         schema = own.get(name)
         if schema:
             return schema
-    return None if name in differ else tools.get(name)
+    return None if name in with_schema else tools.get(name)
 
 
 def _unran_arguments(trajectory: Trajectory, schemas: Mapping[str, Any], config: DetectorsConfig,
-                     budget: Budget | None, differ: set[str]) -> list[Finding]:
+                     budget: Budget | None, with_schema: set[str]) -> list[Finding]:
     """Arguments of calls no step ran, checked on the LLM step that asked: a framework that
     refuses arguments before running the tool (smolagents' schema check, LangChain.js's)
     answers the model with an error and records no tool span, so no tool step is checked.
@@ -208,7 +202,7 @@ def _unran_arguments(trajectory: Trajectory, schemas: Mapping[str, Any], config:
         for call in step.tool_calls:
             if call.outcome != "never_ran":
                 continue
-            schema = parameters_schema(_definition(call.name, own, schemas, differ))
+            schema = parameters_schema(_definition(call.name, own, schemas, with_schema))
             if schema is None:
                 continue
             problems, check = argument_problems(call.arguments, schema,
