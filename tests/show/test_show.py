@@ -210,3 +210,20 @@ def test_steps_are_what_the_steps_budget_counts() -> None:
     assert len(body["steps"]) == 18  # the tree's entries: every span
     del body["counts"]["steps"]
     assert "steps" not in render_text(tree(body)).splitlines()[1]
+
+
+def test_tokens_no_span_recorded_are_shown_unknown_not_zero() -> None:
+    """``usage`` tokens are null when no LLM step recorded them (the tau-bench files, a
+    stream asked without usage): ``show`` says so, and says ``?`` for the one count of two
+    that is unknown; a known count is printed as it is."""
+    from otel_eval.outputs.ui.text import tokens
+
+    body = {"trace_id": "e" * 32, "status": "complete", "verdict": None,
+            "steps": [{"index": 0, "span_id": "1" * 16, "parent_span_id": None,
+                       "kind": "llm", "name": "chat", "status": "ok"}],
+            "counts": {"spans": 1, "llm_calls": 1, "tool_calls": 0, "errors": 0},
+            "usage": {"input_tokens": None, "output_tokens": None, "cost_usd": None},
+            "findings": []}
+    assert "tokens unknown;" in render_text(tree(body))
+    assert tokens({"input_tokens": 120, "output_tokens": None}) == "120+? tokens"
+    assert tokens({"input_tokens": 0, "output_tokens": 7}) == "0+7 tokens"
