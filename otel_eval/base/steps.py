@@ -91,6 +91,9 @@ class Step:
     # the provider's id of the reply (``gen_ai.response.id``): one call recorded by two
     # instrumentations is one call (``trajectory.llm_twins``); not part of the v1 object
     response_id: str | None = None
+    # who served the call, as recorded (``gen_ai.provider.name``, ``llm.provider``, ...): the
+    # price map's row for that provider (``trajectory.prices``); not part of the v1 object
+    provider: str | None = None
     input_text: str | None = None  # raw input messages / prompt as carried by the span
     output_text: str | None = None  # raw output / completion text
     reply: str | None = None  # the reply's text, when the convention records it apart

@@ -99,3 +99,31 @@ def test_parse_budget(text: str, expected: tuple[str, float]) -> None:
 def test_parse_budget_errors(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_budget(text)
+
+
+def test_a_model_the_map_lists_only_under_its_provider_is_priced_by_the_provider() -> None:
+    """litellm's map lists Mistral's models only as ``mistral/<model>`` (xAI's, Vertex's,
+    Perplexity's likewise): a span saying ``gen_ai.provider.name: mistral_ai`` and model
+    ``mistral-large-latest`` had no price (cost unknown, no cost budget). The call's provider
+    picks its row, as litellm looks a model up with its provider; with no provider, or one
+    the map does not name, the model's own row or nothing."""
+    from otel_eval.base.model import Span, Trace
+    from otel_eval.evaluate.config import TrajectoryConfig
+    from otel_eval.evaluate.trajectory import build_trajectory
+    from otel_eval.evaluate.trajectory.prices import _price_map, provider
+
+    row = _price_map()["mistral/mistral-large-latest"]
+    assert budget.model_prices("mistral-large-latest") is None
+    assert budget.model_prices("mistral-large-latest", "mistral_ai") == row
+    assert budget.model_prices("mistral-large-latest", "no-such-provider") is None
+    assert budget.model_prices("gpt-4o-mini", "openai") == budget.model_prices("gpt-4o-mini")
+    assert provider({"ai.model.provider": "mistral.chat"}) == "mistral"
+    assert provider({"gen_ai.system": "mistral_ai", "llm.provider": "x"}) == "mistral_ai"
+    assert provider({"gen_ai.provider.name": ""}) is None
+    chat = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "mistral_ai",
+            "gen_ai.request.model": "mistral-large-latest", "gen_ai.usage.input_tokens": 1000,
+            "gen_ai.usage.output_tokens": 100}
+    run = Trace("ab" * 16, [Span("ab" * 16, "cd" * 8, None, "chat", 1, 2, attributes=chat)],
+                "complete")
+    t = build_trajectory(run, TrajectoryConfig())
+    assert t.usage()["cost_usd"] == pytest.approx(1000 * row[0] + 100 * row[1])

@@ -65,11 +65,44 @@ def price_table(raw: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
     return table
 
 
+# The attributes that name who served an LLM call: GenAI's (``gen_ai.system`` before
+# ``gen_ai.provider.name``), OpenInference's, the AI SDK's (``mistral.chat``: before the dot).
+PROVIDER_KEYS = ("gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system",
+                 "ai.model.provider")
+# A provider as those attributes name it -> the prefix of its rows in litellm's map, for the
+# models the map lists only under it (``mistral/mistral-large-latest``, ``xai/...``,
+# ``vertex_ai/...``), as litellm itself looks a model up with its provider.
+PRICE_PREFIXES = {
+    "openai": "openai", "anthropic": "anthropic", "gcp.gemini": "gemini", "gemini": "gemini",
+    "google": "gemini", "gcp.vertex_ai": "vertex_ai", "vertex_ai": "vertex_ai",
+    "vertexai": "vertex_ai", "aws.bedrock": "bedrock", "bedrock": "bedrock", "aws": "bedrock",
+    "azure.ai.openai": "azure", "azure": "azure", "azure.ai.inference": "azure_ai",
+    "az.ai.inference": "azure_ai", "mistral_ai": "mistral", "mistralai": "mistral",
+    "mistral": "mistral", "x_ai": "xai", "xai": "xai", "groq": "groq", "deepseek": "deepseek",
+    "cohere": "cohere", "perplexity": "perplexity", "ibm.watsonx.ai": "watsonx",
+}
+
+
+def provider(attrs: Mapping[str, Any]) -> str | None:
+    """Who served an LLM call, as its span names it (``PROVIDER_KEYS``, the first present);
+    None when none does."""
+    for key in PROVIDER_KEYS:
+        value = attrs.get(key)
+        if isinstance(value, str) and value:
+            return value.split(".", 1)[0] if key == "ai.model.provider" else value
+    return None
+
+
 @lru_cache(maxsize=1024)
-def model_prices(model: str) -> tuple[float, float] | None:
-    """(input, output) USD per token for ``model``, or None when the price map lacks it."""
+def model_prices(model: str, provider: str | None = None) -> tuple[float, float] | None:
+    """(input, output) USD per token for ``model``, or None when the price map lacks it; the
+    row of the call's ``provider`` first (``PRICE_PREFIXES``: an Azure deployment's price, a
+    model the map lists only under its provider), then the model's own."""
     prices = _price_map()
     candidates = [model, model.lower()]
+    prefix = PRICE_PREFIXES.get(provider.lower()) if provider else None
+    if prefix and not model.startswith(prefix + "/"):
+        candidates[:0] = [f"{prefix}/{model}", f"{prefix}/{model.lower()}"]
     if "/" in model:  # "openai/gpt-4o" -> "gpt-4o"
         candidates.append(model.split("/", 1)[1])
     for name in candidates:
@@ -85,7 +118,7 @@ def step_cost(step: Step) -> float | None:
         return step.cost_usd
     if not step.model or (step.input_tokens is None and step.output_tokens is None):
         return None
-    prices = model_prices(step.model[:200])
+    prices = model_prices(step.model[:200], step.provider[:100] if step.provider else None)
     if prices is None:
         return None
     return (step.input_tokens or 0) * prices[0] + (step.output_tokens or 0) * prices[1]

@@ -46,6 +46,7 @@ from otel_eval.evaluate.conventions.openinference import (
 )
 from otel_eval.evaluate.conventions.openllmetry import is_workflow_agent, llamaindex_agent_name
 from otel_eval.evaluate.conventions.values import as_str, first
+from otel_eval.evaluate.trajectory.prices import provider
 
 __all__ = ["StepBuilder", "dedupe", "tree_order"]
 
@@ -243,6 +244,7 @@ class StepBuilder:
             if step.kind == "llm":
                 rid = attrs.get("gen_ai.response.id")
                 step.response_id = rid if isinstance(rid, str) and rid else None
+                step.provider = provider(attrs)
         for tools in shape.offers:
             offered = tools(attrs)
             if offered:
