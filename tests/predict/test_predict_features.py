@@ -217,6 +217,35 @@ def test_a_run_that_did_not_finish_on_its_own_terms_did_not_succeed(
     assert (p > 0.5) if finished else (p == 0.0)
 
 
+@pytest.mark.parametrize(("early", "last", "finished"), [
+    (None, None, True), ("llm_error", None, True), ("no_output", None, True),
+    ("root_error", None, True), ("incomplete", None, False), (None, "llm_error", False),
+    (None, "no_output", False), (None, "halted", False)])
+def test_a_conversation_ends_with_its_last_turn(early: str | None, last: str | None,
+                                                finished: bool) -> None:
+    """A conversation's p_success is 0 when a turn did not end, or when its last turn did not
+    finish on its own terms; an earlier turn that raised, answered nothing or whose model
+    call failed was asked again, and leaves the model's value."""
+    from otel_eval.evaluate.sessions.predict import session_prediction
+
+    doc = {"format": "otel-eval-predictor", "format_version": 1, "name": "m", "version": "v",
+           "features_version": 3, "features": ["steps"],
+           "scaler": {"mean": [0.0], "scale": [1.0]}, "coefficients": [1.0],
+           "intercept": 2.0, "calibration": {"method": "platt", "a": 1.0, "b": 0.0}}
+
+    def turn(n: int, kind: str | None) -> dict[str, Any]:
+        found = [{"detector": "non_termination", "kind": kind, "severity": "error",
+                  "message": "x"}] if kind else []
+        return {"trace_id": f"{n:032x}", "start_time_unix_nano": n, "duration_s": 1.0,
+                "status": "complete", "input": "q", "output": "a", "findings": found,
+                "steps": [{"span_id": f"{n:016x}", "kind": "tool", "name": "t",
+                           "tool_name": "t", "status": "ok"}]}
+
+    p = session_prediction(Predictor(from_document(doc)), "s",
+                           [turn(1, early), turn(2, None), turn(3, last)])["p_success"]
+    assert (p > 0.5) if finished else (p == 0.0)
+
+
 @pytest.mark.parametrize(("tokens", "expected"), [
     # (input, output) per LLM call; None = not recorded
     ([(100, 5), (900, 7)], math.log1p(900)),  # the last call's input: the context at the end

@@ -12,9 +12,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from otel_eval.base.results import Evaluation
+from otel_eval.base.results import Evaluation, Finding
 from otel_eval.evaluate.predict.features import (
     FEATURE_PREFIX_END,
     FEATURE_PREFIX_PROGRAM,
@@ -47,13 +48,16 @@ class Predictor:
     def from_file(cls, path: str) -> Predictor:
         return cls(load_model(path))
 
-    def predict(self, evaluation: Evaluation) -> dict[str, Any]:
-        """The model's ``p_success``; 0 for a run that did not finish on its own terms (any
-        ``non_termination`` finding: it did not end, or it ended raising, with its last model
-        call failed, or with an empty answer): it reached no outcome of its own, whatever its
+    def predict(self, evaluation: Evaluation,
+                ending: Sequence[Finding] | None = None) -> dict[str, Any]:
+        """The model's ``p_success``; 0 for a run that did not finish on its own terms (a
+        ``non_termination`` finding among ``ending``, the findings that say how it ended:
+        default its own; it did not end, or it ended raising, with its last model call
+        failed, or with an empty answer): it reached no outcome of its own, whatever its
         steps look like, and no model learns that from runs that all finished, as the dev
         half's did."""
-        if any(f.detector == "non_termination" for f in evaluation.findings):
+        if any(f.detector == "non_termination"
+               for f in (evaluation.findings if ending is None else ending)):
             return {"p_success": 0.0, "model": self.model.label}
         text = run_text(evaluation) if self._text else ""
         p = self.model.p_success(features(evaluation, self._end, self._names), text,

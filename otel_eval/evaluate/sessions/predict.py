@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from otel_eval.base.results import Evaluation, Finding
+from otel_eval.base.results import NOT_ENDED_KINDS, Evaluation, Finding
 from otel_eval.base.steps import Step, ToolCall, Trajectory
 from otel_eval.evaluate.predict import Predictor
 
@@ -96,5 +96,13 @@ def conversation_evaluation(session_id: str, turns: Sequence[dict[str, Any]]) ->
 
 def session_prediction(predictor: Predictor, session_id: str,
                        turns: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """``{"p_success", "model"}`` of the conversation (``turns`` in turn order)."""
-    return predictor.predict(conversation_evaluation(session_id, turns))
+    """``{"p_success", "model"}`` of the conversation (``turns`` in turn order). How it ended
+    (``Predictor.predict``'s ``ending``): any turn's finding that it did not end, and its last
+    turn's other ``non_termination`` findings; an earlier turn that raised, answered nothing
+    or whose model call failed was asked again, and is no end of the conversation."""
+    evaluation = conversation_evaluation(session_id, turns)
+    last = turns[-1] if turns else {}
+    ending = [f for f in evaluation.findings if f.kind in NOT_ENDED_KINDS]
+    ending += [_finding(f) for f in last.get("findings") or ()
+               if isinstance(f, dict) and f.get("detector") == "non_termination"]
+    return predictor.predict(evaluation, ending)
