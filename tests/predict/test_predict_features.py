@@ -194,6 +194,13 @@ def test_a_model_naming_end_features_gets_them_and_one_without_does_not_need_the
         from_document(counts_only).p_success(features(asks)), 4)
 
 
+# A model that gives every run with steps a p_success above 0.5 (the rule under test says 0).
+_CONFIDENT = {"format": "otel-eval-predictor", "format_version": 1, "name": "m", "version": "v",
+              "features_version": 3, "features": ["steps"],
+              "scaler": {"mean": [0.0], "scale": [1.0]}, "coefficients": [1.0],
+              "intercept": 2.0, "calibration": {"method": "platt", "a": 1.0, "b": 0.0}}
+
+
 @pytest.mark.parametrize(("detector", "kind", "finished"), [
     ("non_termination", "incomplete", False), ("non_termination", "truncated", False),
     ("non_termination", "halted", False), ("non_termination", "length_stop", False),
@@ -207,13 +214,9 @@ def test_a_run_that_did_not_finish_on_its_own_terms_did_not_succeed(
     last model call failed 0.73 and 0.55: the dev half's runs all finished on their own terms
     (no non_termination finding), so no model learns those ends from them. A run with any
     non_termination finding gets 0; another detector's finding leaves the model's value."""
-    doc = {"format": "otel-eval-predictor", "format_version": 1, "name": "m", "version": "v",
-           "features_version": 3, "features": ["steps"],
-           "scaler": {"mean": [0.0], "scale": [1.0]}, "coefficients": [1.0],
-           "intercept": 2.0, "calibration": {"method": "platt", "a": 1.0, "b": 0.0}}
     run = _evaluation(["a", "b"])
     run.findings = [Finding(detector, kind, "error", "x")]
-    p = Predictor(from_document(doc)).predict(run)["p_success"]
+    p = Predictor(from_document(_CONFIDENT)).predict(run)["p_success"]
     assert (p > 0.5) if finished else (p == 0.0)
 
 
@@ -228,10 +231,6 @@ def test_a_conversation_ends_with_its_last_turn(early: str | None, last: str | N
     call failed was asked again, and leaves the model's value."""
     from otel_eval.evaluate.sessions.predict import session_prediction
 
-    doc = {"format": "otel-eval-predictor", "format_version": 1, "name": "m", "version": "v",
-           "features_version": 3, "features": ["steps"],
-           "scaler": {"mean": [0.0], "scale": [1.0]}, "coefficients": [1.0],
-           "intercept": 2.0, "calibration": {"method": "platt", "a": 1.0, "b": 0.0}}
 
     def turn(n: int, kind: str | None) -> dict[str, Any]:
         found = [{"detector": "non_termination", "kind": kind, "severity": "error",
@@ -241,7 +240,7 @@ def test_a_conversation_ends_with_its_last_turn(early: str | None, last: str | N
                 "steps": [{"span_id": f"{n:016x}", "kind": "tool", "name": "t",
                            "tool_name": "t", "status": "ok"}]}
 
-    p = session_prediction(Predictor(from_document(doc)), "s",
+    p = session_prediction(Predictor(from_document(_CONFIDENT)), "s",
                            [turn(1, early), turn(2, None), turn(3, last)])["p_success"]
     assert (p > 0.5) if finished else (p == 0.0)
 
