@@ -369,7 +369,6 @@ def _textless_reply(output: str, attrs: Attrs) -> str | None:
     return json.dumps(found, ensure_ascii=False)
 
 
-
 def _flattened(attrs: Attrs, prefix: str) -> dict[int, dict[str, Any]]:
     """The messages flattened under ``prefix`` (``llm.input_messages.`` or
     ``llm.output_messages.``) by position: their role, content (or its parts,

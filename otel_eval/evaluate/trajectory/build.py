@@ -118,8 +118,7 @@ def _agent_step(builder: StepBuilder) -> Step | None:
     return top
 
 
-def _answer(result: str | None, llm: list[Step], steps: list[Step] | None = None
-            ) -> str | None:
+def _answer(result: str | None, llm: list[Step], steps: list[Step]) -> str | None:
     """The run's answer: the agent's (or root's) result, unless that wraps the last LLM
     call's answer in more (LangGraph's whole graph state, a LlamaIndex event repr): then the
     answer itself, also when that reply was recorded with empty text ("": not when a step of
@@ -133,7 +132,7 @@ def _answer(result: str | None, llm: list[Step], steps: list[Step] | None = None
     # after it (``steps``: the run's, in order)
     empty = last is not None and not last.tool_calls and not last.calls_unknown \
         and reply_text(said, last.output_text, last.finish_reasons) == "" \
-        and not any(s.kind_unknown for s in steps or () if s.index > last.index)
+        and not any(s.kind_unknown for s in steps if s.index > last.index)
     if result is None:
         return said if said and said.strip() else "" if empty else None
     if last is not None and last.tool_calls:
