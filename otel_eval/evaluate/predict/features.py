@@ -35,6 +35,7 @@ from typing import Any
 
 from otel_eval.base.results import Evaluation, Finding
 from otel_eval.base.steps import Step, Trajectory
+from otel_eval.evaluate.conventions.messages import STOP_REASONS
 
 # 2: calls per tool name (``tool.<name>``); 3: shell programs run (``program.<name>``);
 # 4: how the run ends (``end.*``); 5: the context the run ended with (``tokens.last_input``)
@@ -64,7 +65,6 @@ _SHELL_KEYS = ("command", "cmd", "script")
 _COMMAND_SEPARATORS = re.compile(r"&&|\|\||[;|]")
 _HEREDOC = re.compile(r"<<-?\s*['\"]?([A-Za-z_][A-Za-z0-9_]*)")
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
-_STOP_REASONS = frozenset({"stop", "end_turn", "stop_sequence", "completed"})
 # (judge entry, score key) -> feature name; the outcome judge only when it is the judge's own
 # estimate (``overall.outcome_source == "judge"``: with a label the "score" is the label)
 JUDGE_SCORES = (("step", "step"), ("step", "step_min"), ("trace", "trace"),
@@ -197,7 +197,7 @@ def _last_steps(t: Trajectory) -> dict[str, float]:
     return {"last.is_tool": float(last is not None and last.kind == "tool"),
             "last.is_llm": float(last is not None and last.kind == "llm"),
             "last.is_error": float(last is not None and last.status == "error"),
-            "last.llm_stopped": float(bool(finish & _STOP_REASONS)),
+            "last.llm_stopped": float(bool(finish & STOP_REASONS)),
             "last.llm_asked_tools": float(bool(llm and llm[-1].tool_calls)),
             "output.present": float(bool(answer)),
             "output.unrecorded": float(t.output is None),
