@@ -74,6 +74,17 @@ def test_session_budgets(name: str, turns: list[dict[str, Any]], config: dict[st
     assert [t for *_, t in found] == [turns[n]["trace_id"] for *_, n in expected]
 
 
+def test_tokens_past_with_a_turn_of_unknown_tokens_are_at_least_that() -> None:
+    """A turn whose spans recorded no token count (usage null, not 0) leaves the total a
+    lower bound: the finding says so, as an unknown cost does."""
+    turns = [_turn(0, tokens=(None, None)), _turn(1), _turn(2)]
+    record = evaluate_session("s", turns, SessionsConfig(session_tokens=20), "complete")
+    [finding] = [f for f in record["findings"] if f["kind"] == "session_tokens"]
+    assert finding["attributes"]["unknown_turns"] is True
+    assert "tokens 30 at least in the conversation" in finding["message"]
+    assert finding["trace_id"] == turns[2]["trace_id"]
+
+
 def test_budgets_fail_the_conversation_and_are_counted() -> None:
     record = evaluate_session("s", T, SessionsConfig(session_steps=1, session_time_s=1),
                               "complete")

@@ -35,6 +35,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from otel_eval.base.steps import tokens_total
 from otel_eval.base.text import load_content
 from otel_eval.evaluate.detectors.canonical import canonical_arguments, norm_ws
 from otel_eval.evaluate.detectors.reworded import jaccard, trigrams
@@ -264,8 +265,7 @@ def _usage(turn: dict[str, Any], key: str) -> float | None:
 
 
 def _turn_tokens(turn: dict[str, Any]) -> float | None:
-    known = [v for k in ("input_tokens", "output_tokens") if (v := _usage(turn, k)) is not None]
-    return sum(known) if known else 0.0  # no token count: none known (not unknown budget)
+    return tokens_total(turn.get("usage"))  # None: no span of the turn recorded a count
 
 
 def _turn_cost(turn: dict[str, Any]) -> float | None:
