@@ -433,3 +433,39 @@ def test_an_empty_reply_is_the_answer_of_a_run_whose_result_is_a_state_around_it
     assert (_graph_run("", finish="tool_calls") or "").startswith('{"messages"')
     assert (_graph_run("", after={"gen_ai.operation.name": "zz_unknown"}) or "").startswith(
         '{"messages"')
+
+
+def _said(parts: list[dict] | None, finish: str | None = "stop") -> dict:
+    msg: dict = {"role": "assistant"}
+    if parts is not None:
+        msg["parts"] = parts
+    if finish is not None:
+        msg["finish_reason"] = finish
+    return msg
+
+
+@pytest.mark.parametrize(("reply", "output", "no_output"), [
+    (_said([{"type": "text", "content": ""}]), "", True),
+    (_said([{"type": "text", "content": " \n\t"}]), "", True),  # blanks only: nothing said
+    (_said([]), "", True),
+    (_said(None), None, False),  # the reply's content not recorded: says nothing either way
+    # an empty text without a stop may stand beside calls recorded elsewhere
+    (_said([{"type": "text", "content": ""}], "tool_call"), None, False),
+    (_said([{"type": "text", "content": ""}], None), None, False),
+    (None, None, False),  # no output recorded
+])
+def test_a_run_whose_last_reply_said_nothing_answered_nothing(reply: dict | None,
+                                                              output: str | None,
+                                                              no_output: bool) -> None:
+    """With no span recording the run's result, its answer is the last reply's text: "" when
+    that reply said nothing (no text, or blanks only) and the model stopped there, which the
+    non_termination detector reads as no output; unknown (None) when it may have said
+    something no span recorded."""
+    chat = {**CHAT, "gen_ai.input.messages": json.dumps(ASK)}
+    if reply is not None:
+        chat["gen_ai.output.messages"] = json.dumps([reply])
+    t = build_trajectory(trace(span("root", None, 0, AGENT), span("llm", "root", 1, chat)), CFG)
+    assert t.output == output
+    findings, _ = Detectors(DetectorsConfig()).evaluate(t)
+    found = {(f.detector, f.kind) for f in findings}
+    assert (("non_termination", "no_output") in found) is no_output

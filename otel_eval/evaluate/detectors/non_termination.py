@@ -23,7 +23,6 @@ from functools import lru_cache
 
 from otel_eval.base.results import Finding
 from otel_eval.base.steps import Step, Trajectory
-from otel_eval.evaluate.conventions.messages import reply_text
 from otel_eval.evaluate.detectors.calls import Context, calls_for
 from otel_eval.evaluate.detectors.config import DetectorsConfig, NonTerminationConfig
 
@@ -56,34 +55,6 @@ def _halt_regex(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
 
 def _root(trajectory: Trajectory) -> Step | None:
     return trajectory.root_step
-
-
-def _final_output(trajectory: Trajectory) -> str | None:
-    """The final output, "" when it was recorded empty, None when nothing recorded it: the
-    run's when recorded (a code agent's last reply is the code that answered, DSPy's its
-    fields, not the answer), else the text of the last LLM call's reply (``_said``, not its
-    raw output: a reply recorded with empty text is still JSON, ``[{"role": "assistant",
-    "content": ""}]``). With no output recorded for the run, a last LLM call that asked for
-    tools says nothing of it: its empty text is no answer, and what the run answered (a
-    ``final_answer`` tool's input, say) is unknown here."""
-    if trajectory.output is not None:
-        return trajectory.output  # recorded: the run's, whatever its last call said
-    llm = trajectory.llm_steps
-    last = _said(llm[-1]) if llm else None
-    if last == "" and any(s.kind_unknown for s in trajectory.steps if s.index > llm[-1].index):
-        return None  # a step of unknown kind after it may have been the call that answered
-    if last is not None and last.strip():
-        return last
-    if llm and llm[-1].tool_calls:
-        return None
-    return last
-
-
-def _said(step: Step) -> str | None:
-    """The text of an LLM step's reply (``messages.reply_text``); None also when calls it
-    asked for went unrecorded (it may have said them)."""
-    return None if step.calls_unknown else reply_text(step.answer, step.output_text,
-                                                       step.finish_reasons)
 
 
 def _status(trajectory: Trajectory, cfg: NonTerminationConfig) -> list[Finding]:
@@ -205,7 +176,7 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
         out.append(Finding("non_termination", "root_error", "error",
                            f"the run failed: {root.error or 'root span status error'}"[:300],
                            [root.span_id], [root.index], {"error": root.error}))
-    final = _final_output(trajectory)
+    final = trajectory.output
     if trajectory.status != "incomplete" and final is not None and not final.strip() \
             and not any(f.kind == "pending_tool_calls" for f in out):
         out.append(Finding("non_termination", "no_output", cfg.no_output_severity,
@@ -219,7 +190,7 @@ def _recovered_error(trajectory: Trajectory, root: Step, config: DetectorsConfig
     (or a step of an unknown kind, which may have been one) with the same error text, a call
     after it that succeeded, and a final answer. The run went on past that error, so the
     root's status repeats it and says nothing of the run's end."""
-    if not root.error or not _final_output(trajectory):
+    if not root.error or not trajectory.output:
         return False
     last_ok = max((c.step.index for c in calls_for(trajectory, config, context)
                    if not c.failed), default=-1)

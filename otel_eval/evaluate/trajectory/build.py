@@ -128,10 +128,11 @@ def _answer(result: str | None, llm: list[Step], steps: list[Step]) -> str | Non
     reply or the output, and every LLM step went through it.)"""
     last = llm[-1] if llm else None
     said = last.answer if last is not None else None
-    # the last reply said nothing, as recorded, with a stop and no step of unknown kind
-    # after it (``steps``: the run's, in order)
+    # the last reply said nothing (no text or blanks only), as recorded, with a stop and no
+    # step of unknown kind after it (``steps``: the run's, in order)
+    reply = reply_text(said, last.output_text, last.finish_reasons) if last else None
     empty = last is not None and not last.tool_calls and not last.calls_unknown \
-        and reply_text(said, last.output_text, last.finish_reasons) == "" \
+        and reply is not None and not reply.strip() \
         and not any(s.kind_unknown for s in steps if s.index > last.index)
     if result is None:
         return said if said and said.strip() else "" if empty else None
