@@ -186,11 +186,14 @@ def session_list_sql(q: SessionQuery, mark: str, after: SessionCursor | None,
     """SELECT (session_id, last turn's evaluated_at_ns) of the next ``n`` sessions after
     ``after`` matching ``q``'s service, agent and time filters, newest first."""
     where, args = ["session_id IS NOT NULL"], list[Any]()
-    for column in _TEXT:
-        value = getattr(q, column)
-        if value is not None:
-            where.append(f"{column} = {mark}")
-            args.append(value)
+    if q.service is not None:  # the service is part of the session's key: every turn's
+        where.append(f"service = {mark}")
+        args.append(q.service)
+    if q.agent is not None:  # a turn has it: the session's other turns still count (its
+        # last turn, the order)
+        where.append(f"session_id IN (SELECT session_id FROM evaluations WHERE agent = {mark}"
+                     " AND session_id IS NOT NULL)")
+        args.append(q.agent)
     having: list[str] = []
     last = "MAX(evaluated_at_ns)"
     if q.since_ns is not None:

@@ -626,6 +626,24 @@ def test_sessions_are_read_from_the_turns_stored_by_any_writer(stores: Open) -> 
     assert reader.session_turns(_key("a", "other"), 5) == ([], 0, 0)
 
 
+def test_a_session_listed_by_an_agent_keeps_its_other_turns(store: EvaluationStore) -> None:
+    """``agent``: a turn of the session has it. The session's last turn (what ``since`` /
+    ``until`` and the order read) is still its last turn of any agent: session a's "planner"
+    turn at T0 + 1 and its last turn, another agent's, at T0 + 9; session b's at T0 + 5. Before,
+    the filter chose the rows before they were grouped: a's last turn read as T0 + 1 (a
+    ``since`` past it dropped a; b listed before a)."""
+    from otel_eval.store.sessions import SessionQuery
+    turns = [_turn(1, "a", T0 + 1), _turn(2, "a", T0 + 9), _turn(3, "b", T0 + 5)]
+    turns[1].trajectory.agent = "writer"
+    store.put_many(turns)
+    assert store.session_ids(SessionQuery(agent="planner"), None, 9) == [
+        (_key("a"), T0 + 9), (_key("b"), T0 + 5)]
+    assert store.session_ids(SessionQuery(agent="planner", since_ns=T0 + 6), None, 9) == [
+        (_key("a"), T0 + 9)]
+    assert store.session_ids(SessionQuery(agent="writer", until_ns=T0 + 9), None, 9) == []
+    assert store.session_ids(SessionQuery(agent="nobody"), None, 9) == []
+
+
 def test_session_turns_are_cut_to_a_size(stores: Open) -> None:
     store = stores()
     store.put_many([_turn(i, "big", T0 + i) for i in range(1, 5)])
