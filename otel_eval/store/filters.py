@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from otel_eval.base.jsontext import ascii_json
 from otel_eval.store.query import Cursor, EvaluationQuery, Page
 
 
@@ -55,18 +56,20 @@ def page_sql(q: EvaluationQuery, d: Dialect) -> tuple[str, list[Any]]:
 def page(rows: Iterable[Sequence[Any]], limit: int, max_bytes: int) -> Page:
     """The page of the rows ``page_sql`` selects (evaluated_at_ns, trace_id, body), read one
     at a time: the first ``limit`` bodies, fewer when the next would take the page past
-    ``max_bytes`` of JSON (never fewer than one), and a cursor after the last body when a row
-    is left. The rows after the one that ends the page are never read."""
+    ``max_bytes`` of JSON as the API sends it (``ascii_json``: a stored "日" is 6 bytes
+    there), never fewer than one, and a cursor after the last body when a row is left. The
+    rows after the one that ends the page are never read."""
     bodies: list[Any] = []
     size = 0
     last: Sequence[Any] | None = None
     more = False
     for row in rows:
         text: str = row[2]
-        if len(bodies) == limit or (bodies and size + len(text) > max_bytes):
+        sent = len(text) if text.isascii() else len(ascii_json(text))
+        if len(bodies) == limit or (bodies and size + sent > max_bytes):
             more = True
             break
-        size += len(text)
+        size += sent
         bodies.append(json.loads(text))
         last = row
     cursor = Cursor(last[0], last[1]).encode() if more and last is not None else None

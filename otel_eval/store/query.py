@@ -11,7 +11,8 @@
     cursor                            ``next_cursor`` of the previous page
 
 Pages are newest first (evaluation time, then trace id), and hold at most ``max_bytes`` of
-stored JSON (``MAX_PAGE_BYTES``, 16 MiB; always at least one evaluation): a page cut by its
+JSON as the API sends it, non-ASCII escaped (``MAX_PAGE_BYTES``, 16 MiB; always at least one
+evaluation): a page cut by its
 size ends early, with its cursor. The cursor is the position after the last row returned
 (keyset pagination: rows stored meanwhile do not shift later pages). A bad
 parameter raises ``QueryError`` naming it (the API answers 400 with the message).
@@ -104,8 +105,8 @@ class EvaluationQuery:
     limit: int = 20
     # Position after the previous page's last row; None = the newest.
     cursor: Cursor | None = None
-    # Stored JSON of the page, bytes, at most (it ends early, with its cursor); not a URL
-    # parameter.
+    # JSON of the page as the API sends it (non-ASCII escaped), bytes, at most (it ends
+    # early, with its cursor); not a URL parameter.
     max_bytes: int = MAX_PAGE_BYTES
 
     def __post_init__(self) -> None:

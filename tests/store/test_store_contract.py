@@ -283,6 +283,22 @@ def test_pages_are_bounded_by_bytes_and_end_early_with_their_cursor(
     assert len(whole.evaluations) == 12 and whole.next_cursor is None
 
 
+def test_a_page_is_bounded_by_the_bytes_the_api_sends(store: EvaluationStore) -> None:
+    """Bodies are stored as UTF-8 text and sent with non-ASCII escaped (``json.dumps``'
+    default: "日" is 6 bytes): the bound counts those bytes, not the stored characters.
+    Before, two bodies of 2,000 CJK characters (~12 kB each as sent) made one 14 kB page."""
+    evs = [_ev(i, at=T0 + i) for i in (1, 2)]
+    for ev in evs:
+        ev.trajectory.task = "日" * 2000
+    store.put_many(evs)
+    sent = len(json.dumps(store.get(f"{2:032x}")))
+    assert sent > 12_000
+    page = store.query(EvaluationQuery(limit=10, max_bytes=sent + 2_000))
+    assert _ids(page.evaluations) == [2] and page.next_cursor is not None
+    page = store.query(EvaluationQuery(limit=10, max_bytes=2 * sent))
+    assert _ids(page.evaluations) == [2, 1] and page.next_cursor is None
+
+
 def test_the_window_is_read_in_chunks_and_kept_as_asked(store: EvaluationStore) -> None:
     """``since`` reads SINCE_CHUNK rows per query (keyset: ties on the evaluation time
     included) and, with ``keep``, holds only what it keeps of each body (issue 21: the issues
