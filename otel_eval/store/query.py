@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
+from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
 from otel_eval.base.configcheck import is_ascii_digits
@@ -147,21 +149,50 @@ def _boolean(text: str) -> bool:
 
 
 def parse_time(param: str, text: str) -> int:
-    """Unix seconds ("1733011200", "1733011200.5") or RFC 3339 with an offset, as Unix ns."""
+    """Unix seconds ("1733011200", "1733011200.5") or RFC 3339 with an offset, as Unix ns,
+    exactly: rows are stored at whole nanoseconds, so a bound between two is taken up to the
+    next (``since`` <= t and t < ``until`` read the same of every row as the bound itself)."""
     try:
-        ns = round(float(text) * 1e9)
-    except (ValueError, OverflowError):  # not a number, or nan / inf
-        try:
-            when = datetime.fromisoformat(text.replace("z", "Z"))
-        except ValueError:
-            raise QueryError(param, "expected Unix seconds or an RFC 3339 time "
-                                    "(2026-12-01T09:00:00Z)") from None
-        if when.tzinfo is None:
-            raise QueryError(param, "an RFC 3339 time needs an offset (Z or +01:00)") from None
-        ns = int(when.timestamp()) * 1_000_000_000 + when.microsecond * 1000
+        seconds = Decimal(text)
+    except ArithmeticError:  # not a number
+        seconds = Decimal("NaN")
+    if seconds.is_finite():
+        fraction = Decimal(0)
+    else:  # nan, inf, or not a number: a time
+        seconds, fraction = _rfc3339(param, text)
+    # compared before any arithmetic: an exponent of a million digits is no work here
+    ns = int((seconds + fraction).scaleb(9).to_integral_value(rounding=ROUND_CEILING)) \
+        if 0 <= seconds < _MAX_SECONDS else -1
     if not 0 <= ns < 2**63:
         raise QueryError(param, "out of range")
     return ns
+
+
+_MAX_SECONDS = Decimal(2**63).scaleb(-9)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# the seconds' fraction, read apart: datetime keeps 6 digits of it
+_FRACTION = re.compile(r"(\d\d:\d\d:\d\d)[.,](\d+)")
+
+
+def _rfc3339(param: str, text: str) -> tuple[Decimal, Decimal]:
+    """(whole seconds since the epoch, the fraction) of an RFC 3339 time with an offset."""
+    found = _FRACTION.search(text)
+    fraction = Decimal(0)
+    if found is not None:
+        fraction = Decimal("0." + found.group(2)[:_FRACTION_DIGITS])
+        text = text[:found.end(1)] + text[found.end(2):]
+    try:
+        when = datetime.fromisoformat(text.replace("z", "Z"))
+    except ValueError:
+        raise QueryError(param, "expected Unix seconds or an RFC 3339 time "
+                                "(2026-12-01T09:00:00Z)") from None
+    if when.tzinfo is None:
+        raise QueryError(param, "an RFC 3339 time needs an offset (Z or +01:00)") from None
+    since = when - _EPOCH
+    return Decimal(since.days * 86_400 + since.seconds), fraction
+
+
+_FRACTION_DIGITS = 30  # past a nanosecond: enough to take a bound up to the next one
 
 
 @dataclass

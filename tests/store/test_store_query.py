@@ -133,6 +133,41 @@ def test_rfc3339_and_unix_seconds_agree() -> None:
     assert parse_time("since", "1764547200") == T0
 
 
+@pytest.mark.parametrize(("text", "ns"), [
+    # to the nanosecond (was: through a float, 1764547201000000000; RFC 3339 cut to 6 digits)
+    ("1764547200.999999999", T0 + 999_999_999),
+    ("2025-12-01T00:00:00.999999999Z", T0 + 999_999_999),
+    ("2025-12-01T00:00:00,5Z", T0 + 500_000_000),
+    # between two nanoseconds: up to the next (since <= t, t < until read the same of every
+    # row stored at a whole nanosecond)
+    ("1764547200.0000000001", T0 + 1),
+    ("2025-12-01T00:00:00.0000000001Z", T0 + 1),
+    ("9223372036.854775807", 2**63 - 1),
+])
+def test_a_time_is_read_to_the_nanosecond(text: str, ns: int) -> None:
+    assert parse_time("since", text) == ns
+
+
+@pytest.mark.parametrize("text", [
+    "1969-12-31T23:59:59.5Z",  # was 500000000: half a second before the epoch
+    "-0.5", "9223372036.854775808", "1e1000000000", "-1e1000000000", "9999-12-31T23:59:59Z",
+])
+def test_a_time_out_of_range_is_refused(text: str) -> None:
+    with pytest.raises(QueryError, match="out of range"):
+        parse_time("since", text)
+
+
+def test_a_row_at_the_bound_s_nanosecond_is_in_since_and_out_of_until(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "s.db"))
+    evaluation = _evaluation(1, "planner", True)
+    evaluation.evaluated_at_ns = T0 + 999_999_999
+    store.put_many([evaluation])
+    since = EvaluationQuery.from_params({"since": ["1764547200.999999999"]})
+    until = EvaluationQuery.from_params({"until": ["2025-12-01T00:00:00.999999999Z"]})
+    assert (len(store.query(since).evaluations), len(store.query(until).evaluations)) == (1, 0)
+    store.close()
+
+
 def _get(h: Harness, params: dict[str, str]) -> dict[str, Any]:
     from urllib.parse import urlencode
     with urllib.request.urlopen(f"{h.admin_url}/v1/evaluations?{urlencode(params)}") as r:
