@@ -8,7 +8,7 @@ import argparse
 from typing import Any, TypeAlias
 
 from otel_eval.app.config import Config, load_config, replace
-from otel_eval.base.configcheck import parse_endpoint
+from otel_eval.base.configcheck import is_ascii_digits, parse_endpoint
 from otel_eval.evaluate.detectors.config import (
     BUDGET_NAMES,
     SESSION_BUDGET_NAMES,
@@ -39,6 +39,13 @@ def _workers(value: str) -> int:
         n = -1
     if n < 0:
         raise argparse.ArgumentTypeError(f"{value!r} is not a number of workers (0 or more)")
+    return n
+
+
+def _runs(value: str) -> int:
+    n = int(value) if is_ascii_digits(value) and len(value) <= 18 else 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of runs (1 or more)")
     return n
 
 
@@ -189,7 +196,7 @@ def _calibrate_command(sub: Commands) -> None:
                      "embedded): the store and the judge's pass thresholds")
     cal.add_argument("--store", metavar="PATH|URL", help="SQLite file or postgresql:// URL of "
                      "serve (default: store.url, else store.path)")
-    cal.add_argument("--limit", type=int, default=10_000, metavar="N",
+    cal.add_argument("--limit", type=_runs, default=10_000, metavar="N",
                      help="the N most recently labelled runs (10000)")
     cal.add_argument("--format", choices=["table", "json"], default="table")
 

@@ -147,7 +147,8 @@ def calibrate(labelled: Iterable[tuple[str, dict[str, Any]]],
         runs += 1
         who = (str(body.get("service") or ""), str(body.get("agent") or ""))
         for name, value in scores_of(body).items():
-            for service, agent in (who, (ALL_AGENTS, ALL_AGENTS)):
+            # once each: a run of service "*" and agent "*" is in every agent's row only
+            for service, agent in dict.fromkeys((who, (ALL_AGENTS, ALL_AGENTS))):
                 scores, labels = groups[(service, agent, name)]
                 scores.append(value)
                 labels.append(outcome == "success")

@@ -169,6 +169,26 @@ def test_p_success_s_kappa_is_taken_at_the_configured_pass_threshold(
                                                                                           4)
 
 
+def test_a_run_of_service_and_agent_star_is_counted_once() -> None:
+    """Service and agent names are span content, and "*" names every agent's row: a run of
+    service "*" and agent "*" went into that row twice (2 labelled runs, a row of 3)."""
+    star = {"service": "*", "agent": "*", "prediction": {"p_success": 0.9}}
+    found = calibrate([("success", star), ("failure", _body("a", 0.5, 0.2))])
+    row = _row(found, "*", "p_success")
+    assert (found["labelled_runs"], row["runs"], row["successes"], row["failures"]) == (
+        2, 2, 1, 1)
+
+
+@pytest.mark.parametrize("limit", ["-1", "0", "x", "99999999999999999999"])
+def test_calibrate_refuses_a_limit_that_is_no_number_of_runs(
+        limit: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--limit went into LIMIT as given: -1 read every run on SQLite and was an error
+    PostgreSQL raised; 0 read none and said no outcome was recorded."""
+    with pytest.raises(SystemExit) as e:
+        main(["calibrate", "--store", str(tmp_path / "store.db"), "--limit", limit])
+    assert e.value.code == 2 and "not a number of runs" in capsys.readouterr().err
+
+
 def test_calibrate_cli_without_a_store_says_so(tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["calibrate", "--store", str(tmp_path / "none.db")]) == 1
