@@ -32,6 +32,15 @@ _STATUS_CODE = {v: k for k, v in SPAN_STATUSES.items()}
 _KIND_CODE = {v: k for k, v in SPAN_KINDS.items()}
 
 
+def header(message: Any, repeated: str) -> Any:
+    """A copy of a resource or scope entry (``ResourceSpans``, ``ScopeLogs``...) without its
+    repeated field ``repeated``: every other field as received, unknown ones (a newer
+    OTLP's) included. Copying costs the entry's size: take one per entry, not per item."""
+    head = type(message)()
+    head.CopyFrom(message)
+    head.ClearField(repeated)
+    return head
+
 def python_to_anyvalue(value: Any) -> AnyValue:
     if isinstance(value, bool):
         return AnyValue(bool_value=value)

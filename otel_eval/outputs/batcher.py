@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from otel_eval.base.component import Held
+from otel_eval.decode.encode import header
 
 # A length-delimited field's length prefix is at most this many bytes for any message under
 # 32 GiB; a piece's size is counted with it, so the real size is never above the count.
@@ -111,14 +112,6 @@ def _entry_size(size: int, tag: int) -> int:
     return tag + _varint_size(size) + size
 
 
-def _header(message: Any, repeated: str) -> Any:
-    """A copy of ``message`` without its repeated field ``repeated`` (one copy per entry)."""
-    head = type(message)()
-    head.CopyFrom(message)
-    head.ClearField(repeated)
-    return head
-
-
 def split(request: Any, layout: Layout, max_bytes: int,
           new_request: Callable[[], Any]) -> list[tuple[Any, int]]:
     """``request`` in pieces of at most ``max_bytes`` (but one item too large alone), each
@@ -130,11 +123,11 @@ def split(request: Any, layout: Layout, max_bytes: int,
     pieces: list[tuple[Any, int]] = []
     piece, size, n = new_request(), 0, 0
     for rs in getattr(request, layout.resources):
-        rs_head = _header(rs, layout.scopes)
+        rs_head = header(rs, layout.scopes)
         rs_cost = _prefix(rs_field.number) + _MAX_LENGTH_PREFIX + rs_head.ByteSize()
         rs_open: Any = None  # rs's entry in the current piece, once it has an item
         for ss in getattr(rs, layout.scopes):
-            ss_head = _header(ss, layout.items)
+            ss_head = header(ss, layout.items)
             ss_cost = _prefix(ss_field.number) + _MAX_LENGTH_PREFIX + ss_head.ByteSize()
             ss_open: Any = None
             for item in getattr(ss, layout.items):

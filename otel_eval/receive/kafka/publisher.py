@@ -32,6 +32,7 @@ from otel_eval.base.kafka.config import KafkaConfig
 from otel_eval.base.kafka.stats import KafkaMetrics, KafkaStats
 from otel_eval.base.model import LogEvent
 from otel_eval.decode import otlp_json, otlp_logs
+from otel_eval.decode.encode import header
 from otel_eval.decode.otlp_logs import HeldRecord
 
 _FNV_OFFSET, _FNV_PRIME = 0x811C9DC5, 0x01000193
@@ -63,13 +64,16 @@ def fnv1a_partitioner(key: bytes | None, all_partitions: Sequence[int],
 
 
 def split_by_trace(req: ExportTraceServiceRequest) -> list[tuple[str, ExportTraceServiceRequest]]:
-    """One request per trace id, keeping resource and scope (``batchpersignal.SplitTraces``).
-    Order follows the first appearance of each trace id. Spans with a malformed trace id stay
+    """One request per trace id, keeping resource and scope (``batchpersignal.SplitTraces``):
+    each entry's every field as received (``encode.header``: a newer OTLP's too). Order
+    follows the first appearance of each trace id. Spans with a malformed trace id stay
     together under the hex of their bytes (the engine rejects them with a reason)."""
     out: dict[str, ExportTraceServiceRequest] = {}
     scopes: dict[tuple[str, int, int], Any] = {}  # (trace, rs index, ss index) -> ScopeSpans
     for ri, rs in enumerate(req.resource_spans):
+        rs_head = None
         for si, ss in enumerate(rs.scope_spans):
+            ss_head = None
             for span in ss.spans:
                 key = span.trace_id.hex()
                 ss_out = scopes.get((key, ri, si))
@@ -79,10 +83,14 @@ def split_by_trace(req: ExportTraceServiceRequest) -> list[tuple[str, ExportTrac
                         sub = out[key] = ExportTraceServiceRequest()
                     rs_out = scopes.get((key, ri, -1))
                     if rs_out is None:
-                        rs_out = scopes[(key, ri, -1)] = sub.resource_spans.add(
-                            resource=rs.resource, schema_url=rs.schema_url)
-                    ss_out = scopes[(key, ri, si)] = rs_out.scope_spans.add(
-                        scope=ss.scope, schema_url=ss.schema_url)
+                        if rs_head is None:  # one copy of the entry, for every trace
+                            rs_head = header(rs, "scope_spans")
+                        rs_out = scopes[(key, ri, -1)] = sub.resource_spans.add()
+                        rs_out.CopyFrom(rs_head)
+                    if ss_head is None:
+                        ss_head = header(ss, "spans")
+                    ss_out = scopes[(key, ri, si)] = rs_out.scope_spans.add()
+                    ss_out.CopyFrom(ss_head)
                 ss_out.spans.append(span)
     return list(out.items())
 
@@ -140,7 +148,9 @@ class KafkaPublisher:
 
     async def publish(self, request_bytes: bytes, trace_ids: Sequence[str] | None = None
                       ) -> int:
-        """Write one received OTLP/protobuf request; returns the number of records written.
+        """Write one OTLP/protobuf request of received spans (``encode_spans``': its
+        headers as received, less the pre-1.0 spans field); returns the number of records
+        written.
         With exactly one trace id known, the bytes go out as received (no re-encoding)."""
         producer = self._producer
         if producer is None:
