@@ -267,8 +267,8 @@ class _Routes:
             return _json(200, {"status": "ok"})
         return _json(503, {"status": "unavailable", "reason": self.api.unready()})
 
-    def evaluation(self, req: Request, _found: re.Match[str]) -> Response:
-        trace_id = (req.path.rstrip("/") or "/").rsplit("/", 1)[1].lower()
+    def evaluation(self, _req: Request, found: re.Match[str]) -> Response:
+        trace_id = found.group(1).lower()
         body = self.api.get(trace_id) if is_trace_id(trace_id) else None
         return _json(200, body) if body else _error(
             404, f"no evaluation for trace {quoted(trace_id)}")
@@ -358,7 +358,7 @@ def routes(api: AdminApi, write_token: bool = False) -> Router:
         route("GET", r"/healthz/*", r.healthz),
         route("GET", r"/readyz/*", r.readyz),
         route("GET", r"/v1/evaluations/*", r.evaluations),
-        route("GET", r"/v1/evaluations/.*[^/]/*", r.evaluation),
+        route("GET", r"/v1/evaluations/([^/]+)/*", r.evaluation),
         route("GET", r"/v1/sessions/*", r.sessions),
         route("GET", r"/v1/sessions/(.*[^/])/*", r.session),
         route("GET", r"/v1/issues/*", r.issues),

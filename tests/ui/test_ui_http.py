@@ -48,6 +48,8 @@ def _answer_headers(url: str, path: str) -> tuple[int, list[tuple[str, str]]]:
 @pytest.mark.parametrize(("path", "status"), [
     ("/v1/evaluations", 200), (f"/v1/evaluations/{GUIDE_ID}", 200), ("/healthz", 200),
     ("/metrics", 200), ("/v1/evaluations/" + "f" * 32, 404), ("/v1/evaluations?limit=x", 400),
+    (f"/v1/evaluations/{GUIDE_ID}/", 200),
+    (f"/v1/evaluations/x/{GUIDE_ID}", 404),  # one segment: was the last one's evaluation
     ("/ui/", 200), ("/ui/runs/" + "f" * 32, 404),
     ("/v1/evaluations?" + "a" * (MAX_QUERY_BYTES + 1), 414),  # the admin handler's
     ("/v1/evaluations?" + "a" * 70_000, 414)])  # the server's own (request line too long)
