@@ -110,6 +110,22 @@ def test_400_is_not_retried(llm: FakeLLM) -> None:
     assert (r.status, r.attempts, len(llm.requests)) == ("error", 1, 1)
 
 
+def test_calls_waiting_for_a_slot_see_the_budget_spent_meanwhile(llm: FakeLLM) -> None:
+    """The hourly budget was checked before the concurrency slot was waited for: five calls
+    at once behind one slot were all sent, though the first spent the budget."""
+    clock = ManualClock()
+    c = client(llm, clock, max_concurrency=1, max_cost_usd_per_hour=0.0001)
+    llm.script(*[good(GOOD) for _ in range(5)])  # each ~0.00021 USD
+
+    async def five() -> list[Any]:
+        return list(await asyncio.gather(*(c.call(MESSAGES, trace_schema(), "trace")
+                                           for _ in range(5))))
+
+    statuses = [r.status for r in asyncio.run(five())]
+    assert (statuses.count("ok"), statuses.count("budget_exceeded")) == (1, 4)
+    assert len(llm.requests) == 1
+
+
 def test_timeout(llm: FakeLLM) -> None:
     llm.script(Reply(hang=True))
     r = call(client(llm, timeout_s=0.3, max_retries=0))

@@ -14,6 +14,7 @@ from judge_fixtures import combined_reply, config, evaluation, step_reply, turns
 
 from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.judge import Judge, SqliteRubricCache
+from otel_eval.outputs.events import judge_records
 
 STEPS = [1, 3, 5]
 
@@ -109,6 +110,29 @@ def test_incomplete_reply_is_repaired(llm: FakeLLM) -> None:
     out = run(Judge(config(llm.api_base)), evaluation())
     assert "missing step 5" in llm.requests[1]["messages"][-1]["content"]
     assert out["judges"]["combined"]["calls"] == 1 and out["overall"]["status"] == "ok"
+
+
+def test_a_step_graded_twice_is_repaired(llm: FakeLLM) -> None:
+    """Step 1 graded 0.0 and then 1.0 in one reply has no one grade (the last one stood):
+    the reply goes back for repair, as one missing a step does."""
+    twice = combined_reply(STEPS)
+    twice["steps"].insert(0, {"step": 1, "critique": "step 1 is wrong", "score": 0.0})
+    llm.script(good(twice), good(combined_reply(STEPS)))
+    out = run(Judge(config(llm.api_base)), evaluation())
+    assert "grades step 1 more than once" in llm.requests[1]["messages"][-1]["content"]
+    assert out["judges"]["combined"]["calls"] == 1 and out["overall"]["status"] == "ok"
+
+
+def test_a_lone_surrogate_in_a_reply_is_written_as_u_fffd(llm: FakeLLM) -> None:
+    """A critique holding "\\ud800" (JSON can spell a lone surrogate) went to the store and
+    the judge's OTLP events as it was, and the events' encoding raised on it (the run's judge
+    events never sent)."""
+    reply = combined_reply(STEPS)
+    reply["trace"]["critique"] = "bad \ud800 text"
+    llm.script(completion(json.dumps(reply)))
+    out = run(Judge(config(llm.api_base)), evaluation())
+    assert "bad \ufffd text" in [c["text"] for c in out["judges"]["trace"]["critiques"]]
+    judge_records(Evaluation(evaluation().trajectory, judge=out), "a" * 16, "test", 1)
 
 
 def test_known_outcome_label_skips_the_outcome_grader(llm: FakeLLM) -> None:

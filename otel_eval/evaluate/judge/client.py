@@ -32,6 +32,7 @@ import jsonschema
 
 from otel_eval.base.backoff import Backoff
 from otel_eval.base.configcheck import ConfigError
+from otel_eval.base.text import checked, valid_text
 from otel_eval.evaluate.judge.config import JudgeConfig
 from otel_eval.evaluate.judge.limits import CostBudget, RateLimiter
 from otel_eval.evaluate.judge.llm import (
@@ -152,11 +153,13 @@ def reply_bytes(text: str) -> int:
 def parse_reply(text: str, schema: Schema, check: Check | None = None) -> tuple[
         dict[str, Any] | None, str]:
     """(data, "") for a valid reply, else (None, what is wrong) for the repair prompt."""
+    text = valid_text(unfence(text))  # a lone surrogate, as text or escaped, is U+FFFD: the
+    # critiques go on to the store and the OTLP events, which cannot carry one
     try:
-        data = json.loads(unfence(text), parse_constant=_no_constant,
-                          parse_float=_finite_number)
-    except ValueError as e:  # JSONDecodeError, a non-finite number, a too-long int literal
-        return None, f"not valid JSON ({e})"
+        data = checked(json.loads(text, parse_constant=_no_constant,
+                                  parse_float=_finite_number), text)
+    except ValueError as e:  # JSONDecodeError, a non-finite number, a too-long int literal,
+        return None, f"not valid JSON ({e})"  # nested deeper than MAX_CONTENT_DEPTH
     except RecursionError:
         return None, "not valid JSON (nested too deep)"
     if not isinstance(data, dict):
@@ -216,6 +219,9 @@ class JudgeClient:
             self._semaphore = asyncio.Semaphore(self.config.max_concurrency)
         started = self.clock()
         async with self._semaphore:
+            if self.over_budget():  # spent by the calls this one waited behind
+                result.status, result.error = "budget_exceeded", "hourly judge budget spent"
+                return result
             await self._exchange(messages, schema, name, check, result)
         result.latency_s = max(self.clock() - started, 0.0)
         return result

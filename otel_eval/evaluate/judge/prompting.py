@@ -11,6 +11,7 @@ into scores).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,10 +36,15 @@ class Request:
 
 
 def _missing(data: dict[str, Any], key: str, id_key: str, wanted: Sequence[int]) -> str | None:
-    got = {item.get(id_key) for item in data.get(key, ()) if isinstance(item, dict)}
-    missing = [i for i in wanted if i not in got]
+    """What the reply's ``key`` lacks or repeats: every step listed graded, each once (a step
+    graded twice has no one grade: which would stand would depend on the reply's order)."""
+    graded = Counter(item.get(id_key) for item in data.get(key, ()) if isinstance(item, dict))
+    missing = [i for i in wanted if i not in graded]
     if missing:
         return f"{key} is missing {id_key} {', '.join(map(str, missing))}: grade every one listed"
+    twice = [str(i) for i, n in graded.items() if n > 1][:20]
+    if twice:
+        return f"{key} grades {id_key} {', '.join(twice)} more than once: once each"
     return None
 
 
