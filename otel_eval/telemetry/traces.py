@@ -35,8 +35,8 @@ class TraceMetrics:
         self.c_loop = c("traces_with_loop", "Traces with a loop finding.", sa)
         self.c_nonterm = c("traces_non_terminated",
                            "Traces of runs that did not end (non-termination findings).", sa)
-        self.c_budget = c("traces_budget_overruns", "Budget overrun findings, by budget.",
-                          [*sa, "budget"])
+        self.c_budget = c("traces_budget_overruns",
+                          "Budget overrun findings (*_exceeded), by budget.", [*sa, "budget"])
         self.c_verdicts = c("traces_verdicts", "Verdicts, passed or failed.", [*sa, "verdict"])
         self.c_lucky = c("traces_lucky_passes", "Passed traces flagged as lucky passes.", sa)
         self.c_agent_source = c("traces_agent_source",
@@ -49,7 +49,8 @@ class TraceMetrics:
                                [*sa, "kind", "tool"])
         h = d.histogram
         self.h_steps = h("trace_steps", "Steps per trace: top-level tool calls, a code action "
-                         "once (counts.steps, --budget steps).", sa, _STEPS_BUCKETS)
+                         "once (counts.steps, --budget steps; a trace whose evaluation failed "
+                         "is not observed).", sa, _STEPS_BUCKETS)
         self.h_tokens = h("trace_tokens", "Input + output tokens per trace (a trace none of "
                           "whose spans recorded tokens is not observed).", sa, _TOKEN_BUCKETS)
         self.h_cost = h("trace_cost_usd", "Cost per trace, USD.", sa, _COST_BUCKETS)
@@ -92,7 +93,7 @@ class TraceMetrics:
                                       and f.kind in NOT_ENDED_KINDS)
             self._series(self.c_findings, service, agent, f.detector, f.kind,
                          f.severity).inc()
-            if f.detector == "budget":
+            if f.detector == "budget" and f.kind.endswith("_exceeded"):  # not cost_unknown
                 budget = str(f.attributes.get("budget") or f.kind or UNKNOWN)[:64]
                 self._series(self.c_budget, service, agent, budget).inc(exemplar=exemplar)
             elif f.detector == "tool_call" and f.kind in TOOL_ERROR_KINDS:
@@ -108,7 +109,9 @@ class TraceMetrics:
     def _observe_trace(self, t: Trajectory, service: str, agent: str,
                        exemplar: dict[str, str]) -> None:
         usage = t.usage()
-        self._series(self.h_steps, service, agent).observe(len(t.action_steps), exemplar)
+        if t.steps:  # none at all: the stand-in of a run whose evaluation failed
+            # (``bare_trajectory``): its steps are unknown, not 0
+            self._series(self.h_steps, service, agent).observe(len(t.action_steps), exemplar)
         tokens = tokens_total(usage)
         if tokens is not None:  # unknown (no LLM step recorded any) is no 0-token run
             self._series(self.h_tokens, service, agent).observe(tokens, exemplar)

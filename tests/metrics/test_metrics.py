@@ -37,7 +37,9 @@ def test_evaluation_stored_derives_every_family() -> None:
         Finding("loop", "repeated_tool_call", "error", "3x search", span_ids=["02" * 8]),
         Finding("loop", "cycle", "warning", "a-b-a-b"),
         Finding("non_termination", "halted", "error", "hit the step cap"),
-        Finding("budget", "tokens", "warning", "over", attributes={"budget": "tokens"}),
+        Finding("budget", "tokens_exceeded", "error", "over", attributes={"budget": "tokens"}),
+        # no overrun: a cost within its budget, partly unpriced (it was counted as one)
+        Finding("budget", "cost_unknown", "info", "?", attributes={"budget": "cost_usd"}),
         Finding("tool_call", "runtime", "error", "boom", span_ids=[f"{2:016x}"]),
         Finding("tool_call", "selection", "warning", "?", attributes={"tool": "nope"}),
         Finding("lucky_pass", "lucky_pass", "info", "passed despite errors"),
@@ -49,6 +51,7 @@ def test_evaluation_stored_derives_every_family() -> None:
     assert _value(r, "otel_eval_traces_with_loop_total", **sa) == 1  # one trace, two findings
     assert _value(r, "otel_eval_traces_non_terminated_total", **sa) == 1
     assert _value(r, "otel_eval_traces_budget_overruns_total", **sa, budget="tokens") == 1
+    assert _value(r, "otel_eval_traces_budget_overruns_total", **sa, budget="cost_usd") == 0
     assert _value(r, "otel_eval_traces_verdicts_total", **sa, verdict="passed") == 1
     assert _value(r, "otel_eval_traces_lucky_passes_total", **sa) == 1
     # the findings carry the service too, so the dashboard's $service reaches them
@@ -207,3 +210,24 @@ def test_a_released_kafka_partition_drops_its_lag_and_offset() -> None:
                                      {"topic": "spans", "partition": "3"}) is None
     assert registry.get_sample_value("otel_eval_kafka_lag_records",
                                      {"topic": "spans", "partition": "4"}) == 7
+
+
+def test_a_run_whose_evaluation_failed_observes_no_steps() -> None:
+    """Its stand-in (``Evaluator.failed``: ``bare_trajectory``) has no steps: unknown, not a
+    0-step run in ``otel_eval_trace_steps`` (its tokens were already not observed)."""
+    from otel_eval.app.config import Config
+    from otel_eval.base.model import Span, Trace
+    from otel_eval.evaluate.evaluator import Evaluator
+
+    spans = [Span("cd" * 16, f"{i:016x}", None if i == 1 else f"{1:016x}", f"s{i}",
+                  1_000_000_000, 5_000_000_000) for i in (1, 2)]
+    failed = Evaluator(Config()).failed(Trace("cd" * 16, spans, "complete"), RuntimeError("x"))
+    m = Metrics()
+    m.evaluation_stored(failed, 0.1, superseded=False)
+    m.evaluation_stored(_evaluation(), 0.1, superseded=False)
+    unknown = {"service": "unknown", "agent": "unknown"}
+    assert _value(m.registry, "otel_eval_trace_steps_count", **unknown) == 0
+    assert _value(m.registry, "otel_eval_traces_completed_total", **unknown,
+                  status="complete") == 1  # counted, not observed
+    assert _value(m.registry, "otel_eval_trace_steps_count", service="svc",
+                  agent="planner") == 1
