@@ -147,6 +147,9 @@ _OTHER = ("Add two checked bags to my reservation", "What is my baggage allowanc
           "Which meals are served on board?", "Is travel insurance refundable at all?")
 
 
+_LOG = "error log line: connection refused at port 5432 on host db-1\n" * 10  # 600 chars
+
+
 def _said(*requests: str) -> list[dict[str, Any]]:
     return [_turn(n, text=text) for n, text in enumerate(requests)]
 
@@ -183,6 +186,16 @@ REWORDED: list[tuple[str, list[dict[str, Any]], dict[str, Any], list[tuple[str, 
     ("a stricter threshold", _said("I want to cancel my flight to Boston, please.",
                                    "Please, I want you to cancel my Boston flight"),
      {"reworded_request_similarity": 0.9}, []),
+    # equal only when equal whole (each was cut to its first 500 characters: the same
+    # request); a rewording is read in the first 500, as before, where a log both pasted
+    # makes them alike: a limit of the rule, and a warning
+    ("a pasted log, then different questions", _said(
+        _LOG + "Why does the database refuse connections?",
+        _LOG + "Please delete my account and all my data."), {},
+     [("reworded_request", [1, 2])]),
+    ("a pasted log, then the same question", _said(
+        _LOG + "Why does the database refuse connections?",
+        _LOG + "why does the database refuse connections"), {}, [("same_request", [1, 2])]),
     ("three turns asked for", _said("I want to cancel my flight to Boston",
                                     "I want to cancel my flight to Boston"),
      {"repeated_request_turns": 3}, []),

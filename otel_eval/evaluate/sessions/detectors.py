@@ -49,8 +49,10 @@ _DIGIT = re.compile(r"\d")
 _PUNCTUATION = ".,;:!?()[]{}\"'"
 _CLOSERS = "*_`\"'\u201d\u2019)]} \t\n"  # after a question's mark: emphasis, quotes
 _NO_ARGUMENTS = frozenset({"{}", "[]", ""})  # canonical arguments of a call with none
-_REQUEST_CHARS = 500  # of a request compared (a rewording shows in its first sentences)
-_PROMPT_CHARS = 8_000  # of a prompt read as the request (equality only: linear)
+# of a request compared for equality, whole up to this (two that share a pasted log and
+# then ask different things are two requests); a prompt read as the request likewise
+_REQUEST_CHARS = 8_000
+_REWORD_CHARS = 500  # of a request compared for a rewording (it shows in the first sentences)
 
 
 def _finding(detector: str, kind: str, severity: str, message: str, turn: dict[str, Any],
@@ -93,8 +95,8 @@ def _request(turn: dict[str, Any]) -> tuple[str, bool]:
     turn's input: the user's message where the input holds messages (``trajectory.build``).
     Where the input is another JSON document (a framework's agent config or workflow state:
     CrewAI, LlamaIndex), it is what the turn's first LLM call was sent last (its ``prompt``),
-    often inside the framework's own template, kept whole up to ``_PROMPT_CHARS`` (compared
-    for equality only: the user's words may come after a long template). Nothing
+    often inside the framework's own template (compared for equality only: the user's words
+    may come after a long template). Either is kept whole up to ``_REQUEST_CHARS``. Nothing
     recognised is "" (never compared)."""
     text: Any = turn.get("input")
     prompted = not isinstance(text, str) or _is_document(text)
@@ -103,7 +105,7 @@ def _request(turn: dict[str, Any]) -> tuple[str, bool]:
         text = llm.get("prompt") if llm is not None else None
     if not isinstance(text, str):
         return "", prompted
-    kept = _PROMPT_CHARS if prompted else _REQUEST_CHARS
+    kept = _REQUEST_CHARS
     return norm_ws(text[:kept * 4]).casefold().rstrip(".!? ")[:kept], prompted
 
 
@@ -154,8 +156,9 @@ def _groups(requests: Sequence[tuple[int, str, bool]], config: SessionsConfig,
     ``reworded_window`` requests before it (the nearest first): character-3-gram Jaccard >=
     ``reworded_request_similarity`` is a rewording. A request read from an LLM's prompt is
     only ever equal: the framework's template around the user's words makes any two alike."""
-    grams = [frozenset() if prompted else trigrams(text) for _, text, prompted in requests]
-    ids = [_identifiers(text) for _, text, _ in requests]
+    grams = [frozenset() if prompted else trigrams(text[:_REWORD_CHARS])
+             for _, text, prompted in requests]
+    ids = [_identifiers(text[:_REWORD_CHARS]) for _, text, _ in requests]
     group = list(range(len(requests)))  # request -> the first request of its group
     reworded: set[int] = set()
     exact: dict[str, int] = {}  # text -> its first request (equal texts: at any distance)
