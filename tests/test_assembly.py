@@ -90,6 +90,31 @@ def test_a_retry_of_spans_already_held_reopens_nothing() -> None:
     assert sorted(s.span_id for s in again.spans) == [f"{i:016x}" for i in (1, 2, 3)]
 
 
+def test_late_spans_a_full_trace_cannot_take_reopen_nothing() -> None:
+    """A released trace at ``max_spans_per_trace``: a late span is refused as the open trace
+    would (``trace_too_large``). Before, it re-opened the trace first, which was released
+    and evaluated again unchanged (and sent to the sinks again)."""
+    a = TraceAssembler(CFG)
+    a.add([span(T1, 1)] + [span(T1, i, parent=1) for i in range(2, 6)], now=0)
+    assert len(a.tick(10)) == 1
+    res = a.add([span(T1, 6, parent=1)], now=200)
+    assert (res.accepted, res.reopened, res.rejected) == (0, 0, {"trace_too_large": 1})
+    assert len(a) == 0 and a.tick(400) == []
+
+
+def test_each_trace_re_opened_and_each_late_span_is_counted() -> None:
+    """One request whose 4 late spans re-open 2 traces: 2 re-opened, 4 late spans (the
+    engine counted one re-open a request and its traces as the late spans)."""
+    a = TraceAssembler(CFG)
+    a.add([span(T1, 1), span(T2, 1)], now=0)
+    assert len(a.tick(10)) == 2
+    res = a.add([span(T1, 2, parent=1), span(T1, 3, parent=1), span(T2, 2, parent=1),
+                 span(T2, 3, parent=1)], now=200)
+    assert (res.accepted, res.reopened, res.late_spans) == (4, 2, 4)
+    res = a.add([span(T1, 4, parent=1)], now=201)  # joins the open revision: not a re-open
+    assert (res.accepted, res.reopened, res.late_spans) == (1, 0, 0)
+
+
 def test_late_span_after_window_is_refused_not_a_fragment() -> None:
     a = TraceAssembler(CFG)
     a.add([span(T1, 1)], now=0)

@@ -85,7 +85,8 @@ class _Released:
 class AddResult:
     accepted: int = 0
     rejected: Counter[str] = field(default_factory=Counter)
-    reopened: int = 0  # traces re-opened by late spans
+    reopened: int = 0  # traces re-opened by late spans (or log records)
+    late_spans: int = 0  # spans those traces took
     traces: set[str] = field(default_factory=set)  # trace ids that took spans
     # trace ids that refused items as already theirs (``duplicate_span``) or as arriving after
     # they were released (``late``): a redelivered Kafka record's items are held by such a
@@ -162,10 +163,16 @@ class TraceAssembler:
         res = AddResult()
         limit = self.config.max_spans_per_trace
         took: dict[str, _Open] = {}  # the traces that took spans, in the order they did
+        reopened: set[str] = set()  # the released traces these spans re-opened
         for span in spans:
-            tr = self._open.get(span.trace_id) or self._open_for(span, now, res, source, sender)
+            tr = self._open.get(span.trace_id)
             if tr is None:
-                continue
+                before = res.reopened
+                tr = self._open_for(span, now, res, source, sender)
+                if tr is None:
+                    continue
+                if res.reopened > before:
+                    reopened.add(tr.trace_id)
             if span.span_id in tr.spans:
                 res.rejected["duplicate_span"] += 1
                 res.known.add(tr.trace_id)
@@ -177,6 +184,8 @@ class TraceAssembler:
             tr.nbytes += span.nbytes
             self.open_bytes += span.nbytes
             res.accepted += 1
+            if tr.revision and tr.trace_id in reopened:
+                res.late_spans += 1
             if span.end_ns and span.is_entry:
                 tr.root_ended = True
             if tr.trace_id not in took:
@@ -207,6 +216,13 @@ class TraceAssembler:
             # record): refused as the open trace would, without opening an empty revision
             res.rejected["duplicate_span"] += 1
             res.known.add(item.trace_id)
+            return None
+        if old is not None and (len(old.spans) >= self.config.max_spans_per_trace
+                                if isinstance(item, Span) else
+                                len(old.logs) >= self.config.max_log_records_per_trace):
+            # one the released trace has no room for: refused as the open trace would,
+            # without re-opening it to be released again unchanged
+            res.rejected["trace_too_large"] += 1
             return None
         started = self._start(item, now, res, source, sender)
         if isinstance(started, str):

@@ -112,6 +112,6 @@ class IngestMetrics:
         self.c_released.labels(status, reason or UNKNOWN).inc()
         self.c_released_spans.inc(n_spans)
 
-    def trace_reopened(self, n_late_spans: int) -> None:
-        self.c_reopened.inc()
+    def trace_reopened(self, n_traces: int, n_late_spans: int) -> None:
+        self.c_reopened.inc(n_traces)
         self.c_late.inc(n_late_spans)

@@ -145,7 +145,7 @@ def test_ingest_verbs_and_invariant() -> None:
     m.ingest.open_traces(3)
     m.ingest.pending_spans(5)
     m.ingest.trace_released("complete", "root_ended", 3)
-    m.ingest.trace_reopened(2)
+    m.ingest.trace_reopened(1, 2)
     m.evaluation.failed("judge", "timeout")
     m.sinks.dropped("forward", "queue_full", 4)
     m.sinks.forwarded(7)
