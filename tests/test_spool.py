@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -44,10 +45,11 @@ def body(spans: list[Span]) -> bytes:
 class Node:
     """One process's engine, store and spool on the files in ``tmp``."""
 
-    def __init__(self, tmp: Path, max_bytes: int = 1 << 30) -> None:
+    def __init__(self, tmp: Path, max_bytes: int = 1 << 30, **assembly: Any) -> None:
         self.now = 0.0
         self.metrics = Metrics(CollectorRegistry())
-        cfg = replace(Config(), **{"assembly.grace_s": GRACE})
+        cfg = replace(Config(), **{"assembly.grace_s": GRACE,
+                                   **{f"assembly.{k}": v for k, v in assembly.items()}})
         self.store = Store(str(tmp / "store.db"))
         self.spool = Spool(str(tmp / "store.db-spool"), max_bytes, self.metrics.spool).open()
         self.engine = Engine(InProcess(Evaluator(cfg), self.store),

@@ -136,6 +136,23 @@ def test_records_of_a_trace_no_span_joins_leave_when_assembly_drops_them(
     assert a.sample("otel_eval_assembly_log_records_dropped_total", reason="no_spans") == 1
 
 
+def test_spans_acknowledged_after_their_trace_s_records_were_dropped_stay_spooled(
+        tmp_path: Path) -> None:
+    """T opened by a log record alone is pushed out (``release_oldest``) as no_spans; its
+    spool rows are deleted at the next tick. T's spans acknowledged before that tick opened
+    a new T of the same revision, and that deletion (every row of T up to it) took theirs:
+    a crash then lost them. The new T takes the next revision."""
+    a = Node(tmp_path, max_open_traces=1, overflow_policy="release_oldest")
+    recs = [record(T1, 1, "hi")]
+    assert a.engine.submit(recs, request=logs_body(recs), signal="logs").accepted == 1
+    assert a.send([span(T9, 1, None)]) is None  # pushes T1 out: dropped, no_spans
+    assert a.send([span(T1, 1, None), span(T1, 2)]) is None  # T1's run, acknowledged
+    a.engine.tick()  # nothing due: deletes the rows of the T1 dropped
+    a.crash()
+    b = Node(tmp_path)
+    assert b.replayed is not None and b.replayed[1] == 3  # T9's span and T1's two
+
+
 def test_log_requests_without_genai_events_of_spans_leave_no_row(tmp_path: Path) -> None:
     a = Node(tmp_path)
     req = otlp_logs.encode_logs([record(T1, 1, "x")])

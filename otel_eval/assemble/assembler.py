@@ -68,6 +68,7 @@ class _Open:
     log_bytes: int = 0  # received size of its log records
     deadline: float = 0.0  # when the trace is due, given what has arrived so far
     resumed_at: float | None = None  # when a restart's replay handed it back (``resume``)
+    fresh: bool = True  # opened anew, not re-opened: its run may be stored (a restart)
     scheduled: float = float("inf")  # deadline of this trace's live heap entry
     waiters: list[Callable[[], None]] = field(default_factory=list)
 
@@ -121,6 +122,11 @@ class TraceAssembler:
         # (trace id, revision) of traces dropped with only log records: the engine drains it
         # (their spooled records are done with, as if evaluated)
         self.dropped_traces: list[tuple[str, int]] = []
+        # trace id -> the revision of the last one dropped with only log records, until the
+        # engine has deleted its spool rows (``dropped_deleted``): a trace opened meanwhile
+        # takes the next revision, so that deletion (every row of the trace up to the
+        # revision) leaves the rows of its own requests
+        self._dropped_revisions: dict[str, int] = {}
         # Waiters of those traces (the records are done: dropped and counted); the engine
         # calls them outside its lock.
         self.dropped_waiters: list[Callable[[], None]] = []
@@ -248,9 +254,12 @@ class TraceAssembler:
         self._reopenable.pop(trace_id, None)
         tr = _Open(trace_id, {}, [], now, now, source=source, sender=sender,
                    service=_service(span))
+        if old is None and trace_id in self._dropped_revisions:
+            tr.revision = self._dropped_revisions[trace_id] + 1
         self._per_service[tr.service] += 1
         if old is not None:
             self._tombstones.pop(trace_id, None)
+            tr.fresh = False
             tr.spans = old.spans
             tr.logs = old.logs
             tr.log_bytes = sum(r.nbytes for r in old.logs)
@@ -435,6 +444,7 @@ class TraceAssembler:
         self.open_log_bytes -= tr.log_bytes
         self.dropped_logs["no_spans"] += len(tr.logs)
         self.dropped_traces.append((tr.trace_id, tr.revision))
+        self._dropped_revisions[tr.trace_id] = tr.revision
         self.dropped_waiters.extend(tr.waiters)
         self._forget(now)
 
@@ -453,7 +463,14 @@ class TraceAssembler:
         return Trace(tr.trace_id, spans, status, source=tr.source, revision=tr.revision,
                      release_reason=reason, waiters=tr.waiters,
                      logs=[r.decode() for r in tr.logs],  # decoded now, not while held
-                     late_if_stored=tr.revision == 0 and tr.resumed_at is None)
+                     late_if_stored=tr.fresh and tr.resumed_at is None)
+
+    def dropped_deleted(self, traces: Iterable[tuple[str, int]]) -> None:
+        """The spool rows of these ``dropped_traces`` are deleted: a trace opened from now on
+        starts at revision 0 again."""
+        for trace_id, revision in traces:
+            if self._dropped_revisions.get(trace_id) == revision:
+                del self._dropped_revisions[trace_id]
 
     def _forget(self, now: float) -> None:
         cfg = self.config

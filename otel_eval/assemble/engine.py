@@ -227,6 +227,8 @@ class Engine:
         for waiter in waiters:
             waiter()
         self.durability.dropped(dropped)
+        with self._lock:
+            asm.dropped_deleted(dropped)
 
     # --- release and evaluation (worker thread, or tests by hand) ------------------------------
 
