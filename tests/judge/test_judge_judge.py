@@ -14,6 +14,8 @@ from judge_fixtures import combined_reply, config, evaluation, step_reply, turns
 
 from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.judge import Judge, SqliteRubricCache
+from otel_eval.evaluate.judge.config import CompactionConfig
+from otel_eval.evaluate.judge.session import render_session
 from otel_eval.outputs.events import judge_records
 
 STEPS = [1, 3, 5]
@@ -80,6 +82,28 @@ def test_text_leaving_the_process_is_redacted(llm: FakeLLM) -> None:
     wire = json.dumps(llm.requests[0]["messages"])
     assert "jane.doe@example.com" not in wire and "555 0132" not in wire
     assert "[EMAIL]" in wire and "[PHONE]" in wire
+
+
+def test_a_secret_across_a_cut_is_redacted_whole(llm: FakeLLM) -> None:
+    """Texts are redacted before they are cut: cut first, a key across the cut kept its end
+    without its ``sk-proj-`` prefix, which no longer read as a key and reached the prompt."""
+    secret = "Zq8Xw3Lm9Pt2Rv7Ks4Nd6Hj1Bf5Gc0Ya8Ue3Wi7Ox"
+    ev = evaluation()
+    ev.trajectory.steps[2].result = " ".join(["sk-proj-" + secret] * 120)  # cut: 5,880 chars
+    judge = Judge(config(llm.api_base, compaction=CompactionConfig(view_share=0)))
+    sent = "\n".join(m["content"] for r in judge.requests(ev) for m in r.messages)
+    assert "chars trimmed" in sent and "[API_KEY]" in sent
+    assert not [secret[i:i + 12] for i in range(len(secret) - 11) if secret[i:i + 12] in sent]
+
+
+def test_an_address_across_a_cut_of_a_conversation_is_redacted_whole(llm: FakeLLM) -> None:
+    """The same for a conversation's transcript (each text cut to its first 1,500): the
+    cut kept "jane.doe@", no longer an address."""
+    said = "x" * 1490 + " jane.doe@example.com " + "y" * 100  # the cut at 1,500 in it
+    turns = [{"trace_id": "1" * 32, "input": said, "output": said, "steps": []}]
+    rendered = render_session({"findings": []}, turns, Judge(config(llm.api_base)).redactor.redact)
+    shown = rendered.task + rendered.trajectory + rendered.final_output
+    assert "cut]" in shown and "[EMAIL]" in shown and "jane.doe" not in shown
 
 
 def test_separate_mode_one_call_per_judge(llm: FakeLLM) -> None:

@@ -88,7 +88,7 @@ class Judge:
     def requests(self, evaluation: Evaluation,
                  rendered: Rendered | None = None) -> list[Request]:
         """The step / trace / process / outcome calls this trace needs, redacted, as sent."""
-        rendered = rendered or render(evaluation, self.config.compaction)
+        rendered = rendered or render(evaluation, self.config.compaction, self.redactor.redact)
         return list(self._requests(evaluation, rendered))
 
     def _requests(self, evaluation: Evaluation, rendered: Rendered) -> Iterator[Request]:
@@ -125,7 +125,7 @@ class Judge:
         if not self.enabled:
             return {"mode": mode, "model": c.model, "judges": {},
                     "overall": {"status": "disabled"}}
-        rendered = render(evaluation, c.compaction)
+        rendered = render(evaluation, c.compaction, self.redactor.redact)
         collector = Collector(c.model)
         for part, why in self._parts(evaluation, rendered):
             if why:
@@ -154,8 +154,8 @@ class Judge:
         transcript (``judge.session``); passed = score >= ``tau_task``."""
         c = self.config
         collector = Collector(c.model)
-        request = self.redacted(prompting.session(self.prompts, render_session(record, turns),
-                                                  self.shape_in_prompt))
+        rendered = render_session(record, turns, self.redactor.redact)
+        request = self.redacted(prompting.session(self.prompts, rendered, self.shape_in_prompt))
         await self._send(request, collector)
         entry = collector.judges["session"]
         if entry["status"] not in OK_STATUSES:

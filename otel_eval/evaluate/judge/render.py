@@ -89,6 +89,14 @@ CHARS_PER_TOKEN = 3.5
 
 Piece = str | _Cut
 T = TypeVar("T")
+# What every text of the run goes through before it is cut (the judge's ``Redactor``): a
+# secret across a cut would keep a part that no longer reads as one (a key without its
+# ``sk-`` prefix), and pass the redaction of the prompt.
+Redact = Callable[[str], str]
+
+
+def unchanged(text: str) -> str:
+    return text
 
 
 def _level(cuts: list[_Cut], room: int) -> int:
@@ -146,15 +154,16 @@ def _json_text(value: Any, separators: tuple[str, str] | None = None) -> str:
 
 
 class _Renderer:
-    def __init__(self, limits: CompactionConfig) -> None:
+    def __init__(self, limits: CompactionConfig, redact: Redact = unchanged) -> None:
         self.c = limits
+        self.redact = redact
         self.log = MessageLog()
         self.called: set[str] = set()  # lines and call arguments of the last LLM output
         self.node: str | None = None  # agent node of the last LLM step (shown when it changes)
         self.results: dict[str, int] = {}  # a long tool result -> the step that showed it
 
     def cut(self, prefix: str, text: str, cap: int, weight: int) -> _Cut:
-        return _Cut(prefix, text, cap, weight, self.c.head_ratio)
+        return _Cut(prefix, self.redact(text), cap, weight, self.c.head_ratio)
 
     def message(self, m: Message, inbound: bool = False) -> list[Piece]:
         """One message; ``inbound`` for an LLM call's input (its prompts are cut shorter)."""
@@ -285,19 +294,21 @@ def finding_lines(findings: Sequence[T], severity: Callable[[T], Any],
     return "\n".join(lines)
 
 
-def _finding_line(f: Finding) -> str:
+def _finding_line(f: Finding, redact: Redact) -> str:
     steps = f.step_indexes
     where = ""
     if steps:
         more = len(steps) - FINDING_STEPS
         where = f" (steps {', '.join(map(str, steps[:FINDING_STEPS]))}" \
                 + (f" and {more} more)" if more > 0 else ")")
-    return f"- [{f.severity}] {f.detector}/{f.kind}: {trim(f.message, FINDING_CHARS)}{where}"
+    message = trim(redact(f.message), FINDING_CHARS)
+    return f"- [{f.severity}] {f.detector}/{f.kind}: {message}{where}"
 
 
-def render_findings(evaluation: Evaluation) -> str:
+def render_findings(evaluation: Evaluation, redact: Redact = unchanged) -> str:
     """The trace's findings for the judge, bounded (``finding_lines``)."""
-    return finding_lines(evaluation.findings, lambda f: f.severity, _finding_line)
+    return finding_lines(evaluation.findings, lambda f: f.severity,
+                         lambda f: _finding_line(f, redact))
 
 
 def agent_input_tokens(trajectory: Trajectory) -> int:
@@ -317,25 +328,26 @@ def view_budget_chars(trajectory: Trajectory, limits: CompactionConfig) -> int:
     return min(int(tokens * CHARS_PER_TOKEN), limits.max_trajectory_chars)
 
 
-def render(evaluation: Evaluation, limits: CompactionConfig) -> Rendered:
+def render(evaluation: Evaluation, limits: CompactionConfig,
+           redact: Redact = unchanged) -> Rendered:
     """Render once per trace, within the view's budget (``view_budget_chars``): the task and
     the final output first (up to ``max_task_chars``), then the run's steps, their long texts
-    cut to fit (``fit``)."""
+    cut to fit (``fit``); each text ``redact``-ed before it is cut."""
     t = evaluation.trajectory
     # the request read from a structured input with no messages (``trajectory.build``)
     task_messages = parse_messages(t.task if t.input_messages is None and t.task is not None
                                    else t.input)
     # a plain-text task is the run's first user message
     seen = task_messages + [Message("user", m.content) for m in task_messages if m.role == "raw"]
-    r = _Renderer(limits)
+    r = _Renderer(limits, redact)
     r.log.mark(seen)  # the task is shown above the run, not again inside it
     pieces = r.render(t)
     final = _plain(parse_messages(t.output))
     if len(final) > _SHORT_FINAL_CHARS and r.log.seen(final):
         final = "(the run's last output, shown in full above)"
-    task = trim(_plain(task_messages), limits.max_task_chars, limits.head_ratio)
-    final = trim(final, limits.max_task_chars, limits.head_ratio)
-    findings = render_findings(evaluation)
+    task = trim(redact(_plain(task_messages)), limits.max_task_chars, limits.head_ratio)
+    final = trim(redact(final), limits.max_task_chars, limits.head_ratio)
+    findings = render_findings(evaluation, redact)
     room = view_budget_chars(t, limits) - len(task) - len(final) - len(findings)
     text = fit(pieces, max(room, 0))
     text = trim(text, limits.max_trajectory_chars, 0.5)  # the hard bound, past the floors
