@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from otel_eval.assemble.config import AssemblyConfig
-from otel_eval.base.model import Span, Trace, TraceStatus, local_root
+from otel_eval.base.model import Finished, Span, Trace, TraceStatus, local_root
 
 if TYPE_CHECKING:  # records come held (decode.otlp_logs); the assembler only reads them
     from otel_eval.decode.otlp_logs import HeldRecord
@@ -69,6 +69,7 @@ class _Open:
     deadline: float = 0.0  # when the trace is due, given what has arrived so far
     resumed_at: float | None = None  # when a restart's replay handed it back (``resume``)
     fresh: bool = True  # opened anew, not re-opened: its run may be stored (a restart)
+    previous: Finished | None = None  # what became of the revision it re-opened
     scheduled: float = float("inf")  # deadline of this trace's live heap entry
     waiters: list[Callable[[], None]] = field(default_factory=list)
 
@@ -80,6 +81,7 @@ class _Released:
     revision: int
     sender: str = ""
     logs: list[HeldRecord] = field(default_factory=list)
+    finished: Finished | None = None  # the released trace's, set by finishing
 
 
 @dataclass
@@ -260,6 +262,7 @@ class TraceAssembler:
         if old is not None:
             self._tombstones.pop(trace_id, None)
             tr.fresh = False
+            tr.previous = old.finished
             tr.spans = old.spans
             tr.logs = old.logs
             tr.log_bytes = sum(r.nbytes for r in old.logs)
@@ -455,15 +458,20 @@ class TraceAssembler:
         self.open_bytes -= tr.nbytes
         self.open_logs -= len(tr.logs)
         self.open_log_bytes -= tr.log_bytes
+        # late if stored: opened anew (a run of that id stored before a restart is not in
+        # these spans), or re-opened from such a revision that finishing skipped as late
+        late = tr.resumed_at is None and (tr.fresh or (
+            tr.previous is not None and tr.previous.late))
+        trace = Trace(tr.trace_id, spans, status, source=tr.source, revision=tr.revision,
+                      release_reason=reason, waiters=tr.waiters,
+                      logs=[r.decode() for r in tr.logs],  # decoded now, not while held
+                      late_if_stored=late)
         self._reopenable[tr.trace_id] = _Released(now, tr.spans, tr.revision, tr.sender,
-                                                  tr.logs)
+                                                  tr.logs, trace.finished)
         self._tombstones[tr.trace_id] = None
         self._tombstones.move_to_end(tr.trace_id)
         self._forget(now)
-        return Trace(tr.trace_id, spans, status, source=tr.source, revision=tr.revision,
-                     release_reason=reason, waiters=tr.waiters,
-                     logs=[r.decode() for r in tr.logs],  # decoded now, not while held
-                     late_if_stored=tr.fresh and tr.resumed_at is None)
+        return trace
 
     def dropped_deleted(self, traces: Iterable[tuple[str, int]]) -> None:
         """The spool rows of these ``dropped_traces`` are deleted: a trace opened from now on

@@ -168,6 +168,7 @@ class Finishing:
             trace, ev = job.trace, out.evaluation
             if ev is None:  # already evaluated (and exported then), no agent run, or a
                 skipped = out.skipped or ALREADY_EVALUATED  # result nothing could store
+                trace.finished.late = skipped == LATE  # read by assembly if spans re-open it
                 self._metrics.evaluation.skipped(skipped)
                 if skipped in (NOT_A_RUN, LATE, UNSTORABLE):  # spans still pass on, unstamped
                     self._to_sinks(trace, None, h, delivering)

@@ -218,6 +218,15 @@ class LogEvent:
 
 
 @dataclass(slots=True)
+class Finished:
+    """What finishing made of one released revision of a trace (``Trace.finished``), read by
+    assembly when late spans re-open it: a revision skipped as ``late`` (a fragment of a run
+    stored before a restart) makes the next one late if stored too."""
+
+    late: bool = False  # skipped as ``late``: the store held another run of that id
+
+
+@dataclass(slots=True)
 class Trace:
     """All spans of one trace id, as released by assembly."""
 
@@ -242,6 +251,7 @@ class Trace:
     # holds it (a restart, or a trace id assembly no longer remembers). They are ``late``,
     # as assembly refuses them while it remembers the id: a fragment never replaces a run.
     late_if_stored: bool = False
+    finished: Finished = field(default_factory=Finished)
 
 
 def content_digest(trace: Trace) -> str:

@@ -253,9 +253,21 @@ def test_a_span_after_the_restart_for_a_stored_run_is_late_and_the_run_stands(
     assert second.total("otel_eval_traces_non_terminated_total") == 0
     assert second.sink.exported == [T]  # its span passes on, unstamped
     assert second.spool.held() == (0, 0)
-    # a run the store does not hold still starts here as usual
+    # a second straggler re-opens what the first one opened: still late (it re-opened a
+    # revision skipped as late; before, revision 1 was evaluated and its 2 spans replaced
+    # the stored run)
+    second.send([_span(T, 41, 1, "chat", 70, 80)])
+    assert second.advance(IDLE) == 1
+    assert second.stored()[T]["counts"]["spans"] == 9
+    assert second.sample("otel_eval_evaluation_skipped_total", reason="late") == 2
+    assert second.total("otel_eval_traces_superseded_total") == 0
+    # a run the store does not hold still starts here as usual, and a late span of it
+    # re-opens it whole as before
     second.send(run(DONE, end=90))
     assert second.advance(GRACE) == 1 and DONE in second.stored()
+    second.send([_span(DONE, 42, 1, "chat", 91, 92)])
+    assert second.advance(GRACE) == 1
+    assert second.stored()[DONE]["revision"] == 1
     second.stop()
 
 
