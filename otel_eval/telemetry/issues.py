@@ -33,6 +33,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector
 
 from otel_eval.base.text import valid_text
+from otel_eval.telemetry.labels import UNKNOWN
 
 RUN_STATUSES = ("ok", "error", "skipped")
 ANNOTATION_STATUSES = ("posted", "failed")
@@ -95,7 +96,9 @@ def families(rows: tuple[IssueRow, ...], runs: Mapping[str, int], annotations: M
         traces.add_metric(labels, float(row.traces))
         if row.trend is not None:
             trend.add_metric(labels, row.trend)
-        for name in row.agents or ("",):  # "": no agent known (matches agent=~".*")
+        # no agent known: "unknown", as the traces' metrics call it (the dashboard joins
+        # the two on agent; "" matched none of their series, and the issue was not shown)
+        for name in row.agents or (UNKNOWN,):
             agent.add_metric([*labels, valid_text(name)], {})
         if row.exemplar is not None:
             exemplar.add_metric([*labels, row.exemplar], {})

@@ -326,3 +326,14 @@ def test_the_window_keeps_only_what_clustering_reads(store: Store) -> None:
         assert result is not None
         results.append(to_json(result))
     assert results[0]["issues"] and results[0] == results[1]
+
+
+def test_an_issue_of_runs_no_span_named_is_of_agent_unknown() -> None:
+    """Its agent label is "unknown", as the traces' metrics count those runs: the dashboard's
+    issues table joins the two on agent, and "" matched nothing (the issue never showed)."""
+    from otel_eval.telemetry.issues import IssueRow, families
+
+    row = IssueRow(("node", "", "i1", "a title"), 0.5, 3, None, (), None, "high", "new")
+    [agent_info] = [f for f in families((row,), {}, {}, None, None)
+                    if f.name == "otel_eval_issue_agent"]
+    assert [s.labels["agent"] for s in agent_info.samples] == ["unknown"]
