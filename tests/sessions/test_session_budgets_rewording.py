@@ -85,6 +85,20 @@ def test_tokens_past_with_a_turn_of_unknown_tokens_are_at_least_that() -> None:
     assert finding["trace_id"] == turns[2]["trace_id"]
 
 
+def test_the_turns_budget_points_at_the_first_turn_past_it_when_only_the_newest_were_read(
+        ) -> None:
+    """10 turns, the newest 5 read (turns 6-10), a budget of 7: on turn 8 (it was on the
+    last turn read whatever the budget); a budget of 3 is past before the turns read: on the
+    first one read."""
+    from otel_eval.evaluate.sessions.detectors import budget
+
+    newest = [_turn(n) for n in range(5, 10)]
+    [at_8] = budget(newest, SessionsConfig(session_turns=7), True, total=10)
+    assert at_8["trace_id"] == newest[2]["trace_id"]
+    [at_6] = budget(newest, SessionsConfig(session_turns=3), True, total=10)
+    assert at_6["trace_id"] == newest[0]["trace_id"]
+
+
 def test_budgets_fail_the_conversation_and_are_counted() -> None:
     record = evaluate_session("s", T, SessionsConfig(session_steps=1, session_time_s=1),
                               "complete")

@@ -336,7 +336,9 @@ def budget(turns: Turns, config: SessionsConfig, complete: bool,
     limit = config.session_turns
     count = len(turns) if total is None else total
     if limit is not None and count > limit:
-        at = turns[limit] if total is None else turns[-1]  # the first turn past it
+        # the first turn past it; when the newest were read without it, the first read
+        first = limit - (count - len(turns))
+        at = turns[max(first, 0)]
         out.append(_finding("budget", "session_turns", "error",
                             f"{count} turns in the conversation (budget {limit})", at, None,
                             value=count, limit=limit))
