@@ -5,6 +5,7 @@ each flag applied over it). ``app.cli`` runs the commands."""
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any, TypeAlias
 
 from otel_eval.app.config import Config, load_config, replace
@@ -46,6 +47,23 @@ def _runs(value: str) -> int:
     n = int(value) if is_ascii_digits(value) and len(value) <= 18 else 0
     if n < 1:
         raise argparse.ArgumentTypeError(f"{value!r} is not a number of runs (1 or more)")
+    return n
+
+
+def _usd(value: str) -> float:
+    try:
+        usd = float(value)
+    except ValueError:
+        usd = -1.0
+    if not (math.isfinite(usd) and usd >= 0):
+        raise argparse.ArgumentTypeError(f"{value!r} is not an amount in USD (0 or more)")
+    return usd
+
+
+def _columns(value: str) -> int:
+    n = int(value) if is_ascii_digits(value) and len(value) <= 6 else 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of columns (1 or more)")
     return n
 
 
@@ -128,7 +146,7 @@ def _eval_command(sub: Commands) -> None:
     _common(ev)
     ev.add_argument("paths", nargs="+", metavar="PATH")
     ev.add_argument("--format", choices=["table", "jsonl"], default="table")
-    ev.add_argument("--max-cost-usd", type=float, metavar="USD",
+    ev.add_argument("--max-cost-usd", type=_usd, metavar="USD",
                     help="stop judging once the judge has spent this much")
     ev.add_argument("--turns", action="store_true", help=_TURNS_HELP)
     _model(ev)
@@ -171,7 +189,7 @@ def _show_command(sub: Commands) -> None:
     sh.add_argument("--trace", metavar="TRACE_ID", help="the trace to show, when FILE holds "
                     "several")
     sh.add_argument("--format", choices=["text", "json"], default="text")
-    sh.add_argument("--width", type=int, default=100, metavar="COLUMNS",
+    sh.add_argument("--width", type=_columns, default=100, metavar="COLUMNS",
                     help="fold tool results and LLM content to this width (100)")
     sh.add_argument("--full", action="store_true", help="unfold tool results and LLM content")
 

@@ -25,7 +25,6 @@ from otel_eval.base.configcheck import (
     ConfigError,
     FieldErrors,
     StartupError,
-    is_ascii_digits,
     parse_endpoint,
 )
 from otel_eval.base.kafka.config import KafkaConfig
@@ -97,12 +96,16 @@ def check_exposure(config: Config) -> None:
                     "(allow_insecure_non_loopback); restrict it at the network level")
 
 
+_INT = re.compile(r"-?[0-9]{1,30}")  # a count or a number of seconds, as text
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
 def _substitute(text: str, environ: typing.Mapping[str, str], errors: list[str]) -> str:
     def repl(m: re.Match[str]) -> str:
         name, default = m.group(1), m.group(2)
+        if default is not None and "${" in default:
+            errors.append(f"${{{name}:-...}}: a default is text, not another ${{...}}")
+            return ""
         if name in environ:
             return environ[name]
         if default is not None:
@@ -111,6 +114,50 @@ def _substitute(text: str, environ: typing.Mapping[str, str], errors: list[str])
         return ""
 
     return _ENV.sub(repl, text)
+
+
+def _substituted(data: Any, environ: typing.Mapping[str, str], errors: list[str]) -> Any:
+    """``data`` parsed, each string value with its ``${VAR}`` replaced, the variable's text
+    as it is (read after the YAML: "0123" stays "0123", "a #b" stays whole; comments and keys
+    are not read). A value YAML shares (an alias) is walked once."""
+    done: dict[int, Any] = {}
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, str):
+            return _substitute(value, environ, errors) if "${" in value else value
+        if not isinstance(value, dict | list):
+            return value
+        if id(value) not in done:
+            done[id(value)] = ({k: walk(v) for k, v in value.items()}
+                               if isinstance(value, dict) else [walk(v) for v in value])
+        return done[id(value)]
+
+    return walk(data)
+
+
+class _Loader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (the last one
+    silently won: a second ``assembly:`` section dropped the first)."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, str | int | float | bool) and key != "<<":
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} given twice", key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep)
+
+    def construct_yaml_int(self, node: Any) -> Any:
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:  # past Python's digit limit: the text, which its field refuses
+            return self.construct_scalar(node)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
 
 
 def _convert(tp: Any, value: Any, path: str, errors: list[str]) -> Any:
@@ -146,7 +193,7 @@ def _convert(tp: Any, value: Any, path: str, errors: list[str]) -> Any:
         return float(value)
     if tp in (int, str, bool) and type(value) is tp:
         return value
-    if tp is int and isinstance(value, str) and is_ascii_digits(value.strip().lstrip("-")):
+    if tp is int and isinstance(value, str) and _INT.fullmatch(value.strip()):
         return int(value)  # env-substituted numbers arrive as strings
     if tp is float and isinstance(value, str):
         try:
@@ -157,7 +204,7 @@ def _convert(tp: Any, value: Any, path: str, errors: list[str]) -> Any:
         return value.lower() == "true"
     if tp is str and isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)
-    errors.append(f"{path}: expected {getattr(tp, '__name__', tp)}, got {value!r}")
+    errors.append(f"{path}: expected {getattr(tp, '__name__', tp)}, got {value!r:.80}")
     return value
 
 
@@ -176,6 +223,7 @@ def build(cls: type[T], data: Any, path: str = "", errors: list[str] | None = No
         if key not in names:
             errs.append(f"{path + '.' if path else ''}{key}: unknown key "
                         f"(known: {', '.join(sorted(names))})")
+    before = len(errs)
     kwargs = {k: _convert(hints[k], v, f"{path + '.' if path else ''}{k}", errs)
               for k, v in data.items() if k in names}
     obj: Any = None
@@ -185,7 +233,8 @@ def build(cls: type[T], data: Any, path: str = "", errors: list[str] | None = No
         except FieldErrors as e:  # __post_init__ validation, field by field
             errs += [f"{path + '.' if path else ''}{k}: {v}" for k, v in e.problems.items()]
         except (TypeError, ValueError) as e:  # __post_init__ validation
-            errs.append(f"{path or '<root>'}: {e}")
+            if len(errs) == before:  # else a value not converted, reported with its path
+                errs.append(f"{path or '<root>'}: {e}")
     if top and errs:
         raise ConfigError(errs)
     return typing.cast(T, obj)
@@ -202,11 +251,13 @@ def load_config(path: str | Path | None = None,
         raw = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise StartupError(f"config file {path}: {getattr(e, 'strerror', None) or e}") from None
-    text = _substitute(raw, env, errors)
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(raw, Loader=_Loader)  # a SafeLoader (its subclass)
     except yaml.YAMLError as e:
         raise ConfigError([f"{path}: not valid YAML: {e}"]) from e
+    except ValueError as e:  # an integer past Python's digit limit
+        raise ConfigError([f"{path}: {e}"]) from e
+    data = _substituted(data, env, errors)
     cfg = build(Config, data, "", errors) if not errors else None
     if errors:
         raise ConfigError(errors)

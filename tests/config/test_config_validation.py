@@ -156,3 +156,74 @@ def test_serve_refuses_listeners_beyond_this_host_with_their_paths_all_at_once(
     path.write_text("receiver:\n  grpc_endpoint: 0.0.0.0:4317\n")
     assert load_config(path).receiver.exposure_problems()[0].startswith(
         "receiver.grpc_endpoint listens on '0.0.0.0'")
+
+
+def _load(tmp_path: Path, text: str, env: dict[str, str] | None = None) -> Config:
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    return load_config(path, env or {})
+
+
+def test_the_printed_reference_loads_back(tmp_path: Path) -> None:
+    """``otel-eval config > c.yaml`` then ``--config c.yaml``: a ``${VAR}`` in a comment
+    (the reference names GRAFANA_TOKEN, ...) was substituted too and, unset, refused."""
+    from otel_eval.app.configdoc import reference
+
+    assert _load(tmp_path, reference(Config())) == Config()
+    assert _load(tmp_path, "# token: ${SECRET}\n") == Config()
+
+
+@pytest.mark.parametrize("secret", ["0123", "12:30:00", "abc #def", "[1, 2]", "yes"])
+def test_an_environment_value_is_taken_as_it_is(tmp_path: Path, secret: str) -> None:
+    """Substituted after the YAML is read, not before: "0123" was the octal 83 (the string
+    "83"), "12:30:00" sexagesimal 45000, "abc #def" cut at its "#"."""
+    cfg = _load(tmp_path, "kafka:\n  security:\n    sasl_password: ${P}\n", {"P": secret})
+    assert cfg.kafka.security.sasl_password == secret
+    cfg = _load(tmp_path, "assembly:\n  max_open_traces: ${N}\n", {"N": "42"})
+    assert cfg.assembly.max_open_traces == 42  # a number still reads as one
+
+
+@pytest.mark.parametrize("text", [
+    "assembly:\n  max_open_traces: '--5'\n",
+    "assembly:\n  max_open_traces: " + "9" * 5000 + "\n",  # past Python's digit limit
+    "assembly:\n  max_open_traces: '" + "9" * 5000 + "'\n",
+])
+def test_a_number_that_is_none_is_refused_with_its_path(tmp_path: Path, text: str) -> None:
+    """Each was a ValueError out of the loader (a traceback), not a configuration error."""
+    with pytest.raises(ConfigError) as e:
+        _load(tmp_path, text)
+    assert [err.split(":")[0] for err in e.value.errors] == ["assembly.max_open_traces"]
+
+
+@pytest.mark.parametrize("text", [
+    "assembly:\n  grace_s: 5\n  grace_s: 7\n",
+    "assembly:\n  grace_s: 5\nassembly:\n  idle_timeout_s: 7\n",  # the first was dropped
+    "judge:\n  model: ${A:-${B}}\n",  # a default is text: this one was "${B}"
+])
+def test_what_would_be_read_otherwise_is_refused(tmp_path: Path, text: str) -> None:
+    with pytest.raises(ConfigError):
+        _load(tmp_path, text, {"B": "gpt"})
+
+
+def test_an_alias_is_substituted_once(tmp_path: Path) -> None:
+    """A YAML alias is one value: walked once, however often it is referred to (nested
+    aliases would otherwise be walked an exponential number of times)."""
+    levels = ["a0: &a0 ['${X}', '${X}']"] + [
+        f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}]" for i in range(1, 30)]
+    text = "x-anchors:\n" + "\n".join("  " + line for line in levels) + "\n"
+    with pytest.raises(ConfigError) as e:  # the anchors' key is unknown: refused, quickly
+        _load(tmp_path, text, {"X": "1"})
+    assert "x-anchors: unknown key" in e.value.errors[0]
+
+
+@pytest.mark.parametrize("argv", [
+    ["eval", "t.json", "--max-cost-usd", "nan"],  # the cap never reached
+    ["eval", "t.json", "--max-cost-usd", "-1"],
+    ["show", "t.json", "--width", "0"],  # a ValueError in textwrap
+    ["show", "t.json", "--width", "-5"],
+])
+def test_flags_that_are_no_amount_or_width_are_refused(argv: list[str]) -> None:
+    from otel_eval.app.cli_args import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(argv)
