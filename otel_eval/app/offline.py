@@ -54,12 +54,19 @@ class EvalRun:
     def traces(self) -> Iterator[Trace]:
         from otel_eval.receive.loaders import LoaderError, load_path
 
+        failed: set[str] = set()  # files (or directories) with a problem, each counted once
+
+        def report(e: LoaderError) -> None:  # and go on: the next file, the file's good spans
+            failed.add(e.path)
+            self.failed_files = len(failed)
+            print(f"otel-eval: {e}", file=sys.stderr)
+
         for path in self.paths:
             try:
-                yield from load_path(path, config=self.cfg.trajectory, turns=self.turns)
-            except (LoaderError, OSError) as e:
-                self.failed_files += 1
-                print(f"otel-eval: {e}", file=sys.stderr)
+                yield from load_path(path, config=self.cfg.trajectory, turns=self.turns,
+                                     on_error=report)
+            except OSError as e:  # a path that cannot be opened at all
+                report(LoaderError(path, e.strerror or str(e)))
 
     def evaluations(self) -> Iterator[Evaluation]:
         return self.judged(self._evaluated(_progress(self.traces(), sys.stderr)))

@@ -37,17 +37,24 @@ def _raise(error: LoaderError) -> None:
     raise error
 
 
-def iter_files(path: str | Path) -> Iterator[Path]:
-    """``path`` itself, or every regular file under it (recursively, sorted, hidden skipped)."""
+def iter_files(path: str | Path, on_error: OnError = _raise) -> Iterator[Path]:
+    """``path`` itself, or every regular file under it (recursively, sorted, hidden skipped;
+    a FIFO or a socket would block its read); a directory that cannot be listed is an error
+    (``on_error``), not a silent gap."""
     root = Path(path)
     if not root.is_dir():
         yield root
         return
-    for dirpath, dirnames, filenames in os.walk(root):
+
+    def unlisted(e: OSError) -> None:
+        on_error(LoaderError(e.filename or root, f"cannot list it: {e.strerror or e}"))
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unlisted):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in sorted(filenames):
-            if not name.startswith("."):
-                yield Path(dirpath) / name
+            file = Path(dirpath) / name
+            if not name.startswith(".") and file.is_file():
+                yield file
 
 
 def _from_json(doc: Any, path: Path, config: TrajectoryConfig, on_error: OnError,
@@ -115,5 +122,5 @@ def _load_file(path: Path, config: TrajectoryConfig | None,
 def load_path(path: str | Path, *, config: TrajectoryConfig | None = None,
               on_error: OnError | None = None, turns: bool = False) -> Iterator[Trace]:
     """Every trace in ``path`` (a file or a directory, recursively), file by file."""
-    for file in iter_files(path):
+    for file in iter_files(path, on_error or _raise):
         yield from load_file(file, config=config, on_error=on_error, turns=turns)

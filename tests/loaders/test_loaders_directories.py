@@ -1,0 +1,69 @@
+"""``eval`` over directories and partly bad files: it goes on with the next file and keeps a
+file's good spans (a bad file ended its directory's walk, one rejected span dropped its
+file), reads regular files only (a FIFO blocked it for ever) and reports a directory it
+cannot list (it was skipped silently)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from otel_eval.app.config import Config
+from otel_eval.app.offline import EvalRun
+from otel_eval.receive.loaders import iter_files
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "loaders"
+WEATHER = "5b8efff798038103d269b633813fc60c"
+
+
+def _trace_ids(run: EvalRun) -> list[str]:
+    return [t.trace_id for t in run.traces()]
+
+
+def test_eval_goes_on_with_the_next_file_of_a_directory(tmp_path: Path) -> None:
+    (tmp_path / "a_bad.json").write_text('{"x": 1}')
+    shutil.copy(DATA / "otlp_request.json", tmp_path / "b_good.json")
+    run = EvalRun(Config(), [str(tmp_path)])
+    ids = _trace_ids(run)
+    assert run.failed_files == 1
+    assert WEATHER in ids
+
+
+def test_eval_keeps_the_good_spans_of_a_partly_bad_file(tmp_path: Path) -> None:
+    doc = json.loads((DATA / "otlp_request.json").read_text())
+    spans = doc["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    spans.append({**spans[1], "spanId": "abc"})  # one span with a wrong-length id
+    path = tmp_path / "partly_bad.json"
+    path.write_text(json.dumps(doc))
+    run = EvalRun(Config(), [str(path)])
+    assert WEATHER in _trace_ids(run)
+    assert run.failed_files == 1  # reported, and eval exits 1
+
+
+def test_directory_walk_yields_regular_files_only(tmp_path: Path) -> None:
+    shutil.copy(DATA / "otlp_request.json", tmp_path / "good.json")
+    os.mkfifo(tmp_path / "pipe")
+    assert [p.name for p in iter_files(tmp_path)] == ["good.json"]
+
+
+def test_unreadable_subdirectory_is_reported(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """As root the permission cannot be taken away: the listing error is simulated."""
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    shutil.copy(DATA / "otlp_request.json", sub / "good.json")
+    real = os.scandir
+
+    def scandir(path: object = ".") -> object:
+        if Path(os.fsdecode(path)) == sub:  # type: ignore[arg-type]
+            raise PermissionError(13, "Permission denied", str(sub))
+        return real(path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    run = EvalRun(Config(), [str(tmp_path)])
+    _trace_ids(run)
+    assert run.failed_files == 1
