@@ -77,7 +77,7 @@ def _loopy_findings(i: int) -> list[Finding]:
     if i % 10 in (1, 3, 5):  # 30 % never terminate
         out.append(Finding("non_termination", "halted", "error", "step cap"))
     if i % 5 == 0:  # 20 % overrun the token budget
-        out.append(Finding("budget", "tokens", "warning", "over",
+        out.append(Finding("budget", "tokens_exceeded", "error", "over",
                            attributes={"budget": "tokens"}))
     kind = ("selection", "arguments", "runtime")[i % 3]
     out.append(Finding("tool_call", kind, "warning", "bad call",
