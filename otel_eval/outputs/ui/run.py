@@ -29,14 +29,14 @@ def tree(body: dict[str, Any]) -> dict[str, Any]:
     what names no step stays on the trace. Flat, not nested: a hostile trace can be
     thousands of spans deep."""
     steps = {s["index"]: {**s, "findings": [], "critiques": [], "children": []}
-             for s in body.get("steps", [])}
+             for s in body.get("steps") or []}
     by_span: dict[str, dict[str, Any]] = {}
     for s in steps.values():  # a rebuilt step shares its LLM step's span id: keep the LLM's
         if s.get("span_id") and not s.get("rebuilt"):
             by_span.setdefault(s["span_id"], s)
     trace_findings: list[dict[str, Any]] = []
     trace_critiques: list[dict[str, Any]] = []
-    for f in body.get("findings", []):
+    for f in body.get("findings") or []:
         where = [i for i in f.get("step_indexes") or [] if i in steps]
         (steps[where[-1]]["findings"] if where else trace_findings).append(f)
     for c in critiques(body):

@@ -19,7 +19,7 @@ from otel_eval.outputs.ui.html import Html, h, href, segment
 from otel_eval.outputs.ui.text import Redact, redacted, usd
 from otel_eval.outputs.ui.values import short, when
 from otel_eval.outputs.ui.verdicts import agent_name, p_badge
-from otel_eval.store.query import Page
+from otel_eval.store.query import STATUSES, Page
 
 FILTERS = ("service", "agent", "task_id", "status", "passed", "detector", "since", "until",
            "limit")
@@ -98,11 +98,18 @@ def _form(params: Mapping[str, str]) -> Html:
     def field(name: str, label: str, hint: str = "") -> Html:
         return h("label", label, h("input", name=name, value=params.get(name, ""),
                                    placeholder=hint or None))
-    passed = params.get("passed", "")
-    choose = h("label", "verdict", h("select", [
-        h("option", label, value=v, selected=passed == v)
-        for v, label in (("", "any"), ("false", "failed"), ("true", "passed"))], name="passed"))
-    return h("form", field("service", "service"), field("agent", "agent"), choose,
+    def choose(name: str, label: str, options: tuple[tuple[str, str], ...]) -> Html:
+        chosen = params.get(name, "")
+        known = [v for v, _ in options]
+        return h("label", label, h("select", [
+            h("option", text, value=v, selected=chosen == v) for v, text in options]
+            + ([h("option", chosen, value=chosen, selected=True)]  # a value of the URL's
+               if chosen not in known else []), name=name))
+
+    return h("form", field("service", "service"), field("agent", "agent"),
+             field("task_id", "task"),
+             choose("passed", "verdict", (("", "any"), ("false", "failed"), ("true", "passed"))),
+             choose("status", "status", (("", "any"), *((s, s) for s in STATUSES))),
              field("detector", "finding", "loop or loop:stagnation"),
              field("since", "since", "2026-12-01T09:00:00Z"), field("until", "until"),
              h("input", type="hidden", name="limit", value=params.get("limit", DEFAULT_LIMIT)),

@@ -121,7 +121,8 @@ def _step_head(s: dict[str, Any], links: StepLinks) -> Html:
     tokens = (s.get("input_tokens"), s.get("output_tokens"))
     facts = [f"agent {short(s['agent_shown'], 80)}" if s.get("agent_shown") else None,
              short(s.get("model"), 80) if s.get("model") else None,
-             f"{tokens[0] or 0}+{tokens[1] or 0} tok" if tokens != (None, None) else None,
+             "+".join("?" if n is None else str(n) for n in tokens) + " tok"  # ? unknown
+             if tokens != (None, None) else None,
              usd(s["cost_usd"]) if s.get("cost_usd") is not None else None,
              duration(s.get("start_time_unix_nano"), s.get("end_time_unix_nano")) or None]
     marks = [h("span", "rebuilt: no span of its own", class_="mark rebuilt")
@@ -201,11 +202,12 @@ def _summary(t: dict[str, Any], budget: Budget, redact: Redact, trace_url: str,
              usd(usage.get("cost_usd")), f"{t.get('duration_s') or 0:.1f} s",
              f"status {short(t.get('status'), 20)}", f"revision {t.get('revision', 0)}"]
     judge = _dict(t.get("judge"))
-    scores = [f"{k.replace('_', ' ')} {judge[k]}" for k in
-              ("status", "process_score", "outcome_score", "lucky_pass") if k in judge]
+    scores = [f"{k.replace('_', ' ')} {judge[k]}" for k in  # a score not given: left out
+              ("status", "process_score", "outcome_score", "lucky_pass")
+              if judge.get(k) is not None]
     budgets = [f"{short(a.get('budget'), 40)} {a.get('value')} of {a.get('limit')}"
                for f in [*t["findings"], *(f for s in t["steps"] for f in s["findings"])]
-               if f.get("detector") == "budget"
+               if f.get("detector") == "budget" and str(f.get("kind")).endswith("_exceeded")
                for a in [f.get("attributes") or {}]][:LISTED]
     reasons = verdict.get("reasons") or []
     ref = _dict(verdict.get("reference"))
