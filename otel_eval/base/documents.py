@@ -3,19 +3,26 @@ field that is wrong, so a bad file fails at start with the reason (a ValueError)
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 MAX_NAME_CHARS = 200
 
 
+# The largest magnitude of a model file's number: far past what training writes (thousands),
+# and small enough that no sum of 50,000 products of them overflows (inf - inf is NaN)
+MAX_MAGNITUDE = 1e9
+
+
 def finite_numbers(value: Any, n: int, where: str) -> tuple[float, ...]:
-    """``value`` as ``n`` finite numbers (a JSON list; booleans are not numbers)."""
+    """``value`` as ``n`` finite numbers of at most ``MAX_MAGNITUDE`` (a JSON list; booleans
+    are not numbers)."""
     if not isinstance(value, list) or len(value) != n:
         raise ValueError(f"{where}: expected a list of {n} numbers")
     for v in value:
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-            raise ValueError(f"{where}: {v!r} is not a finite number")
+        if isinstance(v, bool) or not isinstance(v, int | float) or not (
+                -MAX_MAGNITUDE <= v <= MAX_MAGNITUDE):  # NaN too; a 400-digit int is no float
+            raise ValueError(f"{where}: {v!r:.40} is not a finite number of at most "
+                             f"{MAX_MAGNITUDE:g}")
     return tuple(float(v) for v in value)
 
 

@@ -83,7 +83,7 @@ def test_repeated_names_zero_scale_and_nan_are_refused(tau_model: Path,
     n = len(doc["features"])
     cases = {
         "names repeat": _edit(doc, "features", [doc["features"][0]] * n),
-        "every scale must be > 0": _edit(doc, "scaler.scale", [0.0] * n),
+        "every scale must be >= 1e-09": _edit(doc, "scaler.scale", [0.0] * n),
     }
     for problem, bad in cases.items():
         path = tmp_path / "m.json"

@@ -84,11 +84,14 @@ def _line(text: str, where: str, labels: Labels) -> None:
         raise TrainError(f'{where}: expected {{"trace_id": "...", "outcome": true|false}}')
     value = _outcome(item["outcome"], where)
     if isinstance(item.get("trace_id"), str):
-        labels.by_trace[item["trace_id"].lower()] = value
+        kind, key, into = "trace_id", item["trace_id"].lower(), labels.by_trace
     elif isinstance(item.get("task_id"), str | int):
-        labels.by_task[str(item["task_id"])] = value
+        kind, key, into = "task_id", str(item["task_id"]), labels.by_task
     else:
         raise TrainError(f"{where}: needs a string trace_id (or task_id)")
+    if into.get(key, value) != value:  # which one was right? (the last one won)
+        raise TrainError(f"{where}: {kind} {key[:80]!r} labelled both ways")
+    into[key] = value
 
 
 def read_labels(paths: Iterable[str]) -> Labels:

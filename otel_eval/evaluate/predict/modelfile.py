@@ -55,6 +55,9 @@ MAX_FILE_BYTES = 16 * 1024 * 1024  # a model of 10,000 features is ~1 MB
 MAX_FEATURES = 10_000
 MAX_AGENTS = 1_000  # agents a model knows by name (scaler.agents, calibration.agents)
 MAX_AGENT_MODELS = 100  # agents with a model of their own (agent_models)
+# A feature's scale, at least: a smaller one divides a value past any weight's reach (a
+# standardized value of inf, times a weight 0, was NaN)
+MIN_SCALE = 1e-9
 
 
 class ModelFileError(ValueError):
@@ -236,8 +239,8 @@ def _model(doc: Any, nested: bool) -> Model:
     if not isinstance(scaler, dict):
         raise ValueError("scaler: expected an object with mean and scale")
     scale = finite_numbers(scaler.get("scale"), n, "scaler.scale")
-    if any(s <= 0 for s in scale):
-        raise ValueError("scaler.scale: every scale must be > 0")
+    if any(s < MIN_SCALE for s in scale):
+        raise ValueError(f"scaler.scale: every scale must be >= {MIN_SCALE:g}")
     clip = scaler.get("clip")
     if clip is not None and not _number(clip, "scaler.clip") > 0:
         raise ValueError("scaler.clip: must be > 0")
@@ -319,8 +322,8 @@ def _agent_scalers(doc: Any, n: int) -> dict[str, tuple[tuple[float, ...], tuple
         if not isinstance(own, dict):
             raise ValueError(f"{where}: expected an object with mean and scale")
         scale = finite_numbers(own.get("scale"), n, f"{where}.scale")
-        if any(s <= 0 for s in scale):
-            raise ValueError(f"{where}.scale: every scale must be > 0")
+        if any(s < MIN_SCALE for s in scale):
+            raise ValueError(f"{where}.scale: every scale must be >= {MIN_SCALE:g}")
         out[key] = (finite_numbers(own.get("mean"), n, f"{where}.mean"), scale)
     return out
 

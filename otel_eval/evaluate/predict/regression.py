@@ -24,6 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from otel_eval.base.documents import MAX_NAME_CHARS
 from otel_eval.base.vocabulary import top_terms
 from otel_eval.evaluate.predict.text import terms
 
@@ -174,7 +175,8 @@ def text_vocabulary(texts: list[str]) -> dict[str, int]:
     ``text_min_df`` runs, the ``text_max_terms`` most frequent, ties at the cut to the term
     that sorts first), so the same runs train the same model on any machine."""
     hp = HYPERPARAMETERS
-    return top_terms(map(terms, texts), hp["text_max_terms"], hp["text_min_df"])
+    named = ([t for t in terms(text) if len(t) <= MAX_NAME_CHARS] for text in texts)
+    return top_terms(named, hp["text_max_terms"], hp["text_min_df"])
 
 
 def out_of_fold(x: Any, y: Any, groups: list[str], texts: list[str],

@@ -1,0 +1,77 @@
+"""Model and labels files that loaded but could not be used: a 400-digit number (a
+traceback), numbers that make a prediction NaN (a subnormal scale, products past a float),
+a text term longer than a model file's name (``train`` wrote a file its loader refused),
+and a run labelled both ways (the last line won)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from otel_eval.evaluate.predict.labels import Row, TrainError, read_labels
+from otel_eval.evaluate.predict.modelfile import ModelFileError, load_model, write_model
+
+
+def _doc(**over: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "format": "otel-eval-predictor", "format_version": 3, "name": "m", "version": "v",
+        "features_version": 5, "features": ["a", "b"],
+        "scaler": {"mean": [0, 0], "scale": [1, 1]}, "coefficients": [1, 1], "intercept": 0,
+        "calibration": {"method": "platt", "a": 1, "b": 0}}
+    return {**doc, **over}
+
+
+def test_a_huge_json_integer_is_a_model_file_error_not_a_crash(tmp_path: Path) -> None:
+    raw = json.dumps(_doc()).replace('"intercept": 0', '"intercept": ' + "9" * 400)
+    path = tmp_path / "m.json"
+    path.write_text(raw)
+    with pytest.raises(ModelFileError):
+        load_model(path)
+
+
+@pytest.mark.parametrize(("over", "values", "text"), [
+    # a subnormal scale (> 0, accepted) makes (value - mean) / scale infinite; * 0 -> NaN
+    ({"scaler": {"mean": [0, 0], "scale": [5e-324, 1]}, "coefficients": [0, 1]},
+     {"a": 4.0, "b": 1.0}, ""),
+    # finite but huge text idf/coefficients: squares and dot overflow to inf, inf/inf = NaN
+    ({"format_version": 2, "calibration": {"method": "stack", "a": [1, 1], "b": 0},
+      "text": {"text_version": 1, "terms": ["hello", "world"], "idf": [1e200, 1e200],
+               "coefficients": [1e200, -1e200], "intercept": 0}},
+     {"a": 0.0, "b": 0.0}, "hello world"),
+])
+def test_a_model_that_loads_never_predicts_nan(tmp_path: Path, over: dict[str, Any],
+                                               values: dict[str, float], text: str) -> None:
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(_doc(**over)))
+    try:
+        model = load_model(path)
+    except ModelFileError:
+        return  # refusing the file is fine
+    p = model.p_success(values, text)
+    assert not math.isnan(p) and 0.0 <= p <= 1.0, p
+
+
+def test_train_writes_a_model_when_runs_share_a_word_longer_than_a_name(tmp_path: Path) -> None:
+    # a word of > MAX_NAME_CHARS (200) word characters in >= 2 runs' text becomes a text term;
+    # write_model's own check (short_name on text.terms[]) then refuses the document
+    from otel_eval.evaluate.predict.train import fit
+
+    word = "x" * 250
+    rows = [Row({"steps": float(i % 3), "tool_calls": float(i)}, i % 2 == 0, f"task{i % 4}",
+                "otlp", f"[final] {word} {'done fixed' if i % 2 == 0 else 'unable sorry'}", "/a")
+            for i in range(12)]
+    model = write_model(fit(rows), tmp_path / "m.json")
+    assert load_model(tmp_path / "m.json").label == model.label
+
+
+def test_conflicting_labels_for_one_trace_are_refused(tmp_path: Path) -> None:
+    trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    path = tmp_path / "labels.jsonl"
+    path.write_text(f'{{"trace_id": "{trace}", "outcome": true}}\n'
+                    f'{{"trace_id": "{trace}", "outcome": false}}\n')
+    with pytest.raises(TrainError):
+        read_labels([str(path)])
