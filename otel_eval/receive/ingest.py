@@ -218,8 +218,14 @@ class Ingest:
             kw["sender"] = sender
         if on_stored is not None:
             kw["on_stored"] = on_stored
-        adm = (self.engine.submit(decoded.items, source, **kw) if decoded.items or not logs
-               else Admission())
+        if decoded.items:
+            adm = self.engine.submit(decoded.items, source, **kw)
+        else:  # nothing to take (none sent, or every one rejected): a success whatever the
+            # engine's state, for spans as for records (OTLP: an empty request SHOULD be
+            # answered with success; a 429 made the exporter retry it)
+            adm = Admission()
+            if on_stored is not None:
+                on_stored()  # nothing to wait for (a Kafka record's offset is done)
         if adm.throttled is not None:
             account.throttled(adm.throttled)
             return IngestResult("throttled", message=f"otel-eval is at capacity "
