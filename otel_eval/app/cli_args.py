@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 from typing import Any, TypeAlias
 
 from otel_eval.app.config import Config, load_config, replace
@@ -43,11 +44,15 @@ def _workers(value: str) -> int:
     return n
 
 
-def _runs(value: str) -> int:
-    n = int(value) if is_ascii_digits(value) and len(value) <= 18 else 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number of runs (1 or more)")
-    return n
+def _at_least_one(noun: str, digits: int) -> Callable[[str], int]:
+    """A parser of a whole number of ``noun``, 1 or more, of at most ``digits`` digits."""
+    def parse(value: str) -> int:
+        n = int(value) if is_ascii_digits(value) and len(value) <= digits else 0
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"{value!r} is not a number of {noun} (1 or more)")
+        return n
+
+    return parse
 
 
 def _usd(value: str) -> float:
@@ -58,13 +63,6 @@ def _usd(value: str) -> float:
     if not (math.isfinite(usd) and usd >= 0):
         raise argparse.ArgumentTypeError(f"{value!r} is not an amount in USD (0 or more)")
     return usd
-
-
-def _columns(value: str) -> int:
-    n = int(value) if is_ascii_digits(value) and len(value) <= 6 else 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number of columns (1 or more)")
-    return n
 
 
 def _budget(value: str) -> tuple[str, float]:
@@ -189,7 +187,7 @@ def _show_command(sub: Commands) -> None:
     sh.add_argument("--trace", metavar="TRACE_ID", help="the trace to show, when FILE holds "
                     "several")
     sh.add_argument("--format", choices=["text", "json"], default="text")
-    sh.add_argument("--width", type=_columns, default=100, metavar="COLUMNS",
+    sh.add_argument("--width", type=_at_least_one("columns", 6), default=100, metavar="COLUMNS",
                     help="fold tool results and LLM content to this width (100)")
     sh.add_argument("--full", action="store_true", help="unfold tool results and LLM content")
 
@@ -214,7 +212,7 @@ def _calibrate_command(sub: Commands) -> None:
                      "embedded): the store and the judge's pass thresholds")
     cal.add_argument("--store", metavar="PATH|URL", help="SQLite file or postgresql:// URL of "
                      "serve (default: store.url, else store.path)")
-    cal.add_argument("--limit", type=_runs, default=10_000, metavar="N",
+    cal.add_argument("--limit", type=_at_least_one("runs", 18), default=10_000, metavar="N",
                      help="the N most recently labelled runs (10000)")
     cal.add_argument("--format", choices=["table", "json"], default="table")
 

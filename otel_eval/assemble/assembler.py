@@ -192,7 +192,7 @@ class TraceAssembler:
             tr.nbytes += span.nbytes
             self.open_bytes += span.nbytes
             res.accepted += 1
-            if tr.revision and tr.trace_id in reopened:
+            if tr.trace_id in reopened:
                 res.late_spans += 1
             if span.end_ns and span.is_entry:
                 tr.root_ended = True

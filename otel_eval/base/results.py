@@ -30,6 +30,12 @@ NOT_ENDED_KINDS = frozenset({"incomplete", "truncated", "halted", "length_stop",
                              "pending_tool_calls"})
 
 
+def budget_exceeded(detector: Any, kind: Any) -> bool:
+    """A finding that says a budget was blown (``budget/<name>_exceeded``); the budget
+    detector's ``cost_unknown`` (a cost within it, partly unpriced) is none."""
+    return detector == "budget" and str(kind).endswith("_exceeded")
+
+
 @dataclass(slots=True)
 class Finding:
     detector: str  # loop | non_termination | budget | tool_call | reference | recovery | lucky_pass

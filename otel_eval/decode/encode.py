@@ -41,6 +41,7 @@ def header(message: Any, repeated: str) -> Any:
     head.ClearField(repeated)
     return head
 
+
 def python_to_anyvalue(value: Any) -> AnyValue:
     if isinstance(value, bool):
         return AnyValue(bool_value=value)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from otel_eval.base.results import NOT_ENDED_KINDS, Evaluation, Finding
+from otel_eval.base.results import NOT_ENDED_KINDS, Evaluation, Finding, budget_exceeded
 from otel_eval.base.steps import Trajectory, tokens_total
 from otel_eval.telemetry.declare import Declarer
 from otel_eval.telemetry.labels import UNKNOWN, CappedNames, SeriesCap
@@ -93,7 +93,7 @@ class TraceMetrics:
                                       and f.kind in NOT_ENDED_KINDS)
             self._series(self.c_findings, service, agent, f.detector, f.kind,
                          f.severity).inc()
-            if f.detector == "budget" and f.kind.endswith("_exceeded"):  # not cost_unknown
+            if budget_exceeded(f.detector, f.kind):
                 budget = str(f.attributes.get("budget") or f.kind or UNKNOWN)[:64]
                 self._series(self.c_budget, service, agent, budget).inc(exemplar=exemplar)
             elif f.detector == "tool_call" and f.kind in TOOL_ERROR_KINDS:

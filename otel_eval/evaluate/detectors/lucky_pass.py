@@ -7,7 +7,7 @@ of the detectors that ran before it (``context.findings``).
 
 from __future__ import annotations
 
-from otel_eval.base.results import Finding
+from otel_eval.base.results import Finding, budget_exceeded
 from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.detectors.calls import Context
 from otel_eval.evaluate.detectors.config import DetectorsConfig
@@ -20,7 +20,7 @@ def _reason(f: Finding) -> str | None:
         return "loops"
     if f.detector == "recovery" and f.kind in _UNRECOVERED:
         return "unrecovered errors"
-    if f.detector == "budget" and f.kind.endswith("_exceeded"):
+    if budget_exceeded(f.detector, f.kind):
         return "a blown budget"
     return None
 

@@ -105,8 +105,8 @@ def _request(turn: dict[str, Any]) -> tuple[str, bool]:
         text = llm.get("prompt") if llm is not None else None
     if not isinstance(text, str):
         return "", prompted
-    kept = _REQUEST_CHARS
-    return norm_ws(text[:kept * 4]).casefold().rstrip(".!? ")[:kept], prompted
+    return norm_ws(text[:_REQUEST_CHARS * 4]).casefold().rstrip(".!? ")[:_REQUEST_CHARS], \
+        prompted
 
 
 def _words(requests: Sequence[tuple[str, bool]]) -> list[str]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from otel_eval.base.results import budget_exceeded
 from otel_eval.outputs.ui.html import Html, h, href, segment
 from otel_eval.outputs.ui.run import contents, outcome_note
 from otel_eval.outputs.ui.runs import verdict_badge
@@ -207,7 +208,7 @@ def _summary(t: dict[str, Any], budget: Budget, redact: Redact, trace_url: str,
               if judge.get(k) is not None]
     budgets = [f"{short(a.get('budget'), 40)} {a.get('value')} of {a.get('limit')}"
                for f in [*t["findings"], *(f for s in t["steps"] for f in s["findings"])]
-               if f.get("detector") == "budget" and str(f.get("kind")).endswith("_exceeded")
+               if budget_exceeded(f.get("detector"), f.get("kind"))
                for a in [f.get("attributes") or {}]][:LISTED]
     reasons = verdict.get("reasons") or []
     ref = _dict(verdict.get("reference"))
