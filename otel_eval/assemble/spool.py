@@ -267,7 +267,7 @@ class Spool:
                     submit: Replay) -> int:
         """One row through the decode path its signal takes; raises MalformedRequest."""
         if signal == "logs":
-            records = otlp_logs.hold_logs(otlp_logs.parse_logs_request(body)).records
+            records = otlp_logs.hold_logs(otlp_logs.parse_logs_request(body)[0]).records
             n = submit([r for r in records if r.trace_id in wanted], "logs", age_s)
             self.metrics.replayed_logs(n)
             return n

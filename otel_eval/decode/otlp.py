@@ -41,7 +41,8 @@ from otel_eval.base.model import Origin, Span, SpanEvent
 
 # Closed set of reasons a span is rejected at decode time.
 REJECT_REASONS = ("invalid_trace_id", "invalid_span_id", "invalid_parent_span_id",
-                  "invalid_link_id", "invalid_timestamp", "instrumentation_library_spans")
+                  "invalid_link_id", "invalid_timestamp", "instrumentation_library_spans",
+                  "invalid_utf8")
 _INSTRUMENTATION_LIBRARY_SPANS = 1000  # ResourceSpans' field before ScopeSpans replaced it
 # Span times must fit int64 nanoseconds (until 2262, as every store and backend holds them)...
 MAX_TIME_NS = 2**63 - 1
@@ -224,28 +225,40 @@ def decode_request(req: ExportTraceServiceRequest) -> DecodeResult:
     return out
 
 
-# --- parsing request bytes, salvaging spans around invalid UTF-8 -------------------------------
+# --- parsing request bytes, salvaging spans and records around invalid UTF-8 --------------------
 
 class MalformedRequest(ValueError):
     """The body is not an ExportTraceServiceRequest at all (nothing can be salvaged)."""
 
 
-def _lenient_request_class() -> Any:
-    """ExportTraceServiceRequest with every string field declared as bytes.
+# What the salvage walks in each request: (resource entries, scope entries, items)
+_LEVELS = {"ExportTraceServiceRequest": ("resource_spans", "scope_spans", "spans"),
+           "ExportLogsServiceRequest": ("resource_logs", "scope_logs", "log_records")}
+_LENIENT: dict[str, Any] = {}
+
+
+def _lenient_class(cls: Any) -> Any:
+    """``cls`` (a request message) with every string field declared as bytes.
 
     protobuf refuses a whole message when one string holds invalid UTF-8. Strings and bytes
-    share a wire type, so this twin parses such a body; each span is then re-parsed with the
-    real schema and only the spans that fail are rejected (reason ``invalid_utf8``).
+    share a wire type, so this twin parses such a body; each item (span, log record) is then
+    re-parsed with the real schema and only the items that fail are rejected (reason
+    ``invalid_utf8``).
     """
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
-    from opentelemetry.proto.common.v1 import common_pb2
-    from opentelemetry.proto.resource.v1 import resource_pb2
 
-    pool = descriptor_pool.DescriptorPool()
-    for module in (common_pb2, resource_pb2, trace_pb2, trace_service_pb2):
+    name = cls.DESCRIPTOR.full_name
+    if name in _LENIENT:
+        return _LENIENT[name]
+    pool, added = descriptor_pool.DescriptorPool(), set[str]()
+
+    def add(file: Any) -> None:  # dependencies first, as the pool requires
+        if file.name in added:
+            return
+        for dep in file.dependencies:
+            add(dep)
         fdp = descriptor_pb2.FileDescriptorProto()
-        module.DESCRIPTOR.CopyToProto(fdp)
+        file.CopyToProto(fdp)
         stack = list(fdp.message_type)
         while stack:
             msg = stack.pop()
@@ -255,54 +268,67 @@ def _lenient_request_class() -> Any:
                     f.type = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
         fdp.ClearField("service")
         pool.Add(fdp)
-    desc = pool.FindMessageTypeByName(
-        "opentelemetry.proto.collector.trace.v1.ExportTraceServiceRequest")
-    return message_factory.GetMessageClass(desc)
+        added.add(file.name)
+
+    add(cls.DESCRIPTOR.file)
+    _LENIENT[name] = message_factory.GetMessageClass(pool.FindMessageTypeByName(name))
+    return _LENIENT[name]
 
 
-_LENIENT: Any = None
+def parse_salvaged(body: bytes, cls: Any) -> tuple[Any, Counter[str]]:
+    """Bytes -> a ``cls`` request (traces or logs). Items with invalid UTF-8 (or whose
+    resource or scope has it) are dropped from it and counted (``invalid_utf8``); the rest
+    keep their resource and scope whole. Raises ``MalformedRequest`` when the body is no
+    such request at all."""
+    try:
+        return cls.FromString(body), Counter()
+    except DecodeError as first:
+        try:
+            lenient = _lenient_class(cls).FromString(body)
+        except DecodeError:
+            raise MalformedRequest(
+                f"not a valid {cls.DESCRIPTOR.name}: {first}") from None
+    return _salvage(lenient, cls(), *_LEVELS[cls.DESCRIPTOR.name])
 
 
 def parse_request(body: bytes) -> tuple[ExportTraceServiceRequest, Counter[str]]:
     """Bytes -> request. Spans with invalid UTF-8 are dropped from it and counted."""
-    try:
-        return ExportTraceServiceRequest.FromString(body), Counter()
-    except DecodeError as first:
-        global _LENIENT
-        if _LENIENT is None:
-            _LENIENT = _lenient_request_class()
-        try:
-            lenient = _LENIENT.FromString(body)
-        except DecodeError:
-            raise MalformedRequest(f"not a valid ExportTraceServiceRequest: {first}") from None
-    return _salvage(lenient)
+    req, bad = parse_salvaged(body, ExportTraceServiceRequest)
+    return req, bad
 
 
-def _salvage(lenient: Any) -> tuple[ExportTraceServiceRequest, Counter[str]]:
-    req, bad = ExportTraceServiceRequest(), Counter[str]()
-    for lrs in lenient.resource_spans:
-        n_spans = sum(len(ss.spans) for ss in lrs.scope_spans)
-        rs = req.resource_spans.add()
+def _header(entry: Any, items: str) -> bytes:
+    """A resource or scope entry without its list, as its bytes (a newer OTLP's fields kept:
+    the lenient class knows the same fields as the real one, so they are unknown to both)."""
+    fields = [f.name for f, _ in entry.ListFields() if f.name != items]
+    head = type(entry)(**{name: getattr(entry, name) for name in fields})
+    return head.SerializeToString() + _unknown(entry, None)
+
+
+def _salvage(lenient: Any, req: Any, resources: str, scopes: str,
+             items: str) -> tuple[Any, Counter[str]]:
+    bad = Counter[str]()
+    for lrs in getattr(lenient, resources):
+        n_items = sum(len(getattr(ss, items)) for ss in getattr(lrs, scopes))
+        rs = getattr(req, resources).add()
         try:  # the header re-parsed with the real schema (its unknown fields kept)
-            rs.ParseFromString(type(lrs)(resource=lrs.resource, schema_url=lrs.schema_url)
-                               .SerializeToString() + _unknown(lrs, None))
+            rs.ParseFromString(_header(lrs, scopes))
         except DecodeError:
-            bad["invalid_utf8"] += n_spans
-            del req.resource_spans[-1]
+            bad["invalid_utf8"] += n_items
+            del getattr(req, resources)[-1]
             continue
-        for lss in lrs.scope_spans:
-            ss = rs.scope_spans.add()
+        for lss in getattr(lrs, scopes):
+            ss = getattr(rs, scopes).add()
             try:
-                ss.ParseFromString(type(lss)(scope=lss.scope, schema_url=lss.schema_url)
-                                   .SerializeToString() + _unknown(lss, None))
+                ss.ParseFromString(_header(lss, items))
             except DecodeError:
-                bad["invalid_utf8"] += len(lss.spans)
-                del rs.scope_spans[-1]
+                bad["invalid_utf8"] += len(getattr(lss, items))
+                del getattr(rs, scopes)[-1]
                 continue
-            for lspan in lss.spans:
+            for litem in getattr(lss, items):
                 try:
-                    ss.spans.add().ParseFromString(lspan.SerializeToString())
+                    getattr(ss, items).add().ParseFromString(litem.SerializeToString())
                 except DecodeError:
-                    del ss.spans[-1]
+                    del getattr(ss, items)[-1]
                     bad["invalid_utf8"] += 1
     return req, bad

@@ -22,7 +22,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.logs.v1 import logs_pb2
 
@@ -31,9 +30,9 @@ from otel_eval.decode.body import loads_bounded
 from otel_eval.decode.encode import dict_to_attributes, python_to_anyvalue
 from otel_eval.decode.otlp import (
     MAX_TIME_NS,
-    MalformedRequest,
     anyvalue_to_python,
     attributes_to_dict,
+    parse_salvaged,
 )
 from otel_eval.decode.otlp_json import message_from_dict
 
@@ -53,7 +52,7 @@ __all__ = [
 
 # Closed sets of reasons: ignored (not for us, not an error) and rejected (an error).
 IGNORE_REASONS = ("not_genai_event", "no_span_context", "kafka_publish_mode")
-REJECT_REASONS = ("invalid_trace_id", "invalid_span_id", "invalid_timestamp")
+REJECT_REASONS = ("invalid_trace_id", "invalid_span_id", "invalid_timestamp", "invalid_utf8")
 _OWN_EVENTS = ("gen_ai.evaluation.result", "otel_eval.verdict")  # our own output, looped back
 # The GenAI content events kept (``evaluate.conventions.events`` lays them over their span).
 DETAILS_EVENT = "gen_ai.client.inference.operation.details"
@@ -104,11 +103,11 @@ class HeldLogs:
     rejected: Counter[str] = field(default_factory=Counter)
 
 
-def parse_logs_request(body: bytes) -> ExportLogsServiceRequest:
-    try:
-        return ExportLogsServiceRequest.FromString(body)
-    except DecodeError as e:
-        raise MalformedRequest(f"not a valid ExportLogsServiceRequest: {e}") from None
+def parse_logs_request(body: bytes) -> tuple[ExportLogsServiceRequest, Counter[str]]:
+    """Bytes -> request. Records with invalid UTF-8 are dropped from it and counted
+    (``invalid_utf8``), as spans are; raises ``MalformedRequest`` for no request at all."""
+    req, bad = parse_salvaged(body, ExportLogsServiceRequest)
+    return req, bad
 
 
 def logs_request_from_json(body: bytes) -> ExportLogsServiceRequest:

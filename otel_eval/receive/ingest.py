@@ -118,14 +118,16 @@ def decode_traces(body: bytes, encoding: str = "otlp_proto") -> Decoded:
 def decode_logs(body: bytes, encoding: str = "otlp_proto") -> Decoded:
     """An ExportLogsServiceRequest decoded as every door decodes it: the GenAI event records
     held as bytes, the others ignored or rejected with a reason. Raises ValueError."""
-    req = (otlp_logs.logs_request_from_json(body) if encoding == "otlp_json"
-           else otlp_logs.parse_logs_request(body))
-    return _held(req)
+    if encoding == "otlp_json":
+        req, rejected = otlp_logs.logs_request_from_json(body), Counter[str]()
+    else:
+        req, rejected = otlp_logs.parse_logs_request(body)
+    return _held(req, rejected)
 
 
-def _held(req: ExportLogsServiceRequest) -> Decoded:
+def _held(req: ExportLogsServiceRequest, rejected: Counter[str]) -> Decoded:
     held = otlp_logs.hold_logs(req)
-    return Decoded("logs", held.records, held.rejected, held.ignored)
+    return Decoded("logs", held.records, rejected + held.rejected, held.ignored)
 
 
 @dataclass
@@ -243,11 +245,11 @@ class Ingest:
 
     def handle_logs_bytes(self, body: bytes, protocol: str, sender: str = "") -> IngestResult:
         try:
-            req = otlp_logs.parse_logs_request(body)
+            req, rejected = otlp_logs.parse_logs_request(body)
         except otlp.MalformedRequest as e:
             self.metrics.ingest.log_records(protocol, 0, {}, {"malformed_request": 0})
             return IngestResult("invalid", message=str(e), signal="logs")
-        return self.handle_logs_request(req, protocol, sender, body)
+        return self.handle_logs_request(req, protocol, sender, body, rejected)
 
     def handle_logs_json(self, body: bytes, protocol: str, sender: str = "") -> IngestResult:
         try:
@@ -255,10 +257,14 @@ class Ingest:
         except ValueError as e:
             self.metrics.ingest.log_records(protocol, 0, {}, {"malformed_request": 0})
             return IngestResult("invalid", message=str(e), signal="logs")
-        return self.handle_logs_request(req, protocol, sender, req.SerializeToString)
+        return self.handle_logs_request(req, protocol, sender, req.SerializeToString,
+                                        Counter())
 
     def handle_logs_request(self, req: ExportLogsServiceRequest, protocol: str,
                             sender: str = "",
-                            request: bytes | Callable[[], bytes] | None = None) -> IngestResult:
+                            request: bytes | Callable[[], bytes] | None = None,
+                            rejected: Counter[str] | None = None) -> IngestResult:
+        """``rejected``: the records the parse dropped (invalid UTF-8), counted with the rest."""
         account = _ByProtocol(self.metrics.ingest, protocol, f"{protocol}_logs")
-        return self.admit(_held(req), account, request=request, sender=sender)
+        return self.admit(_held(req, rejected or Counter()), account, request=request,
+                          sender=sender)

@@ -80,7 +80,7 @@ async def publish(topic: Topic, logs_topic: str, requests: list[tuple[str, bytes
             if signal == "traces":
                 n_spans += await pub.publish(raw)
             else:
-                decoded = otlp_logs.decode_logs(otlp_logs.parse_logs_request(raw))
+                decoded = otlp_logs.decode_logs(otlp_logs.parse_logs_request(raw)[0])
                 n_logs += await pub.publish_logs(decoded.records)
         n_logs += await pub.publish_logs(list(records))
     finally:
@@ -100,7 +100,7 @@ def accepted_logs(h: Harness) -> float:
 def test_log_records_join_their_spans_and_commit_once_stored(
         topic: Topic, logs_topic: str, tmp_path: Path) -> None:
     requests = [r for s in SCENARIOS for r in recording(s)]
-    n_records = sum(len(otlp_logs.decode_logs(otlp_logs.parse_logs_request(raw)).records)
+    n_records = sum(len(otlp_logs.decode_logs(otlp_logs.parse_logs_request(raw)[0]).records)
                     for sig, raw in requests if sig == "logs")
     orphan = LogEvent("f" * 32, "e" * 16, "gen_ai.choice", 5, {"gen_ai.system": "openai"},
                       {"index": 0, "message": {"role": "assistant", "content": "lost"}})
