@@ -12,7 +12,8 @@ them. Promises, whatever the schema and the arguments:
   patterns are kept;
 - ``format`` is an annotation only: no format checker runs (no DNS, no URI fetch, no regex
   compiled from a value); ``uniqueItems`` is one hashing pass, not pairwise comparisons;
-- **bounded work**: each validation applies at most ``MAX_STEPS`` keywords, builds at most
+- **bounded work**: each validation applies at most ``MAX_STEPS`` keywords (each pattern
+  search one: ``patternProperties`` tries every pattern on every key), builds at most
   ``MAX_BUILT_ERRORS`` errors (each quotes the value) and reports ``MAX_ERRORS``; a
   trajectory at most ``TRACE_STEPS`` / ``TRACE_ERRORS`` (``Budget``); arguments over
   ``MAX_ARGUMENT_BYTES`` of JSON are not checked (said so);
@@ -132,7 +133,14 @@ def _skipped(pattern: str) -> None:
 
 
 def _search(pattern: str, text: str) -> bool | None:
-    """RE2 search; None when the pattern cannot run on RE2."""
+    """RE2 search; None when the pattern cannot run on RE2. Each search is a step of the
+    run (``_StepLimit``): ``patternProperties`` and the ``additionalProperties`` beside it
+    search every pattern against every key, patterns x keys in one keyword application."""
+    run = _RUN.get()
+    if run is not None:
+        run.steps_left -= 1
+        if run.steps_left < 0:
+            raise _StepLimit
     compiled = _regex(pattern)
     return None if compiled is None else compiled.search(text) is not None
 
