@@ -40,3 +40,37 @@ def test_points_at_the_causes() -> None:
     assert f.attributes == {"causes": ["loops", "a blown budget"],
                             "findings": {"loops": ["repeated_call"],
                                          "a blown budget": ["steps_exceeded"]}}
+
+
+def test_gathering_the_causes_is_linear() -> None:
+    """A loop of n identical failing calls is a loop finding and a recovery finding on the
+    same n steps: their span ids and step indexes were merged by a list scan per id (n x n:
+    1.2 s for 8,000 calls, against n log n per trace). Compared per id: a set."""
+    compared = 0
+
+    class Id(str):
+        def __eq__(self, other: object) -> bool:
+            nonlocal compared
+            compared += 1
+            return str.__eq__(self, other)
+
+        __hash__ = str.__hash__
+
+    class Ix(int):
+        def __eq__(self, other: object) -> bool:
+            nonlocal compared
+            compared += 1
+            return int.__eq__(self, other)
+
+        __hash__ = int.__hash__
+
+    n = 1000
+    ids, steps = [f"{i:016x}" for i in range(n)], range(1, n + 1)
+    loop = Finding("loop", "repeated_call", "error", "loop", [Id(s) for s in ids],
+                   [Ix(i) for i in steps])
+    failing = Finding("recovery", "repeated_failing_call", "error", "x", [Id(s) for s in ids],
+                      [Ix(i) for i in steps])
+    (f,) = lucky_pass.detect(traj(), DetectorsConfig(),
+                             Context(outcome="success", findings=[loop, failing]))
+    assert f.span_ids == ids and f.step_indexes == list(steps)
+    assert compared <= 10 * n

@@ -35,15 +35,16 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
             causes.setdefault(reason, []).append(f)
     if not causes:
         return []
-    spans: list[str] = []
-    steps: list[int] = []
+    # each id once, in order of first appearance (dicts: the causes often share their steps)
+    spans: dict[str, None] = {}
+    steps: dict[int, None] = {}
     for group in causes.values():
         for f in group:
-            spans += [s for s in f.span_ids if s not in spans]
-            steps += [i for i in f.step_indexes if i not in steps]
+            spans.update(dict.fromkeys(f.span_ids))
+            steps.update(dict.fromkeys(f.step_indexes))
     reasons = list(causes)
     text = reasons[0] if len(reasons) == 1 else ", ".join(reasons[:-1]) + " and " + reasons[-1]
     return [Finding(
         "lucky_pass", "lucky_pass", config.lucky_pass.severity,
-        f"succeeded despite {text}", spans, sorted(steps),
+        f"succeeded despite {text}", list(spans), sorted(steps),
         {"causes": reasons, "findings": {r: [f.kind for f in g] for r, g in causes.items()}})]
