@@ -102,6 +102,14 @@ def test_config_loads_through_the_top_level_builder() -> None:
     ({"budgets": {"turns": 3}}, "turns: unknown key"),
     ({"reference": {"match": "fuzzy"}}, "detectors.reference.match"),
     ({"agents": {"a": {"enabled": ["nope"]}}}, "unknown detector"),
+    # a pattern that does not compile failed every trace's verdict (evaluation_error of
+    # loop, non_termination, tool_call and recovery) instead of refusing the config
+    ({"non_termination": {"halt_patterns": ["(unclosed"]}},
+     r"detectors\.non_termination\.halt_patterns\[0\]: not a regular expression"),
+    ({"non_termination": {"forced_answer_patterns": ["ok", "[bad"]}},
+     r"detectors\.non_termination\.forced_answer_patterns\[1\]"),
+    ({"tool_call": {"error_result_patterns": ["^error", "(?i)failed"]}},
+     r"detectors\.tool_call\.error_result_patterns\[1\]"),
 ])
 def test_invalid_config_is_reported(data: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):

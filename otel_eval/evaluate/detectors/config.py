@@ -8,6 +8,7 @@ fitted to any benchmark; each comment says why the default is what it is.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -54,6 +55,19 @@ def parse_budget(text: str) -> tuple[str, float]:
     if problem:
         raise ValueError(f"budget {text!r}: {problem}")
     return name, value
+
+
+def pattern_problems(name: str, patterns: tuple[str, ...]) -> dict[str, str]:
+    """``name[i]``: why pattern i cannot run as the detectors run it (each one a group of a
+    case-insensitive alternation: a global flag such as ``(?i)`` inside one fails there)."""
+    problems = {}
+    for i, pattern in enumerate(patterns):
+        try:
+            re.compile(pattern, re.IGNORECASE)
+            re.compile(f"(?:{pattern})", re.IGNORECASE)
+        except re.error as e:
+            problems[f"{name}[{i}]"] = f"not a regular expression ({e.msg}): {pattern!r:.80}"
+    return problems
 
 
 @dataclass(frozen=True)
@@ -221,6 +235,11 @@ class NonTerminationConfig:
     # Severity for a trace cut at the maximum trace duration (`truncated`).
     truncated_severity: Severity = "warning"
 
+    def __post_init__(self) -> None:
+        validate(self, problems={
+            **pattern_problems("halt_patterns", self.halt_patterns),
+            **pattern_problems("forced_answer_patterns", self.forced_answer_patterns)})
+
 
 @dataclass(frozen=True)
 class ToolCallConfig:
@@ -241,6 +260,10 @@ class ToolCallConfig:
         r"^\s*traceback \(most recent call last\)",
         r'^\s*\{\s*"error"\s*:(?!\s*null)',
     )
+
+    def __post_init__(self) -> None:
+        validate(self, problems=pattern_problems("error_result_patterns",
+                                                 self.error_result_patterns))
 
 
 @dataclass(frozen=True)
