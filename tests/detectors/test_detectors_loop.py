@@ -188,3 +188,19 @@ def test_an_agent_repeating_itself_between_another_agents_calls_is_a_loop() -> N
     (f,) = loop.detect(t, DetectorsConfig(), Context())
     asked = [s.index for s in t.steps if s.tool_name == "ask_weather_agent"]
     assert (f.kind, f.step_indexes) == ("repeated_call", asked)
+
+
+def test_configured_tool_names_are_case_insensitive() -> None:
+    """``read_only_prefixes`` are documented case-insensitive (and tool names are lowercased
+    before ``action_tools`` is asked): a prefix or an action tool configured with a capital
+    never matched, so the reads between two identical lookups counted as state changes and
+    a shell tool's repeated command was compared as arguments."""
+    cfg = DetectorsConfig(loop=LoopConfig(read_only_prefixes=("Get",)))
+    steps = [tool("get_user", {"id": 1}, "u"), tool("Get_Order", {"id": 2}, "o"),
+             tool("get_user", {"id": 1}, "u")]
+    assert kinds(loop.detect(traj(*steps), cfg, Context())) == ["loop/no_progress"]
+    cfg = DetectorsConfig(loop=LoopConfig(action_tools=("Run_Shell",)))
+    shell = [tool("run_shell", {"command": "ls  -la"}, "x"),
+             tool("run_shell", {"command": "ls -la"}, "x")]
+    (f,) = loop.detect(traj(*shell), cfg, Context())
+    assert f.kind == "repeated_action"

@@ -91,12 +91,18 @@ def action_text(step: Step) -> str | None:
 
 
 def is_action_tool(name: str, loop: LoopConfig) -> bool:
-    return name.lower() in loop.action_tools
+    return name.lower() in _lowered(loop.action_tools)
+
+
+@lru_cache(maxsize=16)
+def _lowered(names: tuple[str, ...]) -> tuple[str, ...]:
+    """Configured tool names or prefixes as tool names are compared: lowercased."""
+    return tuple(n.lower() for n in names)
 
 
 def _is_read_only(name: str, text: str | None, loop: LoopConfig) -> bool:
     if text is None:
-        return name.lower().startswith(tuple(loop.read_only_prefixes))
+        return name.lower().startswith(_lowered(loop.read_only_prefixes))
     if not _PYTHON_TOOL.search(name):
         # a shell command: read-only when every command of its lists and pipelines is, and
         # no redirection writes a file (``shlex``: quoted "|" or ";" are no separators). The
