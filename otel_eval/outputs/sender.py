@@ -24,7 +24,9 @@ Promises:
   read again before the next batch, as the receivers do, so a rotated client certificate or
   CA is used without a restart; a broken new file is logged and the current one kept);
 - requests submitted before ``start()`` wait in the queue;
-- ``shutdown(deadline_s)`` stops accepting, flushes with the time left, then drops the rest.
+- ``shutdown(deadline_s)`` stops accepting, flushes with the time left, then drops the rest
+  (``shutdown``: held, as above), a call still in flight at the deadline too (the channel is
+  closed under it: its failure is the stop's, not the endpoint's).
 """
 
 from __future__ import annotations
@@ -276,6 +278,9 @@ class OtlpSender(Generic[R]):
                 response = self._call(batch, timeout=timeout, metadata=self._metadata,
                                       compression=self._compression)
             except grpc.RpcError as e:
+                if time.monotonic() >= self._deadline:  # the stop closed the channel under
+                    self._drop("shutdown", n)          # the call: not the downstream's word
+                    return False
                 delay = self._retry_delay(e, attempt, n)
                 if delay is None:
                     return True
