@@ -67,8 +67,9 @@ class ExportConfig:
     max_batch_bytes: int = 3_670_016
     # Deadline of one export call, seconds. Default 10.
     timeout_s: float = 10.0
-    # First retry delay after UNAVAILABLE / DEADLINE_EXCEEDED / ABORTED, seconds; doubled per
-    # attempt (with jitter) up to `max_backoff_s`. RESOURCE_EXHAUSTED is retried only when the
+    # First retry delay after a retryable failure (UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED,
+    # CANCELLED, OUT_OF_RANGE, DATA_LOSS), seconds; doubled per attempt (with jitter) up to
+    # `max_backoff_s`. RESOURCE_EXHAUSTED is retried only when the
     # endpoint sends RetryInfo, after the delay it gives (the OTLP specification). Default 0.5.
     initial_backoff_s: float = 0.5
     # Largest retry delay, seconds. Default 5.

@@ -13,12 +13,12 @@ Promises:
 - a request's ``held`` traces (``base.component.Held``) are settled once each of its items is
   delivered or dropped for good; never when one is dropped for a stop (``shutdown``): those
   traces stay in the spool and go out again after the restart;
-- retryable failures (UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED) are retried with the shared
-  back-off (``base.backoff``: capped exponential, jitter) until ``max_retry_s``;
-  RESOURCE_EXHAUSTED only when the endpoint sent ``google.rpc.RetryInfo``, after the delay it
-  gives (the OTLP specification; the collector's exporter does the same): without it, the
-  endpoint said the batch will not fit and retrying only loads it more. Others are dropped
-  at once;
+- retryable failures (the OTLP specification's: CANCELLED, DEADLINE_EXCEEDED, ABORTED,
+  OUT_OF_RANGE, UNAVAILABLE, DATA_LOSS) are retried with the shared back-off
+  (``base.backoff``: capped exponential, jitter) until ``max_retry_s``; RESOURCE_EXHAUSTED
+  only when the endpoint sent ``google.rpc.RetryInfo``, after the delay it gives (the OTLP
+  specification; the collector's exporter does the same): without it, the endpoint said the
+  batch will not fit and retrying only loads it more. Others are dropped at once;
 - calls carry the configured headers (gRPC metadata), compression and TLS (the files checked
   at ``start()``: a bad one stops serve with one line naming it; a file changed on disk is
   read again before the next batch, as the receivers do, so a rotated client certificate or
@@ -53,8 +53,9 @@ log = logging.getLogger(__name__)
 
 DROP_REASONS = ("queue_full", "too_large", "shutdown", "retries_exhausted", "rejected",
                 "downstream_rejected", "internal_error")
-RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-                       grpc.StatusCode.ABORTED})
+RETRYABLE = frozenset({grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED,
+                       grpc.StatusCode.ABORTED, grpc.StatusCode.OUT_OF_RANGE,
+                       grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DATA_LOSS})
 _COMPRESSION = {"none": grpc.Compression.NoCompression, "gzip": grpc.Compression.Gzip}
 
 

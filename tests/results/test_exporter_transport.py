@@ -135,6 +135,21 @@ def test_throttled_with_retry_info_waits_the_delay_given(downstream: Capture) ->
     assert _value(m, "otel_eval_forward_spans_sent_total") == 3
 
 
+@pytest.mark.parametrize("code", [grpc.StatusCode.CANCELLED, grpc.StatusCode.OUT_OF_RANGE,
+                                  grpc.StatusCode.DATA_LOSS])
+def test_every_code_the_otlp_specification_calls_retryable_is_retried(
+        downstream: Capture, code: grpc.StatusCode) -> None:
+    """OTLP/gRPC failures table: CANCELLED, DEADLINE_EXCEEDED, ABORTED, OUT_OF_RANGE,
+    UNAVAILABLE and DATA_LOSS are retryable (as the SDK's and the collector's exporters
+    retry them); dropped at once, the spans would be lost to a transient failure."""
+    downstream.fail_next = [code]
+    m = Metrics()
+    _forward_once(_config(downstream.port), m)
+    assert downstream.failed == [code] and len(downstream.traces) == 1
+    assert _dropped(m, "rejected") == 0
+    assert _value(m, "otel_eval_forward_spans_sent_total") == 3
+
+
 def test_throttled_without_retry_info_is_not_retried(downstream: Capture) -> None:
     downstream.fail_next = [grpc.StatusCode.RESOURCE_EXHAUSTED]
     m = Metrics()
