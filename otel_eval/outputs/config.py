@@ -69,8 +69,9 @@ class ExportConfig:
     timeout_s: float = 10.0
     # First retry delay after a retryable failure (UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED,
     # CANCELLED, OUT_OF_RANGE, DATA_LOSS), seconds; doubled per attempt (with jitter) up to
-    # `max_backoff_s`. RESOURCE_EXHAUSTED is retried only when the
-    # endpoint sends RetryInfo, after the delay it gives (the OTLP specification). Default 0.5.
+    # `max_backoff_s`; a RetryInfo the endpoint sends with the failure gives the delay
+    # instead. RESOURCE_EXHAUSTED is retried only when the endpoint sends RetryInfo, after the
+    # delay it gives (the OTLP specification). Default 0.5.
     initial_backoff_s: float = 0.5
     # Largest retry delay, seconds. Default 5.
     max_backoff_s: float = 5.0

@@ -15,8 +15,9 @@ Promises:
   traces stay in the spool and go out again after the restart;
 - retryable failures (the OTLP specification's: CANCELLED, DEADLINE_EXCEEDED, ABORTED,
   OUT_OF_RANGE, UNAVAILABLE, DATA_LOSS) are retried with the shared back-off
-  (``base.backoff``: capped exponential, jitter) until ``max_retry_s``; RESOURCE_EXHAUSTED
-  only when the endpoint sent ``google.rpc.RetryInfo``, after the delay it gives (the OTLP
+  (``base.backoff``: capped exponential, jitter) until ``max_retry_s``, after the delay of
+  the ``google.rpc.RetryInfo`` the endpoint sent, if any; RESOURCE_EXHAUSTED
+  only when the endpoint sent ``RetryInfo``, after the delay it gives (the OTLP
   specification; the collector's exporter does the same): without it, the endpoint said the
   batch will not fit and retrying only loads it more. Others are dropped at once;
 - calls carry the configured headers (gRPC metadata), compression and TLS (the files checked
@@ -301,15 +302,14 @@ class OtlpSender(Generic[R]):
 
     def _retry_delay(self, e: grpc.RpcError, attempt: int, n: int) -> float | None:
         """Seconds before the next attempt after ``e``, or None (then counted as rejected):
-        RESOURCE_EXHAUSTED with RetryInfo after its delay, the other retryable codes on the
-        back-off schedule."""
+        RESOURCE_EXHAUSTED with RetryInfo after its delay, the other retryable codes after
+        their RetryInfo delay too when they carry one (OTLP throttling answers UNAVAILABLE
+        or RESOURCE_EXHAUSTED with it), else on the back-off schedule."""
         code = e.code() if isinstance(e, grpc.Call) else None
-        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-            hint = retry_info_delay_s(e)
-            if hint is not None:
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED or code in RETRYABLE:
+            hint = retry_info_delay_s(e)  # the server's delay wins over the schedule
+            if hint is not None or code in RETRYABLE:
                 return self._backoff.delay_s(attempt, hint_s=hint)
-        elif code in RETRYABLE:
-            return self._backoff.delay_s(attempt)
         log.warning("%s: %s rejected %d item(s): %s", self.sink, self.endpoint, n, code)
         self._drop("rejected", n)
         return None

@@ -165,6 +165,17 @@ def test_a_retry_info_delay_past_max_retry_gives_up_at_once(downstream: Capture)
     assert downstream.traces == [] and _dropped(m, "retries_exhausted") == 3
 
 
+def test_unavailable_with_retry_info_waits_the_delay_given(downstream: Capture) -> None:
+    """OTLP throttling: the server answers UNAVAILABLE or RESOURCE_EXHAUSTED with RetryInfo,
+    and the client waits the delay it gives (the collector's exporter too): a 30 s delay
+    past max_retry_s gives up at once, never retried on the (0.01 s) schedule."""
+    downstream.fail_next = [(grpc.StatusCode.UNAVAILABLE, 30.0)]
+    m = Metrics()
+    _forward_once(_config(downstream.port, max_retry_s=1.0), m)
+    assert downstream.failed == [grpc.StatusCode.UNAVAILABLE]
+    assert downstream.traces == [] and _dropped(m, "retries_exhausted") == 3
+
+
 class _CountingProxy:
     """TCP proxy on port 0 counting the bytes the client sends."""
 
