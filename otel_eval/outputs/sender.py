@@ -57,6 +57,8 @@ DROP_REASONS = ("queue_full", "too_large", "shutdown", "retries_exhausted", "rej
 RETRYABLE = frozenset({grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED,
                        grpc.StatusCode.ABORTED, grpc.StatusCode.OUT_OF_RANGE,
                        grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DATA_LOSS})
+# Time the worker gets to count what the stop cut (its call cancelled at the deadline), s.
+_CUT_S = 5.0
 _COMPRESSION = {"none": grpc.Compression.NoCompression, "gzip": grpc.Compression.Gzip}
 
 
@@ -214,7 +216,11 @@ class OtlpSender(Generic[R]):
             self._deadline = time.monotonic() + max(0.0, deadline_s)
             self._cond.notify_all()
         if self._thread is not None:
-            self._thread.join(max(0.0, deadline_s) + 1.0)  # the worker honours the deadline
+            self._thread.join(max(0.0, deadline_s))  # the worker honours the deadline...
+            channel = self._channel
+            if self._thread.is_alive() and channel is not None:
+                channel.close()  # ...but a call begun before it: cut now (counted shutdown)
+                self._thread.join(_CUT_S)
             if self._thread.is_alive():
                 log.error("%s: worker did not stop within the deadline", self.sink)
         else:  # never started: nothing will send what is queued

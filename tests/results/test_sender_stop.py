@@ -70,3 +70,22 @@ def test_a_call_in_flight_at_the_deadline_is_dropped_for_the_stop(
 
     assert (dropped("shutdown"), dropped("rejected")) == (3, 0)
     assert released == []
+
+
+def test_a_hung_downstream_does_not_hold_the_stop_past_its_deadline(
+        hanging: tuple[_Hanging, int], caplog: pytest.LogCaptureFixture) -> None:
+    """``shutdown(deadline_s)`` stops within the deadline (``base.component``): the call in
+    flight is cut at the deadline, not left to run on; the worker has stopped and counted it
+    when ``shutdown`` returns, so the service's next parts get the time left."""
+    servicer, port = hanging
+    m = Metrics()
+    fwd = Forwarder(ExportConfig(forward_endpoint=f"127.0.0.1:{port}", timeout_s=30.0), m)
+    fwd.start()
+    fwd.export(trace(), evaluation())
+    assert servicer.entered.wait(30.0)
+    fwd.shutdown(0.0)
+    worker = fwd._sender._thread
+    assert worker is not None and not worker.is_alive()
+    assert "did not stop within the deadline" not in caplog.text
+    assert m.registry.get_sample_value("otel_eval_sink_dropped_total",
+                                       {"sink": "forward", "reason": "shutdown"}) == 3
