@@ -18,7 +18,10 @@ from otel_eval.base.configcheck import validate
 from otel_eval.base.tlsfiles import TlsClientConfig
 
 # gRPC metadata keys: lowercase letters, digits, - _ . (not the reserved grpc- prefix)
-_HEADER_KEY = re.compile(r"^[0-9a-z_.-]+$")
+_HEADER_KEY = re.compile(r"[0-9a-z_.-]+")
+# gRPC metadata values (of keys not ending in -bin): printable ASCII; gRPC refuses the call
+# (INTERNAL) for any other byte, a secret file's trailing newline too
+_HEADER_VALUE = re.compile(r"[\x20-\x7e]*")
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,8 @@ class ExportConfig:
     tls: TlsClientConfig = field(default_factory=TlsClientConfig)
     # gRPC metadata sent with every export call, name -> value, e.g.
     # {authorization: "Bearer ${OTEL_EVAL_EXPORT_TOKEN}"} (environment substitution keeps the
-    # secret out of the file). Names are case-insensitive (sent lowercase). Default none.
+    # secret out of the file). Names are case-insensitive (sent lowercase); values printable
+    # ASCII, as gRPC takes them. Default none.
     headers: dict[str, str] = field(default_factory=dict, repr=False)
     # Request compression: none or gzip. Default none.
     compression: Literal["none", "gzip"] = "none"
@@ -82,7 +86,11 @@ class ExportConfig:
     def __post_init__(self) -> None:
         problems = {f"headers.{k}": "must be lowercase letters, digits, - _ . (not grpc-)"
                     for k in self.headers
-                    if not _HEADER_KEY.match(k.lower()) or k.lower().startswith("grpc-")}
+                    if not _HEADER_KEY.fullmatch(k.lower()) or k.lower().startswith("grpc-")}
+        problems.update({  # the value itself is a secret: never in the message
+            f"headers.{k}": "value must be printable ASCII (no newline: trim a secret file's)"
+            for k, v in self.headers.items() if f"headers.{k}" not in problems
+            and not _HEADER_VALUE.fullmatch(v)})
         if self.insecure and self.tls.configured:
             problems["tls"] = "is set while insecure is true (plain text): set insecure: false"
         if self.max_queue_bytes < self.max_batch_bytes:

@@ -31,6 +31,11 @@ def test_defaults_are_off() -> None:
     ({"initial_backoff_s": 2, "max_backoff_s": 1}, "max_backoff_s"),
     ({"headers": {"Bad Key": "v"}}, r"headers\.Bad Key"),
     ({"headers": {"grpc-timeout": "1"}}, r"headers\.grpc-timeout"),
+    ({"headers": {"x-tenant\n": "v"}}, r"headers\.x-tenant"),
+    # a token read from a file with its newline: gRPC refuses every call (INTERNAL)
+    ({"headers": {"authorization": "Bearer s3cret\n"}},
+     r"headers\.authorization: value must be printable ASCII"),
+    ({"headers": {"x-tenant": "café"}}, r"headers\.x-tenant: value must be printable ASCII"),
     ({"tls": {"ca_file": "ca.pem"}}, "tls: is set while insecure is true"),
     ({"insecure": False, "tls": {"cert_file": "c.pem"}}, "cert_file and key_file go together"),
     ({"compression": "brotli"}, "compression"),
