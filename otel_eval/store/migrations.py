@@ -25,6 +25,8 @@ Both stores keep the same tables, with each engine's types:
        (``session_rows.rekey``: a session whose turns came from several services is split)
    10  sessions.events_due_ns and its index: a completion's event owed until the events sink
        delivered it (``session_rows.KeptSessions.session_events_due``)
+   11  session keys hold the service's first ``sessions.MAX_SERVICE_CHARS`` characters, not
+       1,024 (a longer key passed PostgreSQL's b-tree bound: ``session_rows.shorter_keys``)
 
 ``schema_version`` records each applied migration (version, description, when). Opening a
 store applies what is missing, in order, in one transaction: a crash part-way leaves the
@@ -47,6 +49,7 @@ from typing import Any
 
 from otel_eval.store.session_rows import events as sessions_events
 from otel_eval.store.session_rows import rekey as sessions_rekey
+from otel_eval.store.session_rows import shorter_keys as sessions_shorter_keys
 from otel_eval.store.session_rows import table as sessions_table
 
 Migration = tuple[int, str, tuple[str, ...]]
@@ -119,6 +122,7 @@ SQLITE: tuple[Migration, ...] = (
     (8, "feedback by time", (_FEEDBACK_BY_TIME,)),
     (9, "sessions by service", sessions_rekey("TEXT", "INTEGER", "INTEGER", "", "char")),
     (10, "session events owed", sessions_events("INTEGER", "")),
+    (11, "session keys of shorter services", sessions_shorter_keys("char", "INSTR")),
 )
 
 # The body is TEXT holding the JSON as written (not jsonb): key order kept, and span content's
@@ -191,6 +195,7 @@ POSTGRESQL: tuple[Migration, ...] = (
     (9, "sessions by service", sessions_rekey("TEXT", "BIGINT", "BOOLEAN", ' COLLATE "C"',
                                               "chr")),
     (10, "session events owed", sessions_events("BIGINT", " IF NOT EXISTS")),
+    (11, "session keys of shorter services", sessions_shorter_keys("chr", "STRPOS")),
 )
 
 LATEST = SQLITE[-1][0]

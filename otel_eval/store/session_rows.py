@@ -49,6 +49,10 @@ def table(text: str, bigint: str, boolean: str, collate: str) -> tuple[str, ...]
     )
 
 
+# The service's characters a key held from migration 9 to 11 (a shipped migration's text
+# never changes: ``MAX_SERVICE_CHARS`` is the bound now).
+_V9_SERVICE_CHARS = 1024
+
 _KEPT = ("state, first_turn_ns, last_turn_ns, turns, bytes, claim, claimed_at_ns, completions, "
          "completed_at_ns, passed, body")
 
@@ -65,7 +69,7 @@ def rekey(text: str, bigint: str, boolean: str, collate: str, char: str) -> tupl
 
     # SUBSTR counts characters, on both engines, as the key's cut does
     named = part("COALESCE(service, '')")
-    service = f"SUBSTR({named}, 1, {MAX_SERVICE_CHARS})"
+    service = f"SUBSTR({named}, 1, {_V9_SERVICE_CHARS})"
     keyed = f"{part('session_id')} || {char}(31) || {service}"
     turns = "FROM evaluations WHERE session_id IS NOT NULL"
     one_key = (f"SELECT session_id AS id, MIN({keyed}) AS k {turns} GROUP BY session_id "
@@ -84,6 +88,30 @@ def rekey(text: str, bigint: str, boolean: str, collate: str, char: str) -> tupl
         "DROP TABLE sessions",
         "ALTER TABLE sessions_keyed RENAME TO sessions",
         "CREATE INDEX IF NOT EXISTS sessions_by_state ON sessions (state, last_turn_ns)",
+    )
+
+
+def shorter_keys(char: str, instr: str) -> tuple[str, ...]:
+    """Migration 11's statements in one dialect (``char``: its function of a code point,
+    ``instr``: its position of a substring): the keys of turns whose service.name is longer
+    than ``MAX_SERVICE_CHARS`` hold its first ``MAX_SERVICE_CHARS`` (they held 1,024), and
+    the sessions of the keys that change (old and new) get an open row from their turns,
+    completed anew. Other keys, and their rows, are left as they are."""
+    separator = f"{instr}(session_id, {char}(31))"
+    named = f"REPLACE(COALESCE(service, ''), {char}(31), {char}(65533))"
+    keyed = (f"SUBSTR(session_id, 1, {separator} - 1) || {char}(31) || "
+             f"SUBSTR({named}, 1, {MAX_SERVICE_CHARS})")
+    longer = (f"FROM evaluations WHERE session_id IS NOT NULL AND {separator} > 0 AND "
+              f"LENGTH(service) > {MAX_SERVICE_CHARS}")
+    return (
+        f"DELETE FROM sessions WHERE session_id IN (SELECT session_id {longer}) "
+        f"OR session_id IN (SELECT {keyed} {longer})",
+        f"UPDATE evaluations SET session_id = {keyed} WHERE session_id IS NOT NULL AND "
+        f"{separator} > 0 AND LENGTH(service) > {MAX_SERVICE_CHARS}",
+        "INSERT INTO sessions (session_id, state, first_turn_ns, last_turn_ns, turns, bytes) "
+        "SELECT session_id, 'open', MIN(evaluated_at_ns), MAX(evaluated_at_ns), COUNT(*), "
+        "SUM(LENGTH(body)) FROM evaluations WHERE session_id IS NOT NULL AND session_id NOT IN "
+        "(SELECT session_id FROM sessions) GROUP BY session_id",
     )
 
 

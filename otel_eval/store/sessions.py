@@ -48,8 +48,11 @@ MAX_SESSION_KEY_CHARS = 4096  # a key in a cursor: the id, the separator and the
 # a key goes into cursors and links, which an unbounded name would make too long to send back
 # (a 5,000-character name at the end of a page made the next page a 400). Longer names are
 # cut, as a metric label cuts them; two services whose names differ only past it share
-# sessions (no service names itself so).
-MAX_SERVICE_CHARS = 1024
+# sessions (no service names itself so). With the id's ``MAX_SESSION_ID_CHARS`` a key is at
+# most 2,049 bytes of UTF-8, under what PostgreSQL's b-tree indexes take (2,704 bytes: a key
+# of 1,024 characters of service was refused there, and the turn was not stored);
+# migration 11 cut the keys of 1,024 that earlier versions wrote.
+MAX_SERVICE_CHARS = 256
 # Between a session key's conversation id and its service. One inside either is replaced (by
 # U+FFFD, as text columns replace what no driver encodes), so a key has exactly one: two
 # (service, id) pairs never share a key, and an id's keys are one range of them (the id and

@@ -774,3 +774,52 @@ def test_a_completions_event_is_owed_until_sent_and_leased_by_one(stores: Open) 
     assert one.claim_session(_key("quiet"), T0 + 40, "me", T0 + 50, 0)
     assert one.complete_session(_key("quiet"), "me", {"session_id": "quiet"}, T0 + 51)
     assert one.session_events_due(1 << 62, 10) == []
+
+
+def test_the_longest_session_key_of_any_text_is_stored(stores: Open) -> None:
+    """A conversation id of 256 characters and a service.name of 1,024 (what a key holds),
+    both of characters UTF-8 spells in 4 bytes that compress badly (span content chooses
+    them): the turn is stored and its session found, on PostgreSQL (whose b-tree refuses an
+    index entry past 2,704 bytes) as on SQLite."""
+    import random
+    rnd = random.Random(7)
+
+    def text(n: int) -> str:
+        return "".join(chr(rnd.randrange(0x20000, 0x2A6DF)) for _ in range(n))
+
+    service, conversation = text(1024), text(256)
+    store = stores()
+    store.put_many([_turn(1, conversation, T0 + 1, service=service)])
+    assert store.session_keys(conversation, 9) == [_key(conversation, service)]
+    kept = store.session_record(_key(conversation, service))
+    assert kept is not None and kept.turns == 1
+    assert [int(b["trace_id"], 16) for b in
+            store.session_turns(_key(conversation, service), 9)[0]] == [1]
+
+
+def test_migration_11_cuts_the_keys_of_long_services(target: str, stores: Open) -> None:
+    """Keys written by a version before 11 held 1,024 characters of the service: migration 11
+    keys those turns as a new turn is keyed, so the session goes on; a session of a short
+    service keeps its row (state, completions) as it was."""
+    store = stores()
+    long = "s" * 1500
+    store.put_many([_turn(1, "long", T0 + 1, service=long), _turn(2, "long", T0 + 2,
+                                                                  service=long),
+                    _turn(3, "short", T0 + 3)])
+    assert store.claim_session(_key("short"), T0 + 3, "me", T0 + 10, 0)
+    assert store.complete_session(_key("short"), "me", {"session_id": "short"}, T0 + 11)
+    old = "long\x1f" + long[:1024]  # the key of version 10
+    _sql(target, f"UPDATE evaluations SET session_id = '{old}' WHERE service = '{long}'")
+    _sql(target, f"UPDATE sessions SET session_id = '{old}' WHERE session_id LIKE 'long%'")
+    _sql(target, "DELETE FROM schema_version WHERE version >= 11")
+    again = stores()
+    assert again.session_keys("long", 9) == [_key("long", long)]
+    kept = again.session_record(_key("long", long))
+    assert kept is not None and (kept.state, kept.turns, kept.last_turn_ns) == (
+        "open", 2, T0 + 2)
+    again.put_many([_turn(4, "long", T0 + 4, service=long)])
+    kept = again.session_record(_key("long", long))
+    assert kept is not None and kept.turns == 3
+    short = again.session_record(_key("short"))
+    assert short is not None and (short.state, short.completions) == ("complete", 1)
+    assert again.session_record(old) is None
