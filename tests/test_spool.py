@@ -245,6 +245,32 @@ def test_an_unreadable_spool_is_set_aside_and_a_new_one_begun(tmp_path: Path) ->
     spool.close()
 
 
+def test_a_spool_that_cannot_be_read_now_is_kept_not_set_aside(tmp_path: Path) -> None:
+    """Only a damaged file is set aside. One another connection holds locked (as a full disk
+    or an I/O error, a state of the moment) failed its open, was moved aside as "unreadable"
+    and an empty spool begun: the acknowledged requests it held were never replayed. Now the
+    start fails naming the file, and the next start replays them."""
+    from otel_eval.base.configcheck import StartupError
+
+    path = str(tmp_path / "store.db-spool")
+    metrics = Metrics(CollectorRegistry()).spool
+    first = Spool(path, 1 << 20, metrics).open()
+    first.append(body([span(T1, 1, None)]), [T1])
+    first.close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("PRAGMA locking_mode=EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")
+    holder.execute("DELETE FROM spool_traces WHERE 0")  # takes the lock
+    # the open waits out SQLite's busy timeout, then fails naming the file
+    with pytest.raises(StartupError, match=r"store\.db-spool: database is locked"):
+        Spool(path, 1 << 20, metrics).open()
+    holder.close()
+    assert not list(tmp_path.glob("*.corrupt-*"))
+    again = Spool(path, 1 << 20, metrics).open()
+    assert again.held()[0] == 1
+    again.close()
+
+
 def test_otlp_json_requests_are_spooled_as_protobuf_and_replayed(tmp_path: Path) -> None:
     a = Node(tmp_path)
     spans = [span(T1, 1, None), span(T1, 2)]

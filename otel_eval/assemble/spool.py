@@ -12,7 +12,9 @@ Promises:
   an OOM kill), and neither the receivers nor the engine ever wait for a disk flush (with
   the store's ``NORMAL``, checkpoint fsyncs made the spool cost ~35 %, bench/README.md). ``fsync``
   (``synchronous=FULL``) also survives power loss. A spool file found unreadable at start
-  (power loss without ``fsync``) is moved aside, logged and counted, and a new one begun;
+  (power loss without ``fsync``: not a database, a corrupt page) is moved aside, logged and
+  counted, and a new one begun; one that cannot be read at the moment (locked, a full disk)
+  stops the start with its file kept, so the next start replays it;
 - the request bytes are kept as received (never re-encoded), so a replay takes the normal
   decode path; with them one (request, trace) pair per trace that took spans from it.
   OTLP log requests (GenAI events carrying the content of spans) are kept the same way, with
@@ -68,7 +70,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from otel_eval.base.configcheck import ConfigError
+from otel_eval.base.configcheck import ConfigError, StartupError
 from otel_eval.base.model import Span
 from otel_eval.decode import encode, otlp, otlp_logs
 from otel_eval.decode.otlp_logs import HeldRecord
@@ -92,6 +94,13 @@ SIGNALS = ("traces", "logs")
 
 
 _CHUNK = 64 * 1024  # bytes per blob write: one page
+
+
+def _damaged(error: sqlite3.DatabaseError) -> bool:
+    """The file itself is unreadable (not a database, a corrupt page: power loss without
+    fsync), not the moment (a lock, a full disk, an I/O error, which pass)."""
+    name = getattr(error, "sqlite_errorname", "") or ""
+    return name == "SQLITE_NOTADB" or name.startswith("SQLITE_CORRUPT")
 
 
 class SpoolVersionError(ConfigError):
@@ -138,14 +147,21 @@ class Spool:
 
     def open(self) -> Spool:
         """Open the file and read what it holds (a damaged file is set aside for an empty
-        one; one a newer release wrote is a ``SpoolVersionError``); idempotent."""
+        one; one a newer release wrote is a ``SpoolVersionError``; one that cannot be read
+        now, locked or on a full disk, a ``StartupError``, the file left as it is);
+        idempotent."""
         if self._opened:
             return self
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         try:
             self._db = self._open()
             self._backlog = self._load()
-        except sqlite3.DatabaseError:
+        except sqlite3.DatabaseError as e:
+            if not _damaged(e):  # locked, a full disk, an I/O error: kept for the next start
+                with contextlib.suppress(AttributeError, sqlite3.Error):
+                    self._db.close()
+                raise StartupError(f"spool {self.path}: {e} (not damaged: what it holds is "
+                                   "kept, and replayed by the next start)") from None
             self._set_aside()
             self._db = self._open()
             self._backlog = self._load()
