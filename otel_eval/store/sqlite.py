@@ -368,7 +368,8 @@ class SqliteStore(KeptSessions):
             with self._write() as cur:
                 cur.executemany(
                     "INSERT INTO agent_history VALUES (?,?,?,?) ON CONFLICT "
-                    "(service, fingerprint, agent) DO UPDATE SET seen_ns = excluded.seen_ns",
+                    "(service, fingerprint, agent) DO UPDATE SET seen_ns = "
+                    "MAX(agent_history.seen_ns, excluded.seen_ns)",  # the last seen, as PG
                     rows)
                 cur.executemany(
                     "DELETE FROM agent_history WHERE service = ? AND rowid NOT IN (SELECT "

@@ -131,3 +131,18 @@ def test_the_whole_history_is_bounded_and_forgets_old_rows(
     assert store.recall_agent("svc-199", ["service"]) is None
     store.remember_agents([("new", "b", ("service",))])
     assert _rows(store) == 1
+
+
+def test_a_row_seen_again_with_an_older_time_keeps_its_last_seen(
+        stores: Open, clock: ManualClock) -> None:
+    """Two writers of one store (``serve --workers`` processes, a fleet) take ``now`` before
+    they wait for the write lock, so a batch can commit after a newer one with an older time.
+    The row keeps the last time it was seen, on SQLite as on PostgreSQL: SQLite wrote the
+    older time over it, and forgot (recalled nothing for) a run PostgreSQL still recalled."""
+    first, late = stores(), stores()
+    clock.now = T0 + 20 * 86_400 * 10**9
+    first.remember_agents([("shop", "planner", ("system:p",))])
+    clock.now = T0  # the delayed batch: its time taken before the other's
+    late.remember_agents([("shop", "planner", ("system:p",))])
+    clock.now = T0 + (store_base.AGENT_HISTORY_MAX_AGE_S + 86_400) * 10**9
+    assert first.recall_agent("shop", ["system:p"]) == "planner"
