@@ -148,6 +148,24 @@ def test_latest_revision_wins_and_json_shape() -> None:
                                      "node": "searcher", "source": "judge:quality"}
 
 
+@pytest.mark.parametrize("revision", ["2", [1], {"n": 1}, None, 1.5])
+def test_a_malformed_revision_is_unknown_and_stops_no_clustering(revision: object) -> None:
+    """One bad evaluation must not stop the clustering of the others: a trace seen twice,
+    once with a revision that is not a number (an edited ``eval --format jsonl`` file), is
+    clustered from its object with a known revision, not a TypeError for the whole run."""
+    evs = window(12)
+    bad = {**evaluation(evs[0]["trace_id"], [("searcher", AUTH[1].format(n=99))]),
+           "revision": revision}
+    expected = issues_offline(evs, CFG, now=5.0)
+    for order in ([*evs, bad], [bad, *evs]):
+        result = issues_offline(order, CFG, now=5.0)
+        assert result.traces == 12
+        if revision is None or isinstance(revision, float):
+            continue  # a known revision (none is 0): the later object or the higher wins
+        assert [(i.title, i.traces) for i in result.issues] == [
+            (i.title, i.traces) for i in expected.issues]
+
+
 def test_an_issue_lists_at_most_max_agents_and_counts_the_rest() -> None:
     """Each run may name its own agent: an issue keeps the first MAX_AGENTS_PER_ISSUE (as
     its gauges do) and the count of the others, not every name (5 MB of JSON per request

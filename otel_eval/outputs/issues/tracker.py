@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -73,6 +74,17 @@ class Annotator(Protocol):
         ...
 
 
+def _revision(ev: Mapping[str, Any]) -> float:
+    """An evaluation's ``revision`` (none: 0); one that is not a finite number is unknown,
+    below every known one (a malformed object loses to its trace's well-formed one)."""
+    value = ev.get("revision")
+    if value is None:
+        return 0
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return value
+    return -math.inf
+
+
 def latest_revisions(evaluations: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """One evaluation per trace id: the highest ``revision`` (late spans supersede)."""
     best: dict[str, Mapping[str, Any]] = {}
@@ -83,7 +95,7 @@ def latest_revisions(evaluations: Iterable[Mapping[str, Any]]) -> list[Mapping[s
             bad.append(ev)
             continue
         old = best.get(tid)
-        if old is None or (ev.get("revision") or 0) >= (old.get("revision") or 0):
+        if old is None or _revision(ev) >= _revision(old):
             best[tid] = ev
     return [*best.values(), *bad]
 
