@@ -159,6 +159,34 @@ def test_failed_run_is_logged_and_counted_and_keeps_the_last_result(
     assert calls == [int((T0 - HOUR) * 1e9), int((T0 + 300 - HOUR) * 1e9)]
 
 
+def test_a_worker_that_no_longer_leads_stops_publishing_its_old_issues(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a fleet the issues and their gauges come from the leader (docs/store.md). A leader
+    whose catalogue connection dropped reconnects and may find the lock taken: from then on
+    it skips its runs, and what it ran before is no longer the fleet's. Before, it kept
+    serving that result (/v1/issues, every issue series beside the new leader's on the
+    dashboard) and its last-run timestamp, so OtelEvalIssuesJobStale fired for it an hour
+    later although nothing was wrong."""
+    store.put_many(_stored(e, T0 - 60) for e in window(12))
+    registry = CollectorRegistry()
+    job = _job(store, registry, ManualClock(T0))
+    first = job.run_once()
+    assert first is not None and first.issues
+    issue_id = first.issues[0].issue_id
+    assert job.runs(issue_id, 0, 10) is not None
+    assert _samples(registry, "otel_eval_issue_share")
+    monkeypatch.setattr(job._tracker, "leads", lambda: False)  # another worker took the lock
+    assert job.run_once(T0 + 300) is None
+    assert registry.get_sample_value("otel_eval_issues_runs_total", {"status": "skipped"}) == 1
+    for name in ("otel_eval_issue_share", "otel_eval_issue_traces", "otel_eval_issue_info",
+                 "otel_eval_issue_agent_info", "otel_eval_issue_exemplar_info",
+                 "otel_eval_issues_last_run_timestamp_seconds"):
+        assert _samples(registry, name) == [], name
+    assert job.latest_json()["generated_at"] is None and job.latest_json()["issues"] == []
+    assert job.runs(issue_id, 0, 10) is None
+    assert registry.get_sample_value("otel_eval_issues_runs_total", {"status": "ok"}) == 1
+
+
 def test_restart_on_the_same_catalogue_keeps_issue_ids(store: Store) -> None:
     store.put_many(_stored(e, T0 - 60) for e in window(12))
     first = _job(store, CollectorRegistry(), ManualClock(T0))

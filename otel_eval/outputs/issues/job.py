@@ -17,10 +17,11 @@ Usage (the service, when ``issues.interval_s > 0``):
 
 Promises: ``run_once`` never raises (a failed run is logged and counted, the previous
 result is kept); runs never overlap, in a process nor, on a PostgreSQL store, across the fleet
-(the worker holding the catalogue's advisory lock runs; the others count ``skipped``); the
-gauges are the last successful run's, bounded by ``max_gauge_issues`` in all (``top_k`` per
-(level, node); the rest as ``_other`` samples), whatever the number of agent nodes. Its
-metrics are ``otel_eval.telemetry.issues``' collector, fed by ``_snapshot``.
+(the worker holding the catalogue's advisory lock runs; the others count ``skipped`` and
+publish no issues, a former leader included); the gauges are the last successful run's,
+bounded by ``max_gauge_issues`` in all (``top_k`` per (level, node); the rest as ``_other``
+samples), whatever the number of agent nodes. Its metrics are
+``otel_eval.telemetry.issues``' collector, fed by ``_snapshot``.
 
 The exemplar is the one trace id used as a label, so a dashboard table can link to it: one
 series per shown issue (so at most ``max_gauge_issues``), a 32-hex trace id only, and sticky
@@ -125,8 +126,7 @@ class IssuesJob:
             started = time.monotonic()
             try:
                 if not self._tracker.leads():  # another worker runs the fleet's job
-                    with self._lock:
-                        self._runs["skipped"] += 1
+                    self._follow()
                     return None
                 now = self._clock() if now is None else now
                 since_ns = int((now - self._config.window_s) * 1e9)
@@ -144,6 +144,15 @@ class IssuesJob:
                 self._last_duration = time.monotonic() - started
             self._annotate(result, now)
             return result
+
+    def _follow(self) -> None:
+        """A skipped run: the fleet's issues are the leader's, so what this worker ran while
+        it led (before its connection, and the lock, dropped) is no longer published: no
+        result, no issue series beside the leader's, no last run for the staleness alert."""
+        with self._lock:
+            self._runs["skipped"] += 1
+            self._latest, self._rows, self._exemplars = None, (), {}
+            self._last_run = self._last_duration = None
 
     def _annotate(self, result: IssuesResult, now: float) -> None:
         if self._annotator is None or not result.events:
