@@ -1,4 +1,6 @@
+import random
 import sqlite3
+import string
 from pathlib import Path
 
 import pytest
@@ -117,6 +119,36 @@ def test_an_aged_out_issue_takes_its_history_with_it() -> None:
     auth = _by_title(back, "authentication")
     assert auth.issue_id == _by_title(first, "authentication").issue_id  # same text, same id
     assert auth.history == ((1300.0, pytest.approx(4 / 12)),)  # a new issue's history
+
+
+def _distinct_problems(n: int, tag: str, seed: int) -> list[dict[str, object]]:
+    """``n`` problems no other run has (words of their own), each in two traces."""
+    rng = random.Random(seed)
+    out = []
+    for k in range(n):
+        text = " ".join("".join(rng.choice(string.ascii_lowercase) for _ in range(7))
+                        for _ in range(6))
+        out += [evaluation(f"{tag}{k:03x}{r:028x}", [("searcher", text)]) for r in (0, 1)]
+    return out
+
+
+def test_the_catalogue_keeps_at_most_max_issues_the_least_recently_seen_going_first() -> None:
+    """Each run loads the whole catalogue and matches its clusters against every stored
+    issue: a flood of distinct recurring critiques must not grow it for age_out_s (a week),
+    run after run. Past issues.max_issues, a run first deletes the least recently seen."""
+    conn = sqlite3.connect(":memory:")
+    tracker = _tracker(conn, IssuesConfig(age_out_s=1e9, max_issues=25))
+    runs = [tracker.run(_distinct_problems(20, tag, seed), now=float(seed))
+            for seed, tag in enumerate("abc", start=1)]
+    first, second, third = ({i.issue_id for i in r.issues} for r in runs)
+    assert len(first) == len(second) == len(third) == 20  # every problem is a new issue
+    assert runs[1].aged_out == ()  # 20 stored: under the cap
+    # the third run found 40 stored: 15 of the first run's (least recently seen) went
+    assert len(runs[2].aged_out) == 15 and set(runs[2].aged_out) <= first
+    stored = {r[0] for r in conn.execute("SELECT issue_id FROM issues_catalogue")}
+    assert stored == (first - set(runs[2].aged_out)) | second | third
+    kept = {r[0] for r in conn.execute("SELECT DISTINCT issue_id FROM issue_shares")}
+    assert kept == stored  # their share history went with them
 
 
 def test_share_jump_is_an_event() -> None:

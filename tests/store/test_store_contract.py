@@ -555,6 +555,24 @@ def test_issues_catalogue_in_the_store(target: str, stores: Open) -> None:
         reopened.close()
 
 
+def test_the_catalogue_keeps_its_most_recently_seen_issues_past_max_issues(
+        target: str, stores: Open) -> None:
+    stores()
+    catalogue = Catalogue.open(target)
+    try:
+        catalogue.save([_issue("iss_c", 30.0), _issue("iss_b", 20.0), _issue("iss_a", 20.0),
+                        _issue("iss_d", 10.0)])
+        catalogue.record_shares(1.0, dict.fromkeys(("iss_a", "iss_b", "iss_c", "iss_d"), 0.1))
+        # ties of last_seen: the smaller id stays
+        assert sorted(catalogue.age_out(now=40.0, age_out_s=100.0, max_issues=2)) == [
+            "iss_b", "iss_d"]
+        assert catalogue.ids() == {"iss_a", "iss_c"}
+        assert set(catalogue.history(["iss_a", "iss_b", "iss_c", "iss_d"])) == {"iss_a",
+                                                                               "iss_c"}
+    finally:
+        catalogue.close()
+
+
 def test_one_catalogue_at_a_time_leads_the_issues_job(target: str, stores: Open) -> None:
     """PostgreSQL: an advisory lock; the first to ask keeps it until it closes. A SQLite
     catalogue is one process's own: it always leads."""

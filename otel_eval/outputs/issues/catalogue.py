@@ -6,7 +6,9 @@ sparse map feature -> weight (terms for TF-IDF, dimension numbers for dense mode
 centroid stays comparable after the TF-IDF vocabulary changes). A new run's cluster takes
 the id of the most similar stored issue of the same level, node and embedding when the
 cosine similarity reaches ``match_similarity`` (greedy one-to-one, best pairs first);
-otherwise it gets a new id. Issues not seen for ``age_out_s`` are deleted.
+otherwise it gets a new id. Issues not seen for ``age_out_s`` are deleted, and past
+``max_issues`` the least recently seen: each run loads and matches against the whole
+catalogue, so a flood of distinct critiques must not grow it for ``age_out_s``.
 
 Each clustering run also records every catalogued issue's share in it (table
 ``issue_shares``; 0 for an issue the run did not see), the last ``HISTORY_RUNS`` runs per issue:
@@ -179,11 +181,17 @@ class Catalogue:
         self._conn.executemany(_UPSERT, rows)
         self._conn.commit()
 
-    def age_out(self, now: float, age_out_s: float) -> list[str]:
-        """Delete issues last seen more than ``age_out_s`` before ``now``, with their share
+    def age_out(self, now: float, age_out_s: float, max_issues: int | None = None) -> list[str]:
+        """Delete issues last seen more than ``age_out_s`` before ``now``, and past the
+        ``max_issues`` most recently seen (ties: the smaller id stays), with their share
         history; their ids."""
         rows = self._execute("DELETE FROM issues_catalogue WHERE last_seen < ? "
                              "RETURNING issue_id", (now - age_out_s,))
+        if max_issues is not None:
+            rows += self._execute(
+                "DELETE FROM issues_catalogue WHERE issue_id NOT IN (SELECT issue_id FROM"
+                " issues_catalogue ORDER BY last_seen DESC, issue_id LIMIT ?)"
+                " RETURNING issue_id", (max_issues,))
         self._execute("DELETE FROM issue_shares WHERE issue_id NOT IN "
                       "(SELECT issue_id FROM issues_catalogue)")
         if not self._pg:

@@ -137,6 +137,12 @@ class IssuesConfig:
     centroid_update_weight: float = 0.3
     # Issues not seen for this long are deleted from the catalogue, seconds (default 7 days).
     age_out_s: float = 7 * 24 * 3600.0
+    # Issues kept in the catalogue at most: past it, each run first deletes the least
+    # recently seen ones (as age_out_s does). Every run loads the catalogue and matches its
+    # clusters against each stored issue, so this bounds its memory and time whatever the
+    # critiques: a flood of distinct ones adds up to max_exact issues a run, which age_out_s
+    # alone would keep for a week. Count.
+    max_issues: int = 5000
     # Exemplar trace ids reported per issue.
     exemplars: int = 3
     # An annotation is posted when an issue's share of traces grows by at least this much
@@ -152,7 +158,8 @@ class IssuesConfig:
     def __post_init__(self) -> None:
         shares = ("match_similarity", "centroid_update_weight", "merge_similarity")
         validate(self, minimum={
-            "min_cluster_size": 1, "top_k": 1, "max_gauge_issues": 1, "max_exact": 2,
+            "min_cluster_size": 1, "max_issues": 1, "top_k": 1, "max_gauge_issues": 1,
+            "max_exact": 2,
             "stem_chars": 0,
             "term_min_traces": 0, "synthesis_max_issues": 0, "synthesis_max_calls": 0,
             "interval_s": 0,

@@ -154,7 +154,7 @@ class IssueTracker:
         cfg = self._config
         ext = extract(latest_revisions(evaluations), cfg.low_score_threshold,
                       cfg.include_findings)
-        aged = self._catalogue.age_out(now, cfg.age_out_s)
+        aged = self._catalogue.age_out(now, cfg.age_out_s, cfg.max_issues)
         stored = self._catalogue.load(self._embedder.name)
         taken = self._catalogue.ids()
         issues: list[Issue] = []
