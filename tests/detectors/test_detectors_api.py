@@ -108,6 +108,14 @@ def test_config_loads_through_the_top_level_builder() -> None:
      r"detectors\.non_termination\.halt_patterns\[0\]: not a regular expression"),
     ({"non_termination": {"forced_answer_patterns": ["ok", "[bad"]}},
      r"detectors\.non_termination\.forced_answer_patterns\[1\]"),
+    # the loop rules' windows make their work n x window (x period for cycles): an unbounded
+    # window was accepted and made them quadratic in the run's calls; a stagnation "run" of
+    # one output made every output of 20 characters an error
+    ({"loop": {"window_steps": 100_000}}, "detectors.loop.window_steps"),
+    ({"loop": {"cycle_max_period": 5_000}}, "detectors.loop.cycle_max_period"),
+    ({"loop": {"reworded_window": 10_000}}, "detectors.loop.reworded_window"),
+    ({"loop": {"circling_window": 10_000}}, "detectors.loop.circling_window"),
+    ({"loop": {"stagnation_min_run": 1}}, "detectors.loop.stagnation_min_run"),
     ({"tool_call": {"error_result_patterns": ["^error", "(?i)failed"]}},
      r"detectors\.tool_call\.error_result_patterns\[1\]"),
 ])

@@ -155,6 +155,17 @@ def test_repeated_call_finding_fields() -> None:
     assert f.attributes["count"] == 3 and f.attributes["same_result"] is True
 
 
+
+def test_a_repeat_whose_results_were_not_recorded_does_not_say_they_were_the_same() -> None:
+    """Content capture off: no result recorded. ``same_result`` said True, an unknown read as
+    "the same result"; it is left out, and given when every result is known."""
+    t = traj(llm("a"), tool("search_docs", {"q": "x"}, None), tool("search_docs", {"q": "x"}, None))
+    (f,) = loop.detect(t, DetectorsConfig(), Context())
+    assert f.kind == "repeated_call" and "same_result" not in f.attributes
+    t = traj(llm("a"), tool("search_docs", {"q": "x"}, "r1"), tool("search_docs", {"q": "x"}, "r2"))
+    (f,) = loop.detect(t, DetectorsConfig(), Context())
+    assert f.attributes["same_result"] is False
+
 def test_cycle_threshold_configurable() -> None:
     cfg = DetectorsConfig(loop=LoopConfig(cycle_min_repeats=2))
     steps = [tool("open", {"p": 1}, "x"), tool("write", {}, "y")] * 2

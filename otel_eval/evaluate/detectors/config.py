@@ -100,8 +100,10 @@ class LoopConfig:
     # (b) A call repeated with the same result within this many steps (tool calls / actions)
     # and with no state-changing call in between is a loop. 10 steps covers the short
     # re-check patterns agents fall into, without reaching back to an unrelated early call.
+    # 1 to 100 (the rule's work is calls x window).
     window_steps: int = 10
-    # (c) Longest cycle pattern looked for, in calls (A B ... of up to this length).
+    # (c) Longest cycle pattern looked for, in calls (A B ... of up to this length). 1 to 20
+    # (the rule's work is calls x period squared).
     cycle_max_period: int = 4
     # (c) A pattern of 2+ calls must occur this many times in a row to be a cycle. Three, as
     # in "A B A B A B": two occurrences are often a legitimate retry of a two-call procedure.
@@ -111,7 +113,8 @@ class LoopConfig:
     # forty), not a changed plan. Compared on what differs: the lines both outputs have (a
     # framework's template) are left out first; equal outputs are alike.
     stagnation_similarity: float = 0.95
-    # (d) This many consecutive near-identical LLM outputs make a stagnation finding.
+    # (d) This many consecutive near-identical LLM outputs make a stagnation finding (2 or
+    # more: one output alone is no repetition).
     stagnation_min_run: int = 3
     # (d) Outputs shorter than this (characters) are ignored: "OK" twice is not stagnation.
     stagnation_min_chars: int = 20
@@ -125,6 +128,7 @@ class LoopConfig:
     reworded_similarity: float = 0.5
     # (f) Each call is compared with the previous this many calls of the same tool (not all
     # earlier calls: bounded work, and a rewording comes right after the attempt it retries).
+    # 1 to 100.
     reworded_window: int = 4
     # (f) A later call "brought nothing new" when it failed, or when at least this share of
     # its result's 3-grams (past the framing both results share) were already in the earlier
@@ -149,6 +153,7 @@ class LoopConfig:
     # (g) Each step is compared with the previous this many action steps of its agent
     # (bounded work: n x window comparisons, never n squared). Six: an agent circling goes
     # round within a few turns, and a result seen ten steps ago may rightly be read again.
+    # 1 to 100.
     circling_window: int = 6
     # (g) This many linked steps make a finding: three, as for cycles and (f): one re-read is
     # a check; a third look at the same thing in other words is going round.
@@ -185,13 +190,14 @@ class LoopConfig:
     def __post_init__(self) -> None:
         validate(self, minimum={
             "window_steps": 1, "cycle_max_period": 1, "cycle_min_repeats": 1,
-            "stagnation_similarity": 0, "stagnation_min_run": 1, "stagnation_min_chars": 0,
+            "stagnation_similarity": 0, "stagnation_min_run": 2, "stagnation_min_chars": 0,
             "reworded_similarity": 0, "reworded_window": 1, "reworded_result_overlap": 0,
             "reworded_min_calls": 1, "circling_observation_overlap": 0,
             "circling_action_similarity": 0, "circling_window": 1, "circling_min_steps": 2},
             maximum={"stagnation_similarity": 1, "reworded_similarity": 1,
                      "reworded_result_overlap": 1, "circling_observation_overlap": 1,
-                     "circling_action_similarity": 1})
+                     "circling_action_similarity": 1, "window_steps": 100,
+                     "cycle_max_period": 20, "reworded_window": 100, "circling_window": 100})
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,10 @@ def repeated_calls(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
             j += 1
         if j > i:
             run = cs[i:j + 1]
-            same = len({(c.step.result, c.failed) for c in run}) == 1
+            # the same result, when every one was recorded (an unknown result is not "the same")
+            known = all(c.step.result is not None for c in run)
+            same = {"same_result": len({(c.step.result, c.failed) for c in run}) == 1} \
+                if known else {}
             kind = "repeated_action" if run[0].action else "repeated_call"
             what = "identical action" if run[0].action else "identical arguments"
             message = f"{call_label(run[0])} called {len(run)} times in a row with {what}"
@@ -74,7 +77,7 @@ def repeated_calls(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
                 kind, message = "retried_denied_call", message + ", after it was denied"
             out.append(_finding(
                 cfg, kind, message, run, tool=run[0].step.tool_name or run[0].step.name,
-                count=len(run), arguments=_arguments_text(run[0]), same_result=same))
+                count=len(run), arguments=_arguments_text(run[0]), **same))
         i = j + 1
     return out
 
