@@ -6,7 +6,10 @@ encoded as the collector's kafka exporter writes them, and the request is acknow
 after Kafka acknowledged every record (``acks=all`` by default). GenAI event log records go to
 the logs topic the same way. When Kafka does not answer in time the request is throttled (the
 exporter retries; a record that did land meanwhile is written twice, and the evaluator drops
-the second copy of a span as ``duplicate_span``; a log record is held twice).
+the second copy of a span as ``duplicate_span``; a log record is held twice). A trace whose
+record is larger than a Kafka record may be can never be written: its spans (log records) are
+rejected with reason ``record_too_large`` (a partial success, not retried) and the request's
+other traces are taken.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from otel_eval.base.aio import LoopThread
 from otel_eval.base.model import LogEvent, Span
 from otel_eval.decode.encode import encode_spans
 from otel_eval.decode.otlp_logs import HeldRecord
-from otel_eval.receive.kafka.publisher import KafkaPublisher
+from otel_eval.receive.kafka.publisher import TOO_LARGE, KafkaPublisher, RecordsTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +58,8 @@ class PublishingEngine:
             return Admission(ignored=Counter({"kafka_publish_mode": len(records)}))
         try:
             self.loop.run(self.publisher.publish_logs(records), timeout_s=self.timeout_s)
+        except RecordsTooLarge as e:
+            return _partly(records, e)
         except Exception as e:  # as for spans: the exporter retries
             log.warning("kafka publish of log records failed (%s: %s); throttling the "
                         "exporter", type(e).__name__, e)
@@ -67,8 +72,17 @@ class PublishingEngine:
         data = encode_spans(spans).SerializeToString()
         try:
             self.loop.run(self.publisher.publish(data), timeout_s=self.timeout_s)
+        except RecordsTooLarge as e:
+            return _partly(spans, e)
         except Exception as e:  # broker down, timeout, record too large: the client retries
             log.warning("kafka publish failed (%s: %s); throttling the exporter",
                         type(e).__name__, e)
             return Admission(throttled="kafka_unavailable")
         return Admission(accepted=len(spans))
+
+
+def _partly(items: Sequence[Span] | Sequence[LogEvent | HeldRecord],
+            too_large: RecordsTooLarge) -> Admission:
+    """The items of the traces written taken, those of the traces too large rejected."""
+    n = sum(1 for it in items if it.trace_id in too_large.trace_ids)
+    return Admission(accepted=len(items) - n, rejected=Counter({TOO_LARGE: n}) if n else Counter())

@@ -14,6 +14,11 @@ otel-eval still lands on one partition. ``publish`` returns once the brokers ack
 ``publish_logs`` writes GenAI event records to ``logs_topic`` the same way (the exporter with
 ``partition_logs_by_trace_id: true``): one record per trace id, keyed by it, so with as many
 partitions as the spans topic a trace's log records land on its spans' partition number.
+
+A trace's record over ``max_request_bytes`` (or the broker's own limit) can never be written:
+it is dropped and counted (``publish_dropped(kind, "record_too_large")``), the request's other
+records are written, and ``RecordsTooLarge`` names the traces left out, so the front end
+rejects their items with that reason instead of asking the exporter to retry for ever.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import MessageSizeTooLargeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from otel_eval.base.kafka.client import client_kwargs
@@ -36,6 +42,16 @@ from otel_eval.decode.encode import header
 from otel_eval.decode.otlp_logs import HeldRecord
 
 _FNV_OFFSET, _FNV_PRIME = 0x811C9DC5, 0x01000193
+# why a trace's record was not written: larger than a record may be (never retried)
+TOO_LARGE = "record_too_large"
+
+
+class RecordsTooLarge(Exception):
+    """The records of ``trace_ids`` were too large to write; the request's others were."""
+
+    def __init__(self, trace_ids: set[str]) -> None:
+        super().__init__(f"{len(trace_ids)} trace(s) too large for a Kafka record")
+        self.trace_ids = trace_ids
 
 
 def fnv1a32(data: bytes) -> int:
@@ -161,10 +177,7 @@ class KafkaPublisher:
         else:
             req = ExportTraceServiceRequest.FromString(request_bytes)
             parts = [(tid, encode(sub, cfg.encoding)) for tid, sub in split_by_trace(req)]
-        futures = [await producer.send(cfg.topic, value, key=tid.encode()) for tid, value in parts]
-        await asyncio.gather(*futures)
-        self.metrics.published("spans", len(parts))
-        return len(parts)
+        return await self._send(producer, cfg.topic, "spans", parts)
 
     async def publish_logs(self, records: Sequence[LogEvent | HeldRecord]) -> int:
         """Write GenAI event records to ``logs_topic``, one record per trace id; returns the
@@ -176,8 +189,28 @@ class KafkaPublisher:
         if not cfg.logs_topic or not records:
             return 0
         parts = encode_logs_by_trace(records, cfg.logs_encoding)
-        futures = [await producer.send(cfg.logs_topic, value, key=tid.encode())
-                   for tid, value in parts]
-        await asyncio.gather(*futures)
-        self.metrics.published("logs", len(parts))
-        return len(parts)
+        return await self._send(producer, cfg.logs_topic, "logs", parts)
+
+    async def _send(self, producer: AIOKafkaProducer, topic: str, kind: str,
+                    parts: list[tuple[str, bytes]]) -> int:
+        """Write each (trace id, value) keyed by the trace id; returns how many were written.
+        Raises ``RecordsTooLarge`` after writing the others when some could not be."""
+        too_large: set[str] = set()
+        sent = []
+        for tid, value in parts:
+            try:
+                sent.append((tid, await producer.send(topic, value, key=tid.encode())))
+            except MessageSizeTooLargeError:  # over max_request_bytes: never fits
+                too_large.add(tid)
+        results = await asyncio.gather(*(f for _, f in sent), return_exceptions=True)
+        for (tid, _), res in zip(sent, results, strict=True):
+            if isinstance(res, MessageSizeTooLargeError):  # over the broker's limit
+                too_large.add(tid)
+            elif isinstance(res, BaseException):
+                raise res
+        written = len(parts) - len(too_large)
+        self.metrics.published(kind, written)
+        if too_large:
+            self.metrics.publish_dropped(kind, TOO_LARGE, len(too_large))
+            raise RecordsTooLarge(too_large)
+        return written
