@@ -63,7 +63,8 @@ class KafkaConfig:
     encoding: Encoding = "otlp_proto"
     # Topic carrying OTLP log requests (GenAI events joined to their spans), the collector
     # kafka exporter's default logs topic; it must have as many partitions as `topic`.
-    # Empty = log records are not consumed. A topic that does not exist is simply not read.
+    # Empty = log records are not consumed. A topic that does not exist is not read, nor
+    # created (a group member reads it once it exists).
     logs_topic: str = "otlp_logs"
     # Encoding of logs_topic records: otlp_proto (exporter default) or otlp_json.
     logs_encoding: Encoding = "otlp_proto"

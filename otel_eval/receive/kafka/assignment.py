@@ -27,6 +27,7 @@ revocation fails and the new owner replays more (whole traces still; never a los
 from __future__ import annotations
 
 import logging
+import re
 
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -38,16 +39,29 @@ log = logging.getLogger(__name__)
 
 
 async def topic_partitions(cfg: KafkaConfig, topic: str | None = None) -> list[int]:
-    """Partition numbers of ``topic`` (default ``cfg.topic``; empty if it does not exist)."""
+    """Partition numbers of ``topic`` (default ``cfg.topic``; empty if it does not exist).
+    Read from the metadata of every topic: a metadata request naming a topic that does not
+    exist has a broker with ``auto.create.topics.enable`` (Kafka's default) create it, with
+    the broker's partition count; a worker must not create the topics it reads."""
+    name = topic or cfg.topic
     admin = AIOKafkaAdminClient(**client_kwargs(cfg))
     await admin.start()
     try:
-        (desc,) = await admin.describe_topics([topic or cfg.topic])
+        described = await admin.describe_topics()  # every topic: names none, creates none
     finally:
         await admin.close()
-    if desc.get("error_code"):
-        return []
-    return sorted(p["partition"] for p in desc["partitions"])
+    for desc in described:
+        if desc.get("topic") == name and not desc.get("error_code"):
+            return sorted(p["partition"] for p in desc["partitions"])
+    return []
+
+
+def subscription(topics: list[str]) -> str:
+    """The pattern a group member subscribes with: exactly ``topics``. Subscribing to topic
+    names has the client ask for their metadata by name, which creates a missing one on a
+    broker that auto-creates topics; a pattern is matched against the metadata of every
+    topic, so a missing topic is not read (and is read once someone creates it)."""
+    return "^(?:" + "|".join(re.escape(t) for t in topics) + ")$"
 
 
 async def static_assignment(cfg: KafkaConfig) -> set[TopicPartition]:

@@ -71,7 +71,11 @@ from otel_eval.base.kafka.client import client_kwargs
 from otel_eval.base.kafka.config import KafkaConfig
 from otel_eval.base.kafka.stats import KafkaMetrics, KafkaStats
 from otel_eval.receive.ingest import Decoded, Ingest, Submitter
-from otel_eval.receive.kafka.assignment import check_copartitioned, static_assignment
+from otel_eval.receive.kafka.assignment import (
+    check_copartitioned,
+    static_assignment,
+    subscription,
+)
 from otel_eval.receive.kafka.offsets import OffsetTracker, Ticket, TraceGate
 from otel_eval.receive.kafka.records import decode_value
 
@@ -141,7 +145,8 @@ class KafkaConsumerStage:
             if cfg.assignment == "static":
                 await self._assign_static(consumer)
             else:
-                consumer.subscribe(self._topics(), listener=_Listener(self))
+                consumer.subscribe(pattern=subscription(self._topics()),
+                                   listener=_Listener(self))
         except BaseException:
             await consumer.stop()
             raise
