@@ -395,6 +395,9 @@ class KafkaConsumerStage:
                 check_copartitioned(self.config, len(spans), len(logs))
 
     async def _revoke(self, revoked: set[TopicPartition]) -> None:
+        # Records the engine reported stored and the loop has not drained yet are done: the
+        # final commit covers them, and their runs are not handed over as unjudged.
+        self._drain_stored()
         final: dict[TopicPartition, tuple[int, str]] = {}
         hand_over = getattr(self.engine, "hand_over", None)
         for tp in revoked:
