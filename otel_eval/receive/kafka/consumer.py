@@ -44,7 +44,8 @@ Promises:
   topic too (a clean trace took 18.1 s instead of 1.3 s); now they pause only the logs topic,
   and a throttled logs record waits in a retry queue of its own;
 - on revocation the worker stops taking the partition's records and commits what is done;
-  the engine forgets the partition's runs still open, unjudged (``Engine.hand_over``: a
+  the engine forgets the partition's runs still open that no kept partition fed too,
+  unjudged (``Engine.hand_over``: a
   rebalance is no verdict, or the old owner would store a fragment of a run the new owner
   evaluates whole); the new owner replays the rest;
 - lag (high watermark - position) per partition is reported through the metrics hook.
@@ -400,9 +401,13 @@ class KafkaConsumerStage:
         self._drain_stored()
         final: dict[TopicPartition, tuple[int, str]] = {}
         hand_over = getattr(self.engine, "hand_over", None)
+        # a run a kept partition fed too (its trace's records on two partitions) stays: its
+        # records there are done only once it is stored
+        kept = {t for tp in self.tracker.partitions() if tp not in revoked
+                for t in self.gate.open_traces(tp)}
         for tp in revoked:
             if hand_over is not None:  # a rebalance is no verdict: the new owner replays them
-                hand_over(self.gate.open_traces(tp))
+                hand_over(self.gate.open_traces(tp) - kept)
             self.gate.drop(tp)
             pos = self.tracker.revoke(tp)
             if pos is not None:
