@@ -197,6 +197,21 @@ def test_an_anthropic_request_keeps_its_system_prompt_and_its_tool_use_is_a_call
         ("get_weather", {"city": "P"}, "t0")]
 
 
+@pytest.mark.parametrize("calls", [5, True, 1.5, {"id": "c0"}, "get_weather", None])
+def test_a_response_object_s_tool_calls_not_a_list_are_no_calls(calls: object) -> None:
+    """A ChatCompletion's ``message.tool_calls`` that is no list is read as absent (issue 11:
+    ``"tool_calls": 1``): ``5`` raised TypeError, so the span became a plain step and the
+    trace an ``evaluation_error``, a failed verdict for a value not understood."""
+    response = {"choices": [{"finish_reason": "stop", "message": {
+        "role": "assistant", "content": "It is sunny.", "tool_calls": calls}}]}
+    t = build_trajectory(trace(  # type: ignore[arg-type]
+        span("llm", None, 1, {**OI_LLM, "output.value": json.dumps(response)})), CFG)
+    assert t.errors == []
+    llm = t.llm_steps[0]
+    assert llm.tool_calls == []
+    assert llm.answer == "It is sunny."
+
+
 def test_langchain_serialized_input_reads_the_flattened_messages() -> None:
     lc = {"messages": [[{"lc": 1, "type": "constructor", "kwargs": {"content": "Weather?"}}]]}
     t = build_trajectory(trace(span("llm", None, 1, {  # type: ignore[arg-type]

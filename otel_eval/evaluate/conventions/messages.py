@@ -314,9 +314,11 @@ def response_message(raw: str | None) -> dict[str, Any] | None:
 
 
 def reply_calls(reply: dict[str, Any]) -> list[ToolCall]:
-    """Tool calls of a reply message (OpenAI shape: ``tool_calls[].function``)."""
+    """Tool calls of a reply message (OpenAI shape: ``tool_calls[].function``; anything but
+    a list there holds none)."""
     calls = []
-    for call in reply.get("tool_calls") or ():
+    found = reply.get("tool_calls")
+    for call in found if isinstance(found, list) else ():
         fn = call.get("function") if isinstance(call, dict) else None
         if isinstance(fn, dict) and fn.get("name"):
             calls.append(ToolCall(str(fn["name"]), parse_json(fn.get("arguments")),
