@@ -15,6 +15,7 @@ from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.conventions import fields as fields_module
 from otel_eval.evaluate.conventions import read_span
 from otel_eval.evaluate.detectors import Detectors, DetectorsConfig
+from otel_eval.evaluate.detectors.config import BudgetsConfig
 from otel_eval.evaluate.trajectory import build_trajectory
 
 _CHAT = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o-mini",
@@ -76,6 +77,9 @@ def test_cache_write_tokens(attrs: dict[str, Any], tokens: int | None, source: s
       "llm.cost.total": 9.0}, 0.25, "genai gen_ai.usage.cost.amount (source unknown)", None),
     ({"llm.cost.total": 0.125}, 0.125, "span llm.cost.total", None),
     ({"gen_ai.usage.cost": "bad", "llm.cost.total": 0.125}, 0.125, "span llm.cost.total", None),
+    # a negative cost is none (it would be subtracted from the run's), as a negative amount
+    ({"llm.cost.total": -9.5}, "priced", "price list (litellm) by model and tokens", None),
+    ({"gen_ai.usage.cost": -1.0, "llm.cost.total": 0.125}, 0.125, "span llm.cost.total", None),
     ({}, "priced", "price list (litellm) by model and tokens", None),
 ])
 def test_cost_from_the_span_before_the_price_list(attrs: dict[str, Any], cost: Any,
@@ -88,6 +92,20 @@ def test_cost_from_the_span_before_the_price_list(attrs: dict[str, Any], cost: A
         assert step.cost_usd == cost
     assert step.sources["cost_usd"] == source
     assert step.unknown.get("cost_usd") == unknown
+
+
+def test_a_negative_cost_on_a_span_hides_no_cost_overrun() -> None:
+    """``llm.cost.total`` -9.5 was taken as it came and summed: the run's cost went from
+    10.0 to 0.5 USD, within a budget of 1 that it overran."""
+    llm = {"gen_ai.operation.name": "chat"}  # no model: no price list
+    t = build_trajectory(trace(
+        span("run", attrs={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a"}),
+        span("c1", "run", 1, llm | {"llm.cost.total": 10.0}),
+        span("c2", "run", 2, llm | {"llm.cost.total": -9.5})), TrajectoryConfig())
+    assert [s.cost_usd for s in t.llm_steps] == [10.0, None]
+    config = DetectorsConfig(budgets=BudgetsConfig(cost_usd=1.0))
+    assert [f.kind for f in Detectors(config).evaluate(t)[0]
+            if f.detector == "budget"] == ["cost_usd_exceeded"]
 
 
 @pytest.mark.parametrize(("attrs", "status", "error"), [

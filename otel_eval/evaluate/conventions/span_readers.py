@@ -17,7 +17,8 @@ Attribute names, as the GenAI conventions name them (open-telemetry/semantic-con
 - ``gen_ai.usage.cost.amount`` with ``gen_ai.usage.cost.currency`` (ISO 4217; only ``USD``
   is read as ``cost_usd``) and ``gen_ai.usage.cost.source`` (``provider`` | ``local``);
   then the older single-number keys (``gen_ai.usage.cost``, OpenInference ``llm.cost.total``,
-  ...), read as USD as before; a price list prices only a step still without cost;
+  ...), read as USD as before (a negative cost, like a negative amount, is not understood:
+  never subtracted from a run's); a price list prices only a step still without cost;
 - ``process.exit.code`` on a tool span: non-zero is the call's error (the conventions' command
   and skill tools set ``error.type`` to the exit code); zero is no error;
 - ``gen_ai.tool.call.decision.outcome`` (``allow`` | ``deny`` | ``require_approval``), on the
@@ -112,7 +113,7 @@ def _cost(step: Step, span: Span, attrs: Attrs) -> None:
             return
     for key in LEGACY_COST_KEYS:
         value = as_float(attrs.get(key))
-        if value is not None:
+        if value is not None and value >= 0:  # a negative cost is none (as an amount's)
             step.cost_usd = value
             step.sources["cost_usd"] = f"span {key}"
             return
