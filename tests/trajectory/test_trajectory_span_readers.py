@@ -116,6 +116,8 @@ def test_a_negative_cost_on_a_span_hides_no_cost_overrun() -> None:
     ({"process.exit.code": "0"}, "ok", None),
     ({"process.exit.code": "crashed"}, "ok", None),  # not understood: unknown, no error
     ({"process.exit.code": 1.5}, "ok", None),
+    ({"process.exit.code": "1.5"}, "ok", None),  # its text too: no exit code 1
+    ({"process.exit.code": "1e2"}, "ok", None),
     ({"process.exit.code": True}, "ok", None),
     ({}, "ok", None),
 ])

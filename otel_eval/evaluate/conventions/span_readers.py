@@ -123,7 +123,7 @@ def _exit_code(step: Step, span: Span, attrs: Attrs) -> None:
     if step.kind != "tool":
         return
     raw = attrs.get(EXIT_CODE)
-    code = as_int(raw) if not isinstance(raw, float) else None
+    code = _exit_code_value(raw)
     if code is None:
         if raw is not None:
             step.unknown["exit_code"] = f"{EXIT_CODE} not understood"
@@ -134,6 +134,17 @@ def _exit_code(step: Step, span: Span, attrs: Attrs) -> None:
     said = step.error if step.error not in (None, str(code), "error") else None
     step.status = "error"
     step.error = f"exit code {code}" + (f": {said}" if said else "")
+
+
+def _exit_code_value(raw: Any) -> int | None:
+    """An exit code: an int or its text (``as_int``'s bounds); a float, or the text of one
+    (``"1.5"``, ``"1e2"``), is none (as_int would truncate it to a code)."""
+    if isinstance(raw, str):
+        try:
+            int(raw)
+        except ValueError:
+            return None
+    return as_int(raw) if not isinstance(raw, float) else None
 
 
 def _decision(step: Step, span: Span, attrs: Attrs) -> None:
