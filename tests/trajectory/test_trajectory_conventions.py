@@ -380,6 +380,19 @@ def test_random_attributes_never_raise_and_keep_every_span(seed: int) -> None:
     json.dumps([s.to_json() for s in t.steps], default=str)
 
 
+@pytest.mark.parametrize("recorded", [5, True, 1.5])
+def test_a_vercel_ai_prompt_whose_messages_are_no_list_has_no_task(recorded: object) -> None:
+    """``ai.prompt`` ``{"messages": 5}`` raised TypeError (``reversed(5)``): the run's agent
+    span became a plain step and the trace an ``evaluation_error``; the messages are not
+    understood, so the task is unknown."""
+    prompt = json.dumps({"messages": recorded})
+    t = build_trajectory(trace(span("run", attrs={  # type: ignore[arg-type]
+        "ai.operationId": "ai.generateText", "ai.telemetry.functionId": "a",
+        "ai.prompt": prompt})), TrajectoryConfig())
+    assert t.errors == []
+    assert (t.steps[0].kind, t.steps[0].input_text, t.agent) == ("agent", None, "a")
+
+
 def test_strands_names_its_agent_s_tools_an_offer_of_unknown_schemas() -> None:
     """Strands' invoke_agent span has gen_ai.agent.tools (names, no definitions): what the
     agent was offered, so a call of another tool is a selection error (the conformance

@@ -55,13 +55,15 @@ def _tool_calls(raw: Any) -> list[ToolCall]:
 
 
 def _prompt_text(raw: Any) -> str | None:
-    """The task of a run: ``ai.prompt``'s ``prompt``, else its last user message."""
+    """The task of a run: ``ai.prompt``'s ``prompt``, else its last user message (of its
+    ``messages`` list: anything else holds none)."""
     prompt = parse_json(raw)
     if not isinstance(prompt, dict):
         return as_str(raw)
     if isinstance(prompt.get("prompt"), str):
         return str(prompt["prompt"])
-    for msg in reversed(prompt.get("messages") or []):
+    found = prompt.get("messages")
+    for msg in reversed(found) if isinstance(found, list) else ():
         if isinstance(msg, dict) and msg.get("role") == "user":
             return as_str(msg.get("content"))
     return None
