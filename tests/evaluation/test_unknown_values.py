@@ -95,6 +95,23 @@ def _tool_names_unrecorded() -> Iterator[tuple[str, Trace]]:
                             work.with_attribute(trace, i, key, value)
 
 
+def _tool_names_not_text() -> Iterator[tuple[str, Trace]]:
+    """Each clean run with one span's tool name, the name of a call an LLM span asked for,
+    or a smolagents managed agent's name, a number or a map (an OTLP kvlist): no name any
+    convention records, not understood. Before, its JSON text (``7``, ``{"v":
+    "get_weather"}``) was the tool's name, a tool ``which was not offered``
+    (``tool_call/selection``, an error), or the agent's whose offers a step was judged by."""
+    for trace in _clean_runs():
+        for i, sp in enumerate(trace.spans):
+            for key, value in list(sp.attributes.items()):
+                if key in TOOL_NAME_KEYS or key.endswith(
+                        (*REQUESTED_NAME_SUFFIXES, ".function_call.name",
+                         "managed_agents.0.name")):
+                    for label, other in (("a number", 7), ("a map", {"v": value})):
+                        yield f"{trace.trace_id[:8]} {sp.name!r} {key} {label}", \
+                            work.with_attribute(trace, i, key, other)
+
+
 def _outputs_unrecorded() -> Iterator[tuple[str, Trace]]:
     """Each clean run with its root span's output removed."""
     for trace in _clean_runs():
@@ -134,9 +151,11 @@ def test_the_corpus_has_clean_runs_to_take_values_from() -> None:
     assert len(list(_tool_kinds_unrecognised())) >= 50
 
 
-@pytest.mark.parametrize("mutated", [_tool_names_unrecorded, _outputs_unrecorded,
-                                     _call_ids_of_their_own, _tool_kinds_unrecognised],
-                         ids=["tool names", "outputs", "call ids", "tool kinds"])
+@pytest.mark.parametrize("mutated", [_tool_names_unrecorded, _tool_names_not_text,
+                                     _outputs_unrecorded, _call_ids_of_their_own,
+                                     _tool_kinds_unrecognised],
+                         ids=["tool names", "tool names not text", "outputs", "call ids",
+                              "tool kinds"])
 def test_an_unrecorded_value_adds_no_finding(
         mutated: Callable[[], Iterator[tuple[str, Trace]]]) -> None:
     found = [f"{what}: {sorted(kinds)}" for what, trace in mutated()

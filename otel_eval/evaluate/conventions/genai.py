@@ -23,6 +23,7 @@ from otel_eval.evaluate.conventions.adapter import Adapter, Attrs, no_kind, unde
 from otel_eval.evaluate.conventions.values import (
     as_int,
     as_list_of_str,
+    as_name,
     as_str,
     decode_json_string,
     first,
@@ -120,15 +121,17 @@ def _output_calls(text: str | None, want_reasons: bool
             reasons.append(msg["finish_reason"])
         for part in _list(msg.get("parts")):
             if isinstance(part, dict) and part.get("type") == "tool_call":
-                if not part.get("name"):
+                name = as_name(part.get("name"))
+                if name is None:
                     nameless += 1
                     continue
-                calls.append(ToolCall(str(part["name"]), parse_json(part.get("arguments")),
+                calls.append(ToolCall(name, parse_json(part.get("arguments")),
                                       as_str(part.get("id")) or None))
         for tc in _list(msg.get("tool_calls")):
             fn = tc.get("function") if isinstance(tc, dict) else None
-            if isinstance(fn, dict) and fn.get("name"):
-                calls.append(ToolCall(str(fn["name"]), parse_json(fn.get("arguments")),
+            name = as_name(fn.get("name")) if isinstance(fn, dict) else None
+            if isinstance(fn, dict) and name is not None:
+                calls.append(ToolCall(name, parse_json(fn.get("arguments")),
                                       as_str(tc.get("id")) or None))
             else:
                 nameless += 1
@@ -179,7 +182,7 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
         name = attrs.get("gen_ai.tool.name")
         if name is None and span.name.startswith("execute_tool "):
             name = span.name[len("execute_tool "):]
-        step.tool_name = as_str(name) or None
+        step.tool_name = as_name(name)
         step.arguments = parse_json(attrs.get("gen_ai.tool.call.arguments"))
         # the result as JSON when the attribute cannot hold it structured (the conventions):
         # a string result is a JSON string literal there, and is read as its text

@@ -19,7 +19,7 @@ from typing import Any
 
 from otel_eval.base.steps import ToolCall
 from otel_eval.evaluate.conventions.haystack import reply_finish_reasons
-from otel_eval.evaluate.conventions.values import as_str, parse_json
+from otel_eval.evaluate.conventions.values import as_name, as_str, parse_json
 
 _DECODER = json.JSONDecoder()
 # a response object's repr (``raw_finish_reasons``): its first choice, and where it is looked for
@@ -320,8 +320,9 @@ def reply_calls(reply: dict[str, Any]) -> list[ToolCall]:
     found = reply.get("tool_calls")
     for call in found if isinstance(found, list) else ():
         fn = call.get("function") if isinstance(call, dict) else None
-        if isinstance(fn, dict) and fn.get("name"):
-            calls.append(ToolCall(str(fn["name"]), parse_json(fn.get("arguments")),
+        name = as_name(fn.get("name")) if isinstance(fn, dict) else None
+        if isinstance(fn, dict) and name is not None:
+            calls.append(ToolCall(name, parse_json(fn.get("arguments")),
                                   as_str(call.get("id"))))
     return calls
 

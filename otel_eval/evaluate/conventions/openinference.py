@@ -63,6 +63,7 @@ from otel_eval.evaluate.conventions.messages import (
 from otel_eval.evaluate.conventions.values import (
     as_int,
     as_list_of_str,
+    as_name,
     as_str,
     decode_json_string,
     first,
@@ -255,9 +256,9 @@ def _tool_calls(attrs: Attrs) -> tuple[list[ToolCall], int]:
         found.setdefault((message, call), {})[field] = value
     calls = []
     for _, fields in sorted(found.items()):
-        name = fields.get("function.name")
-        if name:
-            calls.append(ToolCall(str(name), parse_json(fields.get("function.arguments")),
+        name = as_name(fields.get("function.name"))
+        if name is not None:
+            calls.append(ToolCall(name, parse_json(fields.get("function.arguments")),
                                   as_str(fields.get("id"))))
     return calls, len(found) - len(calls)
 
@@ -265,7 +266,7 @@ def _tool_calls(attrs: Attrs) -> tuple[list[ToolCall], int]:
 def _fill(step: Step, span: Span, attrs: Attrs) -> None:
     kind = step.kind
     if kind == "tool":
-        step.tool_name = as_str(first(attrs, "tool.name", "tool_call.function.name")) or None
+        step.tool_name = as_name(first(attrs, "tool.name", "tool_call.function.name"))
         # as carried: the smolagents / LlamaIndex envelopes are taken off by
         # ``trajectory.envelopes`` (with every other convention's)
         step.arguments = parse_json(first(attrs, "tool_call.function.arguments", "input.value"))
@@ -452,10 +453,14 @@ def _flat_message(fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def _managed_names(enclosing: Attrs) -> list[str]:
+    """The names of the enclosing agent's managed agents; none when one is not text (not
+    understood: which of them a span is cannot be told)."""
     names = []
     i = 0
     while (name := enclosing.get(f"smolagents.managed_agents.{i}.name")) is not None:
-        names.append(str(name))
+        if as_name(name) is None:
+            return []
+        names.append(name)
         i += 1
     return names
 

@@ -33,6 +33,7 @@ from otel_eval.base.steps import Step, StepKind, ToolCall
 from otel_eval.evaluate.conventions.adapter import Adapter, Attrs, undefined_value
 from otel_eval.evaluate.conventions.values import (
     as_int,
+    as_name,
     as_str,
     decode_json_string,
     first,
@@ -134,17 +135,19 @@ def _completion_calls(attrs: Attrs, count: int) -> tuple[list[ToolCall], list[st
         j = 0
         while any(f"{prefix}.tool_calls.{j}.{k}" in attrs for k in _CALL_FIELDS):
             call = f"{prefix}.tool_calls.{j}"
-            name = attrs.get(f"{call}.name")
-            if name:
-                calls.append(ToolCall(str(name), parse_json(attrs.get(f"{call}.arguments")),
+            name = as_name(attrs.get(f"{call}.name"))
+            if name is not None:
+                calls.append(ToolCall(name, parse_json(attrs.get(f"{call}.arguments")),
                                       as_str(attrs.get(f"{call}.id"))))
             else:
                 nameless += 1
             j += 1
         fn_name = attrs.get(f"{prefix}.function_call.name")
-        if fn_name is not None:
-            calls.append(ToolCall(str(fn_name),
+        if (name := as_name(fn_name)) is not None:
+            calls.append(ToolCall(name,
                                   parse_json(attrs.get(f"{prefix}.function_call.arguments"))))
+        elif fn_name is not None:
+            nameless += 1
     return calls, reasons, nameless
 
 
@@ -172,7 +175,7 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
         _fill_workflow_tool(step, attrs)
         return
     if kind == "tool":
-        step.tool_name = as_str(attrs.get("traceloop.entity.name")) or None
+        step.tool_name = as_name(attrs.get("traceloop.entity.name"))
         # as carried: the SDK's {"args", "kwargs"} and LangChain's callback inputs are taken
         # off by ``trajectory.envelopes``
         step.arguments = parse_json(attrs.get("traceloop.entity.input"))
@@ -200,7 +203,7 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
 
 def _fill_workflow_tool(step: Step, attrs: Attrs) -> None:
     """LlamaIndex's call_tool step: the tool, its arguments, the call id and the result."""
-    step.tool_name = as_str(attrs.get(WORKFLOW_TOOL_NAME)) or None
+    step.tool_name = as_name(attrs.get(WORKFLOW_TOOL_NAME))
     step.arguments = parse_json(attrs.get(WORKFLOW_TOOL_ARGUMENTS))
     # Its ``tool_id`` is not taken as the call id: the call of a run killed while the tool ran
     # has no call_tool span, and with call ids on the others it would be taken for a call

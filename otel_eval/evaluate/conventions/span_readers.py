@@ -51,7 +51,7 @@ from otel_eval.evaluate.conventions.openllmetry import (
     WORKFLOW_TOOL_ARGUMENTS,
     workflow_tool_output,
 )
-from otel_eval.evaluate.conventions.values import as_float, as_int, as_str
+from otel_eval.evaluate.conventions.values import as_float, as_int, as_name, as_str
 
 __all__ = ["EVENT_KEYS", "READERS", "SpanReader", "for_keys"]
 
@@ -174,7 +174,7 @@ def _mcp(step: Step, span: Span, attrs: Attrs) -> None:
         return
     step.kind = "tool"
     step.sources["kind"] = f"mcp {MCP_METHOD} {_MCP_TOOL_CALL}"
-    name = as_str(attrs.get("gen_ai.tool.name"))
+    name = as_name(attrs.get("gen_ai.tool.name"))
     target = span.name[len(_MCP_TOOL_CALL):].strip() if span.name.startswith(
         _MCP_TOOL_CALL) else ""
     if name or target:

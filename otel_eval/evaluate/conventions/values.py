@@ -110,6 +110,13 @@ def parse_json(value: Any) -> Any:
         return value
 
 
+def as_name(value: Any) -> str | None:
+    """A name (a tool's, a requested call's): non-empty text as carried. Every convention
+    records names as strings; any other value (a number, an array, a map) is not understood,
+    None, never its JSON text (a tool named ``7`` or ``{"v": ...}`` is no tool offered)."""
+    return value if isinstance(value, str) and value else None
+
+
 def decode_json_string(value: Any) -> str | None:
     """A JSON-encoded string (``"sunny"``, as SDKs serialize a function's str result) decoded
     to its text; anything else as ``as_str`` gives it. (Decoding only: the encoder of stored

@@ -20,6 +20,7 @@ from otel_eval.base.steps import Step, StepKind, ToolCall
 from otel_eval.evaluate.conventions.adapter import Adapter, Attrs, no_kind, undefined_value
 from otel_eval.evaluate.conventions.values import (
     as_int,
+    as_name,
     as_str,
     decode_json_string,
     first,
@@ -72,7 +73,7 @@ def _prompt_text(raw: Any) -> str | None:
 def _fill(step: Step, span: Span, attrs: Attrs) -> None:
     get = attrs.get
     if step.kind == "tool":
-        step.tool_name = as_str(get("ai.toolCall.name")) or None
+        step.tool_name = as_name(get("ai.toolCall.name"))
         step.arguments = parse_json(first(attrs, "ai.toolCall.args", "ai.toolCall.input"))
         step.result = decode_json_string(get("ai.toolCall.result"))
         return
