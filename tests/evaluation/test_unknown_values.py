@@ -96,8 +96,9 @@ def _tool_names_unrecorded() -> Iterator[tuple[str, Trace]]:
 
 
 def _tool_names_not_text() -> Iterator[tuple[str, Trace]]:
-    """Each clean run with one span's tool name, the name of a call an LLM span asked for,
-    or a smolagents managed agent's name, a number or a map (an OTLP kvlist): no name any
+    """Each clean run with one span's tool name, the name of a call an LLM span asked for
+    or of a tool it was offered (OpenLLMetry's ``llm.request.functions.N.name``), or a
+    smolagents managed agent's name, a number or a map (an OTLP kvlist): no name any
     convention records, not understood. Before, its JSON text (``7``, ``{"v":
     "get_weather"}``) was the tool's name, a tool ``which was not offered``
     (``tool_call/selection``, an error), or the agent's whose offers a step was judged by."""
@@ -106,7 +107,7 @@ def _tool_names_not_text() -> Iterator[tuple[str, Trace]]:
             for key, value in list(sp.attributes.items()):
                 if key in TOOL_NAME_KEYS or key.endswith(
                         (*REQUESTED_NAME_SUFFIXES, ".function_call.name",
-                         "managed_agents.0.name")):
+                         "managed_agents.0.name", "request.functions.0.name")):
                     for label, other in (("a number", 7), ("a map", {"v": value})):
                         yield f"{trace.trace_id[:8]} {sp.name!r} {key} {label}", \
                             work.with_attribute(trace, i, key, other)

@@ -226,8 +226,10 @@ def _tools(attrs: Attrs) -> dict[str, Any]:
     out: dict[str, Any] = {}
     i = 0
     while (name := attrs.get(f"llm.request.functions.{i}.name")) is not None:
+        if as_name(name) is None:
+            return {}  # a tool offered under no name understood: which ones, unknown
         params = parse_json(attrs.get(f"llm.request.functions.{i}.parameters"))
-        out[str(name)] = params if params is not None else {}
+        out[name] = params if params is not None else {}
         i += 1
     return out
 
