@@ -58,6 +58,15 @@ def test_trim_keeps_head_and_tail() -> None:
     assert trim("short", 200) == "short"
 
 
+
+@pytest.mark.parametrize("calls", ["f(1)", 5, {"name": "f"}, True])
+def test_a_message_whose_tool_calls_are_no_list_has_none(calls: object) -> None:
+    """``tool_calls`` recorded as text, a number or one object raised TypeError (``"f(1)" +
+    []``) and the judge could not render the run; such calls are not understood: none."""
+    [m] = parse_messages(json.dumps([{"role": "assistant", "content": "ok",
+                                      "tool_calls": calls}]))
+    assert (m.role, m.content, m.tool_calls) == ("assistant", "ok", "")
+
 def test_parse_messages_forms() -> None:
     msgs = parse_messages(json.dumps({"messages": [
         {"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "image"}]},

@@ -139,7 +139,8 @@ def parse_messages(text: str | None) -> list[Message]:
         else:
             raw, requested = _content_calls(m.get("content", m.get("text")))
             content = _content_text(raw)
-            calls, args = _tool_calls((m.get("tool_calls") or []) + requested)
+            listed = m.get("tool_calls")  # calls not in a list are not understood: none
+            calls, args = _tool_calls((listed if isinstance(listed, list) else []) + requested)
         messages.append(Message(role, content, calls, args))
     return messages
 
