@@ -120,6 +120,16 @@ CASES: list[tuple[str, Trajectory, list[str]]] = [
     ("recovered, and no answer recorded",
      traj(tool("w", {"c": "X"}, None, error="unknown city: X"), tool("w", {"c": "P"}),
           output=None, root_error="unknown city: X"), ["non_termination/root_error"]),
+    # an answer that speaks of a maximum number of turns is no halt; a framework saying it
+    # reached one is (Claude Code's CLI: "Reached maximum number of turns (1)")
+    ("an answer about a maximum number of rounds",
+     traj(llm("x"), output="The maximum number of rounds in a title fight is 12."), []),
+    ("a CLI at its turn cap",
+     traj(tool("t"), output=None, root_error="Error: Reached maximum number of turns (1)"),
+     ["non_termination/halted"]),
+    ("a maximum number of iterations exceeded",
+     traj(tool("t"), output=None, root_error="Maximum number of iterations (8) exceeded"),
+     ["non_termination/halted"]),
     ("halt text inside a tool result is not a halt",
      traj(tool("read_file", {}, "docs: raises when max iterations reached"), llm("done")), []),
 ]

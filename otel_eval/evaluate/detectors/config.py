@@ -219,7 +219,9 @@ class NonTerminationConfig:
         r"MaxTurnsExceeded",
         r"UsageLimitExceeded",
         r"LimitsExceeded",
-        r"maximum number of (turns|iterations|steps|rounds)",
+        # reached, or exceeded: an answer may speak of a maximum number of rounds
+        r"reached (the )?maximum number of (turns|iterations|steps|rounds)",
+        r"maximum number of (turns|iterations|steps|rounds)( \(\d+\))? (reached|exceeded)",
         r"not able to resolve the task in \d+ iterations",
         r"LlmCallsLimitExceeded|max number of llm calls limit of `?\d+`? exceeded",
         r"function invocation limit reached before a final answer",
