@@ -198,12 +198,23 @@ def row_of(found: tuple[Any, ...]) -> SessionRow:
                       int(turns), int(last))
 
 
+# When an open session opened: the later of its first turn (since its last completion)
+# and that completion
+_OPENED = ("CASE WHEN completed_at_ns > first_turn_ns THEN completed_at_ns "
+           "ELSE first_turn_ns END")
+
+
 def sql(m: str) -> dict[str, str]:
     """The statements, with placeholder ``m``."""
     return {
         "upsert": f"INSERT INTO sessions (session_id, state, first_turn_ns, last_turn_ns, "
                   f"turns, bytes) VALUES ({m}, 'open', {m}, {m}, {m}, {m}) "
                   "ON CONFLICT (session_id) DO UPDATE SET state = 'open', claim = NULL, "
+                  # re-opened: its open time is its first turn since the completion (a
+                  # conversation resumed days later is not open since its last completion)
+                  "first_turn_ns = CASE WHEN sessions.state = 'complete' AND "
+                  f"excluded.first_turn_ns < {_NO_FIRST} THEN excluded.first_turn_ns "
+                  "ELSE sessions.first_turn_ns END, "
                   "last_turn_ns = CASE WHEN excluded.last_turn_ns > sessions.last_turn_ns "
                   "THEN excluded.last_turn_ns ELSE sessions.last_turn_ns END, "
                   "turns = sessions.turns + excluded.turns, "
@@ -213,10 +224,11 @@ def sql(m: str) -> dict[str, str]:
         # idle: open, the last turn before the cutoff; oldest first
         "idle": f"SELECT session_id, last_turn_ns FROM sessions WHERE state = 'open' AND "
                 f"last_turn_ns < {m} ORDER BY last_turn_ns, session_id LIMIT {m}",
-        # long: open, neither completed nor first turned since the cutoff; oldest first
+        # long: open since before the cutoff (its first turn, or its first turn since its
+        # last completion: the later of the two times, rows written before re-opening set
+        # first_turn_ns holding the completion's); oldest first
         "long": f"SELECT session_id, last_turn_ns FROM sessions WHERE state = 'open' AND "
-                f"COALESCE(completed_at_ns, first_turn_ns) < {m} "
-                f"ORDER BY COALESCE(completed_at_ns, first_turn_ns), session_id LIMIT {m}",
+                f"{_OPENED} < {m} ORDER BY {_OPENED}, session_id LIMIT {m}",
         # claims of processes that died (or hang): claimed before the cutoff
         "stale": f"SELECT session_id, last_turn_ns FROM sessions WHERE state = 'claimed' "
                  f"AND claimed_at_ns < {m} ORDER BY claimed_at_ns LIMIT {m}",
@@ -272,10 +284,11 @@ class KeptSessions:
         return [(str(r[0]), int(r[1])) for r in [*idle, *stale]]
 
     def sessions_open_since(self, before_ns: int, limit: int) -> list[tuple[str, int]]:
-        """(session id, last turn ns) of at most ``limit`` open sessions neither completed
-        nor started since ``before_ns`` (``sessions.max_session_duration_s``), oldest first.
-        Reads every open session's row (no index on these times): 11 ms at 100,000 open
-        sessions on SQLite, against 4 ms for the open count the job takes at each check."""
+        """(session id, last turn ns) of at most ``limit`` open sessions not opened (a
+        first turn, or a first turn since a completion) since ``before_ns``
+        (``sessions.max_session_duration_s``), oldest first. Reads every open session's row
+        (no index on these times): 11 ms at 100,000 open sessions on SQLite, against 4 ms
+        for the open count the job takes at each check."""
         return [(str(r[0]), int(r[1])) for r in self._one("long", before_ns, limit)[0]]
 
     def session_keys(self, conversation_id: str, limit: int) -> list[str]:

@@ -213,7 +213,8 @@ def test_a_conversation_that_never_goes_idle_completes_at_its_maximum_duration(
         tmp_path: Path) -> None:
     """A turn every 50 s against a 60 s idle timeout: before, the session never completed,
     so it was never evaluated. It now completes ``max_session_duration_s`` after its first
-    turn, then again that long after that completion, never at each check in between."""
+    turn, then again that long after its first turn since that completion (700 s), never at
+    each check in between."""
     store = open_store(str(tmp_path / "s.db"))
     clock = ManualClock(T0)
     job, metrics = _job(store, clock, max_session_duration_s=600.0)
@@ -223,7 +224,7 @@ def test_a_conversation_that_never_goes_idle_completes_at_its_maximum_duration(
         if job.tick():
             completed_at.append(clock.now - T0)
         clock.advance(50.0)
-    assert completed_at == [650.0, 1300.0]
+    assert completed_at == [650.0, 1350.0]
     kept = store.session_record(_k("c1"))
     assert kept is not None and kept.completions == 2 and kept.state == "open"
     assert kept.record is not None and kept.record["completed_by"] == "max_session_duration"
@@ -233,6 +234,40 @@ def test_a_conversation_that_never_goes_idle_completes_at_its_maximum_duration(
                    agent="helper") == 1
     store.close()
 
+
+
+def test_a_conversation_resumed_days_later_completes_at_its_next_idle(tmp_path: Path) -> None:
+    """A session completed at idle, resumed two days later: it was open "since its last
+    completion", past max_session_duration_s at once, so the next check completed it as an
+    eviction, one turn into the resumed conversation. It is open since its first turn after
+    the completion and completes at its next idle, as any conversation."""
+    _resumed_days_later(open_store(str(tmp_path / "s.db")))
+
+
+def test_a_conversation_resumed_days_later_on_postgresql(postgresql_url: str) -> None:
+    _resumed_days_later(open_store(postgresql_url))
+
+
+def _resumed_days_later(store: EvaluationStore) -> None:
+    clock = ManualClock(T0)
+    job, metrics = _job(store, clock, max_session_duration_s=3600.0)
+    store.put_many([_turn("c1", 0, clock.now)])
+    clock.advance(IDLE_S + 1)
+    assert job.tick() == 1
+    clock.advance(2 * 86400.0)
+    store.put_many([_turn("c1", 1, clock.now)])
+    clock.advance(10.0)
+    assert job.tick() == 0  # neither idle nor open an hour
+    store.put_many([_turn("c1", 2, clock.now)])
+    clock.advance(IDLE_S + 1)
+    assert job.tick() == 1
+    kept = store.session_record(_k("c1"))
+    assert kept is not None and kept.completions == 2 and kept.state == "complete"
+    assert kept.record is not None and kept.record["completed_by"] == "idle"
+    assert kept.record["turns"] == 3
+    assert _sample(metrics, "otel_eval_sessions_evicted_total",
+                   reason="max_session_duration") == 0
+    store.close()
 
 def _records(ds: Capture) -> list[logs_pb2.LogRecord]:
     return [r for req in ds.logs for rl in req.resource_logs for sl in rl.scope_logs

@@ -36,8 +36,8 @@ class SessionsConfig:
     # recently active) early, counted in otel_eval_sessions_evicted_total{reason=
     # "max_open_sessions"}; a turn after that re-opens it. Count, default 100,000.
     max_open_sessions: int = 100_000
-    # A session still open this long after its first turn (or after its last completion) is
-    # completed as it stands, counted in otel_eval_sessions_evicted_total{reason=
+    # A session still open this long after its first turn (or its first turn since its last
+    # completion) is completed as it stands, counted in otel_eval_sessions_evicted_total{reason=
     # "max_session_duration"}; a turn after that re-opens it. A conversation whose turns
     # never leave idle_timeout_s between them is evaluated at least this often. Seconds,
     # default 24 h.

@@ -28,8 +28,9 @@ re-opens the session (``put_many``); it is completed again at its next idle, cou
 
 Bounds: per tick at most ``max_completions_per_check`` sessions; open sessions at most
 ``max_open_sessions`` (past it the oldest are completed early: ``sessions_evicted``); a
-session open ``max_session_duration_s`` since its first turn or last completion, its turns
-never ``idle_timeout_s`` apart, is completed as it stands (``sessions_evicted`` too); per
+session open ``max_session_duration_s`` since its first turn (or its first turn since its
+last completion), its turns never ``idle_timeout_s`` apart, is completed as it stands
+(``sessions_evicted`` too); per
 session the turns read are cut by ``max_turns`` and ``max_turns_chars`` (counted in
 ``session_turns_dropped``). This process holds no per-session state: memory does not grow
 with open sessions. Not thread-safe: ``tick`` runs on the job's one thread (or the test's).
@@ -134,8 +135,9 @@ class SessionJob:
         return done
 
     def _cut_long(self, now: int) -> int:
-        """Complete the sessions open ``max_session_duration_s`` since their first turn or
-        their last completion: a conversation that never goes idle is evaluated all the same."""
+        """Complete the sessions open ``max_session_duration_s`` since their first turn (or
+        their first turn since their last completion): a conversation that never goes idle
+        is evaluated all the same."""
         cfg = self.config
         done = 0
         for session_id, last_ns in self.store.sessions_open_since(
