@@ -70,6 +70,7 @@ from otel_eval.evaluate.handoff import (
     Job,
     Outcome,
 )
+from otel_eval.outputs.sender import INTERNAL_ERROR
 from otel_eval.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -232,7 +233,7 @@ class Finishing:
                 else:
                     sink.export(trace, evaluation)
             except Exception:
-                self._sink_failed(sink, trace)
+                self._sink_failed(sink, trace, evaluation)
 
     def _again(self, trace: Trace, held: Held, delivering: list[DeliveringSink]) -> None:
         """An already evaluated trace (a replay) to the delivering sinks again, with the
@@ -255,11 +256,14 @@ class Finishing:
                 else:
                     sink.export(trace, ev, held)
             except Exception:
-                self._sink_failed(sink, trace)
+                self._sink_failed(sink, trace, ev)
 
-    def _sink_failed(self, sink: object, trace: Trace) -> None:
-        log.exception("sink %s failed on trace %s", type(sink).__name__, trace.trace_id)
-        self._metrics.sinks.dropped(type(sink).__name__, "exception", 1)
+    def _sink_failed(self, sink: Sink | DeliveringSink, trace: Trace,
+                     evaluation: Evaluation | None) -> None:
+        """Counted as the sink's own drops are: under its name, by the items the call
+        dropped, reason ``internal_error`` (outputs.sender's closed sets)."""
+        log.exception("sink %s failed on trace %s", sink.name, trace.trace_id)
+        self._metrics.sinks.dropped(sink.name, INTERNAL_ERROR, sink.items(trace, evaluation))
 
     def _keep(self, refused: list[tuple[Job, Outcome]]) -> None:
         """The store did not write these: back to the head of the queue, in their order, as

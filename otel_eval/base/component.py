@@ -44,6 +44,12 @@ class AsyncComponent(Protocol):
 class Sink(Protocol):
     """Where stored evaluations go next (events, pass-through, judge). Must not block."""
 
+    name: str  # its ``sink`` label on otel_eval_sink_dropped_total (outputs.sender.SINK_NAMES)
+
+    def items(self, trace: Trace, evaluation: Evaluation | None) -> int:
+        """What ``export`` (``evaluation``) or ``pass_on`` (None) hands on for ``trace``, in
+        the sink's unit (spans, log records, evaluations): what a failure of the call drops."""
+
     def export(self, trace: Trace, evaluation: Evaluation) -> None: ...
 
     def pass_on(self, trace: Trace) -> None:
@@ -101,6 +107,9 @@ class DeliveringSink(Protocol):
     marks such a sink (its methods are a ``Sink``'s, with the ``Held``)."""
 
     delivers: Literal[True]
+    name: str
+
+    def items(self, trace: Trace, evaluation: Evaluation | None) -> int: ...
 
     def export(self, trace: Trace, evaluation: Evaluation, held: Held | None = None) -> None: ...
 

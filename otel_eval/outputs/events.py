@@ -233,6 +233,7 @@ class EvaluationEvents:
     """Sink exporting ``gen_ai.evaluation.result`` records to ``config.events_endpoint``."""
 
     delivers = True  # base.component.DeliveringSink: held in the spool until delivered
+    name = SINK
 
     def __init__(self, config: ExportConfig, metrics: Metrics, *,
                  evaluator_version: str | None = None,
@@ -256,6 +257,12 @@ class EvaluationEvents:
 
     def shutdown(self, deadline_s: float) -> None:
         self._sender.shutdown(deadline_s)
+
+    def items(self, trace: model.Trace, evaluation: Evaluation | None) -> int:
+        """One record per finding and one for the verdict; none without an evaluation."""
+        if evaluation is None:
+            return 0
+        return len(evaluation.findings) + (evaluation.verdict is not None)
 
     def export(self, trace: model.Trace, evaluation: Evaluation,
                held: Held | None = None) -> None:

@@ -94,6 +94,7 @@ class Forwarder:
     """Sink forwarding each evaluated trace's spans to ``config.forward_endpoint``."""
 
     delivers = True  # base.component.DeliveringSink: held in the spool until delivered
+    name = SINK
 
     def __init__(self, config: ExportConfig, metrics: Metrics) -> None:
         if not config.forward_endpoint:
@@ -110,6 +111,9 @@ class Forwarder:
 
     def shutdown(self, deadline_s: float) -> None:
         self._sender.shutdown(deadline_s)
+
+    def items(self, trace: model.Trace, evaluation: Evaluation | None) -> int:
+        return len(trace.spans)  # stamped or passed on, every span goes
 
     def export(self, trace: model.Trace, evaluation: Evaluation,
                held: Held | None = None) -> None:

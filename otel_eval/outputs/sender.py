@@ -54,6 +54,9 @@ log = logging.getLogger(__name__)
 
 DROP_REASONS = ("queue_full", "too_large", "shutdown", "retries_exhausted", "rejected",
                 "downstream_rejected", "internal_error")
+INTERNAL_ERROR = "internal_error"  # a bug of ours (a sink that raised, a batch unbuilt)
+# The ``sink`` label values of otel_eval_sink_dropped_total: each sink's ``name``.
+SINK_NAMES = ("judge", "events", "forward", "results")
 RETRYABLE = frozenset({grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED,
                        grpc.StatusCode.ABORTED, grpc.StatusCode.OUT_OF_RANGE,
                        grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DATA_LOSS})
@@ -255,7 +258,7 @@ class OtlpSender(Generic[R]):
                                    self._new_request)
             except Exception:  # stage boundary, as below
                 log.exception("%s: unexpected error batching", self.sink)
-                self._drop("internal_error", sum(q.items for q in taken))
+                self._drop(INTERNAL_ERROR, sum(q.items for q in taken))
                 requests = []
             # every piece sent, or dropped for good: the traces held are settled
             if all([self._deliver(batch, n) for batch, n in requests]):
@@ -271,7 +274,7 @@ class OtlpSender(Generic[R]):
             return self._send(batch, n)
         except Exception:  # stage boundary: a bug here must not kill the worker silently
             log.exception("%s: unexpected error sending %d item(s)", self.sink, n)
-            self._drop("internal_error", n)
+            self._drop(INTERNAL_ERROR, n)
             return True
 
     def _send(self, batch: R, n: int) -> bool:

@@ -71,6 +71,8 @@ log = logging.getLogger(__name__)
 
 
 class JudgeStage:
+    name = "judge"  # outputs.sender.SINK_NAMES
+
     def __init__(self, config: JudgeConfig, loop: LoopThread, store: EvaluationStore,
                  metrics: Metrics, events: JudgeEvents | None = None, *,
                  cache_path: str = ":memory:",
@@ -155,6 +157,9 @@ class JudgeStage:
             log.error("journaling judge work of trace %s failed: %s", trace_id, e)
             return False
         return True
+
+    def items(self, trace: Trace, evaluation: Evaluation | None) -> int:
+        return 0 if evaluation is None else 1  # one evaluation to judge
 
     def export(self, trace: Trace, evaluation: Evaluation) -> None:
         try:
