@@ -20,13 +20,14 @@ Lifecycle (``otel_eval.app.lifecycle``): every long-running part is a ``Componen
 ``start()`` and ``shutdown(deadline_s)``. ``Service()`` only constructs them (no file, socket
 or thread is opened); ``_lifecycle`` lists them in start order (instance locks, store,
 spool, event loop, admin, issues job (stopped here; its runs start after the sinks, so the
-judge that names new issues is up), retention, sinks, Kafka, engine, listeners bound, spool
-replay, receivers serving, readiness) and shutdown runs the list backwards with what is left
-of one deadline (SIGTERM / SIGINT; a second signal exits at once): receivers stop accepting,
-the engine evaluates what was released and the runs that ended and leaves the runs still
-going unjudged in the spool (a stop is no verdict; the next start resumes them with their
-timers), the Kafka consumer commits what got stored (not the records of those runs), the
-judge drains before the events it writes are flushed, the store closes last. Nothing
+judge that names new issues is up), retention, sinks, session job, Kafka, engine, listeners
+bound, spool replay, receivers serving, readiness) and shutdown runs the list backwards with
+what is left of one deadline (SIGTERM / SIGINT; a second signal exits at once): receivers
+stop accepting, the engine evaluates what was released and the runs that ended and leaves
+the runs still going unjudged in the spool (a stop is no verdict; the next start resumes
+them with their timers), the Kafka consumer commits what got stored (not the records of
+those runs), the session job stops before the judge and events it feeds, the judge drains
+before the events it writes are flushed, the store closes last. Nothing
 acknowledged is lost; with the spool (default), not on kill -9 either (Kafka ingest: the topic
 and its committed offsets play that part).
 """
@@ -251,8 +252,9 @@ class Service:
         reverse: receivers stop accepting; the engine stores what was released and the runs
         that ended, and leaves the others open, unjudged, in the spool (the Kafka consumer,
         stopped after it, then commits what got stored; the records of runs left open, and
-        those it takes meanwhile, are refused or uncommitted and replayed later); the judge
-        drains before the events it writes to are flushed; retention and the issues job stop;
+        those it takes meanwhile, are refused or uncommitted and replayed later); the session
+        job stops before the judge and the events it feeds; the judge drains before the
+        events it writes to are flushed; retention and the issues job stop;
         the admin endpoint answers until the end; the store and spool close last."""
         lc = Lifecycle()
         # one serve per store and spool, before either is opened (a second is refused here)
@@ -273,10 +275,12 @@ class Service:
             lc.add("issues job", self.issues, start=False)
         if worker:
             lc.add("retention", self.retention)
-        # completes sessions idle past sessions.idle_timeout_s (tests tick it by hand)
-        lc.add("session job", self.session_job, start=worker)
         for sink in reversed(self.sinks):  # the judge (first sink) stops before the events
             lc.add(type(sink.part if isinstance(sink, OnLoop) else sink).__name__, sink)
+        # completes sessions idle past sessions.idle_timeout_s (tests tick it by hand). It
+        # feeds the judge and the events sink: stopped before them, as the engine is (a
+        # completion made while they drain would reach a stopped judge, never judged)
+        lc.add("session job", self.session_job, start=worker)
         if self.issues is not None:
             lc.add("issues runs", Step(start=self.issues.start), start=worker)
         if self.kafka is not None:  # stopped here (after the engine); started after the replay

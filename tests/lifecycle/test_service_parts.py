@@ -31,11 +31,12 @@ def _service(tmp_path: Path, **changes: Any) -> Service:
 
 
 @pytest.mark.parametrize(("changes", "parts", "sinks", "front"), [
-    ({}, ["event loop", "admin", "issues job", "retention", "session job", "ResultsPublisher",
-          "Forwarder", "EvaluationEvents", "JudgeStage", "issues runs", "kafka consumer"],
+    ({}, ["event loop", "admin", "issues job", "retention", "ResultsPublisher",
+          "Forwarder", "EvaluationEvents", "JudgeStage", "session job", "issues runs",
+          "kafka consumer"],
      ["JudgeStage", "EvaluationEvents", "Forwarder", "OnLoop"], "Engine"),
     ({"kafka.publish": True}, ["event loop", "admin", "issues job", "retention",
-                               "session job", "Forwarder", "EvaluationEvents", "JudgeStage",
+                               "Forwarder", "EvaluationEvents", "JudgeStage", "session job",
                                "issues runs", "kafka publisher"],
      ["JudgeStage", "EvaluationEvents", "Forwarder"], "PublishingEngine"),
     (OFF, ["admin", "retention", "session job"], [], "Engine"),
@@ -53,3 +54,13 @@ def test_each_optional_part_is_built_and_placed_in_the_lifecycle(
     assert [type(s).__name__ for s in svc.engine.sinks] == sinks
     assert svc.grpc is not None and type(svc.grpc.ingest.engine).__name__ == front
     assert (svc.issues is not None) == ("issues job" in parts)
+
+
+def test_the_session_job_stops_before_the_sinks_it_feeds(tmp_path: Path) -> None:
+    """The session job hands each completion to the judge (``judge_session``) and its event
+    to the events sink. Stopped after them, a completion made while they drain went to a
+    judge that had stopped: its task was cancelled with the loop's leftovers, the session
+    never judged and no skip counted. As the engine, it stops (and starts) inside them."""
+    names = _service(tmp_path)._lifecycle(True).names
+    feeds = [names.index("JudgeStage"), names.index("EvaluationEvents")]
+    assert names.index("session job") > max(feeds)  # shutdown runs the list backwards
