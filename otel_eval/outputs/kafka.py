@@ -93,18 +93,24 @@ class ResultsPublisher:
             await self._send_queued(producer)
 
     async def _send_queued(self, producer: AIOKafkaProducer) -> None:
+        from aiokafka.errors import KafkaError
+
         futures: list[Any] = []
+        refused = 0  # at send: no metadata within request_timeout_ms, a record too large
         while self._queue:
             trace_id, payload = self._queue.popleft()
-            futures.append(await producer.send(self.config.results_topic, payload,
-                                               key=trace_id.encode()))
+            try:
+                futures.append(await producer.send(self.config.results_topic, payload,
+                                                   key=trace_id.encode()))
+            except KafkaError:  # this record's failure (said below), not the sender task's end
+                refused += 1
         results = await asyncio.gather(*futures, return_exceptions=True)
-        failed = sum(1 for r in results if isinstance(r, BaseException))
+        failed = refused + sum(1 for r in results if isinstance(r, BaseException))
         if failed:
             log.warning("kafka results: %d record(s) failed to publish", failed)
             self.metrics.publish_dropped("results", "send_failed", failed)
-        if len(results) - failed:
-            self.metrics.published("results", len(results) - failed)
+        if sent := len(results) + refused - failed:
+            self.metrics.published("results", sent)
 
     async def shutdown(self, deadline_s: float = 10.0) -> None:
         """Send what is queued (up to the deadline), then stop the producer."""
