@@ -19,6 +19,7 @@ dashboard's issues table shows it), trace_id a 32-hex trace id (its exemplar lin
                                                         severity and status columns
     otel_eval_issues_runs_total{status}                 ok | error | skipped
     otel_eval_issues_annotations_total{status}          posted | failed
+    otel_eval_issues_annotations_skipped_total{reason}  max_annotations | grafana_unreachable
     otel_eval_issues_last_run_timestamp_seconds         end of the last successful run
     otel_eval_issues_last_run_duration_seconds
 """
@@ -37,6 +38,9 @@ from otel_eval.telemetry.labels import UNKNOWN
 
 RUN_STATUSES = ("ok", "error", "skipped")
 ANNOTATION_STATUSES = ("posted", "failed")
+# why an event was not posted: past issues.grafana.max_annotations in its run; after a
+# connection failure or timeout earlier in its run
+ANNOTATION_SKIP_REASONS = ("max_annotations", "grafana_unreachable")
 _LABELS = ("level", "node", "issue_id", "title")
 
 
@@ -54,9 +58,10 @@ class IssueRow:
     status: str = ""  # new | ongoing | regressed; "" for "_other"
 
 
-# rows, runs by status, annotations by status, last run's end (unix s), its duration (s)
+# rows, runs by status, annotations by status, last run's end (unix s), its duration (s),
+# annotations skipped by reason
 IssuesSnapshot = tuple[tuple[IssueRow, ...], dict[str, int], dict[str, int], float | None,
-                       float | None]
+                       float | None, dict[str, int]]
 
 
 class IssuesCollector(Collector):
@@ -66,14 +71,15 @@ class IssuesCollector(Collector):
         self._snapshot = snapshot
 
     def describe(self) -> Iterator[Any]:
-        return families((), {}, {}, None, None)
+        return families((), {}, {}, None, None, {})
 
     def collect(self) -> Iterator[Any]:
         return families(*self._snapshot())
 
 
 def families(rows: tuple[IssueRow, ...], runs: Mapping[str, int], annotations: Mapping[str, int],
-              last_run: float | None, last_duration: float | None) -> Iterator[Any]:
+              last_run: float | None, last_duration: float | None,
+              skipped: Mapping[str, int]) -> Iterator[Any]:
     share = GaugeMetricFamily("otel_eval_issue_share", "Share of the window's evaluated "
                               "traces with the issue (issues.max_gauge_issues in all, top-K "
                               "per level and node; the rest as issue_id=\"_other\", nodes "
@@ -113,7 +119,14 @@ def families(rows: tuple[IssueRow, ...], runs: Mapping[str, int], annotations: M
                                  "Grafana by outcome", labels=("status",))
     for status in ANNOTATION_STATUSES:
         posted.add_metric([status], float(annotations.get(status, 0)))
-    yield from (runs_total, posted)
+    not_posted = CounterMetricFamily(
+        "otel_eval_issues_annotations_skipped", "Issue annotations not sent to Grafana, by "
+        "reason (max_annotations: past issues.grafana.max_annotations in the run; "
+        "grafana_unreachable: after a connection failure or timeout in the run)",
+        labels=("reason",))
+    for reason in ANNOTATION_SKIP_REASONS:
+        not_posted.add_metric([reason], float(skipped.get(reason, 0)))
+    yield from (runs_total, posted, not_posted)
     stamp = GaugeMetricFamily("otel_eval_issues_last_run_timestamp_seconds", "Unix time of the "
                               "last successful issue clustering run")
     duration = GaugeMetricFamily("otel_eval_issues_last_run_duration_seconds", "Duration of "

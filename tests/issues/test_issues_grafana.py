@@ -1,6 +1,7 @@
 """Grafana annotations against a real HTTP server on 127.0.0.1:0 checking the contract."""
 
 import json
+import socketserver
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ from issue_fixtures import window
 
 from otel_eval.outputs.issues.config import GrafanaConfig, IssuesConfig
 from otel_eval.outputs.issues.grafana import GrafanaAnnotator
+from otel_eval.outputs.issues.result import Issue, IssueEvent
 from otel_eval.outputs.issues.tracker import IssueTracker
 
 TOKEN = "glsa_test_token"
@@ -103,7 +105,7 @@ def test_unreachable_grafana_is_counted() -> None:
     annotator = GrafanaAnnotator(GrafanaConfig(url=f"http://127.0.0.1:{port}", timeout_s=2.0))
     tracker = IssueTracker(IssuesConfig(), sqlite3.connect(":memory:"), annotator=annotator)
     tracker.run(window(6), now=1.0)
-    assert annotator.failures == 3
+    assert annotator.failures == 1  # and no more tries in that run: Grafana is down
 
 
 def test_annotator_needs_a_url() -> None:
@@ -124,3 +126,69 @@ def test_annotations_link_to_the_issue_and_its_runs_in_the_web_view(
         issue_id = next(t for t in body["tags"] if t.startswith("issue:"))[len("issue:"):]
         assert f"open: https://otel-eval.example:8888/ui/issues#issue-{issue_id}" in body["text"]
         assert "exemplar traces: https://otel-eval.example:8888/ui/runs/" in body["text"]
+
+
+def _events(n: int) -> list[IssueEvent]:
+    """``n`` new-issue events, issue k with share k / n (the largest last)."""
+    return [IssueEvent("new", Issue(
+        issue_id=f"iss_{k:010x}", level="system", node="", title=f"problem {k}",
+        description="d", share=k / n, trend=None, critiques=2, traces=2, exemplars=(),
+        agents=(), first_seen=0.0, new=True), None) for k in range(1, n + 1)]
+
+
+def test_a_run_posts_at_most_max_annotations_the_largest_first(
+        grafana: tuple[str, type[_Grafana]]) -> None:
+    """A flood of new issues is not one request each while the run lock is held: past
+    issues.grafana.max_annotations the rest are counted as not posted, with the reason."""
+    url, handler = grafana
+    annotator = GrafanaAnnotator(GrafanaConfig(url=url, token=TOKEN, max_annotations=3))
+    outcome = annotator.annotate(_events(10), now=1.0)
+    assert len(handler.received) == 3 and handler.problems == []
+    assert [b["tags"][-1] for b in handler.received] == [
+        f"issue:iss_{k:010x}" for k in (10, 9, 8)]
+    assert (outcome.posted, outcome.failed) == (3, 0)
+    assert outcome.skipped == {"max_annotations": 7, "grafana_unreachable": 0}
+
+
+class _Hangup(socketserver.BaseRequestHandler):
+    """Accepts a connection and closes it unanswered (a Grafana going down), counting."""
+
+    connections: list[int]
+
+    def handle(self) -> None:
+        self.connections.append(1)
+
+
+@pytest.fixture
+def hangup() -> Iterator[tuple[str, list[int]]]:
+    handler = type("Hangup", (_Hangup,), {"connections": []})
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", handler.connections
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_no_more_posts_in_a_run_after_a_connection_failure(
+        hangup: tuple[str, list[int]]) -> None:
+    """Grafana down: one attempt, not one timeout per event; the rest counted with why."""
+    url, connections = hangup
+    annotator = GrafanaAnnotator(GrafanaConfig(url=url, max_annotations=5))
+    outcome = annotator.annotate(_events(8), now=1.0)
+    assert len(connections) == 1
+    assert (outcome.posted, outcome.failed) == (0, 1)
+    assert outcome.skipped == {"max_annotations": 3, "grafana_unreachable": 4}
+    assert annotator.annotate(_events(2), now=2.0).failed == 1  # the next run tries again
+    assert len(connections) == 2
+
+
+def test_an_http_error_does_not_stop_the_run(grafana: tuple[str, type[_Grafana]]) -> None:
+    url, handler = grafana
+    handler.status = 500
+    outcome = GrafanaAnnotator(GrafanaConfig(url=url, token=TOKEN)).annotate(_events(4), 1.0)
+    assert len(handler.received) == 4 and (outcome.posted, outcome.failed) == (0, 4)
+    assert outcome.skipped == {"max_annotations": 0, "grafana_unreachable": 0}

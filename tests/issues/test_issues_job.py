@@ -26,6 +26,7 @@ from otel_eval.outputs.issues.grafana import GrafanaAnnotator
 from otel_eval.outputs.issues.job import IssuesJob
 from otel_eval.outputs.issues.result import (
     MAX_AGENTS_PER_ISSUE,
+    Annotated,
     Issue,
     IssueEvent,
     IssuesResult,
@@ -46,11 +47,11 @@ class Recorder:
         self.events: list[IssueEvent] = []
         self.fail = fail
 
-    def annotate(self, events: Sequence[IssueEvent], now: float) -> int:
+    def annotate(self, events: Sequence[IssueEvent], now: float) -> Annotated:
         if self.fail:
             raise ConnectionError("grafana down")
         self.events.extend(events)
-        return len(events)
+        return Annotated(posted=len(events))
 
 
 def _stored(body: dict[str, Any], at: float) -> Evaluation:
@@ -250,8 +251,14 @@ def test_annotation_failures_are_counted_not_raised(store: Store, kind: str) -> 
     registry = CollectorRegistry()
     job = _job(store, registry, ManualClock(T0), annotator=annotator)
     assert job.run_once() is not None and len(job.latest_json()["issues"]) == 3
+    # an unreachable Grafana is tried once a run: the other events are not posted, counted
+    unreachable = 2 if kind == "unreachable_grafana" else 0
     assert registry.get_sample_value("otel_eval_issues_annotations_total",
-                                     {"status": "failed"}) == 3
+                                     {"status": "failed"}) == 3 - unreachable
+    assert registry.get_sample_value("otel_eval_issues_annotations_skipped_total",
+                                     {"reason": "grafana_unreachable"}) == unreachable
+    assert registry.get_sample_value("otel_eval_issues_annotations_skipped_total",
+                                     {"reason": "max_annotations"}) == 0
     assert registry.get_sample_value("otel_eval_issues_runs_total", {"status": "ok"}) == 1
 
 
@@ -266,7 +273,7 @@ def test_scrape_formats_and_bounded_labels(store: Store) -> None:
         "otel_eval_issue_share", "otel_eval_issue_traces", "otel_eval_issue_trend",
         "otel_eval_issue_agent_info", "otel_eval_issue_exemplar_info", "otel_eval_issue_info",
         "otel_eval_issues_runs", "otel_eval_issues_annotations",
-        "otel_eval_issues_last_run_timestamp_seconds",
+        "otel_eval_issues_annotations_skipped", "otel_eval_issues_last_run_timestamp_seconds",
         "otel_eval_issues_last_run_duration_seconds"}
     for name in ("otel_eval_issue_share", "otel_eval_issue_traces"):
         assert {frozenset(s.labels) for s in families[name].samples} == {
@@ -362,6 +369,6 @@ def test_an_issue_of_runs_no_span_named_is_of_agent_unknown() -> None:
     from otel_eval.telemetry.issues import IssueRow, families
 
     row = IssueRow(("node", "", "i1", "a title"), 0.5, 3, None, (), None, "high", "new")
-    [agent_info] = [f for f in families((row,), {}, {}, None, None)
+    [agent_info] = [f for f in families((row,), {}, {}, None, None, {})
                     if f.name == "otel_eval_issue_agent"]
     assert [s.labels["agent"] for s in agent_info.samples] == ["unknown"]

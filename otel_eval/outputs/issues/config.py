@@ -33,13 +33,19 @@ class GrafanaConfig:
     tags: tuple[str, ...] = ("otel-eval", "issue")
     # Per-request timeout, seconds.
     timeout_s: float = 5.0
+    # Annotations posted per clustering run at most (new issues and share jumps, the
+    # largest issues first; the rest are counted as skipped, reason max_annotations). The
+    # posts are made while the run holds the job, so this and timeout_s bound the time they
+    # take: 20 x 5 s. After a connection failure or timeout a run posts no more (counted
+    # grafana_unreachable); the next run tries again. Count; 0 posts none.
+    max_annotations: int = 20
     # otel-eval's admin URL as a browser reaches it (e.g. "https://otel-eval.example:8888"):
     # each annotation then links to the issue (/ui/issues#issue-ID) and its example runs in
     # the web view. Empty: no links.
     otel_eval_url: str = ""
 
     def __post_init__(self) -> None:
-        validate(self, minimum={"panel_id": 0}, above={"timeout_s": 0})
+        validate(self, minimum={"panel_id": 0, "max_annotations": 0}, above={"timeout_s": 0})
 
 
 @dataclass(frozen=True)

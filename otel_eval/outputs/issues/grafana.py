@@ -6,6 +6,11 @@ and ``text`` (with ``issues.grafana.otel_eval_url``, links to the issue and its 
 in otel-eval's web view); ``Authorization: Bearer <service-account token>``. Failures are logged and
 counted (``GrafanaAnnotator.failures``), never raised: an unreachable Grafana must not stop
 the clustering job.
+
+Bounded per run (the job posts while it holds its run): at most ``max_annotations`` events,
+the largest issues first, and none more after a connection failure or timeout (Grafana is
+down: each would wait ``timeout_s``); those not posted are counted by reason
+(``Annotated.skipped``). An HTTP error answer is a failure of that one annotation only.
 """
 
 from __future__ import annotations
@@ -15,11 +20,11 @@ import logging
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 from otel_eval.outputs.issues.config import GrafanaConfig
-from otel_eval.outputs.issues.result import IssueEvent
+from otel_eval.outputs.issues.result import Annotated, IssueEvent
 
 log = logging.getLogger(__name__)
 
@@ -66,17 +71,25 @@ class GrafanaAnnotator:
         self.posted = 0
         self.failures = 0
 
-    def annotate(self, events: Sequence[IssueEvent], now: float) -> int:
-        """Post one annotation per event; returns how many Grafana accepted."""
-        ok = 0
-        for event in events:
-            if self._post(annotation_body(event, now, self._config)):
-                ok += 1
+    def annotate(self, events: Sequence[IssueEvent], now: float) -> Annotated:
+        """Post one annotation per event, the largest issues first, at most
+        ``max_annotations``, none after a connection failure or timeout; returns how many
+        Grafana accepted, how many failed and how many were skipped, by reason."""
+        chosen = sorted(events, key=lambda e: -e.issue.share)[:self._config.max_annotations]
+        ok = failed = unreachable = 0
+        for k, event in enumerate(chosen):
+            outcome = self._post(annotation_body(event, now, self._config))
+            ok += outcome == "ok"
+            failed += outcome != "ok"
+            if outcome == "unreachable":
+                unreachable = len(chosen) - k - 1
+                break
         self.posted += ok
-        self.failures += len(events) - ok
-        return ok
+        self.failures += failed
+        return Annotated(ok, failed, {"max_annotations": len(events) - len(chosen),
+                                      "grafana_unreachable": unreachable})
 
-    def _post(self, body: dict[str, Any]) -> bool:
+    def _post(self, body: dict[str, Any]) -> Literal["ok", "failed", "unreachable"]:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self._config.token:
             headers["Authorization"] = f"Bearer {self._config.token}"
@@ -85,7 +98,14 @@ class GrafanaAnnotator:
         try:
             with urllib.request.urlopen(request, timeout=self._config.timeout_s) as response:
                 response.read()
-                return 200 <= response.status < 300
-        except (urllib.error.URLError, OSError, ValueError) as e:
+                return "ok" if 200 <= response.status < 300 else "failed"
+        except urllib.error.HTTPError as e:  # Grafana answered: this annotation only
             log.warning("grafana annotation to %s failed: %s", self._endpoint, e)
-            return False
+            return "failed"
+        except (urllib.error.URLError, OSError) as e:  # refused, reset, timed out: down
+            log.warning("grafana annotation to %s failed: %s; no more this run",
+                        self._endpoint, e)
+            return "unreachable"
+        except ValueError as e:
+            log.warning("grafana annotation to %s failed: %s", self._endpoint, e)
+            return "failed"

@@ -49,6 +49,7 @@ from otel_eval.outputs.issues.grafana import GrafanaAnnotator
 from otel_eval.outputs.issues.result import (
     MAX_AGENTS_PER_ISSUE,
     OTHER_ISSUE_ID,
+    Annotated,
     Issue,
     IssuesResult,
     issue_runs,
@@ -58,6 +59,7 @@ from otel_eval.outputs.issues.result import (
 from otel_eval.outputs.issues.synthesis import Synthesizer
 from otel_eval.outputs.issues.tracker import Annotator, IssueTracker
 from otel_eval.telemetry.issues import (
+    ANNOTATION_SKIP_REASONS,
     ANNOTATION_STATUSES,
     RUN_STATUSES,
     IssueRow,
@@ -108,6 +110,7 @@ class IssuesJob:
         self._exemplars: dict[str, str] = {}  # issue id -> sticky exemplar trace id
         self._runs = dict.fromkeys(RUN_STATUSES, 0)
         self._annotations = dict.fromkeys(ANNOTATION_STATUSES, 0)
+        self._annotations_skipped = dict.fromkeys(ANNOTATION_SKIP_REASONS, 0)
         self._last_run: float | None = None
         self._last_duration: float | None = None
         self._stop = threading.Event()
@@ -158,13 +161,15 @@ class IssuesJob:
         if self._annotator is None or not result.events:
             return
         try:
-            posted = self._annotator.annotate(result.events, now)
+            done = self._annotator.annotate(result.events, now)
         except Exception:  # an annotator must not fail the run; GrafanaAnnotator never raises
             log.exception("issue annotations failed")
-            posted = 0
+            done = Annotated(failed=len(result.events))
         with self._lock:
-            self._annotations["posted"] += posted
-            self._annotations["failed"] += len(result.events) - posted
+            self._annotations["posted"] += done.posted
+            self._annotations["failed"] += done.failed
+            for reason in ANNOTATION_SKIP_REASONS:  # label values from the closed set only
+                self._annotations_skipped[reason] += done.skipped.get(reason, 0)
 
     def _rows_of(self, result: IssuesResult) -> tuple[IssueRow, ...]:
         cfg = self._config
@@ -268,7 +273,7 @@ class IssuesJob:
     def _snapshot(self) -> IssuesSnapshot:
         with self._lock:
             return (self._rows, dict(self._runs), dict(self._annotations), self._last_run,
-                    self._last_duration)
+                    self._last_duration, dict(self._annotations_skipped))
 
 
 def build(config: IssuesConfig, deps: Deps, *,

@@ -104,6 +104,16 @@ class IssueEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class Annotated:
+    """What one run's annotations came to: each event posted, failed or skipped, the
+    skipped by reason (``telemetry.issues.ANNOTATION_SKIP_REASONS``)."""
+
+    posted: int = 0
+    failed: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class IssuesResult:
     generated_at: float  # unix seconds
     window_s: float

@@ -50,6 +50,7 @@ from otel_eval.outputs.issues.problems import by_node, groups, same_problem
 from otel_eval.outputs.issues.reading import severity, status, titled
 from otel_eval.outputs.issues.result import (
     MAX_AGENTS_PER_ISSUE,
+    Annotated,
     Assignment,
     Issue,
     IssueEvent,
@@ -69,8 +70,8 @@ _SYNTHESIS_EXAMPLES = 3  # central critiques per issue shown to an injected synt
 
 
 class Annotator(Protocol):
-    def annotate(self, events: Sequence[IssueEvent], now: float) -> int:
-        """Publish events; returns how many were published."""
+    def annotate(self, events: Sequence[IssueEvent], now: float) -> Annotated:
+        """Publish events; returns how many were published, failed, skipped (by reason)."""
         ...
 
 
