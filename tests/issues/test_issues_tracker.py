@@ -317,3 +317,36 @@ def test_a_hung_run_is_one_issue_under_its_inferred_agent() -> None:
     assert hung[0].title.endswith("(non_termination)") and hung[0].severity == "critical"
     assert "root" not in {a.node for a in result.assignments}
     assert len(result.issues) == 2  # and the loop, its own issue
+
+
+def _distinct_issues(n: int, seed: int = 7) -> list[dict[str, object]]:
+    """``n`` unrelated problems (made-up words), each in two traces: ``n`` new issues."""
+    rng = random.Random(seed)
+    evs = []
+    for k in range(n):
+        text = " ".join("".join(rng.choices(string.ascii_lowercase, k=9)) for _ in range(4))
+        evs += [evaluation(f"{2 * k + t:032x}", [], [text]) for t in (0, 1)]
+    return evs
+
+
+def test_judge_naming_calls_per_run_are_capped() -> None:
+    """A flood of new issues does not spend the judge's shared hourly budget: at most
+    naming_max_calls names a run, the largest issues first; the others keep the name from
+    their evidence (as when naming fails)."""
+    calls: list[list[str]] = []
+
+    def namer(texts: object) -> tuple[str, str]:
+        calls.append(list(texts))  # type: ignore[call-overload]
+        return (f"Judge name {len(calls)}", "Named by the judge.")
+
+    evs = _distinct_issues(12) + [evaluation(f"{100 + i:032x}", [], [FORMAT[i % 3].format(n=i)])
+                                  for i in range(4)]
+    cfg = IssuesConfig(naming_max_calls=3)
+    result = IssueTracker(cfg, sqlite3.connect(":memory:"), namer=namer).run(evs, now=1.0)
+    assert len(result.issues) == 13 and len(calls) == 3
+    named = [i for i in result.issues if i.title.startswith("Judge name")]
+    assert len(named) == 3 and max(i.traces for i in named) == 4  # the largest is named
+    plain = {i.issue_id: i.title for i in issues_offline(evs, cfg, now=1.0).issues}
+    assert all(i.title == plain[i.issue_id] for i in result.issues if i not in named)
+    assert issues_offline(evs, IssuesConfig(naming_max_calls=0), now=1.0,
+                          namer=namer).issues and len(calls) == 3

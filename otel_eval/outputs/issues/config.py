@@ -104,6 +104,13 @@ class IssuesConfig:
     # catalogue). Bounds the judge's cost: 4 calls per run is at most 48 an hour at the
     # default 300 s interval, whatever the number of agent nodes.
     synthesis_max_calls: int = 4
+    # With a judge model configured, judge calls per run naming new issues (one per new
+    # issue), over all groups, the largest new issues of a group first. The others keep
+    # their title from the evidence (as when a name fails; a name is given once). Bounds
+    # the judge's cost as synthesis_max_calls does: a flood of new issues must not spend
+    # the hourly budget (judge.max_cost_usd_per_hour) the trace judges share: 10 per run
+    # is at most 120 an hour at the default 300 s interval. Count; 0 names none.
+    naming_max_calls: int = 10
     # Issues per (level, node) exported as gauges (the rest aggregated as "_other"); the
     # API result lists every issue.
     top_k: int = 10
@@ -168,6 +175,7 @@ class IssuesConfig:
             "max_exact": 2,
             "stem_chars": 0,
             "term_min_traces": 0, "synthesis_max_issues": 0, "synthesis_max_calls": 0,
+            "naming_max_calls": 0,
             "interval_s": 0,
             "low_score_threshold": 0, "age_out_s": 0, "exemplars": 0, "share_jump": 0,
             "title_terms": 1, "taxonomy_weight": 0},

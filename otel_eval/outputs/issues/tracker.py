@@ -116,6 +116,7 @@ class IssueTracker:
         self._annotator = annotator
         self._synthesizer = synthesizer
         self._synthesis_calls_left = 0  # set by run()
+        self._naming_calls_left = 0  # set by run()
         # digest of a normalized critique text -> the issue id the previous run gave it
         # (one entry per distinct text of that run's window, 32 hex digits whatever the text's
         # length; in memory: lost on restart, when only the catalogue keeps ids)
@@ -152,6 +153,7 @@ class IssueTracker:
         catalogue; ``now`` (unix seconds) defaults to the injected clock."""
         now = self._clock() if now is None else now
         self._synthesis_calls_left = self._config.synthesis_max_calls
+        self._naming_calls_left = self._config.naming_max_calls
         cfg = self._config
         ext = extract(latest_revisions(evaluations), cfg.low_score_threshold,
                       cfg.include_findings)
@@ -214,6 +216,7 @@ class IssueTracker:
         clusters = kept_members(clusters, matched, texts_of, self._previous)
         out: list[tuple[Issue, IssueEvent | None, list[int]]] = []
         saved: list[StoredIssue] = []
+        judged = self._to_name(clusters, matched, group)
         for i, c in enumerate(clusters):
             if not c.members:  # all its critiques went back to their previous issues
                 continue
@@ -227,7 +230,8 @@ class IssueTracker:
                 from otel_eval.outputs.issues.naming import Name, name_cluster
 
                 name = (Name(*c.name) if c.name is not None
-                        else name_cluster(c.terms, texts[:_NAMER_EXAMPLES], self._namer))
+                        else name_cluster(c.terms, texts[:_NAMER_EXAMPLES],
+                                          self._namer if i in judged else None))
                 title = titled(name.title, [group[m] for m in c.members])
                 stored = StoredIssue(new_issue_id(level, node, texts[0], taken), level, node,
                                      self._embedder.name, title, name.description,
@@ -247,6 +251,24 @@ class IssueTracker:
             out.append((issue, _event(issue, previous, cfg.share_jump), c.members))
         self._catalogue.save(saved)
         return out
+
+    def _to_name(self, clusters: list[Cluster], matched: dict[int, StoredIssue],
+                 group: list[Critique]) -> set[int]:
+        """Indexes of the new clusters the namer names (one call each): the largest (by
+        traces) first, while this run's ``naming_max_calls`` last; the others keep the
+        name from their evidence, as when naming fails."""
+        if self._namer is None:
+            return set()
+        new = [i for i, c in enumerate(clusters)
+               if c.members and c.name is None and i not in matched]
+        traces = {i: len({group[m].trace_id for m in clusters[i].members}) for i in new}
+        new.sort(key=lambda i: (-traces[i], i))
+        chosen = new[:max(0, self._naming_calls_left)]
+        self._naming_calls_left -= len(chosen)
+        if len(chosen) < len(new):
+            log.info("issues.naming_max_calls reached: %d new issues keep their evidence "
+                     "titles", len(new) - len(chosen))
+        return set(chosen)
 
     def _issue(self, stored: StoredIssue, c: Cluster, group: list[Critique],
                traces: frozenset[str], share: float, previous: float | None) -> Issue:
