@@ -2,7 +2,9 @@ import random
 import sqlite3
 import string
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 from issue_fixtures import AUTH, FORMAT, LOOP, evaluation, window
 
@@ -350,3 +352,35 @@ def test_judge_naming_calls_per_run_are_capped() -> None:
     assert all(i.title == plain[i.issue_id] for i in result.issues if i not in named)
     assert issues_offline(evs, IssuesConfig(naming_max_calls=0), now=1.0,
                           namer=namer).issues and len(calls) == 3
+
+
+class _Scanned(np.ndarray):
+    """Cluster labels that count the elements numpy operations (ufuncs) read from them."""
+
+    read = 0
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        _Scanned.read += sum(a.size for a in inputs if isinstance(a, _Scanned))
+        plain = [np.asarray(a) if isinstance(a, _Scanned) else a for a in inputs]
+        return getattr(ufunc, method)(*plain, **kwargs)
+
+
+def test_grouping_by_label_is_linear_when_every_text_is_its_own_cluster(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """No vocabulary (non-Latin text) and no taxonomy: every distinct text is its own
+    cluster. Grouping the texts by label scanned every label once per label (quadratic in
+    the window's distinct texts); one pass now."""
+    from otel_eval.outputs.issues import cluster as cluster_module
+
+    real = cluster_module.cluster
+    monkeypatch.setattr(cluster_module, "cluster",
+                        lambda *a, **k: real(*a, **k).view(_Scanned))
+    rng = random.Random(3)
+    n = 1500
+    evs = [evaluation(f"{i:032x}", [], [" ".join(
+        "".join(rng.choices("абвгдежзиклмнопрстуфхцчшщэюя", k=8)) for _ in range(3))])
+        for i in range(n)]
+    _Scanned.read = 0
+    result = issues_offline(evs, IssuesConfig(taxonomy_model=""), now=1.0)
+    assert result.critiques == n and result.issues == ()
+    assert _Scanned.read <= 10 * n

@@ -394,12 +394,17 @@ class IssueTracker:
         if self._taxonomy is not None:
             x, features = self._taxonomy.extend(x, features, unique, self._config.taxonomy)
         labels = same_problem(self._labels(x, uid, group), uid, group)
+        # texts and critiques by label in one pass each: a scan of the labels per label was
+        # quadratic when every text is its own cluster (a window with no vocabulary)
+        rows_of: dict[int, list[int]] = {}
+        for r, label in enumerate(np.asarray(labels).tolist()):
+            rows_of.setdefault(label, []).append(r)
         by_label: dict[int, list[int]] = {}
         for i, u in enumerate(uid):
             by_label.setdefault(int(labels[u]), []).append(i)
         out: list[Cluster] = []
         for label, members in sorted(by_label.items()):
-            rows = np.flatnonzero(labels == label)
+            rows = np.asarray(rows_of[label], dtype=np.int64)
             sub = x[rows]
             cen = centroid(sub)
             ordered = central_order(sub, [unique[int(r)] for r in rows])
