@@ -26,6 +26,7 @@ import hashlib
 import json
 import math
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,7 @@ from otel_eval.store.migrations import make_sqlite_catalogue
 Centroid = dict[str, float]
 
 _KEEP_FEATURES = 512  # largest-weight features stored per centroid (MiniLM has 384)
+_BLOCK_ROWS = 256  # centroids compared with every stored issue at once (cosine_blocks)
 # Clustering runs of share history kept per issue: two days at the default hourly interval.
 HISTORY_RUNS = 48
 _IDS_PER_QUERY = 500
@@ -76,14 +78,6 @@ def sparse_centroid(values: dict[str, float]) -> Centroid:
     return {k: v / norm for k, v in top} if norm > 0 else {}
 
 
-def cosine(a: Centroid, b: Centroid) -> float:
-    small, large = (a, b) if len(a) <= len(b) else (b, a)
-    dot = sum(v * large.get(k, 0.0) for k, v in small.items())
-    na = math.sqrt(sum(v * v for v in a.values()))
-    nb = math.sqrt(sum(v * v for v in b.values()))
-    return dot / (na * nb) if na > 0 and nb > 0 else 0.0
-
-
 def blend(old: Centroid, new: Centroid, weight: float) -> Centroid:
     """Move a stored centroid towards the new window's one (``weight`` of the new)."""
     keys = set(old) | set(new)
@@ -102,16 +96,63 @@ def new_issue_id(level: str, node: str, seed_text: str, taken: set[str]) -> str:
     raise RuntimeError("issue id space exhausted")  # 30 collisions of 40-bit ids: a bug
 
 
+def cosine_blocks(rows: list[Centroid], cols: list[Centroid]) -> Iterator[tuple[int, Any]]:
+    """Cosines of every (row, col) pair of unit-length centroids (``sparse_centroid``; an
+    empty one gives 0), as dense numpy blocks of at most ``_BLOCK_ROWS`` rows: (index of
+    the block's first row, block). One sparse product per block, so memory is a block
+    times ``len(cols)`` whatever ``len(rows)``; numpy and scipy are imported on use."""
+    import numpy as np
+    from scipy import sparse
+
+    index: dict[str, int] = {}
+    for c in (*rows, *cols):
+        for feature in c:
+            index.setdefault(feature, len(index))
+
+    def matrix(cs: list[Centroid]) -> Any:
+        data = np.fromiter((v for c in cs for v in c.values()), dtype=np.float64)
+        features = np.fromiter((index[f] for c in cs for f in c), dtype=np.int64,
+                               count=data.size)
+        ptr = np.cumsum([0, *(len(c) for c in cs)])
+        return sparse.csr_matrix((data, features, ptr), shape=(len(cs), max(len(index), 1)))
+    right = matrix(cols).T
+    for start in range(0, len(rows), _BLOCK_ROWS):
+        yield start, np.asarray((matrix(rows[start:start + _BLOCK_ROWS]) @ right).toarray())
+
+
+def nearest(rows: list[Centroid], cols: list[Centroid]) -> list[tuple[int, float]]:
+    """For each row, its most similar col (the first of equals) and their cosine (``cols``
+    not empty)."""
+    import numpy as np
+
+    out: list[tuple[int, float]] = []
+    for _, block in cosine_blocks(rows, cols):
+        best = block.argmax(axis=1)
+        out += zip(best.tolist(), block[np.arange(best.size), best].tolist(), strict=True)
+    return out
+
+
 def match(clusters: list[Centroid], stored: list[StoredIssue],
           threshold: float) -> dict[int, StoredIssue]:
-    """Greedy one-to-one matching: cluster index -> stored issue, best similarity first."""
-    pairs = sorted(((cosine(c, s.centroid), i, j) for i, c in enumerate(clusters)
-                    for j, s in enumerate(stored)), key=lambda p: (-p[0], p[1], p[2]))
+    """Greedy one-to-one matching: cluster index -> stored issue, best similarity first
+    (ties: the smaller cluster index, then stored index). Only the pairs reaching
+    ``threshold`` are held (a Python tuple per pair of ~3,000 clusters x 5,000 stored
+    issues was gigabytes)."""
+    import numpy as np
+
+    sims, rows, cols = [], [], []
+    for start, block in cosine_blocks(clusters, [s.centroid for s in stored]):
+        at, to = np.nonzero(block >= threshold)
+        sims.append(block[at, to])
+        rows.append(at + start)
+        cols.append(to)
     out: dict[int, StoredIssue] = {}
+    if not sims:
+        return out
+    sim, row, col = np.concatenate(sims), np.concatenate(rows), np.concatenate(cols)
     used: set[int] = set()
-    for sim, i, j in pairs:
-        if sim < threshold:
-            break
+    order = np.lexsort((col, row, -sim))  # best first; ties: smaller cluster, stored
+    for i, j in zip(row[order].tolist(), col[order].tolist(), strict=True):
         if i not in out and j not in used:
             out[i] = stored[j]
             used.add(j)

@@ -17,15 +17,16 @@ Two cases would still change ids though nothing changed in the agents:
   stays decided while the evidence stays in the window.
 
 Cost: one sparse product, clusters x stored issues (both bounded: clusters by
-``max_exact`` per group, stored issues by age-out); only numpy/scipy, imported on use.
+``max_exact`` per group, stored issues by ``max_issues``), in blocks of rows
+(``catalogue.cosine_blocks``: memory a block x stored issues); only numpy/scipy, imported on
+use.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from otel_eval.outputs.issues.catalogue import Centroid, StoredIssue, sparse_centroid
+from otel_eval.outputs.issues.catalogue import Centroid, StoredIssue, nearest, sparse_centroid
 
 
 @dataclass(slots=True)
@@ -48,30 +49,6 @@ def merged(parts: list[Cluster], name: tuple[str, str] | None) -> Cluster:
                    centroid=sparse_centroid(weights), terms=parts[0].terms, name=name)
 
 
-def similarities(rows: list[Centroid], cols: list[Centroid]) -> Any:
-    """Cosine of every pair (numpy array, len(rows) x len(cols)); centroids are unit length
-    (``sparse_centroid``), empty ones give 0."""
-    import numpy as np
-    from scipy import sparse
-
-    index: dict[str, int] = {}
-    for c in (*rows, *cols):
-        for feature in c:
-            index.setdefault(feature, len(index))
-
-    def matrix(cs: list[Centroid]) -> Any:
-        data: list[float] = []
-        cols_: list[int] = []
-        ptr = [0]
-        for c in cs:
-            data.extend(c.values())
-            cols_.extend(index[f] for f in c)
-            ptr.append(len(data))
-        return sparse.csr_matrix((np.asarray(data, dtype=np.float64), cols_, ptr),
-                                 shape=(len(cs), max(len(index), 1)))
-    return np.asarray((matrix(rows) @ matrix(cols).T).toarray())
-
-
 Carried = tuple[list[Cluster], dict[int, StoredIssue], list[Cluster]]
 
 
@@ -84,7 +61,7 @@ def carry_over(clusters: list[Cluster], small: list[Cluster], stored: list[Store
     pool = [clusters[i] for i in extra] + small
     if not pool or not stored:
         return clusters, matched, small
-    sims = similarities([c.centroid for c in pool], [s.centroid for s in stored])
+    near = nearest([c.centroid for c in pool], [s.centroid for s in stored])
     holder = {matched[i].issue_id: i for i in matched}  # stored id -> index in `clusters`
     into: dict[int, list[Cluster]] = {}
     out = list(clusters)
@@ -92,8 +69,8 @@ def carry_over(clusters: list[Cluster], small: list[Cluster], stored: list[Store
     gone: set[int] = set()
     left: list[Cluster] = []
     for p, c in enumerate(pool):
-        j = int(sims[p].argmax())
-        if sims[p, j] < threshold:
+        j, sim = near[p]
+        if sim < threshold:
             if p >= len(extra):
                 left.append(c)
             continue
