@@ -90,6 +90,7 @@ class AddResult:
     rejected: Counter[str] = field(default_factory=Counter)
     reopened: int = 0  # traces re-opened by late spans (or log records)
     late_spans: int = 0  # spans those traces took
+    carried_spans: int = 0  # spans of their released revisions those traces took back
     traces: set[str] = field(default_factory=set)  # trace ids that took spans
     # trace ids that refused items as already theirs (``duplicate_span``) or as arriving after
     # they were released (``late``): a redelivered Kafka record's items are held by such a
@@ -270,6 +271,7 @@ class TraceAssembler:
             tr.root_ended = any(s.end_ns and s.is_entry for s in old.spans.values())
             tr.nbytes = sum(s.nbytes for s in old.spans.values())
             self.open_spans += len(tr.spans)
+            res.carried_spans += len(tr.spans)
             self.open_bytes += tr.nbytes
             self.open_logs += len(tr.logs)
             self.open_log_bytes += tr.log_bytes

@@ -185,7 +185,8 @@ class Engine:
             barrier.arm(waits)
         adm.accepted, adm.rejected = res.accepted, res.rejected
         if res.reopened:  # log records re-open a trace without spans of their own
-            self.metrics.ingest.trace_reopened(res.reopened, res.late_spans)
+            self.metrics.ingest.trace_reopened(res.reopened, res.late_spans,
+                                               res.carried_spans)
         return adm
 
     def _add(self, signal: Signal, items: Sequence[Any], on_trace: Any, source: str,

@@ -39,6 +39,8 @@ class IngestMetrics:
         self.c_released_spans = c("assembly_spans_released", "Spans in released traces.")
         self.c_reopened = c("assembly_traces_reopened", "Released traces re-opened by late spans.")
         self.c_late = c("assembly_late_spans", "Late spans that re-opened a released trace.")
+        self.c_carried = c("assembly_spans_reopened", "Spans of released traces taken back "
+                           "into assembly by a re-open (released again with the trace).")
         self.c_logs_received = c("receiver_log_records_received", "Log records received.",
                                  ["protocol"])
         self.c_logs_accepted = c("receiver_log_records_accepted",
@@ -112,6 +114,8 @@ class IngestMetrics:
         self.c_released.labels(status, reason or UNKNOWN).inc()
         self.c_released_spans.inc(n_spans)
 
-    def trace_reopened(self, n_traces: int, n_late_spans: int) -> None:
+    def trace_reopened(self, n_traces: int, n_late_spans: int, n_carried: int = 0) -> None:
+        """``n_carried``: the spans the re-opened traces already held (pending again)."""
         self.c_reopened.inc(n_traces)
         self.c_late.inc(n_late_spans)
+        self.c_carried.inc(n_carried)

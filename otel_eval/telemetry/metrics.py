@@ -40,7 +40,8 @@ Metrics (counters are exposed with the ``_total`` suffix):
     assembly   otel_eval_assembly_open_traces, otel_eval_assembly_pending_spans  gauges
                otel_eval_assembly_traces_released_total{status,reason}
                otel_eval_assembly_spans_released_total
-               otel_eval_assembly_traces_reopened_total, otel_eval_assembly_late_spans_total
+               otel_eval_assembly_traces_reopened_total, otel_eval_assembly_late_spans_total,
+               otel_eval_assembly_spans_reopened_total
                otel_eval_assembly_pending_log_records                           gauge
                otel_eval_assembly_log_records_dropped_total{reason}  no_spans
     traces     otel_eval_traces_completed_total{service,agent,status}
@@ -113,8 +114,9 @@ Metrics (counters are exposed with the ``_total`` suffix):
 Invariants (in steady state, all counters since start):
 - spans_received = spans_accepted + spans_rejected (per protocol: grpc, http, kafka); likewise
   log_records_received = log_records_accepted + log_records_ignored + log_records_rejected;
-- sum(spans_accepted) + spool_spans_replayed = assembly_spans_released + assembly_pending_spans
-  (open or queued);
+- sum(spans_accepted) + spool_spans_replayed + assembly_spans_reopened =
+  assembly_spans_released + assembly_pending_spans (open or queued; a re-opened trace's spans
+  are pending and released again);
 - traces_completed = sum over verdicts of traces_verdicts (+ traces with no verdict);
 - traces_with_loop, traces_non_terminated, traces_lucky_passes <= traces_completed;
 - sum over source of traces_agent_source = traces_completed (per service).
