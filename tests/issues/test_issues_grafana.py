@@ -186,6 +186,33 @@ def test_no_more_posts_in_a_run_after_a_connection_failure(
     assert len(connections) == 2
 
 
+
+class _Garbled(_Hangup):
+    def handle(self) -> None:
+        self.connections.append(1)
+        self.request.recv(65536)
+        self.request.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+
+
+def test_a_reply_that_is_no_http_counts_as_unreachable_and_raises_nothing() -> None:
+    """A garbled reply (``BadStatusLine``, an ``http.client.HTTPException``, no OSError)
+    escaped ``annotate`` and failed the issues run; it is Grafana unreachable, counted."""
+    handler = type("Garbled", (_Garbled,), {"connections": []})
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        outcome = GrafanaAnnotator(GrafanaConfig(url=url, max_annotations=5)).annotate(
+            _events(3), now=1.0)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    assert len(handler.connections) == 1
+    assert (outcome.posted, outcome.failed) == (0, 1)
+    assert outcome.skipped == {"max_annotations": 0, "grafana_unreachable": 2}
+
 def test_an_http_error_does_not_stop_the_run(grafana: tuple[str, type[_Grafana]]) -> None:
     url, handler = grafana
     handler.status = 500

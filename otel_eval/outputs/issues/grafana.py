@@ -15,6 +15,7 @@ down: each would wait ``timeout_s``); those not posted are counted by reason
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import urllib.error
@@ -102,7 +103,8 @@ class GrafanaAnnotator:
         except urllib.error.HTTPError as e:  # Grafana answered: this annotation only
             log.warning("grafana annotation to %s failed: %s", self._endpoint, e)
             return "failed"
-        except (urllib.error.URLError, OSError) as e:  # refused, reset, timed out: down
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
+            # refused, reset, timed out, or no HTTP in reply (BadStatusLine): down
             log.warning("grafana annotation to %s failed: %s; no more this run",
                         self._endpoint, e)
             return "unreachable"
