@@ -96,6 +96,9 @@ def test_configs_built_in_code_are_checked_too() -> None:
     ("kafka:\n  worker_count: 2\n  worker_index: 2\n", "kafka.worker_index: must be in [0, 2)"),
     ("kafka:\n  session_timeout_s: 0\n", "kafka.session_timeout_s: must be > 0"),
     ("kafka:\n  max_request_bytes: -1\n", "kafka.max_request_bytes: must be >= 1"),
+    # 0 (or under a millisecond: the poll timeout is whole ms) polled Kafka in a tight loop
+    ("kafka:\n  throttle_retry_s: 0\n", "kafka.throttle_retry_s: must be >= 0.01"),
+    ("kafka:\n  throttle_retry_s: 0.0005\n", "kafka.throttle_retry_s: must be >= 0.01"),
     ("export:\n  timeout_s: .nan\n", "export.timeout_s: must be > 0, got nan"),
     ("export:\n  events_endpoint: http://collector:4317\n", "export.events_endpoint: expected"),
 ])

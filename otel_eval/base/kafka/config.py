@@ -23,6 +23,10 @@ from otel_eval.base.configcheck import validate
 
 Encoding = Literal["otlp_proto", "otlp_json"]
 
+# The least throttle_retry_s, seconds: the consumer's poll timeout is that wait in whole
+# milliseconds, and a timeout of 0 (anything under 1 ms) polls without waiting.
+MIN_THROTTLE_RETRY_S = 0.01
+
 
 @dataclass(frozen=True)
 class KafkaSecurityConfig:
@@ -90,7 +94,10 @@ class KafkaConfig:
     max_poll_records: int = 500
     # How often finished work is committed, seconds. A crash replays at most this much extra.
     commit_interval_s: float = 1.0
-    # Wait before retrying a record the engine refused (throttled), seconds.
+    # Wait before retrying a record the engine refused (throttled), seconds; also the
+    # longest an idle consumer waits for records before looking at its retries, backpressure
+    # and commits again (one poll of Kafka each time). At least 0.01 (10 ms): 0 polled
+    # Kafka in a tight loop, a core busy while idle. Default 0.2.
     throttle_retry_s: float = 0.2
     # Group session timeout, seconds: a worker silent this long loses its partitions.
     session_timeout_s: float = 30.0
@@ -119,7 +126,8 @@ class KafkaConfig:
             problems["logs_topic"] = f"must differ from topic ({self.topic!r})"
         validate(self, minimum={
             "worker_count": 1, "max_inflight_records": 1, "max_poll_records": 1,
-            "throttle_retry_s": 0, "results_queue_size": 1, "max_request_bytes": 1},
+            "throttle_retry_s": MIN_THROTTLE_RETRY_S, "results_queue_size": 1,
+            "max_request_bytes": 1},
             above={"commit_interval_s": 0, "session_timeout_s": 0}, problems=problems)
 
     @property
