@@ -308,6 +308,10 @@ class KafkaMetrics:
                              ["topic", "partition"])
         self.c_commit_failed = c("kafka_commit_failures", "Offset commits that failed.",
                                  ["reason"])
+        self.c_metadata_ignored = c(
+            "kafka_commit_metadata_ignored",
+            "Committed offset metadata read as absent at a partition's assignment (past what "
+            "otel-eval writes: its done records are replayed), by reason.", ["reason"])
         self.c_published = c("kafka_records_published", "Records written, by topic kind.",
                              ["topic"])
         self.c_publish_dropped = c("kafka_publish_dropped", "Records not written, by reason.",
@@ -345,6 +349,9 @@ class KafkaMetrics:
 
     def commit_failed(self, reason: str) -> None:
         self.c_commit_failed.labels(reason).inc()
+
+    def metadata_ignored(self, reason: str) -> None:
+        self.c_metadata_ignored.labels(reason).inc()
 
     def published(self, topic_kind: str, n_records: int) -> None:
         self.c_published.labels(topic_kind).inc(n_records)

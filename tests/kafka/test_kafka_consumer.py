@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import zlib
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.structs import OffsetAndMetadata
 from kafka_doubles import FakeEngine, Topic, WatchedStats, produce_raw, produce_traces
 
 from otel_eval.receive.kafka.consumer import KafkaConsumerStage
@@ -146,5 +149,35 @@ def test_static_assignment_splits_partitions_between_workers(topic: Topic) -> No
         assert parts == [{0, 2, 4}, {1, 3, 5}]  # partition p goes to worker p % 2
         assert sum(stages[0].metrics.commits.values()) + sum(  # type: ignore[attr-defined]
             stages[1].metrics.commits.values()) == 60  # type: ignore[attr-defined]
+
+    asyncio.run(scenario())
+
+
+def test_committed_metadata_past_the_bounds_is_ignored_counted_and_replayed(
+        topic: Topic) -> None:
+    """Metadata anyone in the group could commit (4000 characters of zlib: ~24M offsets
+    inflated and kept in a set at the assignment) is read as absent, counted: every record
+    from the committed position is taken again, none skipped, and the stage does not fail."""
+    hostile = "oe1:24000000:" + base64.b64encode(zlib.compress(b"\xff" * 3_000_000, 9)).decode()
+
+    async def scenario() -> None:
+        await produce_raw(topic, b"", key=b"k", partition=1)  # poison: counted when taken
+        c = AIOKafkaConsumer(bootstrap_servers=topic.bootstrap, group_id=f"g-{topic.name}",
+                             enable_auto_commit=False)
+        await c.start()
+        try:
+            c.assign([TopicPartition(topic.name, 1)])
+            await c.commit({TopicPartition(topic.name, 1): OffsetAndMetadata(0, hostile)})
+        finally:
+            await c.stop()
+        stats = WatchedStats()
+        stage = KafkaConsumerStage(topic.config(assignment="static"), FakeEngine(), stats)
+        await stage.start()
+        try:
+            await stats.until(lambda s: s.poison["empty"] == 1)  # offset 0 not skipped
+        finally:
+            await stage.shutdown(5.0)
+        assert stage.failure is None
+        assert stats.metadata_ignores == {"too_large": 1}
 
     asyncio.run(scenario())

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import base64
+import zlib
+
 import pytest
 
 from otel_eval.receive.kafka.offsets import (
+    MAX_DONE_RANGE,
+    MAX_METADATA_CHARS,
     OffsetTracker,
     Ticket,
     TraceGate,
@@ -126,6 +131,33 @@ def test_metadata_is_bounded_and_foreign_metadata_is_ignored() -> None:
     valid = meta.split(":", 2)[2]
     assert decode_done(5, f"oe1:\u00b2:{valid}") == set()
     assert decode_done(5, f"oe1:{'9' * 5000}:{valid}") == set()
+
+
+def _metadata(bits_used: int, bitmap: bytes) -> str:
+    return f"oe1:{bits_used}:{base64.b64encode(zlib.compress(bitmap, 9)).decode()}"
+
+
+def test_metadata_past_the_bounds_is_refused_before_it_is_inflated() -> None:
+    """Anyone who can commit for the group writes the metadata a restart reads: 4000
+    characters of zlib inflated to ~3 MB, a set of ~24M offsets built from it. What
+    ``encode_done`` never writes is now refused (None: read as absent), uninflated."""
+    hostile = _metadata(24_000_000, b"\xff" * 3_000_000)
+    assert len(hostile) <= MAX_METADATA_CHARS  # it fits what a broker accepts
+    assert decode_done(0, hostile) is None
+    # a short stated length does not make the bitmap's inflating bounded
+    assert decode_done(0, _metadata(8, b"\xff" * 3_000_000)) is None
+    assert decode_done(0, _metadata(MAX_DONE_RANGE + 1, b"\xff" * (MAX_DONE_RANGE // 8 + 1))
+                       ) is None
+    assert decode_done(0, "oe1:8:" + "A" * MAX_METADATA_CHARS) is None
+    t: OffsetTracker[int] = OffsetTracker()
+    assert t.restore(0, 0, hostile) is None
+    assert not t.replayed(t.take(0, 0))  # nothing skipped: replayed from the position
+    # what encode_done writes stays within the bounds, and is read back whole
+    all_done = set(range(5, 5 + 10 * MAX_DONE_RANGE))
+    meta = encode_done(5, 5 + 10 * MAX_DONE_RANGE, all_done)
+    assert decode_done(5, meta) == set(range(5, 5 + MAX_DONE_RANGE))
+    assert decode_done(0, _metadata(MAX_DONE_RANGE, b"\xff" * (MAX_DONE_RANGE // 8))
+                       ) == set(range(MAX_DONE_RANGE))
 
 
 def test_trace_gate_finishes_the_records_of_a_trace_together() -> None:

@@ -3,7 +3,7 @@
 ``KafkaMetrics`` is what the consumer and publishers call; ``KafkaStats`` is a plain
 in-memory implementation (used by tests, and a default so the stages never need a registry).
 Label values are bounded: partition numbers, topic kinds (``TOPIC_KINDS`` for the consumed
-topics), and reasons from ``POISON_REASONS``.
+topics), and reasons from ``POISON_REASONS`` and ``METADATA_IGNORED_REASONS``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,9 @@ from typing import Protocol
 
 # Closed set of reasons a record is skipped as poison.
 POISON_REASONS = ("empty", "not_otlp")
+# Closed set of reasons committed offset metadata is read as absent (its replay then starts
+# at the committed position): ``too_large``, past what otel-eval writes (``offsets``).
+METADATA_IGNORED_REASONS = ("too_large",)
 # The consumed topics, by kind: ``kafka.topic`` (trace requests) and ``kafka.logs_topic``.
 TOPIC_KINDS = ("spans", "logs")
 
@@ -34,6 +37,8 @@ class KafkaMetrics(Protocol):
         """The partition is no longer this consumer's: its lag and offset gauges go (left,
         the last values stayed, and a panel summing owners counted a partition twice)."""
     def commit_failed(self, reason: str) -> None: ...
+    def metadata_ignored(self, reason: str) -> None:
+        """A partition's committed metadata was read as absent, at its assignment."""
     def published(self, topic_kind: str, n_records: int) -> None: ...
     def publish_dropped(self, topic_kind: str, reason: str, n: int) -> None: ...
 
@@ -56,6 +61,7 @@ class KafkaStats:
         self.logs_lags: dict[int, int] = {}  # logs topic
         self.logs_commits: dict[int, int] = {}
         self.commit_failures: Counter[str] = Counter()
+        self.metadata_ignores: Counter[str] = Counter()
         self.published_records: Counter[str] = Counter()
         self.dropped: Counter[tuple[str, str]] = Counter()
 
@@ -95,6 +101,9 @@ class KafkaStats:
 
     def commit_failed(self, reason: str) -> None:
         self.commit_failures[reason] += 1
+
+    def metadata_ignored(self, reason: str) -> None:
+        self.metadata_ignores[reason] += 1
 
     def published(self, topic_kind: str, n_records: int) -> None:
         self.published_records[topic_kind] += n_records

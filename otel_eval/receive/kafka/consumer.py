@@ -383,7 +383,11 @@ class KafkaConsumerStage:
                 self.tracker.assign(tp)
                 continue
             skipped = self.tracker.restore(tp, got.offset, got.metadata or "")
-            if skipped:
+            if skipped is None:  # anyone who can commit for the group can write it
+                log.warning("kafka %s[%d]: committed metadata past the bounds ignored; "
+                            "replay from %d skips nothing", tp.topic, tp.partition, got.offset)
+                self.metrics.metadata_ignored("too_large")
+            elif skipped:
                 log.info("kafka %s[%d]: replay from %d skips %d record(s) already stored",
                          tp.topic, tp.partition, got.offset, skipped)
         paused = [tp for tp in assigned if self._is_logs(tp) in self._paused]

@@ -66,11 +66,19 @@ MAX_METADATA_CHARS = 4000
 _TAG = "oe1"
 
 
+# The most offsets past the position commit metadata names (a bitmap of 8 KiB): what a
+# restart reads back is bounded by it, whatever the metadata (anyone who can commit for the
+# group can write it, and 4000 characters of zlib inflate ~1000-fold: ~24M offsets).
+MAX_DONE_RANGE = 1 << 16
+
+
 def encode_done(position: int, end: int, done: set[int], limit: int = MAX_METADATA_CHARS
                 ) -> str:
     """Commit metadata: which offsets in [position, end) are done, as a zlib'd bitmap.
-    Over ``limit`` the range is shortened: done records past it are replayed again (their
-    traces may then be re-evaluated from a tail; only when very many records are in flight)."""
+    Over ``limit`` characters or ``MAX_DONE_RANGE`` offsets the range is shortened: done
+    records past it are replayed again (their traces may then be re-evaluated from a tail;
+    only when very many records are in flight)."""
+    end = min(end, position + MAX_DONE_RANGE)
     while end > position:
         bits = bytearray((end - position + 7) // 8)
         for o in done:
@@ -84,17 +92,26 @@ def encode_done(position: int, end: int, done: set[int], limit: int = MAX_METADA
     return ""
 
 
-def decode_done(position: int, metadata: str) -> set[int]:
-    """Offsets ``encode_done`` marked done; empty for foreign or malformed metadata."""
+def decode_done(position: int, metadata: str) -> set[int] | None:
+    """Offsets ``encode_done`` marked done; empty for foreign or malformed metadata. None
+    for metadata past what ``encode_done`` writes (longer than ``MAX_METADATA_CHARS``, over
+    ``MAX_DONE_RANGE`` offsets, or a bitmap inflating past its stated length): not read
+    further (never inflated past the bound), to be treated as absent."""
     tag, _, rest = metadata.partition(":")
     length, _, packed = rest.partition(":")
     bits_used = ascii_int(length, 12)
     if tag != _TAG or bits_used is None:
         return set()
+    if bits_used > MAX_DONE_RANGE or len(metadata) > MAX_METADATA_CHARS:
+        return None
+    size = (bits_used + 7) // 8
     try:
-        bits = zlib.decompress(base64.b64decode(packed, validate=True))
+        bits = zlib.decompressobj().decompress(base64.b64decode(packed, validate=True),
+                                               size + 1)
     except (ValueError, zlib.error):
         return set()
+    if len(bits) > size:
+        return None
     return {position + i for i in range(min(bits_used, len(bits) * 8))
             if bits[i >> 3] >> (i & 7) & 1}
 
@@ -111,13 +128,17 @@ class OffsetTracker(Generic[P]):
         self._epoch += 1
         self._parts[partition] = _Partition(self._epoch)
 
-    def restore(self, partition: P, position: int, metadata: str) -> int:
+    def restore(self, partition: P, position: int, metadata: str) -> int | None:
         """(Re)assign a partition whose committed position and metadata were just fetched:
-        records marked done there will be reported by ``replayed``. Returns how many."""
+        records marked done there will be reported by ``replayed``. Returns how many; None
+        when the metadata is past the bounds (``decode_done``): read as absent, nothing
+        skipped (the replay starts at the position)."""
         self.assign(partition)
-        st = self._parts[partition]
-        st.skip = decode_done(position, metadata)
-        return len(st.skip)
+        skip = decode_done(position, metadata)
+        if skip is None:
+            return None
+        self._parts[partition].skip = skip
+        return len(skip)
 
     def replayed(self, ticket: Ticket[P]) -> bool:
         """True if the ticket's record was done before a restart: finish it, do not resubmit."""
