@@ -15,9 +15,10 @@ Promises:
   itself down: a death while a worker held one trace counts against that trace alone, and a
   trace whose worker died ``max_attempts`` times while holding it alone is stored as an
   evaluation error (``WorkerLost``) by the main process instead: never replayed forever,
-  never dropped; every trace that was in flight beside it is evaluated normally. A trace the
-  dead worker had already committed is stored again, not counted as superseded
-  (``evaluate_and_store``);
+  never dropped (a store refusing that write keeps it, retried as any refused write, and
+  never sent to a worker again); every trace that was in flight beside it is evaluated
+  normally. A trace the dead worker had already committed is stored again, not counted as
+  superseded (``evaluate_and_store``);
 - ``drain`` waits until every trace handed to ``run`` is stored; ``shutdown`` then stops the
   workers (a stop message; SIGKILL past the deadline: they ignore SIGTERM and SIGINT, which
   a process group or a terminal may send them too, so that serve alone decides when they stop).
@@ -112,7 +113,9 @@ class WorkerPool:
                  start_timeout_s: float = 60.0) -> None:
         self.spec = spec
         self.metrics = metrics
-        self.give_up = give_up  # stores traces as evaluation errors (in this process)
+        # stores traces as evaluation errors (in this process); a store's refusal is an
+        # outcome (``unstored``), never raised (``evaluate.stage.store_as_errors``)
+        self.give_up = give_up
         self.max_inflight = max_inflight
         self.chunk = max(1, max_inflight // 4)  # traces per message: a few messages in flight
         self.max_attempts = max_attempts
@@ -184,14 +187,22 @@ class WorkerPool:
 
     def run(self, jobs: list[Job], done: Done) -> None:
         """Queue each job on its trace's worker and send what the in-flight bound allows."""
+        # Out of attempts and handed back (the store refused their error records, and the
+        # engine kept them): given up on here again, never sent to a worker.
+        lost = [_Item(job, done) for job in jobs if job.lone_deaths >= self.max_attempts]
         with self._lock:
             touched = set()
             for job in jobs:
+                if job.lone_deaths >= self.max_attempts:
+                    continue
                 w = self._workers[zlib.crc32(job.trace.trace_id.encode()) % len(self._workers)]
                 w.backlog.append(_Item(job, done))
                 touched.add(w.index)
             for i in touched:
                 self._pump(self._workers[i])
+            self._finishing += len(lost)
+        if lost:
+            self._give_up(lost)
 
     def drain(self, deadline_s: float) -> bool:
         end = time.monotonic() + deadline_s
@@ -319,20 +330,27 @@ class WorkerPool:
                   w.index, code, len(held))
         self.metrics.restarted(w.index, len(again))
         if lost:
-            log.error("storing %d trace(s) as evaluation errors: their worker died %d times "
-                      "holding them alone", len(lost), self.max_attempts)
-            error = WorkerLost(f"evaluation worker died {self.max_attempts} times holding "
-                               "this trace alone")
-            try:
-                self._finish(lost, self.give_up([it.job.trace for it in lost], error))
-            except Exception as e:  # the store refused: they stay in the spool; be loud
-                log.exception("storing traces of a dead evaluation worker failed")
-                self.failure = e
-            finally:
-                with self._lock:
-                    self._finishing -= len(lost)
-                    self._changed.notify_all()
+            self._give_up(lost)
         self._restart(w)
+
+    def _give_up(self, lost: list[_Item]) -> None:
+        """Store ``lost`` (their worker died ``max_attempts`` times holding each alone) as
+        evaluation errors, in this process (counted in ``_finishing`` by the caller). A store
+        that refuses is an outcome (``give_up`` returns them ``unstored``): the engine keeps
+        them and hands them back to ``run`` after its back-off, as any refused write."""
+        log.error("storing %d trace(s) as evaluation errors: their worker died %d times "
+                  "holding them alone", len(lost), self.max_attempts)
+        error = WorkerLost(f"evaluation worker died {self.max_attempts} times holding "
+                           "this trace alone")
+        try:
+            self._finish(lost, self.give_up([it.job.trace for it in lost], error))
+        except Exception as e:  # results no longer reach the engine: be loud
+            log.exception("finishing traces of a dead evaluation worker failed")
+            self.failure = e
+        finally:
+            with self._lock:
+                self._finishing -= len(lost)
+                self._changed.notify_all()
 
     def _restart(self, w: _Worker) -> None:
         attempt = 0

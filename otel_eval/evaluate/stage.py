@@ -63,7 +63,7 @@ FEEDBACK_ROUNDS = 3
 
 
 __all__ = ["ALREADY_EVALUATED", "LATE", "NOT_A_RUN", "UNSTORABLE", "EvaluationStage", "InProcess",
-           "Job", "Outcome", "evaluate_and_store", "store_failed"]
+           "Job", "Outcome", "evaluate_and_store", "store_as_errors", "store_failed"]
 
 
 def evaluate_and_store(evaluator: Evaluator, store: EvaluationStore, traces: Sequence[Trace],
@@ -110,16 +110,25 @@ def _store_error(evaluator: Evaluator, store: EvaluationStore, trace: Trace,
     revoked grant), not this trace's: the trace is kept and retried, never dropped."""
     log.warning("trace %s could not be stored (%s); storing it as an evaluation error",
                 trace.trace_id, _one_line(error))
+    [out] = store_as_errors(evaluator, store, [trace], error)
+    return out
+
+
+def store_as_errors(evaluator: Evaluator, store: EvaluationStore, traces: Sequence[Trace],
+                    error: BaseException) -> list[Outcome]:
+    """``store_failed``, its failures as values: a store that refuses the error records (a
+    full disk, a lost connection, a missing table) keeps the traces (``unstored``: the engine
+    retries them, as any refused batch), never dropped; when even building them fails, they
+    are dropped (``UNSTORABLE``, counted by the engine)."""
     try:
-        [out] = store_failed(evaluator, store, [trace], error)
-        return out
+        return store_failed(evaluator, store, traces, error)
     except Exception as e:
         reason = write_failure(e)
         if reason is not None:  # the store refuses even an error record: kept
-            return _refused(store, [trace], reason, e)[0]
-        log.error("trace %s could not be stored as an evaluation error either (%s); dropped",
-                  trace.trace_id, _one_line(e))
-        return Outcome(None, False, skipped=UNSTORABLE)
+            return _refused(store, traces, reason, e)
+        log.error("%d trace(s) could not be stored as evaluation errors either (%s); dropped",
+                  len(traces), _one_line(e))
+        return [Outcome(None, False, skipped=UNSTORABLE) for _ in traces]
 
 
 def _store_fresh(evaluator: Evaluator, store: EvaluationStore, traces: Sequence[Trace],

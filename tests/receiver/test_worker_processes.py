@@ -453,3 +453,42 @@ def test_a_poison_trace_takes_down_only_itself(tmp_path: Path) -> None:
         assert h.sample("otel_eval_workers_restarts_total", worker="0") >= 3
         assert h.sample("otel_eval_workers_retried_traces_total") > 3
         assert h.sample("otel_eval_workers_restarts_total", worker="1") == 0
+
+
+def test_a_store_refusing_a_lost_trace_keeps_it_and_the_pool_healthy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pool gives up on a trace that kept killing its worker by storing it as an
+    evaluation error here. A store refusing that write marked the pool failed for good
+    (health red) and left the trace unstored and pending. Now, as on the in-process path, the
+    refusal is counted and the trace kept; once the store takes writes it is stored as
+    WorkerLost, without being sent to a worker again."""
+    poison = _ids(per_worker=1)[0][0]
+    bad = _trace(poison)
+    bad[1].name = "poison"
+    with _service_with_poison(tmp_path, **{
+            "evaluation.workers": 2, "evaluation.max_attempts": 1}) as h:
+        store = h.svc.store
+        real_put_many, refusing = store.put_many, [True]
+
+        def put_many(evaluations: Any) -> Any:  # this process's writes (the workers' own
+            if refusing:  # connections are theirs): the store cannot be reached
+                raise OSError("store unreachable")
+            return real_put_many(evaluations)
+
+        monkeypatch.setattr(store, "put_many", put_many)
+        assert _send(h, bad) is None
+        _release(h)
+        poll(lambda: h.sample("otel_eval_store_write_failures_total", reason="unavailable"),
+             "the store to refuse the trace's error record")
+        pool = _pool(h)
+        assert pool.failure is None and pool.healthy
+        assert h.svc.engine.pending_spans() == SPANS  # kept, still pending
+        refusing.clear()
+        h.clock.now += 2  # past the store's first back-off (1 s)
+        h.svc.engine.process()
+        poll(lambda: h.svc.engine.pending_spans() == 0, "the trace to be stored")
+        assert "WorkerLost" in _stored(h)[poison]["error"]
+        assert h.sample("otel_eval_evaluation_failures_total", stage="evaluate",
+                        reason="WorkerLost") == 1
+        assert h.sample("otel_eval_workers_restarts_total", worker="0") == 1  # not sent again
+        assert pool.failure is None and pool.healthy
