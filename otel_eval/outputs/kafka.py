@@ -36,12 +36,12 @@ log = logging.getLogger(__name__)
 class ResultsPublisher:
     """A ``pipeline.Sink``. ``await start()`` on the service loop, ``await shutdown(s)``."""
 
-    name = "results"  # outputs.sender.SINK_NAMES
-
     def __init__(self, config: KafkaConfig, metrics: KafkaMetrics | None = None) -> None:
         self.config = config
         self.metrics: KafkaMetrics = metrics if metrics is not None else KafkaStats()
         self._queue: deque[tuple[str, bytes]] = deque()
+        # delivery futures of records the producer holds, not yet counted (``_count_sent``)
+        self._sent: list[asyncio.Future[Any]] = []
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._producer: AIOKafkaProducer | None = None
@@ -59,9 +59,6 @@ class ResultsPublisher:
         await producer.start()
         self._producer = producer
         self._task = asyncio.create_task(self._run(), name="kafka-results")
-
-    def items(self, trace: Trace, evaluation: Evaluation | None) -> int:
-        return 0 if evaluation is None else 1  # one record per evaluation
 
     def export(self, trace: Trace, evaluation: Evaluation) -> None:
         """Any thread. Serialises now (the evaluation may change later), sends later."""
@@ -93,27 +90,37 @@ class ResultsPublisher:
             await self._send_queued(producer)
 
     async def _send_queued(self, producer: AIOKafkaProducer) -> None:
-        from aiokafka.errors import KafkaError
-
-        futures: list[Any] = []
-        refused = 0  # at send: no metadata within request_timeout_ms, a record too large
+        """Hand the queued records to the producer, then count each once its delivery is
+        known. A record leaves the queue only once the producer holds it, and its delivery
+        is kept until counted: cancelled anywhere (shutdown), every record is still queued
+        or held, and ``shutdown`` counts it once (published, send_failed or shutdown)."""
         while self._queue:
-            trace_id, payload = self._queue.popleft()
-            try:
-                futures.append(await producer.send(self.config.results_topic, payload,
-                                                   key=trace_id.encode()))
-            except KafkaError:  # this record's failure (said below), not the sender task's end
-                refused += 1
-        results = await asyncio.gather(*futures, return_exceptions=True)
-        failed = refused + sum(1 for r in results if isinstance(r, BaseException))
+            trace_id, payload = self._queue[0]
+            fut = await producer.send(self.config.results_topic, payload,
+                                      key=trace_id.encode())
+            self._queue.popleft()
+            self._sent.append(fut)
+        if self._sent:
+            await asyncio.wait(self._sent)  # cancelling the wait leaves the deliveries alone
+            self._count_sent()
+
+    def _count_sent(self) -> None:
+        """Count the held records whose delivery is known; those still unknown stay held,
+        and at shutdown (once the producer stopped) are dropped, reason shutdown."""
+        known = [f for f in self._sent if f.done()]
+        self._sent = [f for f in self._sent if not f.done()]
+        failed = sum(1 for f in known if f.cancelled() or f.exception() is not None)
         if failed:
             log.warning("kafka results: %d record(s) failed to publish", failed)
             self.metrics.publish_dropped("results", "send_failed", failed)
-        if sent := len(results) + refused - failed:
-            self.metrics.published("results", sent)
+        if len(known) - failed:
+            self.metrics.published("results", len(known) - failed)
 
     async def shutdown(self, deadline_s: float = 10.0) -> None:
-        """Send what is queued (up to the deadline), then stop the producer."""
+        """Send what is queued (up to the deadline), then stop the producer (it delivers what
+        it holds first). Every record is counted once: published, send_failed, or dropped
+        with reason shutdown (still queued, or its delivery unknown when the producer
+        stopped)."""
         from aiokafka.errors import KafkaError
 
         end = time.monotonic() + deadline_s
@@ -130,6 +137,10 @@ class ResultsPublisher:
                 self._queue.clear()
             await self._producer.stop()
             self._producer = None
+            self._count_sent()
+            if self._sent:
+                self.metrics.publish_dropped("results", "shutdown", len(self._sent))
+                self._sent = []
 
 
 def build(config: KafkaConfig, deps: Deps) -> OnLoop | None:
