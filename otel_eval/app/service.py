@@ -221,7 +221,8 @@ class Service:
                           lambda traces, e: store_as_errors(evaluator, store, traces, e),
                           max_inflight=ec.max_inflight_traces_per_worker,
                           max_attempts=ec.max_attempts,
-                          start_timeout_s=ec.worker_start_timeout_s)
+                          start_timeout_s=ec.worker_start_timeout_s,
+                          timeout_s=ec.worker_timeout_s)
 
     def _start_pool(self) -> None:
         """Start the workers; when they cannot start, evaluate in this process instead."""

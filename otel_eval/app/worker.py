@@ -33,6 +33,7 @@ import logging
 import operator
 import os
 import signal
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -80,6 +81,8 @@ class WorkerSpec:
     # kills itself with SIGKILL before evaluating it, as an out-of-memory kill would (the
     # poison-isolation tests use it; nothing in serve's config sets it).
     poison_span_name: str | None = None
+    # Test seam as poison_span_name: a worker handed such a span hangs (alive, never answers).
+    hang_span_name: str | None = None
     # the limits of its store session (PostgreSQL statement_timeout, lock_timeout)
     store_session: SessionLimits = field(default_factory=SessionLimits)
 
@@ -176,6 +179,9 @@ def _serve(conn: Connection, spec: WorkerSpec, evaluator: Any, store: Any) -> No
         if spec.poison_span_name is not None and any(
                 sp.name == spec.poison_span_name for t in traces for sp in t.spans):
             os.kill(os.getpid(), signal.SIGKILL)
+        if spec.hang_span_name is not None and any(
+                sp.name == spec.hang_span_name for t in traces for sp in t.spans):
+            threading.Event().wait()
         outcomes = evaluate_and_store(evaluator, store, traces, retried)
         if spec.lean:
             for out in outcomes:

@@ -19,6 +19,11 @@ Promises:
   never sent to a worker again); every trace that was in flight beside it is evaluated
   normally. A trace the dead worker had already committed is stored again, not counted as
   superseded (``evaluate_and_store``);
+- a worker that hangs (alive, never answering) is killed as if it had died: a watchdog
+  thread kills a worker whose oldest batch has been its current one for longer than
+  ``timeout_s`` (counted: ``hung``), and the crash path above restarts it and hands its
+  traces again (a trace that hangs its worker alone ``max_attempts`` times is stored as
+  ``WorkerLost``);
 - ``drain`` waits until every trace handed to ``run`` is stored; ``shutdown`` then stops the
   workers (a stop message; SIGKILL past the deadline: they ignore SIGTERM and SIGINT, which
   a process group or a terminal may send them too, so that serve alone decides when they stop).
@@ -104,13 +109,17 @@ class _Worker:
     backlog: deque[_Item] = field(default_factory=deque)
     inflight: dict[int, list[_Item]] = field(default_factory=dict)  # by message id, sent order
     n_inflight: int = 0
+    # when the oldest message in flight became the one the worker works on (monotonic, s):
+    # when it was sent to an idle worker, or when the message before it was done
+    busy_since: float = 0.0
+    killed: int = 0  # the generation the watchdog killed as hung (killed once)
 
 
 class WorkerPool:
     def __init__(self, workers: int, spec: child.WorkerSpec, metrics: WorkerMetrics,
                  give_up: Callable[[list[Trace], BaseException], list[Outcome]], *,
                  max_inflight: int = 64, max_attempts: int = 3,
-                 start_timeout_s: float = 60.0) -> None:
+                 start_timeout_s: float = 60.0, timeout_s: float = 300.0) -> None:
         self.spec = spec
         self.metrics = metrics
         # stores traces as evaluation errors (in this process); a store's refusal is an
@@ -120,6 +129,7 @@ class WorkerPool:
         self.chunk = max(1, max_inflight // 4)  # traces per message: a few messages in flight
         self.max_attempts = max_attempts
         self.start_timeout_s = start_timeout_s
+        self.timeout_s = timeout_s  # a worker on one message longer than this is hung
         self._workers = [_Worker(i) for i in range(workers)]
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # a job finished or a worker changed
@@ -147,6 +157,8 @@ class WorkerPool:
         except BaseException:
             self.shutdown(5.0)
             raise
+        threading.Thread(target=self._watch, daemon=True,
+                         name="otel-eval-workers-watchdog").start()
         log.info("%d evaluation worker processes ready", len(self._workers))
 
     def shutdown(self, deadline_s: float) -> None:
@@ -239,6 +251,8 @@ class WorkerPool:
                     it.job.first_sent_ns = now_ns
                 it.job.attempts += 1
             msg_id = next(self._ids)
+            if not w.inflight:
+                w.busy_since = time.monotonic()
             w.inflight[msg_id] = items
             w.n_inflight += len(items)
             w.outbox.put((msg_id, items, retried))
@@ -288,6 +302,7 @@ class WorkerPool:
         returns only once the engine has finished every trace: spool, sinks, waiters)."""
         with self._lock:
             items = w.inflight.pop(msg_id)
+            w.busy_since = time.monotonic()  # the worker takes up its next message now
         try:
             self._finish(items, outcomes)
         finally:
@@ -351,6 +366,24 @@ class WorkerPool:
             with self._lock:
                 self._finishing -= len(lost)
                 self._changed.notify_all()
+
+    def _watch(self) -> None:
+        """Kill a worker whose current message is older than ``timeout_s`` (hung: alive, never
+        answering); its receiver then finds the pipe broken and ``_died`` does the rest."""
+        while not self._stopping.wait(min(1.0, self.timeout_s / 4)):
+            now = time.monotonic()
+            with self._lock:
+                hung = [w for w in self._workers
+                        if w.alive and w.inflight and w.killed != w.generation
+                        and now - w.busy_since > self.timeout_s and w.process is not None]
+                for w in hung:
+                    w.killed = w.generation
+                    assert w.process is not None
+                    w.process.kill()
+            for w in hung:
+                log.error("evaluation worker %d held a batch of traces for more than %g s; "
+                          "killed as hung", w.index, self.timeout_s)
+                self.metrics.hung(w.index)
 
     def _restart(self, w: _Worker) -> None:
         attempt = 0

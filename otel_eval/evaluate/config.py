@@ -60,10 +60,17 @@ class EvaluationConfig:
     # Seconds a worker process may take to start (imports, opening the store). When the
     # workers cannot start, serve evaluates in its own process and logs why.
     worker_start_timeout_s: float = 60.0
+    # Seconds a worker process may spend on one batch of traces (a few, evaluated and stored
+    # together; counted from when it takes the batch up) before it is taken for hung: it is
+    # killed and restarted, and its traces are handed again as after a crash (one that hangs
+    # its worker alone max_attempts times is stored as an evaluation error). Keep it above
+    # the store's own waits (SQLite's 60 s for a lock; store.statement_timeout_s). At least 1.
+    worker_timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
         validate(self, minimum={"workers": 0, "max_inflight_traces_per_worker": 1,
-                                "max_attempts": 1, "worker_start_timeout_s": 1})
+                                "max_attempts": 1, "worker_start_timeout_s": 1,
+                                "worker_timeout_s": 1}, finite=("worker_timeout_s",))
 
 
 class EvaluatorSettings(Protocol):

@@ -15,6 +15,9 @@ class WorkerMetrics:
             "not yet stored, by worker index.", ["worker"])
         self.c_restarts = d.counter("workers_restarts", "Evaluation worker processes "
                                      "restarted after they died, by worker index.", ["worker"])
+        self.c_hung = d.counter("workers_hung", "Evaluation worker processes killed (then "
+                                "restarted) for holding a batch of traces past "
+                                "evaluation.worker_timeout_s, by worker index.", ["worker"])
         self.c_retried = d.counter("workers_retried_traces", "Traces handed again to a "
                                     "restarted worker: the one holding them died.")
 
@@ -27,6 +30,7 @@ class WorkerMetrics:
         OtelEvalWorkerRestarts with it."""
         for worker in range(workers):
             self.c_restarts.labels(str(worker))
+            self.c_hung.labels(str(worker))
             self.g_inflight.labels(str(worker))
 
     def inflight(self, worker: int, n: int) -> None:
@@ -35,3 +39,6 @@ class WorkerMetrics:
     def restarted(self, worker: int, retried: int) -> None:
         self.c_restarts.labels(str(worker)).inc()
         self.c_retried.inc(retried)
+
+    def hung(self, worker: int) -> None:
+        self.c_hung.labels(str(worker)).inc()

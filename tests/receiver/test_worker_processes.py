@@ -407,9 +407,11 @@ def test_the_revisions_of_a_trace_are_stored_in_order(tmp_path: Path) -> None:
 
 
 @contextmanager
-def _service_with_poison(tmp_path: Path, **changes: Any) -> Iterator[Harness]:
+def _service_with_poison(tmp_path: Path, seam: str = "poison_span_name",
+                         **changes: Any) -> Iterator[Harness]:
     """``running_service`` whose workers kill themselves (SIGKILL, as the OOM killer would)
-    on a trace with a span named ``poison`` (the worker's test seam, off outside tests)."""
+    on a trace with a span named ``poison`` (the worker's test seam, off outside tests; with
+    ``seam="hang_span_name"`` they hang on it instead)."""
     cfg = replace(Config(), **{
         "receiver.grpc_endpoint": "127.0.0.1:0", "receiver.http_endpoint": "",
         "admin.endpoint": "127.0.0.1:0", "store.path": str(tmp_path / "otel-eval.db"),
@@ -417,7 +419,7 @@ def _service_with_poison(tmp_path: Path, **changes: Any) -> Iterator[Harness]:
     clock = ManualClock()
     svc = Service(cfg, registry=CollectorRegistry(), clock=clock)
     assert svc.pool is not None
-    svc.pool.spec = dataclasses.replace(svc.pool.spec, poison_span_name="poison")
+    svc.pool.spec = dataclasses.replace(svc.pool.spec, **{seam: "poison"})
     svc.start(worker=False)
     try:
         yield Harness(svc, clock)
@@ -492,3 +494,32 @@ def test_a_store_refusing_a_lost_trace_keeps_it_and_the_pool_healthy(
                         reason="WorkerLost") == 1
         assert h.sample("otel_eval_workers_restarts_total", worker="0") == 1  # not sent again
         assert pool.failure is None and pool.healthy
+
+
+def test_a_worker_that_hangs_is_killed_and_its_trace_given_up_on(tmp_path: Path) -> None:
+    """A worker alive but never answering held its traces, and every trace routed to it
+    stalled, for ever: nothing watched it. Now a worker on one batch past
+    evaluation.worker_timeout_s is killed (counted) and restarted as after a crash: the traces
+    in flight beside the hanging one are evaluated, and the one that hangs its worker alone
+    max_attempts times is stored as WorkerLost."""
+    ids = _ids(per_worker=3)
+    hang, clean = ids[0][0], ids[0][1:] + ids[1]
+    bad = _trace(hang)
+    bad[1].name = "poison"
+    with _service_with_poison(tmp_path, seam="hang_span_name", **{
+            "evaluation.workers": 2, "evaluation.max_inflight_traces_per_worker": 8,
+            "evaluation.max_attempts": 2, "evaluation.worker_timeout_s": 1}) as h:
+        assert _send(h, bad) is None
+        assert _send(h, [s for tid in clean for s in _trace(tid)]) is None
+        _release(h)
+        poll(lambda: h.svc.engine.pending_spans() == 0, "every trace to be stored")
+        stored = _stored(h)
+        assert set(stored) == {hang, *clean}
+        errors = {tid for tid, b in stored.items()
+                  if any(f["kind"] == "evaluation_error" for f in b["findings"])}
+        assert errors == {hang}
+        assert "WorkerLost" in stored[hang]["error"]
+        hung = h.sample("otel_eval_workers_hung_total", worker="0")
+        assert hung >= 2 and h.sample("otel_eval_workers_restarts_total", worker="0") == hung
+        assert h.sample("otel_eval_workers_hung_total", worker="1") == 0
+        assert _pool(h).healthy
