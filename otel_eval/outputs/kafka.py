@@ -6,6 +6,8 @@
 ``export`` never blocks the engine: it hands the JSON to the event loop and returns. When
 downstream is slower than evaluation, the oldest unsent evaluation is dropped and counted
 (``publish_dropped("results", "queue_full")``); the store keeps every evaluation regardless.
+A record the producer refuses (over ``max_request_bytes``: ``record_too_large``) or fails to
+deliver (``send_failed``) is dropped and counted, and the next is sent.
 A re-evaluated trace is published again with the same key, so compacted topics keep the last.
 """
 
@@ -94,10 +96,21 @@ class ResultsPublisher:
         known. A record leaves the queue only once the producer holds it, and its delivery
         is kept until counted: cancelled anywhere (shutdown), every record is still queued
         or held, and ``shutdown`` counts it once (published, send_failed or shutdown)."""
+        from aiokafka.errors import KafkaError, MessageSizeTooLargeError
+
         while self._queue:
             trace_id, payload = self._queue[0]
-            fut = await producer.send(self.config.results_topic, payload,
-                                      key=trace_id.encode())
+            try:
+                fut = await producer.send(self.config.results_topic, payload,
+                                          key=trace_id.encode())
+            except KafkaError as e:  # refused before it was sent: this record alone
+                self._queue.popleft()
+                too_large = isinstance(e, MessageSizeTooLargeError)  # it can never fit
+                log.warning("kafka results: trace %s not published (%s)", trace_id,
+                            type(e).__name__)
+                self.metrics.publish_dropped(
+                    "results", "record_too_large" if too_large else "send_failed", 1)
+                continue
             self._queue.popleft()
             self._sent.append(fut)
         if self._sent:

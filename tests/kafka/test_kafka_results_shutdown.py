@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 
 from otel_eval.base.kafka.config import KafkaConfig
 from otel_eval.base.kafka.stats import KafkaStats
@@ -26,6 +26,7 @@ class _Producer:
         self.futures: list[asyncio.Future[Any]] = []
         self.full = asyncio.Event()  # every record it has room for is sent
         self.stopped = False
+        self.refused = False
 
     async def send(self, topic: str, value: bytes, key: bytes) -> asyncio.Future[Any]:
         if len(self.futures) == self.room:
@@ -73,3 +74,39 @@ def test_records_queued_behind_a_full_producer_are_counted_once() -> None:
     stats = _shut_down_while_sending(records=4, room=1)
     assert stats.published_records == {"results": 1}
     assert stats.dropped == {("results", "shutdown"): 3}
+
+
+class _Refusing(_Producer):
+    """Refuses the first record before sending it (over max_request_bytes), as aiokafka's
+    ``send`` does: it raises instead of returning a delivery."""
+
+    async def send(self, topic: str, value: bytes, key: bytes) -> asyncio.Future[Any]:
+        if not self.refused:
+            self.refused = True
+            raise MessageSizeTooLargeError()
+        return await super().send(topic, value, key)
+
+
+def test_a_record_the_producer_refuses_is_counted_and_the_rest_still_published() -> None:
+    """An evaluation over max_request_bytes made ``send`` raise out of the sender task: the
+    record was counted nowhere, and the task died, so nothing was published after it."""
+    stats = KafkaStats()
+    publisher = ResultsPublisher(KafkaConfig(results_topic="results"), stats)
+    producer = _Refusing(room=2)
+
+    async def scenario() -> None:
+        publisher._loop = asyncio.get_running_loop()
+        publisher._producer = producer  # type: ignore[assignment]
+        publisher._task = asyncio.create_task(publisher._run())
+        for i in range(3):
+            publisher._enqueue(f"{i:032x}", b"{}")
+        # the two after it handed to the producer (or, before, the sender task died)
+        full = asyncio.create_task(producer.full.wait())
+        await asyncio.wait([full, publisher._task], return_when=asyncio.FIRST_COMPLETED)
+        full.cancel()
+        await publisher.shutdown(deadline_s=0)
+
+    asyncio.run(scenario())
+    assert stats.dropped == {("results", "record_too_large"): 1,
+                             ("results", "send_failed"): 1}  # the double's stop fails one
+    assert stats.published_records == {"results": 1}
