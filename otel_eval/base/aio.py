@@ -29,7 +29,16 @@ class LoopThread:
 
     def _main(self) -> None:
         asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
+        try:
+            self.loop.run_forever()
+        finally:
+            # As ``asyncio.run`` ends, by the thread that ran the loop: once ``stop`` stopped
+            # it, within its deadline or, when a blocking call held the loop past that,
+            # whenever the call returns (no task is then destroyed pending).
+            try:
+                self.loop.run_until_complete(cancel_leftovers())
+            finally:
+                self.loop.close()
 
     def start(self) -> None:
         self.loop = asyncio.new_event_loop()
@@ -44,18 +53,24 @@ class LoopThread:
         self.loop.call_soon_threadsafe(fn, *args)
 
     def shutdown(self, deadline_s: float) -> None:
-        self.stop()
+        self.stop(deadline_s)
 
-    def stop(self) -> None:
-        """Stop the loop once the stages have shut down (their ``shutdown`` ran via ``run``)."""
+    def stop(self, deadline_s: float = 10.0) -> bool:
+        """Stop the loop once the stages have shut down (their ``shutdown`` ran via ``run``),
+        within ``deadline_s`` (what is left of the service's): the loop stops, its leftover
+        tasks are cancelled and it closes (``_main``). A loop not closed by then (a call
+        blocking it, a task that will not be cancelled) is left on its daemon thread, logged
+        as an error, and False returned: one blocked call must not hold the process's exit."""
         if not self._thread.is_alive():
-            return
-        with contextlib.suppress(Exception):
-            self.run(cancel_leftovers(), timeout_s=10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join()
-        self.loop.close()
-
+            return True
+        with contextlib.suppress(RuntimeError):  # closed meanwhile: the thread is ending
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(max(0.0, deadline_s))
+        if self._thread.is_alive():
+            log.error("event loop thread did not stop within the shutdown deadline (%.1f s): "
+                      "a call is blocking it; stopping without it", deadline_s)
+            return False
+        return True
 
 
 async def cancel_leftovers() -> None:
