@@ -372,3 +372,37 @@ def test_an_issue_of_runs_no_span_named_is_of_agent_unknown() -> None:
     [agent_info] = [f for f in families((row,), {}, {}, None, None, {})
                     if f.name == "otel_eval_issue_agent"]
     assert [s.labels["agent"] for s in agent_info.samples] == ["unknown"]
+
+
+def test_shutdown_with_no_time_left_does_not_wait_for_the_run(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``shutdown(deadline_s)`` gives the thread what is left of the service's deadline, none
+    when none is left (it took at least 1 s): a run under way finishes on its own (daemon)."""
+    entered, release = threading.Event(), threading.Event()
+
+    def since(ns: int) -> list[dict[str, Any]]:
+        entered.set()
+        release.wait(30)  # a guard only: the test releases it
+        return []
+
+    job = IssuesJob(IssuesConfig(interval_s=3600), store.path, since, CollectorRegistry(),
+                    ManualClock(T0))
+    asked: list[float | None] = []
+    stop = job.stop
+
+    def recording_stop(timeout_s: float | None = None) -> bool:
+        asked.append(timeout_s)
+        return stop(timeout_s)
+
+    monkeypatch.setattr(job, "stop", recording_stop)
+    job.start()
+    thread = job._thread
+    assert thread is not None and entered.wait(30)
+    try:
+        job.shutdown(0.0)
+        assert asked == [0.0]
+        assert thread.is_alive()  # left running: the catalogue is not closed under it
+    finally:
+        release.set()
+    thread.join(30)
+    job._tracker.close()

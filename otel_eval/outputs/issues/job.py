@@ -258,8 +258,9 @@ class IssuesJob:
         return not thread.is_alive()
 
     def shutdown(self, deadline_s: float) -> None:
-        """The service lifecycle's stop: ``close`` within the deadline (at least 1 s)."""
-        self.close(timeout_s=max(1.0, deadline_s))
+        """The service lifecycle's stop: ``close`` within the deadline (none left: a run under
+        way is not waited for; it ends on its daemon thread, the catalogue left open)."""
+        self.close(timeout_s=max(0.0, deadline_s))
 
     def close(self, timeout_s: float | None = None) -> None:
         """Stop, unregister the gauges, close the catalogue (when opened from a path)."""
