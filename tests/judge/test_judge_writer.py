@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from judge_fake_llm import FakeLLM, Reply, good
 from judge_fixtures import combined_reply, config, evaluation
 from prometheus_client import CollectorRegistry
@@ -23,6 +24,7 @@ from otel_eval.evaluate.judge.config import SamplingConfig
 from otel_eval.evaluate.judge.rubric_cache import Criteria, MemoryRubricCache
 from otel_eval.evaluate.judge.stage import JudgeStage
 from otel_eval.store import SqliteStore
+from otel_eval.store.sessions import session_key
 from otel_eval.telemetry.metrics import Metrics
 
 
@@ -141,6 +143,80 @@ def test_export_after_the_loop_closed_is_a_counted_skip(tmp_path: Path) -> None:
     stage = JudgeStage(config(), loop, store, Metrics(registry))
     ev = evaluation(trace_id="c3" * 16)
     stage.export(_trace(ev.trace_id), ev)
+    assert registry.get_sample_value("otel_eval_judge_skipped_total",
+                                     {"reason": "shutdown"}) == 1
+    store.close()
+
+
+class SessionJudgeStore(SqliteStore):
+    """Records the session judgements it is asked to write (no session rows needed)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.open()
+        self.session_judges: list[tuple[str, int, dict[str, Any]]] = []
+
+    def put_session_judge(self, key: str, completions: int, judge: dict[str, Any]) -> bool:
+        self.session_judges.append((key, completions, judge))
+        return True
+
+
+def test_a_session_reaching_the_stage_once_it_stops_is_a_counted_shutdown_skip(
+        llm: FakeLLM, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A completion handed over as the stop begins (the session job overran its deadline) is
+    not judged after the stop (no call sent) and not dropped silently: stored as skipped
+    ``shutdown`` and counted, as a trace's; sessions are completed once, never re-judged at
+    the next start (docs/sessions.md)."""
+    registry = CollectorRegistry()
+    store = SessionJudgeStore(str(tmp_path / "s.db"))
+    loop = LoopThread()
+    loop.start()
+    stage = JudgeStage(config(llm.api_base), loop, store, Metrics(registry))
+    stage.start()
+    entered, release, stopping = threading.Event(), threading.Event(), threading.Event()
+    run = loop.run
+
+    def recording_run(coro: Any, timeout_s: float | None = None) -> Any:
+        stopping.set()  # shutdown has begun: it hands its drain to the loop
+        return run(coro, timeout_s)
+
+    def block() -> None:
+        entered.set()
+        release.wait(30)  # a guard only: the test releases it
+
+    monkeypatch.setattr(loop, "run", recording_run)
+    stopper = threading.Thread(target=stage.shutdown, args=(30.0,))
+    try:
+        loop.call(block)  # holds the loop: the session and the drain queue behind it
+        assert entered.wait(30)
+        stage.judge_session({"session_id": "conv-a", "service": "shop", "completion": 0},
+                            [{"trace_id": "a1" * 16}])
+        stopper.start()
+        assert stopping.wait(30)
+        release.set()
+        stopper.join(30)
+        assert not stopper.is_alive()
+        assert [(key, n, judge["overall"]) for key, n, judge in store.session_judges] == [
+            (session_key("shop", "conv-a"), 1, {"status": "skipped", "reason": "shutdown"})]
+        assert registry.get_sample_value("otel_eval_judge_skipped_total",
+                                         {"reason": "shutdown"}) == 1
+        assert llm.requests == []
+    finally:
+        release.set()
+        loop.stop()
+        store.close()
+
+
+def test_a_session_after_the_loop_closed_is_a_counted_skip(tmp_path: Path) -> None:
+    """The session job's thread handing a completion over once the loop has closed: counted
+    as skipped ``shutdown``, never raised into the session job (as ``export``)."""
+    registry = CollectorRegistry()
+    store = SqliteStore(str(tmp_path / "s.db")).open()
+    loop = LoopThread()
+    loop.start()
+    loop.stop()
+    stage = JudgeStage(config(), loop, store, Metrics(registry))
+    stage.judge_session({"session_id": "conv-a", "completion": 0}, [{"trace_id": "a1" * 16}])
     assert registry.get_sample_value("otel_eval_judge_skipped_total",
                                      {"reason": "shutdown"}) == 1
     store.close()

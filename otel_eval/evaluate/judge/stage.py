@@ -12,7 +12,8 @@ The issue namer borrows the stage's ``Judge`` (``ask``): the same client, so its
 concurrency, rate limits, hourly cost budget and retries, and are counted under their name.
 Sessions are judged once per completion, bounded by ``queue_size`` judgements under way,
 sampled and budgeted as traces (skips counted with the same reasons); a stop cuts the ones
-under way at its deadline (the session keeps its verdict by code, no ``judge``).
+under way at its deadline (the session keeps its verdict by code, no ``judge``), and one
+handed over once it began is skipped ``shutdown``.
 
 Each queued evaluation is kept in a journal (``journal.PendingJournal``) until its judgement or
 skip is stored, and a judgement's until its events are delivered (or dropped for good): the work
@@ -237,7 +238,12 @@ class JudgeStage:
         """From the session job's thread, once a completion is stored: judge the
         conversation (one call) on the loop and write the result onto that completion
         (``store.put_session_judge``, on the writer thread). Returns at once."""
-        self.loop.call(self._session_submit, record, list(turns))
+        try:
+            self.loop.call(self._session_submit, record, list(turns))
+        except RuntimeError:  # the loop has closed: the service stopped before this session
+            log.warning("session %r not judged: the service is stopping",
+                        record.get("session_id"))
+            self.metrics.judge.skip("shutdown")
 
     def _session_submit(self, record: dict[str, Any],
                         turns: list[dict[str, Any]]) -> None:  # on the loop
@@ -245,7 +251,9 @@ class JudgeStage:
                 or "session" not in self.config.enabled or not turns:
             return
         reason: SkipReason | None = None
-        if not session_sampled(record, self.config.sampling):
+        if self._stopping:  # as a trace's submit once the queue stops accepting: a session
+            reason = "shutdown"  # is completed once, and no next start judges it again
+        elif not session_sampled(record, self.config.sampling):
             reason = "sampled_out"
         elif self.judge.over_budget():
             reason = "over_budget"
