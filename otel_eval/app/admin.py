@@ -4,8 +4,9 @@
                                         the scraper asks for it in Accept
     GET  /healthz                       200 while every stage is alive (liveness)
     GET  /readyz                        200 once receivers listen and until shutdown begins,
-                                        while the store takes writes; 503 {"reason": ...}
-                                        otherwise (a store refusing writes: named, with why)
+                                        while the store takes writes and every stage is
+                                        alive; 503 {"reason": ...} otherwise (a store
+                                        refusing writes or a stage that died: named)
     GET  /v1/evaluations?service=&agent=&task_id=&status=&passed=&detector=&since=&until=
                         &limit=&cursor=
                                         newest first, the per-trace JSON objects, one page:

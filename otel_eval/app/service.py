@@ -191,7 +191,7 @@ class Service:
         return AdminServer(config.admin.endpoint, AdminApi(
             registry=self.registry, query=self.store.query, get=self.store.get,
             feedback=self.feedback, healthy=lambda: self.healthy,
-            ready=lambda: self._ready and not self.store_health.failing,
+            ready=lambda: self._ready and not self.store_health.failing and self.healthy,
             unready=self._unready,
             issues=self.issues.latest_json if self.issues is not None else lambda: None,
             issue_runs=(self.issues.runs if self.issues is not None
@@ -239,7 +239,17 @@ class Service:
         """Why /readyz answers 503."""
         if store := self.store_health.describe():
             return store
+        if dead := self._dead():
+            return dead
         return "not serving (starting or shutting down)"
+
+    def _dead(self) -> str | None:
+        """The stage that died, as ``healthy`` sees it (serve stops on it: exit code 1)."""
+        if self.kafka is not None and (e := self.kafka.failure()) is not None:
+            return f"{self.kafka.name} died ({type(e).__name__})"
+        if not self.engine.healthy:
+            return "the engine died (its worker thread or the evaluation workers)"
+        return None
 
     @property
     def healthy(self) -> bool:
