@@ -56,7 +56,7 @@ from otel_eval.assemble.engine import Engine
 from otel_eval.assemble.spool import Spool
 from otel_eval.assemble.store_health import StoreGaveUp, StoreHealth
 from otel_eval.base.aio import LoopThread
-from otel_eval.base.component import OnLoop, SinkComponent
+from otel_eval.base.component import Live, OnLoop, SinkComponent
 from otel_eval.evaluate import calibration, judge
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.feedback import Feedback
@@ -249,12 +249,18 @@ class Service:
             return f"{self.kafka.name} died ({type(e).__name__})"
         if not self.engine.healthy:
             return "the engine died (its worker thread or the evaluation workers)"
+        if (sink := self._dead_sink()) is not None:
+            return f"the {sink} sink's worker died"
         return None
+
+    def _dead_sink(self) -> str | None:
+        return next((sink.name for sink in self.sinks
+                     if isinstance(sink, Live) and not sink.healthy), None)
 
     @property
     def healthy(self) -> bool:
         consumer_failed = self.kafka is not None and self.kafka.failure() is not None
-        return self.engine.healthy and not consumer_failed
+        return self.engine.healthy and not consumer_failed and self._dead_sink() is None
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -397,7 +403,7 @@ class Service:
             if not self.healthy:
                 failed = True
                 if not isinstance(self.engine.failure, StoreGaveUp):
-                    log.error("a stage died (engine worker or Kafka consumer); shutting down")
+                    log.error("a stage died (%s); shutting down", self._dead())
                 break
         self.shutdown()
         if isinstance(self.engine.failure, StoreGaveUp):

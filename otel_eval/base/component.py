@@ -116,6 +116,17 @@ class DeliveringSink(Protocol):
     def pass_on(self, trace: Trace, held: Held | None = None) -> None: ...
 
 
+@runtime_checkable
+class Live(Protocol):
+    """A part whose own thread or tasks may die while the service runs (a sink's sender, the
+    judge's workers): ``healthy`` False once one has, read by the service's /healthz."""
+
+    name: str
+
+    @property
+    def healthy(self) -> bool: ...
+
+
 class SinkComponent(Component, Sink, Protocol):
     """A sink with a lifecycle: what a sink's ``build`` returns."""
 

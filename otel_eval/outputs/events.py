@@ -258,6 +258,11 @@ class EvaluationEvents:
     def shutdown(self, deadline_s: float) -> None:
         self._sender.shutdown(deadline_s)
 
+    @property
+    def healthy(self) -> bool:
+        """Its sender's thread alive (base.component.Live)."""
+        return self._sender.alive
+
     def items(self, trace: model.Trace, evaluation: Evaluation | None) -> int:
         """One record per finding and one for the verdict; none without an evaluation."""
         if evaluation is None:

@@ -112,6 +112,11 @@ class Forwarder:
     def shutdown(self, deadline_s: float) -> None:
         self._sender.shutdown(deadline_s)
 
+    @property
+    def healthy(self) -> bool:
+        """Its sender's thread alive (base.component.Live)."""
+        return self._sender.alive
+
     def items(self, trace: model.Trace, evaluation: Evaluation | None) -> int:
         return len(trace.spans)  # stamped or passed on, every span goes
 

@@ -248,7 +248,20 @@ class OtlpSender(Generic[R]):
             self._queued_bytes -= sum(q.size for q in taken)
             return taken
 
+    @property
+    def alive(self) -> bool:
+        """False once the worker thread died before a stop (past its boundaries: a bug, or
+        what ``except Exception`` does not catch): the sink's ``healthy`` (/healthz)."""
+        thread = self._thread
+        return thread is None or thread.is_alive() or self._closing
+
     def _run(self) -> None:
+        try:
+            self._work()
+        except BaseException:  # a dead worker must be loud: health turns red (``alive``)
+            log.critical("%s: worker died; nothing more is sent", self.sink, exc_info=True)
+
+    def _work(self) -> None:
         while True:
             taken = self._next_batch()
             if taken is None:

@@ -184,3 +184,27 @@ def test_a_judge_bug_is_counted_and_the_worker_survives(llm: FakeLLM) -> None:
     sink, q = asyncio.run(main())
     assert sink.skipped == [(f"{1:032x}", "worker_error")] and len(sink.done) == 1
     assert q.errors == 1
+
+
+class Died(BaseException):
+    """What the worker's boundary (``except Exception``) does not catch: its death."""
+
+
+def test_a_worker_that_dies_makes_the_queue_report_it(llm: FakeLLM) -> None:
+    """Not only logged: ``alive`` turns False (the judge stage's ``healthy``, /healthz)."""
+
+    async def die(_evaluation: Evaluation) -> dict[str, Any]:
+        raise Died()
+
+    async def main() -> tuple[bool, bool]:
+        q = queue(llm, Sink(), max_concurrency=1)
+        q.judge.judge = die  # type: ignore[method-assign]
+        await q.start()
+        before = q.alive
+        assert q.submit(ev(1))
+        await asyncio.gather(*q._workers, return_exceptions=True)
+        after = q.alive
+        await q.shutdown(0.0)
+        return before, after
+
+    assert asyncio.run(main()) == (True, False)

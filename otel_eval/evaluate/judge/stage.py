@@ -159,6 +159,11 @@ class JudgeStage:
             return False
         return True
 
+    @property
+    def healthy(self) -> bool:
+        """Every queue worker alive (base.component.Live): a dead one judges nothing more."""
+        return self.queue is None or self.queue.alive
+
     def items(self, trace: Trace, evaluation: Evaluation | None) -> int:
         return 0 if evaluation is None else 1  # one evaluation to judge
 

@@ -103,6 +103,13 @@ class JudgeQueue:
                 self._inflight.pop(me, None)
                 self._queue.task_done()
 
+    @property
+    def alive(self) -> bool:
+        """False once a worker died while the queue takes work (read from other threads:
+        the judge stage's ``healthy``, /healthz)."""
+        return not self._accepting or not any(
+            w.done() and not w.cancelled() for w in list(self._workers))
+
     def _worker_died(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:  # never silently
             log.error("judge worker %s died", task.get_name(), exc_info=task.exception())
