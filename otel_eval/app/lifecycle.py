@@ -21,9 +21,13 @@ from collections.abc import Callable
 from otel_eval.base.component import AsyncComponent, Component, OnLoop
 from otel_eval.base.configcheck import ConfigError, StartupError
 
-__all__ = ["AsyncComponent", "Component", "Lifecycle", "OnLoop", "Step"]
+__all__ = ["AsyncComponent", "Component", "ForcedExit", "Lifecycle", "OnLoop", "Step"]
 
 log = logging.getLogger(__name__)
+
+
+class ForcedExit(SystemExit):
+    """A second signal: exit now, without draining (``Service.run_until_signal``)."""
 
 
 class Step:
@@ -61,11 +65,14 @@ class Lifecycle:
         return [name for name, _, _ in self._parts]
 
     def start(self) -> None:
-        """Start every part in order; if one fails, stop those started (reverse) and raise."""
+        """Start every part in order; if one fails, stop those started (reverse) and raise;
+        a ``ForcedExit`` (a second signal) goes through at once."""
         for name, part, start in self._parts:
             try:
                 if start:
                     part.start()
+            except ForcedExit:  # no stop of what started: exit as a kill would (nothing
+                raise           # acknowledged is lost: the spool replays it)
             except BaseException as e:
                 # a refusal naming the file or setting is said once, by the caller
                 if not isinstance(e, StartupError | ConfigError):

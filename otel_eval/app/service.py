@@ -48,7 +48,7 @@ from prometheus_client import CollectorRegistry
 
 from otel_eval.app.admin import AdminApi, AdminServer
 from otel_eval.app.config import Config, check_exposure
-from otel_eval.app.lifecycle import Lifecycle, Step
+from otel_eval.app.lifecycle import ForcedExit, Lifecycle, Step
 from otel_eval.app.worker import EvaluatorSections, WorkerSpec
 from otel_eval.app.worker_process import available_cores
 from otel_eval.app.workers import WorkerPool
@@ -391,7 +391,7 @@ class Service:
         def on_signal(signum: int, _frame: FrameType | None) -> None:
             if stop.is_set():
                 log.warning("second signal: exiting without draining")
-                raise SystemExit(1)
+                raise ForcedExit(1)  # through startup too (Lifecycle.start)
             log.info("signal %d: shutting down", signum)
             stop.set()
 

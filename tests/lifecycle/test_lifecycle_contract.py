@@ -16,7 +16,7 @@ from support.clock import ManualClock
 
 from otel_eval.app.admin import AdminApi, AdminServer
 from otel_eval.app.config import Config
-from otel_eval.app.lifecycle import Component, Lifecycle, Step
+from otel_eval.app.lifecycle import Component, ForcedExit, Lifecycle, Step
 from otel_eval.assemble.config import AssemblyConfig
 from otel_eval.assemble.engine import Engine
 from otel_eval.assemble.store_health import StoreHealth
@@ -141,3 +141,20 @@ def test_a_part_failing_to_start_stops_those_started() -> None:
     with pytest.raises(OSError):
         lc.start()
     assert stopped == ["b", "a"]
+
+
+def test_a_second_signal_during_startup_exits_at_once() -> None:
+    """``run_until_signal``'s second signal raises SystemExit wherever the main thread is,
+    startup included: it exits without draining (as kill -9: nothing acknowledged is lost),
+    not after a full stop of what had started (10 s of deadline)."""
+    stopped: list[str] = []
+
+    def second_signal() -> None:
+        raise ForcedExit(1)
+
+    lc = Lifecycle()
+    lc.add("a", Step(shutdown=lambda _d: stopped.append("a")))
+    lc.add("b", Step(start=second_signal, shutdown=lambda _d: stopped.append("b")))
+    with pytest.raises(SystemExit):
+        lc.start()
+    assert stopped == []
