@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 class ResultsPublisher:
     """A ``pipeline.Sink``. ``await start()`` on the service loop, ``await shutdown(s)``."""
 
+    name = "results"  # outputs.sender.SINK_NAMES
+
     def __init__(self, config: KafkaConfig, metrics: KafkaMetrics | None = None) -> None:
         self.config = config
         self.metrics: KafkaMetrics = metrics if metrics is not None else KafkaStats()
@@ -61,6 +63,9 @@ class ResultsPublisher:
         await producer.start()
         self._producer = producer
         self._task = asyncio.create_task(self._run(), name="kafka-results")
+
+    def items(self, trace: Trace, evaluation: Evaluation | None) -> int:
+        return 0 if evaluation is None else 1  # one record per evaluation
 
     def export(self, trace: Trace, evaluation: Evaluation) -> None:
         """Any thread. Serialises now (the evaluation may change later), sends later."""
