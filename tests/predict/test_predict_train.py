@@ -239,3 +239,29 @@ def test_offline_prediction_is_made_again_with_the_judge_scores(tau_slice: Path,
     ev.judge = {"judges": {"process": {"scores": {"process": 0.9}}}}
     (again,) = run._repredicted(iter([ev]))
     assert again.prediction is not None and again.prediction["p_success"] > 0.9
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("[" * 2000 + "]" * 2000 + "\n", "line 1: not JSON"),  # nested past the recursion limit
+    ('{"instances": 5}', "instances: expected a list"),
+    ('{"instances": [{"instance_id": "a", "resolved": true}], "x": ' + "[" * 1500
+     + "]" * 1500 + "}", "line 1: not JSON"),
+    ('{"instances": [{"instance_id": "a", "resolved": true},'
+     ' {"instance_id": "a", "resolved": false}]}', "instances[1]: instance_id 'a' labelled both"),
+], ids=["deep_line", "instances_no_list", "deep_summary", "summary_both_ways"])
+def test_a_hostile_labels_file_stops_training_with_the_file_and_reason(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, says: str) -> None:
+    """A labels file nested too deep, or a results summary whose instances are no list (or
+    label one task both ways), is a bad labels file like any other: exit 2 naming the file
+    and why, never a traceback (RecursionError, TypeError) nor the last label winning."""
+    labels = tmp_path / "labels.json"
+    labels.write_text(text)
+    args = argparse.Namespace(labels=[str(labels)], out=str(tmp_path / "m.json"),
+                              name="success")
+    out = io.StringIO()
+    assert cmd_train(args, EvalRun(Config(), []), out) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"otel-eval train: labels file {labels}") or \
+        err.startswith(f"otel-eval train: {labels}"), err
+    assert says in err and out.getvalue() == ""
+    assert not (tmp_path / "m.json").exists()

@@ -66,11 +66,18 @@ def _outcome(value: Any, where: str) -> bool:
 
 
 def _summary(doc: dict[str, Any], path: str, labels: Labels) -> None:
-    for i, item in enumerate(doc.get("instances") or []):
+    instances = doc.get("instances")
+    if not isinstance(instances, list):
+        raise TrainError(f"{path}: instances: expected a list of {{instance_id, resolved}}")
+    for i, item in enumerate(instances):
         if not isinstance(item, dict) or not isinstance(item.get("instance_id"), str):
             raise TrainError(f"{path}: instances[{i}]: expected {{instance_id, resolved}}")
-        labels.by_task[item["instance_id"]] = _outcome(item.get("resolved"),
-                                                       f"{path}: instances[{i}]")
+        key, value = item["instance_id"], _outcome(item.get("resolved"),
+                                                   f"{path}: instances[{i}]")
+        if labels.by_task.get(key, value) != value:  # as a labels line (_line)
+            raise TrainError(f"{path}: instances[{i}]: instance_id {key[:80]!r} labelled "
+                             "both ways")
+        labels.by_task[key] = value
 
 
 def _line(text: str, where: str, labels: Labels) -> None:
@@ -78,7 +85,7 @@ def _line(text: str, where: str, labels: Labels) -> None:
         raise TrainError(f"{where}: longer than {MAX_LABEL_LINE_CHARS} characters")
     try:
         item = json.loads(text)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:  # RecursionError: nested too deep
         raise TrainError(f"{where}: not JSON ({e})") from None
     if not isinstance(item, dict) or "outcome" not in item:
         raise TrainError(f'{where}: expected {{"trace_id": "...", "outcome": true|false}}')
@@ -106,7 +113,7 @@ def read_labels(paths: Iterable[str]) -> Labels:
         if stripped.startswith("{") and '"instances"' in stripped[:200]:
             try:
                 doc = json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):  # then read as lines, which say where
                 doc = None
             if isinstance(doc, dict):
                 _summary(doc, path, labels)
