@@ -69,8 +69,10 @@ class Pairs:
 
 def labels_of(service: str | None, agent: str | None) -> tuple[str, str]:
     """The (service, agent) label values of a pair: cut to ``MAX_LABEL_CHARS``, none
-    "unknown"."""
-    return (service or UNKNOWN)[:MAX_LABEL_CHARS], (agent or UNKNOWN)[:MAX_LABEL_CHARS]
+    "unknown", valid UTF-8 (a lone surrogate is U+FFFD: the gauges computed at scrape time,
+    the rolling AUC and the judge agreement, label with the pair as it is here)."""
+    return (valid_text((service or UNKNOWN)[:MAX_LABEL_CHARS]),
+            valid_text((agent or UNKNOWN)[:MAX_LABEL_CHARS]))
 
 
 class SeriesCap:

@@ -7,6 +7,8 @@ from prometheus_client import CollectorRegistry
 
 from otel_eval.base.results import Evaluation, Finding, Verdict
 from otel_eval.base.steps import Step, Trajectory
+from otel_eval.evaluate.calibration import calibrate
+from otel_eval.evaluate.predict.config import PredictionConfig
 from otel_eval.telemetry.metrics import Metrics, render
 
 
@@ -22,3 +24,32 @@ def test_a_lone_surrogate_in_a_label_value_is_written_as_replacement() -> None:
         body, _ = render(m.registry, accept)
         page = body.decode()
         assert 'tool="\ufffdx"' in page and 'agent="\ufffdagent"' in page
+
+
+def _labelled_run(i: int, service: str, agent: str) -> Evaluation:
+    step = Step(index=0, span_id="01" * 8, parent_span_id=None, kind="llm", name="chat")
+    traj = Trajectory(trace_id=f"{i:032x}", source="otlp", status="complete", steps=[step],
+                      service=service, agent=agent)
+    outcome = "success" if i % 2 else "failure"
+    evaluation = Evaluation(traj, [], Verdict(i % 2 == 1, [], outcome=outcome))
+    evaluation.prediction = {"p_success": 0.1 + 0.2 * (i % 2), "model": "m"}
+    return evaluation
+
+
+def test_the_rolling_auc_and_agreement_gauges_write_a_lone_surrogate_as_replacement() -> None:
+    """The gauges computed at scrape time (the predictor's rolling AUC, the judge agreement)
+    labelled with the pair as given: one agent name holding a lone surrogate failed every
+    scrape (UnicodeEncodeError), though its histogram's labels were made valid."""
+    m = Metrics(CollectorRegistry(), prediction=PredictionConfig(auc_min_per_class=1))
+    for i in range(4):
+        m.evaluation_stored(_labelled_run(i, "svc\ud800", "\udfffagent"), 0.1, False)
+    body = {"service": "svc\ud800", "agent": "\udfffagent",
+            "prediction": {"p_success": 0.3, "model": "m"}}
+    m.calibration.calibrated(calibrate([("success", body), ("failure", {
+        **body, "prediction": {"p_success": 0.1, "model": "m"}})]))
+    for accept in (None, "application/openmetrics-text"):
+        page = render(m.registry, accept)[0].decode()
+        assert 'otel_eval_prediction_rolling_auc{agent="\ufffdagent",service="svc\ufffd"} 1.0' \
+            in page
+        assert ('otel_eval_judge_agreement_auc{agent="\ufffdagent",score="p_success",'
+                'service="svc\ufffd"} 1.0') in page
