@@ -23,14 +23,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("otel_eval")
 
 
-def run_from_args(args: argparse.Namespace, cfg: Config | None = None) -> EvalRun:
+def run_from_args(args: argparse.Namespace, cfg: Config | None = None,
+                  bounded: bool = True) -> EvalRun:
     """The offline engine for ``eval`` / ``issues`` / ``show``, configured by the flags."""
     from otel_eval.app.offline import EvalRun
 
     return EvalRun(cfg or config_from_args(args), getattr(args, "paths", ()),
                    references_path=args.references,
                    max_cost_usd=getattr(args, "max_cost_usd", None),
-                   turns=getattr(args, "turns", False))
+                   turns=getattr(args, "turns", False), bounded=bounded)
 
 
 def _unpredicted(args: argparse.Namespace) -> Config:
@@ -231,7 +232,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_replay(args, sys.stdout)
         if args.command == "train":
             from otel_eval.evaluate.predict.train import cmd_train
-            return cmd_train(args, run_from_args(args, _unpredicted(args)), sys.stdout)
+            # uncut results: a run's features as the predictor reads them (before the cut)
+            return cmd_train(args, run_from_args(args, _unpredicted(args), bounded=False),
+                             sys.stdout)
         if args.command == "calibrate":
             from otel_eval.app.calibrate import cmd_calibrate
             return cmd_calibrate(args, load_config(args.config), sys.stdout)

@@ -41,11 +41,15 @@ class EvalRun:
 
     def __init__(self, cfg: Config, paths: Sequence[str] = (), *,
                  references_path: str | None = None,
-                 max_cost_usd: float | None = None, turns: bool = False) -> None:
+                 max_cost_usd: float | None = None, turns: bool = False,
+                 bounded: bool = True) -> None:
         self.cfg = cfg
         self.paths = list(paths)
         self.turns = turns  # chat logs (tau-bench) as conversations: a trace per user message
         self.max_cost_usd = max_cost_usd  # stop judging once the judge has spent this much
+        # results cut to the stored bounds (``Evaluator.evaluate``); False for training, whose
+        # features must be the ones the predictor reads (before the cut)
+        self.bounded = bounded
         self.evaluator = Evaluator(cfg, references_path=references_path)
         self.failed_files = 0
         self.not_runs = 0  # traces that were no agent run (no evaluation)
@@ -82,7 +86,7 @@ class EvalRun:
         history = RememberInBatches(store)  # what is not recalled before the end is not written
         try:
             for trace in traces:
-                ev = self.evaluator.evaluate(trace, history=history)
+                ev = self.evaluator.evaluate(trace, history=history, bounded=self.bounded)
                 if ev is None:
                     self.not_runs += 1
                     continue

@@ -78,12 +78,15 @@ class Evaluator:
         return build_trajectory(trace, self.config.trajectory)
 
     def evaluate(self, trace: Trace, outcome: str | None = None,
-                 history: AgentHistory | None = None) -> Evaluation | None:
+                 history: AgentHistory | None = None, *,
+                 bounded: bool = True) -> Evaluation | None:
         """Total: a trajectory that cannot be built is evaluated as an empty one with the
         error recorded (an ``evaluation_error`` finding), never an exception. With a
         ``history``, a run no span named gets the agent the service's completed runs
         show (``agent_inference``), before the detectors read their per-agent settings.
-        None when the trace is no agent run (``handoff.NOT_A_RUN``): nothing to evaluate."""
+        None when the trace is no agent run (``handoff.NOT_A_RUN``): nothing to evaluate.
+        ``bounded=False`` leaves the result uncut (``bounds.bound``), as the predictor reads
+        it: what ``otel-eval train`` reads, which stores and prints nothing."""
         if not is_run(trace):
             return None
         try:
@@ -107,7 +110,8 @@ class Evaluator:
                                 evaluated_at_ns=int(self._wall_clock() * 1e9))
         if self.predictor is not None:
             evaluation.prediction = self._predict(evaluation)
-        bound(evaluation, self.config.trajectory)
+        if bounded:
+            bound(evaluation, self.config.trajectory)
         return evaluation
 
     def _predict(self, evaluation: Evaluation) -> Any:

@@ -265,3 +265,54 @@ def test_a_hostile_labels_file_stops_training_with_the_file_and_reason(
         err.startswith(f"otel-eval train: {labels}"), err
     assert says in err and out.getvalue() == ""
     assert not (tmp_path / "m.json").exists()
+
+
+def test_train_reads_a_run_as_the_predictor_does_before_the_result_is_cut(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Training computed a run's features after its result was cut to the stored bounds: a
+    tool argument over ``max_value_bytes`` cut to its start (two calls writing different
+    large files read as one call repeated) and the ``result_truncated`` finding added (one
+    more info finding), where ``eval`` and ``serve`` predict before the cut. The model
+    applied to what ``train`` reads of a run gives the p_success ``eval`` gives it."""
+    from otel_eval.app.cli import main
+
+    def span(tid: str, sid: str, attrs: dict[str, str]) -> dict[str, Any]:
+        return {"traceId": tid, "spanId": sid, **({"parentSpanId": "01" * 8}
+                                                    if sid != "01" * 8 else {}),
+                "name": attrs["gen_ai.operation.name"], "startTimeUnixNano": "1000",
+                "endTimeUnixNano": "2000",
+                "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in attrs.items()]}
+    big = json.dumps({"path": "a.py", "content": "x = 1\n" * 5000})  # 30 kB > 16 kB
+    spans, labels = [], []
+    for i in range(6):
+        tid = f"{i + 1:032x}"
+        spans += [span(tid, "01" * 8, {"gen_ai.operation.name": "invoke_agent",
+                                       "gen_ai.agent.name": "a"}),
+                  span(tid, "02" * 8, {"gen_ai.operation.name": "chat"})]
+        spans += [span(tid, f"{3 + k:02x}" * 8, {
+            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "write_file",
+            "gen_ai.tool.call.arguments": big[:-10] + str(k) + big[-9:] if i % 3 else "{}"})
+            for k in range(2)]
+        labels.append(json.dumps({"trace_id": tid, "outcome": i % 2 == 0}) + "\n")
+    traces = tmp_path / "traces.json"
+    traces.write_text(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}))
+    (tmp_path / "labels.jsonl").write_text("".join(labels))
+    read: dict[str, Any] = {}
+    real = labels_module.row
+
+    def recorded(ev: Evaluation, label: bool) -> Any:
+        read[ev.trace_id] = found = real(ev, label)
+        return found
+    monkeypatch.setattr(labels_module, "row", recorded)
+    assert main(["train", str(traces), "--labels", str(tmp_path / "labels.jsonl"),
+                 "--out", str(tmp_path / "m.json")]) == 0
+    capsys.readouterr()
+    assert main(["eval", str(traces), "--format", "jsonl"]) == 0  # the default model
+    predicted = {r["trace_id"]: r["prediction"] for r in _jsonl(capsys.readouterr().out)
+                 if r.get("record", "trace") == "trace"}
+    model = load_model(Config().prediction.model_file)
+    assert len(read) == len(predicted) == 6
+    for trace_id, r in read.items():
+        assert round(model.p_success(r.values, r.text, r.agent), 4) == \
+            predicted[trace_id]["p_success"], trace_id
