@@ -111,7 +111,8 @@ def _load_file(path: Path, config: TrajectoryConfig | None,
             if e.msg != "Extra data":
                 raise LoaderError(path, f"not valid JSON: {e}") from e
             return release(otlp_files.from_json_lines(data, path, report), str(path), on_error)
-        except (UnicodeDecodeError, RecursionError) as e:
+        except (ValueError, RecursionError) as e:  # invalid UTF-8, an integer past
+            # Python's digit limit (a plain ValueError), nesting past the recursion limit
             raise LoaderError(path, f"not valid JSON: {e}") from e
         return _from_json(doc, path, cfg, report, on_error, turns)
     except LoaderError as e:
