@@ -90,8 +90,9 @@ def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
               "trace files to look in (serve stores results, not spans)", file=sys.stderr)
         return 1
     reports = []
+    failed = _FileErrors("inspect")
     for path in paths:
-        for trace in load_path(path, config=cfg):
+        for trace in load_path(path, config=cfg, on_error=failed.report):
             if wanted and trace.trace_id != wanted.lower():
                 continue
             keys = {s.span_id: list(s.attributes) for s in trace.spans}
@@ -104,7 +105,20 @@ def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
         out.write(json.dumps(reports, indent=2) + "\n")
     else:
         out.write(render_text(reports))
-    return 0
+    return 1 if failed.paths else 0
+
+
+class _FileErrors:
+    """The loaders' ``on_error`` for a command: each problem on stderr (it names the file),
+    the files counted; the command goes on with the rest and exits 1 (as ``eval``)."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self.paths: set[str] = set()
+
+    def report(self, error: Exception) -> None:
+        self.paths.add(getattr(error, "path", ""))
+        print(f"otel-eval {self.command}: {printable(str(error))}", file=sys.stderr)
 
 
 def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
@@ -178,22 +192,24 @@ def _print_table(rows: Sequence[dict[str, Any]], out: TextIO) -> None:
 
 
 def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
-    """Exit 1 when the receiver rejected spans (its partial success says how many, why)."""
+    """Exit 1 when the receiver rejected spans (its partial success says how many, why) or
+    a file could not be loaded (reported on stderr; the other files are replayed)."""
     from otel_eval.app.replay import Rejections, replay
     from otel_eval.receive.loaders import load_path
 
     n = 0
     rejected = Rejections()
+    failed = _FileErrors("replay")
     for path in args.paths:
-        n += replay(load_path(path, turns=args.turns), args.endpoint, protocol=args.protocol,
-                    rejections=rejected)
+        n += replay(load_path(path, turns=args.turns, on_error=failed.report), args.endpoint,
+                    protocol=args.protocol, rejections=rejected)
     out.write(f"replayed {n} spans to {args.endpoint} over OTLP/{args.protocol}: "
               f"{n - rejected.spans} accepted, {rejected.spans} rejected\n")
     if rejected.spans:
         print(f"otel-eval replay: the receiver rejected {rejected.spans} of {n} spans: "
               f"{printable(rejected.summary())}", file=sys.stderr)
         return 1
-    return 0
+    return 1 if failed.paths else 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

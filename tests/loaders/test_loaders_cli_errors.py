@@ -36,3 +36,42 @@ def test_a_number_past_the_digit_limit_is_a_reported_file(tmp_path: Path, comman
     assert "Traceback" not in done.stderr, done.stderr[-2000:]
     assert done.returncode != 0
     assert f"{path}: not valid JSON" in done.stderr
+
+
+def _otlp_span(span_id: str, parent: str | None) -> dict[str, object]:
+    span: dict[str, object] = {"traceId": "5b8efff798038103d269b633813fc60c", "spanId": span_id,
+                               "name": "invoke_agent a", "startTimeUnixNano": "1",
+                               "endTimeUnixNano": "5", "attributes": [
+                                   {"key": "gen_ai.operation.name",
+                                    "value": {"stringValue": "invoke_agent"}}]}
+    if parent:
+        span["parentSpanId"] = parent
+    return span
+
+
+def test_inspect_reports_a_file_it_cannot_load_and_reads_the_others(tmp_path: Path) -> None:
+    """inspect took the loaders' errors as exceptions: a file of an unknown shape, or one
+    span the OTLP decoder rejects, stopped it with a traceback (the good spans unread)."""
+    unknown = tmp_path / "unknown.json"
+    unknown.write_text('{"foo": 1}')
+    partly = tmp_path / "partly.json"
+    bad = {**_otlp_span("a000000000000002", "a000000000000001"), "spanId": "zz"}
+    partly.write_text(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [
+        _otlp_span("a000000000000001", None), bad]}]}]}))
+    done = _cli("inspect", str(unknown), str(partly), "--format", "json")
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.returncode == 1
+    assert f"{unknown}: JSON of an unknown shape" in done.stderr
+    assert f"{partly}: " in done.stderr  # the rejected span, with the decoder's reason
+    [report] = json.loads(done.stdout)  # the good span of partly.json is read
+    assert report["trace_id"] == "5b8efff798038103d269b633813fc60c"
+
+
+def test_replay_reports_a_file_it_cannot_load(tmp_path: Path) -> None:
+    unknown = tmp_path / "unknown.json"
+    unknown.write_text('{"foo": 1}')
+    done = _cli("replay", str(unknown), "--endpoint", "127.0.0.1:9")  # nothing is sent
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.returncode == 1
+    assert f"{unknown}: JSON of an unknown shape" in done.stderr
+    assert done.stdout.startswith("replayed 0 spans")
