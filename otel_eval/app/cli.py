@@ -192,17 +192,23 @@ def _print_table(rows: Sequence[dict[str, Any]], out: TextIO) -> None:
 
 
 def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
-    """Exit 1 when the receiver rejected spans (its partial success says how many, why) or
+    """Exit 1 when the receiver rejected spans (its partial success says how many, why), the
+    exporter gave up on a batch (the receiver down or refusing: the replay stops there) or
     a file could not be loaded (reported on stderr; the other files are replayed)."""
-    from otel_eval.app.replay import Rejections, replay
+    from otel_eval.app.replay import Rejections, ReplayError, replay
     from otel_eval.receive.loaders import load_path
 
     n = 0
     rejected = Rejections()
     failed = _FileErrors("replay")
     for path in args.paths:
-        n += replay(load_path(path, turns=args.turns, on_error=failed.report), args.endpoint,
-                    protocol=args.protocol, rejections=rejected)
+        try:
+            n += replay(load_path(path, turns=args.turns, on_error=failed.report),
+                        args.endpoint, protocol=args.protocol, rejections=rejected)
+        except ReplayError as e:  # the receiver down or refusing: the exporter gave up
+            print(f"otel-eval replay: {e} (of {path} to {args.endpoint}; {n} spans of "
+                  "earlier files delivered)", file=sys.stderr)
+            return 1
     out.write(f"replayed {n} spans to {args.endpoint} over OTLP/{args.protocol}: "
               f"{n - rejected.spans} accepted, {rejected.spans} rejected\n")
     if rejected.spans:

@@ -7,7 +7,11 @@ import json
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,3 +79,39 @@ def test_replay_reports_a_file_it_cannot_load(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert f"{unknown}: JSON of an unknown shape" in done.stderr
     assert done.stdout.startswith("replayed 0 spans")
+
+
+@pytest.fixture
+def refusing_receiver() -> Iterator[str]:
+    """An OTLP/HTTP receiver that answers every request 400 (the exporter does not retry)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(400)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+def test_replay_to_a_receiver_that_fails_the_export_is_one_line(tmp_path: Path,
+                                                                 refusing_receiver: str) -> None:
+    """The exporter giving up on a batch (a receiver down or refusing) raised ReplayError out
+    of main: a traceback, and nothing on stdout saying how many spans went."""
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps([_tau_run()]))
+    done = _cli("replay", str(path), "--endpoint", refusing_receiver, "--protocol", "http")
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.returncode == 1
+    assert "otel-eval replay: exporter failed a batch of 2 spans after 0 spans were " \
+           "delivered" in done.stderr
