@@ -9,7 +9,7 @@ from otel_eval.base.steps import Step
 from otel_eval.evaluate.detectors import load_references, reference
 from otel_eval.evaluate.detectors.calls import Context, RefCall, Reference
 from otel_eval.evaluate.detectors.config import DetectorsConfig
-from otel_eval.evaluate.detectors.references import TAU_BENCH_WRITE_TOOLS
+from otel_eval.evaluate.detectors.references import TAU_BENCH_WRITE_TOOLS, ReferencesError
 
 A: tuple[str, Any] = ("a", {"x": 1})
 B: tuple[str, Any] = ("b", {"y": 2, "z": 3})
@@ -181,3 +181,27 @@ def test_unknown_arguments_do_not_hide_a_missing_call_or_a_wrong_one() -> None:
     assert (f.attributes["missing"], f.attributes["wrong_arguments"],
             f.attributes["unknown_arguments"]) == (["d"], ["b"], ["a"])
     assert f.attributes["argument_accuracy"] == 0.0
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('{"task_id": 1, "calls": [{"name": "a", "arguments": ' + "[" * 5000 + "]" * 5000 + "}]}",
+     r"refs.jsonl:1: not valid JSON: maximum recursion depth"),
+    ("[" + "[" * 5000 + "]" * 5000 + "]", r"refs.jsonl: not valid JSON: maximum recursion"),
+    ('[{"actions": 5}]', r"refs.jsonl\[0\]: actions must be a list"),
+    ('[{"actions": null}]', r"refs.jsonl\[0\]: actions must be a list"),
+    ('[{"actions": [{"name": ["book_reservation"]}]}, {"calls": []}]',
+     r"refs.jsonl\[1\]: expected an object with task_id"),  # the list name is no write
+    ('{"task_id": 1, "calls": [], "match": ["exact"]}', r"match \['exact'\] is not one of"),
+    ('{"task_id": 1, "calls": [], "arguments_match_by_tool": {"a": {}}}',
+     r"arguments_match_by_tool.a {} is not one of"),
+], ids=["deep_line", "deep_array", "actions_int", "actions_null", "name_list", "match_list",
+        "mode_object"])
+def test_hostile_references_are_refused_naming_the_file(tmp_path: Path, text: str,
+                                                        message: str) -> None:
+    """Nesting past the recursion limit, a tau-bench task whose actions are no list, a mode
+    that is a list or an object: each raised RecursionError or TypeError (a traceback from
+    ``eval --references``, and serve's start) instead of the ReferencesError naming it."""
+    path = tmp_path / "refs.jsonl"
+    path.write_text(text + "\n")
+    with pytest.raises(ReferencesError, match=message):
+        load_references(path)

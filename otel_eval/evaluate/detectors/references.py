@@ -57,7 +57,7 @@ class ReferenceSet(Mapping[str, Reference]):
 def _mode(value: Any, allowed: frozenset[str], what: str, where: str) -> str | None:
     if value is None:
         return None
-    if value not in allowed:
+    if not isinstance(value, str) or value not in allowed:  # a list is unhashable
         raise ValueError(f"{where}: {what} {value!r} is not one of {', '.join(sorted(allowed))}")
     return str(value)
 
@@ -92,9 +92,13 @@ def reference_from_object(obj: Any, where: str) -> Reference:
     )
 
 
-def _tau_bench(index: int, task: Mapping[str, Any]) -> Reference:
-    writes = [RefCall(a["name"], a.get("kwargs", {})) for a in task.get("actions", [])
-              if isinstance(a, Mapping) and a.get("name") in TAU_BENCH_WRITE_TOOLS]
+def _tau_bench(index: int, task: Mapping[str, Any], path: str) -> Reference:
+    actions = task.get("actions")
+    if not isinstance(actions, list):
+        raise ValueError(f"{path}[{index}]: actions must be a list of {{name, kwargs}}")
+    writes = [RefCall(a["name"], a.get("kwargs", {})) for a in actions
+              if isinstance(a, Mapping) and isinstance(a.get("name"), str)
+              and a["name"] in TAU_BENCH_WRITE_TOOLS]
     return Reference(str(index), tuple(writes), match="any_order", arguments_match="exact",
                      tools=TAU_BENCH_WRITE_TOOLS)
 
@@ -103,7 +107,7 @@ def _from_array(items: list[Any], path: str) -> dict[str, Reference]:
     refs = {}
     for i, item in enumerate(items):
         if isinstance(item, Mapping) and "actions" in item and "calls" not in item:
-            ref = _tau_bench(i, item)
+            ref = _tau_bench(i, item, path)
         else:
             ref = reference_from_object(item, f"{path}[{i}]")
         refs[ref.task_id] = ref
@@ -133,7 +137,7 @@ def _load(path: str | Path) -> ReferenceSet:
     if stripped.startswith("["):
         try:
             data = json.loads(text)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:  # RecursionError: nesting too deep
             raise ValueError(f"{path}: not valid JSON: {e}") from e
         return ReferenceSet(_from_array(data, str(path)))
     refs: dict[str, Reference] = {}
@@ -142,7 +146,7 @@ def _load(path: str | Path) -> ReferenceSet:
             continue
         try:
             obj = json.loads(line)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             raise ValueError(f"{path}:{n}: not valid JSON: {e}") from e
         ref = reference_from_object(obj, f"{path}:{n}")
         refs[ref.task_id] = ref
