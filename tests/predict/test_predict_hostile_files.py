@@ -75,3 +75,18 @@ def test_conflicting_labels_for_one_trace_are_refused(tmp_path: Path) -> None:
                     f'{{"trace_id": "{trace}", "outcome": false}}\n')
     with pytest.raises(TrainError):
         read_labels([str(path)])
+
+
+@pytest.mark.parametrize("text", [
+    '{"instances": ' + "[" * 5000 + "]" * 5000 + "}",  # a SWE-bench results summary
+    '{"trace_id": "4bf92f3577b34da6a3ce929d0e0e4736", "outcome": ' + "[" * 1500
+    + "]" * 1500 + "}",  # one line, under MAX_LABEL_LINE_CHARS
+], ids=["summary", "line"])
+def test_labels_nested_past_the_recursion_limit_are_a_train_error(tmp_path: Path,
+                                                                 text: str) -> None:
+    """json.loads raises RecursionError (no ValueError) on such nesting: it escaped
+    read_labels, and ``otel-eval train --labels`` stopped with a traceback."""
+    path = tmp_path / "labels.json"
+    path.write_text(text + "\n")
+    with pytest.raises(TrainError, match=str(path)):
+        read_labels([str(path)])
