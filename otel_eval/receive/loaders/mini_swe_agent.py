@@ -20,8 +20,9 @@ from otel_eval.receive.loaders.chat import ChatTrace, dumps, message_json
 from otel_eval.receive.loaders.files import LoaderError
 
 AGENT = "mini-swe-agent"
-# the action regex of mini-swe-agent's DefaultAgent
+# the action regex of mini-swe-agent's DefaultAgent (run by ``actions``)
 _ACTION = re.compile(r"```bash\s*\n(.*?)\n```", re.DOTALL)
+_CLOSE = "\n```"
 _RETURNCODE = re.compile(r"\s*<returncode>(-?\d+)</returncode>")
 
 
@@ -44,6 +45,16 @@ def _response_attrs(msg: dict[str, Any]) -> dict[str, Any]:
             "gen_ai.usage.output_tokens": usage.get("completion_tokens"),
             "gen_ai.usage.cost": usage.get("cost"),
             "finish_reason": reason}
+
+
+def actions(content: str) -> list[str]:
+    """The bash blocks of an assistant message, as ``_ACTION.findall`` finds them, in linear
+    time. Every match ends with a closing fence, so the text after the last one holds none;
+    but from each ``bash`` fence there, the regex scanned that whole tail for a closing fence
+    it never found: quadratic (a 144 kB reply of unclosed fences took 17 s, 1 MB a quarter
+    hour). Cut at the last closing fence, each attempt ends at the next one (a match)."""
+    last = content.rfind(_CLOSE)
+    return _ACTION.findall(content, 0, last + len(_CLOSE)) if last >= 0 else []
 
 
 def _tool_error(result: str | None) -> str | None:
@@ -75,11 +86,11 @@ def _convert(doc: dict[str, Any], path: Path, config: TrajectoryConfig) -> Trace
         if msg.get("role") == "assistant":
             attrs = _response_attrs(msg)
             trace.chat(history, serialized, attrs.pop("finish_reason") or "stop", **attrs)
-            actions = _ACTION.findall(content) if isinstance(content, str) else []
-            if len(actions) == 1:
+            blocks = actions(content) if isinstance(content, str) else []
+            if len(blocks) == 1:
                 nxt = messages[i + 1] if i + 1 < len(messages) else None
                 result = str(nxt.get("content")) if nxt and nxt.get("role") == "user" else None
-                trace.tool("bash", None, {"command": actions[0].strip()}, result,
+                trace.tool("bash", None, {"command": blocks[0].strip()}, result,
                            _tool_error(result))
         elif msg.get("role") == "user" and first_user is None:
             first_user = serialized
