@@ -121,3 +121,17 @@ def test_tau_bench_reused_call_ids_get_their_own_results(tmp_path: Path) -> None
     t = build_trajectory(trace, CFG)
     assert [(s.tool_name, s.result) for s in t.tool_steps] == [("first", "one"),
                                                                 ("second", "two")]
+
+
+def test_a_reward_that_is_no_number_of_tau_bench_is_no_outcome(tmp_path: Path) -> None:
+    """``reward >= 1`` made a NaN reward a failure (and Infinity a success): a value not
+    recognised became an outcome (the verdict's, and a training label). NaN and +-Infinity
+    are no outcome, as normalize_outcome reads them; 0 and 1 still are."""
+    traj = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]
+    path = tmp_path / "runs.json"
+    path.write_text("[" + ", ".join(
+        f'{{"task_id": {i}, "reward": {reward}, "traj": {json.dumps(traj)}}}'
+        for i, reward in enumerate(["NaN", "Infinity", "-Infinity", "1", "0.0"])) + "]")
+    outcomes = [build_trajectory(t, CFG).root_attributes.get("otel_eval.outcome")
+                for t in load_file(path)]
+    assert outcomes == [None, None, None, "success", "failure"]

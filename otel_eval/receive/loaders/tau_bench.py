@@ -4,8 +4,9 @@ is the OpenAI chat log of one run (system, user, assistant with ``tool_calls``, 
 Each run is one trace (see ``loaders.chat``): a ``chat`` span per assistant message and an
 ``execute_tool`` span per tool call, in order, with the tool result matched by
 ``tool_call_id``. The root carries the task id (as a string) and the outcome
-(``success`` when ``reward`` is 1, else ``failure``). tau-bench tools report failures as a
-result starting with ``Error:``; those tool spans get status ERROR.
+(``success`` when ``reward`` is 1, else ``failure``; none when it is no finite number).
+tau-bench tools report failures as a result starting with ``Error:``; those tool spans get
+status ERROR.
 
 With ``turns`` (``otel-eval eval --turns``, ``replay --turns``) a run is instead one
 conversation as a chat service sends it: a trace per user message (the user's message, then
@@ -18,6 +19,7 @@ trajectories are whole runs: they are matched in the default mode).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +106,8 @@ def _run(run: dict[str, Any], index: int, path: Path, config: TrajectoryConfig,
         history.append(serialized)
     reward = run.get("reward")
     outcome = None
-    if isinstance(reward, int | float) and not isinstance(reward, bool):
+    if isinstance(reward, int | float) and not isinstance(reward, bool) \
+            and math.isfinite(reward):  # NaN, +-Infinity: not a reward, no outcome
         outcome = "success" if reward >= 1 else "failure"
     return trace.finish(AGENT, str(path), {
         config.task_id_attribute: str(run["task_id"]) if run.get("task_id") is not None
