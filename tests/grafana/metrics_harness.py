@@ -180,6 +180,7 @@ def feed_round(metrics: Metrics, round_no: int, traces: int = 10) -> list[str]:
     for worker in (0, 1):
         metrics.workers.inflight(worker, (round_no + worker) % 5)
     metrics.workers.restarted(round_no % 2, 3)
+    metrics.workers.hung(round_no % 2)  # the watchdog killed it (evaluation.worker_timeout_s)
     _feed_judge_and_kafka(metrics, round_no, traces)
     # conversations: the looping agent repeats calls across turns, the clean one never does
     feed_sessions(metrics, LOOPY, 2, failed=1, loops=1, hangs=1, turns=3 + round_no % 4,
@@ -209,6 +210,7 @@ def _feed_judge_and_kafka(metrics: Metrics, round_no: int, traces: int) -> None:
         k.lag(partition, 10 * partition + round_no)
         k.committed(partition, 100 * round_no + partition)
     k.commit_failed("RebalanceInProgressError")
+    k.metadata_ignored("too_large")
     k.published("spans", traces)
     k.published("results", traces)
     k.publish_dropped("results", "queue_full", 1)
