@@ -407,3 +407,38 @@ def test_readme_documents_every_value() -> None:
     assert not missing, f"helm/otel-eval/README.md values table lacks {sorted(missing)}"
     for path in (*VALUES_FILES, SIDECAR):
         assert f"examples/{path.name}" in readme, path.name
+
+
+def _scrape_job(monitor: dict[str, Any], service: dict[str, Any]) -> str:
+    """The `job` label prometheus-operator gives the ServiceMonitor's targets: the Service's
+    name, or the value of the Service label named by spec.jobLabel, then the endpoint's
+    relabelings (a static replacement into `job`)."""
+    job: str = service["metadata"]["name"]
+    if "jobLabel" in monitor["spec"]:
+        job = service["metadata"]["labels"][monitor["spec"]["jobLabel"]]
+    (endpoint,) = monitor["spec"]["endpoints"]
+    for relabel in endpoint.get("relabelings", []):
+        if relabel.get("targetLabel") == "job":
+            assert set(relabel) <= {"targetLabel", "replacement", "action"}, relabel
+            job = relabel["replacement"]
+    return job
+
+
+@pytest.mark.parametrize("names", [(), ("--set", "fullnameOverride=agent-evaluator")],
+                         ids=["defaults", "fullnameOverride"])
+def test_otel_eval_down_selects_the_service_monitors_job(helm: Helm,
+                                                         names: tuple[str, ...]) -> None:
+    """OtelEvalDown pages on up == 0 of the job it names: the job the chart's ServiceMonitor
+    gives the targets must be one it selects, whatever the release's names (a release named
+    otherwise than otel-eval was never paged for being down)."""
+    docs = helm.template("-f", str(EXAMPLES / "values-monitoring.yaml"), *names)
+    monitor = one(docs, "ServiceMonitor")
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    (service,) = [s for s in docs_of_kind(docs, "Service")
+                  if selector.items() <= s["metadata"]["labels"].items()]
+    rules = {r["alert"]: r for g in one(docs, "PrometheusRule")["spec"]["groups"]
+             for r in g["rules"]}
+    matcher = re.fullmatch(r'up\{job=~"([^"]+)"\} == 0', rules["OtelEvalDown"]["expr"].strip())
+    assert matcher, rules["OtelEvalDown"]["expr"]
+    job = _scrape_job(monitor, service)
+    assert re.fullmatch(matcher.group(1), job), (job, matcher.group(1))
