@@ -276,6 +276,13 @@ class JudgeMetrics:
     def skip(self, reason: str) -> None:
         self.c_skipped.labels(reason).inc()
 
+    def call_statuses(self, judges: Iterable[str], statuses: Iterable[str]) -> None:
+        """Declare each (call name, status) series at 0 (given by the judge stage), so
+        increase() sees a judge's first failed call and OtelEvalJudgeFailing counts it."""
+        for judge in judges:
+            for status in statuses:
+                self.c_calls.labels(judge, status)
+
     def skip_reasons(self, reasons: Iterable[str]) -> None:
         """Declare each skip reason's series at 0 (``reasons``: evaluate.judge.SKIP_REASONS,
         given by the judge stage: this package sits below it), so increase() sees the first

@@ -17,6 +17,7 @@ from otel_eval.app.service import Service
 from otel_eval.app.workers import WorkerPool
 from otel_eval.base.aio import LoopThread
 from otel_eval.evaluate.judge import SKIP_REASONS, JudgeConfig
+from otel_eval.evaluate.judge.client import CALL_STATUSES
 from otel_eval.evaluate.judge.stage import JudgeStage
 from otel_eval.store import Store
 from otel_eval.store.failures import WRITE_FAILURE_REASONS
@@ -71,5 +72,12 @@ def test_the_judge_stage_declares_its_skip_reasons(tmp_path: Path) -> None:
                    cache_path=str(tmp_path / "store.db"))
         for reason in SKIP_REASONS:
             assert _sample(metrics, "otel_eval_judge_skipped_total", reason=reason) == 0
+        # its calls too (OtelEvalJudgeFailing: the first timeout of a judge was invisible)
+        for judge in ("combined", "step", "trace", "process", "outcome", "session"):
+            for status in CALL_STATUSES:
+                assert _sample(metrics, "otel_eval_judge_calls_total", judge=judge,
+                               status=status) == 0
+        assert _sample(metrics, "otel_eval_judge_calls_total", judge="rubric_verify",
+                       status="ok") is None  # rubric is off by default
     finally:
         store.close()

@@ -26,7 +26,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import jsonschema
 
@@ -49,6 +49,7 @@ from otel_eval.evaluate.judge.transport import bounded_client, close_bounded_cli
 log = logging.getLogger(__name__)
 
 CallStatus = Literal["ok", "parse_error", "timeout", "rate_limited", "error", "budget_exceeded"]
+CALL_STATUSES: tuple[CallStatus, ...] = get_args(CallStatus)
 Messages = list[dict[str, str]]
 Check = Callable[[dict[str, Any]], str | None]  # semantic check: error text or None
 

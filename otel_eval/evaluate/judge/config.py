@@ -190,3 +190,16 @@ class JudgeConfig:
             "input_cost_per_token_usd": 0, "output_cost_per_token_usd": 0,
             "rubric_ttl_days": 0}, above={"timeout_s": 0}, maximum=dict.fromkeys(shares, 1),
             problems=_model_problems(self.model))
+
+
+def call_names(config: JudgeConfig) -> tuple[str, ...]:
+    """The ``judge`` label values of the calls ``config`` can make (``prompting.plan``: a
+    combined call, or one judge alone when it is the only part of a call; the rubric's two
+    calls; the session's)."""
+    parts = [j for j in config.enabled if j not in ("rubric", "session")]
+    names = (["combined"] if config.combined and len(parts) > 1 else []) + parts
+    if "rubric" in config.enabled:
+        names += ["rubric_generate", "rubric_verify"]
+    if "session" in config.enabled:
+        names.append("session")
+    return tuple(names)

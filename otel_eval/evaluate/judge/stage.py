@@ -52,8 +52,13 @@ from otel_eval.base.component import Held, settle
 from otel_eval.base.model import Trace
 from otel_eval.base.results import Evaluation, stored_evaluation
 from otel_eval.evaluate.config import TrajectoryConfig
-from otel_eval.evaluate.judge.client import CallResult, check_credentials, close_clients
-from otel_eval.evaluate.judge.config import JudgeConfig
+from otel_eval.evaluate.judge.client import (
+    CALL_STATUSES,
+    CallResult,
+    check_credentials,
+    close_clients,
+)
+from otel_eval.evaluate.judge.config import JudgeConfig, call_names
 from otel_eval.evaluate.judge.fit import fit_stored
 from otel_eval.evaluate.judge.journal import PendingJournal
 from otel_eval.evaluate.judge.judge import Judge
@@ -86,6 +91,7 @@ class JudgeStage:
         self.store = store
         self.metrics = metrics
         metrics.judge.skip_reasons(SKIP_REASONS)
+        metrics.judge.call_statuses(call_names(config), CALL_STATUSES)
         self.events = events
         self.cache_path = cache_path
         self._cache: SqliteRubricCache | None = None
