@@ -233,3 +233,30 @@ def test_a_tool_step_takes_no_call_asked_for_other_arguments_after_it_began() ->
     assert t.llm_steps[0].tool_calls[0].outcome == "ran"
     assert not [f for f in Detectors(DetectorsConfig()).evaluate(t, None)[0]
                 if f.detector == "non_termination"]
+
+
+def test_rebuilt_calls_of_a_reused_id_get_their_own_results() -> None:
+    """A run that numbers its calls per reply (``call_0`` every turn) polls a job until it is
+    done: each rebuilt call's result is the answer the next LLM call was told for it, not
+    the first answer of that id, so the poll is no ``no_progress`` loop."""
+    def status(cid: str) -> dict[str, object]:
+        return {"role": "assistant", "parts": [{"type": "tool_call", "id": cid,
+                                                "name": "get_job_status", "arguments": {}}]}
+
+    def answer(cid: str, text: str) -> dict[str, object]:
+        return {"role": "tool", "parts": [{"type": "tool_call_response", "id": cid,
+                                           "response": text}]}
+    logs = {"role": "assistant", "parts": [{"type": "tool_call", "id": "call_1",
+                                            "name": "list_logs", "arguments": {}}]}
+    turns = [status("call_0"), answer("call_0", "running"), logs, answer("call_1", "ok"),
+             status("call_0"), answer("call_0", "done")]
+    chats = [span(f"c{i}", "agent", 10 * i + 1, {
+        "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o-mini",
+        "gen_ai.input.messages": json.dumps(turns[:2 * i]),
+        "gen_ai.output.messages": json.dumps([turns[2 * i]] if i < 3 else [])})
+        for i in range(4)]
+    t = build_trajectory(trace(span("agent", None, 0, AGENT, end=100), *chats), CFG)
+    assert [(s.name, s.result) for s in t.tool_steps] == [
+        ("get_job_status", "running"), ("list_logs", "ok"), ("get_job_status", "done")]
+    findings = Detectors(DetectorsConfig()).evaluate(t, None)[0]
+    assert "no_progress" not in {f.kind for f in findings}

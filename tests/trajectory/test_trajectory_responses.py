@@ -84,3 +84,17 @@ def test_each_object_around_an_id_is_checked_on_its_own_text(
     steps = [llm([]), llm([*filler, openai_call("c1"), genai_response("c1", "done")])]
     assert ToolResponses(steps).result(0, "a", "c1") == "done"
     assert seen and max(seen) < 300
+
+
+
+def test_a_reused_call_id_is_answered_by_its_latest_tool_message() -> None:
+    """Runs that number calls per reply reuse ids (``call_0`` each turn): the input after
+    the second call holds the first call's answer too, and the second call got the first's
+    (``running`` twice: a no-progress loop where the job had finished)."""
+    history = [openai_call("call_0"), {"role": "tool", "tool_call_id": "call_0",
+                                       "content": "running"},
+               openai_call("call_0"), genai_response("call_0", "done")]
+    index = ToolResponses([llm([]), llm(history[:2]), llm(history)])
+    # the local decode into each input, then the full parse of the last one
+    assert [index.result(0, "a", "call_0"), index.result(1, "a", "call_0"),
+            index.result(1, "a", "call_0")] == ["running", "done", "done"]

@@ -13,7 +13,10 @@ trace of n LLM steps carries O(n^2) message bytes: parsing one whole input per c
   the very next call of the agent in practice), each with one C-speed substring search;
 - in the input that mentions the id, the first lookup decodes only the JSON object around the
   id (a bounded number of attempts); a second lookup into the same input parses it once in
-  full and keeps a map ``id -> result``, so k calls answered by one input cost one parse.
+  full and keeps a map ``id -> result``, so k calls answered by one input cost one parse;
+- the answer is the input's *last* tool message for the id: some runs reuse call ids (a
+  counter per reply, ``call_0``), and the input after a call holds the answers of every
+  earlier call of that id before its own.
 """
 
 from __future__ import annotations
@@ -68,7 +71,8 @@ def _response_of(obj: Any, call_id: str) -> Any:  # Answer | _MISS
 
 
 def _all_responses(text: str) -> dict[str, Answer]:
-    """Every call id answered in an input (first answer wins), from one full parse."""
+    """Every call id answered in an input (the last answer wins: ids may be reused), from one
+    full parse."""
     messages = parse_json(text)
     if isinstance(messages, dict):
         messages = messages.get("messages")
@@ -78,19 +82,19 @@ def _all_responses(text: str) -> dict[str, Answer]:
             continue
         tid = msg.get("tool_call_id")
         if isinstance(tid, str):
-            out.setdefault(tid, _tool_message(msg))
+            out[tid] = _tool_message(msg)
         parts = msg.get("parts")
         for part in parts if isinstance(parts, list) else ():
             if (isinstance(part, dict) and part.get("type") == "tool_call_response"
                     and isinstance(part.get("id"), str)):
-                out.setdefault(part["id"], (tool_response(part), False))
+                out[part["id"]] = (tool_response(part), False)
     return out
 
 
 def _local(text: str, quoted: str, call_id: str, at: int) -> Any:  # Answer | _MISS
-    """Decode only the objects enclosing the first occurrences of ``quoted`` (the id as a
-    JSON string) from ``at`` on: the result when one of them answers the call, ``_MISS``
-    when undecided (then the input is parsed in full)."""
+    """Decode only the objects enclosing the last occurrences of ``quoted`` (the id as a
+    JSON string), from the one at ``at`` back: the result when one of them answers the call,
+    ``_MISS`` when undecided (then the input is parsed in full)."""
     for _ in range(_OCCURRENCES):
         if at < 0:
             return _MISS
@@ -110,7 +114,7 @@ def _local(text: str, quoted: str, call_id: str, at: int) -> Any:  # Answer | _M
             if found is not _MISS:
                 return found
             break  # the object holding this occurrence is no answer (e.g. the call itself)
-        at = text.find(quoted, at + len(quoted))
+        at = text.rfind(quoted, 0, at)
     return _MISS
 
 
@@ -128,7 +132,8 @@ class ToolResponses:
 
     def result(self, position: int, node: str | None, call_id: str | None) -> str | None:
         """What the first of the next ``LOOKAHEAD`` LLM steps of ``node`` after ``position``
-        that mentions ``call_id`` was told the call returned (None: not found)."""
+        that mentions ``call_id`` was told the call returned, its last answer of that id
+        (None: not found)."""
         return self.answer(position, node, call_id)[0]
 
     def answer(self, position: int, node: str | None, call_id: str | None) -> Answer:
@@ -136,14 +141,14 @@ class ToolResponses:
         if not isinstance(call_id, str) or not call_id or len(call_id) > _MAX_ID:
             return None, False  # ids come from span content: a list or a number is no id
         # the id as a JSON string, as the usual encoders write it (escaped, non-ASCII kept or
-        # \u-escaped): one C-speed scan finds the mention and the first place to decode
+        # \u-escaped): one C-speed scan finds the last mention, the first place to decode
         needles = dict.fromkeys((json.dumps(call_id, ensure_ascii=False), json.dumps(call_id)))
         positions = self._positions.get(node, [])
         first = bisect_right(positions, position)
         for later in positions[first:first + LOOKAHEAD]:
             text = self._steps[later].input_text or ""
             for quoted in needles:
-                at = text.find(quoted)
+                at = text.rfind(quoted)
                 if at >= 0:
                     return self._answer(later, text, call_id, quoted, at)
         return None, False
