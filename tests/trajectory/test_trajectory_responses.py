@@ -98,3 +98,38 @@ def test_a_reused_call_id_is_answered_by_its_latest_tool_message() -> None:
     # the local decode into each input, then the full parse of the last one
     assert [index.result(0, "a", "call_0"), index.result(1, "a", "call_0"),
             index.result(1, "a", "call_0")] == ["running", "done", "done"]
+
+
+class _Scanned(str):
+    """An input that counts the characters its substring searches read."""
+
+    read = 0
+
+    def __contains__(self, needle: object) -> bool:
+        _Scanned.read += len(self)
+        return str.__contains__(self, needle)  # type: ignore[operator]
+
+    def find(self, *args: Any) -> int:  # type: ignore[override]
+        _Scanned.read += len(self)
+        return str.find(self, *args)
+
+    def rfind(self, *args: Any) -> int:  # type: ignore[override]
+        _Scanned.read += len(self)
+        return str.rfind(self, *args)
+
+
+def test_many_lookups_into_one_input_read_it_a_bounded_number_of_times() -> None:
+    """Thousands of result-less tool steps before one long LLM input each scanned all of it
+    for their id (4,000 steps and a 4 MB input: 28 s); past a few scans the input's JSON
+    strings are read once. A mentioned id is still found, an answered one still answered."""
+    history = [{"role": "user", "content": "x" * 100_000}, openai_call("id_7"),
+               genai_response("id_9", "nine")]
+    text = _Scanned(json.dumps(history))
+    steps = [llm([]), Step(0, "s", None, "llm", "chat", node="a", input_text=text),
+             llm([genai_response("id_7", "late")])]
+    index = ToolResponses(steps)
+    _Scanned.read = 0
+    got = [index.result(0, "a", f"id_{i}") for i in range(2_000)]
+    assert got[9] == "nine" and got[7] is None  # mentioned there unanswered: not looked on
+    assert [index.result(0, "a", c) for c in ("id_9", "id_7", "id_8")] == ["nine", None, None]
+    assert _Scanned.read <= 10 * len(text)

@@ -10,7 +10,8 @@ trace of n LLM steps carries O(n^2) message bytes: parsing one whole input per c
 2,000-step trace take 28 s (bench/README "Rebuilt tool results"). Here:
 
 - only the next ``LOOKAHEAD`` LLM steps of the agent are searched (the result is handed to
-  the very next call of the agent in practice), each with one C-speed substring search;
+  the very next call of the agent in practice), each with one C-speed substring search, and
+  an input searched more than ``_SCANS`` times is read once for its JSON strings instead;
 - in the input that mentions the id, the first lookup decodes only the JSON object around the
   id (a bounded number of attempts); a second lookup into the same input parses it once in
   full and keeps a map ``id -> result``, so k calls answered by one input cost one parse;
@@ -22,8 +23,9 @@ trace of n LLM steps carries O(n^2) message bytes: parsing one whole input per c
 from __future__ import annotations
 
 import json
+import re
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
 from otel_eval.base.steps import Step
@@ -39,6 +41,11 @@ _OCCURRENCES = 8  # occurrences of an id tried by the local decode before parsin
 _BRACES = 4  # enclosing-object starts tried per occurrence
 _DECODER = json.JSONDecoder()
 _MISS = object()
+# Lookups into one input that scan it for the id; past them its JSON strings are read once
+# and each later lookup is a set lookup (linear in the input, whatever the lookups).
+_SCANS = 4
+# A JSON string as written, quotes included (no backtracking: the two branches are disjoint)
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 
 
 Answer = tuple[str | None, bool]  # what the call returned, and whether it failed
@@ -129,6 +136,8 @@ class ToolResponses:
                 self._positions.setdefault(step.node, []).append(position)
         self._looked: set[int] = set()  # inputs that had one local lookup
         self._parsed: dict[int, dict[str, Answer]] = {}  # inputs parsed in full
+        self._scans: dict[int, int] = {}  # input -> substring scans for an id into it
+        self._strings: dict[int, frozenset[str]] = {}  # input -> its JSON strings, as written
 
     def result(self, position: int, node: str | None, call_id: str | None) -> str | None:
         """What the first of the next ``LOOKAHEAD`` LLM steps of ``node`` after ``position``
@@ -141,24 +150,35 @@ class ToolResponses:
         if not isinstance(call_id, str) or not call_id or len(call_id) > _MAX_ID:
             return None, False  # ids come from span content: a list or a number is no id
         # the id as a JSON string, as the usual encoders write it (escaped, non-ASCII kept or
-        # \u-escaped): one C-speed scan finds the last mention, the first place to decode
+        # \u-escaped): one C-speed scan finds a mention, another the last one to decode at
         needles = dict.fromkeys((json.dumps(call_id, ensure_ascii=False), json.dumps(call_id)))
         positions = self._positions.get(node, [])
         first = bisect_right(positions, position)
         for later in positions[first:first + LOOKAHEAD]:
             text = self._steps[later].input_text or ""
-            for quoted in needles:
-                at = text.rfind(quoted)
-                if at >= 0:
-                    return self._answer(later, text, call_id, quoted, at)
+            quoted = self._mention(later, text, needles)
+            if quoted is not None:
+                return self._answer(later, text, call_id, quoted)
         return None, False
 
-    def _answer(self, position: int, text: str, call_id: str, quoted: str,
-                at: int) -> Answer:
+    def _mention(self, position: int, text: str, needles: Iterable[str]) -> str | None:
+        """The form of the id ``text`` mentions, or None: a substring scan for the first
+        ``_SCANS`` lookups into an input, then its JSON strings, read once (each lookup
+        scanning the input again was quadratic: thousands of result-less tool steps before
+        one long input)."""
+        strings = self._strings.get(position)
+        if strings is None:
+            scans = self._scans[position] = self._scans.get(position, 0) + 1
+            if scans <= _SCANS:
+                return next((q for q in needles if q in text), None)
+            strings = self._strings[position] = frozenset(_JSON_STRING.findall(text))
+        return next((q for q in needles if q in strings), None)
+
+    def _answer(self, position: int, text: str, call_id: str, quoted: str) -> Answer:
         parsed = self._parsed.get(position)
         if parsed is None and position not in self._looked:
             self._looked.add(position)
-            found = _local(text, quoted, call_id, at)
+            found = _local(text, quoted, call_id, text.rfind(quoted))
             if found is not _MISS:
                 return cast(Answer, found)
         if parsed is None:
