@@ -17,7 +17,7 @@ from otel_eval.app.config import Config
 from otel_eval.base.model import Trace
 from otel_eval.base.steps import Step, ToolCall
 from otel_eval.evaluate.evaluator import Evaluator
-from otel_eval.evaluate.trajectory.links import join_calls
+from otel_eval.evaluate.trajectory.links import join_calls, merge_nested_calls
 
 SCALING = load_bench("evaluate_scaling.py", "evaluate_scaling")
 T = TypeVar("T")
@@ -73,4 +73,24 @@ def test_an_unjoined_tool_step_costs_bounded_work() -> None:
     """Step 3 of ``links.join_calls`` looks only at the calls of the step's own tool, the last
     ``_SAME_ARGS_WINDOW`` of them: a trace of unjoined steps is linear, not quadratic."""
     small, large = _join_work(500), _join_work(1000)
+    assert large / small < 2.6, (small, large)
+
+
+def _mcp_work(n: int) -> int:
+    """Line events of ``merge_nested_calls`` over n framework tool steps and n MCP
+    ``tools/call`` steps of the same tool under one parent, no two of the same call."""
+    steps = [Step(i, f"f{i}", "agent", "tool", "x", tool_name="x", call_id=f"f_{i}",
+                  start_ns=2 * i, end_ns=2 * i + 1) for i in range(n)]
+    for i in range(n):
+        mcp = Step(n + i, f"m{i}", "agent", "tool", "x", tool_name="x", call_id=f"m_{i}",
+                   start_ns=2 * i + 1, end_ns=2 * i + 2)
+        mcp.sources["mcp_method"] = "mcp mcp.method.name tools/call"
+        steps.append(mcp)
+    return _line_events(lambda: merge_nested_calls(steps))[0]
+
+
+def test_mcp_sibling_steps_cost_bounded_work() -> None:
+    """Each MCP step was tried against every framework step of its tool under its parent:
+    5,000 of each took seconds. By id, then the few still running when it starts."""
+    small, large = _mcp_work(500), _mcp_work(1000)
     assert large / small < 2.6, (small, large)

@@ -49,6 +49,8 @@ _SAME_ARGS_WINDOW = 16
 
 
 _NESTED_FIELDS = ("call_id", "arguments", "result")
+# Framework tool steps running when an MCP ``tools/call`` step starts that are tried for it.
+_MCP_WINDOW = 16
 
 
 def merge_nested_calls(steps: list[Step]) -> None:
@@ -86,23 +88,44 @@ def _merge_mcp_siblings(tools: list[Step]) -> None:
     framework's ``execute_tool`` span of the same call, under the same parent, is that call
     recorded again (the MCP conventions say it should not be duplicated; instrumentations
     differ): same tool, and the same call id or, without ids on both, the MCP span within the
-    framework span's time. Nested under it, ``merge_nested_calls`` folded it already."""
-    mcp = [s for s in tools if "mcp_method" in s.sources]
+    framework span's time. Nested under it, ``merge_nested_calls`` folded it already.
+    Bounded work per MCP step: a dict by id, and for the time test only the first
+    ``_MCP_WINDOW`` framework steps of its tool still running when it starts (each MCP step
+    tried against every framework step was quadratic)."""
+    mcp = sorted((s for s in tools if "mcp_method" in s.sources), key=lambda s: s.start_ns)
     if not mcp:
         return
-    framework: dict[tuple[str | None, str], list[Step]] = {}
-    for s in tools:
-        if "mcp_method" not in s.sources:
-            framework.setdefault((s.parent_span_id, s.tool_name or s.name), []).append(s)
+    framework: dict[tuple[str | None, str], deque[Step]] = {}
+    by_id: dict[tuple[str | None, str, str], Step] = {}
+    for s in sorted((s for s in tools if "mcp_method" not in s.sources),
+                    key=lambda s: s.start_ns):
+        key = (s.parent_span_id, s.tool_name or s.name)
+        framework.setdefault(key, deque()).append(s)
+        if s.call_id is not None:
+            by_id.setdefault((*key, s.call_id), s)
     for step in mcp:
-        for outer in framework.get((step.parent_span_id, step.tool_name or step.name), ()):
-            ids = (outer.call_id, step.call_id)
-            same = (ids[0] == ids[1] if None not in ids else
-                    outer.start_ns <= step.start_ns and step.end_ns <= outer.end_ns)
-            if same:
-                fold(step, outer, f"the MCP call of the tool step beside it {outer.span_id}",
-                     _NESTED_FIELDS)
-                break
+        key = (step.parent_span_id, step.tool_name or step.name)
+        outer = by_id.get((*key, step.call_id)) if step.call_id is not None else None
+        if outer is None:
+            outer = _around(step, framework.get(key))
+        if outer is not None:
+            fold(step, outer, f"the MCP call of the tool step beside it {outer.span_id}",
+                 _NESTED_FIELDS)
+
+
+def _around(step: Step, running: deque[Step] | None) -> Step | None:
+    """The first of ``running`` (framework steps by start; the MCP steps come by start too)
+    whose time holds ``step``'s, one of the two without a call id; those that ended before
+    ``step`` began are dropped for good."""
+    while running and running[0].end_ns < step.start_ns:
+        running.popleft()
+    for outer in itertools.islice(running or (), _MCP_WINDOW):
+        if outer.start_ns > step.start_ns:
+            break
+        if ((outer.call_id is None or step.call_id is None)
+                and step.end_ns <= outer.end_ns):
+            return outer
+    return None
 
 
 def _error_event(step: Step) -> bool:
