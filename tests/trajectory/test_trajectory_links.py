@@ -260,3 +260,34 @@ def test_rebuilt_calls_of_a_reused_id_get_their_own_results() -> None:
         ("get_job_status", "running"), ("list_logs", "ok"), ("get_job_status", "done")]
     findings = Detectors(DetectorsConfig()).evaluate(t, None)[0]
     assert "no_progress" not in {f.kind for f in findings}
+
+
+def test_a_reused_call_id_joins_the_call_of_the_step_s_own_tool() -> None:
+    """Ids reused per reply (``call_0`` every turn), and the first call's span lost: the
+    fetch span took the older search call's arguments (an invalid-arguments finding about a
+    call the model never made wrong) and fetch was rebuilt beside it as a second call."""
+    def tools(name: str) -> dict[str, object]:
+        return {"type": "function", "name": name, "parameters": {
+            "type": "object", "properties": {name[0]: {"type": "string"}},
+            "required": [name[0]]}}
+
+    def chat(name: str, start: int, parts: list[dict[str, object]]) -> Span:
+        return span(name, "agent", start, {
+            "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o-mini",
+            "gen_ai.tool.definitions": json.dumps([tools("search"), tools("fetch")]),
+            "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": parts}])})
+
+    def call(tool: str) -> list[dict[str, object]]:
+        return [{"type": "tool_call", "id": "call_0", "name": tool,
+                 "arguments": {tool[0]: "x"}}]
+    fetch = span("t", "agent", 12, {"gen_ai.operation.name": "execute_tool",
+                                    "gen_ai.tool.name": "fetch", "gen_ai.tool.call.id": "call_0",
+                                    "gen_ai.tool.call.result": "page"})
+    t = build_trajectory(trace(
+        span("agent", None, 0, AGENT, end=100), chat("c1", 1, call("search")),
+        chat("c2", 10, call("fetch")), fetch,
+        chat("c3", 20, [{"type": "text", "content": "done"}])), CFG)
+    assert [(s.tool_name, s.arguments, s.rebuilt) for s in t.tool_steps] == [
+        ("search", {"s": "x"}, True), ("fetch", {"f": "x"}, False)]
+    findings = Detectors(DetectorsConfig()).evaluate(t, None)[0]
+    assert [f.kind for f in findings if f.detector == "tool_call"] == []

@@ -6,7 +6,9 @@ tool step to the call it ran, and a tool step whose arguments were not recorded 
 call's:
 
 1. by call id: ``Step.call_id`` (GenAI ``gen_ai.tool.call.id``, OpenInference ``tool_call.id``,
-   Vercel AI ``ai.toolCall.id``) equal to the id of a call an earlier LLM step requested;
+   Vercel AI ``ai.toolCall.id``) equal to the id of a call an earlier LLM step requested
+   (of an id requested more than once, the oldest pending call of the step's tool, else the
+   oldest pending call);
 2. else by name: among the calls of that name not yet run in the same agent (any agent, for a
    tool step outside every known agent), the oldest with the same arguments, else the oldest
    (not when both recorded other arguments and the reply that asked for it ended after the
@@ -225,6 +227,15 @@ def _match(step: Step, by_id: dict[str, deque[ToolCall]],
         # a tool step outside every known agent may have run a call of any agent (the calls
         # of its name in order; one another step ran is skipped as claimed)
         queue = anywhere.get(name)
+    if queue and step.call_id and len(queue) > 1:
+        # an id some runs reuse (a counter per reply): the pending call of the step's tool,
+        # not an older one of another tool whose span never arrived
+        offered = as_offered(name)
+        for i, call in enumerate(itertools.islice(queue, _SAME_ARGS_WINDOW)):
+            if id(call) not in claimed and (call.name == name
+                                            or as_offered(call.name) == offered):
+                del queue[i]
+                return call
     if queue and not step.call_id and step.arguments is not None:
         # by name: the pending call with the same arguments, when there is one (a call whose
         # span never arrived must not hand its place to the next one)
