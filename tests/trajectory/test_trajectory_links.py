@@ -291,3 +291,22 @@ def test_a_reused_call_id_joins_the_call_of_the_step_s_own_tool() -> None:
         ("search", {"s": "x"}, True), ("fetch", {"f": "x"}, False)]
     findings = Detectors(DetectorsConfig()).evaluate(t, None)[0]
     assert [f.kind for f in findings if f.detector == "tool_call"] == []
+
+
+def test_one_tool_call_recorded_three_times_nested_is_one_step() -> None:
+    """AutoGen's OpenInference TOOL span around autogen-core's execute_tool around an MCP
+    client's tools/call: the innermost was left a call of its own (its parent's entry was
+    gone once the middle one was folded)."""
+    t = build_trajectory(trace(
+        span("agent", None, 0, AGENT, end=100),
+        span("get_weather", "agent", 1, {"openinference.span.kind": "TOOL",
+                                         "tool.name": "get_weather"}, end=50),
+        span("execute_tool get_weather", "get_weather", 2, {
+            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_weather"},
+            end=40),
+        span("tools/call get_weather", "execute_tool get_weather", 3, {
+            "mcp.method.name": "tools/call", "gen_ai.tool.name": "get_weather",
+            "gen_ai.tool.call.arguments": '{"city": "Paris"}',
+            "gen_ai.tool.call.result": "sunny"}, end=30)), CFG)
+    assert [(s.name, s.arguments, s.result) for s in t.tool_steps] == [
+        ("get_weather", {"city": "Paris"}, "sunny")]

@@ -146,3 +146,17 @@ def test_a_failed_call_recorded_by_two_instrumentations_is_one_call() -> None:
     ok.scope = "com.anthropic.sdk.python"
     t = build_trajectory(trace(span("agent", None, 0, AGENT, end=1000), chat, ok), CFG)
     assert len(t.llm_steps) == 2
+
+
+def test_one_call_recorded_three_times_nested_is_one_step() -> None:
+    """Three LLM spans each directly under the other (an outer wrapper, a client and the
+    SDK's own): the innermost's tokens went to the middle step, already no call of its own,
+    and the run's usage read unknown."""
+    chat = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o"}
+    t = build_trajectory(trace(
+        span("agent", None, 0, {"gen_ai.operation.name": "invoke_agent"}, end=100),
+        span("outer", "agent", 1, chat, end=50), span("middle", "outer", 2, chat, end=40),
+        span("sdk", "middle", 3, {**chat, "gen_ai.usage.input_tokens": 100,
+                                  "gen_ai.usage.output_tokens": 5}, end=30)), CFG)
+    assert [(s.name, s.input_tokens) for s in t.llm_steps] == [("outer", 100)]
+    assert (t.usage()["input_tokens"], t.usage()["output_tokens"]) == (100, 5)

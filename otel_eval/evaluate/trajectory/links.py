@@ -80,8 +80,8 @@ def merge_nested_calls(steps: list[Step]) -> None:
         if (outer.tool_name or outer.name) != (step.tool_name or step.name):
             continue
         fold(step, outer, f"the call of its parent tool step {outer.span_id}", _NESTED_FIELDS)
-        del by_span[step.span_id]
-    _merge_mcp_siblings([s for s in by_span.values() if s.kind == "tool"])
+        by_span[step.span_id] = outer  # one nested deeper is the same call: the outer's
+    _merge_mcp_siblings([s for s in steps if s.kind == "tool" and not s.rebuilt])
     merge_llm_twins(steps)
 
 

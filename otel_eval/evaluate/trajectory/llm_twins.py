@@ -49,6 +49,7 @@ def merge_llm_twins(steps: list[Step]) -> None:
         outer = by_span.get(step.parent_span_id or "")
         if outer is not None and outer is not step:
             fold(step, outer, f"the call of its parent LLM step {outer.span_id}")
+            by_span[step.span_id] = outer  # one nested deeper is the same call: the outer's
     if any(s.response_id is not None for s in llm):
         _same_response(llm)
     if len({(s.scope, s.convention) for s in llm}) > 1:
