@@ -18,6 +18,10 @@ error words (``httpmessage``). It promises:
 - a reserved connection serves only the reserved paths (any other is a 503), one request;
 - a bug in a handler answers 500 (logged with its traceback), and a request whose body was
   not read to its end closes the connection (its bytes must not be parsed as a request);
+- **``Expect: 100-continue`` is answered at the body's first read**, not when the headers are
+  in (Go's ``expectContinueReader``): a request refused on its headers (no token,
+  a length past the limit, a wrong type) gets its final status and no ``100 Continue``, so
+  its client never sends the body it was about to be refused for;
 - **a refusal is heard**: a connection closed with bytes of its request unread (a body refused
   before it was read, a header past the limit) is half-closed after the answer, and what the
   client still sends is read and dropped for up to ``LINGER_S`` (Go's net/http
@@ -129,6 +133,27 @@ class _Writer:
         self.closed = True
 
 
+class _ContinueFirst:
+    """A connection's body stream that sends the ``100 Continue`` it owes before its first
+    read: ``read_body`` refuses a body by its framing (length past the limit, an unknown
+    encoding) before reading any of it, and that refusal needs no ``100`` either."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def _continue(self) -> io.BufferedIOBase:
+        if self.conn.continue_owed:  # the client waits for it before sending the body
+            self.conn.continue_owed = False
+            self.conn.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        return self.conn.rfile
+
+    def read(self, size: int = -1, /) -> bytes:
+        return self._continue().read(size)
+
+    def readline(self, size: int | None = -1, /) -> bytes:
+        return self._continue().readline(size)
+
+
 class ListenerBase(socketserver.TCPServer):
     """What a connection reads of the listener that accepted it (``httpserver``'s is the
     one): declared here, so that this module does not import the server's."""
@@ -228,7 +253,15 @@ class Connection(BaseHTTPRequestHandler):
         if not self.hold.reused:
             self.server.closed(reason)
 
+    def handle_expect_100(self) -> bool:
+        """``Expect: 100-continue``: owed, sent before the body's first read (``_ContinueFirst``)
+        if the handler reads it; http.server sent it at once, before the handler could refuse
+        the request, and the client sent the body it was then refused for."""
+        self.continue_owed = True
+        return True
+
     def handle_one_request(self) -> None:
+        self.continue_owed = False
         line = self.rfile.readline(65537)
         if not line:  # closed between requests (or a TCP probe): nothing to answer
             self.close_connection = True
@@ -278,7 +311,8 @@ class Connection(BaseHTTPRequestHandler):
         self.hold.trusted = True
 
     def _read_body(self, limit: int) -> bytes:
-        body = read_body(self.headers, self.rfile, limit)
+        stream: Any = _ContinueFirst(self) if self.continue_owed else self.rfile
+        body = read_body(self.headers, stream, limit)
         self._body_done = True
         return body
 

@@ -1,0 +1,80 @@
+"""Framing a front end and this server must read alike: ``Expect: 100-continue`` and
+``Content-Length``, over raw sockets on the OTLP/HTTP receiver and the admin API.
+
+A refusal on the headers (no token, too large, wrong type) is the final status, never a
+``100 Continue`` first: a client told to continue sends the body it is then refused for.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support.harness import Harness, running_service
+
+from otel_eval.base.model import Span
+from otel_eval.decode import encode
+
+LIMIT = 64 * 1024
+PB = "application/x-protobuf"
+
+
+@pytest.fixture
+def h(tmp_path: Path) -> Iterator[Harness]:
+    with running_service(tmp_path, **{
+            "receiver.max_message_bytes": LIMIT,
+            "receiver.bearer_tokens": {"agents": "otlp-secret"},
+            "admin.write_tokens": {"labeller": "admin-secret"}}) as harness:
+        yield harness
+
+
+def _body(trace: str = "ab" * 16) -> bytes:
+    return encode.encode_spans([Span(trace, "01" * 8, None, "root", 1, 2)]).SerializeToString()
+
+
+def _head(s: socket.socket) -> bytes:
+    """One answer's status line and headers (what the client waits for before the body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        piece = s.recv(1)
+        assert piece, data
+        data += piece
+    return data
+
+
+def _send_head(port: int, lines: list[str]) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall("".join(f"{line}\r\n" for line in lines).encode() + b"\r\n")
+    return s
+
+
+def _otlp_post(token: str, ctype: str, length: int) -> list[str]:
+    return ["POST /v1/traces HTTP/1.1", "Host: localhost", f"Content-Type: {ctype}",
+            f"Authorization: Bearer {token}", f"Content-Length: {length}",
+            "Expect: 100-continue"]
+
+
+@pytest.mark.parametrize(("listener", "lines", "status"), [
+    ("otlp", _otlp_post("wrong", PB, 1000), b"401"),
+    ("otlp", _otlp_post("otlp-secret", PB, LIMIT + 1), b"413"),
+    ("otlp", _otlp_post("otlp-secret", "text/plain", 1000), b"415"),
+    ("admin", ["POST /v1/feedback HTTP/1.1", "Host: localhost", "Content-Type: application/json",
+               "Content-Length: 1000", "Expect: 100-continue"], b"401"),
+], ids=["otlp-no-token", "otlp-too-large", "otlp-wrong-type", "admin-no-token"])
+def test_a_request_refused_on_its_headers_gets_no_100_continue(
+        h: Harness, listener: str, lines: list[str], status: bytes) -> None:
+    port = h.svc.http.port if listener == "otlp" else h.svc.admin.port  # type: ignore[union-attr]
+    with _send_head(port, lines) as s:
+        assert _head(s).startswith(b"HTTP/1.1 " + status + b" ")
+
+
+def test_a_request_read_gets_100_continue_then_its_answer(h: Harness) -> None:
+    body = _body()
+    assert h.svc.http is not None
+    with _send_head(h.svc.http.port, _otlp_post("otlp-secret", PB, len(body))) as s:
+        assert _head(s) == b"HTTP/1.1 100 Continue\r\n\r\n"  # as the client waits for it
+        s.sendall(body)
+        assert _head(s).startswith(b"HTTP/1.1 200 ")
+    assert h.svc.engine.open_traces() == 1
