@@ -10,6 +10,10 @@ Every HTTP route (OTLP/HTTP traces and logs, the admin API) reads its body throu
 - a body that cannot be framed (negative or non-numeric length, "\\u00b2" digits, a bad chunk
   header) is a ``BodyError`` with the HTTP status to answer (400, 411, 413, 415), never a hang
   or a read to end of stream; after such an error the connection must be closed;
+- a framing field sent twice is read as one list (``field``: RFC 9110 5.3), never its first
+  line alone: ``Content-Length: 0`` then ``Content-Length: 40`` is ``"0, 40"``, a 400, not an
+  empty body followed by 40 bytes parsed as a next request that a front end reading the other
+  line took as this one's body (request smuggling);
 - a client that closes before its body ends is ``ClientClosed`` (a hang-up: nobody to answer;
   ``receive.httpconn`` counts it);
 - JSON deeper than ``max_depth``, with NaN/Infinity, or nested past the interpreter's recursion
@@ -55,15 +59,21 @@ class BodyError(ValueError):
         self.status = status
 
 
+def field(headers: Message, name: str) -> str | None:
+    """A header's value, its lines joined by ", " when sent more than once (None: absent)."""
+    values = headers.get_all(name)
+    return None if values is None else ", ".join(str(v).strip() for v in values)
+
+
 def _raw_pieces(headers: Message, rfile: _Stream, limit: int) -> Any:
     """Yield the body's bytes as sent (still compressed), at most ``limit`` in total."""
-    te = (headers.get("Transfer-Encoding") or "").strip().lower()
+    te = (field(headers, "Transfer-Encoding") or "").strip().lower()
     if te:
         if te != "chunked":
             raise BodyError(501, f"unsupported Transfer-Encoding {quoted(te)}")
         yield from _chunks(rfile, limit)
         return
-    raw_length = headers.get("Content-Length")
+    raw_length = field(headers, "Content-Length")
     if raw_length is None:
         raise BodyError(411, "a body needs Content-Length or Transfer-Encoding: chunked")
     if not is_ascii_digits(raw_length.strip()):  # "²".isdigit(), and int() refuses it
@@ -113,7 +123,7 @@ def read_body(headers: Message, rfile: _Stream, limit: int) -> bytes:
 
     Raises ``BodyError`` (with the status to answer) for anything refused.
     """
-    encoding = (headers.get("Content-Encoding") or "identity").strip().lower()
+    encoding = (field(headers, "Content-Encoding") or "identity").strip().lower()
     if encoding not in ("identity", "gzip", "deflate"):
         raise BodyError(415, f"unsupported Content-Encoding {quoted(encoding)}")
     pieces = _raw_pieces(headers, rfile, limit)

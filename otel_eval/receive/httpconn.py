@@ -49,7 +49,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from otel_eval.base.printable import quoted
-from otel_eval.decode.body import BodyError, ClientClosed, read_body
+from otel_eval.decode.body import BodyError, ClientClosed, field, read_body
 from otel_eval.receive.config import HttpLimits
 from otel_eval.receive.httpmessage import ErrorBody, Handler, Request, Response
 from otel_eval.receive.httpslots import Hold
@@ -302,8 +302,8 @@ class Connection(BaseHTTPRequestHandler):
                 log.exception("%s: %s %s failed", srv.name, self.command, url.path)
                 resp = srv.error(req, 500, "internal error")
         unread = not self._body_done and bool(
-            self.headers.get("Transfer-Encoding")
-            or (self.headers.get("Content-Length") or "0").strip() != "0")
+            field(self.headers, "Transfer-Encoding")
+            or (field(self.headers, "Content-Length") or "0") != "0")
         self.unread = unread
         self._write(resp, close=resp.close or self.reserved or unread)
 

@@ -7,6 +7,7 @@ A refusal on the headers (no token, too large, wrong type) is the final status, 
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,3 +79,35 @@ def test_a_request_read_gets_100_continue_then_its_answer(h: Harness) -> None:
         s.sendall(body)
         assert _head(s).startswith(b"HTTP/1.1 200 ")
     assert h.svc.engine.open_traces() == 1
+
+
+def _answers(s: socket.socket) -> list[bytes]:
+    """The status lines of every answer until the server closes (the bodies here are short
+    JSON, without one)."""
+    data = b""
+    while piece := s.recv(65536):
+        data += piece
+    return re.findall(rb"HTTP/1\.1 \d{3} ", data)
+
+
+SMUGGLED = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+
+
+def test_a_second_content_length_is_not_ignored_on_a_post(h: Harness) -> None:
+    """``Content-Length: 0`` then the length of a hidden request: a front end that reads the
+    last line forwards the hidden request as this one's body; it must not be answered."""
+    assert h.svc.http is not None
+    head = [*_otlp_post("otlp-secret", PB, 0)[:-1], f"Content-Length: {len(SMUGGLED)}"]
+    with _send_head(h.svc.http.port, head) as s:
+        s.sendall(SMUGGLED)
+        answers = _answers(s)
+    assert len(answers) == 1 and answers[0].startswith(b"HTTP/1.1 400 "), answers
+
+
+def test_a_second_content_length_is_not_ignored_on_a_get(h: Harness) -> None:
+    lines = ["GET /healthz HTTP/1.1", "Host: localhost", "Content-Length: 0",
+             f"Content-Length: {len(SMUGGLED)}"]
+    with _send_head(h.svc.admin.port, lines) as s:
+        s.sendall(SMUGGLED)
+        answers = _answers(s)
+    assert len(answers) == 1, answers  # the body was not read: the connection closed
