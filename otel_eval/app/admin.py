@@ -40,7 +40,10 @@ Who may do what (tokens), and what a browser may not make it do (DNS rebinding, 
 
 One routing table (``routes``: ``receive.routing``, method and path pattern -> handler)
 serves the API and the web view's pages on the shared HTTP server (``receive.httpserver``:
-deadlines, connection limits, a reserve of slots for the probe paths and ``/metrics``).
+deadlines, connection limits, a reserve of slots for the probe paths and ``/metrics``; when
+every slot is taken, a new connection closes the oldest partial request, never one that
+showed a token, as on the OTLP/HTTP receiver: a flood of partial requests cannot deny the
+API).
 """
 
 from __future__ import annotations
@@ -400,6 +403,8 @@ def make_handler(api: AdminApi, auth: AdminAuth | None = None, *,
             scheme = 'Basic realm="otel-eval", charset="UTF-8"' if ui else \
                 'Bearer realm="otel-eval"'
             return _json(status, {"error": why}, {"WWW-Authenticate": scheme}, close=True)
+        if why:  # (0, the token's name): kept ahead of partial requests when full
+            req.authenticated()
         if len(req.query) > MAX_QUERY_BYTES:  # after a POST, its unread body closes
             return _json(414, {"error": f"query string longer than {MAX_QUERY_BYTES} bytes"},
                          close=write)
@@ -420,9 +425,11 @@ class AdminServer:
         tls = TlsFiles(self.config.tls, "admin") if self.config.tls.enabled else None
         handler = make_handler(self.api, _auth(self.config),
                                allowed_hosts=self.config.allowed_hosts)
+        # when full, a new connection closes the oldest partial request (never a token
+        # holder's): a flood of partial requests cannot deny the API and the web view
         self._server = HttpServer(self.endpoint, handler, name="otel-eval-admin",
                                   limits=self.config.limits, tls=tls,
-                                  on_close=self.api.connection_closed)
+                                  on_close=self.api.connection_closed, reuse_partial=True)
         self._server.start()
         self.port = self._server.port
         log.info("admin endpoint listening on %s (port %d)", self.endpoint, self.port)

@@ -16,14 +16,14 @@ thread takes a slot, the connection's thread gives it back. Slots promise:
   "worker_connections are not enough, reusing connections"). A flood from any number of
   peers can fill the reserve but not hold it: each new connection, a probe's among them, gets
   in, and is the last in line to be reused; it has its head in long before that;
-- **partial requests give way** (``reuse_partial``, the OTLP/HTTP receiver): when every
-  general slot is taken, a new connection closes the oldest *partial* one and takes its slot:
-  a connection waiting for a request head (or idle between requests) that has made no
-  authenticated request (``Request.authenticated()``, called by the handler once a token is
-  known). A flood of partial requests from any number of peers then delays exports by no
-  more than the time an exporter takes to send its head, instead of denying them for as long
-  as it lasts (1,127 partial requests from 49 addresses: 0 of 40 exports); an authenticated
-  sender's keep-alive connection is never closed for a newcomer.
+- **partial requests give way** (``reuse_partial``, the OTLP/HTTP receiver and the admin
+  listener): when every general slot is taken, a new connection closes the oldest *partial*
+  one and takes its slot: a connection waiting for a request head (or idle between requests)
+  that has made no authenticated request (``Request.authenticated()``, called by the handler
+  once a token is known). A flood of partial requests from any number of peers then delays
+  exports (and API reads) by no more than the time a client takes to send its head, instead
+  of denying them for as long as it lasts (1,127 partial requests from 49 addresses: 0 of 40
+  exports); an authenticated sender's keep-alive connection is never closed for a newcomer.
 A slot knows its connection by its socket (shut down to close it for a newcomer) and by the
 phase its reader is in (``httpconn``), nothing more.
 """

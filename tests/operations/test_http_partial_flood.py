@@ -76,3 +76,49 @@ def test_a_partial_flood_from_many_peers_cannot_deny_exports(tmp_path: Path) -> 
             assert _export(kept) == 200  # the authenticated connection was never closed
         assert h.sample("otel_eval_receiver_connections_closed_total", listener="http",
                         reason="reused") >= 5 * SLOTS
+
+
+ADMIN_HEAD = b"GET /v1/evaluations HTTP/1.1\r\nHost: localhost\r\n"
+
+
+def _admin_partial(stack: ExitStack, port: int, peer: int) -> socket.socket:
+    s = stack.enter_context(socket.create_connection(
+        ("127.0.0.1", port), timeout=30, source_address=(f"127.0.0.{peer}", 0)))
+    s.sendall(ADMIN_HEAD)
+    return s
+
+
+def _read(conn: http.client.HTTPConnection, path: str = "/v1/evaluations") -> int:
+    conn.request("GET", path, headers={"Authorization": "Bearer grafana-secret"})
+    resp = conn.getresponse()
+    resp.read()
+    return resp.status
+
+
+def test_a_partial_flood_from_many_peers_cannot_deny_the_admin_api(tmp_path: Path) -> None:
+    """The admin listener's API and web view, not only its probe paths: before, a flood of
+    partial requests from many peers held every general slot for as long as it lasted, and
+    a reader got the reserve's 503 ('serves only /healthz, /metrics, /readyz')."""
+    limits = HttpLimits(max_connections=SLOTS, max_connections_per_peer=PER_PEER,
+                        reserved_connections=2)
+    with running_service(tmp_path, **{"admin.limits": limits,
+                                      "admin.read_tokens": {"grafana": "grafana-secret"}}
+                         ) as h, ExitStack() as stack:
+        port = h.svc.admin.port
+        kept = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        stack.callback(kept.close)
+        assert _read(kept) == 200  # a reader's keep-alive connection
+        for n in range(SLOTS - 1):  # every other general slot, from 8 peers
+            _admin_partial(stack, port, 2 + n % 8)
+        poll(lambda: h.svc.admin._server is not None
+             and h.svc.admin._server.connections >= SLOTS,
+             "the admin listener to hold every slot", timeout_s=30, interval_s=0.01)
+        peer = 10
+        for _ in range(3):  # the flood goes on
+            for _ in range(SLOTS):
+                _admin_partial(stack, port, peer)
+                peer = 10 + (peer - 9) % 40
+            fresh = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            stack.callback(fresh.close)
+            assert _read(fresh) == 200  # a newcomer gets in, on a general slot
+            assert _read(kept) == 200  # the authenticated connection was never closed
