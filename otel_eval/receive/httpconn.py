@@ -17,7 +17,9 @@ error words (``httpmessage``). It promises:
   logged at debug, never a traceback; an idle keep-alive connection timing out is no event;
 - a reserved connection serves only the reserved paths (any other is a 503), one request;
 - a bug in a handler answers 500 (logged with its traceback), and a request whose body was
-  not read to its end closes the connection (its bytes must not be parsed as a request);
+  not read to its end closes the connection (its bytes must not be parsed as a request), as
+  does one framed both ways (``Transfer-Encoding`` and ``Content-Length``: read as chunked,
+  but a front end that read the length took what follows for its body; RFC 9112 6.1);
 - **``Expect: 100-continue`` is answered at the body's first read**, not when the headers are
   in (Go's ``expectContinueReader``): a request refused on its headers (no token,
   a length past the limit, a wrong type) gets its final status and no ``100 Continue``, so
@@ -301,9 +303,12 @@ class Connection(BaseHTTPRequestHandler):
             except Exception:  # a handler bug: answered, logged once with its traceback
                 log.exception("%s: %s %s failed", srv.name, self.command, url.path)
                 resp = srv.error(req, 500, "internal error")
-        unread = not self._body_done and bool(
-            field(self.headers, "Transfer-Encoding")
-            or (field(self.headers, "Content-Length") or "0") != "0")
+        chunked = field(self.headers, "Transfer-Encoding")
+        length = field(self.headers, "Content-Length")
+        # both framings: read as chunked, but a front end may have read the length, and the
+        # bytes past the last chunk must not be answered as a request (RFC 9112 6.1)
+        unread = bool(chunked and length is not None) or (
+            not self._body_done and bool(chunked or (length or "0") != "0"))
         self.unread = unread
         self._write(resp, close=resp.close or self.reserved or unread)
 

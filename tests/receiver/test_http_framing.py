@@ -111,3 +111,26 @@ def test_a_second_content_length_is_not_ignored_on_a_get(h: Harness) -> None:
         s.sendall(SMUGGLED)
         answers = _answers(s)
     assert len(answers) == 1, answers  # the body was not read: the connection closed
+
+
+@pytest.mark.parametrize("listener", ["otlp", "admin"])
+def test_a_request_with_both_framings_is_the_last_on_its_connection(
+        h: Harness, listener: str) -> None:
+    """``Transfer-Encoding: chunked`` and a ``Content-Length``: read as chunked (RFC 9112
+    6.3), then the connection closes (6.1: a front end that read the length forwarded the
+    bytes after the last chunk as this request's body; they must not be answered)."""
+    body = _body()
+    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    if listener == "otlp":
+        assert h.svc.http is not None
+        port, lines = h.svc.http.port, _otlp_post("otlp-secret", PB, 0)[:-2]
+    else:
+        port = h.svc.admin.port
+        lines = ["POST /v1/feedback HTTP/1.1", "Host: localhost",
+                 "Content-Type: application/json", "Authorization: Bearer admin-secret"]
+        chunked = b'2\r\n{}\r\n0\r\n\r\n'
+    lines += ["Transfer-Encoding: chunked", f"Content-Length: {len(chunked) + len(SMUGGLED)}"]
+    with _send_head(port, lines) as s:
+        s.sendall(chunked + SMUGGLED)
+        answers = _answers(s)
+    assert len(answers) == 1 and answers[0] in (b"HTTP/1.1 200 ", b"HTTP/1.1 400 "), answers
