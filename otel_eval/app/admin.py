@@ -76,6 +76,7 @@ from otel_eval.receive.security import (
     TlsServerConfig,
     exposed_insecurely,
     exposure_problems,
+    token_problems,
 )
 from otel_eval.store.failures import write_failure
 from otel_eval.store.query import EvaluationQuery, Page, QueryError
@@ -93,7 +94,8 @@ class AdminConfig:
     # TLS on the admin listener (same keys as receiver.tls; reloaded when the files change).
     tls: TlsServerConfig = field(default_factory=TlsServerConfig)
     # Tokens that may read (GET /v1/evaluations, /v1/issues), name -> token, sent as
-    # `Authorization: Bearer <token>`. With any read or write token set, reads need one of them.
+    # `Authorization: Bearer <token>` (printable ASCII, no space). With any read or write token
+    # set, reads need one of them.
     read_tokens: dict[str, str] = field(default_factory=dict, repr=False)
     # Tokens that may write (POST /v1/feedback) and read, name -> token. With tokens
     # configured, a read token on a write is 403 and no token is 401.
@@ -125,9 +127,13 @@ class AdminConfig:
     def __post_init__(self) -> None:
         bad_hosts = [h for h in self.allowed_hosts
                      if not isinstance(h, str) or not _HOST_NAME.match(h)]
+        problems = {**token_problems("read_tokens", self.read_tokens),
+                    **token_problems("write_tokens", self.write_tokens)}
+        if bad_hosts:
+            problems["allowed_hosts"] = ("expected host names without port or scheme, "
+                                         f"got {bad_hosts!r}")
         validate(self, endpoints=("endpoint",), minimum={"metrics_max_pairs": 1},
-                 problems={"allowed_hosts": "expected host names without port or scheme, "
-                                            f"got {bad_hosts!r}"} if bad_hosts else None)
+                 problems=problems)
         if self.trace_url and (not self.trace_url.startswith(("http://", "https://"))
                                or "{trace_id}" not in self.trace_url):
             raise FieldErrors({"trace_url": "expected an http(s) URL with {trace_id} in it, "

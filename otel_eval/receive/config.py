@@ -12,6 +12,7 @@ from otel_eval.receive.security import (
     TlsServerConfig,
     exposed_insecurely,
     exposure_problems,
+    token_problems,
 )
 
 
@@ -79,7 +80,8 @@ class ReceiverConfig:
     # Bearer tokens accepted on both OTLP listeners, name -> token: clients send
     # `Authorization: Bearer <token>` (OTEL_EXPORTER_OTLP_HEADERS="Authorization=Bearer ..."),
     # refused with gRPC UNAUTHENTICATED / HTTP 401. The name identifies the sender in logs
-    # and for re-opening traces. Use ${ENV} substitution for the tokens. Empty: no auth.
+    # and for re-opening traces. Use ${ENV} substitution for the tokens (printable ASCII, no
+    # space). Empty: no auth.
     bearer_tokens: dict[str, str] = field(default_factory=dict, repr=False)
     # Start even though an endpoint is reachable beyond this host (not loopback) without
     # both TLS and bearer tokens. Off: such a configuration is refused at startup.
@@ -93,7 +95,8 @@ class ReceiverConfig:
                                 "grpc_max_concurrent_rpcs": 1,
                                 "grpc_max_waiting_rpcs_per_sender": 1,
                                 "grpc_receive_timeout_s": 0.001},
-                 endpoints=("grpc_endpoint", "http_endpoint"))
+                 endpoints=("grpc_endpoint", "http_endpoint"),
+                 problems=token_problems("bearer_tokens", self.bearer_tokens))
 
     def _listeners(self) -> Listeners:
         return [("receiver.grpc_endpoint", self.grpc_endpoint),

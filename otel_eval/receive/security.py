@@ -19,6 +19,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
+import re
 import ssl
 import threading
 from collections.abc import Mapping, Sequence
@@ -29,6 +30,9 @@ from otel_eval.base.configcheck import is_ascii_digits, parse_endpoint
 from otel_eval.base.tlsfiles import read, stamp, startup_error
 
 log = logging.getLogger(__name__)
+
+# A bearer token a client can send: printable ASCII, no space (RFC 6750's b64token is a subset)
+_TOKEN = re.compile(r"[\x21-\x7e]+")
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,16 @@ class BearerAuth:
             if hmac.compare_digest(given, token) and found is None:
                 found = name
         return found
+
+
+def token_problems(field_name: str, tokens: Mapping[str, str]) -> dict[str, str]:
+    """``field_name.NAME``: a token no client can present (a header value reaches us as
+    Latin-1 and is stripped, so one with a space, a control character or a non-ASCII letter
+    never matches): empty or not printable ASCII. The token itself is never quoted."""
+    return {f"{field_name}.{name}": "empty (an unset variable?)" if not token else
+            "not printable ASCII (a space, control character or non-ASCII letter): no "
+            "client can present it" for name, token in tokens.items()
+            if not isinstance(token, str) or not _TOKEN.fullmatch(token)}
 
 
 def metadata_authorization(metadata: Any) -> str | None:

@@ -29,6 +29,11 @@ from otel_eval.store.config import StoreConfig
     ("admin:\n  endpoint: ':99999'\n", "admin.endpoint: expected HOST:PORT"),
     ("store:\n  retention_days: -1\n", "store.retention_days: must be >= 0, got -1.0"),
     ("store:\n  path: ''\n", "store.path: must name a file"),
+    # a token no client can present (sent as a header: Latin-1, stripped) never matched
+    ("receiver:\n  bearer_tokens: {ci: 'sécret'}\n",
+     "receiver.bearer_tokens.ci: not printable ASCII"),
+    ("admin:\n  write_tokens: {ops: 'two words'}\n", "admin.write_tokens.ops: not printable"),
+    ("admin:\n  read_tokens: {dash: \"tok\\n\"}\n", "admin.read_tokens.dash: not printable"),
 ])
 def test_invalid_value_is_refused_with_its_path(tmp_path: Path, yaml_text: str,
                                                 error: str) -> None:
