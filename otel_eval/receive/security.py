@@ -162,6 +162,7 @@ class TlsFiles:
                 ("cert_file", config.cert_file), ("key_file", config.key_file),
                 ("client_ca_file", config.client_ca_file)) if v], e) from None
         self.reloads = 0
+        self._unreadable: str | None = None  # why a file could not be read (logged once)
 
     @property
     def require_client_cert(self) -> bool:
@@ -181,9 +182,14 @@ class TlsFiles:
         try:
             now = stamp(self._paths)
         except OSError as e:
-            log.error("%s: TLS file unreadable (%s); keeping the current certificate",
-                      self.name, e.strerror)
+            if self._unreadable != e.strerror:  # once, not per connection (anyone's)
+                log.error("%s: TLS file unreadable (%s); keeping the current certificate",
+                          self.name, e.strerror)
+                self._unreadable = e.strerror
             return False
+        if self._unreadable is not None:
+            log.info("%s: TLS files readable again", self.name)
+            self._unreadable = None
         if now == self._stamp:
             return False
         self._stamp = now

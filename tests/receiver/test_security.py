@@ -254,3 +254,24 @@ def test_tokens_and_certificates_come_from_the_environment(tmp_path: Path, pki: 
     assert cfg.receiver.tls.cert_file == str(pki.server.cert)
     with pytest.raises(ConfigError, match="OTLP_TOKEN is not set"):
         load_config(path, environ={"CERTS": str(tmp_path)})
+
+
+def test_an_unreadable_tls_file_is_logged_once_not_per_connection(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Each new connection checks the files: while one could not be read, every connection
+    (anyone's who can connect) wrote an error line. Once when it goes, once when it is back."""
+    ca = TestCA(tmp_path, "one")
+    server = ca.issue("server", server=True)
+    files = security.TlsFiles(TlsServerConfig(cert_file=str(server.cert),
+                                              key_file=str(server.key)), "receiver.tls")
+    kept = files.context()
+    pem = server.cert.read_bytes()
+    server.cert.unlink()
+    with caplog.at_level(logging.INFO, logger=security.__name__):
+        for _ in range(50):
+            assert files.context() is kept  # the current certificate stays
+        server.cert.write_bytes(pem)
+        files.context()
+    unreadable = [r for r in caplog.records if "unreadable" in r.getMessage()]
+    assert len(unreadable) == 1 and unreadable[0].levelno == logging.ERROR
+    assert sum("readable again" in r.getMessage() for r in caplog.records) == 1
