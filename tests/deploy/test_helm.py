@@ -295,6 +295,13 @@ def test_service_monitor_scrapes_the_main_service_once(helm: Helm) -> None:
     # the label the dashboard's otel_eval_url variable reads, as grafana/prometheus.yml sets it
     assert endpoint["relabelings"] == [{"targetLabel": "otel_eval_url",
                                         "replacement": "https://otel-eval.example.com"}]
+    # the scraper lives in another namespace: the example admits it to the admin port (the
+    # default, pods of the release namespace only, refused its scrapes: OtelEvalDown paged)
+    (_, admin) = one(docs, "NetworkPolicy")["spec"]["ingress"]
+    assert [p["port"] for p in admin["ports"]] == ["admin"]
+    assert {"namespaceSelector": {"matchLabels": {
+        "kubernetes.io/metadata.name": "monitoring"}}} in admin["from"]
+    assert {"podSelector": {}} in admin["from"]
 
 
 def test_prometheus_rule_is_the_grafana_rule_file(helm: Helm) -> None:
