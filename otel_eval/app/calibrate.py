@@ -30,7 +30,7 @@ def cmd_calibrate(args: argparse.Namespace, cfg: Config, out: TextIO) -> int:
               "store.url in --config)", file=sys.stderr)
         return 1
     try:
-        store = open_store(target)
+        store = open_store(target, read_only=True)
     except Exception as e:  # a server down, a wrong password: say so, no traceback
         print(f"otel-eval calibrate: cannot open the store at {redact_url(target)}: {e}",
               file=sys.stderr)

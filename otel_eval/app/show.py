@@ -54,7 +54,7 @@ def from_store(path: str, trace_id: str) -> dict[str, Any]:
         raise ShowError(f"no store at {path} (--store PATH|URL, or store.path / store.url in "
                         "--config)")
     try:
-        store = open_store(path)
+        store = open_store(path, read_only=True)
     except Exception as e:  # a server down, a wrong password: say so, no traceback
         raise ShowError(f"cannot open the store at {redact_url(path)}: {e}") from None
     try:

@@ -50,14 +50,18 @@ class Store(SqliteStore):
         self.open()
 
 
-def store_at(target: str, session: SessionLimits | None = None) -> EvaluationStore:
+def store_at(target: str, session: SessionLimits | None = None, *,
+             read_only: bool = False) -> EvaluationStore:
     """The store on ``target`` (a ``postgresql://`` URL, or a SQLite file path or
     ``:memory:``), not opened yet: ``opened`` opens it. ``session``: the limits of its
-    database sessions (PostgreSQL; the defaults when None)."""
+    database sessions (PostgreSQL; the defaults when None). ``read_only`` (the commands that
+    only read a store: ``calibrate``, ``show``): opened as it is, never created nor migrated
+    (SQLite ``mode=ro``, PostgreSQL read-only transactions), every write refused; a store
+    whose schema is not this otel-eval's, or no store, is refused (``SchemaError``)."""
     if is_postgresql_url(target):
         from otel_eval.store.postgresql import PostgresStore
-        return PostgresStore(target, session=session or SessionLimits())
-    return SqliteStore(target)
+        return PostgresStore(target, session=session or SessionLimits(), read_only=read_only)
+    return SqliteStore(target, read_only=read_only)
 
 
 def opened(store: EvaluationStore) -> EvaluationStore:
@@ -72,9 +76,10 @@ def opened(store: EvaluationStore) -> EvaluationStore:
     return store
 
 
-def open_store(target: str, session: SessionLimits | None = None) -> EvaluationStore:
-    """A store on ``target``, opened: ``opened(store_at(target, session))``."""
-    return opened(store_at(target, session))
+def open_store(target: str, session: SessionLimits | None = None, *,
+               read_only: bool = False) -> EvaluationStore:
+    """A store on ``target``, opened: ``opened(store_at(target, session, read_only=...))``."""
+    return opened(store_at(target, session, read_only=read_only))
 
 
 def catalogue_connection(target: str) -> Any:

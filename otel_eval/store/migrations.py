@@ -33,7 +33,9 @@ store applies what is missing, in order, in one transaction: a crash part-way le
 previous version. Concurrent openers are serialized (SQLite ``BEGIN IMMEDIATE``; PostgreSQL
 a transaction-scoped advisory lock), so a fleet of workers starting at once migrates once.
 A store whose version is newer than this code knows is refused (``SchemaError``): an older
-otel-eval must not write rows a newer schema reads differently.
+otel-eval must not write rows a newer schema reads differently. A store opened read-only (the
+commands that only read one: ``calibrate``, ``show``) is never migrated: ``check_sqlite`` /
+``check_postgresql`` refuse it unless its version is ``LATEST``.
 
 Files written before versioning (the tables, no ``schema_version``) are adopted: every
 statement is ``CREATE ... IF NOT EXISTS``, so version 1 applies as a no-op and is recorded.
@@ -214,13 +216,45 @@ _MIGRATION_LOCK = 0x6F74656C5F736368
 
 
 class SchemaError(RuntimeError):
-    """The store's schema is newer than this otel-eval knows."""
+    """The store's schema is newer than this otel-eval knows (or, opened read-only, not the
+    one it reads, or no store at all)."""
 
 
 def _check(current: int) -> None:
     if current > LATEST:
         raise SchemaError(f"store schema version {current} is newer than this otel-eval knows "
                           f"({LATEST}): upgrade otel-eval before pointing it at this store")
+
+
+def _require_latest(current: int | None) -> None:
+    """A store opened read-only (``calibrate``, ``show``) is read as it is: refused unless its
+    schema is this otel-eval's (``current``: its version, None without a version table)."""
+    if current is None:
+        raise SchemaError("not an otel-eval store (no schema_version table): give the store "
+                          "serve writes (store.path, store.url)")
+    _check(current)
+    if current < LATEST:
+        raise SchemaError(f"store schema version {current} is older than this otel-eval "
+                          f"reads ({LATEST}): a read never migrates a store; start serve on "
+                          "it once (it migrates at start), or use the otel-eval that wrote it")
+
+
+def check_sqlite(db: sqlite3.Connection) -> None:
+    """Refuse a SQLite store opened read-only whose schema is not ``LATEST`` (``SchemaError``);
+    reads only."""
+    try:
+        current = db.execute(_CURRENT_VERSION).fetchone()[0]
+    except sqlite3.OperationalError as e:
+        if "no such table" not in str(e):
+            raise
+        current = None
+    _require_latest(current)
+
+
+def check_postgresql(conn: Any) -> None:
+    """``check_sqlite`` on a psycopg connection."""
+    found = conn.execute("SELECT to_regclass('schema_version') IS NOT NULL").fetchone()[0]
+    _require_latest(conn.execute(_CURRENT_VERSION).fetchone()[0] if found else None)
 
 
 def migrate_sqlite(db: sqlite3.Connection) -> list[int]:

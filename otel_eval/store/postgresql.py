@@ -60,7 +60,7 @@ from otel_eval.store.base import (
     since_chunks,
 )
 from otel_eval.store.failures import TIMEOUT_STATES
-from otel_eval.store.migrations import migrate_postgresql
+from otel_eval.store.migrations import check_postgresql, migrate_postgresql
 from otel_eval.store.query import EvaluationQuery, Page
 from otel_eval.store.session_rows import KeptSessions, session_writes
 from otel_eval.store.session_rows import sql as session_sql
@@ -111,18 +111,22 @@ CONNECT_TIMEOUT_S = 10
 CLOSE_WAIT_S = 1.0
 
 
-def connect(url: str, session: SessionLimits | None = None) -> psycopg.Connection[Any]:
+def connect(url: str, session: SessionLimits | None = None, *,
+            read_only: bool = False) -> psycopg.Connection[Any]:
     """An autocommit connection (transactions are explicit) with a bounded connect wait, its
     statements and lock waits bounded by ``session`` (``statement_timeout``,
-    ``lock_timeout``: a timeout is a refused write, ``store.failures``)."""
+    ``lock_timeout``: a timeout is a refused write, ``store.failures``); ``read_only``: every
+    transaction of the session read-only (``default_transaction_read_only``)."""
     conn = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
                            application_name="otel-eval")
-    if session is not None:
-        try:
+    try:
+        if read_only:
+            conn.execute("SET default_transaction_read_only = on")
+        if session is not None:
             limit(conn, session)
-        except BaseException:
-            conn.close()
-            raise
+    except BaseException:
+        conn.close()
+        raise
     return conn
 
 
@@ -153,9 +157,10 @@ class PostgresStore(KeptSessions):
 
     def __init__(self, url: str, *, sleep: Callable[[float], None] = time.sleep,
                  clock_ns: Callable[[], int] = time.time_ns,
-                 session: SessionLimits | None = None) -> None:
+                 session: SessionLimits | None = None, read_only: bool = False) -> None:
         self.location = redact_url(url)
         self._url = url
+        self._read_only = read_only  # read-only sessions: no migration, every write refused
         self._session = session or SessionLimits()
         self._sleep = sleep
         self._clock_ns = clock_ns  # when agent history rows are seen (tests inject one)
@@ -165,9 +170,17 @@ class PostgresStore(KeptSessions):
         self._closed = False  # close() ran: no call reconnects
 
     def open(self) -> PostgresStore:
-        """Connect and bring the schema up to date (raises what ``connect`` raises)."""
+        """Connect and bring the schema up to date (raises what ``connect`` raises).
+        Read-only: refuse a schema that is not this otel-eval's (``migrations.SchemaError``)."""
         with self._lock:
             conn = self._connection()
+            if self._read_only:
+                try:
+                    check_postgresql(conn)
+                except BaseException:
+                    self._drop()
+                    raise
+                return self
             # unlimited while migrating: building an index may take long, and the advisory
             # lock waits for another process's migration
             limit(conn, SessionLimits(0, 0))
@@ -202,7 +215,7 @@ class PostgresStore(KeptSessions):
             raise psycopg.InterfaceError(f"store {self.location} is closed")
         if self._conn is None or self._conn.closed or self._conn.broken:
             self._drop()
-            self._conn = connect(self._url, self._session)
+            self._conn = connect(self._url, self._session, read_only=self._read_only)
         return self._conn
 
     def _run(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:

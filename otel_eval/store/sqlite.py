@@ -40,7 +40,7 @@ from otel_eval.store.base import (
     pick_agent,
     since_chunks,
 )
-from otel_eval.store.migrations import migrate_sqlite
+from otel_eval.store.migrations import check_sqlite, migrate_sqlite
 from otel_eval.store.query import EvaluationQuery, Page
 from otel_eval.store.session_rows import KeptSessions, session_writes
 from otel_eval.store.session_rows import sql as session_sql
@@ -77,9 +77,11 @@ class SqliteStore(KeptSessions):
     _db: sqlite3.Connection  # from open()
     _session_sql = session_sql("?")
 
-    def __init__(self, path: str, *, clock_ns: Callable[[], int] = time.time_ns) -> None:
+    def __init__(self, path: str, *, clock_ns: Callable[[], int] = time.time_ns,
+                 read_only: bool = False) -> None:
         self.path = path
         self.location = path
+        self._read_only = read_only  # opened read-only: no migration, every write refused
         self._lock = threading.Lock()
         self._clock_ns = clock_ns  # when agent history rows are seen (tests inject one)
         self._remembered = 0  # remember_agents calls, for the whole-table prune
@@ -91,19 +93,23 @@ class SqliteStore(KeptSessions):
 
     def open(self) -> SqliteStore:
         """Create or open the file and bring its schema up to date (raises
-        ``sqlite3.DatabaseError`` / ``OSError``: ``open_store`` says which file); idempotent."""
+        ``sqlite3.DatabaseError`` / ``OSError``: ``open_store`` says which file); idempotent.
+        Read-only: open the file as it is (``mode=ro``: never created, never written) and
+        refuse a schema that is not this otel-eval's (``migrations.SchemaError``)."""
         if self._opened:
             return self
         path = self.path
-        if path != ":memory:":
+        if path != ":memory:" and not self._read_only:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
-                                   timeout=_BUSY_TIMEOUT_S)
+        self._db = self._connect()
         try:
-            if path != ":memory:":
-                self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute("PRAGMA synchronous=NORMAL")
-            migrate_sqlite(self._db)
+            if self._read_only:
+                check_sqlite(self._db)
+            else:
+                if path != ":memory:":
+                    self._db.execute("PRAGMA journal_mode=WAL")
+                    self._db.execute("PRAGMA synchronous=NORMAL")
+                migrate_sqlite(self._db)
         except BaseException:
             self._db.close()
             raise
@@ -113,6 +119,18 @@ class SqliteStore(KeptSessions):
                 self._readers.put(None)
         self._opened = True
         return self
+
+    def _connect(self) -> sqlite3.Connection:
+        """A connection to the file; read-only: through a ``mode=ro`` URI (SQLite neither
+        creates the file nor writes it) and ``query_only``."""
+        target, uri = self.path, False
+        if self._read_only:
+            target, uri = Path(self.path).absolute().as_uri() + "?mode=ro", True
+        db = sqlite3.connect(target, check_same_thread=False, isolation_level=None,
+                             timeout=_BUSY_TIMEOUT_S, uri=uri)
+        if self._read_only:
+            db.execute("PRAGMA query_only=ON")
+        return db
 
     def close(self) -> None:
         with self._lock:
@@ -137,8 +155,7 @@ class SqliteStore(KeptSessions):
         reader = readers.get()
         try:
             if reader is None:
-                reader = sqlite3.connect(self.path, check_same_thread=False,
-                                         isolation_level=None, timeout=_BUSY_TIMEOUT_S)
+                reader = self._connect()
                 reader.execute("PRAGMA query_only=ON")
             cur = reader.execute(sql, args)
             try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import sqlite3
 import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
@@ -32,6 +33,7 @@ from otel_eval.evaluate.calibration import (
 from otel_eval.evaluate.judge.config import JudgeConfig
 from otel_eval.outputs.deps import Deps
 from otel_eval.store import SqliteStore, filters
+from otel_eval.store.migrations import LATEST
 from otel_eval.telemetry.calibration import CalibrationMetrics
 from otel_eval.telemetry.declare import Declarer
 from otel_eval.telemetry.labels import SeriesCap
@@ -193,6 +195,36 @@ def test_calibrate_cli_without_a_store_says_so(tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["calibrate", "--store", str(tmp_path / "none.db")]) == 1
     assert "no store at" in capsys.readouterr().err
+
+
+def test_calibrate_only_reads_the_store_it_is_given(
+        store: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The store is only read: calibrate opened it as serve does, migrating it. An empty
+    file became a 94 kB store (and a report of no outcome); an older store was migrated.
+    Now neither is touched, and each is refused saying why (exit 1)."""
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    assert main(["calibrate", "--store", str(empty)]) == 1
+    assert "not an otel-eval store" in capsys.readouterr().err
+    assert empty.stat().st_size == 0
+    db = sqlite3.connect(tmp_path / "store.db", isolation_level=None)
+    db.execute(f"DELETE FROM schema_version WHERE version = {LATEST}")
+    assert main(["calibrate", "--store", str(tmp_path / "store.db")]) == 1
+    assert f"version {LATEST - 1} is older than" in capsys.readouterr().err
+    assert db.execute("SELECT MAX(version) FROM schema_version").fetchone() == (LATEST - 1,)
+    db.close()
+
+
+def test_calibrate_reads_a_postgresql_store_without_migrating_it(
+        postgresql_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """An empty database was given the store's tables; now it is refused, left empty."""
+    import psycopg
+
+    assert main(["calibrate", "--store", postgresql_url]) == 1
+    assert "not an otel-eval store" in capsys.readouterr().err
+    with psycopg.connect(postgresql_url) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"
+                            ).fetchone() == (0,)
 
 
 def test_the_table_escapes_service_and_agent_names() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from otel_eval.app.offline import EvalRun
 from otel_eval.app.show import render_text
 from otel_eval.outputs.ui.run import tree
 from otel_eval.store import Store
+from otel_eval.store.migrations import LATEST
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "detectors"
 TRACE = DATA / "guide_lucky_recovery.otlp.json"
@@ -133,6 +135,23 @@ def test_a_deep_trace_renders_without_recursion() -> None:
     assert max(len(line) for line in text.splitlines()) < 300
     assert json.loads(json.dumps(shown))["steps"][depth - 1]["findings"][0]["message"] == "deep"
 
+
+
+def test_show_only_reads_the_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The store file is only read: show opened it as serve does, so an empty file became a
+    94 kB store (and "no evaluation for trace") and an older store was migrated."""
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    code, _, err = _show(capsys, TRACE_ID, "--store", str(empty))
+    assert code == 1 and "not an otel-eval store" in err
+    assert empty.stat().st_size == 0
+    path = _stored(tmp_path)
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute(f"DELETE FROM schema_version WHERE version = {LATEST}")
+    code, _, err = _show(capsys, TRACE_ID, "--store", path)
+    assert code == 1 and f"version {LATEST - 1} is older than" in err
+    assert db.execute("SELECT MAX(version) FROM schema_version").fetchone() == (LATEST - 1,)
+    db.close()
 
 
 def test_steps_whose_parents_form_a_cycle_are_shown() -> None:

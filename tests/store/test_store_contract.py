@@ -408,6 +408,35 @@ def test_migrations_are_versioned_and_applied_once(target: str, stores: Open) ->
         stores()
 
 
+def test_a_read_only_open_reads_and_never_migrates_nor_writes(target: str, stores: Open) -> None:
+    """``calibrate`` and ``show`` only read a store: they opened it as serve does, which
+    migrated it (an older store, or an empty file given tables). Opened read-only, a store
+    is read as it is: an up-to-date one is read and refuses writes; one of another schema
+    version, or a database that holds no store, is refused saying why, left unchanged."""
+    stores().put_many([_ev(1)])
+    reader = open_store(target, read_only=True)
+    try:
+        assert reader.get(f"{1:032x}") is not None
+        with pytest.raises(Exception, match=r"read-?only"):
+            reader.put_many([_ev(2)])
+    finally:
+        reader.close()
+    assert open_store(target).get(f"{2:032x}") is None
+    _sql(target, f"DELETE FROM schema_version WHERE version = {LATEST}")
+    with pytest.raises(SchemaError, match=f"version {LATEST - 1} is older than"):
+        open_store(target, read_only=True)
+    assert _sql(target, "SELECT MAX(version) FROM schema_version") == [(LATEST - 1,)]
+    _sql(target, f"INSERT INTO schema_version VALUES ({LATEST}, 'now', 0), "
+         f"({LATEST + 1}, 'future', 0)")
+    with pytest.raises(SchemaError, match="newer than this otel-eval"):
+        open_store(target, read_only=True)
+    _sql(target, "DROP TABLE schema_version")
+    with pytest.raises(SchemaError, match="not an otel-eval store"):
+        open_store(target, read_only=True)
+    with pytest.raises(Exception, match="schema_version"):  # not made again
+        _sql(target, "SELECT version FROM schema_version")
+
+
 def _key(session_id: str, service: str = "shop") -> str:
     from otel_eval.store.sessions import session_key
     return session_key(service, session_id)
