@@ -18,7 +18,8 @@ Metrics (declared on the ``Metrics`` registry, agent names capped as everywhere 
     otel_eval_prediction_rolling_auc{service,agent}        gauge, AUC of the window
 
 Bounded: one window per (service, agent) pair of the pair budget (``labels.SeriesCap``: the
-same labels as the histogram; two services' agents of one name have a window each), each at
+same labels as the histogram; two services' agents of one name have a window each; feedback
+only looks its pair up, never admits one), and ``_other``'s, each at
 most ``auc_window`` entries; a trace labelled twice (feedback after an outcome attribute, or
 corrected feedback) replaces its entry, and is counted again only when its outcome changed
 (the same outcome sent again, or re-evaluated with it, is no new label: before, five repeats
@@ -39,7 +40,7 @@ from prometheus_client.registry import Collector
 
 from otel_eval.telemetry.auc import AUC_MIN_PER_CLASS, AUC_WINDOW, AucSettings, RollingAuc
 from otel_eval.telemetry.declare import Declarer
-from otel_eval.telemetry.labels import SeriesCap
+from otel_eval.telemetry.labels import OTHER, SeriesCap
 
 if TYPE_CHECKING:
     from otel_eval.base.results import Evaluation
@@ -114,13 +115,16 @@ class PredictionMetrics:
             self._label((service, agent), t.trace_id, p, outcome == "success")
 
     def labelled(self, body: dict[str, Any], outcome: str) -> None:
-        """An outcome learnt later (POST /v1/feedback) for a stored per-trace object."""
+        """An outcome learnt later (POST /v1/feedback) for a stored per-trace object. Its pair
+        is only looked up, as the agreement gauges do: a pair with series (a trace seen) gets
+        its window; any other (a retired agent's stored run, after a restart) counts under
+        ``_other`` and takes no place in the budget (it took the live agents' places)."""
         prediction = body.get("prediction")
         if not isinstance(prediction, dict) or "p_success" not in prediction:
             return
-        self._label(self._cap.pair(body.get("service"), body.get("agent")),
-                    str(body["trace_id"]),
-                    float(prediction["p_success"]), outcome == "success")
+        pair = self._cap.admitted(body.get("service"), body.get("agent")) or (OTHER, OTHER)
+        self._label(pair, str(body["trace_id"]), float(prediction["p_success"]),
+                    outcome == "success")
 
     def rolling_auc(self) -> dict[tuple[str, str], float]:
         """(service, agent) -> AUC of its window, for the pairs that have one."""

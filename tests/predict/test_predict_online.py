@@ -8,9 +8,21 @@ import pytest
 from prometheus_client import CollectorRegistry
 from sklearn.metrics import roc_auc_score
 
+from otel_eval.base.results import Evaluation, Verdict
+from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.predict.config import PredictionConfig
 from otel_eval.telemetry.auc import RollingAuc, auc
-from otel_eval.telemetry.metrics import Metrics
+from otel_eval.telemetry.metrics import OTHER, Metrics
+
+
+def _predicted(i: int, service: str | None, agent: str) -> Evaluation:
+    """A stored run of (service, agent) with a prediction and no outcome: serve has seen a
+    trace of the pair, so it has series (feedback looks the pair up, never admits it)."""
+    traj = Trajectory(trace_id=f"{i:032x}", source="otlp", status="complete", steps=[],
+                      service=service, agent=agent)
+    evaluation = Evaluation(traj, [], Verdict(True, []))
+    evaluation.prediction = {"p_success": 0.5, "model": "m"}
+    return evaluation
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -54,6 +66,7 @@ def test_min_per_class_holds_the_value_back() -> None:
 def test_gauge_per_agent_appears_with_enough_labels_and_goes_with_them() -> None:
     registry = CollectorRegistry()
     m = Metrics(registry, prediction=PredictionConfig(auc_min_per_class=1))
+    m.evaluation_stored(_predicted(1, "shop", "planner"), 0.1, False)
     body = {"trace_id": "ab" * 16, "service": "shop", "agent": "planner",
             "prediction": {"p_success": 0.8}}
     m.prediction.labelled(body, "success")
@@ -78,6 +91,7 @@ def test_labelled_counts_a_trace_once_per_outcome_it_takes() -> None:
     successes then five failures for one trace counted 5 and 5 while the window held 1."""
     registry = CollectorRegistry()
     m = Metrics(registry)
+    m.evaluation_stored(_predicted(1, None, "planner"), 0.1, False)
     body = {"trace_id": "ab" * 16, "agent": "planner", "prediction": {"p_success": 0.8}}
 
     def counted() -> tuple[float | None, ...]:
@@ -102,6 +116,8 @@ def test_rolling_auc_is_per_service_and_agent() -> None:
     right on one and inverted on the other, shared one window and both read 0.5."""
     registry = CollectorRegistry()
     m = Metrics(registry, prediction=PredictionConfig(auc_min_per_class=1))
+    m.evaluation_stored(_predicted(1, "shop", "assistant"), 0.1, False)
+    m.evaluation_stored(_predicted(2, "bank", "assistant"), 0.1, False)
     for i, ok in enumerate((True, False)):
         for service, p in (("shop", 0.9 if ok else 0.1), ("bank", 0.1 if ok else 0.9)):
             m.prediction.labelled({"trace_id": f"{service}{i:028x}", "service": service,
@@ -110,3 +126,31 @@ def test_rolling_auc_is_per_service_and_agent() -> None:
     for service, want in (("shop", 1.0), ("bank", 0.0)):
         assert registry.get_sample_value("otel_eval_prediction_rolling_auc", {
             "service": service, "agent": "assistant"}) == want
+
+
+def test_feedback_for_a_pair_without_series_takes_no_place_in_the_budget() -> None:
+    """Outcomes sent for stored runs (POST /v1/feedback) admitted their (service, agent)
+    pair: after a restart, feedback for retired agents' runs took the first
+    ``admin.metrics_max_pairs`` places, and the live agents' traces went to ``_other`` on
+    every per-trace metric. The pair budget is taken by the traces seen (docs/metrics.md):
+    feedback for a pair with series goes to its window; for any other, to ``_other``'s."""
+    registry = CollectorRegistry()
+    m = Metrics(registry, max_pairs=1, prediction=PredictionConfig(auc_min_per_class=1))
+    for i, outcome in enumerate(("success", "failure")):  # a retired agent's stored runs
+        m.prediction.labelled({"trace_id": f"{i:032x}", "service": "shop", "agent": "retired",
+                               "prediction": {"p_success": 0.9 - 0.8 * i}}, outcome)
+    m.evaluation_stored(_predicted(10, "shop", "live"), 0.1, False)
+    live = {"service": "shop", "agent": "live"}
+    assert registry.get_sample_value("otel_eval_prediction_p_success_count", live) == 1
+    assert registry.get_sample_value("otel_eval_traces_completed_total", {
+        **live, "status": "complete"}) == 1
+    other = {"service": OTHER, "agent": OTHER}
+    assert registry.get_sample_value("otel_eval_prediction_rolling_auc", other) == 1.0
+    assert registry.get_sample_value("otel_eval_prediction_rolling_auc", {
+        "service": "shop", "agent": "retired"}) is None
+    assert registry.get_sample_value("otel_eval_prediction_labelled_total", {
+        "agent": OTHER, "outcome": "failure"}) == 1
+    for i, outcome in enumerate(("success", "failure")):  # the live pair's: its own window
+        m.prediction.labelled({"trace_id": f"{20 + i:032x}", **live,
+                               "prediction": {"p_success": 0.2 + 0.6 * i}}, outcome)
+    assert registry.get_sample_value("otel_eval_prediction_rolling_auc", live) == 0.0
