@@ -88,6 +88,10 @@ class Step:
     # input tokens written to the provider's cache (``gen_ai.usage.cache_write.input_tokens``,
     # formerly ``cache_creation``); part of ``input_tokens``; None = not recorded
     cache_write_tokens: int | None = None
+    # input tokens served from the provider's cache (``gen_ai.usage.cache_read.input_tokens``);
+    # part of ``input_tokens``, priced at the cache-read rate; None = not recorded. Neither
+    # cache count is part of the v1 object (the cost they price is)
+    cache_read_tokens: int | None = None
     # the provider's id of the reply (``gen_ai.response.id``): one call recorded by two
     # instrumentations is one call (``trajectory.llm_twins``); not part of the v1 object
     response_id: str | None = None

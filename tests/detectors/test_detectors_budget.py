@@ -62,15 +62,21 @@ def test_price_table_read_without_litellm_matches_litellm_model_cost() -> None:
     """The prices are read from litellm's packaged JSON without importing litellm (idle RSS);
     every model name litellm itself serves (aliases resolved) must price the same."""
     from otel_eval.evaluate.judge.llm import litellm
-    from otel_eval.evaluate.trajectory.prices import _price_map
+    from otel_eval.evaluate.trajectory.prices import Prices, _price_map
+
+    def rate(value: object) -> float | None:
+        return float(value) if isinstance(value, int | float) else None
 
     table = _price_map()
     expected = {}
     for name, entry in litellm.model_cost.items():
         inp, out = entry.get("input_cost_per_token"), entry.get("output_cost_per_token")
         if isinstance(inp, int | float) and isinstance(out, int | float):
-            expected[name] = (float(inp), float(out))
+            expected[name] = Prices(float(inp), float(out),
+                                    rate(entry.get("cache_read_input_token_cost")),
+                                    rate(entry.get("cache_creation_input_token_cost")))
     assert len(expected) > 1000 and any(n.endswith("-latest") for n in expected)  # aliases
+    assert sum(p.cache_read is not None for p in expected.values()) > 1000  # cache rates
     assert table == expected
 
 

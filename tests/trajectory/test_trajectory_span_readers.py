@@ -17,6 +17,7 @@ from otel_eval.evaluate.conventions import read_span
 from otel_eval.evaluate.detectors import Detectors, DetectorsConfig
 from otel_eval.evaluate.detectors.config import BudgetsConfig
 from otel_eval.evaluate.trajectory import build_trajectory
+from otel_eval.evaluate.trajectory.prices import model_prices
 
 _CHAT = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o-mini",
          "gen_ai.usage.input_tokens": 1000, "gen_ai.usage.output_tokens": 100}
@@ -54,6 +55,96 @@ def test_cache_write_tokens(attrs: dict[str, Any], tokens: int | None, source: s
     assert step.cache_write_tokens == tokens
     assert step.sources.get("cache_write_tokens") == source
     assert step.unknown.get("cache_write_tokens") == unknown
+
+
+_READ = "gen_ai.usage.cache_read.input_tokens"
+_WRITE = "gen_ai.usage.cache_write.input_tokens"
+
+
+@pytest.mark.parametrize(("attrs", "tokens", "source", "unknown"), [
+    ({_READ: 900}, 900, f"genai {_READ}", None),
+    ({"gen_ai.usage.cache_read_input_tokens": 900}, 900,
+     "openllmetry gen_ai.usage.cache_read_input_tokens", None),
+    ({"llm.token_count.prompt_details.cache_read": "900"}, 900,
+     "openinference llm.token_count.prompt_details.cache_read", None),
+    ({_READ: 900, "gen_ai.usage.cache_read_input_tokens": 5}, 900, f"genai {_READ}", None),
+    ({_READ: "lots"}, None, None, f"{_READ} not understood"),
+    ({_READ: -1}, None, None, f"{_READ} not understood"),
+    ({}, None, None, None),
+])
+def test_cache_read_tokens(attrs: dict[str, Any], tokens: int | None, source: str | None,
+                           unknown: str | None) -> None:
+    step = _read(_CHAT | attrs)
+    assert step.cache_read_tokens == tokens
+    assert step.sources.get("cache_read_tokens") == source
+    assert step.unknown.get("cache_read_tokens") == unknown
+
+
+@pytest.mark.parametrize(("attrs", "tokens"), [
+    ({"gen_ai.usage.cache_creation_input_tokens": 40}, 40),  # OpenLLMetry
+    ({"llm.token_count.prompt_details.cache_write": 40}, 40),  # OpenInference
+])
+def test_cache_write_tokens_of_the_other_conventions(attrs: dict[str, Any],
+                                                     tokens: int) -> None:
+    assert _read(_CHAT | attrs).cache_write_tokens == tokens
+
+
+_SONNET = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "claude-sonnet-4-5",
+           "gen_ai.usage.input_tokens": 10_000, "gen_ai.usage.output_tokens": 100}
+
+
+def _cost_findings(attrs: dict[str, Any], limit: float) -> tuple[float | None, list[str]]:
+    t = build_trajectory(trace(span("chat", attrs=attrs)), TrajectoryConfig())
+    config = DetectorsConfig(budgets=BudgetsConfig(cost_usd=limit))
+    return t.steps[0].cost_usd, [f.kind for f in Detectors(config).evaluate(t)[0]
+                                 if f.detector == "budget"]
+
+
+def test_cached_input_tokens_are_priced_at_the_cache_rates() -> None:
+    """Cache-read tokens (part of ``input_tokens``, as the conventions ask) were never read
+    and every input token was priced at the full input rate: a cache-heavy run cost 3x what
+    it did and overran a cost budget it kept. Cache-write tokens were read but priced at the
+    input rate too."""
+    row = model_prices("claude-sonnet-4-5")
+    assert row is not None and row.cache_read is not None and row.cache_write is not None
+    assert row.cache_read < row.input < row.cache_write
+    cost, kinds = _cost_findings(_SONNET | {_READ: 8000, _WRITE: 1000}, 0.02)
+    assert cost == pytest.approx(1000 * row.input + 8000 * row.cache_read
+                                 + 1000 * row.cache_write + 100 * row.output)
+    assert 10_000 * row.input + 100 * row.output > 0.02 > cost  # the full rate overran it
+    assert kinds == []
+    # no cached tokens (or a count of 0): priced as before, every input token at its rate
+    plain = 10_000 * row.input + 100 * row.output
+    assert _cost_findings(_SONNET, 1.0)[0] == plain
+    assert _cost_findings(_SONNET | {_READ: 0, _WRITE: 0}, 1.0)[0] == plain
+
+
+def test_cached_tokens_beyond_input_tokens_are_counted_beside_them() -> None:
+    """Counts that cannot be part of ``input_tokens`` (more than it) are the provider's
+    separate buckets (Anthropic's own usage, copied as it comes): the input tokens are the
+    uncached ones, the cached ones priced beside them."""
+    row = model_prices("claude-sonnet-4-5")
+    assert row is not None and row.cache_read is not None
+    cost, _ = _cost_findings(_SONNET | {"gen_ai.usage.input_tokens": 50, _READ: 9000}, 1.0)
+    assert cost == pytest.approx(50 * row.input + 9000 * row.cache_read + 100 * row.output)
+
+
+@pytest.mark.parametrize(("model", "attrs"), [
+    ("gpt-4", {_READ: 5000}),  # no cache-read rate in the price list
+    ("gpt-4o-mini", {_WRITE: 5000}),  # a cache-read rate, no cache-write one
+])
+def test_a_cache_rate_the_price_list_lacks_leaves_the_cost_unknown(
+        model: str, attrs: dict[str, Any]) -> None:
+    """Not the input rate: a cache write costs more than an input token at some providers
+    (no upper bound), and a guess is no reason for a finding. Unknown, as an unpriced model."""
+    run = _SONNET | {"gen_ai.request.model": model} | attrs
+    cost, kinds = _cost_findings(run, 1e-6)
+    assert cost is None
+    assert kinds == ["cost_unknown"]
+    t = build_trajectory(trace(span("chat", attrs=run)), TrajectoryConfig())
+    assert "price list" in t.steps[0].unknown["cost_usd"]
+    assert _cost_findings(_SONNET | {"gen_ai.request.model": model}, 1e-6)[1] == [
+        "cost_usd_exceeded"]  # no cached tokens: priced
 
 
 @pytest.mark.parametrize(("attrs", "cost", "source", "unknown"), [

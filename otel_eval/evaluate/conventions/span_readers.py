@@ -1,7 +1,7 @@
 """Stage: trajectory (part). Convention-independent span readers for what the conventions
-added as they moved: cache-write tokens, cost recorded on the span with its source, and a
-command tool's exit code, the decision taken on a tool call before it ran, an MCP client's
-``tools/call`` span.
+added as they moved: cache-write and cache-read tokens, cost recorded on the span with its
+source, and a command tool's exit code, the decision taken on a tool call before it ran,
+an MCP client's ``tools/call`` span.
 
 Each reader names the attribute keys that call for it; ``fields.Plan`` keeps, per span
 shape, only the readers whose keys the shape has, so the usual span pays nothing for them.
@@ -13,7 +13,12 @@ Attribute names, as the GenAI conventions name them (open-telemetry/semantic-con
 ``model/gen-ai/registry.yaml``; semantic-conventions-genai pull request 443 for cost):
 
 - ``gen_ai.usage.cache_creation.input_tokens`` (the registry's name), renamed
-  ``gen_ai.usage.cache_write.input_tokens``: input tokens written to a provider's cache;
+  ``gen_ai.usage.cache_write.input_tokens``: input tokens written to a provider's cache
+  (OpenLLMetry ``gen_ai.usage.cache_creation_input_tokens``, OpenInference
+  ``llm.token_count.prompt_details.cache_write``); ``gen_ai.usage.cache_read.input_tokens``:
+  input tokens served from it (OpenLLMetry ``gen_ai.usage.cache_read_input_tokens``,
+  OpenInference ``llm.token_count.prompt_details.cache_read``). Both "SHOULD be included in
+  ``gen_ai.usage.input_tokens``" (the registry); the price list prices them at their rates;
 - ``gen_ai.usage.cost.amount`` with ``gen_ai.usage.cost.currency`` (ISO 4217; only ``USD``
   is read as ``cost_usd``) and ``gen_ai.usage.cost.source`` (``provider`` | ``local``);
   then the older single-number keys (``gen_ai.usage.cost``, OpenInference ``llm.cost.total``,
@@ -55,8 +60,16 @@ from otel_eval.evaluate.conventions.values import as_float, as_int, as_name, as_
 
 __all__ = ["EVENT_KEYS", "READERS", "SpanReader", "for_keys"]
 
-CACHE_WRITE_KEYS = ("gen_ai.usage.cache_write.input_tokens",
-                    "gen_ai.usage.cache_creation.input_tokens")
+# each convention's key of the cached input tokens, the first present read (its convention
+# named in the step's source): GenAI's current name, its former one, OpenLLMetry's,
+# OpenInference's; each part of the call's input tokens, as its convention says
+CACHE_WRITE_KEYS = {"gen_ai.usage.cache_write.input_tokens": "genai",
+                    "gen_ai.usage.cache_creation.input_tokens": "genai",
+                    "gen_ai.usage.cache_creation_input_tokens": "openllmetry",
+                    "llm.token_count.prompt_details.cache_write": "openinference"}
+CACHE_READ_KEYS = {"gen_ai.usage.cache_read.input_tokens": "genai",
+                   "gen_ai.usage.cache_read_input_tokens": "openllmetry",
+                   "llm.token_count.prompt_details.cache_read": "openinference"}
 COST_AMOUNT = "gen_ai.usage.cost.amount"
 COST_CURRENCY = "gen_ai.usage.cost.currency"
 COST_SOURCE = "gen_ai.usage.cost.source"
@@ -82,18 +95,22 @@ class SpanReader(NamedTuple):
     tools: Callable[[Attrs], dict[str, Any]] | None = None
 
 
-def _cache_write(step: Step, span: Span, attrs: Attrs) -> None:
-    for key in CACHE_WRITE_KEYS:
-        value = attrs.get(key)
-        if value is None:
-            continue
-        tokens = as_int(value, 0)
-        if tokens is None:
-            step.unknown["cache_write_tokens"] = f"{key} not understood"
-            continue
-        step.cache_write_tokens = tokens
-        step.sources["cache_write_tokens"] = f"genai {key}"
-        return
+def _cached(name: str, keys: dict[str, str]) -> Callable[[Step, Span, Attrs], None]:
+    """The reader of ``Step.<name>`` from ``keys`` (key -> its convention), the first
+    understood."""
+    def read(step: Step, span: Span, attrs: Attrs) -> None:
+        for key, convention in keys.items():
+            value = attrs.get(key)
+            if value is None:
+                continue
+            tokens = as_int(value, 0)
+            if tokens is None:
+                step.unknown[name] = f"{key} not understood"
+                continue
+            setattr(step, name, tokens)
+            step.sources[name] = f"{convention} {key}"
+            return
+    return read
 
 
 def _cost(step: Step, span: Span, attrs: Attrs) -> None:
@@ -207,7 +224,8 @@ WORKFLOW_TOOL_READER = SpanReader(frozenset((WORKFLOW_TOOL_ARGUMENTS,)), _tool_o
 
 READERS = (
     SpanReader(frozenset((MCP_METHOD,)), _mcp),  # first: the ones after read tool steps
-    SpanReader(frozenset(CACHE_WRITE_KEYS), _cache_write),
+    SpanReader(frozenset(CACHE_WRITE_KEYS), _cached("cache_write_tokens", CACHE_WRITE_KEYS)),
+    SpanReader(frozenset(CACHE_READ_KEYS), _cached("cache_read_tokens", CACHE_READ_KEYS)),
     SpanReader(frozenset((COST_AMOUNT, *LEGACY_COST_KEYS)), _cost),
     SpanReader(frozenset((EXIT_CODE,)), _exit_code),
     SpanReader(frozenset((DECISION_OUTCOME, DECISION_EVENT)), _decision),

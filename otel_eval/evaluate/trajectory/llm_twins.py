@@ -34,7 +34,7 @@ __all__ = ["fold", "merge_llm_twins"]
 
 # What the inner span of one LLM call recorded twice may add to the outer one.
 _FIELDS = ("model", "provider", "input_tokens", "output_tokens", "cost_usd", "cache_write_tokens",
-           "reply", "output_text")
+           "cache_read_tokens", "reply", "output_text")
 # LLM steps under one parent looked back through for a twin without a response id: a
 # call's twin starts right after it, other calls running beside it at most a few more.
 _WINDOW = 4

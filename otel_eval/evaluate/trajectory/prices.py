@@ -4,9 +4,18 @@ Prices come from litellm's model price map, the copy packaged with litellm (neve
 service makes no outbound call it was not asked to). A model the map does not know leaves the
 cost unknown (None), never 0.
 
+Cached input tokens (``Step.cache_read_tokens``, ``cache_write_tokens``) are part of
+``input_tokens`` (the GenAI registry: they "SHOULD be included"); they are priced at the map's
+``cache_read_input_token_cost`` / ``cache_creation_input_token_cost`` and the rest of the input
+at ``input_cost_per_token``. Cached counts larger than ``input_tokens`` cannot be part of it:
+they are the provider's separate buckets (Anthropic's usage copied as it comes), priced beside
+all the input tokens. A cached count above 0 whose rate the map lacks leaves the cost unknown,
+as an unpriced model: the input rate is no bound (a cache write costs 1.25x an input token at
+Anthropic) and a guess is no reason for a budget finding.
+
 The map is read from litellm's package directory as JSON, without importing litellm (~190 MB
 resident and seconds of import, which serve pays only when the judge is configured), and
-kept as (input, output) prices per model name, its aliases resolved the way litellm resolves
+kept as ``Prices`` per model name, its aliases resolved the way litellm resolves
 them (``alias_of`` rows and ``aliases`` lists; tests/trajectory checks it against
 ``litellm.model_cost``).
 """
@@ -18,15 +27,25 @@ import json
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from otel_eval.base.steps import Step
 
 PRICE_FILE = "model_prices_and_context_window_backup.json"  # in litellm's package directory
 
 
+class Prices(NamedTuple):
+    """USD per token of one model: input, output, and the cache rates when the map has them
+    (None: not listed)."""
+
+    input: float
+    output: float
+    cache_read: float | None = None
+    cache_write: float | None = None
+
+
 @lru_cache(maxsize=1)
-def _price_map() -> Mapping[str, tuple[float, float]]:
+def _price_map() -> Mapping[str, Prices]:
     try:
         spec = importlib.util.find_spec("litellm")  # locates the package, does not import it
         where = spec.submodule_search_locations if spec is not None else None
@@ -36,10 +55,11 @@ def _price_map() -> Mapping[str, tuple[float, float]]:
     return price_table(raw) if isinstance(raw, dict) else {}
 
 
-def price_table(raw: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
-    """(input, output) USD per token for each model of litellm's raw price map with both
-    prices; an ``alias_of`` row (pointing at a non-alias row) and each name in a row's
-    ``aliases`` list (unless already a row or claimed) take their owner's prices."""
+def price_table(raw: Mapping[str, Any]) -> dict[str, Prices]:
+    """``Prices`` for each model of litellm's raw price map with input and output prices
+    (its cache rates when it lists them); an ``alias_of`` row (pointing at a non-alias row)
+    and each name in a row's ``aliases`` list (unless already a row or claimed) take their
+    owner's prices."""
     rows = {k: v for k, v in raw.items() if isinstance(v, Mapping)}
     pointers = {k: v["alias_of"] for k, v in rows.items() if isinstance(v.get("alias_of"), str)}
     owners: dict[str, str] = {}
@@ -54,15 +74,22 @@ def price_table(raw: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
     for alias, target in pointers.items():
         if target in rows and target not in pointers and alias not in owners:
             owners[alias] = target
-    table: dict[str, tuple[float, float]] = {}
+    table: dict[str, Prices] = {}
     for name, row in rows.items():
         if name in pointers:
             continue
         inp, out = row.get("input_cost_per_token"), row.get("output_cost_per_token")
         if isinstance(inp, int | float) and isinstance(out, int | float):
-            table[name] = (float(inp), float(out))
+            table[name] = Prices(float(inp), float(out),
+                                 _rate(row.get("cache_read_input_token_cost")),
+                                 _rate(row.get("cache_creation_input_token_cost")))
     table.update((alias, table[owner]) for alias, owner in owners.items() if owner in table)
     return table
+
+
+def _rate(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
+        else None
 
 
 # The attributes that name who served an LLM call: GenAI's (``gen_ai.system`` before
@@ -94,8 +121,8 @@ def provider(attrs: Mapping[str, Any]) -> str | None:
 
 
 @lru_cache(maxsize=1024)
-def model_prices(model: str, provider: str | None = None) -> tuple[float, float] | None:
-    """(input, output) USD per token for ``model``, or None when the price map lacks it; the
+def model_prices(model: str, provider: str | None = None) -> Prices | None:
+    """``Prices`` (USD per token) for ``model``, or None when the price map lacks it; the
     row of the call's ``provider`` first (``PRICE_PREFIXES``: an Azure deployment's price, a
     model the map lists only under its provider), then the model's own."""
     prices = _price_map()
@@ -119,16 +146,42 @@ def step_cost(step: Step) -> float | None:
     if not step.model or (step.input_tokens is None and step.output_tokens is None):
         return None
     prices = model_prices(step.model[:200], step.provider[:100] if step.provider else None)
-    if prices is None:
+    if prices is None or _missing_rate(step, prices):
         return None
-    return (step.input_tokens or 0) * prices[0] + (step.output_tokens or 0) * prices[1]
+    read, write = step.cache_read_tokens or 0, step.cache_write_tokens or 0
+    inputs = step.input_tokens or 0
+    if read + write <= inputs:  # part of the input tokens (else beside them)
+        inputs -= read + write
+    cost = inputs * prices.input + (step.output_tokens or 0) * prices.output
+    if read:
+        cost += read * (prices.cache_read or 0.0)
+    if write:
+        cost += write * (prices.cache_write or 0.0)
+    return cost
+
+
+def _missing_rate(step: Step, prices: Prices) -> str | None:
+    """The cache rate the step's tokens need and the price map lacks, if any."""
+    if step.cache_read_tokens and prices.cache_read is None:
+        return "cache-read"
+    if step.cache_write_tokens and prices.cache_write is None:
+        return "cache-write"
+    return None
 
 
 def price_steps(steps: Iterable[Step]) -> None:
     """Fill ``cost_usd`` of LLM steps that have none (a cost the span recorded comes first)
-    and whose model the price map knows; the source says it was priced here."""
+    and whose model the price map knows; the source says it was priced here, and a cache rate
+    the map lacks is said in ``Step.unknown`` (the cost stays unknown)."""
     for step in steps:
         if step.kind == "llm" and step.cost_usd is None and step.model:
             step.cost_usd = step_cost(step)
             if step.cost_usd is not None:
                 step.sources["cost_usd"] = "price list (litellm) by model and tokens"
+                continue
+            prices = model_prices(step.model[:200],
+                                  step.provider[:100] if step.provider else None)
+            missing = _missing_rate(step, prices) if prices is not None else None
+            if missing and "cost_usd" not in step.unknown:
+                step.unknown["cost_usd"] = f"no {missing} price for {step.model[:200]} in " \
+                                           "the price list (litellm)"
