@@ -245,6 +245,10 @@ class Trajectory:
     # Code actions read from LLM replies (``trajectory.code_actions``): blocks, calls, calls
     # that are steps, rebuilt steps, ``unparsed_<reason>``. Empty when no reply holds code.
     code_actions: dict[str, int] = field(default_factory=dict)
+    # Tool calls asked for in LLM outputs that would have been rebuilt as steps past
+    # ``TrajectoryConfig.max_rebuilt_calls`` (``trajectory.passes``): not steps; the result's
+    # ``result_truncated`` finding says how many (``bounds``). Not part of the v1 object.
+    calls_over_limit: int = 0
     # The conversation (session, thread) this turn belongs to and the conversation's user,
     # read from every convention that carries one (``conventions.conversations``); None
     # when no span carries one. ``conversation_sources``: field -> "<convention> <key>".

@@ -249,6 +249,8 @@ def _bound(evaluation: Evaluation, config: TrajectoryConfig) -> None:
         cut["values"] = values
     if t.code_actions.get("over_limit"):
         cut["rebuilt_calls"] = t.code_actions["over_limit"]
+    if t.calls_over_limit:
+        cut["rebuilt_tool_calls"] = t.calls_over_limit
     if cut or text is None:
         body = evaluation.to_json(finite_floats=False)
         text = json_text(body)
@@ -265,7 +267,9 @@ def _bound(evaluation: Evaluation, config: TrajectoryConfig) -> None:
                       f"the stored result was cut to its bounds ({parts})", [], [],
                       {"result_bytes": size, "max_result_bytes": config.max_result_bytes,
                        "max_value_bytes": config.max_value_bytes,
-                       "max_rebuilt_steps": config.max_rebuilt_steps, **cut})
+                       "max_rebuilt_steps": config.max_rebuilt_steps,
+                       **({"max_rebuilt_calls": config.max_rebuilt_calls}
+                          if t.calls_over_limit else {}), **cut})
     evaluation.findings.append(finding)
     if size > limit:
         body["findings"] = [*body["findings"], finding.to_json()]

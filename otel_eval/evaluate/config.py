@@ -25,6 +25,12 @@ class TrajectoryConfig:
     # below: code agents' step limits are tens (smolagents 20) to a few hundred (mini-swe-agent
     # 250), each step a call or a few.
     max_rebuilt_steps: int = 500
+    # Tool steps rebuilt from the tool calls LLM outputs asked for and no span ran, per trace,
+    # at most; the calls past it are counted (a `result_truncated` finding's
+    # `rebuilt_tool_calls`; their outcome not known), not made steps. As many as the tool
+    # spans a trace may hold (`assembly.max_spans_per_trace`): one output's calls were
+    # rebuilt without limit (a 64 MiB span made ~1.2M steps).
+    max_rebuilt_calls: int = 10_000
     # Stored size of one value of a step (its arguments, each tool call's arguments, its
     # error), bytes of JSON; a larger one is stored as the first bytes of its JSON text, its
     # full size in the step's `truncated`. Detectors read the whole value first.
@@ -38,7 +44,8 @@ class TrajectoryConfig:
     max_result_bytes: int = 4 * 1024 * 1024
 
     def __post_init__(self) -> None:
-        validate(self, minimum={"max_rebuilt_steps": 0, "max_value_bytes": 256,
+        validate(self, minimum={"max_rebuilt_steps": 0, "max_rebuilt_calls": 0,
+                                "max_value_bytes": 256,
                                 "max_result_bytes": 64 * 1024})
 
 

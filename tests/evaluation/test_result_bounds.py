@@ -14,6 +14,7 @@ from support.bench_module import load_bench
 
 from otel_eval.app.config import Config
 from otel_eval.base.jsontext import json_text
+from otel_eval.base.model import Span, Trace
 from otel_eval.base.results import Evaluation, Finding
 from otel_eval.base.steps import Step, ToolCall, Trajectory
 from otel_eval.evaluate.bounds import bound
@@ -155,3 +156,44 @@ def test_the_calls_of_a_step_that_is_no_llm_step_are_measured_though_not_stored(
     assert step.cut == {"tool_calls": size}
     assert isinstance(big.arguments, str) and len(big.arguments) <= 4096
     assert [f.attributes["values"] for f in ev.findings] == [1]
+
+
+def _calls_trace(spans: int, calls: int) -> Trace:
+    """``spans`` LLM spans, each asking for ``calls`` tool calls in its output messages, and no
+    tool span: every call is rebuilt as a step (an instrumentation that records LLM calls
+    only)."""
+    out = []
+    for n in range(spans):
+        parts = [{"type": "tool_call", "id": f"c{n}-{i}", "name": "lookup",
+                  "arguments": {"i": i}} for i in range(calls)]
+        attrs = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m",
+                 "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": parts}])}
+        out.append(Span("ab" * 16, f"{n + 1:016x}", None, "chat", n * 10, n * 10 + 5,
+                        attributes=attrs))
+    return Trace("ab" * 16, out, "complete")
+
+
+def test_rebuilt_tool_calls_are_capped_per_trace_and_counted() -> None:
+    """One LLM output's tool calls were rebuilt into steps without limit (``max_rebuilt_steps``
+    bounds code actions only): a 64 MiB span made ~1.2M steps, ~70 s and ~3 GB. Past
+    ``max_rebuilt_calls`` per trace a call is no step, counted and said, as the code-action
+    cut."""
+    config = dataclasses.replace(Config(), trajectory=TrajectoryConfig(max_rebuilt_calls=10))
+    ev = Evaluator(config).evaluate(_calls_trace(3, 8))
+    rebuilt = [s for s in ev.trajectory.steps if s.rebuilt]
+    assert len(rebuilt) == 10  # not 24
+    assert ev.trajectory.calls_over_limit == 14
+    llm = ev.trajectory.llm_steps
+    assert [c.outcome for c in llm[1].tool_calls] == ["rebuilt"] * 2 + [""] * 6  # not known
+    attrs = _truncated(ev).attributes
+    assert attrs["rebuilt_tool_calls"] == 14 and attrs["max_rebuilt_calls"] == 10
+    assert ev.verdict is not None and ev.verdict.passed is not None
+
+
+def test_the_default_cap_bounds_one_span_of_calls() -> None:
+    """Counted work, not time: a span asking for more calls than the default cap makes the
+    cap's number of steps."""
+    cap = TrajectoryConfig().max_rebuilt_calls
+    trajectory = Evaluator(Config()).evaluate(_calls_trace(1, cap + 50)).trajectory
+    assert sum(1 for s in trajectory.steps if s.rebuilt) == cap
+    assert trajectory.calls_over_limit == 50

@@ -218,8 +218,9 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
     builder = StepBuilder(config, trace.logs, spans)
     for span, depth in tree_order(spans):
         builder.add(span, depth)
-    draft = Draft(builder.steps, builder.tools, config.max_rebuilt_steps, builder.scope,
-                  builder.agents_with_tools, builder.conventions_with_tools, builder.tool_ids)
+    draft = Draft(builder.steps, builder.tools, config.max_rebuilt_steps,
+                  config.max_rebuilt_calls, builder.scope, builder.agents_with_tools,
+                  builder.conventions_with_tools, builder.tool_ids)
     run_passes(draft)
     steps = draft.steps
     root_span = local_root(spans)
@@ -260,6 +261,7 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
         run_span_id=run_span_id(spans),
         unrecorded=_unrecorded(steps, output),
         code_actions=draft.code_actions,
+        calls_over_limit=draft.calls_over_limit,
         session_id=builder.conversation.session_id,
         user_id=builder.conversation.user.value,
         conversation_sources=builder.conversation.sources,

@@ -36,6 +36,7 @@ class Draft:
     steps: list[Step]
     tools: dict[str, Any]  # tool name -> offered schema ({} when unknown), merged from spans
     max_rebuilt_steps: int  # TrajectoryConfig.max_rebuilt_steps: code-action steps rebuilt
+    max_rebuilt_calls: int  # TrajectoryConfig.max_rebuilt_calls: tool-call steps rebuilt
     # span id -> (node name, id of the nearest agent span at or above it)
     scope: dict[str, tuple[str | None, str | None]]
     agents_with_tools: set[str | None]  # agent span ids with a tool span under them
@@ -47,6 +48,7 @@ class Draft:
     ran: set[int] = field(default_factory=set)  # id() of the LLM tool calls a tool step ran
     responses: ToolResponses | None = None  # what later LLM steps were told calls returned
     code_actions: dict[str, int] = field(default_factory=dict)  # Trajectory.code_actions
+    calls_over_limit: int = 0  # Trajectory.calls_over_limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,10 +98,13 @@ def _look_up_results(draft: Draft) -> None:
 
 def _rebuild_tool_calls(draft: Draft) -> None:
     """Tool calls that exist only in LLM output messages become rebuilt tool steps right
-    after their LLM step (see ``build.py``'s docstring for when), re-indexed."""
+    after their LLM step (see ``build.py``'s docstring for when), re-indexed; past
+    ``max_rebuilt_calls`` in the trace a call is counted (``calls_over_limit``), its outcome
+    not known."""
     responses = draft.responses
     assert responses is not None  # _look_up_results ran
     out: list[Step] = []
+    rebuilt_calls = 0
     for position, step in enumerate(draft.steps):
         out.append(step)
         if step.kind != "llm" or not step.tool_calls:
@@ -115,6 +120,10 @@ def _rebuild_tool_calls(draft: Draft) -> None:
             if trusted and not (draft.tool_ids and call.call_id) and result is None:
                 call.outcome = "never_ran"
                 continue  # no span ran it and no later call was told a result
+            if rebuilt_calls >= draft.max_rebuilt_calls:
+                draft.calls_over_limit += 1
+                continue
+            rebuilt_calls += 1
             call.outcome = "rebuilt"
             rebuilt = Step(
                 0, step.span_id, step.parent_span_id, "tool", call.name, node=step.node,
