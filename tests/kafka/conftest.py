@@ -1,5 +1,5 @@
 """Kafka test fixtures: librdkafka's mock cluster on loopback (one per session, a fresh
-6-partition topic per test)."""
+6-partition topic per test), and an event loop thread for the async stages."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from collections.abc import Iterator
 import pytest
 from kafka_doubles import Topic
 from kafka_mock_cluster import MockCluster
+
+from otel_eval.base.aio import LoopThread
 
 _topics = itertools.count()
 
@@ -27,3 +29,12 @@ def topic(mock_cluster: MockCluster) -> Topic:
     return Topic(name, mock_cluster.bootstraps, 6)
 
 
+
+
+@pytest.fixture
+def loop() -> Iterator[LoopThread]:
+    """An event loop on its own thread, as the service runs the Kafka stages."""
+    thread = LoopThread()
+    thread.start()
+    yield thread
+    thread.shutdown(5.0)

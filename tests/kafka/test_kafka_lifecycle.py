@@ -3,8 +3,6 @@ service's loop): each starts against the mock cluster and shuts down."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from kafka_doubles import FakeEngine, Topic
 
@@ -13,14 +11,6 @@ from otel_eval.base.aio import LoopThread
 from otel_eval.outputs.kafka import ResultsPublisher
 from otel_eval.receive.kafka.consumer import KafkaConsumerStage
 from otel_eval.receive.kafka.publisher import KafkaPublisher
-
-
-@pytest.fixture
-def loop() -> Iterator[LoopThread]:
-    thread = LoopThread()
-    thread.start()
-    yield thread
-    thread.shutdown(5.0)
 
 
 @pytest.mark.parametrize("kind", ["consumer", "publisher", "results publisher"])

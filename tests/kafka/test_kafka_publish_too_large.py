@@ -5,9 +5,7 @@ without end (it can never fit), and every retry wrote the request's other traces
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
-import pytest
 from kafka_doubles import Topic
 from kafka_mock_cluster import MockCluster
 from kafka_traces import trace_ids
@@ -18,14 +16,6 @@ from otel_eval.base.kafka.stats import KafkaStats
 from otel_eval.base.model import LogEvent, Span
 from otel_eval.receive.kafka.frontend import PublishingEngine
 from otel_eval.receive.kafka.publisher import KafkaPublisher
-
-
-@pytest.fixture
-def loop() -> Iterator[LoopThread]:
-    thread = LoopThread()
-    thread.start()
-    yield thread
-    thread.shutdown(5.0)
 
 
 def _trace(tid: str, n: int, text: str = "") -> list[Span]:
