@@ -145,7 +145,7 @@ def step_cost(step: Step) -> float | None:
         return step.cost_usd
     if not step.model or (step.input_tokens is None and step.output_tokens is None):
         return None
-    prices = model_prices(step.model[:200], step.provider[:100] if step.provider else None)
+    prices = _step_prices(step)
     if prices is None or _missing_rate(step, prices):
         return None
     read, write = step.cache_read_tokens or 0, step.cache_write_tokens or 0
@@ -158,6 +158,12 @@ def step_cost(step: Step) -> float | None:
     if write:
         cost += write * (prices.cache_write or 0.0)
     return cost
+
+
+def _step_prices(step: Step) -> Prices | None:
+    """The prices of the step's model, as served by its provider (names bounded)."""
+    return model_prices(step.model[:200] if step.model else "",
+                        step.provider[:100] if step.provider else None)
 
 
 def _missing_rate(step: Step, prices: Prices) -> str | None:
@@ -179,8 +185,7 @@ def price_steps(steps: Iterable[Step]) -> None:
             if step.cost_usd is not None:
                 step.sources["cost_usd"] = "price list (litellm) by model and tokens"
                 continue
-            prices = model_prices(step.model[:200],
-                                  step.provider[:100] if step.provider else None)
+            prices = _step_prices(step)
             missing = _missing_rate(step, prices) if prices is not None else None
             if missing and "cost_usd" not in step.unknown:
                 step.unknown["cost_usd"] = f"no {missing} price for {step.model[:200]} in " \
