@@ -249,18 +249,12 @@ class Service:
             return f"{self.kafka.name} died ({type(e).__name__})"
         if not self.engine.healthy:
             return "the engine died (its worker thread or the evaluation workers)"
-        if (sink := self._dead_sink()) is not None:
-            return f"the {sink} sink's worker died"
-        return None
-
-    def _dead_sink(self) -> str | None:
-        return next((sink.name for sink in self.sinks
-                     if isinstance(sink, Live) and not sink.healthy), None)
+        sink = next((s.name for s in self.sinks if isinstance(s, Live) and not s.healthy), None)
+        return None if sink is None else f"the {sink} sink's worker died"
 
     @property
     def healthy(self) -> bool:
-        consumer_failed = self.kafka is not None and self.kafka.failure() is not None
-        return self.engine.healthy and not consumer_failed and self._dead_sink() is None
+        return self._dead() is None
 
     # --- lifecycle ---------------------------------------------------------------------------
 
