@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from otel_eval.base.component import OnLoop
 from otel_eval.base.kafka.client import client_kwargs
 from otel_eval.base.kafka.config import KafkaConfig
-from otel_eval.base.kafka.stats import KafkaMetrics, KafkaStats
+from otel_eval.base.kafka.stats import RECORD_TOO_LARGE, KafkaMetrics, KafkaStats
 from otel_eval.base.model import Trace
 from otel_eval.base.results import Evaluation
 from otel_eval.outputs.deps import Deps
@@ -114,7 +114,7 @@ class ResultsPublisher:
                 log.warning("kafka results: trace %s not published (%s)", trace_id,
                             type(e).__name__)
                 self.metrics.publish_dropped(
-                    "results", "record_too_large" if too_large else "send_failed", 1)
+                    "results", RECORD_TOO_LARGE if too_large else "send_failed", 1)
                 continue
             self._queue.popleft()
             self._sent.append(fut)

@@ -3,7 +3,8 @@
 ``KafkaMetrics`` is what the consumer and publishers call; ``KafkaStats`` is a plain
 in-memory implementation (used by tests, and a default so the stages never need a registry).
 Label values are bounded: partition numbers, topic kinds (``TOPIC_KINDS`` for the consumed
-topics), and reasons from ``POISON_REASONS`` and ``METADATA_IGNORED_REASONS``.
+topics), and reasons from ``POISON_REASONS``, ``METADATA_IGNORED_REASONS`` and
+``PUBLISH_DROP_REASONS``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,12 @@ POISON_REASONS = ("empty", "not_otlp")
 # Closed set of reasons committed offset metadata is read as absent (its replay then starts
 # at the committed position): ``too_large``, past what otel-eval writes (``offsets``).
 METADATA_IGNORED_REASONS = ("too_large",)
+# Closed set of reasons a published record is dropped (``publish_dropped``): larger than a
+# record may be (never fits: not retried), refused or undelivered by the producer, the
+# results queue full, the publisher not started, a stop.
+RECORD_TOO_LARGE = "record_too_large"
+PUBLISH_DROP_REASONS = (RECORD_TOO_LARGE, "send_failed", "queue_full", "not_started",
+                        "shutdown")
 # The consumed topics, by kind: ``kafka.topic`` (trace requests) and ``kafka.logs_topic``.
 TOPIC_KINDS = ("spans", "logs")
 

@@ -20,10 +20,11 @@ from collections.abc import Callable, Sequence
 
 from otel_eval.assemble.engine import Admission
 from otel_eval.base.aio import LoopThread
+from otel_eval.base.kafka.stats import RECORD_TOO_LARGE
 from otel_eval.base.model import LogEvent, Span
 from otel_eval.decode.encode import encode_spans
 from otel_eval.decode.otlp_logs import HeldRecord
-from otel_eval.receive.kafka.publisher import TOO_LARGE, KafkaPublisher, RecordsTooLarge
+from otel_eval.receive.kafka.publisher import KafkaPublisher, RecordsTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -85,4 +86,5 @@ def _partly(items: Sequence[Span] | Sequence[LogEvent | HeldRecord],
             too_large: RecordsTooLarge) -> Admission:
     """The items of the traces written taken, those of the traces too large rejected."""
     n = sum(1 for it in items if it.trace_id in too_large.trace_ids)
-    return Admission(accepted=len(items) - n, rejected=Counter({TOO_LARGE: n}) if n else Counter())
+    return Admission(accepted=len(items) - n,
+                     rejected=Counter({RECORD_TOO_LARGE: n}) if n else Counter())

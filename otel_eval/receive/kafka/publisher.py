@@ -35,17 +35,13 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from otel_eval.base.kafka.client import client_kwargs
 from otel_eval.base.kafka.config import KafkaConfig
-from otel_eval.base.kafka.stats import KafkaMetrics, KafkaStats
+from otel_eval.base.kafka.stats import RECORD_TOO_LARGE, KafkaMetrics, KafkaStats
 from otel_eval.base.model import LogEvent
 from otel_eval.decode import otlp_json, otlp_logs
 from otel_eval.decode.encode import header
 from otel_eval.decode.otlp_logs import HeldRecord
 
 _FNV_OFFSET, _FNV_PRIME = 0x811C9DC5, 0x01000193
-# why a trace's record was not written: larger than a record may be (never retried)
-TOO_LARGE = "record_too_large"
-
-
 class RecordsTooLarge(Exception):
     """The records of ``trace_ids`` were too large to write; the request's others were."""
 
@@ -211,6 +207,6 @@ class KafkaPublisher:
         written = len(parts) - len(too_large)
         self.metrics.published(kind, written)
         if too_large:
-            self.metrics.publish_dropped(kind, TOO_LARGE, len(too_large))
+            self.metrics.publish_dropped(kind, RECORD_TOO_LARGE, len(too_large))
             raise RecordsTooLarge(too_large)
         return written
