@@ -6,6 +6,7 @@ reveal."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -506,6 +507,16 @@ INTERPRETERS = [
 def test_interpreter_like_tools_by_declared_signals(name: str, schema: object,
                                                     expected: bool) -> None:
     assert is_interpreter(name, schema) is expected
+
+
+def test_a_long_tool_name_is_not_kept_whole_by_the_word_cache() -> None:
+    """The tool name is span content: the memo of its words (1,024 entries, for the life of
+    the worker) holds its first ``MAX_TOOL_NAME`` characters, never the whole name; 1,024
+    names of a MiB each were 1 GiB held after their traces were gone."""
+    names = [f"python_interpreter_{i}_" + "x" * 100_000 for i in range(4)]
+    before = [sys.getrefcount(n) for n in names]
+    assert all(is_interpreter(n) for n in names)
+    assert [sys.getrefcount(n) for n in names] == before  # no reference kept to any
 
 
 def _fc_trace(*codes: str, tool: str = "execute_code", children: list[Span] | None = None,

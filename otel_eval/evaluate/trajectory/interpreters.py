@@ -41,7 +41,9 @@ MAX_TOOL_NAME = 200  # a tool name is short; a longer one is read (and shown) up
 
 @lru_cache(maxsize=1024)
 def _words(name: str) -> frozenset[str]:
-    return frozenset(w.lower() for w in _WORD.findall(name[:MAX_TOOL_NAME]))
+    """The words of a name already cut to ``MAX_TOOL_NAME`` (the cache keeps its key: a
+    whole name of span content, 1,024 times over, would outlive its trace)."""
+    return frozenset(w.lower() for w in _WORD.findall(name))
 
 
 def _declared(schema: Any) -> list[str] | None:
@@ -51,7 +53,7 @@ def _declared(schema: Any) -> list[str] | None:
 
 def is_interpreter(name: str, schema: Any = None) -> bool:
     """Whether a tool of this name (and offered schema) runs the Python code it is given."""
-    words = _words(name)
+    words = _words(name[:MAX_TOOL_NAME])
     if name.lower() in _ALONE or (words & _LANGUAGE and words & _EXECUTING):
         return True
     if not words & _EXECUTING:
