@@ -86,6 +86,19 @@ def test_the_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     assert 0 < len(fields_module._plans) <= 10
 
 
+def test_the_cache_holds_a_bounded_size_of_attribute_keys() -> None:
+    """A shape is its attribute keys, span content of any length: the plans cached hold at
+    most ``_PLAN_CACHE_CHARS`` of them, however long the keys of each shape (4,096 shapes of
+    1 MiB of keys each were 4 GiB held after their traces were gone)."""
+    fields_module._plans.clear()
+    for i in range(48):  # 24 MiB of keys in all, each span a shape of its own
+        s = span("s", attrs={"gen_ai.operation.name": "chat", f"k{i}" + "x" * (1 << 19): 1})
+        plan(s, s.attributes, ADAPTERS, classify)
+    held = sum(len(k) for shape in fields_module._plans for k in shape[1])
+    assert held <= 16 << 20
+    fields_module._plans.clear()
+
+
 _MARKER_VALUES = [("gen_ai.operation.name", "chat"), ("openinference.span.kind", "LLM"),
                   ("traceloop.span.kind", "task"), ("llm.request.type", "chat"),
                   ("ai.operationId", "ai.generateText")]

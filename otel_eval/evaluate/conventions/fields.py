@@ -58,6 +58,10 @@ _LEGACY_EVENTS = frozenset({"gen_ai.content.prompt", "gen_ai.content.completion"
 _SHAPE_EVENTS = _LEGACY_EVENTS | EVENT_KEYS
 _NO_EVENTS: frozenset[str] = frozenset()
 _PLAN_CACHE = 4096  # plans kept (distinct key shapes); the cache is emptied when full
+# Characters of attribute keys the cached shapes hold (a shape keeps its keys, span content
+# of any length), at most; the cache is emptied when full, and a shape whose keys alone
+# pass a sixteenth of it is read anew each time, not kept.
+_PLAN_CACHE_CHARS = 16 << 20
 Classify = Callable[[Span, Attrs], tuple[StepKind, Adapter | None]]
 
 
@@ -87,6 +91,7 @@ class Plan:
 
 
 _plans: dict[tuple[Any, ...], Plan] = {}
+_plan_chars = [0]  # characters of the keys of the shapes in ``_plans``
 
 
 def plan(span: Span, attrs: Attrs, adapters: Sequence[Adapter],
@@ -110,11 +115,26 @@ def plan(span: Span, attrs: Attrs, adapters: Sequence[Adapter],
             return kind, found
     kind, marker = classify(span, attrs)  # a new shape (or, never expected, a changed one)
     explicit = marker is not None and marker.explicit(span, attrs) is not None
-    if len(_plans) >= _PLAN_CACHE:
-        _plans.clear()
-    found = _plans[shape] = Plan(marker, explicit, readers(marker, span, attrs, adapters),
-                                 attrs, events)
+    found = Plan(marker, explicit, readers(marker, span, attrs, adapters), attrs, events)
+    _keep(shape, found)
     return kind, found
+
+
+def _keep(shape: tuple[Any, ...], found: Plan) -> None:
+    """Cache ``found`` for ``shape`` within ``_PLAN_CACHE`` plans and ``_PLAN_CACHE_CHARS``."""
+    if shape in _plans:
+        _plans[shape] = found  # its keys are counted already
+        return
+    chars = sum(map(len, shape[1]))
+    if chars > _PLAN_CACHE_CHARS // 16:
+        return
+    if not _plans:
+        _plan_chars[0] = 0  # emptied (a test clears it too)
+    if len(_plans) >= _PLAN_CACHE or _plan_chars[0] + chars > _PLAN_CACHE_CHARS:
+        _plans.clear()
+        _plan_chars[0] = 0
+    _plans[shape] = found
+    _plan_chars[0] += chars
 
 
 def readers(marker: Adapter | None, span: Span, attrs: Attrs,
