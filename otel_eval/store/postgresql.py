@@ -82,7 +82,7 @@ _SINCE_AFTER = ("SELECT evaluated_at_ns, trace_id, body FROM evaluations WHERE e
                 " ORDER BY evaluated_at_ns DESC, trace_id")
 
 T = TypeVar("T")
-_SESSIONS = session_sql("%s")
+_SESSIONS = session_sql("%s", "chr", "STRPOS")
 
 _UPSERT = f"""INSERT INTO evaluations AS e ({ROW_COLUMNS})
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)

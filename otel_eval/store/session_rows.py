@@ -204,8 +204,10 @@ _OPENED = ("CASE WHEN completed_at_ns > first_turn_ns THEN completed_at_ns "
            "ELSE first_turn_ns END")
 
 
-def sql(m: str) -> dict[str, str]:
-    """The statements, with placeholder ``m``."""
+def sql(m: str, char: str, instr: str) -> dict[str, str]:
+    """The statements, with placeholder ``m`` (``char``: the dialect's function of a code
+    point, ``instr``: its position of a substring)."""
+    service = f"SUBSTR(session_id, {instr}(session_id, {char}(31)) + 1)"  # the key's service
     return {
         "upsert": f"INSERT INTO sessions (session_id, state, first_turn_ns, last_turn_ns, "
                   f"turns, bytes) VALUES ({m}, 'open', {m}, {m}, {m}, {m}) "
@@ -229,6 +231,14 @@ def sql(m: str) -> dict[str, str]:
         # first_turn_ns holding the completion's); oldest first
         "long": f"SELECT session_id, last_turn_ns FROM sessions WHERE state = 'open' AND "
                 f"{_OPENED} < {m} ORDER BY {_OPENED}, session_id LIMIT {m}",
+        # the open-sessions bound's victims: each open session ranked by how many of its
+        # service's open sessions are newer, the highest first (the service holding the
+        # most gives way, its oldest first, until it holds no more than the next), then
+        # oldest first: a service opening new ids completes its own, not others'
+        "crowded": f"SELECT session_id, last_turn_ns FROM (SELECT session_id, last_turn_ns, "
+                   f"ROW_NUMBER() OVER (PARTITION BY {service} ORDER BY last_turn_ns DESC, "
+                   "session_id DESC) AS held FROM sessions WHERE state = 'open') ranked "
+                   f"ORDER BY held DESC, last_turn_ns, session_id LIMIT {m}",
         # claims of processes that died (or hang): claimed before the cutoff
         "stale": f"SELECT session_id, last_turn_ns FROM sessions WHERE state = 'claimed' "
                  f"AND claimed_at_ns < {m} ORDER BY claimed_at_ns LIMIT {m}",
@@ -299,9 +309,13 @@ class KeptSessions:
         high = low[:-1] + chr(ord(KEY_SEPARATOR) + 1)
         return [str(r[0]) for r in self._one("keys", low, high, limit)[0]]
 
-    def oldest_open_sessions(self, limit: int) -> list[tuple[str, int]]:
-        """The ``limit`` open sessions with the oldest last turn (the open-sessions bound)."""
-        return self.sessions_due(1 << 62, 0, limit)[:limit]
+    def crowded_open_sessions(self, limit: int) -> list[tuple[str, int]]:
+        """(session id, last turn ns) of ``limit`` open sessions to complete for the
+        open-sessions bound: those of the services holding the most open sessions, the
+        oldest of each first (a service gives way until it holds no more than the next
+        one), so a service opening new ids completes its own, not another's conversations.
+        Ranks every open session (a window over the table): read only past the bound."""
+        return [(str(r[0]), int(r[1])) for r in self._one("crowded", limit)[0]]
 
     def claim_session(self, session_id: str, last_turn_ns: int, claim: str, now_ns: int,
                       claim_before_ns: int) -> bool:

@@ -75,7 +75,7 @@ class SqliteStore(KeptSessions):
     only constructs: ``open()`` opens the file (``open_store`` does both)."""
 
     _db: sqlite3.Connection  # from open()
-    _session_sql = session_sql("?")
+    _session_sql = session_sql("?", "char", "INSTR")
 
     def __init__(self, path: str, *, clock_ns: Callable[[], int] = time.time_ns,
                  read_only: bool = False) -> None:

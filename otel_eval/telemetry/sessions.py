@@ -12,7 +12,8 @@
     otel_eval_sessions_reopened_total{service,agent}        a turn came after completion: the
                  session was completed (evaluated, stored) again
     otel_eval_sessions_evicted_total{reason}                max_open_sessions: completed
-                 before their idle timeout, the oldest first, to keep the bound;
+                 before their idle timeout, the oldest of the services holding the most
+                 first, to keep the bound;
                  max_session_duration: open that long without going idle
     otel_eval_session_turns_dropped_total{reason}           turns left out of a completed
                  session's evaluation: max_turns | max_turns_chars

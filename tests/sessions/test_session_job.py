@@ -1,7 +1,8 @@
 """The session completion job (``evaluate.sessions.job``) on a real store, time by hand: a
 session completes once after ``sessions.idle_timeout_s``, a late turn re-opens it, a claim
 left by a dead process is taken over, two processes on one PostgreSQL store complete each
-session once, open sessions past their bound complete oldest first, and the session's event
+session once, open sessions past their bound complete oldest first (those of the service
+holding the most), and the session's event
 lands on the last turn's root span, at least once."""
 
 from __future__ import annotations
@@ -207,6 +208,36 @@ def test_open_sessions_past_their_bound_complete_oldest_first(tmp_path: Path) ->
                    reason="max_open_sessions") == 2
     assert store.open_session_count() == 3
     store.close()
+
+
+def _one_service_floods(store: EvaluationStore) -> None:
+    """A quiet service's conversation, open, its last turn the oldest; then another service
+    opens 5 new conversations: past the bound of 3, the flood's own give way, the oldest
+    first, and the quiet one stays open (its end not judged). Before, the oldest last turn
+    went first, whosever it was: a sender opening new session ids completed every other
+    sender's open conversation (non-termination findings on runs still going on)."""
+    store.put_many([_turn("quiet", 0, T0, service="shop")])
+    store.put_many([_turn(f"f{i}", 0, T0 + 1 + i, service="flood") for i in range(5)])
+    job, metrics = _job(store, ManualClock(T0 + 10), max_open_sessions=3)
+    assert job.tick() == 3
+    kept = store.session_record(session_key("shop", "quiet"))
+    assert kept is not None and kept.state == "open"
+    assert [store.session_record(session_key("flood", f"f{i}")).state  # type: ignore[union-attr]
+            for i in range(5)] == ["complete", "complete", "complete", "open", "open"]
+    assert _sample(metrics, "otel_eval_sessions_evicted_total",
+                   reason="max_open_sessions") == 3
+    assert store.open_session_count() == 3
+    store.close()
+
+
+def test_past_the_bound_the_service_with_the_most_open_sessions_gives_way(
+        tmp_path: Path) -> None:
+    _one_service_floods(open_store(str(tmp_path / "s.db")))
+
+
+def test_past_the_bound_the_flooding_service_gives_way_on_postgresql(
+        postgresql_url: str) -> None:
+    _one_service_floods(open_store(postgresql_url))
 
 
 def test_a_conversation_that_never_goes_idle_completes_at_its_maximum_duration(

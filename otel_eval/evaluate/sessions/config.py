@@ -32,8 +32,10 @@ class SessionsConfig:
     # taken over by another after this long; so is a completion's event that its process did
     # not deliver (a crash, or a stop while the collector was away). Seconds, default 300.
     claim_timeout_s: float = 300.0
-    # Open sessions in the store at most; past it the job completes the oldest (least
-    # recently active) early, counted in otel_eval_sessions_evicted_total{reason=
+    # Open sessions in the store at most; past it the job completes early the oldest (least
+    # recently active) of the services holding the most open sessions (a service gives way
+    # until it holds no more than the next: one opening new ids completes its own, not
+    # another service's), counted in otel_eval_sessions_evicted_total{reason=
     # "max_open_sessions"}; a turn after that re-opens it. Count, default 100,000.
     max_open_sessions: int = 100_000
     # A session still open this long after its first turn (or its first turn since its last

@@ -27,7 +27,8 @@ re-opens the session (``put_many``); it is completed again at its next idle, cou
 ``otel_eval_sessions_reopened_total``, its record replaced (``completion`` + 1).
 
 Bounds: per tick at most ``max_completions_per_check`` sessions; open sessions at most
-``max_open_sessions`` (past it the oldest are completed early: ``sessions_evicted``); a
+``max_open_sessions`` (past it the oldest of the services holding the most open sessions
+are completed early: ``sessions_evicted``; a service's new ids never push out another's); a
 session open ``max_session_duration_s`` since its first turn (or its first turn since its
 last completion), its turns never ``idle_timeout_s`` apart, is completed as it stands
 (``sessions_evicted`` too); per
@@ -148,12 +149,13 @@ class SessionJob:
         return done
 
     def _keep_bound(self, now: int, open_n: int) -> int:
-        """Past ``max_open_sessions``: complete the oldest open sessions now."""
+        """Past ``max_open_sessions``: complete now the oldest open sessions of the services
+        holding the most (``crowded_open_sessions``)."""
         over = open_n - self.config.max_open_sessions
         if over <= 0:
             return 0
         done = 0
-        for session_id, last_ns in self.store.oldest_open_sessions(
+        for session_id, last_ns in self.store.crowded_open_sessions(
                 min(over, self.config.max_completions_per_check)):
             if self._complete(session_id, last_ns, now, "max_open_sessions"):
                 done += 1
