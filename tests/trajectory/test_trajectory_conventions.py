@@ -436,3 +436,32 @@ def test_a_tool_span_describing_its_own_tool_is_no_offer_of_it() -> None:
                                described), TrajectoryConfig())
     assert (t.unoffered, t.offered_to) == ({"get_forecast"}, {})
     assert not Detectors(DetectorsConfig()).evaluate(t, None)[0]
+
+
+# Every gen_ai.operation.name value the GenAI conventions define (semantic-conventions v1.41's
+# registry, then semantic-conventions-genai's model/gen-ai/registry.yaml: plan and the memory
+# operations): none is "a value the convention does not define" (a step of unknown kind,
+# counted unparsed, that blocks the rules concluding from a step's absence).
+SPEC_OPERATIONS = ("chat", "generate_content", "text_completion", "embeddings", "retrieval",
+                   "create_agent", "invoke_agent", "execute_tool", "invoke_workflow", "plan",
+                   "search_memory", "create_memory", "update_memory", "upsert_memory",
+                   "delete_memory", "create_memory_store", "delete_memory_store")
+
+
+@pytest.mark.parametrize("operation", SPEC_OPERATIONS)
+def test_every_operation_the_genai_conventions_define_is_a_known_kind(operation: str) -> None:
+    inp = [{"role": "user", "parts": [{"type": "text", "content": "Weather in Paris?"}]}]
+    out = [{"role": "assistant", "finish_reason": "stop",
+            "parts": [{"type": "text", "content": "Rainy, 57°F."}]}]
+    t = build_trajectory(trace(
+        span("invoke_agent a", None, 0, {"gen_ai.operation.name": "invoke_agent",
+                                         "gen_ai.agent.name": "a"}, end=100),
+        span(f"{operation} a", "invoke_agent a", 1, {"gen_ai.operation.name": operation,
+                                                     "gen_ai.agent.name": "a"}),
+        span("chat gpt-4", "invoke_agent a", 20, {
+            "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4",
+            "gen_ai.input.messages": json.dumps(inp),
+            "gen_ai.output.messages": json.dumps(out)})), TrajectoryConfig())
+    step = t.steps[1]
+    assert not step.kind_unknown and "kind" not in step.unknown, step.unknown
+    assert "unparsed" not in t.unrecorded

@@ -35,14 +35,21 @@ _OPERATIONS: dict[str, StepKind] = {
     "chat": "llm", "text_completion": "llm", "generate_content": "llm", "completion": "llm",
     "execute_tool": "tool", "invoke_agent": "agent", "invoke_workflow": "chain",
     "embeddings": "other", "create_agent": "other",
+    # an agent's planning phase: a wrapper of the chat call that makes the plan
+    # (semantic-conventions-genai's registry)
+    "plan": "chain",
     # a chat service's span around one user turn of a conversation, and the newer name of
     # the invoke_agent / invoke_workflow internals: runs, read as wrappers like a workflow
     "handle_conversation_turn": "chain", "gen_ai.invocation.internal": "chain",
 }
-# Operations the conventions define that are no step of ours, and Strands' span around one
-# cycle of its event loop (recorded: a wrapper of the cycle's chat and tool spans)
+# Operations the conventions define that are no step of ours (semantic-conventions-genai's
+# registry: the memory store's operations too), and Strands' span around one cycle of its
+# event loop (recorded: a wrapper of the cycle's chat and tool spans)
+_MEMORY_OPERATIONS = frozenset({"search_memory", "create_memory", "update_memory",
+                                "upsert_memory", "delete_memory", "create_memory_store",
+                                "delete_memory_store"})
 _OTHER_OPERATIONS = frozenset({"embeddings", "create_agent", "retrieval",
-                               "execute_event_loop_cycle"})
+                               "execute_event_loop_cycle", *_MEMORY_OPERATIONS})
 # Operations that set an agent up and do nothing of a run (the GenAI conventions' create_agent:
 # "Create GenAI agent", typically when the agent object is built, before any invocation).
 SETUP_OPERATIONS = frozenset({"create_agent"})
