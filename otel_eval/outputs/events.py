@@ -10,10 +10,11 @@ that span. Our extras are under ``otel_eval.*``.
 Evaluator provenance (who evaluated, which revision, how) follows the names of
 semantic-conventions-genai pull request 359, still open (the released conventions name no
 evaluator attribute yet): ``gen_ai.evaluation.evaluator.id`` (``otel-eval/<detector>``,
-``otel-eval/verdict``, ``otel-eval/judge.<judge>``), ``gen_ai.evaluation.evaluator.version``
-(otel-eval's version) and ``gen_ai.evaluation.evaluator.type`` (``deterministic`` for the
-detectors and the verdict, ``llm_judge`` for the judge). ``otel_eval.evaluator.version``
-stays, for the queries written against it.
+``otel-eval/verdict``, ``otel-eval/session.verdict``, ``otel-eval/judge.<judge>``),
+``gen_ai.evaluation.evaluator.version`` (otel-eval's version) and
+``gen_ai.evaluation.evaluator.type`` (``deterministic`` for the detectors and the verdicts,
+``llm_judge`` for the judge). ``otel_eval.evaluator.version`` stays, for the queries written
+against it.
 
     finding -> name = detector ("loop", "tool_call", ...), label = finding kind,
                explanation = message, span = first flagged span (else the root span);
@@ -217,7 +218,7 @@ def session_record(record: dict[str, Any], trace_id: str, span_id: str, version:
         "otel_eval.session.turns": int(record.get("turns") or 0),
         "otel_eval.session.findings": ",".join(sorted(
             {f"{f.get('detector')}.{f.get('kind')}" for f in findings})),
-        "otel_eval.evaluator.version": version,
+        **provenance("session.verdict", version, DETERMINISTIC),
     }
     p = (record.get("prediction") or {}).get("p_success")
     if isinstance(p, int | float):

@@ -167,3 +167,22 @@ def test_a_run_whose_root_never_arrived_is_reported_on_its_earliest_span(
     # the two findings on their own span; the budget finding, the verdict and the failure on
     # the run's span
     assert [r.span_id.hex() for r in _records(downstream)] == [TOOL, TOOL, LLM, LLM, LLM]
+
+
+def test_a_session_verdict_names_its_evaluator(downstream: Capture) -> None:
+    """Every gen_ai.evaluation.result names its evaluator (docs/guide.md), the completed
+    session's verdict too: a deterministic evaluator, ``otel-eval/session.verdict``."""
+    events = EvaluationEvents(_config(downstream), Metrics(), evaluator_version="2.1.0")
+    events.start()
+    events.export_session({"session_id": "conv-1", "turns": 2,
+                           "verdict": {"passed": False, "reasons": ["loop across turns"]},
+                           "findings": [{"detector": "loop", "kind": "repeated_across_turns"}]},
+                          TRACE_ID, ROOT)
+    events.shutdown(5.0)
+    (rec,) = _records(downstream)
+    a = attributes_to_dict(rec.attributes)
+    assert a["gen_ai.evaluation.name"] == "otel_eval.session.verdict"
+    assert a["gen_ai.conversation.id"] == "conv-1"
+    assert (a.get("gen_ai.evaluation.evaluator.id"), a.get("gen_ai.evaluation.evaluator.type"),
+            a.get("gen_ai.evaluation.evaluator.version")) == (
+        "otel-eval/session.verdict", "deterministic", "2.1.0")
