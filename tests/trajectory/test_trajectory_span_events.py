@@ -109,3 +109,33 @@ def test_llm_outputs_of_messages_without_text_are_no_stagnation() -> None:
         t = build_trajectory(trace(*spans), TrajectoryConfig())
         findings, _ = Detectors(DetectorsConfig()).evaluate(t)
         assert any(f.kind == "stagnation" for f in findings) is stagnates, output
+
+
+def test_a_message_event_s_role_as_passed_keeps_the_role_its_event_names() -> None:
+    """The older events' ``role`` body field is "the actual role of the message author as
+    passed in the message", set when it is not the event's own (the spec's examples:
+    ``customer`` on ``gen_ai.user.message``, ``bot`` on ``gen_ai.assistant.message``,
+    ``function`` on ``gen_ai.tool.message``): the user's message is still the user's."""
+    calls = json.dumps([{"id": "call_1", "type": "function", "function": {
+        "name": "get_weather", "arguments": '{"location": "Paris"}'}}])
+    spans = [
+        span("invoke_agent a", attrs={"gen_ai.operation.name": "invoke_agent",
+                                      "gen_ai.agent.name": "a"}, end=1000),
+        span("chat 1", "invoke_agent a", start=1, attrs={
+            "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4"}, events=[
+                _ev("gen_ai.user.message", content="Weather in Paris?", role="customer"),
+                _ev("gen_ai.choice", index="0", finish_reason="tool_calls",
+                    message=json.dumps({"tool_calls": json.loads(calls)}))]),
+        span("execute_tool get_weather", "invoke_agent a", start=20, attrs={
+            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_weather",
+            "gen_ai.tool.call.id": "call_1"}),
+        span("chat 2", "invoke_agent a", start=40, attrs={
+            "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4"}, events=[
+                _ev("gen_ai.user.message", content="Weather in Paris?", role="customer"),
+                _ev("gen_ai.assistant.message", tool_calls=calls, role="bot"),
+                _ev("gen_ai.tool.message", content="rainy, 57°F", id="call_1", role="function"),
+                _ev("gen_ai.choice", index="0", finish_reason="stop",
+                    message=json.dumps({"content": "It is rainy."}))])]
+    t = build_trajectory(trace(*spans), TrajectoryConfig())
+    assert t.task == "Weather in Paris?" and t.answer == "It is rainy."
+    assert [s.prompt for s in t.llm_steps] == ["Weather in Paris?", "rainy, 57°F"]

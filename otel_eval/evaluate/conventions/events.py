@@ -41,10 +41,13 @@ _DETAIL_KEYS = ("gen_ai.input.messages", "gen_ai.output.messages",
 
 def _message(role: str, body: Any) -> dict[str, Any]:
     """An older per-message event body -> an OpenAI-shaped message (a body that is JSON text,
-    as Semantic Kernel logs ``json.dumps`` of the message, read as the JSON)."""
+    as Semantic Kernel logs ``json.dumps`` of the message, read as the JSON). Its role is the
+    event's: the body's ``role`` is "the actual role of the message author as passed in the
+    message" (``customer``, ``bot``, ``function``), set only when it differs from the one the
+    event names."""
     body = parse_json(body)
     body = body if isinstance(body, Mapping) else {"content": body}
-    msg: dict[str, Any] = {"role": body.get("role") or role}
+    msg: dict[str, Any] = {"role": role}
     if body.get("content") is not None:
         msg["content"] = body["content"]
     if isinstance(body.get("tool_calls"), list):
