@@ -33,7 +33,7 @@ from otel_eval.outputs.ui.run import contents, outcome_note
 from otel_eval.outputs.ui.runs import verdict_badge
 from otel_eval.outputs.ui.sessions import session_url
 from otel_eval.outputs.ui.steplinks import StepLinks, step_url
-from otel_eval.outputs.ui.text import Redact, duration, tokens, usd
+from otel_eval.outputs.ui.text import Redact, duration, redacted, tokens, usd
 from otel_eval.outputs.ui.values import NAME_CHARS, Budget, short, value, when
 from otel_eval.outputs.ui.verdicts import agent_name, number
 
@@ -225,7 +225,8 @@ def _summary(t: dict[str, Any], budget: Budget, redact: Redact, trace_url: str,
                     f"{when(t.get('start_time_unix_nano'))}",
                " ", link, class_="ids"),
              h("p", " · ".join(facts), class_="facts"),
-             h("ul", [h("li", short(r, 500)) for r in reasons[:REASONS]],
+             h("ul", [h("li", short(redacted(r, 500, redact), 500))  # findings' messages
+                      for r in reasons[:REASONS]],
                class_="reasons"),
              _more(len(reasons) - REASONS, "reasons", _api(t["trace_id"])),
              h("p", "budgets exceeded: " + "; ".join(budgets), class_="budgets")

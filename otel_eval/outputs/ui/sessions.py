@@ -138,13 +138,13 @@ def _calls(trace_id: str, steps: Any, redact: Redact) -> Html | None:
     return h("ul", items, class_="calls")
 
 
-def _finding(trace_id: str, f: Mapping[str, Any]) -> Html:
+def _finding(trace_id: str, f: Mapping[str, Any], redact: Redact) -> Html:
     step = f.get("step")
     where = h("a", f"step {step}", href=_run_link(trace_id, step)) \
         if isinstance(step, int) and not isinstance(step, bool) else None
     return h("div", h("span", short(f.get("severity"), 20), class_="sev"), " ",
              h("b", f"{short(f.get('detector'), 40)}:{short(f.get('kind'), 40)}"), " ",
-             short(f.get("message"), 2000), " ", where,
+             short(redacted(f.get("message"), 2000, redact), 2000), " ", where,
              class_="finding session-finding sev-" + short(f.get("severity"), 20))
 
 
@@ -158,14 +158,15 @@ def _turn(number: int, trace_id: str, body: Mapping[str, Any],
     return h("section", head, missing, _said("user", body.get("input"), redact),
              _calls(trace_id, body.get("steps"), redact),
              _said("agent", body.get("output"), redact),
-             [_finding(trace_id, f) for f in findings], class_="turn", id=f"turn-{number}")
+             [_finding(trace_id, f, redact) for f in findings], class_="turn",
+             id=f"turn-{number}")
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _header(record: Mapping[str, Any]) -> list[Any]:
+def _header(record: Mapping[str, Any], redact: Redact) -> list[Any]:
     verdict = _mapping(record.get("verdict"))
     counts = _mapping(record.get("counts"))
     facts = [f"{counts[k]} {label}" for k, label in _COUNTS
@@ -178,8 +179,8 @@ def _header(record: Mapping[str, Any]) -> list[Any]:
               short(record.get("user_id") or "-", 60), " · started ",
               when(record.get("start_time_unix_nano")) or "-", class_="ids"),
             h("p", " · ".join(facts), class_="facts counts"),
-            h("ul", [h("li", short(r, 2000)) for r in (verdict.get("reasons") or ())[:100]],
-              class_="reasons")]
+            h("ul", [h("li", short(redacted(r, 2000, redact), 2000))  # findings' messages
+                     for r in (verdict.get("reasons") or ())[:100]], class_="reasons")]
 
 
 def session_page(record: Mapping[str, Any], turn: Callable[[str], dict[str, Any] | None],
@@ -192,7 +193,7 @@ def session_page(record: Mapping[str, Any], turn: Callable[[str], dict[str, Any]
             on_turn.setdefault(str(f.get("trace_id")), []).append(f)
     traces = [str(t) for t in record.get("traces") or ()]
     first = min(max(first, 0), max(len(traces) - 1, 0))
-    parts = _header(record)
+    parts = _header(record, redact)
     shown = traces[first:first + TURNS_PER_PAGE]
     for number, tid in enumerate(shown, first + 1):
         parts.append(_turn(number, tid, turn(tid) or {}, on_turn.get(tid, []), redact))
