@@ -125,6 +125,10 @@ def test_annotations_link_to_the_issue_and_its_runs_in_the_web_view(
     for body in handler.received:
         issue_id = next(t for t in body["tags"] if t.startswith("issue:"))[len("issue:"):]
         assert f"open: https://otel-eval.example:8888/ui/issues#issue-{issue_id}" in body["text"]
+        # a browser's page (behind the read token it asks for), not the JSON API's answer
+        # (which a browser cannot send a Bearer token to: 401 under admin tokens)
+        assert (f"all runs: https://otel-eval.example:8888/ui/issues/{issue_id}/runs"
+                in body["text"])
         assert "exemplar traces: https://otel-eval.example:8888/ui/runs/" in body["text"]
 
 

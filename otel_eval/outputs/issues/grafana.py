@@ -45,7 +45,7 @@ def annotation_body(event: IssueEvent, now: float, config: GrafanaConfig) -> dic
     if base:
         quoted = quote(issue.issue_id, safe="")
         lines.append(f"open: {base}/ui/issues#issue-{quoted}")
-        lines.append(f"all runs: {base}/v1/issues/{quoted}/runs")
+        lines.append(f"all runs: {base}/ui/issues/{quoted}/runs")
     if issue.exemplars:
         lines.append("exemplar traces: " + ", ".join(
             f"{base}/ui/runs/{t}" if base else t for t in issue.exemplars))
