@@ -190,9 +190,15 @@ def stored_evaluation(trace: Trace, record: Mapping[str, Any]) -> Evaluation:
         verdict = Verdict(bool(v.get("passed")), _strings(v.get("reasons")),
                           outcome if isinstance(outcome, str) else None, extra)
     judge, prediction = record.get("judge"), record.get("prediction")
+    # the revision and status stored, not the replay's: a restart's assembler starts every
+    # trace at revision 0, while the record may be a re-opened run's later revision
+    revision, status = record.get("revision"), record.get("status")
     return Evaluation(
-        Trajectory(trace.trace_id, trace.source, trace.status, steps=[],
-                   revision=trace.revision, span_count=len(trace.spans)),
+        Trajectory(trace.trace_id, trace.source,
+                   status if status in ("complete", "incomplete", "truncated") else trace.status,
+                   steps=[], span_count=len(trace.spans),
+                   revision=revision if type(revision) is int and revision >= 0
+                   else trace.revision),
         findings, verdict, dict(judge) if isinstance(judge, Mapping) else None,
         prediction=dict(prediction) if isinstance(prediction, Mapping) else None)
 

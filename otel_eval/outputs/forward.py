@@ -70,16 +70,16 @@ def stamps(trace: model.Trace, evaluation: Evaluation) -> dict[str, dict[str, An
         }
     root = model.run_span_id(trace.spans)
     if root:
-        out[root] = {**out.get(root, {}), **_summary(trace, evaluation)}
+        out[root] = {**out.get(root, {}), **_summary(evaluation)}
     return out
 
 
-def _summary(trace: model.Trace, evaluation: Evaluation) -> dict[str, Any]:
+def _summary(evaluation: Evaluation) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "otel_eval.finding_count": len(evaluation.findings),
         "otel_eval.findings": sorted({f"{f.detector}/{f.kind}" for f in evaluation.findings}),
-        "otel_eval.trace.status": trace.status,
-        "otel_eval.trace.revision": trace.revision,
+        "otel_eval.trace.status": evaluation.trajectory.status,
+        "otel_eval.trace.revision": evaluation.trajectory.revision,
     }
     for detector, n in sorted(Counter(f.detector for f in evaluation.findings).items()):
         summary[f"otel_eval.finding.{detector}.count"] = n

@@ -355,6 +355,34 @@ def test_what_pass_through_could_not_deliver_goes_out_after_the_restart(
         second.stop()
 
 
+def test_a_replayed_reopened_run_is_stamped_with_the_revision_stored(tmp_path: Path) -> None:
+    """A run re-opened by a late span (revision 1) is stored while the downstream is away,
+    then otel-eval stops. The restart's assembler starts every trace at revision 0; before,
+    what it sent again from the stored evaluation said ``otel_eval.trace.revision`` 0 (spans
+    and events) next to revision 1's findings, so downstream could not tell the up-to-date
+    copy. Now the stamps are the stored evaluation's: revision and status as stored."""
+    with Capture() as down:
+        first, sinks = _stored_while_away(tmp_path, down)
+        first.send([_span(T, 40, 1, "chat", 60, 70)])  # a late span re-opens the run
+        assert first.advance(GRACE) == 1
+        stored = first.stop()[T]
+        assert stored["revision"] == 1
+        _stop(sinks, 0.2)
+        down.fail_next = []
+
+        sinks = _delivering(down, Metrics(CollectorRegistry()))
+        second = Process(tmp_path, WALL0 + 30.0, sinks=sinks)
+        assert second.advance(GRACE) == 1
+        _stop(sinks, 5.0)
+        assert second.sample("otel_eval_evaluation_skipped_total",
+                             reason="already_evaluated") == 1
+        root = _forwarded(down)[f"{1:016x}"]
+        assert (root["otel_eval.trace.revision"], root["otel_eval.trace.status"]) == (
+            1, stored["status"])
+        assert [v["otel_eval.trace.revision"] for v in _verdicts(down)] == [1]
+        second.stop()
+
+
 def test_a_replay_whose_stored_evaluation_cannot_be_read_goes_on_unstamped_and_counted(
         tmp_path: Path) -> None:
     """The restart finds the run evaluated but cannot read what the store holds: its spans
