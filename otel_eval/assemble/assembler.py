@@ -106,8 +106,14 @@ def _service(item: Span | HeldRecord) -> str:
 
 
 class TraceAssembler:
-    def __init__(self, config: AssemblyConfig) -> None:
+    def __init__(self, config: AssemblyConfig, *, pass_late: bool = False) -> None:
+        """``pass_late``: a span for a trace released past ``reopen_window_s`` (still
+        remembered) opens a trace of its own instead of being refused as ``late``; released,
+        finishing skips it as ``late`` (``Trace.late_if_stored``: the stored run stands) and
+        passes it on, as after a restart. Pass-through sets it: otel-eval in the trace path
+        must not swallow the user's spans."""
         self.config = config
+        self.pass_late = pass_late
         self._open: dict[str, _Open] = {}
         self._heap: list[tuple[float, str]] = []
         # Released traces that late spans may still re-open (spans kept), oldest first.
@@ -246,9 +252,11 @@ class TraceAssembler:
         """A new or re-opened trace, or the reason its spans are refused."""
         trace_id = span.trace_id
         old = self._reopenable.get(trace_id)
-        if old is None and trace_id in self._tombstones:
+        if old is None and trace_id in self._tombstones and not (
+                self.pass_late and isinstance(span, Span)):
             # released longer than reopen_window_s ago: its evaluation stands; re-opening would
-            # replace it with a fragment, so the span is refused and counted as `late`.
+            # replace it with a fragment, so the span is refused and counted as `late` (with
+            # ``pass_late``, a span opens a fragment that is passed on, never evaluated).
             return "late"
         if old is not None and old.sender and old.sender != sender:
             # "" is an unknown first sender (auth off, a Kafka record, a spool replay after

@@ -21,7 +21,8 @@ class AssemblyConfig:
     # A trace open longer than this (first span seen to now) is cut and released `truncated`.
     max_trace_duration_s: float = 3600.0
     # Late spans for a trace released less than this long ago re-open it (re-evaluated,
-    # superseding the earlier result). Later ones are rejected as `late`.
+    # superseding the earlier result). Later ones are rejected as `late`; with pass-through
+    # on (export.forward_endpoint) they are taken and forwarded unstamped, never evaluated.
     reopen_window_s: float = 300.0
     # Upper bound on traces being assembled at once.
     max_open_traces: int = 50_000

@@ -20,7 +20,9 @@ requests, its spans under copies of their resource and scope entries (``outputs.
 
 A trace that is no agent run (only setup operations: not evaluated) is forwarded as received,
 unstamped (``pass_on``), so pass-through never swallows spans; so are spans acknowledged after
-their run was stored, by a process that no longer held it (``late``: ``evaluate.stage``).
+their run was stored, by a process that no longer held it (``late``: ``evaluate.stage``), or
+past ``assembly.reopen_window_s`` (which pass-through takes instead of refusing them as
+``late``: ``TraceAssembler(pass_late=True)``).
 
 A trace re-opened by late spans is evaluated again and forwarded again, whole (the root then
 carries the new summary and ``otel_eval.trace.revision`` > 0): downstream receives its spans

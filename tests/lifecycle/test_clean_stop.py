@@ -383,6 +383,38 @@ def test_a_replayed_reopened_run_is_stamped_with_the_revision_stored(tmp_path: P
         second.stop()
 
 
+def test_with_pass_through_a_span_past_the_reopen_window_is_passed_on_not_swallowed(
+        tmp_path: Path) -> None:
+    """A straggler of a run released longer than ``reopen_window_s`` ago. Assembly refused it
+    as ``late`` (partial success), so with otel-eval in the trace path the backend never got
+    the user's span, while the same span after a restart was passed on. With pass-through on
+    it is now taken as after a restart: acknowledged, not evaluated (the stored run stands),
+    skipped ``late`` and forwarded unstamped."""
+    with Capture() as down:
+        sinks = _delivering(down, Metrics(CollectorRegistry()))
+        p = Process(tmp_path, WALL0, sinks=sinks, reopen_window_s=60.0)
+        p.send(run(T, end=100))
+        assert p.advance(GRACE) == 1
+        p.advance(61.0)
+        p.send(run(DONE, end=90))  # another release: T is past its window, a tombstone
+        assert p.advance(GRACE) == 1
+        straggler = _span(T, 40, 1, "chat", 60, 70)
+        adm = p.engine.submit([straggler],
+                              request=encode_spans([straggler]).SerializeToString())
+        assert (adm.accepted, dict(adm.rejected)) == (1, {})
+        assert p.advance(IDLE) == 1
+        _stop(sinks, 5.0)
+        assert p.stored()[T]["counts"]["spans"] == 9 and p.stored()[T]["revision"] == 0
+        assert p.sample("otel_eval_evaluation_skipped_total", reason="late") == 1
+        forwarded = [s for req in down.traces for rs in req.resource_spans
+                     for ss in rs.scope_spans for s in ss.spans
+                     if s.span_id.hex() == straggler.span_id]
+        assert len(forwarded) == 1
+        assert not any(kv.key.startswith("otel_eval.") for kv in forwarded[0].attributes)
+        assert p.spool.held() == (0, 0)
+        p.stop()
+
+
 def test_a_replay_whose_stored_evaluation_cannot_be_read_goes_on_unstamped_and_counted(
         tmp_path: Path) -> None:
     """The restart finds the run evaluated but cannot read what the store holds: its spans
