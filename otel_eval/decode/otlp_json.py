@@ -6,7 +6,8 @@ Promises:
   ``otlp.decode_request`` (a link's id too: ``invalid_link_id``);
 - parsing raises ``ValueError`` with a clear message, whatever the content (the body is read
   through ``body.loads_bounded``: nesting depth and non-finite numbers bounded);
-- ``request_to_json`` is the inverse of ``request_from_dict`` / ``message_from_dict``.
+- ``request_to_json`` is the inverse of ``request_from_dict`` / ``message_from_dict``, and
+  writes OTLP/JSON as the specification does (hex ids, enum fields as integers).
 """
 
 from __future__ import annotations
@@ -82,8 +83,9 @@ def message_from_dict(data: Any, message: _M, top_key: str) -> _M:
 
 def request_to_json(req: Message) -> dict[str, Any]:
     """Protobuf (a trace or logs Export request) -> OTLP/JSON dict with hex ids (the inverse
-    of ``request_from_dict`` / ``message_from_dict``)."""
-    data = json_format.MessageToDict(req)
+    of ``request_from_dict`` / ``message_from_dict``). Enum fields as integers: OTLP/JSON
+    prohibits enum value names (what protobuf's printer writes by default)."""
+    data = json_format.MessageToDict(req, use_integers_for_enums=True)
 
     def fix(obj: Any) -> None:
         if isinstance(obj, dict):
