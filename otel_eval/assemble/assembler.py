@@ -69,6 +69,9 @@ class _Open:
     deadline: float = 0.0  # when the trace is due, given what has arrived so far
     resumed_at: float | None = None  # when a restart's replay handed it back (``resume``)
     fresh: bool = True  # opened anew, not re-opened: its run may be stored (a restart)
+    # handed back by a restart's replay with what a stored revision of it held (the spool
+    # re-spooled that when late spans re-opened it): a whole run, not a straggler (``resume``)
+    carried: bool = False
     previous: Finished | None = None  # what became of the revision it re-opened
     scheduled: float = float("inf")  # deadline of this trace's live heap entry
     waiters: list[Callable[[], None]] = field(default_factory=list)
@@ -153,6 +156,17 @@ class TraceAssembler:
         """(revision, a live view of its spans) of an open trace; None when it is not open."""
         tr = self._open.get(trace_id)
         return None if tr is None else (tr.revision, tr.spans.values())
+
+    def holds_stored(self, trace_id: str) -> bool:
+        """Whether an open trace holds what a stored revision of it held (re-opened from a
+        revision not skipped as late, or resumed with such content): its replay after a
+        crash is then a whole run (``resume``), not a straggler."""
+        tr = self._open.get(trace_id)
+        if tr is None:
+            return False
+        if tr.fresh:
+            return tr.carried
+        return not (tr.previous is not None and tr.previous.late)
 
     def open_logs_of(self, trace_id: str) -> list[HeldRecord]:
         """The log records an open trace holds (a live list; empty when it is not open)."""
@@ -387,7 +401,7 @@ class TraceAssembler:
             out.append(self._release(tr, "incomplete", "pressure", now))
         return out
 
-    def resume(self, now: float) -> None:
+    def resume(self, now: float, carried: Collection[str] = ()) -> None:
         """After a restart's replay, for every run it handed back: its idle clock counts from
         ``now`` when its root has not ended, and it is not cut for its maximum duration before
         ``idle_timeout_s`` after ``now``. While otel-eval was down nothing could arrive (the
@@ -398,10 +412,14 @@ class TraceAssembler:
         truncated, although its root may be waiting in the sender's queue. Grace (root ended)
         still counts from when the spans came.
 
-        A resumed run also holds every span the spool kept for it (replays are whole traces);
-        a run opened later is ``Trace.late_if_stored`` (see ``_release``)."""
+        A resumed run holds every span the spool kept for it (replays are whole traces). It
+        is ``Trace.late_if_stored`` as a run opened live is, unless it is in ``carried`` (the
+        spool kept what a stored revision of it held: late spans had re-opened it): spans a
+        previous process took as a straggler of a run stored before it are still stragglers
+        when a second restart hands them back, never a run that replaces the stored one."""
         for tr in self._open.values():
             tr.resumed_at = now
+            tr.carried = tr.trace_id in carried
             if not tr.root_ended and tr.last_seen < now:
                 tr.last_seen = now
             self._reschedule(tr)
@@ -469,9 +487,10 @@ class TraceAssembler:
         self.open_logs -= len(tr.logs)
         self.open_log_bytes -= tr.log_bytes
         # late if stored: opened anew (a run of that id stored before a restart is not in
-        # these spans), or re-opened from such a revision that finishing skipped as late
-        late = tr.resumed_at is None and (tr.fresh or (
-            tr.previous is not None and tr.previous.late))
+        # these spans; a replay counts as opened anew unless it carries a stored revision's
+        # spans), or re-opened from such a revision that finishing skipped as late
+        late = (not tr.carried) if tr.fresh else (
+            tr.previous is not None and tr.previous.late)
         trace = Trace(tr.trace_id, spans, status, source=tr.source, revision=tr.revision,
                       release_reason=reason, waiters=tr.waiters,
                       logs=[r.decode() for r in tr.logs],  # decoded now, not while held

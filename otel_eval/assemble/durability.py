@@ -79,7 +79,8 @@ class Durability:
             opened = asm.open_trace(tid)
             spans = list(opened[1]) if opened is not None else []
             held[tid] = spans, [r for r in asm.open_logs_of(tid) if id(r) not in mine]
-        self.spool.settle(row, written, revisions, held)
+        self.spool.settle(row, written, revisions, held,
+                          {tid for tid in held if asm.holds_stored(tid)})
 
     def dropped(self, trace_ids: list[Any]) -> None:
         """Traces assembly dropped with only log records: their spooled records are done."""
@@ -100,6 +101,11 @@ class Durability:
         except (sqlite3.Error, OSError):  # rows stay (replayed at start): count, go on
             log.exception("spool: deleting evaluated traces failed")
             self._metrics.spool.failed("delete")
+
+    def carried(self) -> set[str]:
+        """The traces the spool replays with what a stored revision of them held (whole runs
+        re-opened by late spans), for ``TraceAssembler.resume``; read after ``replay``."""
+        return set(self.spool.carried) if self.spool is not None else set()
 
     def replay(self, submit: Callable[..., Any]) -> tuple[int, int, int] | None:
         """What the spool holds, through ``submit(items, signal=..., replayed=True, age_s=...)``

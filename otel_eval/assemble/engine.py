@@ -200,14 +200,15 @@ class Engine:
     def replay(self) -> tuple[int, int, int] | None:
         """What the spool holds, submitted again (before the receivers open), with the times
         it was received at; ``tick`` releases nothing meanwhile. Then the idle clocks of the
-        runs handed back are resumed (``TraceAssembler.resume``)."""
+        runs handed back are resumed (``TraceAssembler.resume``), each late if its run is
+        stored unless the spool kept a stored revision's spans with it."""
         with self._lock:
             self._replaying = True
         try:
             return self.durability.replay(self.submit)
         finally:
             with self._lock:
-                self._assembler.resume(self.clock())
+                self._assembler.resume(self.clock(), self.durability.carried())
                 self._replaying = False
 
     def hand_over(self, trace_ids: Collection[str]) -> int:

@@ -44,8 +44,13 @@ Promises:
 - versioned: ``PRAGMA user_version`` is the schema's version. A spool written before log
   requests were kept (version 0: no ``signal`` column) is migrated in place at open, its rows
   replayed as trace requests; rows written before receive times were kept (version 1) are
-  replayed as received at the replay; a spool from a newer version is refused with a clear
-  error.
+  replayed as received at the replay; pairs written before re-spooled ones were marked
+  (version 2: no ``carried`` column) replay as whole runs, as they did; a spool from a newer
+  version is refused with a clear error.
+- a straggler stays one: a trace the spool replays is late if its run is stored (as spans
+  opening it live would be), unless one of its pairs is ``carried`` (re-spooled with what a
+  stored revision held when late spans re-opened it): a restart never turns spans a previous
+  process took as stragglers of a stored run into a run that replaces it.
 
 Kafka ingest is not spooled: the topic is the log, and offsets are committed only once the
 traces are stored (``kafka/offsets.py``), the same idea one level up.
@@ -80,6 +85,8 @@ log = logging.getLogger(__name__)
 
 # Version 0: requests and pairs. Version 1: ``spool_requests.signal`` (traces | logs).
 # Version 2: ``spool_requests.received_at`` (wall-clock seconds; 0: unknown, written before).
+# Version 3: ``spool_traces.carried`` (1: the request holds what a stored revision of the trace
+# held, re-spooled when late spans re-opened it; pairs written before: 1, replayed as then).
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS spool_requests (id INTEGER PRIMARY KEY, body BLOB NOT NULL)",
     "CREATE TABLE IF NOT EXISTS spool_traces (request_id INTEGER NOT NULL, "
@@ -88,6 +95,7 @@ _SCHEMA = (
 _MIGRATIONS = (  # _MIGRATIONS[v] takes a spool from version v to v + 1
     "ALTER TABLE spool_requests ADD COLUMN signal TEXT NOT NULL DEFAULT 'traces'",
     "ALTER TABLE spool_requests ADD COLUMN received_at REAL NOT NULL DEFAULT 0",
+    "ALTER TABLE spool_traces ADD COLUMN carried INTEGER NOT NULL DEFAULT 1",
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 SIGNALS = ("traces", "logs")
@@ -142,6 +150,9 @@ class Spool:
         self._traces: dict[str, list[tuple[int, int]]] = {}  # trace -> [(request, revision)]
         self._signals: dict[int, str] = {}  # signal of each request left to replay
         self._received: dict[int, float] = {}  # receive time of each request left to replay
+        # traces left to replay with a stored revision's content (``carried`` pairs): whole
+        # runs, not stragglers of a run stored before (``TraceAssembler.resume``)
+        self.carried: set[str] = set()
         self.bytes = 0
         self._opened = False
 
@@ -221,6 +232,7 @@ class Spool:
         self._traces.clear()
         self._signals.clear()
         self._received.clear()
+        self.carried.clear()
         self.bytes = 0
 
     # --- what a previous process left -------------------------------------------------------
@@ -233,9 +245,12 @@ class Spool:
                 "SELECT id, length(body), signal, received_at FROM spool_requests"):
             sizes[rid], self._signals[rid], self._received[rid] = size, signal, received
         backlog: dict[int, set[str]] = {}
-        for rid, tid in self._db.execute("SELECT request_id, trace_id FROM spool_traces"):
+        for rid, tid, carried in self._db.execute(
+                "SELECT request_id, trace_id, carried FROM spool_traces"):
             if rid in sizes:
                 backlog.setdefault(rid, set()).add(tid)
+                if carried:
+                    self.carried.add(tid)
         orphans = [(rid,) for rid in sizes if rid not in backlog]
         with self._transaction() as cur:
             cur.executemany("DELETE FROM spool_requests WHERE id = ?", orphans)
@@ -300,10 +315,12 @@ class Spool:
         always taken into an empty spool, however large)."""
         return "spool_full" if self.bytes and self.bytes + nbytes > self.max_bytes else None
 
-    def append(self, body: bytes, trace_ids: Collection[str], signal: str = "traces") -> int:
+    def append(self, body: bytes, trace_ids: Collection[str], signal: str = "traces",
+               carried: Collection[str] = ()) -> int:
         """Write a request (``signal``: traces | logs) and the traces it feeds, in one
-        transaction; returns its row id. Raises ``sqlite3.Error`` / ``OSError`` when it could
-        not be written."""
+        transaction; returns its row id. ``carried``: the traces whose pairs hold what a
+        stored revision of them held (a re-open's re-spooled spans). Raises
+        ``sqlite3.Error`` / ``OSError`` when it could not be written."""
         assert signal in SIGNALS, signal
         with self._lock, self._transaction() as cur:
             rid = cur.execute(
@@ -317,8 +334,9 @@ class Spool:
             with self._db.blobopen("spool_requests", "body", rid) as blob:
                 for i in range(0, len(body), _CHUNK):
                     blob.write(view[i:i + _CHUNK])
-            cur.executemany("INSERT INTO spool_traces VALUES (?, ?)",
-                            [(rid, tid) for tid in trace_ids])
+            cur.executemany("INSERT INTO spool_traces (request_id, trace_id, carried) "
+                            "VALUES (?, ?, ?)",
+                            [(rid, tid, int(tid in carried)) for tid in trace_ids])
         with self._lock:
             self._requests[rid] = _Request(len(body), len(trace_ids))
             self.bytes += len(body)
@@ -332,11 +350,13 @@ class Spool:
                     if rev > 0 and all(r != rev for _, r in self._traces.get(tid, ()))]
 
     def settle(self, rid: int, written: Collection[str], accepted: dict[str, int],
-               held: Held) -> None:
+               held: Held, carried: Collection[str] = ()) -> None:
         """After assembly took the request: ``accepted`` maps each trace that took spans (or
         records) to its revision. Traces that took none (late, duplicates) lose their pair; a
         re-opened trace (``reopened``, asked under the same engine lock) has what it held
-        before spooled again: ``held[trace]``, a copy taken by the caller."""
+        before spooled again: ``held[trace]``, a copy taken by the caller, marked ``carried``
+        for the traces of ``carried`` (what it held is a stored revision's, not a straggler's
+        skipped as late)."""
         reopened = [tid for tid in accepted if tid in held]
         with self._lock:
             for tid, rev in accepted.items():
@@ -346,13 +366,14 @@ class Spool:
             if dropped:
                 self._delete({rid: len(dropped)}, [(rid, tid) for tid in dropped])
             if reopened:
-                self._respool(reopened, accepted, held)
+                self._respool(reopened, accepted, held, carried)
         except (sqlite3.Error, OSError):  # the request itself is spooled; count and go on
             log.exception("spool: settling request %d failed", rid)
             self.metrics.failed("settle")
         self._report()
 
-    def _respool(self, reopened: list[str], accepted: dict[str, int], held: Held) -> None:
+    def _respool(self, reopened: list[str], accepted: dict[str, int], held: Held,
+                 carried: Collection[str]) -> None:
         """Re-opened traces: what they held, re-encoded, a row per signal."""
         items = {tid: held[tid] for tid in reopened}
         spans = [t for t in reopened if items[t][0]]
@@ -365,7 +386,7 @@ class Spool:
             rows.append(("logs", logs, otlp_logs.encode_logs(
                 r for t in logs for r in items[t][1]).SerializeToString()))
         for signal, tids, body in rows:
-            again = self.append(body, tids, signal)
+            again = self.append(body, tids, signal, carried)
             with self._lock:
                 for tid in tids:
                     self._traces[tid].append((again, accepted[tid]))

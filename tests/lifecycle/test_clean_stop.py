@@ -271,6 +271,47 @@ def test_a_span_after_the_restart_for_a_stored_run_is_late_and_the_run_stands(
     second.stop()
 
 
+@pytest.mark.parametrize("crash", [False, True])
+def test_a_straggler_left_open_by_a_second_stop_is_still_late_after_the_next_restart(
+        tmp_path: Path, crash: bool) -> None:
+    """A straggler of a stored run reaches the restarted serve (late if stored), which stops
+    (or is killed) before the straggler's idle timeout: it stays open, in the spool. Before,
+    the next start's replay made it a resumed run, no longer late: evaluated as a one-span
+    fragment that replaced the whole stored run (superseded). It is late there too now; a
+    run re-opened by late spans and left open by a stop still resumes whole and supersedes."""
+    first = Process(tmp_path, WALL0)
+    first.send(run(T, end=100))
+    assert first.advance(GRACE) == 1
+    first.send(run(DONE, end=90))
+    assert first.advance(GRACE) == 1
+    first.send([_span(DONE, 41, 77, "chat", 91, 92)])  # re-opens DONE; its parent is absent
+    first.advance(1.0)
+    assert first.stop()[T]["counts"]["spans"] == 9
+
+    second = Process(tmp_path, WALL0 + 30.0)
+    assert second.advance(1.0) == 1  # the re-opened run resumed whole: it supersedes
+    assert second.stored()[DONE]["counts"]["spans"] == 10
+    assert second.total("otel_eval_traces_superseded_total") == 1
+    second.send([_span(T, 40, 77, "chat", 60, 70)])  # a straggler of the stored run
+    second.advance(1.0)
+    if crash:  # the files as a kill -9 leaves them
+        second.store.close()
+        second.spool.close()
+    else:
+        second.stop()
+
+    third = Process(tmp_path, WALL0 + 60.0)
+    assert third.engine.open_traces() == 1
+    assert third.advance(IDLE) == 1
+    ev = third.stored()[T]
+    assert (ev["status"], ev["revision"], ev["counts"]["spans"]) == ("complete", 0, 9)
+    assert third.sample("otel_eval_evaluation_skipped_total", reason="late") == 1
+    assert third.total("otel_eval_traces_superseded_total") == 0
+    assert third.total("otel_eval_traces_non_terminated_total") == 0
+    assert third.spool.held() == (0, 0)
+    third.stop()
+
+
 def _delivering(ds: Capture, metrics: Metrics) -> list[Any]:
     """Pass-through and the evaluation events to ``ds``, started; retries for a minute: only
     the stop ends them."""
