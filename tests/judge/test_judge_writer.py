@@ -207,6 +207,41 @@ def test_a_session_reaching_the_stage_once_it_stops_is_a_counted_shutdown_skip(
         store.close()
 
 
+def test_a_session_judgement_cut_by_the_stop_is_a_counted_shutdown_skip(
+        llm: FakeLLM, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session judgement still under way at the shutdown deadline is cut, as a trace's
+    queued judgement is; before, it vanished: no skip counted, nothing written onto the
+    completion (a completion is judged once, never at the next start, so that work was lost
+    with no mark and no count). Now it is stored as skipped ``shutdown`` and counted."""
+    registry = CollectorRegistry()
+    store = SessionJudgeStore(str(tmp_path / "s.db"))
+    loop = LoopThread()
+    loop.start()
+    stage = JudgeStage(config(llm.api_base), loop, store, Metrics(registry))
+    stage.start()
+    entered = threading.Event()
+
+    async def never_answers(record: dict[str, Any], turns: Any) -> dict[str, Any]:
+        entered.set()
+        await asyncio.Event().wait()  # a slow model: only the stop ends it
+        raise AssertionError("unreachable")
+
+    assert stage.judge is not None
+    monkeypatch.setattr(stage.judge, "judge_session", never_answers)
+    try:
+        stage.judge_session({"session_id": "conv-a", "service": "shop", "completion": 0},
+                            [{"trace_id": "a1" * 16}])
+        assert entered.wait(30)
+        stage.shutdown(0.2)
+        assert [(key, n, judge["overall"]) for key, n, judge in store.session_judges] == [
+            (session_key("shop", "conv-a"), 1, {"status": "skipped", "reason": "shutdown"})]
+        assert registry.get_sample_value("otel_eval_judge_skipped_total",
+                                         {"reason": "shutdown"}) == 1
+    finally:
+        loop.stop()
+        store.close()
+
+
 def test_a_session_after_the_loop_closed_is_a_counted_skip(tmp_path: Path) -> None:
     """The session job's thread handing a completion over once the loop has closed: counted
     as skipped ``shutdown``, never raised into the session job (as ``export``)."""

@@ -12,8 +12,8 @@ The issue namer borrows the stage's ``Judge`` (``ask``): the same client, so its
 concurrency, rate limits, hourly cost budget and retries, and are counted under their name.
 Sessions are judged once per completion, bounded by ``queue_size`` judgements under way,
 sampled and budgeted as traces (skips counted with the same reasons); a stop cuts the ones
-under way at its deadline (the session keeps its verdict by code, no ``judge``), and one
-handed over once it began is skipped ``shutdown``.
+under way at its deadline and one handed over once it began: each skipped ``shutdown``
+(stored onto its completion, counted; the session keeps its verdict by code).
 
 Each queued evaluation is kept in a journal (``journal.PendingJournal``) until its judgement or
 skip is stored, and a judgement's until its events are delivered (or dropped for good): the work
@@ -283,7 +283,9 @@ class JudgeStage:
         assert self.judge is not None
         try:
             judge = await self.judge.judge_session(record, turns)
-        except asyncio.CancelledError:  # shutdown: the session stays judged by code only
+        except asyncio.CancelledError:  # cut by the stop's deadline: judged once, never at
+            self.metrics.judge.skip("shutdown")  # the next start, so marked and counted
+            self._write_session(record, skipped_judge("shutdown"))
             raise
         except Exception as e:  # the stage boundary: said, counted, judging goes on
             log.error("judging session %r failed: %s", record.get("session_id"),
