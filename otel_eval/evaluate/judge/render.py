@@ -71,7 +71,9 @@ class _Cut:
     head_ratio: float
 
     def shown(self, limit: int) -> str:
-        return self.prefix + trim(self.text, min(self.cap, limit), self.head_ratio)
+        # escaped once cut: a tail may start at any character of the text
+        return self.prefix + own_headers(trim(self.text, min(self.cap, limit),
+                                              self.head_ratio))
 
     def __str__(self) -> str:
         return self.shown(self.cap)
@@ -97,6 +99,29 @@ Redact = Callable[[str], str]
 
 def unchanged(text: str) -> str:
     return text
+
+
+STEP_HEADER = "[step "  # opens a step of the run: the renderer's alone
+
+
+def own_headers(text: str) -> str:
+    """``text`` (a span's) with a backslash before each line whose first non-blank
+    characters open a step header, at any line break a model may read as one (``\\r``,
+    U+2028 ...): span content cannot write a step of the run, whose id the judge would cite
+    and its score land on. String methods: linear whatever the text."""
+    if STEP_HEADER not in text:
+        return text
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        body = line.lstrip(" \t")
+        if body.startswith(STEP_HEADER):
+            lines[i] = line[:len(line) - len(body)] + "\\" + body
+    return "".join(lines)
+
+
+def one_line(name: str | None) -> str | None:
+    """A span's name (tool, agent node) as written in a step header: on that one line."""
+    return None if name is None else " ".join(name.splitlines())
 
 
 def _level(cuts: list[_Cut], room: int) -> int:
@@ -183,7 +208,7 @@ class _Renderer:
     def llm(self, step: Step) -> list[Piece]:
         head = f"[step {step.index}] llm"
         if step.node != self.node:
-            head += f" node={step.node}" if step.node else " node=(main)"
+            head += f" node={one_line(step.node)}" if step.node else " node=(main)"
             self.node = step.node
         lines: list[Piece] = [head + (" status=error" if step.status == "error" else "")]
         new = self.log.new(parse_messages(step.input_text))
@@ -228,7 +253,7 @@ class _Renderer:
         return self.cut(" result: ", text, self.c.max_tool_output_chars, _SAID)
 
     def tool(self, step: Step) -> list[Piece]:
-        head = f"[step {step.index}] tool {step.tool_name or step.name}"
+        head = f"[step {step.index}] tool {one_line(step.tool_name or step.name)}"
         lines = [self.arguments(head + (" status=error" if step.status == "error" else "")
                                 + " args: ", step.arguments)]
         if step.result is not None:
@@ -246,7 +271,7 @@ class _Renderer:
             elif step.kind == "tool":
                 lines.extend(self.tool(step))
             elif step.status == "error":  # agent / chain steps matter only when they fail
-                lines.append(self.cut(f"[step {step.index}] {step.kind} {step.name} "
+                lines.append(self.cut(f"[step {step.index}] {step.kind} {one_line(step.name)} "
                                       "status=error error: ", step.error or "",
                                       self.c.max_message_chars, _CALL))
         return lines
@@ -301,7 +326,7 @@ def _finding_line(f: Finding, redact: Redact) -> str:
         more = len(steps) - FINDING_STEPS
         where = f" (steps {', '.join(map(str, steps[:FINDING_STEPS]))}" \
                 + (f" and {more} more)" if more > 0 else ")")
-    message = trim(redact(f.message), FINDING_CHARS)
+    message = own_headers(trim(redact(f.message), FINDING_CHARS))
     return f"- [{f.severity}] {f.detector}/{f.kind}: {message}{where}"
 
 
@@ -345,8 +370,9 @@ def render(evaluation: Evaluation, limits: CompactionConfig,
     final = _plain(parse_messages(t.output))
     if len(final) > _SHORT_FINAL_CHARS and r.log.seen(final):
         final = "(the run's last output, shown in full above)"
-    task = trim(redact(_plain(task_messages)), limits.max_task_chars, limits.head_ratio)
-    final = trim(redact(final), limits.max_task_chars, limits.head_ratio)
+    task = own_headers(trim(redact(_plain(task_messages)), limits.max_task_chars,
+                            limits.head_ratio))
+    final = own_headers(trim(redact(final), limits.max_task_chars, limits.head_ratio))
     findings = render_findings(evaluation, redact)
     room = view_budget_chars(t, limits) - len(task) - len(final) - len(findings)
     text = fit(pieces, max(room, 0))
