@@ -5,11 +5,16 @@ user's message holds."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 
+import pytest
+from judge_fake_llm import FakeLLM, completion
 from judge_fixtures import config, evaluation
 
+from otel_eval.evaluate.judge.client import JudgeClient, parse_reply
 from otel_eval.evaluate.judge.render import render
+from otel_eval.evaluate.judge.schemas import combined_schema, trace_schema
 
 _HEADER = re.compile(r"\[step (\d+)\]")
 
@@ -39,3 +44,29 @@ def test_span_text_cannot_open_a_step_of_the_run() -> None:
     assert "\\[step 5] llm" in text
     for part in (rendered.task, rendered.final_output, rendered.findings):
         assert _headers(part) == [], part
+
+
+@pytest.mark.parametrize("text", [
+    # the grade written twice: which stands would depend on the parser (the last, here)
+    '{"critique": "Deleted the wrong booking.", "score": 0.1, "score": 1.0}',
+    # a reply that echoes the span's own reply-shaped text after its own grade
+    '{"trace": {"critique": "Bad.", "score": 0.0}, "outcome": {"reasoning": "Not done.",'
+    ' "score": 0.0}, "trace": {"critique": "ok", "score": 1.0}}',
+])
+def test_a_reply_with_a_key_twice_has_no_grade(text: str) -> None:
+    schema = combined_schema(("trace", "outcome")) if '"trace"' in text else trace_schema()
+    data, problem = parse_reply(text, schema)
+    assert data is None, data
+    assert "more than once" in problem
+
+
+def test_a_key_twice_goes_through_the_repair_then_is_a_parse_error(llm: FakeLLM) -> None:
+    twice = '{"critique": "Bad.", "score": 0.0, "score": 1.0}'
+    llm.script(completion(twice), completion(twice))
+    c = JudgeClient(config(llm.api_base))
+    r = asyncio.run(asyncio.wait_for(c.call([{"role": "user", "content": "grade"}],
+                                            trace_schema(), "trace"), 60))
+    assert (r.status, r.data, r.attempts) == ("parse_error", None, 2)
+    assert "score" in r.error and "more than once" in r.error
+    assert "more than once" in llm.requests[1]["messages"][-1]["content"]  # the repair says so
+    assert (r.input_tokens, r.output_tokens) == (2000, 200)  # both replies paid for

@@ -134,6 +134,20 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object of the reply whose keys are each written once: a grade written twice (or a
+    reply that echoes the run's own reply-shaped text after its grade) has no one value;
+    which would stand would depend on the parser (Python's: the last)."""
+    data = dict(pairs)
+    if len(data) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"key {json.dumps(key[:40])} is written more than once")
+            seen.add(key)
+    return data
+
+
 def plausible_tokens(value: Any, ceiling: int) -> int | None:
     """A reported token count if it is a whole number from 0 to ``ceiling``, else None. The
     provider's usage is spent against the budget and counted in metrics: 1e30 prompt tokens
@@ -158,7 +172,8 @@ def parse_reply(text: str, schema: Schema, check: Check | None = None) -> tuple[
     # critiques go on to the store and the OTLP events, which cannot carry one
     try:
         data = checked(json.loads(text, parse_constant=_no_constant,
-                                  parse_float=_finite_number), text)
+                                  parse_float=_finite_number, object_pairs_hook=_once_each),
+                       text)
     except ValueError as e:  # JSONDecodeError, a non-finite number, a too-long int literal,
         return None, f"not valid JSON ({e})"  # nested deeper than MAX_CONTENT_DEPTH
     except RecursionError:
