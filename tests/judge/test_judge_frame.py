@@ -6,6 +6,7 @@ user's message holds."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 
 import pytest
@@ -70,3 +71,19 @@ def test_a_key_twice_goes_through_the_repair_then_is_a_parse_error(llm: FakeLLM)
     assert "score" in r.error and "more than once" in r.error
     assert "more than once" in llm.requests[1]["messages"][-1]["content"]  # the repair says so
     assert (r.input_tokens, r.output_tokens) == (2000, 200)  # both replies paid for
+
+
+def test_what_is_wrong_with_a_reply_is_said_in_a_bounded_text(llm: FakeLLM) -> None:
+    """The schema's complaint quotes the offending value: a 100,000-character value where
+    the score goes was quoted whole (escaped: 400 KB) in the repair request, paid for as
+    input, and in the error kept and logged."""
+    wrong = json.dumps({"critique": "x", "score": "\x00" * 100_000})
+    llm.script(completion(wrong), completion(wrong))
+    c = JudgeClient(config(llm.api_base))
+    r = asyncio.run(asyncio.wait_for(c.call([{"role": "user", "content": "grade"}],
+                                            trace_schema(), "trace"), 60))
+    assert (r.status, r.attempts) == ("parse_error", 2)
+    assert r.error.startswith("does not match the schema at score: ")
+    assert len(r.error) <= 400, len(r.error)
+    repair = llm.requests[1]["messages"][-1]["content"]
+    assert "does not match the schema at score" in repair and len(repair) <= 1000, len(repair)

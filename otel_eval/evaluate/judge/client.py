@@ -58,6 +58,7 @@ _RETRYABLE = (litellm.InternalServerError, litellm.ServiceUnavailableError,
 _HINTED = (litellm.RateLimitError, *_RETRYABLE)  # retried after their Retry-After, if any
 _FENCE = "```"
 _ERROR_CHARS = 300  # of a provider error's text, kept in the result and logged
+_PROBLEM_CHARS = 300  # of what is wrong with a reply, in the repair request and the error
 # Reported tokens are at most twice the characters sent (a token is at least one byte of
 # them, and the request goes as escaped ASCII JSON), or received, plus a chat template's
 # framing; past that a usage is implausible
@@ -165,6 +166,16 @@ def reply_bytes(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
+def said(problem: str) -> str:
+    """What is wrong with a reply, at most ``_PROBLEM_CHARS`` (its start and its end): the
+    schema's complaint quotes the offending value whole, and it goes into the repair request
+    (paid for as input), the error kept and its log line."""
+    if len(problem) <= _PROBLEM_CHARS:
+        return problem
+    head = _PROBLEM_CHARS * 2 // 3
+    return f"{problem[:head]} [...] {problem[len(problem) - (_PROBLEM_CHARS - head):]}"
+
+
 def parse_reply(text: str, schema: Schema, check: Check | None = None) -> tuple[
         dict[str, Any] | None, str]:
     """(data, "") for a valid reply, else (None, what is wrong) for the repair prompt."""
@@ -184,9 +195,9 @@ def parse_reply(text: str, schema: Schema, check: Check | None = None) -> tuple[
     err = jsonschema.exceptions.best_match(validator.iter_errors(data))
     if err is not None:
         where = "/".join(map(str, err.absolute_path)) or "(root)"
-        return None, f"does not match the schema at {where}: {err.message}"
+        return None, said(f"does not match the schema at {where}: {err.message}")
     problem = check(data) if check else None
-    return (None, problem) if problem else (data, "")
+    return (None, said(problem)) if problem else (data, "")
 
 
 def check_credentials(config: JudgeConfig) -> None:
