@@ -8,11 +8,13 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from typing import Any
 
 import pytest
-from judge_fake_llm import FakeLLM, completion
+from judge_fake_llm import FakeLLM, completion, good
 from judge_fixtures import config, evaluation
 
+from otel_eval.evaluate.judge import Judge
 from otel_eval.evaluate.judge.client import JudgeClient, parse_reply
 from otel_eval.evaluate.judge.render import render
 from otel_eval.evaluate.judge.schemas import combined_schema, trace_schema
@@ -87,3 +89,26 @@ def test_what_is_wrong_with_a_reply_is_said_in_a_bounded_text(llm: FakeLLM) -> N
     assert len(r.error) <= 400, len(r.error)
     repair = llm.requests[1]["messages"][-1]["content"]
     assert "does not match the schema at score" in repair and len(repair) <= 1000, len(repair)
+
+
+_C1, _C2 = {"id": "c1", "criterion": "Cancels ABC123"}, {"id": "c2", "criterion": "Asks first"}
+
+
+@pytest.mark.parametrize(("criteria", "results"), [
+    # two criteria under one id: one verdict would stand for both
+    ([_C1, {**_C2, "id": "c1"}], [{"id": "c1", "reasoning": "step 3", "fulfilled": True}]),
+    # a criterion checked twice, each way: which stands would depend on the reply's order
+    ([_C1, _C2], [{"id": "c1", "reasoning": "step 3", "fulfilled": True},
+                  {"id": "c2", "reasoning": "never asked", "fulfilled": False},
+                  {"id": "c2", "reasoning": "it did", "fulfilled": True}]),
+])
+def test_a_criterion_has_one_id_and_one_verdict(llm: FakeLLM, criteria: list[Any],
+                                                results: list[Any]) -> None:
+    llm.by_schema({"rubric_generate_grade": good({"criteria": criteria}),
+                   "rubric_verify_grade": good({"results": results})})
+    judge = Judge(config(llm.api_base, enabled=("rubric",)))
+    out = asyncio.run(judge.judge(evaluation()))
+    rubric = out["judges"]["rubric"]
+    assert (rubric["status"], rubric["scores"]) == ("parse_error", {}), rubric
+    assert "more than once" in rubric["error"]
+    assert "criteria" not in rubric  # no verdict stored for any criterion

@@ -35,16 +35,20 @@ class Request:
     check: Check | None = None
 
 
-def _missing(data: dict[str, Any], key: str, id_key: str, wanted: Sequence[int]) -> str | None:
+def _missing(data: dict[str, Any], key: str, id_key: str, wanted: Sequence[Any]) -> str | None:
     """What the reply's ``key`` lacks or repeats: every step listed graded, each once (a step
     graded twice has no one grade: which would stand would depend on the reply's order)."""
     graded = Counter(item.get(id_key) for item in data.get(key, ()) if isinstance(item, dict))
     missing = [i for i in wanted if i not in graded]
     if missing:
         return f"{key} is missing {id_key} {', '.join(map(str, missing))}: grade every one listed"
+    return _twice(graded, key, id_key, "grades")
+
+
+def _twice(graded: Counter[Any], key: str, id_key: str, verb: str) -> str | None:
     twice = [str(i) for i, n in graded.items() if n > 1][:20]
     if twice:
-        return f"{key} grades {id_key} {', '.join(twice)} more than once: once each"
+        return f"{key} {verb} {id_key} {', '.join(twice)} more than once: once each"
     return None
 
 
@@ -179,12 +183,19 @@ def session(prompts: Prompts, rendered: Rendered, shape: bool = True) -> Request
     return Request("session", ("session",), messages, schema)
 
 
+def _one_id_each(data: dict[str, Any]) -> str | None:
+    """Criteria under distinct ids: a verdict is given, and stored, by id (two criteria under
+    one would share one verdict, the second never checked)."""
+    return _twice(Counter(c.get("id") for c in data.get("criteria", ())), "criteria", "id",
+                  "gives")
+
+
 def rubric_generate(prompts: Prompts, task: str) -> Request:
     schema = schemas.rubric_generate_schema()
     user = prompts.render("rubric_generate", task=span_text(task), schema=schema_text(schema))
     return Request("rubric_generate", ("rubric",),
                    [{"role": "system", "content": prompts.render("system")},
-                    {"role": "user", "content": user}], schema)
+                    {"role": "user", "content": user}], schema, (), _one_id_each)
 
 
 def rubric_verify(prompts: Prompts, rendered: Rendered,
@@ -195,9 +206,8 @@ def rubric_verify(prompts: Prompts, rendered: Rendered,
     ids = [c["id"] for c in criteria]
 
     def check(data: dict[str, Any]) -> str | None:
-        got = {r.get("id") for r in data.get("results", ())}
-        missing = [i for i in ids if i not in got]
-        return f"results is missing criteria {', '.join(missing)}" if missing else None
+        """Every criterion checked, each once (as the steps: ``_missing``)."""
+        return _missing(data, "results", "id", ids)
 
     messages = _messages(prompts, rendered, prompts.render("rubric_verify"),
                          f"Criteria to check:\n{listing}", schema, shape)
