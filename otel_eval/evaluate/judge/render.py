@@ -104,17 +104,18 @@ def unchanged(text: str) -> str:
 STEP_HEADER = "[step "  # opens a step of the run: the renderer's alone
 
 
-def own_headers(text: str) -> str:
+def own_headers(text: str, header: str = STEP_HEADER) -> str:
     """``text`` (a span's) with a backslash before each line whose first non-blank
-    characters open a step header, at any line break a model may read as one (``\\r``,
-    U+2028 ...): span content cannot write a step of the run, whose id the judge would cite
-    and its score land on. String methods: linear whatever the text."""
-    if STEP_HEADER not in text:
+    characters open a ``header`` (a step of the run; a turn of a conversation), at any line
+    break a model may read as one (``\\r``, U+2028 ...): span content cannot write a step of
+    the run, whose id the judge would cite and its score land on. String methods: linear
+    whatever the text."""
+    if header not in text:
         return text
     lines = text.splitlines(keepends=True)
     for i, line in enumerate(lines):
         body = line.lstrip(" \t")
-        if body.startswith(STEP_HEADER):
+        if body.startswith(header):
             lines[i] = line[:len(line) - len(body)] + "\\" + body
     return "".join(lines)
 

@@ -23,6 +23,7 @@ from otel_eval.evaluate.judge.render import (
     Redact,
     Rendered,
     finding_lines,
+    own_headers,
     unchanged,
 )
 
@@ -33,13 +34,18 @@ TURNS_SHOWN = 40  # turns written: the first FIRST_TURNS and the newest (the res
 FIRST_TURNS = 4
 
 
+TURN_HEADER = "Turn "  # opens a turn of the transcript: the renderer's alone
+
+
 def _cut(value: Any, limit: int, redact: Redact = unchanged) -> str:
     """``value`` as text, redacted whole before it is cut (a secret across the cut would
-    keep a part that no longer reads as one)."""
+    keep a part that no longer reads as one), a line of it that would open a turn escaped
+    (``render.own_headers``)."""
     if value is None:
         return ""
     text = redact(value if isinstance(value, str) else json.dumps(value, default=str))
-    return text if len(text) <= limit else text[:limit] + f" [... {len(text) - limit} cut]"
+    text = text if len(text) <= limit else text[:limit] + f" [... {len(text) - limit} cut]"
+    return own_headers(text, TURN_HEADER)
 
 
 def _calls(steps: Any, redact: Redact) -> list[str]:
@@ -48,7 +54,8 @@ def _calls(steps: Any, redact: Redact) -> list[str]:
     out = []
     for step in calls[:CALLS_SHOWN]:
         failed = " -> error" if step.get("status") == "error" or step.get("error") else ""
-        name = _cut(step.get("tool_name") or step.get("name") or "?", 80, redact)
+        name = " ".join(_cut(step.get("tool_name") or step.get("name") or "?", 80,
+                             redact).splitlines())
         arguments = _cut(step.get("arguments"), ARGS_CHARS, redact)
         out.append(f"  tool call: {name}({arguments}){failed}")
     if len(calls) > CALLS_SHOWN:
