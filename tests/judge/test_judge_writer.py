@@ -155,9 +155,11 @@ class SessionJudgeStore(SqliteStore):
         super().__init__(path)
         self.open()
         self.session_judges: list[tuple[str, int, dict[str, Any]]] = []
+        self.written = threading.Event()  # set by the writer thread's first write
 
     def put_session_judge(self, key: str, completions: int, judge: dict[str, Any]) -> bool:
         self.session_judges.append((key, completions, judge))
+        self.written.set()
         return True
 
 
@@ -233,6 +235,7 @@ def test_a_session_judgement_cut_by_the_stop_is_a_counted_shutdown_skip(
                             [{"trace_id": "a1" * 16}])
         assert entered.wait(30)
         stage.shutdown(0.2)
+        assert store.written.wait(30)  # queued before the stop returned, written past it
         assert [(key, n, judge["overall"]) for key, n, judge in store.session_judges] == [
             (session_key("shop", "conv-a"), 1, {"status": "skipped", "reason": "shutdown"})]
         assert registry.get_sample_value("otel_eval_judge_skipped_total",

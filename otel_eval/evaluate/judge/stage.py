@@ -394,7 +394,8 @@ class JudgeStage:
             _, late = await asyncio.wait(under_way, timeout=left)
             for task in late:
                 task.cancel()
-            if late:
+            if late:  # each cut one marks and counts itself: let it, before the writes
+                await asyncio.wait(late)
                 log.warning("%d session judgements or issue names cut by the shutdown "
                             "deadline", len(late))
         await close_clients()  # litellm caches HTTP clients per loop: close them on this one
