@@ -1,7 +1,8 @@
 """Stage: offline input. Files -> ``model.Trace`` (the same traces the receivers would assemble).
 
     load_path(path) -> iter_files -> read_bytes (gzip by magic) -> sniff content -> one of
-      otlp_files   OTLP/JSON request, collector file-exporter JSON lines, OTLP protobuf
+      otlp_files   OTLP/JSON request, collector file-exporter JSON lines (spans, and the
+                   GenAI event log records joined to them), OTLP protobuf
       span_tree    OpenInference span trees (TRAIL)
       tau_bench    tau-bench runs files (OpenAI chat logs) -> GenAI spans (loaders.chat);
                    with ``turns``, a trace per user message tied by a conversation id
@@ -62,6 +63,9 @@ def _from_json(doc: Any, path: Path, config: TrajectoryConfig, on_error: OnError
     source = str(path)
     if otlp_files.is_otlp_json(doc):
         return release(otlp_files.from_json_doc(doc, path, on_error), source, on_reject)
+    if otlp_files.is_otlp_logs_json(doc):  # records alone: joined to no span of this file
+        return release((), source, on_reject, otlp_files.logs_from_json_doc(doc, path,
+                                                                            on_error))
     if span_tree.is_span_tree(doc):
         return release(span_tree.from_doc(doc, path), source, on_reject)
     if tau_bench.is_runs(doc):
@@ -110,7 +114,8 @@ def _load_file(path: Path, config: TrajectoryConfig | None,
         except json.JSONDecodeError as e:
             if e.msg != "Extra data":
                 raise LoaderError(path, f"not valid JSON: {e}") from e
-            return release(otlp_files.from_json_lines(data, path, report), str(path), on_error)
+            spans, logs = otlp_files.from_json_lines(data, path, report)
+            return release(spans, str(path), on_error, logs)
         except (ValueError, RecursionError) as e:  # invalid UTF-8, an integer past
             # Python's digit limit (a plain ValueError), nesting past the recursion limit
             raise LoaderError(path, f"not valid JSON: {e}") from e

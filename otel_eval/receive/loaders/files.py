@@ -10,12 +10,13 @@ from __future__ import annotations
 import gzip
 import logging
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from otel_eval.assemble.assembler import TraceAssembler
 from otel_eval.assemble.config import AssemblyConfig
 from otel_eval.base.model import Span, Trace
+from otel_eval.decode.otlp_logs import HeldRecord
 
 log = logging.getLogger(__name__)
 
@@ -49,19 +50,27 @@ _FILE_ASSEMBLY = AssemblyConfig(max_released_traces=0, max_tombstones=0)
 
 
 def release(spans: Iterable[Span], source: str,
-            on_reject: Callable[[LoaderError], None] | None = None) -> list[Trace]:
+            on_reject: Callable[[LoaderError], None] | None = None,
+            logs: Iterable[HeldRecord] = ()) -> list[Trace]:
     """Group a file's spans into traces through the assembler, as ``serve`` groups them (the
-    same duplicate and size rules), all released at end of file (``eof``) in first-seen
-    order. Spans the assembler refuses are reported to ``on_reject`` (else logged), with
-    their reasons; the rest of the file is kept."""
+    same duplicate and size rules), with the file's GenAI event records joined to their
+    spans as ``serve`` joins them (``Trace.logs``), all released at end of file (``eof``) in
+    first-seen order. Spans (records) the assembler refuses are reported to ``on_reject``
+    (else logged), with their reasons; the rest of the file is kept."""
     assembler = TraceAssembler(_FILE_ASSEMBLY)
-    added = assembler.add(spans, 0.0, source=source)
-    if added.rejected:
-        reasons = ", ".join(f"{n} {r}" for r, n in sorted(added.rejected.items()))
-        error = LoaderError(source, f"{sum(added.rejected.values())} span(s) rejected: "
-                                    f"{reasons}")
-        if on_reject is not None:
-            on_reject(error)
-        else:
-            log.warning("%s", error)
+    _rejected(assembler.add(spans, 0.0, source=source).rejected, "span", source, on_reject)
+    _rejected(assembler.add_logs(logs, 0.0, source=source).rejected, "log record", source,
+              on_reject)
     return assembler.release_all(0.0, reason="eof")
+
+
+def _rejected(rejected: Mapping[str, int], noun: str, source: str,
+              on_reject: Callable[[LoaderError], None] | None) -> None:
+    if not rejected:
+        return
+    reasons = ", ".join(f"{n} {r}" for r, n in sorted(rejected.items()))
+    error = LoaderError(source, f"{sum(rejected.values())} {noun}(s) rejected: {reasons}")
+    if on_reject is not None:
+        on_reject(error)
+    else:
+        log.warning("%s", error)
