@@ -78,7 +78,7 @@ def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
     from otel_eval.app.inspection import render_text, report
     from otel_eval.app.show import is_trace_id
     from otel_eval.evaluate.trajectory import build_trajectory
-    from otel_eval.receive.loaders import load_path
+    from otel_eval.receive.loaders import load_paths
 
     cfg = config_from_args(args).trajectory
     if Path(args.target).exists():
@@ -91,12 +91,11 @@ def cmd_inspect(args: argparse.Namespace, out: TextIO) -> int:
         return 1
     reports = []
     failed = _FileErrors("inspect")
-    for path in paths:
-        for trace in load_path(path, config=cfg, on_error=failed.report):
-            if wanted and trace.trace_id != wanted.lower():
-                continue
-            keys = {s.span_id: list(s.attributes) for s in trace.spans}
-            reports.append(report(build_trajectory(trace, cfg), keys))
+    for trace in load_paths(paths, config=cfg, on_error=failed.report):  # as eval reads them
+        if wanted and trace.trace_id != wanted.lower():
+            continue
+        keys = {s.span_id: list(s.attributes) for s in trace.spans}
+        reports.append(report(build_trajectory(trace, cfg), keys))
     if not reports:
         print("otel-eval inspect: no such trace" if wanted else "otel-eval inspect: no trace",
               file=sys.stderr)

@@ -56,7 +56,7 @@ class EvalRun:
         self.spend: Spend | None = None
 
     def traces(self) -> Iterator[Trace]:
-        from otel_eval.receive.loaders import LoaderError, load_path
+        from otel_eval.receive.loaders import LoaderError, load_paths
 
         failed: set[str] = set()  # files (or directories) with a problem, each counted once
 
@@ -65,12 +65,9 @@ class EvalRun:
             self.failed_files = len(failed)
             print(f"otel-eval: {e}", file=sys.stderr)
 
-        for path in self.paths:
-            try:
-                yield from load_path(path, config=self.cfg.trajectory, turns=self.turns,
-                                     on_error=report)
-            except OSError as e:  # a path that cannot be opened at all
-                report(LoaderError(path, e.strerror or str(e)))
+        # the files one stream, as serve's requests: a trace split over files is one trace
+        yield from load_paths(self.paths, config=self.cfg.trajectory, turns=self.turns,
+                              on_error=report)
 
     def evaluations(self) -> Iterator[Evaluation]:
         return self.judged(self._evaluated(_progress(self.traces(), sys.stderr)))

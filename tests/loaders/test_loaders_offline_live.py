@@ -5,6 +5,7 @@ for the same requests received over OTLP."""
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -52,3 +53,69 @@ def test_a_file_exporter_file_with_log_records_is_evaluated_as_serve_evaluates_i
         live = h.svc.store.latest(100)
     assert [_compared(e) for e in offline] == [_compared(e) for e in live]
     assert offline[0]["input"]  # the content, only in the log records, was read
+
+
+def _halves(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One request's spans cut in two requests (each scope's first half, then the rest), as
+    a rotating file exporter cuts a run's spans over two files."""
+    first, rest = copy.deepcopy(body), copy.deepcopy(body)
+    for rs_a, rs_b in zip(first["resourceSpans"], rest["resourceSpans"], strict=True):
+        for ss_a, ss_b in zip(rs_a["scopeSpans"], rs_b["scopeSpans"], strict=True):
+            k = len(ss_a["spans"]) // 2
+            ss_a["spans"], ss_b["spans"] = ss_a["spans"][:k], ss_a["spans"][k:]
+    return first, rest
+
+
+def _evaluated(paths: list[Path]) -> tuple[list[dict[str, Any]], EvalRun]:
+    run = EvalRun(Config(), [str(p) for p in paths])
+    return [json.loads(json.dumps(e.to_json())) for e in run.evaluations()], run
+
+
+@pytest.mark.parametrize("stack", ["langgraph", "openai-agents", "pydantic-ai"])
+def test_a_run_split_over_two_files_is_one_trace_as_serve_assembles_it(
+        tmp_path: Path, stack: str) -> None:
+    (body,) = [r["body"] for r in corpus.recording(stack, "clean")["requests"]
+               if r["signal"] == "traces"]
+    whole, _ = _evaluated([_lines(tmp_path / "whole.jsonl", [body])])
+    first, rest = _halves(body)
+    parts = tmp_path / "rotated"
+    parts.mkdir()
+    _lines(parts / "traces-1.jsonl", [first])
+    _lines(parts / "traces-2.jsonl", [rest])
+    split, run = _evaluated([parts])
+    assert run.failed_files == 0
+    assert [_compared(e) for e in split] == [_compared(e) for e in whole]
+    assert [(e["status"], e["verdict"]["passed"]) for e in split] == [("complete", True)]
+
+
+def test_log_records_in_their_own_file_join_the_spans_of_another(tmp_path: Path) -> None:
+    rec = corpus.recording("openai-v2-events", "loop")
+    by_signal = {s: [r["body"] for r in rec["requests"] if r["signal"] == s]
+                 for s in ("traces", "logs")}
+    _lines(tmp_path / "logs.jsonl", by_signal["logs"])  # file/logs and file/traces exporters
+    _lines(tmp_path / "traces.jsonl", by_signal["traces"])
+    offline, run = _evaluated([tmp_path])
+    assert run.failed_files == 0
+    with running_service(tmp_path / "serve") as h:
+        replay(h, rec)
+        h.release(after_s=h.svc.config.assembly.idle_timeout_s + 1)
+        live = h.svc.store.latest(100)
+    assert [_compared(e) for e in offline] == [_compared(e) for e in live]
+    assert [f["kind"] for f in offline[0]["findings"]] == ["repeated_call"]
+
+
+def test_the_same_trace_in_two_files_is_evaluated_once(tmp_path: Path) -> None:
+    (body,) = [r["body"] for r in corpus.recording("langgraph", "clean")["requests"]
+               if r["signal"] == "traces"]
+    one = _lines(tmp_path / "a.jsonl", [body])
+    again = _lines(tmp_path / "b.jsonl", [body])  # an export given twice
+    evaluations, run = _evaluated([one, again])
+    assert len(evaluations) == 1
+    assert (evaluations[0]["status"], evaluations[0]["verdict"]["passed"]) == ("complete", True)
+    assert run.failed_files == 1  # the copy's spans refused (late) and reported, as serve
+
+
+def _lines(path: Path, bodies: list[dict[str, Any]]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(b) + "\n" for b in bodies), encoding="utf-8")
+    return path

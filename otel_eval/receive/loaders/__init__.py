@@ -7,7 +7,9 @@
       tau_bench    tau-bench runs files (OpenAI chat logs) -> GenAI spans (loaders.chat);
                    with ``turns``, a trace per user message tied by a conversation id
       mini_swe_agent  mini-swe-agent .traj.json -> GenAI spans
-    -> release (the assembler groups by trace id; complete unless the root never ended)
+    -> FileAssembly (the assembler groups by trace id over the files of a run; a trace is
+       released at the end of the file where its run surely ended, else at the end of the
+       input: complete unless the root never ended)
 
 The format is decided by content, never by the file name alone. A file that cannot be loaded
 raises ``LoaderError`` naming it; with ``on_error`` given, the error is reported there instead
@@ -20,16 +22,16 @@ import contextlib
 import gc
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from otel_eval.base.model import Trace
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.receive.loaders import mini_swe_agent, otlp_files, span_tree, tau_bench
-from otel_eval.receive.loaders.files import LoaderError, read_bytes, release
+from otel_eval.receive.loaders.files import FileAssembly, LoaderError, read_bytes
 
-__all__ = ["LoaderError", "iter_files", "load_file", "load_path"]
+__all__ = ["LoaderError", "iter_files", "load_file", "load_path", "load_paths"]
 
 OnError = Callable[[LoaderError], None]
 
@@ -59,15 +61,15 @@ def iter_files(path: str | Path, on_error: OnError = _raise) -> Iterator[Path]:
 
 
 def _from_json(doc: Any, path: Path, config: TrajectoryConfig, on_error: OnError,
-               on_reject: OnError | None, turns: bool) -> list[Trace]:
+               on_reject: OnError | None, turns: bool, assembly: FileAssembly) -> list[Trace]:
     source = str(path)
     if otlp_files.is_otlp_json(doc):
-        return release(otlp_files.from_json_doc(doc, path, on_error), source, on_reject)
-    if otlp_files.is_otlp_logs_json(doc):  # records alone: joined to no span of this file
-        return release((), source, on_reject, otlp_files.logs_from_json_doc(doc, path,
-                                                                            on_error))
+        return assembly.add(otlp_files.from_json_doc(doc, path, on_error), source, on_reject)
+    if otlp_files.is_otlp_logs_json(doc):  # records alone: they join the spans of the run
+        return assembly.add((), source, on_reject,
+                            otlp_files.logs_from_json_doc(doc, path, on_error))
     if span_tree.is_span_tree(doc):
-        return release(span_tree.from_doc(doc, path), source, on_reject)
+        return assembly.add(span_tree.from_doc(doc, path), source, on_reject)
     if tau_bench.is_runs(doc):
         return tau_bench.from_doc(doc, path, config, turns)
     if mini_swe_agent.is_traj(doc):
@@ -96,30 +98,32 @@ def load_file(path: str | Path, *, config: TrajectoryConfig | None = None,
     """The traces of one file. Raises ``LoaderError`` (or reports it to ``on_error`` and
     returns what could be loaded: spans the decoder rejected are reported, the rest kept).
     ``turns``: a chat log (tau-bench) as a conversation, a trace per user message."""
+    assembly = FileAssembly()
     with _no_cycle_collection():
-        return _load_file(Path(path), config, on_error, turns)
+        return _load_file(Path(path), config, on_error, turns, assembly) + assembly.rest()
 
 
 def _load_file(path: Path, config: TrajectoryConfig | None,
-               on_error: OnError | None, turns: bool = False) -> list[Trace]:
+               on_error: OnError | None, turns: bool, assembly: FileAssembly) -> list[Trace]:
     cfg = config or TrajectoryConfig()
     report = on_error or _raise
     try:
         data = read_bytes(path)
         head = data.lstrip()[:1]
         if head not in (b"{", b"["):
-            return release(otlp_files.from_protobuf(data, path, report), str(path), on_error)
+            return assembly.add(otlp_files.from_protobuf(data, path, report), str(path),
+                                on_error)
         try:
             doc = json.loads(data)
         except json.JSONDecodeError as e:
             if e.msg != "Extra data":
                 raise LoaderError(path, f"not valid JSON: {e}") from e
             spans, logs = otlp_files.from_json_lines(data, path, report)
-            return release(spans, str(path), on_error, logs)
+            return assembly.add(spans, str(path), on_error, logs)
         except (ValueError, RecursionError) as e:  # invalid UTF-8, an integer past
             # Python's digit limit (a plain ValueError), nesting past the recursion limit
             raise LoaderError(path, f"not valid JSON: {e}") from e
-        return _from_json(doc, path, cfg, report, on_error, turns)
+        return _from_json(doc, path, cfg, report, on_error, turns, assembly)
     except LoaderError as e:
         report(e)
         return []
@@ -128,5 +132,24 @@ def _load_file(path: Path, config: TrajectoryConfig | None,
 def load_path(path: str | Path, *, config: TrajectoryConfig | None = None,
               on_error: OnError | None = None, turns: bool = False) -> Iterator[Trace]:
     """Every trace in ``path`` (a file or a directory, recursively), file by file."""
-    for file in iter_files(path, on_error or _raise):
-        yield from load_file(file, config=config, on_error=on_error, turns=turns)
+    return load_paths([path], config=config, on_error=on_error, turns=turns)
+
+
+def load_paths(paths: Iterable[str | Path], *, config: TrajectoryConfig | None = None,
+               on_error: OnError | None = None, turns: bool = False) -> Iterator[Trace]:
+    """Every trace in ``paths`` (files or directories, recursively), file by file, the files
+    one stream (``FileAssembly``): a run's spans and records split over files are one trace,
+    released at the end of the file where it surely ended, else at the end of the input. A
+    path that cannot be opened at all is a ``LoaderError`` (``on_error``)."""
+    report = on_error or _raise
+    assembly = FileAssembly()
+    for path in paths:
+        try:
+            for file in iter_files(path, report):
+                with _no_cycle_collection():
+                    traces = _load_file(file, config, on_error, turns, assembly)
+                    traces += assembly.ended()
+                yield from traces
+        except OSError as e:
+            report(LoaderError(path, e.strerror or str(e)))
+    yield from assembly.rest()

@@ -1,8 +1,9 @@
 """Offline input: file bytes (gzip transparent), the loader error, and releasing spans as traces.
 
-A file holds whole traces, so its spans are grouped by the assembler (``serve``'s own) and
-released at end of file (``release_reason="eof"``): ``complete`` when a root span has ended,
-else ``incomplete`` (the root never ended, or never arrived).
+The spans of a run's files are grouped by the assembler (``serve``'s own: ``FileAssembly``)
+and released at end of file (``release_reason="eof"``) once their run has surely ended, the
+others at the end of the input: ``complete`` when a root span has ended, else ``incomplete``
+(the root never ended, or never arrived).
 """
 
 from __future__ import annotations
@@ -45,23 +46,53 @@ def read_bytes(path: Path) -> bytes:
     return data[3:] if data[:3] == _UTF8_BOM else data
 
 
-# Files hold whole traces: nothing is re-opened or remembered after the end of the file.
-_FILE_ASSEMBLY = AssemblyConfig(max_released_traces=0, max_tombstones=0)
+# The files of one run are one stream, as ``serve`` sees its requests: a trace split over
+# files (a rotated file exporter's, a day's export) is one trace. A released trace is not
+# re-opened (its result is out), and its id is remembered: a span of it in a later file (a
+# copy of the same trace) is refused as ``late``, reported, never a second evaluation.
+_FILE_ASSEMBLY = AssemblyConfig(max_released_traces=0)
+
+
+class FileAssembly:
+    """The assembler (``serve``'s own) over the files of one run: ``add`` a file's spans and
+    GenAI event records (grouped by trace id, the same duplicate and size rules, the records
+    joined to their spans as ``serve`` joins them: ``Trace.logs``); at the end of each file
+    ``ended()`` releases the traces whose run has surely ended (their root ended, no span
+    waiting for an absent parent), and ``rest()`` the others at the end of the input
+    (``complete`` when a root ended, else ``incomplete``): a run whose spans go on in the
+    next file waits for them. Released with ``release_reason="eof"``, in first-seen order."""
+
+    def __init__(self) -> None:
+        self._assembler = TraceAssembler(_FILE_ASSEMBLY)
+
+    def add(self, spans: Iterable[Span], source: str,
+            on_reject: Callable[[LoaderError], None] | None = None,
+            logs: Iterable[HeldRecord] = ()) -> list[Trace]:
+        """Take a file's spans and records; what the assembler refuses is reported to
+        ``on_reject`` (else logged), with the reasons. Returns [] (traces come out of
+        ``ended`` and ``rest``), for the loaders' ``return``."""
+        assembler = self._assembler
+        _rejected(assembler.add(spans, 0.0, source=source).rejected, "span", source,
+                  on_reject)
+        _rejected(assembler.add_logs(logs, 0.0, source=source).rejected, "log record",
+                  source, on_reject)
+        return []
+
+    def ended(self) -> list[Trace]:
+        return self._assembler.release_ended(0.0, reason="eof")
+
+    def rest(self) -> list[Trace]:
+        return self._assembler.release_all(0.0, reason="eof")
 
 
 def release(spans: Iterable[Span], source: str,
             on_reject: Callable[[LoaderError], None] | None = None,
             logs: Iterable[HeldRecord] = ()) -> list[Trace]:
-    """Group a file's spans into traces through the assembler, as ``serve`` groups them (the
-    same duplicate and size rules), with the file's GenAI event records joined to their
-    spans as ``serve`` joins them (``Trace.logs``), all released at end of file (``eof``) in
-    first-seen order. Spans (records) the assembler refuses are reported to ``on_reject``
-    (else logged), with their reasons; the rest of the file is kept."""
-    assembler = TraceAssembler(_FILE_ASSEMBLY)
-    _rejected(assembler.add(spans, 0.0, source=source).rejected, "span", source, on_reject)
-    _rejected(assembler.add_logs(logs, 0.0, source=source).rejected, "log record", source,
-              on_reject)
-    return assembler.release_all(0.0, reason="eof")
+    """Spans (and records) that are all there is of their traces, grouped into traces and
+    released (``FileAssembly``: one file's worth, on its own)."""
+    assembly = FileAssembly()
+    assembly.add(spans, source, on_reject, logs)
+    return assembly.rest()
 
 
 def _rejected(rejected: Mapping[str, int], noun: str, source: str,
