@@ -55,7 +55,7 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
         if args.format == "jsonl":  # = json.dumps(to_json()), from the text stored
             out.write(evaluation.to_json_ascii() + "\n")
             if evaluation.trajectory.session_id is not None:  # a turn of a conversation
-                sessions.add(evaluation.to_json())
+                sessions.add(evaluation.to_json(), len(evaluation.to_json_text()))
         else:
             rows.append(evaluation.to_json())
     if args.format == "table":

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import io
 import json
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 from conversations import call, scripted
+from support.harness import running_service
 
 from otel_eval.app.cli import build_parser, cmd_eval
 from otel_eval.evaluate.predict import Predictor
 from otel_eval.evaluate.predict.config import PredictionConfig
 from otel_eval.evaluate.sessions.evaluate import in_turn_order
 from otel_eval.evaluate.sessions.predict import session_prediction
+from otel_eval.store.sessions import SessionQuery
 
 SAME = {"reservation_id": "ZFA04Y"}
 
@@ -117,3 +121,44 @@ def test_offline_sessions_are_per_service_too(tmp_path: Path) -> None:
             for s in sessions] == [("1", "other-team", 3, False), ("1", "airline", 2, True)]
     assert sessions[1]["findings"] == []
     assert sessions[1]["traces"] == [trace_id for trace_id, _ in clean]
+
+
+def _served_session(tmp_path: Path, bodies: list[dict[str, object]],
+                    **changes: object) -> dict[str, object]:
+    """The complete record serve's session job stores of these turns, sent over OTLP/HTTP
+    one by one (each evaluated before the next is sent)."""
+    with running_service(tmp_path, **changes) as h:
+        for body in bodies:
+            request = urllib.request.Request(
+                h.http_url, data=json.dumps(body).encode(), method="POST",
+                headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=30) as r:
+                assert r.status == 200
+            h.release()
+        assert h.svc.session_job.tick(time.time() + h.svc.config.sessions.idle_timeout_s
+                                      + 1) == 1
+        [record] = h.svc.sessions.page(SessionQuery())["sessions"]
+    return dict(record)
+
+
+@pytest.mark.parametrize(("setting", "value"), [("max_turns", 2), ("max_turns_chars", 1)])
+def test_a_session_cut_to_its_bounds_is_the_one_serve_completes(
+        tmp_path: Path, setting: str, value: int) -> None:
+    """Past ``sessions.max_turns`` (``max_turns_chars``) serve's session job judges the
+    newest turns: so does eval, its last turn (here a question back to the user) included."""
+    turns = scripted("cut", "gen_ai.conversation.id", [
+        (f"a different question, number {n}",
+         [{"role": "assistant", "content": "Done?" if n == 2 else "Done."}]) for n in range(3)])
+    config = tmp_path / "otel-eval.yaml"
+    config.write_text(f"sessions:\n  {setting}: {value}\n")
+    out = io.StringIO()
+    args = build_parser().parse_args(["eval", *map(str, _write(tmp_path, "cut", turns)),
+                                      "--format", "jsonl", "--config", str(config)])
+    assert cmd_eval(args, out) == 0
+    offline = json.loads(out.getvalue().splitlines()[-1])
+    served = _served_session(tmp_path / "serve", [body for _, body in turns],
+                             **{f"sessions.{setting}": value})
+    compared = ("traces", "turns", "counts", "findings", "verdict", "cut_by", "prediction")
+    assert {k: offline.get(k) for k in compared} == {k: served.get(k) for k in compared}
+    assert offline["traces"][-1] == turns[-1][0]  # the last turn is judged
+    assert [f["kind"] for f in offline["findings"]] == ["unanswered_question"]

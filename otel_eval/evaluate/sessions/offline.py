@@ -3,17 +3,21 @@ their conversation id and prints a session record per conversation after the tra
 (``--format jsonl``: ``{"record": "session", ...}``).
 
 A file is all there is of a conversation, so every session is ``complete``. Each turn is
-kept slim (the fields the session detectors and the record read), at most
-``sessions.max_turns`` per session (the first ones by arrival; the others counted in
-``counts.turns_cut``). With a success model, each record has ``prediction`` as ``serve``'s
-session job gives it (``sessions.predict``: each turn's model view kept beside, at most as
-many).
+kept slim (the fields the session detectors and the record read), and a session is judged on
+the turns ``serve``'s session job reads of it (``store.sessions.turns_sql``): the newest, by
+arrival, at most ``sessions.max_turns`` and, past the newest, ``sessions.max_turns_chars`` of
+the turns' JSON in all; the others counted in ``counts.turns_cut``, the bound that cut them
+in ``cut_by``. With a success model, each record has ``prediction`` as ``serve``'s
+session job gives it (``sessions.predict``: each turn's model view kept beside).
 """
 
 from __future__ import annotations
 
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Any
 
+from otel_eval.base.jsontext import json_text
 from otel_eval.evaluate.predict import Predictor
 from otel_eval.evaluate.sessions.config import SessionsConfig
 from otel_eval.evaluate.sessions.evaluate import evaluate_session, in_turn_order
@@ -43,6 +47,17 @@ def slim(body: dict[str, Any]) -> dict[str, Any]:
     return turn
 
 
+@dataclass
+class _Kept:
+    """The turns of one session kept, oldest first: each slim, its model view (with a
+    model) and the characters of its JSON; how many were added in all."""
+
+    turns: deque[tuple[dict[str, Any], dict[str, Any] | None, int]] = field(
+        default_factory=deque)
+    chars: int = 0
+    seen: int = 0
+
+
 class SessionCollector:
     """Turns by session (conversation id within its service: ``store.sessions``), in the
     order evaluated; ``records()`` once all are in."""
@@ -50,30 +65,39 @@ class SessionCollector:
     def __init__(self, config: SessionsConfig, predictor: Predictor | None = None) -> None:
         self.config = config
         self.predictor = predictor
-        self.turns: dict[str, list[dict[str, Any]]] = {}
-        self.seen: dict[str, int] = {}
-        self.viewed: dict[str, list[dict[str, Any]]] = {}  # what the model reads of each
+        self.sessions: dict[str, _Kept] = {}
 
-    def add(self, body: dict[str, Any]) -> None:
+    def add(self, body: dict[str, Any], chars: int | None = None) -> None:
+        """A turn's v1 object; ``chars``: the length of its JSON text as stored
+        (``Evaluation.to_json_text``), else encoded here."""
         session_id, service = body.get("session_id"), body.get("service")
         if not isinstance(session_id, str):
             return
         key = session_key(service if isinstance(service, str) else None, session_id)
-        self.seen[key] = self.seen.get(key, 0) + 1
-        turns = self.turns.setdefault(key, [])
-        if len(turns) < self.config.max_turns:
-            turns.append(slim(body))
-            if self.predictor is not None:
-                self.viewed.setdefault(key, []).append(model_view(body))
+        kept = self.sessions.setdefault(key, _Kept())
+        kept.seen += 1
+        size = len(json_text(body)) if chars is None else chars
+        view = model_view(body) if self.predictor is not None else None
+        kept.turns.append((slim(body), view, size))
+        kept.chars += size
+        cfg = self.config  # the newest first, as the session job reads them
+        while len(kept.turns) > cfg.max_turns or (
+                len(kept.turns) > 1 and kept.chars > cfg.max_turns_chars):
+            kept.chars -= kept.turns.popleft()[2]
 
     def records(self) -> list[dict[str, Any]]:
         """One ``{"record": "session", ...}`` per conversation, in first-seen order."""
         out = []
-        for key, turns in self.turns.items():
+        for key, kept in self.sessions.items():
+            turns = [turn for turn, _, _ in kept.turns]
             record = {"record": "session", **evaluate_session(
-                key, turns, self.config, "complete", self.seen[key])}
+                key, turns, self.config, "complete", kept.seen)}
+            if record["counts"]["turns_cut"]:  # as the session job says which bound cut
+                record["cut_by"] = ("max_turns" if len(turns) >= self.config.max_turns
+                                    else "max_turns_chars")
             if self.predictor is not None:
+                views = [view for _, view, _ in kept.turns if view is not None]
                 record["prediction"] = session_prediction(
-                    self.predictor, record["session_id"], in_turn_order(self.viewed[key]))
+                    self.predictor, record["session_id"], in_turn_order(views))
             out.append(record)
         return out
