@@ -424,12 +424,16 @@ class TraceAssembler:
                 tr.last_seen = now
             self._reschedule(tr)
 
-    def release_ended(self, now: float, reason: str = "shutdown") -> list[Trace]:
+    def release_ended(self, now: float, reason: str = "shutdown",
+                      among: Iterable[str] | None = None) -> list[Trace]:
         """Release the traces whose run has surely ended (a clean stop: grace only waits for
         stragglers); the others stay open and unjudged (a stop is no verdict: the spool, or
         Kafka's uncommitted offsets, resume them at the next start, where their timers go
-        on). Surely: ``_surely_ended``; a root recognised only by going idle is not."""
-        return [self._release(t, "complete", reason, now) for t in list(self._open.values())
+        on). Surely: ``_surely_ended``; a root recognised only by going idle is not.
+        ``among``: only those trace ids (the ones that took items since the last call)."""
+        candidates = list(self._open.values()) if among is None else [
+            t for t in map(self._open.get, among) if t is not None]
+        return [self._release(t, "complete", reason, now) for t in candidates
                 if t.spans and t.root_ended and _surely_ended(t)]
 
     def release_all(self, now: float, reason: str = "shutdown") -> list[Trace]:

@@ -60,10 +60,13 @@ class FileAssembly:
     ``ended()`` releases the traces whose run has surely ended (their root ended, no span
     waiting for an absent parent), and ``rest()`` the others at the end of the input
     (``complete`` when a root ended, else ``incomplete``): a run whose spans go on in the
-    next file waits for them. Released with ``release_reason="eof"``, in first-seen order."""
+    next file waits for them. Released with ``release_reason="eof"``, in the order the file
+    that ends them shows them (``rest``: first-seen order)."""
 
     def __init__(self) -> None:
         self._assembler = TraceAssembler(_FILE_ASSEMBLY)
+        self._touched: dict[str, None] = {}  # traces that took items since ``ended``
+
 
     def add(self, spans: Iterable[Span], source: str,
             on_reject: Callable[[LoaderError], None] | None = None,
@@ -72,14 +75,21 @@ class FileAssembly:
         ``on_reject`` (else logged), with the reasons. Returns [] (traces come out of
         ``ended`` and ``rest``), for the loaders' ``return``."""
         assembler = self._assembler
-        _rejected(assembler.add(spans, 0.0, source=source).rejected, "span", source,
-                  on_reject)
-        _rejected(assembler.add_logs(logs, 0.0, source=source).rejected, "log record",
-                  source, on_reject)
+        spans, logs = list(spans), list(logs)
+        for items, added, noun in (
+                (spans, assembler.add(spans, 0.0, source=source), "span"),
+                (logs, assembler.add_logs(logs, 0.0, source=source), "log record")):
+            _rejected(added.rejected, noun, source, on_reject)
+            took = added.traces  # in the order the file shows them (a set has none)
+            self._touched.update(dict.fromkeys(i.trace_id for i in items if i.trace_id in took))
         return []
 
     def ended(self) -> list[Trace]:
-        return self._assembler.release_ended(0.0, reason="eof")
+        """The traces of the file just added whose run surely ended (only those: a trace no
+        file touched since has not changed, and asking again would make many files of
+        unfinished runs quadratic)."""
+        touched, self._touched = self._touched, {}
+        return self._assembler.release_ended(0.0, reason="eof", among=touched)
 
     def rest(self) -> list[Trace]:
         return self._assembler.release_all(0.0, reason="eof")
