@@ -136,6 +136,53 @@ def test_work_of_a_killed_process_is_marked_restart_and_counted(llm: FakeLLM,
         store.close()
 
 
+def test_a_run_the_replay_stored_anew_is_not_marked_restart(llm: FakeLLM,
+                                                             tmp_path: Path) -> None:
+    """The dead process queued revision 0 of a run for the judge and died; late spans had
+    re-opened the run, so the restart's spool replay evaluates it whole and stores it anew,
+    at revision 0 again, and queues it for this process's judge. The start's journal pass
+    ran on the writer thread, not waited for: when the replay's row was stored before it
+    read, it took the new evaluation for the dead one's, stored it skipped ``restart`` and
+    counted it (the real judgement came over it later). An entry now names the evaluation
+    it was queued for (its evaluation time): a row evaluated since is another's work."""
+    llm.route = lambda body: Reply(hang=True)
+    path = str(tmp_path / "s.db")
+    store = SqliteStore(path).open()
+    ev = evaluation(trace_id="e7" * 16)
+    ev.evaluated_at_ns = 1_000
+    store.put_many([ev])
+    dead_loop, loop = LoopThread(), LoopThread()
+    dead_loop.start()
+    dead = JudgeStage(config(llm.api_base, combined=True, timeout_s=600.0, max_retries=0),
+                      dead_loop, store, Metrics(CollectorRegistry()), cache_path=path)
+    registry = CollectorRegistry()
+    restarted = JudgeStage(config(llm.api_base, combined=True), loop, store,
+                           Metrics(registry), cache_path=path)
+    try:
+        dead.start()
+        dead.export(Trace(ev.trace_id, [], "complete"), ev)
+        assert llm.arrived.wait(30)
+        _journaled(dead)
+        llm.route = _scripted("fine")  # the dead one's call still hangs
+        replayed = evaluation(trace_id=ev.trace_id)  # the whole run, evaluated anew
+        replayed.evaluated_at_ns = 2_000
+        store.put_many([replayed])  # the replay's write, before the start's journal pass
+        loop.start()
+        restarted.start()
+        restarted.export(Trace(ev.trace_id, [], "complete"), replayed)
+        judge = _wait_judged(store, ev.trace_id)
+        assert judge["overall"]["status"] == "ok", judge["overall"]
+        assert (registry.get_sample_value("otel_eval_judge_skipped_total",
+                                          {"reason": "restart"}) or 0.0) == 0.0
+    finally:
+        llm.released.set()
+        restarted.shutdown(5.0)
+        dead.shutdown(5.0)
+        loop.stop()
+        dead_loop.stop()
+        store.close()
+
+
 def _events(down: Capture) -> EvaluationEvents:
     cfg = ExportConfig(events_endpoint=f"127.0.0.1:{down.port}", max_retry_s=60.0,
                        initial_backoff_s=0.01, max_backoff_s=0.05)
@@ -252,12 +299,12 @@ def test_a_journal_an_older_version_wrote_opens_with_its_entries(tmp_path: Path)
     db.close()
     journal = PendingJournal(path).open()
     try:
-        assert journal.pending() == [("e5", 0, "")]
-        journal.add("f6", 1, "0b" * 8)
-        assert journal.pending()[1] == ("f6", 1, "0b" * 8)
+        assert journal.pending() == [("e5", 0, "", None)]
+        journal.add("f6", 1, "0b" * 8, 7)
+        assert journal.pending()[1] == ("f6", 1, "0b" * 8, 7)
     finally:
         journal.close()
     journal.delivered([("f6", 1)])  # once closed too
     again = PendingJournal(path).open()
-    assert again.pending() == [("e5", 0, "")]
+    assert again.pending() == [("e5", 0, "", None)]
     again.close()

@@ -11,7 +11,11 @@ What a start finds there was queued by a process that died before storing it, or
 events left: the stage stores the first as skipped ``restart`` (counted in
 ``otel_eval_judge_skipped_total{reason="restart"}``) instead of leaving the row unmarked, and
 sends the stored judgement's events again for the second (at least once). The entry keeps the
-span the run's events are attached to (``run_span_id``), which the stored row does not.
+span the run's events are attached to (``run_span_id``), which the stored row does not, and
+the evaluation time of the evaluation it was queued for (``evaluated_at_ns``): a row of the
+same revision evaluated at another time is a later evaluation (a run re-opened by late spans,
+replayed whole at revision 0 again by the next start, or by another worker of the fleet),
+whose judge is its evaluator's, not this entry's (None: an entry an older version wrote).
 
 The entry is written by the writer thread after the submit, behind the judge writes queued
 before it: a kill in that gap (milliseconds; longer while the store holds the writer) still
@@ -37,6 +41,7 @@ class PendingJournal:
         revision INTEGER NOT NULL,
         queued_at REAL NOT NULL,   -- unix seconds
         run_span_id TEXT NOT NULL DEFAULT '',
+        evaluated_at_ns INTEGER,   -- of the evaluation queued; NULL: written by an older version
         PRIMARY KEY (trace_id, revision)
     )"""
 
@@ -54,18 +59,23 @@ class PendingJournal:
             if "run_span_id" not in columns:  # a journal an older version wrote
                 self._db.execute("ALTER TABLE judge_pending ADD COLUMN run_span_id TEXT "
                                  "NOT NULL DEFAULT ''")
+            if "evaluated_at_ns" not in columns:
+                self._db.execute("ALTER TABLE judge_pending ADD COLUMN evaluated_at_ns INTEGER")
         return self
 
     # Each call is a no-op once closed: a write finishing past the shutdown deadline leaves its
     # entry behind, so the stage marks an entry only when its row has no judge object yet.
 
-    def add(self, trace_id: str, revision: int, run_span_id: str = "") -> bool:
+    def add(self, trace_id: str, revision: int, run_span_id: str = "",
+            evaluated_at_ns: int | None = None) -> bool:
         with self._lock:
             if self._db is not None:
                 with self._db:
                     self._db.execute("INSERT OR REPLACE INTO judge_pending (trace_id, "
-                                     "revision, queued_at, run_span_id) VALUES (?, ?, ?, ?)",
-                                     (trace_id, revision, self.wall_clock(), run_span_id))
+                                     "revision, queued_at, run_span_id, evaluated_at_ns) "
+                                     "VALUES (?, ?, ?, ?, ?)",
+                                     (trace_id, revision, self.wall_clock(), run_span_id,
+                                      evaluated_at_ns))
         return True
 
     def remove(self, trace_id: str, revision: int) -> None:
@@ -89,15 +99,15 @@ class PendingJournal:
                 if db is not self._db:
                     db.close()
 
-    def pending(self) -> list[tuple[str, int, str]]:
-        """Every entry (trace id, revision, run span id), oldest first (the caller marks
-        each, then removes it)."""
+    def pending(self) -> list[tuple[str, int, str, int | None]]:
+        """Every entry (trace id, revision, run span id, evaluated at ns or None), oldest
+        first (the caller marks each, then removes it)."""
         with self._lock:
             if self._db is None:
                 return []
-            rows = self._db.execute("SELECT trace_id, revision, run_span_id FROM "
-                                    "judge_pending ORDER BY queued_at").fetchall()
-        return [(str(t), int(r), str(s)) for t, r, s in rows]
+            rows = self._db.execute("SELECT trace_id, revision, run_span_id, evaluated_at_ns "
+                                    "FROM judge_pending ORDER BY queued_at").fetchall()
+        return [(str(t), int(r), str(s), None if e is None else int(e)) for t, r, s, e in rows]
 
     def close(self) -> None:
         with self._lock:

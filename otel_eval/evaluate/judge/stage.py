@@ -122,8 +122,11 @@ class JudgeStage:
         self._writer = JudgeWrites(self.store)
         self._writer.start()
         self._journal = self._journal_ever = PendingJournal(self.cache_path).open()
-        self._writer.call(self._mark_lost)  # before any new work: the writer runs in order
+        # before any new work: the writer runs in order; and waited for, so it is done before
+        # the spool replay (started after the sinks) stores anything
+        marked = self._writer.call(self._mark_lost)
         self.loop.run(self.queue.start(), timeout_s=10)
+        marked.result()
 
     def _mark_lost(self) -> bool:  # on the writer thread
         """Store the work a dead process left in the journal as skipped ``restart``; send the
@@ -135,9 +138,10 @@ class JudgeStage:
                         "judging them (stored as skipped restart) or before their events "
                         "left (sent again)", len(lost))
         try:
-            for trace_id, revision, run_span_id in lost:
+            for trace_id, revision, run_span_id, evaluated_at_ns in lost:
                 row = self.store.get(trace_id)  # a write that landed past a shutdown deadline
-                if row is None or row.get("revision") != revision:
+                if row is None or row.get("revision") != revision or not self._same(
+                        trace_id, evaluated_at_ns):
                     self._journal.remove(trace_id, revision)  # evaluated again since: its own
                 elif "judge" not in row:
                     self.store.put_judge(trace_id, revision, skipped_judge("restart"))
@@ -155,11 +159,21 @@ class JudgeStage:
             return False
         return True
 
-    def _journal_add(self, trace_id: str, revision: int,
-                     run_span_id: str) -> bool:  # on the writer thread
+    def _same(self, trace_id: str, evaluated_at_ns: int | None) -> bool:
+        """Whether the stored row is the evaluation the entry was queued for: one of the same
+        revision evaluated at another time (a run re-opened by late spans, replayed whole at
+        revision 0 again by this start or another worker) is not, and its judge is its
+        evaluator's (before, it was stored skipped ``restart`` and counted)."""
+        if evaluated_at_ns is None:  # an entry an older version wrote: the revision decides
+            return True
+        stamp = self.store.stamp(trace_id)
+        return stamp is not None and stamp[1] == evaluated_at_ns
+
+    def _journal_add(self, trace_id: str, revision: int, run_span_id: str,
+                     evaluated_at_ns: int) -> bool:  # on the writer thread
         assert self._journal is not None
         try:
-            self._journal.add(trace_id, revision, run_span_id)
+            self._journal.add(trace_id, revision, run_span_id, evaluated_at_ns)
         except sqlite3.Error as e:  # judging goes on; only a crash's mark is at stake
             log.error("journaling judge work of trace %s failed: %s", trace_id, e)
             return False
@@ -189,8 +203,8 @@ class JudgeStage:
         if self.queue.submit(evaluation, nbytes) and self._journal is not None:
             # queued after the submit: a worker's write for it can only come later
             trace_id, revision = evaluation.trace_id, evaluation.trajectory.revision
-            run_span_id = evaluation.trajectory.run_span_id
-            self._writer.call(lambda: self._journal_add(trace_id, revision, run_span_id))
+            run_span_id, at = evaluation.trajectory.run_span_id, evaluation.evaluated_at_ns
+            self._writer.call(lambda: self._journal_add(trace_id, revision, run_span_id, at))
         self.metrics.judge.queue_depth(self.queue.qsize())
 
     def _done(self, evaluation: Evaluation) -> None:  # on the loop
