@@ -82,6 +82,33 @@ def test_a_restart_is_no_silence_of_a_conversation(tmp_path: Path) -> None:
     store.close()
 
 
+def test_a_restart_cuts_no_session_at_its_maximum_duration_before_its_turns_are_back(
+        tmp_path: Path) -> None:
+    """A session that passed ``max_session_duration_s`` while serve was down: before, the
+    first check after the restart (the job starts before the spool replay) completed it at
+    once on the turns stored before the stop; the turn the replay brought back re-opened it,
+    and it was completed again: two completions and two events for one cut. As idleness,
+    the duration is cut once the new process has listened ``idle_timeout_s``."""
+    store = open_store(str(tmp_path / "s.db"))
+    store.put_many([_turn("c1", 0, T0)])
+    restart = T0 + 700.0
+    clock = ManualClock(restart)
+    metrics = Metrics()
+    job = SessionJob(store, SessionsConfig(idle_timeout_s=IDLE_S, max_session_duration_s=600.0),
+                     metrics, clock=clock, listening_since_s=restart)
+    assert job.tick() == 0
+    store.put_many([_turn("c1", 1, restart + 30)])  # the turn the replay brings back
+    clock.advance(IDLE_S + 1)  # listened idle_timeout_s; the last turn 31 s ago, not idle
+    assert job.tick() == 1
+    kept = store.session_record(_k("c1"))
+    assert kept is not None and (kept.completions, kept.state) == (1, "complete")
+    assert kept.record is not None and kept.record["turns"] == 2
+    assert kept.record["completed_by"] == "max_session_duration"
+    assert _sample(metrics, "otel_eval_sessions_reopened_total", service="shop",
+                   agent="helper") == 0
+    store.close()
+
+
 def test_a_session_completes_once_after_its_idle_timeout(tmp_path: Path) -> None:
     store = open_store(str(tmp_path / "s.db"))
     store.put_many([_turn("c1", n, T0 + n) for n in range(3)])

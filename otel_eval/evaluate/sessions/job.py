@@ -31,7 +31,8 @@ Bounds: per tick at most ``max_completions_per_check`` sessions; open sessions a
 are completed early: ``sessions_evicted``; a service's new ids never push out another's); a
 session open ``max_session_duration_s`` since its first turn (or its first turn since its
 last completion), its turns never ``idle_timeout_s`` apart, is completed as it stands
-(``sessions_evicted`` too); per
+(``sessions_evicted`` too; after a restart, as idleness, only once the process has listened
+``idle_timeout_s``: the turns held while it was down are back); per
 session the turns read are cut by ``max_turns`` and ``max_turns_chars`` (counted in
 ``session_turns_dropped``). This process holds no per-session state: memory does not grow
 with open sessions. Not thread-safe: ``tick`` runs on the job's one thread (or the test's).
@@ -124,12 +125,14 @@ class SessionJob:
         idle_ns = int(cfg.idle_timeout_s * 1e9)
         # a last turn before this process started counts as seen at its start (a restart is
         # no silence of the conversation's); a stale claim is taken over as before
-        idle_before = now - idle_ns if now - idle_ns >= self._listening_since_ns else -1
+        listened = now - idle_ns >= self._listening_since_ns
+        idle_before = now - idle_ns if listened else -1
         due = self.store.sessions_due(idle_before, now - int(cfg.claim_timeout_s * 1e9),
                                       cfg.max_completions_per_check)
         for session_id, last_ns in due:
             done += self._complete(session_id, last_ns, now, "idle")
-        done += self._cut_long(now)
+        if listened:  # nor is a session cut for its duration before its turns may be back
+            done += self._cut_long(now)
         self.metrics.sessions.open_sessions(max(0, open_n - done))
         if self.events is not None:
             self._send_owed(now)
@@ -138,7 +141,10 @@ class SessionJob:
     def _cut_long(self, now: int) -> int:
         """Complete the sessions open ``max_session_duration_s`` since their first turn (or
         their first turn since their last completion): a conversation that never goes idle
-        is evaluated all the same."""
+        is evaluated all the same. Not in a restart's first ``idle_timeout_s``: a session
+        that passed its maximum while serve was down may still have turns in the spool, not
+        replayed yet, or queued upstream (cut before, it was re-opened by them and completed
+        a second time, a second event)."""
         cfg = self.config
         done = 0
         for session_id, last_ns in self.store.sessions_open_since(
