@@ -119,7 +119,7 @@ class Service:
                                max_pairs=config.admin.metrics_max_pairs)
         # Constructed here, opened by the lifecycle (``start``): the locks first, then the
         # store and the spool; nothing here touches a file or a socket.
-        self._locks = instance_locks(config.store)
+        self._locks = instance_locks(config.store, journal=config.judge.active)
         self.store = store_at(config.store.target, config.store.session)
         self.evaluator = Evaluator(config, references_path=self.options.references_path)
         # conversations for GET /v1/sessions: complete ones as the session job stored them,
@@ -412,12 +412,16 @@ class Service:
         return self._feedback.record(trace_id, outcome_value)
 
 
-def instance_locks(sc: StoreConfig) -> list[InstanceLock]:
-    """The locks of the local files this serve owns (the SQLite store, the spool), not taken
-    yet. A PostgreSQL store is shared by the fleet by design: only its spool is locked."""
+def instance_locks(sc: StoreConfig, journal: bool = False) -> list[InstanceLock]:
+    """The locks of the local files this serve owns (the SQLite store, the spool, and with
+    ``journal`` (a judge model) the judge's pending-work journal in ``store.path``), not taken
+    yet. A PostgreSQL store is shared by the fleet by design: only its local files are locked.
+    With SQLite the journal is in the store's file, locked as the store."""
     locks = []
     if not is_postgresql_url(sc.target) and sc.target != ":memory:":
         locks.append(InstanceLock(sc.target, "store"))
+    elif journal and sc.path != ":memory:":  # the journal's work is this serve's alone
+        locks.append(InstanceLock(sc.path, "judge journal"))
     if spool := sc.spool_file():
         locks.append(InstanceLock(spool, "spool"))
     return locks

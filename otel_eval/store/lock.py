@@ -30,7 +30,7 @@ class InstanceLock:
     def __init__(self, path: str, what: str) -> None:
         self.name = path  # as configured: how the refusal names the file
         self.path = os.path.realpath(path) + ".lock"
-        self.what = what  # "store", "spool"
+        self.what = what  # "store", "spool", "judge journal"
         self._file: IO[str] | None = None
 
     def acquire(self) -> None:

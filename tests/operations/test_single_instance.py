@@ -14,6 +14,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -87,6 +88,36 @@ def test_a_second_serve_on_the_same_store_through_a_symlink_is_refused(tmp_path:
         line = one_line_failure(_serve("--store", str(alias)))
         assert f"store {alias} is in use by another otel-eval serve (pid {os.getpid()}" in line
         assert not Path(f"{alias}-spool").exists()
+
+
+@pytest.mark.parametrize("spool", [{"store.spool": False},
+                                   {"store.spool_path": "{tmp}/own-spool"}],
+                         ids=["spool off", "spool elsewhere"])
+def test_a_second_serve_on_the_same_judge_journal_is_refused(tmp_path: Path,
+                                                             spool: dict[str, Any]) -> None:
+    """With PostgreSQL, ``store.path`` holds the judge's pending-work journal (and rubric
+    cache); only the spool was locked, so with the spool off or elsewhere nothing locked it,
+    and a second serve on the same path marked the first one's queued judge work skipped
+    ``restart`` and sent its events again. The journal's file is locked as the store's is:
+    the second is refused at start, naming the file and the holder."""
+    path = str(tmp_path / "local.db")
+    changes = {k: v.format(tmp=tmp_path) if isinstance(v, str) else v for k, v in spool.items()}
+    # never reached: the lock is taken before the store is opened
+    cfg = replace(Config(), **{"store.url": "postgresql://otel_eval@127.0.0.1:9/none",
+                               "store.path": path, "judge.model": "openai/gpt-4o-mini",
+                               **changes})
+    first = Service(cfg, registry=CollectorRegistry())
+    first._take_locks()  # serve's first step, as a running one holds it
+    try:
+        second = Service(replace(cfg, **{"store.spool_path": str(tmp_path / "second-spool")})
+                         if "store.spool_path" in changes else cfg,
+                         registry=CollectorRegistry())
+        with pytest.raises(StartupError) as refused:
+            second.start(worker=False)
+        assert (f"judge journal {path} is in use by another otel-eval serve "
+                f"(pid {os.getpid()}") in str(refused.value)
+    finally:
+        first._release_locks()
 
 
 def test_the_lock_is_released_at_shutdown(tmp_path: Path) -> None:
