@@ -249,13 +249,14 @@ def _page(sources: Sources, page: View) -> RouteHandler:
 
 def _miss(req: Request) -> Response:
     """No route: an unknown path (404; after a POST, the unread body closes the connection),
-    or a method the admin endpoint does not serve (405)."""
-    if req.method == "GET":
+    or a method the admin endpoint does not serve (405; HEAD is served wherever GET is:
+    ``receive.routing``)."""
+    if req.method in ("GET", "HEAD"):
         return _error(404, f"unknown path {quoted(req.path)}")
     if req.method == "POST":
         return _json(404, {"error": f"unknown path {quoted(req.path)}"}, close=True)
     return _json(405, {"error": f"{quoted(req.method)} is not served here"},
-                 {"Allow": "GET, POST"}, close=True)
+                 {"Allow": "GET, HEAD, POST"}, close=True)
 
 
 class _Routes:

@@ -4,6 +4,9 @@
     Router(routes, miss)(request) -> the first route whose method is the request's and whose
                                      pattern matches its whole path; none: miss(request)
 
+A GET route serves HEAD too (RFC 9110 9.3.2: GET's status and headers, no body; the server
+sends no body after HEAD, ``httpconn``): load balancers and uptime checkers probe with it.
+
 A pattern is a regular expression over the raw path (no query string; a route that takes a
 trailing slash says so: ``/healthz/*``); its groups are the path's parameters, handed to the
 handler with the match. ``miss`` words the answer to a path or method no route serves (404,
@@ -41,7 +44,8 @@ class Router:
         self._miss = miss
 
     def __call__(self, req: Request) -> Response:
+        method = "GET" if req.method == "HEAD" else req.method
         for r in self.routes:
-            if r.method == req.method and (found := r.pattern.fullmatch(req.path)):
+            if r.method == method and (found := r.pattern.fullmatch(req.path)):
                 return r.handler(req, found)
         return self._miss(req)

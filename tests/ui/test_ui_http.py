@@ -187,3 +187,41 @@ def test_an_issue_s_share_over_the_runs_is_a_line_with_its_numbers_in_words() ->
     assert "10.0 % to 30.0 %, peak 100.0 %" in svg  # 7.0 is clamped to a share of 1
     lone = issues_page({"issues": [{**issue, "history": [[1.0, 0.1]]}]})
     assert "<svg" not in lone  # one run is no line
+
+
+def _exchange(url: str, method: str, path: str, **headers: str
+              ) -> tuple[int, dict[str, str], bytes]:
+    """(status, headers without Date, body) of one request on its own connection."""
+    conn = http.client.HTTPConnection(urlsplit(url).netloc, timeout=30)
+    try:
+        conn.request(method, path, headers=headers)
+        resp = conn.getresponse()
+        body = resp.read()  # http.client reads no body after HEAD
+        return resp.status, {k: v for k, v in resp.getheaders() if k != "Date"}, body
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("path", [
+    "/healthz", "/readyz", "/metrics", "/v1/evaluations", f"/v1/evaluations/{GUIDE_ID}",
+    "/v1/evaluations/" + "f" * 32, "/v1/issues", "/ui/", f"/ui/runs/{GUIDE_ID}",
+    "/ui/issues", "/ui/static/style.css", "/ui/nothing", "/v1/nothing"])
+def test_head_is_get_without_a_body(ui_url: str, path: str) -> None:
+    """HEAD on any path was 405 "Allow: GET, POST" (the auth treated it as a read, no route
+    served it): a load balancer's or uptime checker's HEAD /healthz read the service as
+    broken. RFC 9110 9.3.2: the status and headers of GET, no body."""
+    status, headers, body = _exchange(ui_url, "GET", path)
+    assert _exchange(ui_url, "HEAD", path) == (status, headers, b"")
+    assert headers["Content-Length"] == str(len(body))
+
+
+def test_head_is_authorized_as_a_read(ui_store: Store) -> None:
+    config = AdminConfig(endpoint="127.0.0.1:0", read_tokens={"grafana": "s3cret-read"})
+    with admin(ui_store, None, config) as url:
+        assert _exchange(url, "HEAD", "/healthz")[0] == 200  # a public path
+        status, headers, body = _exchange(url, "HEAD", "/ui/")
+        assert (status, body) == (401, b"") and headers["WWW-Authenticate"].startswith("Basic")
+        assert _exchange(url, "HEAD", "/v1/evaluations")[0] == 401
+        bearer = {"Authorization": "Bearer s3cret-read"}
+        assert _exchange(url, "HEAD", "/ui/", **bearer)[:3:2] == (200, b"")
+        assert _exchange(url, "HEAD", "/v1/evaluations", **bearer)[0] == 200
