@@ -358,7 +358,8 @@ class _Routes:
 
 def routes(api: AdminApi, write_token: bool = False) -> Router:
     """The admin endpoint's one routing table: the API, then the web view's pages. Patterns
-    match the raw path; the API's take trailing slashes (``/healthz/`` is ``/healthz``).
+    match the raw path; the API's and the pages take trailing slashes (``/healthz/`` is
+    ``/healthz``, ``/ui/issues/`` is ``/ui/issues``).
     ``write_token``: writes need one (the run page's outcome form asks for it)."""
     r = _Routes(api)
     sources = Sources(api.query, api.get, api.issues, api.redact, api.trace_url,

@@ -163,3 +163,21 @@ def test_a_turn_no_longer_stored_is_said(tmp_path: Path) -> None:
     assert body.count("no longer stored") == 2
     assert "&lt;i&gt;m&lt;/i&gt;" in body and "&lt;i&gt;r&lt;/i&gt;" in body
     assert "#step-True" not in body  # a step that is not an index links nowhere
+
+
+def test_a_page_takes_a_trailing_slash_as_the_api_does(
+        served: tuple[str, dict[str, list[str]]]) -> None:
+    """``/ui/issues/``, ``/ui/sessions/`` and ``/ui/calibration/`` were 404 where the API's
+    routes (``/v1/issues/``, ``/v1/sessions/``) take a trailing slash: every page is the same
+    page with one."""
+    url, ids = served
+    run = ids[CLEAN][0]
+    conversation = _link(CLEAN)
+    for path, query in (("/ui", ""), ("/ui/issues", ""), ("/ui/sessions", "?passed=true"),
+                        ("/ui/calibration", ""), (f"/ui/runs/{run}", "?from=1"),
+                        (f"/ui/runs/{run}/steps/1", ""), ("/ui/issues/iss-x/runs", ""),
+                        (conversation.split("?")[0], "?" + conversation.split("?")[1])):
+        plain, slashed = get(url + path + query), get(url + path + "/" + query)
+        assert slashed[0] == plain[0] and slashed[2] == plain[2], path
+        assert plain[0] == (404 if "iss-x" in path else 200), path
+    assert get(url + "/ui/sessions/")[0] == get(url + "/v1/sessions/")[0] == 200

@@ -194,15 +194,16 @@ def _no_page(_sources: Sources, _found: re.Match[str], _query: str) -> Response:
 View = Callable[[Sources, re.Match[str], str], Response]
 
 # The web view's GET routes, first match wins; patterns match the whole raw path (the
-# last one: any other path under /ui).
+# last one: any other path under /ui). Each takes trailing slashes, as the API's routes do
+# (``/ui/issues/`` is ``/ui/issues``; a conversation id's own "/" is sent as %2F).
 PAGES: tuple[tuple[str, View], ...] = (
-    (r"/ui/?", _runs_page),
-    (r"/ui/issues", _issues),
-    (r"/ui/issues/([A-Za-z0-9_.:-]{1,80})/runs", _issue_runs),
-    (r"/ui/sessions", _sessions),
-    (r"/ui/sessions/(.+)", _session),
-    (r"/ui/calibration", _calibration),
+    (r"/ui/*", _runs_page),
+    (r"/ui/issues/*", _issues),
+    (r"/ui/issues/([A-Za-z0-9_.:-]{1,80})/runs/*", _issue_runs),
+    (r"/ui/sessions/*", _sessions),
+    (r"/ui/sessions/(.*[^/])/*", _session),
+    (r"/ui/calibration/*", _calibration),
     (r"/ui/static/(style\.css|outcome\.js)", _static),
-    (r"/ui/runs/([0-9a-fA-F]{32})(?:/steps/([0-9]{1,9}))?", _run_page),
+    (r"/ui/runs/([0-9a-fA-F]{32})(?:/steps/([0-9]{1,9}))?/*", _run_page),
     (r"/ui(?:/.*)?", _no_page),
 )
