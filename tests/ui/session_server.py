@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -63,15 +63,20 @@ def _long_turns() -> list[tuple[str, list[Message]]]:
             for n in range(LONG_TURNS)]
 
 
-CONVERSATIONS = {HOSTILE: _hostile_turns, CLEAN: _clean_turns, LONG: _long_turns}
+Turns = Callable[[], list[tuple[str, list[Message]]]]
+CONVERSATIONS: dict[str, Turns] = {HOSTILE: _hostile_turns, CLEAN: _clean_turns,
+                                   LONG: _long_turns}
+# Ids a browser would resolve as a path's dot segments ("%2E" too), and one that is not
+DOTS: dict[str, Turns] = {".": _clean_turns, "..": _clean_turns, "%2E%2E": _clean_turns}
 
 
-def stored_conversations(path: Path) -> tuple[Store, dict[str, list[str]]]:
+def stored_conversations(path: Path, conversations: Mapping[str, Turns] = CONVERSATIONS
+                         ) -> tuple[Store, dict[str, list[str]]]:
     """A store holding the conversations' turns; (the store, {conversation: trace ids})."""
     evaluator = Evaluator(Config())
     store = Store(str(path))
     ids: dict[str, list[str]] = {}
-    for conversation, turns in CONVERSATIONS.items():
+    for conversation, turns in conversations.items():
         for trace_id, body in scripted(conversation, KEY, turns()):
             spans = decode_request(request_from_json(json.dumps(body))).spans
             evaluation = evaluator.evaluate(Trace(trace_id, spans, "complete"))
@@ -82,13 +87,12 @@ def stored_conversations(path: Path) -> tuple[Store, dict[str, list[str]]]:
 
 
 @contextmanager
-def session_admin(store: Store) -> Iterator[str]:
-    """The admin endpoint over ``store`` with sessions served, every session completed by
-    the session job as long idle; yields its base URL."""
+def session_admin(store: Store, sessions: int = len(CONVERSATIONS)) -> Iterator[str]:
+    """The admin endpoint over ``store`` (holding ``sessions`` conversations) with sessions
+    served, every session completed by the session job as long idle; yields its base URL."""
     config = SessionsConfig()
     later = time.time() + config.idle_timeout_s + 1
-    assert SessionJob(store, config, Metrics(CollectorRegistry())).tick(later) == len(
-        CONVERSATIONS)
+    assert SessionJob(store, config, Metrics(CollectorRegistry())).tick(later) == sessions
     reader = SessionReader(store, config)
     api = AdminApi(CollectorRegistry(), store.query, store.get, lambda _t, _o: None,
                    lambda: True, lambda: True, redact=Redactor(RedactionConfig()).redact,

@@ -5,15 +5,17 @@ pages bounded; and a run that is a turn links back to its conversation."""
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urljoin
 
 import pytest
 from hostile import XSS
 from session_server import (
     CLEAN,
+    DOTS,
     HOSTILE,
     LONG,
     LONG_TURNS,
@@ -181,3 +183,19 @@ def test_a_page_takes_a_trailing_slash_as_the_api_does(
         assert slashed[0] == plain[0] and slashed[2] == plain[2], path
         assert plain[0] == (404 if "iss-x" in path else 200), path
     assert get(url + "/ui/sessions/")[0] == get(url + "/v1/sessions/")[0] == 200
+
+
+def test_a_dot_conversation_id_s_link_round_trips(tmp_path: Path) -> None:
+    """Its link was /ui/sessions/..?service=airline, which a client resolves (RFC 3986
+    5.2.4; a browser, test_ui_sessions_browser) to the runs list. Each id's link, resolved,
+    opens that conversation."""
+    store, _ = stored_conversations(tmp_path / "otel-eval.db", DOTS)
+    with session_admin(store, len(DOTS)) as url:
+        listed = _page(url + "/ui/sessions")
+        links = re.findall(r'<td><a href="([^"]+)">([^<]*)</a>', listed)
+        assert sorted(name for _, name in links) == sorted(DOTS)
+        for link, name in links:
+            target = urljoin(url + "/ui/sessions", html.unescape(link))
+            heading = re.findall(r"<h1>(.*?)</h1>", _page(target))[0]
+            assert heading.endswith(" " + name), (link, heading)
+    store.close()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from browser import Browser
-from session_server import HOSTILE, SECRET, session_admin, stored_conversations
+from session_server import DOTS, HOSTILE, SECRET, session_admin, stored_conversations
 from test_ui_browser import _safe, _shot
 
 pytestmark = pytest.mark.browser
@@ -78,3 +78,28 @@ def test_from_the_list_to_a_turn_s_step_and_back(
     _click(browser, "p.session a")
     assert browser.js("document.querySelectorAll('section.turn').length") == 5
     assert browser.js("decodeURIComponent(location.pathname)") == "/ui/sessions/" + HOSTILE
+
+
+def test_a_dot_conversation_id_is_linked_to_its_own_page(
+        browser: Browser, tmp_path: Path) -> None:
+    """A conversation id "." or ".." was linked as /ui/sessions/..?service=...: the browser
+    resolves a dot segment (its %2E form too, WHATWG URL), so ".." opened the runs list and
+    "." a 404. Each link, from the list and from a turn's run, opens its conversation."""
+    store, ids = stored_conversations(tmp_path / "otel-eval.db", DOTS)
+    with session_admin(store, len(DOTS)) as url:
+        for conversation in DOTS:
+            browser.open(url + "/ui/sessions")
+            links = browser.js("[...document.querySelectorAll('table.sessions tbody a')]"
+                               ".map(a => a.innerText)")
+            assert sorted(links) == sorted(DOTS)
+            _click(browser, f"table.sessions tbody tr:nth-child({links.index(conversation) + 1})"
+                            " a")
+            assert browser.js("document.querySelector('h1').innerText").endswith(
+                " " + conversation), browser.js("location.href")
+            assert browser.js("document.querySelectorAll('section.turn').length") == 2
+            _click(browser, "#turn-1 a[href^='/ui/runs/']")
+            assert browser.js("location.pathname") == f"/ui/runs/{ids[conversation][0]}"
+            _click(browser, "p.session a")  # the run's link back to its conversation
+            assert browser.js("document.querySelector('h1').innerText").endswith(
+                " " + conversation), browser.js("location.href")
+    store.close()

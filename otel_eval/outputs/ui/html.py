@@ -70,7 +70,16 @@ def href(path: str, params: Mapping[str, str | None] | None = None) -> str:
 
 
 def segment(value: str) -> str:
+    """``value`` as one path segment, percent-encoded ("/" as %2F). A value
+    ``is_dot_segment`` cannot be one: the caller links it otherwise."""
     return quote(value, safe="")
+
+
+def is_dot_segment(value: str) -> bool:
+    """"." or "..": a browser resolves such a segment against the path before it, its
+    percent-encoded forms (%2E) included (WHATWG URL, RFC 3986 5.2.4), so no path carries
+    it to the server; a link to a page of such a value carries it in the query."""
+    return value in (".", "..")
 
 
 def page(title: str, body: Part, nav: str = "") -> bytes:

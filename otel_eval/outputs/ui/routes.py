@@ -9,6 +9,9 @@
                                               one conversation (of service S) as a transcript
                                               of its turns; without service, 409 listing
                                               them when several services have that id
+    GET /ui/sessions?id={session_id}&service=S&turn=N
+                                              the same: how an id "." or ".." is linked (a
+                                              browser resolves it as a dot segment)
     GET /ui/issues                            the recurring issues
     GET /ui/issues/{id}/runs?offset=N         every run of one issue, 100 a page
     GET /ui/calibration                       the judge and p_success against the outcomes
@@ -144,9 +147,11 @@ def _issue_runs(sources: Sources, found: re.Match[str], query: str) -> Response:
 
 
 def _sessions(sources: Sources, _found: re.Match[str], query: str) -> Response:
+    raw = parse_qs(query, keep_blank_values=True)
+    if "id" in raw:  # one conversation, its id in the query (an id "." or "..")
+        return _conversation(sources, raw["id"][0], query)
     if sources.sessions is None:
         return _not_found("Conversations are not served here.")
-    raw = parse_qs(query, keep_blank_values=True)
     params = {k: v[0] for k, v in raw.items() if v and v[0]}  # a form's blanks
     try:
         q = SessionQuery.from_params({k: [v] for k, v in params.items()})
@@ -156,9 +161,13 @@ def _sessions(sources: Sources, _found: re.Match[str], query: str) -> Response:
 
 
 def _session(sources: Sources, found: re.Match[str], query: str) -> Response:
+    # the id URL-encoded (a "/" in it as %2F)
+    return _conversation(sources, unquote(found.group(1)), query)
+
+
+def _conversation(sources: Sources, session_id: str, query: str) -> Response:
     if sources.session is None:
         return _not_found("Conversations are not served here.")
-    session_id = unquote(found.group(1))  # the id URL-encoded (a "/" in it as %2F)
     services = parse_qs(query, keep_blank_values=True).get("service")
     service = services[0] if services else None
     try:

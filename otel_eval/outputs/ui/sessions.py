@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
-from otel_eval.outputs.ui.html import Html, h, href, join, segment
+from otel_eval.outputs.ui.html import Html, h, href, is_dot_segment, join, segment
 from otel_eval.outputs.ui.runs import finding_kinds, verdict_badge
 from otel_eval.outputs.ui.steplinks import step_url
 from otel_eval.outputs.ui.text import Redact, redacted
@@ -42,6 +42,8 @@ def session_url(session_id: str, service: Any, turn: int | None = None) -> str:
     query = {"service": service[:MAX_SERVICE_CHARS] if isinstance(service, str) else ""}
     if turn:
         query["turn"] = str(turn)
+    if is_dot_segment(session_id):  # no path carries it: the id goes in the query
+        return "/ui/sessions?" + urlencode({"id": session_id, **query})
     return "/ui/sessions/" + segment(session_id) + "?" + urlencode(query)
 
 
