@@ -64,6 +64,7 @@ from otel_eval.base.model import is_trace_id
 from otel_eval.base.printable import quoted
 from otel_eval.decode.body import BodyError, loads_bounded
 from otel_eval.outputs.issues.result import MAX_RUNS_PAGE
+from otel_eval.outputs.ui.outcome import Writes
 from otel_eval.outputs.ui.routes import PAGES, Sources, View
 from otel_eval.outputs.ui.text import Redact
 from otel_eval.receive.config import HttpLimits
@@ -356,15 +357,16 @@ class _Routes:
             "is evaluated (nothing recorded)")
 
 
-def routes(api: AdminApi, write_token: bool = False) -> Router:
+def routes(api: AdminApi, writes: Writes = "open") -> Router:
     """The admin endpoint's one routing table: the API, then the web view's pages. Patterns
     match the raw path; the API's and the pages take trailing slashes (``/healthz/`` is
     ``/healthz``, ``/ui/issues/`` is ``/ui/issues``).
-    ``write_token``: writes need one (the run page's outcome form asks for it)."""
+    ``writes``: who may write (``AdminAuth.writes``; the run page's outcome form asks for a
+    write token, or says why no outcome can be recorded)."""
     r = _Routes(api)
     sources = Sources(api.query, api.get, api.issues, api.redact, api.trace_url,
                       api.issue_runs, api.sessions, api.session, api.calibration,
-                      api.pass_threshold, write_token)
+                      api.pass_threshold, writes)
     return Router((
         route("GET", r"/metrics/*", r.metrics),
         route("GET", r"/healthz/*", r.healthz),
@@ -393,7 +395,7 @@ def make_handler(api: AdminApi, auth: AdminAuth | None = None, *,
     tokens, only localhost, addresses and ``allowed_hosts`` are served as Host, whatever the
     listener's address."""
     access = auth or _auth(AdminConfig())
-    router = routes(api, access.enabled)  # with any token, a write needs a write token
+    router = routes(api, access.writes)
     served_hosts = None if access.enabled else frozenset(h.lower() for h in allowed_hosts)
 
     def handle(req: Request) -> Response:

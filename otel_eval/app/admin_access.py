@@ -26,6 +26,7 @@ import json
 from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
+from otel_eval.outputs.ui.outcome import Writes
 from otel_eval.receive.httpmessage import Request, Response
 from otel_eval.receive.security import BearerAuth, served_host
 
@@ -60,6 +61,14 @@ class AdminAuth:
     @property
     def enabled(self) -> bool:
         return self.readers.enabled
+
+    @property
+    def writes(self) -> Writes:
+        """Who may write: anyone (no tokens), a write token's holder, or no one (read tokens
+        only: every write is 403)."""
+        if not self.enabled:
+            return "open"
+        return "token" if self.writers.enabled else "closed"
 
     def check(self, path: str, authorization: str | None, write: bool) -> tuple[int, str]:
         """(0, sender) when allowed, else (401 or 403, why)."""

@@ -146,6 +146,21 @@ def test_under_write_tokens_the_form_asks_for_one_and_only_a_writer_records(
         assert [o for o, _ in store.labelled(10)] == ["failure"]
 
 
+def test_with_read_tokens_only_no_form_asks_for_a_token_that_cannot_exist(
+        store: Store) -> None:
+    """With admin.read_tokens and no write_tokens the page showed the form asking for a
+    write token no one can have: every submission was a 403. It now says why it cannot
+    record, and shows no form."""
+    config = AdminConfig(endpoint="127.0.0.1:0", read_tokens={"grafana": "r3ad"})
+    with labelled_admin(store, config) as url:
+        status, _, page = get(url + f"/ui/runs/{JUDGED}", basic="r3ad")
+        failure = {"trace_id": JUDGED, "outcome": "failure"}
+        assert post(url, failure, Authorization="Bearer r3ad")[0] == 403
+    assert status == 200 and b'class="recorded"' in page  # the facts are still shown
+    assert b"<form" not in page and b'class="token"' not in page and b"<script" not in page
+    assert b"admin.write_tokens" in page and b"POST /v1/feedback" in page
+
+
 @pytest.mark.parametrize("headers", [{"Sec-Fetch-Site": "cross-site"},
                                      {"Origin": "http://evil.example"},
                                      {"Content-Type": "text/plain"}])

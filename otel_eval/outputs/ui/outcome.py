@@ -11,13 +11,15 @@ with ``Content-Type: application/json`` from this origin: the endpoint's own che
 (``app.admin_access.cross_site``: JSON only, ``Sec-Fetch-Site`` same-origin, ``Origin`` this host)
 are what keep another site's page from sending it. Under ``admin.write_tokens`` the form asks
 for a write token, sent as ``Authorization: Bearer`` and kept nowhere (not in storage, not
-in the URL). A page is read with a read token; the write is authorized on its own.
+in the URL). A page is read with a read token; the write is authorized on its own. With
+``admin.read_tokens`` and no write token, no write can succeed: the page says so instead
+of showing the form.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from otel_eval.outputs.ui.html import Html, h
 from otel_eval.outputs.ui.values import short
@@ -31,6 +33,9 @@ from otel_eval.outputs.ui.verdicts import (
 )
 
 SCRIPT = "/ui/static/outcome.js"
+# Who may record an outcome (POST /v1/feedback): anyone (no admin tokens), the holder of a
+# write token (admin.write_tokens), or no one (admin.read_tokens only: every write is 403)
+Writes = Literal["open", "token", "closed"]
 
 
 def _facts(body: Mapping[str, Any], threshold: float) -> list[Any]:
@@ -57,7 +62,11 @@ def _facts(body: Mapping[str, Any], threshold: float) -> list[Any]:
     return facts
 
 
-def _form(trace_id: str, write_token: bool) -> Html:
+def _form(trace_id: str, writes: Writes) -> Html:
+    if writes == "closed":
+        return h("p", "Recording an outcome (POST /v1/feedback) needs a write token, and this "
+                      "endpoint has read tokens only: set admin.write_tokens.",
+                 class_="no-writes", role="note")
     choices = [h("label", h("input", type="radio", name="outcome", value=v, required=True),
                  " " + v) for v in ("success", "failure")]
     # the token has no name, the form posts and its button waits for the script: submitted
@@ -65,7 +74,7 @@ def _form(trace_id: str, write_token: bool) -> Html:
     token = h("label", "write token ", h("input", type="password", class_="token",
                                          autocomplete="off", required=True,
                                          placeholder="admin.write_tokens")) \
-        if write_token else None
+        if writes == "token" else None
     return h("form", h("span", "What happened? ", class_="label"), choices, token,
              h("button", "record outcome", type="submit", disabled=True),
              h("output", "", class_="status", role="status", aria_live="polite"),
@@ -74,15 +83,16 @@ def _form(trace_id: str, write_token: bool) -> Html:
              method="post")
 
 
-def outcome_section(body: Mapping[str, Any], threshold: float, write_token: bool = False,
+def outcome_section(body: Mapping[str, Any], threshold: float, writes: Writes = "open",
                     form: bool = True) -> Html:
     """``body``: the stored per-trace object (its whole ``judge`` record); ``threshold``:
-    ``prediction.pass_threshold``; ``write_token``: the admin endpoint asks for one."""
+    ``prediction.pass_threshold``; ``writes``: who may record an outcome (the form asks
+    for a write token, or is replaced by why none can be recorded)."""
     disagree = disagreement(body, threshold)
     trace_id = str(body.get("trace_id") or "")
     facts = [x for f in _facts(body, threshold) for x in (f, " · ")][:-1]
     return h("section", h("p", facts, class_="facts"),
              [h("p", d, class_="disagree", role="note") for d in disagree],
-             _form(trace_id, write_token) if form else None,
-             h("script", src=SCRIPT, defer=True) if form else None,
+             _form(trace_id, writes) if form else None,
+             h("script", src=SCRIPT, defer=True) if form and writes != "closed" else None,
              class_="outcome", id="outcome")

@@ -39,7 +39,7 @@ from otel_eval.base.configcheck import ascii_int
 from otel_eval.outputs.ui.calibration import calibration_page
 from otel_eval.outputs.ui.html import HEADERS, Html, h, join, page
 from otel_eval.outputs.ui.issues import issue_runs_page, issues_page
-from otel_eval.outputs.ui.outcome import outcome_section
+from otel_eval.outputs.ui.outcome import Writes, outcome_section
 from otel_eval.outputs.ui.run import tree
 from otel_eval.outputs.ui.runs import DEFAULT_LIMIT, FILTERS, runs_page
 from otel_eval.outputs.ui.runview import run_page, step_page
@@ -70,7 +70,7 @@ class Sources:
     # GET /v1/calibration's report (evaluate.calibration); None: not served
     calibration: Callable[[], dict[str, Any] | None] = lambda: None
     pass_threshold: float = 0.5  # prediction.pass_threshold
-    write_token: bool = False  # POST /v1/feedback asks for a write token (admin.write_tokens)
+    writes: Writes = "open"  # who may POST /v1/feedback (the outcome form's request)
 
 
 Response = tuple[int, dict[str, str], bytes]
@@ -121,7 +121,7 @@ def _run(sources: Sources, trace_id: str, index: str | None, first: int,
         return _not_found(f"No evaluation for trace {trace_id.lower()}.")
     t = tree(body)
     if index is None:
-        said = outcome_section(body, sources.pass_threshold, sources.write_token)
+        said = outcome_section(body, sources.pass_threshold, sources.writes)
         return _html(200, f"run {trace_id[:8]}",
                      run_page(t, sources.redact, sources.trace_url, outcome=said,
                               first=first, step=step), "runs")
