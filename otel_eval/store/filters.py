@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from otel_eval.base.jsontext import ascii_json
-from otel_eval.store.query import Cursor, EvaluationQuery, Page
+from otel_eval.store.query import Cursor, EvaluationQuery, Page, label_condition
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,13 @@ def conditions(q: EvaluationQuery, d: Dialect) -> tuple[list[str], list[Any]]:
     m = d.mark
     where: list[str] = []
     args: list[Any] = []
-    for column in ("service", "agent", "task_id", "status"):
+    for column in ("service", "agent"):  # as the metrics label them (dashboard links)
+        value = getattr(q, column)
+        if value is not None:
+            condition, given = label_condition(column, value, m)
+            where += [condition] if condition else []
+            args += given
+    for column in ("task_id", "status"):
         value = getattr(q, column)
         if value is not None:
             where.append(f"{column} = {m}")

@@ -2,7 +2,11 @@
 
 ``GET /v1/evaluations`` and the Python API (``Store.query``) take the same ``EvaluationQuery``:
 
-    service, agent, task_id, status   equal to the stored value
+    service, agent                    the runs the metrics count under that label value
+                                      (``label_condition``): equal to the stored value, or
+                                      "unknown" for none, a name's first 128 characters for
+                                      a longer one; "_other" filters nothing
+    task_id, status                   equal to the stored value
     passed                            true | false (the verdict; traces without one never match)
     detector                          a finding by this detector ("loop"), or of this kind
                                       ("loop:stagnation")
@@ -40,6 +44,29 @@ MAX_LIMIT = 1000
 MAX_PAGE_BYTES = 16 * 1024 * 1024
 _TEXT = ("service", "agent", "task_id", "status", "detector")
 PARAMETERS = (*_TEXT, "passed", "since", "until", "limit", "cursor")
+
+
+# How the metrics label a run's service and agent (``telemetry.labels``: missing or "" is
+# "unknown", a name is cut to 128 characters, pairs past admin.metrics_max_pairs are "_other"):
+# the store's layer cannot import telemetry's, the test of label_condition ties them.
+UNKNOWN_LABEL = "unknown"
+OTHER_LABEL = "_other"
+LABEL_CHARS = 128
+
+
+def label_condition(column: str, value: str, mark: str) -> tuple[str | None, list[str]]:
+    """(SQL condition, its arguments) selecting the rows whose ``column`` (service or agent)
+    the metrics label ``value``, so a dashboard's or an alert's link lists the runs behind
+    its series: "unknown" is also a missing or empty name, a value of 128 characters also
+    every longer name it begins; "_other" (the pairs past the label budget, known only to
+    the process that counted them) is no condition (None)."""
+    if value == OTHER_LABEL:
+        return None, []
+    if value == UNKNOWN_LABEL:
+        return f"({column} IS NULL OR {column} = '' OR {column} = {mark})", [value]
+    if len(value) == LABEL_CHARS:
+        return f"SUBSTR({column}, 1, {LABEL_CHARS}) = {mark}", [value]
+    return f"{column} = {mark}", [value]
 
 
 class QueryError(ValueError):

@@ -11,7 +11,8 @@ events show the conversation id and the service apart (``split_session_key``).
 
 ``GET /v1/sessions`` takes a ``SessionQuery``:
 
-    service, agent      the session's service / a turn of the session has this agent
+    service, agent      the session's service / a turn of the session has this agent, as
+                        the metrics label them ("unknown": none; ``query.label_condition``)
     passed              true | false: the session's verdict (applied after the session is
                         evaluated on read: a page may hold fewer than ``limit`` sessions, and
                         then says where to go on with its cursor)
@@ -35,7 +36,13 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from otel_eval.base.configcheck import is_ascii_digits
-from otel_eval.store.query import QueryError, decode_cursor, encode_cursor, parse_time
+from otel_eval.store.query import (
+    QueryError,
+    decode_cursor,
+    encode_cursor,
+    label_condition,
+    parse_time,
+)
 
 __all__ = ["MAX_SESSION_LIMIT", "AmbiguousSession", "SessionCursor", "SessionQuery", "StoredTurns",
            "session_key", "session_list_sql", "session_service", "split_session_key",
@@ -189,14 +196,18 @@ def session_list_sql(q: SessionQuery, mark: str, after: SessionCursor | None,
     """SELECT (session_id, last turn's evaluated_at_ns) of the next ``n`` sessions after
     ``after`` matching ``q``'s service, agent and time filters, newest first."""
     where, args = ["session_id IS NOT NULL"], list[Any]()
+    # service and agent as the metrics label them (query.label_condition: "unknown" is none)
     if q.service is not None:  # the service is part of the session's key: every turn's
-        where.append(f"service = {mark}")
-        args.append(q.service)
+        condition, given = label_condition("service", q.service, mark)
+        where += [condition] if condition else []
+        args += given
     if q.agent is not None:  # a turn has it: the session's other turns still count (its
         # last turn, the order)
-        where.append(f"session_id IN (SELECT session_id FROM evaluations WHERE agent = {mark}"
-                     " AND session_id IS NOT NULL)")
-        args.append(q.agent)
+        condition, given = label_condition("agent", q.agent, mark)
+        if condition:
+            where.append(f"session_id IN (SELECT session_id FROM evaluations WHERE "
+                         f"{condition} AND session_id IS NOT NULL)")
+            args += given
     having: list[str] = []
     last = "MAX(evaluated_at_ns)"
     if q.since_ns is not None:

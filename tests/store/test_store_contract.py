@@ -22,11 +22,21 @@ from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.calibration import scores_of
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.feedback import Feedback
+from otel_eval.evaluate.sessions.config import SessionsConfig
+from otel_eval.evaluate.sessions.reader import SessionReader
 from otel_eval.evaluate.stage import evaluate_and_store
 from otel_eval.outputs.issues.catalogue import Catalogue, StoredIssue
 from otel_eval.store import EvaluationStore, open_store
 from otel_eval.store.migrations import LATEST, SchemaError
-from otel_eval.store.query import Cursor, EvaluationQuery
+from otel_eval.store.query import (
+    LABEL_CHARS,
+    OTHER_LABEL,
+    UNKNOWN_LABEL,
+    Cursor,
+    EvaluationQuery,
+)
+from otel_eval.store.sessions import SessionQuery
+from otel_eval.telemetry.labels import MAX_LABEL_CHARS, OTHER, UNKNOWN, labels_of
 from otel_eval.telemetry.metrics import Metrics
 
 T0 = 1_764_547_200 * 10**9
@@ -239,6 +249,41 @@ def _fill(store: EvaluationStore) -> None:
 def test_query_filters(store: EvaluationStore, q: EvaluationQuery, expected: list[int]) -> None:
     _fill(store)
     assert _ids(store.query(q).evaluations) == expected
+
+
+def test_a_metric_label_selects_the_runs_it_counts(store: EvaluationStore) -> None:
+    """A dashboard or alert link filters by the (service, agent) labels of a series; a run
+    with no agent is counted as agent="unknown", and agent=unknown matched no stored row (its
+    agent is NULL), so the page behind every "unknown" series listed nothing. A label value
+    (``labels_of``: missing or "" as "unknown", a name cut to 128 characters) now selects
+    the runs it labels; "_other" (pairs past the metrics' budget) filters nothing."""
+    assert (UNKNOWN_LABEL, OTHER_LABEL, LABEL_CHARS) == (UNKNOWN, OTHER, MAX_LABEL_CHARS)
+    long = "agent-" + "x" * 200
+    pairs = [("shop", None), ("shop", ""), ("shop", "unknown"), ("shop", "planner"),
+             (None, "planner"), ("", None), ("shop", long), ("shop", long[:128])]
+    rows = []
+    for i, (service, agent) in enumerate(pairs, 1):
+        ev = _ev(i, service="shop")
+        ev.trajectory.service, ev.trajectory.agent = service, agent
+        rows.append(ev)
+    store.put_many(rows)
+    labelled: dict[tuple[str, str], list[int]] = {}
+    for i, (service, agent) in reversed(list(enumerate(pairs, 1))):
+        labelled.setdefault(labels_of(service, agent), []).append(i)
+    assert labelled[("shop", "unknown")] == [3, 2, 1]
+    for (service, agent), expected in labelled.items():
+        q = EvaluationQuery.from_params({"service": [service], "agent": [agent]})
+        assert _ids(store.query(q).evaluations) == expected, (service, agent[:10])
+    everything = EvaluationQuery.from_params({"service": ["_other"], "agent": ["_other"]})
+    assert _ids(store.query(everything).evaluations) == list(range(len(pairs), 0, -1))
+    sessions = SessionReader(store, SessionsConfig())
+    assert sessions.page(SessionQuery(service="shop", agent="unknown"))["sessions"] == []
+    turn = _ev(20, service="shop")
+    turn.trajectory.agent, turn.trajectory.session_id = None, "conversation-1"
+    store.put_many([turn])
+    found = sessions.page(SessionQuery.from_params({"service": ["shop"],
+                                                    "agent": ["unknown"]}))["sessions"]
+    assert [s["session_id"] for s in found] == ["conversation-1"]
 
 
 def test_cursor_pages_through_ties_without_gaps(store: EvaluationStore) -> None:
