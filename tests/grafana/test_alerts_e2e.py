@@ -196,6 +196,11 @@ def test_the_shipped_alerts_page_for_the_looping_and_the_hanging_agent(
                    for r in sources["data"]["result"]}
         assert ("hanging", "inferred_history") in counted
         assert not {c for c in counted if c[1] == "unknown"}, counted
+        # the repeated-runs alerts tell a series born again after a restart by its creation
+        # time: serve exposes it beside each counter and this Prometheus stores it as a series
+        created = prom.query('otel_eval_traces_with_loop_created{service="looping"}')
+        (series,) = created["data"]["result"]
+        assert series["metric"]["agent"] == AGENT and float(series["value"][1]) > 0
     killed = _evaluations(admin, service="hanging", status="incomplete")
     assert killed and all(e["agent"] == AGENT for e in killed)
     assert {e["agent_source"] for e in killed} == {"inferred_history"}

@@ -32,11 +32,12 @@ def _families() -> list[Metric]:
 
 
 def _exposed_names() -> set[str]:
-    """Every sample name the admin /metrics can expose (counters' _total, histogram parts)."""
+    """Every sample name the admin /metrics can expose (counters' _total and _created, their
+    creation time, which the alert rules read to see a series born again; histogram parts)."""
     names = set()
     for family in _families():
         if family.type == "counter":
-            names.add(family.name + "_total")
+            names |= {family.name + "_total", family.name + "_created"}
         elif family.type == "histogram":
             names |= {family.name + s for s in ("_bucket", "_sum", "_count")}
         elif family.type == "info":
@@ -234,15 +235,20 @@ def test_session_panels_and_alert() -> None:
     assert 'detector="loop"' in loop_share and 'detector="non_termination"' in loop_share
     rules = {r["alert"]: r for r in alert_rules()}
     rule = rules["OtelEvalSessionLoopsRepeated"]
+    # the two counters, and their creation times (a series born again after a restart)
     assert metric_names(rule["expr"]) == {"otel_eval_session_findings_total",
-                                          "otel_eval_sessions_completed_total"}
+                                          "otel_eval_sessions_completed_total",
+                                          "otel_eval_session_findings_created",
+                                          "otel_eval_sessions_completed_created"}
     assert ">= 3" in rule["expr"] and "> 0.10" in rule["expr"]  # the low-traffic guard
     assert rule["annotations"]["otel_eval_url"].startswith(
         "{{ $externalLabels.otel_eval_url }}/ui/sessions?service=")
-    used |= metric_names(rule["expr"])
-    # the histogram's _sum and _count are exposed with its buckets; no panel needs them
+    used |= {n for n in metric_names(rule["expr"]) if not n.endswith("_created")}
+    # the histogram's _sum and _count are exposed with its buckets; no panel needs them (nor
+    # the counters' creation times)
     declared = {n for n in _exposed_names() if n.startswith(("otel_eval_session_",
-                                                             "otel_eval_sessions_"))}
+                                                             "otel_eval_sessions_"))
+                and not n.endswith("_created")}
     assert len(declared) == 10
     assert used | {"otel_eval_session_turns_sum", "otel_eval_session_turns_count"} == declared
 
