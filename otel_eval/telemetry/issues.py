@@ -22,6 +22,9 @@ dashboard's issues table shows it), trace_id a 32-hex trace id (its exemplar lin
     otel_eval_issues_annotations_skipped_total{reason}  max_annotations | grafana_unreachable
     otel_eval_issues_last_run_timestamp_seconds         end of the last successful run
     otel_eval_issues_last_run_duration_seconds
+    otel_eval_issues_interval_seconds                   issues.interval_s in force (absent
+                                                        when 0, off; OtelEvalIssuesJobStale
+                                                        pages past twice it, an hour at least)
 """
 
 from __future__ import annotations
@@ -59,9 +62,9 @@ class IssueRow:
 
 
 # rows, runs by status, annotations by status, last run's end (unix s), its duration (s),
-# annotations skipped by reason
+# annotations skipped by reason, the interval in force (s; None: the job is off)
 IssuesSnapshot = tuple[tuple[IssueRow, ...], dict[str, int], dict[str, int], float | None,
-                       float | None, dict[str, int]]
+                       float | None, dict[str, int], float | None]
 
 
 class IssuesCollector(Collector):
@@ -71,7 +74,7 @@ class IssuesCollector(Collector):
         self._snapshot = snapshot
 
     def describe(self) -> Iterator[Any]:
-        return families((), {}, {}, None, None, {})
+        return families((), {}, {}, None, None, {}, None)
 
     def collect(self) -> Iterator[Any]:
         return families(*self._snapshot())
@@ -79,7 +82,7 @@ class IssuesCollector(Collector):
 
 def families(rows: tuple[IssueRow, ...], runs: Mapping[str, int], annotations: Mapping[str, int],
               last_run: float | None, last_duration: float | None,
-              skipped: Mapping[str, int]) -> Iterator[Any]:
+              skipped: Mapping[str, int], interval: float | None = None) -> Iterator[Any]:
     share = GaugeMetricFamily("otel_eval_issue_share", "Share of the window's evaluated "
                               "traces with the issue (issues.max_gauge_issues in all, top-K "
                               "per level and node; the rest as issue_id=\"_other\", nodes "
@@ -131,8 +134,13 @@ def families(rows: tuple[IssueRow, ...], runs: Mapping[str, int], annotations: M
                               "last successful issue clustering run")
     duration = GaugeMetricFamily("otel_eval_issues_last_run_duration_seconds", "Duration of "
                                  "the last successful issue clustering run")
+    every = GaugeMetricFamily("otel_eval_issues_interval_seconds", "Seconds between issue "
+                              "clustering runs (issues.interval_s): the last run's timestamp "
+                              "is up to this old when healthy")
     if last_run is not None:
         stamp.add_metric([], last_run)
     if last_duration is not None:
         duration.add_metric([], last_duration)
-    yield from (stamp, duration)
+    if interval is not None:
+        every.add_metric([], interval)
+    yield from (stamp, duration, every)

@@ -274,7 +274,7 @@ def test_scrape_formats_and_bounded_labels(store: Store) -> None:
         "otel_eval_issue_agent_info", "otel_eval_issue_exemplar_info", "otel_eval_issue_info",
         "otel_eval_issues_runs", "otel_eval_issues_annotations",
         "otel_eval_issues_annotations_skipped", "otel_eval_issues_last_run_timestamp_seconds",
-        "otel_eval_issues_last_run_duration_seconds"}
+        "otel_eval_issues_last_run_duration_seconds", "otel_eval_issues_interval_seconds"}
     for name in ("otel_eval_issue_share", "otel_eval_issue_traces"):
         assert {frozenset(s.labels) for s in families[name].samples} == {
             frozenset(ISSUE_LABELS)}
@@ -332,6 +332,25 @@ def test_thread_runs_at_start_and_stops(store: Store) -> None:
     assert registry.get_sample_value("otel_eval_issues_runs_total", {"status": "ok"}) == 1
     job.close()
     assert registry.get_sample_value("otel_eval_issues_runs_total", {"status": "ok"}) is None
+
+
+def test_the_interval_in_force_is_a_gauge(store: Store) -> None:
+    """OtelEvalIssuesJobStale pages past twice the interval (an hour at least): a job run every
+    2 hours (issues.interval_s: 7200) exposes it, so its last run, up to 2 hours old when
+    healthy, does not page; the interval start() is given when another; none when off."""
+    registry = CollectorRegistry()
+    job = IssuesJob(IssuesConfig(interval_s=7200), store.path, lambda ns: [], registry,
+                    ManualClock(T0))
+    assert registry.get_sample_value("otel_eval_issues_interval_seconds") == 7200
+    job.start(9000)
+    try:
+        assert registry.get_sample_value("otel_eval_issues_interval_seconds") == 9000
+    finally:
+        job.close(30)
+    off = CollectorRegistry()
+    job = IssuesJob(IssuesConfig(interval_s=0), store.path, lambda ns: [], off)
+    assert off.get_sample_value("otel_eval_issues_interval_seconds") is None
+    job.close()
 
 
 def test_the_window_keeps_only_what_clustering_reads(store: Store) -> None:

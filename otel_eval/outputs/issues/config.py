@@ -52,6 +52,8 @@ class GrafanaConfig:
 class IssuesConfig:
     # Seconds between clustering runs in `serve`; 0 disables the periodic job. Default 300:
     # a run over 18k critiques takes ~10 s on one core (bench/README.md), ~3 % of it.
+    # Exposed as otel_eval_issues_interval_seconds: OtelEvalIssuesJobStale pages when the
+    # last successful run is older than twice it (an hour at least).
     interval_s: float = 300.0
     # Evaluations from the last window_s seconds are clustered in one run, seconds.
     # The previous window (for trend) is the share stored by the previous run.

@@ -113,6 +113,8 @@ class IssuesJob:
         self._annotations_skipped = dict.fromkeys(ANNOTATION_SKIP_REASONS, 0)
         self._last_run: float | None = None
         self._last_duration: float | None = None
+        # the interval in force (a gauge; start() may be given another); None: the job is off
+        self._interval: float | None = config.interval_s if config.interval_s > 0 else None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._collector = IssuesCollector(self._snapshot)
@@ -234,6 +236,8 @@ class IssuesJob:
         if self._thread is not None:
             raise RuntimeError("IssuesJob already started")
         self._tracker.open()  # the catalogue: a database that cannot be opened stops start
+        with self._lock:
+            self._interval = interval
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, args=(interval,),
                                         name="otel-eval-issues", daemon=True)
@@ -274,7 +278,7 @@ class IssuesJob:
     def _snapshot(self) -> IssuesSnapshot:
         with self._lock:
             return (self._rows, dict(self._runs), dict(self._annotations), self._last_run,
-                    self._last_duration, dict(self._annotations_skipped))
+                    self._last_duration, dict(self._annotations_skipped), self._interval)
 
 
 def build(config: IssuesConfig, deps: Deps, *,
