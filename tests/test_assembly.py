@@ -102,6 +102,27 @@ def test_late_spans_a_full_trace_cannot_take_reopen_nothing() -> None:
     assert len(a) == 0 and a.tick(400) == []
 
 
+def test_with_pass_through_spans_past_the_limit_are_held_to_pass_on() -> None:
+    """Pass-through: spans past ``max_spans_per_trace`` are taken into ``Trace.passed``
+    (pending like any span, never evaluated) instead of refused as ``trace_too_large``; a
+    retry of one is a duplicate; a span a released full run has no room for re-opens it
+    to be passed on (the spans passed before are not kept past the release)."""
+    a = TraceAssembler(CFG, pass_through=True)
+    res = a.add([span(T1, 1)] + [span(T1, i, parent=1) for i in range(2, 8)], now=0)
+    assert (res.accepted, dict(res.rejected)) == (7, {})
+    assert a.open_spans == 7
+    assert a.add([span(T1, 7, parent=1)], now=1).rejected == {"duplicate_span": 1}
+    [t] = a.tick(11)
+    assert [s.span_id for s in t.spans] == [f"{i:016x}" for i in range(1, 6)]
+    assert [s.span_id for s in t.passed] == [f"{i:016x}" for i in (6, 7)]
+    assert a.open_spans == 0
+    res = a.add([span(T1, 8, parent=1)], now=200)
+    assert (res.accepted, res.reopened, dict(res.rejected)) == (1, 1, {})
+    [again] = a.tick(210)
+    assert (again.revision, len(again.spans)) == (1, 5)
+    assert [s.span_id for s in again.passed] == [f"{8:016x}"]
+
+
 def test_each_trace_re_opened_and_each_late_span_is_counted() -> None:
     """One request whose 4 late spans re-open 2 traces: 2 re-opened, 4 late spans (the
     engine counted one re-open a request and its traces as the late spans)."""

@@ -22,6 +22,14 @@ its evaluation is then superseded. A span it already holds is a ``duplicate_span
 ``late`` while the trace id is remembered (``max_tombstones`` ids, 16 bytes of state each);
 beyond that they start a new trace.
 
+Pass-through (``pass_through``: otel-eval in the trace path) owes the backend every span
+that assembly refuses only because otel-eval cannot *evaluate* it; those are taken and passed
+on unstamped instead: ``late`` (a fragment of its own, skipped as late) and
+``trace_too_large`` (past ``max_spans_per_trace``: held in ``Trace.passed``, counted in
+pending as any span, released with the trace, never evaluated). What is refused for the
+run's integrity stays refused with it: ``duplicate_span`` (the backend has it) and
+``foreign_sender`` (a sender not allowed to add to another sender's trace).
+
 Time is injected: ``add(spans, now)`` and ``tick(now)`` take the clock reading, so tests drive
 time by hand. Deadlines sit in a heap with lazy re-scheduling: the spans of an ``add`` only
 move their traces' own deadlines (once per trace, after the last of its spans); the heap entry
@@ -68,6 +76,8 @@ class _Open:
     log_bytes: int = 0  # received size of its log records
     deadline: float = 0.0  # when the trace is due, given what has arrived so far
     resumed_at: float | None = None  # when a restart's replay handed it back (``resume``)
+    # spans past max_spans_per_trace taken only to pass on (pass-through): ``Trace.passed``
+    passed: dict[str, Span] = field(default_factory=dict)
     fresh: bool = True  # opened anew, not re-opened: its run may be stored (a restart)
     # handed back by a restart's replay with what a stored revision of it held (the spool
     # re-spooled that when late spans re-opened it): a whole run, not a straggler (``resume``)
@@ -109,14 +119,16 @@ def _service(item: Span | HeldRecord) -> str:
 
 
 class TraceAssembler:
-    def __init__(self, config: AssemblyConfig, *, pass_late: bool = False) -> None:
-        """``pass_late``: a span for a trace released past ``reopen_window_s`` (still
-        remembered) opens a trace of its own instead of being refused as ``late``; released,
-        finishing skips it as ``late`` (``Trace.late_if_stored``: the stored run stands) and
-        passes it on, as after a restart. Pass-through sets it: otel-eval in the trace path
-        must not swallow the user's spans."""
+    def __init__(self, config: AssemblyConfig, *, pass_through: bool = False) -> None:
+        """``pass_through``: otel-eval is in the trace path and must not swallow the user's
+        spans for want of evaluating them (module docstring). A span for a trace released
+        past ``reopen_window_s`` (still remembered) opens a trace of its own instead of being
+        refused as ``late``; released, finishing skips it as ``late``
+        (``Trace.late_if_stored``: the stored run stands) and passes it on, as after a
+        restart. A span past ``max_spans_per_trace`` is held in ``Trace.passed`` instead of
+        being refused as ``trace_too_large``."""
         self.config = config
-        self.pass_late = pass_late
+        self.pass_through = pass_through
         self._open: dict[str, _Open] = {}
         self._heap: list[tuple[float, str]] = []
         # Released traces that late spans may still re-open (spans kept), oldest first.
@@ -202,20 +214,23 @@ class TraceAssembler:
                     continue
                 if res.reopened > before:
                     reopened.add(tr.trace_id)
-            if span.span_id in tr.spans:
+            if span.span_id in tr.spans or span.span_id in tr.passed:
                 res.rejected["duplicate_span"] += 1
                 res.known.add(tr.trace_id)
                 continue
-            if len(tr.spans) >= limit:
+            full = len(tr.spans) >= limit
+            if full and not self.pass_through:
                 res.rejected["trace_too_large"] += 1
                 continue
-            tr.spans[span.span_id] = span
+            # past the limit, pass-through holds it to pass on: it moves the trace's
+            # deadline (the run is still sending) but is no part of what is evaluated
+            (tr.passed if full else tr.spans)[span.span_id] = span
             tr.nbytes += span.nbytes
             self.open_bytes += span.nbytes
             res.accepted += 1
             if tr.trace_id in reopened:
                 res.late_spans += 1
-            if span.end_ns and span.is_entry:
+            if span.end_ns and span.is_entry and not full:
                 tr.root_ended = True
             if tr.trace_id not in took:
                 took[tr.trace_id] = tr
@@ -246,11 +261,13 @@ class TraceAssembler:
             res.rejected["duplicate_span"] += 1
             res.known.add(item.trace_id)
             return None
-        if old is not None and (len(old.spans) >= self.config.max_spans_per_trace
-                                if isinstance(item, Span) else
-                                len(old.logs) >= self.config.max_log_records_per_trace):
+        if old is not None and (
+                len(old.spans) >= self.config.max_spans_per_trace and not self.pass_through
+                if isinstance(item, Span) else
+                len(old.logs) >= self.config.max_log_records_per_trace):
             # one the released trace has no room for: refused as the open trace would,
-            # without re-opening it to be released again unchanged
+            # without re-opening it to be released again unchanged (pass-through re-opens
+            # it to pass the span on: the run is forwarded again, as any re-open)
             res.rejected["trace_too_large"] += 1
             return None
         started = self._start(item, now, res, source, sender)
@@ -267,10 +284,10 @@ class TraceAssembler:
         trace_id = span.trace_id
         old = self._reopenable.get(trace_id)
         if old is None and trace_id in self._tombstones and not (
-                self.pass_late and isinstance(span, Span)):
+                self.pass_through and isinstance(span, Span)):
             # released longer than reopen_window_s ago: its evaluation stands; re-opening would
             # replace it with a fragment, so the span is refused and counted as `late` (with
-            # ``pass_late``, a span opens a fragment that is passed on, never evaluated).
+            # ``pass_through``, a span opens a fragment that is passed on, never evaluated).
             return "late"
         if old is not None and old.sender and old.sender != sender:
             # "" is an unknown first sender (auth off, a Kafka record, a spool replay after
@@ -457,7 +474,7 @@ class TraceAssembler:
             if tr is None or tr.source != source:
                 continue
             self._close(tr)  # its heap entry goes stale (``tick`` skips it)
-            self.open_spans -= len(tr.spans)
+            self.open_spans -= len(tr.spans) + len(tr.passed)
             self.open_bytes -= tr.nbytes
             self.open_logs -= len(tr.logs)
             self.open_log_bytes -= tr.log_bytes
@@ -486,7 +503,7 @@ class TraceAssembler:
     def _release(self, tr: _Open, status: TraceStatus, reason: str, now: float) -> Trace:
         self._close(tr)
         spans = list(tr.spans.values())
-        self.open_spans -= len(spans)
+        self.open_spans -= len(spans) + len(tr.passed)
         self.open_bytes -= tr.nbytes
         self.open_logs -= len(tr.logs)
         self.open_log_bytes -= tr.log_bytes
@@ -498,7 +515,9 @@ class TraceAssembler:
         trace = Trace(tr.trace_id, spans, status, source=tr.source, revision=tr.revision,
                       release_reason=reason, waiters=tr.waiters,
                       logs=[r.decode() for r in tr.logs],  # decoded now, not while held
-                      late_if_stored=late)
+                      late_if_stored=late, passed=list(tr.passed.values()))
+        # a re-open carries the spans evaluated, not those passed on: forwarded once, they
+        # are not held past the release (memory: max_released_traces x max_spans_per_trace)
         self._reopenable[tr.trace_id] = _Released(now, tr.spans, tr.revision, tr.sender,
                                                   tr.logs, trace.finished)
         self._tombstones[tr.trace_id] = None

@@ -26,7 +26,9 @@ class AssemblyConfig:
     reopen_window_s: float = 300.0
     # Upper bound on traces being assembled at once.
     max_open_traces: int = 50_000
-    # Spans kept per trace; more are rejected (partial success) with reason `trace_too_large`.
+    # Spans kept per trace; more are rejected (partial success) with reason `trace_too_large`;
+    # with pass-through on (export.forward_endpoint) they are taken and forwarded unstamped,
+    # never evaluated (otel_eval_evaluation_spans_skipped_total{reason="trace_too_large"}).
     max_spans_per_trace: int = 10_000
     # Spans accepted but not yet evaluated (open + released-but-queued). Past it receivers
     # throttle (gRPC RESOURCE_EXHAUSTED, HTTP 429) so exporters retry: nothing acked is dropped.

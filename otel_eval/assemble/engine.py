@@ -97,9 +97,10 @@ class Engine:
         self.tick_interval_s = tick_interval_s
         self.spool = spool
         self._lock = threading.Lock()  # serializes the assembler and the parts below
-        # pass-through (the sink named "forward": outputs.forward.SINK) forwards a straggler
-        # of a run assembly no longer re-opens: the user's span is never swallowed
-        self._assembler = TraceAssembler(self.config, pass_late=any(
+        # pass-through (the sink named "forward": outputs.forward.SINK) forwards what
+        # assembly takes but cannot evaluate (a straggler of a run it no longer re-opens, the
+        # spans past max_spans_per_trace): the user's span is never swallowed
+        self._assembler = TraceAssembler(self.config, pass_through=any(
             getattr(s, "name", "") == "forward" for s in sinks))
         self.durability = Durability(spool, self._assembler, metrics)
         self.store_health = store_health

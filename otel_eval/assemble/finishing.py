@@ -108,9 +108,10 @@ class Finishing:
             t.digest = content_digest(t)  # what it is released with (the store keeps it)
             self._queue.append(Job(t, now))
             self._unfinished[t.trace_id] = t
-            self.queued_spans += len(t.spans)
-            self.queued_bytes += sum(s.nbytes for s in t.spans)
-            self._metrics.ingest.trace_released(t.status, t.release_reason, len(t.spans))
+            self.queued_spans += len(t.spans) + len(t.passed)
+            self.queued_bytes += _nbytes(t)
+            self._metrics.ingest.trace_released(t.status, t.release_reason,
+                                                len(t.spans) + len(t.passed))
         if traces:
             self.wake.set()
 
@@ -167,6 +168,8 @@ class Finishing:
                 for j in jobs]
         for job, out, h in zip(jobs, outcomes, held, strict=True):
             trace, ev = job.trace, out.evaluation
+            if trace.passed:  # taken to pass on only (pass-through), never evaluated
+                self._metrics.evaluation.spans_skipped("trace_too_large", len(trace.passed))
             if ev is None:  # already evaluated (and exported then), no agent run, or a
                 skipped = out.skipped or ALREADY_EVALUATED  # result nothing could store
                 trace.finished.late = skipped == LATE  # read by assembly if spans re-open it
@@ -184,8 +187,8 @@ class Finishing:
         # taking waiters (``wait_for``) before ``_release`` reads them: a waiter added later
         # finds the trace finished and is not kept waiting.
         with self._lock:
-            self.queued_spans -= sum(len(j.trace.spans) for j in jobs)
-            self.queued_bytes -= sum(s.nbytes for j in jobs for s in j.trace.spans)
+            self.queued_spans -= sum(len(j.trace.spans) + len(j.trace.passed) for j in jobs)
+            self.queued_bytes -= sum(_nbytes(j.trace) for j in jobs)
             self._gauges()
             for job in jobs:
                 tid = job.trace.trace_id
@@ -276,3 +279,8 @@ class Finishing:
         assert out.unstored is not None
         self._metrics.evaluation.store_write_failed(out.unstored)
         self.health.failed(out.unstored, out.error)
+
+
+def _nbytes(trace: Trace) -> int:
+    """Received size of what a released trace holds: its spans and those it passes on."""
+    return sum(s.nbytes for s in trace.spans) + sum(s.nbytes for s in trace.passed)

@@ -252,6 +252,10 @@ class Trace:
     # as assembly refuses them while it remembers the id: a fragment never replaces a run.
     late_if_stored: bool = False
     finished: Finished = field(default_factory=Finished)
+    # Spans taken only to be passed on (pass-through: past ``max_spans_per_trace``, which
+    # without it are refused as ``trace_too_large``): never evaluated nor in ``digest``,
+    # forwarded unstamped with the trace's spans
+    passed: list[Span] = field(default_factory=list)
 
 
 def content_digest(trace: Trace) -> str:

@@ -22,7 +22,11 @@ A trace that is no agent run (only setup operations: not evaluated) is forwarded
 unstamped (``pass_on``), so pass-through never swallows spans; so are spans acknowledged after
 their run was stored, by a process that no longer held it (``late``: ``evaluate.stage``), or
 past ``assembly.reopen_window_s`` (which pass-through takes instead of refusing them as
-``late``: ``TraceAssembler(pass_late=True)``).
+``late``: ``TraceAssembler(pass_through=True)``). So are a trace's spans past
+``assembly.max_spans_per_trace`` (``Trace.passed``: taken instead of refused as
+``trace_too_large``, never evaluated), with the trace's own, stamped as usual. Spans refused
+for the run's integrity are not taken, so not forwarded: a ``duplicate_span`` (downstream has
+it) and a ``foreign_sender``'s (a sender not allowed to add to another's trace).
 
 A trace re-opened by late spans is evaluated again and forwarded again, whole (the root then
 carries the new summary and ``otel_eval.trace.revision`` > 0): downstream receives its spans
@@ -120,7 +124,7 @@ class Forwarder:
         return self._sender.alive
 
     def items(self, trace: model.Trace, evaluation: Evaluation | None) -> int:
-        return len(trace.spans)  # stamped or passed on, every span goes
+        return len(trace.spans) + len(trace.passed)  # stamped or passed on, every span goes
 
     def export(self, trace: model.Trace, evaluation: Evaluation,
                held: Held | None = None) -> None:
@@ -131,8 +135,9 @@ class Forwarder:
 
     def _submit(self, trace: model.Trace, extra: dict[str, dict[str, Any]] | None,
                 held: Held | None) -> None:
-        if trace.spans:
-            self._sender.submit(encode_spans(trace.spans, extra=extra), len(trace.spans),
+        spans = [*trace.spans, *trace.passed]  # those passed on carry no stamp
+        if spans:
+            self._sender.submit(encode_spans(spans, extra=extra), len(spans),
                                 (held,) if held is not None else ())
 
 

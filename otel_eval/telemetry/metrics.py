@@ -67,6 +67,9 @@ Metrics (counters are exposed with the ``_total`` suffix):
                late: traces of spans that came after their run was stored, to a process
                that no longer remembered it (a restart in between; the stored run stands);
                not_a_run: traces made only of setup operations (a create_agent span alone)
+               otel_eval_evaluation_spans_skipped_total{reason}  spans taken only to pass on
+               (pass-through), never evaluated: trace_too_large (past
+               assembly.max_spans_per_trace; without pass-through they are refused)
     store      otel_eval_store_write_failures_total{reason}  batches the store refused to
                write (store.failures.WRITE_FAILURE_REASONS: disk_full|read_only|locked|
                unavailable|timeout|error); kept and retried, the receivers throttled
@@ -199,6 +202,11 @@ class EvaluationMetrics:
                            "late, not_a_run, unstorable).", ["reason"])
         for reason in ("already_evaluated", "late", "not_a_run", "unstorable"):
             self.c_skipped.labels(reason)  # 0, not absent, until the first one
+        self.c_spans_skipped = c(
+            "evaluation_spans_skipped",
+            "Spans taken only to pass on (pass-through) and not evaluated, by reason "
+            "(trace_too_large: past assembly.max_spans_per_trace).", ["reason"])
+        self.c_spans_skipped.labels("trace_too_large")
         self.c_store_failed = c("store_write_failures",
                                 "Batches of evaluations the store refused to write, by reason "
                                 "(kept and retried).", ["reason"])
@@ -208,6 +216,9 @@ class EvaluationMetrics:
 
     def skipped(self, reason: str) -> None:
         self.c_skipped.labels(reason).inc()
+
+    def spans_skipped(self, reason: str, n: int) -> None:
+        self.c_spans_skipped.labels(reason).inc(n)
 
     def store_write_failed(self, reason: str) -> None:
         self.c_store_failed.labels(reason).inc()

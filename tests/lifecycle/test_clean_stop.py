@@ -456,6 +456,69 @@ def test_with_pass_through_a_span_past_the_reopen_window_is_passed_on_not_swallo
         p.stop()
 
 
+def test_with_pass_through_spans_past_max_spans_per_trace_are_passed_on_not_swallowed(
+        tmp_path: Path) -> None:
+    """A run larger than ``assembly.max_spans_per_trace``. Assembly refused the spans past the
+    limit as ``trace_too_large`` (partial success), so with otel-eval in the trace path the
+    backend never got them: otel-eval could not evaluate them, and swallowed them. With
+    pass-through on they are taken (acknowledged, spooled, pending), released with the run,
+    not evaluated (counted as skipped spans) and forwarded unstamped beside the run's own,
+    stamped spans."""
+    with Capture() as down:
+        sinks = _delivering(down, Metrics(CollectorRegistry()))
+        p = Process(tmp_path, WALL0, sinks=sinks, max_spans_per_trace=5)
+        whole = run(T, end=100)
+        spans = [whole[-1], *whole[:-1]]  # the root first: it and 4 children are evaluated
+        adm = p.engine.submit(spans, request=encode_spans(spans).SerializeToString())
+        assert (adm.accepted, dict(adm.rejected)) == (9, {})
+        assert p.sample("otel_eval_assembly_pending_spans") == 9
+        assert p.advance(GRACE) == 1
+        _stop(sinks, 5.0)
+        assert p.stored()[T]["counts"]["spans"] == 5
+        assert p.sample("otel_eval_evaluation_spans_skipped_total",
+                        reason="trace_too_large") == 4
+        assert p.sample("otel_eval_assembly_spans_released_total") == 9
+        assert p.sample("otel_eval_assembly_pending_spans") == 0
+        forwarded = _forwarded(down)
+        assert set(forwarded) == {s.span_id for s in spans}
+        passed = {s.span_id for s in spans[5:]}
+        for sid, attrs in forwarded.items():
+            own = {k: v for k, v in attrs.items() if not k.startswith("otel_eval.")}
+            assert own == next(s.attributes for s in spans if s.span_id == sid)
+            if sid in passed:
+                assert own == attrs  # unstamped
+        assert "otel_eval.verdict" in forwarded[spans[0].span_id]
+        assert p.spool.held() == (0, 0)
+        p.stop()
+
+
+def test_with_pass_through_a_foreign_senders_span_stays_refused(tmp_path: Path) -> None:
+    """What pass-through owes is decided per reason: a span refused because otel-eval cannot
+    evaluate it is passed on, one refused for the run's integrity is not. A sender other than
+    the one that opened a released run may not add to it (``foreign_sender``: holding a trace
+    id is no right to another's trace), pass-through or not: refused, never forwarded; its
+    own sender's span re-opens the run as before."""
+    with Capture() as down:
+        sinks = _delivering(down, Metrics(CollectorRegistry()))
+        p = Process(tmp_path, WALL0, sinks=sinks)
+        spans = run(T, end=100)
+        p.engine.submit(spans, request=encode_spans(spans).SerializeToString(),
+                        sender="agents")
+        assert p.advance(GRACE) == 1
+        late = _span(T, 40, 1, "chat", 60, 70)
+        adm = p.engine.submit([late], request=encode_spans([late]).SerializeToString(),
+                              sender="intruder")
+        assert (adm.accepted, dict(adm.rejected)) == (0, {"foreign_sender": 1})
+        assert p.advance(IDLE) == 0
+        _stop(sinks, 5.0)
+        assert late.span_id not in _forwarded(down)
+        assert p.stored()[T]["counts"]["spans"] == 9
+        adm = p.engine.submit([late], request=encode_spans([late]).SerializeToString(),
+                              sender="agents")
+        assert (adm.accepted, adm.rejected.total()) == (1, 0)
+        p.stop()
+
+
 def test_a_replay_whose_stored_evaluation_cannot_be_read_goes_on_unstamped_and_counted(
         tmp_path: Path) -> None:
     """The restart finds the run evaluated but cannot read what the store holds: its spans
