@@ -160,7 +160,8 @@ class Service:
         self.calibration = calibration.build(config.judge, deps,
                                              config.prediction.pass_threshold)
         front = self.kafka.submitter if self.kafka is not None else None
-        ingest = Ingest(front if front is not None else self.engine, self.metrics)
+        ingest = Ingest(front if front is not None else self.engine, self.metrics,
+                        every_log_record=front is not None)
         rc = config.receiver
         self.grpc = GrpcReceiver(rc, ingest) if rc.grpc_endpoint else None
         self.http = HttpReceiver(rc, ingest) if rc.http_endpoint else None

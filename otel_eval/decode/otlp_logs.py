@@ -13,6 +13,12 @@ gives ``HeldRecord`` values, what the engine keeps: the ids, name and time read,
 record's own protobuf bytes until its trace is released (``HeldRecord.decode``). Decoded
 attributes and bodies are Python objects several times the size of their bytes, and a record
 may wait ``idle_timeout_s`` for spans that never come.
+
+``hold_logs(req, every=True)`` is the publishing front end's (``serve --kafka-publish``): it
+stands where the collector's kafka exporter would, so every record it acknowledges goes on,
+GenAI event or not (none is ignored; a GenAI event with invalid ids is still rejected, as the
+answer says), each held with its ``ResourceLogs`` and ``ScopeLogs`` (``HeldRecord.origin``),
+which ``encode_logs`` writes it back under.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from opentelemetry.proto.logs.v1 import logs_pb2
 
 from otel_eval.base.model import LogEvent
 from otel_eval.decode.body import loads_bounded
-from otel_eval.decode.encode import dict_to_attributes, python_to_anyvalue
+from otel_eval.decode.encode import dict_to_attributes, header, python_to_anyvalue
 from otel_eval.decode.otlp import (
     MAX_TIME_NS,
     anyvalue_to_python,
@@ -77,6 +83,9 @@ class HeldRecord:
     name: str
     time_unix_nano: int
     raw: bytes
+    # the ResourceLogs and ScopeLogs it came in, serialized without their records (one pair
+    # per scope of a request, shared by its records), kept by ``hold_logs(every=True)``
+    origin: tuple[bytes, bytes] | None = None
 
     @property
     def nbytes(self) -> int:
@@ -125,48 +134,72 @@ def _event_name(record: Any) -> str:
     return ""
 
 
-def _kept(req: ExportLogsServiceRequest, ignored: Counter[str],
-          rejected: Counter[str]) -> Iterator[tuple[Any, str, str, str, int]]:
-    """(record, trace id, span id, name, time) of each kept record; every other record counted
-    in ``ignored`` or ``rejected`` (never raises on content)."""
-    for rl in req.resource_logs:
-        for sl in rl.scope_logs:
+def _verdict(record: Any, name: str) -> tuple[str, str]:
+    """("", "") for a GenAI event of a span, else ("ignored" | "rejected", reason)."""
+    if not is_genai_event(name) or name in _OWN_EVENTS:
+        return "ignored", "not_genai_event"
+    tid, sid = record.trace_id, record.span_id
+    if not tid and not sid:
+        return "ignored", "no_span_context"
+    if len(tid) != 16 or tid == bytes(16):
+        return "rejected", "invalid_trace_id"
+    if len(sid) != 8 or sid == bytes(8):
+        return "rejected", "invalid_span_id"
+    if record.time_unix_nano > MAX_TIME_NS or record.observed_time_unix_nano > MAX_TIME_NS:
+        # as for spans: a time no store or backend holds orders nothing
+        return "rejected", "invalid_timestamp"
+    return "", ""
+
+
+def _kept(req: ExportLogsServiceRequest, ignored: Counter[str], rejected: Counter[str],
+          every: bool = False) -> Iterator[tuple[Any, str, str, str, int, Any]]:
+    """(record, trace id, span id, name, time, where: (resource index, its entry, scope index,
+    its entry)) of each kept record; every other record counted in ``ignored`` or
+    ``rejected`` (never raises on content). ``every``: the records otherwise ignored are kept
+    too."""
+    for ri, rl in enumerate(req.resource_logs):
+        for si, sl in enumerate(rl.scope_logs):
             for record in sl.log_records:
                 name = _event_name(record)
-                if not is_genai_event(name) or name in _OWN_EVENTS:
-                    ignored["not_genai_event"] += 1
+                kind, reason = _verdict(record, name)
+                if kind == "rejected" or (kind == "ignored" and not every):
+                    (rejected if kind == "rejected" else ignored)[reason] += 1
                     continue
-                tid, sid = record.trace_id, record.span_id
-                t, observed = record.time_unix_nano, record.observed_time_unix_nano
-                if not tid and not sid:
-                    ignored["no_span_context"] += 1
-                elif len(tid) != 16 or tid == bytes(16):
-                    rejected["invalid_trace_id"] += 1
-                elif len(sid) != 8 or sid == bytes(8):
-                    rejected["invalid_span_id"] += 1
-                elif t > MAX_TIME_NS or observed > MAX_TIME_NS:
-                    # as for spans: a time no store or backend holds orders nothing
-                    rejected["invalid_timestamp"] += 1
-                else:
-                    yield record, tid.hex(), sid.hex(), name, t or observed
+                t = record.time_unix_nano or record.observed_time_unix_nano
+                yield (record, record.trace_id.hex(), record.span_id.hex(), name, t,
+                       (ri, rl, si, sl))
 
 
 def decode_logs(req: ExportLogsServiceRequest) -> LogsDecodeResult:
     """Keep the GenAI events of spans, decoded; count everything else (never raises on
     content)."""
     out = LogsDecodeResult()
-    for record, tid, sid, name, t in _kept(req, out.ignored, out.rejected):
+    for record, tid, sid, name, t, _ in _kept(req, out.ignored, out.rejected):
         body = anyvalue_to_python(record.body) if record.HasField("body") else None
         out.records.append(LogEvent(tid, sid, name, t, attributes_to_dict(record.attributes),
                                     body))
     return out
 
 
-def hold_logs(req: ExportLogsServiceRequest) -> HeldLogs:
-    """As ``decode_logs``, each kept record held as its bytes (``HeldRecord``)."""
+def hold_logs(req: ExportLogsServiceRequest, every: bool = False) -> HeldLogs:
+    """As ``decode_logs``, each kept record held as its bytes (``HeldRecord``). ``every``
+    (the publishing front end): every record not rejected is held, with its resource and
+    scope entries (``HeldRecord.origin``; see the module docstring)."""
     out = HeldLogs()
-    for record, tid, sid, name, t in _kept(req, out.ignored, out.rejected):
-        out.records.append(HeldRecord(tid, sid, name, t, record.SerializeToString()))
+    origins: dict[tuple[int, int], tuple[bytes, bytes]] = {}  # (ri, si) -> its origin
+    heads: dict[int, bytes] = {}  # ri -> the resource entry's header
+    for record, tid, sid, name, t, (ri, rl, si, sl) in _kept(req, out.ignored, out.rejected,
+                                                              every):
+        origin = None
+        if every:
+            origin = origins.get((ri, si))
+            if origin is None:
+                head = heads.get(ri)
+                if head is None:
+                    head = heads[ri] = header(rl, "scope_logs").SerializeToString()
+                origin = origins[(ri, si)] = (head,
+                                              header(sl, "log_records").SerializeToString())
+        out.records.append(HeldRecord(tid, sid, name, t, record.SerializeToString(), origin))
     return out
 
 
@@ -191,12 +224,26 @@ def hold(record: LogEvent | HeldRecord) -> HeldRecord:
 def encode_logs(records: Iterable[LogEvent | HeldRecord]) -> ExportLogsServiceRequest:
     """Records -> one request that ``decode_logs`` turns back into the same records (the
     spool re-encodes what a re-opened trace holds; a held record is written as received).
-    Resource and scope are not kept by decoding, so none are written."""
+    A record held with its ``origin`` is written under its resource and scope as received;
+    the others (decoding keeps none) under empty ones."""
     req = ExportLogsServiceRequest()
-    out = req.resource_logs.add().scope_logs.add().log_records
+    resources: dict[bytes | None, logs_pb2.ResourceLogs] = {}
+    scopes: dict[tuple[bytes, bytes] | None, logs_pb2.ScopeLogs] = {}
     for r in records:
+        origin = r.origin if isinstance(r, HeldRecord) else None
+        sl = scopes.get(origin)
+        if sl is None:
+            rkey = origin[0] if origin else None
+            rl = resources.get(rkey)
+            if rl is None:
+                rl = resources[rkey] = req.resource_logs.add()
+                if origin:
+                    rl.ParseFromString(origin[0])
+            sl = scopes[origin] = rl.scope_logs.add()
+            if origin:
+                sl.ParseFromString(origin[1])
         if isinstance(r, HeldRecord):
-            out.add().MergeFromString(r.raw)
+            sl.log_records.add().MergeFromString(r.raw)
         else:
-            out.append(_record_pb(r))
+            sl.log_records.append(_record_pb(r))
     return req

@@ -125,8 +125,9 @@ def decode_logs(body: bytes, encoding: str = "otlp_proto") -> Decoded:
     return _held(req, rejected)
 
 
-def _held(req: ExportLogsServiceRequest, rejected: Counter[str]) -> Decoded:
-    held = otlp_logs.hold_logs(req)
+def _held(req: ExportLogsServiceRequest, rejected: Counter[str], every: bool = False
+          ) -> Decoded:
+    held = otlp_logs.hold_logs(req, every)
     return Decoded("logs", held.records, rejected + held.rejected, held.ignored)
 
 
@@ -163,11 +164,16 @@ def _message(rejected: Counter[str], what: str = "span(s)") -> str:
 
 class Ingest:
     """``metrics``: the receivers' (``handle_*``); the Kafka consumer, which ``admit``s with
-    its own accounting, passes none."""
+    its own accounting, passes none. ``every_log_record``: the engine is the publishing front
+    end (``serve --kafka-publish``), which writes every log record it is given to the logs
+    topic under its resource and scope, as the collector's kafka exporter would
+    (``otlp_logs.hold_logs(every=True)``): none is ignored."""
 
-    def __init__(self, engine: Submitter, metrics: Metrics | None = None) -> None:
+    def __init__(self, engine: Submitter, metrics: Metrics | None = None, *,
+                 every_log_record: bool = False) -> None:
         self.engine = engine
         self._metrics = metrics
+        self.every_log_record = every_log_record
 
     @property
     def metrics(self) -> Metrics:
@@ -266,5 +272,5 @@ class Ingest:
                             rejected: Counter[str] | None = None) -> IngestResult:
         """``rejected``: the records the parse dropped (invalid UTF-8), counted with the rest."""
         account = _ByProtocol(self.metrics.ingest, protocol, f"{protocol}_logs")
-        return self.admit(_held(req, rejected or Counter()), account, request=request,
-                          sender=sender)
+        return self.admit(_held(req, rejected or Counter(), self.every_log_record), account,
+                          request=request, sender=sender)

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from kafka_doubles import Topic
 from kafka_mock_cluster import MockCluster
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from support.harness import Harness, running_service
 from support.poll import poll
 from test_kafka_serve import kafka_changes, read_topic
@@ -30,6 +31,7 @@ from test_kafka_serve import kafka_changes, read_topic
 from otel_eval.base.kafka.config import KafkaConfig
 from otel_eval.base.model import LogEvent
 from otel_eval.decode import otlp, otlp_json, otlp_logs
+from otel_eval.decode.encode import dict_to_attributes
 from otel_eval.receive.kafka.publisher import KafkaPublisher, sarama_partition
 
 RECORDINGS = (Path(__file__).resolve().parents[1] / "conformance" / "recordings"
@@ -153,6 +155,58 @@ def test_publish_front_end_writes_log_records_to_the_logs_topic(
     [(span_part, span_key, _)] = asyncio.run(read_topic(topic.bootstrap, topic.name,
                                                         topic.partitions))
     assert key == span_key and part == span_part == sarama_partition(key, topic.partitions)
+
+
+def _app_logs_request(tid: str) -> bytes:
+    """One OTLP logs request of service ``shop``: a GenAI event and an application log line
+    of trace ``tid``, and a log line with no trace context."""
+    req = ExportLogsServiceRequest()
+    rl = req.resource_logs.add(schema_url="https://opentelemetry.io/schemas/1.30.0")
+    rl.resource.attributes.extend(dict_to_attributes({"service.name": "shop"}))
+    sl = rl.scope_logs.add(schema_url="https://opentelemetry.io/schemas/1.30.0")
+    sl.scope.name, sl.scope.version = "opentelemetry.instrumentation.openai_v2", "2.1b0"
+    tb, sb = bytes.fromhex(tid), bytes.fromhex("e" * 16)
+    event = sl.log_records.add(time_unix_nano=5, event_name="gen_ai.user.message",
+                               trace_id=tb, span_id=sb)
+    event.body.kvlist_value.values.add(key="content").value.string_value = "weather?"
+    sl.log_records.add(time_unix_nano=6, trace_id=tb, span_id=sb, severity_number=9,
+                       severity_text="INFO").body.string_value = "calling the model"
+    sl.log_records.add(time_unix_nano=7, severity_number=13).body.string_value = "disk low"
+    return req.SerializeToString()
+
+
+def test_publish_front_end_writes_log_records_whole_under_their_resource_and_scope(
+        topic: Topic, logs_topic: str, tmp_path: Path) -> None:
+    """``serve --kafka-publish`` stands where the collector's kafka exporter would: what it
+    acknowledges goes to the logs topic as the exporter writes it (one request per trace id,
+    ``partition_logs_by_trace_id``), each record under its ResourceLogs and ScopeLogs. It
+    wrote the GenAI events alone, under an empty resource and scope (a reader of the topic
+    lost ``service.name``), and acknowledged every other record, dropped (``ignored``)."""
+    tid = "ab" * 16
+    with running_service(tmp_path, **changes(topic, logs_topic,
+                                             **{"kafka.publish": True})) as front:
+        url = front.http_url.removesuffix("/v1/traces") + "/v1/logs"
+        req = urllib.request.Request(url, data=_app_logs_request(tid),
+                                     headers={"Content-Type": "application/x-protobuf"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            assert resp.status == 200
+        assert front.sample("otel_eval_receiver_log_records_accepted_total",
+                            protocol="http") == 3
+    records = asyncio.run(read_topic(topic.bootstrap, logs_topic, topic.partitions))
+    by_key = {key: ExportLogsServiceRequest.FromString(value) for _p, key, value in records}
+    assert set(by_key) == {tid.encode(), None}
+    sent = ExportLogsServiceRequest.FromString(_app_logs_request(tid))
+    [rl] = sent.resource_logs
+    for key, want in ((tid.encode(), list(rl.scope_logs[0].log_records[:2])),
+                      (None, [rl.scope_logs[0].log_records[2]])):
+        [got] = by_key[key].resource_logs
+        assert (got.resource, got.schema_url) == (rl.resource, rl.schema_url)
+        [scope] = got.scope_logs
+        assert (scope.scope, scope.schema_url) == (rl.scope_logs[0].scope,
+                                                   rl.scope_logs[0].schema_url)
+        assert list(scope.log_records) == want
+    [(part, _k, _v)] = [r for r in records if r[1] is not None]
+    assert part == sarama_partition(tid.encode(), topic.partitions)
 
 
 def test_log_records_whose_spans_never_come_do_not_pause_the_spans_topic(

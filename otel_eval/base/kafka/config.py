@@ -68,7 +68,9 @@ class KafkaConfig:
     # Topic carrying OTLP log requests (GenAI events joined to their spans), the collector
     # kafka exporter's default logs topic; it must have as many partitions as `topic`.
     # Empty = log records are not consumed. A topic that does not exist is not read, nor
-    # created (a group member reads it once it exists).
+    # created (a group member reads it once it exists). With `publish`, every log record the
+    # receivers take is written to it as the exporter writes it (under its resource and
+    # scope, GenAI event or not; workers read the GenAI events and ignore the rest).
     logs_topic: str = "otlp_logs"
     # Encoding of logs_topic records: otlp_proto (exporter default) or otlp_json.
     logs_encoding: Encoding = "otlp_proto"

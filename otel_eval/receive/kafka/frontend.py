@@ -3,13 +3,16 @@
 ``PublishingEngine`` stands where the receivers' ``Engine`` stands (``Ingest`` only calls
 ``submit``): the spans of a request go to the topic, one record per trace id, keyed and
 encoded as the collector's kafka exporter writes them, and the request is acknowledged only
-after Kafka acknowledged every record (``acks=all`` by default). GenAI event log records go to
-the logs topic the same way. When Kafka does not answer in time the request is throttled (the
-exporter retries; a record that did land meanwhile is written twice, and the evaluator drops
-the second copy of a span as ``duplicate_span``; a log record is held twice). A trace whose
-record is larger than a Kafka record may be can never be written: its spans (log records) are
-rejected with reason ``record_too_large`` (a partial success, not retried) and the request's
-other traces are taken.
+after Kafka acknowledged every record (``acks=all`` by default). Log records go to the logs
+topic the same way, every one the receiver took (GenAI events and any other log record, with
+or without a trace id), each under its resource and scope: the front end stands where the
+collector's kafka exporter would, and what it acknowledges is the user's telemetry, passed on
+whole (``Ingest(every_log_record=True)``). When Kafka does not answer in time the request is
+throttled (the exporter retries; a record that did land meanwhile is written twice, and the
+evaluator drops the second copy of a span as ``duplicate_span``; a log record is held twice).
+A trace whose record is larger than a Kafka record may be can never be written: its spans
+(log records) are rejected with reason ``record_too_large`` (a partial success, not retried)
+and the request's other traces are taken.
 """
 
 from __future__ import annotations
@@ -50,9 +53,9 @@ class PublishingEngine:
         return self._spans(items)  # type: ignore[arg-type]
 
     def _logs(self, records: Sequence[LogEvent | HeldRecord]) -> Admission:
-        """GenAI event records go to ``kafka.logs_topic`` (one record per trace id, keyed by
-        it), acknowledged once Kafka has them; without a logs topic they are acknowledged
-        and counted as ignored (``kafka_publish_mode``)."""
+        """Log records go to ``kafka.logs_topic`` (one record per trace id, keyed by it),
+        acknowledged once Kafka has them; without a logs topic they are acknowledged and
+        counted as ignored (``kafka_publish_mode``)."""
         if not records:
             return Admission()
         if not self.publisher.config.logs_topic:

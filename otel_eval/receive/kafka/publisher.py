@@ -11,9 +11,13 @@ Doing the same means a trace whose spans arrive partly through a collector and p
 otel-eval still lands on one partition. ``publish`` returns once the brokers acknowledged
 (``acks``), so a receiver acknowledges its client only after Kafka has the data.
 
-``publish_logs`` writes GenAI event records to ``logs_topic`` the same way (the exporter with
-``partition_logs_by_trace_id: true``): one record per trace id, keyed by it, so with as many
-partitions as the spans topic a trace's log records land on its spans' partition number.
+``publish_logs`` writes log records to ``logs_topic`` the same way (the exporter with
+``partition_logs_by_trace_id: true``, ``batchpersignal.SplitLogs``): one record per trace id,
+keyed by it, so with as many partitions as the spans topic a trace's log records land on its
+spans' partition number; each log record under its ResourceLogs and ScopeLogs as received
+(``HeldRecord.origin``), records without a trace id in a record without a key. The front end
+hands it every record it acknowledged, GenAI event or not (``Ingest(every_log_record=True)``):
+the topic is the user's telemetry, which other readers than otel-eval's workers may consume.
 
 A trace's record over ``max_request_bytes`` (or the broker's own limit) can never be written:
 it is dropped and counted (``publish_dropped(kind, "record_too_large")``), the request's other
@@ -115,8 +119,9 @@ def encode(req: ExportTraceServiceRequest, encoding: str) -> bytes:
 
 def encode_logs_by_trace(records: Sequence[LogEvent | HeldRecord],
                          encoding: str) -> list[tuple[str, bytes]]:
-    """(trace id, one logs request) per trace id, in first-appearance order. Resource and
-    scope are not kept (the consumer's decoding does not read them)."""
+    """(trace id, one logs request) per trace id, in first-appearance order ("": records
+    without one), each record under its resource and scope as received when it was held
+    with them (``otlp_logs.encode_logs``)."""
     groups: dict[str, list[LogEvent | HeldRecord]] = {}
     for r in records:
         groups.setdefault(r.trace_id, []).append(r)
@@ -176,8 +181,8 @@ class KafkaPublisher:
         return await self._send(producer, cfg.topic, "spans", parts)
 
     async def publish_logs(self, records: Sequence[LogEvent | HeldRecord]) -> int:
-        """Write GenAI event records to ``logs_topic``, one record per trace id; returns the
-        number of records written (0 without a logs topic)."""
+        """Write log records to ``logs_topic``, one record per trace id (module docstring);
+        returns the number of records written (0 without a logs topic)."""
         producer = self._producer
         if producer is None:
             raise RuntimeError("KafkaPublisher.publish_logs before start()")
@@ -195,7 +200,9 @@ class KafkaPublisher:
         sent = []
         for tid, value in parts:
             try:
-                sent.append((tid, await producer.send(topic, value, key=tid.encode())))
+                # no trace id (a log line of no span): no key, as the exporter writes it
+                key = tid.encode() if tid else None
+                sent.append((tid, await producer.send(topic, value, key=key)))
             except MessageSizeTooLargeError:  # over max_request_bytes: never fits
                 too_large.add(tid)
         results = await asyncio.gather(*(f for _, f in sent), return_exceptions=True)
