@@ -17,7 +17,8 @@ precedence (``conventions.fields``: GenAI first, then the marker's convention, t
 others), each field's source kept in ``Step.sources``.
 
 Promise: ``describe`` never raises on any attribute content (tested with random attributes).
-Errors (span status, ``error.type``, exception events, a tool's non-zero ``process.exit.code``),
+Errors (span status, ``error.type``, exception events, an LLM reply's finish reason ``error``,
+a tool's non-zero ``process.exit.code``),
 cost (recorded on the span, with its source) and cache-write tokens are
 convention-independent (``span_readers``), read after the conventions' fields.
 """
@@ -146,6 +147,21 @@ def _error(span: Span, attrs: Attrs) -> str | None:
     return exception or error_type
 
 
+# The finish reason the GenAI conventions define for a generation that failed (the output
+# messages' ``FinishReason``: stop, length, content_filter, tool_call, error); the AI SDK's
+# ``finishReason`` has the same value. Any other value keeps its meaning (a stop, a cut, a
+# value not understood: unknown, never a failure).
+_FAILED_REPLY_REASON = "error"
+_FAILED_REPLY = "the model's reply ended with finish reason error"
+
+
+def _failed_reply(step: Step) -> bool:
+    """An LLM call whose reply says it failed (a finish reason ``error``), whatever the
+    span's status: the call failed as one whose span ended in ERROR did."""
+    return step.kind == "llm" and any(
+        r.lower() == _FAILED_REPLY_REASON for r in step.finish_reasons)
+
+
 def describe(step: Step, span: Span, attrs: Attrs) -> Adapter | None:
     """Classify ``span`` and fill ``step`` from it; returns the marker's adapter (None:
     unknown)."""
@@ -177,6 +193,10 @@ def read_span(step: Step, span: Span, attrs: Attrs) -> tuple[Adapter | None, Pla
     if error is not None:
         step.status = "error"
         step.error = error
+    elif _failed_reply(step):
+        step.status = "error"
+        step.error = _FAILED_REPLY
+        step.sources["error"] = f"finish reason {_FAILED_REPLY_REASON}"
     for reader in shape.extra:  # cost, cache-write tokens, exit code: only when keyed
         reader.read(step, span, attrs)
     return adapter, shape
