@@ -9,6 +9,7 @@ import json
 import pytest
 from trajectory_factory import span, trace
 
+from otel_eval.base.model import SpanEvent
 from otel_eval.base.results import Evaluation
 from otel_eval.base.steps import CONTENT_CHARS
 from otel_eval.evaluate.config import TrajectoryConfig
@@ -73,6 +74,50 @@ def test_the_task_is_the_last_user_request_of_the_first_llm_call(first_call: lis
                  span("chat2", "root", 2, {**CHAT, "gen_ai.input.messages":
                                            json.dumps([*first_call, *SAY])}))
     assert body["input"] == task
+
+
+def _event(name: str, **attrs: str) -> SpanEvent:
+    return SpanEvent(name, 0, dict(attrs))
+
+
+# One chat turn that sends the earlier turn again as history, as each convention records it
+# on an LLM span: the run is that one call (no agent span; its root the call).
+_HISTORY = [_user("What is the weather in Paris?"), *SAY, _user("And in London?")]
+_ONE_CALL = {
+    "genai parts": ({**CHAT, "gen_ai.input.messages": json.dumps(_HISTORY)}, []),
+    "genai older events": (CHAT, [
+        _event("gen_ai.user.message", content="What is the weather in Paris?"),
+        _event("gen_ai.assistant.message", content="Sunny, 21 °C."),
+        _event("gen_ai.user.message", content="And in London?")]),
+    "openllmetry": ({"gen_ai.system": "openai", "llm.request.type": "chat",
+                     "gen_ai.prompt.0.role": "user",
+                     "gen_ai.prompt.0.content": "What is the weather in Paris?",
+                     "gen_ai.prompt.1.role": "assistant", "gen_ai.prompt.1.content": "Sunny.",
+                     "gen_ai.prompt.2.role": "user", "gen_ai.prompt.2.content": "And in London?"},
+                    []),
+    "openinference": ({"openinference.span.kind": "LLM",
+                       "llm.input_messages.0.message.role": "user",
+                       "llm.input_messages.0.message.content": "What is the weather in Paris?",
+                       "llm.input_messages.1.message.role": "assistant",
+                       "llm.input_messages.1.message.content": "Sunny.",
+                       "llm.input_messages.2.message.role": "user",
+                       "llm.input_messages.2.message.content": "And in London?"}, []),
+}
+
+
+@pytest.mark.parametrize("recorded", _ONE_CALL.values(), ids=_ONE_CALL.keys())
+def test_a_run_that_is_one_llm_call_has_its_last_user_request_as_task(
+        recorded: tuple[dict, list[SpanEvent]]) -> None:
+    """A chat app's turn instrumented by its client alone (one chat span, no agent span):
+    before, the run's task (the result's ``input``, the session's request of the turn) was
+    the first user message of the call's history, an earlier turn's, where the same call
+    under an agent span gave this turn's request."""
+    attrs, events = recorded
+    t = build_trajectory(trace(span("chat", None, 0, attrs, events=events)), CFG)
+    assert t.root_step is not None and t.root_step.kind == "llm"
+    assert t.task == "And in London?"
+    assert Evaluation(t).to_json()["input"] == "And in London?"
+    assert t.input_messages is not None and len(t.input_messages) == 3  # as recorded
 
 
 _ASKED = [_user("What is the weather in Paris?")]

@@ -51,7 +51,9 @@ output are read last. Promises:
   every agent is an agent step named by its class (``<Class>.forward``), and a DSPy module's
   result is its Prediction's ``answer`` (another value is unknown, and so is the run's output);
 - input/output come from the agent (or root) span, else from the LLM messages (the output is
-  the last LLM answer when the agent's result only wraps it, as a graph state or a repr);
+  the last LLM answer when the agent's result only wraps it, as a graph state or a repr); the
+  task read from an LLM call's messages (the first call's, or the root's when the run is one
+  call with no agent span) is the last user request there, the messages before it history;
   what no span recorded is listed in ``Trajectory.unrecorded`` and stays None;
 - an LLM step with model and tokens but no cost is priced from litellm's packaged table;
 - the conversation id and user come from every convention that carries one, in the one
@@ -231,9 +233,13 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
     llm = [s for s in builder.steps if s.kind == "llm"]
     output = _output(builder, agent, root_step, llm)
     ends = [s.end_ns for s in spans if s.end_ns]
-    raw_input = _first_text((agent, root_step), "input_text") or \
+    said = _first_with((agent, root_step), "input_text")
+    raw_input = said.input_text if said is not None else \
         (request_text(llm[0].input_text) if llm else None)
-    task, input_messages = _text_of(raw_input, task_of)
+    # a run that is one LLM call (no agent span; its root the call) was sent the earlier
+    # turns as history as any first call is: its request is the last user request there
+    task, input_messages = _text_of(
+        raw_input, request_of if said is not None and said.kind == "llm" else task_of)
     if input_messages is None and task is not None and task[:1] in ("{", "["):
         task = _request(task, llm)
     answer, output_messages = _text_of(output, answer_of)
@@ -341,6 +347,11 @@ def _service(root: Span | None, spans: list[Span]) -> str | None:
         if name is not None:
             return as_str(name)
     return None
+
+
+def _first_with(steps: tuple[Step | None, ...], field: str) -> Step | None:
+    """The first of ``steps`` that recorded ``field`` (``_first_text``'s step)."""
+    return next((s for s in steps if s is not None and getattr(s, field) is not None), None)
 
 
 def _first_text(steps: tuple[Step | None, ...], field: str) -> str | None:
