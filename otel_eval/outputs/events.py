@@ -3,9 +3,10 @@
 One log record per finding and one per verdict, following the GenAI semantic conventions
 (event ``gen_ai.evaluation.result``; attributes ``gen_ai.evaluation.name`` (required),
 ``gen_ai.evaluation.score.value`` / ``.score.label`` (when applicable),
-``gen_ai.evaluation.explanation``, ``error.type`` when the evaluation itself failed). The
-record's trace id / span id are those of the evaluated span, so backends show the result on
-that span. Our extras are under ``otel_eval.*``.
+``gen_ai.evaluation.explanation``, ``error.type`` when the evaluation itself failed,
+``gen_ai.response.id`` when the evaluated span is an LLM call that recorded its response id).
+The record's trace id / span id are those of the evaluated span, so backends show the result
+on that span. Our extras are under ``otel_eval.*``.
 
 Evaluator provenance (who evaluated, which revision, how) follows the names of
 semantic-conventions-genai pull request 359, still open (the released conventions name no
@@ -71,6 +72,8 @@ _SEVERITY = {"info": (9, "INFO"), "warning": (13, "WARN"), "error": (17, "ERROR"
 EVALUATOR_ID = "gen_ai.evaluation.evaluator.id"
 EVALUATOR_VERSION = "gen_ai.evaluation.evaluator.version"
 EVALUATOR_TYPE = "gen_ai.evaluation.evaluator.type"
+# the completion evaluated ("Recommended when available"), on a record of an LLM step's span
+RESPONSE_ID = "gen_ai.response.id"
 EVALUATOR_PREFIX = "otel-eval/"
 DETERMINISTIC = "deterministic"
 LLM_JUDGE = "llm_judge"
@@ -102,9 +105,26 @@ def _record(trace_id: str, span_id: str, severity: str, time_ns: int,
     )
 
 
+def response_ids(evaluation: Evaluation) -> dict[str, str]:
+    """Span id -> the provider's id of the reply (``gen_ai.response.id``) of each LLM step of
+    the evaluation that recorded one: a record on that span evaluates that completion, and
+    the conventions recommend naming it ("when available"). A stored evaluation sent again
+    (``results.stored_evaluation``: no steps) names none."""
+    return {s.span_id: s.response_id for s in evaluation.trajectory.steps
+            if s.kind == "llm" and s.response_id}
+
+
+def _on_response(attrs: dict[str, Any], span: str, ids: dict[str, str]) -> dict[str, Any]:
+    rid = ids.get(span)
+    if rid is not None:
+        attrs[RESPONSE_ID] = rid
+    return attrs
+
+
 def finding_records(evaluation: Evaluation, root: str, version: str,
                     time_ns: int) -> list[logs_pb2.LogRecord]:
     out = []
+    ids = response_ids(evaluation)
     for f in evaluation.findings:
         attrs: dict[str, Any] = {
             "gen_ai.evaluation.name": f.detector,
@@ -118,7 +138,8 @@ def finding_records(evaluation: Evaluation, root: str, version: str,
         if f.span_ids:
             attrs["otel_eval.span_ids"] = list(f.span_ids)
         span = f.span_ids[0] if f.span_ids else root
-        out.append(_record(evaluation.trace_id, span, f.severity, time_ns, attrs))
+        out.append(_record(evaluation.trace_id, span, f.severity, time_ns,
+                           _on_response(attrs, span, ids)))
     return out
 
 
@@ -137,7 +158,8 @@ def verdict_record(evaluation: Evaluation, root: str, version: str,
     }
     if v.outcome is not None:
         attrs["otel_eval.outcome"] = v.outcome
-    return _record(evaluation.trace_id, root, "info", time_ns, attrs)
+    return _record(evaluation.trace_id, root, "info", time_ns,
+                   _on_response(attrs, root, response_ids(evaluation)))
 
 
 def judge_records(evaluation: Evaluation, root: str, version: str, time_ns: int,
@@ -150,6 +172,7 @@ def judge_records(evaluation: Evaluation, root: str, version: str, time_ns: int,
     judged = evaluation.judge or {}
     model_name = str(judged.get("model") or "")
     out: list[logs_pb2.LogRecord] = []
+    ids = response_ids(evaluation)
     for judge, entry in (judged.get("judges") or {}).items():
         status = entry.get("status", "ok")
         if status not in ("ok", "skipped"):
@@ -162,18 +185,18 @@ def judge_records(evaluation: Evaluation, root: str, version: str, time_ns: int,
                 at_root.add(c["dimension"])
             out.append(_grade(evaluation, c.get("span_id") or root, judge, c["dimension"],
                               float(c["score"]), str(c.get("text", "")), model_name, version,
-                              time_ns, low_score))
+                              time_ns, low_score, ids))
         for dim, value in entry.get("scores", {}).items():
             if dim not in at_root:
                 out.append(_grade(evaluation, root, judge, dim, float(value),
                                   f"aggregate of the {judge} judge's scores", model_name,
-                                  version, time_ns, low_score))
+                                  version, time_ns, low_score, ids))
     return out
 
 
 def _grade(evaluation: Evaluation, span: str, judge: str, dimension: str, score: float,
            explanation: str, model_name: str, version: str, time_ns: int,
-           low_score: float) -> logs_pb2.LogRecord:
+           low_score: float, ids: dict[str, str]) -> logs_pb2.LogRecord:
     attrs: dict[str, Any] = {
         "gen_ai.evaluation.name": judge if dimension == judge else f"{judge}.{dimension}",
         "gen_ai.evaluation.score.value": score,
@@ -183,7 +206,7 @@ def _grade(evaluation: Evaluation, span: str, judge: str, dimension: str, score:
         **provenance(f"judge.{judge}", version, LLM_JUDGE),
         "otel_eval.trace.revision": evaluation.trajectory.revision,
     }
-    return _record(evaluation.trace_id, span, "info", time_ns, attrs)
+    return _record(evaluation.trace_id, span, "info", time_ns, _on_response(attrs, span, ids))
 
 
 def failure_record(trace_id: str, span_id: str, name: str, error_type: str, explanation: str,

@@ -9,6 +9,8 @@ from opentelemetry.proto.logs.v1 import logs_pb2
 from results_sample import LLM, ROOT, TOOL, TRACE_ID, evaluation, trace
 from support.otlp_capture import Capture
 
+from otel_eval.base.results import Finding
+from otel_eval.base.steps import Step
 from otel_eval.decode.otlp import attributes_to_dict
 from otel_eval.outputs.config import ExportConfig
 from otel_eval.outputs.events import EVENT_NAME, EvaluationEvents
@@ -186,3 +188,30 @@ def test_a_session_verdict_names_its_evaluator(downstream: Capture) -> None:
     assert (a.get("gen_ai.evaluation.evaluator.id"), a.get("gen_ai.evaluation.evaluator.type"),
             a.get("gen_ai.evaluation.evaluator.version")) == (
         "otel-eval/session.verdict", "deterministic", "2.1.0")
+
+
+def test_a_record_on_an_llm_call_names_its_response_id(downstream: Capture) -> None:
+    """The conventions recommend ``gen_ai.response.id`` on ``gen_ai.evaluation.result``
+    "when available": the completion evaluated. Set on the records of an LLM step's span
+    whose response id was recorded (a finding, a judge's critique); not on the others (a
+    tool's span, the root's verdict)."""
+    ev = evaluation()
+    ev.trajectory.steps = [
+        Step(0, ROOT, None, "agent", "invoke_agent shop", "shop"),
+        Step(1, LLM, ROOT, "llm", "chat gpt-4o", "shop", response_id="chatcmpl-123"),
+        Step(2, TOOL, ROOT, "tool", "execute_tool search", "shop",
+             response_id="not-a-call")]
+    ev.findings.append(Finding("non_termination", "llm_error", "error", "the last LLM call "
+                               "failed", span_ids=[LLM]))
+    ev.judge = {"model": "m", "judges": {"step": {"status": "ok", "scores": {}, "critiques": [
+        {"dimension": "step", "score": 0.2, "text": "wrong", "span_id": LLM},
+        {"dimension": "step", "score": 0.9, "text": "fine", "span_id": TOOL}]}}}
+    events = EvaluationEvents(_config(downstream), Metrics(), evaluator_version="1")
+    events.start()
+    events.export(trace(), ev)
+    events.export_judge(ev, ROOT, 0.5)
+    events.shutdown(5.0)
+    seen = [(r.span_id.hex(), attributes_to_dict(r.attributes).get("gen_ai.response.id"))
+            for r in _records(downstream)]
+    assert seen == [(TOOL, None), (TOOL, None), (ROOT, None), (LLM, "chatcmpl-123"),
+                    (ROOT, None), (LLM, "chatcmpl-123"), (TOOL, None)]

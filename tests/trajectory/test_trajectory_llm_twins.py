@@ -104,6 +104,8 @@ def test_the_kept_step_takes_what_only_the_twin_recorded() -> None:
     assert twin.sources["kind"] == (f"the call of LLM step {kept.span_id} (recorded beside it "
                                     "by another instrumentation)")
     assert t.usage()["input_tokens"] == 59  # counted once
+    # the reply's id, recorded only by the SDK's span: the call's (its evaluation names it)
+    assert kept.response_id == "msg_1"
 
 
 def test_pairs_are_found_in_linear_work() -> None:

@@ -22,8 +22,8 @@ call, never by its position alone:
 
 The outer step (the parent; else the one whose time holds the other's; else the first)
 takes what only the inner one carries (model, tokens, cost, reply, output, finish reasons,
-the requested calls, its error); the inner one is no call of its own: kind ``other``,
-``Step.sources["kind"]`` says whose call it is. Linear in the steps.
+the requested calls, its error, its response id); the inner one is no call of its own: kind
+``other``, ``Step.sources["kind"]`` says whose call it is. Linear in the steps.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ __all__ = ["fold", "merge_llm_twins"]
 
 # What the inner span of one LLM call recorded twice may add to the outer one.
 _FIELDS = ("model", "provider", "input_tokens", "output_tokens", "cost_usd", "cache_write_tokens",
-           "cache_read_tokens", "reply", "output_text")
+           "cache_read_tokens", "reply", "output_text", "response_id")
 # LLM steps under one parent looked back through for a twin without a response id: a
 # call's twin starts right after it, other calls running beside it at most a few more.
 _WINDOW = 4
