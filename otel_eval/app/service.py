@@ -208,10 +208,16 @@ class Service:
             config.admin)
 
     def _make_pool(self, lean: bool) -> WorkerPool | None:
-        """Worker processes for evaluation when more than one is asked for (0: per core)."""
+        """Worker processes for evaluation when more than one is asked for (0: per core);
+        none with an in-memory store (``:memory:`` is a database of the process opening it:
+        a worker's evaluations would be kept where the results API never reads)."""
         ec = self.config.evaluation
         n = ec.workers or available_cores()
         if n <= 1:
+            return None
+        if self.config.store.target == ":memory:":
+            log.info("store.path is :memory:: evaluating in the serving process "
+                     "(evaluation.workers %d ignored)", ec.workers)
             return None
         spec = WorkerSpec(EvaluatorSections.of(self.config), self.config.store.target,
                           self.options.references_path, lean=lean,

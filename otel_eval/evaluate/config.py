@@ -54,7 +54,8 @@ class EvaluationConfig:
     # Processes that evaluate released traces (trajectory, detectors, store writes), each
     # trace id always in the same one; receivers, assembly, the spool, the judge and the
     # issues job stay in the serving process. 0: one per core this process may use (CPU
-    # affinity, capped by a cgroup CPU limit); 1: evaluate in the serving process itself.
+    # affinity, capped by a cgroup CPU limit); 1: evaluate in the serving process itself (as
+    # with store.path ":memory:", a database no other process can write to).
     workers: int = 0
     # Traces handed to one worker process and not yet stored, at most. The rest wait in the
     # serving process, where their spans count in assembly.max_pending_spans (receivers

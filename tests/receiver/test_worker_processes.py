@@ -258,6 +258,16 @@ def test_one_worker_evaluates_in_the_serving_process(tmp_path: Path) -> None:
         assert set(_stored(h)) == {"a" * 32}  # stored before process() returned
 
 
+def test_an_in_memory_store_is_evaluated_into_by_the_serving_process(tmp_path: Path) -> None:
+    # ":memory:" is a database of the process that opens it: a worker process's evaluations
+    # went to its own, never seen by the results API, feedback or the session job
+    with running_service(tmp_path, **{"evaluation.workers": 2, "store.path": ":memory:"}) as h:
+        assert h.svc.pool is None
+        assert _send(h, _trace("a" * 32)) is None
+        assert h.release() == 1
+        assert h.svc.store.get("a" * 32) is not None  # what GET /v1/evaluations/{id} reads
+
+
 def test_a_retried_trace_the_dead_worker_had_stored_is_evaluated_and_not_superseded(
         tmp_path: Path) -> None:
     """The worker died after its commit, before answering: nothing counted, exported or
