@@ -34,6 +34,13 @@ from otel_eval.store.config import StoreConfig
      "receiver.bearer_tokens.ci: not printable ASCII"),
     ("admin:\n  write_tokens: {ops: 'two words'}\n", "admin.write_tokens.ops: not printable"),
     ("admin:\n  read_tokens: {dash: \"tok\\n\"}\n", "admin.read_tokens.dash: not printable"),
+    # a mistyped redaction class left phone numbers unredacted on their way to the judge's
+    # provider; the loader took it (and `config`, `eval` without a judge): serve died later
+    # with a traceback naming no key
+    ("judge:\n  redaction:\n    builtin: [email, phnoe]\n",
+     "judge.redaction.builtin[1]: unknown redaction class 'phnoe'"),
+    ("judge:\n  redaction:\n    extra_patterns: ['ok', '(?<=id=)[0-9]+']\n",
+     "judge.redaction.extra_patterns[1]: not RE2 syntax"),
 ])
 def test_invalid_value_is_refused_with_its_path(tmp_path: Path, yaml_text: str,
                                                 error: str) -> None:

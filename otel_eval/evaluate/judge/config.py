@@ -8,13 +8,32 @@ by litellm itself from its usual variables, e.g. ``OPENAI_API_KEY``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
-from otel_eval.base.configcheck import validate
+from otel_eval.base.configcheck import FieldErrors, validate
 
 JudgeName = Literal["step", "trace", "rubric", "process", "outcome", "session"]
 JUDGE_NAMES: tuple[JudgeName, ...] = ("step", "trace", "rubric", "process", "outcome",
                                       "session")
+
+
+# The built-in redaction classes (``RedactionConfig.builtin``; their rules: ``redact._RULES``).
+BUILTIN_CLASSES = ("email", "phone", "credit_card", "api_key", "bearer_token", "private_key",
+                   "jwt", "iban", "ssn")
+
+
+def compile_redaction(pattern: str) -> Any:
+    """``pattern`` compiled as the ``Redactor`` runs it (RE2: linear time); ValueError saying
+    why it cannot be (RE2 syntax has no lookarounds or backreferences)."""
+    import re2  # only where a pattern is compiled: the config is imported everywhere
+
+    options = re2.Options()
+    options.log_errors = False  # a bad configured pattern is an error, not stderr noise
+    options.max_mem = 64 << 20  # the built-in classes' large alternations need more than 8 MiB
+    try:
+        return re2.compile(pattern, options=options)
+    except re2.error as e:
+        raise ValueError(f"not RE2 syntax (no lookarounds or backreferences): {e}") from None
 
 
 @dataclass(frozen=True)
@@ -27,6 +46,18 @@ class RedactionConfig:
     # Extra regular expressions, RE2 syntax (linear time: no lookarounds or backreferences);
     # each match becomes ``[REDACTED]``. Default none.
     extra_patterns: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        problems = {f"builtin[{i}]": f"unknown redaction class {name!r} (known: "
+                    f"{', '.join(BUILTIN_CLASSES)})"
+                    for i, name in enumerate(self.builtin) if name not in BUILTIN_CLASSES}
+        for i, pattern in enumerate(self.extra_patterns):
+            try:
+                compile_redaction(pattern)
+            except ValueError as e:
+                problems[f"extra_patterns[{i}]"] = f"{e}: {pattern!r:.80}"
+        if problems:
+            raise FieldErrors(problems)
 
 
 @dataclass(frozen=True)
