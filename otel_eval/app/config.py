@@ -137,13 +137,16 @@ def _substituted(data: Any, environ: typing.Mapping[str, str], errors: list[str]
 
 class _Loader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that refuses a key given twice in one mapping (the last one
-    silently won: a second ``assembly:`` section dropped the first)."""
+    silently won: a second ``assembly:`` section dropped the first). A merge key
+    (``<<: *anchor``) is PyYAML's to flatten: its keys yield to the mapping's own."""
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         seen = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # no value of its own to build
+                continue
             key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, str | int | float | bool) and key != "<<":
+            if isinstance(key, str | int | float | bool):
                 if key in seen:
                     raise yaml.constructor.ConstructorError(
                         None, None, f"key {key!r} given twice", key_node.start_mark)

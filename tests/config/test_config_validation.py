@@ -220,6 +220,22 @@ def test_what_would_be_read_otherwise_is_refused(tmp_path: Path, text: str) -> N
         _load(tmp_path, text, {"B": "gpt"})
 
 
+def test_a_yaml_merge_key_merges(tmp_path: Path) -> None:
+    """``<<: *anchor`` (the loader's duplicate-key check skips ``<<`` for it) was refused as
+    "not valid YAML": the check built the merge key's node before PyYAML flattened it."""
+    cfg = _load(tmp_path, "receiver:\n  http_limits: &limits\n    max_connections: 10\n"
+                          "    max_connections_per_peer: 2\n"
+                          "admin:\n  limits:\n    <<: *limits\n    max_connections: 20\n")
+    assert cfg.receiver.http_limits.max_connections == 10
+    assert (cfg.admin.limits.max_connections, cfg.admin.limits.max_connections_per_peer) == (
+        20, 2)  # a key of its own wins over the merged one
+    with pytest.raises(ConfigError) as e:  # a key twice beside the merge is still refused
+        _load(tmp_path, "receiver:\n  http_limits: &l {max_connections: 10}\n"
+                        "admin:\n  limits:\n    <<: *l\n    max_connections: 1\n"
+                        "    max_connections: 2\n")
+    assert "given twice" in e.value.errors[0]
+
+
 def test_an_alias_is_substituted_once(tmp_path: Path) -> None:
     """A YAML alias is one value: walked once, however often it is referred to (nested
     aliases would otherwise be walked an exponential number of times)."""
