@@ -235,9 +235,15 @@ def build(cls: type[T], data: Any, path: str = "", errors: list[str] | None = No
             obj = cls(**kwargs)
         except FieldErrors as e:  # __post_init__ validation, field by field
             errs += [f"{path + '.' if path else ''}{k}: {v}" for k, v in e.problems.items()]
-        except (TypeError, ValueError) as e:  # __post_init__ validation
-            if len(errs) == before:  # else a value not converted, reported with its path
+        except Exception as e:  # __post_init__ validation, or its checks given a value not
+            # converted (a list for a mapping, None for a section that failed its own): that
+            # value is reported with its path already
+            if len(errs) > before:
+                pass
+            elif isinstance(e, TypeError | ValueError):
                 errs.append(f"{path or '<root>'}: {e}")
+            else:
+                raise
     if top and errs:
         raise ConfigError(errs)
     return typing.cast(T, obj)

@@ -220,6 +220,26 @@ def test_what_would_be_read_otherwise_is_refused(tmp_path: Path, text: str) -> N
         _load(tmp_path, text, {"B": "gpt"})
 
 
+@pytest.mark.parametrize(("text", "error"), [
+    # a section that failed its own checks reached its parent's as None
+    ("export:\n  insecure: false\n  tls:\n    cert_file: /etc/c.pem\n",
+     "export.tls: tls: cert_file and key_file go together"),
+    ("kafka:\n  security:\n    protocol:\n", "kafka.security.protocol: "),
+    # a mapping given no value (or a list) reached its section's checks as one
+    ("receiver:\n  bearer_tokens:\n", "receiver.bearer_tokens: expected a mapping"),
+    ("admin:\n  read_tokens: [ops]\n", "admin.read_tokens: expected a mapping"),
+    ("detectors:\n  agents:\n", "detectors.agents: expected a mapping"),
+    ("store:\n  url: [postgresql://db/x]\n", "store.url: expected str"),
+])
+def test_a_value_of_the_wrong_shape_is_refused_with_its_path(tmp_path: Path, text: str,
+                                                              error: str) -> None:
+    """Each was an AttributeError traceback out of a section's __post_init__ (serve exit 1,
+    no key named), not a configuration error."""
+    with pytest.raises(ConfigError) as e:
+        _load(tmp_path, text)
+    assert any(err.startswith(error) for err in e.value.errors), e.value.errors
+
+
 def test_a_yaml_merge_key_merges(tmp_path: Path) -> None:
     """``<<: *anchor`` (the loader's duplicate-key check skips ``<<`` for it) was refused as
     "not valid YAML": the check built the merge key's node before PyYAML flattened it."""
