@@ -37,6 +37,9 @@ from otel_eval.store.config import StoreConfig
     # a mistyped redaction class left phone numbers unredacted on their way to the judge's
     # provider; the loader took it (and `config`, `eval` without a judge): serve died later
     # with a traceback naming no key
+    # no finding has it: traces with error findings were sampled at the rate like the rest
+    ("judge:\n  sampling:\n    always_severities: [Error]\n",
+     "judge.sampling.always_severities[0]: 'Error' is not one of 'info', 'warning', 'error'"),
     ("judge:\n  redaction:\n    builtin: [email, phnoe]\n",
      "judge.redaction.builtin[1]: unknown redaction class 'phnoe'"),
     ("judge:\n  redaction:\n    extra_patterns: ['ok', '(?<=id=)[0-9]+']\n",

@@ -106,8 +106,9 @@ class SamplingConfig:
     rate: float = 1.0
     # Per-agent override of ``rate`` (agent name as in Trajectory.agent -> 0-1). Default none.
     rate_by_agent: dict[str, float] = field(default_factory=dict)
-    # Traces with a finding of one of these severities are always judged. Default ("error",).
-    always_severities: tuple[str, ...] = ("error",)
+    # Traces with a finding of one of these severities (info, warning, error) are always
+    # judged. Default ("error",).
+    always_severities: tuple[Literal["info", "warning", "error"], ...] = ("error",)
 
     def __post_init__(self) -> None:
         validate(self, minimum={"rate": 0}, maximum={"rate": 1},
