@@ -19,8 +19,10 @@
 # runtime stage copies only that virtualenv. The service runs as an unprivileged numeric user,
 # so Kubernetes' `runAsNonRoot` can verify it without resolving a name. Arguments given to
 # `docker run` (or a pod's `args`) are appended to the entrypoint; a repeated flag overrides
-# the default (`--store /elsewhere.db`), and `--config FILE` adds a configuration file
-# (flags win over the file).
+# the default (`--grpc-endpoint 0.0.0.0:14317`), and `--config FILE` adds a configuration file
+# (flags win over the file). The store is the configuration's: by default `otel-eval.db` in
+# the working directory, the /var/lib/otel-eval volume (no `--store` here, which would win
+# over a file's store.path and store.url: a fleet configured for PostgreSQL kept SQLite).
 
 ARG PYTHON_VERSION=3.11
 
@@ -63,5 +65,4 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
 ENTRYPOINT ["otel-eval", "serve", \
             "--grpc-endpoint", "0.0.0.0:4317", \
             "--http-endpoint", "0.0.0.0:4318", \
-            "--admin-endpoint", "0.0.0.0:8888", \
-            "--store", "/var/lib/otel-eval/otel-eval.db"]
+            "--admin-endpoint", "0.0.0.0:8888"]

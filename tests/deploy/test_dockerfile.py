@@ -44,10 +44,11 @@ def _default_ports() -> dict[str, int]:
             "admin": parse_endpoint(c.admin.endpoint)[1]}
 
 
-def _entrypoint_config() -> Config:
+def _entrypoint_config(*args: str) -> Config:
+    """What the image's entrypoint runs with ``docker run ... otel-eval ARGS``."""
     argv = exec_form(_instructions("ENTRYPOINT")[-1])
     assert argv[:2] == ["otel-eval", "serve"], argv
-    return cli.config_from_args(cli.build_parser().parse_args(argv[1:]))
+    return cli.config_from_args(cli.build_parser().parse_args([*argv[1:], *args]))
 
 
 def test_hadolint_clean() -> None:
@@ -84,12 +85,26 @@ def test_entrypoint_binds_all_interfaces_on_the_default_ports() -> None:
 
 
 def test_store_is_on_the_volume_owned_by_the_user() -> None:
-    store = Path(_entrypoint_config().store.path)
+    workdir = Path(_instructions("WORKDIR")[-1])
+    store = workdir / _entrypoint_config().store.path  # a relative path: the working dir's
     volumes = [v for rest in _instructions("VOLUME") for v in exec_form(rest)]
     assert any(store.is_relative_to(v) for v in volumes), (store, volumes)
     uid = _instructions("USER")[-1].split(":")[0]
     runs = " ".join(_instructions("RUN"))
     assert f"chown {uid}" in runs and str(store.parent) in runs, runs
+
+
+def test_the_config_files_store_is_the_one_used(tmp_path: Path) -> None:
+    """``docker run ... otel-eval --config c.yaml``: the entrypoint's own ``--store FILE`` won
+    over the file's store.url (a file on the command line turns the URL off), so a fleet
+    configured for PostgreSQL silently kept a SQLite file per container."""
+    config = tmp_path / "c.yaml"
+    config.write_text("store:\n  url: postgresql://otel@db:5432/evals\n"
+                      "  retention_days: 3\n")
+    cfg = _entrypoint_config("--config", str(config))
+    assert (cfg.store.url, cfg.store.retention_days) == ("postgresql://otel@db:5432/evals", 3)
+    config.write_text("store:\n  path: /var/lib/otel-eval/evals.db\n")
+    assert _entrypoint_config("--config", str(config)).store.path == "/var/lib/otel-eval/evals.db"
 
 
 def test_healthcheck_probes_admin_healthz() -> None:
