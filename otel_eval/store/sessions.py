@@ -119,6 +119,7 @@ class StoredTurns(NamedTuple):
     bodies: list[dict[str, Any]]  # the newest turns read, newest first
     total: int  # turns stored in all
     last_ns: int  # the newest turn's evaluation time (0: no turn)
+    chars: int = 0  # of the bodies read, as stored (JSON): what holding them costs
 
 
 @dataclass(frozen=True)
@@ -242,4 +243,4 @@ def turns_sql(mark: str) -> tuple[str, str]:
 def stored_turns(rows: list[Any], total: int) -> StoredTurns:
     """``StoredTurns`` of the rows ``turns_sql`` selects."""
     return StoredTurns([json.loads(r[1]) for r in rows], int(total),
-                       int(rows[0][0]) if rows else 0)
+                       int(rows[0][0]) if rows else 0, sum(len(r[1]) for r in rows))

@@ -107,6 +107,26 @@ def test_the_queue_is_bounded_in_bytes_too(llm: FakeLLM) -> None:
     assert [(int(t, 16), r) for t, r in sink.skipped] == [(1, "queue_full"), (4, "queue_full")]
     assert sorted(int(e.trace_id, 16) for e in sink.done) == [0, 2, 3]
 
+def test_sessions_held_share_the_byte_bound_with_the_traces(llm: FakeLLM) -> None:
+    """The judge stage's sessions (``hold`` / ``release``) and the traces waiting are one
+    ``max_bytes``: a session held leaves a trace that does not fit with it queue_full, and the
+    other way round; one alone is held whatever its size."""
+    async def main() -> tuple[list[bool], Sink]:
+        sink = Sink()
+        q = JudgeQueue(Judge(config(llm.api_base)), 100, sink.on_done, sink.on_skip,
+                       max_bytes=1000)  # not started: nothing takes the traces queued
+        q._accepting = True
+        held = [q.hold(5000), q.hold(1)]  # alone: held though larger than the bound
+        q.release(5000)
+        held += [q.hold(600), q.submit(ev(1), 500), q.submit(ev(2), 400), q.hold(1)]
+        q.release(600)
+        return held, sink
+
+    held, sink = asyncio.run(main())
+    assert held == [True, False, True, False, True, False]
+    assert [(int(t, 16), r) for t, r in sink.skipped] == [(1, "queue_full")]
+
+
 def test_sampled_out_disabled_and_not_started(llm: FakeLLM) -> None:
     async def main() -> Sink:
         sink = Sink()

@@ -143,6 +143,32 @@ def test_sessions_share_the_judges_budget_and_sampling(tmp_path: Path, llm: Fake
     assert len(llm.requests) == 1
 
 
+async def _flushed() -> bool:
+    """Run on the service's loop: the submits scheduled on it before have run."""
+    return True
+
+
+def test_sessions_waiting_for_the_judge_are_bounded_in_bytes(tmp_path: Path,
+                                                            llm: FakeLLM) -> None:
+    """A session handed to the judge holds its turns (up to sessions.max_turns_chars of JSON)
+    until its call ends: as traces, past judge.max_queue_bytes of them waiting the next is
+    skipped ``queue_full`` (one alone is always taken). Bounded by judge.queue_size alone,
+    1,000 sessions could hold 64 GiB."""
+    llm.route = lambda body: Reply(hang=True)  # the first call holds until released
+    with _serve(tmp_path, llm, **{"judge.max_queue_bytes": 1000}) as svc:
+        try:
+            _store_turns(svc.store, {"conv-a": 2, "conv-b": 2, "conv-c": 2})  # kB of JSON each
+            assert svc.session_job.tick(_later()) == 3
+            assert svc.loop is not None and svc.loop.run(_flushed(), timeout_s=30)
+            assert _sample(svc, "otel_eval_judge_skipped_total", reason="queue_full") == 2
+            poll(lambda: sum((_judge(svc, s) or {}).get("overall", {}).get("reason")
+                             == "queue_full" for s in ("conv-a", "conv-b", "conv-c")) == 2,
+                 "the sessions past the bound stored as skipped")
+        finally:
+            llm.released.set()
+    assert len(llm.requests) == 1
+
+
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_the_session_judge_writes_onto_the_completion_it_judged(
         tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:

@@ -192,7 +192,7 @@ def test_a_session_reaching_the_stage_once_it_stops_is_a_counted_shutdown_skip(
         loop.call(block)  # holds the loop: the session and the drain queue behind it
         assert entered.wait(30)
         stage.judge_session({"session_id": "conv-a", "service": "shop", "completion": 0},
-                            [{"trace_id": "a1" * 16}])
+                            [{"trace_id": "a1" * 16}], 40)
         stopper.start()
         assert stopping.wait(30)
         release.set()
@@ -254,7 +254,8 @@ def test_a_session_after_the_loop_closed_is_a_counted_skip(tmp_path: Path) -> No
     loop.start()
     loop.stop()
     stage = JudgeStage(config(), loop, store, Metrics(registry))
-    stage.judge_session({"session_id": "conv-a", "completion": 0}, [{"trace_id": "a1" * 16}])
+    stage.judge_session({"session_id": "conv-a", "completion": 0}, [{"trace_id": "a1" * 16}],
+                        40)
     assert registry.get_sample_value("otel_eval_judge_skipped_total",
                                      {"reason": "shutdown"}) == 1
     store.close()

@@ -727,11 +727,11 @@ def test_sessions_are_read_from_the_turns_stored_by_any_writer(stores: Open) -> 
     assert reader.session_ids(SessionQuery(service="shop"), None, 1) == [(_key("a"), T0 + 4)]
     assert reader.session_ids(SessionQuery(since_ns=T0 + 4, until_ns=T0 + 6), None, 9) == [
         (_key("a"), T0 + 4)]
-    bodies, total, last_ns = reader.session_turns(_key("a"), 2)
+    bodies, total, last_ns, _ = reader.session_turns(_key("a"), 2)
     assert ([int(b["trace_id"], 16) for b in bodies], total, last_ns) == ([4, 2], 3, T0 + 4)
     assert bodies[0]["session_id"] == "a"
-    assert reader.session_turns(_key("nope"), 5) == ([], 0, 0)
-    assert reader.session_turns(_key("a", "other"), 5) == ([], 0, 0)
+    assert reader.session_turns(_key("nope"), 5) == ([], 0, 0, 0)
+    assert reader.session_turns(_key("a", "other"), 5) == ([], 0, 0, 0)
 
 
 def test_a_session_listed_by_an_agent_keeps_its_other_turns(store: EvaluationStore) -> None:
@@ -756,9 +756,10 @@ def test_session_turns_are_cut_to_a_size(stores: Open) -> None:
     store = stores()
     store.put_many([_turn(i, "big", T0 + i) for i in range(1, 5)])
     size = len(json.dumps(store.get(f"{4:032x}")))  # every turn's JSON is this long
-    bodies, total, _ = store.session_turns(_key("big"), 10, max_chars=2 * size + size // 2)
-    assert ([int(b["trace_id"], 16) for b in bodies], total) == ([4, 3], 4)
-    bodies, _, _ = store.session_turns(_key("big"), 10, max_chars=1)  # the newest one always
+    bodies, total, _, chars = store.session_turns(_key("big"), 10,
+                                                  max_chars=2 * size + size // 2)
+    assert ([int(b["trace_id"], 16) for b in bodies], total, chars) == ([4, 3], 4, 2 * size)
+    bodies, _, _, _ = store.session_turns(_key("big"), 10, max_chars=1)  # the newest one always
     assert [int(b["trace_id"], 16) for b in bodies] == [4]
 
 

@@ -190,11 +190,13 @@ class JudgeConfig:
     # Scores below this are "low": evaluation events label them fail. 0-1. (Issue clustering
     # has its own threshold, issues.low_score_threshold.)
     low_score_threshold: float = 0.5
-    # Evaluations waiting for the judge; when full, new ones are skipped `queue_full`.
+    # Evaluations waiting for the judge, and apart from them session judgements under way;
+    # when full, new ones are skipped `queue_full`.
     queue_size: int = 1000
-    # Bytes of traces (as received, OTLP protobuf) whose evaluations wait for the judge
-    # together; past it new ones are skipped `queue_full` (one alone is always taken). An
-    # evaluation waiting holds its run's texts: by count alone, 1,000 of the largest traces.
+    # Bytes of traces (as received, OTLP protobuf) whose evaluations wait for the judge and
+    # of the sessions handed to it until judged (their turns' JSON as stored), together; past
+    # it new ones are skipped `queue_full` (one alone is always taken). Each holds its texts:
+    # by count alone, 1,000 of the largest traces, or sessions of 64 Mi characters (64 GiB).
     max_queue_bytes: int = 256 * 1024 * 1024
     # Directory whose <name>.txt files replace the packaged prompts
     # (otel_eval/evaluate/judge/prompts); "" = packaged only. Missing files fall back to the

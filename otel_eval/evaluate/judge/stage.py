@@ -10,10 +10,12 @@
 
 The issue namer borrows the stage's ``Judge`` (``ask``): the same client, so its calls share the
 concurrency, rate limits, hourly cost budget and retries, and are counted under their name.
-Sessions are judged once per completion, bounded by ``queue_size`` judgements under way,
-sampled and budgeted as traces (skips counted with the same reasons); a stop cuts the ones
-under way at its deadline and one handed over once it began: each skipped ``shutdown``
-(stored onto its completion, counted; the session keeps its verdict by code).
+Sessions are judged once per completion, bounded by ``queue_size`` judgements under way and
+by ``max_queue_bytes`` (their turns' JSON as stored, counted with the traces waiting: a
+session holds its turns until its judgement ends), sampled and budgeted as traces (skips
+counted with the same reasons); a stop cuts the ones under way at its deadline and one handed
+over once it began: each skipped ``shutdown`` (stored onto its completion, counted; the
+session keeps its verdict by code).
 
 Each queued evaluation is kept in a journal (``journal.PendingJournal``) until its judgement or
 skip is stored, and a judgement's until its events are delivered (or dropped for good): the work
@@ -259,19 +261,21 @@ class JudgeStage:
 
     # -- sessions ------------------------------------------------------------------------
 
-    def judge_session(self, record: dict[str, Any], turns: Sequence[dict[str, Any]]) -> None:
+    def judge_session(self, record: dict[str, Any], turns: Sequence[dict[str, Any]],
+                      nbytes: int) -> None:
         """From the session job's thread, once a completion is stored: judge the
         conversation (one call) on the loop and write the result onto that completion
-        (``store.put_session_judge``, on the writer thread). Returns at once."""
+        (``store.put_session_judge``, on the writer thread). Returns at once. ``nbytes``:
+        the turns' JSON as stored, held in ``max_queue_bytes`` until the judgement ends."""
         try:
-            self.loop.call(self._session_submit, record, list(turns))
+            self.loop.call(self._session_submit, record, list(turns), nbytes)
         except RuntimeError:  # the loop has closed: the service stopped before this session
             log.warning("session %r not judged: the service is stopping",
                         record.get("session_id"))
             self.metrics.judge.skip("shutdown")
 
-    def _session_submit(self, record: dict[str, Any],
-                        turns: list[dict[str, Any]]) -> None:  # on the loop
+    def _session_submit(self, record: dict[str, Any], turns: list[dict[str, Any]],
+                        nbytes: int) -> None:  # on the loop
         if self.judge is None or self._writer is None or self.queue is None \
                 or "session" not in self.config.enabled or not turns:
             return
@@ -282,7 +286,7 @@ class JudgeStage:
             reason = "sampled_out"
         elif self.judge.over_budget():
             reason = "over_budget"
-        elif len(self._sessions) >= self.config.queue_size:
+        elif len(self._sessions) >= self.config.queue_size or not self.queue.hold(nbytes):
             reason = "queue_full"
         if reason is not None:
             self.metrics.judge.skip(reason)
@@ -290,7 +294,12 @@ class JudgeStage:
             return
         task = asyncio.get_running_loop().create_task(self._judge_session(record, turns))
         self._sessions.add(task)
-        task.add_done_callback(self._sessions.discard)
+        task.add_done_callback(lambda t: self._session_ended(t, nbytes))
+
+    def _session_ended(self, task: asyncio.Task[None], nbytes: int) -> None:  # on the loop
+        assert self.queue is not None
+        self._sessions.discard(task)
+        self.queue.release(nbytes)
 
     async def _judge_session(self, record: dict[str, Any],
                              turns: list[dict[str, Any]]) -> None:  # on the loop

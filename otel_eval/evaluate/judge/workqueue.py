@@ -31,7 +31,9 @@ def skipped_judge(reason: SkipReason) -> dict[str, object]:
 class JudgeQueue:
     """At most ``maxsize`` evaluations waiting, of at most ``max_bytes`` of traces as received
     together (``submit``'s ``nbytes``; one alone may be larger): a waiting evaluation holds its
-    run's texts, so a count alone let 1,000 of the largest traces wait in memory."""
+    run's texts, so a count alone let 1,000 of the largest traces wait in memory. The
+    sessions handed to the judge (``hold`` / ``release``, the judge stage's) count in the same
+    ``max_bytes``: what waits for the judge, traces and sessions alike."""
 
     def __init__(self, judge: Judge, maxsize: int, on_done: Callable[[Evaluation], None],
                  on_skip: Callable[[Evaluation, str], None],
@@ -41,7 +43,8 @@ class JudgeQueue:
         self.on_skip = on_skip  # called with evaluation.judge = {"overall": skipped, reason}
         self._queue: asyncio.Queue[tuple[Evaluation, int]] = asyncio.Queue(maxsize)
         self.max_bytes = max_bytes
-        self.queued_bytes = 0  # of the evaluations waiting (not those being judged)
+        # of the evaluations waiting (not those being judged) and the sessions held
+        self.queued_bytes = 0
         self._workers: list[asyncio.Task[None]] = []
         self._inflight: dict[asyncio.Task[None], Evaluation] = {}
         self._accepting = False
@@ -64,8 +67,7 @@ class JudgeQueue:
             reason = "sampled_out"
         elif self.judge.over_budget():
             reason = "over_budget"
-        elif self._queue.full() or (self.queued_bytes + nbytes > self.max_bytes
-                                    and not self._queue.empty()):
+        elif self._queue.full() or not self._fits(nbytes):
             reason = "queue_full"
         if reason is not None:
             self._skip(evaluation, reason)
@@ -73,6 +75,23 @@ class JudgeQueue:
         self._queue.put_nowait((evaluation, nbytes))
         self.queued_bytes += nbytes
         return True
+
+    def _fits(self, nbytes: int) -> bool:
+        """``nbytes`` more within ``max_bytes`` with what waits, or alone (nothing waits)."""
+        return self.queued_bytes + nbytes <= self.max_bytes or (
+            self.queued_bytes == 0 and self._queue.empty())
+
+    def hold(self, nbytes: int) -> bool:
+        """Count ``nbytes`` held for the judge outside the queue (a session's turns) in
+        ``max_bytes``; False, nothing counted, when they do not fit (skip it ``queue_full``).
+        Each ``hold`` that returned True is ended by one ``release(nbytes)``."""
+        if not self._fits(nbytes):
+            return False
+        self.queued_bytes += nbytes
+        return True
+
+    def release(self, nbytes: int) -> None:
+        self.queued_bytes -= nbytes
 
     def _skip(self, evaluation: Evaluation, reason: SkipReason) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1

@@ -85,7 +85,10 @@ class SessionJudging(Protocol):
     """The judge at the session level (``evaluate.judge.stage.JudgeStage``): told each stored
     completion, it judges the conversation off this thread and writes onto that completion."""
 
-    def judge_session(self, record: dict[str, Any], turns: Sequence[dict[str, Any]]) -> None:
+    def judge_session(self, record: dict[str, Any], turns: Sequence[dict[str, Any]],
+                      nbytes: int) -> None:
+        """``nbytes``: the turns' JSON as stored (``StoredTurns.chars``), what holding them
+        costs until they are judged."""
         ...
 
 
@@ -175,7 +178,7 @@ class SessionJob:
             return 0  # another process has it, or a turn just came
         kept = self.store.session_record(session_id)
         again = kept is not None and kept.completions > 0
-        turns, record = self._evaluate(session_id)
+        turns, record, nbytes = self._evaluate(session_id)
         completion = kept.completions if kept is not None else 0
         record.update(completion=completion, completed_by=why, completed_at_unix_nano=now,
                       last_turn_evaluated_at_unix_nano=last_ns)
@@ -188,7 +191,7 @@ class SessionJob:
             self._export(session_id, completion + 1, record, str(last.get("trace_id")),
                          last_root_span(last))
         if self.judging is not None and turns:
-            self.judging.judge_session(record, list(turns))
+            self.judging.judge_session(record, list(turns), nbytes)
         return 1
 
     @property
@@ -229,13 +232,14 @@ class SessionJob:
             self._export(key, completions, kept.record, str(last.get("trace_id")),
                          last_root_span(last))
 
-    def _evaluate(self, key: str) -> tuple[Sequence[dict[str, Any]], dict[str, Any]]:
+    def _evaluate(self, key: str) -> tuple[Sequence[dict[str, Any]], dict[str, Any], int]:
         """(the turns read in turn order, the complete record of the session stored under
-        ``key``); an evaluation that raises is stored as an error record (never retried
-        forever), counted."""
+        ``key``, the turns' characters of JSON as stored); an evaluation that raises is stored
+        as an error record (never retried forever), counted."""
         cfg = self.config
         try:
-            bodies, total, _ = self.store.session_turns(key, cfg.max_turns, cfg.max_turns_chars)
+            bodies, total, _, chars = self.store.session_turns(key, cfg.max_turns,
+                                                               cfg.max_turns_chars)
             turns = in_turn_order(bodies)
             record = evaluate_session(key, turns, cfg, "complete", total)
             if record["counts"]["turns_cut"]:
@@ -244,7 +248,7 @@ class SessionJob:
             if self.predictor is not None:
                 record["prediction"] = session_prediction(self.predictor,
                                                           record["session_id"], turns)
-            return turns, record
+            return turns, record, chars
         except Exception as e:  # the stage boundary: one session never stops the job
             log.exception("evaluating session %r failed", key)
             self.metrics.evaluation.failed("session", type(e).__name__[:64])
@@ -252,7 +256,7 @@ class SessionJob:
             return (), {"session_id": session_id, "service": service or None,
                         "status": "complete", "turns": 0,
                         "traces": [], "verdict": None, "findings": [], "counts": {},
-                        "error": f"{type(e).__name__}: {e}"[:512]}
+                        "error": f"{type(e).__name__}: {e}"[:512]}, 0
 
     # -- lifecycle ---------------------------------------------------------------------------
 

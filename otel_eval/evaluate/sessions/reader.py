@@ -65,8 +65,8 @@ class SessionReader:
         kept = self.store.session_record(key)
         if kept is not None and kept.state == "complete" and kept.record is not None:
             return kept.record
-        bodies, total, last_ns = self.store.session_turns(key, self.config.max_turns,
-                                                          self.config.max_turns_chars)
+        bodies, total, last_ns, _ = self.store.session_turns(key, self.config.max_turns,
+                                                             self.config.max_turns_chars)
         if not bodies:
             return None
         record = evaluate_session(key, bodies, self.config, "open", total)
