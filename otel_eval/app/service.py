@@ -77,6 +77,7 @@ from otel_eval.receive.grpc import GrpcReceiver
 from otel_eval.receive.http import HttpReceiver
 from otel_eval.receive.ingest import Ingest
 from otel_eval.store import is_postgresql_url, opened, store_at
+from otel_eval.store.base import HISTORY_EVICTION_REASONS
 from otel_eval.store.config import StoreConfig
 from otel_eval.store.failures import WRITE_FAILURE_REASONS
 from otel_eval.store.lock import InstanceLock
@@ -182,6 +183,7 @@ class Service:
         # increase()): declared here, where the store and the engine meet, since the engine
         # knows the store only by interface and telemetry sits below both
         self.metrics.evaluation.store_write_failure_reasons(WRITE_FAILURE_REASONS)
+        self.metrics.evaluation.history_eviction_reasons(HISTORY_EVICTION_REASONS)
         return StoreHealth(
             self.store.location, initial_interval_s=sc.write_retry_initial_interval_s,
             max_interval_s=sc.write_retry_max_interval_s,

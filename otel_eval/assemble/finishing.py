@@ -153,6 +153,9 @@ class Finishing:
             self._finish_locked(jobs, outcomes)
 
     def _finish_locked(self, jobs: list[Job], outcomes: list[Outcome]) -> None:
+        for out in outcomes:  # the agent history's bounds, as the batch taught it
+            for reason, rows in out.history_evicted:
+                self._metrics.evaluation.history_evicted(reason, rows)
         refused = [(j, o) for j, o in zip(jobs, outcomes, strict=True) if o.unstored]
         if refused:
             self._keep(refused)

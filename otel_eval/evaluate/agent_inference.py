@@ -50,7 +50,8 @@ class AgentHistory(Protocol):
 
     def recall_agent(self, service: str, fingerprints: Sequence[str]) -> str | None: ...
 
-    def remember_agents(self, runs: Sequence[tuple[str, str, Sequence[str]]]) -> None: ...
+    def remember_agents(self, runs: Sequence[tuple[str, str, Sequence[str]]]) -> object:
+        """The store's answer (the rows its bounds deleted) is its callers' to count."""
 
 
 class RecallOnce:

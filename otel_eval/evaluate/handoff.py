@@ -41,6 +41,9 @@ class Outcome:
     # driver's message
     unstored: str | None = None
     error: str = ""
+    # the agent history rows the store deleted to keep its bounds as the batch taught it,
+    # (reason, rows) (store.base.HISTORY_EVICTION_REASONS): on one outcome of the batch
+    history_evicted: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(slots=True)

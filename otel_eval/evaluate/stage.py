@@ -183,10 +183,13 @@ def _evaluate_and_store(evaluator: Evaluator, store: EvaluationStore, traces: Se
     superseded = iter(store.put_many(evaluated) if evaluated else [])
     if evaluated:
         _outcomes_recorded_meanwhile(evaluator, store, traces, results, known, history)
-    _remember(store, [ev for ev, _ in results if ev is not None])
-    return [Outcome(None, False, skipped=NOT_A_RUN) if ev is None
-            else Outcome(ev, next(superseded) and ev.trace_id not in own, failure)
-            for ev, failure in results]
+    evicted = _remember(store, [ev for ev, _ in results if ev is not None])
+    outcomes = [Outcome(None, False, skipped=NOT_A_RUN) if ev is None
+                else Outcome(ev, next(superseded) and ev.trace_id not in own, failure)
+                for ev, failure in results]
+    if outcomes:  # counted by the engine (the batch's, once)
+        outcomes[0].history_evicted = tuple(sorted(evicted.items()))
+    return outcomes
 
 
 def _evaluate(evaluator: Evaluator, trace: Trace, outcome: str | None,
@@ -229,13 +232,15 @@ def _outcomes_recorded_meanwhile(evaluator: Evaluator, store: EvaluationStore,
                 "next evaluation applies them", len(stale))
 
 
-def _remember(store: EvaluationStore, evaluations: list[Evaluation]) -> None:
+def _remember(store: EvaluationStore, evaluations: list[Evaluation]) -> dict[str, int]:
     """The batch's named completed runs into the agent history (after their commit: a
-    failure here loses no evaluation, only what later runs could have inferred)."""
+    failure here loses no evaluation, only what later runs could have inferred); the rows
+    its bounds deleted, by reason."""
     try:
-        store.remember_agents(learned(evaluations))
+        return store.remember_agents(learned(evaluations))
     except Exception as e:
         log.warning("recording the agent history failed: %s", type(e).__name__)
+        return {}
 
 
 def store_failed(evaluator: Evaluator, store: EvaluationStore, traces: Sequence[Trace],

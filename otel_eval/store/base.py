@@ -29,7 +29,12 @@ The agent history (``remember_agents`` / ``recall_agent``, read by
 bounded the same way in both: per service the ``AGENT_HISTORY_PER_SERVICE`` most recently
 seen rows, in all ``AGENT_HISTORY_ROWS`` (checked every ``AGENT_HISTORY_PRUNE_EVERY`` calls,
 so it overshoots by at most that many batches), none older than ``AGENT_HISTORY_MAX_AGE_S``;
-service and agent names cut to ``AGENT_HISTORY_NAME_CHARS``.
+service and agent names cut to ``AGENT_HISTORY_NAME_CHARS``. Past ``AGENT_HISTORY_ROWS`` the
+service holding the most rows gives way first, its least recently seen first, until it holds
+no more than the next one (``prune_history``): a flood of new service names, or one busy
+service, does not delete a quiet service's history (its runs without an agent name would
+read as unknown). ``remember_agents`` says the rows each bound deleted
+(``HISTORY_EVICTION_REASONS``), counted in ``otel_eval_agent_history_evicted_total``.
 """
 
 from __future__ import annotations
@@ -66,6 +71,9 @@ AGENT_HISTORY_ROWS = 20_000  # rows in all (about 300 services at their cap)
 AGENT_HISTORY_PRUNE_EVERY = 32  # remember_agents calls between the whole-table prunes
 AGENT_HISTORY_MAX_AGE_S = 30 * 86_400  # a fingerprint not seen for 30 days is forgotten
 AGENT_HISTORY_NAME_CHARS = 256
+# Why ``remember_agents`` deleted rows: past AGENT_HISTORY_PER_SERVICE of a service, past
+# AGENT_HISTORY_ROWS in all, not seen for AGENT_HISTORY_MAX_AGE_S
+HISTORY_EVICTION_REASONS = ("max_service_rows", "max_rows", "max_age")
 
 
 @dataclass(frozen=True)
@@ -200,8 +208,9 @@ class EvaluationStore(Protocol):
         feedback whose evaluation is gone, in one transaction; how many evaluations."""
         ...
 
-    def remember_agents(self, runs: Sequence[AgentRun]) -> None:
-        """Record each run's fingerprints as seen for its (service, agent), now."""
+    def remember_agents(self, runs: Sequence[AgentRun]) -> dict[str, int]:
+        """Record each run's fingerprints as seen for its (service, agent), now; the rows
+        the bounds deleted meanwhile, by reason (``HISTORY_EVICTION_REASONS``; none: {})."""
         ...
 
     def recall_agent(self, service: str, fingerprints: Sequence[str]) -> str | None:
@@ -222,6 +231,36 @@ def history_rows(runs: Sequence[AgentRun], now_ns: int) -> list[tuple[str, str, 
     cut = AGENT_HISTORY_NAME_CHARS
     rows = {(service[:cut], fp, agent[:cut]) for service, agent, fps in runs for fp in fps}
     return [(service, fp, agent, now_ns) for service, fp, agent in sorted(rows)]
+
+
+def prune_history(cur: Any, m: str, rowid: str, services: Sequence[str], now_ns: int,
+                  whole: bool, max_rows: int) -> dict[str, int]:
+    """The history's bounds, on a cursor of the remembering transaction (placeholder ``m``,
+    the dialect's row id ``rowid``): ``services``' rows past AGENT_HISTORY_PER_SERVICE, and
+    when ``whole``, rows not seen for AGENT_HISTORY_MAX_AGE_S and rows past ``max_rows``
+    in all, those of the services holding the most first (each row ranked by how many of
+    its service's rows are more recently seen; the highest ranks go, the least recently seen
+    first within one). The rows deleted, by reason."""
+    deleted = dict.fromkeys(HISTORY_EVICTION_REASONS, 0)
+    cur.executemany(f"DELETE FROM agent_history WHERE service = {m} AND {rowid} NOT IN "
+                    f"(SELECT {rowid} FROM agent_history WHERE service = {m} ORDER BY seen_ns "
+                    f"DESC LIMIT {m})", [(sv, sv, AGENT_HISTORY_PER_SERVICE) for sv in services])
+    deleted["max_service_rows"] = max(cur.rowcount, 0)
+    if whole:
+        cur.execute(f"DELETE FROM agent_history WHERE seen_ns < {m}",
+                    (now_ns - AGENT_HISTORY_MAX_AGE_S * 10**9,))
+        deleted["max_age"] = max(cur.rowcount, 0)
+        cur.execute("SELECT COUNT(*) FROM agent_history")
+        over = int(cur.fetchone()[0]) - max_rows
+        if over > 0:
+            cur.execute(
+                f"DELETE FROM agent_history WHERE {rowid} IN (SELECT {rowid} FROM (SELECT "
+                f"{rowid}, service, fingerprint, agent, seen_ns, ROW_NUMBER() OVER (PARTITION "
+                "BY service ORDER BY seen_ns DESC, fingerprint, agent) AS held FROM "
+                "agent_history) ranked ORDER BY held DESC, seen_ns, service, fingerprint, "
+                f"agent LIMIT {m})", (over,))
+            deleted["max_rows"] = max(cur.rowcount, 0)
+    return {reason: n for reason, n in deleted.items() if n}
 
 
 def pick_agent(rows: Iterable[tuple[str, str]], fingerprints: Sequence[str]) -> str | None:

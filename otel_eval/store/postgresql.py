@@ -45,7 +45,6 @@ from otel_eval.store import filters
 from otel_eval.store.base import (
     AGENT_HISTORY_MAX_AGE_S,
     AGENT_HISTORY_NAME_CHARS,
-    AGENT_HISTORY_PER_SERVICE,
     AGENT_HISTORY_PRUNE_EVERY,
     AGENT_HISTORY_ROWS,
     DELETE_ORPHAN_FEEDBACK,
@@ -56,6 +55,7 @@ from otel_eval.store.base import (
     evaluation_row,
     history_rows,
     pick_agent,
+    prune_history,
     redact_url,
     since_chunks,
 )
@@ -334,16 +334,16 @@ class PostgresStore(KeptSessions):
             return (cur.fetchall() if cur.description else []), cur.rowcount
         return self._run(run)
 
-    def remember_agents(self, runs: Sequence[AgentRun]) -> None:
+    def remember_agents(self, runs: Sequence[AgentRun]) -> dict[str, int]:
         """The fleet's agent history (bounds: ``otel_eval.store.base``), one transaction."""
         now = self._clock_ns()
         rows = [_args(r) for r in history_rows(runs, now)]
         if not rows:
-            return
+            return {}
         self._remembered += 1
         whole = (self._remembered - 1) % AGENT_HISTORY_PRUNE_EVERY == 0
         services = sorted({r[0] for r in rows})
-        self._retrying(lambda conn: _remember(conn, rows, services, now, whole))
+        return self._retrying(lambda conn: _remember(conn, rows, services, now, whole))
 
     def recall_agent(self, service: str, fingerprints: Sequence[str]) -> str | None:
         fps = list(fingerprints)
@@ -436,16 +436,9 @@ def _upsert(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]) -> list[
 
 
 def _remember(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]], services: list[str],
-              now: int, whole: bool) -> None:
+              now: int, whole: bool) -> dict[str, int]:
     with conn.transaction(), conn.cursor() as cur:
         cur.executemany("INSERT INTO agent_history VALUES (%s, %s, %s, %s) ON CONFLICT "
                         "(service, fingerprint, agent) DO UPDATE SET seen_ns = "
                         "GREATEST(agent_history.seen_ns, excluded.seen_ns)", rows)
-        cur.executemany("DELETE FROM agent_history WHERE service = %s AND ctid NOT IN (SELECT "
-                        "ctid FROM agent_history WHERE service = %s ORDER BY seen_ns DESC "
-                        "LIMIT %s)", [(sv, sv, AGENT_HISTORY_PER_SERVICE) for sv in services])
-        if whole:
-            cur.execute("DELETE FROM agent_history WHERE seen_ns < %s",
-                        (now - AGENT_HISTORY_MAX_AGE_S * 10**9,))
-            cur.execute("DELETE FROM agent_history WHERE ctid NOT IN (SELECT ctid FROM "
-                        "agent_history ORDER BY seen_ns DESC LIMIT %s)", (AGENT_HISTORY_ROWS,))
+        return prune_history(cur, "%s", "ctid", services, now, whole, AGENT_HISTORY_ROWS)

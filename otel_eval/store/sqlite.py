@@ -28,7 +28,6 @@ from otel_eval.store import filters
 from otel_eval.store.base import (
     AGENT_HISTORY_MAX_AGE_S,
     AGENT_HISTORY_NAME_CHARS,
-    AGENT_HISTORY_PER_SERVICE,
     AGENT_HISTORY_PRUNE_EVERY,
     AGENT_HISTORY_ROWS,
     DELETE_ORPHAN_FEEDBACK,
@@ -38,6 +37,7 @@ from otel_eval.store.base import (
     evaluation_row,
     history_rows,
     pick_agent,
+    prune_history,
     since_chunks,
 )
 from otel_eval.store.migrations import check_sqlite, migrate_sqlite
@@ -373,11 +373,11 @@ class SqliteStore(KeptSessions):
 
     # The agent history (bounds: ``otel_eval.store.base``).
 
-    def remember_agents(self, runs: Sequence[AgentRun]) -> None:
+    def remember_agents(self, runs: Sequence[AgentRun]) -> dict[str, int]:
         now = self._clock_ns()
         rows = history_rows(runs, now)
         if not rows:
-            return
+            return {}
         services = sorted({r[0] for r in rows})
         with self._lock:
             self._remembered += 1
@@ -388,16 +388,8 @@ class SqliteStore(KeptSessions):
                     "(service, fingerprint, agent) DO UPDATE SET seen_ns = "
                     "MAX(agent_history.seen_ns, excluded.seen_ns)",  # the last seen, as PG
                     rows)
-                cur.executemany(
-                    "DELETE FROM agent_history WHERE service = ? AND rowid NOT IN (SELECT "
-                    "rowid FROM agent_history WHERE service = ? ORDER BY seen_ns DESC "
-                    "LIMIT ?)", [(sv, sv, AGENT_HISTORY_PER_SERVICE) for sv in services])
-                if whole:
-                    cur.execute("DELETE FROM agent_history WHERE seen_ns < ?",
-                                (now - AGENT_HISTORY_MAX_AGE_S * 10**9,))
-                    cur.execute("DELETE FROM agent_history WHERE rowid NOT IN (SELECT rowid "
-                                "FROM agent_history ORDER BY seen_ns DESC LIMIT ?)",
-                                (AGENT_HISTORY_ROWS,))
+                return prune_history(cur, "?", "rowid", services, now, whole,
+                                     AGENT_HISTORY_ROWS)
 
     def recall_agent(self, service: str, fingerprints: Sequence[str]) -> str | None:
         fps = list(fingerprints)

@@ -210,6 +210,11 @@ class EvaluationMetrics:
         self.c_store_failed = c("store_write_failures",
                                 "Batches of evaluations the store refused to write, by reason "
                                 "(kept and retried).", ["reason"])
+        self.c_history_evicted = c(
+            "agent_history_evicted",
+            "Agent history rows deleted to keep a bound, by reason (max_service_rows: a "
+            "service's least recently seen past its cap; max_rows: past the rows in all, of "
+            "the services holding the most; max_age: not seen for 30 days).", ["reason"])
 
     def failed(self, stage: str, reason: str) -> None:
         self.c_eval_failed.labels(stage, reason).inc()
@@ -222,6 +227,15 @@ class EvaluationMetrics:
 
     def store_write_failed(self, reason: str) -> None:
         self.c_store_failed.labels(reason).inc()
+
+    def history_evicted(self, reason: str, rows: int) -> None:
+        self.c_history_evicted.labels(reason).inc(rows)
+
+    def history_eviction_reasons(self, reasons: Iterable[str]) -> None:
+        """Declare each reason's series at 0 (``reasons``: store.base.HISTORY_EVICTION_REASONS,
+        given by the stage that counts them)."""
+        for reason in reasons:
+            self.c_history_evicted.labels(reason)
 
     def store_write_failure_reasons(self, reasons: Iterable[str]) -> None:
         """Declare each reason's series at 0 (``reasons``: store.failures.WRITE_FAILURE_REASONS,

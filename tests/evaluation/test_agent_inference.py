@@ -5,16 +5,22 @@ framework's default name."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
-from otel_eval.app.config import Config
+from otel_eval.app.config import Config, replace
+from otel_eval.assemble.engine import Engine
+from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.model import Span, Trace
 from otel_eval.evaluate.agent_inference import SERVICE_FINGERPRINT, fingerprints, learned
 from otel_eval.evaluate.conventions.agent_names import FRAMEWORK_DEFAULT_AGENT_NAMES, agent_name
 from otel_eval.evaluate.evaluator import Evaluator
-from otel_eval.store import SqliteStore
+from otel_eval.evaluate.stage import InProcess
+from otel_eval.store import SqliteStore, Store
+from otel_eval.telemetry.metrics import Metrics
 
 T = 1_764_547_200 * 10**9
 _ids = iter(range(1, 10**6))
@@ -181,3 +187,33 @@ def test_offline_eval_infers_from_the_runs_before_it_in_the_same_invocation() ->
     evs = list(EvalRun(Config())._evaluated(runs))
     assert [(e.trajectory.agent, e.trajectory.agent_source) for e in evs] == [
         ("planner", "span"), ("coder", "span"), ("coder", "inferred_history")]
+
+
+def test_the_rows_the_history_bounds_delete_are_counted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store deletes agent history rows to keep its bounds as a batch teaches it: the
+    engine counts them by reason (``otel_eval_agent_history_evicted_total``), whichever
+    process stored the batch (the count rides on the batch's outcomes). Before, nothing
+    counted them: a service whose runs read as ``unknown`` after a flood left no trace why."""
+    from otel_eval.store import sqlite as sqlite_store
+
+    monkeypatch.setattr(sqlite_store, "AGENT_HISTORY_ROWS", 1)
+    monkeypatch.setattr(sqlite_store, "AGENT_HISTORY_PRUNE_EVERY", 1)
+    now = [0.0]
+    metrics = Metrics(CollectorRegistry())
+    cfg = replace(Config(), **{"assembly.grace_s": 1.0})
+    store = Store(str(tmp_path / "store.db"))
+    engine = Engine(InProcess(Evaluator(cfg), store),
+                    StoreHealth(store.location, clock=lambda: now[0]), metrics,
+                    assembly=cfg.assembly, clock=lambda: now[0])
+    run = _run(f"{1:032x}", "planner", "You plan.", ["search"])
+    taught = len(learned([Evaluator(cfg).evaluate(run)])[0][2])  # rows the run teaches
+    engine.submit(run.spans)
+    now[0] += 1000
+    engine.tick()
+    assert engine.process() == 1
+    assert taught == 4 and store._db.execute("SELECT COUNT(*) FROM agent_history").fetchone()[
+        0] == 1
+    assert metrics.registry.get_sample_value("otel_eval_agent_history_evicted_total",
+                                             {"reason": "max_rows"}) == taught - 1
+    store.close()

@@ -150,6 +150,7 @@ def feed_round(metrics: Metrics, round_no: int, traces: int = 10) -> list[str]:
     metrics.ingest.connection_closed("admin", "header_timeout")
     metrics.evaluation.skipped("already_evaluated")
     metrics.evaluation.store_write_failed("disk_full")
+    metrics.evaluation.history_evicted("max_rows", 1 + round_no % 3)
     # the per-metric series cap is reached only past max_series_per_metric combinations
     # (tests/metrics/test_series_cap.py drives that); here the counter is fed as it would be
     metrics.traces.cap.c_series_overflow.labels("otel_eval_traces_completed").inc()

@@ -102,11 +102,14 @@ def test_each_service_keeps_its_most_recently_seen_rows(stores: Open, clock: Man
     store = stores()
     cap = store_base.AGENT_HISTORY_PER_SERVICE
     store.remember_agents([("shop", "old", ("system:old",))])
+    evicted = 0
     for i in range(cap + 20):
         clock.now += 10**9
-        store.remember_agents([("shop", "planner", (f"steps:{i}",))])
+        evicted += store.remember_agents([("shop", "planner", (f"steps:{i}",))]).get(
+            "max_service_rows", 0)
     store.remember_agents([("quiet", "solo", ("service",))])
     assert _rows(store, "shop") == cap
+    assert evicted == 21  # each counted (otel_eval_agent_history_evicted_total)
     assert store.recall_agent("shop", [f"steps:{cap + 19}"]) == "planner"  # newest kept
     assert store.recall_agent("shop", ["system:old"]) is None  # least recently seen: gone
     assert store.recall_agent("quiet", ["service"]) == "solo"  # other services untouched
@@ -129,7 +132,7 @@ def test_the_whole_history_is_bounded_and_forgets_old_rows(
     # a month later: not recalled, and deleted at the next prune
     clock.now += store_base.AGENT_HISTORY_MAX_AGE_S * 10**9 + 1
     assert store.recall_agent("svc-199", ["service"]) is None
-    store.remember_agents([("new", "b", ("service",))])
+    assert store.remember_agents([("new", "b", ("service",))]) == {"max_age": 50}
     assert _rows(store) == 1
 
 
@@ -146,3 +149,37 @@ def test_a_row_seen_again_with_an_older_time_keeps_its_last_seen(
     late.remember_agents([("shop", "planner", ("system:p",))])
     clock.now = T0 + (store_base.AGENT_HISTORY_MAX_AGE_S + 86_400) * 10**9
     assert first.recall_agent("shop", ["system:p"]) == "planner"
+
+
+def test_past_the_whole_bound_the_service_holding_the_most_rows_gives_way(
+        stores: Open, clock: ManualClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Five quiet services, seen long ago, four rows each; then five busy services, twenty
+    rows each: past the 50 rows in all, the busy ones give way (each down to what the next
+    holds, its least recently seen first) and every quiet service is still recalled. Before,
+    the least recently seen rows went first, whosever they were: the quiet services' history
+    was deleted (their runs without an agent name read as unknown) and nothing counted it."""
+    from otel_eval.store import postgresql
+
+    for module in (sqlite_store, postgresql):
+        monkeypatch.setattr(module, "AGENT_HISTORY_ROWS", 50)
+        monkeypatch.setattr(module, "AGENT_HISTORY_PRUNE_EVERY", 1)
+    store = stores()
+    evicted: dict[str, int] = {}
+
+    def remember(runs: list[tuple[str, str, tuple[str, ...]]]) -> None:
+        clock.now += 10**9
+        for reason, n in store.remember_agents(runs).items():
+            evicted[reason] = evicted.get(reason, 0) + n
+
+    for q in range(5):
+        remember([(f"quiet-{q}", "solo", ("system:q", "tools:q", "steps:q", "service"))])
+    for i in range(20):
+        remember([(f"busy-{b}", "agent", (f"steps:{i}",)) for b in range(5)])
+    assert _rows(store) == 50
+    assert [_rows(store, f"quiet-{q}") for q in range(5)] == [4] * 5
+    assert [_rows(store, f"busy-{b}") for b in range(5)] == [6] * 5
+    for q in range(5):
+        assert store.recall_agent(f"quiet-{q}", ["system:q", "service"]) == "solo"
+    assert store.recall_agent("busy-0", ["steps:19"]) == "agent"  # newest kept
+    assert store.recall_agent("busy-0", ["steps:13"]) is None  # least recently seen: gone
+    assert evicted == {"max_rows": 70}  # 120 remembered, 50 kept
