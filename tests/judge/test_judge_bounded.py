@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -226,3 +228,46 @@ def test_a_reply_over_max_reply_bytes_is_not_read_further(llm: FakeLLM) -> None:
     assert "over max_reply_bytes 1000 (not read further)" in r.error
     assert llm.answered.wait(60)
     assert llm.sent_bytes < total // 2
+
+
+def test_the_rubric_cache_is_bounded_in_rows_and_key_length(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rubric cache is a table of the store's file: at most ``MAX_RUBRICS`` rows (the
+    oldest written go first), expired rows deleted (not only ignored on read), keys of a fixed
+    length whatever the task id (span content), and criteria past ``MAX_ENTRY_CHARS`` used,
+    not kept. Before, every task id a sender made up added a row holding the whole id, for
+    ever: the TTL only made old rows unread."""
+    from otel_eval.evaluate.judge import rubric_cache
+
+    monkeypatch.setattr(rubric_cache, "MAX_RUBRICS", 3)
+    clock = ManualClock(1_764_547_200.0)
+    db = str(tmp_path / "store.db")
+    cache = rubric_cache.SqliteRubricCache(db, ttl_s=100.0, wall_clock=clock)
+    criteria = [{"id": "c1", "criterion": "Cancels the booking"}]
+    keys = [_rubric_key(f"task-{i}" + "x" * 100_000) for i in range(5)]
+    for key in keys:
+        clock.now += 1
+        cache.put(key, criteria, "m")
+    count = sqlite3.connect(db).execute
+    assert count("SELECT COUNT(*) FROM judge_rubrics").fetchone()[0] == 3
+    assert [cache.get(k) is not None for k in keys] == [False, False, True, True, True]
+    assert max(len(k) for (k,) in count("SELECT key FROM judge_rubrics")) <= 70
+    clock.now += 200  # every row expired: deleted at the next write
+    cache.put(_rubric_key("fresh"), criteria, "m")
+    assert count("SELECT COUNT(*) FROM judge_rubrics").fetchone()[0] == 1
+    big = [{"id": f"c{i}", "criterion": "y" * 10_000} for i in range(20)]
+    cache.put(_rubric_key("big"), big, "m")  # over MAX_ENTRY_CHARS: not kept
+    assert cache.get(_rubric_key("big")) is None
+    cache.close()
+    memory = rubric_cache.MemoryRubricCache(wall_clock=clock)
+    for key in keys:
+        memory.put(key, criteria, "m")
+    assert [memory.get(k) is not None for k in keys] == [False, False, True, True, True]
+
+
+def _rubric_key(task_id: str) -> str:
+    from otel_eval.evaluate.judge.rubric_cache import rubric_key
+
+    key = rubric_key(task_id, None)
+    assert key is not None
+    return key

@@ -15,6 +15,7 @@ from judge_fixtures import combined_reply, config, evaluation, step_reply, turns
 from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.judge import Judge, SqliteRubricCache
 from otel_eval.evaluate.judge.config import CompactionConfig
+from otel_eval.evaluate.judge.rubric_cache import rubric_key
 from otel_eval.evaluate.judge.session import render_session
 from otel_eval.outputs.events import judge_records
 
@@ -201,7 +202,7 @@ def test_rubric_generated_once_per_task_and_cached_in_sqlite(llm: FakeLLM,
     second = run(again, evaluation(trace_id="9" * 32))["judges"]["rubric"]
     assert (second["cache"], second["calls"], len(llm.requests)) == ("hit", 1, 3)
     rows = sqlite3.connect(db).execute("SELECT key, model FROM judge_rubrics").fetchall()
-    assert rows == [("task:airline-7", "openai/gpt-4o-mini")]
+    assert rows == [(rubric_key("airline-7", None), "openai/gpt-4o-mini")]
 
 
 def test_disabled_without_model(llm: FakeLLM) -> None:

@@ -21,7 +21,7 @@ from otel_eval.base.aio import LoopThread
 from otel_eval.base.model import Trace
 from otel_eval.evaluate.judge import Judge
 from otel_eval.evaluate.judge.config import SamplingConfig
-from otel_eval.evaluate.judge.rubric_cache import Criteria, MemoryRubricCache
+from otel_eval.evaluate.judge.rubric_cache import Criteria, MemoryRubricCache, rubric_key
 from otel_eval.evaluate.judge.stage import JudgeStage
 from otel_eval.store import SqliteStore
 from otel_eval.store.sessions import session_key
@@ -126,7 +126,8 @@ def test_a_blocked_rubric_cache_does_not_hold_the_event_loop(llm: FakeLLM) -> No
         cache.release.set()
         out = judging.result(30)
         assert out["judges"]["rubric"]["cache"] == "miss"
-        assert cache.get("task:airline-7") == [{"id": "c1", "criterion": "Cancels"}]
+        assert cache.get(str(rubric_key("airline-7", None))) == [
+            {"id": "c1", "criterion": "Cancels"}]
     finally:
         cache.release.set()
         loop.stop()

@@ -1,7 +1,11 @@
 """Per-task rubric criteria cache (J_r output reused by J_v): in memory or SQLite.
 
-Key: ``task:<task id>`` or ``input:<sha256 of the task input>`` (``rubric_key``). Entries
-older than ``ttl_s`` (wall clock, since they outlive the process) are ignored and regenerated.
+Key: ``task:<sha256 of the task id>`` or ``input:<sha256 of the task input>`` (``rubric_key``):
+span content sets both, so a key is of a fixed length whatever they hold. Entries older than
+``ttl_s`` (wall clock, since they outlive the process) are ignored and regenerated, and deleted
+at the next write. Bounded as the other caches: at most ``MAX_RUBRICS`` entries (past it the
+oldest written go), each of at most ``MAX_ENTRY_CHARS`` of criteria JSON (a larger one is used,
+not kept): every task id a sender makes up is a new entry.
 """
 
 from __future__ import annotations
@@ -11,18 +15,33 @@ import json
 import sqlite3
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Protocol
 
 Criteria = list[dict[str, str]]  # [{"id": "c1", "criterion": "..."}]
 
+MAX_RUBRICS = 10_000  # entries (tasks): a few hundred bytes to a few kB each
+MAX_ENTRY_CHARS = 16 * 1024  # of an entry's criteria JSON (20 criteria of ~800 characters)
+MAX_KEY_CHARS = 70  # "input:" and a sha256 in hex; longer keys are of an older version
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
 
 def rubric_key(task_id: str | None, task_input: str | None) -> str | None:
     if task_id:
-        return f"task:{task_id}"
+        return "task:" + _sha256(task_id)
     if task_input:
-        return "input:" + hashlib.sha256(task_input.encode("utf-8")).hexdigest()
+        return "input:" + _sha256(task_input)
     return None
+
+
+def _kept(criteria: Criteria) -> str | None:
+    """The criteria as stored, None when past ``MAX_ENTRY_CHARS``."""
+    text = json.dumps(criteria)
+    return text if len(text) <= MAX_ENTRY_CHARS else None
 
 
 class RubricCache(Protocol):
@@ -35,7 +54,7 @@ class MemoryRubricCache:
     def __init__(self, ttl_s: float = 0.0, wall_clock: Callable[[], float] = time.time) -> None:
         self.ttl_s = ttl_s  # 0 = entries never expire
         self.wall_clock = wall_clock
-        self._entries: dict[str, tuple[float, Criteria]] = {}
+        self._entries: OrderedDict[str, tuple[float, Criteria]] = OrderedDict()  # oldest first
 
     def get(self, key: str) -> Criteria | None:
         entry = self._entries.get(key)
@@ -44,7 +63,12 @@ class MemoryRubricCache:
         return [dict(c) for c in entry[1]]
 
     def put(self, key: str, criteria: Criteria, model: str) -> None:
+        self._entries.pop(key, None)
+        if _kept(criteria) is None:
+            return
         self._entries[key] = (self.wall_clock(), [dict(c) for c in criteria])
+        while len(self._entries) > MAX_RUBRICS:
+            self._entries.popitem(last=False)
 
 
 class SqliteRubricCache:
@@ -56,6 +80,7 @@ class SqliteRubricCache:
         model TEXT NOT NULL,       -- judge model that wrote them
         created_at REAL NOT NULL   -- unix seconds
     )"""
+    INDEX = "CREATE INDEX IF NOT EXISTS judge_rubrics_by_time ON judge_rubrics (created_at)"
 
     def __init__(self, path: str, ttl_s: float = 0.0,
                  wall_clock: Callable[[], float] = time.time) -> None:
@@ -66,6 +91,10 @@ class SqliteRubricCache:
         self._db = sqlite3.connect(path, check_same_thread=False, timeout=60.0)
         with self._db:
             self._db.execute(self.SCHEMA)
+            self._db.execute(self.INDEX)
+            # keys an older version wrote with the whole task id: never read again
+            self._db.execute("DELETE FROM judge_rubrics WHERE LENGTH(key) > ?",
+                             (MAX_KEY_CHARS,))
 
     def get(self, key: str) -> Criteria | None:
         with self._lock:
@@ -78,10 +107,22 @@ class SqliteRubricCache:
         return [dict(c) for c in data] if isinstance(data, list) else None
 
     def put(self, key: str, criteria: Criteria, model: str) -> None:
+        """Keep ``criteria`` under ``key`` (not when past ``MAX_ENTRY_CHARS``); then delete
+        the expired entries and those past ``MAX_RUBRICS``, the oldest written first."""
+        text, now = _kept(criteria), self.wall_clock()
         with self._lock, self._db:
-            self._db.execute(
-                "INSERT OR REPLACE INTO judge_rubrics (key, criteria, model, created_at) "
-                "VALUES (?, ?, ?, ?)", (key, json.dumps(criteria), model, self.wall_clock()))
+            if text is not None:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO judge_rubrics (key, criteria, model, created_at) "
+                    "VALUES (?, ?, ?, ?)", (key, text, model, now))
+            if self.ttl_s:
+                self._db.execute("DELETE FROM judge_rubrics WHERE created_at < ?",
+                                 (now - self.ttl_s,))
+            over = self._db.execute("SELECT COUNT(*) FROM judge_rubrics").fetchone()[0] \
+                - MAX_RUBRICS
+            if over > 0:
+                self._db.execute("DELETE FROM judge_rubrics WHERE key IN (SELECT key FROM "
+                                 "judge_rubrics ORDER BY created_at, key LIMIT ?)", (over,))
 
     def close(self) -> None:
         with self._lock:
