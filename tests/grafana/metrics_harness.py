@@ -149,6 +149,7 @@ def feed_round(metrics: Metrics, round_no: int, traces: int = 10) -> list[str]:
     metrics.ingest.request_refused("http", "unauthenticated")
     metrics.ingest.connection_closed("admin", "header_timeout")
     metrics.evaluation.skipped("already_evaluated")
+    metrics.evaluation.spans_skipped("trace_too_large", 2)
     metrics.evaluation.store_write_failed("disk_full")
     metrics.evaluation.history_evicted("max_rows", 1 + round_no % 3)
     # the per-metric series cap is reached only past max_series_per_metric combinations

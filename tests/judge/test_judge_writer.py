@@ -233,7 +233,7 @@ def test_a_session_judgement_cut_by_the_stop_is_a_counted_shutdown_skip(
     monkeypatch.setattr(stage.judge, "judge_session", never_answers)
     try:
         stage.judge_session({"session_id": "conv-a", "service": "shop", "completion": 0},
-                            [{"trace_id": "a1" * 16}])
+                            [{"trace_id": "a1" * 16}], 40)
         assert entered.wait(30)
         stage.shutdown(0.2)
         assert store.written.wait(30)  # queued before the stop returned, written past it
