@@ -17,6 +17,7 @@ from issue_fixtures import window
 from otel_eval.app.cli import build_parser, main, run_from_args
 from otel_eval.app.issues import cmd_issues, is_evaluation
 from otel_eval.base.configcheck import ConfigError
+from otel_eval.outputs.issues.critiques import GOOD_FINDINGS
 
 
 def _issues(*argv: str) -> tuple[int, str]:
@@ -43,9 +44,11 @@ def _ids(data: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 
 def _expected_finding_critiques(evaluations: list[dict[str, Any]]) -> Counter[tuple[Any, ...]]:
-    """(trace id, span id, source) of every finding with a message: each must be assigned."""
+    """(trace id, span id, source) of every finding with a message that reports a problem:
+    each must be assigned."""
     return Counter((e["trace_id"], (f["span_ids"] or [None])[0], f"finding:{f['detector']}")
-                   for e in evaluations for f in e["findings"] if f["message"].strip())
+                   for e in evaluations for f in e["findings"]
+                   if f["message"].strip() and (f["detector"], f["kind"]) not in GOOD_FINDINGS)
 
 
 def _assigned(data: dict[str, Any]) -> Counter[tuple[Any, ...]]:
@@ -169,3 +172,40 @@ def test_config_file_reaches_the_clustering(tmp_path: Path) -> None:
     config.write_text("issues:\n  min_cluster_size: 100\n")  # no cluster recurs that much
     data = _json(jsonl, Path("--config"), config)
     assert data["issues"] == [] and all(a["issue_id"] is None for a in data["assignments"])
+
+
+def _run(trace_id: str, *findings: tuple[str, str, str, str]) -> dict[str, Any]:
+    return {"trace_id": trace_id, "agent": "airline", "steps": [],
+            "verdict": {"passed": False, "reasons": []},
+            "findings": [{"detector": d, "kind": k, "severity": sev, "message": m,
+                          "span_ids": [], "step_indexes": []} for d, k, sev, m in findings]}
+
+
+def test_a_finding_that_says_a_run_went_right_is_in_no_issue(tmp_path: Path) -> None:
+    # The guide's example: `otel-eval issues` over `eval --references ... --format jsonl`
+    # of tau-bench. "calls match the reference" (info) clustered with "calls do not match"
+    # (error): the issue "calls do not match the reference" held every run, the 24 that
+    # matched among them (share 100 %, critical); and "X failed and was never recovered"
+    # was mostly runs that recovered. A success finding is no critique, as a judge critique
+    # scoring above the threshold is none.
+    runs = []
+    for i in range(12):
+        mismatch = ("reference", "mismatch", "error",
+                    f"calls do not match the reference for task {i} (any_order, arguments "
+                    "exact): missing update_reservation_flights")
+        match = ("reference", "match", "info",
+                 f"calls match the reference for task {i} (any_order, arguments exact)")
+        gave_up = ("recovery", "gave_up", "warning",
+                   "update_reservation_flights failed and was never recovered from")
+        recovered = ("recovery", "recovered", "info",
+                     "recovered from a failed update_reservation_flights with "
+                     "transfer_to_human_agents")
+        runs.append(_run(f"{i:032x}", mismatch, gave_up))
+        runs.append(_run(f"{i + 100:032x}", match, recovered))
+    path = tmp_path / "eval.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in runs), encoding="utf-8")
+    data = _json(path)
+    good = {r["trace_id"] for r in runs[1::2]}
+    assert data["issues"]
+    assert not [a for a in data["assignments"] if a["trace_id"] in good]
+    assert all(i["traces"] == 12 for i in data["issues"])

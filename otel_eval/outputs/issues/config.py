@@ -59,7 +59,8 @@ class IssuesConfig:
     # The previous window (for trend) is the share stored by the previous run.
     window_s: float = 3600.0
     # Judge critiques with a score strictly below this are taken (judge scale, 0..1);
-    # critiques without a score are taken too. Detector findings are always taken.
+    # critiques without a score are taken too. Detector findings are taken but those that
+    # say something went right (a reference match, a recovery).
     low_score_threshold: float = 0.5
     # Take detector finding messages as critiques (besides judge critiques).
     include_findings: bool = True
