@@ -23,7 +23,7 @@ __all__ = ["build_parser", "config_from_args"]
 
 # What ``otel-eval --help`` says the command is.
 DESCRIPTION = ("The ``otel-eval`` command: ``serve``, ``eval``, ``show``, ``inspect``, "
-               "``replay``, ``issues``,\n``config``, ``train``.")
+               "``replay``, ``issues``,\n``config``, ``train``, ``calibrate``.")
 
 
 def _endpoint(value: str) -> str:
