@@ -64,7 +64,7 @@ class Config:
     detectors: DetectorsConfig = field(default_factory=DetectorsConfig)
     # The LLM judge (off unless a model is set).
     judge: JudgeConfig = field(default_factory=JudgeConfig)
-    # The learned success predictor (off unless a model file is set).
+    # The learned success predictor (on, with the model shipped in the package).
     prediction: PredictionConfig = field(default_factory=PredictionConfig)
     # Results written back as telemetry: evaluation events and pass-through forwarding.
     export: ExportConfig = field(default_factory=ExportConfig)

@@ -17,6 +17,7 @@ from otel_eval.app.cli import main
 from otel_eval.app.cli_args import DESCRIPTION, build_parser
 from otel_eval.base.results import Evaluation
 from otel_eval.base.steps import Trajectory
+from otel_eval.receive.httpserver import CLOSE_REASONS
 
 ROOT = Path(__file__).resolve().parents[2]
 API = ROOT / "docs" / "api.md"
@@ -127,3 +128,11 @@ def test_every_field_of_the_result_and_the_session_record_is_described(
     }
     for part, (produced, described) in parts.items():
         assert produced - described == set(), f"api.md does not describe {part}'s fields"
+
+
+def test_the_connection_close_reasons_listed_are_the_codes() -> None:
+    text = (ROOT / "docs" / "transport-security.md").read_text(encoding="utf-8")
+    m = re.search(r"otel_eval_receiver_connections_closed_total\{listener,reason\}` \(([^)]*)\)",
+                  text)
+    assert m is not None
+    assert set(re.findall(r"`([a-z0-9_]+)`", m.group(1))) == set(CLOSE_REASONS)
