@@ -197,12 +197,13 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     from otel_eval.app.replay import Rejections, ReplayError, replay
     from otel_eval.receive.loaders import load_path
 
+    cfg = config_from_args(args).trajectory  # the task id and outcome attributes written
     n = 0
     rejected = Rejections()
     failed = _FileErrors("replay")
     for path in args.paths:
         try:
-            n += replay(load_path(path, turns=args.turns, on_error=failed.report),
+            n += replay(load_path(path, config=cfg, turns=args.turns, on_error=failed.report),
                         args.endpoint, protocol=args.protocol, rejections=rejected)
         except ReplayError as e:  # the receiver down or refusing: the exporter gave up
             print(f"otel-eval replay: {e} (of {path} to {args.endpoint}; {n} spans of "

@@ -76,8 +76,14 @@ _TURNS_HELP = ("tau-bench runs as conversations: a trace per user message, tied 
                "conversation id (a session per run); default: a trace per run")
 
 
+def _config(p: argparse.ArgumentParser, uses: str = "") -> None:
+    """``--config FILE``, the same for every command that reads the configuration."""
+    p.add_argument("--config", metavar="FILE",
+                   help="YAML configuration (default: embedded)" + (f": {uses}" if uses else ""))
+
+
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", metavar="FILE", help="YAML configuration (default: embedded)")
+    _config(p)
     p.add_argument("--budget", metavar="NAME=VALUE", type=_budget, action="append",
                    default=[], help=f"budget override, repeatable; NAME in "
                    f"{', '.join(BUDGET_NAMES + SESSION_BUDGET_NAMES)}")
@@ -164,6 +170,8 @@ def _train_command(sub: Commands) -> None:
 
 def _replay_command(sub: Commands) -> None:
     rp = sub.add_parser("replay", help="re-emit trace files as OTLP spans")
+    _config(rp, "trajectory.task_id_attribute and outcome_attribute, the attributes a "
+            "tau-bench or mini-swe-agent run's task id and outcome are written to")
     rp.add_argument("paths", nargs="+", metavar="PATH")
     rp.add_argument("--endpoint", type=_endpoint, required=True, metavar="HOST:PORT")
     rp.add_argument("--protocol", choices=["grpc", "http"], default="grpc")
@@ -173,7 +181,7 @@ def _replay_command(sub: Commands) -> None:
 def _config_command(sub: Commands) -> None:
     cf = sub.add_parser("config", help="print the configuration reference (defaults, or the "
                         "effective configuration of --config FILE) as commented YAML")
-    cf.add_argument("--config", metavar="FILE")
+    _config(cf)
 
 
 def _show_command(sub: Commands) -> None:
@@ -208,8 +216,7 @@ def _calibrate_command(sub: Commands) -> None:
     cal = sub.add_parser("calibrate", help="the judge checked against people: AUC and "
                          "Cohen's kappa of every judge score and p_success against the "
                          "outcomes recorded through POST /v1/feedback, per agent")
-    cal.add_argument("--config", metavar="FILE", help="YAML configuration (default: "
-                     "embedded): the store and the judge's pass thresholds")
+    _config(cal, "the store and the judge's pass thresholds")
     cal.add_argument("--store", metavar="PATH|URL", help="SQLite file or postgresql:// URL of "
                      "serve (default: store.url, else store.path)")
     cal.add_argument("--limit", type=_at_least_one("runs", 18), default=10_000, metavar="N",

@@ -139,3 +139,45 @@ def test_tau_bench_file_replayed_equals_eval(grpc_collector: tuple[str, _Collect
 def test_unknown_protocol_is_refused() -> None:
     with pytest.raises(ValueError, match="protocol"):
         make_exporter("127.0.0.1:4317", "kafka")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("source", ["tau_runs.json", "mini.traj.json"])
+def test_replay_converts_with_the_configured_task_and_outcome_attributes(
+        grpc_collector: tuple[str, _Collector], tmp_path: Path, source: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``replay`` had no ``--config``: tau-bench and mini-swe-agent files were converted with
+    the default trajectory.task_id_attribute / outcome_attribute, so a serve configured with
+    other names read no task id nor outcome from the replayed runs."""
+    from otel_eval.app.cli import main
+
+    endpoint, collector = grpc_collector
+    config = tmp_path / "otel-eval.yaml"
+    config.write_text("trajectory:\n  task_id_attribute: app.task\n"
+                      "  outcome_attribute: app.outcome\n")
+    served = TrajectoryConfig(task_id_attribute="app.task", outcome_attribute="app.outcome")
+    assert main(["replay", str(DATA / source), "--endpoint", endpoint,
+                 "--config", str(config)]) == 0, capsys.readouterr().err
+    back = release(_received(collector.requests), "otlp")
+    offline = list(load_path(DATA / source, config=served))  # as eval --config reads them
+    assert back and len(back) == len(offline)
+    for a, b in zip(sorted(offline, key=lambda t: t.trace_id),
+                    sorted(back, key=lambda t: t.trace_id), strict=True):
+        ta, tb = build_trajectory(a, served), build_trajectory(b, served)
+        assert tb.task_id is not None and tb.task_id == ta.task_id
+        assert tb.root_attributes.get("app.outcome") == ta.root_attributes.get("app.outcome")
+        assert "otel_eval.task.id" not in tb.root_attributes
+
+
+def test_every_command_takes_config() -> None:
+    """Each command reads the configuration (replay: the attributes it writes), so each takes
+    ``--config FILE``, the one definition."""
+    import argparse
+
+    from otel_eval.app.cli import build_parser
+
+    (commands,) = [a for a in build_parser()._actions
+                   if isinstance(a, argparse._SubParsersAction)]
+    for name, parser in commands.choices.items():
+        (config,) = [a for a in parser._actions if "--config" in a.option_strings]
+        assert (config.metavar, config.dest) == ("FILE", "config"), name
+        assert str(config.help).startswith("YAML configuration (default: embedded)"), name
