@@ -18,11 +18,15 @@
 # dependency's build code runs, and no compiler is needed (each ships manylinux wheels). The
 # runtime stage copies only that virtualenv. The service runs as an unprivileged numeric user,
 # so Kubernetes' `runAsNonRoot` can verify it without resolving a name. Arguments given to
-# `docker run` (or a pod's `args`) are appended to the entrypoint; a repeated flag overrides
-# the default (`--grpc-endpoint 0.0.0.0:14317`), and `--config FILE` adds a configuration file
-# (flags win over the file). The store is the configuration's: by default `otel-eval.db` in
-# the working directory, the /var/lib/otel-eval volume (no `--store` here, which would win
-# over a file's store.path and store.url: a fleet configured for PostgreSQL kept SQLite).
+# `docker run` (or a pod's `args`) are appended to the entrypoint. The image's endpoints
+# (0.0.0.0:4317, 4318, 8888) are defaults, in the file docker/otel-eval.yaml the entrypoint
+# reads first: `--config FILE` is read over it key by key, so the file's receiver.*_endpoint
+# and admin.endpoint win (`grpc_endpoint: ""` turns gRPC off) and what it leaves out stays
+# the image's; a flag (`--grpc-endpoint 0.0.0.0:14317`) wins over both. No endpoint flags
+# here: they would win over the file. The store is the configuration's: by default
+# `otel-eval.db` in the working directory, the /var/lib/otel-eval volume (no `--store` here,
+# which would win over a file's store.path and store.url: a fleet configured for PostgreSQL
+# kept SQLite).
 
 ARG PYTHON_VERSION=3.11
 
@@ -53,6 +57,7 @@ RUN groupadd --system --gid 10001 otel-eval \
     && mkdir -p /var/lib/otel-eval \
     && chown 10001:10001 /var/lib/otel-eval
 COPY --from=build /opt/otel-eval /opt/otel-eval
+COPY docker/otel-eval.yaml /usr/share/otel-eval/image.yaml
 WORKDIR /var/lib/otel-eval
 VOLUME ["/var/lib/otel-eval"]
 USER 10001:10001
@@ -62,7 +67,4 @@ EXPOSE 4317 4318 8888
 # it only asks the local process whether it is alive).
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
     CMD ["python", "-c", "import ssl, urllib.request as u\ntry: u.urlopen('http://127.0.0.1:8888/healthz', timeout=2)\nexcept OSError: u.urlopen('https://127.0.0.1:8888/healthz', timeout=2, context=ssl._create_unverified_context())"]
-ENTRYPOINT ["otel-eval", "serve", \
-            "--grpc-endpoint", "0.0.0.0:4317", \
-            "--http-endpoint", "0.0.0.0:4318", \
-            "--admin-endpoint", "0.0.0.0:8888"]
+ENTRYPOINT ["otel-eval", "serve", "--config", "/usr/share/otel-eval/image.yaml"]

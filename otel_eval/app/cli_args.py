@@ -78,8 +78,9 @@ _TURNS_HELP = ("tau-bench runs as conversations: a trace per user message, tied 
 
 def _config(p: argparse.ArgumentParser, uses: str = "") -> None:
     """``--config FILE``, the same for every command that reads the configuration."""
-    p.add_argument("--config", metavar="FILE",
-                   help="YAML configuration (default: embedded)" + (f": {uses}" if uses else ""))
+    p.add_argument("--config", metavar="FILE", action="append",
+                   help="YAML configuration (default: embedded)" + (f": {uses}" if uses else "")
+                   + "; repeatable, each file over the ones before it, key by key")
 
 
 def _common(p: argparse.ArgumentParser) -> None:

@@ -249,29 +249,54 @@ def build(cls: type[T], data: Any, path: str = "", errors: list[str] | None = No
     return typing.cast(T, obj)
 
 
-def load_config(path: str | Path | None = None,
+def load_config(path: str | Path | typing.Sequence[str | Path] | None = None,
                 environ: typing.Mapping[str, str] | None = None) -> Config:
-    """Read a YAML file (or the embedded defaults when ``path`` is None)."""
-    if path is None:
+    """Read a YAML file (or the embedded defaults when ``path`` is None). Several files are
+    read in order, each over the ones before it: a mapping merges key by key, any other value
+    (a list, a scalar, ``""``) replaces; a key a later file leaves out keeps the earlier
+    file's value (the image's endpoints under the user's file: ``--config`` given twice)."""
+    paths = [] if path is None else [path] if isinstance(path, str | Path) else list(path)
+    if not paths:
         return Config()
     env = os.environ if environ is None else environ
     errors: list[str] = []
-    try:
-        raw = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise StartupError(f"config file {path}: {getattr(e, 'strerror', None) or e}") from None
-    try:
-        data = yaml.load(raw, Loader=_Loader)  # a SafeLoader (its subclass)
-    except yaml.YAMLError as e:
-        raise ConfigError([f"{path}: not valid YAML: {e}"]) from e
-    except ValueError as e:  # an integer past Python's digit limit
-        raise ConfigError([f"{path}: {e}"]) from e
-    data = _substituted(data, env, errors)
+    data: dict[str, Any] = {}
+    for one in paths:
+        layer = _substituted(_read(one), env, errors)
+        if layer is not None and not isinstance(layer, dict):
+            errors.append(f"{one}: expected a mapping, got {type(layer).__name__}")
+            continue
+        data = _merged(data, layer or {})
     cfg = build(Config, data, "", errors) if not errors else None
     if errors:
         raise ConfigError(errors)
     assert cfg is not None
     return cfg
+
+
+def _read(path: str | Path) -> Any:
+    """One configuration file's YAML, parsed (a key given twice refused)."""
+    try:
+        raw = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise StartupError(f"config file {path}: {getattr(e, 'strerror', None) or e}") from None
+    try:
+        return yaml.load(raw, Loader=_Loader)  # a SafeLoader (its subclass)
+    except yaml.YAMLError as e:
+        raise ConfigError([f"{path}: not valid YAML: {e}"]) from e
+    except ValueError as e:  # an integer past Python's digit limit
+        raise ConfigError([f"{path}: {e}"]) from e
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` laid on ``base``: mappings merge key by key, other values replace."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def replace(cfg: Any, **changes: Any) -> Any:

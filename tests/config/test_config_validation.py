@@ -281,3 +281,27 @@ def test_flags_that_are_no_amount_or_width_are_refused(argv: list[str]) -> None:
 
     with pytest.raises(SystemExit):
         build_parser().parse_args(argv)
+
+
+def test_config_files_are_read_in_order_each_over_the_ones_before(tmp_path: Path) -> None:
+    """``--config A --config B`` (the image's defaults, then the user's file): B wins key by
+    key, a mapping merges, a list or value (``""`` included) replaces, what B leaves out is
+    A's; a flag still wins over both."""
+    base, user = tmp_path / "image.yaml", tmp_path / "user.yaml"
+    base.write_text("receiver:\n  grpc_endpoint: 0.0.0.0:4317\n  http_endpoint: 0.0.0.0:4318\n"
+                    "  bearer_tokens: {ci: one}\nadmin:\n  endpoint: 0.0.0.0:8888\n"
+                    "  public_paths: [/metrics, /healthz]\n")
+    user.write_text('receiver:\n  grpc_endpoint: ""\n  bearer_tokens: {cd: two}\n'
+                    "admin:\n  public_paths: [/healthz]\nassembly:\n  grace_s: 3\n")
+    args = cli.build_parser().parse_args(["serve", "--config", str(base), "--config", str(user),
+                                          "--admin-endpoint", "0.0.0.0:9999"])
+    cfg = cli.config_from_args(args)
+    assert cfg.receiver.grpc_endpoint == "" and cfg.receiver.http_endpoint == "0.0.0.0:4318"
+    assert cfg.receiver.bearer_tokens == {"ci": "one", "cd": "two"}
+    assert cfg.admin.public_paths == ["/healthz"] and cfg.assembly.grace_s == 3.0
+    assert cfg.admin.endpoint == "0.0.0.0:9999"
+    assert load_config([base]) == load_config(base)
+    assert load_config([]) == Config()
+    user.write_text("- a list\n")
+    with pytest.raises(ConfigError, match=f"{user}: expected a mapping, got list"):
+        load_config([base, user])

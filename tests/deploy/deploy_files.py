@@ -102,3 +102,27 @@ def exec_form(value: str) -> list[str]:
 
 def shell_words(value: str) -> list[str]:
     return shlex.split(value)
+
+
+def image_files() -> dict[str, Path]:
+    """Files the image's final stage copies from the build context: path in the image -> its
+    source in the repository."""
+    files: dict[str, Path] = {}
+    for kw, rest in dockerfile_stages()[-1]:
+        words = shell_words(rest)
+        if kw != "COPY" or any(w.startswith("--from") for w in words):
+            continue
+        *sources, dest = [w for w in words if not w.startswith("--")]
+        for src in sources:
+            files[dest + Path(src).name if dest.endswith("/") else dest] = ROOT / src
+    return files
+
+
+def entrypoint_argv(*args: str) -> list[str]:
+    """The command ``docker run ... otel-eval ARGS`` runs, the image's own files read from
+    the build context."""
+    (entrypoint,) = [r for kw, r in dockerfile_stages()[-1] if kw == "ENTRYPOINT"][-1:]
+    argv = exec_form(entrypoint)
+    assert argv[:2] == ["otel-eval", "serve"], argv
+    files = image_files()
+    return [str(files.get(a, a)) for a in argv] + list(args)

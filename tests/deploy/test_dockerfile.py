@@ -22,6 +22,7 @@ from deploy_files import (
     ROOT,
     dockerfile_instructions,
     dockerfile_stages,
+    entrypoint_argv,
     exec_form,
     shell_words,
 )
@@ -46,9 +47,7 @@ def _default_ports() -> dict[str, int]:
 
 def _entrypoint_config(*args: str) -> Config:
     """What the image's entrypoint runs with ``docker run ... otel-eval ARGS``."""
-    argv = exec_form(_instructions("ENTRYPOINT")[-1])
-    assert argv[:2] == ["otel-eval", "serve"], argv
-    return cli.config_from_args(cli.build_parser().parse_args([*argv[1:], *args]))
+    return cli.config_from_args(cli.build_parser().parse_args(entrypoint_argv(*args)[1:]))
 
 
 def test_hadolint_clean() -> None:
@@ -105,6 +104,23 @@ def test_the_config_files_store_is_the_one_used(tmp_path: Path) -> None:
     assert (cfg.store.url, cfg.store.retention_days) == ("postgresql://otel@db:5432/evals", 3)
     config.write_text("store:\n  path: /var/lib/otel-eval/evals.db\n")
     assert _entrypoint_config("--config", str(config)).store.path == "/var/lib/otel-eval/evals.db"
+
+
+def test_a_config_files_endpoints_win_over_the_images(tmp_path: Path) -> None:
+    """``docker run ... otel-eval --config c.yaml``: the entrypoint's ``--grpc-endpoint``,
+    ``--http-endpoint`` and ``--admin-endpoint`` flags won over the file, so a file turning
+    gRPC off (``grpc_endpoint: ""``) or moving a port was ignored. The image's endpoints are
+    defaults now: what the file sets wins, what it leaves out stays the image's."""
+    config = tmp_path / "c.yaml"
+    config.write_text('receiver:\n  grpc_endpoint: ""\n'
+                      "admin:\n  endpoint: 0.0.0.0:18888\n")
+    cfg = _entrypoint_config("--config", str(config))
+    assert cfg.receiver.grpc_endpoint == ""
+    assert cfg.admin.endpoint == "0.0.0.0:18888"
+    assert parse_endpoint(cfg.receiver.http_endpoint) == ("0.0.0.0", _default_ports()["http"])
+    # a flag still wins over both
+    cfg = _entrypoint_config("--config", str(config), "--grpc-endpoint", "0.0.0.0:14317")
+    assert cfg.receiver.grpc_endpoint == "0.0.0.0:14317"
 
 
 def test_healthcheck_probes_admin_healthz() -> None:

@@ -26,7 +26,7 @@ from deploy_files import (
     Helm,
     dockerfile_stages,
     docs_of_kind,
-    exec_form,
+    entrypoint_argv,
     one,
     values_args,
     workload,
@@ -95,7 +95,7 @@ def _pod_config(docs: list[dict[str, Any]], tmp_path: Path, worker_index: int = 
     argv = [*container["command"], *container["args"]]
     assert argv[:2] == ["otel-eval", "serve"], argv
     args = cli.build_parser().parse_args(argv[1:])
-    assert args.config == CONFIG_PATH
+    assert args.config == [CONFIG_PATH]
     overrides = {k: v for k, v in vars(args).items()
                  if k in ("grpc_endpoint", "http_endpoint", "admin_endpoint", "store")
                  and v is not None}
@@ -104,8 +104,9 @@ def _pod_config(docs: list[dict[str, Any]], tmp_path: Path, worker_index: int = 
     volume = next(v for v in _pod_spec(docs)["volumes"] if v["name"] == mounts["/etc/otel-eval"])
     configmap = one(docs, "ConfigMap")
     assert volume["configMap"]["name"] == configmap["metadata"]["name"]
-    args.config = tmp_path / f"config-{worker_index}.yaml"
-    args.config.write_text(configmap["data"]["config.yaml"])
+    config = tmp_path / f"config-{worker_index}.yaml"
+    config.write_text(configmap["data"]["config.yaml"])
+    args.config = [config]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(os, "environ", _pod_environ(container, worker_index))
         return cli.config_from_args(args)
@@ -325,8 +326,8 @@ def test_sidecar_example(tmp_path: Path) -> None:
     assert sidecar.get("restartPolicy") == "Always", "a native sidecar outlives the agent"
     assert "command" not in sidecar, "the example relies on the image's entrypoint"
     # The effective command line: the Dockerfile's ENTRYPOINT followed by the pod's args.
-    entrypoint = exec_form([r for k, r in dockerfile_stages()[-1] if k == "ENTRYPOINT"][-1])
-    cfg = cli.config_from_args(cli.build_parser().parse_args([*entrypoint, *sidecar["args"]][1:]))
+    cfg = cli.config_from_args(cli.build_parser().parse_args(
+        entrypoint_argv(*sidecar["args"])[1:]))
     ports = {p["name"]: p["containerPort"] for p in sidecar["ports"]}
     assert ports == {"otlp-grpc": parse_endpoint(cfg.receiver.grpc_endpoint)[1],
                      "otlp-http": parse_endpoint(cfg.receiver.http_endpoint)[1],
@@ -335,7 +336,8 @@ def test_sidecar_example(tmp_path: Path) -> None:
         assert (sidecar[probe]["httpGet"]["path"], sidecar[probe]["httpGet"]["port"]) == \
             (path, "admin")
     mounts = {m["mountPath"] for m in sidecar["volumeMounts"]}
-    assert str(Path(cfg.store.path).parent) in mounts
+    workdir = [r for k, r in dockerfile_stages()[-1] if k == "WORKDIR"][-1]
+    assert str((Path(workdir) / cfg.store.path).parent) in mounts  # relative: the workdir's
     (agent,) = pod["spec"]["containers"]
     env = {e["name"]: e.get("value") for e in agent["env"]}
     assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == f"http://localhost:{ports['otlp-grpc']}"

@@ -4,12 +4,13 @@ image refusing plain text on 0.0.0.0 unless told otherwise. Rendered with the re
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from deploy_files import CHART, NAMESPACE, Helm, docs_of_kind, exec_form, one
+from deploy_files import CHART, NAMESPACE, Helm, docs_of_kind, entrypoint_argv, one
 from support.ports import free_port
 from test_dockerfile import _instructions
 from test_helm import _container, _pod_config, _pod_spec, _validate
@@ -101,13 +102,15 @@ def test_refusing_insecure_needs_tls_and_tokens(helm: Helm, missing: str) -> Non
 
 
 def test_image_refuses_plain_text_on_all_interfaces_until_allowed(tmp_path: Path) -> None:
-    argv = exec_form(_instructions("ENTRYPOINT")[-1])
+    argv = entrypoint_argv()
     assert "--allow-insecure-non-loopback" not in argv  # safe by default
-    # ports changed to free ones so that the allowed run can bind; hosts stay 0.0.0.0
-    args = [a.replace(":4317", ":0").replace(":4318", ":0").replace(":8888", ":0")
-            for a in argv[2:]]
-    args[args.index("--store") + 1] = str(tmp_path / "r.db")
-    r = subprocess.run([sys.executable, "-m", "otel_eval.app.cli", "serve", *args],
+    # the image's defaults with free ports, so that an allowed run could bind; hosts stay 0.0.0.0
+    image = Path(argv[argv.index("--config") + 1])
+    config = tmp_path / "image.yaml"
+    config.write_text(re.sub(r":(4317|4318|8888)\b", ":0", image.read_text()))
+    args = [str(config) if a == str(image) else a for a in argv[2:]]
+    r = subprocess.run([sys.executable, "-m", "otel_eval.app.cli", "serve", *args,
+                        "--store", str(tmp_path / "r.db")], cwd=tmp_path,
                        capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 2, r.stderr
     assert "allow_insecure_non_loopback" in r.stderr and "0.0.0.0" in r.stderr

@@ -273,7 +273,8 @@ spec:
     - name: otel-eval
       image: {{ include "otel-eval.image" . | quote }}
       imagePullPolicy: {{ .Values.image.pullPolicy }}
-      # The image's entrypoint binds fixed ports; here the config file is the one source.
+      # Not the image's entrypoint (its defaults file first): the rendered config is the one
+      # source, the endpoints on 0.0.0.0 at .Values.ports included.
       command: ["otel-eval"]
       args:
         - serve
