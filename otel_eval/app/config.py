@@ -2,7 +2,11 @@
 
 YAML files may use ``${VAR}`` / ``${VAR:-default}`` environment substitution. Unknown keys
 are rejected and every error is reported at once with its path (``assembly.grace_s: ...``).
-Constructors elsewhere never read ``os.environ``: only ``load_config`` does, for substitution.
+A section or a mapping of names given null (its keys commented out) is read as absent: its
+defaults; a section given in part keeps its field's own defaults for the rest; a list or value
+given null is an error unless null is its default. Several files are read in order, each laid
+over the ones before it. Constructors elsewhere never read ``os.environ``: only
+``load_config`` does, for substitution.
 """
 
 from __future__ import annotations
@@ -221,11 +225,13 @@ def build(cls: type[T], data: Any, path: str = "", errors: list[str] | None = No
         errs.append(f"{path or '<root>'}: expected a mapping, got {type(data).__name__}")
         data = {}
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    names = set(fields)
     for key in data:
         if key not in names:
             errs.append(f"{path + '.' if path else ''}{key}: unknown key "
                         f"(known: {', '.join(sorted(names))})")
+    data = _over_defaults(data, fields, hints)
     before = len(errs)
     kwargs = {k: _convert(hints[k], v, f"{path + '.' if path else ''}{k}", errs)
               for k, v in data.items() if k in names}
@@ -247,6 +253,31 @@ def build(cls: type[T], data: Any, path: str = "", errors: list[str] | None = No
     if top and errs:
         raise ConfigError(errs)
     return typing.cast(T, obj)
+
+
+def _is_section(tp: Any) -> bool:
+    """A key whose value is a section (a dataclass) or a mapping of names to values."""
+    return dataclasses.is_dataclass(tp) or typing.get_origin(tp) is dict
+
+
+def _over_defaults(data: dict[str, Any], fields: dict[str, dataclasses.Field[Any]],
+                   hints: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with each null section or mapping left out (``assembly:`` with its keys
+    commented out: as if absent, the defaults), and each section laid over the field's own
+    default (admin.limits keeps its reserved_connections: 16, not HttpLimits()'s 0)."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        tp = hints.get(key)
+        if value is None and _is_section(tp):
+            continue
+        if isinstance(value, dict) and dataclasses.is_dataclass(tp):
+            f = fields[key]
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING \
+                else f.default
+            if dataclasses.is_dataclass(default) and not isinstance(default, type):
+                value = _merged(dataclasses.asdict(default), value)
+        out[key] = value
+    return out
 
 
 def load_config(path: str | Path | typing.Sequence[str | Path] | None = None,
@@ -292,6 +323,8 @@ def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     """``over`` laid on ``base``: mappings merge key by key, other values replace."""
     out = dict(base)
     for key, value in over.items():
+        if value is None and isinstance(out.get(key), dict):
+            continue  # a section with nothing under it: the earlier file's stays
         if isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = _merged(out[key], value)
         else:

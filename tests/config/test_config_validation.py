@@ -228,10 +228,11 @@ def test_what_would_be_read_otherwise_is_refused(tmp_path: Path, text: str) -> N
     ("export:\n  insecure: false\n  tls:\n    cert_file: /etc/c.pem\n",
      "export.tls: tls: cert_file and key_file go together"),
     ("kafka:\n  security:\n    protocol:\n", "kafka.security.protocol: "),
-    # a mapping given no value (or a list) reached its section's checks as one
-    ("receiver:\n  bearer_tokens:\n", "receiver.bearer_tokens: expected a mapping"),
+    # a mapping given a list reached its section's checks as one (given no value, null, it
+    # is read as absent: test_a_section_with_nothing_under_it_is_its_defaults)
     ("admin:\n  read_tokens: [ops]\n", "admin.read_tokens: expected a mapping"),
-    ("detectors:\n  agents:\n", "detectors.agents: expected a mapping"),
+    ("detectors:\n  agents: [bot]\n", "detectors.agents: expected a mapping"),
+    ("receiver:\n  bearer_tokens: ci\n", "receiver.bearer_tokens: expected a mapping"),
     ("store:\n  url: [postgresql://db/x]\n", "store.url: expected str"),
 ])
 def test_a_value_of_the_wrong_shape_is_refused_with_its_path(tmp_path: Path, text: str,
@@ -305,3 +306,83 @@ def test_config_files_are_read_in_order_each_over_the_ones_before(tmp_path: Path
     user.write_text("- a list\n")
     with pytest.raises(ConfigError, match=f"{user}: expected a mapping, got list"):
         load_config([base, user])
+
+
+def _sections(cls: type, prefix: str = "") -> list[tuple[str, bool]]:
+    """Every key whose value is a section (a dataclass) or a mapping (name -> value), with
+    whether it is a mapping, found from the Config classes themselves."""
+    import dataclasses
+    import typing
+
+    found: list[tuple[str, bool]] = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp, path = hints[f.name], prefix + f.name
+        if dataclasses.is_dataclass(tp):
+            found += [(path, False), *_sections(tp, path + ".")]
+        elif typing.get_origin(tp) is dict:
+            found.append((path, True))
+    return found
+
+
+SECTIONS = _sections(Config)
+
+
+def _nested(path: str, leaf: str) -> str:
+    parts = path.split(".")
+    return "".join(f"{'  ' * i}{p}:\n" for i, p in enumerate(parts[:-1])) + \
+        f"{'  ' * (len(parts) - 1)}{parts[-1]}:{leaf}\n"
+
+
+@pytest.mark.parametrize(("path", "mapping"), SECTIONS, ids=[p for p, _ in SECTIONS])
+def test_a_section_with_nothing_under_it_is_its_defaults(tmp_path: Path, path: str,
+                                                          mapping: bool) -> None:
+    """``assembly:`` with its keys commented out is YAML null. Every section read it as its
+    defaults, but a mapping of names (receiver.bearer_tokens, admin.read_tokens,
+    detectors.agents, ...) refused it ("expected a mapping, got NoneType"); and under a
+    second ``--config`` a null section wiped the first file's (the image's endpoints). Every
+    one is now read as if absent: the defaults, or the earlier file's."""
+    assert len(SECTIONS) > 30 and sum(m for _, m in SECTIONS) >= 7  # the walk found them
+    config = tmp_path / "c.yaml"
+    config.write_text(_nested(path, "  # nothing set"))
+    assert load_config(config) == Config()
+    # under an earlier file's settings: kept
+    base = tmp_path / "base.yaml"
+    if path == "receiver":
+        base.write_text("receiver:\n  grpc_endpoint: 0.0.0.0:4317\n")
+        assert load_config([base, config]).receiver.grpc_endpoint == "0.0.0.0:4317"
+    elif mapping:
+        base.write_text(_nested(path, "") .rstrip("\n") + " {}\n")
+        assert load_config([base, config]) == Config()
+
+
+def test_a_null_list_or_value_is_still_an_error(tmp_path: Path) -> None:
+    """Only sections and mappings read null as absent: a list or a value left empty is
+    refused with its path (``public_paths:`` with every entry commented out is no default)."""
+    config = tmp_path / "c.yaml"
+    config.write_text("admin:\n  public_paths:\nassembly:\n  grace_s:\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(config)
+    assert "admin.public_paths: expected a list" in str(e.value)
+    assert "assembly.grace_s: expected float" in str(e.value)
+    config.write_text("detectors:\n  budgets:\n    steps:\n")  # a budget's null: no limit
+    assert load_config(config).detectors.budgets.steps is None
+
+
+def test_a_section_given_in_part_keeps_its_own_defaults(tmp_path: Path) -> None:
+    """A section whose default is not its class's (admin.limits: reserved_connections 16, so
+    probes and scrapes get in during a flood) was built from the class's defaults when the
+    file set any of its keys: ``admin.limits.max_connections: 64`` dropped the reserve to 0."""
+    config = tmp_path / "c.yaml"
+    config.write_text("admin:\n  limits:\n    max_connections: 64\n")
+    limits = load_config(config).admin.limits
+    assert (limits.max_connections, limits.reserved_connections) == (
+        64, AdminConfig().limits.reserved_connections) == (64, 16)
+
+
+def test_an_agents_section_with_nothing_under_it_is_its_defaults(tmp_path: Path) -> None:
+    from otel_eval.evaluate.detectors.config import AgentOverrides
+
+    config = tmp_path / "c.yaml"
+    config.write_text("detectors:\n  agents:\n    bot:\n      # budgets: {steps: 5}\n")
+    assert load_config(config).detectors.agents == {"bot": AgentOverrides()}
