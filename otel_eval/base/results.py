@@ -30,6 +30,17 @@ NOT_ENDED_KINDS = frozenset({"incomplete", "truncated", "halted", "length_stop",
                              "pending_tool_calls"})
 
 
+# (detector, kind) of the findings that are notes, not problems: the code reports them at
+# severity info alone (never a reason) because they say no part of the run failed: it went
+# right (the calls matched the reference, a failed call was recovered from) or they describe
+# the measurement, not the agent (a cost partly unpriced, the stored result cut to its
+# bounds). No critique of the agent (outputs/issues). A kind reported at a severity a user
+# sets is never one of them (a loop at info is still a loop); every kind the code writes at
+# "info" is one (tests/issues/test_issues_critiques.py).
+NOTE_KINDS = frozenset({("reference", "match"), ("recovery", "recovered"),
+                        ("budget", "cost_unknown"), ("evaluation", "result_truncated")})
+
+
 def budget_exceeded(detector: Any, kind: Any) -> bool:
     """A finding that says a budget was blown (``budget/<name>_exceeded``); the budget
     detector's ``cost_unknown`` (a cost within it, partly unpriced) is none."""

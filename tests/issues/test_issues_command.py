@@ -17,7 +17,7 @@ from issue_fixtures import window
 from otel_eval.app.cli import build_parser, main, run_from_args
 from otel_eval.app.issues import cmd_issues, is_evaluation
 from otel_eval.base.configcheck import ConfigError
-from otel_eval.outputs.issues.critiques import GOOD_FINDINGS
+from otel_eval.base.results import NOTE_KINDS
 
 
 def _issues(*argv: str) -> tuple[int, str]:
@@ -48,7 +48,7 @@ def _expected_finding_critiques(evaluations: list[dict[str, Any]]) -> Counter[tu
     each must be assigned."""
     return Counter((e["trace_id"], (f["span_ids"] or [None])[0], f"finding:{f['detector']}")
                    for e in evaluations for f in e["findings"]
-                   if f["message"].strip() and (f["detector"], f["kind"]) not in GOOD_FINDINGS)
+                   if f["message"].strip() and (f["detector"], f["kind"]) not in NOTE_KINDS)
 
 
 def _assigned(data: dict[str, Any]) -> Counter[tuple[Any, ...]]:

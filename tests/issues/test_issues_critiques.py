@@ -1,7 +1,11 @@
+import ast
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import otel_eval
+from otel_eval.base.results import NOTE_KINDS
 from otel_eval.outputs.issues.critiques import MAX_CRITIQUE_CHARS, Critique, extract
 
 
@@ -86,3 +90,48 @@ def test_the_text_a_critique_carries_is_bounded() -> None:
     texts = [c.text for c in extract([ev], threshold=0.5).critiques]
     assert texts == ["\ufffd" + name[:MAX_CRITIQUE_CHARS - 1],
                      f"called {name}"[:MAX_CRITIQUE_CHARS], "x" * MAX_CRITIQUE_CHARS]
+
+
+def test_a_finding_about_the_measurement_is_no_critique() -> None:
+    # budget/cost_unknown ("cost partly unknown (no price for m)") and
+    # evaluation/result_truncated ("the stored result was cut to its bounds") say how the run
+    # was measured, not that the agent failed: clustered, every run of an unpriced model was
+    # an issue "cost partly unknown" of the agent. A loop finding configured at severity info
+    # still says the agent looped: it stays a critique.
+    ev = _evaluation(findings=[
+        {"detector": "budget", "kind": "cost_unknown", "severity": "info",
+         "message": "cost partly unknown (no price for m)", "span_ids": []},
+        {"detector": "evaluation", "kind": "result_truncated", "severity": "info",
+         "message": "the stored result was cut to its bounds (3 steps)", "span_ids": []},
+        {"detector": "reference", "kind": "match", "severity": "info",
+         "message": "calls match the reference", "span_ids": []},
+        {"detector": "recovery", "kind": "recovered", "severity": "info",
+         "message": "recovered from a failed f with g", "span_ids": ["s0"]},
+        {"detector": "loop", "kind": "repeated_call", "severity": "info",
+         "message": "f called 5 times", "span_ids": []}])
+    assert [c.text for c in extract([ev], threshold=0.5).critiques] == ["f called 5 times"]
+
+
+def _fixed_info_kinds() -> set[str]:
+    """The kinds the evaluation reports at a severity written as "info" (a call
+    ``...(kind, "info", ...)``, as ``Finding(detector, kind, "info", ...)`` is)."""
+    root = Path(otel_eval.__file__).parent / "evaluate"
+    kinds: set[str] = set()
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            args = node.args
+            for i, arg in enumerate(args[1:], start=1):
+                if isinstance(arg, ast.Constant) and arg.value == "info":
+                    kind = args[i - 1]
+                    assert isinstance(kind, ast.Constant), f"{path}:{node.lineno}"
+                    kinds.add(str(kind.value))
+    return kinds
+
+
+def test_every_finding_kind_fixed_at_info_is_declared_a_note() -> None:
+    # The rule the issues job reads (results.NOTE_KINDS): a kind the code always reports at
+    # info says the run went right or describes the measurement. A new one is declared there
+    # (or reported at a severity a user sets).
+    assert _fixed_info_kinds() == {kind for _, kind in NOTE_KINDS}

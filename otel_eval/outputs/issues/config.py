@@ -59,8 +59,9 @@ class IssuesConfig:
     # The previous window (for trend) is the share stored by the previous run.
     window_s: float = 3600.0
     # Judge critiques with a score strictly below this are taken (judge scale, 0..1);
-    # critiques without a score are taken too. Detector findings are taken but those that
-    # say something went right (a reference match, a recovery).
+    # critiques without a score are taken too. Detector findings are taken but the notes,
+    # which say nothing failed (a reference match, a recovery, a cost partly unpriced, a
+    # result cut to its bounds: base/results.NOTE_KINDS).
     low_score_threshold: float = 0.5
     # Take detector finding messages as critiques (besides judge critiques).
     include_findings: bool = True

@@ -4,11 +4,13 @@ Input is the v1 evaluation JSON (``results.Evaluation.to_json()``), as stored or
 ``otel-eval eval --format jsonl``. Two sources:
 
 - detector findings: ``findings[*].message``; a finding with span ids is a *node* critique of
-  the agent node of its first step, one without is a *system* critique; a finding that says
-  something went right (``GOOD_FINDINGS``: the calls matched the reference, a failure was
-  recovered from) is no critique, as a judge critique scoring at or above the threshold is
-  none: clustered, "calls match the reference" joined "calls do not match" and the matched
-  runs were counted in that issue;
+  the agent node of its first step, one without is a *system* critique; a note
+  (``results.NOTE_KINDS``: a finding the code reports at info alone because nothing failed:
+  the calls matched the reference, a failure was recovered from, the cost was partly
+  unpriced, the stored result was cut to its bounds) is no critique, as a judge critique
+  scoring at or above the threshold is none: clustered, "calls match the reference" joined
+  "calls do not match" and the matched runs were counted in that issue, and every run of an
+  unpriced model was an issue "cost partly unknown";
 - judge critiques: see ``judge_critiques`` (the one place that knows the judge's shape).
 
 A step that names no agent node belongs to the run's agent (``evaluation.agent``, an inferred
@@ -29,7 +31,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from otel_eval.base.results import NOT_ENDED_KINDS
+from otel_eval.base.results import NOT_ENDED_KINDS, NOTE_KINDS
 from otel_eval.base.text import valid_text
 
 Level = Literal["system", "node"]
@@ -41,8 +43,6 @@ ROOT_NODE = "root"  # node of step critiques whose step and run name no agent
 # the failure but makes each later step pay for it (the finding messages of the public
 # datasets are at most 300 characters).
 MAX_CRITIQUE_CHARS = 2_000
-# (detector, kind) of the findings that report a success, not a problem.
-GOOD_FINDINGS = frozenset({("reference", "match"), ("recovery", "recovered")})
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +93,7 @@ def finding_critiques(evaluation: Mapping[str, Any]) -> Iterator[Critique]:
     for f in evaluation.get("findings") or ():
         message = f.get("message") if isinstance(f, Mapping) else None
         if (not isinstance(message, str) or not message.strip()
-                or (f.get("detector"), f.get("kind")) in GOOD_FINDINGS):
+                or (f.get("detector"), f.get("kind")) in NOTE_KINDS):
             continue
         source = f"finding:{f.get('detector', '')}"
         spans = [s for s in f.get("span_ids") or () if isinstance(s, str)]
