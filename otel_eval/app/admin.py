@@ -35,6 +35,9 @@
                                         issues, calibration; HTML under a strict
                                         Content-Security-Policy
 
+Every 400 is ``{"error": "NAME: why", "parameter": NAME}``, NAME the query parameter, or the
+feedback body's field (``body``: the body as a whole), as ``_bad`` and ``QueryError`` say.
+
 Who may do what (tokens), and what a browser may not make it do (DNS rebinding, CSRF):
 ``app.admin_access``. TLS (and mTLS) from ``admin.tls``, as on the receivers.
 
@@ -209,6 +212,12 @@ def _error(status: int, message: str, **extra: Any) -> Response:
     return _json(status, {"error": message, **extra})
 
 
+def _bad(parameter: str, message: str) -> Response:
+    """The one shape of every 400 of the API: ``{"error": "NAME: why", "parameter": NAME}``,
+    NAME a query parameter or a field of the body (``body`` for the body as a whole)."""
+    return _error(400, f"{parameter}: {message}", parameter=parameter)
+
+
 def _store_read(respond: Callable[[Request], Response], req: Request) -> Response:
     """``respond(req)``, or 503 with the reason when the store cannot answer (down, out of
     connections, a lock held past ``store.lock_timeout_s``): the store's state, not a bug of
@@ -225,7 +234,7 @@ def _store_read(respond: Callable[[Request], Response], req: Request) -> Respons
 
 
 def page_params(query: str, default_limit: int = 100) -> tuple[int, int]:
-    """(offset, limit) of ``?offset=&limit=``; ValueError naming the bad parameter (digits
+    """(offset, limit) of ``?offset=&limit=``; QueryError naming the bad parameter (digits
     0-9 only: ``int`` refuses the superscripts ``str.isdigit`` takes, and 4,300 digits)."""
     params = parse_qs(query)
     out = []
@@ -234,7 +243,7 @@ def page_params(query: str, default_limit: int = 100) -> tuple[int, int]:
         raw = (params.get(name) or [str(default)])[0]
         value = ascii_int(raw, len(str(high)))
         if value is None or not low <= value <= high:
-            raise ValueError(f"{name} must be an integer in [{low}, {high}], got {quoted(raw)}")
+            raise QueryError(name, f"must be an integer in [{low}, {high}], got {quoted(raw)}")
         out.append(value)
     return out[0], out[1]
 
@@ -294,8 +303,8 @@ class _Routes:
         issue_id = found.group(1)
         try:
             offset, limit = page_params(req.query)
-        except ValueError as e:
-            return _error(400, str(e))
+        except QueryError as e:
+            return _error(400, str(e), parameter=e.param)
         page = self.api.issue_runs(issue_id, offset, limit)
         return _json(200, page) if page is not None else _error(
             404, f"no issue {issue_id!r} in the last clustering run")
@@ -339,19 +348,23 @@ class _Routes:
         try:
             raw = req.body(MAX_FEEDBACK_BYTES)
         except BodyError as e:  # what was not read must not become a request
-            return _json(e.status, {"error": str(e)}, close=True)
+            bad = {"parameter": "body"} if e.status == 400 else {}
+            return _json(e.status, {"error": f"body: {e}" if bad else str(e), **bad},
+                         close=True)
         try:
             body = loads_bounded(raw or b"null", max_depth=8)
             trace_id, outcome = str(body["trace_id"]).lower(), body["outcome"]
         except (ValueError, KeyError, TypeError) as e:
             why = f" ({e})" if isinstance(e, ValueError) else ""
-            return _error(400, 'expected JSON {"trace_id": "<32 hex>", "outcome": ...}' + why)
+            missing = e.args[0] if isinstance(e, KeyError) else "body"
+            return _bad(missing, 'expected JSON {"trace_id": "<32 hex>", "outcome": ...}'
+                        + why)
         if not is_trace_id(trace_id):
-            return _error(400, f"trace_id must be 32 hex digits, got {quoted(trace_id)}")
+            return _bad("trace_id", f"must be 32 hex digits, got {quoted(trace_id)}")
         try:
             updated = self.api.feedback(trace_id, outcome)
         except ValueError as e:
-            return _error(400, str(e))
+            return _bad("outcome", str(e))
         return _json(200, updated) if updated else _error(
             404, f"no evaluation for trace {trace_id!r}: feedback is taken once the trace "
             "is evaluated (nothing recorded)")

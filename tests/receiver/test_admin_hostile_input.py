@@ -164,23 +164,25 @@ def _check(handler: Handler, sent: Sent) -> Response:
         error = json.loads(resp.body)
         assert isinstance(error, dict) and isinstance(error.get("error"), str), what
         assert error["error"].strip(), what
-        if resp.status == 400 and sent.method == "GET":
-            _names_a_parameter(path, req.query, error, what)
+        if resp.status == 400:
+            _names_a_parameter(sent.method, req.query, error, what)
         return resp
     if sent.method == "GET" and resp.content_type == "application/json":
         _within_page(path, req.query, json.loads(resp.body), what)
     return resp
 
 
-def _names_a_parameter(path: str, query: str, error: dict[str, Any], what: str) -> None:
-    """A 400 on a query says which of its parameters is wrong."""
-    given = parse_qs(query[:MAX_QUERY_BYTES], keep_blank_values=True)
-    if path in ("/v1/evaluations", "/v1/sessions"):  # an unknown name: its first characters
+def _names_a_parameter(method: str, query: str, error: dict[str, Any], what: str) -> None:
+    """Every 400 of the API has one shape, ``{"error": "NAME: why", "parameter": NAME}``:
+    NAME one of the query's parameters (an unknown name: its first characters), or of a
+    feedback, the body's field (``body``: the body as a whole)."""
+    assert set(error) == {"error", "parameter"}, what
+    assert error["error"].startswith(f"{error['parameter']}: "), what
+    if method == "POST":
+        assert error["parameter"] in ("body", "trace_id", "outcome"), what
+    else:
+        given = parse_qs(query[:MAX_QUERY_BYTES], keep_blank_values=True)
         assert any(name.startswith(error["parameter"]) for name in given), what
-        assert error["error"].startswith(f"{error['parameter']}: "), what
-    elif path.startswith("/v1/issues/"):
-        name = error["error"].split(" ", 1)[0]
-        assert name in ("offset", "limit") and name in given, what
 
 
 def _within_page(path: str, query: str, body: Any, what: str) -> None:
@@ -273,7 +275,7 @@ def test_a_page_parameter_int_cannot_read_is_a_400_naming_it(served: Served, que
     line = f"/v1/issues/{issues().issues[0].issue_id}/runs?{wire(query)}"
     resp = _check(served.open, _credentials(Sent("GET", line))[0])
     assert resp.status == 400
-    assert json.loads(resp.body)["error"].startswith(f"{name} must be an integer in [")
+    assert json.loads(resp.body)["error"].startswith(f"{name}: must be an integer in [")
 
 
 def _post(payload: bytes, *headers: tuple[str, str]) -> Sent:
@@ -292,13 +294,13 @@ def _feedback(trace_id: str, outcome: object) -> Sent:
     (Sent("GET", "/v1/nothing/" + "\x7f" * 60_000), 404, "unknown path '/v1/nothing/\\x7f"),
     (Sent("X" * 60_000, "/metrics"), 405, "'XXXX"),
     (Sent("GET", "/v1/evaluations?" + "%00" * 2_700 + "=1"), 400, "\x00" * 100 + ": unknown"),
-    (Sent("GET", "/v1/issues/iss_x/runs?limit=" + "²" * 8_000), 400, "limit must be"),
-    (_feedback("\x7f" * 500_000, 1), 400, "trace_id must be 32 hex digits, got '\\x7f"),
-    (_feedback(GUIDE_ID, "\x7f" * 500_000), 400, "outcome '\\x7f"),
+    (Sent("GET", "/v1/issues/iss_x/runs?limit=" + "²" * 8_000), 400, "limit: must be"),
+    (_feedback("\x7f" * 500_000, 1), 400, "trace_id: must be 32 hex"),
+    (_feedback(GUIDE_ID, "\x7f" * 500_000), 400, "outcome: outcome '\\x7f"),
     (_post(b"{}", ("Content-Encoding", "\x7f" * 60_000)), 415, "unsupported Content-Encoding"),
     (_post(b"{}", ("Transfer-Encoding", "\x7f" * 60_000)), 501, "unsupported Transfer-Enc"),
     (Sent("POST", "/v1/feedback", (("Content-Type", "application/json"),
-                                   ("Content-Length", "\x7f" * 60_000))), 400, "invalid Content"),
+                                   ("Content-Length", "\x7f" * 60_000))), 400, "body: invalid"),
 ], ids=["evaluation", "session", "path", "method", "parameter", "page", "trace_id", "outcome",
         "content-encoding", "transfer-encoding", "content-length"])
 def test_an_error_quotes_the_input_briefly(served: Served, sent: Sent, status: int,
@@ -309,6 +311,39 @@ def test_an_error_quotes_the_input_briefly(served: Served, sent: Sent, status: i
         resp = handler(request_of(one))
         assert resp.status == status and len(resp.body) <= ERROR_BYTES, resp.body[:200]
         assert json.loads(resp.body)["error"].startswith(error), resp.body[:200]
+
+
+@pytest.mark.parametrize(("sent", "parameter"), [
+    (Sent("GET", "/v1/evaluations?limit=0"), "limit"),
+    (Sent("GET", "/v1/evaluations?colour=red"), "colour"),
+    (Sent("GET", "/v1/sessions?since=yesterday"), "since"),
+    (Sent("GET", "/v1/sessions/plain?colour=red"), "colour"),
+    (Sent("GET", "/v1/issues/{issue}/runs?limit=0"), "limit"),
+    (Sent("GET", "/v1/issues/{issue}/runs/?offset=-1"), "offset"),
+    (_feedback("not hex", "success"), "trace_id"),
+    (_feedback(GUIDE_ID, "maybe"), "outcome"),
+    (_post(json.dumps({"outcome": 1}).encode()), "trace_id"),
+    (_post(b"[1, 2]"), "body"),
+    (_post(b"{not json"), "body"),
+    (Sent("POST", "/v1/feedback", (("Content-Type", "application/json"),
+                                   ("Transfer-Encoding", "chunked")), b"zz\r\n"), "body"),
+], ids=["evaluations-limit", "evaluations-unknown", "sessions-since", "session-unknown",
+        "issue-runs-limit", "issue-runs-offset", "feedback-trace_id", "feedback-outcome",
+        "feedback-missing", "feedback-not-an-object", "feedback-not-json",
+        "feedback-framing"])
+def test_every_400_names_its_parameter_in_one_shape(served: Served, sent: Sent,
+                                                     parameter: str) -> None:
+    """/v1/issues/{id}/runs answered {"error": "limit must be ..."} and a feedback
+    {"error": "trace_id must be ..."}, where /v1/evaluations and /v1/sessions answer
+    {"error": "limit: ...", "parameter": "limit"} (docs/api.md): a client reading
+    "parameter" found none."""
+    sent = dataclasses.replace(sent, target=sent.target.format(issue=issues().issues[0].issue_id))
+    for handler, one in zip((served.open, served.guarded), _credentials(sent), strict=True):
+        resp = handler(request_of(one))
+        assert resp.status == 400, resp.body[:300]
+        error = json.loads(resp.body)
+        assert error == {"error": error["error"], "parameter": parameter}, error
+        assert error["error"].startswith(f"{parameter}: "), error
 
 
 def test_a_malformed_request_target_is_quoted_briefly(served: Served) -> None:

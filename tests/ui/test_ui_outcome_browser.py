@@ -110,7 +110,7 @@ def test_a_refused_outcome_is_said_on_the_form(browser: Browser,
                         "'form.outcome output'); const look = () => o.textContent.startsWith("
                         "'not recorded') ? done(o.textContent) : setTimeout(look, 20); look();"
                         " })")
-    assert status.startswith("not recorded (400): trace_id must be 32 hex digits")
+    assert status.startswith("not recorded (400): trace_id: must be 32 hex digits")
     assert browser.js("document.querySelectorAll('form.outcome output b').length") == 0
     assert store.labelled(10) == []
     _safe(browser)
