@@ -9,6 +9,9 @@ of two metrics that admitted different pairs was wrong.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from prometheus_client import CollectorRegistry
 
 from otel_eval.base.results import Evaluation, Finding, Verdict
@@ -24,6 +27,23 @@ def _evaluation(i: int, service: str, agent: str) -> Evaluation:
                       end_ns=1_000_000_000)
     finding = Finding("loop", "repeated_call", "warning", "loop")
     return Evaluation(traj, [finding], Verdict(False, []))
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+# Where the docs give the size of /metrics for 3,000 pairs, as this file's
+# test_one_pair_budget_for_every_per_trace_metric measures it.
+FIGURES = {"metrics.md": r"3,000 pairs make ([0-9,]+) series lines, ([0-9.]+) MB",
+           "transport-security.md": r"3,000 pairs: ([0-9,]+)\s+series lines, ([0-9.]+) MB"}
+
+
+def _docs_say(lines: int, size: int) -> None:
+    """The docs give the figures measured here (metrics.md said 16,323 series lines and
+    transport-security.md 16,494, each of another day's metrics, neither today's)."""
+    for doc, pattern in FIGURES.items():
+        found = re.search(pattern, (DOCS / doc).read_text(encoding="utf-8"))
+        assert found is not None, f"{doc} no longer gives the figures for 3,000 pairs"
+        assert found.groups() == (f"{lines:,}", f"{size / 1e6:.2f}"), (
+            f"{doc}: 3,000 pairs make {lines:,} series lines, {size / 1e6:.2f} MB")
 
 
 def _series_count(registry: CollectorRegistry) -> int:
@@ -76,6 +96,7 @@ def test_one_pair_budget_for_every_per_trace_metric() -> None:
     page, _ = render(r, None)
     lines = [ln for ln in page.decode().splitlines() if ln and not ln.startswith("#")]
     assert len(lines) < 20_000, len(lines)
+    _docs_say(len(lines), len(page))
     completed = _samples(r, "otel_eval_traces_completed")
     loops = _samples(r, "otel_eval_traces_with_loop")
     steps = _samples(r, "otel_eval_trace_steps", "_count")
