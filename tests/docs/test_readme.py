@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 from prometheus_client import CollectorRegistry
 
+from otel_eval.app.admin import AdminApi, routes
 from otel_eval.app.config import Config, build
 from otel_eval.app.configdoc import reference
 from otel_eval.outputs.issues.config import IssuesConfig
@@ -92,6 +93,31 @@ def test_readme_is_a_short_entry_point_whose_links_resolve() -> None:
     for doc in ROOT.joinpath("docs").glob("*.md"):
         for target in re.findall(r"\]\(([^)#:]+)\)", doc.read_text(encoding="utf-8")):
             assert (doc.parent / target).exists(), f"{doc.name} links to missing {target}"
+
+
+def _picture(doc: Path) -> str:
+    """The picture of ``doc``: its first code block (README's under "The picture")."""
+    text = doc.read_text(encoding="utf-8")
+    start = text.index("```\n", max(text.find("## The picture"), 0)) + 4
+    return text[start:text.index("```", start)]
+
+
+def _served_paths() -> set[str]:
+    """The first path of every route of the admin endpoint (the literal head of its pattern:
+    /v1/issues of /v1/issues/{id}/runs), the web view's as /ui/."""
+    api = AdminApi(CollectorRegistry(), lambda _q: None, lambda _t: None,  # type: ignore[arg-type, return-value]
+                   lambda _t, _o: None, lambda: True, lambda: True)
+    heads = {re.match(r"[/a-z0-9_]*", r.pattern.pattern).group().rstrip("/")  # type: ignore[union-attr]
+             for r in routes(api).routes}
+    return {"/ui/" if h == "/ui" or h.startswith("/ui/") else h for h in heads}
+
+
+def test_the_pictures_are_one_and_name_every_admin_route() -> None:
+    # architecture.md's admin line lacked /v1/sessions and /v1/calibration, README's had them.
+    readme, architecture = _picture(README), _picture(ROOT / "docs" / "architecture.md")
+    assert architecture == readme, "docs/architecture.md's picture is not README's"
+    admin = next(line for line in readme.splitlines() if line.startswith(" admin :8888"))
+    assert set(admin.split("◄──", 1)[1].split()) == _served_paths()
 
 
 def test_config_reference_is_a_loadable_config_equal_to_the_defaults() -> None:
