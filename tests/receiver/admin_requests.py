@@ -41,7 +41,7 @@ from otel_eval.store.query import encode_cursor
 READ, WRITE = "read-token-of-dashboards", "write-token-of-people"  # the guarded listener's
 GUIDE = Path(__file__).resolve().parents[1] / "data" / "detectors" / \
     "guide_lucky_recovery.otlp.json"
-GUIDE_ID = "5b8efff798038103d269b633813fc60c"
+GUIDE_ID = "6e0c63257de34c926f9efcd03899a81d"
 CONVERSATIONS = ("plain", "a/b c?d%é")  # the second URL-encoded in a path
 
 

@@ -22,7 +22,7 @@ from otel_eval.store.migrations import LATEST
 DATA = Path(__file__).resolve().parents[1] / "data" / "detectors"
 TRACE = DATA / "guide_lucky_recovery.otlp.json"
 REFS = DATA / "guide_lucky_recovery.references.jsonl"
-TRACE_ID = "5b8efff798038103d269b633813fc60c"
+TRACE_ID = "6e0c63257de34c926f9efcd03899a81d"
 CRITIQUE = "re-read docs/config.md although its content was already in context"
 
 

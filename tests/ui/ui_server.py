@@ -25,7 +25,7 @@ from otel_eval.store import Store
 DATA = Path(__file__).resolve().parents[1] / "data" / "detectors"
 GUIDE = DATA / "guide_lucky_recovery.otlp.json"
 GUIDE_REFS = DATA / "guide_lucky_recovery.references.jsonl"
-GUIDE_ID = "5b8efff798038103d269b633813fc60c"
+GUIDE_ID = "6e0c63257de34c926f9efcd03899a81d"
 CRITIQUE = "re-read docs/config.md although its content was already in context"
 ISSUES = {"schema": "otel-eval.issues/v1", "generated_at": 1_764_600_000.0, "window_s": 86400.0,
           "embedding": "tfidf", "traces": 40, "critiques": 12, "skipped": 0, "issues": [
