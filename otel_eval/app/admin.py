@@ -22,6 +22,9 @@
                                         404 if no turn has it; without ?service=, the one
                                         service's whose turns carry the id, 409 naming them
                                         when several do
+    GET  /v1/sessions?id={session_id}&service=
+                                        the same: how an id "." or ".." is reached (a client
+                                        resolves such a path segment before sending it)
     POST /v1/feedback                   {"trace_id", "outcome"}: records a known outcome and
                                         re-judges the stored verdict (lucky passes)
     GET  /v1/issues                     recurring issues (when the clustering stage runs)
@@ -322,20 +325,32 @@ class _Routes:
         return _json(200, self.api.query(query).to_json())
 
     def sessions(self, req: Request, _found: re.Match[str]) -> Response:
+        params = parse_qs(req.query, keep_blank_values=True)
+        if "id" in params:  # one conversation, its id in the query (an id "." or "..")
+            ids = params.pop("id")
+            if len(ids) != 1:
+                return _bad("id", "given more than once")
+            return self._session(ids[0], params)
         if self.api.sessions is None:
             return _error(404, "sessions are not served here")
         try:
-            query = SessionQuery.from_params(parse_qs(req.query, keep_blank_values=True))
+            query = SessionQuery.from_params(params)
         except QueryError as e:
             return _error(400, str(e), parameter=e.param)
         return _json(200, self.api.sessions(query))
 
     def session(self, req: Request, found: re.Match[str]) -> Response:
+        # the id URL-encoded (a "/" in it as %2F)
+        return self._session(unquote(found.group(1)),
+                             parse_qs(req.query, keep_blank_values=True))
+
+    def _session(self, session_id: str, params: dict[str, list[str]]) -> Response:
+        """One conversation: ``/v1/sessions/{id}?service=``, or ``/v1/sessions?id=&service=``
+        for an id no path carries (".", "..": a client resolves such a segment)."""
         if self.api.session is None:
             return _error(404, "sessions are not served here")
-        session_id = unquote(found.group(1))  # the id URL-encoded (a "/" in it as %2F)
         try:
-            service = session_service(parse_qs(req.query, keep_blank_values=True))
+            service = session_service(params)
             record = self.api.session(session_id, service)
         except QueryError as e:
             return _error(400, str(e), parameter=e.param)

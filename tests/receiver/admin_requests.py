@@ -178,10 +178,12 @@ ID_PATHS = st.builds(lambda route, tail, step, end: route.format(tail, step) + e
 # Every route that reads a query, and its parameters (the other routes ignore the query).
 QUERY_ROUTES: dict[str, tuple[str, ...]] = {
     "/v1/evaluations": evaluations_query.PARAMETERS, "/ui/": evaluations_query.PARAMETERS,
-    "/v1/sessions": sessions_query.PARAMETERS, "/ui/sessions": sessions_query.PARAMETERS,
+    "/v1/sessions": (*sessions_query.PARAMETERS, "id"),
+    "/ui/sessions": (*sessions_query.PARAMETERS, "id"),
     "/v1/issues/{issue}/runs": ("offset", "limit"), "/ui/issues/{issue}/runs": ("offset",),
     "/ui/sessions/{session}": ("turn",), "/metrics": ("name[]",)}
-VALUE_OF = {"limit": NUMBERS, "offset": NUMBERS, "turn": NUMBERS, "since": TIMES,
+VALUE_OF = {"id": st.one_of(st.sampled_from([*CONVERSATIONS, ".", ".."]), TEXT),
+            "limit": NUMBERS, "offset": NUMBERS, "turn": NUMBERS, "since": TIMES,
             "until": TIMES, "cursor": CURSORS, "passed": st.sampled_from(
                 ["true", "false", "TRUE", "False", "yes", "1", "", "%74rue", "true\x00"])}
 

@@ -6,10 +6,11 @@ pages bounded; and a run that is a turn links back to its conversation."""
 from __future__ import annotations
 
 import html
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import quote, urljoin
+from urllib.parse import quote, urlencode, urljoin
 
 import pytest
 from hostile import XSS
@@ -198,4 +199,32 @@ def test_a_dot_conversation_id_s_link_round_trips(tmp_path: Path) -> None:
             target = urljoin(url + "/ui/sessions", html.unescape(link))
             heading = re.findall(r"<h1>(.*?)</h1>", _page(target))[0]
             assert heading.endswith(" " + name), (link, heading)
+    store.close()
+
+
+def test_the_api_serves_a_conversation_by_its_id_in_the_query(tmp_path: Path) -> None:
+    """GET /v1/sessions/{id} had no query form: a client that resolves dot segments itself
+    (curl, requests, a browser: RFC 3986 5.2.4) turned /v1/sessions/.. into /v1/ and
+    /v1/sessions/. into /v1/sessions/, so conversations "." and ".." could not be read.
+    /v1/sessions?id=ID&service=S is the same answer, as the web view's
+    /ui/sessions?id=ID&service=S is its page."""
+    store, _ = stored_conversations(tmp_path / "otel-eval.db", DOTS)
+    with session_admin(store, len(DOTS)) as url:
+        for name in DOTS:
+            status, _, body = get(url + "/v1/sessions?" + urlencode({"id": name}))
+            assert status == 200, body
+            record = json.loads(body)
+            assert record["session_id"] == name
+            service = record["service"]
+            with_service = get(url + "/v1/sessions?" + urlencode({"id": name,
+                                                                   "service": service}))
+            assert with_service[0] == 200 and json.loads(with_service[2]) == record
+        by_path = get(url + "/v1/sessions/" + quote("%2E%2E", safe=""))
+        by_query = get(url + "/v1/sessions/?" + urlencode({"id": "%2E%2E"}))
+        assert by_path[0] == by_query[0] == 200 and by_path[2] == by_query[2]
+        missing = get(url + "/v1/sessions?" + urlencode({"id": "nobody"}))
+        assert missing[0] == 404
+        for query, parameter in (("id=.&id=..", "id"), ("id=.&limit=2", "limit")):
+            status, _, body = get(url + "/v1/sessions?" + query)
+            assert status == 400 and json.loads(body)["parameter"] == parameter, body
     store.close()
