@@ -119,3 +119,20 @@ def _lines(path: Path, bodies: list[dict[str, Any]]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(b) + "\n" for b in bodies), encoding="utf-8")
     return path
+
+
+def test_log_records_in_a_file_read_after_their_spans_still_join_them(tmp_path: Path) -> None:
+    """The order of the files does not change the evaluation: records in a file read after
+    the one where their run ended join it (``eval traces.jsonl logs.jsonl``), as serve
+    re-opens the run for them, instead of being refused as late."""
+    rec = corpus.recording("openai-v2-events", "loop")
+    by_signal = {s: [r["body"] for r in rec["requests"] if r["signal"] == s]
+                 for s in ("traces", "logs")}
+    traces = _lines(tmp_path / "traces.jsonl", by_signal["traces"])
+    logs = _lines(tmp_path / "logs.jsonl", by_signal["logs"])
+    logs_first, _ = _evaluated([logs, traces])
+    traces_first, run = _evaluated([traces, logs])
+    assert run.failed_files == 0
+    assert [_compared(e) for e in traces_first] == [_compared(e) for e in logs_first]
+    assert traces_first[0]["input"]  # the content, only in the log records, was read
+

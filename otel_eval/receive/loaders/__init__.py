@@ -9,7 +9,8 @@
       mini_swe_agent  mini-swe-agent .traj.json -> GenAI spans
     -> FileAssembly (the assembler groups by trace id over the files of a run; a trace is
        released at the end of the file where its run surely ended, else at the end of the
-       input: complete unless the root never ended)
+       input: complete unless the root never ended; every trace at the end of the input
+       when a file holds log records)
 
 The format is decided by content, never by the file name alone. A file that cannot be loaded
 raises ``LoaderError`` naming it; with ``on_error`` given, the error is reported there instead
@@ -139,17 +140,33 @@ def load_paths(paths: Iterable[str | Path], *, config: TrajectoryConfig | None =
                on_error: OnError | None = None, turns: bool = False) -> Iterator[Trace]:
     """Every trace in ``paths`` (files or directories, recursively), file by file, the files
     one stream (``FileAssembly``): a run's spans and records split over files are one trace,
-    released at the end of the file where it surely ended, else at the end of the input. A
-    path that cannot be opened at all is a ``LoaderError`` (``on_error``)."""
+    released at the end of the file where it surely ended, else at the end of the input;
+    when any file holds log records, every trace at the end of the input (a run's records
+    may come in any file, before or after its spans). A path that cannot be opened at all
+    is a ``LoaderError`` (``on_error``)."""
     report = on_error or _raise
-    assembly = FileAssembly()
+    files = list(_listed(paths, report))
+    assembly = FileAssembly(hold=any(_may_hold_logs(file) for file in files))
+    for file in files:
+        with _no_cycle_collection():
+            traces = _load_file(file, config, on_error, turns, assembly)
+            traces += assembly.ended()
+        yield from traces
+    yield from assembly.rest()
+
+
+def _listed(paths: Iterable[str | Path], report: OnError) -> Iterator[Path]:
     for path in paths:
         try:
-            for file in iter_files(path, report):
-                with _no_cycle_collection():
-                    traces = _load_file(file, config, on_error, turns, assembly)
-                    traces += assembly.ended()
-                yield from traces
+            yield from iter_files(path, report)
         except OSError as e:
             report(LoaderError(path, e.strerror or str(e)))
-    yield from assembly.rest()
+
+
+def _may_hold_logs(file: Path) -> bool:
+    """Whether the file may hold OTLP log records (read twice, the first time for this: a
+    file that cannot be read is reported when it is loaded)."""
+    try:
+        return otlp_files.may_hold_logs(read_bytes(file))
+    except LoaderError:
+        return False

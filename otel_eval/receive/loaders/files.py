@@ -3,7 +3,8 @@
 The spans of a run's files are grouped by the assembler (``serve``'s own: ``FileAssembly``)
 and released at end of file (``release_reason="eof"``) once their run has surely ended, the
 others at the end of the input: ``complete`` when a root span has ended, else ``incomplete``
-(the root never ended, or never arrived).
+(the root never ended, or never arrived). An input holding log records releases every trace
+at its end (``hold``): a run's records may be in any of its files, before or after its spans.
 """
 
 from __future__ import annotations
@@ -61,12 +62,17 @@ class FileAssembly:
     waiting for an absent parent), and ``rest()`` the others at the end of the input
     (``complete`` when a root ended, else ``incomplete``): a run whose spans go on in the
     next file waits for them. Released with ``release_reason="eof"``, in the order the file
-    that ends them shows them (``rest``: first-seen order)."""
+    that ends them shows them (``rest``: first-seen order).
 
-    def __init__(self) -> None:
+    ``hold``: the input holds log records, so ``ended`` releases nothing and every trace
+    waits for the end of the input: a run's records in a file read after the one where it
+    ended join it (``serve`` re-opens the run for them and evaluates it again; offline the
+    whole input is there, and the order of the files does not change the evaluation)."""
+
+    def __init__(self, hold: bool = False) -> None:
         self._assembler = TraceAssembler(_FILE_ASSEMBLY)
         self._touched: dict[str, None] = {}  # traces that took items since ``ended``
-
+        self._hold = hold
 
     def add(self, spans: Iterable[Span], source: str,
             on_reject: Callable[[LoaderError], None] | None = None,
@@ -89,6 +95,8 @@ class FileAssembly:
         file touched since has not changed, and asking again would make many files of
         unfinished runs quadratic)."""
         touched, self._touched = self._touched, {}
+        if self._hold:
+            return []
         return self._assembler.release_ended(0.0, reason="eof", among=touched)
 
     def rest(self) -> list[Trace]:

@@ -41,6 +41,16 @@ def is_otlp_logs_json(doc: Any) -> bool:
     return isinstance(doc, dict) and ("resourceLogs" in doc or "resource_logs" in doc)
 
 
+# OTLP/JSON logs requests hold one of these keys (a JSON key is its text, escapes aside)
+_LOGS_KEYS = (b'"resourceLogs"', b'"resource_logs"')
+
+
+def may_hold_logs(data: bytes) -> bool:
+    """Whether a file's content may hold log records (an OTLP/JSON logs request or lines of
+    them), without parsing it: a file that does not is sure to hold none."""
+    return data.lstrip()[:1] in (b"{", b"[") and any(k in data for k in _LOGS_KEYS)
+
+
 def _other_signal(doc: Any) -> bool:
     return isinstance(doc, dict) and any(k in doc for k in _OTHER_SIGNALS)
 
