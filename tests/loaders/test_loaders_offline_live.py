@@ -136,3 +136,17 @@ def test_log_records_in_a_file_read_after_their_spans_still_join_them(tmp_path: 
     assert [_compared(e) for e in traces_first] == [_compared(e) for e in logs_first]
     assert traces_first[0]["input"]  # the content, only in the log records, was read
 
+
+
+def test_log_records_that_meet_no_span_are_reported(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Records whose trace has no span anywhere in the input are dropped as serve drops
+    them (``no_spans``), and reported as the other rejects are, naming their file."""
+    rec = corpus.recording("openai-v2-events", "loop")
+    logs = _lines(tmp_path / "logs.jsonl",
+                  [r["body"] for r in rec["requests"] if r["signal"] == "logs"])
+    evaluations, run = _evaluated([logs])
+    assert evaluations == []
+    assert run.failed_files == 1
+    err = capsys.readouterr().err
+    assert str(logs) in err and "no_spans" in err

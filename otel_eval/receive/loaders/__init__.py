@@ -101,7 +101,8 @@ def load_file(path: str | Path, *, config: TrajectoryConfig | None = None,
     ``turns``: a chat log (tau-bench) as a conversation, a trace per user message."""
     assembly = FileAssembly()
     with _no_cycle_collection():
-        return _load_file(Path(path), config, on_error, turns, assembly) + assembly.rest()
+        return (_load_file(Path(path), config, on_error, turns, assembly)
+                + assembly.rest(on_error))
 
 
 def _load_file(path: Path, config: TrajectoryConfig | None,
@@ -152,7 +153,7 @@ def load_paths(paths: Iterable[str | Path], *, config: TrajectoryConfig | None =
             traces = _load_file(file, config, on_error, turns, assembly)
             traces += assembly.ended()
         yield from traces
-    yield from assembly.rest()
+    yield from assembly.rest(on_error)
 
 
 def _listed(paths: Iterable[str | Path], report: OnError) -> Iterator[Path]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import logging
 import zlib
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -73,6 +74,9 @@ class FileAssembly:
         self._assembler = TraceAssembler(_FILE_ASSEMBLY)
         self._touched: dict[str, None] = {}  # traces that took items since ``ended``
         self._hold = hold
+        # trace id -> the log records it took, by file: those of a trace that gets no span
+        # in the whole input are dropped (``no_spans``, as serve drops them) and reported
+        self._records: dict[str, Counter[str]] = {}
 
     def add(self, spans: Iterable[Span], source: str,
             on_reject: Callable[[LoaderError], None] | None = None,
@@ -88,6 +92,9 @@ class FileAssembly:
             _rejected(added.rejected, noun, source, on_reject)
             took = added.traces  # in the order the file shows them (a set has none)
             self._touched.update(dict.fromkeys(i.trace_id for i in items if i.trace_id in took))
+        for trace_id, n in Counter(r.trace_id for r in logs).items():
+            if trace_id in took:  # the traces that took the file's records
+                self._records.setdefault(trace_id, Counter())[source] += n
         return []
 
     def ended(self) -> list[Trace]:
@@ -97,9 +104,22 @@ class FileAssembly:
         touched, self._touched = self._touched, {}
         if self._hold:
             return []
-        return self._assembler.release_ended(0.0, reason="eof", among=touched)
+        released = self._assembler.release_ended(0.0, reason="eof", among=touched)
+        for trace in released:
+            self._records.pop(trace.trace_id, None)
+        return released
 
-    def rest(self) -> list[Trace]:
+    def rest(self, on_reject: Callable[[LoaderError], None] | None = None) -> list[Trace]:
+        """Every trace still open; the log records of those without a span are dropped
+        (``no_spans``) and reported to ``on_reject`` (else logged), naming their files."""
+        dropped: Counter[str] = Counter()
+        for trace_id, by_file in self._records.items():
+            opened = self._assembler.open_trace(trace_id)
+            if opened is not None and not opened[1]:
+                dropped.update(by_file)
+        self._records.clear()
+        for source, n in dropped.items():
+            _rejected({"no_spans": n}, "log record", source, on_reject, "dropped")
         return self._assembler.release_all(0.0, reason="eof")
 
 
@@ -110,15 +130,15 @@ def release(spans: Iterable[Span], source: str,
     released (``FileAssembly``: one file's worth, on its own)."""
     assembly = FileAssembly()
     assembly.add(spans, source, on_reject, logs)
-    return assembly.rest()
+    return assembly.rest(on_reject)
 
 
 def _rejected(rejected: Mapping[str, int], noun: str, source: str,
-              on_reject: Callable[[LoaderError], None] | None) -> None:
+              on_reject: Callable[[LoaderError], None] | None, verb: str = "rejected") -> None:
     if not rejected:
         return
     reasons = ", ".join(f"{n} {r}" for r, n in sorted(rejected.items()))
-    error = LoaderError(source, f"{sum(rejected.values())} {noun}(s) rejected: {reasons}")
+    error = LoaderError(source, f"{sum(rejected.values())} {noun}(s) {verb}: {reasons}")
     if on_reject is not None:
         on_reject(error)
     else:
