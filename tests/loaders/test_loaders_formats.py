@@ -133,6 +133,7 @@ BAD_FILES = {
     "empty.json": b"",
     "truncated.json": b'{"resourceSpans": [',
     "garbage.bin": b"\x00\x01\x02 definitely not protobuf \xff\xff",
+    "cut_short.binpb": b"\x00\x00\x00\x10\x0a\x02",  # a file exporter's request, cut
     "unknown.json": b'{"hello": "world"}',
     "not_utf8.json": b'{"resourceSpans": "\xff\xfe"}',
     "bad_line.jsonl": b'{"resourceSpans": []}\n{"resourceSpans": [}\n',

@@ -7,16 +7,23 @@ from __future__ import annotations
 
 import copy
 import json
+import struct
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conformance import corpus
 from conformance.replay import replay
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from support.harness import running_service
 
 from otel_eval.app.config import Config
 from otel_eval.app.offline import EvalRun
+from otel_eval.decode.otlp_json import message_from_dict
 
 _METRICS_LINE = {"resourceMetrics": [{"resource": {}, "scopeMetrics": [{"metrics": [
     {"name": "gen_ai.client.token.usage", "sum": {"dataPoints": [{"asInt": "3"}]}}]}]}]}
@@ -150,3 +157,45 @@ def test_log_records_that_meet_no_span_are_reported(
     assert run.failed_files == 1
     err = capsys.readouterr().err
     assert str(logs) in err and "no_spans" in err
+
+
+def _proto_frames(rec: dict[str, Any], path: Path) -> Path:
+    """The requests as the collector's file exporter writes them with ``format: proto``:
+    each request's protobuf bytes after its size (4 bytes, big-endian), every signal in
+    one file."""
+    kinds = {"traces": (ExportTraceServiceRequest, "resourceSpans"),
+             "logs": (ExportLogsServiceRequest, "resourceLogs")}
+    bodies = [message_from_dict(item["body"], kinds[item["signal"]][0](),
+                                kinds[item["signal"]][1]).SerializeToString()
+              for item in rec["requests"]]
+    bodies.insert(1, message_from_dict(_METRICS_LINE, ExportMetricsServiceRequest(),
+                                       "resourceMetrics").SerializeToString())
+    path.write_bytes(b"".join(struct.pack(">I", len(b)) + b for b in bodies))
+    return path
+
+
+@pytest.mark.parametrize("scenario", ["loop", "clean", "wrong_tool"])
+def test_a_file_exporter_proto_file_is_evaluated_as_its_json_lines(
+        tmp_path: Path, scenario: str) -> None:
+    rec = corpus.recording("openai-v2-events", scenario)
+    as_json, _ = _evaluated([_file_exporter_output(rec, tmp_path / "otel.jsonl")])
+    as_proto, run = _evaluated([_proto_frames(rec, tmp_path / "otel.binpb")])
+    assert run.failed_files == 0
+    assert [_compared(e) for e in as_proto] == [_compared(e) for e in as_json]
+    assert as_proto[0]["input"]  # the content, only in the log records, was read
+
+
+def test_a_protobuf_logs_request_file_joins_the_spans_of_another(tmp_path: Path) -> None:
+    """A single protobuf request per file (an HTTP body saved), logs as traces."""
+    rec = corpus.recording("openai-v2-events", "loop")
+    expected, _ = _evaluated([_file_exporter_output(rec, tmp_path / "otel.jsonl")])
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    for n, item in enumerate(rec["requests"]):
+        cls, key = ((ExportTraceServiceRequest, "resourceSpans") if item["signal"] == "traces"
+                    else (ExportLogsServiceRequest, "resourceLogs"))
+        (parts / f"{n:03}.binpb").write_bytes(
+            message_from_dict(item["body"], cls(), key).SerializeToString())
+    got, run = _evaluated([parts])
+    assert run.failed_files == 0
+    assert [_compared(e) for e in got] == [_compared(e) for e in expected]

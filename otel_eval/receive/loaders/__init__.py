@@ -2,7 +2,8 @@
 
     load_path(path) -> iter_files -> read_bytes (gzip by magic) -> sniff content -> one of
       otlp_files   OTLP/JSON request, collector file-exporter JSON lines (spans, and the
-                   GenAI event log records joined to them), OTLP protobuf
+                   GenAI event log records joined to them), OTLP protobuf (a request, or
+                   the file exporter's ``format: proto`` output: size-prefixed requests)
       span_tree    OpenInference span trees (TRAIL)
       tau_bench    tau-bench runs files (OpenAI chat logs) -> GenAI spans (loaders.chat);
                    with ``turns``, a trace per user message tied by a conversation id
@@ -113,8 +114,8 @@ def _load_file(path: Path, config: TrajectoryConfig | None,
         data = read_bytes(path)
         head = data.lstrip()[:1]
         if head not in (b"{", b"["):
-            return assembly.add(otlp_files.from_protobuf(data, path, report), str(path),
-                                on_error)
+            spans, logs = otlp_files.from_protobuf(data, path, report)
+            return assembly.add(spans, str(path), on_error, logs)
         try:
             doc = json.loads(data)
         except json.JSONDecodeError as e:

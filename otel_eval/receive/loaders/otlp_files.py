@@ -1,24 +1,31 @@
-"""OTLP files: an ``ExportTraceServiceRequest`` as protobuf or OTLP/JSON, and the collector
-file exporter's JSON lines (one request per line). Decoding is ``otel_eval.decode.otlp``'s, so a
-file gives the same spans as the same request received over the network; spans the decoder
-rejects are reported (with the decoder's reasons) and the good ones are kept.
+"""OTLP files: an ``ExportTraceServiceRequest`` (or ``ExportLogsServiceRequest``) as
+protobuf or OTLP/JSON, the collector file exporter's JSON lines (one request per line) and
+its protobuf output (``format: proto``: each request's bytes after their size, 4 bytes
+big-endian). Decoding is ``otel_eval.decode.otlp``'s, so a file gives the same spans as the
+same request received over the network; spans the decoder rejects are reported (with the
+decoder's reasons) and the good ones are kept.
 
 One file exporter in the traces and the logs pipelines (and metrics) writes every signal to
-the same file, a request per line: the ``ExportLogsServiceRequest`` lines (or an OTLP/JSON
-logs document) give the GenAI event records, held as ``serve``'s receivers hold them
-(``otlp_logs.hold_logs``) to join their spans; lines of the other signals (metrics,
-profiles) are skipped, as ``serve`` takes none.
+the same file, a request per line (or per frame): the ``ExportLogsServiceRequest`` requests
+(or an OTLP/JSON logs document) give the GenAI event records, held as ``serve``'s receivers
+hold them (``otlp_logs.hold_logs``) to join their spans; requests of the other signals
+(metrics; profiles in JSON, whose protobuf schema is still in development) are skipped, as
+``serve`` takes none.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import struct
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from otel_eval.base.model import Span
@@ -47,8 +54,14 @@ _LOGS_KEYS = (b'"resourceLogs"', b'"resource_logs"')
 
 def may_hold_logs(data: bytes) -> bool:
     """Whether a file's content may hold log records (an OTLP/JSON logs request or lines of
-    them), without parsing it: a file that does not is sure to hold none."""
-    return data.lstrip()[:1] in (b"{", b"[") and any(k in data for k in _LOGS_KEYS)
+    them, without parsing them; OTLP protobuf requests: a logs request among them)."""
+    if data.lstrip()[:1] in (b"{", b"["):
+        return any(k in data for k in _LOGS_KEYS)
+    try:
+        return any(isinstance(req, ExportLogsServiceRequest)
+                   for _, req in _protobuf_requests(data, Path()))
+    except LoaderError:
+        return False
 
 
 def _other_signal(doc: Any) -> bool:
@@ -84,6 +97,11 @@ def logs_from_json_doc(doc: Any, path: Path, on_error: OnError, where: str = "",
         req = message_from_dict(doc, ExportLogsServiceRequest(), "resourceLogs")
     except ValueError as e:
         raise LoaderError(path, f"{where}{e}") from e
+    return _held(req, path, where, on_error)
+
+
+def _held(req: ExportLogsServiceRequest, path: Path, where: str, on_error: OnError,
+          ) -> list[HeldRecord]:
     held = hold_logs(req)
     if held.rejected:
         reasons = ", ".join(f"{n} {r}" for r, n in sorted(held.rejected.items()))
@@ -114,12 +132,87 @@ def from_json_lines(data: bytes, path: Path, on_error: OnError,
     return spans, logs
 
 
-def from_protobuf(data: bytes, path: Path, on_error: OnError) -> list[Span]:
-    req = ExportTraceServiceRequest()
+def from_protobuf(data: bytes, path: Path, on_error: OnError,
+                  ) -> tuple[list[Span], list[HeldRecord]]:
+    """The spans and GenAI event records of a protobuf request, or of the requests of the
+    file exporter's ``format: proto`` output (other signals' requests skipped)."""
+    spans: list[Span] = []
+    logs: list[HeldRecord] = []
+    for where, req in _protobuf_requests(data, path):
+        if isinstance(req, ExportTraceServiceRequest):
+            spans.extend(_decode(req, path, where, on_error))
+        else:
+            logs.extend(_held(req, path, where, on_error))
+    return spans, logs
+
+
+Request: TypeAlias = ExportTraceServiceRequest | ExportLogsServiceRequest
+_SKIPPED = ExportTraceServiceRequest()  # a request of another signal (metrics), or empty
+
+
+def _protobuf_requests(data: bytes, path: Path) -> Iterator[tuple[str, Request]]:
+    """(where, request) of each traces or logs request: the file's frames when it is the
+    file exporter's output (sizes and requests fill the file; a frame's first byte is its
+    size's highest, 0 below 16 MiB, never a protobuf field's tag), else the file as one
+    request."""
+    frames = _frames(data)
+    if frames is None and data[:1] == b"\x00":
+        raise LoaderError(path, "OTLP protobuf requests cut short (the file exporter's "
+                                "output, the last request incomplete?)")
+    if frames is None:
+        req = _signal(data)
+        if req is None or req is _SKIPPED:
+            raise LoaderError(path, "neither JSON nor an OTLP protobuf request holding spans "
+                                    "or log records: not a recognised trace file")
+        yield "", req
+        return
+    for number, frame in enumerate(frames, 1):
+        req = _signal(frame) if frame else _SKIPPED
+        if req is None:
+            raise LoaderError(path, f"request {number}: not an OTLP protobuf request")
+        if req is not _SKIPPED:
+            yield f"request {number}: ", req
+
+
+def _frames(data: bytes) -> list[bytes] | None:
+    """The file exporter's requests, each after its size (4 bytes, big-endian); None when
+    the file is not such a sequence."""
+    frames, at = [], 0
+    while at < len(data):
+        if at + 4 > len(data):
+            return None
+        end = at + 4 + struct.unpack_from(">I", data, at)[0]
+        if end > len(data):
+            return None
+        frames.append(data[at + 4:end])
+        at = end
+    return frames or None
+
+
+def _signal(frame: bytes) -> Request | None:
+    """The request a frame holds (a protobuf message does not say its type): traces when a
+    span has ids of a span's sizes (no other signal's message has them in those fields),
+    ``_SKIPPED`` for metrics (a named metric with data), else logs when it holds records,
+    else traces when it holds spans; None when it is none of them."""
+    traces = _parsed(frame, ExportTraceServiceRequest)
+    spans = [] if traces is None else [s for rs in traces.resource_spans
+                                       for ss in rs.scope_spans for s in ss.spans]
+    if any(len(s.trace_id) == 16 and len(s.span_id) == 8 for s in spans):
+        return traces
+    metrics = _parsed(frame, ExportMetricsServiceRequest)
+    if metrics is not None and any(m.name and m.WhichOneof("data")
+                                   for rm in metrics.resource_metrics
+                                   for sm in rm.scope_metrics for m in sm.metrics):
+        return _SKIPPED
+    logs = _parsed(frame, ExportLogsServiceRequest)
+    if logs is not None and any(sl.log_records for rl in logs.resource_logs
+                                for sl in rl.scope_logs):
+        return logs
+    return traces if spans else None  # spans of invalid ids: reported as the decoder's
+
+
+def _parsed(frame: bytes, cls: Any) -> Any:
     try:
-        req.ParseFromString(data)
-    except DecodeError as e:
-        raise LoaderError(path, f"neither JSON nor an OTLP protobuf request: {e}") from e
-    if not any(ss.spans for rs in req.resource_spans for ss in rs.scope_spans):
-        raise LoaderError(path, "no spans: not a recognised trace file")
-    return _decode(req, path, "", on_error)
+        return cls.FromString(frame)
+    except (DecodeError, RecursionError):
+        return None
