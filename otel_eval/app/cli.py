@@ -195,20 +195,18 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     exporter gave up on a batch (the receiver down or refusing: the replay stops there) or
     a file could not be loaded (reported on stderr; the other files are replayed)."""
     from otel_eval.app.replay import Rejections, ReplayError, replay
-    from otel_eval.receive.loaders import load_path
+    from otel_eval.receive.loaders import load_paths
 
     cfg = config_from_args(args).trajectory  # the task id and outcome attributes written
-    n = 0
     rejected = Rejections()
     failed = _FileErrors("replay")
-    for path in args.paths:
-        try:
-            n += replay(load_path(path, config=cfg, turns=args.turns, on_error=failed.report),
-                        args.endpoint, protocol=args.protocol, rejections=rejected)
-        except ReplayError as e:  # the receiver down or refusing: the exporter gave up
-            print(f"otel-eval replay: {e} (of {path} to {args.endpoint}; {n} spans of "
-                  "earlier files delivered)", file=sys.stderr)
-            return 1
+    try:  # the files one stream, as eval reads them: the traces eval evaluates
+        n = replay(load_paths(args.paths, config=cfg, turns=args.turns,
+                              on_error=failed.report),
+                   args.endpoint, protocol=args.protocol, rejections=rejected)
+    except ReplayError as e:  # the receiver down or refusing: the exporter gave up
+        print(f"otel-eval replay: {e} (to {args.endpoint})", file=sys.stderr)
+        return 1
     out.write(f"replayed {n} spans to {args.endpoint} over OTLP/{args.protocol}: "
               f"{n - rejected.spans} accepted, {rejected.spans} rejected\n")
     if rejected.spans:

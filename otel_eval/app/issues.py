@@ -1,8 +1,9 @@
 """``otel-eval issues PATH...``: recurring issues of files, in one offline run.
 
     PATH (file or directory) -> per file: evaluation objects (``eval --format jsonl`` output,
-      or a JSON list of them) as they are, or trace files -> loaders -> Evaluator (what
-      ``eval`` runs) -> to_json -> issues_offline (in-memory catalogue) -> table | JSON
+      or a JSON list of them) as they are; the trace files, after them, through ``eval``'s
+      engine (EvalRun: one stream, agent history, judge) -> to_json -> issues_offline
+      (in-memory catalogue) -> table | JSON
 
 ``--format json`` prints the ``GET /v1/issues`` object plus ``assignments`` (trace id, span
 id, issue id for every critique and finding). A file that cannot be read is an error (exit
@@ -20,7 +21,6 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from otel_eval.app.config import Config
 from otel_eval.base.configcheck import ConfigError
 from otel_eval.base.printable import printable
 
@@ -69,24 +69,26 @@ def is_evaluation_file(path: Path) -> bool:
     return is_evaluation(obj)
 
 
-def evaluations(paths: list[str], cfg: Config, run: EvalRun) -> Iterator[dict[str, Any]]:
-    """Evaluation objects of every file under ``paths`` (trace files through ``run``, the
-    offline engine ``eval`` runs, judge included); raises LoaderError / EvaluationFileError
-    naming the file that cannot be read."""
+def evaluations(paths: list[str], run: EvalRun) -> Iterator[dict[str, Any]]:
+    """Evaluation objects of every file under ``paths``: evaluation files as they are, then
+    the trace files through ``run`` as ``eval`` evaluates them (one stream: a run split over
+    files is one run; the agent history of the runs before; judge included); raises
+    LoaderError / EvaluationFileError naming the file that cannot be read."""
     from otel_eval.outputs.issues.files import read_evaluations
-    from otel_eval.receive.loaders import iter_files, load_file
+    from otel_eval.receive.loaders import iter_files
 
+    traces: list[Path] = []
     for raw in paths:
         if not Path(raw).exists():
             raise FileNotFoundError(f"{raw}: no such file or directory")
         for path in iter_files(raw):
             if is_evaluation_file(path):
                 yield from read_evaluations([path])
-                continue
-            traces = load_file(path, config=cfg.trajectory)
-            evaluated = (run.evaluator.evaluate(t) for t in traces)
-            for evaluation in run.judged(e for e in evaluated if e is not None):
-                yield evaluation.to_json()
+            else:
+                traces.append(path)
+    if traces:
+        for evaluation in run.evaluations(traces, strict=True):
+            yield evaluation.to_json()
 
 
 def cmd_issues(args: argparse.Namespace, run: EvalRun, out: TextIO) -> int:
@@ -100,7 +102,7 @@ def cmd_issues(args: argparse.Namespace, run: EvalRun, out: TextIO) -> int:
 
     try:
         cfg = run.cfg
-        result = issues_offline(evaluations(list(args.paths), cfg, run), cfg.issues,
+        result = issues_offline(evaluations(list(args.paths), run), cfg.issues,
                                 namer=judge_namer(cfg.judge),
                                 synthesizer=judge_synthesizer(cfg.judge, REPLY_SCHEMA,
                                                               check_reply))

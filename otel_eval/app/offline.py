@@ -17,6 +17,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from otel_eval.app.config import Config
@@ -55,7 +56,11 @@ class EvalRun:
         self.not_runs = 0  # traces that were no agent run (no evaluation)
         self.spend: Spend | None = None
 
-    def traces(self) -> Iterator[Trace]:
+    def traces(self, paths: Sequence[str | Path] | None = None,
+               strict: bool = False) -> Iterator[Trace]:
+        """The traces of ``paths`` (default: the run's). A file with a problem is reported
+        and counted, and loading goes on; ``strict``: it raises ``LoaderError`` instead
+        (spans refused by assembly are then logged)."""
         from otel_eval.receive.loaders import LoaderError, load_paths
 
         failed: set[str] = set()  # files (or directories) with a problem, each counted once
@@ -66,11 +71,14 @@ class EvalRun:
             print(f"otel-eval: {e}", file=sys.stderr)
 
         # the files one stream, as serve's requests: a trace split over files is one trace
-        yield from load_paths(self.paths, config=self.cfg.trajectory, turns=self.turns,
-                              on_error=report)
+        yield from load_paths(self.paths if paths is None else paths,
+                              config=self.cfg.trajectory, turns=self.turns,
+                              on_error=None if strict else report)
 
-    def evaluations(self) -> Iterator[Evaluation]:
-        return self.judged(self._evaluated(_progress(self.traces(), sys.stderr)))
+    def evaluations(self, paths: Sequence[str | Path] | None = None,
+                    strict: bool = False) -> Iterator[Evaluation]:
+        """Every trace of ``paths`` (``traces``) evaluated as ``eval`` evaluates it."""
+        return self.judged(self._evaluated(_progress(self.traces(paths, strict), sys.stderr)))
 
     def _evaluated(self, traces: Iterable[Trace]) -> Iterator[Evaluation]:
         """Each trace evaluated in input order, the runs no span named given the agent that

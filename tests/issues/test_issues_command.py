@@ -209,3 +209,58 @@ def test_a_finding_that_says_a_run_went_right_is_in_no_issue(tmp_path: Path) -> 
     assert data["issues"]
     assert not [a for a in data["assignments"] if a["trace_id"] in good]
     assert all(i["traces"] == 12 for i in data["issues"])
+
+
+def _otlp_span(trace: str, span: str, parent: str | None, name: str,
+               attrs: dict[str, str]) -> dict[str, Any]:
+    return {"traceId": trace, "spanId": span, "parentSpanId": parent or "", "name": name,
+            "startTimeUnixNano": "1764547200000000000", "endTimeUnixNano": "1764547201000000000",
+            "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in attrs.items()]}
+
+
+def _agent_run(trace: str, agent: str, system: str, tool: str) -> list[dict[str, Any]]:
+    """An agent's run: its invoke_agent span, then a chat span with its prompt and tool."""
+    messages = [{"role": "system", "parts": [{"type": "text", "content": system}]},
+                {"role": "user", "parts": [{"type": "text", "content": f"task {trace}"}]}]
+    tools = [{"type": "function", "name": tool, "parameters": {}}]
+    root = trace[:15] + "1"
+    return [_otlp_span(trace, root, None, f"invoke_agent {agent}",
+                       {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": agent}),
+            _otlp_span(trace, trace[:15] + "2", root, "chat gpt-4o",
+                       {"gen_ai.operation.name": "chat",
+                        "gen_ai.input.messages": json.dumps(messages),
+                        "gen_ai.tool.definitions": json.dumps(tools)})]
+
+
+def _otlp_file(path: Path, spans: list[dict[str, Any]]) -> Path:
+    path.write_text(json.dumps({"resourceSpans": [{
+        "resource": {"attributes": [{"key": "service.name",
+                                     "value": {"stringValue": "shop"}}]},
+        "scopeSpans": [{"spans": spans}]}]}), encoding="utf-8")
+    return path
+
+
+def test_trace_files_are_evaluated_as_eval_evaluates_them(tmp_path: Path) -> None:
+    """``issues`` over trace files reads the evaluations ``eval`` gives: the files one stream
+    (a run whose spans are in two files is one run) and the agent history of the runs
+    before (a run no span names gets the agent its service's earlier runs show)."""
+    from otel_eval.app.config import Config
+    from otel_eval.app.issues import evaluations
+    from otel_eval.app.offline import EvalRun
+
+    planner = _agent_run("a" * 32, "planner", "Plan.", "plan")
+    coder = _agent_run("b" * 32, "coder", "Code.", "run_tests")
+    hung = _agent_run("c" * 32, "coder", "Code.", "run_tests")[1:]  # its agent span never came
+    files = [_otlp_file(tmp_path / "1.json", [*planner, coder[1]]),  # the run's chat ...
+             _otlp_file(tmp_path / "2.json", [coder[0], *hung])]  # ... its agent span after
+
+    def seen(evaluations: Any) -> list[tuple[Any, ...]]:
+        return [(e["trace_id"][0], e["agent"], e["agent_source"], e["status"],
+                 len(e["steps"]), e["counts"]["llm_calls"]) for e in evaluations]
+
+    by_eval = seen(e.to_json() for e in EvalRun(Config(), [str(tmp_path)]).evaluations())
+    assert by_eval == [("a", "planner", "span", "complete", 2, 1),
+                       ("b", "coder", "span", "complete", 2, 1),
+                       ("c", "coder", "inferred_history", "complete", 1, 1)]
+    assert seen(evaluations([str(tmp_path)], EvalRun(Config()))) == by_eval
+    assert seen(evaluations([str(f) for f in files], EvalRun(Config()))) == by_eval

@@ -3,6 +3,7 @@ received equal the spans loaded, and so do the trajectories built from them."""
 
 from __future__ import annotations
 
+import shutil
 import threading
 from collections.abc import Iterator
 from concurrent import futures
@@ -181,3 +182,22 @@ def test_every_command_takes_config() -> None:
         (config,) = [a for a in parser._actions if "--config" in a.option_strings]
         assert (config.metavar, config.dest) == ("FILE", "config"), name
         assert str(config.help).startswith("YAML configuration (default: embedded)"), name
+
+
+def test_replay_reads_its_paths_as_eval_does(grpc_collector: tuple[str, _Collector],
+                                            tmp_path: Path) -> None:
+    """``replay`` sends the traces ``eval`` evaluates: its paths one stream (load_paths), so
+    a copy of an export given as a second path is refused as late and reported, not sent
+    again (the receiver would refuse every span of it as a duplicate)."""
+    import io
+
+    from otel_eval.app.cli import build_parser, cmd_replay
+
+    endpoint, collector = grpc_collector
+    paths = [shutil.copy(DATA / "otlp_request.json", tmp_path / name)
+             for name in ("a.json", "b.json")]
+    args = build_parser().parse_args(["replay", *map(str, paths), "--endpoint", endpoint])
+    assert cmd_replay(args, io.StringIO()) == 1  # the copy's spans reported
+    spans = [s for t in load_file(DATA / "otlp_request.json") for s in t.spans]
+    assert sorted(map(_key, _received(collector.requests)), key=repr) == sorted(
+        map(_key, spans), key=repr)
