@@ -54,13 +54,17 @@ class Feedback:
                              "(or 1/0)")
         store = self.store
         for _ in range(FEEDBACK_ATTEMPTS):
-            body = store.get(trace_id)
-            if body is None:
+            # the evaluation's time before its body: a replay (by another worker, or after a
+            # restart) evaluates a trace at the same revision again, and the write lands only
+            # on the evaluation read (a body newer than the time read is refused, read again)
+            stamp = store.stamp(trace_id)
+            body = store.get(trace_id) if stamp is not None else None
+            if stamp is None or body is None:
                 return None  # nothing recorded: see the docstring
             updated = self.evaluator.with_outcome(body, outcome)
             if store.put_feedback_and_verdict(trace_id, body["revision"], outcome,
                                               self._wall_clock_ns(), updated["findings"],
-                                              updated["verdict"]):
+                                              updated["verdict"], evaluated_at_ns=stamp[1]):
                 break
             # re-evaluated since it was read: nothing written, read the new revision
         else:  # re-evaluated at every attempt: keep the outcome, the engine's next

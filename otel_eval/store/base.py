@@ -14,9 +14,12 @@ one contract test (tests/store/test_store_contract.py). Revision rules, the same
   replayed after a crash between the store's commit and the spool's delete, is done, not
   evaluated again. Late spans change the digest, so a re-opened trace is evaluated again.
 - ``put_judge`` and ``put_feedback_and_verdict`` each change their own part of a row, and only
-  when the stored row is still the revision they read; otherwise nothing is written and they
-  answer False (the judge's work belongs to that revision; feedback reads again and retries).
-  Neither bumps the revision.
+  when the stored row is still the revision they read, evaluated at the time they read (a
+  replay restarts at revision 0, so another worker's or a restart's re-evaluation may hold
+  the same revision: before, the judge of the old evaluation landed on the new one, and
+  feedback put the old findings back); otherwise nothing is written and they answer False
+  (the judge's work belongs to that revision; feedback reads again and retries). Neither
+  bumps the revision.
 - Feedback writes its outcome's row and the verdict it re-judged with it in one transaction
   (``put_feedback_and_verdict``): of two feedbacks for one trace, the last to commit wrote
   both, so the stored verdict says the outcome the feedback table holds (what calibration,
@@ -96,15 +99,20 @@ class EvaluationStore(Protocol):
         """Store in one transaction; per evaluation, whether it superseded a stored row."""
         ...
 
-    def put_judge(self, trace_id: str, revision: int, judge: dict[str, Any]) -> bool:
-        """Attach the judge's object to ``revision``; False when re-evaluated since or gone."""
+    def put_judge(self, trace_id: str, revision: int, judge: dict[str, Any],
+                  evaluated_at_ns: int | None = None) -> bool:
+        """Attach the judge's object to ``revision`` (evaluated at ``evaluated_at_ns``: a
+        replay, here or by another worker, evaluates a trace at the same revision again);
+        False when re-evaluated since or gone."""
         ...
 
     def put_feedback_and_verdict(self, trace_id: str, revision: int, outcome: str,
                                  now_ns: int, findings: list[dict[str, Any]],
-                                 verdict: dict[str, Any]) -> bool:
+                                 verdict: dict[str, Any],
+                                 evaluated_at_ns: int | None = None) -> bool:
         """Record ``outcome`` (received at ``now_ns``) and replace the findings and verdict of
-        ``revision``, in one transaction; False, nothing written, when re-evaluated or gone."""
+        ``revision`` (evaluated at ``evaluated_at_ns``, as ``put_judge``), in one transaction;
+        False, nothing written, when re-evaluated or gone."""
         ...
 
     def get(self, trace_id: str) -> dict[str, Any] | None: ...

@@ -42,12 +42,15 @@ class JudgeWrites:
 
     def put(self, trace_id: str, revision: int, judge: Judgement, *,
             shape: Callable[[Judgement], Judgement] | None = None,
-            after: Callable[[bool], None] | None = None) -> Future[bool]:
-        """Queue ``store.put_judge(trace_id, revision, shape(judge))``, then
-        ``after(stored)``; RuntimeError once stopped."""
+            after: Callable[[bool], None] | None = None,
+            evaluated_at_ns: int | None = None) -> Future[bool]:
+        """Queue ``store.put_judge(trace_id, revision, shape(judge), evaluated_at_ns)`` (the
+        evaluation judged: revision and time), then ``after(stored)``; RuntimeError once
+        stopped."""
         def write() -> bool:
             stored = self._store.put_judge(trace_id, revision,
-                                           shape(judge) if shape is not None else judge)
+                                           shape(judge) if shape is not None else judge,
+                                           evaluated_at_ns)
             if after is not None:
                 after(stored)
             return stored

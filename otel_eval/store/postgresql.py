@@ -273,35 +273,44 @@ class PostgresStore(KeptSessions):
             "WHERE trace_id = ANY(%s)", (ids,)).fetchall())
         return {str(r[0]): str(r[1]) for r in rows}
 
-    def put_judge(self, trace_id: str, revision: int, judge: dict[str, Any]) -> bool:
-        """Attach the judge's object to the stored evaluation of ``revision``; False (nothing
-        written) when the trace was re-evaluated since or is gone."""
+    def put_judge(self, trace_id: str, revision: int, judge: dict[str, Any],
+                  evaluated_at_ns: int | None = None) -> bool:
+        """Attach the judge's object to the stored evaluation of ``revision`` (evaluated at
+        ``evaluated_at_ns``, when given); False (nothing written) when the trace was
+        re-evaluated since (by another worker too, at the same revision) or is gone."""
         def change(body: dict[str, Any]) -> None:
             body["judge"] = judge
-        return self._patch(trace_id, revision, change, None)
+        return self._patch(trace_id, (revision, evaluated_at_ns), change, None)
 
     def put_feedback_and_verdict(self, trace_id: str, revision: int, outcome: str,
                                  now_ns: int, findings: list[dict[str, Any]],
-                                 verdict: dict[str, Any]) -> bool:
-        """Record ``outcome`` and replace the findings and verdict of ``revision`` (feedback
-        re-judged them with it), in one transaction; False, nothing written, when the trace
-        was re-evaluated since or is gone (read again and retry)."""
+                                 verdict: dict[str, Any],
+                                 evaluated_at_ns: int | None = None) -> bool:
+        """Record ``outcome`` and replace the findings and verdict of ``revision`` (evaluated
+        at ``evaluated_at_ns``, when given; feedback re-judged them with it), in one
+        transaction; False, nothing written, when the trace was re-evaluated since or is gone
+        (read again and retry)."""
         def change(body: dict[str, Any]) -> None:
             body["findings"] = findings
             body["verdict"] = verdict
-        return self._patch(trace_id, revision, change, bool(verdict["passed"]),
-                           feedback=(outcome, now_ns))
+        return self._patch(trace_id, (revision, evaluated_at_ns), change,
+                           bool(verdict["passed"]), feedback=(outcome, now_ns))
 
-    def _patch(self, trace_id: str, revision: int, change: Callable[[dict[str, Any]], None],
-               passed: bool | None, feedback: tuple[str, int] | None = None) -> bool:
-        """``change`` the body of ``revision`` under its row lock; with ``feedback`` (outcome,
-        received at), its row written in the same transaction, after the row lock: two
-        feedbacks for one trace commit one after the other, each with its verdict."""
+    def _patch(self, trace_id: str, read: tuple[int, int | None],
+               change: Callable[[dict[str, Any]], None], passed: bool | None,
+               feedback: tuple[str, int] | None = None) -> bool:
+        """``change`` the body of the evaluation ``read`` (revision, evaluated at; None: any
+        time) under its row lock; with ``feedback`` (outcome, received at), its row written
+        in the same transaction, after the row lock: two feedbacks for one trace commit one
+        after the other, each with its verdict."""
+        revision, at = read
+
         def work(conn: psycopg.Connection[Any]) -> bool:
             with conn.transaction():
                 row = conn.execute("SELECT body, passed FROM evaluations WHERE trace_id = %s "
-                                   "AND revision = %s FOR UPDATE",
-                                   (_text(trace_id), revision)).fetchone()
+                                   "AND revision = %s AND (%s::bigint IS NULL OR "
+                                   "evaluated_at_ns = %s) FOR UPDATE",
+                                   (_text(trace_id), revision, at, at)).fetchone()
                 if row is None:
                     return False
                 body = json.loads(row[0])

@@ -68,6 +68,9 @@ _SINCE = ("SELECT evaluated_at_ns, trace_id, body FROM evaluations WHERE evaluat
 _SINCE_AFTER = ("SELECT evaluated_at_ns, trace_id, body FROM evaluations WHERE evaluated_at_ns > ?"
                 " AND (evaluated_at_ns < ? OR (evaluated_at_ns = ? AND trace_id > ?))"
                 " ORDER BY evaluated_at_ns DESC, trace_id")
+# The row a judge or feedback read: trace id, revision, and its evaluation time when given
+# (None: any; a replay evaluates a trace at the same revision again)
+_READ = "trace_id = ? AND revision = ? AND (? IS NULL OR evaluated_at_ns = ?)"
 
 
 class SqliteStore(KeptSessions):
@@ -232,37 +235,41 @@ class SqliteStore(KeptSessions):
     # writes its outcome's row in the same transaction as its verdict: the last to commit
     # wrote both, so the verdict always says the outcome the feedback table holds.
 
-    def put_judge(self, trace_id: str, revision: int, judge: dict[str, Any]) -> bool:
-        """Attach the judge's object to the stored evaluation of ``revision``; False (nothing
-        written) when the trace was re-evaluated since (late spans: that revision is judged
-        on its own) or is gone."""
-        return self._patch(trace_id, revision, "json_set(body, '$.judge', json(?))",
-                           (json.dumps(judge),))
+    def put_judge(self, trace_id: str, revision: int, judge: dict[str, Any],
+                  evaluated_at_ns: int | None = None) -> bool:
+        """Attach the judge's object to the stored evaluation of ``revision`` (evaluated at
+        ``evaluated_at_ns``, when given); False (nothing written) when the trace was
+        re-evaluated since (late spans, or a replay at the same revision: that evaluation is
+        judged on its own) or is gone."""
+        return self._patch(trace_id, revision, evaluated_at_ns,
+                           "json_set(body, '$.judge', json(?))", (json.dumps(judge),))
 
     def put_feedback_and_verdict(self, trace_id: str, revision: int, outcome: str,
                                  now_ns: int, findings: list[dict[str, Any]],
-                                 verdict: dict[str, Any]) -> bool:
-        """Record ``outcome`` and replace the findings and verdict of ``revision`` (feedback
-        re-judged them with it), in one transaction; False, nothing written, when the trace
-        was re-evaluated since or is gone (read again and retry)."""
+                                 verdict: dict[str, Any],
+                                 evaluated_at_ns: int | None = None) -> bool:
+        """Record ``outcome`` and replace the findings and verdict of ``revision`` (evaluated
+        at ``evaluated_at_ns``, when given; feedback re-judged them with it), in one
+        transaction; False, nothing written, when the trace was re-evaluated since or is gone
+        (read again and retry)."""
         with self._lock, self._write() as cur:
             cur.execute(
                 "UPDATE evaluations SET body = json_set(body, '$.findings', json(?), "
-                "'$.verdict', json(?)), passed = ? WHERE trace_id = ? AND revision = ?",
+                f"'$.verdict', json(?)), passed = ? WHERE {_READ}",
                 (json.dumps(findings), json.dumps(verdict), int(bool(verdict["passed"])),
-                 trace_id, revision))
+                 trace_id, revision, evaluated_at_ns, evaluated_at_ns))
             written = cur.rowcount == 1
             if written:
                 cur.execute("INSERT OR REPLACE INTO feedback VALUES (?,?,?)",
                             (trace_id, outcome, now_ns))
         return written
 
-    def _patch(self, trace_id: str, revision: int, assignment: str,
-               args: tuple[Any, ...]) -> bool:
+    def _patch(self, trace_id: str, revision: int, evaluated_at_ns: int | None,
+               assignment: str, args: tuple[Any, ...]) -> bool:
         with self._lock:
             cur = self._db.execute(
-                f"UPDATE evaluations SET body = {assignment} WHERE trace_id = ? AND revision = ?",
-                (*args, trace_id, revision))
+                f"UPDATE evaluations SET body = {assignment} WHERE {_READ}",
+                (*args, trace_id, revision, evaluated_at_ns, evaluated_at_ns))
         return cur.rowcount == 1
 
     def get(self, trace_id: str) -> dict[str, Any] | None:

@@ -183,6 +183,46 @@ def test_a_run_the_replay_stored_anew_is_not_marked_restart(llm: FakeLLM,
         store.close()
 
 
+def test_a_judgement_is_not_stored_onto_another_workers_replay_of_the_run(
+        llm: FakeLLM, tmp_path: Path) -> None:
+    """This process judges its evaluation of a run; while the judge's call is under way,
+    another worker of the fleet (a Kafka replay after a rebalance) evaluates the run again,
+    at revision 0 too, and stores it. Before, the judgement matched the revision only and
+    was stored onto the other worker's evaluation (whose own judge had not written yet); now
+    it is written onto the evaluation it judged, or nowhere."""
+    path = str(tmp_path / "s.db")
+    store, worker = SqliteStore(path).open(), SqliteStore(path).open()
+    ev = evaluation(trace_id="c3" * 16)
+    ev.evaluated_at_ns = 1_000
+    store.put_many([ev])
+    replayed = evaluation(trace_id=ev.trace_id)
+    replayed.evaluated_at_ns = 2_000
+
+    def route(body: dict[str, Any]) -> Reply:  # the other worker stores, mid-call
+        if worker.stamp(ev.trace_id) == (0, 1_000):
+            worker.put_many([replayed])
+        return _scripted("fine")(body)
+    llm.route = route
+    loop = LoopThread()
+    loop.start()
+    stage = JudgeStage(config(llm.api_base, combined=True), loop, store,
+                       Metrics(CollectorRegistry()), cache_path=path)
+    try:
+        stage.start()
+        stage.export(Trace(ev.trace_id, [], "complete"), ev)
+        assert llm.arrived.wait(30)
+    finally:
+        stage.shutdown(10.0)  # the judgement, and its write, done
+        loop.stop()
+    try:
+        assert worker.stamp(ev.trace_id) == (0, 2_000)
+        stored = worker.get(ev.trace_id)
+        assert stored is not None and "judge" not in stored
+    finally:
+        worker.close()
+        store.close()
+
+
 def _events(down: Capture) -> EvaluationEvents:
     cfg = ExportConfig(events_endpoint=f"127.0.0.1:{down.port}", max_retry_s=60.0,
                        initial_backoff_s=0.01, max_backoff_s=0.05)

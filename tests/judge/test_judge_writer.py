@@ -39,12 +39,13 @@ class BlockingStore(SqliteStore):
         self.calls: list[tuple[str, str]] = []  # (trace id, overall status)
         self.threads: set[str] = set()
 
-    def put_judge(self, trace_id: str, revision: int, judge: dict[str, Any]) -> bool:
+    def put_judge(self, trace_id: str, revision: int, judge: dict[str, Any],
+                  evaluated_at_ns: int | None = None) -> bool:
         self.threads.add(threading.current_thread().name)
         self.entered.set()
         assert self.release.wait(30), "never released"
         self.calls.append((trace_id, judge["overall"]["status"]))
-        return super().put_judge(trace_id, revision, judge)
+        return super().put_judge(trace_id, revision, judge, evaluated_at_ns)
 
 
 def _scripted(body: dict[str, Any]) -> Reply:

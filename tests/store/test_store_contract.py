@@ -199,6 +199,44 @@ def test_conflicting_feedback_leaves_the_verdict_of_the_outcome_stored(stores: O
     assert [o for o, _ in b_store.labelled(10)] == ["success"]
 
 
+def test_feedback_lands_on_the_evaluation_it_read_not_a_replay_of_its_revision(
+        stores: Open) -> None:
+    """Another worker (a Kafka replay after a rebalance, or a restart's spool replay)
+    evaluates the trace again at revision 0, now with a loop, between feedback's read and its
+    write. Before, the write matched the revision only: it put the first evaluation's
+    findings (none) and verdict over the replay's, and the loop was gone from the fleet's
+    results. Now it lands only on the evaluation read: refused, read again, re-judged."""
+    a_store, worker = stores(), stores()
+    a_store.put_many([_ev(1, at=T0)])
+    tid = f"{1:032x}"
+    replay = _ev(1, detector="loop", passed=False, at=T0 + 5 * 10**9)
+    feedback = _feedback(a_store, _Paused(lambda: worker.put_many([replay])))
+    answered = feedback.record(tid, "failure")
+    assert answered is not None
+    stored = worker.get(tid)
+    assert stored is not None and [f["detector"] for f in stored["findings"]] == ["loop"]
+    assert stored["verdict"]["outcome"] == "failure" and worker.feedback(tid) == "failure"
+
+
+def test_the_judge_writes_only_onto_the_evaluation_it_judged(stores: Open) -> None:
+    """A replay at the same revision is another evaluation: a judgement of the first one is
+    refused on it (its own judge writes there), as a later revision's is."""
+    a_store, worker = stores(), stores()
+    a_store.put_many([_ev(1, at=T0)])
+    tid = f"{1:032x}"
+    worker.put_many([_ev(1, detector="loop", passed=False, at=T0 + 5 * 10**9)])
+    assert not a_store.put_judge(tid, 0, JUDGE, evaluated_at_ns=T0)
+    assert not a_store.put_feedback_and_verdict(tid, 0, "success", 1, [],
+                                                {"passed": True, "reasons": []},
+                                                evaluated_at_ns=T0)
+    stored = worker.get(tid)
+    assert stored is not None and "judge" not in stored and stored["verdict"]["passed"] is False
+    assert worker.feedback(tid) is None
+    assert a_store.put_judge(tid, 0, JUDGE, evaluated_at_ns=T0 + 5 * 10**9)
+    stored = worker.get(tid)
+    assert stored is not None and stored["judge"] == JUDGE
+
+
 def test_feedback_on_a_row_deleted_meanwhile_records_nothing(stores: Open) -> None:
     """Retention deleted the trace between feedback's read and its write: nothing is recorded
     (before, the outcome's row stayed, of no evaluation), the answer is a 404."""

@@ -146,7 +146,8 @@ class JudgeStage:
                         trace_id, evaluated_at_ns):
                     self._journal.remove(trace_id, revision)  # evaluated again since: its own
                 elif "judge" not in row:
-                    self.store.put_judge(trace_id, revision, skipped_judge("restart"))
+                    self.store.put_judge(trace_id, revision, skipped_judge("restart"),
+                                         evaluated_at_ns)
                     self.metrics.judge.skip("restart")
                     self._journal.remove(trace_id, revision)
                 elif self.events is not None:
@@ -251,7 +252,10 @@ class JudgeStage:
                 shape=lambda judge: self._fit(evaluation, judge),
                 # a judgement whose events go out keeps its entry until they are delivered
                 after=lambda stored: None if stored and events else self._journal_remove(
-                    evaluation))
+                    evaluation),
+                # the evaluation judged: another of the same revision (a replay, here or by
+                # another worker) is judged on its own
+                evaluated_at_ns=evaluation.evaluated_at_ns)
         except RuntimeError:  # the writer has stopped: the shutdown deadline passed
             log.warning("judge result of trace %s not stored: the stage has stopped",
                         evaluation.trace_id)
