@@ -701,6 +701,42 @@ def test_one_catalogue_at_a_time_leads_the_issues_job(target: str, stores: Open)
         second.close()
 
 
+def test_issues_jobs_whose_sessions_the_server_ended_hand_over_without_errors(
+        postgresql_url: str) -> None:
+    """PostgreSQL only: the server ends every session (a restart, a failover, an idle kill):
+    the leader's advisory lock went with its session. The next job to ask reconnects and
+    takes the lock; the former leader reconnects and finds it taken: a skipped run. Before,
+    the follower's run failed on its dead connection and the former leader, still taking
+    itself for the leader, failed its run too: each counted an error, and the one left
+    following had only errors and skips for 30 minutes (OtelEvalIssuesJobStale fired on it,
+    although the fleet's job ran)."""
+    import psycopg
+
+    from otel_eval.outputs.issues.config import IssuesConfig
+    from otel_eval.outputs.issues.job import IssuesJob
+
+    open_store(postgresql_url).close()
+    registries = CollectorRegistry(), CollectorRegistry()
+    leader, follower = (IssuesJob(IssuesConfig(), postgresql_url, lambda ns: [], r,
+                                  lambda: T0 / 1e9) for r in registries)
+
+    def runs(registry: CollectorRegistry) -> dict[str, float]:
+        return {s: registry.get_sample_value("otel_eval_issues_runs_total", {"status": s})
+                or 0.0 for s in ("ok", "skipped", "error")}
+    try:
+        assert leader.run_once() is not None and follower.run_once() is None
+        with psycopg.connect(postgresql_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity "
+                          "WHERE application_name = 'otel-eval'")
+        assert follower.run_once() is not None  # the lock is free: it leads now
+        assert leader.run_once() is None  # taken: it follows
+        assert runs(registries[0]) == {"ok": 1, "skipped": 1, "error": 0}
+        assert runs(registries[1]) == {"ok": 1, "skipped": 1, "error": 0}
+    finally:
+        leader.close(5.0)
+        follower.close(5.0)
+
+
 def _sql(target: str, sql: str) -> list[tuple[Any, ...]]:
     if target.startswith("postgresql://"):
         import psycopg

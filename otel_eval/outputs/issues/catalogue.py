@@ -187,12 +187,28 @@ class Catalogue:
         self._conn.close()
 
     def lead(self) -> bool:
-        """Whether this catalogue's job is the one to run (see the module docstring)."""
-        if self._pg and self._reconnect is not None and (self._conn.closed
-                                                         or self._conn.broken):
+        """Whether this catalogue's job is the one to run (see the module docstring). The
+        session the lock lives in may have been ended by the server since the last run (a
+        restart, a failover, an idle kill: psycopg sees it at the next statement): then the
+        lock went with it, and this asks again once, on a new connection, as the next
+        worker does, instead of failing the run (a leader's, or a follower's that would
+        have taken over)."""
+        if not self._pg:
+            return True
+        try:
+            return self._lead()
+        except Exception:
+            if self._reconnect is None or not (self._conn.closed or self._conn.broken):
+                raise  # not a lost session
+        return self._lead()
+
+    def _lead(self) -> bool:
+        if self._reconnect is not None and (self._conn.closed or self._conn.broken):
             self._conn.close()
             self._conn, self._leading = self._reconnect(), False  # the lock went with it
-        if not self._leading:
+        if self._leading:  # it holds the lock while its session lives: is it still there?
+            self._conn.execute("SELECT 1")
+        else:
             row = self._conn.execute("SELECT pg_try_advisory_lock(%s)",
                                      (ISSUES_LOCK,)).fetchone()
             self._leading = bool(row[0])
