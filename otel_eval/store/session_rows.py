@@ -264,6 +264,8 @@ def sql(m: str, char: str, instr: str) -> dict[str, str]:
         "judge": f"UPDATE sessions SET body = {m} WHERE session_id = {m} AND "
                  f"state = 'complete' AND completions = {m} AND body = {m}",
         "open": "SELECT COUNT(*) FROM sessions WHERE state <> 'complete'",
+        # open and not claimed: what the open-sessions bound may still complete
+        "unclaimed": "SELECT COUNT(*) FROM sessions WHERE state = 'open'",
         # the keys in a range (a conversation id's, in every service: ``keys_of``)
         "keys": f"SELECT session_id FROM sessions WHERE session_id >= {m} AND session_id < {m} "
                 f"ORDER BY session_id LIMIT {m}",
@@ -309,12 +311,18 @@ class KeptSessions:
         high = low[:-1] + chr(ord(KEY_SEPARATOR) + 1)
         return [str(r[0]) for r in self._one("keys", low, high, limit)[0]]
 
-    def crowded_open_sessions(self, limit: int) -> list[tuple[str, int]]:
-        """(session id, last turn ns) of ``limit`` open sessions to complete for the
-        open-sessions bound: those of the services holding the most open sessions, the
-        oldest of each first (a service gives way until it holds no more than the next
-        one), so a service opening new ids completes its own, not another's conversations.
-        Ranks every open session (a window over the table): read only past the bound."""
+    def crowded_open_sessions(self, limit: int, keep: int = 0) -> list[tuple[str, int]]:
+        """(session id, last turn ns) of at most ``limit`` open sessions to complete for the
+        open-sessions bound, and no more than the open ones past ``keep`` (the bound),
+        counted now without the claimed ones: those another process is completing are no
+        longer open (counted, a second process checking meanwhile completed as many again);
+        those of the services holding the most open sessions, the oldest of each first (a
+        service gives way until it holds no more than the next one), so a service opening
+        new ids completes its own, not another's conversations. Ranks every open session (a
+        window over the table): read only past the bound."""
+        limit = min(limit, int(self._one("unclaimed")[0][0][0]) - keep)
+        if limit <= 0:
+            return []
         return [(str(r[0]), int(r[1])) for r in self._one("crowded", limit)[0]]
 
     def claim_session(self, session_id: str, last_turn_ns: int, claim: str, now_ns: int,

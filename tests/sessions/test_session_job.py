@@ -8,7 +8,9 @@ lands on the last turn's root span, at least once."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
 import grpc
 from opentelemetry.proto.logs.v1 import logs_pb2
@@ -235,6 +237,48 @@ def test_open_sessions_past_their_bound_complete_oldest_first(tmp_path: Path) ->
                    reason="max_open_sessions") == 2
     assert store.open_session_count() == 3
     store.close()
+
+
+class _Interleaved:
+    """A store whose first ``session_turns`` (a claimed session being evaluated) runs
+    ``between()`` first: another process's whole check, at that point of this one's."""
+
+    def __init__(self, store: EvaluationStore, between: Callable[[], object]) -> None:
+        self._store = store
+        self._between: Callable[[], object] | None = between
+
+    def session_turns(self, *args: Any, **kwargs: Any) -> Any:
+        between, self._between = self._between, None
+        if between is not None:
+            between()
+        return self._store.session_turns(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+def test_two_processes_past_the_bound_complete_only_the_excess(postgresql_url: str) -> None:
+    """Four conversations open, the bound 2: the two oldest are to be completed early, no
+    more. Process A claims the oldest and, while it evaluates it, process B checks. Before,
+    B counted A's claimed session as open (state not complete) but took its victims among
+    the open ones only: it completed the next two, and with A's a third conversation still
+    going on was cut before its end (non-termination findings, a second completion and
+    event at its next turn)."""
+    a_store, b_store = open_store(postgresql_url), open_store(postgresql_url)
+    a_store.put_many([_turn(f"c{i}", 0, T0 + i) for i in range(4)])
+    clock = ManualClock(T0 + 5)
+    b_job, b_metrics = _job(b_store, clock, max_open_sessions=2)
+    a_job, a_metrics = _job(cast(EvaluationStore, _Interleaved(a_store, b_job.tick)), clock,
+                            max_open_sessions=2)
+    try:
+        assert a_job.tick() == 1
+        assert [a_store.session_record(_k(f"c{i}")).state  # type: ignore[union-attr]
+                for i in range(4)] == ["complete", "complete", "open", "open"]
+        assert sum(_sample(m, "otel_eval_sessions_evicted_total", reason="max_open_sessions")
+                   for m in (a_metrics, b_metrics)) == 2
+    finally:
+        a_store.close()
+        b_store.close()
 
 
 def _one_service_floods(store: EvaluationStore) -> None:

@@ -165,7 +165,8 @@ class SessionJob:
             return 0
         done = 0
         for session_id, last_ns in self.store.crowded_open_sessions(
-                min(over, self.config.max_completions_per_check)):
+                min(over, self.config.max_completions_per_check),
+                self.config.max_open_sessions):  # counted again: another may be at it
             if self._complete(session_id, last_ns, now, "max_open_sessions"):
                 done += 1
                 self.metrics.sessions.evicted("max_open_sessions")
