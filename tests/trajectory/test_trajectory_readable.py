@@ -297,7 +297,7 @@ def test_flattened_content_parts_and_autogen_s_function_results_are_messages() -
         {"role": "function", "parts": [{"type": "tool_call_response", "id": "c0",
                                         "response": "sunny"}]}]
     assert (llm.prompt, llm.reply, llm.answer) == ("sunny", "It is sunny.", "It is sunny.")
-    assert t.task == "Weather\nin Paris?"
+    assert t.task == "Weather\nin Paris?\n[image]"  # the image named, its URL not kept
 
 
 @pytest.mark.parametrize(("attrs", "reasons"), [

@@ -27,18 +27,101 @@ _RAW_HEAD = 1_000
 _RAW_CHOICE = re.compile(r"choices=\[\w{1,80}\(finish_reason='([A-Za-z_]{1,40})'")
 
 
+# Content parts that hold a file's bytes or point at one (an image, audio, a document), by
+# type: the GenAI conventions' ``blob`` / ``uri`` / ``file``, OpenAI's ``image_url``,
+# ``input_audio`` and ``file`` (Chat) and ``input_image`` / ``input_file`` (Responses),
+# Anthropic's and the AI SDK's ``image`` / ``file`` / ``document``, pydantic-ai's ``binary``
+# and ``*-url``. Never text: a blob's ``content`` is its bytes, base64.
+_BINARY_TYPES = frozenset({
+    "blob", "uri", "file", "image", "image_url", "input_image", "input_audio", "input_file",
+    "audio", "video", "document", "binary", "image-url", "audio-url", "video-url",
+    "document-url"})
+# Fields of such a part (or of the object under its type's name) that hold its bytes inline,
+# base64 or a ``data:`` URL; and those that point at it (a URI, a file id: never fetched).
+_INLINE_KEYS = ("content", "data", "file_data", "image_url", "url", "image", "base64")
+_SOURCE_KEYS = ("source", "image_url", "input_audio", "file", "image", "inline_data")
+_MEDIA = re.compile(r"[a-z][a-z0-9.+-]{0,40}(?:/[a-z0-9][a-z0-9.+-]{0,60})?")
+
+
+def _media(value: Any) -> str | None:
+    """A MIME type or modality as written in a placeholder: only its own charset (span text
+    cannot write the judge's prompt through it)."""
+    return value.lower() if isinstance(value, str) and _MEDIA.fullmatch(value.lower()) else None
+
+
+def _size(n: int) -> str:
+    """A size of ``n`` bytes as people write it."""
+    if n < 1000:
+        return f"{n} B"
+    return f"{n / 1000:.0f} kB" if n < 1_000_000 else f"{n / 1_000_000:.1f} MB"
+
+
+def data_url(url: Any) -> tuple[str | None, int] | None:
+    """(MIME type, bytes) of a ``data:`` URL's content (base64: its size from its length,
+    never decoded); None for anything else."""
+    if not isinstance(url, str) or not url.startswith("data:"):
+        return None
+    head, comma, _ = url[:200].partition(",")
+    if not comma:
+        return None
+    chars = len(url) - len(head) - 1
+    return _media(head[5:].split(";")[0]), chars * 3 // 4 if head.endswith(";base64") else chars
+
+
+def binary_placeholder(part: Any) -> str | None:
+    """What a content part that is a file (``_BINARY_TYPES``) is shown as instead of its bytes:
+    ``[image/png, 12 kB]`` (its MIME type, else its modality or type, and the size of its
+    inline data), ``[image/png, by URI]`` / ``[image/png, by file id]`` when it points at one,
+    ``[image]`` when nothing of it was recorded. The URI is not shown: it is never fetched,
+    says nothing of the content a judge could check, and a signed URL's query is a
+    credential. None for any other part. Reads a few keys, never decodes the data (a
+    ``data:`` URL's type is read from its first characters)."""
+    if not isinstance(part, dict) or part.get("type") not in _BINARY_TYPES:
+        return None
+    kind = str(part["type"])
+    where = [part] + [v for k in _SOURCE_KEYS if isinstance(v := part.get(k), dict)]
+    mime = next((m for d in where for k in ("mime_type", "media_type", "mediaType",
+                                            "mimeType", "format") if (m := _media(d.get(k)))),
+                None)
+    data = next((v for d in where for k in _INLINE_KEYS
+                 if isinstance(v := d.get(k), str) and v), None)
+    how = None
+    if (inline := data_url(data)) is not None:
+        mime, how = mime or inline[0], _size(inline[1])
+    elif data is not None and not data.startswith(("http://", "https://")) and kind != "uri":
+        how = _size(len(data) * 3 // 4)
+    elif isinstance(size := part.get("size_bytes"), int):  # read before (``data_url``)
+        how = _size(size)
+    elif data is not None or kind == "uri" or any("uri" in d or "url" in d for d in where):
+        how = "by URI"
+    elif kind == "file" or any("file_id" in d for d in where):
+        how = "by file id"
+    what = mime or _media(part.get("modality")) or kind.replace("_url", "").replace("-url", "")
+    return f"[{what}, {how}]" if how else f"[{what}]"
+
+
 def _content_text(content: Any) -> str | None:
     if isinstance(content, str):
         return content
-    if isinstance(content, list):
-        texts = [p.get("text", p.get("content")) for p in content if isinstance(p, dict)]
+    if isinstance(content, list):  # a file's part is no text (its content is its bytes)
+        texts = [p.get("text", p.get("content")) for p in content
+                 if isinstance(p, dict) and p.get("type") not in _BINARY_TYPES]
         found = [t for t in texts if isinstance(t, str)]
         return "\n".join(found) if found else None
     return None
 
 
+def _files(msg: dict[str, Any]) -> str | None:
+    """The placeholders of a message's file parts (``binary_placeholder``), one a line."""
+    parts = msg.get("parts", msg.get("content"))
+    shown = [p for p in map(binary_placeholder, parts if isinstance(parts, list) else ())
+             if p is not None]
+    return "\n".join(shown) if shown else None
+
+
 def message_text(msg: Any) -> str | None:
-    """The text of one message (None when it has none recorded)."""
+    """The text of one message (None when it has none recorded). A file it holds (an image)
+    is no text: ``shown_text`` names it."""
     if not isinstance(msg, dict):
         return msg if isinstance(msg, str) else None
     parts = msg.get("parts")
@@ -51,6 +134,18 @@ def message_text(msg: Any) -> str | None:
     if isinstance(inner, dict):
         return message_text(inner)
     return _content_text(msg.get("content", msg.get("text")))
+
+
+def shown_text(msg: Any) -> str | None:
+    """A user's message as shown (the run's request): its text, then a placeholder for each
+    file it holds (``binary_placeholder``: ``[image/png, 12 kB]``, never its bytes), so a
+    request that is an image alone is that image, not the message's JSON."""
+    text = message_text(msg)
+    inner = msg.get("message") if isinstance(msg, dict) else None
+    files = _files(inner if isinstance(inner, dict) else msg) if isinstance(msg, dict) else None
+    if files is None:
+        return text
+    return files if text is None else text + "\n" + files
 
 
 def tool_response(part: Any) -> str | None:
@@ -122,7 +217,7 @@ def task_of(found: list[Any]) -> str | None:
     """``task_text`` of messages already parsed (``messages``)."""
     for msg in found:
         if isinstance(msg, dict) and msg.get("role") == "user":
-            return message_text(msg)
+            return shown_text(msg)
     return None
 
 
@@ -151,7 +246,7 @@ def request_text(raw: str | None) -> str | None:
 def request_of(found: list[Any]) -> str | None:
     """``request_text`` of messages already parsed (``messages``)."""
     for msg in reversed(found):
-        if _is_request(msg) and (text := message_text(msg)) is not None:
+        if _is_request(msg) and (text := shown_text(msg)) is not None:
             return text
     return None
 

@@ -54,6 +54,7 @@ from otel_eval.evaluate.conventions.agent_names import MAX_AGENT_NAME, agent_nam
 from otel_eval.evaluate.conventions.haystack import call_ids, offered_tools, tool_results
 from otel_eval.evaluate.conventions.messages import (
     STOP_REASONS,
+    data_url,
     finish_reasons,
     message_text,
     reply_calls,
@@ -414,12 +415,16 @@ def _in_order(by_position: dict[str, Any]) -> list[Any]:
 def _content_parts(parts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """A message's flattened content parts in order, as typed chat content parts: a text
     part's text; any other part (an image, reasoning) by its type only (an image's URL is
-    never read)."""
+    never read, nor kept: an image inline as a ``data:`` URL by its type and size, what
+    ``messages.binary_placeholder`` shows of it)."""
     out: list[dict[str, Any]] = []
     for part in _in_order(parts):
         kind, text = part.get("type"), part.get("text")
         kind = kind if isinstance(kind, str) and kind else "text"
+        inline = data_url(part.get("image.image.url"))
         out.append({"type": "text", "text": text} if kind == "text" and isinstance(text, str)
+                   else {"type": kind, "mime_type": inline[0], "size_bytes": inline[1]}
+                   if inline is not None
                    else {"type": kind})  # reasoning is no text of the message
     return out
 

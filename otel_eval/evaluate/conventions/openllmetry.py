@@ -101,8 +101,21 @@ def _implicit(span: Span, attrs: Attrs) -> StepKind | None:
     return None
 
 
+def _content(value: Any) -> Any:
+    """A message's content as recorded: its typed parts when the instrumentation wrote them
+    as JSON text (OpenAI's list content, text and ``image_url`` parts, ``json.dumps``-ed:
+    read as parts, an image is no text), else as it is."""
+    if isinstance(value, str) and value[:2] == "[{":
+        parts = parse_json(value)
+        if isinstance(parts, list) and all(
+                isinstance(p, dict) and isinstance(p.get("type"), str) for p in parts):
+            return parts
+    return value
+
+
 def _messages(attrs: Attrs, prefix: str) -> list[dict[str, Any]]:
-    """Indexed ``prefix.N.{role,content}`` -> [{"role", "content"}] (content kept raw)."""
+    """Indexed ``prefix.N.{role,content}`` -> [{"role", "content"}] (content kept raw, but
+    typed parts recorded as JSON text read as parts: ``_content``)."""
     out: list[dict[str, Any]] = []
     i = 0
     while True:
@@ -113,7 +126,7 @@ def _messages(attrs: Attrs, prefix: str) -> list[dict[str, Any]]:
                      or f"{prefix}.{i}.function_call.name" in attrs)
         if role is None and content is None and not has_calls:
             return out
-        msg = {"role": role, "content": content}
+        msg = {"role": role, "content": _content(content)}
         answered = attrs.get(f"{prefix}.{i}.tool_call_id")  # a tool message: which call
         if answered is not None:
             msg["tool_call_id"] = answered

@@ -21,7 +21,7 @@ from typing import Any
 
 from otel_eval.base.pysource import literal
 from otel_eval.base.text import load_content
-from otel_eval.evaluate.conventions.messages import result_part_text
+from otel_eval.evaluate.conventions.messages import binary_placeholder, result_part_text
 from otel_eval.evaluate.detectors.canonical import canonical_arguments
 
 
@@ -70,7 +70,9 @@ def _content_text(content: Any) -> str:
     if isinstance(content, list):  # OpenAI / Anthropic / AI SDK / Bedrock content parts
         parts = []
         for part in content:
-            if isinstance(part, dict):
+            if (shown := binary_placeholder(part)) is not None:
+                parts.append(shown)  # an image's bytes are no text: its type and size
+            elif isinstance(part, dict):
                 text = part.get("text") or part.get("content")
                 if not isinstance(text, str):  # a tool result's part: what it returned
                     text = result_part_text(part)
@@ -196,7 +198,9 @@ def _parts_text(parts: list[Any]) -> tuple[str, tuple[str, tuple[str, ...]]]:
         if not isinstance(part, dict):
             continue
         kind = part.get("type")
-        if kind == "tool_call":
+        if (shown := binary_placeholder(part)) is not None:
+            texts.append(shown)  # a blob's content is its bytes: its type and size
+        elif kind == "tool_call":
             calls.append(part)
         elif kind == "tool_call_response":
             texts.append(_content_text(part.get("response", part.get("result"))))
