@@ -19,7 +19,7 @@ from typing import Any, Literal, cast
 
 from otel_eval.base.jsontext import ascii_json, finite, json_text
 from otel_eval.base.model import Trace
-from otel_eval.base.steps import Trajectory
+from otel_eval.base.steps import Step, Trajectory
 
 Severity = Literal["info", "warning", "error"]
 
@@ -179,9 +179,12 @@ class Evaluation:
 
 def stored_evaluation(trace: Trace, record: Mapping[str, Any]) -> Evaluation:
     """The evaluation a stored v1 object holds (findings, verdict, judge, prediction), for
-    what is sent again from it (a replay the store already holds: ``assemble.finishing``).
-    No trajectory is rebuilt: its steps stay empty. Read as found: what is not of the
-    expected shape is left out (the object is ours, but may have been cut to its bound)."""
+    what is sent again from it (a replay the store already holds: ``assemble.finishing``;
+    the judgement of a stopped process: ``judge.stage``). No trajectory is rebuilt: its steps
+    are the stored LLM steps that name their reply's ``response_id``, with their span id and
+    that id alone (what the events of the first send named, ``outputs.events``). Read as
+    found: what is not of the expected shape is left out (the object is ours, but may have
+    been cut to its bound)."""
     findings = []
     for f in record.get("findings") or ():
         if isinstance(f, Mapping):
@@ -207,11 +210,20 @@ def stored_evaluation(trace: Trace, record: Mapping[str, Any]) -> Evaluation:
     return Evaluation(
         Trajectory(trace.trace_id, trace.source,
                    status if status in ("complete", "incomplete", "truncated") else trace.status,
-                   steps=[], span_count=len(trace.spans),
+                   steps=_replied(record.get("steps")), span_count=len(trace.spans),
                    revision=revision if type(revision) is int and revision >= 0
                    else trace.revision),
         findings, verdict, dict(judge) if isinstance(judge, Mapping) else None,
         prediction=dict(prediction) if isinstance(prediction, Mapping) else None)
+
+
+def _replied(steps: Any) -> list[Step]:
+    """The stored LLM steps that name their reply (``response_id``), as bare steps."""
+    return [Step(s["index"] if type(s.get("index")) is int else 0, s["span_id"], None, "llm",
+                 "", response_id=s["response_id"])
+            for s in steps if isinstance(s, Mapping) and s.get("kind") == "llm"
+            and isinstance(s.get("span_id"), str) and isinstance(s.get("response_id"), str)
+            and s["response_id"]] if isinstance(steps, list) else []
 
 
 def _strings(value: Any) -> list[str]:

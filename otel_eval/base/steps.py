@@ -93,7 +93,8 @@ class Step:
     # cache count is part of the v1 object (the cost they price is)
     cache_read_tokens: int | None = None
     # the provider's id of the reply (``gen_ai.response.id``): one call recorded by two
-    # instrumentations is one call (``trajectory.llm_twins``); not part of the v1 object
+    # instrumentations is one call (``trajectory.llm_twins``); an LLM step's in the v1 object
+    # (the events sent again from a stored evaluation name it: ``results.stored_evaluation``)
     response_id: str | None = None
     # who served the call, as recorded (``gen_ai.provider.name``, ``llm.provider``, ...): the
     # price map's row for that provider (``trajectory.prices``); not part of the v1 object
@@ -189,6 +190,8 @@ class Step:
         if self.kind == "tool":
             _kept(out, "result", self.result)
         elif self.kind == "llm":
+            if self.response_id is not None:
+                out["response_id"] = self.response_id
             _kept(out, "prompt", self.prompt)
             _kept(out, "answer", self.answer)
             if self.tool_calls:

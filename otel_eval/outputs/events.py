@@ -109,7 +109,7 @@ def response_ids(evaluation: Evaluation) -> dict[str, str]:
     """Span id -> the provider's id of the reply (``gen_ai.response.id``) of each LLM step of
     the evaluation that recorded one: a record on that span evaluates that completion, and
     the conventions recommend naming it ("when available"). A stored evaluation sent again
-    (``results.stored_evaluation``: no steps) names none."""
+    (``results.stored_evaluation``) names the same: its steps are the stored LLM steps' ids."""
     return {s.span_id: s.response_id for s in evaluation.trajectory.steps
             if s.kind == "llm" and s.response_id}
 

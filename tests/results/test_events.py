@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import grpc
+import pytest
 from opentelemetry.proto.logs.v1 import logs_pb2
 from results_sample import LLM, ROOT, TOOL, TRACE_ID, evaluation, trace
 from support.otlp_capture import Capture
 
-from otel_eval.base.results import Finding
+from otel_eval.app.config import Config
+from otel_eval.base import model
+from otel_eval.base.results import Evaluation, Finding, stored_evaluation
 from otel_eval.base.steps import Step
 from otel_eval.decode.otlp import attributes_to_dict
+from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.outputs.config import ExportConfig
 from otel_eval.outputs.events import EVENT_NAME, EvaluationEvents
 from otel_eval.telemetry.metrics import Metrics
@@ -215,3 +220,51 @@ def test_a_record_on_an_llm_call_names_its_response_id(downstream: Capture) -> N
             for r in _records(downstream)]
     assert seen == [(TOOL, None), (TOOL, None), (ROOT, None), (LLM, "chatcmpl-123"),
                     (ROOT, None), (LLM, "chatcmpl-123"), (TOOL, None)]
+
+
+def _sends(downstream: Capture, *evaluations: tuple[model.Trace, Evaluation]
+           ) -> list[list[tuple[str, int, dict[str, Any]]]]:
+    """Each evaluation's records as sent (its findings and verdict, then the judge's), by
+    span, severity and attributes (the time is the sending's)."""
+    events = EvaluationEvents(_config(downstream), Metrics(), evaluator_version="1")
+    events.start()
+    counts = []
+    for t, ev in evaluations:
+        events.export(t, ev)
+        events.export_judge(ev, model.run_span_id(t.spans), 0.5)
+        counts.append(len(ev.findings) + 1 + len(ev.judge["judges"]["step"]["critiques"]))
+    events.shutdown(5.0)
+    seen = [(r.span_id.hex(), r.severity_number, attributes_to_dict(r.attributes))
+            for r in _records(downstream)]
+    out, at = [], 0
+    for n in counts:
+        out.append(seen[at:at + n])
+        at += n
+    return out
+
+
+@pytest.mark.parametrize("one_call", [False, True])
+def test_events_sent_again_from_the_stored_evaluation_equal_the_first(
+        downstream: Capture, one_call: bool) -> None:
+    """A replay the store already holds (a restart: ``finishing``) and the judgement of a
+    stopped process (``judge.stage``) are sent again from the stored v1 object, no steps
+    rebuilt: their records name the LLM calls' ``gen_ai.response.id`` as the first send's
+    did (a failed call's finding, a one-call run's verdict, the judge's critiques)."""
+    chat = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o",
+            "gen_ai.response.id": "chatcmpl-abc",
+            "gen_ai.input.messages": json.dumps([{"role": "user", "parts": [
+                {"type": "text", "content": "Find shoes"}]}])}
+    agent = model.Span(TRACE_ID, ROOT, None, "invoke_agent shop", 1_000, 9_000,
+                       attributes={"gen_ai.operation.name": "invoke_agent",
+                                   "gen_ai.agent.name": "shop"})
+    call = model.Span(TRACE_ID, LLM, None if one_call else ROOT, "chat gpt-4o", 2_000, 3_000,
+                      status="error", status_message="upstream 500", attributes=chat)
+    t = model.Trace(TRACE_ID, [call] if one_call else [agent, call], "complete")
+    ev = Evaluator(Config()).evaluate(t)
+    assert ev is not None
+    ev.judge = {"model": "m", "judges": {"step": {"status": "ok", "scores": {}, "critiques": [
+        {"dimension": "step", "score": 0.2, "text": "gave up", "span_id": LLM}]}}}
+    stored = json.loads(ev.to_json_text())  # the row the store holds
+    again = stored_evaluation(model.Trace(TRACE_ID, [], "complete"), stored)
+    first, second = _sends(downstream, (t, ev), (t, again))
+    assert ("chatcmpl-abc" in str(first)) and first == second
