@@ -71,8 +71,9 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from otel_eval.base.model import Span, Trace, local_root, run_span_id
+from otel_eval.base.model import Span, Trace, local_root, run_span, run_span_id
 from otel_eval.base.steps import AgentSource, Step, Trajectory
+from otel_eval.decode.otlp import MAX_SPAN_DURATION_NS
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.conventions import dominant, is_setup
 from otel_eval.evaluate.conventions.agent_names import MAX_AGENT_NAME
@@ -232,7 +233,6 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
     name, source = _agent_name(builder, agent)
     llm = [s for s in builder.steps if s.kind == "llm"]
     output = _output(builder, agent, root_step, llm)
-    ends = [s.end_ns for s in spans if s.end_ns]
     said = _first_with((agent, root_step), "input_text")
     raw_input = said.input_text if said is not None else \
         (request_text(llm[0].input_text) if llm else None)
@@ -243,6 +243,7 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
     if input_messages is None and task is not None and task[:1] in ("{", "["):
         task = _request(task, llm)
     answer, output_messages = _text_of(output, answer_of)
+    start_ns, end_ns = extent(spans)
     return Trajectory(
         trace_id=trace.trace_id, source=trace.source, status=trace.status, steps=steps,
         service=_service(root_span, spans),
@@ -250,8 +251,7 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
         agent_source=source,
         task_id=builder.task_id,
         convention=dominant([s.convention for s in builder.steps]),
-        start_ns=min([s.start_ns for s in spans], default=0),
-        end_ns=max(ends, default=0),
+        start_ns=start_ns, end_ns=end_ns,
         input=raw_input,
         output=output,
         task=task, answer=answer, input_messages=input_messages,
@@ -331,13 +331,28 @@ def bare_trajectory(trace: Trace) -> Trajectory:
         for span, _ in tree_order(spans):
             conversation.read(span.attributes)
         bare.service = _service(local_root(spans), spans)
-        bare.start_ns = min((s.start_ns for s in spans), default=0)  # its place among turns
-        bare.end_ns = max((s.end_ns for s in spans), default=0)
+        bare.start_ns, bare.end_ns = extent(spans)  # its place among turns
         bare.session_id, bare.user_id = conversation.session_id, conversation.user.value
         bare.conversation_sources = conversation.sources
     except Exception:  # a stand-in never fails: it is what failure stores
         pass
     return bare
+
+
+def extent(spans: list[Span]) -> tuple[int, int]:
+    """(start, end) of the run in Unix ns: the earliest start and the latest end (0: none
+    ended). Senders' clocks may be wrong (a monotonic clock sent as Unix time, a start left
+    0, a host years ahead): spans that disagree by more than any span may last
+    (``MAX_SPAN_DURATION_NS``, a year) cannot all be right, and which one is wrong is
+    unknown, so the run's own span (``model.run_span``), whose times are of one clock, is
+    the run's extent: a wrong clock never adds decades to its wall time (the duration budget,
+    histogram and session time)."""
+    start = min((s.start_ns for s in spans), default=0)
+    end = max((s.end_ns for s in spans if s.end_ns), default=0)
+    if end - start <= MAX_SPAN_DURATION_NS:
+        return start, end
+    run = run_span(spans)
+    return (run.start_ns, run.end_ns) if run is not None else (0, 0)
 
 
 def _service(root: Span | None, spans: list[Span]) -> str | None:

@@ -1,0 +1,49 @@
+"""A trace's times when a sender's clock is wrong: the run's wall time (``duration_s``, the
+``duration_s`` budget, the duration histogram, the session's time budget) never takes
+decades from a span whose clock cannot be right (a monotonic clock sent as Unix time, a
+start left 0, a host's clock years ahead): the spans then disagree by more than any span
+may last, and the run's own span, measured on one clock, says how long it took."""
+
+from __future__ import annotations
+
+import pytest
+from trajectory_factory import TRACE_ID, sid
+
+from otel_eval.base.model import Span, Trace
+from otel_eval.evaluate.config import TrajectoryConfig
+from otel_eval.evaluate.detectors import budget
+from otel_eval.evaluate.detectors.calls import Context
+from otel_eval.evaluate.detectors.config import DetectorsConfig
+from otel_eval.evaluate.trajectory import build_trajectory
+
+T = 1_765_000_000 * 10**9  # a Unix time in ns (December 2025)
+S = 10**9
+LLM = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o"}
+
+
+def _trace(child_start: int, child_end: int) -> Trace:
+    root = Span(TRACE_ID, sid("agent"), None, "invoke_agent", T, T + 10 * S,
+                attributes={"gen_ai.operation.name": "invoke_agent"})
+    child = Span(TRACE_ID, sid("llm"), sid("agent"), "chat", child_start, child_end,
+                 attributes=dict(LLM))
+    return Trace(TRACE_ID, [root, child], "complete")
+
+
+@pytest.mark.parametrize(("child_start", "child_end"), [
+    (3 * 3600 * S, 3 * 3600 * S + S),  # a monotonic clock (3 h since boot) sent as Unix time
+    (0, 0),  # no times at all
+    (0, T + S),  # no start: over a year long, refused by the OTLP decoder; a file may say so
+    (T + 80 * 365 * 86400 * S, T + 80 * 365 * 86400 * S + S),  # a clock 80 years ahead
+], ids=["monotonic", "zero", "no-start", "far-future"])
+def test_a_wrong_clock_adds_no_decades(child_start: int, child_end: int) -> None:
+    t = build_trajectory(_trace(child_start, child_end), TrajectoryConfig())
+    assert t.duration_s == 10.0
+    assert t.start_ns == T
+    found = budget.detect(t, DetectorsConfig(), Context(budgets={"duration_s": 60}))
+    assert found == []
+
+
+def test_clocks_that_agree_give_the_whole_trace() -> None:
+    """A child ending after its root (a straggler, a few seconds' skew) still counts."""
+    t = build_trajectory(_trace(T + 2 * S, T + 25 * S), TrajectoryConfig())
+    assert (t.start_ns, t.duration_s) == (T, 25.0)
