@@ -512,3 +512,21 @@ def test_another_services_turns_never_join_a_conversation_of_the_same_id(
             for t, a in on_span.items()} == {mine[-1].trace_id: ("1", "pass"),
                                              theirs[-1].trace_id: ("1", "fail")}
     store.close()
+
+
+def test_the_session_event_span_is_the_turns_run_span_whatever_the_clocks() -> None:
+    """``last_root_span`` is ``model.run_span`` read from a stored turn: the root (no
+    parent) even when a span whose parent never arrived starts before it (its service's
+    clock behind the root's), as the turn's own events are on the root."""
+    from otel_eval.base.model import Span, run_span_id
+    from otel_eval.evaluate.sessions.job import last_root_span
+
+    tid = "ab" * 16
+    spans = [Span(tid, "1" * 16, None, "agent", 100 * 10**9, 110 * 10**9),
+             Span(tid, "2" * 16, "1" * 16, "chat", 101 * 10**9, 102 * 10**9),
+             # a downstream service's span, its client span lost, its clock 5 s behind
+             Span(tid, "3" * 16, "9" * 16, "tool", 98 * 10**9, 99 * 10**9)]
+    turn = {"trace_id": tid, "steps": [
+        {"span_id": s.span_id, "parent_span_id": s.parent_span_id,
+         "start_time_unix_nano": s.start_ns, "end_time_unix_nano": s.end_ns} for s in spans]}
+    assert last_root_span(turn) == run_span_id(spans) == "1" * 16

@@ -50,6 +50,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from otel_eval.base.component import Held, settle
+from otel_eval.base.model import Span, run_span
 from otel_eval.evaluate.predict import Predictor
 from otel_eval.evaluate.sessions.config import SessionsConfig
 from otel_eval.evaluate.sessions.evaluate import evaluate_session, in_turn_order
@@ -71,13 +72,23 @@ class SessionEvents(Protocol):
 
 
 def last_root_span(turn: dict[str, Any]) -> str:
-    """The root span of a stored turn: the earliest step whose parent is not a step of the
-    turn (``model.run_span``: the root, else the earliest span); "" with no step."""
-    steps = [s for s in turn.get("steps") or () if isinstance(s, dict) and s.get("span_id")]
-    ids = {s["span_id"] for s in steps}
-    roots = [s for s in steps if s.get("parent_span_id") not in ids] or steps
-    return str(min(roots, key=lambda s: s.get("start_time_unix_nano") or 0)["span_id"]) \
-        if roots else ""
+    """The root span of a stored turn: ``model.run_span`` of its steps' spans (the root, else
+    the earliest span), never an orphan whose clock says it began before the root; "" with
+    no step."""
+    spans = [Span("", str(s["span_id"]), _text(s.get("parent_span_id")), "",
+                  _ns(s.get("start_time_unix_nano")), _ns(s.get("end_time_unix_nano")))
+             for s in turn.get("steps") or ()
+             if isinstance(s, dict) and s.get("span_id") and not s.get("rebuilt")]
+    found = run_span(spans)
+    return found.span_id if found is not None else ""
+
+
+def _text(value: Any) -> str | None:
+    return str(value) if value else None
+
+
+def _ns(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 @runtime_checkable
