@@ -155,19 +155,26 @@ def local_root(spans: Sequence[Span]) -> Span | None:
     non-termination reports on its step (``Trajectory.root_span_id``).
 
     An *entry* span (no parent, or a parent flagged remote by the OTLP span flags) is a root;
-    the earliest one when there are several (earliest start, then the longest). Without one,
+    the earliest one when there are several (earliest start, then the longest), a span with no
+    parent before every one with a remote parent: that one descends from a span upstream, so
+    it starting first says only that its service's clock is behind (a trace received whole,
+    from every service: the trace's own root is the run's). Without one,
     a span whose parent is absent and not known to be local (an exporter that sets no flags,
     e.g. a service called by an instrumented upstream) is the root when it encloses every
     other span in time: a real root does, while the first surviving child of a root that
     never arrived (a killed run) does not. Otherwise None: the trace has no root here.
     """
     best: Span | None = None
+    remote: Span | None = None  # the earliest entry with a remote parent
     for span in spans:  # ``is_entry`` inlined: every span of every trace comes here
-        if (span.parent_span_id is None or span.parent_remote is True) and (
-                best is None or _start_then_longest(span) < _start_then_longest(best)):
-            best = span
-    if best is not None or not spans:
-        return best
+        if span.parent_span_id is None:
+            if best is None or _start_then_longest(span) < _start_then_longest(best):
+                best = span
+        elif span.parent_remote is True and (
+                remote is None or _start_then_longest(span) < _start_then_longest(remote)):
+            remote = span
+    if best is not None or remote is not None or not spans:
+        return best or remote
     ids = {s.span_id for s in spans}
     orphans = [s for s in spans if s.parent_span_id not in ids and s.parent_remote is None]
     if not orphans:

@@ -45,6 +45,13 @@ CASES = {
     "an orphan that does not enclose the rest": (
         [_s("b", "a", 1, 5), _s("c", "a", 4, 9)], None, "b"),
     "no spans": ([], None, None),
+    # a downstream service's entry (its parent flagged remote) on a clock behind the root's
+    # starts "before" the root it descends from: the trace's own root is still the root
+    "a remote entry skewed before the root": (
+        [_s("root", None, 10, 100), _s("client", "root", 11, 30, False),
+         _s("server", "client", 8, 25, True)], "root", "root"),
+    "a remote entry skewed before the root, its client span lost": (
+        [_s("root", None, 10, 100), _s("server", "client", 8, 25, True)], "root", "root"),
 }
 
 

@@ -47,3 +47,20 @@ def test_clocks_that_agree_give_the_whole_trace() -> None:
     """A child ending after its root (a straggler, a few seconds' skew) still counts."""
     t = build_trajectory(_trace(T + 2 * S, T + 25 * S), TrajectoryConfig())
     assert (t.start_ns, t.duration_s) == (T, 25.0)
+
+
+def test_a_downstream_service_on_a_clock_behind_is_not_the_run() -> None:
+    """A trace received from every service (the collector's fan-out): the tool server's entry
+    span (its parent flagged remote) starts "before" the agent's root on its clock. The run is
+    still the agent's: its service, its root, where its results go."""
+    agent = {"service.name": "agent-svc"}
+    root = Span(TRACE_ID, sid("agent"), None, "invoke_agent", T, T + 10 * S,
+                attributes={"gen_ai.operation.name": "invoke_agent"}, resource=agent)
+    client = Span(TRACE_ID, sid("client"), sid("agent"), "POST /search", T + S, T + 3 * S,
+                  kind="client", resource=agent)
+    server = Span(TRACE_ID, sid("server"), sid("client"), "POST /search", T - S, T + S // 2,
+                  kind="server", resource={"service.name": "search-svc"}, parent_remote=True)
+    t = build_trajectory(Trace(TRACE_ID, [root, client, server], "complete"),
+                         TrajectoryConfig())
+    assert (t.service, t.root_span_id, t.run_span_id) == ("agent-svc", sid("agent"),
+                                                         sid("agent"))
