@@ -157,9 +157,9 @@ _FAILED_REPLY = "the model's reply ended with finish reason error"
 
 def _failed_reply(step: Step) -> bool:
     """An LLM call whose reply says it failed (a finish reason ``error``), whatever the
-    span's status: the call failed as one whose span ended in ERROR did."""
-    return step.kind == "llm" and any(
-        r.lower() == _FAILED_REPLY_REASON for r in step.finish_reasons)
+    span's status: the call failed as one whose span ended in ERROR did. (No Python call
+    per reason, and none for a step without reasons: ``read_span`` asks for every span.)"""
+    return step.kind == "llm" and _FAILED_REPLY_REASON in map(str.lower, step.finish_reasons)
 
 
 def describe(step: Step, span: Span, attrs: Attrs) -> Adapter | None:
@@ -193,7 +193,7 @@ def read_span(step: Step, span: Span, attrs: Attrs) -> tuple[Adapter | None, Pla
     if error is not None:
         step.status = "error"
         step.error = error
-    elif _failed_reply(step):
+    elif step.finish_reasons and _failed_reply(step):
         step.status = "error"
         step.error = _FAILED_REPLY
         step.sources["error"] = f"finish reason {_FAILED_REPLY_REASON}"

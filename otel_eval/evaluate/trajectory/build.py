@@ -347,8 +347,8 @@ def extent(spans: list[Span]) -> tuple[int, int]:
     unknown, so the run's own span (``model.run_span``), whose times are of one clock, is
     the run's extent: a wrong clock never adds decades to its wall time (the duration budget,
     histogram and session time)."""
-    start = min((s.start_ns for s in spans), default=0)
-    end = max((s.end_ns for s in spans if s.end_ns), default=0)
+    start = min([s.start_ns for s in spans], default=0)  # lists: one call, not one a span
+    end = max([s.end_ns for s in spans if s.end_ns], default=0)
     if end - start <= MAX_SPAN_DURATION_NS:
         return start, end
     run = run_span(spans)
