@@ -52,7 +52,7 @@ from otel_eval.store.base import SessionLimits
 log = logging.getLogger(__name__)
 
 PackedSpan = tuple[Any, ...]
-PackedTrace = tuple[str, str, str, int, str, list[PackedSpan], list[Any], str]
+PackedTrace = tuple[str, str, str, int, str, list[PackedSpan], list[Any], str, bool]
 
 
 @dataclass(frozen=True)
@@ -112,16 +112,18 @@ def unpack_span(p: PackedSpan) -> Span:
 
 
 def pack_trace(t: Trace) -> PackedTrace:
-    """Everything but the waiters (callbacks stay in the main process)."""
+    """Everything ``evaluate_and_store`` reads (``late_if_stored`` too: without it a straggler
+    of a run stored before a restart replaced that run); not the waiters (callbacks stay in
+    the main process) nor the spans only passed on (never evaluated)."""
     return (t.trace_id, t.status, t.source, t.revision, t.release_reason,
-            [pack_span(s) for s in t.spans], t.logs, t.digest)
+            [pack_span(s) for s in t.spans], t.logs, t.digest, t.late_if_stored)
 
 
 def unpack_trace(p: PackedTrace) -> Trace:
-    tid, status, source, revision, reason, spans, logs, digest = p
+    tid, status, source, revision, reason, spans, logs, digest, late = p
     return Trace(tid, [unpack_span(s) for s in spans], status,  # type: ignore[arg-type]
                  source=source, revision=revision, release_reason=reason, logs=logs,
-                 digest=digest)
+                 digest=digest, late_if_stored=late)
 
 
 def lean(ev: Evaluation) -> Evaluation:
