@@ -16,7 +16,8 @@ not swallow a user's spans because they are no run), and so is a trace of spans 
 after their run was stored (``late``: ``evaluate.stage``).
 
 A batch the store refused (``Outcome.unstored``: a full disk, a lost connection) is not
-finished: its jobs go back to the head of the queue, still pending and still spooled, the
+finished: its jobs go back into the queue ahead of what was released after them (release order:
+with worker processes several batches are refused in turn), still pending and spooled, the
 refusal is counted (``otel_eval_store_write_failures_total{reason}``) and ``StoreHealth``
 says when ``process`` may hand out work again (capped exponential back-off); meanwhile the
 receivers throttle (``store_unavailable``). The first batch stored ends the back-off.
@@ -50,6 +51,8 @@ a batch on (the pool's threads with worker processes), serialized by its own loc
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import threading
 from collections import deque
@@ -95,7 +98,8 @@ class Finishing:
         self._lock = lock  # the engine's: guards the queue and the counters
         self._gauges = gauges  # the engine's gauges, called with the lock held
         self._finish_lock = threading.Lock()  # stages may finish jobs from several threads
-        self._queue: deque[Job] = deque()
+        self._queue: deque[Job] = deque()  # in release order (``Job.seq``)
+        self._seq = itertools.count(1)
         # released, not finished (queued, or handed to the stage): by trace id, under the lock
         self._unfinished: dict[str, Trace] = {}
         self.queued_spans = 0
@@ -106,7 +110,7 @@ class Finishing:
         now = self._clock()
         for t in traces:
             t.digest = content_digest(t)  # what it is released with (the store keeps it)
-            self._queue.append(Job(t, now))
+            self._queue.append(Job(t, now, seq=next(self._seq)))
             self._unfinished[t.trace_id] = t
             self.queued_spans += len(t.spans) + len(t.passed)
             self.queued_bytes += _nbytes(t)
@@ -272,16 +276,23 @@ class Finishing:
         self._metrics.sinks.dropped(sink.name, INTERNAL_ERROR, sink.items(trace, evaluation))
 
     def _keep(self, refused: list[tuple[Job, Outcome]]) -> None:
-        """The store did not write these: back to the head of the queue, in their order, as
-        if never handed out (a worker process committed none of them: no attempt counts)."""
+        """The store did not write these: back into the queue in release order, as if never
+        handed out (a worker process committed none of them: no attempt counts). Not simply
+        at its head: worker processes hold several batches, refused one after another, and
+        a batch refused later may hold a later revision of a trace than one kept before."""
+        kept = sorted((job for job, _ in refused), key=_seq)
+        for job in kept:
+            job.attempts, job.first_sent_ns = 0, 0
         with self._lock:
-            for job, _ in reversed(refused):
-                job.attempts, job.first_sent_ns = 0, 0
-                self._queue.appendleft(job)
+            self._queue = deque(heapq.merge(kept, self._queue, key=_seq))
         out = refused[0][1]
         assert out.unstored is not None
         self._metrics.evaluation.store_write_failed(out.unstored)
         self.health.failed(out.unstored, out.error)
+
+
+def _seq(job: Job) -> int:
+    return job.seq
 
 
 def _nbytes(trace: Trace) -> int:

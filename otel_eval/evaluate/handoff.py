@@ -58,6 +58,8 @@ class Job:
     # ``evaluation.max_attempts``
     lone_deaths: int = 0
     first_sent_ns: int = 0  # wall clock when first handed to one, ns (0: not yet)
+    # its place in the release order (the engine's queue is kept in it, refused jobs too)
+    seq: int = 0
 
 
 Done = Callable[[list[Job], list[Outcome]], None]

@@ -36,11 +36,15 @@ from otel_eval.app import worker as child
 from otel_eval.app.config import Config, replace
 from otel_eval.app.service import Service
 from otel_eval.app.workers import WorkerPool
+from otel_eval.assemble.engine import Engine
+from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.model import LogEvent, Span, Trace, content_digest
 from otel_eval.decode import encode, otlp
 from otel_eval.evaluate.evaluator import Evaluator
+from otel_eval.evaluate.handoff import Done, Job, Outcome
 from otel_eval.evaluate.stage import ALREADY_EVALUATED, InProcess, evaluate_and_store
 from otel_eval.store import Store
+from otel_eval.telemetry.metrics import Metrics
 
 SPANS = 3  # per trace: a root and two children, all ended
 
@@ -555,3 +559,67 @@ def test_a_span_after_a_restart_for_a_stored_run_is_late_in_a_worker_too(
         assert (row["revision"], row["counts"]["spans"]) == (0, SPANS)
         assert h.sample("otel_eval_evaluation_skipped_total", reason="late") == 1
         assert h.sample("otel_eval_traces_superseded_total", service="agents", agent="a") == 0
+
+
+
+class _Pipelined:
+    """A stage that takes every batch at once and answers them later, in order, as
+    ``WorkerPool`` does (several messages in a worker's pipe); ``store`` evaluates and stores
+    what it holds in this process."""
+
+    def __init__(self, inner: InProcess) -> None:
+        self.inner = inner
+        self.held: list[tuple[list[Job], Done]] = []
+
+    def run(self, jobs: list[Job], done: Done) -> None:
+        self.held.append((jobs, done))
+
+    def refuse(self) -> None:
+        held, self.held = self.held, []
+        for jobs, done in held:
+            done(jobs, [Outcome(None, False, unstored="disk_full", error="full")
+                        for _ in jobs])
+
+    def store(self) -> None:
+        held, self.held = self.held, []
+        for jobs, done in held:
+            self.inner.run(jobs, done)
+
+    def drain(self, deadline_s: float) -> bool:
+        return not self.held
+
+    @property
+    def healthy(self) -> bool:
+        return True
+
+
+def test_revisions_refused_in_two_batches_are_stored_in_order(tmp_path: Path) -> None:
+    """Two revisions of a trace handed to the worker pool in two batches (both in its pipe),
+    both refused by the store. Each refused batch went back to the head of the engine's
+    queue, the later one ahead of the earlier, so the retry stored revision 1 and then
+    revision 0 over it: the run lost its late span. Kept traces now go back in the order
+    they were released."""
+    tid = "d" * 32
+    clock = ManualClock()
+    cfg = Config()
+    store = Store(str(tmp_path / "s.db"))
+    stage = _Pipelined(InProcess(Evaluator(cfg), store))
+    engine = Engine(stage, StoreHealth(store.location, clock=clock),
+                    Metrics(CollectorRegistry()), assembly=cfg.assembly, clock=clock)
+    late = Span(tid, f"{9:016x}", f"{1:016x}", "chat", 4, 5, resource={"service.name": "agents"})
+    try:
+        for spans in (_trace(tid), [late]):  # revision 0, then late spans re-open it: 1
+            assert engine.submit(spans, "otlp").accepted == len(spans)
+            clock.advance(cfg.assembly.grace_s + 1)
+            assert engine.tick() == 1
+            engine.process()
+        assert [[j.trace.revision for j in jobs] for jobs, _ in stage.held] == [[0], [1]]
+        stage.refuse()
+        clock.advance(cfg.store.write_retry_max_interval_s + 1)  # past the back-off
+        engine.process()
+        stage.store()
+        row = store.get(tid)
+        assert row is not None
+        assert (row["revision"], row["counts"]["spans"]) == (1, SPANS + 1)
+    finally:
+        store.close()
