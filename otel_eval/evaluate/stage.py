@@ -181,8 +181,13 @@ def _evaluate_and_store(evaluator: Evaluator, store: EvaluationStore, traces: Se
                for trace in traces]
     evaluated = [ev for ev, _ in results if ev is not None]
     superseded = iter(store.put_many(evaluated) if evaluated else [])
-    if evaluated:
-        _outcomes_recorded_meanwhile(evaluator, store, traces, results, known, history)
+    if evaluated:  # committed: a failure from here on is no refusal of the batch
+        try:
+            _outcomes_recorded_meanwhile(evaluator, store, traces, results, known, history)
+        except Exception as e:  # the stored verdicts stand; the next evaluation applies it
+            log.warning("reading the outcomes recorded while %d trace(s) were stored failed "
+                        "(%s); their next evaluation applies them", len(evaluated),
+                        _one_line(e))
     evicted = _remember(store, [ev for ev, _ in results if ev is not None])
     outcomes = [Outcome(None, False, skipped=NOT_A_RUN) if ev is None
                 else Outcome(ev, next(superseded) and ev.trace_id not in own, failure)
@@ -216,7 +221,9 @@ def _outcomes_recorded_meanwhile(evaluator: Evaluator, store: EvaluationStore,
     only onto the revision it read, the one before: without this its outcome was in the
     feedback table and not in the verdict just stored, until the trace's next evaluation.
     Feedback recorded after the commit reads the new revision and writes its own verdict.
-    One more query per batch; ``results`` is updated in place (for the sinks)."""
+    One more query per batch; ``results`` is updated in place (for the sinks) with what was
+    stored. Raises what the store raises: the batch is committed by then, so the caller
+    must not take that for a refusal of it."""
     stale: list[int] = []
     for _ in range(FEEDBACK_ROUNDS):
         now = store.feedback_many({ev.trace_id for ev, _ in results if ev is not None})
@@ -225,9 +232,11 @@ def _outcomes_recorded_meanwhile(evaluator: Evaluator, store: EvaluationStore,
         if not stale:
             return
         known = now
-        for i in stale:
-            results[i] = _evaluate(evaluator, traces[i], now[traces[i].trace_id], history)
-        store.put_many([ev for ev, _ in (results[i] for i in stale) if ev is not None])
+        again = {i: _evaluate(evaluator, traces[i], now[traces[i].trace_id], history)
+                 for i in stale}
+        store.put_many([ev for ev, _ in again.values() if ev is not None])
+        for i, result in again.items():  # stored: what the sinks get (else the first ones)
+            results[i] = result
     log.warning("the outcomes of %d trace(s) kept changing while they were stored; their "
                 "next evaluation applies them", len(stale))
 

@@ -183,3 +183,33 @@ def test_a_stop_while_the_store_is_full_keeps_the_trace_for_the_next_start(
         stored = again.svc.store.get(trace)
         assert stored is not None and stored["steps"][1]["arguments"] == json.loads(ARGUMENTS)
         assert again.sample("otel_eval_spool_requests") == 0
+
+
+def test_a_store_lost_after_the_commit_still_finishes_the_stored_trace(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``put_many`` committed, then the read of outcomes recorded meanwhile failed (the
+    connection lost right after the commit): the batch was reported refused although it was
+    stored. Kept and handed again, it came back ``already_evaluated``: the stored trace was
+    never counted, exported or judged. A failure after the commit now costs only what it
+    would have added (as the agent history's), never the trace's own finish."""
+    trace = "ab" * 16
+    with running_service(tmp_path) as h:
+        store = h.svc.store
+        real, reads = store.feedback_many, []
+
+        def feedback_many(trace_ids: Any) -> Any:
+            reads.append(trace_ids)
+            if len(reads) == 2:  # the read after put_many's commit
+                raise OSError("connection lost")
+            return real(trace_ids)
+
+        monkeypatch.setattr(store, "feedback_many", feedback_many)
+        assert _grpc_export(h, _request(trace)) is None
+        h.release()
+        h.clock.now += 600  # past any back-off: a kept trace would be handed again
+        h.svc.engine.process()
+        assert store.get(trace) is not None
+        assert h.sample("otel_eval_store_write_failures_total", reason="unavailable") == 0
+        assert h.sample("otel_eval_evaluation_skipped_total", reason="already_evaluated") == 0
+        assert h.sample("otel_eval_traces_completed_total", service="unknown",
+                        agent="planner", status="complete") == 1
