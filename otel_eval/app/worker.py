@@ -11,8 +11,9 @@ the top-level ``Config`` (YAML, the admin API and every stage's settings).
 
 Promises: a batch is answered only after its evaluations are committed to the store; the
 process starts by opening the store and answering ("ready", pid) (or ("error", why)), and
-exits when told to (``None``) or when the main process goes away (EOF on the pipe; the main
-process holds every trace until it is answered, and the spool holds what it acknowledged).
+exits when told to (``None``) or when the main process goes away (the pipe hung up, seen at
+once, in the middle of a batch too: ``_exit_with_parent``; the main process holds every
+trace until it is answered, and the spool holds what it acknowledged).
 SIGINT and SIGTERM are ignored here: the main process drains its workers on shutdown.
 
 Traces travel as tuples of plain values (spans with their lazily decoded attributes as the
@@ -32,6 +33,7 @@ import gc
 import logging
 import operator
 import os
+import select
 import signal
 import threading
 from collections.abc import Callable
@@ -161,10 +163,32 @@ def run(conn: Connection, spec: WorkerSpec, index: int) -> None:
     gc.freeze()
     gc.set_threshold(50_000, 20, 20)
     conn.send(("ready", os.getpid()))
+    threading.Thread(target=_exit_with_parent, args=(conn.fileno(),), daemon=True,
+                     name="otel-eval-worker-lifeline").start()
     try:
         _serve(conn, spec, evaluator, store)
     finally:
         store.close()
+
+
+def _exit_with_parent(fd: int) -> None:
+    """Exit as soon as the main process is gone (its end of the pipe closed), even in the
+    middle of a batch: the loop below sees EOF only between two, so a worker busy or hung on
+    a trace outlived a killed serve (ignoring SIGTERM), writing the store the next serve
+    owns. Nothing is lost: no one is left to answer, and the spool holds what serve
+    acknowledged. Watches for the peer's hang-up only (POLLRDHUP), never reads the pipe."""
+    rdhup = getattr(select, "POLLRDHUP", 0)
+    if not rdhup:  # not Linux: EOF between batches only
+        return
+    poller = select.poll()
+    poller.register(fd, rdhup)
+    while True:
+        for _, events in poller.poll():
+            if events & select.POLLNVAL:  # closed here: this process is exiting anyway
+                return
+            if events & (rdhup | select.POLLHUP | select.POLLERR):
+                os.write(2, b"otel-eval evaluation worker: the main process is gone; exiting\n")
+                os._exit(1)
 
 
 def _serve(conn: Connection, spec: WorkerSpec, evaluator: Any, store: Any) -> None:

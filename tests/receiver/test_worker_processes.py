@@ -15,6 +15,8 @@ import os
 import pickle
 import signal
 import sqlite3
+import subprocess
+import sys
 import threading
 import zlib
 from collections.abc import Callable, Iterator
@@ -623,3 +625,67 @@ def test_revisions_refused_in_two_batches_are_stored_in_order(tmp_path: Path) ->
         assert (row["revision"], row["counts"]["spans"]) == (1, SPANS + 1)
     finally:
         store.close()
+
+
+# A serve (in a process of its own) whose worker hangs on a span named "poison" (the worker's
+# test seam); it prints its worker pids once the worker holds that trace, then waits.
+_SERVE_WITH_A_HUNG_WORKER = r"""
+import dataclasses, json, sys, time
+from prometheus_client import CollectorRegistry
+from otel_eval.app.config import Config, replace
+from otel_eval.app.service import Service
+from otel_eval.base.model import Span
+
+now = [0.0]
+cfg = replace(Config(), **{"receiver.grpc_endpoint": "127.0.0.1:0",
+                           "receiver.http_endpoint": "", "admin.endpoint": "127.0.0.1:0",
+                           "store.path": sys.argv[1], "evaluation.workers": 2})
+svc = Service(cfg, registry=CollectorRegistry(), clock=lambda: now[0])
+svc.pool.spec = dataclasses.replace(svc.pool.spec, hang_span_name="poison")
+svc.start(worker=False)
+tid = "a" * 32
+svc.engine.submit([Span(tid, "1" * 16, None, "poison", 1, 9)], "otlp")
+now[0] += cfg.assembly.grace_s + 1
+svc.engine.tick()
+svc.engine.process()
+while not any(svc.registry.get_sample_value("otel_eval_workers_inflight_traces",
+                                            {"worker": str(w)}) for w in (0, 1)):
+    time.sleep(0.01)
+print(json.dumps(svc.pool.pids()), flush=True)
+sys.stdin.read()
+"""
+
+
+def _gone(pid: int) -> bool:
+    """Exited (a zombie nobody reaped counts: it runs no more)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def test_workers_exit_when_serve_is_killed_even_in_the_middle_of_a_trace(
+        tmp_path: Path) -> None:
+    """The worker promises to exit when the main process goes away, but it saw that only as
+    EOF on its pipe between two batches: a worker busy or hung on a trace when serve was
+    killed (kill -9, an OOM kill) lived on, ignoring SIGTERM, writing the store the next
+    serve owns. It now exits as soon as the main process is gone."""
+    serve = subprocess.Popen(
+        [sys.executable, "-c", _SERVE_WITH_A_HUNG_WORKER, str(tmp_path / "otel-eval.db")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    pids: list[int] = []
+    try:
+        assert serve.stdout is not None
+        pids = [p for p in json.loads(serve.stdout.readline()) if p is not None]
+        assert len(pids) == 2 and not any(_gone(p) for p in pids)
+        serve.kill()
+        serve.wait()
+        poll(lambda: all(_gone(p) for p in pids), "both workers to exit")
+    finally:
+        serve.kill()
+        serve.wait()
+        for pid in pids:
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)
