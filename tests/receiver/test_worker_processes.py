@@ -689,3 +689,34 @@ def test_workers_exit_when_serve_is_killed_even_in_the_middle_of_a_trace(
         for pid in pids:
             if not _gone(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize(("files", "membership", "cores"), [
+    # cgroup v2 in a container (its own cgroup shown as the root): 1.5 CPUs -> 2
+    ({"cpu.max": "150000 100000"}, "0::/\n", 2),
+    # v2, a systemd unit's CPUQuota=100%: its own cgroup's cpu.max, not the root's
+    ({"system.slice/oe.service/cpu.max": "100000 100000"}, "0::/system.slice/oe.service\n", 1),
+    # a limit set on a parent holds for the cgroups under it
+    ({"a/cpu.max": "200000 100000", "a/b/cpu.max": "max 100000"}, "0::/a/b\n", 2),
+    # cgroup v1 (docker --cpus=1 on a v1 host): the cpu controller's quota
+    ({"cpu,cpuacct/cpu.cfs_quota_us": "100000", "cpu,cpuacct/cpu.cfs_period_us": "100000"},
+     "4:cpu,cpuacct:/docker/abc\n0::/\n", 1),
+    # no limit anywhere: the affinity
+    ({"cpu,cpuacct/cpu.cfs_quota_us": "-1", "cpu,cpuacct/cpu.cfs_period_us": "100000",
+      "cpu.max": "max 100000"}, "4:cpu,cpuacct:/\n0::/\n", 8),
+])
+def test_evaluation_workers_0_is_capped_by_the_cgroup_cpu_limit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict[str, str],
+        membership: str, cores: int) -> None:
+    """``evaluation.workers: 0`` is one worker per core the process may use, "capped by a
+    cgroup CPU limit". Only /sys/fs/cgroup/cpu.max was read: a CPU limit on a cgroup v1
+    host, or on the process's own cgroup v2 below the root (a systemd unit), was not seen,
+    and serve started a worker per host core (memory and CPU the limit does not have)."""
+    from otel_eval.app.worker_process import available_cores
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(8)))
+    for name, text in files.items():
+        (tmp_path / "cg" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "cg" / name).write_text(text)
+    (tmp_path / "self").write_text(membership)
+    assert available_cores(str(tmp_path / "cg"), str(tmp_path / "self")) == cores
