@@ -20,7 +20,9 @@ finished: its jobs go back into the queue ahead of what was released after them 
 with worker processes several batches are refused in turn), still pending and spooled, the
 refusal is counted (``otel_eval_store_write_failures_total{reason}``) and ``StoreHealth``
 says when ``process`` may hand out work again (capped exponential back-off); meanwhile the
-receivers throttle (``store_unavailable``). The first batch stored ends the back-off.
+receivers throttle (``store_unavailable``). The first batch stored ends the back-off. A
+kept trace that a later revision re-opening it was stored after (worker processes store
+the batch after a refused one) is done as ``already_evaluated``, never stored over it.
 
 A request whose items a released trace already holds (a Kafka record delivered again after
 its partition came back: every span a ``duplicate_span`` or ``late``) is done when that trace
@@ -55,7 +57,7 @@ import heapq
 import itertools
 import logging
 import threading
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -100,6 +102,11 @@ class Finishing:
         self._finish_lock = threading.Lock()  # stages may finish jobs from several threads
         self._queue: deque[Job] = deque()  # in release order (``Job.seq``)
         self._seq = itertools.count(1)
+        # Kept jobs (a store refusal) by seq, and for their trace ids the highest revision
+        # re-opening them stored since (-1: none): a kept revision older than that is done
+        self._kept: dict[int, str] = {}
+        self._kept_ids: Counter[str] = Counter()
+        self._newer: dict[str, int] = {}
         # released, not finished (queued, or handed to the stage): by trace id, under the lock
         self._unfinished: dict[str, Trace] = {}
         self.queued_spans = 0
@@ -145,11 +152,35 @@ class Finishing:
             with self._lock:
                 n = min(self._batch_size, len(self._queue))
                 batch = [self._queue.popleft() for _ in range(n)]
+                stale = self._stale(batch)
             if not batch:
                 break
-            self.stage.run(batch, self.finish)
-            done += len(batch)
+            if stale:
+                batch = [j for j in batch if j not in stale]
+                self.finish(stale, [Outcome(None, False, skipped=ALREADY_EVALUATED)
+                                    for _ in stale])
+            if batch:
+                self.stage.run(batch, self.finish)
+            done += len(batch) + len(stale)
         return done
+
+    def _stale(self, batch: list[Job]) -> list[Job]:  # lock held
+        """The kept jobs of ``batch`` whose trace a later revision re-opening it (so holding
+        its spans) was stored after: with worker processes, the batch after a refused one
+        may be stored. Handed again, such a job was stored over that revision; it is done
+        as ``already_evaluated`` instead (spool rows, waiters: the store holds its spans)."""
+        stale = []
+        for job in batch:
+            tid = self._kept.pop(job.seq, None)
+            if tid is None:
+                continue
+            if self._newer.get(tid, -1) > job.trace.revision:
+                stale.append(job)
+            self._kept_ids[tid] -= 1
+            if self._kept_ids[tid] <= 0:
+                del self._kept_ids[tid]
+                self._newer.pop(tid, None)
+        return stale
 
     def finish(self, jobs: list[Job], outcomes: list[Outcome]) -> None:
         """After the store committed ``jobs``: spool, metrics, sinks, then the waiters."""
@@ -197,10 +228,13 @@ class Finishing:
             self.queued_spans -= sum(len(j.trace.spans) + len(j.trace.passed) for j in jobs)
             self.queued_bytes -= sum(_nbytes(j.trace) for j in jobs)
             self._gauges()
-            for job in jobs:
+            for job, out in zip(jobs, outcomes, strict=True):
                 tid = job.trace.trace_id
                 if self._unfinished.get(tid) is job.trace:  # not a later revision's entry
                     del self._unfinished[tid]
+                if tid in self._newer and out.evaluation is not None and \
+                        not job.trace.late_if_stored:  # a re-open (a fragment holds less)
+                    self._newer[tid] = max(self._newer[tid], job.trace.revision)
         settle(held)  # finishing's own hold: what no sink queued is released now
 
     def _release(self, held: list[Held]) -> None:
@@ -285,6 +319,10 @@ class Finishing:
             job.attempts, job.first_sent_ns = 0, 0
         with self._lock:
             self._queue = deque(heapq.merge(kept, self._queue, key=_seq))
+            for job in kept:
+                self._kept[job.seq] = job.trace.trace_id
+                self._kept_ids[job.trace.trace_id] += 1
+                self._newer.setdefault(job.trace.trace_id, -1)
         out = refused[0][1]
         assert out.unstored is not None
         self._metrics.evaluation.store_write_failed(out.unstored)

@@ -582,6 +582,10 @@ class _Pipelined:
             done(jobs, [Outcome(None, False, unstored="disk_full", error="full")
                         for _ in jobs])
 
+    def refuse_first(self) -> None:
+        jobs, done = self.held.pop(0)
+        done(jobs, [Outcome(None, False, unstored="locked", error="busy") for _ in jobs])
+
     def store(self) -> None:
         held, self.held = self.held, []
         for jobs, done in held:
@@ -720,3 +724,43 @@ def test_evaluation_workers_0_is_capped_by_the_cgroup_cpu_limit(
         (tmp_path / "cg" / name).write_text(text)
     (tmp_path / "self").write_text(membership)
     assert available_cores(str(tmp_path / "cg"), str(tmp_path / "self")) == cores
+
+
+def test_a_revision_refused_after_a_later_one_was_stored_does_not_replace_it(
+        tmp_path: Path) -> None:
+    """Revision 1 of a re-opened run refused (another client held a lock a moment),
+    revision 2, in the next message of the same worker, stored. Kept, revision 1 was handed
+    again after the back-off and stored over revision 2: the run lost its last late span.
+    (Revision 0 is protected by ``late_if_stored``; a re-open is not.) A kept revision that
+    a later re-open of it (holding its spans) was stored after is now done as
+    ``already_evaluated``: its spool rows and waiters go, nothing is stored over it."""
+    tid = "d" * 32
+    clock = ManualClock()
+    cfg = Config()
+    store = Store(str(tmp_path / "s.db"))
+    stage = _Pipelined(InProcess(Evaluator(cfg), store))
+    registry = CollectorRegistry()
+    engine = Engine(stage, StoreHealth(store.location, clock=clock), Metrics(registry),
+                    assembly=cfg.assembly, clock=clock)
+    calls: list[str] = []
+    try:
+        for spans in (_trace(tid), *([Span(tid, f"{k:016x}", f"{1:016x}", "chat", 4, 5,
+                                           resource={"service.name": "agents"})]
+                                     for k in (8, 9))):  # revisions 0, 1 and 2
+            engine.submit(spans, "kafka", on_stored=lambda: calls.append("record"))
+            clock.advance(cfg.assembly.grace_s + 1)
+            assert engine.tick() == 1
+            engine.process()
+            if len(stage.held) == 1 and stage.held[0][0][0].trace.revision == 0:
+                stage.store()  # revision 0 stored
+        stage.refuse_first()  # revision 1
+        stage.store()  # revision 2
+        clock.advance(cfg.store.write_retry_max_interval_s + 1)  # past the back-off
+        engine.process()
+        stage.store()
+        row = store.get(tid)
+        assert row is not None
+        assert (row["revision"], row["counts"]["spans"]) == (2, SPANS + 2)
+        assert engine.pending_spans() == 0 and calls == ["record"] * 3
+    finally:
+        store.close()
