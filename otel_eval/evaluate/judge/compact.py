@@ -29,11 +29,15 @@ def trim(text: str, max_chars: int, head_ratio: float = 0.6) -> str:
     """``text`` if short enough, else its head and tail around a marker saying how much went."""
     if max_chars <= 0 or len(text) <= max_chars:
         return text
+    head, tail = split(text, max_chars, head_ratio)
+    return f"{head}\n[... {len(text) - len(head) - len(tail)} chars trimmed ...]\n{tail}"
+
+
+def split(text: str, max_chars: int, head_ratio: float) -> tuple[str, str]:
+    """The head and the tail ``trim`` keeps of ``text`` (longer than ``max_chars``)."""
     keep = max(max_chars - 40, 2)  # room for the marker
     head = int(keep * head_ratio)
-    tail = keep - head
-    cut = len(text) - head - tail
-    return f"{text[:head]}\n[... {cut} chars trimmed ...]\n{text[len(text) - tail:]}"
+    return text[:head], text[len(text) - (keep - head):]
 
 
 def compact_json(text: str) -> str:

@@ -2,11 +2,12 @@
 
 Pure functions of the rendered trajectory: the Judge sends them, the token benchmark counts
 them, the golden tests compare them. Text from spans (task, run, final output, findings) is
-framed by the prompt's own ``#`` headings and escaped (``span_text``): a line of it that
-starts with ``#`` is written with a backslash before it, so span content cannot open a
-section that reads as the prompt's own (issue 33). Step and process replies must cover every
-step / turn asked for (checked, so a partial reply goes through the repair round trip, not
-into scores).
+framed by the prompt's own lines (``#`` headings, the request line, the reply's shape: each
+starts like one of ``frame.OPENERS``); the renderer escaped it (``frame.escape``: a line of
+span text that starts like a line of the frame gets a backslash before it), so span content
+cannot write a line that reads as the prompt's own (issue 33). Step and process replies must
+cover every step / turn asked for (checked, so a partial reply goes through the repair round
+trip, not into scores).
 """
 
 from __future__ import annotations
@@ -18,11 +19,21 @@ from typing import Any
 
 from otel_eval.evaluate.judge import schemas
 from otel_eval.evaluate.judge.client import Check, Messages
+from otel_eval.evaluate.judge.frame import (
+    ANSWER,
+    CRITERIA,
+    GRADE_OUTCOME,
+    GRADE_RUN,
+    GRADE_SESSION,
+    REPLY_SHAPE,
+    SCORE_STEPS,
+    TURNS_TO_GRADE,
+    escape,
+)
 from otel_eval.evaluate.judge.render import Rendered, StepRef
 from otel_eval.evaluate.judge.templates import Prompts, schema_text
 
 PART_ORDER = ("step", "process", "trace", "outcome")  # parts a combined call may carry
-REPLY_SHAPE = "Reply with one JSON object of this shape (all keys required):"
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,13 +90,12 @@ def _steps_line(steps: tuple[StepRef, ...]) -> str:
 
 def _request_text(part: str, steps: tuple[StepRef, ...]) -> str:
     if part == "step":
-        return f"Score LLM {_steps_line(steps)}."
+        return f"{SCORE_STEPS}{_steps_line(steps)}."
     if part == "process":
-        return f"Turns to grade (by the step of their LLM call): " \
-               f"{', '.join(str(s.index) for s in steps)}."
+        return f"{TURNS_TO_GRADE}{', '.join(str(s.index) for s in steps)}."
     if part == "trace":
-        return "Grade the whole run."
-    return "Grade how completely the task was accomplished."
+        return GRADE_RUN
+    return GRADE_OUTCOME
 
 
 def _combined_request(parts: tuple[str, ...], steps: tuple[StepRef, ...]) -> str:
@@ -96,34 +106,26 @@ def _combined_request(parts: tuple[str, ...], steps: tuple[StepRef, ...]) -> str
     if stepwise:
         turn = " (a turn per step)" if "process" in stepwise else ""
         out.append(f"{' and '.join(stepwise)}{turn} for LLM {_steps_line(steps)}")
-    return "Answer: " + "; ".join(out) + "."
+    return ANSWER + "; ".join(out) + "."
 
 
-def span_text(text: str) -> str:
-    """``text`` as placed under a heading of a prompt: each line whose first non-blank
-    character is ``#`` gets a backslash before it; lines end at any line break a model may
-    read as one (``\r``, U+2028 ...). String methods: linear whatever the text."""
-    if "#" not in text:
-        return text
-    lines = text.splitlines(keepends=True)
-    for i, line in enumerate(lines):
-        body = line.lstrip(" \t")
-        if body.startswith("#"):
-            lines[i] = line[:len(line) - len(body)] + "\\" + body
-    return "".join(lines)
+def _reply(shape_text: str) -> str:
+    """The reply's shape, announced by the frame's own line."""
+    return f"{REPLY_SHAPE}\n{shape_text}"
 
 
 def _messages(prompts: Prompts, rendered: Rendered, instructions: str, request: str,
               schema: schemas.Schema, shape: bool) -> Messages:
     """``shape``: the prompt ends with the reply's shape, for a model that is not sent the
-    schema; else the schema travels as ``response_format`` only (not twice)."""
+    schema; else the schema travels as ``response_format`` only (not twice). ``rendered``'s
+    texts were escaped by their renderer (``render``, ``session``), which knows its own
+    step and turn headers from span text."""
     shape_text = schema_text(schema)
     user = prompts.render(
-        "frame", instructions=instructions, task=span_text(rendered.task),
-        trajectory=span_text(rendered.trajectory),
-        final_output=span_text(rendered.final_output), findings=span_text(rendered.findings),
-        request=request, schema=shape_text,
-        reply=f"{REPLY_SHAPE}\n{shape_text}" if shape else "").rstrip()
+        "frame", instructions=instructions, task=rendered.task,
+        trajectory=rendered.trajectory, final_output=rendered.final_output,
+        findings=rendered.findings, request=request, schema=shape_text,
+        reply=_reply(shape_text) if shape else "").rstrip()
     return [{"role": "system", "content": prompts.render("system")},
             {"role": "user", "content": user}]
 
@@ -178,8 +180,8 @@ def plan(prompts: Prompts, rendered: Rendered, parts: tuple[str, ...], combine: 
 def session(prompts: Prompts, rendered: Rendered, shape: bool = True) -> Request:
     """The session judge's one call: ``rendered`` is the conversation (``judge.session``)."""
     schema = schemas.session_schema()
-    messages = _messages(prompts, rendered, prompts.render("session"),
-                         "Grade the whole conversation.", schema, shape)
+    messages = _messages(prompts, rendered, prompts.render("session"), GRADE_SESSION,
+                         schema, shape)
     return Request("session", ("session",), messages, schema)
 
 
@@ -192,7 +194,9 @@ def _one_id_each(data: dict[str, Any]) -> str | None:
 
 def rubric_generate(prompts: Prompts, task: str) -> Request:
     schema = schemas.rubric_generate_schema()
-    user = prompts.render("rubric_generate", task=span_text(task), schema=schema_text(schema))
+    shape = schema_text(schema)
+    user = prompts.render("rubric_generate", task=escape(task), schema=shape,
+                          reply=_reply(shape))
     return Request("rubric_generate", ("rubric",),
                    [{"role": "system", "content": prompts.render("system")},
                     {"role": "user", "content": user}], schema, (), _one_id_each)
@@ -202,7 +206,7 @@ def rubric_verify(prompts: Prompts, rendered: Rendered,
                   criteria: Sequence[dict[str, str]], shape: bool = True) -> Request:
     schema = schemas.rubric_verify_schema()
     # criteria were written by the model from span text: escaped like it
-    listing = span_text("\n".join(f"- {c['id']}: {c['criterion']}" for c in criteria))
+    listing = escape("\n".join(f"- {c['id']}: {c['criterion']}" for c in criteria))
     ids = [c["id"] for c in criteria]
 
     def check(data: dict[str, Any]) -> str | None:
@@ -210,5 +214,5 @@ def rubric_verify(prompts: Prompts, rendered: Rendered,
         return _missing(data, "results", "id", ids)
 
     messages = _messages(prompts, rendered, prompts.render("rubric_verify"),
-                         f"Criteria to check:\n{listing}", schema, shape)
+                         f"{CRITERIA}\n{listing}", schema, shape)
     return Request("rubric_verify", ("rubric",), messages, schema, (), check)

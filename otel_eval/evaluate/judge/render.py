@@ -34,9 +34,11 @@ from otel_eval.evaluate.judge.compact import (
     normalize,
     parse_messages,
     reply_message,
+    split,
     trim,
 )
 from otel_eval.evaluate.judge.config import CompactionConfig
+from otel_eval.evaluate.judge.frame import STEP_HEADER, escape
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +74,8 @@ class _Cut:
 
     def shown(self, limit: int) -> str:
         # escaped once cut: a tail may start at any character of the text
-        return self.prefix + own_headers(trim(self.text, min(self.cap, limit),
-                                              self.head_ratio))
+        return self.prefix + escape(trim(self.text, min(self.cap, limit), self.head_ratio),
+                                    continued=bool(self.prefix))
 
     def __str__(self) -> str:
         return self.shown(self.cap)
@@ -101,28 +103,14 @@ def unchanged(text: str) -> str:
     return text
 
 
-STEP_HEADER = "[step "  # opens a step of the run: the renderer's alone
-
-
-def own_headers(text: str, header: str = STEP_HEADER) -> str:
-    """``text`` (a span's) with a backslash before each line whose first non-blank
-    characters open a ``header`` (a step of the run; a turn of a conversation), at any line
-    break a model may read as one (``\\r``, U+2028 ...): span content cannot write a step of
-    the run, whose id the judge would cite and its score land on. String methods: linear
-    whatever the text."""
-    if header not in text:
-        return text
-    lines = text.splitlines(keepends=True)
-    for i, line in enumerate(lines):
-        body = line.lstrip(" \t")
-        if body.startswith(header):
-            lines[i] = line[:len(line) - len(body)] + "\\" + body
-    return "".join(lines)
-
-
 def one_line(name: str | None) -> str | None:
     """A span's name (tool, agent node) as written in a step header: on that one line."""
     return None if name is None else " ".join(name.splitlines())
+
+
+def _role(role: str) -> str:
+    """A message's role (span text) as it opens its line of the view."""
+    return escape(" ".join(role.splitlines()))
 
 
 def _level(cuts: list[_Cut], room: int) -> int:
@@ -199,15 +187,15 @@ class _Renderer:
         weight = _ASKED if m.role == "user" else _SAID
         out: list[Piece] = []
         if m.content:
-            out.append(self.cut(f"  {m.role}: ", m.content, limit, weight))
+            out.append(self.cut(f"  {_role(m.role)}: ", m.content, limit, weight))
         elif not m.tool_calls or m.role != "assistant":  # a reply of calls only: the calls
-            out.append(f"  {m.role}:")
+            out.append(f"  {_role(m.role)}:")
         if m.tool_calls:
             out.append(self.cut("  calls: ", m.tool_calls, self.c.max_message_chars, _CALL))
         return out
 
     def llm(self, step: Step) -> list[Piece]:
-        head = f"[step {step.index}] llm"
+        head = f"{STEP_HEADER}{step.index}] llm"
         if step.node != self.node:
             head += f" node={one_line(step.node)}" if step.node else " node=(main)"
             self.node = step.node
@@ -254,7 +242,7 @@ class _Renderer:
         return self.cut(" result: ", text, self.c.max_tool_output_chars, _SAID)
 
     def tool(self, step: Step) -> list[Piece]:
-        head = f"[step {step.index}] tool {one_line(step.tool_name or step.name)}"
+        head = f"{STEP_HEADER}{step.index}] tool {one_line(step.tool_name or step.name)}"
         lines = [self.arguments(head + (" status=error" if step.status == "error" else "")
                                 + " args: ", step.arguments)]
         if step.result is not None:
@@ -272,8 +260,8 @@ class _Renderer:
             elif step.kind == "tool":
                 lines.extend(self.tool(step))
             elif step.status == "error":  # agent / chain steps matter only when they fail
-                lines.append(self.cut(f"[step {step.index}] {step.kind} {one_line(step.name)} "
-                                      "status=error error: ", step.error or "",
+                head = f"{STEP_HEADER}{step.index}] {step.kind} {one_line(step.name)}"
+                lines.append(self.cut(head + " status=error error: ", step.error or "",
                                       self.c.max_message_chars, _CALL))
         return lines
 
@@ -327,7 +315,7 @@ def _finding_line(f: Finding, redact: Redact) -> str:
         more = len(steps) - FINDING_STEPS
         where = f" (steps {', '.join(map(str, steps[:FINDING_STEPS]))}" \
                 + (f" and {more} more)" if more > 0 else ")")
-    message = own_headers(trim(redact(f.message), FINDING_CHARS))
+    message = escape(trim(redact(f.message), FINDING_CHARS), continued=True)
     return f"- [{f.severity}] {f.detector}/{f.kind}: {message}{where}"
 
 
@@ -354,6 +342,21 @@ def view_budget_chars(trajectory: Trajectory, limits: CompactionConfig) -> int:
     return min(int(tokens * CHARS_PER_TOKEN), limits.max_trajectory_chars)
 
 
+def _bounded(text: str, limit: int) -> str:
+    """``text`` (the run's view) cut to ``limit`` chars, head and tail (``trim``); the tail's
+    first line escaped when the cut fell inside a line (it may start at any character of a
+    span's text, or of a name in a step header)."""
+    if limit <= 0 or len(text) <= limit:
+        return text
+    head, tail = split(text, limit, 0.5)
+    marker = f"\n[... {len(text) - len(head) - len(tail)} chars trimmed ...]\n"
+    before = text[len(text) - len(tail) - 1]
+    if tail and len((before + ".").splitlines()) == 1:  # not after a line break
+        first, *rest = tail.splitlines(keepends=True)
+        tail = escape(first) + "".join(rest)
+    return head + marker + tail
+
+
 def render(evaluation: Evaluation, limits: CompactionConfig,
            redact: Redact = unchanged) -> Rendered:
     """Render once per trace, within the view's budget (``view_budget_chars``): the task and
@@ -371,12 +374,13 @@ def render(evaluation: Evaluation, limits: CompactionConfig,
     final = _plain(parse_messages(t.output))
     if len(final) > _SHORT_FINAL_CHARS and r.log.seen(final):
         final = "(the run's last output, shown in full above)"
-    task = own_headers(trim(redact(_plain(task_messages)), limits.max_task_chars,
-                            limits.head_ratio))
-    final = own_headers(trim(redact(final), limits.max_task_chars, limits.head_ratio))
+    task = trim(redact(_plain(task_messages)), limits.max_task_chars, limits.head_ratio)
+    final = trim(redact(final), limits.max_task_chars, limits.head_ratio)
     findings = render_findings(evaluation, redact)
+    # measured before the escapes (a backslash a line: noise beside CHARS_PER_TOKEN)
     room = view_budget_chars(t, limits) - len(task) - len(final) - len(findings)
+    task, final = escape(task), escape(final)
     text = fit(pieces, max(room, 0))
-    text = trim(text, limits.max_trajectory_chars, 0.5)  # the hard bound, past the floors
+    text = _bounded(text, limits.max_trajectory_chars)  # the hard bound, past the floors
     return Rendered(task=task, trajectory=text or "(no steps recorded)", final_output=final,
                     findings=findings, steps=turns(t))

@@ -18,12 +18,12 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from otel_eval.evaluate.judge.frame import TURN_HEADER, escape
 from otel_eval.evaluate.judge.render import (
     FINDING_CHARS,
     Redact,
     Rendered,
     finding_lines,
-    own_headers,
     unchanged,
 )
 
@@ -34,18 +34,16 @@ TURNS_SHOWN = 40  # turns written: the first FIRST_TURNS and the newest (the res
 FIRST_TURNS = 4
 
 
-TURN_HEADER = "Turn "  # opens a turn of the transcript: the renderer's alone
-
-
-def _cut(value: Any, limit: int, redact: Redact = unchanged) -> str:
+def _cut(value: Any, limit: int, redact: Redact = unchanged, continued: bool = True) -> str:
     """``value`` as text, redacted whole before it is cut (a secret across the cut would
-    keep a part that no longer reads as one), a line of it that would open a turn escaped
-    (``render.own_headers``)."""
+    keep a part that no longer reads as one), a line of it that starts like a line of the
+    prompt's frame (a turn's header among them) escaped (``frame.escape``; ``continued``: on
+    a line the transcript opened, as ``  user: ``)."""
     if value is None:
         return ""
     text = redact(value if isinstance(value, str) else json.dumps(value, default=str))
     text = text if len(text) <= limit else text[:limit] + f" [... {len(text) - limit} cut]"
-    return own_headers(text, TURN_HEADER)
+    return escape(text, continued)
 
 
 def _calls(steps: Any, redact: Redact) -> list[str]:
@@ -70,7 +68,7 @@ def _verdict(turn: Mapping[str, Any]) -> str:
 
 
 def _turn(number: int, turn: Mapping[str, Any], redact: Redact) -> str:
-    lines = [f"Turn {number} (checks by code: {_verdict(turn)})",
+    lines = [f"{TURN_HEADER}{number} (checks by code: {_verdict(turn)})",
              f"  user: {_cut(turn.get('input'), TEXT_CHARS, redact)}",
              *_calls(turn.get("steps"), redact),
              f"  agent: {_cut(turn.get('output'), TEXT_CHARS, redact)}"]
@@ -109,7 +107,7 @@ def render_session(record: Mapping[str, Any], turns: Sequence[Mapping[str, Any]]
     text ``redact``-ed before it is cut."""
     first = turns[0] if turns else {}
     last = turns[-1] if turns else {}
-    return Rendered(task=_cut(first.get("input"), TEXT_CHARS, redact),
+    return Rendered(task=_cut(first.get("input"), TEXT_CHARS, redact, continued=False),
                     trajectory="\n\n".join(_shown(turns, redact)),
-                    final_output=_cut(last.get("output"), TEXT_CHARS, redact),
+                    final_output=_cut(last.get("output"), TEXT_CHARS, redact, continued=False),
                     findings=_findings(record, turns, redact), steps=())
