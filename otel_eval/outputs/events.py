@@ -55,6 +55,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from otel_eval.base import model
 from otel_eval.base.component import Held
+from otel_eval.base.judgement import graded
 from otel_eval.base.results import Evaluation
 from otel_eval.decode.encode import dict_to_attributes
 from otel_eval.outputs.batcher import LOGS
@@ -174,8 +175,8 @@ def judge_records(evaluation: Evaluation, root: str, version: str, time_ns: int,
     out: list[logs_pb2.LogRecord] = []
     ids = response_ids(evaluation)
     for judge, entry in (judged.get("judges") or {}).items():
-        status = entry.get("status", "ok")
-        if status not in ("ok", "skipped"):
+        if not graded(entry):
+            status = entry.get("status", "ok")
             out.append(failure_record(evaluation.trace_id, root, judge, status,
                                       str(entry.get("error") or status), version, time_ns))
             continue

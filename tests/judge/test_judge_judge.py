@@ -18,6 +18,7 @@ from otel_eval.evaluate.judge.config import CompactionConfig
 from otel_eval.evaluate.judge.rubric_cache import rubric_key
 from otel_eval.evaluate.judge.session import render_session
 from otel_eval.outputs.events import judge_records
+from otel_eval.outputs.issues.critiques import extract
 
 STEPS = [1, 3, 5]
 
@@ -224,3 +225,27 @@ def test_a_reply_without_choices_still_sets_every_status(llm: FakeLLM) -> None:
     out = run(Judge(config(llm.api_base, max_retries=0)), evaluation())
     assert out["judges"]["combined"]["status"] == "parse_error"
     assert out["overall"]["status"] == "parse_error"
+
+
+def test_a_failed_judges_critiques_reach_neither_the_events_nor_the_issues(
+        llm: FakeLLM) -> None:
+    """A step chunk graded before another chunk failed leaves its critiques in a judge whose
+    status is a failure (no scores): the events send no grade of it, only the failure, and
+    the issues job clusters none of its critiques (one rule, read by both)."""
+    def route(body: dict[str, Any]) -> Reply:
+        if "steps 1, 3" in body["messages"][1]["content"]:
+            return good(step_reply([1, 3], score=0.1))
+        return Reply(500, {"error": {"message": "boom"}})
+
+    llm.route = route
+    out = run(Judge(config(llm.api_base, enabled=("step", "trace"), combined=False,
+                           max_steps_per_call=2, max_retries=0)), evaluation())
+    step = out["judges"]["step"]
+    assert (step["status"], step["scores"], len(step["critiques"])) == ("error", {}, 2)
+    ev = Evaluation(evaluation().trajectory, judge=out)
+    events = [{a.key: a.value.string_value for a in r.attributes} for r in
+              judge_records(ev, "a" * 16, "test", 1)]
+    step_events = [e for e in events if e["gen_ai.evaluation.name"].startswith("step")]
+    assert [e.get("error.type") for e in step_events] == ["error"]
+    critiques = extract([ev.to_json()], threshold=0.5).critiques
+    assert [c.source for c in critiques if c.source == "judge:step"] == []

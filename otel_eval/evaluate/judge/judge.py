@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from otel_eval.base.judgement import graded
 from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.judge import prompting
 from otel_eval.evaluate.judge.client import CallResult, JudgeClient
@@ -31,7 +32,7 @@ from otel_eval.evaluate.judge.rubric_cache import (
     RubricCache,
     rubric_key,
 )
-from otel_eval.evaluate.judge.scoring import OK_STATUSES, Collector, overall
+from otel_eval.evaluate.judge.scoring import Collector, overall
 from otel_eval.evaluate.judge.session import render_session
 from otel_eval.evaluate.judge.templates import Prompts
 
@@ -158,7 +159,7 @@ class Judge:
         request = self.redacted(prompting.session(self.prompts, rendered, self.shape_in_prompt))
         await self._send(request, collector)
         entry = collector.judges["session"]
-        if entry["status"] not in OK_STATUSES:
+        if not graded(entry):
             entry["scores"] = {}
         score = entry["scores"].get("session")
         if score is not None:

@@ -17,12 +17,11 @@ from __future__ import annotations
 from statistics import fmean
 from typing import Any
 
+from otel_eval.base.judgement import OK_STATUSES
 from otel_eval.evaluate.judge.client import CallResult
 from otel_eval.evaluate.judge.prompting import Request
 from otel_eval.evaluate.judge.render import StepRef
 from otel_eval.evaluate.judge.schemas import PROCESS_DIMENSIONS
-
-OK_STATUSES = ("ok", "skipped")
 
 
 def _critique(dimension: str, score: float, text: str, ref: StepRef | None = None,

@@ -11,7 +11,8 @@ Input is the v1 evaluation JSON (``results.Evaluation.to_json()``), as stored or
   scoring at or above the threshold is none: clustered, "calls match the reference" joined
   "calls do not match" and the matched runs were counted in that issue, and every run of an
   unpriced model was an issue "cost partly unknown";
-- judge critiques: see ``judge_critiques`` (the one place that knows the judge's shape).
+- judge critiques: see ``judge_critiques`` (the one place that knows the judge's shape),
+  of the judges whose grades stand (``base.judgement.graded``, as the evaluation events).
 
 A step that names no agent node belongs to the run's agent (``evaluation.agent``, an inferred
 one included: a hung run's agent spans never arrived, so its steps name none); ``root`` only
@@ -31,6 +32,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from otel_eval.base.judgement import graded
 from otel_eval.base.results import NOT_ENDED_KINDS, NOTE_KINDS
 from otel_eval.base.text import valid_text
 
@@ -125,7 +127,9 @@ def judge_critiques(evaluation: Mapping[str, Any], threshold: float) -> Iterator
     trace_id, agent = str(evaluation["trace_id"]), str(evaluation.get("agent") or "")
     by_span, _ = _step_nodes(evaluation)
     for name, result in judge["judges"].items():
-        items = result.get("critiques") if isinstance(result, Mapping) else None
+        # a failed judge's critiques stand for no grade (``base.judgement``)
+        items = result.get("critiques") if isinstance(result, Mapping) and graded(result) \
+            else None
         for c in items or ():
             text = c.get("text") if isinstance(c, Mapping) else None
             if not isinstance(text, str) or not text.strip() or not _low(c.get("score"),
