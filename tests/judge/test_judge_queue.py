@@ -213,7 +213,7 @@ class Died(BaseException):
 def test_a_worker_that_dies_makes_the_queue_report_it(llm: FakeLLM) -> None:
     """Not only logged: ``alive`` turns False (the judge stage's ``healthy``, /healthz)."""
 
-    async def die(_evaluation: Evaluation) -> dict[str, Any]:
+    async def die(_evaluation: Evaluation, _spent: Any = None) -> dict[str, Any]:
         raise Died()
 
     async def main() -> tuple[bool, bool]:

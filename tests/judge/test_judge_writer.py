@@ -225,7 +225,8 @@ def test_a_session_judgement_cut_by_the_stop_is_a_counted_shutdown_skip(
     stage.start()
     entered = threading.Event()
 
-    async def never_answers(record: dict[str, Any], turns: Any) -> dict[str, Any]:
+    async def never_answers(record: dict[str, Any], turns: Any,
+                            spent: Any = None) -> dict[str, Any]:
         entered.set()
         await asyncio.Event().wait()  # a slow model: only the stop ends it
         raise AssertionError("unreachable")

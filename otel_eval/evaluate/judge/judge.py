@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any
 
 from otel_eval.base.judgement import graded
@@ -64,6 +64,19 @@ def shape_in_prompt(config: JudgeConfig) -> bool:
         return True
 
 
+async def _together(work: list[Coroutine[Any, Any, None]]) -> None:
+    """Runs ``work`` at once. Whatever ends it (one raising, a cancel), none goes on after:
+    a judgement reported ended makes no more calls (they would be paid, and counted nowhere
+    but in the metrics)."""
+    tasks = [asyncio.ensure_future(w) for w in work]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
 class Judge:
     def __init__(self, config: JudgeConfig, *, clock: Callable[[], float] = time.monotonic,
                  rubric_cache: RubricCache | None = None,
@@ -85,6 +98,12 @@ class Judge:
 
     def over_budget(self) -> bool:
         return self.client.over_budget()
+
+    def spending(self) -> Collector:
+        """What one judgement pays for, held by its caller (``judge(..., spent)``): read
+        whatever ends the judgement (it raises, the stop cancels it), its calls already made
+        are in it, as they are in the metrics."""
+        return Collector(self.config.model)
 
     def requests(self, evaluation: Evaluation,
                  rendered: Rendered | None = None) -> list[Request]:
@@ -120,14 +139,17 @@ class Judge:
             out.append((part, why))
         return out
 
-    async def judge(self, evaluation: Evaluation) -> dict[str, Any]:
+    async def judge(self, evaluation: Evaluation,
+                    spent: Collector | None = None) -> dict[str, Any]:
+        """The ``judge`` object of ``evaluation``; ``spent`` (``spending()``) collects the
+        calls as they are made, for a caller whose judgement may end before it returns."""
         c = self.config
         mode = "combined" if c.combined else "separate"
         if not self.enabled:
             return {"mode": mode, "model": c.model, "judges": {},
                     "overall": {"status": "disabled"}}
         rendered = render(evaluation, c.compaction, self.redactor.redact)
-        collector = Collector(c.model)
+        collector = spent if spent is not None else self.spending()
         for part, why in self._parts(evaluation, rendered):
             if why:
                 collector.skipped(part, why)
@@ -139,7 +161,7 @@ class Judge:
         work = [self._send_each(requests, collector) for _ in range(c.max_concurrency)]
         if "rubric" in c.enabled:
             work.append(self._rubric(evaluation, rendered, collector))
-        await asyncio.gather(*work)
+        await _together(work)
         collector.finish_stepwise()
         for name, entry in collector.judges.items():
             for dim, value in entry["scores"].items():
@@ -150,11 +172,13 @@ class Judge:
                 "totals": collector.totals()}
 
     async def judge_session(self, record: Mapping[str, Any],
-                            turns: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+                            turns: Sequence[Mapping[str, Any]],
+                            spent: Collector | None = None) -> dict[str, Any]:
         """The ``judge`` object of a completed session: one ``session`` call over its
-        transcript (``judge.session``); passed = score >= ``tau_task``."""
+        transcript (``judge.session``); passed = score >= ``tau_task``. ``spent``: as
+        ``judge``'s."""
         c = self.config
-        collector = Collector(c.model)
+        collector = spent if spent is not None else self.spending()
         rendered = render_session(record, turns, self.redactor.redact)
         request = self.redacted(prompting.session(self.prompts, rendered, self.shape_in_prompt))
         await self._send(request, collector)

@@ -4,12 +4,15 @@ Up to ``max_concurrency`` traces are judged at once on a private event loop; the
 ordered (the oldest in flight is awaited first). Sampling applies as in ``serve``. With a
 spending cap (``--max-cost-usd``) judging stops once the judged traces have cost that much
 (traces already in flight finish, so the cap can be passed by their cost); later traces get
-``judge.overall = {"status": "skipped", "reason": "max_cost"}``.
+``judge.overall = {"status": "skipped", "reason": "max_cost"}``. A judgement that raises is
+skipped ``worker_error`` as in ``serve`` (logged), the calls it made in its ``totals`` and the
+cost line.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -22,6 +25,10 @@ from otel_eval.evaluate.judge.client import close_clients
 from otel_eval.evaluate.judge.fit import fit_stored
 from otel_eval.evaluate.judge.judge import Judge
 from otel_eval.evaluate.judge.sampling import sampled
+from otel_eval.evaluate.judge.scoring import Collector
+from otel_eval.evaluate.judge.workqueue import skipped_judge
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -39,15 +46,16 @@ class Spend:
 
     def add(self, judged: dict[str, Any]) -> None:
         totals = judged.get("totals")
-        if totals is None:  # skipped
+        status = str(judged.get("overall", {}).get("status", "ok"))
+        if totals is None or status == "skipped":  # skipped (having made calls or not)
             reason = str(judged.get("overall", {}).get("reason", "skipped"))
             self.skipped[reason] = self.skipped.get(reason, 0) + 1
-            return
-        status = str(judged.get("overall", {}).get("status", "ok"))
-        if status in ("ok", "partial"):
+        elif status in ("ok", "partial"):
             self.judged += 1
         else:
             self.failed[status] = self.failed.get(status, 0) + 1
+        if totals is None:
+            return
         self.calls += int(totals["calls"])
         self.failed_calls += int(totals.get("failed_calls", 0))
         self.input_tokens += int(totals["tokens"]["input"])
@@ -76,11 +84,16 @@ def judged(evaluations: Iterable[Evaluation], judge: Judge, spend: Spend,
     leaves of ``bounds.max_result_bytes`` (``fit_stored``, as ``serve`` stores it)."""
     bounds = bounds or TrajectoryConfig()
     loop = asyncio.new_event_loop()
-    window: deque[tuple[Evaluation, asyncio.Task[dict[str, Any]] | None]] = deque()
+    window: deque[tuple[Evaluation, asyncio.Task[dict[str, Any]] | None, Collector]] = deque()
 
-    def finish(ev: Evaluation, task: asyncio.Task[dict[str, Any]] | None) -> Evaluation:
+    def finish(ev: Evaluation, task: asyncio.Task[dict[str, Any]] | None,
+               spent: Collector) -> Evaluation:
         if task is not None:
-            ev.judge = loop.run_until_complete(task)
+            try:
+                ev.judge = loop.run_until_complete(task)
+            except Exception:  # as serve's worker: this trace skipped, the run goes on
+                log.exception("judge failed on trace %s", ev.trace_id)
+                ev.judge = skipped_judge("worker_error", spent)
         assert ev.judge is not None
         spend.add(ev.judge)  # what it cost, whatever is cut
         ev.judge = fit_stored(ev, ev.judge, bounds)
@@ -88,21 +101,22 @@ def judged(evaluations: Iterable[Evaluation], judge: Judge, spend: Spend,
 
     try:
         for ev in evaluations:
+            spent = judge.spending()
             if max_cost_usd is not None and spend.cost_usd >= max_cost_usd:
                 ev.judge = _skipped("max_cost")
-                window.append((ev, None))
+                window.append((ev, None, spent))
             elif not sampled(ev, judge.config.sampling):
                 ev.judge = _skipped("sampled_out")
-                window.append((ev, None))
+                window.append((ev, None, spent))
             else:
-                window.append((ev, loop.create_task(judge.judge(ev))))
+                window.append((ev, loop.create_task(judge.judge(ev, spent)), spent))
             while window and (window[0][1] is None
                               or len(window) > judge.config.max_concurrency):
                 yield finish(*window.popleft())
         while window:
             yield finish(*window.popleft())
     finally:
-        for _, task in window:
+        for _, task, _ in window:
             if task is not None:
                 task.cancel()
         loop.run_until_complete(close_clients())  # litellm caches HTTP clients per loop

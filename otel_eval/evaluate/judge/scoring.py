@@ -124,6 +124,13 @@ class Collector:
             if e["status"] not in OK_STATUSES:
                 e["scores"] = {}
 
+    def spent(self) -> dict[str, Any]:
+        """``{"totals": ...}`` when any call was made, else nothing: what a judgement that
+        ended before its object was written (it raised, or was cut) paid, for the object
+        that says so (``workqueue.skipped_judge``)."""
+        return {"totals": self.totals()} if any(e["calls"] for e in self.judges.values()) \
+            else {}
+
     def totals(self) -> dict[str, Any]:
         es = self.judges.values()
         return {"tokens": {"input": sum(e["tokens"]["input"] for e in es),

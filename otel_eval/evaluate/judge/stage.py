@@ -308,16 +308,18 @@ class JudgeStage:
     async def _judge_session(self, record: dict[str, Any],
                              turns: list[dict[str, Any]]) -> None:  # on the loop
         assert self.judge is not None
+        spent = self.judge.spending()  # the calls made, whatever ends the judgement
         try:
-            judge = await self.judge.judge_session(record, turns)
+            judge = await self.judge.judge_session(record, turns, spent)
         except asyncio.CancelledError:  # cut by the stop's deadline: judged once, never at
             self.metrics.judge.skip("shutdown")  # the next start, so marked and counted
-            self._write_session(record, skipped_judge("shutdown"))
+            self._write_session(record, skipped_judge("shutdown", spent))
             raise
         except Exception as e:  # the stage boundary: said, counted, judging goes on
             log.error("judging session %r failed: %s", record.get("session_id"),
                       type(e).__name__, exc_info=e)
-            judge = {"judges": {}, "overall": {"status": "error", "error": type(e).__name__}}
+            judge = {"judges": {}, "overall": {"status": "error", "error": type(e).__name__},
+                     **spent.spent()}
         self._write_session(record, judge)
 
     def _write_session(self, record: dict[str, Any],

@@ -5,7 +5,8 @@ ingestion goes on.
 
 Lifecycle: ``await start()`` (on the running loop) -> ``submit(...)`` from loop code ->
 ``await shutdown(deadline_s)``: stop accepting, let workers drain until the deadline, then
-cancel them; whatever was not judged gets ``on_skip(evaluation, "shutdown")``.
+cancel them; whatever was not judged gets ``on_skip(evaluation, "shutdown")``. A judgement
+that raised or was cut keeps the calls it made in its skip's ``totals`` (``skipped_judge``).
 """
 
 from __future__ import annotations
@@ -19,13 +20,16 @@ from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.judge.judge import Judge
 from otel_eval.evaluate.judge.observer import SkipReason
 from otel_eval.evaluate.judge.sampling import sampled
+from otel_eval.evaluate.judge.scoring import Collector
 
 log = logging.getLogger(__name__)
 
 
-def skipped_judge(reason: SkipReason) -> dict[str, object]:
-    """The ``judge`` object of a trace not judged."""
-    return {"judges": {}, "overall": {"status": "skipped", "reason": reason}}
+def skipped_judge(reason: SkipReason, spent: Collector | None = None) -> dict[str, object]:
+    """The ``judge`` object of a trace not judged; with the ``totals`` of the calls its
+    judgement made before it ended (``spent``), when it made any."""
+    return {"judges": {}, "overall": {"status": "skipped", "reason": reason},
+            **(spent.spent() if spent is not None else {})}
 
 
 class JudgeQueue:
@@ -46,7 +50,7 @@ class JudgeQueue:
         # of the evaluations waiting (not those being judged) and the sessions held
         self.queued_bytes = 0
         self._workers: list[asyncio.Task[None]] = []
-        self._inflight: dict[asyncio.Task[None], Evaluation] = {}
+        self._inflight: dict[asyncio.Task[None], tuple[Evaluation, Collector]] = {}
         self._accepting = False
         self.judged = 0  # evaluations passed to on_done
         self.skipped: dict[str, int] = {}  # reason -> count
@@ -93,10 +97,11 @@ class JudgeQueue:
     def release(self, nbytes: int) -> None:
         self.queued_bytes -= nbytes
 
-    def _skip(self, evaluation: Evaluation, reason: SkipReason) -> None:
+    def _skip(self, evaluation: Evaluation, reason: SkipReason,
+              spent: Collector | None = None) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
         self.judge.observer.skip(reason)
-        evaluation.judge = skipped_judge(reason)
+        evaluation.judge = skipped_judge(reason, spent)
         try:
             self.on_skip(evaluation, reason)
         except Exception:  # the sink's failure must not stop judging
@@ -115,9 +120,10 @@ class JudgeQueue:
         while True:
             evaluation, nbytes = await self._queue.get()
             self.queued_bytes -= nbytes
-            self._inflight[me] = evaluation  # so shutdown can report it if cancelled
+            spent = self.judge.spending()
+            self._inflight[me] = evaluation, spent  # so shutdown can report it if cancelled
             try:
-                await self._judge_one(evaluation)
+                await self._judge_one(evaluation, spent)
             finally:
                 self._inflight.pop(me, None)
                 self._queue.task_done()
@@ -133,15 +139,15 @@ class JudgeQueue:
         if not task.cancelled() and task.exception() is not None:  # never silently
             log.error("judge worker %s died", task.get_name(), exc_info=task.exception())
 
-    async def _judge_one(self, evaluation: Evaluation) -> None:
+    async def _judge_one(self, evaluation: Evaluation, spent: Collector) -> None:
         try:
-            evaluation.judge = await self.judge.judge(evaluation)
+            evaluation.judge = await self.judge.judge(evaluation, spent)
         except asyncio.CancelledError:
             raise
         except Exception:  # stage boundary: a bug in one trace must not kill the worker
             self.errors += 1
             log.exception("judge failed on trace %s", evaluation.trace_id)
-            self._skip(evaluation, "worker_error")
+            self._skip(evaluation, "worker_error", spent)
             return
         self.judged += 1
         try:
@@ -154,7 +160,7 @@ class JudgeQueue:
         self._accepting = False
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._queue.join(), timeout=max(deadline_s, 0.0))
-        unfinished = list(self._inflight.values())
+        unfinished: list[tuple[Evaluation, Collector | None]] = list(self._inflight.values())
         for w in self._workers:
             w.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
@@ -162,7 +168,7 @@ class JudgeQueue:
         while not self._queue.empty():
             evaluation, nbytes = self._queue.get_nowait()
             self.queued_bytes -= nbytes
-            unfinished.append(evaluation)
+            unfinished.append((evaluation, None))
             self._queue.task_done()
-        for evaluation in unfinished:
-            self._skip(evaluation, "shutdown")
+        for evaluation, spent in unfinished:
+            self._skip(evaluation, "shutdown", spent)

@@ -1,0 +1,113 @@
+"""A judgement that ends before it is done (it raises partway, or the stop cancels it) still
+says what it spent: the calls already paid reach the stored ``totals`` and ``eval``'s cost
+line, as they reached the metrics (``otel_eval_judge_calls_total`` ...)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from typing import Any
+
+from judge_fake_llm import FakeLLM, Reply, good
+from judge_fixtures import config, evaluation
+
+from otel_eval.base.results import Evaluation
+from otel_eval.evaluate.judge import Judge, JudgeQueue
+from otel_eval.evaluate.judge.observer import NoopObserver
+from otel_eval.evaluate.judge.offline import Spend, judged
+from otel_eval.evaluate.judge.rubric_cache import Criteria
+
+_CRITERIA = {"criteria": [{"id": "c1", "criterion": "Cancels ABC123"}]}
+
+
+class LockedCache:
+    """A rubric cache whose write fails (the shared SQLite file locked by the store)."""
+
+    def get(self, key: str) -> Criteria | None:
+        return None
+
+    def put(self, key: str, criteria: Criteria, model: str) -> None:
+        raise sqlite3.OperationalError("database is locked")
+
+
+class Calls(NoopObserver):
+    """The calls the metrics count."""
+
+    def __init__(self) -> None:
+        self.paid: list[tuple[str, str]] = []
+
+    def call(self, judge: str, status: str, *figures: Any) -> None:
+        self.paid.append((judge, status))
+
+
+def _judge(llm: FakeLLM, calls: Calls) -> Judge:
+    llm.by_schema({"rubric_generate_grade": good(_CRITERIA)})
+    return Judge(config(llm.api_base, enabled=("rubric",)), rubric_cache=LockedCache(),
+                 observer=calls)
+
+
+def test_a_judgement_that_raises_keeps_its_spent_calls_in_the_stored_totals(
+        llm: FakeLLM) -> None:
+    calls = Calls()
+    skipped: list[tuple[Evaluation, str]] = []
+
+    async def main() -> None:
+        done = asyncio.Event()
+
+        def skip(ev: Evaluation, reason: str) -> None:
+            skipped.append((ev, reason))
+            done.set()
+
+        q = JudgeQueue(_judge(llm, calls), 10, lambda ev: None, skip)
+        await q.start()
+        q.submit(evaluation())
+        await done.wait()
+        await q.shutdown(1.0)
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+    assert calls.paid == [("rubric_generate", "ok")]  # counted in the metrics
+    (ev, reason), = skipped
+    assert reason == "worker_error"
+    assert ev.judge is not None and ev.judge["overall"]["reason"] == "worker_error"
+    totals = ev.judge.get("totals")
+    assert totals is not None and (totals["calls"], totals["tokens"]) == (
+        1, {"input": 1000, "output": 100}), ev.judge
+
+
+def test_a_judgement_that_raises_is_on_evals_cost_line(llm: FakeLLM) -> None:
+    calls, spend = Calls(), Spend()
+    out = list(judged([evaluation(), evaluation(trace_id="9" * 32)], _judge(llm, calls),
+                      spend))
+    assert len(calls.paid) == 2 and len(out) == 2
+    assert [ev.judge["overall"].get("reason") for ev in out if ev.judge] == ["worker_error"] * 2
+    assert (spend.calls, spend.input_tokens, spend.output_tokens) == (2, 2000, 200)
+    assert spend.skipped == {"worker_error": 2}
+    assert "in 2 calls, 2000 input + 200 output tokens" in spend.line("m")
+
+
+def test_a_judgement_cut_by_the_stop_keeps_its_spent_calls(llm: FakeLLM) -> None:
+    calls, asked = Calls(), threading.Event()
+
+    def route(body: dict[str, Any]) -> Reply:
+        if body["response_format"]["json_schema"]["name"] == "rubric_generate_grade":
+            return good(_CRITERIA)
+        asked.set()
+        return Reply(hang=True)  # the check: a slow model, still thinking at the stop
+
+    llm.route = route
+    skipped: list[tuple[Evaluation, str]] = []
+
+    async def main() -> None:
+        q = JudgeQueue(Judge(config(llm.api_base, enabled=("rubric",)), observer=calls), 10,
+                       lambda ev: None, lambda ev, reason: skipped.append((ev, reason)))
+        await q.start()
+        q.submit(evaluation())
+        assert await asyncio.to_thread(asked.wait, 30)
+        await q.shutdown(0.0)
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+    assert calls.paid == [("rubric_generate", "ok")]
+    (ev, reason), = skipped
+    assert reason == "shutdown" and ev.judge is not None
+    assert ev.judge.get("totals", {}).get("calls") == 1, ev.judge
