@@ -737,6 +737,28 @@ def test_issues_jobs_whose_sessions_the_server_ended_hand_over_without_errors(
         follower.close(5.0)
 
 
+def test_a_leader_whose_session_the_server_ended_closes_quietly(postgresql_url: str) -> None:
+    """PostgreSQL only: the server ended the leader's session (psycopg learns it at the next
+    statement); the lock went with it, so closing has nothing to release. Before, close ran
+    the unlock on the dead connection and raised (logged at shutdown as "issues failed to
+    shut down") and left the connection open."""
+    import psycopg
+
+    open_store(postgresql_url).close()
+    leader = Catalogue.open(postgresql_url)
+    assert leader.lead()
+    with psycopg.connect(postgresql_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity "
+                      "WHERE application_name = 'otel-eval'")
+    leader.close()  # quiet
+    assert leader._conn.closed
+    successor = Catalogue.open(postgresql_url)
+    try:
+        assert successor.lead()
+    finally:
+        successor.close()
+
+
 def _sql(target: str, sql: str) -> list[tuple[Any, ...]]:
     if target.startswith("postgresql://"):
         import psycopg

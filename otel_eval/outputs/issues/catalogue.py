@@ -180,11 +180,19 @@ class Catalogue:
         return cls(reconnect(), reconnect if is_postgresql_url(target) else None)
 
     def close(self) -> None:
-        if self._pg and self._leading and not (self._conn.closed or self._conn.broken):
-            # released now, not when the server notices the session ended: the next worker
-            # to ask takes over at once
-            self._conn.execute("SELECT pg_advisory_unlock(%s)", (ISSUES_LOCK,))
-        self._conn.close()
+        """Release the lock (if leading) and close the connection. A session the server
+        ended (psycopg learns it at this unlock) held no lock any more: closing it is quiet."""
+        leading, self._leading = self._pg and self._leading, not self._pg
+        try:
+            if leading and not (self._conn.closed or self._conn.broken):
+                # released now, not when the server notices the session ended: the next
+                # worker to ask takes over at once
+                self._conn.execute("SELECT pg_advisory_unlock(%s)", (ISSUES_LOCK,))
+        except Exception:
+            if not (self._conn.closed or self._conn.broken):
+                raise  # not a lost session
+        finally:
+            self._conn.close()
 
     def lead(self) -> bool:
         """Whether this catalogue's job is the one to run (see the module docstring). The
