@@ -11,9 +11,6 @@ revision rules (``otel_eval.store.base``):
 - ``put_many``: one transaction per batch, ``INSERT ... ON CONFLICT DO UPDATE`` per row in
   psycopg's pipeline mode (one round trip per batch, not per row); whether a row superseded
   one comes back from the same statement (``xmax``: set on a row version an update wrote).
-  The batch first takes a transaction advisory lock per trace id (``_WRITING``): two
-  processes storing one trace at once (a trace split across replicas) write one after the
-  other, the second seeing the first's row, as with SQLite (its turn counted once).
 - ``put_judge`` / ``put_feedback_and_verdict``: read the row of that revision ``FOR UPDATE``,
   change their part (feedback: and write its outcome's row), write it back, in one
   transaction: the row lock serializes them (and the engine's upsert) across processes, so
@@ -97,18 +94,7 @@ ON CONFLICT (trace_id) DO UPDATE SET revision = excluded.revision,
 RETURNING NOT (xmax = 0),
     (SELECT o.session_id FROM evaluations o WHERE o.trace_id = e.trace_id)"""
 # the subquery sees the statement's snapshot: the replaced row's session id (a trace twice in
-# a batch: its first statement's, as SQLite's put_many). Another transaction's write of the
-# trace committed after that snapshot would be missed (its turn counted twice): ``_WRITING``
-# first waits for any such transaction, so the snapshot includes its row.
-
-# Transaction advisory locks on the batch's trace ids, taken in order (two batches sharing
-# traces cannot deadlock): a writer of the same trace in another process commits before this
-# batch's statements take their snapshots. Two-key form (class, hash of the id): its key space
-# is not the single-key one of the migration and issues locks; a hash collision only makes
-# two traces' writers wait for each other.
-_TRACE_LOCK_CLASS = 0x6F746574  # "otet"
-_WRITING = ("SELECT pg_advisory_xact_lock(%s, hashtext(t)) "
-            "FROM unnest(%s::text[]) WITH ORDINALITY AS ids(t, n) ORDER BY n")
+# a batch: its first statement's, as SQLite's put_many)
 
 _PUT_FEEDBACK = ("INSERT INTO feedback VALUES (%s, %s, %s) ON CONFLICT (trace_id) DO UPDATE SET "
                  "outcome = excluded.outcome, received_at_ns = excluded.received_at_ns")
@@ -443,7 +429,6 @@ class PostgresStore(KeptSessions):
 def _upsert(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]) -> list[bool]:
     """The rows, and their sessions' rows (``session_rows``), in one transaction."""
     with conn.transaction(), conn.cursor() as cur:
-        cur.execute(_WRITING, (_TRACE_LOCK_CLASS, sorted({str(r[0]) for r in rows})))
         cur.executemany(_UPSERT, rows, returning=True)
         before: list[str | bool | None] = []
         while True:

@@ -830,62 +830,6 @@ def test_sessions_are_read_from_the_turns_stored_by_any_writer(stores: Open) -> 
     assert reader.session_turns(_key("a", "other"), 5) == ([], 0, 0, 0)
 
 
-def _stored_while_another_writes_it(url: str, first: Evaluation,
-                                    second: Evaluation) -> list[bool]:
-    """``first`` written in a transaction left open on a connection of its own; ``second``
-    put by a store meanwhile (it waits on the first's lock), then the first commits. The
-    second's answer of put_many."""
-    import psycopg
-
-    from otel_eval.store.base import evaluation_row
-    from otel_eval.store.postgresql import _args, _upsert, connect
-
-    writer, store = connect(url), open_store(url)
-    got: list[list[bool]] = []
-    try:
-        with psycopg.connect(url, autocommit=True) as admin:
-            with writer.transaction():
-                assert _upsert(writer, [_args(evaluation_row(first))]) is not None
-                second_writer = threading.Thread(
-                    target=lambda: got.append(store.put_many([second])))
-                second_writer.start()
-                waiting = []
-                while not waiting and second_writer.is_alive():  # until it waits on the lock
-                    waiting = admin.execute(
-                        "SELECT pid FROM pg_stat_activity WHERE "
-                        "%s = ANY(pg_blocking_pids(pid))", (writer.info.backend_pid,)
-                    ).fetchall()
-            second_writer.join()
-    finally:
-        writer.close()
-        store.close()
-    return got[0]
-
-
-def test_a_trace_stored_by_two_writers_at_once_counts_one_turn(postgresql_url: str) -> None:
-    """PostgreSQL only: two replicas store the same trace at the same moment (a trace split
-    across them). The second waits for the first's row, then replaces it: it supersedes it,
-    and the session counts the turn once, as when they write one after the other. Before, the
-    second read the replaced row's session in its statement's snapshot, taken before the
-    first committed: it found none and counted the turn again (2 turns); one whose
-    conversation id the first had changed left the old session twice."""
-    store = open_store(postgresql_url)
-    try:
-        assert _stored_while_another_writes_it(postgresql_url, _turn(1, "a", T0 + 1),
-                                               _turn(1, "a", T0 + 2)) == [True]
-        kept = store.session_record(_key("a"))
-        assert kept is not None and (kept.turns, kept.last_turn_ns) == (1, T0 + 2)
-        # the turn moved to b by the first writer, stored in b by the second too
-        store.put_many([_turn(2, "a", T0 + 3)])  # a: 2 turns
-        assert _stored_while_another_writes_it(postgresql_url, _turn(2, "b", T0 + 4),
-                                               _turn(2, "b", T0 + 5)) == [True]
-        moved_from, moved_to = store.session_record(_key("a")), store.session_record(_key("b"))
-        assert moved_from is not None and moved_from.turns == 1
-        assert moved_to is not None and moved_to.turns == 1
-    finally:
-        store.close()
-
-
 def test_a_session_listed_by_an_agent_keeps_its_other_turns(store: EvaluationStore) -> None:
     """``agent``: a turn of the session has it. The session's last turn (what ``since`` /
     ``until`` and the order read) is still its last turn of any agent: session a's "planner"
