@@ -9,16 +9,16 @@ Promises:
   the revisions of a trace are stored in the order they were released;
 - at most ``max_inflight`` traces per worker are in its pipe or being evaluated; the rest
   wait here, still counted as pending by the engine, whose bounds throttle the receivers;
-- a worker that dies (kill -9, OOM) is restarted and the traces it held are handed to the new
-  one again one at a time, in their original order: each alone in the worker, nothing sent
-  beside it until it is stored. So a poison trace (one that kills its worker) takes only
-  itself down: a death while a worker held one trace counts against that trace alone, and a
-  trace whose worker died ``max_attempts`` times while holding it alone is stored as an
-  evaluation error (``WorkerLost``) by the main process instead: never replayed forever,
-  never dropped (a store refusing that write keeps it, retried as any refused write, and
-  never sent to a worker again); every trace that was in flight beside it is evaluated
-  normally. A trace the dead worker had already committed is stored again, not counted as
-  superseded (``evaluate_and_store``);
+- a worker that dies (kill -9, OOM), or whose result cannot be read (it is killed then), is
+  restarted and the traces it held are handed to the new one again one at a time, in their
+  original order: each alone in the worker, nothing sent beside it until it is stored. So a
+  poison trace (one that kills its worker) takes only itself down: a death while a worker held
+  one trace counts against that trace alone, and a trace whose worker died ``max_attempts``
+  times while holding it alone is stored as an evaluation error (``WorkerLost``) by the main
+  process instead: never replayed forever, never dropped (a store refusing that write keeps
+  it, retried as any refused write, and never sent to a worker again); every trace that was in
+  flight beside it is evaluated normally. A trace the dead worker had already committed is
+  stored again, not counted as superseded (``evaluate_and_store``);
 - a worker that hangs (alive, never answering) is killed as if it had died: a watchdog
   thread kills a worker whose oldest batch has been its current one for longer than
   ``timeout_s`` (counted: ``hung``), and the crash path above restarts it and hands its
@@ -279,13 +279,22 @@ class WorkerPool:
     # --- receiving ---------------------------------------------------------------------------
 
     def _receive_loop(self, w: _Worker, pipe: _Pipe, generation: int) -> None:
+        """Read ``w``'s results until its pipe breaks. A message that cannot be read (not
+        unpickled, not of the shape sent, no memory for it) is the worker's death too: it
+        is killed, and the crash path restarts it and hands its traces again."""
         try:
             while True:
                 try:
                     msg = pipe.conn.recv()
+                    done = msg[0] == "done"
                 except (EOFError, OSError):
                     break
-                if msg[0] == "done":
+                except Exception:  # the result is lost: as if the worker had died
+                    log.exception("reading a result of evaluation worker %d failed; "
+                                  "killing it", w.index)
+                    self._kill(w, generation)
+                    break
+                if done:
                     try:
                         self._done(w, msg[1], msg[2])
                     except BaseException as e:  # results no longer reach the engine: be loud
@@ -296,6 +305,12 @@ class WorkerPool:
         finally:
             pipe.release()
         self._died(w, generation)
+
+    def _kill(self, w: _Worker, generation: int) -> None:
+        """Kill ``w``'s process of ``generation`` (not a later one already restarted)."""
+        with self._lock:
+            if w.generation == generation and w.process is not None:
+                w.process.kill()
 
     def _done(self, w: _Worker, msg_id: int, outcomes: list[Outcome]) -> None:
         """A message's traces are stored: finish them, then count them out (so ``drain``

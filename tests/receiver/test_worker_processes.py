@@ -764,3 +764,54 @@ def test_a_revision_refused_after_a_later_one_was_stored_does_not_replace_it(
         assert engine.pending_spans() == 0 and calls == ["record"] * 3
     finally:
         store.close()
+
+
+def _worker_recv(index: int, fail: Callable[[Any], BaseException | None]
+                 ) -> Callable[[Connection], Any]:
+    """``Connection.recv`` for the pool's receiver of worker ``index``: each message it
+    reads goes to ``fail``, which may return an error to raise instead of the message."""
+    real_recv = Connection.recv
+
+    def recv(conn: Connection) -> Any:
+        msg = real_recv(conn)
+        if threading.current_thread().name == f"otel-eval-worker-{index}-io" and \
+                isinstance(msg, tuple) and msg[0] == "done":
+            error = fail(msg)
+            if error is not None:
+                raise error
+        return msg
+
+    return recv
+
+
+def test_a_result_that_cannot_be_read_restarts_its_worker_and_hands_its_traces_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The receiver thread caught only EOFError and OSError from ``recv``: a result that
+    could not be unpickled (or a TypeError, a MemoryError) ended the thread without the
+    dead-worker path. The worker was never restarted and every trace routed to it stalled
+    for ever. Now any failure to read from a worker is its death: killed, counted,
+    restarted, its traces handed again."""
+    tid = _ids(per_worker=1)[0][0]
+    receivers: list[threading.Thread] = []
+
+    def fail(_msg: Any) -> BaseException | None:
+        if receivers:
+            return None
+        receivers.append(threading.current_thread())
+        return pickle.UnpicklingError("invalid load key, '\\x00'")
+
+    monkeypatch.setattr(Connection, "recv", _worker_recv(0, fail))
+    with running_service(tmp_path, **WORKERS) as h:
+        pool = _pool(h)
+        first = pool.pids()[0]
+        assert _send(h, _trace(tid)) is None
+        _release(h)
+        poll(lambda: receivers and not receivers[0].is_alive(),
+             "worker 0's receiver to have read the result it cannot read")
+        assert h.sample("otel_eval_workers_restarts_total", worker="0") == 1
+        assert pool.pids()[0] not in (None, first)
+        poll(lambda: h.svc.engine.pending_spans() == 0, "the trace to be stored")
+        assert set(_stored(h)) == {tid}
+        assert h.sample("otel_eval_workers_retried_traces_total") == 1
+        assert pool.failure is None and pool.healthy
+
