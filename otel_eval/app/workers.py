@@ -345,6 +345,7 @@ class WorkerPool:
             held = [it for items in w.inflight.values() for it in items]
             w.inflight.clear()
             w.n_inflight = 0
+            self.metrics.inflight(w.index, 0)  # not the dead one's until a restart succeeds
             if len(held) == 1:  # it alone can have killed the worker
                 held[0].job.lone_deaths += 1
             lost = [it for it in held if it.job.lone_deaths >= self.max_attempts]

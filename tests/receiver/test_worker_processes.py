@@ -815,3 +815,33 @@ def test_a_result_that_cannot_be_read_restarts_its_worker_and_hands_its_traces_a
         assert h.sample("otel_eval_workers_retried_traces_total") == 1
         assert pool.failure is None and pool.healthy
 
+
+def test_a_dead_workers_inflight_gauge_is_zero_until_it_is_restarted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """otel_eval_workers_inflight_traces kept the dead worker's count until a restart
+    succeeded (minutes with a worker failing to start): it now reads 0 as soon as the
+    worker is found dead."""
+    tid = _ids(per_worker=1)[0][0]
+    with running_service(tmp_path, **WORKERS) as h, \
+            _store_locked(tmp_path / "otel-eval.db") as unlock:
+        pool = _pool(h)
+        seen: list[float | None] = []
+        real_restart = pool._restart
+
+        def restart(w: Any) -> None:
+            seen.append(h.sample("otel_eval_workers_inflight_traces", worker=str(w.index)))
+            real_restart(w)
+
+        monkeypatch.setattr(pool, "_restart", restart)
+        assert _send(h, _trace(tid)) is None
+        _release(h)
+        poll(lambda: h.sample("otel_eval_workers_inflight_traces", worker="0") == 1,
+             "worker 0 to hold the trace")
+        victim = pool.pids()[0]
+        assert victim is not None
+        os.kill(victim, signal.SIGKILL)
+        poll(lambda: seen, "worker 0 to be found dead")
+        assert seen == [0]
+        unlock()
+        poll(lambda: h.svc.engine.pending_spans() == 0, "the trace to be stored")
+
