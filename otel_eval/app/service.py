@@ -65,7 +65,7 @@ from otel_eval.evaluate.judge.redact import Redactor
 from otel_eval.evaluate.judge.synthesizer import judge_synthesizer
 from otel_eval.evaluate.sessions.job import SessionJob, SessionJudging
 from otel_eval.evaluate.sessions.reader import SessionReader
-from otel_eval.evaluate.stage import InProcess, store_as_errors
+from otel_eval.evaluate.stage import InProcess, store_given_up
 from otel_eval.outputs import events as outputs_events
 from otel_eval.outputs import forward
 from otel_eval.outputs import kafka as results
@@ -227,7 +227,8 @@ class Service:
                           store_session=self.config.store.session)
         evaluator, store = self.evaluator, self.store
         return WorkerPool(n, spec, self.metrics.workers,
-                          lambda traces, e: store_as_errors(evaluator, store, traces, e),
+                          lambda traces, e, since: store_given_up(evaluator, store,
+                                                                   traces, e, since),
                           max_inflight=ec.max_inflight_traces_per_worker,
                           max_attempts=ec.max_attempts,
                           start_timeout_s=ec.worker_start_timeout_s,

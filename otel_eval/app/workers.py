@@ -15,10 +15,11 @@ Promises:
   poison trace (one that kills its worker) takes only itself down: a death while a worker held
   one trace counts against that trace alone, and a trace whose worker died ``max_attempts``
   times while holding it alone is stored as an evaluation error (``WorkerLost``) by the main
-  process instead: never replayed forever, never dropped (a store refusing that write keeps
-  it, retried as any refused write, and never sent to a worker again); every trace that was in
-  flight beside it is evaluated normally. A trace the dead worker had already committed is
-  stored again, not counted as superseded (``evaluate_and_store``);
+  process instead (unless a worker stored an evaluation of its revision since it was first
+  handed out: that one stands): never replayed forever, never dropped (a store refusing that
+  write keeps it, retried as any refused write, and never sent to a worker again); every trace
+  that was in flight beside it is evaluated normally. A trace the dead worker had already
+  committed is stored again, not counted as superseded (``evaluate_and_store``);
 - a worker that hangs (alive, never answering) is killed as if it had died: a watchdog
   thread kills a worker whose oldest batch has been its current one for longer than
   ``timeout_s`` (counted: ``hung``), and the crash path above restarts it and hands its
@@ -117,13 +118,15 @@ class _Worker:
 
 class WorkerPool:
     def __init__(self, workers: int, spec: child.WorkerSpec, metrics: WorkerMetrics,
-                 give_up: Callable[[list[Trace], BaseException], list[Outcome]], *,
+                 give_up: Callable[[list[Trace], BaseException, dict[str, int]],
+                                   list[Outcome]], *,
                  max_inflight: int = 64, max_attempts: int = 3,
                  start_timeout_s: float = 60.0, timeout_s: float = 300.0) -> None:
         self.spec = spec
         self.metrics = metrics
-        # stores traces as evaluation errors (in this process); a store's refusal is an
-        # outcome (``unstored``), never raised (``evaluate.stage.store_as_errors``)
+        # stores traces as evaluation errors (in this process), given when each was first
+        # handed out (a worker's own commit of it since then stands); a store's refusal is an
+        # outcome (``unstored``), never raised (``evaluate.stage.store_given_up``)
         self.give_up = give_up
         self.max_inflight = max_inflight
         self.chunk = max(1, max_inflight // 4)  # traces per message: a few messages in flight
@@ -366,7 +369,8 @@ class WorkerPool:
 
     def _give_up(self, lost: list[_Item]) -> None:
         """Store ``lost`` (their worker died ``max_attempts`` times holding each alone) as
-        evaluation errors, in this process (counted in ``_finishing`` by the caller). A store
+        evaluation errors, in this process (counted in ``_finishing`` by the caller); one
+        a worker stored since it was first handed out keeps that evaluation. A store
         that refuses is an outcome (``give_up`` returns them ``unstored``): the engine keeps
         them and hands them back to ``run`` after its back-off, as any refused write."""
         log.error("storing %d trace(s) as evaluation errors: their worker died %d times "
@@ -374,7 +378,8 @@ class WorkerPool:
         error = WorkerLost(f"evaluation worker died {self.max_attempts} times holding "
                            "this trace alone")
         try:
-            self._finish(lost, self.give_up([it.job.trace for it in lost], error))
+            handed_out = {it.job.trace.trace_id: it.job.first_sent_ns for it in lost}
+            self._finish(lost, self.give_up([it.job.trace for it in lost], error, handed_out))
         except Exception as e:  # results no longer reach the engine: be loud
             log.exception("finishing traces of a dead evaluation worker failed")
             self.failure = e

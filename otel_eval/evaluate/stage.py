@@ -63,7 +63,8 @@ FEEDBACK_ROUNDS = 3
 
 
 __all__ = ["ALREADY_EVALUATED", "LATE", "NOT_A_RUN", "UNSTORABLE", "EvaluationStage", "InProcess",
-           "Job", "Outcome", "evaluate_and_store", "store_as_errors", "store_failed"]
+           "Job", "Outcome", "evaluate_and_store", "store_as_errors", "store_failed",
+           "store_given_up"]
 
 
 def evaluate_and_store(evaluator: Evaluator, store: EvaluationStore, traces: Sequence[Trace],
@@ -131,6 +132,26 @@ def store_as_errors(evaluator: Evaluator, store: EvaluationStore, traces: Sequen
         return [Outcome(None, False, skipped=UNSTORABLE) for _ in traces]
 
 
+def store_given_up(evaluator: Evaluator, store: EvaluationStore, traces: Sequence[Trace],
+                   error: BaseException, handed_out_ns: Mapping[str, int]) -> list[Outcome]:
+    """``store_as_errors`` for traces whose worker kept dying holding them
+    (``handed_out_ns``: when each was first handed to one, wall clock, ns), except a trace
+    whose revision a worker stored since then (its own commit, then it died before
+    answering, as ``_own_commits``): that evaluation stands, never replaced by the error;
+    it is done as ``already_evaluated`` (the delivering sinks read it from the store)."""
+    try:
+        own = _own_commits(store, traces, handed_out_ns)
+    except Exception as e:
+        reason = write_failure(e)
+        if reason is None:
+            raise
+        return _refused(store, traces, reason, e)
+    rest = [t for t in traces if t.trace_id not in own]
+    outcomes = iter(store_as_errors(evaluator, store, rest, error) if rest else [])
+    return [Outcome(None, False, skipped=ALREADY_EVALUATED) if t.trace_id in own
+            else next(outcomes) for t in traces]
+
+
 def _store_fresh(evaluator: Evaluator, store: EvaluationStore, traces: Sequence[Trace],
                  retried_since_ns: Mapping[str, int] | None) -> list[Outcome]:
     """Skip what the store already holds (``_skipped``), evaluate and store the rest."""
@@ -165,7 +186,7 @@ def _own_commits(store: EvaluationStore, traces: Sequence[Trace],
     own = set()
     for trace in traces:
         since = retried_since_ns.get(trace.trace_id)
-        if since is None:
+        if not since:  # not handed out (0: kept after a refusal, handed again)
             continue
         stamp = store.stamp(trace.trace_id)
         if stamp is not None and stamp[0] == trace.revision and stamp[1] >= since:

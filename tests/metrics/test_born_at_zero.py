@@ -47,7 +47,7 @@ def test_the_verbs_declare_each_value_at_zero() -> None:
 def test_the_worker_pool_declares_its_workers_when_it_starts(
         monkeypatch: pytest.MonkeyPatch) -> None:
     metrics = Metrics(CollectorRegistry())
-    pool = WorkerPool(2, None, metrics.workers, lambda traces, e: [])  # type: ignore[arg-type]
+    pool = WorkerPool(2, None, metrics.workers, lambda traces, e, since: [])  # type: ignore[arg-type]
     monkeypatch.setattr(pool, "_spawn", lambda w: None)  # no process: only the metrics
     assert _sample(metrics, "otel_eval_workers_restarts_total", worker="0") is None
     pool.start()

@@ -845,3 +845,30 @@ def test_a_dead_workers_inflight_gauge_is_zero_until_it_is_restarted(
         unlock()
         poll(lambda: h.svc.engine.pending_spans() == 0, "the trace to be stored")
 
+
+def test_a_trace_its_worker_stored_before_dying_each_time_keeps_its_evaluation(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker that died after its commit on every attempt (out of memory pickling a huge
+    result): the main process gave up on the trace and stored WorkerLost over the good
+    evaluation the worker had stored of that revision. Now the stored evaluation stands
+    (done as already evaluated: the delivering sinks get it from the store)."""
+    tid = _ids(per_worker=1)[0][0]
+
+    def die(_msg: Any) -> BaseException:  # committed, then killed before its answer is read
+        pid = _pool(h).pids()[0]
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        return EOFError()
+
+    monkeypatch.setattr(Connection, "recv", _worker_recv(0, die))
+    with running_service(tmp_path, **WORKERS, **{"evaluation.max_attempts": 1}) as h:
+        assert _send(h, _trace(tid)) is None
+        _release(h)
+        poll(lambda: h.svc.engine.pending_spans() == 0, "the trace to be finished")
+        row = _stored(h)[tid]
+        assert not any(f["kind"] == "evaluation_error" for f in row["findings"])
+        assert row["counts"]["spans"] == SPANS and not row.get("error")
+        assert not h.sample("otel_eval_evaluation_failures_total", stage="evaluate",
+                            reason="WorkerLost")
+        assert h.sample("otel_eval_evaluation_skipped_total", reason="already_evaluated") == 1
+        assert h.sample("otel_eval_workers_restarts_total", worker="0") == 1
