@@ -5,6 +5,8 @@ recorded it; a file pointed at by URI or file id is named by its type, the URI n
 from __future__ import annotations
 
 import base64
+import copy
+import dataclasses
 import json
 from typing import Any
 
@@ -14,9 +16,15 @@ from judge_fixtures import config
 from otel_eval.app.config import Config
 from otel_eval.base.model import Span, Trace
 from otel_eval.base.results import Evaluation
+from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.judge import Judge
-from otel_eval.evaluate.judge.render import render
+from otel_eval.evaluate.judge.render import (
+    CHARS_PER_TOKEN,
+    agent_input_tokens,
+    render,
+    view_budget_chars,
+)
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 ASK = "What is in this picture?"
@@ -124,3 +132,25 @@ def test_a_file_by_reference_is_named_not_fetched_nor_shown(part: dict[str, Any]
     assert ASK + "\n" + shown in sent
     assert URI not in sent and "file-abc123" not in sent and "[step 9]" not in sent
     _no_bytes(sent)
+
+
+def _calls(ev: Evaluation, n: int) -> Trajectory:
+    """The run's one LLM call made ``n`` times (an agent re-sends its history, the image in
+    it, on every call), no usage recorded."""
+    (step,) = ev.trajectory.llm_steps
+    t = copy.copy(ev.trajectory)
+    t.steps = [dataclasses.replace(step, index=i, input_tokens=None) for i in range(n)]
+    return t
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_an_image_counts_in_the_views_budget_as_what_the_judge_reads_of_it(form: str) -> None:
+    """With no usage recorded the view's budget is the agent's input text at
+    ``CHARS_PER_TOKEN``: an image counts as its placeholder, not as its base64 bytes (48 KiB
+    re-sent on 10 calls: a budget of 16,384 characters where the run without the image has
+    the floor's 2,800)."""
+    limits = config().compaction
+    image, text_only = _calls(_evaluate(FORMS[form]), 10), _calls(_evaluate(_genai([])), 10)
+    extra = agent_input_tokens(image) - agent_input_tokens(text_only)
+    assert extra <= 10 * (len(SHOWN) + 80) / CHARS_PER_TOKEN, extra
+    assert view_budget_chars(image, limits) == view_budget_chars(text_only, limits)

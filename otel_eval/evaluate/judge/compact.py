@@ -51,6 +51,31 @@ def compact_json(text: str) -> str:
         return text
 
 
+def sent_chars(text: str | None) -> int:
+    """Characters of a span's messages as the judge is shown them: the text's length, but a
+    file part (an image, audio, a PDF) counts as its placeholder (``binary_placeholder``:
+    ``[image/png, 49 kB]``), not as its base64 bytes. Linear in the text."""
+    if not text:
+        return 0
+    if text.lstrip()[:1] not in ("[", "{"):
+        return len(text)
+    try:
+        data = load_content(text)
+    except ValueError:
+        return len(text)
+    saved, stack = 0, [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            if (shown := binary_placeholder(value)) is not None:
+                saved += len(json.dumps(value, ensure_ascii=False)) - len(shown)
+            else:
+                stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return max(len(text) - saved, 0)
+
+
 # Longest JSON text re-written by ``compact_json`` (a longer one is cut to head and tail
 # anyway; parsing it whole would cost more than the spaces it saves).
 _COMPACT_MAX_CHARS = 200_000

@@ -34,6 +34,7 @@ from otel_eval.evaluate.judge.compact import (
     normalize,
     parse_messages,
     reply_message,
+    sent_chars,
     split,
     trim,
 )
@@ -327,9 +328,10 @@ def render_findings(evaluation: Evaluation, redact: Redact = unchanged) -> str:
 
 def agent_input_tokens(trajectory: Trajectory) -> int:
     """What the agent's LLM calls read, tokens: their recorded usage, else their input text
-    at ``CHARS_PER_TOKEN``."""
+    at ``CHARS_PER_TOKEN``, a file in it (an image) counted as what the judge is shown of it
+    (``sent_chars``: its placeholder, not its base64 bytes)."""
     return sum(s.input_tokens if s.input_tokens is not None
-               else int(len(s.input_text or "") / CHARS_PER_TOKEN) for s in trajectory.llm_steps)
+               else int(sent_chars(s.input_text) / CHARS_PER_TOKEN) for s in trajectory.llm_steps)
 
 
 def view_budget_chars(trajectory: Trajectory, limits: CompactionConfig) -> int:
