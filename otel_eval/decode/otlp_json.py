@@ -4,6 +4,9 @@ Promises:
 - OTLP/JSON uses hex trace/span ids (not base64) and accepts camelCase and snake_case keys;
 - an id that is not hex does not fail the request: its span is rejected with a reason by
   ``otlp.decode_request`` (a link's id too: ``invalid_link_id``);
+- nor does a time that is no unsigned 64-bit integer (``"-5"``, ``"soon"``, 2^64): it becomes
+  one past int64 nanoseconds, so its span or log record is rejected (``invalid_timestamp``) as
+  the protobuf path rejects the same value read as fixed64;
 - parsing raises ``ValueError`` with a clear message, whatever the content (the body is read
   through ``body.loads_bounded``: nesting depth and non-finite numbers bounded);
 - ``request_to_json`` is the inverse of ``request_from_dict`` / ``message_from_dict``, and
@@ -20,20 +23,43 @@ from google.protobuf.message import Message
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
+from opentelemetry.proto.trace.v1 import trace_pb2
 
 from otel_eval.base.printable import clipped
 from otel_eval.decode.body import loads_bounded
 
 _ID_KEYS = {"traceId": 16, "spanId": 8, "parentSpanId": 8,
             "trace_id": 16, "span_id": 8, "parent_span_id": 8}
+_U64 = 2**64 - 1
+# What a time that is no uint64 becomes: past int64 nanoseconds, so decode rejects its item.
+_BAD_TIME = str(_U64)
+
+
+def _is_time_key(key: str) -> bool:
+    return key.endswith(("TimeUnixNano", "time_unix_nano")) or key == "timeUnixNano"
+
+
+def _time_ok(value: Any) -> bool:
+    """Whether protobuf's JSON parser takes ``value`` for a fixed64 time."""
+    if type(value) is int:
+        return 0 <= value <= _U64
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        digits = value.lstrip("0")  # 20 at most: int() of a long one is refused, and slow
+        return len(digits) <= 20 and int(digits or "0") <= _U64
+    try:  # the rarer spellings it also takes ("1e3", 1.0), exactly as it does
+        json_format.ParseDict({"startTimeUnixNano": value}, trace_pb2.Span())
+    except (json_format.ParseError, ValueError, TypeError, OverflowError):
+        return False
+    return True
 
 
 def _hex_ids_to_base64(obj: Any) -> Any:
     """OTLP/JSON carries ids as hex; protobuf's JSON parser expects base64 for bytes fields.
     Returns a converted copy.
 
-    Ids that are not hex become one zero byte (a wrong length on purpose), so that the span is
-    rejected with a reason by ``decode_request`` instead of failing the whole request.
+    Ids that are not hex become one zero byte (a wrong length on purpose), and times that are
+    no uint64 one past int64 nanoseconds, so that the span (or log record) is rejected with a
+    reason by ``decode_request`` instead of failing the whole request.
     """
     if isinstance(obj, dict):
         out = {}
@@ -44,6 +70,8 @@ def _hex_ids_to_base64(obj: Any) -> Any:
                 except ValueError:
                     raw = b"\x00"
                 out[k] = base64.b64encode(raw).decode("ascii")
+            elif _is_time_key(k) and not _time_ok(v):
+                out[k] = _BAD_TIME
             else:
                 out[k] = _hex_ids_to_base64(v) if isinstance(v, dict | list) else v
         return out

@@ -3,12 +3,15 @@
 Invalid UTF-8 in some spans: ``parse_request`` drops those (``invalid_utf8``) and keeps the
 rest with their resource and scope whole (``schema_url`` of both levels included: the salvage
 dropped the scope's, so a forwarded span lost it). A link id that is not hex in OTLP/JSON:
-its span is rejected (``invalid_link_id``), not forwarded with the id changed."""
+its span is rejected (``invalid_link_id``), not forwarded with the id changed. A time that is
+no uint64 in OTLP/JSON: its span or log record is rejected (``invalid_timestamp``), the rest
+of the request kept."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
@@ -16,6 +19,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 
 from otel_eval.decode.otlp import decode_request, parse_request
 from otel_eval.decode.otlp_json import request_from_json
+from otel_eval.decode.otlp_logs import decode_logs, logs_request_from_json
 
 TID = bytes(range(1, 17))
 
@@ -68,3 +72,42 @@ def test_a_link_whose_id_is_not_hex_rejects_its_span_with_a_reason() -> None:
     decoded = decode_request(request_from_json(json.dumps(body)))
     assert dict(decoded.reasons) == {"invalid_link_id": 1}
     assert [s.span_id for s in decoded.spans] == ["03" * 8]
+
+
+BAD_TIMES = ["-5", -5, "soon", " 5", 1.5, True, {}, str(2**64), 2**64, "9" * 200_000,
+             "1e400"]
+
+
+@pytest.mark.parametrize("bad", BAD_TIMES, ids=repr)
+@pytest.mark.parametrize("key", ["startTimeUnixNano", "endTimeUnixNano", "end_time_unix_nano"])
+def test_a_time_that_is_no_uint64_rejects_its_span_not_the_request(key: str, bad: object
+                                                                   ) -> None:
+    """A negative time failed the whole OTLP/JSON request (HTTP 400) where the protobuf path
+    rejects the same value (read as fixed64: past int64) as its own span's
+    ``invalid_timestamp``, the request's other spans kept."""
+    span = {"traceId": TID.hex(), "name": "s", "startTimeUnixNano": "1", "endTimeUnixNano": "2"}
+    spans = [{**span, "spanId": "01" * 8, key: bad}, {**span, "spanId": "03" * 8}]
+    body = {"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}
+    decoded = decode_request(request_from_json(json.dumps(body)))
+    assert dict(decoded.reasons) == {"invalid_timestamp": 1}
+    assert [s.span_id for s in decoded.spans] == ["03" * 8]
+
+
+@pytest.mark.parametrize("key", ["timeUnixNano", "observedTimeUnixNano"])
+def test_a_log_record_whose_time_is_negative_is_rejected_alone(key: str) -> None:
+    record = {"traceId": TID.hex(), "spanId": "01" * 8, "eventName": "gen_ai.user.message",
+              "timeUnixNano": "5", "body": {"stringValue": "hi"}}
+    records = [{**record, key: "-5"}, record]
+    body = {"resourceLogs": [{"scopeLogs": [{"logRecords": records}]}]}
+    decoded = decode_logs(logs_request_from_json(json.dumps(body).encode()))
+    assert dict(decoded.rejected) == {"invalid_timestamp": 1}
+    assert [r.time_unix_nano for r in decoded.records] == [5]
+
+
+@pytest.mark.parametrize("good", ["7", 7, "7.0", "7e0", 7.0, None])
+def test_the_spellings_of_a_time_protobuf_takes_are_kept(good: object) -> None:
+    span = {"traceId": TID.hex(), "spanId": "01" * 8, "name": "s", "startTimeUnixNano": good,
+            "endTimeUnixNano": "9"}
+    body = {"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}
+    [got] = decode_request(request_from_json(json.dumps(body))).spans
+    assert got.start_ns == (0 if good is None else 7)
