@@ -142,6 +142,26 @@ def test_log_events_lay_content_over_their_span() -> None:
     assert traj.unrecorded == {}
 
 
+@pytest.mark.parametrize(("times", "expected"), [
+    ((5, 0, 7), ["system", "first", "second"]),  # no time: after the one received before it
+    ((0, 5, 7), ["system", "first", "second"]),  # received first, none before it: first
+    ((5, 0, 0), ["system", "first", "second"]),
+    ((7, 0, 5), ["second", "system", "first"]),  # the known times still order the rest
+])
+def test_a_record_without_a_time_keeps_its_place_among_the_step_s_messages(
+        times: tuple[int, int, int], expected: list[str]) -> None:
+    """A GenAI record with neither time nor observed time (time 0, unknown) sorted before
+    every other record of its span: the step's input messages put it first."""
+    chat = span("chat", "agent", 1, {"gen_ai.operation.name": "chat"})
+    roles = [("gen_ai.system.message", "system"), ("gen_ai.user.message", "first"),
+             ("gen_ai.user.message", "second")]
+    t = trace(span("agent", None, 0, AGENT, end=100), chat)
+    t.logs = [LogEvent(TRACE_ID, sid("chat"), name, at, {}, {"content": text})
+              for (name, text), at in zip(roles, times, strict=True)]
+    [step] = build_trajectory(t, CFG).llm_steps
+    assert [m["content"] for m in json.loads(step.input_text or "")] == expected
+
+
 def _s(name: str, parent: str | None, start: int, end: int, remote: bool | None) -> Span:
     return Span(TRACE_ID, sid(name), sid(parent) if parent else None, name, start, end,
                 parent_remote=remote)

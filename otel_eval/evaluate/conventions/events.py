@@ -116,7 +116,7 @@ def overlay(attributes: Mapping[str, Any], events: Iterable[LogEvent]) -> dict[s
     out = dict(attributes)
     inputs: list[dict[str, Any]] = []
     choices: list[tuple[int, dict[str, Any]]] = []
-    for event in sorted(events, key=_time):
+    for event in _in_order(events):
         if event.name == DETAILS_EVENT:
             for key in _DETAIL_KEYS:
                 value = event.attributes.get(key)
@@ -140,8 +140,16 @@ def overlay(attributes: Mapping[str, Any], events: Iterable[LogEvent]) -> dict[s
     return out
 
 
-def _time(event: LogEvent) -> int:
-    return event.time_unix_nano
+def _in_order(events: Iterable[LogEvent]) -> list[LogEvent]:
+    """``events`` by time. A record whose time is unknown (0: neither time nor observed time)
+    keeps its place right after the one received before it (first when none was), never
+    sorted before every timed record as if sent in 1970."""
+    keyed, last = [], -1
+    for i, event in enumerate(events):
+        last = event.time_unix_nano or last
+        keyed.append((last, i, event))
+    keyed.sort(key=lambda k: (k[0], k[1]))
+    return [event for _, _, event in keyed]
 
 
 def _first(item: tuple[int, dict[str, Any]]) -> int:
