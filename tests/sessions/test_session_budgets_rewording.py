@@ -18,13 +18,15 @@ from otel_eval.evaluate.sessions.config import SessionsConfig
 from otel_eval.evaluate.sessions.evaluate import evaluate_session
 
 S = 10**9
+START_S = 1_750_000_000  # the first turn's start (June 2025): 0 is an unknown start
 
 
 def _turn(n: int, *, steps: int = 2, tokens: tuple[int | None, int | None] = (10, 5),
           cost: float | None = 0.01, start_s: float | None = None,
           duration_s: float | None = 1.0, text: str | None = None) -> dict[str, Any]:
     return {"trace_id": f"{n:032x}", "start_time_unix_nano":
-            int((n * 60 if start_s is None else start_s) * S), "duration_s": duration_s,
+            int((START_S + n * 60 if start_s is None else start_s) * S),
+            "duration_s": duration_s,
             "input": text or f"a different question, number {n}", "output": "Done.",
             "counts": {"steps": steps}, "steps": [],
             "usage": {"input_tokens": tokens[0], "output_tokens": tokens[1], "cost_usd": cost},
@@ -61,6 +63,11 @@ BUDGETS: list[tuple[str, list[dict[str, Any]], dict[str, Any], list[tuple[str, A
      [("session_time", 181.0, 150, 3)]),
     ("a turn of unknown time is left out", [_turn(0), _turn(1, duration_s=None)],
      {"session_time_s": 2}, []),
+    ("a turn of unknown start (0) is left out, not a start in 1970",
+     [_turn(0, start_s=0), _turn(1), _turn(2)], {"session_time_s": 150}, []),
+    ("the known turns past it are still a finding",
+     [_turn(0), _turn(1, start_s=0), _turn(3)], {"session_time_s": 150},
+     [("session_time", 181.0, 150, 2)]),
 ]
 
 

@@ -26,7 +26,8 @@ config, returning findings that name the turn (``trace_id``) and the step they p
   ``session_turns``), ``session_steps`` (the turns' steps summed), ``session_tokens``
   (input and output tokens summed), ``session_cost`` (USD summed; a turn of unknown cost
   makes the total unknown unless the known part alone is past), ``session_time`` (first
-  turn's start to last turn's end, seconds). Each is on the first turn past the budget.
+  turn's start to last turn's end, seconds; a turn of unknown start or duration left out).
+  Each is on the first turn past the budget.
 """
 
 from __future__ import annotations
@@ -309,10 +310,11 @@ def _summed(turns: Turns, config: SessionsConfig, kind: str) -> list[SessionFind
 
 def _time(turns: Turns, config: SessionsConfig) -> list[SessionFinding]:
     """Wall time from the first turn's start to the last turn's end; the finding is on the
-    first turn that ended past the budget."""
+    first turn that ended past the budget. A turn whose start or duration is unknown (a start
+    of 0: no time recorded, not 1970) is left out."""
     limit = config.session_time_s
     timed = [(t, start, start + duration * 1e9) for t in turns
-             if (start := _number(t.get("start_time_unix_nano"))) is not None
+             if (start := _number(t.get("start_time_unix_nano"))) is not None and start > 0
              and (duration := _number(t.get("duration_s"))) is not None]
     if limit is None or not timed:
         return []
