@@ -12,9 +12,9 @@ when a judge ran.
 Promises:
 - **Blind to the outcome.** Nothing here reads the outcome attribute, the verdict, or a
   finding that exists only because the outcome is known (``lucky_pass``; ``recovery.
-  unrecovered`` is read as ``recovery.gave_up``, what the recovery detector says of the same
-  calls when the outcome is unknown). A trace gets the same features whether its label is
-  known, so training on labelled runs and predicting on unlabelled ones see the same thing.
+  unrecovered`` is read as ``recovery.gave_up``, severity too: what the recovery detector says
+  of the same calls when the outcome is unknown). A trace gets the same features whether its
+  label is known, so training on labelled runs and predicting on unlabelled ones see the same thing.
 - **Reference-free.** Findings of the ``reference`` detector are left out: references exist
   for benchmark tasks, not for production traffic, and a model leaning on them would lose its
   best feature exactly where it is used. (With references, their own score is the better
@@ -36,6 +36,7 @@ from typing import Any
 from otel_eval.base.results import Evaluation, Finding
 from otel_eval.base.steps import Step, Trajectory
 from otel_eval.evaluate.conventions.messages import STOP_REASONS
+from otel_eval.evaluate.detectors.config import RecoveryConfig
 
 # 2: calls per tool name (``tool.<name>``); 3: shell programs run (``program.<name>``);
 # 4: how the run ends (``end.*``); 5: the context the run ended with (``tokens.last_input``)
@@ -48,8 +49,11 @@ READABLE_FEATURES_VERSIONS = (3, 4, 5)
 LAST_K = 5  # "the last steps": errors among the last LAST_K tool calls
 # Findings never used: derived from the outcome (lucky_pass) or from references (see above).
 EXCLUDED_DETECTORS = frozenset({"lucky_pass", "reference"})
-# Finding kinds renamed to what they are when the outcome is unknown (see above).
-OUTCOME_BLIND_KINDS = {("recovery", "unrecovered"): ("recovery", "gave_up")}
+# Finding kinds renamed to what they are when the outcome is unknown (see above), with the
+# severity the detector gives that kind (``recovery.unrecovered`` is a warning, ``gave_up`` an
+# error: a kept severity told a known success by one error fewer and one warning more).
+OUTCOME_BLIND_KINDS = {("recovery", "unrecovered"):
+                       ("recovery", "gave_up", RecoveryConfig().gave_up_severity)}
 FEATURE_PREFIX_FINDING = "finding."
 FEATURE_PREFIX_TOOL = "tool."
 FEATURE_PREFIX_PROGRAM = "program."
@@ -83,8 +87,8 @@ def blind_findings(findings: Iterable[Finding]) -> list[tuple[str, str, str]]:
     for f in findings:
         if f.detector in EXCLUDED_DETECTORS:
             continue
-        detector, kind = OUTCOME_BLIND_KINDS.get((f.detector, f.kind), (f.detector, f.kind))
-        out.append((detector, kind, f.severity))
+        out.append(OUTCOME_BLIND_KINDS.get((f.detector, f.kind),
+                                           (f.detector, f.kind, f.severity)))
     return out
 
 
