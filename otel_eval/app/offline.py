@@ -21,12 +21,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from otel_eval.app.config import Config
+from otel_eval.evaluate.bounds import bound
 from otel_eval.evaluate.evaluator import Evaluator
 
 if TYPE_CHECKING:
     from otel_eval.base.model import Trace
     from otel_eval.base.results import Evaluation
+    from otel_eval.evaluate.agent_inference import AgentHistory
     from otel_eval.evaluate.judge.offline import Spend
+    from otel_eval.evaluate.predict import Reading
 
 
 def _progress(items: Iterable[Any], stream: TextIO) -> Iterator[Any]:
@@ -55,6 +58,9 @@ class EvalRun:
         self.failed_files = 0
         self.not_runs = 0  # traces that were no agent run (no evaluation)
         self.spend: Spend | None = None
+        # eval --judge with a model: what the predictor read of each run in the judge's window,
+        # before its result was cut, to predict it again with the judge's scores
+        self._readings: dict[str, Reading] = {}
 
     def traces(self, paths: Sequence[str | Path] | None = None,
                strict: bool = False) -> Iterator[Trace]:
@@ -91,7 +97,7 @@ class EvalRun:
         history = RememberInBatches(store)  # what is not recalled before the end is not written
         try:
             for trace in traces:
-                ev = self.evaluator.evaluate(trace, history=history, bounded=self.bounded)
+                ev = self._evaluate(trace, history)
                 if ev is None:
                     self.not_runs += 1
                     continue
@@ -99,6 +105,21 @@ class EvalRun:
                 yield ev
         finally:
             store.close()
+
+    def _evaluate(self, trace: Trace, history: AgentHistory) -> Evaluation | None:
+        """One trace evaluated; with a judge and a model, what the predictor read of it is
+        kept before its result is cut (``bound`` cuts steps and adds a finding), for
+        ``_repredicted``."""
+        predictor = self.evaluator.predictor
+        if not (self.bounded and predictor is not None and self.cfg.judge.active):
+            return self.evaluator.evaluate(trace, history=history, bounded=self.bounded)
+        ev = self.evaluator.evaluate(trace, history=history, bounded=False)
+        if ev is None:
+            return None
+        if ev.prediction is not None:
+            self._readings[ev.trace_id] = predictor.read(ev)
+        bound(ev, self.cfg.trajectory)
+        return ev
 
     def judged(self, out: Iterator[Evaluation]) -> Iterator[Evaluation]:
         """``out`` through the judge when one is configured (else unchanged). A judge that
@@ -120,9 +141,12 @@ class EvalRun:
     def _repredicted(self, out: Iterator[Evaluation]) -> Iterator[Evaluation]:
         """Predictions again once the judge's scores are in (features read them)."""
         assert self.evaluator.predictor is not None
+        predictor = self.evaluator.predictor
         for ev in out:
-            if ev.prediction is not None:
-                ev.prediction = self.evaluator.predictor.predict(ev)
+            reading = self._readings.pop(ev.trace_id, None)
+            if ev.prediction is not None:  # the run as read before its result was cut
+                ev.prediction = (predictor.predict(ev) if reading is None
+                                 else predictor.predict_reading(reading, ev.judge))
             yield ev
 
     def cost_line(self) -> str | None:

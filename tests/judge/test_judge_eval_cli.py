@@ -163,3 +163,41 @@ def test_a_result_cut_to_max_result_bytes_keeps_its_judge_within_the_bound(
     assert cut["attributes"]["findings_dropped"] > 0
     reasons = body["verdict"]["reasons"]
     assert reasons[-1] == f"({cut['attributes']['reasons_dropped']} more reasons)"
+
+
+def test_eval_judge_predicts_again_from_the_run_as_read_before_its_result_was_cut(
+        llm: FakeLLM, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``eval --judge`` predicts a run again once the judge has scored it: from the run as
+    the predictor read it (as ``serve``, ``eval`` and ``train`` read it), not from the result
+    cut to ``max_result_bytes`` (before, its steps cut and the ``result_truncated`` finding
+    added: one more info finding, another p_success for a model whose features the judge
+    does not touch)."""
+    from otel_eval.evaluate.predict.features import FEATURES_VERSION
+    from otel_eval.evaluate.predict.modelfile import write_model
+
+    write_model({"format": "otel-eval-predictor", "format_version": 1, "name": "m",
+                 "features_version": FEATURES_VERSION,
+                 "features": ["findings.info", "results.max_chars", "calls.distinct_ratio"],
+                 "scaler": {"mean": [0.0, 0.0, 0.0], "scale": [1.0, 1.0, 1.0]},
+                 "coefficients": [0.5, 0.1, 0.3], "intercept": 0.0,
+                 "calibration": {"method": "platt", "a": 1.0, "b": -1.0}},
+                tmp_path / "m.json")
+    llm.route = _scripted
+    (tmp_path / "c.yaml").write_text("trajectory:\n  max_result_bytes: 65536\n"
+                                     "judge:\n  max_retries: 0\n  max_steps_per_call: 1000\n")
+    traces = _failing_trace_file(tmp_path, 400)
+    common = ["eval", str(traces), "--format", "jsonl", "--config", str(tmp_path / "c.yaml"),
+              "--model", str(tmp_path / "m.json")]
+
+    def p_success(*extra: str) -> tuple[object, dict[str, object]]:
+        assert main([*common, *extra]) == 0
+        (line,) = capsys.readouterr().out.splitlines()
+        body = json.loads(line)
+        return body["prediction"]["p_success"], body
+
+    unjudged, body = p_success()
+    assert any(f["kind"] == "result_truncated" for f in body["findings"])  # it was cut
+    judged, body = p_success("--judge", "openai/gpt-4o-mini", "--judge-api-base",
+                             llm.api_base)
+    assert body["judge"]["overall"]["status"] == "ok"
+    assert judged == unjudged  # the model reads no judge score

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from otel_eval.base.results import Evaluation, Finding
@@ -21,11 +22,23 @@ from otel_eval.evaluate.predict.features import (
     FEATURE_PREFIX_PROGRAM,
     FEATURE_PREFIX_TOOL,
     features,
+    judge_features,
 )
 from otel_eval.evaluate.predict.modelfile import Model, ModelFileError, agent_key, load_model
 from otel_eval.evaluate.predict.text import run_text
 
-__all__ = ["Model", "ModelFileError", "Predictor", "load_model"]
+__all__ = ["Model", "ModelFileError", "Predictor", "Reading", "load_model"]
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What the predictor read of a run: its features (None: the run did not finish on its
+    own terms, p_success 0), its text and its agent. Kept by ``eval --judge`` to predict the
+    run again with the judge's scores once its result was cut to the stored bounds."""
+
+    values: dict[str, float] | None
+    text: str
+    agent: str
 
 
 class Predictor:
@@ -56,10 +69,25 @@ class Predictor:
         failed, or with an empty answer): it reached no outcome of its own, whatever its
         steps look like, and no model learns that from runs that all finished, as the dev
         half's did."""
+        return self.predict_reading(self.read(evaluation, ending))
+
+    def read(self, evaluation: Evaluation,
+             ending: Sequence[Finding] | None = None) -> Reading:
+        """What ``predict`` reads of ``evaluation`` (see there)."""
+        agent = agent_key(evaluation.trajectory)
         if any(f.detector == "non_termination"
                for f in (evaluation.findings if ending is None else ending)):
-            return {"p_success": 0.0, "model": self.model.label}
+            return Reading(None, "", agent)
         text = run_text(evaluation) if self._text else ""
-        p = self.model.p_success(features(evaluation, self._end, self._names), text,
-                                 agent_key(evaluation.trajectory))
+        return Reading(features(evaluation, self._end, self._names), text, agent)
+
+    def predict_reading(self, reading: Reading,
+                        judge: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The prediction of a ``read`` run; with ``judge``, its scores in place of the
+        ``judge.*`` features read."""
+        if reading.values is None:
+            return {"p_success": 0.0, "model": self.model.label}
+        values = reading.values if judge is None else {**reading.values,
+                                                        **judge_features(judge)}
+        p = self.model.p_success(values, reading.text, reading.agent)
         return {"p_success": round(p, 4), "model": self.model.label}

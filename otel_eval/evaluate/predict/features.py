@@ -307,7 +307,8 @@ def _findings(findings: list[Finding]) -> dict[str, float]:
     return out
 
 
-def _judge(judge: dict[str, Any] | None) -> dict[str, float]:
+def judge_features(judge: dict[str, Any] | None) -> dict[str, float]:
+    """The ``judge.*`` features of a judge's object (a run predicted again once judged)."""
     judges = (judge or {}).get("judges") or {}
     overall = (judge or {}).get("overall") or {}
     values: dict[str, Any] = {f"judge.{name}.{key}": ((judges.get(name) or {}).get("scores")
@@ -342,5 +343,5 @@ def features(evaluation: Evaluation, end: bool = True, names: bool = True) -> di
         out.update(_end(t))
     out.update(_usage(t))
     out.update(_findings(evaluation.findings))
-    out.update(_judge(evaluation.judge))
+    out.update(judge_features(evaluation.judge))
     return out
