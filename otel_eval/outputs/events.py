@@ -225,7 +225,8 @@ def session_record(record: dict[str, Any], trace_id: str, span_id: str, version:
                    time_ns: int) -> logs_pb2.LogRecord | None:
     """The verdict of a completed session (``evaluate.sessions``): name
     ``otel_eval.session.verdict``, value 1.0 / 0.0, label pass / fail, explanation the reasons;
-    ``gen_ai.conversation.id`` the session id, on the last turn's root span; None for a
+    ``gen_ai.conversation.id`` the session id and ``otel_eval.session.service`` its service
+    (none for turns without one), on the last turn's root span; None for a
     session with no verdict (its evaluation failed) or no trace id."""
     verdict = record.get("verdict")
     if not isinstance(verdict, dict) or len(trace_id) != 32:
@@ -244,6 +245,9 @@ def session_record(record: dict[str, Any], trace_id: str, span_id: str, version:
             {f"{f.get('detector')}.{f.get('kind')}" for f in findings})),
         **provenance("session.verdict", version, DETERMINISTIC),
     }
+    service = record.get("service")
+    if isinstance(service, str) and service:  # a session is an id within its service
+        attrs["otel_eval.session.service"] = service
     p = (record.get("prediction") or {}).get("p_success")
     if isinstance(p, int | float):
         attrs["otel_eval.prediction.p_success"] = float(p)

@@ -195,6 +195,23 @@ def test_a_session_verdict_names_its_evaluator(downstream: Capture) -> None:
         "otel-eval/session.verdict", "deterministic", "2.1.0")
 
 
+def test_a_session_verdict_names_its_service(downstream: Capture) -> None:
+    """A session is a conversation id within one service (docs/sessions.md): two services'
+    conversations of one id are two sessions, and the ``otel_eval.session.verdict`` event
+    names "it and the service apart". Each event names its service; a session of turns
+    without a ``service.name`` names none."""
+    events = EvaluationEvents(_config(downstream), Metrics(), evaluator_version="2.1.0")
+    events.start()
+    for service in ("shop", "bank", None):
+        events.export_session({"session_id": "1", "service": service, "turns": 1,
+                               "verdict": {"passed": True, "reasons": []}, "findings": []},
+                              TRACE_ID, ROOT)
+    events.shutdown(5.0)
+    named = [attributes_to_dict(r.attributes) for r in _records(downstream)]
+    assert [a["gen_ai.conversation.id"] for a in named] == ["1", "1", "1"]
+    assert [a.get("otel_eval.session.service") for a in named] == ["shop", "bank", None]
+
+
 def test_a_record_on_an_llm_call_names_its_response_id(downstream: Capture) -> None:
     """The conventions recommend ``gen_ai.response.id`` on ``gen_ai.evaluation.result``
     "when available": the completion evaluated. Set on the records of an LLM step's span
