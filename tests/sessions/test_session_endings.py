@@ -4,15 +4,28 @@ the same findings from the slim turns ``eval`` keeps as from the stored ones."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from conversations import call, scripted
 from test_session_detectors import CASES, evaluated
 
+from otel_eval.app.config import Config
+from otel_eval.base.model import Trace
+from otel_eval.decode.otlp import decode_request
+from otel_eval.decode.otlp_json import request_from_json
+from otel_eval.evaluate.evaluator import Evaluator
+from otel_eval.evaluate.predict import Predictor
+from otel_eval.evaluate.predict.config import PredictionConfig
 from otel_eval.evaluate.sessions.config import SessionsConfig
 from otel_eval.evaluate.sessions.evaluate import evaluate_session
+from otel_eval.evaluate.sessions.job import SessionJob
 from otel_eval.evaluate.sessions.offline import slim
+from otel_eval.evaluate.sessions.reader import SessionReader
+from otel_eval.store import open_store
+from otel_eval.telemetry.metrics import Metrics
 
 
 def _llm(index: int, answer: str | None = None, calls: list[dict[str, Any]] | None = None,
@@ -109,3 +122,32 @@ def test_a_pending_call_at_the_end_of_a_replayed_turn() -> None:
     record = evaluate_session("pending", stored, SessionsConfig(), "complete")
     assert [(f["kind"], f["trace_id"]) for f in record["findings"]] == [
         ("pending_tool_call", stored[-1]["trace_id"])]
+
+
+def test_the_session_job_gives_a_conversation_ended_pending_p_success_0(
+        tmp_path: Path) -> None:
+    """serve's session job: a conversation whose last turn ended with a call pending (the
+    session's ``pending_tool_call``) did not finish on its own terms: p_success 0, as a run's
+    (docs/prediction.md), though the turn alone carries no such finding."""
+    evaluator = Evaluator(Config())
+    store = open_store(str(tmp_path / "s.db"))
+    for n, (trace_id, body) in enumerate(scripted("pending-job", "gen_ai.conversation.id", [
+            ("what is the status of my booking ZFA04Y", [
+                call("get_reservation_details", {"reservation_id": "ZFA04Y"}, "c0"),
+                {"role": "assistant", "content": "It is confirmed."}]),
+            ("then change my seat to 12A please", [call("update_seat", {"seat": "12A"}, "c1",
+                                                        pending=True)])])):
+        spans = decode_request(request_from_json(json.dumps(body))).spans
+        ev = evaluator.evaluate(Trace(trace_id, spans, "complete"))
+        assert ev is not None
+        ev.evaluated_at_ns = (1_764_547_200 + n) * 10**9
+        store.put_many([ev])
+    predictor = Predictor.from_file(PredictionConfig().model_file)
+    job = SessionJob(store, SessionsConfig(idle_timeout_s=60.0), Metrics(),
+                     predictor=predictor, clock=lambda: 1_764_547_200 + 3600.0)
+    assert job.tick() == 1
+    record = SessionReader(store, job.config).get("pending-job")
+    assert record is not None and record["status"] == "complete"
+    assert [f["kind"] for f in record["findings"]] == ["pending_tool_call"]
+    assert record["prediction"]["p_success"] == 0.0
+    store.close()

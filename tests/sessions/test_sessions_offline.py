@@ -162,3 +162,28 @@ def test_a_session_cut_to_its_bounds_is_the_one_serve_completes(
     assert {k: offline.get(k) for k in compared} == {k: served.get(k) for k in compared}
     assert offline["traces"][-1] == turns[-1][0]  # the last turn is judged
     assert [f["kind"] for f in offline["findings"]] == ["unanswered_question"]
+
+
+def test_a_conversation_ended_with_a_call_pending_has_p_success_0(tmp_path: Path) -> None:
+    """p_success means for a conversation what it means for a run (docs/prediction.md): 0
+    when its last turn did not finish on its own terms. The session's own
+    ``non_termination`` / ``pending_tool_call`` says so (its verdict fails on it), even where
+    the turn alone carries no such finding; a polite closing question does not."""
+    first = ("what is the status of my booking, please help",
+             [call("get_reservation_details", SAME, "c1"),
+              {"role": "assistant", "content": "Confirmed."}])
+    pending = scripted("ends-pending", "session.id", [
+        first, ("and can you also cancel the other booking now",
+                [call("cancel_reservation", {"reservation_id": "XYZ123"}, "c2",
+                      pending=True)])])
+    *_, record = _eval(*_write(tmp_path, "pending", pending))
+    assert [(f["kind"], f["severity"]) for f in record["findings"]] == [
+        ("pending_tool_call", "error")]
+    assert record["verdict"]["passed"] is False
+    assert record["prediction"]["p_success"] == 0.0
+    asks = scripted("ends-asking", "session.id", [
+        first, ("and can you also cancel the other booking now",
+                [{"role": "assistant", "content": "Which one, the one to Paris?"}])])
+    *_, asked = _eval(*_write(tmp_path, "asks", asks))
+    assert [f["kind"] for f in asked["findings"]] == ["unanswered_question"]
+    assert asked["prediction"]["p_success"] > 0

@@ -258,8 +258,8 @@ class SessionJob:
                 record["cut_by"] = ("max_turns" if len(turns) >= cfg.max_turns
                                     else "max_turns_chars")
             if self.predictor is not None:
-                record["prediction"] = session_prediction(self.predictor,
-                                                          record["session_id"], turns)
+                record["prediction"] = session_prediction(
+                    self.predictor, record["session_id"], turns, record["findings"])
             return turns, record, chars
         except Exception as e:  # the stage boundary: one session never stops the job
             log.exception("evaluating session %r failed", key)

@@ -98,6 +98,7 @@ class SessionCollector:
             if self.predictor is not None:
                 views = [view for _, view, _ in kept.turns if view is not None]
                 record["prediction"] = session_prediction(
-                    self.predictor, record["session_id"], in_turn_order(views))
+                    self.predictor, record["session_id"], in_turn_order(views),
+                    record["findings"])
             out.append(record)
         return out

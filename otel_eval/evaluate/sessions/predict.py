@@ -21,7 +21,12 @@ from otel_eval.base.results import NOT_ENDED_KINDS, Evaluation, Finding
 from otel_eval.base.steps import Step, ToolCall, Trajectory
 from otel_eval.evaluate.predict import Predictor
 
-__all__ = ["conversation_evaluation", "model_view", "session_prediction"]
+__all__ = ["SESSION_NOT_ENDED_KINDS", "conversation_evaluation", "model_view",
+           "session_prediction"]
+
+# The session's own ``non_termination`` kinds that say the conversation did not end on its
+# own terms (as ``pending_tool_calls`` says of a run): p_success 0
+SESSION_NOT_ENDED_KINDS = frozenset({"pending_tool_call"})
 
 # What the model reads of a turn's v1 object and of its steps (``model_view``).
 _TURN_KEYS = ("trace_id", "service", "agent", "start_time_unix_nano", "duration_s", "status",
@@ -95,14 +100,20 @@ def conversation_evaluation(session_id: str, turns: Sequence[dict[str, Any]]) ->
 
 
 def session_prediction(predictor: Predictor, session_id: str,
-                       turns: Sequence[dict[str, Any]]) -> dict[str, Any]:
+                       turns: Sequence[dict[str, Any]],
+                       session_findings: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """``{"p_success", "model"}`` of the conversation (``turns`` in turn order). How it ended
-    (``Predictor.predict``'s ``ending``): any turn's finding that it did not end, and its last
-    turn's other ``non_termination`` findings; an earlier turn that raised, answered nothing
-    or whose model call failed was asked again, and is no end of the conversation."""
+    (``Predictor.predict``'s ``ending``): any turn's finding that it did not end, its last
+    turn's other ``non_termination`` findings, and the session's own (``session_findings``,
+    the record's) that it ended with a call pending in its last turn; an earlier turn that
+    raised, answered nothing or whose model call failed was asked again, and is no end of
+    the conversation, and a closing question (``unanswered_question``) is a polite close."""
     evaluation = conversation_evaluation(session_id, turns)
     last = turns[-1] if turns else {}
     ending = [f for f in evaluation.findings if f.kind in NOT_ENDED_KINDS]
     ending += [_finding(f) for f in last.get("findings") or ()
                if isinstance(f, dict) and f.get("detector") == "non_termination"]
+    ending += [_finding(f) for f in session_findings
+               if isinstance(f, dict) and f.get("detector") == "non_termination"
+               and f.get("kind") in SESSION_NOT_ENDED_KINDS]
     return predictor.predict(evaluation, ending)
