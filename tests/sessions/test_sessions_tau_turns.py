@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import time
 import urllib.parse
 import urllib.request
@@ -49,8 +50,8 @@ def test_a_run_is_a_conversation_with_a_turn_per_user_message(runs_file: Path) -
     assert len(turns) == sum(map(len, users)) and len(sessions) == RUNS
     assert all(s["record"] == "session" and s["status"] == "complete" for s in sessions)
     for index, (said, session) in enumerate(zip(users, sessions, strict=True)):
-        mine = [t for t in turns if t["session_id"] == f"{runs_file.name}:{index}"]
-        assert session["session_id"] == f"{runs_file.name}:{index}"
+        assert session["session_id"].rpartition(":")[0] == f"{runs_file.name}:{index}"
+        mine = [t for t in turns if t["session_id"] == session["session_id"]]
         assert session["turns"] == len(mine) == len(said)
         assert session["traces"] == [t["trace_id"] for t in mine]  # in turn order
         assert [t["input"] for t in mine] == said  # each turn opens with its user message
@@ -116,7 +117,8 @@ def test_turns_split_at_user_messages(tmp_path: Path, roles: list[str], turns: i
     traces = _loaded(tmp_path, traj)
     assert len(traces) == turns
     roots = _roots(traces)
-    assert {r["gen_ai.conversation.id"] for r in roots} == {"runs.json:0"}
+    [conversation] = {r["gen_ai.conversation.id"] for r in roots}
+    assert re.fullmatch(r"runs\.json:0:[0-9a-f]{8}", conversation)
     assert all(r["tau_bench.task_id"] == "7" and "otel_eval.task.id" not in r for r in roots)
     assert len({t.trace_id for t in traces}) == turns
 
@@ -126,3 +128,24 @@ def test_a_malformed_run_is_a_loader_error(tmp_path: Path) -> None:
 
     with pytest.raises(LoaderError, match="malformed tau-bench run"):
         _loaded(tmp_path, [{"role": "assistant", "tool_calls": "not a list of calls"}])
+
+
+def test_runs_files_of_one_name_are_two_conversations(tmp_path: Path, datasets: Path) -> None:
+    """Two runs files of one name in two directories (``before/airline.json``,
+    ``after/airline.json``) hold different runs: their conversations are two sessions of
+    their own turns, never one of both; the same run read again is the same conversation."""
+    runs = json.loads((datasets / "tau-bench" / "airline" / "gpt-4o-airline.runs.json")
+                      .read_text())
+    paths = []
+    for name, run in (("before", runs[0]), ("after", runs[5])):
+        (tmp_path / name).mkdir()
+        paths.append(tmp_path / name / "airline.json")
+        paths[-1].write_text(json.dumps([run]))
+    lines = _eval(*map(str, paths), "--turns")
+    sessions = [r for r in lines if r.get("record") == "session"]
+    turns = [r for r in lines if "record" not in r]
+    assert len(sessions) == 2 and len({s["session_id"] for s in sessions}) == 2
+    assert [s["turns"] for s in sessions] == [len(_users(p)[0]) for p in paths]
+    assert len({t["trace_id"] for t in turns}) == len(turns)
+    again = [r for r in _eval(str(paths[0]), "--turns") if r.get("record") == "session"]
+    assert [s["session_id"] for s in again] == [sessions[0]["session_id"]]

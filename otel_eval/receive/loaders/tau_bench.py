@@ -11,7 +11,9 @@ status ERROR.
 With ``turns`` (``otel-eval eval --turns``, ``replay --turns``) a run is instead one
 conversation as a chat service sends it: a trace per user message (the user's message, then
 the agent's chat and tool spans until the next one), every turn's root carrying the
-conversation id ``gen_ai.conversation.id`` = ``<file name>:<run index>``, a minute apart.
+conversation id ``gen_ai.conversation.id`` = ``<file name>:<run index>:<digest>`` (8 hex
+digits of the run's content: runs files of one name in two directories are two
+conversations, never one), a minute apart.
 The reward belongs to the conversation, not to a turn: each turn carries ``tau_bench.reward``
 and ``tau_bench.task_id`` as plain attributes, no outcome and no task id (the reference
 trajectories are whole runs: they are matched in the default mode).
@@ -19,6 +21,8 @@ trajectories are whole runs: they are matched in the default mode).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -31,6 +35,7 @@ from otel_eval.receive.loaders.files import LoaderError
 AGENT = "tau-bench-agent"
 CONVERSATION_KEY = "gen_ai.conversation.id"
 TURN_GAP_NS = 60 * 1_000_000_000  # between the starts of two turns of a conversation
+RUN_DIGEST_HEX = 8  # hex digits of a run's content digest in its conversation id
 
 
 def is_runs(doc: Any) -> bool:
@@ -135,11 +140,18 @@ def _turn_messages(traj: list[dict[str, Any]]) -> list[list[int]]:
     return turns
 
 
+def _digest(run: dict[str, Any]) -> str:
+    """8 hex digits of the run's content: two runs files of one name (``a/airline.json``,
+    ``b/airline.json``) are two conversations, the same run read again is the same one."""
+    text = json.dumps(run, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:RUN_DIGEST_HEX]
+
+
 def _turns(run: dict[str, Any], index: int, path: Path, system: dict[str, str]) -> list[Trace]:
     """The run as a conversation: one trace per user message."""
     traj = run["traj"]
     results = _results(traj)
-    conversation = f"{path.name}:{index}"
+    conversation = f"{path.name}:{index}:{_digest(run)}"
     history: list[str] = []
     out = []
     for number, positions in enumerate(_turn_messages(traj)):
