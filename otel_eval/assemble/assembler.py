@@ -24,11 +24,13 @@ beyond that they start a new trace.
 
 Pass-through (``pass_through``: otel-eval in the trace path) owes the backend every span
 that assembly refuses only because otel-eval cannot *evaluate* it; those are taken and passed
-on unstamped instead: ``late`` (a fragment of its own, skipped as late) and
+on unstamped instead: ``late`` (a fragment of its own, skipped as late),
 ``trace_too_large`` (past ``max_spans_per_trace``: held in ``Trace.passed``, counted in
-pending as any span, released with the trace, never evaluated). What is refused for the
-run's integrity stays refused with it: ``duplicate_span`` (the backend has it) and
-``foreign_sender`` (a sender not allowed to add to another sender's trace).
+pending as any span, released with the trace, never evaluated) and ``invalid_timestamp``
+(``Span.unevaluable``: longer than a year or with no start; held in ``Trace.passed`` too).
+What is refused for the run's integrity stays refused with it: ``duplicate_span`` (the
+backend has it) and ``foreign_sender`` (a sender not allowed to add to another sender's
+trace).
 
 Time is injected: ``add(spans, now)`` and ``tick(now)`` take the clock reading, so tests drive
 time by hand. Deadlines sit in a heap with lazy re-scheduling: the spans of an ``add`` only
@@ -206,6 +208,9 @@ class TraceAssembler:
         took: dict[str, _Open] = {}  # the traces that took spans, in the order they did
         reopened: set[str] = set()  # the released traces these spans re-opened
         for span in spans:
+            if span.unevaluable and not self.pass_through:
+                res.rejected[span.unevaluable] += 1  # its times: otel-eval cannot evaluate it
+                continue
             tr = self._open.get(span.trace_id)
             if tr is None:
                 before = res.reopened
@@ -222,8 +227,9 @@ class TraceAssembler:
             if full and not self.pass_through:
                 res.rejected["trace_too_large"] += 1
                 continue
-            # past the limit, pass-through holds it to pass on: it moves the trace's
-            # deadline (the run is still sending) but is no part of what is evaluated
+            # past the limit, or unevaluable, pass-through holds it to pass on: it moves the
+            # trace's deadline (the run is still sending) but is no part of what is evaluated
+            full = full or span.unevaluable is not None
             (tr.passed if full else tr.spans)[span.span_id] = span
             tr.nbytes += span.nbytes
             self.open_bytes += span.nbytes
@@ -385,7 +391,7 @@ class TraceAssembler:
                 heapq.heappush(heap, (tr.deadline, trace_id))
                 continue
             cut = now >= self._cut_at(tr)
-            if not tr.spans:
+            if not tr.spans and not tr.passed:  # (spans only passed on are released)
                 self._drop_logs_only(tr, now)
             elif tr.root_ended:
                 out.append(self._release(tr, "complete", "root_ended", now))
@@ -401,7 +407,7 @@ class TraceAssembler:
         """Overflow policy ``release_oldest``: push out the n traces open the longest."""
         out = []
         for t in sorted(self._open.values(), key=lambda t: t.first_seen)[:n]:
-            if t.spans:
+            if t.spans or t.passed:
                 out.append(self._release(t, "truncated", "overflow", now))
             else:
                 self._drop_logs_only(t, now)

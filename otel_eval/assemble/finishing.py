@@ -159,9 +159,15 @@ class Finishing:
                 batch = [j for j in batch if j not in stale]
                 self.finish(stale, [Outcome(None, False, skipped=ALREADY_EVALUATED)
                                     for _ in stale])
+            # spans only to pass on (``Trace.passed``), none to evaluate: no run, and no
+            # evaluation stage to hand them to (a worker process is not given them)
+            bare = [j for j in batch if not j.trace.spans and j.trace.passed]
+            if bare:
+                batch = [j for j in batch if j not in bare]
+                self.finish(bare, [Outcome(None, False, skipped=NOT_A_RUN) for _ in bare])
             if batch:
                 self.stage.run(batch, self.finish)
-            done += len(batch) + len(stale)
+            done += len(batch) + len(stale) + len(bare)
         return done
 
     def _stale(self, batch: list[Job]) -> list[Job]:  # lock held
@@ -206,8 +212,10 @@ class Finishing:
                 for j in jobs]
         for job, out, h in zip(jobs, outcomes, held, strict=True):
             trace, ev = job.trace, out.evaluation
-            if trace.passed:  # taken to pass on only (pass-through), never evaluated
-                self._metrics.evaluation.spans_skipped("trace_too_large", len(trace.passed))
+            # taken to pass on only (pass-through), never evaluated: why, span by span
+            for reason, n in Counter(s.unevaluable or "trace_too_large"
+                                     for s in trace.passed).items():
+                self._metrics.evaluation.spans_skipped(reason, n)
             if ev is None:  # already evaluated (and exported then), no agent run, or a
                 skipped = out.skipped or ALREADY_EVALUATED  # result nothing could store
                 trace.finished.late = skipped == LATE  # read by assembly if spans re-open it

@@ -63,7 +63,7 @@ class Span:
     __slots__ = (
         "_attributes", "_events", "_lazy", "end_ns", "kind", "name", "nbytes", "origin",
         "parent_remote", "parent_span_id", "resource", "scope", "span_id", "start_ns", "status",
-        "status_message", "trace_id", "wire",
+        "status_message", "trace_id", "unevaluable", "wire",
     )
 
     def __init__(
@@ -87,6 +87,7 @@ class Span:
         parent_remote: bool | None = None,
         wire: bytes | None = None,
         origin: Origin | None = None,
+        unevaluable: str | None = None,
     ) -> None:
         self.trace_id = trace_id  # 32 lowercase hex
         self.span_id = span_id  # 16 lowercase hex
@@ -111,6 +112,10 @@ class Span:
         # does not hold (trace_state, links, flags, dropped counts...) is lost on the way.
         self.wire = wire
         self.origin = origin
+        # Why otel-eval cannot evaluate this span though it holds the user's data (its times:
+        # ``invalid_timestamp``), else None: assembly refuses it with that reason, or, with
+        # pass-through, takes it only to pass on (``Trace.passed``)
+        self.unevaluable = unevaluable
 
     def _materialize(self) -> None:
         if self._lazy is not None:
@@ -259,8 +264,9 @@ class Trace:
     # as assembly refuses them while it remembers the id: a fragment never replaces a run.
     late_if_stored: bool = False
     finished: Finished = field(default_factory=Finished)
-    # Spans taken only to be passed on (pass-through: past ``max_spans_per_trace``, which
-    # without it are refused as ``trace_too_large``): never evaluated nor in ``digest``,
+    # Spans taken only to be passed on (pass-through: past ``max_spans_per_trace``, or
+    # ``Span.unevaluable``, which without it are refused as ``trace_too_large`` or with that
+    # reason): never evaluated nor in ``digest``,
     # forwarded unstamped with the trace's spans
     passed: list[Span] = field(default_factory=list)
 

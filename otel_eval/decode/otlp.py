@@ -5,9 +5,13 @@
 
 Promises:
 - every span is either returned or counted as rejected with a reason from ``REJECT_REASONS``
-  (a time past int64 nanoseconds or a span longer than a year: ``invalid_timestamp``; a link
+  (a time past int64 nanoseconds: ``invalid_timestamp``; a link
   whose ids are not 16 and 8 bytes: ``invalid_link_id``; spans in the field OTLP 0.x had
   before ``scope_spans``: ``instrumentation_library_spans``);
+- a span longer than a year (or with no start) is returned marked ``Span.unevaluable =
+  "invalid_timestamp"``: its times are the user's data, which otel-eval cannot evaluate;
+  assembly refuses it with that reason, or with pass-through takes it only to pass on
+  (``DecodeResult.evaluable`` drops and counts it where there is no assembly);
 - only ids, names, times and status are read eagerly; attributes and events are decoded on
   first access (``Span.attributes``), so the receive path stays close to protobuf-decode speed
   and bulky message text stays a raw string;
@@ -76,6 +80,17 @@ class DecodeResult:
             return ""
         parts = ", ".join(f"{n} {r}" for r, n in sorted(self.reasons.items()))
         return f"rejected {self.rejected} span(s): {parts}"
+
+    def evaluable(self) -> DecodeResult:
+        """The spans without those marked ``unevaluable``, which are counted as rejected with
+        their reason: for a reader with no assembly and nothing to pass on (files)."""
+        out = DecodeResult(reasons=Counter(self.reasons))
+        for s in self.spans:
+            if s.unevaluable:
+                out.reasons[s.unevaluable] += 1
+            else:
+                out.spans.append(s)
+        return out
 
 
 def anyvalue_to_python(v: AnyValue) -> Any:
@@ -208,10 +223,13 @@ def decode_request(req: ExportTraceServiceRequest) -> DecodeResult:
                     reasons["invalid_link_id"] += 1
                     continue
                 start, end = pb.start_time_unix_nano, pb.end_time_unix_nano
-                if start > MAX_TIME_NS or end > MAX_TIME_NS or (
-                        end - start > MAX_SPAN_DURATION_NS):
+                if start > MAX_TIME_NS or end > MAX_TIME_NS:
                     reasons["invalid_timestamp"] += 1
                     continue
+                # longer than a year (or no start): the user's data all the same, which
+                # otel-eval cannot evaluate; assembly refuses it, or pass-through passes it on
+                unevaluable = ("invalid_timestamp" if end - start > MAX_SPAN_DURATION_NS
+                               else None)
                 lazy, wire = _lazy_attrs(pb)
                 spans.append(Span(
                     tid.hex(), sid.hex(), pid.hex() if pid and pid != _ZERO_SPAN else None,
@@ -221,6 +239,7 @@ def decode_request(req: ExportTraceServiceRequest) -> DecodeResult:
                     status_message=pb.status.message,
                     resource=resource, scope=scope, lazy=lazy, nbytes=len(wire),
                     parent_remote=_parent_remote(pb.flags), wire=wire, origin=origin,
+                    unevaluable=unevaluable,
                 ))
     return out
 

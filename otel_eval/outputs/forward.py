@@ -23,8 +23,9 @@ unstamped (``pass_on``), so pass-through never swallows spans; so are spans ackn
 their run was stored, by a process that no longer held it (``late``: ``evaluate.stage``), or
 past ``assembly.reopen_window_s`` (which pass-through takes instead of refusing them as
 ``late``: ``TraceAssembler(pass_through=True)``). So are a trace's spans past
-``assembly.max_spans_per_trace`` (``Trace.passed``: taken instead of refused as
-``trace_too_large``, never evaluated), with the trace's own, stamped as usual. Spans refused
+``assembly.max_spans_per_trace``, or longer than a year or with no start (``Trace.passed``:
+taken instead of refused as ``trace_too_large`` or ``invalid_timestamp``, never evaluated),
+with the trace's own, stamped as usual. Spans refused
 for the run's integrity are not taken, so not forwarded: a ``duplicate_span`` (downstream has
 it) and a ``foreign_sender``'s (a sender not allowed to add to another's trace).
 

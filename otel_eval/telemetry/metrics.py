@@ -69,7 +69,8 @@ Metrics (counters are exposed with the ``_total`` suffix):
                not_a_run: traces made only of setup operations (a create_agent span alone)
                otel_eval_evaluation_spans_skipped_total{reason}  spans taken only to pass on
                (pass-through), never evaluated: trace_too_large (past
-               assembly.max_spans_per_trace; without pass-through they are refused)
+               assembly.max_spans_per_trace), invalid_timestamp (a span longer than a
+               year or with no start); without pass-through they are refused
     store      otel_eval_store_write_failures_total{reason}  batches the store refused to
                write (store.failures.WRITE_FAILURE_REASONS: disk_full|read_only|locked|
                unavailable|timeout|error); kept and retried, the receivers throttled
@@ -205,8 +206,10 @@ class EvaluationMetrics:
         self.c_spans_skipped = c(
             "evaluation_spans_skipped",
             "Spans taken only to pass on (pass-through) and not evaluated, by reason "
-            "(trace_too_large: past assembly.max_spans_per_trace).", ["reason"])
-        self.c_spans_skipped.labels("trace_too_large")
+            "(trace_too_large: past assembly.max_spans_per_trace; invalid_timestamp: longer "
+            "than a year or no start).", ["reason"])
+        for reason in ("trace_too_large", "invalid_timestamp"):
+            self.c_spans_skipped.labels(reason)
         self.c_store_failed = c("store_write_failures",
                                 "Batches of evaluations the store refused to write, by reason "
                                 "(kept and retried).", ["reason"])

@@ -26,6 +26,7 @@ from otel_eval.assemble.spool import Spool
 from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.model import Span, Trace
 from otel_eval.base.results import Evaluation
+from otel_eval.decode import otlp
 from otel_eval.decode.encode import encode_spans
 from otel_eval.decode.otlp import attributes_to_dict
 from otel_eval.evaluate.evaluator import Evaluator
@@ -584,3 +585,62 @@ def test_a_trace_delivered_downstream_leaves_the_spool(tmp_path: Path) -> None:
         second = Process(tmp_path, WALL0 + 30.0)
         assert second.engine.open_traces() == 0 and second.advance(GRACE) == 0
         second.stop()
+
+
+def test_with_pass_through_a_span_with_times_otel_eval_cannot_evaluate_is_passed_on(
+        tmp_path: Path) -> None:
+    """A span longer than a year, or with no start (0), was refused at decode as
+    ``invalid_timestamp``, pass-through or not, so with otel-eval in the trace path the
+    backend never got it: its times are the user's data, which otel-eval only cannot
+    evaluate. With pass-through it is taken (acknowledged, spooled, pending), released with
+    its run, never evaluated (counted as a skipped span with the reason) and forwarded
+    unstamped, alone in its trace too: a trace of such spans only is no run, never handed to
+    the evaluation stage (a worker process is not given the spans passed on, and would
+    store an empty run); the run is evaluated from its other spans."""
+    other = "7c" * 16
+    with Capture() as down:
+        sinks = _delivering(down, Metrics(CollectorRegistry()))
+        p = Process(tmp_path, WALL0, sinks=sinks)
+        stage, handed = p.engine.finishing.stage, []
+        run_stage = stage.run
+        stage.run = lambda batch, done: (  # type: ignore[method-assign]
+            handed.extend(j.trace.trace_id for j in batch), run_stage(batch, done))[1]
+        year, now_ns = 400 * 86400 * 10**9, int(WALL0) * 10**9
+        odd = [_span(T, 30, 1, "chat", 0, now_ns),  # no start
+               _span(T, 31, 1, "execute_tool", 20, 20 + year),  # longer than a year
+               _span(other, 32, None, "chat", 0, now_ns)]  # a trace of it alone
+        sent = [*run(T, end=100), *odd]
+        req = encode_spans(sent)
+        decoded = otlp.decode_request(req)
+        assert decoded.rejected == 0
+        adm = p.engine.submit(decoded.spans, request=req.SerializeToString())
+        assert (adm.accepted, dict(adm.rejected)) == (12, {})
+        assert p.sample("otel_eval_assembly_pending_spans") == 12
+        assert p.advance(IDLE) == 2
+        _stop(sinks, 5.0)
+        assert set(p.stored()) == {T} and p.stored()[T]["counts"]["spans"] == 9
+        assert handed == [T]
+        assert p.sample("otel_eval_evaluation_skipped_total", reason="not_a_run") == 1
+        assert p.sample("otel_eval_evaluation_spans_skipped_total",
+                        reason="invalid_timestamp") == 3
+        assert p.sample("otel_eval_assembly_pending_spans") == 0
+        forwarded = _forwarded(down)
+        assert set(forwarded) == {s.span_id for s in sent}
+        for s in odd:
+            assert forwarded[s.span_id] == s.attributes  # unstamped
+        assert "otel_eval.verdict" in forwarded[f"{1:016x}"]
+        assert p.spool.held() == (0, 0)
+        p.stop()
+
+
+def test_without_pass_through_a_span_otel_eval_cannot_evaluate_is_refused(
+        tmp_path: Path) -> None:
+    """Without pass-through nothing changes: the span is refused as ``invalid_timestamp``."""
+    p = Process(tmp_path, WALL0)
+    spans = [*run(T, end=100), _span(T, 30, 1, "chat", 0, int(WALL0) * 10**9)]
+    decoded = otlp.decode_request(encode_spans(spans))
+    adm = p.engine.submit(decoded.spans)
+    assert (adm.accepted, dict(adm.rejected)) == (9, {"invalid_timestamp": 1})
+    assert p.advance(IDLE) == 1
+    assert p.stored()[T]["counts"]["spans"] == 9
+    p.stop()

@@ -71,18 +71,24 @@ class PublishingEngine:
         return Admission(accepted=len(records))
 
     def _spans(self, spans: Sequence[Span]) -> Admission:
+        # a span otel-eval cannot evaluate (``Span.unevaluable``) is refused with its reason,
+        # as a worker without pass-through would refuse it
+        unevaluable = Counter(s.unevaluable for s in spans if s.unevaluable)
+        spans = [s for s in spans if not s.unevaluable] if unevaluable else spans
         if not spans:
-            return Admission()
+            return Admission(rejected=Counter(unevaluable))
         data = encode_spans(spans).SerializeToString()
         try:
             self.loop.run(self.publisher.publish(data), timeout_s=self.timeout_s)
         except RecordsTooLarge as e:
-            return _partly(spans, e)
+            adm = _partly(spans, e)
+            adm.rejected.update(unevaluable)
+            return adm
         except Exception as e:  # broker down, timeout, record too large: the client retries
             log.warning("kafka publish failed (%s: %s); throttling the exporter",
                         type(e).__name__, e)
             return Admission(throttled="kafka_unavailable")
-        return Admission(accepted=len(spans))
+        return Admission(accepted=len(spans), rejected=Counter(unevaluable))
 
 
 def _partly(items: Sequence[Span] | Sequence[LogEvent | HeldRecord],

@@ -70,7 +70,7 @@ def _other_signal(doc: Any) -> bool:
 
 def _decode(req: ExportTraceServiceRequest, path: Path, where: str, on_error: OnError,
             ) -> list[Span]:
-    result = decode_request(req)
+    result = decode_request(req).evaluable()
     if result.rejected:
         on_error(LoaderError(path, f"{where}{result.message}"))
     return result.spans
