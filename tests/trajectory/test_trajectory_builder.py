@@ -303,3 +303,32 @@ def test_crewai_s_coworker_tool_runs_the_agent_it_names(arguments: str, node: st
     nodes = {s.tool_name: s.node for s in t.tool_steps}
     assert nodes == {"Delegate work to coworker": "triage_agent", "get_weather": node}
     assert t.agent == "triage_agent"
+
+
+def _says(text: str) -> dict[str, str]:
+    return {**CHAT, "gen_ai.output.messages": json.dumps(
+        [{"role": "assistant", "parts": [{"type": "text", "content": text}],
+          "finish_reason": "stop"}])}
+
+
+@pytest.mark.parametrize("skew", [-10_000, 10_000])
+def test_a_span_whose_remote_parent_is_in_the_trace_is_placed_under_it(skew: int) -> None:
+    """A tool call reaches a downstream service: its server span has a remote parent (the
+    OTLP span flags), which is in the trace. It was taken as a top-level span, placed by the
+    downstream clock (before or after the whole run) at depth 0, so the downstream service's
+    LLM call could be "the last LLM call" and its text the run's answer. A span whose parent
+    is in the trace belongs under it, whatever the remote flag says."""
+    remote = span("svc", "lookup", 30 + skew, {"gen_ai.operation.name": "execute_tool",
+                                               "gen_ai.tool.name": "svc"})
+    remote.parent_remote = True
+    t = build_trajectory(trace(
+        span("root", None, 0, AGENT, end=100),
+        span("plan", "root", 10, chat_calling(("lookup", {}))),
+        span("lookup", "root", 20, tool("lookup"), end=60),
+        remote,
+        span("summarize", "svc", 31 + skew, _says("the downstream summary")),
+        span("final", "root", 70, _says("the final answer")),
+    ), CFG)
+    assert names(t) == ["root", "plan", "lookup", "svc", "summarize", "final"]
+    assert [s.depth for s in t.steps] == [0, 1, 1, 2, 3, 1]
+    assert t.output == "the final answer"

@@ -6,8 +6,10 @@
 ``build.build_trajectory`` runs this, then the passes, then reads the run (agent, input,
 output). Promises (the module docstring of ``build`` gives them for the whole stage):
 - spans repeating an earlier span id are dropped (the first one received is kept);
-- tree order: depth first, siblings by start time; orphans follow the root tree at top level
-  in start order; spans caught in a parent cycle follow those;
+- tree order: depth first, siblings by start time; a span whose parent is in the trace is
+  under it, its parent remote (OTLP span flags) or not; entries (no parent, or a remote one
+  not in the trace) are the top level; orphans follow at top level in start order; spans
+  caught in a parent cycle follow those;
 - each step is classified and its fields read by the convention readers
   (``conventions.read_span``), GenAI events (log records, span events) read as attributes of
   their span; its node is the name of the nearest enclosing agent;
@@ -88,10 +90,14 @@ def tree_order(spans: list[Span]) -> list[tuple[Span, int]]:
     orphans: list[Span] = []
     for span in spans:
         parent = span.parent_span_id
-        if parent is None or span.parent_remote is True:  # ``Span.is_entry``, inlined
+        if parent is None:
             tops.append(span)
         elif parent in ids and parent != span.span_id:
+            # under its parent whatever the remote flag says: a downstream service's span is
+            # part of the call that reached it, not placed by the downstream clock
             children.setdefault(parent, []).append(span)
+        elif span.parent_remote is True:  # an entry whose parent is upstream, not here
+            tops.append(span)
         else:
             orphans.append(span)
     for group in children.values():
