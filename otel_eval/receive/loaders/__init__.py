@@ -148,7 +148,8 @@ def load_paths(paths: Iterable[str | Path], *, config: TrajectoryConfig | None =
     is a ``LoaderError`` (``on_error``)."""
     report = on_error or _raise
     files = list(_listed(paths, report))
-    assembly = FileAssembly(hold=any(_may_hold_logs(file) for file in files))
+    # one file: its records join its spans before its end (nothing to sniff, no second read)
+    assembly = FileAssembly(hold=len(files) > 1 and any(map(_may_hold_logs, files)))
     for file in files:
         with _no_cycle_collection():
             traces = _load_file(file, config, on_error, turns, assembly)
