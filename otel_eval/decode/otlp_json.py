@@ -35,8 +35,7 @@ _U64 = 2**64 - 1
 _BAD_TIME = str(_U64)
 
 
-def _is_time_key(key: str) -> bool:
-    return key.endswith(("TimeUnixNano", "time_unix_nano")) or key == "timeUnixNano"
+_TIME_SUFFIXES = ("TimeUnixNano", "time_unix_nano")  # and "timeUnixNano" itself
 
 
 def _time_ok(value: Any) -> bool:
@@ -70,7 +69,9 @@ def _hex_ids_to_base64(obj: Any) -> Any:
                 except ValueError:
                     raw = b"\x00"
                 out[k] = base64.b64encode(raw).decode("ascii")
-            elif _is_time_key(k) and not _time_ok(v):
+            elif (k.endswith(_TIME_SUFFIXES) or k == "timeUnixNano") and not (
+                    (type(v) is str and len(v) <= 19 and v.isascii() and v.isdigit())
+                    or _time_ok(v)):  # up to 19 digits: a uint64 (no Python call per span)
                 out[k] = _BAD_TIME
             else:
                 out[k] = _hex_ids_to_base64(v) if isinstance(v, dict | list) else v
