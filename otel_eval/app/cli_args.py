@@ -165,6 +165,11 @@ def _train_command(sub: Commands) -> None:
                     help='JSON lines {"trace_id"|"task_id": ..., "outcome": true|false}, or a '
                          "SWE-bench results summary (instances[].resolved); repeatable; "
                          "these win over the outcomes the runs carry")
+    tr.add_argument("--feedback", metavar="STORE",
+                    help="labels: the outcomes users recorded for these runs in serve's store "
+                         "(POST /v1/feedback, the web view's form; a SQLite PATH or a "
+                         "postgresql:// URL, read only); after --labels' trace ids, before "
+                         "their task ids and the outcomes the runs carry")
     tr.add_argument("--out", metavar="MODEL", required=True, help="model file to write")
     tr.add_argument("--name", default="success", help="model name (default: success)")
 

@@ -316,3 +316,32 @@ def test_train_reads_a_run_as_the_predictor_does_before_the_result_is_cut(
     for trace_id, r in read.items():
         assert round(model.p_success(r.values, r.text, r.agent), 4) == \
             predicted[trace_id]["p_success"], trace_id
+
+
+def test_train_takes_the_outcomes_users_recorded_in_the_store(tau_slice: Path,
+                                                               tmp_path: Path) -> None:
+    """``train --feedback STORE``: the outcomes recorded through ``POST /v1/feedback`` (the
+    web view's form) label the runs, over the reward the tau-bench runs carry; a labels
+    line naming a trace still wins over the store."""
+    from otel_eval.store.sqlite import SqliteStore
+
+    ids = [row["trace_id"] for row in _jsonl(otel_eval("eval", str(tau_slice), "--format",
+                                                       "jsonl").stdout)]
+    store = SqliteStore(str(tmp_path / "otel-eval.db")).open()
+    for i, trace_id in enumerate(ids):  # every 3rd run succeeded, whatever its reward says
+        store.put_feedback(trace_id, "success" if i % 3 == 0 else "failure", 1)
+    store.close()
+    out = tmp_path / "m.json"
+    done = otel_eval("train", str(tau_slice), "--feedback", str(tmp_path / "otel-eval.db"),
+                     "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert load_model(out).training["successes"] == len(range(0, SLICE_RUNS, 3))
+    labels = tmp_path / "labels.jsonl"  # the file says run 1 succeeded: it wins
+    labels.write_text(json.dumps({"trace_id": ids[1], "outcome": True}) + "\n")
+    done = otel_eval("train", str(tau_slice), "--labels", str(labels), "--feedback",
+                     str(tmp_path / "otel-eval.db"), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert load_model(out).training["successes"] == len(range(0, SLICE_RUNS, 3)) + 1
+    missing = otel_eval("train", str(tau_slice), "--feedback", str(tmp_path / "none.db"),
+                        "--out", str(out))
+    assert missing.returncode == 2 and "--feedback: no store at" in missing.stderr

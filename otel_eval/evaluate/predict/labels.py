@@ -4,7 +4,8 @@
     labels files (JSON lines, a SWE-bench results summary) -> Labels
     evaluations + Labels -> Row (features, label, fold group: the task, text, agent)
 
-A run's label, first match wins: a line naming its trace id, a line (or summary instance)
+A run's label, first match wins: a line naming its trace id, the outcome a user recorded
+for it in serve's store (``--feedback``: ``with_feedback``), a line (or summary instance)
 naming its task id, the outcome the run carries (tau-bench ``reward``, the root span's
 outcome attribute). A bad labels file stops training with the file, line and reason.
 """
@@ -12,7 +13,7 @@ outcome attribute). A bad labels file stops training with the file, line and rea
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,6 +123,32 @@ def read_labels(paths: Iterable[str]) -> Labels:
             if line.strip():
                 _line(line, f"labels file {path} line {n}", labels)
     return labels
+
+
+FEEDBACK_BATCH = 500  # runs whose recorded outcomes are looked up at once
+
+
+def with_feedback(evaluations: Iterable[Evaluation],
+                  feedback_many: Callable[[Collection[str]], dict[str, str]],
+                  labels: Labels) -> Iterator[Evaluation]:
+    """The evaluations, as they come, each labelled by the outcome a user recorded for its
+    trace (``feedback_many``: trace id -> success | failure, the store's feedback table)
+    unless a labels line names its trace id: ``FEEDBACK_BATCH`` lookups at a time, so the
+    store is asked once per batch, never for the whole input at once."""
+    batch: list[Evaluation] = []
+
+    def labelled() -> list[Evaluation]:
+        ids = [ev.trace_id for ev in batch if ev.trace_id not in labels.by_trace]
+        for trace_id, outcome in feedback_many(ids).items() if ids else ():
+            labels.by_trace[trace_id] = outcome == "success"
+        return batch
+
+    for ev in evaluations:
+        batch.append(ev)
+        if len(batch) == FEEDBACK_BATCH:
+            yield from labelled()
+            batch = []
+    yield from labelled()
 
 
 @dataclass

@@ -23,7 +23,8 @@ from __future__ import annotations
 import datetime
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from otel_eval.base.documents import MAX_NAME_CHARS
@@ -42,6 +43,7 @@ from otel_eval.evaluate.predict.labels import (
     TrainingRows,
     read_labels,
     rows_from,
+    with_feedback,
 )
 from otel_eval.evaluate.predict.modelfile import (
     FORMAT,
@@ -66,6 +68,8 @@ from otel_eval.evaluate.predict.text import TEXT_VERSION
 
 if TYPE_CHECKING:
     import argparse
+
+    from otel_eval.store.base import EvaluationStore
 
 
 class EvalRun(Protocol):
@@ -211,22 +215,47 @@ def _text_document(vectorizer: Any, lr: Linear) -> dict[str, Any]:
             "intercept": lr.intercept}
 
 
-def train(run: EvalRun, labels: Labels, out: str, name: str) -> tuple[Model, TrainingRows]:
-    """Evaluate the runs, fit, write ``out``: (the model, the rows with the runs left out)."""
-    rows = rows_from(run.evaluations(), labels)
+def train(run: EvalRun, labels: Labels, out: str, name: str,
+          feedback: EvaluationStore | None = None) -> tuple[Model, TrainingRows]:
+    """Evaluate the runs, fit, write ``out``: (the model, the rows with the runs left out).
+    ``feedback``: a store whose recorded outcomes label the runs (``with_feedback``)."""
+    evaluations: Iterable[Evaluation] = run.evaluations()
+    if feedback is not None:
+        evaluations = with_feedback(evaluations, feedback.feedback_many, labels)
+    rows = rows_from(evaluations, labels)
     return write_model(fit(rows.rows, name), out), rows
 
 
+def _feedback_store(target: str | None) -> EvaluationStore | None:
+    """``--feedback``'s store, opened read only (a clear ``TrainError`` when it cannot be)."""
+    from otel_eval.store import is_postgresql_url, open_store, redact_url
+
+    if target is None:
+        return None
+    if not is_postgresql_url(target) and not Path(target).is_file():
+        raise TrainError(f"--feedback: no store at {target}")
+    try:
+        return open_store(target, read_only=True)
+    except Exception as e:  # a server down, a wrong password, not a store: say so
+        raise TrainError(f"--feedback: cannot open the store at {redact_url(target)}: "
+                         f"{e}") from None
+
+
 def cmd_train(args: argparse.Namespace, run: EvalRun, out: TextIO) -> int:
+    store = None
     try:
         labels = read_labels(args.labels)
-        model, rows = train(run, labels, args.out, args.name)
+        store = _feedback_store(getattr(args, "feedback", None))
+        model, rows = train(run, labels, args.out, args.name, store)
     except (TrainError, ValueError) as e:
         print(f"otel-eval train: {e}", file=sys.stderr)
         return 2
     except OSError as e:  # the model file cannot be written
         print(f"otel-eval train: {args.out}: {e.strerror or e}", file=sys.stderr)
         return 2
+    finally:
+        if store is not None:
+            store.close()
     t = model.training
     cv = t.get("cross_validation", {})
     figures = (f"; out-of-fold AUC {cv['auc']}, Brier {cv['brier']}"
