@@ -54,7 +54,7 @@ from otel_eval.store.base import SessionLimits
 log = logging.getLogger(__name__)
 
 PackedSpan = tuple[Any, ...]
-PackedTrace = tuple[str, str, str, int, str, list[PackedSpan], list[Any], str, bool]
+PackedTrace = tuple[str, str, str, int, str, list[PackedSpan], list[Any], str]
 
 
 @dataclass(frozen=True)
@@ -114,18 +114,16 @@ def unpack_span(p: PackedSpan) -> Span:
 
 
 def pack_trace(t: Trace) -> PackedTrace:
-    """Everything ``evaluate_and_store`` reads (``late_if_stored`` too: without it a straggler
-    of a run stored before a restart replaced that run); not the waiters (callbacks stay in
-    the main process) nor the spans only passed on (never evaluated)."""
+    """Everything but the waiters (callbacks stay in the main process)."""
     return (t.trace_id, t.status, t.source, t.revision, t.release_reason,
-            [pack_span(s) for s in t.spans], t.logs, t.digest, t.late_if_stored)
+            [pack_span(s) for s in t.spans], t.logs, t.digest)
 
 
 def unpack_trace(p: PackedTrace) -> Trace:
-    tid, status, source, revision, reason, spans, logs, digest, late = p
+    tid, status, source, revision, reason, spans, logs, digest = p
     return Trace(tid, [unpack_span(s) for s in spans], status,  # type: ignore[arg-type]
                  source=source, revision=revision, release_reason=reason, logs=logs,
-                 digest=digest, late_if_stored=late)
+                 digest=digest)
 
 
 def lean(ev: Evaluation) -> Evaluation:

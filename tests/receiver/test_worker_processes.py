@@ -541,29 +541,6 @@ def test_a_worker_that_hangs_is_killed_and_its_trace_given_up_on(tmp_path: Path)
         assert _pool(h).healthy
 
 
-def test_a_span_after_a_restart_for_a_stored_run_is_late_in_a_worker_too(
-        tmp_path: Path) -> None:
-    """A straggler of a run stored before a restart opens a trace assembly marks
-    ``late_if_stored``; the worker read that mark, so the stored run stands, as in process
-    (tests/lifecycle/test_clean_stop.py). Before, the mark did not cross the pipe: the worker
-    evaluated the one-span fragment and it replaced the whole stored run."""
-    tid = _ids(per_worker=1)[0][0]
-    with running_service(tmp_path) as h:  # the run, stored before the restart
-        assert _send(h, _trace(tid)) is None
-        assert h.release() == 1
-    with running_service(tmp_path, **WORKERS) as h:
-        straggler = Span(tid, f"{9:016x}", f"{1:016x}", "chat", 4, 5,
-                         resource={"service.name": "agents"})
-        assert _send(h, [straggler]) is None
-        h.release(after_s=h.svc.config.assembly.idle_timeout_s + 1)
-        poll(lambda: h.svc.engine.pending_spans() == 0, "the straggler to be finished")
-        row = _stored(h)[tid]
-        assert (row["revision"], row["counts"]["spans"]) == (0, SPANS)
-        assert h.sample("otel_eval_evaluation_skipped_total", reason="late") == 1
-        assert h.sample("otel_eval_traces_superseded_total", service="agents", agent="a") == 0
-
-
-
 class _Pipelined:
     """A stage that takes every batch at once and answers them later, in order, as
     ``WorkerPool`` does (several messages in a worker's pipe); ``store`` evaluates and stores
