@@ -336,8 +336,16 @@ def _stored_while_away(tmp: Path, ds: Capture) -> tuple[Process, list[Any]]:
 
 
 def _stop(sinks: list[Any], deadline_s: float) -> None:
+    """The sinks stopped, their sender threads ended: a process that stops ends its threads,
+    and these share the test's process (on a loaded machine a sender past its deadline could
+    still deliver after the next "process" began, seen once in CI)."""
     for sink in sinks:
         sink.shutdown(deadline_s)
+    for sink in sinks:
+        thread = sink._sender._thread
+        if thread is not None:
+            thread.join(30)
+            assert not thread.is_alive()
 
 
 def _verdicts(ds: Capture) -> list[dict[str, Any]]:
