@@ -40,6 +40,12 @@ NOT_ENDED_KINDS = frozenset({"incomplete", "truncated", "halted", "length_stop",
 NOTE_KINDS = frozenset({("reference", "match"), ("recovery", "recovered"),
                         ("budget", "cost_unknown"), ("evaluation", "result_truncated")})
 
+# (detector, kind) of the findings that say otel-eval itself failed to evaluate part of the
+# run (a detector or reader raised: ``evaluate.detectors.evaluation_error``). Reported at
+# error (a run not fully checked is no pass) and counted, but no critique of the agent: the
+# issues job would otherwise make otel-eval's own fault an issue of the agent.
+OWN_FAILURE_KINDS = frozenset({("evaluation", "evaluation_error")})
+
 
 def budget_exceeded(detector: Any, kind: Any) -> bool:
     """A finding that says a budget was blown (``budget/<name>_exceeded``); the budget

@@ -112,6 +112,22 @@ def test_a_finding_about_the_measurement_is_no_critique() -> None:
     assert [c.text for c in extract([ev], threshold=0.5).critiques] == ["f called 5 times"]
 
 
+def test_otel_evals_own_failure_is_no_critique_of_the_agent() -> None:
+    # evaluation/evaluation_error: a detector or reader of otel-eval raised. The run is
+    # not passed and the failure counted, but clustered it was an issue of the agent titled
+    # "trajectory could not evaluate this trace (KeyError)".
+    ev = _evaluation(findings=[
+        {"detector": "evaluation", "kind": "evaluation_error", "severity": "error",
+         "message": "trajectory could not evaluate this trace (KeyError)", "span_ids": [],
+         "attributes": {"part": "trajectory", "error": "KeyError"}},
+        {"detector": "evaluation", "kind": "evaluation_error", "severity": "error",
+         "message": "conventions.genai could not evaluate this span (ValueError)",
+         "span_ids": ["s0"]},
+        {"detector": "loop", "kind": "repeated_call", "severity": "error",
+         "message": "f called 5 times", "span_ids": []}])
+    assert [c.text for c in extract([ev], threshold=0.5).critiques] == ["f called 5 times"]
+
+
 def _fixed_info_kinds() -> set[str]:
     """The kinds the evaluation reports at a severity written as "info" (a call
     ``...(kind, "info", ...)``, as ``Finding(detector, kind, "info", ...)`` is)."""

@@ -10,7 +10,9 @@ Input is the v1 evaluation JSON (``results.Evaluation.to_json()``), as stored or
   unpriced, the stored result was cut to its bounds) is no critique, as a judge critique
   scoring at or above the threshold is none: clustered, "calls match the reference" joined
   "calls do not match" and the matched runs were counted in that issue, and every run of an
-  unpriced model was an issue "cost partly unknown";
+  unpriced model was an issue "cost partly unknown"; nor is otel-eval's own failure to
+  evaluate a part (``results.OWN_FAILURE_KINDS``: ``evaluation/evaluation_error``, an issue
+  of the agent named after a reader's exception);
 - judge critiques: see ``judge_critiques`` (the one place that knows the judge's shape),
   of the judges whose grades stand (``base.judgement.graded``, as the evaluation events).
 
@@ -33,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from otel_eval.base.judgement import graded
-from otel_eval.base.results import NOT_ENDED_KINDS, NOTE_KINDS
+from otel_eval.base.results import NOT_ENDED_KINDS, NOTE_KINDS, OWN_FAILURE_KINDS
 from otel_eval.base.text import valid_text
 
 Level = Literal["system", "node"]
@@ -95,7 +97,7 @@ def finding_critiques(evaluation: Mapping[str, Any]) -> Iterator[Critique]:
     for f in evaluation.get("findings") or ():
         message = f.get("message") if isinstance(f, Mapping) else None
         if (not isinstance(message, str) or not message.strip()
-                or (f.get("detector"), f.get("kind")) in NOTE_KINDS):
+                or (f.get("detector"), f.get("kind")) in NOTE_KINDS | OWN_FAILURE_KINDS):
             continue
         source = f"finding:{f.get('detector', '')}"
         spans = [s for s in f.get("span_ids") or () if isinstance(s, str)]
