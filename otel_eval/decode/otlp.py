@@ -5,7 +5,7 @@
 
 Promises:
 - every span is either returned or counted as rejected with a reason from ``REJECT_REASONS``
-  (a time past int64 nanoseconds: ``invalid_timestamp``; a link
+  (a time past int64 nanoseconds, the span's or an event's: ``invalid_timestamp``; a link
   whose ids are not 16 and 8 bytes: ``invalid_link_id``; spans in the field OTLP 0.x had
   before ``scope_spans``: ``instrumentation_library_spans``);
 - a span longer than a year (or with no start) is returned marked ``Span.unevaluable =
@@ -223,7 +223,13 @@ def decode_request(req: ExportTraceServiceRequest) -> DecodeResult:
                     reasons["invalid_link_id"] += 1
                     continue
                 start, end = pb.start_time_unix_nano, pb.end_time_unix_nano
-                if start > MAX_TIME_NS or end > MAX_TIME_NS:
+                past = start > MAX_TIME_NS or end > MAX_TIME_NS
+                if pb.events and not past:  # an event's too (OTLP/JSON's time that is no
+                    for e in pb.events:  # uint64 becomes one): forwarded, the event would
+                        if e.time_unix_nano > MAX_TIME_NS:  # carry a time never sent
+                            past = True  # (a loop, not a call: decode's cost per span)
+                            break
+                if past:
                     reasons["invalid_timestamp"] += 1
                     continue
                 # longer than a year (or no start): the user's data all the same, which

@@ -93,6 +93,21 @@ def test_a_time_that_is_no_uint64_rejects_its_span_not_the_request(key: str, bad
     assert [s.span_id for s in decoded.spans] == ["03" * 8]
 
 
+@pytest.mark.parametrize("bad", ["-5", "soon", str(2**64)], ids=repr)
+def test_an_event_time_that_is_no_uint64_rejects_its_span(bad: str) -> None:
+    """An event's time that is no uint64 became 2^64-1 and its span was taken: forwarded
+    (pass-through), the event carried a time the sender never wrote."""
+    span = {"traceId": TID.hex(), "name": "s", "startTimeUnixNano": "1", "endTimeUnixNano": "2"}
+    spans = [{**span, "spanId": "01" * 8,
+              "events": [{"name": "e", "timeUnixNano": "1"}, {"name": "e", "timeUnixNano": bad}]},
+             {**span, "spanId": "03" * 8, "events": [{"name": "e", "timeUnixNano": "2"}]}]
+    body = {"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}
+    decoded = decode_request(request_from_json(json.dumps(body)))
+    assert dict(decoded.reasons) == {"invalid_timestamp": 1}
+    assert [s.span_id for s in decoded.spans] == ["03" * 8]
+    assert [e.time_unix_nano for e in decoded.spans[0].events] == [2]
+
+
 @pytest.mark.parametrize("key", ["timeUnixNano", "observedTimeUnixNano"])
 def test_a_log_record_whose_time_is_negative_is_rejected_alone(key: str) -> None:
     record = {"traceId": TID.hex(), "spanId": "01" * 8, "eventName": "gen_ai.user.message",
