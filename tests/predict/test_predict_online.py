@@ -8,6 +8,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from sklearn.metrics import roc_auc_score
 
+from otel_eval.base.configcheck import FieldErrors
 from otel_eval.base.results import Evaluation, Verdict
 from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.predict.config import PredictionConfig
@@ -154,3 +155,11 @@ def test_feedback_for_a_pair_without_series_takes_no_place_in_the_budget() -> No
         m.prediction.labelled({"trace_id": f"{20 + i:032x}", **live,
                                "prediction": {"p_success": 0.2 + 0.6 * i}}, outcome)
     assert registry.get_sample_value("otel_eval_prediction_rolling_auc", live) == 0.0
+
+
+def test_a_class_minimum_that_cannot_fit_in_the_window_is_refused() -> None:
+    # auc_min_per_class 600 of each class in a window of 1,000: the gauge could never be
+    # reported, and the configuration was taken without a word.
+    with pytest.raises(FieldErrors, match=r"auc_min_per_class.*never be reported"):
+        PredictionConfig(auc_window=1000, auc_min_per_class=600)
+    PredictionConfig(auc_window=1000, auc_min_per_class=500)  # both classes fill it

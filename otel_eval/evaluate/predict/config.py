@@ -32,7 +32,8 @@ class PredictionConfig:
     # rolling AUC gauge, most recent first; memory is O(window x agents). Default 1000.
     auc_window: int = AUC_WINDOW
     # Fewest labelled predictions of each class (success, failure) in the window before the
-    # rolling AUC is reported; below it the gauge is absent, not a guess. Default 10.
+    # rolling AUC is reported; below it the gauge is absent, not a guess. At most half of
+    # auc_window (more could never be reported). Default 10.
     auc_min_per_class: int = AUC_MIN_PER_CLASS
 
     # Probability of success at and above which a run is predicted to pass: below it the
@@ -41,9 +42,15 @@ class PredictionConfig:
     pass_threshold: float = 0.5
 
     def __post_init__(self) -> None:
+        unreachable = (isinstance(self.auc_window, int) and isinstance(self.auc_min_per_class, int)
+                       and 2 * self.auc_min_per_class > self.auc_window)
         validate(self, minimum={"auc_window": 2, "auc_min_per_class": 1,
                                 "pass_threshold": 0.0},
-                 maximum={"pass_threshold": 1.0}, finite=("pass_threshold",))
+                 maximum={"pass_threshold": 1.0}, finite=("pass_threshold",),
+                 problems={"auc_min_per_class": (
+                     f"{self.auc_min_per_class} of each class cannot fit in auc_window "
+                     f"{self.auc_window}: the rolling AUC would never be reported "
+                     f"(at most {self.auc_window // 2})")} if unreachable else None)
 
     @property
     def enabled(self) -> bool:
