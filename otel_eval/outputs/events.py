@@ -330,8 +330,11 @@ class EvaluationEvents:
                        held: tuple[Held, ...] = ()) -> None:
         """A completed session: one record on its last turn's root span (``session_record``);
         ``held`` taken with it (the completion's event owed in the store until delivered or
-        dropped for good)."""
-        rec = session_record(record, trace_id, span_id, self.version, time.time_ns())
+        dropped for good). Its time is the completion's (an event owed since before a
+        restart, sent by the next process, keeps it)."""
+        at = record.get("completed_at_unix_nano")
+        at = at if type(at) is int and 0 < at < 2**63 else time.time_ns()
+        rec = session_record(record, trace_id, span_id, self.version, at)
         if rec is not None:
             self._submit([rec], held)
 

@@ -195,6 +195,22 @@ def test_a_session_verdict_names_its_evaluator(downstream: Capture) -> None:
         "otel-eval/session.verdict", "deterministic", "2.1.0")
 
 
+def test_a_session_verdict_is_timed_at_its_completion(downstream: Capture) -> None:
+    """An event owed since before a restart is sent by the next process (sessions.job's
+    ``_owed``): it carried the time of its sending, not of the completion it reports."""
+    events = EvaluationEvents(_config(downstream), Metrics(), evaluator_version="1")
+    events.start()
+    done = 1_700_000_000_000_000_000
+    for at in (done, None):
+        events.export_session({"session_id": "c", "turns": 2, "completed_at_unix_nano": at,
+                               "verdict": {"passed": True, "reasons": []}, "findings": []},
+                              TRACE_ID, ROOT)
+    events.shutdown(5.0)
+    owed, unknown = _records(downstream)
+    assert (owed.time_unix_nano, owed.observed_time_unix_nano) == (done, done)
+    assert unknown.time_unix_nano > done  # no completion time recorded: now
+
+
 def test_a_session_verdict_names_its_service(downstream: Capture) -> None:
     """A session is a conversation id within one service (docs/sessions.md): two services'
     conversations of one id are two sessions, and the ``otel_eval.session.verdict`` event
