@@ -116,6 +116,28 @@ def test_each_completed_session_is_judged_once_onto_its_record(
     assert SECRET not in prompt and "conv-b" not in prompt
 
 
+def test_a_one_turn_session_is_left_to_the_trace_judge(tmp_path: Path, llm: FakeLLM) -> None:
+    """A conversation of one turn is its one run, which the trace judge already scores: a
+    session call too doubled the judge's cost for stacks that make a conversation id per
+    run (Agno, ADK, pydantic-ai). Skipped ``one_turn``, stored and counted; a conversation
+    of two turns is judged; with the trace judge off, one turn is judged too."""
+    llm.route = _session_reply
+    with _serve(tmp_path, llm) as svc:
+        _store_turns(svc.store, {"conv-a": 1, "conv-b": 2})
+        assert svc.session_job.tick(_later()) == 2
+        poll(lambda: _judge(svc, "conv-a") and _judge(svc, "conv-b"), "both sessions marked")
+        assert _judge(svc, "conv-a")["overall"] == {"status": "skipped", "reason": "one_turn"}
+        assert _judge(svc, "conv-b")["overall"]["status"] == "ok"
+        assert _sample(svc, "otel_eval_judge_skipped_total", reason="one_turn") == 1
+    assert len(llm.requests) == 1
+    with _serve(tmp_path / "sessions-only", llm, **{"judge.enabled": ["session"]}) as svc:
+        _store_turns(svc.store, {"conv-c": 1})
+        assert svc.session_job.tick(_later()) == 1
+        judged = poll(lambda: _judge(svc, "conv-c"), "the one-turn session judged")
+        assert judged["overall"]["status"] == "ok"
+    assert len(llm.requests) == 2
+
+
 def test_sessions_share_the_judges_budget_and_sampling(tmp_path: Path, llm: FakeLLM) -> None:
     """The hourly cost budget the trace judges spend stops session calls too: the first
     session's call spends past it, the next session is skipped ``over_budget`` (no call)."""

@@ -7,10 +7,11 @@ from __future__ import annotations
 from typing import Literal, Protocol
 
 SkipReason = Literal["queue_full", "sampled_out", "over_budget", "disabled", "shutdown",
-                     "worker_error", "restart"]
-# restart: queued when the process before this one died (kill -9, OOM) without judging it
+                     "worker_error", "restart", "one_turn"]
+# restart: queued when the process before this one died (kill -9, OOM) without judging it;
+# one_turn: a session of one turn, whose run the trace judge already judges
 SKIP_REASONS: tuple[SkipReason, ...] = ("queue_full", "sampled_out", "over_budget", "disabled",
-                                        "shutdown", "worker_error", "restart")
+                                        "shutdown", "worker_error", "restart", "one_turn")
 
 
 class JudgeObserver(Protocol):

@@ -286,6 +286,11 @@ class JudgeStage:
         reason: SkipReason | None = None
         if self._stopping:  # as a trace's submit once the queue stops accepting: a session
             reason = "shutdown"  # is completed once, and no next start judges it again
+        elif record.get("turns") == 1 and "trace" in self.config.enabled:
+            # the conversation is its one run, which the trace judge scores on the same
+            # question: a second call would double the judge's cost for the stacks that make
+            # a conversation id per run (Agno, ADK, pydantic-ai) and say nothing new
+            reason = "one_turn"
         elif not session_sampled(record, self.config.sampling):
             reason = "sampled_out"
         elif self.judge.over_budget():
