@@ -26,6 +26,8 @@ one contract test (tests/store/test_store_contract.py). Revision rules, the same
   the engine and training read).
 - Retention (``delete_older_than``) deletes the feedback of the evaluations it deletes (and
   any other feedback whose evaluation is gone): an outcome without its run labels nothing.
+  It deletes ``RETENTION_BATCH`` evaluations per transaction, oldest first: a backlog of
+  expired rows never holds the store's write lock (or one statement) for long.
 
 The agent history (``remember_agents`` / ``recall_agent``, read by
 ``otel_eval.evaluate.agent_inference``) is a table of (service, fingerprint, agent, last seen),
@@ -66,6 +68,14 @@ ROW_COLUMNS = ("trace_id, revision, evaluated_at_ns, service, agent, task_id, st
 # table, a primary-key lookup a row: it holds no more rows than the evaluations do.
 DELETE_ORPHAN_FEEDBACK = ("DELETE FROM feedback WHERE NOT EXISTS (SELECT 1 FROM evaluations e "
                           "WHERE e.trace_id = feedback.trace_id)")
+# Evaluations retention deletes per transaction (``delete_older_than``): the write lock (SQLite:
+# the whole file's, which the worker processes' writes wait for) is let go between batches,
+# and no statement runs long enough for PostgreSQL's statement_timeout however much expired
+# (50,000 evaluations of 40 kB took 37 s in one transaction, past the workers' busy wait).
+RETENTION_BATCH = 500
+# The oldest expired evaluations, a batch of them (along evaluations_by_time)
+RETENTION_IDS = ("SELECT trace_id FROM evaluations WHERE evaluated_at_ns < {m} "
+                 "ORDER BY evaluated_at_ns LIMIT {m}")
 # (service, agent, fingerprints strongest first) of a completed run (agent_inference.learned)
 AgentRun = tuple[str, str, Sequence[str]]
 
@@ -211,9 +221,13 @@ class EvaluationStore(Protocol):
         (``Trace.late_if_stored``)."""
         ...
 
-    def delete_older_than(self, cutoff_ns: int) -> int:
-        """Delete the evaluations stored before ``cutoff_ns``, their sessions' rows and the
-        feedback whose evaluation is gone, in one transaction; how many evaluations."""
+    def delete_older_than(self, cutoff_ns: int, batch: int = RETENTION_BATCH,
+                          stop: Callable[[], bool] = lambda: False) -> int:
+        """Delete the evaluations stored before ``cutoff_ns``, oldest first, ``batch`` of them
+        and their feedback per transaction (other writers get in between); then the
+        sessions' rows whose last turn is older (in batches too) and any feedback whose
+        evaluation is gone; how many evaluations. ``stop()`` true before a batch ends the
+        pass there (a shutdown; the next pass goes on)."""
         ...
 
     def remember_agents(self, runs: Sequence[AgentRun]) -> dict[str, int]:
@@ -269,6 +283,25 @@ def prune_history(cur: Any, m: str, rowid: str, services: Sequence[str], now_ns:
                 f"agent LIMIT {m})", (over,))
             deleted["max_rows"] = max(cur.rowcount, 0)
     return {reason: n for reason, n in deleted.items() if n}
+
+
+def in_batches(evaluations: Callable[[], int], sessions: Callable[[], int],
+               orphans: Callable[[], int], batch: int, stop: Callable[[], bool]) -> int:
+    """Retention's pass for both stores: ``evaluations()`` (a batch of them and their
+    feedback, one transaction; how many) until fewer than ``batch`` go, then ``sessions()``
+    likewise, then ``orphans()`` (feedback left without its evaluation); ``stop()`` checked
+    before each. How many evaluations."""
+    deleted = 0
+    for step in (evaluations, sessions):
+        while not stop():
+            n = step()
+            deleted += n if step is evaluations else 0
+            if n < batch:
+                break
+        else:
+            return deleted
+    orphans()
+    return deleted
 
 
 def pick_agent(rows: Iterable[tuple[str, str]], fingerprints: Sequence[str]) -> str | None:

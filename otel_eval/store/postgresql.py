@@ -48,12 +48,15 @@ from otel_eval.store.base import (
     AGENT_HISTORY_PRUNE_EVERY,
     AGENT_HISTORY_ROWS,
     DELETE_ORPHAN_FEEDBACK,
+    RETENTION_BATCH,
+    RETENTION_IDS,
     ROW_COLUMNS,
     AgentRun,
     Keep,
     SessionLimits,
     evaluation_row,
     history_rows,
+    in_batches,
     pick_agent,
     prune_history,
     redact_url,
@@ -95,6 +98,10 @@ RETURNING NOT (xmax = 0),
     (SELECT o.session_id FROM evaluations o WHERE o.trace_id = e.trace_id)"""
 # the subquery sees the statement's snapshot: the replaced row's session id (a trace twice in
 # a batch: its first statement's, as SQLite's put_many)
+
+# A batch of retention: the oldest expired evaluations (``base.RETENTION_IDS``)
+_RETENTION_DELETE = (f"DELETE FROM evaluations WHERE trace_id IN "
+                     f"({RETENTION_IDS.format(m='%s')}) RETURNING trace_id")
 
 _PUT_FEEDBACK = ("INSERT INTO feedback VALUES (%s, %s, %s) ON CONFLICT (trace_id) DO UPDATE SET "
                  "outcome = excluded.outcome, received_at_ns = excluded.received_at_ns")
@@ -327,15 +334,27 @@ class PostgresStore(KeptSessions):
     def put_feedback(self, trace_id: str, outcome: str, now_ns: int) -> None:
         self._run(lambda conn: conn.execute(_PUT_FEEDBACK, _args((trace_id, outcome, now_ns))))
 
-    def delete_older_than(self, cutoff_ns: int) -> int:
-        def delete(conn: psycopg.Connection[Any]) -> int:
+    def delete_older_than(self, cutoff_ns: int, batch: int = RETENTION_BATCH,
+                          stop: Callable[[], bool] = lambda: False) -> int:
+        """``EvaluationStore.delete_older_than``: one transaction per ``batch``, so each
+        statement is short (``statement_timeout`` bounds every one: a single DELETE of a
+        large backlog could outrun it at each pass and delete nothing)."""
+        def evaluations(conn: psycopg.Connection[Any]) -> int:
             with conn.transaction():
-                conn.execute(_SESSIONS["delete"], (cutoff_ns,))
-                deleted = conn.execute("DELETE FROM evaluations WHERE evaluated_at_ns < %s",
-                                       (cutoff_ns,)).rowcount
-                conn.execute(DELETE_ORPHAN_FEEDBACK)
-                return deleted
-        return self._run(delete)
+                ids = [r[0] for r in conn.execute(_RETENTION_DELETE,
+                                                  (cutoff_ns, batch)).fetchall()]
+                if ids:
+                    conn.execute("DELETE FROM feedback WHERE trace_id = ANY(%s)", (ids,))
+                return len(ids)
+
+        def sessions(conn: psycopg.Connection[Any]) -> int:
+            return int(conn.execute(_SESSIONS["delete"], (cutoff_ns, batch)).rowcount)
+
+        def orphans(conn: psycopg.Connection[Any]) -> int:
+            conn.execute(DELETE_ORPHAN_FEEDBACK)
+            return 0
+        return in_batches(lambda: self._run(evaluations), lambda: self._run(sessions),
+                          lambda: self._run(orphans), batch, stop)
 
     def _session_exec(self, statement: str, args: Sequence[Any]) -> tuple[list[Any], int]:
         def run(conn: psycopg.Connection[Any]) -> tuple[list[Any], int]:

@@ -1,7 +1,9 @@
 """Stage: store, retention. Evaluations older than ``store.retention_days`` are deleted at
 start, then every ``interval_s`` (an hour), on a thread of its own (``otel-eval-retention``),
 with their sessions' rows and their feedback: the one writer of a row's deletion. ``serve``
-runs it in its lifecycle; 0 days keeps all.
+runs it in its lifecycle; 0 days keeps all. The store deletes in batches
+(``store.base.RETENTION_BATCH`` evaluations per transaction): a large backlog does not hold
+the write lock the engine's writes need for the whole pass.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ _DAY_NS = 86400e9
 
 class Retention:
     """``start()`` runs it now and then every ``interval_s``; ``shutdown`` stops the thread
-    (a delete in progress finishes: the thread is a daemon and holds no other resource)."""
+    (a pass in progress ends after its batch: the store closes after it)."""
 
     def __init__(self, store: EvaluationStore, days: float, *, interval_s: float = 3600.0,
                  wall_clock_ns: Callable[[], int] = time.time_ns) -> None:
@@ -37,7 +39,8 @@ class Retention:
         if self.days <= 0:
             return 0
         now_ns = self._wall_clock_ns() if now_ns is None else now_ns
-        deleted = self.store.delete_older_than(now_ns - int(self.days * _DAY_NS))
+        deleted = self.store.delete_older_than(now_ns - int(self.days * _DAY_NS),
+                                               stop=self._stopped.is_set)
         if deleted:
             log.info("retention: deleted %d evaluations older than %g days", deleted,
                      self.days)

@@ -269,7 +269,11 @@ def sql(m: str, char: str, instr: str) -> dict[str, str]:
         # the keys in a range (a conversation id's, in every service: ``keys_of``)
         "keys": f"SELECT session_id FROM sessions WHERE session_id >= {m} AND session_id < {m} "
                 f"ORDER BY session_id LIMIT {m}",
-        "delete": f"DELETE FROM sessions WHERE last_turn_ns < {m}",
+        # retention: a batch of the sessions whose last turn is older than the cutoff (every
+        # state named: a range of sessions_by_state each, not a scan of the table a batch)
+        "delete": f"DELETE FROM sessions WHERE session_id IN (SELECT session_id FROM "
+                  f"sessions WHERE state IN ('open', 'claimed', 'complete') AND "
+                  f"last_turn_ns < {m} LIMIT {m})",
     }
 
 

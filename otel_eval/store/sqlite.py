@@ -31,11 +31,14 @@ from otel_eval.store.base import (
     AGENT_HISTORY_PRUNE_EVERY,
     AGENT_HISTORY_ROWS,
     DELETE_ORPHAN_FEEDBACK,
+    RETENTION_BATCH,
+    RETENTION_IDS,
     ROW_COLUMNS,
     AgentRun,
     Keep,
     evaluation_row,
     history_rows,
+    in_batches,
     pick_agent,
     prune_history,
     since_chunks,
@@ -365,13 +368,29 @@ class SqliteStore(KeptSessions):
                     chunk).fetchall())
         return out
 
-    def delete_older_than(self, cutoff_ns: int) -> int:
-        with self._lock, self._write() as cur:
-            deleted = cur.execute("DELETE FROM evaluations WHERE evaluated_at_ns < ?",
-                                  (cutoff_ns,)).rowcount
-            cur.execute(self._session_sql["delete"], (cutoff_ns,))
-            cur.execute(DELETE_ORPHAN_FEEDBACK)
-        return int(deleted)
+    def delete_older_than(self, cutoff_ns: int, batch: int = RETENTION_BATCH,
+                          stop: Callable[[], bool] = lambda: False) -> int:
+        """``EvaluationStore.delete_older_than``: one write transaction per ``batch`` (the
+        lock let go between them: the engine's and the worker processes' writes go on)."""
+        def evaluations() -> int:
+            with self._lock, self._write() as cur:
+                ids = [r[0] for r in cur.execute(RETENTION_IDS.format(m="?"),
+                                                 (cutoff_ns, batch)).fetchall()]
+                if ids:
+                    marks = ",".join("?" * len(ids))
+                    cur.execute(f"DELETE FROM evaluations WHERE trace_id IN ({marks})", ids)
+                    cur.execute(f"DELETE FROM feedback WHERE trace_id IN ({marks})", ids)
+            return len(ids)
+
+        def sessions() -> int:
+            with self._lock, self._write() as cur:
+                return int(cur.execute(self._session_sql["delete"], (cutoff_ns, batch)).rowcount)
+
+        def orphans() -> int:
+            with self._lock, self._write() as cur:
+                cur.execute(DELETE_ORPHAN_FEEDBACK)
+            return 0
+        return in_batches(evaluations, sessions, orphans, batch, stop)
 
     def _session_exec(self, statement: str, args: Sequence[Any]) -> tuple[list[Any], int]:
         with self._lock:

@@ -26,7 +26,8 @@ from otel_eval.evaluate.sessions.config import SessionsConfig
 from otel_eval.evaluate.sessions.reader import SessionReader
 from otel_eval.evaluate.stage import evaluate_and_store
 from otel_eval.outputs.issues.catalogue import Catalogue, StoredIssue
-from otel_eval.store import EvaluationStore, open_store
+from otel_eval.store import EvaluationStore, SqliteStore, open_store
+from otel_eval.store.base import RETENTION_BATCH
 from otel_eval.store.migrations import LATEST, SchemaError
 from otel_eval.store.query import (
     LABEL_CHARS,
@@ -265,6 +266,67 @@ def test_retention_deletes_the_feedback_of_the_evaluations_it_deletes(
     index = ("SELECT name FROM sqlite_master WHERE type = 'index'"
              if not target.startswith("postgresql://") else "SELECT indexname FROM pg_indexes")
     assert ("feedback_by_time",) in _sql(target, index)
+
+
+def test_retention_deletes_in_batches_oldest_first_with_their_feedback_and_sessions(
+        store: EvaluationStore) -> None:
+    """A batch a transaction: every expired evaluation, its feedback and its session's row go
+    however many batches it takes; the rest (a session with a turn left) stays."""
+    store.put_many([_turn(i, "old" if i < 4 else ("both" if i < 7 else None), T0 + i)
+                    for i in range(1, 10)])  # turns of "old" at 1-3, of "both" at 4-6
+    for i in range(1, 10):
+        store.put_feedback(f"{i:032x}", "success", i)
+    asked: list[bool] = []  # a shutdown: the pass ends after the batch under way
+
+    def stop() -> bool:
+        asked.append(True)
+        return len(asked) > 1
+    assert store.delete_older_than(T0 + 6, batch=2, stop=stop) == 2
+    assert store.count() == 7 and store.session_record(_key("old")) is not None
+    assert store.delete_older_than(T0 + 6, batch=2) == 3
+    assert store.count() == 4 and store.get(f"{5:032x}") is None
+    assert sorted(store.feedback_many([f"{i:032x}" for i in range(1, 10)])) == [
+        f"{i:032x}" for i in range(6, 10)]
+    assert store.session_record(_key("old")) is None
+    kept = store.session_record(_key("both"))
+    assert kept is not None and kept.last_turn_ns == T0 + 6
+    assert store.delete_older_than(T0 + 6, batch=2) == 0
+
+
+def test_another_writer_gets_in_while_retention_works_through_a_backlog(
+        tmp_path: Path) -> None:
+    """SQLite: retention let go of the file's write lock only once every expired row was
+    deleted (50,000 evaluations of 40 kB: 37 s, past the busy wait of the worker processes
+    writing the same file, whose writes were then refused as `locked`). Now each batch is
+    its own transaction: a writer on another connection gets in between two."""
+    path = str(tmp_path / "store.db")
+    store = open_store(path)
+    assert isinstance(store, SqliteStore)
+    store.put_many([_ev(i) for i in range(1, 3 * RETENTION_BATCH)])
+    other = sqlite3.connect(path, isolation_level=None, timeout=0)
+    written: list[int] = []  # expired rows left when the other writer's write went through
+    deleting = False
+
+    def between(statement: str) -> None:
+        nonlocal deleting
+        deleting = deleting or statement.startswith("DELETE FROM evaluations")
+        if deleting and not written:
+            try:
+                other.execute("INSERT INTO agent_history VALUES ('s', 'f', 'a', 1)")
+            except sqlite3.OperationalError as e:  # the write lock is held: "locked"
+                assert "locked" in str(e)
+                return
+            written.append(other.execute("SELECT COUNT(*) FROM evaluations WHERE "
+                                         "evaluated_at_ns < ?", (T0 + 10**13,)).fetchone()[0])
+
+    store._db.set_trace_callback(between)
+    try:
+        assert store.delete_older_than(T0 + 10**13) == 3 * RETENTION_BATCH - 1
+    finally:
+        store._db.set_trace_callback(None)
+        other.close()
+        store.close()
+    assert written and written[0] > 0
 
 
 def _fill(store: EvaluationStore) -> None:
