@@ -39,7 +39,11 @@ class Retention:
         if self.days <= 0:
             return 0
         now_ns = self._wall_clock_ns() if now_ns is None else now_ns
-        deleted = self.store.delete_older_than(now_ns - int(self.days * _DAY_NS),
+        age_ns = self.days * _DAY_NS
+        if age_ns >= now_ns:  # a cutoff before 1970 (a retention of .inf, or of millennia):
+            return 0  # nothing is that old (its time was past a 64-bit integer: every pass
+            # raised, logged as failed, where the setting keeps everything)
+        deleted = self.store.delete_older_than(now_ns - int(age_ns),
                                                stop=self._stopped.is_set)
         if deleted:
             log.info("retention: deleted %d evaluations older than %g days", deleted,

@@ -32,3 +32,15 @@ def test_zero_keeps_everything(tmp_path: Path) -> None:
         _put(h, "a" * 32, now - 800 * DAY_NS)
         assert h.svc.apply_retention(now) == 0
         assert h.svc.store.get("a" * 32) is not None
+
+
+def test_a_retention_longer_than_the_epoch_keeps_everything(tmp_path: Path) -> None:
+    """``store.retention_days: .inf`` (or 1,000,000) is accepted and keeps every row: the
+    cutoff was a time past a 64-bit integer, and every pass raised (logged hourly as a
+    failure) instead of deleting nothing."""
+    now = 1_800_000_000 * 10**9
+    for days in (float("inf"), 1_000_000.0):
+        with running_service(tmp_path, **{"store.retention_days": days}) as h:
+            _put(h, "a" * 32, now - 800 * DAY_NS)
+            assert h.svc.apply_retention(now) == 0
+            assert h.svc.store.get("a" * 32) is not None
