@@ -129,7 +129,7 @@ class Service:
         needs_loop = config.judge.active or config.kafka.enabled
         self.loop = LoopThread() if needs_loop else None  # started first, stopped last
         deps = Deps(self.metrics, self.registry, self.store, config.store.path,
-                    config.store.target, self.loop)
+                    config.store.target, self.loop, store_session=config.store.session)
         self.sinks = build_sinks(config, deps)
         # conversations completed once in the fleet, from the store's state (its own thread)
         self.session_job = SessionJob(

@@ -19,6 +19,7 @@ from otel_eval.base.aio import LoopThread
 from otel_eval.base.component import Held
 from otel_eval.base.results import Evaluation
 from otel_eval.store import EvaluationStore
+from otel_eval.store.base import SessionLimits
 from otel_eval.telemetry.metrics import Metrics
 
 
@@ -38,3 +39,6 @@ class Deps:
     store_target: str             # store.target: the SQLite file or the PostgreSQL URL
     loop: LoopThread | None       # the async stages' loop; None: no judge and no Kafka
     events: JudgeEvents | None = None  # the events sink, when on (the judge writes to it)
+    # store.session: the limits of every PostgreSQL session (the issues catalogue's too);
+    # None: the defaults
+    store_session: SessionLimits | None = None

@@ -82,17 +82,25 @@ def open_store(target: str, session: SessionLimits | None = None, *,
     return opened(store_at(target, session, read_only=read_only))
 
 
-def catalogue_connection(target: str) -> Any:
+def catalogue_connection(target: str, session: SessionLimits | None = None) -> Any:
     """A connection of its own to the database at ``target``, for the issues catalogue (its
     session advisory lock lives and dies with its connection, so it cannot borrow the
     store's). A ``postgresql://`` URL: the store's ``connect`` and its migrations (the
-    catalogue's tables are among them); a SQLite file: a connection usable from the job's
-    thread, given the catalogue's tables by ``migrations.make_sqlite_catalogue``."""
+    catalogue's tables are among them), then the store's ``session`` limits (the defaults
+    when None), as every session of otel-eval's has: before, a lock another client held on
+    the catalogue hung the job's run for good, the fleet's issues lock with it; a SQLite
+    file: a connection usable from the job's thread, given the catalogue's tables by
+    ``migrations.make_sqlite_catalogue``."""
     if is_postgresql_url(target):
         from otel_eval.store.migrations import migrate_postgresql
-        from otel_eval.store.postgresql import connect  # psycopg: only for a PostgreSQL URL
+        from otel_eval.store.postgresql import connect, limit  # psycopg: only for PostgreSQL
 
-        conn = connect(target)
-        migrate_postgresql(conn)
+        conn = connect(target)  # unlimited while migrating, as the store's open
+        try:
+            migrate_postgresql(conn)
+            limit(conn, session or SessionLimits())
+        except BaseException:
+            conn.close()
+            raise
         return conn
     return sqlite3.connect(target, check_same_thread=False, timeout=60.0)

@@ -1074,3 +1074,36 @@ def test_migration_11_cuts_the_keys_of_long_services(target: str, stores: Open) 
     short = again.session_record(_key("short"))
     assert short is not None and (short.state, short.completions) == ("complete", 1)
     assert again.session_record(old) is None
+
+
+def test_the_issues_catalogue_session_carries_the_store_s_limits(postgresql_url: str) -> None:
+    """PostgreSQL only: every otel-eval session carries store.lock_timeout_s and
+    statement_timeout_s, the issues job's catalogue connection too. Before, it had none:
+    another client's lock on the catalogue held the leader's run (and the fleet's issues
+    lock) until that client let go; now the run fails, counted, and the next one tries
+    again. The lock holder ends its own transaction after 10 s, so the test never hangs."""
+    import psycopg
+
+    from otel_eval.outputs.deps import Deps
+    from otel_eval.outputs.issues import job as issues_job
+    from otel_eval.outputs.issues.config import IssuesConfig
+    from otel_eval.store.base import SessionLimits
+
+    store = open_store(postgresql_url)
+    registry = CollectorRegistry()
+    deps = Deps(Metrics(registry), registry, store, ":memory:", postgresql_url, None,
+                store_session=SessionLimits(statement_timeout_s=30.0, lock_timeout_s=0.05))
+    job = issues_job.build(IssuesConfig(), deps)
+    assert job is not None
+    try:
+        with psycopg.connect(postgresql_url, autocommit=True) as admin:
+            admin.execute("SET idle_in_transaction_session_timeout = '10s'")
+            with admin.transaction():
+                admin.execute("LOCK TABLE issues_catalogue IN ACCESS EXCLUSIVE MODE")
+                assert job.run_once() is None
+        assert registry.get_sample_value("otel_eval_issues_runs_total",
+                                         {"status": "error"}) == 1.0
+        assert job.run_once() is not None  # the lock is gone: the next run goes through
+    finally:
+        job.close(5.0)
+        store.close()

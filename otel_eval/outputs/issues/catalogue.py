@@ -32,6 +32,7 @@ from typing import Any
 
 from otel_eval.base.text import valid_text
 from otel_eval.store import catalogue_connection, is_postgresql_url
+from otel_eval.store.base import SessionLimits
 from otel_eval.store.migrations import make_sqlite_catalogue
 
 Centroid = dict[str, float]
@@ -173,9 +174,11 @@ class Catalogue:
             make_sqlite_catalogue(self._conn)
 
     @classmethod
-    def open(cls, target: str) -> Catalogue:
+    def open(cls, target: str, session: SessionLimits | None = None) -> Catalogue:
+        """``session``: the limits of a PostgreSQL connection (``store.session``; the
+        defaults when None)."""
         def reconnect() -> Any:
-            return catalogue_connection(target)
+            return catalogue_connection(target, session)
 
         return cls(reconnect(), reconnect if is_postgresql_url(target) else None)
 

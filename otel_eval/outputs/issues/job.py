@@ -58,6 +58,7 @@ from otel_eval.outputs.issues.result import (
 )
 from otel_eval.outputs.issues.synthesis import Synthesizer
 from otel_eval.outputs.issues.tracker import Annotator, IssueTracker
+from otel_eval.store.base import SessionLimits
 from otel_eval.telemetry.issues import (
     ANNOTATION_SKIP_REASONS,
     ANNOTATION_STATUSES,
@@ -93,13 +94,15 @@ class IssuesJob:
                  evaluations_since: EvaluationsSince, registry: CollectorRegistry,
                  clock: Callable[[], float] = time.time, annotator: Annotator | None = None,
                  *, namer: Namer | None = None, embedder: Embedder | None = None,
-                 synthesizer: Synthesizer | None = None) -> None:
-        """``store``: the catalogue's SQLite file (or a connection usable from the job's
-        thread); ``evaluations_since(ns)``: v1 evaluation objects evaluated after ``ns``
-        (unix nanoseconds); ``clock``: unix seconds."""
+                 synthesizer: Synthesizer | None = None,
+                 session: SessionLimits | None = None) -> None:
+        """``store``: the catalogue's SQLite file or PostgreSQL URL (or a connection usable
+        from the job's thread), ``session`` the limits of a PostgreSQL one
+        (``store.session``); ``evaluations_since(ns)``: v1 evaluation objects evaluated
+        after ``ns`` (unix nanoseconds); ``clock``: unix seconds."""
         self._config = config
         self._tracker = IssueTracker(config, store, clock, namer=namer, embedder=embedder,
-                                     synthesizer=synthesizer)
+                                     synthesizer=synthesizer, session=session)
         self._evaluations_since = evaluations_since
         self._clock = clock
         self._annotator = annotator
@@ -294,4 +297,4 @@ def build(config: IssuesConfig, deps: Deps, *,
     return IssuesJob(config, config.store_path or deps.store_target,
                      lambda since_ns: store.since(since_ns, keep=critique_fields),
                      deps.registry, annotator=grafana, namer=namer(),
-                     synthesizer=synthesizer())
+                     synthesizer=synthesizer(), session=deps.store_session)

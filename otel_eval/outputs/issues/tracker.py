@@ -59,6 +59,7 @@ from otel_eval.outputs.issues.result import (
 )
 from otel_eval.outputs.issues.synthesis import Draft, Synthesizer, synthesize
 from otel_eval.outputs.issues.taxonomy import load_taxonomy
+from otel_eval.store.base import SessionLimits
 
 if TYPE_CHECKING:  # naming and cluster import numpy, scipy, scikit-learn: see _clusters
     from otel_eval.outputs.issues.naming import Namer
@@ -105,9 +106,11 @@ class IssueTracker:
     def __init__(self, config: IssuesConfig, store: str | sqlite3.Connection,
                  clock: Callable[[], float] = time.time, *, namer: Namer | None = None,
                  annotator: Annotator | None = None, embedder: Embedder | None = None,
-                 synthesizer: Synthesizer | None = None) -> None:
+                 synthesizer: Synthesizer | None = None,
+                 session: SessionLimits | None = None) -> None:
         self._config = config
         self._store = store
+        self._session = session  # a PostgreSQL catalogue's limits (store.session)
         # a path is opened by open() (the job's start) or at first use, never here
         self._opened = (Catalogue(store) if isinstance(store, sqlite3.Connection) else None)
         self._owns_store = not isinstance(store, sqlite3.Connection)
@@ -130,7 +133,7 @@ class IssueTracker:
         """Open the catalogue (its file or database) now; idempotent."""
         if self._opened is None:
             assert not isinstance(self._store, sqlite3.Connection)
-            self._opened = Catalogue.open(self._store)
+            self._opened = Catalogue.open(self._store, self._session)
 
     @property
     def _catalogue(self) -> Catalogue:
