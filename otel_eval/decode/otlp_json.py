@@ -9,6 +9,9 @@ Promises:
   the protobuf path rejects the same value read as fixed64;
 - parsing raises ``ValueError`` with a clear message, whatever the content (the body is read
   through ``body.loads_bounded``: nesting depth and non-finite numbers bounded);
+- the spans of a pre-1.0 exporter's ``instrumentationLibrarySpans`` (the key OTLP 0.x had
+  before ``scopeSpans``) are counted as rejected (``parse_request``), as the protobuf path
+  counts its field 1000: never dropped unseen;
 - ``request_to_json`` is the inverse of ``request_from_dict`` / ``message_from_dict``, and
   writes OTLP/JSON as the specification does (hex ids, enum fields as integers).
 """
@@ -16,6 +19,7 @@ Promises:
 from __future__ import annotations
 
 import base64
+from collections import Counter
 from typing import Any, TypeVar
 
 from google.protobuf import json_format
@@ -84,6 +88,27 @@ def _hex_ids_to_base64(obj: Any) -> Any:
 def request_from_json(body: bytes | str) -> ExportTraceServiceRequest:
     """Parse an OTLP/JSON ExportTraceServiceRequest. Raises ValueError with a clear message."""
     return request_from_dict(loads_bounded(body))
+
+
+_LEGACY_SPANS_KEYS = ("instrumentationLibrarySpans", "instrumentation_library_spans")
+
+
+def parse_request(body: bytes | str) -> tuple[ExportTraceServiceRequest, Counter[str]]:
+    """``request_from_json``, and the spans it leaves out, by reason (``otlp.parse_request``'s
+    counterpart): those of a pre-1.0 exporter's ``instrumentationLibrarySpans``, a key the
+    parser ignores as unknown (``instrumentation_library_spans``)."""
+    data = loads_bounded(body)
+    rejected: Counter[str] = Counter()
+    resource_spans = data.get("resourceSpans", data.get("resource_spans")) \
+        if isinstance(data, dict) else None
+    for rs in resource_spans if isinstance(resource_spans, list) else ():
+        for key in _LEGACY_SPANS_KEYS:
+            scopes = rs.get(key) if isinstance(rs, dict) else None
+            for scope in scopes if isinstance(scopes, list) else ():
+                spans = scope.get("spans") if isinstance(scope, dict) else None
+                if isinstance(spans, list) and spans:
+                    rejected["instrumentation_library_spans"] += len(spans)
+    return request_from_dict(data), rejected
 
 
 def request_from_dict(data: Any) -> ExportTraceServiceRequest:

@@ -108,7 +108,7 @@ def decode_traces(body: bytes, encoding: str = "otlp_proto") -> Decoded:
     decodes it: spans with invalid UTF-8 salvaged and counted, invalid ids counted. Raises
     ValueError (``otlp.MalformedRequest``) when it is no such request at all."""
     if encoding == "otlp_json":
-        req, rejected = otlp_json.request_from_json(body), Counter[str]()
+        req, rejected = otlp_json.parse_request(body)
     else:
         req, rejected = otlp.parse_request(body)
     decoded = otlp.decode_request(req)
@@ -192,11 +192,11 @@ class Ingest:
 
     def handle_json(self, body: bytes, protocol: str, sender: str = "") -> IngestResult:
         try:
-            req = otlp_json.request_from_json(body)
+            req, rejected = otlp_json.parse_request(body)
         except ValueError as e:
             self.metrics.ingest.spans_rejected(protocol, "malformed_request", 0)
             return IngestResult("invalid", message=str(e))
-        return self.handle_request(req, protocol, Counter(), req.SerializeToString, sender)
+        return self.handle_request(req, protocol, rejected, req.SerializeToString, sender)
 
     def handle_request(self, req: ExportTraceServiceRequest, protocol: str,
                        rejected: Counter[str],

@@ -7,6 +7,9 @@ counted as rejected, never copied into each scope's header."""
 
 from __future__ import annotations
 
+import http.client
+import json
+from pathlib import Path
 from typing import Any
 
 from google.protobuf.unknown_fields import UnknownFieldSet
@@ -14,6 +17,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1 import trace_pb2
+from support.harness import running_service
 
 from otel_eval.decode.encode import encode_spans
 from otel_eval.decode.otlp import decode_request, parse_request
@@ -112,3 +116,37 @@ def test_a_request_split_by_trace_for_kafka_keeps_them() -> None:
         assert _unknown(rs) == _unknown(sent.resource_spans[0]) != []
         assert _unknown(ss) == _unknown(ss_sent) != []
         assert ss == ss_sent and rs.resource == sent.resource_spans[0].resource
+
+
+def _json_span(sid: int, name: str) -> dict[str, Any]:
+    return {"traceId": TID.hex(), "spanId": f"{sid:016x}", "name": name,
+            "startTimeUnixNano": "1", "endTimeUnixNano": "2"}
+
+
+def test_spans_in_the_pre_1_0_json_key_are_counted_as_the_protobuf_ones_are(
+        tmp_path: Path) -> None:
+    """OTLP/JSON's ``instrumentationLibrarySpans`` (OTLP 0.x) is a key the parser ignores:
+    its spans were dropped unseen (received 1, rejected 0, an answer of full success), where
+    the same request in protobuf counts them rejected: the span invariant and
+    OtelEvalIngestDrops never saw them."""
+    body = {"resourceSpans": [{
+        "scopeSpans": [{"spans": [_json_span(1, "new")]}],
+        "instrumentationLibrarySpans": [{"instrumentationLibrary": {"name": "old"},
+                                         "spans": [_json_span(2, "old"),
+                                                   _json_span(3, "old")]}]}]}
+    with running_service(tmp_path) as h:
+        assert h.svc.http is not None
+        conn = http.client.HTTPConnection("127.0.0.1", h.svc.http.port, timeout=10)
+        try:
+            conn.request("POST", "/v1/traces", json.dumps(body),
+                         {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            answer = json.loads(resp.read())
+        finally:
+            conn.close()
+        assert resp.status == 200
+        assert answer["partialSuccess"]["rejectedSpans"] == "2"
+        assert h.sample("otel_eval_receiver_spans_received_total", protocol="http") == 3
+        assert h.sample("otel_eval_receiver_spans_accepted_total", protocol="http") == 1
+        assert h.sample("otel_eval_receiver_spans_rejected_total", protocol="http",
+                        reason="instrumentation_library_spans") == 2
