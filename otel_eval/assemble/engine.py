@@ -216,7 +216,9 @@ class Engine:
         """A Kafka partition was revoked: forget its runs still open, unjudged (their records
         are uncommitted; the partition's next owner replays them whole). Returns how many."""
         with self._lock:
+            before = self._assembler.open_spans
             gone = self._assembler.hand_over(trace_ids, "kafka")
+            self.metrics.ingest.spans_handed_over(before - self._assembler.open_spans)
             self._update_gauges()
         if gone:
             log.info("kafka: %d run(s) in flight handed over unjudged with their partition",

@@ -41,6 +41,9 @@ class IngestMetrics:
         self.c_late = c("assembly_late_spans", "Late spans that re-opened a released trace.")
         self.c_carried = c("assembly_spans_reopened", "Spans of released traces taken back "
                            "into assembly by a re-open (released again with the trace).")
+        self.c_handed_over = c("assembly_spans_handed_over",
+                               "Spans of runs in flight forgotten unjudged when their Kafka "
+                               "partition was revoked (its next owner replays them).")
         self.c_logs_received = c("receiver_log_records_received", "Log records received.",
                                  ["protocol"])
         self.c_logs_accepted = c("receiver_log_records_accepted",
@@ -119,3 +122,7 @@ class IngestMetrics:
         self.c_reopened.inc(n_traces)
         self.c_late.inc(n_late_spans)
         self.c_carried.inc(n_carried)
+
+    def spans_handed_over(self, n: int) -> None:
+        """Spans of open traces forgotten unjudged (a revoked Kafka partition's runs)."""
+        self.c_handed_over.inc(n)

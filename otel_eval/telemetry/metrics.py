@@ -42,6 +42,8 @@ Metrics (counters are exposed with the ``_total`` suffix):
                otel_eval_assembly_spans_released_total
                otel_eval_assembly_traces_reopened_total, otel_eval_assembly_late_spans_total,
                otel_eval_assembly_spans_reopened_total
+               otel_eval_assembly_spans_handed_over_total  runs in flight of a revoked Kafka
+               partition, forgotten unjudged (its next owner replays them)
                otel_eval_assembly_pending_log_records                           gauge
                otel_eval_assembly_log_records_dropped_total{reason}  no_spans
     traces     otel_eval_traces_completed_total{service,agent,status}
@@ -120,7 +122,8 @@ Invariants (in steady state, all counters since start):
   log_records_received = log_records_accepted + log_records_ignored + log_records_rejected;
 - sum(spans_accepted) + spool_spans_replayed + assembly_spans_reopened =
   assembly_spans_released + assembly_pending_spans (open or queued; a re-opened trace's spans
-  are pending and released again);
+  are pending and released again) + assembly_spans_handed_over (a revoked Kafka partition's
+  runs in flight: their records go to its next owner);
 - traces_completed = sum over verdicts of traces_verdicts (+ traces with no verdict);
 - traces_with_loop, traces_non_terminated, traces_lucky_passes <= traces_completed;
 - sum over source of traces_agent_source = traces_completed (per service).
