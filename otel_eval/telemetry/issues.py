@@ -70,19 +70,24 @@ IssuesSnapshot = tuple[tuple[IssueRow, ...], dict[str, int], dict[str, int], flo
 class IssuesCollector(Collector):
     """Every issues metric, built at scrape time from ``snapshot()`` (the job's last run)."""
 
-    def __init__(self, snapshot: Callable[[], IssuesSnapshot]) -> None:
+    def __init__(self, snapshot: Callable[[], IssuesSnapshot],
+                 created: float | None = None) -> None:
+        """``created``: when the job's counts began (Unix seconds), each counter's
+        ``_created``, as prometheus_client gives the declared counters theirs."""
         self._snapshot = snapshot
+        self._created = created
 
     def describe(self) -> Iterator[Any]:
         return families((), {}, {}, None, None, {}, None)
 
     def collect(self) -> Iterator[Any]:
-        return families(*self._snapshot())
+        return families(*self._snapshot(), created=self._created)
 
 
 def families(rows: tuple[IssueRow, ...], runs: Mapping[str, int], annotations: Mapping[str, int],
               last_run: float | None, last_duration: float | None,
-              skipped: Mapping[str, int], interval: float | None = None) -> Iterator[Any]:
+              skipped: Mapping[str, int], interval: float | None = None, *,
+              created: float | None = None) -> Iterator[Any]:
     share = GaugeMetricFamily("otel_eval_issue_share", "Share of the window's evaluated "
                               "traces with the issue (issues.max_gauge_issues in all, top-K "
                               "per level and node; the rest as issue_id=\"_other\", nodes "
@@ -117,18 +122,18 @@ def families(rows: tuple[IssueRow, ...], runs: Mapping[str, int], annotations: M
     runs_total = CounterMetricFamily("otel_eval_issues_runs", "Issue clustering runs by "
                                      "outcome", labels=("status",))
     for status in RUN_STATUSES:
-        runs_total.add_metric([status], float(runs.get(status, 0)))
+        runs_total.add_metric([status], float(runs.get(status, 0)), created=created)
     posted = CounterMetricFamily("otel_eval_issues_annotations", "Issue annotations sent to "
                                  "Grafana by outcome", labels=("status",))
     for status in ANNOTATION_STATUSES:
-        posted.add_metric([status], float(annotations.get(status, 0)))
+        posted.add_metric([status], float(annotations.get(status, 0)), created=created)
     not_posted = CounterMetricFamily(
         "otel_eval_issues_annotations_skipped", "Issue annotations not sent to Grafana, by "
         "reason (max_annotations: past issues.grafana.max_annotations in the run; "
         "grafana_unreachable: after a connection failure or timeout in the run)",
         labels=("reason",))
     for reason in ANNOTATION_SKIP_REASONS:
-        not_posted.add_metric([reason], float(skipped.get(reason, 0)))
+        not_posted.add_metric([reason], float(skipped.get(reason, 0)), created=created)
     yield from (runs_total, posted, not_posted)
     stamp = GaugeMetricFamily("otel_eval_issues_last_run_timestamp_seconds", "Unix time of the "
                               "last successful issue clustering run")

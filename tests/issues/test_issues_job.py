@@ -274,7 +274,10 @@ def test_scrape_formats_and_bounded_labels(store: Store) -> None:
         "otel_eval_issue_agent_info", "otel_eval_issue_exemplar_info", "otel_eval_issue_info",
         "otel_eval_issues_runs", "otel_eval_issues_annotations",
         "otel_eval_issues_annotations_skipped", "otel_eval_issues_last_run_timestamp_seconds",
-        "otel_eval_issues_last_run_duration_seconds", "otel_eval_issues_interval_seconds"}
+        "otel_eval_issues_last_run_duration_seconds", "otel_eval_issues_interval_seconds",
+        # each counter's creation time, as the declared counters' (text format: a family)
+        "otel_eval_issues_runs_created", "otel_eval_issues_annotations_created",
+        "otel_eval_issues_annotations_skipped_created"}
     for name in ("otel_eval_issue_share", "otel_eval_issue_traces"):
         assert {frozenset(s.labels) for s in families[name].samples} == {
             frozenset(ISSUE_LABELS)}
@@ -425,3 +428,24 @@ def test_shutdown_with_no_time_left_does_not_wait_for_the_run(
         release.set()
     thread.join(30)
     job._tracker.close()
+
+
+def test_the_job_counters_have_their_creation_time_as_every_counter(store: Store) -> None:
+    """docs/metrics.md: each counter has ``<name>_created`` (the repeated-runs alerts and
+    Prometheus' created-timestamp handling read it); the job's counters, built at scrape time,
+    had none, so a restart's reset of them looked like any other scrape's."""
+    registry = CollectorRegistry()
+    job = _job(store, registry, ManualClock(T0))
+    try:
+        job.run_once(T0 + 60)
+        for name, label, values in (
+                ("otel_eval_issues_runs_created", "status", ("ok", "error", "skipped")),
+                ("otel_eval_issues_annotations_created", "status", ("posted", "failed")),
+                ("otel_eval_issues_annotations_skipped_created", "reason",
+                 ("max_annotations", "grafana_unreachable"))):
+            for value in values:
+                assert registry.get_sample_value(name, {label: value}) == T0, (name, value)
+        text = generate_openmetrics(registry).decode()
+        assert 'otel_eval_issues_runs_created{status="ok"} 1.7e+09' in text
+    finally:
+        job.close()

@@ -120,7 +120,7 @@ class IssuesJob:
         self._interval: float | None = config.interval_s if config.interval_s > 0 else None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._collector = IssuesCollector(self._snapshot)
+        self._collector = IssuesCollector(self._snapshot, created=clock())
         self._registry = registry
         registry.register(self._collector)
         self._registered = True
