@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 from judge_fake_llm import FakeLLM, Reply, completion, error, good
 from judge_fixtures import combined_reply, judged_service
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
@@ -22,6 +23,7 @@ from otel_eval.app.service import Service
 from otel_eval.base import model
 from otel_eval.decode.encode import encode_spans
 from otel_eval.decode.otlp import attributes_to_dict
+from otel_eval.evaluate.judge import Judge
 from otel_eval.store import Store
 
 TRACE_ID = "5bf92f3577b34da6a3ce929d0e0e4736"
@@ -156,3 +158,21 @@ def test_judge_down_leaves_the_detectors_verdict_and_says_why(llm: FakeLLM,
     assert body["verdict"] is not None
     assert body["judge"]["judges"]["combined"]["status"] not in ("ok", "skipped")
     assert _sample(svc, "otel_eval_receiver_spans_accepted_total", protocol="grpc") == 4
+
+
+def test_the_queue_depth_comes_back_to_zero_after_a_judgement_that_raised(
+        llm: FakeLLM, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``otel_eval_judge_queue_depth`` was set when an evaluation was queued and when one was
+    judged, never when one was skipped: after a judgement that raised (``worker_error``) it
+    kept saying 1 waiting, with none left, for as long as no other trace came."""
+    llm.route = _scripted
+
+    async def broken(self: Judge, evaluation: Any, spent: Any = None) -> dict[str, Any]:
+        raise RuntimeError("a bug in the judge")
+
+    monkeypatch.setattr(Judge, "judge", broken)
+    with _serve(tmp_path, llm) as svc:
+        pass
+    assert _stored(tmp_path)["judge"]["overall"]["reason"] == "worker_error"
+    assert _sample(svc, "otel_eval_judge_skipped_total", reason="worker_error") == 1
+    assert _sample(svc, "otel_eval_judge_queue_depth") == 0

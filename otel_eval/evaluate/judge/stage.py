@@ -238,6 +238,9 @@ class JudgeStage:
                       len(held), e)
 
     def _skipped(self, evaluation: Evaluation, reason: str) -> None:  # on the loop
+        assert self.queue is not None
+        # as ``_done``: a judgement that raised, or one the stop cut, leaves the queue too
+        self.metrics.judge.queue_depth(self.queue.qsize())
         self._write(evaluation)
 
     def _write(self, evaluation: Evaluation,
