@@ -43,12 +43,14 @@ def logs_body(recs: list[LogEvent]) -> bytes:
 
 class Node:
     def __init__(self, tmp: Path, max_pending_log_bytes: int = 128 << 20,
-                 max_pending_bytes: int = 512 << 20) -> None:
+                 max_pending_bytes: int = 512 << 20,
+                 max_pending_log_records: int = 1_000_000) -> None:
         self.now = 0.0
         cfg = Config()
         cfg = replace(cfg, assembly=replace(cfg.assembly, idle_timeout_s=IDLE,
                                             max_pending_log_bytes=max_pending_log_bytes,
-                                            max_pending_bytes=max_pending_bytes))
+                                            max_pending_bytes=max_pending_bytes,
+                                            max_pending_log_records=max_pending_log_records))
         self.metrics = Metrics(CollectorRegistry())
         self.store = Store(str(tmp / "store.db"))
         self.engine = Engine(InProcess(Evaluator(cfg), self.store),
@@ -120,3 +122,31 @@ def test_a_record_time_past_int64_nanoseconds_is_rejected(tmp_path: Path) -> Non
                        protocol="grpc", reason="invalid_timestamp") == 2
     ok = logs_pb2.LogRecord(time_unix_nano=0, observed_time_unix_nano=2**63 - 1)
     assert ok.observed_time_unix_nano == otlp.MAX_TIME_NS  # the bound itself is a time
+
+
+def test_records_of_a_released_trace_are_pending_until_it_is_evaluated(
+        tmp_path: Path) -> None:
+    """max_pending_log_records and otel_eval_assembly_pending_log_records: records accepted
+    and not yet evaluated, as for spans (open + released-but-queued). Once their trace was
+    released they counted nowhere until it was evaluated: the gauge read 0 while the
+    evaluation was behind (spans pending 1, records 0), and more records were taken past the
+    bound."""
+    node = Node(tmp_path, max_pending_log_records=3)
+    trace = "a" * 32
+    recs = records(trace, 3)
+    for r in recs:
+        r.span_id = "1" * 16
+    assert node.ingest.handle_logs_bytes(logs_body(recs), "grpc").accepted == 3
+    node.engine.submit([Span(trace, "1" * 16, None, "chat gpt-4o", 1, 2,
+                             attributes={"gen_ai.operation.name": "chat"})])
+    node.now += IDLE + 1
+    assert node.engine.tick() == 1  # released, queued, not evaluated yet
+    assert node.sample("otel_eval_assembly_pending_spans") == 1
+    assert node.sample("otel_eval_assembly_pending_log_records") == 3
+    more = logs_body(records("b" * 32, 1))
+    refused = node.ingest.handle_logs_bytes(more, "grpc")
+    assert refused.outcome == "throttled" and "pending_log_records" in refused.message
+    assert node.engine.process() == 1
+    assert node.sample("otel_eval_assembly_pending_spans") == 0
+    assert node.sample("otel_eval_assembly_pending_log_records") == 0
+    assert node.ingest.handle_logs_bytes(more, "grpc").outcome == "ok"

@@ -6,7 +6,8 @@ Every bound on what the process holds is checked here, the same for traces and l
 they share one (shutting down, the spool full, open traces), by signal where they differ:
 spans accepted but not yet stored (``max_pending_spans``), the received bytes of those spans
 (``max_pending_bytes``), one service's share of the open traces (``max_service_share``); log
-records held (``max_pending_log_records``) and their received bytes
+records accepted and not yet evaluated (``max_pending_log_records``: open and released
+but queued, as spans) and the received bytes of those held for their spans
 (``max_pending_log_bytes``: a record waits as its bytes). Log records never refuse spans:
 records whose spans never come (orphans, held until ``idle_timeout_s``) once filled the
 shared byte budget and refused 25 of 60 span exports. While the store refuses writes
@@ -78,7 +79,8 @@ class AdmissionControl:
 
     def _logs(self, records: Sequence[HeldRecord]) -> str | None:
         cfg, asm = self.config, self._assembler
-        if asm.open_logs and asm.open_logs + len(records) > cfg.max_pending_log_records:
+        pending = asm.open_logs + self._finishing.queued_logs  # as spans: open + queued
+        if pending and pending + len(records) > cfg.max_pending_log_records:
             return "pending_log_records"
         held = asm.open_log_bytes
         if held and held + sum(r.nbytes for r in records) > cfg.max_pending_log_bytes:

@@ -259,7 +259,7 @@ class Engine:
         asm = self._assembler
         self.metrics.ingest.open_traces(len(asm))
         self.metrics.ingest.pending_spans(asm.open_spans + self.finishing.queued_spans)
-        self.metrics.ingest.pending_log_records(asm.open_logs)
+        self.metrics.ingest.pending_log_records(asm.open_logs + self.finishing.queued_logs)
         for reason, n in asm.dropped_logs.items():
             self.metrics.ingest.log_records_dropped(reason, n)
         asm.dropped_logs.clear()

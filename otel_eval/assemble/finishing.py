@@ -40,9 +40,10 @@ the store holds its evaluation, so the replay comes back ``already_evaluated`` a
 the delivering sinks again, with the evaluation the store holds (at least once). Without
 such a sink a trace is released as soon as its sinks have run.
 
-A trace's spans count as pending (``queued_spans``, ``queued_bytes``: admission bounds them)
-from its release until ``finish``, whatever the stage, so the receivers throttle while the
-evaluation is behind. A sink that raises is logged and counted, and the others still run;
+A trace's spans count as pending (``queued_spans``, ``queued_bytes``: admission bounds them),
+and so do its GenAI event records (``queued_logs``), from its release until ``finish``,
+whatever the stage, so the receivers throttle while the evaluation is behind. A sink that
+raises is logged and counted, and the others still run;
 so do a trace's metrics (``otel_eval_evaluation_failures_total{stage="metrics"}``): the
 trace is stored, and the rest of its batch is finished all the same.
 
@@ -111,6 +112,7 @@ class Finishing:
         self._unfinished: dict[str, Trace] = {}
         self.queued_spans = 0
         self.queued_bytes = 0
+        self.queued_logs = 0  # GenAI event records of the queued traces (pending, as spans)
         self.wake = threading.Event()  # set when there is work for process()
 
     def enqueue(self, traces: list[Trace]) -> None:  # lock held
@@ -121,6 +123,7 @@ class Finishing:
             self._unfinished[t.trace_id] = t
             self.queued_spans += len(t.spans) + len(t.passed)
             self.queued_bytes += _nbytes(t)
+            self.queued_logs += len(t.logs)
             self._metrics.ingest.trace_released(t.status, t.release_reason,
                                                 len(t.spans) + len(t.passed))
         if traces:
@@ -235,6 +238,7 @@ class Finishing:
         with self._lock:
             self.queued_spans -= sum(len(j.trace.spans) + len(j.trace.passed) for j in jobs)
             self.queued_bytes -= sum(_nbytes(j.trace) for j in jobs)
+            self.queued_logs -= sum(len(j.trace.logs) for j in jobs)
             self._gauges()
             for job, out in zip(jobs, outcomes, strict=True):
                 tid = job.trace.trace_id
