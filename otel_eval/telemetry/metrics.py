@@ -434,6 +434,11 @@ class SpoolMetrics:
 
 def render(registry: CollectorRegistry, accept_header: str | None) -> tuple[bytes, str]:
     """The /metrics body and Content-Type: OpenMetrics (with exemplars) when the client asks
-    for ``application/openmetrics-text`` (Prometheus does by default), else text format 0.0.4."""
-    encoder, content_type = choose_encoder(accept_header or "")
+    for ``application/openmetrics-text`` (Prometheus does by default), else text format
+    0.0.4, also when its version is unreadable (/metrics is public: anyone picks the Accept)."""
+    try:
+        encoder, content_type = choose_encoder(accept_header or "")
+    except (TypeError, ValueError):  # a version that is no dotted number ("version=abc"),
+        # which prometheus_client compares with ints: the default format, never a 500
+        encoder, content_type = choose_encoder("")
     return encoder(registry), content_type

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import email.message
 
 import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
+from otel_eval.app.admin import AdminApi, make_handler
 from otel_eval.base.results import Evaluation, Finding, Verdict
 from otel_eval.base.steps import Step, Trajectory
+from otel_eval.receive.httpmessage import Request
 from otel_eval.telemetry.metrics import OTHER, Metrics, render
 
 
@@ -192,6 +195,29 @@ def test_render_openmetrics_carries_trace_id_exemplars() -> None:
     assert b"otel_eval_traces_completed_total" in text and b"trace_id" not in text
     _, ctype = render(m.registry, None)
     assert ctype.startswith("text/plain")
+
+
+@pytest.mark.parametrize("accept", [
+    "application/openmetrics-text; version=abc", "text/plain; version=x.y",
+    "application/openmetrics-text; version=1.0.0-rc1", "text/plain; version=1.0." + "9" * 5000],
+    ids=["abc", "x.y", "rc1", "5000-digits"])
+def test_an_accept_version_that_is_no_number_gets_the_metrics_not_a_500(accept: str) -> None:
+    """/metrics is public (no token): whoever reaches the admin port chooses its Accept. A
+    version prometheus_client cannot compare (``abc``, ``1.0.0-rc1``) raised TypeError in
+    ``choose_encoder``: a 500 with a traceback logged per request. Now the default text format."""
+    m = Metrics()
+    m.evaluation_stored(_evaluation("cd" * 16), 0.5, superseded=False)
+    body, ctype = render(m.registry, accept)
+    assert ctype.startswith(("text/plain", "application/openmetrics-text"))
+    assert b"otel_eval_traces_completed_total" in body
+    admin = AdminApi(m.registry, lambda q: None,  # type: ignore[arg-type,return-value]
+                     lambda t: None, lambda t, o: None, lambda: True, lambda: True)
+    headers = email.message.Message()
+    headers["Host"] = "localhost"
+    headers["Accept"] = accept
+    answer = make_handler(admin)(Request("GET", "/metrics", "", headers, "127.0.0.1",
+                                         lambda _limit: b""))
+    assert answer.status == 200 and b"otel_eval_traces_completed_total" in answer.body
 
 
 def test_a_released_kafka_partition_drops_its_lag_and_offset() -> None:
