@@ -106,11 +106,20 @@ def cross_site(req: Request) -> Response | None:
     if site and site not in _OWN_FETCH:
         return _refusal(403, f"refused: Sec-Fetch-Site {site[:40]!r}")
     origin = req.header("Origin")
-    if origin is not None:
-        parts = urlsplit(origin.strip()) if origin.strip() != "null" else None
-        if parts is None or parts.netloc.lower() != (req.header("Host") or "").strip().lower():
-            return _refusal(403, f"refused: Origin {origin[:100]!r} is not this host")
+    if origin is not None and _origin_host(origin) != (req.header("Host") or "").strip().lower():
+        return _refusal(403, f"refused: Origin {origin[:100]!r} is not this host")
     return None
+
+
+def _origin_host(origin: str) -> str | None:
+    """The host[:port] an ``Origin`` names; None for ``null`` or one that is no URL (an
+    unclosed IPv6 bracket: urlsplit raises, which was a 500)."""
+    if origin.strip() == "null":
+        return None
+    try:
+        return urlsplit(origin.strip()).netloc.lower()
+    except ValueError:
+        return None
 
 
 def browser_guard(req: Request, path: str, allowed_hosts: frozenset[str] | None

@@ -166,6 +166,20 @@ def test_feedback_needs_json_from_this_origin(open_admin: tuple[AdminServer, Api
     assert api.outcomes == [(TRACE, "failure")] * 3
 
 
+@pytest.mark.parametrize("origin", ["http://[::1", "http://[::1]x:80", "http://a]b",
+                                    "http://[fe80::1%eth0"])
+def test_an_origin_that_is_no_url_is_refused_not_a_500(open_admin: tuple[AdminServer, Api],
+                                                        origin: str) -> None:
+    """An ``Origin`` urlsplit cannot read (an unclosed IPv6 bracket) raised ValueError out of
+    the CSRF check: a 500 with a traceback logged, where a refusal is due."""
+    server, api = open_admin
+    status, body = _send(server.port, "POST", "/v1/feedback", FEEDBACK,
+                         Host=f"127.0.0.1:{server.port}", Content_Type="application/json",
+                         Origin=origin)
+    assert status == 403 and b"Origin" in body
+    assert api.outcomes == []
+
+
 @pytest.mark.parametrize(("value", "name"), [
     ("localhost:8888", "localhost"), ("[::1]:80", "::1"), ("[::1]", "::1"),
     ("127.0.0.1", "127.0.0.1"), ("Example.COM:", "example.com"), ("a:b", "a:b")])
