@@ -7,11 +7,14 @@ be a clear status, never a silently empty 200 or a dropped connection.
 
 from __future__ import annotations
 
+import email.message
 import gzip
+import io
 import json
 import os
 import socket
 import subprocess
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -19,7 +22,7 @@ from support.harness import Harness, running_service
 
 from otel_eval.base.model import Span
 from otel_eval.decode import encode
-from otel_eval.decode.body import loads_bounded
+from otel_eval.decode.body import loads_bounded, read_body
 from otel_eval.receive.httpserver import HttpLimits
 
 LIMIT = 256 * 1024
@@ -189,6 +192,24 @@ def test_json_depth_bound_keeps_ordinary_nesting() -> None:
     with pytest.raises(ValueError, match="nested deeper than 5"):
         loads_bounded(b"[[[[[[1]]]]]]", max_depth=5)
     assert loads_bounded(b"[[[[[1]]]]]", max_depth=5) == [[[[[1]]]]]
+
+
+def test_a_body_of_one_byte_chunks_holds_about_its_size() -> None:
+    """``read_body`` promises never more than ``limit`` bytes held, whatever the framing. A
+    chunked body of 1-byte chunks was joined from a list of one bytes object per chunk: ~90
+    bytes held per byte sent (64 MiB, the default limit: ~5.7 GB for one request)."""
+    n = 100_000
+    headers = email.message.Message()
+    headers["Transfer-Encoding"] = "chunked"
+    wire = io.BufferedReader(io.BytesIO(b"1\r\nx\r\n" * n + b"0\r\n\r\n"))
+    tracemalloc.start()
+    try:
+        body = read_body(headers, wire, n)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert body == b"x" * n
+    assert peak < 4 * n, f"{peak} bytes held for a body of {n}"
 
 
 def _admin_port(h: Harness) -> int:
