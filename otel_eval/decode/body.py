@@ -14,6 +14,10 @@ Every HTTP route (OTLP/HTTP traces and logs, the admin API) reads its body throu
   line alone: ``Content-Length: 0`` then ``Content-Length: 40`` is ``"0, 40"``, a 400, not an
   empty body followed by 40 bytes parsed as a next request that a front end reading the other
   line took as this one's body (request smuggling);
+- with a ``BodyBudget`` (the OTLP/HTTP receiver's), the bodies being read and handled on every
+  connection at once hold at most its bytes: each piece is charged as it is held (the
+  decompressed bytes for gzip/deflate), and a request that would pass it is ``BodyError``
+  429 (retryable) instead of another ``limit`` bytes held;
 - a client that closes before its body ends is ``ClientClosed`` (a hang-up: nobody to answer;
   ``receive.httpconn`` counts it);
 - JSON deeper than ``max_depth``, with NaN/Infinity, or nested past the interpreter's recursion
@@ -23,7 +27,9 @@ Every HTTP route (OTLP/HTTP traces and logs, the admin API) reads its body throu
 from __future__ import annotations
 
 import json
+import threading
 import zlib
+from collections.abc import Callable
 from email.message import Message
 from typing import Any, Protocol
 
@@ -57,6 +63,48 @@ class BodyError(ValueError):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+class BodyBudget:
+    """Bytes of request bodies held at once across connections (thread-safe): each request
+    charges what it holds as it reads (``charge``: ``BodyError`` 429 past the budget) and
+    gives it all back when it is answered (``release``)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.held = 0
+        self._lock = threading.Lock()
+
+    def share(self) -> BodyShare:
+        return BodyShare(self)
+
+    def _take(self, n: int) -> bool:
+        with self._lock:
+            if self.held + n > self.max_bytes:
+                return False
+            self.held += n
+            return True
+
+    def _give(self, n: int) -> None:
+        with self._lock:
+            self.held -= n
+
+
+class BodyShare:
+    """One request's part of a ``BodyBudget``."""
+
+    def __init__(self, budget: BodyBudget) -> None:
+        self.budget, self.held = budget, 0
+
+    def charge(self, n: int) -> None:
+        if not self.budget._take(n):
+            raise BodyError(429, "request bodies in flight exceed "
+                            f"{self.budget.max_bytes} bytes; retry later")
+        self.held += n
+
+    def release(self) -> None:
+        held, self.held = self.held, 0
+        self.budget._give(held)
 
 
 def field(headers: Message, name: str) -> str | None:
@@ -118,8 +166,10 @@ def _chunks(rfile: _Stream, limit: int) -> Any:
     raise BodyError(400, "malformed chunked body (too many trailer lines)")
 
 
-def read_body(headers: Message, rfile: _Stream, limit: int) -> bytes:
-    """The request body, gunzipped/inflated if so encoded, at most ``limit`` bytes.
+def read_body(headers: Message, rfile: _Stream, limit: int,
+              charge: Callable[[int], None] = lambda _n: None) -> bytes:
+    """The request body, gunzipped/inflated if so encoded, at most ``limit`` bytes;
+    ``charge(n)`` as each ``n`` bytes are held (``BodyShare.charge``).
 
     Raises ``BodyError`` (with the status to answer) for anything refused.
     """
@@ -132,6 +182,7 @@ def read_body(headers: Message, rfile: _Stream, limit: int) -> bytes:
         # object per chunk (1-byte chunks held ~90 bytes per byte of the body)
         whole = bytearray()
         for piece in pieces:
+            charge(len(piece))
             whole += piece
         return bytes(whole)
     wbits = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS
@@ -139,10 +190,14 @@ def read_body(headers: Message, rfile: _Stream, limit: int) -> bytes:
     out = bytearray()
     try:
         for piece in pieces:
-            out += d.decompress(piece, limit + 1 - len(out))
+            inflated = d.decompress(piece, limit + 1 - len(out))
+            charge(len(inflated))
+            out += inflated
             if len(out) > limit or d.unconsumed_tail:
                 raise BodyError(413, f"decompressed body exceeds the limit of {limit} bytes")
-        out += d.flush()
+        rest = d.flush()
+        charge(len(rest))
+        out += rest
     except zlib.error as e:
         raise BodyError(400, f"body is not valid {encoding}: {e}") from e
     if len(out) > limit:

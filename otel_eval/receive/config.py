@@ -55,6 +55,11 @@ class ReceiverConfig:
     # Largest request accepted, bytes (after gzip decompression for HTTP). Agent traces with
     # message content routinely pass gRPC's 4 MiB default.
     max_message_bytes: int = 64 * 1024 * 1024
+    # Request bodies (decompressed) the OTLP/HTTP receiver holds at once over all its
+    # connections, bytes (at least max_message_bytes); a request whose body would pass it is
+    # answered 429 with Retry-After (throttle reason `bodies_in_flight`). Without it, 1,024
+    # connections could each hold max_message_bytes. Default 256 MiB.
+    max_body_bytes_in_flight: int = 256 * 1024 * 1024
     # Threads serving gRPC calls. Decoding is CPU bound (GIL), so more threads only add
     # queueing; a handful keeps slow clients from blocking fast ones.
     grpc_workers: int = 8
@@ -91,7 +96,8 @@ class ReceiverConfig:
     http_limits: HttpLimits = field(default_factory=HttpLimits)
 
     def __post_init__(self) -> None:
-        validate(self, minimum={"max_message_bytes": 1, "grpc_workers": 1, "retry_after_s": 0,
+        validate(self, minimum={"max_message_bytes": 1, "max_body_bytes_in_flight": 1,
+                                "grpc_workers": 1, "retry_after_s": 0,
                                 "grpc_max_concurrent_rpcs": 1,
                                 "grpc_max_waiting_rpcs_per_sender": 1,
                                 "grpc_receive_timeout_s": 0.001},

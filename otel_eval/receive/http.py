@@ -4,7 +4,9 @@ records) with protobuf or JSON bodies, optionally gzip.
 Answers as the OTLP spec says: 200 with an ExportTraceServiceResponse (partial success when
 spans were rejected) in the request's encoding; 400 with a google.rpc.Status for a body that
 cannot be decoded; 413 past ``max_message_bytes`` (compressed and decompressed, chunked or
-not: ``decode.body``); 429 with ``Retry-After`` when throttled, which OTLP exporters retry.
+not: ``decode.body``); 429 with ``Retry-After`` when throttled, which OTLP exporters retry,
+and when the bodies held by every connection at once would pass
+``max_body_bytes_in_flight`` (1,024 connections each holding a 64 MiB body otherwise).
 Connections, deadlines and limits are the shared HTTP server's (``receive.httpserver``); when
 every slot is taken, a new connection closes the oldest partial request (never an
 authenticated sender's connection): a flood of partial requests cannot deny exports. A
@@ -57,6 +59,10 @@ def status_error(req: Request | None, code: int, message: str) -> Response:
     return _status(code, message, _ctype(req))
 
 
+def _retry_after(config: ReceiverConfig) -> str:
+    return str(max(1, round(config.retry_after_s)))
+
+
 def make_handler(config: ReceiverConfig, ingest: Ingest) -> Handler:
     checker = BearerAuth(config.bearer_tokens)
     # A loopback listener without tokens takes only a Host a local sender names it by
@@ -92,6 +98,9 @@ def make_handler(config: ReceiverConfig, ingest: Ingest) -> Handler:
         try:
             body = req.body(config.max_message_bytes)
         except BodyError as e:
+            if e.status == 429:  # the bodies in flight are at their budget: retryable
+                ingest.metrics.ingest.request_throttled("http", "bodies_in_flight")
+                return _status(429, str(e), ctype, {"Retry-After": _retry_after(config)}, True)
             ingest.metrics.ingest.spans_rejected(
                 "http", "too_large" if e.status == 413 else "malformed_request", 0)
             return _status(e.status, str(e), ctype, close=True)
@@ -108,8 +117,7 @@ def make_handler(config: ReceiverConfig, ingest: Ingest) -> Handler:
         if res.outcome == "invalid":
             return _status(400, res.message, ctype)
         if res.outcome == "throttled":
-            return _status(429, res.message, ctype,
-                           {"Retry-After": str(max(1, round(config.retry_after_s)))})
+            return _status(429, res.message, ctype, {"Retry-After": _retry_after(config)})
         resp = res.response()
         if ctype == _JSON:
             return Response(200, json.dumps(json_format.MessageToDict(resp)).encode(), _JSON)
@@ -135,7 +143,8 @@ class HttpReceiver:
             self.config.http_endpoint, make_handler(self.config, self.ingest),
             name="otlp-http", limits=self.config.http_limits, tls=tls, error=status_error,
             on_close=lambda reason: metrics.ingest.connection_closed("http", reason),
-            reuse_partial=True)
+            reuse_partial=True,
+            body_budget=max(self.config.max_body_bytes_in_flight, self.config.max_message_bytes))
         self._server.bind()
         self.port = self._server.port
 

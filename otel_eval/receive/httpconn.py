@@ -51,7 +51,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from otel_eval.base.printable import quoted
-from otel_eval.decode.body import BodyError, ClientClosed, field, read_body
+from otel_eval.decode.body import (
+    BodyBudget,
+    BodyError,
+    BodyShare,
+    ClientClosed,
+    field,
+    read_body,
+)
 from otel_eval.receive.config import HttpLimits
 from otel_eval.receive.httpmessage import ErrorBody, Handler, Request, Response
 from otel_eval.receive.httpslots import Hold
@@ -167,6 +174,7 @@ class ListenerBase(socketserver.TCPServer):
     error: ErrorBody
     reserved_paths: frozenset[str]
     closed: Callable[[str], None]  # count why a connection ended (``CLOSE_REASONS``)
+    budget: BodyBudget | None  # bodies held at once by every connection (None: no bound)
 
     def http2_client(self, peer: str) -> None:
         """Count (and say) an HTTP/2 client at this HTTP/1.1 port."""
@@ -187,6 +195,7 @@ class Connection(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         self.unread = False  # bytes of the request left unread when the connection closes
+        self.share: BodyShare | None = None  # the request's part of the listener's budget
         self.connection = self.request
         self.reader = _DeadlineReader(self.request, self.server.clock, self.server.limits,
                                       self.accepted_at)
@@ -294,6 +303,7 @@ class Connection(BaseHTTPRequestHandler):
                              f"only {', '.join(sorted(srv.reserved_paths))}")
         else:
             self.reader.body()
+            self.share = srv.budget.share() if srv.budget is not None else None
             try:
                 resp = srv.handler(req)
             except BodyError as e:
@@ -303,6 +313,9 @@ class Connection(BaseHTTPRequestHandler):
             except Exception:  # a handler bug: answered, logged once with its traceback
                 log.exception("%s: %s %s failed", srv.name, self.command, url.path)
                 resp = srv.error(req, 500, "internal error")
+            finally:  # handled: its body is no longer held
+                if self.share is not None:
+                    self.share.release()
         chunked = field(self.headers, "Transfer-Encoding")
         length = field(self.headers, "Content-Length")
         # both framings: read as chunked, but a front end may have read the length, and the
@@ -317,7 +330,8 @@ class Connection(BaseHTTPRequestHandler):
 
     def _read_body(self, limit: int) -> bytes:
         stream: Any = _ContinueFirst(self) if self.continue_owed else self.rfile
-        body = read_body(self.headers, stream, limit)
+        body = read_body(self.headers, stream, limit,
+                         self.share.charge if self.share is not None else lambda _n: None)
         self._body_done = True
         return body
 

@@ -39,6 +39,7 @@ from collections.abc import Callable, Collection
 from typing import Any, overload
 
 from otel_eval.base.configcheck import StartupError, parse_endpoint
+from otel_eval.decode.body import BodyBudget
 from otel_eval.receive.config import HttpLimits
 from otel_eval.receive.httpconn import Connection, ListenerBase
 from otel_eval.receive.httpmessage import ErrorBody, Handler, json_error
@@ -74,6 +75,7 @@ class _Listener(ListenerBase):
         self.handler, self.error, self.tls = server.handler, server.error, server.tls
         self.reserved_paths = server.reserved_paths
         self.closed = server.closed
+        self.budget = server.budget
         self.slots = server.slots  # one set of slots for every address of the endpoint
         self._http2_told = server.http2_told
 
@@ -160,14 +162,17 @@ class HttpServer:
                  on_close: Callable[[str], None] = lambda _reason: None,
                  reserved_paths: Collection[str] = PROBE_PATHS,
                  clock: Callable[[], float] = time.monotonic,
-                 reuse_partial: bool = False) -> None:
-        """``reuse_partial``: when full, a new connection closes the oldest partial one."""
+                 reuse_partial: bool = False, body_budget: int | None = None) -> None:
+        """``reuse_partial``: when full, a new connection closes the oldest partial one;
+        ``body_budget``: bytes of request bodies held at once by all its connections (past
+        it a body's read is refused 429: ``decode.body.BodyBudget``); None: no bound."""
         self.endpoint, self.handler, self.name = endpoint, handler, name
         self.reuse_partial = reuse_partial
         self.limits = limits or HttpLimits()
         self.tls, self.error, self.closed, self.clock = tls, error, on_close, clock
         self.reserved_paths = frozenset(reserved_paths)
         self.slots = Slots(self.limits, reuse_partial)
+        self.budget = BodyBudget(body_budget) if body_budget is not None else None
         self.http2_told = threading.Event()  # the HTTP/2 client warning was logged
         self._listeners: list[_Listener] = []
         self._accepting: list[threading.Thread] = []

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from support.harness import Harness, running_service
+from support.poll import poll
 
 from otel_eval.base.model import Span
 from otel_eval.decode import encode
@@ -210,6 +211,35 @@ def test_a_body_of_one_byte_chunks_holds_about_its_size() -> None:
         tracemalloc.stop()
     assert body == b"x" * n
     assert peak < 4 * n, f"{peak} bytes held for a body of {n}"
+
+
+def test_bodies_held_at_once_are_bounded_over_every_connection(tmp_path: Path) -> None:
+    """Each connection was bounded by ``max_message_bytes`` (64 MiB), but nothing bounded
+    them together: 1,024 connections (128 from one address) could each hold a full body, a
+    64 KB gzip bomb apiece. Past ``max_body_bytes_in_flight`` a body is a retryable 429."""
+    budget = 4096
+    with running_service(tmp_path, **{"receiver.max_message_bytes": budget,
+                                      "receiver.max_body_bytes_in_flight": budget}) as h:
+        assert h.svc.http is not None and h.svc.http._server is not None
+        held = h.svc.http._server.budget
+        assert held is not None
+        with socket.create_connection(("127.0.0.1", _port(h)), timeout=10) as slow:
+            slow.sendall(_post_head("/v1/traces", PB, "Transfer-Encoding: chunked",
+                                    "Connection: close").replace("\n", "\r\n").encode()
+                         + b"\r\n" + b"%x\r\n%s\r\n" % (3000, b"\x00" * 3000))
+            poll(lambda: held.held == 3000, "the first chunk held")
+            body = b"\x00" * 2000
+            status, answer, _ = _exchange(_port(h), _post_head(
+                "/v1/traces", PB, f"Content-Length: {len(body)}"), body)
+            assert status == 429 and b"in flight" in answer
+            assert h.sample("otel_eval_receiver_requests_throttled_total", protocol="http",
+                            reason="bodies_in_flight") == 1
+            slow.sendall(b"0\r\n\r\n")
+            assert slow.recv(65536).startswith(b"HTTP/1.1 ")  # answered: its share given back
+        assert held.held == 0
+        status, _, _ = _exchange(_port(h), _post_head(
+            "/v1/traces", PB, f"Content-Length: {len(body)}"), body)
+        assert status != 429
 
 
 def _admin_port(h: Harness) -> int:
