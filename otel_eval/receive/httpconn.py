@@ -214,6 +214,7 @@ class Connection(BaseHTTPRequestHandler):
         passes, so the answer is read rather than lost to a reset."""
         clock = self.server.clock
         deadline = clock() + LINGER_S
+        self.reader.phase = "linger"  # answered: its slot gives way to a newcomer (httpslots)
         sink = bytearray(65536)
         with contextlib.suppress(OSError):
             self.request.shutdown(socket.SHUT_WR)

@@ -20,10 +20,12 @@ thread takes a slot, the connection's thread gives it back. Slots promise:
   listener): when every general slot is taken, a new connection closes the oldest *partial*
   one and takes its slot: a connection waiting for a request head (or idle between requests)
   that has made no authenticated request (``Request.authenticated()``, called by the handler
-  once a token is known). A flood of partial requests from any number of peers then delays
-  exports (and API reads) by no more than the time a client takes to send its head, instead
-  of denying them for as long as it lasts (1,127 partial requests from 49 addresses: 0 of 40
-  exports); an authenticated sender's keep-alive connection is never closed for a newcomer.
+  once a token is known), or one answered and lingering before its close (a request refused
+  with its body unread: 401 without a token, 415...). A flood of partial requests from any
+  number of peers then delays exports (and API reads) by no more than the time a client
+  takes to send its head, instead of denying them for as long as it lasts (1,127 partial
+  requests from 49 addresses: 0 of 40 exports); an authenticated sender's keep-alive
+  connection is never closed for a newcomer.
 A slot knows its connection by its socket (shut down to close it for a newcomer) and by the
 phase its reader is in (``httpconn``), nothing more.
 """
@@ -41,7 +43,7 @@ from otel_eval.receive.config import HttpLimits
 
 class _Reader(Protocol):
     """A connection's reader as its slot sees it: the phase it waits in (``header``,
-    ``body``, ``idle`` or ``write``; ``httpconn``)."""
+    ``body``, ``idle``, ``write`` or ``linger``; ``httpconn``)."""
 
     phase: str
 
@@ -58,13 +60,18 @@ class Hold:
 
     @property
     def reusable(self) -> bool:
-        """Not inside its handler: waiting for its head (a partial request is cheap to drop)
-        or for the client to take its answer."""
-        return self.reader is None or self.reader.phase in ("header", "write")
+        """Not inside its handler: waiting for its head (a partial request is cheap to drop),
+        for the client to take its answer, or lingering after it (``linger``)."""
+        return self.reader is None or self.reader.phase in ("header", "write", "linger")
 
     @property
     def partial(self) -> bool:
-        """Waiting for a request head, or idle between requests, and never authenticated."""
+        """Waiting for a request head, or idle between requests, and never authenticated; or
+        answered and lingering before its close (``httpconn``: its request was refused
+        with bytes unread, which it drops for up to ``LINGER_S``): a request nobody waits
+        for, whoever sent it."""
+        if self.reader is not None and self.reader.phase == "linger":
+            return True
         return not self.trusted and (self.reader is None
                                      or self.reader.phase in ("header", "idle"))
 

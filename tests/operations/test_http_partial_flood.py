@@ -14,11 +14,13 @@ import socket
 from contextlib import ExitStack
 from pathlib import Path
 
+import pytest
 from support.harness import Harness, running_service
 from support.poll import poll
 
 from otel_eval.base.model import Span
 from otel_eval.decode import encode
+from otel_eval.receive import httpconn
 from otel_eval.receive.config import HttpLimits
 
 SLOTS, PER_PEER = 32, 8
@@ -122,3 +124,35 @@ def test_a_partial_flood_from_many_peers_cannot_deny_the_admin_api(tmp_path: Pat
             stack.callback(fresh.close)
             assert _read(fresh) == 200  # a newcomer gets in, on a general slot
             assert _read(kept) == 200  # the authenticated connection was never closed
+
+
+REFUSED = (b"POST /v1/traces HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/x-protobuf"
+           b"\r\nContent-Length: 1000\r\n\r\n")
+
+
+def test_a_flood_of_refused_requests_cannot_deny_exports(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request refused before its body is read (here 401: no token) is answered, then its
+    connection lingers (drops what the client still sends, up to ``LINGER_S``) in its slot.
+    Such a slot did not give way: anyone without a token could hold every slot with one
+    head per connection every ``LINGER_S`` (2 s) and newcomers got 503. A lingering
+    connection now gives way as a partial one does. ``LINGER_S`` is raised so that the
+    flood's connections are all still lingering when the exporter comes."""
+    monkeypatch.setattr(httpconn, "LINGER_S", 60.0)
+    limits = HttpLimits(max_connections=SLOTS, max_connections_per_peer=PER_PEER)
+    with running_service(tmp_path, **{"receiver.http_limits": limits,
+                                      "receiver.bearer_tokens": {"app": "app-secret"}}) as h, \
+            ExitStack() as stack:
+        assert h.svc.http is not None
+        port = h.svc.http.port
+        for n in range(SLOTS):  # every slot, from 8 peers: each refused, then lingering
+            s = stack.enter_context(socket.create_connection(
+                ("127.0.0.1", port), timeout=30, source_address=(f"127.0.0.{2 + n % 8}", 0)))
+            s.sendall(REFUSED)
+            assert s.recv(65536).startswith(b"HTTP/1.1 401 ")
+        _slots_held(h, SLOTS)
+        fresh = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        stack.callback(fresh.close)
+        assert _export(fresh) == 200  # a newcomer gets in
+        assert h.sample("otel_eval_receiver_connections_closed_total", listener="http",
+                        reason="reused") >= 1
