@@ -123,20 +123,26 @@ def _substitute(text: str, environ: typing.Mapping[str, str], errors: list[str])
 def _substituted(data: Any, environ: typing.Mapping[str, str], errors: list[str]) -> Any:
     """``data`` parsed, each string value with its ``${VAR}`` replaced, the variable's text
     as it is (read after the YAML: "0123" stays "0123", "a #b" stays whole; comments and keys
-    are not read). A value YAML shares (an alias) is walked once."""
+    are not read). A key holding a ``${VAR}`` is an error with its path: files of earlier
+    versions (which replaced it in the raw text) keyed per-agent sections so, and the literal
+    name matches no agent. A value YAML shares (an alias) is walked once."""
     done: dict[int, Any] = {}
 
-    def walk(value: Any) -> Any:
+    def walk(value: Any, path: str) -> Any:
         if isinstance(value, str):
             return _substitute(value, environ, errors) if "${" in value else value
         if not isinstance(value, dict | list):
             return value
         if id(value) not in done:
-            done[id(value)] = ({k: walk(v) for k, v in value.items()}
-                               if isinstance(value, dict) else [walk(v) for v in value])
+            if isinstance(value, dict):
+                errors.extend(f"{path}{k}: ${{...}} is not replaced in a key (only in values)"
+                              for k in value if isinstance(k, str) and _ENV.search(k))
+            done[id(value)] = ({k: walk(v, f"{path}{k}.") for k, v in value.items()}
+                               if isinstance(value, dict)
+                               else [walk(v, f"{path[:-1]}[{i}].") for i, v in enumerate(value)])
         return done[id(value)]
 
-    return walk(data)
+    return walk(data, "")
 
 
 class _Loader(yaml.SafeLoader):

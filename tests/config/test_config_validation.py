@@ -244,6 +244,21 @@ def test_a_value_of_the_wrong_shape_is_refused_with_its_path(tmp_path: Path, tex
     assert any(err.startswith(error) for err in e.value.errors), e.value.errors
 
 
+def test_a_variable_in_a_key_is_refused_not_read_as_the_name(tmp_path: Path) -> None:
+    """A file written for an earlier otel-eval, which replaced ``${VAR}`` in the raw text (keys
+    too): ``detectors.agents`` and ``judge.sampling.rate_by_agent`` keyed ``${AGENT}`` were
+    the agent's overrides. Since values alone are substituted, the key was taken as the name
+    ``${AGENT}``, which no agent has: the overrides were silently never applied. Refused
+    with its path, as the reference says keys are not read."""
+    text = ("detectors:\n  agents:\n    ${AGENT}:\n      budgets:\n        steps: 3\n"
+            "judge:\n  sampling:\n    rate_by_agent:\n      ${AGENT:-planner}: 0.1\n")
+    with pytest.raises(ConfigError) as e:
+        _load(tmp_path, text, {"AGENT": "planner"})
+    assert [err.split(": ")[0] for err in e.value.errors] == [
+        "detectors.agents.${AGENT}", "judge.sampling.rate_by_agent.${AGENT:-planner}"]
+    assert all("not replaced in a key" in err for err in e.value.errors), e.value.errors
+
+
 def test_a_yaml_merge_key_merges(tmp_path: Path) -> None:
     """``<<: *anchor`` (the loader's duplicate-key check skips ``<<`` for it) was refused as
     "not valid YAML": the check built the merge key's node before PyYAML flattened it."""
