@@ -91,6 +91,22 @@ def test_session_findings(name: str, turns: list[tuple[str, list[Message]]], sta
     assert record["turns"] == len(turns)
 
 
+def test_arguments_cut_in_the_stored_turns_are_not_compared() -> None:
+    """A turn's arguments past trajectory.max_value_bytes are stored as their start (full size
+    in the step's ``truncated``): four writes of different files sharing their first 16 KiB
+    were stored alike and read as the same call in 4 turns, a loop finding that failed the
+    session. What the store cut is unknown whole, so it is not compared (the call of a turn
+    whose arguments fit still is)."""
+    head = "x" * 20_000
+    writes = [(f"question number {n} about my file please",
+               [call("write_file", {"path": "a.py", "content": head + str(n)}, f"c{n}"),
+                _answer("Written.")]) for n in range(4)]
+    stored = evaluated(scripted("conv-cut", KEY, writes))
+    assert all("arguments" in s["steps"][2]["truncated"] for s in stored)
+    record = evaluate_session("conv-cut", stored, SessionsConfig(), "complete")
+    assert record["findings"] == [], record["findings"]
+
+
 def test_a_session_loop_where_no_trace_loops() -> None:
     stored = evaluated(scripted("conv-loop", KEY, _same_call_each_turn([SAME] * 4)))
     assert not any(f["detector"] == "loop" for s in stored for f in s["findings"])

@@ -7,7 +7,8 @@ config, returning findings that name the turn (``trace_id``) and the step they p
   arguments (``detectors.canonical``), made in ``loop_turns`` or more turns. No single trace
   needs to repeat anything: the agent forgot what an earlier turn already learned. A call
   with no arguments is not compared: it asks for the state now, which the turns between may
-  change (DSPy ReAct's ``finish`` ends every turn).
+  change (DSPy ReAct's ``finish`` ends every turn); nor one whose arguments the stored turn
+  holds cut (``truncated``): known only in part.
 - ``repeated_request`` / ``same_request`` (warning): the user's request (``_request``: the
   turn's input, whitespace and case folded) repeated in ``repeated_request_turns`` or more
   turns: the agent did not help the first time. ``reworded_request`` (warning): the same, with at
@@ -64,9 +65,14 @@ def _finding(detector: str, kind: str, severity: str, message: str, turn: dict[s
 
 def _calls(turn: dict[str, Any]) -> dict[tuple[str, str], int]:
     """(tool, canonical arguments) -> the index of its first step, for the turn's calls with
-    arguments (one with none, or unrecorded ones, asks nothing an earlier turn answered)."""
+    arguments (one with none, or unrecorded ones, asks nothing an earlier turn answered).
+    Arguments the stored object cut (``truncated``: their start, or emptied) are not known
+    whole: two calls stored alike may differ past the cut, so they are not compared."""
     out: dict[tuple[str, str], int] = {}
     for step in turn.get("steps") or ():
+        cut = step.get("truncated")
+        if isinstance(cut, dict) and "arguments" in cut:
+            continue
         if step.get("kind") == "tool" and step.get("tool_name"):
             arguments = canonical_arguments(step.get("arguments"))
             if arguments not in _NO_ARGUMENTS:
