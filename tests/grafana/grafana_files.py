@@ -32,14 +32,16 @@ def panels() -> list[dict[str, Any]]:
     return [p for p in dashboard()["panels"] if p.get("type") != "row"]
 
 
-def panel_queries() -> list[tuple[str, str]]:
-    """(panel title / refId, PromQL with template variables substituted) for every target."""
+def panel_queries(window: bool = True) -> list[tuple[str, str]]:
+    """(panel title / refId, PromQL with template variables substituted) for every target;
+    ``window=False``: ``$window`` left as it is."""
     out = []
     for p in panels():
         for t in p["targets"]:
             expr = t["expr"]
             for var, value in SUBSTITUTIONS.items():
-                expr = expr.replace(var, value)
+                if window or var != "$window":
+                    expr = expr.replace(var, value)
             out.append((f"{p['title']} / {t['refId']}", expr))
     return out
 

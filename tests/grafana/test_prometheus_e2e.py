@@ -25,11 +25,13 @@ from grafana_files import OUTAGE_ALERTS, alert_rules, panel_queries
 from metrics_harness import (
     CLEAN,
     LOOPY,
+    SERVICE,
     UNNAMED_SERVICE,
     failing,
     feed_round,
     feed_sessions,
     issues_job,
+    run,
     serve,
 )
 from prometheus_harness import (
@@ -239,3 +241,38 @@ def _share_of(alert_expr: str) -> str:
     m = re.match(r"\s*\((.*?)\)\s*>\s*[0-9.]+\s*\n", alert_expr, re.S)
     assert m, alert_expr
     return m.group(1)
+
+
+def test_a_quiet_agents_first_runs_count_in_its_shares_and_counts(
+        scraped: tuple[Prometheus, Metrics]) -> None:
+    # A quiet agent (the few runs an hour the share window is for): 3 runs, the first of
+    # which looped and did not pass. Its counter series are born at their first count, each
+    # run seen by a scrape before the next one ends. The dashboard must show 1 of 3 looping
+    # (33 %), 1 looping run in the window, 2 of 3 passed: what the repeated-runs alerts count.
+    prom, metrics = scraped
+    agent = "quiet"
+    for i in range(3):
+        metrics.evaluation_stored(run(f"{i:08x}{'5' * 24}", agent, SERVICE, loops=i == 0),
+                                  0.1, False)
+        scraped_runs = f'sum(otel_eval_traces_completed_total{{agent="{agent}"}}) == {i + 1}'
+        poll(lambda q=scraped_runs: _value(prom, q) is not None,
+             f"Prometheus to scrape run {i + 1}", **PROMETHEUS_POLL)
+    panels = dict(panel_queries())
+
+    def shown(title: str) -> dict[str, float]:
+        out = {}
+        for s in prom.query(panels[title])["data"]["result"]:
+            if s["metric"].get("agent") == agent:
+                out[s["metric"]["service"]] = round(float(s["value"][1]), 1)
+        return out
+
+    assert shown("Loop rate / A") == {SERVICE: 33.3}
+    assert shown("Pass rate / A") == {SERVICE: 66.7}
+    assert shown("Non-termination rate / A") == {SERVICE: 0.0}
+    assert shown("Runs in the window / A") == {SERVICE: 3.0}
+    assert shown("Runs in the window / B") == {SERVICE: 1.0}
+
+
+def _value(prom: Prometheus, expr: str) -> float | None:
+    result = prom.query(expr).get("data", {}).get("result", [])
+    return float(result[0]["value"][1]) if result else None
