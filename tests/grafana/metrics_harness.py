@@ -13,6 +13,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 from otel_eval.base.results import Evaluation, Finding, Verdict
 from otel_eval.base.steps import Step, Trajectory
@@ -218,13 +219,26 @@ def _feed_judge_and_kafka(metrics: Metrics, round_no: int, traces: int) -> None:
     k.publish_dropped("results", "queue_full", 1)
 
 
+def _window(traces: int) -> list[dict[str, Any]]:
+    return [_evaluation(f"{i:032x}", LOOPY, _loopy_findings(i), passed=False).to_json()
+            for i in range(traces)]
+
+
 def issues_job(metrics: Metrics, catalogue: Path, traces: int = 20) -> IssuesJob:
     """The issue clustering stage on the same registry (as serve runs it), run twice over the
     loop-heavy agent's findings: the first run finds the issues, the second gives trends."""
-    window = [_evaluation(f"{i:032x}", LOOPY, _loopy_findings(i), passed=False).to_json()
-              for i in range(traces)]
+    window = _window(traces)
     job = IssuesJob(IssuesConfig(), str(catalogue), lambda since_ns: window, metrics.registry)
     now = time.time()
     for at in (now - 60, now):
         assert job.run_once(at) is not None
+    return job
+
+
+def restarted_issues_job(metrics: Metrics, catalogue: Path, traces: int = 20) -> IssuesJob:
+    """``issues_job``'s stage in the next otel-eval process: its first run, at start, over the
+    same stored window and catalogue."""
+    window = _window(traces)
+    job = IssuesJob(IssuesConfig(), str(catalogue), lambda since_ns: window, metrics.registry)
+    assert job.run_once(time.time()) is not None
     return job

@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import service_feed
@@ -31,6 +31,7 @@ from metrics_harness import (
     feed_round,
     feed_sessions,
     issues_job,
+    restarted_issues_job,
     run,
     serve,
 )
@@ -276,3 +277,51 @@ def test_a_quiet_agents_first_runs_count_in_its_shares_and_counts(
 def _value(prom: Prometheus, expr: str) -> float | None:
     result = prom.query(expr).get("data", {}).get("result", [])
     return float(result[0]["value"][1]) if result else None
+
+
+class _Restartable:
+    """The admin /metrics of one otel-eval process, then of the next one on the same port."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.registry = metrics.registry
+
+
+def test_the_issues_table_shows_the_issues_of_quiet_agents_after_a_restart(
+        tmp_path: Path) -> None:
+    # otel-eval restarts (a rollout): the issues job's first run clusters the stored window
+    # again and its gauges are back at once; the looping agent is quiet and has run no trace
+    # since, so its traces_completed series is not exposed by the new process. The Recurring
+    # issues table must still show its issues (their series exist), not stay empty until the
+    # agent's next run.
+    before = Metrics()
+    for i in range(3):
+        before.evaluation_stored(run(f"{i:08x}{'6' * 24}", LOOPY, SERVICE, loops=True), 0.1,
+                                 False)
+    issues = issues_job(before, tmp_path / "issues.db")
+    process = _Restartable(before)
+    target = serve(cast(Metrics, process))
+    table = [e for n, e in panel_queries() if n.startswith("Recurring issues / ")]
+    try:
+        with prometheus_scraping(tmp_path, target.server_address[1]) as prom:
+            poll(lambda: all(_has_data(prom.query(e)) for e in table),
+                 "the issues table before the restart", **PROMETHEUS_POLL)
+            shown = _issues(prom.query(table[0]))
+            issues.close()
+            after = Metrics()
+            issues = restarted_issues_job(after, tmp_path / "issues.db")
+            process.registry = after.registry
+            poll(lambda: _has_data(prom.query("absent(otel_eval_traces_completed_total)"))
+                 and _has_data(prom.query("otel_eval_issue_share")),
+                 "Prometheus to scrape the restarted process", **PROMETHEUS_POLL)
+            for expr in table:
+                assert _has_data(prom.query(expr)), expr
+            assert _issues(prom.query(table[0])) == shown
+    finally:
+        target.shutdown()
+        target.server_close()
+        issues.close()
+
+
+def _issues(r: dict[str, Any]) -> set[tuple[str, str, str]]:
+    return {(s["metric"]["level"], s["metric"].get("node", ""), s["metric"]["title"])
+            for s in r["data"]["result"]}
