@@ -94,6 +94,7 @@ def make_handler(config: ReceiverConfig, ingest: Ingest) -> Handler:
         if req.method != "POST":
             return _status(405, f"{req.path} takes POST", _JSON, {"Allow": "POST"}, True)
         if ctype not in (_PROTOBUF, _JSON):
+            ingest.metrics.ingest.request_refused("http", "unsupported_content_type")
             return _status(415, f"unsupported Content-Type {quoted(ctype)}", _JSON, close=True)
         try:
             body = req.body(config.max_message_bytes)
@@ -101,8 +102,9 @@ def make_handler(config: ReceiverConfig, ingest: Ingest) -> Handler:
             if e.status == 429:  # the bodies in flight are at their budget: retryable
                 ingest.metrics.ingest.request_throttled("http", "bodies_in_flight")
                 return _status(429, str(e), ctype, {"Retry-After": _retry_after(config)}, True)
-            ingest.metrics.ingest.spans_rejected(
-                "http", "too_large" if e.status == 413 else "malformed_request", 0)
+            reason = "too_large" if e.status == 413 else "malformed_request"
+            ingest.metrics.ingest.spans_rejected("http", reason, 0)  # spans unknown: unread
+            ingest.metrics.ingest.request_refused("http", reason)
             return _status(e.status, str(e), ctype, close=True)
         if req.path == "/v1/logs":
             res = (ingest.handle_logs_json(body, "http", sender) if ctype == _JSON

@@ -187,6 +187,7 @@ class Ingest:
             req, rejected = otlp.parse_request(body)
         except otlp.MalformedRequest as e:
             self.metrics.ingest.spans_rejected(protocol, "malformed_request", 0)
+            self.metrics.ingest.request_refused(protocol, "malformed_request")
             return IngestResult("invalid", message=str(e))
         return self.handle_request(req, protocol, rejected, body, sender)
 
@@ -195,6 +196,7 @@ class Ingest:
             req, rejected = otlp_json.parse_request(body)
         except ValueError as e:
             self.metrics.ingest.spans_rejected(protocol, "malformed_request", 0)
+            self.metrics.ingest.request_refused(protocol, "malformed_request")
             return IngestResult("invalid", message=str(e))
         return self.handle_request(req, protocol, rejected, req.SerializeToString, sender)
 
@@ -254,6 +256,7 @@ class Ingest:
             req, rejected = otlp_logs.parse_logs_request(body)
         except otlp.MalformedRequest as e:
             self.metrics.ingest.log_records(protocol, 0, {}, {"malformed_request": 0})
+            self.metrics.ingest.request_refused(protocol, "malformed_request")
             return IngestResult("invalid", message=str(e), signal="logs")
         return self.handle_logs_request(req, protocol, sender, body, rejected)
 
@@ -262,6 +265,7 @@ class Ingest:
             req = otlp_logs.logs_request_from_json(body)
         except ValueError as e:
             self.metrics.ingest.log_records(protocol, 0, {}, {"malformed_request": 0})
+            self.metrics.ingest.request_refused(protocol, "malformed_request")
             return IngestResult("invalid", message=str(e), signal="logs")
         return self.handle_logs_request(req, protocol, sender, req.SerializeToString,
                                         Counter())

@@ -148,6 +148,7 @@ def feed_round(metrics: Metrics, round_no: int, traces: int = 10) -> list[str]:
     metrics.ingest.spans_rejected("grpc", "invalid_span_id", 10)
     metrics.ingest.request_throttled("grpc", "pending_spans")
     metrics.ingest.request_refused("http", "unauthenticated")
+    metrics.ingest.request_refused("http", "malformed_request")  # not OTLP: spans unknown
     metrics.ingest.connection_closed("admin", "header_timeout")
     metrics.evaluation.skipped("already_evaluated")
     metrics.evaluation.spans_skipped("trace_too_large", 2)

@@ -67,7 +67,11 @@ def test_grpc_malformed_protobuf_is_invalid_argument_and_counted(tmp_path: Path)
         assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "ExportTraceServiceRequest" in (err.details() or "")
         assert h.sample("otel_eval_receiver_spans_rejected_total", protocol="grpc",
-                        reason="malformed_request") == 0  # counted per request, no spans
+                        reason="malformed_request") == 0  # its spans cannot be counted
+        # the request is (the dashboard's drops and refusals showed nothing of a sender whose
+        # every request was refused)
+        assert h.sample("otel_eval_receiver_requests_refused_total", protocol="grpc",
+                        reason="malformed_request") == 1
         assert h.svc.engine.open_traces() == 0
 
 
@@ -151,6 +155,11 @@ def test_http_bad_bodies_get_clear_errors(tmp_path: Path, body: bytes, ctype: st
     with running_service(tmp_path, **{"receiver.max_message_bytes": 2 * 1024 * 1024}) as h:
         status, payload, _ = _post(h.http_url, body, ctype, **extra)
         assert status == code
+        # counted whole, by reason: its spans cannot be (read, they would be rejected spans)
+        reason = {400: "malformed_request", 413: "too_large",
+                  415: "unsupported_content_type"}[code]
+        assert h.sample("otel_eval_receiver_requests_refused_total", protocol="http",
+                        reason=reason) == 1
         if ctype in ("application/json", "application/x-protobuf") and code == 400:
             assert payload  # a google.rpc.Status with the reason
         assert h.svc.engine.open_traces() == 0
