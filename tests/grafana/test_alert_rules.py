@@ -26,7 +26,7 @@ def test_alertmanager_config_check() -> None:
     r = subprocess.run([exe, "check-config", str(ALERTMANAGER_YML)], capture_output=True,
                        text=True, timeout=60, check=False)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "2 inhibit rules" in r.stdout and "2 receivers" in r.stdout, r.stdout
+    assert "4 inhibit rules" in r.stdout and "2 receivers" in r.stdout, r.stdout
 
 
 def test_rules_check() -> None:
