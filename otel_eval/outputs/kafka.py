@@ -7,7 +7,11 @@
 downstream is slower than evaluation, the oldest unsent evaluation is dropped and counted
 (``publish_dropped("results", "queue_full")``); the store keeps every evaluation regardless.
 A record the producer refuses (over ``max_request_bytes``: ``record_too_large``) or fails to
-deliver (``send_failed``) is dropped and counted, and the next is sent.
+deliver (``send_failed``) is dropped and counted, and the next is sent. Every drop is counted
+twice: as a Kafka record not written (``kafka_publish_dropped_total{topic="results"}``) and as
+a result sink's drop (``sink_dropped_total{sink="results"}``, the series every result sink's
+drops are in and ``OtelEvalResultsDropped`` reads), its reason there from
+``outputs.sender.DROP_REASONS`` (``record_too_large`` is ``too_large``).
 A re-evaluated trace is published again with the same key, so compacted topics keep the last.
 """
 
@@ -19,6 +23,7 @@ import json
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from otel_eval.base.component import OnLoop
@@ -34,15 +39,22 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# A publish drop reason as a result sink's (``outputs.sender.DROP_REASONS``); the others are
+# the same word in both.
+_SINK_REASON = {RECORD_TOO_LARGE: "too_large"}
+
 
 class ResultsPublisher:
     """A ``pipeline.Sink``. ``await start()`` on the service loop, ``await shutdown(s)``."""
 
     name = "results"  # outputs.sender.SINK_NAMES
 
-    def __init__(self, config: KafkaConfig, metrics: KafkaMetrics | None = None) -> None:
+    def __init__(self, config: KafkaConfig, metrics: KafkaMetrics | None = None,
+                 sink_dropped: Callable[[str, str, int], None] | None = None) -> None:
         self.config = config
         self.metrics: KafkaMetrics = metrics if metrics is not None else KafkaStats()
+        # (sink, reason, items): ``SinkMetrics.dropped``, otel_eval_sink_dropped_total
+        self._sink_dropped = sink_dropped
         self._queue: deque[tuple[str, bytes]] = deque()
         # delivery futures of records the producer holds, not yet counted (``_count_sent``)
         self._sent: list[asyncio.Future[Any]] = []
@@ -76,7 +88,13 @@ class ResultsPublisher:
                 raise RuntimeError("not started")
             loop.call_soon_threadsafe(self._enqueue, evaluation.trace_id, payload)
         except RuntimeError:  # not started, or closed (stopping): one check, no window
-            self.metrics.publish_dropped("results", "not_started", 1)
+            self._dropped("not_started", 1)
+
+    def _dropped(self, reason: str, n: int) -> None:
+        """``n`` records not written: counted as Kafka's and as this result sink's."""
+        self.metrics.publish_dropped("results", reason, n)
+        if self._sink_dropped is not None:
+            self._sink_dropped(self.name, _SINK_REASON.get(reason, reason), n)
 
     def pass_on(self, trace: Trace) -> None:
         """No evaluation, no result to publish."""
@@ -84,7 +102,7 @@ class ResultsPublisher:
     def _enqueue(self, trace_id: str, payload: bytes) -> None:
         if len(self._queue) >= self.config.results_queue_size:
             self._queue.popleft()
-            self.metrics.publish_dropped("results", "queue_full", 1)
+            self._dropped("queue_full", 1)
         self._queue.append((trace_id, payload))
         self._wake.set()
 
@@ -113,8 +131,7 @@ class ResultsPublisher:
                 too_large = isinstance(e, MessageSizeTooLargeError)  # it can never fit
                 log.warning("kafka results: trace %s not published (%s)", trace_id,
                             type(e).__name__)
-                self.metrics.publish_dropped(
-                    "results", RECORD_TOO_LARGE if too_large else "send_failed", 1)
+                self._dropped(RECORD_TOO_LARGE if too_large else "send_failed", 1)
                 continue
             self._queue.popleft()
             self._sent.append(fut)
@@ -130,7 +147,7 @@ class ResultsPublisher:
         failed = sum(1 for f in known if f.cancelled() or f.exception() is not None)
         if failed:
             log.warning("kafka results: %d record(s) failed to publish", failed)
-            self.metrics.publish_dropped("results", "send_failed", failed)
+            self._dropped("send_failed", failed)
         if len(known) - failed:
             self.metrics.published("results", len(known) - failed)
 
@@ -151,13 +168,13 @@ class ResultsPublisher:
                 await asyncio.wait_for(self._send_queued(self._producer),
                                        max(0.0, end - time.monotonic()))
             if self._queue:
-                self.metrics.publish_dropped("results", "shutdown", len(self._queue))
+                self._dropped("shutdown", len(self._queue))
                 self._queue.clear()
             await self._producer.stop()
             self._producer = None
             self._count_sent()
             if self._sent:
-                self.metrics.publish_dropped("results", "shutdown", len(self._sent))
+                self._dropped("shutdown", len(self._sent))
                 self._sent = []
 
 
@@ -166,4 +183,5 @@ def build(config: KafkaConfig, deps: Deps) -> OnLoop | None:
     ``kafka.results_topic`` set (a publishing front end evaluates nothing)."""
     if not (config.enabled and config.results_topic and not config.publish) or deps.loop is None:
         return None
-    return OnLoop(ResultsPublisher(config, deps.metrics.kafka), deps.loop)
+    return OnLoop(ResultsPublisher(config, deps.metrics.kafka, deps.metrics.sinks.dropped),
+                  deps.loop)

@@ -53,7 +53,9 @@ from otel_eval.telemetry.metrics import Metrics
 log = logging.getLogger(__name__)
 
 DROP_REASONS = ("queue_full", "too_large", "shutdown", "retries_exhausted", "rejected",
-                "downstream_rejected", "internal_error")
+                "downstream_rejected", "internal_error",
+                # the Kafka results sink's (outputs.kafka): undelivered, or before its start
+                "send_failed", "not_started")
 INTERNAL_ERROR = "internal_error"  # a bug of ours (a sink that raised, a batch unbuilt)
 # The ``sink`` label values of otel_eval_sink_dropped_total: each sink's ``name``.
 SINK_NAMES = ("judge", "events", "forward", "results")
