@@ -47,7 +47,8 @@ from otel_eval.base.model import Origin, Span, SpanEvent
 REJECT_REASONS = ("invalid_trace_id", "invalid_span_id", "invalid_parent_span_id",
                   "invalid_link_id", "invalid_timestamp", "instrumentation_library_spans",
                   "invalid_utf8")
-_INSTRUMENTATION_LIBRARY_SPANS = 1000  # ResourceSpans' field before ScopeSpans replaced it
+# ResourceSpans' field before ScopeSpans replaced it (ResourceLogs' before ScopeLogs too)
+_INSTRUMENTATION_LIBRARY_SPANS = 1000
 # Span times must fit int64 nanoseconds (until 2262, as every store and backend holds them)...
 MAX_TIME_NS = 2**63 - 1
 # ...and a span last at most a year: one ending at 2^64-1 ns would add centuries to the
@@ -155,9 +156,17 @@ def _scope_header(ss: trace_pb2.ScopeSpans) -> bytes:
     return known.SerializeToString() + _unknown(ss, None)
 
 
-def _unknown(msg: Any, reasons: Counter[str] | None) -> bytes:
+# (the message its legacy entries parse as, its list of items, the reason they are counted
+# under): ResourceSpans' and ResourceLogs' field 1000 hold the same layout as their scopes
+_LEGACY_SPANS = (trace_pb2.ScopeSpans, "spans", "instrumentation_library_spans")
+
+
+def _unknown(msg: Any, reasons: Counter[str] | None,
+             legacy: tuple[Any, str, str] = _LEGACY_SPANS) -> bytes:
     """The fields of ``msg`` this OTLP version does not know (a newer one's), encoded as they
-    came, so a header written back loses none of them. Empty in the usual case."""
+    came, so a header written back loses none of them. Empty in the usual case. With
+    ``reasons``, the entries of field 1000 (a pre-1.0 exporter's instrumentation library
+    list, ``legacy``) are left out and their items counted there."""
     fields = UnknownFieldSet(msg)
     if not len(fields):
         return b""
@@ -166,11 +175,11 @@ def _unknown(msg: Any, reasons: Counter[str] | None) -> bytes:
         f = fields[i]
         number, wire_type, data = f.field_number, f.wire_type, f.data
         if reasons is not None and number == _INSTRUMENTATION_LIBRARY_SPANS and wire_type == 2:
+            scope_cls, items, reason = legacy
             try:
-                reasons["instrumentation_library_spans"] += len(
-                    trace_pb2.ScopeSpans.FromString(data).spans)
+                reasons[reason] += len(getattr(scope_cls.FromString(data), items))
             except DecodeError:
-                reasons["instrumentation_library_spans"] += 1
+                reasons[reason] += 1
             continue
         if wire_type == 0:
             out += _varint(number << 3) + _varint(data)
@@ -320,6 +329,21 @@ def parse_request(body: bytes) -> tuple[ExportTraceServiceRequest, Counter[str]]
     """Bytes -> request. Spans with invalid UTF-8 are dropped from it and counted."""
     req, bad = parse_salvaged(body, ExportTraceServiceRequest)
     return req, bad
+
+
+def without_legacy(entry: Any, legacy: tuple[Any, str, str], reasons: Counter[str]) -> None:
+    """``entry`` (a resource entry of a request) without its field 1000, a pre-1.0
+    exporter's instrumentation library list (``legacy``: what each of its entries parses as,
+    its list of items, the reason): its items counted in ``reasons``, never read nor written
+    back; the other unknown fields (a newer OTLP's) kept."""
+    fields = UnknownFieldSet(entry)
+    if not any(fields[i].field_number == _INSTRUMENTATION_LIBRARY_SPANS
+               for i in range(len(fields))):
+        return  # the usual case
+    kept = _unknown(entry, reasons, legacy)
+    head = type(entry)(**{f.name: getattr(entry, f.name) for f, _ in entry.ListFields()})
+    head.MergeFromString(kept)
+    entry.CopyFrom(head)
 
 
 def _header(entry: Any, items: str) -> bytes:

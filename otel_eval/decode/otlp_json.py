@@ -11,7 +11,8 @@ Promises:
   through ``body.loads_bounded``: nesting depth and non-finite numbers bounded);
 - the spans of a pre-1.0 exporter's ``instrumentationLibrarySpans`` (the key OTLP 0.x had
   before ``scopeSpans``) are counted as rejected (``parse_request``), as the protobuf path
-  counts its field 1000: never dropped unseen;
+  counts its field 1000: never dropped unseen; so are the log records of its
+  ``instrumentationLibraryLogs`` (``legacy_items``, ``otlp_logs.parse_logs_json``);
 - ``request_to_json`` is the inverse of ``request_from_dict`` / ``message_from_dict``, and
   writes OTLP/JSON as the specification does (hex ids, enum fields as integers).
 """
@@ -90,25 +91,36 @@ def request_from_json(body: bytes | str) -> ExportTraceServiceRequest:
     return request_from_dict(loads_bounded(body))
 
 
-_LEGACY_SPANS_KEYS = ("instrumentationLibrarySpans", "instrumentation_library_spans")
-
-
 def parse_request(body: bytes | str) -> tuple[ExportTraceServiceRequest, Counter[str]]:
     """``request_from_json``, and the spans it leaves out, by reason (``otlp.parse_request``'s
     counterpart): those of a pre-1.0 exporter's ``instrumentationLibrarySpans``, a key the
     parser ignores as unknown (``instrumentation_library_spans``)."""
     data = loads_bounded(body)
-    rejected: Counter[str] = Counter()
-    resource_spans = data.get("resourceSpans", data.get("resource_spans")) \
-        if isinstance(data, dict) else None
-    for rs in resource_spans if isinstance(resource_spans, list) else ():
-        for key in _LEGACY_SPANS_KEYS:
-            scopes = rs.get(key) if isinstance(rs, dict) else None
-            for scope in scopes if isinstance(scopes, list) else ():
-                spans = scope.get("spans") if isinstance(scope, dict) else None
-                if isinstance(spans, list) and spans:
-                    rejected["instrumentation_library_spans"] += len(spans)
+    rejected = legacy_items(data, "resourceSpans", "instrumentationLibrarySpans", "spans",
+                            "instrumentation_library_spans")
     return request_from_dict(data), rejected
+
+
+def _snake(key: str) -> str:
+    return "".join("_" + c.lower() if c.isupper() else c for c in key)
+
+
+def legacy_items(data: Any, resources: str, legacy: str, items: str,
+                 reason: str) -> Counter[str]:
+    """The items under each resource's ``legacy`` key (OTLP 0.x's instrumentation library
+    list, before the scopes replaced it; or its snake_case spelling), which the parser
+    ignores as unknown: counted under ``reason``, never dropped unseen."""
+    rejected: Counter[str] = Counter()
+    entries = data.get(resources, data.get(_snake(resources))) if isinstance(data, dict) \
+        else None
+    for entry in entries if isinstance(entries, list) else ():
+        for key in (legacy, _snake(legacy)):
+            scopes = entry.get(key) if isinstance(entry, dict) else None
+            for scope in scopes if isinstance(scopes, list) else ():
+                listed = scope.get(items) if isinstance(scope, dict) else None
+                if isinstance(listed, list) and listed:
+                    rejected[reason] += len(listed)
+    return rejected
 
 
 def request_from_dict(data: Any) -> ExportTraceServiceRequest:

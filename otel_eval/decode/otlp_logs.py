@@ -39,8 +39,9 @@ from otel_eval.decode.otlp import (
     anyvalue_to_python,
     attributes_to_dict,
     parse_salvaged,
+    without_legacy,
 )
-from otel_eval.decode.otlp_json import message_from_dict
+from otel_eval.decode.otlp_json import legacy_items, message_from_dict
 
 __all__ = [
     "IGNORE_REASONS",
@@ -53,12 +54,17 @@ __all__ = [
     "hold",
     "hold_logs",
     "logs_request_from_json",
+    "parse_logs_json",
     "parse_logs_request",
 ]
 
 # Closed sets of reasons: ignored (not for us, not an error) and rejected (an error).
 IGNORE_REASONS = ("not_genai_event", "no_span_context", "kafka_publish_mode")
-REJECT_REASONS = ("invalid_trace_id", "invalid_span_id", "invalid_timestamp", "invalid_utf8")
+REJECT_REASONS = ("invalid_trace_id", "invalid_span_id", "invalid_timestamp", "invalid_utf8",
+                  "instrumentation_library_logs")
+# A pre-1.0 exporter's ResourceLogs field 1000 (before ScopeLogs replaced it): its entries
+# parse as ScopeLogs; its records are counted rejected, never read nor written back.
+_LEGACY_LOGS = (logs_pb2.ScopeLogs, "log_records", "instrumentation_library_logs")
 _OWN_EVENTS = ("gen_ai.evaluation.result", "otel_eval.verdict")  # our own output, looped back
 # The GenAI content events kept (``evaluate.conventions.events`` lays them over their span).
 DETAILS_EVENT = "gen_ai.client.inference.operation.details"
@@ -114,9 +120,23 @@ class HeldLogs:
 
 def parse_logs_request(body: bytes) -> tuple[ExportLogsServiceRequest, Counter[str]]:
     """Bytes -> request. Records with invalid UTF-8 are dropped from it and counted
-    (``invalid_utf8``), as spans are; raises ``MalformedRequest`` for no request at all."""
+    (``invalid_utf8``), as spans are, and so are those of a pre-1.0 exporter's
+    ``instrumentation_library_logs`` (field 1000: ``instrumentation_library_logs``), as
+    ``otlp`` counts its spans; raises ``MalformedRequest`` for no request at all."""
     req, bad = parse_salvaged(body, ExportLogsServiceRequest)
+    for rl in req.resource_logs:
+        without_legacy(rl, _LEGACY_LOGS, bad)
     return req, bad
+
+
+def parse_logs_json(body: bytes) -> tuple[ExportLogsServiceRequest, Counter[str]]:
+    """``logs_request_from_json``, and the records it leaves out, by reason: those of a
+    pre-1.0 exporter's ``instrumentationLibraryLogs``, a key the parser ignores as unknown
+    (``instrumentation_library_logs``), as ``parse_logs_request`` counts them."""
+    data = loads_bounded(body)
+    rejected = legacy_items(data, "resourceLogs", "instrumentationLibraryLogs", "logRecords",
+                            "instrumentation_library_logs")
+    return message_from_dict(data, ExportLogsServiceRequest(), "resourceLogs"), rejected
 
 
 def logs_request_from_json(body: bytes) -> ExportLogsServiceRequest:

@@ -119,7 +119,7 @@ def decode_logs(body: bytes, encoding: str = "otlp_proto") -> Decoded:
     """An ExportLogsServiceRequest decoded as every door decodes it: the GenAI event records
     held as bytes, the others ignored or rejected with a reason. Raises ValueError."""
     if encoding == "otlp_json":
-        req, rejected = otlp_logs.logs_request_from_json(body), Counter[str]()
+        req, rejected = otlp_logs.parse_logs_json(body)
     else:
         req, rejected = otlp_logs.parse_logs_request(body)
     return _held(req, rejected)
@@ -262,19 +262,20 @@ class Ingest:
 
     def handle_logs_json(self, body: bytes, protocol: str, sender: str = "") -> IngestResult:
         try:
-            req = otlp_logs.logs_request_from_json(body)
+            req, rejected = otlp_logs.parse_logs_json(body)
         except ValueError as e:
             self.metrics.ingest.log_records(protocol, 0, {}, {"malformed_request": 0})
             self.metrics.ingest.request_refused(protocol, "malformed_request")
             return IngestResult("invalid", message=str(e), signal="logs")
         return self.handle_logs_request(req, protocol, sender, req.SerializeToString,
-                                        Counter())
+                                        rejected)
 
     def handle_logs_request(self, req: ExportLogsServiceRequest, protocol: str,
                             sender: str = "",
                             request: bytes | Callable[[], bytes] | None = None,
                             rejected: Counter[str] | None = None) -> IngestResult:
-        """``rejected``: the records the parse dropped (invalid UTF-8), counted with the rest."""
+        """``rejected``: the records the parse dropped (invalid UTF-8, a pre-1.0 exporter's
+        ``instrumentation_library_logs``), counted with the rest."""
         account = _ByProtocol(self.metrics.ingest, protocol, f"{protocol}_logs")
         return self.admit(_held(req, rejected or Counter(), self.every_log_record), account,
                           request=request, sender=sender)
