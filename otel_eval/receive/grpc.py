@@ -18,11 +18,11 @@ calls are taken at once (more are refused RESOURCE_EXHAUSTED by grpc), one sende
 name, else peer address) has ``grpc_max_waiting_rpcs_per_sender`` calls waiting for their
 message, and more only while its calls are young: those get ``SHARE_GRACE_S`` for their
 message, and once one of its calls has waited that long more are refused at once
-(retryable, ``throttled{grpc,sender_share}``: each waiting call holds a worker thread, and
-one sender with a valid token held all of them, 0 of 36 exports of the others got through;
-refusing by count alone refused a local collector's honest calls, which wait only for this
-process to read them), and the port is bound without SO_REUSEPORT, so a
-second serve on it fails to start instead of sharing it.
+(retryable, ``throttled{grpc,sender_share}``, ``grpc_logs`` for a logs call: each waiting
+call holds a worker thread, and one sender with a valid token held all of them, 0 of 36
+exports of the others got through; refusing by count alone refused a local collector's
+honest calls, which wait only for this process to read them), and the port is bound without
+SO_REUSEPORT, so a second serve on it fails to start instead of sharing it.
 
 Throttling follows the OTLP spec: RESOURCE_EXHAUSTED with a ``google.rpc.RetryInfo`` detail in
 ``grpc-status-details-bin`` (and, for the Python SDK exporter, in ``google.rpc.retryinfo-bin``),
@@ -46,6 +46,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
+from functools import partial
 from typing import Any, Literal, cast
 
 import grpc
@@ -255,17 +256,21 @@ class GrpcReceiver:
                      ("grpc.so_reuseport", 0)],
             maximum_concurrent_rpcs=cfg.grpc_max_concurrent_rpcs)
 
-        def export(fn: Callable[[bytes, grpc.ServicerContext], object]) -> grpc.RpcMethodHandler:
+        def export(fn: Callable[[bytes, grpc.ServicerContext], object],
+                   throttle_label: str) -> grpc.RpcMethodHandler:
             # request-streaming on the server side (the wire is the same for a unary client):
             # the handler waits for the message itself, under the receive deadline
             return grpc.stream_unary_rpc_method_handler(
-                lambda requests, context: fn(self._receive(requests, context), context),
+                lambda requests, context: fn(
+                    self._receive(requests, context, throttle_label), context),
                 request_deserializer=None, response_serializer=lambda r: r.SerializeToString())
 
+        # the ``protocol`` of requests_throttled, as ``Ingest`` labels the engine's refusals
         self._server.add_generic_rpc_handlers((
-            grpc.method_handlers_generic_handler(SERVICE, {"Export": export(self._export)}),
-            grpc.method_handlers_generic_handler(LOGS_SERVICE,
-                                                 {"Export": export(self._export_logs)})))
+            grpc.method_handlers_generic_handler(
+                SERVICE, {"Export": export(self._export, "grpc")}),
+            grpc.method_handlers_generic_handler(
+                LOGS_SERVICE, {"Export": export(self._export_logs, "grpc_logs")})))
         _refuse_taken(cfg.grpc_endpoint)
         try:
             if cfg.tls.enabled:
@@ -289,24 +294,28 @@ class GrpcReceiver:
         log.info("OTLP/gRPC receiver listening on %s (port %d)", self.config.grpc_endpoint,
                  self.port)
 
-    def _receive(self, requests: Iterator[bytes], context: grpc.ServicerContext) -> bytes:
-        """The call's message, waited for within the sender's share of waiting calls."""
+    def _receive(self, requests: Iterator[bytes], context: grpc.ServicerContext,
+                 throttle_label: str = "grpc") -> bytes:
+        """The call's message, waited for within the sender's share of waiting calls; a
+        refusal counted as ``requests_throttled{throttle_label,sender_share}`` (``grpc``:
+        traces, ``grpc_logs``: logs)."""
         sender = self._sender(context) if self.auth.enabled else peer_host(context.peer())
         verdict, started = self._shares.enter(sender)
+        throttled = partial(self._throttle_share, throttle_label)
         if verdict == "refused":
-            self._throttle_share()
+            throttled()
             self._abort_retryable(context, "this sender already has calls waiting for their "
                                   f"message past {self._shares.grace_s:g} s")
         try:
             if verdict == "short":  # past the share: only a prompt message is read
                 return self._deadlines.receive(requests, context, self._shares.grace_s,
-                                               self._throttle_share)
+                                               throttled)
             return self._deadlines.receive(requests, context)
         finally:
             self._shares.leave(sender, started)
 
-    def _throttle_share(self) -> None:
-        self.ingest.metrics.ingest.request_throttled("grpc", "sender_share")
+    def _throttle_share(self, throttle_label: str) -> None:
+        self.ingest.metrics.ingest.request_throttled(throttle_label, "sender_share")
 
     def _export(self, body: bytes, context: grpc.ServicerContext) -> object:
         return self._answer(self.ingest.handle_bytes(body, "grpc", self._sender(context)),

@@ -20,8 +20,9 @@ class IngestMetrics:
         self.c_rejected = c("receiver_spans_rejected", "Spans rejected, by reason.",
                             ["protocol", "reason"])
         self.c_throttled = c("receiver_requests_throttled",
-                             "Export requests refused with a retryable error, by reason.",
-                             ["protocol", "reason"])
+                             "Export requests refused with a retryable error, by reason and "
+                             "protocol (grpc, http: trace requests; grpc_logs, http_logs: "
+                             "logs requests).", ["protocol", "reason"])
         self.c_refused = c("receiver_requests_refused",
                            "Requests refused whole, by reason: before reading them "
                            "(unauthenticated, forbidden, unsupported_content_type), or "

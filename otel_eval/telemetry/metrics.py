@@ -25,7 +25,8 @@ Metrics (counters are exposed with the ``_total`` suffix):
     receiver   otel_eval_receiver_spans_received_total{protocol}
                otel_eval_receiver_spans_accepted_total{protocol}
                otel_eval_receiver_spans_rejected_total{protocol,reason}
-               otel_eval_receiver_requests_throttled_total{protocol,reason}
+               otel_eval_receiver_requests_throttled_total{protocol,reason}  grpc|http
+               (trace requests), grpc_logs|http_logs (logs requests)
                otel_eval_receiver_requests_refused_total{protocol,reason}  unauthenticated|
                forbidden|receive_timeout|unsupported_content_type|too_large|malformed_request
                otel_eval_receiver_connections_closed_total{listener,reason}  http|admin;

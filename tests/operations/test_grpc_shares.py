@@ -138,3 +138,28 @@ def test_a_sender_past_its_share_is_refused_only_once_a_call_of_it_waited_the_gr
     shares.leave("hog", held[0][1])
     shares.leave("hog", held[1][1])
     assert shares.enter("hog")[0] == "taken"
+
+
+def test_a_logs_call_refused_for_its_share_is_counted_as_a_logs_request(
+        tmp_path: Path) -> None:
+    """``requests_throttled``'s protocol is ``grpc_logs`` for a logs Export call (as the
+    engine's refusals of it are): a logs call refused for its sender's share was counted as
+    ``grpc``, a trace request's, so a panel by protocol blamed the traces."""
+    logs_export = "/opentelemetry.proto.collector.logs.v1.LogsService/Export"
+    with running_service(tmp_path) as h:
+        receiver = h.svc.grpc
+        assert receiver is not None
+        receiver._shares.enter = lambda sender: ("refused", 0.0)  # type: ignore[method-assign]
+        receiver._shares.leave = lambda sender, started: None  # type: ignore[method-assign]
+        with grpc.insecure_channel(h.grpc_target) as channel:
+            for method in (logs_export, EXPORT):
+                call = channel.unary_unary(method, request_serializer=None,
+                                           response_deserializer=None)
+                try:
+                    call(b"", timeout=20)
+                except grpc.RpcError as e:
+                    assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                else:
+                    raise AssertionError("the call was not refused")
+        assert [h.sample("otel_eval_receiver_requests_throttled_total", protocol=p,
+                         reason="sender_share") for p in ("grpc_logs", "grpc")] == [1, 1]
