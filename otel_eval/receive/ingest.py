@@ -276,6 +276,11 @@ class Ingest:
                             rejected: Counter[str] | None = None) -> IngestResult:
         """``rejected``: the records the parse dropped (invalid UTF-8, a pre-1.0 exporter's
         ``instrumentation_library_logs``), counted with the rest."""
-        account = _ByProtocol(self.metrics.ingest, protocol, f"{protocol}_logs")
-        return self.admit(_held(req, rejected or Counter(), self.every_log_record), account,
-                          request=request, sender=sender)
+        started = time.perf_counter()
+        label = f"{protocol}_logs"  # a logs request's, on requests_throttled and the duration
+        res = self.admit(_held(req, rejected or Counter(), self.every_log_record),
+                         _ByProtocol(self.metrics.ingest, protocol, label),
+                         request=request, sender=sender)
+        if res.outcome == "ok":
+            self.metrics.ingest.export_duration(label, time.perf_counter() - started)
+        return res

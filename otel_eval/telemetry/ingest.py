@@ -34,7 +34,9 @@ class IngestMetrics:
                                "failed TLS handshakes) or by the client mid-request, by "
                                "reason.", ["listener", "reason"])
         self.h_export = d.histogram("receiver_export_duration_seconds",
-                                        "Time to handle one Export request.", ["protocol"],
+                                        "Time to handle one Export request, by protocol "
+                                        "(grpc, http: trace requests; grpc_logs, http_logs: "
+                                        "logs requests).", ["protocol"],
                                         _EXPORT_BUCKETS)
         self.g_open = g("assembly_open_traces", "Traces being assembled.")
         self.g_pending = g("assembly_pending_spans", "Spans accepted and not yet evaluated.")

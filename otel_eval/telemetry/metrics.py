@@ -33,7 +33,8 @@ Metrics (counters are exposed with the ``_total`` suffix):
                httpserver.CLOSE_REASONS (limits, deadlines, client hang-ups)
                otel_eval_metrics_series_overflow_total{metric}  per-trace metrics hold at most
                max_series_per_metric label combinations; more fold into all-``_other``
-               otel_eval_receiver_export_duration_seconds{protocol}            histogram
+               otel_eval_receiver_export_duration_seconds{protocol}  histogram; protocol
+               as requests_throttled's
                otel_eval_receiver_log_records_received_total{protocol}
                otel_eval_receiver_log_records_accepted_total{protocol}   GenAI events held
                otel_eval_receiver_log_records_ignored_total{protocol,reason}  other records
