@@ -66,7 +66,7 @@ def test_outcome_and_task_attributes_follow_config() -> None:
     assert build_trajectory(trace, cfg).task_id == "3"
 
 
-def test_ids_and_times_depend_on_file_name_and_index_only(tmp_path: Path) -> None:
+def test_ids_and_times_depend_on_file_name_index_and_content(tmp_path: Path) -> None:
     copy = tmp_path / "elsewhere"
     copy.mkdir()
     shutil.copy(DATA / "tau_runs.json", copy / "tau_runs.json")
@@ -79,6 +79,25 @@ def test_ids_and_times_depend_on_file_name_and_index_only(tmp_path: Path) -> Non
     renamed = tmp_path / "other_name.json"
     shutil.copy(DATA / "tau_runs.json", renamed)
     assert load_file(renamed)[0].trace_id != here[0].trace_id
+
+
+def test_runs_files_of_one_name_in_two_directories_are_other_traces(tmp_path: Path) -> None:
+    """``before/runs.json`` and ``after/runs.json`` (two runs of one benchmark, or two
+    trajectories of one instance) are other runs: other trace ids. They shared them, keyed
+    by (file name, index) alone: ``eval`` printed two results under one id, and replayed
+    into one serve the second file's spans were refused as duplicates or re-opened the
+    first file's run, stored as one trace of both runs."""
+    runs = json.loads((DATA / "tau_runs.json").read_text(encoding="utf-8"))
+    traj = json.loads((DATA / "mini.traj.json").read_text(encoding="utf-8"))
+    other_traj = {**traj, "messages": traj["messages"][:4]}
+    for name, before, after in (("runs.json", runs, runs[::-1]),
+                                ("demo.traj.json", traj, other_traj)):
+        ids = []
+        for folder, doc in (("before", before), ("after", after)):
+            (tmp_path / folder).mkdir(exist_ok=True)
+            (tmp_path / folder / name).write_text(json.dumps(doc), encoding="utf-8")
+            ids += [t.trace_id for t in load_file(tmp_path / folder / name)]
+        assert len(set(ids)) == len(ids), name
 
 
 def test_mini_swe_agent_traj() -> None:

@@ -3,9 +3,11 @@
 One conversation becomes one trace: an ``invoke_agent`` root, a ``chat`` span per model
 turn (``gen_ai.input.messages`` = the history sent, ``gen_ai.output.messages`` = the reply,
 both JSON messages made of ``parts``) and an ``execute_tool`` span per tool call, children of
-the root in conversation order. Ids derive from a hash of (file name, run index) and times are
-synthetic and monotonic (1 ms per span from a fixed base), so loading a file twice, or
-replaying it over OTLP and receiving it back, gives identical traces.
+the root in conversation order. Ids derive from a hash of (file name, run index, 8 hex
+digits of the run's content: ``content_digest``) and times are synthetic and monotonic (1 ms
+per span from a fixed base), so loading a file twice, or replaying it over OTLP and receiving
+it back, gives identical traces, and a runs file of the same name in another directory (another
+run of the benchmark) other ones.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from otel_eval.base.model import Span, Trace
 from otel_eval.base.text import checked
 from otel_eval.evaluate.conventions.values import dumps
 
+DIGEST_HEX = 8  # hex digits of a run's content digest in its ids (and conversation id)
 # 2024-01-01T00:00:00Z; run i starts i hours later, each span lasts 1 ms.
 _BASE_NS = 1_704_067_200 * 1_000_000_000
 _RUN_GAP_NS = 3_600 * 1_000_000_000
@@ -132,6 +135,13 @@ def message_json(msg: dict[str, Any]) -> str:
                      f'"name": {_value(fn.get("name"))}, '
                      f'"arguments": {_arguments_json(fn.get("arguments"))}}}')
     return f'{{"role": {_encode_str(role)}, "parts": [{", ".join(parts)}]}}'
+
+
+def content_digest(run: Any) -> str:
+    """8 hex digits of a run's content: two runs files of one name (``a/airline.json``,
+    ``b/airline.json``) hold other runs, the same run read again is the same one."""
+    text = json.dumps(run, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:DIGEST_HEX]
 
 
 class ChatTrace:

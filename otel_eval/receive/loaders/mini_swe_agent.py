@@ -16,7 +16,7 @@ from typing import Any
 
 from otel_eval.base.model import Trace
 from otel_eval.evaluate.config import TrajectoryConfig
-from otel_eval.receive.loaders.chat import ChatTrace, dumps, message_json
+from otel_eval.receive.loaders.chat import ChatTrace, content_digest, dumps, message_json
 from otel_eval.receive.loaders.files import LoaderError
 
 AGENT = "mini-swe-agent"
@@ -76,7 +76,9 @@ def from_doc(doc: dict[str, Any], path: Path, config: TrajectoryConfig) -> Trace
 
 
 def _convert(doc: dict[str, Any], path: Path, config: TrajectoryConfig) -> Trace:
-    trace = ChatTrace(f"{path.name}:0", 0, AGENT)  # one trajectory per file
+    # one trajectory per file; its content in the ids: ``a/x.traj.json`` and ``b/x.traj.json``
+    # (two runs of one instance) are two traces
+    trace = ChatTrace(f"{path.name}:0:{content_digest(doc)}", 0, AGENT)
     messages = doc["messages"]
     history: list[str] = []
     first_user = None

@@ -21,21 +21,18 @@ trajectories are whole runs: they are matched in the default mode).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 from otel_eval.base.model import Trace
 from otel_eval.evaluate.config import TrajectoryConfig
-from otel_eval.receive.loaders.chat import ChatTrace, message_json
+from otel_eval.receive.loaders.chat import ChatTrace, content_digest, message_json
 from otel_eval.receive.loaders.files import LoaderError
 
 AGENT = "tau-bench-agent"
 CONVERSATION_KEY = "gen_ai.conversation.id"
 TURN_GAP_NS = 60 * 1_000_000_000  # between the starts of two turns of a conversation
-RUN_DIGEST_HEX = 8  # hex digits of a run's content digest in its conversation id
 
 
 def is_runs(doc: Any) -> bool:
@@ -94,7 +91,7 @@ def _assistant(trace: ChatTrace, msg: dict[str, Any], pos: int, serialized: str,
 
 def _run(run: dict[str, Any], index: int, path: Path, config: TrajectoryConfig,
          system: dict[str, str]) -> Trace:
-    trace = ChatTrace(f"{path.name}:{index}", index, "tau-bench")
+    trace = ChatTrace(f"{path.name}:{index}:{content_digest(run)}", index, "tau-bench")
     traj = run["traj"]
     results = _results(traj)
     history: list[str] = []
@@ -140,18 +137,11 @@ def _turn_messages(traj: list[dict[str, Any]]) -> list[list[int]]:
     return turns
 
 
-def _digest(run: dict[str, Any]) -> str:
-    """8 hex digits of the run's content: two runs files of one name (``a/airline.json``,
-    ``b/airline.json``) are two conversations, the same run read again is the same one."""
-    text = json.dumps(run, sort_keys=True, ensure_ascii=False, default=str)
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:RUN_DIGEST_HEX]
-
-
 def _turns(run: dict[str, Any], index: int, path: Path, system: dict[str, str]) -> list[Trace]:
     """The run as a conversation: one trace per user message."""
     traj = run["traj"]
     results = _results(traj)
-    conversation = f"{path.name}:{index}:{_digest(run)}"
+    conversation = f"{path.name}:{index}:{content_digest(run)}"
     history: list[str] = []
     out = []
     for number, positions in enumerate(_turn_messages(traj)):
