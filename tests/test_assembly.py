@@ -146,6 +146,19 @@ def test_late_span_after_window_is_refused_not_a_fragment() -> None:
     assert res.accepted == 0 and res.rejected == {"late": 1} and len(a) == 0
 
 
+def test_late_span_after_window_is_refused_with_no_release_in_between() -> None:
+    """A quiet service: no other trace released since. The window aged out only on a
+    release, so a span 10 minutes after its run re-opened it (superseding its evaluation)
+    where reopen_window_s promises `late`; a re-open after it is no re-open either."""
+    a = TraceAssembler(CFG)
+    a.add([span(T1, 1), span(T2, 1)], now=0)
+    assert len(a.tick(10)) == 2
+    res = a.add([span(T1, 3, parent=1)], now=600)
+    assert (res.accepted, res.reopened, res.rejected) == (0, 0, {"late": 1}) and len(a) == 0
+    res = a.add([span(T2, 1)], now=600)  # a retry past the window: late, not a duplicate
+    assert res.rejected == {"late": 1}
+
+
 def test_release_oldest_and_release_all() -> None:
     a = TraceAssembler(CFG)
     a.add([span(T1, 1, ended=False)], now=0)

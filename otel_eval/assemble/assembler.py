@@ -204,6 +204,7 @@ class TraceAssembler:
         of the sender that opened it (else ``foreign_sender``): holding a trace id (it travels
         in ``traceparent``) must not be enough to replace a stored result."""
         res = AddResult()
+        self._forget(now)  # the reopen window ages with the clock, not only on a release
         limit = self.config.max_spans_per_trace
         took: dict[str, _Open] = {}  # the traces that took spans, in the order they did
         reopened: set[str] = set()  # the released traces these spans re-opened
@@ -335,6 +336,7 @@ class TraceAssembler:
         ``on_trace`` as for ``add``; the waiter is also called when the trace is dropped
         for want of spans (``dropped_waiters``)."""
         res = AddResult()
+        self._forget(now)
         limit = self.config.max_log_records_per_trace
         for record in logs:
             tr = self._open_for(record, now, res, source, sender)
