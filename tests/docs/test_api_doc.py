@@ -136,3 +136,26 @@ def test_the_connection_close_reasons_listed_are_the_codes() -> None:
                   text)
     assert m is not None
     assert set(re.findall(r"`([a-z0-9_]+)`", m.group(1))) == set(CLOSE_REASONS)
+
+
+def test_every_value_an_enumerated_field_takes_is_listed() -> None:
+    """The result's `convention` row listed six values; a Vercel AI SDK, Langfuse or MLflow
+    run is stored with `vercel_ai`, `langfuse` or `mlflow` (a reader that takes the row
+    for the set of values refuses them)."""
+    from typing import get_args
+
+    from otel_eval.base.model import TraceStatus
+    from otel_eval.base.steps import AgentSource, StepKind
+    from otel_eval.evaluate.conventions import ADAPTERS, UNKNOWN
+
+    rows = _rows(_section("The per-trace result (v1)"))
+    values = {
+        "convention": {a.name for a in ADAPTERS} | {"mixed", UNKNOWN},
+        "status": set(get_args(TraceStatus)),
+        "agent_source": set(get_args(AgentSource)),
+    }
+    for field, produced in values.items():
+        listed = set(re.findall(r"`([a-z_]+)`", rows[field].split(" | ")[1]))
+        assert produced <= listed, f"api.md's `{field}` lacks {sorted(produced - listed)}"
+    listed = set(re.findall(r"`kind` \(([^)]*)\)", rows["steps"])[0].replace("`", "").split())
+    assert set(get_args(StepKind)) <= listed
