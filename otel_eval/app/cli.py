@@ -194,23 +194,29 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     """Exit 1 when the receiver rejected spans (its partial success says how many, why), the
     exporter gave up on a batch (the receiver down or refusing: the replay stops there) or
     a file could not be loaded (reported on stderr; the other files are replayed)."""
-    from otel_eval.app.replay import Rejections, ReplayError, replay
+    from otel_eval.app.replay import Rejections, ReplayError, Sent, replay
     from otel_eval.receive.loaders import load_paths
 
     cfg = config_from_args(args).trajectory  # the task id and outcome attributes written
-    rejected = Rejections()
+    rejected, sent = Rejections(), Sent()
     failed = _FileErrors("replay")
     try:  # the files one stream, as eval reads them: the traces eval evaluates
         n = replay(load_paths(args.paths, config=cfg, turns=args.turns,
                               on_error=failed.report),
-                   args.endpoint, protocol=args.protocol, rejections=rejected)
+                   args.endpoint, protocol=args.protocol, rejections=rejected, sent=sent)
     except ReplayError as e:  # the receiver down or refusing: the exporter gave up
         print(f"otel-eval replay: {e} (to {args.endpoint})", file=sys.stderr)
         return 1
     out.write(f"replayed {n} spans to {args.endpoint} over OTLP/{args.protocol}: "
               f"{n - rejected.spans} accepted, {rejected.spans} rejected\n")
-    if rejected.spans:
-        print(f"otel-eval replay: the receiver rejected {rejected.spans} of {n} spans: "
+    if sent.log_records:  # the GenAI event log records of the files (their content)
+        out.write(f"and {sent.log_records} log records: "
+                  f"{sent.log_records - rejected.log_records} accepted, "
+                  f"{rejected.log_records} rejected\n")
+    if rejected.spans or rejected.log_records:
+        records = (f" and {rejected.log_records} of {sent.log_records} log records"
+                   if sent.log_records else "")
+        print(f"otel-eval replay: the receiver rejected {rejected.spans} of {n} spans{records}: "
               f"{printable(rejected.summary())}", file=sys.stderr)
         return 1
     return 1 if failed.paths else 0

@@ -3,9 +3,13 @@ OpenTelemetry SDK exporters, for backfill and load generation.
 
     traces -> sdk ReadableSpan (original trace/span/parent ids, times, kind, status,
               attributes, events, resource, scope) -> OTLPSpanExporter (gRPC or HTTP)
+           -> their GenAI event log records (``Trace.logs``: the content instrumentations
+              send as logs) -> sdk ReadableLogRecord -> OTLPLogExporter (the same protocol)
 
 Spans are exported in batches straight to the exporter: no tracer, no sampler, no id
 generator, so nothing is re-timed or re-identified and a receiver sees what the file holds.
+A trace's log records are sent before the batch holding its spans (a receiver joins them
+whichever comes first; records after a released run would re-open it).
 """
 
 from __future__ import annotations
@@ -13,19 +17,33 @@ from __future__ import annotations
 import contextlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any, Literal
 
+from opentelemetry._logs import LogRecord
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from opentelemetry.sdk._logs import ReadableLogRecord
+from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    set_span_in_context,
+)
 
 from otel_eval.base.configcheck import parse_endpoint
-from otel_eval.base.model import Span, Trace
+from otel_eval.base.model import LogEvent, Span, Trace
 
-__all__ = ["Rejections", "ReplayError", "make_exporter", "replay", "to_readable_span"]
+__all__ = ["Rejections", "ReplayError", "Sent", "make_exporter", "make_log_exporter", "replay",
+           "to_readable_log", "to_readable_span"]
 
 Protocol = Literal["grpc", "http"]
 # Spans per Export call: the SDK BatchSpanProcessor's default max_export_batch_size.
@@ -83,11 +101,17 @@ class Rejections:
 
     def __init__(self) -> None:
         self.spans = 0
+        self.log_records = 0
         self.messages: Counter[str] = Counter()  # the receiver's error_message -> batches
 
-    def add(self, answer: ExportTraceServiceResponse) -> None:
-        if answer.partial_success.rejected_spans:
-            self.spans += answer.partial_success.rejected_spans
+    def add(self, answer: ExportTraceServiceResponse | ExportLogsServiceResponse) -> None:
+        if isinstance(answer, ExportLogsServiceResponse):
+            rejected = answer.partial_success.rejected_log_records
+            self.log_records += rejected
+        else:
+            rejected = answer.partial_success.rejected_spans
+            self.spans += rejected
+        if rejected:
             self.messages[answer.partial_success.error_message or "no reason given"] += 1
 
     def summary(self) -> str:
@@ -135,12 +159,48 @@ def make_exporter(endpoint: str, protocol: Protocol = "grpc", timeout_s: float =
             url += "/v1/traces"
         exporter = HttpExporter(endpoint=url, timeout=timeout_s)
         if rejections is not None:
-            _watch_http(exporter, rejections)
+            _watch_http(exporter, rejections, ExportTraceServiceResponse)
         return exporter
     raise ValueError(f"protocol must be grpc or http, got {protocol!r}")
 
 
-def _watch_http(exporter: Any, rejections: Rejections) -> None:
+def make_log_exporter(endpoint: str, protocol: Protocol = "grpc", timeout_s: float = 10.0,
+                      rejections: Rejections | None = None) -> LogRecordExporter:
+    """The SDK log exporter for ``endpoint``, as ``make_exporter`` makes the span one: the
+    records go where the spans go (``/v1/logs`` over HTTP)."""
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import (
+            OTLPLogExporter as GrpcLogExporter,
+        )
+
+        class Watched(GrpcLogExporter):
+            @property
+            def _client(self) -> Any:
+                return self.__dict__.get("_watched")
+
+            @_client.setter
+            def _client(self, stub: Any) -> None:
+                self.__dict__["_watched"] = stub if stub is None or rejections is None \
+                    else _WatchedStub(stub, rejections)
+
+        host, port = parse_endpoint(endpoint.removeprefix("http://"))
+        return Watched(endpoint=f"{host}:{port}", insecure=True, timeout=timeout_s)
+    if protocol == "http":
+        from opentelemetry.exporter.otlp.proto.http._log_exporter import (
+            OTLPLogExporter as HttpLogExporter,
+        )
+        url = endpoint if "://" in endpoint else "http://{}:{}".format(*parse_endpoint(endpoint))
+        url = url.removesuffix("/v1/traces")
+        if url.count("/") < 3:
+            url += "/v1/logs"
+        exporter = HttpLogExporter(endpoint=url, timeout=timeout_s)
+        if rejections is not None:
+            _watch_http(exporter, rejections, ExportLogsServiceResponse)
+        return exporter
+    raise ValueError(f"protocol must be grpc or http, got {protocol!r}")
+
+
+def _watch_http(exporter: Any, rejections: Rejections, answer: Any) -> None:
     client = exporter._client
     submit = client._submit
 
@@ -148,23 +208,40 @@ def _watch_http(exporter: Any, rejections: Rejections) -> None:
         result = submit(data, timeout)
         if result.status_code is not None and 200 <= result.status_code < 300:
             with contextlib.suppress(Exception):  # an answer that is not OTLP: no reasons
-                rejections.add(ExportTraceServiceResponse.FromString(result.content()))
+                rejections.add(answer.FromString(result.content()))
         return result
 
     client._submit = watched
 
 
-def _readable_spans(traces: Iterable[Trace]) -> Iterator[ReadableSpan]:
+def to_readable_log(record: LogEvent, resource: Resource) -> ReadableLogRecord:
+    """One GenAI event log record as the SDK's ``ReadableLogRecord``, ids, time, event name,
+    attributes and body unchanged. Raises ValueError for ids that are not hex."""
+    context = set_span_in_context(NonRecordingSpan(_context(record.trace_id,
+                                                            record.span_id or "0")))
+    return ReadableLogRecord(LogRecord(
+        timestamp=record.time_unix_nano or None, context=context, body=record.body,
+        attributes=_clean(record.attributes), event_name=record.name or None), resource)
+
+
+def _readable(traces: Iterable[Trace]) -> Iterator[tuple[list[ReadableLogRecord],
+                                                          list[ReadableSpan]]]:
+    """Per trace, its log records and its spans as the SDK's (a record under the resource of
+    the trace's first span: the file's own record resource is not kept, and a receiver
+    joins a record to its spans by the ids)."""
     for trace in traces:
         # one SDK Resource per resource dict of the trace; per trace, because an id() is only
         # unique while its object lives (the SDK encoder groups equal Resources anyway)
         resources: dict[int, Resource] = {}
+        spans = []
         for span in trace.spans:
             resource = resources.get(id(span.resource))
             if resource is None:
                 resource = Resource(_clean(dict(span.resource)))
                 resources[id(span.resource)] = resource
-            yield to_readable_span(span, resource)
+            spans.append(to_readable_span(span, resource))
+        first = spans[0].resource if spans else Resource({})
+        yield [to_readable_log(r, first) for r in trace.logs], spans
 
 
 def _size(span: ReadableSpan) -> int:
@@ -177,31 +254,85 @@ def _size(span: ReadableSpan) -> int:
     return size
 
 
+@dataclass
+class Sent:
+    """What ``replay`` exported."""
+
+    spans: int = 0
+    log_records: int = 0
+
+
 def replay(traces: Iterable[Trace], endpoint: str, protocol: Protocol = "grpc", *,
            exporter: SpanExporter | None = None, batch_spans: int = BATCH_SPANS,
-           batch_bytes: int = BATCH_BYTES, rejections: Rejections | None = None) -> int:
-    """Export every span of ``traces``; returns the number of spans exported.
+           batch_bytes: int = BATCH_BYTES, rejections: Rejections | None = None,
+           log_exporter: LogRecordExporter | None = None, sent: Sent | None = None) -> int:
+    """Export every span of ``traces``, and every log record they hold (the GenAI events a
+    file's log lines carried); returns the number of spans exported (``sent`` counts both).
     Batches hold at most ``batch_spans`` spans and about ``batch_bytes`` bytes (a single
-    larger span goes alone). Raises ReplayError when the exporter fails a batch (spans of
-    earlier batches were delivered)."""
+    larger span goes alone); a trace's records go before the batch holding its spans, through
+    ``log_exporter``, else one made for ``endpoint`` when the span exporter is made here too
+    (a caller that brings its own span exporter and no log exporter sends spans only).
+    Raises ReplayError when an exporter fails a batch (earlier batches were delivered)."""
     exp = exporter or make_exporter(endpoint, protocol, rejections=rejections)
-    sent = 0
+    out = sent if sent is not None else Sent()
+    logs = _Logs(log_exporter, None if exporter is not None else
+                 (endpoint, protocol, rejections), out)
     batch: list[ReadableSpan] = []
     size = 0
     try:
-        for span in _readable_spans(traces):
-            span_size = _size(span)
-            if batch and (len(batch) >= batch_spans or size + span_size > batch_bytes):
-                sent += _export(exp, batch, sent)
-                batch, size = [], 0
-            batch.append(span)
-            size += span_size
+        for records, spans in _readable(traces):
+            logs.add(records)
+            for span in spans:
+                span_size = _size(span)
+                if batch and (len(batch) >= batch_spans or size + span_size > batch_bytes):
+                    logs.flush()
+                    out.spans += _export(exp, batch, out.spans)
+                    batch, size = [], 0
+                batch.append(span)
+                size += span_size
+        logs.flush()
         if batch:
-            sent += _export(exp, batch, sent)
+            out.spans += _export(exp, batch, out.spans)
     finally:
         if exporter is None:
             exp.shutdown()
-    return sent
+        logs.shutdown()
+    return out.spans
+
+
+class _Logs:
+    """The records waiting for the next span batch, and the log exporter (made on the first
+    record when ``make`` says for where)."""
+
+    def __init__(self, exporter: LogRecordExporter | None,
+                 make: tuple[str, Protocol, Rejections | None] | None, sent: Sent) -> None:
+        self.exporter, self.make, self.sent = exporter, make, sent
+        self.made = False
+        self.pending: list[ReadableLogRecord] = []
+
+    def add(self, records: list[ReadableLogRecord]) -> None:
+        if records and (self.exporter is not None or self.make is not None):
+            self.pending += records
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        if self.exporter is None and self.make is not None:
+            endpoint, protocol, rejections = self.make
+            self.exporter = make_log_exporter(endpoint, protocol, rejections=rejections)
+            self.made = True
+        pending, self.pending = self.pending, []
+        assert self.exporter is not None
+        for i in range(0, len(pending), BATCH_SPANS):
+            batch = pending[i:i + BATCH_SPANS]
+            if self.exporter.export(batch) is not LogRecordExportResult.SUCCESS:
+                raise ReplayError(f"exporter failed a batch of {len(batch)} log records "
+                                  f"after {self.sent.log_records} log records were delivered")
+            self.sent.log_records += len(batch)
+
+    def shutdown(self) -> None:
+        if self.made and self.exporter is not None:
+            self.exporter.shutdown()
 
 
 def _export(exporter: SpanExporter, batch: list[ReadableSpan], sent: int) -> int:

@@ -62,6 +62,32 @@ def test_a_file_exporter_file_with_log_records_is_evaluated_as_serve_evaluates_i
     assert offline[0]["input"]  # the content, only in the log records, was read
 
 
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_otel_eval_replay_of_such_a_file_sends_its_log_records_too(
+        tmp_path: Path, protocol: str) -> None:
+    """`otel-eval replay` (backfill) sent the spans only: the content, in the log records,
+    never reached serve, which stored the run without its input, output, arguments or
+    results (`unrecorded`), while `eval` of the same file read them."""
+    from otel_eval.app.replay import Rejections
+    from otel_eval.app.replay import replay as sdk_replay
+    from otel_eval.receive.loaders import load_paths
+
+    rec = corpus.recording("openai-v2-events", "loop")
+    path = _file_exporter_output(rec, tmp_path / "otel.jsonl")
+    run = EvalRun(Config(), [str(path)])
+    offline = [json.loads(json.dumps(e.to_json())) for e in run.evaluations()]
+    with running_service(tmp_path / "serve") as h:
+        target = h.grpc_target if protocol == "grpc" else h.http_url.removesuffix("/v1/traces")
+        rejected = Rejections()
+        sdk_replay(load_paths([path]), target, protocol=protocol,  # type: ignore[arg-type]
+                   rejections=rejected)
+        h.release(after_s=h.svc.config.assembly.idle_timeout_s + 1)
+        live = h.svc.store.latest(100)
+    assert offline[0]["input"] and "unrecorded" not in offline[0]
+    assert [_compared(e) for e in live] == [_compared(e) for e in offline]
+    assert (rejected.spans, rejected.log_records) == (0, 0)
+
+
 def _halves(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """One request's spans cut in two requests (each scope's first half, then the rest), as
     a rotating file exporter cuts a run's spans over two files."""
