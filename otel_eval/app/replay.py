@@ -128,6 +128,13 @@ class _WatchedStub:
         return answer
 
 
+def _authority(endpoint: str) -> str:
+    """``HOST:PORT`` checked, an IPv6 address in brackets (``[::1]:4317``: what gRPC targets
+    and URLs take; ``::1:4317`` is neither)."""
+    host, port = parse_endpoint(endpoint.removeprefix("http://"))
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def make_exporter(endpoint: str, protocol: Protocol = "grpc", timeout_s: float = 10.0,
                   rejections: Rejections | None = None) -> SpanExporter:
     """The SDK exporter for ``endpoint`` (``HOST:PORT``, or a URL for HTTP), plaintext; with
@@ -148,13 +155,12 @@ def make_exporter(endpoint: str, protocol: Protocol = "grpc", timeout_s: float =
                 self.__dict__["_watched"] = stub if stub is None or rejections is None \
                     else _WatchedStub(stub, rejections)
 
-        host, port = parse_endpoint(endpoint.removeprefix("http://"))
-        return Watched(endpoint=f"{host}:{port}", insecure=True, timeout=timeout_s)
+        return Watched(endpoint=_authority(endpoint), insecure=True, timeout=timeout_s)
     if protocol == "http":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
             OTLPSpanExporter as HttpExporter,
         )
-        url = endpoint if "://" in endpoint else "http://{}:{}".format(*parse_endpoint(endpoint))
+        url = endpoint if "://" in endpoint else f"http://{_authority(endpoint)}"
         if url.count("/") < 3:
             url += "/v1/traces"
         exporter = HttpExporter(endpoint=url, timeout=timeout_s)
@@ -183,13 +189,12 @@ def make_log_exporter(endpoint: str, protocol: Protocol = "grpc", timeout_s: flo
                 self.__dict__["_watched"] = stub if stub is None or rejections is None \
                     else _WatchedStub(stub, rejections)
 
-        host, port = parse_endpoint(endpoint.removeprefix("http://"))
-        return Watched(endpoint=f"{host}:{port}", insecure=True, timeout=timeout_s)
+        return Watched(endpoint=_authority(endpoint), insecure=True, timeout=timeout_s)
     if protocol == "http":
         from opentelemetry.exporter.otlp.proto.http._log_exporter import (
             OTLPLogExporter as HttpLogExporter,
         )
-        url = endpoint if "://" in endpoint else "http://{}:{}".format(*parse_endpoint(endpoint))
+        url = endpoint if "://" in endpoint else f"http://{_authority(endpoint)}"
         url = url.removesuffix("/v1/traces")
         if url.count("/") < 3:
             url += "/v1/logs"

@@ -137,6 +137,35 @@ def test_tau_bench_file_replayed_equals_eval(grpc_collector: tuple[str, _Collect
     _same_evaluation(traces, _received(collector.requests))
 
 
+def test_an_ipv6_endpoint_is_replayed_to(tmp_path: Path) -> None:
+    """``--endpoint [::1]:PORT`` (HOST:PORT of an IPv6 address, as every endpoint setting
+    takes it) was accepted and then sent to ``::1:PORT`` (gRPC: "Misformatted domain name")
+    or ``http://::1:PORT`` (not a URL): the exporter failed every batch."""
+    import socket
+
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6")
+    collector = _Collector()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(collector, server)
+    try:
+        port = server.add_insecure_port("[::1]:0")
+    except RuntimeError:
+        pytest.skip("no IPv6 loopback")
+    server.start()
+    try:
+        traces = list(load_path(DATA / "tau_runs.json"))
+        assert replay(traces, f"[::1]:{port}", "grpc") == sum(len(t.spans) for t in traces)
+    finally:
+        server.stop(None).wait()
+    assert len(_received(collector.requests)) == sum(len(t.spans) for t in traces)
+    http = make_exporter("[::1]:4318", "http")
+    try:
+        assert http._endpoint == "http://[::1]:4318/v1/traces"  # type: ignore[attr-defined]
+    finally:
+        http.shutdown()
+
+
 def test_unknown_protocol_is_refused() -> None:
     with pytest.raises(ValueError, match="protocol"):
         make_exporter("127.0.0.1:4317", "kafka")  # type: ignore[arg-type]
