@@ -57,6 +57,7 @@ from otel_eval.assemble.spool import Spool
 from otel_eval.assemble.store_health import StoreGaveUp, StoreHealth
 from otel_eval.base.aio import LoopThread
 from otel_eval.base.component import Live, OnLoop, SinkComponent
+from otel_eval.base.configcheck import StartupError
 from otel_eval.evaluate import calibration, judge
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.feedback import Feedback
@@ -362,7 +363,20 @@ class Service:
         log.info("otel-eval stopped")
 
     def _open_store(self) -> None:
-        opened(self.store)  # a file that cannot be opened: StartupError naming it
+        """The store opened, or a ``StartupError`` naming it (one line, no traceback): a file
+        that is no store (``opened``), a schema newer than this otel-eval's, a PostgreSQL
+        server that cannot be reached or refuses the login (its URL without the password)."""
+        from otel_eval.store.migrations import SchemaError
+
+        try:
+            opened(self.store)
+        except SchemaError as e:
+            raise StartupError(f"store {self.store.location}: {e}") from None
+        except Exception as e:
+            psycopg = sys.modules.get("psycopg")  # imported only for a PostgreSQL store
+            if psycopg is None or not isinstance(e, psycopg.Error):
+                raise
+            raise StartupError(f"store {self.store.location}: {e}") from None
 
     def _open_spool(self) -> None:
         assert self.spool is not None

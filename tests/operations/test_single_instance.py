@@ -158,3 +158,25 @@ def test_a_port_in_use_is_one_line_naming_the_endpoint(tmp_path: Path, listener:
 
 def test_default_config_is_still_valid() -> None:
     assert Config().store.spool_file() == "otel-eval.db-spool"
+
+
+def test_a_store_serve_cannot_open_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A store newer than this otel-eval (a downgrade, a worker left behind in a rolling
+    upgrade) and a PostgreSQL server that cannot be reached (down, a wrong password) stopped
+    serve with a Python traceback, where a SQLite file that is no database is refused in one
+    line naming it (calibrate and show say the same in one line)."""
+    import socket
+
+    from otel_eval.store import SqliteStore
+
+    newer = tmp_path / "newer.db"
+    SqliteStore(str(newer)).open().close()
+    with sqlite3.connect(newer) as c:
+        c.execute("INSERT INTO schema_version VALUES (999, 'a newer otel-eval', 0)")
+    line = one_line_failure(_serve("--store", str(newer)))
+    assert f"store {newer}: store schema version 999 is newer" in line
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"postgresql://otel:s3cret@127.0.0.1:{s.getsockname()[1]}/db?connect_timeout=5"
+        line = one_line_failure(_serve("--store", url))
+    assert "store postgresql://otel:***@127.0.0.1:" in line and "s3cret" not in line
