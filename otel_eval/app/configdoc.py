@@ -1,8 +1,10 @@
 """The configuration reference, rendered from the config dataclasses themselves.
 
 ``otel-eval config`` prints every key with its default and the comment written above the
-field in the source, as a YAML file one can edit. docs/configuration.md embeds the same text
-and a test keeps the two equal, so the reference cannot drift from the code.
+field in the source, as a YAML file one can edit; secrets (fields declared ``repr=False``)
+are printed without their values, as the collector's ``print-config`` redacts them.
+docs/configuration.md embeds the same text and a test keeps the two equal, so the reference
+cannot drift from the code.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import yaml
 
 from otel_eval.app.config import Config
+from otel_eval.store.base import redact_url
 
 _FIELD = re.compile(r"^\s+([a-z_][a-z0-9_]*)\s*:")
 
@@ -47,6 +50,16 @@ def _scalar(value: Any) -> str:
     return text.removesuffix("\n...").removesuffix("...").strip()
 
 
+def _redacted(value: Any) -> Any:
+    """A secret field's value as printed: tokens by name, a URL without its password, any
+    other text set as ``<redacted>`` (unset stays unset)."""
+    if isinstance(value, dict):
+        return {k: "<redacted>" for k in value}
+    if isinstance(value, str) and value:
+        return redact_url(value) if "://" in value else "<redacted>"
+    return value
+
+
 def _render(obj: Any, indent: int, lines: list[str]) -> None:
     comments = _field_comments(type(obj))
     hints = typing.get_type_hints(type(obj))
@@ -55,8 +68,8 @@ def _render(obj: Any, indent: int, lines: list[str]) -> None:
         value = getattr(obj, f.name)
         for c in comments.get(f.name, []):
             lines.append(f"{pad}# {c}".rstrip())
-        if not f.repr and isinstance(value, dict):  # secrets (tokens): names only
-            value = {k: "<redacted>" for k in value}
+        if not f.repr:  # secrets: a token's name, a URL without its password, no value
+            value = _redacted(value)
         if dataclasses.is_dataclass(value):
             lines.append(f"{pad}{f.name}:")
             _render(value, indent + 1, lines)

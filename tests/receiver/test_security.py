@@ -243,6 +243,22 @@ def test_tokens_stay_out_of_repr_and_the_config_reference(tmp_path: Path) -> Non
     assert TOKEN not in text and WRITE not in text and "agents" in text
 
 
+
+def test_every_secret_stays_out_of_the_printed_configuration() -> None:
+    # `otel-eval config --config FILE` printed the Grafana token, the Kafka SASL password
+    # and the PostgreSQL URL's password in clear (to a terminal, a CI log, an issue).
+    from otel_eval.app.configdoc import reference
+    cfg = _config(**{"issues.grafana.token": "glsa_" + "g" * 32,
+                     "kafka.security.sasl_password": "sasl-s3cret",
+                     "store.url": "postgresql://otel:pg-s3cret@db:5432/evals"})
+    text = reference(cfg)
+    for secret in ("glsa_" + "g" * 32, "sasl-s3cret", "pg-s3cret"):
+        assert secret not in text and secret not in repr(cfg)
+    assert "postgresql://otel:***@db:5432/evals" in text
+    assert "token: <redacted>" in text and "sasl_password: <redacted>" in text
+    assert "token: ''" in reference(Config())  # unset is shown unset
+
+
 def test_tokens_and_certificates_come_from_the_environment(tmp_path: Path, pki: Pki) -> None:
     from otel_eval.app.config import load_config
     path = tmp_path / "c.yaml"

@@ -37,7 +37,7 @@ class KafkaSecurityConfig:
     # SASL user name; use ${ENV} substitution in YAML to keep it out of files.
     sasl_username: str = ""
     # SASL password; use ${ENV} substitution (Helm: a Secret mapped to an env var).
-    sasl_password: str = ""
+    sasl_password: str = field(default="", repr=False)
     # PEM file of the CA that signed the brokers' certificates; empty = system trust store.
     tls_ca_file: str = ""
     # PEM client certificate and key for mutual TLS; both empty = no client certificate.

@@ -24,7 +24,7 @@ class GrafanaConfig:
     url: str = ""
     # Service-account token sent as "Authorization: Bearer <token>". Put "${GRAFANA_TOKEN}"
     # in the YAML: the config loader substitutes it; nothing here reads the environment.
-    token: str = ""
+    token: str = field(default="", repr=False)
     # UID of the dashboard the annotations belong to; empty posts organization annotations.
     dashboard_uid: str = ""
     # Panel id within that dashboard; 0 means the whole dashboard.
