@@ -6,6 +6,7 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
 from judge_fake_llm import FakeLLM, Reply, completion, error, good
 from judge_fixtures import config
 from support.clock import ManualClock
@@ -174,3 +175,21 @@ def test_retry_after_http_date_and_garbage() -> None:
     assert retry_after_s(E({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"})) == 0.0
     assert retry_after_s(E({"retry-after": "soon"})) is None
     assert retry_after_s(E({})) is None
+
+
+@pytest.mark.parametrize("status", [520, 522, 529])
+def test_every_5xx_is_retried_with_backoff(llm: FakeLLM, status: int) -> None:
+    """A 5xx litellm has no class for (Cloudflare's 520-524, Anthropic's 529 overloaded)
+    came back as a bare APIError and ended the call at once, though 5xx are retried."""
+    clock = ManualClock()
+    llm.script(error(status), error(status, {"Retry-After": "3"}), good(GOOD))
+    r = call(client(llm, clock, backoff_initial_s=2.0, max_retries=3))
+    assert (r.status, r.attempts, clock.sleeps) == ("ok", 3, [2.0, 3.0]), r.error
+
+
+def test_5xx_exhausted_is_error_and_4xx_without_a_class_is_not_retried(llm: FakeLLM) -> None:
+    llm.script(error(529), error(529), error(409), good(GOOD))
+    r = call(client(llm, max_retries=1))
+    assert (r.status, r.attempts) == ("error", 2)
+    r = call(client(llm, max_retries=1))
+    assert (r.status, r.attempts) == ("error", 1)

@@ -79,6 +79,16 @@ class CallResult:
     usage_implausible: int = 0  # replies whose reported usage was replaced by an estimate
 
 
+def hinted(e: BaseException) -> bool:
+    """A rate limit or a server's failure (retried, after its Retry-After if it sends one):
+    litellm's classes for them, and any other 5xx (520-524 from a CDN, Anthropic's 529
+    overloaded: litellm has no class for those and raises a bare ``APIError``)."""
+    if isinstance(e, _HINTED):
+        return True
+    status = getattr(e, "status_code", None)
+    return isinstance(e, litellm.APIError) and isinstance(status, int) and 500 <= status < 600
+
+
 def retry_after_s(exc: BaseException) -> float | None:
     """Seconds from a Retry-After / retry-after-ms header on a provider error, if any."""
     response = getattr(exc, "response", None)
@@ -349,9 +359,9 @@ class JudgeClient:
                 result.status, result.error = status, error_text(e)
                 if isinstance(e, TimeoutError):
                     result.error = f"no whole reply within timeout_s {c.timeout_s:g}"
-                hinted = retry_after_s(e) if isinstance(e, _HINTED) else None
-                if delay is None and hinted is not None and hinted > c.backoff_max_s:
-                    result.error += (f" (Retry-After {hinted:g} s is over backoff_max_s "
+                hint = retry_after_s(e) if hinted(e) else None
+                if delay is None and hint is not None and hint > c.backoff_max_s:
+                    result.error += (f" (Retry-After {hint:g} s is over backoff_max_s "
                                      f"{c.backoff_max_s:g}: not waited for)")
                 if delay is None or attempt == c.max_retries:
                     return None
@@ -375,14 +385,14 @@ class JudgeClient:
         backoff = self._backoff.delay_s(attempt)
         if isinstance(e, (litellm.Timeout, TimeoutError)):
             return "timeout", backoff
-        if isinstance(e, _HINTED):
+        if hinted(e):
             status: CallStatus = ("rate_limited" if isinstance(e, litellm.RateLimitError)
                                   else "error")
-            hinted = retry_after_s(e)
-            if hinted is None:
+            hint = retry_after_s(e)
+            if hint is None:
                 return status, backoff
             # a hint past the cap is a failure now, not a worker asleep for an hour
-            return status, hinted if hinted <= c.backoff_max_s else None
+            return status, hint if hint <= c.backoff_max_s else None
         return "error", None
 
     def _account(self, response: Any, request: dict[str, Any], text: str,
