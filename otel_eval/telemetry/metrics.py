@@ -285,8 +285,8 @@ class JudgeMetrics:
         self.c_cost = c("judge_cost_usd", "Judge spend, USD (litellm's accounting).", ["judge"])
         self.c_usage_implausible = c(
             "judge_usage_implausible", "Judge replies whose reported token usage was "
-            "implausible (negative, fractional, over twice the text's size), replaced by an "
-            "estimate.", ["judge"])
+            "missing or implausible (no prompt tokens, negative, fractional, over twice the "
+            "text's size), replaced by an estimate.", ["judge"])
         self.h_latency = h("judge_call_duration_seconds", "Judge call latency.", ["judge"],
                            LATENCY_BUCKETS)
         self.c_skipped = c("judge_skipped", "Traces and sessions not judged, by reason.",

@@ -161,6 +161,30 @@ def test_implausible_usage_is_replaced_by_an_estimate_and_counted(
     assert 0 < r.cost_usd < 0.001 and not c.over_budget()  # gpt-4o-mini: a few tokens
 
 
+@pytest.mark.parametrize("usage", [
+    None,  # a server that sends no usage (litellm fills zeros)
+    {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+])
+def test_a_reply_without_usage_is_estimated_and_spent_against_the_budget(
+        llm: FakeLLM, usage: dict[str, Any] | None) -> None:
+    """A reply whose usage was absent (or all zeros) cost 0 tokens and $0: its calls were
+    never spent against max_cost_usd_per_hour, which then never stopped a provider that
+    omits usage, and the stored totals and cost metrics said the judge was free."""
+    clock = ManualClock()
+    c = JudgeClient(config(llm.api_base, max_cost_usd_per_hour=1e-6), clock=clock,
+                    sleep=clock.sleep)
+    reply = _reply(usage=usage)
+    if usage is None:
+        del reply.body["usage"]
+    llm.script(reply, _reply())
+    r = asyncio.run(c.call(MESSAGES, trace_schema(), "trace"))
+    assert (r.status, r.data, r.usage_implausible) == ("ok", GOOD, 1), r.error
+    assert r.input_tokens > 0 and r.output_tokens > 0 and r.cost_usd > 0
+    assert c.over_budget()  # the next call is not sent
+    assert asyncio.run(c.call(MESSAGES, trace_schema(), "trace")).status == "budget_exceeded"
+    assert len(llm.requests) == 1
+
+
 @pytest.mark.parametrize(("value", "expected"), [
     (None, 0), (0, 0), (100, 100), (100.0, 100), (101, None), (-1, None), (10.5, None),
     (float("nan"), None), (float("inf"), None), (True, None), ("7", None)])

@@ -159,15 +159,17 @@ def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return data
 
 
-def plausible_tokens(value: Any, ceiling: int) -> int | None:
-    """A reported token count if it is a whole number from 0 to ``ceiling``, else None. The
-    provider's usage is spent against the budget and counted in metrics: 1e30 prompt tokens
-    spent the hourly budget in one reply, a negative count made a counter raise."""
+def plausible_tokens(value: Any, ceiling: int, floor: int = 0) -> int | None:
+    """A reported token count if it is a whole number from ``floor`` to ``ceiling``, else
+    None. The provider's usage is spent against the budget and counted in metrics: 1e30
+    prompt tokens spent the hourly budget in one reply, a negative count made a counter
+    raise, and a usage left out (0, as litellm fills it) made every call free."""
     if value is None:
-        return 0  # not reported (litellm fills 0 when a server sends no usage)
+        value = 0  # not reported (litellm fills 0 when a server sends no usage)
     if isinstance(value, float) and value.is_integer():  # NaN and infinities are not
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= ceiling:
+    if isinstance(value, bool) or not isinstance(value, int) or not (
+            floor <= value <= ceiling):
         return None
     return value
 
@@ -404,7 +406,9 @@ class JudgeClient:
         usage = getattr(response, "usage", None)
         sent = len(json.dumps(request["messages"])) + len(json.dumps(
             request.get("response_format") or {}))
-        tin = plausible_tokens(getattr(usage, "prompt_tokens", None), 2 * sent + _FRAMING)
+        # a prompt is never 0 tokens: 0 is a usage not reported (or a lie), so estimated
+        tin = plausible_tokens(getattr(usage, "prompt_tokens", None), 2 * sent + _FRAMING,
+                               floor=1)
         tout = plausible_tokens(getattr(usage, "completion_tokens", None),
                                 2 * max(c.max_output_tokens, reply_bytes(text)) + _FRAMING)
         reported = tin is not None and tout is not None
