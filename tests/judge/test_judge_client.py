@@ -193,3 +193,24 @@ def test_5xx_exhausted_is_error_and_4xx_without_a_class_is_not_retried(llm: Fake
     assert (r.status, r.attempts) == ("error", 2)
     r = call(client(llm, max_retries=1))
     assert (r.status, r.attempts) == ("error", 1)
+
+
+def test_a_retry_after_that_is_no_number_of_seconds_is_unknown() -> None:
+    """``nan`` and ``inf`` parsed as floats: ``nan`` (or ``inf``) in retry-after-ms hid a
+    valid Retry-After beside it, and either ended the call as a hint over backoff_max_s."""
+    class E(Exception):
+        def __init__(self, headers: dict[str, str]) -> None:
+            self.litellm_response_headers = headers
+
+    for bad in ("nan", "inf", "-inf", "NaN"):
+        assert retry_after_s(E({"retry-after": bad})) is None
+        assert retry_after_s(E({"retry-after-ms": bad, "retry-after": "2"})) == 2.0
+    assert retry_after_s(E({"retry-after-ms": "2500"})) == 2.5
+
+
+def test_429_with_an_unreadable_retry_after_is_retried_on_the_backoff(llm: FakeLLM) -> None:
+    clock = ManualClock()
+    llm.script(error(429, {"Retry-After": "nan"}), error(429, {"retry-after-ms": "inf"}),
+               good(GOOD))
+    r = call(client(llm, clock, backoff_initial_s=1.0))
+    assert (r.status, r.attempts, clock.sleeps) == ("ok", 3, [1.0, 2.0]), r.error

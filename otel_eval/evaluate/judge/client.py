@@ -89,24 +89,29 @@ def hinted(e: BaseException) -> bool:
     return isinstance(e, litellm.APIError) and isinstance(status, int) and 500 <= status < 600
 
 
+def _seconds(value: Any) -> float | None:
+    """A header's number, at least 0; None when it is none (absent, a date, ``nan``,
+    ``inf``: not a delay, so unknown, and the schedule's backoff applies)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return max(number, 0.0) if math.isfinite(number) else None
+
+
 def retry_after_s(exc: BaseException) -> float | None:
     """Seconds from a Retry-After / retry-after-ms header on a provider error, if any."""
     response = getattr(exc, "response", None)
     headers = getattr(response, "headers", None) or getattr(exc, "litellm_response_headers", None)
     if not headers:
         return None
-    if (ms := headers.get("retry-after-ms")) is not None:
-        try:
-            return max(float(ms) / 1000, 0.0)
-        except ValueError:
-            pass
+    if (ms := _seconds(headers.get("retry-after-ms"))) is not None:
+        return ms / 1000
     value = headers.get("retry-after")
     if value is None:
         return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
+    if (seconds := _seconds(value)) is not None:
+        return seconds
     try:  # HTTP-date form
         return max(email.utils.parsedate_to_datetime(value).timestamp() - time.time(), 0.0)
     except (TypeError, ValueError):
