@@ -88,7 +88,7 @@ class _Counting(Judge):
         self.built += 1
         return super().redacted(request)
 
-    async def call(self, request: Request) -> CallResult:
+    async def call(self, request: Request, cut: Any = None) -> CallResult:
         self.ahead.append(self.built - self.done)
         await asyncio.sleep(0)  # the other senders run
         self.done += 1

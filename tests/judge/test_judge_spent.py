@@ -9,7 +9,8 @@ import sqlite3
 import threading
 from typing import Any
 
-from judge_fake_llm import FakeLLM, Reply, good
+import pytest
+from judge_fake_llm import FakeLLM, Reply, completion, good
 from judge_fixtures import config, evaluation
 
 from otel_eval.base.results import Evaluation
@@ -111,3 +112,38 @@ def test_a_judgement_cut_by_the_stop_keeps_its_spent_calls(llm: FakeLLM) -> None
     (ev, reason), = skipped
     assert reason == "shutdown" and ev.judge is not None
     assert ev.judge.get("totals", {}).get("calls") == 1, ev.judge
+
+
+def test_a_call_cut_during_its_repair_keeps_the_reply_it_paid_for(llm: FakeLLM) -> None:
+    """A reply paid for, then the stop while its repair was under way: the call's figures
+    were dropped with it (not in the stored totals, nor in the metrics), though its cost was
+    spent against the hourly budget."""
+    calls, asked = Calls(), threading.Event()
+
+    def route(body: dict[str, Any]) -> Reply:
+        if len(body["messages"]) > 2:  # the repair round trip: a slow model at the stop
+            asked.set()
+            return Reply(hang=True)
+        return completion("the run looks fine to me")  # not JSON: paid, then repaired
+
+    llm.route = route
+    skipped: list[tuple[Evaluation, str]] = []
+    judge = Judge(config(llm.api_base, enabled=("trace",)), observer=calls)
+
+    async def main() -> None:
+        q = JudgeQueue(judge, 10, lambda ev: None,
+                       lambda ev, reason: skipped.append((ev, reason)))
+        await q.start()
+        q.submit(evaluation())
+        assert await asyncio.to_thread(asked.wait, 30)
+        await q.shutdown(0.0)
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+    assert calls.paid == [("trace", "error")]  # counted in the metrics, as cut
+    (ev, reason), = skipped
+    assert reason == "shutdown" and ev.judge is not None
+    totals = ev.judge.get("totals", {})
+    assert (totals.get("calls"), totals.get("tokens")) == (
+        1, {"input": 1000, "output": 100}), ev.judge
+    spent = judge.client.budget.spent(judge.client.clock())  # what the budget counted
+    assert totals["cost_usd"] > 0 and spent == pytest.approx(totals["cost_usd"])

@@ -254,8 +254,11 @@ class JudgeClient:
         return self.budget.exceeded(self.clock())
 
     async def call(self, messages: Messages, schema: Schema, name: str = "judge",
-                   check: Check | None = None) -> CallResult:
-        result = CallResult("ok", model=self.config.model)
+                   check: Check | None = None, result: CallResult | None = None) -> CallResult:
+        """The call's result; ``result``, when given, is filled as the call goes (a caller
+        whose call is cancelled still reads what its requests made and cost)."""
+        if result is None:
+            result = CallResult("ok", model=self.config.model)
         if self.over_budget():
             result.status, result.error = "budget_exceeded", "hourly judge budget spent"
             return result

@@ -194,21 +194,43 @@ class Judge:
                             "tau_task": c.tau_task},
                 "totals": collector.totals()}
 
-    async def call(self, request: Request) -> CallResult:
+    async def call(self, request: Request,
+                   cut: Callable[[CallResult], object] | None = None) -> CallResult:
         """One call through the shared client (limits, budget, retries, validation), counted
-        by the observer under ``request.name``; the messages are sent as given (redacted)."""
-        result = await self.client.call(request.messages, request.schema, request.name,
-                                        request.check)
+        by the observer under ``request.name``; the messages are sent as given (redacted).
+        Cancelled (the stop, or its judgement ended) after a reply came (a repair under way),
+        it is counted as an ``error`` with the replies it had paid for, and ``cut(result)``
+        records them where the caller keeps its spending; then the cancel goes on."""
+        result = CallResult("ok", model=self.config.model)
+        started = self.client.clock()
+        try:
+            await self.client.call(request.messages, request.schema, request.name,
+                                   request.check, result)
+        except asyncio.CancelledError:
+            if result.input_tokens:  # a reply paid for (every reply has input tokens)
+                result.status, result.data = "error", None
+                result.latency_s = max(self.client.clock() - started, 0.0)
+                result.error = "cut before it ended (the stop, or its judgement ended)"
+                self._observe(request, result)
+                if cut is not None:
+                    cut(result)
+            raise
+        self._observe(request, result)
+        return result
+
+    def _observe(self, request: Request, result: CallResult) -> None:
         self.observer.call(request.name, result.status, result.input_tokens,
                            result.output_tokens, result.cost_usd, result.latency_s)
         if result.usage_implausible:
             self.observer.usage_implausible(request.name, result.usage_implausible)
         if result.status != "ok":
             log.warning("judge %s call: %s %s", request.name, result.status, result.error)
-        return result
 
     async def _send(self, request: Request, collector: Collector) -> None:
-        collector.apply(request, await self.call(request))
+        def cut(result: CallResult) -> None:
+            collector.apply(request, result)
+
+        collector.apply(request, await self.call(request, cut))
 
     async def _send_each(self, requests: Iterator[Request], collector: Collector) -> None:
         """Sends the next of ``requests`` (shared by the trace's senders) until none is left."""
@@ -229,8 +251,8 @@ class Judge:
         criteria: Criteria | None = await asyncio.to_thread(self.rubric_cache.get, key)
         entry["cache"] = "hit" if criteria else "miss"
         if not criteria:
-            gen = await self.call(self.redacted(prompting.rubric_generate(self.prompts,
-                                                                           rendered.task)))
+            gen = await self.call(self.redacted(prompting.rubric_generate(
+                self.prompts, rendered.task)), lambda cut: collector.add_call("rubric", cut))
             collector.add_call("rubric", gen)
             if gen.data is None:
                 return
@@ -238,7 +260,8 @@ class Judge:
                         for c in gen.data["criteria"]]
             await asyncio.to_thread(self.rubric_cache.put, key, criteria, self.config.model)
         check = await self.call(self.redacted(prompting.rubric_verify(
-            self.prompts, rendered, criteria, self.shape_in_prompt)))
+            self.prompts, rendered, criteria, self.shape_in_prompt)),
+            lambda cut: collector.add_call("rubric", cut))
         collector.add_call("rubric", check)
         if check.data is None:
             return
