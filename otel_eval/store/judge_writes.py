@@ -14,25 +14,42 @@ re-evaluated since, so the judgement is of an old revision) or the store's excep
 result) and run ``after(stored)`` once the store answered (the judge's journal entry cleared,
 or kept for the judgement's events); ``call`` runs
 other work in order with the writes (the journal of pending judge work).
+
+A write the store refuses for its state (``failures.STORE_REFUSALS``: full, read-only,
+locked, unreachable, timed out) is a judgement paid for: it is written again after a
+back-off (1 s doubling to 30 s, the store's ``write_retry_*`` defaults), as the engine waits
+out such a store, instead of being dropped with the row left judge-less; the writes made
+after it wait behind it, in order. Any other failure (a value the driver refuses) ends it.
 """
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from otel_eval.base.backoff import Backoff
 from otel_eval.store.base import EvaluationStore
+from otel_eval.store.failures import STORE_REFUSALS, write_failure
+
+log = logging.getLogger(__name__)
+
+# store.write_retry_initial_interval_s / write_retry_max_interval_s, as their defaults
+RETRY = Backoff(1.0, 30.0)
 
 _Write = tuple[Future[bool], Callable[[], bool]]
 Judgement = dict[str, Any]
 
 
 class JudgeWrites:
-    def __init__(self, store: EvaluationStore, name: str = "otel-eval-judge-writer") -> None:
+    def __init__(self, store: EvaluationStore, name: str = "otel-eval-judge-writer",
+                 backoff: Backoff = RETRY) -> None:
         self._store = store
+        self._backoff = backoff  # between the attempts of a write the store refuses
         self._calls: queue.SimpleQueue[_Write | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._stopped = False
@@ -48,13 +65,36 @@ class JudgeWrites:
         evaluation judged: revision and time), then ``after(stored)``; RuntimeError once
         stopped."""
         def write() -> bool:
-            stored = self._store.put_judge(trace_id, revision,
-                                           shape(judge) if shape is not None else judge,
-                                           evaluated_at_ns)
+            shaped = shape(judge) if shape is not None else judge
+            stored = self._until_taken(lambda: self._store.put_judge(
+                trace_id, revision, shaped, evaluated_at_ns), f"trace {trace_id}")
             if after is not None:
                 after(stored)
             return stored
         return self.call(write)
+
+    def put_session(self, key: str, completions: int, judge: Judgement) -> Future[bool]:
+        """Queue ``store.put_session_judge(key, completions, judge)`` (a session's judgement,
+        onto the completion it judged); RuntimeError once stopped."""
+        return self.call(lambda: self._until_taken(
+            lambda: self._store.put_session_judge(key, completions, judge), f"session {key}"))
+
+    def _until_taken(self, put: Callable[[], bool], what: str) -> bool:
+        """``put()``, again after the back-off while the store refuses it for its state."""
+        attempt = 0
+        while True:
+            try:
+                return put()
+            except Exception as e:
+                reason = write_failure(e)
+                if reason not in STORE_REFUSALS:
+                    raise
+                delay = self._backoff.delay_s(attempt)
+                log.warning("the store refused the judge result of %s (%s: %s); "
+                            "written again in %.1f s", what, reason, type(e).__name__,
+                            delay)
+                attempt += 1
+                time.sleep(delay)
 
     def call(self, fn: Callable[[], bool]) -> Future[bool]:
         """Queue ``fn()`` in order with the writes; RuntimeError once stopped."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
@@ -18,12 +19,14 @@ from judge_fixtures import combined_reply, config, evaluation
 from prometheus_client import CollectorRegistry
 
 from otel_eval.base.aio import LoopThread
+from otel_eval.base.backoff import Backoff
 from otel_eval.base.model import Trace
 from otel_eval.evaluate.judge import Judge
 from otel_eval.evaluate.judge.config import SamplingConfig
 from otel_eval.evaluate.judge.rubric_cache import Criteria, MemoryRubricCache, rubric_key
 from otel_eval.evaluate.judge.stage import JudgeStage
 from otel_eval.store import SqliteStore
+from otel_eval.store.judge_writes import JudgeWrites
 from otel_eval.store.sessions import session_key
 from otel_eval.telemetry.metrics import Metrics
 
@@ -262,3 +265,85 @@ def test_a_session_after_the_loop_closed_is_a_counted_skip(tmp_path: Path) -> No
     assert registry.get_sample_value("otel_eval_judge_skipped_total",
                                      {"reason": "shutdown"}) == 1
     store.close()
+
+
+class RefusingStore(SqliteStore):
+    """``put_judge`` refused ``refusals`` times as a store refuses a write (the lock held
+    past the busy timeout), then taken."""
+
+    def __init__(self, path: str, refusals: int) -> None:
+        super().__init__(path)
+        self.open()
+        self.refusals = refusals
+        self.session_writes = 0
+
+    def put_judge(self, trace_id: str, revision: int, judge: dict[str, Any],
+                  evaluated_at_ns: int | None = None) -> bool:
+        if self.refusals:
+            self.refusals -= 1
+            error = sqlite3.OperationalError("database is locked")
+            error.sqlite_errorname = "SQLITE_BUSY"
+            raise error
+        return super().put_judge(trace_id, revision, judge, evaluated_at_ns)
+
+    def put_session_judge(self, session_id: str, completions: int,
+                          judge: dict[str, Any]) -> bool:
+        self.session_writes += 1
+        if self.refusals:
+            self.refusals -= 1
+            raise OSError("connection to the store lost")
+        return super().put_session_judge(session_id, completions, judge)
+
+
+def test_a_judgement_the_store_refuses_for_a_while_is_written_once_it_takes_it(
+        tmp_path: Path) -> None:
+    """A judgement paid for was dropped on the store's first refusal (a lock held past the
+    busy timeout, a PostgreSQL failover): logged, the row left with no judge at all, and
+    marked skipped ``restart`` at the next start, though the store refusing writes is a
+    state the engine waits out (store.write_retry_*)."""
+    store = RefusingStore(str(tmp_path / "r.db"), refusals=2)
+    ev = evaluation()
+    store.put_many([ev])
+    writes = JudgeWrites(store, backoff=Backoff(0.0, 0.0))
+    writes.start()
+    judged = {"judges": {}, "overall": {"status": "ok", "passed": True}}
+    after: list[bool] = []
+    try:
+        done = writes.put(ev.trace_id, 0, judged, after=after.append,
+                          evaluated_at_ns=ev.evaluated_at_ns)
+        assert done.result(30) is True
+    finally:
+        writes.stop()
+    assert after == [True] and store.refusals == 0
+    row = store.get(ev.trace_id)
+    assert row is not None and row["judge"]["overall"] == judged["overall"]
+    store.close()
+
+
+def test_a_judgement_the_store_cannot_take_is_not_retried(tmp_path: Path) -> None:
+    store = RefusingStore(str(tmp_path / "r.db"), refusals=0)
+    writes = JudgeWrites(store, backoff=Backoff(0.0, 0.0))
+    writes.start()
+    try:
+        done = writes.put("1" * 32, 0, {"judges": {}, "overall": {"status": "ok"}},
+                          shape=lambda judge: {**judge, "bad": object()})
+        with pytest.raises(TypeError):
+            done.result(30)
+    finally:
+        writes.stop()
+        store.close()
+
+
+def test_a_session_judgement_the_store_refuses_for_a_while_is_written_again(
+        tmp_path: Path) -> None:
+    store = RefusingStore(str(tmp_path / "r.db"), refusals=2)
+    writes = JudgeWrites(store, backoff=Backoff(0.0, 0.0))
+    writes.start()
+    try:
+        done = writes.put_session(session_key("shop", "conv-a"), 1,
+                                  {"judges": {}, "overall": {"status": "ok"}})
+        assert done.result(30) is False  # taken by the store (no completion of that number)
+    finally:
+        writes.stop()
+        store.close()
+    assert (store.session_writes, store.refusals) == (3, 0)

@@ -337,8 +337,7 @@ class JudgeStage:
         key = session_key(record.get("service"), session_id)  # the row its record is in
         completions = int(record.get("completion") or 0) + 1  # the row counts from 1
         try:
-            write = self._writer.call(
-                lambda: self.store.put_session_judge(key, completions, judge))
+            write = self._writer.put_session(key, completions, judge)
         except RuntimeError:  # the writer has stopped: the shutdown deadline passed
             log.warning("judge result of session %r not stored: the stage has stopped",
                         session_id)
