@@ -251,6 +251,38 @@ def test_a_session_judgement_cut_by_the_stop_is_a_counted_shutdown_skip(
         store.close()
 
 
+def test_a_session_judgement_that_raises_is_a_counted_worker_error_skip(
+        llm: FakeLLM, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session judgement ended by an exception was stored as status ``error`` and counted
+    nowhere, though a session not judged is skipped with its reason and counted in
+    otel_eval_judge_skipped_total (docs/sessions.md), as a trace's judgement that raises is
+    (``worker_error``)."""
+    registry = CollectorRegistry()
+    store = SessionJudgeStore(str(tmp_path / "s.db"))
+    loop = LoopThread()
+    loop.start()
+    stage = JudgeStage(config(llm.api_base), loop, store, Metrics(registry))
+    stage.start()
+
+    async def broken(record: dict[str, Any], turns: Any, spent: Any = None) -> dict[str, Any]:
+        raise RuntimeError("a bug in rendering this conversation")
+
+    assert stage.judge is not None
+    monkeypatch.setattr(stage.judge, "judge_session", broken)
+    try:
+        stage.judge_session({"session_id": "conv-a", "service": "shop", "completion": 0},
+                            [{"trace_id": "a1" * 16}], 40)
+        assert store.written.wait(30)
+        assert [(key, n, judge["overall"]) for key, n, judge in store.session_judges] == [
+            (session_key("shop", "conv-a"), 1, {"status": "skipped", "reason": "worker_error"})]
+        assert registry.get_sample_value("otel_eval_judge_skipped_total",
+                                         {"reason": "worker_error"}) == 1
+    finally:
+        stage.shutdown(5.0)
+        loop.stop()
+        store.close()
+
+
 def test_a_session_after_the_loop_closed_is_a_counted_skip(tmp_path: Path) -> None:
     """The session job's thread handing a completion over once the loop has closed: counted
     as skipped ``shutdown``, never raised into the session job (as ``export``)."""

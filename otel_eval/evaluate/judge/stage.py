@@ -326,8 +326,8 @@ class JudgeStage:
         except Exception as e:  # the stage boundary: said, counted, judging goes on
             log.error("judging session %r failed: %s", record.get("session_id"),
                       type(e).__name__, exc_info=e)
-            judge = {"judges": {}, "overall": {"status": "error", "error": type(e).__name__},
-                     **spent.spent()}
+            self.metrics.judge.skip("worker_error")  # as a trace's judgement that raises
+            judge = skipped_judge("worker_error", spent)
         self._write_session(record, judge)
 
     def _write_session(self, record: dict[str, Any],
