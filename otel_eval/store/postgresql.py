@@ -432,10 +432,8 @@ class PostgresStore(KeptSessions):
 
     def session_turns(self, session_id: str, limit: int,
                       max_chars: int = 1 << 62) -> StoredTurns:
-        rows_sql, count_sql = turns_sql("%s")
-        rows = self._rows(rows_sql, (session_id, max_chars, limit))
-        total = self._rows(count_sql, (session_id,))[0][0]
-        return stored_turns(rows, total)
+        return stored_turns(self._rows(turns_sql("%s"),
+                                       (session_id, session_id, max_chars, limit)))
 
     def count(self) -> int:
         return int(self._rows("SELECT COUNT(*) FROM evaluations", ())[0][0])

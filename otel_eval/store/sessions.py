@@ -227,20 +227,23 @@ def session_list_sql(q: SessionQuery, mark: str, after: SessionCursor | None,
     return sql, [*args, n]
 
 
-def turns_sql(mark: str) -> tuple[str, str]:
-    """(the newest turns (evaluated_at_ns, body) of one session, newest first: at most LIMIT,
-    and past the first at most a number of characters of JSON in all (a running sum: the
-    turn that would go past it and those after are not read); how many it has). Arguments:
-    session id, characters, limit; session id."""
-    return (f"SELECT evaluated_at_ns, body FROM (SELECT evaluated_at_ns, trace_id, body, "
+def turns_sql(mark: str) -> str:
+    """The newest turns (evaluated_at_ns, body, how many the session has) of one session,
+    newest first: at most LIMIT (at least 1), and past the first at most a number of
+    characters of JSON in all (a running sum: the turn that would go past it and those after
+    are not read). One statement: the turns and their count are one snapshot (two, and a
+    retention batch or another worker's turn committed between them gave a count that was
+    not the turns': a negative or false ``turns_cut``). Arguments: session id, session id,
+    characters, limit."""
+    return (f"SELECT evaluated_at_ns, body, (SELECT COUNT(*) FROM evaluations WHERE "
+            f"session_id = {mark}) FROM (SELECT evaluated_at_ns, trace_id, body, "
             f"LENGTH(body) AS size, SUM(LENGTH(body)) OVER (ORDER BY evaluated_at_ns DESC, "
             f"trace_id ROWS UNBOUNDED PRECEDING) AS upto FROM evaluations WHERE "
             f"session_id = {mark}) AS turns WHERE upto = size OR upto <= {mark} "
-            f"ORDER BY evaluated_at_ns DESC, trace_id LIMIT {mark}",
-            f"SELECT COUNT(*) FROM evaluations WHERE session_id = {mark}")
+            f"ORDER BY evaluated_at_ns DESC, trace_id LIMIT {mark}")
 
 
-def stored_turns(rows: list[Any], total: int) -> StoredTurns:
-    """``StoredTurns`` of the rows ``turns_sql`` selects."""
-    return StoredTurns([json.loads(r[1]) for r in rows], int(total),
+def stored_turns(rows: list[Any]) -> StoredTurns:
+    """``StoredTurns`` of the rows ``turns_sql`` selects (none: the session has no turn)."""
+    return StoredTurns([json.loads(r[1]) for r in rows], int(rows[0][2]) if rows else 0,
                        int(rows[0][0]) if rows else 0, sum(len(r[1]) for r in rows))

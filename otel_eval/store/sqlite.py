@@ -323,11 +323,10 @@ class SqliteStore(KeptSessions):
 
     def session_turns(self, session_id: str, limit: int,
                       max_chars: int = 1 << 62) -> StoredTurns:
-        rows_sql, count_sql = turns_sql("?")
         with self._lock:  # one session's turns (indexed), and their count as of the same read
-            rows = self._db.execute(rows_sql, (session_id, max_chars, limit)).fetchall()
-            total = self._db.execute(count_sql, (session_id,)).fetchone()[0]
-        return stored_turns(rows, total)
+            rows = self._db.execute(turns_sql("?"),
+                                    (session_id, session_id, max_chars, limit)).fetchall()
+        return stored_turns(rows)
 
     def count(self) -> int:
         with self._lock:
