@@ -433,7 +433,7 @@ class PostgresStore(KeptSessions):
     def session_turns(self, session_id: str, limit: int,
                       max_chars: int = 1 << 62) -> StoredTurns:
         return stored_turns(self._rows(turns_sql("%s"),
-                                       (session_id, session_id, max_chars, limit)))
+                                       (session_id, session_id, limit, max_chars, session_id)))
 
     def count(self) -> int:
         return int(self._rows("SELECT COUNT(*) FROM evaluations", ())[0][0])

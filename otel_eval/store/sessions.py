@@ -233,14 +233,25 @@ def turns_sql(mark: str) -> str:
     characters of JSON in all (a running sum: the turn that would go past it and those after
     are not read). One statement: the turns and their count are one snapshot (two, and a
     retention batch or another worker's turn committed between them gave a count that was
-    not the turns': a negative or false ``turns_cut``). Arguments: session id, session id,
-    characters, limit."""
-    return (f"SELECT evaluated_at_ns, body, (SELECT COUNT(*) FROM evaluations WHERE "
-            f"session_id = {mark}) FROM (SELECT evaluated_at_ns, trace_id, body, "
-            f"LENGTH(body) AS size, SUM(LENGTH(body)) OVER (ORDER BY evaluated_at_ns DESC, "
-            f"trace_id ROWS UNBOUNDED PRECEDING) AS upto FROM evaluations WHERE "
-            f"session_id = {mark}) AS turns WHERE upto = size OR upto <= {mark} "
-            f"ORDER BY evaluated_at_ns DESC, trace_id LIMIT {mark}")
+    not the turns': a negative or false ``turns_cut``). The work is bounded by the bounds,
+    not by the session: a recursive walk reads the turns newest first, each the next along
+    the session index after the last one, until LIMIT or until the sum goes past; the count
+    reads the index only. Before, the running sum took the length of every stored body of
+    the session at each read (a conversation id with thousands of large turns made each
+    completion read them all). Arguments: session id, session id, limit, characters,
+    session id."""
+    newest = (f"SELECT trace_id FROM evaluations WHERE session_id = {mark} {{}}"
+              f"ORDER BY evaluated_at_ns DESC, trace_id LIMIT 1")
+    # after the last one read: a range of the session index, then past its ties
+    after = "AND evaluated_at_ns <= w.at AND (evaluated_at_ns < w.at OR trace_id > w.id) "
+    return (f"WITH RECURSIVE walk (k, at, id, body, upto) AS (SELECT 1, evaluated_at_ns, "
+            f"trace_id, body, CAST(LENGTH(body) AS BIGINT) FROM evaluations WHERE trace_id = "
+            f"({newest.format('')}) UNION ALL SELECT w.k + 1, e.evaluated_at_ns, e.trace_id, "
+            f"e.body, w.upto + LENGTH(e.body) FROM walk w JOIN evaluations e ON e.trace_id = "
+            f"({newest.format(after)}) WHERE w.k < {mark} AND "
+            f"w.upto + LENGTH(e.body) <= {mark}) "
+            f"SELECT at, body, (SELECT COUNT(*) FROM evaluations WHERE session_id = {mark}) "
+            f"FROM walk ORDER BY k")
 
 
 def stored_turns(rows: list[Any]) -> StoredTurns:

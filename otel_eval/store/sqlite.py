@@ -324,8 +324,8 @@ class SqliteStore(KeptSessions):
     def session_turns(self, session_id: str, limit: int,
                       max_chars: int = 1 << 62) -> StoredTurns:
         with self._lock:  # one session's turns (indexed), and their count as of the same read
-            rows = self._db.execute(turns_sql("?"),
-                                    (session_id, session_id, max_chars, limit)).fetchall()
+            rows = self._db.execute(turns_sql("?"), (session_id, session_id, limit, max_chars,
+                                                     session_id)).fetchall()
         return stored_turns(rows)
 
     def count(self) -> int:

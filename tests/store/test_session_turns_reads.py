@@ -107,3 +107,83 @@ def test_a_sessions_turns_and_their_count_are_one_read(
     record = SessionReader(store, SessionsConfig()).record(key)
     assert record is not None and record["counts"]["turns_cut"] == 0
     assert record["counts"]["turns"] == 2
+
+
+class _Measured:
+    """A PostgreSQL connection whose statements reading evaluations run in a transaction of
+    their own, the blocks they fetch of ``evaluations``' TOAST table (where a large body is
+    kept) added to ``blocks``."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.blocks = 0
+        self._toast = inner.execute("SELECT reltoastrelid FROM pg_class WHERE relname = "
+                                    "'evaluations'").fetchone()[0]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def execute(self, sql: Any, *args: Any, **kwargs: Any) -> Any:
+        if "FROM evaluations" not in str(sql):
+            return self._inner.execute(sql, *args, **kwargs)
+        fetched = "SELECT pg_stat_get_xact_blocks_fetched(%s)"
+        with self._inner.transaction():  # the counts not flushed yet: read before and after
+            before = self._inner.execute(fetched, (self._toast,)).fetchone()[0]
+            rows = self._inner.execute(sql, *args, **kwargs).fetchall()
+            self.blocks += self._inner.execute(fetched, (self._toast,)).fetchone()[0] - before
+        return _Done(rows)
+
+
+def _big_turns(n: int, pad: int) -> list[Evaluation]:
+    import random
+    rng = random.Random(7)  # text that does not compress: each body stays its size
+    turns = [_turn(i, "big", T0 + i) for i in range(1, n + 1)]
+    for ev in turns:
+        ev.trajectory.task_id = "".join(rng.choices("0123456789abcdef", k=pad))
+    return turns
+
+
+def test_reading_a_session_reads_the_turns_the_bounds_let_through_not_all(
+        stores: Callable[[], EvaluationStore]) -> None:
+    """A conversation id with many large turns (span content: anyone can send them): a read
+    cut by ``max_turns_chars`` to two turns measures and fetches the bodies of those two and
+    of the one that goes past, not every stored one. Before, the running sum took the length
+    of all 40 bodies at every read and completion (PostgreSQL fetched each from TOAST)."""
+    store = stores()
+    store.put_many(_big_turns(40, 20_000))
+    key = session_key("shop", "big")
+    size = len(str(store.get(f"{40:032x}")))  # about each turn's stored JSON
+    if hasattr(store, "_db"):  # SQLite: the characters LENGTH measures, counted
+        measured = [0]
+
+        def length(text: Any) -> int | None:
+            if text is None:
+                return None
+            measured[0] += len(text)
+            return len(text)
+        store._db.create_function("length", 1, length)  # type: ignore[attr-defined]
+        bodies, total, _, _ = store.session_turns(key, 500, int(2.5 * size))
+        assert (len(bodies), total) == (2, 40)
+        assert measured[0] <= 6 * size, measured[0] / size  # 3 bodies, at most twice each
+    else:  # PostgreSQL: the TOAST blocks the read fetched, against one body's
+        with store._lock:  # type: ignore[attr-defined]
+            conn = _Measured(store._connection())  # type: ignore[attr-defined]
+        store._conn = conn  # type: ignore[attr-defined]
+        assert store.get(f"{39:032x}") is not None  # one turn's blocks
+        one, conn.blocks = conn.blocks, 0
+        assert one > 0
+        bodies, total, _, _ = store.session_turns(key, 500, int(2.5 * size))
+        assert (len(bodies), total) == (2, 40)
+        assert conn.blocks <= 10 * one, conn.blocks / one  # a few bodies' worth, not 40
+
+
+def test_turns_of_one_time_are_read_in_trace_id_order(
+        stores: Callable[[], EvaluationStore]) -> None:
+    """Turns stored at one time (a batch) are read newest first, then by trace id, one
+    after the other however many share the time."""
+    store = stores()
+    store.put_many([_turn(i, "conv", T0 + (i > 4)) for i in (1, 2, 3, 4, 5, 6)])
+    bodies, total, last_ns, _ = store.session_turns(session_key("shop", "conv"), 4)
+    assert [int(b["trace_id"], 16) for b in bodies] == [5, 6, 1, 2]
+    assert (total, last_ns) == (6, T0 + 1)
+
