@@ -263,7 +263,9 @@ def sql(m: str, char: str, instr: str) -> dict[str, str]:
                   f"AND completions = {m}",
         "judge": f"UPDATE sessions SET body = {m} WHERE session_id = {m} AND "
                  f"state = 'complete' AND completions = {m} AND body = {m}",
-        "open": "SELECT COUNT(*) FROM sessions WHERE state <> 'complete'",
+        # not complete: the two states named, a range of sessions_by_state each (``<>``
+        # scanned the completed ones too, as many as conversation ids were ever sent)
+        "open": "SELECT COUNT(*) FROM sessions WHERE state IN ('open', 'claimed')",
         # open and not claimed: what the open-sessions bound may still complete
         "unclaimed": "SELECT COUNT(*) FROM sessions WHERE state = 'open'",
         # the keys in a range (a conversation id's, in every service: ``keys_of``)

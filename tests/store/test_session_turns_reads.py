@@ -187,3 +187,39 @@ def test_turns_of_one_time_are_read_in_trace_id_order(
     assert [int(b["trace_id"], 16) for b in bodies] == [5, 6, 1, 2]
     assert (total, last_ns) == (6, T0 + 1)
 
+
+def test_counting_open_sessions_reads_the_open_ones_not_the_completed(tmp_path: Path) -> None:
+    """The session job counts the open (and claimed) sessions at every check. Completed ones
+    stay in the table until retention, as many as conversation ids were sent (span
+    content): the count's work is the same with 1,000 or 2,000 of them. Before, ``state <>
+    'complete'`` scanned every row of the state index, completed ones included, at every
+    check (SQLite; PostgreSQL cannot take ``<>`` as an index range either)."""
+    store = open_store(str(tmp_path / "store.db"))
+    try:
+        store.put_many([_turn(1, "a", T0 + 1), _turn(2, "b", T0 + 2)])
+        db = store._db  # type: ignore[attr-defined]
+        steps = [0]
+
+        def step() -> int:
+            steps[0] += 1
+            return 0
+
+        def completed(first: int, n: int) -> None:  # rows as the job leaves them
+            db.executemany("INSERT INTO sessions (session_id, state, first_turn_ns, "
+                           "last_turn_ns, turns, bytes, completions) VALUES "
+                           "(?, 'complete', 1, 1, 1, 1, 1)",
+                           [(f"done-{i}",) for i in range(first, first + n)])
+
+        def counted() -> tuple[int, int]:
+            steps[0] = 0
+            db.set_progress_handler(step, 1)  # a call per VM instruction
+            try:
+                return store.open_session_count(), steps[0]
+            finally:
+                db.set_progress_handler(None, 1)
+        completed(0, 1000)
+        open_n, work = counted()
+        completed(1000, 1000)
+        assert counted() == (open_n, work) and open_n == 2
+    finally:
+        store.close()
