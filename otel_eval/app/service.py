@@ -61,6 +61,9 @@ from otel_eval.base.configcheck import StartupError
 from otel_eval.evaluate import calibration, judge
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.feedback import Feedback
+from otel_eval.evaluate.judge import namer as judge_naming
+from otel_eval.evaluate.judge import synthesizer as judge_synthesis
+from otel_eval.evaluate.judge.client import CALL_STATUSES
 from otel_eval.evaluate.judge.namer import JudgeCalls, judge_namer
 from otel_eval.evaluate.judge.redact import Redactor
 from otel_eval.evaluate.judge.synthesizer import judge_synthesizer
@@ -72,6 +75,7 @@ from otel_eval.outputs import forward
 from otel_eval.outputs import kafka as results
 from otel_eval.outputs.deps import Deps
 from otel_eval.outputs.issues import job as issues_job
+from otel_eval.outputs.issues.config import IssuesConfig
 from otel_eval.outputs.issues.synthesis import REPLY_SCHEMA, check_reply
 from otel_eval.receive import kafka as kafka_front
 from otel_eval.receive.grpc import GrpcReceiver
@@ -106,6 +110,15 @@ def build_sinks(config: Config, deps: Deps) -> list[SinkComponent]:
              forward.build(config.export, deps),
              results.build(config.kafka, deps))
     return [sink for sink in sinks if sink is not None]
+
+
+def issue_call_names(config: IssuesConfig) -> tuple[str, ...]:
+    """The ``judge`` label values of the calls the issues job makes through the judge stage
+    (declared at 0 with the stage's own: OtelEvalJudgeFailing sees their first failure)."""
+    names = [judge_naming.NAME] if config.naming_max_calls > 0 else []
+    if config.synthesis_max_issues > 0 and config.synthesis_max_calls > 0:
+        names.append(judge_synthesis.NAME)
+    return tuple(names)
 
 
 class Service:
@@ -155,6 +168,8 @@ class Service:
         self.issues = issues_job.build(config.issues, deps, namer=lambda: judge_namer(jc, ask),
                                        synthesizer=lambda: judge_synthesizer(
                                            jc, REPLY_SCHEMA, check_reply, ask))
+        if self.issues is not None and lender is not None:  # their calls are the stage's
+            self.metrics.judge.call_statuses(issue_call_names(config.issues), CALL_STATUSES)
         self.retention = Retention(self.store, config.store.retention_days)
         self._feedback = Feedback(self.store, self.evaluator, self.metrics.prediction,
                                   recorded=self.metrics.calibration.outcome_recorded)

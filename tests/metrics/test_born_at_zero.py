@@ -81,3 +81,25 @@ def test_the_judge_stage_declares_its_skip_reasons(tmp_path: Path) -> None:
                        status="ok") is None  # rubric is off by default
     finally:
         store.close()
+
+
+def test_the_service_declares_the_issue_judge_calls(tmp_path: Path) -> None:
+    # the issues job's namer and merger call through the judge stage: their series are
+    # read by OtelEvalJudgeFailing too, so the first failed naming call must be seen
+    config = replace(Config(), **{"store.path": str(tmp_path / "store.db"),
+                                  "judge.model": "openai/gpt-4o-mini"})
+    service = Service(config)  # constructed, not started: nothing is opened
+    assert service.issues is not None
+    for judge in ("issue_name", "issue_merge"):
+        for status in CALL_STATUSES:
+            assert _sample(service.metrics, "otel_eval_judge_calls_total", judge=judge,
+                           status=status) == 0
+
+
+def test_no_issue_judge_calls_without_the_issues_job(tmp_path: Path) -> None:
+    config = replace(Config(), **{"store.path": str(tmp_path / "store.db"),
+                                  "judge.model": "openai/gpt-4o-mini",
+                                  "issues.interval_s": 0})
+    service = Service(config)
+    assert _sample(service.metrics, "otel_eval_judge_calls_total", judge="issue_name",
+                   status="ok") is None
