@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import sqlite3
 
-from issue_fixtures import window
+from issue_fixtures import evaluation, window
 
 from otel_eval.outputs.issues.config import IssuesConfig
 from otel_eval.outputs.issues.tracker import IssueTracker, issues_offline
@@ -37,3 +37,19 @@ def test_input_order_does_not_change_ids_or_assignments() -> None:
     assert _ids(a) == _ids(b)
     assert sorted((i.issue_id, i.title, i.critiques) for i in a.issues) == sorted(
         (i.issue_id, i.title, i.critiques) for i in b.issues)
+
+
+def test_an_issue_of_stop_words_only_keeps_its_id_across_runs() -> None:
+    # a critique with no term (a budget message such as "over") has an empty vector: its
+    # issue matched no stored one and got a new id, status "new", on every run
+    def with_stop_words(offset: int) -> list[dict[str, object]]:
+        return window(6, offset=offset) + [
+            evaluation(f"{i + 1000:032x}", [], ["over"]) for i in range(offset, offset + 6)]
+
+    tracker = IssueTracker(CFG, sqlite3.connect(":memory:"))
+    runs = [tracker.run(with_stop_words(k * 3), now=100.0 * (k + 1)) for k in range(3)]
+    over = [[i for i in r.issues if i.title == "over"] for r in runs]
+    assert all(len(o) == 1 for o in over)
+    assert len({o[0].issue_id for o in over}) == 1
+    assert [o[0].new for o in over] == [True, False, False]
+    assert not [e for r in runs[1:] for e in r.events if e.kind == "new"]

@@ -2,7 +2,8 @@
 
 Every issue found is stored (table ``issues_catalogue``: in SQLite, or in the fleet's
 PostgreSQL store when ``store.url`` is set) with its centroid as a
-sparse map feature -> weight (terms for TF-IDF, dimension numbers for dense models, so a
+sparse map feature -> weight (terms for TF-IDF, dimension numbers for dense models, the
+texts' digests for texts with no term, so a
 centroid stays comparable after the TF-IDF vocabulary changes). A new run's cluster takes
 the id of the most similar stored issue of the same level, node and embedding when the
 cosine similarity reaches ``match_similarity`` (greedy one-to-one, best pairs first);

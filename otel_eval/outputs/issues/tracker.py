@@ -68,6 +68,9 @@ log = logging.getLogger(__name__)
 
 _NAMER_EXAMPLES = 5  # central critiques shown to an injected namer
 _SYNTHESIS_EXAMPLES = 3  # central critiques per issue shown to an injected synthesizer
+# The centroid feature of a normalized text with no term (a cluster of such texts had an
+# empty centroid, matched no stored issue and got a new id every run); no term has a colon.
+_TEXT_FEATURE = "text:"
 
 
 class Annotator(Protocol):
@@ -412,10 +415,12 @@ class IssueTracker:
             cen = centroid(sub)
             ordered = central_order(sub, [unique[int(r)] for r in rows])
             rank = {int(rows[k]): r for r, k in enumerate(ordered)}
+            weights = {features[j]: float(cen[j]) for j in np.flatnonzero(cen)}
+            if not weights:  # no term (stop words only): its texts match it across runs
+                weights = {_TEXT_FEATURE + _digest(unique[int(r)]): 1.0 for r in rows}
             out.append(Cluster(
                 members=sorted(members, key=lambda m: (rank[uid[m]], group[m].text, m)),
-                centroid=sparse_centroid({features[j]: float(cen[j])
-                                          for j in np.flatnonzero(cen)}),
+                centroid=sparse_centroid(weights),
                 terms=top_terms(term_x[rows], terms, self._config.title_terms)))
         return out
 
