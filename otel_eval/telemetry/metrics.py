@@ -107,7 +107,7 @@ Metrics (counters are exposed with the ``_total`` suffix):
     prediction otel_eval_prediction_p_success{service,agent}      histogram, 0..1
                otel_eval_prediction_runs_predicted_to_fail_total{service,agent}  p_success
                below prediction.pass_threshold
-               otel_eval_prediction_labelled_total{agent,outcome}  success|failure
+               otel_eval_prediction_labelled_total{service,agent,outcome} success|failure
                otel_eval_prediction_rolling_auc{service,agent}  gauge, AUC of the last labelled
                predictions (otel_eval.telemetry.prediction)
     spool      otel_eval_spool_bytes, otel_eval_spool_requests                    gauges

@@ -13,8 +13,12 @@ Metrics (declared on the ``Metrics`` registry, agent names capped as everywhere 
     otel_eval_prediction_runs_predicted_to_fail_total{service,agent}
                                                            runs with p_success below
                                                            prediction.pass_threshold
-    otel_eval_prediction_labelled_total{agent,outcome}     success|failure, labels entering
-                                                           the window: new, or changed
+    otel_eval_prediction_labelled_total{service,agent,outcome}
+                                                           success|failure, labels entering
+                                                           the window: new, or changed (the
+                                                           window's pair; _other's declared
+                                                           at 0: after a restart, feedback
+                                                           for runs of pairs not seen since)
     otel_eval_prediction_rolling_auc{service,agent}        gauge, AUC of the window
 
 Bounded: one window per (service, agent) pair of the pair budget (``labels.SeriesCap``: the
@@ -51,6 +55,8 @@ AUC_DOC = ("AUC of the predictor's last labelled predictions (window prediction.
            "per service and agent.")
 AUC_LABELS = ["service", "agent"]
 
+
+OUTCOMES = ("success", "failure")  # the outcome label's values
 
 # p_success below which a run is predicted to fail, when no setting gives it
 PASS_THRESHOLD = 0.5
@@ -91,7 +97,9 @@ class PredictionMetrics:
                                      "Predicted traces labelled with an outcome (outcome "
                                      "attribute or feedback), by outcome: once per trace in "
                                      "the AUC window, again only when its outcome changes.",
-                                     ("agent", "outcome"))
+                                     ("service", "agent", "outcome"))
+        for outcome in OUTCOMES:  # where feedback lands after a restart: seen from its first
+            self._cap.series(self.c_labelled, OTHER, OTHER, outcome)
         # (service, agent) labels -> window: keyed by the agent alone, two services' agents of
         # one name shared a window (right on one, inverted on the other: 0.5 for both)
         self._windows: dict[tuple[str, str], RollingAuc] = {}
@@ -139,4 +147,4 @@ class PredictionMetrics:
                 window = self._windows[pair] = RollingAuc(*self._window)
             new = window.add(trace_id, p, success)
         if new:  # a repeat of the label the window holds is not counted again
-            self._cap.series(self.c_labelled, pair[1], "success" if success else "failure").inc()
+            self._cap.series(self.c_labelled, *pair, "success" if success else "failure").inc()

@@ -325,3 +325,39 @@ def test_the_issues_table_shows_the_issues_of_quiet_agents_after_a_restart(
 def _issues(r: dict[str, Any]) -> set[tuple[str, str, str]]:
     return {(s["metric"]["level"], s["metric"].get("node", ""), s["metric"]["title"])
             for s in r["data"]["result"]}
+
+
+def test_outcomes_sent_after_a_restart_show_on_the_labelled_panel(tmp_path: Path) -> None:
+    # otel-eval restarts (a rollout); a user's outcome then arrives (POST /v1/feedback) for a
+    # run stored before, of an agent that has run no trace since: it counts under
+    # _other/_other (docs/prediction.md). The "Predicted traces labelled" panel joined on
+    # the agent's completed traces, so it showed nothing; and a series born at 1 has no rate.
+    before = Metrics()
+    stored = run("7" * 32, LOOPY, SERVICE, loops=True)
+    stored.prediction = {"p_success": 0.2, "model": "success@harness"}
+    assert stored.verdict is not None
+    stored.verdict.outcome = "failure"
+    before.evaluation_stored(stored, 0.1, False)
+    process = _Restartable(before)
+    target = serve(cast(Metrics, process))
+    panel = dict(panel_queries())["Predicted traces labelled /s / A"]
+    labelled = 'otel_eval_prediction_labelled_total{agent="_other", outcome="failure"}'
+    try:
+        with prometheus_scraping(tmp_path, target.server_address[1]) as prom:
+            poll(lambda: _has_data(prom.query("otel_eval_traces_completed_total")),
+                 "Prometheus to scrape the first process", **PROMETHEUS_POLL)
+            after = Metrics()
+            process.registry = after.registry
+            poll(lambda: _has_data(prom.query("absent(otel_eval_traces_completed_total)")),
+                 "Prometheus to scrape the restarted process", **PROMETHEUS_POLL)
+            after.prediction.labelled({"trace_id": "7" * 32, "service": SERVICE,
+                                       "agent": LOOPY, "prediction": {"p_success": 0.2}},
+                                      "failure")
+            poll(lambda: _has_data(prom.query(f"{labelled} == 1")),
+                 "Prometheus to scrape the outcome", **PROMETHEUS_POLL)
+            shown = {(s["metric"].get("agent"), s["metric"]["outcome"]): float(s["value"][1])
+                     for s in prom.query(panel)["data"]["result"]}
+            assert shown.get(("_other", "failure"), 0.0) > 0, shown
+    finally:
+        target.shutdown()
+        target.server_close()

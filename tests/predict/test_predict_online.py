@@ -81,10 +81,12 @@ def test_gauge_per_agent_appears_with_enough_labels_and_goes_with_them() -> None
     assert registry.get_sample_value("otel_eval_prediction_rolling_auc",
                                      {"service": "shop", "agent": "planner"}) is None
     assert registry.get_sample_value("otel_eval_prediction_labelled_total",
-                                     {"agent": "planner", "outcome": "failure"}) == 2
+                                     {"service": "shop", "agent": "planner",
+                                      "outcome": "failure"}) == 2
     m.prediction.labelled({"trace_id": "ef" * 16, "agent": "planner"}, "success")  # none
     assert registry.get_sample_value("otel_eval_prediction_labelled_total",
-                                     {"agent": "planner", "outcome": "success"}) == 1
+                                     {"service": "shop", "agent": "planner",
+                                      "outcome": "success"}) == 1
 
 
 def test_labelled_counts_a_trace_once_per_outcome_it_takes() -> None:
@@ -97,7 +99,8 @@ def test_labelled_counts_a_trace_once_per_outcome_it_takes() -> None:
 
     def counted() -> tuple[float | None, ...]:
         return tuple(registry.get_sample_value(
-            "otel_eval_prediction_labelled_total", {"agent": "planner", "outcome": o})
+            "otel_eval_prediction_labelled_total",
+            {"service": "unknown", "agent": "planner", "outcome": o})
             for o in ("success", "failure"))
 
     for _ in range(5):
@@ -150,7 +153,7 @@ def test_feedback_for_a_pair_without_series_takes_no_place_in_the_budget() -> No
     assert registry.get_sample_value("otel_eval_prediction_rolling_auc", {
         "service": "shop", "agent": "retired"}) is None
     assert registry.get_sample_value("otel_eval_prediction_labelled_total", {
-        "agent": OTHER, "outcome": "failure"}) == 1
+        "service": OTHER, "agent": OTHER, "outcome": "failure"}) == 1
     for i, outcome in enumerate(("success", "failure")):  # the live pair's: its own window
         m.prediction.labelled({"trace_id": f"{20 + i:032x}", **live,
                                "prediction": {"p_success": 0.2 + 0.6 * i}}, outcome)

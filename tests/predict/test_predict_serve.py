@@ -81,7 +81,7 @@ def test_serve_with_a_model_predicts_and_tracks_its_auc(tmp_path: Path,
         assert (h.svc.registry.get_sample_value(
             "otel_eval_prediction_runs_predicted_to_fail_total",
             {"service": "travel", "agent": AGENT}) or 0) == below
-        assert h.sample("otel_eval_prediction_labelled_total", agent=AGENT,
+        assert h.sample("otel_eval_prediction_labelled_total", service="travel", agent=AGENT,
                         outcome="success") == 1  # from the outcome attribute
         auc_gauge = "otel_eval_prediction_rolling_auc"
         assert h.svc.registry.get_sample_value(auc_gauge, {"service": "travel",
