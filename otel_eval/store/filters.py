@@ -3,7 +3,11 @@
 One builder, two dialects: the same filters, the same newest-first keyset order and the same
 cursor condition, so a page of ``/v1/evaluations`` is the same whichever store holds the rows
 (the contract test checks it). Only the placeholder, the boolean and the JSON functions of the
-``detector`` filter differ.
+``detector`` filter differ. The ``detector`` filter reads each row's JSON body, so a page with
+it looks at most ``SCAN_FACTOR`` x ``limit`` rows (those the other filters select, newest
+first: ``window_sql`` finds the last of them on the index, without reading a body) and ends
+there, with its cursor: one request's work is bounded by its ``limit``, not by the size of
+the store (before, a detector no run had read every stored body on each request).
 """
 
 from __future__ import annotations
@@ -44,21 +48,60 @@ POSTGRESQL = Dialect(
 
 SELECT_PAGE = ("SELECT evaluated_at_ns, trace_id, body FROM evaluations{where}"
                " ORDER BY evaluated_at_ns DESC, trace_id LIMIT {m}")
+# With ``detector``: the newest rows the other filters select, at most the scan (and one
+# more: is there a next page?), each with its body when it has such a finding, else NULL.
+# With ``detector``: the last row a page may look at (the ``SCAN_FACTOR`` x limit-th the
+# other filters select) and the row after it, if any (then the page ends there).
+SELECT_WINDOW = ("SELECT evaluated_at_ns, trace_id FROM evaluations{where}"
+                 " ORDER BY evaluated_at_ns DESC, trace_id LIMIT 2 OFFSET {m}")
+# Rows looked at per page with a ``detector`` filter, times its limit (as /v1/sessions).
+SCAN_FACTOR = 5
 
 
-def page_sql(q: EvaluationQuery, d: Dialect) -> tuple[str, list[Any]]:
-    """The SELECT of one page (one row more than ``q.limit``: is there a next page?)."""
+def window_sql(q: EvaluationQuery, d: Dialect) -> tuple[str, list[Any]] | None:
+    """The SELECT of the end of the rows a page of ``q`` looks at (``window_end``); None
+    without a ``detector`` filter (a page then reads up to its ``limit`` of matches)."""
+    if q.detector is None:
+        return None
     where, args = conditions(q, d)
-    sql = SELECT_PAGE.format(where=" WHERE " + " AND ".join(where) if where else "", m=d.mark)
+    text = " WHERE " + " AND ".join(where) if where else ""
+    return SELECT_WINDOW.format(where=text, m=d.mark), [*args, q.limit * SCAN_FACTOR - 1]
+
+
+def window_end(rows: Iterable[Sequence[Any]]) -> Cursor | None:
+    """The last row a page looks at, of the ``window_sql`` rows; None when no row follows
+    it (the page may read to the end)."""
+    found = list(rows)
+    return Cursor(found[0][0], found[0][1]) if len(found) == 2 else None
+
+
+def page_sql(q: EvaluationQuery, d: Dialect,
+             end: Cursor | None = None) -> tuple[str, list[Any]]:
+    """The SELECT of one page (one row more than ``q.limit``: is there a next page?), up to
+    ``end`` (``window_end``) when given."""
+    m = d.mark
+    where, args = conditions(q, d)
+    if q.detector is not None:
+        detector, _, kind = q.detector.partition(":")
+        where.append(d.finding.format(m=m, kind=d.kind.format(m=m) if kind else ""))
+        args += [detector, kind] if kind else [detector]
+    if end is not None:  # up to that row, included (the first term ends the index range)
+        where.append(f"evaluated_at_ns >= {m} AND (evaluated_at_ns > {m} OR "
+                     f"(evaluated_at_ns = {m} AND trace_id <= {m}))")
+        args += [end.evaluated_at_ns] * 3 + [end.trace_id]
+    sql = SELECT_PAGE.format(where=" WHERE " + " AND ".join(where) if where else "", m=m)
     return sql, [*args, q.limit + 1]
 
 
-def page(rows: Iterable[Sequence[Any]], limit: int, max_bytes: int) -> Page:
+def page(rows: Iterable[Sequence[Any]], limit: int, max_bytes: int,
+         end: Cursor | None = None) -> Page:
     """The page of the rows ``page_sql`` selects (evaluated_at_ns, trace_id, body), read one
     at a time: the first ``limit`` bodies, fewer when the next would take the page past
     ``max_bytes`` of JSON as the API sends it (``ascii_json``: a stored "日" is 6 bytes
     there), never fewer than one, and a cursor after the last body when a row is left. The
-    rows after the one that ends the page are never read."""
+    rows after the one that ends the page are never read. Read up to ``end`` (the rows a
+    page looks at end there and more follow): without a row left, the cursor is after
+    ``end``."""
     bodies: list[Any] = []
     size = 0
     last: Sequence[Any] | None = None
@@ -72,8 +115,9 @@ def page(rows: Iterable[Sequence[Any]], limit: int, max_bytes: int) -> Page:
         size += sent
         bodies.append(json.loads(text))
         last = row
-    cursor = Cursor(last[0], last[1]).encode() if more and last is not None else None
-    return Page(bodies, cursor)
+    if more and last is not None:
+        return Page(bodies, Cursor(last[0], last[1]).encode())
+    return Page(bodies, end.encode() if end is not None else None)
 
 
 def conditions(q: EvaluationQuery, d: Dialect) -> tuple[list[str], list[Any]]:
@@ -95,19 +139,17 @@ def conditions(q: EvaluationQuery, d: Dialect) -> tuple[list[str], list[Any]]:
     if q.passed is not None:
         where.append(f"passed = {m}")
         args.append(int(q.passed) if d.passed_int else q.passed)
-    if q.detector is not None:
-        detector, _, kind = q.detector.partition(":")
-        where.append(d.finding.format(m=m, kind=d.kind.format(m=m) if kind else ""))
-        args += [detector, kind] if kind else [detector]
     if q.since_ns is not None:
         where.append(f"evaluated_at_ns >= {m}")
         args.append(q.since_ns)
     if q.until_ns is not None:
         where.append(f"evaluated_at_ns < {m}")
         args.append(q.until_ns)
-    if q.cursor is not None:  # strictly after the previous page's last row
-        where.append(f"(evaluated_at_ns < {m} OR (evaluated_at_ns = {m} AND trace_id > {m}))")
-        args += [q.cursor.evaluated_at_ns, q.cursor.evaluated_at_ns, q.cursor.trace_id]
+    if q.cursor is not None:  # strictly after the previous page's last row (the first term
+        # starts the index range there: no newer row is looked at, nor its body read)
+        where.append(f"evaluated_at_ns <= {m} AND (evaluated_at_ns < {m} OR "
+                     f"(evaluated_at_ns = {m} AND trace_id > {m}))")
+        args += [q.cursor.evaluated_at_ns] * 3 + [q.cursor.trace_id]
     return where, args
 
 

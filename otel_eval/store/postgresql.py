@@ -406,11 +406,18 @@ class PostgresStore(KeptSessions):
         """One page of evaluations matching ``q``, newest first (see ``otel_eval.store.query``)."""
         sql, args = filters.page_sql(q, filters.POSTGRESQL)
 
+        window = filters.window_sql(q, filters.POSTGRESQL)
+
         def read(conn: psycopg.Connection[Any]) -> Page:
+            end, query = None, (sql, args)
+            if window is not None:  # with detector: the rows a page looks at end there
+                end = filters.window_end(conn.execute(window[0], _args(window[1])))
+                query = filters.page_sql(q, filters.POSTGRESQL, end)
             # streamed (single-row mode): a page cut by its size stops the query there
-            rows = cast("Generator[Any, None, None]", conn.cursor().stream(sql, _args(args)))
+            rows = cast("Generator[Any, None, None]",
+                        conn.cursor().stream(query[0], _args(query[1])))
             with closing(rows):
-                return filters.page(rows, q.limit, q.max_bytes)
+                return filters.page(rows, q.limit, q.max_bytes, end)
         return self._run(read)
 
     def since(self, evaluated_after_ns: int, limit: int = 100_000,

@@ -299,8 +299,14 @@ class SqliteStore(KeptSessions):
     def query(self, q: EvaluationQuery) -> Page:
         """One page of evaluations matching ``q``, newest first (see ``otel_eval.store.query``)."""
         sql, args = filters.page_sql(q, filters.SQLITE)
+        end = None
+        window = filters.window_sql(q, filters.SQLITE)
+        if window is not None:  # with detector: the rows a page looks at end there
+            with self._scan(*window) as rows:
+                end = filters.window_end(rows)
+            sql, args = filters.page_sql(q, filters.SQLITE, end)
         with self._scan(sql, args) as rows:  # read one by one: a page cut by its size reads
-            return filters.page(rows, q.limit, q.max_bytes)  # no more
+            return filters.page(rows, q.limit, q.max_bytes, end)  # no more
 
     def since(self, evaluated_after_ns: int, limit: int = 100_000,
               keep: Keep | None = None) -> list[dict[str, Any]]:

@@ -402,6 +402,23 @@ def test_cursor_pages_through_ties_without_gaps(store: EvaluationStore) -> None:
     assert _ids(store.latest(3)) == evens[:3]
 
 
+def test_a_detector_page_looks_at_a_bounded_number_of_runs(store: EvaluationStore) -> None:
+    """With ``detector`` a page looks at 5 x limit runs at most (each one's body is read),
+    then ends with its cursor, in both stores; the cursors still reach every match."""
+    _fill(store)
+    first = store.query(EvaluationQuery(detector="budget", limit=1))
+    assert first.evaluations == [] and first.next_cursor is not None  # 40..36: none
+    seen: list[int] = []
+    cursor: Cursor | None = None
+    while True:
+        page = store.query(EvaluationQuery(detector="budget", limit=1, cursor=cursor))
+        seen += _ids(page.evaluations)
+        if page.next_cursor is None:
+            break
+        cursor = Cursor.decode(page.next_cursor)
+    assert seen == [28, 21, 14, 7]
+
+
 def test_pages_are_bounded_by_bytes_and_end_early_with_their_cursor(
         store: EvaluationStore) -> None:
     """Issue 21: one page of 20 bodies of 4 MB was 80 MB (566 MB seen). A page ends before

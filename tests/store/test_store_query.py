@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import sqlite3
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Iterator
@@ -17,7 +19,8 @@ from otel_eval.base import model
 from otel_eval.base.results import Evaluation, Finding, Verdict
 from otel_eval.base.steps import Trajectory
 from otel_eval.store import Store, filters
-from otel_eval.store.query import EvaluationQuery, Page, QueryError, parse_time
+from otel_eval.store.query import Cursor, EvaluationQuery, Page, QueryError, parse_time
+from otel_eval.store.sqlite import SqliteStore
 
 T0 = 1_764_547_200 * 10**9  # 2025-12-01T00:00:00Z
 
@@ -110,7 +113,7 @@ def test_a_write_goes_through_in_the_middle_of_a_scan(
     _fill(store)
     read_page = filters.page
 
-    def paused(rows: Iterable[Any], limit: int, max_bytes: int) -> Page:
+    def paused(rows: Iterable[Any], limit: int, max_bytes: int, end: Cursor | None) -> Page:
         def first_row_then_a_write() -> Iterator[Any]:
             it = iter(rows)
             yield next(it)
@@ -118,7 +121,7 @@ def test_a_write_goes_through_in_the_middle_of_a_scan(
             store._lock.release()
             store.put_many([_evaluation(41, "coder", True)])
             yield from it
-        return read_page(first_row_then_a_write(), limit, max_bytes)
+        return read_page(first_row_then_a_write(), limit, max_bytes, end)
 
     monkeypatch.setattr(filters, "page", paused)
     assert _ids(store.query(EvaluationQuery(limit=100)).evaluations) == list(range(40, 0, -1))
@@ -172,3 +175,40 @@ def _get(h: Harness, params: dict[str, str]) -> dict[str, Any]:
     from urllib.parse import urlencode
     with urllib.request.urlopen(f"{h.admin_url}/v1/evaluations?{urlencode(params)}") as r:
         return dict(json.load(r))
+
+
+def test_a_detector_filter_reads_a_bounded_number_of_bodies_per_page(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``detector=`` reads each row's JSON body: a page of it read every stored body (a
+    detector no run had, 300 rows here: 300 bodies parsed per request, growing with the
+    store, for whoever may read). Now a page looks at most ``SCAN_FACTOR`` x ``limit`` rows
+    and ends early with its cursor; following the cursors still finds every match."""
+    parsed: list[int] = []
+    connect = SqliteStore._connect
+
+    def counting(self: SqliteStore) -> sqlite3.Connection:
+        db = connect(self)
+        db.create_function("parsed", 1, lambda body: parsed.append(1) or 1)
+        return db
+
+    monkeypatch.setattr(SqliteStore, "_connect", counting)
+    monkeypatch.setattr(filters, "SQLITE", dataclasses.replace(
+        filters.SQLITE, finding="parsed(body) AND " + filters.SQLITE.finding))
+    store = Store(str(tmp_path / "s.db"))
+    store.put_many([_evaluation(i, "coder", True, "loop" if i == 1 else None)
+                    for i in range(1, 301)])
+    first = store.query(EvaluationQuery(detector="loop", limit=1))
+    assert first.evaluations == [] and first.next_cursor is not None
+    assert len(parsed) <= filters.SCAN_FACTOR + 1
+    found, cursor, pages = [], None, 0
+    while True:
+        parsed.clear()
+        page = store.query(EvaluationQuery(detector="loop", limit=20, cursor=cursor))
+        assert len(parsed) <= 20 * filters.SCAN_FACTOR + 1  # deep pages too
+        found += _ids(page.evaluations)
+        pages += 1
+        if page.next_cursor is None:
+            break
+        cursor = EvaluationQuery.from_params({"cursor": [page.next_cursor]}).cursor
+    assert found == [1] and pages == 3
+    store.close()

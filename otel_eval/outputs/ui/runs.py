@@ -130,7 +130,9 @@ def runs_page(page: Page | None, params: Mapping[str, str], error: str = "",
     rows = [_row(b, redact, threshold) for b in page.evaluations if isinstance(b, dict)]
     parts.append(h("table", h("thead", head), h("tbody", rows), class_="runlist"))
     if not rows:
-        parts.append(h("p", "No run matches these filters.", class_="empty"))
+        parts.append(h("p", "No run matches these filters" + (
+            " among the runs looked at; older ones are on the next page." if page.next_cursor
+            else "."), class_="empty"))
     links = []
     if params.get("cursor"):
         links.append(h("a", "first page", href=href("/ui/", {**params, "cursor": None})))
