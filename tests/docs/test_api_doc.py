@@ -159,3 +159,12 @@ def test_every_value_an_enumerated_field_takes_is_listed() -> None:
         assert produced <= listed, f"api.md's `{field}` lacks {sorted(produced - listed)}"
     listed = set(re.findall(r"`kind` \(([^)]*)\)", rows["steps"])[0].replace("`", "").split())
     assert set(get_args(StepKind)) <= listed
+
+
+def test_the_json_depth_transport_security_states_is_the_bound() -> None:
+    """docs/transport-security.md said JSON deeper than 100 levels is a 400; the bound is
+    ``MAX_JSON_DEPTH`` (160: past the 134 levels of the deepest OTLP protobuf decodes), and a
+    sender reading the page took 101..160 levels for refused."""
+    from otel_eval.decode.body import MAX_JSON_DEPTH
+    text = (ROOT / "docs" / "transport-security.md").read_text(encoding="utf-8")
+    assert re.findall(r"JSON deeper than (\d+) levels", text) == [str(MAX_JSON_DEPTH)]
