@@ -16,8 +16,9 @@ Every HTTP route (OTLP/HTTP traces and logs, the admin API) reads its body throu
   line took as this one's body (request smuggling);
 - with a ``BodyBudget`` (the OTLP/HTTP receiver's), the bodies being read and handled on every
   connection at once hold at most its bytes: each piece is charged as it is held (the
-  decompressed bytes for gzip/deflate), and a request that would pass it is ``BodyError``
-  429 (retryable) instead of another ``limit`` bytes held;
+  decompressed bytes for gzip/deflate), and a request that would pass it, or pass its
+  address's part of it, is ``BodyError`` 429 (retryable) instead of another ``limit`` bytes
+  held;
 - a client that closes before its body ends is ``ClientClosed`` (a hang-up: nobody to answer;
   ``receive.httpconn`` counts it);
 - JSON deeper than ``max_depth``, with NaN/Infinity, or nested past the interpreter's recursion
@@ -60,51 +61,71 @@ class ClientClosed(ConnectionError):
 class BodyError(ValueError):
     """A body that is refused: ``status`` is the HTTP answer; the connection must close."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, reason: str = "") -> None:
         super().__init__(message)
         self.status = status
+        self.reason = reason  # a 429's: "bodies_in_flight" or "sender_share"
 
 
 class BodyBudget:
     """Bytes of request bodies held at once across connections (thread-safe): each request
     charges what it holds as it reads (``charge``: ``BodyError`` 429 past the budget) and
-    gives it all back when it is answered (``release``)."""
+    gives it all back when it is answered (``release``). One sender address holds at most
+    ``per_peer`` of it (None: the whole budget), so a few stalled connections from one
+    address (each a 64 MiB inflated body held until its read deadline) cannot take it all
+    and leave every other sender 429s."""
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, per_peer: int | None = None) -> None:
         self.max_bytes = max_bytes
+        self.per_peer = max_bytes if per_peer is None else min(per_peer, max_bytes)
         self.held = 0
+        self._peers: dict[str, int] = {}  # bytes held by each address holding any
         self._lock = threading.Lock()
 
-    def share(self) -> BodyShare:
-        return BodyShare(self)
+    def share(self, peer: str = "") -> BodyShare:
+        return BodyShare(self, peer)
 
-    def _take(self, n: int) -> bool:
+    def _take(self, peer: str, n: int) -> str:
+        """"" when ``n`` more bytes are held for ``peer``, else the reason they are not."""
         with self._lock:
             if self.held + n > self.max_bytes:
-                return False
+                return "bodies_in_flight"
+            mine = self._peers.get(peer, 0)
+            if mine + n > self.per_peer:
+                return "sender_share"
             self.held += n
-            return True
+            self._peers[peer] = mine + n
+            return ""
 
-    def _give(self, n: int) -> None:
+    def _give(self, peer: str, n: int) -> None:
         with self._lock:
             self.held -= n
+            left = self._peers.get(peer, 0) - n
+            if left > 0:
+                self._peers[peer] = left
+            else:
+                self._peers.pop(peer, None)
 
 
 class BodyShare:
     """One request's part of a ``BodyBudget``."""
 
-    def __init__(self, budget: BodyBudget) -> None:
-        self.budget, self.held = budget, 0
+    def __init__(self, budget: BodyBudget, peer: str = "") -> None:
+        self.budget, self.peer, self.held = budget, peer, 0
 
     def charge(self, n: int) -> None:
-        if not self.budget._take(n):
+        refused = self.budget._take(self.peer, n)
+        if refused == "sender_share":
+            raise BodyError(429, "request bodies in flight from this address exceed "
+                            f"{self.budget.per_peer} bytes; retry later", refused)
+        if refused:
             raise BodyError(429, "request bodies in flight exceed "
-                            f"{self.budget.max_bytes} bytes; retry later")
+                            f"{self.budget.max_bytes} bytes; retry later", refused)
         self.held += n
 
     def release(self) -> None:
         held, self.held = self.held, 0
-        self.budget._give(held)
+        self.budget._give(self.peer, held)
 
 
 def field(headers: Message, name: str) -> str | None:

@@ -58,7 +58,8 @@ class ReceiverConfig:
     # Request bodies (decompressed) the OTLP/HTTP receiver holds at once over all its
     # connections, bytes (at least max_message_bytes); a request whose body would pass it is
     # answered 429 with Retry-After (throttle reason `bodies_in_flight`). Without it, 1,024
-    # connections could each hold max_message_bytes. Default 256 MiB.
+    # connections could each hold max_message_bytes. One address holds at most half of it
+    # (at least max_message_bytes; past it throttle reason `sender_share`). Default 256 MiB.
     max_body_bytes_in_flight: int = 256 * 1024 * 1024
     # Threads serving gRPC calls. Decoding is CPU bound (GIL), so more threads only add
     # queueing; a handful keeps slow clients from blocking fast ones.

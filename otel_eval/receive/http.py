@@ -6,7 +6,9 @@ spans were rejected) in the request's encoding; 400 with a google.rpc.Status for
 cannot be decoded; 413 past ``max_message_bytes`` (compressed and decompressed, chunked or
 not: ``decode.body``); 429 with ``Retry-After`` when throttled, which OTLP exporters retry,
 and when the bodies held by every connection at once would pass
-``max_body_bytes_in_flight`` (1,024 connections each holding a 64 MiB body otherwise).
+``max_body_bytes_in_flight`` (1,024 connections each holding a 64 MiB body otherwise), or
+the bodies held by one address would pass half of it (``peer_share``: throttle reason
+``sender_share``; four stalled connections from one address held the whole of it otherwise).
 Connections, deadlines and limits are the shared HTTP server's (``receive.httpserver``); when
 every slot is taken, a new connection closes the oldest partial request (never an
 authenticated sender's connection): a flood of partial requests cannot deny exports. A
@@ -99,8 +101,8 @@ def make_handler(config: ReceiverConfig, ingest: Ingest) -> Handler:
         try:
             body = req.body(config.max_message_bytes)
         except BodyError as e:
-            if e.status == 429:  # the bodies in flight are at their budget: retryable
-                ingest.metrics.ingest.request_throttled("http", "bodies_in_flight")
+            if e.status == 429:  # the bodies in flight (or the address's) at their budget
+                ingest.metrics.ingest.request_throttled("http", e.reason or "bodies_in_flight")
                 return _status(429, str(e), ctype, {"Retry-After": _retry_after(config)}, True)
             reason = "too_large" if e.status == 413 else "malformed_request"
             ingest.metrics.ingest.spans_rejected("http", reason, 0)  # spans unknown: unread
@@ -128,6 +130,12 @@ def make_handler(config: ReceiverConfig, ingest: Ingest) -> Handler:
     return handle
 
 
+def peer_share(budget: int, config: ReceiverConfig) -> int:
+    """The bytes of bodies one sender address holds at once: half the budget, and at least
+    one message of ``max_message_bytes`` (a lone sender can always send its largest)."""
+    return max(budget // 2, config.max_message_bytes)
+
+
 class HttpReceiver:
     def __init__(self, config: ReceiverConfig, ingest: Ingest) -> None:
         self.config = config
@@ -141,12 +149,13 @@ class HttpReceiver:
             return
         tls = TlsFiles(self.config.tls, "otlp-http") if self.config.tls.enabled else None
         metrics = self.ingest.metrics
+        budget = max(self.config.max_body_bytes_in_flight, self.config.max_message_bytes)
         self._server = HttpServer(
             self.config.http_endpoint, make_handler(self.config, self.ingest),
             name="otlp-http", limits=self.config.http_limits, tls=tls, error=status_error,
             on_close=lambda reason: metrics.ingest.connection_closed("http", reason),
             reuse_partial=True,
-            body_budget=max(self.config.max_body_bytes_in_flight, self.config.max_message_bytes))
+            body_budget=budget, body_budget_per_peer=peer_share(budget, self.config))
         self._server.bind()
         self.port = self._server.port
 

@@ -304,7 +304,8 @@ class Connection(BaseHTTPRequestHandler):
                              f"only {', '.join(sorted(srv.reserved_paths))}")
         else:
             self.reader.body()
-            self.share = srv.budget.share() if srv.budget is not None else None
+            self.share = (srv.budget.share(self.client_address[0])
+                          if srv.budget is not None else None)
             try:
                 resp = srv.handler(req)
             except BodyError as e:

@@ -162,17 +162,20 @@ class HttpServer:
                  on_close: Callable[[str], None] = lambda _reason: None,
                  reserved_paths: Collection[str] = PROBE_PATHS,
                  clock: Callable[[], float] = time.monotonic,
-                 reuse_partial: bool = False, body_budget: int | None = None) -> None:
+                 reuse_partial: bool = False, body_budget: int | None = None,
+                 body_budget_per_peer: int | None = None) -> None:
         """``reuse_partial``: when full, a new connection closes the oldest partial one;
         ``body_budget``: bytes of request bodies held at once by all its connections (past
-        it a body's read is refused 429: ``decode.body.BodyBudget``); None: no bound."""
+        it a body's read is refused 429: ``decode.body.BodyBudget``); None: no bound;
+        ``body_budget_per_peer``: the part of it the connections of one address hold."""
         self.endpoint, self.handler, self.name = endpoint, handler, name
         self.reuse_partial = reuse_partial
         self.limits = limits or HttpLimits()
         self.tls, self.error, self.closed, self.clock = tls, error, on_close, clock
         self.reserved_paths = frozenset(reserved_paths)
         self.slots = Slots(self.limits, reuse_partial)
-        self.budget = BodyBudget(body_budget) if body_budget is not None else None
+        self.budget = (BodyBudget(body_budget, body_budget_per_peer)
+                       if body_budget is not None else None)
         self.http2_told = threading.Event()  # the HTTP/2 client warning was logged
         self._listeners: list[_Listener] = []
         self._accepting: list[threading.Thread] = []

@@ -242,6 +242,44 @@ def test_bodies_held_at_once_are_bounded_over_every_connection(tmp_path: Path) -
         assert status != 429
 
 
+def test_one_address_holds_at_most_half_the_bodies_in_flight(tmp_path: Path) -> None:
+    """``max_body_bytes_in_flight`` was one pool for every address: four stalled connections
+    from one address, each holding a 64 MiB inflated body until its read deadline, took the
+    whole of it, and every other sender got 429s. One address now holds at most half of it
+    (at least one message): past that its own request is the 429 (``sender_share``)."""
+    budget = 4096
+    with running_service(tmp_path, **{"receiver.max_message_bytes": budget // 2,
+                                      "receiver.max_body_bytes_in_flight": budget}) as h:
+        assert h.svc.http is not None and h.svc.http._server is not None
+        held = h.svc.http._server.budget
+        assert held is not None
+        head = _post_head("/v1/traces", PB, "Transfer-Encoding: chunked",
+                          "Connection: close").replace("\n", "\r\n").encode() + b"\r\n"
+        chunk = b"%x\r\n%s\r\n" % (2000, b"\x00" * 2000)
+        with socket.create_connection(("127.0.0.1", _port(h)), timeout=10) as one, \
+                socket.create_connection(("127.0.0.1", _port(h)), timeout=10) as two:
+            one.sendall(head + chunk)
+            poll(lambda: held.held == 2000, "the first stalled body held")
+            two.sendall(head + chunk)
+
+            def throttled() -> float:
+                return h.sample("otel_eval_receiver_requests_throttled_total",
+                                protocol="http", reason="sender_share")
+            poll(lambda: held.held == 4000 or throttled() == 1, "the second body read")
+            body = b"\x00" * 1000
+            with socket.create_connection(("127.0.0.1", _port(h)), timeout=10,
+                                          source_address=("127.0.0.2", 0)) as other:
+                other.sendall(_post_head("/v1/traces", PB, f"Content-Length: {len(body)}",
+                                         "Connection: close").replace("\n", "\r\n").encode()
+                              + b"\r\n" + body)
+                answer = other.recv(65536)
+            assert not answer.startswith(b"HTTP/1.1 429"), answer[:200]
+            assert throttled() == 1 and two.recv(65536).startswith(b"HTTP/1.1 429")
+            one.sendall(b"0\r\n\r\n")
+            assert one.recv(65536).startswith(b"HTTP/1.1 ")
+        assert held.held == 0
+
+
 def _admin_port(h: Harness) -> int:
     return h.svc.admin.port
 
