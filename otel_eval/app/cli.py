@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
@@ -243,6 +245,21 @@ def _tune_gc() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command's exit code. Output into a pipe whose reader has gone (``| head``) ends
+    the command quietly, exit code 0: stdout is flushed here, where that is seen, and then
+    pointed at /dev/null, so the interpreter's own flush at exit has nothing to fail on."""
+    try:
+        try:
+            return _command(argv)
+        finally:  # a small output is still in the buffer (``--help`` too: argparse exits)
+            sys.stdout.flush()
+    except BrokenPipeError:
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _command(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level, "%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -273,8 +290,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, StartupError) as e:  # one line naming the file, endpoint, setting
         print(f"otel-eval: {printable(str(e), keep=chr(10))}", file=sys.stderr)
         return 2
-    except BrokenPipeError:
-        return 0
 
 
 if __name__ == "__main__":
