@@ -247,7 +247,9 @@ def _tune_gc() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """The command's exit code. Output into a pipe whose reader has gone (``| head``) ends
     the command quietly, exit code 0: stdout is flushed here, where that is seen, and then
-    pointed at /dev/null, so the interpreter's own flush at exit has nothing to fail on."""
+    pointed at /dev/null, so the interpreter's own flush at exit has nothing to fail on.
+    Ctrl-C (SIGINT; ``serve`` handles its own once started) ends it quietly, exit code 130
+    as a shell gives: what was printed is whole lines."""
     try:
         try:
             return _command(argv)
@@ -257,6 +259,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with contextlib.suppress(OSError, ValueError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:
+        return 130
 
 
 def _command(argv: Sequence[str] | None) -> int:

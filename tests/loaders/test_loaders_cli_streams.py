@@ -5,6 +5,7 @@ Python's "Exception ignored" line, and with the exit status a shell expects."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -43,3 +44,25 @@ def test_output_into_a_closed_pipe_ends_quietly(argv: list[str]) -> None:
     assert "BrokenPipeError" not in done.stderr, done.stderr[-2000:]
     assert "Traceback" not in done.stderr, done.stderr[-2000:]
     assert done.returncode == 0
+
+
+def test_ctrl_c_ends_quietly_with_130(tmp_path: Path) -> None:
+    """Ctrl-C while eval read its input printed a KeyboardInterrupt traceback (the loaders',
+    the evaluator's or the judge's frames, whichever was running)."""
+    fifo = tmp_path / "traces.json"
+    os.mkfifo(fifo)
+    child = subprocess.Popen([sys.executable, "-m", "otel_eval", "eval", str(fifo),
+                              "--format", "jsonl"], env=_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        with fifo.open("w"):  # returns once eval has opened it: it is reading its input
+            child.send_signal(signal.SIGINT)
+            out, err = child.communicate(timeout=300)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert "Traceback" not in err, err[-2000:]
+    assert "KeyboardInterrupt" not in err, err[-2000:]
+    assert child.returncode == 130
+    assert out == ""
