@@ -67,3 +67,22 @@ def test_unreadable_subdirectory_is_reported(tmp_path: Path,
     run = EvalRun(Config(), [str(tmp_path)])
     _trace_ids(run)
     assert run.failed_files == 1
+
+
+def test_a_pipe_beside_other_files_is_read_once(tmp_path: Path) -> None:
+    """A path that is a pipe (``eval a.json <(zcat b.json.gz)``, ``/dev/stdin``) beside other
+    files was read twice, first to see whether it may hold log records: the second read found
+    it empty, the file was reported as no trace file and its runs were never evaluated."""
+    shutil.copy(DATA / "otlp_request.json", tmp_path / "a.json")
+    read, write = os.pipe()
+    try:
+        os.write(write, (DATA / "tau_runs.json").read_bytes())  # within the pipe's buffer
+        os.close(write)
+        run = EvalRun(Config(), [str(tmp_path / "a.json"), f"/dev/fd/{read}"])
+        ids = _trace_ids(run)
+    finally:
+        os.close(read)
+    assert run.failed_files == 0
+    files = [str(tmp_path / "a.json"), str(DATA / "tau_runs.json")]
+    assert len(ids) == len(_trace_ids(EvalRun(Config(), files)))  # the pipe's runs, as the file's
+    assert WEATHER in ids

@@ -168,7 +168,10 @@ def _listed(paths: Iterable[str | Path], report: OnError) -> Iterator[Path]:
 
 def _may_hold_logs(file: Path) -> bool:
     """Whether the file may hold OTLP log records (read twice, the first time for this: a
-    file that cannot be read is reported when it is loaded)."""
+    file that cannot be read is reported when it is loaded). A path that is no regular file
+    (a pipe: ``<(zcat run.json.gz)``, ``/dev/stdin``) can be read once only: it may."""
+    if not file.is_file():
+        return True
     try:
         return otlp_files.may_hold_logs(read_bytes(file))
     except LoaderError:
