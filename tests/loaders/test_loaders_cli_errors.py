@@ -115,3 +115,22 @@ def test_replay_to_a_receiver_that_fails_the_export_is_one_line(tmp_path: Path,
     assert done.returncode == 1
     assert "otel-eval replay: exporter failed a batch of 2 spans after 0 spans were " \
            "delivered" in done.stderr
+
+
+@pytest.mark.parametrize("command", ["eval", "show", "issues", "inspect", "train"])
+def test_a_files_error_quoting_its_content_escapes_control_characters(
+        tmp_path: Path, command: str) -> None:
+    """protobuf's json_format quotes the value it could not parse (``Couldn't parse float:
+    ...``): eval, show, issues and train printed it raw, so a trace file could write escape
+    sequences to the user's terminal (an OSC title or clipboard write, a colour, a cursor
+    move), as span content printed raw would."""
+    span = _otlp_span("a000000000000001", None)
+    span["attributes"] = [{"key": "x", "value": {"doubleValue": "\x1b]0;PWNED\x07\x1b[31m"}}]
+    path = tmp_path / "hostile.json"
+    path.write_text(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}))
+    out = ["--out", str(tmp_path / "model.json")] if command == "train" else []
+    done = _cli(command, str(path), *out)
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert f"{path}: " in done.stderr
+    assert "\\x1b]0;PWNED\\x07" in done.stderr  # the value, visible
+    assert "\x1b" not in done.stderr + done.stdout and "\x07" not in done.stderr

@@ -19,6 +19,7 @@ from pathlib import Path
 from otel_eval.assemble.assembler import TraceAssembler
 from otel_eval.assemble.config import AssemblyConfig
 from otel_eval.base.model import Span, Trace
+from otel_eval.base.printable import printable
 from otel_eval.decode.otlp_logs import HeldRecord
 
 log = logging.getLogger(__name__)
@@ -28,10 +29,13 @@ _UTF8_BOM = b"\xef\xbb\xbf"
 
 
 class LoaderError(ValueError):
-    """A file (or part of one) that cannot be loaded; the message names the file."""
+    """A file (or part of one) that cannot be loaded; the message names the file. The
+    message is printed to a terminal: its control characters are escaped (``printable``),
+    since a problem may quote the file's content (json_format's ``Couldn't parse float:
+    ...`` quotes the value whole) and a name found in a directory is anyone's."""
 
     def __init__(self, path: str | Path, problem: str) -> None:
-        super().__init__(f"{path}: {problem}")
+        super().__init__(printable(f"{path}: {problem}"))
         self.path = str(path)
         self.problem = problem
 
