@@ -153,6 +153,17 @@ def test_bad_files_exit_2_naming_the_file(tmp_path: Path, capsys: pytest.Capture
     assert message in capsys.readouterr().err
 
 
+def test_an_evaluation_line_nested_too_deep_exits_2_naming_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A line of an evaluation file nested past the recursion limit: json.loads raised
+    RecursionError, which no handler took, and issues stopped with a traceback."""
+    path = tmp_path / "deep.jsonl"
+    path.write_text(json.dumps(window(1)[0]) + "\n" + "[" * 100_000 + "]" * 100_000 + "\n")
+    code, out = _issues(str(path), "--format", "json")
+    assert code == 2 and out == ""
+    assert "deep.jsonl:2: not JSON" in capsys.readouterr().err
+
+
 def test_missing_path_and_bad_config_exit_2(tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     assert _issues(str(tmp_path / "nope.jsonl"))[0] == 2

@@ -134,3 +134,20 @@ def test_a_files_error_quoting_its_content_escapes_control_characters(
     assert f"{path}: " in done.stderr
     assert "\\x1b]0;PWNED\\x07" in done.stderr  # the value, visible
     assert "\x1b" not in done.stderr + done.stdout and "\x07" not in done.stderr
+
+
+@pytest.mark.parametrize("command", ["eval", "show", "issues", "inspect", "train"])
+def test_a_json_line_nested_too_deep_is_a_reported_file(tmp_path: Path, command: str) -> None:
+    """A collector JSON-lines file whose second line nests past Python's recursion limit:
+    json.loads raised RecursionError inside the handler of the first line's "Extra data",
+    past the loader's own RecursionError clause, and every command stopped with a
+    traceback."""
+    path = tmp_path / "traces.jsonl"
+    first = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [
+        _otlp_span("a000000000000001", None)]}]}]})
+    path.write_text(first + "\n" + "[" * 100_000 + "]" * 100_000 + "\n")
+    out = ["--out", str(tmp_path / "model.json")] if command == "train" else []
+    done = _cli(command, str(path), *out)
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.returncode != 0
+    assert f"{path}: line 2: not valid JSON" in done.stderr

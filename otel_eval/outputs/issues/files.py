@@ -34,7 +34,7 @@ def _whole(path: Path) -> Iterator[dict[str, Any]]:
     with _open(path) as f:
         try:
             data = json.load(f)
-        except json.JSONDecodeError as e:
+        except (ValueError, RecursionError) as e:  # RecursionError: nested too deep
             raise EvaluationFileError(f"{path}: not JSON lines nor a JSON document: {e}") from e
     items = data if isinstance(data, list) else [data]
     yield from (d for d in items if isinstance(d, dict))
@@ -47,7 +47,7 @@ def _lines(path: Path) -> Iterator[dict[str, Any]]:
                 continue
             try:
                 obj = json.loads(line)
-            except json.JSONDecodeError as e:
+            except (ValueError, RecursionError) as e:  # RecursionError: nested too deep
                 raise EvaluationFileError(f"{path}:{n}: not JSON: {e}") from e
             if not isinstance(obj, dict):
                 raise EvaluationFileError(f"{path}:{n}: expected an object")
@@ -63,7 +63,7 @@ def read_evaluations(paths: Iterable[str | Path]) -> Iterator[dict[str, Any]]:
             first = f.readline()
         try:
             whole = not isinstance(json.loads(first), dict)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             whole = True
         yield from (_whole(path) if whole else _lines(path))
 

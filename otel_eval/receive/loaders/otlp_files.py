@@ -120,7 +120,8 @@ def from_json_lines(data: bytes, path: Path, on_error: OnError,
             continue
         try:
             doc = json.loads(line)
-        except ValueError as e:  # JSONDecodeError and invalid UTF-8
+        except (ValueError, RecursionError) as e:  # JSONDecodeError, invalid UTF-8, an
+            # integer past the digit limit, nesting past the recursion limit
             raise LoaderError(path, f"line {number}: not valid JSON: {e}") from e
         if is_otlp_json(doc):
             spans.extend(from_json_doc(doc, path, on_error, f"line {number}: "))
