@@ -86,3 +86,18 @@ def test_a_pipe_beside_other_files_is_read_once(tmp_path: Path) -> None:
     files = [str(tmp_path / "a.json"), str(DATA / "tau_runs.json")]
     assert len(ids) == len(_trace_ids(EvalRun(Config(), files)))  # the pipe's runs, as the file's
     assert WEATHER in ids
+
+
+def test_a_json_lines_file_cut_short_keeps_its_whole_lines(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str],
+                                                           ) -> None:
+    """The collector's file exporter writes a line per request: a file it is still writing
+    (or was stopped while writing) ends in a partial line. That line raised for the whole
+    file: every run in it was reported as a bad file and none was evaluated."""
+    whole = (DATA / "collector_export.jsonl").read_bytes()
+    path = tmp_path / "live.jsonl"
+    path.write_bytes(whole + whole[:100])  # the exporter's next line, cut short
+    run = EvalRun(Config(), [str(path)])
+    assert WEATHER in _trace_ids(run)
+    assert run.failed_files == 1  # and said, naming the line
+    assert f"{path}: line 3: not valid JSON" in capsys.readouterr().err

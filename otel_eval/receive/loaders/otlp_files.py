@@ -112,9 +112,13 @@ def _held(req: ExportLogsServiceRequest, path: Path, where: str, on_error: OnErr
 
 def from_json_lines(data: bytes, path: Path, on_error: OnError,
                     ) -> tuple[list[Span], list[HeldRecord]]:
-    """The spans and the GenAI event records of the requests, one per line, of any signal."""
+    """The spans and the GenAI event records of the requests, one per line, of any signal.
+    A line that is not valid JSON (the last one of a file the exporter is still writing, or
+    stopped writing, is cut short) is reported once the file is read, with how many more
+    there were; the other lines are read."""
     spans: list[Span] = []
     logs: list[HeldRecord] = []
+    invalid, first_invalid = 0, ""  # lines not valid JSON, the first one's problem
     for number, line in enumerate(data.splitlines(), 1):
         if not line.strip():
             continue
@@ -122,7 +126,9 @@ def from_json_lines(data: bytes, path: Path, on_error: OnError,
             doc = json.loads(line)
         except (ValueError, RecursionError) as e:  # JSONDecodeError, invalid UTF-8, an
             # integer past the digit limit, nesting past the recursion limit
-            raise LoaderError(path, f"line {number}: not valid JSON: {e}") from e
+            invalid += 1
+            first_invalid = first_invalid or f"line {number}: not valid JSON: {e}"
+            continue
         if is_otlp_json(doc):
             spans.extend(from_json_doc(doc, path, on_error, f"line {number}: "))
         elif is_otlp_logs_json(doc):
@@ -130,6 +136,9 @@ def from_json_lines(data: bytes, path: Path, on_error: OnError,
         elif not _other_signal(doc):
             raise LoaderError(path, f"line {number}: not an OTLP ExportTraceServiceRequest "
                                     "(nor another signal's request)")
+    if invalid:
+        more = f" (and {invalid - 1} more lines not valid JSON)" if invalid > 1 else ""
+        on_error(LoaderError(path, first_invalid + more))
     return spans, logs
 
 
