@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,21 @@ def test_a_json_lines_file_cut_short_keeps_its_whole_lines(tmp_path: Path,
     assert WEATHER in _trace_ids(run)
     assert run.failed_files == 1  # and said, naming the line
     assert f"{path}: line 3: not valid JSON" in capsys.readouterr().err
+
+
+def test_a_proto_file_cut_short_keeps_its_whole_requests(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str],
+                                                         ) -> None:
+    """The file exporter's ``format: proto`` output (each request after its 4-byte size)
+    being written, or stopped mid-request: the last request cut short raised for the whole
+    file, and none of its runs was evaluated."""
+    from otel_eval.decode.otlp_json import request_from_dict
+
+    body = request_from_dict(json.loads((DATA / "otlp_request.json").read_text()))
+    frame = struct.pack(">I", len(body.SerializeToString())) + body.SerializeToString()
+    path = tmp_path / "live.binpb"
+    path.write_bytes(frame + frame[:40])  # the exporter's next request, cut short
+    run = EvalRun(Config(), [str(path)])
+    assert WEATHER in _trace_ids(run)
+    assert run.failed_files == 1  # and said
+    assert f"{path}: OTLP protobuf requests cut short" in capsys.readouterr().err

@@ -58,8 +58,8 @@ def may_hold_logs(data: bytes) -> bool:
     if data.lstrip()[:1] in (b"{", b"["):
         return any(k in data for k in _LOGS_KEYS)
     try:
-        return any(isinstance(req, ExportLogsServiceRequest)
-                   for _, req in _protobuf_requests(data, Path()))
+        return any(isinstance(req, ExportLogsServiceRequest)  # of the whole requests
+                   for _, req in _protobuf_requests(data, Path(), _ignored))
     except LoaderError:
         return False
 
@@ -148,7 +148,7 @@ def from_protobuf(data: bytes, path: Path, on_error: OnError,
     file exporter's ``format: proto`` output (other signals' requests skipped)."""
     spans: list[Span] = []
     logs: list[HeldRecord] = []
-    for where, req in _protobuf_requests(data, path):
+    for where, req in _protobuf_requests(data, path, on_error):
         if isinstance(req, ExportTraceServiceRequest):
             spans.extend(_decode(req, path, where, on_error))
         else:
@@ -160,16 +160,23 @@ Request: TypeAlias = ExportTraceServiceRequest | ExportLogsServiceRequest
 _SKIPPED = ExportTraceServiceRequest()  # a request of another signal (metrics), or empty
 
 
-def _protobuf_requests(data: bytes, path: Path) -> Iterator[tuple[str, Request]]:
+def _ignored(error: LoaderError) -> None:
+    del error
+
+
+def _protobuf_requests(data: bytes, path: Path, on_error: OnError,
+                       ) -> Iterator[tuple[str, Request]]:
     """(where, request) of each traces or logs request: the file's frames when it is the
     file exporter's output (sizes and requests fill the file; a frame's first byte is its
     size's highest, 0 below 16 MiB, never a protobuf field's tag), else the file as one
-    request."""
-    frames = _frames(data)
-    if frames is None and data[:1] == b"\x00":
-        raise LoaderError(path, "OTLP protobuf requests cut short (the file exporter's "
-                                "output, the last request incomplete?)")
-    if frames is None:
+    request. The exporter's output whose last request is cut short (a file it is still
+    writing, or stopped writing) is reported (``on_error``) and its whole requests read."""
+    frames, whole = _frames(data)
+    if not whole and data[:1] == b"\x00":
+        on_error(LoaderError(path, "OTLP protobuf requests cut short (the file exporter's "
+                                   "output, the last request incomplete?): the "
+                                   f"{len(frames)} whole requests before it read"))
+    elif not (whole and frames):
         req = _signal(data)
         if req is None or req is _SKIPPED:
             raise LoaderError(path, "neither JSON nor an OTLP protobuf request holding spans "
@@ -184,19 +191,21 @@ def _protobuf_requests(data: bytes, path: Path) -> Iterator[tuple[str, Request]]
             yield f"request {number}: ", req
 
 
-def _frames(data: bytes) -> list[bytes] | None:
-    """The file exporter's requests, each after its size (4 bytes, big-endian); None when
-    the file is not such a sequence."""
-    frames, at = [], 0
+def _frames(data: bytes) -> tuple[list[bytes], bool]:
+    """The file exporter's requests, each after its size (4 bytes, big-endian), as far as
+    they are whole; and whether they fill the file (else the file is not such a sequence,
+    or its last request is cut short)."""
+    frames: list[bytes] = []
+    at = 0
     while at < len(data):
         if at + 4 > len(data):
-            return None
+            return frames, False
         end = at + 4 + struct.unpack_from(">I", data, at)[0]
         if end > len(data):
-            return None
+            return frames, False
         frames.append(data[at + 4:end])
         at = end
-    return frames or None
+    return frames, True
 
 
 def _signal(frame: bytes) -> Request | None:
