@@ -15,7 +15,9 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import shutil
 import sys
+import tempfile
 import zlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -78,17 +80,30 @@ def evaluations(paths: list[str], run: EvalRun) -> Iterator[dict[str, Any]]:
     from otel_eval.receive.loaders import iter_files
 
     traces: list[Path] = []
-    for raw in paths:
-        if not Path(raw).exists():
-            raise FileNotFoundError(f"{raw}: no such file or directory")
-        for path in iter_files(raw):
-            if is_evaluation_file(path):
-                yield from read_evaluations([path])
-            else:
-                traces.append(path)
-    if traces:
-        for evaluation in run.evaluations(traces, strict=True):
-            yield evaluation.to_json()
+    with tempfile.TemporaryDirectory(prefix="otel-eval-issues-") as kept:
+        for raw in paths:
+            if not Path(raw).exists():
+                raise FileNotFoundError(f"{raw}: no such file or directory")
+            for path in iter_files(raw):
+                path = path if path.is_file() else _kept(path, Path(kept))
+                if is_evaluation_file(path):
+                    yield from read_evaluations([path])
+                else:
+                    traces.append(path)
+        if traces:
+            for evaluation in run.evaluations(traces, strict=True):
+                yield evaluation.to_json()
+
+
+def _kept(path: Path, kept: Path) -> Path:
+    """A copy of a path that is no regular file (a pipe: ``<(zcat evals.jsonl.gz)``,
+    ``/dev/stdin``), which can be read once only: whether it holds evaluations is read from
+    its start, then the whole of it. The copy's path ends in the path (errors name it)."""
+    copy = kept / str(sum(1 for _ in kept.iterdir())) / path.absolute().relative_to("/")
+    copy.parent.mkdir(parents=True)
+    with path.open("rb") as source, copy.open("wb") as target:
+        shutil.copyfileobj(source, target)
+    return copy
 
 
 def cmd_issues(args: argparse.Namespace, run: EvalRun, out: TextIO) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -275,3 +276,26 @@ def test_trace_files_are_evaluated_as_eval_evaluates_them(tmp_path: Path) -> Non
                        ("c", "coder", "inferred_history", "complete", 1, 1)]
     assert seen(evaluations([str(tmp_path)], EvalRun(Config()))) == by_eval
     assert seen(evaluations([str(f) for f in files], EvalRun(Config()))) == by_eval
+
+
+@pytest.mark.parametrize("kind", ["evaluations", "traces"])
+def test_a_pipe_is_read_once(tmp_path: Path, kind: str) -> None:
+    """A path that is a pipe (``issues <(zcat evals.jsonl.gz)``, ``/dev/stdin``) was read
+    once to see whether it holds evaluations, then again to read them (or its traces): the
+    second read found it empty, and issues refused it as no trace file (exit 2)."""
+    if kind == "evaluations":
+        content = "".join(json.dumps(e) + "\n" for e in window(12)).encode()
+    else:
+        content = (Path(__file__).parents[1] / "data" / "loaders" / "otlp_request.json"
+                   ).read_bytes()
+    copy = tmp_path / "copy.json"
+    copy.write_bytes(content)
+    read, write = os.pipe()
+    try:
+        os.write(write, content)  # within the pipe's buffer
+        os.close(write)
+        code, text = _issues(f"/dev/fd/{read}", "--format", "json")
+    finally:
+        os.close(read)
+    assert code == 0, text
+    assert _assigned(json.loads(text)) == _assigned(_json(copy))
