@@ -129,11 +129,13 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
     from otel_eval.evaluate.judge.redact import Redactor
     from otel_eval.outputs.ui.run import tree
 
+    failed = 0  # a file read with a problem (reported): exit 1 after the run, as eval
     try:
         if Path(args.target).exists() or not is_trace_id(args.target):
             run = run_from_args(args)
             run.paths = [args.target]
             body = from_run(run.evaluations(), args.target, args.trace)
+            failed = run.failed_files
         else:
             body = from_store(args.store or config_from_args(args).store.target, args.target)
     except ShowError as e:
@@ -142,10 +144,10 @@ def cmd_show(args: argparse.Namespace, out: TextIO) -> int:
     shown = tree(body)
     if args.format == "json":
         out.write(json.dumps(shown, indent=2) + "\n")
-        return 0
-    redactor = Redactor(config_from_args(args).judge.redaction)
-    out.write(render_text(shown, width=args.width, full=args.full, redact=redactor.redact))
-    return 0
+    else:
+        redactor = Redactor(config_from_args(args).judge.redaction)
+        out.write(render_text(shown, width=args.width, full=args.full, redact=redactor.redact))
+    return 1 if failed else 0
 
 
 def _print_trials(trials: Sequence[Any], out: TextIO) -> None:

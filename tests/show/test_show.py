@@ -246,3 +246,18 @@ def test_tokens_no_span_recorded_are_shown_unknown_not_zero() -> None:
     assert "tokens unknown;" in render_text(tree(body))
     assert tokens({"input_tokens": 120, "output_tokens": None}) == "120+? tokens"
     assert tokens({"input_tokens": 0, "output_tokens": 7}) == "0+7 tokens"
+
+
+def test_a_file_read_with_a_problem_exits_1_after_the_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """show printed the run of a file whose other spans could not be read (reported on
+    stderr) and exited 0, where eval, inspect and replay exit 1 for the same file: a script
+    took the run for the whole file."""
+    doc = json.loads(TRACE.read_text())
+    spans = doc["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    spans.append({**spans[-1], "spanId": "abc"})  # one span with a wrong-length id
+    path = tmp_path / "partly_bad.json"
+    path.write_text(json.dumps(doc))
+    code, out, err = _show(capsys, str(path), "--format", "json")
+    assert json.loads(out)["trace_id"] == TRACE_ID  # the run, shown
+    assert f"{path}: " in err and code == 1
