@@ -323,6 +323,8 @@ def _read(path: str | Path) -> Any:
         raise ConfigError([f"{path}: not valid YAML: {e}"]) from e
     except ValueError as e:  # an integer past Python's digit limit
         raise ConfigError([f"{path}: {e}"]) from e
+    except RecursionError:  # the composer's and the constructor's recursion
+        raise ConfigError([f"{path}: not valid YAML: nested too deep"]) from None
 
 
 def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

@@ -213,6 +213,14 @@ def test_a_number_that_is_none_is_refused_with_its_path(tmp_path: Path, text: st
     assert [err.split(":")[0] for err in e.value.errors] == ["assembly.max_open_traces"]
 
 
+def test_yaml_nested_too_deep_is_refused_with_its_file(tmp_path: Path) -> None:
+    """PyYAML recurses per level: RecursionError went out of load_config, and every command
+    given the file (serve, eval, ...) stopped with a traceback."""
+    with pytest.raises(ConfigError) as e:
+        _load(tmp_path, "a: " + "[" * 100_000 + "]" * 100_000 + "\n")
+    assert e.value.errors[0].endswith(": not valid YAML: nested too deep")
+
+
 @pytest.mark.parametrize("text", [
     "assembly:\n  grace_s: 5\n  grace_s: 7\n",
     "assembly:\n  grace_s: 5\nassembly:\n  idle_timeout_s: 7\n",  # the first was dropped
