@@ -63,7 +63,6 @@ from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.feedback import Feedback
 from otel_eval.evaluate.judge import namer as judge_naming
 from otel_eval.evaluate.judge import synthesizer as judge_synthesis
-from otel_eval.evaluate.judge.client import CALL_STATUSES
 from otel_eval.evaluate.judge.namer import JudgeCalls, judge_namer
 from otel_eval.evaluate.judge.redact import Redactor
 from otel_eval.evaluate.judge.synthesizer import judge_synthesizer
@@ -169,6 +168,8 @@ class Service:
                                        synthesizer=lambda: judge_synthesizer(
                                            jc, REPLY_SCHEMA, check_reply, ask))
         if self.issues is not None and lender is not None:  # their calls are the stage's
+            # (the client, which imports litellm, only where a judge is configured)
+            from otel_eval.evaluate.judge.client import CALL_STATUSES
             self.metrics.judge.call_statuses(issue_call_names(config.issues), CALL_STATUSES)
         self.retention = Retention(self.store, config.store.retention_days)
         self._feedback = Feedback(self.store, self.evaluator, self.metrics.prediction,
