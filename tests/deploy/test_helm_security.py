@@ -16,6 +16,7 @@ from test_dockerfile import _instructions
 from test_helm import _container, _pod_config, _pod_spec, _validate
 
 from otel_eval.app.service import check_exposure
+from otel_eval.receive.security import served_host
 
 SECURED = ("--set", "security.tls.secretName=otel-eval-tls",
            "--set", "security.tls.clientAuth=true",
@@ -57,6 +58,22 @@ def test_without_admin_tokens_the_services_names_are_allowed_hosts(
     extra = helm.template("--set", "config.admin.allowed_hosts={otel-eval.example.com}")
     assert "otel-eval.example.com" in _pod_config(extra, tmp_path).admin.allowed_hosts
     assert _pod_config(helm.template(*SECURED), tmp_path).admin.allowed_hosts == []
+
+
+def test_without_admin_tokens_each_pods_own_name_is_an_allowed_host(
+        helm: Helm, tmp_path: Path) -> None:
+    """The headless Service gives each evaluator pod a stable DNS name (<pod>.<headless>), to
+    read one pod's /v1/evaluations (each SQLite pod holds only its own runs): the admin port
+    without tokens must serve those names as Host too, not answer 421."""
+    docs = helm.template("--set", "replicaCount=3")
+    sts = one(docs, "StatefulSet")
+    allowed = frozenset(_pod_config(docs, tmp_path).admin.allowed_hosts)
+    headless = sts["spec"]["serviceName"]
+    for ordinal in range(sts["spec"]["replicas"]):
+        pod = f"{sts['metadata']['name']}-{ordinal}.{headless}"
+        for name in (pod, f"{pod}.{NAMESPACE}", f"{pod}.{NAMESPACE}.svc",
+                     f"{pod}.{NAMESPACE}.svc.cluster.local"):
+            assert served_host(f"{name}:8888", allowed), name
 
 def test_secured_release_takes_tls_and_tokens_from_secrets(helm: Helm, tmp_path: Path) -> None:
     docs = helm.template(*SECURED)

@@ -169,14 +169,23 @@ from env vars that come from Secrets.
 
 {{/* Without admin tokens the admin port serves localhost, IP addresses (probes, scrapes) and
 admin.allowed_hosts only (DNS rebinding): add the Services' names, short and qualified, to what
-config.admin.allowed_hosts lists, so in-cluster clients may call http://<release>:8888. */}}
+config.admin.allowed_hosts lists, so in-cluster clients may call http://<release>:8888, and in
+evaluator mode each pod's own name under the headless Service (<pod>.<release>-headless), to
+read one pod's results. */}}
 {{- define "otel-eval.allowedHosts" -}}
 {{- $sec := .root.Values.security }}
 {{- if not (or $sec.adminReadToken.secretName $sec.adminWriteToken.secretName) }}
 {{- $admin := get .cfg "admin" }}
 {{- $hosts := list }}
 {{- $ns := .root.Release.Namespace }}
-{{- range $svc := list (include "otel-eval.fullname" .root) (printf "%s-headless" (include "otel-eval.fullname" .root)) }}
+{{- $fullname := include "otel-eval.fullname" .root }}
+{{- $names := list $fullname (printf "%s-headless" $fullname) }}
+{{- if eq .root.Values.mode "evaluator" }}
+{{- range $i := until (int .root.Values.replicaCount) }}
+{{- $names = append $names (printf "%s-%d.%s-headless" $fullname $i $fullname) }}
+{{- end }}
+{{- end }}
+{{- range $svc := $names }}
 {{- $hosts = concat $hosts (list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns)) }}
 {{- end }}
 {{- $_ := set $admin "allowed_hosts" (concat $hosts (get $admin "allowed_hosts" | default (list)) | uniq) }}
