@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from deploy_files import CHART, NAMESPACE, Helm, docs_of_kind, entrypoint_argv, one
@@ -165,3 +166,17 @@ def test_image_healthcheck_works_with_and_without_admin_tls(tmp_path: Path) -> N
         finally:
             proc.terminate()
             proc.wait(timeout=30)
+
+
+def test_without_admin_tokens_the_dashboards_otel_eval_url_is_an_allowed_host(
+        helm: Helm, tmp_path: Path) -> None:
+    """serviceMonitor.otelEvalUrl is otel-eval's admin URL as browsers reach it: the
+    dashboard's links to the runs go there. Without tokens the admin port must serve that
+    Host, not answer every followed link with 421."""
+    docs = helm.template("-f", str(CHART / "examples" / "values-monitoring.yaml"))
+    (endpoint,) = one(docs, "ServiceMonitor")["spec"]["endpoints"]
+    (url,) = [r["replacement"] for r in endpoint["relabelings"]
+              if r["targetLabel"] == "otel_eval_url"]
+    cfg = _pod_config(docs, tmp_path)
+    assert not (cfg.admin.read_tokens or cfg.admin.write_tokens)
+    assert served_host(urlsplit(url).netloc, frozenset(cfg.admin.allowed_hosts)), url

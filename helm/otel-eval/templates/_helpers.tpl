@@ -171,7 +171,7 @@ from env vars that come from Secrets.
 admin.allowed_hosts only (DNS rebinding): add the Services' names, short and qualified, to what
 config.admin.allowed_hosts lists, so in-cluster clients may call http://<release>:8888, and in
 evaluator mode each pod's own name under the headless Service (<pod>.<release>-headless), to
-read one pod's results. */}}
+read one pod's results, and the host of serviceMonitor.otelEvalUrl. */}}
 {{- define "otel-eval.allowedHosts" -}}
 {{- $sec := .root.Values.security }}
 {{- if not (or $sec.adminReadToken.secretName $sec.adminWriteToken.secretName) }}
@@ -187,6 +187,13 @@ read one pod's results. */}}
 {{- end }}
 {{- range $svc := $names }}
 {{- $hosts = concat $hosts (list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns)) }}
+{{- end }}
+{{- with .root.Values.serviceMonitor.otelEvalUrl }}
+{{- /* the admin URL as browsers reach it: the dashboard's links to the runs go there */}}
+{{- $name := (urlParse .).hostname }}
+{{- if regexMatch "^[A-Za-z0-9_-]+(\\.[A-Za-z0-9_-]+)*$" $name }}
+{{- $hosts = append $hosts $name }}
+{{- end }}
 {{- end }}
 {{- $_ := set $admin "allowed_hosts" (concat $hosts (get $admin "allowed_hosts" | default (list)) | uniq) }}
 {{- end }}
