@@ -33,7 +33,7 @@ from deploy_files import (
 )
 
 from otel_eval.app import cli
-from otel_eval.app.config import Config
+from otel_eval.app.config import Config, check_exposure
 from otel_eval.base.configcheck import parse_endpoint
 
 # The chart's kubeVersion floor and helm's own client version: fields must exist in both.
@@ -341,6 +341,21 @@ def test_sidecar_example(tmp_path: Path) -> None:
     (agent,) = pod["spec"]["containers"]
     env = {e["name"]: e.get("value") for e in agent["env"]}
     assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == f"http://localhost:{ports['otlp-grpc']}"
+
+
+def test_sidecar_example_starts_and_keeps_otlp_in_the_pod() -> None:
+    """serve refuses to listen beyond the host without TLS and tokens unless allowed
+    (check_exposure, exit 2): the example's command line must pass it, or the native sidecar
+    crash-loops and the agent never starts. The agent exports to localhost, so OTLP need not
+    be reachable from other pods; the admin port must be (kubelet probes reach the pod IP)."""
+    pod = yaml.safe_load(SIDECAR.read_text())
+    (sidecar,) = [c for c in pod["spec"]["initContainers"] if c["name"] == "otel-eval"]
+    cfg = cli.config_from_args(cli.build_parser().parse_args(
+        entrypoint_argv(*sidecar["args"])[1:]))
+    check_exposure(cfg)
+    for endpoint in (cfg.receiver.grpc_endpoint, cfg.receiver.http_endpoint):
+        assert parse_endpoint(endpoint)[0] in ("localhost", "127.0.0.1", "::1"), endpoint
+    assert parse_endpoint(cfg.admin.endpoint)[0] == "0.0.0.0"
 
 
 def test_evaluator_without_persistence_uses_an_emptydir(helm: Helm, tmp_path: Path) -> None:
