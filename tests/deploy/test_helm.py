@@ -343,6 +343,32 @@ def test_sidecar_example(tmp_path: Path) -> None:
     assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == f"http://localhost:{ports['otlp-grpc']}"
 
 
+@pytest.mark.parametrize("values", VALUES, ids=VALUES_IDS)
+def test_evaluation_workers_follow_the_pod_not_the_node(helm: Helm, values: Path | None,
+                                                       tmp_path: Path) -> None:
+    """evaluation.workers 0 is one worker process per core the process may use: the node's
+    cores when the container has no CPU limit (the chart's default). A pod requesting 250m
+    then started 64 interpreters on a 64-core node, past its memory limit (OOM-killed at
+    start), which values.yaml says config.assembly and config.judge bound. The count must come
+    from the pod's spec: a CPU limit (the cgroup quota caps it) or a worker count."""
+    docs = helm.template(*values_args(values))
+    limits = _container(docs)["resources"].get("limits", {})
+    workers = _pod_config(docs, tmp_path).evaluation.workers
+    assert workers > 0 or "cpu" in limits, (workers, limits)
+
+
+@pytest.mark.parametrize(("cpu", "workers"), [("250m", 1), ("1", 1), ("1500m", 2), ("4", 4)])
+def test_without_a_cpu_limit_workers_are_the_cores_requested(helm: Helm, tmp_path: Path,
+                                                             cpu: str, workers: int) -> None:
+    docs = helm.template("--set-string", f"resources.requests.cpu={cpu}")
+    assert _pod_config(docs, tmp_path).evaluation.workers == workers
+    limited = helm.template("--set-string", f"resources.requests.cpu={cpu}",
+                            "--set-string", "resources.limits.cpu=2")
+    assert _pod_config(limited, tmp_path).evaluation.workers == 0  # the quota caps it
+    mine = helm.template("--set", "config.evaluation.workers=3")
+    assert _pod_config(mine, tmp_path).evaluation.workers == 3
+
+
 def test_sidecar_example_starts_and_keeps_otlp_in_the_pod() -> None:
     """serve refuses to listen beyond the host without TLS and tokens unless allowed
     (check_exposure, exit 2): the example's command line must pass it, or the native sidecar

@@ -113,6 +113,7 @@ from env vars that come from Secrets.
 {{- $_ = set $store "url" "${OTEL_EVAL_STORE_URL}" }}
 {{- end }}
 {{- $_ = set $cfg "store" (merge $store (get $cfg "store" | default (dict))) }}
+{{- include "otel-eval.workers" (dict "cfg" $cfg "Values" .Values) }}
 {{- if .Values.kafka.brokers }}
 {{- $kafka := dict "brokers" .Values.kafka.brokers }}
 {{- if eq .Values.mode "evaluator" }}
@@ -135,6 +136,25 @@ from env vars that come from Secrets.
 {{- $_ = set $cfg "issues" $issues }}
 {{- end }}
 {{- toYaml $cfg }}
+{{- end }}
+
+{{/* evaluation.workers 0 (otel-eval's default) is one worker process per core the process may
+use: without a CPU limit, every core of whatever node the pod lands on. Unless config sets it,
+or a CPU limit caps it (cgroup quota), it is the cores requested (resources.requests.cpu,
+rounded up; at least 1, which evaluates in the serving process). */}}
+{{- define "otel-eval.workers" -}}
+{{- $ev := get .cfg "evaluation" | default (dict) }}
+{{- if and (not (hasKey $ev "workers")) (not (dig "limits" "cpu" "" (.Values.resources | default (dict)))) }}
+{{- $cpu := toString (dig "requests" "cpu" "1" (.Values.resources | default (dict))) }}
+{{- $cores := 0.0 }}
+{{- if hasSuffix "m" $cpu }}
+{{- $cores = divf (float64 (trimSuffix "m" $cpu)) 1000 }}
+{{- else }}
+{{- $cores = float64 $cpu }}
+{{- end }}
+{{- $_ := set $ev "workers" (max 1 (int (ceil $cores))) }}
+{{- $_ = set .cfg "evaluation" $ev }}
+{{- end }}
 {{- end }}
 
 {{/* TLS from the mounted Secret, tokens as ${VAR} from Secret env vars, the allow flag. */}}
