@@ -379,6 +379,8 @@ def test_sidecar_example_starts_and_keeps_otlp_in_the_pod() -> None:
     cfg = cli.config_from_args(cli.build_parser().parse_args(
         entrypoint_argv(*sidecar["args"])[1:]))
     check_exposure(cfg)
+    # as the chart's pods: a worker count from the pod, not one per core of the node
+    assert cfg.evaluation.workers > 0 or "cpu" in sidecar["resources"].get("limits", {})
     for endpoint in (cfg.receiver.grpc_endpoint, cfg.receiver.http_endpoint):
         assert parse_endpoint(endpoint)[0] in ("localhost", "127.0.0.1", "::1"), endpoint
     assert parse_endpoint(cfg.admin.endpoint)[0] == "0.0.0.0"
