@@ -2,8 +2,8 @@
 
 One budget of (service, agent) pairs for every per-trace metric (the first ``max_pairs``
 distinct pairs; any other pair is service="_other", agent="_other" on all of them alike, so
-ratios between them hold); tool names: the first ``max_tools_per_agent`` per agent, the rest
-``_other``; and a backstop per metric past the pair budget (``max_series_per_metric`` label
+ratios between them hold); tool names: the first ``max_tools_per_agent`` per (service, agent) pair,
+the rest ``_other``; and a backstop per metric past the pair budget (``max_series_per_metric`` label
 combinations, the rest folded into the all-``_other`` series and counted in
 ``otel_eval_metrics_series_overflow_total{metric}``).
 """

@@ -16,7 +16,7 @@ Every metric is ``otel_eval_<subsystem>_<what>_<unit>``; label values come only 
 sets or from capped sets: one budget of (service, agent) pairs for every per-trace metric (the
 first ``max_pairs`` distinct pairs; any other pair is service="_other", agent="_other" on all
 of them alike, so ratios between them hold); tool names: the first ``max_tools_per_agent`` per
-agent, the rest ``_other``.
+(service, agent) pair, the rest ``_other``.
 Histograms of per-trace figures carry an exemplar ``{"trace_id": ...}`` (OpenMetrics only), so
 a dashboard can jump from a spike to the trace.
 

@@ -26,7 +26,9 @@ class TraceMetrics:
     def __init__(self, d: Declarer, cap: SeriesCap, max_tools_per_agent: int) -> None:
         self.cap = cap
         self._max_tools = max_tools_per_agent
-        self._tools: dict[str, CappedNames] = {}
+        # (service, agent) labels -> its tool names: keyed by the agent alone, two services'
+        # agents of one name shared one budget (the first one's tools made the other's _other)
+        self._tools: dict[tuple[str, str], CappedNames] = {}
         self._tools_lock = threading.Lock()
         c, sa = d.counter, ("service", "agent")
         self.c_completed = c("traces_completed", "Traces evaluated.", [*sa, "status"])
@@ -97,7 +99,8 @@ class TraceMetrics:
                 budget = str(f.attributes.get("budget") or f.kind or UNKNOWN)[:64]
                 self._series(self.c_budget, service, agent, budget).inc(exemplar=exemplar)
             elif f.detector == "tool_call" and f.kind in TOOL_ERROR_KINDS:
-                tool = self._tool(agent, self._tool_name(evaluation.trajectory, f))
+                tool = self._tool((service, agent),
+                                  self._tool_name(evaluation.trajectory, f))
                 self._series(self.c_tool_errors, service, agent, f.kind, tool).inc()
         if "loop" in detectors:
             self._series(self.c_loop, service, agent).inc(exemplar=exemplar)
@@ -134,9 +137,9 @@ class TraceMetrics:
                 return t.steps[i].tool_name
         return None
 
-    def _tool(self, agent: str, tool: str | None) -> str:
-        capped = self._tools.get(agent)
+    def _tool(self, pair: tuple[str, str], tool: str | None) -> str:
+        capped = self._tools.get(pair)
         if capped is None:
             with self._tools_lock:
-                capped = self._tools.setdefault(agent, CappedNames(self._max_tools))
+                capped = self._tools.setdefault(pair, CappedNames(self._max_tools))
         return capped(tool)

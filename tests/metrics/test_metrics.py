@@ -257,3 +257,20 @@ def test_a_run_whose_evaluation_failed_observes_no_steps() -> None:
                   status="complete") == 1  # counted, not observed
     assert _value(m.registry, "otel_eval_trace_steps_count", service="svc",
                   agent="planner") == 1
+
+
+def test_tool_label_budget_is_per_service_and_agent() -> None:
+    """Two services' agents of one name are two agents: the first one's tools do not spend
+    the other's tool label budget (keyed by the agent alone, svc-b's planner had every tool
+    error labelled tool="_other" once svc-a's planner had named max_tools_per_agent tools)."""
+    m = Metrics(max_tools_per_agent=1)
+    for i, (service, tool) in enumerate([("svc-a", "t1"), ("svc-b", "t9")]):
+        ev = _evaluation(f"{i + 1:032x}", findings=[
+            Finding("tool_call", "arguments", "error", "bad", attributes={"tool": tool})])
+        ev.trajectory.service = service
+        m.evaluation_stored(ev, 0.0, superseded=False)
+    r = m.registry
+    assert _value(r, "otel_eval_detector_tool_errors_total", service="svc-a",
+                  agent="planner", kind="arguments", tool="t1") == 1
+    assert _value(r, "otel_eval_detector_tool_errors_total", service="svc-b",
+                  agent="planner", kind="arguments", tool="t9") == 1
