@@ -31,11 +31,11 @@ from typing import Protocol
 from otel_eval.base.results import Evaluation
 from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.conventions.messages import message_text, messages
+from otel_eval.store.base import SERVICE_FINGERPRINT
 
 __all__ = ["SERVICE_FINGERPRINT", "AgentHistory", "RecallOnce", "RememberInBatches",
            "fingerprints", "infer_agent", "learned"]
 
-SERVICE_FINGERPRINT = "service"
 # Bytes of an LLM input parsed for its system message: beyond it the input is not read for
 # one (a longer conversation still has the other fingerprints).
 _MAX_INPUT_CHARS = 1_000_000

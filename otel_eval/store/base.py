@@ -32,8 +32,9 @@ one contract test (tests/store/test_store_contract.py). Revision rules, the same
 The agent history (``remember_agents`` / ``recall_agent``, read by
 ``otel_eval.evaluate.agent_inference``) is a table of (service, fingerprint, agent, last seen),
 bounded the same way in both: per service the ``AGENT_HISTORY_PER_SERVICE`` most recently
-seen rows, in all ``AGENT_HISTORY_ROWS`` (checked every ``AGENT_HISTORY_PRUNE_EVERY`` calls,
-so it overshoots by at most that many batches), none older than ``AGENT_HISTORY_MAX_AGE_S``;
+seen rows (its service rows, which name its agents, kept first: ``SERVICE_FINGERPRINT``),
+in all ``AGENT_HISTORY_ROWS`` (checked every ``AGENT_HISTORY_PRUNE_EVERY`` calls, so it
+overshoots by at most that many batches), none older than ``AGENT_HISTORY_MAX_AGE_S``;
 service and agent names cut to ``AGENT_HISTORY_NAME_CHARS``. Past ``AGENT_HISTORY_ROWS`` the
 service holding the most rows gives way first, its least recently seen first, until it holds
 no more than the next one (``prune_history``): a flood of new service names, or one busy
@@ -84,6 +85,13 @@ AGENT_HISTORY_ROWS = 20_000  # rows in all (about 300 services at their cap)
 AGENT_HISTORY_PRUNE_EVERY = 32  # remember_agents calls between the whole-table prunes
 AGENT_HISTORY_MAX_AGE_S = 30 * 86_400  # a fingerprint not seen for 30 days is forgotten
 AGENT_HISTORY_NAME_CHARS = 256
+# The fingerprint every run of a service shows (``agent_inference.SERVICE_FINGERPRINT``): its
+# rows are the service's agents, "a service with one agent is that agent" reads them. A
+# service's most recently seen of them, up to this many, are the last of its rows to go: a
+# busy agent whose runs each show new fingerprints filled the rows and pushed out a rare
+# agent's service row, and the service read as the busy agent's alone (its runs named so).
+SERVICE_FINGERPRINT = "service"
+AGENT_HISTORY_AGENTS_KEPT = AGENT_HISTORY_PER_SERVICE // 2
 # Why ``remember_agents`` deleted rows: past AGENT_HISTORY_PER_SERVICE of a service, past
 # AGENT_HISTORY_ROWS in all, not seen for AGENT_HISTORY_MAX_AGE_S
 HISTORY_EVICTION_REASONS = ("max_service_rows", "max_rows", "max_age")
@@ -264,9 +272,9 @@ def prune_history(cur: Any, m: str, rowid: str, services: Sequence[str], now_ns:
     its service's rows are more recently seen; the highest ranks go, the least recently seen
     first within one). The rows deleted, by reason."""
     deleted = dict.fromkeys(HISTORY_EVICTION_REASONS, 0)
-    cur.executemany(f"DELETE FROM agent_history WHERE service = {m} AND {rowid} NOT IN "
-                    f"(SELECT {rowid} FROM agent_history WHERE service = {m} ORDER BY seen_ns "
-                    f"DESC LIMIT {m})", [(sv, sv, AGENT_HISTORY_PER_SERVICE) for sv in services])
+    cur.executemany(f"DELETE FROM agent_history WHERE service = {m} AND {rowid} IN (SELECT r "
+                    f"FROM ({_ranked(rowid, f'WHERE service = {m}')}) ranked WHERE held > {m})",
+                    [(sv, sv, AGENT_HISTORY_PER_SERVICE) for sv in services])
     deleted["max_service_rows"] = max(cur.rowcount, 0)
     if whole:
         cur.execute(f"DELETE FROM agent_history WHERE seen_ns < {m}",
@@ -276,13 +284,24 @@ def prune_history(cur: Any, m: str, rowid: str, services: Sequence[str], now_ns:
         over = int(cur.fetchone()[0]) - max_rows
         if over > 0:
             cur.execute(
-                f"DELETE FROM agent_history WHERE {rowid} IN (SELECT {rowid} FROM (SELECT "
-                f"{rowid}, service, fingerprint, agent, seen_ns, ROW_NUMBER() OVER (PARTITION "
-                "BY service ORDER BY seen_ns DESC, fingerprint, agent) AS held FROM "
-                "agent_history) ranked ORDER BY held DESC, seen_ns, service, fingerprint, "
-                f"agent LIMIT {m})", (over,))
+                f"DELETE FROM agent_history WHERE {rowid} IN (SELECT r FROM "
+                f"({_ranked(rowid, '')}) ranked ORDER BY held DESC, seen_ns, service, "
+                f"fingerprint, agent LIMIT {m})", (over,))
             deleted["max_rows"] = max(cur.rowcount, 0)
     return {reason: n for reason, n in deleted.items() if n}
+
+
+def _ranked(rowid: str, where: str) -> str:
+    """The history's rows (``where``) with ``held``, each row's rank in its service, the first
+    kept longest: its ``AGENT_HISTORY_AGENTS_KEPT`` most recently seen service rows, then the
+    rest most recently seen first. ``r``: the row id."""
+    service_row = f"fingerprint = '{SERVICE_FINGERPRINT}'"
+    return (f"SELECT r, service, fingerprint, agent, seen_ns, ROW_NUMBER() OVER (PARTITION BY "
+            f"service ORDER BY CASE WHEN {service_row} AND agents <= "
+            f"{AGENT_HISTORY_AGENTS_KEPT} THEN 0 ELSE 1 END, seen_ns DESC, fingerprint, agent) "
+            f"AS held FROM (SELECT {rowid} AS r, service, fingerprint, agent, seen_ns, "
+            f"ROW_NUMBER() OVER (PARTITION BY service, {service_row} ORDER BY seen_ns DESC) "
+            f"AS agents FROM agent_history {where}) firsts")
 
 
 def in_batches(evaluations: Callable[[], int], sessions: Callable[[], int],

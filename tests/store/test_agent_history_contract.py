@@ -115,6 +115,25 @@ def test_each_service_keeps_its_most_recently_seen_rows(stores: Open, clock: Man
     assert store.recall_agent("quiet", ["service"]) == "solo"  # other services untouched
 
 
+def test_a_busy_agent_does_not_make_its_service_look_single_agent(
+        stores: Open, clock: ManualClock) -> None:
+    """A service of two agents: a rare one (refunds) and a busy one whose runs each show a
+    new system prompt (a date, a user's name in it). The busy agent's fingerprints fill the
+    service's rows; the service fingerprint must still say two agents. Before, refunds' rows
+    went first, its service row with them, so the service read as the planner's alone and a
+    hung refunds run (no agent span, its own fingerprints pruned) was named planner: judged
+    with the planner's budgets and counted, and paged, as the planner."""
+    store = stores()
+    store.remember_agents([("shop", "refunds", ("system:r", "tools:r", "steps:r", "service"))])
+    for i in range(store_base.AGENT_HISTORY_PER_SERVICE):
+        clock.now += 10**9
+        store.remember_agents([("shop", "planner", (f"system:p{i}", "tools:p", "steps:p",
+                                                    "service"))])
+    assert _rows(store, "shop") == store_base.AGENT_HISTORY_PER_SERVICE
+    assert store.recall_agent("shop", ["tools:r", "service"]) is None
+    assert store.recall_agent("shop", ["tools:p", "service"]) == "planner"
+
+
 def test_the_whole_history_is_bounded_and_forgets_old_rows(
         stores: Open, clock: ManualClock, monkeypatch: pytest.MonkeyPatch) -> None:
     from otel_eval.store import postgresql
