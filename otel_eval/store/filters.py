@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from otel_eval.base.jsontext import ascii_json
-from otel_eval.store.query import Cursor, EvaluationQuery, Page, label_condition
+from otel_eval.store.query import Cursor, EvaluationQuery, Page, detector_kinds, label_condition
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class Dialect:
     # The stored form of a verdict's passed flag (SQLite INTEGER, PostgreSQL BOOLEAN).
     passed_int: bool
     # EXISTS condition over the body's findings; {m} is the placeholder, {kind} the optional
-    # kind condition.
+    # kind condition ({marks}: a placeholder per kind).
     finding: str
     kind: str
 
@@ -37,14 +37,14 @@ SQLITE = Dialect(
     "?", True,
     "EXISTS (SELECT 1 FROM json_each(body, '$.findings') WHERE "
     "json_extract(value, '$.detector') = {m}{kind})",
-    " AND json_extract(value, '$.kind') = {m}")
+    " AND json_extract(value, '$.kind') IN ({marks})")
 
 # body is TEXT (see migrations): cast to json (not jsonb, which refuses "\u0000") per row.
 POSTGRESQL = Dialect(
     "%s", False,
     "EXISTS (SELECT 1 FROM json_array_elements(body::json -> 'findings') AS f WHERE "
     "f ->> 'detector' = {m}{kind})",
-    " AND f ->> 'kind' = {m}")
+    " AND f ->> 'kind' IN ({marks})")
 
 SELECT_PAGE = ("SELECT evaluated_at_ns, trace_id, body FROM evaluations{where}"
                " ORDER BY evaluated_at_ns DESC, trace_id LIMIT {m}")
@@ -82,9 +82,10 @@ def page_sql(q: EvaluationQuery, d: Dialect,
     m = d.mark
     where, args = conditions(q, d)
     if q.detector is not None:
-        detector, _, kind = q.detector.partition(":")
-        where.append(d.finding.format(m=m, kind=d.kind.format(m=m) if kind else ""))
-        args += [detector, kind] if kind else [detector]
+        detector, kinds = detector_kinds(q.detector)
+        marks = ", ".join([m] * len(kinds))
+        where.append(d.finding.format(m=m, kind=d.kind.format(marks=marks) if kinds else ""))
+        args += [detector, *kinds]
     if end is not None:  # up to that row, included (the first term ends the index range)
         where.append(f"evaluated_at_ns >= {m} AND (evaluated_at_ns > {m} OR "
                      f"(evaluated_at_ns = {m} AND trace_id <= {m}))")

@@ -9,7 +9,9 @@
     task_id, status                   equal to the stored value
     passed                            true | false (the verdict; traces without one never match)
     detector                          a finding by this detector ("loop"), or of this kind
-                                      ("loop:stagnation")
+                                      ("loop:stagnation"), or of one of these kinds
+                                      ("budget:steps_exceeded,cost_usd_exceeded", at most
+                                      ``MAX_KINDS``: what a metric counts, its alert's link)
     since, until                      evaluation time, Unix seconds or RFC 3339; since <= t < until
     limit                             1..1000, default 20
     cursor                            ``next_cursor`` of the previous page
@@ -39,6 +41,9 @@ from otel_eval.base.printable import QUOTED_CHARS
 
 STATUSES = ("complete", "incomplete", "truncated")
 MAX_LIMIT = 1000
+# Kinds of one ``detector`` filter (``detector:kind,kind``), at most: the budget detector's
+# overruns, seven, are the most a metric counts
+MAX_KINDS = 16
 # Stored JSON of one page, bytes, at most (past its first evaluation): 4 results of the
 # largest size stored (trajectory.max_result_bytes, 4 MiB), or 1,000 of 16 kB.
 MAX_PAGE_BYTES = 16 * 1024 * 1024
@@ -125,7 +130,7 @@ class EvaluationQuery:
     status: str | None = None
     # The verdict; None = any (including traces without a verdict).
     passed: bool | None = None
-    # "detector" or "detector:kind" of at least one finding; None = any.
+    # "detector", "detector:kind" or "detector:kind,kind" of at least one finding; None = any.
     detector: str | None = None
     # Evaluation time bounds, Unix nanoseconds: since <= t < until; None = open.
     since_ns: int | None = None
@@ -143,6 +148,10 @@ class EvaluationQuery:
             raise QueryError("limit", f"must be an integer in 1..{MAX_LIMIT}")
         if self.status is not None and self.status not in STATUSES:
             raise QueryError("status", f"must be one of {', '.join(STATUSES)}")
+        kinds = detector_kinds(self.detector)[1] if self.detector is not None else []
+        if len(kinds) > MAX_KINDS or "" in kinds:
+            raise QueryError("detector", f"expected detector, detector:kind or "
+                                         f"detector:kind,kind (at most {MAX_KINDS} kinds)")
 
     @classmethod
     def from_params(cls, params: Mapping[str, Sequence[str]]) -> EvaluationQuery:
@@ -167,6 +176,13 @@ class EvaluationQuery:
         if values.get("cursor"):
             kwargs["cursor"] = Cursor.decode(values["cursor"])
         return cls(**kwargs)
+
+
+def detector_kinds(detector: str) -> tuple[str, list[str]]:
+    """(detector, kinds) of a ``detector`` filter: no kind, one, or several comma-separated
+    (any of them)."""
+    name, _, kinds = detector.partition(":")
+    return name, kinds.split(",") if kinds else []
 
 
 def _boolean(text: str) -> bool:

@@ -341,6 +341,9 @@ def _fill(store: EvaluationStore) -> None:
     (EvaluationQuery(detector="loop"), [40, 35, 30, 25, 20, 15, 10, 5]),
     (EvaluationQuery(detector="budget:over", agent="planner"), [21, 7]),
     (EvaluationQuery(detector="loop:over"), []),
+    # any of several kinds (an alert's link: the kinds its metric counts)
+    (EvaluationQuery(detector="loop:cycle,stagnation"), [40, 35, 30, 25, 20, 15, 10, 5]),
+    (EvaluationQuery(detector="budget:under,over", agent="planner"), [21, 7]),
     (EvaluationQuery(status="incomplete"), [9]),
     (EvaluationQuery(task_id="task-0", since_ns=T0 + 30 * 10**9), [39, 36, 33, 30]),
     (EvaluationQuery(since_ns=T0 + 36 * 10**9, until_ns=T0 + 39 * 10**9 + 1), [39, 38, 37, 36]),
