@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import calendar
 import json
+import os
+import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -11,6 +15,7 @@ from judge_fake_llm import FakeLLM, Reply, completion, error, good
 from judge_fixtures import config
 from support.clock import ManualClock
 
+from otel_eval.evaluate.judge import client as judge_client
 from otel_eval.evaluate.judge.client import JudgeClient, parse_reply, retry_after_s
 from otel_eval.evaluate.judge.schemas import PROCESS_DIMENSIONS, combined_schema, trace_schema
 from otel_eval.evaluate.judge.templates import schema_text
@@ -175,6 +180,35 @@ def test_retry_after_http_date_and_garbage() -> None:
     assert retry_after_s(E({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"})) == 0.0
     assert retry_after_s(E({"retry-after": "soon"})) is None
     assert retry_after_s(E({})) is None
+
+
+@pytest.fixture
+def new_york_time() -> Any:
+    """The process's local time zone set to one that is not UTC (restored afterwards)."""
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = "America/New_York"
+    time.tzset()
+    yield
+    if before is None:
+        del os.environ["TZ"]
+    else:
+        os.environ["TZ"] = before
+    time.tzset()
+
+
+@pytest.mark.usefixtures("new_york_time")
+def test_a_retry_after_http_date_is_utc_in_every_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RFC 9110 HTTP-dates are UTC in all three forms: the asctime form and a ``-0000`` zone
+    were read as local time, off by the server's UTC offset (five hours here)."""
+    class E(Exception):
+        def __init__(self, value: str) -> None:
+            self.litellm_response_headers = {"retry-after": value}
+
+    now = calendar.timegm((1994, 11, 6, 8, 49, 37))
+    monkeypatch.setattr(judge_client, "time", SimpleNamespace(time=lambda: now))
+    for value in ("Sun, 06 Nov 1994 08:49:47 GMT", "Sunday, 06-Nov-94 08:49:47 GMT",
+                  "Sun Nov  6 08:49:47 1994", "Sun, 06 Nov 1994 08:49:47 -0000"):
+        assert retry_after_s(E(value)) == 10.0, value
 
 
 @pytest.mark.parametrize("status", [520, 522, 529])

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import email.utils
 import json
 import logging
@@ -113,9 +114,12 @@ def retry_after_s(exc: BaseException) -> float | None:
     if (seconds := _seconds(value)) is not None:
         return seconds
     try:  # HTTP-date form
-        return max(email.utils.parsedate_to_datetime(value).timestamp() - time.time(), 0.0)
+        when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
+    if when.tzinfo is None:  # asctime form or a -0000 zone: still UTC (RFC 9110 5.6.7)
+        when = when.replace(tzinfo=datetime.UTC)
+    return max(when.timestamp() - time.time(), 0.0)
 
 
 def error_text(e: BaseException) -> str:
