@@ -26,7 +26,9 @@ GOOD = {"critique": "fine", "score": 0.5}
 
 def client(llm: FakeLLM, clock: ManualClock | None = None, **changes: Any) -> JudgeClient:
     clock = clock or ManualClock()
-    return JudgeClient(config(llm.api_base, **changes), clock=clock, sleep=clock.sleep)
+    # the jitter's draw fixed at 0: the whole scheduled delay (tests of jitter draw their own)
+    return JudgeClient(config(llm.api_base, **changes), clock=clock, sleep=clock.sleep,
+                       rng=lambda: 0.0)
 
 
 def call(c: JudgeClient, messages: list[dict[str, str]] = MESSAGES) -> Any:
@@ -101,6 +103,20 @@ def test_500_retried_with_exponential_backoff(llm: FakeLLM) -> None:
     llm.script(error(500), error(500), good(GOOD))
     r = call(client(llm, clock, backoff_initial_s=2.0, max_retries=3))
     assert (r.status, r.attempts, clock.sleeps) == ("ok", 3, [2.0, 4.0])
+
+
+def test_backoff_is_jittered_so_concurrent_retries_spread(llm: FakeLLM) -> None:
+    """Equal jitter: each delay is drawn from [half, all] of the doubling schedule (with no
+    jitter, every worker and replica rate-limited at once retried at the same instants); a
+    Retry-After is the provider's and is not jittered."""
+    draws = iter([0.5, 1.0 - 1e-9, 0.0])
+    clock = ManualClock()
+    llm.script(error(500), error(500), error(429, {"Retry-After": "3"}), good(GOOD))
+    c = JudgeClient(config(llm.api_base, backoff_initial_s=2.0, max_retries=3), clock=clock,
+                    sleep=clock.sleep, rng=lambda: next(draws))
+    r = call(c)
+    assert (r.status, r.attempts) == ("ok", 4), r.error
+    assert clock.sleeps == pytest.approx([1.5, 2.0, 3.0])
 
 
 def test_500_exhausted_is_error(llm: FakeLLM) -> None:

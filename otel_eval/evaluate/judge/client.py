@@ -1,11 +1,12 @@
 """The judge's only way out: ``JudgeClient.call`` wraps ``litellm.acompletion``.
 
 Per call: hourly cost budget check -> concurrency semaphore -> rpm/tpm limiter (injected clock)
--> acompletion within a total deadline -> retries with exponential backoff, honouring a
-Retry-After up to ``backoff_max_s`` -> cost via litellm's price map -> JSON parsed and
-validated against the judge's schema -> one repair round trip on an invalid reply ->
-``CallResult`` with a status from a closed set. A reply that cannot be validated is
-``parse_error``: never a default score.
+-> acompletion within a total deadline -> retries with exponential backoff (equal jitter: each
+delay drawn from [half, all] of the schedule's, so concurrent workers and replicas rate-limited
+together do not retry in lockstep), honouring a Retry-After up to ``backoff_max_s`` -> cost
+via litellm's price map -> JSON parsed and validated against the judge's schema -> one
+repair round trip on an invalid reply -> ``CallResult`` with a status from a closed set. A
+reply that cannot be validated is ``parse_error``: never a default score.
 
 Model output is hostile input (issue 33): it is read with linear-time string methods only (a
 fence regex backtracked on whitespace: a 150 KB reply held the GIL 21 s), a reply over
@@ -24,6 +25,7 @@ import email.utils
 import json
 import logging
 import math
+import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -237,7 +239,8 @@ def check_credentials(config: JudgeConfig) -> None:
 class JudgeClient:
     def __init__(self, config: JudgeConfig, *, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-                 repair_text: Callable[[str], str] | None = None) -> None:
+                 repair_text: Callable[[str], str] | None = None,
+                 rng: Callable[[], float] = random.random) -> None:
         self.config = config
         # the message asking for a corrected reply, given what was wrong
         self.repair_text = repair_text or (
@@ -249,7 +252,10 @@ class JudgeClient:
         self._semaphore: asyncio.Semaphore | None = None  # created on the caller's loop
         self._api_key: str | None = None  # resolved on the first request
         self._provider: str | None = None  # litellm's name for it, found on the first call
-        self._backoff = Backoff(config.backoff_initial_s, config.backoff_max_s)
+        # jittered (``rng``, [0, 1), injected by tests): max_concurrency workers and every
+        # replica hit by one rate limit would otherwise all retry at the same instants
+        self._backoff = Backoff(config.backoff_initial_s, config.backoff_max_s, jitter=0.5,
+                                rng=rng)
         # before any litellm call: litellm asks no server about a model it was not told of
         pin_model_info(config.model, config.input_cost_per_token_usd,
                        config.output_cost_per_token_usd)

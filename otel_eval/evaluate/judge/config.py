@@ -151,7 +151,9 @@ class JudgeConfig:
     timeout_s: float = 60.0
     # Retries after a timeout, 429, 5xx or connection error (not after 4xx). Default 3.
     max_retries: int = 3
-    # First backoff, seconds; doubles per retry, capped at ``backoff_max_s``; a Retry-After
+    # First backoff, seconds; doubles per retry, capped at ``backoff_max_s``, each delay then
+    # drawn at random from [half, all] of that (jitter: workers and replicas limited together
+    # do not retry in lockstep); a Retry-After
     # header from the provider wins when present, up to ``backoff_max_s``: a longer one ends
     # the call with its failure status (counted), not a worker asleep. Defaults 1 s / 30 s.
     backoff_initial_s: float = 1.0
