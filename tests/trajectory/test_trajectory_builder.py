@@ -123,8 +123,24 @@ def test_smolagents_managed_agent_named_from_the_manager() -> None:
         span("ToolCallingAgent.run", "Step 1", 2, managed),
         span("LLM", "ToolCallingAgent.run", 3, {"openinference.span.kind": "LLM"}),
     ), CFG)
-    assert [s.node for s in t.steps] == ["CodeAgent", "CodeAgent", "search_agent",
-                                         "search_agent"]
+    # the manager, given no name=, is no node (as it is no agent), its managed agent is
+    assert [s.node for s in t.steps] == [None, None, "search_agent", "search_agent"]
+
+
+@pytest.mark.parametrize("default", ["CodeAgent.run", "invoke_agent", "Agent workflow"])
+def test_the_steps_of_an_agent_named_by_a_framework_default_have_no_node(default: str) -> None:
+    """A framework's default is no agent's name: the run's agent was None while its steps'
+    node was the default, so the issues job grouped their critiques under a node called
+    ``CodeAgent`` shared by every unnamed agent of every service; now their node is unknown
+    too (a critique falls back to the run's agent, inferred or not)."""
+    t = build_trajectory(trace(
+        span(default, None, 0, {"openinference.span.kind": "AGENT"}),
+        span("LLM", default, 1, {"openinference.span.kind": "LLM"}),
+        span("search", default, 2, {"openinference.span.kind": "TOOL", "tool.name": "search"}),
+    ), CFG)
+    assert t.agent is None
+    assert [s.node for s in t.steps] == [None, None, None]
+    assert all(s["node"] is None for s in (step.to_json() for step in t.steps))
 
 
 def test_tool_calls_only_in_llm_output_are_rebuilt_after_their_llm_step() -> None:

@@ -368,7 +368,7 @@ def test_trail_code_agent_managed_agent_call_and_reworded_searches(datasets: Pat
                       "2cb6924caac94b32d2bf4b40bdf4ab51.json.gz")
     t = build_trajectory(tr, CFG)
     (call,) = _calls(t)
-    assert call.tool_name == "search_agent" and call.node == "CodeAgent"
+    assert call.tool_name == "search_agent" and call.node is None  # CodeAgent: no name
     assert str(call.arguments["task"]).startswith("Please search for and confirm the test")
     assert (call.result or "").startswith("### 1. Task outcome")
     findings, _ = Detectors(DetectorsConfig()).evaluate(t)

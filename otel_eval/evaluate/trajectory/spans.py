@@ -228,8 +228,9 @@ class StepBuilder:
             self.agent_parent[span.span_id] = agent
             self.agent_attrs[span.span_id] = attrs
             node, agent = name or span.name, span.span_id
-            if agent_name(node) is None:
-                self.unnamed.add(span.span_id)
+            if agent_name(node) is None:  # a framework's default names no agent: the node
+                self.unnamed.add(span.span_id)  # of its steps is unknown, as the run's agent
+                node = None
         if step.kind == "agent" and is_workflow_agent(span):
             self.workflows[span.span_id] = step
         self.scope[span.span_id] = (node, agent)
