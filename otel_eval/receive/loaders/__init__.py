@@ -8,11 +8,10 @@
       tau_bench    tau-bench runs files (OpenAI chat logs) -> GenAI spans (loaders.chat);
                    with ``turns``, a trace per user message tied by a conversation id
       mini_swe_agent  mini-swe-agent .traj.json -> GenAI spans
-    -> FileAssembly, every format's spans (the assembler groups by trace id over the files
-       of a run; a trace is released at the end of the file where its run surely ended, else
-       at the end of the input: complete unless the root never ended; every trace at the end
-       of the input when a file holds log records; a copy of a file, a chat log's as an OTLP
-       file's, is refused as late)
+    -> FileAssembly (the assembler groups by trace id over the files of a run; a trace is
+       released at the end of the file where its run surely ended, else at the end of the
+       input: complete unless the root never ended; every trace at the end of the input
+       when a file holds log records)
 
 The format is decided by content, never by the file name alone. A file that cannot be loaded
 raises ``LoaderError`` naming it; with ``on_error`` given, the error is reported there instead
@@ -73,16 +72,12 @@ def _from_json(doc: Any, path: Path, config: TrajectoryConfig, on_error: OnError
                             otlp_files.logs_from_json_doc(doc, path, on_error))
     if span_tree.is_span_tree(doc):
         return assembly.add(span_tree.from_doc(doc, path), source, on_reject)
-    if tau_bench.is_runs(doc):  # chat logs: their spans take the assembly's rule too (a
-        # copy of the file makes the same trace ids: refused as late, as an OTLP copy is)
-        traces = tau_bench.from_doc(doc, path, config, turns)
-    elif mini_swe_agent.is_traj(doc):
-        traces = [mini_swe_agent.from_doc(doc, path, config)]
-    else:
-        raise LoaderError(path, "JSON of an unknown shape (expected OTLP/JSON, an OpenInference "
-                                "span tree, a tau-bench runs list or a mini-swe-agent "
-                                "trajectory)")
-    return assembly.add([s for t in traces for s in t.spans], source, on_reject)
+    if tau_bench.is_runs(doc):
+        return tau_bench.from_doc(doc, path, config, turns)
+    if mini_swe_agent.is_traj(doc):
+        return [mini_swe_agent.from_doc(doc, path, config)]
+    raise LoaderError(path, "JSON of an unknown shape (expected OTLP/JSON, an OpenInference "
+                            "span tree, a tau-bench runs list or a mini-swe-agent trajectory)")
 
 
 @contextlib.contextmanager
