@@ -4,7 +4,8 @@
     python bench/eval_speed.py --against DIR|REF [--pairs 5]   # alternate with another tree
 
 One round evaluates every run of ``tau-bench/airline/gpt-4o-airline.runs.json`` (100 runs)
-as ``otel-eval eval FILE --format jsonl`` does, in one process (20 rounds: 2,000 runs), and
+as ``otel-eval eval FILE --format jsonl`` does, in one process (20 rounds: 2,000 runs, each
+round a copy of the file under a name of its own, so its runs are other runs), and
 times each stage in CPU seconds (``time.process_time``; wall time measures the neighbours on
 a shared machine):
 
@@ -33,9 +34,11 @@ import argparse
 import io
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -50,7 +53,14 @@ def measure(path: Path, rounds: int) -> dict[str, float]:
     from otel_eval.app.config import load_config
     from otel_eval.app.offline import EvalRun
 
-    run = EvalRun(load_config(None), [str(path)] * rounds)
+    # each round a copy of its own name: a file given again is a copy of runs already
+    # evaluated (refused as late, as serve refuses them), while another name holds other runs
+    copies = Path(tempfile.mkdtemp(prefix="eval-speed-"))
+    names = []
+    for i in range(rounds):
+        names.append(str(copies / f"round{i}-{path.name}"))
+        shutil.copyfile(path, names[-1])
+    run = EvalRun(load_config(None), names)
     spent = dict.fromkeys(STAGES[:-1], 0.0)
     inner = run.evaluator.trajectory
 
@@ -96,6 +106,7 @@ def measure(path: Path, rounds: int) -> dict[str, float]:
         spent["encode"] += time.process_time() - t0
         n += 1
     total = time.process_time() - start
+    shutil.rmtree(copies, ignore_errors=True)
     spent["other"] = total - sum(spent.values())  # the agent history, the loop
     return {"runs": n, "cpu_s": total, "runs_per_cpu_s": n / total,
             "sink_ratio": spent["decode"] / total,
