@@ -31,6 +31,7 @@ from typing import Any
 from otel_eval.base.model import Trace
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.receive.loaders import mini_swe_agent, otlp_files, span_tree, tau_bench
+from otel_eval.receive.loaders.chat import file_digest
 from otel_eval.receive.loaders.files import FileAssembly, LoaderError, read_bytes
 
 __all__ = ["LoaderError", "iter_files", "load_file", "load_path", "load_paths"]
@@ -63,7 +64,8 @@ def iter_files(path: str | Path, on_error: OnError = _raise) -> Iterator[Path]:
 
 
 def _from_json(doc: Any, path: Path, config: TrajectoryConfig, on_error: OnError,
-               on_reject: OnError | None, turns: bool, assembly: FileAssembly) -> list[Trace]:
+               on_reject: OnError | None, turns: bool, assembly: FileAssembly,
+               data: bytes = b"") -> list[Trace]:
     source = str(path)
     if otlp_files.is_otlp_json(doc):
         return assembly.add(otlp_files.from_json_doc(doc, path, on_error), source, on_reject)
@@ -72,10 +74,10 @@ def _from_json(doc: Any, path: Path, config: TrajectoryConfig, on_error: OnError
                             otlp_files.logs_from_json_doc(doc, path, on_error))
     if span_tree.is_span_tree(doc):
         return assembly.add(span_tree.from_doc(doc, path), source, on_reject)
-    if tau_bench.is_runs(doc):
-        return tau_bench.from_doc(doc, path, config, turns)
+    if tau_bench.is_runs(doc):  # the ids: the file's name, the run's index, the file's digest
+        return tau_bench.from_doc(doc, path, config, turns, file_digest(data))
     if mini_swe_agent.is_traj(doc):
-        return [mini_swe_agent.from_doc(doc, path, config)]
+        return [mini_swe_agent.from_doc(doc, path, config, file_digest(data))]
     raise LoaderError(path, "JSON of an unknown shape (expected OTLP/JSON, an OpenInference "
                             "span tree, a tau-bench runs list or a mini-swe-agent trajectory)")
 
@@ -126,7 +128,7 @@ def _load_file(path: Path, config: TrajectoryConfig | None,
         except (ValueError, RecursionError) as e:  # invalid UTF-8, an integer past
             # Python's digit limit (a plain ValueError), nesting past the recursion limit
             raise LoaderError(path, f"not valid JSON: {e}") from e
-        return _from_json(doc, path, cfg, report, on_error, turns, assembly)
+        return _from_json(doc, path, cfg, report, on_error, turns, assembly, data)
     except LoaderError as e:
         report(e)
         return []

@@ -68,17 +68,19 @@ def _tool_error(result: str | None) -> str | None:
     return None
 
 
-def from_doc(doc: dict[str, Any], path: Path, config: TrajectoryConfig) -> Trace:
+def from_doc(doc: dict[str, Any], path: Path, config: TrajectoryConfig,
+             digest: str | None = None) -> Trace:
     try:
-        return _convert(doc, path, config)
+        return _convert(doc, path, config, digest)
     except (KeyError, TypeError, AttributeError, ValueError) as e:
         raise LoaderError(path, f"malformed mini-swe-agent trajectory: {e!r}") from e
 
 
-def _convert(doc: dict[str, Any], path: Path, config: TrajectoryConfig) -> Trace:
+def _convert(doc: dict[str, Any], path: Path, config: TrajectoryConfig,
+             digest: str | None) -> Trace:
     # one trajectory per file; its content in the ids: ``a/x.traj.json`` and ``b/x.traj.json``
     # (two runs of one instance) are two traces
-    trace = ChatTrace(f"{path.name}:0:{content_digest(doc)}", 0, AGENT)
+    trace = ChatTrace(f"{path.name}:0:{digest or content_digest(doc)}", 0, AGENT)
     messages = doc["messages"]
     history: list[str] = []
     first_user = None

@@ -90,8 +90,9 @@ def _assistant(trace: ChatTrace, msg: dict[str, Any], pos: int, serialized: str,
 
 
 def _run(run: dict[str, Any], index: int, path: Path, config: TrajectoryConfig,
-         system: dict[str, str]) -> Trace:
-    trace = ChatTrace(f"{path.name}:{index}:{content_digest(run)}", index, "tau-bench")
+         system: dict[str, str], digest: str | None) -> Trace:
+    trace = ChatTrace(f"{path.name}:{index}:{digest or content_digest(run)}", index,
+                      "tau-bench")
     traj = run["traj"]
     results = _results(traj)
     history: list[str] = []
@@ -168,8 +169,9 @@ def _turns(run: dict[str, Any], index: int, path: Path, system: dict[str, str]) 
 
 
 def from_doc(doc: Any, path: Path, config: TrajectoryConfig, turns: bool = False,
-             ) -> list[Trace]:
-    """A trace per run, or with ``turns`` a trace per user message of each run."""
+             digest: str | None = None) -> list[Trace]:
+    """A trace per run, or with ``turns`` a trace per user message of each run. ``digest``:
+    the file's (``chat.file_digest``), in each run's ids; without it, the run's own."""
     runs = [doc] if isinstance(doc, dict) else doc
     traces = []
     system: dict[str, str] = {}
@@ -178,7 +180,7 @@ def from_doc(doc: Any, path: Path, config: TrajectoryConfig, turns: bool = False
             if turns:
                 traces += _turns(run, index, path, system)
             else:
-                traces.append(_run(run, index, path, config, system))
+                traces.append(_run(run, index, path, config, system, digest))
         except (KeyError, TypeError, AttributeError, ValueError) as e:
             raise LoaderError(path, f"run {index}: malformed tau-bench run: {e!r}") from e
     return traces
