@@ -120,6 +120,24 @@ CASES: list[tuple[str, Trajectory, list[str]]] = [
     ("recovered, and no answer recorded",
      traj(tool("w", {"c": "X"}, None, error="unknown city: X"), tool("w", {"c": "P"}),
           output=None, root_error="unknown city: X"), ["non_termination/root_error"]),
+    # the AI SDK with recordOutputs: false: no answer's text recorded, but the model's last
+    # call after the recovered one stopped on its own (its answer is unknown, not missing)
+    ("recovered, the answer's text unrecorded, the last call stopped",
+     traj(tool("w", {"c": "X"}, None, error="unknown city: X"), tool("w", {"c": "P"}),
+          llm(None), output=None, root_error="unknown city: X"), []),
+    ("recovered, the answer unrecorded, the last call asked for a tool",
+     traj(tool("w", {"c": "X"}, None, error="unknown city: X"), tool("w", {"c": "P"}),
+          llm(None, calls=[("w", {})], finish="tool_calls"), output=None,
+          root_error="unknown city: X"),
+     ["non_termination/pending_tool_calls", "non_termination/root_error"]),
+    ("recovered, the answer unrecorded, the last call before the recovery",
+     traj(tool("w", {"c": "X"}, None, error="unknown city: X"), llm(None),
+          tool("w", {"c": "P"}), output=None, root_error="unknown city: X"),
+     ["non_termination/root_error"]),
+    ("recovered, and an empty answer recorded",
+     traj(tool("w", {"c": "X"}, None, error="unknown city: X"), tool("w", {"c": "P"}),
+          llm(""), output="", root_error="unknown city: X"),
+     ["non_termination/root_error", "non_termination/no_output"]),
     # an answer that speaks of a maximum number of turns is no halt; a framework saying it
     # reached one is (Claude Code's CLI: "Reached maximum number of turns (1)")
     ("an answer about a maximum number of rounds",

@@ -8,9 +8,10 @@ steps / iterations / turns, recursion limit), or the prompt a framework sends at
 force a last answer (in the last LLM call's input); an error on the root span
 (``root_error``; not when it is the error of a call the run then recovered from and answered
 after: OpenInference's span processor over the AI SDK sets the root ERROR with the first
-failed call's message whatever followed); a final output that was recorded and is empty
-(``no_output``: an output the instrumentation did not record is unknown, not empty, and
-proves nothing).
+failed call's message whatever followed; an answer no span recorded, as the AI SDK's
+``recordOutputs: false`` leaves it, is the last LLM call's stop after it); a final output that
+was recorded and is empty (``no_output``: an output the instrumentation did not record is
+unknown, not empty, and proves nothing).
 
 ``results.NOT_ENDED_KINDS`` are the findings that mean the run did not end; they alone count as
 a non-terminated trace in metrics and alerts (a failed or silent run did end).
@@ -23,6 +24,7 @@ from functools import lru_cache
 
 from otel_eval.base.results import Finding
 from otel_eval.base.steps import Step, Trajectory
+from otel_eval.evaluate.conventions.messages import STOP_REASONS
 from otel_eval.evaluate.detectors.calls import Context, calls_for
 from otel_eval.evaluate.detectors.config import DetectorsConfig, NonTerminationConfig
 
@@ -190,9 +192,21 @@ def _recovered_error(trajectory: Trajectory, root: Step, config: DetectorsConfig
     (or a step of an unknown kind, which may have been one) with the same error text, a call
     after it that succeeded, and a final answer. The run went on past that error, so the
     root's status repeats it and says nothing of the run's end."""
-    if not root.error or not trajectory.output:
+    if not root.error or trajectory.output == "":
         return False
     last_ok = max((c.step.index for c in calls_for(trajectory, config, context)
                    if not c.failed), default=-1)
+    if not trajectory.output and not _stopped_after(trajectory, last_ok):
+        return False
     return any(s.index < last_ok and s.status == "error" and s.error == root.error
                and (s.kind == "tool" or s.kind_unknown) for s in trajectory.steps)
+
+
+def _stopped_after(trajectory: Trajectory, index: int) -> bool:
+    """The run's answer when no span recorded it (output None: unknown, not empty, as with
+    the AI SDK's ``recordOutputs: false``): its last LLM call, after step ``index``, ended
+    the model's turn (a stop finish reason, no call asked, no error)."""
+    llm = trajectory.llm_steps
+    last = llm[-1] if llm else None
+    return last is not None and last.index > index and last.status != "error" \
+        and not last.tool_calls and any(r.lower() in STOP_REASONS for r in last.finish_reasons)
