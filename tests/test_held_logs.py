@@ -150,3 +150,32 @@ def test_records_of_a_released_trace_are_pending_until_it_is_evaluated(
     assert node.sample("otel_eval_assembly_pending_spans") == 0
     assert node.sample("otel_eval_assembly_pending_log_records") == 0
     assert node.ingest.handle_logs_bytes(more, "grpc").outcome == "ok"
+
+
+def test_a_record_delivered_again_is_a_duplicate_before_and_after_release(
+        tmp_path: Path) -> None:
+    """A client's retry of an acknowledged logs request (or a Kafka record redelivered): the
+    records its trace holds already are refused as ``duplicate_log_record``, as spans are
+    as ``duplicate_span``, and re-open nothing once released. Before, each was held again,
+    and a GenAI event read twice is the run's twice (OpenAI's gen_ai.choice with a tool call:
+    get_weather asked twice, a loop the run never made)."""
+    node = Node(tmp_path)
+    trace = "a" * 32
+    recs = records(trace, 2)
+    for r in recs:
+        r.span_id = "1" * 16
+    body = logs_body(recs)
+    assert node.ingest.handle_logs_bytes(body, "grpc").accepted == 2
+    again = node.ingest.handle_logs_bytes(body, "grpc")
+    assert again.accepted == 0 and dict(again.rejected) == {"duplicate_log_record": 2}
+    node.engine.submit([Span(trace, "1" * 16, None, "chat gpt-4o", 1, 2,
+                             attributes={"gen_ai.operation.name": "chat"})])
+    node.now += IDLE + 1
+    assert node.engine.tick() == 1 and node.engine.process() == 1
+    late = node.ingest.handle_logs_bytes(body, "grpc")  # within the reopen window
+    assert late.accepted == 0 and dict(late.rejected) == {"duplicate_log_record": 2}
+    assert node.engine._assembler.open_logs_of(trace) == []  # not re-opened
+    assert node.sample("otel_eval_receiver_log_records_rejected_total",
+                       protocol="grpc", reason="duplicate_log_record") == 4
+    [stored] = node.store.latest(10)
+    assert stored["revision"] == 0

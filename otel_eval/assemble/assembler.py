@@ -18,7 +18,9 @@ spans that follow, or dropped as ``no_spans`` if none do). Records are held as t
 trace is released.
 Spans for a trace released less than ``reopen_window_s`` ago re-open it (``revision`` + 1);
 its evaluation is then superseded. A span it already holds is a ``duplicate_span`` there too
-(a client retrying an acknowledged request re-opens nothing). Later spans are rejected as
+(a client retrying an acknowledged request re-opens nothing), and so is a log record it holds
+(``duplicate_log_record``: the same record's bytes; held twice, its event would read as the
+run's twice). Later spans are rejected as
 ``late`` while the trace id is remembered (``max_tombstones`` ids, 16 bytes of state each);
 beyond that they start a new trace.
 
@@ -87,6 +89,8 @@ class _Open:
     previous: Finished | None = None  # what became of the revision it re-opened
     scheduled: float = float("inf")  # deadline of this trace's live heap entry
     waiters: list[Callable[[], None]] = field(default_factory=list)
+    # the ``raw`` bytes of ``logs``: a record held already is a ``duplicate_log_record``
+    log_keys: set[bytes] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -97,6 +101,7 @@ class _Released:
     sender: str = ""
     logs: list[HeldRecord] = field(default_factory=list)
     finished: Finished | None = None  # the released trace's, set by finishing
+    log_keys: set[bytes] = field(default_factory=set)  # the open trace's, handed over
 
 
 @dataclass
@@ -268,6 +273,10 @@ class TraceAssembler:
             res.rejected["duplicate_span"] += 1
             res.known.add(item.trace_id)
             return None
+        if old is not None and not isinstance(item, Span) and item.raw in old.log_keys:
+            res.rejected["duplicate_log_record"] += 1  # as a span it holds, above
+            res.known.add(item.trace_id)
+            return None
         if old is not None and (
                 len(old.spans) >= self.config.max_spans_per_trace and not self.pass_through
                 if isinstance(item, Span) else
@@ -312,6 +321,7 @@ class TraceAssembler:
             tr.previous = old.finished
             tr.spans = old.spans
             tr.logs = old.logs
+            tr.log_keys = old.log_keys
             tr.log_bytes = sum(r.nbytes for r in old.logs)
             tr.revision = old.revision + 1
             tr.root_ended = any(s.end_ns and s.is_entry for s in old.spans.values())
@@ -332,7 +342,9 @@ class TraceAssembler:
                  ) -> AddResult:
         """Take GenAI event records (``accepted`` / ``rejected`` count records). A record for
         an unknown trace opens it; it does not move the trace's deadline (spans decide when
-        a run is over), except that a trace opened by a record waits ``idle_timeout_s``.
+        a run is over), except that a trace opened by a record waits ``idle_timeout_s``. A
+        record the trace holds already (the same bytes) is a ``duplicate_log_record``, as a
+        span it holds is a ``duplicate_span``: a client's retry re-opens and adds nothing.
         ``on_trace`` as for ``add``; the waiter is also called when the trace is dropped
         for want of spans (``dropped_waiters``)."""
         res = AddResult()
@@ -342,10 +354,15 @@ class TraceAssembler:
             tr = self._open_for(record, now, res, source, sender)
             if tr is None:
                 continue
+            if record.raw in tr.log_keys:
+                res.rejected["duplicate_log_record"] += 1
+                res.known.add(record.trace_id)
+                continue
             if len(tr.logs) >= limit:
                 res.rejected["trace_too_large"] += 1
                 continue
             tr.logs.append(record)
+            tr.log_keys.add(record.raw)
             tr.log_bytes += record.nbytes
             self.open_logs += 1
             self.open_log_bytes += record.nbytes
@@ -527,7 +544,7 @@ class TraceAssembler:
         # a re-open carries the spans evaluated, not those passed on: forwarded once, they
         # are not held past the release (memory: max_released_traces x max_spans_per_trace)
         self._reopenable[tr.trace_id] = _Released(now, tr.spans, tr.revision, tr.sender,
-                                                  tr.logs, trace.finished)
+                                                  tr.logs, trace.finished, tr.log_keys)
         self._tombstones[tr.trace_id] = None
         self._tombstones.move_to_end(tr.trace_id)
         self._forget(now)

@@ -9,7 +9,8 @@ or without a trace id), each under its resource and scope: the front end stands 
 collector's kafka exporter would, and what it acknowledges is the user's telemetry, passed on
 whole (``Ingest(every_log_record=True)``). When Kafka does not answer in time the request is
 throttled (the exporter retries; a record that did land meanwhile is written twice, and the
-evaluator drops the second copy of a span as ``duplicate_span``; a log record is held twice).
+evaluator drops the second copy of a span as ``duplicate_span``, of a log record as
+``duplicate_log_record``).
 A trace whose record is larger than a Kafka record may be can never be written: its spans
 (log records) are rejected with reason ``record_too_large`` (a partial success, not retried)
 and the request's other traces are taken.
