@@ -518,8 +518,9 @@ def _tools(attrs: Attrs) -> dict[str, Any]:
     i = 0
     while (raw := attrs.get(f"llm.tools.{i}.tool.json_schema")) is not None:
         found = tool_definition(raw)
-        if found:
-            out[found[0]] = found[1]
+        if not found:  # one not read (cut at a length limit): what was offered is unknown
+            return {}
+        out[found[0]] = found[1]
         i += 1
     if not out and attrs.get("openinference.span.kind") == "LLM":
         raw = attrs.get("input.value")  # Haystack's request: its Tool reprs

@@ -169,11 +169,15 @@ def tool_definition(obj: Any) -> tuple[str, Any] | None:
 
 def tool_definitions(items: Any) -> dict[str, Any]:
     """Offered tools -> {name: parameters JSON schema}: each item of ``items`` (a list, or
-    its JSON text) read by ``tool_definition``; anything else offers none."""
+    its JSON text) read by ``tool_definition``; anything else offers none, and so does a
+    list with an item that cannot be read (a JSON text cut at an attribute length limit):
+    the offer is unknown, not the tools that were read (a call of the unread one would read
+    as a tool that was not offered)."""
     items = parse_json(items)
     out: dict[str, Any] = {}
     for item in items if isinstance(items, list) else ():
         found = tool_definition(item)
-        if found:
-            out[found[0]] = found[1]
+        if not found:
+            return {}
+        out[found[0]] = found[1]
     return out

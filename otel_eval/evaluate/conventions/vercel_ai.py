@@ -108,9 +108,10 @@ def _tools(attrs: Attrs) -> dict[str, Any]:
     raw = attrs.get("ai.prompt.tools")
     for item in raw if isinstance(raw, list) else ():
         tool = parse_json(item)
-        if isinstance(tool, dict) and isinstance(tool.get("name"), str):
-            schema = tool.get("inputSchema", tool.get("parameters", {}))
-            out[tool["name"]] = schema if isinstance(schema, dict) else {}
+        if not (isinstance(tool, dict) and isinstance(tool.get("name"), str)):
+            return {}  # one not read (cut at a length limit): what was offered is unknown
+        schema = tool.get("inputSchema", tool.get("parameters", {}))
+        out[tool["name"]] = schema if isinstance(schema, dict) else {}
     return out
 
 

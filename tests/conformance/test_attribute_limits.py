@@ -1,0 +1,53 @@
+"""The corpus' runs that went right, as an SDK with an attribute value length limit exports
+them (``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``: every string value, and every string of an array,
+cut at the limit): they must still pass. A tool definition cut there is no longer JSON; the
+tools offered are then unknown, not the ones that could be read (BeeAI offers get_weather and
+final_answer as ``llm.tools.N.tool.json_schema``: with the longer one cut, its call read as
+a tool that was not offered, an error)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conformance import corpus
+from conformance.hung import load
+
+from otel_eval.app.config import Config
+from otel_eval.base.model import Span, Trace
+from otel_eval.evaluate.evaluator import Evaluator
+
+LIMIT = 300  # characters; BeeAI's final_answer definition is 321
+_WENT_RIGHT = ("clean", "distinct", "tool_error", "parallel", "streaming", "remote_parent")
+
+
+def _cut(value: Any) -> Any:
+    if isinstance(value, str):
+        return value[:LIMIT]
+    if isinstance(value, list | tuple):
+        return [_cut(v) for v in value]
+    return value
+
+
+def _limited(span: Span) -> Span:
+    return Span(span.trace_id, span.span_id, span.parent_span_id, span.name, span.start_ns,
+                span.end_ns, kind=span.kind, status=span.status,
+                status_message=span.status_message,
+                attributes={k: _cut(v) for k, v in span.attributes.items()},
+                events=span.events, resource=span.resource, scope=span.scope,
+                parent_remote=span.parent_remote)
+
+
+_CELLS = [(s, c) for s, c in corpus.recorded() if c in _WENT_RIGHT]
+
+
+@pytest.mark.parametrize(("stack", "scenario"), _CELLS, ids=[f"{s}/{c}" for s, c in _CELLS])
+def test_a_run_that_went_right_passes_under_an_attribute_length_limit(stack: str,
+                                                                      scenario: str) -> None:
+    spans, logs = load(stack, scenario)
+    limited = [_limited(s) for s in spans]
+    ev = Evaluator(Config()).evaluate(Trace(spans[0].trace_id, limited, "complete", logs=logs))
+    assert ev is not None and ev.verdict is not None
+    calls = [f"{f.detector}/{f.kind}: {f.message}" for f in ev.findings
+             if f.detector == "tool_call" and f.kind in ("selection", "arguments")]
+    assert not calls
