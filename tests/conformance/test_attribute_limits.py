@@ -3,7 +3,10 @@ them (``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``: every string value, and every strin
 cut at the limit): they must still pass. A tool definition cut there is no longer JSON; the
 tools offered are then unknown, not the ones that could be read (BeeAI offers get_weather and
 final_answer as ``llm.tools.N.tool.json_schema``: with the longer one cut, its call read as
-a tool that was not offered, an error)."""
+a tool that was not offered, an error). An agent one of whose spans recorded an offer cut so
+is one whose offer is unknown, whatever its other spans offered (LangChain.js's coordinator
+calls the weather agent as a tool under the same node: the weather agent's offer is not the
+coordinator's)."""
 
 from __future__ import annotations
 
@@ -18,7 +21,8 @@ from otel_eval.base.model import Span, Trace
 from otel_eval.evaluate.evaluator import Evaluator
 
 LIMIT = 300  # characters; BeeAI's final_answer definition is 321
-_WENT_RIGHT = ("clean", "distinct", "tool_error", "parallel", "streaming", "remote_parent")
+_WENT_RIGHT = ("clean", "distinct", "tool_error", "parallel", "streaming", "remote_parent",
+               "multi_agent")
 
 
 def _cut(value: Any) -> Any:

@@ -62,6 +62,7 @@ from otel_eval.evaluate.conventions.messages import (
     response_message,
 )
 from otel_eval.evaluate.conventions.values import (
+    UNREAD_OFFER,
     as_int,
     as_list_of_str,
     as_name,
@@ -519,7 +520,7 @@ def _tools(attrs: Attrs) -> dict[str, Any]:
     while (raw := attrs.get(f"llm.tools.{i}.tool.json_schema")) is not None:
         found = tool_definition(raw)
         if not found:  # one not read (cut at a length limit): what was offered is unknown
-            return {}
+            return UNREAD_OFFER
         out[found[0]] = found[1]
         i += 1
     if not out and attrs.get("openinference.span.kind") == "LLM":

@@ -167,6 +167,15 @@ def tool_definition(obj: Any) -> tuple[str, Any] | None:
     return name, schema if schema is not None else {}
 
 
+class UnreadOffer(dict[str, Any]):
+    """What an offer's reader returns when the span records an offer it cannot read whole
+    (``UNREAD_OFFER``, empty): no tool is known offered, and the agent's offer is unknown
+    (``trajectory.spans``: its other spans' offers are no longer the whole of it)."""
+
+
+UNREAD_OFFER = UnreadOffer()
+
+
 def tool_definitions(items: Any) -> dict[str, Any]:
     """Offered tools -> {name: parameters JSON schema}: each item of ``items`` (a list, or
     its JSON text) read by ``tool_definition``; anything else offers none, and so does a
@@ -178,6 +187,6 @@ def tool_definitions(items: Any) -> dict[str, Any]:
     for item in items if isinstance(items, list) else ():
         found = tool_definition(item)
         if not found:
-            return {}
+            return UNREAD_OFFER
         out[found[0]] = found[1]
     return out

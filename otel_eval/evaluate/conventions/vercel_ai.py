@@ -19,6 +19,7 @@ from otel_eval.base.model import Span
 from otel_eval.base.steps import Step, StepKind, ToolCall
 from otel_eval.evaluate.conventions.adapter import Adapter, Attrs, no_kind, undefined_value
 from otel_eval.evaluate.conventions.values import (
+    UNREAD_OFFER,
     as_int,
     as_name,
     as_str,
@@ -109,7 +110,7 @@ def _tools(attrs: Attrs) -> dict[str, Any]:
     for item in raw if isinstance(raw, list) else ():
         tool = parse_json(item)
         if not (isinstance(tool, dict) and isinstance(tool.get("name"), str)):
-            return {}  # one not read (cut at a length limit): what was offered is unknown
+            return UNREAD_OFFER  # one not read (cut at a length limit): the offer is unknown
         schema = tool.get("inputSchema", tool.get("parameters", {}))
         out[tool["name"]] = schema if isinstance(schema, dict) else {}
     return out

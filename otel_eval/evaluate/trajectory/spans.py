@@ -47,7 +47,7 @@ from otel_eval.evaluate.conventions.openinference import (
     workflow_agent_name,
 )
 from otel_eval.evaluate.conventions.openllmetry import is_workflow_agent, llamaindex_agent_name
-from otel_eval.evaluate.conventions.values import as_str, first
+from otel_eval.evaluate.conventions.values import UnreadOffer, as_str, first
 from otel_eval.evaluate.trajectory.prices import provider
 
 __all__ = ["StepBuilder", "dedupe", "tree_order"]
@@ -149,6 +149,9 @@ class StepBuilder:
         self.agents_with_tools: set[str | None] = set()
         # agent key (``Step.agent_scope``) -> the tools its own spans recorded it was offered
         self.offered_to: dict[tuple[str | None, str | None], dict[str, Any]] = {}
+        # the agent keys one of whose spans recorded an offer that could not be read: what
+        # they were offered is unknown (no ``offered_to`` entry), whatever their other spans say
+        self.unread_offers: set[tuple[str | None, str | None]] = set()
         # Traceloop's LlamaIndex agent workflow spans (agent steps), by span id
         self.workflows: dict[str, Step] = {}
         # LlamaIndex workflow run span id -> the agent its last named step ran for
@@ -254,11 +257,15 @@ class StepBuilder:
                 step.provider = provider(attrs)
         for tools in shape.offers:
             offered = tools(attrs)
-            if offered:
+            key = (node, step.within_unknown)
+            if isinstance(offered, UnreadOffer):  # what this agent was offered is unknown
+                self.unread_offers.add(key)
+                self.offered_to.pop(key, None)
+            elif offered:
                 merge_tools(self.tools, offered)
                 self.offered.update(offered)
-                merge_tools(self.offered_to.setdefault((node, step.within_unknown), {}),
-                            offered)
+                if key not in self.unread_offers:
+                    merge_tools(self.offered_to.setdefault(key, {}), offered)
         for tools in shape.described:
             described = tools(attrs)
             if described:
