@@ -67,6 +67,28 @@ def _why(step: Step, schema: Any) -> str | None:
     return None
 
 
+def _cut_object(args: Any) -> bool:
+    """Text that opens as a JSON object or array and never closes it (the readers keep text
+    that did not parse as it came: ``values.parse_json``): an object known only in part, cut
+    at an attribute length limit, not a text argument. (A whole object kept as text, one
+    nested too deep to read, is still the same call when the same text comes again.)"""
+    return isinstance(args, str) and args.lstrip()[:1] in ("{", "[") \
+        and args.rstrip()[-1:] not in ("}", "]")
+
+
+def _unread(step: Step, call: ToolCall | None, set_aside: dict[int, Any] | None,
+            why: str) -> None:
+    """The step's arguments are the call it ran's when those are an object, else unknown."""
+    if call is not None and isinstance(call.arguments, dict):
+        step.arguments = call.arguments
+        step.sources["arguments"] = f"llm tool call {call.call_id or call.name}"
+        return
+    if set_aside is not None:
+        set_aside[id(step)] = step.arguments
+    step.arguments = None
+    step.unknown["arguments"] = why
+
+
 def _as_asked(step: Step, call: ToolCall) -> bool:
     """Whether the call the step ran says the value of its text read as the tool's only
     parameter (``links.coerce_arguments``: a guess): the same arguments, or the value under
@@ -91,6 +113,11 @@ def settle(steps: list[Step], tools: Mapping[str, Any], joined: Mapping[int, Too
             step.arguments = call.arguments
             step.sources["arguments"] = f"llm tool call {call.call_id or call.name}"
             continue
+        if _cut_object(step.arguments) and not (call is not None
+                                                and call.arguments == step.arguments):
+            _unread(step, call, set_aside, "unparsed: the text of an object that is no JSON "
+                                           "(cut at an attribute length limit?)")
+            continue  # with a schema or without: text that two calls share says nothing
         schema = tools.get(step.tool_name or step.name)
         if fits(step.arguments, schema) is not False:
             continue  # they fit, or the schema declares nothing to judge them by
