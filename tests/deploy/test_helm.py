@@ -432,6 +432,7 @@ def test_a_postgresql_store_needs_no_volume_claim(helm: Helm, tmp_path: Path) ->
     ("mode=collector", "mode must be evaluator or receiver"),
     ("kafka.assignment=sticky", "kafka.assignment must be group or static"),
     ("config.kafka.brokers=k:9092", "set kafka.brokers, not config.kafka.brokers"),
+    ("caBundle.secretName=a,caBundle.configMapName=b", "set secretName or configMapName"),
 ])
 def test_invalid_values_are_refused(helm: Helm, setting: str, message: str) -> None:
     r = helm.run("template", "x", str(CHART), "--set", setting)
@@ -494,3 +495,36 @@ def test_otel_eval_down_selects_the_service_monitors_job(helm: Helm,
     assert matcher, rules["OtelEvalDown"]["expr"]
     job = _scrape_job(monitor, service)
     assert re.fullmatch(matcher.group(1), job), (job, matcher.group(1))
+
+
+@pytest.mark.parametrize("source", ["secretName", "configMapName"])
+def test_a_private_ca_is_mounted_for_postgresql_and_kafka(helm: Helm, tmp_path: Path,
+                                                          source: str) -> None:
+    """A PostgreSQL URL with ``sslmode=verify-full`` (values.yaml suggests it) or Kafka over
+    SSL/SASL_SSL signed by a private CA needs that CA in the pod: ``caBundle`` mounts it
+    read-only, points libpq (``PGSSLROOTCERT``) and ``kafka.security.tls_ca_file`` at it.
+    Without it no value could put the file in the pod (read-only root file system)."""
+    docs = helm.template("--set", "postgresql.existingSecret=pg", "--set", "kafka.brokers=k:9093",
+                         "--set", f"caBundle.{source}=private-ca", "--set", "caBundle.key=ca.pem")
+    container, spec = _container(docs), _pod_spec(docs)
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "ca")
+    assert mount.get("readOnly") is True and "subPath" not in mount  # rotation reaches it
+    volume = next(v for v in spec["volumes"] if v["name"] == "ca")
+    if source == "secretName":
+        assert volume["secret"]["secretName"] == "private-ca"
+    else:
+        assert volume["configMap"]["name"] == "private-ca"
+    ca_file = f"{mount['mountPath']}/ca.pem"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["PGSSLROOTCERT"] == ca_file  # libpq's sslrootcert
+    cfg = _pod_config(docs, tmp_path)
+    assert cfg.kafka.security.tls_ca_file == ca_file
+    for doc in docs:
+        _validate(doc)
+    # a tls_ca_file of the config's own wins; no CA bundle: nothing mounted, nothing set
+    own = helm.template("--set", "kafka.brokers=k:9093", "--set", "caBundle.secretName=ca",
+                        "--set", "config.kafka.security.tls_ca_file=/x/ca.pem")
+    assert _pod_config(own, tmp_path).kafka.security.tls_ca_file == "/x/ca.pem"
+    plain = helm.template("--set", "kafka.brokers=k:9093")
+    assert "ca" not in {v["name"] for v in _pod_spec(plain)["volumes"]}
+    assert _pod_config(plain, tmp_path).kafka.security.tls_ca_file == ""

@@ -68,6 +68,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if and (eq .Values.mode "evaluator") .Values.postgresql.existingSecret }}true{{ end }}
 {{- end }}
 
+{{/* The path of the mounted CA bundle (caBundle), empty without one. */}}
+{{- define "otel-eval.caFile" -}}
+{{- if or .Values.caBundle.secretName .Values.caBundle.configMapName }}/etc/otel-eval-ca/{{ .Values.caBundle.key }}{{ end }}
+{{- end }}
+
 {{/* Refuse values that would render a release that cannot work. */}}
 {{- define "otel-eval.validate" -}}
 {{- if not (has .Values.mode (list "evaluator" "receiver")) }}
@@ -81,6 +86,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- if and .Values.security.tls.clientAuth (not .Values.security.tls.secretName) }}
 {{- fail "security.tls.clientAuth needs security.tls.secretName (its ca.crt)" }}
+{{- end }}
+{{- if and .Values.caBundle.secretName .Values.caBundle.configMapName }}
+{{- fail "caBundle: set secretName or configMapName, not both" }}
 {{- end }}
 {{- if and (eq .Values.mode "receiver") (not .Values.kafka.brokers) }}
 {{- fail "mode receiver publishes to Kafka: set kafka.brokers" }}
@@ -123,9 +131,16 @@ from env vars that come from Secrets.
 {{- $_ = set $kafka "worker_index" "${OTEL_EVAL_WORKER_INDEX}" }}
 {{- end }}
 {{- end }}
-{{- if .Values.kafka.saslPasswordSecret.secretName }}
 {{- $security := get (get $cfg "kafka" | default (dict)) "security" | default (dict) }}
-{{- $_ = set $kafka "security" (merge (dict "sasl_password" "${KAFKA_SASL_PASSWORD}") $security) }}
+{{- if .Values.kafka.saslPasswordSecret.secretName }}
+{{- $security = merge (dict "sasl_password" "${KAFKA_SASL_PASSWORD}") $security }}
+{{- end }}
+{{- if include "otel-eval.caFile" . }}
+{{- /* the config's own tls_ca_file wins (merge: the first dict's keys win) */}}
+{{- $security = merge $security (dict "tls_ca_file" (include "otel-eval.caFile" .)) }}
+{{- end }}
+{{- if $security }}
+{{- $_ = set $kafka "security" $security }}
 {{- end }}
 {{- $_ = set $cfg "kafka" (merge $kafka (get $cfg "kafka" | default (dict))) }}
 {{- end }}
@@ -239,6 +254,10 @@ read one pod's results, and the host of serviceMonitor.otelEvalUrl. */}}
     secretKeyRef:
       name: {{ .Values.postgresql.existingSecret }}
       key: {{ .Values.postgresql.key }}
+{{- end }}
+{{- with include "otel-eval.caFile" . }}
+- name: PGSSLROOTCERT
+  value: {{ . | quote }}
 {{- end }}
 {{- range .Values.judgeSecretEnv }}
 - name: {{ .name }}
@@ -369,6 +388,11 @@ spec:
           mountPath: /etc/otel-eval-tls
           readOnly: true
         {{- end }}
+        {{- if include "otel-eval.caFile" . }}
+        - name: ca
+          mountPath: /etc/otel-eval-ca
+          readOnly: true
+        {{- end }}
   volumes:
     - name: config
       configMap:
@@ -380,6 +404,16 @@ spec:
     - name: tls
       secret:
         secretName: {{ .Values.security.tls.secretName }}
+    {{- end }}
+    {{- with .Values.caBundle.secretName }}
+    - name: ca
+      secret:
+        secretName: {{ . }}
+    {{- end }}
+    {{- with .Values.caBundle.configMapName }}
+    - name: ca
+      configMap:
+        name: {{ . }}
     {{- end }}
     {{- if not (include "otel-eval.claim" .) }}
     - name: data
