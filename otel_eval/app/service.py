@@ -13,8 +13,12 @@
 Each optional part (the sinks, the Kafka front end, the issues job) comes from the
 ``build(config, deps)`` next to its code, None when its config leaves it off; the service
 iterates what they return. With ``kafka.publish`` the receivers' Ingest feeds a
-``PublishingEngine`` (records to the topic) instead. The async stages (judge, Kafka) share
-one event loop thread (``aio``).
+``PublishingEngine`` (records to the topic) instead: a stateless front end, which starts
+only what it uses (the receivers, the publisher, the admin endpoint): no spool (a request is
+acknowledged once Kafka has it), no evaluation worker processes, sinks, session or issues
+job, retention or engine thread (the workers consuming the topic evaluate), and no SQLite
+file (its admin API reads an empty in-memory store; a PostgreSQL ``store.url``, the fleet's,
+is read). The async stages (judge, Kafka) share one event loop thread (``aio``).
 
 Lifecycle (``otel_eval.app.lifecycle``): every long-running part is a ``Component`` with
 ``start()`` and ``shutdown(deadline_s)``. ``Service()`` only constructs them (no file, socket
@@ -129,12 +133,15 @@ class Service:
         self.options = options or Options()
         self.registry = registry if registry is not None else CollectorRegistry()
         self.clock = clock
+        # ``serve --kafka-publish``: receivers that write to the topic, evaluating nothing
+        self.front_end = config.kafka.enabled and config.kafka.publish
         self.metrics = Metrics(self.registry, prediction=config.prediction,
                                max_pairs=config.admin.metrics_max_pairs)
         # Constructed here, opened by the lifecycle (``start``): the locks first, then the
         # store and the spool; nothing here touches a file or a socket.
-        self._locks = instance_locks(config.store, journal=config.judge.active)
-        self.store = store_at(config.store.target, config.store.session)
+        self._locks = [] if self.front_end else instance_locks(config.store,
+                                                               journal=config.judge.active)
+        self.store = store_at(self._store_target(), config.store.session)
         self.evaluator = Evaluator(config, references_path=self.options.references_path)
         # conversations for GET /v1/sessions: complete ones as the session job stored them,
         # open ones computed on read from their turns in the store
@@ -143,7 +150,7 @@ class Service:
         self.loop = LoopThread() if needs_loop else None  # started first, stopped last
         deps = Deps(self.metrics, self.registry, self.store, config.store.path,
                     config.store.target, self.loop, store_session=config.store.session)
-        self.sinks = build_sinks(config, deps)
+        self.sinks = [] if self.front_end else build_sinks(config, deps)
         # conversations completed once in the fleet, from the store's state (its own thread)
         self.session_job = SessionJob(
             self.store, config.sessions, self.metrics, predictor=self.evaluator.predictor,
@@ -164,9 +171,9 @@ class Service:
         # metrics
         lender = next((s for s in self.sinks if isinstance(s, JudgeCalls)), None)
         ask = lender.ask if lender is not None else None
-        self.issues = issues_job.build(config.issues, deps, namer=lambda: judge_namer(jc, ask),
-                                       synthesizer=lambda: judge_synthesizer(
-                                           jc, REPLY_SCHEMA, check_reply, ask))
+        self.issues = None if self.front_end else issues_job.build(
+            config.issues, deps, namer=lambda: judge_namer(jc, ask),
+            synthesizer=lambda: judge_synthesizer(jc, REPLY_SCHEMA, check_reply, ask))
         if self.issues is not None and lender is not None:  # their calls are the stage's
             # (the client, which imports litellm, only where a judge is configured)
             from otel_eval.evaluate.judge.client import CALL_STATUSES
@@ -188,7 +195,15 @@ class Service:
         self._stopped = threading.Event()
         self._lifecycle_: Lifecycle | None = None
 
+    def _store_target(self) -> str:
+        """Where the results live: a front end never writes any, so it creates no SQLite file
+        (an in-memory store answers its admin API); a PostgreSQL store is the fleet's."""
+        target = self.config.store.target
+        return ":memory:" if self.front_end and not is_postgresql_url(target) else target
+
     def _make_spool(self) -> Spool | None:
+        if self.front_end:  # acknowledged once Kafka acknowledged: the topic is the log
+            return None
         sc = self.config.store
         spool_file = sc.spool_file()
         return Spool(spool_file, sc.spool_max_bytes, self.metrics.spool,
@@ -232,7 +247,7 @@ class Service:
         a worker's evaluations would be kept where the results API never reads)."""
         ec = self.config.evaluation
         n = ec.workers or available_cores()
-        if n <= 1:
+        if n <= 1 or self.front_end:  # a front end evaluates nothing
             return None
         if self.config.store.target == ":memory:":
             log.info("store.path is :memory:: evaluating in the serving process "
@@ -311,14 +326,15 @@ class Service:
         # the judge stage, which must be started by then.
         if self.issues is not None:
             lc.add("issues job", self.issues, start=False)
-        if worker:
+        if worker and not self.front_end:  # a front end's store holds no evaluations
             lc.add("retention", self.retention)
         for sink in reversed(self.sinks):  # the judge (first sink) stops before the events
             lc.add(type(sink.part if isinstance(sink, OnLoop) else sink).__name__, sink)
         # completes sessions idle past sessions.idle_timeout_s (tests tick it by hand). It
         # feeds the judge and the events sink: stopped before them, as the engine is (a
         # completion made while they drain would reach a stopped judge, never judged)
-        lc.add("session job", self.session_job, start=worker)
+        if not self.front_end:  # it completes the conversations the workers store
+            lc.add("session job", self.session_job, start=worker)
         if self.issues is not None:
             lc.add("issues runs", Step(start=self.issues.start), start=worker)
         if self.kafka is not None:  # stopped here (after the engine); started after the replay
@@ -327,7 +343,8 @@ class Service:
             lc.add("evaluation workers", Step(
                 start=self._start_pool,
                 shutdown=lambda d: self.pool.shutdown(d) if self.pool is not None else None))
-        lc.add("engine", self.engine, start=worker)
+        if not self.front_end:  # the receivers feed the publisher instead
+            lc.add("engine", self.engine, start=worker)
         # Every listener bound before the spool is replayed: a serve that cannot have its ports
         # (another one holds them) must stop before it touches what it would replay.
         lc.add("listeners", Step(start=self._bind_listeners, shutdown=self._close_listeners))

@@ -150,6 +150,8 @@ def test_publish_front_end_records_are_evaluated_like_direct_otlp(
             assert got is not None and got["source"] == "kafka"
             assert comparable(got) == comparable(direct.svc.store.get(tid)), tid
         assert front.svc.store.get(ids[0]) is None
+    # stateless: no store file, no spool (acknowledged once Kafka acknowledged)
+    assert not list(dirs["front"].iterdir())
     # Keyed and partitioned as the collector's exporter (partition_traces_by_id) writes them.
     records = asyncio.run(read_topic(topic.bootstrap, topic.name, topic.partitions))
     assert len(records) == n_spans

@@ -1,6 +1,11 @@
 """The optional parts of ``serve`` come from their builders (``build(config, deps)`` next to
 each part) and take their place in the lifecycle: every part on, the Kafka publishing front
-end, and every part off. Nothing is opened: a ``Service`` only constructs."""
+end, and every part off. Nothing is opened: a ``Service`` only constructs.
+
+The publishing front end (``kafka.publish``, docs/guide.md "Scaling out": stateless) starts
+only what it uses: its receivers feed the topic, never the engine, so it has no spool (a
+request is acknowledged once Kafka acknowledged it), no store file, no evaluation workers,
+no sinks, no session or issues job, retention or engine thread."""
 
 from __future__ import annotations
 
@@ -35,12 +40,8 @@ def _service(tmp_path: Path, **changes: Any) -> Service:
           "Forwarder", "EvaluationEvents", "JudgeStage", "session job", "issues runs",
           "kafka consumer"],
      ["JudgeStage", "EvaluationEvents", "Forwarder", "OnLoop"], "Engine"),
-    ({"kafka.publish": True}, ["event loop", "admin", "issues job", "retention",
-                               "Forwarder", "EvaluationEvents", "JudgeStage", "session job",
-                               "issues runs", "kafka publisher"],
-     ["JudgeStage", "EvaluationEvents", "Forwarder"], "PublishingEngine"),
     (OFF, ["admin", "retention", "session job"], [], "Engine"),
-], ids=["all-on", "kafka-publish", "all-off"])
+], ids=["all-on", "all-off"])
 def test_each_optional_part_is_built_and_placed_in_the_lifecycle(
         tmp_path: Path, changes: dict[str, Any], parts: list[str], sinks: list[str],
         front: str) -> None:
@@ -64,3 +65,21 @@ def test_the_session_job_stops_before_the_sinks_it_feeds(tmp_path: Path) -> None
     names = _service(tmp_path)._lifecycle(True).names
     feeds = [names.index("JudgeStage"), names.index("EvaluationEvents")]
     assert names.index("session job") > max(feeds)  # shutdown runs the list backwards
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgresql"])
+def test_the_publishing_front_end_starts_only_what_it_uses(tmp_path: Path, store: str) -> None:
+    """Every other part on (judge, events, forward, results topic, issues, 4 evaluation
+    workers): the front end still starts none of them. They would never get work (the
+    receivers feed the topic), yet it held a spool and a SQLite file it never wrote, locked
+    them (a second front end on the volume refused), and forked a worker process per core."""
+    url = {"store.url": "postgresql://u@db:5432/e"} if store == "postgresql" else {}
+    svc = _service(tmp_path, **{"kafka.publish": True, "evaluation.workers": 4, **url})
+    assert svc._lifecycle(True).names == [
+        "instance lock", "store", "event loop", "admin", "kafka publisher", "listeners",
+        "kafka publisher start", "otlp grpc", "otlp http", "readiness"]
+    assert svc.spool is None and svc.pool is None and not svc._locks
+    assert svc.engine.sinks == [] and svc.issues is None
+    assert svc.grpc is not None and type(svc.grpc.ingest.engine).__name__ == "PublishingEngine"
+    # no SQLite file created; the fleet's PostgreSQL store is read by the admin API
+    assert svc.store.location == (":memory:" if store == "sqlite" else svc.config.store.target)
