@@ -13,7 +13,6 @@ id, issue id for every critique and finding). A file that cannot be read is an e
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import shutil
 import sys
@@ -42,11 +41,11 @@ def is_evaluation(obj: object) -> bool:
 
 
 def _first_line(path: Path) -> bytes:
-    """The first line, gunzipped by magic as the loaders do (eval output can be huge: the
-    whole file is read only when its first line is not a whole JSON object)."""
-    with path.open("rb") as f:
-        gz = f.read(2) == b"\x1f\x8b"
-    with (gzip.open(path, "rb") if gz else path.open("rb")) as f:
+    """The first line, gunzipped by magic as the loaders do, as bounded (eval output can be
+    huge: the whole file is read only when its first line is not a whole JSON object)."""
+    from otel_eval.decode.compressed import open_binary
+
+    with open_binary(path) as f:
         line: bytes = f.readline()
     return line.removeprefix(b"\xef\xbb\xbf").strip()
 

@@ -299,3 +299,20 @@ def test_a_pipe_is_read_once(tmp_path: Path, kind: str) -> None:
         os.close(read)
     assert code == 0, text
     assert _assigned(json.loads(text)) == _assigned(_json(copy))
+
+
+def test_a_gzip_bomb_exits_2_naming_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """An evaluation file ``.gz`` was read through ``gzip.open`` with no bound (its first
+    line, then its lines or the whole document): a small file could take any memory. Now
+    it is refused past ``MAX_GUNZIPPED_BYTES``, exit 2 naming the file."""
+    monkeypatch.setattr("otel_eval.decode.compressed.MAX_GUNZIPPED_BYTES", 1 << 20)
+    first = (json.dumps(window(1)[0]) + "\n").encode()
+    for name, content in (("lines.jsonl.gz", first + b" " * (4 << 20) + b"\n"),
+                          ("one_line.jsonl.gz", first[:-1] + b" " * (4 << 20) + b"\n")):
+        path = tmp_path / name
+        path.write_bytes(gzip.compress(content, compresslevel=1))
+        code, out = _issues(str(path), "--format", "json")
+        assert code == 2 and out == ""
+        err = capsys.readouterr().err
+        assert name in err and "limit of 1048576 bytes" in err, err

@@ -194,3 +194,28 @@ def test_duplicate_spans_in_a_file_are_loaded_and_deduplicated_by_the_builder(
     t = build_trajectory(by_id(load_file(path))[WEATHER], CFG)
     assert [s.name for s in t.steps] == ["invoke_agent weather", "chat gpt-4o",
                                          "execute_tool get_weather"]
+
+
+def test_a_gzip_bomb_is_refused_naming_the_file_not_inflated(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `.gz` input (eval, show, train, replay) was inflated whole (``gzip.decompress``):
+    a small file could take any memory. Now it is read up to ``MAX_GUNZIPPED_BYTES`` and
+    refused past it, the error naming the file; under the limit it loads as before."""
+    import tracemalloc
+
+    monkeypatch.setattr("otel_eval.decode.compressed.MAX_GUNZIPPED_BYTES", 1 << 20)
+    tree = (DATA / "span_tree.json").read_bytes()
+    small = tmp_path / "small.json.gz"
+    small.write_bytes(gzip.compress(tree + b" " * ((1 << 20) - len(tree))))  # at the limit
+    assert [t.trace_id for t in load_file(small)] == ["a5b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5"]
+    bomb = tmp_path / "bomb.json.gz"
+    bomb.write_bytes(gzip.compress(tree + b" " * (64 << 20), compresslevel=1))
+    tracemalloc.start()
+    try:
+        with pytest.raises(LoaderError, match="limit of 1048576 bytes") as info:
+            load_file(bomb)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert info.value.path == str(bomb) and str(bomb) in str(info.value)
+    assert peak < 8 << 20  # not the 64 MiB it inflates to

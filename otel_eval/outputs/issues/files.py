@@ -7,12 +7,12 @@ evaluates those first and feeds the resulting objects to ``issues_offline`` dire
 
 from __future__ import annotations
 
-import gzip
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from otel_eval.decode.compressed import TooLarge, open_text
 from otel_eval.outputs.issues.config import IssuesConfig
 from otel_eval.outputs.issues.naming import Namer
 from otel_eval.outputs.issues.result import IssuesResult
@@ -25,8 +25,8 @@ class EvaluationFileError(ValueError):
 
 
 def _open(path: Path) -> IO[str]:
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8")
+    if path.suffix == ".gz":  # as bounded as the loaders' (a gzip bomb is refused)
+        return open_text(path)
     return path.open(encoding="utf-8")
 
 
@@ -59,13 +59,16 @@ def read_evaluations(paths: Iterable[str | Path]) -> Iterator[dict[str, Any]]:
     whose first line is not a whole JSON object is read as one JSON document."""
     for raw in paths:
         path = Path(raw)
-        with _open(path) as f:
-            first = f.readline()
         try:
-            whole = not isinstance(json.loads(first), dict)
-        except (ValueError, RecursionError):
-            whole = True
-        yield from (_whole(path) if whole else _lines(path))
+            with _open(path) as f:
+                first = f.readline()
+            try:
+                whole = not isinstance(json.loads(first), dict)
+            except (ValueError, RecursionError):
+                whole = True
+            yield from (_whole(path) if whole else _lines(path))
+        except TooLarge as e:
+            raise EvaluationFileError(f"{path}: {e}") from e
 
 
 def issues_from_paths(paths: Iterable[str | Path], config: IssuesConfig | None = None,

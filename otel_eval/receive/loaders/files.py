@@ -9,7 +9,6 @@ at its end (``hold``): a run's records may be in any of its files, before or aft
 
 from __future__ import annotations
 
-import gzip
 import logging
 import zlib
 from collections import Counter
@@ -20,11 +19,11 @@ from otel_eval.assemble.assembler import TraceAssembler
 from otel_eval.assemble.config import AssemblyConfig
 from otel_eval.base.model import Span, Trace
 from otel_eval.base.printable import printable
+from otel_eval.decode.compressed import TooLarge, read_data
 from otel_eval.decode.otlp_logs import HeldRecord
 
 log = logging.getLogger(__name__)
 
-_GZIP_MAGIC = b"\x1f\x8b"
 _UTF8_BOM = b"\xef\xbb\xbf"
 
 
@@ -41,13 +40,12 @@ class LoaderError(ValueError):
 
 
 def read_bytes(path: Path) -> bytes:
-    """The file's content, gunzipped when it starts with the gzip magic (whatever its name),
-    without a UTF-8 byte order mark (editors on Windows add one to JSON files)."""
+    """The file's content, gunzipped when it starts with the gzip magic (whatever its name;
+    at most ``MAX_GUNZIPPED_BYTES``, 1 GiB: a gzip bomb is refused, not inflated), without
+    a UTF-8 byte order mark (editors on Windows add one to JSON files)."""
     try:
-        data = path.read_bytes()
-        if data[:2] == _GZIP_MAGIC:
-            data = gzip.decompress(data)
-    except (OSError, EOFError, zlib.error) as e:
+        data = read_data(path.read_bytes())
+    except (OSError, EOFError, zlib.error, TooLarge) as e:
         raise LoaderError(path, f"cannot read: {e}") from e
     return data[3:] if data[:3] == _UTF8_BOM else data
 
