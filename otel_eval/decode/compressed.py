@@ -65,8 +65,8 @@ def open_binary(path: Path, limit: int | None = None) -> IO[bytes]:
 
 
 def open_text(path: Path, limit: int | None = None) -> IO[str]:
-    """``open_binary`` as UTF-8 text."""
-    return io.TextIOWrapper(open_binary(path, limit), encoding="utf-8")
+    """``open_binary`` as UTF-8 text, without a byte order mark (as ``read_bytes``)."""
+    return io.TextIOWrapper(open_binary(path, limit), encoding="utf-8-sig")
 
 
 def read_data(data: bytes, limit: int | None = None) -> bytes:

@@ -316,3 +316,23 @@ def test_a_gzip_bomb_exits_2_naming_the_file(tmp_path: Path, monkeypatch: pytest
         assert code == 2 and out == ""
         err = capsys.readouterr().err
         assert name in err and "limit of 1048576 bytes" in err, err
+
+
+def test_gzip_is_decided_by_content_not_by_the_name(tmp_path: Path) -> None:
+    """Evaluation files were detected by content (gzip magic, a UTF-8 byte order mark
+    skipped) but read by suffix and as plain UTF-8: a gzipped file not named ``.gz``
+    (UnicodeDecodeError), a plain one named ``.gz`` (BadGzipFile) or one starting with a
+    byte order mark was refused, exit 2. They are now read as the loaders read trace files."""
+    evs = window(12)
+    text = "".join(json.dumps(e) + "\n" for e in evs).encode()
+    plain, packed = tmp_path / "plain", tmp_path / "packed"
+    plain.mkdir()
+    packed.mkdir()
+    (plain / "evals.jsonl").write_bytes(text)
+    (packed / "evals.jsonl").write_bytes(gzip.compress(text))  # gzip without the suffix
+    (tmp_path / "evals.jsonl.gz").write_bytes(text)  # plain with the suffix
+    (tmp_path / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + text)  # as Windows editors save
+    expected = _json(plain / "evals.jsonl")
+    for path in (packed / "evals.jsonl", tmp_path / "evals.jsonl.gz", tmp_path / "bom.jsonl"):
+        data = _json(path)
+        assert _ids(data) == _ids(expected) and data["critiques"] == expected["critiques"]
