@@ -52,7 +52,9 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     rows: list[dict[str, Any]] = []
     trials = []
     sessions = SessionCollector(run.cfg.sessions, run.evaluator.predictor)
+    evaluated = 0
     for evaluation in run.evaluations():
+        evaluated += 1
         trials += trials_of([evaluation])
         if args.format == "jsonl":  # = json.dumps(to_json()), from the text stored
             out.write(evaluation.to_json_ascii() + "\n")
@@ -71,6 +73,10 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
         print(f"otel-eval: {run.not_runs} trace(s) not evaluated: no agent run (only setup "
               "operations such as create_agent)", file=sys.stderr)
     _print_trials(trials, sys.stderr)
+    if not (evaluated or run.not_runs or run.failed_files):  # as inspect and show: said
+        print("otel-eval eval: no trace in " + printable(" ".join(map(str, args.paths)))
+              + " (no trace file, or none holding a span)", file=sys.stderr)
+        return 1
     return 1 if run.failed_files else 0
 
 

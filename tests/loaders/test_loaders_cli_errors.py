@@ -150,3 +150,17 @@ def test_a_json_line_nested_too_deep_is_a_reported_file(tmp_path: Path, command:
     assert "Traceback" not in done.stderr, done.stderr[-2000:]
     assert done.returncode != 0
     assert f"{path}: line 2: not valid JSON" in done.stderr
+
+
+def test_eval_of_no_trace_says_so_and_exits_1(tmp_path: Path) -> None:
+    """``eval`` of an empty directory (a wrong path, a glob that matched a folder of other
+    files) exited 0 with nothing on stderr, as if every run had passed; ``inspect`` and
+    ``show`` say "no trace" and exit 1. Now eval says so and exits 1 too."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "no_spans.json").write_text('{"resourceSpans": []}')
+    for path in (tmp_path / "empty", tmp_path / "no_spans.json"):
+        for fmt in ("table", "jsonl"):
+            done = _cli("eval", str(path), "--format", fmt)
+            assert done.returncode == 1, done.stderr
+            assert f"otel-eval eval: no trace in {path}" in done.stderr
+            assert "Traceback" not in done.stderr
