@@ -10,7 +10,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from otel_eval.app.cli_args import build_parser, config_from_args
@@ -24,16 +24,22 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("otel_eval")
 
+# The exit status each part of the running command has earned so far (a file it could not
+# read: 1): what ``main`` returns when the output pipe closes before the command ends.
+_earned: list[Callable[[], int]] = []
+
 
 def run_from_args(args: argparse.Namespace, cfg: Config | None = None,
                   bounded: bool = True) -> EvalRun:
     """The offline engine for ``eval`` / ``issues`` / ``show``, configured by the flags."""
     from otel_eval.app.offline import EvalRun
 
-    return EvalRun(cfg or config_from_args(args), getattr(args, "paths", ()),
-                   references_path=args.references,
-                   max_cost_usd=getattr(args, "max_cost_usd", None),
-                   turns=getattr(args, "turns", False), bounded=bounded)
+    run = EvalRun(cfg or config_from_args(args), getattr(args, "paths", ()),
+                  references_path=args.references,
+                  max_cost_usd=getattr(args, "max_cost_usd", None),
+                  turns=getattr(args, "turns", False), bounded=bounded)
+    _earned.append(lambda: 1 if run.failed_files else 0)
+    return run
 
 
 def _unpredicted(args: argparse.Namespace) -> Config:
@@ -122,6 +128,7 @@ class _FileErrors:
     def __init__(self, command: str) -> None:
         self.command = command
         self.paths: set[str] = set()
+        _earned.append(lambda: 1 if self.paths else 0)
 
     def report(self, error: Exception) -> None:
         self.paths.add(getattr(error, "path", ""))
@@ -254,19 +261,24 @@ def _tune_gc() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The command's exit code. Output into a pipe whose reader has gone (``| head``) ends
-    the command quietly, exit code 0: stdout is flushed here, where that is seen, and then
-    pointed at /dev/null, so the interpreter's own flush at exit has nothing to fail on.
+    the command quietly, with the exit code it had earned by then (0, or 1 once a file
+    could not be read: a failure already reported is not undone by ``| head``): stdout is
+    flushed here, where that is seen, and then pointed at /dev/null, so the interpreter's
+    own flush at exit has nothing to fail on.
     Ctrl-C (SIGINT; ``serve`` handles its own once started) ends it quietly, exit code 130
     as a shell gives: what was printed is whole lines."""
+    _earned.clear()
+    code = 0
     try:
         try:
-            return _command(argv)
+            code = _command(argv)
+            return code
         finally:  # a small output is still in the buffer (``--help`` too: argparse exits)
             sys.stdout.flush()
     except BrokenPipeError:
         with contextlib.suppress(OSError, ValueError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        return max([code, *(earned() for earned in _earned)])
     except KeyboardInterrupt:
         return 130
 

@@ -66,3 +66,31 @@ def test_ctrl_c_ends_quietly_with_130(tmp_path: Path) -> None:
     assert "KeyboardInterrupt" not in err, err[-2000:]
     assert child.returncode == 130
     assert out == ""
+
+
+@pytest.mark.parametrize("argv", [
+    ["eval", "--format", "jsonl"], ["eval"], ["inspect"],
+])
+def test_a_closed_pipe_keeps_the_exit_code_a_bad_file_earned(tmp_path: Path,
+                                                              argv: list[str]) -> None:
+    """A file that could not be read makes the command exit 1; when the output pipe then
+    closed (``| head``), main's handler returned 0, and a script (``set -o pipefail``) saw
+    a clean run. Now it returns the status earned by then: 1."""
+    bad = tmp_path / "a_bad.json"
+    bad.write_text('{"foo": 1}')
+    good = DATA / ("otlp_request.json" if argv[0] == "inspect" else "tau_runs.json")
+    paths = [str(good), str(bad)] if argv[0] == "inspect" else [str(tmp_path / "in")]
+    if argv[0] != "inspect":
+        (tmp_path / "in").mkdir()
+        bad.rename(tmp_path / "in" / bad.name)
+        (tmp_path / "in" / ("z_" + good.name)).write_bytes(good.read_bytes())
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-m", "otel_eval", argv[0], *paths, *argv[1:]],
+                              env=_env(), stdout=write, stderr=subprocess.PIPE, text=True,
+                              timeout=300, check=False)
+    finally:
+        os.close(write)
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "a_bad.json" in done.stderr and done.returncode == 1, done.stderr[-2000:]
