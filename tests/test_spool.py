@@ -8,6 +8,7 @@ The kill -9 of a real ``otel-eval serve`` is tests/load/test_kill9.py.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -283,3 +284,26 @@ def test_otlp_json_requests_are_spooled_as_protobuf_and_replayed(tmp_path: Path)
     assert b.replayed == (1, 2, 0)
     b.release()
     assert b.stored_spans() == {T1: 2}
+
+
+def test_spans_this_version_refuses_at_replay_are_counted_and_logged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A span an earlier version acknowledged (spooled) that today's decoder refuses was
+    dropped at replay with the decoder's reasons unread: gone, counted nowhere. Now it is
+    counted (spool_spans_rejected_total{reason}) and logged; a span of a trace the spool
+    does not replay (refused when received, counted then) is not counted again."""
+    late = Span(T1, f"{2:016x}", f"{1:016x}", "chat", 10, 20,
+                attributes={"gen_ai.operation.name": "chat"})
+    other = Span(T2, f"{3:016x}", None, "invoke_agent", 10, 20)
+    a = Node(tmp_path)
+    good = [span(T1, 1, None), late]
+    assert a.engine.submit(good, request=body([*good, other])).throttled is None
+    a.crash()
+
+    monkeypatch.setattr("otel_eval.decode.otlp.MAX_TIME_NS", 5)  # a stricter decoder
+    with caplog.at_level(logging.WARNING, logger="otel_eval.assemble.spool"):
+        b = Node(tmp_path)
+    assert b.replayed == (1, 1, 0)
+    assert b.sample("otel_eval_spool_spans_rejected_total", reason="invalid_timestamp") == 1
+    assert "1 span(s)" in caplog.text and "1 invalid_timestamp" in caplog.text

@@ -16,7 +16,9 @@ Promises:
   counted, and a new one begun; one that cannot be read at the moment (locked, a full disk)
   stops the start with its file kept, so the next start replays it;
 - the request bytes are kept as received (never re-encoded), so a replay takes the normal
-  decode path; with them one (request, trace) pair per trace that took spans from it.
+  decode path (a span of a replayed trace that this version's decoder refuses is counted,
+  ``spool_spans_rejected_total{reason}``, and logged); with them one (request, trace) pair
+  per trace that took spans from it.
   OTLP log requests (GenAI events carrying the content of spans) are kept the same way, with
   one pair per trace that took records (``signal`` says which decode path replays a row);
   a log request that fed no trace (no GenAI event of a span) leaves no row. Replays follow
@@ -74,6 +76,8 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from otel_eval.base.configcheck import ConfigError, StartupError
 from otel_eval.base.model import Span
@@ -303,8 +307,15 @@ class Spool:
             self.metrics.replayed_logs(n)
             return n
         req, _ = otlp.parse_request(body)
-        n = submit([s for s in otlp.decode_request(req).spans if s.trace_id in wanted],
-                   "traces", age_s)
+        spans = [s for s in otlp.decode_request(req).spans if s.trace_id in wanted]
+        refused = _refused(req, wanted, len(spans))
+        if refused:  # acknowledged by an earlier version, refused by this one's decoder
+            for reason, k in sorted(refused.items()):
+                self.metrics.spans_rejected(reason, k)
+            log.warning("spool: %d span(s) of the traces replayed are refused by this "
+                        "version's decoder and not evaluated: %s", sum(refused.values()),
+                        ", ".join(f"{k} {r}" for r, k in sorted(refused.items())))
+        n = submit(spans, "traces", age_s)
         self.metrics.replayed(n)
         return n
 
@@ -455,3 +466,24 @@ class Spool:
         with self._lock:
             if self._opened:
                 self._db.close()
+
+
+def _refused(req: ExportTraceServiceRequest, wanted: set[str], kept: int) -> Counter[str]:
+    """The decoder's reasons for the spans of ``wanted`` traces in ``req`` it did not keep
+    (``kept`` it did), by reason; empty, and nothing decoded again, when it kept them all.
+    The other traces' spans are not counted: those were refused when received (counted
+    then), or fed nothing the spool holds."""
+    raw = [(rs, ss, pb) for rs in req.resource_spans for ss in rs.scope_spans
+           for pb in ss.spans if pb.trace_id.hex() in wanted]
+    reasons = Counter[str]()
+    if len(raw) == kept:
+        return reasons
+    for rs, ss, pb in raw:  # rare: each span alone, for its reason
+        alone = ExportTraceServiceRequest()
+        entry = alone.resource_spans.add()
+        entry.resource.CopyFrom(rs.resource)
+        scope = entry.scope_spans.add()
+        scope.scope.CopyFrom(ss.scope)
+        scope.spans.add().CopyFrom(pb)
+        reasons.update(otlp.decode_request(alone).reasons)
+    return reasons

@@ -113,7 +113,8 @@ Metrics (counters are exposed with the ``_total`` suffix):
     spool      otel_eval_spool_bytes, otel_eval_spool_requests                    gauges
                otel_eval_spool_max_bytes  the bound (store.spool_max_bytes)            gauge
                otel_eval_spool_spans_replayed_total, otel_eval_spool_failures_total{operation}
-               otel_eval_spool_log_records_replayed_total
+               otel_eval_spool_log_records_replayed_total, otel_eval_spool_spans_rejected_total
+               {reason}
     workers    otel_eval_workers_running, otel_eval_workers_inflight_traces{worker}   gauges
                otel_eval_workers_restarts_total{worker}, otel_eval_workers_retried_traces_total
     sink       otel_eval_sink_dropped_total{sink,reason}    items (events, spans) a sink dropped
@@ -416,6 +417,11 @@ class SpoolMetrics:
             "GenAI event log records replayed from the spool at start (not received).")
         self.c_failed = d.counter("spool_failures", "Spool writes that failed, by operation.",
                                    ["operation"])
+        self.c_rejected = d.counter(
+            "spool_spans_rejected",
+            "Spans of the traces replayed from the spool at start that this version's decoder "
+            "refuses (acknowledged by an earlier one), by reason (as "
+            "receiver_spans_rejected_total's): logged, not evaluated.", ["reason"])
 
     def held(self, n_requests: int, n_bytes: int) -> None:
         self.g_requests.set(n_requests)
@@ -432,6 +438,9 @@ class SpoolMetrics:
 
     def failed(self, operation: str) -> None:
         self.c_failed.labels(operation).inc()
+
+    def spans_rejected(self, reason: str, n: int) -> None:
+        self.c_rejected.labels(reason).inc(n)
 
 
 def render(registry: CollectorRegistry, accept_header: str | None) -> tuple[bytes, str]:
