@@ -36,8 +36,11 @@ def verdict_badge(verdict: Any) -> Html:
                                                                          else "fail"))
 
 
-def finding_kinds(body: Mapping[str, Any]) -> Html:
-    """Findings by ``detector:kind`` (errors first), each a link to the runs that have it."""
+def finding_kinds(body: Mapping[str, Any], filters: Mapping[str, str] | None = None) -> Html:
+    """Findings by ``detector:kind`` (errors first), each a link to the runs that have it
+    within ``filters`` (the page's: its ``service``, ``agent``, ...; its own ``detector`` and
+    ``cursor`` replaced)."""
+    kept = {k: v for k, v in (filters or {}).items() if k not in ("detector", "cursor")}
     kinds: Counter[tuple[int, str, str]] = Counter()
     for f in body.get("findings") or []:
         if isinstance(f, dict):
@@ -45,7 +48,7 @@ def finding_kinds(body: Mapping[str, Any]) -> Html:
             severity = str(f.get("severity"))
             kinds[(_SEVERITY_RANK.get(severity, 3), name, severity)] += 1
     items = [h("a", name + (f" x{n}" if n > 1 else ""), class_="kind sev-" + severity,
-               href=href("/ui/", {"detector": name}))
+               href=href("/ui/", {**kept, "detector": name}))
              for (_, name, severity), n in sorted(kinds.items())[:12]]
     return h("span", items, class_="kinds")
 
@@ -66,7 +69,8 @@ def steps_count(body: Mapping[str, Any]) -> str:
     return str(steps) if isinstance(steps, int) and not isinstance(steps, bool) else ""
 
 
-def _row(body: Mapping[str, Any], redact: Redact, threshold: float) -> Html:
+def _row(body: Mapping[str, Any], redact: Redact, threshold: float,
+         params: Mapping[str, str]) -> Html:
     trace_id = str(body.get("trace_id"))
     usage = body.get("usage") or {}
     tokens = tokens_total(usage)
@@ -77,7 +81,7 @@ def _row(body: Mapping[str, Any], redact: Redact, threshold: float) -> Html:
           href="/ui/runs/" + segment(trace_id)),
         short(body.get("service") or "", 60), agent_name(body),
         preview(body.get("input"), redact),
-        verdict_badge(body.get("verdict")), p_badge(body, threshold), finding_kinds(body),
+        verdict_badge(body.get("verdict")), p_badge(body, threshold), finding_kinds(body, params),
         steps_count(body), "-" if tokens is None else f"{tokens:,}", usd(usage.get("cost_usd")),
         f"{duration:.1f} s" if isinstance(duration, int | float) else ""]
     return h("tr", [h("td", c) for c in cells])
@@ -127,7 +131,7 @@ def runs_page(page: Page | None, params: Mapping[str, str], error: str = "",
     if page is None:
         return Html("".join(parts))
     head = h("tr", [h("th", c, title=about) for c, about in _COLUMNS])
-    rows = [_row(b, redact, threshold) for b in page.evaluations if isinstance(b, dict)]
+    rows = [_row(b, redact, threshold, params) for b in page.evaluations if isinstance(b, dict)]
     parts.append(h("table", h("thead", head), h("tbody", rows), class_="runlist"))
     if not rows:
         parts.append(h("p", "No run matches these filters" + (
