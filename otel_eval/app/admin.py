@@ -330,6 +330,8 @@ class _Routes:
             ids = params.pop("id")
             if len(ids) != 1:
                 return _bad("id", "given more than once")
+            if not ids[0]:
+                return _bad("id", "empty: a conversation id is at least one character")
             return self._session(ids[0], params)
         if self.api.sessions is None:
             return _error(404, "sessions are not served here")

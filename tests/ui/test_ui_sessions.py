@@ -228,3 +228,14 @@ def test_the_api_serves_a_conversation_by_its_id_in_the_query(tmp_path: Path) ->
             status, _, body = get(url + "/v1/sessions?" + query)
             assert status == 400 and json.loads(body)["parameter"] == parameter, body
     store.close()
+
+
+def test_an_empty_id_in_the_query_is_a_400(
+        served: tuple[str, dict[str, list[str]]]) -> None:
+    """GET /v1/sessions?id= (empty) answered 404 "no session", not the 400
+    {"error", "parameter"} every other bad parameter is."""
+    url, _ = served
+    for query in ("id=", "id=&service=airline"):
+        status, _, body = get(url + "/v1/sessions?" + query)
+        assert status == 400, body
+        assert json.loads(body)["parameter"] == "id", body
