@@ -47,3 +47,13 @@ def test_a_finding_kind_link_replaces_the_page_s_detector() -> None:
     page = _runs("service=checkout&detector=budget")
     for params in _kind_links(page):
         assert params == {"service": ["checkout"], "detector": ["loop:stagnation"]}
+
+
+def test_a_turn_s_finding_kind_link_keeps_the_conversation_s_service() -> None:
+    """A conversation's turn linked its finding kinds to every service's runs too."""
+    from otel_eval.outputs.ui.sessions import _turn
+
+    for service, label in (("checkout", "checkout"), (None, "unknown")):
+        turn = _turn(1, BODY["trace_id"], {**BODY, "service": service}, [], None)
+        for params in _kind_links(turn):
+            assert params == {"service": [label], "detector": ["loop:stagnation"]}

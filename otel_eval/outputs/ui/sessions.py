@@ -22,6 +22,7 @@ from otel_eval.outputs.ui.runs import finding_kinds, verdict_badge
 from otel_eval.outputs.ui.steplinks import step_url
 from otel_eval.outputs.ui.text import Redact, redacted
 from otel_eval.outputs.ui.values import short, when
+from otel_eval.store.query import UNKNOWN_LABEL
 from otel_eval.store.sessions import MAX_SERVICE_CHARS, MAX_SERVICES_NAMED
 
 __all__ = ["CALLS_SHOWN", "TURNS_PER_PAGE", "session_page", "sessions_page"]
@@ -155,7 +156,8 @@ def _turn(number: int, trace_id: str, body: Mapping[str, Any],
     head = h("h2", f"turn {number} ", verdict_badge(body.get("verdict")), " ",
              h("a", "run " + trace_id[:8], href=_run_link(trace_id)), " ",
              h("span", when(body.get("start_time_unix_nano")), class_="fact"),
-             " ", finding_kinds(body) if body.get("findings") else None)
+             " ", finding_kinds(body, {"service": body.get("service") or UNKNOWN_LABEL})
+             if body.get("findings") else None)  # the runs of the conversation's service
     missing = None if body else h("p", "This turn's run is no longer stored.", class_="empty")
     return h("section", head, missing, _said("user", body.get("input"), redact),
              _calls(trace_id, body.get("steps"), redact),
