@@ -20,6 +20,8 @@ dashboard's issues table shows it), trace_id a 32-hex trace id (its exemplar lin
     otel_eval_issues_runs_total{status}                 ok | error | skipped
     otel_eval_issues_annotations_total{status}          posted | failed
     otel_eval_issues_annotations_skipped_total{reason}  max_annotations | grafana_unreachable
+    otel_eval_issues_naming_deferred_total              new issues left unnamed by a run's
+                                                        issues.naming_deadline_s (named later)
     otel_eval_issues_last_run_timestamp_seconds         end of the last successful run
     otel_eval_issues_last_run_duration_seconds
     otel_eval_issues_interval_seconds                   issues.interval_s in force (absent
@@ -62,9 +64,10 @@ class IssueRow:
 
 
 # rows, runs by status, annotations by status, last run's end (unix s), its duration (s),
-# annotations skipped by reason, the interval in force (s; None: the job is off)
+# annotations skipped by reason, the interval in force (s; None: the job is off), namings
+# deferred by the naming deadline
 IssuesSnapshot = tuple[tuple[IssueRow, ...], dict[str, int], dict[str, int], float | None,
-                       float | None, dict[str, int], float | None]
+                       float | None, dict[str, int], float | None, int]
 
 
 class IssuesCollector(Collector):
@@ -78,7 +81,7 @@ class IssuesCollector(Collector):
         self._created = created
 
     def describe(self) -> Iterator[Any]:
-        return families((), {}, {}, None, None, {}, None)
+        return families((), {}, {}, None, None, {}, None, 0)
 
     def collect(self) -> Iterator[Any]:
         return families(*self._snapshot(), created=self._created)
@@ -86,8 +89,8 @@ class IssuesCollector(Collector):
 
 def families(rows: tuple[IssueRow, ...], runs: Mapping[str, int], annotations: Mapping[str, int],
               last_run: float | None, last_duration: float | None,
-              skipped: Mapping[str, int], interval: float | None = None, *,
-              created: float | None = None) -> Iterator[Any]:
+              skipped: Mapping[str, int], interval: float | None = None,
+              naming_deferred: int = 0, *, created: float | None = None) -> Iterator[Any]:
     share = GaugeMetricFamily("otel_eval_issue_share", "Share of the window's evaluated "
                               "traces with the issue (issues.max_gauge_issues in all, top-K "
                               "per level and node; the rest as issue_id=\"_other\", nodes "
@@ -134,7 +137,12 @@ def families(rows: tuple[IssueRow, ...], runs: Mapping[str, int], annotations: M
         labels=("reason",))
     for reason in ANNOTATION_SKIP_REASONS:
         not_posted.add_metric([reason], float(skipped.get(reason, 0)), created=created)
-    yield from (runs_total, posted, not_posted)
+    deferred = CounterMetricFamily(
+        "otel_eval_issues_naming_deferred", "New issues a run left unnamed past "
+        "issues.naming_deadline_s (they keep their evidence title until a later run names "
+        "them)")
+    deferred.add_metric([], float(naming_deferred), created=created)
+    yield from (runs_total, posted, not_posted, deferred)
     stamp = GaugeMetricFamily("otel_eval_issues_last_run_timestamp_seconds", "Unix time of the "
                               "last successful issue clustering run")
     duration = GaugeMetricFamily("otel_eval_issues_last_run_duration_seconds", "Duration of "

@@ -275,9 +275,11 @@ def test_scrape_formats_and_bounded_labels(store: Store) -> None:
         "otel_eval_issues_runs", "otel_eval_issues_annotations",
         "otel_eval_issues_annotations_skipped", "otel_eval_issues_last_run_timestamp_seconds",
         "otel_eval_issues_last_run_duration_seconds", "otel_eval_issues_interval_seconds",
+        "otel_eval_issues_naming_deferred",
         # each counter's creation time, as the declared counters' (text format: a family)
         "otel_eval_issues_runs_created", "otel_eval_issues_annotations_created",
-        "otel_eval_issues_annotations_skipped_created"}
+        "otel_eval_issues_annotations_skipped_created",
+        "otel_eval_issues_naming_deferred_created"}
     for name in ("otel_eval_issue_share", "otel_eval_issue_traces"):
         assert {frozenset(s.labels) for s in families[name].samples} == {
             frozenset(ISSUE_LABELS)}
@@ -447,5 +449,29 @@ def test_the_job_counters_have_their_creation_time_as_every_counter(store: Store
                 assert registry.get_sample_value(name, {label: value}) == T0, (name, value)
         text = generate_openmetrics(registry).decode()
         assert 'otel_eval_issues_runs_created{status="ok"} 1.7e+09' in text
+    finally:
+        job.close()
+
+
+def test_namings_the_deadline_defers_are_counted(store: Store) -> None:
+    """issues.naming_deadline_s: with the judge provider hanging, the run starts no namer
+    call past it (on the injected monotonic clock) and counts the new issues left
+    unnamed in otel_eval_issues_naming_deferred_total."""
+    store.put_many(_stored(e, T0 - 60) for e in window(12))
+    ticks = [0.0]
+
+    def hanging(texts: object) -> tuple[str, str]:
+        ticks[0] += 780.0  # the judge stage's ask timeout
+        return ("Judge name", "Named by the judge.")
+
+    registry = CollectorRegistry()
+    job = IssuesJob(IssuesConfig(naming_deadline_s=300.0), store.path,
+                    lambda ns: store.since(ns), registry, ManualClock(T0), namer=hanging,
+                    monotonic=lambda: ticks[0])
+    try:
+        result = job.run_once(T0)
+        assert result is not None and len(result.issues) == 3
+        assert ticks[0] == 780.0  # one call, not three
+        assert registry.get_sample_value("otel_eval_issues_naming_deferred_total") == 2
     finally:
         job.close()

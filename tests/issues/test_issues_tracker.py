@@ -384,3 +384,35 @@ def test_grouping_by_label_is_linear_when_every_text_is_its_own_cluster(
     result = issues_offline(evs, IssuesConfig(taxonomy_model=""), now=1.0)
     assert result.critiques == n and result.issues == ()
     assert _Scanned.read <= 10 * n
+
+
+def test_naming_stops_at_the_runs_deadline_and_the_rest_are_named_later() -> None:
+    """A hanging judge provider makes each namer call last up to ask_timeout_s: the naming
+    step of a run starts no call past issues.naming_deadline_s (on the injected monotonic
+    clock), so the run ends long before OtelEvalIssuesJobStale; the new issues left keep
+    their evidence title for now, are counted, and are named at a later run."""
+    ticks = [0.0]
+    calls: list[list[str]] = []
+
+    def hanging(texts: object) -> tuple[str, str]:
+        calls.append(list(texts))  # type: ignore[call-overload]
+        ticks[0] += 240.0  # each call took four minutes
+        return (f"Judge name {len(calls)}", "Named by the judge.")
+
+    evs = _distinct_issues(6)
+    cfg = IssuesConfig(naming_max_calls=10, naming_deadline_s=300.0)
+    tracker = IssueTracker(cfg, sqlite3.connect(":memory:"), namer=hanging,
+                           monotonic=lambda: ticks[0])
+    first = tracker.run(evs, now=1.0)
+    assert len(first.issues) == 6 and len(calls) == 2  # started at 0 s and 240 s
+    assert sum(i.title.startswith("Judge name") for i in first.issues) == 2
+    assert tracker.naming_deferred == 4
+    second = tracker.run(evs, now=2.0)  # a later run names those left, within its deadline
+    assert len(calls) == 4 and tracker.naming_deferred == 6
+    assert sum(i.title.startswith("Judge name") for i in second.issues) == 4
+    assert {i.issue_id for i in second.issues} == {i.issue_id for i in first.issues}
+    tracker.run(evs, now=3.0)
+    tracker.run(evs, now=4.0)
+    assert len(calls) == 6 and tracker.naming_deferred == 6  # all named: no call more
+    named = tracker.run(evs, now=5.0)
+    assert len(calls) == 6 and all(i.title.startswith("Judge name") for i in named.issues)

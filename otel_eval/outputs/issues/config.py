@@ -115,6 +115,14 @@ class IssuesConfig:
     # the hourly budget (judge.max_cost_usd_per_hour) the trace judges share: 10 per run
     # is at most 120 an hour at the default 300 s interval. Count; 0 names none.
     naming_max_calls: int = 10
+    # Seconds the naming of new issues may take in one run, over all groups: no namer call
+    # starts past it (a hanging judge provider makes each call last up to the judge's
+    # ask timeout, minutes). The new issues left keep their title from the evidence for
+    # now and are named at a later run, by the process that named the others (in memory:
+    # a restart leaves them their evidence title); counted in
+    # otel_eval_issues_naming_deferred_total. 300: a run then lasts at most about this
+    # plus one call, well within OtelEvalIssuesJobStale's hour.
+    naming_deadline_s: float = 300.0
     # Issues per (level, node) exported as gauges (the rest aggregated as "_other"); the
     # API result lists every issue.
     top_k: int = 10
@@ -183,7 +191,8 @@ class IssuesConfig:
             "interval_s": 0,
             "low_score_threshold": 0, "age_out_s": 0, "exemplars": 0, "share_jump": 0,
             "title_terms": 1, "taxonomy_weight": 0},
-            above={**dict.fromkeys(shares, 0), "distance_threshold": 0, "window_s": 0},
+            above={**dict.fromkeys(shares, 0), "distance_threshold": 0, "window_s": 0,
+                   "naming_deadline_s": 0},
             maximum={**dict.fromkeys(shares, 1), "distance_threshold": 2,
                      "low_score_threshold": 1, "share_jump": 1})
 

@@ -95,14 +95,17 @@ class IssuesJob:
                  clock: Callable[[], float] = time.time, annotator: Annotator | None = None,
                  *, namer: Namer | None = None, embedder: Embedder | None = None,
                  synthesizer: Synthesizer | None = None,
-                 session: SessionLimits | None = None) -> None:
+                 session: SessionLimits | None = None,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         """``store``: the catalogue's SQLite file or PostgreSQL URL (or a connection usable
         from the job's thread), ``session`` the limits of a PostgreSQL one
         (``store.session``); ``evaluations_since(ns)``: v1 evaluation objects evaluated
-        after ``ns`` (unix nanoseconds); ``clock``: unix seconds."""
+        after ``ns`` (unix nanoseconds); ``clock``: unix seconds; ``monotonic``: seconds,
+        the naming deadline's (``issues.naming_deadline_s``)."""
         self._config = config
         self._tracker = IssueTracker(config, store, clock, namer=namer, embedder=embedder,
-                                     synthesizer=synthesizer, session=session)
+                                     synthesizer=synthesizer, session=session,
+                                     monotonic=monotonic)
         self._evaluations_since = evaluations_since
         self._clock = clock
         self._annotator = annotator
@@ -281,7 +284,8 @@ class IssuesJob:
     def _snapshot(self) -> IssuesSnapshot:
         with self._lock:
             return (self._rows, dict(self._runs), dict(self._annotations), self._last_run,
-                    self._last_duration, dict(self._annotations_skipped), self._interval)
+                    self._last_duration, dict(self._annotations_skipped), self._interval,
+                    self._tracker.naming_deferred)
 
 
 def build(config: IssuesConfig, deps: Deps, *,

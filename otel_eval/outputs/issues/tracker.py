@@ -62,7 +62,7 @@ from otel_eval.outputs.issues.taxonomy import load_taxonomy
 from otel_eval.store.base import SessionLimits
 
 if TYPE_CHECKING:  # naming and cluster import numpy, scipy, scikit-learn: see _clusters
-    from otel_eval.outputs.issues.naming import Namer
+    from otel_eval.outputs.issues.naming import Name, Namer
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,10 @@ class IssueTracker:
                  clock: Callable[[], float] = time.time, *, namer: Namer | None = None,
                  annotator: Annotator | None = None, embedder: Embedder | None = None,
                  synthesizer: Synthesizer | None = None,
-                 session: SessionLimits | None = None) -> None:
+                 session: SessionLimits | None = None,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        """``clock``: unix seconds (run times); ``monotonic``: seconds, the naming
+        deadline's (``issues.naming_deadline_s``)."""
         self._config = config
         self._store = store
         self._session = session  # a PostgreSQL catalogue's limits (store.session)
@@ -123,6 +126,12 @@ class IssueTracker:
         self._synthesizer = synthesizer
         self._synthesis_calls_left = 0  # set by run()
         self._naming_calls_left = 0  # set by run()
+        self._monotonic = monotonic
+        self._naming_deadline = 0.0  # set by run(): no namer call starts past it
+        # ids of new issues the naming deadline left unnamed: named at a later run (in
+        # memory; only ids still in the catalogue are kept, so bounded by max_issues)
+        self._unnamed: set[str] = set()
+        self.naming_deferred = 0  # namer calls the deadline put off, since start (a counter)
         # digest of a normalized critique text -> the issue id the previous run gave it
         # (one entry per distinct text of that run's window, 32 hex digits whatever the text's
         # length; in memory: lost on restart, when only the catalogue keeps ids)
@@ -160,6 +169,7 @@ class IssueTracker:
         now = self._clock() if now is None else now
         self._synthesis_calls_left = self._config.synthesis_max_calls
         self._naming_calls_left = self._config.naming_max_calls
+        self._naming_deadline = self._monotonic() + self._config.naming_deadline_s
         cfg = self._config
         ext = extract(latest_revisions(evaluations), cfg.low_score_threshold,
                       cfg.include_findings)
@@ -183,6 +193,7 @@ class IssueTracker:
                 if event is not None:
                     events.append(event)
         self._previous = self._current
+        self._unnamed &= seen | {s.issue_id for s in stored}  # aged out: forgotten
         resolved = self._forget_unseen(stored, seen)
         self._catalogue.record_shares(now, {**{s.issue_id: 0.0 for s in stored},
                                             **{i.issue_id: i.share for i in issues}})
@@ -222,7 +233,7 @@ class IssueTracker:
         clusters = kept_members(clusters, matched, texts_of, self._previous)
         out: list[tuple[Issue, IssueEvent | None, list[int]]] = []
         saved: list[StoredIssue] = []
-        judged = self._to_name(clusters, matched, group)
+        names = self._names(clusters, self._to_name(clusters, matched, group), group)
         for i, c in enumerate(clusters):
             if not c.members:  # all its critiques went back to their previous issues
                 continue
@@ -235,16 +246,21 @@ class IssueTracker:
             if stored is None:
                 from otel_eval.outputs.issues.naming import Name, name_cluster
 
-                name = (Name(*c.name) if c.name is not None
-                        else name_cluster(c.terms, texts[:_NAMER_EXAMPLES],
-                                          self._namer if i in judged else None))
+                name = (Name(*c.name) if c.name is not None else names.get(i)
+                        or name_cluster(c.terms, texts[:_NAMER_EXAMPLES]))
                 title = titled(name.title, [group[m] for m in c.members])
                 stored = StoredIssue(new_issue_id(level, node, texts[0], taken), level, node,
                                      self._embedder.name, title, name.description,
                                      c.centroid, now, now, share)
                 previous = None
                 taken.add(stored.issue_id)
+                if i in names.deferred:
+                    self._unnamed.add(stored.issue_id)  # named at a later run
             else:
+                if i in names:  # a new issue of an earlier run the deadline left unnamed
+                    stored.title = titled(names[i].title, [group[m] for m in c.members])
+                    stored.description = names[i].description
+                    self._unnamed.discard(stored.issue_id)
                 previous = stored.last_share
                 stored.centroid = blend(stored.centroid, c.centroid, cfg.centroid_update_weight)
                 stored.last_seen, stored.last_share = now, share
@@ -259,14 +275,15 @@ class IssueTracker:
         return out
 
     def _to_name(self, clusters: list[Cluster], matched: dict[int, StoredIssue],
-                 group: list[Critique]) -> set[int]:
-        """Indexes of the new clusters the namer names (one call each): the largest (by
-        traces) first, while this run's ``naming_max_calls`` last; the others keep the
-        name from their evidence, as when naming fails."""
+                 group: list[Critique]) -> list[int]:
+        """Indexes of the new clusters the namer names (one call each), and of those
+        matching an issue an earlier run's deadline left unnamed: the largest (by traces)
+        first, while this run's ``naming_max_calls`` last; the others keep the name from
+        their evidence, as when naming fails."""
         if self._namer is None:
-            return set()
-        new = [i for i, c in enumerate(clusters)
-               if c.members and c.name is None and i not in matched]
+            return []
+        new = [i for i, c in enumerate(clusters) if c.members and (
+            matched[i].issue_id in self._unnamed if i in matched else c.name is None)]
         traces = {i: len({group[m].trace_id for m in clusters[i].members}) for i in new}
         new.sort(key=lambda i: (-traces[i], i))
         chosen = new[:max(0, self._naming_calls_left)]
@@ -274,7 +291,27 @@ class IssueTracker:
         if len(chosen) < len(new):
             log.info("issues.naming_max_calls reached: %d new issues keep their evidence "
                      "titles", len(new) - len(chosen))
-        return set(chosen)
+        return chosen
+
+    def _names(self, clusters: list[Cluster], order: list[int],
+               group: list[Critique]) -> _Names:
+        """The namer's names of ``clusters[i]`` for ``i`` in ``order`` (largest first), a
+        call started only before this run's naming deadline; those past it are
+        ``deferred`` (counted) and named at a later run."""
+        from otel_eval.outputs.issues.naming import name_cluster
+
+        names = _Names()
+        for k, i in enumerate(order):
+            if self._monotonic() >= self._naming_deadline:
+                names.deferred.update(order[k:])
+                self.naming_deferred += len(order) - k
+                log.warning("issues.naming_deadline_s reached: %d new issues keep their "
+                            "evidence titles until a later run", len(order) - k)
+                break
+            c = clusters[i]
+            texts = list(dict.fromkeys(group[m].text for m in c.members))
+            names[i] = name_cluster(c.terms, texts[:_NAMER_EXAMPLES], self._namer)
+        return names
 
     def _issue(self, stored: StoredIssue, c: Cluster, group: list[Critique],
                traces: frozenset[str], share: float, previous: float | None) -> Issue:
@@ -423,6 +460,14 @@ class IssueTracker:
                 centroid=sparse_centroid(weights),
                 terms=top_terms(term_x[rows], terms, self._config.title_terms)))
         return out
+
+
+class _Names(dict[int, "Name"]):
+    """Cluster index -> the namer's name, and the indexes the naming deadline deferred."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.deferred: set[int] = set()
 
 
 def _digest(text: str) -> str:
