@@ -12,7 +12,9 @@ dashboard's issues table shows it), trace_id a 32-hex trace id (its exemplar lin
     otel_eval_issue_traces{level,node,issue_id,title}   traces with the issue
     otel_eval_issue_trend{level,node,issue_id,title}    share minus the previous run's (not
                                                         for new issues nor "_other")
-    otel_eval_issue_agent_info{level,node,issue_id,title,agent}   1 per agent seen with it
+    otel_eval_issue_agent_info{level,node,issue_id,title,service,agent}   1 per (service,
+                                                        agent) seen with it, as the per-trace
+                                                        metrics label them
     otel_eval_issue_exemplar_info{level,node,issue_id,title,trace_id}  1, one per issue
     otel_eval_issue_info{level,node,issue_id,title,severity,status}  1, one per shown issue
                                                         (not "_other"): the issues table's
@@ -57,7 +59,7 @@ class IssueRow:
     share: float
     traces: int
     trend: float | None
-    agents: tuple[str, ...]
+    agents: tuple[tuple[str, str], ...]  # (service, agent) label values
     exemplar: str | None
     severity: str = ""  # low | medium | high | critical; "" for "_other"
     status: str = ""  # new | ongoing | regressed; "" for "_other"
@@ -99,8 +101,9 @@ def families(rows: tuple[IssueRow, ...], runs: Mapping[str, int], annotations: M
                                "issue", labels=_LABELS)
     trend = GaugeMetricFamily("otel_eval_issue_trend", "Issue share minus its share in the "
                               "previous run (absent for new issues)", labels=_LABELS)
-    agent = InfoMetricFamily("otel_eval_issue_agent", "Agents seen with the issue",
-                             labels=(*_LABELS, "agent"))
+    agent = InfoMetricFamily("otel_eval_issue_agent", "Agents seen with the issue, by "
+                             "service (as the per-trace metrics label them)",
+                             labels=(*_LABELS, "service", "agent"))
     exemplar = InfoMetricFamily("otel_eval_issue_exemplar", "An exemplar trace of the issue "
                                 "(sticky while it stays in the window)",
                                 labels=(*_LABELS, "trace_id"))
@@ -115,8 +118,8 @@ def families(rows: tuple[IssueRow, ...], runs: Mapping[str, int], annotations: M
             trend.add_metric(labels, row.trend)
         # no agent known: "unknown", as the traces' metrics call it (the dashboard joins
         # the two on agent; "" matched none of their series, and the issue was not shown)
-        for name in row.agents or (UNKNOWN,):
-            agent.add_metric([*labels, valid_text(name)], {})
+        for service, name in row.agents or ((UNKNOWN, UNKNOWN),):
+            agent.add_metric([*labels, valid_text(service), valid_text(name)], {})
         if row.exemplar is not None:
             exemplar.add_metric([*labels, row.exemplar], {})
         if row.severity:

@@ -300,7 +300,8 @@ def test_thousands_of_agent_nodes_give_at_most_the_cap_of_issue_series(
     n, cap = 3000, 5
     issues = tuple(Issue(f"iss_{i:010x}", "node", f"node-{i}-" + "x" * 250, "t" * 300, "d",
                          (n - i) / n ** 2, None, 1, 1, (f"{i:032x}",),
-                         (f"agent-{i}-" + "a" * 250,), T0, True, (f"{i:032x}",))
+                         (f"agent-{i}-" + "a" * 250,), T0, True, (f"{i:032x}",),
+                         service_agents=(("svc-" + "s" * 250, f"agent-{i}-" + "a" * 250),))
                    for i in range(n))
     result = IssuesResult(T0, HOUR, "tfidf", n, n, 0, issues, ())
     monkeypatch.setattr(IssueTracker, "run", lambda _self, _evs, _now=None: result)
@@ -473,5 +474,36 @@ def test_namings_the_deadline_defers_are_counted(store: Store) -> None:
         assert result is not None and len(result.issues) == 3
         assert ticks[0] == 780.0  # one call, not three
         assert registry.get_sample_value("otel_eval_issues_naming_deferred_total") == 2
+    finally:
+        job.close()
+
+
+def test_agent_info_keeps_same_named_agents_of_two_services_apart() -> None:
+    """Metrics are per (service, agent) and the dashboard's issues table joins an issue to
+    them through otel_eval_issue_agent_info: keyed by agent name alone, an issue only
+    service "billing"'s planner had showed on service "search"'s planner too."""
+    from issue_fixtures import AUTH, LOOP, evaluation
+
+    evs = []
+    for i in range(6):
+        search = evaluation(f"{i:032x}", [("planner", LOOP[i % 3].format(n=i))],
+                            agent="planner")
+        billing = evaluation(f"{100 + i:032x}", [("planner", AUTH[i % 3].format(n=i))],
+                             agent="planner")
+        evs += [{**search, "service": "search"}, {**billing, "service": "billing"}]
+    registry = CollectorRegistry()
+    job = IssuesJob(IssuesConfig(), sqlite3.connect(":memory:", check_same_thread=False),
+                    lambda ns: evs, registry, ManualClock(T0))
+    try:
+        result = job.run_once(T0)
+        assert result is not None and len(result.issues) == 2
+        auth = next(i for i in result.issues if "authentication" in i.title.lower())
+        pairs = {(s.labels.get("service"), s.labels["agent"])
+                 for f in registry.collect() for s in f.samples
+                 if s.name == "otel_eval_issue_agent_info"
+                 and s.labels["issue_id"] == auth.issue_id}
+        assert pairs == {("billing", "planner")}
+        [shown] = [i for i in job.latest_json()["issues"] if i["issue_id"] == auth.issue_id]
+        assert shown["service_agents"] == [{"service": "billing", "agent": "planner"}]
     finally:
         job.close()

@@ -175,6 +175,7 @@ def test_latest_revision_wins_and_json_shape() -> None:
     (issue,) = out["issues"]
     assert set(issue) == {"issue_id", "level", "node", "title", "description", "share", "trend",
                           "critiques", "traces", "exemplars", "agents", "agents_omitted",
+                          "service_agents",
                           "first_seen", "new",
                           "history", "nodes", "severity", "status"}
     assert out["assignments"][0] == {"trace_id": "a" * 32, "span_id": "a" * 32 + "-s0",

@@ -64,6 +64,9 @@ class Critique:
     # finished" at the root and "tool calls that never ran" on the last step are one
     # problem seen from two sides); "" for the rest, clustered by their words.
     problem: str = ""
+    # the evaluation's service, "" when unknown: an agent is a name within its service (two
+    # services' "planner" are two agents, as the per-trace metrics count them)
+    service: str = ""
 
 
 @dataclass(slots=True)
@@ -154,7 +157,8 @@ def critique_fields(evaluation: dict[str, Any]) -> dict[str, Any]:
     steps = evaluation.get("steps")
     return {
         "trace_id": evaluation.get("trace_id"), "revision": evaluation.get("revision"),
-        "agent": evaluation.get("agent"), "judge": evaluation.get("judge"),
+        "service": evaluation.get("service"), "agent": evaluation.get("agent"),
+        "judge": evaluation.get("judge"),
         "findings": [{k: f.get(k) for k in ("detector", "kind", "severity", "message",
                                                  "span_ids", "step_indexes")}
                      if isinstance(f, Mapping) else f for f in findings]
@@ -181,6 +185,9 @@ def extract(evaluations: Iterable[Mapping[str, Any]], threshold: float,
         except (AttributeError, TypeError):  # a malformed part: skip this evaluation
             out.skipped += 1
             continue
+        service = ev.get("service")
+        if isinstance(service, str) and service:
+            found = [replace(c, service=service) for c in found]
         out.critiques.extend(_clean(c) for c in found)
     return out
 
@@ -191,10 +198,10 @@ def _clean(c: Critique) -> Critique:
     gives it again (U+FFFD instead)."""
     if len(c.text) > MAX_CRITIQUE_CHARS:
         c = replace(c, text=c.text[:MAX_CRITIQUE_CHARS])
-    texts = (c.trace_id, c.span_id or "", c.node, c.text, c.agent, c.source)
+    texts = (c.trace_id, c.span_id or "", c.node, c.text, c.agent, c.source, c.service)
     if all(valid_text(t) is t for t in texts):
         return c
     return replace(c, trace_id=valid_text(c.trace_id),
                    span_id=c.span_id and valid_text(c.span_id), node=valid_text(c.node),
                    text=valid_text(c.text), agent=valid_text(c.agent),
-                   source=valid_text(c.source))
+                   source=valid_text(c.source), service=valid_text(c.service))

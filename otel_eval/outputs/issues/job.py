@@ -67,7 +67,7 @@ from otel_eval.telemetry.issues import (
     IssuesCollector,
     IssuesSnapshot,
 )
-from otel_eval.telemetry.labels import MAX_LABEL_CHARS
+from otel_eval.telemetry.labels import labels_of
 
 if TYPE_CHECKING:  # naming imports numpy and scipy (the tracker does, when it clusters)
     from otel_eval.outputs.issues.embed import Embedder
@@ -79,9 +79,11 @@ EvaluationsSince = Callable[[int], Iterable[Mapping[str, Any]]]
 
 
 
-def _label(agent: str) -> str:
-    """An agent name as the per-trace metrics' agent label (the dashboard joins on it)."""
-    return agent[:MAX_LABEL_CHARS]
+def _labels(issues: Iterable[Issue]) -> tuple[tuple[str, str], ...]:
+    """The (service, agent) pairs of ``issues`` as the per-trace metrics label them (the
+    dashboard joins on both), the first ``MAX_AGENTS_PER_ISSUE``."""
+    pairs = {labels_of(s, a) for i in issues for s, a in i.service_agents}
+    return tuple(sorted(pairs)[:MAX_AGENTS_PER_ISSUE])
 
 
 def _has(ordered: tuple[str, ...], value: str) -> bool:
@@ -187,18 +189,16 @@ class IssuesJob:
             labels = sample.labels
             key = (labels["level"], labels["node"], labels["issue_id"], labels["title"])
             if labels["issue_id"] == OTHER_ISSUE_ID:
-                agents = sorted({_label(a) for i in sample.issues for a in i.agents})
                 rows.append(IssueRow(key, sample.share, sample.traces, None,
-                                     tuple(agents[:MAX_AGENTS_PER_ISSUE]), None))
+                                     _labels(sample.issues), None))
                 continue
             (issue,) = sample.issues
             exemplar = self._exemplar(issue)
             if exemplar is not None:
                 exemplars[issue.issue_id] = exemplar
             rows.append(IssueRow(key, sample.share, issue.traces, issue.trend,
-                                 tuple(dict.fromkeys(_label(a) for a in
-                                                     issue.agents[:MAX_AGENTS_PER_ISSUE])),
-                                 exemplar, issue.severity, issue.status))
+                                 _labels(sample.issues), exemplar, issue.severity,
+                                 issue.status))
         self._exemplars = exemplars  # only shown issues: bounded like the gauges
         return tuple(rows)
 

@@ -48,6 +48,9 @@ class Issue:
     # new | ongoing | regressed (back after a run without it); see issues/reading.py
     status: str = "new"
     agents_omitted: int = 0  # agents seen with the issue past MAX_AGENTS_PER_ISSUE
+    # (service, agent) of its members ("" unknown), the first MAX_AGENTS_PER_ISSUE: an
+    # agent is a name within its service (the gauges' agent info, the JSON's)
+    service_agents: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -58,6 +61,8 @@ class Issue:
             "critiques": self.critiques, "traces": self.traces,
             "exemplars": list(self.exemplars), "agents": list(self.agents),
             "agents_omitted": self.agents_omitted,
+            "service_agents": [{"service": s or None, "agent": a or None}
+                               for s, a in self.service_agents],
             "first_seen": self.first_seen, "new": self.new,
             "history": [[at, round(share, 6)] for at, share in self.history],
             "severity": self.severity, "status": self.status,

@@ -330,6 +330,8 @@ class IssueTracker:
             trend=None if previous is None else share - previous, critiques=len(c.members),
             traces=len(traces), exemplars=tuple(exemplars),
             agents=tuple(agents[:MAX_AGENTS_PER_ISSUE]), first_seen=stored.first_seen,
+            service_agents=tuple(sorted({(group[m].service, group[m].agent)
+                                         for m in c.members})[:MAX_AGENTS_PER_ISSUE]),
             new=previous is None, trace_ids=tuple(sorted(traces)),
             agents_omitted=max(0, len(agents) - MAX_AGENTS_PER_ISSUE))
 
