@@ -274,12 +274,12 @@ def test_one_problem_across_levels_and_nodes_is_one_issue_with_a_breakdown() -> 
     result = issues_offline(_one_problem_at_three_places(), CFG, now=1.0)
     (issue,) = result.issues
     assert issue.traces == 9 and issue.critiques == 9
-    assert sorted(issue.nodes) == [("node", "searcher", 3, 3), ("node", "travel_agent", 3, 3),
-                                   ("system", "", 3, 3)]
+    assert sorted(issue.nodes) == [("node", "searcher", 3, 3, ""),
+                                   ("node", "travel_agent", 3, 3, ""), ("system", "", 3, 3, "")]
     assert (issue.level, issue.node) == ("system", "")  # ties: system level first
     assert "root" not in {a.node for a in result.assignments}
     assert to_json(result)["issues"][0]["nodes"][0] == {
-        "level": "system", "node": "", "critiques": 3, "traces": 3}
+        "level": "system", "node": "", "service": None, "critiques": 3, "traces": 3}
     split = issues_offline(_one_problem_at_three_places(),
                            IssuesConfig(age_out_s=1000.0, per_node=True), now=1.0)
     assert sorted(i.node for i in split.issues) == ["", "searcher", "travel_agent"]
@@ -316,7 +316,7 @@ def test_a_hung_run_is_one_issue_under_its_inferred_agent() -> None:
     result = issues_offline([*map(_hung, range(6)), *looping], CFG, now=1.0)
     hung = [i for i in result.issues if "never" in i.title]
     assert len(hung) == 1 and hung[0].traces == 6 and hung[0].critiques == 12
-    assert hung[0].nodes == (("system", "", 6, 6), ("node", "travel_agent", 6, 6))
+    assert hung[0].nodes == (("system", "", 6, 6, ""), ("node", "travel_agent", 6, 6, ""))
     assert hung[0].title.endswith("(non_termination)") and hung[0].severity == "critical"
     assert "root" not in {a.node for a in result.assignments}
     assert len(result.issues) == 2  # and the loop, its own issue
@@ -417,3 +417,21 @@ def test_naming_stops_at_the_runs_deadline_and_the_rest_are_named_later() -> Non
     assert len(calls) == 6 and tracker.naming_deferred == 6  # all named: no call more
     named = tracker.run(evs, now=5.0)
     assert len(calls) == 6 and all(i.title.startswith("Judge name") for i in named.issues)
+
+
+def test_the_breakdown_keeps_same_named_agent_nodes_of_two_services_apart() -> None:
+    """An agent node is a name within its service (docs/sessions.md, the per-trace metrics):
+    one problem at service "search"'s planner and at service "billing"'s planner is two
+    entries of the breakdown, each with its own counts, not one "planner" adding them up."""
+    evs = []
+    for i in range(6):
+        ev = evaluation(f"{i:032x}", [("planner", LOOP[i % 3].format(n=i))], agent="planner")
+        evs.append({**ev, "service": "search" if i < 4 else "billing"})
+    (issue,) = issues_offline(evs, CFG, now=1.0).issues
+    assert issue.nodes == (("node", "planner", 4, 4, "search"),
+                           ("node", "planner", 2, 2, "billing"))
+    assert (issue.level, issue.node) == ("node", "planner")
+    assert to_json(issues_offline(evs, CFG, now=1.0))["issues"][0]["nodes"] == [
+        {"level": "node", "node": "planner", "service": "search", "critiques": 4, "traces": 4},
+        {"level": "node", "node": "planner", "service": "billing", "critiques": 2,
+         "traces": 2}]

@@ -4,8 +4,9 @@
   (level, node) apart (``issues.per_node``);
 - ``same_problem``: critiques with one problem key (``Critique.problem``, e.g. the findings
   that mean the run did not end) are put in one cluster whatever their words;
-- ``by_node``: an issue's breakdown by level and node (``Issue.nodes``), whose first entry
-  is the issue's level and node.
+- ``by_node``: an issue's breakdown by level and node within each service (``Issue.nodes``;
+  an agent node is a name within its service, as the per-trace metrics count it), whose
+  first entry is the issue's level and node.
 Pure functions.
 """
 
@@ -44,14 +45,16 @@ def same_problem(labels: Any, uid: list[int], group: list[Critique]) -> Any:
     return out
 
 
-def by_node(members: list[Critique]) -> tuple[tuple[str, str, int, int], ...]:
-    """(level, node, critiques, traces) of an issue's members per level and node, most
-    critiques first (ties: system level first, then by node): the first is the issue's
-    level and node."""
-    counts: dict[tuple[str, str], list[Any]] = {}
+def by_node(members: list[Critique]) -> tuple[tuple[str, str, int, int, str], ...]:
+    """(level, node, critiques, traces, service) of an issue's members per level, node and
+    service ("" unknown), most critiques first (ties: system level first, then by node, then
+    service): the first is the issue's level and node."""
+    counts: dict[tuple[str, str, str], list[Any]] = {}
     for c in members:
-        entry = counts.setdefault((c.level, c.node), [0, set()])
+        entry = counts.setdefault((c.level, c.node, c.service), [0, set()])
         entry[0] += 1
         entry[1].add(c.trace_id)
-    order = sorted(counts.items(), key=lambda kv: (-kv[1][0], kv[0][0] != "system", kv[0][1]))
-    return tuple((level, node, n, len(traces)) for (level, node), (n, traces) in order)
+    order = sorted(counts.items(), key=lambda kv: (-kv[1][0], kv[0][0] != "system",
+                                                   kv[0][1], kv[0][2]))
+    return tuple((level, node, n, len(traces), service)
+                 for (level, node, service), (n, traces) in order)

@@ -40,9 +40,10 @@ class Issue:
     trace_ids: tuple[str, ...] = field(default=(), repr=False)
     # (clustering run time, share) of the last runs, oldest first (catalogue.HISTORY_RUNS)
     history: tuple[tuple[float, float], ...] = ()
-    # (level, node, critiques, traces) per level and node of the members, most critiques
+    # (level, node, critiques, traces, service) per level and node of the members, most critiques
     # first: one problem seen at system level and at several agent nodes is one issue
-    nodes: tuple[tuple[str, str, int, int], ...] = ()
+    # (per service: an agent node is a name within its service; "" unknown)
+    nodes: tuple[tuple[str, str, int, int, str], ...] = ()
     # low | medium | high | critical: members' typical severity, one step up when wide
     severity: str = "medium"
     # new | ongoing | regressed (back after a run without it); see issues/reading.py
@@ -66,8 +67,9 @@ class Issue:
             "first_seen": self.first_seen, "new": self.new,
             "history": [[at, round(share, 6)] for at, share in self.history],
             "severity": self.severity, "status": self.status,
-            "nodes": [{"level": level, "node": node, "critiques": n, "traces": t}
-                      for level, node, n, t in self.nodes],
+            "nodes": [{"level": level, "node": node, "service": service or None,
+                       "critiques": n, "traces": t}
+                      for level, node, n, t, service in self.nodes],
         }
 
 
