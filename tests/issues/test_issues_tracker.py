@@ -435,3 +435,27 @@ def test_the_breakdown_keeps_same_named_agent_nodes_of_two_services_apart() -> N
         {"level": "node", "node": "planner", "service": "search", "critiques": 4, "traces": 4},
         {"level": "node", "node": "planner", "service": "billing", "critiques": 2,
          "traces": 2}]
+
+
+def test_merge_calls_stop_at_the_runs_deadline_too() -> None:
+    """The synthesis (merge) calls go to the same judge: with its provider hanging each can
+    last the ask timeout too, so synthesis_max_calls of them alone outlasted
+    OtelEvalIssuesJobStale's hour. None starts past issues.naming_deadline_s; the clusters
+    stay as they are (as when this run's calls are spent)."""
+    ticks = [0.0]
+    calls: list[int] = []
+
+    def hanging(drafts: object, stragglers: object) -> None:
+        calls.append(1)
+        ticks[0] += 780.0
+        return None
+
+    evs = []
+    for i in range(6):
+        evs.append(evaluation(f"{i:032x}", [(node, text) for node in ("a", "b", "c")
+                                            for text in (LOOP[i % 3].format(n=i),
+                                                         AUTH[i % 3].format(n=i))]))
+    cfg = IssuesConfig(per_node=True, synthesis_max_calls=4, naming_deadline_s=300.0)
+    IssueTracker(cfg, sqlite3.connect(":memory:"), synthesizer=hanging,
+                 monotonic=lambda: ticks[0]).run(evs, now=1.0)
+    assert len(calls) == 1

@@ -115,11 +115,12 @@ class IssuesConfig:
     # the hourly budget (judge.max_cost_usd_per_hour) the trace judges share: 10 per run
     # is at most 120 an hour at the default 300 s interval. Count; 0 names none.
     naming_max_calls: int = 10
-    # Seconds the naming of new issues may take in one run, over all groups: no namer call
-    # starts past it (a hanging judge provider makes each call last up to the judge's
-    # ask timeout, minutes). The new issues left keep their title from the evidence for
-    # now and are named at a later run, by the process that named the others (in memory:
-    # a restart leaves them their evidence title); counted in
+    # Seconds the judge calls of one run (merges, then names of new issues) may take, over
+    # all groups: no call starts past it (a hanging judge provider makes each call last up
+    # to the judge's ask timeout, minutes); groups left are not merged in that run (as
+    # when synthesis_max_calls is spent). The new issues left keep their title from the
+    # evidence for now and are named at a later run, by the process that named the others
+    # (in memory: a restart leaves them their evidence title); counted in
     # otel_eval_issues_naming_deferred_total. 300: a run then lasts at most about this
     # plus one call, well within OtelEvalIssuesJobStale's hour.
     naming_deadline_s: float = 300.0

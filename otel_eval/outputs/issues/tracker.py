@@ -127,7 +127,7 @@ class IssueTracker:
         self._synthesis_calls_left = 0  # set by run()
         self._naming_calls_left = 0  # set by run()
         self._monotonic = monotonic
-        self._naming_deadline = 0.0  # set by run(): no namer call starts past it
+        self._naming_deadline = 0.0  # set by run(): no namer or merge call starts past it
         # ids of new issues the naming deadline left unnamed: named at a later run (in
         # memory; only ids still in the catalogue are kept, so bounded by max_issues)
         self._unnamed: set[str] = set()
@@ -365,10 +365,15 @@ class IssueTracker:
                      group: list[Critique]) -> list[Cluster]:
         """Clusters after the synthesizer's merges of the largest ones and assignment of
         stragglers to them; the same list when nothing changed (no synthesizer, calls of
-        this run spent, nothing to merge or assign, a refused reply)."""
+        this run spent, its judge deadline passed, nothing to merge or assign, a refused
+        reply)."""
         limit = self._config.synthesis_max_issues
         if (self._synthesizer is None or limit == 0 or not clusters
                 or (len(clusters) < 2 and not strays) or self._synthesis_calls_left <= 0):
+            return clusters
+        if self._monotonic() >= self._naming_deadline:  # a hanging judge: no call more
+            log.warning("issues.naming_deadline_s reached: a group's issues are not merged "
+                        "in this run")
             return clusters
         self._synthesis_calls_left -= 1
         order = sorted(range(len(clusters)), key=lambda i: (-len(clusters[i].members), i))
