@@ -27,6 +27,8 @@ Both stores keep the same tables, with each engine's types:
        delivered it (``session_rows.KeptSessions.session_events_due``)
    11  session keys hold the service's first ``sessions.MAX_SERVICE_CHARS`` characters, not
        1,024 (a longer key passed PostgreSQL's b-tree bound: ``session_rows.shorter_keys``)
+   12  issues_catalogue.service: an agent node is a name within its service, so an issue of
+       one (``issues.per_node``) is kept by (level, service, node) ('' in rows before it)
 
 ``schema_version`` records each applied migration (version, description, when). Opening a
 store applies what is missing, in order, in one transaction: a crash part-way leaves the
@@ -54,7 +56,9 @@ from otel_eval.store.session_rows import rekey as sessions_rekey
 from otel_eval.store.session_rows import shorter_keys as sessions_shorter_keys
 from otel_eval.store.session_rows import table as sessions_table
 
-Migration = tuple[int, str, tuple[str, ...]]
+# A statement, or a step given the engine's execute (one that depends on what is there)
+Step = str | Callable[[Callable[..., Any]], None]
+Migration = tuple[int, str, tuple[Step, ...]]
 
 _SQLITE_CATALOGUE = """CREATE TABLE IF NOT EXISTS issues_catalogue (
     issue_id    TEXT PRIMARY KEY,
@@ -75,6 +79,15 @@ _SQLITE_SHARES = """CREATE TABLE IF NOT EXISTS issue_shares (
     share       REAL NOT NULL,   -- share of the run's traces that saw the issue
     PRIMARY KEY (issue_id, at)
 )"""
+
+_CATALOGUE_SERVICE = "ALTER TABLE issues_catalogue ADD COLUMN service TEXT NOT NULL DEFAULT ''"
+
+
+def _sqlite_catalogue_service(execute: Callable[..., Any]) -> None:
+    """Migration 12 on SQLite, which has no ``ADD COLUMN IF NOT EXISTS``: the column once."""
+    if "service" not in {row[1] for row in execute("PRAGMA table_info(issues_catalogue)")}:
+        execute(_CATALOGUE_SERVICE)
+
 
 _FEEDBACK_BY_TIME = "CREATE INDEX IF NOT EXISTS feedback_by_time ON feedback (received_at_ns)"
 
@@ -125,6 +138,7 @@ SQLITE: tuple[Migration, ...] = (
     (9, "sessions by service", sessions_rekey("TEXT", "INTEGER", "INTEGER", "", "char")),
     (10, "session events owed", sessions_events("INTEGER", "")),
     (11, "session keys of shorter services", sessions_shorter_keys("char", "INSTR")),
+    (12, "issues by service", (_sqlite_catalogue_service,)),
 )
 
 # The body is TEXT holding the JSON as written (not jsonb): key order kept, and span content's
@@ -198,6 +212,8 @@ POSTGRESQL: tuple[Migration, ...] = (
                                               "chr")),
     (10, "session events owed", sessions_events("BIGINT", " IF NOT EXISTS")),
     (11, "session keys of shorter services", sessions_shorter_keys("chr", "STRPOS")),
+    (12, "issues by service", (_CATALOGUE_SERVICE.replace("ADD COLUMN",
+                                                          "ADD COLUMN IF NOT EXISTS"),)),
 )
 
 LATEST = SQLITE[-1][0]
@@ -300,7 +316,10 @@ def _apply_missing(execute: Callable[..., Any], migrations: tuple[Migration, ...
         if version <= current:
             continue
         for statement in statements:
-            execute(statement)
+            if callable(statement):
+                statement(execute)
+            else:
+                execute(statement)
         execute(insert_version, (version, description, time.time_ns()))
         applied.append(version)
     return applied
@@ -317,4 +336,5 @@ def make_sqlite_catalogue(db: sqlite3.Connection) -> None:
     store's file, whose migrations made them already: then a no-op)."""
     for table in sqlite_catalogue_tables():
         db.execute(table)
+    _sqlite_catalogue_service(db.execute)  # a file of its own: new, or made before it
     db.commit()

@@ -459,3 +459,22 @@ def test_merge_calls_stop_at_the_runs_deadline_too() -> None:
     IssueTracker(cfg, sqlite3.connect(":memory:"), synthesizer=hanging,
                  monotonic=lambda: ticks[0]).run(evs, now=1.0)
     assert len(calls) == 1
+
+
+def test_per_node_issues_of_two_services_same_named_agents_are_two_issues() -> None:
+    """issues.per_node clusters each agent node apart, and an agent node is a name within its
+    service: service "search"'s planner and service "billing"'s planner with one problem are
+    two issues, each of its own service, whose ids stay apart across runs."""
+    evs = []
+    for i in range(8):
+        ev = evaluation(f"{i:032x}", [("planner", LOOP[i % 3].format(n=i))], agent="planner")
+        evs.append({**ev, "service": "search" if i % 2 else "billing"})
+    cfg = IssuesConfig(age_out_s=1000.0, per_node=True)
+    tracker = _tracker(sqlite3.connect(":memory:"), cfg)
+    first = tracker.run(evs, now=1.0)
+    assert sorted((i.nodes[0][4], i.traces) for i in first.issues) == [
+        ("billing", 4), ("search", 4)]
+    second = tracker.run(evs, now=2.0)
+    assert len({i.issue_id for i in second.issues}) == 2
+    assert {(i.issue_id, i.nodes[0][4]) for i in second.issues} == {
+        (i.issue_id, i.nodes[0][4]) for i in first.issues}

@@ -51,10 +51,11 @@ _PRUNE = ("DELETE FROM issue_shares WHERE (issue_id, at) IN (SELECT issue_id, at
 ISSUES_LOCK = 0x6F74656C5F697373
 
 _COLUMNS = ("issue_id, level, node, embedding, title, description, centroid, first_seen,"
-            " last_seen, last_share")
-_UPSERT = (f"INSERT INTO issues_catalogue ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)"
+            " last_seen, last_share, service")
+_UPSERT = (f"INSERT INTO issues_catalogue ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
            " ON CONFLICT (issue_id) DO UPDATE SET level = excluded.level,"
-           " node = excluded.node, embedding = excluded.embedding, title = excluded.title,"
+           " node = excluded.node, service = excluded.service,"
+           " embedding = excluded.embedding, title = excluded.title,"
            " description = excluded.description, centroid = excluded.centroid,"
            " first_seen = excluded.first_seen, last_seen = excluded.last_seen,"
            " last_share = excluded.last_share")
@@ -71,6 +72,9 @@ class StoredIssue:
     first_seen: float
     last_seen: float
     last_share: float
+    # the service of its node ("" unknown, or stored before migration 12): an agent node is
+    # a name within its service
+    service: str = ""
 
 
 def sparse_centroid(values: dict[str, float]) -> Centroid:
@@ -87,9 +91,12 @@ def blend(old: Centroid, new: Centroid, weight: float) -> Centroid:
                             for k in keys})
 
 
-def new_issue_id(level: str, node: str, seed_text: str, taken: set[str]) -> str:
-    """Deterministic id from level, node and the cluster's central critique; unique."""
-    seed = valid_text(f"{level}\x00{node}\x00{seed_text}")  # a hash never fails on text
+def new_issue_id(level: str, node: str, seed_text: str, taken: set[str],
+                 service: str = "") -> str:
+    """Deterministic id from level, node (and its service, when known) and the cluster's
+    central critique; unique."""
+    seed = valid_text(f"{level}\x00{node}\x00{seed_text}"
+                      + (f"\x00{service}" if service else ""))  # a hash never fails on text
     base = hashlib.sha1(seed.encode()).hexdigest()
     for i in range(0, len(base) - 10):
         candidate = "iss_" + base[i : i + 10]
@@ -234,7 +241,7 @@ class Catalogue:
         rows = self._execute(f"SELECT {_COLUMNS} FROM issues_catalogue WHERE embedding = ?"
                              " ORDER BY issue_id", (embedding,))
         return [StoredIssue(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6]), r[7], r[8],
-                            r[9]) for r in rows]
+                            r[9], r[10]) for r in rows]
 
     def ids(self) -> set[str]:
         return {r[0] for r in self._execute("SELECT issue_id FROM issues_catalogue")}
@@ -242,7 +249,7 @@ class Catalogue:
     def save(self, issues: list[StoredIssue]) -> None:
         rows = [(s.issue_id, s.level, s.node, s.embedding, s.title, s.description,
                  json.dumps(s.centroid, sort_keys=True), s.first_seen, s.last_seen,
-                 s.last_share) for s in issues]
+                 s.last_share, s.service) for s in issues]
         if self._pg:
             with self._conn.transaction(), self._conn.cursor() as cur:
                 cur.executemany(_UPSERT.replace("?", "%s"), rows)

@@ -69,9 +69,11 @@ class IssuesConfig:
     # critiques are assigned issue id None). 2 = an issue must recur in another trace.
     min_cluster_size: int = 2
     # Cluster each (level, node) group apart (true: a problem seen at system level and at
-    # two agent nodes is three issues) or all critiques of the window together (false,
+    # two agent nodes is three issues; a node is an agent name within its service, so two
+    # services' "planner" are two groups) or all critiques of the window together (false,
     # default: one issue per problem, its levels and nodes a breakdown; TRAIL GAIA's
-    # categories cross nodes, bench/README.md). Changing it gives issues new ids once.
+    # categories cross nodes, bench/README.md). Changing it gives issues new ids once, as
+    # did the upgrade that kept services apart (catalogue rows stored before it have none).
     per_node: bool = False
     # Agglomerative clustering (average linkage) cuts at this cosine distance (0..2); None
     # takes the embedding's measured default: 0.875 for tfidf, 0.55 for minilm (best adjusted

@@ -17,11 +17,14 @@ from typing import Any
 from otel_eval.outputs.issues.critiques import Critique
 
 
-def groups(critiques: list[Critique], per_node: bool) -> dict[tuple[str, str], list[int]]:
-    """Indexes of the critiques clustered together: per (level, node), or all in one."""
-    out: dict[tuple[str, str], list[int]] = {}
+def groups(critiques: list[Critique],
+           per_node: bool) -> dict[tuple[str, str, str], list[int]]:
+    """Indexes of the critiques clustered together: per (level, service, node), an agent
+    node being a name within its service, or all in one."""
+    out: dict[tuple[str, str, str], list[int]] = {}
     for i, c in enumerate(critiques):
-        out.setdefault((c.level, c.node) if per_node else ("", ""), []).append(i)
+        out.setdefault((c.level, c.service, c.node) if per_node else ("", "", ""),
+                       []).append(i)
     return out
 
 

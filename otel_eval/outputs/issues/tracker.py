@@ -181,10 +181,11 @@ class IssueTracker:
         assigned: dict[int, str] = {}
         seen: set[str] = set()
         self._current = {}
-        for (level, node), idxs in sorted(groups(ext.critiques, cfg.per_node).items()):
+        for (level, service, node), idxs in sorted(groups(ext.critiques,
+                                                          cfg.per_node).items()):
             group = [ext.critiques[i] for i in idxs]
             candidates = [s for s in stored if not cfg.per_node
-                          or (s.level == level and s.node == node)]
+                          or (s.level, s.service, s.node) == (level, service, node)]
             for issue, event, members in self._issues_of(group, candidates, ext, taken, now):
                 issues.append(issue)
                 seen.add(issue.issue_id)
@@ -242,16 +243,16 @@ class IssueTracker:
             traces = frozenset(group[m].trace_id for m in c.members)
             share = len(traces) / len(ext.trace_ids) if ext.trace_ids else 0.0
             breakdown = by_node([group[m] for m in c.members])
-            level, node = breakdown[0][:2]
+            level, node, service = breakdown[0][0], breakdown[0][1], breakdown[0][4]
             if stored is None:
                 from otel_eval.outputs.issues.naming import Name, name_cluster
 
                 name = (Name(*c.name) if c.name is not None else names.get(i)
                         or name_cluster(c.terms, texts[:_NAMER_EXAMPLES]))
                 title = titled(name.title, [group[m] for m in c.members])
-                stored = StoredIssue(new_issue_id(level, node, texts[0], taken), level, node,
-                                     self._embedder.name, title, name.description,
-                                     c.centroid, now, now, share)
+                stored = StoredIssue(new_issue_id(level, node, texts[0], taken, service),
+                                     level, node, self._embedder.name, title,
+                                     name.description, c.centroid, now, now, share, service)
                 previous = None
                 taken.add(stored.issue_id)
                 if i in names.deferred:
@@ -264,7 +265,7 @@ class IssueTracker:
                 previous = stored.last_share
                 stored.centroid = blend(stored.centroid, c.centroid, cfg.centroid_update_weight)
                 stored.last_seen, stored.last_share = now, share
-                stored.level, stored.node = level, node
+                stored.level, stored.node, stored.service = level, node, service
             saved.append(stored)
             self._current.update((texts_of[m], stored.issue_id) for m in c.members)
             issue = replace(self._issue(stored, c, group, traces, share, previous),
