@@ -45,12 +45,13 @@ def _len(n: int) -> bytes:
     return bytes([n & 0x7F | 0x80, n >> 7]) if n > 0x7F else bytes([n])
 
 
-def _json_record(name: str) -> dict[str, Any]:
-    return {"timeUnixNano": "1", "eventName": name, "traceId": TID.hex(), "spanId": SID.hex()}
+def _json_record(name: str, time: str = "1") -> dict[str, Any]:
+    return {"timeUnixNano": time, "eventName": name, "traceId": TID.hex(), "spanId": SID.hex()}
 
 
 JSON_BODY = {"resourceLogs": [{
-    "scopeLogs": [{"logRecords": [_json_record("gen_ai.choice")]}],
+    # another record than the protobuf body's (the same one again is a duplicate_log_record)
+    "scopeLogs": [{"logRecords": [_json_record("gen_ai.choice", "2")]}],
     "instrumentationLibraryLogs": [{"instrumentationLibrary": {"name": "old"},
                                     "logRecords": [_json_record("gen_ai.user.message")] * 2}],
 }]}
