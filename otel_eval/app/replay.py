@@ -18,7 +18,7 @@ import contextlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from opentelemetry._logs import LogRecord
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
@@ -135,6 +135,34 @@ def _authority(endpoint: str) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def _grpc(exporter: type[Any], endpoint: str, timeout_s: float,
+          rejections: Rejections | None) -> Any:
+    """A gRPC exporter of class ``exporter`` whose stub adds the receiver's partial-success
+    answers to ``rejections``."""
+
+    class Watched(exporter):
+        # the exporter sets _client in __init__ and again when it reconnects
+        @property
+        def _client(self) -> Any:
+            return self.__dict__.get("_watched")
+
+        @_client.setter
+        def _client(self, stub: Any) -> None:
+            self.__dict__["_watched"] = stub if stub is None or rejections is None \
+                else _WatchedStub(stub, rejections)
+
+    return Watched(endpoint=_authority(endpoint), insecure=True, timeout=timeout_s)
+
+
+def _http_url(endpoint: str, path: str) -> str:
+    """The URL an HTTP exporter posts to: ``endpoint`` as a URL (``/v1/traces`` given for
+    the spans names the receiver: the records go to its ``/v1/logs``), else ``path``."""
+    url = endpoint if "://" in endpoint else f"http://{_authority(endpoint)}"
+    if path != "/v1/traces":
+        url = url.removesuffix("/v1/traces")
+    return url + path if url.count("/") < 3 else url
+
+
 def make_exporter(endpoint: str, protocol: Protocol = "grpc", timeout_s: float = 10.0,
                   rejections: Rejections | None = None) -> SpanExporter:
     """The SDK exporter for ``endpoint`` (``HOST:PORT``, or a URL for HTTP), plaintext; with
@@ -143,27 +171,12 @@ def make_exporter(endpoint: str, protocol: Protocol = "grpc", timeout_s: float =
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
             OTLPSpanExporter as GrpcExporter,
         )
-
-        class Watched(GrpcExporter):
-            # the exporter sets _client in __init__ and again when it reconnects
-            @property
-            def _client(self) -> Any:
-                return self.__dict__.get("_watched")
-
-            @_client.setter
-            def _client(self, stub: Any) -> None:
-                self.__dict__["_watched"] = stub if stub is None or rejections is None \
-                    else _WatchedStub(stub, rejections)
-
-        return Watched(endpoint=_authority(endpoint), insecure=True, timeout=timeout_s)
+        return cast(SpanExporter, _grpc(GrpcExporter, endpoint, timeout_s, rejections))
     if protocol == "http":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
             OTLPSpanExporter as HttpExporter,
         )
-        url = endpoint if "://" in endpoint else f"http://{_authority(endpoint)}"
-        if url.count("/") < 3:
-            url += "/v1/traces"
-        exporter = HttpExporter(endpoint=url, timeout=timeout_s)
+        exporter = HttpExporter(endpoint=_http_url(endpoint, "/v1/traces"), timeout=timeout_s)
         if rejections is not None:
             _watch_http(exporter, rejections, ExportTraceServiceResponse)
         return exporter
@@ -178,27 +191,12 @@ def make_log_exporter(endpoint: str, protocol: Protocol = "grpc", timeout_s: flo
         from opentelemetry.exporter.otlp.proto.grpc._log_exporter import (
             OTLPLogExporter as GrpcLogExporter,
         )
-
-        class Watched(GrpcLogExporter):
-            @property
-            def _client(self) -> Any:
-                return self.__dict__.get("_watched")
-
-            @_client.setter
-            def _client(self, stub: Any) -> None:
-                self.__dict__["_watched"] = stub if stub is None or rejections is None \
-                    else _WatchedStub(stub, rejections)
-
-        return Watched(endpoint=_authority(endpoint), insecure=True, timeout=timeout_s)
+        return cast(LogRecordExporter, _grpc(GrpcLogExporter, endpoint, timeout_s, rejections))
     if protocol == "http":
         from opentelemetry.exporter.otlp.proto.http._log_exporter import (
             OTLPLogExporter as HttpLogExporter,
         )
-        url = endpoint if "://" in endpoint else f"http://{_authority(endpoint)}"
-        url = url.removesuffix("/v1/traces")
-        if url.count("/") < 3:
-            url += "/v1/logs"
-        exporter = HttpLogExporter(endpoint=url, timeout=timeout_s)
+        exporter = HttpLogExporter(endpoint=_http_url(endpoint, "/v1/logs"), timeout=timeout_s)
         if rejections is not None:
             _watch_http(exporter, rejections, ExportLogsServiceResponse)
         return exporter
