@@ -76,17 +76,27 @@ def _cut_object(args: Any) -> bool:
         and args.rstrip()[-1:] not in ("}", "]")
 
 
-def _unread(step: Step, call: ToolCall | None, set_aside: dict[int, Any] | None,
-            why: str) -> None:
-    """The step's arguments are the call it ran's when those are an object, else unknown."""
-    if call is not None and isinstance(call.arguments, dict):
-        step.arguments = call.arguments
-        step.sources["arguments"] = f"llm tool call {call.call_id or call.name}"
-        return
+def _from_call(step: Step, call: ToolCall) -> None:
+    """The step's arguments are those of the call it ran."""
+    step.arguments = call.arguments
+    step.sources["arguments"] = f"llm tool call {call.call_id or call.name}"
+
+
+def _forget(step: Step, set_aside: dict[int, Any] | None, why: str) -> None:
+    """The step's arguments are unknown (the value set aside by ``id`` of its step)."""
     if set_aside is not None:
         set_aside[id(step)] = step.arguments
     step.arguments = None
     step.unknown["arguments"] = why
+
+
+def _unread(step: Step, call: ToolCall | None, set_aside: dict[int, Any] | None,
+            why: str) -> None:
+    """The step's arguments are the call it ran's when those are an object, else unknown."""
+    if call is not None and isinstance(call.arguments, dict):
+        _from_call(step, call)
+    else:
+        _forget(step, set_aside, why)
 
 
 def _as_asked(step: Step, call: ToolCall) -> bool:
@@ -110,8 +120,7 @@ def settle(steps: list[Step], tools: Mapping[str, Any], joined: Mapping[int, Too
         call = joined.get(step.index)
         if call is not None and step.sources.get("arguments", "").endswith(AS_ONLY_PARAMETER) \
                 and _as_asked(step, call):
-            step.arguments = call.arguments
-            step.sources["arguments"] = f"llm tool call {call.call_id or call.name}"
+            _from_call(step, call)
             continue
         if _cut_object(step.arguments) and not (call is not None
                                                 and call.arguments == step.arguments):
@@ -127,10 +136,6 @@ def settle(steps: list[Step], tools: Mapping[str, Any], joined: Mapping[int, Too
         if call is not None and call.arguments == step.arguments:
             continue  # what the model asked for: its arguments
         if call is not None and fits(call.arguments, schema):
-            step.arguments = call.arguments
-            step.sources["arguments"] = f"llm tool call {call.call_id or call.name}"
-            continue
-        if set_aside is not None:
-            set_aside[id(step)] = step.arguments
-        step.arguments = None
-        step.unknown["arguments"] = why
+            _from_call(step, call)
+        else:
+            _forget(step, set_aside, why)
