@@ -6,7 +6,6 @@ the span content (per service, in all, by age)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from support.clock import ManualClock
@@ -16,13 +15,6 @@ from otel_eval.store import base as store_base
 from otel_eval.store import sqlite as sqlite_store
 
 T0 = 1_764_547_200 * 10**9
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "store.db")
-    return str(request.getfixturevalue("postgresql_url"))
 
 
 Open = Callable[[], EvaluationStore]

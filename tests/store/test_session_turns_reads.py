@@ -3,11 +3,9 @@ one consistent view (the turns and their count), whatever other writers commit m
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from otel_eval.base.results import Evaluation, Verdict
 from otel_eval.base.steps import Trajectory
@@ -17,27 +15,6 @@ from otel_eval.store import EvaluationStore, open_store
 from otel_eval.store.sessions import session_key
 
 T0 = 1_764_547_200 * 10**9
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "store.db")
-    return str(request.getfixturevalue("postgresql_url"))
-
-
-@pytest.fixture
-def stores(target: str) -> Iterator[Callable[[], EvaluationStore]]:
-    """Stores on one target, each its own connection (as separate processes)."""
-    opened: list[EvaluationStore] = []
-
-    def open_one() -> EvaluationStore:
-        opened.append(open_store(target))
-        return opened[-1]
-
-    yield open_one
-    for s in opened:
-        s.close()
 
 
 def _turn(i: int, session: str, at: int, pad: int = 0) -> Evaluation:

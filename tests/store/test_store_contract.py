@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,27 +44,6 @@ T0 = 1_764_547_200 * 10**9
 JUDGE = {"judges": {}, "overall": {"status": "ok", "process_score": 0.9}}
 
 Open = Callable[[], EvaluationStore]
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "store.db")
-    return str(request.getfixturevalue("postgresql_url"))
-
-
-@pytest.fixture
-def stores(target: str) -> Iterator[Open]:
-    """Opens stores on the same target (each its own connection, as separate processes)."""
-    opened: list[EvaluationStore] = []
-
-    def open_one() -> EvaluationStore:
-        opened.append(open_store(target))
-        return opened[-1]
-
-    yield open_one
-    for s in opened:
-        s.close()
 
 
 @pytest.fixture
