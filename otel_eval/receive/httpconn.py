@@ -91,14 +91,25 @@ class _DeadlineReader(io.RawIOBase):
         self.started = accepted_at
         self.deadline = accepted_at + limits.read_header_timeout_s
         self.header_bytes = 0
+        self.received = 0  # bytes read from the socket so far (``tell``)
         self.eof = False
 
     def readable(self) -> bool:
         return True
 
+    def tell(self) -> int:
+        return self.received
+
     def idle(self) -> None:
         """Between requests: wait up to the idle timeout for the next one's first byte."""
         self.phase, self.deadline = "idle", self.clock() + self.limits.idle_timeout_s
+
+    def begin(self, now: float) -> None:
+        """The next request's first byte is in (read now, or read ahead with the previous
+        request): its header deadline, and later its body's, count from ``now``."""
+        if self.phase == "idle":
+            self.phase, self.started = "header", now
+            self.deadline, self.header_bytes = now + self.limits.read_header_timeout_s, 0
 
     def body(self) -> None:
         self.phase, self.deadline = "body", self.started + self.limits.read_timeout_s
@@ -112,12 +123,12 @@ class _DeadlineReader(io.RawIOBase):
         now = self.clock()
         if now > self.deadline:  # it came, but too late
             raise TimeoutError(self.phase)
+        self.received += n
         if n == 0:
             self.eof = True
-        elif self.phase == "idle":  # a new request begins: its header deadline starts now
-            self.phase, self.started = "header", now
-            self.deadline, self.header_bytes = now + self.limits.read_header_timeout_s, 0
-        if self.phase == "header":
+        else:  # in idle, a new request begins: its header deadline starts now
+            self.begin(now)
+        if self.phase == "header":  # bounds what is read; the exact bound: handle_one_request
             self.header_bytes += n
             if self.header_bytes > self.limits.max_header_bytes + io.DEFAULT_BUFFER_SIZE:
                 raise _HeaderTooLarge()
@@ -199,7 +210,8 @@ class Connection(BaseHTTPRequestHandler):
         self.connection = self.request
         self.reader = _DeadlineReader(self.request, self.server.clock, self.server.limits,
                                       self.accepted_at)
-        self.rfile = io.BufferedReader(self.reader)
+        self.buffered = io.BufferedReader(self.reader)
+        self.rfile = self.buffered
         self.hold.reader = self.reader
         self.wfile = _Writer(self.request)  # type: ignore[assignment]
 
@@ -233,6 +245,10 @@ class Connection(BaseHTTPRequestHandler):
                 self.handle_one_request()
                 while not self.close_connection:
                     self.reader.idle()
+                    # waits for the next request's first byte, unless the client sent it
+                    # with the previous request's (pipelined): it begins now either way
+                    if self.buffered.peek(1):
+                        self.reader.begin(self.server.clock())
                     self.handle_one_request()
         except TimeoutError:
             if self.reader.phase in _TIMEOUT_REASON:  # an idle keep-alive end is no event
@@ -274,6 +290,7 @@ class Connection(BaseHTTPRequestHandler):
 
     def handle_one_request(self) -> None:
         self.continue_owed = False
+        head_at = self.rfile.tell()
         line = self.rfile.readline(65537)
         if not line:  # closed between requests (or a TCP probe): nothing to answer
             self.close_connection = True
@@ -285,6 +302,8 @@ class Connection(BaseHTTPRequestHandler):
         self.raw_requestline = line
         if not self.parse_request():  # answered (400, 431, 505...)
             return
+        if self.rfile.tell() - head_at > self.server.limits.max_header_bytes:
+            raise _HeaderTooLarge()  # what was read ahead past the head is not counted
         if self.reader.eof:
             raise ClientClosed("the client closed inside the request headers")
         self._dispatch()
