@@ -41,6 +41,10 @@ no more than the next one (``prune_history``): a flood of new service names, or 
 service, does not delete a quiet service's history (its runs without an agent name would
 read as unknown). ``remember_agents`` says the rows each bound deleted
 (``HISTORY_EVICTION_REASONS``), counted in ``otel_eval_agent_history_evicted_total``.
+
+Text is held alike: PostgreSQL text cannot hold NUL, so every text argument of either store
+(and of the issues catalogue) holds U+FFFD in its place (``stored_args``), what is written
+and what is looked up alike; the JSON bodies escape it (``\\u0000``) and keep it.
 """
 
 from __future__ import annotations
@@ -359,6 +363,17 @@ def since_chunks(read: Callable[[int, tuple[int, str] | None, int], list[Any]],
             break
     out.reverse()
     return out
+
+
+def stored_text(value: Any) -> Any:
+    """A statement's argument as both stores take it: text with NUL as U+FFFD (PostgreSQL
+    text cannot hold NUL; SQLite is given the same, so one input reads back the same from
+    either); any other value as it is."""
+    return value.replace("\x00", "\ufffd") if isinstance(value, str) else value
+
+
+def stored_args(values: Iterable[Any]) -> tuple[Any, ...]:
+    return tuple(stored_text(v) for v in values)
 
 
 def evaluation_row(ev: Evaluation) -> Row:

@@ -18,8 +18,9 @@ revision rules (``otel_eval.store.base``):
   nothing is written.
 
 Text cannot hold NUL in PostgreSQL: the pulled-out columns and text arguments get U+FFFD
-instead (the body is JSON with ``\\u0000`` escapes, unchanged). One connection per store,
-guarded by a lock (the engine thread writes, admin threads read); a broken connection is
+instead, as in SQLite (``base.stored_args``; the body is JSON with ``\\u0000`` escapes,
+unchanged). One connection per store, guarded by a lock (the engine thread writes, admin
+threads read); a broken connection is
 reopened on the next call, and the engine's calls (``put_many`` and its reads) are tried once
 more at once on a new connection (a session the server ended) before raising: then the engine
 keeps the batch and retries it with back-off while the receivers throttle
@@ -62,6 +63,8 @@ from otel_eval.store.base import (
     redact_url,
     since_chunks,
 )
+from otel_eval.store.base import stored_args as _args
+from otel_eval.store.base import stored_text as _text
 from otel_eval.store.failures import TIMEOUT_STATES
 from otel_eval.store.migrations import check_postgresql, migrate_postgresql
 from otel_eval.store.query import EvaluationQuery, Page
@@ -147,14 +150,6 @@ def limit(conn: psycopg.Connection[Any], session: SessionLimits) -> None:
 
 def _timed_out(error: BaseException) -> bool:
     return getattr(error, "sqlstate", None) in TIMEOUT_STATES
-
-
-def _text(value: Any) -> Any:
-    return value.replace("\x00", "\ufffd") if isinstance(value, str) else value
-
-
-def _args(values: Iterable[Any]) -> tuple[Any, ...]:
-    return tuple(_text(v) for v in values)
 
 
 class PostgresStore(KeptSessions):

@@ -8,7 +8,8 @@ one connection writes (and does the short reads), guarded by a lock; the scans (
 its WAL snapshot without that lock, so a scan of every body (``detector=`` over 40k rows held
 the lock 1 s) does not hold up ``put_many``. ``close`` closes the idle ones.
 ``put_many`` commits once per batch, and the engine calls waiters (Kafka offsets) only after
-that commit. Revision rules: ``otel_eval.store.base``.
+that commit. Revision rules: ``otel_eval.store.base``. Every statement's text arguments hold
+U+FFFD for NUL, as PostgreSQL's do (``TextConnection``: ``base.stored_args``).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from otel_eval.store.base import (
     pick_agent,
     prune_history,
     since_chunks,
+    stored_args,
 )
 from otel_eval.store.migrations import check_sqlite, migrate_sqlite
 from otel_eval.store.query import EvaluationQuery, Page
@@ -74,6 +76,29 @@ _SINCE_AFTER = ("SELECT evaluated_at_ns, trace_id, body FROM evaluations WHERE e
 # The row a judge or feedback read: trace id, revision, and its evaluation time when given
 # (None: any; a replay evaluates a trace at the same revision again)
 _READ = "trace_id = ? AND revision = ? AND (? IS NULL OR evaluated_at_ns = ?)"
+
+
+class _TextCursor(sqlite3.Cursor):
+    def execute(self, sql: str, parameters: Any = (), /) -> _TextCursor:
+        return super().execute(sql, stored_args(parameters))
+
+    def executemany(self, sql: str, seq_of_parameters: Iterable[Any], /) -> _TextCursor:
+        return super().executemany(sql, (stored_args(p) for p in seq_of_parameters))
+
+
+class TextConnection(sqlite3.Connection):
+    """A connection whose statements take their text arguments as PostgreSQL's store does
+    (``base.stored_args``: NUL as U+FFFD), so the same input is stored, and found, the same
+    in either store (``sqlite3.connect(..., factory=TextConnection)``)."""
+
+    def cursor(self, factory: Any = None) -> Any:
+        return super().cursor(factory or _TextCursor)
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        return super().execute(sql, stored_args(parameters))
+
+    def executemany(self, sql: str, seq_of_parameters: Iterable[Any], /) -> sqlite3.Cursor:
+        return super().executemany(sql, (stored_args(p) for p in seq_of_parameters))
 
 
 class SqliteStore(KeptSessions):
@@ -133,7 +158,7 @@ class SqliteStore(KeptSessions):
         if self._read_only:
             target, uri = Path(self.path).absolute().as_uri() + "?mode=ro", True
         db = sqlite3.connect(target, check_same_thread=False, isolation_level=None,
-                             timeout=_BUSY_TIMEOUT_S, uri=uri)
+                             timeout=_BUSY_TIMEOUT_S, uri=uri, factory=TextConnection)
         if self._read_only:
             db.execute("PRAGMA query_only=ON")
         return db

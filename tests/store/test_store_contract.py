@@ -542,6 +542,36 @@ def test_hostile_text_is_stored_and_found(store: EvaluationStore) -> None:
     assert store.get("\x00") is None and store.feedback("\x00") is None
 
 
+def test_nul_in_text_reads_back_the_same_from_either_store(target: str,
+                                                          stores: Open) -> None:
+    """PostgreSQL text cannot hold NUL: its store writes U+FFFD. SQLite kept the NUL, so the
+    same turn listed its session (service, conversation id) and recalled its agent
+    differently by store; and the issues catalogue's write failed on PostgreSQL. Both hold
+    U+FFFD now, and a lookup given the NUL still finds it."""
+    from otel_eval.store.sessions import split_session_key
+    store = stores()
+    store.put_many([_turn(1, "c\x00nv", T0, service="sh\x00op")])
+    ((key, _at),) = store.session_ids(SessionQuery(), None, 5)
+    assert split_session_key(key) == ("sh\ufffdop", "c\ufffdnv")
+    assert store.session_keys("c\x00nv", 5) == [key]
+    row = store.session_record(_key("c\x00nv", "sh\x00op"))
+    assert row is not None and row.turns == 1
+    assert _ids(store.query(EvaluationQuery(service="sh\x00op")).evaluations) == [1]
+    store.remember_agents([("sh\x00op", "pl\x00anner", ("service",))])
+    assert store.recall_agent("sh\x00op", ["service"]) == "pl\ufffdanner"
+    catalogue = Catalogue.open(target)
+    try:
+        issue = _issue("iss_a", 1.0)
+        catalogue.save([StoredIssue(issue.issue_id, issue.level, "to\x00ol", issue.embedding,
+                                    "t\x00", "d\x00", issue.centroid, 0.0, 1.0, 0.5,
+                                    "sh\x00op")])
+        ((stored,),) = [catalogue.load("tfidf")]
+        assert (stored.node, stored.title, stored.description, stored.service) == (
+            "to\ufffdol", "t\ufffd", "d\ufffd", "sh\ufffdop")
+    finally:
+        catalogue.close()
+
+
 def test_migrations_are_versioned_and_applied_once(target: str, stores: Open) -> None:
     stores()
     stores()  # a second open applies nothing

@@ -33,7 +33,7 @@ from typing import Any
 
 from otel_eval.base.text import valid_text
 from otel_eval.store import catalogue_connection, is_postgresql_url
-from otel_eval.store.base import SessionLimits
+from otel_eval.store.base import SessionLimits, stored_args
 from otel_eval.store.migrations import make_sqlite_catalogue
 
 Centroid = dict[str, float]
@@ -234,7 +234,7 @@ class Catalogue:
         return self._leading
 
     def _execute(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
-        cur = self._conn.execute(sql.replace("?", "%s") if self._pg else sql, args)
+        cur = self._conn.execute(sql.replace("?", "%s") if self._pg else sql, stored_args(args))
         return cur.fetchall() if cur.description else []
 
     def load(self, embedding: str) -> list[StoredIssue]:
@@ -247,9 +247,9 @@ class Catalogue:
         return {r[0] for r in self._execute("SELECT issue_id FROM issues_catalogue")}
 
     def save(self, issues: list[StoredIssue]) -> None:
-        rows = [(s.issue_id, s.level, s.node, s.embedding, s.title, s.description,
-                 json.dumps(s.centroid, sort_keys=True), s.first_seen, s.last_seen,
-                 s.last_share, s.service) for s in issues]
+        rows = [stored_args((s.issue_id, s.level, s.node, s.embedding, s.title, s.description,
+                             json.dumps(s.centroid, sort_keys=True), s.first_seen,
+                             s.last_seen, s.last_share, s.service)) for s in issues]
         if self._pg:
             with self._conn.transaction(), self._conn.cursor() as cur:
                 cur.executemany(_UPSERT.replace("?", "%s"), rows)
