@@ -15,6 +15,15 @@ from collections.abc import Mapping
 from typing import Any
 
 OK_STATUSES = ("ok", "skipped")
+# When the judgement was made (Unix ns; ``serve`` stores it, ``judge.stage``): the time of
+# its ``gen_ai.evaluation.result`` events, sent then or, after a restart, from the store
+JUDGED_AT = "judged_at_unix_nano"
+
+
+def judged_at(judge: Mapping[str, Any] | None) -> int | None:
+    """The judgement's time as stored, or None (none stored: an older row, ``eval``)."""
+    at = (judge or {}).get(JUDGED_AT)
+    return at if type(at) is int and 0 < at < 2**63 else None
 
 
 def graded(entry: Mapping[str, Any]) -> bool:

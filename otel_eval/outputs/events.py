@@ -55,7 +55,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from otel_eval.base import model
 from otel_eval.base.component import Held
-from otel_eval.base.judgement import graded
+from otel_eval.base.judgement import graded, judged_at
 from otel_eval.base.results import Evaluation
 from otel_eval.decode.encode import dict_to_attributes
 from otel_eval.outputs.batcher import LOGS
@@ -315,9 +315,10 @@ class EvaluationEvents:
                      held: tuple[Held, ...] = ()) -> None:
         """The judge's grades, sent once the (asynchronous) judge is done with the trace;
         ``held`` taken with them (the judge's journal entry, cleared once they are delivered
-        or dropped for good)."""
-        now = time.time_ns()
-        self._submit(judge_records(evaluation, root, self.version, now, low_score), held)
+        or dropped for good). Their time is the judgement's (``judged_at``: one sent again
+        after a restart, from the store, keeps it), else now."""
+        at = judged_at(evaluation.judge) or time.time_ns()
+        self._submit(judge_records(evaluation, root, self.version, at, low_score), held)
 
     def evaluation_failed(self, trace: model.Trace, name: str, error_type: str,
                           explanation: str) -> None:

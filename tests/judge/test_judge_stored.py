@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -348,3 +349,30 @@ def test_a_journal_an_older_version_wrote_opens_with_its_entries(tmp_path: Path)
     again = PendingJournal(path).open()
     assert again.pending() == [("e5", 0, "", None)]
     again.close()
+
+
+def test_judge_events_sent_after_the_restart_are_timed_at_the_judgement(
+        llm: FakeLLM, tmp_path: Path) -> None:
+    """A gen_ai.evaluation.result event is timed when the evaluation happened (the logs data
+    model's Timestamp: when the event occurred). The judgement's events the stop could not
+    deliver, sent by the next start from the stored judgement, carried the time of that
+    sending, after the restart; now the judgement's own time, stored with it."""
+    llm.route = _scripted("fine")
+    store = SqliteStore(str(tmp_path / "s.db")).open()
+    ev = evaluation(trace_id="e5" * 16)
+    store.put_many([ev])
+    try:
+        with Capture() as down:
+            judge = _judged_while_away(llm, store, down, ev)
+            stopped_ns = time.time_ns()  # every judgement of the first process was before
+            down.fail_next = []
+            with _serving(llm, store, down):
+                poll(lambda: _grades(down), "the judgement's events downstream",
+                     interval_s=0.02)
+    finally:
+        store.close()
+    times = {r.time_unix_nano for req in down.logs for rl in req.resource_logs
+             for sl in rl.scope_logs for r in sl.log_records
+             if "otel_eval.judge.model" in attributes_to_dict(r.attributes)}
+    assert times and all(t < stopped_ns for t in times)  # not the sending's, after it
+    assert times == {judge.get("judged_at_unix_nano")}

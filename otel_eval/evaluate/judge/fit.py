@@ -10,8 +10,9 @@ stored body with ``trajectory.max_result_bytes`` 4 MiB, and a serve peak of 657 
 - the whole object at most ``room`` bytes of JSON (what the stored result leaves of
   ``max_result_bytes``): the text limit is halved until it fits, down to 64 bytes; then the
   per-step details (critiques, turns, criteria, by_node) go; then every judge's entry
-  (``judges`` is left empty), keeping ``mode``, ``model``, ``overall`` and ``totals`` (a few
-  hundred bytes, always kept: the verdict and what it cost are never cut);
+  (``judges`` is left empty), keeping ``mode``, ``model``, ``overall``, ``totals`` and
+  ``judged_at_unix_nano`` (a few hundred bytes, always kept: the verdict, what it cost and
+  when it was made are never cut);
 - what was cut is said in ``truncated``: the object's full size, how many texts were cut and
   to what, and whether details were dropped.
 """
@@ -22,12 +23,13 @@ import json
 from typing import Any
 
 from otel_eval.base.jsontext import json_text
+from otel_eval.base.judgement import JUDGED_AT
 from otel_eval.base.results import Evaluation
 from otel_eval.evaluate.config import TrajectoryConfig
 
 _MIN_TEXT_BYTES = 64
 _DETAILS = ("critiques", "turns", "criteria", "by_node", "steps")
-_KEPT = ("mode", "model", "overall", "totals")
+_KEPT = ("mode", "model", "overall", "totals", JUDGED_AT)
 _ELLIPSIS = "…"
 
 

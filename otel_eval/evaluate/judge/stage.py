@@ -45,12 +45,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
 from otel_eval.base.aio import LoopThread
 from otel_eval.base.component import Held, settle
+from otel_eval.base.judgement import JUDGED_AT
 from otel_eval.base.model import Trace
 from otel_eval.base.results import Evaluation, stored_evaluation
 from otel_eval.evaluate.config import TrajectoryConfig
@@ -213,6 +215,8 @@ class JudgeStage:
     def _done(self, evaluation: Evaluation) -> None:  # on the loop
         assert self.queue is not None
         self.metrics.judge.queue_depth(self.queue.qsize())
+        if evaluation.judge is not None:  # its events' time, now or sent again after a restart
+            evaluation.judge[JUDGED_AT] = time.time_ns()
         self._write(evaluation, then=self._judged if self.events is not None else None)
 
     def _judged(self, evaluation: Evaluation) -> None:  # on the loop, once it is stored
