@@ -164,7 +164,7 @@ class Service:
         stage = self.pool or InProcess(self.evaluator, self.store)
         self.engine = Engine(stage, self.store_health, self.metrics, assembly=config.assembly,
                              sinks=self.sinks, clock=clock, spool=self.spool,
-                             stored=self.store.get)
+                             stored=self.store.get_stamped)
         self.kafka = kafka_front.build(config.kafka, deps, self.engine)
         jc = config.judge
         # new issues are named (and merged) through the judge stage's client: its budget, its

@@ -85,12 +85,14 @@ class Engine:
                  clock: Callable[[], float] = time.monotonic,
                  tick_interval_s: float = 0.25, batch_size: int = 256,
                  spool: Spool | None = None,
-                 stored: Callable[[str], Mapping[str, Any] | None] | None = None) -> None:
+                 stored: Callable[[str], tuple[Mapping[str, Any], int] | None] | None = None
+                 ) -> None:
         """``stage``: where released traces are evaluated and stored (``evaluate.stage``'s
         ``InProcess`` in this process, or worker processes); ``store_health``: whether the
         store takes writes, on the same ``clock`` (a refused batch is kept, retried, and
-        throttles the receivers); ``stored``: a stored record by trace id (a replay goes to
-        the delivering sinks again, with the evaluation it holds: ``Finishing``)."""
+        throttles the receivers); ``stored``: a stored record and when it was evaluated, by
+        trace id (the store's ``get_stamped``: a replay goes to the delivering sinks again,
+        with the evaluation it holds, timed as it was: ``Finishing``)."""
         self.config = assembly
         self.metrics = metrics
         self.clock = clock

@@ -87,9 +87,11 @@ class Finishing:
                  sinks: Sequence[Sink], clock: Callable[[], float], batch_size: int,
                  lock: threading.Lock, gauges: Callable[[], None],
                  health: StoreHealth,
-                 stored: Callable[[str], Mapping[str, Any] | None] | None = None) -> None:
-        """``stored``: a trace's stored record by id (the store's ``get``), read for the
-        delivering sinks when a replay comes back already evaluated."""
+                 stored: Callable[[str], tuple[Mapping[str, Any], int] | None] | None = None
+                 ) -> None:
+        """``stored``: a trace's stored record and its evaluation time by id (the store's
+        ``get_stamped``), read for the delivering sinks when a replay comes back already
+        evaluated: its events are timed at that evaluation, as the first send's were."""
         self.stage = stage
         self._stored = stored
         self.health = health
@@ -298,9 +300,9 @@ class Finishing:
         ev = None
         if self._stored is not None:
             try:
-                record = self._stored(trace.trace_id)
-                if record is not None:
-                    ev = stored_evaluation(trace, record)
+                found = self._stored(trace.trace_id)
+                if found is not None:
+                    ev = stored_evaluation(trace, found[0], found[1])
             except Exception as e:  # stage boundary: the spans still go on
                 log.exception("reading the stored evaluation of trace %s failed; passing it "
                               "on as it came", trace.trace_id)

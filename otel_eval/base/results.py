@@ -183,8 +183,10 @@ class Evaluation:
         return ascii_json(self.to_json_text())
 
 
-def stored_evaluation(trace: Trace, record: Mapping[str, Any]) -> Evaluation:
-    """The evaluation a stored v1 object holds (findings, verdict, judge, prediction), for
+def stored_evaluation(trace: Trace, record: Mapping[str, Any],
+                      evaluated_at_ns: int = 0) -> Evaluation:
+    """The evaluation a stored v1 object holds (findings, verdict, judge, prediction), made at
+    ``evaluated_at_ns`` (the row's: its events are timed by it; 0 unknown), for
     what is sent again from it (a replay the store already holds: ``assemble.finishing``;
     the judgement of a stopped process: ``judge.stage``). No trajectory is rebuilt: its steps
     are the stored LLM steps that name their reply's ``response_id``, with their span id and
@@ -220,6 +222,7 @@ def stored_evaluation(trace: Trace, record: Mapping[str, Any]) -> Evaluation:
                    revision=revision if type(revision) is int and revision >= 0
                    else trace.revision),
         findings, verdict, dict(judge) if isinstance(judge, Mapping) else None,
+        evaluated_at_ns=evaluated_at_ns,
         prediction=dict(prediction) if isinstance(prediction, Mapping) else None)
 
 

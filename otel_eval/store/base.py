@@ -139,6 +139,11 @@ class EvaluationStore(Protocol):
 
     def get(self, trace_id: str) -> dict[str, Any] | None: ...
 
+    def get_stamped(self, trace_id: str) -> tuple[dict[str, Any], int] | None:
+        """(the stored v1 object, when it was evaluated: ``evaluated_at_ns``), one read, or
+        None: what is sent again from a stored evaluation is timed as its first send was."""
+        ...
+
     def stamp(self, trace_id: str) -> tuple[int, int] | None:
         """(revision, evaluated_at_ns) of the stored evaluation, or None: a worker that
         re-evaluates a dead one's traces tells that worker's commit from an older row."""

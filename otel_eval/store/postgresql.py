@@ -387,6 +387,11 @@ class PostgresStore(KeptSessions):
         rows = self._rows("SELECT body FROM evaluations WHERE trace_id = %s", (trace_id,))
         return json.loads(rows[0][0]) if rows else None
 
+    def get_stamped(self, trace_id: str) -> tuple[dict[str, Any], int] | None:
+        rows = self._rows("SELECT body, evaluated_at_ns FROM evaluations WHERE trace_id = %s",
+                          (trace_id,))
+        return (json.loads(rows[0][0]), int(rows[0][1])) if rows else None
+
     def stamp(self, trace_id: str) -> tuple[int, int] | None:
         rows = self._rows("SELECT revision, evaluated_at_ns FROM evaluations "
                           "WHERE trace_id = %s", (trace_id,))

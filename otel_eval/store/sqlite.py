@@ -306,6 +306,12 @@ class SqliteStore(KeptSessions):
                                    (trace_id,)).fetchone()
         return None if row is None else json.loads(row[0])
 
+    def get_stamped(self, trace_id: str) -> tuple[dict[str, Any], int] | None:
+        with self._lock:
+            row = self._db.execute("SELECT body, evaluated_at_ns FROM evaluations "
+                                   "WHERE trace_id = ?", (trace_id,)).fetchone()
+        return None if row is None else (json.loads(row[0]), int(row[1]))
+
     def stamp(self, trace_id: str) -> tuple[int, int] | None:
         """(revision, evaluated_at_ns) of the stored evaluation, or None: lets a worker that
         re-evaluates the traces of a dead one tell that worker's commit from an older row."""

@@ -92,7 +92,8 @@ class Process:
                              StoreHealth(self.store.location, clock=lambda: self.now),
                              self.metrics, assembly=cfg.assembly,
                              clock=lambda: self.now, spool=self.spool,
-                             sinks=[self.sink, *(sinks or [])], stored=self.store.get)
+                             sinks=[self.sink, *(sinks or [])],
+                             stored=self.store.get_stamped)
         self.engine.replay()
 
     def send(self, spans: list[Span]) -> None:
@@ -433,6 +434,30 @@ def test_a_replayed_reopened_run_is_stamped_with_the_revision_stored(tmp_path: P
         second.stop()
 
 
+def test_events_sent_again_after_the_restart_are_timed_at_the_evaluation(
+        tmp_path: Path) -> None:
+    """A gen_ai.evaluation.result event is timed when the evaluation happened (the logs data
+    model's Timestamp: when the event occurred), as the first send times it. The findings
+    and verdict of a run stored while the collector was away, sent again by the restart from
+    the stored evaluation, carried the time of that sending instead: after the restart."""
+    with Capture() as down:
+        first, sinks = _stored_while_away(tmp_path, down)
+        stamp = first.store.stamp(T)
+        assert stamp is not None
+        first.stop()
+        _stop(sinks, 0.2)
+        down.fail_next = []
+
+        sinks = _delivering(down, Metrics(CollectorRegistry()))
+        second = Process(tmp_path, WALL0 + 30.0, sinks=sinks)
+        assert second.advance(GRACE) == 1
+        _stop(sinks, 5.0)
+        second.stop()
+    times = {(r.time_unix_nano, r.observed_time_unix_nano) for req in down.logs
+             for rl in req.resource_logs for sl in rl.scope_logs for r in sl.log_records}
+    assert _verdicts(down) and times == {(stamp[1], stamp[1])}
+
+
 def test_with_pass_through_a_span_past_the_reopen_window_is_passed_on_not_swallowed(
         tmp_path: Path) -> None:
     """A straggler of a run released longer than ``reopen_window_s`` ago. Assembly refused it
@@ -539,7 +564,7 @@ def test_a_replay_whose_stored_evaluation_cannot_be_read_goes_on_unstamped_and_c
         _stop(sinks, 0.2)
         down.fail_next = []
 
-        def unreadable(trace_id: str) -> dict[str, Any] | None:
+        def unreadable(trace_id: str) -> tuple[dict[str, Any], int] | None:
             raise OSError("disk I/O error")
 
         sinks = _delivering(down, Metrics(CollectorRegistry()))

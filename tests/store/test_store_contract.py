@@ -76,6 +76,8 @@ def test_put_get_and_supersede(store: EvaluationStore) -> None:
     body = store.get(f"{1:032x}")
     assert body == _ev(1, revision=1, agent="coder").to_json()
     assert store.get("f" * 32) is None
+    assert store.get_stamped(f"{1:032x}") == (body, T0 + 10**9)  # what replays send again
+    assert store.get_stamped("f" * 32) is None
     assert store.count() == 3
 
 
