@@ -64,10 +64,10 @@ from otel_eval.store.sessions import SessionCursor, SessionQuery, StoredTurns, s
 POSTGRESQL_SCHEMES = ("postgresql", "postgres")
 
 Row = tuple[str, int, int, str | None, str | None, str | None, str, bool | None, str, str | None,
-            str | None]
+            str | None, int]
 # The columns of a Row, in order (inserts name them: the table's order depends on migrations)
 ROW_COLUMNS = ("trace_id, revision, evaluated_at_ns, service, agent, task_id, status, passed, "
-               "body, content_digest, session_id")
+               "body, content_digest, session_id, started_at_ns")
 # Retention's delete of the outcomes whose evaluation is gone (with the evaluations it deleted,
 # or before it deleted them: rows of a version that left them). One pass of the feedback
 # table, a primary-key lookup a row: it holds no more rows than the evaluations do.
@@ -385,13 +385,15 @@ def evaluation_row(ev: Evaluation) -> Row:
     """The row of an evaluation: the pulled-out columns, then the JSON body as text. Text
     columns are valid UTF-8 (a lone surrogate as U+FFFD: no driver encodes one; the body
     keeps it as a JSON escape). ``session_id`` holds the session's key (``session_key``: the
-    conversation id within the service)."""
+    conversation id within the service); ``started_at_ns`` when the run began (0 unknown: a
+    session's turns are read newest by it, ``sessions.turns_sql``)."""
     t, v = ev.trajectory, ev.verdict
     service, session = _valid(t.service), _valid(t.session_id)
     return (ev.trace_id, t.revision, ev.evaluated_at_ns, service, _valid(t.agent),
             _valid(t.task_id), t.status, None if v is None else bool(v.passed),
             ev.to_json_text(), ev.content_digest,
-            None if session is None else session_key(service, session))
+            None if session is None else session_key(service, session),
+            t.start_ns if 0 <= t.start_ns < 2**63 else 0)
 
 
 def _valid(text: str | None) -> str | None:

@@ -29,6 +29,10 @@ Both stores keep the same tables, with each engine's types:
        1,024 (a longer key passed PostgreSQL's b-tree bound: ``session_rows.shorter_keys``)
    12  issues_catalogue.service: an agent node is a name within its service, so an issue of
        one (``issues.per_node``) is kept by (level, service, node) ('' in rows before it)
+   13  evaluations.started_at_ns (when the run began, 0 unknown; a turn's backfilled from its
+       body's ``start_time_unix_nano``) and the index of a session's turns by it: a session
+       is read newest turns by start (``sessions.turns_sql``), not by evaluation time (a
+       re-evaluated old turn took a newer one's place in the bounded read)
 
 ``schema_version`` records each applied migration (version, description, when). Opening a
 store applies what is missing, in order, in one transaction: a crash part-way leaves the
@@ -91,6 +95,23 @@ def _sqlite_catalogue_service(execute: Callable[..., Any]) -> None:
 
 _FEEDBACK_BY_TIME = "CREATE INDEX IF NOT EXISTS feedback_by_time ON feedback (received_at_ns)"
 
+_STARTED = "ALTER TABLE evaluations ADD COLUMN started_at_ns {} NOT NULL DEFAULT 0"
+_TURNS_BY_START = ("CREATE INDEX IF NOT EXISTS evaluations_by_session_start ON evaluations "
+                   "(session_id, started_at_ns, trace_id) WHERE session_id IS NOT NULL")
+
+
+def _sqlite_started(execute: Callable[..., Any]) -> None:
+    """Migration 13's column on SQLite (no ``ADD COLUMN IF NOT EXISTS``): once."""
+    if "started_at_ns" not in {row[1] for row in execute("PRAGMA table_info(evaluations)")}:
+        execute(_STARTED.format("INTEGER"))
+
+
+def _backfill_started(start: str) -> str:
+    """The start of each stored turn, from its body (``start``: the dialect's integer at
+    ``start_time_unix_nano``, NULL when none); the rows without a session are not read by it."""
+    return (f"UPDATE evaluations SET started_at_ns = COALESCE({start}, 0) "
+            "WHERE session_id IS NOT NULL")
+
 SQLITE: tuple[Migration, ...] = (
     (1, "evaluations and feedback", (
         """CREATE TABLE IF NOT EXISTS evaluations (
@@ -139,6 +160,13 @@ SQLITE: tuple[Migration, ...] = (
     (10, "session events owed", sessions_events("INTEGER", "")),
     (11, "session keys of shorter services", sessions_shorter_keys("char", "INSTR")),
     (12, "issues by service", (_sqlite_catalogue_service,)),
+    (13, "session turns by start", (
+        _sqlite_started,
+        _backfill_started("CASE WHEN json_type(body, '$.start_time_unix_nano') = 'integer' "
+                          "AND json_extract(body, '$.start_time_unix_nano') >= 0 "
+                          "THEN json_extract(body, '$.start_time_unix_nano') END"),
+        _TURNS_BY_START,
+    )),
 )
 
 # The body is TEXT holding the JSON as written (not jsonb): key order kept, and span content's
@@ -214,6 +242,17 @@ POSTGRESQL: tuple[Migration, ...] = (
     (11, "session keys of shorter services", sessions_shorter_keys("chr", "STRPOS")),
     (12, "issues by service", (_CATALOGUE_SERVICE.replace("ADD COLUMN",
                                                           "ADD COLUMN IF NOT EXISTS"),)),
+    (13, "session turns by start", (
+        _STARTED.format("BIGINT").replace("ADD COLUMN", "ADD COLUMN IF NOT EXISTS"),
+        # read from the body's text: a body holding a NUL escape (span content, stored as
+        # text) is refused by json and jsonb alike. The first key of that name is the run's
+        # (its steps' come after; inside a string a quote is escaped); within BIGINT, the
+        # CASEs in order (no other text cast)
+        _backfill_started("(SELECT CASE WHEN s IS NOT NULL THEN CASE WHEN s::numeric < "
+                          "9223372036854775808 THEN s::bigint END END FROM (SELECT substring("
+                          "body from '\"start_time_unix_nano\": ([0-9]{1,19})[,}]') AS s) b)"),
+        _TURNS_BY_START,
+    )),
 )
 
 LATEST = SQLITE[-1][0]

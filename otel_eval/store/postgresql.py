@@ -91,12 +91,12 @@ T = TypeVar("T")
 _SESSIONS = session_sql("%s", "chr", "STRPOS")
 
 _UPSERT = f"""INSERT INTO evaluations AS e ({ROW_COLUMNS})
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (trace_id) DO UPDATE SET revision = excluded.revision,
     evaluated_at_ns = excluded.evaluated_at_ns, service = excluded.service,
     agent = excluded.agent, task_id = excluded.task_id, status = excluded.status,
     passed = excluded.passed, body = excluded.body, content_digest = excluded.content_digest,
-    session_id = excluded.session_id
+    session_id = excluded.session_id, started_at_ns = excluded.started_at_ns
 RETURNING NOT (xmax = 0),
     (SELECT o.session_id FROM evaluations o WHERE o.trace_id = e.trace_id)"""
 # the subquery sees the statement's snapshot: the replaced row's session id (a trace twice in
@@ -440,7 +440,8 @@ class PostgresStore(KeptSessions):
     def session_turns(self, session_id: str, limit: int,
                       max_chars: int = 1 << 62) -> StoredTurns:
         return stored_turns(self._rows(turns_sql("%s"),
-                                       (session_id, session_id, limit, max_chars, session_id)))
+                                       (session_id, session_id, limit, max_chars, session_id,
+                                        session_id)))
 
     def count(self) -> int:
         return int(self._rows("SELECT COUNT(*) FROM evaluations", ())[0][0])

@@ -228,8 +228,11 @@ def session_list_sql(q: SessionQuery, mark: str, after: SessionCursor | None,
 
 
 def turns_sql(mark: str) -> str:
-    """The newest turns (evaluated_at_ns, body, how many the session has) of one session,
-    newest first: at most LIMIT (at least 1), and past the first at most a number of
+    """The newest turns (the session's newest evaluation time, body, how many the session
+    has) of one session, newest first by when each turn began (started_at_ns, then trace id:
+    the reverse of ``in_turn_order``; before, by evaluation time, so an old turn re-evaluated
+    last, late spans re-opening it, took a newer turn's place): at most LIMIT (at least 1),
+    and past the first at most a number of
     characters of JSON in all (a running sum: the turn that would go past it and those after
     are not read). One statement: the turns and their count are one snapshot (two, and a
     retention batch or another worker's turn committed between them gave a count that was
@@ -238,19 +241,22 @@ def turns_sql(mark: str) -> str:
     the session index after the last one, until LIMIT or until the sum goes past; the count
     reads the index only. Before, the running sum took the length of every stored body of
     the session at each read (a conversation id with thousands of large turns made each
-    completion read them all). Arguments: session id, session id, limit, characters,
-    session id."""
+    completion read them all). The walk goes along the index by start
+    (``evaluations_by_session_start``); the newest evaluation time and the count along the
+    one by evaluation time. Arguments: session id, session id, limit, characters, session
+    id, session id."""
     newest = (f"SELECT trace_id FROM evaluations WHERE session_id = {mark} {{}}"
-              f"ORDER BY evaluated_at_ns DESC, trace_id LIMIT 1")
+              f"ORDER BY started_at_ns DESC, trace_id DESC LIMIT 1")
     # after the last one read: a range of the session index, then past its ties
-    after = "AND evaluated_at_ns <= w.at AND (evaluated_at_ns < w.at OR trace_id > w.id) "
-    return (f"WITH RECURSIVE walk (k, at, id, body, upto) AS (SELECT 1, evaluated_at_ns, "
+    after = "AND started_at_ns <= w.at AND (started_at_ns < w.at OR trace_id < w.id) "
+    return (f"WITH RECURSIVE walk (k, at, id, body, upto) AS (SELECT 1, started_at_ns, "
             f"trace_id, body, CAST(LENGTH(body) AS BIGINT) FROM evaluations WHERE trace_id = "
-            f"({newest.format('')}) UNION ALL SELECT w.k + 1, e.evaluated_at_ns, e.trace_id, "
+            f"({newest.format('')}) UNION ALL SELECT w.k + 1, e.started_at_ns, e.trace_id, "
             f"e.body, w.upto + LENGTH(e.body) FROM walk w JOIN evaluations e ON e.trace_id = "
             f"({newest.format(after)}) WHERE w.k < {mark} AND "
             f"w.upto + LENGTH(e.body) <= {mark}) "
-            f"SELECT at, body, (SELECT COUNT(*) FROM evaluations WHERE session_id = {mark}) "
+            f"SELECT (SELECT MAX(evaluated_at_ns) FROM evaluations WHERE session_id = {mark}), "
+            f"body, (SELECT COUNT(*) FROM evaluations WHERE session_id = {mark}) "
             f"FROM walk ORDER BY k")
 
 

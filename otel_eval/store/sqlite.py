@@ -225,7 +225,7 @@ class SqliteStore(KeptSessions):
                 before.append(stored.get(row[0], False))
                 stored[row[0]] = row[10]
             cur.executemany(f"INSERT OR REPLACE INTO evaluations ({ROW_COLUMNS}) "
-                            "VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
+                            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows)
             writes = session_writes(rows, before)
             cur.executemany(self._session_sql["upsert"], writes.upserts)
             cur.executemany(self._session_sql["gone"], writes.left)
@@ -362,7 +362,7 @@ class SqliteStore(KeptSessions):
                       max_chars: int = 1 << 62) -> StoredTurns:
         with self._lock:  # one session's turns (indexed), and their count as of the same read
             rows = self._db.execute(turns_sql("?"), (session_id, session_id, limit, max_chars,
-                                                     session_id)).fetchall()
+                                                     session_id, session_id)).fetchall()
         return stored_turns(rows)
 
     def count(self) -> int:

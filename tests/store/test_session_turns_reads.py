@@ -17,9 +17,9 @@ from otel_eval.store.sessions import session_key
 T0 = 1_764_547_200 * 10**9
 
 
-def _turn(i: int, session: str, at: int, pad: int = 0) -> Evaluation:
+def _turn(i: int, session: str, at: int, pad: int = 0, start: int = 0) -> Evaluation:
     traj = Trajectory(f"{i:032x}", "otlp", "complete", [], service="shop", agent="planner",
-                      task_id="x" * pad, session_id=session)
+                      task_id="x" * pad, session_id=session, start_ns=start)
     return Evaluation(traj, [], Verdict(True, []), evaluated_at_ns=at)
 
 
@@ -154,15 +154,30 @@ def test_reading_a_session_reads_the_turns_the_bounds_let_through_not_all(
         assert conn.blocks <= 10 * one, conn.blocks / one  # a few bodies' worth, not 40
 
 
-def test_turns_of_one_time_are_read_in_trace_id_order(
+def test_turns_of_one_start_time_are_read_in_trace_id_order(
         stores: Callable[[], EvaluationStore]) -> None:
-    """Turns stored at one time (a batch) are read newest first, then by trace id, one
-    after the other however many share the time."""
+    """Turns that began at one time (or of unknown start, 0) are read newest first, then by
+    trace id from the last (the reverse of the turn order, ``in_turn_order``), one after the
+    other however many share the time."""
     store = stores()
-    store.put_many([_turn(i, "conv", T0 + (i > 4)) for i in (1, 2, 3, 4, 5, 6)])
+    store.put_many([_turn(i, "conv", T0 + (i > 4), start=T0 + (i > 4)) for i in range(1, 7)])
     bodies, total, last_ns, _ = store.session_turns(session_key("shop", "conv"), 4)
-    assert [int(b["trace_id"], 16) for b in bodies] == [5, 6, 1, 2]
+    assert [int(b["trace_id"], 16) for b in bodies] == [6, 5, 4, 3]
     assert (total, last_ns) == (6, T0 + 1)
+
+
+def test_a_session_is_read_by_its_newest_turns_by_start_not_by_evaluation(
+        stores: Callable[[], EvaluationStore]) -> None:
+    """Past ``sessions.max_turns`` a session is evaluated on its newest turns, in start order
+    (docs/sessions.md). Its oldest turn, re-evaluated last (late spans re-opened it), was
+    read as the newest, in place of a newer one: the session job and the API read turns 1,
+    3 and 4 of four, turn 2 left out. The turns are read newest by when each began."""
+    store = stores()
+    store.put_many([_turn(i, "conv", T0 + i, start=T0 - 100 + i) for i in (1, 2, 3, 4)])
+    store.put_many([_turn(1, "conv", T0 + 10, start=T0 - 99)])  # turn 1 re-evaluated
+    bodies, total, last_ns, _ = store.session_turns(session_key("shop", "conv"), 3)
+    assert [int(b["trace_id"], 16) for b in bodies] == [4, 3, 2]
+    assert (total, last_ns) == (4, T0 + 10)  # the newest evaluation, turn 1's
 
 
 def test_counting_open_sessions_reads_the_open_ones_not_the_completed(tmp_path: Path) -> None:

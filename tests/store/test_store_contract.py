@@ -645,6 +645,33 @@ def test_sessions_of_turns_stored_before_migration_7_are_backfilled_open(
     assert again.session_record(_key("conv")) is None
 
 
+def test_turns_stored_before_migration_13_are_read_by_their_start(
+        target: str, stores: Open) -> None:
+    """Migration 13 gives each stored turn its start, from its body (a NUL escape in it, a
+    start of 0 or none read as 0): a store of version 12 reads its sessions' newest turns by
+    when they began, as one written since; rows without a session are left 0."""
+    store = stores()
+    turns = [_turn(i, "conv", T0 + i) for i in (1, 2, 3, 4)]
+    for i, ev in enumerate(turns, 1):
+        ev.trajectory.start_ns = T0 - 100 + i
+    turns[0].trajectory.task_id = "nul \x00 here"
+    turns[3].trajectory.start_ns = 0  # unknown: the oldest in turn order
+    store.put_many([*turns, _turn(5, None, T0 + 5)])
+    store.put_many([turns[1]])  # re-evaluated last (its evaluation time stays T0 + 2 here)
+    _sql(target, "UPDATE evaluations SET evaluated_at_ns = evaluated_at_ns + 100 "
+         f"WHERE trace_id = '{1:032x}'")  # turn 1 re-evaluated last
+    # as a store of version 12 was: no start column, nor its index
+    _sql(target, "DROP INDEX evaluations_by_session_start")
+    _sql(target, "ALTER TABLE evaluations DROP COLUMN started_at_ns")
+    _sql(target, "DELETE FROM schema_version WHERE version >= 13")
+    again = stores()
+    bodies, total, last_ns, _ = again.session_turns(_key("conv"), 3)
+    assert [int(b["trace_id"], 16) for b in bodies] == [3, 2, 1]
+    assert (total, last_ns) == (4, T0 + 101)
+    assert sorted(_sql(target, "SELECT started_at_ns FROM evaluations")) == [
+        (0,), (0,), (T0 - 99,), (T0 - 98,), (T0 - 97,)]
+
+
 def test_sessions_are_keyed_by_service_from_migration_9(target: str, stores: Open) -> None:
     """A store of version 8 held sessions by conversation id alone. Migration 9 keys them by
     (service, id): a session of one service keeps its row (state, completions, record); one

@@ -44,8 +44,9 @@ class SessionsConfig:
     # never leave idle_timeout_s between them is evaluated at least this often. Seconds,
     # default 24 h.
     max_session_duration_s: float = 86400.0
-    # Turns of one session read to evaluate it, at most (the newest ones); the turns past it
-    # are counted in the session's `counts.turns_cut`, not read. Count.
+    # Turns of one session read to evaluate it, at most (the newest ones, by when each turn
+    # began); the turns past it are counted in the session's `counts.turns_cut`, not read.
+    # Count.
     max_turns: int = 500
     # JSON of the turns read to evaluate one session, characters at most (the newest turns;
     # always at least one): a turn's object can be up to trajectory.max_result_bytes (4 MiB).
