@@ -15,7 +15,9 @@ shared byte budget and refused 25 of 60 span exports. While the store refuses wr
 everything (``store_unavailable``). Under slot pressure one-span traces idle for
 ``pressure_idle_s`` give way first, and ``overflow_policy: release_oldest`` releases the
 oldest instead of refusing: those traces are handed to finishing. A refusal takes nothing
-(the receiver answers with a retryable error), so it is all or nothing per request.
+(the receiver answers with a retryable error), so it is all or nothing per request, but for
+one service's share in a request of several (``over_share``): the traces it would open are
+rejected (partial success), the others' spans taken.
 
 Not thread-safe: the engine calls it under its lock.
 """
@@ -27,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from otel_eval.assemble.assembler import TraceAssembler
+from otel_eval.assemble.assembler import TraceAssembler, service_of
 from otel_eval.assemble.config import AssemblyConfig
 from otel_eval.assemble.store_health import REFUSAL as STORE_REFUSAL
 from otel_eval.assemble.store_health import StoreHealth
@@ -76,6 +78,24 @@ class AdmissionControl:
         if signal == "logs":
             return self._logs(items)  # type: ignore[arg-type]
         return self._spans(items)  # type: ignore[arg-type]
+
+    def over_share(self, spans: Sequence[Span]) -> frozenset[str]:
+        """The new traces to reject (``service_share``, partial success) so that the rest of a
+        request holding several services is taken: those a service past its share of the
+        open traces would open. Empty when every service is within its share, when every
+        service of the request is past it (the request is refused whole, retryable, as a
+        single service's is: ``refusal``), and with pass-through on (a span refused for
+        good would never reach the backend; a throttled request is sent again)."""
+        cfg, asm = self.config, self._assembler
+        if cfg.max_service_share >= 1.0 or asm.pass_through:
+            return frozenset()
+        owners = asm.new_traces(spans)
+        per_service = Counter(owners.values())
+        share = cfg.max_service_share * cfg.max_open_traces
+        over = {svc for svc, k in per_service.items() if asm.service_open(svc) + k > share}
+        if not over or all(service_of(s) in over for s in spans):
+            return frozenset()
+        return frozenset(tid for tid, svc in owners.items() if svc in over)
 
     def _logs(self, records: Sequence[HeldRecord]) -> str | None:
         cfg, asm = self.config, self._assembler

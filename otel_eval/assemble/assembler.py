@@ -118,7 +118,8 @@ class AddResult:
     known: set[str] = field(default_factory=set)
 
 
-def _service(item: Span | HeldRecord) -> str:
+def service_of(item: Span | HeldRecord) -> str:
+    """The service.name a span (its resource's) holds a slot for; "" when unknown."""
     if not isinstance(item, Span):
         return ""  # a log record opening a trace: service unknown until spans arrive
     name = item.resource.get("service.name")
@@ -192,10 +193,18 @@ class TraceAssembler:
         tr = self._open.get(trace_id)
         return tr.logs if tr is not None else []
 
+    def new_traces(self, spans: Iterable[Span]) -> dict[str, str]:
+        """The traces these spans would open (trace id -> the service.name owning its slot:
+        its first span's, as ``add`` opens it)."""
+        owners: dict[str, str] = {}
+        for s in spans:
+            if s.trace_id not in self._open and s.trace_id not in owners:
+                owners[s.trace_id] = service_of(s)
+        return owners
+
     def new_traces_by_service(self, spans: Iterable[Span]) -> Counter[str]:
         """Open-trace slots these spans would take, per service.name."""
-        firsts = {s.trace_id: s for s in spans if s.trace_id not in self._open}
-        return Counter(_service(s) for s in firsts.values())
+        return Counter(self.new_traces(spans).values())
 
     def service_open(self, service: str) -> int:
         return self._per_service[service]
@@ -311,7 +320,7 @@ class TraceAssembler:
             return "foreign_sender"
         self._reopenable.pop(trace_id, None)
         tr = _Open(trace_id, {}, [], now, now, source=source, sender=sender,
-                   service=_service(span))
+                   service=service_of(span))
         if old is None and trace_id in self._dropped_revisions:
             tr.revision = self._dropped_revisions[trace_id] + 1
         self._per_service[tr.service] += 1

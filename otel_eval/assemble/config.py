@@ -53,8 +53,11 @@ class AssemblyConfig:
     # Under slot pressure (max_open_traces reached), traces holding a single span and idle
     # this long give way first: released early (incomplete, reason `pressure`), seconds.
     pressure_idle_s: float = 30.0
-    # Largest share of max_open_traces that one service.name may hold open (0..1]; spans
-    # that would open more of its traces are throttled (reason `service_share`). 1.0: none.
+    # Largest share of max_open_traces that one service.name may hold open (0..1]; 1.0: none.
+    # A request whose every service is past it is throttled (reason `service_share`); in a
+    # request with other services (a gateway's batch) only the traces it would open are
+    # rejected (partial success, reason `service_share`), the rest taken. Pass-through on:
+    # throttled whole (a span rejected for good would never reach the backend).
     max_service_share: float = 1.0
     # GenAI event log records (message content sent as OTLP logs) kept per trace; more are
     # dropped with reason `trace_too_large`.

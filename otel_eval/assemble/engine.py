@@ -169,8 +169,10 @@ class Engine:
         barrier = _Barrier(on_stored) if on_stored is not None else None
         on_trace = (lambda _tid: barrier.done) if barrier is not None else None
         raw = self.durability.request_bytes(request, taken, replayed)
-        trace_ids = {item.trace_id for item in taken}
         with self._lock:
+            if signal == "traces" and not replayed:
+                taken = self._within_shares(taken, adm)  # type: ignore[arg-type]
+            trace_ids = {item.trace_id for item in taken}
             adm.throttled = None if replayed else self.admission.refusal(
                 signal, taken, len(raw or b""))
             row = None if raw is None or adm.throttled else self.durability.append(
@@ -189,11 +191,22 @@ class Engine:
             self._update_gauges()
         if barrier is not None:
             barrier.arm(waits)
-        adm.accepted, adm.rejected = res.accepted, res.rejected
+        adm.accepted, adm.rejected = res.accepted, adm.rejected + res.rejected
         if res.reopened:  # log records re-open a trace without spans of their own
             self.metrics.ingest.trace_reopened(res.reopened, res.late_spans,
                                                res.carried_spans)
         return adm
+
+    def _within_shares(self, spans: Sequence[Span], adm: Admission) -> Sequence[Span]:
+        """The spans of a request but for the traces a service past its share would open
+        (``AdmissionControl.over_share``), those counted in ``adm.rejected``; the request is
+        spooled whole, but no pair of theirs is (a replay skips them). Lock held."""
+        shed = self.admission.over_share(spans)
+        if not shed:
+            return spans
+        kept = [s for s in spans if s.trace_id not in shed]
+        adm.rejected["service_share"] = len(spans) - len(kept)
+        return kept
 
     def _add(self, signal: Signal, items: Sequence[Any], on_trace: Any, source: str,
              sender: str, at: float) -> Any:  # lock held

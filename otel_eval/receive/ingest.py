@@ -18,8 +18,10 @@ log requests as for trace requests. Log records are handed on as their bytes
 (``otlp_logs.HeldRecord``), decoded when their trace is released.
 
 Every span of a request ends up in exactly one of: accepted (acknowledged, will be
-evaluated), rejected with a reason (reported as OTLP partial success, not retried), or the
-whole request throttled (a retryable error; nothing was taken, the exporter sends it again).
+evaluated), rejected with a reason (reported as OTLP partial success, not retried; among
+them ``service_share``: the traces a service past its share would open, in a request holding
+other services too), or the whole request throttled (a retryable error; nothing was taken,
+the exporter sends it again).
 Log records likewise, plus *ignored* (not a GenAI event of a span: acknowledged, counted,
 not kept).
 """

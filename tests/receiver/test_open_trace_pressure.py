@@ -77,3 +77,42 @@ def test_bytes_held_are_bounded(tmp_path: Path) -> None:
         assert _throttled(h, "pending_bytes") == 1
         assert h.release(after_s=h.svc.config.assembly.idle_timeout_s + 1) == 1
         assert _send(h, _trace(1, 1, payload="x" * 60_000)) is None  # evaluated: room again
+
+
+def test_a_gateway_batch_over_one_services_share_takes_the_others(tmp_path: Path) -> None:
+    """A gateway collector batches every service into one export: a flooding service is in
+    every batch, so refusing a batch whole for its share locked the others out too. The
+    over-share service's new traces are rejected (partial success, counted); the rest is
+    taken, and only that is spooled (a restart replays the quiet trace, not the noisy one)."""
+    share = {"assembly.max_open_traces": 10, "assembly.max_service_share": 0.5}
+    with running_service(tmp_path, **share) as h:
+        assert _send(h, [s for i in range(5) for s in _trace(i, 2, "noisy")]) is None
+        batch = _trace(5, 2, "noisy") + _trace(6, 3, "quiet") + _trace(0, 3, "noisy")[2:]
+        resp, err = _raw_export(h, encode.encode_spans(batch).SerializeToString())
+        assert err is None and resp is not None
+        assert resp.partial_success.rejected_spans == 2
+        assert "2 service_share" in resp.partial_success.error_message
+        assert h.sample("otel_eval_receiver_spans_rejected_total", protocol="grpc",
+                        reason="service_share") == 2
+        assert h.sample("otel_eval_receiver_spans_accepted_total", protocol="grpc") == 14
+        assert _throttled(h, "service_share") == 0
+        assert h.svc.engine.open_traces() == 6
+        assert _send(h, _trace(5, 2, "noisy")) == grpc.StatusCode.RESOURCE_EXHAUSTED  # alone
+    with running_service(tmp_path, **share) as h:  # the spool holds what was taken
+        assert h.svc.engine.open_traces() == 6
+        assert _send(h, _trace(6, 3, "quiet")[:1]) is None  # open: a duplicate, not a new one
+        assert h.sample("otel_eval_receiver_spans_rejected_total", protocol="grpc",
+                        reason="duplicate_span") == 1
+
+
+def test_with_pass_through_a_gateway_batch_over_a_share_is_throttled_whole(
+        tmp_path: Path) -> None:
+    """Pass-through owes the backend every span: none is rejected for good for a share."""
+    with running_service(tmp_path, **{"assembly.max_open_traces": 10,
+                                      "assembly.max_service_share": 0.5,
+                                      "export.forward_endpoint": "127.0.0.1:9"}) as h:
+        assert _send(h, [s for i in range(5) for s in _trace(i, 2, "noisy")]) is None
+        batch = _trace(5, 2, "noisy") + _trace(6, 3, "quiet")
+        assert _send(h, batch) == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert _throttled(h, "service_share") == 1
+        assert h.svc.engine.open_traces() == 5
