@@ -65,7 +65,9 @@ class ReceiverConfig:
     # queueing; a handful keeps slow clients from blocking fast ones.
     grpc_workers: int = 8
     # gRPC calls taken at once (running or queued for a worker thread); more are refused
-    # with RESOURCE_EXHAUSTED at once instead of queueing without bound.
+    # with RESOURCE_EXHAUSTED at once instead of queueing without bound. grpc refuses them
+    # itself: no RetryInfo (exporters following OTLP do not retry them) and no metric of
+    # ours (grpcio has no public hook for it): keep it above the calls exporters keep in flight.
     grpc_max_concurrent_rpcs: int = 64
     # Time a gRPC call has to deliver its request message once it began, seconds; a call
     # that sends headers and then nothing is cancelled (it holds a worker thread meanwhile).
