@@ -8,6 +8,7 @@ records). The kill -9 of a real ``otel-eval serve`` is tests/load/test_kill9_log
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -236,3 +237,30 @@ def test_a_spool_from_a_newer_release_is_refused_and_left_alone(tmp_path: Path) 
 def test_encode_logs_round_trips_what_decode_keeps() -> None:
     recs = [record(T1, 3, "x"), LogEvent(T9, "1" * 16, "gen_ai.user.message", 7, {}, None)]
     assert otlp_logs.decode_logs(otlp_logs.encode_logs(recs)).records == recs
+
+
+def test_log_records_this_version_refuses_at_replay_are_counted_and_logged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A record an earlier version acknowledged (spooled) that today's decoder refuses was
+    dropped at replay uncounted, while a span refused there is counted
+    (spool_spans_rejected_total). Now the record is counted too
+    (spool_log_records_rejected_total{reason}) and logged; a record of a trace the spool
+    does not replay (refused when received, counted then) is not counted again."""
+    a = Node(tmp_path)
+    a.send([span(T1, 1, None)])
+    early, late = record(T1, 1, "kept"), record(T1, 1, "refused")
+    late.time_unix_nano = 10
+    stray = record(T9, 2, "not replayed")
+    stray.time_unix_nano = 10
+    assert a.engine.submit([early, late], signal="logs",
+                           request=logs_body([early, late, stray])).accepted == 2
+    a.crash()
+
+    monkeypatch.setattr("otel_eval.decode.otlp_logs.MAX_TIME_NS", 7)  # a stricter decoder
+    with caplog.at_level(logging.WARNING, logger="otel_eval.assemble.spool"):
+        b = Node(tmp_path)
+    assert b.replayed == (2, 1, 1)
+    assert b.sample("otel_eval_spool_log_records_rejected_total",
+                    reason="invalid_timestamp") == 1
+    assert "1 log record(s)" in caplog.text and "1 invalid_timestamp" in caplog.text

@@ -16,8 +16,9 @@ Promises:
   counted, and a new one begun; one that cannot be read at the moment (locked, a full disk)
   stops the start with its file kept, so the next start replays it;
 - the request bytes are kept as received (never re-encoded), so a replay takes the normal
-  decode path (a span of a replayed trace that this version's decoder refuses is counted,
-  ``spool_spans_rejected_total{reason}``, and logged); with them one (request, trace) pair
+  decode path (a span or log record of a replayed trace that this version's decoder refuses
+  is counted, ``spool_spans_rejected_total{reason}`` or
+  ``spool_log_records_rejected_total{reason}``, and logged); with them one (request, trace) pair
   per trace that took spans from it.
   OTLP log requests (GenAI events carrying the content of spans) are kept the same way, with
   one pair per trace that took records (``signal`` says which decode path replays a row);
@@ -302,22 +303,30 @@ class Spool:
                     submit: Replay) -> int:
         """One row through the decode path its signal takes; raises MalformedRequest."""
         if signal == "logs":
-            records = otlp_logs.hold_logs(otlp_logs.parse_logs_request(body)[0]).records
-            n = submit([r for r in records if r.trace_id in wanted], "logs", age_s)
+            held = otlp_logs.hold_logs(otlp_logs.parse_logs_request(body)[0], traces=wanted)
+            self._refused("log record(s)", held.rejected, self.metrics.log_records_rejected)
+            n = submit(held.records, "logs", age_s)
             self.metrics.replayed_logs(n)
             return n
         req, _ = otlp.parse_request(body)
         spans = [s for s in otlp.decode_request(req).spans if s.trace_id in wanted]
-        refused = _refused(req, wanted, len(spans))
-        if refused:  # acknowledged by an earlier version, refused by this one's decoder
-            for reason, k in sorted(refused.items()):
-                self.metrics.spans_rejected(reason, k)
-            log.warning("spool: %d span(s) of the traces replayed are refused by this "
-                        "version's decoder and not evaluated: %s", sum(refused.values()),
-                        ", ".join(f"{k} {r}" for r, k in sorted(refused.items())))
+        self._refused("span(s)", _refused(req, wanted, len(spans)),
+                      self.metrics.spans_rejected)
         n = submit(spans, "traces", age_s)
         self.metrics.replayed(n)
         return n
+
+    @staticmethod
+    def _refused(what: str, refused: Counter[str], count: Callable[[str, int], None]) -> None:
+        """Items of the traces replayed that were acknowledged by an earlier version and
+        that this one's decoder refuses: counted by reason, and logged."""
+        if not refused:
+            return
+        for reason, k in sorted(refused.items()):
+            count(reason, k)
+        log.warning("spool: %d %s of the traces replayed are refused by this version's "
+                    "decoder and not evaluated: %s", sum(refused.values()), what,
+                    ", ".join(f"{k} {r}" for r, k in sorted(refused.items())))
 
     # --- ingest (receiver threads, under the engine lock) --------------------------------------
 

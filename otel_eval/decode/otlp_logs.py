@@ -24,7 +24,7 @@ which ``encode_logs`` writes it back under.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -172,14 +172,18 @@ def _verdict(record: Any, name: str) -> tuple[str, str]:
 
 
 def _kept(req: ExportLogsServiceRequest, ignored: Counter[str], rejected: Counter[str],
-          every: bool = False) -> Iterator[tuple[Any, str, str, str, int, Any]]:
+          every: bool = False, traces: Collection[str] | None = None
+          ) -> Iterator[tuple[Any, str, str, str, int, Any]]:
     """(record, trace id, span id, name, time, where: (resource index, its entry, scope index,
     its entry)) of each kept record; every other record counted in ``ignored`` or
     ``rejected`` (never raises on content). ``every``: the records otherwise ignored are kept
-    too."""
+    too. ``traces``: only the records of these trace ids are read (the others are neither
+    kept nor counted)."""
     for ri, rl in enumerate(req.resource_logs):
         for si, sl in enumerate(rl.scope_logs):
             for record in sl.log_records:
+                if traces is not None and record.trace_id.hex() not in traces:
+                    continue
                 name = _event_name(record)
                 kind, reason = _verdict(record, name)
                 if kind == "rejected" or (kind == "ignored" and not every):
@@ -201,15 +205,17 @@ def decode_logs(req: ExportLogsServiceRequest) -> LogsDecodeResult:
     return out
 
 
-def hold_logs(req: ExportLogsServiceRequest, every: bool = False) -> HeldLogs:
+def hold_logs(req: ExportLogsServiceRequest, every: bool = False,
+              traces: Collection[str] | None = None) -> HeldLogs:
     """As ``decode_logs``, each kept record held as its bytes (``HeldRecord``). ``every``
     (the publishing front end): every record not rejected is held, with its resource and
-    scope entries (``HeldRecord.origin``; see the module docstring)."""
+    scope entries (``HeldRecord.origin``; see the module docstring). ``traces``: only the
+    records of these trace ids, kept, ignored or rejected (the spool's replay)."""
     out = HeldLogs()
     origins: dict[tuple[int, int], tuple[bytes, bytes]] = {}  # (ri, si) -> its origin
     heads: dict[int, bytes] = {}  # ri -> the resource entry's header
     for record, tid, sid, name, t, (ri, rl, si, sl) in _kept(req, out.ignored, out.rejected,
-                                                              every):
+                                                              every, traces):
         origin = None
         if every:
             origin = origins.get((ri, si))

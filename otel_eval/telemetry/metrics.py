@@ -114,7 +114,7 @@ Metrics (counters are exposed with the ``_total`` suffix):
                otel_eval_spool_max_bytes  the bound (store.spool_max_bytes)            gauge
                otel_eval_spool_spans_replayed_total, otel_eval_spool_failures_total{operation}
                otel_eval_spool_log_records_replayed_total, otel_eval_spool_spans_rejected_total
-               {reason}
+               {reason}, otel_eval_spool_log_records_rejected_total{reason}
     workers    otel_eval_workers_running, otel_eval_workers_inflight_traces{worker}   gauges
                otel_eval_workers_restarts_total{worker}, otel_eval_workers_retried_traces_total
     sink       otel_eval_sink_dropped_total{sink,reason}    items (events, spans) a sink dropped
@@ -422,6 +422,11 @@ class SpoolMetrics:
             "Spans of the traces replayed from the spool at start that this version's decoder "
             "refuses (acknowledged by an earlier one), by reason (as "
             "receiver_spans_rejected_total's): logged, not evaluated.", ["reason"])
+        self.c_rejected_logs = d.counter(
+            "spool_log_records_rejected",
+            "GenAI event log records of the traces replayed from the spool at start that this "
+            "version's decoder refuses (acknowledged by an earlier one), by reason (as "
+            "receiver_log_records_rejected_total's): logged, not evaluated.", ["reason"])
 
     def held(self, n_requests: int, n_bytes: int) -> None:
         self.g_requests.set(n_requests)
@@ -441,6 +446,9 @@ class SpoolMetrics:
 
     def spans_rejected(self, reason: str, n: int) -> None:
         self.c_rejected.labels(reason).inc(n)
+
+    def log_records_rejected(self, reason: str, n: int) -> None:
+        self.c_rejected_logs.labels(reason).inc(n)
 
 
 def render(registry: CollectorRegistry, accept_header: str | None) -> tuple[bytes, str]:

@@ -181,6 +181,7 @@ def feed_round(metrics: Metrics, round_no: int, traces: int = 10) -> list[str]:
     metrics.spool.replayed(spans if round_no == 0 else 0)
     metrics.spool.failed("append")
     metrics.spool.spans_rejected("invalid_link_id", 1 if round_no == 0 else 0)
+    metrics.spool.log_records_rejected("invalid_timestamp", 1 if round_no == 0 else 0)
     metrics.workers.running(2)  # serve --workers 2: one restarted each round here
     for worker in (0, 1):
         metrics.workers.inflight(worker, (round_no + worker) % 5)

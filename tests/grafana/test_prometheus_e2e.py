@@ -140,7 +140,7 @@ _NOT_FED = ("receiver_connections_closed", "evaluation_skipped", "store_write_fa
             "receiver_log_records_rejected", "assembly_log_records_dropped",
             "prediction_labelled", "prediction_rolling_auc", "workers_restarts",
             "workers_retried_traces", "spool_max_bytes", "sessions_", "session_",
-            "spool_spans_rejected")
+            "spool_spans_rejected", "spool_log_records_rejected")
 
 # A success predictor as `otel-eval train` writes one (one feature: the tool calls), so serve
 # runs with --model and the p_success panels get data from the real service.
