@@ -30,9 +30,17 @@ on unstamped instead: ``late`` (a fragment of its own, skipped as late),
 ``trace_too_large`` (past ``max_spans_per_trace``: held in ``Trace.passed``, counted in
 pending as any span, released with the trace, never evaluated) and ``invalid_timestamp``
 (``Span.unevaluable``: longer than a year or with no start; held in ``Trace.passed`` too).
-What is refused for the run's integrity stays refused with it: ``duplicate_span`` (the
-backend has it) and ``foreign_sender`` (a sender not allowed to add to another sender's
-trace).
+So is a ``foreign_sender``'s span (a sender other than the one that opened a released run,
+such as a second service of the same distributed trace whose spans come after the run was
+released): it may not add to that run, but its span is the user's telemetry. It re-opens the
+run only to pass the span on (``Trace.passed``, marked ``Span.unevaluable``
+``foreign_sender``): the run's own sender is kept, and until that sender's own span or
+record joins the re-opened trace, another sender's spans are passed on too and its records
+refused (``foreign_sender``), so what is evaluated is what the run's own sender sent (its
+evaluation stands: released again with the same content, the run is ``already_evaluated``
+and goes to the delivering sinks again with its stored evaluation, as any re-open is
+forwarded again whole).
+Only a ``duplicate_span`` stays refused (the backend has it).
 
 Time is injected: ``add(spans, now)`` and ``tick(now)`` take the clock reading, so tests drive
 time by hand. Deadlines sit in a heap with lazy re-scheduling: the spans of an ``add`` only
@@ -91,6 +99,9 @@ class _Open:
     waiters: list[Callable[[], None]] = field(default_factory=list)
     # the ``raw`` bytes of ``logs``: a record held already is a ``duplicate_log_record``
     log_keys: set[bytes] = field(default_factory=set)
+    # re-opened by another sender's span only to pass it on (pass-through), and not joined by
+    # its own sender since: another sender's spans are passed on, its records refused
+    passing: bool = False
 
 
 @dataclass(slots=True)
@@ -134,7 +145,8 @@ class TraceAssembler:
         refused as ``late``; released, finishing skips it as ``late``
         (``Trace.late_if_stored``: the stored run stands) and passes it on, as after a
         restart. A span past ``max_spans_per_trace`` is held in ``Trace.passed`` instead of
-        being refused as ``trace_too_large``."""
+        being refused as ``trace_too_large``, and so is a ``foreign_sender``'s span (it
+        re-opens the run only to be passed on: module docstring)."""
         self.config = config
         self.pass_through = pass_through
         self._open: dict[str, _Open] = {}
@@ -238,12 +250,16 @@ class TraceAssembler:
                 res.rejected["duplicate_span"] += 1
                 res.known.add(tr.trace_id)
                 continue
+            if tr.passing and sender != tr.sender:
+                span.unevaluable = "foreign_sender"  # pass-through: passed on, below
+            elif tr.passing:
+                tr.passing = False  # its own sender re-opens it (what it held stays held)
             full = len(tr.spans) >= limit
             if full and not self.pass_through:
                 res.rejected["trace_too_large"] += 1
                 continue
-            # past the limit, or unevaluable, pass-through holds it to pass on: it moves the
-            # trace's deadline (the run is still sending) but is no part of what is evaluated
+            # past the limit, unevaluable or another sender's, pass-through holds it to pass
+            # on: it moves the trace's deadline but is no part of what is evaluated
             full = full or span.unevaluable is not None
             (tr.passed if full else tr.spans)[span.span_id] = span
             tr.nbytes += span.nbytes
@@ -314,13 +330,16 @@ class TraceAssembler:
             # replace it with a fragment, so the span is refused and counted as `late` (with
             # ``pass_through``, a span opens a fragment that is passed on, never evaluated).
             return "late"
-        if old is not None and old.sender and old.sender != sender:
+        passing = old is not None and bool(old.sender) and old.sender != sender
+        if passing and not (self.pass_through and isinstance(span, Span)):
             # "" is an unknown first sender (auth off, a Kafka record, a spool replay after
-            # a restart): nothing to compare, so any sender may re-open it
+            # a restart): nothing to compare, so any sender may re-open it. With
+            # pass-through, another sender's span re-opens it only to be passed on
             return "foreign_sender"
         self._reopenable.pop(trace_id, None)
-        tr = _Open(trace_id, {}, [], now, now, source=source, sender=sender,
-                   service=service_of(span))
+        tr = _Open(trace_id, {}, [], now, now, source=source,
+                   sender=old.sender if old is not None and passing else sender,
+                   service=service_of(span), passing=passing)
         if old is None and trace_id in self._dropped_revisions:
             tr.revision = self._dropped_revisions[trace_id] + 1
         self._per_service[tr.service] += 1
@@ -363,6 +382,10 @@ class TraceAssembler:
             tr = self._open_for(record, now, res, source, sender)
             if tr is None:
                 continue
+            if tr.passing and sender != tr.sender:  # re-opened to pass a span on only
+                res.rejected["foreign_sender"] += 1
+                continue
+            tr.passing = False  # its own sender's record: the run re-opened as it would be
             if record.raw in tr.log_keys:
                 res.rejected["duplicate_log_record"] += 1
                 res.known.add(record.trace_id)

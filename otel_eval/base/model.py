@@ -114,7 +114,8 @@ class Span:
         self.origin = origin
         # Why otel-eval cannot evaluate this span though it holds the user's data (its times:
         # ``invalid_timestamp``), else None: assembly refuses it with that reason, or, with
-        # pass-through, takes it only to pass on (``Trace.passed``)
+        # pass-through, takes it only to pass on (``Trace.passed``); set by assembly to
+        # ``foreign_sender`` for another sender's span it passes on for a released run
         self.unevaluable = unevaluable
 
     def _materialize(self) -> None:
@@ -266,7 +267,7 @@ class Trace:
     finished: Finished = field(default_factory=Finished)
     # Spans taken only to be passed on (pass-through: past ``max_spans_per_trace``, or
     # ``Span.unevaluable``, which without it are refused as ``trace_too_large`` or with that
-    # reason): never evaluated nor in ``digest``,
+    # reason, ``foreign_sender`` included): never evaluated nor in ``digest``,
     # forwarded unstamped with the trace's spans
     passed: list[Span] = field(default_factory=list)
 

@@ -74,7 +74,8 @@ Metrics (counters are exposed with the ``_total`` suffix):
                otel_eval_evaluation_spans_skipped_total{reason}  spans taken only to pass on
                (pass-through), never evaluated: trace_too_large (past
                assembly.max_spans_per_trace), invalid_timestamp (a span longer than a
-               year or with no start); without pass-through they are refused
+               year or with no start), foreign_sender (another sender's span for a
+               released run); without pass-through they are refused
     store      otel_eval_store_write_failures_total{reason}  batches the store refused to
                write (store.failures.WRITE_FAILURE_REASONS: disk_full|read_only|locked|
                unavailable|timeout|error); kept and retried, the receivers throttled
@@ -213,8 +214,9 @@ class EvaluationMetrics:
             "evaluation_spans_skipped",
             "Spans taken only to pass on (pass-through) and not evaluated, by reason "
             "(trace_too_large: past assembly.max_spans_per_trace; invalid_timestamp: longer "
-            "than a year or no start).", ["reason"])
-        for reason in ("trace_too_large", "invalid_timestamp"):
+            "than a year or no start; foreign_sender: a sender other than the one that "
+            "opened a released run).", ["reason"])
+        for reason in ("trace_too_large", "invalid_timestamp", "foreign_sender"):
             self.c_spans_skipped.labels(reason)
         self.c_store_failed = c("store_write_failures",
                                 "Batches of evaluations the store refused to write, by reason "

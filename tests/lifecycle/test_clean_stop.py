@@ -24,11 +24,12 @@ from otel_eval.app.config import Config, replace
 from otel_eval.assemble.engine import Engine
 from otel_eval.assemble.spool import Spool
 from otel_eval.assemble.store_health import StoreHealth
-from otel_eval.base.model import Span, Trace
+from otel_eval.base.model import LogEvent, Span, Trace
 from otel_eval.base.results import Evaluation
 from otel_eval.decode import otlp
 from otel_eval.decode.encode import encode_spans
 from otel_eval.decode.otlp import attributes_to_dict
+from otel_eval.decode.otlp_logs import encode_logs
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.stage import InProcess
 from otel_eval.outputs.config import ExportConfig
@@ -526,12 +527,15 @@ def test_with_pass_through_spans_past_max_spans_per_trace_are_passed_on_not_swal
         p.stop()
 
 
-def test_with_pass_through_a_foreign_senders_span_stays_refused(tmp_path: Path) -> None:
-    """What pass-through owes is decided per reason: a span refused because otel-eval cannot
-    evaluate it is passed on, one refused for the run's integrity is not. A sender other than
-    the one that opened a released run may not add to it (``foreign_sender``: holding a trace
-    id is no right to another's trace), pass-through or not: refused, never forwarded; its
-    own sender's span re-opens the run as before."""
+def test_with_pass_through_a_foreign_senders_span_is_passed_on_not_evaluated(
+        tmp_path: Path) -> None:
+    """A sender other than the one that opened a released run (a second service of the same
+    distributed trace, its spans coming after the run's grace) may not add to it. With
+    pass-through its span was refused (``foreign_sender``) and so never reached the backend,
+    while the same span arriving after ``reopen_window_s``, or after a restart, was passed on.
+    Now it is taken (acknowledged), passed on unstamped and never evaluated (counted as a
+    skipped span, ``foreign_sender``): the stored run stands, further spans of that sender
+    are passed on too and its records refused, and the run's own sender still re-opens it."""
     with Capture() as down:
         sinks = _delivering(down, Metrics(CollectorRegistry()))
         p = Process(tmp_path, WALL0, sinks=sinks)
@@ -539,14 +543,26 @@ def test_with_pass_through_a_foreign_senders_span_stays_refused(tmp_path: Path) 
         p.engine.submit(spans, request=encode_spans(spans).SerializeToString(),
                         sender="agents")
         assert p.advance(GRACE) == 1
-        late = _span(T, 40, 1, "chat", 60, 70)
-        adm = p.engine.submit([late], request=encode_spans([late]).SerializeToString(),
-                              sender="intruder")
+        stored = p.stored()[T]
+        tools = [_span(T, 40, 1, "execute_tool", 60, 70), _span(T, 41, 1, "chat", 60, 70)]
+        for one in tools:
+            adm = p.engine.submit([one], request=encode_spans([one]).SerializeToString(),
+                                  sender="tools")
+            assert (adm.accepted, dict(adm.rejected)) == (1, {})
+        rec = LogEvent(T, tools[0].span_id, "gen_ai.choice", 65, {}, {"index": 0})
+        adm = p.engine.submit([rec], signal="logs", sender="tools",
+                              request=encode_logs([rec]).SerializeToString())
         assert (adm.accepted, dict(adm.rejected)) == (0, {"foreign_sender": 1})
-        assert p.advance(IDLE) == 0
+        assert p.advance(GRACE) == 1
         _stop(sinks, 5.0)
-        assert late.span_id not in _forwarded(down)
-        assert p.stored()[T]["counts"]["spans"] == 9
+        assert p.stored()[T] == stored  # not evaluated: the run its own sender sent stands
+        assert p.sample("otel_eval_evaluation_spans_skipped_total",
+                        reason="foreign_sender") == 2
+        forwarded = _forwarded(down)
+        for one in tools:
+            assert forwarded[one.span_id] == one.attributes  # unstamped, as sent
+        assert p.spool.held() == (0, 0)
+        late = _span(T, 42, 1, "chat", 60, 70)
         adm = p.engine.submit([late], request=encode_spans([late]).SerializeToString(),
                               sender="agents")
         assert (adm.accepted, adm.rejected.total()) == (1, 0)
