@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import sqlite3
 import subprocess
@@ -181,6 +182,40 @@ def test_a_reply_without_usage_is_estimated_and_spent_against_the_budget(
     assert (r.status, r.data, r.usage_implausible) == ("ok", GOOD, 1), r.error
     assert r.input_tokens > 0 and r.output_tokens > 0 and r.cost_usd > 0
     assert c.over_budget()  # the next call is not sent
+    assert asyncio.run(c.call(MESSAGES, trace_schema(), "trace")).status == "budget_exceeded"
+    assert len(llm.requests) == 1
+
+
+def test_a_timed_out_request_is_spent_against_the_budget(llm: FakeLLM) -> None:
+    """A request that timed out was counted 0 tokens and $0, though its prompt was sent and
+    billed: the hourly cap never stopped a provider that keeps timing out (each call retried
+    max_retries times). Each attempt now spends the estimate of its prompt."""
+    clock = ManualClock()
+    c = JudgeClient(config(llm.api_base, timeout_s=0.2, max_retries=1,
+                           max_cost_usd_per_hour=1e-6), clock=clock, sleep=clock.sleep)
+    llm.script(Reply(hang=True), Reply(hang=True))
+    r = asyncio.run(asyncio.wait_for(c.call(MESSAGES, trace_schema(), "trace"), 60))
+    assert (r.status, r.attempts) == ("timeout", 2), r.error
+    sent = len(json.dumps(llm.requests[0]["messages"])) + len(json.dumps(
+        llm.requests[0]["response_format"]))
+    assert (r.input_tokens, r.output_tokens) == (2 * math.ceil(sent / 3.5), 0)
+    assert r.cost_usd > 0 and c.over_budget()  # the next call is not sent
+    assert asyncio.run(c.call(MESSAGES, trace_schema(), "trace")).status == "budget_exceeded"
+    assert len(llm.requests) == 2
+
+
+def test_a_reply_cut_at_max_reply_bytes_is_spent_against_the_budget(llm: FakeLLM) -> None:
+    """A reply cut at max_reply_bytes was counted $0; the provider billed its prompt and the
+    reply it wrote. Both are now spent, estimated: the prompt, and the reply at least the
+    bound (at most max_output_tokens)."""
+    clock = ManualClock()
+    c = JudgeClient(config(llm.api_base, max_reply_bytes=1000, max_cost_usd_per_hour=1e-6),
+                    clock=clock, sleep=clock.sleep)
+    llm.script(completion("x" * (1 << 20)))
+    r = asyncio.run(asyncio.wait_for(c.call(MESSAGES, trace_schema(), "trace"), 60))
+    assert (r.status, r.attempts) == ("parse_error", 1), r.error
+    assert r.input_tokens > 0 and r.output_tokens == 286  # 1000 bytes at 3.5 a token
+    assert r.cost_usd > 0 and c.over_budget()
     assert asyncio.run(c.call(MESSAGES, trace_schema(), "trace")).status == "budget_exceeded"
     assert len(llm.requests) == 1
 

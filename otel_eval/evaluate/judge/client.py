@@ -4,9 +4,10 @@ Per call: hourly cost budget check -> concurrency semaphore -> rpm/tpm limiter (
 -> acompletion within a total deadline -> retries with exponential backoff (equal jitter: each
 delay drawn from [half, all] of the schedule's, so concurrent workers and replicas rate-limited
 together do not retry in lockstep), honouring a Retry-After up to ``backoff_max_s`` -> cost
-via litellm's price map -> JSON parsed and validated against the judge's schema -> one
-repair round trip on an invalid reply -> ``CallResult`` with a status from a closed set. A
-reply that cannot be validated is ``parse_error``: never a default score.
+via litellm's price map (a request timed out or cut at ``max_reply_bytes`` is billed all the
+same: its prompt, estimated, is spent) -> JSON parsed and validated against the judge's
+schema -> one repair round trip on an invalid reply -> ``CallResult`` with a status from a
+closed set. A reply that cannot be validated is ``parse_error``: never a default score.
 
 Model output is hostile input (issue 33): it is read with linear-time string methods only (a
 fence regex backtracked on whitespace: a 150 KB reply held the GIL 21 s), a reply over
@@ -168,6 +169,12 @@ def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
                 raise ValueError(f"key {json.dumps(key[:40])} is written more than once")
             seen.add(key)
     return data
+
+
+def _sent_chars(request: dict[str, Any]) -> int:
+    """Characters of a request's messages and response format, as JSON (what is billed)."""
+    return len(json.dumps(request["messages"])) + len(json.dumps(
+        request.get("response_format") or {}))
 
 
 def plausible_tokens(value: Any, ceiling: int, floor: int = 0) -> int | None:
@@ -371,11 +378,16 @@ class JudgeClient:
                                                       timeout=c.timeout_s)
             except Exception as e:  # classified below: the provider boundary
                 if read.cut:  # not retried nor repaired: the next reply would be as long
+                    # billed all the same: the prompt, and a reply of at least the bound
+                    self._account_unread(request, result, min(
+                        c.max_output_tokens, math.ceil(c.max_reply_bytes / CHARS_PER_TOKEN)))
                     result.status = "parse_error"
                     result.error = (f"the reply is over max_reply_bytes {c.max_reply_bytes} "
                                     "(not read further)")
                     return None
                 status, delay = self._classify(e, attempt)
+                if status == "timeout":  # the prompt was sent: billed, whatever came back
+                    self._account_unread(request, result, 0)
                 result.status, result.error = status, error_text(e)
                 if isinstance(e, TimeoutError):
                     result.error = f"no whole reply within timeout_s {c.timeout_s:g}"
@@ -422,8 +434,7 @@ class JudgeClient:
         by an estimate from the text sent and received, and counted."""
         c = self.config
         usage = getattr(response, "usage", None)
-        sent = len(json.dumps(request["messages"])) + len(json.dumps(
-            request.get("response_format") or {}))
+        sent = _sent_chars(request)
         # a prompt is never 0 tokens: 0 is a usage not reported (or a lie), so estimated
         tin = plausible_tokens(getattr(usage, "prompt_tokens", None), 2 * sent + _FRAMING,
                                floor=1)
@@ -436,9 +447,20 @@ class JudgeClient:
                         str(usage)[:200], sent)
             tin = math.ceil(sent / CHARS_PER_TOKEN)
             tout = math.ceil(reply_bytes(text) / CHARS_PER_TOKEN)
+        self._spend(result, tin, tout, self._cost(response, tin, tout, reported))
+
+    def _account_unread(self, request: dict[str, Any], result: CallResult,
+                        output_tokens: int) -> None:
+        """A request whose reply was not read (timed out, or cut at ``max_reply_bytes``): the
+        provider bills it all the same (the prompt was sent), so it is spent and counted as a
+        reply without usage is, estimated from the text sent (``output_tokens``: what the
+        reply is known to have been at least)."""
+        tin = math.ceil(_sent_chars(request) / CHARS_PER_TOKEN)
+        self._spend(result, tin, output_tokens, self._cost(None, tin, output_tokens, False))
+
+    def _spend(self, result: CallResult, tin: int, tout: int, cost: float) -> None:
         result.input_tokens += tin
         result.output_tokens += tout
-        cost = self._cost(response, tin, tout, reported)
         result.cost_usd += cost
         now = self.clock()
         self.budget.add(now, cost)
