@@ -355,6 +355,32 @@ def test_judge_naming_calls_per_run_are_capped() -> None:
                           namer=namer).issues and len(calls) == 3
 
 
+def test_issues_left_by_the_naming_calls_are_named_by_a_later_run() -> None:
+    """naming_max_calls bounds a run's cost, not which issues are ever named: the issues a
+    flood left with their evidence title kept it for good, though later runs had calls to
+    spare. A later run names them (largest first, within its own calls); an issue the judge
+    named keeps its name."""
+    calls: list[list[str]] = []
+
+    def namer(texts: object) -> tuple[str, str]:
+        calls.append(list(texts))  # type: ignore[call-overload]
+        return (f"Judge name {len(calls)}", "Named by the judge.")
+
+    evs = _distinct_issues(7)
+    tracker = IssueTracker(IssuesConfig(naming_max_calls=3), sqlite3.connect(":memory:"),
+                           namer=namer)
+    first = tracker.run(evs, now=1.0)
+    assert len(first.issues) == 7 and len(calls) == 3
+    judged = {i.issue_id: i.title for i in first.issues if i.title.startswith("Judge name")}
+    second = tracker.run(evs, now=2.0)
+    assert len(calls) == 6
+    assert all(i.title == judged[i.issue_id] for i in second.issues if i.issue_id in judged)
+    tracker.run(evs, now=3.0)
+    last = tracker.run(evs, now=4.0)
+    assert len(calls) == 7 and all(i.title.startswith("Judge name") for i in last.issues)
+    assert len({i.title for i in last.issues}) == 7
+
+
 class _Scanned(np.ndarray):
     """Cluster labels that count the elements numpy operations (ufuncs) read from them."""
 

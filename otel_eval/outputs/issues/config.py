@@ -112,7 +112,7 @@ class IssuesConfig:
     synthesis_max_calls: int = 4
     # With a judge model configured, judge calls per run naming new issues (one per new
     # issue), over all groups, the largest new issues of a group first. The others keep
-    # their title from the evidence (as when a name fails; a name is given once). Bounds
+    # their title from the evidence until a later run with calls left names them. Bounds
     # the judge's cost as synthesis_max_calls does: a flood of new issues must not spend
     # the hourly budget (judge.max_cost_usd_per_hour) the trace judges share: 10 per run
     # is at most 120 an hour at the default 300 s interval. Count; 0 names none.

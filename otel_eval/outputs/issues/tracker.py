@@ -128,8 +128,9 @@ class IssueTracker:
         self._naming_calls_left = 0  # set by run()
         self._monotonic = monotonic
         self._naming_deadline = 0.0  # set by run(): no namer or merge call starts past it
-        # ids of new issues the naming deadline left unnamed: named at a later run (in
-        # memory; only ids still in the catalogue are kept, so bounded by max_issues)
+        # ids of new issues naming_max_calls or the naming deadline left unnamed: named at
+        # a later run (in memory; only ids still in the catalogue are kept, so bounded by
+        # max_issues)
         self._unnamed: set[str] = set()
         self.naming_deferred = 0  # namer calls the deadline put off, since start (a counter)
         # digest of a normalized critique text -> the issue id the previous run gave it
@@ -255,10 +256,11 @@ class IssueTracker:
                                      name.description, c.centroid, now, now, share, service)
                 previous = None
                 taken.add(stored.issue_id)
-                if i in names.deferred:
-                    self._unnamed.add(stored.issue_id)  # named at a later run
+                if self._namer is not None and c.name is None and i not in names:
+                    # left by this run's naming_max_calls or its deadline: a later run names it
+                    self._unnamed.add(stored.issue_id)
             else:
-                if i in names:  # a new issue of an earlier run the deadline left unnamed
+                if i in names:  # a new issue an earlier run left unnamed
                     stored.title = titled(names[i].title, [group[m] for m in c.members])
                     stored.description = names[i].description
                     self._unnamed.discard(stored.issue_id)
@@ -278,9 +280,9 @@ class IssueTracker:
     def _to_name(self, clusters: list[Cluster], matched: dict[int, StoredIssue],
                  group: list[Critique]) -> list[int]:
         """Indexes of the new clusters the namer names (one call each), and of those
-        matching an issue an earlier run's deadline left unnamed: the largest (by traces)
-        first, while this run's ``naming_max_calls`` last; the others keep the name from
-        their evidence, as when naming fails."""
+        matching an issue an earlier run left unnamed (its calls or its deadline spent): the
+        largest (by traces) first, while this run's ``naming_max_calls`` last; the others
+        keep the name from their evidence until a later run names them."""
         if self._namer is None:
             return []
         new = [i for i, c in enumerate(clusters) if c.members and (
@@ -291,7 +293,7 @@ class IssueTracker:
         self._naming_calls_left -= len(chosen)
         if len(chosen) < len(new):
             log.info("issues.naming_max_calls reached: %d new issues keep their evidence "
-                     "titles", len(new) - len(chosen))
+                     "titles until a later run", len(new) - len(chosen))
         return chosen
 
     def _names(self, clusters: list[Cluster], order: list[int],
