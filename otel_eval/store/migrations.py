@@ -33,6 +33,9 @@ Both stores keep the same tables, with each engine's types:
        body's ``start_time_unix_nano``) and the index of a session's turns by it: a session
        is read newest turns by start (``sessions.turns_sql``), not by evaluation time (a
        re-evaluated old turn took a newer one's place in the bounded read)
+   14  issues_catalogue.unnamed: an issue the judge is still to name (a run's
+       ``issues.naming_max_calls`` or ``naming_deadline_s`` left it its evidence title), so
+       the next run names it, after a restart too (0 in rows before it)
 
 ``schema_version`` records each applied migration (version, description, when). Opening a
 store applies what is missing, in order, in one transaction: a crash part-way leaves the
@@ -91,6 +94,16 @@ def _sqlite_catalogue_service(execute: Callable[..., Any]) -> None:
     """Migration 12 on SQLite, which has no ``ADD COLUMN IF NOT EXISTS``: the column once."""
     if "service" not in {row[1] for row in execute("PRAGMA table_info(issues_catalogue)")}:
         execute(_CATALOGUE_SERVICE)
+
+
+_CATALOGUE_UNNAMED = ("ALTER TABLE issues_catalogue ADD COLUMN unnamed INTEGER NOT NULL"
+                      " DEFAULT 0")
+
+
+def _sqlite_catalogue_unnamed(execute: Callable[..., Any]) -> None:
+    """Migration 14 on SQLite (no ``ADD COLUMN IF NOT EXISTS``): the column once."""
+    if "unnamed" not in {row[1] for row in execute("PRAGMA table_info(issues_catalogue)")}:
+        execute(_CATALOGUE_UNNAMED)
 
 
 _FEEDBACK_BY_TIME = "CREATE INDEX IF NOT EXISTS feedback_by_time ON feedback (received_at_ns)"
@@ -167,6 +180,7 @@ SQLITE: tuple[Migration, ...] = (
                           "THEN json_extract(body, '$.start_time_unix_nano') END"),
         _TURNS_BY_START,
     )),
+    (14, "issues still to name", (_sqlite_catalogue_unnamed,)),
 )
 
 # The body is TEXT holding the JSON as written (not jsonb): key order kept, and span content's
@@ -253,6 +267,8 @@ POSTGRESQL: tuple[Migration, ...] = (
                           "body from '\"start_time_unix_nano\": ([0-9]{1,19})[,}]') AS s) b)"),
         _TURNS_BY_START,
     )),
+    (14, "issues still to name", (_CATALOGUE_UNNAMED.replace("ADD COLUMN",
+                                                             "ADD COLUMN IF NOT EXISTS"),)),
 )
 
 LATEST = SQLITE[-1][0]
@@ -376,4 +392,5 @@ def make_sqlite_catalogue(db: sqlite3.Connection) -> None:
     for table in sqlite_catalogue_tables():
         db.execute(table)
     _sqlite_catalogue_service(db.execute)  # a file of its own: new, or made before it
+    _sqlite_catalogue_unnamed(db.execute)
     db.commit()

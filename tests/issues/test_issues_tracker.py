@@ -381,6 +381,35 @@ def test_issues_left_by_the_naming_calls_are_named_by_a_later_run() -> None:
     assert len({i.title for i in last.issues}) == 7
 
 
+def test_issues_left_unnamed_are_named_after_a_restart(tmp_path: Path) -> None:
+    """The issues a run's naming deadline (or its calls) left with their evidence title were
+    remembered in memory only: after a restart they kept it for good. The catalogue marks
+    them, so the restarted process's next run names them, and no other."""
+    ticks = [0.0]
+    calls: list[list[str]] = []
+
+    def hanging(texts: object) -> tuple[str, str]:
+        calls.append(list(texts))  # type: ignore[call-overload]
+        ticks[0] += 240.0  # each call took four minutes
+        return (f"Judge name {len(calls)}", "Named by the judge.")
+
+    evs = _distinct_issues(6)
+    cfg = IssuesConfig(naming_max_calls=3, naming_deadline_s=300.0)
+    db = str(tmp_path / "issues.db")
+    before = IssueTracker(cfg, db, namer=hanging, monotonic=lambda: ticks[0])
+    first = before.run(evs, now=1.0)
+    before.close()
+    assert len(first.issues) == 6 and len(calls) == 2  # the deadline stopped the third
+    judged = {i.issue_id: i.title for i in first.issues if i.title.startswith("Judge name")}
+    after = IssueTracker(cfg, db, namer=hanging, monotonic=lambda: ticks[0])
+    second = after.run(evs, now=2.0)
+    assert len(calls) == 4
+    assert all(i.title == judged[i.issue_id] for i in second.issues if i.issue_id in judged)
+    third = after.run(evs, now=3.0)
+    after.close()
+    assert len(calls) == 6 and all(i.title.startswith("Judge name") for i in third.issues)
+
+
 class _Scanned(np.ndarray):
     """Cluster labels that count the elements numpy operations (ufuncs) read from them."""
 

@@ -783,8 +783,18 @@ def test_issues_catalogue_in_the_store(target: str, stores: Open) -> None:
     reopened = Catalogue.open(target)
     try:
         assert [s.centroid for s in reopened.load("tfidf")] == [{"loop": 1.0}]
+        # an issue the judge is still to name is marked (migration 14), across a reopen
+        (stored,) = reopened.load("tfidf")
+        assert not stored.unnamed
+        stored.unnamed = True
+        reopened.save([stored])
     finally:
         reopened.close()
+    again = Catalogue.open(target)
+    try:
+        assert [s.unnamed for s in again.load("tfidf")] == [True]
+    finally:
+        again.close()
 
 
 def test_the_catalogue_keeps_its_most_recently_seen_issues_past_max_issues(

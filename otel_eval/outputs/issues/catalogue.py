@@ -51,14 +51,14 @@ _PRUNE = ("DELETE FROM issue_shares WHERE (issue_id, at) IN (SELECT issue_id, at
 ISSUES_LOCK = 0x6F74656C5F697373
 
 _COLUMNS = ("issue_id, level, node, embedding, title, description, centroid, first_seen,"
-            " last_seen, last_share, service")
-_UPSERT = (f"INSERT INTO issues_catalogue ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+            " last_seen, last_share, service, unnamed")
+_UPSERT = (f"INSERT INTO issues_catalogue ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
            " ON CONFLICT (issue_id) DO UPDATE SET level = excluded.level,"
            " node = excluded.node, service = excluded.service,"
            " embedding = excluded.embedding, title = excluded.title,"
            " description = excluded.description, centroid = excluded.centroid,"
            " first_seen = excluded.first_seen, last_seen = excluded.last_seen,"
-           " last_share = excluded.last_share")
+           " last_share = excluded.last_share, unnamed = excluded.unnamed")
 
 @dataclass(slots=True)
 class StoredIssue:
@@ -75,6 +75,9 @@ class StoredIssue:
     # the service of its node ("" unknown, or stored before migration 12): an agent node is
     # a name within its service
     service: str = ""
+    # the judge is still to name it (a run's naming_max_calls or naming deadline left it its
+    # evidence title): the next run with calls left names it, whichever process runs it
+    unnamed: bool = False
 
 
 def sparse_centroid(values: dict[str, float]) -> Centroid:
@@ -241,7 +244,7 @@ class Catalogue:
         rows = self._execute(f"SELECT {_COLUMNS} FROM issues_catalogue WHERE embedding = ?"
                              " ORDER BY issue_id", (embedding,))
         return [StoredIssue(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6]), r[7], r[8],
-                            r[9], r[10]) for r in rows]
+                            r[9], r[10], bool(r[11])) for r in rows]
 
     def ids(self) -> set[str]:
         return {r[0] for r in self._execute("SELECT issue_id FROM issues_catalogue")}
@@ -249,7 +252,8 @@ class Catalogue:
     def save(self, issues: list[StoredIssue]) -> None:
         rows = [stored_args((s.issue_id, s.level, s.node, s.embedding, s.title, s.description,
                              json.dumps(s.centroid, sort_keys=True), s.first_seen,
-                             s.last_seen, s.last_share, s.service)) for s in issues]
+                             s.last_seen, s.last_share, s.service, int(s.unnamed)))
+                for s in issues]
         if self._pg:
             with self._conn.transaction(), self._conn.cursor() as cur:
                 cur.executemany(_UPSERT.replace("?", "%s"), rows)

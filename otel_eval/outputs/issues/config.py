@@ -121,8 +121,8 @@ class IssuesConfig:
     # all groups: no call starts past it (a hanging judge provider makes each call last up
     # to the judge's ask timeout, minutes); groups left are not merged in that run (as
     # when synthesis_max_calls is spent). The new issues left keep their title from the
-    # evidence for now and are named at a later run, by the process that named the others
-    # (in memory: a restart leaves them their evidence title); counted in
+    # evidence for now and are named at a later run (marked in the catalogue: after a
+    # restart too, by whichever process runs the job); counted in
     # otel_eval_issues_naming_deferred_total. 300: a run then lasts at most about this
     # plus one call, well within OtelEvalIssuesJobStale's hour.
     naming_deadline_s: float = 300.0

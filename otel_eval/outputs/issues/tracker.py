@@ -128,10 +128,6 @@ class IssueTracker:
         self._naming_calls_left = 0  # set by run()
         self._monotonic = monotonic
         self._naming_deadline = 0.0  # set by run(): no namer or merge call starts past it
-        # ids of new issues naming_max_calls or the naming deadline left unnamed: named at
-        # a later run (in memory; only ids still in the catalogue are kept, so bounded by
-        # max_issues)
-        self._unnamed: set[str] = set()
         self.naming_deferred = 0  # namer calls the deadline put off, since start (a counter)
         # digest of a normalized critique text -> the issue id the previous run gave it
         # (one entry per distinct text of that run's window, 32 hex digits whatever the text's
@@ -195,7 +191,6 @@ class IssueTracker:
                 if event is not None:
                     events.append(event)
         self._previous = self._current
-        self._unnamed &= seen | {s.issue_id for s in stored}  # aged out: forgotten
         resolved = self._forget_unseen(stored, seen)
         self._catalogue.record_shares(now, {**{s.issue_id: 0.0 for s in stored},
                                             **{i.issue_id: i.share for i in issues}})
@@ -256,14 +251,13 @@ class IssueTracker:
                                      name.description, c.centroid, now, now, share, service)
                 previous = None
                 taken.add(stored.issue_id)
-                if self._namer is not None and c.name is None and i not in names:
-                    # left by this run's naming_max_calls or its deadline: a later run names it
-                    self._unnamed.add(stored.issue_id)
+                # left by this run's naming_max_calls or its deadline: a later run names it
+                stored.unnamed = self._namer is not None and c.name is None and i not in names
             else:
                 if i in names:  # a new issue an earlier run left unnamed
                     stored.title = titled(names[i].title, [group[m] for m in c.members])
                     stored.description = names[i].description
-                    self._unnamed.discard(stored.issue_id)
+                    stored.unnamed = False
                 previous = stored.last_share
                 stored.centroid = blend(stored.centroid, c.centroid, cfg.centroid_update_weight)
                 stored.last_seen, stored.last_share = now, share
@@ -286,7 +280,7 @@ class IssueTracker:
         if self._namer is None:
             return []
         new = [i for i, c in enumerate(clusters) if c.members and (
-            matched[i].issue_id in self._unnamed if i in matched else c.name is None)]
+            matched[i].unnamed if i in matched else c.name is None)]
         traces = {i: len({group[m].trace_id for m in clusters[i].members}) for i in new}
         new.sort(key=lambda i: (-traces[i], i))
         chosen = new[:max(0, self._naming_calls_left)]
