@@ -18,7 +18,9 @@ from typing import Any
 import pytest
 from browser import Browser
 from hostile import TRACE_ID as HOSTILE_ID
-from ui_server import CRITIQUE, GUIDE_ID
+from ui_server import CRITIQUE, GUIDE_ID, ISSUES, admin
+
+from otel_eval.store import Store
 
 DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 # What an injected script would leave behind; a page-level check after every page load.
@@ -175,6 +177,35 @@ def test_the_issues_view_renders(browser: Browser, ui_url: str, artefacts: Path)
                      ui_url + "/ui/issues/iss-x/runs"]  # javascript:alert(1) is no link
     assert "<script>window.__pwned='issue'</script>" in rows[1]  # shown as text
     _shot(browser, artefacts, "issues")
+
+
+def _planner_issue(issue_id: str, service: str, title: str) -> dict[str, Any]:
+    return {"issue_id": issue_id, "level": "node", "node": "planner", "title": title,
+            "description": title, "share": 0.2, "trend": None, "critiques": 4, "traces": 4,
+            "exemplars": [], "agents": ["planner"], "first_seen": 1_764_500_000.0,
+            "new": True, "severity": "medium",
+            "service_agents": [{"service": service, "agent": "planner"}],
+            "nodes": [{"level": "node", "node": "planner", "service": service,
+                       "critiques": 4, "traces": 4}]}
+
+
+def test_the_issues_view_tells_two_services_same_named_agents_apart(
+        browser: Browser, ui_store: Store) -> None:
+    """An agent node is a name within its service (issues.per_node keeps two services'
+    planner apart since migration 12): /ui/issues showed "node planner" for both, so the
+    issues of service search's planner and of billing's looked alike. Each row says its
+    service now."""
+    title = "planner called search_flights 3 times in a row with identical arguments"
+    issues = {**ISSUES, "issues": [_planner_issue("iss-search", "search", title),
+                                   _planner_issue("iss-billing", "billing", title)]}
+    with admin(ui_store, issues) as url:
+        browser.open(url + "/ui/issues")
+        _safe(browser)
+        where = browser.js("[...document.querySelectorAll('table.issues tbody tr')]"
+                           ".map(r => r.cells[2].innerText)")
+    assert len(where) == 2 and where[0] != where[1]
+    assert "search" in where[0] and "billing" in where[1]
+    assert all("planner" in w for w in where)
 
 
 # Words of a header cell each on one line (none broken as "run s", "critiqu es"), and the

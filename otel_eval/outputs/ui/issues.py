@@ -1,6 +1,7 @@
 """Output (part): the recurring issues (``/ui/issues``), as ``GET /v1/issues`` holds them.
 
-Each issue: its title and description, level and agent, the share of runs it affects, how
+Each issue: its title and description, level and agent (with its service: an agent node
+is a name within its service), the share of runs it affects, how
 that moved since the previous clustering run and over the last runs (a line drawn in inline
 SVG from the stored numbers: no script), runs and critiques counted, when it was first seen,
 and its example runs linked to the run view; the runs count links to every run of the issue
@@ -48,6 +49,26 @@ def _history(history: Any) -> Html | None:
              role="img", aria_label=about)
 
 
+_SERVICES_SHOWN = 3
+
+
+def _where(issue: dict[str, Any]) -> list[str]:
+    """Level, node and the services it is seen at (from ``nodes``): an agent node is a name
+    within its service, so two services' ``planner`` issues are told apart."""
+    level, node = issue.get("level"), issue.get("node") or ""
+    services = list(dict.fromkeys(
+        str(n["service"]) for n in (issue.get("nodes") or [])[:100]
+        if isinstance(n, dict) and n.get("level") == level and (n.get("node") or "") == node
+        and isinstance(n.get("service"), str) and n["service"]))
+    where: list[str] = [short(level, 20), " ", short(node, 80)]
+    if services:
+        more = len(services) - _SERVICES_SHOWN
+        shown = ", ".join(short(s, 80) for s in services[:_SERVICES_SHOWN])
+        where.append(h("p", f"service {shown}" + (f" (+{more})" if more > 0 else ""),
+                       class_="desc"))
+    return where
+
+
 def _issue(issue: dict[str, Any]) -> Html:
     issue_id = str(issue.get("issue_id") or "")
     examples = [h("a", str(t)[:8], href="/ui/runs/" + segment(str(t)))
@@ -57,7 +78,7 @@ def _issue(issue: dict[str, Any]) -> Html:
     return h("tr", h("td", h("b", short(issue.get("title"), 120)),
                      h("p", short(issue.get("description"), 400), class_="desc")),
              h("td", short(issue.get("severity"), 20)),
-             h("td", short(issue.get("level"), 20), " ", short(issue.get("node") or "", 80)),
+             h("td", _where(issue)),
              h("td", f"{share * 100:.1f} %" if isinstance(share, int | float) else ""),
              h("td", _trend(issue.get("trend"), issue.get("status")), " ",
                _history(issue.get("history"))),
