@@ -12,7 +12,7 @@ import pytest
 from issue_fixtures import window
 
 from otel_eval.outputs.issues.config import GrafanaConfig, IssuesConfig
-from otel_eval.outputs.issues.grafana import GrafanaAnnotator
+from otel_eval.outputs.issues.grafana import GrafanaAnnotator, annotation_body
 from otel_eval.outputs.issues.result import Issue, IssueEvent
 from otel_eval.outputs.issues.tracker import IssueTracker
 
@@ -130,6 +130,27 @@ def test_annotations_link_to_the_issue_and_its_runs_in_the_web_view(
         assert (f"all runs: https://otel-eval.example:8888/ui/issues/{issue_id}/runs"
                 in body["text"])
         assert "exemplar traces: https://otel-eval.example:8888/ui/runs/" in body["text"]
+
+
+def test_annotations_of_two_services_same_named_agents_name_their_service() -> None:
+    """An agent node is a name within its service: the new issues of service search's
+    planner and of billing's (two issues with issues.per_node) were annotated alike, "New
+    issue (node / planner)" tagged node:planner, both. Each says its service now."""
+    def event(issue_id: str, service: str) -> IssueEvent:
+        return IssueEvent("new", Issue(
+            issue_id=issue_id, level="node", node="planner", title="looped", description="d",
+            share=0.2, trend=None, critiques=2, traces=2, exemplars=(), agents=("planner",),
+            first_seen=0.0, new=True, nodes=(("node", "planner", 2, 2, service),),
+            service_agents=((service, "planner"),)), None)
+
+    search, billing = (annotation_body(event(i, s), 1.0, GrafanaConfig(url="http://g"))
+                       for i, s in (("iss_1", "search"), ("iss_2", "billing")))
+    assert search["text"].startswith("New issue (node / planner, service search): looped")
+    assert billing["text"].startswith("New issue (node / planner, service billing): looped")
+    assert "service:search" in search["tags"] and "service:billing" in billing["tags"]
+    system = annotation_body(_events(1)[0], 1.0, GrafanaConfig(url="http://g"))
+    assert system["text"].startswith("New issue (system): problem 1")  # no service known
+    assert not any(t.startswith("service:") for t in system["tags"])
 
 
 def _events(n: int) -> list[IssueEvent]:

@@ -29,7 +29,8 @@ class GrafanaConfig:
     dashboard_uid: str = ""
     # Panel id within that dashboard; 0 means the whole dashboard.
     panel_id: int = 0
-    # Tags added to every annotation (besides "level:<level>", "node:<node>", the event).
+    # Tags added to every annotation (besides "level:<level>", "node:<node>", the node's
+    # "service:<service>" when known, the event).
     tags: tuple[str, ...] = ("otel-eval", "issue")
     # Per-request timeout, seconds.
     timeout_s: float = 5.0

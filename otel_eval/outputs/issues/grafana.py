@@ -32,7 +32,11 @@ log = logging.getLogger(__name__)
 
 def annotation_body(event: IssueEvent, now: float, config: GrafanaConfig) -> dict[str, Any]:
     issue = event.issue
-    where = f"{issue.level}" + (f" / {issue.node}" if issue.node else "")
+    # the service of its node (an agent node is a name within its service), when known
+    service = next((n[4] for n in issue.nodes if (n[0], n[1]) == (issue.level, issue.node)
+                    and n[4]), "")
+    where = (f"{issue.level}" + (f" / {issue.node}" if issue.node else "")
+             + (f", service {service}" if service else ""))
     if event.kind == "new":
         headline = f"New issue ({where}): {issue.title}"
     else:
@@ -53,7 +57,8 @@ def annotation_body(event: IssueEvent, now: float, config: GrafanaConfig) -> dic
         "time": int(now * 1000),
         "tags": [*config.tags, f"event:{event.kind}", f"severity:{issue.severity}",
                  f"level:{issue.level}",
-                 *([f"node:{issue.node}"] if issue.node else []), f"issue:{issue.issue_id}"],
+                 *([f"node:{issue.node}"] if issue.node else []),
+                 *([f"service:{service}"] if service else []), f"issue:{issue.issue_id}"],
         "text": "\n".join(lines),
     }
     if config.dashboard_uid:
