@@ -123,27 +123,36 @@ def test_with_pass_through_spans_past_the_limit_are_held_to_pass_on() -> None:
     assert [s.span_id for s in again.passed] == [f"{8:016x}"]
 
 
-def test_with_pass_through_another_senders_span_re_opens_a_run_only_to_pass_it_on() -> None:
-    """Pass-through: a span of a sender other than the one that opened a released run re-opens
-    it into ``Trace.passed`` (marked ``foreign_sender``, never evaluated) instead of being
-    refused; that sender's next span is passed on too, and its record refused; once the run's
-    own sender joins, the re-open is its own, as without pass-through."""
+def test_with_pass_through_another_senders_span_is_released_alone_to_pass_it_on() -> None:
+    """Pass-through: a span of a sender other than the one that opened a released run is
+    taken into ``Trace.passed`` (marked ``foreign_sender``, never evaluated) instead of being
+    refused; that sender's next span is passed on too, and its record refused. The run is not
+    re-opened: released, the trace holds only the spans to pass on (the run is neither
+    evaluated nor forwarded again). Once the run's own sender joins, the re-open is its own,
+    as without pass-through, with what it passes on."""
     a = TraceAssembler(CFG, pass_through=True)
     a.add([span(T1, 1)], now=0, sender="agents")
     assert len(a.tick(10)) == 1
     res = a.add([span(T1, 2, parent=1)], now=20, sender="tools")
-    assert (res.accepted, res.reopened, dict(res.rejected)) == (1, 1, {})
+    assert (res.accepted, res.reopened, res.carried_spans, dict(res.rejected)) == (
+        1, 0, 0, {})
     assert a.add([span(T1, 3, parent=1)], now=21, sender="tools").accepted == 1
+    assert a.add([span(T1, 1)], now=22, sender="tools").rejected == {"duplicate_span": 1}
+    assert a.open_spans == 2
     [t] = a.tick(40)
-    assert [s.span_id for s in t.spans] == [f"{1:016x}"]
+    assert (t.spans, t.logs, t.revision) == ([], [], 1)
     assert [(s.span_id, s.unevaluable) for s in t.passed] == [
         (f"{2:016x}", "foreign_sender"), (f"{3:016x}", "foreign_sender")]
-    assert a.add([span(T1, 4, parent=1)], now=50, sender="tools").reopened == 1
-    assert a.add([span(T1, 5, parent=1)], now=51, sender="agents").accepted == 1
+    assert a.open_spans == 0
+    res = a.add([span(T1, 4, parent=1)], now=50, sender="tools")
+    assert (res.accepted, res.reopened) == (1, 0)
+    res = a.add([span(T1, 5, parent=1)], now=51, sender="agents")
+    assert (res.accepted, res.reopened, res.carried_spans, res.late_spans) == (1, 1, 1, 1)
     assert a.add([span(T1, 6, parent=1)], now=52, sender="tools").accepted == 1
     [t] = a.tick(70)
     assert [s.span_id for s in t.spans] == [f"{i:016x}" for i in (1, 5, 6)]
     assert [s.span_id for s in t.passed] == [f"{4:016x}"]
+    assert t.revision == 3 and a.open_spans == 0  # (2: the second span passed on)
 
 
 def test_each_trace_re_opened_and_each_late_span_is_counted() -> None:

@@ -32,14 +32,18 @@ pending as any span, released with the trace, never evaluated) and ``invalid_tim
 (``Span.unevaluable``: longer than a year or with no start; held in ``Trace.passed`` too).
 So is a ``foreign_sender``'s span (a sender other than the one that opened a released run,
 such as a second service of the same distributed trace whose spans come after the run was
-released): it may not add to that run, but its span is the user's telemetry. It re-opens the
-run only to pass the span on (``Trace.passed``, marked ``Span.unevaluable``
-``foreign_sender``): the run's own sender is kept, and until that sender's own span or
-record joins the re-opened trace, another sender's spans are passed on too and its records
-refused (``foreign_sender``), so what is evaluated is what the run's own sender sent (its
-evaluation stands: released again with the same content, the run is ``already_evaluated``
-and goes to the delivering sinks again with its stored evaluation, as any re-open is
-forwarded again whole).
+released): it may not add to that run, but its span is the user's telemetry. It opens a
+``passing`` trace in front of the run, not re-opening it: the span is held to pass on
+(``Trace.passed``, marked ``Span.unevaluable`` ``foreign_sender``), and so are another
+sender's further spans, its records refused (``foreign_sender``). Released, that trace holds
+only what it passes on (finishing passes it on as ``not_a_run``): the run is neither
+evaluated nor forwarded again, nor are its events sent again, and it stays re-openable as
+released. When the run's own span or record joins first, the run is re-opened there
+(``_join``), as without pass-through, and what was passed on goes with it. The passing trace
+takes a revision of its own, so the spool tells its rows from the run's (released, it lets
+only its own go: ``Held.alone``; the run's may still be in delivery), and a re-open after
+it is a revision later still; nothing of the run is spooled again for it, so a restart's
+replay holds only what it passes on (``late`` for the stored run).
 Only a ``duplicate_span`` stays refused (the backend has it).
 
 Time is injected: ``add(spans, now)`` and ``tick(now)`` take the clock reading, so tests drive
@@ -99,16 +103,21 @@ class _Open:
     waiters: list[Callable[[], None]] = field(default_factory=list)
     # the ``raw`` bytes of ``logs``: a record held already is a ``duplicate_log_record``
     log_keys: set[bytes] = field(default_factory=set)
-    # re-opened by another sender's span only to pass it on (pass-through), and not joined by
-    # its own sender since: another sender's spans are passed on, its records refused
+    # opened by another sender's span for a released run only to pass it on (pass-through),
+    # and not joined by the run's own sender since: another sender's spans are passed on, its
+    # records refused; the run is not re-opened but parked here (``parked``)
     passing: bool = False
+    # the released run a ``passing`` trace stands in front of: back to the re-openable ones
+    # at its release (the run neither released again nor sent again), or carried in when the
+    # run's own sender joins (a re-open as any other: ``_join``)
+    parked: _Released | None = None
 
 
 @dataclass(slots=True)
 class _Released:
     at: float
     spans: dict[str, Span]  # the open trace's own dict, handed over (span id -> span)
-    revision: int
+    revision: int  # the last released of the trace id (a passing trace's, after the run's)
     sender: str = ""
     logs: list[HeldRecord] = field(default_factory=list)
     finished: Finished | None = None  # the released trace's, set by finishing
@@ -145,8 +154,8 @@ class TraceAssembler:
         refused as ``late``; released, finishing skips it as ``late``
         (``Trace.late_if_stored``: the stored run stands) and passes it on, as after a
         restart. A span past ``max_spans_per_trace`` is held in ``Trace.passed`` instead of
-        being refused as ``trace_too_large``, and so is a ``foreign_sender``'s span (it
-        re-opens the run only to be passed on: module docstring)."""
+        being refused as ``trace_too_large``, and so is a ``foreign_sender``'s span (held by
+        a trace in front of the run only to be passed on: module docstring)."""
         self.config = config
         self.pass_through = pass_through
         self._open: dict[str, _Open] = {}
@@ -246,14 +255,16 @@ class TraceAssembler:
                     continue
                 if res.reopened > before:
                     reopened.add(tr.trace_id)
-            if span.span_id in tr.spans or span.span_id in tr.passed:
+            if span.span_id in tr.spans or span.span_id in tr.passed or (
+                    tr.parked is not None and span.span_id in tr.parked.spans):
                 res.rejected["duplicate_span"] += 1
                 res.known.add(tr.trace_id)
                 continue
             if tr.passing and sender != tr.sender:
                 span.unevaluable = "foreign_sender"  # pass-through: passed on, below
             elif tr.passing:
-                tr.passing = False  # its own sender re-opens it (what it held stays held)
+                self._join(tr, res)  # its own sender re-opens the run (passed stays passed)
+                reopened.add(tr.trace_id)
             full = len(tr.spans) >= limit
             if full and not self.pass_through:
                 res.rejected["trace_too_large"] += 1
@@ -334,12 +345,11 @@ class TraceAssembler:
         if passing and not (self.pass_through and isinstance(span, Span)):
             # "" is an unknown first sender (auth off, a Kafka record, a spool replay after
             # a restart): nothing to compare, so any sender may re-open it. With
-            # pass-through, another sender's span re-opens it only to be passed on
+            # pass-through, another sender's span opens a passing trace in front of it
             return "foreign_sender"
         self._reopenable.pop(trace_id, None)
-        tr = _Open(trace_id, {}, [], now, now, source=source,
-                   sender=old.sender if old is not None and passing else sender,
-                   service=service_of(span), passing=passing)
+        tr = _Open(trace_id, {}, [], now, now, source=source, sender=sender,
+                   service=service_of(span))
         if old is None and trace_id in self._dropped_revisions:
             tr.revision = self._dropped_revisions[trace_id] + 1
         self._per_service[tr.service] += 1
@@ -347,22 +357,42 @@ class TraceAssembler:
             self._tombstones.pop(trace_id, None)
             tr.fresh = False
             tr.previous = old.finished
-            tr.spans = old.spans
-            tr.logs = old.logs
-            tr.log_keys = old.log_keys
-            tr.log_bytes = sum(r.nbytes for r in old.logs)
+            # a revision of its own for a passing trace too: the spool tells its rows from
+            # the run's (a delivery in flight) and from a later re-open's by revision
             tr.revision = old.revision + 1
+            # due as the run would be (grace once its root ended), holding none of it
             tr.root_ended = any(s.end_ns and s.is_entry for s in old.spans.values())
-            tr.nbytes = sum(s.nbytes for s in old.spans.values())
-            self.open_spans += len(tr.spans)
-            res.carried_spans += len(tr.spans)
-            self.open_bytes += tr.nbytes
-            self.open_logs += len(tr.logs)
-            self.open_log_bytes += tr.log_bytes
-            res.reopened += 1
+            if passing:  # another sender's span: the run is parked, not re-opened
+                tr.sender, tr.passing, tr.parked = old.sender, True, old
+            else:
+                self._carry(tr, old, res)
         self._open[trace_id] = tr
         self._reschedule(tr)
         return tr
+
+    def _carry(self, tr: _Open, old: _Released, res: AddResult) -> None:
+        """Re-open: ``tr`` takes back what the released revision ``old`` held, as the next
+        revision (released again with it: evaluated and forwarded again, whole)."""
+        tr.spans = old.spans  # (a passing trace holds none: it passes every span on)
+        tr.logs = old.logs
+        tr.log_keys = old.log_keys
+        tr.log_bytes = sum(r.nbytes for r in old.logs)
+        carried = sum(s.nbytes for s in old.spans.values())
+        tr.nbytes += carried
+        self.open_spans += len(old.spans)
+        res.carried_spans += len(old.spans)
+        self.open_bytes += carried
+        self.open_logs += len(tr.logs)
+        self.open_log_bytes += tr.log_bytes
+        res.reopened += 1
+
+    def _join(self, tr: _Open, res: AddResult) -> None:
+        """The run's own sender joins a ``passing`` trace: the run parked there re-opens in
+        it (what it passes on stays passed on, and goes with the re-opened run)."""
+        old, tr.parked, tr.passing = tr.parked, None, False
+        assert old is not None
+        tr.revision += 1  # apart from what it passed on: the spool re-spools the run with it
+        self._carry(tr, old, res)
 
     def add_logs(self, logs: Iterable[HeldRecord], now: float,
                  source: str = "otlp", sender: str = "",
@@ -382,10 +412,11 @@ class TraceAssembler:
             tr = self._open_for(record, now, res, source, sender)
             if tr is None:
                 continue
-            if tr.passing and sender != tr.sender:  # re-opened to pass a span on only
+            if tr.passing and sender != tr.sender:  # opened to pass a span on only
                 res.rejected["foreign_sender"] += 1
                 continue
-            tr.passing = False  # its own sender's record: the run re-opened as it would be
+            if tr.passing:  # its own sender's record: the run re-opened as it would be
+                self._join(tr, res)
             if record.raw in tr.log_keys:
                 res.rejected["duplicate_log_record"] += 1
                 res.known.add(record.trace_id)
@@ -508,7 +539,7 @@ class TraceAssembler:
         candidates = list(self._open.values()) if among is None else [
             t for t in map(self._open.get, among) if t is not None]
         return [self._release(t, "complete", reason, now) for t in candidates
-                if t.spans and t.root_ended and _surely_ended(t)]
+                if t.passing or (t.spans and t.root_ended and _surely_ended(t))]
 
     def release_all(self, now: float, reason: str = "shutdown") -> list[Trace]:
         """Release everything open (end of file): ended roots are complete."""
@@ -531,6 +562,10 @@ class TraceAssembler:
             if tr is None or tr.source != source:
                 continue
             self._close(tr)  # its heap entry goes stale (``tick`` skips it)
+            if tr.parked is not None:  # the run it stood in front of stays as released
+                tr.parked.revision = tr.revision  # (revisions only go up: ``_start``)
+                self._reopenable[tid] = tr.parked
+                self._tombstones[tid] = None
             self.open_spans -= len(tr.spans) + len(tr.passed)
             self.open_bytes -= tr.nbytes
             self.open_logs -= len(tr.logs)
@@ -573,10 +608,16 @@ class TraceAssembler:
                       release_reason=reason, waiters=tr.waiters,
                       logs=[r.decode() for r in tr.logs],  # decoded now, not while held
                       late_if_stored=late, passed=list(tr.passed.values()))
-        # a re-open carries the spans evaluated, not those passed on: forwarded once, they
-        # are not held past the release (memory: max_released_traces x max_spans_per_trace)
-        self._reopenable[tr.trace_id] = _Released(now, tr.spans, tr.revision, tr.sender,
-                                                  tr.logs, trace.finished, tr.log_keys)
+        if tr.parked is not None:  # only another sender's spans, to pass on: the run
+            tr.parked.at = now  # parked stays as released (neither evaluated nor sent again)
+            tr.parked.revision = tr.revision  # the next re-open's revision follows this one
+            self._reopenable[tr.trace_id] = tr.parked
+        else:
+            # a re-open carries the spans evaluated, not those passed on: forwarded once,
+            # they are not held past the release (memory: max_released_traces x
+            # max_spans_per_trace)
+            self._reopenable[tr.trace_id] = _Released(now, tr.spans, tr.revision, tr.sender,
+                                                      tr.logs, trace.finished, tr.log_keys)
         self._tombstones[tr.trace_id] = None
         self._tombstones.move_to_end(tr.trace_id)
         self._forget(now)

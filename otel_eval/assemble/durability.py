@@ -92,12 +92,14 @@ class Durability:
             log.exception("spool: deleting dropped log records failed")
             self._metrics.spool.failed("delete")
 
-    def evaluated(self, traces: Iterable[tuple[str, int]]) -> None:
-        """After the store's commit: a crash in between replays and supersedes."""
+    def evaluated(self, traces: Iterable[tuple[str, int]],
+                  alone: Iterable[tuple[str, int]] = ()) -> None:
+        """After the store's commit: a crash in between replays and supersedes. ``alone``:
+        revisions holding nothing of the earlier ones (``Spool.evaluated``)."""
         if self.spool is None:
             return
         try:
-            self.spool.evaluated(traces)
+            self.spool.evaluated(traces, alone)
         except (sqlite3.Error, OSError):  # rows stay (replayed at start): count, go on
             log.exception("spool: deleting evaluated traces failed")
             self._metrics.spool.failed("delete")

@@ -35,7 +35,9 @@ unstored by a stop keeps its waiters uncalled.
 A delivering sink (``base.component.DeliveringSink``: pass-through, the evaluation events)
 queues in memory what no store keeps: each trace is ``Held`` until every such sink has
 delivered it or dropped it for good, and only then leave its spool rows and are its waiters
-called (``_release``, a batch per sender batch). A stop or a crash before then replays it;
+called (``_release``, a batch per sender batch; a trace of spans only to pass on lets its
+own revision's rows go, not the earlier revisions', which it does not hold: ``Held.alone``).
+A stop or a crash before then replays it;
 the store holds its evaluation, so the replay comes back ``already_evaluated`` and goes to
 the delivering sinks again, with the evaluation the store holds (at least once). Without
 such a sink a trace is released as soon as its sinks have run.
@@ -213,8 +215,8 @@ class Finishing:
             return
         now = self._clock()
         delivering = [s for s in self.sinks if isinstance(s, DeliveringSink)]
-        held = [Held(j.trace.trace_id, j.trace.revision, self._release, j.trace.waiters)
-                for j in jobs]
+        held = [Held(j.trace.trace_id, j.trace.revision, self._release, j.trace.waiters,
+                     alone=not j.trace.spans) for j in jobs]
         for job, out, h in zip(jobs, outcomes, held, strict=True):
             trace, ev = job.trace, out.evaluation
             # taken to pass on only (pass-through), never evaluated: why, span by span
@@ -254,7 +256,8 @@ class Finishing:
     def _release(self, held: list[Held]) -> None:
         """Traces no sink holds any more (on this thread or a sender's): their spool rows
         go (one transaction), then their waiters are told."""
-        self._durability.evaluated((h.trace_id, h.revision) for h in held)
+        self._durability.evaluated([(h.trace_id, h.revision) for h in held if not h.alone],
+                                   [(h.trace_id, h.revision) for h in held if h.alone])
         for h in held:
             for waiter in h.waiters:
                 try:

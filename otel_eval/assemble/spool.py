@@ -25,9 +25,12 @@ Promises:
   a log request that fed no trace (no GenAI event of a span) leaves no row. Replays follow
   the order rows were written in, traces and logs interleaved (assembly takes either first);
 - a pair is deleted once that trace's evaluation (of the revision the request fed, or a later
-  one) is committed, a request once no pair is left. Deletion follows the store's commit, one
-  transaction per engine batch: a crash between the two replays the trace, and finishing
-  finds its evaluation in the store by content digest and does not evaluate it again
+  one) is committed, a request once no pair is left; a revision released with only spans
+  to pass on (another sender's, for a released run: ``TraceAssembler``) holds nothing of
+  the earlier ones, and lets only its own pairs go (``alone``). Deletion follows the
+  store's commit, one transaction per engine batch: a crash between the two replays the
+  trace, and finishing finds its evaluation in the store by content digest and does not
+  evaluate it again
   (``already_evaluated``; a replay with late spans is evaluated and supersedes the row).
   Records of a trace no span ever joined are dropped by assembly (nothing to evaluate), and
   their pairs with them (``evaluated``, from the engine's tick). A deleted request's bytes are
@@ -413,15 +416,22 @@ class Spool:
 
     # --- evaluated (engine worker, after the store's commit) --------------------------------
 
-    def evaluated(self, traces: Iterable[tuple[str, int]]) -> None:
+    def evaluated(self, traces: Iterable[tuple[str, int]],
+                  alone: Iterable[tuple[str, int]] = ()) -> None:
         """These (trace id, revision) evaluations are stored: their pairs, and the requests
-        left without one, leave the spool in one transaction."""
+        left without one, leave the spool in one transaction (those of earlier revisions
+        too: a revision holds what they held). ``alone``: revisions that hold nothing of the
+        earlier ones (only spans passed on): their own pairs only."""
         latest: dict[str, int] = {}
         for tid, rev in traces:
             latest[tid] = max(rev, latest.get(tid, rev))
-        with self._lock:
-            pairs = [(rid, tid) for tid, rev in latest.items()
-                     for rid, r in self._traces.get(tid, ()) if r <= rev]
+        only = set(alone)
+        with self._lock:  # a pair once (a revision alone released with a later one)
+            pairs = list(dict.fromkeys([
+                *((rid, tid) for tid, rev in latest.items()
+                  for rid, r in self._traces.get(tid, ()) if r <= rev),
+                *((rid, tid) for tid, rev in only
+                  for rid, r in self._traces.get(tid, ()) if r == rev)]))
         if pairs:
             self._delete(Counter(rid for rid, _ in pairs), pairs)
             self._report()

@@ -67,13 +67,16 @@ class Held:
     batches. It keeps what the release needs, not the trace: a sender's queue holding it
     must not keep the trace's spans alive beside the request it encoded."""
 
-    __slots__ = ("_count", "release", "revision", "trace_id", "waiters")
+    __slots__ = ("_count", "alone", "release", "revision", "trace_id", "waiters")
     _lock = threading.Lock()  # counts change on finishing's and the senders' threads
 
     def __init__(self, trace_id: str, revision: int, release: Callable[[list[Held]], None],
-                 waiters: list[Callable[[], None]] | None = None) -> None:
-        """``waiters``: the trace's own list (read when released), if any."""
-        self.trace_id, self.revision = trace_id, revision
+                 waiters: list[Callable[[], None]] | None = None, *,
+                 alone: bool = False) -> None:
+        """``waiters``: the trace's own list (read when released), if any; ``alone``: the
+        trace holds nothing of its earlier revisions (only spans to pass on), so its release
+        lets its own revision's spool rows go, not theirs (still in delivery)."""
+        self.trace_id, self.revision, self.alone = trace_id, revision, alone
         self.waiters = waiters if waiters is not None else []
         self.release = release
         self._count = 1  # finishing's own, settled when it has run the sinks

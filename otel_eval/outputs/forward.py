@@ -27,8 +27,9 @@ past ``assembly.reopen_window_s`` (which pass-through takes instead of refusing 
 taken instead of refused as ``trace_too_large`` or ``invalid_timestamp``, never evaluated),
 with the trace's own, stamped as usual; so is a ``foreign_sender``'s span (a sender other
 than the one that opened a released run, such as a second service of the trace: it may not
-add to the run, so it is passed on, never evaluated, with the run as stored). Only a
-``duplicate_span`` is not taken, so not forwarded (downstream has it).
+add to the run, so it is passed on alone, never evaluated; the run, not re-opened by it, is
+not forwarded again). Only a ``duplicate_span`` is not taken, so not forwarded (downstream
+has it).
 
 A trace re-opened by late spans is evaluated again and forwarded again, whole (the root then
 carries the new summary and ``otel_eval.trace.revision`` > 0): downstream receives its spans

@@ -70,7 +70,9 @@ Metrics (counters are exposed with the ``_total`` suffix):
                whose content the store already holds an evaluation of (redelivered, replayed);
                late: traces of spans that came after their run was stored, to a process
                that no longer remembered it (a restart in between; the stored run stands);
-               not_a_run: traces made only of setup operations (a create_agent span alone)
+               not_a_run: traces made only of setup operations (a create_agent span alone),
+               or only of spans taken to pass on (pass-through: every span unevaluable, or
+               another sender's spans for a released run, the run not released again)
                otel_eval_evaluation_spans_skipped_total{reason}  spans taken only to pass on
                (pass-through), never evaluated: trace_too_large (past
                assembly.max_spans_per_trace), invalid_timestamp (a span longer than a

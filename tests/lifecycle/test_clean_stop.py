@@ -315,11 +315,11 @@ def test_a_straggler_left_open_by_a_second_stop_is_still_late_after_the_next_res
     third.stop()
 
 
-def _delivering(ds: Capture, metrics: Metrics) -> list[Any]:
-    """Pass-through and the evaluation events to ``ds``, started; retries for a minute: only
-    the stop ends them."""
+def _delivering(ds: Capture, metrics: Metrics, events: Capture | None = None) -> list[Any]:
+    """Pass-through and the evaluation events to ``ds`` (the events to ``events`` if given),
+    started; retries for a minute: only the stop ends them."""
     cfg = ExportConfig(forward_endpoint=f"127.0.0.1:{ds.port}",
-                       events_endpoint=f"127.0.0.1:{ds.port}", max_retry_s=60.0,
+                       events_endpoint=f"127.0.0.1:{(events or ds).port}", max_retry_s=60.0,
                        initial_backoff_s=0.01, max_backoff_s=0.05)
     sinks = [Forwarder(cfg, metrics), EvaluationEvents(cfg, metrics)]
     for sink in sinks:
@@ -356,6 +356,12 @@ def _verdicts(ds: Capture) -> list[dict[str, Any]]:
             for r in sl.log_records
             if (a := attributes_to_dict(r.attributes)).get("gen_ai.evaluation.name")
             == "otel_eval.verdict"]
+
+
+def _forwarded_each(ds: Capture) -> list[tuple[str, dict[str, Any]]]:
+    """(span id, attributes) of every span downstream received, each time it did."""
+    return [(s.span_id.hex(), attributes_to_dict(s.attributes)) for req in ds.traces
+            for rs in req.resource_spans for ss in rs.scope_spans for s in ss.spans]
 
 
 def _forwarded(ds: Capture) -> dict[str, dict[str, Any]]:
@@ -531,11 +537,13 @@ def test_with_pass_through_a_foreign_senders_span_is_passed_on_not_evaluated(
         tmp_path: Path) -> None:
     """A sender other than the one that opened a released run (a second service of the same
     distributed trace, its spans coming after the run's grace) may not add to it. With
-    pass-through its span was refused (``foreign_sender``) and so never reached the backend,
-    while the same span arriving after ``reopen_window_s``, or after a restart, was passed on.
-    Now it is taken (acknowledged), passed on unstamped and never evaluated (counted as a
-    skipped span, ``foreign_sender``): the stored run stands, further spans of that sender
-    are passed on too and its records refused, and the run's own sender still re-opens it."""
+    pass-through its span is taken (acknowledged), passed on unstamped and never evaluated
+    (counted as a skipped span, ``foreign_sender``): the stored run stands, further spans of
+    that sender are passed on too and its records refused. Pass-through is invisible: the
+    backend gets the run's 9 spans once (stamped), the 2 passed on once (unstamped) and one
+    verdict event; before, the re-open went to the delivering sinks again with the run
+    (``already_evaluated``): the run's spans and its events a second time. The run's own
+    sender still re-opens it: evaluated again and forwarded again whole, as documented."""
     with Capture() as down:
         sinks = _delivering(down, Metrics(CollectorRegistry()))
         p = Process(tmp_path, WALL0, sinks=sinks)
@@ -558,15 +566,102 @@ def test_with_pass_through_a_foreign_senders_span_is_passed_on_not_evaluated(
         assert p.stored()[T] == stored  # not evaluated: the run its own sender sent stands
         assert p.sample("otel_eval_evaluation_spans_skipped_total",
                         reason="foreign_sender") == 2
-        forwarded = _forwarded(down)
+        assert p.sample("otel_eval_evaluation_skipped_total", reason="already_evaluated") == 0
+        assert p.sample("otel_eval_evaluation_skipped_total", reason="not_a_run") == 1
+        assert p.total("otel_eval_assembly_spans_reopened_total") == 0
+        sent = _forwarded_each(down)
+        assert sorted(sid for sid, _ in sent) == sorted(s.span_id for s in [*spans, *tools])
+        forwarded = dict(sent)
+        assert "otel_eval.verdict" in forwarded[f"{1:016x}"]  # the run's, stamped
         for one in tools:
             assert forwarded[one.span_id] == one.attributes  # unstamped, as sent
+        assert len(_verdicts(down)) == 1
         assert p.spool.held() == (0, 0)
         late = _span(T, 42, 1, "chat", 60, 70)
         adm = p.engine.submit([late], request=encode_spans([late]).SerializeToString(),
                               sender="agents")
         assert (adm.accepted, adm.rejected.total()) == (1, 0)
+        assert p.advance(GRACE) == 1  # its own sender's re-open: evaluated again, as before
+        # (revision 2: what was passed on was released as revision 1, never stored)
+        assert (p.stored()[T]["revision"], p.stored()[T]["counts"]["spans"]) == (2, 10)
         p.stop()
+
+
+def test_a_foreign_senders_spans_replayed_after_a_crash_are_not_evaluated_into_the_run(
+        tmp_path: Path) -> None:
+    """Another sender's spans for a released run, taken to pass on (pass-through), and then
+    a crash before they went out. Before, taking them re-spooled the run's own spans with
+    them as a stored revision's (``carried``), so the restart's replay (which knows no
+    sender) evaluated the other sender's spans into the run and stored that over it. Now the
+    run is not re-opened for them: the replay holds only them, late for the stored run
+    (which stands), and passes them on unstamped."""
+    with Capture() as down:
+        sinks = _delivering(down, Metrics(CollectorRegistry()))
+        first = Process(tmp_path, WALL0, sinks=sinks)
+        spans = run(T, end=100)
+        first.engine.submit(spans, request=encode_spans(spans).SerializeToString(),
+                            sender="agents")
+        assert first.advance(GRACE) == 1
+        stored = first.stored()[T]
+        tools = [_span(T, 40, 1, "execute_tool", 60, 70), _span(T, 41, 1, "chat", 60, 70)]
+        adm = first.engine.submit(tools, request=encode_spans(tools).SerializeToString(),
+                                  sender="tools")
+        assert (adm.accepted, dict(adm.rejected)) == (2, {})
+        _stop(sinks, 5.0)  # the run went out; then a kill -9, the other spans still held
+        first.store.close()
+        first.spool.close()
+        before = len(_forwarded_each(down))
+
+        sinks = _delivering(down, Metrics(CollectorRegistry()))
+        second = Process(tmp_path, WALL0 + 30.0, sinks=sinks)
+        assert second.advance(IDLE) == 1
+        _stop(sinks, 5.0)
+        assert second.stored()[T] == stored
+        assert second.total("otel_eval_traces_superseded_total") == 0
+        assert second.sample("otel_eval_evaluation_skipped_total", reason="late") == 1
+        again = _forwarded_each(down)[before:]
+        assert again == [(one.span_id, one.attributes) for one in tools]  # unstamped
+        assert second.spool.held() == (0, 0)
+        second.stop()
+
+
+def test_passing_another_senders_spans_on_keeps_the_run_until_its_events_are_delivered(
+        tmp_path: Path) -> None:
+    """The run's verdict event is still being retried (the events endpoint away) when another
+    sender's spans for it are passed on and delivered. What they are released as (a revision
+    after the run's, holding none of its spans) must let only its own spool rows go, not the
+    trace's up to it (a later revision's rule: it holds the earlier ones): else a crash then
+    leaves the restart nothing to send the run's events from. The run's rows stay until its
+    events are delivered, and the restart sends them."""
+    with Capture() as fwd, Capture() as ev:
+        ev.fail_next = [grpc.StatusCode.UNAVAILABLE] * 10_000
+        sinks = _delivering(fwd, Metrics(CollectorRegistry()), events=ev)
+        p = Process(tmp_path, WALL0, sinks=sinks)
+        spans = run(T, end=100)
+        p.engine.submit(spans, request=encode_spans(spans).SerializeToString(),
+                        sender="agents")
+        assert p.advance(GRACE) == 1
+        tool = _span(T, 40, 1, "execute_tool", 60, 70)
+        adm = p.engine.submit([tool], request=encode_spans([tool]).SerializeToString(),
+                              sender="tools")
+        assert adm.accepted == 1
+        assert p.advance(GRACE) == 1
+        _stop(sinks[:1], 5.0)  # the spans went out; the events sink still retries
+        assert tool.span_id in _forwarded(fwd)
+        assert p.spool.held()[0] == 1  # the run's request, for its undelivered events
+        p.store.close()  # a kill -9
+        p.spool.close()
+        _stop(sinks[1:], 0.2)
+        assert _verdicts(ev) == []
+        ev.fail_next = []
+
+        sinks = _delivering(fwd, Metrics(CollectorRegistry()), events=ev)
+        second = Process(tmp_path, WALL0 + 30.0, sinks=sinks)
+        assert second.advance(GRACE) == 1
+        _stop(sinks, 5.0)
+        assert len(_verdicts(ev)) == 1
+        assert second.spool.held() == (0, 0)
+        second.stop()
 
 
 def test_a_replay_whose_stored_evaluation_cannot_be_read_goes_on_unstamped_and_counted(
