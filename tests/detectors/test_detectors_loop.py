@@ -11,6 +11,11 @@ from otel_eval.evaluate.detectors.config import DetectorsConfig, LoopConfig
 SAME = ("The answer is not in these results, so I will search again with the same query. "
         "If that does not work either, I will look at the documentation index and try the "
         "search tool one more time with the same words as before.")
+# the same, in Chinese and in Japanese (no spaces between words)
+ZH_SAME = ("这些结果里没有答案，所以我会用同样的查询再搜索一次。"  # noqa: RUF001
+           "如果还是不行，我会查看文档索引，再用和之前相同的词试一次搜索工具。")  # noqa: RUF001
+JA_SAME = ("これらの結果には答えがないので、同じクエリでもう一度検索します。"
+           "それでもだめなら、ドキュメントの索引を見て、前と同じ言葉で検索ツールをもう一度試します。")
 
 
 
@@ -106,6 +111,14 @@ CASES: list[tuple[str, list[Step], list[str]]] = [
       tool("s", {"q": 1}, "r"), llm(SAME), _unrecorded("s")], ["loop/repeated_call"]),
     ("(d) two identical outputs are not stagnation",
      [llm(SAME), llm(SAME)], []),
+    # Chinese and Japanese are written without spaces: each character is a word to compare
+    ("(d) stagnation in Chinese: replies that differ in one character",
+     [llm(f"{ZH_SAME}这是第{n}次尝试。") for n in (1, 2, 3)], ["loop/stagnation"]),
+    ("(d) stagnation in Japanese: replies that differ in one character",
+     [llm(f"{JA_SAME}試行{n}回目です。") for n in (1, 2, 3)], ["loop/stagnation"]),
+    ("(d) different Chinese replies are not alike",
+     [llm(ZH_SAME), llm("东京今天晴，最高气温二十五度，最低气温十八度，适合外出。"),  # noqa: RUF001
+      llm("我已经为您预订了明天上午十点飞往大阪的航班，座位靠窗。")], []),  # noqa: RUF001
     ("(d) short outputs ignored",
      [llm("ok"), llm("ok"), llm("ok")], []),
     ("(e) shell: same command back to back",

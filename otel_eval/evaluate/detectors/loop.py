@@ -5,7 +5,8 @@ denied: ``gen_ai.tool.call.decision.outcome`` ``deny``); (b) the same call again
 window with the same result and only read-only calls in between (no state change, so no
 progress); (c) cycles, a pattern of 2+ different calls repeated ``cycle_min_repeats`` times
 in a row; (d) stagnation, consecutive near-identical LLM outputs (word-level similarity of
-what differs between them: the lines two outputs share, such as a framework's output
+what differs between them, each character of Chinese, Japanese or Thai a word
+(``detectors.words``): the lines two outputs share, such as a framework's output
 template, are left out, so six DSPy ReAct turns that share the template but call the tool
 with six cities are not alike); (e)
 code/shell agents are covered by (a)-(c) because their calls are keyed by the canonicalized
@@ -42,6 +43,7 @@ from otel_eval.evaluate.detectors.canonical import canonical_arguments
 from otel_eval.evaluate.detectors.circling import circling
 from otel_eval.evaluate.detectors.config import DetectorsConfig, LoopConfig
 from otel_eval.evaluate.detectors.reworded import reworded_repeats
+from otel_eval.evaluate.detectors.words import words as _words
 
 _MAX_COMPARE_WORDS = 800  # similarity beyond this prefix adds cost, not information
 
@@ -205,10 +207,10 @@ def _differing(a: str, b: str) -> tuple[list[str], list[str]]:
     field markers, a fixed tool-name line) is shared line for line, so it is never what makes
     two outputs alike; one-line outputs are compared whole, as before."""
     if "\n" not in a and "\n" not in b and "\\n" not in a and "\\n" not in b:
-        return a.split()[:_MAX_COMPARE_WORDS], b.split()[:_MAX_COMPARE_WORDS]
+        return _words(a)[:_MAX_COMPARE_WORDS], _words(b)[:_MAX_COMPARE_WORDS]
     la, lb = _lines(a), _lines(b)
-    return (" ".join((la - lb).elements()).split()[:_MAX_COMPARE_WORDS],
-            " ".join((lb - la).elements()).split()[:_MAX_COMPARE_WORDS])
+    return (_words(" ".join((la - lb).elements()))[:_MAX_COMPARE_WORDS],
+            _words(" ".join((lb - la).elements()))[:_MAX_COMPARE_WORDS])
 
 
 def _similar(texts: list[str], words: list[list[str]], j: int, threshold: float,
@@ -268,7 +270,7 @@ def stagnation(llm_steps: Sequence[Step], cfg: LoopConfig,
     may have been an output of its own, so the two are not consecutive."""
     texts = [(s, _output(s)) for s in llm_steps]
     outputs = [t for _, t in texts]
-    words = [t.replace("\\n", "\n").split()[:_MAX_COMPARE_WORDS] for t in outputs]
+    words = [_words(t.replace("\\n", "\n"))[:_MAX_COMPARE_WORDS] for t in outputs]
     counts: dict[int, Counter[str]] = {}
     out, i = [], 0
     while i < len(texts):

@@ -1,0 +1,33 @@
+"""Words of a text for the detectors' comparisons, in every script (stage: evaluate).
+
+The detectors compare texts word by word (stagnation's word-level ratio, a request's
+identifiers, the words with a digit in a conversation's requests). Chinese, Japanese and
+Thai are written without spaces: split on whitespace, a whole sentence of them is one
+"word", so two replies that differ in one character share no word and a request of twenty
+characters reads as a one-word identifier. ``words`` splits on whitespace and makes each
+character of those scripts (their punctuation too: 。) a word of its own; ASCII text, and any
+text without such characters, is split on whitespace alone (``str.split``), so the
+words of every other script are what they were.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["words"]
+
+# Thai, Lao, Myanmar, Khmer; CJK punctuation, kana, ideographs (with extensions and the
+# compatibility block); fullwidth punctuation and halfwidth katakana (fullwidth letters and
+# digits are left in their words: a fullwidth number is one identifier)
+_UNSPACED = re.compile(
+    "[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3000-\u30ff\u31f0-\u31ff\u3400-\u4dbf"
+    "\u4e00-\u9fff\uf900-\ufaff\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff9f"
+    "\U00020000-\U0003ffff]")
+
+
+def words(text: str) -> list[str]:
+    """``text.split()``, with each character of a script written without spaces a word."""
+    if text.isascii() or _UNSPACED.search(text) is None:
+        return text.split()
+    return _UNSPACED.sub(lambda m: f" {m.group(0)} ", text).split()
+
