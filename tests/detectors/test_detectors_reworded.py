@@ -30,6 +30,13 @@ VIDEO = ["youtube video 1htKBjuUWec transcript teal'c isn't that hot",
          "1htKBjuUWec youtube transcript teal'c response isn't that hot",
          "teal'c isn't that hot youtube 1htKBjuUWec video transcript"]
 
+ZH_PAGE = "地址：谷歌：{q}\n谷歌搜索“{q}”找到0个结果。\n未找到结果。"  # noqa: RUF001
+ZH_VIDEO = ["油管视频1htKBjuUWec的字幕里蒂尔克说那不热吗",
+            "油管视频1htKBjuUWec字幕中蒂尔克说那不热吗",
+            "蒂尔克说那不热吗 油管视频1htKBjuUWec的字幕"]
+ZH_OTHER = ["巴黎2020年的人口是多少", "乙醇在海平面的沸点是多少", "1990年奥德赛译本的译者是谁",
+            "阿尔卑斯山最高的山峰是哪座", "声音在水中的传播速度是多少", "澳大利亚的首都是哪个城市"]
+
 CASES: list[tuple[str, list[Step], list[str]]] = [
     ("three reworded searches, each with nothing found",
      [search(q) for q in VIDEO[:3]], ["loop/reworded_repeat"]),
@@ -56,6 +63,14 @@ CASES: list[tuple[str, list[Step], list[str]]] = [
      ["loop/reworded_repeat"]),
     ("results not recorded: unknown, not nothing",
      [tool("web_search", {"query": q}, None) for q in VIDEO[:3]], []),
+    # Chinese is written without spaces: a question of twenty characters is text, not an id
+    ("three reworded searches in Chinese, each with nothing found",
+     [search(q, ZH_PAGE.format(q=q)) for q in ZH_VIDEO], ["loop/reworded_repeat"]),
+    ("different questions in Chinese are not rewordings",
+     [search(q, ZH_PAGE.format(q=q)) for q in ZH_OTHER], []),
+    ("a changed short Chinese name is a different request",
+     [tool("lookup", {"name": n, "question": "这个人的电话号码和住址是什么"}, "未找到结果。")
+      for n in ("王小明", "李小明", "张小明")], []),
     ("shell actions are left to (a)-(c): similar command lines ask different things",
      [bash(f'grep -n "class {c}" django/db/models/lookups.py',
            "<returncode>0</returncode>\n<output>\n</output>") for c in ("A", "B", "C")], []),

@@ -28,6 +28,7 @@ from typing import Any
 from otel_eval.base.results import Finding
 from otel_eval.evaluate.detectors.calls import Call, call_label
 from otel_eval.evaluate.detectors.config import LoopConfig
+from otel_eval.evaluate.detectors.words import word_count
 
 __all__ = ["MAX_ARGUMENT_CHARS", "MAX_RESULT_CHARS", "jaccard", "request", "reworded_repeats",
            "trigrams"]
@@ -42,7 +43,8 @@ _KEY = re.compile(r"[\"'][^\"'\\\n]{1,64}[\"']\s*:")
 def request(arguments: Any) -> tuple[tuple[str, ...], str]:
     """(identifiers, text) of a call's arguments, keys left out (every call of a tool has
     the same ones): scalar values of one or two words (ids, codes, dates, numbers, file
-    names, enum values) are identifiers, compared exactly (a changed one is a different
+    names, enum values; ``word_count``: in Chinese or Japanese, up to four characters) are
+    identifiers, compared exactly (a changed one is a different
     request); longer values (a query, a question, a task) are joined, lowercased and
     whitespace-collapsed, as the text that may be reworded. At most ``MAX_VALUES`` values
     and ``MAX_ARGUMENT_CHARS`` characters of text."""
@@ -57,7 +59,7 @@ def request(arguments: Any) -> tuple[tuple[str, ...], str]:
             stack.extend(reversed(item))
         elif item is not None:
             value = " ".join(str(item)[:MAX_ARGUMENT_CHARS * 2].lower().split())
-            if value.count(" ") < 2:
+            if word_count(value) < 3:
                 ids.append(value)
             else:
                 words.append(value)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["words"]
+__all__ = ["word_count", "words"]
 
 # Thai, Lao, Myanmar, Khmer; CJK punctuation, kana, ideographs (with extensions and the
 # compatibility block); fullwidth punctuation and halfwidth katakana (fullwidth letters and
@@ -31,3 +31,11 @@ def words(text: str) -> list[str]:
         return text.split()
     return _UNSPACED.sub(lambda m: f" {m.group(0)} ", text).split()
 
+
+def word_count(text: str) -> int:
+    """How many words ``text`` holds, as a reader counts them: ``words``, two characters of
+    a script written without spaces counting as one word (about a Chinese word's length:
+    北京市 is one or two words, not three)."""
+    found = words(text)
+    unspaced = sum(1 for w in found if len(w) == 1 and _UNSPACED.match(w))
+    return len(found) - unspaced + (unspaced + 1) // 2
