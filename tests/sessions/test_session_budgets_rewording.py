@@ -194,6 +194,15 @@ REWORDED: list[tuple[str, list[dict[str, Any]], dict[str, Any], list[tuple[str, 
      {}, []),
     ("alike words, another date", _said("move my flight to May 5 please, thanks",
                                         "move my flight to May 6 please, thanks"), {}, []),
+    # Chinese is written without spaces: the booking code, not the whole sentence, is the
+    # word with a digit in it
+    ("reworded in Chinese, the same booking code", _said(
+        "请帮我取消订单ZFA04Y，我今天不需要这个预订了",  # noqa: RUF001
+        "我今天不需要这个预订了，请帮我取消订单ZFA04Y"), {},  # noqa: RUF001
+     [("reworded_request", [1, 2])]),
+    ("alike Chinese words, another booking code: a different request", _said(
+        "请帮我取消订单ZFA04Y，我今天不需要这个预订了",  # noqa: RUF001
+        "请帮我取消订单XEWRD9，我今天不需要这个预订了"), {}, []),  # noqa: RUF001
     ("different requests", _said("I want to cancel my flight to Boston",
                                          "Add two checked bags to my reservation"), {}, []),
     ("short requests are not compared", _said("yes please", "yes, please!"), {}, []),

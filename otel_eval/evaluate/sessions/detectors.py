@@ -41,6 +41,7 @@ from otel_eval.base.steps import tokens_total
 from otel_eval.base.text import load_content
 from otel_eval.evaluate.detectors.canonical import canonical_arguments, norm_ws
 from otel_eval.evaluate.detectors.reworded import jaccard, trigrams
+from otel_eval.evaluate.detectors.words import words
 from otel_eval.evaluate.sessions.config import SessionsConfig
 
 __all__ = ["DETECTORS", "SessionFinding"]
@@ -152,8 +153,9 @@ def _is_document(text: str) -> bool:
 
 def _identifiers(text: str) -> frozenset[str]:
     """The words with a digit in them (a booking code, a date, a flight, an amount): two
-    requests naming different ones ask different things, however alike their words."""
-    return frozenset(w.strip(_PUNCTUATION) for w in text.split() if _DIGIT.search(w))
+    requests naming different ones ask different things, however alike their words (``words``:
+    in Chinese or Japanese, the number in 订单123456在哪里, not the whole sentence)."""
+    return frozenset(w.strip(_PUNCTUATION) for w in words(text) if _DIGIT.search(w))
 
 
 def _groups(requests: Sequence[tuple[int, str, bool]], config: SessionsConfig,
