@@ -22,7 +22,8 @@ config, returning findings that name the turn (``trace_id``) and the step they p
   ``transfer_to_human_agents``, is an ending; a call rebuilt from the output whose result
   came back ran; a call of unknown outcome is none); ``unanswered_question`` (warning:
   "anything else?" is a polite close), the last turn's answer (else its last LLM call's) ends
-  on a question nobody answered (emphasis, quotes and brackets after the "?" set aside).
+  on a question nobody answered (emphasis, quotes and brackets after the "?" set aside; the
+  fullwidth and Arabic question marks are question marks too).
 - ``budget`` (error), its kind the ``--budget`` name: ``session_turns`` (more turns than
   ``session_turns``), ``session_steps`` (the turns' steps summed), ``session_tokens``
   (input and output tokens summed), ``session_cost`` (USD summed; a turn of unknown cost
@@ -51,6 +52,11 @@ Turns = Sequence[dict[str, Any]]
 _DIGIT = re.compile(r"\d")
 _PUNCTUATION = ".,;:!?()[]{}\"'"
 _CLOSERS = "*_`\"'\u201d\u2019)]} \t\n"  # after a question's mark: emphasis, quotes
+# ...and the closing quotes and brackets of Chinese and Japanese (」 』 and the fullwidth
+# parenthesis and lenticular bracket) and the ideographic space
+_CLOSERS += "\u300d\u300f\uff09\u3011\u3000"
+# a question's mark: Latin, fullwidth (Chinese, Japanese), Arabic (also Persian and Urdu)
+_QUESTION_MARKS = ("?", "\uff1f", "\u061f")
 _NO_ARGUMENTS = frozenset({"{}", "[]", ""})  # canonical arguments of a call with none
 # of a request compared for equality, whole up to this (two that share a pasted log and
 # then ask different things are two requests); a prompt read as the request likewise
@@ -235,7 +241,8 @@ def _pending(turn: dict[str, Any], llm: dict[str, Any]) -> list[str]:
 def _asks(text: Any) -> bool:
     """The reply ends on a question (markdown emphasis, quotes and brackets after the
     question mark set aside: ``**Shall I go ahead?**``)."""
-    return isinstance(text, str) and text[-1000:].rstrip().rstrip(_CLOSERS).endswith("?")
+    return isinstance(text, str) and \
+        text[-1000:].rstrip().rstrip(_CLOSERS).endswith(_QUESTION_MARKS)
 
 
 def non_termination(turns: Turns, config: SessionsConfig,
