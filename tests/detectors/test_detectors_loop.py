@@ -121,6 +121,9 @@ CASES: list[tuple[str, list[Step], list[str]]] = [
       llm("我已经为您预订了明天上午十点飞往大阪的航班，座位靠窗。")], []),  # noqa: RUF001
     ("(d) short outputs ignored",
      [llm("ok"), llm("ok"), llm("ok")], []),
+    ("(d) a Chinese sentence of thirteen characters is no short output",
+     [llm("我会再搜索一次东京的天气。")] * 3, ["loop/stagnation"]),
+    ("(d) short Chinese outputs ignored", [llm("好的。")] * 3, []),
     ("(e) shell: same command back to back",
      [bash("ls -la  src"), bash("ls -la src")], ["loop/repeated_action"]),
     ("(e) shell: same read-only command with the same output, reads between",

@@ -116,7 +116,8 @@ class LoopConfig:
     # (d) This many consecutive near-identical LLM outputs make a stagnation finding (2 or
     # more: one output alone is no repetition).
     stagnation_min_run: int = 3
-    # (d) Outputs shorter than this (characters) are ignored: "OK" twice is not stagnation.
+    # (d) Outputs shorter than this (characters; a wide one, Chinese, Japanese or Korean, counts
+    # two: it says what two or three letters do) are ignored: "OK" twice is not stagnation.
     stagnation_min_chars: int = 20
     # (f) Reworded repeats: two calls of the same tool whose identifiers (argument values of
     # one or two words: ids, dates, file names; a changed one is another request) are equal

@@ -43,6 +43,7 @@ from otel_eval.evaluate.detectors.canonical import canonical_arguments
 from otel_eval.evaluate.detectors.circling import circling
 from otel_eval.evaluate.detectors.config import DetectorsConfig, LoopConfig
 from otel_eval.evaluate.detectors.reworded import reworded_repeats
+from otel_eval.evaluate.detectors.words import wide_len
 from otel_eval.evaluate.detectors.words import words as _words
 
 _MAX_COMPARE_WORDS = 800  # similarity beyond this prefix adds cost, not information
@@ -275,7 +276,8 @@ def stagnation(llm_steps: Sequence[Step], cfg: LoopConfig,
     out, i = [], 0
     while i < len(texts):
         j = i
-        if len(texts[i][1]) >= cfg.stagnation_min_chars:
+        floor, text = cfg.stagnation_min_chars, texts[i][1]
+        if len(text) >= floor or wide_len(text) >= floor:
             while (j + 1 < len(texts)
                    and bisect_right(unknown_at, texts[j][0].index)
                    == bisect_left(unknown_at, texts[j + 1][0].index)

@@ -8,13 +8,19 @@ characters reads as a one-word identifier. ``words`` splits on whitespace and ma
 character of those scripts (their punctuation too: 。) a word of its own; ASCII text, and any
 text without such characters, is split on whitespace alone (``str.split``), so the
 words of every other script are what they were.
+
+``wide_len`` is a text's length for the "too short to compare" floors (``OK`` twice is no
+stagnation, "yes" twice no repeated request): a character of Chinese, Japanese or Korean
+says about what two or three Latin letters do, so it counts two (its East Asian width, the
+columns a terminal gives it): a sentence of twelve such characters is not "short".
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 
-__all__ = ["word_count", "words"]
+__all__ = ["wide_len", "word_count", "words"]
 
 # Thai, Lao, Myanmar, Khmer; CJK punctuation, kana, ideographs (with extensions and the
 # compatibility block); fullwidth punctuation and halfwidth katakana (fullwidth letters and
@@ -39,3 +45,12 @@ def word_count(text: str) -> int:
     found = words(text)
     unspaced = sum(1 for w in found if len(w) == 1 and _UNSPACED.match(w))
     return len(found) - unspaced + (unspaced + 1) // 2
+
+
+def wide_len(text: str) -> int:
+    """``len(text)``, each wide or fullwidth character (East Asian Width W or F) counting
+    two. Linear: callers that compare with a floor call it only on a text shorter than the
+    floor (``len(text) >= floor or wide_len(text) >= floor``)."""
+    if text.isascii():
+        return len(text)
+    return len(text) + sum(unicodedata.east_asian_width(c) in "WF" for c in text)
