@@ -206,6 +206,9 @@ REWORDED: list[tuple[str, list[dict[str, Any]], dict[str, Any], list[tuple[str, 
     ("different requests", _said("I want to cancel my flight to Boston",
                                          "Add two checked bags to my reservation"), {}, []),
     ("short requests are not compared", _said("yes please", "yes, please!"), {}, []),
+    ("a Chinese request of twelve characters is not short", _said(
+        "我想取消飞往波士顿的航班", "我想取消飞往波士顿的航班"), {}, [("same_request", [1, 2])]),
+    ("short Chinese requests are not compared", _said("好的谢谢", "好的谢谢"), {}, []),
     ("a rewording past the window is not seen", _said(
         "I want to cancel my flight to Boston", *_OTHER,
         "Please, I want you to cancel my Boston flight"), {"reworded_window": 4}, []),

@@ -59,7 +59,8 @@ class SessionsConfig:
     # repeated in at least this many turns is a `repeated_request` finding. Turns.
     repeated_request_turns: int = 2
     # Requests shorter than this are not compared ("yes", "ok", "thanks" repeat without the
-    # agent failing). Characters.
+    # agent failing). Characters; a wide one (Chinese, Japanese, Korean) counts two: it says
+    # what two or three letters do.
     min_request_chars: int = 16
     # Two requests whose character-3-gram Jaccard similarity is at least this are the same
     # request reworded (`repeated_request` / `reworded_request`). 0.5, as the reworded tool

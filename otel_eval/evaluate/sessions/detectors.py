@@ -42,7 +42,7 @@ from otel_eval.base.steps import tokens_total
 from otel_eval.base.text import load_content
 from otel_eval.evaluate.detectors.canonical import canonical_arguments, norm_ws
 from otel_eval.evaluate.detectors.reworded import jaccard, trigrams
-from otel_eval.evaluate.detectors.words import words
+from otel_eval.evaluate.detectors.words import wide_len, words
 from otel_eval.evaluate.sessions.config import SessionsConfig
 
 __all__ = ["DETECTORS", "SessionFinding"]
@@ -208,8 +208,9 @@ def repeated_request(turns: Turns, config: SessionsConfig,
     words in it (``_words``: "yes" in a template of 500 characters is still "yes")."""
     read = [_request(t) for t in turns]
     words = _words(read)
+    floor = config.min_request_chars  # a wide character (Chinese) counts two (``wide_len``)
     requests = [(n, text, prompted) for n, (text, prompted) in enumerate(read)
-                if len(words[n]) >= config.min_request_chars]
+                if len(words[n]) >= floor or wide_len(words[n]) >= floor]
     out = []
     for numbers, reworded in _groups(requests, config):
         if len(numbers) < config.repeated_request_turns:
