@@ -13,6 +13,11 @@ Promises:
   before ``scopeSpans``) are counted as rejected (``parse_request``), as the protobuf path
   counts its field 1000: never dropped unseen; so are the log records of its
   ``instrumentationLibraryLogs`` (``legacy_items``, ``otlp_logs.parse_logs_json``);
+- a span (or log record) holding a lone surrogate (``"\\ud83d"``, the JSON spelling of text
+  UTF-8 cannot carry: a JavaScript SDK cutting a value between the two halves of an emoji),
+  or whose resource or scope holds one, is dropped and counted (``invalid_utf8``,
+  ``without_lone_surrogates``), as the protobuf path drops a span with invalid UTF-8: the
+  rest of the request is kept;
 - ``request_to_json`` is the inverse of ``request_from_dict`` / ``message_from_dict``, and
   writes OTLP/JSON as the specification does (hex ids, enum fields as integers).
 """
@@ -20,6 +25,7 @@ Promises:
 from __future__ import annotations
 
 import base64
+import re
 from collections import Counter
 from typing import Any, TypeVar
 
@@ -86,6 +92,90 @@ def _hex_ids_to_base64(obj: Any) -> Any:
     return obj
 
 
+_LONE = re.compile("[\ud800-\udfff]")  # after parsing, a surrogate in a str is a lone one
+
+
+def _has_lone(value: Any) -> bool:
+    """Whether ``value`` (parsed JSON) holds a lone surrogate in a string value (OTLP's
+    strings, an attribute's key among them; a JSON object key that holds one is no OTLP
+    field: the parser refuses the request, a 400)."""
+    stack = [value]
+    while stack:  # iterative: any depth loads_bounded lets through
+        v = stack.pop()
+        if isinstance(v, str):
+            if not v.isascii() and _LONE.search(v):
+                return True
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return False
+
+
+def _entries(parent: Any, key: str) -> tuple[str, list[Any]] | None:
+    """(the key it is under, the list) of ``parent``'s ``key`` list, camelCase or snake_case."""
+    if not isinstance(parent, dict):
+        return None
+    for k in (key, _snake(key)):
+        if isinstance(parent.get(k), list):
+            return k, parent[k]
+    return None
+
+
+def _header_lone(entry: Any) -> bool:
+    """A resource or scope entry's own fields (its lists set aside) hold a lone surrogate."""
+    return isinstance(entry, dict) and _has_lone(
+        {k: v for k, v in entry.items() if not isinstance(v, list)})
+
+
+def _count(entry: Any, scopes: str, items: str) -> int:
+    """The items under a resource entry (``scopes`` given) or a scope entry (``scopes`` "")."""
+    if scopes:
+        found = _entries(entry, scopes)
+        return sum(_count(s, "", items) for s in found[1]) if found else 0
+    found = _entries(entry, items)
+    return len(found[1]) if found else 0
+
+
+def without_lone_surrogates(body: bytes | str, data: Any, resources: str, scopes: str,
+                            items: str) -> Counter[str]:
+    """Drops from ``data`` (in place) each item (span, log record) that holds a lone
+    surrogate, and every item of a resource or scope whose own fields hold one, counted as
+    ``invalid_utf8`` (``otlp.parse_salvaged`` for protobuf: no empty scope is left behind).
+    Looked for only when the body spells a surrogate (``\\ud...``): the usual body pays two
+    substring searches."""
+    bad: Counter[str] = Counter()
+    spelled = (b"\\ud" in body or b"\\uD" in body) if isinstance(body, bytes) \
+        else ("\\ud" in body or "\\uD" in body)
+    top = _entries(data, resources) if spelled else None
+    if top is None:
+        return bad
+    kept = []
+    for rs in top[1]:
+        if _header_lone(rs):
+            bad["invalid_utf8"] += _count(rs, scopes, items)
+            continue
+        kept.append(rs)
+        found = _entries(rs, scopes)
+        if found is not None:
+            rs[found[0]] = [ss for ss in found[1] if _scope_kept(ss, items, bad)]
+    data[top[0]] = kept
+    return bad
+
+
+def _scope_kept(ss: Any, items: str, bad: Counter[str]) -> bool:
+    """Whether scope entry ``ss`` is kept; its items that hold a lone surrogate dropped."""
+    if _header_lone(ss):
+        bad["invalid_utf8"] += _count(ss, "", items)
+        return False
+    listed = _entries(ss, items)
+    if listed is not None:
+        good = [x for x in listed[1] if not _has_lone(x)]
+        bad["invalid_utf8"] += len(listed[1]) - len(good)
+        ss[listed[0]] = good
+    return True
+
+
 def request_from_json(body: bytes | str) -> ExportTraceServiceRequest:
     """Parse an OTLP/JSON ExportTraceServiceRequest. Raises ValueError with a clear message."""
     return request_from_dict(loads_bounded(body))
@@ -98,6 +188,7 @@ def parse_request(body: bytes | str) -> tuple[ExportTraceServiceRequest, Counter
     data = loads_bounded(body)
     rejected = legacy_items(data, "resourceSpans", "instrumentationLibrarySpans", "spans",
                             "instrumentation_library_spans")
+    rejected += without_lone_surrogates(body, data, "resourceSpans", "scopeSpans", "spans")
     return request_from_dict(data), rejected
 
 

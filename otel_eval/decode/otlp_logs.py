@@ -41,7 +41,7 @@ from otel_eval.decode.otlp import (
     parse_salvaged,
     without_legacy,
 )
-from otel_eval.decode.otlp_json import legacy_items, message_from_dict
+from otel_eval.decode.otlp_json import legacy_items, message_from_dict, without_lone_surrogates
 
 __all__ = [
     "IGNORE_REASONS",
@@ -132,10 +132,12 @@ def parse_logs_request(body: bytes) -> tuple[ExportLogsServiceRequest, Counter[s
 def parse_logs_json(body: bytes) -> tuple[ExportLogsServiceRequest, Counter[str]]:
     """``logs_request_from_json``, and the records it leaves out, by reason: those of a
     pre-1.0 exporter's ``instrumentationLibraryLogs``, a key the parser ignores as unknown
-    (``instrumentation_library_logs``), as ``parse_logs_request`` counts them."""
+    (``instrumentation_library_logs``), as ``parse_logs_request`` counts them; and those
+    holding a lone surrogate (``invalid_utf8``, ``otlp_json.without_lone_surrogates``)."""
     data = loads_bounded(body)
     rejected = legacy_items(data, "resourceLogs", "instrumentationLibraryLogs", "logRecords",
                             "instrumentation_library_logs")
+    rejected += without_lone_surrogates(body, data, "resourceLogs", "scopeLogs", "logRecords")
     return message_from_dict(data, ExportLogsServiceRequest(), "resourceLogs"), rejected
 
 
