@@ -122,6 +122,11 @@ def test_the_end_of_a_run_what_the_agent_says_and_does_last() -> None:
     ok = Step(index=0, span_id="", parent_span_id=None, kind="tool", name="t", tool_name="t")
     asks = _ending(["Let me look.", "Which flight do you mean?**"], [], None)
     assert asks["end.asks"] == 1.0 and asks["end.says_failure"] == 0.0
+    # a question in Chinese or Japanese (fullwidth mark, corner quotes) or Arabic is one too
+    for question in ("您想改签到哪一天\uff1f", "「どの便に変更しますか\uff1f」",
+                     "\u0645\u0627 \u0631\u0642\u0645 \u0627\u0644\u062d\u062c\u0632\u061f"):
+        assert _ending([question], [], None)["end.asks"] == 1.0, question
+    assert _ending(["已为您改签到明天。"], [], None)["end.asks"] == 0.0
     gave_up = _ending(["I'm sorry, I am unable to cancel it.",
                        "Unfortunately that failed."], [failed, ok, ok],
                       "I cannot do this. The booking has been kept.")

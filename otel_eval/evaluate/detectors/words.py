@@ -9,6 +9,9 @@ character of those scripts (their punctuation too: 。) a word of its own; ASCII
 text without such characters, is split on whitespace alone (``str.split``), so the
 words of every other script are what they were.
 
+``QUESTION_MARKS`` and ``CJK_CLOSERS``: how a reply ending on a question ends, in any
+of those scripts and in Arabic.
+
 ``wide_len`` is a text's length for the "too short to compare" floors (``OK`` twice is no
 stagnation, "yes" twice no repeated request): a character of Chinese, Japanese or Korean
 says about what two or three Latin letters do, so it counts two (its East Asian width, the
@@ -20,7 +23,14 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["wide_len", "word_count", "words"]
+__all__ = ["CJK_CLOSERS", "QUESTION_MARKS", "wide_len", "word_count", "words"]
+
+# A question's mark: Latin, fullwidth (Chinese, Japanese), Arabic (also Persian and Urdu).
+QUESTION_MARKS = ("?", "\uff1f", "\u061f")
+# What may follow a question's mark at the end of a reply in Chinese or Japanese, as quotes
+# and brackets do in English: the corner quotes, the fullwidth parenthesis, the lenticular
+# bracket, and the ideographic space.
+CJK_CLOSERS = "\u300d\u300f\uff09\u3011\u3000"
 
 # Thai, Lao, Myanmar, Khmer; CJK punctuation, kana, ideographs (with extensions and the
 # compatibility block); fullwidth punctuation and halfwidth katakana (fullwidth letters and

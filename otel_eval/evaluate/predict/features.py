@@ -37,6 +37,7 @@ from otel_eval.base.results import Evaluation, Finding
 from otel_eval.base.steps import Step, Trajectory
 from otel_eval.evaluate.conventions.messages import STOP_REASONS
 from otel_eval.evaluate.detectors.config import RecoveryConfig
+from otel_eval.evaluate.detectors.words import CJK_CLOSERS, QUESTION_MARKS
 
 # 2: calls per tool name (``tool.<name>``); 3: shell programs run (``program.<name>``);
 # 4: how the run ends (``end.*``); 5: the context the run ended with (``tokens.last_input``)
@@ -240,11 +241,13 @@ _SAYS_SUCCESS = _Phrases(_SUCCESS_PHRASES)
 END_REPLIES = 3  # the agent's last replies read for what it says (each cut like its text)
 END_CHARS = 2000
 _QUESTION_TAIL = 300
+_CLOSERS = " \t\r\n*_`\"'" + CJK_CLOSERS  # after a question's mark: emphasis, quotes
 
 
 def _end(t: Trajectory) -> dict[str, float]:
     """How the run ends, read the same way for any agent: whether the agent's last reply is
-    a question (it is waiting on someone, not done), how often its last replies and final
+    a question (it is waiting on someone, not done; ``words.QUESTION_MARKS``: Chinese,
+    Japanese and Arabic too), how often its last replies and final
     output say it failed or succeeded, the tool calls since it last replied in text, and the
     steps since the last failed one. Bounded: END_REPLIES replies and the output, each cut to
     its last END_CHARS characters."""
@@ -253,7 +256,7 @@ def _end(t: Trajectory) -> dict[str, float]:
     output = t.output if isinstance(t.output, str) else ""
     said = "\n".join([r[-END_CHARS:] for r in replies[-END_REPLIES:]]
                      + [output[-END_CHARS:]]).lower()
-    last = (replies[-1] if replies else output)[-_QUESTION_TAIL:].rstrip(" \t\r\n*_`\"'")
+    last = (replies[-1] if replies else output)[-_QUESTION_TAIL:].rstrip(_CLOSERS)
     since_text = 0
     for s in reversed(work):
         if s.kind == "llm" and s.answer and not s.tool_calls:
@@ -261,7 +264,7 @@ def _end(t: Trajectory) -> dict[str, float]:
         since_text += s.kind == "tool"
     since_error = next((i for i, s in enumerate(reversed(work)) if s.status == "error"),
                        len(work))
-    return {f"{FEATURE_PREFIX_END}asks": float(last.endswith("?")),
+    return {f"{FEATURE_PREFIX_END}asks": float(last.endswith(QUESTION_MARKS)),
             f"{FEATURE_PREFIX_END}says_failure": _log1p(_SAYS_FAILURE.count(said)),
             f"{FEATURE_PREFIX_END}says_success": _log1p(_SAYS_SUCCESS.count(said)),
             f"{FEATURE_PREFIX_END}tools_since_text": _log1p(since_text),

@@ -42,7 +42,12 @@ from otel_eval.base.steps import tokens_total
 from otel_eval.base.text import load_content
 from otel_eval.evaluate.detectors.canonical import canonical_arguments, norm_ws
 from otel_eval.evaluate.detectors.reworded import jaccard, trigrams
-from otel_eval.evaluate.detectors.words import wide_len, words
+from otel_eval.evaluate.detectors.words import (
+    CJK_CLOSERS,
+    QUESTION_MARKS,
+    wide_len,
+    words,
+)
 from otel_eval.evaluate.sessions.config import SessionsConfig
 
 __all__ = ["DETECTORS", "SessionFinding"]
@@ -51,12 +56,8 @@ SessionFinding = dict[str, Any]
 Turns = Sequence[dict[str, Any]]
 _DIGIT = re.compile(r"\d")
 _PUNCTUATION = ".,;:!?()[]{}\"'"
-_CLOSERS = "*_`\"'\u201d\u2019)]} \t\n"  # after a question's mark: emphasis, quotes
-# ...and the closing quotes and brackets of Chinese and Japanese (」 』 and the fullwidth
-# parenthesis and lenticular bracket) and the ideographic space
-_CLOSERS += "\u300d\u300f\uff09\u3011\u3000"
-# a question's mark: Latin, fullwidth (Chinese, Japanese), Arabic (also Persian and Urdu)
-_QUESTION_MARKS = ("?", "\uff1f", "\u061f")
+# after a question's mark: emphasis, quotes, brackets
+_CLOSERS = "*_`\"'\u201d\u2019)]} \t\n" + CJK_CLOSERS
 _NO_ARGUMENTS = frozenset({"{}", "[]", ""})  # canonical arguments of a call with none
 # of a request compared for equality, whole up to this (two that share a pasted log and
 # then ask different things are two requests); a prompt read as the request likewise
@@ -243,7 +244,7 @@ def _asks(text: Any) -> bool:
     """The reply ends on a question (markdown emphasis, quotes and brackets after the
     question mark set aside: ``**Shall I go ahead?**``)."""
     return isinstance(text, str) and \
-        text[-1000:].rstrip().rstrip(_CLOSERS).endswith(_QUESTION_MARKS)
+        text[-1000:].rstrip().rstrip(_CLOSERS).endswith(QUESTION_MARKS)
 
 
 def non_termination(turns: Turns, config: SessionsConfig,
