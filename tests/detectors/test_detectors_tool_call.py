@@ -21,6 +21,8 @@ TOOLS: dict[str, Any] = {
     "free": {"type": "object", "properties": {"a": {}}, "additionalProperties": True},
 }
 
+ZH_TOOLS: dict[str, Any] = {"查询天气": {"type": "object", "properties": {"城市": {}}}, **TOOLS}
+
 CASES: list[tuple[str, Step, dict[str, Any], list[tuple[str, str | None]]]] = [
     ("valid call", tool("read_file", {"path": "a"}), TOOLS, []),
     ("tool not offered", tool("delete_all", {}), TOOLS, [("selection", None)]),
@@ -54,6 +56,10 @@ CASES: list[tuple[str, Step, dict[str, Any], list[tuple[str, str | None]]]] = [
      TOOLS, []),
     ("other words are another tool", tool("Read Files", {"path": "a"}), TOOLS,
      [("selection", None)]),
+    # names in a script with no ASCII letter (Chinese, emoji) are no one spelling
+    ("a Chinese-named tool not offered", tool("删除全部", {}), ZH_TOOLS, [("selection", None)]),
+    ("an emoji-named tool not offered", tool("🗑️", {}), ZH_TOOLS, [("selection", None)]),
+    ("a Chinese-named tool offered", tool("查询天气", {"城市": "北京"}), ZH_TOOLS, []),
 ]
 
 

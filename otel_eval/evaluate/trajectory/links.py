@@ -254,12 +254,16 @@ def _match(step: Step, by_id: dict[str, deque[ToolCall]],
     return None
 
 
-_NOT_WORD = re.compile(r"[^0-9a-z]+")
+_NOT_WORD = re.compile(r"[\W_]+")  # what is no letter or digit, of any script
 
 
 def as_offered(name: str) -> str:
-    """A tool's name as a model may be offered it: lowercased, other characters ``_``."""
-    return _NOT_WORD.sub("_", name[:MAX_TOOL_NAME].lower()).strip("_")
+    """A tool's name as a model may be offered it: lowercased, each run of characters that
+    are no letter or digit ``_`` (a letter of any script is kept: 查询天气 and 删除全部 are
+    two names, not the same empty one); a name with no letter or digit (an emoji) is itself,
+    the spelling of no other name."""
+    cut = name[:MAX_TOOL_NAME]
+    return _NOT_WORD.sub("_", cut.lower()).strip("_") or cut
 
 
 # ``Step.sources["arguments"]`` ends with this when a text was read as the only parameter
