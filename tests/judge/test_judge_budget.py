@@ -79,6 +79,35 @@ def test_a_larger_run_gets_a_larger_view_and_a_small_one_the_floor() -> None:
     assert _view(render(small, limits)) <= 500 * CHARS_PER_TOKEN < _view(render(large, limits))
 
 
+def _tokens(rendered: object) -> float:
+    """The view's tokens: a wide character (Chinese) about one, other text CHARS_PER_TOKEN
+    characters a token."""
+    text = "".join(getattr(rendered, k) for k in ("task", "trajectory", "final_output",
+                                                   "findings"))
+    wide = len(re.findall("[\u3000-\u30ff\u4e00-\u9fff\uff00-\uff60]", text))
+    return wide + (len(text) - wide) / CHARS_PER_TOKEN
+
+
+def test_a_view_in_chinese_is_held_to_the_same_share_of_tokens() -> None:
+    """A Chinese character is about a token, not 1/3.5 of one: the view of a run in Chinese
+    is held to ``view_share`` of the agent's input tokens, as the same run in English."""
+    english = _run(turns=8, tokens_per_call=20_000)
+    chinese = _run(turns=8, tokens_per_call=20_000)
+    said = "这是我查到的关于您预订的信息。" * 12
+    seat = "第十二排，靠过道；"  # noqa: RUF001
+    for step in chinese.trajectory.steps:
+        for field in ("output_text", "result"):
+            text = getattr(step, field)
+            if text:
+                setattr(step, field, text.replace(REPLY.strip(), said)
+                        .replace("row 12, aisle; ", seat))
+    limits = CompactionConfig(view_share=0.005)
+    budget_tokens = 0.005 * 320_000
+    assert _tokens(render(english, limits)) <= budget_tokens * 1.05
+    assert _tokens(render(chinese, limits)) <= budget_tokens * 1.05
+    assert _tokens(render(chinese, CompactionConfig(view_share=0))) > 2 * budget_tokens
+
+
 def test_short_texts_stay_whole_when_long_ones_are_cut() -> None:
     # one long tool result among short ones: the long one is cut, nothing else
     ev = _run(turns=2, tokens_per_call=1_000)

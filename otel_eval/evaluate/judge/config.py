@@ -78,7 +78,8 @@ class CompactionConfig:
     # The judge's view of a run (task, steps, final output, findings) is held to this share
     # of the agent's own input tokens (its LLM calls' usage, else their input text at 3.5
     # chars a token, a file in it as the judge is shown it, [image/png, 49 kB], not its
-    # bytes): an agent re-sends its history on every call, the judge reads each text
+    # bytes; the view's own text counted the same way, a Chinese, Japanese or Korean
+    # character a token): an agent re-sends its history on every call, the judge reads each text
     # once, so the share scales with the run. Filled by priority: the task and final output,
     # step headers (the ids the judge cites), tool calls and their arguments, errors and user
     # turns, then replies, tool results and prompts cut to head + tail at one common length

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from otel_eval.base.results import Evaluation, Finding
 from otel_eval.base.steps import Step, Trajectory
 from otel_eval.evaluate.detectors.canonical import canonical_arguments
+from otel_eval.evaluate.detectors.words import wide_count
 from otel_eval.evaluate.judge.compact import (
     Message,
     MessageLog,
@@ -334,14 +335,27 @@ def agent_input_tokens(trajectory: Trajectory) -> int:
                else int(sent_chars(s.input_text) / CHARS_PER_TOKEN) for s in trajectory.llm_steps)
 
 
-def view_budget_chars(trajectory: Trajectory, limits: CompactionConfig) -> int:
+def view_budget_chars(trajectory: Trajectory, limits: CompactionConfig,
+                      scale: float = 1.0) -> int:
     """Characters the judge's view of this run may take (task, steps, final output and
     findings): ``view_share`` of the agent's own input, at least ``min_view_tokens``, at most
-    ``max_trajectory_chars``; ``view_share`` 0 = the per-text limits only."""
+    ``max_trajectory_chars``; ``view_share`` 0 = the per-text limits only. ``scale``: the
+    characters a token of the run's text takes, as a share of ``CHARS_PER_TOKEN``
+    (``text_scale``: 1 for English)."""
     if limits.view_share <= 0:
         return limits.max_trajectory_chars
     tokens = max(limits.view_share * agent_input_tokens(trajectory), limits.min_view_tokens)
-    return min(int(tokens * CHARS_PER_TOKEN), limits.max_trajectory_chars)
+    return min(int(tokens * CHARS_PER_TOKEN * scale), limits.max_trajectory_chars)
+
+
+def text_scale(texts: Sequence[str]) -> float:
+    """The characters a token of ``texts`` takes, as a share of ``CHARS_PER_TOKEN``: 1 for
+    text with no wide character; a wide one (Chinese, Japanese, Korean: ``words.wide_count``)
+    is about a token on its own, so a view in Chinese holds as many tokens in ~3.5 times fewer
+    characters, and its budget of tokens is its budget of characters that much smaller."""
+    total = sum(map(len, texts))
+    wide = sum(map(wide_count, texts))
+    return total / (total + (CHARS_PER_TOKEN - 1) * wide) if wide else 1.0
 
 
 def _bounded(text: str, limit: int) -> str:
@@ -380,7 +394,9 @@ def render(evaluation: Evaluation, limits: CompactionConfig,
     final = trim(redact(final), limits.max_task_chars, limits.head_ratio)
     findings = render_findings(evaluation, redact)
     # measured before the escapes (a backslash a line: noise beside CHARS_PER_TOKEN)
-    room = view_budget_chars(t, limits) - len(task) - len(final) - len(findings)
+    scale = text_scale([task, final, findings,
+                        *(p if isinstance(p, str) else p.text[:p.cap] for p in pieces)])
+    room = view_budget_chars(t, limits, scale) - len(task) - len(final) - len(findings)
     task, final = escape(task), escape(final)
     text = fit(pieces, max(room, 0))
     text = _bounded(text, limits.max_trajectory_chars)  # the hard bound, past the floors
