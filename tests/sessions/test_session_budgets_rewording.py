@@ -208,6 +208,9 @@ REWORDED: list[tuple[str, list[dict[str, Any]], dict[str, Any], list[tuple[str, 
     ("short requests are not compared", _said("yes please", "yes, please!"), {}, []),
     ("a Chinese request of twelve characters is not short", _said(
         "我想取消飞往波士顿的航班", "我想取消飞往波士顿的航班"), {}, [("same_request", [1, 2])]),
+    ("the same Chinese words again, a full stop added", _said(
+        "我想取消飞往波士顿的航班。", "我想取消飞往波士顿的航班"), {},
+     [("same_request", [1, 2])]),
     ("short Chinese requests are not compared", _said("好的谢谢", "好的谢谢"), {}, []),
     ("a rewording past the window is not seen", _said(
         "I want to cancel my flight to Boston", *_OTHER,

@@ -56,6 +56,9 @@ SessionFinding = dict[str, Any]
 Turns = Sequence[dict[str, Any]]
 _DIGIT = re.compile(r"\d")
 _PUNCTUATION = ".,;:!?()[]{}\"'"
+# what ends a request without changing it: a full stop, an exclamation or a question mark,
+# of Latin, Chinese and Japanese (fullwidth, 。), Arabic
+_ENDS = ".!? \u3002\uff01\u3000" + "".join(QUESTION_MARKS)
 # after a question's mark: emphasis, quotes, brackets
 _CLOSERS = "*_`\"'\u201d\u2019)]} \t\n" + CJK_CLOSERS
 _NO_ARGUMENTS = frozenset({"{}", "[]", ""})  # canonical arguments of a call with none
@@ -120,7 +123,7 @@ def _request(turn: dict[str, Any]) -> tuple[str, bool]:
         text = llm.get("prompt") if llm is not None else None
     if not isinstance(text, str):
         return "", prompted
-    return norm_ws(text[:_REQUEST_CHARS * 4]).casefold().rstrip(".!? ")[:_REQUEST_CHARS], \
+    return norm_ws(text[:_REQUEST_CHARS * 4]).casefold().rstrip(_ENDS)[:_REQUEST_CHARS], \
         prompted
 
 
