@@ -137,16 +137,16 @@ def _count(entry: Any, scopes: str, items: str) -> int:
     return len(found[1]) if found else 0
 
 
-def without_lone_surrogates(body: bytes | str, data: Any, resources: str, scopes: str,
+def without_lone_surrogates(body: bytes | str | None, data: Any, resources: str, scopes: str,
                             items: str) -> Counter[str]:
     """Drops from ``data`` (in place) each item (span, log record) that holds a lone
     surrogate, and every item of a resource or scope whose own fields hold one, counted as
     ``invalid_utf8`` (``otlp.parse_salvaged`` for protobuf: no empty scope is left behind).
     Looked for only when the body spells a surrogate (``\\ud...``): the usual body pays two
-    substring searches."""
+    substring searches (``body`` None, its text unknown: always looked for)."""
     bad: Counter[str] = Counter()
-    spelled = (b"\\ud" in body or b"\\uD" in body) if isinstance(body, bytes) \
-        else ("\\ud" in body or "\\uD" in body)
+    spelled = body is None or ((b"\\ud" in body or b"\\uD" in body) if isinstance(body, bytes)
+                               else ("\\ud" in body or "\\uD" in body))
     top = _entries(data, resources) if spelled else None
     if top is None:
         return bad

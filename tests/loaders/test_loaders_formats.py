@@ -184,6 +184,31 @@ def test_invalid_spans_are_reported_and_good_spans_kept(tmp_path: Path) -> None:
     assert len(traces[WEATHER].spans) == 3 and len(errors) == 1
 
 
+@pytest.mark.parametrize("lines", [False, True], ids=["request", "json-lines"])
+def test_a_span_with_a_lone_surrogate_is_reported_and_the_others_kept(tmp_path: Path,
+                                                                       lines: bool) -> None:
+    """As serve drops it (``otlp_json.without_lone_surrogates``): a JavaScript SDK's value cut
+    between the halves of an emoji (``"\\ud83d"``) loses its span, not the file's run."""
+    doc = json.loads((DATA / "otlp_request.json").read_text())
+    spans = doc["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    added = [{**spans[1], "spanId": "ab" * 8, "name": "chat \ud83d"},
+             {**spans[1], "spanId": "cd" * 8, "name": "聊天 😀"}]
+    path = tmp_path / ("bad.jsonl" if lines else "bad.json")
+    if lines:  # the collector's file exporter: a request a line
+        second = json.loads(json.dumps(doc))
+        second["resourceSpans"][0]["scopeSpans"][0]["spans"] = added
+        path.write_text(json.dumps(doc) + "\n" + json.dumps(second) + "\n")
+    else:
+        spans += added
+        path.write_text(json.dumps(doc))  # ASCII: the lone half escaped, \ud83d
+    errors: list[LoaderError] = []
+    traces = by_id(load_file(path, on_error=errors.append))
+    assert [str(e).split(": ", 1)[1] for e in errors] == [
+        ("line 2: " if lines else "") + "rejected 1 span(s): 1 invalid_utf8"]
+    assert "聊天 😀" in [s.name for s in traces[WEATHER].spans]
+    assert len(traces[WEATHER].spans) == 4
+
+
 def test_duplicate_spans_in_a_file_are_loaded_and_deduplicated_by_the_builder(
         tmp_path: Path) -> None:
     doc = json.loads((DATA / "otlp_request.json").read_text())

@@ -68,10 +68,11 @@ def _from_json(doc: Any, path: Path, config: TrajectoryConfig, on_error: OnError
                data: bytes = b"") -> list[Trace]:
     source = str(path)
     if otlp_files.is_otlp_json(doc):
-        return assembly.add(otlp_files.from_json_doc(doc, path, on_error), source, on_reject)
+        return assembly.add(otlp_files.from_json_doc(doc, path, on_error, text=data or None),
+                            source, on_reject)
     if otlp_files.is_otlp_logs_json(doc):  # records alone: they join the spans of the run
-        return assembly.add((), source, on_reject,
-                            otlp_files.logs_from_json_doc(doc, path, on_error))
+        return assembly.add((), source, on_reject, otlp_files.logs_from_json_doc(
+            doc, path, on_error, text=data or None))
     if span_tree.is_span_tree(doc):
         return assembly.add(span_tree.from_doc(doc, path), source, on_reject)
     if tau_bench.is_runs(doc):  # the ids: the file's name, the run's index, the file's digest

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -30,7 +31,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from otel_eval.base.model import Span
 from otel_eval.decode.otlp import decode_request
-from otel_eval.decode.otlp_json import message_from_dict, request_from_dict
+from otel_eval.decode.otlp_json import (
+    message_from_dict,
+    request_from_dict,
+    without_lone_surrogates,
+)
 from otel_eval.decode.otlp_logs import HeldRecord, hold_logs
 from otel_eval.receive.loaders.files import LoaderError
 
@@ -69,14 +74,20 @@ def _other_signal(doc: Any) -> bool:
 
 
 def _decode(req: ExportTraceServiceRequest, path: Path, where: str, on_error: OnError,
-            ) -> list[Span]:
+            dropped: Counter[str] | None = None) -> list[Span]:
     result = decode_request(req).evaluable()
+    result.reasons.update(dropped or {})
     if result.rejected:
         on_error(LoaderError(path, f"{where}{result.message}"))
     return result.spans
 
 
-def from_json_doc(doc: Any, path: Path, on_error: OnError, where: str = "") -> list[Span]:
+def from_json_doc(doc: Any, path: Path, on_error: OnError, where: str = "",
+                  text: bytes | None = None) -> list[Span]:
+    """The spans of an OTLP/JSON request (``text``: the JSON it was read from, when known);
+    a span holding a lone surrogate is dropped and reported (``invalid_utf8``), as ``serve``
+    drops it (``otlp_json.without_lone_surrogates``), the others read."""
+    dropped = without_lone_surrogates(text, doc, "resourceSpans", "scopeSpans", "spans")
     try:
         req = request_from_dict(doc)
     except ValueError as e:
@@ -85,27 +96,29 @@ def from_json_doc(doc: Any, path: Path, on_error: OnError, where: str = "") -> l
         # protobuf's json_format leaks these on some inputs (a key holding a lone UTF-16
         # surrogate raises SystemError from upb); they are bad input all the same
         raise LoaderError(path, f"{where}not an OTLP ExportTraceServiceRequest: {e!r}") from e
-    return _decode(req, path, where, on_error)
+    return _decode(req, path, where, on_error, dropped)
 
 
 def logs_from_json_doc(doc: Any, path: Path, on_error: OnError, where: str = "",
-                       ) -> list[HeldRecord]:
+                       text: bytes | None = None) -> list[HeldRecord]:
     """The GenAI event records of an OTLP/JSON logs request, held as ``serve`` holds them;
-    records with invalid ids or times are reported (the others, not GenAI events of a span,
-    are not for us)."""
+    records with invalid ids or times, or holding a lone surrogate, are reported (the
+    others, not GenAI events of a span, are not for us)."""
+    dropped = without_lone_surrogates(text, doc, "resourceLogs", "scopeLogs", "logRecords")
     try:
         req = message_from_dict(doc, ExportLogsServiceRequest(), "resourceLogs")
     except ValueError as e:
         raise LoaderError(path, f"{where}{e}") from e
-    return _held(req, path, where, on_error)
+    return _held(req, path, where, on_error, dropped)
 
 
 def _held(req: ExportLogsServiceRequest, path: Path, where: str, on_error: OnError,
-          ) -> list[HeldRecord]:
+          dropped: Counter[str] | None = None) -> list[HeldRecord]:
     held = hold_logs(req)
-    if held.rejected:
-        reasons = ", ".join(f"{n} {r}" for r, n in sorted(held.rejected.items()))
-        on_error(LoaderError(path, f"{where}{sum(held.rejected.values())} log record(s) "
+    rejected = held.rejected + (dropped or Counter())
+    if rejected:
+        reasons = ", ".join(f"{n} {r}" for r, n in sorted(rejected.items()))
+        on_error(LoaderError(path, f"{where}{sum(rejected.values())} log record(s) "
                                    f"rejected: {reasons}"))
     return held.records
 
@@ -130,9 +143,9 @@ def from_json_lines(data: bytes, path: Path, on_error: OnError,
             first_invalid = first_invalid or f"line {number}: not valid JSON: {e}"
             continue
         if is_otlp_json(doc):
-            spans.extend(from_json_doc(doc, path, on_error, f"line {number}: "))
+            spans.extend(from_json_doc(doc, path, on_error, f"line {number}: ", line))
         elif is_otlp_logs_json(doc):
-            logs.extend(logs_from_json_doc(doc, path, on_error, f"line {number}: "))
+            logs.extend(logs_from_json_doc(doc, path, on_error, f"line {number}: ", line))
         elif not _other_signal(doc):
             raise LoaderError(path, f"line {number}: not an OTLP ExportTraceServiceRequest "
                                     "(nor another signal's request)")
