@@ -15,6 +15,7 @@ can hold tool calls or finish reasons.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from otel_eval.base.model import Span
@@ -26,6 +27,7 @@ from otel_eval.evaluate.conventions.values import (
     as_name,
     as_str,
     decode_json_string,
+    dumps,
     first,
     parse_json,
     tool_definitions,
@@ -163,6 +165,35 @@ def _block_calls(content: Any) -> list[ToolCall]:
     return calls
 
 
+# A message of the system's (or OpenAI's developer's) role in a JSON list of messages: a key of
+# the messages' own (a quote inside a message's text is escaped, so its text never matches).
+_SYSTEM_MESSAGE = re.compile(r'"role"\s*:\s*"(?:system|developer)"')
+
+
+def with_instructions(text_in: str | None, instructions: Any) -> str | None:
+    """The input messages ``text_in`` with ``gen_ai.system_instructions`` first, as the
+    system message the older shape records in the history (the current conventions record
+    instructions given "separately from the chat history" apart: a list of parts, the
+    attribute's JSON schema), so the system prompt is read the same from either shape (the
+    judge's view, ``agent_inference``'s fingerprint). Unchanged when there are none, when the
+    input is no JSON list of messages, or when it holds a system message already."""
+    if instructions is None or text_in is None:
+        return text_in
+    body = text_in.strip()
+    if body[:1] != "[" or body[-1:] != "]" or _SYSTEM_MESSAGE.search(body):
+        return text_in
+    parts = parse_json(instructions)
+    if isinstance(parts, str):
+        parts = [{"type": "text", "content": parts}] if parts.strip() else None
+    elif isinstance(parts, dict):
+        parts = [parts]
+    if not isinstance(parts, list) or not parts:
+        return text_in
+    rest = body[1:].lstrip()
+    system = dumps({"role": "system", "parts": parts})
+    return f"[{system}]" if rest == "]" else f"[{system}, {rest}"
+
+
 def _list(value: Any) -> list[Any]:
     """``value`` when it is a list, else empty (``"parts": 1`` is no parts: issue 11)."""
     return value if isinstance(value, list) else []
@@ -207,8 +238,8 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
     if span.events and (text_in is None or text_out is None):
         text_in = text_in or _event_text(span, _PROMPT_EVENT, "gen_ai.prompt")
         text_out = text_out or _event_text(span, _COMPLETION_EVENT, "gen_ai.completion")
-    step.input_text = text_in
     if kind == "llm":
+        step.input_text = with_instructions(text_in, attrs.get("gen_ai.system_instructions"))
         step.output_text = text_out
         reasons_attr = attrs.get("gen_ai.response.finish_reasons")
         step.finish_reasons = ([str(v) for v in reasons_attr if v is not None]
@@ -220,6 +251,7 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
         if not step.finish_reasons:
             step.finish_reasons = reasons
     else:
+        step.input_text = text_in
         step.result = text_out
 
 
