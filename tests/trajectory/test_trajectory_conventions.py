@@ -439,13 +439,15 @@ def test_a_tool_span_describing_its_own_tool_is_no_offer_of_it() -> None:
 
 
 # Every gen_ai.operation.name value the GenAI conventions define (semantic-conventions v1.41's
-# registry, then semantic-conventions-genai's model/gen-ai/registry.yaml: plan and the memory
-# operations): none is "a value the convention does not define" (a step of unknown kind,
-# counted unparsed, that blocks the rules concluding from a step's absence).
+# registry, then semantic-conventions-genai's model/gen-ai/registry.yaml: plan, the memory
+# operations, apply_guardrail (docs/gen-ai/gen-ai-guardrails.md) and fetch_response): none is
+# "a value the convention does not define" (a step of unknown kind, counted unparsed, that
+# blocks the rules concluding from a step's absence).
 SPEC_OPERATIONS = ("chat", "generate_content", "text_completion", "embeddings", "retrieval",
                    "create_agent", "invoke_agent", "execute_tool", "invoke_workflow", "plan",
                    "search_memory", "create_memory", "update_memory", "upsert_memory",
-                   "delete_memory", "create_memory_store", "delete_memory_store")
+                   "delete_memory", "create_memory_store", "delete_memory_store",
+                   "apply_guardrail", "fetch_response")
 
 
 @pytest.mark.parametrize("operation", SPEC_OPERATIONS)
@@ -465,3 +467,26 @@ def test_every_operation_the_genai_conventions_define_is_a_known_kind(operation:
     step = t.steps[1]
     assert not step.kind_unknown and "kind" not in step.unknown, step.unknown
     assert "unparsed" not in t.unrecorded
+
+
+def test_an_output_guardrail_after_the_last_reply_hides_no_finding() -> None:
+    """A guardrail applied to the agent's reply (``apply_guardrail``, a span the conventions
+    define) after its last LLM call, which stopped with an empty text: the run said nothing
+    (``no_output``). The guardrail was read as a value the convention does not define (a step
+    of unknown kind, which may have been the answer), so no finding and an unknown output."""
+    out = [{"role": "assistant", "parts": [{"type": "text", "content": ""}]}]
+    t = build_trajectory(trace(
+        span("invoke_agent a", None, 0, {"gen_ai.operation.name": "invoke_agent",
+                                         "gen_ai.agent.name": "a"}, end=100),
+        span("chat gpt-4", "invoke_agent a", 1, {
+            "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4",
+            "gen_ai.output.messages": json.dumps(out),
+            "gen_ai.response.finish_reasons": ["stop"]}),
+        span("apply_guardrail Amazon Bedrock Guardrails", "invoke_agent a", 20, {
+            "gen_ai.operation.name": "apply_guardrail", "gen_ai.provider.name": "aws.bedrock",
+            "gen_ai.guardrail.component.name": "Amazon Bedrock Guardrails",
+            "gen_ai.guardrail.source": "OUTPUT", "gen_ai.guardrail.result.type": "action",
+            "gen_ai.guardrail.result.value": "NONE"})), TrajectoryConfig())
+    assert t.output == "" and not t.unrecorded
+    findings = Detectors(DetectorsConfig()).evaluate(t, None)[0]
+    assert [f.kind for f in findings] == ["no_output"]

@@ -45,13 +45,16 @@ _OPERATIONS: dict[str, StepKind] = {
     "handle_conversation_turn": "chain", "gen_ai.invocation.internal": "chain",
 }
 # Operations the conventions define that are no step of ours (semantic-conventions-genai's
-# registry: the memory store's operations too), and Strands' span around one cycle of its
-# event loop (recorded: a wrapper of the cycle's chat and tool spans)
+# registry: the memory store's operations too; a guardrail applied to content, which reports
+# the guardrail's own result and no verdict of the run's; a model response fetched by its id,
+# no inference), and Strands' span around one cycle of its event loop (recorded: a wrapper of
+# the cycle's chat and tool spans)
 _MEMORY_OPERATIONS = frozenset({"search_memory", "create_memory", "update_memory",
                                 "upsert_memory", "delete_memory", "create_memory_store",
                                 "delete_memory_store"})
-_OTHER_OPERATIONS = frozenset({"embeddings", "create_agent", "retrieval",
-                               "execute_event_loop_cycle", *_MEMORY_OPERATIONS})
+_OTHER_OPERATIONS = frozenset({"embeddings", "create_agent", "retrieval", "apply_guardrail",
+                               "fetch_response", "execute_event_loop_cycle",
+                               *_MEMORY_OPERATIONS})
 # Operations that set an agent up and do nothing of a run (the GenAI conventions' create_agent:
 # "Create GenAI agent", typically when the agent object is built, before any invocation).
 SETUP_OPERATIONS = frozenset({"create_agent"})
