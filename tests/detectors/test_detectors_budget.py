@@ -133,3 +133,19 @@ def test_a_model_the_map_lists_only_under_its_provider_is_priced_by_the_provider
                 "complete")
     t = build_trajectory(run, TrajectoryConfig())
     assert t.usage()["cost_usd"] == pytest.approx(1000 * row[0] + 100 * row[1])
+
+
+def test_every_provider_the_genai_conventions_name_picks_its_row() -> None:
+    """The well-known values of ``gen_ai.provider.name`` (semantic-conventions-genai's
+    registry) each pick their provider's rows in litellm's map: Moonshot AI's models are
+    listed only as ``moonshot/<model>``, and a span saying ``moonshot_ai`` and model
+    ``kimi-k2.5`` had no price (cost unknown, no cost budget). ``gcp.gen_ai`` ("any Google
+    generative AI endpoint", the backend unknown) names no one row."""
+    from otel_eval.evaluate.trajectory.prices import PRICE_PREFIXES, _price_map
+
+    named = {"anthropic", "aws.bedrock", "azure.ai.inference", "azure.ai.openai", "cohere",
+             "deepseek", "gcp.gemini", "gcp.vertex_ai", "groq", "ibm.watsonx.ai", "mistral_ai",
+             "moonshot_ai", "openai", "perplexity", "x_ai"}
+    assert named <= PRICE_PREFIXES.keys()
+    assert budget.model_prices("kimi-k2.5") is None
+    assert budget.model_prices("kimi-k2.5", "moonshot_ai") == _price_map()["moonshot/kimi-k2.5"]

@@ -105,7 +105,8 @@ PRICE_PREFIXES = {
     "vertexai": "vertex_ai", "aws.bedrock": "bedrock", "bedrock": "bedrock", "aws": "bedrock",
     "azure.ai.openai": "azure", "azure": "azure", "azure.ai.inference": "azure_ai",
     "az.ai.inference": "azure_ai", "mistral_ai": "mistral", "mistralai": "mistral",
-    "mistral": "mistral", "x_ai": "xai", "xai": "xai", "groq": "groq", "deepseek": "deepseek",
+    "mistral": "mistral", "x_ai": "xai", "xai": "xai", "moonshot_ai": "moonshot",
+    "moonshot": "moonshot", "groq": "groq", "deepseek": "deepseek",
     "cohere": "cohere", "perplexity": "perplexity", "ibm.watsonx.ai": "watsonx",
 }
 
