@@ -217,7 +217,7 @@ class Trajectory:
     end_ns: int = 0
     input: str | None = None  # raw, as the spans carried it (messages, state, text)
     output: str | None = None
-    # the user's text of ``input`` / ``output`` (the first user message, the last reply's
+    # the user's text of ``input`` / ``output`` (the last user request, the last reply's
     # text; the raw value when it is not messages), and the messages when it is
     task: str | None = None
     answer: str | None = None

@@ -194,3 +194,44 @@ def test_a_prompted_request_is_the_users_words_inside_the_template(
     assert [f["attributes"]["turns"] for f in found] == expected
     if len(set(questions)) > 1:  # the words shown are the user's, not the template's
         assert all(not f["attributes"]["request"].startswith("you are") for f in found)
+
+
+def _agent_turn(n: int, history: list[dict[str, Any]], reply: str) -> Trace:
+    """Turn ``n`` of a conversation: its invoke_agent span given the earlier turns as
+    history in ``gen_ai.input.messages`` (the GenAI conventions' shape), one chat call."""
+    from otel_eval.base.model import Span
+    trace_id = f"{n + 1:032x}"
+    out = json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": reply}],
+                       "finish_reason": "stop"}])
+    start = 1_764_547_200 * 10**9 + n * 60 * 10**9
+    attrs = {"gen_ai.input.messages": json.dumps(history), "gen_ai.output.messages": out,
+             KEY: "conv-1"}
+    root = Span(trace_id, "a" * 16, None, "invoke_agent w", start, start + 10**9,
+                attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "w",
+                            **attrs})
+    chat = Span(trace_id, "b" * 16, "a" * 16, "chat m", start + 1, start + 10**8,
+                attributes={"gen_ai.operation.name": "chat",
+                            "gen_ai.response.finish_reasons": ["stop"], **attrs})
+    return Trace(trace_id, [root, chat], "complete")
+
+
+def test_turns_whose_agent_is_given_the_earlier_turns_are_no_repeated_request() -> None:
+    """Each turn's agent span carries the conversation so far as its input messages, this
+    turn's request last: three different requests, no repeat. Before, every turn's request
+    was read as the first one ("What is the weather in Paris today?") and the session found
+    it repeated in all three."""
+    questions = ["What is the weather in Paris today?", "And what about London tomorrow?",
+                 "Should I take an umbrella to Tokyo?"]
+    history: list[dict[str, Any]] = []
+    turns = []
+    evaluator = Evaluator(Config())
+    for n, question in enumerate(questions):
+        history = [*history, {"role": "user", "parts": [{"type": "text", "content": question}]}]
+        ev = evaluator.evaluate(_agent_turn(n, history, f"answer {n}"))
+        assert ev is not None
+        turns.append(ev.to_json())
+        history = [*history, {"role": "assistant",
+                              "parts": [{"type": "text", "content": f"answer {n}"}]}]
+    assert [t["input"] for t in turns] == questions
+    record = evaluate_session("conv-1", turns, SessionsConfig(), "complete")
+    assert not [f for f in record["findings"] if f["detector"] == "repeated_request"]

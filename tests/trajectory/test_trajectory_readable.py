@@ -529,3 +529,31 @@ def test_a_run_whose_last_reply_said_nothing_answered_nothing(reply: dict | None
     findings, _ = Detectors(DetectorsConfig()).evaluate(t)
     found = {(f.detector, f.kind) for f in findings}
     assert (("non_termination", "no_output") in found) is no_output
+
+
+# A chat turn's agent span that was given the earlier turns as history, as the GenAI
+# conventions record an invoke_agent span's input ("the chat history provided", their example:
+# a user message, the assistant's tool call, the tool's response), then this turn's request.
+_AGENT_HISTORY = [_user("What is the weather in Paris?"),
+                  {"role": "assistant", "parts": [
+                      {"type": "tool_call", "id": "call_1", "name": "get_weather",
+                       "arguments": {"location": "Paris"}}]},
+                  {"role": "tool", "parts": [
+                      {"type": "tool_call_response", "id": "call_1", "response": "rainy"}]},
+                  *SAY, _user("And in London?")]
+
+
+@pytest.mark.parametrize("recorded", ["json", "structured"])
+def test_an_agent_given_the_earlier_turns_has_this_turn_s_request_as_task(
+        recorded: str) -> None:
+    """The run's task read from its agent span's input messages: before, the first user
+    message there (the conversation's first turn's request, on every later turn: the
+    session's ``repeated_request`` then found "the same request" in every turn), where the
+    same history on its first LLM call gave this turn's."""
+    history = json.dumps(_AGENT_HISTORY) if recorded == "json" else _AGENT_HISTORY
+    body = _body(span("root", None, 0, {**AGENT, "gen_ai.input.messages": history,
+                                        "gen_ai.output.messages": json.dumps(SAY)}),
+                 span("chat", "root", 1, {**CHAT, "gen_ai.input.messages": history,
+                                          "gen_ai.output.messages": json.dumps(SAY)}))
+    assert body["input"] == "And in London?"
+    assert body["input_messages"] == _AGENT_HISTORY  # as recorded

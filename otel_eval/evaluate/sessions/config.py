@@ -55,7 +55,7 @@ class SessionsConfig:
     # The same call (same tool, same canonical arguments) made in at least this many turns
     # of one conversation is a session loop. Turns.
     loop_turns: int = 3
-    # The user's request (the first user message of a turn, whitespace and case folded)
+    # The user's request (a turn's last user message, whitespace and case folded)
     # repeated in at least this many turns is a `repeated_request` finding. Turns.
     repeated_request_turns: int = 2
     # Requests shorter than this are not compared ("yes", "ok", "thanks" repeat without the

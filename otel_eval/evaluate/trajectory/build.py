@@ -52,8 +52,8 @@ output are read last. Promises:
   result is its Prediction's ``answer`` (another value is unknown, and so is the run's output);
 - input/output come from the agent (or root) span, else from the LLM messages (the output is
   the last LLM answer when the agent's result only wraps it, as a graph state or a repr); the
-  task read from an LLM call's messages (the first call's, or the root's when the run is one
-  call with no agent span) is the last user request there, the messages before it history;
+  task read from messages (the agent's or root's input, else the first LLM call's) is the last
+  user request there, the messages before it history;
   what no span recorded is listed in ``Trajectory.unrecorded`` and stays None;
 - an LLM step with model and tokens but no cost is priced from litellm's packaged table;
 - the conversation id and user come from every convention that carries one, in the one
@@ -84,7 +84,6 @@ from otel_eval.evaluate.conventions.messages import (
     reply_text,
     request_of,
     request_text,
-    task_of,
 )
 from otel_eval.evaluate.conventions.values import as_str, parse_json
 from otel_eval.evaluate.trajectory.passes import Draft, run_passes
@@ -236,10 +235,10 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
     said = _first_with((agent, root_step), "input_text")
     raw_input = said.input_text if said is not None else \
         (request_text(llm[0].input_text) if llm else None)
-    # a run that is one LLM call (no agent span; its root the call) was sent the earlier
-    # turns as history as any first call is: its request is the last user request there
-    task, input_messages = _text_of(
-        raw_input, request_of if said is not None and said.kind == "llm" else task_of)
+    # a run's input, its agent's (an invoke_agent span's messages: "the chat history
+    # provided") or its first LLM call's, holds the earlier turns as history: its request is
+    # the last user request there
+    task, input_messages = _text_of(raw_input, request_of)
     if input_messages is None and task is not None and task[:1] in ("{", "["):
         task = _request(task, llm)
     answer, output_messages = _text_of(output, answer_of)
