@@ -50,7 +50,8 @@ output are read last. Promises:
   span: ``conventions.openinference``), the outermost module of a class of the user's outside
   every agent is an agent step named by its class (``<Class>.forward``), and a DSPy module's
   result is its Prediction's ``answer`` (another value is unknown, and so is the run's output);
-- input/output come from the agent (or root) span, else from the LLM messages (the output is
+- input/output come from the agent (or root) span (a GenAI workflow root's own first: its
+  agents are steps of it), else from the LLM messages (the output is
   the last LLM answer when the agent's result only wraps it, as a graph state or a repr); the
   task read from messages (the agent's or root's input, else the first LLM call's) is the last
   user request there, the messages before it history;
@@ -176,14 +177,24 @@ def _holds(result: str, said: str) -> bool:
     return at >= 0 and said.startswith(body[at:])
 
 
-def _output(builder: StepBuilder, agent: Step | None, root_step: Step | None,
+def _output(builder: StepBuilder, run: tuple[Step | None, Step | None],
             llm: list[Step]) -> str | None:
-    """The run's answer (``_answer``); a DSPy module's run (``StepBuilder._dspy_module``) gives
-    its Prediction's answer or nothing: the last LLM call's text is DSPy's template then."""
-    first_step = agent if agent is not None else root_step
+    """The run's answer (``_answer``) from the first of ``run`` (its agent and root step, in
+    the order they are read) that recorded a result; a DSPy module's run
+    (``StepBuilder._dspy_module``) gives its Prediction's answer or nothing: the last LLM
+    call's text is DSPy's template then."""
+    first_step = run[0] if run[0] is not None else run[1]
     if first_step is not None and first_step.span_id in builder.dspy_modules:
         return first_step.result
-    return _answer(_first_text((agent, root_step), "result"), llm, builder.steps)
+    return _answer(_first_text(run, "result"), llm, builder.steps)
+
+
+# The GenAI conventions' workflow operation ("Invoke GenAI workflow"), on a run's root span.
+_WORKFLOW = "invoke_workflow"
+
+
+def _workflow(root: Span | None) -> bool:
+    return root is not None and root.attributes.get("gen_ai.operation.name") == _WORKFLOW
 
 
 def _unrecorded(steps: list[Step], output: str | None) -> dict[str, int]:
@@ -231,8 +242,12 @@ def build_trajectory(trace: Trace, config: TrajectoryConfig) -> Trajectory:
     agent = _agent_step(builder)
     name, source = _agent_name(builder, agent)
     llm = [s for s in builder.steps if s.kind == "llm"]
-    output = _output(builder, agent, root_step, llm)
-    said = _first_with((agent, root_step), "input_text")
+    # the run's own messages: its agent's, then its root's; a workflow root's first (the
+    # GenAI conventions' ``invoke_workflow``: the workflow's input and output, where its
+    # agents' are the steps of it, the first agent's result no answer of the run's)
+    run = (agent, root_step) if not _workflow(root_span) else (root_step, agent)
+    output = _output(builder, run, llm)
+    said = _first_with(run, "input_text")
     raw_input = said.input_text if said is not None else \
         (request_text(llm[0].input_text) if llm else None)
     # a run's input, its agent's (an invoke_agent span's messages: "the chat history
