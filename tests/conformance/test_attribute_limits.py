@@ -76,3 +76,21 @@ def test_arguments_cut_at_the_limit_are_no_repeated_call(stack: str, scenario: s
     got = [(s.arguments or {}).get("city") for s in ev.trajectory.tool_steps
            if s.tool_name == "get_weather" and isinstance(s.arguments, dict)]
     assert got in ([], want)  # the model's calls, or unknown: never the cut text
+
+
+# At a short limit (128 characters and less, as some users set) every LLM output recorded as
+# JSON text is cut inside its first message: DSPy's six turns, each naming another city after
+# the same opening thought, or GenAI's output messages cut before the call's name, read the
+# same. Such a text is known only in part, never alike (``values.cut_json``).
+_SHORT = [(s, c, n) for n in (128, 64) for s, c in _CELLS]
+
+
+@pytest.mark.parametrize(("stack", "scenario", "limit"), _SHORT,
+                         ids=[f"{s}/{c}@{n}" for s, c, n in _SHORT])
+def test_outputs_cut_at_a_short_limit_are_no_stagnation(stack: str, scenario: str,
+                                                       limit: int) -> None:
+    spans, logs = load(stack, scenario)
+    limited = [_limited(s, limit) for s in spans]
+    ev = Evaluator(Config()).evaluate(Trace(spans[0].trace_id, limited, "complete", logs=logs))
+    assert ev is not None
+    assert not [f.message for f in ev.findings if f.detector == "loop"]

@@ -110,6 +110,16 @@ def parse_json(value: Any) -> Any:
         return value
 
 
+def cut_json(value: Any) -> bool:
+    """Text that opens as a JSON object or array and never closes it (the readers keep text
+    that did not parse as it came: ``parse_json``): a value known only in part, cut at an
+    attribute length limit (``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``). Two such texts may be
+    alike though the values differ past the cut: never compare them as the values. (A whole
+    object kept as text, one nested too deep to read, closes: it is what it says.)"""
+    return isinstance(value, str) and value.lstrip()[:1] in ("{", "[") \
+        and value.rstrip()[-1:] not in ("}", "]")
+
+
 def as_name(value: Any) -> str | None:
     """A name (a tool's, a requested call's): non-empty text as carried. Every convention
     records names as strings; any other value (a number, an array, a map) is not understood,

@@ -32,6 +32,7 @@ from operator import add
 
 from otel_eval.base.results import Finding
 from otel_eval.base.steps import Step, Trajectory
+from otel_eval.evaluate.conventions.values import cut_json
 from otel_eval.evaluate.detectors.calls import (
     Call,
     Context,
@@ -249,10 +250,13 @@ def _similar(texts: list[str], words: list[list[str]], j: int, threshold: float,
 def _output(step: Step) -> str:
     """What an LLM step said: its output text plus the calls it asked for (instrumentations
     that keep tool calls in attributes of their own leave them out of the text, and outputs
-    made only of different calls are not alike). Empty when nothing was recorded."""
+    made only of different calls are not alike). Empty when nothing was recorded, or when
+    the output or a call's arguments are known only in part (``values.cut_json``: JSON text
+    cut at an attribute length limit; the replies may differ past the cut)."""
     text = (step.output_text or "").strip()
-    if any(c.arguments is None for c in step.tool_calls):
-        return ""  # calls whose arguments were not recorded: unknown, not alike
+    if cut_json(text) or any(c.arguments is None or cut_json(c.arguments)
+                             for c in step.tool_calls):
+        return ""  # unknown (not recorded, or cut), not alike
     if not step.tool_calls and text[:1] in ("[", "{") and step.answer is None:
         # messages with no text (``Step.answer``) and no call: what they said is unknown,
         # never alike (Semantic Kernel's choice records read as text: '[{"role": ...}]')

@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from otel_eval.base.steps import Step, ToolCall
+from otel_eval.evaluate.conventions.values import cut_json
 from otel_eval.evaluate.trajectory.envelopes import fits, unknown_keys, unwrap
 from otel_eval.evaluate.trajectory.links import AS_ONLY_PARAMETER
 
@@ -65,15 +66,6 @@ def _why(step: Step, schema: Any) -> str | None:
     if "(inside " in step.sources.get("arguments", "") and not isinstance(args, dict):
         return "unparsed: an envelope around no object"
     return None
-
-
-def _cut_object(args: Any) -> bool:
-    """Text that opens as a JSON object or array and never closes it (the readers keep text
-    that did not parse as it came: ``values.parse_json``): an object known only in part, cut
-    at an attribute length limit, not a text argument. (A whole object kept as text, one
-    nested too deep to read, is still the same call when the same text comes again.)"""
-    return isinstance(args, str) and args.lstrip()[:1] in ("{", "[") \
-        and args.rstrip()[-1:] not in ("}", "]")
 
 
 def _from_call(step: Step, call: ToolCall) -> None:
@@ -122,8 +114,8 @@ def settle(steps: list[Step], tools: Mapping[str, Any], joined: Mapping[int, Too
                 and _as_asked(step, call):
             _from_call(step, call)
             continue
-        if _cut_object(step.arguments) and not (call is not None
-                                                and call.arguments == step.arguments):
+        if cut_json(step.arguments) and not (call is not None
+                                             and call.arguments == step.arguments):
             _unread(step, call, set_aside, "unparsed: the text of an object that is no JSON "
                                            "(cut at an attribute length limit?)")
             continue  # with a schema or without: text that two calls share says nothing
