@@ -19,6 +19,7 @@ from otel_eval.base.results import Evaluation, Finding
 from otel_eval.base.steps import Step, ToolCall, Trajectory
 from otel_eval.evaluate.bounds import bound
 from otel_eval.evaluate.config import TrajectoryConfig
+from otel_eval.evaluate.conventions.values import MAX_OUTPUT_CALLS
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.trajectory.code_actions import CODE_TOOL
 
@@ -190,10 +191,12 @@ def test_rebuilt_tool_calls_are_capped_per_trace_and_counted() -> None:
     assert ev.verdict is not None and ev.verdict.passed is not None
 
 
-def test_the_default_cap_bounds_one_span_of_calls() -> None:
-    """Counted work, not time: a span asking for more calls than the default cap makes the
-    cap's number of steps."""
+def test_the_default_cap_bounds_a_trace_of_calls() -> None:
+    """Counted work, not time: spans asking for more calls than the default cap make the
+    cap's number of steps (one output's calls are read up to ``MAX_OUTPUT_CALLS``:
+    tests/trajectory/test_output_calls_bound.py)."""
     cap = TrajectoryConfig().max_rebuilt_calls
-    trajectory = Evaluator(Config()).evaluate(_calls_trace(1, cap + 50)).trajectory
+    spans = cap // MAX_OUTPUT_CALLS + 1
+    trajectory = Evaluator(Config()).evaluate(_calls_trace(spans, MAX_OUTPUT_CALLS)).trajectory
     assert sum(1 for s in trajectory.steps if s.rebuilt) == cap
-    assert trajectory.calls_over_limit == 50
+    assert trajectory.calls_over_limit == spans * MAX_OUTPUT_CALLS - cap

@@ -38,7 +38,7 @@ from otel_eval.evaluate.conventions.langfuse import LANGFUSE
 from otel_eval.evaluate.conventions.mlflow import MLFLOW
 from otel_eval.evaluate.conventions.openinference import OPENINFERENCE
 from otel_eval.evaluate.conventions.openllmetry import OPENLLMETRY
-from otel_eval.evaluate.conventions.values import as_str
+from otel_eval.evaluate.conventions.values import MAX_OUTPUT_CALLS, as_str
 from otel_eval.evaluate.conventions.vercel_ai import VERCEL_AI
 
 __all__ = ["ADAPTERS", "UNKNOWN", "Adapter", "classify", "describe", "dominant", "is_setup",
@@ -199,6 +199,10 @@ def read_span(step: Step, span: Span, attrs: Attrs) -> tuple[Adapter | None, Pla
         step.sources["error"] = f"finish reason {_FAILED_REPLY_REASON}"
     for reader in shape.extra:  # cost, cache-write tokens, exit code: only when keyed
         reader.read(step, span, attrs)
+    if len(step.tool_calls) > MAX_OUTPUT_CALLS:  # the readers stopped one past it
+        del step.tool_calls[MAX_OUTPUT_CALLS:]
+        step.unknown["tool_calls"] = (f"more than {MAX_OUTPUT_CALLS} calls asked for in one "
+                                      f"output: the first {MAX_OUTPUT_CALLS} read")
     return adapter, shape
 
 

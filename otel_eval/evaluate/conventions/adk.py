@@ -29,12 +29,13 @@ ADK 2's default, records the conventions' own attributes and needs nothing here.
 from __future__ import annotations
 
 import json
+from itertools import islice
 from typing import Any
 
 from otel_eval.base.model import Span
 from otel_eval.base.steps import Step, ToolCall
 from otel_eval.evaluate.conventions.adapter import Attrs
-from otel_eval.evaluate.conventions.values import as_str, parse_json
+from otel_eval.evaluate.conventions.values import MAX_OUTPUT_CALLS, as_str, parse_json
 
 __all__ = ["KEYS", "read", "tools"]
 
@@ -102,8 +103,10 @@ def _llm(step: Step, attrs: Attrs) -> None:
             step.output_text = json.dumps([reply], ensure_ascii=False)
             step.sources["output_text"] = f"adk {LLM_RESPONSE}"
             if not step.tool_calls:
-                step.tool_calls = [ToolCall(p["name"], p["arguments"], p["id"])
-                                   for p in reply["parts"] if p["type"] == "tool_call"]
+                step.tool_calls = list(islice(
+                    (ToolCall(p["name"], p["arguments"], p["id"])
+                     for p in reply["parts"] if p["type"] == "tool_call"),
+                    MAX_OUTPUT_CALLS + 1))  # one past: read_span marks the rest cut
 
 
 def _message(content: Any) -> dict[str, Any] | None:

@@ -26,6 +26,7 @@ from otel_eval.evaluate.conventions.values import (
     as_list_of_str,
     as_name,
     as_str,
+    calls_full,
     decode_json_string,
     dumps,
     first,
@@ -127,11 +128,15 @@ def _output_calls(text: str | None, want_reasons: bool
     reasons: list[str] = []
     nameless = 0
     for msg in messages:
+        if calls_full(calls):
+            break
         if not isinstance(msg, dict):
             continue
         if isinstance(msg.get("finish_reason"), str):
             reasons.append(msg["finish_reason"])
         for part in _list(msg.get("parts")):
+            if calls_full(calls):
+                break
             if isinstance(part, dict) and part.get("type") == "tool_call":
                 name = as_name(part.get("name"))
                 if name is None:
@@ -140,6 +145,8 @@ def _output_calls(text: str | None, want_reasons: bool
                 calls.append(ToolCall(name, parse_json(part.get("arguments")),
                                       as_str(part.get("id")) or None))
         for tc in _list(msg.get("tool_calls")):
+            if calls_full(calls):
+                break
             fn = tc.get("function") if isinstance(tc, dict) else None
             name = as_name(fn.get("name")) if isinstance(fn, dict) else None
             if isinstance(fn, dict) and name is not None:
@@ -147,7 +154,7 @@ def _output_calls(text: str | None, want_reasons: bool
                                       as_str(tc.get("id")) or None))
             else:
                 nameless += 1
-        if "parts" not in msg and "tool_calls" not in msg:
+        if "parts" not in msg and "tool_calls" not in msg and not calls_full(calls):
             calls.extend(_block_calls(msg.get("content")))
     return calls, reasons, parsed, nameless
 
@@ -155,8 +162,10 @@ def _output_calls(text: str | None, want_reasons: bool
 def _block_calls(content: Any) -> list[ToolCall]:
     """Tool calls as content blocks: Anthropic ``{"type": "tool_use", "id", "name", "input"}``,
     Bedrock ``{"toolUse": {"toolUseId", "name", "input"}}`` (Strands' messages)."""
-    calls = []
+    calls: list[ToolCall] = []
     for block in _list(content):
+        if calls_full(calls):
+            break
         if not isinstance(block, dict):
             continue
         use = block.get("toolUse") if isinstance(block.get("toolUse"), dict) else (

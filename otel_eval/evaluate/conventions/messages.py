@@ -19,7 +19,7 @@ from typing import Any
 
 from otel_eval.base.steps import ToolCall
 from otel_eval.evaluate.conventions.haystack import reply_finish_reasons
-from otel_eval.evaluate.conventions.values import as_name, as_str, parse_json
+from otel_eval.evaluate.conventions.values import as_name, as_str, calls_full, parse_json
 
 _DECODER = json.JSONDecoder()
 # a response object's repr (``raw_finish_reasons``): its first choice, and where it is looked for
@@ -411,9 +411,11 @@ def response_message(raw: str | None) -> dict[str, Any] | None:
 def reply_calls(reply: dict[str, Any]) -> list[ToolCall]:
     """Tool calls of a reply message (OpenAI shape: ``tool_calls[].function``; anything but
     a list there holds none)."""
-    calls = []
+    calls: list[ToolCall] = []
     found = reply.get("tool_calls")
     for call in found if isinstance(found, list) else ():
+        if calls_full(calls):
+            break
         fn = call.get("function") if isinstance(call, dict) else None
         name = as_name(fn.get("name")) if isinstance(fn, dict) else None
         if isinstance(fn, dict) and name is not None:

@@ -67,6 +67,7 @@ from otel_eval.evaluate.conventions.values import (
     as_list_of_str,
     as_name,
     as_str,
+    calls_full,
     decode_json_string,
     first,
     parse_json,
@@ -256,8 +257,10 @@ def _tool_calls(attrs: Attrs) -> tuple[list[ToolCall], int]:
         if message is None or call is None:
             continue
         found.setdefault((message, call), {})[field] = value
-    calls = []
+    calls: list[ToolCall] = []
     for _, fields in sorted(found.items()):
+        if calls_full(calls):
+            break
         name = as_name(fields.get("function.name"))
         if name is not None:
             calls.append(ToolCall(name, parse_json(fields.get("function.arguments")),

@@ -35,6 +35,7 @@ from otel_eval.evaluate.conventions.values import (
     as_int,
     as_name,
     as_str,
+    calls_full,
     decode_json_string,
     first,
     parse_json,
@@ -146,7 +147,8 @@ def _completion_calls(attrs: Attrs, count: int) -> tuple[list[ToolCall], list[st
         if reason:
             reasons.append(str(reason))
         j = 0
-        while any(f"{prefix}.tool_calls.{j}.{k}" in attrs for k in _CALL_FIELDS):
+        while not calls_full(calls) and any(f"{prefix}.tool_calls.{j}.{k}" in attrs
+                                            for k in _CALL_FIELDS):
             call = f"{prefix}.tool_calls.{j}"
             name = as_name(attrs.get(f"{call}.name"))
             if name is not None:

@@ -21,6 +21,19 @@ _DECODER = json.JSONDecoder()
 dumps = json.JSONEncoder(ensure_ascii=False, default=str).encode
 
 
+# The most tool calls read from one LLM output (a reply asks for a few, a parallel batch for
+# tens): past it a reader stops making calls (it keeps one more, to show there were more),
+# and ``conventions.read_span`` keeps the first ones and marks the step's calls known only
+# in part (``Step.unknown["tool_calls"]``): a 17 MB output of 200,000 calls cost every pass
+# after it ~6.5 s and ~380 MB before the trace's rebuild cap (``max_rebuilt_calls``).
+MAX_OUTPUT_CALLS = 1_000
+
+
+def calls_full(calls: list[Any]) -> bool:
+    """For the readers: ``calls`` holds more than ``MAX_OUTPUT_CALLS``; read no more."""
+    return len(calls) > MAX_OUTPUT_CALLS
+
+
 # The largest count a reader keeps: 2**53, the last integer a float holds exactly. The metrics,
 # the features and the cost sums turn counts into floats (a 400-digit int raises OverflowError
 # there, and anything past 2**53 is already rounded); no token count, exit code or size an

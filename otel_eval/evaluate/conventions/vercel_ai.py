@@ -23,6 +23,7 @@ from otel_eval.evaluate.conventions.values import (
     as_int,
     as_name,
     as_str,
+    calls_full,
     decode_json_string,
     first,
     parse_json,
@@ -47,8 +48,10 @@ def _explicit(span: Span, attrs: Attrs) -> StepKind | None:
 
 
 def _tool_calls(raw: Any) -> list[ToolCall]:
-    calls = []
+    calls: list[ToolCall] = []
     for item in parse_json(raw) if isinstance(parse_json(raw), list) else ():
+        if calls_full(calls):
+            break
         if isinstance(item, dict) and isinstance(item.get("toolName"), str):
             args = item.get("input", item.get("args"))
             calls.append(ToolCall(item["toolName"], parse_json(args),

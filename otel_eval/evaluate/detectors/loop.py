@@ -251,11 +251,12 @@ def _output(step: Step) -> str:
     """What an LLM step said: its output text plus the calls it asked for (instrumentations
     that keep tool calls in attributes of their own leave them out of the text, and outputs
     made only of different calls are not alike). Empty when nothing was recorded, or when
-    the output or a call's arguments are known only in part (``values.cut_json``: JSON text
+    the output, its calls (``Step.calls_unknown``: unnamed, or past ``MAX_OUTPUT_CALLS``)
+    or a call's arguments are known only in part (``values.cut_json``: JSON text
     cut at an attribute length limit; the replies may differ past the cut)."""
     text = (step.output_text or "").strip()
-    if cut_json(text) or any(c.arguments is None or cut_json(c.arguments)
-                             for c in step.tool_calls):
+    if step.calls_unknown or cut_json(text) or any(
+            c.arguments is None or cut_json(c.arguments) for c in step.tool_calls):
         return ""  # unknown (not recorded, or cut), not alike
     if not step.tool_calls and text[:1] in ("[", "{") and step.answer is None:
         # messages with no text (``Step.answer``) and no call: what they said is unknown,

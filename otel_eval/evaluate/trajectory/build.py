@@ -86,7 +86,7 @@ from otel_eval.evaluate.conventions.messages import (
     request_of,
     request_text,
 )
-from otel_eval.evaluate.conventions.values import as_str, parse_json
+from otel_eval.evaluate.conventions.values import MAX_OUTPUT_CALLS, as_str, parse_json
 from otel_eval.evaluate.trajectory.passes import Draft, run_passes
 from otel_eval.evaluate.trajectory.shapes import unrecognised
 from otel_eval.evaluate.trajectory.spans import StepBuilder, dedupe, tree_order
@@ -213,6 +213,9 @@ def _unrecorded(steps: list[Step], output: str | None) -> dict[str, int]:
             key = "unparsed" if "output_text" in step.unknown else "llm_output"
             out[key] = out.get(key, 0) + 1
         elif step.kind_unknown:  # a marker value no convention defines
+            out["unparsed"] = out.get("unparsed", 0) + 1
+        if step.kind == "llm" and len(step.tool_calls) >= MAX_OUTPUT_CALLS \
+                and step.calls_unknown:  # its calls past the bound (``read_span``)
             out["unparsed"] = out.get("unparsed", 0) + 1
     if output is None:
         out["output"] = 1

@@ -116,6 +116,8 @@ def fold(inner: Step, outer: Step, why: str, fields: tuple[str, ...] = _FIELDS) 
         outer.finish_reasons = list(inner.finish_reasons)
     if not outer.tool_calls:
         outer.tool_calls = list(inner.tool_calls)
+        if inner.calls_unknown and not outer.calls_unknown:  # known only in part there too
+            outer.unknown["tool_calls"] = inner.unknown["tool_calls"]
     if inner.status == "error" and outer.status != "error":
         outer.status, outer.error = "error", inner.error
     inner.kind = "other"
