@@ -67,6 +67,24 @@ def test_price_table_read_without_litellm_matches_litellm_model_cost() -> None:
     def rate(value: object) -> float | None:
         return float(value) if isinstance(value, int | float) else None
 
+    rates = ("input_cost_per_token", "output_cost_per_token", "cache_read_input_token_cost",
+             "cache_creation_input_token_cost")
+
+    def tiers(entry: dict[str, object]) -> tuple[tuple[float, ...], ...]:
+        """<rate>_above_<N>[k]_tokens, without a service-tier suffix or a TTL."""
+        found: dict[float, list[float | None]] = {}
+        for key, value in entry.items():
+            head, sep, tail = key.partition("_above_")
+            size = tail.removesuffix("_tokens")
+            if not (sep and head in rates and size != tail and rate(value) is not None):
+                continue
+            try:
+                threshold = float(size.removesuffix("k")) * (1000 if size.endswith("k") else 1)
+            except ValueError:
+                continue
+            found.setdefault(threshold, [None] * 4)[rates.index(head)] = rate(value)
+        return tuple((t, *found[t]) for t in sorted(found))  # type: ignore[misc]
+
     table = _price_map()
     expected = {}
     for name, entry in litellm.model_cost.items():
@@ -74,9 +92,11 @@ def test_price_table_read_without_litellm_matches_litellm_model_cost() -> None:
         if isinstance(inp, int | float) and isinstance(out, int | float):
             expected[name] = Prices(float(inp), float(out),
                                     rate(entry.get("cache_read_input_token_cost")),
-                                    rate(entry.get("cache_creation_input_token_cost")))
+                                    rate(entry.get("cache_creation_input_token_cost")),
+                                    tiers(entry))  # type: ignore[arg-type]
     assert len(expected) > 1000 and any(n.endswith("-latest") for n in expected)  # aliases
     assert sum(p.cache_read is not None for p in expected.values()) > 1000  # cache rates
+    assert sum(bool(p.above) for p in expected.values()) > 100  # long-context tiers
     assert table == expected
 
 
@@ -149,3 +169,45 @@ def test_every_provider_the_genai_conventions_name_picks_its_row() -> None:
     assert named <= PRICE_PREFIXES.keys()
     assert budget.model_prices("kimi-k2.5") is None
     assert budget.model_prices("kimi-k2.5", "moonshot_ai") == _price_map()["moonshot/kimi-k2.5"]
+
+
+def test_a_long_context_call_is_priced_at_its_tier() -> None:
+    """litellm's map prices a call whose input tokens exceed N at the row's
+    ``*_above_<N>k_tokens`` rates, the whole call (``_get_token_base_cost``): a 300k-token
+    gemini-2.5-pro call was priced at the 200k-and-under rates, half its cost."""
+    from otel_eval.evaluate.judge.llm import litellm
+
+    row = litellm.model_cost["gemini-2.5-pro"]
+    assert row["input_cost_per_token_above_200k_tokens"] > row["input_cost_per_token"]
+    long_call = llm("a", input_tokens=300_000, output_tokens=1_000, model="gemini-2.5-pro")
+    short_call = llm("b", input_tokens=200_000, output_tokens=1_000, model="gemini-2.5-pro")
+    assert budget.step_cost(long_call) == pytest.approx(
+        300_000 * row["input_cost_per_token_above_200k_tokens"]
+        + 1_000 * row["output_cost_per_token_above_200k_tokens"])
+    assert budget.step_cost(short_call) == pytest.approx(  # not above: the base rates
+        200_000 * row["input_cost_per_token"] + 1_000 * row["output_cost_per_token"])
+    cached = llm("c", input_tokens=300_000, output_tokens=0, model="gemini-2.5-pro")
+    cached.cache_read_tokens = 100_000  # part of the input tokens, at the tier's cache rate
+    assert budget.step_cost(cached) == pytest.approx(
+        200_000 * row["input_cost_per_token_above_200k_tokens"]
+        + 100_000 * row["cache_read_input_token_cost_above_200k_tokens"])
+
+
+def test_cost_unknown_says_which_rate_is_missing() -> None:
+    """A model the map prices, with cache-read tokens and no cache-read rate, is not a model
+    with no price: the message names the missing rate (and a call with no token counts
+    says so)."""
+    from otel_eval.evaluate.trajectory.prices import _price_map
+
+    model = next(name for name, p in sorted(_price_map().items())
+                 if p.cache_read is None and "/" not in name)
+    cached = llm("a", model=model)
+    cached.cache_read_tokens = 50
+    uncounted = llm("b", model="gpt-4o")
+    uncounted.input_tokens = uncounted.output_tokens = None  # type: ignore[assignment]
+    found = budget.detect(traj(cached, uncounted), DetectorsConfig(),
+                          Context(budgets={"cost_usd": 1.0}))
+    assert kinds(found) == ["budget/cost_unknown"]
+    assert found[0].message == (f"cost partly unknown (no cache-read price for {model}; "
+                                "no token counts for gpt-4o)")
+    assert found[0].attributes["cost_unknown_models"] == sorted([model, "gpt-4o"])

@@ -14,7 +14,7 @@ from otel_eval.base.results import Finding
 from otel_eval.base.steps import Step, Trajectory
 from otel_eval.evaluate.detectors.calls import Context
 from otel_eval.evaluate.detectors.config import DetectorsConfig
-from otel_eval.evaluate.trajectory.prices import model_prices, step_cost
+from otel_eval.evaluate.trajectory.prices import model_prices, step_cost, unpriced
 
 __all__ = ["cost", "detect", "measure", "model_prices", "step_cost"]
 
@@ -24,16 +24,17 @@ _LABELS = {"steps": "steps", "llm_calls": "LLM calls", "tool_calls": "tool calls
            "cost_usd": "cost", "duration_s": "wall time"}
 
 
-def cost(trajectory: Trajectory) -> tuple[float, list[str]]:
-    """(known cost in USD, models whose cost is unknown)."""
-    total, unknown = 0.0, set()
+def cost(trajectory: Trajectory) -> tuple[float, list[str], list[str]]:
+    """(known cost in USD, models whose cost is unknown, why: ``prices.unpriced``)."""
+    total, unknown, why = 0.0, set(), set()
     for s in trajectory.llm_steps:
         c = step_cost(s)
         if c is None:
             unknown.add(s.model or "<no model>")
+            why.add(unpriced(s))
         else:
             total += c
-    return total, sorted(unknown)
+    return total, sorted(unknown), sorted(why)
 
 
 def measure(trajectory: Trajectory, names: set[str]) -> dict[str, float]:
@@ -100,7 +101,7 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
     for name in sorted(budgets, key=list(_LABELS).index):
         limit, value = budgets[name], values[name]
         attrs: dict[str, Any] = {"budget": name, "value": value, "limit": limit}
-        unknown = cost(trajectory)[1] if name == "cost_usd" else []
+        unknown, why = cost(trajectory)[1:] if name == "cost_usd" else ([], [])
         if unknown:
             attrs["cost_unknown_models"] = unknown
         if value > limit:
@@ -110,6 +111,6 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
                                [s.index for s in over], attrs))
         elif unknown:
             out.append(Finding("budget", "cost_unknown", "info",
-                               f"cost partly unknown (no price for {', '.join(unknown)})",
+                               f"cost partly unknown ({'; '.join(why)})",
                                attributes=attrs))
     return out

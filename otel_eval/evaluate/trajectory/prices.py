@@ -13,6 +13,15 @@ all the input tokens. A cached count above 0 whose rate the map lacks leaves the
 as an unpriced model: the input rate is no bound (a cache write costs 1.25x an input token at
 Anthropic) and a guess is no reason for a budget finding.
 
+Long-context rates: a row's ``<rate>_above_<N>k_tokens`` keys (``input_cost_per_token_above_
+200k_tokens``, ``output_...``, ``cache_read_input_token_cost_...``,
+``cache_creation_input_token_cost_...``; ``N`` in tokens without the ``k``) price a whole call
+whose input tokens (cached ones included) exceed ``N``, as litellm bills them
+(``_get_token_base_cost``): the highest tier exceeded, each rate it lists replacing the lower
+one, the others kept. The service-tier variants (``_priority``, ``_flex``, ``_batches``) are
+not read: a span does not say its call's tier. A model priced only by a ``tiered_pricing``
+table has no ``input_cost_per_token``: its cost is unknown.
+
 The map is read from litellm's package directory as JSON, without importing litellm (~190 MB
 resident and seconds of import, which serve pays only when the judge is configured), and
 kept as ``Prices`` per model name, its aliases resolved the way litellm resolves
@@ -24,6 +33,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -42,6 +52,26 @@ class Prices(NamedTuple):
     output: float
     cache_read: float | None = None
     cache_write: float | None = None
+    # the long-context tiers, ascending: (input tokens a call must exceed, input, output,
+    # cache read, cache write rates; None: the lower tier's)
+    above: tuple[tuple[float, float | None, float | None, float | None, float | None], ...] = ()
+
+    def for_input(self, tokens: int) -> Prices:
+        """The rates of a call of ``tokens`` input tokens (cached ones included): those of the
+        highest tier it exceeds, each rate it lists replacing the lower one."""
+        inp, out, read, write = self.input, self.output, self.cache_read, self.cache_write
+        for threshold, t_inp, t_out, t_read, t_write in self.above:
+            if tokens > threshold:
+                inp, out = t_inp if t_inp is not None else inp, t_out if t_out is not None else out
+                read = t_read if t_read is not None else read
+                write = t_write if t_write is not None else write
+        return Prices(inp, out, read, write)
+
+
+_RATES = ("input_cost_per_token", "output_cost_per_token", "cache_read_input_token_cost",
+          "cache_creation_input_token_cost")
+# a long-context rate of litellm's map: <rate>_above_<N>[k]_tokens (no service-tier suffix)
+_TIER_KEY = re.compile(rf"({'|'.join(_RATES)})_above_(\d+(?:\.\d+)?)(k?)_tokens")
 
 
 @lru_cache(maxsize=1)
@@ -82,7 +112,8 @@ def price_table(raw: Mapping[str, Any]) -> dict[str, Prices]:
         if isinstance(inp, int | float) and isinstance(out, int | float):
             table[name] = Prices(float(inp), float(out),
                                  _rate(row.get("cache_read_input_token_cost")),
-                                 _rate(row.get("cache_creation_input_token_cost")))
+                                 _rate(row.get("cache_creation_input_token_cost")),
+                                 _tiers(row))
     table.update((alias, table[owner]) for alias, owner in owners.items() if owner in table)
     return table
 
@@ -90,6 +121,19 @@ def price_table(raw: Mapping[str, Any]) -> dict[str, Prices]:
 def _rate(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
         else None
+
+
+def _tiers(row: Mapping[str, Any]) -> tuple[tuple[float, float | None, float | None,
+                                                  float | None, float | None], ...]:
+    """A row's long-context tiers (``Prices.above``), ascending by threshold."""
+    found: dict[float, list[float | None]] = {}
+    for key, value in row.items():
+        match = _TIER_KEY.fullmatch(key) if "_above_" in key else None
+        rate = _rate(value) if match else None
+        if match and rate is not None:
+            threshold = float(match[2]) * (1000 if match[3] else 1)
+            found.setdefault(threshold, [None] * 4)[_RATES.index(match[1])] = rate
+    return tuple((t, *found[t]) for t in sorted(found))  # type: ignore[misc]
 
 
 # The attributes that name who served an LLM call: GenAI's (``gen_ai.system`` before
@@ -162,9 +206,28 @@ def step_cost(step: Step) -> float | None:
 
 
 def _step_prices(step: Step) -> Prices | None:
-    """The prices of the step's model, as served by its provider (names bounded)."""
-    return model_prices(step.model[:200] if step.model else "",
-                        step.provider[:100] if step.provider else None)
+    """The prices of the step's model, as served by its provider (names bounded), at the
+    long-context tier of its input tokens (cached ones included: beside them when more)."""
+    prices = model_prices(step.model[:200] if step.model else "",
+                          step.provider[:100] if step.provider else None)
+    if prices is None or not prices.above:
+        return prices
+    read, write = step.cache_read_tokens or 0, step.cache_write_tokens or 0
+    inputs = step.input_tokens or 0
+    return prices.for_input(inputs if read + write <= inputs else inputs + read + write)
+
+
+def unpriced(step: Step) -> str:
+    """Why ``step_cost`` of an LLM step is None, in a few words naming its model: no model,
+    no token counts, a model the price map lacks, or a cache rate it lacks."""
+    model = step.model[:200] if step.model else None
+    if model is None:
+        return "no model recorded"
+    if step.input_tokens is None and step.output_tokens is None:
+        return f"no token counts for {model}"
+    prices = _step_prices(step)
+    missing = _missing_rate(step, prices) if prices is not None else None
+    return f"no {missing} price for {model}" if missing else f"no price for {model}"
 
 
 def _missing_rate(step: Step, prices: Prices) -> str | None:
