@@ -1,12 +1,16 @@
 import dataclasses
+import json
 
 import pytest
 from detector_factory import bash, kinds, llm, tool, traj
 
+from otel_eval.app.config import Config
+from otel_eval.base.model import Span, Trace
 from otel_eval.base.steps import Step
 from otel_eval.evaluate.detectors import loop
 from otel_eval.evaluate.detectors.calls import Context
 from otel_eval.evaluate.detectors.config import DetectorsConfig, LoopConfig
+from otel_eval.evaluate.evaluator import Evaluator
 
 SAME = ("The answer is not in these results, so I will search again with the same query. "
         "If that does not work either, I will look at the documentation index and try the "
@@ -231,3 +235,46 @@ def test_configured_tool_names_are_case_insensitive() -> None:
              tool("run_shell", {"command": "ls -la"}, "x")]
     (f,) = loop.detect(traj(*shell), cfg, Context())
     assert f.kind == "repeated_action"
+
+
+# OpenLLMetry records each call the model asked for in its own attribute
+# (gen_ai.completion.0.tool_calls.0.arguments): at an attribute length limit the arguments of
+# three searches for three cities read the same start, the text of an object never closed
+CUT = [json.dumps({"query": f"what is the weather forecast for tomorrow in {city}"})[:48]
+       for city in ("Paris", "London", "Tokyo")]
+
+
+def cut_calls_trace(session: str | None = None) -> Trace:
+    tid = "ab" * 16
+    spans = [Span(tid, "f" * 16, None, "agent", 0, 1000,
+                  attributes={"traceloop.span.kind": "agent", "traceloop.entity.name": "a",
+                              **({"traceloop.association.properties.session_id": session}
+                                 if session else {})})]
+    for n, args in enumerate(CUT):
+        attrs = {"llm.request.type": "chat", "gen_ai.system": "openai",
+                 "gen_ai.request.model": "gpt-4o", "gen_ai.completion.0.role": "assistant",
+                 "gen_ai.completion.0.finish_reason": "tool_calls",
+                 "gen_ai.completion.0.tool_calls.0.name": "search",
+                 "gen_ai.completion.0.tool_calls.0.id": f"c{n}",
+                 "gen_ai.completion.0.tool_calls.0.arguments": args}
+        spans.append(Span(tid, f"{n + 1:016x}", "f" * 16, "openai.chat", 10 + n * 10,
+                          15 + n * 10, attributes=attrs))
+    return Trace(tid, spans, "complete")
+
+
+def test_calls_whose_arguments_were_cut_at_a_length_limit_are_no_repeat() -> None:
+    assert len(set(CUT)) == 1
+    ev = Evaluator(Config()).evaluate(cut_calls_trace())
+    assert ev is not None
+    assert [s.arguments for s in ev.trajectory.tool_steps] == CUT  # as the model's calls say
+    assert not [f.message for f in ev.findings if f.detector == "loop"]
+
+
+@pytest.mark.parametrize("steps", [
+    [tool("search", CUT[0], "r") for _ in range(3)],
+    [tool("search", CUT[0], "r"), tool("read", {"p": 1}, "x"), tool("search", CUT[0], "r")],
+    [s for i in range(3) for s in (tool("search", CUT[0], f"r{i}"),
+                                   tool("open", {"p": 1}, f"x{i}"))],
+], ids=["repeated_call", "no_progress", "cycle"])
+def test_cut_arguments_are_keyed_as_unknown(steps: list[Step]) -> None:
+    assert kinds(loop.detect(traj(*steps), DetectorsConfig(), Context())) == []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from detector_factory import bash, kinds, tool, traj
 
@@ -128,3 +130,11 @@ def test_undeclared_arguments_do_not_make_calls_different() -> None:
     assert kinds(loop.detect(traj(*scrolls), DetectorsConfig(), Context())) == []  # no schema
     finds = [tool("find", {"q": "a", "x": 1}), tool("find", {"q": "b", "x": 1})]
     assert kinds(loop.detect(traj(*finds, tools=no_params), DetectorsConfig(), Context())) == []
+
+
+def test_arguments_cut_at_a_length_limit_are_no_rewording() -> None:
+    """Requests cut at an attribute length limit (the text of an object never closed) are
+    known only in part: alike in their start, they may ask different things past it."""
+    cut = [json.dumps({"query": q, "page": 1})[:-12] for q in VIDEO[:3]]  # the page cut off
+    steps = [tool("web_search", c, PAGE.format(q="x")) for c in cut]
+    assert kinds(loop.detect(traj(*steps), DetectorsConfig(), Context())) == []

@@ -10,7 +10,7 @@ import pytest
 from conversations import Message, call, scripted
 
 from otel_eval.app.config import Config
-from otel_eval.base.model import Trace
+from otel_eval.base.model import Span, Trace
 from otel_eval.decode.otlp import decode_request
 from otel_eval.decode.otlp_json import request_from_json
 from otel_eval.evaluate.evaluator import Evaluator
@@ -235,3 +235,33 @@ def test_turns_whose_agent_is_given_the_earlier_turns_are_no_repeated_request() 
     assert [t["input"] for t in turns] == questions
     record = evaluate_session("conv-1", turns, SessionsConfig(), "complete")
     assert not [f for f in record["findings"] if f["detector"] == "repeated_request"]
+
+
+def _cut_call_turn(n: int, session: str) -> dict[str, Any]:
+    """A turn whose one search the model asked for in OpenLLMetry's own attribute, its
+    arguments cut at an attribute length limit of 48 characters before the city."""
+    city = ("Paris", "London", "Tokyo", "Berlin")[n]
+    tid = f"{n + 1:032x}"
+    args = json.dumps({"query": f"what is the weather forecast for tomorrow in {city}"})[:48]
+    root = Span(tid, "f" * 16, None, "agent", 0, 100, attributes={
+        "traceloop.span.kind": "agent", "traceloop.entity.name": "a",
+        "traceloop.association.properties.session_id": session})
+    chat = Span(tid, "1" * 16, "f" * 16, "openai.chat", 10, 20, attributes={
+        "llm.request.type": "chat", "gen_ai.system": "openai", "gen_ai.request.model": "m",
+        "gen_ai.completion.0.role": "assistant",
+        "gen_ai.completion.0.tool_calls.0.name": "search",
+        "gen_ai.completion.0.tool_calls.0.id": "c1",
+        "gen_ai.completion.0.tool_calls.0.arguments": args})
+    ev = Evaluator(Config()).evaluate(Trace(tid, [root, chat], "complete"))
+    assert ev is not None and ev.trajectory.session_id == session
+    return ev.to_json()
+
+
+def test_arguments_cut_at_a_length_limit_are_not_compared_across_turns() -> None:
+    """Four turns asking the weather of four cities, their requests cut at an attribute
+    length limit to the same start: the text of an object never closed is known only in part,
+    never the same call in four turns."""
+    stored = [_cut_call_turn(n, "conv-limit") for n in range(4)]
+    assert len({json.dumps(s["steps"][2].get("arguments")) for s in stored}) == 1
+    record = evaluate_session("conv-limit", stored, SessionsConfig(), "complete")
+    assert not [f for f in record["findings"] if f["detector"] == "loop"], record["findings"]

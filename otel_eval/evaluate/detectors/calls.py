@@ -20,6 +20,7 @@ from typing import Any
 
 from otel_eval.base.results import Finding
 from otel_eval.base.steps import Step, Trajectory
+from otel_eval.evaluate.conventions.values import cut_json
 from otel_eval.evaluate.detectors.canonical import arguments_key, key_text, norm_ws, normalized_text
 from otel_eval.evaluate.detectors.config import DetectorsConfig, LoopConfig, ToolCallConfig
 from otel_eval.evaluate.trajectory.interpreters import MAX_TOOL_NAME
@@ -169,9 +170,12 @@ def calls(trajectory: Trajectory, loop: LoopConfig, tool_cfg: ToolCallConfig) ->
         text = action_text(s) if is_action_tool(name, loop) else None
         if text is not None:  # keys bounded: ``canonical``
             key = f"{name}\x00{key_text(normalized_text(text))}"
-        elif s.arguments is None or s.sources.get("arguments", "").endswith(AS_ONLY_PARAMETER):
-            # not recorded, or a text read as the only parameter that no call confirmed: equal
-            # to no other call (unknown != same; "Paris" may have been {"town": "Paris"})
+        elif s.arguments is None or s.sources.get("arguments", "").endswith(AS_ONLY_PARAMETER) \
+                or (isinstance(s.arguments, str) and cut_json(s.arguments)):
+            # not recorded, a text read as the only parameter that no call confirmed, or the
+            # text of an object cut at a length limit (the model's own call, kept as it asked):
+            # equal to no other call (unknown != same; "Paris" may have been {"town":
+            # "Paris"}, and two requests cut alike may differ past the cut)
             key = f"{name}\x01unrecorded\x00{s.index}"
         else:
             args = _declared(s.arguments, trajectory.tools.get(name))

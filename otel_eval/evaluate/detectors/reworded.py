@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from otel_eval.base.results import Finding
+from otel_eval.evaluate.conventions.values import cut_json
 from otel_eval.evaluate.detectors.calls import Call, call_label
 from otel_eval.evaluate.detectors.config import LoopConfig
 from otel_eval.evaluate.detectors.words import word_count
@@ -148,7 +149,9 @@ def reworded_repeats(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
     for i, call in enumerate(cs):
         tool = call.step.tool_name or call.step.name
         earlier = recent.setdefault(tool, [])
-        if call.step.arguments is not None and not call.action:
+        if call.step.arguments is not None and not call.action \
+                and not (isinstance(call.step.arguments, str)  # known only in part: not
+                         and cut_json(call.step.arguments)):  # compared
             for j in reversed(earlier):
                 if cs[j].key == call.key or writes[i] != writes[j + 1]:
                     continue  # identical: rules (a)/(b); a state change between: progress

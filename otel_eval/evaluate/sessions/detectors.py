@@ -40,6 +40,7 @@ from typing import Any
 
 from otel_eval.base.steps import tokens_total
 from otel_eval.base.text import load_content
+from otel_eval.evaluate.conventions.values import cut_json
 from otel_eval.evaluate.detectors.canonical import canonical_arguments, norm_ws
 from otel_eval.evaluate.detectors.reworded import jaccard, trigrams
 from otel_eval.evaluate.detectors.words import (
@@ -77,13 +78,14 @@ def _finding(detector: str, kind: str, severity: str, message: str, turn: dict[s
 def _calls(turn: dict[str, Any]) -> dict[tuple[str, str], int]:
     """(tool, canonical arguments) -> the index of its first step, for the turn's calls with
     arguments (one with none, or unrecorded ones, asks nothing an earlier turn answered).
-    Arguments the stored object cut (``truncated``: their start, or emptied) are not known
-    whole: two calls stored alike may differ past the cut, so they are not compared."""
+    Arguments the stored object cut (``truncated``: their start, or emptied), or the text of
+    an object cut at an attribute length limit (``values.cut_json``), are not known whole: two
+    calls stored alike may differ past the cut, so they are not compared."""
     out: dict[tuple[str, str], int] = {}
     for step in turn.get("steps") or ():
         cut = step.get("truncated")
-        if isinstance(cut, dict) and "arguments" in cut:
-            continue
+        if (isinstance(cut, dict) and "arguments" in cut) or cut_json(step.get("arguments")):
+            continue  # cut by the store, or at an attribute length limit (``cut_json``)
         if step.get("kind") == "tool" and step.get("tool_name"):
             arguments = canonical_arguments(step.get("arguments"))
             if arguments not in _NO_ARGUMENTS:
