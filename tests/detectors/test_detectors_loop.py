@@ -278,3 +278,15 @@ def test_calls_whose_arguments_were_cut_at_a_length_limit_are_no_repeat() -> Non
 ], ids=["repeated_call", "no_progress", "cycle"])
 def test_cut_arguments_are_keyed_as_unknown(steps: list[Step]) -> None:
     assert kinds(loop.detect(traj(*steps), DetectorsConfig(), Context())) == []
+
+
+def test_results_cut_at_a_length_limit_are_not_the_same_result() -> None:
+    """A status polled while it changed, its JSON result cut at an attribute length limit
+    before the field that changed: the same start is not the same result (no progress is
+    concluded only from results known whole)."""
+    head = '{"job": "build-42", "owner": "ci", "queue": "default", "status": "'
+    polls = [tool("get_job", {"id": 42}, (head + state + '"}')[:48])
+             for state in ("queued", "running", "done")]
+    reads = [tool("get_log", {"id": 42, "page": n}, f"line {n}") for n in range(2)]
+    steps = [polls[0], reads[0], polls[1], reads[1], polls[2]]
+    assert kinds(loop.detect(traj(*steps), DetectorsConfig(), Context())) == []

@@ -138,3 +138,12 @@ def test_arguments_cut_at_a_length_limit_are_no_rewording() -> None:
     cut = [json.dumps({"query": q, "page": 1})[:-12] for q in VIDEO[:3]]  # the page cut off
     steps = [tool("web_search", c, PAGE.format(q="x")) for c in cut]
     assert kinds(loop.detect(traj(*steps), DetectorsConfig(), Context())) == []
+
+
+def test_results_cut_at_a_length_limit_are_not_nothing_new() -> None:
+    """Results cut at an attribute length limit inside their framing (the JSON object never
+    closed) are alike in their start: what each brought past it is unknown."""
+    head = '{"engine": "google", "region": "us", "safe": true, "results": ['
+    steps = [search(q, (head + json.dumps(r))[:64]) for q, r in zip(VIDEO, NEW_RESULTS,
+                                                                       strict=False)]
+    assert kinds(loop.detect(traj(*steps), DetectorsConfig(), Context())) == []

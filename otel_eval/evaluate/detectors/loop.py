@@ -87,7 +87,9 @@ def repeated_calls(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
 
 
 def no_progress(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
-    """(b) Non-adjacent repeats with the same result and only read-only calls between."""
+    """(b) Non-adjacent repeats with the same result and only read-only calls between. A
+    result cut at a length limit (``values.cut_json``) is known only in part: two cut alike
+    are not the same result."""
     groups: dict[str, list[Call]] = {}
     members: dict[str, set[int]] = {}  # positions already in each group (no list scans)
     for i, c in enumerate(cs):
@@ -99,7 +101,8 @@ def no_progress(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
                 continue
             between = cs[j + 1:i]  # empty when adjacent: that is (a), not (b)
             if (between and prev.step.result == c.step.result and prev.failed == c.failed
-                    and all(b.read_only for b in between)):
+                    and all(b.read_only for b in between)
+                    and not cut_json(c.step.result)):  # cut alike: may differ past the cut
                 group, seen = groups.setdefault(c.key, []), members.setdefault(c.key, set())
                 for k in (j, i):
                     if k not in seen:

@@ -122,6 +122,8 @@ def _nothing_new(texts: _Texts, earlier: int, later: int, cfg: LoopConfig) -> bo
     if result is None:
         return False  # not recorded: unknown, not "nothing"
     old_text = texts.cs[earlier].step.result or ""
+    if cut_json(result) or cut_json(old_text):
+        return False  # cut at a length limit: what it brought past the cut is unknown
     old, new = middles(_result_text(old_text), _result_text(result))
     grams = trigrams(new)
     if not grams:  # nothing but the framing left, or a few characters
