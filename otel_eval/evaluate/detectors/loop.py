@@ -6,7 +6,7 @@ window with the same result and only read-only calls in between (no state change
 progress); (c) cycles, a pattern of 2+ different calls repeated ``cycle_min_repeats`` times
 in a row; (d) stagnation, consecutive near-identical LLM outputs (word-level similarity of
 what differs between them, each character of Chinese, Japanese or Thai a word
-(``detectors.words``): the lines two outputs share, such as a framework's output
+(``base.words``): the lines two outputs share, such as a framework's output
 template, are left out, so six DSPy ReAct turns that share the template but call the tool
 with six cities are not alike); (e)
 code/shell agents are covered by (a)-(c) because their calls are keyed by the canonicalized
@@ -32,6 +32,8 @@ from operator import add
 
 from otel_eval.base.results import Finding
 from otel_eval.base.steps import Step, Trajectory
+from otel_eval.base.words import wide_len
+from otel_eval.base.words import words as _words
 from otel_eval.evaluate.conventions.values import cut_json
 from otel_eval.evaluate.detectors.calls import (
     Call,
@@ -44,8 +46,6 @@ from otel_eval.evaluate.detectors.canonical import canonical_arguments
 from otel_eval.evaluate.detectors.circling import circling
 from otel_eval.evaluate.detectors.config import DetectorsConfig, LoopConfig
 from otel_eval.evaluate.detectors.reworded import reworded_repeats
-from otel_eval.evaluate.detectors.words import wide_len
-from otel_eval.evaluate.detectors.words import words as _words
 
 _MAX_COMPARE_WORDS = 800  # similarity beyond this prefix adds cost, not information
 

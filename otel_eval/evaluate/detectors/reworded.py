@@ -26,10 +26,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from otel_eval.base.results import Finding
+from otel_eval.base.words import word_count
 from otel_eval.evaluate.conventions.values import cut_json
 from otel_eval.evaluate.detectors.calls import Call, call_label
 from otel_eval.evaluate.detectors.config import LoopConfig
-from otel_eval.evaluate.detectors.words import word_count
 
 __all__ = ["MAX_ARGUMENT_CHARS", "MAX_RESULT_CHARS", "jaccard", "request", "reworded_repeats",
            "trigrams"]

@@ -25,8 +25,8 @@ from typing import Any, TypeVar
 
 from otel_eval.base.results import Evaluation, Finding
 from otel_eval.base.steps import Step, Trajectory
+from otel_eval.base.words import wide_count
 from otel_eval.evaluate.detectors.canonical import canonical_arguments
-from otel_eval.evaluate.detectors.words import wide_count
 from otel_eval.evaluate.judge.compact import (
     Message,
     MessageLog,

@@ -35,9 +35,9 @@ from typing import Any
 
 from otel_eval.base.results import Evaluation, Finding
 from otel_eval.base.steps import Step, Trajectory
+from otel_eval.base.words import CJK_CLOSERS, QUESTION_MARKS
 from otel_eval.evaluate.conventions.messages import STOP_REASONS
 from otel_eval.evaluate.detectors.config import RecoveryConfig
-from otel_eval.evaluate.detectors.words import CJK_CLOSERS, QUESTION_MARKS
 
 # 2: calls per tool name (``tool.<name>``); 3: shell programs run (``program.<name>``);
 # 4: how the run ends (``end.*``); 5: the context the run ended with (``tokens.last_input``)

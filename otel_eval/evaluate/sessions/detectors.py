@@ -40,15 +40,15 @@ from typing import Any
 
 from otel_eval.base.steps import tokens_total
 from otel_eval.base.text import load_content
-from otel_eval.evaluate.conventions.values import cut_json
-from otel_eval.evaluate.detectors.canonical import canonical_arguments, norm_ws
-from otel_eval.evaluate.detectors.reworded import jaccard, trigrams
-from otel_eval.evaluate.detectors.words import (
+from otel_eval.base.words import (
     CJK_CLOSERS,
     QUESTION_MARKS,
     wide_len,
     words,
 )
+from otel_eval.evaluate.conventions.values import cut_json
+from otel_eval.evaluate.detectors.canonical import canonical_arguments, norm_ws
+from otel_eval.evaluate.detectors.reworded import jaccard, trigrams
 from otel_eval.evaluate.sessions.config import SessionsConfig
 
 __all__ = ["DETECTORS", "SessionFinding"]

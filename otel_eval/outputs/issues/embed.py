@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import unicodedata
 from typing import Any, Protocol
 
 from otel_eval.base.vocabulary import top_terms
+from otel_eval.base.words import words
 
 # numpy, scipy and scikit-learn (~100 MB resident) are imported by the embedders on first
 # use, not here: serve imports this stage at startup, and an idle window clusters nothing.
@@ -32,6 +34,37 @@ Matrix = Any  # np.ndarray (dense) or scipy.sparse.csr_matrix; rows L2-normalize
 PLACEHOLDERS = frozenset({"url", "email", "quoted", "path", "id", "num"})
 
 _WORD = re.compile(r"(?u)\b[a-z][a-z_]+\b")
+
+
+def _edge(c: str) -> bool:
+    """Punctuation, a symbol, a separator or a control: cut from a word's ends."""
+    return unicodedata.category(c)[0] in "PSZC"
+
+
+def terms_of(text: str) -> list[str]:
+    """The words of a lowercased critique that may be terms. An ASCII text: ``_WORD``'s
+    (two letters or more, '_' inside, no digit). Any other: the words of every script
+    (``base.words``: each character of Chinese, Japanese or Thai a word), cut of their
+    punctuation; ASCII words among them read by ``_WORD`` still, a single letter of a cased
+    script (Latin, Cyrillic, Greek) no term, as an ASCII one is none. Critiques written in
+    another script than English had no terms: each was its own issue."""
+    if text.isascii():
+        return _WORD.findall(text)
+    out: list[str] = []
+    for word in words(text):
+        if word.isascii():
+            out += _WORD.findall(word)
+            continue
+        lo, hi = 0, len(word)
+        while lo < hi and _edge(word[lo]):
+            lo += 1
+        while hi > lo and _edge(word[hi - 1]):
+            hi -= 1
+        kept = word[lo:hi]
+        if kept and not any(c.isdigit() for c in kept) and (
+                len(kept) > 1 or kept.upper() == kept.lower()):
+            out.append(kept)
+    return out
 
 
 class Embedder(Protocol):
@@ -62,8 +95,7 @@ class TfidfEmbedder:
         cut = self.stem_chars
 
         def stems(text: str) -> list[str]:
-            words = _WORD.findall(text.lower())
-            return [w[:cut] for w in words if w not in ENGLISH_STOP_WORDS]
+            return [w[:cut] for w in terms_of(text.lower()) if w not in ENGLISH_STOP_WORDS]
         return stems
 
     def embed(self, texts: list[str]) -> tuple[Matrix, list[str]]:
@@ -75,7 +107,7 @@ class TfidfEmbedder:
         vec = TfidfVectorizer(
             analyzer=analyzer, sublinear_tf=True, dtype=np.float32, **({} if callable(
                 analyzer) else {"stop_words": "english", "ngram_range": (1, self._ngram_max),
-                                "token_pattern": _WORD.pattern}),
+                                "tokenizer": terms_of, "token_pattern": None}),
         )
         # the vocabulary chosen here, not by max_features: its cut ties differently per CPU
         vocabulary = top_terms(map(vec.build_analyzer(), texts), self._max_features)

@@ -1,4 +1,5 @@
-"""Words of a text for the detectors' comparisons, in every script (stage: evaluate).
+"""Words of a text in every script: the detectors' comparisons, the judge's sizes, the
+recurring issues' terms (stage: base, so every stage may read it).
 
 The detectors compare texts word by word (stagnation's word-level ratio, a request's
 identifiers, the words with a digit in a conversation's requests). Chinese, Japanese and
