@@ -330,3 +330,24 @@ def _rubric_key(task_id: str) -> str:
     key = rubric_key(task_id, None)
     assert key is not None
     return key
+
+
+def test_a_chinese_prompt_is_measured_as_its_characters_not_their_json_escapes(
+        llm: FakeLLM) -> None:
+    """The prompt was measured as ASCII JSON, each Chinese character its six-character escape
+    (\\u4e2d): a Chinese prompt's usage ceiling was ~6 times looser than an English one's (8
+    tokens a character passed as plausible, where a character is at most its 3 UTF-8 bytes of
+    tokens) and a reply without usage was estimated at ~1.7 tokens a character, not ~1."""
+    n = 3000
+    messages = [{"role": "user", "content": "评" * n}]
+    clock = ManualClock()
+    c = JudgeClient(config(llm.api_base), clock=clock, sleep=clock.sleep)
+    llm.script(_reply(usage={"prompt_tokens": 8 * n, "completion_tokens": 5,
+                             "total_tokens": 8 * n + 5}), _reply(usage=None))
+    del llm.replies[-1].body["usage"]
+    r = asyncio.run(c.call(messages, trace_schema(), "trace"))
+    assert (r.status, r.usage_implausible) == ("ok", 1), r.error
+    assert n < r.input_tokens < 1.2 * n  # the estimate: a wide character about a token
+    r = asyncio.run(c.call(messages, trace_schema(), "trace"))
+    assert (r.status, r.usage_implausible) == ("ok", 1), r.error
+    assert n < r.input_tokens < 1.2 * n

@@ -37,6 +37,7 @@ import jsonschema
 from otel_eval.base.backoff import Backoff
 from otel_eval.base.configcheck import ConfigError
 from otel_eval.base.text import checked, valid_text
+from otel_eval.base.words import wide_count
 from otel_eval.evaluate.judge.config import JudgeConfig
 from otel_eval.evaluate.judge.limits import CostBudget, RateLimiter
 from otel_eval.evaluate.judge.llm import (
@@ -63,9 +64,10 @@ _HINTED = (litellm.RateLimitError, *_RETRYABLE)  # retried after their Retry-Aft
 _FENCE = "```"
 _ERROR_CHARS = 300  # of a provider error's text, kept in the result and logged
 _PROBLEM_CHARS = 300  # of what is wrong with a reply, in the repair request and the error
-# Reported tokens are at most twice the characters sent (a token is at least one byte of
-# them, and the request goes as escaped ASCII JSON), or received, plus a chat template's
-# framing; past that a usage is implausible
+# Reported tokens are at most twice the UTF-8 bytes sent (a token is at least one byte of
+# the text, which the provider reads unescaped: a Chinese character is 3 bytes, not its
+# 6-character JSON escape), or received, plus a chat template's framing; past that a usage
+# is implausible
 _FRAMING = 1024
 
 
@@ -171,10 +173,17 @@ def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return data
 
 
-def _sent_chars(request: dict[str, Any]) -> int:
-    """Characters of a request's messages and response format, as JSON (what is billed)."""
-    return len(json.dumps(request["messages"])) + len(json.dumps(
-        request.get("response_format") or {}))
+def _sent_text(request: dict[str, Any]) -> str:
+    """A request's messages and response format, as JSON with its characters as they are
+    (what is billed: the provider tokenizes the text, not the escapes of ASCII JSON)."""
+    return (json.dumps(request["messages"], ensure_ascii=False)
+            + json.dumps(request.get("response_format") or {}, ensure_ascii=False))
+
+
+def estimated_tokens(text: str) -> int:
+    """Tokens of ``text`` at ``CHARS_PER_TOKEN``, a wide character (Chinese, Japanese,
+    Korean: ``wide_count``) about a token of its own (``render.text_scale``)."""
+    return math.ceil((len(text) + (CHARS_PER_TOKEN - 1) * wide_count(text)) / CHARS_PER_TOKEN)
 
 
 def plausible_tokens(value: Any, ceiling: int, floor: int = 0) -> int | None:
@@ -434,7 +443,8 @@ class JudgeClient:
         by an estimate from the text sent and received, and counted."""
         c = self.config
         usage = getattr(response, "usage", None)
-        sent = _sent_chars(request)
+        sent_text = _sent_text(request)
+        sent = reply_bytes(sent_text)
         # a prompt is never 0 tokens: 0 is a usage not reported (or a lie), so estimated
         tin = plausible_tokens(getattr(usage, "prompt_tokens", None), 2 * sent + _FRAMING,
                                floor=1)
@@ -443,9 +453,9 @@ class JudgeClient:
         reported = tin is not None and tout is not None
         if tin is None or tout is None:
             result.usage_implausible += 1
-            log.warning("judge reply usage %r is implausible for %d characters sent; estimated",
+            log.warning("judge reply usage %r is implausible for %d bytes sent; estimated",
                         str(usage)[:200], sent)
-            tin = math.ceil(sent / CHARS_PER_TOKEN)
+            tin = estimated_tokens(sent_text)
             tout = math.ceil(reply_bytes(text) / CHARS_PER_TOKEN)
         self._spend(result, tin, tout, self._cost(response, tin, tout, reported))
 
@@ -455,7 +465,7 @@ class JudgeClient:
         provider bills it all the same (the prompt was sent), so it is spent and counted as a
         reply without usage is, estimated from the text sent (``output_tokens``: what the
         reply is known to have been at least)."""
-        tin = math.ceil(_sent_chars(request) / CHARS_PER_TOKEN)
+        tin = estimated_tokens(_sent_text(request))
         self._spend(result, tin, output_tokens, self._cost(None, tin, output_tokens, False))
 
     def _spend(self, result: CallResult, tin: int, tout: int, cost: float) -> None:
