@@ -17,7 +17,10 @@ from otel_eval.base.printable import EscapingFormatter, printable
     ("FAIL\rPASS", "FAIL\\rPASS"),  # a carriage return overwriting the header
     ("a\nb\tc", "a\\nb\\tc"),
     ("\x00\x7f\x85\x9b\x9f", "\\x00\\x7f\\x85\\x9b\\x9f"),  # NUL, DEL, NEL, CSI, APC
-    ("\xa0é\u202e漢", "\xa0é\u202e漢"),  # printable Unicode is left alone
+    ("\xa0é漢\u05d0\u200f", "\xa0é漢\u05d0\u200f"),  # printable Unicode is left alone
+    # the bidirectional embeddings, overrides and isolates: "exe.txt" displayed reversed
+    ("\u202etxt.exe \u202a\u202b\u202c\u202d\u2066\u2067\u2068\u2069",
+     "\\u202etxt.exe \\u202a\\u202b\\u202c\\u202d\\u2066\\u2067\\u2068\\u2069"),
 ])
 def test_controls_are_escaped_the_rest_is_kept(raw: str, shown: str) -> None:
     assert printable(raw) == shown

@@ -5,9 +5,13 @@ Span names, agents, models, error messages and request paths come from whoever r
 port. Printed raw, a control character is an instruction to the terminal (an OSC 52
 clipboard write, a carriage return that overwrites a FAIL with a fake PASS, a cursor move) or,
 in a log, a forged line. ``printable`` writes every C0 control (U+0000-U+001F), DEL (U+007F)
-and C1 control (U+0080-U+009F) as a visible escape (``\\x1b``, ``\\r``, ``\\x85``), leaving
-everything else - other Unicode included - as it is. ``keep`` names the controls a caller
-wants kept (``"\\n"`` for multi-line text output).
+and C1 control (U+0080-U+009F) as a visible escape (``\\x1b``, ``\\r``, ``\\x85``), and so
+the bidirectional embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069:
+``\\u202e``), which display the text after them reversed (Trojan Source: a tool named
+``\\u202etxt.exe`` reads as ``exe.txt``), leaving everything else - other Unicode, right-to-left
+scripts included - as it is. ``keep`` names the controls a caller wants kept (``"\\n"`` for
+multi-line text output). ``bidi_escaped`` escapes those bidirectional controls alone (the web
+view's text, whose line breaks are its own).
 
 ``EscapingFormatter`` is the ``logging.Formatter`` of every otel-eval process: each record's
 message (its arguments included) is escaped whole, so one record is one line; a traceback
@@ -26,13 +30,23 @@ from __future__ import annotations
 import logging
 import re
 
-_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
+_BIDI = "\u202a-\u202e\u2066-\u2069"  # embeddings, overrides, isolates and their ends
+_CONTROLS = re.compile(f"[\x00-\x1f\x7f-\x9f{_BIDI}]")
+_BIDI_CONTROLS = re.compile(f"[{_BIDI}]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def _escape(match: re.Match[str]) -> str:
     c = match.group()
-    return _NAMED.get(c) or f"\\x{ord(c):02x}"
+    return _NAMED.get(c) or (f"\\x{ord(c):02x}" if c < "\u0100" else f"\\u{ord(c):04x}")
+
+
+def bidi_escaped(text: str) -> str:
+    """``text`` with the bidirectional embeddings, overrides and isolates escaped
+    (``\\u202e``), as ``printable`` writes them."""
+    if not _BIDI_CONTROLS.search(text):
+        return text
+    return _BIDI_CONTROLS.sub(_escape, text)
 
 
 # Characters of a client's value an error quotes (the rest cut).

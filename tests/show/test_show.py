@@ -261,3 +261,19 @@ def test_a_file_read_with_a_problem_exits_1_after_the_run(
     code, out, err = _show(capsys, str(path), "--format", "json")
     assert json.loads(out)["trace_id"] == TRACE_ID  # the run, shown
     assert f"{path}: " in err and code == 1
+
+
+BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+
+
+def test_show_escapes_bidirectional_overrides_a_name_cannot_read_reversed() -> None:
+    """A right-to-left override (U+202E) in a tool name displayed the rest reversed: a tool
+    named "\\u202etxt.exe" read "exe.txt" in the terminal (Trojan Source). The overrides and
+    isolates are now escapes, as the terminal's controls are."""
+    body = _hostile_body()
+    body["steps"][2] |= {"tool_name": "\u202etxt.exe",
+                         "name": "execute_tool \u202etxt.exe \u2067x\u2069"}
+    body["steps"][0]["name"] = "agent " + BIDI
+    text = render_text(tree(body), width=60)
+    assert not any(c in text for c in BIDI)
+    assert "\\u202etxt.exe" in text and "\\u2067x\\u2069" in text

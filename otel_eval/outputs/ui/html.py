@@ -1,13 +1,15 @@
 """Output (part): HTML built from escaped parts, and the headers every page carries.
 
 Every value from span content is hostile. Text goes into a page only through ``h`` /
-``text``, which escape it (``<``, ``>``, ``&``, both quotes); ``Html`` marks what is already
-markup. Attribute values are escaped the same way, and the only URLs written are this
-service's own paths (built by ``href`` from a path and escaped query parameters) or the
-configured trace backend's, never a value from a span: a ``javascript:`` link in a span is
-text. No inline script or style anywhere, so the Content-Security-Policy forbids both; the
-one script is this package's static file (the run page's outcome form), and what it may
-fetch is this origin (``connect-src 'self'``: ``POST /v1/feedback``).
+``text``, which escape it (``<``, ``>``, ``&``, both quotes, and the bidirectional overrides
+and isolates as ``printable`` writes them, ``\\u202e``: one would show a tool or agent name
+reversed); ``Html`` marks what is already markup. Attribute values are escaped the same way
+but for those controls (a form's value goes back as it was: a filter's agent), and the only
+URLs written are this service's own paths (built by ``href`` from a path and escaped query
+parameters) or the configured trace backend's, never a value from a span: a ``javascript:``
+link in a span is text. No inline script or style anywhere, so the Content-Security-Policy
+forbids both; the one script is this package's static file (the run page's outcome form),
+and what it may fetch is this origin (``connect-src 'self'``: ``POST /v1/feedback``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Mapping
 from urllib.parse import quote, urlencode
+
+from otel_eval.base.printable import bidi_escaped
 
 CSP = ("default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; "
        "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
@@ -36,7 +40,13 @@ Part = str | Html | None | Iterable["Part"]
 
 
 def text(value: object) -> Html:
-    return value if isinstance(value, Html) else Html(html.escape(str(value), quote=True))
+    if isinstance(value, Html):
+        return value
+    return Html(html.escape(bidi_escaped(str(value)), quote=True))
+
+
+def _attribute(value: object) -> str:
+    return value if isinstance(value, Html) else html.escape(str(value), quote=True)
 
 
 def join(parts: Part) -> Html:
@@ -55,7 +65,7 @@ def h(tag: str, *children: Part, **attrs: str | int | bool | None) -> Html:
         if value is None or value is False:
             continue
         key = name.rstrip("_").replace("_", "-")
-        out.append(f" {key}" if value is True else f' {key}="{text(value)}"')
+        out.append(f" {key}" if value is True else f' {key}="{_attribute(value)}"')
     out.append(">")
     if tag in _VOID:
         return Html("".join(out))
