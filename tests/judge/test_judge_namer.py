@@ -21,6 +21,7 @@ from otel_eval.base.steps import Trajectory
 from otel_eval.evaluate.judge.config import JudgeConfig
 from otel_eval.evaluate.judge.namer import JudgeNamer, judge_namer
 from otel_eval.outputs.issues.config import IssuesConfig
+from otel_eval.outputs.issues.naming import NOT_SENT
 from otel_eval.outputs.issues.tracker import issues_offline
 
 
@@ -181,9 +182,46 @@ def test_serve_sends_no_name_before_the_judge_starts_or_after_it_stops(
         assert namer(["search repeated"]) == ("Agent repeats identical searches",
                                              "The agent re-runs the same search.")
     assert len(llm.requests) == 1
-    assert namer(["search repeated"]) is None  # stopped: nothing sent, the evidence title
+    # stopped: nothing sent, the evidence title until a later run names it
+    assert namer(["search repeated"]) == NOT_SENT
     assert len(llm.requests) == 1
     unstarted = Service(svc.config, registry=CollectorRegistry())
     stage = next(s for s in unstarted.sinks if type(s).__name__ == "JudgeStage")
     assert stage.ask(namer.request(["x"])) is None  # type: ignore[attr-defined]
     assert len(llm.requests) == 1
+
+
+def test_serve_names_an_issue_the_spent_budget_left_unnamed_once_the_hour_has_passed(
+        tmp_path: Path, llm: FakeLLM) -> None:
+    """A name call the spent hourly budget did not send is no name given: the issue is marked
+    unnamed in the catalogue (as one naming_max_calls or the deadline left) and a later run
+    with budget names it. It kept its evidence title for good: the namer answered None for
+    'not sent' as for 'sent and failed'."""
+    llm.route = _name_reply
+    with _serve(tmp_path, llm, **{"judge.max_cost_usd_per_hour": 0.002,
+                                  "issues.synthesis_max_calls": 0}) as svc:
+        svc.store.put_many(_findings("loop"))
+        assert _titles(svc) == ["Agent repeats identical searches (loop)"]
+        svc.store.put_many(_findings("auth"))
+        assert len([t for t in _titles(svc) if t.startswith("Agent repeats")]) == 1
+        assert len(llm.requests) == 1  # over budget: nothing sent
+        stage = next(s for s in svc.sinks if type(s).__name__ == "JudgeStage")
+        client = stage.judge.client  # type: ignore[attr-defined]
+        later = client.clock() + 3600.0  # the hour has passed: the budget is back
+        client.clock = lambda: later
+        assert _titles(svc) == ["Agent repeats identical searches (loop)",
+                                "Agent repeats identical searches (tool_error)"]
+        assert len(llm.requests) == 2
+        assert len(_titles(svc)) == 2 and len(llm.requests) == 2  # named once
+
+
+def test_a_name_sent_and_failed_is_not_asked_again(tmp_path: Path, llm: FakeLLM) -> None:
+    """A name call that was sent and failed (a garbage reply) is a name given: the issue
+    keeps its evidence title and no later run asks again (guide.md: a name is given once)."""
+    llm.route = lambda body: completion("no JSON here")
+    with _serve(tmp_path, llm, **{"issues.synthesis_max_calls": 0,
+                                  "judge.max_retries": 0}) as svc:
+        svc.store.put_many(_findings("loop"))
+        first = _titles(svc)
+        sent = len(llm.requests)
+        assert sent >= 1 and _titles(svc) == first and len(llm.requests) == sent

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from otel_eval.evaluate.judge.config import JudgeConfig
 from otel_eval.evaluate.judge.redact import Redactor
@@ -37,6 +37,10 @@ SCHEMA: dict[str, Any] = {
     "properties": {"title": {"type": "string", "minLength": 3, "maxLength": 80},
                    "description": {"type": "string", "minLength": 3, "maxLength": 400}},
 }
+
+# the answer of a name call not sent (the issue stage's Namer contract, handed to it by the
+# wiring: outputs/issues/naming.py, which the judge does not import)
+NOT_SENT: Literal["not_sent"] = "not_sent"
 
 # one judge call, waited for from the caller's thread; None: not sent (no judge running)
 Ask = Callable[["Request"], "CallResult | None"]
@@ -93,15 +97,22 @@ class JudgeNamer:
 
         return Request(NAME, (NAME,), self.messages(critiques), SCHEMA)
 
-    def __call__(self, critiques: Sequence[str]) -> tuple[str, str] | None:
+    def __call__(self, critiques: Sequence[str]) -> tuple[str, str] | Literal["not_sent"] | None:
+        """The name; None when the call failed (the evidence title stands); ``NOT_SENT``
+        when no call was sent (no judge running, the hourly budget spent): a later run
+        names the issue."""
         try:
             result = self._ask(self.request(critiques))
         except Exception:  # naming is best effort: the evidence title stands
             log.exception("judge namer failed")
             return None
         if result is None:  # the judge stage is not running (starting or stopped)
-            log.info("judge namer: no judge running; the issue keeps its evidence title")
-            return None
+            log.info("judge namer: no judge running; the issue is named by a later run")
+            return NOT_SENT
+        if result.status == "budget_exceeded":  # nothing sent
+            log.info("judge namer: the hourly judge budget is spent; the issue is named by "
+                     "a later run")
+            return NOT_SENT
         if result.status != "ok" or result.data is None:
             log.warning("judge namer: %s %s", result.status, result.error)
             return None

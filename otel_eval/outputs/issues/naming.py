@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Final, Literal
 
 import numpy as np
 from scipy import sparse
@@ -23,8 +24,12 @@ from otel_eval.outputs.issues.embed import PLACEHOLDERS, Matrix
 
 log = logging.getLogger(__name__)
 
-# (central critiques, most central first) -> (title, description) or None
-Namer = Callable[[Sequence[str]], "tuple[str, str] | None"]
+# (central critiques, most central first) -> (title, description); None: the call was sent
+# and failed (the evidence title stands: a name is asked once); NOT_SENT: no call was sent
+# (the judge's hourly budget spent, no judge running): the issue is marked unnamed and a
+# later run names it
+Namer = Callable[[Sequence[str]], "tuple[str, str] | Literal['not_sent'] | None"]
+NOT_SENT: Final = "not_sent"
 
 _DESCRIPTION_CHARS = 300
 
@@ -102,8 +107,9 @@ def deterministic_name(terms: list[str], central_text: str) -> Name:
 
 
 def name_cluster(terms: list[str], central_texts: Sequence[str],
-                 namer: Namer | None = None) -> Name:
-    """Name one new cluster; ``central_texts`` most central first (non-empty)."""
+                 namer: Namer | None = None) -> Name | None:
+    """Name one new cluster; ``central_texts`` most central first (non-empty). None when
+    the namer sent no call (``NOT_SENT``): the cluster is still to be named."""
     fallback = deterministic_name(terms, central_texts[0])
     if namer is None:
         return fallback
@@ -112,6 +118,8 @@ def name_cluster(terms: list[str], central_texts: Sequence[str],
     except Exception:  # a stage boundary: the namer is someone else's model call
         log.warning("issue namer failed; using the deterministic name", exc_info=True)
         return fallback
+    if named == NOT_SENT:
+        return None
     if not named or not named[0].strip():
         return fallback
     return Name(title=_shorten(named[0], 80), description=_shorten(named[1], _DESCRIPTION_CHARS))

@@ -241,17 +241,18 @@ class IssueTracker:
             breakdown = by_node([group[m] for m in c.members])
             level, node, service = breakdown[0][0], breakdown[0][1], breakdown[0][4]
             if stored is None:
-                from otel_eval.outputs.issues.naming import Name, name_cluster
+                from otel_eval.outputs.issues.naming import Name, deterministic_name
 
                 name = (Name(*c.name) if c.name is not None else names.get(i)
-                        or name_cluster(c.terms, texts[:_NAMER_EXAMPLES]))
+                        or deterministic_name(c.terms, texts[0]))
                 title = titled(name.title, [group[m] for m in c.members])
                 stored = StoredIssue(new_issue_id(level, node, texts[0], taken, service),
                                      level, node, self._embedder.name, title,
                                      name.description, c.centroid, now, now, share, service)
                 previous = None
                 taken.add(stored.issue_id)
-                # left by this run's naming_max_calls or its deadline: a later run names it
+                # left by this run's naming_max_calls, its deadline or a call not sent (the
+                # judge's budget spent, no judge running): a later run names it
                 stored.unnamed = self._namer is not None and c.name is None and i not in names
             else:
                 if i in names:  # a new issue an earlier run left unnamed
@@ -294,7 +295,7 @@ class IssueTracker:
                group: list[Critique]) -> _Names:
         """The namer's names of ``clusters[i]`` for ``i`` in ``order`` (largest first), a
         call started only before this run's naming deadline; those past it are
-        ``deferred`` (counted) and named at a later run."""
+        ``deferred`` (counted) and named at a later run, as those whose call was not sent."""
         from otel_eval.outputs.issues.naming import name_cluster
 
         names = _Names()
@@ -307,7 +308,9 @@ class IssueTracker:
                 break
             c = clusters[i]
             texts = list(dict.fromkeys(group[m].text for m in c.members))
-            names[i] = name_cluster(c.terms, texts[:_NAMER_EXAMPLES], self._namer)
+            name = name_cluster(c.terms, texts[:_NAMER_EXAMPLES], self._namer)
+            if name is not None:  # None: not sent, still to be named
+                names[i] = name
         return names
 
     def _issue(self, stored: StoredIssue, c: Cluster, group: list[Critique],
