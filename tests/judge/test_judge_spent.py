@@ -5,6 +5,8 @@ line, as they reached the metrics (``otel_eval_judge_calls_total`` ...)."""
 from __future__ import annotations
 
 import asyncio
+import json
+import math
 import sqlite3
 import threading
 from typing import Any
@@ -108,10 +110,11 @@ def test_a_judgement_cut_by_the_stop_keeps_its_spent_calls(llm: FakeLLM) -> None
         await q.shutdown(0.0)
 
     asyncio.run(asyncio.wait_for(main(), 30))
-    assert calls.paid == [("rubric_generate", "ok")]
+    # the check the server had at the stop is billed: counted as cut
+    assert calls.paid == [("rubric_generate", "ok"), ("rubric_verify", "error")]
     (ev, reason), = skipped
     assert reason == "shutdown" and ev.judge is not None
-    assert ev.judge.get("totals", {}).get("calls") == 1, ev.judge
+    assert ev.judge.get("totals", {}).get("calls") == 2, ev.judge
 
 
 def test_a_call_cut_during_its_repair_keeps_the_reply_it_paid_for(llm: FakeLLM) -> None:
@@ -143,7 +146,71 @@ def test_a_call_cut_during_its_repair_keeps_the_reply_it_paid_for(llm: FakeLLM) 
     (ev, reason), = skipped
     assert reason == "shutdown" and ev.judge is not None
     totals = ev.judge.get("totals", {})
+    repair = llm.requests[1]  # the server had it at the stop: its prompt billed, estimated
+    sent = len(json.dumps(repair["messages"])) + len(json.dumps(repair["response_format"]))
     assert (totals.get("calls"), totals.get("tokens")) == (
-        1, {"input": 1000, "output": 100}), ev.judge
+        1, {"input": 1000 + math.ceil(sent / 3.5), "output": 100}), ev.judge
     spent = judge.client.budget.spent(judge.client.clock())  # what the budget counted
     assert totals["cost_usd"] > 0 and spent == pytest.approx(totals["cost_usd"])
+
+
+def test_a_request_sent_then_cut_by_the_stop_is_spent_as_a_timed_out_one(
+        llm: FakeLLM) -> None:
+    """A request the provider had when the stop cancelled it is billed all the same (its
+    prompt was sent), as a timed-out one is: it was counted in no total, metric or budget.
+    It now spends the prompt's estimate, counted as a call cut (status error)."""
+    calls, asked = Calls(), threading.Event()
+
+    def route(body: dict[str, Any]) -> Reply:
+        asked.set()
+        return Reply(hang=True)  # a slow model, still thinking at the stop
+
+    llm.route = route
+    skipped: list[tuple[Evaluation, str]] = []
+    judge = Judge(config(llm.api_base, enabled=("trace",)), observer=calls)
+
+    async def main() -> None:
+        q = JudgeQueue(judge, 10, lambda ev: None,
+                       lambda ev, reason: skipped.append((ev, reason)))
+        await q.start()
+        q.submit(evaluation())
+        assert await asyncio.to_thread(asked.wait, 30)
+        await q.shutdown(0.0)
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+    assert calls.paid == [("trace", "error")]  # counted in the metrics, as cut
+    (ev, reason), = skipped
+    assert reason == "shutdown" and ev.judge is not None
+    totals = ev.judge.get("totals", {})
+    sent = len(json.dumps(llm.requests[0]["messages"])) + len(json.dumps(
+        llm.requests[0]["response_format"]))
+    assert (totals.get("calls"), totals.get("tokens")) == (
+        1, {"input": math.ceil(sent / 3.5), "output": 0}), ev.judge
+    spent = judge.client.budget.spent(judge.client.clock())
+    assert totals["cost_usd"] > 0 and spent == pytest.approx(totals["cost_usd"])
+
+
+def test_a_request_cancelled_before_it_was_sent_spends_nothing(llm: FakeLLM) -> None:
+    """Cancelled while it waited for the rate limit (nothing sent): no cost, no call."""
+    calls = Calls()
+    judge = Judge(config(llm.api_base, enabled=("trace",), requests_per_min=1),
+                  observer=calls)
+    judge.client.limiter.reserve = lambda now, tokens: 60.0  # type: ignore[method-assign]
+
+    async def main() -> None:
+        waiting, never = asyncio.Event(), asyncio.Event()
+
+        async def wait(delay: float) -> None:  # the rate limit's wait, held
+            waiting.set()
+            await never.wait()
+
+        judge.client.sleep = wait
+        task = asyncio.ensure_future(judge.judge(evaluation()))
+        await waiting.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+    assert calls.paid == [] and llm.requests == []
+    assert judge.client.budget.spent(judge.client.clock()) == 0

@@ -385,6 +385,10 @@ class JudgeClient:
                     # the whole exchange, not each read: litellm's timeout is per read
                     response = await asyncio.wait_for(litellm.acompletion(**request),
                                                       timeout=c.timeout_s)
+            except asyncio.CancelledError:  # the stop, or its judgement ended
+                if read.sent:  # the server had the prompt: billed, as a timed-out request
+                    self._account_unread(request, result, 0)
+                raise
             except Exception as e:  # classified below: the provider boundary
                 if read.cut:  # not retried nor repaired: the next reply would be as long
                     # billed all the same: the prompt, and a reply of at least the bound
@@ -461,8 +465,9 @@ class JudgeClient:
 
     def _account_unread(self, request: dict[str, Any], result: CallResult,
                         output_tokens: int) -> None:
-        """A request whose reply was not read (timed out, or cut at ``max_reply_bytes``): the
-        provider bills it all the same (the prompt was sent), so it is spent and counted as a
+        """A request whose reply was not read (timed out, cut at ``max_reply_bytes``, or
+        cancelled once the server had it whole, ``Reading.sent``): the provider bills it
+        all the same (the prompt was sent), so it is spent and counted as a
         reply without usage is, estimated from the text sent (``output_tokens``: what the
         reply is known to have been at least)."""
         tin = estimated_tokens(_sent_text(request))

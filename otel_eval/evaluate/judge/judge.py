@@ -198,8 +198,9 @@ class Judge:
                    cut: Callable[[CallResult], object] | None = None) -> CallResult:
         """One call through the shared client (limits, budget, retries, validation), counted
         by the observer under ``request.name``; the messages are sent as given (redacted).
-        Cancelled (the stop, or its judgement ended) after a reply came (a repair under way),
-        it is counted as an ``error`` with the replies it had paid for, and ``cut(result)``
+        Cancelled (the stop, or its judgement ended) after a reply came (a repair under way)
+        or once the server had its request (billed: its prompt estimated, as a timed-out
+        one's), it is counted as an ``error`` with what it had paid for, and ``cut(result)``
         records them where the caller keeps its spending; then the cancel goes on."""
         result = CallResult("ok", model=self.config.model)
         started = self.client.clock()
@@ -207,7 +208,7 @@ class Judge:
             await self.client.call(request.messages, request.schema, request.name,
                                    request.check, result)
         except asyncio.CancelledError:
-            if result.input_tokens:  # a reply paid for (every reply has input tokens)
+            if result.input_tokens:  # a request paid for (every one billed has input tokens)
                 result.status, result.data = "error", None
                 result.latency_s = max(self.client.clock() - started, 0.0)
                 result.error = "cut before it ended (the stop, or its judgement ended)"

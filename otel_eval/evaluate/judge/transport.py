@@ -4,7 +4,8 @@ stops reading a reply at its bound.
     JudgeClient._complete: with reading(max_reply_bytes) -> litellm.acompletion(client=
         bounded_client(...)) -> openai SDK -> httpx -> _BoundedTransport: the body's bytes
         counted as they arrive; past the bound, ReplyTooLarge (litellm wraps it) and the
-        connection is dropped, the call's ``Reading.cut`` set
+        connection is dropped, the call's ``Reading.cut`` set; once the request's body is
+        written, ``Reading.sent`` (a call cancelled after it is billed)
 
 litellm reads a whole reply before the judge sees its text: a 200 MB body from the server
 cost ~0.6 GB while it was read, whatever ``max_reply_bytes`` said, and litellm has no
@@ -21,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -36,10 +37,12 @@ ENVELOPE_BYTES = 64 * 1024
 
 @dataclass(slots=True)
 class Reading:
-    """One call's bound on the body read, in bytes, and whether a reply went over it."""
+    """One call's bound on the body read, in bytes, whether a reply went over it, and
+    whether its request reached the server whole (``sent``: billed, whatever happens next)."""
 
     limit: int
     cut: bool = False
+    sent: bool = False
 
 
 _READING: ContextVar[Reading | None] = ContextVar("otel_eval_judge_reading", default=None)
@@ -82,8 +85,11 @@ class _BoundedTransport(httpx.AsyncBaseTransport):
         self._inner = inner
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        response = await self._inner.handle_async_request(request)
         state = _READING.get()
+        if state is not None:  # told when the request's body was written (httpcore's trace)
+            request.extensions = {**request.extensions, "trace": _marking(
+                state, request.extensions.get("trace"))}
+        response = await self._inner.handle_async_request(request)
         if state is None:  # not inside ``reading``: as read by httpx
             return response
         assert isinstance(response.stream, httpx.AsyncByteStream)
@@ -93,6 +99,20 @@ class _BoundedTransport(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+Trace = Callable[[str, dict[str, Any]], Awaitable[None]]
+
+
+def _marking(state: Reading, inner: Trace | None) -> Trace:
+    """httpcore's ``trace`` extension that sets ``state.sent`` once the request's body is
+    written (HTTP/1.1 or 2), then calls the one it replaces, if any."""
+    async def trace(name: str, info: dict[str, Any]) -> None:
+        if name.endswith(".send_request_body.complete"):
+            state.sent = True
+        if inner is not None:
+            await inner(name, info)
+    return trace
 
 
 # event loop -> (api_base, api_key) -> client: an httpx client belongs to the loop it runs on
