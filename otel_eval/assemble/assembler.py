@@ -36,7 +36,7 @@ released): it may not add to that run, but its span is the user's telemetry. It 
 ``passing`` trace in front of the run, not re-opening it: the span is held to pass on
 (``Trace.passed``, marked ``Span.unevaluable`` ``foreign_sender``), and so are another
 sender's further spans, its records refused (``foreign_sender``). Released, that trace holds
-only what it passes on (finishing passes it on as ``not_a_run``): the run is neither
+only what it passes on (finishing passes it on as ``foreign_sender``): the run is neither
 evaluated nor forwarded again, nor are its events sent again, and it stays re-openable as
 released. When the run's own span or record joins first, the run is re-opened there
 (``_join``), as without pass-through, and what was passed on goes with it. The passing trace

@@ -13,7 +13,8 @@ trace that is no agent run (``not_a_run``: only setup operations, such as a ``cr
 span in a trace of its own): nothing stored, counted the same way, and its spans handed to
 the sinks' ``pass_on`` (pass-through forwards them unstamped: otel-eval in the trace path must
 not swallow a user's spans because they are no run), and so is a trace of spans that came
-after their run was stored (``late``: ``evaluate.stage``).
+after their run was stored (``late``: ``evaluate.stage``) and, with pass-through, a trace of
+only another sender's spans for a released run (``foreign_sender``: a passing trace).
 
 A batch the store refused (``Outcome.unstored``: a full disk, a lost connection) is not
 finished: its jobs go back into the queue ahead of what was released after them (release order:
@@ -71,6 +72,7 @@ from otel_eval.base.model import Trace, content_digest
 from otel_eval.base.results import Evaluation, stored_evaluation
 from otel_eval.evaluate.handoff import (
     ALREADY_EVALUATED,
+    FOREIGN_SENDER,
     LATE,
     NOT_A_RUN,
     UNSTORABLE,
@@ -171,7 +173,7 @@ class Finishing:
             bare = [j for j in batch if not j.trace.spans and j.trace.passed]
             if bare:
                 batch = [j for j in batch if j not in bare]
-                self.finish(bare, [Outcome(None, False, skipped=NOT_A_RUN) for _ in bare])
+                self.finish(bare, [Outcome(None, False, skipped=_bare(j.trace)) for j in bare])
             if batch:
                 self.stage.run(batch, self.finish)
             done += len(batch) + len(stale) + len(bare)
@@ -227,7 +229,7 @@ class Finishing:
                 skipped = out.skipped or ALREADY_EVALUATED  # result nothing could store
                 trace.finished.late = skipped == LATE  # read by assembly if spans re-open it
                 self._metrics.evaluation.skipped(skipped)
-                if skipped in (NOT_A_RUN, LATE, UNSTORABLE):  # spans still pass on, unstamped
+                if skipped in (NOT_A_RUN, FOREIGN_SENDER, LATE, UNSTORABLE):  # spans pass on
                     self._to_sinks(trace, None, h, delivering)
                 elif delivering:  # a replay: what those sinks held may never have gone out
                     self._again(trace, h, delivering)
@@ -348,6 +350,14 @@ class Finishing:
 
 def _seq(job: Job) -> int:
     return job.seq
+
+
+def _bare(trace: Trace) -> str:
+    """Why a trace of spans only to pass on is not evaluated: ``foreign_sender`` for a
+    passing trace (another sender's spans for a released run), else ``not_a_run`` (every
+    span unevaluable)."""
+    foreign = all(s.unevaluable == "foreign_sender" for s in trace.passed)
+    return FOREIGN_SENDER if foreign else NOT_A_RUN
 
 
 def _nbytes(trace: Trace) -> int:

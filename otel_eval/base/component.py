@@ -53,8 +53,10 @@ class Sink(Protocol):
     def export(self, trace: Trace, evaluation: Evaluation) -> None: ...
 
     def pass_on(self, trace: Trace) -> None:
-        """A trace that gets no evaluation because it is no agent run (``not_a_run``): a sink
-        in the trace path passes its spans on; the others do nothing."""
+        """A trace that gets no evaluation because it is no agent run (``not_a_run``), or
+        holds only another sender's spans for a released run (``foreign_sender``), or came
+        late or could not be stored: a sink in the trace path passes its spans on; the
+        others do nothing."""
 
 
 class Held:

@@ -17,12 +17,15 @@ from typing import Protocol
 from otel_eval.base.model import Trace
 from otel_eval.base.results import Evaluation
 
-__all__ = ["ALREADY_EVALUATED", "LATE", "NOT_A_RUN", "UNSTORABLE", "Done", "EvaluationStage", "Job",
-           "Outcome"]
+__all__ = ["ALREADY_EVALUATED", "FOREIGN_SENDER", "LATE", "NOT_A_RUN", "UNSTORABLE", "Done",
+           "EvaluationStage", "Job", "Outcome"]
 
 # Outcome.skipped: the store holds an evaluation of this content (same trace id and digest)
 ALREADY_EVALUATED = "already_evaluated"
 NOT_A_RUN = "not_a_run"  # Outcome.skipped: every span a setup operation, no agent run
+# Outcome.skipped (pass-through): a passing trace, only another sender's spans for a released
+# run, passed on (the run is not released again)
+FOREIGN_SENDER = "foreign_sender"
 # Outcome.skipped: spans that came after their run was stored (``Trace.late_if_stored``)
 LATE = "late"
 # Outcome.skipped: the store took neither the trace's evaluation nor an error record of it

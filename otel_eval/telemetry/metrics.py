@@ -71,8 +71,9 @@ Metrics (counters are exposed with the ``_total`` suffix):
                late: traces of spans that came after their run was stored, to a process
                that no longer remembered it (a restart in between; the stored run stands);
                not_a_run: traces made only of setup operations (a create_agent span alone),
-               or only of spans taken to pass on (pass-through: every span unevaluable, or
-               another sender's spans for a released run, the run not released again)
+               or only of spans taken to pass on (pass-through: every span unevaluable);
+               foreign_sender: pass-through, a trace of another sender's spans for a
+               released run only, passed on (the run not released again)
                otel_eval_evaluation_spans_skipped_total{reason}  spans taken only to pass on
                (pass-through), never evaluated: trace_too_large (past
                assembly.max_spans_per_trace), invalid_timestamp (a span longer than a
@@ -209,8 +210,9 @@ class EvaluationMetrics:
                                ["stage", "reason"])
         self.c_skipped = c("evaluation_skipped",
                            "Released traces not evaluated, by reason (already_evaluated, "
-                           "late, not_a_run, unstorable).", ["reason"])
-        for reason in ("already_evaluated", "late", "not_a_run", "unstorable"):
+                           "late, not_a_run, foreign_sender, unstorable).", ["reason"])
+        for reason in ("already_evaluated", "late", "not_a_run", "foreign_sender",
+                       "unstorable"):
             self.c_skipped.labels(reason)  # 0, not absent, until the first one
         self.c_spans_skipped = c(
             "evaluation_spans_skipped",

@@ -103,3 +103,12 @@ def test_no_issue_judge_calls_without_the_issues_job(tmp_path: Path) -> None:
     service = Service(config)
     assert _sample(service.metrics, "otel_eval_judge_calls_total", judge="issue_name",
                    status="ok") is None
+
+
+def test_every_reason_a_released_trace_is_skipped_for_is_declared_at_zero() -> None:
+    from otel_eval.evaluate import handoff
+
+    metrics = Metrics(CollectorRegistry())
+    for reason in (handoff.ALREADY_EVALUATED, handoff.LATE, handoff.NOT_A_RUN,
+                   handoff.FOREIGN_SENDER, handoff.UNSTORABLE):
+        assert _sample(metrics, "otel_eval_evaluation_skipped_total", reason=reason) == 0
