@@ -164,6 +164,32 @@ def test_a_session_cut_to_its_bounds_is_the_one_serve_completes(
     assert [f["kind"] for f in offline["findings"]] == ["unanswered_question"]
 
 
+@pytest.mark.parametrize(("setting", "value"), [("max_turns", 2), ("max_turns_chars", 1)])
+def test_a_session_cut_to_its_bounds_keeps_its_newest_turns_by_start_whatever_the_order(
+        tmp_path: Path, setting: str, value: int) -> None:
+    """Serve's session job reads a session's newest turns by when each began (then trace
+    id), not by when each was evaluated: eval kept the last ones it evaluated, so files given
+    newest first (a directory listed in another order, a replay's export) judged the oldest
+    turns offline and the newest in serve. Eval now keeps the same turns as serve."""
+    turns = scripted("cut", "gen_ai.conversation.id", [
+        (f"a different question, number {n}",
+         [{"role": "assistant", "content": "Done?" if n == 2 else "Done."}]) for n in range(3)])
+    config = tmp_path / "otel-eval.yaml"
+    config.write_text(f"sessions:\n  {setting}: {value}\n")
+    out = io.StringIO()
+    newest_first = list(reversed(_write(tmp_path, "cut", turns)))
+    args = build_parser().parse_args(["eval", *map(str, newest_first),
+                                      "--format", "jsonl", "--config", str(config)])
+    assert cmd_eval(args, out) == 0
+    offline = json.loads(out.getvalue().splitlines()[-1])
+    served = _served_session(tmp_path / "serve", [body for _, body in turns],
+                             **{f"sessions.{setting}": value})
+    compared = ("traces", "turns", "counts", "findings", "verdict", "cut_by", "prediction")
+    assert {k: offline.get(k) for k in compared} == {k: served.get(k) for k in compared}
+    assert offline["traces"][-1] == turns[-1][0]  # the last turn is judged
+    assert [f["kind"] for f in offline["findings"]] == ["unanswered_question"]
+
+
 def test_a_conversation_ended_with_a_call_pending_has_p_success_0(tmp_path: Path) -> None:
     """p_success means for a conversation what it means for a run (docs/prediction.md): 0
     when its last turn did not finish on its own terms. The session's own
