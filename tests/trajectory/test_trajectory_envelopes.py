@@ -159,6 +159,8 @@ _TOOL_OUTPUT = {"blocks": [{"text": "sunny"}], "tool_name": "get_weather",
                 "raw_input": {"args": [], "kwargs": {"city": "Paris"}}, "raw_output": "sunny",
                 "is_error": False}
 
+_CALL_TOOL_RESULT = {"content": [{"type": "text", "text": "sunny"}], "isError": False}
+
 
 @pytest.mark.parametrize(("value", "text", "envelope", "failed"), [
     # as recorded by the corpus's stacks (tests/conformance): LangGraph, LangChain.js,
@@ -168,6 +170,11 @@ _TOOL_OUTPUT = {"blocks": [{"text": "sunny"}], "tool_name": "get_weather",
     (_SERIALIZED, "sunny", "langchain_serialized", False),
     (_TOOL_OUTPUT, "sunny", "llamaindex_tool_output", False),
     ({"result": "sunny"}, "sunny", "mcp_result", False),
+    # the MCP tools/call result itself (CallToolResult), as gen_ai.tool.call.result records it
+    (_CALL_TOOL_RESULT, "sunny", "mcp_call_tool_result", False),
+    ({"content": [{"type": "text", "text": "sunny"}]}, "sunny", "mcp_call_tool_result", False),
+    ({**_CALL_TOOL_RESULT, "structuredContent": {"sky": "sunny"}, "_meta": {}}, "sunny",
+     "mcp_call_tool_result", False),
     # the failures they record
     ({"type": "tool", "data": {**_TOOL_MESSAGE, "status": "error", "content": "Error: no"}},
      "Error: no", "langchain_message", True),
@@ -175,6 +182,8 @@ _TOOL_OUTPUT = {"blocks": [{"text": "sunny"}], "tool_name": "get_weather",
      "no such city", "llamaindex_tool_output", True),
     ({"result": "Error executing tool", "is_error": True}, "Error executing tool",
      "mcp_result", True),
+    ({"content": [{"type": "text", "text": "no such city"}], "isError": True}, "no such city",
+     "mcp_call_tool_result", True),
     # content as text blocks; an older LlamaIndex's content
     ({"type": "tool", "data": {**_TOOL_MESSAGE, "content": [{"type": "text", "text": "a"},
                                                             {"type": "text", "text": "b"}]}},
@@ -190,6 +199,12 @@ _TOOL_OUTPUT = {"blocks": [{"text": "sunny"}], "tool_name": "get_weather",
     ({"type": "ai", "data": {**_TOOL_MESSAGE, "type": "ai"}}, None, None, False),
     ({**_SERIALIZED, "id": ["langchain_core", "messages", "AIMessage"]}, None, None, False),
     ({"tool_name": "get_weather", "raw_output": "sunny"}, None, None, False),
+    # a CallToolResult around something else than text, or one not understood: as recorded
+    ({"content": [{"type": "image", "data": "AAAA", "mimeType": "image/png"}],
+      "isError": False}, None, None, False),
+    ({**_CALL_TOOL_RESULT, "isError": "yes"}, None, None, False),
+    ({**_CALL_TOOL_RESULT, "unit": "C"}, None, None, False),
+    ({"content": "sunny", "isError": False}, None, None, False),
 ])
 def test_unwrap_result(value: Any, text: str | None, envelope: str | None,
                        failed: bool) -> None:
@@ -224,6 +239,29 @@ def test_an_envelope_that_records_a_failure_makes_the_call_failed() -> None:
     assert step.sources["status"] == "llamaindex_tool_output error flag"
     findings, _ = Detectors(DetectorsConfig()).evaluate(t)
     assert "tool_call/runtime" in {f"{f.detector}/{f.kind}" for f in findings}
+
+
+def test_an_mcp_call_the_server_answered_with_is_error_is_a_failed_call() -> None:
+    """An MCP client's tools/call span recording the CallToolResult as its GenAI
+    gen_ai.tool.call.result, without error.type nor an ERROR status: isError true is the
+    call's failure (the MCP conventions' tool_error), its text the result."""
+    def run(result: dict[str, Any]) -> Any:
+        spans = [span("invoke_agent a", attrs={"gen_ai.operation.name": "invoke_agent",
+                                               "gen_ai.agent.name": "a"}),
+                 span("tools/call get_weather", "invoke_agent a", 1, {
+                     "gen_ai.operation.name": "execute_tool", "mcp.method.name": "tools/call",
+                     "gen_ai.tool.name": "get_weather",
+                     "gen_ai.tool.call.arguments": '{"city": "Atlantis"}',
+                     "gen_ai.tool.call.result": json.dumps(result)})]
+        return build_trajectory(trace(*spans), TrajectoryConfig())
+    t = run({"content": [{"type": "text", "text": "no such city"}], "isError": True})
+    step = t.tool_steps[0]
+    assert (step.status, step.error, step.result) == ("error", "no such city", "no such city")
+    assert step.sources["status"] == "mcp_call_tool_result error flag"
+    findings, _ = Detectors(DetectorsConfig()).evaluate(t)
+    assert "tool_call/runtime" in {f"{f.detector}/{f.kind}" for f in findings}
+    step = run(_CALL_TOOL_RESULT).tool_steps[0]
+    assert (step.status, step.error, step.result) == ("ok", None, "sunny")
 
 
 def test_a_failed_span_keeps_its_own_error() -> None:

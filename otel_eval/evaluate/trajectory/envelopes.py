@@ -41,7 +41,13 @@ call, its flag the source):
 - ``llamaindex_tool_output``: LlamaIndex's ``ToolOutput``, ``{"content": ...}`` or ``{"blocks":
   [{"text": ...}]}`` beside ``tool_name``, ``raw_input``, ``raw_output`` and ``is_error``;
 - ``mcp_result``: OpenLLMetry's MCP tool span, ``{"result": <the first content's text>}``
-  and ``"is_error": true`` when the server answered ``isError``.
+  and ``"is_error": true`` when the server answered ``isError``;
+- ``mcp_call_tool_result``: the MCP ``tools/call`` result itself, a ``CallToolResult``
+  (``{"content": [{"type": "text", "text": ...}], "isError": true | false}``, maybe with
+  ``structuredContent`` and ``_meta``), as a GenAI ``gen_ai.tool.call.result`` or a
+  framework's output records it: ``isError`` true is a failed call (the MCP conventions'
+  ``error.type`` ``tool_error``), false or absent is not; an ``isError`` that is no boolean
+  is no envelope we know.
 
 Content as text blocks is their texts joined by newlines; any other content (an image, a
 structure) leaves the envelope as recorded.
@@ -196,8 +202,10 @@ def fits(arguments: Any, schema: Any) -> bool | None:
 
 # A result is parsed only when one of these is in it: every result envelope holds one (a key,
 # or the serialized class's name), so the JSON tool results of other tools cost a search.
-_RESULT_MARKER = re.compile(r'"tool_call_id"|ToolMessage|"raw_output"|"result"')
+_RESULT_MARKER = re.compile(
+    r'"tool_call_id"|ToolMessage|"raw_output"|"result"|"isError"|"content"')
 _LLAMAINDEX_KEYS = frozenset({"tool_name", "raw_input", "raw_output", "is_error"})
+_CALL_TOOL_RESULT_KEYS = frozenset({"content", "isError", "structuredContent", "_meta"})
 
 
 def _content_text(content: Any) -> str | None:
@@ -213,6 +221,18 @@ def _content_text(content: Any) -> str | None:
             return None
         texts.append(text)
     return "\n".join(texts)
+
+
+def _call_tool_result(value: dict[str, Any]) -> tuple[str | None, bool]:
+    """(the text of an MCP ``CallToolResult``'s text content, its ``isError``); None when
+    ``value`` is no such result or its content is not text alone."""
+    content, flag = value.get("content"), value.get("isError", False)
+    if not (value.keys() <= _CALL_TOOL_RESULT_KEYS and isinstance(content, list)
+            and isinstance(flag, bool)):
+        return None, False
+    if not all(isinstance(b, dict) and b.get("type") == "text" for b in content):
+        return None, False
+    return _content_text(content), flag
 
 
 def _tool_message(value: dict[str, Any]) -> tuple[Any, str | None]:
@@ -242,6 +262,9 @@ def _result_layer(value: Any) -> tuple[str | None, str | None, bool]:
         return text, "llamaindex_tool_output", value["is_error"] is True
     if "result" in keys and keys <= {"result", "is_error"} and isinstance(value["result"], str):
         return value["result"], "mcp_result", value.get("is_error") is True
+    if "content" in keys:
+        text, failed = _call_tool_result(value)
+        return text, "mcp_call_tool_result", failed
     return None, None, False
 
 
