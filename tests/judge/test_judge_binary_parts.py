@@ -154,3 +154,38 @@ def test_an_image_counts_in_the_views_budget_as_what_the_judge_reads_of_it(form:
     extra = agent_input_tokens(image) - agent_input_tokens(text_only)
     assert extra <= 10 * (len(SHOWN) + 80) / CHARS_PER_TOKEN, extra
     assert view_budget_chars(image, limits) == view_budget_chars(text_only, limits)
+
+
+SAID, REPLY = "What is the weather in Paris?", "It is sunny in Paris."
+
+
+@pytest.mark.parametrize("kind", ["blob", "uri", "file"])
+def test_a_voice_request_and_answer_are_their_transcripts(kind: str) -> None:
+    """A voice agent's turn as the GenAI conventions record it: audio parts (blob, uri or
+    file) with modality audio and their ``transcript``, in the input and the output messages.
+    The transcript is what was said: the run's input and output, and the judge reads it
+    below the audio's placeholder."""
+    where = {"blob": {"content": B64}, "uri": {"uri": URI}, "file": {"file_id": "file-abc123"}}
+
+    def audio(said: str) -> dict[str, Any]:
+        return {"type": kind, "modality": "audio", "mime_type": "audio/wav", **where[kind],
+                "transcript": said}
+    attrs = _genai([])
+    attrs["gen_ai.input.messages"] = json.dumps([{"role": "user", "parts": [audio(SAID)]}])
+    attrs["gen_ai.output.messages"] = json.dumps([{"role": "assistant", "parts": [
+        audio(REPLY)], "finish_reason": "stop"}])
+    ev = _evaluate(attrs)
+    out = ev.to_json()
+    assert out["input"].startswith(SAID) and out["output"] == REPLY
+    sent = _judge_input(ev)
+    assert SAID in sent and REPLY in sent
+    assert URI not in sent and "file-abc123" not in sent
+    _no_bytes(sent)
+
+
+def test_a_transcript_is_read_only_on_audio() -> None:
+    attrs = _genai([{"type": "blob", "modality": "image", "mime_type": "image/png",
+                     "content": B64, "transcript": "not said"}])
+    ev = _evaluate(attrs)
+    assert ev.to_json()["input"] == ASK + "\n" + SHOWN
+    assert "not said" not in _judge_input(ev)

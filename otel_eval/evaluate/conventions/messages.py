@@ -100,6 +100,33 @@ def binary_placeholder(part: Any) -> str | None:
     return f"[{what}, {how}]" if how else f"[{what}]"
 
 
+# The GenAI conventions' file parts (``BlobPart``, ``FilePart``, ``UriPart``) that may carry
+# the ``transcript`` of their audio: what was said to the model, or what it said.
+_TRANSCRIBED_TYPES = frozenset({"blob", "file", "uri"})
+
+
+def audio_transcript(part: Any) -> str | None:
+    """The ``transcript`` of a GenAI file part whose ``modality`` is ``audio`` (the
+    conventions' input and output messages schemas: the transcription of the audio given, or
+    the model's own transcript of its spoken reply); None for any other part, or when none
+    was recorded."""
+    if not isinstance(part, dict) or part.get("type") not in _TRANSCRIBED_TYPES \
+            or part.get("modality") != "audio":
+        return None
+    text = part.get("transcript")
+    return text if isinstance(text, str) else None
+
+
+def shown_part(part: Any) -> str | None:
+    """A file part as shown instead of its bytes: its ``binary_placeholder``, and below it
+    its audio's transcript when one was recorded; None for any other part."""
+    shown = binary_placeholder(part)
+    if shown is None:
+        return None
+    said = audio_transcript(part)
+    return shown if said is None else shown + "\n" + said
+
+
 def _content_text(content: Any) -> str | None:
     if isinstance(content, str):
         return content
@@ -121,13 +148,14 @@ def _files(msg: dict[str, Any]) -> str | None:
 
 def message_text(msg: Any) -> str | None:
     """The text of one message (None when it has none recorded). A file it holds (an image)
-    is no text: ``shown_text`` names it."""
+    is no text: ``shown_text`` names it; the transcript of its audio (``audio_transcript``)
+    is what was said, so text."""
     if not isinstance(msg, dict):
         return msg if isinstance(msg, str) else None
     parts = msg.get("parts")
     if isinstance(parts, list):
-        texts = [p.get("content") for p in parts
-                 if isinstance(p, dict) and p.get("type") == "text"]
+        texts = [p.get("content") if p.get("type") == "text" else audio_transcript(p)
+                 for p in parts if isinstance(p, dict)]
         found = [t for t in texts if isinstance(t, str)]
         return "\n".join(found) if found else None
     inner = msg.get("message")

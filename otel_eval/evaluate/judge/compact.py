@@ -21,7 +21,7 @@ from typing import Any
 
 from otel_eval.base.pysource import literal
 from otel_eval.base.text import load_content
-from otel_eval.evaluate.conventions.messages import binary_placeholder, result_part_text
+from otel_eval.evaluate.conventions.messages import result_part_text, shown_part
 from otel_eval.evaluate.detectors.canonical import canonical_arguments
 
 
@@ -53,8 +53,9 @@ def compact_json(text: str) -> str:
 
 def sent_chars(text: str | None) -> int:
     """Characters of a span's messages as the judge is shown them: the text's length, but a
-    file part (an image, audio, a PDF) counts as its placeholder (``binary_placeholder``:
-    ``[image/png, 49 kB]``), not as its base64 bytes. Linear in the text."""
+    file part (an image, audio, a PDF) counts as its placeholder (``shown_part``:
+    ``[image/png, 49 kB]``, its audio's transcript below it), not as its base64 bytes. Linear
+    in the text."""
     if not text:
         return 0
     if text.lstrip()[:1] not in ("[", "{"):
@@ -67,7 +68,7 @@ def sent_chars(text: str | None) -> int:
     while stack:
         value = stack.pop()
         if isinstance(value, dict):
-            if (shown := binary_placeholder(value)) is not None:
+            if (shown := shown_part(value)) is not None:
                 saved += len(json.dumps(value, ensure_ascii=False)) - len(shown)
             else:
                 stack.extend(value.values())
@@ -99,7 +100,7 @@ def _content_text(content: Any) -> str:
     if isinstance(content, list):  # OpenAI / Anthropic / AI SDK / Bedrock content parts
         parts = []
         for part in content:
-            if (shown := binary_placeholder(part)) is not None:
+            if (shown := shown_part(part)) is not None:
                 parts.append(shown)  # an image's bytes are no text: its type and size
             elif isinstance(part, dict):
                 text = part.get("text") or part.get("content")
@@ -227,7 +228,7 @@ def _parts_text(parts: list[Any]) -> tuple[str, tuple[str, tuple[str, ...]]]:
         if not isinstance(part, dict):
             continue
         kind = part.get("type")
-        if (shown := binary_placeholder(part)) is not None:
+        if (shown := shown_part(part)) is not None:
             texts.append(shown)  # a blob's content is its bytes: its type and size
         elif kind == "tool_call":
             calls.append(part)
