@@ -127,12 +127,17 @@ def shown_part(part: Any) -> str | None:
     return shown if said is None else shown + "\n" + said
 
 
+# Content parts of a model's reasoning (the GenAI conventions' ``ReasoningPart``, the AI SDK's
+# ``reasoning``, Anthropic's ``thinking``): what it thought, never what it said.
+REASONING_TYPES = frozenset({"reasoning", "thinking", "redacted_thinking"})
+
+
 def _content_text(content: Any) -> str | None:
     if isinstance(content, str):
         return content
     if isinstance(content, list):  # a file's part is no text (its content is its bytes)
-        texts = [p.get("text", p.get("content")) for p in content
-                 if isinstance(p, dict) and p.get("type") not in _BINARY_TYPES]
+        texts = [p.get("text", p.get("content")) for p in content if isinstance(p, dict)
+                 and p.get("type") not in _BINARY_TYPES and p.get("type") not in REASONING_TYPES]
         found = [t for t in texts if isinstance(t, str)]
         return "\n".join(found) if found else None
     return None

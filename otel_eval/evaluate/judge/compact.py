@@ -21,7 +21,11 @@ from typing import Any
 
 from otel_eval.base.pysource import literal
 from otel_eval.base.text import load_content
-from otel_eval.evaluate.conventions.messages import result_part_text, shown_part
+from otel_eval.evaluate.conventions.messages import (
+    REASONING_TYPES,
+    result_part_text,
+    shown_part,
+)
 from otel_eval.evaluate.detectors.canonical import canonical_arguments
 
 
@@ -102,6 +106,8 @@ def _content_text(content: Any) -> str:
         for part in content:
             if (shown := shown_part(part)) is not None:
                 parts.append(shown)  # an image's bytes are no text: its type and size
+            elif (thought := _reasoning(part)) is not None:
+                parts.append(thought)
             elif isinstance(part, dict):
                 text = part.get("text") or part.get("content")
                 if not isinstance(text, str):  # a tool result's part: what it returned
@@ -111,6 +117,16 @@ def _content_text(content: Any) -> str:
                 parts.append(str(part))
         return "\n".join(parts)
     return json.dumps(content, ensure_ascii=False, default=str)
+
+
+def _reasoning(part: Any) -> str | None:
+    """A reasoning part (``messages.REASONING_TYPES``) as the judge reads it: marked as the
+    model's reasoning, never as what it said; None for any other part."""
+    if not isinstance(part, dict) or part.get("type") not in REASONING_TYPES:
+        return None
+    text = next((t for k in ("content", "text", "thinking")
+                 if isinstance(t := part.get(k), str) and t), None)
+    return f"[reasoning] {text}" if text is not None else "[reasoning]"
 
 
 def _tool_calls(calls: Any) -> tuple[str, tuple[str, ...]]:
@@ -230,6 +246,8 @@ def _parts_text(parts: list[Any]) -> tuple[str, tuple[str, tuple[str, ...]]]:
         kind = part.get("type")
         if (shown := shown_part(part)) is not None:
             texts.append(shown)  # a blob's content is its bytes: its type and size
+        elif (thought := _reasoning(part)) is not None:
+            texts.append(thought)
         elif kind == "tool_call":
             calls.append(part)
         elif kind == "tool_call_response":
