@@ -93,7 +93,8 @@ def test_price_table_read_without_litellm_matches_litellm_model_cost() -> None:
             expected[name] = Prices(float(inp), float(out),
                                     rate(entry.get("cache_read_input_token_cost")),
                                     rate(entry.get("cache_creation_input_token_cost")),
-                                    tiers(entry))  # type: ignore[arg-type]
+                                    tiers(entry),  # type: ignore[arg-type]
+                                    entry.get("litellm_provider") == "xai")
     assert len(expected) > 1000 and any(n.endswith("-latest") for n in expected)  # aliases
     assert sum(p.cache_read is not None for p in expected.values()) > 1000  # cache rates
     assert sum(bool(p.above) for p in expected.values()) > 100  # long-context tiers
@@ -191,6 +192,20 @@ def test_a_long_context_call_is_priced_at_its_tier() -> None:
     assert budget.step_cost(cached) == pytest.approx(
         200_000 * row["input_cost_per_token_above_200k_tokens"]
         + 100_000 * row["cache_read_input_token_cost_above_200k_tokens"])
+
+
+@pytest.mark.parametrize("model", ["xai/grok-4.3", "gemini/gemini-2.5-pro",
+                                   "oci/xai.grok-4.20-reasoning", "vertex_ai/xai/grok-4.3"])
+def test_a_call_at_a_tier_threshold_is_priced_as_litellm_prices_it(model: str) -> None:
+    """litellm bills xAI's long-context tier from the threshold on (a call of exactly 200k input
+    tokens at the higher rates: ``_INCLUSIVE_THRESHOLD_PROVIDERS``), the other providers'
+    above it only: a 200,000-token grok-4.3 call was priced at half what litellm bills."""
+    from otel_eval.evaluate.judge.llm import litellm
+
+    for tokens in (199_999, 200_000, 200_001):
+        call = llm("a", input_tokens=tokens, output_tokens=10, model=model)
+        assert budget.step_cost(call) == pytest.approx(
+            sum(litellm.cost_per_token(model=model, prompt_tokens=tokens, completion_tokens=10)))
 
 
 def test_cost_unknown_says_which_rate_is_missing() -> None:

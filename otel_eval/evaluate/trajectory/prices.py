@@ -16,11 +16,12 @@ Anthropic) and a guess is no reason for a budget finding.
 Long-context rates: a row's ``<rate>_above_<N>k_tokens`` keys (``input_cost_per_token_above_
 200k_tokens``, ``output_...``, ``cache_read_input_token_cost_...``,
 ``cache_creation_input_token_cost_...``; ``N`` in tokens without the ``k``) price a whole call
-whose input tokens (cached ones included) exceed ``N``, as litellm bills them
-(``_get_token_base_cost``): the highest tier exceeded, each rate it lists replacing the lower
-one, the others kept. The service-tier variants (``_priority``, ``_flex``, ``_batches``) are
-not read: a span does not say its call's tier. A model priced only by a ``tiered_pricing``
-table has no ``input_cost_per_token``: its cost is unknown.
+whose input tokens (cached ones included) exceed ``N`` (reach it, for a row of a provider
+litellm bills from the threshold on: xAI's, ``INCLUSIVE_THRESHOLD_PROVIDERS``), as litellm
+bills them (``_get_token_base_cost``): the highest tier exceeded, each rate it lists
+replacing the lower one, the others kept. The service-tier variants (``_priority``, ``_flex``,
+``_batches``) are not read: a span does not say its call's tier. A model priced only by a
+``tiered_pricing`` table has no ``input_cost_per_token``: its cost is unknown.
 
 The map is read from litellm's package directory as JSON, without importing litellm (~190 MB
 resident and seconds of import, which serve pays only when the judge is configured), and
@@ -55,18 +56,26 @@ class Prices(NamedTuple):
     # the long-context tiers, ascending: (input tokens a call must exceed, input, output,
     # cache read, cache write rates; None: the lower tier's)
     above: tuple[tuple[float, float | None, float | None, float | None, float | None], ...] = ()
+    # a tier applies from its threshold on (>=), not above it only (the row's provider bills so)
+    inclusive: bool = False
 
     def for_input(self, tokens: int) -> Prices:
         """The rates of a call of ``tokens`` input tokens (cached ones included): those of the
-        highest tier it exceeds, each rate it lists replacing the lower one."""
+        highest tier it exceeds (or reaches, when ``inclusive``), each rate it lists replacing
+        the lower one."""
         inp, out, read, write = self.input, self.output, self.cache_read, self.cache_write
         for threshold, t_inp, t_out, t_read, t_write in self.above:
-            if tokens > threshold:
+            if tokens > threshold or (self.inclusive and tokens == threshold):
                 inp, out = t_inp if t_inp is not None else inp, t_out if t_out is not None else out
                 read = t_read if t_read is not None else read
                 write = t_write if t_write is not None else write
         return Prices(inp, out, read, write)
 
+
+# The providers (a row's ``litellm_provider``) whose long-context tiers litellm applies from
+# the threshold on, a call of exactly N input tokens included (litellm's
+# ``_INCLUSIVE_THRESHOLD_PROVIDERS``, llm_cost_calc/utils.py); the others' from above it.
+INCLUSIVE_THRESHOLD_PROVIDERS = frozenset({"xai"})
 
 _RATES = ("input_cost_per_token", "output_cost_per_token", "cache_read_input_token_cost",
           "cache_creation_input_token_cost")
@@ -113,7 +122,8 @@ def price_table(raw: Mapping[str, Any]) -> dict[str, Prices]:
             table[name] = Prices(float(inp), float(out),
                                  _rate(row.get("cache_read_input_token_cost")),
                                  _rate(row.get("cache_creation_input_token_cost")),
-                                 _tiers(row))
+                                 _tiers(row),
+                                 row.get("litellm_provider") in INCLUSIVE_THRESHOLD_PROVIDERS)
     table.update((alias, table[owner]) for alias, owner in owners.items() if owner in table)
     return table
 
