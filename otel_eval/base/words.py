@@ -24,7 +24,8 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["CJK_CLOSERS", "QUESTION_MARKS", "wide_count", "wide_len", "word_count", "words"]
+__all__ = ["CJK_CLOSERS", "QUESTION_MARKS", "join_words", "wide_count", "wide_len",
+           "word_count", "words"]
 
 # A question's mark: Latin, fullwidth (Chinese, Japanese), Arabic (also Persian and Urdu).
 QUESTION_MARKS = ("?", "\uff1f", "\u061f")
@@ -47,6 +48,20 @@ def words(text: str) -> list[str]:
     if text.isascii() or _UNSPACED.search(text) is None:
         return text.split()
     return _UNSPACED.sub(lambda m: f" {m.group(0)} ", text).split()
+
+
+def join_words(text: str) -> str:
+    """``text`` made of ``words`` joined by spaces (a TF-IDF term, "答 案"), as a reader writes
+    it: no space beside a character of a script written without spaces ("答案", "API 密钥"
+    stays spaced where a word of another script meets it: "api 密钥")."""
+    if text.isascii() or _UNSPACED.search(text) is None:
+        return text
+    out = ""
+    for word in text.split():
+        if out and not (_UNSPACED.fullmatch(out[-1]) and _UNSPACED.fullmatch(word[0])):
+            out += " "
+        out += word
+    return out
 
 
 def word_count(text: str) -> int:

@@ -60,3 +60,17 @@ def test_an_english_critiques_terms_are_what_they_were() -> None:
     texts += ["don't re-run the tool_call; use v2 or x1y instead", "a b cc_dd __x _y e-mail"]
     for text in texts:
         assert terms_of(text) == old.findall(text)
+
+
+
+def test_chinese_terms_shown_as_a_title_are_written_without_spaces() -> None:
+    """The word analyser reads each Chinese character as a word, so its bigram terms are
+    "答 案"; a title made of terms (and the drafts the synthesizing judge reads) showed them
+    so. They are written as a reader writes them now; English terms unchanged."""
+    from otel_eval.outputs.issues.naming import deterministic_name
+
+    assert deterministic_name(["答 案", "格 式 错", "api 密 钥"], "").title == \
+        "答案, 格式错, api 密钥"
+    assert deterministic_name(["tool call", "loop"], "").title == "tool call, loop"
+    assert deterministic_name(["ошибка инструмента"], "").title == "ошибка инструмента"
+    assert deterministic_name(["格 式"], "答案格式错误").title == "答案格式错误"  # its phrase

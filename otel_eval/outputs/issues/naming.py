@@ -20,6 +20,7 @@ from typing import Final, Literal
 import numpy as np
 from scipy import sparse
 
+from otel_eval.base.words import join_words
 from otel_eval.outputs.issues.embed import PLACEHOLDERS, Matrix
 
 log = logging.getLogger(__name__)
@@ -101,8 +102,14 @@ def phrase(text: str, limit: int = _TITLE_CHARS) -> str:
     return (head[:space] if space > limit // 2 else head).rstrip(" ,;:") + "…"
 
 
+def terms_title(terms: Sequence[str]) -> str:
+    """The terms as a title: comma-separated, each written as a reader writes it (a Chinese
+    term's characters without the analyser's spaces: "答案", not "答 案")."""
+    return ", ".join(join_words(t) for t in terms)
+
+
 def deterministic_name(terms: list[str], central_text: str) -> Name:
-    title = phrase(central_text) or ", ".join(terms)
+    title = phrase(central_text) or terms_title(terms)
     return Name(title=title, description=_shorten(central_text, _DESCRIPTION_CHARS))
 
 

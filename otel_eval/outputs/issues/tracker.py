@@ -379,10 +379,12 @@ class IssueTracker:
         order = sorted(range(len(clusters)), key=lambda i: (-len(clusters[i].members), i))
         order = order[:limit]
         strays = sorted(strays, key=lambda c: -len(c.members))[:limit]
+        from otel_eval.outputs.issues.naming import terms_title
+
         drafts = []
         for i in order:
             examples = tuple(dict.fromkeys(group[m].text for m in clusters[i].members))
-            drafts.append(Draft(", ".join(clusters[i].terms) or examples[0][:80],
+            drafts.append(Draft(terms_title(clusters[i].terms) or examples[0][:80],
                                 examples[:_SYNTHESIS_EXAMPLES], len(clusters[i].members)))
         plan = synthesize(drafts, [group[c.members[0]].text for c in strays],
                           self._synthesizer)
