@@ -307,3 +307,22 @@ def test_spans_this_version_refuses_at_replay_are_counted_and_logged(
     assert b.replayed == (1, 1, 0)
     assert b.sample("otel_eval_spool_spans_rejected_total", reason="invalid_timestamp") == 1
     assert "1 span(s)" in caplog.text and "1 invalid_timestamp" in caplog.text
+
+
+def test_spans_assembly_refuses_at_replay_are_counted_and_logged(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A span acknowledged before assembly.max_spans_per_trace was lowered is refused by
+    assembly at replay (trace_too_large): it was dropped uncounted, while the decoder's
+    refusals are counted. Now it is counted (spool_spans_rejected_total{reason}) and
+    logged, the spans kept evaluated."""
+    a = Node(tmp_path)
+    assert a.send([span(T1, 1, None), span(T1, 2), span(T1, 3)]) is None
+    a.crash()
+
+    with caplog.at_level(logging.WARNING, logger="otel_eval.assemble.spool"):
+        b = Node(tmp_path, max_spans_per_trace=2)
+    assert b.replayed == (1, 2, 0)
+    assert b.sample("otel_eval_spool_spans_rejected_total", reason="trace_too_large") == 1
+    assert "1 span(s)" in caplog.text and "by assembly" in caplog.text
+    b.release()
+    assert b.stored_spans() == {T1: 2}

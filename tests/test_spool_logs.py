@@ -264,3 +264,22 @@ def test_log_records_this_version_refuses_at_replay_are_counted_and_logged(
     assert b.sample("otel_eval_spool_log_records_rejected_total",
                     reason="invalid_timestamp") == 1
     assert "1 log record(s)" in caplog.text and "1 invalid_timestamp" in caplog.text
+
+
+def test_log_records_assembly_refuses_at_replay_are_counted_and_logged(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A record acknowledged before assembly.max_log_records_per_trace was lowered is refused
+    by assembly at replay (trace_too_large): it was dropped uncounted. Now it is counted
+    (spool_log_records_rejected_total{reason}) and logged."""
+    a = Node(tmp_path)
+    a.send([span(T1, 1, None)])
+    records = [record(T1, 1, text) for text in ("one", "two", "three")]
+    assert a.engine.submit(records, signal="logs", request=logs_body(records)).accepted == 3
+    a.crash()
+
+    with caplog.at_level(logging.WARNING, logger="otel_eval.assemble.spool"):
+        b = Node(tmp_path, max_log_records_per_trace=2)
+    assert b.replayed == (2, 1, 2)
+    assert b.sample("otel_eval_spool_log_records_rejected_total",
+                    reason="trace_too_large") == 1
+    assert "1 log record(s)" in caplog.text and "by assembly" in caplog.text

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from otel_eval.assemble.assembler import TraceAssembler
@@ -115,5 +115,7 @@ class Durability:
         assembly's timers go on from then), before the receivers open."""
         if self.spool is None:
             return None
-        return self.spool.replay(lambda items, signal, age_s: submit(
-            items, "otlp", signal=signal, replayed=True, age_s=age_s).accepted)
+        def one(items: Any, signal: str, age_s: float) -> tuple[int, Mapping[str, int]]:
+            adm = submit(items, "otlp", signal=signal, replayed=True, age_s=age_s)
+            return adm.accepted, adm.rejected  # refused by assembly, by reason
+        return self.spool.replay(one)

@@ -16,8 +16,9 @@ Promises:
   counted, and a new one begun; one that cannot be read at the moment (locked, a full disk)
   stops the start with its file kept, so the next start replays it;
 - the request bytes are kept as received (never re-encoded), so a replay takes the normal
-  decode path (a span or log record of a replayed trace that this version's decoder refuses
-  is counted, ``spool_spans_rejected_total{reason}`` or
+  decode path (a span or log record of a replayed trace that this version's decoder refuses,
+  or its assembly does: past ``max_spans_per_trace`` or ``max_log_records_per_trace``
+  lowered since, a duplicate, is counted, ``spool_spans_rejected_total{reason}`` or
   ``spool_log_records_rejected_total{reason}``, and logged); with them one (request, trace) pair
   per trace that took spans from it.
   OTLP log requests (GenAI events carrying the content of spans) are kept the same way, with
@@ -132,8 +133,8 @@ class _Request:
 
 # What ``replay`` hands decoded items to, with their signal ("traces" or "logs") and how
 # many seconds ago they were received: the engine's submit (replayed=True); returns how many
-# it took.
-Replay = Callable[[list[Span] | list[HeldRecord], str, float], int]
+# it took and how many assembly refused, by reason.
+Replay = Callable[[list[Span] | list[HeldRecord], str, float], tuple[int, Mapping[str, int]]]
 # The spans and log records an open trace holds (``settle`` re-spools them when it re-opens).
 # What a re-opened trace holds, per trace id: its spans, and its log records but the request's.
 Held = Mapping[str, tuple[Collection[Span], Collection[HeldRecord]]]
@@ -308,27 +309,31 @@ class Spool:
         if signal == "logs":
             held = otlp_logs.hold_logs(otlp_logs.parse_logs_request(body)[0], traces=wanted)
             self._refused("log record(s)", held.rejected, self.metrics.log_records_rejected)
-            n = submit(held.records, "logs", age_s)
+            n, refused = submit(held.records, "logs", age_s)
+            self._refused("log record(s)", refused, self.metrics.log_records_rejected,
+                          "assembly")
             self.metrics.replayed_logs(n)
             return n
         req, _ = otlp.parse_request(body)
         spans = [s for s in otlp.decode_request(req).spans if s.trace_id in wanted]
         self._refused("span(s)", _refused(req, wanted, len(spans)),
                       self.metrics.spans_rejected)
-        n = submit(spans, "traces", age_s)
+        n, refused = submit(spans, "traces", age_s)
+        self._refused("span(s)", refused, self.metrics.spans_rejected, "assembly")
         self.metrics.replayed(n)
         return n
 
     @staticmethod
-    def _refused(what: str, refused: Counter[str], count: Callable[[str, int], None]) -> None:
+    def _refused(what: str, refused: Mapping[str, int], count: Callable[[str, int], None],
+                 by: str = "this version's decoder") -> None:
         """Items of the traces replayed that were acknowledged by an earlier version and
-        that this one's decoder refuses: counted by reason, and logged."""
+        that this one's decoder (or assembly) refuses: counted by reason, and logged."""
         if not refused:
             return
         for reason, k in sorted(refused.items()):
             count(reason, k)
-        log.warning("spool: %d %s of the traces replayed are refused by this version's "
-                    "decoder and not evaluated: %s", sum(refused.values()), what,
+        log.warning("spool: %d %s of the traces replayed are refused by %s and not "
+                    "evaluated: %s", sum(refused.values()), what, by,
                     ", ".join(f"{k} {r}" for r, k in sorted(refused.items())))
 
     # --- ingest (receiver threads, under the engine lock) --------------------------------------

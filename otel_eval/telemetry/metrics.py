@@ -426,12 +426,12 @@ class SpoolMetrics:
         self.c_rejected = d.counter(
             "spool_spans_rejected",
             "Spans of the traces replayed from the spool at start that this version's decoder "
-            "refuses (acknowledged by an earlier one), by reason (as "
+            "or assembly refuses (acknowledged by an earlier one), by reason (as "
             "receiver_spans_rejected_total's): logged, not evaluated.", ["reason"])
         self.c_rejected_logs = d.counter(
             "spool_log_records_rejected",
             "GenAI event log records of the traces replayed from the spool at start that this "
-            "version's decoder refuses (acknowledged by an earlier one), by reason (as "
+            "version's decoder or assembly refuses (acknowledged by an earlier one), by reason (as "
             "receiver_log_records_rejected_total's): logged, not evaluated.", ["reason"])
 
     def held(self, n_requests: int, n_bytes: int) -> None:
