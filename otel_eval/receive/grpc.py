@@ -14,15 +14,14 @@ method registered on this server, on the call's metadata, before its message is 
 
 Floods: a call's message must arrive within ``grpc_receive_timeout_s`` (else it is cancelled
 and counted, ``requests_refused{grpc,receive_timeout}``; a message past ``max_message_bytes``
-is refused by grpc itself, RESOURCE_EXHAUSTED without RetryInfo, and counted when the handler
-finds its call over, ``requests_refused{grpc,too_large_or_cancelled}``: grpc does not tell a
-client's cancel apart), at most ``grpc_max_concurrent_rpcs`` calls are taken at once (more
-are refused RESOURCE_EXHAUSTED by grpc itself, without RetryInfo, and nothing of ours is told:
-grpcio has no public hook for it, so they are counted by no metric; docs/transport-security.md),
-one sender (token name, else peer address) has ``grpc_max_waiting_rpcs_per_sender`` calls
-waiting for their message, and more only while its calls are young: those get
-``SHARE_GRACE_S`` for their message, and once one of its calls has waited that long more
-are refused at once
+is refused by grpc itself, RESOURCE_EXHAUSTED without RetryInfo, often before any handler
+runs, so counted by no metric: docs/transport-security.md), at most
+``grpc_max_concurrent_rpcs`` calls are taken at once (more are refused RESOURCE_EXHAUSTED by
+grpc itself, without RetryInfo, and nothing of ours is told: grpcio has no public hook for
+it), one sender (token
+name, else peer address) has ``grpc_max_waiting_rpcs_per_sender`` calls waiting for their
+message, and more only while its calls are young: those get ``SHARE_GRACE_S`` for their
+message, and once one of its calls has waited that long more are refused at once
 (retryable, ``throttled{grpc,sender_share}``, ``grpc_logs`` for a logs call: each waiting
 call holds a worker thread, and one sender with a valid token held all of them, 0 of 36
 exports of the others got through; refusing by count alone refused a local collector's
@@ -151,16 +150,11 @@ def peer_host(peer: str) -> str:
 class _ReceiveDeadlines:
     """Cancels a call whose request message has not arrived ``timeout_s`` after it began:
     one thread for every call, a heap of deadlines (entries of finished calls are skipped
-    when they come up), woken by a condition - no thread or timer per call. ``on_unread``:
-    a call ended before its message was read, not at this deadline: grpc refused a message
-    past ``max_message_bytes`` (RESOURCE_EXHAUSTED, sent by grpc itself), or the client
-    cancelled the call; grpc tells its handler only that the call is over, not which."""
+    when they come up), woken by a condition - no thread or timer per call."""
 
-    def __init__(self, timeout_s: float, on_expire: Callable[[], None],
-                 on_unread: Callable[[], None] = lambda: None) -> None:
-        self.timeout_s, self.on_expire, self.on_unread = timeout_s, on_expire, on_unread
-        # [deadline, seq, context, waiting, on_expire, expired]
-        self._heap: list[list[Any]] = []
+    def __init__(self, timeout_s: float, on_expire: Callable[[], None]) -> None:
+        self.timeout_s, self.on_expire = timeout_s, on_expire
+        self._heap: list[list[Any]] = []  # [deadline, seq, context, waiting, on_expire]
         self._seq = itertools.count()
         self._cond = threading.Condition()
         self._stopped = False
@@ -177,19 +171,13 @@ class _ReceiveDeadlines:
         ``timeout_s`` and ``on_expire``: this call's own, instead of the receiver's."""
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
         entry = [time.monotonic() + timeout_s, next(self._seq), context, True,
-                 on_expire or self.on_expire, False]
+                 on_expire or self.on_expire]
         with self._cond:
             heapq.heappush(self._heap, entry)
             self._cond.notify()
         try:
             body = next(requests, None)
-        except grpc.RpcError:  # cancelled: the deadline passed, or grpc or the client ended it
-            with self._cond:
-                expired = entry[5]
-            if not expired:  # counted here: nothing else of ours sees it
-                self.on_unread()
-                context.abort(grpc.StatusCode.CANCELLED, "the call ended before its message "
-                              "was read")
+        except grpc.RpcError:  # cancelled: the deadline passed (or the client gave up)
             context.abort(grpc.StatusCode.DEADLINE_EXCEEDED,
                           f"no request message within {timeout_s:g} s")
         finally:
@@ -211,7 +199,6 @@ class _ReceiveDeadlines:
                     self._cond.wait(wait)
                     continue
                 entry = heapq.heappop(self._heap)
-                entry[5] = True  # the handler's RpcError is this cancel's
                 # counted before the cancel, which the client sees: once a client has its
                 # CANCELLED, the refusal is in the metric
                 entry[4]()
@@ -256,8 +243,7 @@ class GrpcReceiver:
         self.tls: TlsFiles | None = None
         self._deadlines = _ReceiveDeadlines(
             config.grpc_receive_timeout_s,
-            lambda: ingest.metrics.ingest.request_refused("grpc", "receive_timeout"),
-            lambda: ingest.metrics.ingest.request_refused("grpc", "too_large_or_cancelled"))
+            lambda: ingest.metrics.ingest.request_refused("grpc", "receive_timeout"))
         self._shares = _SenderShares(config.grpc_max_waiting_rpcs_per_sender)
 
     def bind(self) -> None:

@@ -27,8 +27,7 @@ class IngestMetrics:
                            "Requests refused whole, by reason: before reading them "
                            "(unauthenticated, forbidden, unsupported_content_type), or "
                            "unread or undecodable (too_large, malformed_request: their "
-                           "spans cannot be counted), receive_timeout, or "
-                           "too_large_or_cancelled (gRPC: over before its message was read).",
+                           "spans cannot be counted), or receive_timeout.",
                            ["protocol", "reason"])
         self.c_conn_closed = c("receiver_connections_closed",
                                "HTTP connections closed before an answer (limits, deadlines, "
@@ -88,8 +87,6 @@ class IngestMetrics:
     def request_refused(self, protocol: str, reason: str) -> None:
         """``protocol``: grpc | http | admin; ``reason``: unauthenticated | forbidden |
         receive_timeout (gRPC: no message within grpc_receive_timeout_s) |
-        too_large_or_cancelled (gRPC: the call ended before its message was read: grpc
-        refused a message past max_message_bytes itself, or the client cancelled) |
         unsupported_content_type | too_large | malformed_request (an export whose spans
         cannot be counted: each counts here, or a sender whose every export is refused
         shows nowhere)."""
