@@ -268,3 +268,40 @@ def test_a_failed_span_keeps_its_own_error() -> None:
     step = _tool_run({"result": "Error executing tool", "is_error": True}, "error").tool_steps[0]
     assert step.status == "error" and step.result == "Error executing tool"
     assert "status" not in step.sources
+
+
+def _told_run(told: dict[str, Any], tool_span: bool) -> Any:
+    """A GenAI run whose tool result is only in the next LLM call's input (a
+    tool_call_response part): the tool's span records none, or there is no tool span."""
+    llm = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o"}
+    ask = [{"role": "assistant", "parts": [{"type": "tool_call", "id": "call_1",
+                                            "name": "get_weather",
+                                            "arguments": {"city": "Atlantis"}}]}]
+    answer = [{"role": "tool", "parts": [{"type": "tool_call_response", "id": "call_1",
+                                          "response": told}]}]
+    spans = [span("root", None, 0, {"gen_ai.operation.name": "invoke_agent",
+                                    "gen_ai.agent.name": "a"}, end=1000),
+             span("llm1", "root", 10, {**llm, "gen_ai.output.messages": json.dumps(ask)}),
+             span("llm2", "root", 30, {**llm, "gen_ai.input.messages": json.dumps(answer)})]
+    if tool_span:
+        spans.append(span("tool", "root", 20, {
+            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_weather",
+            "gen_ai.tool.call.id": "call_1",
+            "gen_ai.tool.call.arguments": '{"city": "Atlantis"}'}))
+    return build_trajectory(trace(*spans), TrajectoryConfig())
+
+
+@pytest.mark.parametrize("tool_span", [True, False])
+def test_a_call_tool_result_the_next_llm_call_was_told_is_unwrapped(tool_span: bool) -> None:
+    """The result looked up in the next LLM call (the tool's span recorded none, or only the
+    LLM output holds the call) goes through the same envelope as a span's own result."""
+    failed = _told_run({"content": [{"type": "text", "text": "no such city"}],
+                        "isError": True}, tool_span)
+    step = failed.tool_steps[0]
+    assert step.rebuilt is not tool_span
+    assert (step.status, step.error) == ("error", "no such city")
+    assert step.sources["status"] == "mcp_call_tool_result error flag"
+    findings, _ = Detectors(DetectorsConfig()).evaluate(failed)
+    assert "tool_call/runtime" in {f"{f.detector}/{f.kind}" for f in findings}
+    step = _told_run(_CALL_TOOL_RESULT, tool_span).tool_steps[0]
+    assert (step.status, step.error, step.result) == ("ok", None, "sunny")

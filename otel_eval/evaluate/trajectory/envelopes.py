@@ -64,8 +64,8 @@ from otel_eval.base.steps import Step
 from otel_eval.base.text import load_content
 from otel_eval.evaluate.conventions.values import parse_json
 
-__all__ = ["MAX_LAYERS", "MAX_LITERAL_CHARS", "fits", "python_literal", "take_off_results",
-           "unknown_keys", "unwrap", "unwrap_result"]
+__all__ = ["MAX_LAYERS", "MAX_LITERAL_CHARS", "fits", "python_literal", "take_off_result",
+           "take_off_results", "unknown_keys", "unwrap", "unwrap_result"]
 
 MAX_LAYERS = 4
 # A Python literal longer than this is left as text (literal_eval is linear, but bounded).
@@ -281,14 +281,20 @@ def take_off_results(steps: list[Step]) -> None:
     """Every tool step's result out of its envelope; a step whose envelope records a failure
     is a failed call (its result stays, as a failed span's does)."""
     for step in steps:
-        if step.kind != "tool" or not step.result or step.result[:1] != "{":
-            continue
-        text, name, failed = unwrap_result(step.result)
-        if name is None:
-            continue
-        step.result = text
-        source = step.sources.get("result", "")
-        step.sources["result"] = f"{source} (inside {name})".strip()
-        if failed and step.status != "error":
-            step.status, step.error = "error", text
-            step.sources["status"] = f"{name} error flag"
+        take_off_result(step)
+
+
+def take_off_result(step: Step) -> None:
+    """A tool step's result out of its envelope, wherever the result was read (its span, or
+    the tool message a later LLM call was told); a recorded failure makes the call failed."""
+    if step.kind != "tool" or not step.result or step.result[:1] != "{":
+        return
+    text, name, failed = unwrap_result(step.result)
+    if name is None:
+        return
+    step.result = text
+    source = step.sources.get("result", "")
+    step.sources["result"] = f"{source} (inside {name})".strip()
+    if failed and step.status != "error":
+        step.status, step.error = "error", text
+        step.sources["status"] = f"{name} error flag"

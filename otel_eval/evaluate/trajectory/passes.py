@@ -18,7 +18,7 @@ from otel_eval.base.steps import Step, ToolCall
 from otel_eval.evaluate.conventions.messages import answer_of, answer_text
 from otel_eval.evaluate.trajectory.arguments import settle, take_off_envelopes
 from otel_eval.evaluate.trajectory.code_actions import last_message_text, rebuild_code_actions
-from otel_eval.evaluate.trajectory.envelopes import take_off_results
+from otel_eval.evaluate.trajectory.envelopes import take_off_result, take_off_results
 from otel_eval.evaluate.trajectory.links import coerce_arguments, join_calls, merge_nested_calls
 from otel_eval.evaluate.trajectory.prices import price_steps
 from otel_eval.evaluate.trajectory.responses import ToolResponses
@@ -92,8 +92,10 @@ def _look_up_results(draft: Draft) -> None:
             step.result = responses.result(position, step.node, step.call_id)
             if step.result is not None and "result" in step.unknown:
                 step.sources["result"] = "llm tool message"
-                if unrecognised(step.result) is None:
-                    del step.unknown["result"]
+            take_off_result(step)  # as a result on the span: its envelope off
+            if step.result is not None and "result" in step.unknown \
+                    and unrecognised(step.result) is None:
+                del step.unknown["result"]
 
 
 def _rebuild_tool_calls(draft: Draft) -> None:
@@ -131,8 +133,9 @@ def _rebuild_tool_calls(draft: Draft) -> None:
                 depth=step.depth, status="ok", start_ns=step.end_ns, end_ns=step.end_ns,
                 tool_name=call.name, arguments=call.arguments, rebuilt=True,
                 convention=step.convention, call_id=call.call_id, result=result)
+            take_off_result(rebuilt)
             if failed:  # the tool message said so (Haystack's error flag)
-                rebuilt.status, rebuilt.error, rebuilt.result = "error", result, None
+                rebuilt.status, rebuilt.error, rebuilt.result = "error", rebuilt.result, None
                 rebuilt.sources["status"] = "llm tool message error flag"
             out.append(rebuilt)
     if len(out) != len(draft.steps):
