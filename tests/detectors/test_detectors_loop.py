@@ -7,6 +7,7 @@ from detector_factory import bash, kinds, llm, tool, traj
 from otel_eval.app.config import Config
 from otel_eval.base.model import Span, Trace
 from otel_eval.base.steps import Step
+from otel_eval.evaluate.conventions.values import MAX_OUTPUT_CALLS
 from otel_eval.evaluate.detectors import loop
 from otel_eval.evaluate.detectors.calls import Context
 from otel_eval.evaluate.detectors.config import DetectorsConfig, LoopConfig
@@ -290,3 +291,35 @@ def test_results_cut_at_a_length_limit_are_not_the_same_result() -> None:
     reads = [tool("get_log", {"id": 42, "page": n}, f"line {n}") for n in range(2)]
     steps = [polls[0], reads[0], polls[1], reads[1], polls[2]]
     assert kinds(loop.detect(traj(*steps), DetectorsConfig(), Context())) == []
+
+
+def test_a_call_after_an_output_whose_calls_were_cut_is_no_repeat_of_its_last_kept() -> None:
+    """One output asked for more than MAX_OUTPUT_CALLS calls: the first ones are read, the
+    rest are no steps. The next output's call equal to the last one read is not back to back
+    with it: the calls cut (unknown) came between them."""
+    tid = "cd" * 16
+    llm = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o"}
+
+    def output(n: int, calls: list[int]) -> Span:
+        parts = [{"type": "tool_call", "id": f"o{n}c{i}", "name": "get_weather",
+                  "arguments": {"city": f"city {i}"}} for i in calls]
+        return Span(tid, f"{n + 1:016x}", "f" * 16, "chat", 10 + n * 10, 15 + n * 10,
+                    attributes={**llm, "gen_ai.output.messages": json.dumps(
+                        [{"role": "assistant", "parts": parts}])})
+
+    last = MAX_OUTPUT_CALLS - 1
+    spans = [Span(tid, "f" * 16, None, "agent", 0, 1000,
+                  attributes={"gen_ai.operation.name": "invoke_agent",
+                              "gen_ai.agent.name": "a"}),
+             output(0, list(range(MAX_OUTPUT_CALLS + 5))), output(1, [last])]
+    ev = Evaluator(Config()).evaluate(Trace(tid, spans, "complete"))
+    assert ev is not None
+    first, second = ev.trajectory.llm_steps
+    assert first.calls_unknown and not second.calls_unknown
+    assert len(ev.trajectory.tool_steps) == MAX_OUTPUT_CALLS + 1
+    assert not [f.message for f in ev.findings if f.detector == "loop"]
+    # an output whose calls were all read: the same call next is back to back
+    spans[1] = output(0, list(range(last + 1)))
+    ev = Evaluator(Config()).evaluate(Trace(tid, spans, "complete"))
+    assert ev is not None
+    assert [f.kind for f in ev.findings if f.detector == "loop"] == ["repeated_call"]

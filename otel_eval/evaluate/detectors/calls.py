@@ -74,6 +74,10 @@ class Call:
     action: bool  # an action text of a code/shell agent
     failed: bool
     read_only: bool
+    # the last call rebuilt from an output whose calls are known only in part
+    # (``Step.calls_unknown``: past ``MAX_OUTPUT_CALLS``, or unnamed): calls no step
+    # records may have come after it, so the next call is not back to back with it
+    cut_after: bool = False
 
 
 def action_text(step: Step) -> str | None:
@@ -181,8 +185,26 @@ def calls(trajectory: Trajectory, loop: LoopConfig, tool_cfg: ToolCallConfig) ->
             args = _declared(s.arguments, trajectory.tools.get(name))
             key = f"{name}\x00{arguments_key(args)}"
         failed = result_failed(s, text is not None, tool_cfg) is not None
-        out.append(Call(s, key, text is not None, failed, _is_read_only(name, text, loop)))
+        out.append(Call(s, key, text is not None, failed, _is_read_only(name, text, loop),
+                        _last_of_cut_output(trajectory, s)))
     return out
+
+
+def _last_of_cut_output(trajectory: Trajectory, step: Step) -> bool:
+    """Whether ``step`` is the last call rebuilt from an LLM output whose calls are known only
+    in part (the rebuilt calls follow their output's step, on its span)."""
+    if not step.rebuilt or step.code_block:
+        return False
+    steps = trajectory.steps
+    after = step.index + 1
+    if after < len(steps) and steps[after].rebuilt and steps[after].span_id == step.span_id:
+        return False
+    for k in range(step.index - 1, -1, -1):
+        if steps[k].span_id != step.span_id:
+            return False
+        if steps[k].kind == "llm":
+            return steps[k].calls_unknown
+    return False
 
 
 def _declared(arguments: Any, schema: Any) -> Any:

@@ -62,11 +62,12 @@ def _arguments_text(call: Call) -> str:
 
 
 def repeated_calls(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
-    """(a) Runs of two or more consecutive identical calls."""
+    """(a) Runs of two or more consecutive identical calls. The end of an output's calls
+    known only in part (``Call.cut_after``) ends a run: unknown calls may have come next."""
     out, i = [], 0
     while i < len(cs):
         j = i
-        while j + 1 < len(cs) and cs[j + 1].key == cs[i].key:
+        while j + 1 < len(cs) and not cs[j].cut_after and cs[j + 1].key == cs[i].key:
             j += 1
         if j > i:
             run = cs[i:j + 1]
