@@ -114,6 +114,11 @@ CASES: list[tuple[str, list[Step], list[str]]] = [
      "have been the same call): reported once, as the call loop",
      [llm(SAME), tool("s", {"q": 1}, "r"), llm(SAME), tool("s", {"q": 1}, "r"), llm(SAME),
       tool("s", {"q": 1}, "r"), llm(SAME), _unrecorded("s")], ["loop/repeated_call"]),
+    ("(d) ... or by a call whose arguments were cut at a length limit (which may have been "
+     "the same call): reported once, as the call loop",
+     [llm(SAME), tool("s", {"q": 1}, "r"), llm(SAME), tool("s", {"q": 1}, "r"), llm(SAME),
+      tool("s", {"q": 1}, "r"), llm(SAME), tool("s", '{"q": "what is the weather forecast for',
+                                                "r")], ["loop/repeated_call"]),
     ("(d) two identical outputs are not stagnation",
      [llm(SAME), llm(SAME)], []),
     # Chinese and Japanese are written without spaces: each character is a word to compare

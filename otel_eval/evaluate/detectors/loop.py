@@ -311,8 +311,8 @@ def _explained(finding: Finding, steps: int, llm_at: list[int], tools_at: list[i
     ``llm_at`` / ``tools_at`` / ``unknown_at``: the ascending step indexes of the LLM, tool
     and unknown-kind steps; the steps between two LLM steps are found by bisection (a run of
     n outputs costs n log n). An output followed only by steps of unknown kind, or by calls
-    whose arguments were not recorded (``unrecorded``), may have led to the loop's calls: it
-    does not stand against the loop the others led to."""
+    whose arguments were not recorded or cut at a length limit (``unrecorded``), may have led
+    to the loop's calls: it does not stand against the loop the others led to."""
     looped = False
     for idx in finding.step_indexes:
         k = bisect_right(llm_at, idx)
@@ -357,7 +357,9 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
     if stagnant:
         tools = trajectory.tool_steps
         llm_at, tools_at = [s.index for s in llm], [s.index for s in tools]
-        unrecorded = {s.index for s in tools if s.arguments is None}
+        # arguments not recorded, or cut at a length limit: may have been a call of the loop
+        unrecorded = {s.index for s in tools if s.arguments is None
+                      or (isinstance(s.arguments, str) and cut_json(s.arguments))}
         found += [f for f in stagnant if not _explained(f, len(trajectory.steps), llm_at,
                                                          tools_at, unknown_at, covered,
                                                          unrecorded)]
