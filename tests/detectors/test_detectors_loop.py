@@ -9,7 +9,7 @@ from otel_eval.base.model import Span, Trace
 from otel_eval.base.steps import Step
 from otel_eval.evaluate.conventions.values import MAX_OUTPUT_CALLS
 from otel_eval.evaluate.detectors import loop
-from otel_eval.evaluate.detectors.calls import Context
+from otel_eval.evaluate.detectors.calls import Context, calls
 from otel_eval.evaluate.detectors.config import DetectorsConfig, LoopConfig
 from otel_eval.evaluate.evaluator import Evaluator
 
@@ -298,33 +298,60 @@ def test_results_cut_at_a_length_limit_are_not_the_same_result() -> None:
     assert kinds(loop.detect(traj(*steps), DetectorsConfig(), Context())) == []
 
 
+def _outputs(*outputs: list[tuple[str, str]]) -> Trace:
+    """A GenAI run of LLM outputs asking for calls (tool, city), each rebuilt as a step."""
+    tid = "cd" * 16
+    llm = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o"}
+    spans = [Span(tid, "f" * 16, None, "agent", 0, 1000,
+                  attributes={"gen_ai.operation.name": "invoke_agent",
+                              "gen_ai.agent.name": "a"})]
+    for n, asked in enumerate(outputs):
+        parts = [{"type": "tool_call", "id": f"o{n}c{i}", "name": name,
+                  "arguments": {"city": city}} for i, (name, city) in enumerate(asked)]
+        spans.append(Span(tid, f"{n + 1:016x}", "f" * 16, "chat", 10 + n * 10, 15 + n * 10,
+                          attributes={**llm, "gen_ai.output.messages": json.dumps(
+                              [{"role": "assistant", "parts": parts}])}))
+    return Trace(tid, spans, "complete")
+
+
+def _loop_kinds(trace: Trace) -> list[str]:
+    ev = Evaluator(Config()).evaluate(trace)
+    assert ev is not None
+    return [f.kind for f in ev.findings if f.detector == "loop"]
+
+
+def _cities(n: int) -> list[tuple[str, str]]:
+    return [("get_weather", f"city {i}") for i in range(n)]
+
+
 def test_a_call_after_an_output_whose_calls_were_cut_is_no_repeat_of_its_last_kept() -> None:
     """One output asked for more than MAX_OUTPUT_CALLS calls: the first ones are read, the
     rest are no steps. The next output's call equal to the last one read is not back to back
     with it: the calls cut (unknown) came between them."""
-    tid = "cd" * 16
-    llm = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o"}
-
-    def output(n: int, calls: list[int]) -> Span:
-        parts = [{"type": "tool_call", "id": f"o{n}c{i}", "name": "get_weather",
-                  "arguments": {"city": f"city {i}"}} for i in calls]
-        return Span(tid, f"{n + 1:016x}", "f" * 16, "chat", 10 + n * 10, 15 + n * 10,
-                    attributes={**llm, "gen_ai.output.messages": json.dumps(
-                        [{"role": "assistant", "parts": parts}])})
-
-    last = MAX_OUTPUT_CALLS - 1
-    spans = [Span(tid, "f" * 16, None, "agent", 0, 1000,
-                  attributes={"gen_ai.operation.name": "invoke_agent",
-                              "gen_ai.agent.name": "a"}),
-             output(0, list(range(MAX_OUTPUT_CALLS + 5))), output(1, [last])]
-    ev = Evaluator(Config()).evaluate(Trace(tid, spans, "complete"))
+    last = ("get_weather", f"city {MAX_OUTPUT_CALLS - 1}")
+    ev = Evaluator(Config()).evaluate(_outputs(_cities(MAX_OUTPUT_CALLS + 5), [last]))
     assert ev is not None
     first, second = ev.trajectory.llm_steps
     assert first.calls_unknown and not second.calls_unknown
     assert len(ev.trajectory.tool_steps) == MAX_OUTPUT_CALLS + 1
     assert not [f.message for f in ev.findings if f.detector == "loop"]
     # an output whose calls were all read: the same call next is back to back
-    spans[1] = output(0, list(range(last + 1)))
-    ev = Evaluator(Config()).evaluate(Trace(tid, spans, "complete"))
-    assert ev is not None
-    assert [f.kind for f in ev.findings if f.detector == "loop"] == ["repeated_call"]
+    assert _loop_kinds(_outputs(_cities(MAX_OUTPUT_CALLS), [last])) == ["repeated_call"]
+
+
+@pytest.mark.parametrize(("steps", "cut_at", "kind"), [
+    ([tool("get_user", {"id": 1}, "u"), tool("get_order", {"id": 2}, "o"),
+      tool("get_user", {"id": 1}, "u")], 1, "no_progress"),
+    ([tool("open", {"p": 1}, "x"), tool("scroll", {}, "y")] * 3, 1, "cycle"),
+], ids=["no_progress", "cycle"])
+def test_rules_b_and_c_see_no_run_across_an_outputs_cut_calls(steps: list[Step], cut_at: int,
+                                                             kind: str) -> None:
+    """Calls an output asked for past MAX_OUTPUT_CALLS are no steps: what came between the
+    last call read from it (Call.cut_after) and the next is unknown, so no rule concludes
+    from the calls on both sides being the only ones between (b) or in a row (c)."""
+    cfg = DetectorsConfig()
+    cs = calls(traj(*steps), cfg.loop, cfg.tool_call)
+    rules = (loop.no_progress, loop.cycles)
+    assert [f.kind for rule in rules for f in rule(cs, cfg.loop)] == [kind]
+    cs[cut_at] = dataclasses.replace(cs[cut_at], cut_after=True)
+    assert [f.kind for rule in rules for f in rule(cs, cfg.loop)] == []

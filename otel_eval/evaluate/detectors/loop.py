@@ -90,7 +90,8 @@ def repeated_calls(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
 def no_progress(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
     """(b) Non-adjacent repeats with the same result and only read-only calls between. A
     result cut at a length limit (``values.cut_json``) is known only in part: two cut alike
-    are not the same result."""
+    are not the same result; calls cut from an output between them (``Call.cut_after``) are
+    unknown, not read-only."""
     groups: dict[str, list[Call]] = {}
     members: dict[str, set[int]] = {}  # positions already in each group (no list scans)
     for i, c in enumerate(cs):
@@ -103,6 +104,7 @@ def no_progress(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
             between = cs[j + 1:i]  # empty when adjacent: that is (a), not (b)
             if (between and prev.step.result == c.step.result and prev.failed == c.failed
                     and all(b.read_only for b in between)
+                    and not prev.cut_after and not any(b.cut_after for b in between)
                     and not cut_json(c.step.result)):  # cut alike: may differ past the cut
                 group, seen = groups.setdefault(c.key, []), members.setdefault(c.key, set())
                 for k in (j, i):
@@ -142,7 +144,17 @@ def _cycle_at(keys: Sequence[str], i: int, cfg: LoopConfig) -> tuple[int, int]:
 
 
 def cycles(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
-    """(c) A pattern of 2+ different calls repeated in a row (A B A B A B)."""
+    """(c) A pattern of 2+ different calls repeated in a row (A B A B A B), never across the
+    end of an output's calls known only in part (``Call.cut_after``)."""
+    out, start = [], 0
+    for end, c in enumerate(cs, 1):
+        if c.cut_after or end == len(cs):
+            out += _cycles_in(cs[start:end], cfg)
+            start = end
+    return out
+
+
+def _cycles_in(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
     keys = [c.key for c in cs]
     out, i = [], 0
     while i < len(keys):
