@@ -68,6 +68,8 @@ def word_count(text: str) -> int:
     """How many words ``text`` holds, as a reader counts them: ``words``, two characters of
     a script written without spaces counting as one word (about a Chinese word's length:
     北京市 is one or two words, not three)."""
+    if text.isascii():
+        return len(text.split())
     found = words(text)
     unspaced = sum(1 for w in found if len(w) == 1 and _UNSPACED.match(w))
     return len(found) - unspaced + (unspaced + 1) // 2

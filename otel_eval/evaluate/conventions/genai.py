@@ -251,7 +251,9 @@ def _fill(step: Step, span: Span, attrs: Attrs) -> None:
         text_in = text_in or _event_text(span, _PROMPT_EVENT, "gen_ai.prompt")
         text_out = text_out or _event_text(span, _COMPLETION_EVENT, "gen_ai.completion")
     if kind == "llm":
-        step.input_text = with_instructions(text_in, attrs.get("gen_ai.system_instructions"))
+        instructions = attrs.get("gen_ai.system_instructions")
+        step.input_text = text_in if instructions is None else with_instructions(text_in,
+                                                                                instructions)
         step.output_text = text_out
         reasons_attr = attrs.get("gen_ai.response.finish_reasons")
         step.finish_reasons = ([str(v) for v in reasons_attr if v is not None]

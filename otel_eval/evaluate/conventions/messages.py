@@ -159,7 +159,8 @@ def message_text(msg: Any) -> str | None:
         return msg if isinstance(msg, str) else None
     parts = msg.get("parts")
     if isinstance(parts, list):
-        texts = [p.get("content") if p.get("type") == "text" else audio_transcript(p)
+        texts = [p.get("content") if p.get("type") == "text"
+                 else audio_transcript(p) if p.get("type") in _TRANSCRIBED_TYPES else None
                  for p in parts if isinstance(p, dict)]
         found = [t for t in texts if isinstance(t, str)]
         return "\n".join(found) if found else None
