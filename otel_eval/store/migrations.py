@@ -36,6 +36,8 @@ Both stores keep the same tables, with each engine's types:
    14  issues_catalogue.unnamed: an issue the judge is still to name (a run's
        ``issues.naming_max_calls`` or ``naming_deadline_s`` left it its evidence title), so
        the next run names it, after a restart too (0 in rows before it)
+   15  text stored with NUL before ``base.stored_args`` holds U+FFFD, as written and looked
+       up since (SQLite: ``store.nul_text``; PostgreSQL text never held NUL)
 
 ``schema_version`` records each applied migration (version, description, when). Opening a
 store applies what is missing, in order, in one transaction: a crash part-way leaves the
@@ -58,6 +60,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from otel_eval.store import nul_text
 from otel_eval.store.session_rows import events as sessions_events
 from otel_eval.store.session_rows import rekey as sessions_rekey
 from otel_eval.store.session_rows import shorter_keys as sessions_shorter_keys
@@ -181,6 +184,7 @@ SQLITE: tuple[Migration, ...] = (
         _TURNS_BY_START,
     )),
     (14, "issues still to name", (_sqlite_catalogue_unnamed,)),
+    (15, "text with NUL as U+FFFD", (nul_text.rewrite_sqlite,)),
 )
 
 # The body is TEXT holding the JSON as written (not jsonb): key order kept, and span content's
@@ -269,6 +273,7 @@ POSTGRESQL: tuple[Migration, ...] = (
     )),
     (14, "issues still to name", (_CATALOGUE_UNNAMED.replace("ADD COLUMN",
                                                              "ADD COLUMN IF NOT EXISTS"),)),
+    (15, "text with NUL as U+FFFD", ()),  # PostgreSQL text never held NUL
 )
 
 LATEST = SQLITE[-1][0]
@@ -393,4 +398,5 @@ def make_sqlite_catalogue(db: sqlite3.Connection) -> None:
         db.execute(table)
     _sqlite_catalogue_service(db.execute)  # a file of its own: new, or made before it
     _sqlite_catalogue_unnamed(db.execute)
+    nul_text.rewrite_catalogue(db.execute)  # a file written before NUL was stored as U+FFFD
     db.commit()

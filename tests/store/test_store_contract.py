@@ -736,6 +736,72 @@ def test_an_ids_sessions_are_found_whatever_other_ids_hold(stores: Open) -> None
     assert store.session_keys("1\x1f3", 21) == [_key("1\ufffd3")]
 
 
+def test_text_with_nul_stored_before_migration_15_is_read_as_written_since(
+        tmp_path: Path) -> None:
+    """SQLite stored NUL as it was until its text arguments held U+FFFD (PostgreSQL never
+    held NUL). Upgraded, such a store split a conversation (its old turns under the NUL key,
+    a new turn under U+FFFD), recalled no agent for the service and listed its old runs under
+    no service. Migration 15 rewrites the stored text: one session of every turn, the agent
+    recalled, the runs listed, the catalogue's node as new issues have it; a session key only
+    its NUL told apart from another is one open session of both's turns."""
+    path = str(tmp_path / "old.db")
+    store = open_store(path)
+    store.put_many([_turn(1, "c\x00nv", T0 + 1, service="sh\x00op"),
+                    _turn(2, "c\x00nv", T0 + 2, service="sh\x00op"),
+                    _turn(3, "x\x00", T0 + 3), _turn(4, "x\ufffd", T0 + 4)])
+    store.remember_agents([("sh\x00op", "pl\x00anner", ("service",))])
+    store.close()
+    catalogue = Catalogue.open(path)
+    try:
+        catalogue.save([StoredIssue("iss_a", "agent", "to\x00ol", "tfidf", "t", "d",
+                                    {"loop": 1.0}, 0.0, 1.0, 0.5, "sh\x00op")])
+    finally:
+        catalogue.close()
+    # as the code before stored_args wrote it: NUL in the text (a plain connection keeps it)
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        old = _key("c\x00nv", "sh\x00op")
+        db.execute("UPDATE evaluations SET service = ?, agent = ?, session_id = ? WHERE "
+                   "trace_id IN (?, ?)", ("sh\x00op", "pl\x00anner", old, f"{1:032x}",
+                                          f"{2:032x}"))
+        db.execute("UPDATE evaluations SET session_id = ? WHERE trace_id = ?",
+                   (_key("x\x00"), f"{3:032x}"))
+        db.execute("UPDATE sessions SET session_id = ? WHERE session_id LIKE 'c%'", (old,))
+        db.execute("UPDATE sessions SET turns = 1, session_id = ? WHERE session_id LIKE 'x%'",
+                   (_key("x\x00"),))
+        db.execute("INSERT INTO sessions (session_id, state, first_turn_ns, last_turn_ns, "
+                   f"turns, bytes) VALUES (?, 'open', {T0 + 4}, {T0 + 4}, 1, 1)",
+                   (_key("x\ufffd"),))
+        db.execute("UPDATE agent_history SET service = ?, agent = ?",
+                   ("sh\x00op", "pl\x00anner"))
+        db.execute("UPDATE issues_catalogue SET node = ?, service = ?",
+                   ("to\x00ol", "sh\x00op"))
+        db.execute("DELETE FROM schema_version WHERE version >= 15")
+    finally:
+        db.close()
+    again = open_store(path)
+    try:
+        again.put_many([_turn(5, "c\x00nv", T0 + 5, service="sh\x00op")])
+        new = _key("c\ufffdnv", "sh\ufffdop")
+        assert again.session_keys("c\x00nv", 9) == [new]
+        row = again.session_record(new)
+        assert row is not None and (row.state, row.turns) == ("open", 3)
+        assert [int(b["trace_id"], 16) for b in again.session_turns(new, 9)[0]] == [5, 2, 1]
+        assert again.recall_agent("sh\x00op", ["service"]) == "pl\ufffdanner"
+        assert _ids(again.query(EvaluationQuery(service="sh\x00op")).evaluations) == [5, 2, 1]
+        joined = again.session_record(_key("x\ufffd"))
+        assert joined is not None and (joined.state, joined.turns) == ("open", 2)
+        assert again.session_keys("x\x00", 9) == [_key("x\ufffd")]
+    finally:
+        again.close()
+    catalogue = Catalogue.open(path)
+    try:
+        assert [(s.node, s.service) for s in catalogue.load("tfidf")] == [
+            ("to\ufffdol", "sh\ufffdop")]
+    finally:
+        catalogue.close()
+
+
 def test_a_store_from_before_versioning_is_adopted(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     db = sqlite3.connect(path)
