@@ -168,3 +168,21 @@ def test_the_json_depth_transport_security_states_is_the_bound() -> None:
     from otel_eval.decode.body import MAX_JSON_DEPTH
     text = (ROOT / "docs" / "transport-security.md").read_text(encoding="utf-8")
     assert re.findall(r"JSON deeper than (\d+) levels", text) == [str(MAX_JSON_DEPTH)]
+
+
+def test_the_polling_paragraph_names_the_stores_write_waits() -> None:
+    """A run is stored after its evaluation time (worker processes, a fleet, a batch): the API
+    says so where a client learns to poll with ``since``, with the waits the stores have
+    (the behaviour: tests/store/test_store_contract.py, the late-committed run)."""
+    from otel_eval.store.config import StoreConfig
+    from otel_eval.store.sqlite import _BUSY_TIMEOUT_S
+
+    text = " ".join(API.read_text(encoding="utf-8").split())
+    start = text.index("**Polling for new runs.**")
+    paragraph = text[start:text.index("Every `GET` above", start)]
+    assert f"up to {_BUSY_TIMEOUT_S:g} s for the file's write lock" in paragraph
+    assert (f"`store.statement_timeout_s`, {StoreConfig().statement_timeout_s:g} s"
+            in paragraph)
+    for says in ("misses it", "not returned again by a later `since`",
+                 "(`trace_id`, `revision`)"):
+        assert says in paragraph

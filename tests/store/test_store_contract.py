@@ -480,6 +480,27 @@ def test_content_digests_are_stored_with_each_row_and_read_in_one_batch(stores: 
     assert len(a.content_digests(many)) == 4
 
 
+def test_a_since_poll_misses_a_run_committed_late_and_an_overlap_finds_it(
+        stores: Open) -> None:
+    """docs/api.md, polling for new runs: ``since`` selects the evaluation time, which a run
+    has before it is stored, so a run another writer (a worker process) commits after a poll
+    that returned a run evaluated later is missed by a poll from that time, and found by one
+    set back by a margin; the judge's write keeps the run's evaluation time (not returned
+    again); a new revision is, at its own time."""
+    first, second = stores(), stores()
+    later = _ev(2, at=T0 + 2 * 10**9)
+    first.put_many([later])
+    assert _ids(second.query(EvaluationQuery(since_ns=T0)).evaluations) == [2]
+    second.put_many([_ev(1, at=T0 + 10**9)])  # evaluated before, committed after that poll
+    assert _ids(first.query(EvaluationQuery(since_ns=T0 + 2 * 10**9)).evaluations) == [2]
+    assert _ids(first.query(EvaluationQuery(since_ns=T0 + 10**9 // 2)).evaluations) == [2, 1]
+    assert first.put_judge(f"{2:032x}", 0, JUDGE, T0 + 2 * 10**9)
+    assert first.query(EvaluationQuery(since_ns=T0 + 3 * 10**9)).evaluations == []
+    second.put_many([_ev(2, revision=1, at=T0 + 4 * 10**9)])
+    (again,) = first.query(EvaluationQuery(since_ns=T0 + 3 * 10**9)).evaluations
+    assert (again["trace_id"], again["revision"]) == (f"{2:032x}", 1)
+
+
 def test_feedback_retention_and_window(store: EvaluationStore) -> None:
     tid = f"{5:032x}"
     assert store.feedback(tid) is None
