@@ -533,3 +533,27 @@ def test_per_node_issues_of_two_services_same_named_agents_are_two_issues() -> N
     assert len({i.issue_id for i in second.issues}) == 2
     assert {(i.issue_id, i.nodes[0][4]) for i in second.issues} == {
         (i.issue_id, i.nodes[0][4]) for i in first.issues}
+
+
+def test_an_agent_node_with_nul_keeps_its_issue_across_runs() -> None:
+    """The catalogue holds text as both stores do, NUL as U+FFFD; the critiques read from
+    the stored bodies keep the NUL (a JSON escape). Compared as read, the node (and service)
+    of a stored issue never matched its own critiques again: with ``per_node`` the issue was
+    resolved and a new one opened, and named again, at every run."""
+    calls: list[object] = []
+
+    def namer(texts: object) -> tuple[str, str]:
+        calls.append(texts)
+        return ("Repeated search", "The searcher repeats its call.")
+
+    evs = [evaluation(f"{i:032x}", [("sear\x00cher", LOOP[i % 3].format(n=i + 3))])
+           for i in range(6)]
+    for ev in evs:
+        ev["service"] = "sh\x00op"
+    tracker = IssueTracker(IssuesConfig(per_node=True), sqlite3.connect(":memory:"),
+                           namer=namer)
+    (first,) = tracker.run(evs, now=1.0).issues
+    second = tracker.run(evs, now=2.0)
+    assert [i.issue_id for i in second.issues] == [first.issue_id]
+    assert not second.resolved and len(calls) == 1
+    assert second.issues[0].node == "sear\ufffdcher"

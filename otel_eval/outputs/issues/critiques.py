@@ -37,6 +37,7 @@ from typing import Any, Literal
 from otel_eval.base.judgement import graded
 from otel_eval.base.results import NOT_ENDED_KINDS, NOTE_KINDS, OWN_FAILURE_KINDS
 from otel_eval.base.text import valid_text
+from otel_eval.store.base import stored_text
 
 Level = Literal["system", "node"]
 
@@ -195,13 +196,16 @@ def extract(evaluations: Iterable[Mapping[str, Any]], threshold: float,
 def _clean(c: Critique) -> Critique:
     """``c`` with its text cut to ``MAX_CRITIQUE_CHARS``, and with text every encoder and
     hash takes: a stored body keeps a lone surrogate as a JSON escape, and reading it back
-    gives it again (U+FFFD instead)."""
+    gives it again (U+FFFD instead). The node and the service, which the catalogue keeps an
+    issue by, with NUL as U+FFFD, as the catalogue holds them (``store.base.stored_text``):
+    compared as read, a stored issue never matched its own critiques again."""
     if len(c.text) > MAX_CRITIQUE_CHARS:
         c = replace(c, text=c.text[:MAX_CRITIQUE_CHARS])
     texts = (c.trace_id, c.span_id or "", c.node, c.text, c.agent, c.source, c.service)
-    if all(valid_text(t) is t for t in texts):
+    if all(valid_text(t) is t for t in texts) and "\x00" not in c.node + c.service:
         return c
     return replace(c, trace_id=valid_text(c.trace_id),
-                   span_id=c.span_id and valid_text(c.span_id), node=valid_text(c.node),
-                   text=valid_text(c.text), agent=valid_text(c.agent),
-                   source=valid_text(c.source), service=valid_text(c.service))
+                   span_id=c.span_id and valid_text(c.span_id),
+                   node=stored_text(valid_text(c.node)), text=valid_text(c.text),
+                   agent=valid_text(c.agent), source=valid_text(c.source),
+                   service=stored_text(valid_text(c.service)))
