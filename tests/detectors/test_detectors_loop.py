@@ -355,3 +355,33 @@ def test_rules_b_and_c_see_no_run_across_an_outputs_cut_calls(steps: list[Step],
     assert [f.kind for rule in rules for f in rule(cs, cfg.loop)] == [kind]
     cs[cut_at] = dataclasses.replace(cs[cut_at], cut_after=True)
     assert [f.kind for rule in rules for f in rule(cs, cfg.loop)] == []
+
+
+VIDEO = ["youtube video 1htKBjuUWec transcript teal'c isn't that hot",
+         "transcript of youtube video 1htKBjuUWec teal'c isn't that hot",
+         "1htKBjuUWec youtube transcript teal'c response isn't that hot"]
+EMPTY = "Address: google: {q}\nA Google search for '{q}' found 0 results.\nNo results found."
+TREE = "src/\n  pkg/\n    __init__.py\n    core.py\n    utils.py\ntests/\n  test_core.py\n"
+
+
+@pytest.mark.parametrize(("steps", "kind"), [
+    ([tool("web_search", {"query": q}, EMPTY.format(q=q)) for q in VIDEO], "reworded_repeat"),
+    ([bash(c, TREE) for c in ("ls -R src tests", "ls -R ./src ./tests", "ls -R src/ tests/")],
+     "circling"),
+], ids=["f", "g"])
+@pytest.mark.parametrize("cut_at", [0, 1])
+def test_rules_f_and_g_link_no_calls_across_an_outputs_cut_calls(steps: list[Step], kind: str,
+                                                                cut_at: int) -> None:
+    """As for (b): the calls an output asked for past MAX_OUTPUT_CALLS are unknown, maybe a
+    state change, so no call before the cut (Call.cut_after) is linked with one after it: the
+    reworded repeat (f) or the circle (g) of three calls is two calls on one side."""
+    cfg = DetectorsConfig()
+    cs = calls(traj(*steps), cfg.loop, cfg.tool_call)
+
+    def found() -> list[str]:
+        return [f.kind for f in (*loop.reworded_repeats(cs, cfg.loop),
+                                 *loop.circling(cs, cfg.loop, set()))]
+
+    assert found() == [kind]
+    cs[cut_at] = dataclasses.replace(cs[cut_at], cut_after=True)
+    assert found() == []

@@ -17,8 +17,10 @@ Two action steps (code or shell: ``loop.action_tools``; a tool's reworded argume
   ``circling_observation_overlap`` of its 3-grams were in the earlier observation. An
   observation not recorded is unknown, never "nothing new";
 - neither is, and no call between them was, a state change (as for (b) and (f): a shell
-  command that is not read-only, a tool not read-only by name); Python code actions do not
-  count as one (whether a block writes is unknown, and a code agent's circle is made of them).
+  command that is not read-only, a tool not read-only by name; calls cut from an output
+  between them, ``Call.cut_after``, are unknown, so may have been one); Python code actions
+  do not count as one (whether a block writes is unknown, and a code agent's circle is made
+  of them).
 
 Each step is compared with the previous ``circling_window`` steps of its agent, over at most
 ``MAX_TEXT_CHARS`` characters of each text: work is linear in the number of steps. Linked
@@ -139,9 +141,10 @@ def circling(cs: Sequence[Call], cfg: LoopConfig, covered: set[int]) -> list[Fin
     recent: dict[tuple[str | None, str | None], list[int]] = {}
     parent = list(range(len(cs)))
     linked: set[int] = set()
-    writes = [0]  # writes[k]: state-changing calls among the first k
+    writes, cuts = [0], [0]  # among the first k calls: state-changing ones, cut outputs' ends
     for call in cs:
         writes.append(writes[-1] + (not call.read_only and not _python(call)))
+        cuts.append(cuts[-1] + call.cut_after)
     for i, call in enumerate(cs):
         if call.step.arguments is None or not call.action:
             continue  # not recorded: unknown; a tool's reworded arguments are rule (f)
@@ -150,8 +153,9 @@ def circling(cs: Sequence[Call], cfg: LoopConfig, covered: set[int]) -> list[Fin
         info[i] = here = _Step(call)
         earlier = recent.setdefault((call.step.node, call.step.within_unknown), [])
         for j in reversed(earlier):
-            if writes[i] != writes[j + 1]:
-                continue  # a tool changed state between: the question may rightly be asked again
+            if writes[i] != writes[j + 1] or cuts[i] != cuts[j]:
+                continue  # a tool changed state between: the question may rightly be asked
+                # again; calls cut from an output between (``Call.cut_after``): unknown, maybe one
             if cs[j].key != call.key and _alike(info[j], here, cfg) and _nothing_new(
                     info[j], here, cfg):
                 parent[_find(parent, i)] = _find(parent, j)

@@ -5,7 +5,8 @@ empty answer).
 Two calls of the same tool are *reworded repeats* when their normalized argument texts are
 alike (character-3-gram Jaccard >= ``reworded_similarity``) but not identical (identical calls
 are rules (a) and (b)), only read-only calls came between them (as in (b): after a state
-change the same request may rightly be asked again), and the later call brought nothing new:
+change the same request may rightly be asked again; calls cut from an output between them,
+``Call.cut_after``, are unknown, not read-only), and the later call brought nothing new:
 it failed, or, once the
 framing both results share (common prefix and suffix: an exit status, an address line) is
 set aside, at least ``reworded_result_overlap`` of its result's 3-grams were in the earlier
@@ -142,9 +143,10 @@ def reworded_repeats(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
     """(f) Groups of ``reworded_min_calls``+ calls linked by reworded repeats that brought
     nothing new (see module docstring)."""
     texts = _Texts(cs)
-    writes = [0]  # writes[k]: state-changing calls among the first k
+    writes, cuts = [0], [0]  # among the first k calls: state-changing ones, cut outputs' ends
     for call in cs:
         writes.append(writes[-1] + (not call.read_only))
+        cuts.append(cuts[-1] + call.cut_after)
     recent: dict[str, list[int]] = {}  # tool -> its last ``reworded_window`` call positions
     parent = list(range(len(cs)))
     linked: set[int] = set()
@@ -155,8 +157,9 @@ def reworded_repeats(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
                 and not (isinstance(call.step.arguments, str)  # known only in part: not
                          and cut_json(call.step.arguments)):  # compared
             for j in reversed(earlier):
-                if cs[j].key == call.key or writes[i] != writes[j + 1]:
-                    continue  # identical: rules (a)/(b); a state change between: progress
+                if cs[j].key == call.key or writes[i] != writes[j + 1] or cuts[i] != cuts[j]:
+                    continue  # identical: rules (a)/(b); a state change between: progress;
+                    # calls cut from an output between (``Call.cut_after``): unknown, maybe one
                 if (texts.reworded(j, i, cfg.reworded_similarity)
                         and _nothing_new(texts, j, i, cfg)):
                     parent[_find(parent, i)] = _find(parent, j)
