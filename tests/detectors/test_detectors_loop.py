@@ -188,7 +188,8 @@ def test_a_repeat_whose_results_were_not_recorded_does_not_say_they_were_the_sam
     t = traj(llm("a"), tool("search_docs", {"q": "x"}, None), tool("search_docs", {"q": "x"}, None))
     (f,) = loop.detect(t, DetectorsConfig(), Context())
     assert f.kind == "repeated_call" and "same_result" not in f.attributes
-    t = traj(llm("a"), tool("search_docs", {"q": "x"}, "r1"), tool("search_docs", {"q": "x"}, "r2"))
+    t = traj(llm("a"), tool("search_docs", {"q": "x"}, "r1"), tool("search_docs", {"q": "x"}, "r2"),
+             tool("search_docs", {"q": "x"}, "r2"))
     (f,) = loop.detect(t, DetectorsConfig(), Context())
     assert f.attributes["same_result"] is False
 
@@ -385,3 +386,30 @@ def test_rules_f_and_g_link_no_calls_across_an_outputs_cut_calls(steps: list[Ste
     assert found() == [kind]
     cs[cut_at] = dataclasses.replace(cs[cut_at], cut_after=True)
     assert found() == []
+
+
+WAITING = "The build job has not finished yet, so I will check its status once more."
+
+
+def _polls(*states: str) -> list[Step]:
+    """An agent polling a job: each reply the same words and the same call, its status next."""
+    return [s for state in states for s in (
+        llm(WAITING, calls=[("get_job_status", {"job_id": "build-42"})], finish="tool_calls"),
+        tool("get_job_status", {"job_id": "build-42"}, json.dumps({"status": state})))]
+
+
+@pytest.mark.parametrize(("states", "expected"), [
+    (("queued", "running", "running", "succeeded"), []),
+    (("running", "succeeded"), []),
+    (("running", "running", "running"), ["loop/repeated_call"]),
+    (("running", "succeeded", "succeeded"), ["loop/repeated_call"]),
+], ids=["poll", "two_polls", "never_changed", "after_it_changed"])
+def test_a_poll_that_ends_when_its_result_changes_is_no_loop(states: tuple[str, ...],
+                                                             expected: list[str]) -> None:
+    """Loop rules flag an agent repeating itself *without making progress*: the same status
+    call made until the status it watches changes, and no more, is a poll (the change is
+    what it waited for), neither a repeated call (a) nor, for its replies that say the same
+    while it waits, stagnation (d). The same call after the change, or repeated while the
+    result never changed, is still a repeat."""
+    steps = [*_polls(*states), llm("The build succeeded.")]
+    assert kinds(loop.detect(traj(*steps), DetectorsConfig(), Context())) == expected

@@ -1,7 +1,9 @@
 """Loop detector (stage: evaluate): the agent repeats itself without making progress.
 
 (a) back-to-back identical calls (``retried_denied_call`` when one before the last was
-denied: ``gen_ai.tool.call.decision.outcome`` ``deny``); (b) the same call again within a
+denied: ``gen_ai.tool.call.decision.outcome`` ``deny``), but for a poll: calls that ended
+on the first changed result (a job's status until it changed; its replies, alike while it
+waited, are no stagnation either); (b) the same call again within a
 window with the same result and only read-only calls in between (no state change, so no
 progress); (c) cycles, a pattern of 2+ different calls repeated ``cycle_min_repeats`` times
 in a row; (d) stagnation, consecutive near-identical LLM outputs (word-level similarity of
@@ -61,8 +63,8 @@ def _arguments_text(call: Call) -> str:
     return call.key.split("\x00", 1)[1][:200]
 
 
-def repeated_calls(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
-    """(a) Runs of two or more consecutive identical calls. The end of an output's calls
+def _runs(cs: Sequence[Call]) -> list[Sequence[Call]]:
+    """The runs of two or more consecutive identical calls. The end of an output's calls
     known only in part (``Call.cut_after``) ends a run: unknown calls may have come next."""
     out, i = [], 0
     while i < len(cs):
@@ -70,20 +72,48 @@ def repeated_calls(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
         while j + 1 < len(cs) and not cs[j].cut_after and cs[j + 1].key == cs[i].key:
             j += 1
         if j > i:
-            run = cs[i:j + 1]
-            # the same result, when every one was recorded (an unknown result is not "the same")
-            known = all(c.step.result is not None for c in run)
-            same = {"same_result": len({(c.step.result, c.failed) for c in run}) == 1} \
-                if known else {}
-            kind = "repeated_action" if run[0].action else "repeated_call"
-            what = "identical action" if run[0].action else "identical arguments"
-            message = f"{call_label(run[0])} called {len(run)} times in a row with {what}"
-            if any(c.step.decision == "deny" for c in run[:-1]):
-                kind, message = "retried_denied_call", message + ", after it was denied"
-            out.append(_finding(
-                cfg, kind, message, run, tool=run[0].step.tool_name or run[0].step.name,
-                count=len(run), arguments=_arguments_text(run[0]), **same))
+            out.append(cs[i:j + 1])
         i = j + 1
+    return out
+
+
+def _poll(run: Sequence[Call]) -> bool:
+    """Whether a run of identical calls is a poll: it ended on the first result that
+    differed from the one before (a job's status called until it changed, and no more: the
+    change is the progress it waited for). Both results recorded; a run with a denied call
+    is a retry of what was refused (``retried_denied_call``), never a poll."""
+    last, before = run[-1], run[-2]
+    if last.step.result is None or before.step.result is None:
+        return False  # unknown: not a change
+    if any(c.step.decision == "deny" for c in run):
+        return False
+    return (last.step.result, last.failed) != (before.step.result, before.failed)
+
+
+def polled(cs: Sequence[Call]) -> set[int]:
+    """The step indexes of the polls among ``cs`` (``_poll``)."""
+    return {c.step.index for run in _runs(cs) if _poll(run) for c in run}
+
+
+def repeated_calls(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
+    """(a) Runs of two or more consecutive identical calls (``_runs``), but for polls: a
+    run that ended on a changed result (``_poll``)."""
+    out = []
+    for run in _runs(cs):
+        if _poll(run):
+            continue
+        # the same result, when every one was recorded (an unknown result is not "the same")
+        known = all(c.step.result is not None for c in run)
+        same = {"same_result": len({(c.step.result, c.failed) for c in run}) == 1} \
+            if known else {}
+        kind = "repeated_action" if run[0].action else "repeated_call"
+        what = "identical action" if run[0].action else "identical arguments"
+        message = f"{call_label(run[0])} called {len(run)} times in a row with {what}"
+        if any(c.step.decision == "deny" for c in run[:-1]):
+            kind, message = "retried_denied_call", message + ", after it was denied"
+        out.append(_finding(
+            cfg, kind, message, run, tool=run[0].step.tool_name or run[0].step.name,
+            count=len(run), arguments=_arguments_text(run[0]), **same))
     return out
 
 
@@ -354,9 +384,9 @@ def by_agent(cs: list[Call]) -> list[list[Call]]:
 def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) -> list[Finding]:
     cfg = config.loop
     cs = calls_for(trajectory, config, context)
-    found = []
-    for own in by_agent(cs):
-        compared = through_code(own)
+    agents = by_agent(cs)
+    found, compared_by_agent = [], [through_code(own) for own in agents]
+    for own, compared in zip(agents, compared_by_agent, strict=True):
         found += [*repeated_calls(compared, cfg), *no_progress(compared, cfg),
                   *cycles(compared, cfg), *reworded_repeats(own, cfg)]
     covered = {i for f in found for i in f.step_indexes}
@@ -372,6 +402,8 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
         # arguments not recorded, or cut at a length limit: may have been a call of the loop
         unrecorded = {s.index for s in tools if s.arguments is None
                       or (isinstance(s.arguments, str) and cut_json(s.arguments))}
+        # a poll's replies say the same while it waits: that is the poll, not stagnation
+        covered.update(*(polled(compared) for compared in compared_by_agent))
         found += [f for f in stagnant if not _explained(f, len(trajectory.steps), llm_at,
                                                          tools_at, unknown_at, covered,
                                                          unrecorded)]
