@@ -43,7 +43,9 @@ released. When the run's own span or record joins first, the run is re-opened th
 takes a revision of its own, so the spool tells its rows from the run's (released, it lets
 only its own go: ``Held.alone``; the run's may still be in delivery), and a re-open after
 it is a revision later still; nothing of the run is spooled again for it, so a restart's
-replay holds only what it passes on (``late`` for the stored run).
+replay holds only what it passes on: the spool marks the pairs of the spans taken so
+(``AddResult.foreign``), and a replay passes them on again (``foreign_sender``), even
+after the run's own sender joined them before the crash.
 Only a ``duplicate_span`` stays refused (the backend has it).
 
 Time is injected: ``add(spans, now)`` and ``tick(now)`` take the clock reading, so tests drive
@@ -136,6 +138,10 @@ class AddResult:
     # they were released (``late``): a redelivered Kafka record's items are held by such a
     # trace, and the engine tells the record's waiter when that release is stored
     known: set[str] = field(default_factory=set)
+    # trace ids whose spans were taken only to pass on as another sender's (a ``passing``
+    # trace's ``foreign_sender``): the spool marks their pairs so, for a replay that knows
+    # no sender (``Spool.settle``)
+    foreign: set[str] = field(default_factory=set)
 
 
 def service_of(item: Span | HeldRecord) -> str:
@@ -262,6 +268,7 @@ class TraceAssembler:
                 continue
             if tr.passing and sender != tr.sender:
                 span.unevaluable = "foreign_sender"  # pass-through: passed on, below
+                res.foreign.add(tr.trace_id)
             elif tr.passing:
                 self._join(tr, res)  # its own sender re-opens the run (passed stays passed)
                 reopened.add(tr.trace_id)

@@ -63,9 +63,11 @@ class Durability:
             return None
 
     def settle(self, row: int, written: set[str], took: set[str],
-               fresh: Collection[HeldRecord] = ()) -> None:  # lock held
+               fresh: Collection[HeldRecord] = (), foreign: Collection[str] = ()
+               ) -> None:  # lock held
         """After assembly took the request; ``fresh``: the records this (log) request added,
-        spooled in its own row, so not again with a re-opened trace's."""
+        spooled in its own row, so not again with a re-opened trace's; ``foreign``: the
+        traces whose spans it took only to pass on as another sender's (``AddResult``)."""
         assert self.spool is not None
         asm = self._assembler
         revisions = {}
@@ -80,7 +82,7 @@ class Durability:
             spans = list(opened[1]) if opened is not None else []
             held[tid] = spans, [r for r in asm.open_logs_of(tid) if id(r) not in mine]
         self.spool.settle(row, written, revisions, held,
-                          {tid for tid in held if asm.holds_stored(tid)})
+                          {tid for tid in held if asm.holds_stored(tid)}, foreign)
 
     def dropped(self, trace_ids: list[Any]) -> None:
         """Traces assembly dropped with only log records: their spooled records are done."""

@@ -184,7 +184,8 @@ class Engine:
             res = self._add(signal, taken, on_trace, source, sender, self.clock() - age_s)
             if row is not None:
                 self.durability.settle(row, trace_ids, res.traces,
-                                       taken if signal == "logs" else ())  # type: ignore[arg-type]
+                                       taken if signal == "logs" else (),  # type: ignore[arg-type]
+                                       foreign=res.foreign)
             waits = len(res.traces)
             if barrier is not None:  # items a released, unstored trace holds: wait for it
                 waits += self.finishing.wait_for(res.known - res.traces, barrier.done)

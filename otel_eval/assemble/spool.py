@@ -52,12 +52,17 @@ Promises:
   requests were kept (version 0: no ``signal`` column) is migrated in place at open, its rows
   replayed as trace requests; rows written before receive times were kept (version 1) are
   replayed as received at the replay; pairs written before re-spooled ones were marked
-  (version 2: no ``carried`` column) replay as whole runs, as they did; a spool from a newer
-  version is refused with a clear error.
+  (version 2: no ``carried`` column) replay as whole runs, as they did, and those written
+  before another sender's were marked (version 3: no ``foreign_sender`` column) as the run's;
+  a spool from a newer version is refused with a clear error.
 - a straggler stays one: a trace the spool replays is late if its run is stored (as spans
   opening it live would be), unless one of its pairs is ``carried`` (re-spooled with what a
   stored revision held when late spans re-opened it): a restart never turns spans a previous
-  process took as stragglers of a stored run into a run that replaces it.
+  process took as stragglers of a stored run into a run that replaces it;
+- passed on stays passed on: spans taken only to pass on as another sender's for a released
+  run (pass-through's ``foreign_sender``) keep that mark on their pair, so a replay, which
+  knows no sender, passes them on again and never evaluates them into the run, even when the
+  run's own sender re-opened it before the crash.
 
 Kafka ingest is not spooled: the topic is the log, and offsets are committed only once the
 traces are stored (``kafka/offsets.py``), the same idea one level up.
@@ -96,6 +101,8 @@ log = logging.getLogger(__name__)
 # Version 2: ``spool_requests.received_at`` (wall-clock seconds; 0: unknown, written before).
 # Version 3: ``spool_traces.carried`` (1: the request holds what a stored revision of the trace
 # held, re-spooled when late spans re-opened it; pairs written before: 1, replayed as then).
+# Version 4: ``spool_traces.foreign_sender`` (1: the request's spans of the trace were taken
+# only to pass on, another sender's for a released run; pairs written before: 0).
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS spool_requests (id INTEGER PRIMARY KEY, body BLOB NOT NULL)",
     "CREATE TABLE IF NOT EXISTS spool_traces (request_id INTEGER NOT NULL, "
@@ -105,6 +112,7 @@ _MIGRATIONS = (  # _MIGRATIONS[v] takes a spool from version v to v + 1
     "ALTER TABLE spool_requests ADD COLUMN signal TEXT NOT NULL DEFAULT 'traces'",
     "ALTER TABLE spool_requests ADD COLUMN received_at REAL NOT NULL DEFAULT 0",
     "ALTER TABLE spool_traces ADD COLUMN carried INTEGER NOT NULL DEFAULT 1",
+    "ALTER TABLE spool_traces ADD COLUMN foreign_sender INTEGER NOT NULL DEFAULT 0",
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 SIGNALS = ("traces", "logs")
@@ -162,6 +170,9 @@ class Spool:
         # traces left to replay with a stored revision's content (``carried`` pairs): whole
         # runs, not stragglers of a run stored before (``TraceAssembler.resume``)
         self.carried: set[str] = set()
+        # (request, trace) pairs whose spans were taken only to pass on (another sender's
+        # for a released run): replayed so, never as the run's (``settle``'s ``foreign``)
+        self._foreign: set[tuple[int, str]] = set()
         self.bytes = 0
         self._opened = False
 
@@ -242,6 +253,7 @@ class Spool:
         self._signals.clear()
         self._received.clear()
         self.carried.clear()
+        self._foreign.clear()
         self.bytes = 0
 
     # --- what a previous process left -------------------------------------------------------
@@ -254,12 +266,14 @@ class Spool:
                 "SELECT id, length(body), signal, received_at FROM spool_requests"):
             sizes[rid], self._signals[rid], self._received[rid] = size, signal, received
         backlog: dict[int, set[str]] = {}
-        for rid, tid, carried in self._db.execute(
-                "SELECT request_id, trace_id, carried FROM spool_traces"):
+        for rid, tid, carried, foreign in self._db.execute(
+                "SELECT request_id, trace_id, carried, foreign_sender FROM spool_traces"):
             if rid in sizes:
                 backlog.setdefault(rid, set()).add(tid)
                 if carried:
                     self.carried.add(tid)
+                if foreign:
+                    self._foreign.add((rid, tid))
         orphans = [(rid,) for rid in sizes if rid not in backlog]
         with self._transaction() as cur:
             cur.executemany("DELETE FROM spool_requests WHERE id = ?", orphans)
@@ -279,6 +293,7 @@ class Spool:
         backlog, self._backlog = self._backlog, {}
         signals, self._signals = self._signals, {}
         received, self._received = self._received, {}
+        foreign, self._foreign = self._foreign, set()
         taken = Counter[str]()
         for rid in sorted(backlog):
             with self._lock:
@@ -290,7 +305,8 @@ class Spool:
             at = received.get(rid) or 0.0  # 0: kept before receive times were (age 0)
             age_s = max(0.0, self._wall() - at) if at else 0.0
             try:
-                n = self._replay_one(bytes(row[0]), signal, wanted, age_s, submit)
+                n = self._replay_one(bytes(row[0]), signal, wanted, age_s, submit,
+                                     {t for t in wanted if (rid, t) in foreign})
             except otlp.MalformedRequest:  # cannot happen for what append wrote; never loop
                 log.error("spool request %d is not an OTLP %s request; dropping it", rid, signal)
                 self.metrics.failed("replay")
@@ -304,8 +320,10 @@ class Spool:
         return len(backlog), taken["traces"], taken["logs"]
 
     def _replay_one(self, body: bytes, signal: str, wanted: set[str], age_s: float,
-                    submit: Replay) -> int:
-        """One row through the decode path its signal takes; raises MalformedRequest."""
+                    submit: Replay, foreign: Collection[str] = ()) -> int:
+        """One row through the decode path its signal takes; raises MalformedRequest.
+        ``foreign``: the traces whose spans in it were taken only to pass on, as another
+        sender's (the replay knows no sender): marked so again (``Span.unevaluable``)."""
         if signal == "logs":
             held = otlp_logs.hold_logs(otlp_logs.parse_logs_request(body)[0], traces=wanted)
             self._refused("log record(s)", held.rejected, self.metrics.log_records_rejected)
@@ -316,6 +334,9 @@ class Spool:
             return n
         req, _ = otlp.parse_request(body)
         spans = [s for s in otlp.decode_request(req).spans if s.trace_id in wanted]
+        for s in spans:
+            if s.trace_id in foreign:
+                s.unevaluable = "foreign_sender"
         self._refused("span(s)", _refused(req, wanted, len(spans)),
                       self.metrics.spans_rejected)
         n, refused = submit(spans, "traces", age_s)
@@ -378,14 +399,19 @@ class Spool:
                     if rev > 0 and all(r != rev for _, r in self._traces.get(tid, ()))]
 
     def settle(self, rid: int, written: Collection[str], accepted: dict[str, int],
-               held: Held, carried: Collection[str] = ()) -> None:
+               held: Held, carried: Collection[str] = (),
+               foreign: Collection[str] = ()) -> None:
         """After assembly took the request: ``accepted`` maps each trace that took spans (or
         records) to its revision. Traces that took none (late, duplicates) lose their pair; a
         re-opened trace (``reopened``, asked under the same engine lock) has what it held
         before spooled again: ``held[trace]``, a copy taken by the caller, marked ``carried``
         for the traces of ``carried`` (what it held is a stored revision's, not a straggler's
-        skipped as late)."""
+        skipped as late). ``foreign``: the traces whose spans in the request were taken only
+        to pass on (another sender's for a released run): their pairs are marked so, and a
+        replay passes those spans on, never evaluating them into the run (a re-open by the
+        run's own sender may have joined them since)."""
         reopened = [tid for tid in accepted if tid in held]
+        marked = [(rid, tid) for tid in foreign if tid in accepted]
         with self._lock:
             for tid, rev in accepted.items():
                 self._traces.setdefault(tid, []).append((rid, rev))
@@ -393,6 +419,10 @@ class Spool:
         try:
             if dropped:
                 self._delete({rid: len(dropped)}, [(rid, tid) for tid in dropped])
+            if marked:
+                with self._lock, self._transaction() as cur:
+                    cur.executemany("UPDATE spool_traces SET foreign_sender = 1 "
+                                    "WHERE request_id = ? AND trace_id = ?", marked)
             if reopened:
                 self._respool(reopened, accepted, held, carried)
         except (sqlite3.Error, OSError):  # the request itself is spooled; count and go on

@@ -596,8 +596,9 @@ def test_a_foreign_senders_spans_replayed_after_a_crash_are_not_evaluated_into_t
     a crash before they went out. Before, taking them re-spooled the run's own spans with
     them as a stored revision's (``carried``), so the restart's replay (which knows no
     sender) evaluated the other sender's spans into the run and stored that over it. Now the
-    run is not re-opened for them: the replay holds only them, late for the stored run
-    (which stands), and passes them on unstamped."""
+    run is not re-opened for them: the replay holds only them, marked again as another
+    sender's (their spool pairs say so), and passes them on unstamped; the stored run
+    stands."""
     with Capture() as down:
         sinks = _delivering(down, Metrics(CollectorRegistry()))
         first = Process(tmp_path, WALL0, sinks=sinks)
@@ -621,9 +622,54 @@ def test_a_foreign_senders_spans_replayed_after_a_crash_are_not_evaluated_into_t
         _stop(sinks, 5.0)
         assert second.stored()[T] == stored
         assert second.total("otel_eval_traces_superseded_total") == 0
-        assert second.sample("otel_eval_evaluation_skipped_total", reason="late") == 1
+        assert second.sample("otel_eval_evaluation_skipped_total",
+                             reason="foreign_sender") == 1
         again = _forwarded_each(down)[before:]
         assert again == [(one.span_id, one.attributes) for one in tools]  # unstamped
+        assert second.spool.held() == (0, 0)
+        second.stop()
+
+
+def test_a_foreign_senders_spans_stay_passed_on_after_a_crash_once_the_run_reopened(
+        tmp_path: Path) -> None:
+    """Another sender's spans for a released run are taken to pass on (pass-through), then
+    the run's own sender re-opens it with a late span, and the process is killed before the
+    re-opened run is released. Live, the other sender's spans stay passed on, never part of
+    the run (10 spans evaluated). The spool kept no sender per span, so the restart's
+    replay (which knows no sender) evaluated them into the run (12 spans) and stamped them.
+    Now their spool pairs say they were taken only to pass on: the restart evaluates the
+    run as the live process would have, and passes them on unstamped."""
+    with Capture() as down:
+        sinks = _delivering(down, Metrics(CollectorRegistry()))
+        first = Process(tmp_path, WALL0, sinks=sinks)
+        spans = run(T, end=100)
+        first.engine.submit(spans, request=encode_spans(spans).SerializeToString(),
+                            sender="agents")
+        assert first.advance(GRACE) == 1
+        tools = [_span(T, 40, 1, "execute_tool", 60, 70), _span(T, 41, 1, "chat", 60, 70)]
+        adm = first.engine.submit(tools, request=encode_spans(tools).SerializeToString(),
+                                  sender="tools")
+        assert (adm.accepted, dict(adm.rejected)) == (2, {})
+        late = _span(T, 42, 1, "chat", 60, 70)
+        adm = first.engine.submit([late], request=encode_spans([late]).SerializeToString(),
+                                  sender="agents")
+        assert (adm.accepted, adm.rejected.total()) == (1, 0)
+        _stop(sinks, 5.0)  # the run went out; then a kill -9, its re-open still open
+        first.store.close()
+        first.spool.close()
+        before = len(_forwarded_each(down))
+
+        sinks = _delivering(down, Metrics(CollectorRegistry()))
+        second = Process(tmp_path, WALL0 + 1.0, sinks=sinks)
+        assert second.advance(GRACE) == 1
+        _stop(sinks, 5.0)
+        assert second.stored()[T]["counts"]["spans"] == 10  # the run and its late span
+        assert second.sample("otel_eval_evaluation_spans_skipped_total",
+                             reason="foreign_sender") == 2
+        again = dict(_forwarded_each(down)[before:])
+        assert sorted(again) == sorted(s.span_id for s in [*spans, late, *tools])
+        for one in tools:
+            assert again[one.span_id] == one.attributes  # unstamped, as sent
         assert second.spool.held() == (0, 0)
         second.stop()
 
