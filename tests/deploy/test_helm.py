@@ -215,6 +215,31 @@ def test_evaluator_default_is_a_statefulset_with_a_volume_claim(helm: Helm,
     assert ctx["runAsNonRoot"] and ctx["fsGroup"] == ctx["runAsUser"] != 0
 
 
+def test_readme_says_where_a_scaled_down_pods_runs_in_flight_wait(helm: Helm,
+                                                                   tmp_path: Path) -> None:
+    """A scale-down's SIGTERM is no verdict (a pod cannot tell it from a restart): the removed
+    pod's runs in flight stay unjudged in its spool, which nothing reads until a scale-up
+    brings that ordinal back. The README promised only that they are "resumed by the next
+    start"; it now says where they wait and what keeps them, and that must be what the chart
+    renders: the spool on the volume claim, the claim kept on a scale-down."""
+    readme = (CHART / "README.md").read_text()
+    assert "## Scaling down" in readme, "helm/otel-eval/README.md says nothing of scale-down"
+    section = " ".join(readme.split("## Scaling down", 1)[1].split("\n## ", 1)[0].split())
+    kept = _defaults()["persistence"]["retentionPolicy"]["whenScaled"]
+    assert f"`persistence.retentionPolicy.whenScaled: {kept}`, the default" in section
+    docs = helm.template()
+    sts = one(docs, "StatefulSet")
+    assert sts["spec"]["persistentVolumeClaimRetentionPolicy"]["whenScaled"] == kept == "Retain"
+    (claim,) = sts["spec"]["volumeClaimTemplates"]
+    mount = next(m for m in _container(docs)["volumeMounts"]
+                 if m["name"] == claim["metadata"]["name"])
+    spool = Path(_pod_config(docs, tmp_path).store.spool_file() or "")
+    assert spool.parent == Path(mount["mountPath"])  # what the scale-up's start replays
+    row = next(line for line in readme.splitlines()
+               if line.startswith("| `terminationGracePeriodSeconds` |"))
+    assert "(#scaling-down)" in row
+
+
 def test_receiver_mode_is_a_stateless_publishing_deployment(helm: Helm, tmp_path: Path) -> None:
     docs = helm.template("-f", str(EXAMPLES / "values-receiver-kafka.yaml"))
     deployment = one(docs, "Deployment")
