@@ -63,10 +63,11 @@ class Durability:
             return None
 
     def settle(self, row: int, written: set[str], took: set[str],
-               fresh: Collection[HeldRecord] = (), foreign: Collection[str] = ()
+               fresh: Collection[Span | HeldRecord] = (), foreign: Collection[str] = ()
                ) -> None:  # lock held
-        """After assembly took the request; ``fresh``: the records this (log) request added,
-        spooled in its own row, so not again with a re-opened trace's; ``foreign``: the
+        """After assembly took the request; ``fresh``: the spans or records of this request,
+        spooled in its own row, so not again with a re-opened trace's (a replay would refuse
+        the second copy as a ``duplicate_span``, counted as not evaluated); ``foreign``: the
         traces whose spans it took only to pass on as another sender's (``AddResult``)."""
         assert self.spool is not None
         asm = self._assembler
@@ -75,11 +76,12 @@ class Durability:
             opened = asm.open_trace(tid)
             if opened is not None:
                 revisions[tid] = opened[0]
-        mine = {id(r) for r in fresh}
         held: dict[str, tuple[list[Span], list[HeldRecord]]] = {}
-        for tid in self.spool.reopened(revisions):
+        reopened = self.spool.reopened(revisions)
+        mine = {id(item) for item in fresh} if reopened else set()
+        for tid in reopened:
             opened = asm.open_trace(tid)
-            spans = list(opened[1]) if opened is not None else []
+            spans = [s for s in opened[1] if id(s) not in mine] if opened is not None else []
             held[tid] = spans, [r for r in asm.open_logs_of(tid) if id(r) not in mine]
         self.spool.settle(row, written, revisions, held,
                           {tid for tid in held if asm.holds_stored(tid)}, foreign)

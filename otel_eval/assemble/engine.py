@@ -183,8 +183,7 @@ class Engine:
                 return adm
             res = self._add(signal, taken, on_trace, source, sender, self.clock() - age_s)
             if row is not None:
-                self.durability.settle(row, trace_ids, res.traces,
-                                       taken if signal == "logs" else (),  # type: ignore[arg-type]
+                self.durability.settle(row, trace_ids, res.traces, taken,
                                        foreign=res.foreign)
             waits = len(res.traces)
             if barrier is not None:  # items a released, unstored trace holds: wait for it

@@ -413,6 +413,28 @@ def test_what_pass_through_could_not_deliver_goes_out_after_the_restart(
         second.stop()
 
 
+def test_a_reopened_run_replayed_after_a_crash_counts_no_span_refused(tmp_path: Path) -> None:
+    """A late span re-opens a stored run, then a kill -9 before the re-open is released. The
+    re-open re-spools what the run held; that copy also held the late span, spooled already
+    in its own request, so the replay counted it refused by assembly
+    (``spool_spans_rejected_total{reason="duplicate_span"}``, logged as "not evaluated")
+    while it was evaluated: a drop that never was. Now the re-spooled copy holds only what
+    the run held before the request: the replay refuses nothing and evaluates all 10."""
+    first = Process(tmp_path, WALL0)
+    first.send(run(T, end=100))
+    assert first.advance(GRACE) == 1
+    first.send([_span(T, 40, 1, "chat", 60, 70)])  # re-opens the run
+    first.store.close()  # a kill -9
+    first.spool.close()
+
+    second = Process(tmp_path, WALL0 + 1.0)
+    assert second.advance(GRACE) == 1
+    assert second.stored()[T]["counts"]["spans"] == 10
+    assert second.total("otel_eval_spool_spans_rejected_total") == 0
+    assert second.total("otel_eval_spool_spans_replayed_total") == 10
+    second.stop()
+
+
 def test_a_replayed_reopened_run_is_stamped_with_the_revision_stored(tmp_path: Path) -> None:
     """A run re-opened by a late span (revision 1) is stored while the downstream is away,
     then otel-eval stops. The restart's assembler starts every trace at revision 0; before,
