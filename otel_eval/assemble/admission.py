@@ -89,7 +89,7 @@ class AdmissionControl:
         cfg, asm = self.config, self._assembler
         if cfg.max_service_share >= 1.0 or asm.pass_through:
             return frozenset()
-        owners = asm.new_traces(spans)
+        owners = asm.claims(spans)
         per_service = Counter(owners.values())
         share = cfg.max_service_share * cfg.max_open_traces
         over = {svc for svc, k in per_service.items() if asm.service_open(svc) + k > share}
@@ -120,7 +120,8 @@ class AdmissionControl:
         new = asm.new_traces_by_service(spans)
         if cfg.max_service_share < 1.0:
             share = cfg.max_service_share * cfg.max_open_traces
-            if any(asm.service_open(svc) + k > share for svc, k in new.items()):
+            claims = Counter(asm.claims(spans).values())  # log-opened traces' slots too
+            if any(asm.service_open(svc) + k > share for svc, k in claims.items()):
                 return "service_share"
         over = len(asm) + sum(new.values()) - cfg.max_open_traces
         if over > 0:  # one-span traces idle for pressure_idle_s give way first

@@ -233,6 +233,18 @@ class TraceAssembler:
         """Open-trace slots these spans would take, per service.name."""
         return Counter(self.new_traces(spans).values())
 
+    def claims(self, spans: Iterable[Span]) -> dict[str, str]:
+        """The slots these spans would put in a service's share (trace id -> service.name):
+        the traces they would open (``new_traces``), and the open ones their log records
+        opened, held under no service until a span names it (``add`` moves the slot there)."""
+        owners = self.new_traces(spans)
+        for s in spans:
+            tr = self._open.get(s.trace_id)
+            if tr is not None and not tr.service and s.trace_id not in owners and (
+                    svc := service_of(s)):
+                owners[s.trace_id] = svc
+        return owners
+
     def service_open(self, service: str) -> int:
         return self._per_service[service]
 
@@ -266,6 +278,8 @@ class TraceAssembler:
                 res.rejected["duplicate_span"] += 1
                 res.known.add(tr.trace_id)
                 continue
+            if not tr.service and (svc := service_of(span)):
+                self._move_slot(tr, svc)  # opened by its log records: now its service's
             if tr.passing and sender != tr.sender:
                 span.unevaluable = "foreign_sender"  # pass-through: passed on, below
                 res.foreign.add(tr.trace_id)
@@ -579,6 +593,13 @@ class TraceAssembler:
             self.open_log_bytes -= tr.log_bytes
             out.append(tid)
         return out
+
+    def _move_slot(self, tr: _Open, service: str) -> None:
+        self._per_service[tr.service] -= 1
+        if not self._per_service[tr.service]:
+            del self._per_service[tr.service]
+        tr.service = service
+        self._per_service[service] += 1
 
     def _close(self, tr: _Open) -> None:
         """Forget an open trace's slot (released or dropped)."""

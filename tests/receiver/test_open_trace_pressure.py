@@ -8,11 +8,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import grpc
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2 as ls
+from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.logs.v1 import logs_pb2
+from opentelemetry.proto.resource.v1 import resource_pb2
 from support.harness import Harness, running_service
 from test_receivers import _raw_export
 
 from otel_eval.base.model import Span
 from otel_eval.decode import encode
+
+LOGS_EXPORT = "/opentelemetry.proto.collector.logs.v1.LogsService/Export"
 
 
 def _trace(i: int, n: int = 1, service: str = "agents", payload: str = "") -> list[Span]:
@@ -116,3 +122,37 @@ def test_with_pass_through_a_gateway_batch_over_a_share_is_throttled_whole(
         assert _send(h, batch) == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert _throttled(h, "service_share") == 1
         assert h.svc.engine.open_traces() == 5
+
+
+def _send_logs(h: Harness, spans: list[Span], service: str) -> None:
+    """A GenAI event record for each trace of ``spans`` (its root span), ahead of them: an
+    instrumentation's log exporter flushes apart from (often before) its span exporter."""
+    roots = [s for s in spans if s.parent_span_id is None]
+    records = [logs_pb2.LogRecord(trace_id=bytes.fromhex(s.trace_id),
+                                  span_id=bytes.fromhex(s.span_id), time_unix_nano=5,
+                                  event_name="gen_ai.user.message") for s in roots]
+    resource = resource_pb2.Resource(attributes=[common_pb2.KeyValue(
+        key="service.name", value=common_pb2.AnyValue(string_value=service))])
+    body = ls.ExportLogsServiceRequest(resource_logs=[logs_pb2.ResourceLogs(
+        resource=resource, scope_logs=[logs_pb2.ScopeLogs(log_records=records)])])
+    with grpc.insecure_channel(h.grpc_target) as ch:
+        ch.unary_unary(LOGS_EXPORT)(body.SerializeToString(), timeout=10)
+
+
+def test_traces_whose_log_records_came_first_count_in_their_services_share(
+        tmp_path: Path) -> None:
+    """A trace opened by its GenAI log records (no service known yet) was held under no
+    service for good, even once its spans said whose it is: a service whose records reach
+    otel-eval before its spans (log and span exporters flush apart) was never held to
+    max_service_share and could take every slot, locking the other services out."""
+    with running_service(tmp_path, **{"assembly.max_open_traces": 10,
+                                      "assembly.max_service_share": 0.5}) as h:
+        for i in range(5):
+            _send_logs(h, _trace(i, 2, "noisy"), "noisy")
+            assert _send(h, _trace(i, 2, "noisy")) is None
+        assert h.svc.engine.open_traces() == 5
+        _send_logs(h, _trace(5, 2, "noisy"), "noisy")  # opens a slot, its service unknown
+        assert _send(h, _trace(5, 2, "noisy")) == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert _send(h, _trace(6, 2, "noisy")) == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert _throttled(h, "service_share") == 2
+        assert _send(h, _trace(7, 2, "quiet")) is None
