@@ -170,7 +170,8 @@ class TraceAssembler:
         self._reopenable: OrderedDict[str, _Released] = OrderedDict()
         # Ids of traces released earlier still (no spans kept): late spans for them are refused.
         self._tombstones: OrderedDict[str, None] = OrderedDict()
-        # Open traces holding exactly one span, oldest first (they give way under pressure).
+        # Open traces holding exactly one span, or only log records, oldest first (they give
+        # way under pressure).
         self._singles: OrderedDict[str, None] = OrderedDict()
         self._per_service: Counter[str] = Counter()
         self.open_spans = 0
@@ -309,6 +310,7 @@ class TraceAssembler:
         for tr in took.values():  # once per trace, not per span: the state it ends up in
             if len(tr.spans) == 1:
                 self._singles[tr.trace_id] = None
+                self._singles.move_to_end(tr.trace_id)  # in order of last_seen
             else:
                 self._singles.pop(tr.trace_id, None)
             tr.last_seen = max(tr.last_seen, now)  # a replay hands older times first
@@ -447,6 +449,8 @@ class TraceAssembler:
                 continue
             tr.logs.append(record)
             tr.log_keys.add(record.raw)
+            if not tr.spans and not tr.passed:  # records only: it gives way as a single
+                self._singles.setdefault(tr.trace_id)  # (records do not move last_seen)
             tr.log_bytes += record.nbytes
             self.open_logs += 1
             self.open_log_bytes += record.nbytes
@@ -518,13 +522,19 @@ class TraceAssembler:
 
     def give_way(self, n: int, idle_since: float, now: float) -> list[Trace]:
         """Slot pressure: release up to n one-span traces idle since ``idle_since`` (oldest
-        first, as ``incomplete``/``pressure``). O(released): singles are kept in order."""
+        first, as ``incomplete``/``pressure``), and drop those holding only log records
+        (``no_spans``, as at their idle timeout: records whose spans never came must not
+        refuse spans). O(released): singles are kept in order."""
         out: list[Trace] = []
-        while self._singles and len(out) < n:
+        while self._singles and n > 0:
             tr = self._open[next(iter(self._singles))]
             if tr.last_seen > idle_since:
                 break  # the rest arrived later still
-            out.append(self._release(tr, "incomplete", "pressure", now))
+            if tr.spans or tr.passed:
+                out.append(self._release(tr, "incomplete", "pressure", now))
+            else:
+                self._drop_logs_only(tr, now)
+            n -= 1
         return out
 
     def resume(self, now: float, carried: Collection[str] = ()) -> None:

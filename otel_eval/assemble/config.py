@@ -51,7 +51,8 @@ class AssemblyConfig:
     # trace gets no span are dropped after idle_timeout_s (`no_spans`).
     max_pending_log_bytes: int = 128 * 1024 * 1024
     # Under slot pressure (max_open_traces reached), traces holding a single span and idle
-    # this long give way first: released early (incomplete, reason `pressure`), seconds.
+    # this long give way first: released early (incomplete, reason `pressure`), seconds;
+    # so do those holding only GenAI log records (dropped, `no_spans`).
     pressure_idle_s: float = 30.0
     # Largest share of max_open_traces that one service.name may hold open (0..1]; 1.0: none.
     # A request whose every service is past it is throttled (reason `service_share`); in a

@@ -156,3 +156,25 @@ def test_traces_whose_log_records_came_first_count_in_their_services_share(
         assert _send(h, _trace(6, 2, "noisy")) == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert _throttled(h, "service_share") == 2
         assert _send(h, _trace(7, 2, "quiet")) is None
+
+
+def test_traces_of_log_records_whose_spans_never_come_give_way_to_new_traces(
+        tmp_path: Path) -> None:
+    """GenAI event records whose spans never come (their traces sampled out, or spans sent
+    elsewhere) each hold an open-trace slot until idle_timeout_s. Only one-span traces gave
+    way under slot pressure, so such records took every slot and refused the spans of every
+    new run for 3 minutes, though log records must never refuse spans. Now a trace holding
+    records and no span gives way as a one-span trace does: its records dropped, counted."""
+    with running_service(tmp_path, **{"assembly.max_open_traces": 10,
+                                      "assembly.pressure_idle_s": 30.0}) as h:
+        for i in range(10):
+            _send_logs(h, _trace(i), "orphans")
+        assert h.svc.engine.open_traces() == 10
+        assert _send(h, _trace(100, 3)) == grpc.StatusCode.RESOURCE_EXHAUSTED  # not idle yet
+        h.clock.now += 31
+        assert _send(h, _trace(101, 3)) is None  # one orphan trace gave way
+        assert h.svc.engine.open_traces() == 10
+        h.svc.engine.tick()
+        assert h.sample("otel_eval_assembly_log_records_dropped_total",
+                        reason="no_spans") == 1
+        assert _throttled(h, "open_traces") == 1
