@@ -3,9 +3,9 @@
     Engine.submit(signal, items) -> AdmissionControl.refusal -> None (take it) | reason
 
 Every bound on what the process holds is checked here, the same for traces and logs where
-they share one (shutting down, the spool full, open traces), by signal where they differ:
-spans accepted but not yet stored (``max_pending_spans``), the received bytes of those spans
-(``max_pending_bytes``), one service's share of the open traces (``max_service_share``); log
+they share one (shutting down, the spool full, open traces, one service's share of them:
+``max_service_share``), by signal where they differ: spans accepted but not yet stored
+(``max_pending_spans``), the received bytes of those spans (``max_pending_bytes``); log
 records accepted and not yet evaluated (``max_pending_log_records``: open and released
 but queued, as spans) and the received bytes of those held for their spans
 (``max_pending_log_bytes``: a record waits as its bytes). Log records never refuse spans:
@@ -79,10 +79,11 @@ class AdmissionControl:
             return self._logs(items)  # type: ignore[arg-type]
         return self._spans(items)  # type: ignore[arg-type]
 
-    def over_share(self, spans: Sequence[Span]) -> frozenset[str]:
+    def over_share(self, spans: Sequence[Span] | Sequence[HeldRecord]) -> frozenset[str]:
         """The new traces to reject (``service_share``, partial success) so that the rest of a
         request holding several services is taken: those a service past its share of the
-        open traces would open. Empty when every service is within its share, when every
+        open traces would open (spans or log records alike: a record's resource names its
+        service too). Empty when every service is within its share, when every
         service of the request is past it (the request is refused whole, retryable, as a
         single service's is: ``refusal``), and with pass-through on (a span refused for
         good would never reach the backend; a throttled request is sent again)."""
@@ -105,9 +106,20 @@ class AdmissionControl:
         held = asm.open_log_bytes
         if held and held + sum(r.nbytes for r in records) > cfg.max_pending_log_bytes:
             return "pending_log_bytes"
+        if self._past_share(records):
+            return "service_share"
         if len(asm) + asm.new_trace_count(records) > cfg.max_open_traces:
             return "open_traces"
         return None
+
+    def _past_share(self, items: Sequence[Span] | Sequence[HeldRecord]) -> bool:
+        """Whether the slots these items would take put a service past its share."""
+        cfg, asm = self.config, self._assembler
+        if cfg.max_service_share >= 1.0:
+            return False
+        share = cfg.max_service_share * cfg.max_open_traces
+        claims = Counter(asm.claims(items).values())  # log-opened traces' slots too
+        return any(asm.service_open(svc) + k > share for svc, k in claims.items())
 
     def _spans(self, spans: Sequence[Span]) -> str | None:
         cfg, asm, fin = self.config, self._assembler, self._finishing
@@ -118,11 +130,8 @@ class AdmissionControl:
         if held and held + sum(s.nbytes for s in spans) > cfg.max_pending_bytes:
             return "pending_bytes"
         new = asm.new_traces_by_service(spans)
-        if cfg.max_service_share < 1.0:
-            share = cfg.max_service_share * cfg.max_open_traces
-            claims = Counter(asm.claims(spans).values())  # log-opened traces' slots too
-            if any(asm.service_open(svc) + k > share for svc, k in claims.items()):
-                return "service_share"
+        if self._past_share(spans):
+            return "service_share"
         over = len(asm) + sum(new.values()) - cfg.max_open_traces
         if over > 0:  # one-span traces idle for pressure_idle_s give way first
             now = self._clock()

@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -145,9 +145,10 @@ class AddResult:
 
 
 def service_of(item: Span | HeldRecord) -> str:
-    """The service.name a span (its resource's) holds a slot for; "" when unknown."""
+    """The service.name a span or log record (its resource's) holds a slot for; "" when
+    unknown."""
     if not isinstance(item, Span):
-        return ""  # a log record opening a trace: service unknown until spans arrive
+        return item.service
     name = item.resource.get("service.name")
     return name if isinstance(name, str) else ""
 
@@ -221,7 +222,7 @@ class TraceAssembler:
         tr = self._open.get(trace_id)
         return tr.logs if tr is not None else []
 
-    def new_traces(self, spans: Iterable[Span]) -> dict[str, str]:
+    def new_traces(self, spans: Iterable[Span | HeldRecord]) -> dict[str, str]:
         """The traces these spans would open (trace id -> the service.name owning its slot:
         its first span's, as ``add`` opens it)."""
         owners: dict[str, str] = {}
@@ -234,10 +235,11 @@ class TraceAssembler:
         """Open-trace slots these spans would take, per service.name."""
         return Counter(self.new_traces(spans).values())
 
-    def claims(self, spans: Iterable[Span]) -> dict[str, str]:
-        """The slots these spans would put in a service's share (trace id -> service.name):
-        the traces they would open (``new_traces``), and the open ones their log records
-        opened, held under no service until a span names it (``add`` moves the slot there)."""
+    def claims(self, spans: Sequence[Span | HeldRecord]) -> dict[str, str]:
+        """The slots these spans (or records) would put in a service's share (trace id ->
+        service.name): the traces they would open (``new_traces``), and the open ones held
+        under no service (opened by records whose resource named none) that they name
+        (``add`` and ``add_logs`` move the slot there)."""
         owners = self.new_traces(spans)
         for s in spans:
             tr = self._open.get(s.trace_id)
@@ -447,6 +449,8 @@ class TraceAssembler:
             if len(tr.logs) >= limit:
                 res.rejected["trace_too_large"] += 1
                 continue
+            if not tr.service and record.service:
+                self._move_slot(tr, record.service)
             tr.logs.append(record)
             tr.log_keys.add(record.raw)
             if not tr.spans and not tr.passed:  # records only: it gives way as a single

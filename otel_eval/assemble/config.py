@@ -54,7 +54,8 @@ class AssemblyConfig:
     # this long give way first: released early (incomplete, reason `pressure`), seconds;
     # so do those holding only GenAI log records (dropped, `no_spans`).
     pressure_idle_s: float = 30.0
-    # Largest share of max_open_traces that one service.name may hold open (0..1]; 1.0: none.
+    # Largest share of max_open_traces that one service.name may hold open (0..1]; 1.0: none;
+    # the traces its spans or its GenAI log records (their resource's service.name) open.
     # A request whose every service is past it is throttled (reason `service_share`); in a
     # request with other services (a gateway's batch) only the traces it would open are
     # rejected (partial success, reason `service_share`), the rest taken. Pass-through on:

@@ -170,8 +170,8 @@ class Engine:
         on_trace = (lambda _tid: barrier.done) if barrier is not None else None
         raw = self.durability.request_bytes(request, taken, replayed)
         with self._lock:
-            if signal == "traces" and not replayed:
-                taken = self._within_shares(taken, adm)  # type: ignore[arg-type]
+            if not replayed:
+                taken = self._within_shares(taken, adm)
             trace_ids = {item.trace_id for item in taken}
             adm.throttled = None if replayed else self.admission.refusal(
                 signal, taken, len(raw or b""))
@@ -197,14 +197,16 @@ class Engine:
                                                res.carried_spans)
         return adm
 
-    def _within_shares(self, spans: Sequence[Span], adm: Admission) -> Sequence[Span]:
-        """The spans of a request but for the traces a service past its share would open
-        (``AdmissionControl.over_share``), those counted in ``adm.rejected``; the request is
-        spooled whole, but no pair of theirs is (a replay skips them). Lock held."""
+    def _within_shares(self, spans: Sequence[Span] | Sequence[HeldRecord], adm: Admission
+                       ) -> Sequence[Span] | Sequence[HeldRecord]:
+        """The spans (or log records) of a request but for the traces a service past its
+        share would open (``AdmissionControl.over_share``), those counted in
+        ``adm.rejected``; the request is spooled whole, but no pair of theirs is (a replay
+        skips them). Lock held."""
         shed = self.admission.over_share(spans)
         if not shed:
             return spans
-        kept = [s for s in spans if s.trace_id not in shed]
+        kept: Any = [s for s in spans if s.trace_id not in shed]
         adm.rejected["service_share"] = len(spans) - len(kept)
         return kept
 

@@ -92,6 +92,9 @@ class HeldRecord:
     # the ResourceLogs and ScopeLogs it came in, serialized without their records (one pair
     # per scope of a request, shared by its records), kept by ``hold_logs(every=True)``
     origin: tuple[bytes, bytes] | None = None
+    # the service.name of its resource ("" when it names none): whose share of the open
+    # traces a trace it opens takes (assembly.max_service_share)
+    service: str = ""
 
     @property
     def nbytes(self) -> int:
@@ -216,6 +219,7 @@ def hold_logs(req: ExportLogsServiceRequest, every: bool = False,
     out = HeldLogs()
     origins: dict[tuple[int, int], tuple[bytes, bytes]] = {}  # (ri, si) -> its origin
     heads: dict[int, bytes] = {}  # ri -> the resource entry's header
+    services: dict[int, str] = {}  # ri -> its service.name
     for record, tid, sid, name, t, (ri, rl, si, sl) in _kept(req, out.ignored, out.rejected,
                                                               every, traces):
         origin = None
@@ -227,7 +231,12 @@ def hold_logs(req: ExportLogsServiceRequest, every: bool = False,
                     head = heads[ri] = header(rl, "scope_logs").SerializeToString()
                 origin = origins[(ri, si)] = (head,
                                               header(sl, "log_records").SerializeToString())
-        out.records.append(HeldRecord(tid, sid, name, t, record.SerializeToString(), origin))
+        service = services.get(ri)
+        if service is None:
+            named = attributes_to_dict(rl.resource.attributes).get("service.name")
+            service = services[ri] = named if isinstance(named, str) else ""
+        out.records.append(HeldRecord(tid, sid, name, t, record.SerializeToString(), origin,
+                                      service))
     return out
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import grpc
+import pytest
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2 as ls
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.logs.v1 import logs_pb2
@@ -132,7 +133,8 @@ def _send_logs(h: Harness, spans: list[Span], service: str) -> None:
                                   span_id=bytes.fromhex(s.span_id), time_unix_nano=5,
                                   event_name="gen_ai.user.message") for s in roots]
     resource = resource_pb2.Resource(attributes=[common_pb2.KeyValue(
-        key="service.name", value=common_pb2.AnyValue(string_value=service))])
+        key="service.name", value=common_pb2.AnyValue(string_value=service))] if service
+        else [])  # "": a resource naming no service
     body = ls.ExportLogsServiceRequest(resource_logs=[logs_pb2.ResourceLogs(
         resource=resource, scope_logs=[logs_pb2.ScopeLogs(log_records=records)])])
     with grpc.insecure_channel(h.grpc_target) as ch:
@@ -141,17 +143,17 @@ def _send_logs(h: Harness, spans: list[Span], service: str) -> None:
 
 def test_traces_whose_log_records_came_first_count_in_their_services_share(
         tmp_path: Path) -> None:
-    """A trace opened by its GenAI log records (no service known yet) was held under no
+    """A trace opened by its GenAI log records (here naming no service) was held under no
     service for good, even once its spans said whose it is: a service whose records reach
     otel-eval before its spans (log and span exporters flush apart) was never held to
     max_service_share and could take every slot, locking the other services out."""
     with running_service(tmp_path, **{"assembly.max_open_traces": 10,
                                       "assembly.max_service_share": 0.5}) as h:
         for i in range(5):
-            _send_logs(h, _trace(i, 2, "noisy"), "noisy")
+            _send_logs(h, _trace(i, 2, "noisy"), "")
             assert _send(h, _trace(i, 2, "noisy")) is None
         assert h.svc.engine.open_traces() == 5
-        _send_logs(h, _trace(5, 2, "noisy"), "noisy")  # opens a slot, its service unknown
+        _send_logs(h, _trace(5, 2, "noisy"), "")  # opens a slot, its service unknown
         assert _send(h, _trace(5, 2, "noisy")) == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert _send(h, _trace(6, 2, "noisy")) == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert _throttled(h, "service_share") == 2
@@ -178,3 +180,20 @@ def test_traces_of_log_records_whose_spans_never_come_give_way_to_new_traces(
         assert h.sample("otel_eval_assembly_log_records_dropped_total",
                         reason="no_spans") == 1
         assert _throttled(h, "open_traces") == 1
+
+
+def test_log_records_open_no_more_traces_than_their_services_share(tmp_path: Path) -> None:
+    """Log records open traces too, and their resource names the service: a service whose
+    records come ahead of its spans opened every slot with them (held under no service,
+    past its share), and the other services' spans were throttled (`open_traces`)."""
+    with running_service(tmp_path, **{"assembly.max_open_traces": 10,
+                                      "assembly.max_service_share": 0.5}) as h:
+        for i in range(5):
+            _send_logs(h, _trace(i), "noisy")
+        with pytest.raises(grpc.RpcError) as refused:
+            _send_logs(h, _trace(5), "noisy")
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert h.sample("otel_eval_receiver_requests_throttled_total", protocol="grpc_logs",
+                        reason="service_share") == 1
+        assert h.svc.engine.open_traces() == 5
+        assert _send(h, [s for i in range(6, 11) for s in _trace(i, 2, "quiet")]) is None
