@@ -326,3 +326,58 @@ def test_spans_assembly_refuses_at_replay_are_counted_and_logged(
     assert "1 span(s)" in caplog.text and "by assembly" in caplog.text
     b.release()
     assert b.stored_spans() == {T1: 2}
+
+
+class _FullDisk:
+    """The spool's connection while its disk is full: every DELETE fails as SQLite's does
+    (the WAL cannot grow); everything else goes through. ``full = False``: space is back."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db, self.full = db, True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.db, name)
+
+    def cursor(self) -> Any:
+        cur, disk = self.db.cursor(), self
+
+        class Cursor:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(cur, name)
+
+            def execute(self, sql: str, *args: Any) -> Any:
+                self._check(sql)
+                return cur.execute(sql, *args)
+
+            def executemany(self, sql: str, *args: Any) -> Any:
+                self._check(sql)
+                return cur.executemany(sql, *args)
+
+            @staticmethod
+            def _check(sql: str) -> None:
+                if disk.full and sql.startswith("DELETE"):
+                    raise sqlite3.OperationalError("database or disk is full")
+        return Cursor()
+
+
+@pytest.mark.parametrize("room", [10, 1 << 20])  # full with them, or room left
+def test_rows_a_failed_delete_left_go_once_space_returns(tmp_path: Path, room: int) -> None:
+    """A delete that failed (a full disk) left its request on disk and counted in the
+    spool's bytes for the life of the process: nothing tried it again, so every full-disk
+    episode (a PostgreSQL store keeps committing while the spool's disk is full) added to
+    the bytes held until the receivers throttled ``spool_full`` for good. Now the next
+    delete takes the rows left with its own."""
+    first = [span(T1, 1, None), span(T1, 2)]
+    a = Node(tmp_path, max_bytes=len(body(first)) + room)
+    assert a.send(first) is None
+    disk = _FullDisk(a.spool._db)
+    a.spool._db = disk  # type: ignore[assignment]
+    assert a.release() == 1  # stored; its spool rows cannot be deleted now: counted
+    assert a.sample("otel_eval_spool_failures_total", operation="delete") == 1
+    disk.full = False  # space is back
+    assert a.send([span(T2, 1, None)]) is None
+    assert a.release() == 1
+    assert a.spool.held() == (0, 0)  # T1's rows went (refused for them, or with T2's)
+    assert a.send([span(T3, 1, None), span(T3, 2)]) is None  # not spool_full
+    rows = a.spool._db.execute("SELECT COUNT(*) FROM spool_requests").fetchone()[0]
+    assert rows == 1  # T3's alone

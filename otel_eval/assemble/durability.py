@@ -7,9 +7,10 @@
 
 Every spool failure is counted (``otel_eval_spool_failures_total{operation}``) and logged; a
 failed append refuses the request (``spool_error``: the exporter retries), a failed delete
-leaves rows that are replayed at the next start (and found already evaluated: not evaluated
-again). Without a spool (off, or an in-memory store) every method is a no-op and nothing is
-refused for it.
+leaves rows that go with the next delete (or before a request the spool would refuse for
+them), and that a crash meanwhile replays at the next start (found already evaluated: not
+evaluated again). Without a spool (off, or an in-memory store) every method is a no-op and
+nothing is refused for it.
 
 ``append`` and ``settle`` run under the engine lock (a trace cannot be evaluated before its
 pair exists); ``settle`` copies what re-opened traces hold out of the assembler there, so the

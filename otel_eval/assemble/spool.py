@@ -36,7 +36,9 @@ Promises:
   Records of a trace no span ever joined are dropped by assembly (nothing to evaluate), and
   their pairs with them (``evaluated``, from the engine's tick). A deleted request's bytes are
   not overwritten on disk (``secure_delete=FAST``): its pages go to the file's freelist, where
-  the next requests' bodies take them;
+  the next requests' bodies take them. A delete that failed (a full disk) is tried again
+  with the next one, or before a request is refused ``spool_full``: its rows are not held
+  until a restart;
 - replays are whole traces: only pending pairs are replayed, so a stored trace never comes
   back as its tail. A trace re-opened by late spans lost its first requests with its first
   evaluation, so its spans (and the log records it holds) are spooled again (re-encoded, a
@@ -173,6 +175,8 @@ class Spool:
         # (request, trace) pairs whose spans were taken only to pass on (another sender's
         # for a released run): replayed so, never as the run's (``settle``'s ``foreign``)
         self._foreign: set[tuple[int, str]] = set()
+        # (request, trace) pairs whose delete failed (a full disk): deleted with the next ones
+        self._undeleted: list[tuple[int, str]] = []
         self.bytes = 0
         self._opened = False
 
@@ -310,7 +314,7 @@ class Spool:
             except otlp.MalformedRequest:  # cannot happen for what append wrote; never loop
                 log.error("spool request %d is not an OTLP %s request; dropping it", rid, signal)
                 self.metrics.failed("replay")
-                self._delete({rid: len(wanted)}, [(rid, t) for t in wanted])
+                self._delete([(rid, t) for t in wanted])
                 continue
             taken[signal] += n
         if backlog:
@@ -361,7 +365,15 @@ class Spool:
 
     def refusal(self, nbytes: int) -> str | None:
         """``spool_full`` when a request of ``nbytes`` would pass the bound (one request is
-        always taken into an empty spool, however large)."""
+        always taken into an empty spool, however large). Rows a failed delete left are
+        tried again first: with the spool full of them, no evaluation would come to."""
+        if self._undeleted and self.bytes + nbytes > self.max_bytes:
+            try:
+                self._delete([])
+            except (sqlite3.Error, OSError) as e:  # still failing: counted, refused below
+                log.warning("spool: deleting rows of evaluated traces failed again: %s", e)
+                self.metrics.failed("delete")
+            self._report()
         return "spool_full" if self.bytes and self.bytes + nbytes > self.max_bytes else None
 
     def append(self, body: bytes, trace_ids: Collection[str], signal: str = "traces",
@@ -418,7 +430,7 @@ class Spool:
         dropped = [tid for tid in written if tid not in accepted]
         try:
             if dropped:
-                self._delete({rid: len(dropped)}, [(rid, tid) for tid in dropped])
+                self._delete([(rid, tid) for tid in dropped])
             if marked:
                 with self._lock, self._transaction() as cur:
                     cur.executemany("UPDATE spool_traces SET foreign_sender = 1 "
@@ -468,19 +480,28 @@ class Spool:
                 *((rid, tid) for tid, rev in only
                   for rid, r in self._traces.get(tid, ()) if r == rev)]))
         if pairs:
-            self._delete(Counter(rid for rid, _ in pairs), pairs)
+            self._delete(pairs)
             self._report()
 
-    def _delete(self, decrements: dict[int, int], pairs: list[tuple[int, str]]) -> None:
-        """Delete pairs, and requests whose last pair goes; memory follows the commit."""
+    def _delete(self, pairs: list[tuple[int, str]]) -> None:
+        """Delete pairs, and requests whose last pair goes; memory follows the commit. The
+        pairs a failed delete left (a full disk) go with these: their rows, and the bytes
+        they count against ``max_bytes``, were kept until the next start."""
         with self._lock:
+            pairs = list(dict.fromkeys([*self._undeleted, *pairs]))
+            decrements = Counter(rid for rid, _ in pairs)
             done = [rid for rid, n in decrements.items()
                     if rid in self._requests and self._requests[rid].pending <= n]
-            with self._transaction() as cur:
-                cur.executemany("DELETE FROM spool_traces WHERE request_id = ? AND trace_id = ?",
-                                pairs)
-                cur.executemany("DELETE FROM spool_requests WHERE id = ?",
-                                [(rid,) for rid in done])
+            try:
+                with self._transaction() as cur:
+                    cur.executemany("DELETE FROM spool_traces WHERE request_id = ? AND "
+                                    "trace_id = ?", pairs)
+                    cur.executemany("DELETE FROM spool_requests WHERE id = ?",
+                                    [(rid,) for rid in done])
+            except BaseException:
+                self._undeleted = pairs  # tried again with the next delete
+                raise
+            self._undeleted = []
             gone = set(pairs)
             for tid in {t for _, t in pairs}:
                 keep = [e for e in self._traces.get(tid, ()) if (e[0], tid) not in gone]
