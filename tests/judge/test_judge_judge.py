@@ -206,6 +206,27 @@ def test_rubric_generated_once_per_task_and_cached_in_sqlite(llm: FakeLLM,
     assert rows == [(rubric_key("airline-7", None), "openai/gpt-4o-mini")]
 
 
+def test_a_rubric_cache_that_cannot_be_written_costs_no_judgement(llm: FakeLLM,
+                                                                  tmp_path: Path) -> None:
+    """The cache is an economy: a write it refuses (a full disk, a read-only file) raised
+    out of the judge, and the judgement whose calls were made and paid was stored skipped
+    ``worker_error``, for every trace of a new task while the disk stayed full. Now the
+    criteria are used, not kept, and the next trace of the task generates them again."""
+    criteria = {"criteria": [{"id": "c1", "criterion": "Cancels ABC123"}]}
+    verdicts = {"results": [{"id": "c1", "reasoning": "step 3", "fulfilled": True}]}
+    llm.by_schema({"rubric_generate_grade": good(criteria),
+                   "rubric_verify_grade": good(verdicts)})
+    cache = SqliteRubricCache(str(tmp_path / "store.db"))
+    cache._db.execute("PRAGMA query_only=ON")  # every write refused, as on a read-only file
+    judge = Judge(config(llm.api_base, enabled=("rubric",)), rubric_cache=cache)
+    first = run(judge, evaluation())["judges"]["rubric"]
+    assert (first["cache"], first["scores"], first["calls"]) == ("miss", {"rubric": 1.0}, 2)
+    cache._db.execute("PRAGMA query_only=OFF")  # space is back: kept from the next one on
+    second = run(judge, evaluation(trace_id="9" * 32))["judges"]["rubric"]
+    assert (second["cache"], second["scores"]) == ("miss", {"rubric": 1.0})
+    assert run(judge, evaluation(trace_id="8" * 32))["judges"]["rubric"]["cache"] == "hit"
+
+
 def test_disabled_without_model(llm: FakeLLM) -> None:
     out = run(Judge(config(llm.api_base, model="")), evaluation())
     assert out["overall"] == {"status": "disabled"} and llm.requests == []

@@ -5,19 +5,24 @@ span content sets both, so a key is of a fixed length whatever they hold. Entrie
 ``ttl_s`` (wall clock, since they outlive the process) are ignored and regenerated, and deleted
 at the next write. Bounded as the other caches: at most ``MAX_RUBRICS`` entries (past it the
 oldest written go), each of at most ``MAX_ENTRY_CHARS`` of criteria JSON (a larger one is used,
-not kept): every task id a sender makes up is a new entry.
+not kept): every task id a sender makes up is a new entry. A cache file that refuses a read or
+a write (a full disk, a read-only file, a lock held past the busy timeout) is a miss, or an
+entry not kept, logged: never a judgement lost (its calls are made and paid).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import sqlite3
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Protocol
+
+log = logging.getLogger(__name__)
 
 Criteria = list[dict[str, str]]  # [{"id": "c1", "criterion": "..."}]
 
@@ -84,6 +89,7 @@ class SqliteRubricCache:
 
     def __init__(self, path: str, ttl_s: float = 0.0,
                  wall_clock: Callable[[], float] = time.time) -> None:
+        self.path = path
         self.ttl_s = ttl_s
         self.wall_clock = wall_clock
         # called from worker threads (the judge keeps it off the event loop): one at a time
@@ -97,10 +103,14 @@ class SqliteRubricCache:
                              (MAX_KEY_CHARS,))
 
     def get(self, key: str) -> Criteria | None:
-        with self._lock:
-            row = self._db.execute(
-                "SELECT criteria, created_at FROM judge_rubrics WHERE key = ?",
-                (key,)).fetchone()
+        try:
+            with self._lock:
+                row = self._db.execute(
+                    "SELECT criteria, created_at FROM judge_rubrics WHERE key = ?",
+                    (key,)).fetchone()
+        except sqlite3.Error as e:  # locked, an I/O error: a miss (the criteria are made)
+            log.warning("rubric cache %s not read: %s", self.path, e)
+            return None
         if row is None or (self.ttl_s and self.wall_clock() - row[1] > self.ttl_s):
             return None
         data = json.loads(row[0])
@@ -109,7 +119,13 @@ class SqliteRubricCache:
     def put(self, key: str, criteria: Criteria, model: str) -> None:
         """Keep ``criteria`` under ``key`` (not when past ``MAX_ENTRY_CHARS``); then delete
         the expired entries and those past ``MAX_RUBRICS``, the oldest written first."""
-        text, now = _kept(criteria), self.wall_clock()
+        try:
+            self._put(key, _kept(criteria), model)
+        except sqlite3.Error as e:  # a full disk, a read-only file: used, not kept
+            log.warning("rubric cache %s not written: %s", self.path, e)
+
+    def _put(self, key: str, text: str | None, model: str) -> None:
+        now = self.wall_clock()
         with self._lock, self._db:
             if text is not None:
                 self._db.execute(
