@@ -309,6 +309,29 @@ def test_spans_this_version_refuses_at_replay_are_counted_and_logged(
     assert "1 span(s)" in caplog.text and "1 invalid_timestamp" in caplog.text
 
 
+def test_a_request_whose_spans_are_all_refused_at_replay_leaves_the_spool(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trace none of whose spooled spans today's decoder takes never reached assembly,
+    so nothing ever released it: its row stayed in the spool for good, counted against
+    store.spool_max_bytes, replayed and its spans counted refused again at every start.
+    Now its pair goes at the replay (counted once); the request with it when no pair is
+    left."""
+    refused = [Span(T1, f"{1:016x}", None, "invoke_agent", 10, 20),
+               Span(T1, f"{2:016x}", f"{1:016x}", "chat", 10, 20)]
+    a = Node(tmp_path)
+    assert a.send(refused) is None
+    a.crash()
+
+    monkeypatch.setattr("otel_eval.decode.otlp.MAX_TIME_NS", 5)  # a stricter decoder
+    b = Node(tmp_path)
+    assert b.replayed == (1, 0, 0)
+    assert b.sample("otel_eval_spool_spans_rejected_total", reason="invalid_timestamp") == 2
+    assert b.spool.held() == (0, 0)
+    b.crash()
+    c = Node(tmp_path)
+    assert c.replayed == (0, 0, 0)  # not replayed, nor counted, again
+
+
 def test_spans_assembly_refuses_at_replay_are_counted_and_logged(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A span acknowledged before assembly.max_spans_per_trace was lowered is refused by

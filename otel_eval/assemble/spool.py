@@ -19,8 +19,9 @@ Promises:
   decode path (a span or log record of a replayed trace that this version's decoder refuses,
   or its assembly does: past ``max_spans_per_trace`` or ``max_log_records_per_trace``
   lowered since, a duplicate, is counted, ``spool_spans_rejected_total{reason}`` or
-  ``spool_log_records_rejected_total{reason}``, and logged); with them one (request, trace) pair
-  per trace that took spans from it.
+  ``spool_log_records_rejected_total{reason}``, and logged; the pair of a trace the decoder
+  keeps nothing of goes then, as nothing will release it); with them one (request, trace)
+  pair per trace that took spans from it.
   OTLP log requests (GenAI events carrying the content of spans) are kept the same way, with
   one pair per trace that took records (``signal`` says which decode path replays a row);
   a log request that fed no trace (no GenAI event of a span) leaves no row. Replays follow
@@ -309,14 +310,15 @@ class Spool:
             at = received.get(rid) or 0.0  # 0: kept before receive times were (age 0)
             age_s = max(0.0, self._wall() - at) if at else 0.0
             try:
-                n = self._replay_one(bytes(row[0]), signal, wanted, age_s, submit,
-                                     {t for t in wanted if (rid, t) in foreign})
+                n, fed = self._replay_one(bytes(row[0]), signal, wanted, age_s, submit,
+                                          {t for t in wanted if (rid, t) in foreign})
             except otlp.MalformedRequest:  # cannot happen for what append wrote; never loop
                 log.error("spool request %d is not an OTLP %s request; dropping it", rid, signal)
                 self.metrics.failed("replay")
                 self._delete([(rid, t) for t in wanted])
                 continue
             taken[signal] += n
+            self._fed_nothing(rid, wanted - fed)
         if backlog:
             log.info("spool: replayed %d span(s) and %d log record(s) from %d request(s) not "
                      "evaluated before the last stop", taken["traces"], taken["logs"],
@@ -324,8 +326,9 @@ class Spool:
         return len(backlog), taken["traces"], taken["logs"]
 
     def _replay_one(self, body: bytes, signal: str, wanted: set[str], age_s: float,
-                    submit: Replay, foreign: Collection[str] = ()) -> int:
-        """One row through the decode path its signal takes; raises MalformedRequest.
+                    submit: Replay, foreign: Collection[str] = ()) -> tuple[int, set[str]]:
+        """One row through the decode path its signal takes: how many items assembly took,
+        and the traces the decoder kept any item of. Raises MalformedRequest.
         ``foreign``: the traces whose spans in it were taken only to pass on, as another
         sender's (the replay knows no sender): marked so again (``Span.unevaluable``)."""
         if signal == "logs":
@@ -335,7 +338,7 @@ class Spool:
             self._refused("log record(s)", refused, self.metrics.log_records_rejected,
                           "assembly")
             self.metrics.replayed_logs(n)
-            return n
+            return n, {r.trace_id for r in held.records}
         req, _ = otlp.parse_request(body)
         spans = [s for s in otlp.decode_request(req).spans if s.trace_id in wanted]
         for s in spans:
@@ -346,7 +349,19 @@ class Spool:
         n, refused = submit(spans, "traces", age_s)
         self._refused("span(s)", refused, self.metrics.spans_rejected, "assembly")
         self.metrics.replayed(n)
-        return n
+        return n, {s.trace_id for s in spans}
+
+    def _fed_nothing(self, rid: int, traces: set[str]) -> None:
+        """The pairs of a replayed request whose traces the decoder kept nothing of (refused
+        by this version, counted): no release will ever delete them, and left they were
+        replayed, and counted, at every start, held against ``max_bytes`` for good."""
+        if not traces:
+            return
+        try:
+            self._delete([(rid, t) for t in traces])
+        except (sqlite3.Error, OSError):  # left for the next delete (``_undeleted``)
+            log.exception("spool: deleting the refused traces of request %d failed", rid)
+            self.metrics.failed("delete")
 
     @staticmethod
     def _refused(what: str, refused: Mapping[str, int], count: Callable[[str, int], None],
