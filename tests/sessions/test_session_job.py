@@ -7,6 +7,8 @@ lands on the last turn's root span, at least once."""
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -192,6 +194,35 @@ def test_a_claim_left_by_a_dead_process_is_taken_over_once(tmp_path: Path) -> No
     assert job.tick() == 0
     assert not store.complete_session(_k("c1"), "dead:0", {"verdict": None}, late * S)
     assert store.session_record(_k("c1")).state == "complete"  # type: ignore[union-attr]
+    store.close()
+
+
+def test_a_store_that_cannot_read_the_turns_now_makes_no_null_verdict(tmp_path: Path) -> None:
+    """A read of the session's turns the store refused at that moment (an I/O error, a
+    PostgreSQL connection lost or a statement past its timeout) was taken for the session's
+    own failure: the session was completed for good with ``verdict: null`` and an error
+    record, its event sent, never evaluated again. Now the check fails (logged), the claim
+    stays, and the session is evaluated once its claim times out, with a verdict."""
+    store = open_store(str(tmp_path / "s.db"))
+    store.put_many([_turn("c1", n, T0 + n) for n in range(2)])
+    clock = ManualClock(T0 + 1 + IDLE_S + 1)
+    job, _ = _job(store, clock, claim_timeout_s=300)
+    read = store.session_turns
+
+    def refused(*_: Any) -> Any:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    store.session_turns = refused  # type: ignore[method-assign]
+    with contextlib.suppress(sqlite3.OperationalError):  # the check failed: the job's
+        job.tick()  # thread logs it and checks again
+    kept = store.session_record(_k("c1"))
+    assert kept is not None and (kept.state, kept.completions) == ("claimed", 0)
+    store.session_turns = read  # type: ignore[method-assign]
+    clock.advance(301)
+    assert job.tick() == 1
+    record = SessionReader(store, job.config).get("c1")
+    assert record is not None and record["status"] == "complete"
+    assert record["verdict"] is not None and "error" not in record
     store.close()
 
 

@@ -247,11 +247,13 @@ class SessionJob:
     def _evaluate(self, key: str) -> tuple[Sequence[dict[str, Any]], dict[str, Any], int]:
         """(the turns read in turn order, the complete record of the session stored under
         ``key``, the turns' characters of JSON as stored); an evaluation that raises is stored
-        as an error record (never retried forever), counted."""
+        as an error record (never retried forever), counted. A store that cannot read the
+        turns now raises: the check fails, the claim stays and is taken over once it times
+        out (a state of the store is no verdict on the session)."""
         cfg = self.config
+        bodies, total, _, chars = self.store.session_turns(key, cfg.max_turns,
+                                                           cfg.max_turns_chars)
         try:
-            bodies, total, _, chars = self.store.session_turns(key, cfg.max_turns,
-                                                               cfg.max_turns_chars)
             turns = in_turn_order(bodies)
             record = evaluate_session(key, turns, cfg, "complete", total)
             if record["counts"]["turns_cut"]:
