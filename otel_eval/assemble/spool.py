@@ -55,9 +55,12 @@ Promises:
   requests were kept (version 0: no ``signal`` column) is migrated in place at open, its rows
   replayed as trace requests; rows written before receive times were kept (version 1) are
   replayed as received at the replay; pairs written before re-spooled ones were marked
-  (version 2: no ``carried`` column) replay as whole runs, as they did, and those written
-  before another sender's were marked (version 3: no ``foreign_sender`` column) as the run's;
-  a spool from a newer version is refused with a clear error.
+  (version 2: no ``carried`` column) are not known to carry a stored revision's spans, so
+  they replay as a straggler's (late if their run is stored: an upgrade never lets one
+  replace a stored run; a run an earlier version re-opened and left in flight keeps its
+  stored revision, without the late spans), and those written before another sender's were
+  marked (version 3: no ``foreign_sender`` column) as the run's; a spool from a newer
+  version is refused with a clear error.
 - a straggler stays one: a trace the spool replays is late if its run is stored (as spans
   opening it live would be), unless one of its pairs is ``carried`` (re-spooled with what a
   stored revision held when late spans re-opened it): a restart never turns spans a previous
@@ -103,7 +106,7 @@ log = logging.getLogger(__name__)
 # Version 0: requests and pairs. Version 1: ``spool_requests.signal`` (traces | logs).
 # Version 2: ``spool_requests.received_at`` (wall-clock seconds; 0: unknown, written before).
 # Version 3: ``spool_traces.carried`` (1: the request holds what a stored revision of the trace
-# held, re-spooled when late spans re-opened it; pairs written before: 1, replayed as then).
+# held, re-spooled when late spans re-opened it; pairs written before: 0, not known to).
 # Version 4: ``spool_traces.foreign_sender`` (1: the request's spans of the trace were taken
 # only to pass on, another sender's for a released run; pairs written before: 0).
 _SCHEMA = (
@@ -114,7 +117,7 @@ _SCHEMA = (
 _MIGRATIONS = (  # _MIGRATIONS[v] takes a spool from version v to v + 1
     "ALTER TABLE spool_requests ADD COLUMN signal TEXT NOT NULL DEFAULT 'traces'",
     "ALTER TABLE spool_requests ADD COLUMN received_at REAL NOT NULL DEFAULT 0",
-    "ALTER TABLE spool_traces ADD COLUMN carried INTEGER NOT NULL DEFAULT 1",
+    "ALTER TABLE spool_traces ADD COLUMN carried INTEGER NOT NULL DEFAULT 0",
     "ALTER TABLE spool_traces ADD COLUMN foreign_sender INTEGER NOT NULL DEFAULT 0",
 )
 SCHEMA_VERSION = len(_MIGRATIONS)

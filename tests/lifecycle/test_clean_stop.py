@@ -12,6 +12,7 @@ same through ``otel-eval serve`` and SIGTERM: tests/load/test_sigterm.py.
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -302,6 +303,39 @@ def test_a_straggler_left_open_by_a_second_stop_is_still_late_after_the_next_res
         second.spool.close()
     else:
         second.stop()
+
+    third = Process(tmp_path, WALL0 + 60.0)
+    assert third.engine.open_traces() == 1
+    assert third.advance(IDLE) == 1
+    ev = third.stored()[T]
+    assert (ev["status"], ev["revision"], ev["counts"]["spans"]) == ("complete", 0, 9)
+    assert third.sample("otel_eval_evaluation_skipped_total", reason="late") == 1
+    assert third.total("otel_eval_traces_superseded_total") == 0
+    assert third.total("otel_eval_traces_non_terminated_total") == 0
+    assert third.spool.held() == (0, 0)
+    third.stop()
+
+
+def test_a_straggler_an_earlier_version_left_in_the_spool_stays_late_after_the_upgrade(
+        tmp_path: Path) -> None:
+    """An upgrade keeps the spool: a version-2 spool (written before pairs said whether they
+    carry a stored revision's spans) holding a straggler of a stored run, left open by the
+    earlier version's stop. Before, every pair of such a spool was taken as carried: the
+    straggler resumed as a whole run, was evaluated as a one-span fragment (``incomplete``)
+    and replaced the stored run, the fault the ``carried`` column was added to stop. A pair
+    not known to carry a stored revision is now a straggler's: late if its run is stored."""
+    first = Process(tmp_path, WALL0)
+    first.send(run(T, end=100))
+    assert first.advance(GRACE) == 1
+    first.stop()
+    second = Process(tmp_path, WALL0 + 30.0)
+    second.send([_span(T, 40, 1, "chat", 60, 70)])  # a straggler of the stored run
+    second.advance(1.0)
+    second.stop()
+    with sqlite3.connect(tmp_path / "store.db-spool") as db:  # as the earlier version left it
+        db.execute("ALTER TABLE spool_traces DROP COLUMN carried")
+        db.execute("PRAGMA user_version = 2")
+    db.close()
 
     third = Process(tmp_path, WALL0 + 60.0)
     assert third.engine.open_traces() == 1
