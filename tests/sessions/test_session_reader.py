@@ -135,3 +135,28 @@ def test_a_service_name_of_any_length_neither_stops_the_list_nor_hides_its_sessi
         record = reader.get("1", session_service({"service": [name]}))
         assert record is not None and record["traces"] == [f"{1:032x}"]
     store.close()
+
+
+def test_a_record_an_earlier_versions_job_completed_under_a_migrated_key_is_named_by_its_id(
+        tmp_path: Path) -> None:
+    """A rolling upgrade on one PostgreSQL: once a new worker migrated the store (sessions
+    keyed by ``session_key``), a worker of the earlier version still running completes those
+    sessions too, and its job names the record by the row's key as it reads it (conversation
+    id, U+001F, service). Before, the API listed that key as the session's id, and the link
+    built from it (``/v1/sessions/{id}?service=``) answered 404; the record is read named by
+    its conversation id, as this version's job names it."""
+    store = _store(tmp_path, 1, 2, set())
+    reader = SessionReader(store, SessionsConfig())
+    key = session_key("shop", "s00")
+    record = reader.get("s00", "shop")
+    assert record is not None
+    last = T0 + 1 * S
+    assert store.claim_session(key, last, "old-worker", last + 61 * S, last)
+    earlier = {**record, "session_id": key, "status": "complete"}  # as the earlier job wrote
+    assert store.complete_session(key, "old-worker", earlier, last + 61 * S)
+    got = reader.get("s00", "shop")
+    assert got is not None and (got["session_id"], got["service"], got["status"]) == (
+        "s00", "shop", "complete")
+    listed = reader.page(SessionQuery(limit=5))["sessions"]
+    assert [(s["session_id"], s["service"]) for s in listed] == [("s00", "shop")]
+    store.close()

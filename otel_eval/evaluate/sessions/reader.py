@@ -29,6 +29,7 @@ from otel_eval.evaluate.sessions.config import SessionsConfig
 from otel_eval.evaluate.sessions.evaluate import evaluate_session
 from otel_eval.store.base import EvaluationStore
 from otel_eval.store.sessions import (
+    KEY_SEPARATOR,
     MAX_SERVICES_NAMED,
     AmbiguousSession,
     SessionCursor,
@@ -64,7 +65,7 @@ class SessionReader:
         """The record of the session stored under ``key`` (``session_key``)."""
         kept = self.store.session_record(key)
         if kept is not None and kept.state == "complete" and kept.record is not None:
-            return kept.record
+            return _named(kept.record, key)
         bodies, total, last_ns, _ = self.store.session_turns(key, self.config.max_turns,
                                                              self.config.max_turns_chars)
         if not bodies:
@@ -94,6 +95,16 @@ class SessionReader:
             return {"sessions": out, "next_cursor": None}
         last_id, last_ns = ids[looked - 1]
         return {"sessions": out, "next_cursor": SessionCursor(last_ns, last_id).encode()}
+
+
+def _named(record: dict[str, Any], key: str) -> dict[str, Any]:
+    """A stored record named by its conversation id. A worker of an earlier version still
+    running on a store a newer one migrated (a rolling upgrade) completes sessions under their
+    keys and names the record by the key as it reads it (the id, U+001F, the service): that
+    id, left as it was, was listed and linked and answered 404."""
+    if KEY_SEPARATOR in key and record.get("session_id") == key:
+        return {**record, "session_id": split_session_key(key)[1]}
+    return record
 
 
 def _matches(record: dict[str, Any], q: SessionQuery) -> bool:
