@@ -3,6 +3,7 @@ scan and its cursor, turns cut to ``sessions.max_turns``."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -159,4 +160,39 @@ def test_a_record_an_earlier_versions_job_completed_under_a_migrated_key_is_name
         "s00", "shop", "complete")
     listed = reader.page(SessionQuery(limit=5))["sessions"]
     assert [(s["session_id"], s["service"]) for s in listed] == [("s00", "shop")]
+    store.close()
+
+
+@pytest.mark.parametrize("completed", [False, True])
+def test_turns_an_earlier_version_stored_under_the_bare_id_are_a_session_reached_by_its_link(
+        tmp_path: Path, completed: bool) -> None:
+    """During a rolling upgrade a worker of the earlier version stores its turns (and the
+    sessions row) under the bare conversation id, which no ``session_key`` is: they make a
+    session of their own, without a service (docs/store.md). Before, the list named it, and
+    its link (``?service=``, the turns without one) answered 404, after the roll too; and a
+    record the earlier job completed there named the turns' service, whose link led to
+    another session. It is listed without a service and read by that link."""
+    store = _store(tmp_path, 1, 2, set())
+    reader = SessionReader(store, SessionsConfig())
+    if completed:  # the earlier version's job completed it (its record names the turns')
+        record = reader.get("s00", "shop")
+        assert record is not None
+        key, last = session_key("shop", "s00"), T0 + 1 * S
+        assert store.claim_session(key, last, "old-worker", last + 61 * S, last)
+        assert store.complete_session(key, "old-worker", {**record, "session_id": "s00",
+                                                          "status": "complete"}, last + 61 * S)
+    store.close()
+    with sqlite3.connect(tmp_path / "s.db") as db:  # the keys as the earlier version wrote them
+        db.execute("UPDATE evaluations SET session_id = 's00'")
+        db.execute("UPDATE sessions SET session_id = 's00'")
+    db.close()
+    store = open_store(str(tmp_path / "s.db"))
+    reader = SessionReader(store, SessionsConfig())
+    listed = reader.page(SessionQuery(limit=5))["sessions"]
+    assert [(s["session_id"], s["service"]) for s in listed] == [("s00", None)]
+    for service in ("", None):
+        got = reader.get("s00", service)
+        assert got is not None and got["service"] is None and got["turns"] == 2
+        assert got["status"] == ("complete" if completed else "open")
+    assert reader.get("s00", "shop") is None
     store.close()

@@ -55,11 +55,17 @@ class SessionReader:
         carries this id there. Without ``service``: in the one service whose turns carry
         it; ``AmbiguousSession`` when several do."""
         if service is not None:
-            return self.record(session_key(service, session_id))
+            found = self.record(session_key(service, session_id))
+            return found if found is not None or service else self._bare(session_id)
         keys = self.store.session_keys(session_id, MAX_SERVICES_NAMED + 1)
         if len(keys) > 1:
             raise AmbiguousSession(session_id, [split_session_key(k)[0] for k in keys])
-        return self.record(keys[0]) if keys else None
+        return self.record(keys[0]) if keys else self._bare(session_id)
+
+    def _bare(self, session_id: str) -> dict[str, Any] | None:
+        """The session of turns a worker of an earlier version stored under the bare id
+        during a rolling upgrade (no ``session_key``): one without a service."""
+        return None if KEY_SEPARATOR in session_id else self.record(session_id)
 
     def record(self, key: str) -> dict[str, Any] | None:
         """The record of the session stored under ``key`` (``session_key``)."""
@@ -101,8 +107,11 @@ def _named(record: dict[str, Any], key: str) -> dict[str, Any]:
     """A stored record named by its conversation id. A worker of an earlier version still
     running on a store a newer one migrated (a rolling upgrade) completes sessions under their
     keys and names the record by the key as it reads it (the id, U+001F, the service): that
-    id, left as it was, was listed and linked and answered 404."""
-    if KEY_SEPARATOR in key and record.get("session_id") == key:
+    id, left as it was, was listed and linked and answered 404. Under a bare id (its turns)
+    the session has no service, whatever the turns name: its link is ``?service=``."""
+    if KEY_SEPARATOR not in key:  # the bare id such a worker stores its turns under
+        return record if record.get("service") is None else {**record, "service": None}
+    if record.get("session_id") == key:
         return {**record, "session_id": split_session_key(key)[1]}
     return record
 
