@@ -507,3 +507,49 @@ def test_agent_info_keeps_same_named_agents_of_two_services_apart() -> None:
         assert shown["service_agents"] == [{"service": "billing", "agent": "planner"}]
     finally:
         job.close()
+
+
+def test_agent_info_of_a_pair_past_the_metrics_pair_budget_joins_the_other_series(
+        store: Store) -> None:
+    """The dashboard's issues table keeps an issue when its otel_eval_issue_agent_info
+    (service, agent) matches a series of otel_eval_traces_completed_total. Past
+    admin.metrics_max_pairs the traces' series say (_other, _other); the info series said the
+    raw pair, which matched none, so every issue of a service past the budget was missing
+    from the table (a multi-tenant deployment's newest services). Now the job labels the
+    pair as the per-trace metrics do: serve's build hands it their budget."""
+    from issue_fixtures import AUTH, LOOP, evaluation
+
+    from otel_eval.outputs.deps import Deps
+    from otel_eval.outputs.issues import job as issues_job
+    from otel_eval.telemetry.metrics import Metrics
+
+    registry = CollectorRegistry()
+    metrics = Metrics(registry, max_pairs=1)
+    evaluations = []
+    for i in range(6):
+        search = evaluation(f"{i:032x}", [("planner", LOOP[i % 3].format(n=i))], agent="planner")
+        billing = evaluation(f"{100 + i:032x}", [("planner", AUTH[i % 3].format(n=i))],
+                             agent="planner")
+        for body, service in ((search, "search"), (billing, "billing")):
+            stored = _stored(body, T0 - 60)
+            stored.trajectory.service = service
+            metrics.evaluation_stored(stored, 0.1, superseded=False)  # search came first
+            evaluations.append(stored)
+    store.put_many(evaluations)
+    traced = {(s["service"], s["agent"]) for s, _ in
+              _samples(registry, "otel_eval_traces_completed_total")}
+    assert traced == {("search", "planner"), ("_other", "_other")}
+    deps = Deps(metrics, registry, store, store.path, store.path, None)
+    job = issues_job.build(IssuesConfig(), deps)
+    assert job is not None
+    try:
+        result = job.run_once(T0)
+        assert result is not None and len(result.issues) == 2
+        info = {(s["service"], s["agent"]) for s, _ in
+                _samples(registry, "otel_eval_issue_agent_info")}
+        assert info == traced  # each issue joins a series the traces' metrics carry
+        auth = next(i for i in result.issues if "authentication" in i.title.lower())
+        [shown] = [i for i in job.latest_json()["issues"] if i["issue_id"] == auth.issue_id]
+        assert shown["service_agents"] == [{"service": "billing", "agent": "planner"}]  # API
+    finally:
+        job.close()

@@ -79,10 +79,15 @@ EvaluationsSince = Callable[[int], Iterable[Mapping[str, Any]]]
 
 
 
-def _labels(issues: Iterable[Issue]) -> tuple[tuple[str, str], ...]:
+PairLabels = Callable[[str | None, str | None], tuple[str, str]]
+
+
+def _labels(issues: Iterable[Issue], pair: PairLabels) -> tuple[tuple[str, str], ...]:
     """The (service, agent) pairs of ``issues`` as the per-trace metrics label them (the
-    dashboard joins on both), the first ``MAX_AGENTS_PER_ISSUE``."""
-    pairs = {labels_of(s, a) for i in issues for s, a in i.service_agents}
+    dashboard joins on both): ``pair`` is their pair budget (``SeriesCap.pair``), so a pair
+    past ``admin.metrics_max_pairs`` is (``_other``, ``_other``) here as on the traces'
+    series; the first ``MAX_AGENTS_PER_ISSUE``."""
+    pairs = {pair(s or None, a or None) for i in issues for s, a in i.service_agents}
     return tuple(sorted(pairs)[:MAX_AGENTS_PER_ISSUE])
 
 
@@ -98,17 +103,22 @@ class IssuesJob:
                  *, namer: Namer | None = None, embedder: Embedder | None = None,
                  synthesizer: Synthesizer | None = None,
                  session: SessionLimits | None = None,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 pair: PairLabels = labels_of) -> None:
         """``store``: the catalogue's SQLite file or PostgreSQL URL (or a connection usable
         from the job's thread), ``session`` the limits of a PostgreSQL one
         (``store.session``); ``evaluations_since(ns)``: v1 evaluation objects evaluated
         after ``ns`` (unix nanoseconds); ``clock``: unix seconds; ``monotonic``: seconds,
-        the naming deadline's (``issues.naming_deadline_s``)."""
+        the naming deadline's (``issues.naming_deadline_s``); ``pair``: the (service, agent)
+        labels of a pair on the per-trace metrics (``serve``: their pair budget, so the
+        dashboard's issues table joins an issue of a pair past it to the ``_other``
+        series)."""
         self._config = config
         self._tracker = IssueTracker(config, store, clock, namer=namer, embedder=embedder,
                                      synthesizer=synthesizer, session=session,
                                      monotonic=monotonic)
         self._evaluations_since = evaluations_since
+        self._pair = pair
         self._clock = clock
         self._annotator = annotator
         self._run_lock = threading.Lock()  # one run at a time (thread and manual calls)
@@ -190,15 +200,15 @@ class IssuesJob:
             key = (labels["level"], labels["node"], labels["issue_id"], labels["title"])
             if labels["issue_id"] == OTHER_ISSUE_ID:
                 rows.append(IssueRow(key, sample.share, sample.traces, None,
-                                     _labels(sample.issues), None))
+                                     _labels(sample.issues, self._pair), None))
                 continue
             (issue,) = sample.issues
             exemplar = self._exemplar(issue)
             if exemplar is not None:
                 exemplars[issue.issue_id] = exemplar
             rows.append(IssueRow(key, sample.share, issue.traces, issue.trend,
-                                 _labels(sample.issues), exemplar, issue.severity,
-                                 issue.status))
+                                 _labels(sample.issues, self._pair), exemplar,
+                                 issue.severity, issue.status))
         self._exemplars = exemplars  # only shown issues: bounded like the gauges
         return tuple(rows)
 
@@ -301,4 +311,5 @@ def build(config: IssuesConfig, deps: Deps, *,
     return IssuesJob(config, config.store_path or deps.store_target,
                      lambda since_ns: store.since(since_ns, keep=critique_fields),
                      deps.registry, annotator=grafana, namer=namer(),
-                     synthesizer=synthesizer(), session=deps.store_session)
+                     synthesizer=synthesizer(), session=deps.store_session,
+                     pair=deps.metrics.traces.cap.pair)
