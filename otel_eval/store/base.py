@@ -37,8 +37,11 @@ in all ``AGENT_HISTORY_ROWS`` (checked every ``AGENT_HISTORY_PRUNE_EVERY`` calls
 overshoots by at most that many batches), none older than ``AGENT_HISTORY_MAX_AGE_S``;
 service and agent names cut to ``AGENT_HISTORY_NAME_CHARS``. Past ``AGENT_HISTORY_ROWS`` the
 service holding the most rows gives way first, its least recently seen first, until it holds
-no more than the next one (``prune_history``): a flood of new service names, or one busy
-service, does not delete a quiet service's history (its runs without an agent name would
+no more than the next one (``prune_history``; its service rows last, and none kept when only
+some would be): a flood of new service names, or one busy service, takes a quiet service's
+rows only down to what each of the others holds, so while no more than ``AGENT_HISTORY_ROWS``
+services hold rows a quiet one-agent service is still recalled; past that many service
+names the least recently seen services' last rows go too (their runs without an agent name
 read as unknown). ``remember_agents`` says the rows each bound deleted
 (``HISTORY_EVICTION_REASONS``), counted in ``otel_eval_agent_history_evicted_total``.
 
@@ -279,7 +282,8 @@ def prune_history(cur: Any, m: str, rowid: str, services: Sequence[str], now_ns:
     when ``whole``, rows not seen for AGENT_HISTORY_MAX_AGE_S and rows past ``max_rows``
     in all, those of the services holding the most first (each row ranked by how many of
     its service's rows are more recently seen; the highest ranks go, the least recently seen
-    first within one). The rows deleted, by reason."""
+    first within one; a service whose service rows this cuts loses the rest of them too).
+    The rows deleted, by reason."""
     deleted = dict.fromkeys(HISTORY_EVICTION_REASONS, 0)
     cur.executemany(f"DELETE FROM agent_history WHERE service = {m} AND {rowid} IN (SELECT r "
                     f"FROM ({_ranked(rowid, f'WHERE service = {m}')}) ranked WHERE held > {m})",
@@ -295,8 +299,14 @@ def prune_history(cur: Any, m: str, rowid: str, services: Sequence[str], now_ns:
             cur.execute(
                 f"DELETE FROM agent_history WHERE {rowid} IN (SELECT r FROM "
                 f"({_ranked(rowid, '')}) ranked ORDER BY held DESC, seen_ns, service, "
-                f"fingerprint, agent LIMIT {m})", (over,))
-            deleted["max_rows"] = max(cur.rowcount, 0)
+                f"fingerprint, agent LIMIT {m}) RETURNING service, fingerprint", (over,))
+            gone = cur.fetchall()
+            # a service left with some of its service rows would read as those agents' alone
+            # (a hung run of another of its agents named after one of them): it keeps none
+            cut = sorted({sv for sv, fp in gone if fp == SERVICE_FINGERPRINT})
+            cur.executemany(f"DELETE FROM agent_history WHERE service = {m} AND "
+                            f"fingerprint = {m}", [(sv, SERVICE_FINGERPRINT) for sv in cut])
+            deleted["max_rows"] = len(gone) + (max(cur.rowcount, 0) if cut else 0)
     return {reason: n for reason, n in deleted.items() if n}
 
 

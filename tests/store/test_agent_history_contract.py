@@ -194,3 +194,53 @@ def test_past_the_whole_bound_the_service_holding_the_most_rows_gives_way(
     assert store.recall_agent("busy-0", ["steps:19"]) == "agent"  # newest kept
     assert store.recall_agent("busy-0", ["steps:13"]) is None  # least recently seen: gone
     assert evicted == {"max_rows": 70}  # 120 remembered, 50 kept
+
+
+def test_a_flood_of_service_names_does_not_make_a_service_look_single_agent(
+        stores: Open, clock: ManualClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the rows in all, the services holding the most give way down to what the next
+    holds: a flood of new one-row service names levels a quiet two-agent service down to
+    one row, its last-seen agent's service row. The service then read as that agent's
+    alone, and a hung run of its other agent (no agent span, its own fingerprints pruned)
+    was named after the wrong agent, as the per-service bound had done before it kept the
+    service rows. A service that keeps only some of its service rows now keeps none: its
+    runs without an agent name read as unknown."""
+    from otel_eval.store import postgresql
+
+    for module in (sqlite_store, postgresql):
+        monkeypatch.setattr(module, "AGENT_HISTORY_ROWS", 50)
+        monkeypatch.setattr(module, "AGENT_HISTORY_PRUNE_EVERY", 1)
+    store = stores()
+    store.remember_agents([("shop", "refunds", ("system:r", "tools:r", "service"))])
+    clock.now += 10**9
+    store.remember_agents([("shop", "planner", ("system:p", "tools:p", "service"))])
+    evicted = 0
+    for i in range(49):  # hostile: a new service name per run
+        clock.now += 10**9
+        evicted += store.remember_agents([(f"svc-{i}", "a", ("service",))]).get("max_rows", 0)
+    assert _rows(store) <= 50
+    assert store.recall_agent("shop", ["system:r", "tools:r", "service"]) is None  # not planner
+    assert store.recall_agent("svc-48", ["service"]) == "a"
+    assert evicted == 6 - _rows(store, "shop")  # every row deleted counted
+
+
+def test_a_quiet_one_agent_service_is_recalled_until_the_services_outnumber_the_rows(
+        stores: Open, clock: ManualClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What docs/store.md says of a flood of new service names: it takes a quiet service's
+    rows down to what each of them holds, the row naming its one agent last; only once the
+    services outnumber the rows in all does the least recently seen one lose that too."""
+    from otel_eval.store import postgresql
+
+    for module in (sqlite_store, postgresql):
+        monkeypatch.setattr(module, "AGENT_HISTORY_ROWS", 50)
+        monkeypatch.setattr(module, "AGENT_HISTORY_PRUNE_EVERY", 1)
+    store = stores()
+    store.remember_agents([("quiet", "solo", ("system:q", "tools:q", "service"))])
+    for i in range(50):
+        clock.now += 10**9
+        store.remember_agents([(f"svc-{i}", "a", ("service",))])
+        if i == 48:  # 50 services, 50 rows
+            assert _rows(store, "quiet") == 1
+            assert store.recall_agent("quiet", ["system:q", "service"]) == "solo"
+    assert _rows(store) == 50 and _rows(store, "quiet") == 0  # 51 services
+    assert store.recall_agent("quiet", ["system:q", "service"]) is None
