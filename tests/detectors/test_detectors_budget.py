@@ -85,9 +85,12 @@ def test_price_table_read_without_litellm_matches_litellm_model_cost() -> None:
             found.setdefault(threshold, [None] * 4)[rates.index(head)] = rate(value)
         return tuple((t, *found[t]) for t in sorted(found))  # type: ignore[misc]
 
-    table = _price_map()
+    tier_tables = set(_tier_table_rows())  # priced by the table (the test below)
+    table = {name: p for name, p in _price_map().items() if name not in tier_tables}
     expected = {}
     for name, entry in litellm.model_cost.items():
+        if name in tier_tables:
+            continue
         inp, out = entry.get("input_cost_per_token"), entry.get("output_cost_per_token")
         if isinstance(inp, int | float) and isinstance(out, int | float):
             expected[name] = Prices(float(inp), float(out),
@@ -226,3 +229,48 @@ def test_cost_unknown_says_which_rate_is_missing() -> None:
     assert found[0].message == (f"cost partly unknown (no cache-read price for {model}; "
                                 "no token counts for gpt-4o)")
     assert found[0].attributes["cost_unknown_models"] == sorted([model, "gpt-4o"])
+
+
+def _tier_table_rows() -> list[str]:
+    from otel_eval.evaluate.judge.llm import litellm
+
+    return sorted(name for name, row in litellm.model_cost.items()
+                  if any("input_cost_per_token" in tier
+                         for tier in row.get("tiered_pricing") or ()))
+
+
+# litellm's Dashscope calculator imports typed dicts on its first call; pydantic warns about
+# their `ReadOnly` items (not ours to fix; as in tests/judge/conftest.py)
+@pytest.mark.filterwarnings(
+    "ignore:Items? .* on TypedDict class .* using the `ReadOnly` qualifier:UserWarning")
+def test_a_model_priced_by_a_tier_table_is_priced_as_litellm_prices_it() -> None:
+    """litellm prices the Qwen rows of Dashscope (and its brand aliases), Volcengine's and
+    OpenCode Go's by their ``tiered_pricing`` table (one tier, picked by the call's input
+    tokens, for the whole call; the table outranks flat rates): read as no price, a
+    ``dashscope/qwen-flash`` call's cost was unknown (no cost budget), and an
+    ``opencode_go/grok-4.7`` call of 300k tokens was priced at the first tier, half its cost.
+    Each row, at each tier's bounds and past the last, costs what ``litellm.cost_per_token``
+    says; with cached tokens too where every tier lists a cache-read rate."""
+    from otel_eval.evaluate.judge.llm import litellm
+
+    names = _tier_table_rows()
+    assert len(names) >= 50
+    checked = 0
+    for name in names:
+        tiers = litellm.model_cost[name]["tiered_pricing"]
+        bounds = {int(b) for tier in tiers for b in tier["range"]} - {0}
+        cached = all("cache_read_input_token_cost" in tier for tier in tiers)
+        for tokens in sorted({1_000} | {b + d for b in bounds for d in (-1, 0, 1)}):
+            call = llm("a", input_tokens=tokens, output_tokens=10, model=name)
+            expected = sum(litellm.cost_per_token(model=name, prompt_tokens=tokens,
+                                                  completion_tokens=10))
+            assert budget.step_cost(call) == pytest.approx(expected, rel=1e-9), (name, tokens)
+            if cached:
+                call.cache_read_tokens = tokens // 2
+                expected = sum(litellm.cost_per_token(
+                    model=name, prompt_tokens=tokens, completion_tokens=10,
+                    cache_read_input_tokens=tokens // 2))
+                assert budget.step_cost(call) == pytest.approx(expected, rel=1e-9), \
+                    (name, tokens, "cached")
+            checked += 1
+    assert checked > 400

@@ -20,8 +20,15 @@ whose input tokens (cached ones included) exceed ``N`` (reach it, for a row of a
 litellm bills from the threshold on: xAI's, ``INCLUSIVE_THRESHOLD_PROVIDERS``), as litellm
 bills them (``_get_token_base_cost``): the highest tier exceeded, each rate it lists
 replacing the lower one, the others kept. The service-tier variants (``_priority``, ``_flex``,
-``_batches``) are not read: a span does not say its call's tier. A model priced only by a
-``tiered_pricing`` table has no ``input_cost_per_token``: its cost is unknown.
+``_batches``) are not read: a span does not say its call's tier.
+
+Tier tables: a row's ``tiered_pricing`` list (Alibaba's Qwen rows, Volcengine's, OpenCode
+Go's) outranks its flat rates, as in litellm (``_get_tiered_base_costs``, Dashscope's
+``cost_per_token``): one tier, the one whose ``range`` ``(start, end]`` holds the call's input
+tokens (the last above the highest end), prices the whole call. It is read as ``Prices``
+whose base is the tier starting at 0 and whose ``above`` holds each later tier from its
+start. A table whose ranges do not join from 0 up, or a tier without both token rates, is not
+read (the flat rates, else unknown); a cache rate not listed by every tier is no rate.
 
 The map is read from litellm's package directory as JSON, without importing litellm (~190 MB
 resident and seconds of import, which serve pays only when the judge is configured), and
@@ -37,6 +44,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -118,7 +126,10 @@ def price_table(raw: Mapping[str, Any]) -> dict[str, Prices]:
         if name in pointers:
             continue
         inp, out = row.get("input_cost_per_token"), row.get("output_cost_per_token")
-        if isinstance(inp, int | float) and isinstance(out, int | float):
+        tiered = _tier_table(row.get("tiered_pricing"))
+        if tiered is not None:
+            table[name] = tiered
+        elif isinstance(inp, int | float) and isinstance(out, int | float):
             table[name] = Prices(float(inp), float(out),
                                  _rate(row.get("cache_read_input_token_cost")),
                                  _rate(row.get("cache_creation_input_token_cost")),
@@ -144,6 +155,30 @@ def _tiers(row: Mapping[str, Any]) -> tuple[tuple[float, float | None, float | N
             threshold = float(match[2]) * (1000 if match[3] else 1)
             found.setdefault(threshold, [None] * 4)[_RATES.index(match[1])] = rate
     return tuple((t, *found[t]) for t in sorted(found))  # type: ignore[misc]
+
+
+def _tier_table(table: Any) -> Prices | None:
+    """A row's ``tiered_pricing`` list as ``Prices`` (the module's "Tier tables"), or None when
+    it is absent or not read."""
+    if not isinstance(table, list) or not table:
+        return None
+    tiers: list[tuple[float, float, float, float, float | None, float | None]] = []
+    for tier in table:
+        bounds = tier.get("range") if isinstance(tier, Mapping) else None
+        if not isinstance(bounds, list) or len(bounds) != 2:
+            return None
+        start, end, inp, out = (_rate(v) for v in (*bounds, tier.get(_RATES[0]),
+                                                    tier.get(_RATES[1])))
+        if start is None or end is None or inp is None or out is None:
+            return None
+        tiers.append((start, end, inp, out, _rate(tier.get(_RATES[2])),
+                      _rate(tier.get(_RATES[3]))))
+    tiers.sort(key=lambda t: t[:2])
+    if tiers[0][0] != 0 or any(low[1] != high[0] for low, high in pairwise(tiers)):
+        return None
+    read, write = (all(t[i] is not None for t in tiers) for i in (4, 5))
+    rates = [(t[0], t[2], t[3], t[4] if read else None, t[5] if write else None) for t in tiers]
+    return Prices(rates[0][1], rates[0][2], rates[0][3], rates[0][4], tuple(rates[1:]))
 
 
 # The attributes that name who served an LLM call: GenAI's (``gen_ai.system`` before
