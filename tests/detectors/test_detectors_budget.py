@@ -93,10 +93,12 @@ def test_price_table_read_without_litellm_matches_litellm_model_cost() -> None:
             continue
         inp, out = entry.get("input_cost_per_token"), entry.get("output_cost_per_token")
         if isinstance(inp, int | float) and isinstance(out, int | float):
+            flat = entry.get("litellm_provider") == "perplexity"  # (the test below)
             expected[name] = Prices(float(inp), float(out),
                                     rate(entry.get("cache_read_input_token_cost")),
+                                    float(inp) if flat else
                                     rate(entry.get("cache_creation_input_token_cost")),
-                                    tiers(entry),  # type: ignore[arg-type]
+                                    () if flat else tiers(entry),  # type: ignore[arg-type]
                                     entry.get("litellm_provider") == "xai")
     assert len(expected) > 1000 and any(n.endswith("-latest") for n in expected)  # aliases
     assert sum(p.cache_read is not None for p in expected.values()) > 1000  # cache rates
@@ -274,3 +276,37 @@ def test_a_model_priced_by_a_tier_table_is_priced_as_litellm_prices_it() -> None
                     (name, tokens, "cached")
             checked += 1
     assert checked > 400
+
+
+def test_a_perplexity_call_is_priced_at_the_flat_rates_as_litellm_prices_it() -> None:
+    """litellm prices Perplexity's calls with its own calculator
+    (``llms/perplexity/cost_calculator.py``), which reads a row's flat rates only (its
+    ``*_above_<N>k_tokens`` keys ignored) and bills cache writes as input tokens: a 300k-token
+    ``perplexity/xai/grok-4.3`` call was priced at the long-context rates, twice what litellm
+    bills. Each Perplexity row with token rates, around each of its thresholds, with cache
+    reads and writes where the row prices them, costs what ``litellm.cost_per_token`` says."""
+    from otel_eval.evaluate.judge.llm import litellm
+
+    rows = {name: row for name, row in litellm.model_cost.items()
+            if row.get("litellm_provider") == "perplexity" and "input_cost_per_token" in row}
+    assert sum(any("_above_" in key for key in row) for row in rows.values()) >= 10
+    checked = 0
+    for name, row in sorted(rows.items()):
+        sizes = {key.rpartition("_above_")[2].removesuffix("_tokens") for key in row
+                 if "_above_" in key}
+        bounds = {int(float(size.removesuffix("k")) * (1000 if size.endswith("k") else 1))
+                  for size in sizes}
+        for tokens in sorted({1_000} | {b + d for b in bounds for d in (-1, 0, 1)}):
+            for read, write in ((0, 0), (tokens // 2, 0), (0, tokens // 4)):
+                if (read and "cache_read_input_token_cost" not in row) or \
+                        (write and "cache_creation_input_token_cost" not in row):
+                    continue
+                call = llm("a", input_tokens=tokens, output_tokens=10, model=name)
+                call.cache_read_tokens, call.cache_write_tokens = read or None, write or None
+                expected = sum(litellm.cost_per_token(
+                    model=name, prompt_tokens=tokens, completion_tokens=10,
+                    cache_read_input_tokens=read, cache_creation_input_tokens=write))
+                assert budget.step_cost(call) == pytest.approx(expected, rel=1e-9), \
+                    (name, tokens, read, write)
+                checked += 1
+    assert checked > 200

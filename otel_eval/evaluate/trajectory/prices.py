@@ -20,7 +20,9 @@ whose input tokens (cached ones included) exceed ``N`` (reach it, for a row of a
 litellm bills from the threshold on: xAI's, ``INCLUSIVE_THRESHOLD_PROVIDERS``), as litellm
 bills them (``_get_token_base_cost``): the highest tier exceeded, each rate it lists
 replacing the lower one, the others kept. The service-tier variants (``_priority``, ``_flex``,
-``_batches``) are not read: a span does not say its call's tier.
+``_batches``) are not read: a span does not say its call's tier. Nor are a Perplexity row's
+(``FLAT_RATE_PROVIDERS``): litellm prices Perplexity's calls with a calculator of its own that
+reads the flat rates only, and bills cache writes as input tokens (so does this module).
 
 Tier tables: a row's ``tiered_pricing`` list (Alibaba's Qwen rows, Volcengine's, OpenCode
 Go's) outranks its flat rates, as in litellm (``_get_tiered_base_costs``, Dashscope's
@@ -85,6 +87,11 @@ class Prices(NamedTuple):
 # ``_INCLUSIVE_THRESHOLD_PROVIDERS``, llm_cost_calc/utils.py); the others' from above it.
 INCLUSIVE_THRESHOLD_PROVIDERS = frozenset({"xai"})
 
+# The providers whose calls litellm prices with a calculator of its own that reads a row's
+# flat rates only, its long-context keys ignored, cache writes billed at the input rate
+# (llms/perplexity/cost_calculator.py).
+FLAT_RATE_PROVIDERS = frozenset({"perplexity"})
+
 _RATES = ("input_cost_per_token", "output_cost_per_token", "cache_read_input_token_cost",
           "cache_creation_input_token_cost")
 # a long-context rate of litellm's map: <rate>_above_<N>[k]_tokens (no service-tier suffix)
@@ -130,10 +137,12 @@ def price_table(raw: Mapping[str, Any]) -> dict[str, Prices]:
         if tiered is not None:
             table[name] = tiered
         elif isinstance(inp, int | float) and isinstance(out, int | float):
+            flat = row.get("litellm_provider") in FLAT_RATE_PROVIDERS
             table[name] = Prices(float(inp), float(out),
                                  _rate(row.get("cache_read_input_token_cost")),
+                                 float(inp) if flat else
                                  _rate(row.get("cache_creation_input_token_cost")),
-                                 _tiers(row),
+                                 () if flat else _tiers(row),
                                  row.get("litellm_provider") in INCLUSIVE_THRESHOLD_PROVIDERS)
     table.update((alias, table[owner]) for alias, owner in owners.items() if owner in table)
     return table
