@@ -335,10 +335,34 @@ class Trajectory:
         the LLM called, is one)."""
         return [s for s in self.steps if s.kind == "tool" and not s.code_block]
 
+    @property
+    def usage_steps(self) -> list[Step]:
+        """The steps whose tokens and cost make the run's: the LLM steps, and each agent step
+        that recorded tokens with no LLM step and no such agent step under it (at any depth):
+        a remote agent's ``invoke_agent`` client span, whose own calls are not in the trace,
+        records them there (the GenAI conventions); an agent's usage over LLM steps of the
+        trace is theirs, counted once. Steps in tree order (a parent before its children);
+        a parent that is no step ends the walk up, as in ``top_level_tool_steps``."""
+        parent: dict[str, str | None] = {}
+        for s in self.steps:  # rebuilt steps share a span's id: the span's own step decides
+            parent.setdefault(s.span_id, s.parent_span_id)
+        covered: set[str] = set()  # span ids with a counted step at or below them
+        counted: set[int] = set()
+        for s in reversed(self.steps):
+            if s.kind == "llm" or (s.kind == "agent" and s.span_id not in covered and (
+                    s.input_tokens is not None or s.output_tokens is not None)):
+                counted.add(id(s))
+                p: str | None = s.span_id
+                seen = 0
+                while p is not None and p not in covered and seen < 1000:
+                    covered.add(p)
+                    p, seen = parent.get(p), seen + 1
+        return [s for s in self.steps if id(s) in counted]
+
     def usage(self) -> dict[str, Any]:
-        """The run's tokens and cost: each the sum over the LLM steps that recorded it, None
-        when none did (unknown, not 0: an instrumentation that records no usage)."""
-        llm = self.llm_steps
+        """The run's tokens and cost: each the sum over the ``usage_steps`` that recorded it,
+        None when none did (unknown, not 0: an instrumentation that records no usage)."""
+        llm = self.usage_steps
         tin = [s.input_tokens for s in llm if s.input_tokens is not None]
         tout = [s.output_tokens for s in llm if s.output_tokens is not None]
         costs = [s.cost_usd for s in llm if s.cost_usd is not None]

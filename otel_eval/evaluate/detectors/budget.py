@@ -25,22 +25,26 @@ _LABELS = {"steps": "steps", "llm_calls": "LLM calls", "tool_calls": "tool calls
 
 
 def cost(trajectory: Trajectory) -> tuple[float, list[str], list[str]]:
-    """(known cost in USD, models whose cost is unknown, why: ``prices.unpriced``)."""
+    """(known cost in USD, models whose cost is unknown, why: ``prices.unpriced``), over the
+    ``usage_steps``: a remote agent's step counts the cost its span recorded, never a price of
+    its summed tokens (a call's long-context tier is not known from a sum)."""
     total, unknown, why = 0.0, set(), set()
-    for s in trajectory.llm_steps:
-        c = step_cost(s)
+    for s in trajectory.usage_steps:
+        c = step_cost(s) if s.kind == "llm" else s.cost_usd
         if c is None:
             unknown.add(s.model or "<no model>")
-            why.add(unpriced(s))
+            why.add(unpriced(s) if s.kind == "llm" else
+                    f"no cost recorded for the agent {(s.node or s.name)[:200]}")
         else:
             total += c
     return total, sorted(unknown), sorted(why)
 
 
 def measure(trajectory: Trajectory, names: set[str]) -> dict[str, float]:
-    """The measured values of the budgets in ``names`` (cost only when asked: it is lazy)."""
+    """The measured values of the budgets in ``names`` (cost only when asked: it is lazy);
+    tokens over the ``usage_steps``, as the run's ``usage``."""
     usage = {"input_tokens": 0, "output_tokens": 0}
-    for s in trajectory.llm_steps:
+    for s in trajectory.usage_steps:
         usage["input_tokens"] += s.input_tokens or 0
         usage["output_tokens"] += s.output_tokens or 0
     values: dict[str, float] = {

@@ -80,9 +80,9 @@ class BudgetsConfig:
     llm_calls: int | None = None
     # Tool calls, nested ones included (a tool called from inside code counts too). Count.
     tool_calls: int | None = None
-    # Input (prompt) tokens summed over LLM calls. Tokens.
+    # Input (prompt) tokens summed over LLM calls (and remote agents' spans). Tokens.
     input_tokens: int | None = None
-    # Output (completion) tokens summed over LLM calls. Tokens.
+    # Output (completion) tokens summed over LLM calls (and remote agents' spans). Tokens.
     output_tokens: int | None = None
     # Cost of LLM calls: span cost attributes, else litellm's model price map. US dollars.
     cost_usd: float | None = None
