@@ -310,3 +310,35 @@ def test_a_perplexity_call_is_priced_at_the_flat_rates_as_litellm_prices_it() ->
                     (name, tokens, read, write)
                 checked += 1
     assert checked > 200
+
+
+@pytest.mark.filterwarnings(
+    "ignore:Items? .* on TypedDict class .* using the `ReadOnly` qualifier:UserWarning")
+def test_a_provider_named_as_litellm_names_it_picks_its_rows() -> None:
+    """LiteLLM's own spans name the provider as litellm does (``gen_ai.system`` is its
+    ``custom_llm_provider``) beside the model without its prefix: a call of
+    ``dashscope/qwen-flash`` is ``gen_ai.system: dashscope``, ``gen_ai.request.model:
+    qwen-flash``, and had no price (its row is listed only under ``dashscope/``; cost unknown,
+    no cost budget). A provider the map has rows under picks them, as litellm looks a model
+    up with its provider; a name it has none under still names no row."""
+    from otel_eval.base.model import Span, Trace
+    from otel_eval.evaluate.config import TrajectoryConfig
+    from otel_eval.evaluate.judge.llm import litellm
+    from otel_eval.evaluate.trajectory import build_trajectory
+    from otel_eval.evaluate.trajectory.prices import _price_map
+
+    assert budget.model_prices("qwen-flash") is None
+    assert budget.model_prices("qwen-flash", "dashscope") == _price_map()["dashscope/qwen-flash"]
+    assert budget.model_prices("qwen-flash", "strands-agents") is None
+    for system, model in (("dashscope", "qwen-flash"), ("volcengine", "doubao-seed-2-0-pro-260215"),
+                          ("together_ai", "meta-llama/Llama-3.3-70B-Instruct-Turbo")):
+        chat = {"gen_ai.operation.name": "chat", "gen_ai.system": system,
+                "gen_ai.request.model": model, "gen_ai.usage.input_tokens": 1000,
+                "gen_ai.usage.output_tokens": 100}
+        run = Trace("ab" * 16, [Span("ab" * 16, "cd" * 8, None, "litellm_request", 1, 2,
+                                     attributes=chat)], "complete")
+        expected = sum(litellm.cost_per_token(model=f"{system}/{model}", prompt_tokens=1000,
+                                              completion_tokens=100))
+        assert expected > 0
+        usage = build_trajectory(run, TrajectoryConfig()).usage()
+        assert usage["cost_usd"] == pytest.approx(expected, rel=1e-9), system

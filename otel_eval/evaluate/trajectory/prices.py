@@ -219,6 +219,20 @@ def provider(attrs: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _prefix(provider: str) -> str | None:
+    """The prefix of the price map's rows for a provider as a span names it:
+    ``PRICE_PREFIXES``, else the name itself when the map has rows under it (LiteLLM's own
+    spans name the provider as litellm does, ``gen_ai.system: dashscope`` beside the model
+    ``qwen-flash``: its row is ``dashscope/qwen-flash``)."""
+    known = PRICE_PREFIXES.get(provider)
+    return known if known is not None else (provider if provider in _row_prefixes() else None)
+
+
+@lru_cache(maxsize=1)
+def _row_prefixes() -> frozenset[str]:
+    return frozenset(name.split("/", 1)[0] for name in _price_map() if "/" in name)
+
+
 @lru_cache(maxsize=1024)
 def model_prices(model: str, provider: str | None = None) -> Prices | None:
     """``Prices`` (USD per token) for ``model``, or None when the price map lacks it; the
@@ -226,7 +240,7 @@ def model_prices(model: str, provider: str | None = None) -> Prices | None:
     model the map lists only under its provider), then the model's own."""
     prices = _price_map()
     candidates = [model, model.lower()]
-    prefix = PRICE_PREFIXES.get(provider.lower()) if provider else None
+    prefix = _prefix(provider.lower()) if provider else None
     if prefix and not model.startswith(prefix + "/"):
         candidates[:0] = [f"{prefix}/{model}", f"{prefix}/{model.lower()}"]
     if "/" in model:  # "openai/gpt-4o" -> "gpt-4o"
