@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from otel_eval.base.configcheck import ConfigError
 from otel_eval.base.printable import printable
+from otel_eval.base.words import padded, wide_len
 
 if TYPE_CHECKING:
     from otel_eval.app.offline import EvalRun
@@ -152,9 +153,9 @@ def print_table(result: IssuesResult, out: TextIO) -> None:
             i.level, i.node or "-", i.issue_id, _percent(i.share),
             _percent(i.trend, signed=True), i.status, i.severity, str(i.traces),
             i.exemplars[0] if i.exemplars else "-", title)))
-    widths = [max(len(r[c]) for r in lines) for c in range(len(head) - 1)]
+    widths = [max(wide_len(r[c]) for r in lines) for c in range(len(head) - 1)]
     for r in lines:
-        out.write("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  "
+        out.write("  ".join(padded(c, w) for c, w in zip(r, widths, strict=False)) + "  "
                   + r[-1] + "\n")
     for gone in result.resolved:
         out.write(f"resolved  {printable(gone.issue_id)}  was {_percent(gone.previous_share)}  "

@@ -17,15 +17,19 @@ of those scripts and in Arabic.
 stagnation, "yes" twice no repeated request): a character of Chinese, Japanese or Korean
 says about what two or three Latin letters do, so it counts two (its East Asian width, the
 columns a terminal gives it): a sentence of twelve such characters is not "short".
+``padded`` and ``wrapped`` lay text out in those columns (the tables of ``eval`` and
+``issues``, ``show``'s folded values): by ``len()``, a column after a Chinese agent name or
+a line of Chinese text ran as many columns further as the text has wide characters.
 """
 
 from __future__ import annotations
 
 import re
+import textwrap
 import unicodedata
 
-__all__ = ["CJK_CLOSERS", "QUESTION_MARKS", "join_words", "wide_count", "wide_len",
-           "word_count", "words"]
+__all__ = ["CJK_CLOSERS", "QUESTION_MARKS", "join_words", "padded", "wide_count", "wide_len",
+           "word_count", "words", "wrapped"]
 
 # A question's mark: Latin, fullwidth (Chinese, Japanese), Arabic (also Persian and Urdu).
 QUESTION_MARKS = ("?", "\uff1f", "\u061f")
@@ -98,3 +102,43 @@ def wide_len(text: str) -> int:
     if text.isascii():
         return len(text)
     return len(text) + sum(unicodedata.east_asian_width(c) in "WF" for c in text)
+
+
+def padded(text: str, columns: int) -> str:
+    """``text.ljust(columns)`` in a terminal's columns (``wide_len``): a wide character is two."""
+    return text + " " * (columns - wide_len(text))
+
+
+_CHUNKS = re.compile(r"\s+|\S+")
+
+
+def wrapped(text: str, width: int) -> list[str]:
+    """``textwrap.wrap(text, width)`` (breaking on whitespace, long words broken, the text's
+    own indent kept on its first line, no line of whitespace alone, ``[]`` for none) in a
+    terminal's columns (``wide_len``): a line of Chinese holds ``width`` columns, not
+    ``width`` characters. ASCII text: textwrap itself."""
+    if text.isascii():
+        return textwrap.wrap(text, width, replace_whitespace=False, drop_whitespace=True,
+                             break_long_words=True, break_on_hyphens=False)
+    lines: list[str] = []
+    line, used = "", 0
+    for chunk in _CHUNKS.findall(text.expandtabs()):
+        size = wide_len(chunk)
+        if used + size <= width:
+            if line or not lines or not chunk.isspace():  # a line's indent: the first's only
+                line, used = line + chunk, used + size
+            continue
+        if line.strip():  # the line is full: the next one starts with this chunk
+            lines.append(line.rstrip())
+        line, used = "", 0
+        if chunk.isspace():  # whitespace at a line's end is dropped
+            continue
+        for c in chunk:  # a word wider than a line: broken where the columns end
+            w = wide_len(c)
+            if used + w > width and line:
+                lines.append(line)
+                line, used = "", 0
+            line, used = line + c, used + w
+    if line.strip():
+        lines.append(line.rstrip())
+    return lines

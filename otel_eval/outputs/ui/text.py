@@ -9,9 +9,10 @@ sequences. ``clip`` cuts a value to a number of characters (saying how much was 
 from __future__ import annotations
 
 import json
-import textwrap
 from collections.abc import Callable
 from typing import Any
+
+from otel_eval.base.words import wrapped
 
 # A redaction (``judge.redact.Redactor.redact``), or None to show values as stored.
 Redact = Callable[[str], str] | None
@@ -53,8 +54,7 @@ def fold(text: str, width: int, max_lines: int | None) -> tuple[list[str], bool]
     budget = None if max_lines is None else width * max_lines * 2  # wrap no more than shown
     lines: list[str] = []
     for raw in (text if budget is None else text[:budget]).split("\n"):
-        lines += textwrap.wrap(raw, width, replace_whitespace=False, drop_whitespace=True,
-                               break_long_words=True, break_on_hyphens=False) or [""]
+        lines += wrapped(raw, width) or [""]  # in columns: a wide character is two
         if max_lines is not None and len(lines) > max_lines:
             return lines[:max_lines], True
     cut = budget is not None and len(text) > budget
