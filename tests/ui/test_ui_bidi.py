@@ -51,3 +51,31 @@ def test_bidirectional_overrides_are_shown_as_escapes(tmp_path: Path) -> None:
         assert status == 200 and not any(c in page for c in BIDI), page[:300]
     run_page = pages[1][2].decode()
     assert "admin\\u202egnp.exe" in run_page and "\\u2067rm\\u2069" in run_page
+
+
+def test_a_filter_holding_a_bidirectional_override_is_written_out_escaped(
+        tmp_path: Path) -> None:
+    """A crafted link (``/ui/?agent=%E2%80%AEtxt.exe``) put its override in the filter box,
+    which displayed "exe.txt", and nowhere else: the one place the web view showed such a
+    character as it is. The box keeps the value (it filters what the URL says: a run's agent
+    may hold one, and its link must find it), and the form writes the value out beside it
+    escaped, as every other text of the page is."""
+    import html
+    import re
+    from urllib.parse import quote
+
+    store = Store(str(tmp_path / "otel-eval.db"))
+    try:
+        with admin(store) as url:
+            status, _, body = get(f"{url}/ui/?agent={quote(chr(0x202e) + 'txt.exe')}"
+                                  f"&service=svc&task_id={quote('t' + chr(0x2067))}")
+    finally:
+        store.close()
+    page = body.decode()
+    assert status == 200
+    form = page[page.index("<form"):page.index("</form>")]
+    shown = html.unescape(re.sub(r"<[^>]*>", " ", form))  # the text, attributes left out
+    assert "\\u202etxt.exe" in shown and "t\\u2067" in shown
+    assert not any(c in shown for c in BIDI)
+    assert 'value="\u202etxt.exe"' in form  # the filter itself, as the URL gave it
+    assert shown.count("as text") == 2  # only the fields that hold one

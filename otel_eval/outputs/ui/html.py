@@ -4,7 +4,8 @@ Every value from span content is hostile. Text goes into a page only through ``h
 ``text``, which escape it (``<``, ``>``, ``&``, both quotes, and the bidirectional overrides
 and isolates as ``printable`` writes them, ``\\u202e``: one would show a tool or agent name
 reversed); ``Html`` marks what is already markup. Attribute values are escaped the same way
-but for those controls (a form's value goes back as it was: a filter's agent), and the only
+but for those controls (a form's value goes back as it was: a filter's agent; the runs
+page writes such a value out escaped beside its box, ``runs._form``), and the only
 URLs written are this service's own paths (built by ``href`` from a path and escaped query
 parameters) or the configured trace backend's, never a value from a span: a ``javascript:``
 link in a span is text. No inline script or style anywhere, so the Content-Security-Policy

@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from otel_eval.base.printable import bidi_escaped
 from otel_eval.base.steps import tokens_total
 from otel_eval.outputs.ui.html import Html, h, href, segment
 from otel_eval.outputs.ui.text import Redact, redacted, usd
@@ -100,8 +101,12 @@ _COLUMNS = (("time", None), ("service", None), ("agent", None),
 
 def _form(params: Mapping[str, str]) -> Html:
     def field(name: str, label: str, hint: str = "") -> Html:
-        return h("label", label, h("input", name=name, value=params.get(name, ""),
-                                   placeholder=hint or None))
+        # the value goes back as it came (the filter the URL says); one holding a
+        # bidirectional control (displayed reversed in the box) is written out escaped too
+        value = params.get(name, "")
+        escaped = bidi_escaped(value)
+        return h("label", label, h("input", name=name, value=value, placeholder=hint or None),
+                 h("small", "as text: ", escaped, class_="bidi") if escaped != value else None)
     def choose(name: str, label: str, options: tuple[tuple[str, str], ...]) -> Html:
         chosen = params.get(name, "")
         known = [v for v, _ in options]
