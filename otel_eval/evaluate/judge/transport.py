@@ -115,6 +115,21 @@ def _marking(state: Reading, inner: Trace | None) -> Trace:
     return trace
 
 
+def _http_client(verify: Any) -> httpx.AsyncClient:
+    """An httpx client on the bounded transport, through the proxy the environment names
+    (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY, NO_PROXY) as litellm's and the SDK's own clients go:
+    httpx reads none from the environment for a client given its transport, so each proxy
+    is mounted here, bounded too."""
+    from litellm.llms.custom_httpx.http_handler import AsyncHTTPHandler
+
+    inner = httpx.AsyncHTTPTransport(verify=verify)
+    proxies = AsyncHTTPHandler.create_httpx_proxy_mounts(inner, verify=verify, cert=None) or {}
+    mounts = {pattern: None if proxy is None else _BoundedTransport(proxy)
+              for pattern, proxy in proxies.items()}
+    return httpx.AsyncClient(transport=_BoundedTransport(inner), mounts=mounts, verify=verify,
+                             follow_redirects=True, timeout=None)
+
+
 # event loop -> (api_base, api_key) -> client: an httpx client belongs to the loop it runs on
 _CLIENTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str], Any]] = (
     weakref.WeakKeyDictionary())
@@ -133,8 +148,7 @@ def bounded_client(api_base: str, api_key: str) -> Any | None:
         from litellm.llms.custom_httpx.http_handler import get_ssl_configuration
 
         verify = get_ssl_configuration()
-        http = httpx.AsyncClient(transport=_BoundedTransport(httpx.AsyncHTTPTransport(
-            verify=verify)), verify=verify, follow_redirects=True, timeout=None)
+        http = _http_client(verify)
         try:
             found = AsyncOpenAI(base_url=api_base or None, api_key=api_key or None,
                                 max_retries=0, http_client=http)  # type: ignore[arg-type]
