@@ -5,12 +5,48 @@ through the proxy the environment names, for every provider it is handed to."""
 from __future__ import annotations
 
 import asyncio
+import json
+import math
+import threading
+from typing import Any
 
 import pytest
-from judge_fake_llm import FakeLLM, good
+from judge_fake_llm import FakeLLM, Reply, good
 from judge_fixtures import config, evaluation
 
-from otel_eval.evaluate.judge import Judge
+from otel_eval.evaluate.judge import Judge, JudgeQueue
+from otel_eval.evaluate.judge.client import JudgeClient, close_clients
+from otel_eval.evaluate.judge.observer import NoopObserver
+from otel_eval.evaluate.judge.transport import HANDLER_PROVIDERS
+
+# a model of each provider handed the bounded handler, as litellm names it
+_MODELS = {
+    "anthropic": "anthropic/claude-3-5-haiku-20241022", "azure_ai": "azure_ai/m",
+    "bedrock": "bedrock/anthropic.claude-3-5-haiku-20241022-v1:0",
+    "deepseek": "deepseek/deepseek-chat",
+    "fireworks_ai": "fireworks_ai/accounts/x/models/y", "gemini": "gemini/gemini-2.0-flash",
+    "groq": "groq/llama3-8b-8192", "hosted_vllm": "hosted_vllm/m",
+    "huggingface": "huggingface/x/y", "mistral": "mistral/mistral-small",
+    "ollama": "ollama/llama3", "ollama_chat": "ollama_chat/llama3",
+    "openrouter": "openrouter/x/y", "together_ai": "together_ai/x/y", "xai": "xai/grok-2"}
+
+
+class Calls(NoopObserver):
+    def __init__(self) -> None:
+        self.paid: list[tuple[str, str]] = []
+
+    def call(self, judge: str, status: str, *figures: Any) -> None:
+        self.paid.append((judge, status))
+
+
+def _hang(llm: FakeLLM) -> threading.Event:
+    asked = threading.Event()
+
+    def route(body: dict[str, Any]) -> Reply:
+        asked.set()
+        return Reply(hang=True)  # a slow model, still thinking at the stop
+    llm.route = route
+    return asked
 
 
 def test_the_judge_reaches_its_model_through_the_environments_proxy(
@@ -28,3 +64,81 @@ def test_the_judge_reaches_its_model_through_the_environments_proxy(
     result = asyncio.run(judge.judge(evaluation()))
     assert llm.requests, result
     assert all(j["status"] == "ok" for j in result["judges"].values()), result
+
+
+def test_an_anthropic_request_sent_then_cut_by_the_stop_is_spent(llm: FakeLLM) -> None:
+    """A request the provider had when the stop cancelled it is billed all the same; for
+    providers other than ``openai`` whether it was sent was not known (litellm sent it on its
+    own client), so it was spent nowhere: no total, metric or hourly budget. The providers
+    that send through the litellm handler they are handed are now handed the bounded one,
+    which tells: the prompt's estimate is spent, as for ``openai``."""
+    calls, asked = Calls(), _hang(llm)
+    skipped: list[Any] = []
+    judge = Judge(config(llm.api_base.removesuffix("/v1"), model=_MODELS["anthropic"],
+                         enabled=("trace",), input_cost_per_token_usd=1e-6),
+                  observer=calls)
+
+    async def main() -> None:
+        q = JudgeQueue(judge, 10, lambda ev: None,
+                       lambda ev, reason: skipped.append((ev, reason)))
+        await q.start()
+        q.submit(evaluation())
+        assert await asyncio.to_thread(asked.wait, 30)
+        await q.shutdown(0.0)
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+    assert calls.paid == [("trace", "error")]
+    (ev, reason), = skipped
+    totals = ev.judge.get("totals", {})
+    assert reason == "shutdown" and totals.get("calls") == 1, ev.judge
+    assert totals["tokens"]["input"] >= math.ceil(
+        len(json.dumps(llm.requests[0]["messages"])) / 3.5)
+    spent = judge.client.budget.spent(judge.client.clock())
+    assert totals["cost_usd"] > 0 and spent == pytest.approx(totals["cost_usd"])
+
+
+@pytest.mark.parametrize("provider", sorted(HANDLER_PROVIDERS))
+def test_each_provider_handed_the_bounded_client_tells_a_sent_request(
+        provider: str, llm: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through litellm to the scripted server: a provider handed the handler sends on it
+    (else a request cancelled once sent would be spent nothing), and takes it (else every
+    call would fail: the providers on the openai SDK refuse one)."""
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):  # bedrock signs the request
+        monkeypatch.setenv(key, "test-loopback")
+    monkeypatch.setenv("AWS_REGION_NAME", "us-east-1")
+    asked = _hang(llm)
+    client = JudgeClient(config(llm.api_base, model=_MODELS[provider],
+                                input_cost_per_token_usd=1e-6))
+
+    async def main() -> None:
+        task = asyncio.ensure_future(client.call(
+            [{"role": "user", "content": "grade this"}], {"type": "object"}, "trace"))
+        assert await asyncio.to_thread(asked.wait, 30)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await close_clients()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+    assert client.budget.spent(client.clock()) > 0
+
+
+def test_an_anthropic_reply_is_not_read_past_max_reply_bytes(llm: FakeLLM) -> None:
+    """The providers handed the bounded handler stop reading a reply at its bound, as
+    ``openai`` does (they read it whole before)."""
+    total = 40 * 1024 * 1024
+    llm.route = lambda body: Reply(200, "x" * total)
+    client = JudgeClient(config(llm.api_base.removesuffix("/v1"), model=_MODELS["anthropic"],
+                                max_reply_bytes=1000, input_cost_per_token_usd=1e-6))
+
+    async def main() -> Any:
+        try:
+            return await client.call([{"role": "user", "content": "grade this"}],
+                                     {"type": "object"}, "trace")
+        finally:
+            await close_clients()
+
+    result = asyncio.run(asyncio.wait_for(main(), 30))
+    assert result.status == "parse_error" and "not read further" in result.error, result
+    assert llm.answered.wait(60)
+    assert llm.sent_bytes < total // 2

@@ -49,7 +49,13 @@ from otel_eval.evaluate.judge.llm import (
 )
 from otel_eval.evaluate.judge.render import CHARS_PER_TOKEN
 from otel_eval.evaluate.judge.schemas import Schema
-from otel_eval.evaluate.judge.transport import bounded_client, close_bounded_clients, reading
+from otel_eval.evaluate.judge.transport import (
+    HANDLER_PROVIDERS,
+    bounded_client,
+    bounded_handler,
+    close_bounded_clients,
+    reading,
+)
 
 log = logging.getLogger(__name__)
 
@@ -328,14 +334,18 @@ class JudgeClient:
         return parse_reply(text, schema, check)
 
     def _client(self) -> dict[str, Any]:
-        """``client=`` for litellm's ``openai`` provider: this loop's client that stops reading
-        a reply past ``max_reply_bytes`` (``transport``); other providers read it whole."""
+        """``client=``: this loop's client that stops reading a reply past
+        ``max_reply_bytes`` and tells when a request was sent (``transport``), for litellm's
+        ``openai`` provider and the ``HANDLER_PROVIDERS``; other providers read it whole, and
+        a request of theirs cancelled is taken as not sent."""
         if self._provider is None:
             try:
                 self._provider = litellm.get_llm_provider(
                     model=self.config.model, api_base=self.config.api_base or None)[1]
             except Exception:  # an unknown provider: the call says what is wrong
                 self._provider = ""
+        if self._provider in HANDLER_PROVIDERS:
+            return {"client": bounded_handler()}
         if self._provider != "openai":
             return {}
         client = bounded_client(self.config.api_base, self._api_key or "")

@@ -13,8 +13,11 @@ per-request size limit. Its ``openai`` provider takes the ``AsyncOpenAI`` client
 (``client=``); this module gives it one whose transport counts. The bound of a call and
 whether it was hit travel in a context variable (set by the caller around the call; the task
 ``asyncio.wait_for`` makes copies it), so one client per event loop and server serves every
-judge with its own bound. Other providers are read whole, then checked as before (the
-reply's text against ``max_reply_bytes``, in ``client``).
+judge with its own bound. The providers litellm sends through its own ``AsyncHTTPHandler``
+(``HANDLER_PROVIDERS``: anthropic, bedrock, gemini, ollama...) take one as ``client=`` too:
+they are handed a handler on the same client (``bounded_handler``). Other providers are read
+whole, then checked as before (the reply's text against ``max_reply_bytes``, in ``client``),
+and a request of theirs cancelled is taken as not sent (nothing tells).
 """
 
 from __future__ import annotations
@@ -131,8 +134,12 @@ def _http_client(verify: Any) -> httpx.AsyncClient:
 
 
 # event loop -> (api_base, api_key) -> client: an httpx client belongs to the loop it runs on
+# (``_HANDLER``: the litellm handler of the other providers)
 _CLIENTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str], Any]] = (
     weakref.WeakKeyDictionary())
+
+
+_HANDLER = ("", "\0handler")  # no api_key is a NUL
 
 
 def bounded_client(api_base: str, api_key: str) -> Any | None:
@@ -158,8 +165,34 @@ def bounded_client(api_base: str, api_key: str) -> Any | None:
     return found
 
 
+# litellm's providers that send through the litellm ``AsyncHTTPHandler`` they are handed
+# (``client=``) at the pinned litellm (1.110.2): each checked against the scripted server
+# (tests/judge/test_judge_http_client.py). The others are left to their own client: some go
+# through the openai SDK and refuse a handler (perplexity, cerebras, nvidia_nim, lm_studio,
+# sambanova), some take no client (cohere), some were not checked (vertex_ai: Google auth;
+# databricks: its credentials).
+HANDLER_PROVIDERS = frozenset((
+    "anthropic", "azure_ai", "bedrock", "deepseek", "fireworks_ai", "gemini",
+    "groq", "hosted_vllm", "huggingface", "mistral", "ollama", "ollama_chat", "openrouter",
+    "together_ai", "xai"))
+
+
+def bounded_handler() -> Any:
+    """This loop's litellm ``AsyncHTTPHandler`` on the bounded client (``_http_client``), for
+    the ``HANDLER_PROVIDERS``."""
+    from litellm.llms.custom_httpx.http_handler import AsyncHTTPHandler, get_ssl_configuration
+
+    clients = _CLIENTS.setdefault(asyncio.get_running_loop(), {})
+    found = clients.get(_HANDLER)
+    if found is None:
+        found = AsyncHTTPHandler(transport=_BoundedTransport(httpx.AsyncHTTPTransport()))
+        found.client = _http_client(get_ssl_configuration())  # its own, closed with ours
+        clients[_HANDLER] = found
+    return found
+
+
 async def close_bounded_clients() -> None:
     """Close the running loop's clients (call on it, at shutdown)."""
-    for client in _CLIENTS.pop(asyncio.get_running_loop(), {}).values():
+    for key, client in _CLIENTS.pop(asyncio.get_running_loop(), {}).items():
         with contextlib.suppress(Exception):
-            await client.close()
+            await (client.client.aclose() if key == _HANDLER else client.close())
