@@ -18,7 +18,7 @@ from otel_eval.app.config import Config, load_config
 from otel_eval.base.configcheck import ConfigError, StartupError
 from otel_eval.base.printable import configure_logging, printable
 from otel_eval.base.steps import tokens_total
-from otel_eval.base.words import padded, wide_len
+from otel_eval.base.words import columns, padded
 
 if TYPE_CHECKING:
     from otel_eval.app.offline import EvalRun
@@ -200,7 +200,7 @@ def _print_table(rows: Sequence[dict[str, Any]], out: TextIO) -> None:
                       "-" if tokens is None else str(tokens),
                       "-" if v is None else ("pass" if v["passed"] else "FAIL"),
                       *(p if predicted else ()), printable(", ".join(kinds))[:60] or "-"))
-    widths = [max(wide_len(r[i]) for r in lines) for i in range(len(head) - 1)]
+    widths = [max(columns(r[i]) for r in lines) for i in range(len(head) - 1)]
     for r in lines:
         out.write("  ".join(padded(c, w) for c, w in zip(r, widths, strict=False)) + "  "
                   + r[-1] + "\n")

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from otel_eval.base.configcheck import ConfigError
 from otel_eval.base.printable import printable
-from otel_eval.base.words import padded, wide_len
+from otel_eval.base.words import columns, padded
 
 if TYPE_CHECKING:
     from otel_eval.app.offline import EvalRun
@@ -153,7 +153,7 @@ def print_table(result: IssuesResult, out: TextIO) -> None:
             i.level, i.node or "-", i.issue_id, _percent(i.share),
             _percent(i.trend, signed=True), i.status, i.severity, str(i.traces),
             i.exemplars[0] if i.exemplars else "-", title)))
-    widths = [max(wide_len(r[c]) for r in lines) for c in range(len(head) - 1)]
+    widths = [max(columns(r[c]) for r in lines) for c in range(len(head) - 1)]
     for r in lines:
         out.write("  ".join(padded(c, w) for c, w in zip(r, widths, strict=False)) + "  "
                   + r[-1] + "\n")

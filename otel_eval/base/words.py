@@ -17,7 +17,9 @@ of those scripts and in Arabic.
 stagnation, "yes" twice no repeated request): a character of Chinese, Japanese or Korean
 says about what two or three Latin letters do, so it counts two (its East Asian width, the
 columns a terminal gives it): a sentence of twelve such characters is not "short".
-``padded`` and ``wrapped`` lay text out in those columns (the tables of ``eval`` and
+``columns`` is the width a terminal gives a text (``wide_len``, the combining marks of Thai
+and other scripts, drawn on the letter before them, counting none); ``padded`` and
+``wrapped`` lay text out in those columns (the tables of ``eval`` and
 ``issues``, ``show``'s folded values): by ``len()``, a column after a Chinese agent name or
 a line of Chinese text ran as many columns further as the text has wide characters.
 """
@@ -28,8 +30,8 @@ import re
 import textwrap
 import unicodedata
 
-__all__ = ["CJK_CLOSERS", "QUESTION_MARKS", "join_words", "padded", "wide_count", "wide_len",
-           "word_count", "words", "wrapped"]
+__all__ = ["CJK_CLOSERS", "QUESTION_MARKS", "columns", "join_words", "padded", "wide_count",
+           "wide_len", "word_count", "words", "wrapped"]
 
 # A question's mark: Latin, fullwidth (Chinese, Japanese), Arabic (also Persian and Urdu).
 QUESTION_MARKS = ("?", "\uff1f", "\u061f")
@@ -104,9 +106,18 @@ def wide_len(text: str) -> int:
     return len(text) + sum(unicodedata.east_asian_width(c) in "WF" for c in text)
 
 
-def padded(text: str, columns: int) -> str:
-    """``text.ljust(columns)`` in a terminal's columns (``wide_len``): a wide character is two."""
-    return text + " " * (columns - wide_len(text))
+def columns(text: str) -> int:
+    """The columns a terminal gives ``text``: ``wide_len``, less the characters drawn on the
+    one before them or not at all (combining marks: a Thai vowel or tone mark, an accent
+    written apart; format characters: a zero-width joiner)."""
+    if text.isascii():
+        return len(text)
+    return wide_len(text) - sum(unicodedata.category(c) in ("Mn", "Me", "Cf") for c in text)
+
+
+def padded(text: str, width: int) -> str:
+    """``text.ljust(width)`` in a terminal's columns (``columns``): a wide character is two."""
+    return text + " " * (width - columns(text))
 
 
 _CHUNKS = re.compile(r"\s+|\S+")
@@ -115,7 +126,7 @@ _CHUNKS = re.compile(r"\s+|\S+")
 def wrapped(text: str, width: int) -> list[str]:
     """``textwrap.wrap(text, width)`` (breaking on whitespace, long words broken, the text's
     own indent kept on its first line, no line of whitespace alone, ``[]`` for none) in a
-    terminal's columns (``wide_len``): a line of Chinese holds ``width`` columns, not
+    terminal's columns (``columns``): a line of Chinese holds ``width`` columns, not
     ``width`` characters. ASCII text: textwrap itself."""
     if text.isascii():
         return textwrap.wrap(text, width, replace_whitespace=False, drop_whitespace=True,
@@ -123,7 +134,7 @@ def wrapped(text: str, width: int) -> list[str]:
     lines: list[str] = []
     line, used = "", 0
     for chunk in _CHUNKS.findall(text.expandtabs()):
-        size = wide_len(chunk)
+        size = columns(chunk)
         if used + size <= width:
             if line or not lines or not chunk.isspace():  # a line's indent: the first's only
                 line, used = line + chunk, used + size
@@ -134,7 +145,7 @@ def wrapped(text: str, width: int) -> list[str]:
         if chunk.isspace():  # whitespace at a line's end is dropped
             continue
         for c in chunk:  # a word wider than a line: broken where the columns end
-            w = wide_len(c)
+            w = columns(c)
             if used + w > width and line:
                 lines.append(line)
                 line, used = "", 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import unicodedata
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -16,7 +17,7 @@ import pytest
 from otel_eval.app.cli import main
 from otel_eval.app.issues import print_table
 from otel_eval.app.show import render_text
-from otel_eval.base.words import wide_len, wrapped
+from otel_eval.base.words import columns, wide_len, wrapped
 from otel_eval.outputs.ui.run import tree
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "detectors"
@@ -38,7 +39,13 @@ def _column_of(line: str, at: int, header: str) -> int:
         pos = line.index("  ", pos)
         while line[pos] == " ":
             pos += 1
-    return wide_len(line[:pos])
+    return _cols(line[:pos])
+
+
+def _cols(text: str) -> int:
+    """A terminal's columns, measured here apart from the code under test."""
+    return sum(0 if unicodedata.category(c) in ("Mn", "Me", "Cf")
+               else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
 def test_eval_table_aligns_a_wide_agent_name(tmp_path: Path,
@@ -49,9 +56,12 @@ def test_eval_table_aligns_a_wide_agent_name(tmp_path: Path,
     other = tmp_path / "narrow.json"
     other.write_text(TRACE.read_text().replace("6e0c63257de34c926f9efcd03899a81d",
                                                "7e0c63257de34c926f9efcd03899a81d"))
-    main(["eval", str(path), str(other)])
-    lines = [line for line in capsys.readouterr().out.splitlines() if line.strip()][:3]
-    assert "文档修复代理" in lines[1] + lines[2]
+    thai = tmp_path / "thai.json"  # 12 characters, 8 columns: 4 tone and vowel marks
+    thai.write_text(TRACE.read_text().replace("docs-fixer", "ผู้ช่วยค้นหา").replace(
+        "6e0c63257de34c926f9efcd03899a81d", "8e0c63257de34c926f9efcd03899a81d"))
+    main(["eval", str(path), str(other), str(thai)])
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.strip()][:4]
+    assert "文档修复代理" in "".join(lines) and "ผู้ช่วยค้นหา" in "".join(lines)
     assert len(_starts(lines, lines[0], "status")) == 1, lines
     assert len(_starts(lines, lines[0], "findings")) == 1, lines
 
@@ -92,4 +102,6 @@ def test_wrapped_is_textwrap_on_ascii_and_keeps_every_word_in_columns() -> None:
     assert wrapped("  代码 x = 1", 6) == ["  代码", "x = 1"]  # the first line's indent
     assert wrapped("   ", 5) == [] and wrapped("", 5) == []
     assert wrapped("😀😀😀", 4) == ["😀😀", "😀"]
+    assert wrapped("ผู้ช่วย ค้นหา", 5) == ["ผู้ช่วย", "ค้นหา"]  # 5 and 4 columns
+    assert columns("ผู้ช่วยค้นหา") == 8 and columns("文档") == 4 and columns("ab") == 2
     assert json.dumps(wrapped("é " * 5, 3)) == json.dumps(["é é", "é é", "é"])
