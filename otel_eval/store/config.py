@@ -20,7 +20,9 @@ class StoreConfig:
     # results API of any shows the fleet's traces and one issues job runs at a time. Each
     # process opens its own connection. Empty: SQLite at `path`.
     url: str = field(default="", repr=False)
-    # Evaluations older than this are deleted, days (0 keeps everything).
+    # Evaluations older than this are deleted, days (0 keeps everything); a conversation's
+    # too while it goes on: its next completion is judged on the turns kept, the others
+    # counted in `counts.turns_cut` (`cut_by: retention`).
     retention_days: float = 7.0
     # Acknowledged means durable: each OTLP request's accepted spans are written to a spool
     # (SQLite, one transaction per request) before the request is acknowledged, and what was

@@ -16,7 +16,8 @@
                  first, to keep the bound;
                  max_session_duration: open that long without going idle
     otel_eval_session_turns_dropped_total{reason}           turns left out of a completed
-                 session's evaluation: max_turns | max_turns_chars
+                 session's evaluation: max_turns | max_turns_chars | retention (turns
+                 store.retention_days deleted while the conversation went on)
     otel_eval_sessions_open                                 gauge: open or claimed sessions
                  in the store (the fleet's, with PostgreSQL), at the last check
 
@@ -34,7 +35,7 @@ from otel_eval.telemetry.labels import SeriesCap
 
 TURN_BUCKETS = (1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 500)
 EVICT_REASONS = ("max_open_sessions", "max_session_duration")
-DROP_REASONS = ("max_turns", "max_turns_chars")
+DROP_REASONS = ("max_turns", "max_turns_chars", "retention")
 
 
 class SessionMetrics:

@@ -27,6 +27,7 @@ from otel_eval.evaluate.sessions.config import SessionsConfig
 from otel_eval.evaluate.sessions.job import SessionJob
 from otel_eval.evaluate.sessions.reader import SessionReader
 from otel_eval.store import EvaluationStore, open_store
+from otel_eval.store.retention import Retention
 from otel_eval.store.sessions import session_key
 from otel_eval.telemetry.metrics import Metrics, render
 
@@ -561,3 +562,39 @@ def test_the_session_event_span_is_the_turns_run_span_whatever_the_clocks() -> N
         {"span_id": s.span_id, "parent_span_id": s.parent_span_id,
          "start_time_unix_nano": s.start_ns, "end_time_unix_nano": s.end_ns} for s in spans]}
     assert last_root_span(turn) == run_span_id(spans) == "1" * 16
+
+
+def test_retention_of_a_going_conversations_old_turns_is_said_in_its_record(
+        tmp_path: Path) -> None:
+    """Retention deletes a conversation's turns older than ``store.retention_days`` even
+    while it goes on (its last turn newer: its row stays). Before, its next completion was
+    judged on the turns kept as if they were all it had (``turns`` 2 of 3, nothing cut):
+    the record says the turns it had (``counts.turns``), those not read (``turns_cut``),
+    ``cut_by: retention``, counted in ``session_turns_dropped_total{reason="retention"}``."""
+    _retention_cut(open_store(str(tmp_path / "s.db")))
+
+
+def test_retention_of_a_going_conversations_old_turns_on_postgresql(
+        postgresql_url: str) -> None:
+    _retention_cut(open_store(postgresql_url))
+
+
+def _retention_cut(store: EvaluationStore) -> None:
+    day = 86400.0
+    store.put_many([_turn("c1", 0, T0), _turn("c1", 1, T0 + 2 * day),
+                    _turn("c1", 2, T0 + 2 * day + 1)])
+    assert Retention(store, 1.0).apply(int((T0 + 2 * day + 2) * S)) == 1
+    clock = ManualClock(T0 + 2 * day + 2 + IDLE_S)
+    job, metrics = _job(store, clock, session_turns=2)
+    going = SessionReader(store, job.config).get("c1")
+    assert going is not None and (going["status"], going["turns"]) == ("open", 3)
+    assert job.tick() == 1
+    kept = store.session_record(_k("c1"))
+    assert kept is not None and kept.record is not None
+    record = kept.record
+    assert (record["turns"], record["counts"]["turns_read"],
+            record["counts"]["turns_cut"]) == (3, 2, 1)
+    assert record["cut_by"] == "retention"
+    assert any(f["kind"] == "session_turns" for f in record["findings"])
+    assert _sample(metrics, "otel_eval_session_turns_dropped_total", reason="retention") == 1
+    store.close()

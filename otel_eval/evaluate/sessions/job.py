@@ -190,7 +190,7 @@ class SessionJob:
             return 0  # another process has it, or a turn just came
         kept = self.store.session_record(session_id)
         again = kept is not None and kept.completions > 0
-        turns, record, nbytes = self._evaluate(session_id)
+        turns, record, nbytes = self._evaluate(session_id, kept.turns if kept else 0)
         completion = kept.completions if kept is not None else 0
         record.update(completion=completion, completed_by=why, completed_at_unix_nano=now,
                       last_turn_evaluated_at_unix_nano=last_ns)
@@ -244,20 +244,24 @@ class SessionJob:
             self._export(key, completions, kept.record, str(last.get("trace_id")),
                          last_root_span(last))
 
-    def _evaluate(self, key: str) -> tuple[Sequence[dict[str, Any]], dict[str, Any], int]:
+    def _evaluate(self, key: str, counted: int = 0) -> tuple[Sequence[dict[str, Any]],
+                                                             dict[str, Any], int]:
         """(the turns read in turn order, the complete record of the session stored under
         ``key``, the turns' characters of JSON as stored); an evaluation that raises is stored
         as an error record (never retried forever), counted. A store that cannot read the
         turns now raises: the check fails, the claim stays and is taken over once it times
-        out (a state of the store is no verdict on the session)."""
+        out (a state of the store is no verdict on the session). ``counted``: the turns the
+        session's row counts, those retention deleted while it went on included (more than
+        are stored: the record counts them cut, ``cut_by: retention``)."""
         cfg = self.config
-        bodies, total, _, chars = self.store.session_turns(key, cfg.max_turns,
-                                                           cfg.max_turns_chars)
+        bodies, stored, _, chars = self.store.session_turns(key, cfg.max_turns,
+                                                            cfg.max_turns_chars)
         try:
             turns = in_turn_order(bodies)
-            record = evaluate_session(key, turns, cfg, "complete", total)
+            record = evaluate_session(key, turns, cfg, "complete", max(stored, counted))
             if record["counts"]["turns_cut"]:
-                record["cut_by"] = ("max_turns" if len(turns) >= cfg.max_turns
+                record["cut_by"] = ("retention" if stored <= len(turns) else
+                                    "max_turns" if len(turns) >= cfg.max_turns
                                     else "max_turns_chars")
             if self.predictor is not None:
                 record["prediction"] = session_prediction(

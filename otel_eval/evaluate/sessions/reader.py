@@ -76,6 +76,8 @@ class SessionReader:
                                                              self.config.max_turns_chars)
         if not bodies:
             return None
+        # retention may have deleted turns of a conversation still going: its row counts them
+        total = max(total, kept.turns) if kept is not None else total
         record = evaluate_session(key, bodies, self.config, "open", total)
         record["last_turn_evaluated_at_unix_nano"] = last_ns
         if kept is not None and kept.completions:  # completed, then a turn came
