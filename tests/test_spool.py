@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from otel_eval.app.config import Config, replace
 from otel_eval.assemble.engine import Engine
-from otel_eval.assemble.spool import Spool
+from otel_eval.assemble.spool import CORRUPT_KEPT, Spool
 from otel_eval.assemble.store_health import StoreHealth
 from otel_eval.base.model import Span
 from otel_eval.decode.encode import encode_spans
@@ -244,6 +244,30 @@ def test_an_unreadable_spool_is_set_aside_and_a_new_one_begun(tmp_path: Path) ->
     assert aside.read_bytes().startswith(b"not a database")
     spool.append(b"x", ["a" * 32])
     spool.close()
+
+
+def test_spools_set_aside_after_power_losses_are_bounded_the_newest_kept(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Each start that finds the spool unreadable sets it aside. Before, the files set aside
+    were never deleted: power loss after power loss piled them up (each up to
+    ``spool_max_bytes``) without bound. The newest ``CORRUPT_KEPT`` are kept, for a
+    post-mortem; an older one is deleted, its WAL and shared-memory files with it, and
+    logged."""
+    path = tmp_path / "store.db-spool"
+    metrics = Metrics(CollectorRegistry())
+    for loss in range(CORRUPT_KEPT + 2):
+        path.write_bytes(f"power loss {loss} ".encode() * 500)
+        Path(f"{path}-wal").write_bytes(b"wal")
+        Spool(str(path), 1 << 20, metrics.spool).open().close()
+    kept = sorted(tmp_path.glob("store.db-spool.corrupt-*"))
+    assert len([p for p in kept if not p.name.endswith(("-wal", "-shm"))]) == CORRUPT_KEPT
+    assert len([p for p in kept if p.name.endswith("-wal")]) == CORRUPT_KEPT
+    bodies = {p.read_bytes().split(b" ")[2] for p in kept
+              if not p.name.endswith(("-wal", "-shm"))}
+    assert bodies == {str(n).encode() for n in range(2, CORRUPT_KEPT + 2)}
+    assert "deleted" in caplog.text
+    assert metrics.registry.get_sample_value("otel_eval_spool_failures_total",
+                                             {"operation": "open"}) == CORRUPT_KEPT + 2
 
 
 def test_a_spool_that_cannot_be_read_now_is_kept_not_set_aside(tmp_path: Path) -> None:

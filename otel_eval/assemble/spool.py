@@ -13,7 +13,8 @@ Promises:
   the store's ``NORMAL``, checkpoint fsyncs made the spool cost ~35 %, bench/README.md). ``fsync``
   (``synchronous=FULL``) also survives power loss. A spool file found unreadable at start
   (power loss without ``fsync``: not a database, a corrupt page) is moved aside, logged and
-  counted, and a new one begun; one that cannot be read at the moment (locked, a full disk)
+  counted, and a new one begun (the newest ``CORRUPT_KEPT`` set aside are kept, older ones
+  deleted and logged); one that cannot be read at the moment (locked, a full disk)
   stops the start with its file kept, so the next start replays it;
 - the request bytes are kept as received (never re-encoded), so a replay takes the normal
   decode path (a span or log record of a replayed trace that this version's decoder refuses,
@@ -84,6 +85,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -125,6 +127,10 @@ SIGNALS = ("traces", "logs")
 
 
 _CHUNK = 64 * 1024  # bytes per blob write: one page
+# Spools set aside as unreadable kept for a post-mortem, the newest (each is up to
+# ``max_bytes``): older ones are deleted when another is set aside, so power loss after
+# power loss does not fill the disk.
+CORRUPT_KEPT = 3
 
 
 def _damaged(error: sqlite3.DatabaseError) -> bool:
@@ -255,6 +261,7 @@ class Spool:
                 os.replace(self.path + part, self.path + suffix + part)
         log.error("spool %s is unreadable; moved aside to %s%s, starting an empty spool",
                   self.path, self.path, suffix)
+        self._prune_set_aside()
         self.metrics.failed("open")
         self._requests.clear()
         self._traces.clear()
@@ -263,6 +270,21 @@ class Spool:
         self.carried.clear()
         self._foreign.clear()
         self.bytes = 0
+
+    def _prune_set_aside(self) -> None:
+        """Delete the spools set aside before the newest ``CORRUPT_KEPT`` (and their WAL and
+        shared-memory files), each logged."""
+        folder, name = os.path.split(os.path.abspath(self.path))
+        prefix = name + ".corrupt-"
+        stamps = sorted({int(m.group(1)) for entry in os.listdir(folder)
+                         if (m := re.fullmatch(re.escape(prefix) + r"(\d+)(?:-wal|-shm)?",
+                                               entry))}, reverse=True)
+        for stamp in stamps[CORRUPT_KEPT:]:
+            for part in ("", "-wal", "-shm"):
+                with contextlib.suppress(OSError):  # gone, or not ours to delete: the start goes on
+                    os.remove(os.path.join(folder, f"{prefix}{stamp}{part}"))
+            log.warning("spool %s: deleted %s%d, set aside as unreadable before the newest "
+                        "%d", self.path, prefix, stamp, CORRUPT_KEPT)
 
     # --- what a previous process left -------------------------------------------------------
 
