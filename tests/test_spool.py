@@ -208,13 +208,45 @@ def test_a_failed_spool_write_refuses_the_request(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     a = Node(tmp_path)
 
-    def fail(*_: object) -> int:
+    def fail(*_: object, **__: object) -> int:
         raise sqlite3.OperationalError("database or disk is full")
 
     monkeypatch.setattr(a.spool, "append", fail)
     assert a.send([span(T1, 1, None)]) == "spool_error"
     assert a.engine.pending_spans() == 0  # nothing taken: the exporter retries
     assert a.sample("otel_eval_spool_failures_total", operation="append") == 1
+
+
+def test_a_reopen_the_spool_cannot_hold_is_refused_not_acknowledged(tmp_path: Path) -> None:
+    """Late spans re-open a stored run: the run's spans are spooled again with them, or a
+    crash would replay the late spans alone (refused ``late``: the stored run stands, the
+    late spans lost). Before, when that write failed (a full disk) after the request's own
+    row was written, the request was acknowledged all the same. Now the run and the request
+    are written together or not at all: a spool that cannot hold them refuses the request
+    (``spool_error``, nothing taken: the exporter retries), and the retry, once there is
+    room, survives a crash whole."""
+    a = Node(tmp_path)
+    big = [span(T1, 1, None), span(T1, 2), span(T1, 3)]
+    for s in big:
+        s.attributes["payload"] = "x" * 300_000  # the run's re-spooled row: pages of its own
+    assert a.send(big) is None
+    a.release()
+    assert a.spool.held() == (0, 0)
+    a.spool._db.execute("VACUUM")  # the run's freed pages: no longer room for it
+    pages = a.spool._db.execute("PRAGMA page_count").fetchone()[0]
+    a.spool._db.execute(f"PRAGMA max_page_count={pages + 2}")  # room for the late span only
+    late = [span(T1, 4)]
+    assert a.send(late) == "spool_error"
+    assert a.sample("otel_eval_spool_failures_total", operation="append") == 1
+    assert a.engine.pending_spans() == 0  # T1 not re-opened: nothing taken
+    a.spool._db.execute("PRAGMA max_page_count=1073741823")  # room again: the retry
+    assert a.send(late) is None
+    a.crash()
+
+    b = Node(tmp_path)
+    b.release()
+    assert b.stored_spans() == {T1: 4}  # the acknowledged late span, in its run
+    assert b.sample("otel_eval_evaluation_skipped_total", reason="late") == 0
 
 
 def test_service_spools_beside_the_store_unless_off(tmp_path: Path) -> None:

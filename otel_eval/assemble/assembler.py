@@ -217,6 +217,25 @@ class TraceAssembler:
             return tr.carried
         return not (tr.previous is not None and tr.previous.late)
 
+    def reopens(self, items: Iterable[Span | HeldRecord], sender: str
+                ) -> dict[str, tuple[list[Span], list[HeldRecord], bool]]:
+        """The released runs ``add`` / ``add_logs`` of ``items`` by ``sender`` would re-open
+        (an item the run does not hold, from its sender or an unknown one): per trace id
+        its spans, its log records and whether they are a stored revision's (not skipped
+        as late), copies, so the spool can hold them before the request is acknowledged.
+        A guess from before: ``add`` may still refuse the items (the run's bound)."""
+        out: dict[str, tuple[list[Span], list[HeldRecord], bool]] = {}
+        for item in items:
+            tid = item.trace_id
+            old = None if tid in out or tid in self._open else self._reopenable.get(tid)
+            if old is None or (old.sender and old.sender != sender):
+                continue
+            if (item.span_id not in old.spans if isinstance(item, Span)
+                    else item.raw not in old.log_keys):
+                stored = not (old.finished is not None and old.finished.late)
+                out[tid] = list(old.spans.values()), list(old.logs), stored
+        return out
+
     def open_logs_of(self, trace_id: str) -> list[HeldRecord]:
         """The log records an open trace holds (a live list; empty when it is not open)."""
         tr = self._open.get(trace_id)

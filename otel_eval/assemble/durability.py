@@ -52,12 +52,19 @@ class Durability:
     def refusal(self, nbytes: int) -> str | None:
         return self.spool.refusal(nbytes) if self.spool is not None else None
 
-    def append(self, raw: bytes, trace_ids: set[str], signal: str) -> int | None:  # lock held
+    def append(self, raw: bytes, trace_ids: set[str], signal: str,
+               items: Collection[Span | HeldRecord] = (), sender: str = ""
+               ) -> int | None:  # lock held
         """The request's spool row, or None when it could not be written (then it is
-        refused)."""
+        refused). The released runs its ``items`` (by ``sender``) re-open are written with
+        it, or it is refused: acknowledged, a request's late spans survive a crash in
+        their run (alone, a replay refuses them as ``late``)."""
         assert self.spool is not None
+        runs = self._assembler.reopens(items, sender)
         try:
-            return self.spool.append(raw, trace_ids, signal)
+            return self.spool.append(raw, trace_ids, signal,
+                                     runs={tid: run[:2] for tid, run in runs.items()},
+                                     runs_stored={tid for tid, run in runs.items() if run[2]})
         except (sqlite3.Error, OSError):
             log.exception("spool write failed; refusing the request (the exporter retries)")
             self._metrics.spool.failed("append")
@@ -80,12 +87,18 @@ class Durability:
         held: dict[str, tuple[list[Span], list[HeldRecord]]] = {}
         reopened = self.spool.reopened(revisions)
         mine = {id(item) for item in fresh} if reopened else set()
+        runs = self.spool.runs_written(row)
+        kept = set()
         for tid in reopened:
             opened = asm.open_trace(tid)
             spans = [s for s in opened[1] if id(s) not in mine] if opened is not None else []
-            held[tid] = spans, [r for r in asm.open_logs_of(tid) if id(r) not in mine]
+            logs = [r for r in asm.open_logs_of(tid) if id(r) not in mine]
+            if runs.get(tid) == (frozenset(s.span_id for s in spans), len(logs)):
+                kept.add(tid)  # written with the request: what it holds
+            else:
+                held[tid] = spans, logs
         self.spool.settle(row, written, revisions, held,
-                          {tid for tid in held if asm.holds_stored(tid)}, foreign)
+                          {tid for tid in held if asm.holds_stored(tid)}, foreign, kept)
 
     def dropped(self, trace_ids: list[Any]) -> None:
         """Traces assembly dropped with only log records: their spooled records are done."""

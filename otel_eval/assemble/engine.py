@@ -176,7 +176,7 @@ class Engine:
             adm.throttled = None if replayed else self.admission.refusal(
                 signal, taken, len(raw or b""))
             row = None if raw is None or adm.throttled else self.durability.append(
-                raw, trace_ids, signal)
+                raw, trace_ids, signal, taken, sender)
             if adm.throttled is None and raw is not None and row is None:
                 adm.throttled = "spool_error"
             if adm.throttled is not None:

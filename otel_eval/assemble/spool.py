@@ -44,7 +44,10 @@ Promises:
 - replays are whole traces: only pending pairs are replayed, so a stored trace never comes
   back as its tail. A trace re-opened by late spans lost its first requests with its first
   evaluation, so its spans (and the log records it holds) are spooled again (re-encoded, a
-  row per signal) when it re-opens;
+  row per signal) when it re-opens: in the transaction of the request that re-opens it, so
+  a spool that cannot hold them refuses that request (acknowledged, its late spans alone
+  would be replayed and refused ``late``); a re-open ``append`` could not foresee (the
+  run's sender joining a passing trace) is spooled again after;
 - bounded: ``refusal`` says ``spool_full`` while ``max_bytes`` (span and log requests alike)
   are held, so receivers throttle both;
 - timers survive a restart: each request keeps the wall-clock time it was received at, and
@@ -187,6 +190,9 @@ class Spool:
         self._foreign: set[tuple[int, str]] = set()
         # (request, trace) pairs whose delete failed (a full disk): deleted with the next ones
         self._undeleted: list[tuple[int, str]] = []
+        # runs written with a request (``append``'s ``runs``), until its ``settle``: request
+        # -> trace -> (their rows, span ids, log records)
+        self._runs: dict[int, dict[str, tuple[list[int], frozenset[str], int]]] = {}
         self.bytes = 0
         self._opened = False
 
@@ -417,31 +423,58 @@ class Spool:
         return "spool_full" if self.bytes and self.bytes + nbytes > self.max_bytes else None
 
     def append(self, body: bytes, trace_ids: Collection[str], signal: str = "traces",
-               carried: Collection[str] = ()) -> int:
+               carried: Collection[str] = (), runs: Held | None = None,
+               runs_stored: Collection[str] = ()) -> int:
         """Write a request (``signal``: traces | logs) and the traces it feeds, in one
         transaction; returns its row id. ``carried``: the traces whose pairs hold what a
-        stored revision of them held (a re-open's re-spooled spans). Raises
-        ``sqlite3.Error`` / ``OSError`` when it could not be written."""
+        stored revision of them held (a re-open's re-spooled spans). ``runs``: the released
+        runs the request re-opens (``TraceAssembler.reopens``), what they hold written in the
+        same transaction (a row per signal; ``carried`` for ``runs_stored``), so the request
+        is never acknowledged without them (a crash would replay its spans alone, refused
+        ``late``); ``settle`` keeps them for the traces that re-opened so. Raises
+        ``sqlite3.Error`` / ``OSError`` when it could not be written (then none is)."""
         assert signal in SIGNALS, signal
+        rows = [(body, list(trace_ids), signal, carried)]
+        if runs:
+            rows += [(b, tids, sig, runs_stored) for sig, tids, b in _encoded(runs, list(runs))]
+        written: list[int] = []
         with self._lock, self._transaction() as cur:
-            rid = cur.execute(
-                "INSERT INTO spool_requests (body, signal, received_at) VALUES (zeroblob(?), ?, ?)",
-                (len(body), signal, self._wall())).lastrowid
-            assert rid is not None
-            # Written a chunk at a time into the pages: binding the whole body would make
-            # SQLite copy it twice (bind, record), and the allocator keeps such multi-MB
-            # buffers resident after they are freed (tests/receiver/test_request_memory.py).
-            view = memoryview(body)
-            with self._db.blobopen("spool_requests", "body", rid) as blob:
-                for i in range(0, len(body), _CHUNK):
-                    blob.write(view[i:i + _CHUNK])
-            cur.executemany("INSERT INTO spool_traces (request_id, trace_id, carried) "
-                            "VALUES (?, ?, ?)",
-                            [(rid, tid, int(tid in carried)) for tid in trace_ids])
+            for raw, tids, sig, marked in rows:
+                written.append(self._insert(cur, raw, tids, sig, marked))
         with self._lock:
-            self._requests[rid] = _Request(len(body), len(trace_ids))
-            self.bytes += len(body)
+            for rid, (raw, tids, _, _) in zip(written, rows, strict=True):
+                self._requests[rid] = _Request(len(raw), len(tids))
+                self.bytes += len(raw)
+            if runs:
+                self._runs[written[0]] = {
+                    tid: ([rid for rid, row in zip(written[1:], rows[1:], strict=True)
+                           if tid in row[1]],
+                          frozenset(sp.span_id for sp in spans), len(logs))
+                    for tid, (spans, logs) in runs.items()}
+        return written[0]
+
+    def _insert(self, cur: sqlite3.Cursor, body: bytes, trace_ids: Collection[str],
+                signal: str, carried: Collection[str]) -> int:
+        rid = cur.execute(
+            "INSERT INTO spool_requests (body, signal, received_at) VALUES (zeroblob(?), ?, ?)",
+            (len(body), signal, self._wall())).lastrowid
+        assert rid is not None
+        # Written a chunk at a time into the pages: binding the whole body would make
+        # SQLite copy it twice (bind, record), and the allocator keeps such multi-MB
+        # buffers resident after they are freed (tests/receiver/test_request_memory.py).
+        view = memoryview(body)
+        with self._db.blobopen("spool_requests", "body", rid) as blob:
+            for i in range(0, len(body), _CHUNK):
+                blob.write(view[i:i + _CHUNK])
+        cur.executemany("INSERT INTO spool_traces (request_id, trace_id, carried) "
+                        "VALUES (?, ?, ?)",
+                        [(rid, tid, int(tid in carried)) for tid in trace_ids])
         return rid
+
+    def runs_written(self, rid: int) -> dict[str, tuple[frozenset[str], int]]:
+        """The runs ``append`` wrote with request ``rid``: trace -> (span ids, records)."""
+        with self._lock:
+            return {tid: (ids, n) for tid, (_, ids, n) in self._runs.get(rid, {}).items()}
 
     def reopened(self, accepted: dict[str, int]) -> list[str]:
         """The traces of ``accepted`` (trace id -> revision) seen at a new revision: re-opened
@@ -452,7 +485,7 @@ class Spool:
 
     def settle(self, rid: int, written: Collection[str], accepted: dict[str, int],
                held: Held, carried: Collection[str] = (),
-               foreign: Collection[str] = ()) -> None:
+               foreign: Collection[str] = (), runs_kept: Collection[str] = ()) -> None:
         """After assembly took the request: ``accepted`` maps each trace that took spans (or
         records) to its revision. Traces that took none (late, duplicates) lose their pair; a
         re-opened trace (``reopened``, asked under the same engine lock) has what it held
@@ -461,16 +494,24 @@ class Spool:
         skipped as late). ``foreign``: the traces whose spans in the request were taken only
         to pass on (another sender's for a released run): their pairs are marked so, and a
         replay passes those spans on, never evaluating them into the run (a re-open by the
-        run's own sender may have joined them since)."""
+        run's own sender may have joined them since). ``runs_kept``: the traces re-opened
+        with what ``append`` wrote of them (their rows join the new revision; the others'
+        leave)."""
         reopened = [tid for tid in accepted if tid in held]
         marked = [(rid, tid) for tid in foreign if tid in accepted]
+        unused: list[tuple[int, str]] = []
         with self._lock:
             for tid, rev in accepted.items():
                 self._traces.setdefault(tid, []).append((rid, rev))
-        dropped = [tid for tid in written if tid not in accepted]
+            for tid, (rows, _, _) in self._runs.pop(rid, {}).items():
+                if tid in runs_kept and tid in accepted:  # re-opened with what was written
+                    self._traces[tid].extend((r, accepted[tid]) for r in rows)
+                else:
+                    unused += [(r, tid) for r in rows]
+        dropped = [(rid, tid) for tid in written if tid not in accepted] + unused
         try:
             if dropped:
-                self._delete([(rid, tid) for tid in dropped])
+                self._delete(dropped)
             if marked:
                 with self._lock, self._transaction() as cur:
                     cur.executemany("UPDATE spool_traces SET foreign_sender = 1 "
@@ -485,17 +526,7 @@ class Spool:
     def _respool(self, reopened: list[str], accepted: dict[str, int], held: Held,
                  carried: Collection[str]) -> None:
         """Re-opened traces: what they held, re-encoded, a row per signal."""
-        items = {tid: held[tid] for tid in reopened}
-        spans = [t for t in reopened if items[t][0]]
-        logs = [t for t in reopened if items[t][1]]
-        rows = []
-        if spans:
-            rows.append(("traces", spans, encode.encode_spans(
-                s for t in spans for s in items[t][0]).SerializeToString()))
-        if logs:
-            rows.append(("logs", logs, otlp_logs.encode_logs(
-                r for t in logs for r in items[t][1]).SerializeToString()))
-        for signal, tids, body in rows:
+        for signal, tids, body in _encoded(held, reopened):
             again = self.append(body, tids, signal, carried)
             with self._lock:
                 for tid in tids:
@@ -602,3 +633,18 @@ def _refused(req: ExportTraceServiceRequest, wanted: set[str], kept: int) -> Cou
         scope.spans.add().CopyFrom(pb)
         reasons.update(otlp.decode_request(alone).reasons)
     return reasons
+
+
+def _encoded(held: Held, traces: list[str]) -> list[tuple[str, list[str], bytes]]:
+    """What ``traces`` hold (``held``), re-encoded: (signal, its traces, bytes), a row per
+    signal that holds any."""
+    spans = [t for t in traces if held[t][0]]
+    logs = [t for t in traces if held[t][1]]
+    rows = []
+    if spans:
+        rows.append(("traces", spans, encode.encode_spans(
+            s for t in spans for s in held[t][0]).SerializeToString()))
+    if logs:
+        rows.append(("logs", logs, otlp_logs.encode_logs(
+            r for t in logs for r in held[t][1]).SerializeToString()))
+    return rows
