@@ -54,7 +54,7 @@ from otel_eval.store.base import SessionLimits
 log = logging.getLogger(__name__)
 
 PackedSpan = tuple[Any, ...]
-PackedTrace = tuple[str, str, str, int, str, list[PackedSpan], list[Any], str]
+PackedTrace = tuple[str, str, str, int, str, list[PackedSpan], list[Any], str, bool]
 
 
 @dataclass(frozen=True)
@@ -114,16 +114,18 @@ def unpack_span(p: PackedSpan) -> Span:
 
 
 def pack_trace(t: Trace) -> PackedTrace:
-    """Everything but the waiters (callbacks stay in the main process)."""
+    """Everything ``evaluate_and_store`` reads (``late_if_stored`` too: what decides a
+    straggler of a row stored before span ids were kept); not the waiters (callbacks stay
+    in the main process) nor the spans only passed on (never evaluated)."""
     return (t.trace_id, t.status, t.source, t.revision, t.release_reason,
-            [pack_span(s) for s in t.spans], t.logs, t.digest)
+            [pack_span(s) for s in t.spans], t.logs, t.digest, t.late_if_stored)
 
 
 def unpack_trace(p: PackedTrace) -> Trace:
-    tid, status, source, revision, reason, spans, logs, digest = p
+    tid, status, source, revision, reason, spans, logs, digest, late = p
     return Trace(tid, [unpack_span(s) for s in spans], status,  # type: ignore[arg-type]
                  source=source, revision=revision, release_reason=reason, logs=logs,
-                 digest=digest)
+                 digest=digest, late_if_stored=late)
 
 
 def lean(ev: Evaluation) -> Evaluation:
@@ -138,6 +140,7 @@ def lean(ev: Evaluation) -> Evaluation:
         s.tool_calls = []
     ev.bounded = None  # the stored object as cut (up to trajectory.max_result_bytes)
     ev.encoded = None  # its text as stored
+    ev.span_ids = None  # stored with it; only the store reads it
     return ev
 
 

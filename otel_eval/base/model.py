@@ -263,6 +263,9 @@ class Trace:
     # trace id, these spans came after that run was released, to a process that no longer
     # holds it (a restart, or a trace id assembly no longer remembers). They are ``late``,
     # as assembly refuses them while it remembers the id: a fragment never replaces a run.
+    # ``evaluate.stage`` decides by the stored run's span ids (a trace holding them all is
+    # more of the run, in process and in a worker alike); this mark decides only for a row
+    # stored before they were kept.
     late_if_stored: bool = False
     finished: Finished = field(default_factory=Finished)
     # Spans taken only to be passed on (pass-through: past ``max_spans_per_trace``, or

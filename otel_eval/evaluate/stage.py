@@ -13,9 +13,12 @@ record redelivered after a Kafka rebalance (to a worker sharing the store) or a 
 replayed after a crash between commit and delete from being evaluated twice. A trace that is
 no agent run (``Evaluator.evaluate`` returns None: only setup operations) is not stored
 either; its outcome says ``not_a_run``, counted and treated as done the same way. A trace
-opened by spans that came after its run was stored, by a process that no longer remembers
-that run (``Trace.late_if_stored``: a restart in between), is not evaluated either (``late``):
-the stored run stands, as assembly's own ``late`` refusal keeps it while it remembers. A trace
+that lacks spans the stored run was made from (``stored_span_ids``) is not evaluated either
+(``late``): spans that came after the run was stored, to a process that no longer remembers
+it (a restart in between, a new Kafka partition owner), are a fragment of it; the stored run
+stands, as assembly's own ``late`` refusal keeps it while it remembers. One that holds them
+all and more (a re-open, a replay or redelivery with more than was stored) supersedes it.
+The rule needs only the store, so it is the same in process and in a worker process. A trace
 a worker process had stored before it died is evaluated again, and counted once.
 A known outcome recorded (``POST /v1/feedback``) while a batch was evaluated and stored is in
 the verdicts stored: the outcomes are read again after the commit, and a trace whose outcome
@@ -157,25 +160,36 @@ def _store_fresh(evaluator: Evaluator, store: EvaluationStore, traces: Sequence[
     """Skip what the store already holds (``_skipped``), evaluate and store the rest."""
     stored = store.content_digests({t.trace_id for t in traces})  # one query per batch
     own = _own_commits(store, traces, retried_since_ns or {})
-    skipped = [_skipped(t, stored, own) for t in traces]
+    other = {t.trace_id for t in traces if t.trace_id in stored and t.trace_id not in own
+             and stored[t.trace_id] != t.digest}  # stored with other content: rare
+    whole = store.stored_span_ids(other) if other else {}
+    skipped = [_skipped(t, stored, own, whole) for t in traces]
     fresh = [t for t, why in zip(traces, skipped, strict=True) if why is None]
     outcomes = iter(_evaluate_and_store(evaluator, store, fresh, own) if fresh else [])
     return [next(outcomes) if why is None else Outcome(None, False, skipped=why)
             for why in skipped]
 
 
-def _skipped(trace: Trace, stored: Mapping[str, str], own: set[str]) -> str | None:
-    """Why ``trace`` is not evaluated, given the stored digests; None: it is. A trace a dead
-    worker had committed is evaluated again (``own``): that worker's outcome never reached
-    the engine, so nothing counted, exported or judged it. Else the same content is
-    ``already_evaluated``, and a run opened by spans that came after the stored one was
-    released is ``late`` (``Trace.late_if_stored``)."""
+def _skipped(trace: Trace, stored: Mapping[str, str], own: set[str],
+             whole: Mapping[str, frozenset[str]]) -> str | None:
+    """Why ``trace`` is not evaluated, given the stored digests and span ids (``whole``);
+    None: it is. A trace a dead worker had committed is evaluated again (``own``): that
+    worker's outcome never reached the engine, so nothing counted, exported or judged it.
+    Else the same content is ``already_evaluated``; other content that holds every span the
+    stored run was made from is more of the run (a re-open, a replay or a Kafka redelivery
+    with more than was stored) and supersedes it; content that lacks some is a fragment
+    (spans that came after the run was stored, to a process that no longer holds it: a
+    restart, a new partition owner) and is ``late``, the stored run stands. A row stored
+    before span ids were kept falls back on ``Trace.late_if_stored``."""
     held = stored.get(trace.trace_id)
     if held is None or trace.trace_id in own:
         return None
     if trace.digest and held == trace.digest:
         return ALREADY_EVALUATED
-    return LATE if trace.late_if_stored else None
+    ids = whole.get(trace.trace_id)
+    if ids is None:
+        return LATE if trace.late_if_stored else None
+    return None if ids <= {s.span_id for s in trace.spans} else LATE
 
 
 def _own_commits(store: EvaluationStore, traces: Sequence[Trace],
@@ -229,8 +243,14 @@ def _evaluate(evaluator: Evaluator, trace: Trace, outcome: str | None,
                     exc_info=log.isEnabledFor(logging.DEBUG))  # not a thousand frames
         ev, failure = evaluator.failed(trace, e), type(e).__name__
     if ev is not None:
-        ev.content_digest = trace.digest or None
+        _made_from(ev, trace)
     return ev, failure
+
+
+def _made_from(ev: Evaluation, trace: Trace) -> None:
+    """What ``ev`` was made from, stored in its own columns (``_skipped`` reads them)."""
+    ev.content_digest = trace.digest or None
+    ev.span_ids = " ".join(sorted(s.span_id for s in trace.spans))
 
 
 def _outcomes_recorded_meanwhile(evaluator: Evaluator, store: EvaluationStore,
@@ -279,7 +299,7 @@ def store_failed(evaluator: Evaluator, store: EvaluationStore, traces: Sequence[
     its worker is accounted for, not replayed forever and not dropped."""
     evs = [evaluator.failed(t, error) for t in traces]
     for ev, t in zip(evs, traces, strict=True):
-        ev.content_digest = t.digest or None
+        _made_from(ev, t)
     superseded = store.put_many(evs)
     return [Outcome(ev, sup, type(error).__name__)
             for ev, sup in zip(evs, superseded, strict=True)]

@@ -67,10 +67,10 @@ from otel_eval.store.sessions import SessionCursor, SessionQuery, StoredTurns, s
 POSTGRESQL_SCHEMES = ("postgresql", "postgres")
 
 Row = tuple[str, int, int, str | None, str | None, str | None, str, bool | None, str, str | None,
-            str | None, int]
+            str | None, int, str | None]
 # The columns of a Row, in order (inserts name them: the table's order depends on migrations)
 ROW_COLUMNS = ("trace_id, revision, evaluated_at_ns, service, agent, task_id, status, passed, "
-               "body, content_digest, session_id, started_at_ns")
+               "body, content_digest, session_id, started_at_ns, span_ids")
 # Retention's delete of the outcomes whose evaluation is gone (with the evaluations it deleted,
 # or before it deleted them: rows of a version that left them). One pass of the feedback
 # table, a primary-key lookup a row: it holds no more rows than the evaluations do.
@@ -241,6 +241,13 @@ class EvaluationStore(Protocol):
         (``Trace.late_if_stored``)."""
         ...
 
+    def stored_span_ids(self, trace_ids: Collection[str]) -> dict[str, frozenset[str]]:
+        """The span ids the stored evaluation of each of ``trace_ids`` was made from (rows
+        stored before they were kept, schema version 16, are left out), in one query: a
+        released trace that does not hold them all is a fragment of the stored run (spans
+        that came after it was stored), never stored over it (``evaluate.stage``)."""
+        ...
+
     def delete_older_than(self, cutoff_ns: int, batch: int = RETENTION_BATCH,
                           stop: Callable[[], bool] = lambda: False) -> int:
         """Delete the evaluations stored before ``cutoff_ns``, oldest first, ``batch`` of them
@@ -403,7 +410,7 @@ def evaluation_row(ev: Evaluation) -> Row:
             _valid(t.task_id), t.status, None if v is None else bool(v.passed),
             ev.to_json_text(), ev.content_digest,
             None if session is None else session_key(service, session),
-            t.start_ns if 0 <= t.start_ns < 2**63 else 0)
+            t.start_ns if 0 <= t.start_ns < 2**63 else 0, ev.span_ids)
 
 
 def _valid(text: str | None) -> str | None:

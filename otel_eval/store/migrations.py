@@ -38,6 +38,9 @@ Both stores keep the same tables, with each engine's types:
        the next run names it, after a restart too (0 in rows before it)
    15  text stored with NUL before ``base.stored_args`` holds U+FFFD, as written and looked
        up since (SQLite: ``store.nul_text``; PostgreSQL text never held NUL)
+   16  evaluations.span_ids (the span ids the evaluation was made from: a trace of that id
+       that does not hold them all is a fragment, never stored over the run; NULL in rows
+       stored before it)
 
 ``schema_version`` records each applied migration (version, description, when). Opening a
 store applies what is missing, in order, in one transaction: a crash part-way leaves the
@@ -122,6 +125,12 @@ def _sqlite_started(execute: Callable[..., Any]) -> None:
         execute(_STARTED.format("INTEGER"))
 
 
+def _sqlite_span_ids(execute: Callable[..., Any]) -> None:
+    """Migration 16 on SQLite (no ``ADD COLUMN IF NOT EXISTS``): the column once."""
+    if "span_ids" not in {row[1] for row in execute("PRAGMA table_info(evaluations)")}:
+        execute("ALTER TABLE evaluations ADD COLUMN span_ids TEXT")
+
+
 def _backfill_started(start: str) -> str:
     """The start of each stored turn, from its body (``start``: the dialect's integer at
     ``start_time_unix_nano``, NULL when none); the rows without a session are not read by it."""
@@ -185,6 +194,7 @@ SQLITE: tuple[Migration, ...] = (
     )),
     (14, "issues still to name", (_sqlite_catalogue_unnamed,)),
     (15, "text with NUL as U+FFFD", (nul_text.rewrite_sqlite,)),
+    (16, "evaluation span ids", (_sqlite_span_ids,)),
 )
 
 # The body is TEXT holding the JSON as written (not jsonb): key order kept, and span content's
@@ -274,6 +284,9 @@ POSTGRESQL: tuple[Migration, ...] = (
     (14, "issues still to name", (_CATALOGUE_UNNAMED.replace("ADD COLUMN",
                                                              "ADD COLUMN IF NOT EXISTS"),)),
     (15, "text with NUL as U+FFFD", ()),  # PostgreSQL text never held NUL
+    (16, "evaluation span ids", (
+        "ALTER TABLE evaluations ADD COLUMN IF NOT EXISTS span_ids TEXT",
+    )),
 )
 
 LATEST = SQLITE[-1][0]

@@ -91,12 +91,13 @@ T = TypeVar("T")
 _SESSIONS = session_sql("%s", "chr", "STRPOS")
 
 _UPSERT = f"""INSERT INTO evaluations AS e ({ROW_COLUMNS})
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (trace_id) DO UPDATE SET revision = excluded.revision,
     evaluated_at_ns = excluded.evaluated_at_ns, service = excluded.service,
     agent = excluded.agent, task_id = excluded.task_id, status = excluded.status,
     passed = excluded.passed, body = excluded.body, content_digest = excluded.content_digest,
-    session_id = excluded.session_id, started_at_ns = excluded.started_at_ns
+    session_id = excluded.session_id, started_at_ns = excluded.started_at_ns,
+    span_ids = excluded.span_ids
 RETURNING NOT (xmax = 0),
     (SELECT o.session_id FROM evaluations o WHERE o.trace_id = e.trace_id)"""
 # the subquery sees the statement's snapshot: the replaced row's session id (a trace twice in
@@ -274,6 +275,15 @@ class PostgresStore(KeptSessions):
             "SELECT trace_id, COALESCE(content_digest, '') FROM evaluations "
             "WHERE trace_id = ANY(%s)", (ids,)).fetchall())
         return {str(r[0]): str(r[1]) for r in rows}
+
+    def stored_span_ids(self, trace_ids: Collection[str]) -> dict[str, frozenset[str]]:
+        ids = [_text(t) for t in trace_ids]
+        if not ids:
+            return {}
+        rows = self._retrying(lambda conn: conn.execute(
+            "SELECT trace_id, span_ids FROM evaluations "
+            "WHERE span_ids IS NOT NULL AND trace_id = ANY(%s)", (ids,)).fetchall())
+        return {str(r[0]): frozenset(str(r[1]).split()) for r in rows}
 
     def put_judge(self, trace_id: str, revision: int, judge: dict[str, Any],
                   evaluated_at_ns: int | None = None) -> bool:

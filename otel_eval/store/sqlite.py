@@ -225,7 +225,7 @@ class SqliteStore(KeptSessions):
                 before.append(stored.get(row[0], False))
                 stored[row[0]] = row[10]
             cur.executemany(f"INSERT OR REPLACE INTO evaluations ({ROW_COLUMNS}) "
-                            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+                            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
             writes = session_writes(rows, before)
             cur.executemany(self._session_sql["upsert"], writes.upserts)
             cur.executemany(self._session_sql["gone"], writes.left)
@@ -390,6 +390,11 @@ class SqliteStore(KeptSessions):
     def content_digests(self, trace_ids: Collection[str]) -> dict[str, str]:
         return self._by_trace_ids("SELECT trace_id, COALESCE(content_digest, '') FROM "
                                   "evaluations WHERE", trace_ids)
+
+    def stored_span_ids(self, trace_ids: Collection[str]) -> dict[str, frozenset[str]]:
+        held = self._by_trace_ids("SELECT trace_id, span_ids FROM evaluations WHERE span_ids "
+                                  "IS NOT NULL AND", trace_ids)
+        return {tid: frozenset(ids.split()) for tid, ids in held.items()}
 
     def _by_trace_ids(self, select_where: str, trace_ids: Collection[str]) -> dict[str, str]:
         """``select_where`` (trace_id, value) rows ``AND trace_id IN`` the ids, 500 ids a

@@ -336,8 +336,10 @@ def test_a_trace_stored_from_the_same_content_is_not_evaluated_again(tmp_path: P
         assert store.stamp("c" * 32) == stamp
         late = Span("c" * 32, f"{99:016x}", f"{1:016x}", "chat", 4, 5,
                     resource={"service.name": "agents"})
-        for changed in (released([*spans, late], (record,)), released(spans),
-                        released(spans, (record, dataclasses.replace(record, time_unix_nano=6)))):
+        # each holds every span stored before it (a fragment without them is late: below)
+        for changed in (released(spans),
+                        released(spans, (record, dataclasses.replace(record, time_unix_nano=6))),
+                        released([*spans, late], (record,))):
             [out] = evaluate_and_store(evaluator, store, [changed])
             assert out.evaluation is not None and out.superseded, changed
     finally:
@@ -539,6 +541,75 @@ def test_a_worker_that_hangs_is_killed_and_its_trace_given_up_on(tmp_path: Path)
         assert hung >= 2 and h.sample("otel_eval_workers_restarts_total", worker="0") == hung
         assert h.sample("otel_eval_workers_hung_total", worker="1") == 0
         assert _pool(h).healthy
+
+
+@pytest.mark.parametrize("stopped_again", [False, True])
+def test_a_span_after_a_restart_for_a_stored_run_is_late_in_a_worker_too(
+        tmp_path: Path, stopped_again: bool) -> None:
+    """A straggler of a run stored before a restart is a fragment: it lacks spans of the
+    stored run, so the stored run stands (``late``), as in process
+    (tests/lifecycle/test_clean_stop.py); also when a second stop left it open in the spool
+    and the next start replays it. Before, through worker processes the fragment was
+    evaluated as a one-span run and replaced the whole stored run."""
+    tid = _ids(per_worker=1)[0][0]
+    with running_service(tmp_path) as h:  # the run, stored before the restart
+        assert _send(h, _trace(tid)) is None
+        assert h.release() == 1
+    straggler = Span(tid, f"{9:016x}", f"{1:016x}", "chat", 4, 5,
+                     resource={"service.name": "agents"})
+    if stopped_again:  # taken, spooled, left open by the stop (its parent is not here)
+        with running_service(tmp_path, **WORKERS) as h:
+            assert _send(h, [straggler]) is None
+            h.release()
+            assert h.svc.engine.open_traces() == 1
+    with running_service(tmp_path, **WORKERS) as h:
+        if stopped_again:
+            assert h.svc.engine.open_traces() == 1  # replayed from the spool
+        else:
+            assert _send(h, [straggler]) is None
+        h.release(after_s=h.svc.config.assembly.idle_timeout_s + 1)
+        poll(lambda: h.svc.engine.pending_spans() == 0, "the straggler to be finished")
+        row = _stored(h)[tid]
+        assert (row["revision"], row["counts"]["spans"]) == (0, SPANS)
+        assert h.sample("otel_eval_evaluation_skipped_total", reason="late") == 1
+        assert h.sample("otel_eval_traces_superseded_total", service="agents", agent="a") == 0
+        assert h.svc.spool is not None
+        poll(lambda: h.svc.spool.held() == (0, 0), "the straggler's spool row to go")
+
+
+@pytest.mark.parametrize("marked", [False, True])
+def test_a_fragment_of_a_stored_run_is_late_and_more_of_it_supersedes(
+        tmp_path: Path, marked: bool) -> None:
+    """One rule, whatever ``late_if_stored`` says (assembly marks every trace it opened anew,
+    a Kafka partition's new owner's replay too; the mark did not reach worker processes): a
+    trace that lacks spans the stored run was made from is a fragment of it (``late``, the
+    run stands); one that holds them all and more supersedes it (the guide: a redelivery
+    with more than was stored is evaluated again). Before, in process a new owner's replay
+    with more was skipped as late, and in a worker a straggler replaced the run."""
+    evaluator = Evaluator(Config())
+    store = Store(str(tmp_path / "s.db"))
+
+    def released(spans: list[Span]) -> Trace:
+        t = Trace("c" * 32, spans, "complete", late_if_stored=marked)
+        t.digest = content_digest(t)
+        return t
+
+    spans = _trace("c" * 32)
+    more = [Span("c" * 32, f"{k:016x}", f"{1:016x}", "chat", 4, 5,
+                 resource={"service.name": "agents"}) for k in (98, 99)]
+    try:
+        evaluate_and_store(evaluator, store, [released(spans)])
+        [fragment] = evaluate_and_store(evaluator, store, [released(more)])
+        assert (fragment.evaluation, fragment.skipped) == (None, "late")
+        [whole] = evaluate_and_store(evaluator, store, [released([*spans, more[0]])])
+        assert whole.evaluation is not None and whole.superseded
+        # what the stored revision held and more: still a fragment without span 98
+        [again] = evaluate_and_store(evaluator, store, [released([*spans, more[1]])])
+        assert again.skipped == "late"
+        stored = store.get("c" * 32)
+        assert stored is not None and stored["counts"]["spans"] == SPANS + 1
+    finally:
+        store.close()
 
 
 class _Pipelined:
