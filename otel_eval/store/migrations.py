@@ -41,6 +41,9 @@ Both stores keep the same tables, with each engine's types:
    16  evaluations.span_ids (the span ids the evaluation was made from: a trace of that id
        that does not hold them all is a fragment, never stored over the run; NULL in rows
        stored before it)
+   17  each turn's start read again from its body as 13 now reads it, the same on both
+       stores: 13 stored a REAL on SQLite for a start past 64 bits, and on PostgreSQL the
+       first step's start for a run whose start was null, negative or past BIGINT (0 now)
 
 ``schema_version`` records each applied migration (version, description, when). Opening a
 store applies what is missing, in order, in one transaction: a crash part-way leaves the
@@ -131,11 +134,32 @@ def _sqlite_span_ids(execute: Callable[..., Any]) -> None:
         execute("ALTER TABLE evaluations ADD COLUMN span_ids TEXT")
 
 
-def _backfill_started(start: str) -> str:
+def _backfill_started(start: str, differs: str = "") -> str:
     """The start of each stored turn, from its body (``start``: the dialect's integer at
-    ``start_time_unix_nano``, NULL when none); the rows without a session are not read by it."""
-    return (f"UPDATE evaluations SET started_at_ns = COALESCE({start}, 0) "
-            "WHERE session_id IS NOT NULL")
+    ``start_time_unix_nano``, NULL when none); the rows without a session are not read by it.
+    ``differs``: the dialect's ``IS NOT`` to write only the rows holding another value."""
+    value = f"COALESCE({start}, 0)"
+    return (f"UPDATE evaluations SET started_at_ns = {value} WHERE session_id IS NOT NULL"
+            + (f" AND started_at_ns {differs} {value}" if differs else ""))
+
+
+# The run's start as put_many stores it (an integer in [0, 2**63), NULL otherwise: null,
+# absent, negative, past BIGINT, not an integer), the same on both stores. SQLite: an integer
+# past 64 bits is json_type 'integer' but extracted as a REAL, which migration 13 stored.
+_SQLITE_START = ("CASE WHEN json_type(body, '$.start_time_unix_nano') = 'integer' "
+                 "AND typeof(json_extract(body, '$.start_time_unix_nano')) = 'integer' "
+                 "AND json_extract(body, '$.start_time_unix_nano') >= 0 "
+                 "THEN json_extract(body, '$.start_time_unix_nano') END")
+# PostgreSQL reads the body's text (a body holding a NUL escape, span content stored as text,
+# is refused by json and jsonb alike): the key at the body's top level, reached over its
+# scalar members (a string skipped whole: a quote inside one is escaped), before its first
+# object or array (the run's start comes before its counts and steps). Migration 13 took the
+# first key of that name holding digits, the first step's start when the run's was null or
+# past BIGINT. Within BIGINT, the CASEs in order (no other text cast).
+_PG_START = (r"""(SELECT CASE WHEN s ~ '^[0-9]{1,19}$' THEN CASE WHEN s::numeric < """
+             r"""9223372036854775808 THEN s::bigint END END FROM (SELECT substring(body from """
+             r"""'^\{(?:"(?:[^"\\]|\\.)*"|[^"{}\[\]])*"start_time_unix_nano": ([^,}]*)') """
+             r"""AS s) b)""")
 
 SQLITE: tuple[Migration, ...] = (
     (1, "evaluations and feedback", (
@@ -187,14 +211,13 @@ SQLITE: tuple[Migration, ...] = (
     (12, "issues by service", (_sqlite_catalogue_service,)),
     (13, "session turns by start", (
         _sqlite_started,
-        _backfill_started("CASE WHEN json_type(body, '$.start_time_unix_nano') = 'integer' "
-                          "AND json_extract(body, '$.start_time_unix_nano') >= 0 "
-                          "THEN json_extract(body, '$.start_time_unix_nano') END"),
+        _backfill_started(_SQLITE_START),
         _TURNS_BY_START,
     )),
     (14, "issues still to name", (_sqlite_catalogue_unnamed,)),
     (15, "text with NUL as U+FFFD", (nul_text.rewrite_sqlite,)),
     (16, "evaluation span ids", (_sqlite_span_ids,)),
+    (17, "run starts read again", (_backfill_started(_SQLITE_START, "IS NOT"),)),
 )
 
 # The body is TEXT holding the JSON as written (not jsonb): key order kept, and span content's
@@ -272,13 +295,7 @@ POSTGRESQL: tuple[Migration, ...] = (
                                                           "ADD COLUMN IF NOT EXISTS"),)),
     (13, "session turns by start", (
         _STARTED.format("BIGINT").replace("ADD COLUMN", "ADD COLUMN IF NOT EXISTS"),
-        # read from the body's text: a body holding a NUL escape (span content, stored as
-        # text) is refused by json and jsonb alike. The first key of that name is the run's
-        # (its steps' come after; inside a string a quote is escaped); within BIGINT, the
-        # CASEs in order (no other text cast)
-        _backfill_started("(SELECT CASE WHEN s IS NOT NULL THEN CASE WHEN s::numeric < "
-                          "9223372036854775808 THEN s::bigint END END FROM (SELECT substring("
-                          "body from '\"start_time_unix_nano\": ([0-9]{1,19})[,}]') AS s) b)"),
+        _backfill_started(_PG_START),
         _TURNS_BY_START,
     )),
     (14, "issues still to name", (_CATALOGUE_UNNAMED.replace("ADD COLUMN",
@@ -287,6 +304,7 @@ POSTGRESQL: tuple[Migration, ...] = (
     (16, "evaluation span ids", (
         "ALTER TABLE evaluations ADD COLUMN IF NOT EXISTS span_ids TEXT",
     )),
+    (17, "run starts read again", (_backfill_started(_PG_START, "IS DISTINCT FROM"),)),
 )
 
 LATEST = SQLITE[-1][0]

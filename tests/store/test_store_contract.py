@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 from otel_eval.app.config import Config
 from otel_eval.base import model
 from otel_eval.base.results import Evaluation, Finding, Verdict
-from otel_eval.base.steps import Trajectory
+from otel_eval.base.steps import Step, Trajectory
 from otel_eval.evaluate.calibration import scores_of
 from otel_eval.evaluate.evaluator import Evaluator
 from otel_eval.evaluate.feedback import Feedback
@@ -691,6 +691,45 @@ def test_turns_stored_before_migration_13_are_read_by_their_start(
     assert (total, last_ns) == (4, T0 + 101)
     assert sorted(_sql(target, "SELECT started_at_ns FROM evaluations")) == [
         (0,), (0,), (T0 - 99,), (T0 - 98,), (T0 - 97,)]
+
+
+def test_migration_13_reads_only_the_runs_own_start_on_both_stores(
+        target: str, stores: Open) -> None:
+    """A body whose run start is null, true, a number no integer column holds, or absent (bodies
+    an earlier version wrote), gives its turn the start 0 (unknown) on both stores, never a
+    step's start nor one of a key inside a value; a service with braces and the key's text
+    does not hide the run's start."""
+    store = stores()
+    turns = [_turn(i, "conv", T0 + i) for i in (1, 2, 3, 4, 5, 6)]
+    for i, ev in enumerate(turns, 1):
+        ev.trajectory.start_ns = T0 - 100 + i
+        ev.trajectory.steps = [Step(0, f"s{i}", None, "llm", "chat", node="node",
+                                    start_ns=T0 - 50 + i, end_ns=T0)]
+    turns[4].trajectory.service = '{["start_time_unix_nano": 7, '
+    store.put_many(turns)
+    for i, value in ((1, "null"), (2, "-5"), (3, "18446744073709551615"), (6, "true")):
+        _sql(target, "UPDATE evaluations SET body = REPLACE(body, "
+             f"'\"start_time_unix_nano\": {T0 - 100 + i},', "
+             f"'\"start_time_unix_nano\": {value},') WHERE trace_id = '{i:032x}'")
+    _sql(target, "UPDATE evaluations SET body = REPLACE(body, "
+         f"'\"start_time_unix_nano\": {T0 - 96}, ', '') WHERE trace_id = '{4:032x}'")
+    # as a store of version 12 was: no start column, nor its index
+    _sql(target, "DROP INDEX evaluations_by_session_start")
+    _sql(target, "ALTER TABLE evaluations DROP COLUMN started_at_ns")
+    _sql(target, "DELETE FROM schema_version WHERE version >= 13")
+    stores()
+    expected = [(f"{1:032x}", 0), (f"{2:032x}", 0), (f"{3:032x}", 0), (f"{4:032x}", 0),
+                (f"{5:032x}", T0 - 95), (f"{6:032x}", 0)]
+    assert sorted(_sql(target, "SELECT trace_id, started_at_ns FROM evaluations")) == expected
+    # a store migration 13 gave a step's start (PostgreSQL) or a REAL (SQLite): 17 reads again
+    _sql(target, f"UPDATE evaluations SET started_at_ns = {T0 - 49} WHERE trace_id = "
+         f"'{1:032x}'")
+    if not target.startswith("postgresql://"):
+        _sql(target, "UPDATE evaluations SET started_at_ns = 1.8446744073709552e19 WHERE "
+             f"trace_id = '{3:032x}'")
+    _sql(target, "DELETE FROM schema_version WHERE version >= 17")
+    stores()
+    assert sorted(_sql(target, "SELECT trace_id, started_at_ns FROM evaluations")) == expected
 
 
 def test_sessions_are_keyed_by_service_from_migration_9(target: str, stores: Open) -> None:
