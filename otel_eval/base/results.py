@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from otel_eval.base.jsontext import ascii_json, finite, json_text
-from otel_eval.base.model import Trace
+from otel_eval.base.model import Span, Trace, run_span
 from otel_eval.base.steps import Step, Trajectory
 
 Severity = Literal["info", "warning", "error"]
@@ -228,6 +228,29 @@ def stored_evaluation(trace: Trace, record: Mapping[str, Any],
         findings, verdict, dict(judge) if isinstance(judge, Mapping) else None,
         evaluated_at_ns=evaluated_at_ns,
         prediction=dict(prediction) if isinstance(prediction, Mapping) else None)
+
+
+def stored_run_span_id(record: Mapping[str, Any]) -> str:
+    """The span a stored v1 object's run results go on: ``model.run_span`` of its steps'
+    spans (the root, else the earliest span; rebuilt steps are no spans), "" with no step.
+    The trajectory's ``run_span_id`` read over every span, which the object does not keep;
+    read back from its steps by what is sent again from a stored row (a completed session's
+    last turn, a judgement an older version's journal named no span for)."""
+    steps = record.get("steps")
+    spans = [Span("", str(s["span_id"]), _id(s.get("parent_span_id")), "",
+                  _ns(s.get("start_time_unix_nano")), _ns(s.get("end_time_unix_nano")))
+             for s in steps if isinstance(s, Mapping) and s.get("span_id")
+             and not s.get("rebuilt")] if isinstance(steps, list) else []
+    found = run_span(spans)
+    return found.span_id if found is not None else ""
+
+
+def _id(value: Any) -> str | None:
+    return str(value) if value else None
+
+
+def _ns(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _replied(steps: Any) -> list[Step]:

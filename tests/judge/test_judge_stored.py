@@ -309,6 +309,40 @@ def test_judge_events_a_stop_could_not_deliver_go_out_after_the_restart(
             or 0.0) == 0.0
 
 
+def test_judge_events_an_older_versions_entry_left_go_on_the_runs_span(
+        llm: FakeLLM, tmp_path: Path) -> None:
+    """An entry an older version's journal left (no run span column: read as "") for a
+    judgement it stored and could not deliver: the next start sends the events on the run's
+    span, read from the stored steps as the session job reads a turn's; before, on span id ""
+    (attached to no span of the run)."""
+    llm.route = _scripted("fine")
+    store = SqliteStore(str(tmp_path / "s.db")).open()
+    ev = evaluation(trace_id="c5" * 16)
+    ev.trajectory.run_span_id = "a" * 16  # the root step's span
+    store.put_many([ev])
+    try:
+        with Capture() as down:
+            _judged_while_away(llm, store, down, ev)
+            assert _grades(down) == []
+            with sqlite3.connect(store.location) as db:  # as the older version wrote it
+                db.execute("CREATE TABLE old (trace_id TEXT NOT NULL, revision INTEGER NOT "
+                           "NULL, queued_at REAL NOT NULL, PRIMARY KEY (trace_id, revision))")
+                db.execute("INSERT INTO old SELECT trace_id, revision, queued_at FROM "
+                           "judge_pending")
+                db.execute("DROP TABLE judge_pending")
+                db.execute("ALTER TABLE old RENAME TO judge_pending")
+            db.close()
+            down.fail_next = []
+            with _serving(llm, store, down):
+                grades = poll(lambda: _grades(down), "the judgement's events downstream",
+                              interval_s=0.02)
+    finally:
+        store.close()
+    scores = {g["gen_ai.evaluation.name"]: span for span, g in grades}
+    assert scores["trace"] == "a" * 16 and "" not in {span for span, _ in grades}
+    assert len(llm.requests) == 1  # sent from the store, not judged again
+
+
 def test_judge_events_the_stop_delivers_leave_the_journal(llm: FakeLLM, tmp_path: Path) -> None:
     """The events sink flushes after the judge stage stopped (and closed its journal): what
     that flush delivers still leaves the journal, so the next start sends nothing again."""

@@ -11,7 +11,9 @@ What a start finds there was queued by a process that died before storing it, or
 events left: the stage stores the first as skipped ``restart`` (counted in
 ``otel_eval_judge_skipped_total{reason="restart"}``) instead of leaving the row unmarked, and
 sends the stored judgement's events again for the second (at least once). The entry keeps the
-span the run's events are attached to (``run_span_id``), which the stored row does not, and
+span the run's events are attached to (``run_span_id``), which the stored row does not ("" in
+an entry an older version wrote: the stage reads it from the stored steps, as
+``results.stored_run_span_id``), and
 the evaluation time of the evaluation it was queued for (``evaluated_at_ns``): a row of the
 same revision evaluated at another time is a later evaluation (a run re-opened by late spans,
 replayed whole at revision 0 again by the next start, or by another worker of the fleet),

@@ -54,7 +54,7 @@ from otel_eval.base.aio import LoopThread
 from otel_eval.base.component import Held, settle
 from otel_eval.base.judgement import JUDGED_AT
 from otel_eval.base.model import Trace
-from otel_eval.base.results import Evaluation, stored_evaluation
+from otel_eval.base.results import Evaluation, stored_evaluation, stored_run_span_id
 from otel_eval.evaluate.config import TrajectoryConfig
 from otel_eval.evaluate.judge.client import (
     CALL_STATUSES,
@@ -155,7 +155,9 @@ class JudgeStage:
                 elif self.events is not None:
                     trace = Trace(trace_id, [], row.get("status") or "complete",
                                   revision=revision)
-                    self._send(stored_evaluation(trace, row), run_span_id)
+                    # an older version's entry kept no span: the run's, from its steps
+                    self._send(stored_evaluation(trace, row),
+                               run_span_id or stored_run_span_id(row))
                 else:
                     self._journal.remove(trace_id, revision)
         except Exception as e:  # the store's failure: said; the entries left wait for a start

@@ -50,7 +50,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from otel_eval.base.component import Held, settle
-from otel_eval.base.model import Span, run_span
+from otel_eval.base.results import stored_run_span_id
 from otel_eval.evaluate.predict import Predictor
 from otel_eval.evaluate.sessions.config import SessionsConfig
 from otel_eval.evaluate.sessions.evaluate import evaluate_session, in_turn_order
@@ -74,21 +74,8 @@ class SessionEvents(Protocol):
 def last_root_span(turn: dict[str, Any]) -> str:
     """The root span of a stored turn: ``model.run_span`` of its steps' spans (the root, else
     the earliest span), never an orphan whose clock says it began before the root; "" with
-    no step."""
-    spans = [Span("", str(s["span_id"]), _text(s.get("parent_span_id")), "",
-                  _ns(s.get("start_time_unix_nano")), _ns(s.get("end_time_unix_nano")))
-             for s in turn.get("steps") or ()
-             if isinstance(s, dict) and s.get("span_id") and not s.get("rebuilt")]
-    found = run_span(spans)
-    return found.span_id if found is not None else ""
-
-
-def _text(value: Any) -> str | None:
-    return str(value) if value else None
-
-
-def _ns(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    no step (``results.stored_run_span_id``)."""
+    return stored_run_span_id(turn)
 
 
 @runtime_checkable
