@@ -535,6 +535,62 @@ def test_per_node_issues_of_two_services_same_named_agents_are_two_issues() -> N
         (i.issue_id, i.nodes[0][4]) for i in first.issues}
 
 
+def _pre_service_catalogue(path: Path) -> tuple[list[dict[str, Any]], set[str]]:
+    """A catalogue file as an otel-eval before migration 12 left it: per-node issues, one
+    "planner" issue spanning services "search" and "billing" (no service column); the
+    window of both services' runs, and the old ids."""
+    evs = []
+    for i in range(8):
+        ev = evaluation(f"{i:032x}", [("planner", LOOP[i % 3].format(n=i))], agent="planner")
+        evs.append({**ev, "service": "search" if i % 2 else "billing"})
+    old = _tracker(str(path), IssuesConfig(age_out_s=1000.0, per_node=True))
+    ids = {i.issue_id for i in old.run([{k: v for k, v in e.items() if k != "service"}
+                                        for e in evs], now=1.0).issues}
+    old.close()
+    db = sqlite3.connect(path)
+    db.execute("ALTER TABLE issues_catalogue DROP COLUMN service")
+    db.execute("ALTER TABLE issues_catalogue DROP COLUMN unnamed")
+    db.commit()
+    db.close()
+    return evs, ids
+
+
+def test_issues_catalogued_before_services_get_new_ids_once_per_node(tmp_path: Path) -> None:
+    """docs/store.md, migration 12: with issues.per_node an issue catalogued before it (its
+    node's services together) gets new ids once, one per service: the first run reports the
+    old id resolved and each service's issue new, on no single service's behalf; the next
+    runs keep the new ids. Without per_node (the default: every node together) an issue is
+    not a service's, and keeps its id."""
+    evs, old_ids = _pre_service_catalogue(tmp_path / "c.db")
+    assert len(old_ids) == 1
+    tracker = _tracker(str(tmp_path / "c.db"), IssuesConfig(age_out_s=1000.0, per_node=True))
+    first = tracker.run(evs, now=2.0)
+    assert sorted(i.nodes[0][4] for i in first.issues) == ["billing", "search"]
+    assert all(i.new and i.issue_id not in old_ids for i in first.issues)
+    assert {r.issue_id for r in first.resolved} == old_ids
+    second = tracker.run(evs, now=3.0)
+    assert {i.issue_id for i in second.issues} == {i.issue_id for i in first.issues}
+    assert second.resolved == ()
+    tracker.close()
+    evs, old_ids = _pre_service_catalogue(tmp_path / "d.db")
+    tracker = _tracker(str(tmp_path / "d.db"), IssuesConfig(age_out_s=1000.0))
+    (kept,) = tracker.run(evs, now=2.0).issues
+    tracker.close()
+    assert kept.issue_id in old_ids and not kept.new
+    assert sorted(n[4] for n in kept.nodes) == ["billing", "search"]
+
+
+def test_turning_per_node_on_keeps_the_ids_of_one_nodes_issues() -> None:
+    """issues.per_node's documentation: changing it keeps the id of a stored issue a cluster
+    of its new group still matches (it said every issue got a new id)."""
+    db = sqlite3.connect(":memory:")
+    evs = [{**e, "service": "shop"} for e in window(12)]
+    before = _tracker(db, IssuesConfig(age_out_s=1000.0)).run(evs, now=1.0)
+    after = _tracker(db, IssuesConfig(age_out_s=1000.0, per_node=True)).run(evs, now=2.0)
+    assert {i.issue_id for i in after.issues} == {i.issue_id for i in before.issues}
+    assert not any(i.new for i in after.issues)
+
+
 def test_an_agent_node_with_nul_keeps_its_issue_across_runs() -> None:
     """The catalogue holds text as both stores do, NUL as U+FFFD; the critiques read from
     the stored bodies keep the NUL (a JSON escape). Compared as read, the node (and service)

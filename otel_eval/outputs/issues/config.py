@@ -73,8 +73,10 @@ class IssuesConfig:
     # two agent nodes is three issues; a node is an agent name within its service, so two
     # services' "planner" are two groups) or all critiques of the window together (false,
     # default: one issue per problem, its levels and nodes a breakdown; TRAIL GAIA's
-    # categories cross nodes, bench/README.md). Changing it gives issues new ids once, as
-    # did the upgrade that kept services apart (catalogue rows stored before it have none).
+    # categories cross nodes, bench/README.md). Changing it keeps the id of a stored issue a
+    # cluster of its new group still matches (an issue of one level and node: to true, it
+    # stays that node's service's); the upgrade that kept services apart gave per-node
+    # issues new ids once, one per service (catalogue rows stored before it have none).
     per_node: bool = False
     # Agglomerative clustering (average linkage) cuts at this cosine distance (0..2); None
     # takes the embedding's measured default: 0.875 for tfidf, 0.55 for minilm (best adjusted
