@@ -15,9 +15,12 @@ from urllib.parse import parse_qs, quote, urlsplit
 from grafana_files import alert_rules, metric_names
 
 from otel_eval.base.results import Evaluation, Finding, Verdict
-from otel_eval.base.steps import Trajectory
+from otel_eval.base.steps import Step, Trajectory
+from otel_eval.evaluate.sessions.config import SessionsConfig
+from otel_eval.evaluate.sessions.reader import SessionReader
 from otel_eval.store import Store
 from otel_eval.store.query import EvaluationQuery
+from otel_eval.store.sessions import SessionQuery
 from otel_eval.telemetry.metrics import Metrics
 
 LABELS = {"service": "shop", "agent": "planner"}
@@ -45,10 +48,10 @@ def _counted(ev: Evaluation, counter: str) -> bool:
                if s.name == counter)
 
 
-def _link(template: str) -> dict[str, list[str]]:
+def _link(template: str, labels: dict[str, str] = LABELS) -> dict[str, list[str]]:
     url = re.sub(r"\{\{ \$externalLabels\.otel_eval_url \}\}", "", template)
     url = re.sub(r"\{\{ \$labels\.(\w+) \| urlquery \}\}",
-                 lambda m: quote(LABELS[m.group(1)], safe=""), url)
+                 lambda m: quote(labels[m.group(1)], safe=""), url)
     assert "{{" not in url, url
     return parse_qs(urlsplit(url).query, keep_blank_values=True)
 
@@ -70,3 +73,35 @@ def test_an_alert_link_lists_exactly_the_runs_its_metric_counts(tmp_path: Path) 
         assert listed == counted, (rule["alert"], params["detector"])
         checked += 1
     assert checked >= 6
+
+
+def _turn(i: int, session: str, tool_call: bool, passed: bool) -> Evaluation:
+    steps = [Step(0, f"{i:016x}", None, "tool", "search", tool_name="search",
+                  arguments={"q": "flights"})] if tool_call else []
+    traj = Trajectory(f"{i:032x}", "otlp", "complete", steps, service="desk",
+                      agent="concierge", start_ns=10**18 + i, session_id=session)
+    return Evaluation(traj, [], Verdict(passed, [] if passed else ["bad"]),
+                      evaluated_at_ns=10**18 + i)
+
+
+def test_the_session_loop_alert_links_the_conversations_its_metric_counts(
+        tmp_path: Path) -> None:
+    """OtelEvalSessionLoopsRepeated counts session loop findings: its link lists the
+    conversations with one, not every failed conversation (before, ``passed=false``: a
+    conversation failed by one bad turn, with no call repeated, was listed beside them)."""
+    store = Store(str(tmp_path / "s.db"))
+    store.put_many([_turn(1, "looping", True, True), _turn(2, "looping", True, True),
+                    _turn(3, "looping", True, True),  # the same call in 3 turns
+                    _turn(4, "bad_turn", False, True), _turn(5, "bad_turn", False, False),
+                    _turn(6, "fine", False, True)])
+    reader = SessionReader(store, SessionsConfig())
+    looping = {r["session_id"] for r in reader.page(SessionQuery(limit=10))["sessions"]
+               if any(f["detector"] == "loop" for f in r["findings"])}
+    assert looping == {"looping"}
+    rules = {r["alert"]: r for r in alert_rules() if "alert" in r}
+    template = rules["OtelEvalSessionLoopsRepeated"]["annotations"]["otel_eval_url"]
+    params = _link(template, {"service": "desk", "agent": "concierge"})
+    listed = {r["session_id"] for r in reader.page(SessionQuery.from_params(
+        {**params, "limit": ["10"]}))["sessions"]}
+    assert listed == looping
+    store.close()
