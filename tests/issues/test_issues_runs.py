@@ -2,10 +2,12 @@
 real admin server (port 0), over a real clustering result."""
 
 import json
+import re
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +15,12 @@ from issue_fixtures import window
 from prometheus_client import CollectorRegistry
 
 from otel_eval.app.admin import AdminApi, AdminConfig, AdminServer
-from otel_eval.outputs.issues.result import IssuesResult, issue_runs, to_json
+from otel_eval.outputs.issues.result import (
+    IssuesResult,
+    issue_runs,
+    to_json,
+    top_issue_gauge_samples,
+)
 from otel_eval.outputs.issues.tracker import issues_offline
 
 
@@ -74,6 +81,37 @@ def test_the_ui_links_the_runs_count_to_every_run(served: tuple[str, IssuesResul
     ids = sorted(issue.trace_ids)
     assert all(f'href="/ui/runs/{t}"'.encode() in first for t in ids[:30])
     assert _get(url + "/ui/issues/iss_unknown/runs")[0] == 404
+
+
+def _dashboard_link(column: str) -> str:
+    """The URL of the Recurring issues table's link on ``column``, as shipped."""
+    path = Path(__file__).resolve().parents[2] / "grafana" / "dashboards" / "otel-eval.json"
+    (table,) = [p for p in json.loads(path.read_text(encoding="utf-8"))["panels"]
+                if p.get("title") == "Recurring issues"]
+    (override,) = [o for o in table["fieldConfig"]["overrides"]
+                   if o["matcher"]["options"] == column]
+    (links,) = [p["value"] for p in override["properties"] if p["id"] == "links"]
+    return str(links[0]["url"])
+
+
+def test_every_row_of_the_dashboards_issues_table_links_its_runs(
+        served: tuple[str, IssuesResult]) -> None:
+    """Each row of the dashboard's Recurring issues table (an issue gauge sample) links its
+    Traces count to a page of otel-eval: an ``_other`` row (the issues of its level and node
+    not shown) to the issues page, where each of them is listed with its runs. Before, its
+    link was ``/ui/issues/_other/runs``, which answered 404."""
+    url, result = served
+    samples = top_issue_gauge_samples(result, top_k=1, max_issues=1)
+    assert {s.labels["issue_id"] for s in samples} > {"_other"}
+    template = _dashboard_link("Traces")
+    for sample in samples:
+        link = re.sub(r"\$\{__data\.fields\[\"Issue id\"\]\}", sample.labels["issue_id"],
+                      template).replace("${otel_eval_url}", url)
+        status, body = _get(link)
+        assert status == 200, link
+        for issue in sample.issues:  # the issue's runs, or the issues it stands for
+            assert (f'href="/ui/runs/{sorted(issue.trace_ids)[0]}"'.encode() in body
+                    or f'href="/ui/issues/{issue.issue_id}/runs"'.encode() in body), link
 
 
 class _CountedIds(tuple[str, ...]):

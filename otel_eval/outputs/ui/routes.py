@@ -13,7 +13,8 @@
                                               the same: how an id "." or ".." is linked (a
                                               browser resolves it as a dot segment)
     GET /ui/issues                            the recurring issues
-    GET /ui/issues/{id}/runs?offset=N         every run of one issue, 100 a page
+    GET /ui/issues/{id}/runs?offset=N         every run of one issue, 100 a page ("_other",
+                                              the issue gauges' rest: to /ui/issues)
     GET /ui/calibration                       the judge and p_success against the outcomes
                                               people recorded (GET /v1/calibration)
     GET /ui/static/style.css                  the stylesheet
@@ -36,6 +37,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote
 
 from otel_eval.base.configcheck import ascii_int
+from otel_eval.outputs.issues.result import OTHER_ISSUE_ID
 from otel_eval.outputs.ui.calibration import calibration_page
 from otel_eval.outputs.ui.html import HEADERS, Html, h, join, page
 from otel_eval.outputs.ui.issues import issue_runs_page, issues_page
@@ -141,6 +143,10 @@ def _issue_runs(sources: Sources, found: re.Match[str], query: str) -> Response:
     issue_id = found.group(1)
     offset = _position(query, "offset")
     page_of = sources.issue_runs(issue_id, offset, _RUNS_PAGE)
+    if page_of is None and issue_id == OTHER_ISSUE_ID:
+        # the issue gauges' "_other" (the dashboard's issues table links its runs here):
+        # the issues not shown there, each listed with its runs on the issues page
+        return 303, {**HEADERS, "Content-Type": _HTML, "Location": "/ui/issues"}, b""
     if page_of is None:
         return _not_found(f"No issue {issue_id} in the last clustering run.")
     return _html(200, "issue runs", issue_runs_page(page_of), "issues")
