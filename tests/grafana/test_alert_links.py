@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
-from grafana_files import alert_rules, metric_names
+from grafana_files import alert_rules, metric_names, panels
 
 from otel_eval.base.results import Evaluation, Finding, Verdict
 from otel_eval.base.steps import Step, Trajectory
@@ -73,6 +74,50 @@ def test_an_alert_link_lists_exactly_the_runs_its_metric_counts(tmp_path: Path) 
         assert listed == counted, (rule["alert"], params["detector"])
         checked += 1
     assert checked >= 6
+
+
+def _panel_links(panel: dict[str, Any], ref_id: str) -> list[str]:
+    """The URLs of the links a series of ``panel``'s target ``ref_id`` offers: its target's
+    own (an override by that query), else the panel's."""
+    config = panel.get("fieldConfig") or {}
+    for override in config.get("overrides") or ():
+        if override["matcher"] == {"id": "byFrameRefID", "options": ref_id}:
+            return [p for prop in override["properties"] if prop["id"] == "links"
+                    for p in (link["url"] for link in prop["value"])]
+    return [link["url"] for link in (config.get("defaults") or {}).get("links") or ()]
+
+
+def test_a_panel_series_links_exactly_the_runs_it_counts(tmp_path: Path) -> None:
+    """A series of a per-trace panel (the loop and non-termination shares, the Runs in the
+    window counts, per agent and per service) links the runs its metric counts: the looping
+    runs for a loop share or count, the runs that did not end for a non-termination one,
+    every run for the runs count. Before, every one of them linked every run of the agent
+    (or service): the 3 looping runs of a Runs in the window series were among the pair's
+    hundreds, its link no nearer them than the agent's name."""
+    store = Store(str(tmp_path / "s.db"))
+    runs = [_evaluation(i, d, k) for i, (d, k) in enumerate(FINDINGS, start=1)]
+    store.put_many(runs)
+    checked = 0
+    for panel in panels():
+        for target in panel["targets"]:
+            names = metric_names(target["expr"])
+            counters = [c for c in COUNTERS if c in names]
+            if not counters and names != {"otel_eval_traces_completed_total",
+                                          "otel_eval_traces_completed_created"}:
+                continue
+            for template in _panel_links(panel, target["refId"]):
+                url = template.replace("${otel_eval_url}", "{{ $externalLabels.otel_eval_url }}")
+                url = re.sub(r"\$\{__field\.labels\.(\w+):percentencode\}",
+                             r"{{ $labels.\1 | urlquery }}", url)
+                params = _link(url)
+                listed = {b["trace_id"] for b in store.query(EvaluationQuery.from_params(
+                    {**params, "limit": ["100"]})).evaluations}
+                counted = {ev.trace_id for ev in runs
+                           if not counters or _counted(ev, counters[0])}
+                assert listed == counted, (panel["title"], target["refId"], template)
+                checked += 1
+    assert checked >= 7
+    store.close()
 
 
 def _turn(i: int, session: str, tool_call: bool, passed: bool) -> Evaluation:
