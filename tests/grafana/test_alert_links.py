@@ -150,3 +150,37 @@ def test_the_session_loop_alert_links_the_conversations_its_metric_counts(
         {**params, "limit": ["10"]}))["sessions"]}
     assert listed == looping
     store.close()
+
+
+def test_a_session_findings_series_links_the_conversations_with_that_finding(
+        tmp_path: Path) -> None:
+    """The Session loop and non-termination rate panel's series each link the conversations
+    with the session finding they count (``detector="loop"``, ``"non_termination"``). Before,
+    both linked every conversation of the agent."""
+    store = Store(str(tmp_path / "s.db"))
+    store.put_many([_turn(1, "looping", True, True), _turn(2, "looping", True, True),
+                    _turn(3, "looping", True, True), _turn(4, "bad_turn", False, True),
+                    _turn(5, "bad_turn", False, False), _turn(6, "fine", False, True)])
+    reader = SessionReader(store, SessionsConfig())
+    records = reader.page(SessionQuery(limit=10))["sessions"]
+    checked = 0
+    for panel in panels():
+        for target in panel["targets"]:
+            found = re.search(r'otel_eval_session_findings_total\{[^}]*detector="(\w+)"',
+                              target["expr"])
+            if found is None:
+                continue
+            counted = {r["session_id"] for r in records
+                       if any(f["detector"] == found.group(1) for f in r["findings"])}
+            for template in _panel_links(panel, target["refId"]):
+                url = template.replace("${otel_eval_url}", "")
+                url = re.sub(r"\$\{__field\.labels\.(\w+):percentencode\}",
+                             lambda m: {"service": "desk", "agent": "concierge"}[m.group(1)],
+                             url)
+                params = parse_qs(urlsplit(url).query, keep_blank_values=True)
+                listed = {r["session_id"] for r in reader.page(SessionQuery.from_params(
+                    {**params, "limit": ["10"]}))["sessions"]}
+                assert listed == counted, (panel["title"], target["refId"], template)
+                checked += 1
+    assert checked >= 2
+    store.close()
