@@ -130,7 +130,6 @@ def test_directories_recursively_sorted_hidden_skipped(tmp_path: Path) -> None:
 
 
 BAD_FILES = {
-    "empty.json": b"",
     "truncated.json": b'{"resourceSpans": [',
     "garbage.bin": b"\x00\x01\x02 definitely not protobuf \xff\xff",
     "cut_short.binpb": b"\x00\x00\x00\x10\x0a\x02",  # a file exporter's request, cut

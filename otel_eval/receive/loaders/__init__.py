@@ -115,6 +115,8 @@ def _load_file(path: Path, config: TrajectoryConfig | None,
     report = on_error or _raise
     try:
         data = read_bytes(path)
+        if not data.strip():  # the file exporter's output before its first request (it
+            return []  # creates the file at start: a ``file/logs`` of a run with no logs)
         head = data.lstrip()[:1]
         if head not in (b"{", b"["):
             spans, logs = otlp_files.from_protobuf(data, path, report)

@@ -1,0 +1,62 @@
+"""``otel-eval eval`` over a directory the collector's file exporters wrote (``file/traces``,
+``file/logs``, one exporter in several pipelines), as a CI job runs it: a clean run exits 0
+with its result on stdout, whatever else the exporters left beside it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACE = "5b8efff798038103d269b633813fc60c"
+
+
+def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "otel_eval", *argv], env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+def _span(span_id: str, parent: str | None, name: str, start: int, end: int,
+          **attributes: str) -> dict[str, object]:
+    span: dict[str, object] = {
+        "traceId": TRACE, "spanId": span_id, "name": name,
+        "startTimeUnixNano": str(1_700_000_000_000_000_000 + start * 10**9),
+        "endTimeUnixNano": str(1_700_000_000_000_000_000 + end * 10**9),
+        "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in attributes.items()]}
+    if parent:
+        span["parentSpanId"] = parent
+    return span
+
+
+def _traces_line() -> str:
+    """One request of a finished run: an agent span and a tool call under it."""
+    spans = [_span("00000000000000b1", "00000000000000a1", "execute_tool search", 1, 2,
+                   **{"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search"}),
+             _span("00000000000000a1", None, "invoke_agent planner", 0, 3,
+                   **{"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "planner"})]
+    return json.dumps({"resourceSpans": [{"resource": {"attributes": [
+        {"key": "service.name", "value": {"stringValue": "agent"}}]},
+        "scopeSpans": [{"scope": {"name": "t"}, "spans": spans}]}]})
+
+
+def _evaluated(done: subprocess.CompletedProcess[str]) -> list[str]:
+    return [json.loads(line)["trace_id"] for line in done.stdout.splitlines()]
+
+
+def test_an_empty_file_exporter_output_beside_the_traces_passes(tmp_path: Path) -> None:
+    """The file exporter creates its file when the collector starts: a ``file/logs`` exporter
+    of an agent that sent no log records leaves an empty file. eval refused it ("neither
+    JSON nor an OTLP protobuf request") and exited 1, failing every clean CI run; an empty
+    file holds no request (an empty protobuf request, no JSON line) and is read as none."""
+    (tmp_path / "traces.json").write_text(_traces_line() + "\n")
+    (tmp_path / "logs.json").write_bytes(b"")
+    done = _cli("eval", str(tmp_path), "--format", "jsonl")
+    assert done.returncode == 0, done.stderr
+    assert _evaluated(done) == [TRACE]
+    assert "logs.json" not in done.stderr
+    alone = _cli("eval", str(tmp_path / "logs.json"))  # still no trace at all: exit 1, said
+    assert alone.returncode == 1 and "no trace in" in alone.stderr
