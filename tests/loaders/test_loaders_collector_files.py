@@ -60,3 +60,19 @@ def test_an_empty_file_exporter_output_beside_the_traces_passes(tmp_path: Path) 
     assert "logs.json" not in done.stderr
     alone = _cli("eval", str(tmp_path / "logs.json"))  # still no trace at all: exit 1, said
     assert alone.returncode == 1 and "no trace in" in alone.stderr
+
+
+def test_a_one_line_file_of_another_signal_is_skipped_as_its_lines_are(tmp_path: Path) -> None:
+    """A file exporter in the metrics pipeline (or the one exporter of every pipeline) that
+    flushed once wrote one line of metrics: read as a whole JSON document, it was "JSON of
+    an unknown shape" and eval exited 1, while the same line among others is skipped."""
+    metrics = json.dumps({"resourceMetrics": [{"resource": {}, "scopeMetrics": [{
+        "scope": {}, "metrics": [{"name": "m", "gauge": {"dataPoints": [
+            {"asInt": "1", "timeUnixNano": "1"}]}}]}]}]})
+    (tmp_path / "traces.json").write_text(_traces_line() + "\n")
+    (tmp_path / "metrics.json").write_text(metrics + "\n")
+    (tmp_path / "metrics2.json").write_text(metrics + "\n" + metrics + "\n")
+    done = _cli("eval", str(tmp_path), "--format", "jsonl")
+    assert done.returncode == 0, done.stderr
+    assert _evaluated(done) == [TRACE]
+    assert "metrics" not in done.stderr

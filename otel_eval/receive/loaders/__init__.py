@@ -79,6 +79,8 @@ def _from_json(doc: Any, path: Path, config: TrajectoryConfig, on_error: OnError
         return tau_bench.from_doc(doc, path, config, turns, file_digest(data))
     if mini_swe_agent.is_traj(doc):
         return [mini_swe_agent.from_doc(doc, path, config, file_digest(data))]
+    if otlp_files.is_other_signal(doc):  # a file exporter's one line of metrics: skipped,
+        return []  # as its lines are in a longer file
     raise LoaderError(path, "JSON of an unknown shape (expected OTLP/JSON, an OpenInference "
                             "span tree, a tau-bench runs list or a mini-swe-agent trajectory)")
 

@@ -69,7 +69,8 @@ def may_hold_logs(data: bytes) -> bool:
         return False
 
 
-def _other_signal(doc: Any) -> bool:
+def is_other_signal(doc: Any) -> bool:
+    """An OTLP/JSON request of a signal ``serve`` does not take (metrics, profiles)."""
     return isinstance(doc, dict) and any(k in doc for k in _OTHER_SIGNALS)
 
 
@@ -146,7 +147,7 @@ def from_json_lines(data: bytes, path: Path, on_error: OnError,
             spans.extend(from_json_doc(doc, path, on_error, f"line {number}: ", line))
         elif is_otlp_logs_json(doc):
             logs.extend(logs_from_json_doc(doc, path, on_error, f"line {number}: ", line))
-        elif not _other_signal(doc):
+        elif not is_other_signal(doc):
             raise LoaderError(path, f"line {number}: not an OTLP ExportTraceServiceRequest "
                                     "(nor another signal's request)")
     if invalid:
