@@ -1,7 +1,7 @@
 """Stage wiring for files: the offline engine shared by ``eval``, ``issues``, ``show`` and the
 benches (the CLI only parses arguments and prints).
 
-    paths -> loaders (spans regrouped by the assembler, released at end of file)
+    paths -> loaders (spans regrouped by the assembler, released at the end of the input)
       -> Evaluator (trajectory, detectors, verdict: what ``serve`` runs per trace)
       -> judge (when configured; in input order, ``judge.offline``)
       -> prediction again with the judge's scores (when a model is set) -> evaluations

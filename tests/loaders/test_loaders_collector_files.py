@@ -76,3 +76,39 @@ def test_a_one_line_file_of_another_signal_is_skipped_as_its_lines_are(tmp_path:
     assert done.returncode == 0, done.stderr
     assert _evaluated(done) == [TRACE]
     assert "metrics" not in done.stderr
+
+
+def _service_line(service: str, spans: list[dict[str, object]]) -> str:
+    return json.dumps({"resourceSpans": [{"resource": {"attributes": [
+        {"key": "service.name", "value": {"stringValue": service}}]},
+        "scopeSpans": [{"scope": {"name": "t"}, "spans": spans}]}]})
+
+
+def test_a_run_over_two_services_files_is_one_trace_whatever_their_order(tmp_path: Path) -> None:
+    """The file exporter's ``group_by`` (or a collector per service) writes a file per
+    service: the agent's file holds the root, ended, and the tool call; the MCP server's
+    file the call's server span, failed. Read first, the agent's file released the run as
+    "surely ended" without the server's span (its verdict passed, 2 spans), then refused
+    that span as ``late`` and exited 1: the run split over files was not one trace."""
+    agent = tmp_path / "agent.json"
+    server = tmp_path / "mcp-server.json"
+    agent.write_text(_service_line("agent", [
+        _span("00000000000000b1", "00000000000000a1", "execute_tool search", 1, 3,
+              **{"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search"}),
+        _span("00000000000000a1", None, "invoke_agent planner", 0, 9,
+              **{"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "planner"})])
+        + "\n")
+    failed = _span("00000000000000c1", "00000000000000b1", "tools/call search", 2, 3,
+                   **{"mcp.method.name": "tools/call"})
+    failed["status"] = {"code": 2, "message": "upstream refused"}
+    server.write_text(_service_line("mcp-server", [failed]) + "\n")
+    outputs = []
+    for paths in ([tmp_path], [agent, server], [server, agent]):
+        done = _cli("eval", *map(str, paths), "--format", "jsonl")
+        assert done.returncode == 0, done.stderr
+        assert "late" not in done.stderr
+        (result,) = [json.loads(line) for line in done.stdout.splitlines()]
+        assert result["counts"]["spans"] == 3
+        del result["source"]  # the file it was first read from
+        outputs.append(result)
+    assert outputs[0] == outputs[1] == outputs[2]

@@ -9,9 +9,9 @@
                    with ``turns``, a trace per user message tied by a conversation id
       mini_swe_agent  mini-swe-agent .traj.json -> GenAI spans
     -> FileAssembly (the assembler groups by trace id over the files of a run; a trace is
-       released at the end of the file where its run surely ended, else at the end of the
-       input: complete unless the root never ended; every trace at the end of the input
-       when a file holds log records)
+       released at the end of the input, complete unless the root never ended; over a large
+       input at the end of the file where its run surely ended, unless a file holds log
+       records)
 
 The format is decided by content, never by the file name alone. A file that cannot be loaded
 raises ``LoaderError`` naming it; with ``on_error`` given, the error is reported there instead
@@ -149,9 +149,9 @@ def load_paths(paths: Iterable[str | Path], *, config: TrajectoryConfig | None =
                on_error: OnError | None = None, turns: bool = False) -> Iterator[Trace]:
     """Every trace in ``paths`` (files or directories, recursively), file by file, the files
     one stream (``FileAssembly``): a run's spans and records split over files are one trace,
-    released at the end of the file where it surely ended, else at the end of the input;
-    when any file holds log records, every trace at the end of the input (a run's records
-    may come in any file, before or after its spans). A path that cannot be opened at all
+    released at the end of the input (over a large input, at the end of the file where it
+    surely ended, unless any file holds log records: a run's records may come in any file,
+    before or after its spans). A path that cannot be opened at all
     is a ``LoaderError`` (``on_error``)."""
     report = on_error or _raise
     files = list(_listed(paths, report))

@@ -1,10 +1,11 @@
 """Offline input: file bytes (gzip transparent), the loader error, and releasing spans as traces.
 
 The spans of a run's files are grouped by the assembler (``serve``'s own: ``FileAssembly``)
-and released at end of file (``release_reason="eof"``) once their run has surely ended, the
-others at the end of the input: ``complete`` when a root span has ended, else ``incomplete``
-(the root never ended, or never arrived). An input holding log records releases every trace
-at its end (``hold``): a run's records may be in any of its files, before or after its spans.
+and released at the end of the input (``release_reason="eof"``; over a large input, at the
+end of the file where their run surely ended once many wait: ``HELD_TRACES``): ``complete``
+when a root span has ended, else ``incomplete`` (the root never ended, or never arrived). An
+input holding log records releases every trace at its end (``hold``): a run's records may
+be in any of its files, before or after its spans.
 """
 
 from __future__ import annotations
@@ -55,6 +56,17 @@ def read_bytes(path: Path) -> bytes:
 # re-opened (its result is out), and its id is remembered: a span of it in a later file (a
 # copy of the same trace) is refused as ``late``, reported, never a second evaluation.
 _FILE_ASSEMBLY = AssemblyConfig(max_released_traces=0)
+# What may wait for the end of the input: below all three, no run is released before it,
+# so the files' order is not the runs' (a file per service: the file exporter's
+# ``group_by``, a collector per service; paths given in any order) and a run's spans in a
+# file read after the one where its root ended still join it. Past any, the runs that
+# surely ended are released at the end of each file (memory bounded over a large input;
+# well under the assembler's own bounds, past which it would refuse spans). The copy of a
+# trace in a later file is then refused as ``duplicate_span`` (its run still open) or, once
+# it was released, ``late``.
+HELD_TRACES = 10_000
+HELD_SPANS = 100_000
+HELD_BYTES = 64 << 20
 
 
 class FileAssembly:
@@ -66,6 +78,10 @@ class FileAssembly:
     (``complete`` when a root ended, else ``incomplete``): a run whose spans go on in the
     next file waits for them. Released with ``release_reason="eof"``, in the order the file
     that ends them shows them (``rest``: first-seen order).
+
+    ``ended`` releases nothing while fewer than ``HELD_TRACES`` traces, ``HELD_SPANS``
+    spans and ``HELD_BYTES`` wait: a run's spans in a file read after the one where its
+    root ended (another service's file) join it.
 
     ``hold``: the input holds log records, so ``ended`` releases nothing and every trace
     waits for the end of the input: a run's records in a file read after the one where it
@@ -100,13 +116,19 @@ class FileAssembly:
         return []
 
     def ended(self) -> list[Trace]:
-        """The traces of the file just added whose run surely ended (only those: a trace no
-        file touched since has not changed, and asking again would make many files of
-        unfinished runs quadratic)."""
-        touched, self._touched = self._touched, {}
+        """Once ``HELD_TRACES``, ``HELD_SPANS`` or ``HELD_BYTES`` wait, the traces touched
+        since the last release whose run surely ended (only those: a trace no file touched
+        since has not changed, and asking again would make many files of unfinished runs
+        quadratic)."""
+        assembler = self._assembler
         if self._hold:
+            self._touched = {}
             return []
-        released = self._assembler.release_ended(0.0, reason="eof", among=touched)
+        if (len(assembler) < HELD_TRACES and assembler.open_spans < HELD_SPANS
+                and assembler.open_bytes < HELD_BYTES):
+            return []  # the traces touched wait with the rest (asked once, when released)
+        touched, self._touched = self._touched, {}
+        released = assembler.release_ended(0.0, reason="eof", among=touched)
         for trace in released:
             self._records.pop(trace.trace_id, None)
         return released
