@@ -112,3 +112,39 @@ def test_a_run_over_two_services_files_is_one_trace_whatever_their_order(tmp_pat
         del result["source"]  # the file it was first read from
         outputs.append(result)
     assert outputs[0] == outputs[1] == outputs[2]
+
+
+def test_the_order_of_the_files_does_not_change_the_evaluation(tmp_path: Path) -> None:
+    """api.md: with log records in the input "the order of the files does not change the
+    evaluation". The runs came out in the order their files were given, and a run that
+    names no agent took it from the runs before it (the agent history): ``eval a b logs``
+    named run B's agent ``planner`` (``inferred_history``), ``eval b a logs`` left it
+    unknown. The runs are now evaluated in the order they started, whatever the files'."""
+    first, second = "a1" * 16, "b2" * 16
+
+    def run(trace: str, *spans: dict[str, object]) -> str:
+        return _service_line("agent", [{**s, "traceId": trace} for s in spans])
+
+    chat = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o"}
+    (tmp_path / "a.json").write_text(run(first, _span(
+        "00000000000000a2", "00000000000000a1", "chat gpt-4o", 1, 2, **chat), _span(
+        "00000000000000a1", None, "invoke_agent planner", 0, 3,
+        **{"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "planner"})) + "\n")
+    (tmp_path / "b.json").write_text(run(second, _span(
+        "00000000000000b1", None, "chat gpt-4o", 10, 11, **chat)) + "\n")
+    (tmp_path / "logs.json").write_text(json.dumps({"resourceLogs": [{"scopeLogs": [{
+        "logRecords": [{"timeUnixNano": "1700000010000000000", "traceId": second,
+                        "spanId": "00000000000000b1", "eventName": "gen_ai.user.message",
+                        "body": {"kvlistValue": {"values": [
+                            {"key": "content", "value": {"stringValue": "hi"}}]}}}]}]}]})
+        + "\n")
+    outputs = []
+    for names in (["a.json", "b.json", "logs.json"], ["b.json", "a.json", "logs.json"]):
+        done = _cli("eval", *(str(tmp_path / n) for n in names), "--format", "jsonl")
+        assert done.returncode == 0, done.stderr
+        results = [json.loads(line) for line in done.stdout.splitlines()]
+        for result in results:
+            del result["source"]  # the file it was first read from
+        outputs.append(results)
+    assert [r["trace_id"] for r in outputs[0]] == [first, second]
+    assert outputs[0] == outputs[1]

@@ -77,7 +77,7 @@ class FileAssembly:
     waiting for an absent parent), and ``rest()`` the others at the end of the input
     (``complete`` when a root ended, else ``incomplete``): a run whose spans go on in the
     next file waits for them. Released with ``release_reason="eof"``, in the order the file
-    that ends them shows them (``rest``: first-seen order).
+    that ends them shows them (``rest``: in the order the runs started, then first seen).
 
     ``ended`` releases nothing while fewer than ``HELD_TRACES`` traces, ``HELD_SPANS``
     spans and ``HELD_BYTES`` wait: a run's spans in a file read after the one where its
@@ -144,7 +144,14 @@ class FileAssembly:
         self._records.clear()
         for source, n in dropped.items():
             _rejected({"no_spans": n}, "log record", source, on_reject, "dropped")
-        return self._assembler.release_all(0.0, reason="eof")
+        # in the order the runs started (runs started at once: first seen), not the order
+        # their files were given in: a run's agent may be inferred from the runs before it
+        # (the agent history), and the order of the files does not change the evaluation
+        return sorted(self._assembler.release_all(0.0, reason="eof"), key=_started)
+
+
+def _started(trace: Trace) -> int:
+    return min((s.start_ns for s in trace.spans), default=0)
 
 
 def release(spans: Iterable[Span], source: str,
