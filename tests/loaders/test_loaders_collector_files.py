@@ -148,3 +148,15 @@ def test_the_order_of_the_files_does_not_change_the_evaluation(tmp_path: Path) -
         outputs.append(results)
     assert [r["trace_id"] for r in outputs[0]] == [first, second]
     assert outputs[0] == outputs[1]
+
+
+def test_a_broken_link_in_the_directory_fails_the_run_naming_it(tmp_path: Path) -> None:
+    """A link to the collector's file on a volume the CI job did not mount: walking the
+    directory skipped it as no regular file, and eval passed on the other files as if it
+    had read everything. A file that cannot be read is reported and the exit code is 1."""
+    (tmp_path / "traces.json").write_text(_traces_line() + "\n")
+    (tmp_path / "logs.json").symlink_to(tmp_path / "unmounted" / "logs.json")
+    done = _cli("eval", str(tmp_path), "--format", "jsonl")
+    assert done.returncode == 1
+    assert _evaluated(done) == [TRACE]
+    assert f"{tmp_path / 'logs.json'}: cannot read" in done.stderr

@@ -45,8 +45,8 @@ def _raise(error: LoaderError) -> None:
 
 def iter_files(path: str | Path, on_error: OnError = _raise) -> Iterator[Path]:
     """``path`` itself, or every regular file under it (recursively, sorted, hidden skipped;
-    a FIFO or a socket would block its read); a directory that cannot be listed is an error
-    (``on_error``), not a silent gap."""
+    a FIFO or a socket would block its read); a directory that cannot be listed, or a link
+    to nothing, is an error (``on_error``), not a silent gap."""
     root = Path(path)
     if not root.is_dir():
         yield root
@@ -59,8 +59,12 @@ def iter_files(path: str | Path, on_error: OnError = _raise) -> Iterator[Path]:
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in sorted(filenames):
             file = Path(dirpath) / name
-            if not name.startswith(".") and file.is_file():
+            if name.startswith("."):
+                continue
+            if file.is_file():
                 yield file
+            elif file.is_symlink() and not file.exists():  # a gap in the input, said
+                on_error(LoaderError(file, "cannot read: a symbolic link to nothing"))
 
 
 def _from_json(doc: Any, path: Path, config: TrajectoryConfig, on_error: OnError,
