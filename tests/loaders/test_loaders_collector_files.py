@@ -160,3 +160,27 @@ def test_a_broken_link_in_the_directory_fails_the_run_naming_it(tmp_path: Path) 
     assert done.returncode == 1
     assert _evaluated(done) == [TRACE]
     assert f"{tmp_path / 'logs.json'}: cannot read" in done.stderr
+
+
+def test_the_output_is_the_same_bytes_whatever_the_order_of_the_files(tmp_path: Path) -> None:
+    """A run's ``source`` was the file read first that held any of it: ``eval agent.json
+    server.json`` and ``eval server.json agent.json`` printed the same runs with another
+    ``source``. It is now the first of its files by name (spans only: not a logs file)."""
+    agent, server, logs = (tmp_path / n for n in ("agent.json", "mcp-server.json", "logs.json"))
+    agent.write_text(_service_line("agent", [_span(
+        "00000000000000a1", None, "invoke_agent planner", 0, 9,
+        **{"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "planner"})]) + "\n")
+    server.write_text(_service_line("mcp-server", [_span(
+        "00000000000000c1", "00000000000000a1", "tools/call search", 2, 3,
+        **{"mcp.method.name": "tools/call"})]) + "\n")
+    logs.write_text(json.dumps({"resourceLogs": [{"scopeLogs": [{"logRecords": [{
+        "timeUnixNano": "1700000002000000000", "traceId": TRACE, "spanId": "00000000000000c1",
+        "eventName": "gen_ai.user.message", "body": {"kvlistValue": {"values": [
+            {"key": "content", "value": {"stringValue": "hi"}}]}}}]}]}]}) + "\n")
+    outputs = []
+    for paths in ([logs, server, agent], [agent, server, logs]):
+        done = _cli("eval", *map(str, paths), "--format", "jsonl")
+        assert done.returncode == 0, done.stderr
+        outputs.append(done.stdout)
+    assert outputs[0] == outputs[1]
+    assert json.loads(outputs[0])["source"] == str(agent)

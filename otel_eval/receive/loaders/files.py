@@ -95,6 +95,9 @@ class FileAssembly:
         # trace id -> the log records it took, by file: those of a trace that gets no span
         # in the whole input are dropped (``no_spans``, as serve drops them) and reported
         self._records: dict[str, Counter[str]] = {}
+        # trace id -> the first by name of the files holding its spans: its ``source``,
+        # whatever the order the files were read in
+        self._sources: dict[str, str] = {}
 
     def add(self, spans: Iterable[Span], source: str,
             on_reject: Callable[[LoaderError], None] | None = None,
@@ -110,6 +113,10 @@ class FileAssembly:
             _rejected(added.rejected, noun, source, on_reject)
             took = added.traces  # in the order the file shows them (a set has none)
             self._touched.update(dict.fromkeys(i.trace_id for i in items if i.trace_id in took))
+            for trace_id in took if noun == "span" else ():
+                first = self._sources.get(trace_id)
+                if first is None or source < first:
+                    self._sources[trace_id] = source
         for trace_id, n in Counter(r.trace_id for r in logs).items():
             if trace_id in took:  # the traces that took the file's records
                 self._records.setdefault(trace_id, Counter())[source] += n
@@ -131,6 +138,11 @@ class FileAssembly:
         released = assembler.release_ended(0.0, reason="eof", among=touched)
         for trace in released:
             self._records.pop(trace.trace_id, None)
+        return self._sourced(released)
+
+    def _sourced(self, released: list[Trace]) -> list[Trace]:
+        for trace in released:
+            trace.source = self._sources.pop(trace.trace_id, trace.source)
         return released
 
     def rest(self, on_reject: Callable[[LoaderError], None] | None = None) -> list[Trace]:
@@ -147,7 +159,9 @@ class FileAssembly:
         # in the order the runs started (runs started at once: first seen), not the order
         # their files were given in: a run's agent may be inferred from the runs before it
         # (the agent history), and the order of the files does not change the evaluation
-        return sorted(self._assembler.release_all(0.0, reason="eof"), key=_started)
+        released = self._sourced(self._assembler.release_all(0.0, reason="eof"))
+        self._sources.clear()  # the traces of records alone, dropped
+        return sorted(released, key=_started)
 
 
 def _started(trace: Trace) -> int:
