@@ -57,6 +57,10 @@ def write_trace(path: Path) -> Path:
             "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "fetch",
             "gen_ai.tool.call.arguments": json.dumps({"url": JS_LINK, "html": XSS}),
             "gen_ai.tool.call.result": "again"}),
+        _span("a000000000000005", "a000000000000001", "execute_tool fetch", 300, {
+            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "fetch",
+            "gen_ai.tool.call.arguments": json.dumps({"url": JS_LINK, "html": XSS}),
+            "gen_ai.tool.call.result": "again"}),  # the same again: a repeat, not a poll
     ]
     doc = {"resourceSpans": [{"resource": {"attributes": [_attr("service.name",
                                                                 "svc" + XSS)]},
