@@ -413,3 +413,44 @@ def test_a_poll_that_ends_when_its_result_changes_is_no_loop(states: tuple[str, 
     result never changed, is still a repeat."""
     steps = [*_polls(*states), llm("The build succeeded.")]
     assert kinds(loop.detect(traj(*steps), DetectorsConfig(), Context())) == expected
+
+
+def _waits(states: tuple[str, ...], waits: tuple[int, ...]) -> list[Step]:
+    """An agent polling a job with a wait tool between its status checks: the same reply,
+    the status call, then (but after the last check) the wait call with its seconds."""
+    steps = _polls(states[0])
+    for state, seconds in zip(states[1:], waits, strict=True):
+        wait = {"seconds": seconds}
+        steps += [llm(WAITING, calls=[("wait", wait)], finish="tool_calls"),
+                  tool("wait", wait, f"waited {seconds} s"), *_polls(state)]
+    return steps
+
+
+@pytest.mark.parametrize(("states", "waits", "expected"), [
+    (("queued", "running", "running", "succeeded"), (5, 5, 5), []),
+    (("queued", "running", "running", "succeeded"), (1, 2, 4), []),
+    (("queued", "running", "succeeded"), (5, 5), []),
+    (("running", "running", "running"), (5, 5), ["loop/no_progress"]),
+    (("running", "running", "running", "running"), (5, 5, 5), ["loop/no_progress", "loop/cycle"]),
+    (("running", "running", "succeeded", "succeeded"), (5, 5, 5),
+     ["loop/no_progress", "loop/cycle"]),
+], ids=["fixed_wait", "backoff", "two_fixed_waits", "never_changed", "two_never_changed",
+        "after_it_changed"])
+def test_a_poll_with_a_fixed_wait_between_its_checks_is_no_loop(
+        states: tuple[str, ...], waits: tuple[int, ...], expected: list[str]) -> None:
+    """A job's status checked with a wait tool between its checks, until the status changed:
+    the same poll as back-to-back checks (rule (a)), whether it waits the same time each
+    round or backs off. The cycle of the check and a fixed wait (c), and the wait repeated
+    with the same result and only the reads of the status between (b), ended on a changed
+    status: no loop (nor with two waits, short of a cycle: the waits are no (b) repeat). The
+    same cycle while the status never changed, or after it changed, is still one."""
+    steps = [*_waits(states, waits), llm("The build succeeded.")]
+    assert kinds(loop.detect(traj(*steps), DetectorsConfig(), Context())) == expected
+
+
+def test_a_cycle_of_one_round_is_no_poll() -> None:
+    """With ``cycle_min_repeats`` 1 a pattern seen once is a cycle: it has no round before it
+    whose result its last call could differ from, so it is no poll (and no error)."""
+    cfg = DetectorsConfig(loop=LoopConfig(cycle_min_repeats=1))
+    steps = [tool("get_job", {"id": 1}, "running"), tool("wait", {"s": 5}, "waited")]
+    assert kinds(loop.detect(traj(*steps), cfg, Context())) == ["loop/cycle"]

@@ -6,9 +6,10 @@ on the first changed result (a job's status until it changed; its replies, alike
 waited, are no stagnation either); (b) the same call again within a
 window with the same result and only read-only calls in between (no state change, so no
 progress); (c) cycles, a pattern of 2+ different calls repeated ``cycle_min_repeats`` times
-in a row; (d) stagnation, consecutive near-identical LLM outputs (word-level similarity of
-what differs between them, each character of Chinese, Japanese or Thai a word
-(``base.words``): the lines two outputs share, such as a framework's output
+in a row, but for a poll as in (a): a status checked with a fixed wait between, until the
+status changed (nor are its waits (b)); (d) stagnation, consecutive near-identical LLM
+outputs (word-level similarity of what differs between them, each character of Chinese,
+Japanese or Thai a word (``base.words``): the lines two outputs share, such as a framework's output
 template, are left out, so six DSPy ReAct turns that share the template but call the tool
 with six cities are not alike); (e)
 code/shell agents are covered by (a)-(c) because their calls are keyed by the canonicalized
@@ -29,6 +30,7 @@ import difflib
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from itertools import accumulate
 from operator import add
 
@@ -77,12 +79,16 @@ def _runs(cs: Sequence[Call]) -> list[Sequence[Call]]:
     return out
 
 
-def _poll(run: Sequence[Call]) -> bool:
-    """Whether a run of identical calls is a poll: it ended on the first result that
-    differed from the one before (a job's status called until it changed, and no more: the
-    change is the progress it waited for). Both results recorded; a run with a denied call
-    is a retry of what was refused (``retried_denied_call``), never a poll."""
-    last, before = run[-1], run[-2]
+def _poll(run: Sequence[Call], period: int = 1) -> bool:
+    """Whether calls repeated in a row (one call, or a cycle's pattern of ``period`` calls:
+    a status checked and a fixed wait between) are a poll: the last ended on a result that
+    differed from that of the same call one round before (a job's status called until it
+    changed, and no more: the change is the progress it waited for). Both results recorded;
+    calls with a denied one are a retry of what was refused (``retried_denied_call``), never
+    a poll."""
+    if len(run) <= period:
+        return False  # one round (``cycle_min_repeats`` 1): no result before to differ from
+    last, before = run[-1], run[-1 - period]
     if last.step.result is None or before.step.result is None:
         return False  # unknown: not a change
     if any(c.step.decision == "deny" for c in run):
@@ -90,9 +96,16 @@ def _poll(run: Sequence[Call]) -> bool:
     return (last.step.result, last.failed) != (before.step.result, before.failed)
 
 
-def polled(cs: Sequence[Call]) -> set[int]:
-    """The step indexes of the polls among ``cs`` (``_poll``)."""
-    return {c.step.index for run in _runs(cs) if _poll(run) for c in run}
+def polled(cs: Sequence[Call], cfg: LoopConfig) -> set[int]:
+    """The step indexes of the polls among ``cs`` (``_poll``): runs of one call (a) and
+    cycles (c) that ended on a changed result, a cycle of two rounds too (a status checked
+    three times with two fixed waits between: no cycle finding, but a poll all the same)."""
+    runs = [run for run in _runs(cs) if _poll(run)]
+    for repeats in {cfg.cycle_min_repeats, 2}:
+        rounds = cfg if repeats == cfg.cycle_min_repeats else replace(
+            cfg, cycle_min_repeats=repeats)
+        runs += [run for run, period, _ in _cycle_runs(cs, rounds) if _poll(run, period)]
+    return {c.step.index for run in runs for c in run}
 
 
 def repeated_calls(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
@@ -121,7 +134,9 @@ def no_progress(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
     """(b) Non-adjacent repeats with the same result and only read-only calls between. A
     result cut at a length limit (``values.cut_json``) is known only in part: two cut alike
     are not the same result; calls cut from an output between them (``Call.cut_after``) are
-    unknown, not read-only."""
+    unknown, not read-only. Two calls of polls (``polled``: the fixed wait between a
+    status's checks) are no repeat: the poll made its progress when its result changed."""
+    polls = polled(cs, cfg)
     groups: dict[str, list[Call]] = {}
     members: dict[str, set[int]] = {}  # positions already in each group (no list scans)
     for i, c in enumerate(cs):
@@ -135,7 +150,8 @@ def no_progress(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
             if (between and prev.step.result == c.step.result and prev.failed == c.failed
                     and all(b.read_only for b in between)
                     and not prev.cut_after and not any(b.cut_after for b in between)
-                    and not cut_json(c.step.result)):  # cut alike: may differ past the cut
+                    and not cut_json(c.step.result)  # cut alike: may differ past the cut
+                    and not (c.step.index in polls and prev.step.index in polls)):
                 group, seen = groups.setdefault(c.key, []), members.setdefault(c.key, set())
                 for k in (j, i):
                     if k not in seen:
@@ -175,7 +191,25 @@ def _cycle_at(keys: Sequence[str], i: int, cfg: LoopConfig) -> tuple[int, int]:
 
 def cycles(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
     """(c) A pattern of 2+ different calls repeated in a row (A B A B A B), never across the
-    end of an output's calls known only in part (``Call.cut_after``)."""
+    end of an output's calls known only in part (``Call.cut_after``), but for polls: a cycle
+    whose calls, with those after it that go on with its pattern, ended on a changed result
+    (``_poll``: a status checked with a fixed wait between, until the status changed)."""
+    out = []
+    for run, period, reps in _cycle_runs(cs, cfg):
+        if _poll(run, period):
+            continue
+        group = run[:period * reps]
+        names = " -> ".join(call_label(c, 30) for c in group[:period])
+        out.append(_finding(
+            cfg, "cycle", f"cycle of {period} calls ({names}) repeated {reps} times", group,
+            period=period, repeats=reps, pattern=[call_label(c, 30) for c in group[:period]]))
+    return out
+
+
+def _cycle_runs(cs: Sequence[Call], cfg: LoopConfig) -> list[tuple[Sequence[Call], int, int]]:
+    """Each cycle (``_cycle_at``) as (its calls and those right after it that go on with its
+    pattern, short of a whole round; period; repeats), within the stretches of calls that no
+    cut (``Call.cut_after``) ends."""
     out, start = [], 0
     for end, c in enumerate(cs, 1):
         if c.cut_after or end == len(cs):
@@ -184,7 +218,7 @@ def cycles(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
     return out
 
 
-def _cycles_in(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
+def _cycles_in(cs: Sequence[Call], cfg: LoopConfig) -> list[tuple[Sequence[Call], int, int]]:
     keys = [c.key for c in cs]
     out, i = [], 0
     while i < len(keys):
@@ -192,12 +226,12 @@ def _cycles_in(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
         if not period:
             i += 1
             continue
-        group = cs[i:i + period * reps]
-        names = " -> ".join(call_label(c, 30) for c in group[:period])
-        out.append(_finding(
-            cfg, "cycle", f"cycle of {period} calls ({names}) repeated {reps} times", group,
-            period=period, repeats=reps, pattern=[call_label(c, 30) for c in group[:period]]))
-        i += period * reps
+        end = i + period * reps
+        tail = 0  # the calls after it that go on with its pattern (a round not completed)
+        while tail < period and end + tail < len(keys) and keys[end + tail] == keys[i + tail]:
+            tail += 1
+        out.append((cs[i:end + tail], period, reps))
+        i = end
     return out
 
 
@@ -403,7 +437,7 @@ def detect(trajectory: Trajectory, config: DetectorsConfig, context: Context) ->
         unrecorded = {s.index for s in tools if s.arguments is None
                       or (isinstance(s.arguments, str) and cut_json(s.arguments))}
         # a poll's replies say the same while it waits: that is the poll, not stagnation
-        covered.update(*(polled(compared) for compared in compared_by_agent))
+        covered.update(*(polled(compared, cfg) for compared in compared_by_agent))
         found += [f for f in stagnant if not _explained(f, len(trajectory.steps), llm_at,
                                                          tools_at, unknown_at, covered,
                                                          unrecorded)]
