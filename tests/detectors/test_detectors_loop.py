@@ -454,3 +454,20 @@ def test_a_cycle_of_one_round_is_no_poll() -> None:
     cfg = DetectorsConfig(loop=LoopConfig(cycle_min_repeats=1))
     steps = [tool("get_job", {"id": 1}, "running"), tool("wait", {"s": 5}, "waited")]
     assert kinds(loop.detect(traj(*steps), cfg, Context())) == ["loop/cycle"]
+
+
+@pytest.mark.parametrize("wait", [False, True], ids=["back_to_back", "with_a_fixed_wait"])
+def test_a_poll_whose_results_were_cut_alike_is_no_repeat(wait: bool) -> None:
+    """A job's status polled until it changed, its JSON result cut at an attribute length
+    limit before the field that changed (values.cut_json): the checks read alike, but whether
+    the status changed past the cut is unknown, and an unknown is no reason for a finding:
+    no repeated call (a), nor, with a fixed wait between the checks, a cycle (c) or the waits
+    as no progress (b). The same poll with its results whole is no loop either."""
+    head = '{"job": "build-42", "owner": "ci", "queue": "default", "status": "'
+    for cut in (48, None):
+        checks = [tool("get_job", {"id": 42}, (head + state + '"}')[:cut])
+                  for state in ("queued", "running", "running", "done")]
+        steps = [checks[0]]
+        for check in checks[1:]:
+            steps += [tool("wait", {"seconds": 5}, "waited 5 s")] * wait + [check]
+        assert kinds(loop.detect(traj(*steps), DetectorsConfig(), Context())) == []

@@ -85,7 +85,9 @@ def _poll(run: Sequence[Call], period: int = 1) -> bool:
     differed from that of the same call one round before (a job's status called until it
     changed, and no more: the change is the progress it waited for). Both results recorded;
     calls with a denied one are a retry of what was refused (``retried_denied_call``), never
-    a poll."""
+    a poll. The last two results cut alike at a length limit (``values.cut_json``) may differ
+    past the cut: whether it changed is unknown, so it is taken for the poll it may be, never
+    concluded a repeat."""
     if len(run) <= period:
         return False  # one round (``cycle_min_repeats`` 1): no result before to differ from
     last, before = run[-1], run[-1 - period]
@@ -93,7 +95,8 @@ def _poll(run: Sequence[Call], period: int = 1) -> bool:
         return False  # unknown: not a change
     if any(c.step.decision == "deny" for c in run):
         return False
-    return (last.step.result, last.failed) != (before.step.result, before.failed)
+    return (last.step.result, last.failed) != (before.step.result, before.failed) \
+        or cut_json(last.step.result)
 
 
 def polled(cs: Sequence[Call], cfg: LoopConfig) -> set[int]:
