@@ -119,6 +119,31 @@ def test_a_session_loop_where_no_trace_loops() -> None:
     assert record["counts"]["findings"] == 1
 
 
+@pytest.mark.parametrize(("states", "cut", "expected"), [
+    (("queued", "running", "running", "succeeded"), None, []),
+    (("queued", "running", "running", "succeeded"), 30, []),
+    (("running", "running", "running", "running"), None, ["repeated_across_turns"]),
+    (("running", "succeeded", "succeeded"), None, ["repeated_across_turns"]),
+], ids=["changed_at_last", "cut_alike", "never_changed", "after_it_changed"])
+def test_a_status_asked_for_in_each_turn_until_it_changed_is_no_session_loop(
+        states: tuple[str, ...], cut: int | None, expected: list[str]) -> None:
+    """The user asks each turn whether the job is done, and the agent checks its status: the
+    same call in every turn, but the last turn's result differed from the turn's before, so
+    no earlier turn had learned it (loop rule (a)'s poll, across turns); with the results cut
+    alike at an attribute length limit before the status (values.cut_json), whether it
+    changed is unknown: no finding either. The same call whose result never changed, or
+    asked for again after it changed, is still a session loop."""
+    turns = [(f"is my build job 42 done yet? asking for the {n}th time",
+              [call("get_job_status", {"job_id": 42}, f"c{n}"), _answer("Not yet.")])
+             for n in range(len(states))]
+    stored = evaluated(scripted("conv-poll", KEY, turns))
+    for turn, state in zip(stored, states, strict=True):
+        (step,) = (s for s in turn["steps"] if s.get("tool_name") == "get_job_status")
+        step["result"] = json.dumps({"job_id": 42, "owner": "ci", "status": state})[:cut]
+    record = evaluate_session("conv-poll", stored, SessionsConfig(), "complete")
+    assert [f["kind"] for f in record["findings"]] == expected
+
+
 def test_session_turns_budget_and_cut_turns() -> None:
     stored = evaluated(scripted("conv-b", KEY, _same_call_each_turn(
         [{"reservation_id": f"R{n}"} for n in range(3)])))

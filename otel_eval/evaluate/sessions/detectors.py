@@ -8,7 +8,9 @@ config, returning findings that name the turn (``trace_id``) and the step they p
   needs to repeat anything: the agent forgot what an earlier turn already learned. A call
   with no arguments is not compared: it asks for the state now, which the turns between may
   change (DSPy ReAct's ``finish`` ends every turn); nor one whose arguments the stored turn
-  holds cut (``truncated``): known only in part.
+  holds cut (``truncated``): known only in part; nor a call whose last turn's result
+  differed from the turn's before (a status asked for until it changed, as loop rule (a)'s
+  poll: the earlier turns had not learned it).
 - ``repeated_request`` / ``same_request`` (warning): the user's request (``_request``: the
   turn's input, whitespace and case folded) repeated in ``repeated_request_turns`` or more
   turns: the agent did not help the first time. ``reworded_request`` (warning): the same, with at
@@ -75,13 +77,14 @@ def _finding(detector: str, kind: str, severity: str, message: str, turn: dict[s
             "trace_id": turn.get("trace_id"), "step": step, "attributes": attributes}
 
 
-def _calls(turn: dict[str, Any]) -> dict[tuple[str, str], int]:
-    """(tool, canonical arguments) -> the index of its first step, for the turn's calls with
-    arguments (one with none, or unrecorded ones, asks nothing an earlier turn answered).
-    Arguments the stored object cut (``truncated``: their start, or emptied), or the text of
-    an object cut at an attribute length limit (``values.cut_json``), are not known whole: two
-    calls stored alike may differ past the cut, so they are not compared."""
-    out: dict[tuple[str, str], int] = {}
+def _calls(turn: dict[str, Any]) -> dict[tuple[str, str], tuple[int, Any]]:
+    """(tool, canonical arguments) -> the index of its first step and what it returned last
+    (``_returned``), for the turn's calls with arguments (one with none, or unrecorded ones,
+    asks nothing an earlier turn answered). Arguments the stored object cut (``truncated``:
+    their start, or emptied), or the text of an object cut at an attribute length limit
+    (``values.cut_json``), are not known whole: two calls stored alike may differ past the
+    cut, so they are not compared."""
+    out: dict[tuple[str, str], tuple[int, Any]] = {}
     for step in turn.get("steps") or ():
         cut = step.get("truncated")
         if (isinstance(cut, dict) and "arguments" in cut) or cut_json(step.get("arguments")):
@@ -89,24 +92,48 @@ def _calls(turn: dict[str, Any]) -> dict[tuple[str, str], int]:
         if step.get("kind") == "tool" and step.get("tool_name"):
             arguments = canonical_arguments(step.get("arguments"))
             if arguments not in _NO_ARGUMENTS:
-                out.setdefault((str(step["tool_name"]), arguments), int(step.get("index", 0)))
+                key = (str(step["tool_name"]), arguments)
+                first = out[key][0] if key in out else int(step.get("index", 0))
+                out[key] = (first, _returned(step))
     return out
 
 
+def _returned(step: dict[str, Any]) -> tuple[Any, Any, bool] | None:
+    """A call's result and error, and whether the result is known only in part (cut by the
+    store, ``truncated``, or at an attribute length limit, ``values.cut_json``); None when
+    no result was recorded."""
+    result = step.get("result")
+    if result is None:
+        return None
+    cut = step.get("truncated")
+    return result, step.get("error"), (isinstance(cut, dict) and "result" in cut) \
+        or cut_json(result)
+
+
+def _changed(before: tuple[Any, Any, bool] | None, last: tuple[Any, Any, bool] | None) -> bool:
+    """Whether a call's last turn may have learned something its turn before did not: its
+    result differed (a job's status asked for in each turn until it changed, as loop rule
+    (a)'s poll), or both were cut alike (what they said past the cut is unknown). Not when
+    either was unrecorded: unknown, not a change."""
+    if before is None or last is None:
+        return False
+    return before[:2] != last[:2] or last[2]
+
+
 def loop(turns: Turns, config: SessionsConfig, complete: bool) -> list[SessionFinding]:
-    seen: dict[tuple[str, str], list[tuple[int, int]]] = {}  # call -> [(turn, step)]
+    seen: dict[tuple[str, str], list[tuple[int, int, Any]]] = {}  # call -> [(turn, step, ..)]
     for number, turn in enumerate(turns):
-        for key, step in _calls(turn).items():
-            seen.setdefault(key, []).append((number, step))
+        for key, (step, returned) in _calls(turn).items():
+            seen.setdefault(key, []).append((number, step, returned))
     out = []
     for (tool, arguments), where in seen.items():
-        if len(where) >= config.loop_turns:
-            number, step = where[-1]
+        if len(where) >= config.loop_turns and not _changed(where[-2][2], where[-1][2]):
+            number, step, _ = where[-1]
             out.append(_finding(
                 "loop", "repeated_across_turns", "error",
                 f"{tool} called with the same arguments in {len(where)} turns of the "
                 "conversation", turns[number], step, tool=tool, arguments=arguments[:256],
-                turns=[n + 1 for n, _ in where]))
+                turns=[n + 1 for n, _, _ in where]))
     return out
 
 
