@@ -471,3 +471,21 @@ def test_a_poll_whose_results_were_cut_alike_is_no_repeat(wait: bool) -> None:
         for check in checks[1:]:
             steps += [tool("wait", {"seconds": 5}, "waited 5 s")] * wait + [check]
         assert kinds(loop.detect(traj(*steps), DetectorsConfig(), Context())) == []
+
+
+@pytest.mark.parametrize(("states", "expected"), [
+    (("queued", "running", "running", "done"), []),
+    (("running", "running", "running"), ["loop/no_progress"]),
+    (("running", "running", "done", "done"), ["loop/no_progress"]),
+], ids=["changed_at_last", "never_changed", "after_it_changed"])
+def test_a_status_checked_between_other_reads_until_it_changed_is_no_loop(
+        states: tuple[str, ...], expected: list[str]) -> None:
+    """A job's status checked between reads of its log pages until it changed: the same check
+    with the same result and only reads between (b), but it ended on the changed status it
+    waited for, the poll of rule (a), so no progress is not concluded. Checked while the
+    status never changed, or again after it changed, it is still no progress."""
+    steps = [tool("get_job", {"id": 42}, states[0])]
+    for page, state in enumerate(states[1:]):
+        steps += [tool("get_log", {"id": 42, "page": page}, f"line {page}"),
+                  tool("get_job", {"id": 42}, state)]
+    assert kinds(loop.detect(traj(*steps), DetectorsConfig(), Context())) == expected

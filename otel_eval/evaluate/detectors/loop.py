@@ -3,15 +3,15 @@
 (a) back-to-back identical calls (``retried_denied_call`` when one before the last was
 denied: ``gen_ai.tool.call.decision.outcome`` ``deny``), but for a poll: calls that ended
 on the first changed result (a job's status until it changed; its replies, alike while it
-waited, are no stagnation either); (b) the same call again within a
-window with the same result and only read-only calls in between (no state change, so no
-progress); (c) cycles, a pattern of 2+ different calls repeated ``cycle_min_repeats`` times
-in a row, but for a poll as in (a): a status checked with a fixed wait between, until the
-status changed (nor are its waits (b)); (d) stagnation, consecutive near-identical LLM
-outputs (word-level similarity of what differs between them, each character of Chinese,
-Japanese or Thai a word (``base.words``): the lines two outputs share, such as a framework's output
-template, are left out, so six DSPy ReAct turns that share the template but call the tool
-with six cities are not alike); (e)
+waited, are no stagnation either); (b) the same call again within a window with the same
+result and only read-only calls in between (no state change, so no progress), but for a
+poll as in (a): a status checked between reads until it changed; (c) cycles, a pattern of
+2+ different calls repeated ``cycle_min_repeats`` times in a row, but for a poll as in (a):
+a status checked with a fixed wait between, until the status changed (nor are its waits
+(b)); (d) stagnation, consecutive near-identical LLM outputs (word-level similarity of what
+differs between them, each character of Chinese, Japanese or Thai a word (``base.words``):
+the lines two outputs share, such as a framework's output template, are left out, so six
+DSPy ReAct turns that share the template but call the tool with six cities are not alike); (e)
 code/shell agents are covered by (a)-(c) because their calls are keyed by the canonicalized
 action text; (f) reworded repeats, near-duplicate calls of one tool that brought nothing new
 (``detectors.reworded``); (g) circling, steps whose actions differ only in form and whose
@@ -138,10 +138,14 @@ def no_progress(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
     result cut at a length limit (``values.cut_json``) is known only in part: two cut alike
     are not the same result; calls cut from an output between them (``Call.cut_after``) are
     unknown, not read-only. Two calls of polls (``polled``: the fixed wait between a
-    status's checks) are no repeat: the poll made its progress when its result changed."""
+    status's checks) are no repeat: the poll made its progress when its result changed. Nor
+    are repeats whose last was followed, with only read-only calls between, by the same call
+    with a changed result, and no more (a status checked between other reads until it
+    changed: the poll of rule (a), results cut alike an unknown change as there)."""
     polls = polled(cs, cfg)
     groups: dict[str, list[Call]] = {}
     members: dict[str, set[int]] = {}  # positions already in each group (no list scans)
+    ended: dict[str, bool] = {}  # the group's last call was followed by a changed result
     for i, c in enumerate(cs):
         if c.step.result is None:
             continue
@@ -150,9 +154,10 @@ def no_progress(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
             if prev.key != c.key:
                 continue
             between = cs[j + 1:i]  # empty when adjacent: that is (a), not (b)
+            linked = (all(b.read_only for b in between) and not prev.cut_after
+                      and not any(b.cut_after for b in between))
             if (between and prev.step.result == c.step.result and prev.failed == c.failed
-                    and all(b.read_only for b in between)
-                    and not prev.cut_after and not any(b.cut_after for b in between)
+                    and linked
                     and not cut_json(c.step.result)  # cut alike: may differ past the cut
                     and not (c.step.index in polls and prev.step.index in polls)):
                 group, seen = groups.setdefault(c.key, []), members.setdefault(c.key, set())
@@ -160,9 +165,17 @@ def no_progress(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
                     if k not in seen:
                         seen.add(k)
                         group.append(cs[k])
+                ended[c.key] = False
+            elif (linked and prev.step.result is not None and groups.get(c.key)
+                  and groups[c.key][-1] is prev
+                  and ((prev.step.result, prev.failed) != (c.step.result, c.failed)
+                       or cut_json(c.step.result))):
+                ended[c.key] = True  # the same call, its result changed (or cut alike)
             break  # only the nearest earlier occurrence counts
     out = []
-    for group in groups.values():
+    for key, group in groups.items():
+        if ended[key]:
+            continue  # a poll: it ended on the changed result it waited for
         group.sort(key=lambda c: c.step.index)
         out.append(_finding(
             cfg, "no_progress",
