@@ -30,7 +30,6 @@ import difflib
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import replace
 from itertools import accumulate
 from operator import add
 
@@ -105,9 +104,8 @@ def polled(cs: Sequence[Call], cfg: LoopConfig) -> set[int]:
     three times with two fixed waits between: no cycle finding, but a poll all the same)."""
     runs = [run for run in _runs(cs) if _poll(run)]
     for repeats in {cfg.cycle_min_repeats, 2}:
-        rounds = cfg if repeats == cfg.cycle_min_repeats else replace(
-            cfg, cycle_min_repeats=repeats)
-        runs += [run for run, period, _ in _cycle_runs(cs, rounds) if _poll(run, period)]
+        runs += [run for run, period, _ in _cycle_runs(cs, cfg.cycle_max_period, repeats)
+                 if _poll(run, period)]
     return {c.step.index for run in runs for c in run}
 
 
@@ -186,10 +184,11 @@ def no_progress(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
     return out
 
 
-def _cycle_at(keys: Sequence[str], i: int, cfg: LoopConfig) -> tuple[int, int]:
+def _cycle_at(keys: Sequence[str], i: int, max_period: int,
+              min_repeats: int) -> tuple[int, int]:
     """(period, repeats) of the shortest qualifying cycle starting at ``i``, or (0, 0)."""
-    n, once_is_enough = len(keys), cfg.cycle_min_repeats < 2
-    for p in range(2, cfg.cycle_max_period + 1):
+    n, once_is_enough = len(keys), min_repeats < 2
+    for p in range(2, max_period + 1):
         if not once_is_enough and (i + p >= n or keys[i + p] != keys[i]):
             continue  # cheap: a second repeat would start with the same key
         pattern = list(keys[i:i + p])
@@ -200,7 +199,7 @@ def _cycle_at(keys: Sequence[str], i: int, cfg: LoopConfig) -> tuple[int, int]:
         reps = 1
         while list(keys[i + reps * p:i + (reps + 1) * p]) == pattern:
             reps += 1
-        if reps >= cfg.cycle_min_repeats:
+        if reps >= min_repeats:
             return p, reps
     return 0, 0
 
@@ -211,7 +210,7 @@ def cycles(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
     whose calls, with those after it that go on with its pattern, ended on a changed result
     (``_poll``: a status checked with a fixed wait between, until the status changed)."""
     out = []
-    for run, period, reps in _cycle_runs(cs, cfg):
+    for run, period, reps in _cycle_runs(cs, cfg.cycle_max_period, cfg.cycle_min_repeats):
         if _poll(run, period):
             continue
         group = run[:period * reps]
@@ -222,23 +221,25 @@ def cycles(cs: Sequence[Call], cfg: LoopConfig) -> list[Finding]:
     return out
 
 
-def _cycle_runs(cs: Sequence[Call], cfg: LoopConfig) -> list[tuple[Sequence[Call], int, int]]:
+def _cycle_runs(cs: Sequence[Call], max_period: int,
+                min_repeats: int) -> list[tuple[Sequence[Call], int, int]]:
     """Each cycle (``_cycle_at``) as (its calls and those right after it that go on with its
     pattern, short of a whole round; period; repeats), within the stretches of calls that no
     cut (``Call.cut_after``) ends."""
     out, start = [], 0
     for end, c in enumerate(cs, 1):
         if c.cut_after or end == len(cs):
-            out += _cycles_in(cs[start:end], cfg)
+            out += _cycles_in(cs[start:end], max_period, min_repeats)
             start = end
     return out
 
 
-def _cycles_in(cs: Sequence[Call], cfg: LoopConfig) -> list[tuple[Sequence[Call], int, int]]:
+def _cycles_in(cs: Sequence[Call], max_period: int,
+               min_repeats: int) -> list[tuple[Sequence[Call], int, int]]:
     keys = [c.key for c in cs]
     out, i = [], 0
     while i < len(keys):
-        period, reps = _cycle_at(keys, i, cfg)
+        period, reps = _cycle_at(keys, i, max_period, min_repeats)
         if not period:
             i += 1
             continue
